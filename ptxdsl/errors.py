@@ -1,0 +1,90 @@
+"""The one exception family of ptxdsl, and how errors find the user's line.
+
+Every error a user can see derives from :class:`PtxdslError`. Errors raised
+while tracing a kernel name the first stack frame outside the ``ptxdsl``
+package, so the message points at the user's own ``file:line`` rather than at
+our internals.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Frames of these files are machinery between the user's line and ours
+# (``with ptx.if_(...)`` enters through contextlib).
+_SKIP_FILES = frozenset({contextlib.__file__, os.path.abspath(contextlib.__file__)})
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """A position in the user's Python source."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def user_location(skip: int = 1) -> SourceLoc | None:
+    """Return the first stack frame that is not inside the ptxdsl package.
+
+    Walking frames is cheap (``sys._getframe``) and this is how every
+    instruction remembers the Python line that recorded it.
+    """
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename not in _SKIP_FILES and not filename.startswith(_PKG_DIR) \
+                and not os.path.abspath(filename).startswith(_PKG_DIR):
+            return SourceLoc(filename, frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
+class PtxdslError(Exception):
+    """Root of every error ptxdsl raises on purpose.
+
+    ``loc`` is the user's source position when one is known; it is prefixed
+    to the message so that ``str(err)`` always says *where*.
+    """
+
+    def __init__(self, message: str, loc: SourceLoc | None = None):
+        self.loc = loc
+        self.message = message
+        super().__init__(f"{loc}: {message}" if loc is not None else message)
+
+
+class TraceError(PtxdslError, ValueError):
+    """A kernel body did something the DSL refuses while tracing."""
+
+
+class IsaError(TraceError):
+    """An instruction does not match the instruction table (opcode, modifiers, operands)."""
+
+
+class OperandTypeError(IsaError, TypeError):
+    """An operand's type does not agree with what the instruction needs."""
+
+
+class ArchError(IsaError):
+    """An instruction or modifier needs a newer ``sm_`` or PTX ISA than the kernel targets."""
+
+
+class VerifyError(PtxdslError):
+    """The traced program failed a whole-program check (def-before-use, labels, types)."""
+
+
+class ToolchainError(PtxdslError):
+    """ptxas / cuobjdump / nvdisasm missing or failing."""
+
+
+class LaunchError(PtxdslError):
+    """Arguments or launch configuration do not fit the kernel."""
+
+
+class InterpreterError(PtxdslError):
+    """The CPU interpreter stopped: a race, an out-of-bounds access, a divergent barrier..."""

@@ -1,0 +1,240 @@
+"""What a traced program is: registers, operands, instructions and structured regions.
+
+The IR is plain data. The tracer appends to it, the verifier and the
+interpreter walk it, the emitter prints it. Control flow stays structured
+(:class:`If`, :class:`Loop`) so the interpreter can run divergent branches
+with per-thread masks; :class:`Label` and ``bra`` remain as an escape hatch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from .errors import SourceLoc
+from .isa import Match
+from .types import PtxType
+
+
+class Reg:
+    """A virtual PTX register of one type, owned by one kernel trace.
+
+    Registers are mutable storage (PTX is not SSA): an in-place operator
+    or an instruction naming a register as destination overwrites it.
+    Operators on registers record instructions; see :mod:`ptxdsl.reg`.
+    """
+
+    __slots__ = ("name", "dtype", "owner", "__weakref__")
+
+    def __init__(self, name: str, dtype: PtxType, owner: object):
+        self.name = name
+        self.dtype = dtype
+        self.owner = owner  # the Builder that allocated it
+
+    def __repr__(self) -> str:
+        return f"Reg(%{self.name}: {self.dtype.name})"
+
+    __hash__ = object.__hash__
+
+
+@dataclass(frozen=True)
+class Imm:
+    """An immediate operand, already checked against the type it is used as."""
+
+    value: int | float
+    dtype: PtxType
+
+
+@dataclass(frozen=True)
+class Special:
+    """A read-only special register such as ``%tid.x`` (always u32 unless stated)."""
+
+    name: str
+    dtype: PtxType
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """The address of a named state-space variable (a shared array, a kernel parameter)."""
+
+    name: str
+    space: str  # "shared" | "param"
+
+
+@dataclass(frozen=True)
+class Addr:
+    """A memory operand ``[base+offset]``; base is a register or a symbol."""
+
+    base: Union[Reg, Symbol]
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Vec:
+    """A braced register list ``{a, b, c, d}`` for vector loads, stores and packing."""
+
+    items: tuple
+
+
+@dataclass(frozen=True)
+class LabelRef:
+    name: str
+
+
+Operand = Union[Reg, Imm, Special, Symbol, Addr, Vec, LabelRef]
+
+
+@dataclass(eq=False)
+class Instr:
+    """One PTX instruction: a matched table form, its operands, an optional guard."""
+
+    match: Match
+    operands: tuple
+    loc: SourceLoc | None = None
+    guard: Reg | None = None
+    guard_negated: bool = False
+    comment: str | None = None
+
+    @property
+    def opcode(self) -> str:
+        return self.match.text
+
+    def dests(self) -> list[Reg]:
+        """Registers this instruction writes."""
+        out = []
+        for slot, op in zip(self.match.operands, self.operands):
+            if slot.is_dest:
+                if isinstance(op, Vec):
+                    out.extend(x for x in op.items if isinstance(x, Reg))
+                elif isinstance(op, Reg):
+                    out.append(op)
+        return out
+
+    def sources(self) -> list[Reg]:
+        """Registers this instruction reads (guard and address bases included)."""
+        out = [self.guard] if self.guard is not None else []
+        for slot, op in zip(self.match.operands, self.operands):
+            if slot.is_dest:
+                continue
+            _collect_regs(op, out)
+        return out
+
+
+def _collect_regs(op, out: list) -> None:
+    if isinstance(op, Reg):
+        out.append(op)
+    elif isinstance(op, Addr) and isinstance(op.base, Reg):
+        out.append(op.base)
+    elif isinstance(op, Vec):
+        for x in op.items:
+            _collect_regs(x, out)
+
+
+@dataclass(eq=False)
+class If:
+    """``with ptx.if_(pred):`` (and an optional else) as a structured region."""
+
+    pred: Reg
+    then_body: list = field(default_factory=list)
+    else_body: list | None = None
+    negated: bool = False
+    loc: SourceLoc | None = None
+    label_id: int = 0
+
+
+@dataclass(eq=False)
+class Loop:
+    """A runtime loop ``for var in ptx.range_(start, stop, step)``.
+
+    ``var`` runs from ``start`` while ``var < stop`` (``> stop`` for a negative
+    constant step); ``cond`` is the predicate register the emitter uses.
+    """
+
+    var: Reg
+    start: object
+    stop: object
+    step: object
+    cond: Reg
+    body: list = field(default_factory=list)
+    loc: SourceLoc | None = None
+    label_id: int = 0
+    check: "Instr | None" = None  # setp cond, var, stop (validated at trace time)
+    incr: "Instr | None" = None   # add var, var, step
+
+
+@dataclass(eq=False)
+class Label:
+    """A branch target placed in the instruction stream."""
+
+    name: str
+    loc: SourceLoc | None = None
+
+
+@dataclass(eq=False)
+class Deferred:
+    """An instruction whose exact form is decided once the whole trace is known.
+
+    ``resolve()`` returns the instructions to put in its place. Used for
+    ``u32 * int`` (``mul.lo`` for 32-bit uses, ``mul.wide`` for pointer
+    arithmetic, both if both) and shared-array base addresses (emitted only
+    when some access needs a register address).
+    """
+
+    resolve: object  # Callable[[set[Reg]], list[Instr]]
+    loc: SourceLoc | None = None
+    reads: tuple = ()  # registers it reads whatever it resolves to
+
+
+@dataclass(frozen=True)
+class Param:
+    """A kernel parameter: a tensor pointer (``.u64``) or a scalar (dynamic dim)."""
+
+    name: str
+    dtype: PtxType
+    kind: str  # "ptr" | "dim" | "scalar"
+    tensor: str | None = None  # for dims: the tensor they size
+
+
+@dataclass(frozen=True)
+class SharedDecl:
+    name: str
+    dtype: PtxType
+    shape: tuple[int, ...]
+    align: int
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * self.dtype.bytes
+
+
+@dataclass(eq=False)
+class Program:
+    """A finished kernel trace, ready to verify, emit or interpret."""
+
+    name: str
+    arch: str
+    params: list[Param]
+    body: list
+    regs: list[Reg]
+    shared: list[SharedDecl]
+    ptx_version: tuple[int, int]
+    sm: int
+    max_threads: int | None = None
+
+    def walk(self):
+        """Every Instr, in program order, descending into regions."""
+        yield from walk(self.body)
+
+
+def walk(body):
+    for node in body:
+        if isinstance(node, Instr):
+            yield node
+        elif isinstance(node, If):
+            yield from walk(node.then_body)
+            if node.else_body is not None:
+                yield from walk(node.else_body)
+        elif isinstance(node, Loop):
+            yield from walk(node.body)

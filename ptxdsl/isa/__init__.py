@@ -1,0 +1,35 @@
+"""The instruction table and the lookups every other module uses."""
+from __future__ import annotations
+
+import difflib
+
+from ..errors import IsaError
+from .spec import Group, Match, Mod, Operand, OpSpec, check_arch, match
+from .table import INSTRUCTIONS, TABLE
+
+__all__ = ["INSTRUCTIONS", "TABLE", "Group", "Match", "Mod", "Operand", "OpSpec",
+           "check_arch", "lookup", "match", "resolve"]
+
+
+def lookup(opcode: str) -> OpSpec:
+    """The table entry for a dotted opcode family such as ``"shfl.sync"``."""
+    try:
+        return INSTRUCTIONS[opcode]
+    except KeyError:
+        near = difflib.get_close_matches(opcode, INSTRUCTIONS, n=3, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+        raise IsaError(f"unknown PTX instruction {opcode!r}{hint}") from None
+
+
+def resolve(chain: list[str]) -> Match:
+    """Match a whole written chain, e.g. ``["cp", "async", "cg", "shared", "global"]``.
+
+    The opcode is the longest dotted prefix that names a table entry, so
+    ``cp.async.commit_group`` and ``cp.async`` are told apart.
+    """
+    for k in range(len(chain), 0, -1):
+        spec = INSTRUCTIONS.get(".".join(chain[:k]))
+        if spec is not None:
+            return match(spec, list(chain[k:]))
+    lookup(chain[0] if chain else "")
+    raise IsaError(f"unknown PTX instruction {'.'.join(chain)!r}")  # pragma: no cover

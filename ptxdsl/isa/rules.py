@@ -1,0 +1,248 @@
+"""Cross-group constraints of a few opcodes that plain groups cannot express.
+
+Each rule reads a :class:`~ptxdsl.isa.spec.Match` and returns ``None`` when
+the form is legal, an error message saying what would be right, or a
+``(ptx_version, sm)`` pair when the exact form needs more than its entry says.
+"""
+from __future__ import annotations
+
+HALF = {"f16", "bf16", "f16x2", "bf16x2"}
+WIDE64 = {"b64", "u64", "s64", "f64"}
+
+
+def mov(m):
+    return None
+
+
+def _mem_common(m, op):
+    space = m.chosen.get("space")
+    sem = m.chosen.get("sem")
+    if m.has("nc") and space != "global":
+        return "non-coherent loads (.nc) read only .global memory: write ld.global.nc..."
+    if (m.chosen.get("L1") or m.chosen.get("L2")) and space not in ("global", None):
+        return "cache eviction/prefetch hints apply to .global accesses only"
+    if sem in ("relaxed", "acquire", "release") and "scope" not in m.chosen:
+        return f".{sem} needs a scope (.cta, .gpu, .sys or .cluster) right after it"
+    if "scope" in m.chosen and sem not in ("relaxed", "acquire", "release"):
+        return "a scope (.cta/.gpu/.sys/.cluster) is only allowed after .relaxed/.acquire/.release"
+    if m.vector == 4 and m.type is not None and m.type.name in WIDE64:
+        return (f"{op}.v4 of a 64-bit type would be 32 bytes; the widest vector access "
+                f"is 16 bytes (.v2.{m.type.name} or .v4 of a 32-bit type)")
+    if m.vector > 1 and m.type is not None and m.type.bits == 8:
+        return None
+    return None
+
+
+def ld(m):
+    msg = _mem_common(m, "ld")
+    if msg:
+        return msg
+    if m.chosen.get("cop") and m.has("nc") and m.chosen["cop"] not in ("ca", "cg", "cs"):
+        return "ld.global.nc takes only .ca, .cg or .cs as cache operator"
+    return None
+
+
+def st(m):
+    if m.chosen.get("space") in ("param",) and m.chosen.get("sem"):
+        return "st.param takes no memory-ordering qualifier"
+    return _mem_common(m, "st")
+
+
+def cvt(m):
+    dst, src = m.types
+    irnd, frnd = m.chosen.get("irnd"), m.chosen.get("frnd")
+    need = None
+    if dst.name in ("f16x2", "bf16x2"):
+        if src.name != "f32" or frnd not in ("rn", "rz"):
+            return (f"cvt to .{dst.name} packs two f32 values: write "
+                    f"cvt.rn.{dst.name}.f32 d, hi, lo")
+        return ((7, 0), 80)
+    if src.name in ("f16x2", "bf16x2"):
+        return f"cvt cannot read packed .{src.name}; unpack it with mov.b32 {{lo, hi}}, x first"
+    if dst.name == "tf32":
+        if src.name != "f32" or frnd != "rna":
+            return "cvt to .tf32 is written cvt.rna.tf32.f32"
+        return ((7, 0), 80)
+    if frnd == "rna":
+        return ".rna is only for cvt.rna.tf32.f32"
+    if src.name == "tf32":
+        return "cvt cannot read .tf32; use the register as .b32/.f32"
+    if src.is_float and dst.is_float:
+        if dst.bits < src.bits:
+            if frnd is None:
+                return (f"narrowing .{src.name} to .{dst.name} needs a float rounding "
+                        f"modifier (.rn, .rz, .rm or .rp)")
+        elif dst.bits > src.bits:
+            if frnd or irnd:
+                return f"widening .{src.name} to .{dst.name} is exact: drop the rounding modifier"
+        elif dst == src:
+            if frnd:
+                return (f"cvt.{dst.name}.{src.name} rounds to an integral value: use .rni, "
+                        f".rzi, .rmi or .rpi, not .{frnd}")
+        else:
+            return f"cvt between .{src.name} and .{dst.name} goes through .f32"
+    elif src.is_float and not dst.is_float:
+        if irnd is None:
+            return (f"float to integer needs an integer rounding modifier: .rzi truncates "
+                    f"(C semantics), .rni rounds to nearest even")
+        if frnd:
+            return "float to integer takes an integer rounding (.rni/.rzi/.rmi/.rpi), not .rn"
+    elif dst.is_float:
+        if irnd:
+            return "integer to float takes a float rounding (.rn/.rz/.rm/.rp), not an integer one"
+        if frnd is None:
+            return "integer to float needs a float rounding modifier (usually .rn)"
+    else:
+        if irnd or frnd:
+            return "integer to integer conversions take no rounding modifier"
+    if m.has("relu") and dst.name not in ("f16", "bf16"):
+        return ".relu applies to conversions to .f16/.bf16"
+    if m.has("ftz") and "f32" not in (dst.name, src.name):
+        return ".ftz applies only when .f32 is the source or destination"
+    if "bf16" in (dst.name, src.name):
+        # bf16 <-> f32 arrived with sm_80 (f32 -> bf16) and sm_90 (the rest).
+        need = ((7, 0), 80) if (dst.name, src.name) == ("bf16", "f32") else ((7, 8), 90)
+    return need
+
+
+def cvta(m):
+    if m.types[0].name == "u32" and m.chosen.get("space") == "global":
+        return "global addresses are 64-bit: use cvta.to.global.u64"
+    return None
+
+
+def int_mode(m):
+    t = m.type
+    if t.is_int and "mode" not in m.chosen:
+        return (f"integer mul needs .lo, .hi or .wide: mul.lo.{t.name} keeps the low half, "
+                f"mul.wide.{t.name} the double-width product")
+    if m.has("sat") and not t.is_float:
+        return ".sat applies to float multiply only"
+    return None
+
+
+def mad(m):
+    t = m.type
+    msg = int_mode(m) if t.is_int else None
+    if msg:
+        return msg.replace("mul", "mad")
+    if t.is_float and "rounding" not in m.chosen:
+        return f"mad.{t.name} needs a rounding modifier; write mad.rn.{t.name} (or fma.rn.{t.name})"
+    if m.has("sat") and t.name != "f32" and not (t.name == "s32" and m.has("hi")):
+        return ".sat applies to mad.f32 and mad.hi.sat.s32 only"
+    return None
+
+
+def float_kind_required(m):
+    if m.type.is_float and "kind" not in m.chosen:
+        return (f"float division needs .approx, .full or a rounding mode: div.rn.{m.type.name} "
+                f"is IEEE, div.approx.f32 the fast form")
+    return None
+
+
+def rcp(m):
+    if m.type.name == "f64" and m.has("approx") and not m.has("ftz"):
+        return "rcp.approx.f64 exists only as rcp.approx.ftz.f64"
+    return None
+
+
+def compare(m):
+    cmp = m.chosen["cmp"]
+    t = m.type
+    if cmp in ("lo", "ls", "hi", "hs") and t.is_float:
+        return f".{cmp} is an unsigned-integer comparison; floats use lt/le/gt/ge"
+    if cmp in ("equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan") and not t.is_float:
+        return f".{cmp} is a float (NaN-aware) comparison; integers use eq/ne/lt/le/gt/ge"
+    if t.kind == "b" and cmp not in ("eq", "ne"):
+        return f".{t.name} values have no order: compare them with eq/ne or use .u/.s types"
+    if t.name in HALF and t.name.endswith("x2"):
+        return "setp on packed x2 types writes two predicates; unpack first"
+    return None
+
+
+def set_(m):
+    return compare(m.__class__(m.spec, m.mods, m.chosen, m.types[1:], m.operands, m.ptx, m.sm))
+
+
+def ex2(m):
+    t = m.type.name
+    if t in ("f16", "f16x2"):
+        return ((7, 0), 75)
+    if t in ("bf16", "bf16x2"):
+        if m.has("ftz"):
+            return ".ftz does not apply to bf16"
+        return ((7, 8), 90)
+    return None
+
+
+def tanh(m):
+    return None
+
+
+def vote(m):
+    mode, t = m.chosen["mode"], m.type.name
+    if mode == "ballot" and t != "b32":
+        return "vote.sync.ballot writes a 32-bit mask: vote.sync.ballot.b32"
+    if mode != "ballot" and t != "pred":
+        return f"vote.sync.{mode} writes a predicate: vote.sync.{mode}.pred"
+    return None
+
+
+def redux(m):
+    op, t = m.chosen["op"], m.type.name
+    if op in ("and", "or", "xor") and t != "b32":
+        return f"redux.sync.{op} works on .b32"
+    if op in ("add", "min", "max") and t not in ("u32", "s32"):
+        return f"redux.sync.{op} works on .u32 or .s32"
+    return None
+
+
+def bar(m):
+    if m.chosen["mode"] == "red":
+        return "bar.red is not supported by ptxdsl yet; use a warp reduce and bar.sync"
+    return None
+
+
+def fence(m):
+    sem, kind = m.chosen.get("sem"), m.chosen.get("proxykind")
+    if sem == "proxy" and not kind:
+        return "fence.proxy needs a proxy kind: fence.proxy.async or fence.proxy.alias"
+    if kind and sem != "proxy":
+        return f".{kind} belongs after .proxy: fence.proxy.{kind}"
+    if sem in ("sc", "acq_rel", None) and not kind and "scope" not in m.chosen:
+        return "fence.sc / fence.acq_rel need a scope: .cta, .cluster, .gpu or .sys"
+    if sem in ("sc", "acq_rel", None) and m.chosen.get("scope", "").startswith(("shared", "glob")):
+        return "a state space after fence belongs to fence.proxy.async only"
+    if sem is None and not kind:
+        return "fence needs .sc, .acq_rel or .proxy"
+    return None
+
+
+_ATOM_TYPES = {
+    "add": {"u32", "s32", "u64", "f32", "f64"},
+    "min": {"u32", "s32", "u64", "s64"}, "max": {"u32", "s32", "u64", "s64"},
+    "inc": {"u32"}, "dec": {"u32"},
+    "cas": {"b32", "b64"}, "exch": {"b32", "b64"},
+    "and": {"b32", "b64"}, "or": {"b32", "b64"}, "xor": {"b32", "b64"},
+}
+
+
+def atom(m):
+    op, t = m.chosen["op"], m.type.name
+    allowed = _ATOM_TYPES[op]
+    if t not in allowed:
+        return f".{op} works on {', '.join('.' + x for x in sorted(allowed))}, not .{t}"
+    sem = m.chosen.get("sem")
+    if sem and "scope" not in m.chosen:
+        return f".{sem} needs a scope (.cta, .gpu, .sys) after it"
+    if t == "f64" and op == "add":
+        return ((5, 0), 60)
+    if t in ("u64", "s64") and op in ("min", "max"):
+        return ((2, 0), 32)
+    return None
+
+
+def cp_async(m):
+    if m.chosen.get("L2") == "L2::256B":
+        return None
+    return None

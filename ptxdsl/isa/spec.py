@@ -1,0 +1,310 @@
+"""The shape of an instruction-table entry, and how a modifier chain is matched to it.
+
+An :class:`OpSpec` is data: the opcode, its modifier groups in PTX order, the
+types it takes, its operand signature and the PTX ISA / ``sm_`` it needs.
+:func:`match` turns a chain such as ``["ld", "global", "v4", "f32"]`` into a
+:class:`Match` or raises an :class:`~ptxdsl.errors.IsaError` that says what
+would be right. Validation, emission, the interpreter and the docs all read
+these objects; nothing else knows the rules.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from ..errors import ArchError, IsaError
+from ..types import ALL_TYPES, PtxType
+
+Version = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Mod:
+    """One modifier choice, with what it needs beyond its instruction."""
+
+    name: str
+    ptx: Version | None = None
+    sm: int | None = None
+    types: frozenset[str] | None = None  # restrict the instruction types it allows
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Group:
+    """An ordered slot of mutually exclusive modifiers (e.g. rounding: rn/rz/rm/rp)."""
+
+    name: str
+    mods: tuple[Mod, ...]
+    required: bool = False
+
+    def get(self, name: str) -> Mod | None:
+        for m in self.mods:
+            if m.name == name:
+                return m
+        return None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.mods)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand slot.
+
+    ``role``: ``d`` destination register, ``s`` source register or immediate,
+    ``r`` source register only, ``i`` immediate only, ``a`` address,
+    ``l`` label, ``p`` destination predicate, ``q`` source predicate,
+    ``V`` destination register or register list (vector forms),
+    ``X`` source register/immediate or list (vector forms).
+    ``ty``: ``T`` (the instruction type), ``T0``/``T1`` (first/second type of
+    two-type instructions such as cvt), ``W`` (twice the width of ``T``),
+    or a fixed type name such as ``u32``.
+    """
+
+    role: str
+    ty: str | None
+    optional: bool = False
+
+    @property
+    def is_dest(self) -> bool:
+        return self.role in ("d", "p", "V")
+
+
+def parse_operands(sig: str) -> tuple[Operand, ...]:
+    """Parse ``"d:T s:T s:T q:pred?"`` into Operand slots."""
+    out = []
+    for item in sig.split():
+        optional = item.endswith("?")
+        item = item.rstrip("?")
+        role, _, ty = item.partition(":")
+        out.append(Operand(role, ty or None, optional))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One opcode family of the instruction table."""
+
+    opcode: str
+    groups: tuple[Group, ...] = ()
+    types: tuple[str, ...] = ()
+    ntypes: int = 1
+    operands: str = ""
+    # operand signatures that replace ``operands`` when a modifier is present
+    variants: Mapping[str, str] = field(default_factory=dict)
+    ptx: Version = (1, 0)
+    sm: int = 20
+    interp: bool = True
+    category: str = "misc"
+    doc: str = ""
+    example: str = ""
+    # extra rule over the whole match; returns an error message or None
+    rule: Callable[["Match"], str | None] | None = None
+    side_effects: bool = False
+
+    def signature(self, mods: frozenset[str]) -> tuple[Operand, ...]:
+        for key, sig in self.variants.items():
+            if key in mods:
+                return parse_operands(sig)
+        return parse_operands(self.operands)
+
+    def group_of(self, name: str) -> Group | None:
+        for g in self.groups:
+            if g.get(name) is not None:
+                return g
+        return None
+
+
+@dataclass(frozen=True)
+class Match:
+    """A modifier chain matched to its table entry."""
+
+    spec: OpSpec
+    mods: tuple[str, ...]                # every modifier in the order written (types included)
+    chosen: Mapping[str, str]            # group name -> modifier
+    types: tuple[PtxType, ...]           # the trailing type suffixes
+    operands: tuple[Operand, ...]
+    ptx: Version                         # PTX ISA this exact form needs
+    sm: int                              # sm_ this exact form needs
+
+    @property
+    def text(self) -> str:
+        """The full PTX opcode, e.g. ``ld.global.v4.f32``."""
+        return ".".join((self.spec.opcode, *self.mods))
+
+    @property
+    def type(self) -> PtxType | None:
+        return self.types[0] if self.types else None
+
+    def has(self, mod: str) -> bool:
+        return mod in self.mods
+
+    @property
+    def vector(self) -> int:
+        """Vector width from a ``.v2``/``.v4``/``.v8`` modifier, else 1."""
+        v = self.chosen.get("vec")
+        return int(v[1:]) if v else 1
+
+    def resolve_type(self, ty: str | None) -> PtxType | None:
+        """The concrete type of an operand slot's type expression."""
+        if ty is None:
+            return None
+        if ty == "T":
+            return self.types[0]
+        if ty in ("T0", "T1"):
+            return self.types[int(ty[1])]
+        if ty == "W":
+            t = self.types[0]
+            return ALL_TYPES[f"{t.kind}{t.bits * 2}"]
+        return ALL_TYPES[ty]
+
+
+def _closest(word: str, options) -> str:
+    near = difflib.get_close_matches(word, list(options), n=3, cutoff=0.5)
+    return f" (did you mean {' or '.join('.' + n for n in near)}?)" if near else ""
+
+
+def match(spec: OpSpec, mods: list[str]) -> Match:
+    """Match the modifiers written after ``spec.opcode`` against the entry.
+
+    Raises :class:`IsaError` for unknown modifiers, modifiers in the wrong
+    order or group, missing required groups and wrong types.
+    """
+    op = spec.opcode
+    written = ".".join((op, *mods))
+    if len(mods) < spec.ntypes:
+        want = " and ".join(["a type"] * spec.ntypes)
+        raise IsaError(
+            f"{written} is missing its type suffix: {op} needs {want} at the end, "
+            f"one of {_types_list(spec)}"
+        )
+    head = mods[: len(mods) - spec.ntypes] if spec.ntypes else list(mods)
+    tail = mods[len(mods) - spec.ntypes:] if spec.ntypes else []
+
+    chosen: dict[str, str] = {}
+    need_ptx, need_sm = spec.ptx, spec.sm
+    pos = 0
+    for m in head:
+        gi = next((i for i, g in enumerate(spec.groups) if g.get(m) is not None), None)
+        if gi is None:
+            if m in ALL_TYPES:
+                raise IsaError(
+                    f"{written}: .{m} is a type, but {op} takes {spec.ntypes} type "
+                    f"suffix(es) at the end of the chain"
+                    if spec.ntypes else f"{written}: {op} takes no type suffix")
+            allowed = [n for g in spec.groups for n in g.names]
+            raise IsaError(
+                f"{written}: unknown modifier .{m} for {op}{_closest(m, allowed)}; "
+                f"{op} accepts {_groups_desc(spec)}"
+            )
+        g = spec.groups[gi]
+        if g.name in chosen:
+            raise IsaError(
+                f"{written}: .{chosen[g.name]} and .{m} are both {g.name} modifiers; "
+                f"{op} takes at most one of {', '.join('.' + n for n in g.names)}"
+            )
+        if gi < pos:
+            later = spec.groups[pos - 1]
+            raise IsaError(
+                f"{written}: modifier .{m} ({g.name}) must come before "
+                f".{chosen[later.name]} ({later.name}); PTX order for {op} is "
+                f"{_groups_desc(spec)}"
+            )
+        pos = gi + 1
+        chosen[g.name] = m
+        mod = g.get(m)
+        if mod.ptx and mod.ptx > need_ptx:
+            need_ptx = mod.ptx
+        if mod.sm and mod.sm > need_sm:
+            need_sm = mod.sm
+    for g in spec.groups:
+        if g.required and g.name not in chosen:
+            raise IsaError(
+                f"{written}: {op} needs a {g.name} modifier, one of "
+                f"{', '.join('.' + n for n in g.names)}"
+            )
+
+    types = []
+    for t in tail:
+        if t not in spec.types:
+            where = "" if t in ALL_TYPES else " (not a PTX type)"
+            raise IsaError(
+                f"{written}: .{t}{where} is not a type {op} takes; "
+                f"allowed: {_types_list(spec)}"
+            )
+        types.append(ALL_TYPES[t])
+    for gname, m in chosen.items():
+        mod = next(g for g in spec.groups if g.name == gname).get(m)
+        if mod.types is not None and types and types[0].name not in mod.types:
+            raise IsaError(
+                f"{written}: .{m} is not allowed with .{types[0].name}; it applies to "
+                f"{', '.join('.' + t for t in sorted(mod.types))}"
+            )
+    tuple_types = tuple(types)
+    result = Match(spec, tuple(mods), chosen, tuple_types,
+                   spec.signature(frozenset(mods)), need_ptx, need_sm)
+    result = _type_requirements(result)
+    if spec.rule is not None:
+        verdict = spec.rule(result)
+        if isinstance(verdict, str):
+            raise IsaError(f"{written}: {verdict}")
+        if verdict is not None:
+            ptx, sm = max(result.ptx, verdict[0]), max(result.sm, verdict[1])
+            result = Match(spec, result.mods, chosen, tuple_types, result.operands, ptx, sm)
+    return result
+
+
+# Some types need a newer ISA than their instruction's base form (bf16 math is
+# sm_90, f16 math sm_53): the table states them once here instead of per entry.
+TYPE_NEEDS: dict[str, tuple[Version, int]] = {
+    "f16": ((4, 2), 53), "f16x2": ((4, 2), 53),
+    "bf16": ((7, 8), 90), "bf16x2": ((7, 8), 90),
+}
+# Opcodes whose bf16/f16 forms are older than TYPE_NEEDS says (data movement
+# and conversions do not do half-precision math).
+TYPE_NEEDS_EXEMPT = frozenset({
+    "ld", "st", "mov", "cvt", "shfl.sync", "selp", "atom", "red", "ld.param", "st.param",
+})
+
+
+def _type_requirements(m: Match) -> Match:
+    if m.spec.opcode in TYPE_NEEDS_EXEMPT or not m.types:
+        return m
+    ptx, sm = m.ptx, m.sm
+    for t in m.types:
+        need = TYPE_NEEDS.get(t.name)
+        if need:
+            ptx, sm = max(ptx, need[0]), max(sm, need[1])
+    if (ptx, sm) == (m.ptx, m.sm):
+        return m
+    return Match(m.spec, m.mods, m.chosen, m.types, m.operands, ptx, sm)
+
+
+def check_arch(m: Match, arch_sm: int, arch_name: str, max_ptx: Version | None = None) -> None:
+    """Raise :class:`ArchError` when ``m`` needs a newer ``sm_`` or ISA than allowed."""
+    if m.sm > arch_sm:
+        raise ArchError(
+            f"{m.text} needs sm_{m.sm} or newer, but the kernel targets {arch_name}; "
+            f"pass arch='sm_{m.sm}' (or newer) to @kernel, or use another instruction"
+        )
+    if max_ptx is not None and m.ptx > max_ptx:
+        raise ArchError(
+            f"{m.text} needs PTX ISA {m.ptx[0]}.{m.ptx[1]}, newer than the "
+            f"{max_ptx[0]}.{max_ptx[1]} the installed toolchain accepts"
+        )
+
+
+def _types_list(spec: OpSpec) -> str:
+    return ", ".join("." + t for t in spec.types) or "(none)"
+
+
+def _groups_desc(spec: OpSpec) -> str:
+    parts = []
+    for g in spec.groups:
+        alts = "|".join("." + n for n in g.names)
+        parts.append(alts if g.required else "{" + alts + "}")
+    if spec.ntypes:
+        parts.append(" ".join(["<type>"] * spec.ntypes))
+    return " ".join(parts) if parts else "no modifiers"

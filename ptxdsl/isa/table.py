@@ -1,0 +1,348 @@
+"""The instruction table: every opcode family ptxdsl knows, as data.
+
+Each entry gives the modifier groups in PTX order, the types, the operand
+signature (see :class:`~ptxdsl.isa.spec.Operand` for the letters) and the
+minimum PTX ISA version and ``sm_`` the form needs. Adding an instruction
+means adding one entry here (and, if it runs on the CPU, one semantic
+function in ``ptxdsl/interp``).
+"""
+from __future__ import annotations
+
+from .spec import Group, Mod, OpSpec
+from . import rules
+
+U = ("u16", "u32", "u64")
+S = ("s16", "s32", "s64")
+B = ("b16", "b32", "b64")
+INT = U + S
+F = ("f32", "f64")
+H = ("f16", "f16x2", "bf16", "bf16x2")
+FALL = ("f16", "f16x2", "bf16", "bf16x2", "f32", "f64")
+
+
+def g(name: str, *mods, required: bool = False) -> Group:
+    """A modifier group; plain strings become Mods with no extra needs."""
+    return Group(name, tuple(m if isinstance(m, Mod) else Mod(m) for m in mods), required)
+
+
+def only(*types: str) -> frozenset[str]:
+    return frozenset(types)
+
+
+FLT = only(*FALL)
+F32 = only("f32")
+RND_F = g("rounding", *(Mod(r, types=FLT) for r in ("rn", "rz", "rm", "rp")))
+FTZ = g("ftz", Mod("ftz", types=only("f32", "f16", "f16x2")))
+SAT = g("sat", Mod("sat", types=only("s32", "f32", "f16", "f16x2")))
+SYNC = g("sync", "sync", required=True)
+ALIGNED = g("aligned", "aligned")
+SCOPE = g("scope", "cta", Mod("cluster", (7, 8), 90), "gpu", "sys")
+SEM_LD = g("sem", "weak", "volatile", Mod("relaxed", (6, 0), 70), Mod("acquire", (6, 0), 70))
+SEM_ST = g("sem", "weak", "volatile", Mod("relaxed", (6, 0), 70), Mod("release", (6, 0), 70))
+VEC2_4 = g("vec", "v2", "v4")
+L1_EVICT = g("L1", Mod("L1::evict_normal", (7, 4), 70), Mod("L1::evict_unchanged", (7, 4), 70),
+             Mod("L1::evict_first", (7, 4), 70), Mod("L1::evict_last", (7, 4), 70),
+             Mod("L1::no_allocate", (7, 4), 70))
+L2_PREFETCH = g("L2", Mod("L2::64B", (7, 4), 75), Mod("L2::128B", (7, 4), 75),
+                Mod("L2::256B", (7, 4), 80))
+LD_SPACES = ("global", "shared", "local", "param", "const", Mod("shared::cta", (7, 8), 90),
+             Mod("shared::cluster", (7, 8), 90))
+MEM_TYPES = ("b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64",
+             "f16", "f16x2", "bf16", "bf16x2", "f32", "f64")
+CMP = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs",
+       "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")
+
+TABLE: tuple[OpSpec, ...] = (
+    # ---------------------------------------------------------------- data movement
+    OpSpec("mov", (), ("pred", *B, *INT, "f16", "bf16", "f16x2", "bf16x2", "f32", "f64"),
+           operands="d:T s:T", variants={}, category="data",
+           doc="Copy a register, immediate, special register or symbol address; "
+               "mov.b32/b64 with a register list packs or unpacks halves.",
+           example="mov.u32 %r0, %tid.x", rule=rules.mov),
+    OpSpec("ld", (SEM_LD, SCOPE, g("space", *LD_SPACES),
+                  g("cop", "ca", "cg", "cs", "lu", "cv"), g("nc", Mod("nc", (3, 1), 32)),
+                  L1_EVICT, L2_PREFETCH, VEC2_4),
+           MEM_TYPES, operands="V:T a", category="data", side_effects=False,
+           doc="Load from a state space; .v2/.v4 take a register list as destination; "
+               ".nc reads global memory through the non-coherent (texture) path.",
+           example="ld.global.v4.f32 {%f0, %f1, %f2, %f3}, [%rd0]", rule=rules.ld),
+    OpSpec("st", (SEM_ST, SCOPE, g("space", "global", "shared", "local", "param",
+                                   Mod("shared::cta", (7, 8), 90),
+                                   Mod("shared::cluster", (7, 8), 90)),
+                  g("cop", "wb", "cg", "cs", "wt"), L1_EVICT, VEC2_4),
+           MEM_TYPES, operands="a X:T", category="data", side_effects=True,
+           doc="Store to a state space; .v2/.v4 take a register list as source.",
+           example="st.global.v4.f32 [%rd0], {%f0, %f1, %f2, %f3}", rule=rules.st),
+    OpSpec("cvt", (g("irnd", "rni", "rzi", "rmi", "rpi"),
+                   g("frnd", "rn", "rz", "rm", "rp", Mod("rna", (7, 0), 80)),
+                   g("ftz", "ftz"), g("sat", "sat"), g("relu", Mod("relu", (7, 0), 80)),
+                   g("satfinite", Mod("satfinite", (8, 1), 90))),
+           (*U, *S, "u8", "s8", "f16", "bf16", "f32", "f64", "f16x2", "bf16x2", "tf32"),
+           ntypes=2, operands="d:T0 s:T1", variants={"f16x2": "d:T0 s:T1 s:T1",
+                                                     "bf16x2": "d:T0 s:T1 s:T1"},
+           category="convert", rule=rules.cvt,
+           doc="Convert between types: integer rounding (.rni/.rzi/.rmi/.rpi) for float to "
+               "int, float rounding (.rn/.rz/.rm/.rp) for narrowing float and int to float; "
+               "cvt.rn.f16x2.f32 / bf16x2 packs two f32 (first operand goes high).",
+           example="cvt.rn.bf16.f32 %hb0, %f0"),
+    OpSpec("cvta", (g("to", "to"), g("space", "global", "shared", "local", "const", "param")),
+           ("u32", "u64"), operands="d:T s:T", category="data",
+           doc="Convert between generic and state-space addresses.",
+           example="cvta.to.global.u64 %rd1, %rd0", rule=rules.cvta),
+    # ---------------------------------------------------------------- integer / float arithmetic
+    OpSpec("add", (RND_F, FTZ, SAT, g("cc", Mod("cc", types=only("u32", "s32", "u64", "s64")))),
+           (*INT, *FALL), operands="d:T s:T s:T", category="arith",
+           doc="d = a + b.", example="add.f32 %f2, %f0, %f1"),
+    OpSpec("sub", (RND_F, FTZ, SAT, g("cc", Mod("cc", types=only("u32", "s32", "u64", "s64")))),
+           (*INT, *FALL), operands="d:T s:T s:T", category="arith",
+           doc="d = a - b.", example="sub.s32 %r2, %r0, %r1"),
+    OpSpec("mul", (g("mode", Mod("lo", types=only(*INT)), Mod("hi", types=only(*INT)),
+                     Mod("wide", types=only("u16", "u32", "s16", "s32"))),
+                   RND_F, FTZ, SAT),
+           (*INT, *FALL), operands="d:T s:T s:T", variants={"wide": "d:W s:T s:T"},
+           category="arith", rule=rules.int_mode,
+           doc="Integer multiply keeps the .lo or .hi half, or the .wide double-width "
+               "product; float multiply rounds as told (default .rn).",
+           example="mul.wide.u32 %rd0, %r0, 4"),
+    OpSpec("mad", (g("mode", Mod("lo", types=only(*INT)), Mod("hi", types=only(*INT)),
+                     Mod("wide", types=only("u16", "u32", "s16", "s32"))),
+                   RND_F, FTZ, SAT),
+           (*INT, "f32", "f64"), operands="d:T s:T s:T s:T", variants={"wide": "d:W s:T s:T s:W"},
+           category="arith", rule=rules.mad,
+           doc="d = a * b + c (integers: .lo/.hi/.wide; floats need a rounding mode and are fused).",
+           example="mad.lo.u32 %r3, %r0, %r1, %r2"),
+    OpSpec("fma", (g("rounding", "rn", "rz", "rm", "rp", required=True), FTZ, SAT,
+                   g("relu", Mod("relu", (7, 0), 80, types=only(*H)))),
+           FALL, operands="d:T s:T s:T s:T", ptx=(1, 4), category="arith",
+           doc="Fused d = a * b + c with a single rounding.",
+           example="fma.rn.f32 %f3, %f0, %f1, %f2"),
+    OpSpec("div", (g("kind", Mod("approx", types=F32), Mod("full", types=F32),
+                     Mod("rn", types=only(*F)), Mod("rz", types=only(*F)),
+                     Mod("rm", types=only(*F)), Mod("rp", types=only(*F))), FTZ),
+           (*INT, *F), operands="d:T s:T s:T", category="arith", rule=rules.float_kind_required,
+           doc="Integer division truncates toward zero; float division needs .approx, .full "
+               "or an IEEE rounding mode.", example="div.rn.f32 %f2, %f0, %f1"),
+    OpSpec("rem", (), INT, operands="d:T s:T s:T", category="arith",
+           doc="Integer remainder (sign of the dividend).", example="rem.u32 %r2, %r0, %r1"),
+    OpSpec("abs", (FTZ,), ("s16", "s32", "s64", *FALL), operands="d:T s:T", category="arith",
+           doc="Absolute value.", example="abs.f32 %f1, %f0"),
+    OpSpec("neg", (FTZ,), ("s16", "s32", "s64", *FALL), operands="d:T s:T", category="arith",
+           doc="Negate.", example="neg.s32 %r1, %r0"),
+    OpSpec("min", (FTZ, g("nan", Mod("NaN", (7, 0), 80))),
+           (*INT, "f32", "f64", *H), operands="d:T s:T s:T", category="arith",
+           doc="Minimum (floats: a NaN operand yields the other unless .NaN).",
+           example="min.f32 %f2, %f0, %f1"),
+    OpSpec("max", (FTZ, g("nan", Mod("NaN", (7, 0), 80))),
+           (*INT, "f32", "f64", *H), operands="d:T s:T s:T", category="arith",
+           doc="Maximum (floats: a NaN operand yields the other unless .NaN).",
+           example="max.u32 %r2, %r0, %r1"),
+    OpSpec("copysign", (), F, operands="d:T s:T s:T", ptx=(2, 0), category="arith",
+           doc="d = |b| with the sign of a.", example="copysign.f32 %f2, %f0, %f1"),
+    # ---------------------------------------------------------------- bits
+    OpSpec("and", (), ("pred", *B), operands="d:T s:T s:T", category="bits",
+           doc="Bitwise and.", example="and.b32 %r2, %r0, %r1"),
+    OpSpec("or", (), ("pred", *B), operands="d:T s:T s:T", category="bits",
+           doc="Bitwise or.", example="or.b32 %r2, %r0, %r1"),
+    OpSpec("xor", (), ("pred", *B), operands="d:T s:T s:T", category="bits",
+           doc="Bitwise exclusive or.", example="xor.b32 %r2, %r0, %r1"),
+    OpSpec("not", (), ("pred", *B), operands="d:T s:T", category="bits",
+           doc="Bitwise complement.", example="not.b32 %r1, %r0"),
+    OpSpec("shl", (), B, operands="d:T s:T s:u32", category="bits",
+           doc="Shift left; shifts >= the width give 0.", example="shl.b32 %r1, %r0, 2"),
+    OpSpec("shr", (), (*B, *INT), operands="d:T s:T s:u32", category="bits",
+           doc="Shift right: arithmetic for .s types, logical otherwise.",
+           example="shr.u32 %r1, %r0, 5"),
+    OpSpec("bfe", (), ("u32", "u64", "s32", "s64"), operands="d:T s:T s:u32 s:u32", ptx=(2, 0),
+           category="bits", doc="Extract a bit field (position, length); .s sign-extends.",
+           example="bfe.u32 %r1, %r0, 8, 4"),
+    OpSpec("bfi", (), ("b32", "b64"), operands="d:T s:T s:T s:u32 s:u32", ptx=(2, 0),
+           category="bits", doc="Insert the low bits of a into b at (position, length).",
+           example="bfi.b32 %r2, %r0, %r1, 8, 4"),
+    OpSpec("popc", (), ("b32", "b64"), operands="d:u32 s:T", ptx=(2, 0), category="bits",
+           doc="Count set bits.", example="popc.b32 %r1, %r0"),
+    OpSpec("clz", (), ("b32", "b64"), operands="d:u32 s:T", ptx=(2, 0), category="bits",
+           doc="Count leading zeros.", example="clz.b32 %r1, %r0"),
+    OpSpec("brev", (), ("b32", "b64"), operands="d:T s:T", ptx=(2, 0), category="bits",
+           doc="Reverse bit order.", example="brev.b32 %r1, %r0"),
+    OpSpec("prmt", (g("mode", "f4e", "b4e", "rc8", "ecl", "ecr", "rc16"),), ("b32",),
+           operands="d:T s:T s:T s:T", ptx=(2, 0), category="bits",
+           doc="Pick bytes of {b, a} by the selector c.", example="prmt.b32 %r3, %r0, %r1, 0x3210"),
+    # ---------------------------------------------------------------- compare / select
+    OpSpec("setp", (g("cmp", *CMP, required=True), g("bool", "and", "or", "xor"), FTZ),
+           (*B, *INT, *FALL), operands="p:pred s:T s:T", variants={
+               "and": "p:pred s:T s:T q:pred", "or": "p:pred s:T s:T q:pred",
+               "xor": "p:pred s:T s:T q:pred"},
+           category="compare", rule=rules.compare,
+           doc="Compare and set a predicate; lo/ls/hi/hs are unsigned, the u-suffixed "
+               "forms are true for NaN.", example="setp.lt.u32 %p0, %r0, 16"),
+    OpSpec("selp", (), (*B, *INT, "f32", "f64"), operands="d:T s:T s:T q:pred",
+           category="compare", doc="d = c ? a : b.", example="selp.f32 %f2, %f0, %f1, %p0"),
+    OpSpec("set", (g("cmp", *CMP, required=True), g("bool", "and", "or", "xor"), FTZ),
+           ("u32", "s32", "f32"), ntypes=2, operands="d:T0 s:T1 s:T1",
+           category="compare", rule=rules.set_,
+           doc="Compare and write 0xffffffff / 1.0 for true, 0 for false.",
+           example="set.lt.u32.f32 %r0, %f0, %f1"),
+    # ---------------------------------------------------------------- transcendentals
+    OpSpec("ex2", (g("approx", "approx", required=True), FTZ), ("f32", "f16", "f16x2", "bf16",
+                                                                 "bf16x2"),
+           operands="d:T s:T", ptx=(2, 0), category="math",
+           doc="2^a (max relative error 2^-22.5 for f32 on the hardware).",
+           example="ex2.approx.f32 %f1, %f0", rule=rules.ex2),
+    OpSpec("lg2", (g("approx", "approx", required=True), FTZ), ("f32",), operands="d:T s:T",
+           category="math", doc="log2(a) (max absolute error 2^-22 in (0.5, 2)).",
+           example="lg2.approx.f32 %f1, %f0"),
+    OpSpec("rsqrt", (g("approx", "approx", required=True), FTZ), F, operands="d:T s:T",
+           category="math", doc="1/sqrt(a) (max relative error 2^-22.9 for f32).",
+           example="rsqrt.approx.f32 %f1, %f0"),
+    OpSpec("rcp", (g("kind", Mod("approx"), "rn", "rz", "rm", "rp", required=True), FTZ), F,
+           operands="d:T s:T", category="math",
+           doc="1/a, .approx (max relative error 2^-23) or IEEE rounded.",
+           example="rcp.approx.f32 %f1, %f0", rule=rules.rcp),
+    OpSpec("sqrt", (g("kind", Mod("approx", types=F32), "rn", "rz", "rm", "rp", required=True),
+                    FTZ), F, operands="d:T s:T", category="math",
+           doc="sqrt(a), .approx or IEEE rounded.", example="sqrt.rn.f32 %f1, %f0"),
+    OpSpec("sin", (g("approx", "approx", required=True), FTZ), ("f32",), operands="d:T s:T",
+           category="math", doc="sin(a) (max absolute error 2^-20.9 in [-pi, pi]).",
+           example="sin.approx.f32 %f1, %f0"),
+    OpSpec("cos", (g("approx", "approx", required=True), FTZ), ("f32",), operands="d:T s:T",
+           category="math", doc="cos(a) (max absolute error 2^-20.9 in [-pi, pi]).",
+           example="cos.approx.f32 %f1, %f0"),
+    OpSpec("tanh", (g("approx", "approx", required=True),), ("f32", "f16", "f16x2", "bf16",
+                                                              "bf16x2"),
+           operands="d:T s:T", ptx=(7, 0), sm=75, category="math",
+           doc="tanh(a) (max relative error 2^-11 for f32).", example="tanh.approx.f32 %f1, %f0",
+           rule=rules.tanh),
+    # ---------------------------------------------------------------- warp
+    OpSpec("shfl.sync", (g("mode", "up", "down", "bfly", "idx", required=True),), ("b32",),
+           operands="d:T s:T s:u32 s:u32 s:u32", ptx=(6, 0), sm=30, category="warp",
+           doc="Exchange a register within a warp: operands are value, lane/offset, "
+               "clamp|segmask (c), membermask.",
+           example="shfl.sync.bfly.b32 %r1, %r0, 16, 31, 0xffffffff"),
+    OpSpec("vote.sync", (g("mode", "all", "any", "uni", "ballot", required=True),),
+           ("pred", "b32"), operands="d:T q:pred s:u32", ptx=(6, 0), sm=30, category="warp",
+           rule=rules.vote, doc="Warp vote: .all/.any/.uni give a predicate, .ballot a "
+                                "32-bit mask (the source predicate may be negated).",
+           example="vote.sync.ballot.b32 %r0, %p0, 0xffffffff"),
+    OpSpec("match.sync", (g("mode", "any", "all", required=True),), ("b32", "b64"),
+           operands="d:b32 s:T s:u32", variants={"all": "d:b32 s:T s:u32"},
+           ptx=(6, 0), sm=70, category="warp",
+           doc="Mask of the lanes whose value equals this lane's value (.all: all or none).",
+           example="match.sync.any.b32 %r1, %r0, 0xffffffff"),
+    OpSpec("redux.sync", (g("op", "add", "min", "max", "and", "or", "xor", required=True),),
+           ("u32", "s32", "b32"), operands="d:T s:T s:u32", ptx=(7, 0), sm=80,
+           category="warp", rule=rules.redux,
+           doc="Warp-wide integer reduction (add/min/max on u32/s32, and/or/xor on b32).",
+           example="redux.sync.add.u32 %r1, %r0, 0xffffffff"),
+    OpSpec("elect.sync", (), (), ntypes=0, operands="d:b32 p:pred s:u32", ptx=(8, 0), sm=90,
+           category="warp", doc="Elect one leader lane of the membermask: d = its lane, "
+                                "p true on the leader.",
+           example="elect.sync %r0|%p0, 0xffffffff"),
+    # ---------------------------------------------------------------- synchronisation
+    OpSpec("bar", (g("mode", "sync", "arrive", required=True), ALIGNED), (),
+           ntypes=0, operands="s:u32 s:u32?", category="sync", side_effects=True,
+           doc="CTA barrier: bar.sync a{, b} waits for b threads (default all) at barrier a.",
+           example="bar.sync 0"),
+    OpSpec("barrier", (g("cta", Mod("cta", (7, 8), 90)), g("mode", "sync", "arrive",
+                                                            required=True), ALIGNED), (),
+           ntypes=0, operands="s:u32 s:u32?", ptx=(6, 0), sm=70, category="sync",
+           side_effects=True, doc="barrier.sync: like bar.sync, also usable by divergent "
+                                  "threads when not .aligned.",
+           example="barrier.sync 0"),
+    OpSpec("membar", (g("level", "cta", "gl", "sys", required=True),), (), ntypes=0,
+           operands="", ptx=(1, 4), category="sync", side_effects=True,
+           doc="Memory barrier at a level.", example="membar.gl"),
+    OpSpec("fence", (g("sem", Mod("sc", (6, 0), 70), Mod("acq_rel", (6, 0), 70),
+                       Mod("proxy", (7, 5), 70)),
+                     g("proxykind", Mod("async", (8, 0), 90), Mod("alias", (7, 5), 70),
+                       Mod("async::generic", (8, 6), 90)),
+                     g("scope", "cta", Mod("cluster", (7, 8), 90), "gpu", "sys",
+                       Mod("shared::cta", (8, 0), 90), Mod("global", (8, 0), 90),
+                       Mod("shared::cluster", (8, 0), 90))),
+           (), ntypes=0, operands="", ptx=(6, 0), sm=70, category="sync", side_effects=True,
+           rule=rules.fence, doc="Memory fence: fence.sc/acq_rel.scope, or "
+                                 "fence.proxy.async{.space} for the async proxy (sm_90).",
+           example="fence.acq_rel.gpu"),
+    # ---------------------------------------------------------------- atomics
+    OpSpec("atom", (g("sem", Mod("relaxed", (6, 0), 70), Mod("acquire", (6, 0), 70),
+                      Mod("release", (6, 0), 70), Mod("acq_rel", (6, 0), 70)), SCOPE,
+                    g("space", "global", "shared"),
+                    g("op", "add", "min", "max", "inc", "dec", "cas", "exch", "and", "or",
+                      "xor", required=True)),
+           ("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64"),
+           operands="d:T a s:T", variants={"cas": "d:T a s:T s:T"}, ptx=(1, 1), sm=20,
+           category="atomic", side_effects=True, rule=rules.atom,
+           doc="Atomic read-modify-write; d gets the old value.",
+           example="atom.global.add.f32 %f1, [%rd0], %f0"),
+    OpSpec("red", (g("sem", Mod("relaxed", (6, 0), 70), Mod("release", (6, 0), 70)), SCOPE,
+                   g("space", "global", "shared"),
+                   g("op", "add", "min", "max", "inc", "dec", "and", "or", "xor",
+                     required=True)),
+           ("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64"),
+           operands="a s:T", ptx=(1, 2), sm=20, category="atomic", side_effects=True,
+           rule=rules.atom, doc="Atomic reduction into memory, no result.",
+           example="red.global.add.f32 [%rd0], %f0"),
+    # ---------------------------------------------------------------- control
+    OpSpec("bra", (g("uni", "uni"),), (), ntypes=0, operands="l", category="control",
+           side_effects=True, doc="Branch to a label (optionally guarded).",
+           example="bra.uni $L_end"),
+    OpSpec("ret", (g("uni", "uni"),), (), ntypes=0, operands="", category="control",
+           side_effects=True, doc="Return from the kernel.", example="ret"),
+    OpSpec("exit", (), (), ntypes=0, operands="", category="control", side_effects=True,
+           doc="Terminate the thread.", example="exit"),
+    # ---------------------------------------------------------------- async copies (sm_80+)
+    OpSpec("cp.async", (g("cache", "ca", "cg", required=True),
+                        g("dst", "shared", Mod("shared::cta", (7, 8), 90), required=True),
+                        g("src", "global", required=True), L2_PREFETCH),
+           (), ntypes=0, operands="a a i:u32 s:u32?", ptx=(7, 0), sm=80, category="async",
+           side_effects=True, rule=rules.cp_async,
+           doc="Asynchronous global->shared copy of 4, 8 or 16 bytes (.cg: 16 only); the "
+               "optional last operand is the source size (zero-fills the rest).",
+           example="cp.async.cg.shared.global [%r0], [%rd0], 16"),
+    OpSpec("cp.async.commit_group", (), (), ntypes=0, operands="", ptx=(7, 0), sm=80,
+           category="async", side_effects=True,
+           doc="Close the current group of cp.async copies.", example="cp.async.commit_group"),
+    OpSpec("cp.async.wait_group", (), (), ntypes=0, operands="i:u32", ptx=(7, 0), sm=80,
+           category="async", side_effects=True,
+           doc="Wait until at most N groups of cp.async copies are pending.",
+           example="cp.async.wait_group 0"),
+    OpSpec("cp.async.wait_all", (), (), ntypes=0, operands="", ptx=(7, 0), sm=80,
+           category="async", side_effects=True, doc="Wait for every cp.async copy.",
+           example="cp.async.wait_all"),
+    # ---------------------------------------------------------------- mbarrier (sm_80/sm_90)
+    OpSpec("mbarrier.init", (g("space", "shared", Mod("shared::cta", (7, 8), 90)),), ("b64",),
+           operands="a s:u32", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,
+           doc="Initialise an mbarrier object with an expected arrival count.",
+           example="mbarrier.init.shared.b64 [%r0], 128"),
+    OpSpec("mbarrier.arrive", (g("sem", Mod("release", (8, 0), 90)),
+                               g("scope", Mod("cta", (8, 0), 90), Mod("cluster", (8, 0), 90)),
+                               g("space", "shared", Mod("shared::cta", (7, 8), 90))), ("b64",),
+           operands="d:b64 a", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,
+           doc="Arrive on an mbarrier; d receives the phase state token.",
+           example="mbarrier.arrive.shared.b64 %rd0, [%r0]"),
+    OpSpec("mbarrier.arrive.expect_tx", (g("sem", Mod("release", (8, 0), 90)),
+                                         g("scope", Mod("cta", (8, 0), 90),
+                                           Mod("cluster", (8, 0), 90)),
+                                         g("space", "shared", Mod("shared::cta", (8, 0), 90))),
+           ("b64",), operands="d:b64 a s:u32", ptx=(8, 0), sm=90, category="mbarrier",
+           side_effects=True, doc="Arrive and add an expected transaction byte count.",
+           example="mbarrier.arrive.expect_tx.shared.b64 %rd0, [%r0], 4096"),
+    OpSpec("mbarrier.test_wait", (g("sem", Mod("acquire", (8, 0), 90)),
+                                  g("scope", Mod("cta", (8, 0), 90), Mod("cluster", (8, 0), 90)),
+                                  g("space", "shared", Mod("shared::cta", (7, 8), 90))),
+           ("b64",), operands="p:pred a s:b64", ptx=(7, 0), sm=80, category="mbarrier",
+           side_effects=True, doc="Test (without blocking) whether a phase completed.",
+           example="mbarrier.test_wait.shared.b64 %p0, [%r0], %rd0"),
+    OpSpec("mbarrier.try_wait", (g("parity", "parity"),
+                                 g("sem", Mod("acquire", (8, 0), 90)),
+                                 g("scope", Mod("cta", (8, 0), 90), Mod("cluster", (8, 0), 90)),
+                                 g("space", "shared", Mod("shared::cta", (7, 8), 90))),
+           ("b64",), operands="p:pred a s:b64", variants={"parity": "p:pred a s:u32"},
+           ptx=(7, 8), sm=90, category="mbarrier", side_effects=True,
+           doc="Wait (for a bounded time) for a phase, by state token or by .parity.",
+           example="mbarrier.try_wait.parity.shared.b64 %p0, [%r0], 0"),
+    OpSpec("mbarrier.inval", (g("space", "shared", Mod("shared::cta", (7, 8), 90)),), ("b64",),
+           operands="a", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,
+           doc="Invalidate an mbarrier object.", example="mbarrier.inval.shared.b64 [%r0]"),
+)
+
+INSTRUCTIONS: dict[str, OpSpec] = {spec.opcode: spec for spec in TABLE}

@@ -1,0 +1,213 @@
+"""``@kernel``: specs, tracing, caches, and the ways to use a kernel.
+
+A :class:`Kernel` traces its Python body lazily (once per target arch, cached
+on the object), verifies the IR and prints PTX. ``.check()`` / ``.resources()``
+/ ``.sass()`` run the offline toolchain, ``.interpret()`` runs the IR on the
+CPU and calling the kernel launches it on the GPU (or on the interpreter when
+``PTXDSL_INTERPRET=1``).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from . import ir
+from .emit import Emitted, emit
+from .errors import PtxdslError, SourceLoc, ToolchainError, TraceError
+from .tile import TensorArg, Tile
+from .trace import Builder, arch_ptx_floor, parse_arch
+from .types import u32, u64
+from .verify import verify
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One traced, verified and printed specialisation of a kernel."""
+
+    program: ir.Program
+    emitted: Emitted
+
+    @property
+    def ptx(self) -> str:
+        return self.emitted.text
+
+
+class Kernel:
+    """A traced PTX kernel; see :func:`kernel`."""
+
+    def __init__(self, fn: Callable, in_specs: Sequence[Tile], out_specs: Sequence[Tile],
+                 grid, block, arch: str, version: tuple[int, int] | None, name: str | None,
+                 lines: str | None):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.in_specs = tuple(in_specs)
+        self.out_specs = tuple(out_specs)
+        self.grid = grid
+        self.block = _dim3(block, "block")
+        self.arch = arch
+        self.version = version
+        self.lines = lines
+        self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
+                                    fn.__code__.co_firstlineno)
+        parse_arch(arch)
+        for spec in self.in_specs + self.out_specs:
+            if not isinstance(spec, Tile):
+                raise TraceError(f"in_specs/out_specs hold Tile(...) objects, got {spec!r}",
+                                 self.defined_at)
+        if not callable(grid):
+            self.grid = _dim3(grid, "grid")
+        nthreads = self.block[0] * self.block[1] * self.block[2]
+        if nthreads > 1024:
+            raise TraceError(f"block {self.block} has {nthreads} threads; a CTA holds at most "
+                             f"1024", self.defined_at)
+        self.dim_names: tuple[str, ...] = tuple(dict.fromkeys(
+            n for spec in self.in_specs + self.out_specs for n in spec.names))
+        self._compiled: dict[tuple, Compiled] = {}
+        self._lock = threading.Lock()
+        self.runtime_cache: dict = {}  # owned by ptxdsl.runtime (modules, prepared launches)
+
+    def __repr__(self) -> str:
+        return f"<ptxdsl.Kernel {self.name} ({self.defined_at})>"
+
+    # ------------------------------------------------------------------ tracing
+    def compile(self, arch: str | None = None, lines: str | None = None) -> Compiled:
+        """Trace, verify and print for ``arch`` (default: the kernel's), cached per key."""
+        arch = arch or self.arch
+        key = (arch, lines if lines is not None else self.lines)
+        with self._lock:
+            hit = self._compiled.get(key)
+            if hit is None:
+                hit = self._compiled[key] = self._trace(arch, key[1])
+        return hit
+
+    def _trace(self, arch: str, lines: str | None) -> Compiled:
+        b = Builder(self.name, arch)
+        args = self._arguments(b)
+        with b.active():
+            self.fn(*args)
+            last = b.body[-1] if b.body else None
+            if not (isinstance(last, ir.Instr) and last.match.spec.opcode in ("ret", "exit")):
+                b.inst(["ret"], (), loc=self.defined_at)
+        nthreads = self.block[0] * self.block[1] * self.block[2]
+        prog = b.finish(max_threads=nthreads)
+        if self.version is not None:
+            need = prog.ptx_version
+            if tuple(self.version) < need:
+                raise TraceError(f"version={self.version} is older than the PTX ISA "
+                                 f"{need[0]}.{need[1]} this kernel needs", self.defined_at)
+            prog.ptx_version = tuple(self.version)
+        verify(prog)
+        src = f"{os.path.basename(self.defined_at.file)}:{self.defined_at.line}"
+        return Compiled(prog, emit(prog, lines, source=src, maxntid=self.block))
+
+    def _arguments(self, b: Builder) -> list[TensorArg]:
+        params = inspect.signature(self.fn).parameters
+        names = list(params)
+        n = len(self.in_specs) + len(self.out_specs)
+        if len(names) != n or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                                  for p in params.values()):
+            raise TraceError(
+                f"kernel {self.name} takes {len(names)} arguments ({', '.join(names)}) but "
+                f"in_specs + out_specs give {n} tensors; write one positional parameter per "
+                f"Tile, inputs first", self.defined_at)
+        out = []
+        for i, (pname, spec) in enumerate(zip(names, self.in_specs + self.out_specs)):
+            p = ir.Param(f"{pname}_ptr", u64, "ptr", pname)
+            b.params.append(p)
+            out.append(TensorArg(pname, spec, p, i >= len(self.in_specs)))
+        for d in self.dim_names:
+            b.params.append(ir.Param(f"{d}_dim", u32, "dim", d))
+        return out
+
+    # ------------------------------------------------------------------ views
+    def ptx(self, arch: str | None = None, *, lines: str | bool | None = None) -> str:
+        """The PTX text. ``lines=True``/``"comment"`` adds Python lines as comments,
+        ``"loc"`` as ``.loc`` debug directives."""
+        return self.compile(arch, "comment" if lines is True else lines or None).ptx
+
+    def program(self, arch: str | None = None) -> ir.Program:
+        """The verified IR (what the interpreter runs)."""
+        return self.compile(arch).program
+
+    # ------------------------------------------------------------------ toolchain
+    def check(self, arch: str | None = None, *, options: Sequence[str] = ()):
+        """Assemble with ptxas; errors name the Python line that recorded the bad PTX line."""
+        from . import toolchain
+        c = self.compile(arch)
+        target = c.program.arch
+        try:
+            return toolchain.assemble(c.ptx, target, options=options)
+        except toolchain.PtxasError as e:
+            loc = None
+            for d in e.diagnostics:
+                if d.severity == "error" and d.line is not None:
+                    loc = c.emitted.source_of(d.line)
+                    if loc:
+                        break
+            raise ToolchainError(f"ptxas rejected kernel {self.name}: {e.message}", loc) from e
+
+    def resources(self, arch: str | None = None):
+        """Registers, spills, shared/local/constant bytes from ``ptxas -v``."""
+        res = self.check(arch).resources
+        try:
+            return res[self.name]
+        except KeyError:
+            raise ToolchainError(f"ptxas -v reported no resources for {self.name}") from None
+
+    def sass(self, arch: str | None = None) -> str:
+        """SASS disassembly of the assembled cubin (needs cuobjdump or nvdisasm)."""
+        from . import toolchain
+        return toolchain.disassemble(self.check(arch).cubin)
+
+    # ------------------------------------------------------------------ running
+    def interpret(self, *args, **kwargs):
+        """Run the IR on the CPU (numpy) and return the outputs as numpy arrays."""
+        from .interp import interpret
+        return interpret(self, *args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        """Launch on the GPU (``PTXDSL_INTERPRET=1``: on the CPU interpreter)."""
+        if os.environ.get("PTXDSL_INTERPRET", "") not in ("", "0"):
+            return self.interpret(*args, **kwargs)
+        from .runtime import launch
+        return launch(self, *args, **kwargs)
+
+    def grid_for(self, dims: dict[str, int]) -> tuple[int, int, int]:
+        """The grid for concrete values of the named dims."""
+        if callable(self.grid):
+            return _dim3(self.grid(**dims) if dims else self.grid(), "grid")
+        return self.grid
+
+
+def _dim3(v, what: str) -> tuple[int, int, int]:
+    if isinstance(v, int):
+        v = (v,)
+    try:
+        t = tuple(int(x) for x in v)
+    except (TypeError, ValueError):
+        raise TraceError(f"{what} must be an int or up to three ints, got {v!r}") from None
+    if not 1 <= len(t) <= 3 or any(x < 1 for x in t):
+        raise TraceError(f"{what} must be one to three positive ints, got {v!r}")
+    return t + (1,) * (3 - len(t))
+
+
+def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(1, 1, 1),
+           block=(1, 1, 1), arch: str = "sm_90a", version: tuple[int, int] | None = None,
+           name: str | None = None, lines: str | None = None) -> Callable[[Callable], Kernel]:
+    """Turn a Python function into a PTX kernel.
+
+    The function takes one argument per Tile (inputs then outputs) and
+    records its instructions when traced. ``grid`` may be a function of the
+    named dims (``grid=lambda B: (B, 1, 1)``).
+    """
+    def wrap(fn: Callable) -> Kernel:
+        if isinstance(fn, Kernel):
+            raise TraceError("@kernel applied twice")
+        return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines)
+    return wrap
+
+
+__all__ = ["Kernel", "Compiled", "kernel", "PtxdslError"]

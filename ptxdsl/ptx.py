@@ -1,0 +1,412 @@
+"""The ``ptx`` namespace of kernel bodies.
+
+``ptx.inst.<opcode>.<modifiers...>(operands...)`` records one instruction,
+checked against the instruction table. Python spells PTX names with two
+small rules: a trailing ``_`` dodges a keyword (``global_`` is ``.global``)
+and ``__`` stands for ``::`` (``L1__evict_last`` is ``.L1::evict_last``).
+The rest of this module are helpers whose docstrings say what they record.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from . import ir
+from .errors import TraceError, user_location
+from .reg import as_reg, assign
+from .trace import current
+from .types import PtxType, pred, u32, u64
+
+__all__ = ["inst", "special", "warp", "bar", "addr", "global_ptrs", "global_ptr", "if_",
+           "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
+           "dim", "select", "fma", "min", "max", "pack", "unpack"]
+
+
+def ptx_name(attr: str) -> str:
+    """Python attribute -> PTX modifier: ``global_`` -> ``global``, ``L1__evict_last`` -> ``L1::evict_last``."""
+    return attr.rstrip("_").replace("__", "::")
+
+
+class _Chain:
+    """An instruction being spelled: each attribute adds one dotted part."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: tuple[str, ...]):
+        self._parts = parts
+
+    def __getattr__(self, name: str) -> "_Chain":
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Chain(self._parts + (ptx_name(name),))
+
+    def __call__(self, *operands, pred=None, comment: str | None = None):
+        """Record the instruction; returns its destination register (or None)."""
+        b = current(f"ptx.inst.{'.'.join(self._parts)}")
+        instr = b.inst(self._parts, operands, guard=pred, comment=comment)
+        d = instr.dests()
+        return d[0] if len(d) == 1 else (d or None)
+
+    def __repr__(self) -> str:
+        return f"ptx.inst.{'.'.join(self._parts)}"
+
+
+class _Inst:
+    def __getattr__(self, name: str) -> _Chain:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Chain((ptx_name(name),))
+
+    def __call__(self, text: str, *operands, pred=None):
+        """``ptx.inst("ld.global.L1::evict_last.v4.f32", regs, addr)``: the chain as one string."""
+        b = current(f"ptx.inst({text!r})")
+        instr = b.inst(tuple(text.split(".")), operands, guard=pred)
+        d = instr.dests()
+        return d[0] if len(d) == 1 else (d or None)
+
+
+inst = _Inst()
+
+
+# ------------------------------------------------------------------ special registers
+class _Axes:
+    def __init__(self, base: str):
+        self._base = base
+
+    def _get(self, axis):
+        return ir.Special(f"{self._base}.{axis}", u32)
+
+    def x(self) -> ir.Special:
+        return self._get("x")
+
+    def y(self) -> ir.Special:
+        return self._get("y")
+
+    def z(self) -> ir.Special:
+        return self._get("z")
+
+
+class _Special:
+    """``ptx.special.tid.x()`` etc.: special-register operands (read with ``mov``)."""
+
+    tid = _Axes("tid")
+    ntid = _Axes("ntid")
+    ctaid = _Axes("ctaid")
+    nctaid = _Axes("nctaid")
+
+    @staticmethod
+    def laneid() -> ir.Special:
+        return ir.Special("laneid", u32)
+
+    @staticmethod
+    def warpid() -> ir.Special:
+        return ir.Special("warpid", u32)
+
+    @staticmethod
+    def nwarpid() -> ir.Special:
+        return ir.Special("nwarpid", u32)
+
+    @staticmethod
+    def smid() -> ir.Special:
+        return ir.Special("smid", u32)
+
+    @staticmethod
+    def nsmid() -> ir.Special:
+        return ir.Special("nsmid", u32)
+
+    @staticmethod
+    def clock() -> ir.Special:
+        return ir.Special("clock", u32)
+
+    @staticmethod
+    def clock64() -> ir.Special:
+        return ir.Special("clock64", u64)
+
+    @staticmethod
+    def globaltimer() -> ir.Special:
+        return ir.Special("globaltimer", u64)
+
+    @staticmethod
+    def lanemask_lt() -> ir.Special:
+        return ir.Special("lanemask_lt", u32)
+
+
+special = _Special()
+
+
+# ------------------------------------------------------------------ memory helpers
+def addr(base, offset=0) -> ir.Addr:
+    """A memory operand ``[base+offset]``.
+
+    ``base`` is a 32/64-bit register or a shared array; an int ``offset`` is
+    folded into the operand (no instruction), a register offset records one
+    ``add`` (``base + offset``).
+    """
+    if hasattr(base, "__ptx_addr__"):
+        a = base.__ptx_addr__()
+        base, offset = a.base, a.offset + offset if isinstance(offset, int) else offset
+        if not isinstance(offset, int):
+            raise TraceError("a shared array address takes only an int offset; index it "
+                             "with alloc.addr(i, j) instead", user_location())
+    if isinstance(offset, (ir.Reg, ir.Special)):
+        base = as_reg(base) + offset
+        offset = 0
+    elif isinstance(offset, bool) or not isinstance(offset, int):
+        raise TraceError(f"ptx.addr offset must be an int or a register, got {offset!r}",
+                         user_location())
+    if isinstance(base, ir.Special):
+        base = as_reg(base)
+    if not isinstance(base, (ir.Reg, ir.Symbol)):
+        raise TraceError(f"ptx.addr needs a register (a pointer) or a shared array, got "
+                         f"{type(base).__name__}", user_location())
+    return ir.Addr(base, offset)
+
+
+def global_ptr(tensor) -> ir.Reg:
+    """``ld.param.u64`` + ``cvta.to.global.u64``: the global address of a tensor argument."""
+    b = current("ptx.global_ptr")
+    param = getattr(tensor, "param", None)
+    if param is None or param.kind != "ptr":
+        raise TraceError(f"ptx.global_ptrs takes the kernel's tensor arguments, got "
+                         f"{tensor!r}", user_location())
+    raw = b.new_reg(u64)
+    b.inst(["ld", "param", "u64"], (raw, ir.Addr(ir.Symbol(param.name, "param"))))
+    ptr = b.new_reg(u64)
+    b.inst(["cvta", "to", "global", "u64"], (ptr, raw))
+    return ptr
+
+
+def global_ptrs(*tensors) -> list[ir.Reg]:
+    """One :func:`global_ptr` per argument, in order: ``px, pw, py = ptx.global_ptrs(X, W, Y)``."""
+    return [global_ptr(t) for t in tensors]
+
+
+def dim(name_or_tensor, axis: int | None = None):
+    """The value of a dimension: a Python int for concrete dims, else ``ld.param.u32``.
+
+    ``ptx.dim("B")`` reads the named dim; ``ptx.dim(X, 0)`` reads X's axis 0.
+    """
+    b = current("ptx.dim")
+    if axis is not None:
+        size = name_or_tensor.tile.dims[axis]
+        if isinstance(size, int):
+            return size
+        name = size
+    else:
+        name = name_or_tensor
+    for p in b.params:
+        if p.kind == "dim" and p.name == f"{name}_dim":
+            r = b.new_reg(u32)
+            b.inst(["ld", "param", "u32"], (r, ir.Addr(ir.Symbol(p.name, "param"))))
+            return r
+    known = sorted(p.name[:-4] for p in b.params if p.kind == "dim")
+    raise TraceError(f"no dynamic dimension named {name!r} in this kernel's specs "
+                     f"(named dims: {', '.join(known) or 'none'})", user_location())
+
+
+# ------------------------------------------------------------------ control flow
+def _as_pred(p, what: str) -> ir.Reg:
+    if isinstance(p, bool):
+        raise TraceError(f"{what} got the Python bool {p}: that is decided while tracing, so "
+                         f"use a plain Python `if`; {what} needs a predicate register "
+                         f"(e.g. tid < n)", user_location())
+    if not isinstance(p, ir.Reg) or not p.dtype.is_pred:
+        raise TraceError(f"{what} needs a predicate register (a comparison such as "
+                         f"`tid < n`), got {p!r}", user_location())
+    current().own(p)
+    return p
+
+
+@contextlib.contextmanager
+def if_(p) -> Iterator[None]:
+    """A run-time branch: the body runs in the threads where ``p`` is true.
+
+    Emits ``@!p bra ELSE/END`` around the body (and ``bra.uni END`` before an
+    else branch opened with :func:`else_`).
+    """
+    b = current("ptx.if_")
+    node = ir.If(_as_pred(p, "ptx.if_"), loc=user_location(), label_id=b.new_region_id())
+    b.append(node)
+    with b.region(node.then_body):
+        yield
+
+
+@contextlib.contextmanager
+def else_() -> Iterator[None]:
+    """The else branch of the ``ptx.if_`` block that ends right before it."""
+    b = current("ptx.else_")
+    node = b.last_node
+    if not isinstance(node, ir.If) or node.else_body is not None:
+        raise TraceError("ptx.else_() must directly follow a `with ptx.if_(...)` block "
+                         "that has no else branch yet", user_location())
+    node.else_body = []
+    with b.region(node.else_body):
+        yield
+
+
+def range_(start, stop=None, step=1, *, dtype: PtxType = u32):
+    """A run-time loop: ``for i in ptx.range_(n)`` / ``ptx.range_(start, stop, step)``.
+
+    The body is traced once. Emits ``mov i, start``; at the top
+    ``setp.ge i, stop`` (``le`` for a negative step) and ``@p bra END``; at the
+    bottom ``add i, i, step`` and ``bra.uni TOP``. ``stop`` and ``step`` may be
+    registers (a register step must be positive).
+    """
+    b = current("ptx.range_")
+    if stop is None:
+        start, stop = 0, start
+    if isinstance(step, int) and step == 0:
+        raise TraceError("ptx.range_ step must not be 0", user_location())
+    if isinstance(step, int) and step < 0 and dtype.kind == "u":
+        from .types import s32
+        dtype = s32
+    loc = user_location()
+    var = b.new_reg(dtype)
+    start, stop, step = (as_reg(x) for x in (start, stop, step))
+    for x in (start, stop, step):
+        if isinstance(x, ir.Reg):
+            b.own(x)
+            if not x.dtype.is_int or x.dtype.bits != 32:
+                raise TraceError(f"ptx.range_ bounds must be 32-bit integers, got %{x.name} "
+                                 f"(.{x.dtype.name})", loc)
+    assign(var, start)
+    cond = b.new_reg(pred)
+    node = ir.Loop(var, start, stop, step, cond, loc=loc, label_id=b.new_region_id())
+    # Validate the loop's own instructions now so that errors point here.
+    cmp = "le" if isinstance(step, int) and step < 0 else "ge"
+    node.check = b.build(["setp", cmp, dtype.name], (cond, var, stop), loc=loc)
+    node.incr = b.build(["add", dtype.name], (var, var, step), loc=loc)
+    b.append(node)
+    with b.region(node.body):
+        yield var
+
+
+def new_label(name: str) -> ir.Label:
+    """A label to branch to, placed later with :func:`place`."""
+    b = current("ptx.new_label")
+    if not name.replace("_", "a").replace("$", "a").isalnum() or name[0].isdigit():
+        raise TraceError(f"label name {name!r} must be letters, digits, _ or $ and not "
+                         f"start with a digit", user_location())
+    if name in b.labels:
+        raise TraceError(f"label {name!r} already exists in this kernel", user_location())
+    lbl = ir.Label(name, None)
+    b.labels[name] = lbl
+    return lbl
+
+
+def place(lbl: ir.Label) -> ir.Label:
+    """Put ``lbl`` at this point of the instruction stream."""
+    b = current("ptx.place")
+    if lbl.loc is not None:
+        raise TraceError(f"label {lbl.name!r} was already placed at {lbl.loc}", user_location())
+    lbl.loc = user_location()
+    b.append(lbl)
+    return lbl
+
+
+def label(name: str) -> ir.Label:
+    """Create and place a label here (``name:``)."""
+    return place(new_label(name))
+
+
+def bra(target, pred=None, *, uni: bool = False):
+    """``[@p] bra[.uni] target``: an unstructured jump (prefer ``ptx.if_`` / ``ptx.range_``)."""
+    b = current("ptx.bra")
+    b.inst(["bra", "uni"] if uni else ["bra"], (target,), guard=pred)
+
+
+def ret():
+    """``ret;``: end the kernel for this thread (a body that falls off its end returns too)."""
+    current("ptx.ret").inst(["ret"], ())
+
+
+def exit():  # noqa: A001 - PTX's name
+    """``exit;``."""
+    current("ptx.exit").inst(["exit"], ())
+
+
+# ------------------------------------------------------------------ value helpers
+def _rounding_for(dst: PtxType, src: PtxType) -> list[str]:
+    if dst.is_float and src.is_float:
+        if dst.name in ("f16x2", "bf16x2"):
+            return ["rn"]
+        return ["rn"] if dst.bits < src.bits else []
+    if src.is_float and not dst.is_float:
+        return ["rzi"]  # C semantics: truncate toward zero
+    if dst.is_float:
+        return ["rn"]
+    return []
+
+
+def cvt(dtype: PtxType, x, rounding: str | None = None, *, sat: bool = False) -> ir.Reg:
+    """Convert into a new register: ``cvt[.rnd][.sat].dtype.srctype``.
+
+    Defaults follow C: ``.rn`` for int->float and narrowing float->float,
+    ``.rzi`` (truncate) for float->int, none for exact widening.
+    """
+    b = current("ptx.cvt")
+    x = as_reg(x)
+    if not isinstance(x, ir.Reg):
+        raise TraceError(f"ptx.cvt converts a register, got {x!r}", user_location())
+    mods = [rounding] if rounding else _rounding_for(dtype, x.dtype)
+    if sat:
+        mods.append("sat")
+    d = b.new_reg(dtype)
+    src = x.dtype if x.dtype.kind != "b" else x.dtype
+    b.inst(["cvt", *mods, dtype.name, src.name], (d, x))
+    return d
+
+
+def select(p, a, b_) -> ir.Reg:
+    """``selp.T d, a, b, p``: ``a`` where ``p`` holds, else ``b``."""
+    bld = current("ptx.select")
+    p = _as_pred(p, "ptx.select")
+    t = a.dtype if isinstance(a, ir.Reg) else b_.dtype
+    d = bld.new_reg(t)
+    bld.inst(["selp", t.name if t.kind != "b" else t.name], (d, a, b_, p))
+    return d
+
+
+def fma(a, b_, c) -> ir.Reg:
+    """``fma.rn.T d, a, b, c`` into a new register (one rounding)."""
+    bld = current("ptx.fma")
+    t = a.dtype
+    d = bld.new_reg(t)
+    bld.inst(["fma", "rn", t.name], (d, a, b_, c))
+    return d
+
+
+def min(a, b_) -> ir.Reg:  # noqa: A001
+    """``min.T`` into a new register."""
+    bld = current("ptx.min")
+    d = bld.new_reg(a.dtype)
+    bld.inst(["min", a.dtype.name], (d, a, b_))
+    return d
+
+
+def max(a, b_) -> ir.Reg:  # noqa: A001
+    """``max.T`` into a new register."""
+    bld = current("ptx.max")
+    d = bld.new_reg(a.dtype)
+    bld.inst(["max", a.dtype.name], (d, a, b_))
+    return d
+
+
+def pack(dtype: PtxType, lo, hi) -> ir.Reg:
+    """``mov.b32 d, {lo, hi}``: two 16-bit registers into one 32-bit (e.g. f16x2)."""
+    bld = current("ptx.pack")
+    d = bld.new_reg(dtype)
+    bld.inst(["mov", f"b{dtype.bits}"], (d, [lo, hi]))
+    return d
+
+
+def unpack(x, dtype: PtxType) -> tuple[ir.Reg, ir.Reg]:
+    """``mov.b32 {lo, hi}, x``: split a 32-bit register into two 16-bit ones of ``dtype``."""
+    bld = current("ptx.unpack")
+    lo, hi = bld.new_reg(dtype), bld.new_reg(dtype)
+    bld.inst(["mov", f"b{x.dtype.bits}"], ([lo, hi], x))
+    return lo, hi
+
+
+from . import _bar as bar  # noqa: E402
+from . import _warp as warp  # noqa: E402

@@ -1,0 +1,386 @@
+"""Registers for kernel bodies: ``reg.scalar``, ``reg.array`` and register operators.
+
+Every operator records exactly the instruction(s) listed here, nothing else:
+
+==================  ===========================================================
+``a + b``           ``add.{u|s|f}N`` (``a - b``: ``sub``)
+``a * b``           floats: ``mul.fN``; 64-bit ints: ``mul.lo``; 16/32-bit ints:
+                    ``mul.lo`` where the product is used as a 32-bit value and
+                    ``mul.wide`` where it meets a 64-bit register (pointer
+                    arithmetic), both if used both ways, nothing if unused
+``a / b``           floats: ``div.rn.fN``; ints: refused (use ``//``)
+``a // b, a % b``   ``div.{u|s}N``, ``rem.{u|s}N``
+``& | ^``           ``and/or/xor.bN`` (``.pred`` on predicates)
+``<< >>``           ``shl.bN``; ``shr.uN`` / ``shr.sN`` / ``shr.bN`` by signedness
+``-a, ~a, abs(a)``  ``neg``, ``not``, ``abs``
+``< <= > >= ==``    ``setp.{lt|le|gt|ge|eq}.T`` -> a new predicate register
+``!=``              ``setp.ne`` for ints, ``setp.neu`` for floats (true for NaN,
+                    as Python's ``!=`` is)
+``64-bit op 32-bit``  the 32-bit side is widened first: the ``mul.wide`` of a
+                    product, else ``cvt.u64.u32`` / ``cvt.s64.s32``
+==================  ===========================================================
+
+In-place forms (``a += b``) write the result back into ``a``'s register.
+"""
+from __future__ import annotations
+
+from . import ir
+from .errors import OperandTypeError, TraceError, user_location
+from .isa import resolve as resolve_chain
+from .trace import current
+from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, pred, u32
+
+_CMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne"}
+
+
+class RegArray:
+    """A run of registers ``%f0 .. %f{n-1}`` indexed by Python ints at trace time."""
+
+    def __init__(self, regs: list[ir.Reg]):
+        self._regs = regs
+
+    def __len__(self) -> int:
+        return len(self._regs)
+
+    def __iter__(self):
+        return iter(self._regs)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self._regs[i]
+        if isinstance(i, (ir.Reg, ir.Special)):
+            raise TraceError(
+                "register arrays are indexed by Python ints at trace time; a register "
+                "index would need run-time addressing (use smem.alloc or local memory)",
+                user_location())
+        try:
+            return self._regs[i]
+        except IndexError:
+            raise IndexError(f"register index {i} out of range for reg.array of "
+                             f"{len(self._regs)}") from None
+
+    def __setitem__(self, i, value):
+        """``arr[i] = x`` records ``mov`` into the slot."""
+        dst = self[i]
+        current().inst(["mov", _mov_type(dst.dtype)], (dst, value))
+
+    @property
+    def dtype(self) -> PtxType:
+        return self._regs[0].dtype
+
+    def __repr__(self) -> str:
+        return f"RegArray({self._regs[0].name}.., n={len(self._regs)}, {self.dtype.name})"
+
+
+def scalar(dtype: PtxType, init=None, name: str | None = None) -> ir.Reg:
+    """A new register; with ``init`` also ``mov.T reg, init``.
+
+    f16/bf16 constants are written as ``mov.b16 reg, 0xNNNN`` (PTX has no
+    half-precision literals); ``init`` may also be a register.
+    """
+    b = current("reg.scalar")
+    if not isinstance(dtype, PtxType):
+        raise TraceError(f"reg.scalar needs a ptxdsl type such as f32 or u32, got {dtype!r}",
+                         user_location())
+    r = b.new_reg(dtype, name)
+    if init is not None:
+        assign(r, init)
+    return r
+
+
+def array(dtype: PtxType, n: int) -> RegArray:
+    """``n`` registers of one type, declared together (``.reg .f32 %f<n>``)."""
+    b = current("reg.array")
+    if not isinstance(n, int) or n < 1:
+        raise TraceError(f"reg.array needs a positive int count, got {n!r}", user_location())
+    return RegArray([b.new_reg(dtype) for _ in range(n)])
+
+
+def assign(dst: ir.Reg, value) -> ir.Reg:
+    """Record ``mov`` of ``value`` (register, special register or Python number) into ``dst``."""
+    b = current()
+    if dst.dtype.is_pred:
+        if isinstance(value, ir.Reg):
+            b.inst(["mov", "pred"], (dst, value))
+            return dst
+        raise TraceError("predicates cannot be initialised from numbers; write a "
+                         "comparison (p = x < n) instead", user_location())
+    if dst.dtype in (f16, bf16) and isinstance(value, (int, float)):
+        b.inst(["mov", "b16"], (dst, float_bits(dst.dtype, value)))
+        return dst
+    if isinstance(value, ir.Reg) and dst.dtype.is_int and value.dtype.is_int \
+            and dst.dtype.bits == 64 and value.dtype.bits < 64:
+        value = widen(value, dst.dtype)
+    b.inst(["mov", _mov_type(dst.dtype)], (dst, value))
+    return dst
+
+
+def _mov_type(t: PtxType) -> str:
+    if t.name in ("f16x2", "bf16x2", "tf32"):
+        return "b32"
+    if t.name == "bf16":
+        return "b16"
+    return t.name
+
+
+# --------------------------------------------------------------------- products
+class ProductReg(ir.Reg):
+    """The result of ``a * b`` on 16/32-bit integers: ``mul.lo`` or ``mul.wide`` by use."""
+
+    __slots__ = ("_wide", "_a", "_b", "_deferred")
+
+    def __init__(self, name, dtype, owner, a, b_):
+        super().__init__(name, dtype, owner)
+        self._wide = None
+        self._a = a
+        self._b = b_
+
+    def wide_reg(self) -> ir.Reg | None:
+        """The double-width product register, or None once this register was overwritten."""
+        if self.owner.writes.get(self, 0):
+            return None
+        if self._wide is None:
+            t = ALL_TYPES[f"{'s' if self.dtype.is_signed else 'u'}{self.dtype.bits * 2}"]
+            self._wide = self.owner.new_reg(t)
+        return self._wide
+
+    @property
+    def wide(self) -> ir.Reg:
+        """``mul.wide`` of the same operands (exact, never truncated)."""
+        w = self.wide_reg()
+        if w is None:
+            raise TraceError(f"%{self.name} was overwritten after the multiply, so its "
+                             f"wide product no longer exists; widen with cvt instead",
+                             user_location())
+        return w
+
+
+def _product(a: ir.Reg, other, loc) -> ir.Reg:
+    b = current()
+    t = a.dtype if a.dtype.kind != "b" else ALL_TYPES[f"u{a.dtype.bits}"]
+    prod = ProductReg(f"{_prefix(t)}{b._counters.get(_prefix(t), 0)}", t, b, a, other)
+    b._counters[_prefix(t)] = b._counters.get(_prefix(t), 0) + 1
+    b.regs.append(prod)
+    # Validate both forms now, so a bad operand fails at the user's line.
+    lo_form = b.build(["mul", "lo", t.name], (prod, a, other), loc=loc)
+    wide_match = resolve_chain(["mul", "wide", t.name])
+
+    def resolve(used):
+        out = []
+        if prod in used:
+            out.append(lo_form)
+        if prod._wide is not None and prod._wide in used:
+            out.append(ir.Instr(wide_match, (prod._wide,) + lo_form.operands[1:], loc))
+        return out
+
+    node = ir.Deferred(resolve, loc)
+    node.reads = tuple(x for x in (a, other) if isinstance(x, ir.Reg))
+    b.append(node)
+    return prod
+
+
+def _prefix(t: PtxType) -> str:
+    from .types import REG_PREFIX
+    return REG_PREFIX[t.name]
+
+
+# --------------------------------------------------------------------- operators
+def as_reg(x, what="operand"):
+    """Registers pass through; special registers are read with ``mov.u32``."""
+    if isinstance(x, ir.Reg):
+        return x
+    if isinstance(x, ir.Special):
+        b = current()
+        r = b.new_reg(x.dtype)
+        b.inst(["mov", x.dtype.name], (r, x))
+        return r
+    return x
+
+
+def widen(x: ir.Reg, to: PtxType) -> ir.Reg:
+    """A 64-bit view of a 32-bit integer: its ``mul.wide`` product if it is one, else ``cvt``."""
+    if isinstance(x, ProductReg):
+        w = x.wide_reg()
+        if w is not None:
+            return w
+    b = current()
+    t = ALL_TYPES[f"{'s' if x.dtype.is_signed else 'u'}64"]
+    r = b.new_reg(t)
+    src = x.dtype if x.dtype.kind != "b" else ALL_TYPES[f"u{x.dtype.bits}"]
+    b.inst(["cvt", t.name, src.name], (r, x))
+    return r
+
+
+def _int_name(t: PtxType) -> str:
+    return t.name if t.kind != "b" else f"u{t.bits}"
+
+
+def _unify(a, b_, opname):
+    """Decide the instruction type of a binary operator and widen operands as needed."""
+    a = as_reg(a)
+    b_ = as_reg(b_)
+    ta = a.dtype
+    if isinstance(b_, ir.Reg):
+        tb = b_.dtype
+        if ta.is_pred or tb.is_pred:
+            if ta.is_pred and tb.is_pred:
+                return a, b_, pred
+            raise OperandTypeError(f"cannot {opname} a predicate and a .{(tb if ta.is_pred else ta).name} "
+                                   f"register; use ptx.select(p, x, y) or a comparison")
+        if ta.is_float or tb.is_float:
+            if ta != tb:
+                raise OperandTypeError(
+                    f"cannot {opname} .{ta.name} and .{tb.name} registers; convert one with "
+                    f"ptx.cvt({ta.name if ta.is_float else tb.name}, x)")
+            return a, b_, ta
+        if ta.bits != tb.bits:
+            if ta.bits == 64 and tb.bits < 64:
+                return a, widen(b_, ta), ta
+            if tb.bits == 64 and ta.bits < 64:
+                return widen(a, tb), b_, tb
+            raise OperandTypeError(f"cannot {opname} .{ta.name} and .{tb.name}; cvt one first")
+        return a, b_, ta
+    if isinstance(b_, bool) or not isinstance(b_, (int, float)):
+        raise OperandTypeError(f"cannot {opname} a register and {type(b_).__name__} {b_!r}")
+    if ta.is_pred:
+        raise OperandTypeError(f"cannot {opname} a predicate and a number")
+    if not ta.is_float and isinstance(b_, float) and not b_.is_integer():
+        raise OperandTypeError(f"cannot {opname} integer register %{a.name} and float {b_!r}; "
+                               f"convert with ptx.cvt(f32, x)")
+    if ta.is_float and ta.name not in ("f32", "f64"):
+        raise OperandTypeError(f"PTX has no .{ta.name} immediates: put {b_!r} in a register "
+                               f"(reg.scalar({ta.name}, init={b_!r}))")
+    return a, (float(b_) if ta.is_float else int(b_)), ta
+
+
+def binary(op: str, a, b_, *, reflected: bool = False, inplace: bool = False):
+    """Record one arithmetic/bitwise operator; see the module table."""
+    loc = user_location()
+    bld = current(f"the {op} operator on registers")
+    x, y, t = _unify(a, b_, op)
+    if reflected:
+        x, y = y, x
+    dst_t = t
+    if op in ("add", "sub"):
+        if t.is_pred:
+            raise OperandTypeError(f"cannot {op} predicates; use & | ^")
+        chain = [op, t.name if t.is_float else _int_name(t)]
+    elif op == "mul":
+        if t.is_pred:
+            raise OperandTypeError("cannot multiply predicates; use &")
+        if t.is_float:
+            chain = ["mul", t.name]
+        elif t.bits < 64 and not inplace:
+            lhs, rhs = (x, y) if isinstance(x, ir.Reg) else (y, x)
+            return _product(lhs, rhs, loc)
+        else:
+            chain = ["mul", "lo", _int_name(t)]
+    elif op == "div":
+        if not t.is_float:
+            raise OperandTypeError("'/' on integer registers is ambiguous: use '//' for "
+                                   "div (truncating) or convert to float with ptx.cvt")
+        chain = ["div", "rn", t.name]
+    elif op in ("idiv", "rem"):
+        if t.is_float or t.is_pred:
+            raise OperandTypeError(f"'{'//' if op == 'idiv' else '%'}' is for integer registers")
+        chain = ["div" if op == "idiv" else "rem", _int_name(t)]
+    elif op in ("and", "or", "xor"):
+        if t.is_float:
+            raise OperandTypeError(f"cannot {op} float registers; mov them to .b32 first")
+        chain = [op, "pred" if t.is_pred else f"b{t.bits}"]
+    elif op in ("shl", "shr"):
+        if t.is_float or t.is_pred:
+            raise OperandTypeError(f"cannot shift .{t.name} registers")
+        if isinstance(y, ir.Reg) and y.dtype.bits != 32:
+            raise OperandTypeError("shift amounts are 32-bit registers or ints")
+        if isinstance(y, int) and y < 0:
+            raise OperandTypeError(f"negative shift amount {y}")
+        chain = [op, f"b{t.bits}" if op == "shl" or t.kind == "b" else t.name]
+    else:  # pragma: no cover
+        raise AssertionError(op)
+    dst = a if inplace else bld.new_reg(dst_t)
+    if inplace and isinstance(a, ir.Reg) and a.dtype.bits < t.bits:
+        raise OperandTypeError(f"cannot write a {t.bits}-bit result into %{a.name} "
+                               f"(.{a.dtype.name}) in place")
+    bld.inst(chain, (dst, x, y), loc=loc)
+    return dst
+
+
+def compare(op: str, a, b_):
+    """Record ``setp`` and return the new predicate register."""
+    loc = user_location()
+    bld = current("a comparison on registers")
+    x, y, t = _unify(a, b_, "compare")
+    if t.is_pred:
+        raise OperandTypeError("compare predicates with ^ (xor) or &, not comparison operators")
+    cmp = _CMP[op]
+    if t.is_float and cmp == "ne":
+        cmp = "neu"
+    tn = t.name if t.is_float else (_int_name(t) if cmp not in ("eq", "ne") else f"b{t.bits}")
+    p = bld.new_reg(pred)
+    bld.inst(["setp", cmp, tn], (p, x, y), loc=loc)
+    return p
+
+
+def unary(op: str, a):
+    loc = user_location()
+    bld = current(f"the {op} operator on registers")
+    a = as_reg(a)
+    t = a.dtype
+    if op == "not":
+        chain = ["not", "pred" if t.is_pred else f"b{t.bits}"]
+        if t.is_float:
+            raise OperandTypeError("~ is bitwise; float registers have no bitwise not")
+    elif op in ("neg", "abs"):
+        if t.is_pred:
+            raise OperandTypeError(f"cannot {op} a predicate")
+        chain = [op, t.name if t.is_float else f"s{t.bits}"]
+    else:  # pragma: no cover
+        raise AssertionError(op)
+    dst = bld.new_reg(t)
+    bld.inst(chain, (dst, a), loc=loc)
+    return dst
+
+
+def _no_bool(self):
+    raise TypeError(
+        f"register %{self.name} has no Python truth value while tracing: its value exists only "
+        f"on the GPU. Use `with ptx.if_(pred):` for a run-time branch (or `ptx.select`), and a "
+        f"plain Python `if` only on trace-time constants")
+
+
+def _no_index(self):
+    raise TypeError(
+        f"register %{self.name} is a run-time value and cannot be a Python int; use "
+        f"`for i in ptx.range_(...)` for a run-time loop")
+
+
+def _install_operators(cls) -> None:
+    """Give registers (and special registers) their operators."""
+    def bin_(op):
+        return (lambda s, o: binary(op, s, o),
+                lambda s, o: binary(op, s, o, reflected=True),
+                lambda s, o: binary(op, s, o, inplace=True))
+    for py, op in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                   ("floordiv", "idiv"), ("mod", "rem"), ("and", "and"), ("or", "or"),
+                   ("xor", "xor"), ("lshift", "shl"), ("rshift", "shr")):
+        f, r, i = bin_(op)
+        setattr(cls, f"__{py}__", f)
+        setattr(cls, f"__r{py}__", r)
+        if cls is ir.Reg:
+            setattr(cls, f"__i{py}__", i)
+    for py in ("lt", "le", "gt", "ge", "eq", "ne"):
+        setattr(cls, f"__{py}__", (lambda op: lambda s, o: compare(op, s, o))(py))
+    cls.__neg__ = lambda s: unary("neg", s)
+    cls.__invert__ = lambda s: unary("not", s)
+    cls.__abs__ = lambda s: unary("abs", s)
+    cls.__bool__ = _no_bool
+    cls.__index__ = _no_index
+    cls.__int__ = _no_index
+    cls.__float__ = _no_index
+    cls.__hash__ = object.__hash__
+
+
+_install_operators(ir.Reg)
+_install_operators(ir.Special)
+ir.Special.__hash__ = lambda s: hash((s.name, s.dtype.name))

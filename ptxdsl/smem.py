@@ -1,0 +1,129 @@
+"""Shared memory: ``smem.alloc(dtype, shape)`` and indexed loads/stores.
+
+``a[i, j]`` records ``ld.shared.T`` into a new register and ``a[i, j] = r``
+records ``st.shared.T``. Constant indices fold into the address
+(``[smem0+12]``); register indices record the offset arithmetic
+(``shl.b32``/``mul.lo.u32`` per index, ``add.u32``) from the array's base
+address, which is read once at kernel entry (``mov.u32 %r, smem0``) only if
+some access needs it.
+"""
+from __future__ import annotations
+
+from . import ir
+from .errors import TraceError, user_location
+from .reg import as_reg
+from .trace import current
+from .types import PtxType, u32
+
+
+class SharedArray:
+    """A statically sized shared-memory array of one CTA."""
+
+    def __init__(self, decl: ir.SharedDecl, builder):
+        self.decl = decl
+        self._builder = builder
+        self._base: ir.Reg | None = None
+        strides, acc = [], 1
+        for d in reversed(decl.shape):
+            strides.append(acc)
+            acc *= d
+        self.strides = tuple(reversed(strides))
+
+    @property
+    def dtype(self) -> PtxType:
+        return self.decl.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.decl.shape
+
+    def __repr__(self) -> str:
+        return f"SharedArray({self.decl.name}, {self.dtype.name}, {self.shape})"
+
+    def _base_reg(self) -> ir.Reg:
+        if self._base is None:
+            b = self._builder
+            self._base = b.new_reg(u32)
+            instr = b.build(["mov", "u32"], (self._base, ir.Symbol(self.decl.name, "shared")),
+                            comment=f"base of {self.decl.name}")
+            base = self._base
+            b.prologue.append(ir.Deferred(lambda used: [instr] if base in used else []))
+        return self._base
+
+    def addr(self, *index) -> ir.Addr:
+        """The address of element ``index`` (ints fold in; registers record arithmetic)."""
+        b = current("shared-array indexing")
+        if b is not self._builder:
+            raise TraceError(f"{self.decl.name} belongs to kernel '{self._builder.name}'",
+                             user_location())
+        if len(index) == 1 and isinstance(index[0], tuple):
+            index = index[0]
+        if len(index) != len(self.shape):
+            raise TraceError(f"{self.decl.name} has {len(self.shape)} dimensions {self.shape}, "
+                             f"indexed with {len(index)}", user_location())
+        const = 0
+        terms = []
+        for axis, (i, size, stride) in enumerate(zip(index, self.shape, self.strides)):
+            scale = stride * self.dtype.bytes
+            if isinstance(i, bool):
+                raise TraceError("shared-array index is a bool", user_location())
+            if isinstance(i, int):
+                if not 0 <= i < size:
+                    raise IndexError(f"{user_location()}: index {i} out of bounds for axis "
+                                     f"{axis} of {self.decl.name} with size {size}")
+                const += i * scale
+                continue
+            i = as_reg(i)
+            if not isinstance(i, ir.Reg) or not i.dtype.is_int or i.dtype.bits != 32:
+                raise TraceError(f"shared-array indices are ints or 32-bit integer registers, "
+                                 f"got {i!r}", user_location())
+            if scale == 1:
+                terms.append(i)
+            elif scale & (scale - 1) == 0:
+                t = b.new_reg(u32)
+                b.inst(["shl", "b32"], (t, i, scale.bit_length() - 1))
+                terms.append(t)
+            else:
+                t = b.new_reg(u32)
+                b.inst(["mul", "lo", "u32"], (t, i, scale))
+                terms.append(t)
+        if not terms:
+            return ir.Addr(ir.Symbol(self.decl.name, "shared"), const)
+        acc = self._base_reg()
+        for t in terms:
+            s = b.new_reg(u32)
+            b.inst(["add", "u32"], (s, acc, t))
+            acc = s
+        return ir.Addr(acc, const)
+
+    def __ptx_addr__(self) -> ir.Addr:
+        return ir.Addr(ir.Symbol(self.decl.name, "shared"), 0)
+
+    def __getitem__(self, index) -> ir.Reg:
+        """``ld.shared.T`` of one element into a new register."""
+        a = self.addr(*(index if isinstance(index, tuple) else (index,)))
+        b = current()
+        r = b.new_reg(self.dtype)
+        b.inst(["ld", "shared", self.dtype.name], (r, a))
+        return r
+
+    def __setitem__(self, index, value) -> None:
+        """``st.shared.T`` of a register (or constant) into one element."""
+        a = self.addr(*(index if isinstance(index, tuple) else (index,)))
+        current().inst(["st", "shared", self.dtype.name], (a, as_reg(value)))
+
+
+def alloc(dtype: PtxType, shape, *, align: int = 16) -> SharedArray:
+    """Declare ``.shared .align A .b8 smemN[bytes]`` for this CTA and return a handle."""
+    b = current("smem.alloc")
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(shape)
+    if not shape or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in shape):
+        raise TraceError(f"smem.alloc shape must be positive ints, got {shape!r}", user_location())
+    if align & (align - 1) or align < dtype.bytes:
+        raise TraceError(f"align must be a power of two >= the element size, got {align}",
+                         user_location())
+    decl = ir.SharedDecl(f"smem{len(b.shared)}", dtype, shape, align)
+    b.shared.append(decl)
+    return SharedArray(decl, b)

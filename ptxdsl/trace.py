@@ -1,0 +1,395 @@
+"""The active builder: one per kernel trace, never process-global.
+
+A :class:`Builder` owns the registers, labels and shared arrays of one trace
+and appends instructions to the innermost open region. The builder in use is
+held in a :class:`contextvars.ContextVar` for the duration of a trace, so two
+traces (in two threads, or one nested in another) never share counters, and
+tracing a kernel twice prints the same PTX.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Iterator, Sequence
+
+from . import ir
+from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, user_location
+from .isa import Match, check_arch, resolve
+from .types import REG_PREFIX, PtxType, compatible, int_range
+
+_ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar(
+    "ptxdsl_builder", default=None)
+
+# The PTX ISA version each target first appeared in: the floor for ``.version``.
+ARCH_PTX: dict[int, tuple[int, int]] = {
+    50: (4, 0), 52: (4, 1), 53: (4, 2), 60: (5, 0), 61: (5, 0), 62: (5, 0), 70: (6, 0),
+    72: (6, 1), 75: (6, 3), 80: (7, 0), 86: (7, 1), 87: (7, 4), 89: (7, 8), 90: (7, 8),
+    100: (8, 6), 101: (8, 6), 103: (8, 8), 110: (9, 0), 120: (8, 7), 121: (8, 8),
+}
+
+
+def parse_arch(arch: str) -> tuple[int, bool]:
+    """``"sm_90a"`` -> ``(90, True)``; raises for anything that is not ``sm_<NN>[a|f]``."""
+    text = arch.strip().lower()
+    if not text.startswith("sm_") or not text[3:].rstrip("af").isdigit():
+        raise TraceError(f"arch must look like 'sm_80' or 'sm_90a', got {arch!r}")
+    num = int(text[3:].rstrip("af"))
+    if num not in ARCH_PTX:
+        raise TraceError(f"unknown arch {arch!r}; known: "
+                         f"{', '.join('sm_%d' % k for k in sorted(ARCH_PTX))}")
+    return num, text.endswith(("a", "f"))
+
+
+def arch_ptx_floor(arch: str) -> tuple[int, int]:
+    num, suffixed = parse_arch(arch)
+    floor = ARCH_PTX[num]
+    if suffixed and num == 90:
+        floor = max(floor, (8, 0))
+    return floor
+
+
+def current(what: str = "this call") -> "Builder":
+    """The builder of the kernel being traced; a clear error outside any kernel."""
+    b = _ACTIVE.get()
+    if b is None:
+        raise TraceError(
+            f"{what} records a PTX instruction, so it must run inside a @kernel body "
+            f"while the kernel is traced (e.g. by kernel.ptx() or a call)",
+            user_location())
+    return b
+
+
+class Builder:
+    """Everything one trace accumulates."""
+
+    def __init__(self, name: str, arch: str):
+        self.name = name
+        self.arch = arch
+        self.sm, _ = parse_arch(arch)
+        self.body: list = []
+        self.prologue: list = []  # emitted before the body (shared-array base addresses)
+        self._stack: list[list] = [self.body]
+        self.writes: dict = {}  # register -> number of instructions that wrote it
+        self._counters: dict[str, int] = {}
+        self.regs: list[ir.Reg] = []
+        self.params: list[ir.Param] = []
+        self.shared: list[ir.SharedDecl] = []
+        self.labels: dict[str, ir.Label] = {}
+        self._region_ids = 0
+        self.cache: dict = {}  # per-trace memo (param pointers, dims) keyed by the surface
+
+    # ----------------------------------------------------------------- activation
+    @contextlib.contextmanager
+    def active(self) -> Iterator["Builder"]:
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+    # ----------------------------------------------------------------- registers
+    def new_reg(self, dtype: PtxType, name: str | None = None) -> ir.Reg:
+        if dtype.bits == 8:
+            raise TraceError(
+                f"PTX has no 8-bit registers: use a 16- or 32-bit register "
+                f"(ld.global.{dtype.name} can load into a .{dtype.kind}16/.{dtype.kind}32 register)",
+                user_location())
+        if dtype.name not in REG_PREFIX:
+            raise TraceError(f"no register type for {dtype.name}", user_location())
+        prefix = REG_PREFIX[dtype.name] if name is None else name
+        n = self._counters.get(prefix, 0)
+        self._counters[prefix] = n + 1
+        reg = ir.Reg(f"{prefix}{n}" if name is None or n else prefix, dtype, self)
+        self.regs.append(reg)
+        return reg
+
+    def new_region_id(self) -> int:
+        self._region_ids += 1
+        return self._region_ids
+
+    # ----------------------------------------------------------------- regions
+    def append(self, node) -> None:
+        self._stack[-1].append(node)
+
+    @contextlib.contextmanager
+    def region(self, body: list) -> Iterator[list]:
+        self._stack.append(body)
+        try:
+            yield body
+        finally:
+            self._stack.pop()
+
+    @property
+    def last_node(self):
+        top = self._stack[-1]
+        return top[-1] if top else None
+
+    # ----------------------------------------------------------------- instructions
+    def inst(self, chain: Sequence[str], args: Sequence, *, guard=None,
+             loc: SourceLoc | None = None, comment: str | None = None) -> ir.Instr:
+        """Validate ``chain`` and ``args`` against the table and append the instruction."""
+        instr = self.build(chain, args, guard=guard, loc=loc or user_location(), comment=comment)
+        self.append(instr)
+        for d in instr.dests():
+            self.writes[d] = self.writes.get(d, 0) + 1
+        return instr
+
+    def build(self, chain: Sequence[str], args: Sequence, *, guard=None,
+              loc: SourceLoc | None = None, comment: str | None = None) -> ir.Instr:
+        """Validate an instruction without recording it."""
+        loc = loc or user_location()
+        try:
+            m = resolve(list(chain))
+            check_arch(m, self.sm, self.arch)
+            operands = self.coerce_operands(m, args)
+            g, neg = self._guard(guard)
+        except IsaError as e:
+            if e.loc is None:
+                raise type(e)(e.message, loc) from None
+            raise
+        return ir.Instr(m, operands, loc, g, neg, comment)
+
+    def _guard(self, guard):
+        if guard is None:
+            return None, False
+        if isinstance(guard, ir.Reg) and guard.dtype.is_pred:
+            self.own(guard)
+            return guard, False
+        raise OperandTypeError(f"pred= must be a predicate register, got {_describe(guard)}")
+
+    def own(self, reg: ir.Reg) -> ir.Reg:
+        if reg.owner is not self:
+            other = getattr(reg.owner, "name", "?")
+            raise TraceError(
+                f"register %{reg.name} belongs to kernel '{other}', not to '{self.name}': "
+                f"registers cannot cross kernels; create it inside this kernel's body",
+                user_location())
+        return reg
+
+    def coerce_operands(self, m: Match, args: Sequence) -> tuple:
+        slots = m.operands
+        need = sum(1 for s in slots if not s.optional)
+        if not need <= len(args) <= len(slots):
+            names = ", ".join(_slot_name(s, m) for s in slots)
+            count = f"{need}" if need == len(slots) else f"{need} to {len(slots)}"
+            raise IsaError(f"{m.text} takes {count} operands ({names}), got {len(args)}")
+        out = []
+        for i, (slot, arg) in enumerate(zip(slots, args)):
+            out.append(self._coerce(m, slot, arg, i))
+        return tuple(out)
+
+    def _coerce(self, m: Match, slot, arg, index: int):
+        want = m.resolve_type(slot.ty)
+        where = f"operand {index} of {m.text}"
+        role = slot.role
+        if role in ("V", "X") and m.vector > 1 or (m.spec.opcode == "mov"
+                                                   and isinstance(arg, (list, tuple))):
+            return self._coerce_vec(m, slot, arg, where, want)
+        if role in ("V", "X"):
+            if isinstance(arg, (list, tuple)):
+                if len(arg) != 1:
+                    raise IsaError(f"{where}: a list of {len(arg)} registers needs a vector "
+                                   f"form such as .v{len(arg)}; this form moves one value")
+                arg = arg[0]
+            role = "d" if role == "V" else "s"
+        if role == "d":
+            return self._reg(arg, want, where, m, dest=True)
+        if role == "p":
+            return self._reg(arg, want, where, m, dest=True)
+        if role == "q":
+            return self._reg(arg, want, where, m)
+        if role == "r":
+            return self._reg(arg, want, where, m)
+        if role == "s":
+            if isinstance(arg, ir.Reg):
+                return self._reg(arg, want, where, m)
+            return self._imm_or_other(arg, want, where, m)
+        if role == "i":
+            if isinstance(arg, bool) or not isinstance(arg, int):
+                raise OperandTypeError(f"{where} must be a Python int constant, got "
+                                       f"{_describe(arg)}")
+            return self._imm_or_other(arg, want, where, m)
+        if role == "a":
+            return self._addr(arg, where)
+        if role == "l":
+            if isinstance(arg, ir.Label):
+                return ir.LabelRef(arg.name)
+            if isinstance(arg, str):
+                return ir.LabelRef(arg)
+            raise OperandTypeError(f"{where} must be a label (ptx.label(...)), got {_describe(arg)}")
+        raise IsaError(f"{where}: unsupported operand role {role!r}")  # pragma: no cover
+
+    def _coerce_vec(self, m, slot, arg, where, want):
+        if not isinstance(arg, (list, tuple)):
+            raise IsaError(f"{where}: {m.text} needs a list of {m.vector} registers, "
+                           f"got {_describe(arg)}")
+        n = m.vector if m.vector > 1 else len(arg)
+        if len(arg) != n:
+            raise IsaError(f"{where}: {m.text} moves {n} values but the register list "
+                           f"has {len(arg)}; pass exactly {n}")
+        item_t = want
+        if m.spec.opcode == "mov":
+            if want.kind != "b" or n not in (2, 4) or want.bits % n:
+                raise IsaError(f"{where}: mov packs/unpacks halves only with .b32/.b64 "
+                               f"(e.g. mov.b32 d, [lo, hi])")
+            item_t = _bits_type(want.bits // n)
+        items = []
+        for x in arg:
+            if slot.is_dest or isinstance(x, ir.Reg):
+                items.append(self._reg(x, item_t, where, m, dest=slot.is_dest, relaxed=True))
+            else:
+                items.append(self._imm_or_other(x, item_t, where, m))
+        return ir.Vec(tuple(items))
+
+    def _reg(self, arg, want: PtxType | None, where: str, m: Match, dest: bool = False,
+             relaxed: bool = False):
+        if isinstance(arg, ir.Special) and not dest:
+            if want is not None and not compatible(arg.dtype, want):
+                raise OperandTypeError(f"{where}: %{arg.name} is .{arg.dtype.name}, but the "
+                                       f"instruction needs .{want.name}")
+            return arg
+        if not isinstance(arg, ir.Reg):
+            kind = "a destination register" if dest else "a register"
+            raise OperandTypeError(f"{where} must be {kind}, got {_describe(arg)}")
+        self.own(arg)
+        if want is None:
+            return arg
+        if compatible(arg.dtype, want):
+            return arg
+        # ld/st/cvt move sub-word integers through wider registers (ld.u8 into .u32).
+        if (m.spec.opcode in ("ld", "st", "cvt") and want.bits < arg.dtype.bits
+                and want.kind in ("u", "s", "b") and arg.dtype.kind in ("u", "s", "b")):
+            return arg
+        if want.is_pred or arg.dtype.is_pred:
+            hint = " (a predicate)" if want.is_pred else ""
+            raise OperandTypeError(f"{where}: %{arg.name} is .{arg.dtype.name}, but "
+                                   f"the instruction needs .{want.name}{hint}")
+        hint = ""
+        if want.bits == 64 and arg.dtype.bits == 32 and arg.dtype.is_int:
+            hint = "; widen it first (cvt.u64.u32, or (x * k).wide for byte offsets)"
+        elif want.is_float != arg.dtype.is_float:
+            hint = f"; convert it with cvt (ptx.cvt({want.name}, x))"
+        raise OperandTypeError(
+            f"{where}: register %{arg.name} is .{arg.dtype.name} but {m.text} needs "
+            f".{want.name}{hint}")
+
+    def _imm_or_other(self, arg, want, where, m):
+        if isinstance(arg, ir.Special):
+            return self._reg(arg, want, where, m)
+        if isinstance(arg, ir.Symbol):
+            if want is None or (want.bits in (32, 64) and want.kind in ("u", "s", "b")):
+                return arg
+            raise OperandTypeError(f"{where}: a symbol address needs a .u32/.u64 form")
+        if isinstance(arg, ir.Imm):
+            arg = arg.value
+        if isinstance(arg, bool):
+            raise OperandTypeError(f"{where}: got a Python bool; PTX has no boolean immediates "
+                                   f"(use 0/1, or a predicate register)")
+        if isinstance(arg, (int, float)) or hasattr(arg, "dtype") and hasattr(arg, "item"):
+            if hasattr(arg, "item"):
+                arg = arg.item()
+            if want is None:
+                raise OperandTypeError(f"{where} cannot be an immediate")
+            if want.is_pred:
+                raise OperandTypeError(f"{where} must be a predicate register, got {arg!r}")
+            if want.is_float:
+                if want.name not in ("f32", "f64"):
+                    raise OperandTypeError(
+                        f"{where}: PTX has no .{want.name} immediates; load the constant "
+                        f"into a register with reg.scalar({want.name}, init={arg!r})")
+                return ir.Imm(float(arg), want)
+            if isinstance(arg, float):
+                if not arg.is_integer():
+                    raise OperandTypeError(f"{where}: {arg!r} is not an integer, but "
+                                           f"{m.text} takes .{want.name}")
+                arg = int(arg)
+            lo, hi = int_range(want)
+            if not lo <= arg <= hi:
+                raise OperandTypeError(f"{where}: {arg} does not fit in .{want.name} "
+                                       f"({lo}..{hi})")
+            return ir.Imm(int(arg), want)
+        raise OperandTypeError(f"{where} must be a register or a number, got {_describe(arg)}")
+
+    def _addr(self, arg, where):
+        if isinstance(arg, ir.Addr):
+            base = arg.base
+        elif isinstance(arg, ir.Reg):
+            base, arg = arg, ir.Addr(arg)
+        elif hasattr(arg, "__ptx_addr__"):
+            return self._addr(arg.__ptx_addr__(), where)
+        else:
+            raise OperandTypeError(f"{where} must be an address (ptx.addr(ptr[, offset])), "
+                                   f"got {_describe(arg)}")
+        if isinstance(base, ir.Reg):
+            self.own(base)
+            if not (base.dtype.is_int and base.dtype.bits in (32, 64)):
+                raise OperandTypeError(f"{where}: address register %{base.name} is "
+                                       f".{base.dtype.name}; addresses are .u32/.u64 integers")
+        return arg
+
+    # ----------------------------------------------------------------- finishing
+    def finish(self, max_threads: int | None = None) -> ir.Program:
+        used: set = set()
+        full = self.prologue + self.body
+        _collect_used(full, used)
+        body = _resolve_deferred(full, used)
+        version = arch_ptx_floor(self.arch)
+        for instr in ir.walk(body):
+            version = max(version, instr.match.ptx)
+        return ir.Program(self.name, self.arch, list(self.params), body, list(self.regs),
+                          list(self.shared), version, self.sm, max_threads)
+
+
+def _collect_used(body, used: set) -> None:
+    for node in body:
+        if isinstance(node, ir.Instr):
+            used.update(node.sources())
+        elif isinstance(node, ir.Deferred):
+            used.update(getattr(node, "reads", ()))
+        elif isinstance(node, ir.If):
+            used.add(node.pred)
+            _collect_used(node.then_body, used)
+            if node.else_body is not None:
+                _collect_used(node.else_body, used)
+        elif isinstance(node, ir.Loop):
+            for x in (node.start, node.stop, node.step):
+                if isinstance(x, ir.Reg):
+                    used.add(x)
+            _collect_used(node.body, used)
+
+
+def _resolve_deferred(body, used):
+    out = []
+    for node in body:
+        if isinstance(node, ir.Deferred):
+            out.extend(node.resolve(used))
+        elif isinstance(node, ir.If):
+            node.then_body = _resolve_deferred(node.then_body, used)
+            if node.else_body is not None:
+                node.else_body = _resolve_deferred(node.else_body, used)
+            out.append(node)
+        elif isinstance(node, ir.Loop):
+            node.body = _resolve_deferred(node.body, used)
+            out.append(node)
+        else:
+            out.append(node)
+    return out
+
+
+def _bits_type(bits: int) -> PtxType:
+    from .types import ALL_TYPES
+    return ALL_TYPES[f"b{bits}"]
+
+
+def _slot_name(slot, m: Match) -> str:
+    names = {"d": "dest", "p": "pred dest", "V": "dest", "X": "value", "s": "src",
+             "r": "src reg", "i": "constant", "a": "[address]", "l": "label", "q": "predicate"}
+    t = m.resolve_type(slot.ty)
+    base = names.get(slot.role, slot.role) + (f" .{t.name}" if t is not None else "")
+    return base + ("?" if slot.optional else "")
+
+
+def _describe(x) -> str:
+    if isinstance(x, ir.Reg):
+        return f"register %{x.name} (.{x.dtype.name})"
+    return f"{type(x).__name__} {x!r}"

@@ -13,6 +13,9 @@ import sys
 from dataclasses import dataclass
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Ready-made kernels in ptxdsl/ops are DSL *user* code: their lines are the
+# ones worth naming in errors and in the PTX line map.
+_OPS_DIR = _PKG_DIR + "ops" + os.sep
 # Frames of these files are machinery between the user's line and ours
 # (``with ptx.if_(...)`` enters through contextlib).
 _SKIP_FILES = frozenset({contextlib.__file__, os.path.abspath(contextlib.__file__)})
@@ -38,9 +41,10 @@ def user_location(skip: int = 1) -> SourceLoc | None:
     frame = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename not in _SKIP_FILES and not filename.startswith(_PKG_DIR) \
-                and not os.path.abspath(filename).startswith(_PKG_DIR):
-            return SourceLoc(filename, frame.f_lineno)
+        if filename not in _SKIP_FILES:
+            path = filename if filename.startswith(_PKG_DIR) else os.path.abspath(filename)
+            if not path.startswith(_PKG_DIR) or path.startswith(_OPS_DIR):
+                return SourceLoc(filename, frame.f_lineno)
         frame = frame.f_back
     return None
 

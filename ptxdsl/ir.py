@@ -190,8 +190,8 @@ class Param:
 
     name: str
     dtype: PtxType
-    kind: str  # "ptr" | "dim" | "scalar"
-    tensor: str | None = None  # for dims: the tensor they size
+    kind: str  # "ptr" | "dim" (a named dim's value) | "stride" (a named row stride, elements)
+    tensor: str | None = None  # ptr: the argument's name; dim/stride: the name
 
 
 @dataclass(frozen=True)

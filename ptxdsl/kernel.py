@@ -40,7 +40,7 @@ class Kernel:
 
     def __init__(self, fn: Callable, in_specs: Sequence[Tile], out_specs: Sequence[Tile],
                  grid, block, arch: str, version: tuple[int, int] | None, name: str | None,
-                 lines: str | None):
+                 lines: str | None, arg_names: Sequence[str] | None = None):
         self.fn = fn
         self.name = name or fn.__name__
         self.in_specs = tuple(in_specs)
@@ -50,6 +50,7 @@ class Kernel:
         self.arch = arch
         self.version = version
         self.lines = lines
+        self.arg_names = tuple(arg_names) if arg_names is not None else None
         self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
                                     fn.__code__.co_firstlineno)
         parse_arch(arch)
@@ -65,6 +66,9 @@ class Kernel:
                              f"1024", self.defined_at)
         self.dim_names: tuple[str, ...] = tuple(dict.fromkeys(
             n for spec in self.in_specs + self.out_specs for n in spec.names))
+        # Named row strides, in first-appearance order (a name may be shared).
+        self.stride_names: tuple[str, ...] = tuple(dict.fromkeys(
+            spec.stride for spec in self.in_specs + self.out_specs if spec.stride))
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
         self.runtime_cache: dict = {}  # owned by ptxdsl.runtime (modules, prepared launches)
@@ -107,8 +111,11 @@ class Kernel:
         params = inspect.signature(self.fn).parameters
         names = list(params)
         n = len(self.in_specs) + len(self.out_specs)
-        if len(names) != n or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                                  for p in params.values()):
+        variadic = [p.kind for p in params.values()] == [inspect.Parameter.VAR_POSITIONAL]
+        if variadic and self.arg_names is not None and len(self.arg_names) == n:
+            names = list(self.arg_names)
+        elif len(names) != n or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                                    for p in params.values()):
             raise TraceError(
                 f"kernel {self.name} takes {len(names)} arguments ({', '.join(names)}) but "
                 f"in_specs + out_specs give {n} tensors; write one positional parameter per "
@@ -120,6 +127,8 @@ class Kernel:
             out.append(TensorArg(pname, spec, p, i >= len(self.in_specs)))
         for d in self.dim_names:
             b.params.append(ir.Param(f"{d}_dim", u32, "dim", d))
+        for st in self.stride_names:
+            b.params.append(ir.Param(f"{st}_stride", u32, "stride", st))
         return out
 
     # ------------------------------------------------------------------ views
@@ -196,17 +205,20 @@ def _dim3(v, what: str) -> tuple[int, int, int]:
 
 def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(1, 1, 1),
            block=(1, 1, 1), arch: str = "sm_90a", version: tuple[int, int] | None = None,
-           name: str | None = None, lines: str | None = None) -> Callable[[Callable], Kernel]:
+           name: str | None = None, lines: str | None = None,
+           arg_names: Sequence[str] | None = None) -> Callable[[Callable], Kernel]:
     """Turn a Python function into a PTX kernel.
 
     The function takes one argument per Tile (inputs then outputs) and
     records its instructions when traced. ``grid`` may be a function of the
-    named dims (``grid=lambda B: (B, 1, 1)``).
+    named dims (``grid=lambda B: (B, 1, 1)``). A body written as ``def k(*args)``
+    takes its parameter names from ``arg_names``.
     """
     def wrap(fn: Callable) -> Kernel:
         if isinstance(fn, Kernel):
             raise TraceError("@kernel applied twice")
-        return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines)
+        return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines,
+                      arg_names)
     return wrap
 
 

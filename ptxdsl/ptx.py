@@ -181,10 +181,11 @@ def global_ptrs(*tensors) -> list[ir.Reg]:
     return [global_ptr(t) for t in tensors]
 
 
-def dim(name_or_tensor, axis: int | None = None):
+def dim(name_or_tensor, axis: int | None = None, *, kind: str = "dim"):
     """The value of a dimension: a Python int for concrete dims, else ``ld.param.u32``.
 
-    ``ptx.dim("B")`` reads the named dim; ``ptx.dim(X, 0)`` reads X's axis 0.
+    ``ptx.dim("B")`` reads the named dim; ``ptx.dim(X, 0)`` reads X's axis 0;
+    ``ptx.dim("sx", kind="stride")`` reads a named row stride.
     """
     b = current("ptx.dim")
     if axis is not None:
@@ -195,12 +196,12 @@ def dim(name_or_tensor, axis: int | None = None):
     else:
         name = name_or_tensor
     for p in b.params:
-        if p.kind == "dim" and p.name == f"{name}_dim":
+        if p.kind == kind and p.name == f"{name}_{kind}":
             r = b.new_reg(u32)
             b.inst(["ld", "param", "u32"], (r, ir.Addr(ir.Symbol(p.name, "param"))))
             return r
-    known = sorted(p.name[:-4] for p in b.params if p.kind == "dim")
-    raise TraceError(f"no dynamic dimension named {name!r} in this kernel's specs "
+    known = sorted(p.name.rsplit("_", 1)[0] for p in b.params if p.kind == kind)
+    raise TraceError(f"no dynamic {kind} named {name!r} in this kernel's specs "
                      f"(named dims: {', '.join(known) or 'none'})", user_location())
 
 

@@ -16,7 +16,7 @@ class Tile:
     every value of it.
     """
 
-    def __init__(self, *dims_and_dtype):
+    def __init__(self, *dims_and_dtype, stride: str | None = None):
         if not dims_and_dtype or not isinstance(dims_and_dtype[-1], PtxType):
             raise TraceError("Tile takes its dims then a dtype, e.g. Tile(B, N, f32)",
                              user_location())
@@ -26,8 +26,15 @@ class Tile:
                                            or isinstance(d, int) and d > 0):
                 raise TraceError(f"Tile dims must be positive ints or names, got {d!r}",
                                  user_location())
+        if stride is not None and (not isinstance(stride, str) or not stride.isidentifier()
+                                   or len(dims) < 2):
+            raise TraceError("Tile(..., stride='name') names the run-time row stride (in "
+                             "elements) of a tensor with at least 2 dims", user_location())
         self.dims: tuple = tuple(dims)
         self.dtype: PtxType = dtype
+        # A named leading-dim stride: rows may be a slice of a wider tensor. The
+        # innermost dim stays contiguous; the stride becomes a .u32 parameter.
+        self.stride: str | None = stride
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -41,13 +48,15 @@ class Tile:
         return tuple(values[d] if isinstance(d, str) else d for d in self.dims)
 
     def __repr__(self) -> str:
-        return f"Tile({', '.join(map(repr, self.dims))}, {self.dtype.name})"
+        extra = f", stride={self.stride!r}" if self.stride else ""
+        return f"Tile({', '.join(map(repr, self.dims))}, {self.dtype.name}{extra})"
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Tile) and (self.dims, self.dtype) == (other.dims, other.dtype)
+        return isinstance(other, Tile) and (self.dims, self.dtype, self.stride) == (
+            other.dims, other.dtype, other.stride)
 
     def __hash__(self) -> int:
-        return hash((self.dims, self.dtype))
+        return hash((self.dims, self.dtype, self.stride))
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,22 @@ class TensorArg:
         """Ints for concrete dims, registers (``ld.param.u32``) for named ones."""
         from .ptx import dim
         return tuple(d if isinstance(d, int) else dim(d) for d in self.tile.dims)
+
+    @property
+    def row_stride(self):
+        """Elements between consecutive rows: ``ld.param.u32`` of the stride param if
+        the Tile names one, else the (int or register) size of the last dim times
+        the inner dims."""
+        from .ptx import dim
+        if self.tile.stride is not None:
+            return dim(self.tile.stride, kind="stride")
+        inner = 1
+        for d in self.tile.dims[1:]:
+            if not isinstance(d, int):
+                raise TraceError("row_stride of a Tile with named inner dims needs "
+                                 "Tile(..., stride='name')", user_location())
+            inner *= d
+        return inner
 
     @property
     def ndim(self) -> int:

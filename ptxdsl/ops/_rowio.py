@@ -1,0 +1,109 @@
+"""Row I/O helpers for row-wise kernels: vector loads/stores of f32/f16/bf16 as f32 registers.
+
+A *chunk* is ``vec`` consecutive elements of one row, moved by the widest
+access that fits (16 bytes at most: ``ld.global.v4.f32`` for 4 f32,
+``ld.global.v4.b32`` for 8 halves). Half-precision words are widened to f32
+right after the load (bf16: a shift or mask, exact; f16: ``cvt.f32.f16``) and
+narrowed with one ``cvt.rn.{f16,bf16}x2.f32`` per pair before the store, so
+the arithmetic in between is always f32.
+"""
+from __future__ import annotations
+
+from ptxdsl import ptx, reg
+from ptxdsl.types import PtxType, b16, b32, bf16, f32, u32
+
+
+def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
+               hints: tuple[str, ...] = ()) -> list:
+    """Load ``vec`` elements at byte ``[base+offset]`` and return them as f32 registers.
+
+    With ``pred`` the load is guarded and the registers read 0 where it is false,
+    so sums over a ragged tail need no further masking.
+    """
+    addr = ptx.addr(base, offset)
+    if dtype == f32:
+        vals = [reg.scalar(f32, init=0.0 if pred is not None else None) for _ in range(vec)]
+        _ld(hints, vec, "f32", vals if vec > 1 else vals[0], addr, pred)
+        return vals
+    if vec == 1:
+        h = reg.scalar(u32, init=0 if pred is not None else None)
+        _ld(hints, 1, "u16", h, addr, pred)
+        if dtype == bf16:
+            v = reg.scalar(f32)
+            ptx.inst.shl.b32(v, h, 16)
+            return [v]
+        lo, _ = ptx.unpack(h, b16)
+        v = reg.scalar(f32)
+        ptx.inst.cvt.f32.f16(v, lo)
+        return [v]
+    words = [reg.scalar(b32, init=0 if pred is not None else None) for _ in range(vec // 2)]
+    _ld(hints, vec // 2, "b32", words if vec > 2 else words[0], addr, pred)
+    return [x for w in words for x in widen_pair(w, dtype)]
+
+
+def widen_pair(word, dtype: PtxType) -> tuple:
+    """Two f32 registers from a 32-bit word holding two halves (low element first)."""
+    lo, hi = reg.scalar(f32), reg.scalar(f32)
+    if dtype == bf16:
+        ptx.inst.shl.b32(lo, word, 16)
+        ptx.inst.and_.b32(hi, word, 0xFFFF0000)
+    else:
+        h0, h1 = ptx.unpack(word, b16)
+        ptx.inst.cvt.f32.f16(lo, h0)
+        ptx.inst.cvt.f32.f16(hi, h1)
+    return lo, hi
+
+
+def _ld(hints, n, tname, dst, addr, pred):
+    chain = ["ld", "global", *hints] + ([f"v{n}"] if n > 1 else []) + [tname]
+    ptx.inst(".".join(chain), dst, addr, pred=pred)
+
+
+def narrow(vals: list, dtype: PtxType) -> list:
+    """f32 registers -> the registers to store: themselves for f32, packed pairs for halves."""
+    if dtype == f32:
+        return list(vals)
+    if len(vals) == 1:
+        h = reg.scalar(b16)
+        ptx.inst(f"cvt.rn.{dtype.name}.f32", h, vals[0])
+        return [h]
+    out = []
+    for i in range(0, len(vals), 2):
+        w = reg.scalar(b32)
+        # cvt.rn.{f16,bf16}x2.f32 d, a, b puts a in the upper half: the later element.
+        ptx.inst(f"cvt.rn.{dtype.name}x2.f32", w, vals[i + 1], vals[i])
+        out.append(w)
+    return out
+
+
+def store_chunk(base, offset: int, dtype: PtxType, regs: list, *, pred=None,
+                hints: tuple[str, ...] = ()) -> None:
+    """Store registers from :func:`narrow` at ``[base+offset]`` in one access."""
+    n = len(regs)
+    if dtype == f32:
+        tname = "f32"
+    elif regs[0].dtype.bits == 16:
+        tname = "b16"
+    else:
+        tname = "b32"
+    chain = ["st", "global", *hints] + ([f"v{n}"] if n > 1 else []) + [tname]
+    ptx.inst(".".join(chain), ptx.addr(base, offset), regs if n > 1 else regs[0], pred=pred)
+
+
+def round_trip(vals: list, dtype: PtxType) -> list:
+    """Round f32 values to ``dtype`` and back (what storing then reloading would give)."""
+    if dtype == f32:
+        return vals
+    out = []
+    for v in vals:
+        h = reg.scalar(b16)
+        ptx.inst(f"cvt.rn.{dtype.name}.f32", h, v)
+        r = reg.scalar(f32)
+        if dtype == bf16:
+            w = reg.scalar(u32)
+            ptx.inst.cvt.u32.u16(w, h)
+            ptx.inst.shl.b32(r, w, 16)
+        else:
+            ptx.inst.cvt.f32.f16(r, h)
+        out.append(r)
+    return out

@@ -1,0 +1,251 @@
+"""RMSNorm forward kernels, written in the DSL.
+
+``y = x * rstd * w`` with ``rstd = 1 / sqrt(mean(x^2) + eps)`` per row, f32
+accumulation, output in x's dtype. One kernel per (N, dtypes, variant) serves
+every number of rows ``M`` (a named dim) and any row stride.
+
+Schedule (see :func:`plan`):
+
+* **row per CTA** for long rows: the row lives in registers between the two
+  passes (x is read from DRAM once), every access is 16 bytes, the block
+  reduction is a warp butterfly + one ``bar.sync`` + every thread summing the
+  per-warp partials from shared memory (no second barrier, no serial thread).
+* **row per warp (or per 2..16 lanes)** for short rows: several rows per CTA,
+  the reduction is shuffles only.
+* **two passes** for rows too long for registers: x is re-read (from L2).
+
+A ragged tail (N not a multiple of the vector width times the threads) is
+predicated: guarded loads leave zeros, guarded stores skip.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptxdsl import Tile, kernel, ptx, reg, smem
+from ptxdsl.types import PtxType, f32, u32
+
+from ._rowio import load_chunk, narrow, round_trip, store_chunk
+
+WARP = 32
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one RMSNorm forward kernel is laid out over threads."""
+
+    n: int
+    vec: int            # elements per access (16 bytes for aligned f32/halves)
+    threads: int        # threads per row
+    rows_per_cta: int
+    two_pass: bool = False
+    preload_w: bool = True  # weights loaded before the reduction (needs registers)
+    x_hints: tuple[str, ...] = ("L1::no_allocate",)
+    y_hints: tuple[str, ...] = ()
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.n // self.vec)
+
+    @property
+    def per_thread(self) -> int:
+        """Chunks each thread handles (the last may be partial across the row)."""
+        return -(-self.chunks // self.threads)
+
+    @property
+    def ragged(self) -> bool:
+        return self.chunks % self.threads != 0
+
+    @property
+    def block(self) -> int:
+        return self.threads * self.rows_per_cta
+
+
+def max_vec(n: int, dtype: PtxType, stride: int | None = None) -> int:
+    """The widest chunk (<= 16 bytes) that divides the row length and the stride."""
+    vec = 16 // dtype.bytes
+    while vec > 1 and (n % vec or (stride is not None and stride % vec)):
+        vec //= 2
+    return vec
+
+
+def plan(n: int, dtype: PtxType, vec: int | None = None, *, threads: int | None = None,
+         rows_per_cta: int | None = None) -> Plan:
+    """Choose the schedule for rows of ``n`` elements (see the module docstring)."""
+    vec = vec or max_vec(n, dtype)
+    chunks = -(-n // vec)
+    if threads is None:
+        if chunks <= 4 * WARP:
+            # Short rows: a group of lanes per row, <= 4 chunks per lane.
+            threads = WARP
+            while threads > 1 and threads // 2 * 4 >= chunks:
+                threads //= 2
+        else:
+            # Long rows: about 8 elements... 32 values per thread in registers.
+            per = max(1, 32 // vec)
+            threads = min(1024, max(64, -(-chunks // per)))
+            threads = -(-threads // WARP) * WARP
+    values = -(-chunks // threads) * vec  # f32 registers per thread for its part of x
+    two_pass = values > 32
+    if rows_per_cta is None:
+        rows_per_cta = max(1, 256 // threads) if threads <= WARP else 1
+    # 64K registers per SM: keep w in registers too only if one CTA still fits.
+    preload_w = not two_pass and threads * rows_per_cta * (2 * values + 24) <= 65536
+    return Plan(n, vec, threads, rows_per_cta, two_pass, preload_w)
+
+
+def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6,
+                  residual: bool = False, with_rstd: bool = False, arch: str = "sm_90a"):
+    """Trace-ready RMSNorm forward kernel for one plan.
+
+    Arguments, in order: X (M, N) [strided rows], [R (M, N) residual, strided],
+    W (N,), then outputs Y (M, N), [H (M, N): x + residual, usually R itself],
+    [RSTD (M,) f32].
+    """
+    N, T, R, V = p.n, p.threads, p.rows_per_cta, p.vec
+    K = p.per_thread
+    es, wes = dtype.bytes, wdtype.bytes
+    nwarps = max(1, T // WARP)
+    ins = [Tile("M", N, dtype, stride="sx")]
+    if residual:
+        ins.append(Tile("M", N, dtype, stride="sr"))
+    ins.append(Tile(N, wdtype))
+    outs = [Tile("M", N, dtype)]
+    if residual:
+        outs.append(Tile("M", N, dtype, stride="sr"))
+    if with_rstd:
+        outs.append(Tile("M", f32))
+
+    names = ["X"] + (["R"] if residual else []) + ["W", "Y"] + (["H"] if residual else []) \
+        + (["RSTD"] if with_rstd else [])
+
+    @kernel(in_specs=tuple(ins), out_specs=tuple(outs),
+            grid=lambda M: (-(-M // R), 1, 1), block=(p.block, 1, 1), arch=arch,
+            name=f"rms_norm_fwd_{dtype.name}_{N}", arg_names=names)
+    def rms_norm_fwd(*args):
+        it = iter(args)
+        X = next(it)
+        Rs = next(it) if residual else None
+        W = next(it)
+        Y = next(it)
+        H = next(it) if residual else None
+        RSTD = next(it) if with_rstd else None
+
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        if R > 1:
+            lane = tid & (T - 1)
+            row = cta * R + (tid >> (T.bit_length() - 1))
+        else:
+            lane, row = tid, cta
+        m = ptx.dim("M")
+        with ptx.if_(row < m):
+            _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps,
+                      es, wes, nwarps, K, V, T)
+
+    return rms_norm_fwd
+
+
+def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, wes,
+              nwarps, K, V, T):
+    N = p.n
+    px = ptx.global_ptrs(X)[0]
+    pw = ptx.global_ptrs(W)[0]
+    py = ptx.global_ptrs(Y)[0]
+    sx = X.row_stride
+    lane_x = lane * (V * es)          # byte offset of this thread's first chunk
+    xrow = px + row * (sx * es if isinstance(sx, int) else _bytes(sx, es)) + lane_x
+    yrow = py + row * (N * es) + lane_x
+    wrow = pw + lane * (V * wes)
+    if Rs is not None:
+        pr = ptx.global_ptrs(Rs)[0]
+        sr = Rs.row_stride
+        rrow = pr + row * (sr * es if isinstance(sr, int) else _bytes(sr, es)) + lane_x
+        ph = ptx.global_ptrs(H)[0]
+        hrow = ph + row * (sr * es if isinstance(sr, int) else _bytes(sr, es)) + lane_x
+
+    def guard(k):
+        """Predicate for chunk k of this thread, or None when it always exists."""
+        if not p.ragged or (k + 1) * T <= p.chunks:
+            return None
+        return lane < (p.chunks - k * T)
+
+    preds = [guard(k) for k in range(K)]
+    step = T * V * es
+    acc = reg.scalar(f32, init=0.0)
+    xs = []
+    for k in range(K):
+        x = load_chunk(xrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints)
+        if Rs is not None:
+            r = load_chunk(rrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints)
+            hsum = []
+            for a, b in zip(x, r):
+                s = reg.scalar(f32)
+                ptx.inst.add.f32(s, a, b)
+                hsum.append(s)
+            x = round_trip(hsum, dtype)
+            store_chunk(hrow, k * step, dtype, narrow(x, dtype), pred=preds[k])
+        for v in x:
+            ptx.inst.fma.rn.f32(acc, v, v, acc)
+        if not p.two_pass:
+            xs.append(x)
+    # Weights do not depend on the row statistics: load them before the reduction
+    # so their latency hides behind it.
+    ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k])
+          for k in range(K)] if p.preload_w else []
+
+    total = _row_sum(acc, T, nwarps, lane, tid)
+    ms = reg.scalar(f32)
+    ptx.inst.fma.rn.f32(ms, total, 1.0 / N, eps)
+    rstd = reg.scalar(f32)
+    ptx.inst.rsqrt.approx.f32(rstd, ms)
+    if RSTD is not None:
+        prs = ptx.global_ptrs(RSTD)[0]
+        with ptx.if_(lane == 0):
+            ptx.inst.st.global_.f32(ptx.addr(prs + row * 4), rstd)
+
+    for k in range(K):
+        if p.two_pass:
+            src = hrow if Rs is not None else xrow
+            x = load_chunk(src, k * step, dtype, V, pred=preds[k])
+        else:
+            x = xs[k]
+        w = ws[k] if p.preload_w else load_chunk(wrow, k * T * V * wes, wdtype, V,
+                                                 pred=preds[k])
+        ys = []
+        for a, b in zip(x, w):
+            t = reg.scalar(f32)
+            ptx.inst.mul.f32(t, a, rstd)
+            ptx.inst.mul.f32(t, t, b)
+            ys.append(t)
+        store_chunk(yrow, k * step, dtype, narrow(ys, dtype), pred=preds[k], hints=p.y_hints)
+
+
+def _bytes(stride_reg, es):
+    """A run-time row stride in bytes (32-bit: strides beyond 4 GiB are refused at launch)."""
+    return stride_reg * es if es > 1 else stride_reg
+
+
+def _row_sum(acc, T, nwarps, lane, tid):
+    """Sum ``acc`` over the ``T`` threads of a row; every one of them gets the total."""
+    if T == 1:
+        return acc
+    if T <= WARP:
+        ptx.warp.reduce_sum(acc, width=T)
+        return acc
+    ptx.warp.reduce_sum(acc)
+    partials = smem.alloc(f32, (nwarps,))
+    warp_id = tid >> 5
+    with ptx.if_((tid & (WARP - 1)) == 0):
+        partials[warp_id] = acc
+    ptx.bar.sync(0)
+    total = reg.scalar(f32, init=0.0)
+    i = 0
+    while i < nwarps:
+        n = 4 if nwarps - i >= 4 else (2 if nwarps - i >= 2 else 1)
+        vals = [reg.scalar(f32) for _ in range(n)]
+        ptx.inst(f"ld.shared{'.v%d' % n if n > 1 else ''}.f32", vals if n > 1 else vals[0],
+                 partials.addr(i))
+        for v in vals:
+            ptx.inst.add.f32(total, total, v)
+        i += n
+    return total

@@ -79,12 +79,9 @@ def covering_forms(spec: OpSpec) -> tuple[list[Match], list[str]]:
     elif spec.ntypes == 1:
         targets = [({}, [t], f".{t[0]}") for t in tuples]
     else:
-        # Every type in every position at least once (not every pair: most are illegal).
-        targets = []
-        for pos in range(spec.ntypes):
-            for name in spec.types:
-                ts = [t for t in tuples if t[pos] == name]
-                targets.append(({}, ts, f".{name} as type {pos}"))
+        # Every type at least once (not every pair: most are illegal; some types,
+        # e.g. cvt's packed .f16x2, exist only as destination).
+        targets = [({}, [t for t in tuples if name in t], f".{name}") for name in spec.types]
     for gi, grp in enumerate(spec.groups):
         for name in grp.names:
             targets.append(({gi: name}, tuples, f".{name} ({grp.name})"))
@@ -126,8 +123,6 @@ def _space(m: Match, index: int) -> str | None:
     op = m.spec.opcode
     if op == "cp.async":
         return "shared" if index == 0 else "global"
-    if op.startswith("mbarrier."):
-        return "shared"
     return m.chosen.get("space")
 
 
@@ -144,6 +139,8 @@ def _immediate(m: Match, slot_index: int, t):
         return 0x3210
     if op in ("cp.async.wait_group", "bar", "barrier") and slot_index == 0:
         return 0
+    if op == "mbarrier.try_wait" and m.has("parity"):
+        return 1
     if op in ("bar", "barrier") and slot_index == 1:
         return 32
     if t is not None and t.is_float:

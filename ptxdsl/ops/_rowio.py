@@ -20,6 +20,11 @@ def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
     With ``pred`` the load is guarded and the registers read 0 where it is false,
     so sums over a ragged tail need no further masking.
     """
+    per = 16 // dtype.bytes
+    if vec > per:  # wider than one 16-byte access (f32 weights beside bf16 x)
+        return [v for i in range(0, vec, per)
+                for v in load_chunk(base, offset + i * dtype.bytes, dtype, per, pred=pred,
+                                    hints=hints)]
     addr = ptx.addr(base, offset)
     if dtype == f32:
         vals = [reg.scalar(f32, init=0.0 if pred is not None else None) for _ in range(vec)]
@@ -80,6 +85,13 @@ def store_chunk(base, offset: int, dtype: PtxType, regs: list, *, pred=None,
                 hints: tuple[str, ...] = ()) -> None:
     """Store registers from :func:`narrow` at ``[base+offset]`` in one access."""
     n = len(regs)
+    width = 16 // max(r.dtype.bits // 8 for r in regs)
+    if n > width:
+        step = 16
+        for i in range(0, n, width):
+            store_chunk(base, offset + (i // width) * step, dtype, regs[i:i + width],
+                        pred=pred, hints=hints)
+        return
     if dtype == f32:
         tname = "f32"
     elif regs[0].dtype.bits == 16:

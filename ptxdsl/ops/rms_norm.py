@@ -1,0 +1,262 @@
+"""``ptxdsl.ops.rms_norm`` / ``rms_norm_backward`` / ``RMSNorm``: the user-facing API.
+
+Arrays may be numpy (run on the GPU when one is present, else on the CPU
+interpreter), torch CUDA tensors or any ``__cuda_array_interface__`` /
+``__dlpack__`` device array (run on the GPU, zero-copy). Torch tensors that
+need gradients go through a ``torch.autograd.Function`` whose backward is
+:func:`rms_norm_backward`.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import LaunchError
+from ..types import PtxType, bf16, f16, f32
+from .rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
+from .rms_norm_fwd import build_forward, max_vec, plan
+
+_DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
+
+
+class KernelCache:
+    """Built kernels keyed by everything that changes their PTX.
+
+    Key: (kind, N, dtype, weight dtype, vec, variant flags, eps, arch, grid).
+    Each Kernel keeps its own trace and compiled-module caches.
+    """
+
+    def __init__(self):
+        self._kernels: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, build):
+        k = self._kernels.get(key)
+        if k is None:
+            with self._lock:
+                k = self._kernels.get(key)
+                if k is None:
+                    k = self._kernels[key] = build()
+        return k
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+
+KERNELS = KernelCache()
+
+
+# ---------------------------------------------------------------- array plumbing
+class _Frame:
+    """What one call runs on: numpy (GPU or interpreter), torch or another device array."""
+
+    def __init__(self, x):
+        self.kind = _kind(x)
+        self.torch = None
+        if self.kind == "torch":
+            import torch
+            self.torch = torch
+
+    def dtype(self, a) -> PtxType:
+        name = str(a.dtype).replace("torch.", "")
+        try:
+            return _DTYPES[name]
+        except KeyError:
+            raise LaunchError(f"rms_norm supports float32, float16 and bfloat16 arrays, "
+                              f"got {a.dtype}") from None
+
+    def empty(self, shape, like, dtype=None):
+        if self.kind == "torch":
+            t = self.torch
+            dt = like.dtype if dtype is None else {f32: t.float32, f16: t.float16,
+                                                     bf16: t.bfloat16}[dtype]
+            return t.empty(shape, dtype=dt, device=like.device)
+        if self.kind == "numpy":
+            dt = like.dtype if dtype is None else dtype.np_dtype
+            return np.empty(shape, dtype=dt)
+        import cupy  # device arrays other than torch: cupy is the common one
+        dt = like.dtype if dtype is None else dtype.np_dtype
+        return cupy.empty(shape, dtype=dt)
+
+    def rows(self, a, n):
+        """A 2-D (M, N) view with unit inner stride; copies only if no such view exists."""
+        if a.ndim == 2 and _strides(a)[1] == 1:
+            return a
+        if self.kind == "torch":
+            v = a.reshape(-1, n)
+            return v if v.stride(1) == 1 else v.contiguous()
+        v = a.reshape(-1, n)
+        return v if _strides(v)[1] == 1 else v.copy()
+
+    def run(self, k, *args):
+        if self.kind == "numpy":
+            from .. import gpu_available
+            return k(*args) if gpu_available() else k.interpret(*args)
+        return k(*args)
+
+    def arch(self, a) -> str:
+        if self.kind == "numpy":
+            from .. import gpu_available
+            if not gpu_available():
+                return "sm_90a"
+        try:
+            from ..runtime.driver import current_arch
+            return current_arch()
+        except ImportError:  # pragma: no cover - runtime always ships
+            return "sm_90a"
+
+    def sms(self) -> int:
+        try:
+            from ..runtime.driver import multiprocessor_count
+            return multiprocessor_count()
+        except Exception:  # no GPU: the interpreter does not care about the grid size
+            return 132
+
+
+def _kind(a) -> str:
+    mod = type(a).__module__
+    if mod.startswith("torch"):
+        return "torch"
+    if isinstance(a, np.ndarray):
+        return "numpy"
+    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"):
+        return "device"
+    raise LaunchError(f"rms_norm takes numpy arrays, torch tensors or device arrays, "
+                      f"got {type(a).__name__}")
+
+
+def _strides(a) -> tuple[int, ...]:
+    if hasattr(a, "stride") and callable(a.stride):
+        return tuple(a.stride())
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+def _ptr(a) -> int:
+    if hasattr(a, "data_ptr"):
+        return a.data_ptr()
+    if isinstance(a, np.ndarray):
+        return a.ctypes.data
+    return a.__cuda_array_interface__["data"][0]
+
+
+def _vec_for(n, dtype, *arrays) -> int:
+    """Widest access every row of every array allows (length, stride, address)."""
+    vec = max_vec(n, dtype)
+    for a in arrays:
+        if a is None:
+            continue
+        while vec > 1 and (_strides(a)[0] % vec or _ptr(a) % (vec * dtype.bytes)):
+            vec //= 2
+    return vec
+
+
+# ---------------------------------------------------------------- forward
+def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool = False,
+             out=None):
+    """``x / sqrt(mean(x^2, -1) + eps) * weight`` over the last dim.
+
+    With ``residual``: ``h = x + residual`` is written into ``residual`` and
+    normalised. Returns ``y`` (and ``rstd``, f32 per row, with ``return_rstd``).
+    Torch tensors requiring grad are differentiable.
+    """
+    frame = _Frame(x)
+    if frame.kind == "torch" and residual is None and out is None and (
+            x.requires_grad or weight.requires_grad):
+        from .torch_autograd import rms_norm_autograd
+        y, rstd = rms_norm_autograd(x, weight, eps)
+        return (y, rstd) if return_rstd else y
+    y, rstd = _forward(frame, x, weight, eps, residual, return_rstd, out)
+    return (y, rstd) if return_rstd else y
+
+
+def _check(x, weight, n, frame):
+    if x.ndim < 1 or n < 1:
+        raise LaunchError(f"rms_norm needs x with a last dim of at least 1, got shape "
+                          f"{tuple(x.shape)}")
+    if tuple(weight.shape) != (n,):
+        raise LaunchError(f"weight must have shape ({n},) to match x's last dim, got "
+                          f"{tuple(weight.shape)}")
+    dt, wdt = frame.dtype(x), frame.dtype(weight)
+    if wdt not in (dt, f32):
+        raise LaunchError(f"weight dtype must be x's ({dt.name}) or float32, got {wdt.name}")
+    return dt, wdt
+
+
+def _forward(frame, x, weight, eps, residual, want_rstd, out):
+    n = int(x.shape[-1])
+    dt, wdt = _check(x, weight, n, frame)
+    lead = tuple(x.shape[:-1])
+    x2 = frame.rows(x, n)
+    m = int(x2.shape[0])
+    r2 = None
+    if residual is not None:
+        if tuple(residual.shape) != tuple(x.shape) or frame.dtype(residual) != dt:
+            raise LaunchError("residual must have x's shape and dtype")
+        r2 = frame.rows(residual, n)
+        if _ptr(r2) != _ptr(residual) and frame.kind != "numpy":
+            raise LaunchError("residual is updated in place, so it needs unit inner stride")
+    y = out if out is not None else frame.empty(tuple(x.shape), x)
+    y2 = frame.rows(y, n)
+    if not (y2.ndim == 2 and _strides(y2) == (n, 1)):
+        raise LaunchError("out must be a contiguous array of x's shape and dtype")
+    rstd = frame.empty((m,), x, f32) if want_rstd else None
+    if m == 0:
+        return y, rstd
+    vec = _vec_for(n, dt, x2, y2, r2)
+    arch = frame.arch(x)
+    key = ("fwd", n, dt.name, wdt.name, vec, r2 is not None, want_rstd, float(eps), arch)
+    k = KERNELS.get(key, lambda: build_forward(plan(n, dt, vec), dt, wdt, eps=eps,
+                                               residual=r2 is not None,
+                                               with_rstd=want_rstd, arch=arch))
+    args = [x2] + ([r2] if r2 is not None else []) + [weight, y2] + \
+        ([r2] if r2 is not None else []) + ([rstd] if want_rstd else [])
+    frame.run(k, *args)
+    if r2 is not None and frame.kind == "numpy" and r2 is not residual:
+        residual[...] = r2.reshape(residual.shape)
+    if out is None:
+        y = y2.reshape(lead + (n,))
+    return y, rstd
+
+
+# ---------------------------------------------------------------- backward
+def rms_norm_backward(dy, x, weight, rstd):
+    """``(dx, dweight)`` for ``y = rms_norm(x, weight)`` given the saved ``rstd``.
+
+    dweight is reduced deterministically (fixed-order partial sums, no atomics).
+    """
+    frame = _Frame(x)
+    n = int(x.shape[-1])
+    dt, wdt = _check(x, weight, n, frame)
+    if tuple(dy.shape) != tuple(x.shape) or frame.dtype(dy) != dt:
+        raise LaunchError(f"dy must match x: shape {tuple(x.shape)} and dtype {dt.name}")
+    x2, dy2 = frame.rows(x, n), frame.rows(dy, n)
+    m = int(x2.shape[0])
+    if tuple(rstd.shape) not in ((m,), tuple(x.shape[:-1])) or frame.dtype(rstd) != f32:
+        raise LaunchError(f"rstd must be float32 with one value per row ({m}), got "
+                          f"{tuple(rstd.shape)} {rstd.dtype}")
+    rstd = rstd.reshape(m) if tuple(rstd.shape) != (m,) else rstd
+    dx = frame.empty(tuple(x.shape), x)
+    dw = frame.empty((n,), weight)
+    if m == 0:
+        dw[...] = 0
+        return dx, dw
+    dx2 = frame.rows(dx, n)
+    vec = _vec_for(n, dt, x2, dy2, dx2)
+    arch = frame.arch(x)
+    sms = frame.sms()
+    p = plan_backward(n, dt, sms, vec=vec)
+    kb = KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, arch),
+                     lambda: build_backward(p, dt, wdt, arch=arch))
+    kr = KERNELS.get(("dw", n, wdt.name, p.grid, arch),
+                     lambda: build_dw_reduce(n, p.grid, wdt, arch=arch))
+    partial = frame.empty((p.grid, n), x, f32)
+    frame.run(kb, dy2, x2, weight, rstd, dx2, partial)
+    frame.run(kr, partial, dw)
+    return dx2.reshape(tuple(x.shape)), dw
+
+
+def RMSNorm(*args, **kwargs):
+    """``torch.nn.Module`` running ptxdsl's RMSNorm kernels (forward and backward)."""
+    from .torch_autograd import RMSNorm as _RMSNorm
+    return _RMSNorm(*args, **kwargs)

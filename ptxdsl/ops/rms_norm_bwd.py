@@ -30,6 +30,9 @@ class BwdPlan:
     grid: int              # G: persistent CTAs (rows cta, cta+G, ...)
     prefetch: bool = True  # load the next row while reducing this one
     preload_w: bool = True
+    # Rows too long for registers: stream x/dy twice (the second read mostly hits
+    # L2) and keep the dw partial in the CTA's own row of the f32 partial buffer.
+    streaming: bool = False
 
     @property
     def chunks(self) -> int:
@@ -54,13 +57,15 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
         threads = min(1024, max(32, -(-chunks // per)))
         threads = -(-threads // WARP) * WARP
     values = -(-chunks // threads) * vec
+    streaming = values > 32
     if prefetch is None:
-        prefetch = values <= 16
-    regs = 24 + values * (3 + (2 if prefetch else 0) + 1)
+        prefetch = values <= 16 and not streaming
+    regs = 32 if streaming else 24 + values * (3 + (2 if prefetch else 0) + 1)
     if ctas_per_sm is None:
         # Hopper: at most 32 CTAs, 2048 threads and 64K registers per SM.
         ctas_per_sm = max(1, min(32, 2048 // threads, 65536 // (threads * regs)))
-    return BwdPlan(n, vec, threads, sms * ctas_per_sm, prefetch, True)
+    return BwdPlan(n, vec, threads, sms * ctas_per_sm, prefetch and not streaming,
+                   not streaming, streaming)
 
 
 def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "sm_90a"):
@@ -97,6 +102,11 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
 
         preds = [guard(k) for k in range(K)]
         step = T * V * es
+        prow = pdwp + cta * (N * 4) + tid * (V * 4)
+        if p.streaming:
+            _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx,
+                            preds, tid, nwarps)
+            return
         ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]) for k in range(K)]
         dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
         partials = smem.alloc(f32, (2, nwarps))
@@ -160,11 +170,61 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                     for a_list, b_list in zip(cur, new):
                         for a, b in zip(a_list, b_list):
                             ptx.inst.mov.f32(a, b)
-        prow = pdwp + cta * (N * 4) + tid * (V * 4)
         for k in range(K):
             store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
 
     return rms_norm_bwd
+
+
+def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
+                    tid, nwarps):
+    """The long-row backward: two streamed passes per row, dw partial in global memory."""
+    N, T, V, G, K = p.n, p.threads, p.vec, p.grid, p.per_thread
+    es, wes = dtype.bytes, wdtype.bytes
+    step, wstep, pstep = T * V * es, T * V * wes, T * V * 4
+    zeros = [reg.scalar(f32, init=0.0) for _ in range(V)]
+    for k in range(K):
+        store_chunk(prow, k * pstep, f32, zeros, pred=preds[k])
+    partials = smem.alloc(f32, (2, nwarps))
+    buf = reg.scalar(u32, init=0)
+    for row in ptx.range_(cta, m, G):
+        rstd = reg.scalar(f32)
+        ptx.inst.ld.global_.nc.f32(rstd, ptx.addr(prs + row * 4))
+        pdy_r, px_r = dy0 + row * (sdy * es), x0 + row * (sx * es)
+        dot = reg.scalar(f32, init=0.0)
+        for k in range(K):
+            d = load_chunk(pdy_r, k * step, dtype, V, pred=preds[k])
+            x = load_chunk(px_r, k * step, dtype, V, pred=preds[k])
+            w = load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k])
+            for a, b, c in zip(d, x, w):
+                t = reg.scalar(f32)
+                ptx.inst.mul.f32(t, a, c)
+                ptx.inst.fma.rn.f32(dot, t, b, dot)
+        total = _block_sum(dot, T, nwarps, tid, partials, buf)
+        c = reg.scalar(f32)
+        ptx.inst.mul.f32(c, rstd, rstd)
+        ptx.inst.mul.f32(c, c, total)
+        ptx.inst.mul.f32(c, c, 1.0 / N)
+        pdx_r = dx0 + row * (N * es)
+        for k in range(K):
+            d = load_chunk(pdy_r, k * step, dtype, V, pred=preds[k])
+            x = load_chunk(px_r, k * step, dtype, V, pred=preds[k])
+            w = load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k])
+            acc = load_chunk(prow, k * pstep, f32, V, pred=preds[k])
+            outs = []
+            for a, b, ww, s in zip(d, x, w, acc):
+                t = reg.scalar(f32)
+                ptx.inst.mul.f32(t, a, ww)
+                u = reg.scalar(f32)
+                ptx.inst.neg.f32(u, b)
+                ptx.inst.fma.rn.f32(u, u, c, t)
+                ptx.inst.mul.f32(u, u, rstd)
+                outs.append(u)
+                xh = reg.scalar(f32)
+                ptx.inst.mul.f32(xh, b, rstd)
+                ptx.inst.fma.rn.f32(s, a, xh, s)
+            store_chunk(pdx_r, k * step, dtype, narrow(outs, dtype), pred=preds[k])
+            store_chunk(prow, k * pstep, f32, acc, pred=preds[k])
 
 
 def _and(a, b):

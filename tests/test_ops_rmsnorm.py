@@ -1,0 +1,178 @@
+"""RMSNorm ops on the CPU interpreter against float64 numpy (forward and backward)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ptxdsl.errors import LaunchError
+from ptxdsl.ops import rms_norm, rms_norm_backward
+from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
+from ptxdsl.ops.rms_norm_fwd import build_forward, max_vec, plan
+from ptxdsl.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
+
+pytest.importorskip("ptxdsl.interp")
+
+EPS = 1e-6
+NS = [1, 3, 8, 17, 96, 100, 257, 1000, 1024, 1030, 2048, 4097]
+
+
+def ref_fwd(x, w, eps=EPS):
+    x64 = x.astype(np.float64)
+    rstd = 1.0 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps)
+    return x64 * rstd * w.astype(np.float64), rstd[..., 0]
+
+
+def rel_err(out, ref):
+    scale = np.maximum(np.abs(ref).max(axis=-1, keepdims=True), 1e-30)
+    return float(np.max(np.abs(out.astype(np.float64) - ref) / scale))
+
+
+SETTINGS = settings(max_examples=12, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(m=st.integers(1, 5), n=st.sampled_from(NS), seed=st.integers(0, 2**16),
+       lead=st.booleans())
+def test_forward_f32_matches_float64(m, n, seed, lead):
+    rng = np.random.default_rng(seed)
+    shape = (2, m, n) if lead else (m, n)
+    x = rng.standard_normal(shape).astype(np.float32) * rng.uniform(0.01, 100)
+    w = (rng.standard_normal(n) * 0.5 + 1).astype(np.float32)
+    y, rstd = rms_norm(x, w, EPS, return_rstd=True)
+    ref, rref = ref_fwd(x, w)
+    assert y.shape == x.shape and y.dtype == np.float32
+    assert rel_err(y, ref) < 2e-6
+    assert np.allclose(rstd, rref.reshape(-1), rtol=1e-6)
+
+
+@SETTINGS
+@given(m=st.integers(1, 4), n=st.sampled_from([4, 24, 100, 1000, 1030]),
+       extra=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_forward_strided_rows(m, n, extra, seed):
+    """x is a row-slice of a wider array: its rows are not contiguous with each other."""
+    rng = np.random.default_rng(seed)
+    big = rng.standard_normal((m, n + extra)).astype(np.float32)
+    x = big[:, :n]
+    w = rng.standard_normal(n).astype(np.float32)
+    y = rms_norm(x, w, EPS)
+    assert rel_err(y, ref_fwd(x, w)[0]) < 2e-6
+
+
+@SETTINGS
+@given(m=st.integers(1, 4), n=st.sampled_from(NS), seed=st.integers(0, 2**16))
+def test_forward_residual_in_place(m, n, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    r = rng.standard_normal((m, n)).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    h = x + r
+    res = r.copy()
+    y = rms_norm(x, w, EPS, residual=res)
+    np.testing.assert_array_equal(res, h)  # f32 add is exact to numpy's f32 add
+    assert rel_err(y, ref_fwd(h, w)[0]) < 2e-6
+
+
+def _half(dtype, a):
+    if dtype == f16:
+        return a.astype(np.float16)
+    return f32_to_bf16_bits(a.astype(np.float32))
+
+
+def _widen(dtype, a):
+    return a.astype(np.float32) if dtype == f16 else bf16_bits_to_f32(a)
+
+
+def _ulp_err(dtype, out_bits, ref64):
+    """Distance in units in the last place of the half type, per element."""
+    if dtype == f16:
+        ref_r = ref64.astype(np.float16).astype(np.float64)
+        got = out_bits.astype(np.float64)
+        ulp = np.spacing(np.abs(ref_r).astype(np.float16)).astype(np.float64)
+    else:
+        ref_bits = f32_to_bf16_bits(ref64.astype(np.float32))
+        ref_r = bf16_bits_to_f32(ref_bits).astype(np.float64)
+        got = bf16_bits_to_f32(out_bits).astype(np.float64)
+        ulp = np.abs(bf16_bits_to_f32(ref_bits + 1).astype(np.float64) - ref_r)
+    return np.abs(got - ref_r) / np.maximum(ulp, 1e-30)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from([f16, bf16]), wf32=st.booleans(), m=st.integers(1, 3),
+       n=st.sampled_from([2, 8, 100, 1000, 1030, 2048]), seed=st.integers(0, 2**16))
+def test_forward_half_within_one_ulp(dtype, wf32, m, n, seed):
+    """f16/bf16 in, f32 math, output within 1 ulp of the correctly rounded f64 answer."""
+    rng = np.random.default_rng(seed)
+    x = _half(dtype, rng.standard_normal((m, n)))
+    wdt = f32 if wf32 else dtype
+    w = (rng.standard_normal(n) * 0.5 + 1).astype(np.float32)
+    wa = w if wf32 else _half(dtype, w)
+    k = build_forward(plan(n, dtype, max_vec(n, dtype)), dtype, wdt, eps=EPS)
+    y = np.zeros_like(x)
+    k.interpret(x, wa, y)
+    ref, _ = ref_fwd(_widen(dtype, x), wa if wf32 else _widen(dtype, wa))
+    assert _ulp_err(dtype, y, ref).max() <= 1.0
+
+
+@SETTINGS
+@given(m=st.integers(1, 6), n=st.sampled_from(NS), seed=st.integers(0, 2**16))
+def test_backward_f32_matches_float64(m, n, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    dy = rng.standard_normal((m, n)).astype(np.float32)
+    w = (rng.standard_normal(n) * 0.5 + 1).astype(np.float32)
+    _, rstd64 = ref_fwd(x, w)
+    rstd = rstd64.astype(np.float32)
+    dx, dw = rms_norm_backward(dy, x, w, rstd)
+    x64, dy64, w64, r64 = x.astype(np.float64), dy.astype(np.float64), w.astype(np.float64), \
+        rstd.astype(np.float64)[:, None]
+    g = dy64 * w64
+    rdx = r64 * (g - x64 * r64**2 * (g * x64).sum(-1, keepdims=True) / n)
+    rdw = (dy64 * x64 * r64).sum(0)
+    assert rel_err(dx, rdx) < 1e-5
+    assert float(np.max(np.abs(dw - rdw))) <= 1e-5 * max(1.0, float(np.abs(rdw).max()))
+
+
+def test_backward_dweight_is_bitwise_repeatable():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((37, 96)).astype(np.float32)
+    dy = rng.standard_normal((37, 96)).astype(np.float32)
+    w = rng.standard_normal(96).astype(np.float32)
+    rstd = ref_fwd(x, w)[1].astype(np.float32)
+    runs = [rms_norm_backward(dy, x, w, rstd)[1].view(np.uint32) for _ in range(3)]
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
+
+
+def test_backward_kernels_assemble_without_spills():
+    pytest.importorskip("ptxdsl.toolchain")
+    from ptxdsl.toolchain import find_ptxas
+    if find_ptxas() is None:
+        pytest.skip("no ptxas")
+    for n, dt in [(8192, f32), (8192, bf16), (4096, f16), (1000, f32), (4097, bf16)]:
+        p = plan_backward(n, dt)
+        for k in (build_backward(p, dt, dt), build_dw_reduce(n, p.grid, dt)):
+            r = k.resources()
+            assert r.spill_stores == 0 and r.local == 0, (n, dt, r)
+
+
+def test_forward_kernels_assemble_without_spills():
+    from ptxdsl.toolchain import find_ptxas
+    if find_ptxas() is None:
+        pytest.skip("no ptxas")
+    for n in [1, 100, 1000, 1024, 4096, 4097, 5120, 7168, 8192, 16384, 32768, 65536]:
+        for dt in (f32, bf16, f16):
+            for res in (False, True):
+                k = build_forward(plan(n, dt), dt, dt, residual=res, with_rstd=res)
+                r = k.resources()
+                assert r.spill_stores == 0 and r.local == 0, (n, dt, res, r)
+
+
+def test_bad_inputs_are_explained():
+    x = np.zeros((2, 8), np.float32)
+    with pytest.raises(LaunchError, match=r"weight must have shape \(8,\)"):
+        rms_norm(x, np.zeros(7, np.float32))
+    with pytest.raises(LaunchError, match="float32, float16 and bfloat16"):
+        rms_norm(x.astype(np.int32), np.zeros(8, np.int32))
+    with pytest.raises(LaunchError, match="weight dtype"):
+        rms_norm(x.astype(np.float16), np.zeros(8, np.float64))

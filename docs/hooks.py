@@ -7,8 +7,18 @@
   in a page becomes a fenced block of the PTX that kernel emits *now*. With
   ``name=value`` pairs, KERNEL names a ``build_*`` function called with them.
   ``from``/``to`` cut an excerpt: from the first line matching ``from`` to the
-  first later line matching ``to`` (inclusive).
-* ``<!-- ptxdsl:bench-tables -->`` becomes tables built from the benchmark JSON
+  first later line matching ``to`` (inclusive), or ``count`` lines.
+  ``lines=comment`` shows each instruction's Python line.
+* ``<!-- ptxdsl:error FILE -->`` becomes the error message ptxdsl gives for
+  FILE: when its ``main()`` runs (e.g. on the interpreter), or, without a main,
+  when its kernels are traced. The build fails if nothing is raised.
+* ``<!-- ptxdsl:check FILE -->`` becomes the ``ptxdsl check FILE`` table
+  (ptxas resources per kernel); without a ptxas it says so instead.
+* ``<!-- ptxdsl:operators -->`` becomes the table of what each register
+  operator records, found by tracing each one (:mod:`ptxdsl.docgen`).
+* ``<!-- ptxdsl:source FILE:NAME -->`` becomes the source of function/class
+  NAME (``Class.method`` for nested) of FILE, found by name, not line numbers.
+* ``<!-- ptxdsl:bench-tables [SUBSTRING] -->`` becomes tables built from the benchmark JSON
   files under ``bench/results/`` (or a sentence saying there are none yet).
 
 Any failure raises, which fails ``mkdocs build --strict``: a docs page that
@@ -21,7 +31,6 @@ import glob
 import json
 import os
 import re
-import shlex
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
@@ -45,7 +54,16 @@ def on_page_markdown(markdown, page, config, files):
             if kind == "ptx":
                 return _ptx_block(args)
             if kind == "bench-tables":
-                return bench_tables(os.path.join(ROOT, "bench", "results"))
+                return bench_tables(os.path.join(ROOT, "bench", "results"), args or None)
+            if kind == "source":
+                return _source_block(args)
+            if kind == "error":
+                return _error_block(args)
+            if kind == "check":
+                return _check_block(args)
+            if kind == "operators":
+                from ptxdsl.docgen import render_operator_table
+                return render_operator_table()
         except PluginError:
             raise
         except Exception as e:  # report which page and marker broke
@@ -58,7 +76,8 @@ def on_page_markdown(markdown, page, config, files):
 # ------------------------------------------------------------------ PTX excerpts
 def _ptx_block(args: str) -> str:
     from ptxdsl import cli
-    words = shlex.split(args)
+    # Plain whitespace split: regexes keep their backslashes (write \s for a space).
+    words = args.split()
     if not words:
         raise PluginError("ptxdsl:ptx needs FILE[:KERNEL]")
     target, opts = words[0], {}
@@ -68,6 +87,7 @@ def _ptx_block(args: str) -> str:
             raise PluginError(f"ptxdsl:ptx option {w!r} is not name=value")
         opts[key] = value
     cut_from, cut_to = opts.pop("from", None), opts.pop("to", None)
+    count = int(opts.pop("count", 0)) or None
     lines = opts.pop("lines", None)
     path, name = cli._split_target(target)
     path = os.path.join(ROOT, path)
@@ -84,9 +104,73 @@ def _ptx_block(args: str) -> str:
             raise PluginError(f"{target}: no such kernel; found {[e.name for e in entries]}")
         kernel = match[0].kernel
     text = kernel.ptx(lines=lines or None)
-    if cut_from or cut_to:
-        text = _excerpt(text, cut_from, cut_to)
+    if cut_from or cut_to or count:
+        text = _excerpt(text, cut_from, cut_to, count)
     return "```ptx\n" + text.rstrip() + "\n```"
+
+
+def _error_block(args: str) -> str:
+    """The error ptxdsl raises for FILE: from its ``main()`` when it has one (an
+    interpreter run), else from tracing its kernels."""
+    from ptxdsl import cli
+    from ptxdsl.errors import PtxdslError
+    path = os.path.join(ROOT, args.strip())
+    module = _module(path)
+
+    def shown(err):
+        text = str(err).replace(os.path.dirname(path) + os.sep, "")
+        return f"```text\n{type(err).__name__}: {text}\n```"
+    try:
+        if callable(getattr(module, "main", None)):
+            module.main()
+        else:
+            for e in cli.load_kernels(path, module=module):
+                e.kernel.ptx()
+    except PtxdslError as err:
+        return shown(err)
+    raise PluginError(f"ptxdsl:error {args}: no error was raised, but the page shows one")
+
+
+def _check_block(args: str) -> str:
+    import contextlib
+    import io
+
+    from ptxdsl import cli, toolchain
+    from ptxdsl.errors import ToolchainError
+    try:
+        have = toolchain.find_ptxas() is not None
+    except ToolchainError:
+        have = False
+    if not have:
+        return ("*(No ptxas was found when these docs were built, so this table is missing; "
+                f"run `ptxdsl check {args.strip()}` to see it.)*")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["check", os.path.join(ROOT, args.strip())])
+    if code != 0:
+        raise PluginError(f"ptxdsl check {args} failed (exit {code}):\n{out.getvalue()}")
+    return "```text\n$ ptxdsl check " + args.strip() + "\n" + out.getvalue().rstrip() + "\n```"
+
+
+def _source_block(args: str) -> str:
+    """The source of a function or class (``FILE:name`` or ``FILE:Class.method``)."""
+    import ast
+    import textwrap
+    target, _, qual = args.strip().rpartition(":")
+    path = os.path.join(ROOT, target)
+    with open(path, encoding="utf-8") as f:
+        src = f.read()
+    node = ast.parse(src)
+    for part in qual.split("."):
+        node = next((n for n in ast.iter_child_nodes(node)
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        if node is None:
+            raise PluginError(f"ptxdsl:source {args}: no {part!r} in {target}")
+    lines = src.split("\n")
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    body = textwrap.dedent("\n".join(lines[first - 1:node.end_lineno]))
+    return f"```python\n# {target}\n{body}\n```"
 
 
 def _module(path: str):
@@ -96,7 +180,7 @@ def _module(path: str):
     return _modules[path]
 
 
-def _excerpt(text: str, start: str | None, stop: str | None) -> str:
+def _excerpt(text: str, start: str | None, stop: str | None, count: int | None = None) -> str:
     lines = text.split("\n")
     i = 0
     if start:
@@ -104,7 +188,9 @@ def _excerpt(text: str, start: str | None, stop: str | None) -> str:
         if i is None:
             raise PluginError(f"no PTX line matches from={start!r}")
     j = len(lines) - 1
-    if stop:
+    if count:
+        j = min(j, i + count - 1)
+    elif stop:
         j = next((n for n in range(i + 1, len(lines)) if re.search(stop, lines[n])), None)
         if j is None:
             raise PluginError(f"no PTX line after {start!r} matches to={stop!r}")
@@ -123,18 +209,74 @@ def _fmt(v) -> str:
     return "" if v is None else str(v).replace("|", "\\|")
 
 
-def _rows_of(data) -> list[dict]:
+def _pivot(rows: list[dict]) -> list[str]:
+    """Rows of ``{"shape", "dtype", "results": {contender: {"us", "tbps"} | {"error"}}}``
+    (bench/rmsnorm.py's layout) as one table: a column per contender."""
+    names: list[str] = []
+    for r in rows:
+        for k in r["results"]:
+            if k not in names:
+                names.append(k)
+    head = ["dtype", "shape"] + names
+    has_copy, has_ours = "copy" in names, "ptxdsl" in names
+    if has_ours and has_copy:
+        head.append("ptxdsl % of copy")
+    if has_ours:
+        head.append("best other / ptxdsl")
+    out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        res = r["results"]
+        cells = [_fmt(r.get("dtype")), _fmt(r.get("shape"))]
+        for n in names:
+            v = res.get(n) or {}
+            if "us" in v:
+                tb = f" ({v['tbps']:.2f} TB/s)" if isinstance(v.get("tbps"), (int, float)) else ""
+                cells.append(f"{v['us']:.1f} µs{tb}")
+            elif "error" in v:
+                cells.append(f'<span title="{_fmt(v["error"])}">error</span>')
+            else:
+                cells.append("")
+        ours = (res.get("ptxdsl") or {}).get("us")
+        if has_ours and has_copy:
+            cp = (res.get("copy") or {}).get("us")
+            cells.append(f"{100 * cp / ours:.0f}%" if ours and cp else "")
+        if has_ours:
+            peers = [v["us"] for k, v in res.items() if k not in ("ptxdsl", "copy") and "us" in v]
+            cells.append(f"{min(peers) / ours:.2f}×" if ours and peers else "")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _flat(rows: list[dict]) -> list[str]:
+    cols = list(dict.fromkeys(k for r in rows for k in r
+                              if not isinstance(r[k], (dict, list)) or k == "shape"))
+    out = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    return out
+
+
+def _sections(data) -> list[tuple[str | None, list[dict]]]:
+    """The lists of row dicts in a results file: the file itself if it is a list,
+    else every top-level list of dicts (``results``, ``forward``, ``backward``...)."""
     if isinstance(data, list):
-        return [r for r in data if isinstance(r, dict)]
-    for key in ("results", "rows", "runs", "data"):
-        if isinstance(data.get(key), list):
-            return [r for r in data[key] if isinstance(r, dict)]
-    return []
+        return [(None, [r for r in data if isinstance(r, dict)])]
+    out = []
+    for key, value in data.items():
+        if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
+            out.append((key, value))
+    return out
 
 
-def bench_tables(folder: str) -> str:
-    """Markdown tables, one per JSON file in ``folder``, with each file's device and date."""
+def bench_tables(folder: str, only: str | None = None) -> str:
+    """Markdown tables, one per JSON file in ``folder`` (whose name contains ``only``),
+    with each file's device and date."""
     paths = sorted(glob.glob(os.path.join(folder, "*.json")))
+    if only:
+        paths = [p for p in paths if only.strip() in os.path.basename(p)]
+    if not paths and only:
+        return (f"*No `{only.strip()}` benchmark results are committed yet* (`bench/results/` "
+                "holds none); this space fills in from them when they are.")
     if not paths:
         return ("*No benchmark results are committed yet:* `bench/results/` holds no JSON "
                 "files. The numbers on this page come only from those files; run the "
@@ -155,16 +297,16 @@ def bench_tables(folder: str) -> str:
         facts.append(f"**source**: `bench/results/{os.path.basename(path)}`")
         out.append(" · ".join(facts))
         out.append("")
-        rows = _rows_of(data)
-        if not rows:
+        sections = _sections(data)
+        if not sections:
             out.append("*(this file has no rows)*")
             out.append("")
             continue
-        cols = list(dict.fromkeys(k for r in rows for k in r
-                                  if not isinstance(r[k], (dict, list)) or k == "shape"))
-        out.append("| " + " | ".join(cols) + " |")
-        out.append("|" + " --- |" * len(cols))
-        for r in rows:
-            out.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
-        out.append("")
+        for key, rows in sections:
+            if key not in (None, "results", "rows"):
+                out.append(f"**{key}**")
+                out.append("")
+            pivot = all(isinstance(r.get("results"), dict) for r in rows)
+            out.extend(_pivot(rows) if pivot else _flat(rows))
+            out.append("")
     return "\n".join(out)

@@ -441,7 +441,10 @@ def _cmd_cache(args) -> int:
         exists = os.path.isdir(path)
         files, size = _dir_stats(path) if exists else (0, 0)
         source = ("PTXDSL_CACHE_DIR" if os.environ.get("PTXDSL_CACHE_DIR") else "default")
+        enabled = os.environ.get("PTXDSL_CACHE", "1").strip().lower() not in (
+            "0", "off", "false", "no")
         print(format_table(["", ""], [["cache dir", path], ["set by", source],
+                                      ["enabled", "yes" if enabled else "no (PTXDSL_CACHE=0)"],
                                       ["exists", "yes" if exists else "no"],
                                       ["files", files], ["size", _human(size)]],
                            right=[False, False]).split("\n", 2)[2])
@@ -453,8 +456,10 @@ def _cmd_cache(args) -> int:
         rcache = None
     fn = getattr(rcache, "clear", None) or getattr(rcache, "clear_cache", None)
     if callable(fn):
-        fn()
-        print(f"cleared {path}")
+        # The runtime's own clear deletes only the files it wrote.
+        removed = fn()
+        what = f"{removed} file(s)" if isinstance(removed, int) else "entries"
+        print(f"removed {what} from {path}")
         return 0
     if not os.path.isdir(path):
         print(f"nothing to clear: {path} does not exist")
@@ -482,22 +487,23 @@ def _looks_like_our_cache(path: str) -> bool:
 
 
 def _cmd_doctor(args) -> int:
+    """Exit 0 when kernels can at least be assembled here (a ptxas) or run (a GPU)."""
     try:
         from . import doctor as doctor_mod  # the runtime's fuller report, when present
     except ImportError:
         doctor_mod = None
-    if doctor_mod is not None and callable(getattr(doctor_mod, "doctor", None)):
-        result = doctor_mod.doctor()
-        if isinstance(result, str):
-            print(result)
-            return 0
-        if isinstance(result, int) and not isinstance(result, bool):
-            return result
-        if isinstance(result, dict):
-            _print_report(result)
-            return 0
-        return 0
-    return _fallback_doctor()
+    if doctor_mod is None or not callable(getattr(doctor_mod, "doctor", None)):
+        return _fallback_doctor()
+    report = doctor_mod.doctor()
+    if not isinstance(report, dict):  # an older doctor that prints for itself
+        return report if isinstance(report, int) and not isinstance(report, bool) else 0
+    fmt = getattr(doctor_mod, "format_report", None)
+    if callable(fmt):
+        print(fmt(report))
+    else:
+        _print_report(report)
+    usable = bool(report.get("ptxas")) or report.get("gpu") == "yes"
+    return 0 if usable else EXIT_FAIL
 
 
 def _print_report(report: dict) -> None:
@@ -521,7 +527,7 @@ def _fallback_doctor() -> int:
     report["PTXDSL_INTERPRET"] = os.environ.get("PTXDSL_INTERPRET") or None
     report["problems"] = tc.get("problems")
     _print_report(report)
-    return EXIT_FAIL if report["ptxas"] is None else 0
+    return EXIT_FAIL if report["ptxas"] is None and not gpu_available() else 0
 
 
 # ------------------------------------------------------------------ plumbing

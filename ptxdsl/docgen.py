@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from .isa import TABLE, OpSpec
 from .isa.spec import parse_operands
 
-__all__ = ["render_ptx_namespace", "python_chain", "python_example", "interp_support",
-           "anchor", "CATEGORY_TITLES", "REG_TYPES"]
+__all__ = ["render_ptx_namespace", "render_operator_table", "trace_operator", "python_chain",
+           "python_example", "interp_support", "anchor", "CATEGORY_TITLES", "REG_TYPES",
+           "OPERATOR_ROWS"]
 
 # Section order and titles of the page; categories missing here go last, by name.
 CATEGORY_TITLES: dict[str, str] = {
@@ -163,20 +164,20 @@ def python_example(example: str) -> PyExample | None:
 def interp_support() -> tuple[set[str] | None, str]:
     """The opcodes the CPU interpreter runs, and a sentence saying where that came from.
 
-    Reads ``ptxdsl.interp`` (a ``SUPPORTED`` set of opcodes or a
-    ``supported_opcodes()`` function); returns ``(None, reason)`` when the
-    interpreter says nothing.
+    Reads ``ptxdsl.interp.supported()`` (or a ``SUPPORTED`` set); returns
+    ``(None, reason)`` when the interpreter is missing or says nothing.
     """
     try:
         from . import interp
     except ImportError as e:
         return None, f"the CPU interpreter (ptxdsl.interp) is not installed here ({e})"
-    for attr in ("supported_opcodes", "SUPPORTED", "SUPPORTED_OPCODES"):
+    for attr in ("supported", "supported_opcodes", "SUPPORTED", "SUPPORTED_OPCODES"):
         value = getattr(interp, attr, None)
         if callable(value):
             value = value()
         if value is not None:
-            return {str(v) for v in value}, f"read from `ptxdsl.interp.{attr}`"
+            call = "()" if callable(getattr(interp, attr)) else ""
+            return {str(v) for v in value}, f"read from `ptxdsl.interp.{attr}{call}`"
     return None, "ptxdsl.interp does not publish the set of opcodes it runs"
 
 
@@ -335,6 +336,93 @@ def _render_spec(spec: OpSpec, supported: set[str] | None) -> list[str]:
         w("```")
         w("")
     return out
+
+
+# ------------------------------------------------------------------ operator table
+# (Python expression, what it shows). Names: a, b, c are registers of the column's
+# type, p is a .u64 pointer register, n a Python int. The expression's value is
+# used afterwards (so products resolve as they would in a kernel).
+OPERATOR_ROWS: tuple[tuple[str, str], ...] = (
+    ("a + b", "add"), ("a - b", "subtract"), ("a + 3", "register and Python number"),
+    ("3 - a", "reflected: number on the left"),
+    ("a * b + c", "product used as a 32-bit value"),
+    ("p + a * 4", "product meeting a 64-bit pointer"),
+    ("(a * 4).wide", "the double-width product, asked for"),
+    ("p + a", "32-bit meeting 64-bit"),
+    ("a / b", "true division"), ("a // b", "floor division"), ("a % b", "remainder"),
+    ("a & b", "bitwise and"), ("a | b", "bitwise or"), ("a ^ b", "bitwise xor"),
+    ("a << 2", "shift left"), ("a >> 2", "shift right"),
+    ("-a", "negate"), ("~a", "bitwise not"), ("abs(a)", "absolute value"),
+    ("a < b", "comparison (a new predicate)"), ("a <= b", ""), ("a > b", ""), ("a >= b", ""),
+    ("a == b", ""), ("a != b", ""),
+    ("a += b", "in place: the result goes back into a"),
+)
+OPERATOR_TYPES: tuple[str, ...] = ("u32", "s32", "u64", "f32", "pred")
+
+
+def trace_operator(expr: str, type_name: str) -> str:
+    """The PTX instructions ``expr`` records for registers of ``type_name``.
+
+    Returns the opcodes joined by ``; `` (e.g. ``"mul.wide.u32; add.u64"``),
+    or ``"refused: <reason>"`` when ptxdsl rejects the expression.
+    """
+    from . import ir
+    from . import reg as reg_mod
+    from .errors import PtxdslError
+    from .trace import Builder, _collect_used, _resolve_deferred
+    from .types import ALL_TYPES
+
+    t = ALL_TYPES[type_name]
+    b = Builder("op_table", "sm_90a")
+    with b.active():
+        if t.is_pred:
+            x = reg_mod.scalar(ALL_TYPES["u32"])
+            a, bb, c = (x < 1), (x < 2), (x < 3)
+        else:
+            a, bb, c = (reg_mod.scalar(t) for _ in range(3))
+        ns = {"a": a, "b": bb, "c": c, "p": reg_mod.scalar(ALL_TYPES["u64"])}
+        start = len(b.body)
+        try:
+            if "=" in expr.replace("==", "").replace("<=", "").replace(">=", "").replace(
+                    "!=", ""):
+                exec(expr, {}, ns)
+                value = ns["a"]
+            else:
+                value = eval(expr, {"abs": abs}, ns)
+        except AttributeError:
+            return "refused: only integer products have .wide"
+        except (PtxdslError, TypeError, ValueError) as e:
+            msg = getattr(e, "message", None) or str(e)
+            return "refused: " + msg.split("; ")[0]
+    # Resolve products as a finished kernel would, with the value counted as used.
+    used: set = {value}
+    _collect_used(b.body, used)
+    body = _resolve_deferred(b.body[start:], used)
+    texts = [n.match.text for n in body if isinstance(n, ir.Instr)]
+    return "; ".join(texts) if texts else "(no instruction)"
+
+
+def render_operator_table(types: tuple[str, ...] = OPERATOR_TYPES) -> str:
+    """A Markdown table of what each register operator records, found by tracing it."""
+    out = ["| Python | " + " | ".join(f"`.{t}`" for t in types) + " |",
+           "| --- |" + " --- |" * len(types)]
+    for expr, what in OPERATOR_ROWS:
+        cells = []
+        for t in types:
+            r = trace_operator(expr, t)
+            if r.startswith("refused: "):
+                reason = r[len("refused: "):].replace("|", "\\|")
+                cells.append(f"<span title=\"{_html_attr(reason)}\">refused</span>")
+            else:
+                cells.append("<br>".join(f"`{x}`" for x in r.split("; ")))
+        label = f"`{expr}`" + (f"<br><small>{what}</small>" if what else "")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _html_attr(text: str) -> str:
+    return (text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+            .replace(">", "&gt;"))
 
 
 def main(argv: list[str] | None = None) -> int:

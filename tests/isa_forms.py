@@ -205,8 +205,10 @@ class Sweep:
                 if not s.optional or m.spec.opcode == "cp.async"]
         form = Form(m, imm_slot)
         try:
-            form.instr = self.b.build(m.text.split("."), args,
-                                      loc=SourceLoc("form", len(self.forms)))
+            # The tracer's own operand checks (Builder.build minus the table lookup,
+            # so that a match made from a relaxed spec can be built too).
+            form.instr = ir.Instr(m, self.b.coerce_operands(m, args),
+                                  SourceLoc("form", len(self.forms)))
         except IsaError:
             return None
         self.forms.append(form)

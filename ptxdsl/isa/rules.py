@@ -97,17 +97,43 @@ def cvt(m):
             return "integer to integer conversions take no rounding modifier"
     if m.has("relu") and dst.name not in ("f16", "bf16"):
         return ".relu applies to conversions to .f16/.bf16"
+    if m.has("satfinite") and dst.name not in ("f16", "bf16"):
+        return ".satfinite applies to conversions of .f32 to .f16/.bf16/.f16x2/.bf16x2/.tf32"
+    if (m.has("relu") or m.has("satfinite")) and (src.name != "f32" or frnd not in ("rn", "rz")):
+        word = "relu" if m.has("relu") else "satfinite"
+        return f".{word} is for rounding .f32 down: write cvt.rn.{word}.{dst.name}.f32"
     if m.has("ftz") and "f32" not in (dst.name, src.name):
         return ".ftz applies only when .f32 is the source or destination"
+    if m.has("sat"):
+        msg = _cvt_sat(dst, src)
+        if msg:
+            return msg
     if "bf16" in (dst.name, src.name):
-        # bf16 <-> f32 arrived with sm_80 (f32 -> bf16) and sm_90 (the rest).
-        need = ((7, 0), 80) if (dst.name, src.name) == ("bf16", "f32") else ((7, 8), 90)
+        other = src if dst.name == "bf16" else dst
+        if other.bits == 8:
+            return "cvt has no form between .bf16 and 8-bit integers; convert through .s16/.u16"
+        # f32 -> bf16 arrived with sm_80 (PTX 7.0), bf16 -> f32 with PTX 7.1, the rest sm_90.
+        need = {("bf16", "f32"): ((7, 0), 80), ("f32", "bf16"): ((7, 1), 80)}.get(
+            (dst.name, src.name), ((7, 8), 90))
+        if m.has("ftz") and src.name == "bf16":
+            need = ((7, 8), 90)
     return need
 
 
+def _cvt_sat(dst, src):
+    """Where ptxas allows cvt.sat: conversions that can overflow their destination."""
+    if not dst.is_float and not src.is_float:
+        fits = (dst.kind == src.kind and dst.bits >= src.bits) or (
+            dst.kind == "s" and src.kind == "u" and dst.bits > src.bits)
+        if fits:
+            return (f"every .{src.name} value fits .{dst.name}, so there is nothing to "
+                    f"saturate: drop .sat")
+    if dst.is_float and src.name in ("f16", "bf16"):
+        return f".sat on a float destination does not take a .{src.name} source"
+    return None
+
+
 def cvta(m):
-    if m.types[0].name == "u32" and m.chosen.get("space") == "global":
-        return "global addresses are 64-bit: use cvta.to.global.u64"
     return None
 
 
@@ -143,14 +169,28 @@ def float_kind_required(m):
 def rcp(m):
     if m.type.name == "f64" and m.has("approx") and not m.has("ftz"):
         return "rcp.approx.f64 exists only as rcp.approx.ftz.f64"
+    if m.type.name == "f64" and m.has("ftz") and not m.has("approx"):
+        return f".ftz on .f64 belongs to rcp.approx.ftz.f64; rcp.{m.chosen['kind']}.f64 is IEEE"
+    return None
+
+
+def mbarrier(m):
+    sem, scope = m.chosen.get("sem"), m.chosen.get("scope")
+    if sem and not scope:
+        return f".{sem} needs a scope right after it: .{sem}.cta or .{sem}.cluster"
+    if scope and not sem:
+        want = "acquire" if "wait" in m.spec.opcode else "release"
+        return f"a scope needs the memory order before it: .{want}.{scope}"
     return None
 
 
 def compare(m):
     cmp = m.chosen["cmp"]
     t = m.type
-    if cmp in ("lo", "ls", "hi", "hs") and t.is_float:
-        return f".{cmp} is an unsigned-integer comparison; floats use lt/le/gt/ge"
+    if cmp in ("lo", "ls", "hi", "hs") and t.kind != "u":
+        other = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}[cmp]
+        return (f".{cmp} is an unsigned-integer comparison (.u16/.u32/.u64); "
+                f".{t.name} compares with .{other}")
     if cmp in ("equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan") and not t.is_float:
         return f".{cmp} is a float (NaN-aware) comparison; integers use eq/ne/lt/le/gt/ge"
     if t.kind == "b" and cmp not in ("eq", "ne"):
@@ -161,16 +201,20 @@ def compare(m):
 
 
 def set_(m):
+    if m.has("ftz") and m.types[1].name != "f32":
+        return ".ftz applies to .f32 sources: set.cmp.ftz.<dtype>.f32"
     return compare(m.__class__(m.spec, m.mods, m.chosen, m.types[1:], m.operands, m.ptx, m.sm))
 
 
 def ex2(m):
     t = m.type.name
     if t in ("f16", "f16x2"):
+        if m.has("ftz"):
+            return f"ex2.approx.{t} takes no .ftz"
         return ((7, 0), 75)
     if t in ("bf16", "bf16x2"):
-        if m.has("ftz"):
-            return ".ftz does not apply to bf16"
+        if not m.has("ftz"):
+            return f"ex2 on .{t} exists only as ex2.approx.ftz.{t}"
         return ((7, 8), 90)
     return None
 
@@ -210,11 +254,11 @@ def fence(m):
     if kind and sem != "proxy":
         return f".{kind} belongs after .proxy: fence.proxy.{kind}"
     if sem in ("sc", "acq_rel", None) and not kind and "scope" not in m.chosen:
-        return "fence.sc / fence.acq_rel need a scope: .cta, .cluster, .gpu or .sys"
+        return "fence needs a scope: fence{.sc|.acq_rel}.cta / .cluster / .gpu / .sys"
     if sem in ("sc", "acq_rel", None) and m.chosen.get("scope", "").startswith(("shared", "glob")):
         return "a state space after fence belongs to fence.proxy.async only"
-    if sem is None and not kind:
-        return "fence needs .sc, .acq_rel or .proxy"
+    if kind == "alias" and "scope" in m.chosen:
+        return "fence.proxy.alias takes no scope or state space"
     return None
 
 
@@ -232,9 +276,6 @@ def atom(m):
     allowed = _ATOM_TYPES[op]
     if t not in allowed:
         return f".{op} works on {', '.join('.' + x for x in sorted(allowed))}, not .{t}"
-    sem = m.chosen.get("sem")
-    if sem and "scope" not in m.chosen:
-        return f".{sem} needs a scope (.cta, .gpu, .sys) after it"
     if t == "f64" and op == "add":
         return ((5, 0), 60)
     if t in ("u64", "s64") and op in ("min", "max"):

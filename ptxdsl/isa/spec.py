@@ -103,6 +103,9 @@ class OpSpec:
     # extra rule over the whole match; returns an error message or None
     rule: Callable[["Match"], str | None] | None = None
     side_effects: bool = False
+    # per-type (PTX ISA, sm_) needs of this opcode where they differ from TYPE_NEEDS
+    # (e.g. min.f16 arrived with sm_80, long after add.f16)
+    type_needs: Mapping[str, tuple[Version, int]] = field(default_factory=dict)
 
     def signature(self, mods: frozenset[str]) -> tuple[Operand, ...]:
         for key, sig in self.variants.items():
@@ -232,7 +235,7 @@ def match(spec: OpSpec, mods: list[str]) -> Match:
             where = "" if t in ALL_TYPES else " (not a PTX type)"
             raise IsaError(
                 f"{written}: .{t}{where} is not a type {op} takes; "
-                f"allowed: {_types_list(spec)}"
+                f"allowed: {_types_list(spec)}{_untyped_hint(spec, t, mods)}"
             )
         types.append(ALL_TYPES[t])
     for gname, m in chosen.items():
@@ -274,7 +277,7 @@ def _type_requirements(m: Match) -> Match:
         return m
     ptx, sm = m.ptx, m.sm
     for t in m.types:
-        need = TYPE_NEEDS.get(t.name)
+        need = m.spec.type_needs.get(t.name) or TYPE_NEEDS.get(t.name)
         if need:
             ptx, sm = max(ptx, need[0]), max(sm, need[1])
     if (ptx, sm) == (m.ptx, m.sm):
@@ -294,6 +297,18 @@ def check_arch(m: Match, arch_sm: int, arch_name: str, max_ptx: Version | None =
             f"{m.text} needs PTX ISA {m.ptx[0]}.{m.ptx[1]}, newer than the "
             f"{max_ptx[0]}.{max_ptx[1]} the installed toolchain accepts"
         )
+
+
+def _untyped_hint(spec: OpSpec, name: str, mods: list[str]) -> str:
+    """Data movement has no half-precision forms: point at the .b type of that width."""
+    t = ALL_TYPES.get(name)
+    if t is None or not t.is_float:
+        return ""
+    bits = f"b{t.bits}"
+    if bits not in spec.types:
+        return ""
+    fixed = ".".join((spec.opcode, *[bits if m == name else m for m in mods]))
+    return f"; write {fixed} (a .{name} register fits the .{bits} form of its width)"
 
 
 def _types_list(spec: OpSpec) -> str:

@@ -31,10 +31,13 @@ def only(*types: str) -> frozenset[str]:
 
 FLT = only(*FALL)
 F32 = only("f32")
-RND_F = g("rounding", *(Mod(r, types=FLT) for r in ("rn", "rz", "rm", "rp")))
+# Half-precision arithmetic rounds to nearest only (ptxas: "Illegal rounding modifier").
+RND_F = g("rounding", Mod("rn", types=FLT), *(Mod(r, types=only(*F)) for r in ("rz", "rm", "rp")))
 FTZ = g("ftz", Mod("ftz", types=only("f32", "f16", "f16x2")))
+FTZ_F64 = g("ftz", Mod("ftz", types=only("f32", "f64")))  # rcp/rsqrt.approx.ftz.f64
 SAT = g("sat", Mod("sat", types=only("s32", "f32", "f16", "f16x2")))
 SYNC = g("sync", "sync", required=True)
+NAN = g("nan", Mod("NaN", (7, 0), 80, types=only("f32", *H)))
 ALIGNED = g("aligned", "aligned")
 SCOPE = g("scope", "cta", Mod("cluster", (7, 8), 90), "gpu", "sys")
 SEM_LD = g("sem", "weak", "volatile", Mod("relaxed", (6, 0), 70), Mod("acquire", (6, 0), 70))
@@ -45,16 +48,23 @@ L1_EVICT = g("L1", Mod("L1::evict_normal", (7, 4), 70), Mod("L1::evict_unchanged
              Mod("L1::no_allocate", (7, 4), 70))
 L2_PREFETCH = g("L2", Mod("L2::64B", (7, 4), 75), Mod("L2::128B", (7, 4), 75),
                 Mod("L2::256B", (7, 4), 80))
-LD_SPACES = ("global", "shared", "local", "param", "const", Mod("shared::cta", (7, 8), 90),
+# .shared::cta is a PTX 7.8 spelling of .shared that ptxas takes for every target.
+SHARED_CTA = Mod("shared::cta", (7, 8))
+LD_SPACES = ("global", "shared", "local", "param", "const", SHARED_CTA,
              Mod("shared::cluster", (7, 8), 90))
+# ld/st/mov have no half-precision types: f16/bf16 registers move as .b16, x2 as .b32.
 MEM_TYPES = ("b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64",
-             "f16", "f16x2", "bf16", "bf16x2", "f32", "f64")
+             "f32", "f64")
+# Half-precision math that arrived with sm_80 rather than sm_53 (f16) / sm_90 (bf16).
+HALF_SM80 = {"f16": ((7, 0), 80), "f16x2": ((7, 0), 80),
+             "bf16": ((7, 0), 80), "bf16x2": ((7, 0), 80)}
+BF16_SM80 = {"bf16": ((7, 0), 80), "bf16x2": ((7, 0), 80)}
 CMP = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs",
        "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")
 
 TABLE: tuple[OpSpec, ...] = (
     # ---------------------------------------------------------------- data movement
-    OpSpec("mov", (), ("pred", *B, *INT, "f16", "bf16", "f16x2", "bf16x2", "f32", "f64"),
+    OpSpec("mov", (), ("pred", *B, *INT, "f32", "f64"),
            operands="d:T s:T", variants={}, category="data",
            doc="Copy a register, immediate, special register or symbol address; "
                "mov.b32/b64 with a register list packs or unpacks halves.",
@@ -66,8 +76,9 @@ TABLE: tuple[OpSpec, ...] = (
            doc="Load from a state space; .v2/.v4 take a register list as destination; "
                ".nc reads global memory through the non-coherent (texture) path.",
            example="ld.global.v4.f32 {%f0, %f1, %f2, %f3}, [%rd0]", rule=rules.ld),
-    OpSpec("st", (SEM_ST, SCOPE, g("space", "global", "shared", "local", "param",
-                                   Mod("shared::cta", (7, 8), 90),
+    # No st.param: kernel parameters are read-only (ptxas: "Illegal to write to
+    # function input parameter"), and ptxdsl emits no device-function calls.
+    OpSpec("st", (SEM_ST, SCOPE, g("space", "global", "shared", "local", SHARED_CTA,
                                    Mod("shared::cluster", (7, 8), 90)),
                   g("cop", "wb", "cg", "cs", "wt"), L1_EVICT, VEC2_4),
            MEM_TYPES, operands="a X:T", category="data", side_effects=True,
@@ -76,7 +87,7 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("cvt", (g("irnd", "rni", "rzi", "rmi", "rpi"),
                    g("frnd", "rn", "rz", "rm", "rp", Mod("rna", (7, 0), 80)),
                    g("ftz", "ftz"), g("sat", "sat"), g("relu", Mod("relu", (7, 0), 80)),
-                   g("satfinite", Mod("satfinite", (8, 1), 90))),
+                   g("satfinite", Mod("satfinite", (8, 1)))),
            (*U, *S, "u8", "s8", "f16", "bf16", "f32", "f64", "f16x2", "bf16x2", "tf32"),
            ntypes=2, operands="d:T0 s:T1", variants={"f16x2": "d:T0 s:T1 s:T1",
                                                      "bf16x2": "d:T0 s:T1 s:T1"},
@@ -85,9 +96,12 @@ TABLE: tuple[OpSpec, ...] = (
                "int, float rounding (.rn/.rz/.rm/.rp) for narrowing float and int to float; "
                "cvt.rn.f16x2.f32 / bf16x2 packs two f32 (first operand goes high).",
            example="cvt.rn.bf16.f32 %hb0, %f0"),
-    OpSpec("cvta", (g("to", "to"), g("space", "global", "shared", "local", "const", "param")),
-           ("u32", "u64"), operands="d:T s:T", category="data",
-           doc="Convert between generic and state-space addresses.",
+    OpSpec("cvta", (g("to", "to"), g("space", "global", "shared", "local", "const",
+                                     Mod("param", (7, 7), 70), required=True)),
+           ("u64",), operands="d:T s:T", category="data",
+           doc="Convert between generic and state-space addresses: cvta.space.u64 makes a "
+               "generic address, cvta.to.space.u64 a state-space one (.u32 forms are for "
+               "32-bit addressing, which ptxas no longer supports).",
            example="cvta.to.global.u64 %rd1, %rd0", rule=rules.cvta),
     # ---------------------------------------------------------------- integer / float arithmetic
     OpSpec("add", (RND_F, FTZ, SAT, g("cc", Mod("cc", types=only("u32", "s32", "u64", "s64")))),
@@ -111,9 +125,10 @@ TABLE: tuple[OpSpec, ...] = (
            category="arith", rule=rules.mad,
            doc="d = a * b + c (integers: .lo/.hi/.wide; floats need a rounding mode and are fused).",
            example="mad.lo.u32 %r3, %r0, %r1, %r2"),
-    OpSpec("fma", (g("rounding", "rn", "rz", "rm", "rp", required=True), FTZ, SAT,
+    OpSpec("fma", (g("rounding", *RND_F.mods, required=True), FTZ, SAT,
                    g("relu", Mod("relu", (7, 0), 80, types=only(*H)))),
            FALL, operands="d:T s:T s:T s:T", ptx=(1, 4), category="arith",
+           type_needs=BF16_SM80,
            doc="Fused d = a * b + c with a single rounding.",
            example="fma.rn.f32 %f3, %f0, %f1, %f2"),
     OpSpec("div", (g("kind", Mod("approx", types=F32), Mod("full", types=F32),
@@ -125,15 +140,18 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("rem", (), INT, operands="d:T s:T s:T", category="arith",
            doc="Integer remainder (sign of the dividend).", example="rem.u32 %r2, %r0, %r1"),
     OpSpec("abs", (FTZ,), ("s16", "s32", "s64", *FALL), operands="d:T s:T", category="arith",
+           type_needs={"f16": ((6, 5), 53), "f16x2": ((6, 5), 53), **BF16_SM80},
            doc="Absolute value.", example="abs.f32 %f1, %f0"),
     OpSpec("neg", (FTZ,), ("s16", "s32", "s64", *FALL), operands="d:T s:T", category="arith",
-           doc="Negate.", example="neg.s32 %r1, %r0"),
-    OpSpec("min", (FTZ, g("nan", Mod("NaN", (7, 0), 80))),
+           type_needs=BF16_SM80, doc="Negate.", example="neg.s32 %r1, %r0"),
+    OpSpec("min", (FTZ, NAN),
            (*INT, "f32", "f64", *H), operands="d:T s:T s:T", category="arith",
+           type_needs=HALF_SM80,
            doc="Minimum (floats: a NaN operand yields the other unless .NaN).",
            example="min.f32 %f2, %f0, %f1"),
-    OpSpec("max", (FTZ, g("nan", Mod("NaN", (7, 0), 80))),
+    OpSpec("max", (FTZ, NAN),
            (*INT, "f32", "f64", *H), operands="d:T s:T s:T", category="arith",
+           type_needs=HALF_SM80,
            doc="Maximum (floats: a NaN operand yields the other unless .NaN).",
            example="max.u32 %r2, %r0, %r1"),
     OpSpec("copysign", (), F, operands="d:T s:T s:T", ptx=(2, 0), category="arith",
@@ -169,7 +187,7 @@ TABLE: tuple[OpSpec, ...] = (
            doc="Pick bytes of {b, a} by the selector c.", example="prmt.b32 %r3, %r0, %r1, 0x3210"),
     # ---------------------------------------------------------------- compare / select
     OpSpec("setp", (g("cmp", *CMP, required=True), g("bool", "and", "or", "xor"), FTZ),
-           (*B, *INT, *FALL), operands="p:pred s:T s:T", variants={
+           (*B, *INT, "f16", "bf16", "f32", "f64"), operands="p:pred s:T s:T", variants={
                "and": "p:pred s:T s:T q:pred", "or": "p:pred s:T s:T q:pred",
                "xor": "p:pred s:T s:T q:pred"},
            category="compare", rule=rules.compare,
@@ -177,24 +195,27 @@ TABLE: tuple[OpSpec, ...] = (
                "forms are true for NaN.", example="setp.lt.u32 %p0, %r0, 16"),
     OpSpec("selp", (), (*B, *INT, "f32", "f64"), operands="d:T s:T s:T q:pred",
            category="compare", doc="d = c ? a : b.", example="selp.f32 %f2, %f0, %f1, %p0"),
-    OpSpec("set", (g("cmp", *CMP, required=True), g("bool", "and", "or", "xor"), FTZ),
-           ("u32", "s32", "f32"), ntypes=2, operands="d:T0 s:T1 s:T1",
+    OpSpec("set", (g("cmp", *CMP, required=True), g("bool", "and", "or", "xor"),
+                   g("ftz", "ftz")),
+           ("u32", "s32", "f32"), ntypes=2, operands="d:T0 s:T1 s:T1", variants={
+               "and": "d:T0 s:T1 s:T1 q:pred", "or": "d:T0 s:T1 s:T1 q:pred",
+               "xor": "d:T0 s:T1 s:T1 q:pred"},
            category="compare", rule=rules.set_,
            doc="Compare and write 0xffffffff / 1.0 for true, 0 for false.",
            example="set.lt.u32.f32 %r0, %f0, %f1"),
     # ---------------------------------------------------------------- transcendentals
-    OpSpec("ex2", (g("approx", "approx", required=True), FTZ), ("f32", "f16", "f16x2", "bf16",
-                                                                 "bf16x2"),
+    OpSpec("ex2", (g("approx", "approx", required=True), g("ftz", "ftz")),
+           ("f32", "f16", "f16x2", "bf16", "bf16x2"),
            operands="d:T s:T", ptx=(2, 0), category="math",
            doc="2^a (max relative error 2^-22.5 for f32 on the hardware).",
            example="ex2.approx.f32 %f1, %f0", rule=rules.ex2),
     OpSpec("lg2", (g("approx", "approx", required=True), FTZ), ("f32",), operands="d:T s:T",
            category="math", doc="log2(a) (max absolute error 2^-22 in (0.5, 2)).",
            example="lg2.approx.f32 %f1, %f0"),
-    OpSpec("rsqrt", (g("approx", "approx", required=True), FTZ), F, operands="d:T s:T",
+    OpSpec("rsqrt", (g("approx", "approx", required=True), FTZ_F64), F, operands="d:T s:T",
            category="math", doc="1/sqrt(a) (max relative error 2^-22.9 for f32).",
            example="rsqrt.approx.f32 %f1, %f0"),
-    OpSpec("rcp", (g("kind", Mod("approx"), "rn", "rz", "rm", "rp", required=True), FTZ), F,
+    OpSpec("rcp", (g("kind", Mod("approx"), "rn", "rz", "rm", "rp", required=True), FTZ_F64), F,
            operands="d:T s:T", category="math",
            doc="1/a, .approx (max relative error 2^-23) or IEEE rounded.",
            example="rcp.approx.f32 %f1, %f0", rule=rules.rcp),
@@ -238,13 +259,16 @@ TABLE: tuple[OpSpec, ...] = (
                                 "p true on the leader.",
            example="elect.sync %r0|%p0, 0xffffffff"),
     # ---------------------------------------------------------------- synchronisation
-    OpSpec("bar", (g("mode", "sync", "arrive", required=True), ALIGNED), (),
-           ntypes=0, operands="s:u32 s:u32?", category="sync", side_effects=True,
-           doc="CTA barrier: bar.sync a{, b} waits for b threads (default all) at barrier a.",
+    OpSpec("bar", (g("mode", "sync", "arrive", required=True),), (),
+           ntypes=0, operands="s:u32 s:u32?", variants={"arrive": "s:u32 s:u32"},
+           category="sync", side_effects=True,
+           doc="CTA barrier: bar.sync a{, b} waits for b threads (default all) at barrier a; "
+               "bar.arrive a, b arrives without waiting (b is required).",
            example="bar.sync 0"),
-    OpSpec("barrier", (g("cta", Mod("cta", (7, 8), 90)), g("mode", "sync", "arrive",
-                                                            required=True), ALIGNED), (),
-           ntypes=0, operands="s:u32 s:u32?", ptx=(6, 0), sm=70, category="sync",
+    OpSpec("barrier", (g("cta", Mod("cta", (7, 8))), g("mode", "sync", "arrive",
+                                                       required=True), ALIGNED), (),
+           ntypes=0, operands="s:u32 s:u32?", variants={"arrive": "s:u32 s:u32"},
+           ptx=(6, 0), sm=70, category="sync",
            side_effects=True, doc="barrier.sync: like bar.sync, also usable by divergent "
                                   "threads when not .aligned.",
            example="barrier.sync 0"),
@@ -253,14 +277,14 @@ TABLE: tuple[OpSpec, ...] = (
            doc="Memory barrier at a level.", example="membar.gl"),
     OpSpec("fence", (g("sem", Mod("sc", (6, 0), 70), Mod("acq_rel", (6, 0), 70),
                        Mod("proxy", (7, 5), 70)),
-                     g("proxykind", Mod("async", (8, 0), 90), Mod("alias", (7, 5), 70),
-                       Mod("async::generic", (8, 6), 90)),
+                     g("proxykind", Mod("async", (8, 0), 90), Mod("alias", (7, 5), 70)),
                      g("scope", "cta", Mod("cluster", (7, 8), 90), "gpu", "sys",
                        Mod("shared::cta", (8, 0), 90), Mod("global", (8, 0), 90),
                        Mod("shared::cluster", (8, 0), 90))),
            (), ntypes=0, operands="", ptx=(6, 0), sm=70, category="sync", side_effects=True,
-           rule=rules.fence, doc="Memory fence: fence.sc/acq_rel.scope, or "
-                                 "fence.proxy.async{.space} for the async proxy (sm_90).",
+           rule=rules.fence, doc="Memory fence: fence{.sc|.acq_rel}.scope (.acq_rel when "
+                                 "omitted), or fence.proxy.async{.space} for the async "
+                                 "proxy (sm_90).",
            example="fence.acq_rel.gpu"),
     # ---------------------------------------------------------------- atomics
     OpSpec("atom", (g("sem", Mod("relaxed", (6, 0), 70), Mod("acquire", (6, 0), 70),
@@ -291,7 +315,7 @@ TABLE: tuple[OpSpec, ...] = (
            doc="Terminate the thread.", example="exit"),
     # ---------------------------------------------------------------- async copies (sm_80+)
     OpSpec("cp.async", (g("cache", "ca", "cg", required=True),
-                        g("dst", "shared", Mod("shared::cta", (7, 8), 90), required=True),
+                        g("dst", "shared", SHARED_CTA, required=True),
                         g("src", "global", required=True), L2_PREFETCH),
            (), ntypes=0, operands="a a i:u32 s:u32?", ptx=(7, 0), sm=80, category="async",
            side_effects=True, rule=rules.cp_async,
@@ -309,38 +333,38 @@ TABLE: tuple[OpSpec, ...] = (
            category="async", side_effects=True, doc="Wait for every cp.async copy.",
            example="cp.async.wait_all"),
     # ---------------------------------------------------------------- mbarrier (sm_80/sm_90)
-    OpSpec("mbarrier.init", (g("space", "shared", Mod("shared::cta", (7, 8), 90)),), ("b64",),
+    OpSpec("mbarrier.init", (g("space", "shared", SHARED_CTA),), ("b64",),
            operands="a s:u32", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,
            doc="Initialise an mbarrier object with an expected arrival count.",
            example="mbarrier.init.shared.b64 [%r0], 128"),
-    OpSpec("mbarrier.arrive", (g("sem", Mod("release", (8, 0), 90)),
-                               g("scope", Mod("cta", (8, 0), 90), Mod("cluster", (8, 0), 90)),
-                               g("space", "shared", Mod("shared::cta", (7, 8), 90))), ("b64",),
-           operands="d:b64 a", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,
+    OpSpec("mbarrier.arrive", (g("sem", Mod("release", (8, 0))),
+                               g("scope", Mod("cta", (8, 0)), Mod("cluster", (8, 0), 90)),
+                               g("space", "shared", SHARED_CTA)), ("b64",),
+           operands="d:b64 a", ptx=(7, 0), sm=80, rule=rules.mbarrier, category="mbarrier", side_effects=True,
            doc="Arrive on an mbarrier; d receives the phase state token.",
            example="mbarrier.arrive.shared.b64 %rd0, [%r0]"),
-    OpSpec("mbarrier.arrive.expect_tx", (g("sem", Mod("release", (8, 0), 90)),
-                                         g("scope", Mod("cta", (8, 0), 90),
+    OpSpec("mbarrier.arrive.expect_tx", (g("sem", Mod("release", (8, 0))),
+                                         g("scope", Mod("cta", (8, 0)),
                                            Mod("cluster", (8, 0), 90)),
                                          g("space", "shared", Mod("shared::cta", (8, 0), 90))),
-           ("b64",), operands="d:b64 a s:u32", ptx=(8, 0), sm=90, category="mbarrier",
+           ("b64",), operands="d:b64 a s:u32", ptx=(8, 0), sm=90, rule=rules.mbarrier, category="mbarrier",
            side_effects=True, doc="Arrive and add an expected transaction byte count.",
            example="mbarrier.arrive.expect_tx.shared.b64 %rd0, [%r0], 4096"),
-    OpSpec("mbarrier.test_wait", (g("sem", Mod("acquire", (8, 0), 90)),
-                                  g("scope", Mod("cta", (8, 0), 90), Mod("cluster", (8, 0), 90)),
-                                  g("space", "shared", Mod("shared::cta", (7, 8), 90))),
-           ("b64",), operands="p:pred a s:b64", ptx=(7, 0), sm=80, category="mbarrier",
+    OpSpec("mbarrier.test_wait", (g("sem", Mod("acquire", (8, 0))),
+                                  g("scope", Mod("cta", (8, 0)), Mod("cluster", (8, 0), 90)),
+                                  g("space", "shared", SHARED_CTA)),
+           ("b64",), operands="p:pred a s:b64", ptx=(7, 0), sm=80, rule=rules.mbarrier, category="mbarrier",
            side_effects=True, doc="Test (without blocking) whether a phase completed.",
            example="mbarrier.test_wait.shared.b64 %p0, [%r0], %rd0"),
     OpSpec("mbarrier.try_wait", (g("parity", "parity"),
-                                 g("sem", Mod("acquire", (8, 0), 90)),
-                                 g("scope", Mod("cta", (8, 0), 90), Mod("cluster", (8, 0), 90)),
-                                 g("space", "shared", Mod("shared::cta", (7, 8), 90))),
+                                 g("sem", Mod("acquire", (8, 0))),
+                                 g("scope", Mod("cta", (8, 0)), Mod("cluster", (8, 0), 90)),
+                                 g("space", "shared", SHARED_CTA)),
            ("b64",), operands="p:pred a s:b64", variants={"parity": "p:pred a s:u32"},
-           ptx=(7, 8), sm=90, category="mbarrier", side_effects=True,
+           ptx=(7, 8), sm=90, rule=rules.mbarrier, category="mbarrier", side_effects=True,
            doc="Wait (for a bounded time) for a phase, by state token or by .parity.",
            example="mbarrier.try_wait.parity.shared.b64 %p0, [%r0], 0"),
-    OpSpec("mbarrier.inval", (g("space", "shared", Mod("shared::cta", (7, 8), 90)),), ("b64",),
+    OpSpec("mbarrier.inval", (g("space", "shared", SHARED_CTA),), ("b64",),
            operands="a", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,
            doc="Invalidate an mbarrier object.", example="mbarrier.inval.shared.b64 [%r0]"),
 )

@@ -1,0 +1,105 @@
+"""Try RMSNorm kernel schedules on the current GPU and print the fastest per shape.
+
+Used to choose the defaults in ``ptxdsl/ops/rms_norm_fwd.plan`` and
+``rms_norm_bwd.plan_backward``; it times kernels directly (no ops-layer host
+work) with CUDA events over rotated inputs.
+
+    python bench/rmsnorm_tune.py [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from bench.rmsnorm import time_fn  # noqa: E402
+
+FWD_SHAPES = [(2048, 8192, "f32"), (4096, 4096, "f32"), (8192, 8192, "bf16"),
+              (32768, 1024, "f32"), (4096, 7168, "bf16"), (4096, 1000, "f32")]
+BWD_SHAPES = [(2048, 8192, "f32"), (2048, 8192, "bf16"), (4096, 4096, "f32")]
+
+
+def main(argv=None):
+    import torch
+    from dataclasses import replace
+    from ptxdsl.ops.rms_norm_fwd import build_forward, plan
+    from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
+    from ptxdsl.types import bf16, f16, f32
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "tune.json"))
+    a = ap.parse_args(argv)
+    types = {"f32": (f32, torch.float32), "bf16": (bf16, torch.bfloat16),
+             "f16": (f16, torch.float16)}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = {"device": torch.cuda.get_device_name(), "forward": [], "backward": []}
+    for m, n, dn in FWD_SHAPES:
+        dt, tdt = types[dn]
+        sets = [(torch.randn(m, n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt),
+                 torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(4)]
+        copy_us = time_fn(lambda x, w, y: y.copy_(x), sets)
+        base = plan(n, dt)
+        variants = {}
+        for t in sorted({base.threads, 64, 128, 256, 512, 1024}):
+            if t * base.vec > n * 2 and t > 32:
+                continue
+            for xh in ((), ("L1::no_allocate",), ("cs",)):
+                for yh in ((), ("cs",)):
+                    p = replace(plan(n, dt, threads=t), x_hints=xh, y_hints=yh)
+                    variants[f"T{t} x{'.'.join(xh) or '-'} y{'.'.join(yh) or '-'}"] = p
+        res = {}
+        for name, p in variants.items():
+            try:
+                k = build_forward(p, dt, dt)
+                r = k.resources()
+                if r.spill_stores:
+                    continue
+                res[name] = time_fn(lambda x, w, y, k=k: k(x, w, y), sets)
+            except Exception as e:
+                res[name] = f"{type(e).__name__}: {str(e)[:80]}"
+        ok = {k: v for k, v in res.items() if isinstance(v, float)}
+        best = min(ok, key=ok.get) if ok else None
+        print(f"fwd {dn} {m}x{n}: copy {copy_us:.1f} µs; default {base.threads}: "
+              f"{ok.get(f'T{base.threads} xL1::no_allocate y-')}; best {best} "
+              f"{ok.get(best)}", flush=True)
+        out["forward"].append({"shape": [m, n], "dtype": dn, "copy_us": copy_us, "results": res})
+    for m, n, dn in BWD_SHAPES:
+        dt, tdt = types[dn]
+        sets = []
+        for _ in range(3):
+            x = torch.randn(m, n, device="cuda").to(tdt)
+            sets.append((torch.randn(m, n, device="cuda").to(tdt), x,
+                         torch.randn(n, device="cuda").to(tdt),
+                         torch.rsqrt((x.float() ** 2).mean(-1) + 1e-6),
+                         torch.empty(m, n, device="cuda", dtype=tdt)))
+        res = {}
+        for t in (256, 512, 1024):
+            for cps in (1, 2):
+                for pf in (True, False):
+                    try:
+                        p = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps, prefetch=pf)
+                        kb = build_backward(p, dt, dt)
+                        kr = build_dw_reduce(n, p.grid, dt)
+                        if kb.resources().spill_stores:
+                            continue
+                        part = torch.empty(p.grid, n, device="cuda")
+                        dw = torch.empty(n, device="cuda", dtype=tdt)
+
+                        def run(dy, x, w, rstd, dx, kb=kb, kr=kr, part=part, dw=dw):
+                            kb(dy, x, w, rstd, dx, part)
+                            kr(part, dw)
+                        res[f"T{t} cps{cps} pf{int(pf)}"] = time_fn(run, sets, iters=30)
+                    except Exception as e:
+                        res[f"T{t} cps{cps} pf{int(pf)}"] = f"{type(e).__name__}: {str(e)[:80]}"
+        ok = {k: v for k, v in res.items() if isinstance(v, float)}
+        best = min(ok, key=ok.get) if ok else None
+        print(f"bwd {dn} {m}x{n}: best {best} {ok.get(best)}; all {ok}", flush=True)
+        out["backward"].append({"shape": [m, n], "dtype": dn, "results": res})
+    with open(a.json, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""The CPU interpreter: run a kernel's verified IR on numpy.
+
+``interpret(kernel, *inputs, **dims)`` takes the same arguments as a GPU
+call: one numpy array per input Tile, in order, optionally followed by one
+array per output Tile to write into. Outputs not passed are allocated and
+zero-filled (a kernel that forgets to write an element returns 0 there; pass
+NaN-filled arrays explicitly to catch that). One output is returned as an
+array, several as a tuple. Inputs are copied in and never written back, as
+with device copies. Named dims (``Tile("B", N, f32)``) are read from the
+arrays' shapes; a dim that only outputs carry is given by keyword
+(``kernel.interpret(x, B=64)``). bf16 tensors are ``uint16`` bit patterns
+(or an ``ml_dtypes.bfloat16`` array).
+
+The run is faithful to PTX thread semantics and stops with an
+:class:`~ptxdsl.errors.InterpreterError` naming the Python line, CTA, thread
+and address on: out-of-bounds or misaligned accesses, reads of registers no
+instruction wrote, barriers reached by part of a CTA, shared-memory races and
+warp instructions that break their membermask. See :mod:`.machine` for the
+execution model, :mod:`.fround` and :mod:`.floatops` for float semantics.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..errors import InterpreterError, LaunchError
+from .machine import Machine, compiled
+from .memory import GLOBAL_BASE, GUARD, PARAM_BASE, SHARED_BASE, Region, Space, align_up
+from .semantics import NO_CPU_SEMANTICS, handlers_for_run, supported, unsupported
+
+__all__ = ["interpret", "run_program", "NO_CPU_SEMANTICS", "supported", "unsupported"]
+
+# Threads run in one numpy vector; larger grids run in batches of whole CTAs.
+MAX_BATCH_THREADS = 1 << 16
+MAX_BATCH_SHARED = 1 << 28
+
+
+def _as_array(x, name: str, tile) -> np.ndarray:
+    a = np.asarray(x)
+    want = tile.dtype.np_dtype
+    if tile.dtype.name == "bf16" and a.dtype.name == "bfloat16":
+        a = a.view(np.uint16)
+    if a.dtype != want:
+        hint = " (bf16 data is passed as uint16 bit patterns)" if tile.dtype.name == "bf16" else ""
+        raise LaunchError(f"argument {name} must be {want} for {tile}, got {a.dtype}{hint}; "
+                          f"convert it with .astype(np.{want})")
+    if a.ndim != len(tile.dims):
+        raise LaunchError(f"argument {name} must have {len(tile.dims)} dimensions for {tile}, "
+                          f"got shape {a.shape}")
+    return a
+
+
+def _bind_dims(kernel, arrays: dict, given: dict) -> dict:
+    dims = dict(given)
+    for name, (arr, tile) in arrays.items():
+        for axis, (d, n) in enumerate(zip(tile.dims, arr.shape)):
+            if isinstance(d, int):
+                if d != n:
+                    raise LaunchError(f"argument {name} has shape {arr.shape} but {tile} needs "
+                                      f"{d} along axis {axis}")
+            elif d in dims and dims[d] != n:
+                raise LaunchError(f"dim {d} is {dims[d]} elsewhere but argument {name} has "
+                                  f"{n} along axis {axis} (shape {arr.shape})")
+            else:
+                dims[d] = n
+    missing = [d for d in kernel.dim_names if d not in dims]
+    if missing:
+        raise LaunchError(f"dims {', '.join(missing)} appear only in outputs; pass them by "
+                          f"keyword, e.g. {missing[0]}=...")
+    for d, v in dims.items():
+        if not (isinstance(v, (int, np.integer)) and 0 < v < 2 ** 32):
+            raise LaunchError(f"dim {d} must be a positive 32-bit int, got {v!r}")
+    return dims
+
+
+def interpret(kernel, *args, **dims):
+    """Run ``kernel`` on the CPU; see the module docstring for the argument convention."""
+    prog = kernel.program()
+    nin, nout = len(kernel.in_specs), len(kernel.out_specs)
+    if len(args) not in (nin, nin + nout):
+        raise LaunchError(f"kernel {kernel.name} takes {nin} inputs (and optionally its {nout} "
+                          f"outputs to write into), got {len(args)} arguments")
+    unknown = [k for k in dims if k not in kernel.dim_names]
+    if unknown:
+        raise LaunchError(f"unknown keyword arguments {unknown}; this kernel's named dims are "
+                          f"{list(kernel.dim_names) or 'none'}")
+    ptr_params = [p for p in prog.params if p.kind == "ptr"]
+    names = [p.tensor for p in ptr_params]
+    specs = kernel.in_specs + kernel.out_specs
+    arrays = {}
+    for name, tile, a in zip(names, specs, args):
+        arrays[name] = (_as_array(a, name, tile), tile)
+    dims = _bind_dims(kernel, arrays, dims)
+    tensors = {}
+    for i, (name, tile) in enumerate(zip(names, specs)):
+        if name in arrays:
+            tensors[name] = arrays[name][0]
+        else:
+            tensors[name] = np.zeros(tile.shape_for(dims), tile.dtype.np_dtype)
+    grid = kernel.grid_for(dims)
+    results = run_program(prog, kernel.block, grid, tensors, dims)
+    outs = []
+    for i, name in enumerate(names[nin:]):
+        given = args[nin + i] if len(args) > nin else None
+        if given is not None:
+            target = given.view(np.uint16) if given.dtype.name == "bfloat16" else given
+            target[...] = results[name]
+            outs.append(given)
+        else:
+            outs.append(results[name])
+    if not outs:
+        return None
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _check_supported(prog: ir.Program) -> None:
+    bad = unsupported()
+    for instr in prog.walk():
+        if instr.match.spec.opcode in bad:
+            raise InterpreterError(
+                f"{instr.opcode} has no CPU semantics in the interpreter; this kernel runs only "
+                f"on a GPU", instr.loc)
+
+
+def _global_space(prog, tensors) -> tuple[Space, dict]:
+    regions, addrs, cursor = [], {}, GLOBAL_BASE
+    for p in prog.params:
+        if p.kind != "ptr":
+            continue
+        a = np.ascontiguousarray(tensors[p.tensor])
+        regions.append(Region(p.tensor, cursor, a.nbytes))
+        addrs[p.name] = cursor
+        cursor = align_up(cursor + a.nbytes + GUARD, 256)
+    sp = Space("global", GLOBAL_BASE, regions)
+    for p in prog.params:
+        if p.kind == "ptr":
+            sp.fill_region(p.tensor, np.ascontiguousarray(tensors[p.tensor]))
+    return sp, addrs
+
+
+def _param_space(prog, addrs, dims) -> Space:
+    regions, cursor, values = [], PARAM_BASE, {}
+    for p in prog.params:
+        cursor = align_up(cursor, p.dtype.bytes)
+        regions.append(Region(p.name, cursor, p.dtype.bytes))
+        cursor += p.dtype.bytes
+        if p.kind == "ptr":
+            values[p.name] = np.array(addrs[p.name], np.uint64)
+        elif p.kind == "dim":
+            values[p.name] = np.array(dims[p.tensor or p.name[:-4]], p.dtype.np_dtype)
+        else:
+            raise LaunchError(f"parameter {p.name} of kind {p.kind!r} has no value")
+    sp = Space("param", PARAM_BASE, regions)
+    for name, v in values.items():
+        sp.fill_region(name, v)
+    return sp
+
+
+def _shared_regions(prog) -> list[Region]:
+    regions, cursor = [], SHARED_BASE
+    for d in prog.shared:
+        cursor = align_up(cursor, max(d.align, 16))
+        regions.append(Region(d.name, cursor, d.nbytes))
+        # A guard gap between variables makes an overrun of one fault instead of
+        # landing in the next.
+        cursor += d.nbytes + 16
+    return regions
+
+
+def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict) -> dict:
+    """Run a verified program over a grid; returns the final contents of every tensor."""
+    _check_supported(prog)
+    handlers = handlers_for_run()
+    top = compiled(prog, handlers)
+    gsp, addrs = _global_space(prog, tensors)
+    psp = _param_space(prog, addrs, dims)
+    sregions = _shared_regions(prog)
+    nthreads = block[0] * block[1] * block[2]
+    P = -(-nthreads // 32) * 32
+    ncta_total = grid[0] * grid[1] * grid[2]
+    probe = Space("shared", SHARED_BASE, sregions)
+    per_batch = max(1, min(ncta_total, MAX_BATCH_THREADS // P,
+                           MAX_BATCH_SHARED // max(probe.row_bytes, 1)))
+    with np.errstate(all="ignore"):
+        for first in range(0, ncta_total, per_batch):
+            n = min(per_batch, ncta_total - first)
+            spaces = {"global": gsp, "param": psp,
+                      "shared": Space("shared", SHARED_BASE, sregions, rows=n, track_races=True),
+                      "local": Space("local", 0, []), "const": Space("const", 0, [])}
+            mach = Machine(prog, tuple(block), tuple(grid), first, n, spaces)
+            mach.run(top)
+    out = {}
+    for p in prog.params:
+        if p.kind == "ptr":
+            t = tensors[p.tensor]
+            out[p.tensor] = gsp.region_bytes(p.tensor).copy().view(t.dtype).reshape(t.shape)
+    return out

@@ -1,0 +1,129 @@
+"""``cvt`` (every type pair the table allows) and ``mov`` (including pack/unpack).
+
+Float-to-integer conversions saturate to the destination range and turn NaN
+into 0, as PTX specifies for ``cvt`` whether or not ``.sat`` is written.
+Float results follow :mod:`ptxdsl.interp.floatops` (exact rounding, canonical
+NaN, ``.ftz`` when an f32 is the source or destination).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..types import int_range
+from . import fround as fr
+from .floatops import flush_in, fmt_for, unpack
+from .semantics import handler
+from .values import UINT
+
+_IRND = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
+
+
+def _to_int(x64, dst, irnd):
+    """f64 values -> integers of ``dst``: round, saturate, NaN -> 0."""
+    with np.errstate(all="ignore"):
+        r = _IRND[irnd](x64) if irnd else np.trunc(x64)
+        lo, hi = int_range(dst)
+        r = np.where(np.isnan(r), 0.0, r)
+        big = r >= float(hi)
+        small = r <= float(lo)
+        mid = np.where(big | small, 0.0, r)
+        out = mid.astype(np.int64).astype(dst.np_dtype) if dst.kind == "s" or dst.bits < 64 \
+            else mid.astype(np.uint64)
+        out = np.where(big, np.array(hi).astype(dst.np_dtype), out)
+        out = np.where(small, np.array(lo).astype(dst.np_dtype), out)
+        return out.astype(dst.np_dtype)
+
+
+def _int_to_int(x, dst, sat):
+    x = np.asarray(x)
+    if not sat:
+        return x.astype(dst.np_dtype)
+    lo, hi = int_range(dst)
+    xs = x.astype(np.int64) if x.dtype.kind == "i" or x.dtype.itemsize < 8 else x
+    if xs.dtype.kind == "u":
+        out = np.where(xs > np.uint64(hi), np.uint64(hi), xs)
+        return out.astype(dst.np_dtype)
+    hi_c = min(hi, 2 ** 63 - 1)
+    out = np.clip(xs, max(lo, -2 ** 63), hi_c)
+    return out.astype(dst.np_dtype)
+
+
+def _finish_float(bits, f, m, dst):
+    bits = fr.canonical_nan(bits, f)
+    if m.has("ftz") and dst.name == "f32":
+        bits = fr.flush_subnormal(bits, f)
+    if m.has("relu"):
+        v = fr.decode(bits, f)
+        bits = np.where(v < 0, f.udtype(0), bits).astype(f.udtype)
+    if m.has("satfinite"):
+        v = fr.decode(bits, f)
+        bits = np.where(np.isinf(v), fr.encode_rn(np.copysign(f.max, v), f), bits).astype(f.udtype)
+    if m.has("sat"):
+        bits = fr.saturate(bits, f)
+    return bits
+
+
+def cvt_value(m, a, b=None):
+    dst, src = m.types
+    irnd, frnd = m.chosen.get("irnd"), m.chosen.get("frnd")
+    if dst.name in ("f16x2", "bf16x2"):
+        f = fmt_for(dst)
+        hi = _finish_float(fr.from_f64(np.asarray(a, np.float64), frnd, f), f, m, dst)
+        lo = _finish_float(fr.from_f64(np.asarray(b, np.float64), frnd, f), f, m, dst)
+        return lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(16))
+    if dst.name == "tf32":
+        u = np.asarray(a).view(np.uint32)
+        nan = np.isnan(np.asarray(a))
+        r = ((u.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
+        r = np.where(np.isinf(np.asarray(a)), u, r)
+        return np.where(nan, np.uint32(0x7FFFFFFF), r).astype(np.uint32)
+    if src.is_float:
+        x = unpack(a, src)[0]
+        if m.has("ftz") and src.name == "f32":
+            x = flush_in(x, fr.FMTS["f32"])
+        if not dst.is_float:
+            return _to_int(x, dst, irnd)
+        f = fmt_for(dst)
+        if irnd:  # round to an integral value in the same type
+            with np.errstate(all="ignore"):
+                x = _IRND[irnd](x)
+        bits = fr.from_f64(x, frnd or "rn", f)
+        return _finish_float(bits, f, m, dst).view(dst.np_dtype)
+    if dst.is_float:
+        f = fmt_for(dst)
+        bits = fr.from_int(np.asarray(a), frnd or "rn", f)
+        return _finish_float(bits, f, m, dst).view(dst.np_dtype)
+    return _int_to_int(a, dst, m.has("sat"))
+
+
+@handler("cvt")
+def cvt(mach, instr, mask):
+    m = instr.match
+    srcs = [mach.src(instr, i, mask) for i in range(1, len(instr.operands))]
+    mach.dst(instr, 0, cvt_value(m, *srcs), mask)
+
+
+@handler("mov")
+def mov(mach, instr, mask):
+    t = instr.match.type
+    d, a = instr.operands
+    if isinstance(a, ir.Vec):  # pack halves into one register, first item lowest
+        parts = mach.src(instr, 1, mask)
+        w = t.bits // len(parts)
+        acc = np.zeros((), UINT[t.bits])
+        for k, p in enumerate(parts):
+            pu = np.asarray(p)
+            pu = pu.view(UINT[pu.dtype.itemsize * 8]).astype(UINT[t.bits])
+            acc = acc | (pu << UINT[t.bits](w * k))
+        mach.dst(instr, 0, acc, mask)
+        return
+    v = mach.src(instr, 1, mask)
+    if isinstance(d, ir.Vec):  # unpack
+        n = len(d.items)
+        w = t.bits // n
+        u = np.asarray(v).view(UINT[t.bits])
+        parts = [(u >> UINT[t.bits](w * k)).astype(UINT[w]) for k in range(n)]
+        mach.dst(instr, 0, parts, mask)
+        return
+    mach.dst(instr, 0, v, mask)

@@ -1,0 +1,377 @@
+"""The executor: threads of many CTAs as numpy lanes, structured control flow as masks.
+
+A :class:`Machine` runs a batch of CTAs of one launch in lockstep. Thread
+``t`` of the batch is CTA ``t // P`` (``P`` = threads per CTA rounded up to
+whole warps; the padding lanes never run) and CTA-local linear thread
+``t % P``, so ``reshape(-1, 32)`` gives warps and ``reshape(-1, P)`` CTAs.
+
+Control flow: every region runs with a boolean mask of active threads.
+``If`` splits the mask, ``Loop`` repeats its body while any thread is still
+iterating (threads leave one by one, as on hardware, and reconverge after
+the loop). ``bra`` to a label in the same region works for any divergence:
+each position of the region keeps a mask of threads waiting there, and
+threads reconverge when execution reaches them. Branches into or out of a
+region are refused with an :class:`InterpreterError`.
+
+CTAs only meet through global memory and atomics, so running a batch in
+lockstep is one legal schedule; barriers, shared memory and warp operations
+are evaluated per CTA / per warp.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from .. import ir
+from ..errors import InterpreterError
+from .values import immediate, storage_dtype, to_bits, view
+
+MAX_ITERATIONS = 10_000_000
+
+
+# --------------------------------------------------------------------------- compiled program
+class Block:
+    def __init__(self, nodes, handlers):
+        self.ops = [compile_node(n, handlers) for n in nodes]
+        self.labels = {op.name: i for i, op in enumerate(self.ops) if isinstance(op, LabelOp)}
+        self.branchy = bool(self.labels) or any(isinstance(op, BraOp) for op in self.ops)
+        self.has_exit = any(op.may_exit for op in self.ops)
+        self.may_exit = self.has_exit
+
+
+class InstrOp:
+    may_exit = False
+
+    def __init__(self, instr: ir.Instr, handler):
+        self.instr = instr
+        self.handler = handler
+        self.may_exit = instr.match.spec.opcode in ("ret", "exit")
+
+    def run(self, m: "Machine", mask):
+        m.exec_instr(self.instr, mask, self.handler)
+        if self.may_exit:
+            return mask & ~m.exited
+        return mask
+
+
+class LabelOp:
+    may_exit = False
+
+    def __init__(self, name):
+        self.name = name
+
+    def run(self, m, mask):
+        return mask
+
+
+class BraOp:
+    may_exit = False
+
+    def __init__(self, instr: ir.Instr):
+        self.instr = instr
+        self.target = instr.operands[0].name
+
+
+class IfOp:
+    def __init__(self, node: ir.If, handlers):
+        self.node = node
+        self.then = Block(node.then_body, handlers)
+        self.els = Block(node.else_body, handlers) if node.else_body is not None else None
+        self.may_exit = self.then.has_exit or (self.els is not None and self.els.has_exit)
+
+    def run(self, m, mask):
+        p = m.read_reg(self.node.pred, mask, self.node.loc)
+        t = mask & (~p if self.node.negated else p)
+        e = mask & ~t
+        if t.any():
+            m.run_block(self.then, t)
+        if self.els is not None and e.any():
+            m.run_block(self.els, e)
+        return mask & ~m.exited if self.may_exit else mask
+
+
+class LoopOp:
+    def __init__(self, node: ir.Loop, handlers):
+        self.node = node
+        self.body = Block(node.body, handlers)
+        self.may_exit = self.body.has_exit
+        self.check_h = handlers[node.check.match.spec.opcode]
+        self.incr_h = handlers[node.incr.match.spec.opcode]
+
+    def run(self, m, mask):
+        n = self.node
+        active = mask
+        iters = 0
+        while True:
+            m.exec_instr(n.check, active, self.check_h)
+            done = m.read_reg(n.cond, active, n.loc)
+            active = active & ~done
+            if not active.any():
+                break
+            active = m.run_block(self.body, active)
+            if not active.any():
+                break
+            m.exec_instr(n.incr, active, self.incr_h)
+            iters += 1
+            if iters > MAX_ITERATIONS:
+                raise InterpreterError(f"loop did not finish after {MAX_ITERATIONS} iterations "
+                                       f"(a loop variable that never reaches its bound?)", n.loc)
+        return mask & ~m.exited if self.may_exit else mask
+
+
+def compile_node(node, handlers):
+    if isinstance(node, ir.Instr):
+        op = node.match.spec.opcode
+        if op == "bra":
+            return BraOp(node)
+        return InstrOp(node, handlers.get(op) or handlers["?"])
+    if isinstance(node, ir.If):
+        return IfOp(node, handlers)
+    if isinstance(node, ir.Loop):
+        return LoopOp(node, handlers)
+    if isinstance(node, ir.Label):
+        return LabelOp(node.name)
+    raise InterpreterError(f"the interpreter cannot run IR node {node!r}")
+
+
+_COMPILED: "weakref.WeakKeyDictionary[ir.Program, Block]" = weakref.WeakKeyDictionary()
+
+
+def compiled(prog: ir.Program, handlers) -> Block:
+    blk = _COMPILED.get(prog)
+    if blk is None:
+        blk = _COMPILED[prog] = Block(prog.body, handlers)
+    return blk
+
+
+# --------------------------------------------------------------------------- the machine
+class Machine:
+    """One batch of CTAs of a launch, with its registers, masks and spaces."""
+
+    def __init__(self, prog: ir.Program, block: tuple, grid: tuple, first_cta: int,
+                 ncta: int, spaces: dict):
+        self.prog = prog
+        self.block = block
+        self.grid = grid
+        self.nthreads = block[0] * block[1] * block[2]
+        self.P = -(-self.nthreads // 32) * 32
+        self.ncta = ncta
+        self.first_cta = first_cta
+        self.T = ncta * self.P
+        self.spaces = spaces
+        t = np.arange(self.T, dtype=np.int64)
+        self.cta = t // self.P                      # batch-local CTA index
+        self.lin = t % self.P                       # CTA-local linear thread id
+        self.valid = self.lin < self.nthreads
+        self.exited = ~self.valid
+        self.lane = (self.lin % 32).astype(np.uint32)
+        g = self.cta + first_cta
+        bx, by, _ = block
+        gx, gy, _ = grid
+        lin = self.lin
+        self.special = {
+            "tid.x": lin % bx, "tid.y": (lin // bx) % by, "tid.z": lin // (bx * by),
+            "ntid.x": bx, "ntid.y": by, "ntid.z": block[2],
+            "ctaid.x": g % gx, "ctaid.y": (g // gx) % gy, "ctaid.z": g // (gx * gy),
+            "nctaid.x": gx, "nctaid.y": gy, "nctaid.z": grid[2],
+            "laneid": self.lane, "warpid": lin // 32, "nwarpid": 64,
+            # An H100 SXM has 132 SMs; CTAs are dealt to them round-robin.
+            "smid": g % 132, "nsmid": 132,
+            "lanemask_eq": np.uint32(1) << self.lane,
+        }
+        lm = np.uint64(1) << self.lane.astype(np.uint64)
+        self.special["lanemask_lt"] = (lm - np.uint64(1)).astype(np.uint32)
+        self.special["lanemask_le"] = ((lm << np.uint64(1)) - np.uint64(1)).astype(np.uint32)
+        self.special["lanemask_gt"] = (~self.special["lanemask_le"]).astype(np.uint32)
+        self.special["lanemask_ge"] = (~self.special["lanemask_lt"]).astype(np.uint32)
+        self.regs: dict = {}
+        self.written: dict = {}
+        self.store = {r: storage_dtype(r.dtype) for r in prog.regs}
+        self.steps = 0
+        self.cc = np.zeros(self.T, bool)        # carry flag of add.cc / sub.cc
+        self.bar_pending: dict = {}             # barrier id -> arrivals per CTA (bar.arrive)
+        self.async_copies: list = []            # cp.async copies not yet waited for
+        self.async_groups = np.zeros(self.T, np.int64)
+        self.mbarriers: dict = {}
+
+    # ------------------------------------------------------------------ errors
+    def where(self, t: int) -> str:
+        """``CTA (x,y,z) thread (x,y,z)`` of batch thread ``t``."""
+        s = self.special
+        cta = tuple(int(np.broadcast_to(s[f"ctaid.{a}"], (self.T,))[t]) for a in "xyz")
+        tid = tuple(int(s[f"tid.{a}"][t]) for a in "xyz")
+        return f"CTA {cta} thread {tid}"
+
+    def tid_str(self, t: int) -> str:
+        return str(tuple(int(self.special[f"tid.{a}"][t]) for a in "xyz"))
+
+    def local_tid_str(self, cta_local: int, lin: int) -> str:
+        return self.tid_str(cta_local * self.P + lin)
+
+    def fail(self, instr, message: str, thread: int | None = None):
+        loc = instr.loc if isinstance(instr, ir.Instr) else instr
+        text = instr.opcode if isinstance(instr, ir.Instr) else ""
+        who = f" [{self.where(thread)}]" if thread is not None else ""
+        raise InterpreterError(f"{text + ': ' if text else ''}{message}{who}", loc)
+
+    # ------------------------------------------------------------------ registers
+    def read_reg(self, reg: ir.Reg, mask, instr) -> np.ndarray:
+        w = self.written.get(reg)
+        if w is not True:
+            missing = mask if w is None else mask & ~w
+            if missing.any():
+                t = int(np.argmax(missing))
+                what = "was never written" if w is None else "was never written in this thread"
+                self.fail(instr, f"register %{reg.name} (.{reg.dtype.name}) is read but {what} "
+                                 f"(uninitialised: no instruction wrote it before this read)", t)
+        return self.regs[reg]
+
+    def write_reg(self, reg: ir.Reg, value, mask) -> None:
+        bits = to_bits(value, self.store[reg])
+        old = self.regs.get(reg)
+        if mask.all():
+            new = bits if bits.shape == (self.T,) else np.full(self.T, bits, bits.dtype)
+        else:
+            if old is None:
+                old = np.zeros(self.T, bits.dtype)
+            new = np.where(mask, bits, old)
+        self.regs[reg] = new
+        w = self.written.get(reg)
+        if w is True:
+            return
+        w = (mask | ~self.valid) if w is None else (w | mask)
+        self.written[reg] = True if w.all() else w
+
+    # ------------------------------------------------------------------ operands
+    def special_value(self, name: str):
+        if name in ("clock", "clock64"):
+            v = np.full(self.T, self.steps, np.uint64)
+            return v.astype(np.uint32) if name == "clock" else v
+        if name == "globaltimer":
+            return np.full(self.T, self.steps * 1000, np.uint64)
+        if name not in self.special:
+            raise InterpreterError(f"the interpreter has no special register %{name}")
+        v = self.special[name]
+        return np.broadcast_to(np.asarray(v).astype(np.uint32), (self.T,))
+
+    def value(self, op, t, mask, instr):
+        """Operand ``op`` viewed as PTX type ``t`` (array over threads, or a numpy scalar)."""
+        if isinstance(op, ir.Reg):
+            return view(self.read_reg(op, mask, instr), t)
+        if isinstance(op, ir.Imm):
+            return immediate(op.value, t)
+        if isinstance(op, ir.Special):
+            v = self.special_value(op.name)
+            return view(to_bits(v, np.dtype(np.uint64 if v.dtype.itemsize == 8 else np.uint32)),
+                        t) if t is not None else v
+        if isinstance(op, ir.Symbol):
+            return immediate(self.symbol_address(op, instr), t)
+        raise InterpreterError(f"unexpected operand {op!r}", instr.loc)
+
+    def symbol_address(self, sym: ir.Symbol, instr) -> int:
+        space = self.spaces["shared" if sym.space == "shared" else "param"]
+        try:
+            return space.region(sym.name).start
+        except KeyError:
+            self.fail(instr, f"unknown {sym.space} symbol {sym.name}")
+
+    def src(self, instr: ir.Instr, i: int, mask):
+        slot = instr.match.operands[i]
+        op = instr.operands[i]
+        t = instr.match.resolve_type(slot.ty)
+        if isinstance(op, ir.Vec):
+            return [self.value(x, t, mask, instr) for x in op.items]
+        return self.value(op, t, mask, instr)
+
+    def dst(self, instr: ir.Instr, i: int, value, mask) -> None:
+        op = instr.operands[i]
+        if isinstance(op, ir.Vec):
+            for x, v in zip(op.items, value):
+                self.write_reg(x, v, mask)
+        else:
+            self.write_reg(op, value, mask)
+
+    # ------------------------------------------------------------------ execution
+    def exec_instr(self, instr: ir.Instr, mask, handler) -> None:
+        if instr.guard is not None:
+            g = self.read_reg(instr.guard, mask, instr)
+            mask = mask & (~g if instr.guard_negated else g)
+            if not mask.any():
+                return
+        self.steps += 1
+        handler(self, instr, mask)
+
+    def run(self, top: Block) -> None:
+        self.run_block(top, ~self.exited)
+
+    def run_block(self, blk: Block, mask):
+        ops = blk.ops
+        if not blk.branchy:
+            for op in ops:
+                new = op.run(self, mask)
+                if new is not mask:
+                    mask = new
+                    if not mask.any():
+                        return mask
+            return mask
+        return self._run_labelled(blk, mask)
+
+    def _run_labelled(self, blk: Block, mask):
+        ops, n = blk.ops, len(blk.ops)
+        waiting: dict[int, np.ndarray] = {}
+        finished = np.zeros(self.T, bool)  # threads that ran off the end of the region
+        i = 0
+        jumps = 0
+        while True:
+            if i in waiting:
+                mask = mask | waiting.pop(i)
+            if i >= n:
+                finished |= mask
+                mask = finished & False
+            if not mask.any():
+                if not waiting:
+                    return finished & ~self.exited
+                i = min(waiting)
+                mask = waiting.pop(i)
+                continue
+            op = ops[i]
+            if not isinstance(op, BraOp):
+                mask = op.run(self, mask)
+                i += 1
+                continue
+            instr = op.instr
+            taken = mask
+            if instr.guard is not None:
+                g = self.read_reg(instr.guard, mask, instr)
+                taken = mask & (~g if instr.guard_negated else g)
+            j = blk.labels.get(op.target)
+            if j is None:
+                self.fail(instr, f"branch to label {op.target!r}, which is outside the "
+                                 f"ptx.if_/ptx.range_ region this bra is in; the interpreter "
+                                 f"follows branches only within one region")
+            if instr.match.has("uni"):
+                w_any = taken.reshape(-1, 32).any(1)
+                w_all = (taken | ~mask).reshape(-1, 32).all(1)
+                if (w_any & ~w_all).any():
+                    t = int(np.argmax(np.repeat(w_any & ~w_all, 32) & mask & ~taken))
+                    self.fail(instr, "bra.uni is not uniform: threads of one warp disagree "
+                                     "about taking it (drop .uni or use ptx.if_)", t)
+            self.steps += 1
+            rest = mask & ~taken
+            if not taken.any():
+                i += 1
+                continue
+            if j > i:
+                waiting[j] = waiting[j] | taken if j in waiting else taken
+                mask = rest
+                i += 1
+            else:
+                if rest.any():
+                    waiting[i + 1] = waiting[i + 1] | rest if i + 1 in waiting else rest
+                mask = taken
+                i = j
+                jumps += 1
+                if jumps > MAX_ITERATIONS:
+                    self.fail(instr, f"backward branch taken {MAX_ITERATIONS} times: the "
+                                     f"loop does not terminate")

@@ -1,0 +1,352 @@
+"""Memory instructions: ld, st, atom, red, cvta, cp.async and mbarrier.
+
+Every access is checked before it is served: its address must be a multiple
+of its size (a ``.v4.f32`` access needs 16) and it must lie inside one
+allocation of its state space; shared-memory accesses then go through the
+race detector. Atomics apply in ascending thread order (deterministic), are
+exempt from race detection among themselves, and ``atom.global.add.f32``
+flushes subnormals as the hardware does (``.shared`` does not).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from . import fround as fr
+from .memory import SHARED_WINDOW
+from .semantics import handler
+from .values import UINT
+
+WINDOWS = {"shared": SHARED_WINDOW, "local": 0x7D00_0000_0000, "const": 0x7C00_0000_0000,
+           "param": 0x7B00_0000_0000}
+
+
+def space_of(m) -> str | None:
+    s = m.chosen.get("space") or m.chosen.get("dst")
+    if s is None:
+        return None
+    return "shared" if s.startswith("shared") else s
+
+
+def addresses(mach, instr, op: ir.Addr, mask) -> np.ndarray:
+    """Per-thread uint64 addresses of a memory operand (all threads; read under ``mask``)."""
+    if isinstance(op.base, ir.Symbol):
+        base = np.uint64(mach.symbol_address(op.base, instr))
+        return np.full(mach.T, base + np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF), np.uint64)
+    r = mach.read_reg(op.base, mask, instr)
+    a = r.astype(np.uint64) if r.dtype.itemsize == 8 else r.astype(np.uint64)
+    return a + np.uint64(op.offset % (1 << 64))
+
+
+def _desc(write: bool) -> str:
+    return "write" if write else "read"
+
+
+def check(mach, instr, threads, addr, space: str | None, nbytes: int, write: bool,
+          race: bool = True):
+    """Resolve addresses of ``threads`` to (space name, offsets) groups; raise on bad accesses."""
+    mis = (addr % np.uint64(nbytes)) != 0
+    if mis.any():
+        k = int(np.argmax(mis))
+        mach.fail(instr, f"misaligned {nbytes}-byte {space or 'generic'} {_desc(write)} at "
+                         f"address {int(addr[k]):#x}: the address must be a multiple of "
+                         f"{nbytes}", int(threads[k]))
+    groups = []
+    if space is None:  # generic addressing: global, or one of the windows
+        sh = (addr >= np.uint64(SHARED_WINDOW)) & (addr < np.uint64(SHARED_WINDOW + (1 << 32)))
+        pw = WINDOWS["param"]
+        pa = (addr >= np.uint64(pw)) & (addr < np.uint64(pw + (1 << 32)))
+        gl = ~sh & ~pa
+        for sel, name, shift in ((gl, "global", 0), (sh, "shared", SHARED_WINDOW),
+                                 (pa, "param", pw)):
+            if sel.any():
+                groups.append((name, sel, addr[sel] - np.uint64(shift)))
+    else:
+        if space == "shared":  # shared addresses are 32-bit offsets in the shared window
+            addr = addr & np.uint64(0xFFFFFFFF)
+        groups.append((space, np.ones(len(threads), bool), addr))
+    out = []
+    for name, sel, a in groups:
+        sp = mach.spaces[name]
+        th = threads[sel]
+        ok = sp.in_bounds(a, nbytes)
+        if not ok.all():
+            k = int(np.argmax(~ok))
+            mach.fail(instr, f"out of bounds {name} {_desc(write)} of {nbytes} bytes at address "
+                             f"{int(a[k]):#x} ({sp.nearest(int(a[k]))})", int(th[k]))
+        rows = mach.cta[th] if name == "shared" else None
+        off = sp.offsets(a, rows)
+        if name == "shared" and race and sp.races is not None:
+            hit = sp.races.access(off, nbytes, mach.lin[th], write)
+            if hit is not None:
+                _race(mach, instr, sp, th, hit, write)
+        out.append((sp, sel, off))
+    return out
+
+
+def _race(mach, instr, sp, th, hit, write):
+    k, byte, other, other_wrote = hit
+    t = int(th[k])
+    addr = sp.base + byte % sp.row_bytes
+    cta_local = int(mach.cta[t])
+    who = (f"thread {mach.local_tid_str(cta_local, other)}" if other >= 0
+           else "other threads")
+    mach.fail(instr, f"shared-memory data race at address {addr:#x} ({sp.nearest(addr)}): this "
+                     f"thread {'writes' if write else 'reads'} it and {who} "
+                     f"{'wrote' if other_wrote else 'read'} it since the last barrier, with no "
+                     f"bar.sync between them", t)
+
+
+# ------------------------------------------------------------------------ ld / st
+@handler("ld")
+def ld(mach, instr, mask):
+    m = instr.match
+    t = m.type
+    n = m.vector
+    threads = np.flatnonzero(mask)
+    addr = addresses(mach, instr, instr.operands[1], mask)[threads]
+    vals = np.zeros((len(threads), n), t.np_dtype)
+    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes * n, False):
+        vals[sel] = sp.read(off, t.np_dtype, n)
+    dest = instr.operands[0]
+    regs = dest.items if isinstance(dest, ir.Vec) else (dest,)
+    for i, r in enumerate(regs):
+        full = np.zeros(mach.T, t.np_dtype)
+        full[threads] = vals[:, i]
+        mach.write_reg(r, full, mask)
+
+
+@handler("st")
+def st(mach, instr, mask):
+    m = instr.match
+    t = m.type
+    n = m.vector
+    threads = np.flatnonzero(mask)
+    addr = addresses(mach, instr, instr.operands[0], mask)[threads]
+    src = mach.src(instr, 1, mask)
+    items = src if isinstance(src, list) else [src]
+    vals = np.stack([np.broadcast_to(np.asarray(v).astype(t.np_dtype), (mach.T,))[threads]
+                     for v in items], axis=1)
+    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes * n, True):
+        sp.write(off, vals[sel])
+
+
+# ------------------------------------------------------------------------ atomics
+def _atomic_op(op, t, global_f32_add: bool):
+    ftz = fr.FMTS["f32"]
+
+    def add(cur, b, c):
+        if global_f32_add:
+            x = fr.flush_subnormal(cur.view(np.uint32), ftz).view(np.float32)
+            y = fr.flush_subnormal(np.asarray(b, np.float32).view(np.uint32), ftz).view(np.float32)
+            r = (x + y).astype(np.float32)
+            return fr.canonical_nan(fr.flush_subnormal(r.view(np.uint32), ftz),
+                                    ftz).view(np.float32)
+        return (cur + b).astype(cur.dtype)
+
+    return {
+        "add": add,
+        "min": lambda cur, b, c: np.minimum(cur, b),
+        "max": lambda cur, b, c: np.maximum(cur, b),
+        "inc": lambda cur, b, c: np.where(cur >= b, 0, cur + 1).astype(cur.dtype),
+        "dec": lambda cur, b, c: np.where((cur == 0) | (cur > b), b, cur - 1).astype(cur.dtype),
+        "cas": lambda cur, b, c: np.where(cur == b, c, cur).astype(cur.dtype),
+        "exch": lambda cur, b, c: np.broadcast_to(b, cur.shape).astype(cur.dtype),
+        "and": lambda cur, b, c: cur & b,
+        "or": lambda cur, b, c: cur | b,
+        "xor": lambda cur, b, c: cur ^ b,
+    }[op]
+
+
+def atomic(mach, instr, mask, has_dest: bool):
+    m = instr.match
+    t = m.type
+    op = m.chosen["op"]
+    threads = np.flatnonzero(mask)
+    ai = 1 if has_dest else 0
+    addr = addresses(mach, instr, instr.operands[ai], mask)[threads]
+    b = np.broadcast_to(np.asarray(mach.src(instr, ai + 1, mask)).astype(t.np_dtype),
+                        (mach.T,))[threads]
+    c = None
+    if op == "cas":
+        c = np.broadcast_to(np.asarray(mach.src(instr, ai + 2, mask)).astype(t.np_dtype),
+                            (mach.T,))[threads]
+    olds = np.zeros(len(threads), t.np_dtype)
+    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes, True, race=False):
+        sel = np.flatnonzero(sel)
+        fn = _atomic_op(op, t, t.name == "f32" and op == "add" and sp.name == "global")
+        order = np.lexsort((sel, off))
+        offs, idx = off[order], sel[order]
+        uniq, start, counts = np.unique(offs, return_index=True, return_counts=True)
+        group = np.repeat(np.arange(len(uniq)), counts)
+        rank = np.arange(len(offs)) - start[group]
+        cur = sp.read(uniq, t.np_dtype, 1)[:, 0].copy()
+        if op == "add" and t.is_int:  # prefix sums give every thread its old value at once
+            vals = b[idx]
+            csum = np.cumsum(vals, dtype=t.np_dtype)
+            before = csum - vals
+            base_sum = (csum[start] - vals[start])[group]
+            olds[idx] = (cur[group] + (before - base_sum)).astype(t.np_dtype)
+            tot = np.add.reduceat(vals, start).astype(t.np_dtype) if len(vals) else vals
+            cur = (cur + tot).astype(t.np_dtype)
+        else:
+            for k in range(int(counts.max()) if len(counts) else 0):
+                pos = np.flatnonzero(rank == k)
+                g = group[pos]
+                olds[idx[pos]] = cur[g]
+                cur[g] = fn(cur[g], b[idx[pos]], None if c is None else c[idx[pos]])
+        sp.write(uniq, cur[:, None])
+    if has_dest:
+        full = np.zeros(mach.T, t.np_dtype)
+        full[threads] = olds
+        mach.dst(instr, 0, full, mask)
+
+
+@handler("atom")
+def atom(mach, instr, mask):
+    atomic(mach, instr, mask, True)
+
+
+@handler("red")
+def red(mach, instr, mask):
+    atomic(mach, instr, mask, False)
+
+
+@handler("cvta")
+def cvta(mach, instr, mask):
+    m = instr.match
+    t = m.type
+    a = np.asarray(mach.src(instr, 1, mask)).astype(np.uint64)
+    space = m.chosen.get("space", "global")
+    w = np.uint64(WINDOWS.get(space, 0))
+    r = a - w if m.has("to") else a + w
+    mach.dst(instr, 0, r.astype(UINT[t.bits]).view(t.np_dtype), mask)
+
+
+# ------------------------------------------------------------------------ cp.async
+@handler("cp.async")
+def cp_async(mach, instr, mask):
+    threads = np.flatnonzero(mask)
+    size = int(instr.operands[2].value)
+    src_size = size
+    if len(instr.operands) > 3:
+        s = np.broadcast_to(np.asarray(mach.src(instr, 3, mask)).astype(np.int64), (mach.T,))
+        src_size = s[threads]
+    dst = addresses(mach, instr, instr.operands[0], mask)[threads]
+    src = addresses(mach, instr, instr.operands[1], mask)[threads]
+    (gsp, _, goff), = check(mach, instr, threads, src, "global", size, False)
+    data = gsp.read(goff, np.uint8, size).copy()
+    data[np.arange(size)[None, :] >= np.reshape(src_size, (-1, 1))] = 0
+    check(mach, instr, threads, dst, "shared", size, True, race=False)
+    mach.async_copies.append((threads, dst, data, mach.async_groups[threads].copy(), instr))
+
+
+@handler("cp.async.commit_group")
+def cp_async_commit(mach, instr, mask):
+    mach.async_groups[mask] += 1
+
+
+def _complete(mach, mask, keep_newest: int | None):
+    rest = []
+    for threads, dst, data, gid, instr in mach.async_copies:
+        sel = mask[threads]
+        if keep_newest is not None:
+            sel &= gid < mach.async_groups[threads] - keep_newest
+        if sel.any():
+            for sp, _, off in check(mach, instr, threads[sel], dst[sel], "shared", data.shape[1],
+                                    True):
+                sp.write(off, data[sel])
+        if (~sel).any():
+            rest.append((threads[~sel], dst[~sel], data[~sel], gid[~sel], instr))
+    mach.async_copies = rest
+
+
+@handler("cp.async.wait_group")
+def cp_async_wait_group(mach, instr, mask):
+    _complete(mach, mask, int(instr.operands[0].value))
+
+
+@handler("cp.async.wait_all")
+def cp_async_wait_all(mach, instr, mask):
+    mach.async_groups[mask] += 1
+    _complete(mach, mask, 0)
+
+
+# ------------------------------------------------------------------------ mbarrier
+def _mbar_targets(mach, instr, mask):
+    threads = np.flatnonzero(mask)
+    addr = addresses(mach, instr, instr.operands[[isinstance(o, ir.Addr)
+                                                  for o in instr.operands].index(True)], mask)
+    space = space_of(instr.match)
+    out = []
+    for sp, sel, off in check(mach, instr, threads, addr[threads], space, 8, True, race=False):
+        out.extend(zip(threads[sel].tolist(), off.tolist()))
+    return out
+
+
+def _mbar_state(mach, instr, t, key):
+    st = mach.mbarriers.get(key)
+    if st is None:
+        mach.fail(instr, "mbarrier object used before mbarrier.init (or after mbarrier.inval)",
+                  t)
+    return st
+
+
+@handler("mbarrier.init")
+def mbarrier_init(mach, instr, mask):
+    count = np.broadcast_to(np.asarray(mach.src(instr, 1, mask)).astype(np.int64), (mach.T,))
+    for t, off in _mbar_targets(mach, instr, mask):
+        mach.mbarriers[off] = {"expected": int(count[t]), "pending": int(count[t]), "phase": 0,
+                               "tx": 0}
+
+
+def _arrive(mach, instr, mask, tx=None):
+    tokens = np.zeros(mach.T, np.uint64)
+    txv = None if tx is None else np.broadcast_to(np.asarray(tx).astype(np.int64), (mach.T,))
+    for t, off in _mbar_targets(mach, instr, mask):
+        st = _mbar_state(mach, instr, t, off)
+        tokens[t] = st["phase"]
+        if txv is not None:
+            st["tx"] += int(txv[t])
+        st["pending"] -= 1
+        if st["pending"] < 0:
+            mach.fail(instr, "mbarrier received more arrivals than its expected count", t)
+        if st["pending"] == 0 and st["tx"] == 0:
+            st["phase"] += 1
+            st["pending"] = st["expected"]
+    mach.dst(instr, 0, tokens, mask)
+
+
+@handler("mbarrier.arrive")
+def mbarrier_arrive(mach, instr, mask):
+    _arrive(mach, instr, mask)
+
+
+@handler("mbarrier.arrive.expect_tx")
+def mbarrier_arrive_expect_tx(mach, instr, mask):
+    _arrive(mach, instr, mask, mach.src(instr, 2, mask))
+
+
+def _wait(mach, instr, mask, parity: bool):
+    arg = np.broadcast_to(np.asarray(mach.src(instr, 2, mask)).astype(np.int64), (mach.T,))
+    done = np.zeros(mach.T, bool)
+    for t, off in _mbar_targets(mach, instr, mask):
+        st = _mbar_state(mach, instr, t, off)
+        done[t] = (st["phase"] & 1) != (arg[t] & 1) if parity else st["phase"] > arg[t]
+    mach.dst(instr, 0, done, mask)
+
+
+@handler("mbarrier.test_wait")
+def mbarrier_test_wait(mach, instr, mask):
+    _wait(mach, instr, mask, False)
+
+
+@handler("mbarrier.try_wait")
+def mbarrier_try_wait(mach, instr, mask):
+    _wait(mach, instr, mask, instr.match.has("parity"))
+
+
+@handler("mbarrier.inval")
+def mbarrier_inval(mach, instr, mask):
+    for _, off in _mbar_targets(mach, instr, mask):
+        mach.mbarriers.pop(off, None)

@@ -1,0 +1,156 @@
+"""Warp-synchronous instructions: shfl.sync, vote.sync, match.sync, redux.sync, elect.sync.
+
+Each is evaluated on ``(warps, 32)`` views of the thread arrays. The
+``.sync`` rules are enforced: the executing lane must be in its membermask,
+and every lane the membermask names must execute the same instruction (be
+active here); a shuffle that reads a lane outside the membermask or an
+inactive lane (an undefined value on hardware) is refused too.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .semantics import handler
+
+_LANES = np.arange(32, dtype=np.uint32)
+
+
+def _per_thread(mach, v, dtype=np.uint32) -> np.ndarray:
+    return np.broadcast_to(np.asarray(v).astype(dtype), (mach.T,))
+
+
+def warp_active_bits(mach, mask) -> np.ndarray:
+    """Per thread: the bit mask of lanes of its warp that are active in ``mask``."""
+    bits = (mask.reshape(-1, 32).astype(np.uint64) << _LANES.astype(np.uint64)).sum(1)
+    return np.repeat(bits.astype(np.uint32), 32)
+
+
+def check_members(mach, instr, mask, members) -> np.ndarray:
+    """Validate membermasks (``members``: per-thread uint32); returns active-lane bits."""
+    act = warp_active_bits(mach, mask)
+    own = ((members >> mach.lane) & 1).astype(bool)
+    bad = mask & ~own
+    if bad.any():
+        t = int(np.argmax(bad))
+        mach.fail(instr, f"lane {int(mach.lane[t])} executes it but is not in its membermask "
+                         f"{int(members[t]):#010x}", t)
+    missing = mask & ((members & ~act) != 0)
+    if missing.any():
+        t = int(np.argmax(missing))
+        lanes = [i for i in range(32) if (int(members[t]) & ~int(act[t])) >> i & 1]
+        mach.fail(instr, f"membermask {int(members[t]):#010x} names lanes {lanes} that do not "
+                         f"execute this instruction (they took another branch or exited); "
+                         f"every lane in the membermask must arrive", t)
+    return act
+
+
+@handler("shfl.sync")
+def shfl(mach, instr, mask):
+    a = mach.src(instr, 1, mask)
+    b = _per_thread(mach, mach.src(instr, 2, mask)).astype(np.int64)
+    c = _per_thread(mach, mach.src(instr, 3, mask)).astype(np.int64)
+    members = _per_thread(mach, mach.src(instr, 4, mask))
+    check_members(mach, instr, mask, members)
+    lane = mach.lane.astype(np.int64)
+    bval, cval, seg = b & 0x1F, c & 0x1F, (c >> 8) & 0x1F
+    max_lane = (lane & seg) | (cval & ~seg)
+    min_lane = lane & seg
+    mode = instr.match.chosen["mode"]
+    if mode == "up":
+        j = lane - bval
+        ok = j >= max_lane
+    elif mode == "down":
+        j = lane + bval
+        ok = j <= max_lane
+    elif mode == "bfly":
+        j = lane ^ bval
+        ok = j <= max_lane
+    else:
+        j = min_lane | (bval & ~seg)
+        ok = j <= max_lane
+    j = np.where(ok, j, lane)
+    src = np.arange(mach.T) - lane + j
+    readable = mask[src] & (((members >> j.astype(np.uint32)) & 1) == 1)
+    bad = mask & ~readable
+    if bad.any():
+        t = int(np.argmax(bad))
+        mach.fail(instr, f"lane {int(mach.lane[t])} reads lane {int(j[t])}, which is not in the "
+                         f"membermask {int(members[t]):#010x} or is not active: the value is "
+                         f"undefined on hardware", t)
+    av = np.broadcast_to(np.asarray(a), (mach.T,))
+    mach.dst(instr, 0, av[src], mask)
+
+
+@handler("vote.sync")
+def vote(mach, instr, mask):
+    p = _per_thread(mach, mach.src(instr, 1, mask), bool)
+    members = _per_thread(mach, mach.src(instr, 2, mask))
+    check_members(mach, instr, mask, members)
+    ballot = warp_active_bits(mach, mask & p) & members
+    mode = instr.match.chosen["mode"]
+    if mode == "ballot":
+        res = ballot.astype(np.uint32)
+    elif mode == "all":
+        res = ballot == members
+    elif mode == "any":
+        res = ballot != 0
+    else:
+        res = (ballot == 0) | (ballot == members)
+    mach.dst(instr, 0, res, mask)
+
+
+def _pairwise(mach, v):
+    """(warps, 32, 32) comparison v[lane] == v[other] and (warps*32, 32) member bits."""
+    w = np.broadcast_to(np.asarray(v), (mach.T,)).reshape(-1, 32)
+    return w[:, :, None] == w[:, None, :]
+
+
+def _member_matrix(members) -> np.ndarray:
+    return ((members.reshape(-1, 32)[:, :, None] >> _LANES[None, None, :]) & 1).astype(bool)
+
+
+@handler("match.sync")
+def match(mach, instr, mask):
+    v = mach.src(instr, 1, mask)
+    members = _per_thread(mach, mach.src(instr, 2, mask))
+    check_members(mach, instr, mask, members)
+    eq = _pairwise(mach, v) & _member_matrix(members)
+    bits = (eq.astype(np.uint64) << _LANES.astype(np.uint64)).sum(2).reshape(-1)
+    bits = bits.astype(np.uint32)
+    if instr.match.chosen["mode"] == "all":
+        bits = np.where(bits == members, members, np.uint32(0)).astype(np.uint32)
+    mach.dst(instr, 0, bits, mask)
+
+
+@handler("redux.sync")
+def redux(mach, instr, mask):
+    t = instr.match.type
+    v = np.broadcast_to(np.asarray(mach.src(instr, 1, mask)), (mach.T,)).reshape(-1, 32)
+    members = _per_thread(mach, mach.src(instr, 2, mask))
+    check_members(mach, instr, mask, members)
+    inc = _member_matrix(members)                    # (warps, lane, other)
+    vals = np.broadcast_to(v[:, None, :], inc.shape)
+    op = instr.match.chosen["op"]
+    if op == "add":
+        r = np.where(inc, vals.astype(np.uint64), 0).sum(2).astype(np.uint32).view(t.np_dtype)
+    elif op in ("min", "max"):
+        info = np.iinfo(t.np_dtype)
+        ident = info.max if op == "min" else info.min
+        r = getattr(np.where(inc, vals, ident), op)(2)
+    else:
+        ident = {"and": 0xFFFFFFFF, "or": 0, "xor": 0}[op]
+        u = vals.view(np.uint32) if vals.dtype != np.uint32 else vals
+        fn = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
+        r = fn.reduce(np.where(inc, u, np.uint32(ident)), axis=2)
+    mach.dst(instr, 0, np.asarray(r).reshape(-1).astype(t.np_dtype), mask)
+
+
+@handler("elect.sync")
+def elect(mach, instr, mask):
+    members = _per_thread(mach, mach.src(instr, 2, mask))
+    act = check_members(mach, instr, mask, members)
+    cand = (members & act).astype(np.uint64)
+    low = cand & (~cand + np.uint64(1))
+    leader = np.where(low == 0, 0, np.log2(np.maximum(low, 1)).astype(np.int64))
+    mach.dst(instr, 0, leader.astype(np.uint32), mask)
+    mach.dst(instr, 1, mach.lane.astype(np.int64) == leader, mask)

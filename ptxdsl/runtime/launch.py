@@ -1,0 +1,658 @@
+"""Launching kernels: a general path that checks everything, and a prepared fast path.
+
+``kernel(*args)`` (or :func:`launch`) goes through the kernel's
+:class:`Launcher`, created once per kernel by :func:`prepare`. A call is
+
+* **fast** when every argument is a CUDA torch tensor whose signature (shape,
+  dtype, device, contiguity or strides of each tensor) was seen before: the
+  launcher looks the signature up in a dict and finds a prepared *entry* (the
+  loaded CUfunction, grid, block, shared memory, and a ctypes parameter buffer
+  in which the named dims and strides are already written). What is left per
+  call: one ``data_ptr()`` per tensor, one ``struct.pack_into`` of the
+  pointers into that buffer, torch's raw current stream, and
+  ``cuLaunchKernel`` with the address of the buffer's pointer array as
+  ``kernelParams``. The call function is generated per kernel (``exec`` of a
+  few lines with the argument count, the key expressions and the alignment
+  masks written out), so nothing loops over arguments at run time;
+* **general** otherwise (numpy, cupy, jax/DLPack, a first call, ``sync=True``,
+  clusters, ...): every argument is read into an :class:`ArgView`, checked
+  against the Tile specs (:func:`ptxdsl.runtime.args.bind`), the kernel is
+  loaded on the arguments' device if needed, limits are checked, outputs are
+  allocated in the inputs' framework, numpy arrays are staged through the GPU,
+  and the launch is checked. A general call with torch tensors leaves an entry
+  behind for the fast path.
+
+Choosing the launch call: ``PTXDSL_LAUNCH=params`` (default; ``kernelParams``
+array of pointers), ``extra`` (one packed buffer through
+``CU_LAUNCH_PARAM_BUFFER_POINTER``) or ``ctypes`` (``cuLaunchKernel`` through
+ctypes on the same libcuda). ``bench/launch_overhead.py`` measures all three.
+
+Errors: a failed launch raises :class:`CudaError` naming the kernel. Kernel
+faults (an illegal address) are asynchronous: they surface at a later call, and
+they are sticky (the context is unusable afterwards, see
+:class:`ptxdsl.runtime.driver.CudaError`). ``PTXDSL_SYNC=1`` or
+``kernel(..., sync=True)`` synchronises after the launch so the fault is
+reported by the call that caused it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import sys
+import threading
+from functools import partial
+
+from ..errors import LaunchError, user_location
+from . import driver as _driver
+from .args import Binding, KernelSignature, _ArgProblem, bind, classify, stream_handle, view_of
+from .compile import KernelFunction, load_function
+from .driver import CudaError
+from .memory import Staging, allocate
+
+__all__ = ["LAUNCH_MODES", "Launcher", "ParamLayout", "launch", "prepare"]
+
+LAUNCH_MODES = ("params", "extra", "ctypes")
+_CONTEXT_ERRORS = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE"})
+_OPTIONS = ("stream", "sync", "shared_mem", "cluster", "device")
+_MAX_ENTRIES = 4096
+_STRUCT_CODE = {("u", 64): "Q", ("s", 64): "q", ("b", 64): "Q", ("u", 32): "I", ("s", 32): "i",
+                ("b", 32): "I", ("f", 32): "f", ("f", 64): "d", ("u", 16): "H", ("s", 16): "h",
+                ("b", 16): "H", ("u", 8): "B", ("s", 8): "b", ("b", 8): "B"}
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+class ParamLayout:
+    """Where each kernel parameter lives in the packed parameter buffer (natural alignment,
+    which is the ABI layout ``CU_LAUNCH_PARAM_BUFFER_POINTER`` needs)."""
+
+    def __init__(self, params):
+        self.params = tuple(params)
+        self.offsets: list[int] = []
+        self.codes: list[str] = []
+        off = 0
+        for p in self.params:
+            size = p.dtype.bytes
+            off = -(-off // size) * size
+            self.offsets.append(off)
+            self.codes.append(_STRUCT_CODE[(p.dtype.kind, p.dtype.bits)])
+            off += size
+        self.size = -(-off // 8) * 8
+        n_ptr = sum(1 for p in self.params if p.kind == "ptr")
+        # The fast path packs only the pointers; it needs them first, back to back.
+        self.ptr_prefix = all(p.kind == "ptr" for p in self.params[:n_ptr]) and \
+            self.offsets[:n_ptr] == [8 * i for i in range(n_ptr)]
+        self.n_ptr = n_ptr
+        self.pack_ptrs = struct.Struct("<" + "Q" * n_ptr).pack_into
+
+    def values(self, ptrs: list[int], binding: Binding) -> list:
+        out, it = [], iter(ptrs)
+        for p in self.params:
+            if p.kind == "ptr":
+                out.append(next(it))
+            elif p.kind == "dim":
+                out.append(binding.dims[p.tensor or p.name.removesuffix("_dim")])
+            else:
+                out.append(binding.strides[p.tensor or p.name.removesuffix("_stride")])
+        return out
+
+    def buffer(self, values: list):
+        """A fresh ctypes buffer holding ``values``, and the kernelParams pointer array."""
+        buf = ctypes.create_string_buffer(max(self.size, 8))
+        for code, off, v in zip(self.codes, self.offsets, values):
+            struct.pack_into("<" + code, buf, off, v)
+        base = ctypes.addressof(buf)
+        arr = (ctypes.c_void_p * max(len(self.params), 1))(*[base + o for o in self.offsets])
+        return buf, arr
+
+
+class Launcher:
+    """The prepared launches of one kernel (see the module docstring).
+
+    Call it like the kernel: ``launcher(*inputs)`` or ``launcher(*inputs, *outputs)``;
+    keyword options: ``stream=``, ``sync=``, ``shared_mem=`` (dynamic shared
+    memory bytes), ``cluster=`` (cluster dims, launched with cuLaunchKernelEx),
+    ``device=`` (for calls with only host arrays). Returns the output (or a tuple
+    of outputs).
+    """
+
+    def __init__(self, kernel, *, mode: str | None = None, drv=None):
+        self.kernel = kernel
+        self.drv = drv if drv is not None else _driver.get()
+        self.mode = (mode or os.environ.get("PTXDSL_LAUNCH", "") or "params").strip().lower()
+        if self.mode not in LAUNCH_MODES:
+            raise LaunchError(f"PTXDSL_LAUNCH={self.mode!r}: use one of {', '.join(LAUNCH_MODES)}")
+        self.sync_always = _env_flag("PTXDSL_SYNC")
+        compiled = kernel.compile()
+        self.sig = KernelSignature.of(kernel, compiled.program)
+        self.layout = ParamLayout(compiled.program.params)
+        self.functions: dict[int, KernelFunction] = {}
+        self.entries: dict = {}
+        self._fn_lock = threading.Lock()
+        self._entry_lock = threading.Lock()
+        self._ctypes = _driver.CtypesLauncher() if self.mode == "ctypes" else None
+        self.fast_hits_possible = self.layout.ptr_prefix and self.sig.n_all > 0
+        self._g = self._generate()
+        self.__class__ = self._g["__launcher_class__"]
+
+    def __repr__(self) -> str:
+        return (f"<ptxdsl Launcher {self.sig.describe_call()} mode={self.mode} "
+                f"devices={sorted(self.functions)} entries={len(self.entries)}>")
+
+    # ------------------------------------------------------------------ code generation
+    def _generate(self) -> dict:
+        sig, n_in, n_all = self.sig, self.sig.n_in, self.sig.n_all
+        strided = [bool(getattr(s, "stride", None)) for s in sig.specs]
+        itemsize = [s.dtype.bytes for s in sig.specs]
+
+        def key_expr(idx):
+            parts = []
+            for i in idx:
+                layout = f"a{i}.stride()" if strided[i] else f"a{i}.is_contiguous()"
+                parts.append(f"a{i}.shape, a{i}.dtype, a{i}.get_device(), {layout}")
+            return "(" + ", ".join(parts) + ",)"
+
+        def unpack(idx):
+            return ", ".join(f"a{i}" for i in idx) + ("," if len(idx) == 1 else "")
+
+        def align_check(idx, ind):
+            conds = [f"p{i} & {sig.align[i] - 1}" for i in idx if sig.align[i] > itemsize[i]]
+            return [f"{ind}if {' or '.join(conds)}:", f"{ind}    return SLOW(args, stream, kw)"] \
+                if conds else []
+
+        outs = list(range(n_in, n_all))
+        out_expr = ("None" if not outs else f"a{outs[0]}" if len(outs) == 1
+                    else "(" + ", ".join(f"a{j}" for j in outs) + ")")
+        ptrs = ", ".join(f"p{i}" for i in range(n_all))
+        if self.mode == "extra":
+            call_args = "cs, 0, params"
+        elif self.mode == "ctypes":
+            call_args = "cs, params, None"
+        else:
+            call_args = "cs, params, 0"
+        failed = "r" if self.mode == "ctypes" else "r[0]"
+        # An output may be allocated with empty_like(input) when its Tile is the input's.
+        like = {}
+        for j in outs:
+            for i in range(n_in):
+                sj, si = sig.specs[j], sig.specs[i]
+                if sj.dims == si.dims and sj.dtype == si.dtype and not strided[i]:
+                    like[j] = i
+                    break
+        L = ["def __call__(self, *args, stream=None, **kw):"]
+        if not self.fast_hits_possible:
+            L.append("    return SLOW(args, stream, kw)")
+        else:
+            L += ["    if kw:", "        return SLOW(args, stream, kw)", "    n = len(args)",
+                  f"    if n == {n_all}:",
+                  f"        {unpack(range(n_all))} = args",
+                  "        try:", f"            key = {key_expr(range(n_all))}",
+                  "        except Exception:", "            return SLOW(args, stream, kw)",
+                  "        e = ENTRIES.get(key)", "        if e is None:",
+                  "            return SLOW(args, stream, kw)"]
+            L += [f"        p{i} = a{i}.data_ptr()" for i in range(n_all)]
+            L += align_check(range(n_all), "        ")
+            if outs and n_in > 0:
+                L += [f"    elif n == {n_in}:",
+                      f"        {unpack(range(n_in))} = args",
+                      "        try:", f"            key = {key_expr(range(n_in))}",
+                      "        except Exception:", "            return SLOW(args, stream, kw)",
+                      "        e = ENTRIES.get(key)", "        if e is None:",
+                      "            return SLOW(args, stream, kw)"]
+                L += [f"        p{i} = a{i}.data_ptr()" for i in range(n_in)]
+                L += align_check(range(n_in), "        ")
+                for k, j in enumerate(outs):
+                    L.append(f"        a{j} = EMPTY_LIKE(a{like[j]})" if j in like
+                             else f"        a{j} = e[13][{k}]()")
+                    L.append(f"        p{j} = a{j}.data_ptr()")
+            L += ["    else:", "        return SLOW(args, stream, kw)",
+                  "    dev, func, gx, gy, gz, bx, by, bz, smem, lock, pack, buf, params, allocs = e",
+                  "    s = RAW_STREAM(dev) if stream is None else STREAM_HANDLE(stream)",
+                  "    cs = STREAMS.get(s)", "    if cs is None:", "        cs = STREAM_OBJ(s)",
+                  "    if TLS.device != dev:",
+                  f"        return RELAUNCH(e, ({ptrs},), s, {out_expr}, None)",
+                  "    with lock:", f"        pack(buf, 0, {ptrs})",
+                  f"        r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, {call_args})",
+                  f"    if {failed}:",
+                  f"        return RELAUNCH(e, ({ptrs},), s, {out_expr}, {failed})"]
+            if self.sync_always:
+                L.append("    SYNC(e, s)")
+            L.append(f"    return {out_expr}")
+        # Key builders for the general path, from the same expressions as the fast path.
+        L += ["", "def KEY_ALL(args):", f"    {unpack(range(n_all))} = args" if n_all else "    pass",
+              f"    return {key_expr(range(n_all))}" if n_all else "    return ()",
+              "", "def KEY_IN(args):", f"    {unpack(range(n_in))} = args" if n_in else "    pass",
+              f"    return {key_expr(range(n_in))}" if n_in else "    return ()"]
+        src = "\n".join(L) + "\n"
+        drv = self.drv
+        g = {
+            "__name__": f"ptxdsl.launch.{sig.name}",
+            "SLOW": self._slow, "RELAUNCH": self._relaunch, "SYNC": self._sync_entry,
+            "ENTRIES": self.entries, "STREAM_HANDLE": stream_handle, "TLS": drv.tls,
+            "RAW_STREAM": None, "EMPTY_LIKE": None,  # filled when torch is first seen
+        }
+        if self.mode == "ctypes":
+            cl = self._ctypes
+            g.update(LAUNCH=cl.fn, STREAMS=cl._voidp, STREAM_OBJ=cl.handle)
+        else:
+            g.update(LAUNCH=drv.launch_raw, STREAMS=getattr(drv, "_streams", {}),
+                     STREAM_OBJ=drv.stream)
+        exec(compile(src, f"<ptxdsl launcher for {sig.name}>", "exec"), g)  # noqa: S102
+        g["__source__"] = src
+        g["__launcher_class__"] = type(f"Launcher[{sig.name}]", (Launcher,),
+                                       {"__call__": g["__call__"], "__module__": __name__})
+        g["__like__"] = like
+        return g
+
+    @property
+    def source(self) -> str:
+        """The generated fast-path source (for the curious and for tests)."""
+        return self._g["__source__"]
+
+    # ------------------------------------------------------------------ loading
+    def function(self, device: int) -> KernelFunction:
+        """The kernel loaded on ``device`` (compiled and cached on first use)."""
+        kf = self.functions.get(device)
+        if kf is None:
+            with self._fn_lock:
+                kf = self.functions.get(device)
+                if kf is None:
+                    kf = self.functions[device] = load_function(self.drv, self.kernel, device)
+        return kf
+
+    def specialisation(self, device: int) -> tuple[int, str, str]:
+        """``(device, cubin arch, cache key)``: what one loaded module is specialised on.
+        Named dims are not in it: one module serves every value."""
+        kf = self.function(device)
+        return (device, kf.arch, kf.key)
+
+    def warm(self, *args, **kw) -> None:
+        """Do everything a call with these arguments does except the launch: load the
+        kernel on their device and prepare the fast-path entry."""
+        self._slow(args, kw.pop("stream", None), kw, launch=False)
+
+    # ------------------------------------------------------------------ the general path
+    def _options(self, kw: dict) -> dict:
+        bad = [k for k in kw if k not in _OPTIONS]
+        if bad:
+            raise LaunchError(f"{self.sig.describe_call()}: unknown keyword argument(s) "
+                              f"{', '.join(bad)}; a launch takes the arrays positionally "
+                              f"(inputs, then optionally outputs) and the options "
+                              f"{', '.join(_OPTIONS)}", user_location())
+        opts = {"sync": bool(kw.get("sync", False)) or self.sync_always,
+                "shared_mem": kw.get("shared_mem"), "cluster": kw.get("cluster"),
+                "device": kw.get("device")}
+        if opts["shared_mem"] is None:
+            opts["shared_mem"] = int(getattr(self.kernel, "dynamic_shared", 0) or 0)
+        if opts["cluster"] is None:
+            opts["cluster"] = getattr(self.kernel, "cluster", None)
+        if opts["cluster"] is not None:
+            c = opts["cluster"]
+            c = (c,) if isinstance(c, int) else tuple(c)
+            if not 1 <= len(c) <= 3 or any(not isinstance(x, int) or x < 1 for x in c):
+                raise LaunchError(f"cluster= takes up to three positive ints, got {opts['cluster']!r}")
+            opts["cluster"] = c + (1,) * (3 - len(c))
+            if opts["cluster"] == (1, 1, 1) and getattr(self.kernel, "cluster", None) is None:
+                opts["cluster"] = None
+        return opts
+
+    def _slow(self, args, stream, kw, *, launch: bool = True):
+        sig, drv = self.sig, self.drv
+        opts = self._options(kw)
+        n = len(args)
+        if n not in (sig.n_in, sig.n_all):
+            raise LaunchError(f"{sig.describe_call()}: takes {sig.n_in} input(s)"
+                              + (f" and optionally {sig.n_out} output(s)" if sig.n_out else "")
+                              + f", got {n} argument(s)", user_location())
+        objs = list(args) + [None] * (sig.n_all - n)
+        kinds = []
+        for i, obj in enumerate(objs):
+            if obj is None:
+                if i < sig.n_in:
+                    raise self._arg_error(i, "is None")
+                kinds.append(None)
+                continue
+            kind = classify(obj)
+            if not kind:
+                raise self._arg_error(i, f"is a {type(obj).__name__}, not an array (pass a numpy "
+                                      f"array, a torch/cupy/jax array, or an object with "
+                                      f"__cuda_array_interface__ or __dlpack__)")
+            kinds.append(kind)
+        # Views (DLPack waits for the stream, which may depend on the device).
+        views = [None] * sig.n_all
+        for i, (obj, kind) in enumerate(zip(objs, kinds)):
+            if kind is None or kind == "dlpack":
+                continue
+            try:
+                views[i] = view_of(obj, kind, pointer_device=self._pointer_device)
+            except _ArgProblem as exc:
+                raise self._arg_error(i, str(exc)) from None
+        device = opts["device"]
+        dev_of_views = [v.device for v in views if v is not None and v.device >= 0]
+        if device is None and dev_of_views:
+            device = dev_of_views[0]
+        if device is None:
+            for obj, kind in zip(objs, kinds):
+                if kind == "dlpack":
+                    from .args import dlpack_device
+                    device = dlpack_device(obj)[1]
+                    break
+        if device is None:
+            device = max(drv.current_device(), 0)
+        explicit_stream = stream is not None
+        s = stream_handle(stream) if explicit_stream else self._default_stream(kinds, views, device)
+        for i, (obj, kind) in enumerate(zip(objs, kinds)):
+            if kind == "dlpack":
+                try:
+                    views[i] = view_of(obj, kind, stream=s)
+                except _ArgProblem as exc:
+                    raise self._arg_error(i, str(exc)) from None
+        binding = bind(sig, views)
+        if binding.device >= 0 and opts["device"] is not None and binding.device != opts["device"]:
+            raise LaunchError(f"{sig.describe_call()}: device={opts['device']} but the arrays are "
+                              f"on cuda:{binding.device}", user_location())
+        device = binding.device if binding.device >= 0 else device
+        kf = self.function(device)
+        info = drv.device(device)
+        grid = self.kernel.grid_for(binding.dims) if not any(
+            v == 0 for v in binding.dims.values()) else None
+        block = tuple(self.kernel.block)
+        smem = int(opts["shared_mem"])
+        if grid is not None:
+            self._check_limits(kf, info, grid, block, smem, opts["cluster"])
+        # Outputs: framework of the first device-resident input, numpy if none.
+        device_kinds = [k for k, v in zip(kinds[:sig.n_in], views[:sig.n_in])
+                        if k is not None and v is not None and v.device >= 0]
+        framework = device_kinds[0] if device_kinds else "numpy"
+        if framework == "torch":
+            self._bind_torch()
+        if framework in ("cai", "dlpack", "device"):
+            framework = "device"
+        out_objs = list(objs[sig.n_in:])
+        for k, j in enumerate(range(sig.n_in, sig.n_all)):
+            if out_objs[k] is None:
+                obj = allocate(framework, tuple(binding.out_shapes[k]), sig.specs[j].dtype,
+                               device, stream=s)
+                out_objs[k] = obj
+                objs[j] = obj
+                kinds[j] = classify(obj)
+                views[j] = view_of(obj, kinds[j], pointer_device=self._pointer_device)
+        result = (None if sig.n_out == 0 else out_objs[0] if sig.n_out == 1
+                  else tuple(out_objs))
+        if grid is None or not launch:
+            if launch is False and grid is not None:
+                self._maybe_entry(args, kinds, views, binding, kf, grid, block, smem, opts,
+                                  explicit_stream)
+            return result
+        staging = None
+        pushed = drv.enter(device)
+        try:
+            if any(v.kind == "numpy" for v in views):
+                staging = Staging(drv, s)
+            ptrs = []
+            for i, v in enumerate(views):
+                if v.kind == "numpy":
+                    v.ptr = staging.upload(v.obj, copy=True)
+                elif v.kind == "cai" and _other_stream(v.stream, s):
+                    drv.stream_wait_stream(s, v.stream)  # the producer's work comes first
+                ptrs.append(v.ptr)
+            buf, arr = self.layout.buffer(self.layout.values(ptrs, binding))
+            try:
+                drv.launch(kf.func, grid, block, smem, s, ctypes.addressof(arr), opts["cluster"])
+            except CudaError as exc:
+                raise exc.for_kernel(sig.name) from None
+            if staging is not None:
+                for j in range(sig.n_in, sig.n_all):
+                    if views[j].kind == "numpy":
+                        staging.download(views[j].ptr, views[j].obj)
+                try:
+                    staging.finish()
+                except CudaError as exc:
+                    raise exc.for_kernel(sig.name, "the launch (found at cuStreamSynchronize)") \
+                        from None
+            elif opts["sync"]:
+                try:
+                    drv.stream_sync(s)
+                except CudaError as exc:
+                    raise exc.for_kernel(sig.name, "the launch (found at cuStreamSynchronize)") \
+                        from None
+        finally:
+            if staging is not None:
+                staging.close()
+            if pushed:
+                drv.leave()
+        del buf, arr
+        self._maybe_entry(args, kinds, views, binding, kf, grid, block, smem, opts,
+                          explicit_stream)
+        return result
+
+    def _arg_error(self, i: int, text: str) -> LaunchError:
+        sig = self.sig
+        role = "input" if i < sig.n_in else "output"
+        return LaunchError(f"{sig.describe_call()}: {role} {sig.arg_names[i]} (argument {i + 1}) "
+                           f"{text}", user_location())
+
+    def _pointer_device(self, ptr: int) -> int:
+        fn = getattr(self.drv, "pointer_device", None)
+        return fn(ptr) if fn is not None else -1
+
+    def _default_stream(self, kinds, views, device: int) -> int:
+        """torch's current stream for torch tensors, cupy's for cupy arrays, a CAI
+        producer's stream, else the legacy default stream (0)."""
+        if "torch" in kinds:
+            self._bind_torch()
+            return self._g["RAW_STREAM"](device)
+        if "cupy" in kinds:
+            cupy = sys.modules["cupy"]
+            with cupy.cuda.Device(device):
+                return int(cupy.cuda.get_current_stream().ptr)
+        for v in views:
+            if v is not None and v.kind == "cai" and v.stream not in (None, 1):
+                return int(v.stream)
+        return 0
+
+    def _bind_torch(self) -> None:
+        g = self._g
+        if g["RAW_STREAM"] is None:
+            torch = sys.modules["torch"]
+            raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+            if raw is None:  # older torch: the public (slower) way
+                def raw(device, _torch=torch):
+                    return _torch.cuda.current_stream(device).cuda_stream
+            g["RAW_STREAM"] = raw
+            g["EMPTY_LIKE"] = torch.empty_like
+
+    def _check_limits(self, kf: KernelFunction, info, grid, block, smem: int, cluster) -> None:
+        name = self.sig.describe_call()
+        for axis, (g, m) in enumerate(zip(grid, info.max_grid)):
+            if g > m:
+                raise LaunchError(f"{name}: grid {grid} exceeds the device's limit {info.max_grid} "
+                                  f"on axis {'xyz'[axis]}", user_location())
+        for axis, (b, m) in enumerate(zip(block, info.max_block)):
+            if b > m:
+                raise LaunchError(f"{name}: block {block} exceeds the device's limit "
+                                  f"{info.max_block} on axis {'xyz'[axis]}", user_location())
+        threads = block[0] * block[1] * block[2]
+        if threads > kf.max_threads:
+            raise LaunchError(f"{name}: block {block} has {threads} threads but this kernel fits "
+                              f"at most {kf.max_threads} per block on {info.name} (it uses "
+                              f"{kf.num_regs} registers per thread); use a smaller block",
+                              user_location())
+        total = kf.static_smem + smem
+        if total > info.max_smem_per_block_optin:
+            raise LaunchError(f"{name}: needs {kf.static_smem} bytes of static + {smem} bytes of "
+                              f"dynamic shared memory = {total} bytes per block, over the "
+                              f"{info.max_smem_per_block_optin} bytes {info.name} allows",
+                              user_location())
+        if smem > kf.dyn_smem_limit:
+            # Over 48 KiB of dynamic shared memory needs an explicit opt-in per function.
+            with kf.lock:
+                if smem > kf.dyn_smem_limit:
+                    self._in_context(kf.device, self.drv.set_func_attribute, kf.func,
+                                     "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", smem)
+                    kf.dyn_smem_limit = smem
+        if cluster is not None:
+            if not info.cluster_launch:
+                raise LaunchError(f"{name}: cluster={cluster} but {info.name} ({info.arch}) "
+                                  f"cannot launch clusters (sm_90 or newer needed)", user_location())
+            for axis, (g, c) in enumerate(zip(grid, cluster)):
+                if g % c:
+                    raise LaunchError(f"{name}: grid {grid} is not a multiple of cluster "
+                                      f"{cluster} on axis {'xyz'[axis]}", user_location())
+            size = cluster[0] * cluster[1] * cluster[2]
+            if size > 16:
+                raise LaunchError(f"{name}: cluster {cluster} has {size} CTAs; at most 16 "
+                                  f"(8 portable)", user_location())
+            if size > 8 and not getattr(kf, "non_portable", False):
+                self._in_context(kf.device, self.drv.set_func_attribute, kf.func,
+                                 "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
+                kf.non_portable = True
+
+    def _in_context(self, device: int, fn, *a):
+        pushed = self.drv.enter(device)
+        try:
+            return fn(*a)
+        finally:
+            if pushed:
+                self.drv.leave()
+
+    # ------------------------------------------------------------------ fast-path entries
+    def _maybe_entry(self, args, kinds, views, binding, kf, grid, block, smem, opts,
+                     explicit_stream) -> None:
+        sig = self.sig
+        if not self.fast_hits_possible or opts["cluster"] is not None:
+            return
+        if any(k != "torch" for k in kinds) or (opts["sync"] and not self.sync_always):
+            return
+        n = len(args)
+        try:
+            key = self._g["KEY_ALL" if n == sig.n_all else "KEY_IN"](args)
+        except Exception:  # noqa: BLE001 - not hashable / not torch after all
+            return
+        allocs = []
+        if n == sig.n_in:
+            torch = sys.modules["torch"]
+            like = self._g["__like__"]
+            for k, j in enumerate(range(sig.n_in, sig.n_all)):
+                dt = views[j].obj.dtype
+                allocs.append(None if j in like else partial(
+                    torch.empty, tuple(binding.out_shapes[k]), dtype=dt,
+                    device=torch.device("cuda", binding.device)))
+        values = self.layout.values([0] * sig.n_all, binding)
+        buf, arr = self.layout.buffer(values)
+        drv = self.drv
+        if self.mode == "extra":
+            size = ctypes.c_size_t(self.layout.size)
+            extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buf), 2, ctypes.addressof(size), 0)
+            params, keep = ctypes.addressof(extra), (arr, extra, size)
+        elif self.mode == "ctypes":
+            params, keep = ctypes.c_void_p(ctypes.addressof(arr)), (arr,)
+        else:
+            params, keep = ctypes.addressof(arr), (arr,)
+        func = (self._ctypes.handle(int(kf.func)) if self.mode == "ctypes" else kf.func)
+        entry = _Entry((binding.device, func, grid[0], grid[1], grid[2], block[0], block[1],
+                        block[2], smem, threading.Lock(), self.layout.pack_ptrs, buf, params,
+                        tuple(allocs)))
+        entry.keep = keep
+        entry.kernel_function = kf
+        with self._entry_lock:
+            if len(self.entries) >= _MAX_ENTRIES:
+                self.entries.clear()  # many shapes seen: start over rather than grow forever
+            self.entries.setdefault(key, entry)
+
+    def _relaunch(self, e, ptrs, s, out, code):
+        """The fast path's way out: the thread's current context is not (known to be) the
+        entry's device, or the launch failed. Launches with the context made current
+        (pushed and popped if another one was current) and reports errors."""
+        drv = self.drv
+        if code is not None:
+            name = drv.error_name(code)
+            if name not in _CONTEXT_ERRORS:
+                raise drv.error(code, "cuLaunchKernel").for_kernel(self.sig.name)
+            drv.forget_thread_device()
+        dev = e[0]
+        pushed = drv.enter(dev)
+        try:
+            buf, arr = self.layout.buffer(self._values_from_entry(e, ptrs))
+            try:
+                drv.launch(e.kernel_function.func, e[2:5], e[5:8], e[8], s,
+                           ctypes.addressof(arr), None)
+            except CudaError as exc:
+                raise exc.for_kernel(self.sig.name) from None
+            if self.sync_always:
+                self._sync_entry(e, s)
+        finally:
+            if pushed:
+                drv.leave()
+        return out
+
+    def _values_from_entry(self, e, ptrs) -> list:
+        """All parameter values: the new pointers plus the constants in the entry's buffer."""
+        lay = self.layout
+        raw = bytes(e[11])
+        vals = list(ptrs)
+        for p, code, off in zip(lay.params[lay.n_ptr:], lay.codes[lay.n_ptr:],
+                                lay.offsets[lay.n_ptr:]):
+            vals.append(struct.unpack_from("<" + code, raw, off)[0])
+        return vals
+
+    def _sync_entry(self, e, s) -> None:
+        try:
+            self._in_context(e[0], self.drv.stream_sync, s)
+        except CudaError as exc:
+            raise exc.for_kernel(self.sig.name, "the launch (found at cuStreamSynchronize)") \
+                from None
+
+
+def _other_stream(producer: int | None, s: int) -> bool:
+    """Whether a CAI producer stream differs from the launch stream (None: no sync
+    needed; 1 is the legacy default stream, which the launch calls 0)."""
+    if producer is None:
+        return False
+    return (0 if producer == 1 else producer) != (0 if s == 1 else s)
+
+
+class _Entry(tuple):
+    """A fast-path entry: a tuple (unpacked in one step by the generated code) that can
+    also carry the objects it must keep alive."""
+
+    keep: tuple
+    kernel_function: KernelFunction
+
+
+# ---------------------------------------------------------------------- public entry points
+_prepare_lock = threading.Lock()
+
+
+def prepare(kernel, *example_args, mode: str | None = None, **kw) -> Launcher:
+    """The kernel's :class:`Launcher`, created once and kept in ``kernel.runtime_cache``.
+
+    With example arguments it is also warmed: the kernel is compiled and loaded on
+    their device and their signature gets a fast-path entry, so the first real call
+    is already fast. ``mode`` (see :data:`LAUNCH_MODES`) makes a separate launcher
+    that is not cached (the benchmark compares them).
+    """
+    if mode is not None:
+        launcher = Launcher(kernel, mode=mode)
+    else:
+        launcher = kernel.runtime_cache.get("launcher")
+        if launcher is None:
+            with _prepare_lock:
+                launcher = kernel.runtime_cache.get("launcher")
+                if launcher is None:
+                    launcher = kernel.runtime_cache["launcher"] = Launcher(kernel)
+    if example_args:
+        launcher.warm(*example_args, **kw)
+    return launcher
+
+
+def launch(kernel, *args, **kwargs):
+    """Launch ``kernel`` on ``args`` (what ``kernel(*args)`` does); see :class:`Launcher`."""
+    launcher = kernel.runtime_cache.get("launcher")
+    if launcher is None:
+        launcher = prepare(kernel)
+    return launcher(*args, **kwargs)
+

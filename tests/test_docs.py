@@ -1,0 +1,268 @@
+"""The generated docs: the PTX-namespace page covers the whole instruction table, its
+Python examples record exactly the PTX they show, the operator table says what the
+operators really record, and the docs build hooks behave.
+
+``mkdocs build --strict`` itself runs in .ci/run (it needs the docs extra).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+
+import pytest
+
+from ptxdsl import ir, ptx, reg, types
+from ptxdsl.docgen import (anchor, python_chain, python_example, render_operator_table,
+                           render_ptx_namespace, trace_operator)
+from ptxdsl.emit import fmt_instr
+from ptxdsl.isa import TABLE
+from ptxdsl.trace import Builder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, "docs")
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    return render_ptx_namespace()
+
+
+def _section(page: str, opcode: str) -> str:
+    start = page.index(f"### `{opcode}` {{#{anchor(opcode)}}}")
+    nxt = page.find("\n### ", start + 1)
+    nxt2 = page.find("\n## ", start + 1)
+    ends = [e for e in (nxt, nxt2) if e != -1]
+    return page[start:min(ends) if ends else len(page)]
+
+
+def test_every_table_entry_has_a_section_and_a_summary_row(page):
+    for spec in TABLE:
+        assert f"| [`{spec.opcode}`](#{anchor(spec.opcode)}) |" in page, spec.opcode
+        _section(page, spec.opcode)  # raises if missing
+    assert f"**{len(TABLE)} opcode families**" in page
+
+
+def test_anchors_are_unique():
+    anchors = [anchor(s.opcode) for s in TABLE]
+    assert len(anchors) == len(set(anchors))
+
+
+@pytest.mark.parametrize("spec", TABLE, ids=lambda s: s.opcode)
+def test_section_lists_modifiers_types_minimums_and_example(page, spec):
+    sec = _section(page, spec.opcode)
+    for group in spec.groups:
+        assert f"| {group.name}" in sec, group.name
+        for mod in group.mods:
+            assert f"`.{mod.name}`" in sec, (group.name, mod.name)
+    for t in spec.types:
+        assert f"`.{t}`" in sec, t
+    assert f"PTX ISA {spec.ptx[0]}.{spec.ptx[1]}, sm_{spec.sm}" in sec
+    assert "| interpreter |" in sec
+    assert f"`{python_chain(spec.opcode)}`" in sec
+    if spec.doc:
+        assert spec.doc in sec
+    assert spec.example, f"{spec.opcode} has no example in the table"
+    assert spec.example.rstrip(";") + ";" in sec
+
+
+def test_python_spelling_of_ptx_names():
+    assert python_chain("ld.global.v4.f32") == "ptx.inst.ld.global_.v4.f32"
+    assert python_chain("ld.global.L1::evict_last.f32") == "ptx.inst.ld.global_.L1__evict_last.f32"
+    assert python_chain("and.b32") == "ptx.inst.and_.b32"
+    assert python_chain("cp.async.cg.shared.global") == "ptx.inst.cp.async_.cg.shared.global_"
+
+
+def _record(example) -> str:
+    """Run a translated example inside a scratch trace; return the PTX line it records."""
+    b = Builder("doc_example", "sm_90a")
+    with b.active():
+        ns = {"ptx": ptx}
+        highest: dict[str, tuple[int, str]] = {}
+        for name, tname in example.registers:
+            prefix = re.match(r"[a-z]+", name).group(0)
+            n = int(name[len(prefix):])
+            highest[prefix] = (max(highest.get(prefix, (0, tname))[0], n), tname)
+        # Declared in numbering order so the tracer gives them the example's names.
+        for prefix, (n, tname) in highest.items():
+            for i in range(n + 1):
+                ns[f"{prefix}{i}"] = reg.scalar(types.ALL_TYPES[tname])
+        eval(example.call, ns)  # noqa: S307 - our own generated text
+    instrs = [x for x in b.body if isinstance(x, ir.Instr)]
+    return fmt_instr(instrs[-1])
+
+
+@pytest.mark.parametrize("spec", TABLE, ids=lambda s: s.opcode)
+def test_python_example_records_exactly_the_example(spec):
+    ex = python_example(spec.example)
+    assert ex is not None, f"cannot spell {spec.example!r} in Python"
+    assert _record(ex) == spec.example.rstrip(";") + ";"
+
+
+# ------------------------------------------------------------------ operators
+@pytest.mark.parametrize("expr,t,want", [
+    ("a + b", "u32", "add.u32"),
+    ("a + b", "f32", "add.f32"),
+    ("a * b + c", "u32", "mul.lo.u32; add.u32"),
+    ("p + a * 4", "u32", "mul.wide.u32; add.u64"),
+    ("p + a * 4", "s32", "mul.wide.s32; add.u64"),
+    ("p + a", "u32", "cvt.u64.u32; add.u64"),
+    ("(a * 4).wide", "u32", "mul.wide.u32"),
+    ("a / b", "f32", "div.rn.f32"),
+    ("a // b", "s32", "div.s32"),
+    ("a % b", "u32", "rem.u32"),
+    ("a & b", "u32", "and.b32"),
+    ("a & b", "pred", "and.pred"),
+    ("a >> 2", "s32", "shr.s32"),
+    ("a >> 2", "u32", "shr.u32"),
+    ("a << 2", "u64", "shl.b64"),
+    ("a < b", "f32", "setp.lt.f32"),
+    ("a != b", "f32", "setp.neu.f32"),
+    ("a != b", "u32", "setp.ne.b32"),
+    ("-a", "f32", "neg.f32"),
+    ("a += b", "u32", "add.u32"),
+])
+def test_operator_table_matches_tracing(expr, t, want):
+    assert trace_operator(expr, t) == want
+
+
+@pytest.mark.parametrize("expr,t", [("a / b", "u32"), ("a & b", "f32"), ("a + b", "pred")])
+def test_operator_table_reports_refusals(expr, t):
+    assert trace_operator(expr, t).startswith("refused: ")
+
+
+def test_operator_table_renders_every_row():
+    table = render_operator_table()
+    lines = [ln for ln in table.splitlines() if ln.startswith("| `")]
+    from ptxdsl.docgen import OPERATOR_ROWS
+    assert len(lines) == len(OPERATOR_ROWS)
+    assert "`mul.wide.u32`" in table
+
+
+# ------------------------------------------------------------------ hooks
+def _hooks():
+    pytest.importorskip("mkdocs")
+    spec = importlib.util.spec_from_file_location("ptxdsl_docs_hooks", os.path.join(DOCS, "hooks.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_tables_say_when_there_are_no_results(tmp_path):
+    hooks = _hooks()
+    assert "No benchmark results" in hooks.bench_tables(str(tmp_path))
+    assert "No `rmsnorm` benchmark results" in hooks.bench_tables(str(tmp_path), "rmsnorm")
+
+
+def test_bench_tables_render_rows_device_and_date(tmp_path):
+    hooks = _hooks()
+    data = {"device": "NVIDIA H200", "date": "2026-01-01", "results": [
+        {"impl": "ptxdsl", "shape": [2048, 8192], "us": 37.9, "tb_s": 3.54},
+        {"impl": "copy", "shape": [2048, 8192], "us": 36.6, "tb_s": 3.66}]}
+    (tmp_path / "rmsnorm_h200.json").write_text(json.dumps(data))
+    md = hooks.bench_tables(str(tmp_path))
+    assert "NVIDIA H200" in md and "2026-01-01" in md
+    assert "| impl | shape | us | tb_s |" in md
+    assert "| ptxdsl | 2048×8192 | 37.9 | 3.54 |" in md
+    assert "rmsnorm_h200.json" in md
+
+
+def test_ptx_excerpt_cuts_between_patterns():
+    hooks = _hooks()
+    text = "a\n\tmov.u32 %r0, 1;\n\tadd.u32 %r1, %r0, 2;\n\tst.global.u32 [x], %r1;\nret"
+    assert hooks._excerpt(text, r"mov\.u32", r"add") == "mov.u32 %r0, 1;\nadd.u32 %r1, %r0, 2;"
+    assert hooks._excerpt(text, r"add", None, 2) == "add.u32 %r1, %r0, 2;\nst.global.u32 [x], %r1;"
+
+
+def test_markers_in_pages_are_known():
+    """Every <!-- ptxdsl:... --> marker in docs/ names a kind the hook expands."""
+    known = {"ptx", "bench-tables", "error", "check", "operators", "source"}
+    for folder, _dirs, names in os.walk(DOCS):
+        for n in names:
+            if n.endswith(".md"):
+                text = open(os.path.join(folder, n), encoding="utf-8").read()
+                for kind in re.findall(r"<!--\s*ptxdsl:([\w-]+)", text):
+                    assert kind in known, (n, kind)
+
+
+# ------------------------------------------------------------------ the snippets the pages trace
+def _snippet_kernels(name):
+    from ptxdsl import cli
+    return cli.load_kernels(os.path.join(DOCS, "snippets", name))
+
+
+@pytest.mark.parametrize("name", ["first_kernel.py", "control_flow.py"])
+def test_doc_snippets_trace(name):
+    for e in _snippet_kernels(name):
+        assert f".entry {e.kernel.name}(" in e.kernel.ptx()
+
+
+@pytest.mark.parametrize("name", ["mistake_type.py", "mistake_order.py", "mistake_arch.py",
+                                  "detect_barrier.py"])
+def test_doc_mistakes_fail_at_the_users_line(name):
+    from ptxdsl.errors import PtxdslError
+    (e,) = _snippet_kernels(name)
+    with pytest.raises(PtxdslError) as info:
+        e.kernel.ptx()
+    assert f"{name}:" in str(info.value)
+
+
+def test_bench_tables_pivot_the_rmsnorm_benchmark_layout(tmp_path):
+    """bench/rmsnorm.py writes {"forward": [{"shape", "dtype", "results": {name: ...}}]}."""
+    hooks = _hooks()
+    data = {"device": "NVIDIA H200", "date": "2026-01-02", "torch": "2.11",
+            "forward": [{"shape": [2048, 8192], "dtype": "f32", "results": {
+                "copy": {"us": 40.0, "tbps": 3.3}, "ptxdsl": {"us": 50.0, "tbps": 2.7},
+                "triton": {"us": 60.0, "tbps": 2.2}, "liger": {"error": "ImportError: x|y"}}}],
+            "backward": []}
+    (tmp_path / "rmsnorm.json").write_text(json.dumps(data))
+    md = hooks.bench_tables(str(tmp_path), "rmsnorm")
+    assert "**forward**" in md
+    assert "| dtype | shape | copy | ptxdsl | triton | liger | ptxdsl % of copy | best other / ptxdsl |" in md
+    assert "| f32 | 2048×8192 | 40.0 µs (3.30 TB/s) | 50.0 µs (2.70 TB/s) | 60.0 µs (2.20 TB/s)" in md
+    assert "| 80% | 1.20× |" in md
+    assert 'title="ImportError: x\\|y">error' in md
+
+
+# ------------------------------------------------------------------ interpreter column, recipes
+def test_interpreter_column_matches_the_interpreter(page):
+    interp = pytest.importorskip("ptxdsl.interp")
+    if not hasattr(interp, "supported"):
+        pytest.skip("ptxdsl.interp does not publish supported()")
+    supported = interp.supported()
+    for spec in TABLE:
+        want = "yes" if spec.opcode in supported else "no"
+        assert f"| interpreter | {want} |" in _section(page, spec.opcode), spec.opcode
+
+
+def test_hypothesis_recipes_of_the_testing_page_hold():
+    pytest.importorskip("hypothesis")
+    interp = pytest.importorskip("ptxdsl.interp")
+    if not hasattr(interp, "interpret"):
+        pytest.skip("ptxdsl.interp has no interpret() yet")
+    spec = importlib.util.spec_from_file_location(
+        "ptxdsl_docs_recipes", os.path.join(DOCS, "snippets", "test_recipes.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tests = [getattr(mod, n) for n in dir(mod) if n.startswith("test_")]
+    assert len(tests) == 3
+    for t in tests:
+        t()
+
+
+@pytest.mark.parametrize("name", ["detect_oob.py", "detect_race.py", "detect_uninit.py"])
+def test_detector_snippets_are_caught_by_the_interpreter(name):
+    interp = pytest.importorskip("ptxdsl.interp")
+    if not hasattr(interp, "interpret"):
+        pytest.skip("ptxdsl.interp has no interpret() yet")
+    from ptxdsl.errors import InterpreterError
+    mod = cli_import(os.path.join(DOCS, "snippets", name))
+    with pytest.raises(InterpreterError) as info:
+        mod.main()
+    assert f"{name}:" in str(info.value) and "thread" in str(info.value)
+
+
+def cli_import(path):
+    from ptxdsl import cli
+    return cli._import_file(path)

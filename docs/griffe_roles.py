@@ -39,6 +39,12 @@ def _cells(line: str, cols: list[tuple[int, int]]) -> list[str]:
     return out
 
 
+def _escape_pipes(cell: str) -> str:
+    """Escape ``|`` outside code spans (inside them Markdown tables already keep it)."""
+    parts = re.split(r"(`+[^`]*`+)", cell)
+    return "".join(p if p.startswith("`") else p.replace("|", "\\|") for p in parts)
+
+
 def _simple_tables(text: str) -> str:
     """reST simple tables -> Markdown tables (continuation lines join the row above)."""
     lines = text.split("\n")
@@ -87,7 +93,7 @@ def _simple_tables(text: str) -> str:
         out.append(indent + "| " + " | ".join(head) + " |")
         out.append(indent + "|" + " --- |" * len(cols))
         for r in rows:
-            out.append(indent + "| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+            out.append(indent + "| " + " | ".join(_escape_pipes(c) for c in r) + " |")
         out.append("")
         i = j + 1
     return "\n".join(out)

@@ -241,7 +241,7 @@ def render_ptx_namespace(table=None) -> str:
       "`ptx.inst.<opcode>.<modifiers>.<type>(operands...)` records exactly one of these, "
       "after checking the modifiers, their order, the types and the operands against this "
       "table; helpers such as `ptx.warp.reduce_sum`, `ptx.if_` or `smem` indexing record "
-      "the instructions their docstrings name (see the [API reference](api.md)).")
+      "the instructions their docstrings name (see the [API reference](api/index.md)).")
     w("")
     w("How Python spells PTX:")
     w("")

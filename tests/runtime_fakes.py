@@ -355,6 +355,7 @@ class FakeCuda:
         if fn is None:
             return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
         if self._current_device() != fn["device"]:
+            self._count("launch_in_wrong_context")
             return (CUresult.CUDA_ERROR_INVALID_CONTEXT,)
         if self.launch_error is not None:
             return (self.launch_error,)
@@ -500,7 +501,9 @@ def fake_torch_module(raw_stream: int = 0):
     torch.tensor_on = lambda a, dev=0: Tensor(np.ascontiguousarray(a) if a.flags.c_contiguous
                                               else a, dev)
     torch.raw_stream = raw_stream
-    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda d: torch.raw_stream)
+    torch.current_device_index = 0  # what torch.cuda.current_device() would say
+    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda d: torch.raw_stream,
+                                     _cuda_getDevice=lambda: torch.current_device_index)
     return torch
 
 

@@ -171,6 +171,18 @@ def test_cache_clear_leaves_foreign_files(capsys, tmp_path, monkeypatch):
     assert (tmp_path / "precious.txt").read_text() == "keep me"
 
 
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "bench", "rmsnorm.py")),
+                    reason="bench/rmsnorm.py is not in the tree")
+def test_bench_rmsnorm_passes_its_arguments_on(tmp_path, monkeypatch):
+    # --help needs no GPU or torch; run from elsewhere to find bench/ via the checkout.
+    monkeypatch.chdir(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "ptxdsl", "bench", "rmsnorm", "--help"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr
+    assert "--quick" in proc.stdout
+
+
 def test_bench_unknown_name_is_one_line(capsys):
     code, _, err = run(capsys, "bench", "no_such_benchmark")
     assert_one_line_error(code, err, "no_such_benchmark")

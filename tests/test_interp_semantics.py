@@ -199,7 +199,7 @@ PRMT_MODES_REF = {  # d.b3 d.b2 d.b1 d.b0 per c[1:0], as tabled in the PTX ISA
 @given(data=st.data())
 def test_prmt(mode, data):
     a, b, c = (data.draw(ints("u32")) for _ in range(3))
-    chain = "prmt.b32" + (f".{mode}" if mode else "")
+    chain = "prmt" + (f".{mode}" if mode else "") + ".b32"
     got = run_op(chain, ["u32", "u32", "u32"], "u32", arr(a, "u32"), arr(b, "u32"),
                  arr(c, "u32"))
     want = []

@@ -73,6 +73,42 @@ def _bind_dims(kernel, arrays: dict, given: dict) -> dict:
     return dims
 
 
+def _inner(a: np.ndarray) -> int:
+    n = 1
+    for d in a.shape[1:]:
+        n *= d
+    return n
+
+
+def _bind_strides(arrays: dict) -> dict:
+    """Row strides (elements) of the arrays whose Tile names one; shared names must agree."""
+    out: dict = {}
+    for name, (a, tile) in arrays.items():
+        if tile.stride is None:
+            continue
+        inner = _inner(a)
+        if a.shape[0] > 1 and a.ndim >= 2 and (
+                np.ascontiguousarray(a[0]).strides != a[0].strides
+                or a.strides[0] % a.itemsize or a.strides[0] < inner * a.itemsize):
+            raise LaunchError(f"argument {name}: rows may be strided but each row must be "
+                              f"contiguous (strides {a.strides})")
+        s = a.strides[0] // a.itemsize if a.shape[0] > 1 else inner
+        if out.get(tile.stride, s) != s:
+            raise LaunchError(f"arguments sharing stride {tile.stride!r} disagree: {name} has "
+                              f"{s}, another has {out[tile.stride]}")
+        out[tile.stride] = s
+    return out
+
+
+def _strided_extent(a: np.ndarray, stride: int) -> np.ndarray:
+    """The bytes a strided (M, ...) array spans, as the GPU would see them, flattened."""
+    m, inner = a.shape[0], _inner(a)
+    flat = np.zeros((m - 1) * stride + inner if m else 0, a.dtype)
+    for r in range(m):
+        flat[r * stride:r * stride + inner] = a[r].reshape(-1)
+    return flat
+
+
 def interpret(kernel, *args, **dims):
     """Run ``kernel`` on the CPU; see the module docstring for the argument convention."""
     prog = kernel.program()
@@ -91,14 +127,25 @@ def interpret(kernel, *args, **dims):
     for name, tile, a in zip(names, specs, args):
         arrays[name] = (_as_array(a, name, tile), tile)
     dims = _bind_dims(kernel, arrays, dims)
+    strides = _bind_strides(arrays)
     tensors = {}
     for i, (name, tile) in enumerate(zip(names, specs)):
         if name in arrays:
             tensors[name] = arrays[name][0]
         else:
             tensors[name] = np.zeros(tile.shape_for(dims), tile.dtype.np_dtype)
+        if tile.stride is not None:
+            strides.setdefault(tile.stride, _inner(tensors[name]))
+            tensors[name] = _strided_extent(tensors[name], strides[tile.stride])
     grid = kernel.grid_for(dims)
-    results = run_program(prog, kernel.block, grid, tensors, dims)
+    results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides})
+    for name, tile in zip(names, specs):
+        if tile.stride is not None:
+            shape = tile.shape_for(dims)
+            flat = results[name]
+            results[name] = np.lib.stride_tricks.as_strided(
+                flat, shape, (strides[tile.stride] * flat.itemsize,) +
+                tuple(np.zeros(shape[1:], flat.dtype).strides)).copy()
     outs = []
     for i, name in enumerate(names[nin:]):
         given = args[nin + i] if len(args) > nin else None
@@ -146,8 +193,9 @@ def _param_space(prog, addrs, dims) -> Space:
         cursor += p.dtype.bytes
         if p.kind == "ptr":
             values[p.name] = np.array(addrs[p.name], np.uint64)
-        elif p.kind == "dim":
-            values[p.name] = np.array(dims[p.tensor or p.name[:-4]], p.dtype.np_dtype)
+        elif p.kind in ("dim", "stride"):
+            values[p.name] = np.array(dims[p.tensor or p.name.rsplit("_", 1)[0]],
+                                      p.dtype.np_dtype)
         else:
             raise LaunchError(f"parameter {p.name} of kind {p.kind!r} has no value")
     sp = Space("param", PARAM_BASE, regions)

@@ -137,16 +137,18 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
             row = cta * R + (tid >> (T.bit_length() - 1))
         else:
             lane, row = tid, cta
-        m = ptx.dim("M")
-        with ptx.if_(row < m):
-            _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps,
-                      es, wes, nwarps, K, V, T)
+        # Lane groups past the last row still take part in the shuffles (a branch
+        # around them would leave lanes of the membermask behind); only their
+        # memory accesses are switched off.
+        rowok = row < ptx.dim("M") if R > 1 else None
+        _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps,
+                  es, wes, nwarps, K, V, T, rowok)
 
     return rms_norm_fwd
 
 
 def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, wes,
-              nwarps, K, V, T):
+              nwarps, K, V, T, rowok):
     N = p.n
     px = ptx.global_ptrs(X)[0]
     pw = ptx.global_ptrs(W)[0]
@@ -166,8 +168,9 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     def guard(k):
         """Predicate for chunk k of this thread, or None when it always exists."""
         if not p.ragged or (k + 1) * T <= p.chunks:
-            return None
-        return lane < (p.chunks - k * T)
+            return rowok
+        inside = lane < (p.chunks - k * T)
+        return inside if rowok is None else inside & rowok
 
     preds = [guard(k) for k in range(K)]
     step = T * V * es
@@ -200,7 +203,8 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     ptx.inst.rsqrt.approx.f32(rstd, ms)
     if RSTD is not None:
         prs = ptx.global_ptrs(RSTD)[0]
-        with ptx.if_(lane == 0):
+        first = lane == 0
+        with ptx.if_(first if rowok is None else first & rowok):
             ptx.inst.st.global_.f32(ptx.addr(prs + row * 4), rstd)
 
     for k in range(K):

@@ -2,7 +2,7 @@
 
 ``launch(kernel, *args)`` is what ``kernel(*args)`` calls; ``prepare(kernel,
 *example_args)`` returns the kernel's :class:`Launcher`, whose call is the
-fast path (see :mod:`ptxdsl.runtime.launch`). The modules, one question each:
+fast path (see :mod:`ptxdsl.runtime.launcher`). The modules, one question each:
 
 ========== ==============================================================
 driver     the CUDA driver: devices, primary contexts, modules, errors
@@ -10,11 +10,11 @@ cache      cubins on disk (keyed by PTX, arch, toolchain, options), modules in m
 compile    PTX -> cubin (ptxas or driver JIT) -> CUfunction on a device
 args       what an argument is and whether it fits the Tile specs
 memory     device buffers ptxdsl owns; staging numpy arrays through the GPU
-launch     the general path, the prepared fast path, and their entry points
+launcher   the general path, the prepared fast path, and their entry points
 ========== ==============================================================
 """
 from __future__ import annotations
 
-from .launch import LAUNCH_MODES, Launcher, launch, prepare
+from .launcher import LAUNCH_MODES, Launcher, launch, prepare
 
 __all__ = ["LAUNCH_MODES", "Launcher", "launch", "prepare"]

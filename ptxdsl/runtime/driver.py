@@ -343,6 +343,21 @@ class Driver:
         self.check(self.cu.cuMemcpyDtoHAsync(dst_addr, src, nbytes, self.stream(stream)),
                    "cuMemcpyDtoHAsync")
 
+    def pointer_device(self, ptr: int) -> int:
+        """The device ordinal owning device pointer ``ptr`` (-1: not device memory)."""
+        cu = self.cu
+        attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        try:
+            err, value = cu.cuPointerGetAttribute(attr, ptr)
+        except Exception:  # noqa: BLE001 - an unknown pointer is not an error here
+            return -1
+        if err:
+            return -1
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return -1
+
     def mem_info(self) -> tuple[int, int]:
         """(free, total) bytes of the current context's device."""
         free, total = self.check(self.cu.cuMemGetInfo(), "cuMemGetInfo")
@@ -448,7 +463,7 @@ def get() -> Driver:
     with _init_lock:
         if _driver is None:
             if _driver_error is not None:
-                raise _unavailable(_driver_error)
+                raise _unavailable(_driver_error) from _driver_error
             try:
                 _driver = Driver()
             except Exception as exc:  # noqa: BLE001 - ImportError, CudaError, loader errors

@@ -212,7 +212,7 @@ class Launcher:
                   "    dev, func, gx, gy, gz, bx, by, bz, smem, lock, pack, buf, params, allocs = e",
                   "    s = RAW_STREAM(dev) if stream is None else STREAM_HANDLE(stream)",
                   "    cs = STREAMS.get(s)", "    if cs is None:", "        cs = STREAM_OBJ(s)",
-                  "    if TLS.device != dev:",
+                  "    if TLS.device != dev or CUR_DEV() != dev:",
                   f"        return RELAUNCH(e, ({ptrs},), s, {out_expr}, None)",
                   "    with lock:", f"        pack(buf, 0, {ptrs})",
                   f"        r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, {call_args})",
@@ -232,7 +232,8 @@ class Launcher:
             "__name__": f"ptxdsl.launch.{sig.name}",
             "SLOW": self._slow, "RELAUNCH": self._relaunch, "SYNC": self._sync_entry,
             "ENTRIES": self.entries, "STREAM_HANDLE": stream_handle, "TLS": drv.tls,
-            "RAW_STREAM": None, "EMPTY_LIKE": None,  # filled when torch is first seen
+            # Filled when torch is first seen (entries exist only for torch tensors).
+            "RAW_STREAM": None, "EMPTY_LIKE": None, "CUR_DEV": None,
         }
         if self.mode == "ctypes":
             cl = self._ctypes
@@ -393,7 +394,7 @@ class Launcher:
             if any(v.kind == "numpy" for v in views):
                 staging = Staging(drv, s)
             ptrs = []
-            for i, v in enumerate(views):
+            for v in views:
                 if v.kind == "numpy":
                     v.ptr = staging.upload(v.obj, copy=True)
                 elif v.kind == "cai" and _other_stream(v.stream, s):
@@ -404,27 +405,23 @@ class Launcher:
                 drv.launch(kf.func, grid, block, smem, s, ctypes.addressof(arr), opts["cluster"])
             except CudaError as exc:
                 raise exc.for_kernel(sig.name) from None
-            if staging is not None:
-                for j in range(sig.n_in, sig.n_all):
-                    if views[j].kind == "numpy":
-                        staging.download(views[j].ptr, views[j].obj)
-                try:
+            try:
+                if staging is not None:
+                    for j in range(sig.n_in, sig.n_all):
+                        if views[j].kind == "numpy":
+                            staging.download(views[j].ptr, views[j].obj)
                     staging.finish()
-                except CudaError as exc:
-                    raise exc.for_kernel(sig.name, "the launch (found at cuStreamSynchronize)") \
-                        from None
-            elif opts["sync"]:
-                try:
+                elif opts["sync"]:
                     drv.stream_sync(s)
-                except CudaError as exc:
-                    raise exc.for_kernel(sig.name, "the launch (found at cuStreamSynchronize)") \
-                        from None
+            except CudaError as exc:
+                # Kernel faults surface here, at the first call that waits for the kernel.
+                raise exc.for_kernel(sig.name, "the launch (found when waiting for it)") \
+                    from None
         finally:
             if staging is not None:
                 staging.close()
             if pushed:
-                drv.leave()
-        del buf, arr
+                _leave_quietly(drv)
         self._maybe_entry(args, kinds, views, binding, kf, grid, block, smem, opts,
                           explicit_stream)
         return result
@@ -464,6 +461,10 @@ class Launcher:
                     return _torch.cuda.current_stream(device).cuda_stream
             g["RAW_STREAM"] = raw
             g["EMPTY_LIKE"] = torch.empty_like
+            # torch's current device: a torch.cuda.device(i) block or set_device() changes
+            # the thread's context behind our back; a launch then takes the careful path.
+            cur = getattr(getattr(torch, "_C", None), "_cuda_getDevice", None)
+            g["CUR_DEV"] = cur if cur is not None else torch.cuda.current_device
 
     def _check_limits(self, kf: KernelFunction, info, grid, block, smem: int, cluster) -> None:
         name = self.sig.describe_call()
@@ -517,7 +518,7 @@ class Launcher:
             return fn(*a)
         finally:
             if pushed:
-                self.drv.leave()
+                _leave_quietly(self.drv)
 
     # ------------------------------------------------------------------ fast-path entries
     def _maybe_entry(self, args, kinds, views, binding, kf, grid, block, smem, opts,
@@ -586,7 +587,7 @@ class Launcher:
                 self._sync_entry(e, s)
         finally:
             if pushed:
-                drv.leave()
+                _leave_quietly(drv)
         return out
 
     def _values_from_entry(self, e, ptrs) -> list:
@@ -603,8 +604,19 @@ class Launcher:
         try:
             self._in_context(e[0], self.drv.stream_sync, s)
         except CudaError as exc:
-            raise exc.for_kernel(self.sig.name, "the launch (found at cuStreamSynchronize)") \
+            raise exc.for_kernel(self.sig.name, "the launch (found when waiting for it)") \
                 from None
+
+
+def _leave_quietly(drv) -> None:
+    """Pop our context; after a sticky error the pop fails too, and that second error
+    must not hide the first (which is already propagating)."""
+    propagating = sys.exc_info()[0] is not None  # set inside a finally that is unwinding
+    try:
+        drv.leave()
+    except CudaError:
+        if not propagating:
+            raise
 
 
 def _other_stream(producer: int | None, s: int) -> bool:

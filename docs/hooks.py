@@ -40,6 +40,11 @@ _MARKER = re.compile(r"<!--\s*ptxdsl:(\w[\w-]*)(.*?)-->", re.S)
 _modules: dict[str, object] = {}
 
 
+def on_pre_build(config):
+    # `mkdocs serve` rebuilds in one process: re-import the example files each build.
+    _modules.clear()
+
+
 def on_files(files, config):
     from ptxdsl.docgen import render_ptx_namespace
     files.append(File.generated(config, "reference/ptx-namespace.md",

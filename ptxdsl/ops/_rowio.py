@@ -31,15 +31,16 @@ def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
         _ld(hints, vec, "f32", vals if vec > 1 else vals[0], addr, pred)
         return vals
     if vec == 1:
-        h = reg.scalar(u32, init=0 if pred is not None else None)
-        _ld(hints, 1, "u16", h, addr, pred)
         if dtype == bf16:
+            h = reg.scalar(u32, init=0 if pred is not None else None)
+            _ld(hints, 1, "u16", h, addr, pred)
             v = reg.scalar(f32)
             ptx.inst.shl.b32(v, h, 16)
             return [v]
-        lo, _ = ptx.unpack(h, b16)
+        h = reg.scalar(b16, init=0 if pred is not None else None)
+        _ld(hints, 1, "b16", h, addr, pred)
         v = reg.scalar(f32)
-        ptx.inst.cvt.f32.f16(v, lo)
+        ptx.inst.cvt.f32.f16(v, h)
         return [v]
     words = [reg.scalar(b32, init=0 if pred is not None else None) for _ in range(vec // 2)]
     _ld(hints, vec // 2, "b32", words if vec > 2 else words[0], addr, pred)

@@ -55,6 +55,11 @@ def accepts_dtype(tile: PtxType, name: str, kind: str) -> bool:
     return tile.name == "bf16" and kind == "numpy" and name == "uint16"
 
 
+def single_dtype(tile: PtxType) -> bool:
+    """Whether torch/cupy arrays of exactly one dtype fit a Tile of ``tile``."""
+    return tile.kind != "b" and len(_ACCEPT.get(tile.name, ())) == 1
+
+
 def dtype_name_for_tile(tile: PtxType) -> str:
     """The dtype ptxdsl allocates for an output of ``tile``."""
     if tile.kind == "b":

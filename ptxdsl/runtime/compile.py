@@ -30,8 +30,8 @@ from ..errors import LaunchError, ToolchainError
 from . import cache as _cache
 from .driver import CudaError
 
-__all__ = ["KernelFunction", "Image", "build_image", "load_function", "specialisation_key",
-           "target_arch", "toolchain_id"]
+__all__ = ["KernelFunction", "Image", "build_image", "load_function", "resolve_toolchain",
+           "specialisation_key", "target_arch", "toolchain_id"]
 
 _ARCH_RE = re.compile(r"sm_(\d+)([a-z]?)$")
 
@@ -123,22 +123,29 @@ def _map_error(kernel, compiled, diagnostics, what: str, fallback: str) -> Toolc
     return ToolchainError(f"{what} rejected kernel {kernel.name}: {text}", loc)
 
 
-def build_image(kernel, compiled, arch: str, *, driver_version: int | None = None,
-                options: Sequence[str] = (), disk: _cache.DiskCache | None = None) -> Image:
-    """The cubin for ``compiled`` (a :class:`ptxdsl.kernel.Compiled`) on ``arch``: from
-    the disk cache, else from ptxas (then stored); PTX for the driver JIT when
-    there is no ptxas or ``PTXDSL_COMPILER=jit``."""
-    disk = disk if disk is not None else _cache.DISK
+def resolve_toolchain(driver_version: int | None) -> tuple[str | None, str]:
+    """``(ptxas path or None, toolchain id)`` per ``PTXDSL_COMPILER`` and what is installed."""
     choice = _compiler_choice()
-    timings: dict = {}
-    t0 = time.perf_counter()
     ptxas = None
     if choice != "jit":
         ptxas = toolchain.find_ptxas()
         if ptxas is None and choice == "ptxas":
             raise ToolchainError("PTXDSL_COMPILER=ptxas but no ptxas was found; install "
                                  "nvidia-cuda-nvcc~=13.0.0 or set PTXDSL_PTXAS")
-    tool = toolchain_id(ptxas, driver_version)
+    return ptxas, toolchain_id(ptxas, driver_version)
+
+
+def build_image(kernel, compiled, arch: str, *, driver_version: int | None = None,
+                options: Sequence[str] = (), disk: _cache.DiskCache | None = None,
+                tools: tuple[str | None, str] | None = None) -> Image:
+    """The cubin for ``compiled`` (a :class:`ptxdsl.kernel.Compiled`) on ``arch``: from
+    the disk cache, else from ptxas (then stored); PTX for the driver JIT when
+    there is no ptxas or ``PTXDSL_COMPILER=jit``. ``tools`` is
+    :func:`resolve_toolchain`'s answer when the caller has it already."""
+    disk = disk if disk is not None else _cache.DISK
+    timings: dict = {}
+    t0 = time.perf_counter()
+    ptxas, tool = tools if tools is not None else resolve_toolchain(driver_version)
     key = specialisation_key(compiled.ptx, arch, tool, options)
     timings["key_s"] = time.perf_counter() - t0
     if ptxas is None:
@@ -230,19 +237,21 @@ def load_function(drv, kernel, device: int, *, options: Sequence[str] = (),
     info = drv.device(device)
     arch = target_arch(kernel.arch, info.cc, f"device {device} ({info.name})")
     built: list[Image] = []
+    t0 = time.perf_counter()
+    tools = resolve_toolchain(drv.version())
+    # The PTX text decides the key; computing it first lets a second kernel object
+    # with the same PTX (and a second call) share the loaded module.
+    key = specialisation_key(compiled.ptx, arch, tools[1], options)
+    timings["toolchain_and_key_s"] = time.perf_counter() - t0
 
     def load():
-        image = build_image(kernel, compiled, arch, driver_version=drv.version(),
-                            options=options, disk=disk)
+        image = build_image(kernel, compiled, arch, options=options, disk=disk, tools=tools)
         module, image = _load(drv, kernel, compiled, image, device, disk)
         built.append(image)
         return module
 
     t0 = time.perf_counter()
-    # The PTX text decides the key; computing it first lets a second kernel object
-    # with the same PTX share the loaded module.
-    probe = build_key(kernel, compiled, arch, drv, options)
-    module = modules.get_or_load(device, probe, load)
+    module = modules.get_or_load(device, key, load)
     origin = built[0].origin if built else "memory"
     if built:
         timings.update(built[0].timings)
@@ -256,19 +265,9 @@ def load_function(drv, kernel, device: int, *, options: Sequence[str] = (),
         if pushed:
             drv.leave()
     timings["total_load_s"] = time.perf_counter() - t0
-    return KernelFunction(device=device, func=drv.wrap_function(func), module=module, key=probe,
+    return KernelFunction(device=device, func=drv.wrap_function(func), module=module, key=key,
                           arch=arch, origin=origin, num_regs=attrs["NUM_REGS"],
                           static_smem=attrs["SHARED_SIZE_BYTES"],
                           max_threads=attrs["MAX_THREADS_PER_BLOCK"],
                           local_bytes=attrs["LOCAL_SIZE_BYTES"], timings=timings,
                           dyn_smem_limit=attrs["MAX_DYNAMIC_SHARED_SIZE_BYTES"])
-
-
-def build_key(kernel, compiled, arch: str, drv, options: Sequence[str] = ()) -> str:
-    """The cache key :func:`build_image` will use, without building anything."""
-    choice = _compiler_choice()
-    ptxas = toolchain.find_ptxas() if choice != "jit" else None
-    if ptxas is None and choice == "ptxas":
-        raise ToolchainError("PTXDSL_COMPILER=ptxas but no ptxas was found")
-    tool = toolchain_id(ptxas, drv.version() if ptxas is None else None)
-    return specialisation_key(compiled.ptx, arch, tool, options)

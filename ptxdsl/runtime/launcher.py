@@ -45,7 +45,8 @@ from functools import partial
 
 from ..errors import LaunchError, user_location
 from . import driver as _driver
-from .args import Binding, KernelSignature, _ArgProblem, bind, classify, stream_handle, view_of
+from .args import (Binding, KernelSignature, _ArgProblem, bind, classify, single_dtype,
+                   stream_handle, view_of)
 from .compile import KernelFunction, load_function
 from .driver import CudaError
 from .memory import Staging, allocate
@@ -174,12 +175,15 @@ class Launcher:
         else:
             call_args = "cs, params, 0"
         failed = "r" if self.mode == "ctypes" else "r[0]"
-        # An output may be allocated with empty_like(input) when its Tile is the input's.
+        # An output may be allocated with empty_like(input) when its Tile is the input's
+        # and that Tile admits one dtype only (so the input's dtype is the one the
+        # general path would allocate; a .b32 tile admits float32 and int32).
         like = {}
         for j in outs:
             for i in range(n_in):
                 sj, si = sig.specs[j], sig.specs[i]
-                if sj.dims == si.dims and sj.dtype == si.dtype and not strided[i]:
+                if (sj.dims == si.dims and sj.dtype == si.dtype and not strided[i]
+                        and single_dtype(sj.dtype)):
                     like[j] = i
                     break
         L = ["def __call__(self, *args, stream=None, **kw):"]

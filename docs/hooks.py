@@ -123,8 +123,12 @@ def _error_block(args: str) -> str:
     module = _module(path)
 
     def shown(err):
+        # An admonition with inline code: long messages wrap instead of scrolling.
         text = str(err).replace(os.path.dirname(path) + os.sep, "")
-        return f"```text\n{type(err).__name__}: {text}\n```"
+        lines = [ln for ln in text.split("\n") if ln.strip()]
+        body = "\n\n".join(f"    `` {ln.strip()} ``" for ln in lines)
+        return f'!!! failure "{type(err).__name__}"\n\n{body}\n'
+
     try:
         if callable(getattr(module, "main", None)):
             module.main()

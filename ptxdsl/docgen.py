@@ -297,10 +297,16 @@ def _render_spec(spec: OpSpec, supported: set[str] | None) -> list[str]:
     w(f"| Python | `{python_chain(spec.opcode)}` |")
     form = [spec.opcode]
     for g in spec.groups:
-        alts = "\\|".join("." + m.name for m in g.mods)
+        # A | inside a code span does not split a Markdown table cell: no escaping.
+        alts = "|".join("." + m.name for m in g.mods)
         form.append(alts if g.required else "{" + alts + "}")
     form += ["<type>"] * spec.ntypes
-    w(f"| form | `{' '.join(form)}` |")
+    # One code span per slot: a long form wraps between slots, never inside one.
+    w("| form | " + " ".join(f"`{part}`" for part in form) + " |")
+    renamed = [(m.name, _py_part(m.name)) for g in spec.groups for m in g.mods
+               if _py_part(m.name) != m.name]
+    if renamed:
+        w("| Python names | " + ", ".join(f"`.{a}` → `{b}`" for a, b in renamed) + " |")
     if spec.ntypes:
         kind = "types" if spec.ntypes == 1 else "types (two: destination then source)"
         w(f"| {kind} | {' '.join('`.' + t + '`' for t in spec.types)} |")

@@ -47,7 +47,8 @@ def doctor() -> dict:
         report["devices"] = n
         for i in range(n):
             info = drv.device(i)
-            report[f"device {i}"] = (f"{info.name}, {info.arch} (compute {info.cc[0]}.{info.cc[1]}), "
+            report[f"device {i}"] = (f"{info.name}, {info.arch} "
+                                     f"(compute {info.cc[0]}.{info.cc[1]}), "
                                      f"{info.total_mem / 2**30:.1f} GiB, {info.sm_count} SMs, "
                                      f"{info.max_smem_per_block_optin // 1024} KiB shared/block")
         if n == 0:

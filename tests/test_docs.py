@@ -275,3 +275,16 @@ def test_comparison_page_does_not_understate_the_table():
     if newer:
         assert "not yet in the instruction table" not in text, (
             f"the table now has {newer}: update docs/comparison.md")
+
+
+def test_python_names_of_every_modifier_round_trip():
+    """The page's "Python names" are what ptx.inst accepts: ptx_name() maps them back."""
+    from ptxdsl.docgen import _py_part
+    from ptxdsl.ptx import ptx_name
+    for spec in TABLE:
+        for part in spec.opcode.split("."):
+            assert ptx_name(_py_part(part)) == part
+        for group in spec.groups:
+            for mod in group.mods:
+                py = _py_part(mod.name)
+                assert py.isidentifier() and ptx_name(py) == mod.name, mod.name

@@ -50,7 +50,8 @@ def tview(t):
     (bf16, "bfloat16", "torch", True), (bf16, "uint16", "numpy", True),
     (bf16, "uint16", "torch", False), (f16, "float16", "numpy", True),
     (u32, "uint32", "torch", True), (u32, "int32", "torch", False), (s32, "int32", "cai", True),
-    (b32, "float32", "torch", True), (b32, "int32", "torch", True), (b32, "float16", "torch", False),
+    (b32, "float32", "torch", True), (b32, "int32", "torch", True),
+    (b32, "float16", "torch", False),
     (b16, "bfloat16", "torch", True),
 ])
 def test_dtype_acceptance(tile, name, kind, ok):
@@ -110,7 +111,8 @@ def test_signedness_hint():
 
 def test_wrong_rank():
     sig = sig_of(build_vadd())
-    with pytest.raises(LaunchError, match=r"has 2 dims \(shape \(2, 4\)\) but Tile\('N', f32\) has 1"):
+    with pytest.raises(LaunchError,
+                       match=r"has 2 dims \(shape \(2, 4\)\) but Tile\('N', f32\) has 1"):
         ra.bind(sig, [np_view(np.zeros((2, 4), np.float32))] * 2 + [None])
 
 

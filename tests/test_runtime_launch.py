@@ -611,6 +611,17 @@ def test_large_dynamic_shared_memory_opts_in_once(gpu):
         k(rand(8), rand(8), shared_mem=300 * 1024)
 
 
+def test_per_call_options_do_not_leak_into_the_fast_path(gpu, torch):
+    k = vadd_on(gpu)
+    a = torch.tensor_on(rand(64))
+    k(a, a, shared_mem=4096)
+    k(a, a, shared_mem=4096)
+    assert len(rlaunch.prepare(k).entries) == 0
+    k(a, a)
+    k(a, a)
+    assert [r["smem"] for r in gpu.cu.launches] == [4096, 4096, 0, 0]
+
+
 def test_cluster_launch(gpu):
     k = vadd_on(gpu)
     k(rand(1024), rand(1024), cluster=(2, 1, 1))

@@ -28,8 +28,15 @@ def _mem_common(m, op):
     if m.vector == 4 and m.type is not None and m.type.name in WIDE64:
         return (f"{op}.v4 of a 64-bit type would be 32 bytes; the widest vector access "
                 f"is 16 bytes (.v2.{m.type.name} or .v4 of a 32-bit type)")
-    if m.vector > 1 and m.type is not None and m.type.bits == 8:
-        return None
+    if sem == "volatile":
+        if space in ("local", "param", "const"):
+            return f".volatile does not apply to .{space} memory"
+        if m.chosen.get("cop") or m.chosen.get("L1"):
+            what = m.chosen.get("cop") or m.chosen.get("L1")
+            return f".volatile accesses take no cache hint (.{what})"
+    if m.chosen.get("cop") and m.chosen.get("L1"):
+        return (f"choose either the cache operator .{m.chosen['cop']} or the eviction "
+                f"priority .{m.chosen['L1']}, not both")
     return None
 
 
@@ -43,8 +50,6 @@ def ld(m):
 
 
 def st(m):
-    if m.chosen.get("space") in ("param",) and m.chosen.get("sem"):
-        return "st.param takes no memory-ordering qualifier"
     return _mem_common(m, "st")
 
 
@@ -52,16 +57,23 @@ def cvt(m):
     dst, src = m.types
     irnd, frnd = m.chosen.get("irnd"), m.chosen.get("frnd")
     need = None
+    if irnd and frnd:
+        return (f"cvt takes one rounding modifier: .{irnd} rounds to an integral value, "
+                f".{frnd} rounds a float result; drop one")
     if dst.name in ("f16x2", "bf16x2"):
         if src.name != "f32" or frnd not in ("rn", "rz"):
             return (f"cvt to .{dst.name} packs two f32 values: write "
                     f"cvt.rn.{dst.name}.f32 d, hi, lo")
+        if m.has("ftz") or m.has("sat"):
+            return f"cvt to .{dst.name} takes .relu/.satfinite, not .{'ftz' if m.has('ftz') else 'sat'}"
         return ((7, 0), 80)
     if src.name in ("f16x2", "bf16x2"):
         return f"cvt cannot read packed .{src.name}; unpack it with mov.b32 {{lo, hi}}, x first"
     if dst.name == "tf32":
         if src.name != "f32" or frnd != "rna":
             return "cvt to .tf32 is written cvt.rna.tf32.f32"
+        if m.has("relu") or m.has("ftz") or m.has("sat"):
+            return "cvt.rna.tf32.f32 takes only .satfinite"
         return ((7, 0), 80)
     if frnd == "rna":
         return ".rna is only for cvt.rna.tf32.f32"
@@ -128,12 +140,26 @@ def _cvt_sat(dst, src):
         if fits:
             return (f"every .{src.name} value fits .{dst.name}, so there is nothing to "
                     f"saturate: drop .sat")
-    if dst.is_float and src.name in ("f16", "bf16"):
-        return f".sat on a float destination does not take a .{src.name} source"
+    if src.name == "bf16":
+        return ".sat does not take a .bf16 source"
+    if dst.is_float and src.name == "f16":
+        return ".sat on a float destination does not take a .f16 source"
     return None
 
 
 def cvta(m):
+    return None
+
+
+def add_sub(m):
+    if m.has("sat") and m.has("cc"):
+        return ".sat and .cc do not combine: a carry-out needs the wrapped sum"
+    return None
+
+
+def fma(m):
+    if m.has("sat") and m.has("relu"):
+        return ".sat and .relu do not combine; pick one clamp"
     return None
 
 

@@ -34,7 +34,8 @@ STICKY_ERRORS = frozenset({
     "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
     "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
     "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ASSERT", "CUDA_ERROR_LAUNCH_TIMEOUT",
-    "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_TENSOR_MEMORY_LEAK", "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+    "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_TENSOR_MEMORY_LEAK",
+    "CUDA_ERROR_CONTEXT_IS_DESTROYED",
 })
 
 # Advice per error, said once here rather than at every call site.
@@ -200,7 +201,10 @@ class Driver:
             return int(value) if not err else default
 
         raw = self.check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName")
-        name = raw.split(b"\0", 1)[0].decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        if isinstance(raw, bytes):
+            name = raw.split(b"\0", 1)[0].decode(errors="replace")
+        else:
+            name = str(raw)
         info = DeviceInfo(
             ordinal=ordinal, name=name,
             cc=(attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR"),
@@ -296,11 +300,12 @@ class Driver:
         cu = self.cu
         if not jit:
             return self.check(cu.cuModuleLoadData(image), "cuModuleLoadData"), ""
-        O = cu.CUjit_option
+        jo = cu.CUjit_option
         size = 1 << 16
         err_log, info_log = bytearray(size), bytearray(size)
-        opts = [O.CU_JIT_ERROR_LOG_BUFFER, O.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                O.CU_JIT_INFO_LOG_BUFFER, O.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, O.CU_JIT_LOG_VERBOSE]
+        opts = [jo.CU_JIT_ERROR_LOG_BUFFER, jo.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                jo.CU_JIT_INFO_LOG_BUFFER, jo.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                jo.CU_JIT_LOG_VERBOSE]
         vals = [err_log, size, info_log, size, 1]
         try:
             result = cu.cuModuleLoadDataEx(image, len(opts), opts, vals)

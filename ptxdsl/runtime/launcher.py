@@ -41,12 +41,13 @@ import os
 import struct
 import sys
 import threading
+from dataclasses import dataclass, field
 from functools import partial
 
 from ..errors import LaunchError, user_location
 from . import driver as _driver
-from .args import (Binding, KernelSignature, _ArgProblem, bind, classify, single_dtype,
-                   stream_handle, view_of)
+from .args import (ArgView, Binding, KernelSignature, _ArgProblem, bind, classify,
+                   dlpack_device, single_dtype, stream_handle, view_of)
 from .compile import KernelFunction, load_function
 from .driver import CudaError
 from .memory import Staging, allocate
@@ -213,7 +214,8 @@ class Launcher:
                              else f"        a{j} = e[13][{k}]()")
                     L.append(f"        p{j} = a{j}.data_ptr()")
             L += ["    else:", "        return SLOW(args, stream, kw)",
-                  "    dev, func, gx, gy, gz, bx, by, bz, smem, lock, pack, buf, params, allocs = e",
+                  "    dev, func, gx, gy, gz, bx, by, bz, smem, lock, pack, buf, params, allocs"
+                  " = e",
                   "    s = RAW_STREAM(dev) if stream is None else STREAM_HANDLE(stream)",
                   "    cs = STREAMS.get(s)", "    if cs is None:", "        cs = STREAM_OBJ(s)",
                   "    if TLS.device != dev or CUR_DEV() != dev:",
@@ -226,7 +228,8 @@ class Launcher:
                 L.append("    SYNC(e, s)")
             L.append(f"    return {out_expr}")
         # Key builders for the general path, from the same expressions as the fast path.
-        L += ["", "def KEY_ALL(args):", f"    {unpack(range(n_all))} = args" if n_all else "    pass",
+        L += ["", "def KEY_ALL(args):",
+              f"    {unpack(range(n_all))} = args" if n_all else "    pass",
               f"    return {key_expr(range(n_all))}" if n_all else "    return ()",
               "", "def KEY_IN(args):", f"    {unpack(range(n_in))} = args" if n_in else "    pass",
               f"    return {key_expr(range(n_in))}" if n_in else "    return ()"]
@@ -298,109 +301,123 @@ class Launcher:
             c = opts["cluster"]
             c = (c,) if isinstance(c, int) else tuple(c)
             if not 1 <= len(c) <= 3 or any(not isinstance(x, int) or x < 1 for x in c):
-                raise LaunchError(f"cluster= takes up to three positive ints, got {opts['cluster']!r}")
+                raise LaunchError(f"cluster= takes up to three positive ints, got "
+                                  f"{opts['cluster']!r}")
             opts["cluster"] = c + (1,) * (3 - len(c))
             if opts["cluster"] == (1, 1, 1) and getattr(self.kernel, "cluster", None) is None:
                 opts["cluster"] = None
         return opts
 
     def _slow(self, args, stream, kw, *, launch: bool = True):
-        sig, drv = self.sig, self.drv
+        """The general path: read and check every argument, load, allocate, launch."""
         opts = self._options(kw)
+        call = self._read(args, stream, opts)
+        binding = bind(self.sig, call.views)
+        if binding.device >= 0 and opts["device"] is not None and binding.device != opts["device"]:
+            raise LaunchError(f"{self.sig.describe_call()}: device={opts['device']} but the "
+                              f"arrays are on cuda:{binding.device}", user_location())
+        if binding.device >= 0:
+            call.device = binding.device
+        kf = self.function(call.device)
+        # A named dim of 0 means empty tensors: nothing to launch.
+        grid = None if 0 in binding.dims.values() else self.kernel.grid_for(binding.dims)
+        block = tuple(self.kernel.block)
+        smem = int(opts["shared_mem"])
+        if grid is not None:
+            self._check_limits(kf, self.drv.device(call.device), grid, block, smem,
+                               opts["cluster"])
+        result = self._allocate_outputs(call, binding)
+        if grid is None:
+            return result
+        if launch:
+            self._run(call, binding, kf, grid, block, smem, opts)
+        if not kw:  # an entry serves plain calls; options (shared_mem=...) are per call
+            self._maybe_entry(args, call, binding, kf, grid, block, smem, opts)
+        return result
+
+    def _read(self, args, stream, opts) -> "_Call":
+        """Classify and read every argument; choose the device and the stream."""
+        sig = self.sig
         n = len(args)
         if n not in (sig.n_in, sig.n_all):
             raise LaunchError(f"{sig.describe_call()}: takes {sig.n_in} input(s)"
                               + (f" and optionally {sig.n_out} output(s)" if sig.n_out else "")
                               + f", got {n} argument(s)", user_location())
-        objs = list(args) + [None] * (sig.n_all - n)
-        kinds = []
-        for i, obj in enumerate(objs):
+        call = _Call(list(args) + [None] * (sig.n_all - n))
+        for i, obj in enumerate(call.objs):
             if obj is None:
                 if i < sig.n_in:
                     raise self._arg_error(i, "is None")
-                kinds.append(None)
+                call.kinds.append(None)
                 continue
             kind = classify(obj)
             if not kind:
                 raise self._arg_error(i, f"is a {type(obj).__name__}, not an array (pass a numpy "
                                       f"array, a torch/cupy/jax array, or an object with "
                                       f"__cuda_array_interface__ or __dlpack__)")
-            kinds.append(kind)
-        # Views (DLPack waits for the stream, which may depend on the device).
-        views = [None] * sig.n_all
-        for i, (obj, kind) in enumerate(zip(objs, kinds)):
-            if kind is None or kind == "dlpack":
-                continue
-            try:
-                views[i] = view_of(obj, kind, pointer_device=self._pointer_device)
-            except _ArgProblem as exc:
-                raise self._arg_error(i, str(exc)) from None
-        device = opts["device"]
-        dev_of_views = [v.device for v in views if v is not None and v.device >= 0]
-        if device is None and dev_of_views:
-            device = dev_of_views[0]
-        if device is None:
-            for obj, kind in zip(objs, kinds):
-                if kind == "dlpack":
-                    from .args import dlpack_device
-                    device = dlpack_device(obj)[1]
-                    break
-        if device is None:
-            device = max(drv.current_device(), 0)
-        explicit_stream = stream is not None
-        s = stream_handle(stream) if explicit_stream else self._default_stream(kinds, views, device)
-        for i, (obj, kind) in enumerate(zip(objs, kinds)):
-            if kind == "dlpack":
+            call.kinds.append(kind)
+        # Views; DLPack capsules wait for the stream, which may depend on the device.
+        call.views = [None] * sig.n_all
+        for i, (obj, kind) in enumerate(zip(call.objs, call.kinds)):
+            if kind is not None and kind != "dlpack":
                 try:
-                    views[i] = view_of(obj, kind, stream=s)
+                    call.views[i] = view_of(obj, kind, pointer_device=self._pointer_device)
                 except _ArgProblem as exc:
                     raise self._arg_error(i, str(exc)) from None
-        binding = bind(sig, views)
-        if binding.device >= 0 and opts["device"] is not None and binding.device != opts["device"]:
-            raise LaunchError(f"{sig.describe_call()}: device={opts['device']} but the arrays are "
-                              f"on cuda:{binding.device}", user_location())
-        device = binding.device if binding.device >= 0 else device
-        kf = self.function(device)
-        info = drv.device(device)
-        grid = self.kernel.grid_for(binding.dims) if not any(
-            v == 0 for v in binding.dims.values()) else None
-        block = tuple(self.kernel.block)
-        smem = int(opts["shared_mem"])
-        if grid is not None:
-            self._check_limits(kf, info, grid, block, smem, opts["cluster"])
-        # Outputs: framework of the first device-resident input, numpy if none.
-        device_kinds = [k for k, v in zip(kinds[:sig.n_in], views[:sig.n_in])
-                        if k is not None and v is not None and v.device >= 0]
+        device = opts["device"]
+        if device is None:
+            device = next((v.device for v in call.views if v is not None and v.device >= 0),
+                          None)
+        if device is None:
+            device = next((dlpack_device(o)[1] for o, k in zip(call.objs, call.kinds)
+                           if k == "dlpack"), None)
+        call.device = device if device is not None else max(self.drv.current_device(), 0)
+        call.stream = (stream_handle(stream) if stream is not None
+                       else self._default_stream(call))
+        for i, (obj, kind) in enumerate(zip(call.objs, call.kinds)):
+            if kind == "dlpack":
+                try:
+                    call.views[i] = view_of(obj, kind, stream=call.stream)
+                except _ArgProblem as exc:
+                    raise self._arg_error(i, str(exc)) from None
+        return call
+
+    def _allocate_outputs(self, call: "_Call", binding: Binding):
+        """Allocate the outputs not passed, in the framework of the first device input
+        (numpy when every input is a host array); returns the call's result."""
+        sig = self.sig
+        device_kinds = [v.kind for v in call.views[:sig.n_in] if v is not None and v.device >= 0]
         framework = device_kinds[0] if device_kinds else "numpy"
         if framework == "torch":
             self._bind_torch()
-        if framework in ("cai", "dlpack", "device"):
+        elif framework in ("cai", "dlpack"):
             framework = "device"
-        out_objs = list(objs[sig.n_in:])
+        outs = []
         for k, j in enumerate(range(sig.n_in, sig.n_all)):
-            if out_objs[k] is None:
+            if call.objs[j] is None:
                 obj = allocate(framework, tuple(binding.out_shapes[k]), sig.specs[j].dtype,
-                               device, stream=s)
-                out_objs[k] = obj
-                objs[j] = obj
-                kinds[j] = classify(obj)
-                views[j] = view_of(obj, kinds[j], pointer_device=self._pointer_device)
-        result = (None if sig.n_out == 0 else out_objs[0] if sig.n_out == 1
-                  else tuple(out_objs))
-        if grid is None or not launch:
-            if launch is False and grid is not None:
-                self._maybe_entry(args, kinds, views, binding, kf, grid, block, smem, opts,
-                                  explicit_stream)
-            return result
+                               call.device, stream=call.stream)
+                call.objs[j] = obj
+                call.kinds[j] = classify(obj)
+                call.views[j] = view_of(obj, call.kinds[j], pointer_device=self._pointer_device)
+                call.allocated.add(j)
+            outs.append(call.objs[j])
+        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run(self, call: "_Call", binding: Binding, kf: KernelFunction, grid, block,
+             smem: int, opts: dict) -> None:
+        """Stage host arrays, launch, wait when asked (or for host outputs), unstage."""
+        drv, sig, s, views = self.drv, self.sig, call.stream, call.views
         staging = None
-        pushed = drv.enter(device)
+        pushed = drv.enter(call.device)
         try:
             if any(v.kind == "numpy" for v in views):
                 staging = Staging(drv, s)
             ptrs = []
-            for v in views:
+            for j, v in enumerate(views):
                 if v.kind == "numpy":
-                    v.ptr = staging.upload(v.obj, copy=True)
+                    # Explicit outputs are copied in too: a kernel may read what it updates.
+                    v.ptr = staging.upload(v.obj, copy=j not in call.allocated)
                 elif v.kind == "cai" and _other_stream(v.stream, s):
                     drv.stream_wait_stream(s, v.stream)  # the producer's work comes first
                 ptrs.append(v.ptr)
@@ -421,14 +438,12 @@ class Launcher:
                 # Kernel faults surface here, at the first call that waits for the kernel.
                 raise exc.for_kernel(sig.name, "the launch (found when waiting for it)") \
                     from None
+            del buf, arr
         finally:
             if staging is not None:
                 staging.close()
             if pushed:
                 _leave_quietly(drv)
-        self._maybe_entry(args, kinds, views, binding, kf, grid, block, smem, opts,
-                          explicit_stream)
-        return result
 
     def _arg_error(self, i: int, text: str) -> LaunchError:
         sig = self.sig
@@ -440,17 +455,18 @@ class Launcher:
         fn = getattr(self.drv, "pointer_device", None)
         return fn(ptr) if fn is not None else -1
 
-    def _default_stream(self, kinds, views, device: int) -> int:
+    def _default_stream(self, call: "_Call") -> int:
         """torch's current stream for torch tensors, cupy's for cupy arrays, a CAI
         producer's stream, else the legacy default stream (0)."""
-        if "torch" in kinds:
+        live = [v for v in call.views if v is not None and v.device >= 0]
+        if any(v.kind == "torch" for v in live):
             self._bind_torch()
-            return self._g["RAW_STREAM"](device)
-        if "cupy" in kinds:
+            return self._g["RAW_STREAM"](call.device)
+        if any(v.kind == "cupy" for v in live):
             cupy = sys.modules["cupy"]
-            with cupy.cuda.Device(device):
+            with cupy.cuda.Device(call.device):
                 return int(cupy.cuda.get_current_stream().ptr)
-        for v in views:
+        for v in live:
             if v is not None and v.kind == "cai" and v.stream not in (None, 1):
                 return int(v.stream)
         return 0
@@ -502,7 +518,8 @@ class Launcher:
         if cluster is not None:
             if not info.cluster_launch:
                 raise LaunchError(f"{name}: cluster={cluster} but {info.name} ({info.arch}) "
-                                  f"cannot launch clusters (sm_90 or newer needed)", user_location())
+                                  f"cannot launch clusters (sm_90 or newer needed)",
+                                  user_location())
             for axis, (g, c) in enumerate(zip(grid, cluster)):
                 if g % c:
                     raise LaunchError(f"{name}: grid {grid} is not a multiple of cluster "
@@ -525,12 +542,13 @@ class Launcher:
                 _leave_quietly(self.drv)
 
     # ------------------------------------------------------------------ fast-path entries
-    def _maybe_entry(self, args, kinds, views, binding, kf, grid, block, smem, opts,
-                     explicit_stream) -> None:
-        sig = self.sig
+    def _maybe_entry(self, args, call: "_Call", binding, kf, grid, block, smem, opts) -> None:
+        """After a general call with CUDA torch tensors only: the fast-path entry for its
+        signature (dims, strides, grid and parameter buffer fixed)."""
+        sig, views = self.sig, call.views
         if not self.fast_hits_possible or opts["cluster"] is not None:
             return
-        if any(k != "torch" for k in kinds) or (opts["sync"] and not self.sync_always):
+        if any(k != "torch" for k in call.kinds) or (opts["sync"] and not self.sync_always):
             return
         n = len(args)
         try:
@@ -548,7 +566,6 @@ class Launcher:
                     device=torch.device("cuda", binding.device)))
         values = self.layout.values([0] * sig.n_all, binding)
         buf, arr = self.layout.buffer(values)
-        drv = self.drv
         if self.mode == "extra":
             size = ctypes.c_size_t(self.layout.size)
             extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buf), 2, ctypes.addressof(size), 0)
@@ -599,8 +616,7 @@ class Launcher:
         lay = self.layout
         raw = bytes(e[11])
         vals = list(ptrs)
-        for p, code, off in zip(lay.params[lay.n_ptr:], lay.codes[lay.n_ptr:],
-                                lay.offsets[lay.n_ptr:]):
+        for code, off in zip(lay.codes[lay.n_ptr:], lay.offsets[lay.n_ptr:]):
             vals.append(struct.unpack_from("<" + code, raw, off)[0])
         return vals
 
@@ -610,6 +626,18 @@ class Launcher:
         except CudaError as exc:
             raise exc.for_kernel(self.sig.name, "the launch (found when waiting for it)") \
                 from None
+
+
+@dataclass
+class _Call:
+    """One general-path call while it is being prepared."""
+
+    objs: list
+    kinds: list = field(default_factory=list)
+    views: list[ArgView | None] = field(default_factory=list)
+    device: int = 0
+    stream: int = 0
+    allocated: set = field(default_factory=set)  # output positions ptxdsl allocated
 
 
 def _leave_quietly(drv) -> None:

@@ -26,8 +26,7 @@ from ptxdsl.errors import LaunchError, PtxdslError  # noqa: E402
 from ptxdsl.runtime import cache as rcache  # noqa: E402
 from ptxdsl.runtime import driver as rdriver  # noqa: E402
 from ptxdsl.runtime import launcher as rlauncher  # noqa: E402
-from runtime_kernels import (build_fault, build_scale_rows, build_vadd,  # noqa: E402
-                             build_vadd4)
+from runtime_kernels import build_scale_rows, build_vadd, build_vadd4  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not ptxdsl.gpu_available(),
@@ -101,7 +100,7 @@ def test_fast_path_is_taken_and_correct():
     a = torch.randn(3000, device="cuda")
     b = torch.randn(3000, device="cuda")
     out = torch.empty_like(a)
-    for i in range(50):
+    for _ in range(50):
         a.add_(1.0)
         launcher(a, b, out)
         c = launcher(a, b)
@@ -297,6 +296,27 @@ def test_explicit_stream():
     torch.testing.assert_close(out, a * 2)
     k(a, a, out, stream=s.cuda_stream)
     s.synchronize()
+
+
+def test_fast_path_can_be_captured_in_a_cuda_graph():
+    torch = _torch()
+    k = _fresh(build_vadd)
+    a = torch.randn(5000, device="cuda")
+    b = torch.randn(5000, device="cuda")
+    out = torch.empty_like(a)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the default stream, as torch advises
+        for _ in range(3):
+            k(a, b, out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        k(a, b, out)
+    a.copy_(torch.arange(5000, device="cuda", dtype=torch.float32))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, a + b)
 
 
 def test_call_does_not_change_torchs_current_device():

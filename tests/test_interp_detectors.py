@@ -1,0 +1,253 @@
+"""Each detector of the interpreter stops a deliberately faulty kernel, naming where;
+correct kernels (the seed RMSNorm, barrier-separated shared memory) run silently."""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ptxdsl import Tile, kernel, ptx, reg, smem
+from ptxdsl.errors import InterpreterError
+from ptxdsl.types import f32, u32, u64
+from seed_kernels import build_rms_norm
+
+HERE = os.path.basename(__file__)
+
+
+def line_of(marker: str) -> int:
+    """The line of this file holding ``# <marker>``: where an error must point."""
+    with open(__file__) as f:
+        for i, text in enumerate(f, 1):
+            if text.rstrip().endswith(f"# {marker}"):
+                return i
+    raise AssertionError(marker)
+
+
+def raises_at(marker: str, *words: str):
+    """Context: an InterpreterError naming this file, the marked line and every word."""
+    class _Check:
+        def __enter__(self):
+            self.ctx = pytest.raises(InterpreterError)
+            self.info = self.ctx.__enter__()
+            return self.info
+
+        def __exit__(self, *exc):
+            handled = self.ctx.__exit__(*exc)
+            msg = str(self.info.value)
+            assert f"{HERE}:{line_of(marker)}:" in msg, msg
+            for w in words:
+                assert re.search(w, msg), (w, msg)
+            assert "CTA (" in msg and "thread (" in msg, msg
+            return handled
+    return _Check()
+
+
+def tid_reg():
+    t = reg.scalar(u32)
+    ptx.inst.mov.u32(t, ptx.special.tid.x())
+    return t
+
+
+# ------------------------------------------------------------------ out of bounds
+def make_shift_copy(n, shift):
+    @kernel(in_specs=(Tile(n, f32),), out_specs=(Tile(n, f32),), grid=1, block=(n, 1, 1))
+    def shift_copy(X, Y):
+        px, py = ptx.global_ptrs(X, Y)
+        tid = tid_reg()
+        v = reg.scalar(f32)
+        ptx.inst.ld.global_.f32(v, ptx.addr(px + tid * 4, 4 * shift))  # oob-read
+        ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), v)
+    return shift_copy
+
+
+def test_off_by_one_global_read_is_out_of_bounds():
+    x = np.arange(64, dtype=np.float32)
+    np.testing.assert_array_equal(make_shift_copy(64, 0).interpret(x), x)
+    with raises_at("oob-read", "out of bounds", "global read", r"0x7f[0-9a-f]+",
+                   "past the end of X", r"thread \(63, 0, 0\)"):
+        make_shift_copy(64, 1).interpret(x)
+
+
+def test_out_of_bounds_shared_write():
+    @kernel(in_specs=(), out_specs=(Tile(32, f32),), grid=2, block=(32, 1, 1))
+    def smem_oob(Y):
+        buf = smem.alloc(f32, (32,))
+        tid = tid_reg()
+        one = reg.scalar(f32, init=1.0)
+        with ptx.if_(tid == 31):
+            ptx.inst.st.shared.f32(ptx.addr(buf, 128), one)  # oob-shared
+    with raises_at("oob-shared", "out of bounds", "shared write", "smem0",
+                   r"CTA \(0, 0, 0\) thread \(31, 0, 0\)"):
+        smem_oob.interpret()
+
+
+def test_null_pointer_faults():
+    @kernel(in_specs=(), out_specs=(Tile(32, f32),), grid=1, block=(32, 1, 1))
+    def null_store(Y):
+        p = reg.scalar(u32, init=0)
+        p64 = ptx.cvt(u64, p)
+        v = reg.scalar(f32, init=2.0)
+        ptx.inst.st.global_.f32(ptx.addr(p64), v)  # null-store
+    with raises_at("null-store", "out of bounds", "0x0"):
+        null_store.interpret()
+
+
+# ------------------------------------------------------------------ misaligned
+def test_misaligned_v4_load():
+    @kernel(in_specs=(Tile(256, f32),), out_specs=(Tile(256, f32),), grid=1, block=(32, 1, 1))
+    def v4_copy(X, Y):
+        px, py = ptx.global_ptrs(X, Y)
+        tid = tid_reg()
+        v = [reg.scalar(f32) for _ in range(4)]
+        ptx.inst.ld.global_.v4.f32(v, ptx.addr(px + tid * 16, 4))  # misaligned
+        ptx.inst.st.global_.v4.f32(ptx.addr(py + tid * 16), v)
+    with raises_at("misaligned", "misaligned", "16-byte", "multiple of 16",
+                   r"thread \(0, 0, 0\)"):
+        v4_copy.interpret(np.zeros(256, np.float32))
+
+
+# ------------------------------------------------------------------ uninitialised registers
+def test_register_written_in_one_branch_read_after_it():
+    @kernel(in_specs=(), out_specs=(Tile(64, f32),), grid=1, block=(64, 1, 1))
+    def half_init(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        v = reg.scalar(f32)
+        with ptx.if_(tid < 16):
+            ptx.inst.mov.f32(v, 1.0)
+        ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), v)  # uninit-read
+    with raises_at("uninit-read", "never written", "uninitialised", r"%f\d+",
+                   r"thread \(16, 0, 0\)"):
+        half_init.interpret()
+
+
+# ------------------------------------------------------------------ barriers
+def test_barrier_reached_by_part_of_a_cta():
+    @kernel(in_specs=(), out_specs=(Tile(64, f32),), grid=1, block=(64, 1, 1))
+    def split_barrier(Y):
+        tid = tid_reg()
+        skip = ptx.new_label("skip")
+        ptx.bra(skip, pred=tid < 32)
+        ptx.bar.sync(0)  # partial-barrier
+        ptx.place(skip)
+    with raises_at("partial-barrier", "barrier", "reached by only 32 of the 64",
+                   r"thread \(0, 0, 0\) did not arrive"):
+        split_barrier.interpret()
+
+
+def test_non_aligned_barrier_in_thread_dependent_branch():
+    @kernel(in_specs=(), out_specs=(Tile(64, f32),), grid=1, block=(64, 1, 1))
+    def branchy_barrier(Y):
+        tid = tid_reg()
+        with ptx.if_(tid >= 16):
+            ptx.inst.barrier.sync(0)  # barrier-branch
+    with raises_at("barrier-branch", "barrier", "reached by only 48 of the 64"):
+        branchy_barrier.interpret()
+
+
+def test_exited_threads_do_not_block_a_barrier():
+    @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=1, block=(64, 1, 1))
+    def early_exit(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        with ptx.if_(tid >= 40):
+            ptx.exit()
+        ptx.bar.sync(0)
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)
+    y = early_exit.interpret()
+    np.testing.assert_array_equal(y, np.where(np.arange(64) < 40, np.arange(64), 0))
+
+
+# ------------------------------------------------------------------ shared-memory races
+def make_neighbour_read(n, with_barrier):
+    @kernel(in_specs=(Tile(n, f32),), out_specs=(Tile(n, f32),), grid=2, block=(n, 1, 1))
+    def neighbour(X, Y):
+        buf = smem.alloc(f32, (n,))
+        px, py = ptx.global_ptrs(X, Y)
+        tid = tid_reg()
+        v = reg.scalar(f32)
+        ptx.inst.ld.global_.f32(v, ptx.addr(px + tid * 4))
+        buf[tid] = v
+        if with_barrier:
+            ptx.bar.sync(0)
+        nxt = (tid + 1) & (n - 1)
+        w = buf[nxt]  # racy-read
+        ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), w)
+    return neighbour
+
+
+def test_shared_read_of_a_neighbour_without_barrier_is_a_race():
+    x = np.arange(64, dtype=np.float32)
+    np.testing.assert_array_equal(make_neighbour_read(64, True).interpret(x), np.roll(x, -1))
+    with raises_at("racy-read", "race", "smem0", "reads it", r"thread \(1, 0, 0\)",
+                   "no bar.sync"):
+        make_neighbour_read(64, False).interpret(x)
+
+
+def test_two_threads_storing_one_word_is_a_race():
+    @kernel(in_specs=(), out_specs=(Tile(32, f32),), grid=1, block=(32, 1, 1))
+    def same_word(Y):
+        buf = smem.alloc(f32, (4,))
+        tid = tid_reg()
+        with ptx.if_(tid < 2):
+            buf[0] = reg.scalar(f32, init=1.0)  # write-write
+    with raises_at("write-write", "race", "writes it"):
+        same_word.interpret()
+
+
+def test_write_after_read_without_barrier_is_a_race():
+    @kernel(in_specs=(), out_specs=(Tile(32, f32),), grid=1, block=(32, 1, 1))
+    def war(Y):
+        (py,) = ptx.global_ptrs(Y)
+        buf = smem.alloc(f32, (1,))
+        tid = tid_reg()
+        with ptx.if_(tid == 0):
+            buf[0] = reg.scalar(f32, init=3.0)
+        ptx.bar.sync(0)
+        v = buf[0]
+        ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), v)
+        with ptx.if_(tid == 0):
+            buf[0] = reg.scalar(f32, init=4.0)  # war
+    with raises_at("war", "race", "writes it", "read it"):
+        war.interpret()
+
+
+# ------------------------------------------------------------------ shfl membermask
+def make_shuffle(mask):
+    @kernel(in_specs=(), out_specs=(Tile(32, u32),), grid=1, block=(32, 1, 1))
+    def shuffle(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        d = reg.scalar(u32)
+        ptx.inst.shfl.sync.bfly.b32(d, tid, 1, 31, mask)  # shfl-mask
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), d)
+    return shuffle
+
+
+def test_shfl_lane_outside_membermask():
+    np.testing.assert_array_equal(make_shuffle(0xFFFFFFFF).interpret(), np.arange(32) ^ 1)
+    with raises_at("shfl-mask", "membermask", r"lane 16", "0x0000ffff"):
+        make_shuffle(0x0000FFFF).interpret()
+
+
+def test_shfl_with_a_membermask_lane_that_does_not_arrive():
+    @kernel(in_specs=(), out_specs=(Tile(32, u32),), grid=1, block=(32, 1, 1))
+    def partial_shuffle(Y):
+        tid = tid_reg()
+        d = reg.scalar(u32)
+        with ptx.if_(tid < 16):
+            ptx.inst.shfl.sync.bfly.b32(d, tid, 1, 31, 0xFFFFFFFF)  # shfl-diverged
+    with raises_at("shfl-diverged", "membermask", "do not execute"):
+        partial_shuffle.interpret()
+
+
+# ------------------------------------------------------------------ silent on correct kernels
+@pytest.mark.parametrize("B,N", [(3, 128), (2, 4096), (4, 96)])
+def test_detectors_are_silent_on_the_seed_rmsnorm(B, N):
+    rng = np.random.default_rng(B * N)
+    x = rng.standard_normal((B, N)).astype(np.float32)
+    w = rng.standard_normal(N).astype(np.float32)
+    y = build_rms_norm(B, N).interpret(x, w)
+    assert np.all(np.isfinite(y))

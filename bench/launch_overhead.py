@@ -322,6 +322,31 @@ def main(argv=None) -> int:
     except OSError as exc:
         NOTES.append(f"ctypes libcuda unavailable: {exc}")
 
+    try:  # cuda.core's launch, for comparison (its API moved out of .experimental in 1.0)
+        try:
+            from cuda.core import Device, LaunchConfig, ObjectCode, Stream
+            from cuda.core import launch as core_launch
+        except ImportError:
+            from cuda.core.experimental import Device, LaunchConfig, ObjectCode, Stream
+            from cuda.core.experimental import launch as core_launch
+        from ptxdsl import toolchain
+        Device(dev).set_current()
+        cubin = toolchain.assemble(k.compile().ptx, kf.arch, verbose=False).cubin
+        ckernel = ObjectCode.from_cubin(cubin).get_kernel(k.name)
+        ccfg = LaunchConfig(grid=(gx, 1, 1), block=(256, 1, 1))
+        cstream_obj = Stream.from_handle(raw_stream)
+        cargs = (x.data_ptr(), y.data_ptr(), z.data_ptr(), np.uint32(n))
+
+        def core(calls):
+            for _ in range(calls):
+                core_launch(cstream_obj, ccfg, ckernel, *cargs)
+
+        measure("cuda.core launch, pre-built config and args", core, a.calls, a.repeats, sync,
+                check_z(lambda: core(1)))
+    except Exception as exc:  # noqa: BLE001 - optional peer
+        NOTES.append(f"cuda.core launch not measured: {type(exc).__name__}: {exc}")
+        log(f"  cuda.core launch not measured: {exc}")
+
     pack3 = struct.Struct("<QQQ").pack_into
     get_raw = torch._C._cuda_getCurrentRawStream
     streams = drv._streams

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 from typing import Iterator, Sequence
 
 from . import ir
@@ -19,6 +20,12 @@ from .types import REG_PREFIX, PtxType, compatible, int_range
 
 _ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar(
     "ptxdsl_builder", default=None)
+
+# Generated register names: a type prefix and a number (``%f12``). User-named
+# registers must not look like these, or two registers could print alike.
+GENERATED_NAME = re.compile(r"^(%s)(\d+)$" % "|".join(
+    sorted(set(REG_PREFIX.values()), key=len, reverse=True)))
+_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_$]*$")
 
 # The PTX ISA version each target first appeared in: the floor for ``.version``.
 ARCH_PTX: dict[int, tuple[int, int]] = {
@@ -72,6 +79,7 @@ class Builder:
         self.writes: dict = {}  # register -> number of instructions that wrote it
         self._counters: dict[str, int] = {}
         self.regs: list[ir.Reg] = []
+        self.named: set = set()  # registers the user named (kept as written)
         self.params: list[ir.Param] = []
         self.shared: list[ir.SharedDecl] = []
         self.labels: dict[str, ir.Label] = {}
@@ -96,10 +104,21 @@ class Builder:
                 user_location())
         if dtype.name not in REG_PREFIX:
             raise TraceError(f"no register type for {dtype.name}", user_location())
+        if name is not None and (not isinstance(name, str) or not _IDENT.match(name)
+                                 or GENERATED_NAME.match(name)):
+            raise TraceError(
+                f"register name {name!r} must be a PTX identifier (a letter, then letters, "
+                f"digits, _ or $) that does not look like a generated name such as "
+                f"'r3' or 'f0'", user_location())
         prefix = REG_PREFIX[dtype.name] if name is None else name
         n = self._counters.get(prefix, 0)
         self._counters[prefix] = n + 1
-        reg = ir.Reg(f"{prefix}{n}" if name is None or n else prefix, dtype, self)
+        if name is None:
+            reg = ir.Reg(f"{prefix}{n}", dtype, self)
+        else:
+            # a second "acc" becomes "acc_1": never a generated-looking name
+            reg = ir.Reg(f"{name}_{n}" if n else name, dtype, self)
+            self.named.add(reg)
         self.regs.append(reg)
         return reg
 
@@ -336,8 +355,31 @@ class Builder:
         version = arch_ptx_floor(self.arch)
         for instr in ir.walk(body):
             version = max(version, instr.match.ptx)
-        return ir.Program(self.name, self.arch, list(self.params), body, list(self.regs),
+        regs = self._renumber(body)
+        return ir.Program(self.name, self.arch, list(self.params), body, regs,
                           list(self.shared), version, self.sm, max_threads)
+
+    def _renumber(self, body) -> list[ir.Reg]:
+        """Drop registers the final program never mentions and number the rest densely.
+
+        Registers die before emission when a deferred instruction resolves to
+        nothing (the ``mul.lo`` half of an unused product, an unused shared base);
+        without this pass ``%r<15>`` would declare gaps. Numbering follows
+        creation order, so names stay stable from trace to trace.
+        """
+        seen: set = set()
+        _collect_mentioned(body, seen)
+        kept = [r for r in self.regs if r in seen]
+        counters: dict[str, int] = {}
+        for r in kept:
+            if r in self.named:
+                continue
+            m = GENERATED_NAME.match(r.name)
+            prefix = m.group(1) if m else REG_PREFIX[r.dtype.name]
+            n = counters.get(prefix, 0)
+            counters[prefix] = n + 1
+            r.name = f"{prefix}{n}"
+        return kept
 
 
 def _collect_used(body, used: set) -> None:
@@ -356,6 +398,23 @@ def _collect_used(body, used: set) -> None:
                 if isinstance(x, ir.Reg):
                     used.add(x)
             _collect_used(node.body, used)
+
+
+def _collect_mentioned(body, out: set) -> None:
+    for node in body:
+        if isinstance(node, ir.Instr):
+            out.update(node.dests())
+            out.update(node.sources())
+        elif isinstance(node, ir.If):
+            out.add(node.pred)
+            _collect_mentioned(node.then_body, out)
+            if node.else_body is not None:
+                _collect_mentioned(node.else_body, out)
+        elif isinstance(node, ir.Loop):
+            out.update((node.var, node.cond))
+            out.update(x for x in (node.start, node.stop, node.step) if isinstance(x, ir.Reg))
+            _collect_mentioned([i for i in (node.check, node.incr) if i is not None], out)
+            _collect_mentioned(node.body, out)
 
 
 def _resolve_deferred(body, used):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.types import f32, u32, u64
+from ptxdsl.types import b16, bf16, f32, u32, u64
 
 BLOCK = 256
 
@@ -82,3 +82,23 @@ def build_fault(name: str = "bad_store", arch: str = "sm_90a"):
         ptx.inst.st.global_.f32(ptx.addr(py + far), v)
 
     return bad_store
+
+
+def build_copy_bf16(name: str = "copy_bf16", arch: str = "sm_90a"):
+    """Y = X for bf16 vectors (moved as 16-bit patterns): dtype plumbing for bf16."""
+
+    @kernel(in_specs=(Tile("N", bf16),), out_specs=(Tile("N", bf16),),
+            grid=lambda N: ((N + BLOCK - 1) // BLOCK, 1, 1), block=(BLOCK, 1, 1), arch=arch,
+            name=name)
+    def copy_bf16(X, Y):
+        px, py = ptx.global_ptrs(X, Y)
+        n = ptx.dim("N")
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        gid = cta * BLOCK + tid
+        with ptx.if_(gid < n):
+            off = gid * 2
+            v = reg.scalar(b16); ptx.inst.ld.global_.b16(v, ptx.addr(px + off))
+            ptx.inst.st.global_.b16(ptx.addr(py + off), v)
+
+    return copy_bf16

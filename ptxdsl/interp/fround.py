@@ -236,7 +236,13 @@ def round64(s, sign_res, mode: str, overflow=None) -> np.ndarray:
 
 
 def fraction_to_f64(x: Fraction, mode: str) -> float:
-    """Correctly rounded f64 of an exact rational (Python's int division rounds correctly)."""
+    """Correctly rounded f64 of an exact rational (Python's int division rounds correctly).
+
+    An exact zero here comes from cancellation (x + (-x)), which IEEE makes -0
+    in round-down and +0 otherwise.
+    """
+    if x == 0:
+        return -0.0 if mode == "rm" else 0.0
     try:
         r = float(x)
     except OverflowError:
@@ -305,7 +311,7 @@ def mul(a, b, mode: str, f: Fmt) -> np.ndarray:
         if mode == "rn":
             return p.view(np.uint64)
         pp, e = two_prod(a, b)
-        ok = _safe(a, b) & _safe(p)
+        ok = _safe(a, b) & _safe(p) & ((p != 0) | (a == 0) | (b == 0))
         r = round64(p, sgn(e), mode, np.isinf(p) & np.isfinite(a) & np.isfinite(b))
         bad = ~ok & np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
         if bad.any():
@@ -332,7 +338,7 @@ def fma(a, b, c, mode: str, f: Fmt) -> np.ndarray:
             v = np.where(odd_fix, np.nextafter(v, np.where(err > 0, np.inf, -np.inf)), v)
             z = th + v
             z = np.where(fin, z, p + c)
-            ok = _safe(a, b, c) & _safe(p) & ((p == 0) | (np.abs(p) >= 2.0 ** -800))
+            ok = _safe(a, b, c) & _safe(p) & (np.abs(p) >= 2.0 ** -800)
             bad = fin & ~ok
         else:
             z = p + c
@@ -360,7 +366,8 @@ def div(a, b, mode: str, f: Fmt) -> np.ndarray:
         ph, pl = two_prod(q, b)
         res = sgn((a - ph) - pl) * sgn(b)
         r = round64(q, res, mode, np.isinf(q) & np.isfinite(a) & np.isfinite(b) & (b != 0))
-        bad = ~(_safe(a, b) & _safe(q)) & np.isfinite(q) & (q != 0)
+        ok = _safe(a, b) & _safe(q) & ((q != 0) | (a == 0))
+        bad = ~ok & np.isfinite(a) & np.isfinite(b) & (b != 0) & (a != 0)
         if bad.any():
             r = np.where(bad, exact_elementwise(lambda x, y: x / y, (a, b), mode, bad), r)
         return r.view(np.uint64)

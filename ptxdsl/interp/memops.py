@@ -236,7 +236,8 @@ def cp_async(mach, instr, mask):
     src = addresses(mach, instr, instr.operands[1], mask)[threads]
     (gsp, _, goff), = check(mach, instr, threads, src, "global", size, False)
     data = gsp.read(goff, np.uint8, size).copy()
-    data[np.arange(size)[None, :] >= np.reshape(src_size, (-1, 1))] = 0
+    beyond = np.arange(size)[None, :] >= np.reshape(src_size, (-1, 1))
+    data = np.where(beyond, np.uint8(0), data)  # bytes past src-size are zero-filled
     check(mach, instr, threads, dst, "shared", size, True, race=False)
     mach.async_copies.append((threads, dst, data, mach.async_groups[threads].copy(), instr))
 

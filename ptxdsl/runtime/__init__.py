@@ -15,6 +15,8 @@ launcher   the general path, the prepared fast path, and their entry points
 """
 from __future__ import annotations
 
+from .driver import CudaError
 from .launcher import LAUNCH_MODES, Launcher, launch, prepare
+from .memory import DeviceArray
 
-__all__ = ["LAUNCH_MODES", "Launcher", "launch", "prepare"]
+__all__ = ["LAUNCH_MODES", "CudaError", "DeviceArray", "Launcher", "launch", "prepare"]

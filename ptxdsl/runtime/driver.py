@@ -309,7 +309,7 @@ class Driver:
         vals = [err_log, size, info_log, size, 1]
         try:
             result = cu.cuModuleLoadDataEx(image, len(opts), opts, vals)
-        except TypeError:
+        except (TypeError, ValueError):
             # A bindings version that will not take a bytearray as char*: load without logs.
             err_log = info_log = bytearray()
             result = cu.cuModuleLoadDataEx(image, 0, [], [])

@@ -55,6 +55,9 @@ from .memory import Staging, allocate
 __all__ = ["LAUNCH_MODES", "Launcher", "ParamLayout", "launch", "prepare"]
 
 LAUNCH_MODES = ("params", "extra", "ctypes")
+# The mode a launcher uses unless PTXDSL_LAUNCH or prepare(mode=...) says otherwise;
+# bench/launch_overhead.py reports which mode is fastest on the machine it runs on.
+DEFAULT_MODE = "params"
 _CONTEXT_ERRORS = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE"})
 _OPTIONS = ("stream", "sync", "shared_mem", "cluster", "device")
 _MAX_ENTRIES = 4096
@@ -124,7 +127,7 @@ class Launcher:
     def __init__(self, kernel, *, mode: str | None = None, drv=None):
         self.kernel = kernel
         self.drv = drv if drv is not None else _driver.get()
-        self.mode = (mode or os.environ.get("PTXDSL_LAUNCH", "") or "params").strip().lower()
+        self.mode = (mode or os.environ.get("PTXDSL_LAUNCH", "") or DEFAULT_MODE).strip().lower()
         if self.mode not in LAUNCH_MODES:
             raise LaunchError(f"PTXDSL_LAUNCH={self.mode!r}: use one of {', '.join(LAUNCH_MODES)}")
         self.sync_always = _env_flag("PTXDSL_SYNC")

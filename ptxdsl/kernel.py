@@ -55,6 +55,9 @@ class Kernel:
         # .maxntid is opt-in: given it, ptxas 13 trades registers for occupancy
         # and can spill where it would not without (measured on RMSNorm kernels).
         self.maxntid = maxntid
+        # Read once, like TRITON_INTERPRET: a per-call environment lookup would sit on
+        # the launch fast path.
+        self.interpret_calls = os.environ.get("PTXDSL_INTERPRET", "") not in ("", "0")
         self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
                                     fn.__code__.co_firstlineno)
         parse_arch(arch)
@@ -183,8 +186,12 @@ class Kernel:
         return interpret(self, *args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        """Launch on the GPU (``PTXDSL_INTERPRET=1``: on the CPU interpreter)."""
-        if os.environ.get("PTXDSL_INTERPRET", "") not in ("", "0"):
+        """Launch on the GPU (``PTXDSL_INTERPRET=1`` when the kernel was defined: on the
+        CPU interpreter)."""
+        launcher = self.runtime_cache.get("launcher")
+        if launcher is not None:
+            return launcher(*args, **kwargs)
+        if self.interpret_calls:
             return self.interpret(*args, **kwargs)
         from .runtime import launch
         return launch(self, *args, **kwargs)

@@ -28,6 +28,16 @@ def _mem_common(m, op):
     if m.vector == 4 and m.type is not None and m.type.name in WIDE64:
         return (f"{op}.v4 of a 64-bit type would be 32 bytes; the widest vector access "
                 f"is 16 bytes (.v2.{m.type.name} or .v4 of a 32-bit type)")
+    if m.has("nc") and sem:
+        return f"ld.global.nc is a non-coherent read and takes no .{sem}"
+    cop = m.chosen.get("cop")
+    if op == "st" and sem in ("relaxed", "release"):
+        if space == "local":
+            return f".{sem} orders accesses other threads see; .local memory is private"
+        if cop:
+            return f"st.{sem} takes no cache operator (.{cop})"
+    if op == "ld" and sem == "acquire" and cop in ("lu", "cv"):
+        return f"ld.acquire takes no .{cop} cache operator"
     if sem == "volatile":
         if space in ("local", "param", "const"):
             return f".volatile does not apply to .{space} memory"
@@ -109,6 +119,9 @@ def cvt(m):
             return "integer to integer conversions take no rounding modifier"
     if m.has("relu") and dst.name not in ("f16", "bf16"):
         return ".relu applies to conversions to .f16/.bf16"
+    clamp = "relu" if m.has("relu") else "satfinite" if m.has("satfinite") else None
+    if clamp and (m.has("ftz") or m.has("sat")):
+        return f".{clamp} does not combine with .{'ftz' if m.has('ftz') else 'sat'}"
     if m.has("satfinite") and dst.name not in ("f16", "bf16"):
         return ".satfinite applies to conversions of .f32 to .f16/.bf16/.f16x2/.bf16x2/.tf32"
     if (m.has("relu") or m.has("satfinite")) and (src.name != "f32" or frnd not in ("rn", "rz")):
@@ -142,6 +155,8 @@ def _cvt_sat(dst, src):
                     f"saturate: drop .sat")
     if src.name == "bf16":
         return ".sat does not take a .bf16 source"
+    if dst.name == "bf16" and not src.is_float:
+        return ".sat does not apply to integer to .bf16 conversions"
     if dst.is_float and src.name == "f16":
         return ".sat on a float destination does not take a .f16 source"
     return None
@@ -285,6 +300,9 @@ def fence(m):
         return "a state space after fence belongs to fence.proxy.async only"
     if kind == "alias" and "scope" in m.chosen:
         return "fence.proxy.alias takes no scope or state space"
+    if kind == "async" and m.chosen.get("scope") in ("cta", "cluster", "gpu", "sys"):
+        return ("fence.proxy.async takes a state space (.shared::cta, .shared::cluster, "
+                ".global), not a scope")
     return None
 
 

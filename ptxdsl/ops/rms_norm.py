@@ -95,26 +95,32 @@ class _Frame:
             return k(*args) if gpu_available() else k.interpret(*args)
         return k(*args)
 
-    def arch(self, a) -> str:
+    def _device(self, a):
+        """The GPU the call runs on (None: the CPU interpreter)."""
         if self.kind == "numpy":
             from .. import gpu_available
             if not gpu_available():
-                return "sm_90a"
-        try:
-            from ..runtime.driver import current_arch
-            return current_arch()
-        except ImportError:  # pragma: no cover - runtime always ships
-            return "sm_90a"
+                return None
+            ordinal = 0
+        elif self.kind == "torch":
+            ordinal = a.device.index if a.device.index is not None else 0
+        else:
+            ordinal = getattr(getattr(a, "device", None), "id", 0) or 0
+        from ..runtime import driver
+        return driver.get().device(ordinal)
 
-    def sms(self) -> int:
+    def arch(self, a) -> str:
+        """The target for the device of ``a``: Hopper gets sm_90a, others their sm_XY."""
+        info = self._device(a)
+        if info is None:
+            return "sm_90a"
+        return "sm_90a" if info.cc == (9, 0) else info.arch
+
+    def sms(self, a) -> int:
         """Multiprocessors to size the persistent backward grid for (fixed per device,
         so dweight's summation order, and so its bits, are too)."""
-        if self.kind == "numpy":
-            from .. import gpu_available
-            if not gpu_available():
-                return 2  # the interpreter runs every CTA: keep the grid small
-        from ..runtime.driver import multiprocessor_count
-        return multiprocessor_count()
+        info = self._device(a)
+        return 2 if info is None else info.sm_count  # the interpreter runs every CTA
 
 
 def _kind(a) -> str:
@@ -247,7 +253,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     dx2 = frame.rows(dx, n)
     vec = _vec_for(n, dt, x2, dy2, dx2)
     arch = frame.arch(x)
-    sms = frame.sms()
+    sms = frame.sms(x)
     p = plan_backward(n, dt, sms, vec=vec)
     kb = KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, arch),
                      lambda: build_backward(p, dt, wdt, arch=arch))

@@ -56,21 +56,26 @@ def triton_rms_fwd():
 
 
 def time_fn(fn, sets, warmup=5, iters=50):
-    """Median µs of ``fn(*sets[i % len(sets)])`` over CUDA-event-timed calls."""
+    """Median µs of ``fn(*sets[i % len(sets)])``, each call between two CUDA events.
+
+    Calls are queued back to back (one synchronisation at the end), as a model's
+    layers are: a call's time is its GPU time when the host keeps ahead of the
+    GPU, and includes the host's launch work when it does not (small shapes), so
+    host overhead counts exactly where it would in real use.
+    """
     torch = _torch()
     for i in range(warmup):
         fn(*sets[i % len(sets)])
     torch.cuda.synchronize()
-    times = []
-    for i in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(iters)]
+    for i, (s, e) in enumerate(events):
         args = sets[i % len(sets)]
         s.record()
         fn(*args)
         e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000.0)
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in events)
 
 
 def ref_fwd(x, w):
@@ -172,7 +177,9 @@ def fwd_contenders(dtype):
     from ptxdsl.ops import rms_norm
     out = {}
     # The same bytes as the forward: read x, write y.
-    out["copy"] = lambda x, w: torch.empty_like(x).copy_(x)
+    # Output buffers for the copy are made once per input set, outside the timing.
+    copy_out = {}
+    out["copy"] = lambda x, w: copy_out.setdefault(x.data_ptr(), torch.empty_like(x)).copy_(x)
     out["ptxdsl"] = lambda x, w: rms_norm(x, w, EPS)
     out["eager"] = lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True)
                                                           + EPS) * w.float()).to(x.dtype)

@@ -15,7 +15,7 @@ from . import ir
 from .errors import TraceError, user_location
 from .reg import as_reg, assign
 from .trace import current
-from .types import PtxType, pred, u32, u64
+from .types import PtxType, move_type, pred, u32, u64
 
 __all__ = ["inst", "special", "warp", "bar", "addr", "global_ptrs", "global_ptr", "if_",
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
@@ -359,12 +359,13 @@ def cvt(dtype: PtxType, x, rounding: str | None = None, *, sat: bool = False) ->
 
 
 def select(p, a, b_) -> ir.Reg:
-    """``selp.T d, a, b, p``: ``a`` where ``p`` holds, else ``b``."""
+    """``selp.T d, a, b, p``: ``a`` where ``p`` holds, else ``b`` (``selp.b16``/``.b32``
+    for half-precision registers)."""
     bld = current("ptx.select")
     p = _as_pred(p, "ptx.select")
     t = a.dtype if isinstance(a, ir.Reg) else b_.dtype
     d = bld.new_reg(t)
-    bld.inst(["selp", t.name if t.kind != "b" else t.name], (d, a, b_, p))
+    bld.inst(["selp", move_type(t).name], (d, a, b_, p))
     return d
 
 

@@ -28,7 +28,7 @@ from . import ir
 from .errors import OperandTypeError, TraceError, user_location
 from .isa import resolve as resolve_chain
 from .trace import current
-from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, pred, u32
+from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, move_type, pred, u32
 
 _CMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne"}
 
@@ -116,11 +116,8 @@ def assign(dst: ir.Reg, value) -> ir.Reg:
 
 
 def _mov_type(t: PtxType) -> str:
-    if t.name in ("f16x2", "bf16x2", "tf32"):
-        return "b32"
-    if t.name == "bf16":
-        return "b16"
-    return t.name
+    """mov has no half-precision (or tf32) forms: those registers move as raw bits."""
+    return move_type(t).name
 
 
 # --------------------------------------------------------------------- products

@@ -1,7 +1,8 @@
 """Shared memory: ``smem.alloc(dtype, shape)`` and indexed loads/stores.
 
 ``a[i, j]`` records ``ld.shared.T`` into a new register and ``a[i, j] = r``
-records ``st.shared.T``. Constant indices fold into the address
+records ``st.shared.T`` (``.b16``/``.b32`` for half-precision arrays: PTX moves
+those as bits). Constant indices fold into the address
 (``[smem0+12]``); register indices record the offset arithmetic
 (``shl.b32``/``mul.lo.u32`` per index, ``add.u32``) from the array's base
 address, which is read once at kernel entry (``mov.u32 %r, smem0``) only if
@@ -13,7 +14,7 @@ from . import ir
 from .errors import TraceError, user_location
 from .reg import as_reg
 from .trace import current
-from .types import PtxType, u32
+from .types import PtxType, move_type, u32
 
 
 class SharedArray:
@@ -104,13 +105,13 @@ class SharedArray:
         a = self.addr(*(index if isinstance(index, tuple) else (index,)))
         b = current()
         r = b.new_reg(self.dtype)
-        b.inst(["ld", "shared", self.dtype.name], (r, a))
+        b.inst(["ld", "shared", move_type(self.dtype).name], (r, a))
         return r
 
     def __setitem__(self, index, value) -> None:
         """``st.shared.T`` of a register (or constant) into one element."""
         a = self.addr(*(index if isinstance(index, tuple) else (index,)))
-        current().inst(["st", "shared", self.dtype.name], (a, as_reg(value)))
+        current().inst(["st", "shared", move_type(self.dtype).name], (a, as_reg(value)))
 
 
 def alloc(dtype: PtxType, shape, *, align: int = 16) -> SharedArray:

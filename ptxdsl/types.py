@@ -165,6 +165,18 @@ REG_PREFIX: dict[str, str] = {
 }
 
 
+def move_type(t: PtxType) -> PtxType:
+    """The type that ld/st/mov/selp use for a value of type ``t``.
+
+    PTX moves half-precision (and tf32) values as raw bits: ``ld.shared.b16``
+    into an ``.f16`` register, ``mov.b32`` of an ``.f16x2``. Other types move as
+    themselves.
+    """
+    if t.is_float and t.name not in ("f32", "f64"):
+        return ALL_TYPES[f"b{t.bits}"]
+    return t
+
+
 def by_name(name: str) -> PtxType:
     """Look a type up by its PTX name (``"f32"`` or ``".f32"``)."""
     key = name.lstrip(".")

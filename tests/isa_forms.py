@@ -214,15 +214,16 @@ class Sweep:
         self.forms.append(form)
         return form
 
-    def add_with_immediates(self, m: Match) -> None:
+    def add_with_immediates(self, m: Match) -> list[Form]:
         """The all-register form plus one form per source slot that may take an immediate."""
-        self.add(m)
+        out = [self.add(m)]
         for i, s in enumerate(m.operands):
             if s.role in ("s", "X") and not s.optional and not (m.vector > 1 and s.role == "X"):
                 t = m.resolve_type(s.ty)
                 if t is None or t.is_float and t.name not in ("f32", "f64") or t.is_pred:
                     continue
-                self.add(m, imm_slot=i)
+                out.append(self.add(m, imm_slot=i))
+        return [f for f in out if f is not None]
 
     def module(self, forms: list[Form], arch: str, version: tuple[int, int]):
         """The PTX text of a kernel holding ``forms`` (in order), and its line map."""

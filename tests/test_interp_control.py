@@ -364,3 +364,62 @@ def test_cvta_shared_round_trip_and_generic_access():
         w = buf[tid]
         store(py, tid, w, "f32")
     np.testing.assert_array_equal(k.interpret(), np.arange(32, dtype=np.float32))
+
+
+def test_set_vote_all_uni_match_all_and_clock():
+    @kernel(in_specs=(), out_specs=(Tile(32, u32),) * 5, grid=1, block=(32, 1, 1))
+    def k(S, A, U, M, C):
+        ps, pa, pu, pm, pc = ptx.global_ptrs(S, A, U, M, C)
+        tid = tid_reg()
+        sv = reg.scalar(u32)
+        ptx.inst.set.lt.u32.u32(sv, tid, 5)
+        store(ps, tid, sv)
+        p = tid < 40
+        for chain, ptr in (("vote.sync.all.pred", pa), ("vote.sync.uni.pred", pu)):
+            q = reg.scalar(pred)
+            ptx.inst(chain, q, p if ptr is pa else tid < 3, 0xFFFFFFFF)
+            v = reg.scalar(u32)
+            ptx.inst.selp.u32(v, 1, 0, q)
+            store(ptr, tid, v)
+        mm = reg.scalar(u32)
+        ptx.inst.match.sync.all.b32(mm, tid >> 6, 0xFFFFFFFF)
+        store(pm, tid, mm)
+        c0, c1 = reg.scalar(u32), reg.scalar(u32)
+        ptx.inst.mov.u32(c0, ptx.special.clock())
+        ptx.inst.mov.u32(c1, ptx.special.clock())
+        store(pc, tid, c1 - c0)
+    s_, a, u, m, c = k.interpret()
+    np.testing.assert_array_equal(s_, np.where(np.arange(32) < 5, 0xFFFFFFFF, 0))
+    assert np.all(a == 1) and np.all(u == 0) and np.all(m == 0xFFFFFFFF)
+    assert np.all((c > 0) & (c < 1000))
+
+
+def test_atomic_inc_dec_wrap_in_thread_order():
+    @kernel(in_specs=(), out_specs=(Tile(2, u32), Tile(32, u32)), grid=1, block=(32, 1, 1))
+    def k(C, Old):
+        pc, po = ptx.global_ptrs(C, Old)
+        tid = tid_reg()
+        old = reg.scalar(u32)
+        ptx.inst.atom.global_.inc.u32(old, ptx.addr(pc), 4)
+        store(po, tid, old)
+        ptx.inst.red.global_.dec.u32(ptx.addr(pc, 4), 6)
+    c, old = k.interpret()
+    np.testing.assert_array_equal(old, np.arange(32) % 5)
+    assert c[0] == 32 % 5
+    # dec from 0 wraps to 6, then counts down: 32 decrements from 0 over a cycle of 7
+    assert c[1] == (-32) % 7
+
+
+def test_instruction_without_cpu_semantics_is_refused(monkeypatch):
+    from ptxdsl.interp import semantics
+    monkeypatch.setattr(semantics, "NO_CPU_SEMANTICS", frozenset({"popc"}))
+
+    @one_output(32)
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        n = reg.scalar(u32)
+        ptx.inst.popc.b32(n, tid)
+        store(py, tid, n)
+    with pytest.raises(InterpreterError, match="popc.b32 has no CPU semantics"):
+        k.interpret()

@@ -150,12 +150,36 @@ def sgn(x) -> np.ndarray:
     return np.sign(x)
 
 
-def round_narrow(s, cmp, mode: str, f: Fmt) -> np.ndarray:
+def round_narrow(s, cmp, mode: str, f: Fmt, e=None, rn_exact: bool = False) -> np.ndarray:
     """Round the exact value ``x`` (approximated by f64 ``s``; ``cmp(v) = sign(x - v)``) to ``f``.
 
     Elements where ``s`` is not finite (NaN, or an exact infinity) convert directly.
+
+    Fast path for ``.rn``: when ``s`` is the f64 rounding of an add, sub, mul,
+    div or sqrt of ``f`` values (``rn_exact``), rounding ``s`` again is exact
+    (53 >= 2p + 2 bits: double rounding is innocuous for these operations).
+    With a known error term ``e`` (``x = s + e``: add, fma), ``RN(s)`` is
+    ``RN(x)`` unless ``s`` sits exactly on a midpoint of ``f`` and ``e != 0``;
+    only those elements, and ones near the subnormal or overflow range, take
+    the exact path.
     """
     s = np.asarray(s, np.float64)
+    if mode == "rn" and (rn_exact or e is not None):
+        with np.errstate(all="ignore"):
+            fast = encode_rn(s, f)
+            need = np.zeros(s.shape, bool)
+            if f.name == "bf16":  # encode_rn goes through f32: exact only from f32 values
+                need |= np.isfinite(s) & (s.astype(np.float32) != s)
+            if e is not None:
+                shift = 52 - f.man
+                low = s.view(np.uint64) & np.uint64((1 << shift) - 1)
+                a = np.abs(s)
+                odd = (low == np.uint64(1 << (shift - 1))) | (a < 2 * tiny_of(f)) | \
+                    (a >= 2.0 ** f.emax)
+                need |= odd & (np.asarray(e) != 0)
+        if not need.any():
+            return fast.astype(f.udtype)
+        return np.where(need, round_narrow(s, cmp, mode, f), fast).astype(f.udtype)
     with np.errstate(all="ignore"):
         fin = np.isfinite(s)
         c = encode_rn(np.clip(s, -f.max, f.max), f)
@@ -295,7 +319,7 @@ def add(a, b, mode: str, f: Fmt) -> np.ndarray:
     with np.errstate(all="ignore"):
         s, e = two_sum(a, b)
         if f.name != "f64":
-            r = round_narrow(s, lambda v: sgn((s - v) + e), mode, f)
+            r = round_narrow(s, lambda v: sgn((s - v) + e), mode, f, e=e)
         else:
             ovf = np.isinf(s) & np.isfinite(a) & np.isfinite(b)
             r = round64(s, sgn(e), mode, ovf).view(np.uint64)
@@ -307,10 +331,10 @@ def mul(a, b, mode: str, f: Fmt) -> np.ndarray:
     with np.errstate(all="ignore"):
         p = a * b
         if f.name != "f64":
-            return round_narrow(p, lambda v: sgn(p - v), mode, f)
+            return round_narrow(p, lambda v: sgn(p - v), mode, f, rn_exact=True)
         if mode == "rn":
             return p.view(np.uint64)
-        pp, e = two_prod(a, b)
+        _, e = two_prod(a, b)
         ok = _safe(a, b) & _safe(p) & ((p != 0) | (a == 0) | (b == 0))
         r = round64(p, sgn(e), mode, np.isinf(p) & np.isfinite(a) & np.isfinite(b))
         bad = ~ok & np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
@@ -324,7 +348,7 @@ def fma(a, b, c, mode: str, f: Fmt) -> np.ndarray:
         if f.name != "f64":
             p = a * b
             s, e = two_sum(p, c)
-            r = round_narrow(s, lambda v: sgn((s - v) + e), mode, f)
+            r = round_narrow(s, lambda v: sgn((s - v) + e), mode, f, e=e)
             return _zero_sum_sign(r, (s == 0) & (e == 0), p, c, mode, f)
         fin = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
         p = a * b
@@ -360,7 +384,7 @@ def div(a, b, mode: str, f: Fmt) -> np.ndarray:
     with np.errstate(all="ignore"):
         q = a / b
         if f.name != "f64":
-            return round_narrow(q, lambda v: sgn(a - v * b) * sgn(b), mode, f)
+            return round_narrow(q, lambda v: sgn(a - v * b) * sgn(b), mode, f, rn_exact=True)
         if mode == "rn":
             return q.view(np.uint64)
         ph, pl = two_prod(q, b)
@@ -377,7 +401,7 @@ def sqrt(a, mode: str, f: Fmt) -> np.ndarray:
     with np.errstate(all="ignore"):
         q = np.sqrt(a)
         if f.name != "f64":
-            return round_narrow(q, lambda v: sgn(a - v * v), mode, f)
+            return round_narrow(q, lambda v: sgn(a - v * v), mode, f, rn_exact=True)
         if mode == "rn":
             return q.view(np.uint64)
         ph, pl = two_prod(q, q)
@@ -405,7 +429,7 @@ def from_f64(x, mode: str, f: Fmt) -> np.ndarray:
     x = np.asarray(x, np.float64)
     if f.name == "f64":
         return x.view(np.uint64)
-    return round_narrow(x, lambda v: sgn(x - v), mode, f)
+    return round_narrow(x, lambda v: sgn(x - v), mode, f, rn_exact=True)
 
 
 def from_int(x, mode: str, f: Fmt) -> np.ndarray:
@@ -415,7 +439,7 @@ def from_int(x, mode: str, f: Fmt) -> np.ndarray:
         x64 = x.astype(np.float64)
         if f.name == "f64":
             return x64.view(np.uint64)
-        return round_narrow(x64, lambda v: sgn(x64 - v), mode, f)
+        return round_narrow(x64, lambda v: sgn(x64 - v), mode, f, rn_exact=True)
     signed = x.dtype.kind == "i"
     hi = (x >> 32).astype(np.float64) * 4294967296.0
     lo = (x & (np.int64(0xFFFFFFFF) if signed else np.uint64(0xFFFFFFFF))).astype(np.float64)

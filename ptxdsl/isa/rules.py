@@ -31,13 +31,12 @@ def _mem_common(m, op):
     if m.has("nc") and sem:
         return f"ld.global.nc is a non-coherent read and takes no .{sem}"
     cop = m.chosen.get("cop")
-    if op == "st" and sem in ("relaxed", "release"):
-        if space == "local":
-            return f".{sem} orders accesses other threads see; .local memory is private"
+    if sem in ("relaxed", "acquire", "release"):
+        if space in ("local", "param", "const"):
+            return (f".{sem} orders accesses that other threads see; .{space} memory "
+                    f"takes no memory order")
         if cop:
-            return f"st.{sem} takes no cache operator (.{cop})"
-    if op == "ld" and sem == "acquire" and cop in ("lu", "cv"):
-        return f"ld.acquire takes no .{cop} cache operator"
+            return f"{op}.{sem} takes no cache operator (.{cop})"
     if sem == "volatile":
         if space in ("local", "param", "const"):
             return f".volatile does not apply to .{space} memory"
@@ -153,10 +152,8 @@ def _cvt_sat(dst, src):
         if fits:
             return (f"every .{src.name} value fits .{dst.name}, so there is nothing to "
                     f"saturate: drop .sat")
-    if src.name == "bf16":
-        return ".sat does not take a .bf16 source"
-    if dst.name == "bf16" and not src.is_float:
-        return ".sat does not apply to integer to .bf16 conversions"
+    if "bf16" in (src.name, dst.name):
+        return ".sat does not apply to .bf16 conversions"
     if dst.is_float and src.name == "f16":
         return ".sat on a float destination does not take a .f16 source"
     return None

@@ -125,7 +125,10 @@ TABLE: tuple[OpSpec, ...] = (
            category="arith", rule=rules.mad,
            doc="d = a * b + c (integers: .lo/.hi/.wide; floats need a rounding mode and are fused).",
            example="mad.lo.u32 %r3, %r0, %r1, %r2"),
-    OpSpec("fma", (g("rounding", *RND_F.mods, required=True), FTZ, SAT,
+    # fma.bf16 takes every IEEE rounding, fma.f16 only .rn (ptxas 13, sm_80+).
+    OpSpec("fma", (g("rounding", Mod("rn", types=FLT), *(Mod(r, types=only(*F, "bf16", "bf16x2"))
+                                                        for r in ("rz", "rm", "rp")),
+                     required=True), FTZ, SAT,
                    g("relu", Mod("relu", (7, 0), 80, types=only(*H)))),
            FALL, operands="d:T s:T s:T s:T", ptx=(1, 4), rule=rules.fma, category="arith",
            type_needs=BF16_SM80,

@@ -46,6 +46,12 @@ class KernelCache:
 
 KERNELS = KernelCache()
 
+# Torch calls repeat the same signature (shape, strides, dtypes, device, alignment)
+# over and over: the first call of a signature takes the general path, which checks
+# everything and records a closure that redoes only the allocation and the launch.
+# Key: everything the general path's decisions depended on.
+FAST: dict[tuple, object] = {}
+
 
 # ---------------------------------------------------------------- array plumbing
 class _Frame:
@@ -149,15 +155,28 @@ def _ptr(a) -> int:
     return a.__cuda_array_interface__["data"][0]
 
 
-def _vec_for(n, dtype, *arrays) -> int:
-    """Widest access every row of every array allows (length, stride, address)."""
+def _vec_for(n, dtype, weight, wdtype, *arrays) -> int:
+    """Widest access every row of every array, and the weight, allow."""
     vec = max_vec(n, dtype)
     for a in arrays:
         if a is None:
             continue
         while vec > 1 and (_strides(a)[0] % vec or _ptr(a) % (vec * dtype.bytes)):
             vec //= 2
+    while vec > 1 and _ptr(weight) % (vec * wdtype.bytes):
+        vec //= 2
     return vec
+
+
+def _fwd_key(x, weight, eps, residual, want_rstd, out):
+    ptrs = x.data_ptr() | weight.data_ptr()
+    if residual is not None:
+        ptrs |= residual.data_ptr()
+    if out is not None:
+        ptrs |= out.data_ptr()
+    return (x.shape, x.stride(), x.dtype, weight.dtype, x.device, eps,
+            None if residual is None else residual.stride(), want_rstd,
+            None if out is None else out.stride(), ptrs & 15)
 
 
 # ---------------------------------------------------------------- forward
@@ -193,6 +212,18 @@ def _check(x, weight, n, frame):
 
 
 def _forward(frame, x, weight, eps, residual, want_rstd, out):
+    if frame.kind == "torch":
+        key = _fwd_key(x, weight, eps, residual, want_rstd, out)
+        fast = FAST.get(key)
+        if fast is not None:
+            return fast(x, weight, residual, out)
+    y, rstd, fast = _forward_general(frame, x, weight, eps, residual, want_rstd, out)
+    if fast is not None:
+        FAST[key] = fast
+    return y, rstd
+
+
+def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     n = int(x.shape[-1])
     dt, wdt = _check(x, weight, n, frame)
     lead = tuple(x.shape[:-1])
@@ -211,8 +242,8 @@ def _forward(frame, x, weight, eps, residual, want_rstd, out):
         raise LaunchError("out must be a contiguous array of x's shape and dtype")
     rstd = frame.empty((m,), x, f32) if want_rstd else None
     if m == 0:
-        return y, rstd
-    vec = _vec_for(n, dt, x2, y2, r2)
+        return y, rstd, None
+    vec = _vec_for(n, dt, weight, wdt, x2, y2, r2)
     arch = frame.arch(x)
     key = ("fwd", n, dt.name, wdt.name, vec, r2 is not None, want_rstd, float(eps), arch)
     k = KERNELS.get(key, lambda: build_forward(plan(n, dt, vec), dt, wdt, eps=eps,
@@ -225,8 +256,38 @@ def _forward(frame, x, weight, eps, residual, want_rstd, out):
         residual[...] = r2.reshape(residual.shape)
     if out is None:
         y = y2.reshape(lead + (n,))
-    return y, rstd
+    fast = None
+    if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
+            residual is None or r2 is residual or residual.is_contiguous()):
+        fast = _fwd_fast(frame.torch, k, x, x2 is x, r2 is residual, m, n, want_rstd)
+    return y, rstd, fast
 
+
+def _fwd_fast(torch, k, x, x_2d, r_2d, m, n, want_rstd):
+    """The per-signature closure: allocate, view, launch; nothing else."""
+    from ..runtime import prepare
+    launch = prepare(k)
+    shape, dtype, device = x.shape, x.dtype, x.device
+    empty, f32t = torch.empty, torch.float32
+
+    def run(x, weight, residual, out):
+        y = empty(shape, dtype=dtype, device=device) if out is None else out
+        x2 = x if x_2d else x.view(m, n)
+        y2 = y if x_2d else y.view(m, n)
+        rstd = empty((m,), dtype=f32t, device=device) if want_rstd else None
+        if residual is None:
+            if rstd is None:
+                launch(x2, weight, y2)
+            else:
+                launch(x2, weight, y2, rstd)
+        else:
+            r2 = residual if r_2d else residual.view(m, n)
+            if rstd is None:
+                launch(x2, r2, weight, y2, r2)
+            else:
+                launch(x2, r2, weight, y2, r2, rstd)
+        return y, rstd
+    return run
 
 # ---------------------------------------------------------------- backward
 def rms_norm_backward(dy, x, weight, rstd):
@@ -235,6 +296,20 @@ def rms_norm_backward(dy, x, weight, rstd):
     dweight is reduced deterministically (fixed-order partial sums, no atomics).
     """
     frame = _Frame(x)
+    if frame.kind == "torch":
+        key = (x.shape, x.stride(), dy.shape, dy.stride(), x.dtype, dy.dtype, weight.dtype,
+               rstd.shape, rstd.stride(), rstd.dtype, x.device,
+               (x.data_ptr() | dy.data_ptr() | weight.data_ptr()) & 15)
+        fast = FAST.get(key)
+        if fast is not None:
+            return fast(dy, x, weight, rstd)
+    dx, dw, fast = _backward_general(frame, dy, x, weight, rstd)
+    if fast is not None:
+        FAST[key] = fast
+    return dx, dw
+
+
+def _backward_general(frame, dy, x, weight, rstd):
     n = int(x.shape[-1])
     dt, wdt = _check(x, weight, n, frame)
     if tuple(dy.shape) != tuple(x.shape) or frame.dtype(dy) != dt:
@@ -249,9 +324,9 @@ def rms_norm_backward(dy, x, weight, rstd):
     dw = frame.empty((n,), weight)
     if m == 0:
         dw[...] = 0
-        return dx, dw
+        return dx, dw, None
     dx2 = frame.rows(dx, n)
-    vec = _vec_for(n, dt, x2, dy2, dx2)
+    vec = _vec_for(n, dt, weight, wdt, x2, dy2, dx2)
     arch = frame.arch(x)
     sms = frame.sms(x)
     p = plan_backward(n, dt, sms, vec=vec)
@@ -262,7 +337,28 @@ def rms_norm_backward(dy, x, weight, rstd):
     partial = frame.empty((p.grid, n), x, f32)
     frame.run(kb, dy2, x2, weight, rstd, dx2, partial)
     frame.run(kr, partial, dw)
-    return dx2.reshape(tuple(x.shape)), dw
+    fast = None
+    if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
+            dy2 is dy or dy.is_contiguous()):
+        fast = _bwd_fast(frame.torch, kb, kr, x, weight, m, n, p.grid, x2 is x, dy2 is dy)
+    return dx2.reshape(tuple(x.shape)), dw, fast
+
+
+def _bwd_fast(torch, kb, kr, x, weight, m, n, grid, x_2d, dy_2d):
+    from ..runtime import prepare
+    lb, lr = prepare(kb), prepare(kr)
+    shape, dtype, wdtype, device = x.shape, x.dtype, weight.dtype, x.device
+    empty, f32t = torch.empty, torch.float32
+
+    def run(dy, x, weight, rstd):
+        dx = empty(shape, dtype=dtype, device=device)
+        dw = empty((n,), dtype=wdtype, device=device)
+        part = empty((grid, n), dtype=f32t, device=device)
+        lb(dy if dy_2d else dy.view(m, n), x if x_2d else x.view(m, n), weight,
+           rstd.view(m), dx if x_2d else dx.view(m, n), part)
+        lr(part, dw)
+        return dx, dw
+    return run
 
 
 def RMSNorm(*args, **kwargs):

@@ -53,14 +53,27 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
     vec = vec or max_vec(n, dtype)
     chunks = -(-n // vec)
     if threads is None:
-        per = max(1, 16 // vec)  # ~16 values of each of x, dy, dw per thread
-        threads = min(1024, max(32, -(-chunks // per)))
+        # ~16 values of each of x, dy, dw per thread, and 512 threads when the row
+        # has the chunks for them (tuned on an H200 with bench/rmsnorm_tune.py).
+        per = max(1, 16 // vec)
+        threads = min(1024, max(min(512, chunks), -(-chunks // per)))
         threads = -(-threads // WARP) * WARP
     values = -(-chunks // threads) * vec
+
+    def regs_for(prefetch, streaming):
+        # x, dy, w and the dw accumulator per value (+ x, dy again when prefetching)
+        return 40 if streaming else 24 + values * (4 + (2 if prefetch else 0))
+
     streaming = values > 32
     if prefetch is None:
         prefetch = values <= 16 and not streaming
-    regs = 32 if streaming else 24 + values * (3 + (2 if prefetch else 0) + 1)
+    # One CTA must fit in the 64K registers of an SM: give up prefetching, then
+    # register residency, until it does.
+    if threads * regs_for(prefetch, streaming) > 65536:
+        prefetch = False
+    if threads * regs_for(prefetch, streaming) > 65536:
+        streaming = True
+    regs = regs_for(prefetch, streaming)
     if ctas_per_sm is None:
         # Hopper: at most 32 CTAs, 2048 threads and 64K registers per SM.
         ctas_per_sm = max(1, min(32, 2048 // threads, 65536 // (threads * regs)))

@@ -1,0 +1,263 @@
+"""The instruction table: its shape, a ptxas sweep over every entry, and forms it must refuse.
+
+The sweep (``test_entry_assembles``) builds, for every table entry, a form that
+uses each of its types and each of its modifiers at least once (plus variants
+with an immediate in each source slot that takes one), prints them through the
+real tracer and emitter and assembles them with ptxas for the oldest target the
+form claims (``sm_75`` at least: ptxas 13 assembles nothing older; ``sm_90a``
+for sm_90 forms) at exactly the PTX ISA version the table says it needs. A
+claim that is too low, a type ptxas does not know, a modifier combination it
+rejects or a wrong operand signature all fail here.
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from isa_forms import (Sweep, arch_for, assemble_forms, covering_forms, example_chain,
+                       example_module, version_for)
+from ptxdsl import toolchain
+from ptxdsl.errors import ArchError, IsaError, PtxdslError
+from ptxdsl.isa import INSTRUCTIONS, TABLE, check_arch, lookup, match, resolve
+from ptxdsl.isa.spec import parse_operands
+from ptxdsl.types import ALL_TYPES
+
+PTXAS = toolchain.find_ptxas()
+needs_ptxas = pytest.mark.skipif(
+    PTXAS is None, reason="no ptxas found (PTXDSL_PTXAS, the nvidia-cuda-nvcc wheel, PATH, "
+                          "CUDA_HOME); `pip install nvidia-cuda-nvcc~=13.0.0` provides one")
+
+OPCODES = [spec.opcode for spec in TABLE]
+
+
+# ---------------------------------------------------------------- shape of the table
+def test_opcodes_are_unique_and_indexed():
+    assert len(OPCODES) == len(set(OPCODES))
+    assert list(INSTRUCTIONS) == OPCODES
+
+
+@pytest.mark.parametrize("opcode", OPCODES)
+def test_entry_is_well_formed(opcode):
+    spec = INSTRUCTIONS[opcode]
+    assert all(t in ALL_TYPES for t in spec.types), spec.types
+    # A modifier name in two groups would make match() ambiguous.
+    names = [m for grp in spec.groups for m in grp.names]
+    assert len(names) == len(set(names)), names
+    assert len({grp.name for grp in spec.groups}) == len(spec.groups)
+    for sig in (spec.operands, *spec.variants.values()):
+        for slot in parse_operands(sig):
+            assert slot.role in "dsrialpqVX"
+            assert slot.ty in (None, "T", "T0", "T1", "W") or slot.ty in ALL_TYPES
+    for key in spec.variants:  # a variant is selected by a modifier or a type suffix
+        assert spec.group_of(key) is not None or key in spec.types, f"variant key .{key}"
+    assert spec.doc and spec.example and spec.category
+
+
+@pytest.mark.parametrize("opcode", OPCODES)
+def test_every_type_and_modifier_has_a_valid_form(opcode):
+    """A modifier or type that no chain can use is dead weight in the table (or a rule bug)."""
+    forms, missing = covering_forms(INSTRUCTIONS[opcode])
+    assert forms
+    assert missing == []
+
+
+@pytest.mark.parametrize("opcode", OPCODES)
+def test_example_matches_its_entry(opcode):
+    spec = INSTRUCTIONS[opcode]
+    m = resolve(example_chain(spec.example))
+    assert m.spec is spec
+    operands = spec.example.split(None, 1)[1:] or [""]
+    given = [o for o in _split_operands(operands[0]) if o]
+    need = sum(1 for s in m.operands if not s.optional)
+    assert need <= len(given) <= len(m.operands), (spec.example, m.operands)
+
+
+def _split_operands(text: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in text.replace("|", ","):
+        depth += (ch in "{[") - (ch in "}]")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur.strip()]
+
+
+# ---------------------------------------------------------------- the ptxas sweep
+@needs_ptxas
+@pytest.mark.parametrize("opcode", OPCODES)
+def test_entry_assembles(opcode):
+    """Every type and modifier of the entry, assembled at the sm_/PTX ISA it claims."""
+    spec = INSTRUCTIONS[opcode]
+    sweep = Sweep()
+    by_target = collections.defaultdict(list)
+    for m in covering_forms(spec)[0]:
+        arch = arch_for(m, "a")
+        forms = sweep.add_with_immediates(m)
+        assert forms, f"the tracer refused every operand set for {m.text}"
+        by_target[(arch, version_for(m, arch))].extend(forms)
+    failures = []
+    for (arch, version), forms in sorted(by_target.items()):
+        bad = assemble_forms(sweep, forms, arch, version, PTXAS)
+        failures += [f"{arch} PTX {version[0]}.{version[1]}: {forms[i].text}  -> {msg}"
+                     for i, msg in sorted(bad.items())]
+    assert not failures, "ptxas rejects forms the table accepts:\n" + "\n".join(failures)
+
+
+@needs_ptxas
+def test_examples_assemble():
+    """The docs print each entry's example; every one must be real PTX."""
+    failures = []
+    for spec in TABLE:
+        m = resolve(example_chain(spec.example))
+        arch = arch_for(m, "a")
+        text = example_module(spec.example, arch, version_for(m, arch))
+        try:
+            toolchain.assemble(text, arch, verbose=False, ptxas=PTXAS)
+        except toolchain.PtxasError as e:
+            failures.append(f"{spec.opcode}: {spec.example!r}: {e}")
+    assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------- forms the table refuses
+# Each of these is PTX that ptxas rejects (checked below, so the list stays honest);
+# most were accepted by the table until the sweep found them.
+REFUSED = [
+    ("mov.f16 %h1, %h0", "sm_90a"),                      # data movement has no half types
+    ("ld.global.f16 %h0, [%rd0]", "sm_90a"),
+    ("st.global.bf16x2 [%rd0], %hhb0", "sm_90a"),
+    ("st.param.u32 [p_ptr], %r0", "sm_90a"),             # kernel params are read-only
+    ("add.rz.f16 %h2, %h0, %h1", "sm_90a"),              # half math rounds .rn only
+    ("fma.rm.f16x2 %hh3, %hh0, %hh1, %hh2", "sm_90a"),   # (fma.rm.bf16x2 is fine)
+    ("setp.lo.s32 %p0, %r0, %r1", "sm_90a"),             # lo/ls/hi/hs are unsigned-only
+    ("setp.lt.b32 %p0, %r0, %r1", "sm_90a"),             # .b values have no order
+    ("set.eq.and.u32.u32 %r2, %r0, %r1", "sm_90a"),      # .and needs a predicate operand
+    ("set.eq.ftz.f32.u32 %f0, %r0, %r1", "sm_90a"),      # .ftz is about .f32 sources
+    ("cvt.sat.u32.u16 %r0, %rs0", "sm_90a"),             # nothing to saturate
+    ("cvt.rni.rn.f32.f64 %f0, %fd0", "sm_90a"),          # two rounding modifiers
+    ("cvt.relu.f16.f16 %h1, %h0", "sm_90a"),
+    ("cvt.rn.ftz.relu.f16.f32 %h0, %f0", "sm_90a"),
+    ("cvt.rni.u8.bf16 %rs0, %hb0", "sm_90a"),
+    ("cvt.rn.ftz.f16x2.f32 %hh0, %f0, %f1", "sm_90a"),
+    ("cvta.shared.u32 %r1, %r0", "sm_90a"),              # 32-bit addressing is gone
+    ("cvta.u64 %rd1, %rd0", "sm_90a"),                   # needs a state space
+    ("min.NaN.u32 %r2, %r0, %r1", "sm_90a"),             # .NaN is for floats
+    ("min.NaN.f64 %fd2, %fd0, %fd1", "sm_90a"),
+    ("ex2.approx.ftz.f16 %h1, %h0", "sm_90a"),
+    ("ex2.approx.bf16 %hb1, %hb0", "sm_90a"),            # bf16 ex2 exists only with .ftz
+    ("rcp.approx.f64 %fd1, %fd0", "sm_90a"),
+    ("bar.sync.aligned 0", "sm_90a"),                    # .aligned belongs to barrier
+    ("bar.arrive 0", "sm_90a"),                          # arrive needs a thread count
+    ("add.sat.cc.s32 %r2, %r0, %r1", "sm_90a"),
+    ("fma.rn.sat.relu.f16 %h3, %h0, %h1, %h2", "sm_90a"),
+    ("ld.volatile.local.u32 %r0, [%rd0]", "sm_90a"),
+    ("ld.volatile.global.nc.u32 %r0, [%rd0]", "sm_90a"),
+    ("ld.global.cg.L1::evict_last.u32 %r0, [%rd0]", "sm_90a"),
+    ("st.release.gpu.local.u32 [%rd0], %r0", "sm_90a"),
+    ("mbarrier.arrive.release.shared.b64 %rd0, [%r0]", "sm_90a"),  # order needs a scope
+    ("fence.proxy.async.gpu", "sm_90a"),
+    ("fence.proxy.async::generic", "sm_90a"),
+    ("min.f16 %h2, %h0, %h1", "sm_75"),                  # arrived with sm_80
+    ("fma.rn.bf16 %hb3, %hb0, %hb1, %hb2", "sm_75"),
+    ("add.bf16 %hb2, %hb0, %hb1", "sm_80"),              # bf16 add arrived with sm_90
+    ("elect.sync %r0|%p0, 0xffffffff", "sm_80"),
+    ("cp.async.cg.shared.global [%r0], [%rd0], 16", "sm_75"),
+]
+
+
+def _refused_by_table(line: str, arch: str) -> str:
+    from ptxdsl.trace import parse_arch
+    try:
+        m = resolve(example_chain(line))
+        check_arch(m, parse_arch(arch)[0], arch)
+    except IsaError as e:
+        return str(e)
+    given = [o for o in _split_operands((line.split(None, 1)[1:] or [""])[0]) if o]
+    if not sum(1 for s in m.operands if not s.optional) <= len(given) <= len(m.operands):
+        return f"{m.text} takes {len(m.operands)} operands, not {len(given)}"
+    return ""
+
+
+@pytest.mark.parametrize("line,arch", REFUSED, ids=[r[0].split()[0] for r in REFUSED])
+def test_table_refuses(line, arch):
+    assert _refused_by_table(line, arch), f"the table accepts {line!r} for {arch}"
+
+
+@needs_ptxas
+def test_refused_forms_are_rejected_by_ptxas_too():
+    """Keeps REFUSED honest: each line really is bad PTX for its target."""
+    accepted = []
+    for line, arch in REFUSED:
+        text = example_module(line, arch, (9, 0) if arch.startswith("sm_90") else (8, 0))
+        try:
+            toolchain.assemble(text, arch, verbose=False, ptxas=PTXAS)
+            accepted.append(line)
+        except toolchain.PtxasError:
+            pass
+    assert not accepted, f"ptxas accepts these, so the table should too: {accepted}"
+
+
+# ---------------------------------------------------------------- matching and messages
+def test_lookup_suggests_close_names():
+    with pytest.raises(IsaError, match=r"did you mean shfl\.sync"):
+        lookup("shfl.snyc")
+
+
+def test_resolve_picks_the_longest_opcode():
+    assert resolve(["cp", "async", "commit_group"]).spec.opcode == "cp.async.commit_group"
+    assert resolve(["cp", "async", "cg", "shared", "global"]).spec.opcode == "cp.async"
+
+
+def test_match_reports_vector_and_text():
+    m = resolve(["ld", "global", "v4", "f32"])
+    assert m.text == "ld.global.v4.f32"
+    assert m.vector == 4 and m.type.name == "f32"
+    assert [s.role for s in m.operands] == ["V", "a"]
+
+
+def test_match_messages_say_what_is_right():
+    with pytest.raises(IsaError, match=r"must come before .*PTX order for ld"):
+        resolve(["ld", "v4", "global", "f32"])
+    with pytest.raises(IsaError, match=r"both rounding modifiers"):
+        resolve(["add", "rn", "rz", "f32"])
+    with pytest.raises(IsaError, match=r"needs a rounding modifier, one of \.rn, \.rz"):
+        resolve(["fma", "f32"])
+    with pytest.raises(IsaError, match=r"unknown modifier \.glbal .*did you mean \.global"):
+        resolve(["ld", "glbal", "f32"])
+    with pytest.raises(IsaError, match=r"write ld\.global\.b16"):
+        resolve(["ld", "global", "f16"])
+    with pytest.raises(IsaError, match=r"\.f32 compares with \.lt|\.s32 compares with \.lt"):
+        resolve(["setp", "lo", "s32"])
+    with pytest.raises(IsaError, match=r"integer mul needs \.lo, \.hi or \.wide"):
+        resolve(["mul", "u32"])
+
+
+@pytest.mark.parametrize("chain,sm,ptx", [
+    ("add.f32", 20, (1, 0)),
+    ("fma.rn.bf16", 80, (7, 0)),          # bf16 fma: sm_80, not sm_90 like bf16 add
+    ("add.bf16", 90, (7, 8)),
+    ("min.f16", 80, (7, 0)),
+    ("abs.f16", 53, (6, 5)),
+    ("cvt.rn.bf16.f32", 80, (7, 0)),
+    ("cvt.f32.bf16", 80, (7, 1)),
+    ("cvt.rn.satfinite.f16.f32", 20, (8, 1)),
+    ("ld.shared::cta.u32", 20, (7, 8)),
+    ("cvta.to.param.u64", 70, (7, 7)),
+    ("tanh.approx.f32", 75, (7, 0)),
+    ("elect.sync", 90, (8, 0)),
+])
+def test_claimed_minimums(chain, sm, ptx):
+    m = resolve(chain.split("."))
+    assert (m.sm, m.ptx) == (sm, ptx)
+
+
+def test_check_arch_names_the_fix():
+    m = resolve(["elect", "sync"])
+    with pytest.raises(ArchError, match=r"needs sm_90 or newer, but the kernel targets sm_80; "
+                                        r"pass arch='sm_90'"):
+        check_arch(m, 80, "sm_80")
+    with pytest.raises(ArchError, match=r"PTX ISA 8\.0, newer than the 7\.8"):
+        check_arch(m, 90, "sm_90", max_ptx=(7, 8))
+    assert issubclass(ArchError, PtxdslError)

@@ -66,6 +66,14 @@ class TraceError(PtxdslError, ValueError):
     """A kernel body did something the DSL refuses while tracing."""
 
 
+class TraceTypeError(TraceError, TypeError):
+    """A register was used as a Python value (``if reg:``, ``bool(p)``, ``range(reg)``).
+
+    A TypeError, as Python expects from ``__bool__``/``__index__``, and a
+    PtxdslError so that it names the user's line like every other error.
+    """
+
+
 class IsaError(TraceError):
     """An instruction does not match the instruction table (opcode, modifiers, operands)."""
 

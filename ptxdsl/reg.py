@@ -25,7 +25,7 @@ In-place forms (``a += b``) write the result back into ``a``'s register.
 from __future__ import annotations
 
 from . import ir
-from .errors import OperandTypeError, TraceError, user_location
+from .errors import OperandTypeError, TraceError, TraceTypeError, user_location
 from .isa import resolve as resolve_chain
 from .trace import current
 from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, move_type, pred, u32
@@ -340,16 +340,17 @@ def unary(op: str, a):
 
 
 def _no_bool(self):
-    raise TypeError(
+    raise TraceTypeError(
         f"register %{self.name} has no Python truth value while tracing: its value exists only "
         f"on the GPU. Use `with ptx.if_(pred):` for a run-time branch (or `ptx.select`), and a "
-        f"plain Python `if` only on trace-time constants")
+        f"plain Python `if` only on trace-time constants", user_location())
 
 
 def _no_index(self):
-    raise TypeError(
-        f"register %{self.name} is a run-time value and cannot be a Python int; use "
-        f"`for i in ptx.range_(...)` for a run-time loop")
+    raise TraceTypeError(
+        f"register %{self.name} is a run-time value and cannot be a Python number; use "
+        f"`for i in ptx.range_(...)` for a run-time loop, or ptx.cvt to change its type",
+        user_location())
 
 
 def _install_operators(cls) -> None:

@@ -17,15 +17,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from bench.rmsnorm import time_fn  # noqa: E402
 
-FWD_SHAPES = [(2048, 8192, "f32"), (4096, 4096, "f32"), (8192, 8192, "bf16"),
-              (32768, 1024, "f32"), (4096, 7168, "bf16"), (4096, 1000, "f32")]
-BWD_SHAPES = [(2048, 8192, "f32"), (2048, 8192, "bf16"), (4096, 4096, "f32")]
+FWD_SHAPES = [(2048, 8192, "f32"), (4096, 4096, "f32"), (16384, 4096, "f32"),
+              (8192, 8192, "bf16"), (32768, 1024, "f32"), (4096, 7168, "bf16"),
+              (4096, 1000, "f32"), (1024, 16384, "f32")]
+BWD_SHAPES = [(2048, 8192, "bf16")]
 
 
 def main(argv=None):
     import torch
     from dataclasses import replace
     from ptxdsl.ops.rms_norm_fwd import build_forward, plan
+    from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
     from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
     from ptxdsl.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
@@ -42,34 +44,31 @@ def main(argv=None):
         copy_us = time_fn(lambda x, w, y: y.copy_(x), sets)
         base = plan(n, dt)
         variants = {}
-        for t in sorted({base.threads, 64, 128, 256, 512, 1024}):
+        for t in sorted({base.threads, 128, 256, 512, 1024}):
             if t * base.vec > n * 2 and t > 32:
                 continue
-            for xh in ((), ("cs",)):
-                for yh in ((), ("cs",)):
-                    for pw in (True, False):
-                        p = replace(plan(n, dt, threads=t), x_hints=xh, y_hints=yh)
-                        if not pw:
-                            p = replace(p, preload_w=False)
-                        elif not p.preload_w:
-                            continue
-                        variants[f"T{t} x{'.'.join(xh) or '-'} y{'.'.join(yh) or '-'}"
-                                 f"{'' if pw else ' lateW'}"] = p
+            p = plan(n, dt, threads=t)
+            variants[f"T{t}"] = (p, None)
+            cmax = loop_ctas_per_sm(p)
+            for cps in sorted({1, 2, 3, 4, cmax}):
+                if 1 <= cps <= cmax:
+                    variants[f"loop T{t} cps{cps}"] = (p, cps)
         res = {}
-        for name, p in variants.items():
+        for name, (p, cps) in variants.items():
             try:
-                k = build_forward(p, dt, dt)
+                k = build_forward(p, dt, dt) if cps is None else \
+                    build_forward_loop(p, dt, dt, sms * cps)
                 r = k.resources()
                 if r.spill_stores:
                     continue
-                res[name] = time_fn(lambda x, w, y, k=k: k(x, w, y), sets)
+                res[name] = time_fn(lambda x, w, y, k=k: k(x, w, y), sets, iters=40)
             except Exception as e:
                 res[name] = f"{type(e).__name__}: {str(e)[:80]}"
         ok = {k: v for k, v in res.items() if isinstance(v, float)}
         best = min(ok, key=ok.get) if ok else None
         top = sorted(ok.items(), key=lambda kv: kv[1])[:5]
         print(f"fwd {dn} {m}x{n}: copy {copy_us:.1f} µs; default T{base.threads}: "
-              f"{ok.get(f'T{base.threads} xcs ycs')}; top " +
+              f"{ok.get(f'T{base.threads}')}; top " +
               ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)
         out["forward"].append({"shape": [m, n], "dtype": dn, "copy_us": copy_us, "results": res})
     for m, n, dn in BWD_SHAPES:

@@ -250,20 +250,24 @@ def range_(start, stop=None, step=1, *, dtype: PtxType = u32):
 
     The body is traced once. Emits ``mov i, start``; at the top
     ``setp.ge i, stop`` (``le`` for a negative step) and ``@p bra END``; at the
-    bottom ``add i, i, step`` and ``bra.uni TOP``. ``stop`` and ``step`` may be
-    registers (a register step must be positive).
+    bottom ``add i, i, step`` and ``bra.uni TOP``. ``start``, ``stop`` and
+    ``step`` may be registers (a register step must be positive). The counter is
+    ``.u32``, or ``.s32`` when the step is negative or a bound is a signed register.
     """
     b = current("ptx.range_")
     if stop is None:
         start, stop = 0, start
     if isinstance(step, int) and step == 0:
         raise TraceError("ptx.range_ step must not be 0", user_location())
-    if isinstance(step, int) and step < 0 and dtype.kind == "u":
-        from .types import s32
+    from .types import s32
+    start, stop, step = (as_reg(x) for x in (start, stop, step))
+    # Count down, or bounded by a signed register: the counter and its compare are
+    # signed, so range_(n) with a negative .s32 n runs zero times, as in Python.
+    signed = any(isinstance(x, ir.Reg) and x.dtype.kind == "s" for x in (start, stop, step))
+    if dtype.kind == "u" and (signed or isinstance(step, int) and step < 0):
         dtype = s32
     loc = user_location()
     var = b.new_reg(dtype)
-    start, stop, step = (as_reg(x) for x in (start, stop, step))
     for x in (start, stop, step):
         if isinstance(x, ir.Reg):
             b.own(x)

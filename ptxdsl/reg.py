@@ -13,9 +13,10 @@ Every operator records exactly the instruction(s) listed here, nothing else:
 ``& | ^``           ``and/or/xor.bN`` (``.pred`` on predicates)
 ``<< >>``           ``shl.bN``; ``shr.uN`` / ``shr.sN`` / ``shr.bN`` by signedness
 ``-a, ~a, abs(a)``  ``neg``, ``not``, ``abs``
-``< <= > >= ==``    ``setp.{lt|le|gt|ge|eq}.T`` -> a new predicate register
-``!=``              ``setp.ne`` for ints, ``setp.neu`` for floats (true for NaN,
-                    as Python's ``!=`` is)
+``< <= > >=``       ``setp.{lt|le|gt|ge}.T`` -> a new predicate register
+``==  !=``          ints: ``setp.eq.bN`` / ``setp.ne.bN`` (equality is bitwise);
+                    floats: ``setp.eq.fN`` / ``setp.neu.fN`` (``!=`` is true for
+                    NaN, as Python's is)
 ``64-bit op 32-bit``  the 32-bit side is widened first: the ``mul.wide`` of a
                     product, else ``cvt.u64.u32`` / ``cvt.s64.s32``
 ==================  ===========================================================

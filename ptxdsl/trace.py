@@ -364,12 +364,13 @@ class Builder:
 
         Registers die before emission when a deferred instruction resolves to
         nothing (the ``mul.lo`` half of an unused product, an unused shared base);
-        without this pass ``%r<15>`` would declare gaps. Numbering follows
-        creation order, so names stay stable from trace to trace.
+        without this pass ``%r<15>`` would declare gaps. Numbers follow the order
+        in which registers first appear in the printed program, so the PTX reads
+        top to bottom (``%r0`` first) and names stay stable from trace to trace.
         """
-        seen: set = set()
-        _collect_mentioned(body, seen)
-        kept = [r for r in self.regs if r in seen]
+        order: dict = {}
+        _collect_mentioned(body, order)
+        kept = list(order)
         counters: dict[str, int] = {}
         for r in kept:
             if r in self.named:
@@ -400,21 +401,34 @@ def _collect_used(body, used: set) -> None:
             _collect_used(node.body, used)
 
 
-def _collect_mentioned(body, out: set) -> None:
+def _collect_mentioned(body, out: dict) -> None:
+    """Registers in the order the emitter prints them (``out`` is an ordered set)."""
+    def add(*regs):
+        for r in regs:
+            if isinstance(r, ir.Reg):
+                out.setdefault(r, None)
+
     for node in body:
         if isinstance(node, ir.Instr):
-            out.update(node.dests())
-            out.update(node.sources())
+            add(node.guard)
+            for op in node.operands:
+                if isinstance(op, ir.Vec):
+                    add(*op.items)
+                elif isinstance(op, ir.Addr):
+                    add(op.base)
+                else:
+                    add(op)
         elif isinstance(node, ir.If):
-            out.add(node.pred)
+            add(node.pred)
             _collect_mentioned(node.then_body, out)
             if node.else_body is not None:
                 _collect_mentioned(node.else_body, out)
         elif isinstance(node, ir.Loop):
-            out.update((node.var, node.cond))
-            out.update(x for x in (node.start, node.stop, node.step) if isinstance(x, ir.Reg))
-            _collect_mentioned([i for i in (node.check, node.incr) if i is not None], out)
+            add(node.var, node.start, node.stop, node.step)
+            _collect_mentioned([i for i in (node.check,) if i is not None], out)
+            add(node.cond)
             _collect_mentioned(node.body, out)
+            _collect_mentioned([i for i in (node.incr,) if i is not None], out)
 
 
 def _resolve_deferred(body, used):

@@ -88,5 +88,5 @@ def test_seed_version_follows_arch():
 def test_seed_row_offset_is_one_wide_multiply():
     """``row * (N * 4)`` meets only pointers, so it is mul.wide.u32 and nothing else."""
     ptx = build_rms_norm(4, 1024).ptx()
-    assert re.search(r"mul\.wide\.u32 %rd\d+, %r1, 4096;", ptx)
+    assert re.search(r"mov\.u32 (%r\d+), %ctaid\.x;\n\tmul\.wide\.u32 %rd\d+, \1, 4096;", ptx)
     assert "mul.lo.u32 %r" not in ptx

@@ -47,7 +47,8 @@ def test_read_before_write():
         a = reg.scalar(f32)
         b = a + 1.0  # <- undefined
         ptx.inst.mov.f32(a, b)
-    fails_at(body, "undefined", "register %f0 (.f32) is read here before any instruction writes it",
+    # b is %f0: registers are numbered in the order the PTX mentions them
+    fails_at(body, "undefined", "register %f1 (.f32) is read here before any instruction writes it",
              "reg.scalar(..., init=...)")
 
 

@@ -16,6 +16,7 @@ from ..errors import LaunchError
 from ..types import PtxType, bf16, f16, f32
 from .rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
 from .rms_norm_fwd import build_forward, max_vec, plan
+from .rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
 
 _DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
 
@@ -245,10 +246,8 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
         return y, rstd, None
     vec = _vec_for(n, dt, weight, wdt, x2, y2, r2)
     arch = frame.arch(x)
-    key = ("fwd", n, dt.name, wdt.name, vec, r2 is not None, want_rstd, float(eps), arch)
-    k = KERNELS.get(key, lambda: build_forward(plan(n, dt, vec), dt, wdt, eps=eps,
-                                               residual=r2 is not None,
-                                               with_rstd=want_rstd, arch=arch))
+    k = _forward_kernel(n, dt, wdt, vec, r2 is not None, want_rstd, float(eps), arch,
+                        frame.sms(x))
     args = [x2] + ([r2] if r2 is not None else []) + [weight, y2] + \
         ([r2] if r2 is not None else []) + ([rstd] if want_rstd else [])
     frame.run(k, *args)
@@ -261,6 +260,32 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
             residual is None or r2 is residual or residual.is_contiguous()):
         fast = _fwd_fast(frame.torch, k, x, x2 is x, r2 is residual, m, n, want_rstd)
     return y, rstd, fast
+
+
+def _forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms):
+    """The persistent kernel when a CTA's rows fit in registers, else one CTA per row."""
+    p = plan(n, dt, vec)
+    cps = loop_ctas_per_sm(p)
+    if cps:
+        key = ("fwd_loop", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, sms * cps)
+        k = KERNELS.get(key, lambda: build_forward_loop(p, dt, wdt, sms * cps, eps=eps,
+                                                        residual=residual,
+                                                        with_rstd=want_rstd, arch=arch))
+        if _fits(k, p.block):
+            return k
+    key = ("fwd", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch)
+    return KERNELS.get(key, lambda: build_forward(p, dt, wdt, eps=eps, residual=residual,
+                                                  with_rstd=want_rstd, arch=arch))
+
+
+def _fits(k, block) -> bool:
+    """Whether ptxas gave the kernel few enough registers for one CTA per SM (True when
+    there is no ptxas to ask: the estimate that chose the kernel stands)."""
+    from ..errors import ToolchainError
+    try:
+        return k.resources().registers * block <= 65536
+    except ToolchainError:
+        return True
 
 
 def _fwd_fast(torch, k, x, x_2d, r_2d, m, n, want_rstd):

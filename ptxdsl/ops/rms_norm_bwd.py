@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u32
 
+from ._reduce import RowSum
 from ._rowio import load_chunk, narrow, store_chunk
 from .rms_norm_fwd import WARP, max_vec
 
@@ -122,8 +123,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
             return
         ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]) for k in range(K)]
         dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
-        partials = smem.alloc(f32, (2, nwarps))
-        buf = reg.scalar(u32, init=0)
+        row_sum = RowSum(T, tid, looped=True)
 
         def row_ptrs(row):
             return (dy0 + row * (sdy * es), x0 + row * (sx * es))
@@ -157,7 +157,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
             if p.prefetch:
                 nxt = row + G
                 nxt_dy, nxt_x = load_row(nxt, nxt < m)
-            total = _block_sum(dot, T, nwarps, tid, partials, buf)
+            total = row_sum(dot)
             # k = rstd^2 * mean(dy*w*x); dx = rstd * (dy*w - x*k)
             c = reg.scalar(f32)
             ptx.inst.mul.f32(c, rstd, rstd)
@@ -198,8 +198,7 @@ def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy
     zeros = [reg.scalar(f32, init=0.0) for _ in range(V)]
     for k in range(K):
         store_chunk(prow, k * pstep, f32, zeros, pred=preds[k])
-    partials = smem.alloc(f32, (2, nwarps))
-    buf = reg.scalar(u32, init=0)
+    row_sum = RowSum(T, tid, looped=True)
     for row in ptx.range_(cta, m, G):
         rstd = reg.scalar(f32)
         ptx.inst.ld.global_.nc.f32(rstd, ptx.addr(prs + row * 4))
@@ -213,7 +212,7 @@ def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy
                 t = reg.scalar(f32)
                 ptx.inst.mul.f32(t, a, c)
                 ptx.inst.fma.rn.f32(dot, t, b, dot)
-        total = _block_sum(dot, T, nwarps, tid, partials, buf)
+        total = row_sum(dot)
         c = reg.scalar(f32)
         ptx.inst.mul.f32(c, rstd, rstd)
         ptx.inst.mul.f32(c, c, total)
@@ -246,26 +245,6 @@ def _and(a, b):
     if b is None:
         return a
     return a & b
-
-
-def _block_sum(acc, T, nwarps, tid, partials, buf):
-    """Row sum over a CTA with one barrier per call: partials alternate between two
-    shared buffers, so the next call's writes cannot race this call's reads."""
-    if T <= WARP:
-        ptx.warp.reduce_sum(acc, width=T)
-        return acc
-    ptx.warp.reduce_sum(acc)
-    warp_id = tid >> 5
-    base = buf * nwarps
-    with ptx.if_((tid & (WARP - 1)) == 0):
-        partials[0, base + warp_id] = acc
-    ptx.bar.sync(0)
-    total = reg.scalar(f32, init=0.0)
-    for i in range(nwarps):
-        v = partials[0, base + i]
-        ptx.inst.add.f32(total, total, v)
-    ptx.inst.xor.b32(buf, buf, 1)
-    return total
 
 
 def build_dw_reduce(n: int, g: int, wdtype: PtxType, *, arch: str = "sm_90a",

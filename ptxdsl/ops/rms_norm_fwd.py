@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import Tile, kernel, ptx, reg, smem
+from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
+from ._reduce import RowSum
 from ._rowio import load_chunk, narrow, round_trip, store_chunk
 
 WARP = 32
@@ -199,7 +200,7 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k])
           for k in range(K)] if p.preload_w else []
 
-    total = _row_sum(acc, T, nwarps, lane, tid)
+    total = RowSum(T, tid, looped=False)(acc)
     ms = reg.scalar(f32)
     ptx.inst.fma.rn.f32(ms, total, 1.0 / N, eps)
     rstd = reg.scalar(f32)
@@ -230,29 +231,3 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
 def _bytes(stride_reg, es):
     """A run-time row stride in bytes (32-bit: strides beyond 4 GiB are refused at launch)."""
     return stride_reg * es if es > 1 else stride_reg
-
-
-def _row_sum(acc, T, nwarps, lane, tid):
-    """Sum ``acc`` over the ``T`` threads of a row; every one of them gets the total."""
-    if T == 1:
-        return acc
-    if T <= WARP:
-        ptx.warp.reduce_sum(acc, width=T)
-        return acc
-    ptx.warp.reduce_sum(acc)
-    partials = smem.alloc(f32, (nwarps,))
-    warp_id = tid >> 5
-    with ptx.if_((tid & (WARP - 1)) == 0):
-        partials[warp_id] = acc
-    ptx.bar.sync(0)
-    total = reg.scalar(f32, init=0.0)
-    i = 0
-    while i < nwarps:
-        n = 4 if nwarps - i >= 4 else (2 if nwarps - i >= 2 else 1)
-        vals = [reg.scalar(f32) for _ in range(n)]
-        ptx.inst(f"ld.shared{'.v%d' % n if n > 1 else ''}.f32", vals if n > 1 else vals[0],
-                 partials.addr(i))
-        for v in vals:
-            ptx.inst.add.f32(total, total, v)
-        i += n
-    return total

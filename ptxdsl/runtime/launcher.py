@@ -311,8 +311,11 @@ class Launcher:
                 opts["cluster"] = None
         return opts
 
+    slow_calls = 0  # general-path calls (per instance once incremented): a fast-path miss meter
+
     def _slow(self, args, stream, kw, *, launch: bool = True):
         """The general path: read and check every argument, load, allocate, launch."""
+        self.slow_calls += 1
         opts = self._options(kw)
         call = self._read(args, stream, opts)
         binding = bind(self.sig, call.views)

@@ -1,0 +1,57 @@
+"""Row sums across the threads of a row, for row-wise kernels."""
+from __future__ import annotations
+
+from ptxdsl import ptx, reg, smem
+from ptxdsl.types import f32, u32
+
+WARP = 32
+
+
+class RowSum:
+    """Sum a per-thread f32 over the ``T`` threads of a row; every thread gets the total.
+
+    ``T <= 32``: a butterfly over ``T`` lanes (several rows per warp). Larger rows:
+    a full-warp butterfly, lane 0 of each warp writes its partial to shared memory,
+    one ``bar.sync``, then every thread adds the partials itself (vector loads from
+    shared memory; no second barrier, no serial thread). In a loop the partials
+    alternate between two buffers, so one call's writes cannot race the previous
+    call's reads and one barrier per call is enough.
+    """
+
+    def __init__(self, T: int, tid, *, looped: bool):
+        self.T = T
+        self.tid = tid
+        self.nwarps = max(1, T // WARP)
+        self.looped = looped
+        if T > WARP:
+            # Rows padded to 4 floats: the partials are read with 16-byte loads.
+            self.partials = smem.alloc(f32, (2 if looped else 1, -(-self.nwarps // 4) * 4))
+            self.buf = reg.scalar(u32, init=0) if looped else None
+
+    def __call__(self, acc):
+        T = self.T
+        if T == 1:
+            return acc
+        if T <= WARP:
+            ptx.warp.reduce_sum(acc, width=T)
+            return acc
+        ptx.warp.reduce_sum(acc)
+        tid, W = self.tid, self.nwarps
+        row = self.buf if self.looped else 0
+        with ptx.if_((tid & (WARP - 1)) == 0):
+            self.partials[row, tid >> 5] = acc
+        ptx.bar.sync(0)
+        total = reg.scalar(f32, init=0.0)
+        base = self.partials.addr(row, 0)
+        i = 0
+        while i < W:
+            n = 4 if W - i >= 4 else (2 if W - i >= 2 else 1)
+            vals = [reg.scalar(f32) for _ in range(n)]
+            ptx.inst(f"ld.shared{'.v%d' % n if n > 1 else ''}.f32", vals if n > 1 else vals[0],
+                     ptx.addr(base.base, base.offset + 4 * i))
+            for v in vals:
+                ptx.inst.add.f32(total, total, v)
+            i += n
+        if self.looped:
+            ptx.inst.xor.b32(self.buf, self.buf, 1)
+        return total

@@ -40,7 +40,7 @@ def main():
             ("ptxdsl rms_norm(x, w, out=y)", lambda: rms_norm(x, w, 1e-6, out=y)),
             ("ptxdsl rms_norm_backward", lambda: rms_norm_backward(dy, x, w, rstd))]
     rms_norm(x, w, 1e-6)
-    fwd = [k for key, k in KERNELS._kernels.items() if key[0] == "fwd"][0]
+    fwd = [k for key, k in KERNELS._kernels.items() if key[0].startswith("fwd")][0]
     lf = prepare(fwd)
     rows.append(("launcher(x, w, y) of the fwd kernel", lambda: lf(x, w, y)))
     for name, fn in rows:

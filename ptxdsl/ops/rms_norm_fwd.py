@@ -83,10 +83,12 @@ def plan(n: int, dtype: PtxType, vec: int | None = None, *, threads: int | None 
             while threads > 1 and threads // 2 * 4 >= chunks:
                 threads //= 2
         else:
-            # Long rows: about 64 bytes of x per thread (16 f32 / 32 halves), at least
-            # 128 threads per row (tuned on an H200 with bench/rmsnorm_tune.py).
-            per = max(1, 64 // (vec * dtype.bytes))
-            threads = min(1024, max(128, -(-chunks // per)))
+            # Long rows: two 16-byte chunks per thread, 128 to 512 threads (tuned on
+            # an H200 with bench/rmsnorm_tune.py: 512 threads beat 256 and 1024 from
+            # 4096 f32 up to 16384 f32).
+            threads = min(512, max(128, -(-chunks // 2)))
+            if -(-chunks // threads) * vec > 32:  # keep the row in registers if 1024 can
+                threads = min(1024, -(-chunks * vec // 32))
             threads = -(-threads // WARP) * WARP
     values = -(-chunks // threads) * vec  # f32 registers per thread for its part of x
     two_pass = values > 32

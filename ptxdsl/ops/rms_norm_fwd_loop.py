@@ -20,7 +20,9 @@ from .rms_norm_fwd import Plan
 def loop_ctas_per_sm(p: Plan) -> int:
     """CTAs per SM the register file allows (x, next x and w resident per thread);
     0 when not even one fits, or the row is too long for registers."""
-    if p.two_pass:
+    if p.two_pass or p.chunks < 4096:
+        # Measured on an H200 (bench/rmsnorm_tune.py): one CTA per row is faster up
+        # to 8192 f32 / 16384 halves; the loop wins from 4096 chunks (16384 f32) up.
         return 0
     values = p.per_thread * p.vec
     regs = 32 + values * 3

@@ -175,7 +175,7 @@ def _fwd_key(x, weight, eps, residual, want_rstd, out):
         ptrs |= residual.data_ptr()
     if out is not None:
         ptrs |= out.data_ptr()
-    return (x.shape, x.stride(), x.dtype, weight.dtype, x.device, eps,
+    return (x.shape, x.stride(), x.dtype, weight.dtype, x.get_device(), eps,
             None if residual is None else residual.stride(), want_rstd,
             None if out is None else out.stride(), ptrs & 15)
 
@@ -189,6 +189,14 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
     normalised. Returns ``y`` (and ``rstd``, f32 per row, with ``return_rstd``).
     Torch tensors requiring grad are differentiable.
     """
+    try:  # torch tensors whose signature was seen before: straight to the launch
+        key = _fwd_key(x, weight, eps, residual, return_rstd, out)
+        fast = None if x.requires_grad or weight.requires_grad else FAST.get(key)
+    except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
+        fast = None
+    if fast is not None:
+        y, rstd = fast(x, weight, residual, out)
+        return (y, rstd) if return_rstd else y
     frame = _Frame(x)
     if frame.kind == "torch" and residual is None and out is None and (
             x.requires_grad or weight.requires_grad):
@@ -256,9 +264,8 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     if out is None:
         y = y2.reshape(lead + (n,))
     fast = None
-    if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
-            residual is None or r2 is residual or residual.is_contiguous()):
-        fast = _fwd_fast(frame.torch, k, x, x2 is x, r2 is residual, m, n, want_rstd)
+    if frame.kind == "torch" and (residual is None or r2 is residual):
+        fast = _fwd_fast(frame.torch, k, args, x, m, want_rstd)
     return y, rstd, fast
 
 
@@ -288,31 +295,39 @@ def _fits(k, block) -> bool:
         return True
 
 
-def _fwd_fast(torch, k, x, x_2d, r_2d, m, n, want_rstd):
-    """The per-signature closure: allocate, view, launch; nothing else."""
+def _fwd_fast(torch, k, args, x, m, want_rstd):
+    """The per-signature closure: allocate the outputs and launch, nothing else.
+
+    Pointers of views equal those of their bases, so the (M, N) views the kernel was
+    bound with need not be rebuilt per call.
+    """
     from ..runtime import prepare
-    launch = prepare(k)
+    bound = prepare(k).bind(*args)
+    if bound is None:
+        return None
     shape, dtype, device = x.shape, x.dtype, x.device
-    empty, f32t = torch.empty, torch.float32
+    dense = x.is_contiguous()
+    empty, empty_like, f32t = torch.empty, torch.empty_like, torch.float32
 
     def run(x, weight, residual, out):
-        y = empty(shape, dtype=dtype, device=device) if out is None else out
-        x2 = x if x_2d else x.view(m, n)
-        y2 = y if x_2d else y.view(m, n)
+        y = out if out is not None else (empty_like(x) if dense else
+                                         empty(shape, dtype=dtype, device=device))
         rstd = empty((m,), dtype=f32t, device=device) if want_rstd else None
+        xp, wp, yp = x.data_ptr(), weight.data_ptr(), y.data_ptr()
         if residual is None:
             if rstd is None:
-                launch(x2, weight, y2)
+                bound(xp, wp, yp)
             else:
-                launch(x2, weight, y2, rstd)
+                bound(xp, wp, yp, rstd.data_ptr())
         else:
-            r2 = residual if r_2d else residual.view(m, n)
+            rp = residual.data_ptr()
             if rstd is None:
-                launch(x2, r2, weight, y2, r2)
+                bound(xp, rp, wp, yp, rp)
             else:
-                launch(x2, r2, weight, y2, r2, rstd)
+                bound(xp, rp, wp, yp, rp, rstd.data_ptr())
         return y, rstd
     return run
+
 
 # ---------------------------------------------------------------- backward
 def rms_norm_backward(dy, x, weight, rstd):
@@ -320,14 +335,16 @@ def rms_norm_backward(dy, x, weight, rstd):
 
     dweight is reduced deterministically (fixed-order partial sums, no atomics).
     """
-    frame = _Frame(x)
-    if frame.kind == "torch":
+    try:
         key = (x.shape, x.stride(), dy.shape, dy.stride(), x.dtype, dy.dtype, weight.dtype,
-               rstd.shape, rstd.stride(), rstd.dtype, x.device,
+               rstd.shape, rstd.stride(), rstd.dtype, x.get_device(),
                (x.data_ptr() | dy.data_ptr() | weight.data_ptr()) & 15)
         fast = FAST.get(key)
-        if fast is not None:
-            return fast(dy, x, weight, rstd)
+    except (AttributeError, TypeError):
+        key = fast = None
+    if fast is not None:
+        return fast(dy, x, weight, rstd)
+    frame = _Frame(x)
     dx, dw, fast = _backward_general(frame, dy, x, weight, rstd)
     if fast is not None:
         FAST[key] = fast
@@ -365,23 +382,26 @@ def _backward_general(frame, dy, x, weight, rstd):
     fast = None
     if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
             dy2 is dy or dy.is_contiguous()):
-        fast = _bwd_fast(frame.torch, kb, kr, x, weight, m, n, p.grid, x2 is x, dy2 is dy)
+        fast = _bwd_fast(frame.torch, kb, kr, (dy2, x2, weight, rstd, dx2, partial),
+                         (partial, dw), x, n, p.grid)
     return dx2.reshape(tuple(x.shape)), dw, fast
 
 
-def _bwd_fast(torch, kb, kr, x, weight, m, n, grid, x_2d, dy_2d):
+def _bwd_fast(torch, kb, kr, bargs, rargs, x, n, grid):
     from ..runtime import prepare
-    lb, lr = prepare(kb), prepare(kr)
-    shape, dtype, wdtype, device = x.shape, x.dtype, weight.dtype, x.device
-    empty, f32t = torch.empty, torch.float32
+    lb, lr = prepare(kb).bind(*bargs), prepare(kr).bind(*rargs)
+    if lb is None or lr is None:
+        return None
+    empty, empty_like, f32t = torch.empty, torch.empty_like, torch.float32
+    device = x.device
 
     def run(dy, x, weight, rstd):
-        dx = empty(shape, dtype=dtype, device=device)
-        dw = empty((n,), dtype=wdtype, device=device)
+        dx = empty_like(x)
+        dw = empty_like(weight)
         part = empty((grid, n), dtype=f32t, device=device)
-        lb(dy if dy_2d else dy.view(m, n), x if x_2d else x.view(m, n), weight,
-           rstd.view(m), dx if x_2d else dx.view(m, n), part)
-        lr(part, dw)
+        pp = part.data_ptr()
+        lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), dx.data_ptr(), pp)
+        lr(pp, dw.data_ptr())
         return dx, dw
     return run
 

@@ -280,6 +280,51 @@ class Launcher:
         kf = self.function(device)
         return (device, kf.arch, kf.key)
 
+    def bind(self, *args):
+        """A launch bound to the exact signature of ``args`` (torch tensors, inputs and
+        outputs): ``run(*data_ptrs)`` packs the pointers and launches on torch's current
+        stream, skipping the per-call signature and alignment checks.
+
+        For callers that key their own cache on everything the signature is made of
+        (shapes, strides, dtypes, device, 16-byte alignment), as ``ptxdsl.ops`` does.
+        Returns None when ``args`` have no fast-path entry (e.g. not torch tensors).
+        """
+        self.warm(*args)
+        try:
+            e = self.entries.get(self._g["KEY_ALL"](args))
+        except Exception:
+            return None
+        if e is None:
+            return None
+        dev, func, gx, gy, gz, bx, by, bz, smem, lock, pack, buf, params, _ = e
+        g = self._g
+        raw_stream, cur_dev, streams, stream_obj = g["RAW_STREAM"], g["CUR_DEV"], \
+            g["STREAMS"], g["STREAM_OBJ"]
+        launch, tls, relaunch = g["LAUNCH"], self.drv.tls, self._relaunch
+        ctypes_mode = self.mode == "ctypes"
+        extra = self.mode == "extra"
+
+        def run(*ptrs):
+            s = raw_stream(dev)
+            cs = streams.get(s)
+            if cs is None:
+                cs = stream_obj(s)
+            if tls.device != dev or cur_dev() != dev:
+                return relaunch(e, ptrs, s, None, None)
+            with lock:
+                pack(buf, 0, *ptrs)
+                if extra:
+                    r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, 0, params)
+                elif ctypes_mode:
+                    r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, None)
+                else:
+                    r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, 0)
+            code = r if ctypes_mode else r[0]
+            if code:
+                return relaunch(e, ptrs, s, None, code)
+            return None
+        return run
+
     def warm(self, *args, **kw) -> None:
         """Do everything a call with these arguments does except the launch: load the
         kernel on their device and prepare the fast-path entry."""

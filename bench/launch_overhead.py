@@ -362,7 +362,7 @@ def main(argv=None) -> int:
 
     # --- ptxdsl ---------------------------------------------------------------------------
     modes = {}
-    for mode in ("params", "extra", "ctypes"):
+    for mode in ("params", "ctypes"):
         try:
             modes[mode] = prepare(k, x, y, z, mode=mode)
             modes[mode](x, y)  # entry for the allocating signature

@@ -28,7 +28,7 @@ from __future__ import annotations
 from . import ir
 from .errors import OperandTypeError, TraceError, TraceTypeError, user_location
 from .isa import resolve as resolve_chain
-from .trace import current
+from .trace import active_builder, current
 from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, move_type, pred, u32
 
 _CMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne"}
@@ -77,7 +77,8 @@ def scalar(dtype: PtxType, init=None, name: str | None = None) -> ir.Reg:
     """A new register; with ``init`` also ``mov.T reg, init``.
 
     f16/bf16 constants are written as ``mov.b16 reg, 0xNNNN`` (PTX has no
-    half-precision literals); ``init`` may also be a register.
+    half-precision literals), f16x2/bf16x2 ones as ``mov.b32`` with the value in
+    both halves; ``init`` may also be a register.
     """
     b = current("reg.scalar")
     if not isinstance(dtype, PtxType):
@@ -106,8 +107,16 @@ def assign(dst: ir.Reg, value) -> ir.Reg:
             return dst
         raise TraceError("predicates cannot be initialised from numbers; write a "
                          "comparison (p = x < n) instead", user_location())
-    if dst.dtype in (f16, bf16) and isinstance(value, (int, float)):
-        b.inst(["mov", "b16"], (dst, float_bits(dst.dtype, value)))
+    if dst.dtype.is_float and dst.dtype.name not in ("f32", "f64") \
+            and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if dst.dtype.name == "tf32":
+            raise TraceError("tf32 registers are written by cvt.rna.tf32.f32; initialise an "
+                             "f32 register and convert it", user_location())
+        half = f16 if dst.dtype.name.startswith("f16") else bf16
+        bits = float_bits(half, value)
+        if dst.dtype.lanes == 2:  # splat: both halves hold the value
+            bits |= bits << 16
+        b.inst(["mov", f"b{dst.dtype.bits}"], (dst, bits))
         return dst
     if isinstance(value, ir.Reg) and dst.dtype.is_int and value.dtype.is_int \
             and dst.dtype.bits == 64 and value.dtype.bits < 64:
@@ -305,7 +314,13 @@ def binary(op: str, a, b_, *, reflected: bool = False, inplace: bool = False):
 
 
 def compare(op: str, a, b_):
-    """Record ``setp`` and return the new predicate register."""
+    """Record ``setp`` and return the new predicate register.
+
+    Outside any trace, ``==`` and ``!=`` fall back to identity, so that tools can
+    keep registers in lists (``reg in program.regs``) without recording anything.
+    """
+    if op in ("eq", "ne") and active_builder() is None:
+        return (a is b_) == (op == "eq")
     loc = user_location()
     bld = current("a comparison on registers")
     x, y, t = _unify(a, b_, "compare")

@@ -55,6 +55,11 @@ def arch_ptx_floor(arch: str) -> tuple[int, int]:
     return floor
 
 
+def active_builder() -> "Builder | None":
+    """The builder of the trace in progress in this context, or None."""
+    return _ACTIVE.get()
+
+
 def current(what: str = "this call") -> "Builder":
     """The builder of the kernel being traced; a clear error outside any kernel."""
     b = _ACTIVE.get()
@@ -161,6 +166,10 @@ class Builder:
             m = resolve(list(chain))
             check_arch(m, self.sm, self.arch)
             operands = self.coerce_operands(m, args)
+            if m.spec.check_operands is not None:
+                verdict = m.spec.check_operands(m, operands)
+                if verdict:
+                    raise IsaError(f"{m.text}: {verdict}")
             g, neg = self._guard(guard)
         except IsaError as e:
             if e.loc is None:

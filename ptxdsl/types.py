@@ -106,7 +106,8 @@ def float_bits(t: PtxType, value: float) -> int:
     if t.name == "f64":
         return int(np.array(value, np.float64).view(np.uint64))
     if t.name == "f16":
-        return int(np.array(value, np.float16).view(np.uint16))
+        with np.errstate(over="ignore"):  # out of range rounds to inf, as cvt.rn does
+            return int(np.array(value, np.float16).view(np.uint16))
     if t.name == "bf16":
         return int(f32_to_bf16_bits(np.array(value, np.float32)))
     raise TypeError(f"{t.name} is not a scalar float type")

@@ -175,21 +175,21 @@ def test_line_map_points_at_the_recording_line():
 # ---------------------------------------------------------------- check(): ptxas errors -> Python lines
 @needs_ptxas
 def test_check_maps_a_ptxas_error_to_the_python_line():
-    # The table accepts any u32 barrier number (ptx.bar.sync checks 0..15, the raw
-    # ptx.inst chain does not): a way to make ptxas, not ptxdsl, refuse a line.
+    # An escape hatch only ptxas catches: an address built from a raw IR symbol that
+    # names no variable (ptxdsl does not track symbols the user invents).
     @kernel(arch="sm_80")
     def bad():
         a = reg.scalar(u32, init=1)
         ptx.inst.add.u32(a, a, 1)
-        ptx.inst.bar.sync(16)  # <- ptxas-only
+        ptx.inst.ld.param.u32(a, ptx.addr(ir.Symbol("no_such_param", "param")))  # <- ptxas-only
         ptx.inst.add.u32(a, a, 2)
     with pytest.raises(ToolchainError) as info:
         bad.check()
     err = info.value
     assert err.loc is not None and err.loc.line == line_of("ptxas-only")
     assert str(err).startswith(f"{HERE}:{line_of('ptxas-only')}: ptxas rejected kernel bad")
-    assert "Barrier number '16' out of range" in str(err)
-    assert "bar.sync 16;" in str(err)
+    assert "no_such_param" in str(err)
+    assert "ld.param.u32 %r0, [no_such_param];" in str(err)
 
 
 def test_check_maps_diagnostics_through_the_line_map(monkeypatch):

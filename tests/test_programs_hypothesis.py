@@ -14,6 +14,8 @@
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -42,8 +44,11 @@ def _alu_forms():
 
 
 FORMS = _alu_forms()
+BY_TEXT = {m.text: m for m in FORMS}
 ARCHS = ["sm_80", "sm_90a"]
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=False,
+# A modest default keeps CI fast; PTXDSL_HYPOTHESIS_EXAMPLES=500 for a deeper search.
+SETTINGS = settings(max_examples=int(os.environ.get("PTXDSL_HYPOTHESIS_EXAMPLES", "25")),
+                    deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -116,6 +121,10 @@ class Program:
             t = m.resolve_type(slot.ty)
             if slot.role in ("d", "p"):
                 args.append(self.dest(t))
+            elif slot.role in ("s", "X") and slot.ty == "u32" and m.spec.opcode != "cvt":
+                # shift amounts, bit positions and lengths: ptxas wants 0..255 as immediates
+                args.append(self.draw(st.integers(0, 255), "small imm")
+                            if self.draw(st.booleans(), "imm?") else self.source(t, False))
             elif slot.role in ("s", "X"):
                 args.append(self.source(t))
             elif slot.role in ("r", "q"):
@@ -127,10 +136,14 @@ class Program:
         return args
 
     def usable_forms(self):
-        return [m for m in FORMS if m.sm <= self.sm]
+        """Texts (not Match objects: hypothesis prints what it draws) of forms for the target."""
+        return [m.text for m in FORMS if m.sm <= self.sm]
+
+    def form(self, texts):
+        return BY_TEXT[self.draw(st.sampled_from(texts), "form")]
 
     def instruction(self):
-        m = self.draw(st.sampled_from(self.usable_forms()), "form")
+        m = self.form(self.usable_forms())
         args = self.operands(m)
         ptx.inst(m.text, *args)
         self.commit()
@@ -198,8 +211,7 @@ def _wrong_register(prog: Program, want):
 def _make_mistake(prog: Program, kind: str, kernel_sm: int):
     draw = prog.draw
     if kind == "too_new":
-        newer = [m for m in FORMS if m.sm > kernel_sm]
-        m = draw(st.sampled_from(newer), "too-new form")
+        m = prog.form([m.text for m in FORMS if m.sm > kernel_sm])
         return m.text, prog.operands(m), ArchError
     if kind == "vector_length":
         vec = draw(st.sampled_from(["ld.global.v2.f32", "ld.global.v4.f32",
@@ -210,7 +222,7 @@ def _make_mistake(prog: Program, kind: str, kernel_sm: int):
         regs = [prog.fresh(t) for _ in range(n)]
         addr = ptx.addr(prog.fresh(u64))
         return vec, ([regs, addr] if vec.startswith("ld") else [addr, regs]), IsaError
-    m = draw(st.sampled_from(prog.usable_forms()), "form")
+    m = prog.form(prog.usable_forms())
     args = prog.operands(m)
     parts = m.text.split(".")
     op_len = len(m.spec.opcode.split("."))

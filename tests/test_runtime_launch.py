@@ -247,7 +247,7 @@ def test_generated_source_is_specialised(gpu, torch):
     assert "get_device()" in src and "for " not in src.split("def KEY_ALL")[0]
 
 
-@pytest.mark.parametrize("mode", ["params", "extra", "ctypes"])
+@pytest.mark.parametrize("mode", ["params", "ctypes"])
 def test_every_launch_mode_packs_the_same_parameters(gpu, torch, mode, monkeypatch):
     monkeypatch.setattr(rdriver, "CtypesLauncher", lambda: FakeCtypesLauncher(gpu.cu))
     k = vadd_on(gpu, f"vadd_{mode}")
@@ -263,8 +263,9 @@ def test_every_launch_mode_packs_the_same_parameters(gpu, torch, mode, monkeypat
 
 
 def test_launch_mode_from_environment(gpu, monkeypatch):
-    monkeypatch.setenv("PTXDSL_LAUNCH", "extra")
-    assert rlaunch.Launcher(build_vadd()).mode == "extra"
+    monkeypatch.setattr(rdriver, "CtypesLauncher", lambda: FakeCtypesLauncher(gpu.cu))
+    monkeypatch.setenv("PTXDSL_LAUNCH", "ctypes")
+    assert rlaunch.Launcher(build_vadd()).mode == "ctypes"
     monkeypatch.setenv("PTXDSL_LAUNCH", "warp-speed")
     with pytest.raises(LaunchError, match="PTXDSL_LAUNCH"):
         rlaunch.Launcher(build_vadd())

@@ -328,3 +328,36 @@ def cp_async(m):
     if m.chosen.get("L2") == "L2::256B":
         return None
     return None
+
+
+# ---------------------------------------------------------------- immediate operand values
+def _imm(op):
+    """The value of an immediate operand, or None for registers and the like."""
+    value = getattr(op, "value", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def bit_field_operands(m, ops):
+    """bfe/bfi take the field position and length as 0..255 (ptxas rejects more)."""
+    for what, op in zip(("position", "length"), ops[-2:]):
+        v = _imm(op)
+        if v is not None and not 0 <= v <= 255:
+            return f"bit-field {what} {v} is out of range: immediates must be 0..255"
+    return None
+
+
+def barrier_operands(m, ops):
+    v = _imm(ops[0]) if ops else None
+    if v is not None and not 0 <= v <= 15:
+        return f"barrier number {v} is out of range: a CTA has barriers 0 to 15"
+    n = _imm(ops[1]) if len(ops) > 1 else None
+    if n is not None and (n <= 0 or n % 32):
+        return f"barrier thread count {n} must be a positive multiple of the warp size (32)"
+    return None
+
+
+def parity_operands(m, ops):
+    v = _imm(ops[-1])
+    if m.has("parity") and v is not None and v not in (0, 1):
+        return f"a phase parity is 0 or 1, not {v}"
+    return None

@@ -106,6 +106,9 @@ class OpSpec:
     # per-type (PTX ISA, sm_) needs of this opcode where they differ from TYPE_NEEDS
     # (e.g. min.f16 arrived with sm_80, long after add.f16)
     type_needs: Mapping[str, tuple[Version, int]] = field(default_factory=dict)
+    # limits on immediate operand values (bfe positions 0..255, barrier ids 0..15);
+    # called with the Match and the coerced operands, returns an error message or None
+    check_operands: Callable[["Match", tuple], str | None] | None = None
 
     def signature(self, mods: frozenset[str]) -> tuple[Operand, ...]:
         for key, sig in self.variants.items():

@@ -23,9 +23,10 @@
   behind for the fast path.
 
 Choosing the launch call: ``PTXDSL_LAUNCH=params`` (default; ``kernelParams``
-array of pointers), ``extra`` (one packed buffer through
-``CU_LAUNCH_PARAM_BUFFER_POINTER``) or ``ctypes`` (``cuLaunchKernel`` through
-ctypes on the same libcuda). ``bench/launch_overhead.py`` measures all three.
+array of pointers) or ``ctypes`` (``cuLaunchKernel`` through ctypes on the same
+libcuda). ``bench/launch_overhead.py`` measures both. (A third mode passing one
+packed buffer through ``CU_LAUNCH_PARAM_BUFFER_POINTER`` was dropped: the H200's
+driver refused it with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES and it was no faster.)
 
 Errors: a failed launch raises :class:`CudaError` naming the kernel. Kernel
 faults (an illegal address) are asynchronous: they surface at a later call, and
@@ -54,7 +55,7 @@ from .memory import Staging, allocate
 
 __all__ = ["LAUNCH_MODES", "Launcher", "ParamLayout", "launch", "prepare"]
 
-LAUNCH_MODES = ("params", "extra", "ctypes")
+LAUNCH_MODES = ("params", "ctypes")
 # The mode a launcher uses unless PTXDSL_LAUNCH or prepare(mode=...) says otherwise;
 # bench/launch_overhead.py reports which mode is fastest on the machine it runs on.
 DEFAULT_MODE = "params"
@@ -172,9 +173,7 @@ class Launcher:
         out_expr = ("None" if not outs else f"a{outs[0]}" if len(outs) == 1
                     else "(" + ", ".join(f"a{j}" for j in outs) + ")")
         ptrs = ", ".join(f"p{i}" for i in range(n_all))
-        if self.mode == "extra":
-            call_args = "cs, 0, params"
-        elif self.mode == "ctypes":
+        if self.mode == "ctypes":
             call_args = "cs, params, None"
         else:
             call_args = "cs, params, 0"
@@ -302,7 +301,6 @@ class Launcher:
             g["STREAMS"], g["STREAM_OBJ"]
         launch, tls, relaunch = g["LAUNCH"], self.drv.tls, self._relaunch
         ctypes_mode = self.mode == "ctypes"
-        extra = self.mode == "extra"
 
         def run(*ptrs):
             s = raw_stream(dev)
@@ -313,9 +311,7 @@ class Launcher:
                 return relaunch(e, ptrs, s, None, None)
             with lock:
                 pack(buf, 0, *ptrs)
-                if extra:
-                    r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, 0, params)
-                elif ctypes_mode:
+                if ctypes_mode:
                     r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, None)
                 else:
                     r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, 0)
@@ -617,11 +613,7 @@ class Launcher:
                     device=torch.device("cuda", binding.device)))
         values = self.layout.values([0] * sig.n_all, binding)
         buf, arr = self.layout.buffer(values)
-        if self.mode == "extra":
-            size = ctypes.c_size_t(self.layout.size)
-            extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buf), 2, ctypes.addressof(size), 0)
-            params, keep = ctypes.addressof(extra), (arr, extra, size)
-        elif self.mode == "ctypes":
+        if self.mode == "ctypes":
             params, keep = ctypes.c_void_p(ctypes.addressof(arr)), (arr,)
         else:
             params, keep = ctypes.addressof(arr), (arr,)

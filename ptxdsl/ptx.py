@@ -23,7 +23,10 @@ __all__ = ["inst", "special", "warp", "bar", "addr", "global_ptrs", "global_ptr"
 
 
 def ptx_name(attr: str) -> str:
-    """Python attribute -> PTX modifier: ``global_`` -> ``global``, ``L1__evict_last`` -> ``L1::evict_last``."""
+    """Python attribute -> PTX modifier.
+
+    ``global_`` -> ``global``, ``L1__evict_last`` -> ``L1::evict_last``.
+    """
     return attr.rstrip("_").replace("__", "::")
 
 

@@ -232,7 +232,8 @@ def _unify(a, b_, opname):
         if ta.is_pred or tb.is_pred:
             if ta.is_pred and tb.is_pred:
                 return a, b_, pred
-            raise OperandTypeError(f"cannot {opname} a predicate and a .{(tb if ta.is_pred else ta).name} "
+            other = tb if ta.is_pred else ta
+            raise OperandTypeError(f"cannot {opname} a predicate and a .{other.name} "
                                    f"register; use ptx.select(p, x, y) or a comparison")
         if ta.is_float or tb.is_float:
             if ta != tb:

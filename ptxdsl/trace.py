@@ -104,8 +104,8 @@ class Builder:
     def new_reg(self, dtype: PtxType, name: str | None = None) -> ir.Reg:
         if dtype.bits == 8:
             raise TraceError(
-                f"PTX has no 8-bit registers: use a 16- or 32-bit register "
-                f"(ld.global.{dtype.name} can load into a .{dtype.kind}16/.{dtype.kind}32 register)",
+                f"PTX has no 8-bit registers: use a 16- or 32-bit register (ld.global."
+                f"{dtype.name} can load into a .{dtype.kind}16/.{dtype.kind}32 register)",
                 user_location())
         if dtype.name not in REG_PREFIX:
             raise TraceError(f"no register type for {dtype.name}", user_location())
@@ -244,7 +244,8 @@ class Builder:
                 return ir.LabelRef(arg.name)
             if isinstance(arg, str):
                 return ir.LabelRef(arg)
-            raise OperandTypeError(f"{where} must be a label (ptx.label(...)), got {_describe(arg)}")
+            raise OperandTypeError(f"{where} must be a label (ptx.label(...)), "
+                                   f"got {_describe(arg)}")
         raise IsaError(f"{where}: unsupported operand role {role!r}")  # pragma: no cover
 
     def _coerce_vec(self, m, slot, arg, where, want):

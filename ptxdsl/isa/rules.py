@@ -74,7 +74,8 @@ def cvt(m):
             return (f"cvt to .{dst.name} packs two f32 values: write "
                     f"cvt.rn.{dst.name}.f32 d, hi, lo")
         if m.has("ftz") or m.has("sat"):
-            return f"cvt to .{dst.name} takes .relu/.satfinite, not .{'ftz' if m.has('ftz') else 'sat'}"
+            bad = "ftz" if m.has("ftz") else "sat"
+            return f"cvt to .{dst.name} takes .relu/.satfinite, not .{bad}"
         return ((7, 0), 80)
     if src.name in ("f16x2", "bf16x2"):
         return f"cvt cannot read packed .{src.name}; unpack it with mov.b32 {{lo, hi}}, x first"

@@ -99,6 +99,22 @@ def plan(n: int, dtype: PtxType, vec: int | None = None, *, threads: int | None 
     return Plan(n, vec, threads, rows_per_cta, two_pass, preload_w)
 
 
+def forward_specs(N: int, dtype: PtxType, wdtype: PtxType, residual: bool, with_rstd: bool):
+    """In/out Tiles and argument names shared by every forward kernel variant."""
+    ins = [Tile("M", N, dtype, stride="sx")]
+    if residual:
+        ins.append(Tile("M", N, dtype, stride="sr"))
+    ins.append(Tile(N, wdtype))
+    outs = [Tile("M", N, dtype)]
+    if residual:
+        outs.append(Tile("M", N, dtype, stride="sr"))
+    if with_rstd:
+        outs.append(Tile("M", f32))
+    names = ["X"] + (["R"] if residual else []) + ["W", "Y"] + (["H"] if residual else []) \
+        + (["RSTD"] if with_rstd else [])
+    return tuple(ins), tuple(outs), names
+
+
 def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6,
                   residual: bool = False, with_rstd: bool = False, arch: str = "sm_90a"):
     """Trace-ready RMSNorm forward kernel for one plan.
@@ -111,20 +127,9 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
     K = p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     nwarps = max(1, T // WARP)
-    ins = [Tile("M", N, dtype, stride="sx")]
-    if residual:
-        ins.append(Tile("M", N, dtype, stride="sr"))
-    ins.append(Tile(N, wdtype))
-    outs = [Tile("M", N, dtype)]
-    if residual:
-        outs.append(Tile("M", N, dtype, stride="sr"))
-    if with_rstd:
-        outs.append(Tile("M", f32))
+    ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
 
-    names = ["X"] + (["R"] if residual else []) + ["W", "Y"] + (["H"] if residual else []) \
-        + (["RSTD"] if with_rstd else [])
-
-    @kernel(in_specs=tuple(ins), out_specs=tuple(outs),
+    @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (-(-M // R), 1, 1), block=(p.block, 1, 1), arch=arch,
             name=f"rms_norm_fwd_{dtype.name}_{N}", arg_names=names)
     def rms_norm_fwd(*args):

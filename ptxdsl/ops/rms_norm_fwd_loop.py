@@ -9,12 +9,12 @@ it takes), with ``G = sms * ctas_per_sm`` CTAs.
 """
 from __future__ import annotations
 
-from ptxdsl import Tile, kernel, ptx, reg
+from ptxdsl import kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
 from ._reduce import RowSum
 from ._rowio import load_chunk, narrow, round_trip, store_chunk
-from .rms_norm_fwd import Plan
+from .rms_norm_fwd import Plan, forward_specs
 
 
 def loop_ctas_per_sm(p: Plan) -> int:
@@ -36,20 +36,10 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
     :func:`~.rms_norm_fwd.build_forward`)."""
     N, T, R, V, K = p.n, p.threads, p.rows_per_cta, p.vec, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
-    ins = [Tile("M", N, dtype, stride="sx")]
-    if residual:
-        ins.append(Tile("M", N, dtype, stride="sr"))
-    ins.append(Tile(N, wdtype))
-    outs = [Tile("M", N, dtype)]
-    if residual:
-        outs.append(Tile("M", N, dtype, stride="sr"))
-    if with_rstd:
-        outs.append(Tile("M", f32))
-    names = ["X"] + (["R"] if residual else []) + ["W", "Y"] + (["H"] if residual else []) \
-        + (["RSTD"] if with_rstd else [])
+    ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
     shift = R.bit_length() - 1  # R is a power of two
 
-    @kernel(in_specs=tuple(ins), out_specs=tuple(outs),
+    @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (min(grid, -(-M // R)), 1, 1), block=(p.block, 1, 1), arch=arch,
             name=f"rms_norm_fwd_loop_{dtype.name}_{N}", arg_names=names)
     def rms_norm_fwd_loop(*args):

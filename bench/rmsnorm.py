@@ -85,8 +85,7 @@ def ref_fwd(x, w):
 
 
 def close(out, ref, dtype) -> float:
-    """Max error relative to the row scale, in units that make sense per dtype."""
-    torch = _torch()
+    """Max error relative to the largest reference value."""
     err = (out.double() - ref).abs().max().item()
     scale = ref.abs().max().item() or 1.0
     return err / scale
@@ -106,22 +105,40 @@ def bench_forward(shape, dtype, contenders, l2_bytes):
         sets.append((x, w))
     ref = ref_fwd(*sets[0])
     tol = 2e-6 if dtype == torch.float32 else 1e-2
-    row = {}
-    for name, fn in contenders.items():
-        try:
-            out = fn(*sets[0])
-            if name != "copy":
-                err = close(out, ref, dtype)
-                if not err <= tol:
-                    row[name] = {"error": f"wrong result (rel err {err:.2e})"}
-                    continue
-            row[name] = {"us": time_fn(fn, sets)}
-        except Exception as e:  # a contender that cannot run is reported, not fatal
-            row[name] = {"error": f"{type(e).__name__}: {str(e)[:120]}"}
+    # The copy reads x and writes y: the same bytes as the forward. Its outputs are
+    # made once per input set, outside the timing.
+    copy_out = {id(x): torch.empty_like(x) for x, _ in sets}
+    contenders = {"copy": lambda x, w: copy_out[id(x)].copy_(x), **contenders}
+    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol, iters=50)
     moved = 2 * nbytes + n * dtype.itemsize
     for v in row.values():
         if "us" in v:
             v["tbps"] = moved / v["us"] / 1e6
+    return row
+
+
+def _measure(contenders, sets, ok, iters, rounds=2):
+    """Validate each contender once, then time them all in ``rounds`` interleaved
+    rounds and keep each one's best median, so that no contender is favoured by
+    when it happened to run (clocks, memory placement)."""
+    row, live = {}, {}
+    for name, fn in contenders.items():
+        try:
+            out = fn(*sets[0])
+            if ok is not None and not ok(out):
+                row[name] = {"error": "wrong result against the float64 reference"}
+                continue
+            live[name] = fn
+        except Exception as e:  # a contender that cannot run is reported, not fatal
+            row[name] = {"error": f"{type(e).__name__}: {str(e)[:120]}"}
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, fn in live.items():
+            t = time_fn(fn, sets, iters=iters)
+            best[name] = min(best.get(name, t), t)
+    for name in contenders:
+        if name in best:
+            row[name] = {"us": best[name]}
     return row
 
 
@@ -150,20 +167,13 @@ def bench_backward(shape, dtype, contenders, l2_bytes):
     half = (3 * nbytes) // 2
     bufs = [(torch.empty(half, dtype=torch.uint8, device="cuda"),
              torch.empty(half, dtype=torch.uint8, device="cuda")) for _ in range(copies)]
-    row["copy"] = {"us": time_fn(lambda a, b: b.copy_(a), bufs, iters=30)}
-    for name, fn in contenders.items():
-        try:
-            out = fn(*sets[0])
-            if name != "copy":
-                dx, dw = out
-                e1 = close(dx, x64.grad, dtype)
-                e2 = close(dw, w64.grad, dtype)
-                if not (e1 <= tol and e2 <= tol * 10):
-                    row[name] = {"error": f"wrong result (dx {e1:.1e}, dw {e2:.1e})"}
-                    continue
-            row[name] = {"us": time_fn(fn, sets, iters=30)}
-        except Exception as e:
-            row[name] = {"error": f"{type(e).__name__}: {str(e)[:120]}"}
+    copy = {"copy": lambda a, b: b.copy_(a)}
+    row = _measure(copy, bufs, None, iters=30)
+
+    def ok(out):
+        dx, dw = out
+        return close(dx, x64.grad, dtype) <= tol and close(dw, w64.grad, dtype) <= tol * 10
+    row.update(_measure(contenders, sets, ok, iters=30))
     moved = 3 * nbytes + 2 * n * dtype.itemsize
     for v in row.values():
         if "us" in v:
@@ -177,9 +187,6 @@ def fwd_contenders(dtype):
     from ptxdsl.ops import rms_norm
     out = {}
     # The same bytes as the forward: read x, write y.
-    # Output buffers for the copy are made once per input set, outside the timing.
-    copy_out = {}
-    out["copy"] = lambda x, w: copy_out.setdefault(x.data_ptr(), torch.empty_like(x)).copy_(x)
     out["ptxdsl"] = lambda x, w: rms_norm(x, w, EPS)
     out["eager"] = lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True)
                                                           + EPS) * w.float()).to(x.dtype)

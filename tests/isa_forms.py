@@ -1,7 +1,7 @@
 """Concrete forms of every instruction-table entry, built through the real tracer and emitter.
 
-Used by the table sweep in ``test_isa.py`` (and handy from a REPL when adding an
-entry: ``python -m tests.isa_forms ld`` prints what ptxas says about each form).
+Used by the table sweep in ``test_isa.py`` (and handy when adding an entry:
+``python tests/isa_forms.py ld`` prints what ptxas says about each form of ``ld``).
 
 A *form* is one matched modifier chain plus fabricated operands: registers of the
 types the table's operand signature names, addresses in the right state space, a

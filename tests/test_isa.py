@@ -247,6 +247,11 @@ def test_match_messages_say_what_is_right():
     ("cvta.to.param.u64", 70, (7, 7)),
     ("tanh.approx.f32", 75, (7, 0)),
     ("elect.sync", 90, (8, 0)),
+    ("cvt.rna.tf32.f32", 80, (7, 0)),
+    ("cvt.rn.tf32.f32", 90, (7, 8)),
+    ("cvt.rn.f16.bf16", 90, (7, 8)),
+    ("ex2.approx.f16", 75, (7, 0)),
+    ("ex2.approx.ftz.bf16", 90, (7, 8)),
 ])
 def test_claimed_minimums(chain, sm, ptx):
     m = resolve(chain.split("."))

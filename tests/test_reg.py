@@ -355,3 +355,21 @@ def test_predicate_cannot_be_initialised_from_a_number():
         reg.scalar(pred, init=1)
     with pytest.raises(TraceError, match=r"write a comparison"):
         kernel()(body).ptx()
+
+
+def test_packed_half_init_splats_the_value():
+    from ptxdsl.types import bf16x2, f16x2
+
+    def body():
+        reg.scalar(f16x2, init=1.0)
+        reg.scalar(bf16x2, init=-2.0)
+    assert body_lines(body) == ["mov.b32 %hh0, 0x3c003c00;", "mov.b32 %hhb0, 0xc000c000;"]
+
+
+def test_tf32_init_is_refused():
+    from ptxdsl.types import tf32
+
+    def body():
+        reg.scalar(tf32, init=1.0)
+    with pytest.raises(TraceError, match=r"cvt\.rna\.tf32\.f32"):
+        kernel()(body).ptx()

@@ -80,11 +80,14 @@ def cvt(m):
     if src.name in ("f16x2", "bf16x2"):
         return f"cvt cannot read packed .{src.name}; unpack it with mov.b32 {{lo, hi}}, x first"
     if dst.name == "tf32":
-        if src.name != "f32" or frnd != "rna":
-            return "cvt to .tf32 is written cvt.rna.tf32.f32"
+        if src.name != "f32" or frnd not in ("rna", "rn", "rz"):
+            return "cvt to .tf32 is written cvt.rna.tf32.f32 (sm_90: also .rn / .rz)"
         if m.has("relu") or m.has("ftz") or m.has("sat"):
-            return "cvt.rna.tf32.f32 takes only .satfinite"
-        return ((7, 0), 80)
+            return f"cvt.{frnd}.tf32.f32 takes only .satfinite"
+        if frnd == "rna":
+            return ((7, 0), 80)
+        # .rn/.rz arrived with sm_90, and .satfinite on them with sm_100
+        return ((8, 6), 100) if m.has("satfinite") else ((7, 8), 90)
     if frnd == "rna":
         return ".rna is only for cvt.rna.tf32.f32"
     if src.name == "tf32":
@@ -101,8 +104,10 @@ def cvt(m):
             if frnd:
                 return (f"cvt.{dst.name}.{src.name} rounds to an integral value: use .rni, "
                         f".rzi, .rmi or .rpi, not .{frnd}")
-        else:
-            return f"cvt between .{src.name} and .{dst.name} goes through .f32"
+        else:  # f16 <-> bf16: sm_90, and rounded either way (neither holds the other)
+            if frnd is None:
+                return (f"cvt between .{src.name} and .{dst.name} rounds: write "
+                        f"cvt.rn.{dst.name}.{src.name} (sm_90), or go through .f32")
     elif src.is_float and not dst.is_float:
         if irnd is None:
             return (f"float to integer needs an integer rounding modifier: .rzi truncates "

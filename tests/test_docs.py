@@ -186,6 +186,41 @@ def test_markers_in_pages_are_known():
                     assert kind in known, (n, kind)
 
 
+def test_rmsnorm_walkthrough_prose_matches_the_kernel():
+    """docs/rmsnorm.md's markers re-trace the PTX on every build, but its prose quotes
+    numbers of the N = 8192 f32 schedule (threads, chunks, registers, offsets, shared
+    bytes, cache hints): they must be the ones the code has now."""
+    import sys
+    from ptxdsl.ops.rms_norm_fwd import plan
+    from ptxdsl.types import f32
+    sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+    try:
+        from rms_norm import build_rms_norm
+    finally:
+        sys.path.pop(0)
+    text = " ".join(open(os.path.join(DOCS, "rmsnorm.md"), encoding="utf-8").read().split())
+    p = plan(8192, f32)
+    assert p.rows_per_cta == 1 and p.vec == 4 and not p.ragged and p.preload_w
+    k, values, warps = p.per_thread, p.per_thread * p.vec, p.threads // 32
+    words = dict(enumerate(["no", "one", "two", "three", "four", "five", "six", "seven",
+                            "eight"]))
+    owned = ", ".join(["t"] + [f"t + {i * p.threads}" for i in range(1, k)])
+    ptx_text = build_rms_norm(8192).ptx()
+    for claim in (f"one CTA per row, {p.threads} threads, 16-byte chunks (v4), {k} chunks "
+                  f"= {values} values per thread",
+                  f"thread `t` owns chunks `{owned}`",
+                  f"Each of the {k} chunks is one `ld.global.cs.v4.f32`",
+                  f"(`k * {p.threads * 16}` bytes)",
+                  f"The {values} values stay in registers (`%f1`–`%f{values}`)",
+                  f"its {k} chunks are loaded *before* the reduction",
+                  f"all {warps} partials itself with {words[warps // 4]} `ld.shared.v4.f32`",
+                  f"uses {4 * warps} bytes of shared memory (the {warps} per-warp partials)"):
+        assert claim in text, claim
+    for inst in (f"ld.global.cs.v4.f32 {{%f1,", f"[%rd9+{p.threads * 16}]",
+                 "st.global.cs.v4.f32", f"%f{values}}}", f"smem0[{4 * warps}]"):
+        assert inst in ptx_text, inst
+
+
 # ------------------------------------------------------------------ the snippets the pages trace
 def _snippet_kernels(name):
     from ptxdsl import cli

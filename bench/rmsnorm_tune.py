@@ -25,7 +25,6 @@ BWD_SHAPES = [(2048, 8192, "bf16")]
 
 def main(argv=None):
     import torch
-    from dataclasses import replace
     from ptxdsl.ops.rms_norm_fwd import build_forward, plan
     from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
     from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward

@@ -18,7 +18,7 @@ from . import ir
 from .emit import Emitted, emit
 from .errors import PtxdslError, SourceLoc, ToolchainError, TraceError
 from .tile import TensorArg, Tile
-from .trace import Builder, arch_ptx_floor, parse_arch
+from .trace import Builder, parse_arch
 from .types import u32, u64
 from .verify import verify
 

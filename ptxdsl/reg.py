@@ -29,7 +29,7 @@ from . import ir
 from .errors import OperandTypeError, TraceError, TraceTypeError, user_location
 from .isa import resolve as resolve_chain
 from .trace import active_builder, current
-from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, move_type, pred, u32
+from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, move_type, pred
 
 _CMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne"}
 

@@ -110,8 +110,8 @@ def cvt(m):
                         f"cvt.rn.{dst.name}.{src.name} (sm_90), or go through .f32")
     elif src.is_float and not dst.is_float:
         if irnd is None:
-            return (f"float to integer needs an integer rounding modifier: .rzi truncates "
-                    f"(C semantics), .rni rounds to nearest even")
+            return ("float to integer needs an integer rounding modifier: .rzi truncates "
+                    "(C semantics), .rni rounds to nearest even")
         if frnd:
             return "float to integer takes an integer rounding (.rni/.rzi/.rmi/.rpi), not .rn"
     elif dst.is_float:

@@ -90,7 +90,6 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     """
     N, T, V, G, K = p.n, p.threads, p.vec, p.grid, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
-    nwarps = max(1, T // WARP)
 
     @kernel(in_specs=(Tile("M", N, dtype, stride="sdy"), Tile("M", N, dtype, stride="sx"),
                       Tile(N, wdtype), Tile("M", f32)),
@@ -119,7 +118,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         prow = pdwp + cta * (N * 4) + tid * (V * 4)
         if p.streaming:
             _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx,
-                            preds, tid, nwarps)
+                            preds, tid)
             return
         ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]) for k in range(K)]
         dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
@@ -190,7 +189,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
 
 
 def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
-                    tid, nwarps):
+                    tid):
     """The long-row backward: two streamed passes per row, dw partial in global memory."""
     N, T, V, G, K = p.n, p.threads, p.vec, p.grid, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes

@@ -126,7 +126,6 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
     N, T, R, V = p.n, p.threads, p.rows_per_cta, p.vec
     K = p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
-    nwarps = max(1, T // WARP)
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
 
     @kernel(in_specs=ins, out_specs=outs,
@@ -153,28 +152,28 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
         # memory accesses are switched off.
         rowok = row < ptx.dim("M") if R > 1 else None
         _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps,
-                  es, wes, nwarps, K, V, T, rowok)
+                  es, wes, K, V, T, rowok)
 
     return rms_norm_fwd
 
 
 def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, wes,
-              nwarps, K, V, T, rowok):
+              K, V, T, rowok):
     N = p.n
     px = ptx.global_ptrs(X)[0]
     pw = ptx.global_ptrs(W)[0]
     py = ptx.global_ptrs(Y)[0]
     sx = X.row_stride
     lane_x = lane * (V * es)          # byte offset of this thread's first chunk
-    xrow = px + row * (sx * es if isinstance(sx, int) else _bytes(sx, es)) + lane_x
+    xrow = px + row * (sx * es) + lane_x
     yrow = py + row * (N * es) + lane_x
     wrow = pw + lane * (V * wes)
     if Rs is not None:
         pr = ptx.global_ptrs(Rs)[0]
         sr = Rs.row_stride
-        rrow = pr + row * (sr * es if isinstance(sr, int) else _bytes(sr, es)) + lane_x
+        rrow = pr + row * (sr * es) + lane_x
         ph = ptx.global_ptrs(H)[0]
-        hrow = ph + row * (sr * es if isinstance(sr, int) else _bytes(sr, es)) + lane_x
+        hrow = ph + row * (sr * es) + lane_x
 
     def guard(k):
         """Predicate for chunk k of this thread, or None when it always exists."""
@@ -233,8 +232,3 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
             ptx.inst.mul.f32(t, t, b)
             ys.append(t)
         store_chunk(yrow, k * step, dtype, narrow(ys, dtype), pred=preds[k], hints=p.y_hints)
-
-
-def _bytes(stride_reg, es):
-    """A run-time row stride in bytes (32-bit: strides beyond 4 GiB are refused at launch)."""
-    return stride_reg * es if es > 1 else stride_reg

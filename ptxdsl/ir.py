@@ -200,6 +200,7 @@ class SharedDecl:
     dtype: PtxType
     shape: tuple[int, ...]
     align: int
+    loc: SourceLoc | None = None  # the smem.alloc call
 
     @property
     def nbytes(self) -> int:

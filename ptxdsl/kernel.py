@@ -164,6 +164,9 @@ class Kernel:
                     loc = c.emitted.source_of(d.line)
                     if loc:
                         break
+            if loc is None and "shared data" in e.message and c.program.shared:
+                # Whole-kernel limits have no PTX line: name the largest smem.alloc.
+                loc = max(c.program.shared, key=lambda s: s.nbytes).loc
             raise ToolchainError(f"ptxas rejected kernel {self.name}: {e.message}", loc) from e
 
     def resources(self, arch: str | None = None):

@@ -125,6 +125,6 @@ def alloc(dtype: PtxType, shape, *, align: int = 16) -> SharedArray:
     if align & (align - 1) or align < dtype.bytes:
         raise TraceError(f"align must be a power of two >= the element size, got {align}",
                          user_location())
-    decl = ir.SharedDecl(f"smem{len(b.shared)}", dtype, shape, align)
+    decl = ir.SharedDecl(f"smem{len(b.shared)}", dtype, shape, align, user_location())
     b.shared.append(decl)
     return SharedArray(decl, b)

@@ -282,3 +282,24 @@ def test_tile_spec_error_names_the_line():
     with pytest.raises(TraceError) as info:
         Tile(4, 4)  # <- tile
     assert f"{HERE}:{line_of('tile')}:" in str(info.value)
+
+
+def test_too_much_shared_memory_names_the_alloc_line():
+    """ptxas reports shared-memory overflow with no PTX line: check() names the smem.alloc."""
+    from ptxdsl.errors import ToolchainError
+    from ptxdsl.toolchain import find_ptxas
+    if find_ptxas() is None:
+        pytest.skip("no ptxas found")
+
+    @kernel(in_specs=(Tile(4, f32),), block=(32, 1, 1))
+    def big(X):
+        buf = smem.alloc(f32, (80000,))  # 320 KB: more than any SM has
+        buf[0] = buf[1]
+
+    with pytest.raises(ToolchainError, match="too much shared data") as info:
+        big.check()
+    src = open(__file__).read().splitlines()
+    want = next(i + 1 for i, t in enumerate(src) if "smem.alloc(f32, (80000,))" in t
+                and "320 KB" in t)
+    assert info.value.loc is not None and info.value.loc.line == want
+    assert os.path.samefile(info.value.loc.file, __file__)

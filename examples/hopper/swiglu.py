@@ -3,16 +3,19 @@
 Element-wise and memory-bound (two reads, one write per element), so the work
 is all in the access pattern and in keeping the math off the critical path:
 
-* every access is 16 bytes (``ld.global.v4.f32`` / ``st.global.v4.f32``), and
-  each thread issues all of its loads before any math, so several 16-byte
-  requests per thread are in flight;
+* every access is 16 bytes (``ld.global.cs.v4.f32`` / ``st.global.cs.v4.f32``:
+  ``.cs`` streams, evict-first, since every byte is touched once), and each
+  thread issues all of its loads before any math, so several 16-byte requests
+  per thread are in flight;
 * ``sigmoid(g) = 1 / (1 + 2^(-g*log2(e)))``: one ``mul``, one ``ex2.approx.ftz``,
   one ``add``, one ``rcp.approx.ftz`` (two MUFU ops), then two ``mul`` for
   ``g * s * u``. Large negative ``g`` gives ``2^big = inf``, ``rcp(inf) = 0``:
   the right limit, no special case.
 
-Grid: (B, N / cols_per_cta): ``ctaid.x`` is the row, ``ctaid.y`` the column
-block; the number of rows is a run-time dimension ("B").
+The arrays are contiguous, so the kernel sees them as one flat run of B * N
+values: CTA ``c`` covers the ``cols`` values from ``c * cols`` on, and
+consecutive CTAs read consecutive memory, as a device copy does. The number
+of rows is a run-time dimension ("B").
 
     python examples/hopper/swiglu.py          # run + check (GPU, else interpreter)
     ptxdsl ptx examples/hopper/swiglu.py      # read the PTX
@@ -44,37 +47,30 @@ def pick_shape(n: int) -> tuple[int, int]:
 def build_swiglu(N: int = 8192, arch: str = "sm_90a"):
     """silu(G) * U over (B, N) f32 arrays (any number of rows B)."""
     block, chunks = pick_shape(N)
-    cols = block * chunks * 4          # columns one CTA covers
-    row_bytes = N * 4
+    cols = block * chunks * 4          # values one CTA covers (a divisor of N)
 
     @kernel(
         in_specs=(Tile("B", N, f32), Tile("B", N, f32)),
         out_specs=(Tile("B", N, f32),),
-        # Rows on x (up to 2^31 - 1 of them; y stops at 65535), column blocks on y.
-        grid=lambda B: (B, N // cols, 1),
+        grid=lambda B: (B * (N // cols), 1, 1),
         block=(block, 1, 1),
         arch=arch,
     )
     def swiglu(G, U, Y):
         pg, pu, py = ptx.global_ptrs(G, U, Y)
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
-        row = reg.scalar(u32); ptx.inst.mov.u32(row, ptx.special.ctaid.x())
-        cx = reg.scalar(u32); ptx.inst.mov.u32(cx, ptx.special.ctaid.y())
-        # Byte offset of this thread's first chunk: row * N*4 + cx * cols*4 + tid * 16.
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        # Byte offset of this thread's first chunk: cta * cols*4 + tid * 16.
         # `.wide` picks the 64-bit mul.wide.u32 product: B * N * 4 may exceed 32 bits.
-        row_off = (row * row_bytes).wide
-        col = cx * (cols * 4) + tid * 16           # 32-bit: < N*4 bytes
-        off = row_off + col                        # cvt.u64.u32 + add.u64
+        off = (cta * (cols * 4)).wide + tid * 16   # cvt.u64.u32 + add.u64
         gp, up, yp = pg + off, pu + off, py + off
 
         g = reg.array(f32, 4 * chunks)
         u = reg.array(f32, 4 * chunks)
         # All loads first: 2 * chunks 16-byte requests in flight per thread.
         for j in range(chunks):
-            ptx.inst.ld.global_.L1__no_allocate.v4.f32(g[4 * j:4 * j + 4],
-                                                      ptx.addr(gp, j * block * 16))
-            ptx.inst.ld.global_.L1__no_allocate.v4.f32(u[4 * j:4 * j + 4],
-                                                      ptx.addr(up, j * block * 16))
+            ptx.inst.ld.global_.cs.v4.f32(g[4 * j:4 * j + 4], ptx.addr(gp, j * block * 16))
+            ptx.inst.ld.global_.cs.v4.f32(u[4 * j:4 * j + 4], ptx.addr(up, j * block * 16))
         for j in range(chunks):
             y = [reg.scalar(f32) for _ in range(4)]
             for k in range(4):
@@ -86,7 +82,7 @@ def build_swiglu(N: int = 8192, arch: str = "sm_90a"):
                 ptx.inst.rcp.approx.ftz.f32(t, t)          # sigmoid(g)
                 ptx.inst.mul.f32(t, g[i], t)               # silu(g)
                 ptx.inst.mul.f32(y[k], t, u[i])            # silu(g) * u
-            ptx.inst.st.global_.v4.f32(ptx.addr(yp, j * block * 16), y)
+            ptx.inst.st.global_.cs.v4.f32(ptx.addr(yp, j * block * 16), y)
 
     return swiglu
 

@@ -191,20 +191,32 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
     """
     try:  # torch tensors whose signature was seen before: straight to the launch
         key = _fwd_key(x, weight, eps, residual, return_rstd, out)
-        fast = None if x.requires_grad or weight.requires_grad else FAST.get(key)
+        fast = FAST.get(key)
+        if fast is not None and (x.requires_grad or weight.requires_grad) and _grad_enabled():
+            fast = None  # a differentiable call goes through autograd
     except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
         fast = None
     if fast is not None:
         y, rstd = fast(x, weight, residual, out)
         return (y, rstd) if return_rstd else y
     frame = _Frame(x)
-    if frame.kind == "torch" and residual is None and out is None and (
-            x.requires_grad or weight.requires_grad):
+    needs_grad = frame.kind == "torch" and _grad_enabled() and (
+        x.requires_grad or weight.requires_grad)
+    if needs_grad and (residual is not None or out is not None):
+        raise LaunchError("rms_norm(residual=..., out=...) writes into caller tensors and is "
+                          "not differentiable; call it under torch.no_grad() (inference), or "
+                          "add the residual first and call rms_norm(x, weight) for training")
+    if needs_grad:
         from .torch_autograd import rms_norm_autograd
         y, rstd = rms_norm_autograd(x, weight, eps)
         return (y, rstd) if return_rstd else y
     y, rstd = _forward(frame, x, weight, eps, residual, return_rstd, out)
     return (y, rstd) if return_rstd else y
+
+
+def _grad_enabled() -> bool:
+    import torch
+    return torch.is_grad_enabled()
 
 
 def _check(x, weight, n, frame):

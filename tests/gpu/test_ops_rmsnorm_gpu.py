@@ -120,3 +120,18 @@ def test_autograd_module_matches_float64():
     assert ((y.double() - y64).abs().max() / y64.abs().max()).item() < 2e-6
     assert ((x.grad.double() - x64.grad).abs().max() / x64.grad.abs().max()).item() < 1e-5
     assert ((m.weight.grad.double() - w64.grad).abs().max() / w64.grad.abs().max()).item() < 1e-5
+
+
+def test_in_place_forms_refuse_autograd_and_run_under_no_grad():
+    from ptxdsl.errors import LaunchError
+    m = RMSNorm(256, eps=EPS, device="cuda")
+    x = torch.randn(4, 256, device="cuda")
+    res = torch.randn(4, 256, device="cuda")
+    with pytest.raises(LaunchError, match="not differentiable"):
+        rms_norm(x, m.weight, EPS, residual=res)
+    with torch.no_grad():
+        h = x + res
+        y = rms_norm(x, m.weight, EPS, residual=res)
+        assert torch.equal(res, h)
+        r = ref(h, m.weight.detach())
+        assert ((y.double() - r).abs().max() / r.abs().max()).item() < 2e-6

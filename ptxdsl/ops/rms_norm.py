@@ -276,7 +276,10 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     if out is None:
         y = y2.reshape(lead + (n,))
     fast = None
-    if frame.kind == "torch" and (residual is None or r2 is residual):
+    # The closure launches on the caller's own pointers: only where the (M, N) views
+    # the kernel saw are views of them, not copies.
+    if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
+            residual is None or r2 is residual):
         fast = _fwd_fast(frame.torch, k, args, x, m, want_rstd)
     return y, rstd, fast
 

@@ -135,3 +135,13 @@ def test_in_place_forms_refuse_autograd_and_run_under_no_grad():
         assert torch.equal(res, h)
         r = ref(h, m.weight.detach())
         assert ((y.double() - r).abs().max() / r.abs().max()).item() < 2e-6
+
+
+def test_non_contiguous_input_is_never_launched_in_place_of_its_copy():
+    """A transposed 3-D x is copied to rows; repeated calls (the fast path) must still be right."""
+    w = torch.randn(64, device="cuda")
+    for _ in range(3):
+        x = torch.randn(64, 5, 3, device="cuda").transpose(0, 2)  # (3, 5, 64), not contiguous
+        y = rms_norm(x, w, EPS)
+        r = ref(x, w)
+        assert ((y.double() - r).abs().max() / r.abs().max()).item() < 2e-6

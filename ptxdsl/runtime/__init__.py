@@ -10,7 +10,8 @@ cache      cubins on disk (keyed by PTX, arch, toolchain, options), modules in m
 compile    PTX -> cubin (ptxas or driver JIT) -> CUfunction on a device
 args       what an argument is and whether it fits the Tile specs
 memory     device buffers ptxdsl owns; staging numpy arrays through the GPU
-launcher   the general path, the prepared fast path, and their entry points
+launcher   the general path, the fast-path entries, and the entry points
+fastpath   the parameter-buffer layout and the generated per-kernel call
 ========== ==============================================================
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from bench.rmsnorm import _measure, _warm_up_gpu  # noqa: E402
+from bench.rmsnorm import _measure, _warm_up_gpu, print_table  # noqa: E402
 
 SHAPES = [(2048, 8192), (4096, 4096)]
 EPS_LN = 1e-5
@@ -179,34 +179,8 @@ def main(argv=None):
     path = a.json or os.path.join(os.environ.get("OUT", "."), "examples.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
-    print_table(result)
+    print_table(result, KINDS, result["title"])
     return result
-
-
-def print_table(result):
-    print(f"\n{result['title']} on {result['device']} ({result['date']}), median µs (TB/s); "
-          f"'vs best' = best other time / ptxdsl time, '%copy' = copy time / ptxdsl time")
-    for kind in KINDS:
-        rows = result.get(kind) or []
-        if not rows:
-            continue
-        names = list(dict.fromkeys(k for r in rows for k in r["results"]))
-        print(f"{kind:10s} {'shape':>12s} " + " ".join(f"{n:>15s}" for n in names)
-              + "   vs best  %copy")
-        for r in rows:
-            res = r["results"]
-            cells = []
-            for n in names:
-                v = res.get(n, {})
-                cells.append(f"{v['us']:8.1f}({v['tbps']:.2f})" if "us" in v else f"{'-':>15s}")
-            ours = res.get("ptxdsl", {}).get("us")
-            peers = [v["us"] for k, v in res.items() if k not in ("ptxdsl", "copy") and "us" in v]
-            vs = f"{min(peers) / ours:8.2f}x" if ours and peers else "       -"
-            cp = res.get("copy", {}).get("us")
-            pc = f"{100 * cp / ours:5.0f}%" if ours and cp else "     -"
-            shp = "x".join(map(str, r["shape"]))
-            print(f"{'':10s} {shp:>12s} " + " ".join(f"{c:>15s}" for c in cells)
-                  + f"  {vs} {pc}")
 
 
 if __name__ == "__main__":

@@ -291,20 +291,17 @@ def main(argv=None):
     return result
 
 
-def print_table(result):
-    print(f"\nRMSNorm on {result['device']} ({result['date']}), median µs (TB/s); "
-          f"'vs best' = best peer time / ptxdsl time")
-    for kind in ("forward", "backward"):
-        rows = result[kind]
+def print_table(result, kinds=("forward", "backward"), title="RMSNorm"):
+    """The table printed last: one block per kind, one line per shape (and dtype)."""
+    print(f"\n{title} on {result['device']} ({result['date']}), median µs (TB/s); "
+          f"'vs best' = best other time / ptxdsl time, '%copy' = copy time / ptxdsl time")
+    for kind in kinds:
+        rows = result.get(kind) or []
         if not rows:
             continue
-        names = []
-        for r in rows:
-            for k in r["results"]:
-                if k not in names:
-                    names.append(k)
-        head = f"{kind:9s} {'dtype':5s} {'shape':>12s} " + " ".join(f"{n:>14s}" for n in names)
-        print(head + "   vs best  %copy")
+        names = list(dict.fromkeys(k for r in rows for k in r["results"]))
+        print(f"{kind:10s} {'dtype':5s} {'shape':>12s} " + " ".join(f"{n:>14s}" for n in names)
+              + "   vs best  %copy")
         for r in rows:
             res = r["results"]
             cells = []
@@ -317,9 +314,8 @@ def print_table(result):
             cp = res.get("copy", {}).get("us")
             pc = f"{100 * cp / ours:5.0f}%" if ours and cp else "     -"
             shp = "x".join(map(str, r["shape"]))
-            print(f"{'':9s} {r['dtype']:5s} {shp:>12s} " + " ".join(f"{c:>14s}" for c in cells)
-                  + f"  {vs} {pc}")
-
+            print(f"{'':10s} {r.get('dtype', ''):5s} {shp:>12s} "
+                  + " ".join(f"{c:>14s}" for c in cells) + f"  {vs} {pc}")
 
 if __name__ == "__main__":
     main()

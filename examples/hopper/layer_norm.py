@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-import ptxdsl  # noqa: E402
+from _harness import on_gpu, report, run  # noqa: E402,F401
 from ptxdsl import Tile, kernel, ptx, reg, smem  # noqa: E402
 from ptxdsl.types import f32, u32  # noqa: E402
 
@@ -179,17 +179,6 @@ def reference(x, w, b, eps: float = EPS) -> np.ndarray:
     return (x64 - mean) / np.sqrt(var + eps) * w.astype(np.float64) + b.astype(np.float64)
 
 
-def on_gpu() -> bool:
-    """Use the GPU when there is one, unless PTXDSL_INTERPRET asks for the interpreter."""
-    return ptxdsl.gpu_available() and os.environ.get("PTXDSL_INTERPRET", "") in ("", "0")
-
-
-def run(k, *inputs):
-    """Launch on the GPU, else run on the CPU interpreter; returns the output array."""
-    out = k(*inputs) if on_gpu() else k.interpret(*inputs)
-    return out[0] if isinstance(out, (tuple, list)) else out
-
-
 def check(B: int, N: int, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     # An offset mean makes the variance a difference of large numbers: the
@@ -216,25 +205,8 @@ def gpu_timing(B: int, N: int) -> None:
     b = torch.randn(N, device="cuda") * 0.1
     y = torch.empty_like(x)
     k = build_layer_norm(N)
-
-    def t(fn, iters=100):
-        fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) * 1e3 / iters
-
-    ours = t(lambda: k(x, w, b, y))
-    ref = t(lambda: F.layer_norm(x, (N,), w, b, EPS))
-    copy = t(lambda: y.copy_(x))
-    tb = 2 * x.numel() * 4 / 1e12
-    print(f"  {B}x{N} f32 on {torch.cuda.get_device_name()}: ptxdsl {ours:.1f} µs "
-          f"({tb / ours * 1e6:.2f} TB/s, {100 * copy / ours:.0f}% of copy {copy:.1f} µs) | "
-          f"F.layer_norm {ref:.1f} µs ({tb / ref * 1e6:.2f} TB/s)")
+    report(f"{B}x{N}", 2 * x.numel() * 4, lambda: k(x, w, b, y),
+           "F.layer_norm", lambda: F.layer_norm(x, (N,), w, b, EPS), lambda: y.copy_(x))
 
 
 def main() -> None:

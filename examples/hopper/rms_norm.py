@@ -21,6 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import ptxdsl  # noqa: E402
+from _harness import report  # noqa: E402
 from ptxdsl.ops import rms_norm  # noqa: E402
 from ptxdsl.ops.rms_norm_fwd import build_forward, plan  # noqa: E402
 from ptxdsl.types import bf16, f32  # noqa: E402
@@ -62,29 +63,14 @@ def check(m: int, n: int) -> float:
 
 
 def gpu_timing(m: int, n: int) -> None:
+    """µs and TB/s beside F.rms_norm and a device copy of the same bytes."""
     import torch
     import torch.nn.functional as F
     x = torch.randn(m, n, device="cuda")
     w = torch.randn(n, device="cuda") * 0.1 + 1
     y = torch.empty_like(x)
-
-    def t(fn, iters=100):
-        fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) * 1e3 / iters
-    ours = t(lambda: rms_norm(x, w, EPS, out=y))
-    copy = t(lambda: y.copy_(x))
-    torch_us = t(lambda: F.rms_norm(x, (n,), w, EPS))
-    gb = 2 * x.numel() * 4 / 1e9
-    print(f"  {m}x{n} f32 on {torch.cuda.get_device_name()}: ptxdsl {ours:.1f} µs "
-          f"({gb / ours * 1e3:.2f} TB/s, {100 * copy / ours:.0f}% of copy {copy:.1f} µs), "
-          f"F.rms_norm {torch_us:.1f} µs")
+    report(f"{m}x{n}", 2 * x.numel() * 4, lambda: rms_norm(x, w, EPS, out=y),
+           "F.rms_norm", lambda: F.rms_norm(x, (n,), w, EPS), lambda: y.copy_(x))
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-import ptxdsl  # noqa: E402
+from _harness import on_gpu, report, run  # noqa: E402,F401
 from ptxdsl import Tile, kernel, ptx, reg, smem  # noqa: E402
 from ptxdsl.types import f32, u32  # noqa: E402
 
@@ -171,17 +171,6 @@ def reference(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def on_gpu() -> bool:
-    """Use the GPU when there is one, unless PTXDSL_INTERPRET asks for the interpreter."""
-    return ptxdsl.gpu_available() and os.environ.get("PTXDSL_INTERPRET", "") in ("", "0")
-
-
-def run(k, *inputs):
-    """Launch on the GPU, else run on the CPU interpreter; returns the output array."""
-    out = k(*inputs) if on_gpu() else k.interpret(*inputs)
-    return out[0] if isinstance(out, (tuple, list)) else out
-
-
 def check(B: int, N: int, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((B, N)) * 3).astype(np.float32)
@@ -202,25 +191,8 @@ def gpu_timing(B: int, N: int) -> None:
     x = torch.randn(B, N, device="cuda")
     y = torch.empty_like(x)
     k = build_softmax(N)
-
-    def t(fn, iters=100):
-        fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) * 1e3 / iters
-
-    ours = t(lambda: k(x, y))
-    ref = t(lambda: torch.softmax(x, dim=-1))
-    copy = t(lambda: y.copy_(x))
-    tb = 2 * x.numel() * 4 / 1e12
-    print(f"  {B}x{N} f32 on {torch.cuda.get_device_name()}: ptxdsl {ours:.1f} µs "
-          f"({tb / ours * 1e6:.2f} TB/s, {100 * copy / ours:.0f}% of copy {copy:.1f} µs) | "
-          f"torch.softmax {ref:.1f} µs ({tb / ref * 1e6:.2f} TB/s)")
+    report(f"{B}x{N}", 2 * x.numel() * 4, lambda: k(x, y),
+           "torch.softmax", lambda: torch.softmax(x, dim=-1), lambda: y.copy_(x))
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-import ptxdsl  # noqa: E402
+from _harness import on_gpu, report, run  # noqa: E402,F401
 from ptxdsl import Tile, kernel, ptx, reg  # noqa: E402
 from ptxdsl.types import f32, u32  # noqa: E402
 
@@ -93,17 +93,6 @@ def reference(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     return g64 / (1.0 + np.exp(-g64)) * u.astype(np.float64)
 
 
-def on_gpu() -> bool:
-    """Use the GPU when there is one, unless PTXDSL_INTERPRET asks for the interpreter."""
-    return ptxdsl.gpu_available() and os.environ.get("PTXDSL_INTERPRET", "") in ("", "0")
-
-
-def run(k, *inputs):
-    """Launch on the GPU, else run on the CPU interpreter; returns the output array."""
-    out = k(*inputs) if on_gpu() else k.interpret(*inputs)
-    return out[0] if isinstance(out, (tuple, list)) else out
-
-
 def check(B: int, N: int, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     g = (rng.standard_normal((B, N)) * 4).astype(np.float32)
@@ -127,29 +116,12 @@ def gpu_timing(B: int, N: int) -> None:
     u = torch.randn(B, N, device="cuda")
     y = torch.empty_like(g)
     k = build_swiglu(N)
-
-    def t(fn, iters=100):
-        fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) * 1e3 / iters
-
-    ours = t(lambda: k(g, u, y))
-    ref = t(lambda: F.silu(g) * u)
     # A copy moving the same bytes: 3 * B * N floats of traffic (1.5 arrays read,
     # 1.5 written), the bandwidth a perfect kernel would reach.
     src = torch.empty(3 * B * N // 2, device="cuda")
     dst = torch.empty_like(src)
-    copy = t(lambda: dst.copy_(src))
-    tb = 3 * g.numel() * 4 / 1e12
-    print(f"  {B}x{N} f32 on {torch.cuda.get_device_name()}: ptxdsl {ours:.1f} µs "
-          f"({tb / ours * 1e6:.2f} TB/s, {100 * copy / ours:.0f}% of a copy of the same "
-          f"bytes {copy:.1f} µs) | torch F.silu(g)*u {ref:.1f} µs ({tb / ref * 1e6:.2f} TB/s)")
+    report(f"{B}x{N}", 3 * g.numel() * 4, lambda: k(g, u, y),
+           "torch F.silu(g)*u", lambda: F.silu(g) * u, lambda: dst.copy_(src))
 
 
 def main() -> None:

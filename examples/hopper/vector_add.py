@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-import ptxdsl  # noqa: E402
+from _harness import on_gpu, report, run  # noqa: E402,F401
 from ptxdsl import Tile, kernel, ptx, reg  # noqa: E402
 from ptxdsl.types import f32, u32  # noqa: E402
 
@@ -71,17 +71,6 @@ def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.astype(np.float64) + b.astype(np.float64)
 
 
-def on_gpu() -> bool:
-    """Use the GPU when there is one, unless PTXDSL_INTERPRET asks for the interpreter."""
-    return ptxdsl.gpu_available() and os.environ.get("PTXDSL_INTERPRET", "") in ("", "0")
-
-
-def run(k, *inputs):
-    """Launch on the GPU, else run on the CPU interpreter; returns the output array."""
-    out = k(*inputs) if on_gpu() else k.interpret(*inputs)
-    return out[0] if isinstance(out, (tuple, list)) else out
-
-
 def check(N: int, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     a = rng.standard_normal(N).astype(np.float32)
@@ -103,28 +92,11 @@ def gpu_timing(N: int) -> None:
     b = torch.randn(N, device="cuda")
     c = torch.empty_like(a)
     k = build_vector_add()
-
-    def t(fn, iters=100):
-        fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) * 1e3 / iters
-
-    ours = t(lambda: k(a, b, c))
-    ref = t(lambda: torch.add(a, b, out=c))
     # A copy moving the same bytes (1.5 N floats read, 1.5 N written).
     src = torch.empty(3 * N // 2, device="cuda")
     dst = torch.empty_like(src)
-    copy = t(lambda: dst.copy_(src))
-    tb = 3 * N * 4 / 1e12
-    print(f"  N={N} f32 on {torch.cuda.get_device_name()}: ptxdsl {ours:.1f} µs "
-          f"({tb / ours * 1e6:.2f} TB/s, {100 * copy / ours:.0f}% of a copy of the same "
-          f"bytes {copy:.1f} µs) | torch.add {ref:.1f} µs ({tb / ref * 1e6:.2f} TB/s)")
+    report(f"N={N}", 3 * N * 4, lambda: k(a, b, c),
+           "torch.add", lambda: torch.add(a, b, out=c), lambda: dst.copy_(src))
 
 
 def main() -> None:

@@ -253,6 +253,7 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="f32,bf16,f16")
     ap.add_argument("--quick", action="store_true", help="2048x8192 and 4096x4096 only")
     ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--no-forward", action="store_true")
     ap.add_argument("--shapes", default=None, help="e.g. 2048x8192,1x8192")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
@@ -268,8 +269,8 @@ def main(argv=None):
               "torch": torch.__version__, "forward": [], "backward": []}
     for dn in a.dtypes.split(","):
         dt = names[dn]
-        fc = fwd_contenders(dt)
-        for sh in shapes:
+        fc = {} if a.no_forward else fwd_contenders(dt)
+        for sh in shapes if fc else ():
             row = bench_forward(sh, dt, fc, l2)
             result["forward"].append({"shape": list(sh), "dtype": dn, "results": row})
             print(f"fwd {dn} {sh}: " + ", ".join(

@@ -27,7 +27,7 @@ def main(argv=None):
     import torch
     from ptxdsl.ops.rms_norm_fwd import build_forward, plan
     from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
-    from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
+    from ptxdsl.ops.rms_norm_bwd import build_backward, plan_backward
     from ptxdsl.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "tune.json"))
@@ -86,15 +86,14 @@ def main(argv=None):
                     try:
                         p = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps, prefetch=pf)
                         kb = build_backward(p, dt, dt)
-                        kr = build_dw_reduce(n, p.grid, dt)
                         if kb.resources().spill_stores:
                             continue
-                        part = torch.empty(p.grid, n, device="cuda")
+                        ws = torch.zeros(4 + p.grid * n, device="cuda", dtype=torch.int32)
+                        part = ws[4:].view(torch.float32).view(p.grid, n)
                         dw = torch.empty(n, device="cuda", dtype=tdt)
 
-                        def run(dy, x, w, rstd, dx, kb=kb, kr=kr, part=part, dw=dw):
-                            kb(dy, x, w, rstd, dx, part)
-                            kr(part, dw)
+                        def run(dy, x, w, rstd, dx, kb=kb, ws=ws, part=part, dw=dw):
+                            kb(dy, x, w, rstd, ws[:2], dx, dw, part)
                         res[f"T{t} cps{cps} pf{int(pf)}"] = time_fn(run, sets, iters=30)
                     except Exception as e:
                         res[f"T{t} cps{cps} pf{int(pf)}"] = f"{type(e).__name__}: {str(e)[:80]}"

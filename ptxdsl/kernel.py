@@ -41,7 +41,7 @@ class Kernel:
     def __init__(self, fn: Callable, in_specs: Sequence[Tile], out_specs: Sequence[Tile],
                  grid, block, arch: str, version: tuple[int, int] | None, name: str | None,
                  lines: str | None, arg_names: Sequence[str] | None = None,
-                 maxntid: bool = False):
+                 maxntid: bool = False, cooperative: bool = False):
         self.fn = fn
         self.name = name or fn.__name__
         self.in_specs = tuple(in_specs)
@@ -55,6 +55,9 @@ class Kernel:
         # .maxntid is opt-in: given it, ptxas 13 trades registers for occupancy
         # and can spill where it would not without (measured on RMSNorm kernels).
         self.maxntid = maxntid
+        # All CTAs resident at once (cuLaunchCooperativeKernel): what a grid-wide barrier
+        # needs. The launcher refuses a grid larger than the device can hold.
+        self.cooperative = bool(cooperative)
         # Read once, like TRITON_INTERPRET: a per-call environment lookup would sit on
         # the launch fast path.
         self.interpret_calls = os.environ.get("PTXDSL_INTERPRET", "") not in ("", "0")
@@ -222,7 +225,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
            block=(1, 1, 1), arch: str = "sm_90a", version: tuple[int, int] | None = None,
            name: str | None = None, lines: str | None = None,
            arg_names: Sequence[str] | None = None,
-           maxntid: bool = False) -> Callable[[Callable], Kernel]:
+           maxntid: bool = False, cooperative: bool = False) -> Callable[[Callable], Kernel]:
     """Turn a Python function into a PTX kernel.
 
     The function takes one argument per Tile (inputs then outputs) and
@@ -230,12 +233,15 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     named dims (``grid=lambda B: (B, 1, 1)``). A body written as ``def k(*args)``
     takes its parameter names from ``arg_names``. ``maxntid=True`` emits
     ``.maxntid`` (the block size as an upper bound, like ``__launch_bounds__``).
+    ``cooperative=True`` launches with ``cuLaunchCooperativeKernel``: every CTA of
+    the grid is resident at once, so CTAs may wait for each other (a grid-wide
+    barrier); a grid too large to be resident is refused before launch.
     """
     def wrap(fn: Callable) -> Kernel:
         if isinstance(fn, Kernel):
             raise TraceError("@kernel applied twice")
         return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines,
-                      arg_names, maxntid)
+                      arg_names, maxntid, cooperative)
     return wrap
 
 

@@ -374,6 +374,16 @@ class FakeCuda:
             impl(*params, grid=(gx, gy, gz), block=(bx, by, bz))
         return (OK,)
 
+    def cuLaunchCooperativeKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, kernel_params):
+        r = self.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, kernel_params, 0)
+        if r[0] == OK:
+            self.launches[-1]["cooperative"] = True
+        return r
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, f, threads, smem):
+        self._count("cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        return (OK, max(1, 2048 // max(threads, 1)))
+
     def cuLaunchKernelEx(self, config, f, kernel_params, extra):
         r = self.cuLaunchKernel(f, config.gridDimX, config.gridDimY, config.gridDimZ,
                                 config.blockDimX, config.blockDimY, config.blockDimZ,
@@ -514,9 +524,11 @@ class FakeCtypesLauncher:
     """Stands in for ``driver.CtypesLauncher`` (which needs libcuda): same call shape,
     c_void_p handles in, an int CUresult out."""
 
-    def __init__(self, cu: FakeCuda):
+    def __init__(self, cu: FakeCuda, cooperative: bool = False):
         self.cu = cu
         self._voidp: dict = {}
+        if cooperative:
+            self.fn = self._cooperative
 
     def handle(self, value):
         p = self._voidp.get(value)
@@ -528,4 +540,9 @@ class FakeCtypesLauncher:
         assert extra is None
         r = self.cu.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, CUstream(stream.value or 0),
                                    params, 0)
+        return int(r[0])
+
+    def _cooperative(self, f, gx, gy, gz, bx, by, bz, smem, stream, params):
+        r = self.cu.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem,
+                                              CUstream(stream.value or 0), params)
         return int(r[0])

@@ -7,12 +7,12 @@ from ptxdsl.types import b16, bf16, f32, u32, u64
 BLOCK = 256
 
 
-def build_vadd(name: str = "vadd", arch: str = "sm_90a"):
+def build_vadd(name: str = "vadd", arch: str = "sm_90a", cooperative: bool = False):
     """C = A + B over a dynamic length N (one thread per element, guarded tail)."""
 
     @kernel(in_specs=(Tile("N", f32), Tile("N", f32)), out_specs=(Tile("N", f32),),
             grid=lambda N: ((N + BLOCK - 1) // BLOCK, 1, 1), block=(BLOCK, 1, 1), arch=arch,
-            name=name)
+            name=name, cooperative=cooperative)
     def vadd(A, B, C):
         pa, pb, pc = ptx.global_ptrs(A, B, C)
         n = ptx.dim("N")

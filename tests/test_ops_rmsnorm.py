@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ptxdsl.errors import LaunchError
 from ptxdsl.ops import rms_norm, rms_norm_backward
+from ptxdsl.errors import InterpreterError
 from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
 from ptxdsl.ops.rms_norm_fwd import build_forward, max_vec, plan
 from ptxdsl.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
@@ -138,6 +139,76 @@ def test_backward_f32_matches_float64(m, n, seed):
     assert float(np.max(np.abs(dw - rdw))) <= 1e-5 * dscale
 
 
+def _bwd_case(m, n, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    dy = rng.standard_normal((m, n)).astype(np.float32)
+    w = (rng.standard_normal(n) * 0.5 + 1).astype(np.float32)
+    rstd = ref_fwd(x, w)[1].astype(np.float32)
+    r64 = rstd.astype(np.float64)[:, None]
+    g = dy.astype(np.float64) * w
+    rdx = r64 * (g - x * r64**2 * (g * x).sum(-1, keepdims=True) / n)
+    rdw = (dy.astype(np.float64) * x * r64).sum(0)
+    return (dy, x, w, rstd), rdx, rdw
+
+
+@pytest.mark.parametrize("gen", [0, 7, 2**32 - 1])
+def test_fused_backward_grid_barrier_and_dw(gen):
+    """One cooperative launch: dx, and dW summed after the grid barrier, whatever
+    generation the workspace is at (a launch leaves its count at zero, not its
+    generation)."""
+    m, n = 11, 520
+    p = plan_backward(n, f32, 3)
+    assert p.fused and p.grid > 1
+    args, rdx, rdw = _bwd_case(m, n)
+    k = build_backward(p, f32, f32)
+    assert k.cooperative
+    dx, dw, part = k.interpret(*args, np.array([0, gen], np.uint32))
+    assert rel_err(dx, rdx) < 1e-5
+    np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(part.sum(0), rdw, rtol=1e-5, atol=1e-5)
+    assert "atom.acq_rel.gpu.global.add.u32" in k.ptx() and "ld.acquire.gpu" in k.ptx()
+
+
+def test_fused_backward_waits_for_every_cta(monkeypatch):
+    """A barrier whose count never reaches the grid size never releases: the
+    interpreter reports the spin that does not end (the barrier really waits)."""
+    from ptxdsl.interp import machine
+    monkeypatch.setattr(machine, "MAX_ITERATIONS", 200)
+    p = plan_backward(64, f32, 2)
+    args, _, _ = _bwd_case(3, 64)
+    k = build_backward(p, f32, f32)
+    with pytest.raises(InterpreterError, match="does not terminate"):
+        k.interpret(*args, np.array([p.grid, 0], np.uint32))
+
+
+def test_fused_backward_traps_instead_of_hanging(monkeypatch):
+    """A workspace that was not zero cannot hang the GPU: past a time limit on the
+    barrier the kernel traps (on a GPU: a failed launch, reported as an error)."""
+    from ptxdsl.ops import rms_norm_bwd
+    monkeypatch.setattr(rms_norm_bwd, "BARRIER_TIMEOUT_NS", 50_000)
+    p = plan_backward(64, f32, 2)
+    args, _, _ = _bwd_case(3, 64)
+    k = build_backward(p, f32, f32)
+    assert "trap" in k.ptx() and "%globaltimer" in k.ptx()
+    with pytest.raises(InterpreterError, match="trap executed"):
+        k.interpret(*args, np.array([p.grid + 5, 0], np.uint32))
+
+
+def test_unfused_backward_for_small_rows():
+    """Plans whose dW sum would fall to too few threads keep two launches."""
+    assert not plan_backward(128, f32, 132).fused and plan_backward(8192, f32, 132).fused
+    n = 100
+    p = plan_backward(n, f32, 2, fused=False)
+    args, rdx, rdw = _bwd_case(9, n, 1)
+    kb = build_backward(p, f32, f32)
+    assert not kb.cooperative
+    dx, part = kb.interpret(*args)
+    dw = build_dw_reduce(n, p.grid, f32).interpret(part)
+    assert rel_err(dx, rdx) < 1e-5
+    np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
+
+
 def test_backward_dweight_is_bitwise_repeatable():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((37, 96)).astype(np.float32)
@@ -153,11 +224,11 @@ def test_backward_kernels_assemble_without_spills():
     from ptxdsl.toolchain import find_ptxas
     if find_ptxas() is None:
         pytest.skip("no ptxas")
-    for n, dt in [(8192, f32), (8192, bf16), (4096, f16), (1000, f32), (4097, bf16)]:
+    for n, dt in [(8192, f32), (8192, bf16), (4096, f16), (1000, f32), (4097, bf16),
+                  (16384, f32), (65536, bf16), (1, f32), (100, f16)]:
         p = plan_backward(n, dt)
-        for k in (build_backward(p, dt, dt), build_dw_reduce(n, p.grid, dt)):
-            r = k.resources()
-            assert r.spill_stores == 0 and r.local == 0, (n, dt, r)
+        r = build_backward(p, dt, dt).resources()
+        assert r.spill_stores == 0 and r.local == 0, (n, dt, r)
 
 
 def test_forward_kernels_assemble_without_spills():

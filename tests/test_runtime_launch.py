@@ -249,7 +249,7 @@ def test_generated_source_is_specialised(gpu, torch):
 
 @pytest.mark.parametrize("mode", ["params", "ctypes"])
 def test_every_launch_mode_packs_the_same_parameters(gpu, torch, mode, monkeypatch):
-    monkeypatch.setattr(rdriver, "CtypesLauncher", lambda: FakeCtypesLauncher(gpu.cu))
+    monkeypatch.setattr(rdriver, "CtypesLauncher", lambda coop=False: FakeCtypesLauncher(gpu.cu))
     k = vadd_on(gpu, f"vadd_{mode}")
     launcher = rlaunch.prepare(k, mode=mode)
     assert launcher.mode == mode
@@ -263,7 +263,7 @@ def test_every_launch_mode_packs_the_same_parameters(gpu, torch, mode, monkeypat
 
 
 def test_launch_mode_from_environment(gpu, monkeypatch):
-    monkeypatch.setattr(rdriver, "CtypesLauncher", lambda: FakeCtypesLauncher(gpu.cu))
+    monkeypatch.setattr(rdriver, "CtypesLauncher", lambda coop=False: FakeCtypesLauncher(gpu.cu))
     monkeypatch.setenv("PTXDSL_LAUNCH", "ctypes")
     assert rlaunch.Launcher(build_vadd()).mode == "ctypes"
     monkeypatch.setenv("PTXDSL_LAUNCH", "warp-speed")
@@ -629,6 +629,39 @@ def test_cluster_launch(gpu):
     assert gpu.cu.launches[-1]["cluster"] == (2, 1, 1)
     with pytest.raises(LaunchError, match=r"grid \(3, 1, 1\) is not a multiple of cluster"):
         k(rand(600), rand(600), cluster=2)
+
+
+@pytest.mark.parametrize("mode", ["params", "ctypes"])
+def test_cooperative_kernels_launch_cooperatively_on_every_path(gpu, torch, mode, monkeypatch):
+    monkeypatch.setattr(rdriver, "CtypesLauncher",
+                        lambda coop=False: FakeCtypesLauncher(gpu.cu, coop))
+    k = build_vadd(f"vadd_coop_{mode}", cooperative=True)
+    gpu.cu.register(k, vadd_impl)
+    launcher = rlaunch.prepare(k, mode=mode)
+    misses = count_slow(launcher)
+    for i in range(3):  # general path, then the fast path
+        a, b = torch.tensor_on(rand(1000, i)), torch.tensor_on(rand(1000, i + 5))
+        c = launcher(a, b)
+        np.testing.assert_array_equal(c.numpy(), a.numpy() + b.numpy())
+        assert gpu.cu.launches[-1].get("cooperative")
+    assert len(misses) == 1
+    bound = launcher.bind(a, b, c)
+    bound(a.data_ptr(), b.data_ptr(), c.data_ptr())
+    assert gpu.cu.launches[-1].get("cooperative")
+    launcher(rand(100), rand(100))  # numpy, general path
+    assert gpu.cu.launches[-1].get("cooperative")
+
+
+def test_cooperative_grid_must_be_resident(gpu):
+    k = build_vadd("vadd_coop_big", cooperative=True)
+    gpu.cu.register(k, vadd_impl)
+    # The fake holds 2048 // 256 = 8 CTAs of 256 threads per SM, on 132 SMs.
+    assert rlaunch.prepare(k).resident_ctas(0) == 8 * 132
+    k(rand(256 * 8 * 132), rand(256 * 8 * 132))
+    with pytest.raises(LaunchError, match=r"cooperative grid of 1057 CTAs must be resident at "
+                                          r"once.*8 CTA\(s\) of this kernel per SM x 132 SMs"):
+        k(rand(256 * 8 * 132 + 1), rand(256 * 8 * 132 + 1))
+    assert not vadd_on(gpu, "vadd_plain").cooperative
 
 
 def test_cluster_needs_hopper(make_gpu):

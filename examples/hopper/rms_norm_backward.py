@@ -1,9 +1,9 @@
-"""RMSNorm backward: ``dx`` and a deterministic ``dweight`` in two DSL kernels.
+"""RMSNorm backward: ``dx`` and a deterministic ``dweight`` in one DSL kernel.
 
-``ptxdsl/ops/rms_norm_bwd.py`` holds the kernels: a persistent grid walks the
-rows in a fixed order, keeps its share of dweight in registers and writes
-per-CTA partials; a second kernel sums the partials column by column in a
-fixed order. Same inputs, same bits, every run. This script runs them (GPU
+``ptxdsl/ops/rms_norm_bwd.py`` holds the kernel: a persistent, cooperative grid
+walks the rows in a fixed order, keeps its share of dweight in registers and
+writes per-CTA partials; after a grid-wide barrier the same CTAs sum the
+partials column by column in a fixed order. Same inputs, same bits, every run. This script runs them (GPU
 when present, else the CPU interpreter), checks them against float64
 gradients and, on a GPU, prints µs and the bandwidth beside torch autograd.
 """
@@ -18,16 +18,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import ptxdsl  # noqa: E402
 from ptxdsl.ops import rms_norm_backward  # noqa: E402
-from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward  # noqa: E402
+from ptxdsl.ops.rms_norm_bwd import build_backward, plan_backward  # noqa: E402
 from ptxdsl.types import f32  # noqa: E402
 
 EPS = 1e-6
 
 
 def build_rms_norm_backward(N: int = 8192, sms: int = 132, arch: str = "sm_90a"):
-    p = plan_backward(N, f32, sms)
-    return {"rms_norm_bwd": build_backward(p, f32, f32, arch=arch),
-            "rms_norm_dw": build_dw_reduce(N, p.grid, f32, arch=arch)}
+    return {"rms_norm_bwd": build_backward(plan_backward(N, f32, sms), f32, f32, arch=arch)}
 
 
 def reference(dy, x, w):

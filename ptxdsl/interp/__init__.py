@@ -138,7 +138,8 @@ def interpret(kernel, *args, **dims):
             strides.setdefault(tile.stride, _inner(tensors[name]))
             tensors[name] = _strided_extent(tensors[name], strides[tile.stride])
     grid = kernel.grid_for(dims)
-    results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides})
+    results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides},
+                          cooperative=getattr(kernel, "cooperative", False))
     for name, tile in zip(names, specs):
         if tile.stride is not None:
             shape = tile.shape_for(dims)
@@ -215,8 +216,13 @@ def _shared_regions(prog) -> list[Region]:
     return regions
 
 
-def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict) -> dict:
-    """Run a verified program over a grid; returns the final contents of every tensor."""
+def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
+                cooperative: bool = False) -> dict:
+    """Run a verified program over a grid; returns the final contents of every tensor.
+
+    A cooperative grid runs as one batch: its CTAs may wait for each other, which
+    CTAs of a later batch could never answer.
+    """
     _check_supported(prog)
     handlers = handlers_for_run()
     top = compiled(prog, handlers)
@@ -229,6 +235,8 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict) -> dic
     probe = Space("shared", SHARED_BASE, sregions)
     per_batch = max(1, min(ncta_total, MAX_BATCH_THREADS // P,
                            MAX_BATCH_SHARED // max(probe.row_bytes, 1)))
+    if cooperative:
+        per_batch = ncta_total
     with np.errstate(all="ignore"):
         for first in range(0, ncta_total, per_batch):
             n = min(per_batch, ncta_total - first)

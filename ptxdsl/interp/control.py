@@ -24,6 +24,12 @@ def exit_(mach, instr, mask):
     mach.exited |= mask
 
 
+@handler("trap")
+def trap(mach, instr, mask):
+    mach.fail(instr, "trap executed: the kernel aborts here (on a GPU the launch fails)",
+              int(np.argmax(mask)))
+
+
 @handler("membar", "fence")
 def fence(mach, instr, mask):
     return None

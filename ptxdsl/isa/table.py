@@ -319,6 +319,9 @@ TABLE: tuple[OpSpec, ...] = (
            side_effects=True, doc="Return from the kernel.", example="ret"),
     OpSpec("exit", (), (), ntypes=0, operands="", category="control", side_effects=True,
            doc="Terminate the thread.", example="exit"),
+    OpSpec("trap", (), (), ntypes=0, operands="", category="control", side_effects=True,
+           doc="Abort the kernel: the launch fails with an error (and the CUDA context is "
+               "lost), for states that must never be reached.", example="trap"),
     # ---------------------------------------------------------------- async copies (sm_80+)
     OpSpec("cp.async", (g("cache", "ca", "cg", required=True),
                         g("dst", "shared", SHARED_CTA, required=True),

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import LaunchError
 from ..types import PtxType, bf16, f16, f32
+from . import _workspace
 from .rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
 from .rms_norm_fwd import build_forward, max_vec, plan
 from .rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
@@ -85,6 +86,12 @@ class _Frame:
         import cupy  # device arrays other than torch: cupy is the common one
         dt = like.dtype if dtype is None else dtype.np_dtype
         return cupy.empty(shape, dtype=dt)
+
+    def zeros_u32(self, n, like):
+        if self.kind == "numpy":
+            return np.zeros(n, np.uint32)
+        import cupy
+        return cupy.zeros(n, dtype=cupy.uint32)
 
     def rows(self, a, n):
         """A 2-D (M, N) view with unit inner stride; copies only if no such view exists."""
@@ -384,25 +391,52 @@ def _backward_general(frame, dy, x, weight, rstd):
         return dx, dw, None
     dx2 = frame.rows(dx, n)
     vec = _vec_for(n, dt, weight, wdt, x2, dy2, dx2)
-    arch = frame.arch(x)
-    sms = frame.sms(x)
-    p = plan_backward(n, dt, sms, vec=vec)
-    kb = KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, arch),
-                     lambda: build_backward(p, dt, wdt, arch=arch))
+    info = frame._device(x)
+    p, kb = _backward_kernel(n, dt, wdt, vec, frame.arch(x), frame.sms(x), info)
+    if not p.fused:
+        return _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt)
+    elems = p.grid * n
+    if frame.kind == "torch":
+        buf, _ = _workspace.torch_buffer(frame.torch, info.ordinal,
+                                         frame.torch._C._cuda_getCurrentRawStream(info.ordinal),
+                                         elems)
+        ws = buf[:2]
+        partial = buf[_workspace.HEADER:_workspace.HEADER + elems].view(
+            frame.torch.float32).view(p.grid, n)
+    else:  # numpy (GPU or interpreter) and other device arrays: scratch per call
+        ws = frame.zeros_u32(2, x)
+        partial = frame.empty((p.grid, n), x, f32)
+    frame.run(kb, dy2, x2, weight, rstd, ws, dx2, dw, partial)
+    fast = None
+    if _fast_ok(frame, x, x2, dy, dy2):
+        fast = _bwd_fast(frame.torch, kb, (dy2, x2, weight, rstd, ws, dx2, dw, partial), x,
+                         elems)
+    return dx2.reshape(tuple(x.shape)), dw, fast
+
+
+def _fast_ok(frame, x, x2, dy, dy2) -> bool:
+    """A per-signature closure launches on the caller's pointers: only where the (M, N)
+    views the kernel saw are views of them, not copies."""
+    return frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
+        dy2 is dy or dy.is_contiguous())
+
+
+def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt):
+    """Small rows: partials from the row kernel, summed by a second launch."""
+    arch = kb.arch
     kr = KERNELS.get(("dw", n, wdt.name, p.grid, arch),
                      lambda: build_dw_reduce(n, p.grid, wdt, arch=arch))
     partial = frame.empty((p.grid, n), x, f32)
     frame.run(kb, dy2, x2, weight, rstd, dx2, partial)
     frame.run(kr, partial, dw)
     fast = None
-    if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
-            dy2 is dy or dy.is_contiguous()):
-        fast = _bwd_fast(frame.torch, kb, kr, (dy2, x2, weight, rstd, dx2, partial),
-                         (partial, dw), x, n, p.grid)
+    if _fast_ok(frame, x, x2, dy, dy2):
+        fast = _bwd_fast_unfused(frame.torch, kb, kr, (dy2, x2, weight, rstd, dx2, partial),
+                                 (partial, dw), x, n, p.grid)
     return dx2.reshape(tuple(x.shape)), dw, fast
 
 
-def _bwd_fast(torch, kb, kr, bargs, rargs, x, n, grid):
+def _bwd_fast_unfused(torch, kb, kr, bargs, rargs, x, n, grid):
     from ..runtime import prepare
     lb, lr = prepare(kb).bind(*bargs), prepare(kr).bind(*rargs)
     if lb is None or lr is None:
@@ -417,6 +451,43 @@ def _bwd_fast(torch, kb, kr, bargs, rargs, x, n, grid):
         pp = part.data_ptr()
         lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), dx.data_ptr(), pp)
         lr(pp, dw.data_ptr())
+        return dx, dw
+    return run
+
+
+def _backward_kernel(n, dt, wdt, vec, arch, sms, info):
+    """The backward kernel and its plan, with a grid the device holds all at once (the
+    launch is cooperative): the plan's occupancy estimate is checked against the
+    driver's for the compiled kernel, and the grid shrunk if it was too hopeful."""
+    def get(p):
+        return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, arch),
+                           lambda: build_backward(p, dt, wdt, arch=arch))
+    p = plan_backward(n, dt, sms, vec=vec)
+    k = get(p)
+    if info is not None:
+        from ..runtime import prepare
+        cap = prepare(k).resident_ctas(info.ordinal, 0)
+        if cap < p.grid:
+            p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=max(1, cap // sms))
+            k = get(p)
+    return p, k
+
+
+def _bwd_fast(torch, kb, bargs, x, elems):
+    from ..runtime import prepare
+    lb = prepare(kb).bind(*bargs)
+    if lb is None:
+        return None
+    empty_like, raw_stream = torch.empty_like, torch._C._cuda_getCurrentRawStream
+    dev = x.get_device()
+    scratch, header = _workspace.torch_buffer, 4 * _workspace.HEADER
+
+    def run(dy, x, weight, rstd):
+        buf, base = scratch(torch, dev, raw_stream(dev), elems)
+        dx = empty_like(x)
+        dw = empty_like(weight)
+        lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), base,
+           dx.data_ptr(), dw.data_ptr(), base + header)
         return dx, dw
     return run
 

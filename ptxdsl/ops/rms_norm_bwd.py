@@ -1,23 +1,30 @@
-"""RMSNorm backward kernels, written in the DSL.
+"""RMSNorm backward kernel, written in the DSL.
 
 For ``y = x * rstd * w`` (rstd saved by the forward pass):
 
 * ``dx = rstd * (dy*w - x * rstd^2 * mean(dy*w*x))``
 * ``dw = sum over rows of dy * x * rstd``
 
-``dw`` is reduced deterministically: a persistent grid of ``G`` CTAs (``G`` a
-compile-time constant, from the device's SM count) walks the rows
-``cta, cta+G, ...`` in a fixed order, keeps its dw partial in registers and
-writes one row of an f32 ``(G, N)`` buffer; a second kernel sums that buffer
-down its columns, again in a fixed order. No float atomics: the same inputs
-give the same bits on every run.
+One cooperative launch does both. ``dw`` is reduced deterministically: a
+persistent grid of ``G`` CTAs (``G`` a compile-time constant, from the
+device's SM count and the kernel's occupancy) walks the rows ``cta, cta+G,
+...`` in a fixed order, keeps its dw partial in registers and writes one row of
+an f32 ``(G, N)`` scratch buffer. A grid-wide barrier (every CTA is resident:
+the launch is cooperative) then lets the CTAs sum that buffer down its
+columns, again in a fixed order. No float atomics: the same inputs give the
+same bits on every run.
+
+The barrier is an arrival counter and a generation word (``WS``, two u32 that
+must be zero before first use). The last CTA to arrive resets the counter and
+bumps the generation; the others wait for the bump. The words are left ready
+for the next launch, so one workspace serves every launch on one stream.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, f32, u32
+from ptxdsl.types import PtxType, b32, f32, u32, u64
 
 from ._reduce import RowSum
 from ._rowio import load_chunk, narrow, store_chunk
@@ -34,6 +41,15 @@ class BwdPlan:
     # Rows too long for registers: stream x/dy twice (the second read mostly hits
     # L2) and keep the dw partial in the CTA's own row of the f32 partial buffer.
     streaming: bool = False
+    # dW summed in the same (cooperative) launch after a grid barrier; else by
+    # build_dw_reduce in a second launch (small rows, whose grid is so large that
+    # summing its partials would be left to too few CTAs).
+    fused: bool = True
+
+    @property
+    def slices(self) -> int:
+        """Warps of a CTA, each summing every ``slices``-th partial row for dW."""
+        return self.threads // WARP
 
     @property
     def chunks(self) -> int:
@@ -48,9 +64,13 @@ class BwdPlan:
         return self.chunks % self.threads != 0
 
 
+# Most partial rows one thread sums in the fused dW reduction.
+MAX_FUSED_ROWS = 128
+
+
 def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = None,
                   threads: int | None = None, ctas_per_sm: int | None = None,
-                  prefetch: bool | None = None) -> BwdPlan:
+                  prefetch: bool | None = None, fused: bool | None = None) -> BwdPlan:
     vec = vec or max_vec(n, dtype)
     chunks = -(-n // vec)
     if threads is None:
@@ -78,114 +98,249 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
     if ctas_per_sm is None:
         # Hopper: at most 32 CTAs, 2048 threads and 64K registers per SM.
         ctas_per_sm = max(1, min(32, 2048 // threads, 65536 // (threads * regs)))
-    return BwdPlan(n, vec, threads, sms * ctas_per_sm, prefetch and not streaming,
-                   not streaming, streaming)
+    grid = sms * ctas_per_sm
+    if fused is None:
+        fused = -(-grid // (threads // WARP)) <= MAX_FUSED_ROWS
+    return BwdPlan(n, vec, threads, grid, prefetch and not streaming, not streaming, streaming,
+                   fused)
 
 
 def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "sm_90a"):
-    """dX and the per-CTA dW partials.
+    """The backward kernel for plan ``p``.
 
-    Arguments: DY (M, N), X (M, N) (strided rows), W (N,), RSTD (M,) f32;
-    outputs DX (M, N), DWP (G, N) f32.
+    Fused (``p.fused``, one cooperative launch): arguments DY (M, N), X (M, N)
+    (strided rows), W (N,), RSTD (M,) f32, WS (2,) 32-bit barrier workspace (zero
+    before its first launch; launches leave it so); outputs DX (M, N), DW (N,),
+    DWP (G, N) f32 scratch for the per-CTA partials.
+
+    Unfused: DY, X, W, RSTD; outputs DX and DWP, which :func:`build_dw_reduce`
+    then sums into DW.
     """
+    N, T, G = p.n, p.threads, p.grid
+    rows_in = (Tile("M", N, dtype, stride="sdy"), Tile("M", N, dtype, stride="sx"),
+               Tile(N, wdtype), Tile("M", f32))
+    name = f"rms_norm_bwd_{dtype.name}_{N}"
+    if p.fused:
+        @kernel(in_specs=rows_in + (Tile(2, b32),),
+                out_specs=(Tile("M", N, dtype), Tile(N, wdtype), Tile(G, N, f32)),
+                grid=(G, 1, 1), block=(T, 1, 1), arch=arch, cooperative=True, name=name,
+                arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"))
+        def rms_norm_bwd(DY, X, W, RSTD, WS, DX, DW, DWP):
+            tid, cta, pdwp = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP)
+            pws, pdw = ptx.global_ptrs(WS, DW)
+            # Every thread's partial stores are visible GPU-wide before its CTA arrives.
+            ptx.inst.fence.acq_rel.gpu()
+            ptx.bar.sync(0)
+            _grid_barrier(pws, tid, G)
+            _sum_partials(p, wdtype, pdwp, pdw, tid, cta)
+        return rms_norm_bwd
+
+    @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
+            grid=(G, 1, 1), block=(T, 1, 1), arch=arch, name=name,
+            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"))
+    def rms_norm_bwd_partials(DY, X, W, RSTD, DX, DWP):
+        _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP)
+    return rms_norm_bwd_partials
+
+
+def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP):
+    """dX for the CTA's rows and its dW partial row in DWP; returns (tid, cta, DWP ptr)."""
+    N, T, V, K = p.n, p.threads, p.vec, p.per_thread
+    es, wes = dtype.bytes, wdtype.bytes
+    pdy, px, pw, prs, pdx, pdwp = ptx.global_ptrs(DY, X, W, RSTD, DX, DWP)
+    tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+    cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+    m = ptx.dim("M")
+    sdy, sx = DY.row_stride, X.row_stride
+    lane_b = tid * (V * es)
+    dy0 = pdy + lane_b
+    x0 = px + lane_b
+    dx0 = pdx + lane_b
+    wrow = pw + tid * (V * wes)
+
+    def guard(k):
+        if not p.ragged or (k + 1) * T <= p.chunks:
+            return None
+        return tid < (p.chunks - k * T)
+
+    preds = [guard(k) for k in range(K)]
+    prow = pdwp + cta * (N * 4) + tid * (V * 4)
+    rows = _streaming_rows if p.streaming else _resident_rows
+    rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid)
+    return tid, cta, pdwp
+
+
+def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
+                   tid):
+    """Rows held in registers (x, dy read once); the dw partial in registers too."""
     N, T, V, G, K = p.n, p.threads, p.vec, p.grid, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
+    step = T * V * es
+    ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]) for k in range(K)]
+    dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
+    row_sum = RowSum(T, tid, looped=True)
 
-    @kernel(in_specs=(Tile("M", N, dtype, stride="sdy"), Tile("M", N, dtype, stride="sx"),
-                      Tile(N, wdtype), Tile("M", f32)),
-            out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
-            grid=(G, 1, 1), block=(T, 1, 1), arch=arch,
-            name=f"rms_norm_bwd_{dtype.name}_{N}")
-    def rms_norm_bwd(DY, X, W, RSTD, DX, DWP):
-        pdy, px, pw, prs, pdx, pdwp = ptx.global_ptrs(DY, X, W, RSTD, DX, DWP)
-        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
-        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        m = ptx.dim("M")
-        sdy, sx = DY.row_stride, X.row_stride
-        lane_b = tid * (V * es)
-        dy0 = pdy + lane_b
-        x0 = px + lane_b
-        dx0 = pdx + lane_b
-        wrow = pw + tid * (V * wes)
-
-        def guard(k):
-            if not p.ragged or (k + 1) * T <= p.chunks:
-                return None
-            return tid < (p.chunks - k * T)
-
-        preds = [guard(k) for k in range(K)]
-        step = T * V * es
-        prow = pdwp + cta * (N * 4) + tid * (V * 4)
-        if p.streaming:
-            _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx,
-                            preds, tid)
-            return
-        ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]) for k in range(K)]
-        dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
-        row_sum = RowSum(T, tid, looped=True)
-
-        def row_ptrs(row):
-            return (dy0 + row * (sdy * es), x0 + row * (sx * es))
-
-        def load_row(row, ok):
-            pdy_r, px_r = row_ptrs(row)
-            dys, xs = [], []
-            for k in range(K):
-                g = _and(preds[k], ok)
-                dys.append(load_chunk(pdy_r, k * step, dtype, V, pred=g))
-                xs.append(load_chunk(px_r, k * step, dtype, V, pred=g))
-            return dys, xs
-
-        if p.prefetch:
-            cur_dy, cur_x = load_row(cta, cta < m)
-        for row in ptx.range_(cta, m, G):
-            if p.prefetch:
-                dys, xs = cur_dy, cur_x
-            else:
-                dys, xs = load_row(row, None)
-            rstd = reg.scalar(f32)
-            ptx.inst.ld.global_.nc.f32(rstd, ptx.addr(prs + row * 4))
-            dot = reg.scalar(f32, init=0.0)
-            gw = []  # dy * w, reused by dx
-            for k in range(K):
-                for d, x, w in zip(dys[k], xs[k], ws[k]):
-                    t = reg.scalar(f32)
-                    ptx.inst.mul.f32(t, d, w)
-                    ptx.inst.fma.rn.f32(dot, t, x, dot)
-                    gw.append(t)
-            if p.prefetch:
-                nxt = row + G
-                nxt_dy, nxt_x = load_row(nxt, nxt < m)
-            total = row_sum(dot)
-            # k = rstd^2 * mean(dy*w*x); dx = rstd * (dy*w - x*k)
-            c = reg.scalar(f32)
-            ptx.inst.mul.f32(c, rstd, rstd)
-            ptx.inst.mul.f32(c, c, total)
-            ptx.inst.mul.f32(c, c, 1.0 / N)
-            pdx_r = dx0 + row * (N * es)
-            i = 0
-            for k in range(K):
-                outs = []
-                for d, x in zip(dys[k], xs[k]):
-                    t = reg.scalar(f32)
-                    ptx.inst.neg.f32(t, x)
-                    ptx.inst.fma.rn.f32(t, t, c, gw[i])
-                    ptx.inst.mul.f32(t, t, rstd)
-                    outs.append(t)
-                    xh = reg.scalar(f32)
-                    ptx.inst.mul.f32(xh, x, rstd)
-                    ptx.inst.fma.rn.f32(dw[i], d, xh, dw[i])
-                    i += 1
-                store_chunk(pdx_r, k * step, dtype, narrow(outs, dtype), pred=preds[k])
-            if p.prefetch:
-                for cur, new in ((cur_dy, nxt_dy), (cur_x, nxt_x)):
-                    for a_list, b_list in zip(cur, new):
-                        for a, b in zip(a_list, b_list):
-                            ptx.inst.mov.f32(a, b)
+    def load_row(row, ok):
+        pdy_r, px_r = dy0 + row * (sdy * es), x0 + row * (sx * es)
+        dys, xs = [], []
         for k in range(K):
-            store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
+            g = _and(preds[k], ok)
+            dys.append(load_chunk(pdy_r, k * step, dtype, V, pred=g))
+            xs.append(load_chunk(px_r, k * step, dtype, V, pred=g))
+        return dys, xs
 
-    return rms_norm_bwd
+    if p.prefetch:
+        cur_dy, cur_x = load_row(cta, cta < m)
+    for row in ptx.range_(cta, m, G):
+        if p.prefetch:
+            dys, xs = cur_dy, cur_x
+        else:
+            dys, xs = load_row(row, None)
+        rstd = reg.scalar(f32)
+        ptx.inst.ld.global_.nc.f32(rstd, ptx.addr(prs + row * 4))
+        dot = reg.scalar(f32, init=0.0)
+        gw = []  # dy * w, reused by dx
+        for k in range(K):
+            for d, x, w in zip(dys[k], xs[k], ws[k]):
+                t = reg.scalar(f32)
+                ptx.inst.mul.f32(t, d, w)
+                ptx.inst.fma.rn.f32(dot, t, x, dot)
+                gw.append(t)
+        if p.prefetch:
+            nxt = row + G
+            nxt_dy, nxt_x = load_row(nxt, nxt < m)
+        total = row_sum(dot)
+        # k = rstd^2 * mean(dy*w*x); dx = rstd * (dy*w - x*k)
+        c = reg.scalar(f32)
+        ptx.inst.mul.f32(c, rstd, rstd)
+        ptx.inst.mul.f32(c, c, total)
+        ptx.inst.mul.f32(c, c, 1.0 / N)
+        pdx_r = dx0 + row * (N * es)
+        i = 0
+        for k in range(K):
+            outs = []
+            for d, x in zip(dys[k], xs[k]):
+                t = reg.scalar(f32)
+                ptx.inst.neg.f32(t, x)
+                ptx.inst.fma.rn.f32(t, t, c, gw[i])
+                ptx.inst.mul.f32(t, t, rstd)
+                outs.append(t)
+                xh = reg.scalar(f32)
+                ptx.inst.mul.f32(xh, x, rstd)
+                ptx.inst.fma.rn.f32(dw[i], d, xh, dw[i])
+                i += 1
+            store_chunk(pdx_r, k * step, dtype, narrow(outs, dtype), pred=preds[k])
+        if p.prefetch:
+            for cur, new in ((cur_dy, nxt_dy), (cur_x, nxt_x)):
+                for a_list, b_list in zip(cur, new):
+                    for a, b in zip(a_list, b_list):
+                        ptx.inst.mov.f32(a, b)
+    for k in range(K):
+        store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
+
+
+# A barrier wait longer than this means the workspace was not zero before the launch
+# (or CTAs were lost): trap, so the launch fails with an error instead of hanging.
+BARRIER_TIMEOUT_NS = 20_000_000_000
+
+
+def _grid_barrier(pws, tid, G: int):
+    """Wait until all ``G`` CTAs have arrived (they are all resident: cooperative launch).
+
+    ``[pws]`` counts arrivals, ``[pws+4]`` is the generation. Thread 0 of each CTA
+    reads the generation, then arrives; the last arrival resets the count and
+    publishes generation + 1 (release), which the others wait for (acquire).
+    """
+    with ptx.if_(tid == 0):
+        gen = reg.scalar(u32)
+        ptx.inst.ld.relaxed.gpu.global_.u32(gen, ptx.addr(pws, 4))
+        old = reg.scalar(u32)
+        ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws), 1)
+        with ptx.if_(old == G - 1):
+            ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pws), 0)
+            ptx.inst.st.release.gpu.global_.u32(ptx.addr(pws, 4), gen + 1)
+        t0 = reg.scalar(u64)
+        ptx.inst.mov.u64(t0, ptx.special.globaltimer())
+        spin = ptx.label("grid_wait")
+        now = reg.scalar(u32)
+        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(pws, 4))
+        go = ptx.new_label("grid_go")
+        ptx.bra(go, pred=now != gen)
+        t = reg.scalar(u64)
+        ptx.inst.mov.u64(t, ptx.special.globaltimer())
+        ptx.inst.trap(pred=(t - t0) > BARRIER_TIMEOUT_NS)
+        ptx.bra(spin)
+        ptx.place(go)
+    ptx.bar.sync(0)
+
+
+def _sum_partials(p, wdtype, pdwp, pdw, tid, cta):
+    """dW[j] = sum over g of DWP[g, j], in a fixed order, spread over the grid.
+
+    A column tile is 32 lanes x ``vec`` columns; the CTA's warps are slices that
+    each sum every ``slices``-th partial row (``UNROLL`` loads in flight at a
+    time), then warp 0 adds the slices in order.
+    """
+    N, G, S = p.n, p.grid, p.slices
+    vec = 4 if N % 4 == 0 else 1
+    cols = 32 * vec
+    tiles = -(-N // cols)
+    lane = tid & (WARP - 1)
+    sl = tid >> 5
+    red = smem.alloc(f32, (S, cols))
+    row_bytes = N * 4
+    for tile in ptx.range_(cta, tiles, G):
+        col = tile * cols + lane * vec
+        ok = col < N
+        acc = [reg.scalar(f32, init=0.0) for _ in range(vec)]
+        base = pdwp + col * 4 + sl * row_bytes
+
+        def add_rows(start, count, last_partial):
+            # partial rows start + i*S (i < count) of this thread's slice, ascending
+            for i in range(count):
+                g_ok = ok
+                if last_partial and i == count - 1:
+                    g_ok = ok & (sl < G - (start + i * S))
+                # .cg: the partials were written by other SMs; read them from L2.
+                vals = load_chunk(base, (start + i * S) * row_bytes, f32, vec, pred=g_ok,
+                                  hints=("cg",))
+                for a, v in zip(acc, vals):
+                    ptx.inst.add.f32(a, a, v)
+
+        groups = G // (S * UNROLL)
+        if groups > 1:
+            cursor = reg.scalar(u64)
+            ptx.inst.mov.u64(cursor, base)
+            for _ in ptx.range_(0, groups):
+                for i in range(UNROLL):
+                    vals = load_chunk(cursor, i * S * row_bytes, f32, vec, pred=ok,
+                                      hints=("cg",))
+                    for a, v in zip(acc, vals):
+                        ptx.inst.add.f32(a, a, v)
+                ptx.inst.add.u64(cursor, cursor, S * UNROLL * row_bytes)
+            done = groups * S * UNROLL
+        else:
+            done = 0
+        rest = G - done
+        if rest:
+            count = -(-rest // S)
+            add_rows(done, count, rest % S != 0)
+        for j in range(vec):
+            red[sl, lane * vec + j] = acc[j]
+        ptx.bar.sync(0)
+        with ptx.if_(sl == 0):
+            with ptx.if_(ok):
+                out = []
+                for j in range(vec):
+                    s = reg.scalar(f32, init=0.0)
+                    for t in range(S):
+                        ptx.inst.add.f32(s, s, red[t, lane * vec + j])
+                    out.append(s)
+                store_chunk(pdw + col * wdtype.bytes, 0, wdtype, narrow(out, wdtype))
+        ptx.bar.sync(0)  # red is rewritten by the next tile
+
+
+UNROLL = 8  # partial-row loads a thread keeps in flight in the dW reduction
 
 
 def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,

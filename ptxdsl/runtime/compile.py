@@ -186,6 +186,8 @@ class KernelFunction:
     timings: dict
     dyn_smem_limit: int = 48 * 1024  # current MAX_DYNAMIC_SHARED_SIZE_BYTES setting
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # CTAs per SM by (threads, dynamic smem), from the occupancy calculator
+    resident: dict = field(default_factory=dict)
 
 
 def _load(drv, kernel, compiled, image: Image, device: int, disk) -> tuple[object, Image]:

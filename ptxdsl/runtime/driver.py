@@ -398,10 +398,16 @@ class Driver:
         return func if isinstance(func, self.cu.CUfunction) else self.cu.CUfunction(int(func))
 
     def launch(self, func, grid, block, smem: int, stream: int, params_addr: int,
-               cluster=None) -> None:
+               cluster=None, cooperative: bool = False) -> None:
         """A checked launch (the slow path; the fast path calls :attr:`launch_raw`)."""
         cu = self.cu
         if cluster is None:
+            if cooperative:
+                r = cu.cuLaunchCooperativeKernel(func, grid[0], grid[1], grid[2], block[0],
+                                                 block[1], block[2], smem, self.stream(stream),
+                                                 params_addr)
+                self.check(r, "cuLaunchCooperativeKernel")
+                return
             r = cu.cuLaunchKernel(func, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                   smem, self.stream(stream), params_addr, 0)
             self.check(r, "cuLaunchKernel")
@@ -414,8 +420,14 @@ class Driver:
         attr = cu.CUlaunchAttribute()
         attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
-        config.attrs = [attr]
-        config.numAttrs = 1
+        attrs = [attr]
+        if cooperative:
+            coop = cu.CUlaunchAttribute()
+            coop.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            coop.value.cooperative = 1
+            attrs.append(coop)
+        config.attrs = attrs
+        config.numAttrs = len(attrs)
         self.check(cu.cuLaunchKernelEx(config, func, params_addr, 0), "cuLaunchKernelEx")
 
     @property
@@ -424,6 +436,17 @@ class Driver:
         CUfunction, 7 ints, a CUstream (:meth:`stream`) and the address of the
         kernelParams array; returns ``(CUresult,)``, whose first item is falsy on success."""
         return self.cu.cuLaunchKernel
+
+    @property
+    def launch_raw_cooperative(self):
+        """``cuLaunchCooperativeKernel``: :attr:`launch_raw`'s arguments without the
+        trailing ``extra``."""
+        return self.cu.cuLaunchCooperativeKernel
+
+    def max_active_ctas(self, func, threads: int, smem: int) -> int:
+        """CTAs of ``func`` one multiprocessor holds at once (the occupancy calculator)."""
+        return int(self.check(self.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            func, threads, smem), "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
 
     def ctx_sync(self) -> None:
         self.check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
@@ -435,10 +458,10 @@ class CtypesLauncher:
     with a different per-call cost, measured in ``bench/launch_overhead.py`` and
     chosen with ``PTXDSL_LAUNCH=ctypes``. Returns the CUresult as an int."""
 
-    def __init__(self):
+    def __init__(self, cooperative: bool = False):
         name = "nvcuda.dll" if os.name == "nt" else "libcuda.so.1"
         lib = (ctypes.WinDLL if os.name == "nt" else ctypes.CDLL)(name)
-        fn = lib.cuLaunchKernel
+        fn = lib.cuLaunchCooperativeKernel if cooperative else lib.cuLaunchKernel
         fn.restype = ctypes.c_int
         # No argtypes: ctypes converts ints to C int (grid/block/smem all fit) and
         # passes c_void_p objects as they are, which is the cheapest conversion.

@@ -86,7 +86,10 @@ def generate(self) -> dict:
     out_expr = ("None" if not outs else f"a{outs[0]}" if len(outs) == 1
                 else "(" + ", ".join(f"a{j}" for j in outs) + ")")
     ptrs = ", ".join(f"p{i}" for i in range(n_all))
-    if self.mode == "ctypes":
+    # cuLaunchCooperativeKernel takes no trailing ``extra``.
+    if self.cooperative:
+        call_args = "cs, params"
+    elif self.mode == "ctypes":
         call_args = "cs, params, None"
     else:
         call_args = "cs, params, 0"
@@ -161,8 +164,8 @@ def generate(self) -> dict:
         cl = self._ctypes
         g.update(LAUNCH=cl.fn, STREAMS=cl._voidp, STREAM_OBJ=cl.handle)
     else:
-        g.update(LAUNCH=drv.launch_raw, STREAMS=getattr(drv, "_streams", {}),
-                 STREAM_OBJ=drv.stream)
+        g.update(LAUNCH=drv.launch_raw_cooperative if self.cooperative else drv.launch_raw,
+                 STREAMS=getattr(drv, "_streams", {}), STREAM_OBJ=drv.stream)
     exec(compile(src, f"<ptxdsl launcher for {sig.name}>", "exec"), g)  # noqa: S102
     g["__source__"] = src
     g["__launcher_class__"] = type(f"Launcher[{sig.name}]", (type(self),),
@@ -193,6 +196,8 @@ def bind(self, *args):
         g["STREAMS"], g["STREAM_OBJ"]
     launch, tls, relaunch = g["LAUNCH"], self.drv.tls, self._relaunch
     ctypes_mode = self.mode == "ctypes"
+    # The launch function's trailing argument: ``extra`` (none for a cooperative launch).
+    tail = () if self.cooperative else (None,) if ctypes_mode else (0,)
 
     def run(*ptrs):
         s = raw_stream(dev)
@@ -203,10 +208,7 @@ def bind(self, *args):
             return relaunch(e, ptrs, s, None, None)
         with lock:
             pack(buf, 0, *ptrs)
-            if ctypes_mode:
-                r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, None)
-            else:
-                r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, 0)
+            r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, *tail)
         code = r if ctypes_mode else r[0]
         if code:
             return relaunch(e, ptrs, s, None, code)

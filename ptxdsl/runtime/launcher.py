@@ -94,7 +94,9 @@ class Launcher:
         self.entries: dict = {}
         self._fn_lock = threading.Lock()
         self._entry_lock = threading.Lock()
-        self._ctypes = _driver.CtypesLauncher() if self.mode == "ctypes" else None
+        self.cooperative = bool(getattr(kernel, "cooperative", False))
+        self._ctypes = (_driver.CtypesLauncher(self.cooperative) if self.mode == "ctypes"
+                        else None)
         self.fast_hits_possible = self.layout.ptr_prefix and self.sig.n_all > 0
         self._g = self._generate()
         self.__class__ = self._g["__launcher_class__"]
@@ -289,7 +291,8 @@ class Launcher:
                 ptrs.append(v.ptr)
             buf, arr = self.layout.buffer(self.layout.values(ptrs, binding))
             try:
-                drv.launch(kf.func, grid, block, smem, s, ctypes.addressof(arr), opts["cluster"])
+                drv.launch(kf.func, grid, block, smem, s, ctypes.addressof(arr), opts["cluster"],
+                           self.cooperative)
             except CudaError as exc:
                 raise exc.for_kernel(sig.name) from None
             try:
@@ -381,6 +384,8 @@ class Launcher:
                     self._in_context(kf.device, self.drv.set_func_attribute, kf.func,
                                      "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", smem)
                     kf.dyn_smem_limit = smem
+        if self.cooperative:
+            self._check_resident(kf, info, grid, threads, smem)
         if cluster is not None:
             if not info.cluster_launch:
                 raise LaunchError(f"{name}: cluster={cluster} but {info.name} ({info.arch}) "
@@ -398,6 +403,34 @@ class Launcher:
                 self._in_context(kf.device, self.drv.set_func_attribute, kf.func,
                                  "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
                 kf.non_portable = True
+
+    def _check_resident(self, kf: KernelFunction, info, grid, threads: int, smem: int) -> None:
+        """A cooperative grid must fit on the device all at once (else the driver would
+        refuse it, or CTAs waiting for each other would never all run)."""
+        per_sm = kf.resident.get((threads, smem))
+        if per_sm is None:
+            per_sm = self._in_context(kf.device, self.drv.max_active_ctas, kf.func, threads,
+                                      smem)
+            kf.resident[(threads, smem)] = per_sm
+        ctas = grid[0] * grid[1] * grid[2]
+        if ctas > per_sm * info.sm_count:
+            raise LaunchError(f"{self.sig.describe_call()}: a cooperative grid of {ctas} CTAs "
+                              f"must be resident at once, but {info.name} holds {per_sm} CTA(s) "
+                              f"of this kernel per SM x {info.sm_count} SMs = "
+                              f"{per_sm * info.sm_count} (it uses {kf.num_regs} registers per "
+                              f"thread, {kf.static_smem + smem} bytes of shared memory); use "
+                              f"a smaller grid", user_location())
+
+    def resident_ctas(self, device: int, smem: int = 0) -> int:
+        """How many CTAs of this kernel the device holds at once (occupancy x SMs)."""
+        kf = self.function(device)
+        block = self.kernel.block
+        threads = block[0] * block[1] * block[2]
+        per_sm = kf.resident.get((threads, smem))
+        if per_sm is None:
+            per_sm = self._in_context(device, self.drv.max_active_ctas, kf.func, threads, smem)
+            kf.resident[(threads, smem)] = per_sm
+        return per_sm * self.drv.device(device).sm_count
 
     def _in_context(self, device: int, fn, *a):
         pushed = self.drv.enter(device)
@@ -455,7 +488,8 @@ class Launcher:
         if code is not None:
             name = drv.error_name(code)
             if name not in _CONTEXT_ERRORS:
-                raise drv.error(code, "cuLaunchKernel").for_kernel(self.sig.name)
+                call = "cuLaunchCooperativeKernel" if self.cooperative else "cuLaunchKernel"
+                raise drv.error(code, call).for_kernel(self.sig.name)
             drv.forget_thread_device()
         dev = e[0]
         pushed = drv.enter(dev)
@@ -463,7 +497,7 @@ class Launcher:
             buf, arr = self.layout.buffer(self._values_from_entry(e, ptrs))
             try:
                 drv.launch(e.kernel_function.func, e[2:5], e[5:8], e[8], s,
-                           ctypes.addressof(arr), None)
+                           ctypes.addressof(arr), None, self.cooperative)
             except CudaError as exc:
                 raise exc.for_kernel(self.sig.name) from None
             if self.sync_always:

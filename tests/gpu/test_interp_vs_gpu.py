@@ -36,8 +36,13 @@ DIM_VALUES = {"N": 1000, "B": 3, "M": 5}
 def _inputs(k, rng):
     dims = {d: DIM_VALUES.get(d, 4) for d in k.dim_names}
     out = []
-    for tile in k.in_specs:
+    names = k.arg_names or ()
+    for i, tile in enumerate(k.in_specs):
         shape = tile.shape_for(dims)
+        if i < len(names) and names[i] == "WS":
+            # A cooperative kernel's barrier workspace must start at zero.
+            out.append(np.zeros(shape, tile.dtype.np_dtype))
+            continue
         x = rng.standard_normal(shape).astype(np.float32)
         if tile.dtype.name == "bf16":
             out.append(f32_to_bf16_bits(x))

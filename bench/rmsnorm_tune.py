@@ -31,12 +31,19 @@ def main(argv=None):
     from ptxdsl.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "tune.json"))
+    ap.add_argument("--shapes", default=None, help="forward shapes, e.g. 8192x8192xf32,...")
+    ap.add_argument("--no-backward", action="store_true")
     a = ap.parse_args(argv)
+    import dataclasses
+    import torch.nn.functional as F
+    fwd_shapes = FWD_SHAPES
+    if a.shapes:
+        fwd_shapes = [(int(m), int(n), d) for m, n, d in (s.split("x") for s in a.shapes.split(","))]
     types = {"f32": (f32, torch.float32), "bf16": (bf16, torch.bfloat16),
              "f16": (f16, torch.float16)}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = {"device": torch.cuda.get_device_name(), "forward": [], "backward": []}
-    for m, n, dn in FWD_SHAPES:
+    for m, n, dn in fwd_shapes:
         dt, tdt = types[dn]
         sets = [(torch.randn(m, n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt),
                  torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(4)]
@@ -48,11 +55,23 @@ def main(argv=None):
                 continue
             p = plan(n, dt, threads=t)
             variants[f"T{t}"] = (p, None)
+            if t == base.threads:
+                # cache hints and the two-pass (x re-read from L2) schedule
+                for xh, yh in (((), ()), (("cs",), ()), ((), ("cs",)), (("lu",), ("cs",))):
+                    variants[f"T{t} hints x{xh} y{yh}"] = (
+                        dataclasses.replace(p, x_hints=xh, y_hints=yh), None)
+                variants[f"T{t} two-pass"] = (dataclasses.replace(p, two_pass=True), None)
             cmax = loop_ctas_per_sm(p)
             for cps in sorted({1, 2, 3, 4, cmax}):
                 if 1 <= cps <= cmax:
                     variants[f"loop T{t} cps{cps}"] = (p, cps)
         res = {}
+        compiled = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+                                 dynamic=False)
+        try:
+            res["torch.compile"] = time_fn(lambda x, w, y: compiled(x, w), sets, iters=40)
+        except Exception as e:  # noqa: BLE001
+            res["torch.compile"] = f"{type(e).__name__}: {str(e)[:80]}"
         for name, (p, cps) in variants.items():
             try:
                 k = build_forward(p, dt, dt) if cps is None else \
@@ -70,7 +89,7 @@ def main(argv=None):
               f"{ok.get(f'T{base.threads}')}; top " +
               ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)
         out["forward"].append({"shape": [m, n], "dtype": dn, "copy_us": copy_us, "results": res})
-    for m, n, dn in BWD_SHAPES:
+    for m, n, dn in () if a.no_backward else BWD_SHAPES:
         dt, tdt = types[dn]
         sets = []
         for _ in range(3):

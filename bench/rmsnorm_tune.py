@@ -61,6 +61,10 @@ def main(argv=None):
                     variants[f"T{t} hints x{xh} y{yh}"] = (
                         dataclasses.replace(p, x_hints=xh, y_hints=yh), None)
                 variants[f"T{t} two-pass"] = (dataclasses.replace(p, two_pass=True), None)
+                for xh, yh in (((), ()), ((), ("cs",))):
+                    variants[f"T{t} two-pass x{xh} y{yh}"] = (
+                        dataclasses.replace(p, two_pass=True, preload_w=False, x_hints=xh,
+                                            y_hints=yh), None)
             cmax = loop_ctas_per_sm(p)
             for cps in sorted({1, 2, 3, 4, cmax}):
                 if 1 <= cps <= cmax:

@@ -55,6 +55,9 @@ def main(argv=None):
                 continue
             p = plan(n, dt, threads=t)
             variants[f"T{t}"] = (p, None)
+            if p.preload_w and not p.two_pass:
+                # w loaded after the reduction: fewer registers, more rows per SM
+                variants[f"T{t} w-late"] = (dataclasses.replace(p, preload_w=False), None)
             if t == base.threads:
                 # cache hints and the two-pass (x re-read from L2) schedule
                 for xh, yh in (((), ()), (("cs",), ()), ((), ("cs",)), (("lu",), ("cs",))):

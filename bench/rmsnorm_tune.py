@@ -28,11 +28,14 @@ def main(argv=None):
     from ptxdsl.ops.rms_norm_fwd import build_forward, plan
     from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
     from ptxdsl.ops.rms_norm_bwd import build_backward, plan_backward
+    from ptxdsl.runtime import prepare
     from ptxdsl.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "tune.json"))
     ap.add_argument("--shapes", default=None, help="forward shapes, e.g. 8192x8192xf32,...")
     ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--no-forward", action="store_true")
+    ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
     a = ap.parse_args(argv)
     import dataclasses
     import torch.nn.functional as F
@@ -43,7 +46,11 @@ def main(argv=None):
              "f16": (f16, torch.float16)}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = {"device": torch.cuda.get_device_name(), "forward": [], "backward": []}
-    for m, n, dn in fwd_shapes:
+    bwd_shapes = BWD_SHAPES
+    if a.bwd_shapes:
+        bwd_shapes = [(int(m), int(n), d)
+                      for m, n, d in (s.split("x") for s in a.bwd_shapes.split(","))]
+    for m, n, dn in () if a.no_forward else fwd_shapes:
         dt, tdt = types[dn]
         sets = [(torch.randn(m, n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt),
                  torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(4)]
@@ -96,7 +103,7 @@ def main(argv=None):
               f"{ok.get(f'T{base.threads}')}; top " +
               ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)
         out["forward"].append({"shape": [m, n], "dtype": dn, "copy_us": copy_us, "results": res})
-    for m, n, dn in () if a.no_backward else BWD_SHAPES:
+    for m, n, dn in () if a.no_backward else bwd_shapes:
         dt, tdt = types[dn]
         sets = []
         for _ in range(3):
@@ -106,13 +113,14 @@ def main(argv=None):
                          torch.rsqrt((x.float() ** 2).mean(-1) + 1e-6),
                          torch.empty(m, n, device="cuda", dtype=tdt)))
         res = {}
-        for t in (512, 1024):
-            for cps in (1, 2):
+        for t in sorted({plan_backward(n, dt, sms).threads, 512, 1024}):
+            for cps in (1, 2, 3, 4):
                 for pf in (True,):
                     try:
                         p = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps, prefetch=pf)
                         kb = build_backward(p, dt, dt)
-                        if kb.resources().spill_stores:
+                        if kb.resources().spill_stores or \
+                                prepare(kb).resident_ctas(0) < p.grid:
                             continue
                         ws = torch.zeros(4 + p.grid * n, device="cuda", dtype=torch.int32)
                         part = ws[4:].view(torch.float32).view(p.grid, n)

@@ -182,7 +182,7 @@ def _fwd_key(x, weight, eps, residual, want_rstd, out):
         ptrs |= residual.data_ptr()
     if out is not None:
         ptrs |= out.data_ptr()
-    return (x.shape, x.stride(), x.dtype, weight.dtype, x.get_device(), eps,
+    return (x.shape, x.stride(), x.dtype, weight.dtype, weight.stride(), x.get_device(), eps,
             None if residual is None else residual.stride(), want_rstd,
             None if out is None else out.stride(), ptrs & 15)
 
@@ -359,7 +359,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     """
     try:
         key = (x.shape, x.stride(), dy.shape, dy.stride(), x.dtype, dy.dtype, weight.dtype,
-               rstd.shape, rstd.stride(), rstd.dtype, x.get_device(),
+               weight.stride(), rstd.shape, rstd.stride(), rstd.dtype, x.get_device(),
                (x.data_ptr() | dy.data_ptr() | weight.data_ptr()) & 15)
         fast = FAST.get(key)
     except (AttributeError, TypeError):

@@ -145,3 +145,31 @@ def test_non_contiguous_input_is_never_launched_in_place_of_its_copy():
         y = rms_norm(x, w, EPS)
         r = ref(x, w)
         assert ((y.double() - r).abs().max() / r.abs().max()).item() < 2e-6
+
+
+def test_strided_weight_is_not_taken_for_a_contiguous_one():
+    """The fast path keys on the weight's stride: after a call with a contiguous weight, a
+    strided one of the same dtype is refused with an explanation or computed right,
+    never read as if it were contiguous (forward and backward)."""
+    from ptxdsl.errors import PtxdslError
+    x = torch.randn(8, 256, device="cuda")
+    dy = torch.randn_like(x)
+    w2 = torch.randn(512, device="cuda")
+    dense = w2[::2].contiguous()
+    y0 = rms_norm(x, dense, EPS)
+    rstd = torch.rsqrt((x.double() ** 2).mean(-1) + EPS).float()
+    dx0, dw0 = rms_norm_backward(dy, x, dense, rstd)
+    for _ in range(2):
+        try:
+            y = rms_norm(x, w2[::2], EPS)
+        except PtxdslError as e:
+            assert "contiguous" in str(e) or "stride" in str(e)
+        else:
+            torch.testing.assert_close(y, y0)
+        try:
+            dx, dw = rms_norm_backward(dy, x, w2[::2], rstd)
+        except PtxdslError as e:
+            assert "contiguous" in str(e) or "stride" in str(e)
+        else:
+            torch.testing.assert_close(dx, dx0)
+            torch.testing.assert_close(dw, dw0)

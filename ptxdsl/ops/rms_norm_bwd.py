@@ -28,10 +28,10 @@ from ptxdsl.types import PtxType, b32, f32, u32, u64
 
 from ._reduce import RowSum
 from ._rowio import load_chunk, narrow, store_chunk
-from .rms_norm_fwd import WARP, max_vec
+from .rms_norm_fwd import WARP, RowSplit, max_vec
 
 @dataclass(frozen=True)
-class BwdPlan:
+class BwdPlan(RowSplit):
     n: int
     vec: int
     threads: int           # threads per row (= per CTA)
@@ -51,17 +51,6 @@ class BwdPlan:
         """Warps of a CTA, each summing every ``slices``-th partial row for dW."""
         return self.threads // WARP
 
-    @property
-    def chunks(self) -> int:
-        return -(-self.n // self.vec)
-
-    @property
-    def per_thread(self) -> int:
-        return -(-self.chunks // self.threads)
-
-    @property
-    def ragged(self) -> bool:
-        return self.chunks % self.threads != 0
 
 
 # Most partial rows one thread sums in the fused dW reduction.
@@ -132,7 +121,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
             ptx.inst.fence.acq_rel.gpu()
             ptx.bar.sync(0)
             _grid_barrier(pws, tid, G)
-            _sum_partials(p, wdtype, pdwp, pdw, tid, cta)
+            _sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta)
         return rms_norm_bwd
 
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
@@ -274,14 +263,13 @@ def _grid_barrier(pws, tid, G: int):
     ptx.bar.sync(0)
 
 
-def _sum_partials(p, wdtype, pdwp, pdw, tid, cta):
-    """dW[j] = sum over g of DWP[g, j], in a fixed order, spread over the grid.
+def _sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, cta):
+    """dW[j] = sum over g < G of DWP[g, j], in a fixed order, spread over the grid.
 
-    A column tile is 32 lanes x ``vec`` columns; the CTA's warps are slices that
-    each sum every ``slices``-th partial row (``UNROLL`` loads in flight at a
-    time), then warp 0 adds the slices in order.
+    A column tile is 32 lanes x ``vec`` columns, taken by CTAs ``cta, cta+stride,
+    ...``; the CTA's ``S`` warps are slices that each sum every ``S``-th partial row
+    (``UNROLL`` loads in flight at a time), then warp 0 adds the slices in order.
     """
-    N, G, S = p.n, p.grid, p.slices
     vec = 4 if N % 4 == 0 else 1
     cols = 32 * vec
     tiles = -(-N // cols)
@@ -289,7 +277,7 @@ def _sum_partials(p, wdtype, pdwp, pdw, tid, cta):
     sl = tid >> 5
     red = smem.alloc(f32, (S, cols))
     row_bytes = N * 4
-    for tile in ptx.range_(cta, tiles, G):
+    for tile in ptx.range_(cta, tiles, stride):
         col = tile * cols + lane * vec
         ok = col < N
         acc = [reg.scalar(f32, init=0.0) for _ in range(vec)]
@@ -403,46 +391,18 @@ def _and(a, b):
 
 def build_dw_reduce(n: int, g: int, wdtype: PtxType, *, arch: str = "sm_90a",
                     slices: int = 8):
-    """dW[j] = sum over g of DWP[g, j], in a fixed order (f32 accumulation).
-
-    A CTA covers 128 columns (32 lanes x 4) with ``slices`` rows of threads;
-    each thread sums every ``slices``-th partial row (loads unrolled at trace
-    time, so all are in flight together), then one thread per column adds the
-    ``slices`` results in order.
-    """
-    vec = 4 if n % 4 == 0 else 1
-    cols = 32 * vec
-    per = -(-g // slices)
+    """dW[j] = sum over g of DWP[g, j], in a fixed order (f32 accumulation): the
+    fused kernel's second phase (:func:`_sum_partials`) as a launch of its own, one
+    CTA of ``slices`` warps per column tile."""
+    tiles = -(-n // (32 * (4 if n % 4 == 0 else 1)))
 
     @kernel(in_specs=(Tile(g, n, f32),), out_specs=(Tile(n, wdtype),),
-            grid=(-(-n // cols), 1, 1), block=(32, slices, 1), arch=arch,
+            grid=(tiles, 1, 1), block=(WARP * slices, 1, 1), arch=arch,
             name=f"rms_norm_dw_{wdtype.name}_{n}")
     def rms_norm_dw(DWP, DW):
         pp, pd = ptx.global_ptrs(DWP, DW)
-        tx = reg.scalar(u32); ptx.inst.mov.u32(tx, ptx.special.tid.x())
-        ty = reg.scalar(u32); ptx.inst.mov.u32(ty, ptx.special.tid.y())
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        col = cta * cols + tx * vec
-        ok = col < n
-        acc = [reg.scalar(f32, init=0.0) for _ in range(vec)]
-        base = pp + col * 4 + ty * (n * 4)
-        for i in range(per):
-            gi_ok = ok if (i + 1) * slices <= g else ok & (ty < g - i * slices)
-            vals = load_chunk(base, i * slices * n * 4, f32, vec, pred=gi_ok)
-            for a, v in zip(acc, vals):
-                ptx.inst.add.f32(a, a, v)
-        red = smem.alloc(f32, (slices, cols))
-        for j in range(vec):
-            red[ty, tx * vec + j] = acc[j]
-        ptx.bar.sync(0)
-        with ptx.if_(ty == 0):
-            with ptx.if_(ok):
-                out = []
-                for j in range(vec):
-                    s = reg.scalar(f32, init=0.0)
-                    for t in range(slices):
-                        ptx.inst.add.f32(s, s, red[t, tx * vec + j])
-                    out.append(s)
-                store_chunk(pd + col * wdtype.bytes, 0, wdtype, narrow(out, wdtype))
+        _sum_partials(n, g, slices, tiles, wdtype, pp, pd, tid, cta)
 
     return rms_norm_dw

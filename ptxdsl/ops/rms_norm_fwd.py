@@ -30,21 +30,13 @@ from ._rowio import load_chunk, narrow, round_trip, store_chunk
 WARP = 32
 
 
-@dataclass(frozen=True)
-class Plan:
-    """How one RMSNorm forward kernel is laid out over threads."""
+class RowSplit:
+    """How a row of ``n`` elements splits into ``vec``-element chunks over ``threads``
+    (for plans with those three fields)."""
 
     n: int
-    vec: int            # elements per access (16 bytes for aligned f32/halves)
-    threads: int        # threads per row
-    rows_per_cta: int
-    two_pass: bool = False
-    preload_w: bool = True  # weights loaded before the reduction (needs registers)
-    # Streaming (evict-first) loads and stores: x and y are touched once. Measured on
-    # an H200 (bench/rmsnorm_tune.py): 1-2% faster than plain or L1::no_allocate for
-    # rows of 512+ threads; rows of <= 128 threads read x with .lu instead (see plan()).
-    x_hints: tuple[str, ...] = ("cs",)
-    y_hints: tuple[str, ...] = ("cs",)
+    vec: int
+    threads: int
 
     @property
     def chunks(self) -> int:
@@ -58,6 +50,23 @@ class Plan:
     @property
     def ragged(self) -> bool:
         return self.chunks % self.threads != 0
+
+
+@dataclass(frozen=True)
+class Plan(RowSplit):
+    """How one RMSNorm forward kernel is laid out over threads."""
+
+    n: int
+    vec: int            # elements per access (16 bytes for aligned f32/halves)
+    threads: int        # threads per row
+    rows_per_cta: int
+    two_pass: bool = False
+    preload_w: bool = True  # weights loaded before the reduction (needs registers)
+    # Streaming (evict-first) loads and stores: x and y are touched once. Measured on
+    # an H200 (bench/rmsnorm_tune.py): 1-2% faster than plain or L1::no_allocate for
+    # rows of 512+ threads; rows of <= 128 threads read x with .lu instead (see plan()).
+    x_hints: tuple[str, ...] = ("cs",)
+    y_hints: tuple[str, ...] = ("cs",)
 
     @property
     def block(self) -> int:

@@ -407,11 +407,7 @@ class Launcher:
     def _check_resident(self, kf: KernelFunction, info, grid, threads: int, smem: int) -> None:
         """A cooperative grid must fit on the device all at once (else the driver would
         refuse it, or CTAs waiting for each other would never all run)."""
-        per_sm = kf.resident.get((threads, smem))
-        if per_sm is None:
-            per_sm = self._in_context(kf.device, self.drv.max_active_ctas, kf.func, threads,
-                                      smem)
-            kf.resident[(threads, smem)] = per_sm
+        per_sm = self._per_sm(kf, threads, smem)
         ctas = grid[0] * grid[1] * grid[2]
         if ctas > per_sm * info.sm_count:
             raise LaunchError(f"{self.sig.describe_call()}: a cooperative grid of {ctas} CTAs "
@@ -423,14 +419,18 @@ class Launcher:
 
     def resident_ctas(self, device: int, smem: int = 0) -> int:
         """How many CTAs of this kernel the device holds at once (occupancy x SMs)."""
-        kf = self.function(device)
         block = self.kernel.block
-        threads = block[0] * block[1] * block[2]
+        per_sm = self._per_sm(self.function(device), block[0] * block[1] * block[2], smem)
+        return per_sm * self.drv.device(device).sm_count
+
+    def _per_sm(self, kf: KernelFunction, threads: int, smem: int) -> int:
+        """CTAs per SM from the driver's occupancy calculator, asked once per shape."""
         per_sm = kf.resident.get((threads, smem))
         if per_sm is None:
-            per_sm = self._in_context(device, self.drv.max_active_ctas, kf.func, threads, smem)
+            per_sm = self._in_context(kf.device, self.drv.max_active_ctas, kf.func, threads,
+                                      smem)
             kf.resident[(threads, smem)] = per_sm
-        return per_sm * self.drv.device(device).sm_count
+        return per_sm
 
     def _in_context(self, device: int, fn, *a):
         pushed = self.drv.enter(device)

@@ -2,9 +2,20 @@
 
 Contenders (each validated against a float64 reference before it is timed):
 device copy of the same bytes, ptxdsl, torch eager formula, F.rms_norm,
-torch.compile, a plain Triton kernel, and Liger / pyptx when installed.
+torch.compile, a plain Triton kernel, and Liger / pyptx when installed
+(``bash bench/gpu_session.sh`` installs them from the wheels in ``.whl/``).
 Timing: CUDA events around each call, median of many runs, inputs rotated
 over enough copies to exceed L2. Prints a table last and writes JSON.
+
+Fairness: torch.compile gets a fresh compile for every (shape, dtype) (dynamo
+is reset before each contender set, so no shape is silently run in eager after
+dynamo's recompile limit), and every compile and autotune happens in the
+validation call, before timing. The backward times the backward alone for every
+contender: the autograd ones run their forward once per input set before timing
+and are timed on ``torch.autograd.grad(..., retain_graph=True)``, as ptxdsl is
+timed on ``rms_norm_backward`` from a saved ``rstd``. A peer that cannot run a
+shape or dtype (pyptx: float32 only, N a multiple of 32, no backward) gets an
+error cell; a peer that is not installed is named in a note.
 
     python bench/rmsnorm.py [--quick] [--dtypes f32,bf16,f16] [--json PATH]
 """
@@ -12,11 +23,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
+import gc
+import importlib
 import json
 import math
 import os
 import statistics
 import sys
+import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -30,8 +45,10 @@ def _torch():
     return torch
 
 
+@functools.lru_cache(maxsize=None)
 def triton_rms_fwd():
-    """A plain Triton RMSNorm (one program per row, the row in one block)."""
+    """A plain Triton RMSNorm (one program per row, the row in one block); one
+    ``triton.jit`` function per process (Triton caches its compiles per BLOCK)."""
     import triton
     import triton.language as tl
 
@@ -124,7 +141,10 @@ def _measure(contenders, sets, ok, iters, rounds=2):
     row, live = {}, {}
     for name, fn in contenders.items():
         try:
-            out = fn(*sets[0])
+            prepare = getattr(fn, "prepare", None)
+            if prepare is not None:  # untimed set-up per input set (see _AutogradBackward)
+                prepare(sets)
+            out = fn(*sets[0])  # also the compile / autotune call: before any timing
             if ok is not None and name != "copy" and not ok(out):
                 row[name] = {"error": "wrong result against the float64 reference"}
                 continue
@@ -181,55 +201,213 @@ def bench_backward(shape, dtype, contenders, l2_bytes):
     return row
 
 
+def _fresh_compile_state():
+    """Forget every graph torch.compile has made, so that the contenders built next
+    compile for their own (shape, dtype).
+
+    Dynamo caches compiled graphs on the Python code object, so one compiled function
+    (or several made from one ``lambda``/``def``) run over many shapes recompiles per
+    shape until dynamo's recompile limit (8) and then silently runs eager. Resetting
+    before each contender set gives one compile per (shape, dtype); the limits are
+    raised as well (``recompile_limit``, ``cache_size_limit`` in older torch), and
+    hitting one raises where torch offers that, so a fall-back shows as an error cell
+    rather than as a slow number.
+    """
+    _torch()
+    import torch._dynamo as dynamo
+    dynamo.reset()
+    cfg = dynamo.config
+    for names, value in ((("recompile_limit", "cache_size_limit"), 64),
+                         (("accumulated_recompile_limit", "accumulated_cache_size_limit"), 1024)):
+        for name in names:  # set one name only: newer torch keeps the old one as an alias
+            if hasattr(cfg, name):
+                setattr(cfg, name, max(int(getattr(cfg, name)), value))
+                break
+    for name in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, True)
+            break
+
+
+def _compiled_rms_norm():
+    """A new ``torch.compile`` of ``F.rms_norm`` (static shapes); compiles on its first call."""
+    torch = _torch()
+    import torch.nn.functional as F
+
+    def rms_norm_compiled(x, w):
+        return F.rms_norm(x, (x.shape[-1],), w, EPS)
+    return torch.compile(rms_norm_compiled, dynamic=False)
+
+
+def _import_pyptx_rms_norm():
+    """pyptx's RMSNorm: the module ``pyptx.examples.hopper.rms_norm`` that the pyptx
+    wheel ships (``build_rms_norm(B, N, eps=..., arch=...)`` returns a kernel that takes
+    torch tensors ``(x, w)`` and returns ``y``). The module imports ``jax`` at its top for
+    its own JAX demo, which the kernel and the torch path never use; where jax is not
+    installed it is imported with an empty stand-in ``jax`` that is removed right after."""
+    importlib.import_module("pyptx")  # ImportError: not installed
+    name = "pyptx.examples.hopper.rms_norm"
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if not (e.name or "").startswith("jax"):
+            raise
+    saved = {n: sys.modules.get(n) for n in ("jax", "jax.numpy")}
+    stub, stub_np = types.ModuleType("jax"), types.ModuleType("jax.numpy")
+    stub.numpy = stub_np
+    sys.modules["jax"], sys.modules["jax.numpy"] = stub, stub_np
+    try:
+        return importlib.import_module(name)
+    finally:
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
+def _version(dist):
+    try:
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def peers():
+    """The optional peers, imported once: ``{"liger": LigerRMSNormFunction or None,
+    "pyptx": pyptx's rms_norm module or None, "versions": {...}, "notes": [...]}``.
+    A peer that cannot be imported gets a note (printed, and kept in the JSON), never
+    a silent gap."""
+    out = {"liger": None, "pyptx": None, "versions": {}, "notes": []}
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        out["liger"] = LigerRMSNormFunction
+        out["versions"]["liger"] = _version("liger-kernel")
+    except Exception as e:
+        out["notes"].append(f"liger not available ({type(e).__name__}: {str(e)[:160]}); "
+                            "it is left out (install: bash bench/gpu_session.sh with .whl/)")
+    try:
+        out["pyptx"] = _import_pyptx_rms_norm()
+        out["versions"]["pyptx"] = _version("pyptx")
+        out["notes"].append("pyptx has no RMSNorm backward (its wheel ships a forward "
+                            "kernel only, float32, N a multiple of 32): forward table only")
+    except Exception as e:
+        out["notes"].append(f"pyptx not available ({type(e).__name__}: {str(e)[:160]}); "
+                            "it is left out (install: bash bench/gpu_session.sh with .whl/)")
+    return out
+
+
+_PYPTX_KERNELS: dict = {}
+
+
+def pyptx_rms_fwd(mod):
+    """pyptx's forward: one kernel per (B, N), built (traced, JIT-compiled, registered
+    with its launch shim) on the first call, i.e. in the validation call."""
+    torch = _torch()
+    try:
+        from pyptx import detect_arch
+        arch = detect_arch()
+    except Exception:
+        arch = "sm_90a"
+
+    def run(x, w):
+        if x.dtype != torch.float32 or w.dtype != torch.float32:
+            raise TypeError(f"pyptx's RMSNorm kernel is float32 only, not {x.dtype}")
+        key = (tuple(x.shape), arch)
+        k = _PYPTX_KERNELS.get(key)
+        if k is None:
+            b, n = x.shape
+            k = _PYPTX_KERNELS[key] = mod.build_rms_norm(b, n, eps=EPS, arch=arch)
+        return k(x, w)
+    return run
+
+
+# Liger: offset 0.0 and casting mode "gemma" compute y = x * rstd * w in float32 and
+# round once to the input dtype, as every other contender does ("llama" multiplies by
+# w in the input dtype after a rounding; the bytes moved are the same either way).
+LIGER_ARGS = (EPS, 0.0, "gemma")
+
+
 def fwd_contenders(dtype):
+    """The forward contenders for one (shape, dtype): call once per shape (it resets
+    torch.compile's state, see ``_fresh_compile_state``)."""
     torch = _torch()
     import torch.nn.functional as F
     from ptxdsl.ops import rms_norm
+    _fresh_compile_state()
+    p = peers()
     out = {}
     # The same bytes as the forward: read x, write y.
     out["ptxdsl"] = lambda x, w: rms_norm(x, w, EPS)
     out["eager"] = lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True)
                                                           + EPS) * w.float()).to(x.dtype)
     out["F.rms_norm"] = lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS)
-    compiled = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False)
-    out["torch.compile"] = compiled
+    out["torch.compile"] = _compiled_rms_norm()
     try:
         out["triton"] = triton_rms_fwd()
     except Exception:
         pass
-    try:
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-        out["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS)
-    except Exception:
-        pass
+    if p["liger"] is not None:
+        liger = p["liger"]
+        out["liger"] = lambda x, w: liger.apply(x, w, *LIGER_ARGS)
+    if p["pyptx"] is not None:
+        out["pyptx"] = pyptx_rms_fwd(p["pyptx"])
     return out
+
+
+class _AutogradBackward:
+    """The backward of an autograd forward ``f(x, w)``, timed alone.
+
+    ``prepare(sets)`` (called by ``_measure`` before validation, untimed) runs the
+    forward once per input set and keeps its graph; each call is then one
+    ``torch.autograd.grad(y, (x, w), dy, retain_graph=True)``: the backward kernels
+    and the autograd engine's work, without the forward. ``own_dy`` gives the
+    contender its own copy of each ``dy`` (Liger writes dx into dy in place).
+    """
+
+    def __init__(self, f, own_dy=False):
+        self.f, self.own_dy, self.graphs = f, own_dy, {}
+
+    def prepare(self, sets):
+        for dy, x, w, _rstd in sets:
+            xg = x.detach().requires_grad_()
+            wg = w.detach().requires_grad_()
+            y = self.f(xg, wg)
+            self.graphs[id(x)] = (y, xg, wg, dy.clone() if self.own_dy else None)
+
+    def __call__(self, dy, x, w, rstd):
+        y, xg, wg, own = self.graphs[id(x)]
+        return _torch().autograd.grad(y, (xg, wg), dy if own is None else own,
+                                      retain_graph=True)
 
 
 def bwd_contenders(dtype):
-    torch = _torch()
+    """The backward contenders for one (shape, dtype): call once per shape."""
     import torch.nn.functional as F
     from ptxdsl.ops import rms_norm_backward
+    _fresh_compile_state()
+    p = peers()
     out = {}
 
     out["ptxdsl"] = lambda dy, x, w, rstd: rms_norm_backward(dy, x, w, rstd)
-
-    def autograd_of(f):
-        def run(dy, x, w, rstd):
-            xg = x.detach().requires_grad_()
-            wg = w.detach().requires_grad_()
-            y = f(xg, wg)
-            gx, gw = torch.autograd.grad(y, (xg, wg), dy)
-            return gx, gw
-        return run
-    out["F.rms_norm"] = autograd_of(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS))
-    out["torch.compile"] = autograd_of(torch.compile(
-        lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False))
-    try:
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-        out["liger"] = autograd_of(lambda x, w: LigerRMSNormFunction.apply(x, w, EPS))
-    except Exception:
-        pass
+    out["F.rms_norm"] = _AutogradBackward(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS))
+    out["torch.compile"] = _AutogradBackward(_compiled_rms_norm())
+    if p["liger"] is not None:
+        liger = p["liger"]
+        # in_place=True (Liger's default): dx is written over (its own copy of) dy.
+        out["liger"] = _AutogradBackward(lambda x, w: liger.apply(x, w, *LIGER_ARGS, True),
+                                         own_dy=True)
     return out
+
+
+def _release():
+    """Free one shape's inputs, outputs and retained graphs before the next shape."""
+    gc.collect()
+    torch = _torch()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _warm_up_gpu(seconds: float = 3.0) -> None:
@@ -267,20 +445,26 @@ def main(argv=None):
     _warm_up_gpu()
     result = {"device": dev.name, "date": datetime.date.today().isoformat(),
               "torch": torch.__version__, "forward": [], "backward": []}
+    p = peers()
+    result["peers"] = dict(p["versions"])
+    result["notes"] = list(p["notes"])
+    for note in result["notes"]:
+        print(f"note: {note}", flush=True)
     for dn in a.dtypes.split(","):
         dt = names[dn]
-        fc = {} if a.no_forward else fwd_contenders(dt)
-        for sh in shapes if fc else ():
-            row = bench_forward(sh, dt, fc, l2)
+        # Contenders are built per (shape, dtype): a fresh torch.compile for each.
+        for sh in () if a.no_forward else shapes:
+            row = bench_forward(sh, dt, fwd_contenders(dt), l2)
+            _release()
             result["forward"].append({"shape": list(sh), "dtype": dn, "results": row})
             print(f"fwd {dn} {sh}: " + ", ".join(
                 f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR" for k, v in row.items()),
                 flush=True)
         if a.no_backward:
             continue
-        bc = bwd_contenders(dt)
         for sh in shapes:
-            row = bench_backward(sh, dt, bc, l2)
+            row = bench_backward(sh, dt, bwd_contenders(dt), l2)
+            _release()
             result["backward"].append({"shape": list(sh), "dtype": dn, "results": row})
             print(f"bwd {dn} {sh}: " + ", ".join(
                 f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR" for k, v in row.items()),
@@ -288,6 +472,8 @@ def main(argv=None):
     path = a.json or os.path.join(os.environ.get("OUT", "."), "rmsnorm.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
+    for note in result["notes"]:
+        print(f"note: {note}")
     print_table(result)
     return result
 

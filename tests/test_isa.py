@@ -41,9 +41,14 @@ def test_opcodes_are_unique_and_indexed():
 def test_entry_is_well_formed(opcode):
     spec = INSTRUCTIONS[opcode]
     assert all(t in ALL_TYPES for t in spec.types), spec.types
-    # A modifier name in two groups would make match() ambiguous.
-    names = [m for grp in spec.groups for m in grp.names]
-    assert len(names) == len(set(names)), names
+    # A modifier name in two groups is matched by position (the first group not yet
+    # passed), which is unambiguous only when the second of them is optional.
+    seen: dict[str, int] = {}
+    for gi, grp in enumerate(spec.groups):
+        for m in grp.names:
+            if m in seen:
+                assert not grp.required, (m, grp.name)
+            seen.setdefault(m, gi)
     assert len({grp.name for grp in spec.groups}) == len(spec.groups)
     for sig in (spec.operands, *spec.variants.values()):
         for slot in parse_operands(sig):
@@ -266,3 +271,16 @@ def test_check_arch_names_the_fix():
     with pytest.raises(ArchError, match=r"PTX ISA 8\.0, newer than the 7\.8"):
         check_arch(m, 90, "sm_90", max_ptx=(7, 8))
     assert issubclass(ArchError, PtxdslError)
+
+
+def test_modifier_in_two_groups_fills_them_in_order():
+    spec = INSTRUCTIONS["createpolicy"]
+    m = match(spec, ["fractional", "L2::evict_first", "L2::evict_unchanged",
+                     "b64"])
+    assert m.chosen == {"kind": "fractional", "primary": "L2::evict_first",
+                        "secondary": "L2::evict_unchanged"}
+    m = match(spec, ["fractional", "L2::evict_first", "b64"])
+    assert m.chosen == {"kind": "fractional", "primary": "L2::evict_first"}
+    with pytest.raises(IsaError, match="at most one"):
+        match(spec, ["fractional", "L2::evict_first", "L2::evict_first",
+                     "L2::evict_first", "b64"])

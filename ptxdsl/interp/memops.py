@@ -223,6 +223,24 @@ def cvta(mach, instr, mask):
     mach.dst(instr, 0, r.astype(UINT[t.bits]).view(t.np_dtype), mask)
 
 
+# L2 eviction priorities in the order createpolicy's encoding below numbers them.
+_PRIORITIES = ("L2::evict_normal", "L2::evict_first", "L2::evict_last", "L2::evict_unchanged")
+
+
+@handler("createpolicy")
+def createpolicy(mach, instr, mask):
+    """A policy is an opaque 64-bit value that only steers the L2's eviction order, which
+    the interpreter does not model (memory contents are the same under every policy).
+    It encodes its settings so that two different policies never look equal."""
+    m = instr.match
+    primary = _PRIORITIES.index(m.chosen["primary"])
+    secondary = _PRIORITIES.index(m.chosen.get("secondary", "L2::evict_unchanged"))
+    frac = float(instr.operands[1].value) if len(instr.operands) > 1 else 1.0
+    bits = np.float32(frac).view(np.uint32)
+    value = np.uint64((primary << 36) | (secondary << 32) | int(bits))
+    mach.dst(instr, 0, np.full(mach.T, value, np.uint64), mask)
+
+
 # ------------------------------------------------------------------------ cp.async
 @handler("cp.async")
 def cp_async(mach, instr, mask):

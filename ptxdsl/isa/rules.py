@@ -330,9 +330,19 @@ def atom(m):
     return None
 
 
-def cp_async(m):
-    if m.chosen.get("L2") == "L2::256B":
+def cp_async_operands(m, ops):
+    """cp.async copies 4, 8 or 16 bytes (.cg: 16 only); an immediate source size is at most
+    the copy size (the rest of the destination is zero-filled)."""
+    size = _imm(ops[2]) if len(ops) > 2 else None
+    if size is None:
         return None
+    if size not in (4, 8, 16):
+        return f"cp.async copies 4, 8 or 16 bytes, got {size}"
+    if m.chosen.get("cache") == "cg" and size != 16:
+        return f"cp.async.cg copies 16 bytes only, got {size}; use cp.async.ca for {size}"
+    src = _imm(ops[3]) if len(ops) > 3 else None
+    if src is not None and not 0 <= src <= size:
+        return f"cp.async source size {src} must be between 0 and the copy size {size}"
     return None
 
 
@@ -349,6 +359,18 @@ def bit_field_operands(m, ops):
         v = _imm(op)
         if v is not None and not 0 <= v <= 255:
             return f"bit-field {what} {v} is out of range: immediates must be 0..255"
+    return None
+
+
+def fraction_operand(m, ops):
+    """createpolicy.fractional takes a constant fraction in (0, 1]."""
+    if len(ops) < 2:
+        return None
+    v = getattr(ops[1], "value", None)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return "createpolicy's fraction is a constant (a Python float in (0, 1]), not a register"
+    if not 0.0 < float(v) <= 1.0:
+        return f"createpolicy fraction {v} is out of range: it must be in (0, 1]"
     return None
 
 

@@ -193,7 +193,12 @@ def match(spec: OpSpec, mods: list[str]) -> Match:
     need_ptx, need_sm = spec.ptx, spec.sm
     pos = 0
     for m in head:
-        gi = next((i for i, g in enumerate(spec.groups) if g.get(m) is not None), None)
+        # A modifier may belong to two groups (createpolicy's primary and secondary
+        # priorities): it fills the first one not yet passed in PTX order.
+        gi = next((i for i, g in enumerate(spec.groups)
+                   if i >= pos and g.get(m) is not None), None)
+        if gi is None:
+            gi = next((i for i, g in enumerate(spec.groups) if g.get(m) is not None), None)
         if gi is None:
             if m in ALL_TYPES:
                 raise IsaError(

@@ -46,6 +46,9 @@ VEC2_4 = g("vec", "v2", "v4")
 L1_EVICT = g("L1", Mod("L1::evict_normal", (7, 4), 70), Mod("L1::evict_unchanged", (7, 4), 70),
              Mod("L1::evict_first", (7, 4), 70), Mod("L1::evict_last", (7, 4), 70),
              Mod("L1::no_allocate", (7, 4), 70))
+# An L2 eviction policy (a .b64 register from createpolicy) as the last operand.
+L2_HINT = g("hint", Mod("L2::cache_hint", (7, 4), 80,
+                        doc="the last operand is a 64-bit L2 policy made by createpolicy"))
 L2_PREFETCH = g("L2", Mod("L2::64B", (7, 4), 75), Mod("L2::128B", (7, 4), 75),
                 Mod("L2::256B", (7, 4), 80))
 # .shared::cta is a PTX 7.8 spelling of .shared that ptxas takes for every target.
@@ -71,8 +74,9 @@ TABLE: tuple[OpSpec, ...] = (
            example="mov.u32 %r0, %tid.x", rule=rules.mov),
     OpSpec("ld", (SEM_LD, SCOPE, g("space", *LD_SPACES),
                   g("cop", "ca", "cg", "cs", "lu", "cv"), g("nc", Mod("nc", (3, 1), 32)),
-                  L1_EVICT, L2_PREFETCH, VEC2_4),
-           MEM_TYPES, operands="V:T a", category="data", side_effects=False,
+                  L1_EVICT, L2_HINT, L2_PREFETCH, VEC2_4),
+           MEM_TYPES, operands="V:T a", variants={"L2::cache_hint": "V:T a r:b64"},
+           category="data", side_effects=False,
            doc="Load from a state space; .v2/.v4 take a register list as destination; "
                ".nc reads global memory through the non-coherent (texture) path.",
            example="ld.global.v4.f32 {%f0, %f1, %f2, %f3}, [%rd0]", rule=rules.ld),
@@ -80,10 +84,21 @@ TABLE: tuple[OpSpec, ...] = (
     # function input parameter"), and ptxdsl emits no device-function calls.
     OpSpec("st", (SEM_ST, SCOPE, g("space", "global", "shared", "local", SHARED_CTA,
                                    Mod("shared::cluster", (7, 8), 90)),
-                  g("cop", "wb", "cg", "cs", "wt"), L1_EVICT, VEC2_4),
-           MEM_TYPES, operands="a X:T", category="data", side_effects=True,
+                  g("cop", "wb", "cg", "cs", "wt"), L1_EVICT, L2_HINT, VEC2_4),
+           MEM_TYPES, operands="a X:T", variants={"L2::cache_hint": "a X:T r:b64"},
+           category="data", side_effects=True,
            doc="Store to a state space; .v2/.v4 take a register list as source.",
            example="st.global.v4.f32 [%rd0], {%f0, %f1, %f2, %f3}", rule=rules.st),
+    OpSpec("createpolicy", (g("kind", "fractional", required=True),
+                            g("primary", "L2::evict_last", "L2::evict_normal",
+                              "L2::evict_first", "L2::evict_unchanged", required=True),
+                            g("secondary", "L2::evict_first", "L2::evict_unchanged")),
+           ("b64",), operands="d:b64 s:f32?", ptx=(7, 4), sm=80, category="data",
+           doc="Make an L2 eviction policy for ld/st .L2::cache_hint: the given fraction "
+               "(0 < f <= 1, default 1) of the lines an access touches get the primary "
+               "priority, the rest the secondary (default .L2::evict_unchanged).",
+           example="createpolicy.fractional.L2::evict_last.b64 %rd0",
+           check_operands=rules.fraction_operand),
     OpSpec("cvt", (g("irnd", "rni", "rzi", "rmi", "rpi"),
                    g("frnd", "rn", "rz", "rm", "rp", Mod("rna", (7, 0), 80)),
                    g("ftz", "ftz"), g("sat", "sat"), g("relu", Mod("relu", (7, 0), 80)),
@@ -327,7 +342,7 @@ TABLE: tuple[OpSpec, ...] = (
                         g("dst", "shared", SHARED_CTA, required=True),
                         g("src", "global", required=True), L2_PREFETCH),
            (), ntypes=0, operands="a a i:u32 s:u32?", ptx=(7, 0), sm=80, category="async",
-           side_effects=True, rule=rules.cp_async,
+           side_effects=True, check_operands=rules.cp_async_operands,
            doc="Asynchronous global->shared copy of 4, 8 or 16 bytes (.cg: 16 only); the "
                "optional last operand is the source size (zero-fills the rest).",
            example="cp.async.cg.shared.global [%r0], [%rd0], 16"),

@@ -170,7 +170,11 @@ def emit(prog: ir.Program, lines: str | None = None, *, source: str = "",
         version=f"{prog.ptx_version[0]}.{prog.ptx_version[1]}", files=list(files),
         params=params, maxntid=", ".join(map(str, maxntid)) if maxntid else None,
         reg_decls=reg_decls(prog.regs), shared=[
-            {"name": s.name, "align": s.align, "nbytes": s.nbytes} for s in prog.shared],
+            {"name": s.name, "align": s.align, "nbytes": s.nbytes} for s in prog.shared
+            if not s.dynamic],
+        # PTX declares dynamic shared memory at module scope, with no size.
+        extern_shared=[{"name": s.name, "align": s.align, "nbytes": s.nbytes}
+                       for s in prog.shared if s.dynamic],
         body=["\x00"])
     # The template marks where the body goes; splice it in so the line map is exact.
     before, after = head.split("\x00\n")

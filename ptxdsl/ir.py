@@ -201,6 +201,9 @@ class SharedDecl:
     shape: tuple[int, ...]
     align: int
     loc: SourceLoc | None = None  # the smem.alloc call
+    # Dynamic shared memory (``.extern .shared``, sized at launch): how a CTA gets more
+    # than the 48 KiB a kernel may declare statically.
+    dynamic: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -223,6 +226,11 @@ class Program:
     ptx_version: tuple[int, int]
     sm: int
     max_threads: int | None = None
+
+    @property
+    def dynamic_smem(self) -> int:
+        """Bytes of dynamic shared memory a launch must provide (0: none)."""
+        return sum(s.nbytes for s in self.shared if s.dynamic)
 
     def walk(self):
         """Every Instr, in program order, descending into regions."""

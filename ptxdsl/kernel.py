@@ -148,6 +148,12 @@ class Kernel:
         ``"loc"`` as ``.loc`` debug directives."""
         return self.compile(arch, "comment" if lines is True else lines or None).ptx
 
+    @property
+    def dynamic_shared(self) -> int:
+        """Bytes of dynamic shared memory every launch provides: the kernel's
+        ``smem.alloc(..., dynamic=True)`` array (0 when it has none)."""
+        return self.compile().program.dynamic_smem
+
     def program(self, arch: str | None = None) -> ir.Program:
         """The verified IR (what the interpreter runs)."""
         return self.compile(arch).program

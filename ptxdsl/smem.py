@@ -51,6 +51,12 @@ class SharedArray:
             b.prologue.append(ir.Deferred(lambda used: [instr] if base in used else []))
         return self._base
 
+    @property
+    def base(self) -> ir.Reg:
+        """The array's shared-memory address in a ``.u32`` register (read once at kernel
+        entry), for address arithmetic of one's own, e.g. ``cp.async`` destinations."""
+        return self._base_reg()
+
     def addr(self, *index) -> ir.Addr:
         """The address of element ``index`` (ints fold in; registers record arithmetic)."""
         b = current("shared-array indexing")
@@ -114,8 +120,15 @@ class SharedArray:
         current().inst(["st", "shared", move_type(self.dtype).name], (a, as_reg(value)))
 
 
-def alloc(dtype: PtxType, shape, *, align: int = 16) -> SharedArray:
-    """Declare ``.shared .align A .b8 smemN[bytes]`` for this CTA and return a handle."""
+def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False) -> SharedArray:
+    """Declare ``.shared .align A .b8 smemN[bytes]`` for this CTA and return a handle.
+
+    ``dynamic=True`` declares it as dynamic shared memory instead
+    (``.extern .shared .align A .b8 smemN[];`` at module scope, CUDA's
+    ``extern __shared__``): the launch provides its bytes, which may exceed the 48 KiB
+    a kernel can declare statically (the launcher raises the function's limit). A
+    kernel has at most one dynamic array; it lies after every static one.
+    """
     b = current("smem.alloc")
     if isinstance(shape, int):
         shape = (shape,)
@@ -125,6 +138,14 @@ def alloc(dtype: PtxType, shape, *, align: int = 16) -> SharedArray:
     if align & (align - 1) or align < dtype.bytes:
         raise TraceError(f"align must be a power of two >= the element size, got {align}",
                          user_location())
-    decl = ir.SharedDecl(f"smem{len(b.shared)}", dtype, shape, align, user_location())
+    if dynamic:
+        prior = next((d for d in b.shared if d.dynamic), None)
+        if prior is not None:
+            raise TraceError(f"kernel '{b.name}' already has a dynamic shared array "
+                             f"({prior.name}, declared at {prior.loc}); PTX gives a kernel one "
+                             f"dynamic region: make this one part of it (a larger shape) or "
+                             f"static", user_location())
+    decl = ir.SharedDecl(f"smem{len(b.shared)}", dtype, shape, align, user_location(),
+                         dynamic=bool(dynamic))
     b.shared.append(decl)
     return SharedArray(decl, b)

@@ -17,59 +17,41 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from bench.rmsnorm import time_fn  # noqa: E402
 
-FWD_SHAPES = [(2048, 8192, "f32"), (4096, 4096, "f32"), (16384, 4096, "f32"),
-              (8192, 8192, "bf16"), (32768, 1024, "f32"), (4096, 7168, "bf16"),
-              (4096, 1000, "f32"), (1024, 16384, "f32")]
+FWD_SHAPES = [(2048, 8192, "f32"), (4096, 4096, "f32"), (8192, 8192, "f32"),
+              (16384, 4096, "f32"), (32768, 1024, "f32"), (4096, 5120, "f32"),
+              (4096, 7168, "f32"), (1024, 16384, "f32"), (4096, 1000, "f32"),
+              (2048, 8192, "bf16"), (8192, 8192, "bf16"), (4096, 4096, "f16"),
+              (32768, 1024, "f16"), (4096, 1000, "bf16")]
 BWD_SHAPES = [(2048, 8192, "bf16")]
 
 
-def main(argv=None):
-    import torch
-    from ptxdsl.ops.rms_norm_fwd import build_forward, plan
-    from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
-    from ptxdsl.ops.rms_norm_bwd import build_backward, plan_backward
-    from ptxdsl.runtime import prepare
-    from ptxdsl.types import bf16, f16, f32
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "tune.json"))
-    ap.add_argument("--shapes", default=None, help="forward shapes, e.g. 8192x8192xf32,...")
-    ap.add_argument("--no-backward", action="store_true")
-    ap.add_argument("--no-forward", action="store_true")
-    ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
-    a = ap.parse_args(argv)
+# Cache hints tried on the default plan (--mode hints): x loads x y stores.
+X_HINTS = ((), ("cs",), ("lu",), ("nc",), ("L2::256B",), ("nc", "L2::256B"),
+           ("L1::no_allocate",), ("L1::no_allocate", "L2::256B"))
+Y_HINTS = ((), ("cs",))
+
+
+def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
+    """name -> (plan, None | CTAs per SM of the loop kernel | Staging)."""
     import dataclasses
-    import torch.nn.functional as F
-    fwd_shapes = FWD_SHAPES
-    if a.shapes:
-        fwd_shapes = [(int(m), int(n), d) for m, n, d in (s.split("x") for s in a.shapes.split(","))]
-    types = {"f32": (f32, torch.float32), "bf16": (bf16, torch.bfloat16),
-             "f16": (f16, torch.float16)}
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    out = {"device": torch.cuda.get_device_name(), "forward": [], "backward": []}
-    bwd_shapes = BWD_SHAPES
-    if a.bwd_shapes:
-        bwd_shapes = [(int(m), int(n), d)
-                      for m, n, d in (s.split("x") for s in a.bwd_shapes.split(","))]
-    for m, n, dn in () if a.no_forward else fwd_shapes:
-        dt, tdt = types[dn]
-        sets = [(torch.randn(m, n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt),
-                 torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(4)]
-        copy_us = time_fn(lambda x, w, y: y.copy_(x), sets)
-        base = plan(n, dt)
-        variants = {}
-        for t in sorted({base.threads, 128, 256, 512, 1024}):
-            if t * base.vec > n * 2 and t > 32:
-                continue
-            p = plan(n, dt, threads=t)
+    variants = {f"T{base.threads}": (base, None)}
+    if mode == "hints":
+        for xh in X_HINTS:
+            for yh in Y_HINTS:
+                variants[f"T{base.threads} x{'.'.join(xh) or '-'} y{'.'.join(yh) or '-'}"] = (
+                    dataclasses.replace(base, x_hints=xh, y_hints=yh), None)
+        return variants
+    for t in sorted({base.threads, 128, 256, 512, 1024}):
+        if t * base.vec > n * 2 and t > 32:
+            continue
+        p = plan(n, dt, threads=t)
+        if mode == "all":
             variants[f"T{t}"] = (p, None)
             if p.preload_w and not p.two_pass:
                 # w loaded after the reduction: fewer registers, more rows per SM
                 variants[f"T{t} w-late"] = (dataclasses.replace(p, preload_w=False), None)
             if t == base.threads:
-                # cache hints and the two-pass (x re-read from L2) schedule
-                for xh, yh in (((), ()), (("cs",), ()), ((), ("cs",)), (("lu",), ("cs",))):
-                    variants[f"T{t} hints x{xh} y{yh}"] = (
-                        dataclasses.replace(p, x_hints=xh, y_hints=yh), None)
+                # the two-pass (x re-read from L2) schedule
                 variants[f"T{t} two-pass"] = (dataclasses.replace(p, two_pass=True), None)
                 for xh, yh in (((), ()), ((), ("cs",))):
                     variants[f"T{t} two-pass x{xh} y{yh}"] = (
@@ -79,19 +61,88 @@ def main(argv=None):
             for cps in sorted({1, 2, 3, 4, cmax}):
                 if 1 <= cps <= cmax:
                     variants[f"loop T{t} cps{cps}"] = (p, cps)
+        # cp.async-staged persistent kernel: stages x CTAs per SM (as they fit)
+        seen = set()
+        for stages in (2, 3, 4, 6):
+            for cps in (1, 2, 3, 4):
+                stg = staging(p, dt, False, stages=stages, ctas_per_sm=cps)
+                if stg is None or stg in seen:
+                    continue
+                seen.add(stg)
+                variants[f"async T{t} S{stg.stages} cps{stg.ctas_per_sm}"] = (p, stg)
+    return variants
+
+
+def main(argv=None):
+    import torch
+    from ptxdsl.ops.rms_norm_fwd import build_forward, plan
+    from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
+    from ptxdsl.ops.rms_norm_fwd_async import build_forward_async, staging
+    from ptxdsl.ops.rms_norm_bwd import build_backward, plan_backward
+    from ptxdsl.runtime import prepare
+    from ptxdsl.types import bf16, f16, f32
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "tune.json"))
+    ap.add_argument("--shapes", default=None, help="forward shapes, e.g. 8192x8192xf32,...")
+    ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--no-forward", action="store_true")
+    ap.add_argument("--no-torch-compile", action="store_true")
+    ap.add_argument("--mode", choices=("all", "async", "hints"), default="all",
+                    help="forward variants: every family, the default plan beside the "
+                         "cp.async-staged kernels, or the default plan under each cache hint")
+    ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
+    a = ap.parse_args(argv)
+    import torch.nn.functional as F
+    fwd_shapes = FWD_SHAPES
+    if a.shapes:
+        fwd_shapes = [(int(m), int(n), d) for m, n, d in (s.split("x") for s in a.shapes.split(","))]
+    types = {"f32": (f32, torch.float32), "bf16": (bf16, torch.bfloat16),
+             "f16": (f16, torch.float16)}
+    props = torch.cuda.get_device_properties(0)
+    sms = props.multi_processor_count
+    l2 = getattr(props, "L2_cache_size", 50 << 20)
+    out = {"device": torch.cuda.get_device_name(), "forward": [], "backward": []}
+    bwd_shapes = BWD_SHAPES
+    if a.bwd_shapes:
+        bwd_shapes = [(int(m), int(n), d)
+                      for m, n, d in (s.split("x") for s in a.bwd_shapes.split(","))]
+    for m, n, dn in () if a.no_forward else fwd_shapes:
+        dt, tdt = types[dn]
+        # Enough input copies that the rotation exceeds L2 three times (DRAM numbers).
+        nbytes = 2 * m * n * tdt.itemsize
+        copies = min(64, max(4, -(-3 * l2 // nbytes)))
+        sets = [(torch.randn(m, n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt),
+                 torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(copies)]
+        copy_us = time_fn(lambda x, w, y: y.copy_(x), sets)
+        base = plan(n, dt)
+        variants = _variants(a.mode, n, dt, base, plan, loop_ctas_per_sm, staging)
         res = {}
+        ref = F.rms_norm(sets[0][0].float(), (n,), sets[0][1].float(), 1e-6)
         compiled = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
                                  dynamic=False)
         try:
+            if a.no_torch_compile:
+                raise RuntimeError("skipped (--no-torch-compile)")
             res["torch.compile"] = time_fn(lambda x, w, y: compiled(x, w), sets, iters=40)
         except Exception as e:  # noqa: BLE001
             res["torch.compile"] = f"{type(e).__name__}: {str(e)[:80]}"
         for name, (p, cps) in variants.items():
             try:
-                k = build_forward(p, dt, dt) if cps is None else \
-                    build_forward_loop(p, dt, dt, sms * cps)
+                if cps is None:
+                    k = build_forward(p, dt, dt)
+                elif isinstance(cps, int):
+                    k = build_forward_loop(p, dt, dt, sms * cps)
+                else:
+                    k = build_forward_async(p, cps, dt, dt, sms * cps.ctas_per_sm)
                 r = k.resources()
                 if r.spill_stores:
+                    continue
+                x0, w0, y0 = sets[0]
+                y0.fill_(float("nan"))
+                k(x0, w0, y0)
+                err = ((y0.float() - ref).abs().max() / ref.abs().max()).item()
+                if not err <= (2e-6 if dn == "f32" else 1e-2):
+                    res[name] = f"WRONG: max error {err:.3g} of the largest value"
                     continue
                 res[name] = time_fn(lambda x, w, y, k=k: k(x, w, y), sets, iters=40)
             except Exception as e:

@@ -14,8 +14,9 @@ from ptxdsl.types import PtxType, b16, b32, bf16, f32, u32
 
 
 def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
-               hints: tuple[str, ...] = ()) -> list:
-    """Load ``vec`` elements at byte ``[base+offset]`` and return them as f32 registers.
+               hints: tuple[str, ...] = (), space: str = "global") -> list:
+    """Load ``vec`` elements at byte ``[base+offset]`` of ``space`` (global or shared)
+    and return them as f32 registers.
 
     With ``pred`` the load is guarded and the registers read 0 where it is false,
     so sums over a ragged tail need no further masking.
@@ -24,26 +25,26 @@ def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
     if vec > per:  # wider than one 16-byte access (f32 weights beside bf16 x)
         return [v for i in range(0, vec, per)
                 for v in load_chunk(base, offset + i * dtype.bytes, dtype, per, pred=pred,
-                                    hints=hints)]
+                                    hints=hints, space=space)]
     addr = ptx.addr(base, offset)
     if dtype == f32:
         vals = [reg.scalar(f32, init=0.0 if pred is not None else None) for _ in range(vec)]
-        _ld(hints, vec, "f32", vals if vec > 1 else vals[0], addr, pred)
+        _ld(space, hints, vec, "f32", vals if vec > 1 else vals[0], addr, pred)
         return vals
     if vec == 1:
         if dtype == bf16:
             h = reg.scalar(u32, init=0 if pred is not None else None)
-            _ld(hints, 1, "u16", h, addr, pred)
+            _ld(space, hints, 1, "u16", h, addr, pred)
             v = reg.scalar(f32)
             ptx.inst.shl.b32(v, h, 16)
             return [v]
         h = reg.scalar(b16, init=0 if pred is not None else None)
-        _ld(hints, 1, "b16", h, addr, pred)
+        _ld(space, hints, 1, "b16", h, addr, pred)
         v = reg.scalar(f32)
         ptx.inst.cvt.f32.f16(v, h)
         return [v]
     words = [reg.scalar(b32, init=0 if pred is not None else None) for _ in range(vec // 2)]
-    _ld(hints, vec // 2, "b32", words if vec > 2 else words[0], addr, pred)
+    _ld(space, hints, vec // 2, "b32", words if vec > 2 else words[0], addr, pred)
     return [x for w in words for x in widen_pair(w, dtype)]
 
 
@@ -60,8 +61,8 @@ def widen_pair(word, dtype: PtxType) -> tuple:
     return lo, hi
 
 
-def _ld(hints, n, tname, dst, addr, pred):
-    chain = ["ld", "global", *hints] + ([f"v{n}"] if n > 1 else []) + [tname]
+def _ld(space, hints, n, tname, dst, addr, pred):
+    chain = ["ld", space, *hints] + ([f"v{n}"] if n > 1 else []) + [tname]
     ptx.inst(".".join(chain), dst, addr, pred=pred)
 
 

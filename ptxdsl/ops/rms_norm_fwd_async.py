@@ -1,0 +1,211 @@
+"""The staged RMSNorm forward: rows stream into shared memory with ``cp.async``.
+
+A fixed grid of CTAs walks the rows (``cta, cta + G, ...``, as in
+:mod:`.rms_norm_fwd_loop`), but a row arrives in shared memory through
+``cp.async`` (16 bytes per thread per chunk, no registers held while it is in
+flight) into a ring of ``stages`` row buffers. While a CTA reduces and writes
+row ``i``, rows ``i+1 .. i+stages-1`` are already on their way, so DRAM always
+has work queued from every SM: the tail of the grid (SMs that got one row
+fewer) no longer leaves bandwidth idle, and no CTA stalls on a load between
+rows. The register-resident kernels cannot keep as much in flight: there, x's
+registers limit an SM to two or three rows.
+
+Every thread copies, and later reads, only its own chunks of a stage, so the
+ring needs no barrier of its own: ``cp.async.wait_group`` makes a thread's
+copies visible to that thread, and a stage is refilled only after the same
+thread has consumed it (its values fed the row sum, which the reduction's
+``bar.sync`` waits for). The ring is dynamic shared memory (it is larger than
+the 48 KiB a kernel can declare statically).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptxdsl import kernel, ptx, reg, smem
+from ptxdsl.types import PtxType, f32, u8, u32
+
+from ._reduce import RowSum
+from ._rowio import load_chunk, narrow, round_trip, store_chunk
+from .rms_norm_fwd import Plan, forward_specs
+
+SMEM_PER_SM = 227 * 1024      # Hopper: shared memory one SM gives its CTAs (opt-in)
+SMEM_PER_CTA_RESERVED = 1024  # what the system keeps per resident CTA
+
+
+@dataclass(frozen=True)
+class Staging:
+    """How many row buffers each CTA keeps, and how many CTAs share an SM."""
+
+    stages: int
+    ctas_per_sm: int
+
+
+def stage_bytes(p: Plan, dtype: PtxType, residual: bool) -> int:
+    """Bytes of one ring stage: the CTA's rows of x (and of the residual)."""
+    return (2 if residual else 1) * p.rows_per_cta * p.chunks * p.vec * dtype.bytes
+
+
+def can_stage(p: Plan, dtype: PtxType) -> bool:
+    """cp.async moves 4, 8 or 16 bytes; rows re-read from L2 have no use for a ring."""
+    return not p.two_pass and p.vec * dtype.bytes in (4, 8, 16)
+
+
+def staging(p: Plan, dtype: PtxType, residual: bool, *, stages: int | None = None,
+            ctas_per_sm: int | None = None) -> Staging | None:
+    """The ring for plan ``p``: by default as many stages as keep about 96 KiB per SM
+    in flight (2 to 4), at the CTAs per SM that threads and shared memory allow;
+    None when the plan cannot be staged or one stage does not fit."""
+    if not can_stage(p, dtype):
+        return None
+    sb = stage_bytes(p, dtype, residual)
+    cps = ctas_per_sm or max(1, min(2048 // p.block, 2))
+    if stages is None:
+        stages = max(2, min(4, -(-96 * 1024 // (cps * sb)) + 1))
+    while cps > 1 and cps * (stages * sb + 1024 + SMEM_PER_CTA_RESERVED) > SMEM_PER_SM:
+        cps -= 1
+    while stages > 1 and cps * (stages * sb + 1024 + SMEM_PER_CTA_RESERVED) > SMEM_PER_SM:
+        stages -= 1
+    if cps * (stages * sb + 1024 + SMEM_PER_CTA_RESERVED) > SMEM_PER_SM:
+        return None
+    return Staging(stages, cps)
+
+
+def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, grid: int, *,
+                        eps: float = 1e-6, residual: bool = False, with_rstd: bool = False,
+                        arch: str = "sm_90a"):
+    """Staged persistent forward kernel over at most ``grid`` CTAs (same arguments as
+    :func:`~.rms_norm_fwd.build_forward`)."""
+    if not can_stage(p, dtype):
+        raise ValueError(f"plan {p} cannot be staged with cp.async (chunks of "
+                         f"{p.vec * dtype.bytes} bytes; 4, 8 or 16 needed, one pass)")
+    N, T, R, V, K, S = p.n, p.threads, p.rows_per_cta, p.vec, p.per_thread, st.stages
+    es, wes = dtype.bytes, wdtype.bytes
+    cb = V * es                       # bytes per chunk (one cp.async)
+    rowb = p.chunks * cb              # one row in shared memory
+    srcb = R * rowb                   # one source (x or residual) of a stage
+    sb = stage_bytes(p, dtype, residual)
+    ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
+    shift = R.bit_length() - 1        # R is a power of two
+    cache = "cg" if cb == 16 else "ca"  # .cg (L2 only) takes 16-byte copies alone
+
+    @kernel(in_specs=ins, out_specs=outs,
+            grid=lambda M: (min(grid, -(-M // R)), 1, 1), block=(p.block, 1, 1), arch=arch,
+            name=f"rms_norm_fwd_async_{dtype.name}_{N}", arg_names=names)
+    def rms_norm_fwd_async(*args):
+        it = iter(args)
+        X = next(it)
+        Rs = next(it) if residual else None
+        W = next(it)
+        Y = next(it)
+        H = next(it) if residual else None
+        RSTD = next(it) if with_rstd else None
+
+        ring = smem.alloc(u8, (S * sb,), dynamic=True)
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        ncta = reg.scalar(u32); ptx.inst.mov.u32(ncta, ptx.special.nctaid.x())
+        m = ptx.dim("M")
+        if R > 1:
+            lane, group = tid & (T - 1), tid >> (T.bit_length() - 1)
+        else:
+            lane, group = tid, 0
+        nblocks = (m + (R - 1)) >> shift if R > 1 else m
+        px, pw, py = ptx.global_ptrs(X, W, Y)
+        sx = X.row_stride
+        lane_b = lane * cb
+        x0, y0 = px + lane_b, py + lane_b
+        w0 = pw + lane * (V * wes)
+        # This thread's first chunk in stage 0 (x; the residual's follows at +srcb).
+        mine = ring.base + lane_b
+        if R > 1:
+            mine = mine + group * rowb
+        if residual:
+            pr, ph = ptx.global_ptrs(Rs, H)
+            sr = Rs.row_stride
+            r0, h0 = pr + lane_b, ph + lane_b
+        step, wstep, sstep = T * cb, T * V * wes, T * cb
+
+        def inside(k):
+            """Whether chunk k of this thread exists (None: always)."""
+            if not p.ragged or (k + 1) * T <= p.chunks:
+                return None
+            return lane < (p.chunks - k * T)
+
+        def both(a, b):
+            return b if a is None else (a if b is None else a & b)
+
+        chunk_ok = [inside(k) for k in range(K)]
+        ws = [load_chunk(w0, k * wstep, wdtype, V, pred=chunk_ok[k]) for k in range(K)]
+        reduce = RowSum(T, tid, looped=True)
+
+        def row_of(rb):
+            return rb if R == 1 else (rb << shift) + group
+
+        def issue(rb, off):
+            """cp.async this thread's chunks of row block rb into the stage at ``off``,
+            then close the group (an empty group past the last row keeps the count)."""
+            row = row_of(rb)
+            ok = row < m
+            dst = mine + off
+            srcs = [(x0 + row * (sx * es), 0)]
+            if residual:
+                srcs.append((r0 + row * (sr * es), srcb))
+            for base, at in srcs:
+                for k in range(K):
+                    ptx.inst(f"cp.async.{cache}.shared.global", ptx.addr(dst, at + k * sstep),
+                             ptx.addr(base, k * step), cb, pred=both(chunk_ok[k], ok))
+            ptx.inst("cp.async.commit_group")
+
+        take = reg.scalar(u32, init=0)            # stage read this iteration
+        fill = reg.scalar(u32, init=(S - 1) * sb)  # stage refilled this iteration
+        for s in range(S - 1):
+            issue(cta + s * ncta if s else cta, s * sb)
+        for rb in ptx.range_(cta, nblocks, ncta):
+            issue(rb + (S - 1) * ncta if S > 1 else rb, fill)
+            ptx.inst("cp.async.wait_group", S - 1)
+            row = row_of(rb)
+            ok = row < m
+            src = mine + take
+            acc = reg.scalar(f32, init=0.0)
+            xs = []
+            for k in range(K):
+                g = both(chunk_ok[k], ok)
+                x = load_chunk(src, k * sstep, dtype, V, pred=g, space="shared")
+                if residual:
+                    r = load_chunk(src, srcb + k * sstep, dtype, V, pred=g, space="shared")
+                    s_ = []
+                    for a, b in zip(x, r):
+                        t = reg.scalar(f32)
+                        ptx.inst.add.f32(t, a, b)
+                        s_.append(t)
+                    x = round_trip(s_, dtype)
+                    store_chunk(h0 + row * (sr * es), k * step, dtype, narrow(x, dtype), pred=g)
+                for v in x:
+                    ptx.inst.fma.rn.f32(acc, v, v, acc)
+                xs.append(x)
+            total = reduce(acc)
+            ms = reg.scalar(f32)
+            ptx.inst.fma.rn.f32(ms, total, 1.0 / N, eps)
+            rstd = reg.scalar(f32)
+            ptx.inst.rsqrt.approx.f32(rstd, ms)
+            if RSTD is not None:
+                prs = ptx.global_ptrs(RSTD)[0]
+                with ptx.if_((lane == 0) & ok):
+                    ptx.inst.st.global_.f32(ptx.addr(prs + row * 4), rstd)
+            yrow = y0 + row * (N * es)
+            for k in range(K):
+                ys = []
+                for a, b in zip(xs[k], ws[k]):
+                    t = reg.scalar(f32)
+                    ptx.inst.mul.f32(t, a, rstd)
+                    ptx.inst.mul.f32(t, t, b)
+                    ys.append(t)
+                store_chunk(yrow, k * step, dtype, narrow(ys, dtype),
+                            pred=both(chunk_ok[k], ok), hints=p.y_hints)
+            # The stage just read is the next one to refill; the read pointer moves on.
+            ptx.inst.mov.u32(fill, take)
+            ptx.inst.add.u32(take, take, sb)
+            wrap = take == S * sb
+            ptx.inst.selp.u32(take, 0, take, wrap)
+
+    return rms_norm_fwd_async

@@ -26,8 +26,7 @@ BWD_SHAPES = [(2048, 8192, "bf16")]
 
 
 # Cache hints tried on the default plan (--mode hints): x loads x y stores.
-X_HINTS = ((), ("cs",), ("lu",), ("nc",), ("L2::256B",), ("nc", "L2::256B"),
-           ("L1::no_allocate",), ("L1::no_allocate", "L2::256B"))
+X_HINTS = ((), ("cs",), ("lu",), ("nc",), ("L2::256B",), ("L1::no_allocate",))
 Y_HINTS = ((), ("cs",))
 
 
@@ -39,7 +38,28 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
         for xh in X_HINTS:
             for yh in Y_HINTS:
                 variants[f"T{base.threads} x{'.'.join(xh) or '-'} y{'.'.join(yh) or '-'}"] = (
-                    dataclasses.replace(base, x_hints=xh, y_hints=yh), None)
+                    dataclasses.replace(base, x_hints=xh, y_hints=yh, x_policy=None), None)
+        # L2 eviction policies (createpolicy): the one-pass kernel, and the two-pass
+        # schedule as Inductor writes it (x kept for the re-read, w kept, y plain).
+        plain = dataclasses.replace(base, x_hints=(), y_hints=(), x_policy=None,
+                                    reload_hints=(), reload_policy=None)
+        for name, kw in {
+            "x:evict_first": dict(x_policy="evict_first"),
+            "x:L1last+evict_last": dict(x_hints=("L1::evict_last",), x_policy="evict_last"),
+            "x:L1first+evict_first": dict(x_hints=("L1::evict_first",),
+                                          x_policy="evict_first"),
+            "w:L1last+evict_last": dict(w_hints=("L1::evict_last",), w_policy="evict_last"),
+            "reload inductor": dict(two_pass=True, preload_w=False,
+                                    x_hints=("L1::evict_last",), x_policy="evict_last",
+                                    reload_hints=("L1::evict_first",),
+                                    reload_policy="evict_first",
+                                    w_hints=("L1::evict_last",), w_policy="evict_last"),
+            "reload L1 only": dict(two_pass=True, preload_w=False, x_hints=("L1::evict_last",),
+                                   reload_hints=("L1::evict_first",),
+                                   w_hints=("L1::evict_last",)),
+            "reload plain": dict(two_pass=True, preload_w=False),
+        }.items():
+            variants[f"T{base.threads} {name}"] = (dataclasses.replace(plain, **kw), None)
         return variants
     for t in sorted({base.threads, 128, 256, 512, 1024}):
         if t * base.vec > n * 2 and t > 32:
@@ -113,19 +133,21 @@ def main(argv=None):
         copies = min(64, max(4, -(-3 * l2 // nbytes)))
         sets = [(torch.randn(m, n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt),
                  torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(copies)]
-        copy_us = time_fn(lambda x, w, y: y.copy_(x), sets)
         base = plan(n, dt)
         variants = _variants(a.mode, n, dt, base, plan, loop_ctas_per_sm, staging)
-        res = {}
+        res, live = {}, {"copy": lambda x, w, y: y.copy_(x)}
         ref = F.rms_norm(sets[0][0].float(), (n,), sets[0][1].float(), 1e-6)
-        compiled = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
-                                 dynamic=False)
-        try:
-            if a.no_torch_compile:
-                raise RuntimeError("skipped (--no-torch-compile)")
-            res["torch.compile"] = time_fn(lambda x, w, y: compiled(x, w), sets, iters=40)
-        except Exception as e:  # noqa: BLE001
-            res["torch.compile"] = f"{type(e).__name__}: {str(e)[:80]}"
+        if a.no_torch_compile:
+            res["torch.compile"] = "skipped (--no-torch-compile)"
+        else:
+            torch._dynamo.reset()  # a fresh compile per shape (no recompile limit)
+            compiled = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+                                     dynamic=False)
+            try:
+                compiled(*sets[0][:2])
+                live["torch.compile"] = lambda x, w, y: compiled(x, w)
+            except Exception as e:  # noqa: BLE001
+                res["torch.compile"] = f"{type(e).__name__}: {str(e)[:80]}"
         for name, (p, cps) in variants.items():
             try:
                 if cps is None:
@@ -144,9 +166,17 @@ def main(argv=None):
                 if not err <= (2e-6 if dn == "f32" else 1e-2):
                     res[name] = f"WRONG: max error {err:.3g} of the largest value"
                     continue
-                res[name] = time_fn(lambda x, w, y, k=k: k(x, w, y), sets, iters=40)
+                live[name] = lambda x, w, y, k=k: k(x, w, y)
             except Exception as e:
                 res[name] = f"{type(e).__name__}: {str(e)[:80]}"
+        # Two rounds, the second in reverse order; each variant keeps its better median,
+        # so none is favoured by when it ran (clocks settling after the compiles).
+        names = list(live)
+        for order in (names, names[::-1]):
+            for name in order:
+                t = time_fn(live[name], sets, iters=40)
+                res[name] = min(res.get(name, t), t)
+        copy_us = res.pop("copy")
         ok = {k: v for k, v in res.items() if isinstance(v, float)}
         best = min(ok, key=ok.get) if ok else None
         top = sorted(ok.items(), key=lambda kv: kv[1])[:5]

@@ -209,15 +209,16 @@ def test_rmsnorm_walkthrough_prose_matches_the_kernel():
     for claim in (f"one CTA per row, {p.threads} threads, 16-byte chunks (v4), {k} chunks "
                   f"= {values} values per thread",
                   f"thread `t` owns chunks `{owned}`",
-                  f"Each of the {k} chunks is one `ld.global.cs.v4.f32`",
+                  f"Each of the {k} chunks is one `ld.global.L1::evict_last.L2::cache_hint.v4.f32`",
                   f"(`k * {p.threads * 16}` bytes)",
                   f"The {values} values stay in registers (`%f1`–`%f{values}`)",
                   f"its {k} chunks are loaded *before* the reduction",
                   f"all {warps} partials itself with {words[warps // 4]} `ld.shared.v4.f32`",
                   f"uses {4 * warps} bytes of shared memory (the {warps} per-warp partials)"):
         assert claim in text, claim
-    for inst in (f"ld.global.cs.v4.f32 {{%f1,", f"[%rd9+{p.threads * 16}]",
-                 "st.global.cs.v4.f32", f"%f{values}}}", f"smem0[{4 * warps}]"):
+    for inst in ("createpolicy.fractional.L2::evict_last.b64",
+                 "ld.global.L1::evict_last.L2::cache_hint.v4.f32 {%f1,",
+                 f"[%rd9+{p.threads * 16}]", "st.global.v4.f32", f"%f{values}}}", f"smem0[{4 * warps}]"):
         assert inst in ptx_text, inst
 
 

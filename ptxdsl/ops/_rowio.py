@@ -10,41 +10,43 @@ the arithmetic in between is always f32.
 from __future__ import annotations
 
 from ptxdsl import ptx, reg
-from ptxdsl.types import PtxType, b16, b32, bf16, f32, u32
+from ptxdsl.types import PtxType, b16, b32, b64, bf16, f32, u32
 
 
 def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
-               hints: tuple[str, ...] = (), space: str = "global") -> list:
+               hints: tuple[str, ...] = (), space: str = "global", policy=None) -> list:
     """Load ``vec`` elements at byte ``[base+offset]`` of ``space`` (global or shared)
     and return them as f32 registers.
 
     With ``pred`` the load is guarded and the registers read 0 where it is false,
-    so sums over a ragged tail need no further masking.
+    so sums over a ragged tail need no further masking. ``hints`` are ld modifiers
+    (``cs``, ``L1::evict_last``, ...); ``policy`` is an L2 eviction policy register
+    (:func:`l2_policy`), passed with ``.L2::cache_hint``.
     """
     per = 16 // dtype.bytes
     if vec > per:  # wider than one 16-byte access (f32 weights beside bf16 x)
         return [v for i in range(0, vec, per)
                 for v in load_chunk(base, offset + i * dtype.bytes, dtype, per, pred=pred,
-                                    hints=hints, space=space)]
+                                    hints=hints, space=space, policy=policy)]
     addr = ptx.addr(base, offset)
     if dtype == f32:
         vals = [reg.scalar(f32, init=0.0 if pred is not None else None) for _ in range(vec)]
-        _ld(space, hints, vec, "f32", vals if vec > 1 else vals[0], addr, pred)
+        _ld(space, hints, policy, vec, "f32", vals if vec > 1 else vals[0], addr, pred)
         return vals
     if vec == 1:
         if dtype == bf16:
             h = reg.scalar(u32, init=0 if pred is not None else None)
-            _ld(space, hints, 1, "u16", h, addr, pred)
+            _ld(space, hints, policy, 1, "u16", h, addr, pred)
             v = reg.scalar(f32)
             ptx.inst.shl.b32(v, h, 16)
             return [v]
         h = reg.scalar(b16, init=0 if pred is not None else None)
-        _ld(space, hints, 1, "b16", h, addr, pred)
+        _ld(space, hints, policy, 1, "b16", h, addr, pred)
         v = reg.scalar(f32)
         ptx.inst.cvt.f32.f16(v, h)
         return [v]
     words = [reg.scalar(b32, init=0 if pred is not None else None) for _ in range(vec // 2)]
-    _ld(space, hints, vec // 2, "b32", words if vec > 2 else words[0], addr, pred)
+    _ld(space, hints, policy, vec // 2, "b32", words if vec > 2 else words[0], addr, pred)
     return [x for w in words for x in widen_pair(w, dtype)]
 
 
@@ -61,9 +63,31 @@ def widen_pair(word, dtype: PtxType) -> tuple:
     return lo, hi
 
 
-def _ld(space, hints, n, tname, dst, addr, pred):
-    chain = ["ld", space, *hints] + ([f"v{n}"] if n > 1 else []) + [tname]
-    ptx.inst(".".join(chain), dst, addr, pred=pred)
+def _ld(space, hints, policy, n, tname, dst, addr, pred):
+    chain = ["ld", space, *_with_policy(hints, policy)] + ([f"v{n}"] if n > 1 else []) + [tname]
+    ptx.inst(".".join(chain), dst, addr, *([policy] if policy is not None else []), pred=pred)
+
+
+def _with_policy(hints, policy) -> list:
+    """``hints`` with ``L2::cache_hint`` in its PTX place (before an L2 prefetch size)."""
+    mods = list(hints)
+    if policy is not None:
+        at = next((i for i, h in enumerate(mods) if h in ("L2::64B", "L2::128B", "L2::256B")),
+                  len(mods))
+        mods.insert(at, "L2::cache_hint")
+    return mods
+
+
+def l2_policy(priority: str, cache: dict):
+    """A ``createpolicy.fractional.L2::<priority>.b64`` register, made once per kernel
+    (``cache`` maps priority to register); None for no policy."""
+    if priority is None:
+        return None
+    if priority not in cache:
+        r = reg.scalar(b64)
+        ptx.inst(f"createpolicy.fractional.L2::{priority}.b64", r)
+        cache[priority] = r
+    return cache[priority]
 
 
 def narrow(vals: list, dtype: PtxType) -> list:
@@ -84,7 +108,7 @@ def narrow(vals: list, dtype: PtxType) -> list:
 
 
 def store_chunk(base, offset: int, dtype: PtxType, regs: list, *, pred=None,
-                hints: tuple[str, ...] = ()) -> None:
+                hints: tuple[str, ...] = (), policy=None) -> None:
     """Store registers from :func:`narrow` at ``[base+offset]`` in one access."""
     n = len(regs)
     width = 16 // max(r.dtype.bits // 8 for r in regs)
@@ -92,7 +116,7 @@ def store_chunk(base, offset: int, dtype: PtxType, regs: list, *, pred=None,
         step = 16
         for i in range(0, n, width):
             store_chunk(base, offset + (i // width) * step, dtype, regs[i:i + width],
-                        pred=pred, hints=hints)
+                        pred=pred, hints=hints, policy=policy)
         return
     if dtype == f32:
         tname = "f32"
@@ -100,8 +124,10 @@ def store_chunk(base, offset: int, dtype: PtxType, regs: list, *, pred=None,
         tname = "b16"
     else:
         tname = "b32"
-    chain = ["st", "global", *hints] + ([f"v{n}"] if n > 1 else []) + [tname]
-    ptx.inst(".".join(chain), ptx.addr(base, offset), regs if n > 1 else regs[0], pred=pred)
+    chain = ["st", "global", *_with_policy(hints, policy)] + ([f"v{n}"] if n > 1 else []) \
+        + [tname]
+    ptx.inst(".".join(chain), ptx.addr(base, offset), regs if n > 1 else regs[0],
+             *([policy] if policy is not None else []), pred=pred)
 
 
 def round_trip(vals: list, dtype: PtxType) -> list:

@@ -25,7 +25,7 @@ from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
 from ._reduce import RowSum
-from ._rowio import load_chunk, narrow, round_trip, store_chunk
+from ._rowio import l2_policy, load_chunk, narrow, round_trip, store_chunk
 
 WARP = 32
 
@@ -62,11 +62,22 @@ class Plan(RowSplit):
     rows_per_cta: int
     two_pass: bool = False
     preload_w: bool = True  # weights loaded before the reduction (needs registers)
-    # Streaming (evict-first) loads and stores: x and y are touched once. Measured on
-    # an H200 (bench/rmsnorm_tune.py): 1-2% faster than plain or L1::no_allocate for
-    # rows of 512+ threads; rows of <= 128 threads read x with .lu instead (see plan()).
-    x_hints: tuple[str, ...] = ("cs",)
-    y_hints: tuple[str, ...] = ("cs",)
+    # Cache hints of x's first read and of y's stores, and L2 eviction priorities
+    # (createpolicy + .L2::cache_hint; None: the default) of x's first read, of the
+    # two-pass schedule's second read of x, and of w. The defaults were measured on an
+    # H200 (bench/rmsnorm_tune.py --mode hints, 13 shapes, two interleaved rounds): x
+    # read with .L1::evict_last under an L2 evict_last policy and y stored plainly was
+    # the fastest schedule at 7 of 8 f32 shapes, e.g. 8192x8192 f32 128.4 µs against
+    # 131.8 with .cs loads and stores and 129.6 for torch.compile (copy 129.0). Marking
+    # x evict-first (.cs, .lu, L1::no_allocate or an evict_first policy) with y plain
+    # was the slowest (137-139 µs).
+    x_hints: tuple[str, ...] = ("L1::evict_last",)
+    y_hints: tuple[str, ...] = ()
+    x_policy: str | None = "evict_last"
+    reload_hints: tuple[str, ...] = ("L1::evict_first",)
+    reload_policy: str | None = "evict_first"
+    w_hints: tuple[str, ...] = ()
+    w_policy: str | None = None
 
     @property
     def block(self) -> int:
@@ -108,11 +119,7 @@ def plan(n: int, dtype: PtxType, vec: int | None = None, *, threads: int | None 
         rows_per_cta = max(1, 256 // threads) if threads <= WARP else 1
     # 64K registers per SM: keep w in registers too only if one CTA still fits.
     preload_w = not two_pass and threads * rows_per_cta * (2 * values + 24) <= 65536
-    # Short rows, many CTAs: x read with .lu ("last use") beat .cs by 2.6% at
-    # 32768x1024 f32 on an H200 (67.7 vs 69.5 µs, copy 67.7; bench/rmsnorm_tune.py);
-    # for long rows the two were within 0.5%.
-    x_hints = ("lu",) if threads * rows_per_cta <= 128 else ("cs",)
-    return Plan(n, vec, threads, rows_per_cta, two_pass, preload_w, x_hints=x_hints)
+    return Plan(n, vec, threads, rows_per_cta, two_pass, preload_w)
 
 
 def forward_specs(N: int, dtype: PtxType, wdtype: PtxType, residual: bool, with_rstd: bool):
@@ -200,12 +207,17 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
 
     preds = [guard(k) for k in range(K)]
     step = T * V * es
+    policies: dict = {}
+    xpol = l2_policy(p.x_policy, policies)
+    wpol = l2_policy(p.w_policy, policies)
+    rpol = l2_policy(p.reload_policy, policies) if p.two_pass else None
     acc = reg.scalar(f32, init=0.0)
     xs = []
     for k in range(K):
-        x = load_chunk(xrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints)
+        x = load_chunk(xrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints, policy=xpol)
         if Rs is not None:
-            r = load_chunk(rrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints)
+            r = load_chunk(rrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints,
+                           policy=xpol)
             hsum = []
             for a, b in zip(x, r):
                 s = reg.scalar(f32)
@@ -219,7 +231,8 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
             xs.append(x)
     # Weights do not depend on the row statistics: load them before the reduction
     # so their latency hides behind it.
-    ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k])
+    ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k], hints=p.w_hints,
+                     policy=wpol)
           for k in range(K)] if p.preload_w else []
 
     total = RowSum(T, tid, looped=False)(acc)
@@ -236,11 +249,12 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     for k in range(K):
         if p.two_pass:
             src = hrow if Rs is not None else xrow
-            x = load_chunk(src, k * step, dtype, V, pred=preds[k])
+            x = load_chunk(src, k * step, dtype, V, pred=preds[k], hints=p.reload_hints,
+                           policy=rpol)
         else:
             x = xs[k]
         w = ws[k] if p.preload_w else load_chunk(wrow, k * T * V * wes, wdtype, V,
-                                                 pred=preds[k])
+                                                 pred=preds[k], hints=p.w_hints, policy=wpol)
         ys = []
         for a, b in zip(x, w):
             t = reg.scalar(f32)

@@ -13,7 +13,7 @@ from ptxdsl import kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
 from ._reduce import RowSum
-from ._rowio import load_chunk, narrow, round_trip, store_chunk
+from ._rowio import l2_policy, load_chunk, narrow, round_trip, store_chunk
 from .rms_norm_fwd import Plan, forward_specs
 
 
@@ -82,7 +82,10 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
             return b if a is None else (a if b is None else a & b)
 
         chunk_ok = [inside(k) for k in range(K)]
-        ws = [load_chunk(w0, k * wstep, wdtype, V, pred=chunk_ok[k]) for k in range(K)]
+        policies: dict = {}
+        xpol = l2_policy(p.x_policy, policies)
+        ws = [load_chunk(w0, k * wstep, wdtype, V, pred=chunk_ok[k], hints=p.w_hints,
+                         policy=l2_policy(p.w_policy, policies)) for k in range(K)]
         reduce = RowSum(T, tid, looped=True)
 
         def row_of(rb):
@@ -96,10 +99,10 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
             for k in range(K):
                 g = both(chunk_ok[k], ok)
                 x = load_chunk(x0 + row * (sx * es), k * step, dtype, V, pred=g,
-                               hints=p.x_hints)
+                               hints=p.x_hints, policy=xpol)
                 if residual:
                     r = load_chunk(r0 + row * (sr * es), k * step, dtype, V, pred=g,
-                                   hints=p.x_hints)
+                                   hints=p.x_hints, policy=xpol)
                     s = []
                     for a, b in zip(x, r):
                         t = reg.scalar(f32)

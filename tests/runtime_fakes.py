@@ -13,6 +13,10 @@ so its context and error handling are tested too.
 ``fake_torch_module()`` builds a tiny stand-in for ``torch`` (Tensor with
 shape/dtype/stride/get_device/is_contiguous/data_ptr, empty, empty_like,
 ``_C._cuda_getCurrentRawStream``) to put in ``sys.modules`` with monkeypatch.
+
+``cpu_torch_as_cuda()`` goes the other way: the real (CPU) torch, patched so that
+CPU tensors pass for tensors on cuda:0 (torch's C++ tensor guards, allocation and
+all), for testing and timing the fast path exactly as it runs with torch.
 """
 from __future__ import annotations
 
@@ -444,6 +448,13 @@ def fake_torch_module(raw_stream: int = 0):
         def __repr__(self):
             return self.type if self.index is None else f"{self.type}:{self.index}"
 
+        def __eq__(self, other):
+            return isinstance(other, device) and (self.type, self.index) == (other.type,
+                                                                              other.index)
+
+        def __hash__(self):
+            return hash((self.type, self.index))
+
     torch.device = device
     torch.strided = "torch.strided"
     torch.sparse_coo = "torch.sparse_coo"
@@ -546,3 +557,52 @@ class FakeCtypesLauncher:
         r = self.cu.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem,
                                               CUstream(stream.value or 0), params)
         return int(r[0])
+
+
+# ---------------------------------------------------------------------- real torch, CPU tensors
+def cpu_torch_as_cuda(monkeypatch=None, *, stream=0):
+    """Make the installed (CPU) torch look like CUDA torch to ptxdsl's launcher, and
+    return it: CPU tensors read as tensors on cuda:0 (whose memory the fake GPU reads
+    and writes), torch's current device is 0, its raw current stream ``stream``,
+    and the fast path's output allocator (``_empty_strided_cuda``) allocates on the
+    CPU. The stand-ins are C functions of about the cost of the CUDA ones they
+    replace, so ``bench/launch_overhead.py --host`` can time the fast path with them.
+
+    With ``monkeypatch`` everything is undone after the test; without, for good (a
+    benchmark process that never touches a GPU).
+    """
+    import torch
+    from torch._C._dynamo import guards
+
+    from ptxdsl.runtime import args as rargs
+    from ptxdsl.runtime import fastpath as rfast
+    from ptxdsl.runtime import launcher as rlaunch
+    from ptxdsl.runtime.args import dtype_name_for_tile
+
+    real_view = rargs._torch_view
+
+    def view(t):
+        v = real_view(t)
+        if v.device < 0 and t.device.type == "cpu":
+            v.device, v.ptr, v.where = 0, t.data_ptr(), "cuda:0"
+        return v
+
+    real_allocate = rlaunch.allocate
+
+    def allocate(framework, shape, dtype, device, stream=0):
+        if framework == "torch":
+            return torch.empty(shape, dtype=getattr(torch, dtype_name_for_tile(dtype)))
+        return real_allocate(framework, shape, dtype, device, stream=stream)
+
+    raw_stream = abs if stream == 0 else (lambda device: stream)
+    patches = [(torch._C, "_cuda_getCurrentRawStream", raw_stream),
+               (torch._C, "_cuda_getDevice", int),                 # int() == 0
+               (guards, "_empty_strided_cuda", guards._empty_strided_cpu),
+               (rargs, "_torch_view", view), (rlaunch, "allocate", allocate),
+               (rfast, "_hooks", (None, None))]                     # hooks see the stand-ins
+    for obj, name, value in patches:
+        if monkeypatch is not None:
+            monkeypatch.setattr(obj, name, value, raising=False)
+        else:
+            setattr(obj, name, value)
+    return torch

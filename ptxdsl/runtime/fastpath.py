@@ -1,16 +1,50 @@
-"""The launch fast path: the parameter-buffer layout and the generated per-kernel call.
+"""The launch fast path: the parameter-buffer layout, the fast-path entries, what torch
+offers for them, and the generated per-kernel call.
 
-:class:`~ptxdsl.runtime.launcher.Launcher` owns the entries (one per argument
-signature); this module writes the few lines of Python that find an entry and
-launch it (see the launcher's module docstring for what a fast call does), and
-binds an entry for callers that key signatures themselves.
+:class:`~ptxdsl.runtime.launcher.Launcher` creates the entries (one per argument
+signature, after a general-path call); this module writes the few lines of Python
+that find an entry and launch it, and binds an entry for callers that key
+signatures themselves.
+
+What a fast call does (``launcher(x, y)`` for a kernel with 2 inputs and 1 output;
+the code is generated per kernel with the argument count, key expressions and
+alignment masks written out, so nothing loops at run time):
+
+1. **find the entry**: the entry last used with this argument count is tried first,
+   with its *guard*: torch's C++ tensor check (``TensorGuards.check``, what
+   ``torch.compile`` guards tensors with) built from the tensors that made the entry;
+   it passes only for tensors of the same type, dispatch keys, dtype, device, sizes,
+   strides and ``requires_grad``. Otherwise the signature key (shape, dtype, device
+   and contiguity or strides of each tensor) is looked up in the launcher's dict;
+   a miss goes to the general path, which checks, explains and makes an entry.
+   The guard is strictly finer than the key, so it never picks an entry the key
+   would not; it fails (and the key decides) for the same tensor passed twice, and
+   for calls under another dispatch state than the entry's (``inference_mode``).
+2. one ``data_ptr()`` per tensor, and the alignment masks of vector accesses;
+3. torch's raw current stream; whether this thread's CUDA context and torch's
+   current device are the entry's device (if not, the careful path launches);
+4. outputs not passed: allocated with the shape, strides and dtype the general path
+   chose, through torch's caching allocator on the current device (inductor's
+   ``_empty_strided_cuda``, which skips the argument parser and the dispatcher, when
+   torch has it; unlike ``torch.empty`` it does not fill the memory with NaN under
+   ``torch.use_deterministic_algorithms``);
+5. the pointers packed into the entry's parameter buffer and ``cuLaunchKernel``,
+   which reads the buffer with the GIL released. So the buffer needs exclusion: the
+   thread that made the entry packs its own buffer without a lock (nobody else
+   writes it); other threads share a second buffer under a lock.
+
+``PTXDSL_TORCH_PRIVATE=0`` makes the fast path use only public torch calls (no guard,
+``torch.empty`` for outputs): slower, for a torch whose private helpers misbehave.
 """
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
+import threading
+from functools import partial
 
-from .args import Binding, single_dtype, stream_handle
+from .args import Binding, stream_handle
 
 _STRUCT_CODE = {("u", 64): "Q", ("s", 64): "q", ("b", 64): "Q", ("u", 32): "I", ("s", 32): "i",
                 ("b", 32): "I", ("f", 32): "f", ("f", 64): "d", ("u", 16): "H", ("s", 16): "h",
@@ -61,6 +95,142 @@ class ParamLayout:
         return buf, arr
 
 
+# ---------------------------------------------------------------------- entries
+# The entry tuple, unpacked in one step by the generated code (and by bind()).
+FIELDS = ("guard", "dev", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem", "buf", "params",
+          "owner", "lock", "sbuf", "sparams", "allocs")
+
+
+class Entry(tuple):
+    """A prepared launch for one argument signature (see the module docstring).
+
+    A tuple of :data:`FIELDS`: ``guard(*tensors)`` (True only for tensors of this
+    signature), the device, CUfunction, grid, block, dynamic shared memory, the
+    owner thread's parameter buffer and its kernelParams value, the owner's thread
+    id, the lock and buffer other threads share, and one allocator per output
+    (empty when the outputs are passed). Attributes carry what must stay alive and
+    what the careful path needs.
+    """
+
+    keep: tuple            # the kernelParams arrays the params values point into
+    kernel_function: object
+    out_meta: tuple        # (shape, dtype) of each output ptxdsl allocates
+
+    @property
+    def dev(self) -> int:
+        return self[1]
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return self[3:6]
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return self[6:9]
+
+    @property
+    def smem(self) -> int:
+        return self[9]
+
+    @property
+    def buf(self):
+        return self[10]
+
+
+def _never(*tensors) -> bool:
+    """The guard of an entry torch cannot guard: always ask the signature key."""
+    return False
+
+
+NO_ENTRY = (_never,)  # what the generated call tries first before any entry was used
+
+
+# ---------------------------------------------------------------------- torch
+class TorchHooks:
+    """What the fast path calls in torch, chosen once per torch module: its raw current
+    stream, its current device, a tensor guard and a fast output allocator."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        C = getattr(torch, "_C", None)
+        raw = getattr(C, "_cuda_getCurrentRawStream", None)
+        if raw is None:  # older torch: the public (slower) way
+            def raw(device, _torch=torch):
+                return _torch.cuda.current_stream(device).cuda_stream
+        self.raw_stream = raw
+        # torch's current device: a torch.cuda.device(i) block or set_device() changes
+        # the thread's context behind our back; a launch then takes the careful path.
+        cur = getattr(C, "_cuda_getDevice", None)
+        self.current_device = cur if cur is not None else torch.cuda.current_device
+        private = os.environ.get("PTXDSL_TORCH_PRIVATE", "").strip().lower() not in (
+            "0", "false", "no", "off")
+        guards = getattr(getattr(C, "_dynamo", None), "guards", None) if private else None
+        self._tensor_guards = _checked_tensor_guards(torch, guards)
+        self._empty_strided = getattr(guards, "_empty_strided_cuda", None)
+
+    def guard(self, tensors):
+        """``check(*tensors)`` that is True only for tensors like these (see the module
+        docstring); :func:`_never` when torch has no usable guard."""
+        if self._tensor_guards is None:
+            return _never
+        try:
+            return self._tensor_guards(*tensors, dynamic_dims_sizes=None,
+                                       dynamic_dims_strides=None).check
+        except Exception:  # noqa: BLE001 - not tensors after all: the key decides
+            return _never
+
+    def allocator(self, shape, stride, dtype, device: int):
+        """A no-argument call that allocates an output like the general path's: on
+        ``device``, which the fast path has checked is torch's current device."""
+        shape, stride = tuple(int(d) for d in shape), tuple(int(s) for s in stride)
+        if self._empty_strided is not None:
+            # Allocates on the current device (the caching allocator's), no dispatcher.
+            return partial(self._empty_strided, shape, stride, dtype)
+        torch = self.torch
+        return partial(torch.empty, shape, dtype=dtype, device=torch.device("cuda", device))
+
+
+def _torch_version(torch) -> tuple[int, int]:
+    try:
+        major, minor = str(torch.__version__).split(".")[:2]
+        return int(major), int(minor)
+    except (AttributeError, ValueError):
+        return (0, 0)
+
+
+def _checked_tensor_guards(torch, guards):
+    """torch's ``TensorGuards`` when it behaves as the fast path needs (checked on a few
+    CPU tensors), else None. A private class: used only on the torch 2 releases whose
+    constructor is known (dynamo's own call: two keyword arguments, which it requires)."""
+    tg = getattr(guards, "TensorGuards", None)
+    if tg is None or not (2, 1) <= _torch_version(torch) < (3, 0):
+        return None
+    try:
+        a = torch.empty((4, 2))
+        check = tg(a, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
+        ok = (check(a) is True and check(torch.empty((4, 2))) is True
+              and check(torch.empty((2, 4)).t()) is False              # strides
+              and check(torch.empty((4, 2), dtype=torch.float64)) is False
+              and check(torch.empty((8, 1))) is False                  # shape
+              and check(object()) is False)
+    except Exception:  # noqa: BLE001 - any surprise: do without
+        return None
+    return tg if ok else None
+
+
+_hooks: tuple = (None, None)  # (torch module, its TorchHooks): one torch per process
+
+
+def torch_hooks(torch) -> TorchHooks:
+    global _hooks
+    mod, hooks = _hooks
+    if mod is not torch:
+        hooks = TorchHooks(torch)
+        _hooks = (torch, hooks)
+    return hooks
+
+
+# ---------------------------------------------------------------------- the generated call
 def generate(self) -> dict:
     """The per-kernel call function (source generated and exec-ed) and its globals."""
     sig, n_in, n_all = self.sig, self.sig.n_in, self.sig.n_all
@@ -71,80 +241,80 @@ def generate(self) -> dict:
         parts = []
         for i in idx:
             layout = f"a{i}.stride()" if strided[i] else f"a{i}.is_contiguous()"
-            parts.append(f"a{i}.shape, a{i}.dtype, a{i}.get_device(), {layout}")
+            # .device, not .get_device(): another accelerator's tensor on index 0 must
+            # not share a key with a CUDA tensor.
+            parts.append(f"a{i}.shape, a{i}.dtype, a{i}.device, {layout}")
         return "(" + ", ".join(parts) + ",)"
 
-    def unpack(idx):
-        return ", ".join(f"a{i}" for i in idx) + ("," if len(idx) == 1 else "")
+    def names(prefix, idx):
+        return ", ".join(f"{prefix}{i}" for i in idx)
 
-    def align_check(idx, ind):
-        conds = [f"p{i} & {sig.align[i] - 1}" for i in idx if sig.align[i] > itemsize[i]]
-        return [f"{ind}if {' or '.join(conds)}:", f"{ind}    return SLOW(args, stream, kw)"] \
-            if conds else []
+    def unpack(idx):
+        return names("a", idx) + ("," if len(idx) == 1 else "")
 
     outs = list(range(n_in, n_all))
     out_expr = ("None" if not outs else f"a{outs[0]}" if len(outs) == 1
                 else "(" + ", ".join(f"a{j}" for j in outs) + ")")
-    ptrs = ", ".join(f"p{i}" for i in range(n_all))
+    ptrs = names("p", range(n_all))
     # cuLaunchCooperativeKernel takes no trailing ``extra``.
-    if self.cooperative:
-        call_args = "cs, params"
-    elif self.mode == "ctypes":
-        call_args = "cs, params, None"
-    else:
-        call_args = "cs, params, 0"
+    tail = "" if self.cooperative else ", None" if self.mode == "ctypes" else ", 0"
     failed = "r" if self.mode == "ctypes" else "r[0]"
-    # An output may be allocated with empty_like(input) when its Tile is the input's
-    # and that Tile admits one dtype only (so the input's dtype is the one the
-    # general path would allocate; a .b32 tile admits float32 and int32).
-    like = {}
-    for j in outs:
-        for i in range(n_in):
-            sj, si = sig.specs[j], sig.specs[i]
-            if (sj.dims == si.dims and sj.dtype == si.dtype and not strided[i]
-                    and single_dtype(sj.dtype)):
-                like[j] = i
-                break
+
+    def block(n, hot):
+        """The code for calls with ``n`` arguments; ``hot`` names the global holding
+        the entry last used with that many."""
+        idx = range(n)
+        L = [f"    if n == {n}:",
+             f"        {unpack(idx)} = args",
+             f"        e = {hot}",
+             f"        if not e[0]({names('a', idx)}):",
+             "            try:",
+             f"                key = {key_expr(idx)}",
+             "            except Exception:",
+             "                return SLOW(args, stream, kw)",
+             "            e = ENTRIES.get(key)",
+             "            if e is None:",
+             "                return SLOW(args, stream, kw)",
+             f"            {hot} = e",
+             f"        {', '.join('_' if f == 'guard' else f for f in FIELDS)} = e"]
+        L += [f"        p{i} = a{i}.data_ptr()" for i in idx]
+        conds = [f"p{i} & {sig.align[i] - 1}" for i in idx if sig.align[i] > itemsize[i]]
+        if conds:
+            L += [f"        if {' or '.join(conds)}:", "            return SLOW(args, stream, kw)"]
+        L += ["        s = RAW_STREAM(dev) if stream is None else STREAM_HANDLE(stream)",
+              "        cs = STREAMS.get(s)", "        if cs is None:",
+              "            cs = STREAM_OBJ(s)",
+              "        if TLS.device != dev or CUR_DEV() != dev:"]
+        if n == n_all:
+            L.append(f"            return RELAUNCH(e, ({ptrs},), s, {out_expr}, None)")
+        else:
+            L.append(f"            return RELAUNCH_ALLOC(e, ({names('p', idx)},), s)")
+            for k, j in enumerate(outs):
+                L += [f"        a{j} = allocs[{k}]()", f"        p{j} = a{j}.data_ptr()"]
+        L += ["        if GET_IDENT() == owner:",
+              f"            PACK(buf, 0, {ptrs})",
+              f"            r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, cs, params{tail})",
+              "        else:",
+              "            with lock:",
+              f"                PACK(sbuf, 0, {ptrs})",
+              f"                r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, cs, sparams{tail})",
+              f"        if {failed}:",
+              f"            return RELAUNCH(e, ({ptrs},), s, {out_expr}, {failed})"]
+        if self.sync_always:
+            L.append("        SYNC(e, s)")
+        L.append(f"        return {out_expr}")
+        return L
+
     L = ["def __call__(self, *args, stream=None, **kw):"]
     if not self.fast_hits_possible:
         L.append("    return SLOW(args, stream, kw)")
     else:
-        L += ["    if kw:", "        return SLOW(args, stream, kw)", "    n = len(args)",
-              f"    if n == {n_all}:",
-              f"        {unpack(range(n_all))} = args",
-              "        try:", f"            key = {key_expr(range(n_all))}",
-              "        except Exception:", "            return SLOW(args, stream, kw)",
-              "        e = ENTRIES.get(key)", "        if e is None:",
-              "            return SLOW(args, stream, kw)"]
-        L += [f"        p{i} = a{i}.data_ptr()" for i in range(n_all)]
-        L += align_check(range(n_all), "        ")
+        L += ["    global HOT_ALL, HOT_IN", "    if kw:", "        return SLOW(args, stream, kw)",
+              "    n = len(args)"]
+        L += block(n_all, "HOT_ALL")
         if outs and n_in > 0:
-            L += [f"    elif n == {n_in}:",
-                  f"        {unpack(range(n_in))} = args",
-                  "        try:", f"            key = {key_expr(range(n_in))}",
-                  "        except Exception:", "            return SLOW(args, stream, kw)",
-                  "        e = ENTRIES.get(key)", "        if e is None:",
-                  "            return SLOW(args, stream, kw)"]
-            L += [f"        p{i} = a{i}.data_ptr()" for i in range(n_in)]
-            L += align_check(range(n_in), "        ")
-            for k, j in enumerate(outs):
-                L.append(f"        a{j} = EMPTY_LIKE(a{like[j]})" if j in like
-                         else f"        a{j} = e[13][{k}]()")
-                L.append(f"        p{j} = a{j}.data_ptr()")
-        L += ["    else:", "        return SLOW(args, stream, kw)",
-              "    dev, func, gx, gy, gz, bx, by, bz, smem, lock, pack, buf, params, allocs"
-              " = e",
-              "    s = RAW_STREAM(dev) if stream is None else STREAM_HANDLE(stream)",
-              "    cs = STREAMS.get(s)", "    if cs is None:", "        cs = STREAM_OBJ(s)",
-              "    if TLS.device != dev or CUR_DEV() != dev:",
-              f"        return RELAUNCH(e, ({ptrs},), s, {out_expr}, None)",
-              "    with lock:", f"        pack(buf, 0, {ptrs})",
-              f"        r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, {call_args})",
-              f"    if {failed}:",
-              f"        return RELAUNCH(e, ({ptrs},), s, {out_expr}, {failed})"]
-        if self.sync_always:
-            L.append("    SYNC(e, s)")
-        L.append(f"    return {out_expr}")
+            L += block(n_in, "HOT_IN")
+        L.append("    return SLOW(args, stream, kw)")
     # Key builders for the general path, from the same expressions as the fast path.
     L += ["", "def KEY_ALL(args):",
           f"    {unpack(range(n_all))} = args" if n_all else "    pass",
@@ -155,10 +325,12 @@ def generate(self) -> dict:
     drv = self.drv
     g = {
         "__name__": f"ptxdsl.launch.{sig.name}",
-        "SLOW": self._slow, "RELAUNCH": self._relaunch, "SYNC": self._sync_entry,
-        "ENTRIES": self.entries, "STREAM_HANDLE": stream_handle, "TLS": drv.tls,
+        "SLOW": self._slow, "RELAUNCH": self._relaunch, "RELAUNCH_ALLOC": self._relaunch_alloc,
+        "SYNC": self._sync_entry, "ENTRIES": self.entries, "STREAM_HANDLE": stream_handle,
+        "TLS": drv.tls, "GET_IDENT": threading.get_ident, "PACK": self.layout.pack_ptrs,
+        "HOT_ALL": NO_ENTRY, "HOT_IN": NO_ENTRY,
         # Filled when torch is first seen (entries exist only for torch tensors).
-        "RAW_STREAM": None, "EMPTY_LIKE": None, "CUR_DEV": None,
+        "RAW_STREAM": None, "CUR_DEV": None,
     }
     if self.mode == "ctypes":
         cl = self._ctypes
@@ -170,7 +342,6 @@ def generate(self) -> dict:
     g["__source__"] = src
     g["__launcher_class__"] = type(f"Launcher[{sig.name}]", (type(self),),
                                    {"__call__": g["__call__"], "__module__": type(self).__module__})
-    g["__like__"] = like
     return g
 
 
@@ -190,11 +361,12 @@ def bind(self, *args):
         return None
     if e is None:
         return None
-    dev, func, gx, gy, gz, bx, by, bz, smem, lock, pack, buf, params, _ = e
+    _, dev, func, gx, gy, gz, bx, by, bz, smem, buf, params, owner, lock, sbuf, sparams, _ = e
     g = self._g
     raw_stream, cur_dev, streams, stream_obj = g["RAW_STREAM"], g["CUR_DEV"], \
         g["STREAMS"], g["STREAM_OBJ"]
-    launch, tls, relaunch = g["LAUNCH"], self.drv.tls, self._relaunch
+    launch, pack, tls, relaunch = g["LAUNCH"], g["PACK"], self.drv.tls, self._relaunch
+    get_ident = g["GET_IDENT"]
     ctypes_mode = self.mode == "ctypes"
     # The launch function's trailing argument: ``extra`` (none for a cooperative launch).
     tail = () if self.cooperative else (None,) if ctypes_mode else (0,)
@@ -206,9 +378,13 @@ def bind(self, *args):
             cs = stream_obj(s)
         if tls.device != dev or cur_dev() != dev:
             return relaunch(e, ptrs, s, None, None)
-        with lock:
+        if get_ident() == owner:
             pack(buf, 0, *ptrs)
             r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, *tail)
+        else:
+            with lock:
+                pack(sbuf, 0, *ptrs)
+                r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, sparams, *tail)
         code = r if ctypes_mode else r[0]
         if code:
             return relaunch(e, ptrs, s, None, code)

@@ -5,15 +5,18 @@
 
 * **fast** when every argument is a CUDA torch tensor whose signature (shape,
   dtype, device, contiguity or strides of each tensor) was seen before: the
-  launcher looks the signature up in a dict and finds a prepared *entry* (the
-  loaded CUfunction, grid, block, shared memory, and a ctypes parameter buffer
-  in which the named dims and strides are already written). What is left per
-  call: one ``data_ptr()`` per tensor, one ``struct.pack_into`` of the
-  pointers into that buffer, torch's raw current stream, and
+  launcher finds a prepared *entry* (the loaded CUfunction, grid, block, shared
+  memory, the output allocators, and a ctypes parameter buffer in which the named
+  dims and strides are already written), first by the entry's C++ tensor guard,
+  else by the signature key in a dict. What is left per call: one ``data_ptr()``
+  per tensor, torch's raw current stream, an output allocation when outputs are
+  not passed, one ``struct.pack_into`` of the pointers into the buffer, and
   ``cuLaunchKernel`` with the address of the buffer's pointer array as
-  ``kernelParams``. The call function is generated per kernel (``exec`` of a
-  few lines with the argument count, the key expressions and the alignment
-  masks written out), so nothing loops over arguments at run time;
+  ``kernelParams``. The call function is generated per kernel (``exec`` of a few
+  lines with the argument count, the key expressions and the alignment masks
+  written out), so nothing loops over arguments at run time; see
+  :mod:`ptxdsl.runtime.fastpath`. ``kernel(...)`` runs the same function: the
+  kernel's launcher makes it the call of the kernel object (see :func:`prepare`);
 * **general** otherwise (numpy, cupy, jax/DLPack, a first call, ``sync=True``,
   clusters, ...): every argument is read into an :class:`ArgView`, checked
   against the Tile specs (:func:`ptxdsl.runtime.args.bind`), the kernel is
@@ -43,7 +46,6 @@ import struct
 import sys
 import threading
 from dataclasses import dataclass, field
-from functools import partial
 
 from ..errors import LaunchError, user_location
 from . import driver as _driver
@@ -340,20 +342,15 @@ class Launcher:
                 return int(v.stream)
         return 0
 
+    _torch: fastpath.TorchHooks | None = None
+
     def _bind_torch(self) -> None:
-        g = self._g
-        if g["RAW_STREAM"] is None:
-            torch = sys.modules["torch"]
-            raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
-            if raw is None:  # older torch: the public (slower) way
-                def raw(device, _torch=torch):
-                    return _torch.cuda.current_stream(device).cuda_stream
-            g["RAW_STREAM"] = raw
-            g["EMPTY_LIKE"] = torch.empty_like
-            # torch's current device: a torch.cuda.device(i) block or set_device() changes
-            # the thread's context behind our back; a launch then takes the careful path.
-            cur = getattr(getattr(torch, "_C", None), "_cuda_getDevice", None)
-            g["CUR_DEV"] = cur if cur is not None else torch.cuda.current_device
+        torch = sys.modules["torch"]
+        hooks = self._torch
+        if hooks is None or hooks.torch is not torch:
+            hooks = self._torch = fastpath.torch_hooks(torch)
+            g = self._g
+            g["RAW_STREAM"], g["CUR_DEV"] = hooks.raw_stream, hooks.current_device
 
     def _check_limits(self, kf: KernelFunction, info, grid, block, smem: int, cluster) -> None:
         name = self.sig.describe_call()
@@ -443,8 +440,8 @@ class Launcher:
     # ------------------------------------------------------------------ fast-path entries
     def _maybe_entry(self, args, call: "_Call", binding, kf, grid, block, smem, opts) -> None:
         """After a general call with CUDA torch tensors only: the fast-path entry for its
-        signature (dims, strides, grid and parameter buffer fixed)."""
-        sig, views = self.sig, call.views
+        signature (dims, strides, grid, output layout and parameter buffers fixed)."""
+        sig = self.sig
         if not self.fast_hits_possible or opts["cluster"] is not None:
             return
         if any(k != "torch" for k in call.kinds) or (opts["sync"] and not self.sync_always):
@@ -454,27 +451,30 @@ class Launcher:
             key = self._g["KEY_ALL" if n == sig.n_all else "KEY_IN"](args)
         except Exception:  # noqa: BLE001 - not hashable / not torch after all
             return
-        allocs = []
+        self._bind_torch()
+        hooks = self._torch
+        allocs, out_meta = [], []
         if n == sig.n_in:
-            torch = sys.modules["torch"]
-            like = self._g["__like__"]
-            for k, j in enumerate(range(sig.n_in, sig.n_all)):
-                dt = views[j].obj.dtype
-                allocs.append(None if j in like else partial(
-                    torch.empty, tuple(binding.out_shapes[k]), dtype=dt,
-                    device=torch.device("cuda", binding.device)))
+            for j in range(sig.n_in, sig.n_all):
+                o = call.objs[j]  # as the general path allocated it
+                allocs.append(hooks.allocator(o.shape, o.stride(), o.dtype, binding.device))
+                out_meta.append((tuple(o.shape), o.dtype))
         values = self.layout.values([0] * sig.n_all, binding)
-        buf, arr = self.layout.buffer(values)
+        buf, arr = self.layout.buffer(values)    # the owner thread's
+        sbuf, sarr = self.layout.buffer(values)  # every other thread's, under the lock
         if self.mode == "ctypes":
-            params, keep = ctypes.c_void_p(ctypes.addressof(arr)), (arr,)
+            params, sparams = ctypes.c_void_p(ctypes.addressof(arr)), \
+                ctypes.c_void_p(ctypes.addressof(sarr))
         else:
-            params, keep = ctypes.addressof(arr), (arr,)
+            params, sparams = ctypes.addressof(arr), ctypes.addressof(sarr)
         func = (self._ctypes.handle(int(kf.func)) if self.mode == "ctypes" else kf.func)
-        entry = _Entry((binding.device, func, grid[0], grid[1], grid[2], block[0], block[1],
-                        block[2], smem, threading.Lock(), self.layout.pack_ptrs, buf, params,
-                        tuple(allocs)))
-        entry.keep = keep
+        entry = fastpath.Entry((hooks.guard(args), binding.device, func, grid[0], grid[1],
+                                grid[2], block[0], block[1], block[2], smem, buf, params,
+                                threading.get_ident(), threading.Lock(), sbuf, sparams,
+                                tuple(allocs)))
+        entry.keep = (arr, sarr)
         entry.kernel_function = kf
+        entry.out_meta = tuple(out_meta)
         with self._entry_lock:
             if len(self.entries) >= _MAX_ENTRIES:
                 self.entries.clear()  # many shapes seen: start over rather than grow forever
@@ -491,12 +491,12 @@ class Launcher:
                 call = "cuLaunchCooperativeKernel" if self.cooperative else "cuLaunchKernel"
                 raise drv.error(code, call).for_kernel(self.sig.name)
             drv.forget_thread_device()
-        dev = e[0]
+        dev = e.dev
         pushed = drv.enter(dev)
         try:
             buf, arr = self.layout.buffer(self._values_from_entry(e, ptrs))
             try:
-                drv.launch(e.kernel_function.func, e[2:5], e[5:8], e[8], s,
+                drv.launch(e.kernel_function.func, e.grid, e.block, e.smem, s,
                            ctypes.addressof(arr), None, self.cooperative)
             except CudaError as exc:
                 raise exc.for_kernel(self.sig.name) from None
@@ -507,10 +507,19 @@ class Launcher:
                 _leave_quietly(drv)
         return out
 
+    def _relaunch_alloc(self, e, in_ptrs, s):
+        """:meth:`_relaunch` for a call whose outputs ptxdsl allocates: torch's current
+        device may not be the entry's, so the outputs name their device."""
+        torch = sys.modules["torch"]
+        device = torch.device("cuda", e.dev)
+        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in e.out_meta]
+        ptrs = tuple(in_ptrs) + tuple(o.data_ptr() for o in outs)
+        return self._relaunch(e, ptrs, s, outs[0] if len(outs) == 1 else tuple(outs), None)
+
     def _values_from_entry(self, e, ptrs) -> list:
         """All parameter values: the new pointers plus the constants in the entry's buffer."""
         lay = self.layout
-        raw = bytes(e[11])
+        raw = bytes(e.buf)
         vals = list(ptrs)
         for code, off in zip(lay.codes[lay.n_ptr:], lay.offsets[lay.n_ptr:]):
             vals.append(struct.unpack_from("<" + code, raw, off)[0])
@@ -518,7 +527,7 @@ class Launcher:
 
     def _sync_entry(self, e, s) -> None:
         try:
-            self._in_context(e[0], self.drv.stream_sync, s)
+            self._in_context(e.dev, self.drv.stream_sync, s)
         except CudaError as exc:
             raise exc.for_kernel(self.sig.name, "the launch (found when waiting for it)") \
                 from None
@@ -555,14 +564,6 @@ def _other_stream(producer: int | None, s: int) -> bool:
     return (0 if producer == 1 else producer) != (0 if s == 1 else s)
 
 
-class _Entry(tuple):
-    """A fast-path entry: a tuple (unpacked in one step by the generated code) that can
-    also carry the objects it must keep alive."""
-
-    keep: tuple
-    kernel_function: KernelFunction
-
-
 # ---------------------------------------------------------------------- public entry points
 _prepare_lock = threading.Lock()
 
@@ -574,6 +575,11 @@ def prepare(kernel, *example_args, mode: str | None = None, **kw) -> Launcher:
     their device and their signature gets a fast-path entry, so the first real call
     is already fast. ``mode`` (see :data:`LAUNCH_MODES`) makes a separate launcher
     that is not cached (the benchmark compares them).
+
+    Creating the cached launcher also routes ``kernel(...)`` to it directly: the kernel
+    object's class becomes a subclass of its own whose ``__call__`` is the launcher's
+    generated call (what ``Kernel.__call__`` would reach through ``runtime_cache``,
+    minus one Python call and one dict lookup per launch).
     """
     if mode is not None:
         launcher = Launcher(kernel, mode=mode)
@@ -583,10 +589,28 @@ def prepare(kernel, *example_args, mode: str | None = None, **kw) -> Launcher:
             with _prepare_lock:
                 launcher = kernel.runtime_cache.get("launcher")
                 if launcher is None:
-                    launcher = kernel.runtime_cache["launcher"] = Launcher(kernel)
+                    launcher = Launcher(kernel)
+                    _route_calls(kernel, launcher)
+                    kernel.runtime_cache["launcher"] = launcher
     if example_args:
         launcher.warm(*example_args, **kw)
     return launcher
+
+
+def _route_calls(kernel, launcher: Launcher) -> None:
+    """Make ``kernel(...)`` call ``launcher``'s generated function (it ignores ``self``)
+    with no ``Kernel.__call__`` in between. Kernels whose class cannot be swapped keep
+    their own ``__call__``, which finds the launcher in ``runtime_cache``."""
+    cls = type(kernel)
+    base = cls.__dict__.get("_ptxdsl_kernel_class", cls)
+    routed = type(base.__name__, (base,), {
+        "__call__": launcher._g["__call__"], "__slots__": (), "__doc__": base.__doc__,
+        "__module__": base.__module__, "__qualname__": base.__qualname__,
+        "_ptxdsl_kernel_class": base})
+    try:
+        kernel.__class__ = routed
+    except TypeError:
+        pass
 
 
 def launch(kernel, *args, **kwargs):
@@ -595,4 +619,3 @@ def launch(kernel, *args, **kwargs):
     if launcher is None:
         launcher = prepare(kernel)
     return launcher(*args, **kwargs)
-

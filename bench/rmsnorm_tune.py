@@ -107,7 +107,11 @@ def main(argv=None):
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-forward", action="store_true")
     ap.add_argument("--no-torch-compile", action="store_true")
-    ap.add_argument("--mode", choices=("all", "async", "hints"), default="all",
+    ap.add_argument("--only", default=None,
+                    help="forward: keep the variants whose name matches this regex "
+                         "(the default plan is always kept)")
+    ap.add_argument("--rounds", type=int, default=2, help="timing rounds (alternating order)")
+    ap.add_argument("--mode", choices=("all", "async", "hints", "both"), default="all",
                     help="forward variants: every family, the default plan beside the "
                          "cp.async-staged kernels, or the default plan under each cache hint")
     ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
@@ -134,7 +138,15 @@ def main(argv=None):
         sets = [(torch.randn(m, n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt),
                  torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(copies)]
         base = plan(n, dt)
-        variants = _variants(a.mode, n, dt, base, plan, loop_ctas_per_sm, staging)
+        modes = ("all", "hints") if a.mode == "both" else (a.mode,)
+        variants = {}
+        for mode in modes:
+            variants.update(_variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging))
+        if a.only:
+            import re
+            keep = re.compile(a.only)
+            variants = {k: v for k, v in variants.items()
+                        if k == f"T{base.threads}" or keep.search(k)}
         res, live = {}, {"copy": lambda x, w, y: y.copy_(x)}
         ref = F.rms_norm(sets[0][0].float(), (n,), sets[0][1].float(), 1e-6)
         if a.no_torch_compile:
@@ -172,7 +184,7 @@ def main(argv=None):
         # Two rounds, the second in reverse order; each variant keeps its better median,
         # so none is favoured by when it ran (clocks settling after the compiles).
         names = list(live)
-        for order in (names, names[::-1]):
+        for order in [names if r % 2 == 0 else names[::-1] for r in range(a.rounds)]:
             for name in order:
                 t = time_fn(live[name], sets, iters=40)
                 res[name] = min(res.get(name, t), t)

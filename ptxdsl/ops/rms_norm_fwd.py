@@ -12,7 +12,8 @@ Schedule (see :func:`plan`):
   per-warp partials from shared memory (no second barrier, no serial thread).
 * **row per warp (or per 2..16 lanes)** for short rows: several rows per CTA,
   the reduction is shuffles only.
-* **two passes** for rows too long for registers: x is re-read (from L2).
+* **two passes** for rows too long for registers, and for half-precision rows of 256+
+  threads (measured faster): x is re-read (from L1/L2) after the reduction.
 
 A ragged tail (N not a multiple of the vector width times the threads) is
 predicated: guarded loads leave zeros, guarded stores skip.
@@ -119,6 +120,13 @@ def plan(n: int, dtype: PtxType, vec: int | None = None, *, threads: int | None 
         rows_per_cta = max(1, 256 // threads) if threads <= WARP else 1
     # 64K registers per SM: keep w in registers too only if one CTA still fits.
     preload_w = not two_pass and threads * rows_per_cta * (2 * values + 24) <= 65536
+    if dtype.bytes == 2 and threads * rows_per_cta >= 256:
+        # Half-precision rows of 256+ threads read x a second time (from L1/L2) after the
+        # reduction instead of keeping it in registers. On an H200 (bench/rmsnorm_tune.py,
+        # three interleaved rounds) this was as fast or faster at 13 of the 14 such
+        # bf16/f16 shapes of the sweep, e.g. 4096x7168 bf16 31.3 against 33.2 µs (copy
+        # 31.2); rows of 128 threads or fewer were 2% slower that way (32768x1024).
+        two_pass = True
     return Plan(n, vec, threads, rows_per_cta, two_pass, preload_w)
 
 

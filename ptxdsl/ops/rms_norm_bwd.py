@@ -27,7 +27,7 @@ from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, b32, f32, u32, u64
 
 from ._reduce import RowSum
-from ._rowio import load_chunk, narrow, store_chunk
+from ._rowio import l2_policy, load_chunk, narrow, store_chunk
 from .rms_norm_fwd import WARP, RowSplit, max_vec
 
 @dataclass(frozen=True)
@@ -45,6 +45,10 @@ class BwdPlan(RowSplit):
     # build_dw_reduce in a second launch (small rows, whose grid is so large that
     # summing its partials would be left to too few CTAs).
     fused: bool = True
+    # Cache hints and L2 eviction priority of the dy and x loads of the resident-row
+    # kernel (createpolicy + .L2::cache_hint; None: the default), as for the forward's x.
+    in_hints: tuple[str, ...] = ()
+    in_policy: str | None = None
 
     @property
     def slices(self) -> int:
@@ -168,14 +172,17 @@ def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy,
     ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]) for k in range(K)]
     dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
     row_sum = RowSum(T, tid, looped=True)
+    pol = l2_policy(p.in_policy, {})
 
     def load_row(row, ok):
         pdy_r, px_r = dy0 + row * (sdy * es), x0 + row * (sx * es)
         dys, xs = [], []
         for k in range(K):
             g = _and(preds[k], ok)
-            dys.append(load_chunk(pdy_r, k * step, dtype, V, pred=g))
-            xs.append(load_chunk(px_r, k * step, dtype, V, pred=g))
+            dys.append(load_chunk(pdy_r, k * step, dtype, V, pred=g, hints=p.in_hints,
+                                  policy=pol))
+            xs.append(load_chunk(px_r, k * step, dtype, V, pred=g, hints=p.in_hints,
+                                 policy=pol))
         return dys, xs
 
     if p.prefetch:

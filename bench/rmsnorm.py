@@ -432,6 +432,22 @@ def _warm_up_gpu(seconds: float = 3.0) -> None:
     del a, b
 
 
+def _host_probe(calls: int = 20000) -> float:
+    """Host µs per ``torch.empty_like`` of a small CUDA tensor (median of 5 loops): how
+    fast this machine's CPU is right now. Launch-bound shapes (one row, a few rows) time
+    the host, so a busy or slow host shows in them and this number says so."""
+    import time
+    torch = _torch()
+    x = torch.empty(1024, device="cuda")
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            torch.empty_like(x)
+        runs.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(runs)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default="f32,bf16,f16")
@@ -449,8 +465,13 @@ def main(argv=None):
     if a.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
     _warm_up_gpu()
+    host_us = _host_probe()
+    print(f"host probe: torch.empty_like of a small CUDA tensor {host_us:.2f} µs "
+          f"(about 1.6 on a quiet H200 host; small shapes are host-bound, so their numbers "
+          f"scale with it)", flush=True)
     result = {"device": dev.name, "date": datetime.date.today().isoformat(),
-              "torch": torch.__version__, "forward": [], "backward": []}
+              "torch": torch.__version__, "host_probe_us": host_us,
+              "forward": [], "backward": []}
     p = peers()
     result["peers"] = dict(p["versions"])
     result["notes"] = list(p["notes"])

@@ -46,8 +46,9 @@ def stage_bytes(p: Plan, dtype: PtxType, residual: bool) -> int:
 
 
 def can_stage(p: Plan, dtype: PtxType) -> bool:
-    """cp.async moves 4, 8 or 16 bytes; rows re-read from L2 have no use for a ring."""
-    return not p.two_pass and p.vec * dtype.bytes in (4, 8, 16)
+    """cp.async moves 4, 8 or 16 bytes, and a thread's part of the row (read once from
+    shared memory) must fit in registers; the plan's own two-pass choice does not apply."""
+    return p.per_thread * p.vec <= 32 and p.vec * dtype.bytes in (4, 8, 16)
 
 
 def staging(p: Plan, dtype: PtxType, residual: bool, *, stages: int | None = None,
@@ -76,8 +77,10 @@ def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, g
     """Staged persistent forward kernel over at most ``grid`` CTAs (same arguments as
     :func:`~.rms_norm_fwd.build_forward`)."""
     if not can_stage(p, dtype):
-        raise ValueError(f"plan {p} cannot be staged with cp.async (chunks of "
-                         f"{p.vec * dtype.bytes} bytes; 4, 8 or 16 needed, one pass)")
+        raise ValueError(f"plan {p} cannot be staged with cp.async: it needs chunks of 4, 8 "
+                         f"or 16 bytes (these are {p.vec * dtype.bytes}) and at most 32 "
+                         f"values per thread (these are {p.per_thread * p.vec}); use more "
+                         f"threads or build_forward")
     N, T, R, V, K, S = p.n, p.threads, p.rows_per_cta, p.vec, p.per_thread, st.stages
     es, wes = dtype.bytes, wdtype.bytes
     cb = V * es                       # bytes per chunk (one cp.async)

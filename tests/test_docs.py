@@ -228,7 +228,7 @@ def _snippet_kernels(name):
     return cli.load_kernels(os.path.join(DOCS, "snippets", name))
 
 
-@pytest.mark.parametrize("name", ["first_kernel.py", "control_flow.py"])
+@pytest.mark.parametrize("name", ["first_kernel.py", "control_flow.py", "cache_hints.py"])
 def test_doc_snippets_trace(name):
     for e in _snippet_kernels(name):
         assert f".entry {e.kernel.name}(" in e.kernel.ptx()

@@ -57,3 +57,26 @@ def reverse(X, Y):
     y = buf[255 - tid]                           # ld.shared.f32 from another thread's slot
     ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), y)
 # --8<-- [end:reverse]
+
+
+# --8<-- [start:dynamic]
+ROW = 16384                                      # 64 KiB of f32: over the 48 KiB static limit
+
+
+@kernel(in_specs=(Tile("B", ROW, f32),), out_specs=(Tile("B", ROW, f32),),
+        grid=lambda B: (B, 1, 1), block=(1024, 1, 1))
+def reverse_rows(X, Y):
+    buf = smem.alloc(f32, (ROW,), dynamic=True)  # .extern .shared .align 16 .b8 smem0[];
+    px, py = ptx.global_ptrs(X, Y)
+    row = reg.scalar(u32); ptx.inst.mov.u32(row, ptx.special.ctaid.x())
+    tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+    row_off = (row * (ROW * 4)).wide             # this row's first byte (64-bit)
+    x_row, y_row = px + row_off, py + row_off
+    for i in ptx.range_(tid, ROW, 1024):
+        x = reg.scalar(f32)
+        ptx.inst.ld.global_.f32(x, ptx.addr(x_row + i * 4))
+        buf[i] = x                               # st.shared.f32, as for a static array
+    ptx.bar.sync(0)
+    for i in ptx.range_(tid, ROW, 1024):
+        ptx.inst.st.global_.f32(ptx.addr(y_row + i * 4), buf[ROW - 1 - i])
+# --8<-- [end:dynamic]

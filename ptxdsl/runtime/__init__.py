@@ -1,8 +1,13 @@
 """Running kernels on NVIDIA GPUs through cuda-python (no compiled extension of our own).
 
-``launch(kernel, *args)`` is what ``kernel(*args)`` calls; ``prepare(kernel,
+``launch(kernel, *args)`` is what ``kernel(*args)`` does; ``prepare(kernel,
 *example_args)`` returns the kernel's :class:`Launcher`, whose call is the
-fast path (see :mod:`ptxdsl.runtime.launcher`). The modules, one question each:
+fast path, and routes ``kernel(...)`` straight to that call (the kernel object
+gets a per-kernel subclass whose ``__call__`` is the launcher's generated
+function). A fast call finds its prepared entry first through the entry's
+guard (torch's C++ ``TensorGuards.check``), else by its signature key in a
+dict, else takes the general path; see :mod:`ptxdsl.runtime.launcher` and
+:mod:`ptxdsl.runtime.fastpath`. The modules, one question each:
 
 ========== ==============================================================
 driver     the CUDA driver: devices, primary contexts, modules, errors
@@ -10,8 +15,11 @@ cache      cubins on disk (keyed by PTX, arch, toolchain, options), modules in m
 compile    PTX -> cubin (ptxas or driver JIT) -> CUfunction on a device
 args       what an argument is and whether it fits the Tile specs
 memory     device buffers ptxdsl owns; staging numpy arrays through the GPU
-launcher   the general path, the fast-path entries, and the entry points
-fastpath   the parameter-buffer layout and the generated per-kernel call
+launcher   the general path, making fast-path entries, limits (dynamic shared
+           memory opt-in), ``prepare`` and ``launch``
+fastpath   the parameter-buffer layout, the entries, the torch hooks (entry
+           guard, output allocator; ``PTXDSL_TORCH_PRIVATE=0`` turns them
+           off) and the generated per-kernel call
 ========== ==============================================================
 """
 from __future__ import annotations

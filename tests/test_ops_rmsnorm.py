@@ -325,3 +325,25 @@ def test_staged_forward_walks_every_row(m, n, grid, stages, residual, half, seed
     else:
         assert rel_err(y, ref) < 2e-6
     assert np.allclose(rstd, rref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [4096, 8192, 16384])
+def test_half_two_pass_kernel_keeps_the_occupancy(n):
+    """Two-pass half rows: w is loaded late exactly when ptxas gives that variant more
+    CTAs per SM (and a thread has at most two chunks), never when it would lower them."""
+    import dataclasses
+    import sys
+    from ptxdsl import toolchain
+    if toolchain.find_ptxas() is None:
+        pytest.skip("no ptxas")
+    ops = sys.modules["ptxdsl.ops.rms_norm"]
+    p = plan(n, bf16)
+    assert p.two_pass and p.preload_w
+    k = ops._build_forward_best(p, bf16, bf16, EPS, False, False, "sm_90a")
+    keep = build_forward(p, bf16, bf16, eps=EPS)
+    late = build_forward(dataclasses.replace(p, preload_w=False, w_hints=("L1::evict_last",),
+                                             w_policy="evict_last"), bf16, bf16, eps=EPS)
+    gain = ops._ctas_per_sm(late, p.block) > ops._ctas_per_sm(keep, p.block)
+    chose_late = k.ptx() == late.ptx()
+    assert chose_late == (gain and p.per_thread <= 2)
+    assert ops._ctas_per_sm(k, p.block) >= ops._ctas_per_sm(keep, p.block)

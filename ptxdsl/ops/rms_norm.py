@@ -8,11 +8,13 @@ need gradients go through a ``torch.autograd.Function`` whose backward is
 """
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 
 import numpy as np
 
-from ..errors import LaunchError
+from ..errors import LaunchError, ToolchainError
 from ..types import PtxType, bf16, f16, f32
 from . import _workspace
 from .rms_norm_bwd import MAX_FUSED_ROWS, build_backward, build_dw_reduce, plan_backward
@@ -303,14 +305,44 @@ def _forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms):
         if _fits(k, p.block):
             return k
     key = ("fwd", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch)
-    return KERNELS.get(key, lambda: build_forward(p, dt, wdt, eps=eps, residual=residual,
-                                                  with_rstd=want_rstd, arch=arch))
+    return KERNELS.get(key, lambda: _build_forward_best(p, dt, wdt, eps, residual, want_rstd,
+                                                        arch))
+
+
+def _build_forward_best(p, dt, wdt, eps, residual, want_rstd, arch):
+    """The one-CTA-per-row kernel for plan ``p``; for a two-pass plan of at most two
+    chunks per thread, w is loaded after the reduction instead when ptxas says that buys
+    more CTAs per SM. At 8192 f16/bf16 (512 threads) keeping w took 34 registers, 3 CTAs
+    per SM, against 32 and 4 without: 68.2 against 67.2 µs for 8192x8192 f16 on an H200
+    (bench/rmsnorm_tune.py, three rounds; torch.compile 67.2). With more chunks per
+    thread the late w loads cost more than the occupancy gives back (1024x16384 bf16:
+    21.2 against 20.4 µs), and where the registers tie nothing changes."""
+    def build(q):
+        return build_forward(q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd,
+                             arch=arch)
+    k = build(p)
+    if not (p.two_pass and p.preload_w and p.per_thread <= 2):
+        return k
+    late = build(dataclasses.replace(p, preload_w=False, w_hints=("L1::evict_last",),
+                                     w_policy="evict_last"))
+    try:
+        if _ctas_per_sm(late, p.block) > _ctas_per_sm(k, p.block):
+            return late
+    except ToolchainError:  # no ptxas to ask: keep the plan as it is
+        pass
+    return k
+
+
+def _ctas_per_sm(k, block: int) -> int:
+    """CTAs of ``block`` threads one SM holds by registers (allocated 8 per thread at a
+    time) and threads (2048): Hopper's limits, from ptxas' register count."""
+    regs = -(-max(1, k.resources().registers) // 8) * 8
+    return min(2048 // block, 65536 // (block * regs))
 
 
 def _fits(k, block) -> bool:
     """Whether ptxas gave the kernel few enough registers for one CTA per SM (True when
     there is no ptxas to ask: the estimate that chose the kernel stands)."""
-    from ..errors import ToolchainError
     try:
         return k.resources().registers * block <= 65536
     except ToolchainError:

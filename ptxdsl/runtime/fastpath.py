@@ -33,8 +33,10 @@ alignment masks written out, so nothing loops at run time):
    thread that made the entry packs its own buffer without a lock (nobody else
    writes it); other threads share a second buffer under a lock.
 
-``PTXDSL_TORCH_PRIVATE=0`` makes the fast path use only public torch calls (no guard,
-``torch.empty`` for outputs): slower, for a torch whose private helpers misbehave.
+``PTXDSL_TORCH_PRIVATE=0`` turns off the two private torch helpers chosen for speed
+(the entry guard: entries are found by their signature key alone; and
+``_empty_strided_cuda``: outputs come from ``torch.empty``), for a torch whose helpers
+misbehave. The stream and current-device getters of ``torch._C`` stay in use.
 """
 from __future__ import annotations
 

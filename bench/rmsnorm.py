@@ -140,10 +140,11 @@ def bench_forward(shape, dtype, contenders, l2_bytes):
     return row
 
 
-def _measure(contenders, sets, ok, iters, rounds=2):
+def _measure(contenders, sets, ok, iters, rounds=3):
     """Validate each contender once, then time them all in ``rounds`` interleaved
-    rounds and keep each one's best median, so that no contender is favoured by
-    when it happened to run (clocks, memory placement)."""
+    rounds (every other one in reverse order) and keep each one's best median, so that
+    no contender is favoured by when it happened to run (clocks, memory placement, a
+    busy host)."""
     row, live = {}, {}
     for name, fn in contenders.items():
         try:
@@ -158,8 +159,10 @@ def _measure(contenders, sets, ok, iters, rounds=2):
         except Exception as e:  # a contender that cannot run is reported, not fatal
             row[name] = {"error": f"{type(e).__name__}: {str(e)[:120]}"}
     best: dict[str, float] = {}
-    for _ in range(rounds):
-        for name, fn in live.items():
+    names = list(live)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            fn = live[name]
             t = time_fn(fn, sets, iters=iters)
             best[name] = min(best.get(name, t), t)
     for name in contenders:

@@ -6,7 +6,7 @@ elements). Contenders, each validated against a float64 torch reference before i
 timed: a device copy of the same bytes, ptxdsl (the example's kernel, outputs
 preallocated per input set), the torch eager equivalent and torch.compile of it
 (dynamic=False). Timing as in bench/rmsnorm.py: CUDA events, median of many calls,
-two interleaved rounds, inputs rotated over enough copies to exceed L2. Prints a table
+three interleaved rounds, inputs rotated over enough copies to exceed L2. Prints a table
 last and writes JSON (one list of rows per kernel, bench/rmsnorm.py's layout).
 
     python bench/examples.py [--kinds softmax,swiglu] [--no-compile] [--json PATH]

@@ -274,6 +274,11 @@ def _sections(data) -> list[tuple[str | None, list[dict]]]:
     for key, value in data.items():
         if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
             out.append((key, value))
+        elif isinstance(value, dict) and value and all(
+                isinstance(r, dict) and "median_us" in r for r in value.values()):
+            # name -> {median_us, min_us, runs_us} (bench/launch_overhead.py): one row each
+            out.append((key, [{"contender": name, "median µs": r["median_us"],
+                               "min µs": r.get("min_us")} for name, r in value.items()]))
     return out
 
 
@@ -299,8 +304,8 @@ def bench_tables(folder: str, only: str | None = None) -> str:
         out.append(f"### {title}")
         out.append("")
         facts = []
-        for key in ("device", "gpu", "date", "timestamp", "shape", "dtype", "driver", "cuda",
-                    "torch", "ptxas"):
+        for key in ("device", "gpu", "date", "when", "timestamp", "shape", "dtype", "driver",
+                    "cuda", "torch", "ptxas", "host_probe_us"):
             if meta.get(key) not in (None, ""):
                 facts.append(f"**{key}**: {_fmt(meta[key])}")
         facts.append(f"**source**: `bench/results/{os.path.basename(path)}`")

@@ -26,7 +26,8 @@ from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
 from ._reduce import RowSum
-from ._rowio import l2_policy, load_chunk, narrow, round_trip, store_chunk
+from ._rmsrow import add_residual, rstd_of, scale, store_rstd, unpack
+from ._rowio import l2_policy, load_chunk, narrow, store_chunk
 
 WARP = 32
 
@@ -163,13 +164,7 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
             grid=lambda M: (-(-M // R), 1, 1), block=(p.block, 1, 1), arch=arch,
             name=f"rms_norm_fwd_{dtype.name}_{N}", arg_names=names)
     def rms_norm_fwd(*args):
-        it = iter(args)
-        X = next(it)
-        Rs = next(it) if residual else None
-        W = next(it)
-        Y = next(it)
-        H = next(it) if residual else None
-        RSTD = next(it) if with_rstd else None
+        X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
 
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
@@ -226,12 +221,7 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
         if Rs is not None:
             r = load_chunk(rrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints,
                            policy=xpol)
-            hsum = []
-            for a, b in zip(x, r):
-                s = reg.scalar(f32)
-                ptx.inst.add.f32(s, a, b)
-                hsum.append(s)
-            x = round_trip(hsum, dtype)
+            x = add_residual(x, r, dtype)
             store_chunk(hrow, k * step, dtype, narrow(x, dtype), pred=preds[k])
         for v in x:
             ptx.inst.fma.rn.f32(acc, v, v, acc)
@@ -244,15 +234,9 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
           for k in range(K)] if p.preload_w else []
 
     total = RowSum(T, tid, looped=False)(acc)
-    ms = reg.scalar(f32)
-    ptx.inst.fma.rn.f32(ms, total, 1.0 / N, eps)
-    rstd = reg.scalar(f32)
-    ptx.inst.rsqrt.approx.f32(rstd, ms)
+    rstd = rstd_of(total, N, eps)
     if RSTD is not None:
-        prs = ptx.global_ptrs(RSTD)[0]
-        first = lane == 0
-        with ptx.if_(first if rowok is None else first & rowok):
-            ptx.inst.st.global_.f32(ptx.addr(prs + row * 4), rstd)
+        store_rstd(RSTD, row, rstd, lane, rowok)
 
     for k in range(K):
         if p.two_pass:
@@ -263,10 +247,5 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
             x = xs[k]
         w = ws[k] if p.preload_w else load_chunk(wrow, k * T * V * wes, wdtype, V,
                                                  pred=preds[k], hints=p.w_hints, policy=wpol)
-        ys = []
-        for a, b in zip(x, w):
-            t = reg.scalar(f32)
-            ptx.inst.mul.f32(t, a, rstd)
-            ptx.inst.mul.f32(t, t, b)
-            ys.append(t)
-        store_chunk(yrow, k * step, dtype, narrow(ys, dtype), pred=preds[k], hints=p.y_hints)
+        store_chunk(yrow, k * step, dtype, narrow(scale(x, w, rstd), dtype), pred=preds[k],
+                    hints=p.y_hints)

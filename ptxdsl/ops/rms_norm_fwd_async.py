@@ -25,7 +25,9 @@ from ptxdsl import kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u8, u32
 
 from ._reduce import RowSum
-from ._rowio import load_chunk, narrow, round_trip, store_chunk
+from ._rmsrow import (add_residual, both, persistent_rows, rstd_of, scale, store_rstd,
+                      unpack)
+from ._rowio import load_chunk, narrow, store_chunk
 from .rms_norm_fwd import Plan, forward_specs
 
 SMEM_PER_SM = 227 * 1024      # Hopper: shared memory one SM gives its CTAs (opt-in)
@@ -95,49 +97,19 @@ def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, g
             grid=lambda M: (min(grid, -(-M // R)), 1, 1), block=(p.block, 1, 1), arch=arch,
             name=f"rms_norm_fwd_async_{dtype.name}_{N}", arg_names=names)
     def rms_norm_fwd_async(*args):
-        it = iter(args)
-        X = next(it)
-        Rs = next(it) if residual else None
-        W = next(it)
-        Y = next(it)
-        H = next(it) if residual else None
-        RSTD = next(it) if with_rstd else None
+        X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
 
         ring = smem.alloc(u8, (S * sb,), dynamic=True)
-        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
-        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        ncta = reg.scalar(u32); ptx.inst.mov.u32(ncta, ptx.special.nctaid.x())
-        m = ptx.dim("M")
-        if R > 1:
-            lane, group = tid & (T - 1), tid >> (T.bit_length() - 1)
-        else:
-            lane, group = tid, 0
-        nblocks = (m + (R - 1)) >> shift if R > 1 else m
-        px, pw, py = ptx.global_ptrs(X, W, Y)
-        sx = X.row_stride
-        lane_b = lane * cb
-        x0, y0 = px + lane_b, py + lane_b
-        w0 = pw + lane * (V * wes)
+        v = persistent_rows(p, X, W, Y, Rs, H, es, wes)
+        tid, cta, ncta, m, lane, group = v.tid, v.cta, v.ncta, v.m, v.lane, v.group
+        nblocks, sx, x0, y0, w0, chunk_ok = v.nblocks, v.sx, v.x0, v.y0, v.w0, v.chunk_ok
+        if residual:
+            sr, r0, h0 = v.sr, v.r0, v.h0
         # This thread's first chunk in stage 0 (x; the residual's follows at +srcb).
-        mine = ring.base + lane_b
+        mine = ring.base + v.lane_b
         if R > 1:
             mine = mine + group * rowb
-        if residual:
-            pr, ph = ptx.global_ptrs(Rs, H)
-            sr = Rs.row_stride
-            r0, h0 = pr + lane_b, ph + lane_b
         step, wstep, sstep = T * cb, T * V * wes, T * cb
-
-        def inside(k):
-            """Whether chunk k of this thread exists (None: always)."""
-            if not p.ragged or (k + 1) * T <= p.chunks:
-                return None
-            return lane < (p.chunks - k * T)
-
-        def both(a, b):
-            return b if a is None else (a if b is None else a & b)
-
-        chunk_ok = [inside(k) for k in range(K)]
         ws = [load_chunk(w0, k * wstep, wdtype, V, pred=chunk_ok[k]) for k in range(K)]
         reduce = RowSum(T, tid, looped=True)
 
@@ -176,34 +148,18 @@ def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, g
                 x = load_chunk(src, k * sstep, dtype, V, pred=g, space="shared")
                 if residual:
                     r = load_chunk(src, srcb + k * sstep, dtype, V, pred=g, space="shared")
-                    s_ = []
-                    for a, b in zip(x, r):
-                        t = reg.scalar(f32)
-                        ptx.inst.add.f32(t, a, b)
-                        s_.append(t)
-                    x = round_trip(s_, dtype)
+                    x = add_residual(x, r, dtype)
                     store_chunk(h0 + row * (sr * es), k * step, dtype, narrow(x, dtype), pred=g)
                 for v in x:
                     ptx.inst.fma.rn.f32(acc, v, v, acc)
                 xs.append(x)
             total = reduce(acc)
-            ms = reg.scalar(f32)
-            ptx.inst.fma.rn.f32(ms, total, 1.0 / N, eps)
-            rstd = reg.scalar(f32)
-            ptx.inst.rsqrt.approx.f32(rstd, ms)
+            rstd = rstd_of(total, N, eps)
             if RSTD is not None:
-                prs = ptx.global_ptrs(RSTD)[0]
-                with ptx.if_((lane == 0) & ok):
-                    ptx.inst.st.global_.f32(ptx.addr(prs + row * 4), rstd)
+                store_rstd(RSTD, row, rstd, lane, ok)
             yrow = y0 + row * (N * es)
             for k in range(K):
-                ys = []
-                for a, b in zip(xs[k], ws[k]):
-                    t = reg.scalar(f32)
-                    ptx.inst.mul.f32(t, a, rstd)
-                    ptx.inst.mul.f32(t, t, b)
-                    ys.append(t)
-                store_chunk(yrow, k * step, dtype, narrow(ys, dtype),
+                store_chunk(yrow, k * step, dtype, narrow(scale(xs[k], ws[k], rstd), dtype),
                             pred=both(chunk_ok[k], ok), hints=p.y_hints)
             # The stage just read is the next one to refill; the read pointer moves on.
             ptx.inst.mov.u32(fill, take)

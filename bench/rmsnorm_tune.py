@@ -117,6 +117,9 @@ def main(argv=None):
                     help="forward variants: every family, the default plan beside the "
                          "cp.async-staged kernels, or the default plan under each cache hint")
     ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
+    ap.add_argument("--bwd-threads", default="", type=lambda s: [int(v) for v in s.split(",")
+                                                                 if v],
+                    help="backward: more thread counts to try, e.g. 256,320,448")
     a = ap.parse_args(argv)
     import torch.nn.functional as F
     fwd_shapes = FWD_SHAPES
@@ -212,7 +215,7 @@ def main(argv=None):
         hints = {"": {}, " x:L1last+evict_last": dict(in_hints=("L1::evict_last",),
                                                       in_policy="evict_last"),
                  " x:cs": dict(in_hints=("cs",))}
-        for t in sorted({base.threads, 512, 1024}):
+        for t in sorted({base.threads, 512, 1024} | set(a.bwd_threads)):
             for cps in (1, 2, 3, 4):
                 for hn, kw in hints.items():
                     p = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps)

@@ -81,7 +81,8 @@ def doctor() -> dict:
         report["cached cubins"] = len([n for n in os.listdir(sub) if n.endswith(".cubin")]) \
             if os.path.isdir(sub) else 0
     for var in ("PTXDSL_INTERPRET", "PTXDSL_COMPILER", "PTXDSL_LAUNCH", "PTXDSL_SYNC",
-                "PTXDSL_PTXAS", "CUDA_VISIBLE_DEVICES"):
+                "PTXDSL_PTXAS", "PTXDSL_CACHE_DIR", "PTXDSL_CACHE", "PTXDSL_TORCH_PRIVATE",
+                "CUDA_VISIBLE_DEVICES"):
         if os.environ.get(var):
             report[var] = os.environ[var]
     report["problems"] = problems

@@ -385,8 +385,16 @@ class FakeCuda:
         return r
 
     def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, f, threads, smem):
+        """Hopper's thread limit (2048 per SM) and shared memory (228 KiB per SM, 1 KiB of
+        it reserved per CTA); like the driver, no CTA fits when ``smem`` exceeds the
+        function's dynamic limit (48 KiB until cuFuncSetAttribute raises it)."""
         self._count("cuOccupancyMaxActiveBlocksPerMultiprocessor")
-        return (OK, max(1, 2048 // max(threads, 1)))
+        limit = self.functions[int(f)]["attrs"].get(
+            "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 48 * 1024 - self.static_smem)
+        if smem > limit:
+            return (OK, 0)
+        by_smem = 228 * 1024 // (self.static_smem + smem + 1024)
+        return (OK, max(1, min(2048 // max(threads, 1), by_smem)))
 
     def cuLaunchKernelEx(self, config, f, kernel_params, extra):
         r = self.cuLaunchKernel(f, config.gridDimX, config.gridDimY, config.gridDimZ,

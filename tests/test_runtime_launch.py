@@ -980,3 +980,42 @@ def test_cai_producer_stream_is_waited_for(gpu, monkeypatch):
 def test_gpu_available_with_the_fake(gpu):
     assert ptxdsl.gpu_available() is True
     assert f32_array(0, 0).shape == (0,)
+
+
+def test_dynamic_shared_memory_is_sized_raised_and_counted(gpu):
+    """A kernel with a dynamic shared array: every launch passes its bytes, the function's
+    limit is raised past 48 KiB before the first launch (and before an occupancy query),
+    and resident_ctas counts with the kernel's own shared memory by default."""
+    from ptxdsl import Tile, kernel, ptx, reg, smem
+    from ptxdsl.types import f32, u32
+
+    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),
+            grid=lambda N: (N // 256, 1, 1), block=(256, 1, 1), name="dyn_smem_copy")
+    def dyn_copy(A, B):
+        big = smem.alloc(f32, (256, 64), dynamic=True)  # 64 KiB
+        pa, pb = ptx.global_ptrs(A, B)
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        off = (cta * 256 + tid) * 4
+        a = reg.scalar(f32); ptx.inst.ld.global_.f32(a, ptx.addr(pa + off))
+        big[tid, 63] = a
+        ptx.bar.sync(0)
+        ptx.inst.st.global_.f32(ptx.addr(pb + off), big[255 - tid, 63])
+
+    assert dyn_copy.dynamic_shared == 64 * 1024
+    assert ".extern .shared .align 16 .b8 smem0[];" in dyn_copy.ptx()
+
+    def impl(pa, pb, n, *, grid, block):
+        a, b = f32_array(pa, n), f32_array(pb, n)
+        b[:] = a.reshape(-1, 256)[:, ::-1].reshape(-1)
+
+    gpu.cu.register(dyn_copy, impl)
+    launcher = rlaunch.prepare(dyn_copy)
+    # 228 KiB per SM / (64 KiB + 1 KiB reserved) = 3 CTAs per SM, once the limit is raised.
+    assert launcher.resident_ctas(0) == 3 * 132
+    assert launcher.resident_ctas(0, smem=0) == 8 * 132
+    x = rand(512)
+    y = dyn_copy(x)
+    assert gpu.cu.launches[-1]["smem"] == 64 * 1024
+    np.testing.assert_array_equal(y, x.reshape(-1, 256)[:, ::-1].reshape(-1))
+    np.testing.assert_array_equal(dyn_copy.interpret(x), y)

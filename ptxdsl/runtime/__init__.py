@@ -15,8 +15,9 @@ cache      cubins on disk (keyed by PTX, arch, toolchain, options), modules in m
 compile    PTX -> cubin (ptxas or driver JIT) -> CUfunction on a device
 args       what an argument is and whether it fits the Tile specs
 memory     device buffers ptxdsl owns; staging numpy arrays through the GPU
-launcher   the general path, making fast-path entries, limits (dynamic shared
-           memory opt-in), ``prepare`` and ``launch``
+launcher   the general path, making fast-path entries, ``prepare`` and ``launch``
+limits     grid/block/shared-memory/cluster limits checked before a launch (the
+           dynamic shared memory opt-in), cooperative residency, occupancy
 fastpath   the parameter-buffer layout, the entries, the torch hooks (entry
            guard, output allocator; ``PTXDSL_TORCH_PRIVATE=0`` turns them
            off) and the generated per-kernel call

@@ -55,6 +55,7 @@ from .compile import KernelFunction, load_function
 from .driver import CudaError
 from . import fastpath
 from .fastpath import ParamLayout
+from .limits import LaunchLimits, _leave_quietly
 from .memory import Staging, allocate
 
 __all__ = ["LAUNCH_MODES", "Launcher", "ParamLayout", "launch", "prepare"]
@@ -72,7 +73,7 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-class Launcher:
+class Launcher(LaunchLimits):
     """The prepared launches of one kernel (see the module docstring).
 
     Call it like the kernel: ``launcher(*inputs)`` or ``launcher(*inputs, *outputs)``;
@@ -352,91 +353,6 @@ class Launcher:
             g = self._g
             g["RAW_STREAM"], g["CUR_DEV"] = hooks.raw_stream, hooks.current_device
 
-    def _check_limits(self, kf: KernelFunction, info, grid, block, smem: int, cluster) -> None:
-        name = self.sig.describe_call()
-        for axis, (g, m) in enumerate(zip(grid, info.max_grid)):
-            if g > m:
-                raise LaunchError(f"{name}: grid {grid} exceeds the device's limit {info.max_grid} "
-                                  f"on axis {'xyz'[axis]}", user_location())
-        for axis, (b, m) in enumerate(zip(block, info.max_block)):
-            if b > m:
-                raise LaunchError(f"{name}: block {block} exceeds the device's limit "
-                                  f"{info.max_block} on axis {'xyz'[axis]}", user_location())
-        threads = block[0] * block[1] * block[2]
-        if threads > kf.max_threads:
-            raise LaunchError(f"{name}: block {block} has {threads} threads but this kernel fits "
-                              f"at most {kf.max_threads} per block on {info.name} (it uses "
-                              f"{kf.num_regs} registers per thread); use a smaller block",
-                              user_location())
-        total = kf.static_smem + smem
-        if total > info.max_smem_per_block_optin:
-            raise LaunchError(f"{name}: needs {kf.static_smem} bytes of static + {smem} bytes of "
-                              f"dynamic shared memory = {total} bytes per block, over the "
-                              f"{info.max_smem_per_block_optin} bytes {info.name} allows",
-                              user_location())
-        if smem > kf.dyn_smem_limit:
-            # Over 48 KiB of dynamic shared memory needs an explicit opt-in per function.
-            with kf.lock:
-                if smem > kf.dyn_smem_limit:
-                    self._in_context(kf.device, self.drv.set_func_attribute, kf.func,
-                                     "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", smem)
-                    kf.dyn_smem_limit = smem
-        if self.cooperative:
-            self._check_resident(kf, info, grid, threads, smem)
-        if cluster is not None:
-            if not info.cluster_launch:
-                raise LaunchError(f"{name}: cluster={cluster} but {info.name} ({info.arch}) "
-                                  f"cannot launch clusters (sm_90 or newer needed)",
-                                  user_location())
-            for axis, (g, c) in enumerate(zip(grid, cluster)):
-                if g % c:
-                    raise LaunchError(f"{name}: grid {grid} is not a multiple of cluster "
-                                      f"{cluster} on axis {'xyz'[axis]}", user_location())
-            size = cluster[0] * cluster[1] * cluster[2]
-            if size > 16:
-                raise LaunchError(f"{name}: cluster {cluster} has {size} CTAs; at most 16 "
-                                  f"(8 portable)", user_location())
-            if size > 8 and not getattr(kf, "non_portable", False):
-                self._in_context(kf.device, self.drv.set_func_attribute, kf.func,
-                                 "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
-                kf.non_portable = True
-
-    def _check_resident(self, kf: KernelFunction, info, grid, threads: int, smem: int) -> None:
-        """A cooperative grid must fit on the device all at once (else the driver would
-        refuse it, or CTAs waiting for each other would never all run)."""
-        per_sm = self._per_sm(kf, threads, smem)
-        ctas = grid[0] * grid[1] * grid[2]
-        if ctas > per_sm * info.sm_count:
-            raise LaunchError(f"{self.sig.describe_call()}: a cooperative grid of {ctas} CTAs "
-                              f"must be resident at once, but {info.name} holds {per_sm} CTA(s) "
-                              f"of this kernel per SM x {info.sm_count} SMs = "
-                              f"{per_sm * info.sm_count} (it uses {kf.num_regs} registers per "
-                              f"thread, {kf.static_smem + smem} bytes of shared memory); use "
-                              f"a smaller grid", user_location())
-
-    def resident_ctas(self, device: int, smem: int = 0) -> int:
-        """How many CTAs of this kernel the device holds at once (occupancy x SMs)."""
-        block = self.kernel.block
-        per_sm = self._per_sm(self.function(device), block[0] * block[1] * block[2], smem)
-        return per_sm * self.drv.device(device).sm_count
-
-    def _per_sm(self, kf: KernelFunction, threads: int, smem: int) -> int:
-        """CTAs per SM from the driver's occupancy calculator, asked once per shape."""
-        per_sm = kf.resident.get((threads, smem))
-        if per_sm is None:
-            per_sm = self._in_context(kf.device, self.drv.max_active_ctas, kf.func, threads,
-                                      smem)
-            kf.resident[(threads, smem)] = per_sm
-        return per_sm
-
-    def _in_context(self, device: int, fn, *a):
-        pushed = self.drv.enter(device)
-        try:
-            return fn(*a)
-        finally:
-            if pushed:
-                _leave_quietly(self.drv)
-
     # ------------------------------------------------------------------ fast-path entries
     def _maybe_entry(self, args, call: "_Call", binding, kf, grid, block, smem, opts) -> None:
         """After a general call with CUDA torch tensors only: the fast-path entry for its
@@ -543,17 +459,6 @@ class _Call:
     device: int = 0
     stream: int = 0
     allocated: set = field(default_factory=set)  # output positions ptxdsl allocated
-
-
-def _leave_quietly(drv) -> None:
-    """Pop our context; after a sticky error the pop fails too, and that second error
-    must not hide the first (which is already propagating)."""
-    propagating = sys.exc_info()[0] is not None  # set inside a finally that is unwinding
-    try:
-        drv.leave()
-    except CudaError:
-        if not propagating:
-            raise
 
 
 def _other_stream(producer: int | None, s: int) -> bool:

@@ -90,7 +90,6 @@ def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, g
     srcb = R * rowb                   # one source (x or residual) of a stage
     sb = stage_bytes(p, dtype, residual)
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
-    shift = R.bit_length() - 1        # R is a power of two
     cache = "cg" if cb == 16 else "ca"  # .cg (L2 only) takes 16-byte copies alone
 
     @kernel(in_specs=ins, out_specs=outs,
@@ -100,13 +99,13 @@ def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, g
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
 
         ring = smem.alloc(u8, (S * sb,), dynamic=True)
-        v = persistent_rows(p, X, W, Y, Rs, H, es, wes)
-        tid, cta, ncta, m, lane, group = v.tid, v.cta, v.ncta, v.m, v.lane, v.group
-        nblocks, sx, x0, y0, w0, chunk_ok = v.nblocks, v.sx, v.x0, v.y0, v.w0, v.chunk_ok
+        at = persistent_rows(p, X, W, Y, Rs, H, es, wes)
+        tid, cta, ncta, m, lane, group = at.tid, at.cta, at.ncta, at.m, at.lane, at.group
+        nblocks, sx, x0, y0, w0, chunk_ok = at.nblocks, at.sx, at.x0, at.y0, at.w0, at.chunk_ok
         if residual:
-            sr, r0, h0 = v.sr, v.r0, v.h0
+            sr, r0, h0 = at.sr, at.r0, at.h0
         # This thread's first chunk in stage 0 (x; the residual's follows at +srcb).
-        mine = ring.base + v.lane_b
+        mine = ring.base + at.lane_b
         if R > 1:
             mine = mine + group * rowb
         step, wstep, sstep = T * cb, T * V * wes, T * cb
@@ -114,7 +113,7 @@ def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, g
         reduce = RowSum(T, tid, looped=True)
 
         def row_of(rb):
-            return rb if R == 1 else (rb << shift) + group
+            return rb if R == 1 else (rb << at.shift) + group
 
         def issue(rb, off):
             """cp.async this thread's chunks of row block rb into the stage at ``off``,

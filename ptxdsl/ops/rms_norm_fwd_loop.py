@@ -39,7 +39,6 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
     N, T, R, V, K = p.n, p.threads, p.rows_per_cta, p.vec, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
-    shift = R.bit_length() - 1  # R is a power of two
 
     @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (min(grid, -(-M // R)), 1, 1), block=(p.block, 1, 1), arch=arch,
@@ -47,11 +46,11 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
     def rms_norm_fwd_loop(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
 
-        v = persistent_rows(p, X, W, Y, Rs, H, es, wes)
-        tid, cta, ncta, m, lane, group = v.tid, v.cta, v.ncta, v.m, v.lane, v.group
-        nblocks, sx, x0, y0, w0, chunk_ok = v.nblocks, v.sx, v.x0, v.y0, v.w0, v.chunk_ok
+        at = persistent_rows(p, X, W, Y, Rs, H, es, wes)
+        tid, cta, ncta, m, lane, group = at.tid, at.cta, at.ncta, at.m, at.lane, at.group
+        nblocks, sx, x0, y0, w0, chunk_ok = at.nblocks, at.sx, at.x0, at.y0, at.w0, at.chunk_ok
         if residual:
-            sr, r0, h0 = v.sr, v.r0, v.h0
+            sr, r0, h0 = at.sr, at.r0, at.h0
         step, wstep = T * V * es, T * V * wes
         policies: dict = {}
         xpol = l2_policy(p.x_policy, policies)
@@ -60,7 +59,7 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
         reduce = RowSum(T, tid, looped=True)
 
         def row_of(rb):
-            return rb if R == 1 else (rb << shift) + group
+            return rb if R == 1 else (rb << at.shift) + group
 
         def load_row(rb):
             """x (or x + residual, rounded to dtype and stored to H) of row block rb."""

@@ -29,7 +29,8 @@ def unpack(args, residual: bool, with_rstd: bool):
 def persistent_rows(p, X, W, Y, Rs, H, es: int, wes: int) -> SimpleNamespace:
     """What a persistent forward kernel (a fixed grid walking the row blocks ``cta, cta +
     nctaid, ...``) knows before its first row: ``tid``, ``cta``, ``ncta``, ``m`` (the
-    rows), ``lane``/``group`` (thread in its row, row in its CTA), ``nblocks``, this
+    rows), ``lane``/``group`` (thread in its row, row in its CTA), ``nblocks`` and
+    ``shift`` (row blocks of ``2**shift`` rows), this
     thread's first-chunk pointers ``x0``/``y0``/``w0`` (and ``r0``/``h0`` with a
     residual), the row strides ``sx``/``sr``, the byte offset ``lane_b`` of its first
     chunk, and ``chunk_ok[k]``: the predicate of its chunk ``k`` (None: always there)."""
@@ -96,7 +97,7 @@ def store_rstd(RSTD, row, rstd, lane, ok=None) -> None:
 
 
 def scale(x: list, w: list, rstd) -> list:
-    """``x * rstd * w`` per element (two ``mul.f32``: the order torch rounds in)."""
+    """``(x * rstd) * w`` per element: two ``mul.f32``, rounded in that order."""
     ys = []
     for a, b in zip(x, w):
         t = reg.scalar(f32)

@@ -344,7 +344,7 @@ def _fits(k, block) -> bool:
     """Whether ptxas gave the kernel few enough registers for one CTA per SM (True when
     there is no ptxas to ask: the estimate that chose the kernel stands)."""
     try:
-        return k.resources().registers * block <= 65536
+        return _ctas_per_sm(k, block) >= 1
     except ToolchainError:
         return True
 

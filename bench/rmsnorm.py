@@ -115,7 +115,7 @@ def _copies(per_call: int, l2_bytes: int) -> int:
     return min(64, max(8, math.ceil(4 * l2_bytes / max(per_call, 1))))
 
 
-def bench_forward(shape, dtype, contenders, l2_bytes):
+def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7):
     torch = _torch()
     m, n = shape
     nbytes = m * n * dtype.itemsize
@@ -132,7 +132,8 @@ def bench_forward(shape, dtype, contenders, l2_bytes):
     # made once per input set, outside the timing.
     copy_out = {id(x): torch.empty_like(x) for x, _ in sets}
     contenders = {"copy": lambda x, w: copy_out[id(x)].copy_(x), **contenders}
-    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol, iters=50)
+    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol, iters=50,
+                   rounds=rounds)
     moved = 2 * nbytes + n * dtype.itemsize
     for v in row.values():
         if "us" in v:
@@ -140,7 +141,7 @@ def bench_forward(shape, dtype, contenders, l2_bytes):
     return row
 
 
-def _measure(contenders, sets, ok, iters, rounds=3):
+def _measure(contenders, sets, ok, iters, rounds=7):
     """Validate each contender once, then time them all in ``rounds`` interleaved
     rounds (every other one in reverse order) and keep each one's best median, so that
     no contender is favoured by when it happened to run (clocks, memory placement, a
@@ -171,7 +172,7 @@ def _measure(contenders, sets, ok, iters, rounds=3):
     return row
 
 
-def bench_backward(shape, dtype, contenders, l2_bytes):
+def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
     torch = _torch()
     m, n = shape
     nbytes = m * n * dtype.itemsize
@@ -190,19 +191,21 @@ def bench_backward(shape, dtype, contenders, l2_bytes):
     y64 = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + EPS) * w64
     y64.backward(dy.double())
     tol = 2e-5 if dtype == torch.float32 else 2e-2
-    row = {}
     # Copy-equivalent: one device copy moving the bytes of x + dy (read) and dx (write),
-    # i.e. 1.5x the tensor read and written.
+    # i.e. 1.5x the tensor read and written; a pair of buffers per input set, timed in
+    # the same rounds as the contenders.
     half = (3 * nbytes) // 2
-    bufs = [(torch.empty(half, dtype=torch.uint8, device="cuda"),
-             torch.empty(half, dtype=torch.uint8, device="cuda")) for _ in range(copies)]
-    copy = {"copy": lambda a, b: b.copy_(a)}
-    row = _measure(copy, bufs, None, iters=30)
+    bufs = {id(x): (torch.empty(half, dtype=torch.uint8, device="cuda"),
+                    torch.empty(half, dtype=torch.uint8, device="cuda")) for _, x, _, _ in sets}
+
+    def copy(dy, x, w, rstd):
+        a, b = bufs[id(x)]
+        return b.copy_(a)
 
     def ok(out):
         dx, dw = out
         return close(dx, x64.grad, dtype) <= tol and close(dw, w64.grad, dtype) <= tol * 10
-    row.update(_measure(contenders, sets, ok, iters=30))
+    row = _measure({"copy": copy, **contenders}, sets, ok, iters=30, rounds=rounds)
     moved = 3 * nbytes + 2 * n * dtype.itemsize
     for v in row.values():
         if "us" in v:
@@ -459,6 +462,9 @@ def main(argv=None):
     ap.add_argument("--no-forward", action="store_true")
     ap.add_argument("--shapes", default=None, help="e.g. 2048x8192,1x8192")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--rounds", type=int, default=7,
+                    help="interleaved timing rounds per shape; each contender keeps its "
+                         "best median (more rounds: less noise where contenders tie)")
     a = ap.parse_args(argv)
     torch = _torch()
     dev = torch.cuda.get_device_properties(0)
@@ -473,7 +479,7 @@ def main(argv=None):
           f"(about 1.6 on a quiet H200 host; small shapes are host-bound, so their numbers "
           f"scale with it)", flush=True)
     result = {"device": dev.name, "date": datetime.date.today().isoformat(),
-              "torch": torch.__version__, "host_probe_us": host_us,
+              "torch": torch.__version__, "host_probe_us": host_us, "rounds": a.rounds,
               "forward": [], "backward": []}
     p = peers()
     result["peers"] = dict(p["versions"])
@@ -484,7 +490,7 @@ def main(argv=None):
         dt = names[dn]
         # Contenders are built per (shape, dtype): a fresh torch.compile for each.
         for sh in () if a.no_forward else shapes:
-            row = bench_forward(sh, dt, fwd_contenders(dt), l2)
+            row = bench_forward(sh, dt, fwd_contenders(dt), l2, a.rounds)
             _release()
             result["forward"].append({"shape": list(sh), "dtype": dn, "results": row})
             print(f"fwd {dn} {sh}: " + ", ".join(
@@ -493,7 +499,7 @@ def main(argv=None):
         if a.no_backward:
             continue
         for sh in shapes:
-            row = bench_backward(sh, dt, bwd_contenders(dt), l2)
+            row = bench_backward(sh, dt, bwd_contenders(dt), l2, a.rounds)
             _release()
             result["backward"].append({"shape": list(sh), "dtype": dn, "results": row})
             print(f"bwd {dn} {sh}: " + ", ".join(

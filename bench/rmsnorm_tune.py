@@ -61,6 +61,21 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
         }.items():
             variants[f"T{base.threads} {name}"] = (dataclasses.replace(plain, **kw), None)
         return variants
+    if mode == "loop":
+        # Persistent (one-pass) kernels where the default is one CTA per row: the grid
+        # shrinks to the fewest CTAs that keep the longest CTA's rows (balanced_grid), so
+        # the last wave's partial fill is gone. Halves are one-pass here too.
+        for t in (128, 256, 512, 1024):
+            p = plan(n, dt, threads=t)
+            if t * base.vec > n * 2 or p.per_thread * p.vec > 32:
+                continue
+            p = dataclasses.replace(p, two_pass=False, preload_w=True)
+            values = p.per_thread * p.vec
+            cmax = min(32, 2048 // p.block, 65536 // (p.block * (32 + 3 * values)))
+            variants[f"T{t} one-pass"] = (p, None)
+            for cps in range(1, cmax + 1):
+                variants[f"loop T{t} cps{cps}"] = (p, cps)
+        return variants
     for t in sorted({base.threads, 128, 256, 512, 1024}):
         if t * base.vec > n * 2 and t > 32:
             continue
@@ -101,6 +116,7 @@ def main(argv=None):
     from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
     from ptxdsl.ops.rms_norm_fwd_async import build_forward_async, staging
     from ptxdsl.ops.rms_norm_bwd import build_backward, plan_backward
+    from ptxdsl.ops.rms_norm import _forward_kernel
     from ptxdsl.runtime import prepare
     from ptxdsl.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
@@ -113,9 +129,10 @@ def main(argv=None):
                     help="forward: keep the variants whose name matches this regex "
                          "(the default plan is always kept)")
     ap.add_argument("--rounds", type=int, default=2, help="timing rounds (alternating order)")
-    ap.add_argument("--mode", choices=("all", "async", "hints", "both"), default="all",
+    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop"), default="all",
                     help="forward variants: every family, the default plan beside the "
-                         "cp.async-staged kernels, or the default plan under each cache hint")
+                         "cp.async-staged kernels, the default plan under each cache hint, "
+                         "or one-pass persistent kernels of every width and occupancy")
     ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
     ap.add_argument("--bwd-threads", default="", type=lambda s: [int(v) for v in s.split(",")
                                                                  if v],
@@ -153,6 +170,9 @@ def main(argv=None):
             variants = {k: v for k, v in variants.items()
                         if k == f"T{base.threads}" or keep.search(k)}
         res, live = {}, {"copy": lambda x, w, y: y.copy_(x)}
+        # What ptxdsl.ops runs for this shape (the plan, or a kernel chosen from it).
+        kops = _forward_kernel(n, dt, dt, base.vec, False, False, 1e-6, "sm_90a", sms)
+        live["ops"] = lambda x, w, y, k=kops: k(x, w, y)
         ref = F.rms_norm(sets[0][0].float(), (n,), sets[0][1].float(), 1e-6)
         if a.no_torch_compile:
             res["torch.compile"] = "skipped (--no-torch-compile)"
@@ -196,8 +216,8 @@ def main(argv=None):
         copy_us = res.pop("copy")
         ok = {k: v for k, v in res.items() if isinstance(v, float)}
         top = sorted(ok.items(), key=lambda kv: kv[1])[:5]
-        print(f"fwd {dn} {m}x{n}: copy {copy_us:.1f} µs; default T{base.threads}: "
-              f"{ok.get(f'T{base.threads}')}; top " +
+        print(f"fwd {dn} {m}x{n}: copy {copy_us:.1f} µs; ops {ok.get('ops', float('nan')):.1f}; "
+              f"default T{base.threads}: {ok.get(f'T{base.threads}', float('nan')):.1f}; top " +
               ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)
         out["forward"].append({"shape": [m, n], "dtype": dn, "copy_us": copy_us, "results": res})
     for m, n, dn in () if a.no_backward else bwd_shapes:

@@ -347,3 +347,16 @@ def test_half_two_pass_kernel_keeps_the_occupancy(n):
     chose_late = k.ptx() == late.ptx()
     assert chose_late == (gain and p.per_thread <= 2)
     assert ops._ctas_per_sm(k, p.block) >= ops._ctas_per_sm(keep, p.block)
+
+
+def test_balanced_grid_keeps_the_longest_cta_and_drops_the_idle_ones():
+    from ptxdsl.ops._rmsrow import balanced_grid
+    assert balanced_grid(8192, 528) == 512  # 16 rows each, not 272 x 16 + 256 x 15
+    assert balanced_grid(0, 528) == 0
+    assert balanced_grid(100, 528) == 100
+    for blocks in range(1, 120):
+        for most in range(1, 40):
+            g = balanced_grid(blocks, most)
+            longest = -(-blocks // most)
+            assert 1 <= g <= most and -(-blocks // g) == longest
+            assert g == 1 or -(-blocks // (g - 1)) > longest  # no fewer CTAs would do

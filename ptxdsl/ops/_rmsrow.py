@@ -61,6 +61,17 @@ def persistent_rows(p, X, W, Y, Rs, H, es: int, wes: int) -> SimpleNamespace:
     return v
 
 
+def balanced_grid(blocks: int, most: int) -> int:
+    """CTAs for a persistent kernel walking ``blocks`` row blocks with at most ``most``
+    CTAs: the fewest that give no CTA more blocks than ``most`` CTAs would. The same
+    longest CTA, but no CTA left with one block fewer than the others (8192 rows over
+    528 CTAs: 512 CTAs of 16 rows rather than 272 of 16 and 256 of 15)."""
+    if blocks <= 0:
+        return 0
+    per = -(-blocks // most)
+    return -(-blocks // per)
+
+
 def both(a, b):
     """``a & b`` of two predicates, either of which may be None (always true)."""
     return b if a is None else (a if b is None else a & b)

@@ -15,6 +15,7 @@ import threading
 import numpy as np
 
 from ..errors import LaunchError, ToolchainError
+from ..runtime.fastpath import _never, torch_hooks
 from ..types import PtxType, bf16, f16, f32
 from . import _workspace
 from .rms_norm_bwd import MAX_FUSED_ROWS, build_backward, build_dw_reduce, plan_backward
@@ -198,6 +199,14 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
     normalised. Returns ``y`` (and ``rstd``, f32 per row, with ``return_rstd``).
     Torch tensors requiring grad are differentiable.
     """
+    if residual is None and out is None and not return_rstd:
+        # The plain form, called again like last time: one C++ guard of both tensors
+        # instead of the signature key (see _Hot).
+        hot = _HOT[0]
+        if hot.guard(x, weight) and eps == hot.eps:
+            y = hot.launch(x, weight)
+            if y is not None:
+                return y
     try:  # torch tensors whose signature was seen before: straight to the launch
         key = _fwd_key(x, weight, eps, residual, return_rstd, out)
         fast = FAST.get(key)
@@ -206,6 +215,8 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
     except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
         fast = None
     if fast is not None:
+        if fast.hot is not None:
+            _HOT[0] = fast.hot  # this signature is the one to guard for now
         y, rstd = fast(x, weight, residual, out)
         return (y, rstd) if return_rstd else y
     frame = _Frame(x)
@@ -250,7 +261,31 @@ def _forward(frame, x, weight, eps, residual, want_rstd, out):
     y, rstd, fast = _forward_general(frame, x, weight, eps, residual, want_rstd, out)
     if fast is not None:
         FAST[key] = fast
+        if fast.hot is not None:
+            _HOT[0] = fast.hot
     return y, rstd
+
+
+class _Hot:
+    """The last plain torch call's launch, found by a guard rather than a key.
+
+    Inference calls the same norm with tensors of one signature over and over; building
+    ``_fwd_key`` (eleven attribute reads) and checking grad mode took ~1 µs of Python per
+    call. torch's C++ tensor guard (what the launcher finds its entries with, see
+    ``runtime/fastpath.py``) checks both tensors' type, dtype, device, sizes, strides
+    and ``requires_grad`` in one call; what it does not see, the pointers' alignment
+    and the grad mode, ``launch`` checks (it returns None where they differ; see
+    :func:`_fwd_fast`).
+    """
+
+    __slots__ = ("guard", "eps", "launch")
+
+    def __init__(self, guard, eps, launch):
+        self.guard, self.eps, self.launch = guard, eps, launch
+
+
+# One slot, replaced whole (an entry is never mutated), so a reader sees an old or a new one.
+_HOT = [_Hot(_never, None, None)]
 
 
 def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
@@ -289,7 +324,7 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     # the kernel saw are views of them, not copies.
     if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
             residual is None or r2 is residual):
-        fast = _fwd_fast(frame.torch, k, args, x, m, want_rstd)
+        fast = _fwd_fast(frame.torch, k, args, x, weight, eps, m, want_rstd)
     return y, rstd, fast
 
 
@@ -349,11 +384,14 @@ def _fits(k, block) -> bool:
         return True
 
 
-def _fwd_fast(torch, k, args, x, m, want_rstd):
+def _fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
     """The per-signature closure: allocate the outputs and launch, nothing else.
 
     Pointers of views equal those of their bases, so the (M, N) views the kernel was
-    bound with need not be rebuilt per call.
+    bound with need not be rebuilt per call. Its ``plain(x, weight)`` serves the plain
+    form (no residual, out or rstd) for callers that checked everything but the
+    pointers' alignment and the grad mode (``_Hot``): it returns None where those
+    differ from this call's.
     """
     from ..runtime import prepare
     bound = prepare(k).bind(*args)
@@ -380,6 +418,24 @@ def _fwd_fast(torch, k, args, x, m, want_rstd):
             else:
                 bound(xp, rp, wp, yp, rp, rstd.data_ptr())
         return y, rstd
+
+    align = (x.data_ptr() | weight.data_ptr()) & 15
+    # A tensor that requires grad reached here under no_grad: later calls must be too.
+    grad_mode = torch.is_grad_enabled if (x.requires_grad or weight.requires_grad) else None
+
+    def plain(x, weight):
+        xp, wp = x.data_ptr(), weight.data_ptr()
+        if (xp | wp) & 15 != align or (grad_mode is not None and grad_mode()):
+            return None
+        y = empty_like(x) if dense else empty(shape, dtype=dtype, device=device)
+        bound(xp, wp, y.data_ptr())
+        return y
+
+    run.hot = None
+    if not want_rstd and len(args) == 3:
+        guard = torch_hooks(torch).guard((x, weight))
+        if guard is not _never:
+            run.hot = _Hot(guard, eps, plain)
     return run
 
 

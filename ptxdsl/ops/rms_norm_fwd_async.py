@@ -25,8 +25,8 @@ from ptxdsl import kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u8, u32
 
 from ._reduce import RowSum
-from ._rmsrow import (add_residual, both, persistent_rows, rstd_of, scale, store_rstd,
-                      unpack)
+from ._rmsrow import (add_residual, balanced_grid, both, persistent_rows, rstd_of, scale,
+                      store_rstd, unpack)
 from ._rowio import load_chunk, narrow, store_chunk
 from .rms_norm_fwd import Plan, forward_specs
 
@@ -93,7 +93,7 @@ def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, g
     cache = "cg" if cb == 16 else "ca"  # .cg (L2 only) takes 16-byte copies alone
 
     @kernel(in_specs=ins, out_specs=outs,
-            grid=lambda M: (min(grid, -(-M // R)), 1, 1), block=(p.block, 1, 1), arch=arch,
+            grid=lambda M: (balanced_grid(-(-M // R), grid), 1, 1), block=(p.block, 1, 1), arch=arch,
             name=f"rms_norm_fwd_async_{dtype.name}_{N}", arg_names=names)
     def rms_norm_fwd_async(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)

@@ -13,8 +13,8 @@ from ptxdsl import kernel, ptx, reg
 from ptxdsl.types import PtxType, f32
 
 from ._reduce import RowSum
-from ._rmsrow import (add_residual, both, persistent_rows, rstd_of, scale, store_rstd,
-                      unpack)
+from ._rmsrow import (add_residual, balanced_grid, both, persistent_rows, rstd_of, scale,
+                      store_rstd, unpack)
 from ._rowio import l2_policy, load_chunk, narrow, store_chunk
 from .rms_norm_fwd import Plan, forward_specs
 
@@ -41,7 +41,7 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
 
     @kernel(in_specs=ins, out_specs=outs,
-            grid=lambda M: (min(grid, -(-M // R)), 1, 1), block=(p.block, 1, 1), arch=arch,
+            grid=lambda M: (balanced_grid(-(-M // R), grid), 1, 1), block=(p.block, 1, 1), arch=arch,
             name=f"rms_norm_fwd_loop_{dtype.name}_{N}", arg_names=names)
     def rms_norm_fwd_loop(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)

@@ -180,6 +180,38 @@ def test_strided_weight_is_not_taken_for_a_contiguous_one():
             torch.testing.assert_close(dw, dw0)
 
 
+def test_repeated_plain_calls_follow_alignment_grad_mode_eps_and_signature():
+    """Plain calls that repeat the last signature are found by a tensor guard (ops._Hot):
+    what the guard cannot see must still be honoured: a pointer of another alignment
+    (narrower vectors), grad mode for a weight that requires grad, another eps, and
+    two signatures taking turns."""
+    n = 1024
+    buf = torch.randn(4 * n + 1, device="cuda")
+    w = (torch.randn(n, device="cuda") * 0.1 + 1).requires_grad_()
+    aligned, odd = buf[:4 * n].view(4, n), buf[1:4 * n + 1].view(4, n)
+    with torch.no_grad():
+        for _ in range(3):  # the hot entry is made from, then used by, aligned calls
+            y = rms_norm(aligned, w, EPS)
+        assert_matches(y, ref(aligned, w.detach()), "f32")
+        y = rms_norm(odd, w, EPS)  # same shape and strides, pointer 4 bytes off
+        assert_matches(y, ref(odd, w.detach()), "f32")
+        for eps in (EPS, 1e-2):
+            y = rms_norm(aligned, w, eps)
+            a64 = aligned.double()
+            r = a64 * torch.rsqrt((a64 * a64).mean(-1, keepdim=True) + eps) * w.double()
+            assert ((y.double() - r).abs().max() / r.abs().max()).item() < 2e-6
+    y = rms_norm(aligned, w, EPS)  # grad enabled: must go through autograd
+    assert y.requires_grad and y.grad_fn is not None
+    y.sum().backward()
+    assert w.grad is not None
+    other = torch.randn(3, 2 * n, device="cuda", dtype=torch.bfloat16)
+    w2 = torch.ones(2 * n, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(3):
+            assert_matches(rms_norm(aligned, w, EPS), ref(aligned, w.detach()), "f32")
+            assert_matches(rms_norm(other, w2, EPS), ref(other, w2), "bf16")
+
+
 @pytest.mark.parametrize("shape", [(2048, 8192), (1000, 4096), (37, 1000), (5, 96)])
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 def test_staged_forward_kernel(shape, dt):

@@ -61,6 +61,22 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
         }.items():
             variants[f"T{base.threads} {name}"] = (dataclasses.replace(plain, **kw), None)
         return variants
+    if mode == "store":
+        # Cache priority of y's stores, on the default plan and (for halves) the
+        # one-pass row of 256 threads.
+        bases = {f"T{base.threads}": base}
+        p256 = plan(n, dt, threads=256)
+        if dt.bytes == 2 and p256.per_thread * p256.vec <= 32 and 256 * base.vec <= n * 2:
+            bases["T256 one-pass"] = dataclasses.replace(p256, two_pass=False, preload_w=True)
+            variants["T256 one-pass"] = (bases["T256 one-pass"], None)
+        for bname, b in bases.items():
+            for name, kw in {"y:evict_first": dict(y_policy="evict_first"),
+                             "y:evict_last": dict(y_policy="evict_last"),
+                             "y:evict_unchanged": dict(y_policy="evict_unchanged"),
+                             "y:L1::no_allocate": dict(y_hints=("L1::no_allocate",)),
+                             "y:L1::evict_last": dict(y_hints=("L1::evict_last",))}.items():
+                variants[f"{bname} {name}"] = (dataclasses.replace(b, **kw), None)
+        return variants
     if mode == "loop":
         # Persistent (one-pass) kernels where the default is one CTA per row: the grid
         # shrinks to the fewest CTAs that keep the longest CTA's rows (balanced_grid), so
@@ -129,10 +145,11 @@ def main(argv=None):
                     help="forward: keep the variants whose name matches this regex "
                          "(the default plan is always kept)")
     ap.add_argument("--rounds", type=int, default=2, help="timing rounds (alternating order)")
-    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop"), default="all",
+    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop", "store"), default="all",
                     help="forward variants: every family, the default plan beside the "
                          "cp.async-staged kernels, the default plan under each cache hint, "
-                         "or one-pass persistent kernels of every width and occupancy")
+                         "one-pass persistent kernels of every width and occupancy, or "
+                         "the default plan under each priority of y's stores")
     ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
     ap.add_argument("--bwd-threads", default="", type=lambda s: [int(v) for v in s.split(",")
                                                                  if v],

@@ -66,7 +66,7 @@ class Plan(RowSplit):
     preload_w: bool = True  # weights loaded before the reduction (needs registers)
     # Cache hints of x's first read and of y's stores, and L2 eviction priorities
     # (createpolicy + .L2::cache_hint; None: the default) of x's first read, of the
-    # two-pass schedule's second read of x, and of w. The defaults were measured on an
+    # two-pass schedule's second read of x, of w and of y's stores. The defaults were measured on an
     # H200 (bench/rmsnorm_tune.py --mode hints, 13 shapes, two interleaved rounds): x
     # read with .L1::evict_last under an L2 evict_last policy and y stored plainly was
     # the fastest schedule at 7 of 8 f32 shapes, e.g. 8192x8192 f32 128.4 µs against
@@ -80,6 +80,7 @@ class Plan(RowSplit):
     reload_policy: str | None = "evict_first"
     w_hints: tuple[str, ...] = ()
     w_policy: str | None = None
+    y_policy: str | None = None
 
     @property
     def block(self) -> int:
@@ -214,6 +215,7 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     xpol = l2_policy(p.x_policy, policies)
     wpol = l2_policy(p.w_policy, policies)
     rpol = l2_policy(p.reload_policy, policies) if p.two_pass else None
+    ypol = l2_policy(p.y_policy, policies)
     acc = reg.scalar(f32, init=0.0)
     xs = []
     for k in range(K):
@@ -248,4 +250,4 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
         w = ws[k] if p.preload_w else load_chunk(wrow, k * T * V * wes, wdtype, V,
                                                  pred=preds[k], hints=p.w_hints, policy=wpol)
         store_chunk(yrow, k * step, dtype, narrow(scale(x, w, rstd), dtype), pred=preds[k],
-                    hints=p.y_hints)
+                    hints=p.y_hints, policy=ypol)

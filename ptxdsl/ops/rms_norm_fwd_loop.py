@@ -54,6 +54,7 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
         step, wstep = T * V * es, T * V * wes
         policies: dict = {}
         xpol = l2_policy(p.x_policy, policies)
+        ypol = l2_policy(p.y_policy, policies)
         ws = [load_chunk(w0, k * wstep, wdtype, V, pred=chunk_ok[k], hints=p.w_hints,
                          policy=l2_policy(p.w_policy, policies)) for k in range(K)]
         reduce = RowSum(T, tid, looped=True)
@@ -94,7 +95,7 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
             yrow = y0 + row * (N * es)
             for k in range(K):
                 store_chunk(yrow, k * step, dtype, narrow(scale(cur[k], ws[k], rstd), dtype),
-                            pred=both(chunk_ok[k], ok), hints=p.y_hints)
+                            pred=both(chunk_ok[k], ok), hints=p.y_hints, policy=ypol)
             for c, n in zip(cur, nxt):
                 for a, b in zip(c, n):
                     ptx.inst.mov.f32(a, b)

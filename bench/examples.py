@@ -136,15 +136,10 @@ class Case:
 def bench(kind, shape, l2_bytes, compile_: bool) -> dict:
     case = Case(kind, shape, l2_bytes)
     contenders = case.contenders(compile_)
-    # Build/compile every contender first (torch.compile takes seconds), then warm
-    # the GPU up again, so that no contender is timed on an idle, cooled-down GPU.
-    for fn in contenders.values():
-        try:
-            fn(*case.sets[0])
-        except Exception:  # reported by _measure
-            pass
-    _warm_up_gpu(1.0)
-    row = _measure(contenders, case.sets, case.ok, iters=50)
+    # _measure builds/compiles every contender first (its validation call; torch.compile
+    # takes seconds), then warms the GPU up again, so that no contender is timed on an
+    # idle, cooled-down GPU.
+    row = _measure(contenders, case.sets, case.ok, iters=50, warm=1.0)
     for v in row.values():
         if "us" in v:
             v["tbps"] = case.moved / v["us"] / 1e6

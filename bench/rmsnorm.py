@@ -132,8 +132,8 @@ def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7):
     # made once per input set, outside the timing.
     copy_out = {id(x): torch.empty_like(x) for x, _ in sets}
     contenders = {"copy": lambda x, w: copy_out[id(x)].copy_(x), **contenders}
-    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol, iters=50,
-                   rounds=rounds)
+    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol,
+                   iters=_iters(2 * nbytes, 50), rounds=rounds)
     moved = 2 * nbytes + n * dtype.itemsize
     for v in row.values():
         if "us" in v:
@@ -141,11 +141,21 @@ def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7):
     return row
 
 
-def _measure(contenders, sets, ok, iters, rounds=7):
+def _iters(nbytes: int, base: int) -> int:
+    """Timed calls per round: ``base``, and four times that for calls moving under 8 MiB
+    (a few µs of GPU work, bound by the host), so that a round of them spans long enough
+    for a moment of host noise not to decide it."""
+    return base * 4 if nbytes < (8 << 20) else base
+
+
+def _measure(contenders, sets, ok, iters, rounds=7, warm=0.3):
     """Validate each contender once, then time them all in ``rounds`` interleaved
     rounds (every other one in reverse order) and keep each one's best median, so that
     no contender is favoured by when it happened to run (clocks, memory placement, a
-    busy host)."""
+    busy host). Between validation and timing the GPU is kept busy for ``warm`` seconds:
+    the compiles of the validation calls leave it idle for seconds, and the first rounds
+    after such a pause ran up to 30% slow for every contender (H200, the first bf16 shape
+    after the f32 ones)."""
     row, live = {}, {}
     for name, fn in contenders.items():
         try:
@@ -161,6 +171,8 @@ def _measure(contenders, sets, ok, iters, rounds=7):
             row[name] = {"error": f"{type(e).__name__}: {str(e)[:120]}"}
     best: dict[str, float] = {}
     names = list(live)
+    if warm:
+        _warm_up_gpu(warm, nbytes=64 << 20)
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             fn = live[name]
@@ -205,7 +217,8 @@ def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
     def ok(out):
         dx, dw = out
         return close(dx, x64.grad, dtype) <= tol and close(dw, w64.grad, dtype) <= tol * 10
-    row = _measure({"copy": copy, **contenders}, sets, ok, iters=30, rounds=rounds)
+    row = _measure({"copy": copy, **contenders}, sets, ok, iters=_iters(3 * nbytes, 30),
+                   rounds=rounds)
     moved = 3 * nbytes + 2 * n * dtype.itemsize
     for v in row.values():
         if "us" in v:
@@ -422,13 +435,13 @@ def _release():
         torch.cuda.empty_cache()
 
 
-def _warm_up_gpu(seconds: float = 3.0) -> None:
+def _warm_up_gpu(seconds: float = 3.0, nbytes: int = 256 << 20) -> None:
     """Keep the GPU busy for a few seconds before timing, so that the first shape is
     not measured while clocks and memory are still settling (seen on an H200: the
     first shape of a cold run was 10-20% slower for every contender)."""
     import time
     torch = _torch()
-    a = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:

@@ -422,12 +422,21 @@ def _fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
     align = (x.data_ptr() | weight.data_ptr()) & 15
     # A tensor that requires grad reached here under no_grad: later calls must be too.
     grad_mode = torch.is_grad_enabled if (x.requires_grad or weight.requires_grad) else None
+    # Y, contiguous, from the launcher's allocator (no argument parsing or dispatch), which
+    # allocates on torch's current device: used only when that is x's.
+    hooks, dev = torch_hooks(torch), x.get_device()
+    strides, step = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(d), 1)
+    alloc = hooks.allocator(shape, tuple(reversed(strides)), dtype, dev)
+    cur_dev = hooks.current_device
 
     def plain(x, weight):
         xp, wp = x.data_ptr(), weight.data_ptr()
         if (xp | wp) & 15 != align or (grad_mode is not None and grad_mode()):
             return None
-        y = empty_like(x) if dense else empty(shape, dtype=dtype, device=device)
+        y = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
         bound(xp, wp, y.data_ptr())
         return y
 

@@ -22,6 +22,7 @@ error cell; a peer that is not installed is named in a note.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import gc
@@ -132,8 +133,8 @@ def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7):
     # made once per input set, outside the timing.
     copy_out = {id(x): torch.empty_like(x) for x, _ in sets}
     contenders = {"copy": lambda x, w: copy_out[id(x)].copy_(x), **contenders}
-    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol,
-                   iters=_iters(2 * nbytes, 50), rounds=rounds)
+    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol, iters=50,
+                   rounds=rounds, warm=_warm_for(2 * nbytes))
     moved = 2 * nbytes + n * dtype.itemsize
     for v in row.values():
         if "us" in v:
@@ -141,11 +142,10 @@ def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7):
     return row
 
 
-def _iters(nbytes: int, base: int) -> int:
-    """Timed calls per round: ``base``, and four times that for calls moving under 8 MiB
-    (a few µs of GPU work, bound by the host), so that a round of them spans long enough
-    for a moment of host noise not to decide it."""
-    return base * 4 if nbytes < (8 << 20) else base
+def _warm_for(nbytes: int) -> float:
+    """Seconds of GPU warm-up before timing a shape whose calls move ``nbytes``: none for
+    calls under 8 MiB (a few µs of GPU work, bound by the host, not by clocks)."""
+    return 0.0 if nbytes < (8 << 20) else 0.3
 
 
 def _measure(contenders, sets, ok, iters, rounds=7, warm=0.3):
@@ -155,7 +155,9 @@ def _measure(contenders, sets, ok, iters, rounds=7, warm=0.3):
     busy host). Between validation and timing the GPU is kept busy for ``warm`` seconds:
     the compiles of the validation calls leave it idle for seconds, and the first rounds
     after such a pause ran up to 30% slow for every contender (H200, the first bf16 shape
-    after the f32 ones)."""
+    after the f32 ones). While timing, Python's garbage collector is off (as ``timeit``
+    does) and the timing thread stays on one CPU (no migration in the middle of a
+    host-bound round)."""
     row, live = {}, {}
     for name, fn in contenders.items():
         try:
@@ -173,15 +175,34 @@ def _measure(contenders, sets, ok, iters, rounds=7, warm=0.3):
     names = list(live)
     if warm:
         _warm_up_gpu(warm, nbytes=64 << 20)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            fn = live[name]
-            t = time_fn(fn, sets, iters=iters)
-            best[name] = min(best.get(name, t), t)
+    with _quiet_host():
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                fn = live[name]
+                t = time_fn(fn, sets, iters=iters)
+                best[name] = min(best.get(name, t), t)
     for name in contenders:
         if name in best:
             row[name] = {"us": best[name]}
     return row
+
+
+@contextlib.contextmanager
+def _quiet_host():
+    """The timing thread pinned to one CPU (the highest it may use: the lowest ones tend
+    to take the interrupts) and the garbage collector off, both restored after."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    gc_on = gc.isenabled()
+    try:
+        if cpus and len(cpus) > 1:
+            os.sched_setaffinity(0, {max(cpus)})
+        gc.disable()
+        yield
+    finally:
+        if gc_on:
+            gc.enable()
+        if cpus and len(cpus) > 1:
+            os.sched_setaffinity(0, cpus)
 
 
 def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
@@ -217,8 +238,8 @@ def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
     def ok(out):
         dx, dw = out
         return close(dx, x64.grad, dtype) <= tol and close(dw, w64.grad, dtype) <= tol * 10
-    row = _measure({"copy": copy, **contenders}, sets, ok, iters=_iters(3 * nbytes, 30),
-                   rounds=rounds)
+    row = _measure({"copy": copy, **contenders}, sets, ok, iters=30, rounds=rounds,
+                   warm=_warm_for(3 * nbytes))
     moved = 3 * nbytes + 2 * n * dtype.itemsize
     for v in row.values():
         if "us" in v:

@@ -145,7 +145,8 @@ def main(argv=None):
                     help="forward: keep the variants whose name matches this regex "
                          "(the default plan is always kept)")
     ap.add_argument("--rounds", type=int, default=2, help="timing rounds (alternating order)")
-    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop", "store"), default="all",
+    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop", "store"),
+                    default="all",
                     help="forward variants: every family, the default plan beside the "
                          "cp.async-staged kernels, the default plan under each cache hint, "
                          "one-pass persistent kernels of every width and occupancy, or "
@@ -158,7 +159,8 @@ def main(argv=None):
     import torch.nn.functional as F
     fwd_shapes = FWD_SHAPES
     if a.shapes:
-        fwd_shapes = [(int(m), int(n), d) for m, n, d in (s.split("x") for s in a.shapes.split(","))]
+        fwd_shapes = [(int(m), int(n), d)
+                      for m, n, d in (s.split("x") for s in a.shapes.split(","))]
     types = {"f32": (f32, torch.float32), "bf16": (bf16, torch.bfloat16),
              "f16": (f16, torch.float16)}
     props = torch.cuda.get_device_properties(0)

@@ -15,8 +15,8 @@ import threading
 import numpy as np
 
 from ..errors import LaunchError, ToolchainError
-from ..runtime.fastpath import _never, torch_hooks
 from ..types import PtxType, bf16, f16, f32
+from . import _torch_fast as _tf
 from . import _workspace
 from .rms_norm_bwd import MAX_FUSED_ROWS, build_backward, build_dw_reduce, plan_backward
 from .rms_norm_fwd import build_forward, max_vec, plan
@@ -50,12 +50,6 @@ class KernelCache:
 
 
 KERNELS = KernelCache()
-
-# Torch calls repeat the same signature (shape, strides, dtypes, device, alignment)
-# over and over: the first call of a signature takes the general path, which checks
-# everything and records a closure that redoes only the allocation and the launch.
-# Key: everything the general path's decisions depended on.
-FAST: dict[tuple, object] = {}
 
 
 # ---------------------------------------------------------------- array plumbing
@@ -179,17 +173,6 @@ def _vec_for(n, dtype, weight, wdtype, *arrays) -> int:
     return vec
 
 
-def _fwd_key(x, weight, eps, residual, want_rstd, out):
-    ptrs = x.data_ptr() | weight.data_ptr()
-    if residual is not None:
-        ptrs |= residual.data_ptr()
-    if out is not None:
-        ptrs |= out.data_ptr()
-    return (x.shape, x.stride(), x.dtype, weight.dtype, weight.stride(), x.get_device(), eps,
-            None if residual is None else residual.stride(), want_rstd,
-            None if out is None else out.stride(), ptrs & 15)
-
-
 # ---------------------------------------------------------------- forward
 def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool = False,
              out=None):
@@ -201,22 +184,22 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
     """
     if residual is None and out is None and not return_rstd:
         # The plain form, called again like last time: one C++ guard of both tensors
-        # instead of the signature key (see _Hot).
-        hot = _HOT[0]
+        # instead of the signature key (see _tf.Hot).
+        hot = _tf.HOT[0]
         if hot.guard(x, weight) and eps == hot.eps:
             y = hot.launch(x, weight)
             if y is not None:
                 return y
     try:  # torch tensors whose signature was seen before: straight to the launch
-        key = _fwd_key(x, weight, eps, residual, return_rstd, out)
-        fast = FAST.get(key)
+        key = _tf.fwd_key(x, weight, eps, residual, return_rstd, out)
+        fast = _tf.FAST.get(key)
         if fast is not None and (x.requires_grad or weight.requires_grad) and _grad_enabled():
             fast = None  # a differentiable call goes through autograd
     except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
         fast = None
     if fast is not None:
         if fast.hot is not None:
-            _HOT[0] = fast.hot  # this signature is the one to guard for now
+            _tf.HOT[0] = fast.hot  # this signature is the one to guard for now
         y, rstd = fast(x, weight, residual, out)
         return (y, rstd) if return_rstd else y
     frame = _Frame(x)
@@ -254,38 +237,16 @@ def _check(x, weight, n, frame):
 
 def _forward(frame, x, weight, eps, residual, want_rstd, out):
     if frame.kind == "torch":
-        key = _fwd_key(x, weight, eps, residual, want_rstd, out)
-        fast = FAST.get(key)
+        key = _tf.fwd_key(x, weight, eps, residual, want_rstd, out)
+        fast = _tf.FAST.get(key)
         if fast is not None:
             return fast(x, weight, residual, out)
     y, rstd, fast = _forward_general(frame, x, weight, eps, residual, want_rstd, out)
     if fast is not None:
-        FAST[key] = fast
+        _tf.FAST[key] = fast
         if fast.hot is not None:
-            _HOT[0] = fast.hot
+            _tf.HOT[0] = fast.hot
     return y, rstd
-
-
-class _Hot:
-    """The last plain torch call's launch, found by a guard rather than a key.
-
-    Inference calls the same norm with tensors of one signature over and over; building
-    ``_fwd_key`` (eleven attribute reads) and checking grad mode took ~1 µs of Python per
-    call. torch's C++ tensor guard (what the launcher finds its entries with, see
-    ``runtime/fastpath.py``) checks both tensors' type, dtype, device, sizes, strides
-    and ``requires_grad`` in one call; what it does not see, the pointers' alignment
-    and the grad mode, ``launch`` checks (it returns None where they differ; see
-    :func:`_fwd_fast`).
-    """
-
-    __slots__ = ("guard", "eps", "launch")
-
-    def __init__(self, guard, eps, launch):
-        self.guard, self.eps, self.launch = guard, eps, launch
-
-
-# One slot, replaced whole (an entry is never mutated), so a reader sees an old or a new one.
-_HOT = [_Hot(_never, None, None)]
 
 
 def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
@@ -324,7 +285,7 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     # the kernel saw are views of them, not copies.
     if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
             residual is None or r2 is residual):
-        fast = _fwd_fast(frame.torch, k, args, x, weight, eps, m, want_rstd)
+        fast = _tf.fwd_fast(frame.torch, k, args, x, weight, eps, m, want_rstd)
     return y, rstd, fast
 
 
@@ -384,70 +345,6 @@ def _fits(k, block) -> bool:
         return True
 
 
-def _fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
-    """The per-signature closure: allocate the outputs and launch, nothing else.
-
-    Pointers of views equal those of their bases, so the (M, N) views the kernel was
-    bound with need not be rebuilt per call. Its ``plain(x, weight)`` serves the plain
-    form (no residual, out or rstd) for callers that checked everything but the
-    pointers' alignment and the grad mode (``_Hot``): it returns None where those
-    differ from this call's.
-    """
-    from ..runtime import prepare
-    bound = prepare(k).bind(*args)
-    if bound is None:
-        return None
-    shape, dtype, device = x.shape, x.dtype, x.device
-    dense = x.is_contiguous()
-    empty, empty_like, f32t = torch.empty, torch.empty_like, torch.float32
-
-    def run(x, weight, residual, out):
-        y = out if out is not None else (empty_like(x) if dense else
-                                         empty(shape, dtype=dtype, device=device))
-        rstd = empty((m,), dtype=f32t, device=device) if want_rstd else None
-        xp, wp, yp = x.data_ptr(), weight.data_ptr(), y.data_ptr()
-        if residual is None:
-            if rstd is None:
-                bound(xp, wp, yp)
-            else:
-                bound(xp, wp, yp, rstd.data_ptr())
-        else:
-            rp = residual.data_ptr()
-            if rstd is None:
-                bound(xp, rp, wp, yp, rp)
-            else:
-                bound(xp, rp, wp, yp, rp, rstd.data_ptr())
-        return y, rstd
-
-    align = (x.data_ptr() | weight.data_ptr()) & 15
-    # A tensor that requires grad reached here under no_grad: later calls must be too.
-    grad_mode = torch.is_grad_enabled if (x.requires_grad or weight.requires_grad) else None
-    # Y, contiguous, from the launcher's allocator (no argument parsing or dispatch), which
-    # allocates on torch's current device: used only when that is x's.
-    hooks, dev = torch_hooks(torch), x.get_device()
-    strides, step = [], 1
-    for d in reversed(tuple(shape)):
-        strides.append(step)
-        step *= max(int(d), 1)
-    alloc = hooks.allocator(shape, tuple(reversed(strides)), dtype, dev)
-    cur_dev = hooks.current_device
-
-    def plain(x, weight):
-        xp, wp = x.data_ptr(), weight.data_ptr()
-        if (xp | wp) & 15 != align or (grad_mode is not None and grad_mode()):
-            return None
-        y = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
-        bound(xp, wp, y.data_ptr())
-        return y
-
-    run.hot = None
-    if not want_rstd and len(args) == 3:
-        guard = torch_hooks(torch).guard((x, weight))
-        if guard is not _never:
-            run.hot = _Hot(guard, eps, plain)
-    return run
-
-
 # ---------------------------------------------------------------- backward
 def rms_norm_backward(dy, x, weight, rstd):
     """``(dx, dweight)`` for ``y = rms_norm(x, weight)`` given the saved ``rstd``.
@@ -455,10 +352,8 @@ def rms_norm_backward(dy, x, weight, rstd):
     dweight is reduced deterministically (fixed-order partial sums, no atomics).
     """
     try:
-        key = (x.shape, x.stride(), dy.shape, dy.stride(), x.dtype, dy.dtype, weight.dtype,
-               weight.stride(), rstd.shape, rstd.stride(), rstd.dtype, x.get_device(),
-               (x.data_ptr() | dy.data_ptr() | weight.data_ptr()) & 15)
-        fast = FAST.get(key)
+        key = _tf.bwd_key(dy, x, weight, rstd)
+        fast = _tf.FAST.get(key)
     except (AttributeError, TypeError):
         key = fast = None
     if fast is not None:
@@ -466,7 +361,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     frame = _Frame(x)
     dx, dw, fast = _backward_general(frame, dy, x, weight, rstd)
     if fast is not None:
-        FAST[key] = fast
+        _tf.FAST[key] = fast
     return dx, dw
 
 
@@ -505,17 +400,10 @@ def _backward_general(frame, dy, x, weight, rstd):
         partial = frame.empty((p.grid, n), x, f32)
     frame.run(kb, dy2, x2, weight, rstd, ws, dx2, dw, partial)
     fast = None
-    if _fast_ok(frame, x, x2, dy, dy2):
-        fast = _bwd_fast(frame.torch, kb, (dy2, x2, weight, rstd, ws, dx2, dw, partial), x,
-                         elems)
+    if _tf.fast_ok(frame, x, x2, dy, dy2):
+        fast = _tf.bwd_fast(frame.torch, kb, (dy2, x2, weight, rstd, ws, dx2, dw, partial),
+                            x, elems)
     return dx2.reshape(tuple(x.shape)), dw, fast
-
-
-def _fast_ok(frame, x, x2, dy, dy2) -> bool:
-    """A per-signature closure launches on the caller's pointers: only where the (M, N)
-    views the kernel saw are views of them, not copies."""
-    return frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
-        dy2 is dy or dy.is_contiguous())
 
 
 def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt):
@@ -527,29 +415,11 @@ def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wd
     frame.run(kb, dy2, x2, weight, rstd, dx2, partial)
     frame.run(kr, partial, dw)
     fast = None
-    if _fast_ok(frame, x, x2, dy, dy2):
-        fast = _bwd_fast_unfused(frame.torch, kb, kr, (dy2, x2, weight, rstd, dx2, partial),
-                                 (partial, dw), x, n, p.grid)
+    if _tf.fast_ok(frame, x, x2, dy, dy2):
+        fast = _tf.bwd_fast_unfused(frame.torch, kb, kr,
+                                    (dy2, x2, weight, rstd, dx2, partial), (partial, dw), x,
+                                    n, p.grid)
     return dx2.reshape(tuple(x.shape)), dw, fast
-
-
-def _bwd_fast_unfused(torch, kb, kr, bargs, rargs, x, n, grid):
-    from ..runtime import prepare
-    lb, lr = prepare(kb).bind(*bargs), prepare(kr).bind(*rargs)
-    if lb is None or lr is None:
-        return None
-    empty, empty_like, f32t = torch.empty, torch.empty_like, torch.float32
-    device = x.device
-
-    def run(dy, x, weight, rstd):
-        dx = empty_like(x)
-        dw = empty_like(weight)
-        part = empty((grid, n), dtype=f32t, device=device)
-        pp = part.data_ptr()
-        lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), dx.data_ptr(), pp)
-        lr(pp, dw.data_ptr())
-        return dx, dw
-    return run
 
 
 def _backward_kernel(n, dt, wdt, vec, arch, sms, info):
@@ -580,25 +450,6 @@ def _backward_kernel(n, dt, wdt, vec, arch, sms, info):
     if q.grid < p.grid:  # cannot happen unless occupancy changed between the builds
         raise LaunchError(f"rms_norm_backward: no cooperative grid fits for N={n}")
     return p, k
-
-
-def _bwd_fast(torch, kb, bargs, x, elems):
-    from ..runtime import prepare
-    lb = prepare(kb).bind(*bargs)
-    if lb is None:
-        return None
-    empty_like, raw_stream = torch.empty_like, torch._C._cuda_getCurrentRawStream
-    dev = x.get_device()
-    scratch, header = _workspace.torch_buffer, 4 * _workspace.HEADER
-
-    def run(dy, x, weight, rstd):
-        buf, base = scratch(torch, dev, raw_stream(dev), elems)
-        dx = empty_like(x)
-        dw = empty_like(weight)
-        lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), base,
-           dx.data_ptr(), dw.data_ptr(), base + header)
-        return dx, dw
-    return run
 
 
 def RMSNorm(*args, **kwargs):

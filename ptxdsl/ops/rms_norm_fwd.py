@@ -66,13 +66,15 @@ class Plan(RowSplit):
     preload_w: bool = True  # weights loaded before the reduction (needs registers)
     # Cache hints of x's first read and of y's stores, and L2 eviction priorities
     # (createpolicy + .L2::cache_hint; None: the default) of x's first read, of the
-    # two-pass schedule's second read of x, of w and of y's stores. The defaults were measured on an
-    # H200 (bench/rmsnorm_tune.py --mode hints, 13 shapes, two interleaved rounds): x
-    # read with .L1::evict_last under an L2 evict_last policy and y stored plainly was
-    # the fastest schedule at 7 of 8 f32 shapes, e.g. 8192x8192 f32 128.4 µs against
-    # 131.8 with .cs loads and stores and 129.6 for torch.compile (copy 129.0). Marking
-    # x evict-first (.cs, .lu, L1::no_allocate or an evict_first policy) with y plain
-    # was the slowest (137-139 µs).
+    # two-pass schedule's second read of x, of w and of y's stores. The defaults were
+    # measured on an H200 (bench/rmsnorm_tune.py --mode hints, 13 shapes, two
+    # interleaved rounds): x read with .L1::evict_last under an L2 evict_last policy and
+    # y stored plainly was the fastest schedule at 7 of 8 f32 shapes, e.g. 8192x8192 f32
+    # 128.4 µs against 131.8 with .cs loads and stores and 129.6 for torch.compile (copy
+    # 129.0). Marking x evict-first (.cs, .lu, L1::no_allocate or an evict_first policy)
+    # with y plain was the slowest (137-139 µs). A priority on y's stores (--mode store:
+    # evict_first, evict_last, evict_unchanged, L1 hints) moved no shape by more than
+    # 0.2 µs, so y_policy stays None.
     x_hints: tuple[str, ...] = ("L1::evict_last",)
     y_hints: tuple[str, ...] = ()
     x_policy: str | None = "evict_last"

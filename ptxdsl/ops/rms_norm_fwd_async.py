@@ -93,8 +93,8 @@ def build_forward_async(p: Plan, st: Staging, dtype: PtxType, wdtype: PtxType, g
     cache = "cg" if cb == 16 else "ca"  # .cg (L2 only) takes 16-byte copies alone
 
     @kernel(in_specs=ins, out_specs=outs,
-            grid=lambda M: (balanced_grid(-(-M // R), grid), 1, 1), block=(p.block, 1, 1), arch=arch,
-            name=f"rms_norm_fwd_async_{dtype.name}_{N}", arg_names=names)
+            grid=lambda M: (balanced_grid(-(-M // R), grid), 1, 1), block=(p.block, 1, 1),
+            arch=arch, name=f"rms_norm_fwd_async_{dtype.name}_{N}", arg_names=names)
     def rms_norm_fwd_async(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
 

@@ -41,8 +41,8 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
 
     @kernel(in_specs=ins, out_specs=outs,
-            grid=lambda M: (balanced_grid(-(-M // R), grid), 1, 1), block=(p.block, 1, 1), arch=arch,
-            name=f"rms_norm_fwd_loop_{dtype.name}_{N}", arg_names=names)
+            grid=lambda M: (balanced_grid(-(-M // R), grid), 1, 1), block=(p.block, 1, 1),
+            arch=arch, name=f"rms_norm_fwd_loop_{dtype.name}_{N}", arg_names=names)
     def rms_norm_fwd_loop(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
 

@@ -1,0 +1,165 @@
+"""Repeated torch calls of the RMSNorm ops: closures that only allocate and launch.
+
+Torch calls repeat the same signature (shapes, strides, dtypes, device, pointer
+alignment) over and over. The first call of a signature takes the general path of
+:mod:`.rms_norm`, which checks everything, plans, builds and binds the kernel; it
+then records here a closure that redoes only the output allocation and the launch,
+keyed by everything the general path's decisions depended on (:data:`FAST`). The
+plain forward form is found faster still, by a tensor guard (:class:`Hot`).
+"""
+from __future__ import annotations
+
+from ..runtime import prepare
+from ..runtime.fastpath import _never, torch_hooks
+from . import _workspace
+
+# Signature key -> closure (forward and backward keys differ in length and content).
+FAST: dict[tuple, object] = {}
+
+
+def fwd_key(x, weight, eps, residual, want_rstd, out) -> tuple:
+    """The forward's signature key (raises AttributeError/TypeError for non-torch arrays)."""
+    ptrs = x.data_ptr() | weight.data_ptr()
+    if residual is not None:
+        ptrs |= residual.data_ptr()
+    if out is not None:
+        ptrs |= out.data_ptr()
+    return (x.shape, x.stride(), x.dtype, weight.dtype, weight.stride(), x.get_device(), eps,
+            None if residual is None else residual.stride(), want_rstd,
+            None if out is None else out.stride(), ptrs & 15)
+
+
+class Hot:
+    """The last plain torch call's launch, found by a guard rather than a key.
+
+    Inference calls the same norm with tensors of one signature over and over; building
+    ``fwd_key`` (eleven attribute reads) and checking grad mode took ~1 µs of Python per
+    call. torch's C++ tensor guard (what the launcher finds its entries with, see
+    ``runtime/fastpath.py``) checks both tensors' type, dtype, device, sizes, strides
+    and ``requires_grad`` in one call; what it does not see, the pointers' alignment
+    and the grad mode, ``launch`` checks (it returns None where they differ; see
+    :func:`fwd_fast`).
+    """
+
+    __slots__ = ("guard", "eps", "launch")
+
+    def __init__(self, guard, eps, launch):
+        self.guard, self.eps, self.launch = guard, eps, launch
+
+
+# One slot, replaced whole (an entry is never mutated), so a reader sees an old or a new one.
+HOT = [Hot(_never, None, None)]
+
+
+def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
+    """The per-signature closure: allocate the outputs and launch, nothing else.
+
+    Pointers of views equal those of their bases, so the (M, N) views the kernel was
+    bound with need not be rebuilt per call. Its ``plain(x, weight)`` serves the plain
+    form (no residual, out or rstd) for callers that checked everything but the
+    pointers' alignment and the grad mode (``Hot``): it returns None where those
+    differ from this call's.
+    """
+    bound = prepare(k).bind(*args)
+    if bound is None:
+        return None
+    shape, dtype, device = x.shape, x.dtype, x.device
+    dense = x.is_contiguous()
+    empty, empty_like, f32t = torch.empty, torch.empty_like, torch.float32
+
+    def run(x, weight, residual, out):
+        y = out if out is not None else (empty_like(x) if dense else
+                                         empty(shape, dtype=dtype, device=device))
+        rstd = empty((m,), dtype=f32t, device=device) if want_rstd else None
+        xp, wp, yp = x.data_ptr(), weight.data_ptr(), y.data_ptr()
+        if residual is None:
+            if rstd is None:
+                bound(xp, wp, yp)
+            else:
+                bound(xp, wp, yp, rstd.data_ptr())
+        else:
+            rp = residual.data_ptr()
+            if rstd is None:
+                bound(xp, rp, wp, yp, rp)
+            else:
+                bound(xp, rp, wp, yp, rp, rstd.data_ptr())
+        return y, rstd
+
+    align = (x.data_ptr() | weight.data_ptr()) & 15
+    # A tensor that requires grad reached here under no_grad: later calls must be too.
+    grad_mode = torch.is_grad_enabled if (x.requires_grad or weight.requires_grad) else None
+    # Y, contiguous, from the launcher's allocator (no argument parsing or dispatch), which
+    # allocates on torch's current device: used only when that is x's.
+    hooks, dev = torch_hooks(torch), x.get_device()
+    strides, step = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(d), 1)
+    alloc = hooks.allocator(shape, tuple(reversed(strides)), dtype, dev)
+    cur_dev = hooks.current_device
+
+    def plain(x, weight):
+        xp, wp = x.data_ptr(), weight.data_ptr()
+        if (xp | wp) & 15 != align or (grad_mode is not None and grad_mode()):
+            return None
+        y = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
+        bound(xp, wp, y.data_ptr())
+        return y
+
+    run.hot = None
+    if not want_rstd and len(args) == 3:
+        guard = torch_hooks(torch).guard((x, weight))
+        if guard is not _never:
+            run.hot = Hot(guard, eps, plain)
+    return run
+
+
+def fast_ok(frame, x, x2, dy, dy2) -> bool:
+    """A per-signature closure launches on the caller's pointers: only where the (M, N)
+    views the kernel saw are views of them, not copies."""
+    return frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
+        dy2 is dy or dy.is_contiguous())
+
+
+def bwd_fast_unfused(torch, kb, kr, bargs, rargs, x, n, grid):
+    lb, lr = prepare(kb).bind(*bargs), prepare(kr).bind(*rargs)
+    if lb is None or lr is None:
+        return None
+    empty, empty_like, f32t = torch.empty, torch.empty_like, torch.float32
+    device = x.device
+
+    def run(dy, x, weight, rstd):
+        dx = empty_like(x)
+        dw = empty_like(weight)
+        part = empty((grid, n), dtype=f32t, device=device)
+        pp = part.data_ptr()
+        lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), dx.data_ptr(), pp)
+        lr(pp, dw.data_ptr())
+        return dx, dw
+    return run
+
+
+def bwd_fast(torch, kb, bargs, x, elems):
+    lb = prepare(kb).bind(*bargs)
+    if lb is None:
+        return None
+    empty_like, raw_stream = torch.empty_like, torch._C._cuda_getCurrentRawStream
+    dev = x.get_device()
+    scratch, header = _workspace.torch_buffer, 4 * _workspace.HEADER
+
+    def run(dy, x, weight, rstd):
+        buf, base = scratch(torch, dev, raw_stream(dev), elems)
+        dx = empty_like(x)
+        dw = empty_like(weight)
+        lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), base,
+           dx.data_ptr(), dw.data_ptr(), base + header)
+        return dx, dw
+    return run
+
+
+def bwd_key(dy, x, weight, rstd) -> tuple:
+    """The backward's signature key (raises AttributeError/TypeError for non-torch arrays)."""
+    return (x.shape, x.stride(), dy.shape, dy.stride(), x.dtype, dy.dtype, weight.dtype,
+            weight.stride(), rstd.shape, rstd.stride(), rstd.dtype, x.get_device(),
+            (x.data_ptr() | dy.data_ptr() | weight.data_ptr()) & 15)
+

@@ -64,12 +64,18 @@ def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
     if bound is None:
         return None
     shape, dtype, device = x.shape, x.dtype, x.device
-    dense = x.is_contiguous()
-    empty, empty_like, f32t = torch.empty, torch.empty_like, torch.float32
+    empty, f32t = torch.empty, torch.float32
+    # Y is contiguous. It comes from the launcher's allocator (no argument parsing or
+    # dispatch), which allocates on torch's current device: used only when that is x's.
+    hooks, dev = torch_hooks(torch), x.get_device()
+    alloc = hooks.allocator(shape, torch.empty(shape, device="meta").stride(), dtype, dev)
+    cur_dev = hooks.current_device
+
+    def new_y():
+        return alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
 
     def run(x, weight, residual, out):
-        y = out if out is not None else (empty_like(x) if dense else
-                                         empty(shape, dtype=dtype, device=device))
+        y = out if out is not None else new_y()
         rstd = empty((m,), dtype=f32t, device=device) if want_rstd else None
         xp, wp, yp = x.data_ptr(), weight.data_ptr(), y.data_ptr()
         if residual is None:
@@ -88,27 +94,18 @@ def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
     align = (x.data_ptr() | weight.data_ptr()) & 15
     # A tensor that requires grad reached here under no_grad: later calls must be too.
     grad_mode = torch.is_grad_enabled if (x.requires_grad or weight.requires_grad) else None
-    # Y, contiguous, from the launcher's allocator (no argument parsing or dispatch), which
-    # allocates on torch's current device: used only when that is x's.
-    hooks, dev = torch_hooks(torch), x.get_device()
-    strides, step = [], 1
-    for d in reversed(tuple(shape)):
-        strides.append(step)
-        step *= max(int(d), 1)
-    alloc = hooks.allocator(shape, tuple(reversed(strides)), dtype, dev)
-    cur_dev = hooks.current_device
 
     def plain(x, weight):
         xp, wp = x.data_ptr(), weight.data_ptr()
         if (xp | wp) & 15 != align or (grad_mode is not None and grad_mode()):
             return None
-        y = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
+        y = new_y()
         bound(xp, wp, y.data_ptr())
         return y
 
     run.hot = None
     if not want_rstd and len(args) == 3:
-        guard = torch_hooks(torch).guard((x, weight))
+        guard = hooks.guard((x, weight))
         if guard is not _never:
             run.hot = Hot(guard, eps, plain)
     return run

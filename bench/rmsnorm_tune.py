@@ -77,6 +77,49 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
                              "y:L1::evict_last": dict(y_hints=("L1::evict_last",))}.items():
                 variants[f"{bname} {name}"] = (dataclasses.replace(b, **kw), None)
         return variants
+    if mode == "occ":
+        # Row-per-CTA kernels of every width, one- and two-pass, with the CTAs per SM
+        # capped by unused dynamic shared memory (Plan.smem_pad): at the DRAM wall the
+        # bytes in flight, not only their count, decide the speed (a plain copy of 128 MiB
+        # on an H200 was 67 µs with one 16-byte load per thread and 70 with four).
+        for t in (128, 256, 512, 1024):
+            if t * base.vec > n * 2:
+                continue
+            p = plan(n, dt, threads=t)
+            kinds = {"2p": dataclasses.replace(p, two_pass=True, preload_w=False)}
+            if p.per_thread * p.vec <= 32:
+                kinds["1p"] = dataclasses.replace(p, two_pass=False, preload_w=True)
+            for kn, kp in kinds.items():
+                variants[f"T{t} {kn}"] = (kp, None)
+                for cap in (1, 2, 3, 4, 6, 8, 12):
+                    if cap * t > 2048:
+                        continue
+                    pad = 233472 // cap - 2048
+                    variants[f"T{t} {kn} occ{cap}"] = (dataclasses.replace(kp, smem_pad=pad),
+                                                       None)
+        return variants
+    if mode == "regs":
+        # Row-per-CTA kernels of every width, x kept (1p) or re-read (2p), w loaded
+        # before or after the reduction, each also under .minnctapersm (Plan.min_ctas):
+        # more CTAs per SM through fewer registers, where ptxas finds them without spills.
+        for t in (128, 256, 512, 1024):
+            if t * base.vec > n * 2:
+                continue
+            p = plan(n, dt, threads=t)
+            late = dict(preload_w=False, w_hints=("L1::evict_last",), w_policy="evict_last")
+            kinds = {"2p": dataclasses.replace(p, two_pass=True, **late)}
+            if p.per_thread > 1 and not p.ragged:
+                kinds["2p serial"] = dataclasses.replace(kinds["2p"], serial_x=True)
+            if p.per_thread * p.vec <= 32:
+                kinds["1p"] = dataclasses.replace(p, two_pass=False, preload_w=True)
+                kinds["1p late-w"] = dataclasses.replace(p, two_pass=False, **late)
+            for kn, kp in kinds.items():
+                variants[f"T{t} {kn}"] = (kp, None)
+                for mc in (3, 4, 5, 6, 8, 10, 12, 16):
+                    if mc * t <= 2048:
+                        variants[f"T{t} {kn} min{mc}"] = (
+                            dataclasses.replace(kp, min_ctas=mc), None)
+        return variants
     if mode == "loop":
         # Persistent (one-pass) kernels where the default is one CTA per row: the grid
         # shrinks to the fewest CTAs that keep the longest CTA's rows (balanced_grid), so
@@ -145,12 +188,15 @@ def main(argv=None):
                     help="forward: keep the variants whose name matches this regex "
                          "(the default plan is always kept)")
     ap.add_argument("--rounds", type=int, default=2, help="timing rounds (alternating order)")
-    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop", "store"),
+    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop", "store", "occ",
+                                           "regs"),
                     default="all",
                     help="forward variants: every family, the default plan beside the "
                          "cp.async-staged kernels, the default plan under each cache hint, "
                          "one-pass persistent kernels of every width and occupancy, or "
-                         "the default plan under each priority of y's stores")
+                         "the default plan under each priority of y's stores, or "
+                         "row-per-CTA kernels under a cap on CTAs per SM, or under a "
+                         "floor (.minnctapersm)")
     ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
     ap.add_argument("--bwd-threads", default="", type=lambda s: [int(v) for v in s.split(",")
                                                                  if v],
@@ -215,6 +261,18 @@ def main(argv=None):
                 r = k.resources()
                 if r.spill_stores:
                     continue
+                if p.min_ctas:  # keep a floor only where it changes the registers
+                    r0 = build_forward(dataclasses.replace(p, min_ctas=None), dt, dt).resources()
+                    if r.registers == r0.registers:
+                        continue
+                if a.mode in ("occ", "regs"):
+                    res.setdefault("occupancy", {})[name] = prepare(k).resident_ctas(0) // sms
+                if p.smem_pad:  # name the occupancy reached; drop caps that change nothing
+                    got = prepare(k).resident_ctas(0) // sms
+                    nat = prepare(build_forward(dataclasses.replace(p, smem_pad=0), dt, dt)
+                                  ).resident_ctas(0) // sms
+                    if got >= nat:
+                        continue
                 x0, w0, y0 = sets[0]
                 y0.fill_(float("nan"))
                 k(x0, w0, y0)
@@ -238,6 +296,11 @@ def main(argv=None):
         print(f"fwd {dn} {m}x{n}: copy {copy_us:.1f} µs; ops {ok.get('ops', float('nan')):.1f}; "
               f"default T{base.threads}: {ok.get(f'T{base.threads}', float('nan')):.1f}; top " +
               ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)
+        if a.mode in ("occ", "regs"):  # every variant, fastest first
+            occ = res.get("occupancy", {})
+            for k, v in sorted(ok.items(), key=lambda kv: kv[1]):
+                print(f"    {k:28s} {v:7.2f}  {copy_us / v:6.1%} of copy"
+                      + (f"  {occ[k]} CTAs/SM" if k in occ else ""))
         out["forward"].append({"shape": [m, n], "dtype": dn, "copy_us": copy_us, "results": res})
     for m, n, dn in () if a.no_backward else bwd_shapes:
         dt, tdt = types[dn]
@@ -253,7 +316,8 @@ def main(argv=None):
         variants = {"default": base}
         hints = {"": {}, " x:L1last+evict_last": dict(in_hints=("L1::evict_last",),
                                                       in_policy="evict_last"),
-                 " x:cs": dict(in_hints=("cs",))}
+                 " x:cs": dict(in_hints=("cs",)),
+                 " l2-ahead": dict(l2_ahead=True)}
         for t in sorted({base.threads, 512, 1024} | set(a.bwd_threads)):
             for cps in (1, 2, 3, 4):
                 for hn, kw in hints.items():

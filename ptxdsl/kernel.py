@@ -41,7 +41,8 @@ class Kernel:
     def __init__(self, fn: Callable, in_specs: Sequence[Tile], out_specs: Sequence[Tile],
                  grid, block, arch: str, version: tuple[int, int] | None, name: str | None,
                  lines: str | None, arg_names: Sequence[str] | None = None,
-                 maxntid: bool = False, cooperative: bool = False):
+                 maxntid: bool = False, cooperative: bool = False,
+                 min_ctas_per_sm: int | None = None):
         self.fn = fn
         self.name = name or fn.__name__
         self.in_specs = tuple(in_specs)
@@ -55,6 +56,9 @@ class Kernel:
         # .maxntid is opt-in: given it, ptxas 13 trades registers for occupancy
         # and can spill where it would not without (measured on RMSNorm kernels).
         self.maxntid = maxntid
+        # .minnctapersm (with .maxntid, as __launch_bounds__(threads, min_blocks) writes
+        # them): ptxas caps registers so that this many CTAs fit on an SM.
+        self.min_ctas_per_sm = min_ctas_per_sm
         # All CTAs resident at once (cuLaunchCooperativeKernel): what a grid-wide barrier
         # needs. The launcher refuses a grid larger than the device can hold.
         self.cooperative = bool(cooperative)
@@ -64,6 +68,11 @@ class Kernel:
         self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
                                     fn.__code__.co_firstlineno)
         parse_arch(arch)
+        if min_ctas_per_sm is not None and (isinstance(min_ctas_per_sm, bool) or not
+                                            isinstance(min_ctas_per_sm, int) or
+                                            min_ctas_per_sm < 1):
+            raise TraceError(f"min_ctas_per_sm must be a positive int (CTAs per SM), got "
+                             f"{min_ctas_per_sm!r}", self.defined_at)
         for spec in self.in_specs + self.out_specs:
             if not isinstance(spec, Tile):
                 raise TraceError(f"in_specs/out_specs hold Tile(...) objects, got {spec!r}",
@@ -115,8 +124,10 @@ class Kernel:
             prog.ptx_version = tuple(self.version)
         verify(prog)
         src = f"{os.path.basename(self.defined_at.file)}:{self.defined_at.line}"
+        bounded = self.maxntid or self.min_ctas_per_sm is not None
         return Compiled(prog, emit(prog, lines, source=src,
-                                   maxntid=self.block if self.maxntid else None))
+                                   maxntid=self.block if bounded else None,
+                                   minnctapersm=self.min_ctas_per_sm))
 
     def _arguments(self, b: Builder) -> list[TensorArg]:
         params = inspect.signature(self.fn).parameters
@@ -231,7 +242,8 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
            block=(1, 1, 1), arch: str = "sm_90a", version: tuple[int, int] | None = None,
            name: str | None = None, lines: str | None = None,
            arg_names: Sequence[str] | None = None,
-           maxntid: bool = False, cooperative: bool = False) -> Callable[[Callable], Kernel]:
+           maxntid: bool = False, cooperative: bool = False,
+           min_ctas_per_sm: int | None = None) -> Callable[[Callable], Kernel]:
     """Turn a Python function into a PTX kernel.
 
     The function takes one argument per Tile (inputs then outputs) and
@@ -239,6 +251,9 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     named dims (``grid=lambda B: (B, 1, 1)``). A body written as ``def k(*args)``
     takes its parameter names from ``arg_names``. ``maxntid=True`` emits
     ``.maxntid`` (the block size as an upper bound, like ``__launch_bounds__``).
+    ``min_ctas_per_sm=n`` emits ``.maxntid`` and ``.minnctapersm n`` (CUDA's
+    ``__launch_bounds__(threads, n)``): ptxas keeps registers low enough for ``n``
+    CTAs per SM, spilling if it must (``kernel.resources()`` shows spills).
     ``cooperative=True`` launches with ``cuLaunchCooperativeKernel``: every CTA of
     the grid is resident at once, so CTAs may wait for each other (a grid-wide
     barrier); a grid too large to be resident is refused before launch.
@@ -247,7 +262,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
         if isinstance(fn, Kernel):
             raise TraceError("@kernel applied twice")
         return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines,
-                      arg_names, maxntid, cooperative)
+                      arg_names, maxntid, cooperative, min_ctas_per_sm)
     return wrap
 
 

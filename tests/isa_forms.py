@@ -137,6 +137,8 @@ def _immediate(m: Match, slot_index: int, t):
         return 31
     if op == "prmt":
         return 0x3210
+    if op == "cp.async.bulk.prefetch.L2":
+        return 256  # bytes: a multiple of 16
     if op in ("cp.async.wait_group", "bar", "barrier") and slot_index == 0:
         return 0
     if op == "mbarrier.try_wait" and m.has("parity"):

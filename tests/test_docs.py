@@ -307,7 +307,8 @@ def cli_import(path):
 def test_comparison_page_does_not_understate_the_table():
     """The comparison says wgmma/TMA/tcgen05 are missing; keep that true or fix the page."""
     text = open(os.path.join(DOCS, "comparison.md"), encoding="utf-8").read()
-    newer = [s.opcode for s in TABLE if s.opcode.startswith(("wgmma", "cp.async.bulk", "tcgen05"))]
+    newer = [s.opcode for s in TABLE if s.opcode.startswith(("wgmma", "cp.async.bulk", "tcgen05"))
+             and s.opcode != "cp.async.bulk.prefetch.L2"]  # a prefetch, not a TMA copy
     if newer:
         assert "not yet in the instruction table" not in text, (
             f"the table now has {newer}: update docs/comparison.md")

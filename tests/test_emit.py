@@ -12,7 +12,7 @@ from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl import ir
 from ptxdsl import toolchain
 from ptxdsl.emit import emit, fmt_operand, reg_decls
-from ptxdsl.errors import ToolchainError
+from ptxdsl.errors import ToolchainError, TraceError
 from ptxdsl.trace import Builder
 from ptxdsl.types import b32, f16, f32, f64, pred, s32, u16, u32, u64
 
@@ -236,3 +236,44 @@ def test_no_form_needs_a_newer_isa_than_ptxas_13_accepts():
     needs += [v for spec in TABLE for v, _ in spec.type_needs.values()]
     assert max(needs) <= (9, 0)
     assert max(ARCH_PTX.values()) <= (9, 0)
+
+
+def _register_hungry(**kw):
+    """A kernel holding 64 loaded values across a barrier: ptxas gives it more than 32
+    registers unless told how many CTAs per SM it must fit."""
+    @kernel(in_specs=(Tile(64 * 256, f32),), block=(256, 1, 1), **kw)
+    def hungry(X):
+        px = ptx.global_ptrs(X)[0]
+        t = reg.scalar(u32)
+        ptx.inst.mov.u32(t, ptx.special.tid.x())
+        vals = []
+        for k in range(16):
+            v = [reg.scalar(f32) for _ in range(4)]
+            ptx.inst.ld.global_.v4.f32(v, ptx.addr(px + t * 16, k * 4096))
+            vals += v
+        ptx.inst.bar.sync(0)
+        for k in range(16):
+            ptx.inst.st.global_.v4.f32(ptx.addr(px + t * 16, k * 4096),
+                                       vals[4 * k:4 * k + 4])
+    return hungry
+
+
+def test_min_ctas_per_sm_emits_launch_bounds():
+    text = _register_hungry(min_ctas_per_sm=4).ptx()
+    assert re.search(r"\)\n\.maxntid 256, 1, 1\n\.minnctapersm 4\n\{", text)
+    plain = _register_hungry().ptx()
+    assert ".minnctapersm" not in plain and ".maxntid" not in plain
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4"])
+def test_min_ctas_per_sm_must_be_a_positive_int(bad):
+    with pytest.raises(TraceError, match="min_ctas_per_sm must be a positive int"):
+        _register_hungry(min_ctas_per_sm=bad)
+
+
+@needs_ptxas
+def test_min_ctas_per_sm_makes_ptxas_fit_that_many_ctas():
+    loose = _register_hungry().resources()
+    tight = _register_hungry(min_ctas_per_sm=8).resources()  # 8 x 256 threads: 32 regs
+    assert loose.registers > 32
+    assert tight.registers <= 32

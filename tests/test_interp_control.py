@@ -323,6 +323,51 @@ def test_cp_async_lands_after_wait_group():
     np.testing.assert_array_equal(k.interpret(x), np.roll(x, -4))
 
 
+def _bulk_prefetch_kernel(offset, size, hint=False):
+    @kernel(in_specs=(Tile(256, f32),), out_specs=(Tile(256, f32),), grid=1,
+            block=(32, 1, 1), arch="sm_90a")
+    def k(X, Y):
+        px, py = ptx.global_ptrs(X, Y)
+        tid = tid_reg()
+        with ptx.if_(tid == 0):
+            if hint:
+                pol = reg.scalar(u64)
+                ptx.inst("createpolicy.fractional.L2::evict_last.b64", pol)
+                ptx.inst("cp.async.bulk.prefetch.L2.global.L2::cache_hint",
+                         ptx.addr(px, offset), size, pol)
+            else:
+                ptx.inst.cp.async_.bulk.prefetch.L2.global_(ptx.addr(px, offset), size)
+        v = [reg.scalar(f32) for _ in range(8)]
+        ptx.inst.ld.global_.v4.f32(v[:4], ptx.addr(px + tid * 16))
+        ptx.inst.ld.global_.v4.f32(v[4:], ptx.addr(px + tid * 16, 512))
+        ptx.inst.st.global_.v4.f32(ptx.addr(py + tid * 16), v[:4])
+        ptx.inst.st.global_.v4.f32(ptx.addr(py + tid * 16, 512), v[4:])
+    return k
+
+
+@pytest.mark.parametrize("hint", [False, True])
+def test_bulk_prefetch_leaves_memory_as_it_was(hint):
+    x = np.arange(256, dtype=np.float32)
+    k = _bulk_prefetch_kernel(0, 1024, hint)
+    assert "cp.async.bulk.prefetch.L2.global" in k.ptx()
+    np.testing.assert_array_equal(k.interpret(x), x)
+
+
+@pytest.mark.parametrize("offset, size, what", [
+    (512, 1024, "reaches outside its allocation"),   # the last 512 bytes are past X
+    (8, 256, "must be 16-byte aligned"),
+])
+def test_bulk_prefetch_range_is_checked(offset, size, what):
+    with pytest.raises(InterpreterError, match=what):
+        _bulk_prefetch_kernel(offset, size).interpret(np.zeros(256, np.float32))
+
+
+def test_bulk_prefetch_size_must_be_a_multiple_of_16():
+    from ptxdsl.errors import PtxdslError
+    with pytest.raises(PtxdslError, match="positive multiple of 16 bytes, got 100"):
+        _bulk_prefetch_kernel(0, 100).ptx()
+
+
 def test_mbarrier_phases():
     @kernel(in_specs=(), out_specs=(Tile(32, u32),), grid=1, block=(32, 1, 1), arch="sm_90a")
     def k(Y):

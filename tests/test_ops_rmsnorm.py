@@ -170,6 +170,27 @@ def test_fused_backward_grid_barrier_and_dw(gen):
     assert "atom.acq_rel.gpu.global.add.u32" in k.ptx() and "ld.acquire.gpu" in k.ptx()
 
 
+@pytest.mark.parametrize("m", [5, 6, 7, 13])
+def test_backward_l2_prefetch_changes_no_result(m):
+    """The L2 prefetch of row + 2G (thread 0, whole rows, in bounds only: the
+    interpreter checks each prefetched range) leaves dx and dW as they were."""
+    import dataclasses
+    n = 512
+    p = dataclasses.replace(plan_backward(n, f32, 1, ctas_per_sm=2), l2_ahead=True)
+    assert p.prefetch and p.grid == 2 and p.vec * 4 == 16
+    args, rdx, rdw = _bwd_case(m, n)
+    k = build_backward(p, f32, f32)
+    assert k.ptx().count("cp.async.bulk.prefetch.L2.global.L2::cache_hint") == 4
+    assert ".minnctapersm 1" in k.ptx()
+    dx, dw, _ = k.interpret(*args, np.zeros(2, np.uint32))
+    plain = build_backward(dataclasses.replace(p, l2_ahead=False), f32, f32)
+    dx0, dw0, _ = plain.interpret(*args, np.zeros(2, np.uint32))
+    np.testing.assert_array_equal(dx, dx0)
+    np.testing.assert_array_equal(dw, dw0)
+    assert rel_err(dx, rdx) < 1e-5
+    np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
+
+
 def test_fused_backward_waits_for_every_cta(monkeypatch):
     """A barrier whose count never reaches the grid size never releases: the
     interpreter reports the spin that does not end (the barrier really waits)."""
@@ -344,9 +365,21 @@ def test_half_two_pass_kernel_keeps_the_occupancy(n):
     late = build_forward(dataclasses.replace(p, preload_w=False, w_hints=("L1::evict_last",),
                                              w_policy="evict_last"), bf16, bf16, eps=EPS)
     gain = ops._ctas_per_sm(late, p.block) > ops._ctas_per_sm(keep, p.block)
-    chose_late = k.ptx() == late.ptx()
+    one = build_forward(dataclasses.replace(p, two_pass=False, preload_w=False,
+                                            w_hints=("L1::evict_last",),
+                                            w_policy="evict_last", min_ctas=4),
+                        bf16, bf16, eps=EPS)
+    chose_late = k.ptx() in (late.ptx(), one.ptx())
     assert chose_late == (gain and p.per_thread <= 2)
     assert ops._ctas_per_sm(k, p.block) >= ops._ctas_per_sm(keep, p.block)
+    assert not k.resources().spill_stores
+    if chose_late and p.block == 512:  # x stays in registers: one read of x per element
+        assert k.ptx() == one.ptx()
+        text = k.ptx()
+        assert ".minnctapersm 4" in text and ".maxntid 512, 1, 1" in text
+        # x's chunks and w's, each loaded once; no second read of x (L1::evict_first)
+        assert text.count("ld.global") == 2 * p.per_thread
+        assert "L1::evict_first" not in text
 
 
 def test_balanced_grid_keeps_the_longest_cta_and_drops_the_idle_ones():

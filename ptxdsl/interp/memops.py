@@ -242,6 +242,30 @@ def createpolicy(mach, instr, mask):
 
 
 # ------------------------------------------------------------------------ cp.async
+@handler("cp.async.bulk.prefetch.L2")
+def bulk_prefetch_l2(mach, instr, mask):
+    """Only warms the L2, which the interpreter does not model: memory is unchanged. The
+    range is still checked (16-byte aligned, a multiple of 16 bytes, inside one global
+    allocation), so that a prefetch computed from a wrong row or length is reported
+    here rather than fetching some other allocation's bytes on the GPU."""
+    threads = np.flatnonzero(mask)
+    if not len(threads):
+        return
+    addr = addresses(mach, instr, instr.operands[0], mask)[threads]
+    size = np.broadcast_to(np.asarray(mach.src(instr, 1, mask)).astype(np.int64),
+                           (mach.T,))[threads]
+    sp = mach.spaces["global"]
+    for k, (a, n) in enumerate(zip(addr, size)):
+        if a % np.uint64(16) or n <= 0 or n % 16:
+            mach.fail(instr, f"cp.async.bulk.prefetch.L2 of {int(n)} bytes at {int(a):#x}: the "
+                             f"address must be 16-byte aligned and the size a positive "
+                             f"multiple of 16", int(threads[k]))
+        if not sp.in_bounds(np.asarray([a], np.uint64), int(n))[0]:
+            mach.fail(instr, f"cp.async.bulk.prefetch.L2 of {int(n)} bytes at {int(a):#x} "
+                             f"reaches outside its allocation ({sp.nearest(int(a))})",
+                      int(threads[k]))
+
+
 @handler("cp.async")
 def cp_async(mach, instr, mask):
     threads = np.flatnonzero(mask)

@@ -346,6 +346,15 @@ def cp_async_operands(m, ops):
     return None
 
 
+def bulk_prefetch_operands(m, ops):
+    """cp.async.bulk.prefetch.L2 fetches a positive multiple of 16 bytes."""
+    size = _imm(ops[1]) if len(ops) > 1 else None
+    if size is not None and (size <= 0 or size % 16):
+        return (f"cp.async.bulk.prefetch.L2 fetches a positive multiple of 16 bytes, got "
+                f"{size}")
+    return None
+
+
 # ---------------------------------------------------------------- immediate operand values
 def _imm(op):
     """The value of an immediate operand, or None for registers and the like."""

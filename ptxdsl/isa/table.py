@@ -356,6 +356,13 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("cp.async.wait_all", (), (), ntypes=0, operands="", ptx=(7, 0), sm=80,
            category="async", side_effects=True, doc="Wait for every cp.async copy.",
            example="cp.async.wait_all"),
+    OpSpec("cp.async.bulk.prefetch.L2", (g("src", "global", required=True), L2_HINT), (),
+           ntypes=0, operands="a s:u32", variants={"L2::cache_hint": "a s:u32 r:b64"},
+           ptx=(8, 0), sm=90, category="async", side_effects=True,
+           check_operands=rules.bulk_prefetch_operands,
+           doc="Start fetching a range of global memory (16-byte aligned, a multiple of 16 "
+               "bytes) into the L2, by the bulk copy engine; nothing waits for it.",
+           example="cp.async.bulk.prefetch.L2.global [%rd0], 16384"),
     # ---------------------------------------------------------------- mbarrier (sm_80/sm_90)
     OpSpec("mbarrier.init", (g("space", "shared", SHARED_CTA),), ("b64",),
            operands="a s:u32", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,

@@ -312,21 +312,35 @@ def _build_forward_best(p, dt, wdt, eps, residual, want_rstd, arch):
     per SM, against 32 and 4 without: 68.2 against 67.2 µs for 8192x8192 f16 on an H200
     (bench/rmsnorm_tune.py, three rounds; torch.compile 67.2). With more chunks per
     thread the late w loads cost more than the occupancy gives back (1024x16384 bf16:
-    21.2 against 20.4 µs), and where the registers tie nothing changes."""
+    21.2 against 20.4 µs), and where the registers tie nothing changes.
+
+    Rows of 512 threads then keep x in registers instead of reading it again, when
+    ptxas, asked for the four CTAs per SM the threads allow (``.minnctapersm``), fits
+    that row in the late two-pass kernel's registers without spilling: at 8192x8192
+    on an H200 it was ahead of the two-pass kernel in each of six comparisons (three
+    runs of bench/rmsnorm_tune.py --mode regs, bf16 and f16), by 0.1-0.2 µs of 67.3
+    (the copy of the same bytes: 67.1-67.2). Left to itself ptxas gives that row 40
+    registers and three CTAs per SM (68.2-68.4 µs)."""
     def build(q):
         return build_forward(q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd,
                              arch=arch)
     k = build(p)
     if not (p.two_pass and p.preload_w and p.per_thread <= 2):
         return k
-    late = build(dataclasses.replace(p, preload_w=False, w_hints=("L1::evict_last",),
-                                     w_policy="evict_last"))
+    lp = dataclasses.replace(p, preload_w=False, w_hints=("L1::evict_last",),
+                             w_policy="evict_last")
+    late = build(lp)
     try:
-        if _ctas_per_sm(late, p.block) > _ctas_per_sm(k, p.block):
-            return late
+        if _ctas_per_sm(late, p.block) <= _ctas_per_sm(k, p.block):
+            return k
+        if p.block == 512:
+            one = build(dataclasses.replace(lp, two_pass=False, min_ctas=2048 // p.block))
+            if (not one.resources().spill_stores
+                    and _ctas_per_sm(one, p.block) >= _ctas_per_sm(late, p.block)):
+                return one
+        return late
     except ToolchainError:  # no ptxas to ask: keep the plan as it is
-        pass
-    return k
+        return k
 
 
 def _ctas_per_sm(k, block: int) -> int:
@@ -430,9 +444,17 @@ def _backward_kernel(n, dt, wdt, vec, arch, sms, info):
     corrects it: down when the estimate was too hopeful, up when ptxas needed fewer
     registers (two CTAs per SM instead of one: 34.9 vs 38.6 µs for 4096x4096 bf16,
     105 vs 128 µs for 16384x4096 bf16 on an H200, bench/rmsnorm_tune.py).
+
+    Half-precision rows left at one CTA per SM also prefetch into L2 the row after the
+    one held in registers (``BwdPlan.l2_ahead``): one 512-thread CTA per SM has too
+    few bytes in flight to cover DRAM's latency with 16 KiB rows. On an H200
+    (bench/rmsnorm_tune.py, 4-6 interleaved rounds) this took 8192x8192 bf16 from
+    106.7 to 103.3 µs, 4096x7168 bf16 from 54.3 to 51.3, 4096x5120 f16 from 44.1 to
+    41.0 and 2048x8192 bf16 from 33.9 to 33.1 (copy-equivalent 27.2); f32 rows, twice
+    as long, were slower with it (2048x8192: 57.3 against 55.0), so they go without.
     """
     def get(p):
-        return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, arch),
+        return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.l2_ahead, arch),
                            lambda: build_backward(p, dt, wdt, arch=arch))
     p = plan_backward(n, dt, sms, vec=vec)
     k = get(p)
@@ -440,15 +462,19 @@ def _backward_kernel(n, dt, wdt, vec, arch, sms, info):
         return p, k
     from ..runtime import prepare
     per_sm = min(prepare(k).resident_ctas(info.ordinal, 0) // sms, 2048 // p.threads, 32)
-    if per_sm * sms == p.grid:
-        return p, k
-    q = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=max(1, per_sm), fused=True)
-    kq = get(q)
-    if prepare(kq).resident_ctas(info.ordinal, 0) >= q.grid and (
-            q.grid < p.grid or -(-q.grid // q.slices) <= 2 * MAX_FUSED_ROWS):
-        return q, kq
-    if q.grid < p.grid:  # cannot happen unless occupancy changed between the builds
-        raise LaunchError(f"rms_norm_backward: no cooperative grid fits for N={n}")
+    if per_sm * sms != p.grid:
+        q = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=max(1, per_sm), fused=True)
+        kq = get(q)
+        if prepare(kq).resident_ctas(info.ordinal, 0) >= q.grid and (
+                q.grid < p.grid or -(-q.grid // q.slices) <= 2 * MAX_FUSED_ROWS):
+            p, k = q, kq
+        elif q.grid < p.grid:  # cannot happen unless occupancy changed between the builds
+            raise LaunchError(f"rms_norm_backward: no cooperative grid fits for N={n}")
+    if p.grid == sms and p.prefetch and dt.bytes == 2 and vec * dt.bytes == 16:
+        r = dataclasses.replace(p, l2_ahead=True)
+        kr = get(r)
+        if prepare(kr).resident_ctas(info.ordinal, 0) >= r.grid:
+            return r, kr
     return p, k
 
 

@@ -52,6 +52,11 @@ class BwdPlan(RowSplit):
     # 8192x8192 f32 201.2 against 204.5 µs (copy-equivalent 192.1).
     in_hints: tuple[str, ...] = ("L1::evict_last",)
     in_policy: str | None = "evict_last"
+    # Resident rows with prefetch: thread 0 also asks the bulk copy engine to bring the
+    # row after the prefetched one (row + 2G) of dy and x into L2
+    # (cp.async.bulk.prefetch.L2), so that more of DRAM's latency is covered than one
+    # row of registers covers. Needs 16-byte rows (vec * element size == 16).
+    l2_ahead: bool = False
 
     @property
     def slices(self) -> int:
@@ -120,6 +125,8 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         @kernel(in_specs=rows_in + (Tile(2, b32),),
                 out_specs=(Tile("M", N, dtype), Tile(N, wdtype), Tile(G, N, f32)),
                 grid=(G, 1, 1), block=(T, 1, 1), arch=arch, cooperative=True, name=name,
+                # The prefetch's few extra registers must not cost the CTA its SM.
+                min_ctas_per_sm=1 if p.l2_ahead else None,
                 arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"))
         def rms_norm_bwd(DY, X, W, RSTD, WS, DX, DW, DWP):
             tid, cta, pdwp = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP)
@@ -188,9 +195,25 @@ def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy,
                                  policy=pol))
         return dys, xs
 
+    ahead = p.l2_ahead and p.prefetch and V * es == 16
+
+    def l2_prefetch(row):
+        # tid 0's chunk pointers are the row starts; the whole row, in one request each
+        with ptx.if_(tid == 0):
+            with ptx.if_(row < m):
+                for base, stride in ((dy0, sdy), (x0, sx)):
+                    ptx.inst("cp.async.bulk.prefetch.L2.global" +
+                             (".L2::cache_hint" if pol is not None else ""),
+                             ptx.addr(base + row * (stride * es)), N * es,
+                             *([pol] if pol is not None else []))
+
     if p.prefetch:
         cur_dy, cur_x = load_row(cta, cta < m)
+        if ahead:
+            l2_prefetch(cta + G)
     for row in ptx.range_(cta, m, G):
+        if ahead:  # first in the body, where the fewest registers are live
+            l2_prefetch(row + 2 * G)
         if p.prefetch:
             dys, xs = cur_dy, cur_x
         else:

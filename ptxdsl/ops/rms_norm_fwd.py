@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import Tile, kernel, ptx, reg
+from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u32
 
 from ._reduce import RowSum
@@ -83,6 +83,14 @@ class Plan(RowSplit):
     w_hints: tuple[str, ...] = ()
     w_policy: str | None = None
     y_policy: str | None = None
+    # Bytes of unused dynamic shared memory per CTA: caps how many CTAs share an SM
+    # (228 KiB each) below what registers and threads allow. 0: no cap.
+    smem_pad: int = 0
+    # CTAs per SM ptxas must leave room for (.minnctapersm; None: its own choice).
+    min_ctas: int | None = None
+    # Two-pass rows: x's first read one chunk at a time, in a run-time loop (fewer
+    # bytes in flight per thread), as Inductor's looped reductions read it.
+    serial_x: bool = False
 
     @property
     def block(self) -> int:
@@ -165,9 +173,11 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
 
     @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (-(-M // R), 1, 1), block=(p.block, 1, 1), arch=arch,
-            name=f"rms_norm_fwd_{dtype.name}_{N}", arg_names=names)
+            name=f"rms_norm_fwd_{dtype.name}_{N}", arg_names=names, min_ctas_per_sm=p.min_ctas)
     def rms_norm_fwd(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
+        if p.smem_pad:
+            smem.alloc(u32, -(-p.smem_pad // 4), dynamic=True)
 
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
@@ -220,7 +230,18 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     ypol = l2_policy(p.y_policy, policies)
     acc = reg.scalar(f32, init=0.0)
     xs = []
-    for k in range(K):
+    if p.serial_x and p.two_pass and Rs is None and not p.ragged and rowok is None:
+        # The bound is min(row stride, row) in bytes: K * step for every valid stride,
+        # but a register, so ptxas neither unrolls the loop nor hoists the next load.
+        span = reg.scalar(u32)
+        ptx.inst.min.u32(span, sx * es, K * step)
+        for off in ptx.range_(0, span, step):
+            for v in load_chunk(xrow + off, 0, dtype, V, hints=p.x_hints, policy=xpol):
+                ptx.inst.fma.rn.f32(acc, v, v, acc)
+        K1 = 0
+    else:
+        K1 = K
+    for k in range(K1):
         x = load_chunk(xrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints, policy=xpol)
         if Rs is not None:
             r = load_chunk(rrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints,

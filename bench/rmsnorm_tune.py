@@ -30,6 +30,30 @@ X_HINTS = ((), ("cs",), ("lu",), ("nc",), ("L2::256B",), ("L1::no_allocate",))
 Y_HINTS = ((), ("cs",))
 
 
+def _row_kinds(n, dt, base, plan, *, late_w: bool, serial: bool):
+    """(threads, name, plan) of the row-per-CTA kernels at every width: two-pass ("2p"),
+    one-pass where the row fits in registers ("1p"), and with ``late_w`` one-pass with w
+    loaded after the reduction; with ``serial`` also the two-pass kernel whose first
+    read of x takes one chunk per thread at a time."""
+    import dataclasses
+    late = dict(preload_w=False, w_hints=("L1::evict_last",), w_policy="evict_last")
+    out = []
+    for t in (128, 256, 512, 1024):
+        if t * base.vec > n * 2:
+            continue
+        p = plan(n, dt, threads=t)
+        two = dataclasses.replace(p, two_pass=True, **(late if late_w else
+                                                       dict(preload_w=False)))
+        out.append((t, "2p", two))
+        if serial and p.per_thread > 1 and not p.ragged:
+            out.append((t, "2p serial", dataclasses.replace(two, serial_x=True)))
+        if p.per_thread * p.vec <= 32:
+            out.append((t, "1p", dataclasses.replace(p, two_pass=False, preload_w=True)))
+            if late_w:
+                out.append((t, "1p late-w", dataclasses.replace(p, two_pass=False, **late)))
+    return out
+
+
 def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
     """name -> (plan, None | CTAs per SM of the loop kernel | Staging)."""
     import dataclasses
@@ -78,47 +102,25 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
                 variants[f"{bname} {name}"] = (dataclasses.replace(b, **kw), None)
         return variants
     if mode == "occ":
-        # Row-per-CTA kernels of every width, one- and two-pass, with the CTAs per SM
-        # capped by unused dynamic shared memory (Plan.smem_pad): at the DRAM wall the
-        # bytes in flight, not only their count, decide the speed (a plain copy of 128 MiB
-        # on an H200 was 67 µs with one 16-byte load per thread and 70 with four).
-        for t in (128, 256, 512, 1024):
-            if t * base.vec > n * 2:
-                continue
-            p = plan(n, dt, threads=t)
-            kinds = {"2p": dataclasses.replace(p, two_pass=True, preload_w=False)}
-            if p.per_thread * p.vec <= 32:
-                kinds["1p"] = dataclasses.replace(p, two_pass=False, preload_w=True)
-            for kn, kp in kinds.items():
-                variants[f"T{t} {kn}"] = (kp, None)
-                for cap in (1, 2, 3, 4, 6, 8, 12):
-                    if cap * t > 2048:
-                        continue
-                    pad = 233472 // cap - 2048
-                    variants[f"T{t} {kn} occ{cap}"] = (dataclasses.replace(kp, smem_pad=pad),
-                                                       None)
+        # Row-per-CTA kernels with the CTAs per SM capped by unused dynamic shared memory
+        # (Plan.smem_pad). Every cap was slower (H200): the shared memory it takes comes
+        # out of the L1 that holds the loads in flight.
+        for t, kn, kp in _row_kinds(n, dt, base, plan, late_w=False, serial=False):
+            variants[f"T{t} {kn}"] = (kp, None)
+            for cap in (1, 2, 3, 4, 6, 8, 12):
+                if cap * t <= 2048:
+                    variants[f"T{t} {kn} occ{cap}"] = (
+                        dataclasses.replace(kp, smem_pad=233472 // cap - 2048), None)
         return variants
     if mode == "regs":
         # Row-per-CTA kernels of every width, x kept (1p) or re-read (2p), w loaded
         # before or after the reduction, each also under .minnctapersm (Plan.min_ctas):
         # more CTAs per SM through fewer registers, where ptxas finds them without spills.
-        for t in (128, 256, 512, 1024):
-            if t * base.vec > n * 2:
-                continue
-            p = plan(n, dt, threads=t)
-            late = dict(preload_w=False, w_hints=("L1::evict_last",), w_policy="evict_last")
-            kinds = {"2p": dataclasses.replace(p, two_pass=True, **late)}
-            if p.per_thread > 1 and not p.ragged:
-                kinds["2p serial"] = dataclasses.replace(kinds["2p"], serial_x=True)
-            if p.per_thread * p.vec <= 32:
-                kinds["1p"] = dataclasses.replace(p, two_pass=False, preload_w=True)
-                kinds["1p late-w"] = dataclasses.replace(p, two_pass=False, **late)
-            for kn, kp in kinds.items():
-                variants[f"T{t} {kn}"] = (kp, None)
-                for mc in (3, 4, 5, 6, 8, 10, 12, 16):
-                    if mc * t <= 2048:
-                        variants[f"T{t} {kn} min{mc}"] = (
-                            dataclasses.replace(kp, min_ctas=mc), None)
+        for t, kn, kp in _row_kinds(n, dt, base, plan, late_w=True, serial=True):
+            variants[f"T{t} {kn}"] = (kp, None)
+            for mc in (3, 4, 5, 6, 8, 10, 12, 16):
+                if mc * t <= 2048:
+                    variants[f"T{t} {kn} min{mc}"] = (dataclasses.replace(kp, min_ctas=mc), None)
         return variants
     if mode == "loop":
         # Persistent (one-pass) kernels where the default is one CTA per row: the grid

@@ -30,11 +30,10 @@ X_HINTS = ((), ("cs",), ("lu",), ("nc",), ("L2::256B",), ("L1::no_allocate",))
 Y_HINTS = ((), ("cs",))
 
 
-def _row_kinds(n, dt, base, plan, *, late_w: bool, serial: bool):
+def _row_kinds(n, dt, base, plan, *, late_w: bool):
     """(threads, name, plan) of the row-per-CTA kernels at every width: two-pass ("2p"),
     one-pass where the row fits in registers ("1p"), and with ``late_w`` one-pass with w
-    loaded after the reduction; with ``serial`` also the two-pass kernel whose first
-    read of x takes one chunk per thread at a time."""
+    loaded after the reduction (and the two-pass one's w late too)."""
     import dataclasses
     late = dict(preload_w=False, w_hints=("L1::evict_last",), w_policy="evict_last")
     out = []
@@ -45,8 +44,6 @@ def _row_kinds(n, dt, base, plan, *, late_w: bool, serial: bool):
         two = dataclasses.replace(p, two_pass=True, **(late if late_w else
                                                        dict(preload_w=False)))
         out.append((t, "2p", two))
-        if serial and p.per_thread > 1 and not p.ragged:
-            out.append((t, "2p serial", dataclasses.replace(two, serial_x=True)))
         if p.per_thread * p.vec <= 32:
             out.append((t, "1p", dataclasses.replace(p, two_pass=False, preload_w=True)))
             if late_w:
@@ -105,7 +102,7 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
         # Row-per-CTA kernels with the CTAs per SM capped by unused dynamic shared memory
         # (Plan.smem_pad). Every cap was slower (H200): the shared memory it takes comes
         # out of the L1 that holds the loads in flight.
-        for t, kn, kp in _row_kinds(n, dt, base, plan, late_w=False, serial=False):
+        for t, kn, kp in _row_kinds(n, dt, base, plan, late_w=False):
             variants[f"T{t} {kn}"] = (kp, None)
             for cap in (1, 2, 3, 4, 6, 8, 12):
                 if cap * t <= 2048:
@@ -116,7 +113,7 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
         # Row-per-CTA kernels of every width, x kept (1p) or re-read (2p), w loaded
         # before or after the reduction, each also under .minnctapersm (Plan.min_ctas):
         # more CTAs per SM through fewer registers, where ptxas finds them without spills.
-        for t, kn, kp in _row_kinds(n, dt, base, plan, late_w=True, serial=True):
+        for t, kn, kp in _row_kinds(n, dt, base, plan, late_w=True):
             variants[f"T{t} {kn}"] = (kp, None)
             for mc in (3, 4, 5, 6, 8, 10, 12, 16):
                 if mc * t <= 2048:

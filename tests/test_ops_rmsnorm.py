@@ -382,6 +382,43 @@ def test_half_two_pass_kernel_keeps_the_occupancy(n):
         assert "L1::evict_first" not in text
 
 
+@pytest.mark.parametrize("residual", [False, True])
+def test_ops_kernel_for_8192_half_rows_is_right(residual):
+    """Whatever _build_forward_best picks for 8192 bf16 rows (with ptxas: the one-pass
+    row under .minnctapersm), with and without a residual, on the interpreter."""
+    import sys
+    ops = sys.modules["ptxdsl.ops.rms_norm"]
+    n, m = 8192, 3
+    k = ops._build_forward_best(plan(n, bf16), bf16, bf16, EPS, residual, residual, "sm_90a")
+    rng = np.random.default_rng(5)
+    x = bf16_bits_to_f32(f32_to_bf16_bits(rng.standard_normal((m, n)).astype(np.float32)))
+    w = bf16_bits_to_f32(f32_to_bf16_bits(rng.standard_normal(n).astype(np.float32)))
+    y = np.zeros((m, n), np.uint16)
+    if residual:
+        r = bf16_bits_to_f32(f32_to_bf16_bits(rng.standard_normal((m, n)).astype(np.float32)))
+        rb, rstd = f32_to_bf16_bits(r).copy(), np.zeros(m, np.float32)
+        k.interpret(f32_to_bf16_bits(x), rb, f32_to_bf16_bits(w), y, rb, rstd)
+        h = bf16_bits_to_f32(f32_to_bf16_bits(x + r))
+        np.testing.assert_array_equal(bf16_bits_to_f32(rb), h)
+        ref, rref = ref_fwd(h, w)
+        assert np.allclose(rstd, rref, rtol=1e-5)
+    else:
+        k.interpret(f32_to_bf16_bits(x), f32_to_bf16_bits(w), y)
+        ref, _ = ref_fwd(x, w)
+    assert rel_err(bf16_bits_to_f32(y), ref) < 1e-2
+
+
+def test_smem_pad_declares_the_dynamic_shared_memory():
+    """Plan.smem_pad (bench/rmsnorm_tune.py --mode occ) asks each launch for that many
+    bytes of shared memory, which caps the CTAs per SM."""
+    import dataclasses
+    p = plan(4096, f32)
+    k = build_forward(dataclasses.replace(p, smem_pad=75000), f32, f32)
+    assert k.dynamic_shared == 75000
+    assert ".extern .shared .align 16 .b8 smem0[];" in k.ptx()
+    assert build_forward(p, f32, f32).dynamic_shared == 0
+
+
 def test_balanced_grid_keeps_the_longest_cta_and_drops_the_idle_ones():
     from ptxdsl.ops._rmsrow import balanced_grid
     assert balanced_grid(8192, 528) == 512  # 16 rows each, not 272 x 16 + 256 x 15

@@ -88,9 +88,6 @@ class Plan(RowSplit):
     smem_pad: int = 0
     # CTAs per SM ptxas must leave room for (.minnctapersm; None: its own choice).
     min_ctas: int | None = None
-    # Two-pass rows: x's first read one chunk at a time, in a run-time loop (fewer
-    # bytes in flight per thread), as Inductor's looped reductions read it.
-    serial_x: bool = False
 
     @property
     def block(self) -> int:
@@ -230,18 +227,7 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     ypol = l2_policy(p.y_policy, policies)
     acc = reg.scalar(f32, init=0.0)
     xs = []
-    if p.serial_x and p.two_pass and Rs is None and not p.ragged and rowok is None:
-        # The bound is min(row stride, row) in bytes: K * step for every valid stride,
-        # but a register, so ptxas neither unrolls the loop nor hoists the next load.
-        span = reg.scalar(u32)
-        ptx.inst.min.u32(span, sx * es, K * step)
-        for off in ptx.range_(0, span, step):
-            for v in load_chunk(xrow + off, 0, dtype, V, hints=p.x_hints, policy=xpol):
-                ptx.inst.fma.rn.f32(acc, v, v, acc)
-        K1 = 0
-    else:
-        K1 = K
-    for k in range(K1):
+    for k in range(K):
         x = load_chunk(xrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints, policy=xpol)
         if Rs is not None:
             r = load_chunk(rrow, k * step, dtype, V, pred=preds[k], hints=p.x_hints,

@@ -331,12 +331,12 @@ def _build_forward_best(p, dt, wdt, eps, residual, want_rstd, arch):
                              w_policy="evict_last")
     late = build(lp)
     try:
-        if _ctas_per_sm(late, p.block) <= _ctas_per_sm(k, p.block):
+        late_ctas = _ctas_per_sm(late, p.block)
+        if late_ctas <= _ctas_per_sm(k, p.block):
             return k
         if p.block == 512:
             one = build(dataclasses.replace(lp, two_pass=False, min_ctas=2048 // p.block))
-            if (not one.resources().spill_stores
-                    and _ctas_per_sm(one, p.block) >= _ctas_per_sm(late, p.block)):
+            if not one.resources().spill_stores and _ctas_per_sm(one, p.block) >= late_ctas:
                 return one
         return late
     except ToolchainError:  # no ptxas to ask: keep the plan as it is

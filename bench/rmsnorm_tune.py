@@ -173,7 +173,7 @@ def main(argv=None):
     from ptxdsl.ops.rms_norm_fwd import build_forward, plan
     from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
     from ptxdsl.ops.rms_norm_fwd_async import build_forward_async, staging
-    from ptxdsl.ops.rms_norm_bwd import build_backward, plan_backward
+    from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
     from ptxdsl.ops.rms_norm import _forward_kernel
     from ptxdsl.runtime import prepare
     from ptxdsl.types import bf16, f16, f32
@@ -199,7 +199,20 @@ def main(argv=None):
     ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
     ap.add_argument("--bwd-threads", default="", type=lambda s: [int(v) for v in s.split(",")
                                                                  if v],
-                    help="backward: more thread counts to try, e.g. 256,320,448")
+                    help="backward: thread counts to try beside the default plan's "
+                         "(else 512 and 1024), e.g. 128,256")
+    ap.add_argument("--bwd-only", default=None,
+                    help="backward: keep the variants whose name matches this regex "
+                         "(the default plan is always kept)")
+    ap.add_argument("--bwd-cps", default="1,2,3,4",
+                    type=lambda s: [int(v) for v in s.split(",") if v],
+                    help="backward: CTAs per SM to try")
+    ap.add_argument("--bwd-stages", default="",
+                    type=lambda s: [int(v) for v in s.split(",") if v],
+                    help="backward: shared-memory ring sizes to try (0: stream long rows "
+                         "instead; BwdPlan.stages), e.g. 0,1,2,3")
+    ap.add_argument("--bwd-unfused", action="store_true",
+                    help="backward: also each fused plan with dW summed by a second launch")
     a = ap.parse_args(argv)
     import torch.nn.functional as F
     fwd_shapes = FWD_SHAPES
@@ -317,14 +330,28 @@ def main(argv=None):
                                                       in_policy="evict_last"),
                  " x:cs": dict(in_hints=("cs",)),
                  " l2-ahead": dict(l2_ahead=True)}
-        for t in sorted({base.threads, 512, 1024} | set(a.bwd_threads)):
-            for cps in (1, 2, 3, 4):
-                for hn, kw in hints.items():
-                    p = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps)
-                    variants[f"T{t} cps{cps}{hn}"] = dataclasses.replace(p, **kw)
+        for t in sorted({base.threads} | set(a.bwd_threads or (512, 1024))):
+            for cps in a.bwd_cps:
+                if cps * t > 2048:
+                    continue
+                for st in a.bwd_stages or [None]:
+                    sn = "" if st is None else f" S{st}"
+                    for hn, kw in hints.items():
+                        try:
+                            p = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps, stages=st)
+                        except ValueError:  # that many row buffers do not fit
+                            continue
+                        variants[f"T{t} cps{cps}{sn}{hn}"] = dataclasses.replace(p, **kw)
+                        if a.bwd_unfused and p.fused:
+                            variants[f"T{t} cps{cps}{sn} unfused{hn}"] = dataclasses.replace(
+                                p, fused=False, **kw)
         for hn, kw in hints.items():
             if hn:
                 variants[f"default{hn}"] = dataclasses.replace(base, **kw)
+        if a.bwd_only:
+            import re
+            keep = re.compile(a.bwd_only)
+            variants = {k: v for k, v in variants.items() if k == "default" or keep.search(k)}
         res = {}
         # The copy-equivalent: read x and dy, write dx.
         half = [(torch.empty(m * n * tdt.itemsize * 3 // 2, dtype=torch.uint8, device="cuda"),
@@ -333,17 +360,22 @@ def main(argv=None):
         live = {"copy": (lambda a_, b_, *_: b_.copy_(a_), half)}
         for name, p in variants.items():
             try:
-                if not p.fused:  # small rows: dW summed by a second launch (not tuned here)
-                    continue
                 kb = build_backward(p, dt, dt)
-                if kb.resources().spill_stores or prepare(kb).resident_ctas(0) < p.grid:
+                if kb.resources().spill_stores or (
+                        p.fused and prepare(kb).resident_ctas(0) < p.grid):
                     continue
                 ws = torch.zeros(4 + p.grid * n, device="cuda", dtype=torch.int32)
                 part = ws[4:].view(torch.float32).view(p.grid, n)
                 dw = torch.empty(n, device="cuda", dtype=tdt)
+                if p.fused:
+                    def run(dy, x, w, rstd, dx, kb=kb, ws=ws, part=part, dw=dw):
+                        kb(dy, x, w, rstd, ws[:2], dx, dw, part)
+                else:  # small rows: dW summed by a second launch, as ptxdsl.ops does
+                    kr = build_dw_reduce(n, p.grid, dt)
 
-                def run(dy, x, w, rstd, dx, kb=kb, ws=ws, part=part, dw=dw):
-                    kb(dy, x, w, rstd, ws[:2], dx, dw, part)
+                    def run(dy, x, w, rstd, dx, kb=kb, kr=kr, part=part, dw=dw):
+                        kb(dy, x, w, rstd, dx, part)
+                        kr(part, dw)
                 live[name] = (run, sets)
             except Exception as e:
                 res[name] = f"{type(e).__name__}: {str(e)[:80]}"

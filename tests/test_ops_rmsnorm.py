@@ -191,6 +191,72 @@ def test_backward_l2_prefetch_changes_no_result(m):
     np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("m", [3, 4, 5])
+def test_streaming_backward_l2_prefetch_changes_no_result(m):
+    """The streaming (long-row) kernel's L2 prefetch of the CTA's next row (row + G)
+    leaves dx and dW as they were, with row + G in and out of range."""
+    import dataclasses
+    n = 2048
+    p = dataclasses.replace(plan_backward(n, f32, 2, threads=32, ctas_per_sm=2),
+                            l2_ahead=True)
+    assert p.streaming and p.grid == 4 and p.vec * 4 == 16
+    args, rdx, rdw = _bwd_case(m, n)
+    k = build_backward(p, f32, f32)
+    assert k.ptx().count("cp.async.bulk.prefetch.L2.global [") == 2
+    dx, dw, _ = k.interpret(*args, np.zeros(2, np.uint32))
+    plain = build_backward(dataclasses.replace(p, l2_ahead=False), f32, f32)
+    assert "prefetch" not in plain.ptx()
+    dx0, dw0, _ = plain.interpret(*args, np.zeros(2, np.uint32))
+    np.testing.assert_array_equal(dx, dx0)
+    np.testing.assert_array_equal(dw, dw0)
+    assert rel_err(dx, rdx) < 1e-5
+    np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=st.integers(1, 9), n=st.sampled_from([512, 1000, 2040, 2048]),
+       stages=st.integers(1, 3), grid=st.integers(1, 3), half=st.booleans(),
+       fused=st.booleans(), ahead=st.booleans(), seed=st.integers(0, 2**16))
+def test_staged_backward_is_the_streaming_kernel_bit_for_bit(m, n, stages, grid, half, fused,
+                                                              ahead, seed):
+    """Long rows through the shared-memory ring (cp.async several rows ahead, dw in
+    registers) give the same bits as streaming them twice from global memory, for any
+    ring size, grid, ragged row and row count (the interpreter lands a cp.async in
+    shared memory only at its wait_group: a missing wait reads a stale row)."""
+    import dataclasses
+    dt = bf16 if half else f32
+    p = plan_backward(n, dt, grid, threads=128, ctas_per_sm=1, stages=stages, fused=fused)
+    p = dataclasses.replace(p, l2_ahead=ahead)
+    assert p.stages == stages and not p.streaming and p.grid == grid
+    stream = dataclasses.replace(p, stages=0, streaming=True, prefetch=False, preload_w=False,
+                                 l2_ahead=False)
+    (dy, x, w, rstd), rdx, rdw = _bwd_case(m, n, seed)
+    if half:
+        dy, x, w = (f32_to_bf16_bits(a) for a in (dy, x, w))
+    k = build_backward(p, dt, dt)
+    assert k.dynamic_shared == stages * 2 * n * dt.bytes
+    extra = (np.zeros(2, np.uint32),) if fused else ()
+    got = k.interpret(dy, x, w, rstd, *extra)
+    want = build_backward(stream, dt, dt).interpret(dy, x, w, rstd, *extra)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    dx = bf16_bits_to_f32(got[0]) if half else got[0]
+    assert rel_err(dx, rdx) < (1e-2 if half else 1e-5)
+
+
+def test_backward_plan_stages_long_rows_in_shared_memory():
+    """Rows whose part per thread does not fit registers go through the ring where a
+    buffer fits (two for 16384 halves, one for 16384 f32) and stream beyond that."""
+    assert plan_backward(16384, bf16).stages == 2 and plan_backward(16384, f16).stages == 2
+    p = plan_backward(16384, f32)
+    assert p.stages == 1 and p.threads == 1024 and p.grid == 132 and not p.streaming
+    assert plan_backward(8192, bf16).stages == 0  # held in registers
+    assert plan_backward(32768, bf16).streaming and plan_backward(32768, bf16).stages == 0
+    assert plan_backward(16383, bf16).streaming  # 2-byte chunks: cp.async.cg takes 16
+    with pytest.raises(ValueError, match="2 shared-memory row buffers of 16384 f32 do not fit"):
+        plan_backward(16384, f32, stages=2)
+
+
 def test_fused_backward_waits_for_every_cta(monkeypatch):
     """A barrier whose count never reaches the grid size never releases: the
     interpreter reports the spin that does not end (the barrier really waits)."""
@@ -246,7 +312,8 @@ def test_backward_kernels_assemble_without_spills():
     if find_ptxas() is None:
         pytest.skip("no ptxas")
     for n, dt in [(8192, f32), (8192, bf16), (4096, f16), (1000, f32), (4097, bf16),
-                  (16384, f32), (65536, bf16), (1, f32), (100, f16)]:
+                  (16384, f32), (16384, bf16), (12288, f16), (65536, bf16), (1, f32),
+                  (100, f16)]:
         p = plan_backward(n, dt)
         r = build_backward(p, dt, dt).resources()
         assert r.spill_stores == 0 and r.local == 0, (n, dt, r)

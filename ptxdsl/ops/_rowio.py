@@ -147,3 +147,17 @@ def round_trip(vals: list, dtype: PtxType) -> list:
             ptx.inst.cvt.f32.f16(r, h)
         out.append(r)
     return out
+
+
+def l2_prefetch_rows(tid, row, m, rows, nbytes: int, policy=None) -> None:
+    """Thread 0 asks L2 for ``row`` (when it is < ``m``) of each (row-start pointer of
+    row 0, row stride in bytes) in ``rows``: one bulk request of ``nbytes`` per row
+    (``cp.async.bulk.prefetch.L2``; 16-byte aligned, a multiple of 16 bytes), with an
+    L2 eviction ``policy`` register when given."""
+    with ptx.if_(tid == 0):
+        with ptx.if_(row < m):
+            for base, stride in rows:
+                ptx.inst("cp.async.bulk.prefetch.L2.global" +
+                         (".L2::cache_hint" if policy is not None else ""),
+                         ptx.addr(base + row * stride), nbytes,
+                         *([policy] if policy is not None else []))

@@ -27,7 +27,9 @@ from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, b32, f32, u32, u64
 
 from ._reduce import RowSum
-from ._rowio import l2_policy, load_chunk, narrow, store_chunk
+from ._rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
+from .rms_norm_bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
+                                  staged_rows)
 from .rms_norm_fwd import WARP, RowSplit, max_vec
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ class BwdPlan(RowSplit):
     # (cp.async.bulk.prefetch.L2), so that more of DRAM's latency is covered than one
     # row of registers covers. Needs 16-byte rows (vec * element size == 16).
     l2_ahead: bool = False
+    # Long rows through a ring of this many shared-memory row buffers of dy and x
+    # (rms_norm_bwd_staged: cp.async several rows ahead, dw partial in registers)
+    # instead of streaming them twice from global memory. 0: off.
+    stages: int = 0
 
     @property
     def slices(self) -> int:
@@ -71,7 +77,11 @@ MAX_FUSED_ROWS = 128
 
 def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = None,
                   threads: int | None = None, ctas_per_sm: int | None = None,
-                  prefetch: bool | None = None, fused: bool | None = None) -> BwdPlan:
+                  prefetch: bool | None = None, fused: bool | None = None,
+                  stages: int | None = None) -> BwdPlan:
+    """The backward schedule for rows of ``n``: threads per row, the persistent grid,
+    and how a row is held (registers, optionally with the next row prefetched;
+    a shared-memory ring of ``stages`` rows; or streamed twice from global memory)."""
     vec = vec or max_vec(n, dtype)
     chunks = -(-n // vec)
     if threads is None:
@@ -95,15 +105,28 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
         prefetch = False
     if threads * regs_for(prefetch, streaming) > 65536:
         streaming = True
+    if stages is None:
+        stages = max_stages(n, dtype, threads, vec) if streaming else 0
+    elif stages and max_stages(n, dtype, threads, vec, cap=stages) < stages:
+        raise ValueError(f"plan_backward: {stages} shared-memory row buffers of {n} "
+                         f"{dtype.name} do not fit (at most "
+                         f"{max_stages(n, dtype, threads, vec, cap=stages)}: the staged kernel "
+                         f"needs 16-byte chunks, at most {MAX_VALUES} values per thread and "
+                         f"{stage_bytes(n, dtype)} bytes per buffer of {SMEM_PER_CTA})")
     regs = regs_for(prefetch, streaming)
+    smem_cap = 32
+    if stages:
+        # dw and dy*w per value, the rest as the streaming kernel
+        streaming, prefetch, regs = False, False, 24 + 2 * values
+        smem_cap = SMEM_PER_CTA // (stages * stage_bytes(n, dtype) + SMEM_SLACK)
     if ctas_per_sm is None:
         # Hopper: at most 32 CTAs, 2048 threads and 64K registers per SM.
-        ctas_per_sm = max(1, min(32, 2048 // threads, 65536 // (threads * regs)))
+        ctas_per_sm = max(1, min(smem_cap, 2048 // threads, 65536 // (threads * regs)))
     grid = sms * ctas_per_sm
     if fused is None:
         fused = -(-grid // (threads // WARP)) <= MAX_FUSED_ROWS
     return BwdPlan(n, vec, threads, grid, prefetch and not streaming, not streaming, streaming,
-                   fused)
+                   fused, stages=stages)
 
 
 def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "sm_90a"):
@@ -125,8 +148,9 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         @kernel(in_specs=rows_in + (Tile(2, b32),),
                 out_specs=(Tile("M", N, dtype), Tile(N, wdtype), Tile(G, N, f32)),
                 grid=(G, 1, 1), block=(T, 1, 1), arch=arch, cooperative=True, name=name,
-                # The prefetch's few extra registers must not cost the CTA its SM.
-                min_ctas_per_sm=1 if p.l2_ahead else None,
+                # The prefetch's few extra registers must not cost the CTA its SM, nor
+                # may the staged kernel's (at 1024 threads ptxas would take 66-75).
+                min_ctas_per_sm=1 if p.l2_ahead or p.stages else None,
                 arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"))
         def rms_norm_bwd(DY, X, W, RSTD, WS, DX, DW, DWP):
             tid, cta, pdwp = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP)
@@ -140,6 +164,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
 
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
             grid=(G, 1, 1), block=(T, 1, 1), arch=arch, name=name,
+            min_ctas_per_sm=1 if p.stages else None,
             arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"))
     def rms_norm_bwd_partials(DY, X, W, RSTD, DX, DWP):
         _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP)
@@ -168,7 +193,7 @@ def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP):
 
     preds = [guard(k) for k in range(K)]
     prow = pdwp + cta * (N * 4) + tid * (V * 4)
-    rows = _streaming_rows if p.streaming else _resident_rows
+    rows = staged_rows if p.stages else _streaming_rows if p.streaming else _resident_rows
     rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid)
     return tid, cta, pdwp
 
@@ -199,13 +224,7 @@ def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy,
 
     def l2_prefetch(row):
         # tid 0's chunk pointers are the row starts; the whole row, in one request each
-        with ptx.if_(tid == 0):
-            with ptx.if_(row < m):
-                for base, stride in ((dy0, sdy), (x0, sx)):
-                    ptx.inst("cp.async.bulk.prefetch.L2.global" +
-                             (".L2::cache_hint" if pol is not None else ""),
-                             ptx.addr(base + row * (stride * es)), N * es,
-                             *([pol] if pol is not None else []))
+        l2_prefetch_rows(tid, row, m, ((dy0, sdy * es), (x0, sx * es)), N * es, pol)
 
     if p.prefetch:
         cur_dy, cur_x = load_row(cta, cta < m)
@@ -375,6 +394,10 @@ def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy
         store_chunk(prow, k * pstep, f32, zeros, pred=preds[k])
     row_sum = RowSum(T, tid, looped=True)
     for row in ptx.range_(cta, m, G):
+        if p.l2_ahead and V * es == 16:
+            # The CTA's next row heads for L2 while this one is summed and written:
+            # with one CTA per SM nothing else keeps DRAM busy in the second pass.
+            l2_prefetch_rows(tid, row + G, m, ((dy0, sdy * es), (x0, sx * es)), N * es)
         rstd = reg.scalar(f32)
         ptx.inst.ld.global_.nc.f32(rstd, ptx.addr(prs + row * 4))
         pdy_r, px_r = dy0 + row * (sdy * es), x0 + row * (sx * es)

@@ -87,7 +87,7 @@ def test_numpy_inputs_run_on_the_gpu():
 
 
 @pytest.mark.parametrize("shape", [(2048, 8192), (4096, 1000), (7, 4097), (300, 96),
-                                   (5, 65536)])
+                                   (5, 65536), (300, 16384), (9, 12288)])
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 def test_backward_deterministic_and_matches_autograd(shape, dt):
     g = torch.Generator(device="cuda").manual_seed(7)

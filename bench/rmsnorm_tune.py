@@ -200,7 +200,7 @@ def main(argv=None):
     ap.add_argument("--bwd-threads", default="", type=lambda s: [int(v) for v in s.split(",")
                                                                  if v],
                     help="backward: thread counts to try beside the default plan's "
-                         "(else 512 and 1024), e.g. 128,256")
+                         "(else 512 and 1024), e.g. 128,256; 0: the default plan's alone")
     ap.add_argument("--bwd-only", default=None,
                     help="backward: keep the variants whose name matches this regex "
                          "(the default plan is always kept)")
@@ -330,7 +330,8 @@ def main(argv=None):
                                                       in_policy="evict_last"),
                  " x:cs": dict(in_hints=("cs",)),
                  " l2-ahead": dict(l2_ahead=True)}
-        for t in sorted({base.threads} | set(a.bwd_threads or (512, 1024))):
+        extra = [t for t in a.bwd_threads if t] if a.bwd_threads else [512, 1024]
+        for t in sorted({base.threads, *extra}):
             for cps in a.bwd_cps:
                 if cps * t > 2048:
                     continue

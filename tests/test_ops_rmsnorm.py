@@ -306,6 +306,18 @@ def test_backward_dweight_is_bitwise_repeatable():
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
 
 
+def test_short_half_rows_take_three_ctas_per_sm():
+    """ops caps short half-precision rows (<= 256 threads, N >= 1000) at three CTAs per SM
+    (on a GPU they also prefetch into L2); f32 rows and very short rows keep the plan."""
+    import sys
+    ops = sys.modules["ptxdsl.ops.rms_norm"]
+    for n, dt, cps in [(1024, bf16, 3), (1000, f16, 3), (2048, bf16, 3), (1024, f32, None),
+                       (96, bf16, None)]:
+        p, _ = ops._backward_kernel(n, dt, dt, max_vec(n, dt), "sm_90a", 132, None)
+        assert p == plan_backward(n, dt, 132, ctas_per_sm=cps), (n, dt)
+        assert not p.l2_ahead
+
+
 def test_backward_kernels_assemble_without_spills():
     pytest.importorskip("ptxdsl.toolchain")
     from ptxdsl.toolchain import find_ptxas

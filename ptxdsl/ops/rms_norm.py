@@ -436,6 +436,11 @@ def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wd
     return dx2.reshape(tuple(x.shape)), dw, fast
 
 
+# CTAs per SM of the backward kernel for half-precision rows of 256 threads or fewer
+# (see _backward_kernel).
+SHORT_HALF_CTAS = 3
+
+
 def _backward_kernel(n, dt, wdt, vec, arch, sms, info):
     """The backward kernel and its plan, with as many CTAs as the device holds at once.
 
@@ -452,16 +457,29 @@ def _backward_kernel(n, dt, wdt, vec, arch, sms, info):
     106.7 to 103.3 µs, 4096x7168 bf16 from 54.3 to 51.3, 4096x5120 f16 from 44.1 to
     41.0 and 2048x8192 bf16 from 33.9 to 33.1 (copy-equivalent 27.2); f32 rows, twice
     as long, were slower with it (2048x8192: 57.3 against 55.0), so they go without.
+
+    Short half-precision rows (256 threads or fewer, N >= 1000) run at most three CTAs
+    per SM, with the same L2 prefetch: three CTAs with it beat the six or seven that fit
+    without it (H200, bench/rmsnorm_tune.py, four rounds: 32768x1024 bf16 66.1 against
+    68.5 µs, f16 66.3 against 69.0, 16384x1024 bf16 41.7 against 44.3, 8192x2048 bf16
+    34.3 against 35.6, 4096x1000 f16 25.5 against 28.3; copy-equivalent 51.0, 50.9,
+    34.8, 27.3, 16.0).
     """
     def get(p):
         return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.l2_ahead, arch),
                            lambda: build_backward(p, dt, wdt, arch=arch))
     p = plan_backward(n, dt, sms, vec=vec)
+    halves = p.prefetch and dt.bytes == 2 and vec * dt.bytes == 16
+    short = halves and p.threads <= 256 and n >= 1000  # 1000: the shortest measured
+    if short and p.grid > SHORT_HALF_CTAS * sms:
+        p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=SHORT_HALF_CTAS)
     k = get(p)
     if info is None or not p.fused:
         return p, k
     from ..runtime import prepare
     per_sm = min(prepare(k).resident_ctas(info.ordinal, 0) // sms, 2048 // p.threads, 32)
+    if short:
+        per_sm = min(per_sm, p.grid // sms)  # only ever fewer CTAs than chosen above
     if per_sm * sms != p.grid:
         q = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=max(1, per_sm), fused=True)
         kq = get(q)
@@ -470,7 +488,7 @@ def _backward_kernel(n, dt, wdt, vec, arch, sms, info):
             p, k = q, kq
         elif q.grid < p.grid:  # cannot happen unless occupancy changed between the builds
             raise LaunchError(f"rms_norm_backward: no cooperative grid fits for N={n}")
-    if p.grid == sms and p.prefetch and dt.bytes == 2 and vec * dt.bytes == 16:
+    if halves and (p.grid == sms or short):
         r = dataclasses.replace(p, l2_ahead=True)
         kr = get(r)
         if prepare(kr).resident_ctas(info.ordinal, 0) >= r.grid:

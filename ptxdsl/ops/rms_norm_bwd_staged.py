@@ -10,11 +10,11 @@ Here each thread ``cp.async``-copies its own 16-byte chunks of dy and x into a
 ring of ``stages`` row buffers in dynamic shared memory, several rows ahead, so
 the copies of later rows are in flight while this one is reduced and written.
 Both passes read the row from shared memory; dy * w of the first pass is kept in
-registers for the second (w comes from L1 every row), and the dw partial stays in registers until the CTA's
-last row. As in :mod:`.rms_norm_fwd_async`, a thread reads only the chunks it
-copied, so the ring needs no barrier: ``cp.async.wait_group`` makes a thread's
-copies visible to that thread, and a buffer is refilled only after the same
-thread has read it.
+registers for the second (w comes from L1 every row), and the dw partial stays in
+registers until the CTA's last row. As in :mod:`.rms_norm_fwd_async`, a thread
+reads only the chunks it copied, so the ring needs no barrier:
+``cp.async.wait_group`` makes a thread's copies visible to that thread, and a
+buffer is refilled only after the same thread has read it.
 """
 from __future__ import annotations
 

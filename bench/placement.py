@@ -3,8 +3,8 @@
 Allocates ``--pairs`` separate (source, destination) pairs of ``--mib`` MiB each, as a
 caching allocator hands them out, and times a device copy within each pair (median of
 CUDA-event timings over back-to-back calls). Same kernel, same sizes: any spread
-between pairs is the buffers' placement. ``bench/rmsnorm.py`` times every shape on
-more than one placement (``--placements``) because of it.
+between pairs is the buffers' placement. ``bench/rmsnorm.py`` times every shape in
+more than one pass, on fresh allocations (``--passes``), partly because of it.
 
     python bench/placement.py [--mib 128] [--pairs 12] [--json PATH]
 """

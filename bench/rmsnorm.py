@@ -127,58 +127,30 @@ def _copies(per_call: int, l2_bytes: int) -> int:
     return min(64, max(8, math.ceil(4 * l2_bytes / max(per_call, 1))))
 
 
-def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7, placements=2):
+def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7):
     torch = _torch()
     m, n = shape
     nbytes = m * n * dtype.itemsize
     copies = _copies(2 * nbytes, l2_bytes)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sets = []
+    w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(dtype)
+    for _ in range(copies):
+        x = torch.randn(m, n, device="cuda", generator=g).to(dtype)
+        sets.append((x, w))
+    ref = ref_fwd(*sets[0])
     tol = 2e-6 if dtype == torch.float32 else 1e-2
-
-    def one_placement():
-        g = torch.Generator(device="cuda").manual_seed(0)
-        sets = []
-        w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(dtype)
-        for _ in range(copies):
-            x = torch.randn(m, n, device="cuda", generator=g).to(dtype)
-            sets.append((x, w))
-        ref = ref_fwd(*sets[0])
-        # The copy reads x and writes y: the same bytes as the forward. Its outputs are
-        # made once per input set, outside the timing.
-        copy_out = {id(x): torch.empty_like(x) for x, _ in sets}
-        timed = {"copy": lambda x, w: copy_out[id(x)].copy_(x), **contenders}
-        row = _measure(timed, sets, lambda out: close(out, ref, dtype) <= tol, iters=50,
-                       rounds=rounds, warm=_warm_for(2 * nbytes))
-        return row, (sets, copy_out)
-
-    row = _over_placements(placements, one_placement)
+    # The copy reads x and writes y: the same bytes as the forward. Its outputs are
+    # made once per input set, outside the timing.
+    copy_out = {id(x): torch.empty_like(x) for x, _ in sets}
+    contenders = {"copy": lambda x, w: copy_out[id(x)].copy_(x), **contenders}
+    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol, iters=50,
+                   rounds=rounds, warm=_warm_for(2 * nbytes))
     moved = 2 * nbytes + n * dtype.itemsize
     for v in row.values():
         if "us" in v:
             v["tbps"] = moved / v["us"] / 1e6
     return row
-
-
-def _over_placements(placements, measure):
-    """Run ``measure()`` (-> (row, buffers)) on ``placements`` fresh allocations of the
-    same inputs and keep each contender's best time (an error in any placement is
-    reported). The buffers of earlier placements stay alive meanwhile, so each
-    placement lands in other DRAM. Where a buffer lies decides a copy's speed: on an
-    H200, 128 MiB copies between separately allocated buffers took 69.1-69.9 µs for
-    seven of twelve pairs and 76.5-76.7 µs for the other five (``bench/placement.py``
-    measures it), so with one placement the allocator's luck could decide a shape."""
-    rows, held = [], []
-    for _ in range(placements):
-        row, buffers = measure()
-        rows.append(row)
-        held.append(buffers)
-    merged = {}
-    for name in rows[0]:
-        got = [r[name] for r in rows if name in r]
-        times = [v["us"] for v in got if "us" in v]
-        merged[name] = ({"us": min(times)} if len(times) == len(got)
-                        else next(v for v in got if "us" not in v))
-    del held
-    return merged
 
 
 def _warm_for(nbytes: int) -> float:
@@ -244,47 +216,41 @@ def _quiet_host():
             os.sched_setaffinity(0, cpus)
 
 
-def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7, placements=2):
+def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
     torch = _torch()
     m, n = shape
     nbytes = m * n * dtype.itemsize
     copies = _copies(3 * nbytes, l2_bytes)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(dtype)
+    sets = []
+    for _ in range(copies):
+        x = torch.randn(m, n, device="cuda", generator=g).to(dtype)
+        dy = torch.randn(m, n, device="cuda", generator=g).to(dtype)
+        rstd = torch.rsqrt((x.float() ** 2).mean(-1) + EPS)
+        sets.append((dy, x, w, rstd))
+    dy, x, w, rstd = sets[0]
+    x64 = x.double().requires_grad_()
+    w64 = w.double().requires_grad_()
+    y64 = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + EPS) * w64
+    y64.backward(dy.double())
     tol = 2e-5 if dtype == torch.float32 else 2e-2
+    # Copy-equivalent: one device copy moving the bytes of x + dy (read) and dx (write),
+    # i.e. 1.5x the tensor read and written; a pair of buffers per input set, timed in
+    # the same rounds as the contenders.
+    half = (3 * nbytes) // 2
+    bufs = {id(x): (torch.empty(half, dtype=torch.uint8, device="cuda"),
+                    torch.empty(half, dtype=torch.uint8, device="cuda")) for _, x, _, _ in sets}
 
-    def one_placement():
-        g = torch.Generator(device="cuda").manual_seed(1)
-        w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(dtype)
-        sets = []
-        for _ in range(copies):
-            x = torch.randn(m, n, device="cuda", generator=g).to(dtype)
-            dy = torch.randn(m, n, device="cuda", generator=g).to(dtype)
-            rstd = torch.rsqrt((x.float() ** 2).mean(-1) + EPS)
-            sets.append((dy, x, w, rstd))
-        dy, x, w, rstd = sets[0]
-        x64 = x.double().requires_grad_()
-        w64 = w.double().requires_grad_()
-        y64 = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + EPS) * w64
-        y64.backward(dy.double())
-        # Copy-equivalent: one device copy moving the bytes of x + dy (read) and dx
-        # (write), i.e. 1.5x the tensor read and written; a pair of buffers per input
-        # set, timed in the same rounds as the contenders.
-        half = (3 * nbytes) // 2
-        bufs = {id(x): (torch.empty(half, dtype=torch.uint8, device="cuda"),
-                        torch.empty(half, dtype=torch.uint8, device="cuda"))
-                for _, x, _, _ in sets}
+    def copy(dy, x, w, rstd):
+        a, b = bufs[id(x)]
+        return b.copy_(a)
 
-        def copy(dy, x, w, rstd):
-            a, b = bufs[id(x)]
-            return b.copy_(a)
-
-        def ok(out):
-            dx, dw = out
-            return close(dx, x64.grad, dtype) <= tol and close(dw, w64.grad, dtype) <= tol * 10
-        row = _measure({"copy": copy, **contenders}, sets, ok, iters=30, rounds=rounds,
-                       warm=_warm_for(3 * nbytes))
-        return row, (sets, bufs)
-
-    row = _over_placements(placements, one_placement)
+    def ok(out):
+        dx, dw = out
+        return close(dx, x64.grad, dtype) <= tol and close(dw, w64.grad, dtype) <= tol * 10
+    row = _measure({"copy": copy, **contenders}, sets, ok, iters=30, rounds=rounds,
+                   warm=_warm_for(3 * nbytes))
     moved = 3 * nbytes + 2 * n * dtype.itemsize
     for v in row.values():
         if "us" in v:
@@ -462,7 +428,6 @@ class _AutogradBackward:
         self.f, self.own_dy, self.graphs = f, own_dy, {}
 
     def prepare(self, sets):
-        self.graphs = {}  # a new placement's sets: the last one's graphs are not timed again
         for dy, x, w, _rstd in sets:
             xg = x.detach().requires_grad_()
             wg = w.detach().requires_grad_()
@@ -545,10 +510,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=7,
                     help="interleaved timing rounds per shape; each contender keeps its "
                          "best median (more rounds: less noise where contenders tie)")
-    ap.add_argument("--placements", type=int, default=2,
-                    help="fresh allocations of each shape's buffers to time on; each "
-                         "contender keeps its best (where a buffer lies in DRAM moves a "
-                         "copy's time by up to 10%%)")
+    ap.add_argument("--passes", type=int, default=2,
+                    help="passes over the whole sweep, each on fresh allocations; each "
+                         "contender keeps its best time per shape (see _best_of)")
     a = ap.parse_args(argv)
     torch = _torch()
     dev = torch.cuda.get_device_properties(0)
@@ -564,7 +528,7 @@ def main(argv=None):
           f"scale with it)", flush=True)
     result = {"device": dev.name, "date": datetime.date.today().isoformat(),
               "torch": torch.__version__, "host_probe_us": host_us, "rounds": a.rounds,
-              "placements": a.placements,
+              "passes": a.passes,
               "forward": [], "backward": []}
     p = peers()
     result["peers"] = dict(p["versions"])
@@ -576,27 +540,27 @@ def main(argv=None):
     # not in the first measured shape. Without it the peers ran slow there (H200:
     # Triton 53.5 µs at 2048x8192 f32 as the first shape, 36.9 after other shapes).
     first = names[a.dtypes.split(",")[0]]
-    bench_forward((1024, 4096), first, fwd_contenders(first), l2, 1, 1)
+    bench_forward((1024, 4096), first, fwd_contenders(first), l2, 1)
     _release()
-    for dn in a.dtypes.split(","):
-        dt = names[dn]
-        # Contenders are built per (shape, dtype): a fresh torch.compile for each.
-        for sh in () if a.no_forward else shapes:
-            row = bench_forward(sh, dt, fwd_contenders(dt), l2, a.rounds, a.placements)
-            _release()
-            result["forward"].append({"shape": list(sh), "dtype": dn, "results": row})
-            print(f"fwd {dn} {sh}: " + ", ".join(
-                f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR" for k, v in row.items()),
-                flush=True)
-        if a.no_backward:
-            continue
-        for sh in shapes:
-            row = bench_backward(sh, dt, bwd_contenders(dt), l2, a.rounds, a.placements)
-            _release()
-            result["backward"].append({"shape": list(sh), "dtype": dn, "results": row})
-            print(f"bwd {dn} {sh}: " + ", ".join(
-                f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR" for k, v in row.items()),
-                flush=True)
+    runs: dict = {}  # (kind, dtype, shape) -> one row per pass
+    for pas in range(a.passes):
+        for dn in a.dtypes.split(","):
+            dt = names[dn]
+            # Contenders are built per (shape, dtype): a fresh torch.compile for each.
+            for kind, bench, contenders in (("forward", bench_forward, fwd_contenders),
+                                            ("backward", bench_backward, bwd_contenders)):
+                if (a.no_forward and kind == "forward") or (a.no_backward and
+                                                            kind == "backward"):
+                    continue
+                for sh in shapes:
+                    row = bench(sh, dt, contenders(dt), l2, a.rounds)
+                    _release()
+                    runs.setdefault((kind, dn, sh), []).append(row)
+                    print(f"pass {pas + 1} {kind[:3]} {dn} {sh}: " + ", ".join(
+                        f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR"
+                        for k, v in row.items()), flush=True)
+    for (kind, dn, sh), rows in runs.items():
+        result[kind].append({"shape": list(sh), "dtype": dn, "results": _best_of(rows)})
     path = a.json or os.path.join(os.environ.get("OUT", "."), "rmsnorm.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
@@ -604,6 +568,27 @@ def main(argv=None):
         print(f"note: {note}")
     print_table(result)
     return result
+
+
+def _best_of(rows: list) -> dict:
+    """One shape's rows from several passes, merged: each contender's fastest pass (an
+    error in any pass is reported instead).
+
+    A shape is timed in passes over the whole sweep, minutes apart and on fresh
+    allocations, because two things outside any kernel moved single shapes between
+    runs: where the buffers lie in DRAM (H200, ``bench/placement.py``: twelve pairs of
+    separately allocated 32 MiB buffers copied in 25.4 to 27.1 µs; a CUDA C++ probe of
+    the same kind, in another process, copied 128 MiB pairs in 69.1-69.9 µs for seven
+    pairs and 76.5-76.7 µs for the other five), and
+    bursts of a slow host lasting a few shapes, which raise every host-bound time
+    (4096x1000 f32: the copy 23.0 µs in one run, 16.7 in the next)."""
+    merged = {}
+    for name in rows[0]:
+        got = [r[name] for r in rows if name in r]
+        timed = [v for v in got if "us" in v]
+        merged[name] = (min(timed, key=lambda v: v["us"]) if len(timed) == len(got)
+                        else next(v for v in got if "us" not in v))
+    return merged
 
 
 def print_table(result, kinds=("forward", "backward"), title="RMSNorm"):

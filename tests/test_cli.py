@@ -183,6 +183,22 @@ def test_bench_rmsnorm_passes_its_arguments_on(tmp_path, monkeypatch):
     assert "--quick" in proc.stdout
 
 
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "bench", "rmsnorm.py")),
+                    reason="bench/rmsnorm.py is not in the tree")
+def test_bench_rmsnorm_keeps_each_contenders_fastest_pass(monkeypatch):
+    monkeypatch.syspath_prepend(ROOT)
+    from bench.rmsnorm import _best_of
+    err = {"error": "wrong result against the float64 reference"}
+    rows = [{"copy": {"us": 10.0, "tbps": 3.0}, "ptxdsl": {"us": 12.0, "tbps": 2.5},
+             "peer": {"us": 11.0}},
+            {"copy": {"us": 11.0, "tbps": 2.7}, "ptxdsl": {"us": 9.0, "tbps": 3.3},
+             "peer": err}]
+    best = _best_of(rows)
+    assert best["copy"] == {"us": 10.0, "tbps": 3.0}
+    assert best["ptxdsl"] == {"us": 9.0, "tbps": 3.3}
+    assert best["peer"] == err  # wrong once: reported, not hidden by a good pass
+
+
 def test_bench_unknown_name_is_one_line(capsys):
     code, _, err = run(capsys, "bench", "no_such_benchmark")
     assert_one_line_error(code, err, "no_such_benchmark")

@@ -305,7 +305,7 @@ def bench_tables(folder: str, only: str | None = None) -> str:
         out.append("")
         facts = []
         for key in ("device", "gpu", "date", "when", "timestamp", "shape", "dtype", "driver",
-                    "cuda", "torch", "ptxas", "host_probe_us"):
+                    "cuda", "torch", "ptxas", "host_probe_us", "rounds", "passes"):
             if meta.get(key) not in (None, ""):
                 facts.append(f"**{key}**: {_fmt(meta[key])}")
         facts.append(f"**source**: `bench/results/{os.path.basename(path)}`")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, b32, f32, u32, u64
 
+from ._bwdrow import dot_chunk, dx_chunk, dx_coeff
 from ._reduce import RowSum
 from ._rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
 from .rms_norm_bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
@@ -242,34 +243,15 @@ def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy,
         dot = reg.scalar(f32, init=0.0)
         gw = []  # dy * w, reused by dx
         for k in range(K):
-            for d, x, w in zip(dys[k], xs[k], ws[k]):
-                t = reg.scalar(f32)
-                ptx.inst.mul.f32(t, d, w)
-                ptx.inst.fma.rn.f32(dot, t, x, dot)
-                gw.append(t)
+            dot_chunk(dys[k], xs[k], ws[k], dot, gw)
         if p.prefetch:
             nxt = row + G
             nxt_dy, nxt_x = load_row(nxt, nxt < m)
-        total = row_sum(dot)
-        # k = rstd^2 * mean(dy*w*x); dx = rstd * (dy*w - x*k)
-        c = reg.scalar(f32)
-        ptx.inst.mul.f32(c, rstd, rstd)
-        ptx.inst.mul.f32(c, c, total)
-        ptx.inst.mul.f32(c, c, 1.0 / N)
+        c = dx_coeff(rstd, row_sum(dot), N)
         pdx_r = dx0 + row * (N * es)
-        i = 0
         for k in range(K):
-            outs = []
-            for d, x in zip(dys[k], xs[k]):
-                t = reg.scalar(f32)
-                ptx.inst.neg.f32(t, x)
-                ptx.inst.fma.rn.f32(t, t, c, gw[i])
-                ptx.inst.mul.f32(t, t, rstd)
-                outs.append(t)
-                xh = reg.scalar(f32)
-                ptx.inst.mul.f32(xh, x, rstd)
-                ptx.inst.fma.rn.f32(dw[i], d, xh, dw[i])
-                i += 1
+            part = slice(k * V, (k + 1) * V)
+            outs = dx_chunk(dys[k], xs[k], gw[part], dw[part], c, rstd)
             store_chunk(pdx_r, k * step, dtype, narrow(outs, dtype), pred=preds[k])
         if p.prefetch:
             for cur, new in ((cur_dy, nxt_dy), (cur_x, nxt_x)):
@@ -406,33 +388,20 @@ def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy
             d = load_chunk(pdy_r, k * step, dtype, V, pred=preds[k])
             x = load_chunk(px_r, k * step, dtype, V, pred=preds[k])
             w = load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k])
-            for a, b, c in zip(d, x, w):
-                t = reg.scalar(f32)
-                ptx.inst.mul.f32(t, a, c)
-                ptx.inst.fma.rn.f32(dot, t, b, dot)
-        total = row_sum(dot)
-        c = reg.scalar(f32)
-        ptx.inst.mul.f32(c, rstd, rstd)
-        ptx.inst.mul.f32(c, c, total)
-        ptx.inst.mul.f32(c, c, 1.0 / N)
+            dot_chunk(d, x, w, dot, [])  # dy * w is computed again in the second pass
+        c = dx_coeff(rstd, row_sum(dot), N)
         pdx_r = dx0 + row * (N * es)
         for k in range(K):
             d = load_chunk(pdy_r, k * step, dtype, V, pred=preds[k])
             x = load_chunk(px_r, k * step, dtype, V, pred=preds[k])
             w = load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k])
             acc = load_chunk(prow, k * pstep, f32, V, pred=preds[k])
-            outs = []
-            for a, b, ww, s in zip(d, x, w, acc):
+            gw = []
+            for a, ww in zip(d, w):
                 t = reg.scalar(f32)
                 ptx.inst.mul.f32(t, a, ww)
-                u = reg.scalar(f32)
-                ptx.inst.neg.f32(u, b)
-                ptx.inst.fma.rn.f32(u, u, c, t)
-                ptx.inst.mul.f32(u, u, rstd)
-                outs.append(u)
-                xh = reg.scalar(f32)
-                ptx.inst.mul.f32(xh, b, rstd)
-                ptx.inst.fma.rn.f32(s, a, xh, s)
+                gw.append(t)
+            outs = dx_chunk(d, x, gw, acc, c, rstd)
             store_chunk(pdx_r, k * step, dtype, narrow(outs, dtype), pred=preds[k])
             store_chunk(prow, k * pstep, f32, acc, pred=preds[k])
 

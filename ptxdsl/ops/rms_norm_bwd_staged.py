@@ -21,6 +21,7 @@ from __future__ import annotations
 from ptxdsl import ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u8, u32
 
+from ._bwdrow import dot_chunk, dx_chunk, dx_coeff
 from ._reduce import RowSum
 from ._rmsrow import both
 from ._rowio import l2_prefetch_rows, load_chunk, narrow, store_chunk
@@ -89,36 +90,16 @@ def staged_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx
             d = load_chunk(src, k * step, dtype, V, pred=preds[k], space="shared")
             x = load_chunk(src, xoff + k * step, dtype, V, pred=preds[k], space="shared")
             # w from L1 each row: held across rows it would cost the registers of dw
-            ws = load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k])
-            for a, b, w in zip(d, x, ws):
-                t = reg.scalar(f32)
-                ptx.inst.mul.f32(t, a, w)
-                ptx.inst.fma.rn.f32(dot, t, b, dot)
-                gw.append(t)
-        total = row_sum(dot)
-        # c = rstd^2 * mean(dy*w*x); dx = rstd * (dy*w - x*c)
-        c = reg.scalar(f32)
-        ptx.inst.mul.f32(c, rstd, rstd)
-        ptx.inst.mul.f32(c, c, total)
-        ptx.inst.mul.f32(c, c, 1.0 / N)
+            dot_chunk(d, x, load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k]), dot, gw)
+        c = dx_coeff(rstd, row_sum(dot), N)
         pdx_r = dx0 + row * (N * es)
-        i = 0
         for k in range(K):
             # The second read of the row comes from shared memory too (registers are
             # what the staged kernel is short of).
             d = load_chunk(src, k * step, dtype, V, pred=preds[k], space="shared")
             x = load_chunk(src, xoff + k * step, dtype, V, pred=preds[k], space="shared")
-            outs = []
-            for a, b in zip(d, x):
-                t = reg.scalar(f32)
-                ptx.inst.neg.f32(t, b)
-                ptx.inst.fma.rn.f32(t, t, c, gw[i])
-                ptx.inst.mul.f32(t, t, rstd)
-                outs.append(t)
-                xh = reg.scalar(f32)
-                ptx.inst.mul.f32(xh, b, rstd)
-                ptx.inst.fma.rn.f32(dw[i], a, xh, dw[i])
-                i += 1
+            part = slice(k * V, (k + 1) * V)
+            outs = dx_chunk(d, x, gw[part], dw[part], c, rstd)
             store_chunk(pdx_r, k * step, dtype, narrow(outs, dtype), pred=preds[k])
         # The buffer just read is the next one to refill; the read pointer moves on.
         ptx.inst.mov.u32(fill, take)

@@ -1,5 +1,5 @@
-"""The RMSNorm backward's per-row arithmetic, shared by its register-resident and
-staged kernels (f32 registers in, f32 registers out):
+"""The RMSNorm backward's per-row arithmetic, shared by its register-resident, staged
+and streaming kernels (f32 registers in, f32 registers out):
 
 * ``dot = sum(dy * w * x)`` over the row, keeping ``dy * w`` for dx;
 * ``c = rstd^2 * dot / N``;

@@ -126,8 +126,8 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
     grid = sms * ctas_per_sm
     if fused is None:
         fused = -(-grid // (threads // WARP)) <= MAX_FUSED_ROWS
-    return BwdPlan(n, vec, threads, grid, prefetch and not streaming, not streaming, streaming,
-                   fused, stages=stages)
+    return BwdPlan(n, vec, threads, grid, prefetch and not streaming,
+                   not (streaming or stages), streaming, fused, stages=stages)
 
 
 def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "sm_90a"):

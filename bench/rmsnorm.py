@@ -5,7 +5,9 @@ device copy of the same bytes, ptxdsl, torch eager formula, F.rms_norm,
 torch.compile, a plain Triton kernel, and Liger / pyptx when installed
 (``bash bench/gpu_session.sh`` installs them from the wheels in ``.whl/``).
 Timing: CUDA events around each call, median of many runs, inputs rotated
-over enough copies to exceed L2. Prints a table last and writes JSON.
+over enough copies to exceed L2, the whole sweep in two passes on fresh
+allocations (each contender's faster pass kept). Prints a table last and
+writes JSON.
 
 Fairness: torch.compile gets a fresh compile for every (shape, dtype) (dynamo
 is reset before each contender set, so no shape is silently run in eager after
@@ -579,9 +581,9 @@ def _best_of(rows: list) -> dict:
     runs: where the buffers lie in DRAM (H200, ``bench/placement.py``: twelve pairs of
     separately allocated 32 MiB buffers copied in 25.4 to 27.1 µs; a CUDA C++ probe of
     the same kind, in another process, copied 128 MiB pairs in 69.1-69.9 µs for seven
-    pairs and 76.5-76.7 µs for the other five), and
-    bursts of a slow host lasting a few shapes, which raise every host-bound time
-    (4096x1000 f32: the copy 23.0 µs in one run, 16.7 in the next)."""
+    pairs and 76.5-76.7 µs for the other five), and bursts of a slow host lasting a few
+    shapes, which raise every host-bound time (4096x1000 f32: the copy 23.0 µs in one
+    run, 16.7 in the next)."""
     merged = {}
     for name in rows[0]:
         got = [r[name] for r in rows if name in r]

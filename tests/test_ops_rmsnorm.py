@@ -255,6 +255,10 @@ def test_backward_plan_stages_long_rows_in_shared_memory():
     assert plan_backward(16383, bf16).streaming  # 2-byte chunks: cp.async.cg takes 16
     with pytest.raises(ValueError, match="2 shared-memory row buffers of 16384 f32 do not fit"):
         plan_backward(16384, f32, stages=2)
+    import dataclasses
+    bad = dataclasses.replace(plan_backward(16384, bf16), vec=4)
+    with pytest.raises(ValueError, match="copies 16-byte chunks"):
+        build_backward(bad, bf16, bf16).ptx()
 
 
 def test_fused_backward_waits_for_every_cta(monkeypatch):

@@ -53,6 +53,10 @@ def staged_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx
     N, T, V, G, K, S = p.n, p.threads, p.vec, p.grid, p.per_thread, p.stages
     es, wes = dtype.bytes, wdtype.bytes
     cb = V * es                      # bytes per chunk: one cp.async.cg
+    if cb != 16 or S < 1:
+        raise ValueError(f"the staged backward copies 16-byte chunks into at least one "
+                         f"buffer; this plan has {V}x{es}-byte chunks and {S} buffers "
+                         f"(plan_backward(stages=...) picks a plan that fits)")
     step, wstep = T * cb, T * V * wes
     sb = stage_bytes(N, dtype)
     xoff = N * es                    # x's row follows dy's in a buffer
@@ -86,9 +90,13 @@ def staged_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx
         src = mine + take
         dot = reg.scalar(f32, init=0.0)
         gw = []  # dy * w, reused by dx
+        def chunk(k):
+            """This thread's chunk k of dy and of x, from the buffer being read."""
+            return (load_chunk(src, k * step, dtype, V, pred=preds[k], space="shared"),
+                    load_chunk(src, xoff + k * step, dtype, V, pred=preds[k], space="shared"))
+
         for k in range(K):
-            d = load_chunk(src, k * step, dtype, V, pred=preds[k], space="shared")
-            x = load_chunk(src, xoff + k * step, dtype, V, pred=preds[k], space="shared")
+            d, x = chunk(k)
             # w from L1 each row: held across rows it would cost the registers of dw
             dot_chunk(d, x, load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k]), dot, gw)
         c = dx_coeff(rstd, row_sum(dot), N)
@@ -96,8 +104,7 @@ def staged_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx
         for k in range(K):
             # The second read of the row comes from shared memory too (registers are
             # what the staged kernel is short of).
-            d = load_chunk(src, k * step, dtype, V, pred=preds[k], space="shared")
-            x = load_chunk(src, xoff + k * step, dtype, V, pred=preds[k], space="shared")
+            d, x = chunk(k)
             part = slice(k * V, (k + 1) * V)
             outs = dx_chunk(d, x, gw[part], dw[part], c, rstd)
             store_chunk(pdx_r, k * step, dtype, narrow(outs, dtype), pred=preds[k])

@@ -5,7 +5,15 @@ import difflib
 
 from ..errors import IsaError
 from .spec import Group, Match, Mod, Operand, OpSpec, check_arch, match
-from .table import INSTRUCTIONS, TABLE
+from . import hopper, table, tensorcore
+
+# The whole table: the core (scalar, memory, warp, sync) in table.py, the
+# tensor-core family (mma.sync, ldmatrix, ...) in tensorcore.py, Hopper's
+# asynchronous machinery (wgmma, TMA, clusters, ...) in hopper.py.
+TABLE: tuple[OpSpec, ...] = table.TABLE + tensorcore.TABLE + hopper.TABLE
+INSTRUCTIONS: dict[str, OpSpec] = {spec.opcode: spec for spec in TABLE}
+if len(INSTRUCTIONS) != len(TABLE):  # pragma: no cover - a table edit mistake
+    raise RuntimeError("two instruction-table entries share an opcode")
 
 __all__ = ["INSTRUCTIONS", "TABLE", "Group", "Match", "Mod", "Operand", "OpSpec",
            "check_arch", "lookup", "match", "resolve"]

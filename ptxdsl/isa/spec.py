@@ -83,6 +83,20 @@ def parse_operands(sig: str) -> tuple[Operand, ...]:
     return tuple(out)
 
 
+SCOPES = ("thread", "warp", "warpgroup", "cta", "cluster")
+# Effects an instruction can have beyond writing its destinations.
+EFFECTS = frozenset({
+    "barrier",        # waits for (or arrives at) a barrier of its scope
+    "async_copy",     # starts an asynchronous copy (cp.async, bulk and tensor copies)
+    "async_wait",     # waits for earlier asynchronous operations (wait_group and kin)
+    "mbarrier",       # reads or changes an mbarrier object (arrive, expect_tx, wait)
+    "accumulate",     # starts a tensor-core operation whose accumulators are in flight
+    "exit",           # ends the thread (ret, exit)
+    "branch",         # transfers control (bra)
+    "fence",          # orders memory between proxies or scopes
+})
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """One opcode family of the instruction table."""
@@ -109,6 +123,28 @@ class OpSpec:
     # limits on immediate operand values (bfe positions 0..255, barrier ids 0..15);
     # called with the Match and the coerced operands, returns an error message or None
     check_operands: Callable[["Match", tuple], str | None] | None = None
+    # What is special about an instruction, as data: trace, verify, emit, the
+    # interpreter and the runtime read these attributes, never the opcode name.
+    # scope: who must execute it together (convergence): "thread", "warp",
+    #   "warpgroup" (4 aligned warps), "cta" or "cluster".
+    scope: str = "thread"
+    # effects: a subset of EFFECTS (above).
+    effects: frozenset[str] = frozenset()
+    # varies: its result differs between threads even when every source is
+    #   uniform (shfl, atom, vote.ballot, elect, ...): the verifier's uniformity
+    #   analysis treats its destinations as per-thread.
+    varies: bool = False
+    # form: how the emitter prints the operand list: "plain" (comma separated) or
+    #   "pipe_pred" (the first two destinations joined by '|', as in
+    #   ``elect.sync %r0|%p0, mask`` or ``shfl.sync ... %r0|%p0, ...``).
+    form: str = "plain"
+
+    def __post_init__(self):
+        if self.scope not in SCOPES:
+            raise ValueError(f"{self.opcode}: scope {self.scope!r} is not one of {SCOPES}")
+        unknown = set(self.effects) - EFFECTS
+        if unknown:
+            raise ValueError(f"{self.opcode}: unknown effects {sorted(unknown)}")
 
     def signature(self, mods: frozenset[str]) -> tuple[Operand, ...]:
         for key, sig in self.variants.items():

@@ -401,5 +401,3 @@ TABLE: tuple[OpSpec, ...] = (
            operands="a", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,
            doc="Invalidate an mbarrier object.", example="mbarrier.inval.shared.b64 [%r0]"),
 )
-
-INSTRUCTIONS: dict[str, OpSpec] = {spec.opcode: spec for spec in TABLE}

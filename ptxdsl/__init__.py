@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 from . import reg, smem, types  # noqa: E402
 from . import ptx  # noqa: E402
 from .errors import PtxdslError  # noqa: E402
-from .kernel import Kernel, kernel  # noqa: E402
+from .kernel import Kernel, interpret_requested, kernel  # noqa: E402
 from .tile import Tile  # noqa: E402
 
 
@@ -24,4 +24,4 @@ def gpu_available() -> bool:
 
 
 __all__ = ["kernel", "Kernel", "reg", "ptx", "smem", "Tile", "types", "PtxdslError",
-           "gpu_available", "__version__"]
+           "gpu_available", "interpret_requested", "__version__"]

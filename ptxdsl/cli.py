@@ -324,12 +324,17 @@ def _cmd_sass(args) -> int:
 
 def _cmd_run(args) -> int:
     path = args.file
-    if args.interpret:
-        # Kernel calls honour this, and the examples check it before choosing the GPU.
-        os.environ["PTXDSL_INTERPRET"] = "1"
     rest = list(args.args)
     if rest and rest[0] == "--":
         rest = rest[1:]
+    # argparse hands everything after FILE.py to the script (REMAINDER), so our own
+    # option is picked out of what came before a `--` (main() keeps that part apart).
+    interpret = args.interpret or "--interpret" in rest
+    rest = [a for a in rest if a != "--interpret"] + list(getattr(args, "after_dashes", ()))
+    old_env = os.environ.get("PTXDSL_INTERPRET")
+    if interpret:
+        # Kernel calls read this at each call; the examples check it before choosing the GPU.
+        os.environ["PTXDSL_INTERPRET"] = "1"
     old_argv = sys.argv
     sys.argv = [path, *rest]
     try:
@@ -352,6 +357,11 @@ def _cmd_run(args) -> int:
         code = e.code
     finally:
         sys.argv = old_argv
+        if interpret:
+            if old_env is None:
+                os.environ.pop("PTXDSL_INTERPRET", None)
+            else:
+                os.environ["PTXDSL_INTERPRET"] = old_env
     if code is None or code is True:
         return 0
     if isinstance(code, int):
@@ -633,7 +643,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ptxdsl`` console script; returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    after: list[str] = []
+    if "run" in argv and "--" in argv[argv.index("run"):]:
+        # `ptxdsl run FILE.py [--interpret] -- ARGS`: ARGS go to the script untouched.
+        cut = argv.index("--", argv.index("run"))
+        argv, after = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    args.after_dashes = after
     try:
         return int(args.func(args) or 0)
     except (CliError, PtxdslError) as e:

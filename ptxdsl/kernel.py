@@ -4,7 +4,7 @@ A :class:`Kernel` traces its Python body lazily (once per target arch, cached
 on the object), verifies the IR and prints PTX. ``.check()`` / ``.resources()``
 / ``.sass()`` run the offline toolchain, ``.interpret()`` runs the IR on the
 CPU and calling the kernel launches it on the GPU (or on the interpreter when
-``PTXDSL_INTERPRET=1``).
+``PTXDSL_INTERPRET=1`` at the time of the call).
 """
 from __future__ import annotations
 
@@ -62,9 +62,6 @@ class Kernel:
         # All CTAs resident at once (cuLaunchCooperativeKernel): what a grid-wide barrier
         # needs. The launcher refuses a grid larger than the device can hold.
         self.cooperative = bool(cooperative)
-        # Read once, like TRITON_INTERPRET: a per-call environment lookup would sit on
-        # the launch fast path.
-        self.interpret_calls = os.environ.get("PTXDSL_INTERPRET", "") not in ("", "0")
         self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
                                     fn.__code__.co_firstlineno)
         parse_arch(arch)
@@ -209,13 +206,17 @@ class Kernel:
         return interpret(self, *args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        """Launch on the GPU (``PTXDSL_INTERPRET=1`` when the kernel was defined: on the
-        CPU interpreter)."""
+        """Launch on the GPU, or run on the CPU interpreter when ``PTXDSL_INTERPRET`` is
+        set (to anything but ``0``) at the time of the call.
+
+        Once a kernel has launched on the GPU its calls go to the prepared launcher
+        (:func:`ptxdsl.runtime.prepare`), which does not read the environment.
+        """
+        if interpret_requested():
+            return self.interpret(*args, **kwargs)
         launcher = self.runtime_cache.get("launcher")
         if launcher is not None:
             return launcher(*args, **kwargs)
-        if self.interpret_calls:
-            return self.interpret(*args, **kwargs)
         from .runtime import launch
         return launch(self, *args, **kwargs)
 
@@ -224,6 +225,13 @@ class Kernel:
         if callable(self.grid):
             return _dim3(self.grid(**dims) if dims else self.grid(), "grid")
         return self.grid
+
+
+def interpret_requested() -> bool:
+    """Whether ``PTXDSL_INTERPRET`` asks kernel calls to run on the CPU interpreter
+    (read on every call, so a script or ``monkeypatch.setenv`` may set it late)."""
+    return os.environ.get("PTXDSL_INTERPRET", "").strip().lower() not in (
+        "", "0", "false", "no", "off")
 
 
 def _dim3(v, what: str) -> tuple[int, int, int]:

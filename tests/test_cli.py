@@ -352,3 +352,18 @@ def test_python_dash_m_reports_errors_with_exit_status_1(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("ptxdsl: error:") and "Traceback" not in proc.stderr
+
+
+def test_run_interpret_after_the_file_forces_the_interpreter(capsys, monkeypatch, tmp_path):
+    f = tmp_path / "script.py"
+    f.write_text("import sys, ptxdsl\n"
+                 "def main():\n"
+                 "    print('interp', ptxdsl.interpret_requested(), sys.argv[1:])\n")
+    monkeypatch.delenv("PTXDSL_INTERPRET", raising=False)
+    code, out, err = run(capsys, "run", str(f), "--interpret", "--", "--interpret", "x")
+    assert code == 0, err
+    # Before `--` it is ours; after `--` it belongs to the script.
+    assert "interp True ['--interpret', 'x']" in out
+    assert "PTXDSL_INTERPRET" not in os.environ  # restored after the run
+    code, out, err = run(capsys, "run", str(f), "--", "--interpret")
+    assert "interp False ['--interpret']" in out

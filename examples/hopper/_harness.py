@@ -5,13 +5,12 @@ Not an example itself: the scripts beside it import it (``python FILE.py`` and t
 """
 from __future__ import annotations
 
-import os
 
 
 def on_gpu() -> bool:
     """Use the GPU when there is one, unless PTXDSL_INTERPRET asks for the interpreter."""
     import ptxdsl  # the scripts have put the repository on sys.path by now
-    return ptxdsl.gpu_available() and os.environ.get("PTXDSL_INTERPRET", "") in ("", "0")
+    return not ptxdsl.interpret_requested() and ptxdsl.gpu_available()
 
 
 def run(k, *inputs):

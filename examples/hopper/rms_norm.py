@@ -74,7 +74,7 @@ def gpu_timing(m: int, n: int) -> None:
 
 
 def main() -> None:
-    on_gpu = ptxdsl.gpu_available()
+    on_gpu = not ptxdsl.interpret_requested() and ptxdsl.gpu_available()
     print(f"running on {'the GPU' if on_gpu else 'the CPU interpreter (no GPU found)'}")
     shapes = [(2048, 8192), (4096, 4096), (4096, 1000), (7, 4097)] if on_gpu else \
         [(8, 4096), (16, 1000), (3, 4097), (33, 96)]

@@ -57,7 +57,7 @@ def check(m: int, n: int) -> None:
 
 
 def main() -> None:
-    on_gpu = ptxdsl.gpu_available()
+    on_gpu = not ptxdsl.interpret_requested() and ptxdsl.gpu_available()
     print(f"running on {'the GPU' if on_gpu else 'the CPU interpreter (no GPU found)'}")
     shapes = [(2048, 8192), (4096, 1000), (7, 4097)] if on_gpu else [(16, 1024), (5, 4097), (9, 96)]
     for m, n in shapes:

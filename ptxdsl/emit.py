@@ -71,8 +71,10 @@ def fmt_instr(instr: ir.Instr) -> str:
     if instr.guard is not None:
         guard = f"@{'!' if instr.guard_negated else ''}%{instr.guard.name} "
     ops = instr.operands
-    if instr.match.spec.opcode == "elect.sync" and len(ops) == 3:
-        text = f"{fmt_operand(ops[0])}|{fmt_operand(ops[1])}, {fmt_operand(ops[2])}"
+    if instr.match.spec.form == "pipe_pred" and len(ops) >= 2:
+        # d|p: a destination and its predicate written as one operand (elect.sync)
+        text = ", ".join([f"{fmt_operand(ops[0])}|{fmt_operand(ops[1])}",
+                          *(fmt_operand(o) for o in ops[2:])])
     else:
         text = ", ".join(fmt_operand(o) for o in ops)
     return f"{guard}{instr.match.text}{' ' + text if text else ''};"

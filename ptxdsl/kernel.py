@@ -109,7 +109,7 @@ class Kernel:
         with b.active():
             self.fn(*args)
             last = b.body[-1] if b.body else None
-            if not (isinstance(last, ir.Instr) and last.match.spec.opcode in ("ret", "exit")):
+            if not (isinstance(last, ir.Instr) and "exit" in last.match.spec.effects):
                 b.inst(["ret"], (), loc=self.defined_at)
         nthreads = self.block[0] * self.block[1] * self.block[2]
         prog = b.finish(max_threads=nthreads)

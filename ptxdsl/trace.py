@@ -210,7 +210,7 @@ class Builder:
         want = m.resolve_type(slot.ty)
         where = f"operand {index} of {m.text}"
         role = slot.role
-        if role in ("V", "X") and m.vector > 1 or (m.spec.opcode == "mov"
+        if role in ("V", "X") and m.vector > 1 or (m.spec.packs
                                                    and isinstance(arg, (list, tuple))):
             return self._coerce_vec(m, slot, arg, where, want)
         if role in ("V", "X"):
@@ -257,7 +257,7 @@ class Builder:
             raise IsaError(f"{where}: {m.text} moves {n} values but the register list "
                            f"has {len(arg)}; pass exactly {n}")
         item_t = want
-        if m.spec.opcode == "mov":
+        if m.spec.packs:
             if want.kind != "b" or n not in (2, 4) or want.bits % n:
                 raise IsaError(f"{where}: mov packs/unpacks halves only with .b32/.b64 "
                                f"(e.g. mov.b32 d, [lo, hi])")
@@ -286,7 +286,7 @@ class Builder:
         if compatible(arg.dtype, want):
             return arg
         # ld/st/cvt move sub-word integers through wider registers (ld.u8 into .u32).
-        if (m.spec.opcode in ("ld", "st", "cvt") and want.bits < arg.dtype.bits
+        if (m.spec.subword and want.bits < arg.dtype.bits
                 and want.kind in ("u", "s", "b") and arg.dtype.kind in ("u", "s", "b")):
             return arg
         if want.is_pred or arg.dtype.is_pred:

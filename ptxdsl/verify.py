@@ -78,17 +78,18 @@ class _Checker:
         for op in instr.operands:
             if isinstance(op, ir.LabelRef):
                 self.labels_used.append((op.name, loc))
-        opcode = instr.match.spec.opcode
-        if opcode in ("bar", "barrier") and divergent is not None and \
-                not (opcode == "barrier" and not instr.match.has("aligned")):
+        spec = instr.match.spec
+        # an aligned barrier (bar.sync, barrier.sync.aligned) must be reached by every
+        # thread of its scope: inside a thread-dependent branch it deadlocks
+        if "barrier" in spec.effects and spec.scope != "thread" and divergent is not None \
+                and instr.match.aligned:
             raise VerifyError(
                 f"{instr.opcode} inside a branch or loop that depends on the thread index "
                 f"(opened at {divergent}): threads that skip it never arrive, so the CTA "
                 f"deadlocks. Move the barrier out of the branch", loc)
         varies = any(r in self.varying for r in instr.sources()) or any(
             isinstance(o, ir.Special) and o.name.startswith(_THREAD_VARYING)
-            for o in instr.operands) or opcode in ("shfl.sync", "atom", "vote.sync",
-                                                   "match.sync", "elect.sync")
+            for o in instr.operands) or spec.varies
         for d in instr.dests():
             self.defined.add(d)
             if varies:
@@ -98,7 +99,7 @@ class _Checker:
         m = instr.match
         for slot, op in zip(m.operands, instr.operands):
             want = m.resolve_type(slot.ty)
-            if want is None or m.spec.opcode in ("ld", "st", "cvt", "mov"):
+            if want is None or m.spec.packs or m.spec.subword:
                 continue
             regs = op.items if isinstance(op, ir.Vec) else (op,)
             for r in regs:

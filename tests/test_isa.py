@@ -284,3 +284,41 @@ def test_modifier_in_two_groups_fills_them_in_order():
     with pytest.raises(IsaError, match="at most one"):
         match(spec, ["fractional", "L2::evict_first", "L2::evict_first",
                      "L2::evict_first", "b64"])
+
+
+# ---------------------------------------------------------------- attributes, not opcode names
+def test_attributes_say_what_is_special():
+    assert resolve(["bar", "sync"]).aligned
+    assert resolve(["barrier", "sync", "aligned"]).aligned
+    assert not resolve(["barrier", "sync"]).aligned
+    assert "barrier" in lookup("bar").effects and lookup("bar").scope == "cta"
+    assert lookup("elect.sync").form == "pipe_pred" and lookup("elect.sync").varies
+    assert {s.opcode for s in TABLE if "exit" in s.effects} == {"ret", "exit"}
+    assert {s.opcode for s in TABLE if "branch" in s.effects} == {"bra"}
+    assert not lookup("add").varies and lookup("add").form == "plain"
+    # half-precision math needs sm_53 / sm_90; moving the bits does not
+    assert resolve(["add", "bf16"]).sm == 90
+    assert resolve(["selp", "b16"]).sm == resolve(["selp", "b32"]).sm
+
+
+def test_attribute_values_are_checked():
+    from ptxdsl.isa.spec import OpSpec
+    for bad in ({"scope": "grid"}, {"effects": frozenset({"teleport"})},
+                {"form": "fancy"}, {"access": "peek"}):
+        with pytest.raises(ValueError):
+            OpSpec("x", **bad)
+
+
+def test_no_module_outside_isa_decides_by_opcode_name():
+    """What is special about an instruction is a table attribute (scope, effects,
+    varies, form, aligned, access, packs, subword, moves_bits), never a comparison
+    of its opcode with a string literal."""
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parent.parent / "ptxdsl"
+    pattern = re.compile(r"""\bopcode\s*(==|!=|(not\s+)?in)\s*[(\[{]?\s*["']""")
+    offenders = [f"{path.relative_to(root)}:{n}: {line.strip()}"
+                 for path in root.rglob("*.py") if "isa" not in path.relative_to(root).parts
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if pattern.search(line)]
+    assert offenders == []

@@ -46,7 +46,7 @@ class InstrOp:
     def __init__(self, instr: ir.Instr, handler):
         self.instr = instr
         self.handler = handler
-        self.may_exit = instr.match.spec.opcode in ("ret", "exit")
+        self.may_exit = "exit" in instr.match.spec.effects
 
     def run(self, m: "Machine", mask):
         m.exec_instr(self.instr, mask, self.handler)
@@ -122,10 +122,10 @@ class LoopOp:
 
 def compile_node(node, handlers):
     if isinstance(node, ir.Instr):
-        op = node.match.spec.opcode
-        if op == "bra":
+        spec = node.match.spec
+        if "branch" in spec.effects:
             return BraOp(node)
-        return InstrOp(node, handlers.get(op) or handlers["?"])
+        return InstrOp(node, handlers.get(spec.opcode) or handlers["?"])
     if isinstance(node, ir.If):
         return IfOp(node, handlers)
     if isinstance(node, ir.Loop):

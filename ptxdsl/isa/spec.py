@@ -84,6 +84,8 @@ def parse_operands(sig: str) -> tuple[Operand, ...]:
 
 
 SCOPES = ("thread", "warp", "warpgroup", "cta", "cluster")
+FORMS = ("plain", "pipe_pred")
+ACCESS = (None, "read", "write", "read_write")
 # Effects an instruction can have beyond writing its destinations.
 EFFECTS = frozenset({
     "barrier",        # waits for (or arrives at) a barrier of its scope
@@ -138,6 +140,24 @@ class OpSpec:
     #   "pipe_pred" (the first two destinations joined by '|', as in
     #   ``elect.sync %r0|%p0, mask`` or ``shfl.sync ... %r0|%p0, ...``).
     form: str = "plain"
+    # aligned: whether every thread of ``scope`` must execute it together (no thread
+    #   may skip it in a branch): True, False, or the name of the modifier that makes
+    #   it so (``barrier.sync`` is usable by divergent threads unless ``.aligned``).
+    #   Read through :attr:`Match.aligned`.
+    aligned: bool | str = False
+    # access: how it touches the memory its address operand names, with the
+    #   instruction type and vector width: "read", "write", "read_write" (atomics)
+    #   or None. The launcher's alignment analysis reads it.
+    access: str | None = None
+    # packs: a register list in a scalar slot stands for one value split into
+    #   equal parts (``mov.b32 d, {lo, hi}`` packs, ``mov.b32 {lo, hi}, s`` unpacks).
+    packs: bool = False
+    # subword: sub-word integer types (.u8/.s16 ...) move through wider integer
+    #   registers (``ld.global.u8`` into a .u32 register, ``cvt.u32.u8``).
+    subword: bool = False
+    # moves_bits: its half-precision forms move or select bits rather than compute,
+    #   so they are as old as the instruction itself (TYPE_NEEDS does not apply).
+    moves_bits: bool = False
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -145,6 +165,10 @@ class OpSpec:
         unknown = set(self.effects) - EFFECTS
         if unknown:
             raise ValueError(f"{self.opcode}: unknown effects {sorted(unknown)}")
+        if self.form not in FORMS:
+            raise ValueError(f"{self.opcode}: form {self.form!r} is not one of {FORMS}")
+        if self.access not in ACCESS:
+            raise ValueError(f"{self.opcode}: access {self.access!r} is not one of {ACCESS}")
 
     def signature(self, mods: frozenset[str]) -> tuple[Operand, ...]:
         for key, sig in self.variants.items():
@@ -182,6 +206,12 @@ class Match:
 
     def has(self, mod: str) -> bool:
         return mod in self.mods
+
+    @property
+    def aligned(self) -> bool:
+        """Whether every thread of the entry's scope must execute this form together."""
+        a = self.spec.aligned
+        return a if isinstance(a, bool) else a in self.mods
 
     @property
     def vector(self) -> int:
@@ -309,15 +339,12 @@ TYPE_NEEDS: dict[str, tuple[Version, int]] = {
     "f16": ((4, 2), 53), "f16x2": ((4, 2), 53),
     "bf16": ((7, 8), 90), "bf16x2": ((7, 8), 90),
 }
-# Opcodes whose bf16/f16 forms are older than TYPE_NEEDS says (data movement
-# and conversions do not do half-precision math).
-TYPE_NEEDS_EXEMPT = frozenset({
-    "ld", "st", "mov", "cvt", "shfl.sync", "selp", "atom", "red", "ld.param", "st.param",
-})
+# Entries with ``moves_bits`` (data movement, conversions, selects) are exempt:
+# their bf16/f16 forms are as old as the instruction.
 
 
 def _type_requirements(m: Match) -> Match:
-    if m.spec.opcode in TYPE_NEEDS_EXEMPT or not m.types:
+    if m.spec.moves_bits or not m.types:
         return m
     ptx, sm = m.ptx, m.sm
     for t in m.types:

@@ -321,10 +321,10 @@ class KernelSignature:
 def vector_alignment(program) -> dict[str, tuple[int, str]]:
     """Per tensor argument, the byte alignment its global vector accesses need.
 
-    A forward taint analysis over the IR: a register loaded from a tensor's
+    A forward taint analysis over the IR: a register read from a tensor's
     pointer parameter, and every register computed from it, carries that
-    tensor; a ``ld``/``st`` of ``.v2``/``.v4`` (or a 16-byte type) whose address
-    register carries it needs the tensor's address to be a multiple of the
+    tensor; a memory access (a table entry with ``access``: ld, st, atom, red) of
+    ``.v2``/``.v4`` (or a 16-byte type) whose address register carries it needs the tensor's address to be a multiple of the
     access width. Over-approximate by design (a register mixing two pointers
     taints both), which can only ask for more alignment than needed.
     """
@@ -332,7 +332,7 @@ def vector_alignment(program) -> dict[str, tuple[int, str]]:
     instrs = list(program.walk())
     taint: dict = {}
     for ins in instrs:
-        if ins.match.spec.opcode == "ld" and ins.match.chosen.get("space") == "param":
+        if ins.match.spec.access == "read" and ins.match.chosen.get("space") == "param":
             for op in ins.operands:
                 if isinstance(op, ir.Addr) and isinstance(op.base, ir.Symbol):
                     pname = op.base.name
@@ -357,7 +357,7 @@ def vector_alignment(program) -> dict[str, tuple[int, str]]:
     need: dict[str, tuple[int, str]] = {}
     for ins in instrs:
         m = ins.match
-        if m.spec.opcode not in ("ld", "st", "ldu", "red", "atom", "multimem.ld_reduce"):
+        if m.spec.access is None:
             continue
         space = m.chosen.get("space")
         if space not in (None, "global"):

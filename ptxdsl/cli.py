@@ -654,6 +654,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (CliError, PtxdslError) as e:
+        # PtxdslErrors raised while tracing carry the user's file:line in their text.
         print(f"ptxdsl: error: {str(e).strip()}", file=sys.stderr)
         return EXIT_FAIL
     except _UserCodeError as e:

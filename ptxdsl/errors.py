@@ -41,12 +41,39 @@ def user_location(skip: int = 1) -> SourceLoc | None:
     frame = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename not in _SKIP_FILES:
-            path = filename if filename.startswith(_PKG_DIR) else os.path.abspath(filename)
-            if not path.startswith(_PKG_DIR) or path.startswith(_OPS_DIR):
-                return SourceLoc(filename, frame.f_lineno)
+        if is_user_file(filename):
+            return SourceLoc(filename, frame.f_lineno)
         frame = frame.f_back
     return None
+
+
+def is_user_file(filename: str) -> bool:
+    """Whether a code object's file is user code: not ptxdsl's own machinery (the
+    ready-made kernels of ``ptxdsl/ops`` count as user code) and not contextlib."""
+    if filename in _SKIP_FILES:
+        return False
+    path = filename if filename.startswith(_PKG_DIR) else os.path.abspath(filename)
+    return not path.startswith(_PKG_DIR) or path.startswith(_OPS_DIR)
+
+
+def location_from_traceback(tb) -> SourceLoc | None:
+    """The innermost user frame of a traceback: the user's line an exception came from."""
+    loc = None
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if is_user_file(filename):
+            loc = SourceLoc(filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return loc
+
+
+def raised_inside_ptxdsl(tb) -> bool:
+    """Whether the innermost frame of a traceback is ptxdsl's own code."""
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and not is_user_file(last.tb_frame.f_code.co_filename)
 
 
 class PtxdslError(Exception):
@@ -61,6 +88,13 @@ class PtxdslError(Exception):
         self.message = message
         super().__init__(f"{loc}: {message}" if loc is not None else message)
 
+    def at(self, loc: SourceLoc | None) -> "PtxdslError":
+        """Give an error raised without a location the user's one (in place); returns it."""
+        if self.loc is None and loc is not None:
+            self.loc = loc
+            self.args = (f"{loc}: {self.message}",)
+        return self
+
 
 class TraceError(PtxdslError, ValueError):
     """A kernel body did something the DSL refuses while tracing."""
@@ -72,6 +106,10 @@ class TraceTypeError(TraceError, TypeError):
     A TypeError, as Python expects from ``__bool__``/``__index__``, and a
     PtxdslError so that it names the user's line like every other error.
     """
+
+
+class TraceIndexError(TraceError, IndexError):
+    """An index out of range at trace time (a register array, a shared array)."""
 
 
 class IsaError(TraceError):

@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 
 from . import ir
 from .emit import Emitted, emit
-from .errors import PtxdslError, SourceLoc, ToolchainError, TraceError
+from .errors import (PtxdslError, SourceLoc, ToolchainError, TraceError,
+                     location_from_traceback, raised_inside_ptxdsl)
 from .tile import TensorArg, Tile
 from .trace import Builder, parse_arch
 from .types import u32, u64
@@ -48,7 +49,9 @@ class Kernel:
         self.in_specs = tuple(in_specs)
         self.out_specs = tuple(out_specs)
         self.grid = grid
-        self.block = _dim3(block, "block")
+        self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
+                                    fn.__code__.co_firstlineno)
+        self.block = _dim3(block, "block", self.defined_at)
         self.arch = arch
         self.version = version
         self.lines = lines
@@ -62,8 +65,6 @@ class Kernel:
         # All CTAs resident at once (cuLaunchCooperativeKernel): what a grid-wide barrier
         # needs. The launcher refuses a grid larger than the device can hold.
         self.cooperative = bool(cooperative)
-        self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
-                                    fn.__code__.co_firstlineno)
         parse_arch(arch)
         if min_ctas_per_sm is not None and (isinstance(min_ctas_per_sm, bool) or not
                                             isinstance(min_ctas_per_sm, int) or
@@ -75,7 +76,7 @@ class Kernel:
                 raise TraceError(f"in_specs/out_specs hold Tile(...) objects, got {spec!r}",
                                  self.defined_at)
         if not callable(grid):
-            self.grid = _dim3(grid, "grid")
+            self.grid = _dim3(grid, "grid", self.defined_at)
         nthreads = self.block[0] * self.block[1] * self.block[2]
         if nthreads > 1024:
             raise TraceError(f"block {self.block} has {nthreads} threads; a CTA holds at most "
@@ -85,6 +86,9 @@ class Kernel:
         # Named row strides, in first-appearance order (a name may be shared).
         self.stride_names: tuple[str, ...] = tuple(dict.fromkeys(
             spec.stride for spec in self.in_specs + self.out_specs if spec.stride))
+        self._grid_params: tuple[str, ...] | None = None  # None: pass every dim
+        if callable(grid):
+            self._check_grid_callable(grid)
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
         self.runtime_cache: dict = {}  # owned by ptxdsl.runtime (modules, prepared launches)
@@ -107,7 +111,19 @@ class Kernel:
         b = Builder(self.name, arch)
         args = self._arguments(b)
         with b.active():
-            self.fn(*args)
+            try:
+                self.fn(*args)
+            except PtxdslError as e:
+                # Operators and helpers that raise without a location get the user's
+                # line from the traceback (the innermost frame outside ptxdsl).
+                e.at(location_from_traceback(e.__traceback__) or self.defined_at)
+                raise
+            except (TypeError, AttributeError, IndexError, KeyError, ValueError) as e:
+                if not raised_inside_ptxdsl(e.__traceback__):
+                    raise  # the user's own bug: their traceback says where
+                loc = location_from_traceback(e.__traceback__) or self.defined_at
+                raise TraceError(f"{type(e).__name__} inside ptxdsl while tracing {self.name}: "
+                                 f"{e}; check the arguments of the call on this line", loc) from e
             last = b.body[-1] if b.body else None
             if not (isinstance(last, ir.Instr) and "exit" in last.match.spec.effects):
                 b.inst(["ret"], (), loc=self.defined_at)
@@ -222,9 +238,42 @@ class Kernel:
 
     def grid_for(self, dims: dict[str, int]) -> tuple[int, int, int]:
         """The grid for concrete values of the named dims."""
-        if callable(self.grid):
-            return _dim3(self.grid(**dims) if dims else self.grid(), "grid")
-        return self.grid
+        if not callable(self.grid):
+            return self.grid
+        loc = _code_loc(self.grid) or self.defined_at
+        if self._grid_params is not None:
+            dims = {k: v for k, v in dims.items() if k in self._grid_params}
+        try:
+            value = self.grid(**dims) if dims else self.grid()
+        except PtxdslError:
+            raise
+        except Exception as e:
+            raise TraceError(f"the grid function of kernel {self.name} raised "
+                             f"{type(e).__name__}: {e} (called with "
+                             f"{', '.join(f'{k}={v}' for k, v in dims.items()) or 'no dims'})",
+                             loc) from e
+        return _dim3(value, f"the grid of kernel {self.name}", loc)
+
+    def _check_grid_callable(self, grid) -> None:
+        """A grid function's parameters must be named dims of the kernel's Tiles."""
+        loc = _code_loc(grid) or self.defined_at
+        try:
+            params = inspect.signature(grid).parameters
+        except (TypeError, ValueError):
+            return
+        if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return
+        dims = set(self.dim_names)
+        for name, p in params.items():
+            if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY) or (
+                    name not in dims and p.default is p.empty):
+                have = ", ".join(self.dim_names) or "none (all Tile dims are ints)"
+                raise TraceError(f"grid function parameter {name!r} is not a named dim of "
+                                 f"this kernel's Tiles; its named dims are: {have}. Name the "
+                                 f"parameters after them, e.g. grid=lambda "
+                                 f"{', '.join(self.dim_names) or ''}: (...)", loc)
+        # A grid function may leave out dims it does not need.
+        self._grid_params = tuple(params)
 
 
 def interpret_requested() -> bool:
@@ -234,15 +283,20 @@ def interpret_requested() -> bool:
         "", "0", "false", "no", "off")
 
 
-def _dim3(v, what: str) -> tuple[int, int, int]:
+def _code_loc(fn) -> SourceLoc | None:
+    code = getattr(fn, "__code__", None)
+    return SourceLoc(code.co_filename, code.co_firstlineno) if code is not None else None
+
+
+def _dim3(v, what: str, loc: SourceLoc | None = None) -> tuple[int, int, int]:
     if isinstance(v, int):
         v = (v,)
     try:
         t = tuple(int(x) for x in v)
     except (TypeError, ValueError):
-        raise TraceError(f"{what} must be an int or up to three ints, got {v!r}") from None
+        raise TraceError(f"{what} must be an int or up to three ints, got {v!r}", loc) from None
     if not 1 <= len(t) <= 3 or any(x < 1 for x in t):
-        raise TraceError(f"{what} must be one to three positive ints, got {v!r}")
+        raise TraceError(f"{what} must be one to three positive ints, got {v!r}", loc)
     return t + (1,) * (3 - len(t))
 
 

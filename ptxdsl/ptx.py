@@ -192,7 +192,15 @@ def dim(name_or_tensor, axis: int | None = None, *, kind: str = "dim"):
     """
     b = current("ptx.dim")
     if axis is not None:
-        size = name_or_tensor.tile.dims[axis]
+        tile = getattr(name_or_tensor, "tile", None)
+        if tile is None:
+            raise TraceError(f"ptx.dim(X, axis) takes a tensor argument of the kernel, got "
+                             f"{name_or_tensor!r}", user_location())
+        if isinstance(axis, bool) or not isinstance(axis, int) or \
+                not -len(tile.dims) <= axis < len(tile.dims):
+            raise TraceError(f"ptx.dim: no axis {axis} in {tile}, which has "
+                             f"{len(tile.dims)} dimensions", user_location())
+        size = tile.dims[axis]
         if isinstance(size, int):
             return size
         name = size
@@ -346,6 +354,12 @@ def _rounding_for(dst: PtxType, src: PtxType) -> list[str]:
     return []
 
 
+def _need_type(what: str, dtype) -> None:
+    if not isinstance(dtype, PtxType):
+        raise TraceError(f"{what} needs a ptxdsl type such as f32 or u32 (from ptxdsl.types), "
+                         f"got {dtype!r}", user_location())
+
+
 def cvt(dtype: PtxType, x, rounding: str | None = None, *, sat: bool = False) -> ir.Reg:
     """Convert into a new register: ``cvt[.rnd][.sat].dtype.srctype``.
 
@@ -353,6 +367,7 @@ def cvt(dtype: PtxType, x, rounding: str | None = None, *, sat: bool = False) ->
     ``.rzi`` (truncate) for float->int, none for exact widening.
     """
     b = current("ptx.cvt")
+    _need_type("ptx.cvt", dtype)
     x = as_reg(x)
     if not isinstance(x, ir.Reg):
         raise TraceError(f"ptx.cvt converts a register, got {x!r}", user_location())
@@ -365,12 +380,22 @@ def cvt(dtype: PtxType, x, rounding: str | None = None, *, sat: bool = False) ->
     return d
 
 
+def _typed_by(what: str, *xs) -> PtxType:
+    """The type of the first register among ``xs`` (after reading special registers)."""
+    for x in xs:
+        if isinstance(x, (ir.Reg, ir.Special)):
+            return x.dtype
+    raise TraceError(f"{what} takes its type from a register operand, got only "
+                     f"{', '.join(repr(x) for x in xs)}; put one value in a register first "
+                     f"(reg.scalar(f32, init=...))", user_location())
+
+
 def select(p, a, b_) -> ir.Reg:
     """``selp.T d, a, b, p``: ``a`` where ``p`` holds, else ``b`` (``selp.b16``/``.b32``
     for half-precision registers)."""
     bld = current("ptx.select")
     p = _as_pred(p, "ptx.select")
-    t = a.dtype if isinstance(a, ir.Reg) else b_.dtype
+    t = _typed_by("ptx.select", a, b_)
     d = bld.new_reg(t)
     bld.inst(["selp", move_type(t).name], (d, a, b_, p))
     return d
@@ -379,7 +404,7 @@ def select(p, a, b_) -> ir.Reg:
 def fma(a, b_, c) -> ir.Reg:
     """``fma.rn.T d, a, b, c`` into a new register (one rounding)."""
     bld = current("ptx.fma")
-    t = a.dtype
+    t = _typed_by("ptx.fma", a, b_, c)
     d = bld.new_reg(t)
     bld.inst(["fma", "rn", t.name], (d, a, b_, c))
     return d
@@ -388,22 +413,25 @@ def fma(a, b_, c) -> ir.Reg:
 def min(a, b_) -> ir.Reg:  # noqa: A001
     """``min.T`` into a new register."""
     bld = current("ptx.min")
-    d = bld.new_reg(a.dtype)
-    bld.inst(["min", a.dtype.name], (d, a, b_))
+    t = _typed_by("ptx.min", a, b_)
+    d = bld.new_reg(t)
+    bld.inst(["min", t.name], (d, a, b_))
     return d
 
 
 def max(a, b_) -> ir.Reg:  # noqa: A001
     """``max.T`` into a new register."""
     bld = current("ptx.max")
-    d = bld.new_reg(a.dtype)
-    bld.inst(["max", a.dtype.name], (d, a, b_))
+    t = _typed_by("ptx.max", a, b_)
+    d = bld.new_reg(t)
+    bld.inst(["max", t.name], (d, a, b_))
     return d
 
 
 def pack(dtype: PtxType, lo, hi) -> ir.Reg:
     """``mov.b32 d, {lo, hi}``: two 16-bit registers into one 32-bit (e.g. f16x2)."""
     bld = current("ptx.pack")
+    _need_type("ptx.pack", dtype)
     d = bld.new_reg(dtype)
     bld.inst(["mov", f"b{dtype.bits}"], (d, [lo, hi]))
     return d
@@ -412,6 +440,10 @@ def pack(dtype: PtxType, lo, hi) -> ir.Reg:
 def unpack(x, dtype: PtxType) -> tuple[ir.Reg, ir.Reg]:
     """``mov.b32 {lo, hi}, x``: split a 32-bit register into two 16-bit ones of ``dtype``."""
     bld = current("ptx.unpack")
+    x = as_reg(x)
+    if not isinstance(x, ir.Reg):
+        raise TraceError(f"ptx.unpack splits a register, got {x!r}", user_location())
+    _need_type("ptx.unpack", dtype)
     lo, hi = bld.new_reg(dtype), bld.new_reg(dtype)
     bld.inst(["mov", f"b{x.dtype.bits}"], ([lo, hi], x))
     return lo, hi

@@ -26,7 +26,8 @@ In-place forms (``a += b``) write the result back into ``a``'s register.
 from __future__ import annotations
 
 from . import ir
-from .errors import OperandTypeError, TraceError, TraceTypeError, user_location
+from .errors import (OperandTypeError, PtxdslError, TraceError, TraceIndexError,
+                     TraceTypeError, user_location)
 from .isa import resolve as resolve_chain
 from .trace import active_builder, current
 from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, move_type, pred
@@ -57,8 +58,12 @@ class RegArray:
         try:
             return self._regs[i]
         except IndexError:
-            raise IndexError(f"register index {i} out of range for reg.array of "
-                             f"{len(self._regs)}") from None
+            raise TraceIndexError(f"register index {i} out of range for reg.array of "
+                                  f"{len(self._regs)} (valid: 0 .. {len(self._regs) - 1})",
+                                  user_location()) from None
+        except TypeError:
+            raise TraceError(f"register arrays are indexed by Python ints, got {i!r}",
+                             user_location()) from None
 
     def __setitem__(self, i, value):
         """``arr[i] = x`` records ``mov`` into the slot."""
@@ -264,6 +269,13 @@ def _unify(a, b_, opname):
 def binary(op: str, a, b_, *, reflected: bool = False, inplace: bool = False):
     """Record one arithmetic/bitwise operator; see the module table."""
     loc = user_location()
+    try:
+        return _binary(op, a, b_, reflected, inplace, loc)
+    except PtxdslError as e:
+        raise e.at(loc) from None
+
+
+def _binary(op, a, b_, reflected, inplace, loc):
     bld = current(f"the {op} operator on registers")
     x, y, t = _unify(a, b_, op)
     if reflected:
@@ -323,6 +335,13 @@ def compare(op: str, a, b_):
     if op in ("eq", "ne") and active_builder() is None:
         return (a is b_) == (op == "eq")
     loc = user_location()
+    try:
+        return _compare(op, a, b_, loc)
+    except PtxdslError as e:
+        raise e.at(loc) from None
+
+
+def _compare(op, a, b_, loc):
     bld = current("a comparison on registers")
     x, y, t = _unify(a, b_, "compare")
     if t.is_pred:
@@ -338,6 +357,13 @@ def compare(op: str, a, b_):
 
 def unary(op: str, a):
     loc = user_location()
+    try:
+        return _unary(op, a, loc)
+    except PtxdslError as e:
+        raise e.at(loc) from None
+
+
+def _unary(op, a, loc):
     bld = current(f"the {op} operator on registers")
     a = as_reg(a)
     t = a.dtype
@@ -370,6 +396,13 @@ def _no_index(self):
         user_location())
 
 
+def _no_wide(self):
+    raise TraceError(
+        f"%{self.name} has no .wide: only the product of two 16/32-bit integers (a * b) "
+        f"has a double-width form (mul.wide); widen other values with "
+        f"ptx.cvt(u64, x) (or s64)", user_location())
+
+
 def _install_operators(cls) -> None:
     """Give registers (and special registers) their operators."""
     def bin_(op):
@@ -394,6 +427,8 @@ def _install_operators(cls) -> None:
     cls.__int__ = _no_index
     cls.__float__ = _no_index
     cls.__hash__ = object.__hash__
+    if cls is ir.Reg:
+        cls.wide = property(_no_wide)  # ProductReg has the real one
 
 
 _install_operators(ir.Reg)

@@ -11,7 +11,7 @@ some access needs it.
 from __future__ import annotations
 
 from . import ir
-from .errors import TraceError, user_location
+from .errors import TraceError, TraceIndexError, user_location
 from .reg import as_reg
 from .trace import current
 from .types import PtxType, move_type, u32
@@ -76,8 +76,9 @@ class SharedArray:
                 raise TraceError("shared-array index is a bool", user_location())
             if isinstance(i, int):
                 if not 0 <= i < size:
-                    raise IndexError(f"{user_location()}: index {i} out of bounds for axis "
-                                     f"{axis} of {self.decl.name} with size {size}")
+                    raise TraceIndexError(f"index {i} out of bounds for axis {axis} of "
+                                          f"{self.decl.name} with size {size}",
+                                          user_location())
                 const += i * scale
                 continue
             i = as_reg(i)

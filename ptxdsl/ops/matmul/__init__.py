@@ -1,0 +1,10 @@
+"""``ptxdsl.ops.matmul``: GEMM with a fused bias and activation (see :mod:`.api`).
+
+Modules: :mod:`.api` (the call and its rules), :mod:`.plan` (which kernel and
+tile shape), :mod:`.schedule` (the persistent tile order), :mod:`.epilogue`
+(bias and activation), :mod:`.simt` (the any-layout fallback), :mod:`.hopper`
+(the warp-specialized wgmma + TMA kernel), :mod:`.autograd` (torch).
+"""
+from .api import KERNELS, matmul
+
+__all__ = ["matmul", "KERNELS"]

@@ -1,0 +1,315 @@
+"""``ptxdsl.ops.matmul``: ``act(a @ b + bias)`` on the tensor cores.
+
+Arrays may be numpy (the GPU when one is present, else the CPU interpreter),
+torch CUDA tensors, or ``__cuda_array_interface__`` / ``__dlpack__`` device
+arrays. The rules:
+
+* ``a`` is ``(M, K)`` or ``(batch, M, K)``, ``b`` is ``(K, N)`` or ``(batch, K, N)``
+  (a 2-D operand beside a 3-D one is shared by every batch entry);
+* both ``float16`` or both ``bfloat16``; f32 accumulation; the output is
+  ``out_dtype`` (``float16``, ``bfloat16`` or ``float32``; default: the inputs');
+* any M, N, K (K = 0 gives ``act(bias)``); each matrix row-major or column-major
+  (a transposed view such as ``w.T``) with any leading stride, read in place; a
+  matrix with neither unit stride is copied once;
+* ``bias`` is ``(N,)`` of the inputs' dtype or float32; ``activation`` is None,
+  ``"relu"``, ``"gelu"`` (tanh form) or ``"silu"``;
+* ``out``, when given, has the result's shape and ``out_dtype`` and unit inner stride;
+* torch tensors that require grad go through an autograd Function whose backward
+  is two matmuls (:mod:`.autograd`).
+
+:func:`kernel_for` says which kernel a call runs: the Hopper kernel (TMA, wgmma,
+:mod:`.hopper`) where the device is sm_90 and TMA can describe every operand, the
+SIMT kernel (:mod:`.simt`) everywhere else.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import numpy as np
+
+from ...errors import LaunchError, SourceLoc
+from ...types import PtxType, bf16, f16, f32
+from .epilogue import ACTIVATIONS
+from .plan import fallback_plan
+from .simt import build_simt
+
+_DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
+_ALIASES = {"gelu_tanh": "gelu", "gelu-tanh": "gelu", "swish": "silu"}
+_PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _caller() -> SourceLoc | None:
+    """The first frame outside the ptxdsl package: the user's call."""
+    f = sys._getframe(1)
+    while f is not None:
+        if not os.path.abspath(f.f_code.co_filename).startswith(_PKG):
+            return SourceLoc(f.f_code.co_filename, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+def _error(msg: str) -> LaunchError:
+    return LaunchError(f"matmul: {msg}", _caller())
+
+
+class KernelCache:
+    """Built kernels keyed by everything that changes their PTX."""
+
+    def __init__(self):
+        self._kernels: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, build):
+        k = self._kernels.get(key)
+        if k is None:
+            with self._lock:
+                k = self._kernels.get(key)
+                if k is None:
+                    k = self._kernels[key] = build()
+        return k
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+
+KERNELS = KernelCache()
+
+
+# ---------------------------------------------------------------- array plumbing
+def _kind(a) -> str:
+    if type(a).__module__.startswith("torch"):
+        return "torch"
+    if isinstance(a, np.ndarray):
+        return "numpy"
+    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"):
+        return "device"
+    raise _error(f"takes numpy arrays, torch tensors or device arrays, got {type(a).__name__}")
+
+
+def _strides(a) -> tuple[int, ...]:
+    if hasattr(a, "stride") and callable(a.stride):
+        return tuple(a.stride())
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+def _ptr(a) -> int:
+    if hasattr(a, "data_ptr"):
+        return a.data_ptr()
+    if isinstance(a, np.ndarray):
+        return a.ctypes.data
+    return a.__cuda_array_interface__["data"][0]
+
+
+def _dtype_of(a) -> PtxType:
+    name = str(a.dtype).replace("torch.", "")
+    t = _DTYPES.get(name)
+    if t not in (f16, bf16):
+        raise _error(f"supports float16 and bfloat16 operands, got {a.dtype}")
+    return t
+
+
+def _out_dtype(spec, default: PtxType) -> PtxType:
+    if spec is None:
+        return default
+    if isinstance(spec, PtxType):
+        t = spec if spec in (f16, bf16, f32) else None
+    else:
+        name = str(spec).replace("torch.", "")
+        if not isinstance(spec, str):
+            try:
+                name = np.dtype(spec).name
+            except TypeError:
+                pass
+        t = _DTYPES.get({"f32": "float32", "f16": "float16", "bf16": "bfloat16"}.get(name, name))
+    if t is None:
+        raise _error(f"out_dtype must be float16, bfloat16 or float32, got {spec!r}")
+    return t
+
+
+class _Frame:
+    """What one call runs on: numpy (GPU or interpreter), torch or another device array."""
+
+    def __init__(self, a):
+        self.kind = _kind(a)
+        self.torch = None
+        if self.kind == "torch":
+            import torch
+            self.torch = torch
+
+    def empty(self, shape, like, dtype: PtxType):
+        if self.kind == "torch":
+            t = self.torch
+            dt = {f32: t.float32, f16: t.float16, bf16: t.bfloat16}[dtype]
+            return t.empty(shape, dtype=dt, device=like.device)
+        if self.kind == "numpy":
+            if dtype == bf16:
+                return np.empty(shape, dtype=like.dtype if like.dtype.name == "bfloat16"
+                                else _ml_bf16())
+            return np.empty(shape, dtype=dtype.np_dtype)
+        import cupy
+        return cupy.empty(shape, dtype=dtype.np_dtype if dtype != bf16 else like.dtype)
+
+    def contiguous(self, a):
+        if self.kind == "torch":
+            return a.contiguous()
+        if self.kind == "numpy":
+            return np.ascontiguousarray(a)
+        import cupy
+        return cupy.ascontiguousarray(a)
+
+    def on_gpu(self) -> bool:
+        if self.kind != "numpy":
+            return True
+        from ... import gpu_available
+        return gpu_available()
+
+    def run(self, k, *args):
+        if self.kind == "numpy" and not self.on_gpu():
+            return k.interpret(*args)
+        return k(*args)
+
+
+def _ml_bf16():
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise _error("a bfloat16 numpy output needs ml_dtypes (numpy has no bfloat16)") from None
+    return ml_dtypes.bfloat16
+
+
+# ---------------------------------------------------------------- the call
+def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None = None):
+    """``activation(a @ b + bias)``; see the module docstring for shapes, dtypes, layouts."""
+    activation = _ALIASES.get(activation, activation)
+    if activation not in ACTIVATIONS:
+        raise _error(f"activation must be None, 'relu', 'gelu' (tanh form) or 'silu', got "
+                     f"{activation!r}")
+    frame = _Frame(a)
+    if _kind(b) != frame.kind:
+        raise _error(f"a and b must be the same kind of array, got {type(a).__name__} and "
+                     f"{type(b).__name__}")
+    if frame.kind == "torch" and frame.torch.is_grad_enabled() and (
+            a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
+        if out is not None:
+            raise _error("out= writes into a caller tensor and is not differentiable; call "
+                         "it under torch.no_grad(), or leave out= for training")
+        from .autograd import matmul_autograd
+        return matmul_autograd(a, b, bias, activation, out_dtype)
+    return forward(frame, a, b, out, out_dtype, bias, activation)
+
+
+def _shapes(a, b):
+    if a.ndim not in (2, 3) or b.ndim not in (2, 3):
+        raise _error(f"a and b must be 2-D (M, K) / (K, N) or 3-D batched, got shapes "
+                     f"{tuple(a.shape)} and {tuple(b.shape)}")
+    m, k = int(a.shape[-2]), int(a.shape[-1])
+    k2, n = int(b.shape[-2]), int(b.shape[-1])
+    if k != k2:
+        raise _error(f"a's last dim ({k}) must equal b's first matrix dim ({k2}): shapes "
+                     f"{tuple(a.shape)} @ {tuple(b.shape)}")
+    ba = int(a.shape[0]) if a.ndim == 3 else None
+    bb = int(b.shape[0]) if b.ndim == 3 else None
+    if ba is not None and bb is not None and ba != bb:
+        raise _error(f"batch sizes differ: a has {ba}, b has {bb}")
+    return ba if ba is not None else bb, m, n, k
+
+
+def forward(frame, a, b, out, out_dtype, bias, activation):
+    """The call without autograd: checks, allocation, batching, kernel choice."""
+    batch, m, n, k = _shapes(a, b)
+    dt = _dtype_of(a)
+    if _dtype_of(b) != dt:
+        raise _error(f"a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    odt = _out_dtype(out_dtype, dt)
+    bdt = None
+    if bias is not None:
+        if _kind(bias) != frame.kind or tuple(bias.shape) != (n,):
+            raise _error(f"bias must be a ({n},) array of the same kind as a, got "
+                         f"{type(bias).__name__} of shape {tuple(getattr(bias, 'shape', ()))}")
+        bdt = _DTYPES.get(str(bias.dtype).replace("torch.", ""))
+        if bdt not in (dt, f32):
+            raise _error(f"bias dtype must be a's ({dt.name}) or float32, got {bias.dtype}")
+        if _strides(bias)[0] != 1:
+            bias = frame.contiguous(bias)
+    shape = ((batch,) if batch is not None else ()) + (m, n)
+    if out is None:
+        out = frame.empty(shape, a, odt)
+    else:
+        if _kind(out) != frame.kind or tuple(out.shape) != shape:
+            raise _error(f"out must be an array of shape {shape}, got "
+                         f"{tuple(getattr(out, 'shape', ()))}")
+        if _dtype_of_any(out) != odt:
+            raise _error(f"out's dtype ({out.dtype}) must be out_dtype ({odt.name})")
+        if m and n and _strides(out)[-1] != 1 and n > 1:
+            raise _error(f"out needs unit inner stride, got strides {_strides(out)}")
+    if 0 in (m, n) or batch == 0:
+        return out
+    if k == 0:
+        _fill_bias(frame, out, bias, activation)
+        return out
+    for i in range(batch or 1):
+        ai = a[i] if a.ndim == 3 else a
+        bi = b[i] if b.ndim == 3 else b
+        oi = out[i] if batch is not None else out
+        _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation)
+    return out
+
+
+def _dtype_of_any(a) -> PtxType | None:
+    return _DTYPES.get(str(a.dtype).replace("torch.", ""))
+
+
+def _layout(frame, x):
+    """(the array the kernel reads, transposed?): x itself when its rows are contiguous,
+    its transpose (a view) when its columns are, else a contiguous copy."""
+    s = _strides(x)
+    r, c = int(x.shape[0]), int(x.shape[1])
+    if s[1] == 1 or c == 1:
+        return x, False
+    if s[0] == 1 or r == 1:
+        return x.T, True
+    return frame.contiguous(x), False
+
+
+def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
+    """One (M, K) @ (K, N) product into ``out``."""
+    a_k, a_t = _layout(frame, a)
+    b_k, b_t = _layout(frame, b)
+    k = kernel_for(dt, odt, a_t, b_t, bdt, activation, frame)
+    args = [a_k, b_k] + ([bias] if bias is not None else [])
+    res = frame.run(k, *args, out)
+    if frame.kind == "numpy" and res is not None and res is not out:
+        out[...] = res
+
+
+def kernel_for(dt, odt, a_t, b_t, bdt, activation, frame=None):
+    """The kernel one product runs: the SIMT kernel (the Hopper kernel joins here)."""
+    key = ("simt", dt.name, odt.name, a_t, b_t, bdt.name if bdt else None, activation)
+    return KERNELS.get(key, lambda: build_simt(fallback_plan(), dt, odt, a_t=a_t, b_t=b_t,
+                                               bias=bdt, activation=activation))
+
+
+def _fill_bias(frame, out, bias, activation):
+    """K = 0: every output is ``act(bias)`` (or act(0))."""
+    from .epilogue import reference
+    if frame.kind == "torch":
+        t = frame.torch
+        v = (bias.double() if bias is not None
+             else t.zeros(out.shape[-1], dtype=t.float64, device=out.device))
+        out[...] = reference(v, activation, _TorchMath(t)).to(out.dtype)
+        return
+    v = np.zeros(out.shape[-1]) if bias is None else np.asarray(bias, np.float64)
+    out[...] = reference(v, activation, np).astype(out.dtype)
+
+
+class _TorchMath:
+    """The numpy names :func:`.epilogue.reference` uses, on torch tensors."""
+
+    def __init__(self, torch):
+        self.tanh, self.exp = torch.tanh, torch.exp
+        self.maximum = lambda x, y: torch.clamp(x, min=y)
+
+
+__all__ = ["matmul", "forward", "kernel_for", "KERNELS"]

@@ -1,0 +1,107 @@
+"""The SIMT GEMM: correct for every shape, stride and alignment, never fast.
+
+``C = act(A @ B + bias)`` with f32 ``fma`` on each thread's 4x4 outputs of a
+64x64 CTA tile, the operands read straight from global memory (no shared
+memory, no tensor cores). It is what runs where TMA cannot describe an operand
+(a row stride that is not a multiple of 16 bytes, a base that is not 16-byte
+aligned) and what the CPU interpreter runs for numpy arrays on a machine without
+a GPU, so it covers every layout the op accepts:
+
+* ``a_t=False``: A is stored ``(M, K)`` with row stride ``sa``; ``a_t=True``: A is
+  the transpose of a stored ``(K, M)`` array (a column-major A), row stride ``sa``.
+* ``b_t=False``: B is stored ``(K, N)``; ``b_t=True``: B is the transpose of a
+  stored ``(N, K)`` array (``x @ W.T`` of a linear layer).
+
+Per K step each thread records 4 + 4 predicated ``ld.global`` (``.u16``/``.b16``
+widened to f32 for bf16/f16) and 16 ``fma.rn.f32``; the epilogue is
+:mod:`.epilogue`'s bias and activation and one predicated ``st.global`` per output.
+"""
+from __future__ import annotations
+
+from ptxdsl import Tile, kernel, ptx, reg
+from ptxdsl.types import PtxType, f32, u32, u64
+
+from .._rowio import load_chunk, narrow, store_chunk
+from .epilogue import activate
+from .plan import FallbackPlan
+
+
+def specs(dtype: PtxType, out_dtype: PtxType, a_t: bool, b_t: bool, bias: PtxType | None):
+    """(in_specs, out_specs, argument names) of the kernel for one layout."""
+    a = Tile("K", "M", dtype, stride="sa") if a_t else Tile("M", "K", dtype, stride="sa")
+    b = Tile("N", "K", dtype, stride="sb") if b_t else Tile("K", "N", dtype, stride="sb")
+    ins = (a, b) + ((Tile("N", bias),) if bias is not None else ())
+    names = ("A", "B") + (("bias",) if bias is not None else ()) + ("C",)
+    return ins, (Tile("M", "N", out_dtype, stride="sc"),), names
+
+
+def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool = False,
+               b_t: bool = False, bias: PtxType | None = None, activation: str | None = None,
+               arch: str = "sm_90a"):
+    """The kernel for one (dtype, out dtype, layout, epilogue); M, N, K and the three
+    row strides are run-time parameters."""
+    T, P = p.tile, p.per
+    es, oes = dtype.bytes, out_dtype.bytes
+    ins, outs, names = specs(dtype, out_dtype, a_t, b_t, bias)
+    tag = f"{'t' if a_t else 'n'}{'t' if b_t else 'n'}"
+
+    @kernel(in_specs=ins, out_specs=outs, arg_names=names,
+            grid=lambda M, N, K: (-(-N // T), -(-M // T), 1), block=(256, 1, 1), arch=arch,
+            name=f"matmul_simt_{tag}_{dtype.name}_{out_dtype.name}"
+                 f"{'_bias' if bias else ''}{'_' + activation if activation else ''}")
+    def matmul_simt(*args):
+        if bias is not None:
+            A, B, Bias, C = args
+            pa, pb, pbias, pc = ptx.global_ptrs(A, B, Bias, C)
+        else:
+            A, B, C = args
+            pa, pb, pc = ptx.global_ptrs(A, B, C)
+        m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
+        sa, sb, sc = (ptx.dim(s, kind="stride") for s in ("sa", "sb", "sc"))
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        bx = reg.scalar(u32); ptx.inst.mov.u32(bx, ptx.special.ctaid.x())
+        by = reg.scalar(u32); ptx.inst.mov.u32(by, ptx.special.ctaid.y())
+        row0 = by * T + (tid >> 4)
+        col0 = bx * T + (tid & 15)
+        rows = [row0 + 16 * i if i else row0 for i in range(P)]
+        cols = [col0 + 16 * j if j else col0 for j in range(P)]
+        row_ok = [r < m for r in rows]
+        col_ok = [c < n for c in cols]
+
+        def wide(x, scale):
+            d = reg.scalar(u64)
+            ptx.inst.mul.wide.u32(d, x, scale)
+            return d
+
+        # A[r, kk]: row-major A steps es per k; a transposed one steps a row (sa).
+        a_ptrs = [pa + wide(r, es if a_t else sa * es) for r in rows]
+        b_ptrs = [pb + wide(c, sb * es if b_t else es) for c in cols]
+        a_step = wide(sa, es) if a_t else es
+        b_step = es if b_t else wide(sb, es)
+        acc = [[reg.scalar(f32, init=0.0) for _ in range(P)] for _ in range(P)]
+        for _ in ptx.range_(k):
+            av = [load_chunk(a_ptrs[i], 0, dtype, 1, pred=row_ok[i])[0] for i in range(P)]
+            bv = [load_chunk(b_ptrs[j], 0, dtype, 1, pred=col_ok[j])[0] for j in range(P)]
+            for i in range(P):
+                for j in range(P):
+                    ptx.inst.fma.rn.f32(acc[i][j], av[i], bv[j], acc[i][j])
+            for ptr in a_ptrs:
+                ptx.inst.add.u64(ptr, ptr, a_step)
+            for ptr in b_ptrs:
+                ptx.inst.add.u64(ptr, ptr, b_step)
+        bvals = None
+        if bias is not None:
+            bvals = [load_chunk(pbias + wide(c, bias.bytes), 0, bias, 1, pred=ok)[0]
+                     for c, ok in zip(cols, col_ok)]
+        for i in range(P):
+            crow = pc + wide(rows[i], sc * oes)
+            for j in range(P):
+                v = acc[i][j] + bvals[j] if bvals is not None else acc[i][j]
+                v = activate(v, activation)
+                store_chunk(crow + wide(cols[j], oes), 0, out_dtype, narrow([v], out_dtype),
+                            pred=row_ok[i] & col_ok[j])
+
+    return matmul_simt
+
+
+__all__ = ["build_simt", "specs"]

@@ -1,0 +1,169 @@
+"""ptxdsl.ops.matmul on the CPU interpreter (the SIMT kernel) against float64 numpy:
+shapes, layouts, batching, bias and activations, errors; the tile scheduler."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ptxdsl import Tile, kernel, ptx, reg
+from ptxdsl.errors import LaunchError
+from ptxdsl.ops import matmul
+from ptxdsl.ops.matmul.epilogue import reference as act_ref
+from ptxdsl.ops.matmul.plan import Plan, choose, stages_for, SMEM_PER_CTA, tma_ok
+from ptxdsl.ops.matmul.schedule import persistent_grid, tile_coords, tile_coords_py, tile_order
+from ptxdsl.types import bf16, f16, f32, u32
+
+pytest.importorskip("ptxdsl.interp")
+
+SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+RAGGED = [1, 7, 16, 65, 129]
+
+
+def ints(rng, shape):
+    """Integer-valued f16 in [-4, 4]: every product and sum is exact in f32 for K < 2^17/16."""
+    return rng.integers(-4, 5, shape).astype(np.float16)
+
+
+def ref(a, b, bias=None, act=None):
+    z = a.astype(np.float64) @ b.astype(np.float64)
+    if bias is not None:
+        z = z + bias.astype(np.float64)
+    return act_ref(z, act, np)
+
+
+@SETTINGS
+@given(m=st.sampled_from(RAGGED), n=st.sampled_from(RAGGED), k=st.sampled_from([1, 7, 65]),
+       seed=st.integers(0, 2**16))
+def test_integer_inputs_f32_out_are_bit_exact(m, n, k, seed):
+    rng = np.random.default_rng(seed)
+    a, b = ints(rng, (m, k)), ints(rng, (k, n))
+    c = matmul(a, b, out_dtype=np.float32)
+    assert c.dtype == np.float32 and c.shape == (m, n)
+    np.testing.assert_array_equal(c, ref(a, b))
+
+
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (True, False), (False, True), (True, True)])
+def test_row_and_column_major_operands_without_copies(a_t, b_t):
+    rng = np.random.default_rng(3)
+    m, n, k = 33, 20, 17
+    a = ints(rng, (k, m)).T if a_t else ints(rng, (m, k))
+    b = ints(rng, (n, k)).T if b_t else ints(rng, (k, n))
+    np.testing.assert_array_equal(matmul(a, b, out_dtype="float32"), ref(a, b))
+
+
+def test_strided_leading_dims_and_out():
+    rng = np.random.default_rng(4)
+    big_a, big_b = ints(rng, (40, 50)), ints(rng, (30, 70))
+    a, b = big_a[3:20, 5:26], big_b[2:23, 1:40]       # row strides 50 and 70
+    out = np.full((40, 64), np.nan, np.float32)[:17, 7:46]
+    got = matmul(a, b, out=out, out_dtype=np.float32)
+    assert got is out
+    np.testing.assert_array_equal(out, ref(a, b))
+
+
+def test_f16_output_within_one_rounding():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((65, 70)).astype(np.float16)
+    b = rng.standard_normal((70, 31)).astype(np.float16)
+    r = ref(a, b)
+    c = matmul(a, b)
+    assert c.dtype == np.float16
+    # f32 accumulation then one rounding to f16: within an f16 ulp of the float64 result
+    ulp = np.spacing(np.abs(r).astype(np.float16)).astype(np.float64)
+    assert np.all(np.abs(c.astype(np.float64) - r) <= ulp + 1e-3 * np.abs(r).max())
+
+
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "silu"])
+def test_bias_and_activation_fused(act):
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((19, 24)).astype(np.float16), \
+        rng.standard_normal((24, 37)).astype(np.float16)
+    bias = rng.standard_normal(37).astype(np.float32)
+    c = matmul(a, b, bias=bias, activation=act, out_dtype=np.float32)
+    r = ref(a, b, bias, act)
+    # tanh.approx / ex2.approx: about 2^-10 relative in the activation
+    assert np.max(np.abs(c - r)) <= 2e-3 * max(1.0, np.abs(r).max())
+
+
+def test_batched_and_broadcast_operands():
+    rng = np.random.default_rng(7)
+    a3, b3, b2 = ints(rng, (3, 9, 11)), ints(rng, (3, 11, 5)), ints(rng, (11, 5))
+    np.testing.assert_array_equal(matmul(a3, b3, out_dtype=np.float32), ref(a3, b3))
+    np.testing.assert_array_equal(matmul(a3, b2, out_dtype=np.float32), ref(a3, b2))
+    a2 = ints(rng, (9, 11))
+    np.testing.assert_array_equal(matmul(a2, b3, out_dtype=np.float32), ref(a2, b3))
+
+
+def test_k_zero_is_activation_of_bias():
+    bias = np.array([-1.0, 2.0], np.float32)
+    a, b = np.zeros((3, 0), np.float16), np.zeros((0, 2), np.float16)
+    c = matmul(a, b, bias=bias, activation="relu", out_dtype=np.float32)
+    np.testing.assert_array_equal(c, [[0.0, 2.0]] * 3)
+    assert matmul(np.zeros((0, 4), np.float16), np.zeros((4, 3), np.float16)).shape == (0, 3)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda a, b: matmul(a, b[:3]), "must equal b's first matrix dim"),
+    (lambda a, b: matmul(a.astype(np.float32), b), "float16 and bfloat16"),
+    (lambda a, b: matmul(a, b, activation="tanh"), "activation must be"),
+    (lambda a, b: matmul(a, b, out_dtype=np.int32), "out_dtype must be"),
+    (lambda a, b: matmul(a, b, bias=np.zeros(3, np.float32)), r"bias must be a \(6,\)"),
+    (lambda a, b: matmul(a, b, bias=np.zeros(6, np.float64)), "bias dtype"),
+    (lambda a, b: matmul(a, b, out=np.zeros((4, 6), np.float32)), "out's dtype"),
+    (lambda a, b: matmul(a, b, out=np.zeros((4, 5), np.float16)), "out must be"),
+    (lambda a, b: matmul(a[None].repeat(2, 0), b[None].repeat(3, 0)), "batch sizes differ"),
+    (lambda a, b: matmul(a[0], b), "2-D"),
+])
+def test_errors_name_the_callers_line(call, match):
+    a, b = np.ones((4, 5), np.float16), np.ones((5, 6), np.float16)
+    with pytest.raises(LaunchError, match=match) as e:
+        call(a, b)
+    assert "test_ops_matmul.py" in str(e.value)
+
+
+# ---------------------------------------------------------------- plan and scheduler
+def test_plan_fits_shared_memory():
+    for dt in (f16, bf16):
+        for odt in (f16, bf16, f32):
+            p = choose(4096, 4096, 4096, dt, odt)
+            assert p.smem_bytes(dt, odt) <= SMEM_PER_CTA
+            assert p.stages == stages_for(p, dt, odt) >= 3
+    assert choose(128, 4096, 4096, bf16).cluster == 1
+    assert choose(4096, 4096, 4096, bf16).cluster == 2
+    assert Plan().tiles(129, 257) == (2, 2)        # M rounded up to whole clusters
+    assert tma_ok(0, 8, 4, bf16) and not tma_ok(0, 7, 4, bf16) and not tma_ok(8, 8, 4, bf16)
+
+
+@given(rows=st.integers(1, 40), cols=st.integers(1, 40), group=st.sampled_from([1, 2, 8]))
+@settings(max_examples=40, deadline=None)
+def test_grouped_order_covers_every_tile_once(rows, cols, group):
+    order = tile_order(rows, cols, group)
+    assert sorted(order) == [(r, c) for r in range(rows) for c in range(cols)]
+    # within a full group, consecutive tiles walk down a column first
+    if rows >= group > 1 and cols > 1:
+        assert order[:group] == [(r, 0) for r in range(group)]
+
+
+def test_persistent_grid():
+    assert persistent_grid(1000, 132, 2) == 132
+    assert persistent_grid(6, 132, 2) == 6
+    assert persistent_grid(1000, 131, 2) == 130
+
+
+def test_device_tile_coords_match_the_python_model():
+    rows, cols, group, n = 7, 5, 3, 35
+
+    @kernel(in_specs=(), out_specs=(Tile(n, u32), Tile(n, u32)), block=(64, 1, 1))
+    def coords(R, C):
+        pr, pc = ptx.global_ptrs(R, C)
+        t = reg.scalar(u32); ptx.inst.mov.u32(t, ptx.special.tid.x())
+        nr = reg.scalar(u32, init=rows)
+        with ptx.if_(t < n):
+            r, c = tile_coords(t, nr, cols, group)
+            ptx.inst.st.global_.u32(ptx.addr(pr + t * 4), r)
+            ptx.inst.st.global_.u32(ptx.addr(pc + t * 4), c)
+
+    r, c = coords.interpret()
+    assert list(zip(r.tolist(), c.tolist())) == [tile_coords_py(t, rows, cols, group)
+                                                 for t in range(n)]

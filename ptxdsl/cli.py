@@ -24,7 +24,6 @@ import inspect
 import json
 import os
 import runpy
-import shutil
 import subprocess
 import sys
 import traceback
@@ -34,7 +33,7 @@ from typing import Callable, Sequence
 from .errors import PtxdslError
 
 __all__ = ["main", "load_kernels", "select_kernels", "format_table", "CliError",
-           "KernelEntry", "cache_dir"]
+           "KernelEntry"]
 
 # Exit codes: 0 ok, 1 a failure with a reason printed, 2 bad usage (argparse's own).
 EXIT_FAIL = 1
@@ -399,32 +398,6 @@ def _cmd_bench(args) -> int:
         return 130
 
 
-def cache_dir() -> str:
-    """The compiled-kernel cache folder: the runtime's own answer when it has one,
-    else ``$PTXDSL_CACHE_DIR`` or ``~/.cache/ptxdsl`` (``$XDG_CACHE_HOME/ptxdsl``)."""
-    try:
-        from .runtime import cache as rcache  # written with the runtime; optional here
-    except ImportError:
-        rcache = None
-    if rcache is not None:
-        for attr in ("cache_dir", "default_cache_dir", "cache_path"):
-            fn = getattr(rcache, attr, None)
-            if callable(fn):
-                try:
-                    return os.fspath(fn())
-                except TypeError:
-                    continue
-        for attr in ("CACHE_DIR",):
-            value = getattr(rcache, attr, None)
-            if isinstance(value, (str, os.PathLike)):
-                return os.fspath(value)
-    env = os.environ.get("PTXDSL_CACHE_DIR")
-    if env:
-        return os.path.abspath(os.path.expanduser(env))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ptxdsl")
-
-
 def _dir_stats(path: str) -> tuple[int, int]:
     files = size = 0
     for root, _dirs, names in os.walk(path):
@@ -446,98 +419,31 @@ def _human(n: int) -> str:
 
 
 def _cmd_cache(args) -> int:
+    from .runtime.cache import cache_dir, clear, disk_cache_enabled
     path = cache_dir()
     if args.action == "info":
         exists = os.path.isdir(path)
         files, size = _dir_stats(path) if exists else (0, 0)
         source = ("PTXDSL_CACHE_DIR" if os.environ.get("PTXDSL_CACHE_DIR") else "default")
-        enabled = os.environ.get("PTXDSL_CACHE", "1").strip().lower() not in (
-            "0", "off", "false", "no")
         print(format_table(["", ""], [["cache dir", path], ["set by", source],
-                                      ["enabled", "yes" if enabled else "no (PTXDSL_CACHE=0)"],
+                                      ["enabled", "yes" if disk_cache_enabled()
+                                       else "no (PTXDSL_CACHE=0)"],
                                       ["exists", "yes" if exists else "no"],
                                       ["files", files], ["size", _human(size)]],
                            right=[False, False]).split("\n", 2)[2])
         return 0
-    # clear
-    try:
-        from .runtime import cache as rcache
-    except ImportError:
-        rcache = None
-    fn = getattr(rcache, "clear", None) or getattr(rcache, "clear_cache", None)
-    if callable(fn):
-        # The runtime's own clear deletes only the files it wrote.
-        removed = fn()
-        what = f"{removed} file(s)" if isinstance(removed, int) else "entries"
-        print(f"removed {what} from {path}")
-        return 0
-    if not os.path.isdir(path):
-        print(f"nothing to clear: {path} does not exist")
-        return 0
-    if not _looks_like_our_cache(path):
-        raise CliError(f"refusing to clear {path}: it holds files ptxdsl did not write "
-                       f"(check PTXDSL_CACHE_DIR); delete it by hand if you are sure")
-    files, size = _dir_stats(path)
-    shutil.rmtree(path)
-    print(f"cleared {path} ({files} files, {_human(size)})")
+    # clear: the runtime's clear deletes only the files it wrote
+    print(f"removed {clear()} file(s) from {path}")
     return 0
-
-
-# What the runtime's cache writes; anything else in the folder means it is not ours.
-_CACHE_SUFFIXES = (".cubin", ".ptx", ".json", ".lock", ".tmp", ".fatbin", ".log")
-
-
-def _looks_like_our_cache(path: str) -> bool:
-    """Guard against PTXDSL_CACHE_DIR=$HOME and `cache clear` deleting a home folder."""
-    for root, _dirs, names in os.walk(path):
-        for n in names:
-            if not n.endswith(_CACHE_SUFFIXES) and not n.startswith("."):
-                return False
-    return True
 
 
 def _cmd_doctor(args) -> int:
     """Exit 0 when kernels can at least be assembled here (a ptxas) or run (a GPU)."""
-    try:
-        from . import doctor as doctor_mod  # the runtime's fuller report, when present
-    except ImportError:
-        doctor_mod = None
-    if doctor_mod is None or not callable(getattr(doctor_mod, "doctor", None)):
-        return _fallback_doctor()
+    from . import doctor as doctor_mod
     report = doctor_mod.doctor()
-    if not isinstance(report, dict):  # an older doctor that prints for itself
-        return report if isinstance(report, int) and not isinstance(report, bool) else 0
-    fmt = getattr(doctor_mod, "format_report", None)
-    if callable(fmt):
-        print(fmt(report))
-    else:
-        _print_report(report)
+    print(doctor_mod.format_report(report))
     usable = bool(report.get("ptxas")) or report.get("gpu") == "yes"
     return 0 if usable else EXIT_FAIL
-
-
-def _print_report(report: dict) -> None:
-    rows = []
-    for key, value in report.items():
-        if key == "problems":
-            continue
-        rows.append([key, "-" if value is None else value])
-    print(format_table(["", ""], rows, right=[False, False]).split("\n", 2)[2])
-    for p in report.get("problems") or ():
-        print(f"problem: {p}")
-
-
-def _fallback_doctor() -> int:
-    from . import __version__, gpu_available, toolchain
-    report = {"ptxdsl": __version__, "python": sys.version.split()[0]}
-    tc = toolchain.toolchain_report()
-    report.update((k, v) for k, v in tc.items() if k != "problems")
-    report["gpu"] = "yes" if gpu_available() else "no (kernels run on the CPU interpreter)"
-    report["cache dir"] = cache_dir()
-    report["PTXDSL_INTERPRET"] = os.environ.get("PTXDSL_INTERPRET") or None
-    report["problems"] = tc.get("problems")
-    _print_report(report)
-    return EXIT_FAIL if report["ptxas"] is None and not gpu_available() else 0
 
 
 # ------------------------------------------------------------------ plumbing

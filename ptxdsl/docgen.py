@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .isa import TABLE, OpSpec
 from .isa.spec import parse_operands
+from .types import PREFIX_TYPE
 
 __all__ = ["render_ptx_namespace", "render_operator_table", "trace_operator", "python_chain",
            "python_example", "interp_support", "anchor", "CATEGORY_TITLES", "REG_TYPES",
@@ -34,10 +35,7 @@ CATEGORY_TITLES: dict[str, str] = {
 # Register-name prefix (as the emitter prints them) -> the type an example
 # register is declared with. ``.b`` types fit every instruction type of their
 # width, so examples need no per-opcode typing.
-REG_TYPES: dict[str, str] = {
-    "p": "pred", "rs": "b16", "r": "b32", "rd": "b64", "rq": "b128", "h": "f16", "hb": "bf16",
-    "hh": "f16x2", "hhb": "bf16x2", "tf": "tf32", "f": "f32", "fd": "f64",
-}
+REG_TYPES: dict[str, str] = PREFIX_TYPE
 
 _ROLE_TEXT = {
     "d": "destination register", "s": "source register or immediate",

@@ -9,19 +9,18 @@ and ptxas diagnostics can map back to Python.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 
 import jinja2
 
 from . import ir
 from .errors import SourceLoc
+from .types import GENERATED_NAME
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("ptxdsl", "templates"),
     keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
 
-_GENERATED = re.compile(r"^(p|rs|r|rd|rq|h|hb|hh|hhb|tf|f|fd)(\d+)$")
 
 
 def decl_type(t) -> str:
@@ -145,7 +144,7 @@ def reg_decls(regs) -> list[str]:
     groups: dict[str, tuple[str, int]] = {}
     named = []
     for r in regs:
-        m = _GENERATED.match(r.name)
+        m = GENERATED_NAME.match(r.name)
         if m:
             prefix, idx = m.group(1), int(m.group(2))
             t, n = groups.get(prefix, (decl_type(r.dtype), 0))

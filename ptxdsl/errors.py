@@ -121,7 +121,8 @@ class OperandTypeError(IsaError, TypeError):
 
 
 class ArchError(IsaError):
-    """An instruction or modifier needs a newer ``sm_`` or PTX ISA than the kernel targets."""
+    """A target name is not a known ``sm_<NN>[a|f]``, or an instruction or modifier needs a
+    newer ``sm_`` or PTX ISA than the kernel targets."""
 
 
 class VerifyError(PtxdslError):

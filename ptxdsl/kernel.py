@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from . import ir
+from .arch import parse_arch
 from .emit import Emitted, emit
 from .errors import (PtxdslError, SourceLoc, ToolchainError, TraceError,
                      location_from_traceback, raised_inside_ptxdsl)
 from .tile import TensorArg, Tile
-from .trace import Builder, parse_arch
+from .trace import Builder
 from .types import u32, u64
 from .verify import verify
 

@@ -14,46 +14,15 @@ import re
 from typing import Iterator, Sequence
 
 from . import ir
+from .arch import arch_ptx_floor, parse_arch
 from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, user_location
 from .isa import Match, check_arch, resolve
-from .types import REG_PREFIX, PtxType, compatible, int_range
+from .types import GENERATED_NAME, REG_PREFIX, PtxType, compatible, int_range
 
 _ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar(
     "ptxdsl_builder", default=None)
 
-# Generated register names: a type prefix and a number (``%f12``). User-named
-# registers must not look like these, or two registers could print alike.
-GENERATED_NAME = re.compile(r"^(%s)(\d+)$" % "|".join(
-    sorted(set(REG_PREFIX.values()), key=len, reverse=True)))
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_$]*$")
-
-# The PTX ISA version each target first appeared in: the floor for ``.version``.
-ARCH_PTX: dict[int, tuple[int, int]] = {
-    50: (4, 0), 52: (4, 1), 53: (4, 2), 60: (5, 0), 61: (5, 0), 62: (5, 0), 70: (6, 0),
-    72: (6, 1), 75: (6, 3), 80: (7, 0), 86: (7, 1), 87: (7, 4), 89: (7, 8), 90: (7, 8),
-    100: (8, 6), 101: (8, 6), 103: (8, 8), 110: (9, 0), 120: (8, 7), 121: (8, 8),
-}
-
-
-def parse_arch(arch: str) -> tuple[int, bool]:
-    """``"sm_90a"`` -> ``(90, True)``; raises for anything that is not ``sm_<NN>[a|f]``."""
-    text = arch.strip().lower()
-    if not text.startswith("sm_") or not text[3:].rstrip("af").isdigit():
-        raise TraceError(f"arch must look like 'sm_80' or 'sm_90a', got {arch!r}")
-    num = int(text[3:].rstrip("af"))
-    if num not in ARCH_PTX:
-        raise TraceError(f"unknown arch {arch!r}; known: "
-                         f"{', '.join('sm_%d' % k for k in sorted(ARCH_PTX))}")
-    return num, text.endswith(("a", "f"))
-
-
-def arch_ptx_floor(arch: str) -> tuple[int, int]:
-    num, suffixed = parse_arch(arch)
-    floor = ARCH_PTX[num]
-    if suffixed and num == 90:
-        floor = max(floor, (8, 0))
-    return floor
-
 
 def active_builder() -> "Builder | None":
     """The builder of the trace in progress in this context, or None."""

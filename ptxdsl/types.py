@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -164,6 +165,16 @@ REG_PREFIX: dict[str, str] = {
     "b128": "rq", "f16": "h", "bf16": "hb", "f16x2": "hh", "bf16x2": "hhb",
     "tf32": "tf", "f32": "f", "f64": "fd",
 }
+# The other way: a prefix -> the type its registers are declared with (the first
+# type of REG_PREFIX with that prefix: the .b type where several share one).
+PREFIX_TYPE: dict[str, str] = {}
+for _name, _prefix in REG_PREFIX.items():
+    PREFIX_TYPE.setdefault(_prefix, _name)
+del _name, _prefix
+# Generated register names: a type prefix and a number (``%f12``). User-named
+# registers must not look like these, or two registers could print alike.
+GENERATED_NAME = re.compile(r"^(%s)(\d+)$" % "|".join(
+    sorted(PREFIX_TYPE, key=len, reverse=True)))
 
 
 def move_type(t: PtxType) -> PtxType:

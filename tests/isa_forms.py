@@ -21,7 +21,8 @@ from ptxdsl import ir
 from ptxdsl.emit import emit
 from ptxdsl.errors import IsaError, SourceLoc
 from ptxdsl.isa import TABLE, Match, OpSpec, match
-from ptxdsl.trace import Builder, arch_ptx_floor
+from ptxdsl.arch import arch_ptx_floor
+from ptxdsl.trace import Builder
 from ptxdsl.types import ALL_TYPES, u32, u64
 
 # ptxas 13 assembles sm_75 and newer only; older claims are checked at sm_75.

@@ -229,7 +229,7 @@ def test_no_form_needs_a_newer_isa_than_ptxas_13_accepts():
     """ptxas 13.0 takes PTX ISA 9.0 at most; nothing in the table may ask for more."""
     from ptxdsl.isa import TABLE
     from ptxdsl.isa.spec import TYPE_NEEDS
-    from ptxdsl.trace import ARCH_PTX
+    from ptxdsl.arch import ARCH_PTX
     needs = [spec.ptx for spec in TABLE] + [m.ptx for spec in TABLE for g in spec.groups
                                             for m in g.mods if m.ptx]
     needs += [v for v, _ in TYPE_NEEDS.values()]

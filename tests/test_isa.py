@@ -173,7 +173,7 @@ REFUSED = [
 
 
 def _refused_by_table(line: str, arch: str) -> str:
-    from ptxdsl.trace import parse_arch
+    from ptxdsl.arch import parse_arch
     try:
         m = resolve(example_chain(line))
         check_arch(m, parse_arch(arch)[0], arch)

@@ -25,7 +25,7 @@ from ptxdsl import PtxdslError, Tile, kernel, ptx, reg
 from ptxdsl import toolchain
 from ptxdsl.errors import ArchError, IsaError, OperandTypeError
 from ptxdsl.isa import TABLE, resolve
-from ptxdsl.trace import parse_arch
+from ptxdsl.arch import parse_arch
 from ptxdsl.types import ALL_TYPES, compatible, f32, int_range, pred, u64
 
 PTXAS = toolchain.find_ptxas()

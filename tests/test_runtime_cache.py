@@ -32,10 +32,12 @@ def test_cache_dir_xdg_then_home(monkeypatch, tmp_path):
     assert rc.cache_dir() == os.path.join(str(tmp_path / "home"), ".cache", "ptxdsl")
 
 
-def test_cli_finds_the_runtime_cache_dir(monkeypatch, tmp_path):
+def test_cli_reports_the_runtime_cache_dir(monkeypatch, tmp_path, capsys):
     from ptxdsl import cli
-    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path / "c"))
-    assert cli.cache_dir() == rc.cache_dir()
+    monkeypatch.delenv("PTXDSL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cli.main(["cache", "info"]) == 0
+    assert rc.cache_dir() in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- keys

@@ -7,27 +7,8 @@ import pytest
 
 from ptxdsl import ir, kernel, ptx, reg
 from ptxdsl.errors import IsaError, TraceError
-from ptxdsl.trace import Builder, arch_ptx_floor, current, parse_arch
+from ptxdsl.trace import Builder, current
 from ptxdsl.types import f32, pred, u16, u32, u64, u8
-
-
-@pytest.mark.parametrize("arch,num,suffixed", [
-    ("sm_80", 80, False), ("sm_90a", 90, True), ("SM_90", 90, False), ("sm_100f", 100, True)])
-def test_parse_arch(arch, num, suffixed):
-    assert parse_arch(arch) == (num, suffixed)
-
-
-@pytest.mark.parametrize("arch,msg", [("compute_80", "must look like"), ("sm_81", "unknown arch"),
-                                      ("sm_x", "must look like")])
-def test_parse_arch_refusals(arch, msg):
-    with pytest.raises(TraceError, match=msg):
-        parse_arch(arch)
-
-
-@pytest.mark.parametrize("arch,floor", [("sm_75", (6, 3)), ("sm_80", (7, 0)), ("sm_90", (7, 8)),
-                                        ("sm_90a", (8, 0)), ("sm_100", (8, 6))])
-def test_arch_ptx_floor(arch, floor):
-    assert arch_ptx_floor(arch) == floor
 
 
 def test_no_builder_outside_a_trace():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ptxdsl import types as T
-from ptxdsl.trace import GENERATED_NAME
+from ptxdsl.types import GENERATED_NAME
 
 
 def test_every_type_is_registered_once():

@@ -19,13 +19,13 @@ on a newer GPU. The specialisation key of a loaded kernel is therefore
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from .. import toolchain
+from ..arch import parse_arch
 from ..errors import LaunchError, ToolchainError
 from . import cache as _cache
 from .driver import CudaError
@@ -33,22 +33,12 @@ from .driver import CudaError
 __all__ = ["KernelFunction", "Image", "build_image", "load_function", "resolve_toolchain",
            "specialisation_key", "target_arch", "toolchain_id"]
 
-_ARCH_RE = re.compile(r"sm_(\d+)([a-z]?)$")
-
-
-def _parse(arch: str) -> tuple[int, str]:
-    m = _ARCH_RE.match(arch)
-    if m is None:
-        raise LaunchError(f"arch must look like 'sm_90a' or 'sm_80', got {arch!r}")
-    return int(m.group(1)), m.group(2)
-
-
 def target_arch(kernel_arch: str, cc: tuple[int, int], device_name: str = "the device") -> str:
     """The ``-arch`` to assemble ``kernel_arch`` PTX for a device of compute capability ``cc``.
 
     Raises :class:`LaunchError` when the device cannot run the kernel.
     """
-    num, suffix = _parse(kernel_arch)
+    num, suffix = parse_arch(kernel_arch)
     dev = cc[0] * 10 + cc[1]
     dev_arch = f"sm_{dev}"
     if suffix == "a":

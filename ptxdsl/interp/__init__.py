@@ -1,8 +1,9 @@
 """The CPU interpreter: run a kernel's verified IR on numpy.
 
 ``interpret(kernel, *inputs, **dims)`` takes the same arguments as a GPU
-call: one numpy array per input Tile, in order, optionally followed by one
-array per output Tile to write into. Outputs not passed are allocated and
+call: one numpy array (or torch tensor, on any device) per input Tile, in order,
+optionally followed by one per output Tile to write into. Outputs the call
+allocates are torch tensors when any argument is one (see :mod:`.hostio`). Outputs not passed are allocated and
 zero-filled (a kernel that forgets to write an element returns 0 there; pass
 NaN-filled arrays explicitly to catch that). One output is returned as an
 array, several as a tuple. Inputs are copied in and never written back, as
@@ -26,6 +27,7 @@ from .. import ir
 from ..errors import InterpreterError, LaunchError
 from .machine import Machine, compiled
 from .memory import GLOBAL_BASE, GUARD, PARAM_BASE, SHARED_BASE, Region, Space, align_up
+from .hostio import is_torch, to_numpy, wrap_output, write_back
 from .semantics import NO_CPU_SEMANTICS, handlers_for_run, supported, unsupported
 
 __all__ = ["interpret", "run_program", "NO_CPU_SEMANTICS", "supported", "unsupported"]
@@ -36,14 +38,8 @@ MAX_BATCH_SHARED = 1 << 28
 
 
 def _as_array(x, name: str, tile) -> np.ndarray:
-    a = np.asarray(x)
-    want = tile.dtype.np_dtype
-    if tile.dtype.name == "bf16" and a.dtype.name == "bfloat16":
-        a = a.view(np.uint16)
-    if a.dtype != want:
-        hint = " (bf16 data is passed as uint16 bit patterns)" if tile.dtype.name == "bf16" else ""
-        raise LaunchError(f"argument {name} must be {want} for {tile}, got {a.dtype}{hint}; "
-                          f"convert it with .astype(np.{want})")
+    h = to_numpy(x, name, tile)
+    a = h.array
     if a.ndim != len(tile.dims):
         raise LaunchError(f"argument {name} must have {len(tile.dims)} dimensions for {tile}, "
                           f"got shape {a.shape}")
@@ -148,14 +144,14 @@ def interpret(kernel, *args, **dims):
                 flat, shape, (strides[tile.stride] * flat.itemsize,) +
                 tuple(np.zeros(shape[1:], flat.dtype).strides)).copy()
     outs = []
-    for i, name in enumerate(names[nin:]):
+    like = next((a for a in args if is_torch(a)), None)  # torch in: torch out
+    for i, (name, tile) in enumerate(zip(names[nin:], kernel.out_specs)):
         given = args[nin + i] if len(args) > nin else None
         if given is not None:
-            target = given.view(np.uint16) if given.dtype.name == "bfloat16" else given
-            target[...] = results[name]
+            write_back(given, results[name])
             outs.append(given)
         else:
-            outs.append(results[name])
+            outs.append(wrap_output(results[name], tile, like))
     if not outs:
         return None
     return outs[0] if len(outs) == 1 else tuple(outs)

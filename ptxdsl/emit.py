@@ -166,7 +166,10 @@ def emit(prog: ir.Program, lines: str | None = None, *, source: str = "",
     files: dict[str, int] = {}
     body = _Lines(lines, files)
     _emit_body(prog.body, body)
-    params = [{"name": p.name, "dtype": p.dtype.name} for p in prog.params]
+    params = [{"name": p.name, "dtype": p.dtype.name,
+               "decl": (f".align {p.alignment} .{p.dtype.name} {p.name}[{p.count}]"
+                        if p.count > 1 else f".{p.dtype.name} {p.name}")}
+              for p in prog.params]
     head = _ENV.get_template("module.ptx.j2").render(
         ptxdsl_version=__version__, source=source or "?", name=prog.name, arch=prog.arch,
         version=f"{prog.ptx_version[0]}.{prog.ptx_version[1]}", files=list(files),

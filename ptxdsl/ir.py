@@ -186,12 +186,26 @@ class Deferred:
 
 @dataclass(frozen=True)
 class Param:
-    """A kernel parameter: a tensor pointer (``.u64``) or a scalar (dynamic dim)."""
+    """A kernel parameter: a tensor pointer (``.u64``), a scalar (dynamic dim), or a
+    byte array (a tensor map: ``.param .align 64 .b8 name[128]``)."""
 
     name: str
     dtype: PtxType
     kind: str  # "ptr" | "dim" (a named dim's value) | "stride" (a named row stride, elements)
-    tensor: str | None = None  # ptr: the argument's name; dim/stride: the name
+    #            | "tmap" (the tensor map of argument ``tensor``, a grid constant)
+    #            | "raw" (a scalar the caller passes by keyword, kernel(raw_params=...))
+    tensor: str | None = None  # ptr/tmap: the argument's name; dim/stride/raw: the name
+    count: int = 1             # elements: > 1 declares an array (name[count])
+    align: int = 0             # .align of an array parameter (0: natural)
+    tma: object = None         # tmap: the Tile's ptxdsl.tensormap.TMA
+
+    @property
+    def nbytes(self) -> int:
+        return self.dtype.bytes * self.count
+
+    @property
+    def alignment(self) -> int:
+        return self.align or self.dtype.bytes
 
 
 @dataclass(frozen=True)

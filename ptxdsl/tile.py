@@ -1,10 +1,33 @@
 """Tensor specs (``Tile``) and the handles a kernel body receives for its arguments."""
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from .errors import TraceError, user_location
+from .tensormap import TMA
 from .types import PtxType
+
+
+class Layout(enum.Enum):
+    """pyptx's layout tags for a Tile (``Tile("M", "K", bf16, Layout.TMA_128B)``).
+
+    ptxdsl Tiles are row-major; a ``TMA_*`` tag means "read through TMA with this
+    shared-memory swizzle" (ptxdsl spells it ``tma=TMA(box=..., swizzle=128)``).
+    ``COL`` and ``INTERLEAVED`` are accepted for spelling compatibility only where no
+    kernel depends on them: a Tile tagged with them is refused.
+    """
+
+    ROW = "row"
+    COL = "col"
+    TMA_128B = "tma_128b"
+    TMA_64B = "tma_64b"
+    TMA_32B = "tma_32b"
+    INTERLEAVED = "interleaved"
+
+    @property
+    def swizzle(self) -> int:
+        return {"tma_128b": 128, "tma_64b": 64, "tma_32b": 32}.get(self.value, 0)
 
 
 class Tile:
@@ -16,11 +39,20 @@ class Tile:
     every value of it.
     """
 
-    def __init__(self, *dims_and_dtype, stride: str | None = None):
-        if not dims_and_dtype or not isinstance(dims_and_dtype[-1], PtxType):
+    def __init__(self, *dims_and_dtype, stride: str | None = None, tma: TMA | None = None,
+                 dtype: PtxType | None = None, layout: Layout | None = None,
+                 tma_box: tuple | None = None, tma_rank: int = 2, tma_padding: bool = False):
+        args = list(dims_and_dtype)
+        if args and isinstance(args[-1], Layout):
+            if layout is not None:
+                raise TraceError("Tile got two layouts", user_location())
+            layout = args.pop()
+        if dtype is not None and not (args and isinstance(args[-1], PtxType)):
+            args.append(dtype)
+        if not args or not isinstance(args[-1], PtxType):
             raise TraceError("Tile takes its dims then a dtype, e.g. Tile(B, N, f32)",
                              user_location())
-        *dims, dtype = dims_and_dtype
+        *dims, dtype = args
         for d in dims:
             if isinstance(d, bool) or not (isinstance(d, str) and d.isidentifier()
                                            or isinstance(d, int) and d > 0):
@@ -35,6 +67,37 @@ class Tile:
         # A named leading-dim stride: rows may be a slice of a wider tensor. The
         # innermost dim stays contiguous; the stride becomes a .u32 parameter.
         self.stride: str | None = stride
+        if layout is not None or tma_box is not None or tma_rank != 2 or tma_padding:
+            if tma is not None:
+                raise TraceError("Tile takes tma=TMA(...) or pyptx's layout/tma_box/tma_rank/"
+                                 "tma_padding spelling, not both", user_location())
+            tma = _pyptx_tma(dims, dtype, layout or Layout.ROW, tma_box, tma_rank, tma_padding)
+        if tma is not None and not isinstance(tma, TMA):
+            raise TraceError(f"Tile(..., tma=) takes a ptxdsl.TMA(...), got {tma!r}",
+                             user_location())
+        # How the kernel moves this tensor through TMA (None: it does not): the runtime
+        # encodes a tensor map from it for every call, see ptxdsl.tensormap.
+        self.tma: TMA | None = tma
+        self.layout: Layout = layout or Layout.ROW
+
+    @classmethod
+    def wgmma_a(cls, m, k, dtype: PtxType, *, tile_m=None, tile_k=None) -> "Tile":
+        """pyptx's Tile for a wgmma A operand (row-major M x K, K-major) loaded by TMA
+        in ``(tile_m, tile_k)`` boxes (the whole extent where not given), swizzled by the
+        width of one box row (16 bytes: none; 32/64/128 and wider: that span)."""
+        box = (tile_m if tile_m is not None else m, tile_k if tile_k is not None else k) \
+            if tile_m is not None or tile_k is not None else None
+        inner = tile_k if tile_k is not None else k
+        return cls(m, k, dtype, layout=_wgmma_layout(inner, dtype, "a"), tma_box=box)
+
+    @classmethod
+    def wgmma_b(cls, k, n, dtype: PtxType, *, tile_k=None, tile_n=None) -> "Tile":
+        """pyptx's Tile for a wgmma B operand (row-major K x N, N-major): boxes of
+        ``(tile_k, tile_n)``, swizzled by the width of one box row."""
+        box = (tile_k if tile_k is not None else k, tile_n if tile_n is not None else n) \
+            if tile_k is not None or tile_n is not None else None
+        inner = tile_n if tile_n is not None else n
+        return cls(k, n, dtype, layout=_wgmma_layout(inner, dtype, "b"), tma_box=box)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -49,14 +112,63 @@ class Tile:
 
     def __repr__(self) -> str:
         extra = f", stride={self.stride!r}" if self.stride else ""
+        if self.tma is not None:
+            extra += f", tma={self.tma!r}"
         return f"Tile({', '.join(map(repr, self.dims))}, {self.dtype.name}{extra})"
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Tile) and (self.dims, self.dtype, self.stride) == (
-            other.dims, other.dtype, other.stride)
+        return isinstance(other, Tile) and (self.dims, self.dtype, self.stride, self.tma) == (
+            other.dims, other.dtype, other.stride, other.tma)
 
     def __hash__(self) -> int:
-        return hash((self.dims, self.dtype, self.stride))
+        return hash((self.dims, self.dtype, self.stride, self.tma))
+
+
+def _pyptx_tma(dims, dtype: PtxType, layout: Layout, box, rank: int,
+               padding: bool) -> TMA | None:
+    """pyptx's TMA spelling as a :class:`TMA`: rank 2 maps the tensor as it is (a
+    missing box: 128 rows by one swizzle span, clamped to the tensor); rank 3 splits the
+    inner dim in 64-element blocks, 128-byte swizzle for ``Layout.TMA_128B`` only, and
+    ``tma_padding`` widens the inner box by 8 elements (the padded store epilogue)."""
+    loc = user_location()
+    if not isinstance(layout, Layout):
+        raise TraceError(f"Tile layout must be a ptxdsl.specs.Layout, got {layout!r}", loc)
+    if layout in (Layout.COL, Layout.INTERLEAVED):
+        raise TraceError(f"Tile layout {layout.name} is not supported: ptxdsl Tiles are "
+                         f"row-major (pass the transposed tensor as Layout.ROW)", loc)
+    if rank not in (2, 3):
+        raise TraceError(f"tma_rank={rank!r}: pyptx's spelling has rank 2 (the tensor as it "
+                         f"is) or 3 (the inner dim split in 64-element blocks)", loc)
+    if padding and rank != 3:
+        raise TraceError("tma_padding=True needs tma_rank=3", loc)
+    if rank == 3:
+        if box is None or len(box) != 2:
+            raise TraceError("tma_rank=3 needs tma_box=(rows, cols)", loc)
+        return TMA(box=tuple(box), swizzle=128 if layout is Layout.TMA_128B else 0, split=64,
+                   pad=8 if padding else 0)
+    if box is None:
+        if layout is Layout.ROW:
+            return None
+        span = layout.swizzle
+        box = (128,) * (len(dims) - 1) + (max(span // dtype.bytes, 1),)
+    elif len(box) != len(dims):
+        raise TraceError(f"tma_box {tuple(box)} has {len(box)} entries for {len(dims)} dims",
+                         loc)
+    return TMA(box=tuple(box), swizzle=layout.swizzle, clamp=True)
+
+
+def _wgmma_layout(inner, dtype: PtxType, operand: str) -> Layout:
+    if isinstance(inner, str):
+        return Layout.ROW
+    row = int(inner) * dtype.bytes
+    if row >= 128:
+        return Layout.TMA_128B
+    try:
+        return {16: Layout.ROW, 32: Layout.TMA_32B, 64: Layout.TMA_64B}[row]
+    except KeyError:
+        raise TraceError(f"Tile.wgmma_{operand}: a box row of {inner} x {dtype.name} is "
+                         f"{row} bytes; wgmma operands have rows of 16, 32, 64 or >= 128 "
+                         f"bytes", user_location()) from None
 
 
 @dataclass(frozen=True)
@@ -97,6 +209,39 @@ class TensorArg:
     @property
     def ndim(self) -> int:
         return len(self.tile.dims)
+
+    def tma_desc(self):
+        """The generic address of this tensor's tensor map, for TMA instructions
+        (``[desc, {c0, c1}]``): a ``.u64`` register.
+
+        The first call adds the kernel parameter ``.param .align 64 .b8 <name>_tmap[128]``
+        (a grid constant the runtime fills with the map encoded from the Tile's ``tma=``
+        and the argument's shape, strides and address) and records, at kernel entry,
+        ``mov.b64 %rd, <name>_tmap`` and ``cvta.param.u64 %rd', %rd``; later calls return
+        the same register.
+        """
+        from . import ir
+        from .trace import current
+        from .types import b8, u64
+        b = current(f"{self.name}.tma_desc()")
+        key = ("tma_desc", self.name)
+        hit = b.cache.get(key)
+        if hit is not None:
+            return hit
+        if self.tile.tma is None:
+            raise TraceError(f"{self.name}.tma_desc(): its {self.tile!r} has no TMA settings; "
+                             f"declare them on the Tile, e.g. Tile(..., tma=TMA(box=(64, 64), "
+                             f"swizzle=128))", user_location())
+        p = ir.Param(f"{self.name}_tmap", b8, "tmap", self.name, count=128, align=64,
+                     tma=self.tile.tma)
+        b.params.append(p)
+        raw, gen = b.new_reg(u64), b.new_reg(u64)
+        loc = user_location()
+        b.prologue.append(b.build(["mov", "b64"], (raw, ir.Symbol(p.name, "param")), loc=loc,
+                                  comment=f"tensor map of {self.name}"))
+        b.prologue.append(b.build(["cvta", "param", "u64"], (gen, raw), loc=loc))
+        b.cache[key] = gen
+        return gen
 
     def __repr__(self) -> str:
         return f"<{'output' if self.is_output else 'input'} {self.name}: {self.tile}>"

@@ -310,7 +310,7 @@ class KernelSignature:
         align = tuple(need.get(n, (1, ""))[0] for n in names)
         why = tuple(need.get(n, (1, ""))[1] for n in names)
         for p in program.params:
-            if p.kind not in ("ptr", "dim", "stride"):
+            if p.kind not in ("ptr", "dim", "stride", "tmap"):
                 raise LaunchError(f"kernel {kernel.name}: parameter {p.name} is of kind "
                                   f"{p.kind!r}, which this runtime cannot fill")
         return cls(kernel.name, names, specs, len(kernel.in_specs), tuple(program.params),

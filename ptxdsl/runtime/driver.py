@@ -412,11 +412,38 @@ class Driver:
                                   smem, self.stream(stream), params_addr, 0)
             self.check(r, "cuLaunchKernel")
             return
+        config = self._cluster_config(grid, block, smem, stream, cluster, cooperative)
+        self.check(cu.cuLaunchKernelEx(config, func, params_addr, 0), "cuLaunchKernelEx")
+
+    def cluster_launcher(self, cluster, cooperative: bool = False):
+        """A function with :attr:`launch_raw`'s arguments that launches with
+        ``cuLaunchKernelEx`` and the cluster dimensions ``cluster`` (and the cooperative
+        attribute if asked): the fast path's launch for cluster kernels. Launch configs
+        are kept per (function, grid, block, shared memory, stream), so a repeated launch
+        only calls ``cuLaunchKernelEx``."""
+        cu = self.cu
+        configs: dict = {}
+        ex = cu.cuLaunchKernelEx
+        cluster = tuple(int(c) for c in cluster)
+
+        def launch(func, gx, gy, gz, bx, by, bz, smem, stream, params, extra=0):
+            key = (int(func), gx, gy, gz, bx, by, bz, smem, int(stream) if stream else 0)
+            config = configs.get(key)
+            if config is None:
+                if len(configs) > 256:
+                    configs.clear()
+                config = configs[key] = self._cluster_config(
+                    (gx, gy, gz), (bx, by, bz), smem, stream, cluster, cooperative)
+            return ex(config, func, params, 0)
+        return launch
+
+    def _cluster_config(self, grid, block, smem: int, stream, cluster, cooperative: bool):
+        cu = self.cu
         config = cu.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = grid
         config.blockDimX, config.blockDimY, config.blockDimZ = block
         config.sharedMemBytes = smem
-        config.hStream = self.stream(stream)
+        config.hStream = stream if isinstance(stream, cu.CUstream) else self.stream(stream)
         attr = cu.CUlaunchAttribute()
         attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
@@ -428,7 +455,7 @@ class Driver:
             attrs.append(coop)
         config.attrs = attrs
         config.numAttrs = len(attrs)
-        self.check(cu.cuLaunchKernelEx(config, func, params_addr, 0), "cuLaunchKernelEx")
+        return config
 
     @property
     def launch_raw(self):

@@ -61,14 +61,27 @@ class ParamLayout:
         self.params = tuple(params)
         self.offsets: list[int] = []
         self.codes: list[str] = []
+        # Array parameters (tensor maps, ``.align 64 .b8 name[128]``) live after the
+        # scalars at an address aligned as they ask (kernelParams points at each
+        # parameter separately): (position, bytes, alignment), and their offset from the
+        # end of the scalars in a buffer whose address is 0 mod the largest alignment.
+        self.arrays: list[tuple[int, int, int]] = []
         off = 0
-        for p in self.params:
+        for k, p in enumerate(self.params):
+            if getattr(p, "count", 1) > 1:
+                self.offsets.append(-1)
+                self.codes.append(f"{p.nbytes}s")
+                self.arrays.append((k, p.nbytes, p.alignment))
+                continue
             size = p.dtype.bytes
             off = -(-off // size) * size
             self.offsets.append(off)
             self.codes.append(_STRUCT_CODE[(p.dtype.kind, p.dtype.bits)])
             off += size
         self.size = -(-off // 8) * 8
+        self.array_align = max((a for _, _, a in self.arrays), default=8)
+        self.array_bytes = sum(-(-n // self.array_align) * self.array_align
+                               for _, n, _ in self.arrays)
         n_ptr = sum(1 for p in self.params if p.kind == "ptr")
         # The fast path packs only the pointers; it needs them first, back to back.
         self.ptr_prefix = all(p.kind == "ptr" for p in self.params[:n_ptr]) and \
@@ -76,25 +89,49 @@ class ParamLayout:
         self.n_ptr = n_ptr
         self.pack_ptrs = struct.Struct("<" + "Q" * n_ptr).pack_into
 
-    def values(self, ptrs: list[int], binding: Binding) -> list:
+    def values(self, ptrs: list[int], binding: Binding, arrays: dict | None = None) -> list:
+        """Every parameter's value: the pointers, the named dims and strides of
+        ``binding``, and ``arrays[position]`` (bytes) for array parameters (zeros if
+        not given)."""
         out, it = [], iter(ptrs)
-        for p in self.params:
+        for k, p in enumerate(self.params):
             if p.kind == "ptr":
                 out.append(next(it))
             elif p.kind == "dim":
                 out.append(binding.dims[p.tensor or p.name.removesuffix("_dim")])
-            else:
+            elif p.kind == "stride":
                 out.append(binding.strides[p.tensor or p.name.removesuffix("_stride")])
+            else:
+                out.append((arrays or {}).get(k, bytes(p.nbytes)))
         return out
 
     def buffer(self, values: list):
         """A fresh ctypes buffer holding ``values``, and the kernelParams pointer array."""
-        buf = ctypes.create_string_buffer(max(self.size, 8))
-        for code, off, v in zip(self.codes, self.offsets, values):
-            struct.pack_into("<" + code, buf, off, v)
+        extra = self.array_bytes + self.array_align if self.arrays else 0
+        buf = ctypes.create_string_buffer(max(self.size + extra, 8))
         base = ctypes.addressof(buf)
-        arr = (ctypes.c_void_p * max(len(self.params), 1))(*[base + o for o in self.offsets])
+        addrs = [base + o for o in self.offsets]
+        if self.arrays:
+            a = -(-(base + self.size) // self.array_align) * self.array_align
+            for k, n, _ in self.arrays:
+                addrs[k] = a
+                a += -(-n // self.array_align) * self.array_align
+        for code, off, v, addr in zip(self.codes, self.offsets, values, addrs):
+            struct.pack_into("<" + code, buf, addr - base, v)
+        arr = (ctypes.c_void_p * max(len(self.params), 1))(*addrs)
         return buf, arr
+
+    def array_addresses(self, arr) -> list[int]:
+        """Where the array parameters of a buffer made by :meth:`buffer` live (in
+        parameter order), from its kernelParams array ``arr``."""
+        return [int(arr[k]) for k, _, _ in self.arrays]
+
+    def read(self, buf, arr) -> list:
+        """The values of the non-pointer parameters held in a buffer (for a relaunch)."""
+        base = ctypes.addressof(buf)
+        raw = bytes(buf)
+        return [struct.unpack_from("<" + code, raw, int(arr[k]) - base)[0]
+                for k, code in enumerate(self.codes) if k >= self.n_ptr]
 
 
 # ---------------------------------------------------------------------- entries
@@ -260,6 +297,17 @@ def generate(self) -> dict:
     ptrs = names("p", range(n_all))
     # cuLaunchCooperativeKernel takes no trailing ``extra``.
     tail = "" if self.cooperative else ", None" if self.mode == "ctypes" else ", 0"
+    tmap_args = self.tmaps.args if getattr(self, "tmaps", None) else ()
+
+    def repoint(handles):
+        """Tensor maps re-pointed at this call's tensors (see runtime.tensormaps)."""
+        if not tmap_args:
+            return []
+        out = [f"{'    ' * 3}tm = e.{handles}"]
+        for k, i in enumerate(tmap_args):
+            out += [f"{'    ' * 3}if REPOINT(tm[{k}], p{i})[0]:",
+                    f"{'    ' * 4}return SLOW(args, stream, kw)"]
+        return out
     failed = "r" if self.mode == "ctypes" else "r[0]"
 
     def block(n, hot):
@@ -294,11 +342,12 @@ def generate(self) -> dict:
             for k, j in enumerate(outs):
                 L += [f"        a{j} = allocs[{k}]()", f"        p{j} = a{j}.data_ptr()"]
         L += ["        if GET_IDENT() == owner:",
-              f"            PACK(buf, 0, {ptrs})",
+              f"            PACK(buf, 0, {ptrs})"] + repoint("tmap_own") + [
               f"            r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, cs, params{tail})",
               "        else:",
               "            with lock:",
-              f"                PACK(sbuf, 0, {ptrs})",
+              f"                PACK(sbuf, 0, {ptrs})"] + [
+                  "    " + x for x in repoint("tmap_shared")] + [
               f"                r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, cs, sparams{tail})",
               f"        if {failed}:",
               f"            return RELAUNCH(e, ({ptrs},), s, {out_expr}, {failed})"]
@@ -338,8 +387,12 @@ def generate(self) -> dict:
         cl = self._ctypes
         g.update(LAUNCH=cl.fn, STREAMS=cl._voidp, STREAM_OBJ=cl.handle)
     else:
-        g.update(LAUNCH=drv.launch_raw_cooperative if self.cooperative else drv.launch_raw,
+        cluster = getattr(self, "cluster", None)
+        g.update(LAUNCH=(drv.cluster_launcher(cluster, self.cooperative) if cluster else
+                         drv.launch_raw_cooperative if self.cooperative else drv.launch_raw),
                  STREAMS=getattr(drv, "_streams", {}), STREAM_OBJ=drv.stream)
+    if tmap_args:
+        g["REPOINT"] = drv.cu.cuTensorMapReplaceAddress
     exec(compile(src, f"<ptxdsl launcher for {sig.name}>", "exec"), g)  # noqa: S102
     g["__source__"] = src
     g["__launcher_class__"] = type(f"Launcher[{sig.name}]", (type(self),),
@@ -354,8 +407,12 @@ def bind(self, *args):
 
     For callers that key their own cache on everything the signature is made of
     (shapes, strides, dtypes, device, 16-byte alignment), as ``ptxdsl.ops`` does.
-    Returns None when ``args`` have no fast-path entry (e.g. not torch tensors).
+    Returns None when ``args`` have no fast-path entry (e.g. not torch tensors), and
+    for kernels with tensor-map parameters (their maps are re-pointed per call: use the
+    launcher's call).
     """
+    if getattr(self, "tmaps", None):
+        return None
     self.warm(*args)
     try:
         e = self.entries.get(self._g["KEY_ALL"](args))

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from . import fastpath
 from .fastpath import ParamLayout
 from .limits import LaunchLimits, _leave_quietly
 from .memory import Staging, allocate
+from .tensormaps import TensorMapParams
 
 __all__ = ["LAUNCH_MODES", "Launcher", "ParamLayout", "launch", "prepare"]
 
@@ -93,6 +93,12 @@ class Launcher(LaunchLimits):
         compiled = kernel.compile()
         self.sig = KernelSignature.of(kernel, compiled.program)
         self.layout = ParamLayout(compiled.program.params)
+        self.tmaps = TensorMapParams(self.drv, self.sig, compiled.program.params)
+        # The kernel's own cluster shape (kernel(cluster=...)): every launch, fast ones
+        # too, goes through cuLaunchKernelEx with it. Such launches use the "params" mode.
+        self.cluster = _cluster_dims(getattr(kernel, "cluster", None))
+        if self.cluster is not None:
+            self.mode = "params"
         self.functions: dict[int, KernelFunction] = {}
         self.entries: dict = {}
         self._fn_lock = threading.Lock()
@@ -292,7 +298,10 @@ class Launcher(LaunchLimits):
                 elif v.kind == "cai" and _other_stream(v.stream, s):
                     drv.stream_wait_stream(s, v.stream)  # the producer's work comes first
                 ptrs.append(v.ptr)
-            buf, arr = self.layout.buffer(self.layout.values(ptrs, binding))
+            arrays = self.tmaps.values(views, binding.dims) if self.tmaps else None
+            buf, arr = self.layout.buffer(self.layout.values(ptrs, binding, arrays))
+            if self.tmaps:
+                self.tmaps.repoint(self.layout.array_addresses(arr), ptrs)
             try:
                 drv.launch(kf.func, grid, block, smem, s, ctypes.addressof(arr), opts["cluster"],
                            self.cooperative)
@@ -358,7 +367,7 @@ class Launcher(LaunchLimits):
         """After a general call with CUDA torch tensors only: the fast-path entry for its
         signature (dims, strides, grid, output layout and parameter buffers fixed)."""
         sig = self.sig
-        if not self.fast_hits_possible or opts["cluster"] is not None:
+        if not self.fast_hits_possible or opts["cluster"] != self.cluster:
             return
         if any(k != "torch" for k in call.kinds) or (opts["sync"] and not self.sync_always):
             return
@@ -375,7 +384,8 @@ class Launcher(LaunchLimits):
                 o = call.objs[j]  # as the general path allocated it
                 allocs.append(hooks.allocator(o.shape, o.stride(), o.dtype, binding.device))
                 out_meta.append((tuple(o.shape), o.dtype))
-        values = self.layout.values([0] * sig.n_all, binding)
+        arrays = self.tmaps.values(call.views, binding.dims) if self.tmaps else None
+        values = self.layout.values([0] * sig.n_all, binding, arrays)
         buf, arr = self.layout.buffer(values)    # the owner thread's
         sbuf, sarr = self.layout.buffer(values)  # every other thread's, under the lock
         if self.mode == "ctypes":
@@ -389,6 +399,9 @@ class Launcher(LaunchLimits):
                                 threading.get_ident(), threading.Lock(), sbuf, sparams,
                                 tuple(allocs)))
         entry.keep = (arr, sarr)
+        if self.tmaps:  # the maps in each buffer, re-pointed by every fast call
+            entry.tmap_own = self.tmaps.handles(self.layout.array_addresses(arr))
+            entry.tmap_shared = self.tmaps.handles(self.layout.array_addresses(sarr))
         entry.kernel_function = kf
         entry.out_meta = tuple(out_meta)
         with self._entry_lock:
@@ -404,16 +417,19 @@ class Launcher(LaunchLimits):
         if code is not None:
             name = drv.error_name(code)
             if name not in _CONTEXT_ERRORS:
-                call = "cuLaunchCooperativeKernel" if self.cooperative else "cuLaunchKernel"
+                call = ("cuLaunchKernelEx" if self.cluster else "cuLaunchCooperativeKernel"
+                        if self.cooperative else "cuLaunchKernel")
                 raise drv.error(code, call).for_kernel(self.sig.name)
             drv.forget_thread_device()
         dev = e.dev
         pushed = drv.enter(dev)
         try:
             buf, arr = self.layout.buffer(self._values_from_entry(e, ptrs))
+            if self.tmaps:
+                self.tmaps.repoint(self.layout.array_addresses(arr), ptrs)
             try:
                 drv.launch(e.kernel_function.func, e.grid, e.block, e.smem, s,
-                           ctypes.addressof(arr), None, self.cooperative)
+                           ctypes.addressof(arr), self.cluster, self.cooperative)
             except CudaError as exc:
                 raise exc.for_kernel(self.sig.name) from None
             if self.sync_always:
@@ -434,12 +450,7 @@ class Launcher(LaunchLimits):
 
     def _values_from_entry(self, e, ptrs) -> list:
         """All parameter values: the new pointers plus the constants in the entry's buffer."""
-        lay = self.layout
-        raw = bytes(e.buf)
-        vals = list(ptrs)
-        for code, off in zip(lay.codes[lay.n_ptr:], lay.offsets[lay.n_ptr:]):
-            vals.append(struct.unpack_from("<" + code, raw, off)[0])
-        return vals
+        return list(ptrs) + self.layout.read(e.buf, e.keep[0])
 
     def _sync_entry(self, e, s) -> None:
         try:
@@ -459,6 +470,13 @@ class _Call:
     device: int = 0
     stream: int = 0
     allocated: set = field(default_factory=set)  # output positions ptxdsl allocated
+
+
+def _cluster_dims(c):
+    if c is None:
+        return None
+    c = (c,) if isinstance(c, int) else tuple(c)
+    return c + (1,) * (3 - len(c))
 
 
 def _other_stream(producer: int | None, s: int) -> bool:

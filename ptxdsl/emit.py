@@ -158,7 +158,7 @@ def reg_decls(regs) -> list[str]:
 
 def emit(prog: ir.Program, lines: str | None = None, *, source: str = "",
          maxntid: tuple[int, int, int] | None = None,
-         minnctapersm: int | None = None) -> Emitted:
+         minnctapersm: int | None = None, directives=()) -> Emitted:
     """Render a verified program as a PTX module with one ``.entry``."""
     from . import __version__
     if lines not in (None, "comment", "loc"):
@@ -174,7 +174,7 @@ def emit(prog: ir.Program, lines: str | None = None, *, source: str = "",
         ptxdsl_version=__version__, source=source or "?", name=prog.name, arch=prog.arch,
         version=f"{prog.ptx_version[0]}.{prog.ptx_version[1]}", files=list(files),
         params=params, maxntid=", ".join(map(str, maxntid)) if maxntid else None,
-        minnctapersm=minnctapersm,
+        minnctapersm=minnctapersm, directives=list(directives),
         reg_decls=reg_decls(prog.regs), shared=[
             {"name": s.name, "align": s.align, "nbytes": s.nbytes} for s in prog.shared
             if not s.dynamic],

@@ -44,7 +44,8 @@ class Kernel:
                  grid, block, arch: str, version: tuple[int, int] | None, name: str | None,
                  lines: str | None, arg_names: Sequence[str] | None = None,
                  maxntid: bool = False, cooperative: bool = False,
-                 min_ctas_per_sm: int | None = None):
+                 min_ctas_per_sm: int | None = None, *, cluster=None, raw_params=None,
+                 extern_smem=False, raw_directives=None, smem: int | None = None):
         self.fn = fn
         self.name = name or fn.__name__
         self.in_specs = tuple(in_specs)
@@ -67,6 +68,15 @@ class Kernel:
         # needs. The launcher refuses a grid larger than the device can hold.
         self.cooperative = bool(cooperative)
         parse_arch(arch)
+        from .entry import entry_options
+        self.entry = entry_options(
+            cluster=cluster, raw_directives=raw_directives, extern_smem=extern_smem, smem=smem,
+            raw_params=raw_params, block=self.block, arch=arch,
+            dim_names=tuple(dict.fromkeys(n for spec in tuple(in_specs) + tuple(out_specs)
+                                          if isinstance(spec, Tile) for n in spec.names)),
+            maxntid=maxntid, min_ctas_per_sm=min_ctas_per_sm, loc=self.defined_at)
+        # Cluster dims every launch uses (cuLaunchKernelEx), or None.
+        self.cluster = self.entry.cluster
         if min_ctas_per_sm is not None and (isinstance(min_ctas_per_sm, bool) or not
                                             isinstance(min_ctas_per_sm, int) or
                                             min_ctas_per_sm < 1):
@@ -111,6 +121,11 @@ class Kernel:
     def _trace(self, arch: str, lines: str | None) -> Compiled:
         b = Builder(self.name, arch)
         args = self._arguments(b)
+        opts = self.entry
+        if opts.extern_smem is not None:
+            from .types import u8
+            b.shared.append(ir.SharedDecl(opts.extern_smem, u8, (opts.smem,), 128,
+                                          self.defined_at, dynamic=True))
         with b.active():
             try:
                 self.fn(*args)
@@ -130,6 +145,11 @@ class Kernel:
                 b.inst(["ret"], (), loc=self.defined_at)
         nthreads = self.block[0] * self.block[1] * self.block[2]
         prog = b.finish(max_threads=nthreads)
+        prog.ptx_version = max(prog.ptx_version, opts.needs_ptx)
+        if opts.smem is not None and prog.dynamic_smem > opts.smem:
+            dyn = next(s for s in prog.shared if s.dynamic)
+            raise TraceError(f"smem={opts.smem} bytes but the dynamic shared array {dyn.name} "
+                             f"needs {prog.dynamic_smem}", dyn.loc or self.defined_at)
         if self.version is not None:
             need = prog.ptx_version
             if tuple(self.version) < need:
@@ -141,7 +161,8 @@ class Kernel:
         bounded = self.maxntid or self.min_ctas_per_sm is not None
         return Compiled(prog, emit(prog, lines, source=src,
                                    maxntid=self.block if bounded else None,
-                                   minnctapersm=self.min_ctas_per_sm))
+                                   minnctapersm=self.min_ctas_per_sm,
+                                   directives=opts.directive_lines()))
 
     def _arguments(self, b: Builder) -> list[TensorArg]:
         params = inspect.signature(self.fn).parameters
@@ -175,8 +196,10 @@ class Kernel:
 
     @property
     def dynamic_shared(self) -> int:
-        """Bytes of dynamic shared memory every launch provides: the kernel's
-        ``smem.alloc(..., dynamic=True)`` array (0 when it has none)."""
+        """Bytes of dynamic shared memory every launch provides: ``smem=`` if given,
+        else the kernel's ``smem.alloc(..., dynamic=True)`` array (0 when it has none)."""
+        if self.entry.smem is not None:
+            return self.entry.smem
         return self.compile().program.dynamic_smem
 
     def program(self, arch: str | None = None) -> ir.Program:
@@ -306,7 +329,9 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
            name: str | None = None, lines: str | None = None,
            arg_names: Sequence[str] | None = None,
            maxntid: bool = False, cooperative: bool = False,
-           min_ctas_per_sm: int | None = None) -> Callable[[Callable], Kernel]:
+           min_ctas_per_sm: int | None = None, *, cluster=None, raw_params=None,
+           extern_smem: bool | str = False, raw_directives=None,
+           smem: int | None = None) -> Callable[[Callable], Kernel]:
     """Turn a Python function into a PTX kernel.
 
     The function takes one argument per Tile (inputs then outputs) and
@@ -320,12 +345,22 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     ``cooperative=True`` launches with ``cuLaunchCooperativeKernel``: every CTA of
     the grid is resident at once, so CTAs may wait for each other (a grid-wide
     barrier); a grid too large to be resident is refused before launch.
+
+    Hopper entry options (see :mod:`ptxdsl.entry`): ``cluster=(x, y, z)`` launches
+    clusters of CTAs; ``raw_directives=[("maxntid", (384, 1, 1)), ("explicitcluster",
+    ()), ("reqnctapercluster", (2, 1, 1))]`` prints those directives;
+    ``extern_smem="smem"`` declares ``.extern .shared .align 128 .b8 smem[]`` and
+    ``smem=BYTES`` is the dynamic shared memory each launch provides;
+    ``raw_params=[("u32", "K"), ...]`` (pyptx's spelling) names dims that the body reads
+    with ``ptx.param(u32, "K")``.
     """
     def wrap(fn: Callable) -> Kernel:
         if isinstance(fn, Kernel):
             raise TraceError("@kernel applied twice")
         return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines,
-                      arg_names, maxntid, cooperative, min_ctas_per_sm)
+                      arg_names, maxntid, cooperative, min_ctas_per_sm, cluster=cluster,
+                      raw_params=raw_params, extern_smem=extern_smem,
+                      raw_directives=raw_directives, smem=smem)
     return wrap
 
 

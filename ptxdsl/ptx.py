@@ -19,7 +19,7 @@ from .types import PtxType, move_type, pred, u32, u64
 
 __all__ = ["inst", "special", "warp", "bar", "addr", "global_ptrs", "global_ptr", "if_",
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
-           "dim", "select", "fma", "min", "max", "pack", "unpack"]
+           "dim", "select", "fma", "min", "max", "pack", "unpack", "sreg", "param"]
 
 
 def ptx_name(attr: str) -> str:
@@ -135,6 +135,70 @@ class _Special:
 
 
 special = _Special()
+
+# Special registers ptx.sreg knows: name -> (type, the sm_ it needs).
+_SREGS: dict[str, tuple[PtxType, int]] = {
+    **{f"{b}.{a}": (u32, 20) for b in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"},
+    **{f"{b}.{a}": (u32, 90) for b in ("clusterid", "nclusterid", "cluster_ctaid",
+                                        "cluster_nctaid") for a in "xyz"},
+    "cluster_ctarank": (u32, 90), "cluster_nctarank": (u32, 90),
+    "laneid": (u32, 20), "warpid": (u32, 20), "nwarpid": (u32, 20), "smid": (u32, 20),
+    "nsmid": (u32, 20), "gridid": (u64, 20), "clock": (u32, 20), "clock64": (u64, 20),
+    "globaltimer": (u64, 20), "globaltimer_lo": (u32, 20), "globaltimer_hi": (u32, 20),
+    "dynamic_smem_size": (u32, 20), "total_smem_size": (u32, 20),
+    **{f"lanemask_{c}": (u32, 20) for c in ("eq", "le", "lt", "ge", "gt")},
+}
+
+
+def sreg(name: str) -> ir.Special:
+    """A special register by its PTX name (``ptx.sreg("%clusterid.x")``), an operand
+    read with ``mov`` like those of :data:`special`; the cluster ones need sm_90."""
+    b = current("ptx.sreg")
+    key = name[1:] if isinstance(name, str) and name.startswith("%") else name
+    if key not in _SREGS:
+        import difflib
+        near = difflib.get_close_matches(str(key), _SREGS, n=2)
+        hint = f" (did you mean {' or '.join('%' + n for n in near)}?)" if near else ""
+        raise TraceError(f"ptx.sreg({name!r}): no such special register{hint}",
+                         user_location())
+    dtype, sm = _SREGS[key]
+    if b.sm < sm:
+        raise TraceError(f"%{key} needs sm_{sm} or newer; this kernel targets {b.arch}",
+                         user_location())
+    return ir.Special(key, dtype)
+
+
+def param(dtype: PtxType, name: str) -> ir.Reg:
+    """A kernel parameter's value in a new register: ``ld.param.T`` (``mov.b64 %rd, name``
+    for an array parameter such as a tensor map: its address).
+
+    ``name`` is a parameter's PTX name or what the kernel's specs call it: a named dim
+    (``"K"`` reads ``K_dim``, what pyptx's ``raw_params`` name), a stride, a tensor (its
+    pointer, ``.u64``).
+    """
+    b = current("ptx.param")
+    by_name = {p.name: p for p in b.params}
+    p = None
+    for cand in (name, f"{name}_dim", f"{name}_stride", f"{name}_ptr"):
+        p = by_name.get(cand)
+        if p is not None:
+            break
+    if p is None:
+        raise TraceError(f"ptx.param: this kernel has no parameter {name!r} (parameters: "
+                         f"{', '.join(by_name) or 'none'})", user_location())
+    if p.count > 1:
+        if dtype.bits != 64:
+            raise TraceError(f"ptx.param({dtype.name}, {name!r}): {p.name} is an array; its "
+                             f"address is a 64-bit value", user_location())
+        r = b.new_reg(dtype)
+        b.inst(["mov", "b64"], (r, ir.Symbol(p.name, "param")))
+        return r
+    if dtype.bits != p.dtype.bits:
+        raise TraceError(f"ptx.param({dtype.name}, {name!r}): {p.name} is .{p.dtype.name} "
+                         f"({p.dtype.bits} bits)", user_location())
+    r = b.new_reg(dtype)
+    b.inst(["ld", "param", dtype.name], (r, ir.Addr(ir.Symbol(p.name, "param"))))
+    return r
 
 
 # ------------------------------------------------------------------ memory helpers

@@ -271,7 +271,21 @@ class Builder:
             f"{where}: register %{arg.name} is .{arg.dtype.name} but {m.text} needs "
             f".{want.name}{hint}")
 
+    def symbol(self, name: str) -> ir.Symbol:
+        """The state-space variable (shared array, kernel parameter) called ``name``."""
+        for d in self.shared:
+            if d.name == name:
+                return ir.Symbol(name, "shared")
+        for p in self.params:
+            if p.name == name:
+                return ir.Symbol(name, "param")
+        known = [d.name for d in self.shared] + [p.name for p in self.params]
+        raise OperandTypeError(f"{name!r} names no shared array or parameter of this kernel "
+                               f"(known: {', '.join(known) or 'none'})")
+
     def _imm_or_other(self, arg, want, where, m):
+        if isinstance(arg, str):
+            arg = self.symbol(arg)
         if isinstance(arg, ir.Special):
             return self._reg(arg, want, where, m)
         if isinstance(arg, ir.Symbol):

@@ -104,7 +104,34 @@ class FakeCuda:
                           "CU_JIT_INFO_LOG_BUFFER", "CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES",
                           "CU_JIT_LOG_VERBOSE")
     CUevent_flags = _names("CU_EVENT_DISABLE_TIMING")
-    CUlaunchAttributeID = _names("CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION")
+    CUlaunchAttributeID = _names("CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION",
+                                 "CU_LAUNCH_ATTRIBUTE_COOPERATIVE")
+    CUtensorMapDataType = _names(*(f"CU_TENSOR_MAP_DATA_TYPE_{n}" for n in (
+        "UINT8", "UINT16", "UINT32", "INT32", "UINT64", "INT64", "FLOAT16", "FLOAT32",
+        "FLOAT64", "BFLOAT16", "FLOAT32_FTZ", "TFLOAT32", "TFLOAT32_FTZ")))
+    CUtensorMapInterleave = _names(*(f"CU_TENSOR_MAP_INTERLEAVE_{n}" for n in
+                                     ("NONE", "16B", "32B")))
+    CUtensorMapSwizzle = _names(*(f"CU_TENSOR_MAP_SWIZZLE_{n}" for n in
+                                  ("NONE", "32B", "64B", "128B")))
+    CUtensorMapL2promotion = _names(*(f"CU_TENSOR_MAP_L2_PROMOTION_{n}" for n in
+                                      ("NONE", "L2_64B", "L2_128B", "L2_256B")))
+    CUtensorMapFloatOOBfill = _names("CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE",
+                                     "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA")
+    cuuint64_t = int
+    cuuint32_t = int
+
+    class CUtensorMap:
+        """128 bytes of host memory (its own, or ``_ptr``'s), like cuda.bindings'."""
+
+        def __init__(self, _ptr=0):
+            self._own = None
+            if not _ptr:
+                self._own = ctypes.create_string_buffer(128)
+                _ptr = ctypes.addressof(self._own)
+            self.ptr = int(_ptr)
+
+        def getPtr(self):
+            return self.ptr
 
     class CUlaunchConfig:
         pass
@@ -133,13 +160,45 @@ class FakeCuda:
         self.launch_error: CUresult | None = None
         self.sync_error: CUresult | None = None
         self.calls: dict[str, int] = {}
+        self.tmap_encodes: list[dict] = []
         self._next = 0x10000
 
     # -------------------------------------------------------------- helpers for tests
     def register(self, kernel, impl=None):
         """Tell the fake the parameter types of ``kernel`` and, optionally, how to run it."""
         prog = kernel.program()
-        self.kernels[prog.name] = {"params": [p.dtype for p in prog.params], "impl": impl}
+        self.kernels[prog.name] = {"params": [p.dtype for p in prog.params],
+                                   "counts": [getattr(p, "count", 1) for p in prog.params],
+                                   "impl": impl}
+
+    # -------------------------------------------------------------- tensor maps
+    # A fake CUtensorMap: the global address in bytes 0..7, then the number of the
+    # encode call that made it (``tmap_encodes[n]`` holds its arguments).
+    def cuTensorMapEncodeTiled(self, dtype, rank, address, dims, strides, box, elem_strides,
+                               interleave, swizzle, l2, oob):
+        self._count("cuTensorMapEncodeTiled")
+        args = dict(dtype=dtype, rank=rank, address=int(address), dims=list(dims),
+                    strides=list(strides), box=list(box), elem_strides=list(elem_strides),
+                    interleave=interleave, swizzle=swizzle, l2=l2, oob=oob)
+        if len(dims) != rank or len(strides) != rank - 1 or any(b > 256 for b in box):
+            return (CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        self.tmap_encodes.append(args)
+        tm = self.CUtensorMap()
+        ctypes.c_uint64.from_address(tm.ptr).value = int(address)
+        ctypes.c_uint64.from_address(tm.ptr + 8).value = len(self.tmap_encodes) - 1
+        return (OK, tm)
+
+    def cuTensorMapReplaceAddress(self, tm, address):
+        self._count("cuTensorMapReplaceAddress")
+        if int(address) % 16:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        ctypes.c_uint64.from_address(tm.getPtr()).value = int(address)
+        return (OK,)
+
+    def decode_tmap(self, blob: bytes) -> dict:
+        """What a fake tensor map says: its address and the encode call's arguments."""
+        addr, n = np.frombuffer(blob[:16], np.uint64)
+        return dict(self.tmap_encodes[int(n)], address=int(addr))
 
     def live_allocations(self) -> int:
         return len(self.memory)
@@ -332,8 +391,10 @@ class FakeCuda:
         spec = self.kernels.get(name)
         if spec is None:
             return None
-        sizes = [t.bytes for t in spec["params"]]
-        kinds = [("f" if t.kind == "f" else "u", t.bytes) for t in spec["params"]]
+        counts = spec.get("counts") or [1] * len(spec["params"])
+        sizes = [t.bytes * c for t, c in zip(spec["params"], counts)]
+        kinds = [("f" if t.kind == "f" else "u", t.bytes) if c == 1 else ("a", t.bytes * c)
+                 for t, c in zip(spec["params"], counts)]
         vals = []
         if kernel_params:
             arr = (ctypes.c_void_p * len(sizes)).from_address(int(kernel_params))
@@ -350,6 +411,9 @@ class FakeCuda:
                 off += s
             assert size >= off
         for (kind, size), a in zip(kinds, addrs):
+            if kind == "a":
+                vals.append(ctypes.string_at(a, size))
+                continue
             ct = {("u", 8): ctypes.c_uint64, ("u", 4): ctypes.c_uint32, ("f", 4): ctypes.c_float,
                   ("u", 2): ctypes.c_uint16, ("f", 8): ctypes.c_double}[(kind, size)]
             vals.append(ct.from_address(a).value)
@@ -397,6 +461,7 @@ class FakeCuda:
         return (OK, max(1, min(2048 // max(threads, 1), by_smem)))
 
     def cuLaunchKernelEx(self, config, f, kernel_params, extra):
+        self._count("cuLaunchKernelEx")
         r = self.cuLaunchKernel(f, config.gridDimX, config.gridDimY, config.gridDimZ,
                                 config.blockDimX, config.blockDimY, config.blockDimZ,
                                 config.sharedMemBytes, config.hStream, kernel_params, extra)

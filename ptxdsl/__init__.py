@@ -12,6 +12,9 @@ from . import ptx  # noqa: E402
 from .errors import PtxdslError  # noqa: E402
 from .kernel import Kernel, interpret_requested, kernel  # noqa: E402
 from .tile import Tile  # noqa: E402
+from .log import configure_from_env as _configure_log  # noqa: E402
+
+_configure_log()  # PTXDSL_LOG=debug: the `ptxdsl` logger to stderr for this run
 
 
 def gpu_available() -> bool:

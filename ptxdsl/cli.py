@@ -433,7 +433,7 @@ def _cmd_cache(args) -> int:
                            right=[False, False]).split("\n", 2)[2])
         return 0
     # clear: the runtime's clear deletes only the files it wrote
-    print(f"removed {clear()} file(s) from {path}")
+    print(f"removed {clear()} cached kernel(s) from {path}")
     return 0
 
 

@@ -82,6 +82,7 @@ def doctor() -> dict:
             if os.path.isdir(sub) else 0
     for var in ("PTXDSL_INTERPRET", "PTXDSL_COMPILER", "PTXDSL_LAUNCH", "PTXDSL_SYNC",
                 "PTXDSL_PTXAS", "PTXDSL_CACHE_DIR", "PTXDSL_CACHE", "PTXDSL_TORCH_PRIVATE",
+                "PTXDSL_DUMP_DIR", "PTXDSL_LOG",
                 "CUDA_VISIBLE_DEVICES"):
         if os.environ.get(var):
             report[var] = os.environ[var]

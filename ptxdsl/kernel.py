@@ -9,8 +9,10 @@ CPU and calling the kernel launches it on the GPU (or on the interpreter when
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -23,6 +25,8 @@ from .tile import TensorArg, Tile
 from .trace import Builder
 from .types import u32, u64
 from .verify import verify
+
+log = logging.getLogger("ptxdsl.compile")
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,10 @@ class Kernel:
         with self._lock:
             hit = self._compiled.get(key)
             if hit is None:
+                t0 = time.perf_counter()
                 hit = self._compiled[key] = self._trace(arch, key[1])
+                log.debug("traced %s for %s (%d PTX lines) in %.1f ms", self.name, arch,
+                          hit.ptx.count("\n"), 1e3 * (time.perf_counter() - t0))
         return hit
 
     def _trace(self, arch: str, lines: str | None) -> Compiled:
@@ -213,7 +220,14 @@ class Kernel:
         c = self.compile(arch)
         target = c.program.arch
         try:
-            return toolchain.assemble(c.ptx, target, options=options)
+            t0 = time.perf_counter()
+            result = toolchain.assemble(c.ptx, target, options=options)
+            key = self._cubin_key(c, target, options)
+            log.debug("assembled %s for %s with ptxas in %.1f ms (key %s)", self.name, target,
+                      1e3 * (time.perf_counter() - t0), key[:16])
+            from .dump import dump
+            dump(self.name, key, ptx=c.ptx, cubin=result.cubin)
+            return result
         except toolchain.PtxasError as e:
             loc = None
             for d in e.diagnostics:
@@ -237,7 +251,19 @@ class Kernel:
     def sass(self, arch: str | None = None) -> str:
         """SASS disassembly of the assembled cubin (needs cuobjdump or nvdisasm)."""
         from . import toolchain
-        return toolchain.disassemble(self.check(arch).cubin)
+        from .dump import dump
+        c = self.compile(arch)
+        text = toolchain.disassemble(self.check(arch).cubin)
+        dump(self.name, self._cubin_key(c, c.program.arch, ()), sass=text)
+        return text
+
+    def _cubin_key(self, c: Compiled, target: str, options: Sequence[str]) -> str:
+        """The cubin cache key of this PTX assembled by the ptxas found (dump file names)."""
+        from . import toolchain
+        from .runtime.cache import cache_key, ptxas_identity
+        ptxas = toolchain.find_ptxas()
+        tool = ptxas_identity(ptxas) if ptxas else "ptxas-unknown"
+        return cache_key(c.ptx, target, tool, tuple(options))
 
     # ------------------------------------------------------------------ running
     def interpret(self, *args, **kwargs):

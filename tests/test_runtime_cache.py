@@ -1,6 +1,7 @@
 """The cubin disk cache, its keys, and the in-memory module cache (no GPU needed)."""
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -73,8 +74,43 @@ def test_roundtrip_and_layout(disk):
     assert disk.get(key) == b"\x7fELF cubin bytes"
     path = disk.path(key)
     assert path.startswith(disk.root) and path.endswith(".cubin")
+    # The cubin is stored as is (cuobjdump reads it); its metadata is beside it.
+    assert open(path, "rb").read() == b"\x7fELF cubin bytes"
+    meta = json.load(open(disk.meta_path(key)))
+    assert meta["key"] == key and meta["bytes"] == 16 and meta["format"] == rc.CACHE_FORMAT
     # No temporary files are left next to the entry.
-    assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]
+    assert sorted(n for n in os.listdir(os.path.dirname(path)) if n != ".lock") == \
+        sorted([os.path.basename(path), os.path.basename(disk.meta_path(key))])
+
+
+def test_metadata_from_the_caller_is_kept(disk):
+    key = "ac" * 32
+    disk.put(key, b"cubin", {"kernel": "k", "arch": "sm_90a"})
+    meta = json.load(open(disk.meta_path(key)))
+    assert meta["kernel"] == "k" and meta["arch"] == "sm_90a"
+
+
+@pytest.mark.parametrize("damage", ["no_meta", "other_key", "bad_json", "swapped"])
+def test_metadata_damage_is_caught(disk, damage):
+    key, other = "ba" * 32, "be" * 32
+    disk.put(key, b"payload" * 10)
+    disk.put(other, b"payload" * 10)  # same bytes, another key
+    meta = disk.meta_path(key)
+    if damage == "no_meta":
+        os.remove(meta)
+        assert disk.get(key) is None  # a miss: the writer may not have finished
+        return
+    if damage == "other_key":
+        open(meta, "w").write(open(disk.meta_path(other)).read())
+    elif damage == "bad_json":
+        open(meta, "w").write("{")
+    else:  # the checksum covers the key: another key's cubin and metadata fail it
+        d = json.load(open(disk.meta_path(other)))
+        d["key"] = key
+        json.dump(d, open(meta, "w"))
+    assert disk.get(key) is None
+    assert not os.path.exists(disk.path(key)) and disk.corrupt_entries == 1
+    assert disk.get(other) == b"payload" * 10
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "magic", "empty", "header_only"])
@@ -92,7 +128,7 @@ def test_corrupt_entry_is_removed_not_loaded(disk, damage):
     elif damage == "empty":
         blob = b""
     else:
-        blob = blob[:46]
+        blob = blob[:4]
     open(path, "wb").write(blob)
     assert disk.get(key) is None
     assert not os.path.exists(path)

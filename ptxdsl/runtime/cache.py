@@ -4,11 +4,17 @@ Disk: ``$PTXDSL_CACHE_DIR``, else ``$XDG_CACHE_HOME/ptxdsl``, else
 ``~/.cache/ptxdsl``; cubins live in ``cubin/<key>.cubin``. The key is the
 sha256 of everything that decides the cubin's bytes: the PTX text, the target
 arch, the assembler and its version, and its options (:func:`cache_key`).
-Entries are written to a temporary file and renamed into place (``os.replace``
-is atomic), so a reader sees a whole entry or none; each entry carries a
-checksum of its payload, so a truncated or corrupt file is detected, deleted and
-rebuilt, never loaded. An unwritable cache folder costs speed, not correctness:
-ptxdsl warns once and goes on without it. ``PTXDSL_CACHE=0`` turns it off.
+
+An entry is two files: ``<key>.cubin``, the plain cubin exactly as ptxas wrote it
+(``cuobjdump -sass <key>.cubin`` reads it), and ``<key>.json`` beside it, its
+metadata: the key, the size, a sha256 over the key and the cubin's bytes, and what
+was compiled (kernel, arch, toolchain). Each file is written to a temporary file and
+renamed into place (``os.replace`` is atomic); a lock file (``cubin/.lock``,
+``flock`` where the OS has it) makes the pair change together. A cubin whose
+metadata is missing, names another key or whose checksum does not match is deleted
+and rebuilt, never loaded. An unwritable cache folder costs speed, not
+correctness: ptxdsl warns once and goes on without it. ``PTXDSL_CACHE=0`` turns it
+off.
 
 Memory: :class:`ModuleCache` maps ``(device ordinal, key)`` to the loaded
 module, with one lock per key so that threads racing to the first call of a
@@ -16,21 +22,29 @@ kernel compile and load it once.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
 import warnings
 from typing import Callable, Sequence
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: renames alone
+    fcntl = None
+
+log = logging.getLogger("ptxdsl.cache")
+
 __all__ = ["CACHE_FORMAT", "DiskCache", "ModuleCache", "cache_dir", "cache_key", "clear",
            "disk_cache_enabled", "ptxas_identity"]
 
-CACHE_FORMAT = 1
-_MAGIC = b"PTXDSL-CUBIN\x00\x01"  # + 32-byte sha256 of the payload + payload
-_HEADER = len(_MAGIC) + 32
+CACHE_FORMAT = 2  # 1: cubins behind a header; 2: plain cubins with a .json sidecar
 _SUBDIR = "cubin"
+_LOCK = ".lock"
 _MEMO = "ptxas-versions.json"
 
 
@@ -64,7 +78,7 @@ def cache_key(ptx: str, arch: str, toolchain: str, options: Sequence[str] = ()) 
 
 
 def clear(root: str | None = None) -> int:
-    """Delete the cache's entries (only files it wrote); returns how many were removed."""
+    """Delete the cache's entries (only files it wrote); returns how many cubins were removed."""
     root = root or cache_dir()
     removed = 0
     sub = os.path.join(root, _SUBDIR)
@@ -74,10 +88,11 @@ def clear(root: str | None = None) -> int:
         except OSError:
             continue
         for name in names:
-            if name.endswith((".cubin", ".tmp")) or name == _MEMO:
+            if name.endswith((".cubin", ".tmp")) or name == _MEMO or (
+                    folder == sub and (name.endswith(".json") or name == _LOCK)):
                 try:
                     os.remove(os.path.join(folder, name))
-                    removed += 1
+                    removed += name.endswith(".cubin")
                 except OSError:
                     pass
     try:
@@ -100,7 +115,37 @@ class DiskCache:
         return self._root or cache_dir()
 
     def path(self, key: str) -> str:
+        """The entry's cubin (plain, as ptxas wrote it)."""
         return os.path.join(self.root, _SUBDIR, f"{key}.cubin")
+
+    def meta_path(self, key: str) -> str:
+        """The entry's metadata: key, size, checksum, what was compiled."""
+        return os.path.join(self.root, _SUBDIR, f"{key}.json")
+
+    @staticmethod
+    def checksum(key: str, data: bytes) -> str:
+        """sha256 over the key and the cubin: a cubin under another key's name fails it."""
+        h = hashlib.sha256(key.encode("ascii", "replace"))
+        h.update(data)
+        return h.hexdigest()
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool, create: bool):
+        """The cache folder's lock (shared to read an entry, exclusive to write one)."""
+        if fcntl is None:
+            yield
+            return
+        path = os.path.join(self.root, _SUBDIR, _LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except OSError:
+            yield  # no folder yet (nothing to read) or read-only: renames alone
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def get(self, key: str) -> bytes | None:
         """The cubin stored under ``key``, or None (absent, unreadable or corrupt)."""
@@ -108,37 +153,61 @@ class DiskCache:
             return None
         path = self.path(key)
         try:
-            with open(path, "rb") as f:
-                blob = f.read()
+            with self._locked(exclusive=False, create=False):
+                with open(path, "rb") as f:
+                    data = f.read()
+                with open(self.meta_path(key), encoding="utf-8") as f:
+                    meta_text = f.read()
         except FileNotFoundError:
+            log.debug("cubin cache miss %s", key[:16])
             return None
         except OSError as exc:
             self._warn(f"cannot read {path}: {exc}")
             return None
-        payload = blob[_HEADER:]
-        if (len(blob) <= _HEADER or not blob.startswith(_MAGIC)
-                or hashlib.sha256(payload).digest() != blob[len(_MAGIC):_HEADER]):
+        try:
+            meta = json.loads(meta_text)
+            ok = (isinstance(meta, dict) and meta.get("key") == key
+                  and meta.get("bytes") == len(data)
+                  and meta.get("sha256") == self.checksum(key, data))
+        except ValueError:
+            ok = False
+        if not ok:
+            log.warning("cubin cache entry %s is corrupt (checksum or metadata); removed, "
+                        "rebuilding", path)
             self.remove(key)
             self.corrupt_entries += 1
             return None
-        return payload
+        log.debug("cubin cache hit %s (%s)", key[:16], path)
+        return data
 
-    def put(self, key: str, data: bytes) -> bool:
-        """Store atomically; False (and one warning) when the folder is unwritable."""
+    def put(self, key: str, data: bytes, meta: dict | None = None) -> bool:
+        """Store atomically; False (and one warning) when the folder is unwritable.
+        ``meta`` (kernel name, arch, toolchain...) goes into the sidecar."""
         if not disk_cache_enabled():
             return False
         path = self.path(key)
         folder = os.path.dirname(path)
-        tmp = None
+        record = dict(meta or {})
+        record.update(format=CACHE_FORMAT, key=key, bytes=len(data),
+                      sha256=self.checksum(key, data))
+        tmps: list[str] = []
         try:
             os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=folder)
-            with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + hashlib.sha256(data).digest() + data)
-            os.replace(tmp, path)
+            with self._locked(exclusive=True, create=True):
+                for target, blob in ((path, data),
+                                     (self.meta_path(key),
+                                      json.dumps(record, indent=1, sort_keys=True).encode())):
+                    fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp",
+                                               dir=folder)
+                    tmps.append(tmp)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(blob)
+                os.replace(tmps[0], path)
+                os.replace(tmps[1], self.meta_path(key))
+            log.debug("cubin cache store %s (%d bytes)", key[:16], len(data))
             return True
         except OSError as exc:
-            if tmp is not None:
+            for tmp in tmps:
                 try:
                     os.remove(tmp)
                 except OSError:
@@ -147,10 +216,11 @@ class DiskCache:
             return False
 
     def remove(self, key: str) -> None:
-        try:
-            os.remove(self.path(key))
-        except OSError:
-            pass
+        for p in (self.path(key), self.meta_path(key)):
+            try:
+                os.remove(p)
+            except OSError:
+                pass
 
     def _warn(self, message: str) -> None:
         if not self._warned:
@@ -238,12 +308,14 @@ class ModuleCache:
         k = (device, key)
         hit = self._modules.get(k)
         if hit is not None:
+            log.debug("module cache hit %s on device %d", key[:16], device)
             return hit
         with self._guard:
             lock = self._locks.setdefault(k, threading.Lock())
         with lock:
             hit = self._modules.get(k)
             if hit is None:
+                log.debug("module cache miss %s on device %d: loading", key[:16], device)
                 self.loads += 1
                 hit = load()
                 self._modules[k] = hit

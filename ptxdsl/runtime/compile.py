@@ -18,6 +18,7 @@ on a newer GPU. The specialisation key of a loaded kernel is therefore
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -26,12 +27,16 @@ from typing import Sequence
 
 from .. import toolchain
 from ..arch import parse_arch
+from ..dump import dump
 from ..errors import LaunchError, ToolchainError
 from . import cache as _cache
 from .driver import CudaError
 
 __all__ = ["KernelFunction", "Image", "build_image", "load_function", "resolve_toolchain",
            "specialisation_key", "target_arch", "toolchain_id"]
+
+log = logging.getLogger("ptxdsl.compile")
+
 
 def target_arch(kernel_arch: str, cc: tuple[int, int], device_name: str = "the device") -> str:
     """The ``-arch`` to assemble ``kernel_arch`` PTX for a device of compute capability ``cc``.
@@ -139,11 +144,16 @@ def build_image(kernel, compiled, arch: str, *, driver_version: int | None = Non
     key = specialisation_key(compiled.ptx, arch, tool, options)
     timings["key_s"] = time.perf_counter() - t0
     if ptxas is None:
+        log.info("compiling %s for %s with the driver's PTX JIT (no ptxas found)",
+                 kernel.name, arch)
+        dump(kernel.name, key, ptx=compiled.ptx)
         return Image("ptx", compiled.ptx.encode() + b"\0", key, "jit", tool, arch, timings)
     t0 = time.perf_counter()
     cubin = disk.get(key)
     timings["disk_read_s"] = time.perf_counter() - t0
     if cubin is not None:
+        log.debug("%s for %s: cubin from the disk cache (key %s)", kernel.name, arch, key[:16])
+        dump(kernel.name, key, ptx=compiled.ptx, cubin=cubin)
         return Image("cubin", cubin, key, "disk", tool, arch, timings)
     t0 = time.perf_counter()
     try:
@@ -153,8 +163,12 @@ def build_image(kernel, compiled, arch: str, *, driver_version: int | None = Non
         raise _map_error(kernel, compiled, exc.diagnostics, f"ptxas -arch={arch}",
                          exc.message) from exc
     timings["ptxas_s"] = time.perf_counter() - t0
+    log.info("compiled %s for %s with %s in %.1f ms (key %s)", kernel.name, arch, tool,
+             1e3 * timings["ptxas_s"], key[:16])
+    dump(kernel.name, key, ptx=compiled.ptx, cubin=result.cubin)
     t0 = time.perf_counter()
-    disk.put(key, result.cubin)
+    disk.put(key, result.cubin, {"kernel": kernel.name, "arch": arch, "toolchain": tool,
+                                 "options": list(options)})
     timings["disk_write_s"] = time.perf_counter() - t0
     return Image("cubin", result.cubin, key, "ptxas", tool, arch, timings)
 

@@ -1,7 +1,8 @@
 """Try RMSNorm kernel schedules on the current GPU and print the fastest per shape.
 
-Used to choose the defaults in ``ptxdsl/ops/rms_norm_fwd.plan`` and
-``rms_norm_bwd.plan_backward``; it times kernels directly (no ops-layer host
+Used to choose the defaults in ``ptxdsl/ops/rmsnorm/fwd.plan``,
+``bwd.plan_backward`` and the choices of ``ptxdsl/ops/rmsnorm/plan.py`` (the
+measurements: ``bench/results/rmsnorm_tune_h200.md``); it times kernels directly (no ops-layer host
 work) with CUDA events over rotated inputs.
 
     python bench/rmsnorm_tune.py [--json PATH]
@@ -170,11 +171,11 @@ def main(argv=None):
     import dataclasses
 
     import torch
-    from ptxdsl.ops.rms_norm_fwd import build_forward, plan
-    from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop, loop_ctas_per_sm
-    from ptxdsl.ops.rms_norm_fwd_async import build_forward_async, staging
-    from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
-    from ptxdsl.ops.rms_norm import _forward_kernel
+    from bench.rmsnorm_fwd_async import build_forward_async, staging
+    from ptxdsl.ops.rmsnorm.bwd import build_backward, build_dw_reduce, plan_backward
+    from ptxdsl.ops.rmsnorm.fwd import build_forward, plan
+    from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop, loop_ctas_per_sm
+    from ptxdsl.ops.rmsnorm.plan import forward_kernel
     from ptxdsl.runtime import prepare
     from ptxdsl.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
@@ -248,7 +249,7 @@ def main(argv=None):
                         if k == f"T{base.threads}" or keep.search(k)}
         res, live = {}, {"copy": lambda x, w, y: y.copy_(x)}
         # What ptxdsl.ops runs for this shape (the plan, or a kernel chosen from it).
-        kops = _forward_kernel(n, dt, dt, base.vec, False, False, 1e-6, "sm_90a", sms)
+        kops = forward_kernel(n, dt, dt, base.vec, False, False, 1e-6, "sm_90a", sms)
         live["ops"] = lambda x, w, y, k=kops: k(x, w, y)
         ref = F.rms_norm(sets[0][0].float(), (n,), sets[0][1].float(), 1e-6)
         if a.no_torch_compile:

@@ -191,7 +191,7 @@ def test_rmsnorm_walkthrough_prose_matches_the_kernel():
     numbers of the N = 8192 f32 schedule (threads, chunks, registers, offsets, shared
     bytes, cache hints): they must be the ones the code has now."""
     import sys
-    from ptxdsl.ops.rms_norm_fwd import plan
+    from ptxdsl.ops.rmsnorm.fwd import plan
     from ptxdsl.types import f32
     sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
     try:

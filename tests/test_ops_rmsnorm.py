@@ -5,14 +5,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ptxdsl.errors import LaunchError
+import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
+from ptxdsl.errors import InterpreterError, LaunchError
 from ptxdsl.ops import rms_norm, rms_norm_backward
-from ptxdsl.errors import InterpreterError
-from ptxdsl.ops.rms_norm_bwd import build_backward, build_dw_reduce, plan_backward
-from ptxdsl.ops.rms_norm_fwd import build_forward, max_vec, plan
+from ptxdsl.ops.rmsnorm import plan as choice
+from ptxdsl.ops.rmsnorm.bwd import build_backward, build_dw_reduce, plan_backward
+from ptxdsl.ops.rmsnorm.fwd import build_forward, max_vec, plan
 from ptxdsl.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
-
-pytest.importorskip("ptxdsl.interp")
 
 EPS = 1e-6
 NS = [1, 3, 8, 17, 96, 100, 257, 1000, 1024, 1030, 2048, 4097]
@@ -276,8 +275,8 @@ def test_fused_backward_waits_for_every_cta(monkeypatch):
 def test_fused_backward_traps_instead_of_hanging(monkeypatch):
     """A workspace that was not zero cannot hang the GPU: past a time limit on the
     barrier the kernel traps (on a GPU: a failed launch, reported as an error)."""
-    from ptxdsl.ops import rms_norm_bwd
-    monkeypatch.setattr(rms_norm_bwd, "BARRIER_TIMEOUT_NS", 50_000)
+    from ptxdsl.ops.rmsnorm import bwd
+    monkeypatch.setattr(bwd, "BARRIER_TIMEOUT_NS", 50_000)
     p = plan_backward(64, f32, 2)
     args, _, _ = _bwd_case(3, 64)
     k = build_backward(p, f32, f32)
@@ -313,11 +312,9 @@ def test_backward_dweight_is_bitwise_repeatable():
 def test_short_half_rows_take_three_ctas_per_sm():
     """ops caps short half-precision rows (<= 256 threads, N >= 1000) at three CTAs per SM
     (on a GPU they also prefetch into L2); f32 rows and very short rows keep the plan."""
-    import sys
-    ops = sys.modules["ptxdsl.ops.rms_norm"]
     for n, dt, cps in [(1024, bf16, 3), (1000, f16, 3), (2048, bf16, 3), (1024, f32, None),
                        (96, bf16, None)]:
-        p, _ = ops._backward_kernel(n, dt, dt, max_vec(n, dt), "sm_90a", 132, None)
+        p, _ = choice.backward_kernel(n, dt, dt, max_vec(n, dt), "sm_90a", 132, None)
         assert p == plan_backward(n, dt, 132, ctas_per_sm=cps), (n, dt)
         assert not p.l2_ahead
 
@@ -363,7 +360,7 @@ def test_bad_inputs_are_explained():
 def test_persistent_forward_walks_every_row(m, n, grid, residual, seed):
     """The loop kernel (used from 16384 f32 up) on a tiny grid: each CTA takes several
     rows and prefetches the next; results, residual and rstd all match float64."""
-    from ptxdsl.ops.rms_norm_fwd_loop import build_forward_loop
+    from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, n)).astype(np.float32)
     w = rng.standard_normal(n).astype(np.float32)
@@ -382,79 +379,28 @@ def test_persistent_forward_walks_every_row(m, n, grid, residual, seed):
     assert np.allclose(rstd, rref, rtol=1e-6)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(m=st.integers(1, 11), n=st.sampled_from([3, 96, 1000, 1030, 4096]),
-       grid=st.integers(1, 3), stages=st.integers(1, 4), residual=st.booleans(),
-       half=st.booleans(), seed=st.integers(0, 2**16))
-def test_staged_forward_walks_every_row(m, n, grid, stages, residual, half, seed):
-    """The cp.async-staged kernel on a tiny grid: each CTA streams several rows through
-    its ring of ``stages`` shared-memory buffers (the interpreter writes a copy into shared
-    memory only at cp.async.wait_group, so a missing or misplaced wait reads stale rows)."""
-    from ptxdsl.ops.rms_norm_fwd_async import Staging, build_forward_async, can_stage
-    dt = bf16 if half else f32
-    p = plan(n, dt)
-    if not can_stage(p, dt):
-        with pytest.raises(ValueError, match="cannot be staged"):
-            build_forward_async(p, Staging(stages, 1), dt, dt, grid)
-        return
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((m, n)).astype(np.float32)
-    w = rng.standard_normal(n).astype(np.float32)
-    if half:
-        x = bf16_bits_to_f32(f32_to_bf16_bits(x))
-        w = bf16_bits_to_f32(f32_to_bf16_bits(w))
-    enc = (lambda a: f32_to_bf16_bits(a)) if half else (lambda a: a)
-    k = build_forward_async(p, Staging(stages, 1), dt, dt, grid, eps=EPS, residual=residual,
-                            with_rstd=True)
-    assert k.dynamic_shared == stages * (2 if residual else 1) * p.rows_per_cta * n * dt.bytes
-    if residual:
-        r = rng.standard_normal((m, n)).astype(np.float32)
-        if half:
-            r = bf16_bits_to_f32(f32_to_bf16_bits(r))
-        rb = enc(r).copy()
-        y, rstd = np.zeros_like(enc(x)), np.zeros(m, np.float32)
-        k.interpret(enc(x), rb, enc(w), y, rb, rstd)
-        h = x + r
-        if half:
-            h = bf16_bits_to_f32(f32_to_bf16_bits(h))
-            np.testing.assert_array_equal(bf16_bits_to_f32(rb), h)
-        else:
-            np.testing.assert_array_equal(rb, h)
-        x = h
-    else:
-        y, rstd = k.interpret(enc(x), enc(w))
-    ref, rref = ref_fwd(x, w)
-    if half:
-        assert rel_err(bf16_bits_to_f32(y), ref) < 1e-2
-    else:
-        assert rel_err(y, ref) < 2e-6
-    assert np.allclose(rstd, rref, rtol=1e-5)
-
-
 @pytest.mark.parametrize("n", [4096, 8192, 16384])
 def test_half_two_pass_kernel_keeps_the_occupancy(n):
     """Two-pass half rows: w is loaded late exactly when ptxas gives that variant more
     CTAs per SM (and a thread has at most two chunks), never when it would lower them."""
     import dataclasses
-    import sys
     from ptxdsl import toolchain
     if toolchain.find_ptxas() is None:
         pytest.skip("no ptxas")
-    ops = sys.modules["ptxdsl.ops.rms_norm"]
     p = plan(n, bf16)
     assert p.two_pass and p.preload_w
-    k = ops._build_forward_best(p, bf16, bf16, EPS, False, False, "sm_90a")
+    k = choice.best_row_kernel(p, bf16, bf16, EPS, False, False, "sm_90a")
     keep = build_forward(p, bf16, bf16, eps=EPS)
     late = build_forward(dataclasses.replace(p, preload_w=False, w_hints=("L1::evict_last",),
                                              w_policy="evict_last"), bf16, bf16, eps=EPS)
-    gain = ops._ctas_per_sm(late, p.block) > ops._ctas_per_sm(keep, p.block)
+    gain = choice.ctas_per_sm(late, p.block) > choice.ctas_per_sm(keep, p.block)
     one = build_forward(dataclasses.replace(p, two_pass=False, preload_w=False,
                                             w_hints=("L1::evict_last",),
                                             w_policy="evict_last", min_ctas=4),
                         bf16, bf16, eps=EPS)
     chose_late = k.ptx() in (late.ptx(), one.ptx())
     assert chose_late == (gain and p.per_thread <= 2)
-    assert ops._ctas_per_sm(k, p.block) >= ops._ctas_per_sm(keep, p.block)
+    assert choice.ctas_per_sm(k, p.block) >= choice.ctas_per_sm(keep, p.block)
     assert not k.resources().spill_stores
     if chose_late and p.block == 512:  # x stays in registers: one read of x per element
         assert k.ptx() == one.ptx()
@@ -467,12 +413,10 @@ def test_half_two_pass_kernel_keeps_the_occupancy(n):
 
 @pytest.mark.parametrize("residual", [False, True])
 def test_ops_kernel_for_8192_half_rows_is_right(residual):
-    """Whatever _build_forward_best picks for 8192 bf16 rows (with ptxas: the one-pass
+    """Whatever best_row_kernel picks for 8192 bf16 rows (with ptxas: the one-pass
     row under .minnctapersm), with and without a residual, on the interpreter."""
-    import sys
-    ops = sys.modules["ptxdsl.ops.rms_norm"]
     n, m = 8192, 3
-    k = ops._build_forward_best(plan(n, bf16), bf16, bf16, EPS, residual, residual, "sm_90a")
+    k = choice.best_row_kernel(plan(n, bf16), bf16, bf16, EPS, residual, residual, "sm_90a")
     rng = np.random.default_rng(5)
     x = bf16_bits_to_f32(f32_to_bf16_bits(rng.standard_normal((m, n)).astype(np.float32)))
     w = bf16_bits_to_f32(f32_to_bf16_bits(rng.standard_normal(n).astype(np.float32)))
@@ -503,7 +447,7 @@ def test_smem_pad_declares_the_dynamic_shared_memory():
 
 
 def test_balanced_grid_keeps_the_longest_cta_and_drops_the_idle_ones():
-    from ptxdsl.ops._rmsrow import balanced_grid
+    from ptxdsl.ops.rmsnorm.row import balanced_grid
     assert balanced_grid(8192, 528) == 512  # 16 rows each, not 272 x 16 + 256 x 15
     assert balanced_grid(0, 528) == 0
     assert balanced_grid(100, 528) == 100

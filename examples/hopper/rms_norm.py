@@ -1,6 +1,6 @@
 """RMSNorm, the flagship: ``Y = X * W / sqrt(mean(X^2) + eps)`` per row.
 
-The kernels are written in the DSL in ``ptxdsl/ops/rms_norm_fwd.py`` (read it
+The kernels are written in the DSL in ``ptxdsl/ops/rmsnorm/fwd.py`` (read it
 next to the PTX this script can print): one CTA per long row held in
 registers with 16-byte loads, a lane group per short row, predicated ragged
 tails. This script builds them, runs them (on the GPU when one is present,
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ptxdsl  # noqa: E402
 from _harness import report  # noqa: E402
 from ptxdsl.ops import rms_norm  # noqa: E402
-from ptxdsl.ops.rms_norm_fwd import build_forward, plan  # noqa: E402
+from ptxdsl.ops.rmsnorm.fwd import build_forward, plan  # noqa: E402
 from ptxdsl.types import bf16, f32  # noqa: E402
 
 EPS = 1e-6

@@ -1,6 +1,6 @@
 """RMSNorm backward: ``dx`` and a deterministic ``dweight`` in one DSL kernel.
 
-``ptxdsl/ops/rms_norm_bwd.py`` holds the kernel: a persistent, cooperative grid
+``ptxdsl/ops/rmsnorm/bwd.py`` holds the kernel: a persistent, cooperative grid
 walks the rows in a fixed order, keeps its share of dweight in registers and
 writes per-CTA partials; after a grid-wide barrier the same CTAs sum the
 partials column by column in a fixed order. Same inputs, same bits, every run. This script runs them (GPU
@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import ptxdsl  # noqa: E402
 from ptxdsl.ops import rms_norm_backward  # noqa: E402
-from ptxdsl.ops.rms_norm_bwd import build_backward, plan_backward  # noqa: E402
+from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward  # noqa: E402
 from ptxdsl.types import f32  # noqa: E402
 
 EPS = 1e-6

@@ -181,7 +181,7 @@ def test_strided_weight_is_not_taken_for_a_contiguous_one():
 
 
 def test_repeated_plain_calls_follow_alignment_grad_mode_eps_and_signature():
-    """Plain calls that repeat the last signature are found by a tensor guard (ops._Hot):
+    """Plain calls that repeat the last signature are found by a tensor guard (ops.rmsnorm.fast.Hot):
     what the guard cannot see must still be honoured: a pointer of another alignment
     (narrower vectors), grad mode for a weight that requires grad, another eps, and
     two signatures taking turns."""
@@ -217,8 +217,8 @@ def test_repeated_plain_calls_follow_alignment_grad_mode_eps_and_signature():
 def test_staged_forward_kernel(shape, dt):
     """The cp.async-staged persistent forward: more than 48 KiB of dynamic shared memory
     (the launcher raises the function's limit), a grid smaller than the rows."""
-    from ptxdsl.ops.rms_norm_fwd import plan
-    from ptxdsl.ops.rms_norm_fwd_async import build_forward_async, staging
+    from ptxdsl.ops.rmsnorm.fwd import plan
+    from bench.rmsnorm_fwd_async import build_forward_async, staging
     from ptxdsl.types import bf16, f32
     pt = {"f32": f32, "bf16": bf16}[dt]
     p = plan(shape[1], pt)

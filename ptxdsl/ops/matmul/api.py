@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 
 import numpy as np
 
 from ...errors import LaunchError, SourceLoc
 from ...types import PtxType, bf16, f16, f32
+from .._common.frame import DTYPES as _DTYPES, Frame, kind_of, strides
+from .._common.kernels import KernelCache
 from .epilogue import ACTIVATIONS
 from .plan import fallback_plan
 from .simt import build_simt
 
-_DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
 _ALIASES = {"gelu_tanh": "gelu", "gelu-tanh": "gelu", "swish": "silu"}
 _PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,54 +54,10 @@ def _error(msg: str) -> LaunchError:
     return LaunchError(f"matmul: {msg}", _caller())
 
 
-class KernelCache:
-    """Built kernels keyed by everything that changes their PTX."""
-
-    def __init__(self):
-        self._kernels: dict[tuple, object] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple, build):
-        k = self._kernels.get(key)
-        if k is None:
-            with self._lock:
-                k = self._kernels.get(key)
-                if k is None:
-                    k = self._kernels[key] = build()
-        return k
-
-    def __len__(self) -> int:
-        return len(self._kernels)
-
-
 KERNELS = KernelCache()
 
 
 # ---------------------------------------------------------------- array plumbing
-def _kind(a) -> str:
-    if type(a).__module__.startswith("torch"):
-        return "torch"
-    if isinstance(a, np.ndarray):
-        return "numpy"
-    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"):
-        return "device"
-    raise _error(f"takes numpy arrays, torch tensors or device arrays, got {type(a).__name__}")
-
-
-def _strides(a) -> tuple[int, ...]:
-    if hasattr(a, "stride") and callable(a.stride):
-        return tuple(a.stride())
-    return tuple(s // a.itemsize for s in a.strides)
-
-
-def _ptr(a) -> int:
-    if hasattr(a, "data_ptr"):
-        return a.data_ptr()
-    if isinstance(a, np.ndarray):
-        return a.ctypes.data
-    return a.__cuda_array_interface__["data"][0]
-
-
 def _dtype_of(a) -> PtxType:
     name = str(a.dtype).replace("torch.", "")
     t = _DTYPES.get(name)
@@ -128,57 +84,6 @@ def _out_dtype(spec, default: PtxType) -> PtxType:
     return t
 
 
-class _Frame:
-    """What one call runs on: numpy (GPU or interpreter), torch or another device array."""
-
-    def __init__(self, a):
-        self.kind = _kind(a)
-        self.torch = None
-        if self.kind == "torch":
-            import torch
-            self.torch = torch
-
-    def empty(self, shape, like, dtype: PtxType):
-        if self.kind == "torch":
-            t = self.torch
-            dt = {f32: t.float32, f16: t.float16, bf16: t.bfloat16}[dtype]
-            return t.empty(shape, dtype=dt, device=like.device)
-        if self.kind == "numpy":
-            if dtype == bf16:
-                return np.empty(shape, dtype=like.dtype if like.dtype.name == "bfloat16"
-                                else _ml_bf16())
-            return np.empty(shape, dtype=dtype.np_dtype)
-        import cupy
-        return cupy.empty(shape, dtype=dtype.np_dtype if dtype != bf16 else like.dtype)
-
-    def contiguous(self, a):
-        if self.kind == "torch":
-            return a.contiguous()
-        if self.kind == "numpy":
-            return np.ascontiguousarray(a)
-        import cupy
-        return cupy.ascontiguousarray(a)
-
-    def on_gpu(self) -> bool:
-        if self.kind != "numpy":
-            return True
-        from ... import gpu_available
-        return gpu_available()
-
-    def run(self, k, *args):
-        if self.kind == "numpy" and not self.on_gpu():
-            return k.interpret(*args)
-        return k(*args)
-
-
-def _ml_bf16():
-    try:
-        import ml_dtypes
-    except ImportError:
-        raise _error("a bfloat16 numpy output needs ml_dtypes (numpy has no bfloat16)") from None
-    return ml_dtypes.bfloat16
-
-
 # ---------------------------------------------------------------- the call
 def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None = None):
     """``activation(a @ b + bias)``; see the module docstring for shapes, dtypes, layouts."""
@@ -186,8 +91,8 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
     if activation not in ACTIVATIONS:
         raise _error(f"activation must be None, 'relu', 'gelu' (tanh form) or 'silu', got "
                      f"{activation!r}")
-    frame = _Frame(a)
-    if _kind(b) != frame.kind:
+    frame = Frame(a, "matmul")
+    if kind_of(b, "matmul") != frame.kind:
         raise _error(f"a and b must be the same kind of array, got {type(a).__name__} and "
                      f"{type(b).__name__}")
     if frame.kind == "torch" and frame.torch.is_grad_enabled() and (
@@ -225,25 +130,25 @@ def forward(frame, a, b, out, out_dtype, bias, activation):
     odt = _out_dtype(out_dtype, dt)
     bdt = None
     if bias is not None:
-        if _kind(bias) != frame.kind or tuple(bias.shape) != (n,):
+        if kind_of(bias, "matmul") != frame.kind or tuple(bias.shape) != (n,):
             raise _error(f"bias must be a ({n},) array of the same kind as a, got "
                          f"{type(bias).__name__} of shape {tuple(getattr(bias, 'shape', ()))}")
         bdt = _DTYPES.get(str(bias.dtype).replace("torch.", ""))
         if bdt not in (dt, f32):
             raise _error(f"bias dtype must be a's ({dt.name}) or float32, got {bias.dtype}")
-        if _strides(bias)[0] != 1:
+        if strides(bias)[0] != 1:
             bias = frame.contiguous(bias)
     shape = ((batch,) if batch is not None else ()) + (m, n)
     if out is None:
         out = frame.empty(shape, a, odt)
     else:
-        if _kind(out) != frame.kind or tuple(out.shape) != shape:
+        if kind_of(out, "matmul") != frame.kind or tuple(out.shape) != shape:
             raise _error(f"out must be an array of shape {shape}, got "
                          f"{tuple(getattr(out, 'shape', ()))}")
         if _dtype_of_any(out) != odt:
             raise _error(f"out's dtype ({out.dtype}) must be out_dtype ({odt.name})")
-        if m and n and _strides(out)[-1] != 1 and n > 1:
-            raise _error(f"out needs unit inner stride, got strides {_strides(out)}")
+        if m and n and strides(out)[-1] != 1 and n > 1:
+            raise _error(f"out needs unit inner stride, got strides {strides(out)}")
     if 0 in (m, n) or batch == 0:
         return out
     if k == 0:
@@ -264,7 +169,7 @@ def _dtype_of_any(a) -> PtxType | None:
 def _layout(frame, x):
     """(the array the kernel reads, transposed?): x itself when its rows are contiguous,
     its transpose (a view) when its columns are, else a contiguous copy."""
-    s = _strides(x)
+    s = strides(x)
     r, c = int(x.shape[0]), int(x.shape[1])
     if s[1] == 1 or c == 1:
         return x, False

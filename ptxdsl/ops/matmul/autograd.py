@@ -15,13 +15,14 @@ import math
 
 import torch
 
-from .api import _Frame, forward
+from .._common.frame import Frame
+from .api import forward
 
 _DT = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
 def _mm(x, y, out_dtype=None, bias=None, activation=None):
-    return forward(_Frame(x), x, y, None, out_dtype, bias, activation)
+    return forward(Frame(x, "matmul"), x, y, None, out_dtype, bias, activation)
 
 
 def _act_grad(z, activation):

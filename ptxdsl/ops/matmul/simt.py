@@ -21,7 +21,7 @@ from __future__ import annotations
 from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32, u64
 
-from .._rowio import load_chunk, narrow, store_chunk
+from .._common.rowio import load_chunk, narrow, store_chunk
 from .epilogue import activate
 from .plan import FallbackPlan
 

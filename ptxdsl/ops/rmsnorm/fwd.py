@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u32
 
-from ._reduce import RowSum
-from ._rmsrow import add_residual, rstd_of, scale, store_rstd, unpack
-from ._rowio import l2_policy, load_chunk, narrow, store_chunk
+from .._common.reduce import RowSum
+from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
+from .row import add_residual, rstd_of, scale, store_rstd, unpack
 
 WARP = 32
 

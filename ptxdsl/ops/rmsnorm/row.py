@@ -10,12 +10,12 @@ from types import SimpleNamespace
 from ptxdsl import ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
-from ._rowio import round_trip
+from .._common.rowio import round_trip
 
 
 def unpack(args, residual: bool, with_rstd: bool):
     """``(X, R, W, Y, H, RSTD)`` from a forward kernel's arguments (absent ones None),
-    in :func:`~.rms_norm_fwd.forward_specs` order."""
+    in :func:`~.fwd.forward_specs` order."""
     it = iter(args)
     X = next(it)
     Rs = next(it) if residual else None

@@ -1,15 +1,17 @@
-"""Torch glue: an autograd Function and an ``nn.Module`` around the RMSNorm kernels."""
+"""Torch glue: an autograd Function and an ``nn.Module`` around the RMSNorm kernels
+(imported only when torch is in use)."""
 from __future__ import annotations
 
 import torch
 
-from .rms_norm import _forward, _Frame, rms_norm_backward
+from .._common.frame import Frame
+from .api import _forward, rms_norm_backward
 
 
 class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        y, rstd = _forward(_Frame(x), x, weight, eps, None, True, None)
+        y, rstd = _forward(Frame(x, "rms_norm"), x, weight, eps, None, True, None)
         ctx.save_for_backward(x, weight, rstd)
         return y, rstd
 
@@ -34,7 +36,7 @@ class RMSNorm(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
 
     def forward(self, x):
-        from .rms_norm import rms_norm
+        from .api import rms_norm  # the module imports this one lazily
         return rms_norm(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:

@@ -1,7 +1,11 @@
 """The staged RMSNorm forward: rows stream into shared memory with ``cp.async``.
 
+An experiment the ops never choose (the register-resident kernels of
+``ptxdsl/ops/rmsnorm`` were as fast or faster where measured); kept here because
+``bench/rmsnorm_tune.py --mode async`` still times it.
+
 A fixed grid of CTAs walks the rows (``cta, cta + G, ...``, as in
-:mod:`.rms_norm_fwd_loop`), but a row arrives in shared memory through
+``ptxdsl.ops.rmsnorm.fwd_loop``), but a row arrives in shared memory through
 ``cp.async`` (16 bytes per thread per chunk, no registers held while it is in
 flight) into a ring of ``stages`` row buffers. While a CTA reduces and writes
 row ``i``, rows ``i+1 .. i+stages-1`` are already on their way, so DRAM always
@@ -24,11 +28,11 @@ from dataclasses import dataclass
 from ptxdsl import kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u8, u32
 
-from ._reduce import RowSum
-from ._rmsrow import (add_residual, balanced_grid, both, persistent_rows, rstd_of, scale,
-                      store_rstd, unpack)
-from ._rowio import load_chunk, narrow, store_chunk
-from .rms_norm_fwd import Plan, forward_specs
+from ptxdsl.ops._common.reduce import RowSum
+from ptxdsl.ops._common.rowio import load_chunk, narrow, store_chunk
+from ptxdsl.ops.rmsnorm.fwd import Plan, forward_specs
+from ptxdsl.ops.rmsnorm.row import (add_residual, balanced_grid, both, persistent_rows,
+                                    rstd_of, scale, store_rstd, unpack)
 
 SMEM_PER_SM = 227 * 1024      # Hopper: shared memory one SM gives its CTAs (opt-in)
 SMEM_PER_CTA_RESERVED = 1024  # what the system keeps per resident CTA

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, b32, f32, u32, u64
 
-from ._bwdrow import dot_chunk, dx_chunk, dx_coeff
-from ._reduce import RowSum
-from ._rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
-from .rms_norm_bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
-                                  staged_rows)
-from .rms_norm_fwd import WARP, RowSplit, max_vec
+from .._common.reduce import RowSum
+from .._common.rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
+from .bwd_row import dot_chunk, dx_chunk, dx_coeff
+from .bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
+                         staged_rows)
+from .fwd import WARP, RowSplit, max_vec
 
 @dataclass(frozen=True)
 class BwdPlan(RowSplit):
@@ -61,7 +61,7 @@ class BwdPlan(RowSplit):
     # row of registers covers. Needs 16-byte rows (vec * element size == 16).
     l2_ahead: bool = False
     # Long rows through a ring of this many shared-memory row buffers of dy and x
-    # (rms_norm_bwd_staged: cp.async several rows ahead, dw partial in registers)
+    # (bwd_staged: cp.async several rows ahead, dw partial in registers)
     # instead of streaming them twice from global memory. 0: off.
     stages: int = 0
 

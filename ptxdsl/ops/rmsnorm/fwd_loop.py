@@ -4,7 +4,7 @@ Each CTA (or lane group, for short rows) loads its weights once, then loops over
 rows ``cta, cta + G, ...``: it issues the loads of the *next* row before the
 reduction of the current one, so DRAM is busy while the row statistics are
 formed, and stores the current row while the next one arrives. Same math,
-hints and layouts as :mod:`.rms_norm_fwd` (whose :class:`~.rms_norm_fwd.Plan`
+hints and layouts as :mod:`.fwd` (whose :class:`~.fwd.Plan`
 it takes), with ``G = sms * ctas_per_sm`` CTAs.
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 from ptxdsl import kernel, ptx, reg
 from ptxdsl.types import PtxType, f32
 
-from ._reduce import RowSum
-from ._rmsrow import (add_residual, balanced_grid, both, persistent_rows, rstd_of, scale,
-                      store_rstd, unpack)
-from ._rowio import l2_policy, load_chunk, narrow, store_chunk
-from .rms_norm_fwd import Plan, forward_specs
+from .._common.reduce import RowSum
+from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
+from .fwd import Plan, forward_specs
+from .row import (add_residual, balanced_grid, both, persistent_rows, rstd_of, scale,
+                  store_rstd, unpack)
 
 
 def loop_ctas_per_sm(p: Plan) -> int:

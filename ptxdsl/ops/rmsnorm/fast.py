@@ -9,9 +9,9 @@ plain forward form is found faster still, by a tensor guard (:class:`Hot`).
 """
 from __future__ import annotations
 
-from ..runtime import prepare
-from ..runtime.fastpath import _never, torch_hooks
-from . import _workspace
+from ...runtime import prepare
+from ...runtime.fastpath import _never, torch_hooks
+from .._common import workspace as _workspace
 
 # Signature key -> closure (forward and backward keys differ in length and content).
 FAST: dict[tuple, object] = {}

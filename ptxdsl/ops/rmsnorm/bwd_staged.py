@@ -11,7 +11,7 @@ ring of ``stages`` row buffers in dynamic shared memory, several rows ahead, so
 the copies of later rows are in flight while this one is reduced and written.
 Both passes read the row from shared memory; dy * w of the first pass is kept in
 registers for the second (w comes from L1 every row), and the dw partial stays in
-registers until the CTA's last row. As in :mod:`.rms_norm_fwd_async`, a thread
+registers until the CTA's last row. As in ``bench/rmsnorm_fwd_async.py``, a thread
 reads only the chunks it copied, so the ring needs no barrier:
 ``cp.async.wait_group`` makes a thread's copies visible to that thread, and a
 buffer is refilled only after the same thread has read it.
@@ -21,10 +21,10 @@ from __future__ import annotations
 from ptxdsl import ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u8, u32
 
-from ._bwdrow import dot_chunk, dx_chunk, dx_coeff
-from ._reduce import RowSum
-from ._rmsrow import both
-from ._rowio import l2_prefetch_rows, load_chunk, narrow, store_chunk
+from .._common.reduce import RowSum
+from .._common.rowio import l2_prefetch_rows, load_chunk, narrow, store_chunk
+from .bwd_row import dot_chunk, dx_chunk, dx_coeff
+from .row import both
 
 SMEM_PER_CTA = 227 * 1024  # Hopper: the most dynamic shared memory one CTA may opt into
 # Room for the kernel's static arrays: the fused dW sum's tile (16 bytes per thread, up

@@ -1,0 +1,18 @@
+"""RMSNorm: ``x / sqrt(mean(x^2, -1) + eps) * weight``, forward and backward.
+
+========== ==============================================================
+api        ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``: checks, dispatch
+plan       which kernel a call runs (ptxas / occupancy asked), built kernels
+fast       repeated torch calls: per-signature closures that allocate and launch
+autograd   the ``torch.autograd.Function`` and ``nn.Module`` (torch only)
+fwd        the row-per-CTA / row-per-warp forward kernel and its ``Plan``
+fwd_loop   the persistent forward kernel (a CTA loops over rows)
+bwd        the cooperative backward kernel, its ``BwdPlan`` and the dw reduction
+bwd_staged the backward's cp.async-staged rows
+row        forward row arithmetic shared by the forward kernels
+bwd_row    backward row arithmetic shared by the backward schedules
+========== ==============================================================
+"""
+from .api import KERNELS, RMSNorm, rms_norm, rms_norm_backward
+
+__all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward"]

@@ -1,0 +1,211 @@
+"""``ptxdsl.ops.rms_norm`` / ``rms_norm_backward`` / ``RMSNorm``: the user-facing API.
+
+Arrays may be numpy (run on the GPU when one is present, else on the CPU
+interpreter), torch CUDA tensors or any ``__cuda_array_interface__`` /
+``__dlpack__`` device array (run on the GPU, zero-copy). Torch tensors that
+need gradients go through a ``torch.autograd.Function`` (:mod:`.autograd`) whose
+backward is :func:`rms_norm_backward`. The kernel a call runs is chosen in
+:mod:`.plan`; repeated torch calls launch through :mod:`.fast`.
+"""
+from __future__ import annotations
+
+from ...errors import LaunchError
+from ...types import f32
+from .._common import workspace as _workspace
+from .._common.frame import Frame, data_ptr, grad_enabled, strides
+from . import fast as _tf
+from .plan import KERNELS, backward_kernel, dw_reduce_kernel, forward_kernel, vec_for
+
+__all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward"]
+
+
+# ---------------------------------------------------------------- forward
+def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool = False,
+             out=None):
+    """``x / sqrt(mean(x^2, -1) + eps) * weight`` over the last dim.
+
+    With ``residual``: ``h = x + residual`` is written into ``residual`` and
+    normalised. Returns ``y`` (and ``rstd``, f32 per row, with ``return_rstd``).
+    Torch tensors requiring grad are differentiable.
+    """
+    if residual is None and out is None and not return_rstd:
+        # The plain form, called again like last time: one C++ guard of both tensors
+        # instead of the signature key (see _tf.Hot).
+        hot = _tf.HOT[0]
+        if hot.guard(x, weight) and eps == hot.eps:
+            y = hot.launch(x, weight)
+            if y is not None:
+                return y
+    try:  # torch tensors whose signature was seen before: straight to the launch
+        key = _tf.fwd_key(x, weight, eps, residual, return_rstd, out)
+        fast = _tf.FAST.get(key)
+        if fast is not None and (x.requires_grad or weight.requires_grad) and grad_enabled():
+            fast = None  # a differentiable call goes through autograd
+    except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
+        fast = None
+    if fast is not None:
+        if fast.hot is not None:
+            _tf.HOT[0] = fast.hot  # this signature is the one to guard for now
+        y, rstd = fast(x, weight, residual, out)
+        return (y, rstd) if return_rstd else y
+    frame = Frame(x, "rms_norm")
+    needs_grad = frame.kind == "torch" and grad_enabled() and (
+        x.requires_grad or weight.requires_grad)
+    if needs_grad and (residual is not None or out is not None):
+        raise LaunchError("rms_norm(residual=..., out=...) writes into caller tensors and is "
+                          "not differentiable; call it under torch.no_grad() (inference), or "
+                          "add the residual first and call rms_norm(x, weight) for training")
+    if needs_grad:
+        from .autograd import rms_norm_autograd
+        y, rstd = rms_norm_autograd(x, weight, eps)
+        return (y, rstd) if return_rstd else y
+    y, rstd = _forward(frame, x, weight, eps, residual, return_rstd, out)
+    return (y, rstd) if return_rstd else y
+
+
+def _check(x, weight, n, frame):
+    if x.ndim < 1 or n < 1:
+        raise LaunchError(f"rms_norm needs x with a last dim of at least 1, got shape "
+                          f"{tuple(x.shape)}")
+    if tuple(weight.shape) != (n,):
+        raise LaunchError(f"weight must have shape ({n},) to match x's last dim, got "
+                          f"{tuple(weight.shape)}")
+    dt, wdt = frame.dtype(x), frame.dtype(weight)
+    if wdt not in (dt, f32):
+        raise LaunchError(f"weight dtype must be x's ({dt.name}) or float32, got {wdt.name}")
+    return dt, wdt
+
+
+def _forward(frame, x, weight, eps, residual, want_rstd, out):
+    if frame.kind == "torch":
+        key = _tf.fwd_key(x, weight, eps, residual, want_rstd, out)
+        fast = _tf.FAST.get(key)
+        if fast is not None:
+            return fast(x, weight, residual, out)
+    y, rstd, fast = _forward_general(frame, x, weight, eps, residual, want_rstd, out)
+    if fast is not None:
+        _tf.FAST[key] = fast
+        if fast.hot is not None:
+            _tf.HOT[0] = fast.hot
+    return y, rstd
+
+
+def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
+    n = int(x.shape[-1])
+    dt, wdt = _check(x, weight, n, frame)
+    lead = tuple(x.shape[:-1])
+    x2 = frame.rows(x, n)
+    m = int(x2.shape[0])
+    r2 = None
+    if residual is not None:
+        if tuple(residual.shape) != tuple(x.shape) or frame.dtype(residual) != dt:
+            raise LaunchError("residual must have x's shape and dtype")
+        r2 = frame.rows(residual, n)
+        if data_ptr(r2) != data_ptr(residual) and frame.kind != "numpy":
+            raise LaunchError("residual is updated in place, so it needs unit inner stride")
+    y = out if out is not None else frame.empty(tuple(x.shape), x)
+    y2 = frame.rows(y, n)
+    if not (y2.ndim == 2 and strides(y2) == (n, 1)):
+        raise LaunchError("out must be a contiguous array of x's shape and dtype")
+    rstd = frame.empty((m,), x, f32) if want_rstd else None
+    if m == 0:
+        return y, rstd, None
+    vec = vec_for(n, dt, weight, wdt, x2, y2, r2)
+    arch = frame.arch(x)
+    k = forward_kernel(n, dt, wdt, vec, r2 is not None, want_rstd, float(eps), arch,
+                        frame.sms(x))
+    args = [x2] + ([r2] if r2 is not None else []) + [weight, y2] + \
+        ([r2] if r2 is not None else []) + ([rstd] if want_rstd else [])
+    frame.run(k, *args)
+    if r2 is not None and frame.kind == "numpy" and r2 is not residual:
+        residual[...] = r2.reshape(residual.shape)
+    if out is None:
+        y = y2.reshape(lead + (n,))
+    fast = None
+    # The closure launches on the caller's own pointers: only where the (M, N) views
+    # the kernel saw are views of them, not copies.
+    if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
+            residual is None or r2 is residual):
+        fast = _tf.fwd_fast(frame.torch, k, args, x, weight, eps, m, want_rstd)
+    return y, rstd, fast
+
+
+# ---------------------------------------------------------------- backward
+def rms_norm_backward(dy, x, weight, rstd):
+    """``(dx, dweight)`` for ``y = rms_norm(x, weight)`` given the saved ``rstd``.
+
+    dweight is reduced deterministically (fixed-order partial sums, no atomics).
+    """
+    try:
+        key = _tf.bwd_key(dy, x, weight, rstd)
+        fast = _tf.FAST.get(key)
+    except (AttributeError, TypeError):
+        key = fast = None
+    if fast is not None:
+        return fast(dy, x, weight, rstd)
+    frame = Frame(x, "rms_norm")
+    dx, dw, fast = _backward_general(frame, dy, x, weight, rstd)
+    if fast is not None:
+        _tf.FAST[key] = fast
+    return dx, dw
+
+
+def _backward_general(frame, dy, x, weight, rstd):
+    n = int(x.shape[-1])
+    dt, wdt = _check(x, weight, n, frame)
+    if tuple(dy.shape) != tuple(x.shape) or frame.dtype(dy) != dt:
+        raise LaunchError(f"dy must match x: shape {tuple(x.shape)} and dtype {dt.name}")
+    x2, dy2 = frame.rows(x, n), frame.rows(dy, n)
+    m = int(x2.shape[0])
+    if tuple(rstd.shape) not in ((m,), tuple(x.shape[:-1])) or frame.dtype(rstd) != f32:
+        raise LaunchError(f"rstd must be float32 with one value per row ({m}), got "
+                          f"{tuple(rstd.shape)} {rstd.dtype}")
+    rstd = rstd.reshape(m) if tuple(rstd.shape) != (m,) else rstd
+    dx = frame.empty(tuple(x.shape), x)
+    dw = frame.empty((n,), weight)
+    if m == 0:
+        dw[...] = 0
+        return dx, dw, None
+    dx2 = frame.rows(dx, n)
+    vec = vec_for(n, dt, weight, wdt, x2, dy2, dx2)
+    info = frame.device(x)
+    p, kb = backward_kernel(n, dt, wdt, vec, frame.arch(x), frame.sms(x), info)
+    if not p.fused:
+        return _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt)
+    elems = p.grid * n
+    if frame.kind == "torch":
+        buf, _ = _workspace.torch_buffer(frame.torch, info.ordinal,
+                                         frame.torch._C._cuda_getCurrentRawStream(info.ordinal),
+                                         elems)
+        ws = buf[:2]
+        partial = buf[_workspace.HEADER:_workspace.HEADER + elems].view(
+            frame.torch.float32).view(p.grid, n)
+    else:  # numpy (GPU or interpreter) and other device arrays: scratch per call
+        ws = frame.zeros_u32(2, x)
+        partial = frame.empty((p.grid, n), x, f32)
+    frame.run(kb, dy2, x2, weight, rstd, ws, dx2, dw, partial)
+    fast = None
+    if _tf.fast_ok(frame, x, x2, dy, dy2):
+        fast = _tf.bwd_fast(frame.torch, kb, (dy2, x2, weight, rstd, ws, dx2, dw, partial),
+                            x, elems)
+    return dx2.reshape(tuple(x.shape)), dw, fast
+
+
+def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt):
+    """Small rows: partials from the row kernel, summed by a second launch."""
+    kr = dw_reduce_kernel(n, wdt, p.grid, kb.arch)
+    partial = frame.empty((p.grid, n), x, f32)
+    frame.run(kb, dy2, x2, weight, rstd, dx2, partial)
+    frame.run(kr, partial, dw)
+    fast = None
+    if _tf.fast_ok(frame, x, x2, dy, dy2):
+        fast = _tf.bwd_fast_unfused(frame.torch, kb, kr,
+                                    (dy2, x2, weight, rstd, dx2, partial), (partial, dw), x,
+                                    n, p.grid)
+    return dx2.reshape(tuple(x.shape)), dw, fast
+
+
+def RMSNorm(*args, **kwargs):
+    """``torch.nn.Module`` running ptxdsl's RMSNorm kernels (forward and backward)."""
+    from .autograd import RMSNorm as _RMSNorm
+    return _RMSNorm(*args, **kwargs)

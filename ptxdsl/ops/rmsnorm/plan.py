@@ -1,0 +1,167 @@
+"""Which RMSNorm kernel a call runs: the schedule, and what ptxas or the driver's
+occupancy calculator is asked before choosing.
+
+The measurements behind each choice are in ``bench/results/rmsnorm_tune_h200.md``
+(from ``bench/rmsnorm_tune.py``); the sections are named below.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...errors import LaunchError, ToolchainError
+from ...types import PtxType
+from .._common.frame import data_ptr, strides
+from .._common.kernels import KernelCache
+from .bwd import MAX_FUSED_ROWS, build_backward, build_dw_reduce, plan_backward
+from .fwd import build_forward, max_vec, plan
+from .fwd_loop import build_forward_loop, loop_ctas_per_sm
+
+__all__ = ["KERNELS", "SHORT_HALF_CTAS", "backward_kernel", "ctas_per_sm", "dw_reduce_kernel",
+           "forward_kernel", "vec_for"]
+
+# Built kernels, keyed by (kind, N, dtype, weight dtype, vec, variant flags, eps, arch, grid).
+KERNELS = KernelCache()
+
+
+def vec_for(n, dtype, weight, wdtype, *arrays) -> int:
+    """Widest access every row of every array, and the weight, allow."""
+    vec = max_vec(n, dtype)
+    for a in arrays:
+        if a is None:
+            continue
+        while vec > 1 and (strides(a)[0] % vec or data_ptr(a) % (vec * dtype.bytes)):
+            vec //= 2
+    while vec > 1 and data_ptr(weight) % (vec * wdtype.bytes):
+        vec //= 2
+    return vec
+
+
+# ---------------------------------------------------------------- forward
+def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms):
+    """The persistent kernel when a CTA's rows fit in registers (ptxas is asked whether
+    one CTA per SM fits), else one CTA per row (:func:`best_row_kernel`)."""
+    p = plan(n, dt, vec)
+    cps = loop_ctas_per_sm(p)
+    if cps:
+        key = ("fwd_loop", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, sms * cps)
+        k = KERNELS.get(key, lambda: build_forward_loop(p, dt, wdt, sms * cps, eps=eps,
+                                                        residual=residual,
+                                                        with_rstd=want_rstd, arch=arch))
+        if _fits(k, p.block):
+            return k
+    key = ("fwd", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch)
+    return KERNELS.get(key, lambda: best_row_kernel(p, dt, wdt, eps, residual, want_rstd,
+                                                    arch))
+
+
+def best_row_kernel(p, dt, wdt, eps, residual, want_rstd, arch):
+    """The one-CTA-per-row kernel for plan ``p``, asking ptxas for register counts.
+
+    For a two-pass plan of at most two chunks per thread, w is loaded after the
+    reduction instead when ptxas says that buys more CTAs per SM (measured: "forward:
+    late w loads"; with more chunks per thread the late loads cost more than the
+    occupancy gives back, and where the registers tie nothing changes).
+
+    Rows of 512 threads then keep x in registers instead of reading it again, when
+    ptxas, asked for the four CTAs per SM the threads allow (``.minnctapersm``), fits
+    the row in the late two-pass kernel's registers without spilling (measured:
+    "forward: one-pass 512-thread rows"). Without ptxas the plan stands as it is.
+    """
+    def build(q):
+        return build_forward(q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd,
+                             arch=arch)
+    k = build(p)
+    if not (p.two_pass and p.preload_w and p.per_thread <= 2):
+        return k
+    lp = dataclasses.replace(p, preload_w=False, w_hints=("L1::evict_last",),
+                             w_policy="evict_last")
+    late = build(lp)
+    try:
+        late_ctas = ctas_per_sm(late, p.block)
+        if late_ctas <= ctas_per_sm(k, p.block):
+            return k
+        if p.block == 512:
+            one = build(dataclasses.replace(lp, two_pass=False, min_ctas=2048 // p.block))
+            if not one.resources().spill_stores and ctas_per_sm(one, p.block) >= late_ctas:
+                return one
+        return late
+    except ToolchainError:  # no ptxas to ask: keep the plan as it is
+        return k
+
+
+def ctas_per_sm(k, block: int) -> int:
+    """CTAs of ``block`` threads one SM holds by registers (allocated 8 per thread at a
+    time) and threads (2048): Hopper's limits, from ptxas' register count."""
+    regs = -(-max(1, k.resources().registers) // 8) * 8
+    return min(2048 // block, 65536 // (block * regs))
+
+
+def _fits(k, block) -> bool:
+    """Whether ptxas gave the kernel few enough registers for one CTA per SM (True when
+    there is no ptxas to ask: the estimate that chose the kernel stands)."""
+    try:
+        return ctas_per_sm(k, block) >= 1
+    except ToolchainError:
+        return True
+
+
+# ---------------------------------------------------------------- backward
+# CTAs per SM of the backward kernel for half-precision rows of 256 threads or fewer
+# (see backward_kernel).
+SHORT_HALF_CTAS = 3
+
+
+def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info):
+    """The backward kernel and its plan, with as many CTAs as the device holds at once.
+
+    The launch is cooperative, so the grid must be resident; the plan's register
+    estimate sizes it first, then the driver's occupancy for the compiled kernel
+    (``Launcher.resident_ctas``) corrects it: down when the estimate was too hopeful,
+    up when ptxas needed fewer registers (measured: "backward: CTAs per SM from the
+    driver's occupancy").
+
+    Half-precision rows left at one CTA per SM also prefetch into L2 the row after the
+    one held in registers (``BwdPlan.l2_ahead``): one 512-thread CTA per SM has too
+    few bytes in flight to cover DRAM's latency with 16 KiB rows; f32 rows, twice as
+    long, go without (measured: "backward: L2 prefetch of the row after the one in
+    registers").
+
+    Short half-precision rows (256 threads or fewer, N >= 1000) run at most
+    :data:`SHORT_HALF_CTAS` CTAs per SM, with the same L2 prefetch (measured:
+    "backward: short half-precision rows at three CTAs per SM").
+    """
+    def get(p):
+        return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.l2_ahead, arch),
+                           lambda: build_backward(p, dt, wdt, arch=arch))
+    p = plan_backward(n, dt, sms, vec=vec)
+    halves = p.prefetch and dt.bytes == 2 and vec * dt.bytes == 16
+    short = halves and p.threads <= 256 and n >= 1000  # 1000: the shortest measured
+    if short and p.grid > SHORT_HALF_CTAS * sms:
+        p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=SHORT_HALF_CTAS)
+    k = get(p)
+    if info is None or not p.fused:
+        return p, k
+    from ...runtime import prepare
+    per_sm = min(prepare(k).resident_ctas(info.ordinal, 0) // sms, 2048 // p.threads, 32)
+    if short:
+        per_sm = min(per_sm, p.grid // sms)  # only ever fewer CTAs than chosen above
+    if per_sm * sms != p.grid:
+        q = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=max(1, per_sm), fused=True)
+        kq = get(q)
+        if prepare(kq).resident_ctas(info.ordinal, 0) >= q.grid and (
+                q.grid < p.grid or -(-q.grid // q.slices) <= 2 * MAX_FUSED_ROWS):
+            p, k = q, kq
+        elif q.grid < p.grid:  # cannot happen unless occupancy changed between the builds
+            raise LaunchError(f"rms_norm_backward: no cooperative grid fits for N={n}")
+    if halves and (p.grid == sms or short):
+        r = dataclasses.replace(p, l2_ahead=True)
+        kr = get(r)
+        if prepare(kr).resident_ctas(info.ordinal, 0) >= r.grid:
+            return r, kr
+    return p, k
+
+
+def dw_reduce_kernel(n: int, wdt: PtxType, grid: int, arch: str):
+    """The second launch of an unfused backward: the (grid, N) partials summed into dw."""
+    return KERNELS.get(("dw", n, wdt.name, grid, arch),
+                       lambda: build_dw_reduce(n, grid, wdt, arch=arch))

@@ -311,8 +311,8 @@ def _cmd_sass(args) -> int:
     from . import toolchain
     # Say up front, in one line, when there is nothing to disassemble with.
     if toolchain.find_tool("cuobjdump") is None and toolchain.find_tool("nvdisasm") is None:
-        raise CliError("no SASS disassembler found (cuobjdump or nvdisasm); install one with "
-                       "`pip install nvidia-cuda-cuobjdump~=13.0.0` or set PTXDSL_CUOBJDUMP")
+        raise CliError(f"no SASS disassembler found (cuobjdump or nvdisasm); install them with "
+                       f"`{toolchain.SASS_INSTALL}` or set PTXDSL_CUOBJDUMP / PTXDSL_NVDISASM")
     entries = select_kernels(args.target)
     out = []
     for e in entries:

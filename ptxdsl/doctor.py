@@ -66,6 +66,13 @@ def doctor() -> dict:
     report["ptxas_version"] = tc.get("ptxas_version")
     report["max_ptx_isa"] = tc.get("max_ptx_isa")
     report["cuobjdump"] = tc.get("cuobjdump")
+    report["nvdisasm"] = tc.get("nvdisasm")
+    if report["cuobjdump"] is None and report["nvdisasm"] is None:
+        problems.append(f"no SASS disassembler (ptxdsl sass, kernel.sass()): "
+                        f"{toolchain.SASS_INSTALL}")
+    elif report["nvdisasm"] is None:
+        problems.append(f"cuobjdump is there but nvdisasm is not, and cuobjdump -sass runs "
+                        f"nvdisasm: {toolchain.SASS_INSTALL}")
     problems += tc.get("problems") or []
     if report["ptxas"] is None:
         problems.append("no ptxas: kernels are compiled by the driver JIT and cubins are not "

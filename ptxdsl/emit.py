@@ -8,6 +8,7 @@ and ptxas diagnostics can map back to Python.
 """
 from __future__ import annotations
 
+import importlib.resources
 import os
 from dataclasses import dataclass, field
 
@@ -17,8 +18,18 @@ from . import ir
 from .errors import SourceLoc
 from .types import GENERATED_NAME
 
+def _load_template(name: str) -> str | None:
+    """``ptxdsl/templates/<name>`` through importlib.resources: found wherever the package
+    is (a checkout, a wheel, a zip), whatever else is on ``sys.path``."""
+    res = importlib.resources.files(__package__ or "ptxdsl").joinpath("templates").joinpath(name)
+    try:
+        return res.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("ptxdsl", "templates"),
+    loader=jinja2.FunctionLoader(_load_template),
     keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
 
 

@@ -1,7 +1,12 @@
 """Where ``ptxas``/``cuobjdump``/``nvdisasm`` are, and what they say.
 
-Discovery never caches paths: environment variables and PATH are read on every
-call so that tests and long-lived processes see changes. The only cache is the
+Tools are found by ``cuda.pathfinder`` (installed with cuda-python:
+``find_nvidia_binary_utility`` searches the NVIDIA wheels, a conda prefix,
+``$CUDA_PATH``/``$CUDA_HOME`` and the toolkit its ``cudart`` canary points at);
+ptxdsl's own rules run only where it finds nothing: a wheel binary that lost its
+executable bit, ``PATH``, ``/usr/local/cuda/bin``. ``$PTXDSL_PTXAS`` (and
+``$PTXDSL_CUOBJDUMP``, ``$PTXDSL_NVDISASM``) come first and are read on every call;
+pathfinder remembers its own answers for the process. The other cache is the
 ``ptxas --version`` answer, keyed by the file's path, mtime and size, because
 spawning ptxas costs tens of milliseconds and a path's content rarely changes.
 """
@@ -33,7 +38,32 @@ _DEFAULT_CUDA_DIRS: tuple[str, ...] = ("/usr/local/cuda/bin",)
 
 _INSTALL_ADVICE = ("install it with `pip install nvidia-cuda-nvcc~=13.0.0` (ships ptxas 13.0, "
                    "PTX ISA 9.0) or set PTXDSL_PTXAS to the path of a ptxas executable")
-_WHERE = "beside ptxas, the NVIDIA wheels, PATH, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin"
+# cuobjdump -sass runs nvdisasm: install both (no 13.0 release of either exists on PyPI).
+SASS_INSTALL = "pip install 'nvidia-cuda-cuobjdump>=13.2' 'nvidia-cuda-nvdisasm>=13.2'"
+_WHERE = ("cuda.pathfinder (NVIDIA wheels, conda, $CUDA_PATH/$CUDA_HOME, the toolkit of "
+          "libcudart), beside ptxas, PATH, /usr/local/cuda/bin")
+
+
+def _pathfinder_find(name: str) -> str | None:
+    """``cuda.pathfinder.find_nvidia_binary_utility(name)``, or None (not installed,
+    unsupported name, nothing found). A remembered path that has since gone is asked
+    again."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+    except ImportError:
+        return None
+    try:
+        found = find_nvidia_binary_utility(name)
+        if found is not None and not _is_executable(found):
+            found = getattr(find_nvidia_binary_utility, "__wrapped__",
+                            find_nvidia_binary_utility)(name)
+    except Exception:  # noqa: BLE001 - UnsupportedBinaryError, Windows registry errors
+        return None
+    return found if found and _is_executable(found) else None
+
+
+# Tests replace this (None: no pathfinder), so that fake tools in tmp folders are found.
+_PATHFINDER = _pathfinder_find
 
 # First CUDA release -> newest PTX ISA its ptxas accepts, from NVIDIA's PTX ISA
 # release history. CUDA 12.6 added no ISA (stays at 8.5). Sorted by release.
@@ -112,13 +142,16 @@ def _search(name: str, first: list[str]) -> str | None:
 def find_ptxas() -> str | None:
     """Path of the ``ptxas`` to use, or None when there is none.
 
-    Order: ``$PTXDSL_PTXAS`` (an error if it names no executable), the
-    ``nvidia-cuda-nvcc`` wheel, PATH, ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin``,
-    ``/usr/local/cuda/bin``.
+    Order: ``$PTXDSL_PTXAS`` (an error if it names no executable), ``cuda.pathfinder``
+    (the ``nvidia-cuda-nvcc`` wheel, conda, ``$CUDA_PATH``/``$CUDA_HOME``, the toolkit
+    of libcudart), then where it finds nothing: the wheel's ptxas made executable,
+    PATH, ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin``, ``/usr/local/cuda/bin``.
     """
     env = _from_env("PTXDSL_PTXAS")
     if env is not None:
         return env
+    if _PATHFINDER is not None and (found := _PATHFINDER("ptxas")) is not None:
+        return found
     wheel = [p for d in _pip_bin_dirs() if os.path.isfile(p := os.path.join(d, "ptxas"))]
     stuck = [p for p in wheel if not _ensure_executable(p)]
     found = _search("ptxas", [os.path.dirname(p) for p in wheel])
@@ -143,12 +176,15 @@ def _require_ptxas(ptxas: str | None = None) -> str:
 def find_tool(name: str) -> str | None:
     """Path of a CUDA binary tool such as ``cuobjdump`` or ``nvdisasm``, or None.
 
-    Order: ``$PTXDSL_<NAME>``, beside the ptxas found, the NVIDIA wheels' ``bin/``,
-    PATH, ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin``, ``/usr/local/cuda/bin``.
+    Order: ``$PTXDSL_<NAME>``, ``cuda.pathfinder``, then beside the ptxas found, the
+    NVIDIA wheels' ``bin/``, PATH, ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin``,
+    ``/usr/local/cuda/bin``.
     """
     env = _from_env(f"PTXDSL_{name.upper()}")
     if env is not None:
         return env
+    if _PATHFINDER is not None and (found := _PATHFINDER(name)) is not None:
+        return found
     try:
         ptxas = find_ptxas()
     except ToolchainError:
@@ -337,11 +373,13 @@ class AssembleResult:
     warnings: list[PtxasDiagnostic]
 
 
-def _run(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], cwd: str, timeout: float,
+         env: dict | None = None) -> subprocess.CompletedProcess:
     try:
         # One stream keeps ptxas's messages in the order it printed them.
         return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, encoding="utf-8", errors="replace", timeout=timeout)
+                              text=True, encoding="utf-8", errors="replace", timeout=timeout,
+                              env=env)
     except subprocess.TimeoutExpired as exc:
         raise ToolchainError(f"{cmd[0]} did not finish within {timeout} s") from exc
     except OSError as exc:
@@ -390,8 +428,8 @@ def disassemble(cubin: bytes, *, tool: str | None = None, timeout: float = 120) 
         if path is None:
             raise ToolchainError(
                 "no SASS disassembler found: searched for cuobjdump and nvdisasm in "
-                f"PTXDSL_CUOBJDUMP / PTXDSL_NVDISASM, {_WHERE}; install one with "
-                "`pip install nvidia-cuda-cuobjdump~=13.0.0` (or nvidia-cuda-nvdisasm)")
+                f"PTXDSL_CUOBJDUMP / PTXDSL_NVDISASM, {_WHERE}; install them with "
+                f"`{SASS_INSTALL}`")
     elif os.sep in tool:
         path = tool
     else:
@@ -399,14 +437,28 @@ def disassemble(cubin: bytes, *, tool: str | None = None, timeout: float = 120) 
         if path is None:
             raise ToolchainError(f"{tool} not found (searched PTXDSL_{tool.upper()}, {_WHERE})")
     is_nvdisasm = os.path.basename(path).lower().startswith("nvdisasm")
+    env = None
+    if not is_nvdisasm:
+        # cuobjdump -sass runs nvdisasm, looked up on PATH or NVDISASM_PATH: hand it ours.
+        try:
+            nvdisasm = find_tool("nvdisasm")
+        except ToolchainError:
+            nvdisasm = None
+        if nvdisasm is not None:
+            folder = os.path.dirname(nvdisasm)
+            env = dict(os.environ, NVDISASM_PATH=folder,
+                       PATH=folder + os.pathsep + os.environ.get("PATH", ""))
     with tempfile.TemporaryDirectory(prefix="ptxdsl-") as tmp:
         with open(os.path.join(tmp, "kernel.cubin"), "wb") as f:
             f.write(cubin)
         cmd = [path, "kernel.cubin"] if is_nvdisasm else [path, "-sass", "kernel.cubin"]
-        proc = _run(cmd, tmp, timeout)
+        proc = _run(cmd, tmp, timeout, env=env)
     if proc.returncode != 0:
+        hint = ""
+        if "nvdisasm" in proc.stdout and not is_nvdisasm:
+            hint = f"\ncuobjdump needs nvdisasm for -sass; install both with `{SASS_INSTALL}`"
         raise ToolchainError(f"{os.path.basename(path)} failed (exit status {proc.returncode}):\n"
-                             f"{proc.stdout.strip()}")
+                             f"{proc.stdout.strip()}{hint}")
     return proc.stdout
 
 

@@ -277,3 +277,24 @@ def test_min_ctas_per_sm_makes_ptxas_fit_that_many_ctas():
     tight = _register_hungry(min_ctas_per_sm=8).resources()  # 8 x 256 threads: 32 regs
     assert loose.registers > 32
     assert tight.registers <= 32
+
+
+def test_template_loads_with_the_package_folder_itself_on_sys_path(tmp_path):
+    # jinja2's PackageLoader failed here ("could not find a 'templates' directory").
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.path[:0] = [%r, %r]\n"
+            "from ptxdsl.emit import _ENV\n"
+            "print(_ENV.get_template('module.ptx.j2').render is not None)"
+            % (os.path.join(root, "ptxdsl"), root))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+
+
+def test_missing_template_is_a_jinja_error():
+    import jinja2
+    from ptxdsl.emit import _ENV
+    with pytest.raises(jinja2.TemplateNotFound):
+        _ENV.get_template("no-such.j2")

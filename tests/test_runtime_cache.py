@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 
@@ -24,6 +25,13 @@ def test_cache_dir_env_override(monkeypatch, tmp_path):
     assert rc.cache_dir() == str(tmp_path / "x")
 
 
+def test_cache_dir_is_platformdirs_user_cache_dir(monkeypatch):
+    platformdirs = pytest.importorskip("platformdirs")
+    monkeypatch.delenv("PTXDSL_CACHE_DIR", raising=False)
+    assert rc.cache_dir() == platformdirs.user_cache_dir("ptxdsl", appauthor=False)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the XDG rule is Linux's")
 def test_cache_dir_xdg_then_home(monkeypatch, tmp_path):
     monkeypatch.delenv("PTXDSL_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

@@ -162,3 +162,19 @@ def test_cli_doctor_uses_the_runtime_report(monkeypatch, capsys):
 def test_fake_cuda_is_self_consistent():
     cu = FakeCuda()
     assert cu.cuInit(0) == (CUresult.CUDA_SUCCESS,)
+
+
+def test_doctor_reports_nvdisasm_and_what_to_install(monkeypatch):
+    from ptxdsl import doctor, toolchain
+    fake_driver(monkeypatch)
+    real = toolchain.toolchain_report()
+    monkeypatch.setattr(toolchain, "toolchain_report",
+                        lambda: dict(real, cuobjdump="/x/cuobjdump", nvdisasm=None, problems=[]))
+    report = doctor.doctor()
+    assert "nvdisasm" in report and report["nvdisasm"] is None
+    assert any("nvidia-cuda-nvdisasm" in p for p in report["problems"])
+    monkeypatch.setattr(toolchain, "toolchain_report",
+                        lambda: dict(real, cuobjdump=None, nvdisasm="/x/nvdisasm", problems=[]))
+    report = doctor.doctor()
+    assert report["nvdisasm"] == "/x/nvdisasm"
+    assert not any("disassembler" in p or "nvdisasm" in p for p in report["problems"])

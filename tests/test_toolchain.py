@@ -84,6 +84,7 @@ def bare(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(empty))
     monkeypatch.setattr(tc, "_PIP_MODULES", ())
     monkeypatch.setattr(tc, "_DEFAULT_CUDA_DIRS", ())
+    monkeypatch.setattr(tc, "_PATHFINDER", None)  # the real wheels would be found first
     return tmp_path
 
 
@@ -485,3 +486,60 @@ def test_toolchain_report_real(real_ptxas):
     assert report["ptxas_version"] == f"{major}.{minor}"
     assert report["max_ptx_isa"] == "%d.%d" % tc.max_ptx_isa((major, minor))
     assert set(report) >= {"cuobjdump", "nvdisasm", "problems"}
+
+
+# ---------------------------------------------------------------- cuda.pathfinder
+def test_pathfinder_comes_after_the_env_and_before_own_rules(bare, monkeypatch):
+    tmp = bare
+    env = make_exe(tmp / "env" / "ptxas")
+    found = make_exe(tmp / "pf" / "ptxas")
+    on_path = make_exe(tmp / "path" / "ptxas")
+    asked = []
+
+    def fake_pathfinder(name):
+        asked.append(name)
+        return found if name == "ptxas" else None
+
+    monkeypatch.setattr(tc, "_PATHFINDER", fake_pathfinder)
+    monkeypatch.setenv("PATH", str(tmp / "path"))
+    monkeypatch.setenv("PTXDSL_PTXAS", env)
+    assert tc.find_ptxas() == env and asked == []
+    monkeypatch.delenv("PTXDSL_PTXAS")
+    assert tc.find_ptxas() == found
+    # Where pathfinder finds nothing, our own rules still do.
+    monkeypatch.setattr(tc, "_PATHFINDER", lambda name: None)
+    assert tc.find_ptxas() == on_path
+
+
+def test_find_tool_asks_pathfinder(bare, monkeypatch):
+    nvdisasm = make_exe(bare / "pf" / "nvdisasm")
+    monkeypatch.setattr(tc, "_PATHFINDER", lambda name: nvdisasm if name == "nvdisasm" else None)
+    assert tc.find_tool("nvdisasm") == nvdisasm
+    assert tc.find_tool("cuobjdump") is None
+
+
+def test_real_pathfinder_answers_or_is_absent():
+    pf = pytest.importorskip("cuda.pathfinder")
+    assert "ptxas" in pf.SUPPORTED_BINARY_UTILITIES
+    found = tc._pathfinder_find("ptxas")
+    assert found is None or os.access(found, os.X_OK)
+    assert tc._pathfinder_find("no-such-tool") is None  # unsupported: None, not a raise
+
+
+@posix_only
+def test_cuobjdump_is_given_the_nvdisasm_found(bare, monkeypatch):
+    tmp = bare
+    nvdisasm = make_exe(tmp / "tools" / "nvdisasm")
+    cuobjdump = make_exe(tmp / "other" / "cuobjdump", 'echo "NVDISASM_PATH=$NVDISASM_PATH"')
+    monkeypatch.setenv("PTXDSL_NVDISASM", nvdisasm)
+    out = tc.disassemble(b"cubin", tool=cuobjdump)
+    assert f"NVDISASM_PATH={os.path.dirname(nvdisasm)}" in out
+
+
+@posix_only
+def test_cuobjdump_without_nvdisasm_says_what_to_install(bare):
+    cuobjdump = make_exe(bare / "other" / "cuobjdump",
+                         "echo \"cuobjdump fatal : Could not find executable file 'nvdisasm'\"; "
+                         "exit 1")
+    with pytest.raises(ToolchainError, match="nvidia-cuda-nvdisasm"):
+        tc.disassemble(b"cubin", tool=cuobjdump)

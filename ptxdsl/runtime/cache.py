@@ -49,13 +49,20 @@ _MEMO = "ptxas-versions.json"
 
 
 def cache_dir() -> str:
-    """The cache folder (not created here): ``$PTXDSL_CACHE_DIR``,
-    ``$XDG_CACHE_HOME/ptxdsl`` or ``~/.cache/ptxdsl``, read on every call."""
+    """The cache folder (not created here), read on every call: ``$PTXDSL_CACHE_DIR``,
+    else the user cache folder ``platformdirs`` gives for each OS (Linux:
+    ``$XDG_CACHE_HOME/ptxdsl`` or ``~/.cache/ptxdsl``; macOS: ``~/Library/Caches/ptxdsl``;
+    Windows: ``%LOCALAPPDATA%\\ptxdsl\\Cache``)."""
     env = os.environ.get("PTXDSL_CACHE_DIR")
     if env:
         return os.path.abspath(os.path.expanduser(env))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ptxdsl")
+    try:
+        import platformdirs
+    except ImportError:  # a dependency; the Linux rule where it is missing
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                ".cache")
+        return os.path.join(base, "ptxdsl")
+    return platformdirs.user_cache_dir("ptxdsl", appauthor=False)
 
 
 def disk_cache_enabled() -> bool:

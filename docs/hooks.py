@@ -1,7 +1,7 @@
 """mkdocs hooks: generated pages and build-time markers.
 
 * ``reference/ptx-namespace.md`` is generated from the instruction table by
-  :func:`ptxdsl.docgen.render_ptx_namespace` on every build (it is never a file
+  :func:`docgen.render_ptx_namespace` (``docs/docgen.py``) on every build (it is never a file
   in ``docs/``, so it cannot go stale).
 * ``<!-- ptxdsl:ptx FILE[:KERNEL] [name=value ...] [from=REGEX] [to=REGEX] -->``
   in a page becomes a fenced block of the PTX that kernel emits *now*. With
@@ -15,7 +15,7 @@
 * ``<!-- ptxdsl:check FILE -->`` becomes the ``ptxdsl check FILE`` table
   (ptxas resources per kernel); without a ptxas it says so instead.
 * ``<!-- ptxdsl:operators -->`` becomes the table of what each register
-  operator records, found by tracing each one (:mod:`ptxdsl.docgen`).
+  operator records, found by tracing each one (``docs/docgen.py``).
 * ``<!-- ptxdsl:source FILE:NAME -->`` becomes the source of function/class
   NAME (``Class.method`` for nested) of FILE, found by name, not line numbers.
 * ``<!-- ptxdsl:bench-tables [SUBSTRING] -->`` becomes tables built from the benchmark JSON
@@ -35,6 +35,10 @@ import re
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
+# docs/docgen.py, the generator of the reference pages: mkdocs puts this folder on
+# sys.path while it loads the hooks (and only then), so it is imported here.
+import docgen  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _MARKER = re.compile(r"<!--\s*ptxdsl:(\w[\w-]*)(.*?)-->", re.S)
 _modules: dict[str, object] = {}
@@ -46,9 +50,8 @@ def on_pre_build(config):
 
 
 def on_files(files, config):
-    from ptxdsl.docgen import render_ptx_namespace
     files.append(File.generated(config, "reference/ptx-namespace.md",
-                                content=render_ptx_namespace()))
+                                content=docgen.render_ptx_namespace()))
     return files
 
 
@@ -67,8 +70,7 @@ def on_page_markdown(markdown, page, config, files):
             if kind == "check":
                 return _check_block(args)
             if kind == "operators":
-                from ptxdsl.docgen import render_operator_table
-                return render_operator_table()
+                return docgen.render_operator_table()
         except PluginError:
             raise
         except Exception as e:  # report which page and marker broke

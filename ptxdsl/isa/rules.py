@@ -10,10 +10,6 @@ HALF = {"f16", "bf16", "f16x2", "bf16x2"}
 WIDE64 = {"b64", "u64", "s64", "f64"}
 
 
-def mov(m):
-    return None
-
-
 def _mem_common(m, op):
     space = m.chosen.get("space")
     sem = m.chosen.get("sem")
@@ -165,10 +161,6 @@ def _cvt_sat(dst, src):
     return None
 
 
-def cvta(m):
-    return None
-
-
 def add_sub(m):
     if m.has("sat") and m.has("cc"):
         return ".sat and .cc do not combine: a carry-out needs the wrapped sum"
@@ -263,10 +255,6 @@ def ex2(m):
     return None
 
 
-def tanh(m):
-    return None
-
-
 def vote(m):
     mode, t = m.chosen["mode"], m.type.name
     if mode == "ballot" and t != "b32":
@@ -282,12 +270,6 @@ def redux(m):
         return f"redux.sync.{op} works on .b32"
     if op in ("add", "min", "max") and t not in ("u32", "s32"):
         return f"redux.sync.{op} works on .u32 or .s32"
-    return None
-
-
-def bar(m):
-    if m.chosen["mode"] == "red":
-        return "bar.red is not supported by ptxdsl yet; use a warp reduce and bar.sync"
     return None
 
 

@@ -71,7 +71,7 @@ TABLE: tuple[OpSpec, ...] = (
            operands="d:T s:T", variants={}, category="data",
            doc="Copy a register, immediate, special register or symbol address; "
                "mov.b32/b64 with a register list packs or unpacks halves.",
-           example="mov.u32 %r0, %tid.x", rule=rules.mov, packs=True, moves_bits=True),
+           example="mov.u32 %r0, %tid.x", packs=True, moves_bits=True),
     OpSpec("ld", (SEM_LD, SCOPE, g("space", *LD_SPACES),
                   g("cop", "ca", "cg", "cs", "lu", "cv"), g("nc", Mod("nc", (3, 1), 32)),
                   L1_EVICT, L2_HINT, L2_PREFETCH, VEC2_4),
@@ -119,7 +119,7 @@ TABLE: tuple[OpSpec, ...] = (
            doc="Convert between generic and state-space addresses: cvta.space.u64 makes a "
                "generic address, cvta.to.space.u64 a state-space one (.u32 forms are for "
                "32-bit addressing, which ptxas no longer supports).",
-           example="cvta.to.global.u64 %rd1, %rd0", rule=rules.cvta),
+           example="cvta.to.global.u64 %rd1, %rd0"),
     # ---------------------------------------------------------------- integer / float arithmetic
     OpSpec("add", (RND_F, FTZ, SAT, g("cc", Mod("cc", types=only("u32", "s32", "u64", "s64")))),
            (*INT, *FALL), operands="d:T s:T s:T", rule=rules.add_sub, category="arith",
@@ -255,8 +255,7 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("tanh", (g("approx", "approx", required=True),), ("f32", "f16", "f16x2", "bf16",
                                                               "bf16x2"),
            operands="d:T s:T", ptx=(7, 0), sm=75, category="math",
-           doc="tanh(a) (max relative error 2^-11 for f32).", example="tanh.approx.f32 %f1, %f0",
-           rule=rules.tanh),
+           doc="tanh(a) (max relative error 2^-11 for f32).", example="tanh.approx.f32 %f1, %f0"),
     # ---------------------------------------------------------------- warp
     OpSpec("shfl.sync", (g("mode", "up", "down", "bfly", "idx", required=True),), ("b32",),
            operands="d:T s:T s:u32 s:u32 s:u32", ptx=(6, 0), sm=30, category="warp",

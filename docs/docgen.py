@@ -6,7 +6,7 @@ drift from :data:`ptxdsl.isa.TABLE`: every opcode, its modifier groups in PTX
 order, types, minimum PTX ISA / ``sm_``, whether the CPU interpreter runs it
 and one example, in PTX and in the Python that records it.
 
-``python -m ptxdsl.docgen [OUT.md]`` writes the page (to stdout by default).
+``python docs/docgen.py [OUT.md]`` writes the page (to stdout by default).
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import re
 import sys
 from dataclasses import dataclass
 
-from .isa import TABLE, OpSpec
-from .isa.spec import parse_operands
-from .types import PREFIX_TYPE
+from ptxdsl.isa import TABLE, OpSpec
+from ptxdsl.isa.spec import parse_operands
+from ptxdsl.types import PREFIX_TYPE
 
 __all__ = ["render_ptx_namespace", "render_operator_table", "trace_operator", "python_chain",
            "python_example", "interp_support", "anchor", "CATEGORY_TITLES", "REG_TYPES",
@@ -166,7 +166,7 @@ def interp_support() -> tuple[set[str] | None, str]:
     ``(None, reason)`` when the interpreter is missing or says nothing.
     """
     try:
-        from . import interp
+        from ptxdsl import interp
     except ImportError as e:
         return None, f"the CPU interpreter (ptxdsl.interp) is not installed here ({e})"
     for attr in ("supported", "supported_opcodes", "SUPPORTED", "SUPPORTED_OPCODES"):
@@ -370,11 +370,11 @@ def trace_operator(expr: str, type_name: str) -> str:
     Returns the opcodes joined by ``; `` (e.g. ``"mul.wide.u32; add.u64"``),
     or ``"refused: <reason>"`` when ptxdsl rejects the expression.
     """
-    from . import ir
-    from . import reg as reg_mod
-    from .errors import PtxdslError
-    from .trace import Builder, _collect_used, _resolve_deferred
-    from .types import ALL_TYPES
+    from ptxdsl import ir
+    from ptxdsl import reg as reg_mod
+    from ptxdsl.errors import PtxdslError
+    from ptxdsl.trace import Builder, _collect_used, _resolve_deferred
+    from ptxdsl.types import ALL_TYPES
 
     t = ALL_TYPES[type_name]
     b = Builder("op_table", "sm_90a")

@@ -448,12 +448,19 @@ def _cmd_doctor(args) -> int:
 
 # ------------------------------------------------------------------ plumbing
 def _write(text: str) -> None:
+    """Print ``text``; a closed pipe (`ptxdsl ptx f.py | head`) is left to main()."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit finds no broken pipe."""
     try:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:  # `ptxdsl ptx f.py | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file descriptor (captured in tests)
+        pass
 
 
 def _one_line(err: BaseException) -> str:
@@ -558,7 +565,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.after_dashes = after
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so that a closed pipe is noticed while we can handle it
+        return code
+    except BrokenPipeError:
+        # `ptxdsl doctor | head`: the reader has gone, which is not an error of ours.
+        _silence_stdout()
+        return 0
     except (CliError, PtxdslError) as e:
         # PtxdslErrors raised while tracing carry the user's file:line in their text.
         print(f"ptxdsl: error: {str(e).strip()}", file=sys.stderr)

@@ -327,3 +327,31 @@ def test_python_names_of_every_modifier_round_trip():
             for mod in group.mods:
                 py = _py_part(mod.name)
                 assert py.isidentifier() and ptx_name(py) == mod.name, mod.name
+
+
+def _cwd_dependent_blocks():
+    """Python blocks of the guide pages that import files of this repository by path."""
+    import re
+    out = []
+    for page in sorted(os.listdir(DOCS)):
+        if not page.endswith(".md"):
+            continue
+        text = open(os.path.join(DOCS, page), encoding="utf-8").read()
+        for m in re.finditer(r"```python\n(.*?)```", text, re.S):
+            if 'sys.path.insert(0, "' in m.group(1):
+                out.append(pytest.param(m.group(1), id=f"{page}:{text[:m.start()].count(chr(10)) + 1}"))
+    return out
+
+
+@pytest.mark.parametrize("code", _cwd_dependent_blocks())
+def test_doc_blocks_run_from_the_repository_root(code, tmp_path):
+    """Each such block runs, as written, from the repository root (tests it defines too)."""
+    import re
+    import subprocess
+    import sys
+    root = os.path.dirname(DOCS)
+    calls = "".join(f"\n{name}()" for name in re.findall(r"^def (test_\w+)\(\)", code, re.M))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code + calls], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr

@@ -21,6 +21,7 @@ from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch
 from ptxdsl.runtime.driver import CudaError
 from ptxdsl.runtime import fastpath as rfast
+from ptxdsl.runtime import torch_private
 from runtime_fakes import (CUresult, FakeCtypesLauncher, cpu_torch_as_cuda, f32_array,
                            fake_driver, fake_torch_module, vadd_impl)
 from runtime_kernels import (build_copy_bf16, build_fault, build_scale_rows, build_vadd,
@@ -490,7 +491,7 @@ def test_real_torch_private_helpers_can_be_turned_off(gpu, real_torch, monkeypat
     k(a, b, out)
     k(a, b, out)
     assert len(misses) == 1 and torch.equal(out, a + b)
-    assert launcher._g["HOT_ALL"][0] is rfast._never  # the key found it
+    assert launcher._g["HOT_ALL"][0] is torch_private.never  # the key found it
     e = launcher.entries[launcher._g["KEY_ALL"]((a, b, out))]
     assert e is launcher._g["HOT_ALL"]
 
@@ -498,16 +499,16 @@ def test_real_torch_private_helpers_can_be_turned_off(gpu, real_torch, monkeypat
 def test_tensor_guards_are_used_only_when_they_check_what_the_fast_path_needs():
     torch = pytest.importorskip("torch")
     from torch._C._dynamo import guards
-    assert rfast._checked_tensor_guards(torch, guards) is guards.TensorGuards
+    assert torch_private._checked_tensor_guards(torch, guards) is guards.TensorGuards
 
     class Lax:
         def __init__(self, *tensors, **kw):
             self.check = lambda *a: True
 
-    assert rfast._checked_tensor_guards(torch, types.SimpleNamespace(TensorGuards=Lax)) is None
-    assert rfast._checked_tensor_guards(torch, None) is None
+    assert torch_private._checked_tensor_guards(torch, types.SimpleNamespace(TensorGuards=Lax)) is None
+    assert torch_private._checked_tensor_guards(torch, None) is None
     old = types.SimpleNamespace(__version__="1.13.1", empty=torch.empty)
-    assert rfast._checked_tensor_guards(old, guards) is None
+    assert torch_private._checked_tensor_guards(old, guards) is None
 
 
 def _gil_releasing_launches(gpu, monkeypatch):

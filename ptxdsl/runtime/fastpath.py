@@ -33,20 +33,18 @@ alignment masks written out, so nothing loops at run time):
    thread that made the entry packs its own buffer without a lock (nobody else
    writes it); other threads share a second buffer under a lock.
 
-``PTXDSL_TORCH_PRIVATE=0`` turns off the two private torch helpers chosen for speed
-(the entry guard: entries are found by their signature key alone; and
-``_empty_strided_cuda``: outputs come from ``torch.empty``), for a torch whose helpers
-misbehave. The stream and current-device getters of ``torch._C`` stay in use.
+What the fast path calls in torch (the raw stream, the current device, the entry
+guard, the output allocator) comes from :mod:`ptxdsl.runtime.torch_private`, which
+holds every private torch call behind its version gate and ``PTXDSL_TORCH_PRIVATE``.
 """
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
 import threading
-from functools import partial
 
 from .args import Binding, stream_handle
+from .torch_private import never
 
 _STRUCT_CODE = {("u", 64): "Q", ("s", 64): "q", ("b", 64): "Q", ("u", 32): "I", ("s", 32): "i",
                 ("b", 32): "I", ("f", 32): "f", ("f", 64): "d", ("u", 16): "H", ("s", 16): "h",
@@ -176,97 +174,40 @@ class Entry(tuple):
         return self[10]
 
 
-def _never(*tensors) -> bool:
-    """The guard of an entry torch cannot guard: always ask the signature key."""
-    return False
+NO_ENTRY = (never,)  # what the generated call tries first before any entry was used
 
 
-NO_ENTRY = (_never,)  # what the generated call tries first before any entry was used
+class Signatures:
+    """Fast-path entries by signature key, bounded and clearable, and the entry used
+    last, which a call tries first by its guard: at most two lookups (the guard, then
+    the key) before a launch or the general path. The launcher keeps one per kernel
+    (its generated call reads ``entries`` and keeps the last-used entry per argument
+    count itself); ``ptxdsl.ops`` keeps one per op and direction.
+    """
 
+    __slots__ = ("entries", "hot", "limit", "_lock")
 
-# ---------------------------------------------------------------------- torch
-class TorchHooks:
-    """What the fast path calls in torch, chosen once per torch module: its raw current
-    stream, its current device, a tensor guard and a fast output allocator."""
+    def __init__(self, hot=None, limit: int = 4096):
+        self.entries: dict = {}
+        self.hot = hot          # the entry used last (its guard is tried first)
+        self.limit = limit
+        self._lock = threading.Lock()
 
-    def __init__(self, torch):
-        self.torch = torch
-        C = getattr(torch, "_C", None)
-        raw = getattr(C, "_cuda_getCurrentRawStream", None)
-        if raw is None:  # older torch: the public (slower) way
-            def raw(device, _torch=torch):
-                return _torch.cuda.current_stream(device).cuda_stream
-        self.raw_stream = raw
-        # torch's current device: a torch.cuda.device(i) block or set_device() changes
-        # the thread's context behind our back; a launch then takes the careful path.
-        cur = getattr(C, "_cuda_getDevice", None)
-        self.current_device = cur if cur is not None else torch.cuda.current_device
-        private = os.environ.get("PTXDSL_TORCH_PRIVATE", "").strip().lower() not in (
-            "0", "false", "no", "off")
-        guards = getattr(getattr(C, "_dynamo", None), "guards", None) if private else None
-        self._tensor_guards = _checked_tensor_guards(torch, guards)
-        self._empty_strided = getattr(guards, "_empty_strided_cuda", None)
+    def add(self, key, entry):
+        """Keep ``entry`` for ``key`` (the first one stays if two threads race); past
+        ``limit`` entries the oldest is dropped. Returns the entry kept."""
+        with self._lock:
+            if key not in self.entries and len(self.entries) >= self.limit:
+                self.entries.pop(next(iter(self.entries)))
+            return self.entries.setdefault(key, entry)
 
-    def guard(self, tensors):
-        """``check(*tensors)`` that is True only for tensors like these (see the module
-        docstring); :func:`_never` when torch has no usable guard."""
-        if self._tensor_guards is None:
-            return _never
-        try:
-            return self._tensor_guards(*tensors, dynamic_dims_sizes=None,
-                                       dynamic_dims_strides=None).check
-        except Exception:  # noqa: BLE001 - not tensors after all: the key decides
-            return _never
+    def __len__(self) -> int:
+        return len(self.entries)
 
-    def allocator(self, shape, stride, dtype, device: int):
-        """A no-argument call that allocates an output like the general path's: on
-        ``device``, which the fast path has checked is torch's current device."""
-        shape, stride = tuple(int(d) for d in shape), tuple(int(s) for s in stride)
-        if self._empty_strided is not None:
-            # Allocates on the current device (the caching allocator's), no dispatcher.
-            return partial(self._empty_strided, shape, stride, dtype)
-        torch = self.torch
-        return partial(torch.empty, shape, dtype=dtype, device=torch.device("cuda", device))
-
-
-def _torch_version(torch) -> tuple[int, int]:
-    try:
-        major, minor = str(torch.__version__).split(".")[:2]
-        return int(major), int(minor)
-    except (AttributeError, ValueError):
-        return (0, 0)
-
-
-def _checked_tensor_guards(torch, guards):
-    """torch's ``TensorGuards`` when it behaves as the fast path needs (checked on a few
-    CPU tensors), else None. A private class: used only on the torch 2 releases whose
-    constructor is known (dynamo's own call: two keyword arguments, which it requires)."""
-    tg = getattr(guards, "TensorGuards", None)
-    if tg is None or not (2, 1) <= _torch_version(torch) < (3, 0):
-        return None
-    try:
-        a = torch.empty((4, 2))
-        check = tg(a, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
-        ok = (check(a) is True and check(torch.empty((4, 2))) is True
-              and check(torch.empty((2, 4)).t()) is False              # strides
-              and check(torch.empty((4, 2), dtype=torch.float64)) is False
-              and check(torch.empty((8, 1))) is False                  # shape
-              and check(object()) is False)
-    except Exception:  # noqa: BLE001 - any surprise: do without
-        return None
-    return tg if ok else None
-
-
-_hooks: tuple = (None, None)  # (torch module, its TorchHooks): one torch per process
-
-
-def torch_hooks(torch) -> TorchHooks:
-    global _hooks
-    mod, hooks = _hooks
-    if mod is not torch:
-        hooks = TorchHooks(torch)
-        _hooks = (torch, hooks)
-    return hooks
+    def clear(self, hot=None) -> None:
+        with self._lock:
+            self.entries.clear()
+            self.hot = hot
 
 
 # ---------------------------------------------------------------------- the generated call

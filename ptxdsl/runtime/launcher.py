@@ -52,7 +52,7 @@ from .args import (ArgView, Binding, KernelSignature, _ArgProblem, bind, classif
                    dlpack_device, stream_handle, view_of)
 from .compile import KernelFunction, load_function
 from .driver import CudaError
-from . import fastpath
+from . import fastpath, torch_private
 from .fastpath import ParamLayout
 from .limits import LaunchLimits, _leave_quietly
 from .memory import Staging, allocate
@@ -352,13 +352,13 @@ class Launcher(LaunchLimits):
                 return int(v.stream)
         return 0
 
-    _torch: fastpath.TorchHooks | None = None
+    _torch: torch_private.TorchHooks | None = None
 
     def _bind_torch(self) -> None:
         torch = sys.modules["torch"]
         hooks = self._torch
         if hooks is None or hooks.torch is not torch:
-            hooks = self._torch = fastpath.torch_hooks(torch)
+            hooks = self._torch = torch_private.hooks(torch)
             g = self._g
             g["RAW_STREAM"], g["CUR_DEV"] = hooks.raw_stream, hooks.current_device
 

@@ -13,8 +13,9 @@ padding (the partials start 16-byte aligned), ``[4:4+G*N]`` the partials.
 
 While a CUDA graph is being captured, a fresh zeroed buffer is made per call
 (captured as an allocation and a memset), so replays never depend on eager
-state; torch keeps a captured allocation's memory for the graph's replays. :func:`release` drops the cached buffers (they are freed stream-ordered
-by torch's allocator).
+state; torch keeps a captured allocation's memory for the graph's replays.
+``WORKSPACE.release()`` drops the cached buffers (they are freed stream-ordered by
+torch's allocator).
 """
 from __future__ import annotations
 
@@ -22,37 +23,51 @@ import threading
 
 HEADER = 4  # int32 words before the partials
 
-_BUFFERS: dict[tuple[int, int], tuple[object, int, int]] = {}  # (dev, stream) -> (t, cap, ptr)
-_LOCK = threading.Lock()
 
+class Workspace:
+    """The per-(device, stream) buffers (bounded: past ``limit`` streams the oldest
+    buffer is dropped, to be freed stream-ordered by torch's allocator)."""
 
-def torch_buffer(torch, device: int, stream: int, elems: int):
-    """``(tensor, base pointer)`` of a buffer of ``HEADER + elems`` int32 for launches
-    on ``stream`` of ``device``, barrier words ready. Hold the tensor until the
-    launch is queued: a buffer made for one call is freed when it is dropped."""
-    if torch._C._cuda_isCurrentStreamCapturing():
-        t = torch.zeros(HEADER + elems, dtype=torch.int32, device=torch.device("cuda", device))
-        return t, t.data_ptr()
-    entry = _BUFFERS.get((device, stream))
-    if entry is not None and entry[1] >= elems:
-        return entry[0], entry[2]
-    with _LOCK:
-        entry = _BUFFERS.get((device, stream))
-        if entry is None or entry[1] < elems:
-            # Allocated, and zeroed, on this stream: ordered before the launch that uses
-            # it; the old buffer (if any) is freed stream-ordered too.
+    def __init__(self, limit: int = 64):
+        self._buffers: dict[tuple[int, int], tuple[object, int, int]] = {}  # -> (t, cap, ptr)
+        self._lock = threading.Lock()
+        self.limit = limit
+
+    def torch_buffer(self, hooks, device: int, stream: int, elems: int):
+        """``(tensor, base pointer)`` of a buffer of ``HEADER + elems`` int32 for launches
+        on ``stream`` of ``device``, barrier words ready (``hooks``: the
+        :class:`~ptxdsl.runtime.torch_private.TorchHooks` of the torch in use). Hold the
+        tensor until the launch is queued: a buffer made for one call is freed when it
+        is dropped."""
+        torch = hooks.torch
+        if hooks.capturing():
             t = torch.zeros(HEADER + elems, dtype=torch.int32,
                             device=torch.device("cuda", device))
-            entry = _BUFFERS[(device, stream)] = (t, elems, t.data_ptr())
-    return entry[0], entry[2]
+            return t, t.data_ptr()
+        entry = self._buffers.get((device, stream))
+        if entry is not None and entry[1] >= elems:
+            return entry[0], entry[2]
+        with self._lock:
+            entry = self._buffers.get((device, stream))
+            if entry is None or entry[1] < elems:
+                # Allocated, and zeroed, on this stream: ordered before the launch that
+                # uses it; the old buffer (if any) is freed stream-ordered too.
+                t = torch.zeros(HEADER + elems, dtype=torch.int32,
+                                device=torch.device("cuda", device))
+                if entry is None and len(self._buffers) >= self.limit:
+                    self._buffers.pop(next(iter(self._buffers)))
+                entry = self._buffers[(device, stream)] = (t, elems, t.data_ptr())
+        return entry[0], entry[2]
+
+    def release(self) -> None:
+        """Drop every cached buffer (their memory returns to torch's caching allocator)."""
+        with self._lock:
+            self._buffers.clear()
+
+    def cached_bytes(self) -> int:
+        """Bytes held by the per-stream buffers (for tests and the curious)."""
+        return sum(4 * (HEADER + cap) for _, cap, _ in self._buffers.values())
 
 
-def release() -> None:
-    """Drop every cached buffer (their memory returns to torch's caching allocator)."""
-    with _LOCK:
-        _BUFFERS.clear()
-
-
-def cached_bytes() -> int:
-    """Bytes held by the per-stream buffers (for tests and the curious)."""
-    return sum(4 * (HEADER + cap) for _, cap, _ in _BUFFERS.values())
+# The ops' workspace: one explicit object (release() empties it).
+WORKSPACE = Workspace()

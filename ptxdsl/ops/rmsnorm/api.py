@@ -10,9 +10,10 @@ backward is :func:`rms_norm_backward`. The kernel a call runs is chosen in
 from __future__ import annotations
 
 from ...errors import LaunchError
+from ...runtime import torch_private
 from ...types import f32
-from .._common import workspace as _workspace
 from .._common.frame import Frame, data_ptr, grad_enabled, strides
+from .._common.workspace import HEADER, WORKSPACE
 from . import fast as _tf
 from .plan import KERNELS, backward_kernel, dw_reduce_kernel, forward_kernel, vec_for
 
@@ -29,25 +30,29 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
     Torch tensors requiring grad are differentiable.
     """
     if residual is None and out is None and not return_rstd:
-        # The plain form, called again like last time: one C++ guard of both tensors
-        # instead of the signature key (see _tf.Hot).
-        hot = _tf.HOT[0]
+        # Lookup 1: the plain form called again like last time, found by one C++ guard
+        # of both tensors (fast.Hot); it returns None where alignment or grad mode differ.
+        hot = _tf.FORWARD.hot
         if hot.guard(x, weight) and eps == hot.eps:
             y = hot.launch(x, weight)
             if y is not None:
                 return y
-    try:  # torch tensors whose signature was seen before: straight to the launch
+    try:  # torch tensors: their signature key (numpy, cupy, ...: no .stride()/.data_ptr())
         key = _tf.fwd_key(x, weight, eps, residual, return_rstd, out)
-        fast = _tf.FAST.get(key)
-        if fast is not None and (x.requires_grad or weight.requires_grad) and grad_enabled():
-            fast = None  # a differentiable call goes through autograd
-    except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
-        fast = None
-    if fast is not None:
-        if fast.hot is not None:
-            _tf.HOT[0] = fast.hot  # this signature is the one to guard for now
-        y, rstd = fast(x, weight, residual, out)
-        return (y, rstd) if return_rstd else y
+    except (AttributeError, TypeError):
+        key = None
+    if key is not None and not (x.requires_grad or weight.requires_grad):
+        # Lookup 2: a signature seen before, straight to its launch. (Tensors that
+        # require grad are looked up once below, by autograd's forward or under no_grad.)
+        fast = _tf.FORWARD.entries.get(key)
+        if fast is not None:
+            if fast.hot is not None:
+                _tf.FORWARD.hot = fast.hot  # this signature is the one to guard for now
+            y, rstd = fast(x, weight, residual, out)
+            return (y, rstd) if return_rstd else y
+        looked_up = True
+    else:
+        looked_up = False
     frame = Frame(x, "rms_norm")
     needs_grad = frame.kind == "torch" and grad_enabled() and (
         x.requires_grad or weight.requires_grad)
@@ -59,7 +64,8 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
         from .autograd import rms_norm_autograd
         y, rstd = rms_norm_autograd(x, weight, eps)
         return (y, rstd) if return_rstd else y
-    y, rstd = _forward(frame, x, weight, eps, residual, return_rstd, out)
+    y, rstd = _forward(frame, x, weight, eps, residual, return_rstd, out,
+                       key=key, looked_up=looked_up)
     return (y, rstd) if return_rstd else y
 
 
@@ -76,17 +82,22 @@ def _check(x, weight, n, frame):
     return dt, wdt
 
 
-def _forward(frame, x, weight, eps, residual, want_rstd, out):
+def _forward(frame, x, weight, eps, residual, want_rstd, out, *, key=None,
+             looked_up=False):
+    """The forward of a call the fast path did not serve: its recorded launch if the
+    signature was seen (unless the caller already looked ``key`` up), else the general
+    path, which records the launch for next time."""
     if frame.kind == "torch":
-        key = _tf.fwd_key(x, weight, eps, residual, want_rstd, out)
-        fast = _tf.FAST.get(key)
+        if key is None:
+            key = _tf.fwd_key(x, weight, eps, residual, want_rstd, out)
+        fast = None if looked_up else _tf.FORWARD.entries.get(key)
         if fast is not None:
             return fast(x, weight, residual, out)
     y, rstd, fast = _forward_general(frame, x, weight, eps, residual, want_rstd, out)
     if fast is not None:
-        _tf.FAST[key] = fast
+        _tf.FORWARD.add(key, fast)
         if fast.hot is not None:
-            _tf.HOT[0] = fast.hot
+            _tf.FORWARD.hot = fast.hot
     return y, rstd
 
 
@@ -138,7 +149,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     """
     try:
         key = _tf.bwd_key(dy, x, weight, rstd)
-        fast = _tf.FAST.get(key)
+        fast = _tf.BACKWARD.entries.get(key)
     except (AttributeError, TypeError):
         key = fast = None
     if fast is not None:
@@ -146,7 +157,7 @@ def rms_norm_backward(dy, x, weight, rstd):
     frame = Frame(x, "rms_norm")
     dx, dw, fast = _backward_general(frame, dy, x, weight, rstd)
     if fast is not None:
-        _tf.FAST[key] = fast
+        _tf.BACKWARD.add(key, fast)
     return dx, dw
 
 
@@ -174,11 +185,11 @@ def _backward_general(frame, dy, x, weight, rstd):
         return _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt)
     elems = p.grid * n
     if frame.kind == "torch":
-        buf, _ = _workspace.torch_buffer(frame.torch, info.ordinal,
-                                         frame.torch._C._cuda_getCurrentRawStream(info.ordinal),
-                                         elems)
+        hooks = torch_private.hooks(frame.torch)
+        buf, _ = WORKSPACE.torch_buffer(hooks, info.ordinal, hooks.raw_stream(info.ordinal),
+                                        elems)
         ws = buf[:2]
-        partial = buf[_workspace.HEADER:_workspace.HEADER + elems].view(
+        partial = buf[HEADER:HEADER + elems].view(
             frame.torch.float32).view(p.grid, n)
     else:  # numpy (GPU or interpreter) and other device arrays: scratch per call
         ws = frame.zeros_u32(2, x)

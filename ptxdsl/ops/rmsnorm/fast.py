@@ -2,19 +2,19 @@
 
 Torch calls repeat the same signature (shapes, strides, dtypes, device, pointer
 alignment) over and over. The first call of a signature takes the general path of
-:mod:`.rms_norm`, which checks everything, plans, builds and binds the kernel; it
-then records here a closure that redoes only the output allocation and the launch,
-keyed by everything the general path's decisions depended on (:data:`FAST`). The
-plain forward form is found faster still, by a tensor guard (:class:`Hot`).
+:mod:`.api`, which checks everything, plans, builds and binds the kernel (through
+the kernel launcher's own fast-path entry, ``Launcher.bind``); it then records here
+a closure that redoes only the output allocation and the launch, keyed by
+everything the general path's decisions depended on, in :data:`FORWARD` and
+:data:`BACKWARD` (:class:`~ptxdsl.runtime.fastpath.Signatures`, the structure the
+launcher finds its entries with too). A call tries the guard of the last plain
+forward first (:class:`Hot`), then the signature key: two lookups at most.
 """
 from __future__ import annotations
 
-from ...runtime import prepare
-from ...runtime.fastpath import _never, torch_hooks
-from .._common import workspace as _workspace
-
-# Signature key -> closure (forward and backward keys differ in length and content).
-FAST: dict[tuple, object] = {}
+from ...runtime import prepare, torch_private
+from ...runtime.fastpath import Signatures
+from .._common.workspace import HEADER, WORKSPACE
 
 
 def fwd_key(x, weight, eps, residual, want_rstd, out) -> tuple:
@@ -47,8 +47,17 @@ class Hot:
         self.guard, self.eps, self.launch = guard, eps, launch
 
 
-# One slot, replaced whole (an entry is never mutated), so a reader sees an old or a new one.
-HOT = [Hot(_never, None, None)]
+NO_HOT = Hot(torch_private.never, None, None)
+# Signature key -> closure; FORWARD.hot is the last plain call's Hot (replaced whole, an
+# entry is never mutated, so a reader sees an old or a new one).
+FORWARD = Signatures(hot=NO_HOT)
+BACKWARD = Signatures()
+
+
+def clear() -> None:
+    """Forget every recorded call (the next call of each signature takes the general path)."""
+    FORWARD.clear(hot=NO_HOT)
+    BACKWARD.clear()
 
 
 def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
@@ -67,7 +76,7 @@ def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
     empty, f32t = torch.empty, torch.float32
     # Y is contiguous. It comes from the launcher's allocator (no argument parsing or
     # dispatch), which allocates on torch's current device: used only when that is x's.
-    hooks, dev = torch_hooks(torch), x.get_device()
+    hooks, dev = torch_private.hooks(torch), x.get_device()
     alloc = hooks.allocator(shape, torch.empty(shape, device="meta").stride(), dtype, dev)
     cur_dev = hooks.current_device
 
@@ -106,7 +115,7 @@ def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
     run.hot = None
     if not want_rstd and len(args) == 3:
         guard = hooks.guard((x, weight))
-        if guard is not _never:
+        if guard is not torch_private.never:
             run.hot = Hot(guard, eps, plain)
     return run
 
@@ -140,12 +149,13 @@ def bwd_fast(torch, kb, bargs, x, elems):
     lb = prepare(kb).bind(*bargs)
     if lb is None:
         return None
-    empty_like, raw_stream = torch.empty_like, torch._C._cuda_getCurrentRawStream
+    hooks = torch_private.hooks(torch)
+    empty_like, raw_stream = torch.empty_like, hooks.raw_stream
     dev = x.get_device()
-    scratch, header = _workspace.torch_buffer, 4 * _workspace.HEADER
+    scratch, header = WORKSPACE.torch_buffer, 4 * HEADER
 
     def run(dy, x, weight, rstd):
-        buf, base = scratch(torch, dev, raw_stream(dev), elems)
+        buf, base = scratch(hooks, dev, raw_stream(dev), elems)
         dx = empty_like(x)
         dw = empty_like(weight)
         lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), base,

@@ -241,7 +241,9 @@ def _pivot(rows: list[dict]) -> list[str]:
         for n in names:
             v = res.get(n) or {}
             if "us" in v:
-                tb = f" ({v['tbps']:.2f} TB/s)" if isinstance(v.get("tbps"), (int, float)) else ""
+                tb = f" ({v['tbps']:.2f} TB/s)" if isinstance(v.get("tbps"), (int, float)) else \
+                    f" ({v['tflops']:.0f} TFLOP/s)" if isinstance(v.get("tflops"), (int, float)) \
+                    else ""
                 cells.append(f"{v['us']:.1f} µs{tb}")
             elif "error" in v:
                 cells.append(f'<span title="{_fmt(v["error"])}">error</span>')

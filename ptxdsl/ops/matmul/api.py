@@ -23,6 +23,7 @@ SIMT kernel (:mod:`.simt`) everywhere else.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -30,10 +31,11 @@ import numpy as np
 
 from ...errors import LaunchError, SourceLoc
 from ...types import PtxType, bf16, f16, f32
-from .._common.frame import DTYPES as _DTYPES, Frame, kind_of, strides
+from .._common.frame import DTYPES as _DTYPES, Frame, data_ptr, grad_enabled, kind_of, strides
+from . import fast as _fast
 from .._common.kernels import KernelCache
 from .epilogue import ACTIVATIONS
-from .plan import fallback_plan
+from .plan import choose, fallback_plan, tma_ok
 from .simt import build_simt
 
 _ALIASES = {"gelu_tanh": "gelu", "gelu-tanh": "gelu", "swish": "silu"}
@@ -91,6 +93,17 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
     if activation not in ACTIVATIONS:
         raise _error(f"activation must be None, 'relu', 'gelu' (tanh form) or 'silu', got "
                      f"{activation!r}")
+    sig = None
+    if out is None:
+        try:
+            sig = _fast.key(a, b, bias, out_dtype, activation)
+        except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
+            sig = None
+        if sig is not None:
+            run = _fast.FAST.get(sig)
+            if run is not None and not ((a.requires_grad or b.requires_grad or (
+                    bias is not None and bias.requires_grad)) and grad_enabled()):
+                return run(a, b, bias)
     frame = Frame(a, "matmul")
     if kind_of(b, "matmul") != frame.kind:
         raise _error(f"a and b must be the same kind of array, got {type(a).__name__} and "
@@ -102,7 +115,7 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
                          "it under torch.no_grad(), or leave out= for training")
         from .autograd import matmul_autograd
         return matmul_autograd(a, b, bias, activation, out_dtype)
-    return forward(frame, a, b, out, out_dtype, bias, activation)
+    return forward(frame, a, b, out, out_dtype, bias, activation, sig)
 
 
 def _shapes(a, b):
@@ -121,7 +134,7 @@ def _shapes(a, b):
     return ba if ba is not None else bb, m, n, k
 
 
-def forward(frame, a, b, out, out_dtype, bias, activation):
+def forward(frame, a, b, out, out_dtype, bias, activation, sig=None):
     """The call without autograd: checks, allocation, batching, kernel choice."""
     batch, m, n, k = _shapes(a, b)
     dt = _dtype_of(a)
@@ -158,7 +171,10 @@ def forward(frame, a, b, out, out_dtype, bias, activation):
         ai = a[i] if a.ndim == 3 else a
         bi = b[i] if b.ndim == 3 else b
         oi = out[i] if batch is not None else out
-        _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation)
+        k, a_t, b_t, copied = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation)
+    if sig is not None and batch is None and not copied and frame.kind == "torch":
+        _fast.remember(sig, _fast.record(k, a_t, b_t, tuple(out.shape), out.dtype, out.device,
+                                         bias is not None))
     return out
 
 
@@ -182,15 +198,52 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
     """One (M, K) @ (K, N) product into ``out``."""
     a_k, a_t = _layout(frame, a)
     b_k, b_t = _layout(frame, b)
-    k = kernel_for(dt, odt, a_t, b_t, bdt, activation, frame)
+    info = frame.device(a)
+    k = None
+    if info is not None and _hopper_ok(info, a_k, a_t, b_k, b_t, out, dt, odt):
+        k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt, bdt,
+                          activation, info.sm_count)
+    if k is None:
+        k = kernel_for(dt, odt, a_t, b_t, bdt, activation)
     args = [a_k, b_k] + ([bias] if bias is not None else [])
     res = frame.run(k, *args, out)
     if frame.kind == "numpy" and res is not None and res is not out:
         out[...] = res
+    copied = not (a_k is a or a_t) or not (b_k is b or b_t)
+    return k, a_t, b_t, copied
+
+
+def _hopper_ok(info, a_k, a_t, b_k, b_t, out, dt, odt) -> bool:
+    """The Hopper kernel reads K-major operands through TMA: A row-major, B given as the
+    transpose of a row-major (N, K) array, every base 16-byte aligned and every row
+    stride a multiple of 16 bytes (C's too); an sm_90 device."""
+    if getattr(info, "cc", None) != (9, 0) or a_t or not b_t or strides(out)[-1] != 1:
+        return False
+    if importlib.util.find_spec(__package__ + ".hopper") is None:
+        return False  # the Hopper kernel's module has not landed yet
+    return (tma_ok(data_ptr(a_k), strides(a_k)[0], int(a_k.shape[0]), dt)
+            and tma_ok(data_ptr(b_k), strides(b_k)[0], int(b_k.shape[0]), dt)
+            and tma_ok(data_ptr(out), strides(out)[0], int(out.shape[0]), odt))
+
+
+def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms):
+    """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class)."""
+    from .hopper import build_hopper
+    p = choose(m, n, k, dt, odt, sms)
+    key = ("hopper", p, dt.name, odt.name, bdt.name if bdt else None, activation, sms)
+    return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,
+                                                 sms=sms))
+
+
+def describe(m, n, k, dt=bf16, odt=None, sms=132) -> str:
+    """Which kernel and plan an (M, N, K) K-major product runs on an sm_90 device."""
+    p = choose(m, n, k, dt, odt or dt, sms)
+    return (f"hopper {p.bm}x{p.bn}x{p.bk} stages={p.stages} cluster={p.cluster} "
+            f"group={p.group_m}")
 
 
 def kernel_for(dt, odt, a_t, b_t, bdt, activation, frame=None):
-    """The kernel one product runs: the SIMT kernel (the Hopper kernel joins here)."""
+    """The SIMT kernel for one layout and epilogue (any shape, stride, alignment)."""
     key = ("simt", dt.name, odt.name, a_t, b_t, bdt.name if bdt else None, activation)
     return KERNELS.get(key, lambda: build_simt(fallback_plan(), dt, odt, a_t=a_t, b_t=b_t,
                                                bias=bdt, activation=activation))
@@ -217,4 +270,4 @@ class _TorchMath:
         self.maximum = lambda x, y: torch.clamp(x, min=y)
 
 
-__all__ = ["matmul", "forward", "kernel_for", "KERNELS"]
+__all__ = ["matmul", "forward", "kernel_for", "hopper_kernel", "describe", "KERNELS"]

@@ -1,0 +1,363 @@
+"""GEMM side by side in one run on the current GPU: cuBLAS (``torch.matmul``), a
+Triton ``tl.dot`` kernel (grouped order, autotuned over four tile configs), pyptx's
+warp-specialized Hopper GEMM where its shape rules allow, and ``ptxdsl.ops.matmul``.
+
+Operands: ``a`` (M, K) row-major and ``b = W.T`` for a row-major ``W`` (N, K), the
+layout of a linear layer (``x @ W.T``) and the one pyptx's kernel takes; every
+contender gets the same two tensors. ``--layout nn`` passes a row-major (K, N) ``b``
+instead (pyptx then sits out). Random normal bf16 inputs (power-limited clocks make
+zeros look faster), f32 accumulation, bf16 output.
+
+Every result is validated against a float64 product of the same inputs before it is
+timed (relative Frobenius error under 1e-2, every element finite; outputs are fresh
+allocations each call, so an unwritten element shows as garbage). pyptx's kernel
+writes C transposed ((N, M), its documented layout): it is validated transposed.
+
+Timing is sustained: after validation the GPU is kept busy for half a second, then
+each contender runs back-to-back blocks of calls of at least ``--block-ms`` each
+between two CUDA events (time per call = block time / calls), in ``--rounds``
+interleaved rounds (every other one reversed); each contender keeps its best block.
+Inputs rotate over enough copies to exceed L2 for the small shapes. The table is
+printed last; JSON goes to ``$OUT/matmul.json`` (or ``--json``).
+
+    python bench/matmul.py --quick                  # 4096^3, 8192^3 and a few LLM shapes
+    python bench/matmul.py                          # squares 1024..16384 and the LLM shapes
+    python bench/matmul.py --shapes 4096x4096x4096,128x14336x4096
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+SQUARES = [1024, 2048, 4096, 8192, 16384]
+LLM_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (8192, 8192),
+          (28672, 8192), (8192, 28672)]
+LLM_M = [128, 1024, 4096, 16384]
+SMALL_M = [1, 16]
+
+
+def shapes(quick: bool) -> list[tuple[int, int, int, str]]:
+    """(M, N, K, group) in run order."""
+    if quick:
+        return [(4096, 4096, 4096, "square"), (8192, 8192, 8192, "square"),
+                (4096, 14336, 4096, "llm"), (4096, 4096, 14336, "llm"), (1024, 6144, 4096, "llm"),
+                (128, 8192, 8192, "llm"), (16, 4096, 4096, "small"), (379, 1000, 65, "ragged")]
+    out = [(s, s, s, "square") for s in SQUARES]
+    out += [(m, n, k, "llm") for m in LLM_M for n, k in LLM_NK]
+    out += [(m, n, k, "small") for m in SMALL_M for n, k in LLM_NK]
+    return out
+
+
+def _torch():
+    import torch
+    return torch
+
+
+# ---------------------------------------------------------------- contenders
+@functools.lru_cache(maxsize=None)
+def triton_matmul():
+    """A plain Triton GEMM: ``tl.dot`` on BMxBK and BKxBN blocks, grouped program order,
+    autotuned per (M, N, K) over four configs (the autotune runs in the validation call)."""
+    import triton
+    import triton.language as tl
+
+    configs = [triton.Config({"BM": 128, "BN": 256, "BK": 64, "G": 8}, num_warps=8, num_stages=3),
+               triton.Config({"BM": 128, "BN": 128, "BK": 64, "G": 8}, num_warps=4, num_stages=4),
+               triton.Config({"BM": 128, "BN": 128, "BK": 64, "G": 8}, num_warps=8, num_stages=3),
+               triton.Config({"BM": 64, "BN": 128, "BK": 64, "G": 8}, num_warps=4, num_stages=4)]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def _k(A, B, C, M, N, K, sam, sak, sbk, sbn, scm, scn,
+           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
+        pid = tl.program_id(0)
+        npm, npn = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        width = G * npn
+        first = (pid // width) * G
+        gm = min(npm - first, G)
+        pm = first + (pid % width) % gm
+        pn = (pid % width) // gm
+        rm = (pm * BM + tl.arange(0, BM)) % M
+        rn = (pn * BN + tl.arange(0, BN)) % N
+        rk = tl.arange(0, BK)
+        pa = A + rm[:, None] * sam + rk[None, :] * sak
+        pb = B + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kk in range(0, tl.cdiv(K, BK)):
+            left = K - kk * BK
+            a = tl.load(pa, mask=rk[None, :] < left, other=0.0)
+            b = tl.load(pb, mask=rk[:, None] < left, other=0.0)
+            acc = tl.dot(a, b, acc)
+            pa += BK * sak
+            pb += BK * sbk
+        om = pm * BM + tl.arange(0, BM)
+        on = pn * BN + tl.arange(0, BN)
+        tl.store(C + om[:, None] * scm + on[None, :] * scn, acc.to(C.dtype.element_ty),
+                 mask=(om[:, None] < M) & (on[None, :] < N))
+
+    def run(a, b):
+        m, k = a.shape
+        n = b.shape[1]
+        c = _torch().empty((m, n), dtype=a.dtype, device=a.device)
+        grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa
+        _k[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                 c.stride(0), c.stride(1))
+        return c
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def pyptx_gemm():
+    """pyptx's ``gemm_warp_specialized`` (the wheel's examples/hopper/gemm_highperf_hopper):
+    A (M, K), B (N, K) row-major, C (N, M); M and N multiples of 256, K of 64, at most
+    128 tiles per cluster of its fixed 128-CTA grid. Returns (run, rule) or raises."""
+    from pyptx.examples.hopper import gemm_highperf_hopper as g
+    torch = _torch()
+    scheds: dict = {}
+
+    def rule(m, n, k):
+        if m % 256 or n % 256 or k % 64 or k < 128:
+            return "M, N multiples of 256 and K of 64 (>= 128) only"
+        if -(-(m // 256) * (n // 256) // g.NUM_CLUSTERS) > g.SPACE_LEN:
+            return f"more tiles than its schedule holds ({g.SPACE_LEN} per cluster)"
+        return None
+
+    def run(a, b):
+        m, n = a.shape[0], b.shape[1]
+        key = (m, n)
+        if key not in scheds:
+            scheds[key] = torch.tensor(g.create_hilbert_schedule(m // 256, n // 256),
+                                       device=a.device, dtype=torch.int32)
+        return g.gemm_warp_specialized(a, b.t(), scheds[key])   # b.t(): the (N, K) W itself
+    return run, rule
+
+
+def ptxdsl_matmul():
+    from ptxdsl.ops import matmul
+    return lambda a, b: matmul(a, b)
+
+
+# ---------------------------------------------------------------- measuring
+def make_sets(m, n, k, layout, l2, seed=0):
+    torch = _torch()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    per = (m * k + n * k) * 2
+    copies = 1 if per >= 2 * l2 else min(8, max(2, math.ceil(3 * l2 / max(per, 1))))
+    sets = []
+    for _ in range(copies):
+        a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        if layout == "nn":
+            b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
+        else:
+            b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16).t()
+        sets.append((a, b))
+    return sets
+
+
+def rel_err(out, ref) -> float:
+    torch = _torch()
+    o = out.double()
+    if not bool(torch.isfinite(o).all()):
+        return float("inf")
+    return float((o - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def time_block(fn, sets, block_ms: float) -> float:
+    """µs per call over one sustained block of back-to-back calls (at least block_ms)."""
+    torch = _torch()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # one call to size the block
+    s.record(); fn(*sets[0]); e.record(); torch.cuda.synchronize()
+    one = max(s.elapsed_time(e), 1e-3)
+    calls = max(10, min(5000, int(block_ms / one)))
+    keep = [None] * len(sets)
+    s.record()
+    for i in range(calls):
+        j = i % len(sets)
+        keep[j] = fn(*sets[j])
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) * 1000.0 / calls
+
+
+def warm(seconds: float) -> None:
+    torch = _torch()
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(10):
+            x @ x
+        torch.cuda.synchronize()
+
+
+def bench_shape(m, n, k, contenders, args, l2):
+    torch = _torch()
+    sets = make_sets(m, n, k, args.layout, l2)
+    a, b = sets[0]
+    ref = a.double() @ b.double()
+    row, live = {}, {}
+    for name, (fn, rule) in contenders.items():
+        why = rule(m, n, k) if rule else None
+        if why:
+            row[name] = {"skip": why}
+            continue
+        try:
+            out = fn(a, b)
+            torch.cuda.synchronize()
+            if name == "pyptx":
+                out = out.t()
+            err = rel_err(out, ref)
+            if not err <= 1e-2:
+                row[name] = {"error": f"wrong result: relative error {err:.3g}"}
+                continue
+            row[name] = {"err": err}
+            live[name] = fn
+        except Exception as ex:  # a contender that cannot run is reported, not fatal
+            row[name] = {"error": f"{type(ex).__name__}: {str(ex)[:160]}"}
+    del ref
+    flop = 2.0 * m * n * k
+    warm(args.warm)
+    names = list(live)
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            us = time_block(live[name], sets, args.block_ms)
+            if us < row[name].get("us", float("inf")):
+                row[name].update(us=us, tflops=flop / us / 1e6)
+    return row
+
+
+def host_cost(contenders, calls=3000) -> dict:
+    """Host µs per call of a tiny product (1x256x256), back to back, synchronised once:
+    what each contender's Python and launch path costs when the GPU is not the limit."""
+    torch = _torch()
+    a = torch.randn(1, 256, device="cuda").to(torch.bfloat16)
+    b = torch.randn(256, 256, device="cuda").to(torch.bfloat16).t()
+    out = {}
+    for name in ("cuBLAS", "ptxdsl"):
+        fn = contenders[name][0]
+        for _ in range(50):
+            fn(a, b)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn(a, b)
+        torch.cuda.synchronize()
+        out[name] = (time.perf_counter() - t0) / calls * 1e6
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--shapes", default=None, help="MxNxK,... (overrides the sweep)")
+    ap.add_argument("--layout", default="linear", choices=["linear", "nn"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--block-ms", type=float, default=25.0)
+    ap.add_argument("--warm", type=float, default=0.3)
+    ap.add_argument("--only", default=None, help="comma-separated contenders")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    torch = _torch()
+    dev = torch.cuda.get_device_properties(0)
+    l2 = getattr(dev, "L2_cache_size", 50 << 20)
+    todo = shapes(args.quick)
+    if args.shapes:
+        todo = [tuple(int(v) for v in s.split("x")) + ("given",) for s in args.shapes.split(",")]
+    contenders, notes = {"cuBLAS": (lambda a, b: torch.matmul(a, b), None)}, []
+    try:
+        contenders["triton"] = (triton_matmul(), None)
+    except Exception as ex:
+        notes.append(f"triton not available: {type(ex).__name__}: {ex}")
+    if args.layout == "linear":
+        try:
+            run, rule = pyptx_gemm()
+            contenders["pyptx"] = (run, rule)
+        except Exception as ex:
+            notes.append(f"pyptx not available ({type(ex).__name__}: {str(ex)[:160]}); "
+                         "install it from .whl with bench/install_wheels.py")
+    else:
+        notes.append("pyptx's kernel takes B as (N, K) only: left out of --layout nn")
+    contenders["ptxdsl"] = (ptxdsl_matmul(), None)
+    if args.only:
+        keep = set(args.only.split(","))
+        contenders = {k: v for k, v in contenders.items() if k in keep}
+    for note in notes:
+        print("note:", note, flush=True)
+    warm(1.0)
+    result = {"device": dev.name, "sms": dev.multi_processor_count,
+              "date": datetime.datetime.now().isoformat(timespec="minutes"),
+              "torch": torch.__version__, "layout": args.layout, "dtype": "bf16",
+              "rounds": args.rounds, "block_ms": args.block_ms, "notes": notes, "rows": []}
+    try:
+        from ptxdsl.ops.matmul.api import describe
+        result["ptxdsl_kernels"] = {}
+    except ImportError:
+        describe = None
+    for m, n, k, group in todo:
+        row = bench_shape(m, n, k, contenders, args, l2)
+        if describe is not None:
+            row.setdefault("ptxdsl", {})["kernel"] = describe(m, n, k)
+        result["rows"].append({"shape": [m, n, k], "group": group, "results": row})
+        print(f"{m}x{n}x{k}: " + ", ".join(
+            f"{c}={v['tflops']:.0f}" if "tflops" in v else f"{c}=" +
+            ("skip" if "skip" in v else "ERR " + v.get("error", "")[:80])
+            for c, v in row.items()), flush=True)
+        torch.cuda.empty_cache()
+    if "cuBLAS" in contenders and "ptxdsl" in contenders:
+        try:
+            result["host_us"] = host_cost(contenders)
+        except Exception as ex:
+            result["notes"].append(f"host cost not measured: {ex}")
+    path = args.json or os.path.join(os.environ.get("OUT", "."), "matmul.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print_table(result)
+    return result
+
+
+def _geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def print_table(result):
+    rows = result["rows"]
+    names = list(dict.fromkeys(c for r in rows for c in r["results"]))
+    print(f"\nGEMM bf16 ({result['layout']}) on {result['device']} ({result['date']}), "
+          f"TFLOP/s (sustained); ratios are ptxdsl / peer")
+    print(f"{'M x N x K':>20s} " + " ".join(f"{n:>8s}" for n in names) + "  vs cuBLAS  vs pyptx")
+    ratios = {"cuBLAS": [], "pyptx": []}
+    for r in rows:
+        res = r["results"]
+        cells = []
+        for n in names:
+            v = res.get(n, {})
+            cells.append(f"{v['tflops']:8.0f}" if "tflops" in v else
+                         f"{'skip' if 'skip' in v else 'ERR' if v else '-':>8s}")
+        ours = res.get("ptxdsl", {}).get("tflops")
+        tail = ""
+        for peer in ("cuBLAS", "pyptx"):
+            p = res.get(peer, {}).get("tflops")
+            if ours and p:
+                tail += f"  {ours / p:7.2f}x"
+                if r["group"] != "small" and (peer != "cuBLAS" or r["shape"][0] >= 128):
+                    ratios[peer].append(ours / p)
+            else:
+                tail += "         -"
+        print(f"{'x'.join(map(str, r['shape'])):>20s} " + " ".join(cells) + tail)
+    print(f"geomean ptxdsl/cuBLAS (M >= 128): {_geomean(ratios['cuBLAS']):.3f}; "
+          f"ptxdsl/pyptx: {_geomean(ratios['pyptx']):.3f}")
+    if "host_us" in result:
+        h = result["host_us"]
+        print("host µs per tiny call: " + ", ".join(f"{k} {v:.1f}" for k, v in h.items()))
+
+
+if __name__ == "__main__":
+    main()

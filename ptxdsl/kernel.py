@@ -44,6 +44,17 @@ class Compiled:
 class Kernel:
     """A traced PTX kernel; see :func:`kernel`."""
 
+    def __new__(cls, *args, **kwargs):
+        # Each kernel is made as the one instance of a subclass of its own: once it has a
+        # launcher, the launcher's generated call becomes that subclass's __call__
+        # (ptxdsl.runtime.prepare), so kernel(...) runs it with no frame in between.
+        # An object's class never changes after it is made.
+        base = cls.__base__ if cls.__dict__.get("_ptxdsl_own_class") else cls
+        own = type(base.__name__, (base,), {
+            "__module__": base.__module__, "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__, "_ptxdsl_own_class": True})
+        return super().__new__(own)
+
     def __init__(self, fn: Callable, in_specs: Sequence[Tile], out_specs: Sequence[Tile],
                  grid, block, arch: str, version: tuple[int, int] | None, name: str | None,
                  lines: str | None, arg_names: Sequence[str] | None = None,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
+from typing import Callable, NamedTuple
 
 from .args import Binding, stream_handle
 from .torch_private import never
@@ -133,45 +134,49 @@ class ParamLayout:
 
 
 # ---------------------------------------------------------------------- entries
-# The entry tuple, unpacked in one step by the generated code (and by bind()).
-FIELDS = ("guard", "dev", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem", "buf", "params",
-          "owner", "lock", "sbuf", "sparams", "allocs")
-
-
-class Entry(tuple):
+class Entry(NamedTuple):
     """A prepared launch for one argument signature (see the module docstring).
 
-    A tuple of :data:`FIELDS`: ``guard(*tensors)`` (True only for tensors of this
-    signature), the device, CUfunction, grid, block, dynamic shared memory, the
-    owner thread's parameter buffer and its kernelParams value, the owner's thread
-    id, the lock and buffer other threads share, and one allocator per output
-    (empty when the outputs are passed). Attributes carry what must stay alive and
-    what the careful path needs.
+    The generated call unpacks it in one step (``_, dev, func, ... = e``, written
+    from :attr:`_fields`, so the order lives here only); the careful path and
+    :func:`bind` read it by name.
     """
 
-    keep: tuple            # the kernelParams arrays the params values point into
-    kernel_function: object
-    out_meta: tuple        # (shape, dtype) of each output ptxdsl allocates
-
-    @property
-    def dev(self) -> int:
-        return self[1]
+    guard: Callable          # guard(*tensors): True only for tensors of this signature
+    dev: int                 # CUDA ordinal
+    func: object             # the CUfunction (a ctypes handle in ctypes mode)
+    gx: int
+    gy: int
+    gz: int
+    bx: int
+    by: int
+    bz: int
+    smem: int                # dynamic shared memory bytes
+    buf: object              # the owner thread's parameter buffer ...
+    params: object           # ... and its kernelParams value
+    owner: int               # the owner thread's id
+    lock: object             # other threads share sbuf/sparams under this lock
+    sbuf: object
+    sparams: object
+    allocs: tuple            # one allocator per output ptxdsl allocates (() when passed)
+    keep: tuple              # the kernelParams arrays params/sparams point into
+    kernel_function: object  # the loaded KernelFunction (the careful path launches it)
+    out_meta: tuple          # (shape, dtype) of each output ptxdsl allocates
+    tmap_own: tuple = ()     # tensor maps in buf / sbuf, re-pointed by every fast call
+    tmap_shared: tuple = ()
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        return self[3:6]
+        return (self.gx, self.gy, self.gz)
 
     @property
     def block(self) -> tuple[int, int, int]:
-        return self[6:9]
+        return (self.bx, self.by, self.bz)
 
-    @property
-    def smem(self) -> int:
-        return self[9]
 
-    @property
-    def buf(self):
-        return self[10]
+# What the generated call unpacks by name; the rest of an Entry it skips.
+_UNPACKED = frozenset({"dev", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem", "buf",
+                       "params", "owner", "lock", "sbuf", "sparams", "allocs"})
 
 
 NO_ENTRY = (never,)  # what the generated call tries first before any entry was used
@@ -267,7 +272,7 @@ def generate(self) -> dict:
              "            if e is None:",
              "                return SLOW(args, stream, kw)",
              f"            {hot} = e",
-             f"        {', '.join('_' if f == 'guard' else f for f in FIELDS)} = e"]
+             f"        {', '.join(f if f in _UNPACKED else '_' for f in Entry._fields)} = e"]
         L += [f"        p{i} = a{i}.data_ptr()" for i in idx]
         conds = [f"p{i} & {sig.align[i] - 1}" for i in idx if sig.align[i] > itemsize[i]]
         if conds:
@@ -318,7 +323,7 @@ def generate(self) -> dict:
     g = {
         "__name__": f"ptxdsl.launch.{sig.name}",
         "SLOW": self._slow, "RELAUNCH": self._relaunch, "RELAUNCH_ALLOC": self._relaunch_alloc,
-        "SYNC": self._sync_entry, "ENTRIES": self.entries, "STREAM_HANDLE": stream_handle,
+        "SYNC": self._sync_entry, "ENTRIES": self.signatures.entries, "STREAM_HANDLE": stream_handle,
         "TLS": drv.tls, "GET_IDENT": threading.get_ident, "PACK": self.layout.pack_ptrs,
         "HOT_ALL": NO_ENTRY, "HOT_IN": NO_ENTRY,
         # Filled when torch is first seen (entries exist only for torch tensors).
@@ -336,8 +341,6 @@ def generate(self) -> dict:
         g["REPOINT"] = drv.cu.cuTensorMapReplaceAddress
     exec(compile(src, f"<ptxdsl launcher for {sig.name}>", "exec"), g)  # noqa: S102
     g["__source__"] = src
-    g["__launcher_class__"] = type(f"Launcher[{sig.name}]", (type(self),),
-                                   {"__call__": g["__call__"], "__module__": type(self).__module__})
     return g
 
 
@@ -356,12 +359,14 @@ def bind(self, *args):
         return None
     self.warm(*args)
     try:
-        e = self.entries.get(self._g["KEY_ALL"](args))
+        e = self.signatures.entries.get(self._g["KEY_ALL"](args))
     except Exception:
         return None
     if e is None:
         return None
-    _, dev, func, gx, gy, gz, bx, by, bz, smem, buf, params, owner, lock, sbuf, sparams, _ = e
+    dev, func, smem, buf, params, owner, lock, sbuf, sparams = (
+        e.dev, e.func, e.smem, e.buf, e.params, e.owner, e.lock, e.sbuf, e.sparams)
+    (gx, gy, gz), (bx, by, bz) = e.grid, e.block
     g = self._g
     raw_stream, cur_dev, streams, stream_obj = g["RAW_STREAM"], g["CUR_DEV"], \
         g["STREAMS"], g["STREAM_OBJ"]

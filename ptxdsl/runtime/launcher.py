@@ -83,6 +83,14 @@ class Launcher(LaunchLimits):
     of outputs).
     """
 
+    def __new__(cls, kernel, **kw):
+        # Each launcher is made as an instance of a subclass of its own, whose __call__
+        # becomes the generated call in __init__: a call runs it with no frame of ours
+        # in between. An object's class never changes after it is made.
+        name = getattr(kernel, "name", "kernel")
+        own = type(f"Launcher[{name}]", (cls,), {"__module__": cls.__module__})
+        return super().__new__(own)
+
     def __init__(self, kernel, *, mode: str | None = None, drv=None):
         self.kernel = kernel
         self.drv = drv if drv is not None else _driver.get()
@@ -100,19 +108,25 @@ class Launcher(LaunchLimits):
         if self.cluster is not None:
             self.mode = "params"
         self.functions: dict[int, KernelFunction] = {}
-        self.entries: dict = {}
+        # Fast-path entries by signature key (bounded; the last-used entry per argument
+        # count is kept by the generated call itself).
+        self.signatures = fastpath.Signatures(limit=_MAX_ENTRIES)
         self._fn_lock = threading.Lock()
-        self._entry_lock = threading.Lock()
         self.cooperative = bool(getattr(kernel, "cooperative", False))
         self._ctypes = (_driver.CtypesLauncher(self.cooperative) if self.mode == "ctypes"
                         else None)
         self.fast_hits_possible = self.layout.ptr_prefix and self.sig.n_all > 0
         self._g = self._generate()
-        self.__class__ = self._g["__launcher_class__"]
+        type(self).__call__ = self._g["__call__"]
 
     def __repr__(self) -> str:
         return (f"<ptxdsl Launcher {self.sig.describe_call()} mode={self.mode} "
-                f"devices={sorted(self.functions)} entries={len(self.entries)}>")
+                f"devices={sorted(self.functions)} entries={len(self.signatures)}>")
+
+    @property
+    def entries(self) -> dict:
+        """The fast-path entries by signature key (read-only use; see :attr:`signatures`)."""
+        return self.signatures.entries
 
     # ------------------------------------------------------------------ code generation
     def _generate(self) -> dict:
@@ -394,20 +408,17 @@ class Launcher(LaunchLimits):
         else:
             params, sparams = ctypes.addressof(arr), ctypes.addressof(sarr)
         func = (self._ctypes.handle(int(kf.func)) if self.mode == "ctypes" else kf.func)
-        entry = fastpath.Entry((hooks.guard(args), binding.device, func, grid[0], grid[1],
-                                grid[2], block[0], block[1], block[2], smem, buf, params,
-                                threading.get_ident(), threading.Lock(), sbuf, sparams,
-                                tuple(allocs)))
-        entry.keep = (arr, sarr)
+        tmaps = {}
         if self.tmaps:  # the maps in each buffer, re-pointed by every fast call
-            entry.tmap_own = self.tmaps.handles(self.layout.array_addresses(arr))
-            entry.tmap_shared = self.tmaps.handles(self.layout.array_addresses(sarr))
-        entry.kernel_function = kf
-        entry.out_meta = tuple(out_meta)
-        with self._entry_lock:
-            if len(self.entries) >= _MAX_ENTRIES:
-                self.entries.clear()  # many shapes seen: start over rather than grow forever
-            self.entries.setdefault(key, entry)
+            tmaps = dict(tmap_own=self.tmaps.handles(self.layout.array_addresses(arr)),
+                         tmap_shared=self.tmaps.handles(self.layout.array_addresses(sarr)))
+        entry = fastpath.Entry(
+            guard=hooks.guard(args), dev=binding.device, func=func, gx=grid[0], gy=grid[1],
+            gz=grid[2], bx=block[0], by=block[1], bz=block[2], smem=smem, buf=buf,
+            params=params, owner=threading.get_ident(), lock=threading.Lock(), sbuf=sbuf,
+            sparams=sparams, allocs=tuple(allocs), keep=(arr, sarr), kernel_function=kf,
+            out_meta=tuple(out_meta), **tmaps)
+        self.signatures.add(key, entry)
 
     def _relaunch(self, e, ptrs, s, out, code):
         """The fast path's way out: the thread's current context is not (known to be) the
@@ -522,18 +533,12 @@ def prepare(kernel, *example_args, mode: str | None = None, **kw) -> Launcher:
 
 def _route_calls(kernel, launcher: Launcher) -> None:
     """Make ``kernel(...)`` call ``launcher``'s generated function (it ignores ``self``)
-    with no ``Kernel.__call__`` in between. Kernels whose class cannot be swapped keep
-    their own ``__call__``, which finds the launcher in ``runtime_cache``."""
+    with no ``Kernel.__call__`` in between: every Kernel is made as the one instance of
+    a class of its own (``Kernel.__new__``), whose ``__call__`` this sets. Other kernel
+    objects keep their ``__call__``, which finds the launcher in ``runtime_cache``."""
     cls = type(kernel)
-    base = cls.__dict__.get("_ptxdsl_kernel_class", cls)
-    routed = type(base.__name__, (base,), {
-        "__call__": launcher._g["__call__"], "__slots__": (), "__doc__": base.__doc__,
-        "__module__": base.__module__, "__qualname__": base.__qualname__,
-        "_ptxdsl_kernel_class": base})
-    try:
-        kernel.__class__ = routed
-    except TypeError:
-        pass
+    if cls.__dict__.get("_ptxdsl_own_class"):
+        cls.__call__ = launcher._g["__call__"]
 
 
 def launch(kernel, *args, **kwargs):

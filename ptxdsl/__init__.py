@@ -11,7 +11,8 @@ from . import reg, smem, types  # noqa: E402
 from . import ptx  # noqa: E402
 from .errors import PtxdslError  # noqa: E402
 from .kernel import Kernel, interpret_requested, kernel  # noqa: E402
-from .tile import Tile  # noqa: E402
+from .tensormap import TMA  # noqa: E402
+from .tile import Layout, Tile  # noqa: E402
 from .log import configure_from_env as _configure_log  # noqa: E402
 
 _configure_log()  # PTXDSL_LOG=debug: the `ptxdsl` logger to stderr for this run
@@ -26,5 +27,5 @@ def gpu_available() -> bool:
     return _probe()
 
 
-__all__ = ["kernel", "Kernel", "reg", "ptx", "smem", "Tile", "types", "PtxdslError",
-           "gpu_available", "interpret_requested", "__version__"]
+__all__ = ["kernel", "Kernel", "reg", "ptx", "smem", "Tile", "TMA", "Layout", "types",
+           "PtxdslError", "gpu_available", "interpret_requested", "__version__"]

@@ -19,7 +19,9 @@ from .types import PtxType, move_type, pred, u32, u64
 
 __all__ = ["inst", "special", "warp", "bar", "addr", "global_ptrs", "global_ptr", "if_",
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
-           "dim", "select", "fma", "min", "max", "pack", "unpack", "sreg", "param"]
+           "dim", "select", "fma", "min", "max", "pack", "unpack", "sreg", "param",
+           "mbarrier", "cluster", "tma", "fence", "cp", "pipeline", "loop", "kloop",
+           "setmaxnreg", "named_barrier", "stmatrix_x4_trans_f32_bf16"]
 
 
 def ptx_name(attr: str) -> str:
@@ -515,3 +517,10 @@ def unpack(x, dtype: PtxType) -> tuple[ir.Reg, ir.Reg]:
 
 from . import _bar as bar  # noqa: E402
 from . import _warp as warp  # noqa: E402
+# Hopper helpers, each module's docstring lists what its calls record.
+from . import cluster, fence, mbarrier, tma  # noqa: E402
+from .epilogue import stmatrix_x4_trans_f32_bf16  # noqa: E402
+from .loops import kloop, loop  # noqa: E402
+from .pipeline import pipeline  # noqa: E402
+from .tma import cp  # noqa: E402
+from .warpgroup import named_barrier, setmaxnreg  # noqa: E402

@@ -77,6 +77,15 @@ class RegArray:
     def __repr__(self) -> str:
         return f"RegArray({self._regs[0].name}.., n={len(self._regs)}, {self.dtype.name})"
 
+    def __ptx_regs__(self) -> list:
+        """The registers, in order, where an instruction takes a register list."""
+        return list(self._regs)
+
+    def hw_order(self, *, reverse: bool = False) -> "RegArray":
+        """The same registers in declaration order, or reversed (pyptx's spelling for the
+        order its GEMM hands a wgmma accumulator over; no instruction)."""
+        return RegArray(list(reversed(self._regs)) if reverse else list(self._regs))
+
 
 def scalar(dtype: PtxType, init=None, name: str | None = None) -> ir.Reg:
     """A new register; with ``init`` also ``mov.T reg, init``.
@@ -403,6 +412,12 @@ def _no_wide(self):
         f"ptx.cvt(u64, x) (or s64)", user_location())
 
 
+def _minmax(op: str, a, b_):
+    """``r.max(x)`` / ``r.min(x)``: ``max.T`` / ``min.T`` into a new register."""
+    from . import ptx
+    return getattr(ptx, op)(as_reg(a), b_)
+
+
 def _install_operators(cls) -> None:
     """Give registers (and special registers) their operators."""
     def bin_(op):
@@ -419,6 +434,8 @@ def _install_operators(cls) -> None:
             setattr(cls, f"__i{py}__", i)
     for py in ("lt", "le", "gt", "ge", "eq", "ne"):
         setattr(cls, f"__{py}__", (lambda op: lambda s, o: compare(op, s, o))(py))
+    cls.max = lambda s, o: _minmax("max", s, o)
+    cls.min = lambda s, o: _minmax("min", s, o)
     cls.__neg__ = lambda s: unary("neg", s)
     cls.__invert__ = lambda s: unary("not", s)
     cls.__abs__ = lambda s: unary("abs", s)

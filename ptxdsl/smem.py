@@ -150,3 +150,15 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False) -> S
                          dynamic=bool(dynamic))
     b.shared.append(decl)
     return SharedArray(decl, b)
+
+
+def mbarrier(count: int = 1):
+    """``count`` mbarriers in a new ``.shared .align 8 .b8 smemN[8*count]`` array: an
+    :class:`~ptxdsl.mbarrier.MbarrierArray` (``bars[i]`` for one; see
+    :mod:`ptxdsl.mbarrier` for what its calls record)."""
+    from .mbarrier import MbarrierArray
+    from .types import b64
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise TraceError(f"smem.mbarrier takes a positive int count, got {count!r}",
+                         user_location())
+    return MbarrierArray(alloc(b64, (count,), align=8), 0, count)

@@ -80,9 +80,12 @@ class _Checker:
                 self.labels_used.append((op.name, loc))
         spec = instr.match.spec
         # an aligned barrier (bar.sync, barrier.sync.aligned) must be reached by every
-        # thread of its scope: inside a thread-dependent branch it deadlocks
+        # thread of its scope: inside a thread-dependent branch it deadlocks. With an
+        # explicit thread count (bar.sync id, n) only n threads take part: that is how
+        # the warpgroups of a warp-specialised kernel meet, each in its own branch.
+        counted = len(instr.operands) > 1  # bar.sync a, b: the count b is given
         if "barrier" in spec.effects and spec.scope != "thread" and divergent is not None \
-                and instr.match.aligned:
+                and instr.match.aligned and not counted:
             raise VerifyError(
                 f"{instr.opcode} inside a branch or loop that depends on the thread index "
                 f"(opened at {divergent}): threads that skip it never arrive, so the CTA "

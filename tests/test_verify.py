@@ -165,3 +165,21 @@ def test_types_are_rechecked():
     b.body.append(ir.Instr(resolve(["add", "f32"]), (a, a, c), loc))
     with pytest.raises(VerifyError, match=r"add\.f32: %r0 is \.u32, the instruction needs \.f32"):
         verify(b.finish())
+
+
+def test_counted_barrier_may_sit_in_a_role_branch():
+    def ok():
+        t = reg.scalar(u32)
+        ptx.inst.mov.u32(t, ptx.special.tid.x())
+        with ptx.if_(t >= 128):
+            ptx.named_barrier(1, count=128).sync()
+    ok_k = kernel(block=(256, 1, 1))(ok)
+    ok_k.ptx()
+
+    def bad():
+        t = reg.scalar(u32)
+        ptx.inst.mov.u32(t, ptx.special.tid.x())
+        with ptx.if_(t >= 128):
+            ptx.bar.sync(0)
+    with pytest.raises(PtxdslError, match="deadlocks"):
+        kernel(block=(256, 1, 1))(bad).ptx()

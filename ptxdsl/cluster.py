@@ -1,0 +1,78 @@
+"""``ptx.cluster``: the CTAs of a cluster (sm_90) synchronising and finding each other.
+
+=================================  ================================================
+``arrive(relaxed=, aligned=)``     ``barrier.cluster.arrive[.relaxed][.aligned]``
+``wait(aligned=)``                 ``barrier.cluster.wait[.aligned]``
+``sync(aligned=)``                 ``arrive`` then ``wait``
+``ctarank()``                      ``mov.u32 r, %cluster_ctarank`` (returns ``r``)
+``is_rank(i)``                     ``ctarank()`` then ``setp.eq.b32 p, r, i`` (returns
+                                   ``p``); pyptx calls it ``rank(i)``
+``map_shared(addr, cta)``          ``mapa.shared::cluster.u32 r, addr, cta``: the same
+                                   shared variable in the CTA of rank ``cta``
+``arrive_remote(addr, cta, n=1)``  ``mapa`` as above, then
+                                   ``mbarrier.arrive.shared::cluster.b64 _, [r], n``
+=================================  ================================================
+
+Every call takes ``pred=`` (a guard on each recorded instruction).
+"""
+from __future__ import annotations
+
+from . import ir
+from .trace import current
+from .types import u32
+
+__all__ = ["arrive", "wait", "sync", "ctarank", "is_rank", "rank", "map_shared",
+           "arrive_remote"]
+
+
+def arrive(*, relaxed: bool = False, aligned: bool = False, pred=None) -> None:
+    """``barrier.cluster.arrive[.relaxed][.aligned]``."""
+    chain = ["barrier", "cluster", "arrive"] + (["relaxed"] if relaxed else []) + \
+        (["aligned"] if aligned else [])
+    current("ptx.cluster.arrive").inst(chain, (), guard=pred)
+
+
+def wait(*, aligned: bool = False, pred=None) -> None:
+    """``barrier.cluster.wait[.aligned]``."""
+    chain = ["barrier", "cluster", "wait"] + (["aligned"] if aligned else [])
+    current("ptx.cluster.wait").inst(chain, (), guard=pred)
+
+
+def sync(*, aligned: bool = False, pred=None) -> None:
+    """``barrier.cluster.arrive`` then ``barrier.cluster.wait`` (``.aligned`` on both if
+    asked): every thread of every CTA of the cluster meets here."""
+    arrive(aligned=aligned, pred=pred)
+    wait(aligned=aligned, pred=pred)
+
+
+def ctarank() -> ir.Reg:
+    """``mov.u32 r, %cluster_ctarank``: this CTA's rank in its cluster."""
+    b = current("ptx.cluster.ctarank")
+    r = b.new_reg(u32)
+    b.inst(["mov", "u32"], (r, ir.Special("cluster_ctarank", u32)))
+    return r
+
+
+def is_rank(i) -> ir.Reg:
+    """A predicate, true in the CTA of rank ``i``: :func:`ctarank` and ``setp.eq.b32``."""
+    return ctarank() == i
+
+
+rank = is_rank  # pyptx's name
+
+
+def map_shared(addr, cta, *, pred=None) -> ir.Reg:
+    """``mapa.shared::cluster.u32 r, addr, cta``: ``addr`` (a ``.u32`` shared address) as
+    seen in the CTA of rank ``cta``."""
+    b = current("ptx.cluster.map_shared")
+    r = b.new_reg(u32)
+    b.inst(["mapa", "shared::cluster", "u32"], (r, addr, cta), guard=pred)
+    return r
+
+
+def arrive_remote(addr, cta, count=1, *, pred=None) -> None:
+    """Arrive ``count`` times on the mbarrier at shared address ``addr`` of the CTA of
+    rank ``cta``: ``mapa.shared::cluster.u32 r, addr, cta`` and
+    ``mbarrier.arrive.shared::cluster.b64 _, [r], count``."""
+    from .mbarrier import arrive_remote as _arrive_remote
+    _arrive_remote(addr, cta, count, pred=pred)

@@ -1,0 +1,196 @@
+"""``ptx.tma``: tensor-memory-accelerator copies between a tensor (through its tensor
+map, ``X.tma_desc()``) and shared memory.
+
+``coords`` are the box's element coordinates, **innermost dimension first** (as PTX
+writes ``{c0, c1, ...}``; for a Tile with ``TMA(split=n)`` that is ``{x, row, block}``).
+``dst``/``src`` in shared memory are ``.u32`` address registers, shared arrays or
+anything with an address; ``mbar`` an mbarrier (:mod:`ptxdsl.mbarrier`).
+
+===================================  ===============================================
+``load(dst, desc, coords, mbar)``    ``cp.async.bulk.tensor.Nd.shared::cluster.global.tile.
+                                     mbarrier::complete_tx::bytes [dst], [desc, {c..}],
+                                     [mbar]``
+``load(..., multicast=mask)``        the same with ``.multicast::cluster`` and the 16-bit
+                                     CTA mask as last operand: the box lands at ``dst`` in
+                                     every CTA of the mask, each CTA's ``mbar`` completing
+``store(desc, coords, src)``         ``cp.async.bulk.tensor.Nd.global.shared::cta.tile.
+                                     bulk_group [desc, {c..}], [src]``
+``commit()``                         ``cp.async.bulk.commit_group``
+``wait(n=0, read=False)``            ``cp.async.bulk.wait_group[.read] n``
+===================================  ===============================================
+
+pyptx's spellings, kept as aliases: ``load_3d(dst=, src=, coords=, mbar=)`` (or
+``row=, col=`` meaning ``{0, row, col >> 6}``, one ``shr.u32`` for a register
+``col``), ``load_3d_multicast(..., mask=, issuer=)`` (``issuer``: a predicate, or a
+CTA rank turned into one with ``ptx.cluster.is_rank``), ``store_3d(dst=desc, src=,
+row=, col=)``, and ``ptx.cp.async_.bulk.tensor_2d(dst=, src=desc, coord=, mbar=)``
+(``.store(dst=desc, src=, coord=)``). Every call takes ``pred=``.
+"""
+from __future__ import annotations
+
+from . import ir
+from .errors import TraceError, user_location
+from .trace import current
+from .types import u32
+
+__all__ = ["load", "store", "commit", "wait", "load_3d", "load_3d_multicast", "store_3d",
+           "cp"]
+
+
+def _tensor_operand(desc, coords) -> ir.Addr:
+    if hasattr(desc, "tma_desc") and not isinstance(desc, ir.Reg):
+        desc = desc.tma_desc()
+    if isinstance(desc, str):
+        desc = current().symbol(desc)
+    if not isinstance(desc, (ir.Reg, ir.Symbol)):
+        raise TraceError(f"a TMA copy's tensor map is X.tma_desc() (a .u64 register) or a "
+                         f"tensor-map parameter, got {desc!r}", user_location())
+    coords = tuple(coords)
+    if not 1 <= len(coords) <= 5:
+        raise TraceError(f"a TMA box has 1 to 5 coordinates, got {len(coords)}", user_location())
+    return ir.Addr(desc, 0, coords)
+
+
+def _smem(x) -> ir.Addr:
+    if isinstance(x, ir.Addr):
+        return x
+    if hasattr(x, "__ptx_addr__"):
+        return x.__ptx_addr__()
+    if isinstance(x, ir.Reg):
+        return ir.Addr(x)
+    if isinstance(x, str):
+        return ir.Addr(current().symbol(x))
+    raise TraceError(f"expected a shared-memory address (a .u32 register, a shared array), "
+                     f"got {x!r}", user_location())
+
+
+def load(dst, desc, coords, mbar, *, multicast=None, cache_hint=None, pred=None) -> None:
+    """TMA load of the box at ``coords`` into ``dst`` (see the module table)."""
+    from .mbarrier import _addr as mbar_addr
+    t = _tensor_operand(desc, coords)
+    chain = ["cp", "async", "bulk", "tensor", f"{len(t.coords)}d", "shared::cluster", "global",
+             "tile", "mbarrier::complete_tx::bytes"]
+    ops = [_smem(dst), t, mbar_addr(mbar)]
+    if multicast is not None:
+        chain.append("multicast::cluster")
+        ops.append(multicast)
+    if cache_hint is not None:
+        chain.append("L2::cache_hint")
+        ops.append(cache_hint)
+    current("ptx.tma.load").inst(chain, tuple(ops), guard=pred)
+
+
+def store(desc, coords, src, *, cache_hint=None, pred=None) -> None:
+    """TMA store of the shared box at ``src`` to the tensor at ``coords`` (a bulk group:
+    :func:`commit`, then :func:`wait` before reusing ``src``)."""
+    t = _tensor_operand(desc, coords)
+    chain = ["cp", "async", "bulk", "tensor", f"{len(t.coords)}d", "global", "shared::cta",
+             "tile", "bulk_group"]
+    ops = [t, _smem(src)]
+    if cache_hint is not None:
+        chain.append("L2::cache_hint")
+        ops.append(cache_hint)
+    current("ptx.tma.store").inst(chain, tuple(ops), guard=pred)
+
+
+def commit(*, pred=None) -> None:
+    """``cp.async.bulk.commit_group``."""
+    current("ptx.tma.commit").inst(["cp", "async", "bulk", "commit_group"], (), guard=pred)
+
+
+def wait(n: int = 0, *, read: bool = False, pred=None) -> None:
+    """``cp.async.bulk.wait_group[.read] n``."""
+    chain = ["cp", "async", "bulk", "wait_group"] + (["read"] if read else [])
+    current("ptx.tma.wait").inst(chain, (n,), guard=pred)
+
+
+# ---------------------------------------------------------------- pyptx's spellings
+def _coords_3d(row, col, coords, what):
+    if coords is not None:
+        return tuple(coords)
+    if row is None or col is None:
+        raise TraceError(f"ptx.tma.{what} takes coords=(...) or row= and col=", user_location())
+    if isinstance(col, int):
+        return (0, row, col // 64)
+    b = current(f"ptx.tma.{what}")
+    c = b.new_reg(u32)
+    b.inst(["shr", "u32"], (c, col, 6))
+    return (0, row, c)
+
+
+def load_3d(dst, src, row=None, col=None, mbar=None, coords=None, *, pred=None) -> None:
+    """pyptx's rank-3 load: :func:`load` with ``desc=src`` and ``coords`` (or
+    ``{0, row, col >> 6}``)."""
+    load(dst, src, _coords_3d(row, col, coords, "load_3d"), mbar, pred=pred)
+
+
+def load_3d_multicast(dst, src, row=None, col=None, mbar=None, mask=None, coords=None, *,
+                      issuer=None, pred=None) -> None:
+    """pyptx's rank-3 multicast load: :func:`load` with ``multicast=mask``, issued where
+    ``issuer`` (a predicate, or a CTA rank) holds."""
+    if issuer is not None:
+        if pred is not None:
+            raise TraceError("ptx.tma.load_3d_multicast takes issuer= or pred=, not both",
+                             user_location())
+        if isinstance(issuer, int) and not isinstance(issuer, bool):
+            from .cluster import is_rank
+            issuer = is_rank(issuer)
+        pred = issuer
+    if mask is None:
+        raise TraceError("ptx.tma.load_3d_multicast needs mask= (the CTAs that receive the "
+                         "box)", user_location())
+    load(dst, src, _coords_3d(row, col, coords, "load_3d_multicast"), mbar, multicast=mask,
+         pred=pred)
+
+
+def store_3d(dst, src, row=None, col=None, coords=None, *, pred=None) -> None:
+    """pyptx's rank-3 store: :func:`store` of shared ``src`` to tensor map ``dst``."""
+    store(dst, _coords_3d(row, col, coords, "store_3d"), src, pred=pred)
+
+
+class _TensorOp:
+    """``ptx.cp.async_.bulk.tensor_Nd(dst=, src=, coord=, mbar=)``: pyptx's TMA load (and
+    ``.store(dst=, src=, coord=)``)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def _check(self, coord):
+        if coord is None or len(tuple(coord)) != self.n:
+            raise TraceError(f"cp.async.bulk.tensor_{self.n}d takes coord= with {self.n} "
+                             f"values", user_location())
+        return tuple(coord)
+
+    def __call__(self, *, dst, src, coord=None, mbar=None, multicast_mask=None, pred=None,
+                 cta_group: int = 1):
+        if cta_group != 1:
+            raise TraceError("cta_group=2 is a Blackwell (sm_100) form", user_location())
+        load(dst, src, self._check(coord), mbar, multicast=multicast_mask, pred=pred)
+
+    def store(self, *, dst, src, coord=None, pred=None):
+        store(dst, self._check(coord), src, pred=pred)
+
+
+class _Bulk:
+    tensor_1d, tensor_2d, tensor_3d, tensor_4d, tensor_5d = (_TensorOp(n) for n in range(1, 6))
+
+    @staticmethod
+    def commit_group(*, pred=None):
+        commit(pred=pred)
+
+    @staticmethod
+    def wait_group(n: int = 0, *, read: bool = False, pred=None):
+        wait(n, read=read, pred=pred)
+
+
+class _Async:
+    bulk = _Bulk()
+
+
+class _Cp:
+    """pyptx's ``ptx.cp`` namespace (TMA forms only; ``ptx.inst.cp...`` spells any)."""
+
+    async_ = _Async()
+
+
+cp = _Cp()

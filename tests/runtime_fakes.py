@@ -647,12 +647,12 @@ def cpu_torch_as_cuda(monkeypatch=None, *, stream=0):
     import torch
     from torch._C._dynamo import guards
 
-    from ptxdsl.runtime import args as rargs
-    from ptxdsl.runtime import fastpath as rfast
+    from ptxdsl.runtime import adapter as radapter
     from ptxdsl.runtime import launcher as rlaunch
+    from ptxdsl.runtime import torch_private
     from ptxdsl.runtime.args import dtype_name_for_tile
 
-    real_view = rargs._torch_view
+    real_view = radapter._torch_view
 
     def view(t):
         v = real_view(t)
@@ -671,8 +671,8 @@ def cpu_torch_as_cuda(monkeypatch=None, *, stream=0):
     patches = [(torch._C, "_cuda_getCurrentRawStream", raw_stream),
                (torch._C, "_cuda_getDevice", int),                 # int() == 0
                (guards, "_empty_strided_cuda", guards._empty_strided_cpu),
-               (rargs, "_torch_view", view), (rlaunch, "allocate", allocate),
-               (rfast, "_hooks", (None, None))]                     # hooks see the stand-ins
+               (radapter, "_torch_view", view), (rlaunch, "allocate", allocate),
+               (torch_private, "HOOKS", torch_private.HookCache())]  # hooks see the stand-ins
     for obj, name, value in patches:
         if monkeypatch is not None:
             monkeypatch.setattr(obj, name, value, raising=False)

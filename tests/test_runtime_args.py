@@ -6,6 +6,7 @@ import pytest
 
 from ptxdsl import Tile
 from ptxdsl.errors import LaunchError
+from ptxdsl.runtime import adapter as rad
 from ptxdsl.runtime import args as ra
 from ptxdsl.types import b16, b32, bf16, f16, f32, s32, u32
 from runtime_fakes import fake_torch_module
@@ -18,7 +19,7 @@ def sig_of(k):
 
 
 def np_view(a):
-    return ra.view_of(a, "numpy")
+    return rad.view_of(a, "numpy")
 
 
 class CAI:
@@ -30,7 +31,7 @@ class CAI:
 
 
 def cai_view(obj, device=0):
-    return ra.view_of(obj, ra.classify(obj), pointer_device=lambda p: device)
+    return rad.view_of(obj, rad.classify(obj), pointer_device=lambda p: device)
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def torch(monkeypatch):
 
 
 def tview(t):
-    return ra.view_of(t, "torch")
+    return rad.view_of(t, "torch")
 
 
 # ---------------------------------------------------------------- dtypes
@@ -215,21 +216,21 @@ def test_missing_output_dim_needs_explicit_output():
 
 def test_dim_too_large_for_u32():
     sig = sig_of(build_vadd())
-    v = ra.ArgView(None, "cai", (2**32,), None, "float32", 0, 0x1000)
+    v = rad.ArgView(None, "cai", (2**32,), None, "float32", 0, 0x1000)
     with pytest.raises(LaunchError, match="does not fit the kernel's .u32 parameter"):
         ra.bind(sig, [v, v, None])
 
 
 # ---------------------------------------------------------------- reading arrays
 def test_classify():
-    assert ra.classify(np.zeros(3)) == "numpy"
-    assert ra.classify(CAI((3,))) == "cai"
-    assert ra.classify([1, 2, 3]) == ""
-    assert ra.classify(3.0) == ""
+    assert rad.classify(np.zeros(3)) == "numpy"
+    assert rad.classify(CAI((3,))) == "cai"
+    assert rad.classify([1, 2, 3]) == ""
+    assert rad.classify(3.0) == ""
 
 
 def test_classify_torch(torch):
-    assert ra.classify(torch.tensor_on(np.zeros(3, np.float32))) == "torch"
+    assert rad.classify(torch.tensor_on(np.zeros(3, np.float32))) == "torch"
 
 
 def test_cai_view_reads_shape_dtype_strides_stream():
@@ -239,12 +240,12 @@ def test_cai_view_reads_shape_dtype_strides_stream():
 
 
 def test_cai_rejects_odd_byte_strides():
-    with pytest.raises(ra._ArgProblem, match="not multiples of its itemsize"):
+    with pytest.raises(rad.ArgProblem, match="not multiples of its itemsize"):
         cai_view(CAI((4,), "<f4", strides=(6,)))
 
 
 def test_cai_rejects_big_endian():
-    with pytest.raises(ra._ArgProblem, match="big-endian"):
+    with pytest.raises(rad.ArgProblem, match="big-endian"):
         cai_view(CAI((4,), ">f4"))
 
 
@@ -267,12 +268,12 @@ class CudaDLPack:
 def test_dlpack_view_reads_the_capsule():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)[:, 1:3]
     prod = CudaDLPack(a)
-    assert ra.classify(prod) == "dlpack"
-    v = ra.view_of(prod, "dlpack", stream=0)
+    assert rad.classify(prod) == "dlpack"
+    v = rad.view_of(prod, "dlpack", stream=0)
     assert v.shape == (3, 2) and v.dtype == "float32" and v.ptr == a.ctypes.data
     assert v.strides == (4, 1)
     assert prod.streams == [1]  # DLPack's name for the legacy default stream
-    ra.view_of(prod, "dlpack", stream=1234)
+    rad.view_of(prod, "dlpack", stream=1234)
     assert prod.streams[-1] == 1234
 
 
@@ -281,8 +282,8 @@ def test_dlpack_on_the_cpu_is_refused():
         def __dlpack_device__(self):
             return (1, 0)
 
-    with pytest.raises(ra._ArgProblem, match="not CUDA"):
-        ra.view_of(HostDLPack(np.zeros(3, np.float32)), "dlpack")
+    with pytest.raises(rad.ArgProblem, match="not CUDA"):
+        rad.view_of(HostDLPack(np.zeros(3, np.float32)), "dlpack")
 
 
 def test_torch_view(torch):
@@ -294,7 +295,7 @@ def test_torch_view(torch):
 
 def test_sparse_torch_tensor_is_refused(torch):
     t = torch.Tensor(np.zeros(4, np.float32), 0, layout=torch.sparse_coo)
-    with pytest.raises(ra._ArgProblem, match="to_dense"):
+    with pytest.raises(rad.ArgProblem, match="to_dense"):
         tview(t)
 
 
@@ -314,11 +315,11 @@ def test_stream_handles():
         def __int__(self):
             return 0x88
 
-    assert ra.stream_handle(None) == 0
-    assert ra.stream_handle(0x44) == 0x44
-    assert ra.stream_handle(TorchStream()) == 0x55
-    assert ra.stream_handle(CupyStream()) == 0x66
-    assert ra.stream_handle(CoreStream()) == 0x77
-    assert ra.stream_handle(BindingsStream()) == 0x88
+    assert rad.stream_handle(None) == 0
+    assert rad.stream_handle(0x44) == 0x44
+    assert rad.stream_handle(TorchStream()) == 0x55
+    assert rad.stream_handle(CupyStream()) == 0x66
+    assert rad.stream_handle(CoreStream()) == 0x77
+    assert rad.stream_handle(BindingsStream()) == 0x88
     with pytest.raises(LaunchError, match="stream= takes"):
-        ra.stream_handle("default")
+        rad.stream_handle("default")

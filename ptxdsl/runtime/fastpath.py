@@ -44,7 +44,8 @@ import struct
 import threading
 from typing import Callable, NamedTuple
 
-from .args import Binding, stream_handle
+from .adapter import stream_handle
+from .args import Binding
 from .torch_private import never
 
 _STRUCT_CODE = {("u", 64): "Q", ("s", 64): "q", ("b", 64): "Q", ("u", 32): "I", ("s", 32): "i",

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 from ..errors import LaunchError, user_location
 from . import driver as _driver
-from .args import (ArgView, Binding, KernelSignature, _ArgProblem, bind, classify,
-                   dlpack_device, stream_handle, view_of)
+from .adapter import ArgProblem, ArgView, classify, dlpack_device, stream_handle, view_of
+from .args import Binding, KernelSignature, bind
 from .compile import KernelFunction, load_function
 from .driver import CudaError
 from . import fastpath, torch_private
@@ -253,7 +253,7 @@ class Launcher(LaunchLimits):
             if kind is not None and kind != "dlpack":
                 try:
                     call.views[i] = view_of(obj, kind, pointer_device=self._pointer_device)
-                except _ArgProblem as exc:
+                except ArgProblem as exc:
                     raise self._arg_error(i, str(exc)) from None
         device = opts["device"]
         if device is None:
@@ -269,7 +269,7 @@ class Launcher(LaunchLimits):
             if kind == "dlpack":
                 try:
                     call.views[i] = view_of(obj, kind, stream=call.stream)
-                except _ArgProblem as exc:
+                except ArgProblem as exc:
                     raise self._arg_error(i, str(exc)) from None
         return call
 

@@ -1,5 +1,6 @@
 """The array framework of an op call: numpy (the GPU, else the CPU interpreter), torch,
-or another device array (``__cuda_array_interface__`` / ``__dlpack__``, zero-copy).
+or another device array (``__cuda_array_interface__`` / ``__dlpack__``, zero-copy), as
+the one framework adapter (:mod:`ptxdsl.runtime.adapter`) reads it.
 
 :class:`Frame` answers what an op needs of its arrays beyond what the kernel
 launcher reads itself: their element type, a 2-D row view, new arrays of the same
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import LaunchError, user_location
+from ...runtime.adapter import address, classify, element_strides
 from ...types import PtxType, bf16, f16, f32
 
 __all__ = ["DTYPES", "Frame", "data_ptr", "grad_enabled", "kind_of", "strides"]
@@ -19,30 +21,20 @@ DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
 
 
 def kind_of(a, op: str) -> str:
-    """``"torch"``, ``"numpy"`` or ``"device"``; raises for anything else."""
-    if type(a).__module__.startswith("torch"):
-        return "torch"
-    if isinstance(a, np.ndarray):
-        return "numpy"
-    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"):
+    """``"torch"``, ``"numpy"`` or ``"device"`` (any other device array the framework
+    adapter, :func:`ptxdsl.runtime.adapter.classify`, reads); raises for anything else."""
+    kind = classify(a)
+    if kind in ("torch", "numpy"):
+        return kind
+    if kind:
         return "device"
     raise LaunchError(f"{op} takes numpy arrays, torch tensors or device arrays, "
                       f"got {type(a).__name__}", user_location())
 
 
-def strides(a) -> tuple[int, ...]:
-    """Strides in elements (torch's ``stride()``, numpy's byte strides divided)."""
-    if hasattr(a, "stride") and callable(a.stride):
-        return tuple(a.stride())
-    return tuple(s // a.itemsize for s in a.strides)
-
-
-def data_ptr(a) -> int:
-    if hasattr(a, "data_ptr"):
-        return a.data_ptr()
-    if isinstance(a, np.ndarray):
-        return a.ctypes.data
-    return a.__cuda_array_interface__["data"][0]
+# Strides in elements and the data address, as the framework adapter reads them.
+strides = element_strides
+data_ptr = address
 
 
 def grad_enabled() -> bool:

@@ -100,7 +100,7 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
         except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
             sig = None
         if sig is not None:
-            run = _fast.FAST.get(sig)
+            run = _fast.FAST.entries.get(sig)
             if run is not None and not ((a.requires_grad or b.requires_grad or (
                     bias is not None and bias.requires_grad)) and grad_enabled()):
                 return run(a, b, bias)

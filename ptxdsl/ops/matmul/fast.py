@@ -9,8 +9,10 @@ batched operands or operands that needed a copy always take the general path.
 """
 from __future__ import annotations
 
-FAST: dict[tuple, object] = {}
-LIMIT = 512
+from ...runtime.fastpath import Signatures
+
+# Signature key -> closure (bounded, oldest dropped; FAST.clear() forgets them all).
+FAST = Signatures(limit=512)
 
 
 def key(a, b, bias, out_dtype, activation) -> tuple:
@@ -44,9 +46,7 @@ def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool):
 
 
 def remember(sig: tuple, run) -> None:
-    if len(FAST) >= LIMIT:
-        FAST.pop(next(iter(FAST)))
-    FAST[sig] = run
+    FAST.add(sig, run)
 
 
 __all__ = ["FAST", "key", "record", "remember"]

@@ -13,6 +13,7 @@ from .errors import PtxdslError  # noqa: E402
 from .kernel import Kernel, interpret_requested, kernel  # noqa: E402
 from .tensormap import TMA  # noqa: E402
 from .tile import Layout, Tile  # noqa: E402
+from .customop import custom_op  # noqa: E402  (imports torch only when called)
 from .log import configure_from_env as _configure_log  # noqa: E402
 
 _configure_log()  # PTXDSL_LOG=debug: the `ptxdsl` logger to stderr for this run
@@ -28,4 +29,5 @@ def gpu_available() -> bool:
 
 
 __all__ = ["kernel", "Kernel", "reg", "ptx", "smem", "Tile", "TMA", "Layout", "types",
-           "PtxdslError", "gpu_available", "interpret_requested", "__version__"]
+           "PtxdslError", "gpu_available", "interpret_requested", "custom_op",
+           "__version__"]

@@ -9,7 +9,16 @@ matmul     ``matmul``: GEMM with a fused bias and activation
 _common    framework glue, built-kernel caches, row I/O, reductions, workspace
 ========== ==============================================================
 """
+import sys as _sys
+
+from ._common.frame import register_torch_ops
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
 
-__all__ = ["rms_norm", "rms_norm_backward", "RMSNorm", "KERNELS", "matmul"]
+if "torch" in _sys.modules:
+    # torch.library custom ops (torch.ops.ptxdsl.*), so that torch.compile keeps the ops
+    # whole; without torch loaded they are registered at the first torch call.
+    register_torch_ops()
+
+__all__ = ["rms_norm", "rms_norm_backward", "RMSNorm", "KERNELS", "matmul",
+           "register_torch_ops"]

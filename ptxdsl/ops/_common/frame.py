@@ -1,6 +1,7 @@
-"""The array framework of an op call: numpy (the GPU, else the CPU interpreter), torch,
-or another device array (``__cuda_array_interface__`` / ``__dlpack__``, zero-copy), as
-the one framework adapter (:mod:`ptxdsl.runtime.adapter`) reads it.
+"""The array framework of an op call: numpy (the GPU, else the CPU interpreter), torch
+(CUDA tensors on the GPU, CPU tensors on the CPU interpreter), or another device array
+(``__cuda_array_interface__`` / ``__dlpack__``, zero-copy), as the one framework adapter
+(:mod:`ptxdsl.runtime.adapter`) reads it.
 
 :class:`Frame` answers what an op needs of its arrays beyond what the kernel
 launcher reads itself: their element type, a 2-D row view, new arrays of the same
@@ -9,13 +10,15 @@ how (``kernel(...)`` or ``kernel.interpret(...)``).
 """
 from __future__ import annotations
 
+
 import numpy as np
 
 from ...errors import LaunchError, user_location
 from ...runtime.adapter import address, classify, element_strides
 from ...types import PtxType, bf16, f16, f32
 
-__all__ = ["DTYPES", "Frame", "data_ptr", "grad_enabled", "kind_of", "strides"]
+__all__ = ["DTYPES", "Frame", "data_ptr", "grad_enabled", "kind_of", "register_torch_ops",
+           "strides"]
 
 DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
 
@@ -37,6 +40,15 @@ strides = element_strides
 data_ptr = address
 
 
+_registered = [False]
+
+
+def register_torch_ops() -> None:
+    """Define ``torch.ops.ptxdsl.rms_norm`` / ``rms_norm_backward`` / ``matmul`` (once)."""
+    from . import torch_ops
+    torch_ops.register()
+
+
 def grad_enabled() -> bool:
     import torch
     return torch.is_grad_enabled()
@@ -54,9 +66,19 @@ class Frame:
         self.op = op
         self.kind = kind_of(x, op)
         self.torch = None
+        # torch tensors in host memory run on the interpreter, like numpy without a GPU
+        self.cpu = self.kind == "torch" and x.device.type == "cpu"
         if self.kind == "torch":
             import torch
             self.torch = torch
+            if not _registered[0]:
+                register_torch_ops()
+                _registered[0] = True
+
+    @property
+    def cuda_torch(self) -> bool:
+        """torch CUDA tensors: the per-signature fast closures and torch workspaces apply."""
+        return self.kind == "torch" and not self.cpu
 
     def dtype(self, a) -> PtxType:
         t = dtype_of(a)
@@ -82,7 +104,7 @@ class Frame:
         return cupy.empty(shape, dtype=like.dtype if same or dtype == bf16 else dtype.np_dtype)
 
     def zeros_u32(self, n, like):
-        if self.kind == "numpy":
+        if self.kind == "numpy" or self.cpu:
             return np.zeros(n, np.uint32)
         import cupy
         return cupy.zeros(n, dtype=cupy.uint32)
@@ -105,22 +127,24 @@ class Frame:
         return cupy.ascontiguousarray(a)
 
     def on_gpu(self) -> bool:
+        if self.cpu:
+            return False
         if self.kind != "numpy":
             return True
         from ... import gpu_available
         return gpu_available()
 
     def run(self, k, *args):
-        """Launch ``k`` (numpy without a GPU: on the CPU interpreter)."""
-        if self.kind == "numpy" and not self.on_gpu():
+        """Launch ``k`` (numpy without a GPU, and torch CPU tensors: on the CPU interpreter)."""
+        if not self.on_gpu():
             return k.interpret(*args)
         return k(*args)
 
     def device(self, a):
         """The GPU the call runs on (None: the CPU interpreter)."""
+        if not self.on_gpu():
+            return None
         if self.kind == "numpy":
-            if not self.on_gpu():
-                return None
             ordinal = 0
         elif self.kind == "torch":
             ordinal = a.device.index if a.device.index is not None else 0

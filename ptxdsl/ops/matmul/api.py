@@ -118,6 +118,15 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
     return forward(frame, a, b, out, out_dtype, bias, activation, sig)
 
 
+def torch_dtype(spec):
+    """``out_dtype`` as the ``torch.dtype`` the custom op's schema takes."""
+    if spec is None or not isinstance(spec, str):
+        return spec
+    import torch
+    name = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}.get(spec, spec)
+    return getattr(torch, name)
+
+
 def _shapes(a, b):
     if a.ndim not in (2, 3) or b.ndim not in (2, 3):
         raise _error(f"a and b must be 2-D (M, K) / (K, N) or 3-D batched, got shapes "
@@ -172,7 +181,7 @@ def forward(frame, a, b, out, out_dtype, bias, activation, sig=None):
         bi = b[i] if b.ndim == 3 else b
         oi = out[i] if batch is not None else out
         k, a_t, b_t, copied = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation)
-    if sig is not None and batch is None and not copied and frame.kind == "torch":
+    if sig is not None and batch is None and not copied and frame.cuda_torch:
         _fast.remember(sig, _fast.record(k, a_t, b_t, tuple(out.shape), out.dtype, out.device,
                                          bias is not None))
     return out

@@ -9,6 +9,8 @@ backward is :func:`rms_norm_backward`. The kernel a call runs is chosen in
 """
 from __future__ import annotations
 
+import logging
+
 from ...errors import LaunchError
 from ...runtime import torch_private
 from ...types import f32
@@ -19,6 +21,15 @@ from .plan import KERNELS, backward_kernel, dw_reduce_kernel, forward_kernel, ve
 
 __all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward"]
 
+log = logging.getLogger("ptxdsl.ops")
+
+
+def _grid(k, m: int):
+    try:
+        return k.grid_for({d: m for d in k.dim_names[:1]}) if callable(k.grid) else k.grid
+    except Exception:  # noqa: BLE001 - only for the log line
+        return "?"
+
 
 # ---------------------------------------------------------------- forward
 def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool = False,
@@ -27,7 +38,8 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
 
     With ``residual``: ``h = x + residual`` is written into ``residual`` and
     normalised. Returns ``y`` (and ``rstd``, f32 per row, with ``return_rstd``).
-    Torch tensors requiring grad are differentiable.
+    Torch tensors requiring grad are differentiable. Under ``torch.compile`` the call
+    is traced as the custom op ``torch.ops.ptxdsl.rms_norm`` (see ``_common/torch_ops``).
     """
     if residual is None and out is None and not return_rstd:
         # Lookup 1: the plain form called again like last time, found by one C++ guard
@@ -87,7 +99,7 @@ def _forward(frame, x, weight, eps, residual, want_rstd, out, *, key=None,
     """The forward of a call the fast path did not serve: its recorded launch if the
     signature was seen (unless the caller already looked ``key`` up), else the general
     path, which records the launch for next time."""
-    if frame.kind == "torch":
+    if frame.cuda_torch:
         if key is None:
             key = _tf.fwd_key(x, weight, eps, residual, want_rstd, out)
         fast = None if looked_up else _tf.FORWARD.entries.get(key)
@@ -125,6 +137,8 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     arch = frame.arch(x)
     k = forward_kernel(n, dt, wdt, vec, r2 is not None, want_rstd, float(eps), arch,
                         frame.sms(x))
+    log.debug("rms_norm %dx%d %s (vec %d, residual %s): %s, grid %s, block %s", m, n,
+              dt.name, vec, r2 is not None, k.name, _grid(k, m), k.block[0])
     args = [x2] + ([r2] if r2 is not None else []) + [weight, y2] + \
         ([r2] if r2 is not None else []) + ([rstd] if want_rstd else [])
     frame.run(k, *args)
@@ -135,7 +149,7 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     fast = None
     # The closure launches on the caller's own pointers: only where the (M, N) views
     # the kernel saw are views of them, not copies.
-    if frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
+    if frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
             residual is None or r2 is residual):
         fast = _tf.fwd_fast(frame.torch, k, args, x, weight, eps, m, want_rstd)
     return y, rstd, fast
@@ -181,10 +195,12 @@ def _backward_general(frame, dy, x, weight, rstd):
     vec = vec_for(n, dt, weight, wdt, x2, dy2, dx2)
     info = frame.device(x)
     p, kb = backward_kernel(n, dt, wdt, vec, frame.arch(x), frame.sms(x), info)
+    log.debug("rms_norm_backward %dx%d %s: %s, grid %d, %s", m, n, dt.name, kb.name, p.grid,
+              "fused" if p.fused else "unfused (+ dw reduction)")
     if not p.fused:
         return _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt)
     elems = p.grid * n
-    if frame.kind == "torch":
+    if frame.cuda_torch:
         hooks = torch_private.hooks(frame.torch)
         buf, _ = WORKSPACE.torch_buffer(hooks, info.ordinal, hooks.raw_stream(info.ordinal),
                                         elems)

@@ -123,7 +123,7 @@ def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
 def fast_ok(frame, x, x2, dy, dy2) -> bool:
     """A per-signature closure launches on the caller's pointers: only where the (M, N)
     views the kernel saw are views of them, not copies."""
-    return frame.kind == "torch" and (x2 is x or x.is_contiguous()) and (
+    return frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
         dy2 is dy or dy.is_contiguous())
 
 

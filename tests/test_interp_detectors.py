@@ -124,7 +124,8 @@ def test_register_written_in_one_branch_read_after_it():
 
 
 # ------------------------------------------------------------------ barriers
-def test_barrier_reached_by_part_of_a_cta():
+def test_warps_waiting_at_different_barriers_deadlock():
+    """Warp 0 skips barrier 0 and waits at barrier 1; warp 1 waits at barrier 0."""
     @kernel(in_specs=(), out_specs=(Tile(64, f32),), grid=1, block=(64, 1, 1))
     def split_barrier(Y):
         tid = tid_reg()
@@ -132,19 +133,38 @@ def test_barrier_reached_by_part_of_a_cta():
         ptx.bra(skip, pred=tid < 32)
         ptx.bar.sync(0)  # partial-barrier
         ptx.place(skip)
-    with raises_at("partial-barrier", "barrier", "reached by only 32 of the 64",
-                   r"thread \(0, 0, 0\) did not arrive"):
+        ptx.bar.sync(1)  # other-barrier
+    with raises_at("other-barrier", "deadlock", r"warp 0 \(thread \(0, 0, 0\)",
+                   f"{HERE}:{line_of('other-barrier')}: bar.sync: barrier 1: 32 of the 64",
+                   f"{HERE}:{line_of('partial-barrier')}: bar.sync: barrier 0: 32 of the 64"):
         split_barrier.interpret()
 
 
-def test_non_aligned_barrier_in_thread_dependent_branch():
-    @kernel(in_specs=(), out_specs=(Tile(64, f32),), grid=1, block=(64, 1, 1))
-    def branchy_barrier(Y):
+def test_barrier_skipped_by_threads_that_exit_completes():
+    """Threads that leave (here: run to the end) no longer count, as on hardware."""
+    @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=1, block=(64, 1, 1))
+    def skip_then_exit(Y):
+        (py,) = ptx.global_ptrs(Y)
         tid = tid_reg()
         with ptx.if_(tid >= 16):
-            ptx.inst.barrier.sync(0)  # barrier-branch
-    with raises_at("barrier-branch", "barrier", "reached by only 48 of the 64"):
-        branchy_barrier.interpret()
+            ptx.inst.barrier.sync(0)
+            ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)
+        with ptx.else_():
+            ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)
+    np.testing.assert_array_equal(skip_then_exit.interpret(), np.arange(64))
+
+
+def test_aligned_barrier_reached_by_part_of_a_warp():
+    @kernel(in_specs=(), out_specs=(Tile(64, f32),), grid=1, block=(64, 1, 1))
+    def split_warp(Y):
+        tid = tid_reg()
+        skip = ptx.new_label("skip")
+        ptx.bra(skip, pred=tid < 16)
+        ptx.bar.sync(0)  # aligned-split
+        ptx.place(skip)
+    with raises_at("aligned-split", ".aligned", "every thread of a warp",
+                   r"thread \(0, 0, 0\) of this warp is elsewhere"):
+        split_warp.interpret()
 
 
 def test_exited_threads_do_not_block_a_barrier():
@@ -162,7 +182,7 @@ def test_exited_threads_do_not_block_a_barrier():
 
 # ------------------------------------------------------------------ shared-memory races
 def make_neighbour_read(n, with_barrier):
-    @kernel(in_specs=(Tile(n, f32),), out_specs=(Tile(n, f32),), grid=2, block=(n, 1, 1))
+    @kernel(in_specs=(Tile(n, f32),), out_specs=(Tile(n, f32),), grid=1, block=(n, 1, 1))
     def neighbour(X, Y):
         buf = smem.alloc(f32, (n,))
         px, py = ptx.global_ptrs(X, Y)

@@ -25,7 +25,9 @@ import numpy as np
 
 from .. import ir
 from ..errors import InterpreterError, LaunchError
-from .machine import Machine, compiled
+from .hb import Tracker
+from .machine import MAX_STEPS, Machine, compiled
+from .schedule import Blocked, Deadlock, levels, run_units, thread_units
 from .memory import GLOBAL_BASE, GUARD, PARAM_BASE, SHARED_BASE, Region, Space, align_up
 from .hostio import is_torch, to_numpy, wrap_output, write_back
 from .semantics import NO_CPU_SEMANTICS, handlers_for_run, supported, unsupported
@@ -34,7 +36,12 @@ __all__ = ["interpret", "run_program", "NO_CPU_SEMANTICS", "supported", "unsuppo
 
 # Threads run in one numpy vector; larger grids run in batches of whole CTAs.
 MAX_BATCH_THREADS = 1 << 16
-MAX_BATCH_SHARED = 1 << 28
+MAX_BATCH_SHARED = 1 << 22
+# A deadlock of warps whose threads are split across branches is retried with one
+# unit per thread (independent thread scheduling) when the batch is this small.
+MAX_THREAD_UNITS = 2048
+# Guard gaps between global tensors: at least GUARD, up to the tensor's size.
+MAX_GUARD = 1 << 20
 
 
 def _as_array(x, name: str, tile) -> np.ndarray:
@@ -105,8 +112,15 @@ def _strided_extent(a: np.ndarray, stride: int) -> np.ndarray:
     return flat
 
 
-def interpret(kernel, *args, **dims):
-    """Run ``kernel`` on the CPU; see the module docstring for the argument convention."""
+def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bool = False,
+              **dims):
+    """Run ``kernel`` on the CPU; see the module docstring for the argument convention.
+
+    ``max_steps`` bounds the instructions executed (per batch of CTAs): a kernel
+    that spins forever stops with an :class:`InterpreterError` instead of hanging.
+    ``allow_uninitialized=True`` lets the kernel read bytes nobody wrote (shared
+    memory, outputs not passed: they read as zeros) instead of stopping there.
+    """
     prog = kernel.program()
     nin, nout = len(kernel.in_specs), len(kernel.out_specs)
     if len(args) not in (nin, nin + nout):
@@ -135,7 +149,9 @@ def interpret(kernel, *args, **dims):
             tensors[name] = _strided_extent(tensors[name], strides[tile.stride])
     grid = kernel.grid_for(dims)
     results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides},
-                          cooperative=getattr(kernel, "cooperative", False))
+                          cooperative=getattr(kernel, "cooperative", False),
+                          max_steps=max_steps, initialized=set(arrays),
+                          allow_uninitialized=allow_uninitialized)
     for name, tile in zip(names, specs):
         if tile.stride is not None:
             shape = tile.shape_for(dims)
@@ -166,7 +182,10 @@ def _check_supported(prog: ir.Program) -> None:
                 f"on a GPU", instr.loc)
 
 
-def _global_space(prog, tensors) -> tuple[Space, dict]:
+def _global_space(prog, tensors, initialized=None) -> tuple[Space, dict]:
+    """Every tensor at its own address, a guard gap at least as large as the tensor
+    between neighbours (an overrun by up to a whole tensor faults, never lands in the
+    next one); bytes of tensors not in ``initialized`` (None: all) start poisoned."""
     regions, addrs, cursor = [], {}, GLOBAL_BASE
     for p in prog.params:
         if p.kind != "ptr":
@@ -174,11 +193,17 @@ def _global_space(prog, tensors) -> tuple[Space, dict]:
         a = np.ascontiguousarray(tensors[p.tensor])
         regions.append(Region(p.tensor, cursor, a.nbytes))
         addrs[p.name] = cursor
-        cursor = align_up(cursor + a.nbytes + GUARD, 256)
+        cursor = align_up(cursor + a.nbytes + max(GUARD, min(a.nbytes, MAX_GUARD)), 256)
     sp = Space("global", GLOBAL_BASE, regions)
+    sp.tracker = Tracker(sp.buf.size, False, reads=False)
     for p in prog.params:
         if p.kind == "ptr":
             sp.fill_region(p.tensor, np.ascontiguousarray(tensors[p.tensor]))
+            if initialized is None or p.tensor in initialized:
+                r = sp.region(p.tensor)
+                sp.tracker.init[r.start - sp.base:r.start - sp.base + r.size] = True
+    sp.tracker.all_init = initialized is None or all(
+        p.tensor in initialized for p in prog.params if p.kind == "ptr")
     return sp, addrs
 
 
@@ -206,14 +231,50 @@ def _shared_regions(prog) -> list[Region]:
     for d in prog.shared:
         cursor = align_up(cursor, max(d.align, 16))
         regions.append(Region(d.name, cursor, d.nbytes))
-        # A guard gap between variables makes an overrun of one fault instead of
-        # landing in the next.
-        cursor += d.nbytes + 16
+        # A guard gap as large as the variable (at least 1 KiB) makes an overrun of
+        # one fault instead of landing in the next.
+        cursor += d.nbytes + max(1024, d.nbytes)
     return regions
 
 
+def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> None:
+    """Run CTAs ``first .. first+n-1``: in lockstep first, and if a thread must wait for
+    one lockstep has not run, again from the start with finer scheduling units."""
+    snapshot = gsp.buf.copy()
+    init = gsp.tracker.init.copy()
+    ladder = None
+    level = -1
+    while True:
+        gsp.tracker.reset()   # CTAs of earlier batches ran first: nothing to order against
+        shared = Space("shared", SHARED_BASE, sregions, rows=n)
+        shared.tracker = Tracker(shared.buf.size, False)
+        spaces = {"global": gsp, "param": psp, "shared": shared,
+                  "local": Space("local", 0, []), "const": Space("const", 0, [])}
+        mach = Machine(prog, tuple(block), tuple(grid), first, n, spaces)
+        mach.max_steps = opts["max_steps"]
+        mach.check_init = not opts["allow_uninitialized"]
+        try:
+            if level < 0:
+                mach.run(top)
+            else:
+                run_units(mach, top, ladder[level][1], level == len(ladder) - 1)
+            return
+        except Blocked:
+            ladder = levels(mach)
+        except Deadlock as d:
+            if level == len(ladder) - 1:
+                if not (d.partial and n * mach.P <= MAX_THREAD_UNITS) or \
+                        ladder[-1][0] == "thread":
+                    raise InterpreterError(d.message, d.loc) from None
+                ladder.append(("thread", thread_units(mach)))
+        level += 1
+        gsp.buf[:] = snapshot
+        gsp.tracker.init[:] = init
+
+
 def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
-                cooperative: bool = False) -> dict:
+                cooperative: bool = False, max_steps: int = MAX_STEPS,
+                initialized=None, allow_uninitialized: bool = False) -> dict:
     """Run a verified program over a grid; returns the final contents of every tensor.
 
     A cooperative grid runs as one batch: its CTAs may wait for each other, which
@@ -222,7 +283,7 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     _check_supported(prog)
     handlers = handlers_for_run()
     top = compiled(prog, handlers)
-    gsp, addrs = _global_space(prog, tensors)
+    gsp, addrs = _global_space(prog, tensors, initialized)
     psp = _param_space(prog, addrs, dims)
     sregions = _shared_regions(prog)
     nthreads = block[0] * block[1] * block[2]
@@ -236,11 +297,8 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     with np.errstate(all="ignore"):
         for first in range(0, ncta_total, per_batch):
             n = min(per_batch, ncta_total - first)
-            spaces = {"global": gsp, "param": psp,
-                      "shared": Space("shared", SHARED_BASE, sregions, rows=n, track_races=True),
-                      "local": Space("local", 0, []), "const": Space("const", 0, [])}
-            mach = Machine(prog, tuple(block), tuple(grid), first, n, spaces)
-            mach.run(top)
+            _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions,
+                       {"max_steps": max_steps, "allow_uninitialized": allow_uninitialized})
     out = {}
     for p in prog.params:
         if p.kind == "ptr":

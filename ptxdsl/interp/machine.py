@@ -25,9 +25,12 @@ import numpy as np
 
 from .. import ir
 from ..errors import InterpreterError
+from .hb import HappensBefore
+from .schedule import WAIT_EFFECTS, over_budget, wait_at
 from .values import immediate, storage_dtype, to_bits, view
 
 MAX_ITERATIONS = 10_000_000
+MAX_STEPS = 50_000_000
 
 
 # --------------------------------------------------------------------------- compiled program
@@ -38,6 +41,8 @@ class Block:
         self.branchy = bool(self.labels) or any(isinstance(op, BraOp) for op in self.ops)
         self.has_exit = any(op.may_exit for op in self.ops)
         self.may_exit = self.has_exit
+        # whether some instruction in it may wait (then it runs as a generator)
+        self.waits = any(op.waits for op in self.ops)
 
 
 class InstrOp:
@@ -47,6 +52,7 @@ class InstrOp:
         self.instr = instr
         self.handler = handler
         self.may_exit = "exit" in instr.match.spec.effects
+        self.waits = bool(instr.match.spec.effects & WAIT_EFFECTS)
 
     def run(self, m: "Machine", mask):
         m.exec_instr(self.instr, mask, self.handler)
@@ -54,9 +60,14 @@ class InstrOp:
             return mask & ~m.exited
         return mask
 
+    def gen(self, m: "Machine", mask):
+        yield from wait_at(m, self.instr, mask, self.handler)
+        return mask & ~m.exited if self.may_exit else mask
+
 
 class LabelOp:
     may_exit = False
+    waits = False
 
     def __init__(self, name):
         self.name = name
@@ -67,6 +78,7 @@ class LabelOp:
 
 class BraOp:
     may_exit = False
+    waits = False
 
     def __init__(self, instr: ir.Instr):
         self.instr = instr
@@ -79,6 +91,7 @@ class IfOp:
         self.then = Block(node.then_body, handlers)
         self.els = Block(node.else_body, handlers) if node.else_body is not None else None
         self.may_exit = self.then.has_exit or (self.els is not None and self.els.has_exit)
+        self.waits = self.then.waits or (self.els is not None and self.els.waits)
 
     def run(self, m, mask):
         p = m.read_reg(self.node.pred, mask, self.node.loc)
@@ -90,12 +103,23 @@ class IfOp:
             m.run_block(self.els, e)
         return mask & ~m.exited if self.may_exit else mask
 
+    def gen(self, m, mask):
+        p = m.read_reg(self.node.pred, mask, self.node.loc)
+        t = mask & (~p if self.node.negated else p)
+        e = mask & ~t
+        if t.any():
+            yield from m.gen_block(self.then, t)
+        if self.els is not None and e.any():
+            yield from m.gen_block(self.els, e)
+        return mask & ~m.exited if self.may_exit else mask
+
 
 class LoopOp:
     def __init__(self, node: ir.Loop, handlers):
         self.node = node
         self.body = Block(node.body, handlers)
         self.may_exit = self.body.has_exit
+        self.waits = self.body.waits
         self.check_h = handlers[node.check.match.spec.opcode]
         self.incr_h = handlers[node.incr.match.spec.opcode]
 
@@ -117,6 +141,21 @@ class LoopOp:
             if iters > MAX_ITERATIONS:
                 raise InterpreterError(f"loop did not finish after {MAX_ITERATIONS} iterations "
                                        f"(a loop variable that never reaches its bound?)", n.loc)
+        return mask & ~m.exited if self.may_exit else mask
+
+    def gen(self, m, mask):
+        n = self.node
+        active = mask
+        while True:
+            m.exec_instr(n.check, active, self.check_h)
+            done = m.read_reg(n.cond, active, n.loc)
+            active = active & ~done
+            if not active.any():
+                break
+            active = yield from m.gen_block(self.body, active)
+            if not active.any():
+                break
+            m.exec_instr(n.incr, active, self.incr_h)
         return mask & ~m.exited if self.may_exit else mask
 
 
@@ -194,6 +233,12 @@ class Machine:
         self.async_copies: list = []            # cp.async copies not yet waited for
         self.async_groups = np.zeros(self.T, np.int64)
         self.mbarriers: dict = {}
+        self.bars: dict = {}                    # (CTA row, barrier id) -> BarrierState
+        self.events = 0                         # things that may let a waiting unit go on
+        self.max_steps = MAX_STEPS
+        self.hb = HappensBefore(self)
+        self.check_init = True                  # reads of never-written bytes are errors
+        self.check_races = True
 
     # ------------------------------------------------------------------ errors
     def where(self, t: int) -> str:
@@ -300,10 +345,34 @@ class Machine:
             if not mask.any():
                 return
         self.steps += 1
+        if self.steps > self.max_steps:
+            over_budget(self, instr)
         handler(self, instr, mask)
 
     def run(self, top: Block) -> None:
-        self.run_block(top, ~self.exited)
+        """Run every thread in lockstep; raises Blocked (from :mod:`.schedule`) if some
+        thread must wait for another that lockstep has not run yet."""
+        g = self.gen_block(top, ~self.exited)
+        try:
+            _, _, blocked = next(g)
+        except StopIteration:
+            return
+        g.close()
+        raise blocked
+
+    def gen_block(self, blk: Block, mask):
+        """Generator form of :meth:`run_block`: yields ``(instr, mask, Blocked)`` at waits."""
+        if not blk.waits:
+            return self.run_block(blk, mask)
+        if blk.branchy:
+            return (yield from self._run_labelled(blk, mask, True))
+        for op in blk.ops:
+            new = (yield from op.gen(self, mask)) if op.waits else op.run(self, mask)
+            if new is not mask:
+                mask = new
+                if not mask.any():
+                    return mask
+        return mask
 
     def run_block(self, blk: Block, mask):
         ops = blk.ops
@@ -315,9 +384,14 @@ class Machine:
                     if not mask.any():
                         return mask
             return mask
-        return self._run_labelled(blk, mask)
+        g = self._run_labelled(blk, mask, False)
+        try:
+            next(g)
+        except StopIteration as stop:
+            return stop.value
+        raise AssertionError("a block without waits yielded")  # pragma: no cover
 
-    def _run_labelled(self, blk: Block, mask):
+    def _run_labelled(self, blk: Block, mask, waits: bool):
         ops, n = blk.ops, len(blk.ops)
         waiting: dict[int, np.ndarray] = {}
         finished = np.zeros(self.T, bool)  # threads that ran off the end of the region
@@ -337,7 +411,8 @@ class Machine:
                 continue
             op = ops[i]
             if not isinstance(op, BraOp):
-                mask = op.run(self, mask)
+                mask = (yield from op.gen(self, mask)) if waits and op.waits else \
+                    op.run(self, mask)
                 i += 1
                 continue
             instr = op.instr
@@ -358,6 +433,8 @@ class Machine:
                     self.fail(instr, "bra.uni is not uniform: threads of one warp disagree "
                                      "about taking it (drop .uni or use ptx.if_)", t)
             self.steps += 1
+            if self.steps > self.max_steps:
+                over_budget(self, instr)
             rest = mask & ~taken
             if not taken.any():
                 i += 1

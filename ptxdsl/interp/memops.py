@@ -14,6 +14,8 @@ import numpy as np
 from .. import ir
 from . import fround as fr
 from .memory import SHARED_WINDOW
+from .access import track
+from .schedule import Blocked
 from .semantics import handler
 from .values import UINT
 
@@ -43,7 +45,7 @@ def _desc(write: bool) -> str:
 
 
 def check(mach, instr, threads, addr, space: str | None, nbytes: int, write: bool,
-          race: bool = True):
+          race: bool = True, kind: str | None = None):
     """Resolve addresses of ``threads`` to (space name, offsets) groups; raise on bad accesses."""
     mis = (addr % np.uint64(nbytes)) != 0
     if mis.any():
@@ -76,28 +78,17 @@ def check(mach, instr, threads, addr, space: str | None, nbytes: int, write: boo
                              f"{int(a[k]):#x} ({sp.nearest(int(a[k]))})", int(th[k]))
         rows = mach.cta[th] if name == "shared" else None
         off = sp.offsets(a, rows)
-        if name == "shared" and race and sp.races is not None:
-            hit = sp.races.access(off, nbytes, mach.lin[th], write)
-            if hit is not None:
-                _race(mach, instr, sp, th, hit, write)
+        if race:
+            track(mach, instr, sp, th, off, nbytes, kind or ("write" if write else "read"))
         out.append((sp, sel, off))
     return out
 
 
-def _race(mach, instr, sp, th, hit, write):
-    k, byte, other, other_wrote = hit
-    t = int(th[k])
-    addr = sp.base + byte % sp.row_bytes
-    cta_local = int(mach.cta[t])
-    who = (f"thread {mach.local_tid_str(cta_local, other)}" if other >= 0
-           else "other threads")
-    mach.fail(instr, f"shared-memory data race at address {addr:#x} ({sp.nearest(addr)}): this "
-                     f"thread {'writes' if write else 'reads'} it and {who} "
-                     f"{'wrote' if other_wrote else 'read'} it since the last barrier, with no "
-                     f"bar.sync between them", t)
-
-
 # ------------------------------------------------------------------------ ld / st
+def _strong(m) -> bool:
+    """ld/st.relaxed/.acquire/.release/.volatile: morally strong, like atomics they do not
+    race with each other, and they synchronise through their address (see :mod:`.hb`)."""
+    return m.chosen.get("sem", "weak") != "weak"
 @handler("ld")
 def ld(mach, instr, mask):
     m = instr.match
@@ -106,7 +97,11 @@ def ld(mach, instr, mask):
     threads = np.flatnonzero(mask)
     addr = addresses(mach, instr, instr.operands[1], mask)[threads]
     vals = np.zeros((len(threads), n), t.np_dtype)
-    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes * n, False):
+    strong = _strong(m)
+    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes * n, False,
+                              kind="strong_read" if strong else None):
+        if strong:
+            mach.hb.atomic(sp.name, off, threads[sel])
         vals[sel] = sp.read(off, t.np_dtype, n)
     dest = instr.operands[0]
     regs = dest.items if isinstance(dest, ir.Vec) else (dest,)
@@ -127,7 +122,11 @@ def st(mach, instr, mask):
     items = src if isinstance(src, list) else [src]
     vals = np.stack([np.broadcast_to(np.asarray(v).astype(t.np_dtype), (mach.T,))[threads]
                      for v in items], axis=1)
-    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes * n, True):
+    strong = _strong(m)
+    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes * n, True,
+                              kind="atomic" if strong else None):
+        if strong:
+            mach.hb.atomic(sp.name, off, threads[sel])
         sp.write(off, vals[sel])
 
 
@@ -172,7 +171,9 @@ def atomic(mach, instr, mask, has_dest: bool):
         c = np.broadcast_to(np.asarray(mach.src(instr, ai + 2, mask)).astype(t.np_dtype),
                             (mach.T,))[threads]
     olds = np.zeros(len(threads), t.np_dtype)
-    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes, True, race=False):
+    for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes, True,
+                              kind="atomic"):
+        mach.hb.atomic(sp.name, off, threads[sel])
         sel = np.flatnonzero(sel)
         fn = _atomic_op(op, t, t.name == "f32" and op == "add" and sp.name == "global")
         order = np.lexsort((sel, off))
@@ -280,8 +281,18 @@ def cp_async(mach, instr, mask):
     data = gsp.read(goff, np.uint8, size).copy()
     beyond = np.arange(size)[None, :] >= np.reshape(src_size, (-1, 1))
     data = np.where(beyond, np.uint8(0), data)  # bytes past src-size are zero-filled
-    check(mach, instr, threads, dst, "shared", size, True, race=False)
+    for sp, _, off in check(mach, instr, threads, dst, "shared", size, True, race=False):
+        _pending(sp, off, size, 1)
     mach.async_copies.append((threads, dst, data, mach.async_groups[threads].copy(), instr))
+
+
+def _pending(sp, off, size, delta):
+    """Mark (``delta`` 1) or clear (-1) bytes an unfinished cp.async is writing."""
+    tr = sp.tracker
+    if tr is None:
+        return
+    np.add.at(tr.pending, (off[:, None] + np.arange(size)).reshape(-1), delta)
+    tr.any_pending = bool(tr.pending.any())
 
 
 @handler("cp.async.commit_group")
@@ -297,8 +308,11 @@ def _complete(mach, mask, keep_newest: int | None):
             sel &= gid < mach.async_groups[threads] - keep_newest
         if sel.any():
             for sp, _, off in check(mach, instr, threads[sel], dst[sel], "shared", data.shape[1],
-                                    True):
+                                    True, race=False):
+                _pending(sp, off, data.shape[1], -1)
+                track(mach, instr, sp, threads[sel], off, data.shape[1], "write")
                 sp.write(off, data[sel])
+            mach.events += 1
         if (~sel).any():
             rest.append((threads[~sel], dst[~sel], data[~sel], gid[~sel], instr))
     mach.async_copies = rest
@@ -341,6 +355,37 @@ def mbarrier_init(mach, instr, mask):
     for t, off in _mbar_targets(mach, instr, mask):
         mach.mbarriers[off] = {"expected": int(count[t]), "pending": int(count[t]), "phase": 0,
                                "tx": 0}
+    mach.events += 1
+
+
+def _phase_done(mach, off: int, st) -> None:
+    """Complete the current phase once its arrivals and transaction bytes are all in."""
+    if st["pending"] == 0 and st["tx"] == 0:
+        st["phase"] += 1
+        st["pending"] = st["expected"]
+        mach.hb.mbarrier_complete(off)
+        mach.events += 1
+
+
+def mbarrier_expect_tx(mach, off: int, nbytes: int) -> None:
+    """Add ``nbytes`` expected transaction bytes to the current phase of the mbarrier at
+    shared byte offset ``off`` (as ``expect_tx`` does)."""
+    mach.mbarriers[off]["tx"] += int(nbytes)
+
+
+def mbarrier_complete_tx(mach, off: int, nbytes: int, instr=None, thread=None) -> None:
+    """An asynchronous copy delivered ``nbytes`` to the mbarrier at shared byte offset
+    ``off`` (``Space.offsets`` of its address): the phase completes when the count reaches
+    zero with no arrivals pending. For bulk / tensor copies (``.mbarrier::complete_tx``)."""
+    st = mach.mbarriers.get(off)
+    if st is None:
+        mach.fail(instr, "an asynchronous copy completes on an mbarrier that was never "
+                         "initialised (mbarrier.init)", thread)
+    st["tx"] -= int(nbytes)
+    if st["tx"] < 0:
+        mach.fail(instr, f"an asynchronous copy completed {-st['tx']} more transaction bytes "
+                         f"than the mbarrier's phase expects (expect_tx too small?)", thread)
+    _phase_done(mach, off, st)
 
 
 def _arrive(mach, instr, mask, tx=None):
@@ -354,9 +399,9 @@ def _arrive(mach, instr, mask, tx=None):
         st["pending"] -= 1
         if st["pending"] < 0:
             mach.fail(instr, "mbarrier received more arrivals than its expected count", t)
-        if st["pending"] == 0 and st["tx"] == 0:
-            st["phase"] += 1
-            st["pending"] = st["expected"]
+        mach.hb.mbarrier_arrive(off, t)
+        _phase_done(mach, off, st)
+    mach.events += 1
     mach.dst(instr, 0, tokens, mask)
 
 
@@ -371,11 +416,29 @@ def mbarrier_arrive_expect_tx(mach, instr, mask):
 
 
 def _wait(mach, instr, mask, parity: bool):
+    """Parked (Blocked) until the phase completed for every thread, then true and an
+    acquire; when nothing else can progress it may give up and return false."""
     arg = np.broadcast_to(np.asarray(mach.src(instr, 2, mask)).astype(np.int64), (mach.T,))
     done = np.zeros(mach.T, bool)
-    for t, off in _mbar_targets(mach, instr, mask):
+    targets = _mbar_targets(mach, instr, mask)
+    for t, off in targets:
         st = _mbar_state(mach, instr, t, off)
         done[t] = (st["phase"] & 1) != (arg[t] & 1) if parity else st["phase"] > arg[t]
+    if (mask & ~done).any():
+        t = int(np.argmax(mask & ~done))
+        off = dict(targets)[t]
+        sp = mach.spaces["shared"]
+
+        def what():
+            st = mach.mbarriers.get(off, {})
+            want = f"parity {int(arg[t]) & 1}" if parity else f"token {int(arg[t])}"
+            return (f"the mbarrier {sp.nearest(sp.base + off % sp.row_bytes)} to complete "
+                    f"the phase after {want} (now in phase {st.get('phase')}: "
+                    f"{st.get('pending')} arrivals and {st.get('tx')} transaction bytes "
+                    f"outstanding)")
+        raise Blocked(what, fallback=lambda: mach.dst(instr, 0, done, mask))
+    for t, off in targets:
+        mach.hb.mbarrier_acquire(off, t)
     mach.dst(instr, 0, done, mask)
 
 

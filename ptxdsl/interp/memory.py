@@ -42,8 +42,7 @@ def align_up(x: int, a: int) -> int:
 class Space:
     """A state space: allocations at absolute addresses, ``rows`` copies (one per CTA for shared)."""
 
-    def __init__(self, name: str, base: int, regions: list[Region], rows: int = 1,
-                 track_races: bool = False):
+    def __init__(self, name: str, base: int, regions: list[Region], rows: int = 1):
         self.name = name
         self.base = base
         self.regions = sorted(regions, key=lambda r: r.start)
@@ -53,7 +52,8 @@ class Space:
         self.buf = np.zeros(rows * self.row_bytes, np.uint8)
         self._starts = np.array([r.start for r in self.regions], np.uint64)
         self._ends = np.array([r.start + r.size for r in self.regions], np.uint64)
-        self.races = RaceTracker(rows, self.row_bytes) if track_races else None
+        # per-byte access records (races, uninitialised bytes): set by the launcher
+        self.tracker = None
 
     def region(self, name: str) -> Region:
         for r in self.regions:
@@ -122,57 +122,3 @@ class Space:
         r = self.region(name)
         start = row * self.row_bytes + r.start - self.base
         return self.buf[start:start + r.size]
-
-
-class RaceTracker:
-    """Per-byte last writer and reader(s) since the CTA's last barrier.
-
-    ``writer``/``reader`` hold the CTA-local linear thread id, -1 for none
-    and (readers only) -2 for "several threads". Any two different threads
-    touching one byte, at least one of them writing, with no barrier between
-    them, is a race.
-    """
-
-    NONE, MANY = -1, -2
-
-    def __init__(self, rows: int, row_bytes: int):
-        self.row_bytes = row_bytes
-        self.writer = np.full(rows * row_bytes, -1, np.int32)
-        self.reader = np.full(rows * row_bytes, -1, np.int32)
-
-    def reset(self, rows: np.ndarray) -> None:
-        for r in np.flatnonzero(rows):
-            sl = slice(r * self.row_bytes, (r + 1) * self.row_bytes)
-            self.writer[sl] = -1
-            self.reader[sl] = -1
-
-    def access(self, off: np.ndarray, nbytes: int, tid: np.ndarray, write: bool):
-        """Record an access; return ``(k, byte_offset, other_tid, other_wrote)`` of a race or None."""
-        b = (off[:, None] + np.arange(nbytes)).reshape(-1)
-        t = np.repeat(tid.astype(np.int32), nbytes)
-        k = np.repeat(np.arange(len(off)), nbytes)
-        w = self.writer[b]
-        bad = (w >= 0) & (w != t)
-        if bad.any():
-            i = int(np.argmax(bad))
-            return int(k[i]), int(b[i]), int(w[i]), True
-        order = np.argsort(b, kind="stable")
-        bs, ts = b[order], t[order]
-        same = (bs[1:] == bs[:-1]) & (ts[1:] != ts[:-1])
-        if write:
-            r = self.reader[b]
-            bad = (r == self.MANY) | ((r >= 0) & (r != t))
-            if bad.any():
-                i = int(np.argmax(bad))
-                other = int(r[i]) if r[i] >= 0 else -2
-                return int(k[i]), int(b[i]), other, False
-            if same.any():
-                j = int(np.argmax(same))
-                return int(k[order[j + 1]]), int(bs[j]), int(ts[j]), True
-            self.writer[b] = t
-        else:
-            r = self.reader[b]
-            self.reader[b] = np.where((r == self.NONE) | (r == t), t, self.MANY)
-            if same.any():
-                self.reader[bs[1:][same]] = self.MANY
-        return None

@@ -1,0 +1,166 @@
+"""The memory-access detectors: data races, uninitialised reads, unfinished cp.async.
+
+:func:`track` is called for every access that passed the bounds and alignment
+checks, with the per-byte :class:`~.hb.Tracker` of its state space and the
+happens-before knowledge of :mod:`.hb`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_KIND = {"read": "reads", "write": "writes", "atomic": "atomically updates",
+         "strong_read": "reads (.relaxed/.acquire/.volatile)"}
+
+
+def _describe(sp, byte: int) -> tuple[int, str]:
+    addr = sp.base + byte % sp.row_bytes
+    return addr, sp.nearest(addr)
+
+
+def _who(mach, t: int, other: int) -> str:
+    if other < 0:
+        return "other threads"
+    if mach.cta[other] == mach.cta[t]:
+        return f"thread {mach.tid_str(other)}"
+    return mach.where(other)
+
+
+def _race(mach, instr, sp, t, other, byte, kind, other_kind):
+    addr, near = _describe(sp, byte)
+    mach.fail(instr, f"{sp.name}-memory data race at address {addr:#x} ({near}): this thread "
+                     f"{_KIND[kind]} it and {_who(mach, t, other)} {other_kind} it, and nothing "
+                     f"orders the two (no bar.sync both took part in, no mbarrier phase or "
+                     f"atomic between them)", t)
+
+
+def _all_ordered(hb, th, writers, steps, per_cta: bool) -> bool:
+    """Cheap sufficient test: every reading warp synchronised with every writing warp
+    (and its own lanes) after the newest of these writes. ``per_cta``: only warps of
+    one CTA can share bytes (shared memory)."""
+    smax = steps.max()
+    rw = np.unique(th // 32)
+    pw = np.flatnonzero(np.bincount(writers // 32, minlength=hb.K.shape[0]))
+    k = np.where(rw[:, None] == pw[None, :], hb.lanesync[rw][:, None], hb.K[np.ix_(rw, pw)])
+    if per_cta:
+        k = np.where(rw[:, None] // hb.W == pw[None, :] // hb.W, k, smax)
+    return bool(k.min() >= smax)
+
+
+def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: str) -> None:
+    """Check and record an access of ``nbytes`` at byte offsets ``off`` by threads ``th``.
+
+    ``kind``: "read", "write", "atomic" or "strong_read". Accesses are aligned to
+    ``nbytes``, so two threads of one instruction touch the same bytes entirely or not
+    at all; bytes several threads read at once (broadcasts) are checked once.
+    """
+    tr = sp.tracker
+    if tr is None or not len(th):
+        return
+    k = np.arange(nbytes)
+    if len(off) < 2 or bool((off[1:] > off[:-1]).all()):
+        uo, rep, inv, cnt = off, th, None, None
+    else:
+        uo, first, inv, cnt = np.unique(off, return_index=True, return_inverse=True,
+                                        return_counts=True)
+        rep = th[first]
+    dup = cnt is not None and bool((cnt > 1).any())
+    bu = (uo[:, None] + k).reshape(-1)
+    if tr.any_pending:
+        bad = tr.pending[bu] > 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            addr, near = _describe(sp, int(bu[i]))
+            mach.fail(instr, f"{_KIND[kind]} shared memory at {addr:#x} ({near}) that a "
+                             f"cp.async of this thread or another is still writing: wait for "
+                             f"it first (cp.async.wait_group / wait_all, then a barrier if "
+                             f"another thread issued it)", int(rep[i // nbytes]))
+    if kind != "write" and mach.check_init and not tr.all_init:
+        bad = ~tr.init[bu]
+        if bad.any():
+            i = int(np.argmax(bad))
+            addr, near = _describe(sp, int(bu[i]))
+            what = ("shared memory starts uninitialised" if sp.name == "shared" else
+                    "outputs the caller does not pass start uninitialised")
+            mach.fail(instr, f"read of uninitialised memory at {addr:#x} ({near}): no "
+                             f"thread wrote this byte before ({what}; write it first, pass "
+                             f"the output initialised, or interpret(..., "
+                             f"allow_uninitialized=True))", int(rep[i // nbytes]))
+    if not mach.check_races:
+        if kind not in ("read", "strong_read"):
+            tr.init[bu] = True
+        return
+    hb = mach.hb
+    if tr.written:
+        wu = tr.w_tid[bu]
+        has = wu >= 0
+        if has.any() and not _all_ordered(hb, th, wu[has], tr.w_step[bu[has]], tr.reads):
+            b = (off[:, None] + k).reshape(-1)       # per thread, exactly
+            t = np.repeat(th.astype(np.int64), nbytes)
+            wt = tr.w_tid[b]
+            idx = np.flatnonzero(wt >= 0)
+            bi = b[idx]
+            ok = hb.ordered(t[idx], wt[idx], tr.w_step[bi])
+            if kind in ("atomic", "strong_read"):
+                ok |= tr.w_atom[bi]
+            if not ok.all():
+                i = int(idx[np.argmax(~ok)])
+                _race(mach, instr, sp, int(t[i]), int(wt[i]), int(b[i]), kind,
+                      "updated" if tr.w_atom[b[i]] else "wrote")
+    if kind == "strong_read" or (kind == "read" and not tr.reads):
+        return
+    if dup and kind == "write" and sp.name != "param":
+        i = int(np.argmax(cnt > 1))
+        two = th[inv == i][:2]
+        _race(mach, instr, sp, int(two[1]), int(two[0]), int(uo[i]), kind, "writes")
+    if kind != "read":
+        b = (off[:, None] + k).reshape(-1)
+        t = np.repeat(th.astype(np.int64), nbytes)
+        if tr.reads:
+            rt = tr.r_tid[b]
+            bad = np.zeros(len(b), bool)
+            one = np.flatnonzero(rt >= 0)
+            if len(one):
+                bo = b[one]
+                bad[one] = ~hb.ordered(t[one], rt[one], tr.r_step[bo])
+            many = np.flatnonzero(rt == -2)
+            if len(many):
+                bm = b[many]
+                bad[many] = (tr.r_cta[bm] >= 0) & ~hb.ordered_many(
+                    t[many], tr.r_mask[bm], tr.r_step[bm], mach.cta[t[many]])
+            if bad.any():
+                i = int(np.argmax(bad))
+                _race(mach, instr, sp, int(t[i]), int(rt[i]), int(b[i]), kind, "read")
+            tr.r_tid[b] = -1
+            tr.r_mask[b] = 0
+            tr.r_cta[b] = -1
+        tr.written = True
+        tr.w_tid[b] = t
+        tr.w_step[b] = mach.steps
+        tr.w_atom[b] = kind == "atomic"
+        tr.init[b] = True
+        return
+    bits = np.uint64(1) << ((th % mach.P) // 32).astype(np.uint64)
+    if dup:   # several threads of this instruction read the same bytes
+        mask_u = np.zeros(len(uo), np.uint64)
+        np.bitwise_or.at(mask_u, inv, bits)
+        t_u = np.where(cnt == 1, rep, -2).astype(np.int64)
+        c_u = mach.cta[rep]
+    else:
+        mask_u, t_u, c_u = bits, rep.astype(np.int64), mach.cta[rep]
+    tb = np.repeat(t_u, nbytes)
+    mb = np.repeat(mask_u, nbytes)
+    cb = np.repeat(c_u, nbytes)
+    rt = tr.r_tid[bu]
+    single = (tb >= 0) & ((rt == -1) | (rt == tb))
+    if single.all():
+        tr.r_tid[bu] = tb
+        tr.r_mask[bu] = mb
+        tr.r_cta[bu] = cb
+    else:
+        old_bit = np.where(rt >= 0, np.uint64(1) << ((np.maximum(rt, 0) % mach.P) // 32)
+                           .astype(np.uint64), np.uint64(0))
+        tr.r_tid[bu] = np.where(single, tb, -2)
+        tr.r_mask[bu] = np.where(single, mb, tr.r_mask[bu] | old_bit | mb)
+        rc = tr.r_cta[bu]
+        tr.r_cta[bu] = np.where((rc == -1) | (rc == cb), cb, -2)
+    tr.r_step[bu] = mach.steps

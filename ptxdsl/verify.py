@@ -3,8 +3,20 @@
 Trace-time validation already checked each instruction against the table;
 this pass checks what only the whole program shows: every register is
 written before it is read (in program order), every branch target exists
-exactly once, operand types still agree with their instruction, and no
-``bar.sync`` sits where only some threads of a CTA can reach it.
+exactly once, operand types still agree with their instruction, and every
+``.aligned`` instruction (``bar.sync``, ``barrier.sync.aligned``, warpgroup
+instructions) sits where all the threads it needs arrive together.
+
+Uniformity lattice: each register has the broadest scope within which its
+value is the same for every thread: thread < warp < warpgroup < cta <
+cluster < grid. ``%tid.x`` varies per thread, ``%tid.x >> 5`` per warp,
+``%tid.x >> 7`` (or ``/ 128``, or ``%tid.x < 256``) per warpgroup,
+``%ctaid.x`` per CTA (``%tid.x`` is taken as the linear thread index: a
+block whose x extent is a multiple of 128, or (N, 1, 1)). A branch or loop
+is as uniform as its condition. An ``.aligned`` instruction of scope S needs
+every enclosing condition uniform over S; a counted named barrier
+(``bar.sync id, count``, ``bar.arrive``) only needs whole warps to arrive,
+so warp-uniform control is enough; non-aligned ``barrier.sync`` may diverge.
 """
 from __future__ import annotations
 
@@ -12,9 +24,34 @@ from . import ir
 from .errors import VerifyError
 from .types import compatible
 
-# Special registers that differ between threads of one CTA: a branch on them
-# is divergent, and a barrier inside it deadlocks or is undefined.
-_THREAD_VARYING = ("tid.", "laneid", "warpid", "clock", "lanemask")
+LEVELS = ("thread", "warp", "warpgroup", "cta", "cluster", "grid")
+THREAD, WARP, WARPGROUP, CTA, CLUSTER, GRID = range(6)
+# The scope within which a special register is the same for every thread.
+_SPECIAL_LEVEL = (("tid.", THREAD), ("laneid", THREAD), ("clock", THREAD),
+                  ("lanemask", THREAD), ("globaltimer", THREAD), ("warpid", WARP),
+                  ("nwarpid", GRID), ("ctaid.", CTA), ("smid", CTA), ("nctaid.", GRID),
+                  ("ntid.", GRID), ("nsmid", GRID))
+_DIFFERS = {THREAD: "differs between the threads of one warp",
+            WARP: "differs between the warps of one warpgroup",
+            WARPGROUP: "differs between the warpgroups of one CTA",
+            CTA: "differs between the CTAs of a cluster",
+            CLUSTER: "differs between clusters"}
+
+
+def _special_level(name: str) -> int:
+    for prefix, level in _SPECIAL_LEVEL:
+        if name.startswith(prefix):
+            return level
+    return THREAD
+
+
+def _group_level(n: int) -> int:
+    """The scope of aligned groups of ``n`` consecutive threads."""
+    if n > 0 and n % 128 == 0:
+        return WARPGROUP
+    if n > 0 and n % 32 == 0:
+        return WARP
+    return THREAD
 
 
 def verify(prog: ir.Program) -> None:
@@ -26,12 +63,13 @@ class _Checker:
     def __init__(self, prog: ir.Program):
         self.prog = prog
         self.defined: set = set()
-        self.varying: set = set()
+        self.level: dict = {}      # register -> uniformity level (absent: GRID)
+        self.tid_div: dict = {}    # register -> d where its value is %tid.x // d
         self.labels_placed: dict[str, ir.Label] = {}
         self.labels_used: list[tuple[str, object]] = []
 
     def run(self) -> None:
-        self.body(self.prog.body, divergent=None)
+        self.body(self.prog.body, ctl=None)
         for name, loc in self.labels_used:
             if name not in self.labels_placed:
                 raise VerifyError(f"branch to label {name!r}, which is never placed "
@@ -43,34 +81,52 @@ class _Checker:
                 f"register %{reg.name} (.{reg.dtype.name}) is {what} here before any "
                 f"instruction writes it; initialise it (reg.scalar(..., init=...)) first", loc)
 
-    def body(self, nodes, divergent) -> None:
+    def lv(self, op) -> int:
+        if isinstance(op, ir.Reg):
+            return self.level.get(op, GRID)
+        if isinstance(op, ir.Special):
+            return _special_level(op.name)
+        if isinstance(op, ir.Addr):
+            return self.lv(op.base)
+        if isinstance(op, ir.Vec):
+            return min((self.lv(x) for x in op.items), default=GRID)
+        return GRID
+
+    @staticmethod
+    def narrower(ctl, level: int, loc):
+        """The control context inside a region whose condition is uniform at ``level``."""
+        if level >= GRID or (ctl is not None and ctl[0] <= level):
+            return ctl
+        return (level, loc)
+
+    def body(self, nodes, ctl) -> None:
         for node in nodes:
             if isinstance(node, ir.Instr):
-                self.instr(node, divergent)
+                self.instr(node, ctl)
             elif isinstance(node, ir.Label):
                 if node.name in self.labels_placed:
                     raise VerifyError(f"label {node.name!r} placed twice", node.loc)
                 self.labels_placed[node.name] = node
             elif isinstance(node, ir.If):
                 self.read(node.pred, node.loc, "tested")
-                why = divergent or (node.loc if node.pred in self.varying else None)
-                self.body(node.then_body, why)
+                inner = self.narrower(ctl, self.lv(node.pred), node.loc)
+                self.body(node.then_body, inner)
                 if node.else_body is not None:
-                    self.body(node.else_body, why)
+                    self.body(node.else_body, inner)
             elif isinstance(node, ir.Loop):
                 for x in (node.start, node.stop, node.step):
                     self.read(x, node.loc)
                 self.read(node.var, node.loc)
-                varies = any(x in self.varying for x in (node.start, node.stop, node.step)
-                             if isinstance(x, ir.Reg))
+                level = min(self.lv(x) for x in (node.start, node.stop, node.step))
                 self.defined.add(node.cond)
-                if varies:
-                    self.varying.update((node.var, node.cond))
-                self.body(node.body, divergent or (node.loc if varies else None))
+                if level < GRID:
+                    self.level[node.var] = min(level, self.level.get(node.var, GRID))
+                    self.level[node.cond] = level
+                self.body(node.body, self.narrower(ctl, level, node.loc))
             else:  # pragma: no cover
                 raise VerifyError(f"unexpected IR node {node!r}")
 
-    def instr(self, instr: ir.Instr, divergent) -> None:
+    def instr(self, instr: ir.Instr, ctl) -> None:
         loc = instr.loc
         for r in instr.sources():
             self.read(r, loc)
@@ -78,25 +134,69 @@ class _Checker:
         for op in instr.operands:
             if isinstance(op, ir.LabelRef):
                 self.labels_used.append((op.name, loc))
-        spec = instr.match.spec
-        # an aligned barrier (bar.sync, barrier.sync.aligned) must be reached by every
-        # thread of its scope: inside a thread-dependent branch it deadlocks. With an
-        # explicit thread count (bar.sync id, n) only n threads take part: that is how
-        # the warpgroups of a warp-specialised kernel meet, each in its own branch.
-        counted = len(instr.operands) > 1  # bar.sync a, b: the count b is given
-        if "barrier" in spec.effects and spec.scope != "thread" and divergent is not None \
-                and instr.match.aligned and not counted:
-            raise VerifyError(
-                f"{instr.opcode} inside a branch or loop that depends on the thread index "
-                f"(opened at {divergent}): threads that skip it never arrive, so the CTA "
-                f"deadlocks. Move the barrier out of the branch", loc)
-        varies = any(r in self.varying for r in instr.sources()) or any(
-            isinstance(o, ir.Special) and o.name.startswith(_THREAD_VARYING)
-            for o in instr.operands) or spec.varies
+        m = instr.match
+        spec = m.spec
+        if m.aligned and spec.scope != "thread" and ctl is not None:
+            counted = "barrier" in spec.effects and len(instr.operands) > 1
+            need = WARP if counted else LEVELS.index(spec.scope)
+            if ctl[0] < need:
+                who = ("whole warps (it counts arrivals per warp)" if counted
+                       else f"every thread of its {spec.scope}")
+                raise VerifyError(
+                    f"{instr.opcode} inside a branch or loop that depends on the thread index "
+                    f"(opened at {ctl[1]}: its condition {_DIFFERS[ctl[0]]}); this .aligned "
+                    f"instruction needs {who} to execute it together: threads that skip it "
+                    f"never arrive, so the CTA deadlocks. Move the barrier out of the branch, "
+                    f"branch on a value uniform over its {LEVELS[need]} (e.g. tid >> 5 for "
+                    f"warps, tid >> 7 for warpgroups), or use the non-aligned barrier.sync", loc)
+        self.uniformity(instr, ctl)
+
+    def uniformity(self, instr: ir.Instr, ctl) -> None:
+        m = instr.match
+        spec = m.spec
+        srcs = [op for slot, op in zip(m.operands, instr.operands) if not slot.is_dest]
+        level = THREAD if spec.varies else min((self.lv(op) for op in srcs), default=GRID)
+        if instr.guard is not None:
+            level = min(level, self.lv(instr.guard))
+        div = None
+        first = srcs[0] if srcs else None
+        d0 = (1 if isinstance(first, ir.Special) and first.name == "tid.x"
+              else self.tid_div.get(first))
+        imm = srcs[1].value if len(srcs) > 1 and isinstance(srcs[1], ir.Imm) and \
+            isinstance(srcs[1].value, int) and srcs[1].value >= 0 else None
+        how = spec.uniformity
+        if d0 is not None and instr.guard is None:
+            if how == "copy" and len(srcs) == 1:
+                div = d0
+            elif how == "shr" and imm is not None and imm < 32:
+                div = d0 << imm
+            elif how == "div" and imm:
+                div = d0 * imm
+            if div is not None:
+                level = max(level, _group_level(div))
+            elif how == "compare" and imm is not None and len(srcs) == 2:
+                cmp = m.chosen.get("cmp", "")
+                bound = {"lt": imm, "lo": imm, "ge": imm, "hs": imm, "le": imm + 1,
+                         "ls": imm + 1, "gt": imm + 1, "hi": imm + 1}.get(cmp, 0)
+                level = max(level, _group_level(d0) if cmp in ("eq", "ne") else
+                            max(_group_level(d0), _group_level(d0 * bound)))
+        if ctl is not None:
+            # written by the threads of a branch only: after it, the register holds
+            # values from two places, no more uniform than the branch condition
+            level = min(level, ctl[0])
+            div = None
         for d in instr.dests():
             self.defined.add(d)
-            if varies:
-                self.varying.add(d)
+            if ctl is not None:
+                level = min(level, self.level.get(d, GRID))
+            if level < GRID:
+                self.level[d] = level
+            else:
+                self.level.pop(d, None)
+            if div is not None:
+                self.tid_div[d] = div
+            else:
+                self.tid_div.pop(d, None)
 
     def types(self, instr: ir.Instr) -> None:
         m = instr.match

@@ -183,3 +183,55 @@ def test_counted_barrier_may_sit_in_a_role_branch():
             ptx.bar.sync(0)
     with pytest.raises(PtxdslError, match="deadlocks"):
         kernel(block=(256, 1, 1))(bad).ptx()
+
+
+# ---------------------------------------------------------------- uniformity lattice
+def _tid():
+    tid = reg.scalar(u32)
+    ptx.inst.mov.u32(tid, ptx.special.tid.x())
+    return tid
+
+
+@pytest.mark.parametrize("cond", ["shr7", "div128", "lt128", "ge256"])
+def test_counted_barrier_in_a_warpgroup_branch_is_accepted(cond):
+    """Warp specialization: one warpgroup's named barrier inside its role's branch."""
+    def body():
+        tid = _tid()
+        p = {"shr7": lambda: (tid >> 7) == 1, "div128": lambda: (tid // 128) == 0,
+             "lt128": lambda: tid < 128, "ge256": lambda: tid >= 256}[cond]()
+        with ptx.if_(p):
+            ptx.bar.sync(1, 128)
+            ptx.inst.bar.arrive(2, 256)
+    assert "bar.sync 1, 128;" in passes(body)
+
+
+def test_counted_barrier_in_a_warp_branch_is_accepted_uncounted_is_not():
+    def body(counted):
+        tid = _tid()
+        with ptx.if_((tid >> 5) == 3):   # <- warp-branch
+            if counted:
+                ptx.bar.sync(1, 64)
+            else:
+                ptx.bar.sync(0)  # <- cta-bar
+    assert "bar.sync 1, 64;" in passes(lambda: body(True))
+    fails_at(lambda: body(False), "cta-bar", "differs between the warps",
+             f"opened at {HERE}:{line_of('warp-branch')}")
+
+
+def test_counted_barrier_in_a_lane_branch_is_refused():
+    def body():
+        tid = _tid()
+        with ptx.if_((tid & 31) < 16):
+            ptx.bar.sync(1, 64)  # <- lane-bar
+    fails_at(body, "lane-bar", "differs between the threads of one warp", "whole warps")
+
+
+def test_register_written_in_a_lane_branch_is_not_uniform_after_it():
+    def body():
+        tid = _tid()
+        w = reg.scalar(u32, init=0)
+        with ptx.if_((tid & 1) == 0):
+            ptx.inst.mov.u32(w, 1)
+        with ptx.if_(w == 0):
+            ptx.bar.sync(0)  # <- merged
+    fails_at(body, "merged", "bar.sync inside a branch")

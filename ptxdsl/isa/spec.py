@@ -158,6 +158,11 @@ class OpSpec:
     # moves_bits: its half-precision forms move or select bits rather than compute,
     #   so they are as old as the instruction itself (TYPE_NEEDS does not apply).
     moves_bits: bool = False
+    # uniformity: how the result relates to the first source, for the verifier's
+    #   uniformity lattice (``tid.x >> 7`` is the same in a whole warpgroup):
+    #   "copy" (the same value), "shr" (first >> second), "div" (first / second),
+    #   "compare" (a predicate from comparing the first two sources, ``cmp`` group), or None.
+    uniformity: str | None = None
 
     def __post_init__(self):
         if self.scope not in SCOPES:

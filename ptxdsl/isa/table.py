@@ -71,7 +71,8 @@ TABLE: tuple[OpSpec, ...] = (
            operands="d:T s:T", variants={}, category="data",
            doc="Copy a register, immediate, special register or symbol address; "
                "mov.b32/b64 with a register list packs or unpacks halves.",
-           example="mov.u32 %r0, %tid.x", packs=True, moves_bits=True),
+           example="mov.u32 %r0, %tid.x", packs=True, moves_bits=True,
+           uniformity="copy"),
     OpSpec("ld", (SEM_LD, SCOPE, g("space", *LD_SPACES),
                   g("cop", "ca", "cg", "cs", "lu", "cv"), g("nc", Mod("nc", (3, 1), 32)),
                   L1_EVICT, L2_HINT, L2_PREFETCH, VEC2_4),
@@ -157,7 +158,8 @@ TABLE: tuple[OpSpec, ...] = (
                      Mod("rm", types=only(*F)), Mod("rp", types=only(*F))), FTZ),
            (*INT, *F), operands="d:T s:T s:T", category="arith", rule=rules.float_kind_required,
            doc="Integer division truncates toward zero; float division needs .approx, .full "
-               "or an IEEE rounding mode.", example="div.rn.f32 %f2, %f0, %f1"),
+               "or an IEEE rounding mode.", example="div.rn.f32 %f2, %f0, %f1",
+           uniformity="div"),
     OpSpec("rem", (), INT, operands="d:T s:T s:T", category="arith",
            doc="Integer remainder (sign of the dividend).", example="rem.u32 %r2, %r0, %r1"),
     OpSpec("abs", (FTZ,), ("s16", "s32", "s64", *FALL), operands="d:T s:T", category="arith",
@@ -190,7 +192,7 @@ TABLE: tuple[OpSpec, ...] = (
            doc="Shift left; shifts >= the width give 0.", example="shl.b32 %r1, %r0, 2"),
     OpSpec("shr", (), (*B, *INT), operands="d:T s:T s:u32", category="bits",
            doc="Shift right: arithmetic for .s types, logical otherwise.",
-           example="shr.u32 %r1, %r0, 5"),
+           example="shr.u32 %r1, %r0, 5", uniformity="shr"),
     OpSpec("bfe", (), ("u32", "u64", "s32", "s64"), operands="d:T s:T s:u32 s:u32", ptx=(2, 0),
            check_operands=rules.bit_field_operands, category="bits",
            doc="Extract a bit field (position, length); .s sign-extends.",
@@ -215,7 +217,8 @@ TABLE: tuple[OpSpec, ...] = (
                "xor": "p:pred s:T s:T q:pred"},
            category="compare", rule=rules.compare,
            doc="Compare and set a predicate; lo/ls/hi/hs are unsigned, the u-suffixed "
-               "forms are true for NaN.", example="setp.lt.u32 %p0, %r0, 16"),
+               "forms are true for NaN.", example="setp.lt.u32 %p0, %r0, 16",
+           uniformity="compare"),
     OpSpec("selp", (), (*B, *INT, "f32", "f64"), operands="d:T s:T s:T q:pred",
            category="compare", doc="d = c ? a : b.", example="selp.f32 %f2, %f0, %f1, %p0",
            moves_bits=True),

@@ -147,3 +147,13 @@ def test_ptxdsl_log_debug_for_a_run(tmp_path):
                           env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "[ptxdsl.compile] traced dumped for sm_80" in proc.stderr
+
+
+def test_ops_log_their_kernel_choice(caplog):
+    import numpy as np
+    from ptxdsl.ops import matmul, rms_norm
+    with caplog.at_level(logging.DEBUG, logger="ptxdsl.ops"):
+        rms_norm(np.ones((2, 64), np.float32), np.ones(64, np.float32))
+        matmul(np.ones((4, 8), np.float16), np.ones((8, 4), np.float16))
+    text = caplog.text
+    assert "rms_norm 2x64 f32" in text and "matmul 4x4x8 f16->f16" in text

@@ -120,3 +120,28 @@ def test_compile_reduce_overhead_uses_cuda_graphs():
     for _ in range(3):  # cudagraph trees record on a later call
         out = f(x, w)
     torch.testing.assert_close(out, ref(x, w) + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_launch_dumps_ptx_and_cubin(tmp_path, monkeypatch):
+    import os
+    from ptxdsl.runtime import cache as rc
+    monkeypatch.setenv("PTXDSL_DUMP_DIR", str(tmp_path / "dump"))
+    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path / "cache"))
+    rc.MODULES.clear()
+
+    @kernel(in_specs=(Tile("B", 256, f32),), out_specs=(Tile("B", 256, f32),),
+            grid=lambda B: (B, 1, 1), block=(256, 1, 1), arch="sm_80")
+    def dumped_on_gpu(X, Y):
+        px, py = ptx.global_ptrs(X, Y)
+        t = reg.scalar(u32)
+        ptx.inst.mov.u32(t, ptx.special.tid.x())
+        a = reg.scalar(f32)
+        ptx.inst.ld.global_.f32(a, ptx.addr(px + t * 4))
+        ptx.inst.st.global_.f32(ptx.addr(py + t * 4), a)
+
+    dumped_on_gpu(torch.ones(1, 256, device="cuda"))
+    torch.cuda.synchronize()
+    names = sorted(os.listdir(tmp_path / "dump"))
+    assert any(n.startswith("dumped_on_gpu-") and n.endswith(".ptx") for n in names), names
+    cubins = [n for n in names if n.endswith(".cubin")]
+    assert cubins and (tmp_path / "dump" / cubins[0]).read_bytes().startswith(b"\x7fELF")

@@ -24,6 +24,7 @@ SIMT kernel (:mod:`.simt`) everywhere else.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 
@@ -34,6 +35,8 @@ from ...types import PtxType, bf16, f16, f32
 from .._common.frame import DTYPES as _DTYPES, Frame, data_ptr, grad_enabled, kind_of, strides
 from . import fast as _fast
 from .._common.kernels import KernelCache
+
+log = logging.getLogger("ptxdsl.ops")
 from .epilogue import ACTIVATIONS
 from .plan import choose, fallback_plan, tma_ok
 from .simt import build_simt
@@ -214,6 +217,9 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
                           activation, info.sm_count)
     if k is None:
         k = kernel_for(dt, odt, a_t, b_t, bdt, activation)
+    log.debug("matmul %dx%dx%d %s->%s (a%s b%s, bias %s, %s): %s", int(a.shape[0]),
+              int(b.shape[1]), int(a.shape[1]), dt.name, odt.name, ".T" if a_t else "",
+              ".T" if b_t else "", bdt.name if bdt else None, activation, k.name)
     args = [a_k, b_k] + ([bias] if bias is not None else [])
     res = frame.run(k, *args, out)
     if frame.kind == "numpy" and res is not None and res is not out:

@@ -289,7 +289,8 @@ def test_hypothesis_recipes_of_the_testing_page_hold():
         t()
 
 
-@pytest.mark.parametrize("name", ["detect_oob.py", "detect_race.py", "detect_uninit.py"])
+@pytest.mark.parametrize("name", ["detect_oob.py", "detect_race.py", "detect_uninit.py",
+                                  "detect_deadlock.py"])
 def test_detector_snippets_are_caught_by_the_interpreter(name):
     interp = pytest.importorskip("ptxdsl.interp")
     if not hasattr(interp, "interpret"):
@@ -299,6 +300,14 @@ def test_detector_snippets_are_caught_by_the_interpreter(name):
     with pytest.raises(InterpreterError) as info:
         mod.main()
     assert f"{name}:" in str(info.value) and "thread" in str(info.value)
+
+
+def test_producer_consumer_snippet_runs_in_both_branch_orders():
+    """The testing page's warp-specialized ring: its main() checks both orders."""
+    pytest.importorskip("ptxdsl.interp")
+    mod = cli_import(os.path.join(DOCS, "snippets", "producer_consumer.py"))
+    mod.main()
+    assert mod.build_ring(True).interpret()[5] == 1000 * 64 * 63 // 2 + 64 * 5
 
 
 def cli_import(path):

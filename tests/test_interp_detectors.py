@@ -271,3 +271,122 @@ def test_detectors_are_silent_on_the_seed_rmsnorm(B, N):
     w = rng.standard_normal(N).astype(np.float32)
     y = build_rms_norm(B, N).interpret(x, w)
     assert np.all(np.isfinite(y))
+
+
+# ------------------------------------------------------------------ happens-before (issue 16)
+def test_named_barrier_orders_only_its_participants():
+    """barrier 1 joins warps 0 and 1; warp 2 reads what warp 0 wrote: still a race."""
+    @kernel(in_specs=(), out_specs=(Tile(96, u32),), grid=1, block=(96, 1, 1))
+    def pair(Y):
+        (py,) = ptx.global_ptrs(Y)
+        buf = smem.alloc(u32, (32,))
+        tid = tid_reg()
+        with ptx.if_(tid < 32):
+            buf[tid] = tid
+        with ptx.if_(tid < 64):
+            ptx.inst.barrier.sync(1, 64)
+        with ptx.if_(tid >= 32):
+            v = buf[tid & 31]  # pair-read
+            ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), v)
+    with raises_at("pair-read", "race", r"thread \(64, 0, 0\)", r"thread \(0, 0, 0\) wrote"):
+        pair.interpret()
+
+
+def test_atomic_races_with_a_plain_store():
+    @kernel(in_specs=(), out_specs=(Tile(32, u32),), grid=1, block=(64, 1, 1))
+    def mixed(Y):
+        cell = smem.alloc(u32, (1,))
+        tid = tid_reg()
+        with ptx.if_(tid == 0):
+            cell[0] = tid
+        ptx.bar.sync(0)
+        with ptx.if_(tid == 40):
+            cell[0] = tid  # plain-store
+        ptx.inst.red.shared.add.u32(cell.addr(0), 1)  # atomic-add
+    with raises_at("atomic-add", "race", "atomically updates", r"thread \(40, 0, 0\) wrote"):
+        mixed.interpret()
+
+
+def test_global_memory_race_between_ctas():
+    @kernel(in_specs=(), out_specs=(Tile(32, u32),), grid=2, block=(32, 1, 1))
+    def both_write(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)  # global-ww
+    with raises_at("global-ww", "global-memory data race", "writes it",
+                   r"CTA \(0, 0, 0\) thread \(0, 0, 0\) writes"):
+        both_write.interpret()
+
+
+def test_cp_async_destination_read_before_wait_group():
+    @kernel(in_specs=(Tile(128, f32),), out_specs=(Tile(128, f32),), grid=1,
+            block=(32, 1, 1), arch="sm_90a")
+    def early(X, Y):
+        px, py = ptx.global_ptrs(X, Y)
+        buf = smem.alloc(f32, (128,))
+        tid = tid_reg()
+        ptx.inst.cp.async_.cg.shared.global_(buf.addr(tid * 4), ptx.addr(px + tid * 16), 16)
+        ptx.inst.cp.async_.commit_group()
+        v = buf[tid * 4]  # early-read
+        ptx.inst.cp.async_.wait_group(0)
+        ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), v)
+    with raises_at("early-read", "cp.async", "still writing", "wait_group"):
+        early.interpret(np.zeros(128, np.float32))
+
+
+# ------------------------------------------------------------------ uninitialised memory
+def test_shared_memory_read_before_any_write():
+    @kernel(in_specs=(), out_specs=(Tile(32, f32),), grid=1, block=(32, 1, 1))
+    def stale(Y):
+        (py,) = ptx.global_ptrs(Y)
+        buf = smem.alloc(f32, (64,))
+        tid = tid_reg()
+        buf[tid] = reg.scalar(f32, init=1.0)
+        ptx.bar.sync(0)
+        v = buf[tid + 32]  # uninit-shared
+        ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), v)
+    with raises_at("uninit-shared", "uninitialised memory", "at byte 128 of smem0",
+                   r"thread \(0, 0, 0\)"):
+        stale.interpret()
+    y = stale.interpret(allow_uninitialized=True)
+    np.testing.assert_array_equal(y, np.zeros(32, np.float32))
+
+
+def test_atomic_accumulator_in_an_output_not_passed():
+    @kernel(in_specs=(), out_specs=(Tile(1, u32),), grid=1, block=(32, 1, 1))
+    def count(Y):
+        (py,) = ptx.global_ptrs(Y)
+        ptx.inst.red.global_.add.u32(ptx.addr(py), 1)  # uninit-acc
+    with raises_at("uninit-acc", "uninitialised memory", "at byte 0 of Y",
+                   "outputs the caller does not pass"):
+        count.interpret()
+    np.testing.assert_array_equal(count.interpret(np.zeros(1, np.uint32)), [32])
+
+
+@pytest.mark.parametrize("past", [64, 1024, 4096])
+def test_shared_overrun_never_lands_in_the_neighbour(past):
+    @kernel(in_specs=(), out_specs=(Tile(32, f32),), grid=1, block=(32, 1, 1))
+    def overrun(Y):
+        a = smem.alloc(f32, (256,))
+        b = smem.alloc(f32, (256,))
+        tid = tid_reg()
+        b[tid] = reg.scalar(f32, init=1.0)
+        a[tid] = reg.scalar(f32, init=2.0)
+        with ptx.if_(tid == 0):
+            a[tid + (255 + past // 4)] = reg.scalar(f32, init=3.0)  # overrun
+    with raises_at("overrun", "out of bounds", "past the end of smem0"):
+        overrun.interpret()
+
+
+def test_global_read_4k_past_a_tensor_faults():
+    """4 KiB past the end of X: beyond the old 4 KiB guard gap, in Z's bytes."""
+    @kernel(in_specs=(Tile(64, f32), Tile(64, f32)), out_specs=(Tile(64, f32),), grid=1,
+            block=(64, 1, 1))
+    def far(X, Z, Y):
+        px, pz, py = ptx.global_ptrs(X, Z, Y)
+        tid = tid_reg()
+        v = reg.scalar(f32)
+        ptx.inst.ld.global_.f32(v, ptx.addr(px + tid * 4, 256 + 4096))  # far-read
+        ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), v)
+    with raises_at("far-read", "out of bounds global read", "past the end of X"):
+        far.interpret(np.zeros(64, np.float32), np.zeros(64, np.float32))

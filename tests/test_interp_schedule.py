@@ -143,7 +143,7 @@ def test_deadlock_names_each_warps_wait():
         k.interpret()
     msg = str(e.value)
     assert "deadlock" in msg and "warp 0" in msg and "warp 1" in msg, msg
-    assert msg.count("mbarrier.try_wait") == 2 and "32 arrivals" in msg, msg
+    assert msg.count("mbarrier.try_wait") == 2 and "32 more arrivals" in msg, msg
 
 
 def test_spinning_forever_stops_at_the_step_budget():

@@ -14,10 +14,14 @@ arrays' shapes; a dim that only outputs carry is given by keyword
 
 The run is faithful to PTX thread semantics and stops with an
 :class:`~ptxdsl.errors.InterpreterError` naming the Python line, CTA, thread
-and address on: out-of-bounds or misaligned accesses, reads of registers no
-instruction wrote, barriers reached by part of a CTA, shared-memory races and
-warp instructions that break their membermask. See :mod:`.machine` for the
-execution model, :mod:`.fround` and :mod:`.floatops` for float semantics.
+and address on: out-of-bounds or misaligned accesses, reads of registers or
+memory bytes nothing wrote, data races on shared and global memory (see
+:mod:`.hb` for what orders accesses), reads of unfinished ``cp.async``
+destinations, ``.aligned`` barriers that split a warp, deadlocks (naming each
+warp's wait) and kernels that exceed ``max_steps``. See :mod:`.machine` for the
+lockstep execution model, :mod:`.schedule` for warps as scheduled units (and
+the waiting API for semantic functions), :mod:`.fround` and :mod:`.floatops`
+for float semantics.
 """
 from __future__ import annotations
 
@@ -231,9 +235,9 @@ def _shared_regions(prog) -> list[Region]:
     for d in prog.shared:
         cursor = align_up(cursor, max(d.align, 16))
         regions.append(Region(d.name, cursor, d.nbytes))
-        # A guard gap as large as the variable (at least 1 KiB) makes an overrun of
+        # A guard gap as large as the variable (at least 4 KiB) makes an overrun of
         # one fault instead of landing in the next.
-        cursor += d.nbytes + max(1024, d.nbytes)
+        cursor += d.nbytes + max(4096, d.nbytes)
     return regions
 
 

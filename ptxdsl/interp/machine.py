@@ -13,9 +13,12 @@ each position of the region keeps a mask of threads waiting there, and
 threads reconverge when execution reaches them. Branches into or out of a
 region are refused with an :class:`InterpreterError`.
 
-CTAs only meet through global memory and atomics, so running a batch in
-lockstep is one legal schedule; barriers, shared memory and warp operations
-are evaluated per CTA / per warp.
+Running a batch in lockstep is one legal schedule as long as no thread waits
+for one that lockstep has not run yet; when one must (a wait raises
+:class:`~.schedule.Blocked`), the batch is rerun with warps as scheduled units
+(:mod:`.schedule`): regions that contain waits then run as generators
+(:meth:`Machine.gen_block`). Barriers, shared memory and warp operations are
+evaluated per CTA / per warp.
 """
 from __future__ import annotations
 

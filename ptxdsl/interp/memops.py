@@ -431,11 +431,11 @@ def _wait(mach, instr, mask, parity: bool):
 
         def what():
             st = mach.mbarriers.get(off, {})
-            want = f"parity {int(arg[t]) & 1}" if parity else f"token {int(arg[t])}"
+            want = (f"the phase with parity {int(arg[t]) & 1}" if parity
+                    else f"phase {int(arg[t])}")
             return (f"the mbarrier {sp.nearest(sp.base + off % sp.row_bytes)} to complete "
-                    f"the phase after {want} (now in phase {st.get('phase')}: "
-                    f"{st.get('pending')} arrivals and {st.get('tx')} transaction bytes "
-                    f"outstanding)")
+                    f"{want} (it is in phase {st.get('phase')}, waiting for "
+                    f"{st.get('pending')} more arrivals and {st.get('tx')} transaction bytes)")
         raise Blocked(what, fallback=lambda: mach.dst(instr, 0, done, mask))
     for t, off in targets:
         mach.hb.mbarrier_acquire(off, t)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 GLOBAL_BASE = 0x7F00_0000_0000
-GUARD = 4096
+GUARD = 1 << 16
 # Shared variables start at 1 KiB into the window: a zero or small integer used
 # as a shared address faults instead of silently reading the first variable.
 SHARED_BASE = 0x400
@@ -73,16 +73,13 @@ class Space:
         return ok & (addr >= self._starts[ic]) & (end <= self._ends[ic]) & (end >= addr)
 
     def nearest(self, addr: int) -> str:
-        """A phrase placing ``addr`` relative to the allocations, for error messages."""
-        best = None
-        for r in self.regions:
-            d = 0 if r.start <= addr < r.start + r.size else min(abs(addr - r.start),
-                                                                   abs(addr - (r.start + r.size)))
-            if best is None or d < best[0]:
-                best = (d, r)
-        if best is None:
+        """A phrase placing ``addr`` relative to the allocations, for error messages: the
+        allocation it lies in, else the one it runs past the end of (an overrun is the
+        usual mistake), else the first one it lies before."""
+        if not self.regions:
             return f"the {self.name} space has no allocations"
-        r = best[1]
+        before = [r for r in self.regions if r.start <= addr]
+        r = before[-1] if before else self.regions[0]
         if addr < r.start:
             rel = f"{r.start - addr} bytes before"
         elif addr >= r.start + r.size:

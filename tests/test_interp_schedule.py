@@ -154,3 +154,43 @@ def test_spinning_forever_stops_at_the_step_budget():
         ptx.bra(top, pred=tid < 1000)
     with pytest.raises(InterpreterError, match="max_steps"):
         k.interpret(max_steps=10_000)
+
+
+def _tx_kernel():
+    @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=1, block=(64, 1, 1),
+            arch="sm_90a")
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        bar = smem.alloc(u64, (1,))
+        tid = tid_reg()
+        with ptx.if_(tid == 0):
+            ptx.inst.mbarrier.init.shared.b64(bar.addr(0), 1)
+        ptx.bar.sync(0)
+        with ptx.if_(tid == 0):
+            tok = reg.scalar(u64)
+            ptx.inst.mbarrier.arrive.expect_tx.shared.b64(tok, bar.addr(0), 64)
+            ptx.inst.mbarrier.inval.shared.b64(bar.addr(0))   # patched: a copy lands
+        wait_parity(bar.addr(0), 0)
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)
+    return k
+
+
+def test_phase_waits_for_its_transaction_bytes():
+    """arrive.expect_tx(64) with no copy completing them: the phase never completes."""
+    from ptxdsl.interp import semantics
+    import pytest as _pt
+    with _pt.MonkeyPatch.context() as mp:
+        mp.setitem(semantics.HANDLERS, "mbarrier.inval", lambda mach, instr, mask: None)
+        with pytest.raises(InterpreterError, match="64 transaction bytes"):
+            _tx_kernel().interpret()
+
+
+def test_completed_transaction_bytes_complete_the_phase(monkeypatch):
+    """The API Hopper copies use: mbarrier_complete_tx(mach, offset, nbytes)."""
+    from ptxdsl.interp import memops, semantics
+
+    def copy_lands(mach, instr, mask):
+        for t, off in memops._mbar_targets(mach, instr, mask):
+            memops.mbarrier_complete_tx(mach, off, 64, instr, t)
+    monkeypatch.setitem(semantics.HANDLERS, "mbarrier.inval", copy_lands)
+    np.testing.assert_array_equal(_tx_kernel().interpret(), np.arange(64))

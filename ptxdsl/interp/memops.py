@@ -2,10 +2,16 @@
 
 Every access is checked before it is served: its address must be a multiple
 of its size (a ``.v4.f32`` access needs 16) and it must lie inside one
-allocation of its state space; shared-memory accesses then go through the
+allocation of its state space; shared- and global-memory accesses then go through the
 race detector. Atomics apply in ascending thread order (deterministic), are
 exempt from race detection among themselves, and ``atom.global.add.f32``
 flushes subnormals as the hardware does (``.shared`` does not).
+
+mbarrier: arrivals, expected and completed transaction bytes and phases live in
+``mach.mbarriers`` keyed by the shared byte offset of the object;
+:func:`mbarrier_expect_tx` and :func:`mbarrier_complete_tx` are the entry points
+for asynchronous (bulk / tensor) copies. Waits park the warp (see
+:mod:`.schedule`) until the phase completes.
 """
 from __future__ import annotations
 
@@ -376,11 +382,16 @@ def mbarrier_expect_tx(mach, off: int, nbytes: int) -> None:
 def mbarrier_complete_tx(mach, off: int, nbytes: int, instr=None, thread=None) -> None:
     """An asynchronous copy delivered ``nbytes`` to the mbarrier at shared byte offset
     ``off`` (``Space.offsets`` of its address): the phase completes when the count reaches
-    zero with no arrivals pending. For bulk / tensor copies (``.mbarrier::complete_tx``)."""
+    zero with no arrivals pending. For bulk / tensor copies (``.mbarrier::complete_tx``):
+    write the copied bytes first (through :func:`.access.track` as writes of the issuing
+    ``thread``), then call this with that ``thread``, so that a consumer's acquire of the
+    phase orders the copy's writes before its reads."""
     st = mach.mbarriers.get(off)
     if st is None:
         mach.fail(instr, "an asynchronous copy completes on an mbarrier that was never "
                          "initialised (mbarrier.init)", thread)
+    if thread is not None:      # the copy's writes happen before the phase completes
+        mach.hb.mbarrier_arrive(off, int(thread))
     st["tx"] -= int(nbytes)
     if st["tx"] < 0:
         mach.fail(instr, f"an asynchronous copy completed {-st['tx']} more transaction bytes "

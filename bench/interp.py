@@ -1,0 +1,88 @@
+"""Interpreter speed: RMSNorm 64x4096, the gallery examples and the warp-specialized ring.
+
+    PYTHONPATH=. python bench/interp.py [--reps 3] [--json out.json]
+
+Best of ``--reps`` runs per case, wall-clock and CPU (process) seconds, on the CPU (no GPU
+needed); on a shared machine the CPU seconds are the steadier number. Run it on two
+checkouts to compare (the interpreter's speed target is stated relative to an earlier
+commit). The table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOPPER = os.path.join(ROOT, "examples", "hopper")
+SNIPPETS = os.path.join(ROOT, "docs", "snippets")
+
+
+def _module(path):
+    from ptxdsl import cli
+    return cli._import_file(path)
+
+
+def cases():
+    from ptxdsl.ops import rms_norm
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4096)).astype(np.float32)
+    w = rng.standard_normal(4096).astype(np.float32)
+    xs = rng.standard_normal((2, 8192)).astype(np.float32)
+    wb = rng.standard_normal(8192).astype(np.float32)
+    a = rng.standard_normal(4096).astype(np.float32)
+    out = {"rmsnorm 64x4096 (ops)": lambda: rms_norm(x, w, 1e-6)}
+    va = _module(os.path.join(HOPPER, "vector_add.py"))
+    k = va.build_vector_add()
+    out["vector_add 4096"] = lambda: k.interpret(a, a)
+    for name, build, args in (("softmax", "build_softmax", (xs,)),
+                              ("swiglu", "build_swiglu", (xs, xs)),
+                              ("layer_norm", "build_layer_norm", (xs, wb, wb))):
+        mod = _module(os.path.join(HOPPER, f"{name}.py"))
+        kk = getattr(mod, build)(8192)
+        out[f"{name} 2x8192"] = (lambda kk=kk, args=args: kk.interpret(*args))
+    rn = _module(os.path.join(HOPPER, "rms_norm.py"))
+    kr = rn.build_rms_norm(4096)
+    xr = rng.standard_normal((8, 4096)).astype(np.float32)
+    out["rms_norm example 8x4096"] = lambda: kr.interpret(xr, w)
+    ring_path = os.path.join(SNIPPETS, "producer_consumer.py")
+    if os.path.exists(ring_path):
+        ring = _module(ring_path)
+        for first in (False, True):
+            kr2 = ring.build_ring(first)
+            out[f"ring 2 warpgroups x64 ({'consumer' if first else 'producer'} first)"] = \
+                kr2.interpret
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, HOPPER)
+    results = {}
+    for name, fn in cases().items():
+        fn()   # trace, compile, warm
+        runs = [_timed(fn) for _ in range(args.reps)]
+        results[name] = {"wall": min(r[0] for r in runs), "cpu": min(r[1] for r in runs)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"seconds": results}, f, indent=1)
+    print(f"{'case':48s} {'wall s':>8s} {'cpu s':>8s}")
+    for name, r in results.items():
+        print(f"{name:48s} {r['wall']:8.3f} {r['cpu']:8.3f}")
+
+
+def _timed(fn) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+if __name__ == "__main__":
+    main()

@@ -47,6 +47,10 @@ class RegArray:
     def __iter__(self):
         return iter(self._regs)
 
+    def __ptx_regs__(self) -> list[ir.Reg]:
+        """The registers, for operands that take a register list (mma fragments)."""
+        return list(self._regs)
+
     def __getitem__(self, i):
         if isinstance(i, slice):
             return self._regs[i]

@@ -179,8 +179,8 @@ class Builder:
         want = m.resolve_type(slot.ty)
         where = f"operand {index} of {m.text}"
         role = slot.role
-        if role in ("V", "X") and m.vector > 1 or (m.spec.packs
-                                                   and isinstance(arg, (list, tuple))):
+        if role in ("V", "X") and (m.vector > 1 or slot.list_key) or (
+                m.spec.packs and isinstance(arg, (list, tuple))):
             return self._coerce_vec(m, slot, arg, where, want)
         if role in ("V", "X"):
             if isinstance(arg, (list, tuple)):
@@ -218,12 +218,19 @@ class Builder:
         raise IsaError(f"{where}: unsupported operand role {role!r}")  # pragma: no cover
 
     def _coerce_vec(self, m, slot, arg, where, want):
+        if hasattr(arg, "__ptx_regs__"):  # a Fragment or a reg.array
+            arg = list(arg.__ptx_regs__())
+        if slot.list_key and isinstance(arg, (ir.Reg, ir.Imm, int, float)) \
+                and m.count(slot) == 1:
+            arg = [arg]
         if not isinstance(arg, (list, tuple)):
-            raise IsaError(f"{where}: {m.text} needs a list of {m.vector} registers, "
+            raise IsaError(f"{where}: {m.text} needs a list of {m.count(slot)} registers, "
                            f"got {_describe(arg)}")
-        n = m.vector if m.vector > 1 else len(arg)
+        n = m.count(slot) if m.vector > 1 or slot.list_key else len(arg)
         if len(arg) != n:
-            raise IsaError(f"{where}: {m.text} moves {n} values but the register list "
+            what = (f"takes {n} .{want.name} registers here" if slot.list_key
+                    else f"moves {n} values")
+            raise IsaError(f"{where}: {m.text} {what} but the register list "
                            f"has {len(arg)}; pass exactly {n}")
         item_t = want
         if m.spec.packs:
@@ -452,6 +459,8 @@ def _slot_name(slot, m: Match) -> str:
              "r": "src reg", "i": "constant", "a": "[address]", "l": "label", "q": "predicate"}
     t = m.resolve_type(slot.ty)
     base = names.get(slot.role, slot.role) + (f" .{t.name}" if t is not None else "")
+    if slot.list_key:
+        base = f"{names.get(slot.role, slot.role)} {{{m.count(slot)} x .{t.name}}}"
     return base + ("?" if slot.optional else "")
 
 

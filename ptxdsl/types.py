@@ -150,11 +150,22 @@ bf16x2 = PtxType("bf16x2", 32, "f", "uint32", lanes=2)
 tf32 = PtxType("tf32", 32, "f", "uint32")
 f32 = PtxType("f32", 32, "f", "float32")
 f64 = PtxType("f64", 64, "f", "float64")
+# 8-bit floats (sm_89+): e4m3 (bias 7, no infinities, max 448) and e5m2 (bias 15,
+# IEEE-like, max 57344), as bit patterns. They are mma.sync operand types; in
+# registers they travel packed, two to a .b16 (e4m3x2/e5m2x2, first value in
+# the low byte) or four to a .b32.
+e4m3 = PtxType("e4m3", 8, "f", "uint8")
+e5m2 = PtxType("e5m2", 8, "f", "uint8")
+e4m3x2 = PtxType("e4m3x2", 16, "f", "uint16", lanes=2)
+e5m2x2 = PtxType("e5m2x2", 16, "f", "uint16", lanes=2)
+# 4-bit integers: mma.sync operand types only (eight to a .b32 register).
+s4 = PtxType("s4", 4, "s", None)
+u4 = PtxType("u4", 4, "u", None)
 
 ALL_TYPES: dict[str, PtxType] = {
     t.name: t
     for t in (pred, b8, b16, b32, b64, b128, u8, u16, u32, u64, s8, s16, s32, s64,
-              f16, bf16, f16x2, bf16x2, tf32, f32, f64)
+              f16, bf16, f16x2, bf16x2, tf32, f32, f64, e4m3, e5m2, e4m3x2, e5m2x2, s4, u4)
 }
 
 # Register declarations: PTX has no 8-bit registers, so 8-bit types live in
@@ -163,7 +174,7 @@ REG_PREFIX: dict[str, str] = {
     "pred": "p", "b16": "rs", "u16": "rs", "s16": "rs",
     "b32": "r", "u32": "r", "s32": "r", "b64": "rd", "u64": "rd", "s64": "rd",
     "b128": "rq", "f16": "h", "bf16": "hb", "f16x2": "hh", "bf16x2": "hhb",
-    "tf32": "tf", "f32": "f", "f64": "fd",
+    "tf32": "tf", "f32": "f", "f64": "fd", "e4m3x2": "rs", "e5m2x2": "rs",
 }
 # The other way: a prefix -> the type its registers are declared with (the first
 # type of REG_PREFIX with that prefix: the .b type where several share one).

@@ -179,8 +179,8 @@ class Sweep:
         b = self.b
         t = m.resolve_type(slot.ty)
         role = slot.role
-        if role in ("V", "X") and m.vector > 1:
-            return [b.new_reg(_reg_type(t)) for _ in range(m.vector)]
+        if role in ("V", "X") and (m.vector > 1 or slot.list_key):
+            return [b.new_reg(_reg_type(t)) for _ in range(m.count(slot))]
         if role in ("d", "p", "V"):
             return b.new_reg(_reg_type(t))
         if role in ("s", "X") and imm:
@@ -221,7 +221,8 @@ class Sweep:
         """The all-register form plus one form per source slot that may take an immediate."""
         out = [self.add(m)]
         for i, s in enumerate(m.operands):
-            if s.role in ("s", "X") and not s.optional and not (m.vector > 1 and s.role == "X"):
+            if s.role in ("s", "X") and not s.optional and not s.list_key and not (
+                    m.vector > 1 and s.role == "X"):
                 t = m.resolve_type(s.ty)
                 if t is None or t.is_float and t.name not in ("f32", "f64") or t.is_pred:
                     continue

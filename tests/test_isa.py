@@ -42,20 +42,23 @@ def test_entry_is_well_formed(opcode):
     spec = INSTRUCTIONS[opcode]
     assert all(t in ALL_TYPES for t in spec.types), spec.types
     # A modifier name in two groups is matched by position (the first group not yet
-    # passed), which is unambiguous only when the second of them is optional.
+    # passed), which is unambiguous when the first of them is required (one written
+    # name fills it) or the second is optional (mma's four type slots are all required).
     seen: dict[str, int] = {}
     for gi, grp in enumerate(spec.groups):
         for m in grp.names:
             if m in seen:
-                assert not grp.required, (m, grp.name)
+                assert not grp.required or spec.groups[seen[m]].required, (m, grp.name)
             seen.setdefault(m, gi)
     assert len({grp.name for grp in spec.groups}) == len(spec.groups)
     for sig in (spec.operands, *spec.variants.values()):
         for slot in parse_operands(sig):
             assert slot.role in "dsrialpqVX"
-            assert slot.ty in (None, "T", "T0", "T1", "W") or slot.ty in ALL_TYPES
-    for key in spec.variants:  # a variant is selected by a modifier or a type suffix
-        assert spec.group_of(key) is not None or key in spec.types, f"variant key .{key}"
+            assert slot.ty in (None, "T", "T0", "T1", "W") or slot.ty in ALL_TYPES or (
+                slot.list_key and slot.role in "VX" and spec.lists is not None)
+    for key in spec.variants:  # a variant is selected by modifiers or type suffixes
+        for part in key.split("+"):
+            assert spec.group_of(part) is not None or part in spec.types, f"variant .{key}"
     assert spec.doc and spec.example and spec.category
 
 

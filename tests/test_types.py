@@ -13,7 +13,8 @@ from ptxdsl.types import GENERATED_NAME
 def test_every_type_is_registered_once():
     assert set(T.ALL_TYPES) == {
         "pred", "b8", "b16", "b32", "b64", "b128", "u8", "u16", "u32", "u64", "s8", "s16", "s32",
-        "s64", "f16", "bf16", "f16x2", "bf16x2", "tf32", "f32", "f64"}
+        "s64", "f16", "bf16", "f16x2", "bf16x2", "tf32", "f32", "f64", "e4m3", "e5m2", "e4m3x2",
+        "e5m2x2", "s4", "u4"}
     for name, t in T.ALL_TYPES.items():
         assert t.name == name and t.ptx == "." + name and str(t) == repr(t) == name
         assert getattr(T, name) is t

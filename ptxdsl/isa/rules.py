@@ -58,10 +58,37 @@ def st(m):
     return _mem_common(m, "st")
 
 
+FP8X2 = {"e4m3x2", "e5m2x2"}
+
+
+def cvt_fp8(m, dst, src):
+    """cvt to and from packed 8-bit floats: .rn, .satfinite going down, .relu optional."""
+    extra = [x for x in ("irnd", "ftz", "sat") if x in m.chosen]
+    if dst.name in FP8X2:
+        if src.name not in ("f32", "f16x2"):
+            return (f"cvt to .{dst.name} reads two .f32 (cvt.rn.satfinite.{dst.name}.f32 d, "
+                    f"hi, lo) or one .f16x2, not .{src.name}")
+        if m.chosen.get("frnd") != "rn" or not m.has("satfinite"):
+            return f"cvt to .{dst.name} rounds to nearest and saturates: write cvt.rn.satfinite"
+    else:
+        if dst.name != "f16x2":
+            return (f"cvt from .{src.name} widens to .f16x2 only: write "
+                    f"cvt.rn.f16x2.{src.name} (then .f16x2 -> .f32 with mov and cvt)")
+        if m.chosen.get("frnd") != "rn" or m.has("satfinite"):
+            return f"cvt from .{src.name} is written cvt.rn{{.relu}}.f16x2.{src.name} (exact)"
+    if extra:
+        return f"cvt with .{dst.name if dst.name in FP8X2 else src.name} takes no ." \
+               f"{m.chosen[extra[0]]}; only .relu may be added"
+    # sm_89 got these conversions with PTX 8.1 (sm_90 already at 7.8)
+    return ((8, 1), 89)
+
+
 def cvt(m):
     dst, src = m.types
     irnd, frnd = m.chosen.get("irnd"), m.chosen.get("frnd")
     need = None
+    if dst.name in FP8X2 or src.name in FP8X2:
+        return cvt_fp8(m, dst, src)
     if irnd and frnd:
         return (f"cvt takes one rounding modifier: .{irnd} rounds to an integral value, "
                 f".{frnd} rounds a float result; drop one")

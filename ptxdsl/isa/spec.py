@@ -10,7 +10,7 @@ these objects; nothing else knows the rules.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from ..errors import ArchError, IsaError
@@ -60,7 +60,10 @@ class Operand:
     ``X`` source register/immediate or list (vector forms).
     ``ty``: ``T`` (the instruction type), ``T0``/``T1`` (first/second type of
     two-type instructions such as cvt), ``W`` (twice the width of ``T``),
-    or a fixed type name such as ``u32``.
+    or a fixed type name such as ``u32``; ``{key}`` (with ``V``/``X``) is a
+    register list whose element type and length depend on the form: the
+    entry's ``lists`` function gives them per matched form (an mma's A operand
+    is four ``.b32`` registers for ``m16n8k16.bf16``, one for ``m8n8k4.f64``).
     """
 
     role: str
@@ -70,6 +73,13 @@ class Operand:
     @property
     def is_dest(self) -> bool:
         return self.role in ("d", "p", "V")
+
+    @property
+    def list_key(self) -> str | None:
+        """The key of a form-dependent register list (``{a}`` -> ``"a"``), else None."""
+        if self.ty and self.ty.startswith("{"):
+            return self.ty[1:-1]
+        return None
 
 
 def parse_operands(sig: str) -> tuple[Operand, ...]:
@@ -163,6 +173,9 @@ class OpSpec:
     #   "copy" (the same value), "shr" (first >> second), "div" (first / second),
     #   "compare" (a predicate from comparing the first two sources, ``cmp`` group), or None.
     uniformity: str | None = None
+    # lists: for entries with ``{key}`` operand slots, a function of the Match
+    #   returning ``{key: (register type name, count)}`` for that exact form.
+    lists: Callable[["Match"], Mapping[str, tuple[str, int]]] | None = None
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -176,8 +189,9 @@ class OpSpec:
             raise ValueError(f"{self.opcode}: access {self.access!r} is not one of {ACCESS}")
 
     def signature(self, mods: frozenset[str]) -> tuple[Operand, ...]:
+        # A variant key is a modifier or type, or several joined by '+' (all present).
         for key, sig in self.variants.items():
-            if key in mods:
+            if all(k in mods for k in key.split("+")):
                 return parse_operands(sig)
         return parse_operands(self.operands)
 
@@ -199,6 +213,8 @@ class Match:
     operands: tuple[Operand, ...]
     ptx: Version                         # PTX ISA this exact form needs
     sm: int                              # sm_ this exact form needs
+    # register lists of ``{key}`` slots: key -> (element type name, count)
+    lists: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -224,10 +240,17 @@ class Match:
         v = self.chosen.get("vec")
         return int(v[1:]) if v else 1
 
+    def count(self, slot: Operand) -> int:
+        """How many registers a list slot takes in this form (vector width otherwise)."""
+        key = slot.list_key
+        return self.lists[key][1] if key else self.vector
+
     def resolve_type(self, ty: str | None) -> PtxType | None:
         """The concrete type of an operand slot's type expression."""
         if ty is None:
             return None
+        if ty.startswith("{"):
+            return ALL_TYPES[self.lists[ty[1:-1]][0]]
         if ty == "T":
             return self.types[0]
         if ty in ("T0", "T1"):
@@ -335,6 +358,8 @@ def match(spec: OpSpec, mods: list[str]) -> Match:
         if verdict is not None:
             ptx, sm = max(result.ptx, verdict[0]), max(result.sm, verdict[1])
             result = Match(spec, result.mods, chosen, tuple_types, result.operands, ptx, sm)
+    if spec.lists is not None:
+        result = replace(result, lists=dict(spec.lists(result)))
     return result
 
 

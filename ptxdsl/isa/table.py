@@ -106,13 +106,19 @@ TABLE: tuple[OpSpec, ...] = (
                    g("frnd", "rn", "rz", "rm", "rp", Mod("rna", (7, 0), 80)),
                    g("ftz", "ftz"), g("sat", "sat"), g("relu", Mod("relu", (7, 0), 80)),
                    g("satfinite", Mod("satfinite", (8, 1)))),
-           (*U, *S, "u8", "s8", "f16", "bf16", "f32", "f64", "f16x2", "bf16x2", "tf32"),
-           ntypes=2, operands="d:T0 s:T1", variants={"f16x2": "d:T0 s:T1 s:T1",
-                                                     "bf16x2": "d:T0 s:T1 s:T1"},
+           (*U, *S, "u8", "s8", "f16", "bf16", "f32", "f64", "f16x2", "bf16x2", "tf32",
+            "e4m3x2", "e5m2x2"),
+           ntypes=2, operands="d:T0 s:T1", variants={
+               # two f32 pack into e4m3x2/e5m2x2; one f16x2 converts either way
+               "e4m3x2+f32": "d:T0 s:T1 s:T1", "e5m2x2+f32": "d:T0 s:T1 s:T1",
+               "e4m3x2": "d:T0 s:T1", "e5m2x2": "d:T0 s:T1",
+               "f16x2": "d:T0 s:T1 s:T1", "bf16x2": "d:T0 s:T1 s:T1"},
            category="convert", rule=rules.cvt,
            doc="Convert between types: integer rounding (.rni/.rzi/.rmi/.rpi) for float to "
                "int, float rounding (.rn/.rz/.rm/.rp) for narrowing float and int to float; "
-               "cvt.rn.f16x2.f32 / bf16x2 packs two f32 (first operand goes high).",
+               "cvt.rn.f16x2.f32 / bf16x2 packs two f32 (first operand goes high); "
+               "cvt.rn.satfinite.e4m3x2.f32 / e5m2x2 packs two f32 into 8-bit floats "
+               "(sm_89+), cvt.rn.f16x2.e4m3x2 widens them.",
            example="cvt.rn.bf16.f32 %hb0, %f0", subword=True, moves_bits=True),
     OpSpec("cvta", (g("to", "to"), g("space", "global", "shared", "local", "const",
                                      Mod("param", (7, 7), 70), required=True)),

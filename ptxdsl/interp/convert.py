@@ -67,6 +67,9 @@ def _finish_float(bits, f, m, dst):
 def cvt_value(m, a, b=None):
     dst, src = m.types
     irnd, frnd = m.chosen.get("irnd"), m.chosen.get("frnd")
+    if dst.lanes == 2 and dst.bits == 16 or src.lanes == 2 and src.bits == 16:
+        from .tensorcore import cvt_fp8  # packed 8-bit floats (e4m3x2, e5m2x2)
+        return cvt_fp8(m, a, b)
     if dst.name in ("f16x2", "bf16x2"):
         f = fmt_for(dst)
         hi = _finish_float(fr.from_f64(np.asarray(a, np.float64), frnd, f), f, m, dst)

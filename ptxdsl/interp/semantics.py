@@ -22,8 +22,7 @@ from ..isa import TABLE
 HANDLERS: dict[str, Callable] = {}
 
 # Every current table entry has CPU semantics; new entries without them go here.
-NO_CPU_SEMANTICS: frozenset[str] = frozenset({"mma.sync", "ldmatrix.sync", "stmatrix.sync",
-                                             "movmatrix.sync"})
+NO_CPU_SEMANTICS: frozenset[str] = frozenset()
 
 
 def handler(*opcodes: str):

@@ -18,6 +18,9 @@
   operator records, found by tracing each one (``docs/docgen.py``).
 * ``<!-- ptxdsl:source FILE:NAME -->`` becomes the source of function/class
   NAME (``Class.method`` for nested) of FILE, found by name, not line numbers.
+* ``<!-- ptxdsl:fragment OPERAND SHAPE TYPE [ORDER] -->`` becomes a table of the tile
+  of that mma operand in which each cell names the lane and element holding it
+  (``T5:2``), drawn from the same :class:`ptxdsl.fragments.Layout` the interpreter uses.
 * ``<!-- ptxdsl:bench-tables [SUBSTRING] -->`` becomes tables built from the benchmark JSON
   files under ``bench/results/`` (or a sentence saying there are none yet).
 
@@ -71,6 +74,8 @@ def on_page_markdown(markdown, page, config, files):
                 return _check_block(args)
             if kind == "operators":
                 return docgen.render_operator_table()
+            if kind == "fragment":
+                return _fragment_figure(args)
         except PluginError:
             raise
         except Exception as e:  # report which page and marker broke
@@ -328,3 +333,24 @@ def bench_tables(folder: str, only: str | None = None) -> str:
             out.extend(_pivot(rows) if pivot else _flat(rows))
             out.append("")
     return "\n".join(out)
+
+
+def _fragment_figure(args: str) -> str:
+    """A markdown table of one mma operand's tile: ``T<lane>:<element>`` per cell."""
+    from ptxdsl.fragments import layout
+    lay = layout(*args.split())
+    cells = [["" for _ in range(lay.cols)] for _ in range(lay.rows)]
+    for lane in range(32):
+        for i in range(lay.elems):
+            tile, r, c = lay.coord(lane, i)
+            if tile == 0:
+                cells[r][c] = f"T{lane}:{i}"
+    head = "| | " + " | ".join(str(c) for c in range(lay.cols)) + " |"
+    rule = "|---|" + "---|" * lay.cols
+    rows = [f"| **{r}** | " + " | ".join(cells[r]) + " |" for r in range(lay.rows)]
+    note = (f"\n\n*{lay} — {lay.nregs} `.{lay.reg_type}` register(s) per lane, "
+            f"{lay.per_reg} element(s) each; quad pair 0 shown (lanes 0-3, 16-19)*"
+            if lay.tiles > 1 else
+            f"\n\n*{lay} — {lay.nregs} `.{lay.reg_type}` register(s) per lane, "
+            f"{lay.per_reg} element(s) each*")
+    return "\n".join([head, rule, *rows]) + note + "\n"

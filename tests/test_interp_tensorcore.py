@@ -118,18 +118,31 @@ def test_ldmatrix_stmatrix_movmatrix(num, trans):
     assert (m == mov).all()
 
 
-def test_partial_warp_is_refused():
-    @kernel(grid=(1, 1, 1), block=(32, 1, 1), arch="sm_80")
-    def partial():
-        lane = reg.scalar(u32)
-        ptx.inst.mov.u32(lane, ptx.special.laneid())
-        a = [reg.scalar(b32, init=0) for _ in range(4)]
-        b = [reg.scalar(b32, init=0) for _ in range(2)]
-        c = [reg.scalar(f32, init=0.0) for _ in range(4)]
+def _mma_body(guarded: bool):
+    lane = reg.scalar(u32)
+    ptx.inst.mov.u32(lane, ptx.special.laneid())
+    a = [reg.scalar(b32, init=0) for _ in range(4)]
+    b = [reg.scalar(b32, init=0) for _ in range(2)]
+    c = [reg.scalar(f32, init=0.0) for _ in range(4)]
+    if guarded:
         with ptx.if_(lane < 16):
             ptx.inst.mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32(c, a, b, c)
+    else:
+        ptx.inst.mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32(c, a, b, c)
+
+
+def test_partial_warp_is_refused():
+    """48 threads: the second warp has lanes 0-15 only (no branch for the verifier to see)."""
+    k = kernel(grid=(1, 1, 1), block=(48, 1, 1), arch="sm_80")(lambda: _mma_body(False))
     with pytest.raises(InterpreterError, match=r"warp-collective .*lanes \[16, 17"):
-        partial.interpret()
+        k.interpret()
+
+
+def test_divergent_mma_is_refused_by_the_verifier():
+    from ptxdsl.errors import VerifyError
+    k = kernel(grid=(1, 1, 1), block=(32, 1, 1), arch="sm_80")(lambda: _mma_body(True))
+    with pytest.raises(VerifyError, match=r"mma\.sync.*needs every thread of its warp"):
+        k.ptx()
 
 
 # ---------------------------------------------------------------- fp8 conversions

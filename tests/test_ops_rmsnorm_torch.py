@@ -137,7 +137,8 @@ def test_a_recorded_signature_is_launched_without_the_general_path(monkeypatch):
     assert rmsnorm.rms_norm(torch.randn(4, 64), torch.randn(64), EPS) is sentinel
     # tensors that require grad, under no_grad: looked up once, by _forward
     monkeypatch.setattr(api, "_forward_general", general)
-    monkeypatch.setattr(api, "Frame", lambda x, op: type("F", (), {"kind": "torch"})())
+    cuda_frame = type("F", (), {"kind": "torch", "cuda_torch": True})
+    monkeypatch.setattr(api, "Frame", lambda x, op: cuda_frame())
     with torch.no_grad():
         y = rmsnorm.rms_norm(torch.randn(4, 64, requires_grad=True), torch.randn(64), EPS)
     assert y is sentinel

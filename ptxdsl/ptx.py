@@ -21,6 +21,7 @@ __all__ = ["inst", "special", "warp", "bar", "addr", "global_ptrs", "global_ptr"
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
            "dim", "select", "fma", "min", "max", "pack", "unpack", "sreg", "param",
            "mbarrier", "cluster", "tma", "fence", "cp", "pipeline", "loop", "kloop",
+           "mma", "ldmatrix", "stmatrix", "movmatrix",
            "setmaxnreg", "named_barrier", "stmatrix_x4_trans_f32_bf16"]
 
 
@@ -524,3 +525,4 @@ from .loops import kloop, loop  # noqa: E402
 from .pipeline import pipeline  # noqa: E402
 from .tma import cp  # noqa: E402
 from .warpgroup import named_barrier, setmaxnreg  # noqa: E402
+from .mma import ldmatrix, mma, movmatrix, stmatrix  # noqa: E402

@@ -162,3 +162,18 @@ def mbarrier(count: int = 1):
         raise TraceError(f"smem.mbarrier takes a positive int count, got {count!r}",
                          user_location())
     return MbarrierArray(alloc(b64, (count,), align=8), 0, count)
+
+
+def base(name: str | None = None) -> ir.Reg:
+    """``mov.u32 r, NAME``: the shared address of the kernel's dynamic (``extern``) shared
+    memory (``@kernel(extern_smem=..., smem=BYTES)`` or ``alloc(..., dynamic=True)``);
+    ``name`` picks one by name. pyptx's ``smem.base()``."""
+    b = current("smem.base")
+    dyn = [d for d in b.shared if d.dynamic and (name is None or d.name == name)]
+    if not dyn:
+        raise TraceError("smem.base() needs dynamic shared memory: @kernel(extern_smem=True, "
+                         "smem=BYTES) or smem.alloc(..., dynamic=True)"
+                         + (f" named {name!r}" if name else ""), user_location())
+    r = b.new_reg(u32)
+    b.inst(["mov", "u32"], (r, ir.Symbol(dyn[0].name, "shared")))
+    return r

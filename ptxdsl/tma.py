@@ -37,6 +37,8 @@ __all__ = ["load", "store", "commit", "wait", "load_3d", "load_3d_multicast", "s
            "cp"]
 
 
+from .mma import async_copy  # noqa: E402
+
 def _tensor_operand(desc, coords) -> ir.Addr:
     if hasattr(desc, "tma_desc") and not isinstance(desc, ir.Reg):
         desc = desc.tma_desc()
@@ -183,12 +185,15 @@ class _Bulk:
         wait(n, read=read, pred=pred)
 
 
-class _Async:
+class _Async(async_copy):
+    """``ptx.cp.async_``: Ampere's ``cg``/``ca``/``commit_group``/``wait_group`` (from
+    :mod:`ptxdsl.mma`) and the bulk (TMA) forms under ``.bulk``."""
+
     bulk = _Bulk()
 
 
 class _Cp:
-    """pyptx's ``ptx.cp`` namespace (TMA forms only; ``ptx.inst.cp...`` spells any)."""
+    """pyptx's ``ptx.cp`` namespace (cp.async and TMA forms; ``ptx.inst.cp...`` spells any)."""
 
     async_ = _Async()
 

@@ -14,10 +14,13 @@ ptxdsl's fast launches call into torch for what its public API offers only slowl
   key decides);
 * ``torch._C._dynamo.guards._empty_strided_cuda``: allocation without the argument
   parser and the dispatcher (else ``torch.empty``; unlike ``torch.empty`` it does not
-  fill memory with NaN under ``torch.use_deterministic_algorithms``).
+  fill memory with NaN under ``torch.use_deterministic_algorithms``);
+* ``torch._dynamo.substitute_in_graph`` (torch 2.5+): has ``torch.compile`` trace the
+  ops as their ``torch.library`` custom ops (``ops/_common/torch_ops.py``; without it
+  dynamo traces the eager code, with graph breaks).
 
-``PTXDSL_TORCH_PRIVATE=0`` turns off the guard and the allocator (the two chosen for
-speed alone), for a torch whose helpers misbehave; the getters above fall back to
+``PTXDSL_TORCH_PRIVATE=0`` turns off the guard, the allocator and the dynamo
+substitution, for a torch whose helpers misbehave; the getters above fall back to
 their public forms only where torch lacks them.
 
 :func:`hooks` gives the :class:`TorchHooks` of a torch module, made once per module
@@ -30,7 +33,7 @@ import os
 import threading
 from functools import partial
 
-__all__ = ["HOOKS", "TorchHooks", "hooks", "never"]
+__all__ = ["HOOKS", "TorchHooks", "hooks", "never", "substitute_in_graph"]
 
 
 def never(*tensors) -> bool:
@@ -119,6 +122,18 @@ def _checked_tensor_guards(torch, guards):
     except Exception:  # noqa: BLE001 - any surprise: do without
         return None
     return tg if ok else None
+
+
+def substitute_in_graph(torch):
+    """``torch._dynamo.substitute_in_graph`` where torch has it (2.5 and later) and
+    ``PTXDSL_TORCH_PRIVATE`` allows it, else None."""
+    if not private_enabled() or torch_version(torch) < (2, 5):
+        return None
+    try:
+        from torch._dynamo import substitute_in_graph as sub
+    except ImportError:
+        return None
+    return sub
 
 
 class HookCache:

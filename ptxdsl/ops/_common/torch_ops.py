@@ -10,8 +10,8 @@ through them. CPU tensors run on the interpreter, CUDA tensors on the GPU.
 
 The public functions (``ptxdsl.ops.rms_norm``, ``rms_norm_backward``, ``matmul``) are
 not changed for this: dynamo is told to trace a stand-in for each
-(``torch._dynamo.substitute_in_graph``) that calls the op, so eager calls keep their
-measured fast paths and pay nothing. ``rms_norm(residual=..., out=...)`` and
+(``torch._dynamo.substitute_in_graph``, through :mod:`ptxdsl.runtime.torch_private`)
+that calls the op, so eager calls keep their measured fast paths and pay nothing. ``rms_norm(residual=..., out=...)`` and
 ``matmul(out=...)`` trace as the op plus ``copy_`` into the caller's tensors.
 
 :func:`register` runs once: when ``ptxdsl.ops`` is imported with torch loaded, at the
@@ -128,10 +128,10 @@ def register() -> None:
 
 def _substitute() -> None:
     """Have dynamo trace the public functions as calls of the custom ops."""
-    try:
-        from torch._dynamo import substitute_in_graph
-    except ImportError:  # torch < 2.5: torch.compile traces the eager code (graph breaks)
-        return
+    from ...runtime.torch_private import substitute_in_graph as private_substitute
+    substitute_in_graph = private_substitute(torch)
+    if substitute_in_graph is None:  # torch < 2.5 or PTXDSL_TORCH_PRIVATE=0: torch.compile
+        return                       # traces the eager code (graph breaks)
     from ..matmul import api as mm_api
     from ..rmsnorm import api as rms_api
 

@@ -50,9 +50,8 @@ class BwdPlan(RowSplit):
     fused: bool = True
     # Cache hints and L2 eviction priority of the dy and x loads of the resident-row
     # kernel (createpolicy + .L2::cache_hint; None: the default), as for the forward's x.
-    # On an H200 (bench/rmsnorm_tune.py, two rounds) .L1::evict_last under an L2
-    # evict_last policy was 0.5-2% faster than plain loads at 8 of 10 shapes, e.g.
-    # 8192x8192 f32 201.2 against 204.5 µs (copy-equivalent 192.1).
+    # .L1::evict_last under an L2 evict_last policy was faster than plain loads at most
+    # shapes measured (bench/results/rmsnorm_tune_h200.md, "backward: cache hints").
     in_hints: tuple[str, ...] = ("L1::evict_last",)
     in_policy: str | None = "evict_last"
     # Resident rows with prefetch: thread 0 also asks the bulk copy engine to bring the

@@ -66,15 +66,10 @@ class Plan(RowSplit):
     preload_w: bool = True  # weights loaded before the reduction (needs registers)
     # Cache hints of x's first read and of y's stores, and L2 eviction priorities
     # (createpolicy + .L2::cache_hint; None: the default) of x's first read, of the
-    # two-pass schedule's second read of x, of w and of y's stores. The defaults were
-    # measured on an H200 (bench/rmsnorm_tune.py --mode hints, 13 shapes, two
-    # interleaved rounds): x read with .L1::evict_last under an L2 evict_last policy and
-    # y stored plainly was the fastest schedule at 7 of 8 f32 shapes, e.g. 8192x8192 f32
-    # 128.4 µs against 131.8 with .cs loads and stores and 129.6 for torch.compile (copy
-    # 129.0). Marking x evict-first (.cs, .lu, L1::no_allocate or an evict_first policy)
-    # with y plain was the slowest (137-139 µs). A priority on y's stores (--mode store:
-    # evict_first, evict_last, evict_unchanged, L1 hints) moved no shape by more than
-    # 0.2 µs, so y_policy stays None.
+    # two-pass schedule's second read of x, of w and of y's stores. The defaults (x read
+    # with .L1::evict_last under an L2 evict_last policy, y stored plainly, no priority
+    # on y's stores) were the fastest measured (bench/results/rmsnorm_tune_h200.md,
+    # "forward: cache hints").
     x_hints: tuple[str, ...] = ("L1::evict_last",)
     y_hints: tuple[str, ...] = ()
     x_policy: str | None = "evict_last"
@@ -110,15 +105,15 @@ def plan(n: int, dtype: PtxType, vec: int | None = None, *, threads: int | None 
     if threads is None:
         if chunks <= 2 * WARP:
             # Short rows: a group of lanes per row, <= 4 chunks per lane. (At 128 chunks
-            # a CTA of 128 threads per row is faster: 35.4 vs 38.1 µs for 32768x1024 f16
-            # on an H200, copy 34.7; bench/rmsnorm_tune.py.)
+            # a CTA of 128 threads per row is faster: bench/results/rmsnorm_tune_h200.md,
+            # "forward: threads per row".)
             threads = WARP
             while threads > 1 and threads // 2 * 4 >= chunks:
                 threads //= 2
         else:
-            # Long rows: two 16-byte chunks per thread, 128 to 512 threads (tuned on
-            # an H200 with bench/rmsnorm_tune.py: 512 threads beat 256 and 1024 from
-            # 4096 f32 up to 16384 f32).
+            # Long rows: two 16-byte chunks per thread, 128 to 512 threads (512 beat 256
+            # and 1024 from 4096 f32 up to 16384 f32: bench/results/rmsnorm_tune_h200.md,
+            # "forward: threads per row").
             threads = min(512, max(128, -(-chunks // 2)))
             if -(-chunks // threads) * vec > 32:  # keep the row in registers if 1024 can
                 threads = min(1024, -(-chunks * vec // 32))
@@ -131,10 +126,9 @@ def plan(n: int, dtype: PtxType, vec: int | None = None, *, threads: int | None 
     preload_w = not two_pass and threads * rows_per_cta * (2 * values + 24) <= 65536
     if dtype.bytes == 2 and threads * rows_per_cta >= 256:
         # Half-precision rows of 256+ threads read x a second time (from L1/L2) after the
-        # reduction instead of keeping it in registers. On an H200 (bench/rmsnorm_tune.py,
-        # three interleaved rounds) this was as fast or faster at 13 of the 14 such
-        # bf16/f16 shapes of the sweep, e.g. 4096x7168 bf16 31.3 against 33.2 µs (copy
-        # 31.2); rows of 128 threads or fewer were 2% slower that way (32768x1024).
+        # reduction instead of keeping it in registers: as fast or faster at 13 of the 14
+        # such shapes measured, while rows of 128 threads or fewer were slower that way
+        # (bench/results/rmsnorm_tune_h200.md, "forward: two passes for half rows").
         two_pass = True
     return Plan(n, vec, threads, rows_per_cta, two_pass, preload_w)
 

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOPPER = os.path.join(ROOT, "examples", "hopper")
 # The gallery. rms_norm*.py come with the RMSNorm work; the rest are the docs' gallery.
 EXAMPLES = ["vector_add.py", "softmax.py", "swiglu.py", "layer_norm.py", "rms_norm.py",
-            "rms_norm_backward.py"]
+            "rms_norm_backward.py", "gemm_mma.py"]
 
 
 def _have_ptxas() -> bool:
@@ -146,3 +146,11 @@ def test_rms_norm_backward_example_interpreted(on_interpreter):
     if not hasattr(mod, "check"):
         pytest.skip("rms_norm_backward.py has no check()")
     mod.check(16, 1024)
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 64), (130, 136, 40)])
+def test_gemm_mma_example_interpreted(on_interpreter, shape):
+    """The tensor-core GEMM (cp.async ring, ldmatrix, mma.sync) against float64; the
+    second shape has ragged M/N edges, two CTAs each way and a partial K tile."""
+    mod = _module("gemm_mma.py")
+    assert mod.check(*shape) <= 2 ** -7

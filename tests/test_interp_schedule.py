@@ -194,3 +194,28 @@ def test_completed_transaction_bytes_complete_the_phase(monkeypatch):
             memops.mbarrier_complete_tx(mach, off, 64, instr, t)
     monkeypatch.setitem(semantics.HANDLERS, "mbarrier.inval", copy_lands)
     np.testing.assert_array_equal(_tx_kernel().interpret(), np.arange(64))
+
+
+def test_lanes_of_one_warp_hand_off_through_an_mbarrier():
+    """Lanes 0-15 wait for lanes 16-31, which run later in program order: the warp is
+    split into threads scheduled one by one (independent thread scheduling)."""
+    @kernel(in_specs=(), out_specs=(Tile(32, u32),), grid=1, block=(32, 1, 1),
+            arch="sm_90a")
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        bar = smem.alloc(u64, (1,))
+        data = smem.alloc(u32, (32,))
+        tid = tid_reg()
+        with ptx.if_(tid == 0):
+            ptx.inst.mbarrier.init.shared.b64(bar.addr(0), 16)
+        ptx.bar.sync(0)
+        with ptx.if_(tid < 16):
+            wait_parity(bar.addr(0), 0)
+            ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), data[tid + 16])
+        with ptx.else_():
+            data[tid] = tid * 3
+            tok = reg.scalar(u64)
+            ptx.inst.mbarrier.arrive.shared.b64(tok, bar.addr(0))
+            ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)
+    t = np.arange(32)
+    np.testing.assert_array_equal(k.interpret(), np.where(t < 16, (t + 16) * 3, t))

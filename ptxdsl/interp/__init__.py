@@ -261,6 +261,7 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
             if level < 0:
                 mach.run(top)
             else:
+                mach.per_thread = ladder[level][0] == "thread"
                 run_units(mach, top, ladder[level][1], level == len(ladder) - 1)
             return
         except Blocked:

@@ -242,6 +242,7 @@ class Machine:
         self.hb = HappensBefore(self)
         self.check_init = True                  # reads of never-written bytes are errors
         self.check_races = True
+        self.per_thread = False                 # scheduled one thread per unit
 
     # ------------------------------------------------------------------ errors
     def where(self, t: int) -> str:

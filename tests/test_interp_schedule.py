@@ -219,3 +219,24 @@ def test_lanes_of_one_warp_hand_off_through_an_mbarrier():
             ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)
     t = np.arange(32)
     np.testing.assert_array_equal(k.interpret(), np.where(t < 16, (t + 16) * 3, t))
+
+
+def test_test_wait_that_cannot_succeed_returns_false():
+    """A poll that nobody will satisfy gives up (false) instead of deadlocking."""
+    @kernel(in_specs=(), out_specs=(Tile(32, u32),), grid=1, block=(32, 1, 1),
+            arch="sm_90a")
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        bar = smem.alloc(u64, (1,))
+        tid = tid_reg()
+        with ptx.if_(tid == 0):
+            ptx.inst.mbarrier.init.shared.b64(bar.addr(0), 64)   # 32 arrivals: never done
+        ptx.bar.sync(0)
+        tok = reg.scalar(u64)
+        ptx.inst.mbarrier.arrive.shared.b64(tok, bar.addr(0))
+        done = reg.scalar(pred)
+        ptx.inst.mbarrier.test_wait.shared.b64(done, bar.addr(0), tok)
+        v = reg.scalar(u32)
+        ptx.inst.selp.u32(v, 7, 3, done)
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), v)
+    np.testing.assert_array_equal(k.interpret(), np.full(32, 3))

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 
 from ptxdsl.isa import TABLE, OpSpec
-from ptxdsl.isa.spec import parse_operands
+from ptxdsl.isa.spec import parse_operands, split_alternatives
 from ptxdsl.types import PREFIX_TYPE
 
 __all__ = ["render_ptx_namespace", "render_operator_table", "trace_operator", "python_chain",
@@ -43,6 +43,7 @@ _ROLE_TEXT = {
     "l": "label", "p": "destination predicate", "q": "source predicate",
     "V": "destination register (a list of registers for `.v2`/`.v4`)",
     "X": "source register or immediate (a list for `.v2`/`.v4`)",
+    "t": "tensor map and coordinates `ptx.addr(tmap, coords=[...])`",
 }
 
 
@@ -56,6 +57,8 @@ def _py_part(part: str) -> str:
     out = part.replace("::", "__")
     if keyword.iskeyword(out) or out in ("async",):
         out += "_"
+    if out[:1].isdigit():  # .2d (TMA dimensions): _2d
+        out = "_" + out
     return out
 
 
@@ -122,6 +125,12 @@ def python_example(example: str) -> PyExample | None:
             return None if None in items else "[" + ", ".join(items) + "]"
         if tok.startswith("[") and tok.endswith("]"):
             inner = tok[1:-1].strip()
+            tm = re.fullmatch(r"(%[a-z]+\d+)\s*,\s*(\{.*\})", inner)  # [tmap, {x, y}]
+            if tm:
+                base, coords = reg(tm.group(1)), operand(tm.group(2))
+                if base is None or coords is None:
+                    return None
+                return f"ptx.addr({base}, coords={coords})"
             m = re.fullmatch(r"(%[a-z]+\d+)\s*(?:\+\s*(\d+))?", inner)
             if not m:
                 return None
@@ -196,14 +205,25 @@ def _mod_note(m, spec: OpSpec) -> str:
 
 
 def _operands_text(sig: str) -> str:
+    return " *or* ".join(_one_operand_list(alt) for alt in split_alternatives(sig))
+
+
+def _one_operand_list(sig: str) -> str:
     parts = []
     for op in parse_operands(sig):
         ty = ""
         if op.ty:
             ty = {"T": " of the instruction type", "T0": " of the first type",
-                  "T1": " of the second type", "W": " of twice the type's width"}.get(
-                op.ty, f" `.{op.ty}`")
-        parts.append(f"{_ROLE_TEXT.get(op.role, op.role)}{ty}" + (" (optional)" if op.optional else ""))
+                  "T1": " of the second type", "T2": " of the third type",
+                  "W": " of twice the type's width"}.get(op.ty, f" `.{op.ty}`")
+        text = f"{_ROLE_TEXT.get(op.role, op.role)}{ty}"
+        if op.choices is not None:
+            text += " in {" + ", ".join(str(c) for c in op.choices) + "}"
+        if op.rw:
+            text += " (read and written)"
+        if op.when is not None:
+            text += f" (with .{op.when})"
+        parts.append(text + (" (optional)" if op.optional else ""))
     return "; ".join(parts) if parts else "none"
 
 

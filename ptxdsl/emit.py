@@ -68,7 +68,13 @@ def fmt_operand(op) -> str:
         return op.name
     if isinstance(op, ir.Addr):
         base = fmt_operand(op.base)
-        return f"[{base}+{op.offset}]" if op.offset else f"[{base}]"
+        if op.offset:
+            base = f"{base}+{op.offset}"
+        if op.coords:
+            return f"[{base}, {{{', '.join(fmt_operand(x) for x in op.coords)}}}]"
+        return f"[{base}]"
+    if isinstance(op, ir.Sink):
+        return "_"
     if isinstance(op, ir.Vec):
         return "{" + ", ".join(fmt_operand(x) for x in op.items) + "}"
     if isinstance(op, ir.LabelRef):

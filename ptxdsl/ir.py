@@ -62,10 +62,26 @@ class Symbol:
 
 @dataclass(frozen=True)
 class Addr:
-    """A memory operand ``[base+offset]``; base is a register or a symbol."""
+    """A memory operand ``[base+offset]``; base is a register or a symbol.
+
+    With ``coords`` it is a tensor-map operand ``[tmap, {x, y}]`` (TMA copies):
+    the base addresses a CUtensorMap, the coordinates are s32 registers or immediates.
+    """
 
     base: Union[Reg, Symbol]
     offset: int = 0
+    coords: tuple = ()
+
+
+@dataclass(frozen=True)
+class Sink:
+    """The sink destination ``_``: a result the instruction must not return
+    (``mbarrier.arrive`` on a peer CTA's barrier). ``ptxdsl.ir.SINK`` is the one value."""
+
+    is_sink = True
+
+
+SINK = Sink()
 
 
 @dataclass(frozen=True)
@@ -80,7 +96,7 @@ class LabelRef:
     name: str
 
 
-Operand = Union[Reg, Imm, Special, Symbol, Addr, Vec, LabelRef]
+Operand = Union[Reg, Imm, Special, Symbol, Addr, Vec, LabelRef, Sink]
 
 
 @dataclass(eq=False)
@@ -113,7 +129,7 @@ class Instr:
         """Registers this instruction reads (guard and address bases included)."""
         out = [self.guard] if self.guard is not None else []
         for slot, op in zip(self.match.operands, self.operands):
-            if slot.is_dest:
+            if not slot.is_source:
                 continue
             _collect_regs(op, out)
         return out
@@ -122,8 +138,11 @@ class Instr:
 def _collect_regs(op, out: list) -> None:
     if isinstance(op, Reg):
         out.append(op)
-    elif isinstance(op, Addr) and isinstance(op.base, Reg):
-        out.append(op.base)
+    elif isinstance(op, Addr):
+        if isinstance(op.base, Reg):
+            out.append(op.base)
+        for x in op.coords:
+            _collect_regs(x, out)
     elif isinstance(op, Vec):
         for x in op.items:
             _collect_regs(x, out)

@@ -17,7 +17,7 @@ from .reg import as_reg, assign
 from .trace import current
 from .types import PtxType, move_type, pred, u32, u64
 
-__all__ = ["inst", "special", "warp", "bar", "addr", "global_ptrs", "global_ptr", "if_",
+__all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "global_ptr", "if_",
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
            "dim", "select", "fma", "min", "max", "pack", "unpack", "sreg", "param",
            "mbarrier", "cluster", "tma", "fence", "cp", "pipeline", "loop", "kloop",
@@ -28,8 +28,11 @@ __all__ = ["inst", "special", "warp", "bar", "addr", "global_ptrs", "global_ptr"
 def ptx_name(attr: str) -> str:
     """Python attribute -> PTX modifier.
 
-    ``global_`` -> ``global``, ``L1__evict_last`` -> ``L1::evict_last``.
+    ``global_`` -> ``global``, ``L1__evict_last`` -> ``L1::evict_last``, ``_2d`` -> ``2d``
+    (a name part that starts with a digit, such as TMA's dimensions).
     """
+    if attr[:1] == "_" and attr[1:2].isdigit():
+        attr = attr[1:]
     return attr.rstrip("_").replace("__", "::")
 
 
@@ -136,6 +139,24 @@ class _Special:
     def lanemask_lt() -> ir.Special:
         return ir.Special("lanemask_lt", u32)
 
+    # Clusters (sm_90): the cluster's index in the grid, this CTA's place in its cluster.
+    clusterid = _Axes("clusterid")
+    nclusterid = _Axes("nclusterid")
+    cluster_ctaid = _Axes("cluster_ctaid")
+    cluster_nctaid = _Axes("cluster_nctaid")
+
+    @staticmethod
+    def cluster_ctarank() -> ir.Special:
+        return ir.Special("cluster_ctarank", u32)
+
+    @staticmethod
+    def cluster_nctarank() -> ir.Special:
+        return ir.Special("cluster_nctarank", u32)
+
+    @staticmethod
+    def is_explicit_cluster() -> ir.Special:
+        return ir.Special("is_explicit_cluster", pred)
+
 
 special = _Special()
 
@@ -205,13 +226,25 @@ def param(dtype: PtxType, name: str) -> ir.Reg:
 
 
 # ------------------------------------------------------------------ memory helpers
-def addr(base, offset=0) -> ir.Addr:
+# The sink destination ``_`` (mbarrier.arrive on a peer CTA's barrier returns no state).
+sink = ir.SINK
+
+
+def addr(base, offset=0, *, coords=None) -> ir.Addr:
     """A memory operand ``[base+offset]``.
 
     ``base`` is a 32/64-bit register or a shared array; an int ``offset`` is
     folded into the operand (no instruction), a register offset records one
-    ``add`` (``base + offset``).
+    ``add`` (``base + offset``). ``coords=[x, y, ...]`` makes a tensor-map
+    operand ``[tmap, {x, y}]`` for TMA copies (``base`` addresses the map).
     """
+    if coords is not None:
+        if isinstance(base, ir.Special):
+            base = as_reg(base)
+        if not isinstance(base, (ir.Reg, ir.Symbol)) or offset != 0:
+            raise TraceError("a tensor-map operand is ptx.addr(tmap, coords=[...]) with a "
+                             ".u64 register or a tensor-map parameter as tmap", user_location())
+        return ir.Addr(base, 0, tuple(coords))
     if hasattr(base, "__ptx_addr__"):
         a = base.__ptx_addr__()
         base, offset = a.base, a.offset + offset if isinstance(offset, int) else offset

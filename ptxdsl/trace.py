@@ -134,7 +134,10 @@ class Builder:
         try:
             m = resolve(list(chain))
             check_arch(m, self.sm, self.arch)
+            m = _pick_signature(m, args)
             operands = self.coerce_operands(m, args)
+            m = _optional_needs(m, operands)
+            check_arch(m, self.sm, self.arch)
             if m.spec.check_operands is not None:
                 verdict = m.spec.check_operands(m, operands)
                 if verdict:
@@ -179,6 +182,14 @@ class Builder:
         want = m.resolve_type(slot.ty)
         where = f"operand {index} of {m.text}"
         role = slot.role
+        if slot.choices is not None and not isinstance(arg, (ir.Reg, ir.Special)):
+            return self._choice(m, slot, arg, where, want)
+        if role == "t":
+            return self._tensor_addr(m, slot, arg, where)
+        if arg is ir.SINK:
+            if slot.is_dest:
+                return arg
+            raise OperandTypeError(f"{where}: the sink _ is only a destination")
         if role in ("V", "X") and (m.vector > 1 or slot.list_key) or (
                 m.spec.packs and isinstance(arg, (list, tuple))):
             return self._coerce_vec(m, slot, arg, where, want)
@@ -216,6 +227,38 @@ class Builder:
             raise OperandTypeError(f"{where} must be a label (ptx.label(...)), "
                                    f"got {_describe(arg)}")
         raise IsaError(f"{where}: unsupported operand role {role!r}")  # pragma: no cover
+
+    def _choice(self, m, slot, arg, where, want):
+        """An enumerated immediate (wgmma's scale and transpose flags, scale-d)."""
+        value = arg.value if isinstance(arg, ir.Imm) else arg
+        if hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, int) or value not in slot.choices:
+            allowed = ", ".join(str(c) for c in slot.choices)
+            raise IsaError(f"{where} must be one of {allowed} (a Python int), got {value!r}")
+        return ir.Imm(value, want)
+
+    def _tensor_addr(self, m, slot, arg, where):
+        """``[tmap, {c0, c1, ...}]``: a tensor map's address and its s32 coordinates."""
+        from .types import s32
+        n = m.count(slot)
+        if hasattr(arg, "__ptx_addr__"):
+            arg = arg.__ptx_addr__()
+        if not isinstance(arg, ir.Addr) or len(arg.coords) != n:
+            got = len(arg.coords) if isinstance(arg, ir.Addr) else _describe(arg)
+            raise IsaError(f"{where}: {m.text} takes a tensor map and {n} coordinates, "
+                           f"written ptx.addr(tmap, coords=[...{n} values]); got {got}")
+        base = arg.base
+        if isinstance(base, ir.Reg):
+            self.own(base)
+            if base.dtype.bits != 64 or not base.dtype.is_int:
+                raise OperandTypeError(f"{where}: a tensor map address is a .u64/.b64 "
+                                       f"register, got %{base.name} (.{base.dtype.name})")
+        coords = tuple(self._reg(c, s32, where, m) if isinstance(c, (ir.Reg, ir.Special))
+                       else self._imm_or_other(c, s32, where, m) for c in arg.coords)
+        return ir.Addr(base, arg.offset, coords)
 
     def _coerce_vec(self, m, slot, arg, where, want):
         if hasattr(arg, "__ptx_regs__"):  # a Fragment or a reg.array
@@ -447,6 +490,30 @@ def _resolve_deferred(body, used):
         else:
             out.append(node)
     return out
+
+
+def _pick_signature(m: Match, args: Sequence) -> Match:
+    """Of a form's operand lists (``||`` alternatives), the first that fits ``args``:
+    a register list where a list slot is, a single value where a scalar slot is."""
+    alts = m.alternatives
+    if len(alts) == 1:
+        return m
+    for sig in alts:
+        need = sum(1 for s in sig if not s.optional)
+        if not need <= len(args) <= len(sig):
+            continue
+        if all(s.is_list == isinstance(a, (list, tuple)) or hasattr(a, "__ptx_regs__")
+               and s.is_list for s, a in zip(sig, args)):
+            return m.with_operands(sig)
+    return m
+
+
+def _optional_needs(m: Match, operands) -> Match:
+    """Optional operands that arrived later than their instruction raise its needs."""
+    for slot, _ in zip(m.operands, operands):
+        if slot.optional and slot.need is not None:
+            m = m.needing(*slot.need)
+    return m
 
 
 def _bits_type(bits: int) -> PtxType:

@@ -138,8 +138,12 @@ def _immediate(m: Match, slot_index: int, t):
         return 31
     if op == "prmt":
         return 0x3210
-    if op == "cp.async.bulk.prefetch.L2":
+    if op in ("cp.async.bulk.prefetch.L2", "cp.async.bulk"):
         return 256  # bytes: a multiple of 16
+    if op == "setmaxnreg":
+        return 240  # 24..256, a multiple of 8
+    if op in ("wgmma.wait_group", "cp.async.bulk.wait_group"):
+        return 1
     if op in ("cp.async.wait_group", "bar", "barrier") and slot_index == 0:
         return 0
     if op == "mbarrier.try_wait" and m.has("parity"):
@@ -179,8 +183,16 @@ class Sweep:
         b = self.b
         t = m.resolve_type(slot.ty)
         role = slot.role
+        if slot.choices is not None and (imm or role == "i"):
+            return slot.choices[-1]
+        if role == "t":
+            return ir.Addr(b.new_reg(u64), 0, tuple(b.new_reg(ALL_TYPES["s32"])
+                                                     for _ in range(m.count(slot))))
         if role in ("V", "X") and (m.vector > 1 or slot.list_key):
             return [b.new_reg(_reg_type(t)) for _ in range(m.count(slot))]
+        if role == "d" and m.chosen.get("space") == "shared::cluster" and m.spec.opcode \
+                .startswith("mbarrier.arrive"):
+            return ir.SINK  # a peer CTA's barrier returns no state
         if role in ("d", "p", "V"):
             return b.new_reg(_reg_type(t))
         if role in ("s", "X") and imm:
@@ -203,9 +215,13 @@ class Sweep:
 
     def add(self, m: Match, imm_slot: int | None = None) -> Form | None:
         """Build ``m`` with fabricated operands; None if the tracer refuses the operands
-        (e.g. an immediate where the table allows registers only)."""
+        (e.g. an immediate where the table allows registers only). Optional slots are
+        filled when they carry no needs of their own, or when ``m`` already has them
+        (see :func:`with_optional_needs`)."""
         args = [self._operand(m, i, s, imm_slot == i) for i, s in enumerate(m.operands)
-                if not s.optional or m.spec.opcode == "cp.async"]
+                if not s.optional or m.spec.opcode == "cp.async"
+                or s.need is None and s.ty == "u32" and m.spec.opcode.startswith("mbarrier")
+                or s.need is not None and m.ptx >= s.need[0] and m.sm >= s.need[1]]
         form = Form(m, imm_slot)
         try:
             # The tracer's own operand checks (Builder.build minus the table lookup,
@@ -218,9 +234,18 @@ class Sweep:
         return form
 
     def add_with_immediates(self, m: Match) -> list[Form]:
-        """The all-register form plus one form per source slot that may take an immediate."""
+        """The all-register form plus one form per source slot that may take an immediate,
+        for each operand list the form accepts (``||`` alternatives)."""
+        out = []
+        for sig in m.alternatives:
+            out += self._with_immediates(m.with_operands(sig))
+        return out
+
+    def _with_immediates(self, m: Match) -> list[Form]:
         out = [self.add(m)]
         for i, s in enumerate(m.operands):
+            if s.role == "t":
+                continue
             if s.role in ("s", "X") and not s.optional and not s.list_key and not (
                     m.vector > 1 and s.role == "X"):
                 t = m.resolve_type(s.ty)
@@ -245,6 +270,16 @@ class Sweep:
             used.update(f.instr.sources())
         prog.regs = [r for r in b.regs if r in used]
         return emit(prog)
+
+
+def with_optional_needs(m: Match) -> list[Match]:
+    """``m``, plus ``m`` needing what its optional operands with needs ask for (the sweep
+    then fills them: mbarrier.arrive's count is an sm_90 operand of an sm_80 form)."""
+    out = [m]
+    for s in m.operands:
+        if s.optional and s.need is not None and not (m.ptx >= s.need[0] and m.sm >= s.need[1]):
+            out.append(m.needing(*s.need))
+    return out
 
 
 def version_for(m: Match, arch: str) -> tuple[int, int]:

@@ -16,11 +16,11 @@ import collections
 import pytest
 
 from isa_forms import (Sweep, arch_for, assemble_forms, covering_forms, example_chain,
-                       example_module, version_for)
+                       example_module, version_for, with_optional_needs)
 from ptxdsl import toolchain
 from ptxdsl.errors import ArchError, IsaError, PtxdslError
 from ptxdsl.isa import INSTRUCTIONS, TABLE, check_arch, lookup, match, resolve
-from ptxdsl.isa.spec import parse_operands
+from ptxdsl.isa.spec import parse_operands, split_alternatives
 from ptxdsl.types import ALL_TYPES
 
 PTXAS = toolchain.find_ptxas()
@@ -52,10 +52,10 @@ def test_entry_is_well_formed(opcode):
             seen.setdefault(m, gi)
     assert len({grp.name for grp in spec.groups}) == len(spec.groups)
     for sig in (spec.operands, *spec.variants.values()):
-        for slot in parse_operands(sig):
-            assert slot.role in "dsrialpqVX"
-            assert slot.ty in (None, "T", "T0", "T1", "W") or slot.ty in ALL_TYPES or (
-                slot.list_key and slot.role in "VX" and spec.lists is not None)
+        for slot in (x for alt in split_alternatives(sig) for x in parse_operands(alt)):
+            assert slot.role in "dsrialpqtVX"
+            assert slot.ty in (None, "T", "T0", "T1", "T2", "W") or slot.ty in ALL_TYPES or (
+                slot.list_key and slot.role in "VXt" and spec.lists is not None)
     for key in spec.variants:  # a variant is selected by modifiers or type suffixes
         for part in key.split("+"):
             assert spec.group_of(part) is not None or part in spec.types, f"variant .{key}"
@@ -101,7 +101,7 @@ def test_entry_assembles(opcode):
     spec = INSTRUCTIONS[opcode]
     sweep = Sweep()
     by_target = collections.defaultdict(list)
-    for m in covering_forms(spec)[0]:
+    for m in (x for base in covering_forms(spec)[0] for x in with_optional_needs(base)):
         arch = arch_for(m, "a")
         forms = sweep.add_with_immediates(m)
         assert forms, f"the tracer refused every operand set for {m.text}"
@@ -172,6 +172,21 @@ REFUSED = [
     ("add.bf16 %hb2, %hb0, %hb1", "sm_80"),              # bf16 add arrived with sm_90
     ("elect.sync %r0|%p0, 0xffffffff", "sm_80"),
     ("cp.async.cg.shared.global [%r0], [%rd0], 16", "sm_75"),
+    # Hopper
+    ("wgmma.fence.sync.aligned", "sm_90"),                # wgmma is sm_90a only
+    ("setmaxnreg.inc.sync.aligned.u32 240", "sm_90"),
+    ("wgmma.mma_async.sync.aligned.m64n40k32.s32.s8.s8 {%r0, %r1, %r2, %r3, %r4, %r5, %r6, "
+     "%r7, %r8, %r9, %r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17, %r18, %r19}, %rd0, %rd1, "
+     "%p0", "sm_90a"),                                    # integer N: 8, 16, 24, 32, 48, ...
+    ("wgmma.mma_async.sync.aligned.m64n8k16.f16.bf16.bf16 {%r0, %r1}, %rd0, %rd1, %p0, 1, 1, "
+     "0, 0", "sm_90a"),                                   # bf16 accumulates in f32 only
+    ("barrier.cluster.wait.relaxed", "sm_90a"),
+    ("mbarrier.expect_tx.cluster.shared::cluster.b64 [%r0], %r1", "sm_90a"),
+    ("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.and.b64 "
+     "[%r0], %rd1, [%r2]", "sm_90a"),
+    ("cp.async.bulk.tensor.2d.global.shared::cta.mbarrier::complete_tx::bytes "
+     "[%rd0, {%r1, %r2}], [%r0], [%r3]", "sm_90a"),      # stores complete in bulk groups
+    ("fence.mbarrier_init.release.cta", "sm_90a"),
 ]
 
 

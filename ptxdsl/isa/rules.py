@@ -247,6 +247,15 @@ def mbarrier(m):
     return None
 
 
+def mbarrier_tx(m):
+    """expect_tx / complete_tx: .relaxed and a scope come together (or neither)."""
+    if m.chosen.get("sem") and not m.chosen.get("scope"):
+        return ".relaxed needs a scope right after it: .relaxed.cta or .relaxed.cluster"
+    if m.chosen.get("scope") and not m.chosen.get("sem"):
+        return f"a scope needs the memory order before it: .relaxed.{m.chosen['scope']}"
+    return None
+
+
 def compare(m):
     cmp = m.chosen["cmp"]
     t = m.type
@@ -302,6 +311,12 @@ def redux(m):
 
 def fence(m):
     sem, kind = m.chosen.get("sem"), m.chosen.get("proxykind")
+    if sem == "mbarrier_init" or m.chosen.get("order"):
+        if (sem, kind, m.chosen.get("order"), m.chosen.get("scope")) != (
+                "mbarrier_init", None, "release", "cluster"):
+            return ("fence.mbarrier_init is written fence.mbarrier_init.release.cluster "
+                    "(and .release after fence belongs to it alone)")
+        return None
     if sem == "proxy" and not kind:
         return "fence.proxy needs a proxy kind: fence.proxy.async or fence.proxy.alias"
     if kind and sem != "proxy":
@@ -402,8 +417,17 @@ def barrier_operands(m, ops):
     return None
 
 
+def mbarrier_arrive_operands(m, ops):
+    """A peer CTA's mbarrier (.shared::cluster) returns no state: its destination is _."""
+    sink = getattr(ops[0], "is_sink", False)
+    if m.chosen.get("space") == "shared::cluster" and not sink:
+        return ("an arrive on a .shared::cluster mbarrier (a peer CTA's, from mapa) returns "
+                "no state: pass ptx.sink as the destination")
+    return None
+
+
 def parity_operands(m, ops):
-    v = _imm(ops[-1])
+    v = _imm(ops[2]) if len(ops) > 2 else None
     if m.has("parity") and v is not None and v not in (0, 1):
         return f"a phase parity is 0 or 1, not {v}"
     return None

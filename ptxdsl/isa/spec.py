@@ -10,6 +10,7 @@ these objects; nothing else knows the rules.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -28,6 +29,8 @@ class Mod:
     sm: int | None = None
     types: frozenset[str] | None = None  # restrict the instruction types it allows
     doc: str = ""
+    # True when the modifier exists only on the arch-specific target (sm_90a, not sm_90)
+    arch_specific: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,20 +58,37 @@ class Operand:
 
     ``role``: ``d`` destination register, ``s`` source register or immediate,
     ``r`` source register only, ``i`` immediate only, ``a`` address,
+    ``t`` tensor-map address with a coordinate list (``[tmap, {x, y}]``),
     ``l`` label, ``p`` destination predicate, ``q`` source predicate,
     ``V`` destination register or register list (vector forms),
     ``X`` source register/immediate or list (vector forms).
-    ``ty``: ``T`` (the instruction type), ``T0``/``T1`` (first/second type of
-    two-type instructions such as cvt), ``W`` (twice the width of ``T``),
+    ``ty``: ``T`` (the instruction type), ``T0``/``T1``/``T2`` (the types of
+    several-type instructions such as cvt or wgmma), ``W`` (twice the width of ``T``),
     or a fixed type name such as ``u32``; ``{key}`` (with ``V``/``X``) is a
     register list whose element type and length depend on the form: the
     entry's ``lists`` function gives them per matched form (an mma's A operand
     is four ``.b32`` registers for ``m16n8k16.bf16``, one for ``m8n8k4.f64``).
+
+    Written ``[+]role:ty[{v,...}][?][@modifier][!ptx/sm]``:
+
+    - ``+``: read-write (an accumulator the instruction reads and writes);
+    - ``{1,-1}`` after the type: the immediates the slot allows (a ``q`` slot
+      with choices also takes one of them in place of a predicate register);
+    - ``?``: optional (may be left off at the end);
+    - ``@modifier``: present exactly when the chain has that modifier;
+    - ``!7.8/90``: an optional slot that, when given, needs that PTX ISA / sm_.
+
+    ``t`` (a tensor-map operand) takes its coordinate count from a ``{key}`` type
+    (``t:{coords}``: ``lists`` gives ``("s32", dimensions)``).
     """
 
     role: str
     ty: str | None
     optional: bool = False
+    rw: bool = False
+    choices: tuple[int, ...] | None = None
+    when: str | None = None
+    need: tuple[Version, int] | None = None
 
     @property
     def is_dest(self) -> bool:
@@ -81,16 +101,43 @@ class Operand:
             return self.ty[1:-1]
         return None
 
+    @property
+    def is_source(self) -> bool:
+        """Read by the instruction: every non-destination slot, and read-write ones."""
+        return self.rw or not self.is_dest
+
+    @property
+    def is_list(self) -> bool:
+        """Takes a register list whose length the form fixes (``{key}`` slots)."""
+        return self.list_key is not None and self.role in ("V", "X")
+
+
+_SLOT = re.compile(r"^(?P<rw>\+)?(?P<role>[a-zA-Z]):?(?P<ty>\{\w+\}|\w+)?"
+                   r"(?:\{(?P<choices>[-\d,]+)\})?(?P<opt>\?)?(?:@(?P<when>[\w:]+))?"
+                   r"(?:!(?P<need>\d+\.\d+/\d+))?$")
+
 
 def parse_operands(sig: str) -> tuple[Operand, ...]:
-    """Parse ``"d:T s:T s:T q:pred?"`` into Operand slots."""
+    """Parse ``"d:T s:T s:T q:pred?"`` into Operand slots (syntax: :class:`Operand`)."""
     out = []
     for item in sig.split():
-        optional = item.endswith("?")
-        item = item.rstrip("?")
-        role, _, ty = item.partition(":")
-        out.append(Operand(role, ty or None, optional))
+        m = _SLOT.match(item)
+        if m is None:
+            raise ValueError(f"bad operand slot {item!r}")
+        need = None
+        if m["need"]:
+            v, sm = m["need"].split("/")
+            major, minor = v.split(".")
+            need = ((int(major), int(minor)), int(sm))
+        choices = tuple(int(x) for x in m["choices"].split(",")) if m["choices"] else None
+        out.append(Operand(m["role"], m["ty"] or None, bool(m["opt"]), bool(m["rw"]),
+                           choices, m["when"], need))
     return tuple(out)
+
+
+def split_alternatives(sig: str) -> list[str]:
+    """``"sigA || sigB"``: operand lists of one form told apart by the operands given."""
+    return [part.strip() for part in sig.split("||")]
 
 
 SCOPES = ("thread", "warp", "warpgroup", "cta", "cluster")
@@ -176,6 +223,9 @@ class OpSpec:
     # lists: for entries with ``{key}`` operand slots, a function of the Match
     #   returning ``{key: (register type name, count)}`` for that exact form.
     lists: Callable[["Match"], Mapping[str, tuple[str, int]]] | None = None
+    # True when the whole instruction exists only on the arch-specific target
+    # (sm_90a, not sm_90: wgmma, setmaxnreg); Mod.arch_specific for one modifier.
+    arch_specific: bool = False
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -188,12 +238,24 @@ class OpSpec:
         if self.access not in ACCESS:
             raise ValueError(f"{self.opcode}: access {self.access!r} is not one of {ACCESS}")
 
-    def signature(self, mods: frozenset[str]) -> tuple[Operand, ...]:
+    def signature_text(self, mods: frozenset[str]) -> str:
         # A variant key is a modifier or type, or several joined by '+' (all present).
         for key, sig in self.variants.items():
             if all(k in mods for k in key.split("+")):
-                return parse_operands(sig)
-        return parse_operands(self.operands)
+                return sig
+        return self.operands
+
+    def signatures(self, mods: frozenset[str]) -> list[tuple[Operand, ...]]:
+        """Every operand list of the form: the first, then its alternatives (``||``),
+        each without the slots whose ``@modifier`` the chain lacks."""
+        out = []
+        for text in split_alternatives(self.signature_text(mods)):
+            out.append(tuple(s for s in parse_operands(text)
+                             if s.when is None or s.when in mods))
+        return out
+
+    def signature(self, mods: frozenset[str]) -> tuple[Operand, ...]:
+        return self.signatures(mods)[0]
 
     def group_of(self, name: str) -> Group | None:
         for g in self.groups:
@@ -215,6 +277,7 @@ class Match:
     sm: int                              # sm_ this exact form needs
     # register lists of ``{key}`` slots: key -> (element type name, count)
     lists: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    arch_specific: bool = False          # needs the sm_XXa target (wgmma, setmaxnreg)
 
     @property
     def text(self) -> str:
@@ -233,6 +296,16 @@ class Match:
         """Whether every thread of the entry's scope must execute this form together."""
         a = self.spec.aligned
         return a if isinstance(a, bool) else a in self.mods
+    def alternatives(self) -> list[tuple[Operand, ...]]:
+        """Every operand list this form accepts (the first is ``operands``)."""
+        return self.spec.signatures(frozenset(self.mods))
+
+    def with_operands(self, operands: tuple[Operand, ...]) -> "Match":
+        return replace(self, operands=operands)
+
+    def needing(self, ptx: Version, sm: int) -> "Match":
+        """This match, needing at least ``ptx`` / ``sm``."""
+        return replace(self, ptx=max(self.ptx, ptx), sm=max(self.sm, sm))
 
     @property
     def vector(self) -> int:
@@ -253,8 +326,8 @@ class Match:
             return ALL_TYPES[self.lists[ty[1:-1]][0]]
         if ty == "T":
             return self.types[0]
-        if ty in ("T0", "T1"):
-            return self.types[int(ty[1])]
+        if ty[0] == "T" and ty[1:].isdigit():
+            return self.types[int(ty[1:])]
         if ty == "W":
             t = self.types[0]
             return ALL_TYPES[f"{t.kind}{t.bits * 2}"]
@@ -285,6 +358,7 @@ def match(spec: OpSpec, mods: list[str]) -> Match:
 
     chosen: dict[str, str] = {}
     need_ptx, need_sm = spec.ptx, spec.sm
+    arch_specific = spec.arch_specific
     pos = 0
     for m in head:
         # A modifier may belong to two groups (createpolicy's primary and secondary
@@ -324,6 +398,7 @@ def match(spec: OpSpec, mods: list[str]) -> Match:
             need_ptx = mod.ptx
         if mod.sm and mod.sm > need_sm:
             need_sm = mod.sm
+        arch_specific = arch_specific or mod.arch_specific
     for g in spec.groups:
         if g.required and g.name not in chosen:
             raise IsaError(
@@ -349,15 +424,14 @@ def match(spec: OpSpec, mods: list[str]) -> Match:
             )
     tuple_types = tuple(types)
     result = Match(spec, tuple(mods), chosen, tuple_types,
-                   spec.signature(frozenset(mods)), need_ptx, need_sm)
+                   spec.signature(frozenset(mods)), need_ptx, need_sm, arch_specific)
     result = _type_requirements(result)
     if spec.rule is not None:
         verdict = spec.rule(result)
         if isinstance(verdict, str):
             raise IsaError(f"{written}: {verdict}")
         if verdict is not None:
-            ptx, sm = max(result.ptx, verdict[0]), max(result.sm, verdict[1])
-            result = Match(spec, result.mods, chosen, tuple_types, result.operands, ptx, sm)
+            result = result.needing(verdict[0], verdict[1])
     if spec.lists is not None:
         result = replace(result, lists=dict(spec.lists(result)))
     return result
@@ -383,7 +457,7 @@ def _type_requirements(m: Match) -> Match:
             ptx, sm = max(ptx, need[0]), max(sm, need[1])
     if (ptx, sm) == (m.ptx, m.sm):
         return m
-    return Match(m.spec, m.mods, m.chosen, m.types, m.operands, ptx, sm)
+    return m.needing(ptx, sm)
 
 
 def check_arch(m: Match, arch_sm: int, arch_name: str, max_ptx: Version | None = None) -> None:
@@ -392,6 +466,11 @@ def check_arch(m: Match, arch_sm: int, arch_name: str, max_ptx: Version | None =
         raise ArchError(
             f"{m.text} needs sm_{m.sm} or newer, but the kernel targets {arch_name}; "
             f"pass arch='sm_{m.sm}' (or newer) to @kernel, or use another instruction"
+        )
+    if m.arch_specific and not arch_name.strip().lower().endswith(("a", "f")):
+        raise ArchError(
+            f"{m.text} exists only on the arch-specific target sm_{m.sm}a, but the kernel "
+            f"targets {arch_name}; pass arch='sm_{m.sm}a' to @kernel"
         )
     if max_ptx is not None and m.ptx > max_ptx:
         raise ArchError(

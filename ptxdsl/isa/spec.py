@@ -296,6 +296,8 @@ class Match:
         """Whether every thread of the entry's scope must execute this form together."""
         a = self.spec.aligned
         return a if isinstance(a, bool) else a in self.mods
+
+    @property
     def alternatives(self) -> list[tuple[Operand, ...]]:
         """Every operand list this form accepts (the first is ``operands``)."""
         return self.spec.signatures(frozenset(self.mods))

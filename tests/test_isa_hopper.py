@@ -188,7 +188,7 @@ def test_wgmma_wrong_accumulator_count():
         acc = reg.array(f32, 8)
         d = reg.scalar(u64, init=0)
         ptx.inst.wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16(list(acc), d, d, 1, 1, 1, 0, 0)  # <- acc-count
-    raises_at(body, "acc-count", r"takes 4 registers here", r"got 8")
+    raises_at(body, "acc-count", r"takes 4 .f32 registers here", r"has 8; pass exactly 4")
 
 
 def test_wgmma_scale_must_be_one_or_minus_one():

@@ -426,7 +426,7 @@ def match(spec: OpSpec, mods: list[str]) -> Match:
             )
     tuple_types = tuple(types)
     result = Match(spec, tuple(mods), chosen, tuple_types,
-                   spec.signature(frozenset(mods)), need_ptx, need_sm, arch_specific)
+                   spec.signature(frozenset(mods)), need_ptx, need_sm, arch_specific=arch_specific)
     result = _type_requirements(result)
     if spec.rule is not None:
         verdict = spec.rule(result)

@@ -559,3 +559,6 @@ from .pipeline import pipeline  # noqa: E402
 from .tma import cp  # noqa: E402
 from .warpgroup import named_barrier, setmaxnreg  # noqa: E402
 from .mma import ldmatrix, mma, movmatrix, stmatrix  # noqa: E402
+
+
+from . import wgmma  # noqa: E402  (ptx.wgmma.mma / descriptor / fence / commit / wait)

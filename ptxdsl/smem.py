@@ -20,6 +20,8 @@ from .types import PtxType, move_type, u32
 class SharedArray:
     """A statically sized shared-memory array of one CTA."""
 
+    swizzle = 0  # the swizzle span in bytes of the tile it holds (smem.alloc(swizzle=))
+
     def __init__(self, decl: ir.SharedDecl, builder):
         self.decl = decl
         self._builder = builder
@@ -121,7 +123,8 @@ class SharedArray:
         current().inst(["st", "shared", move_type(self.dtype).name], (a, as_reg(value)))
 
 
-def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False) -> SharedArray:
+def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
+          swizzle: int = 0) -> SharedArray:
     """Declare ``.shared .align A .b8 smemN[bytes]`` for this CTA and return a handle.
 
     ``dynamic=True`` declares it as dynamic shared memory instead
@@ -129,8 +132,18 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False) -> S
     ``extern __shared__``): the launch provides its bytes, which may exceed the 48 KiB
     a kernel can declare statically (the launcher raises the function's limit). A
     kernel has at most one dynamic array; it lies after every static one.
+
+    ``swizzle=32/64/128`` says the array holds a TMA/wgmma swizzled tile (rows of at
+    most ``swizzle`` bytes, 16-byte chunks XOR-permuted by row): the array is aligned to
+    the pattern (8 rows of ``swizzle`` bytes) and carries ``.swizzle``, which
+    ``ptx.wgmma.descriptor`` and TMA boxes read, so the two agree by construction.
     """
     b = current("smem.alloc")
+    if swizzle not in (0, 32, 64, 128):
+        raise TraceError(f"smem.alloc swizzle must be 0, 32, 64 or 128 (bytes), got "
+                         f"{swizzle!r}", user_location())
+    if swizzle:
+        align = max(align, 8 * swizzle)
     if isinstance(shape, int):
         shape = (shape,)
     shape = tuple(shape)
@@ -149,7 +162,13 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False) -> S
     decl = ir.SharedDecl(f"smem{len(b.shared)}", dtype, shape, align, user_location(),
                          dynamic=bool(dynamic))
     b.shared.append(decl)
-    return SharedArray(decl, b)
+    arr = SharedArray(decl, b)
+    arr.swizzle = swizzle
+    if swizzle and shape[-1] * dtype.bytes > swizzle:
+        raise TraceError(f"a {swizzle}-byte swizzled array has rows of at most {swizzle} "
+                         f"bytes ({swizzle // dtype.bytes} {dtype.name}), got {shape[-1]}",
+                         user_location())
+    return arr
 
 
 def mbarrier(count: int = 1):

@@ -120,6 +120,12 @@ def pyptx_gemm():
     A (M, K), B (N, K) row-major, C (N, M); M and N multiples of 256, K of 64, at most
     128 tiles per cluster of its fixed 128-CTA grid. Returns (run, rule) or raises."""
     from pyptx.examples.hopper import gemm_highperf_hopper as g
+    if os.environ.get("PYPTX_EXT") != "1":
+        try:  # no JIT build of pyptx's C++ launch extension here: it launches via ctypes
+            import pyptx.torch_support as ts
+            ts._CPP_EXT_CHECKED = True
+        except Exception:
+            pass
     torch = _torch()
     scheds: dict = {}
 
@@ -301,11 +307,14 @@ def main(argv=None):
         result["ptxdsl_kernels"] = {}
     except ImportError:
         describe = None
+    path = args.json or os.path.join(os.environ.get("OUT", "."), "matmul.json")
     for m, n, k, group in todo:
         row = bench_shape(m, n, k, contenders, args, l2)
         if describe is not None:
             row.setdefault("ptxdsl", {})["kernel"] = describe(m, n, k)
         result["rows"].append({"shape": [m, n, k], "group": group, "results": row})
+        with open(path, "w") as f:  # after every shape: a run cut short keeps what it measured
+            json.dump(result, f, indent=1)
         print(f"{m}x{n}x{k}: " + ", ".join(
             f"{c}={v['tflops']:.0f}" if "tflops" in v else f"{c}=" +
             ("skip" if "skip" in v else "ERR " + v.get("error", "")[:80])
@@ -316,7 +325,6 @@ def main(argv=None):
             result["host_us"] = host_cost(contenders)
         except Exception as ex:
             result["notes"].append(f"host cost not measured: {ex}")
-    path = args.json or os.path.join(os.environ.get("OUT", "."), "matmul.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print_table(result)

@@ -16,9 +16,10 @@ from ptxdsl.errors import ToolchainError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOPPER = os.path.join(ROOT, "examples", "hopper")
-# The gallery. rms_norm*.py come with the RMSNorm work; the rest are the docs' gallery.
+# The gallery. rms_norm*.py come with the RMSNorm work, gemm*.py with the GEMMs; the rest are
+# the docs' gallery.
 EXAMPLES = ["vector_add.py", "softmax.py", "swiglu.py", "layer_norm.py", "rms_norm.py",
-            "rms_norm_backward.py", "gemm_mma.py"]
+            "rms_norm_backward.py", "gemm_mma.py", "gemm.py"]
 
 
 def _have_ptxas() -> bool:
@@ -126,7 +127,8 @@ def test_layer_norm_interpreted(on_interpreter, B, N):
     np.testing.assert_allclose(y, mod.reference(x, w, b), rtol=1e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("name", ["vector_add.py", "softmax.py", "swiglu.py", "layer_norm.py"])
+@pytest.mark.parametrize("name", ["vector_add.py", "softmax.py", "swiglu.py", "layer_norm.py",
+                                  "gemm.py"])
 def test_example_main_runs_on_the_interpreter(on_interpreter, name, capsys):
     """What `python examples/hopper/X.py` does on a machine without a GPU."""
     _module(name).main()

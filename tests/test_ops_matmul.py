@@ -132,6 +132,9 @@ def test_plan_fits_shared_memory():
     assert choose(128, 4096, 4096, bf16).cluster == 1
     assert choose(4096, 4096, 4096, bf16).cluster == 2
     assert Plan().tiles(129, 257) == (2, 2)        # M rounded up to whole clusters
+    # 128 x 128 tiles where 128 x 256 ones would leave most of a round idle
+    assert choose(4096, 4096, 4096, bf16).bn == 256 and choose(8192, 8192, 8192, bf16).bn == 256
+    assert choose(1024, 6144, 4096, bf16).bn == 128 and choose(128, 8192, 8192, bf16).bn == 128
     assert tma_ok(0, 8, 4, bf16) and not tma_ok(0, 7, 4, bf16) and not tma_ok(8, 8, 4, bf16)
 
 
@@ -167,3 +170,49 @@ def test_device_tile_coords_match_the_python_model():
     r, c = coords.interpret()
     assert list(zip(r.tolist(), c.tolist())) == [tile_coords_py(t, rows, cols, group)
                                                  for t in range(n)]
+
+
+class _FakeHopper:
+    """Stands in for the Hopper kernel: records what it was given, computes with numpy."""
+
+    name = "fake_hopper"
+
+    def __init__(self):
+        self.calls = []
+
+    def interpret(self, a, bt, out):
+        self.calls.append((a, bt))
+        out[...] = (a.astype(np.float64) @ bt.astype(np.float64).T).astype(out.dtype)
+        return out
+
+    __call__ = interpret
+
+
+@pytest.mark.parametrize("a_t,b_t", [(False, True), (False, False), (True, True), (True, False)])
+def test_sm90_dispatch_gives_the_hopper_kernel_k_major_operands(monkeypatch, a_t, b_t):
+    """On an sm_90 device every aligned layout runs the Hopper kernel: K-major operands in
+    place, a column-major a or a row-major b copied once into K-major."""
+    from ptxdsl.ops.matmul import api
+
+    class Info:
+        cc, sm_count = (9, 0), 132
+
+    fake = _FakeHopper()
+    monkeypatch.setattr(api.Frame, "device", lambda self, a: Info())
+    monkeypatch.setattr(api.Frame, "on_gpu", lambda self: False)
+    monkeypatch.setattr(api, "hopper_kernel", lambda *args: fake)
+    rng = np.random.default_rng(8)
+    m, n, k = 24, 40, 32
+    a = ints(rng, (k, m)).T if a_t else ints(rng, (m, k))
+    b = ints(rng, (n, k)).T if b_t else ints(rng, (k, n))
+    c = matmul(a, b, out_dtype=np.float32)
+    np.testing.assert_array_equal(c, ref(a, b))
+    (ka, kbt), = fake.calls
+    assert ka.strides[1] == 2 and kbt.strides[1] == 2          # both K-major
+    assert np.shares_memory(ka, a) == (not a_t)                 # in place unless copied
+    assert np.shares_memory(kbt, b) == b_t
+    # an odd row stride (not a multiple of 16 bytes) is not TMA's: the SIMT kernel runs
+    fake.calls.clear()
+    odd = ints(rng, (m, k + 1))[:, :k]
+    np.testing.assert_array_equal(matmul(odd, b, out_dtype=np.float32), ref(odd, b))
+    assert fake.calls == []

@@ -9,8 +9,10 @@ arrays. The rules:
 * both ``float16`` or both ``bfloat16``; f32 accumulation; the output is
   ``out_dtype`` (``float16``, ``bfloat16`` or ``float32``; default: the inputs');
 * any M, N, K (K = 0 gives ``act(bias)``); each matrix row-major or column-major
-  (a transposed view such as ``w.T``) with any leading stride, read in place; a
-  matrix with neither unit stride is copied once;
+  (a transposed view such as ``w.T``) with any leading stride; a matrix with neither
+  unit stride is copied once. The Hopper kernel reads K-major operands in place (``a``
+  row-major, ``b`` a transposed row-major ``(N, K)``: ``x @ w.T``); on sm_90 the other
+  layouts are copied once into K-major (the SIMT kernel reads every layout in place);
 * ``bias`` is ``(N,)`` of the inputs' dtype or float32; ``activation`` is None,
   ``"relu"``, ``"gelu"`` (tanh form) or ``"silu"``;
 * ``out``, when given, has the result's shape and ``out_dtype`` and unit inner stride;
@@ -212,9 +214,18 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
     b_k, b_t = _layout(frame, b)
     info = frame.device(a)
     k = None
-    if info is not None and _hopper_ok(info, a_k, a_t, b_k, b_t, out, dt, odt):
-        k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt, bdt,
-                          activation, info.sm_count)
+    copied = not (a_k is a or a_t) or not (b_k is b or b_t)
+    if info is not None and getattr(info, "cc", None) == (9, 0):
+        # The Hopper kernel reads K-major operands: a column-major a or a row-major (K, N)
+        # b is copied once into that layout (one pass over the operand, far cheaper than
+        # the SIMT kernel; a kernel that reads them in place is not written yet).
+        ha = frame.contiguous(a) if a_t else a_k
+        hb = b_k if b_t else frame.contiguous(b.T)
+        if _hopper_ok(info, ha, False, hb, True, out, dt, odt):
+            k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt,
+                              bdt, activation, info.sm_count)
+            copied = copied or ha is not a_k or hb is not b_k
+            a_k, a_t, b_k, b_t = ha, False, hb, True
     if k is None:
         k = kernel_for(dt, odt, a_t, b_t, bdt, activation)
     log.debug("matmul %dx%dx%d %s->%s (a%s b%s, bias %s, %s): %s", int(a.shape[0]),
@@ -224,7 +235,6 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
     res = frame.run(k, *args, out)
     if frame.kind == "numpy" and res is not None and res is not out:
         out[...] = res
-    copied = not (a_k is a or a_t) or not (b_k is b or b_t)
     return k, a_t, b_t, copied
 
 
@@ -232,10 +242,9 @@ def _hopper_ok(info, a_k, a_t, b_k, b_t, out, dt, odt) -> bool:
     """The Hopper kernel reads K-major operands through TMA: A row-major, B given as the
     transpose of a row-major (N, K) array, every base 16-byte aligned and every row
     stride a multiple of 16 bytes (C's too); an sm_90 device."""
-    if getattr(info, "cc", None) != (9, 0) or a_t or not b_t or strides(out)[-1] != 1:
+    if getattr(info, "cc", None) != (9, 0) or a_t or not b_t or strides(out)[-1] != 1 \
+            or strides(a_k)[-1] != 1 or strides(b_k)[-1] != 1:
         return False
-    if importlib.util.find_spec(__package__ + ".hopper") is None:
-        return False  # the Hopper kernel's module has not landed yet
     return (tma_ok(data_ptr(a_k), strides(a_k)[0], int(a_k.shape[0]), dt)
             and tma_ok(data_ptr(b_k), strides(b_k)[0], int(b_k.shape[0]), dt)
             and tma_ok(data_ptr(out), strides(out)[0], int(out.shape[0]), odt))

@@ -22,13 +22,17 @@ Where the numbers come from:
 * Clusters of 2 along M: the pair shares its B tile (32 KiB per stage), so L2 to
   SM traffic per tile drops from 48 to 32 KiB. Shapes with a single tile row
   (M <= 128) run without a cluster.
-* Group of 8 tile rows for the rasterized order (:mod:`.schedule`): 8 A tile rows
-  (8 x 128 x K x 2 bytes = 16 MiB at K = 8192) stay in the 50 MiB L2 while the
-  group sweeps N.
+* Groups of 8 cluster tile rows for the rasterized order (:mod:`.schedule`): 16 A
+  panels of 128 rows (16 x 128 x K x 2 bytes = 32 MiB at K = 8192) stay in the 50 MiB L2
+  while the group sweeps N.
 
-No GEMM result is in ``bench/results`` yet (``bench/matmul.py`` writes
-``bench/results/matmul_<device>.json``); the choices above are the issue's anchors
-and the shared-memory arithmetic, to be revisited against the first sweep.
+Measured (``bench/results/matmul_h100.json``, one full ``bench/matmul.py`` run on an
+H100; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): this plan
+runs 703 / 771 / 710 TFLOP/s at 4096^3 / 8192^3 / 16384^3 beside cuBLAS's 710 / 744 /
+722. Rasterization groups of 4 and 16 were within 2% of 8; waiting for each stage's
+wgmmas before releasing it (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained
+6%. At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet repeated:
+the plan keeps four). The H200 has not been measured.
 """
 from __future__ import annotations
 
@@ -52,6 +56,9 @@ class Plan:
     cluster: int = 2       # CTAs along M sharing B by TMA multicast (1: no cluster)
     group_m: int = 8       # tile rows per rasterization group (L2 reuse of A)
     epi_cols: int = 128    # columns of C staged in shared memory per epilogue step
+    in_flight: int = 1     # wgmma groups a consumer keeps in flight (1: release a stage
+    #                        after the next one's wgmmas are issued; 0: wait for each)
+    l2_promotion: int = 0  # TMA L2 promotion of A and B loads (bytes: 0, 64, 128, 256)
 
     @property
     def threads(self) -> int:
@@ -81,7 +88,7 @@ class Plan:
         return tm, -(-n // self.bn)
 
 
-def stages_for(p: Plan, dtype: PtxType, out_dtype: PtxType, most: int = 4) -> int:
+def stages_for(p: Plan, dtype: PtxType, out_dtype: PtxType, most: int = 6) -> int:
     """The deepest ring (at most ``most``) that fits beside the epilogue buffer."""
     room = SMEM_PER_CTA - p.epilogue_bytes(out_dtype) - BARRIER_BYTES
     return max(2, min(most, room // p.stage_bytes(dtype)))
@@ -91,13 +98,25 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
            sms: int = 132) -> Plan:
     """The Hopper plan for an (M, N, K) product of ``dtype`` operands.
 
-    One tile row (M <= 128) has nothing to share along M: no cluster. Everything
-    else runs 2-CTA clusters. ``sms`` (the persistent grid) does not change the
-    plan, only the launch.
+    128 x 256 tiles unless 128 x 128 tiles (m64n128 consumers, twice the tiles, a deeper
+    ring) keep the persistent grid busier by more than 10% over its rounds: with few tiles
+    the last round leaves SMs idle (128 x 8192 x 8192: 32 tiles of 128 x 256 for 132 SMs;
+    1024 x 6144: 192 tiles, one full round and one 45% busy). One tile
+    row (M <= 128) has nothing to share along M: no cluster. TMA loads promote 256-byte
+    L2 lines (H100, ``bench/matmul_tune.py``: +6% at 4096^3 and 8192^3 over none).
+    ``sms`` sizes only the launch, except for that tile-count rule.
     """
     out_dtype = out_dtype or dtype
-    p = Plan(cluster=1 if m <= 128 else 2)
-    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype)})
+    cluster = 1 if m <= 128 else 2
+
+    def waves(bn):  # busy fraction of the persistent grid's slots over all its rounds
+        t = Plan(bn=bn, cluster=cluster).tiles(m, n)
+        tiles, slots = t[0] * t[1] // cluster, max(1, sms // cluster)
+        return tiles / (-(-tiles // slots) * slots)
+    bn = 128 if waves(128) > 1.1 * waves(256) else 256
+    p = Plan(cluster=cluster, bn=bn, l2_promotion=256)
+    most = 4 if p.bn == 256 else 6
+    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 
 
 @dataclass(frozen=True)

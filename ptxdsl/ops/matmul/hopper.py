@@ -1,0 +1,414 @@
+"""The Hopper GEMM: persistent, warp-specialized, wgmma fed by TMA through an mbarrier ring.
+
+``C = act(A @ B + bias)`` for K-major operands: A stored ``(M, K)`` row-major and B
+given as its transpose ``Bt`` stored ``(N, K)`` row-major (``x @ W.T`` of a linear
+layer), bf16 or f16, f32 accumulation, bf16 / f16 / f32 output. M, N, K are run-time
+parameters; edges are TMA's: loads past the tensor fill zeros (ragged K adds
+nothing), stores past it are clipped.
+
+One CTA = 384 threads = three warpgroups, one 128 x 256 output tile at a time (or
+128 x 128, m64n128 consumers and a six-stage ring, where :func:`.plan.choose` finds that
+twice the tiles keep the grid busier)::
+
+                     full[s] (tx bytes)                     empty[s] (4 arrivals)
+    warpgroup 0  ──TMA A 128x64, B 128x64 (x2, multicast)──▶  ring stage s  ──▶ wgmma
+    (producer,       waits empty[s], arrive.expect_tx         (A 16 KiB +       warpgroups 1, 2
+     40 regs)        full[s] 48 KiB                            B 32 KiB)         (consumers, 232 regs)
+                                                                                each m64n256k16 x 4
+                                                                                per stage, then
+                                                                                arrive empty[s] on
+                                                                                both CTAs of the
+                                                                                cluster
+
+    epilogue (each consumer, its 64 x 256 rows): acc (+bias, act) → cvt → st.shared into
+    a 128-byte-swizzled staging panel → fence.proxy.async → bar.sync → TMA store
+
+Pieces and the instructions they record:
+
+* **Roles.** ``setmaxnreg.dec.sync.aligned.u32 40`` in the producer warpgroup,
+  ``setmaxnreg.inc.sync.aligned.u32 232`` in the consumers (128*40 + 256*232 = 64512 of
+  the SM's 65536 registers); the kernel carries ``.maxntid 384`` so that ptxas honours it.
+  Each consumer keeps a 64 x 256 f32 accumulator: 128 registers per thread.
+* **Ring.** ``stages`` slots in dynamic shared memory (1024-byte aligned, the 128-byte
+  swizzle's period), each A 128 x 64 and B 256 x 64 elements, written by TMA with the
+  128-byte swizzle (one 64-element K row is one 128-byte swizzle row). Two mbarriers per
+  slot: ``full`` (count 1: the producer's ``mbarrier.arrive.expect_tx`` of the slot's
+  bytes; TMA completes the bytes) and ``empty`` (count consumers x cluster). Slot and
+  parity advance together across tiles (:class:`_Ring`); waits are
+  ``mbarrier.try_wait.parity`` loops. The producer's first pass waits on parity 1 of a
+  fresh barrier, which is already complete, so nobody pre-arrives.
+* **Clusters of 2 along M** (``.reqnctapercluster 2, 1, 1``): both CTAs of a cluster
+  compute tiles in the same tile column, so they need the same B tile: each CTA loads
+  half of it (128 rows) with ``.multicast::cluster`` (mask 0b11) into both CTAs' slot,
+  completing bytes on both CTAs' ``full`` barriers. A slot may be refilled only when the
+  consumers of *both* CTAs released it: each consumer warpgroup arrives on the ``empty``
+  barrier of every CTA of the cluster (``mapa`` + ``mbarrier.arrive.shared::cluster``,
+  the default CTA-scope release: the consumers wrote nothing the producer reads, and a
+  ``.release.cluster`` arrive costs a ``MEMBAR.ALL.GPU`` per k-block in SASS; with it
+  the kernel ran 520 TFLOP/s at 8192^3 on an H100, without it 771).
+  The kernel ends with ``barrier.cluster.arrive/wait`` so no CTA exits while its partner
+  may still write into it.
+* **MMA.** Per stage and consumer: ``wgmma.fence``, four
+  ``wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16`` whose descriptors step 32
+  bytes along K inside the swizzle row (:func:`sw128_desc`), ``wgmma.commit_group``, then
+  ``wgmma.wait_group 1``: the previous stage's group has retired, and that stage is
+  released (the ``empty`` arrivals) while this one runs (``Plan.in_flight = 0`` waits for
+  each stage instead: 10% slower on an H100). The first k-block of a tile is peeled and
+  passes scale-d = 0 (``D = A*B``), so the accumulator needs no zeroing.
+* **Scheduler.** Persistent: ``grid = SMs`` rounded to whole clusters; cluster ``c``
+  takes cluster tiles ``c, c + G/2, ...`` in grouped order (:mod:`.schedule`), computed
+  from the tile index with a few integer instructions.
+* **Epilogue.** Each consumer stores its 64 x 256 result in two halves of 128 columns
+  through a 64 x 128 staging buffer of 128-byte-swizzled panels (64 bf16 columns each;
+  the swizzle spreads a warp's 8 rows over 8 bank groups): ``st.shared.b32`` of packed
+  pairs (``cvt.rn.bf16x2.f32``), ``fence.proxy.async.shared::cta``, ``bar.sync id, 128``
+  (a named barrier per consumer), then one thread issues
+  ``cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group`` per panel and
+  ``cp.async.bulk.commit_group``; before the buffer is written again that thread waits
+  ``cp.async.bulk.wait_group.read 0`` and the warpgroup meets at the barrier.
+"""
+from __future__ import annotations
+
+import itertools
+
+from ptxdsl import Tile, kernel, ptx, reg, smem
+from ptxdsl.types import PtxType, b32, b64, f32, pred, u8, u16, u32, u64
+
+from .epilogue import activate
+from .plan import Plan
+from .schedule import tile_coords
+
+PRODUCER_REGS = 40
+CONSUMER_REGS = 232
+
+
+# ---------------------------------------------------------------- shared-memory map
+class Layout:
+    """Byte offsets in the dynamic shared memory of one CTA."""
+
+    def __init__(self, p: Plan, dtype: PtxType, out_dtype: PtxType):
+        es = dtype.bytes
+        self.a_stage = p.bm * p.bk * es
+        self.b_stage = p.bn * p.bk * es
+        self.a = 0
+        self.b = self.a + p.stages * self.a_stage
+        self.c = self.b + p.stages * self.b_stage
+        self.panel_cols = 128 // out_dtype.bytes          # one swizzle row of C
+        self.c_consumer = p.wg_m * p.epi_cols * out_dtype.bytes
+        self.full = self.c + p.consumers * self.c_consumer
+        self.empty = self.full + 8 * p.stages
+        self.total = self.empty + 8 * p.stages
+
+
+def sw128_desc(addr) -> object:
+    """The wgmma shared-memory descriptor of a K-major, 128-byte-swizzled operand at
+    ``addr`` (a ``.u32`` shared address, 1024-byte aligned plus a K offset under 128):
+    start address ``addr >> 4`` (bits 0-13), leading byte offset 16 (unused by swizzled
+    K-major layouts, bits 16-29: 1), stride byte offset 1024 between 8-row core groups
+    (bits 32-45: 64), swizzle mode 1 = 128B (bits 62-63). Records ``shr.b32``,
+    ``cvt.u64.u32``, ``or.b64``."""
+    lo = reg.scalar(u64)
+    ptx.inst.cvt.u64.u32(lo, addr >> 4)
+    d = reg.scalar(b64)
+    ptx.inst.or_.b64(d, lo, (1 << 62) | (64 << 32) | (1 << 16))
+    return d
+
+
+class _Ring:
+    """Slot index and parity of a full/empty ring, advanced together (no division)."""
+
+    def __init__(self, stages: int):
+        self.stages = stages
+        self.slot = reg.scalar(u32, init=0)
+        self.phase = reg.scalar(u32, init=0)
+
+    def advance(self):
+        """``slot += 1``; on wrap-around ``slot = 0`` and ``phase ^= 1``."""
+        ptx.inst.add.u32(self.slot, self.slot, 1)
+        wrap = self.slot == self.stages
+        ptx.inst.selp.u32(self.slot, 0, self.slot, wrap)
+        flip = reg.scalar(u32)
+        ptx.inst.selp.u32(flip, 1, 0, wrap)
+        ptx.inst.xor.b32(self.phase, self.phase, flip)
+
+
+def _wait(labels, bar, parity) -> None:
+    """Spin until the phase of ``bar`` with ``parity`` completed:
+    ``L: mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity; @!p bra L``
+    (``labels`` numbers the loops of one trace)."""
+    top = ptx.new_label(f"wait{next(labels)}")
+    ptx.place(top)
+    done = reg.scalar(pred)
+    ptx.inst("mbarrier.try_wait.parity.shared::cta.b64", done, ptx.addr(bar), parity)
+    ptx.bra(top, pred=~done)
+
+
+def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan):
+    """(in_specs, out_specs, names): A (M, K), Bt (N, K) and C (M, N) through TMA."""
+    from ptxdsl.tensormap import TMA
+    a = Tile("M", "K", dtype, stride="sa", tma=TMA(box=(p.bm, p.bk), swizzle=128,
+                                                   l2_promotion=p.l2_promotion))
+    b = Tile("N", "K", dtype, stride="sb", tma=TMA(box=(p.bn // 2, p.bk), swizzle=128,
+                                                   l2_promotion=p.l2_promotion))
+    c = Tile("M", "N", out_dtype, stride="sc",
+             tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))
+    ins = (a, b) + ((Tile("N", bias),) if bias is not None else ())
+    names = ("A", "Bt") + (("bias",) if bias is not None else ()) + ("C",)
+    return ins, (c,), names
+
+
+def grid_for(p: Plan, sms: int):
+    """The persistent grid as a function of the named dims (whole clusters)."""
+    def grid(M, N, K):
+        tm, tn = p.tiles(M, N)
+        ctas = min(tm * tn, sms // p.cluster * p.cluster)
+        return (max(ctas, p.cluster), 1, 1)
+    return grid
+
+
+def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType | None = None,
+                 activation: str | None = None, sms: int = 132, arch: str = "sm_90a",
+                 _store: bool = True):
+    """The kernel for one (plan, dtypes, epilogue); M, N, K are run-time parameters.
+    ``_store=False`` (timing experiments of ``bench/matmul_tune.py`` only) leaves out the
+    TMA stores of C: the output is not written."""
+    if p.bm != 128 or p.bn not in (128, 256) or p.bk * dtype.bytes != 128 or \
+            p.consumers != 2 or p.epi_cols > p.bn:
+        raise ValueError(f"build_hopper is written for 128x256 or 128x128 tiles of two m64 "
+                         f"consumers and 128-byte K rows, got {p}")
+    L = Layout(p, dtype, out_dtype)
+    ins, outs, names = specs(dtype, out_dtype, bias, p)
+    S, CL = p.stages, p.cluster
+    tx_bytes = L.a_stage + L.b_stage
+    half_b = L.b_stage // 2
+    ty = dtype.name
+    ob = out_dtype.bytes
+    name = (f"matmul_hopper_{ty}_{out_dtype.name}_s{S}_c{CL}"
+            f"{'_bias' if bias else ''}{'_' + activation if activation else ''}")
+    opts = dict(cluster=(CL, 1, 1), raw_directives=[("explicitcluster", ()),
+                                                   ("reqnctapercluster", (CL, 1, 1))]) \
+        if CL > 1 else {}
+
+    @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms),
+            block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, **opts)
+    def matmul_hopper(*args):
+        if bias is not None:
+            A, Bt, Bias, C = args
+            (pbias,) = ptx.global_ptrs(Bias)
+        else:
+            A, Bt, C = args
+        labels = itertools.count()
+        tma_a, tma_b, tma_c = A.tma_desc(), Bt.tma_desc(), C.tma_desc()
+        m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        wg = tid >> 7
+        lane = tid & 127
+        base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
+        full0, empty0 = base + L.full, base + L.empty
+
+        with ptx.if_(tid == 0):
+            for s in range(S):
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full0, 8 * s), 1)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty0, 8 * s),
+                         p.consumers * CL)
+            ptx.inst("fence.mbarrier_init.release.cluster")
+        if CL > 1:
+            ptx.inst("barrier.cluster.arrive.aligned")
+            ptx.inst("barrier.cluster.wait.aligned")
+            rank = reg.scalar(u32); ptx.inst.mov.u32(rank, ptx.special.cluster_ctarank())
+            cid = reg.scalar(u32); ptx.inst.mov.u32(cid, ptx.special.clusterid.x())
+            ncl = reg.scalar(u32); ptx.inst.mov.u32(ncl, ptx.special.nclusterid.x())
+        else:
+            ptx.inst("bar.sync", 0)
+            rank = 0
+            cid = reg.scalar(u32); ptx.inst.mov.u32(cid, ptx.special.ctaid.x())
+            ncl = reg.scalar(u32); ptx.inst.mov.u32(ncl, ptx.special.nctaid.x())
+        tiles_m = (m + (p.bm * CL - 1)) // (p.bm * CL)      # cluster tile rows
+        tiles_n = (n + (p.bn - 1)) // p.bn
+        nk = (k + (p.bk - 1)) // p.bk
+        total = tiles_m * tiles_n
+
+        def tile_origin(t):
+            row, col = tile_coords(t, tiles_m, tiles_n, p.group_m)
+            tm = row * CL + rank if CL > 1 else row
+            return tm * p.bm, col * p.bn
+
+        with ptx.if_(wg == 0):
+            # ---------------------------------------------------- producer
+            ptx.inst("setmaxnreg.dec.sync.aligned.u32", PRODUCER_REGS)
+            with ptx.if_(lane == 0):
+                ring = _Ring(S)
+                for t in ptx.range_(cid, total, ncl):
+                    m0, n0 = tile_origin(t)
+                    nb = n0 + rank * (p.bn // 2) if CL > 1 else n0
+                    for kb in ptx.range_(nk):
+                        kk = kb * p.bk
+                        _wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
+                        fb = full0 + ring.slot * 8
+                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                 ptx.addr(fb), tx_bytes)
+                        sa = base + L.a + ring.slot * L.a_stage
+                        ptx.inst("cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+                                 "mbarrier::complete_tx::bytes", ptx.addr(sa),
+                                 ptx.addr(tma_a, coords=[kk, m0]), ptx.addr(fb))
+                        sb = base + L.b + ring.slot * L.b_stage
+                        if CL > 1:
+                            mask16 = reg.scalar(u16, init=(1 << CL) - 1)
+                            ptx.inst("cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+                                     "mbarrier::complete_tx::bytes.multicast::cluster",
+                                     ptx.addr(sb + rank * half_b),
+                                     ptx.addr(tma_b, coords=[kk, nb]), ptx.addr(fb), mask16)
+                        else:
+                            for h in range(2):
+                                ptx.inst("cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+                                         "mbarrier::complete_tx::bytes", ptx.addr(sb, h * half_b),
+                                         ptx.addr(tma_b, coords=[kk, n0 + h * (p.bn // 2)]),
+                                         ptx.addr(fb))
+                        ring.advance()
+        with ptx.else_():
+            # ---------------------------------------------------- consumers
+            ptx.inst("setmaxnreg.inc.sync.aligned.u32", CONSUMER_REGS)
+            cons = wg - 1
+            acc = reg.array(f32, p.bn // 2)
+            ring = _Ring(S)
+            a_off = cons * (p.wg_m * p.bk * dtype.bytes)
+            stage_c = base + L.c + cons * L.c_consumer
+            # This thread's place in the m64nN accumulator fragment.
+            warp, lw = lane >> 5, lane & 31
+            frow = warp * 16 + (lw >> 2)              # rows frow and frow + 8
+            fcol = (lw & 3) * 2                       # cols 8j + fcol, + 1
+            bar_id = cons + 1
+            def mma_stage(first: bool):
+                """Wait for the ring's stage, issue its K/16 wgmmas, commit; returns the
+                stage's empty barrier."""
+                _wait(labels, full0 + ring.slot * 8, ring.phase)
+                sa = base + L.a + ring.slot * L.a_stage + a_off
+                sb = base + L.b + ring.slot * L.b_stage
+                da, db = sw128_desc(sa), sw128_desc(sb)
+                ptx.inst("wgmma.fence.sync.aligned")
+                for ks in range(p.bk // 16):
+                    step = 2 * ks                       # 32 bytes along K, >> 4
+                    ptx.inst(f"wgmma.mma_async.sync.aligned.m64n{p.bn}k16.f32.{ty}.{ty}",
+                             list(acc), da if ks == 0 else da + step,
+                             db if ks == 0 else db + step, 0 if first and ks == 0 else 1,
+                             1, 1, 0, 0)
+                ptx.inst("wgmma.commit_group.sync.aligned")
+                eb = empty0 + ring.slot * 8
+                ring.advance()
+                return eb
+
+            def release(eb):
+                """One thread per consumer arrives on the stage's empty barrier of every
+                CTA of the cluster."""
+                if CL > 1:
+                    with ptx.if_(lane < CL):
+                        remote = reg.scalar(u32)
+                        ptx.inst("mapa.shared::cluster.u32", remote, eb, lane)
+                        ptx.inst("mbarrier.arrive.shared::cluster.b64",
+                                 ptx.sink, ptx.addr(remote))
+                else:
+                    with ptx.if_(lane == 0):
+                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(eb))
+
+            for t in ptx.range_(cid, total, ncl):
+                m0, n0 = tile_origin(t)
+                # The first k-block writes D = A*B (scale-d 0); each later one keeps one
+                # wgmma group in flight and releases the stage before it.
+                if p.in_flight:
+                    prev = mma_stage(True)
+                    for kb in ptx.range_(1, nk):
+                        eb = mma_stage(False)
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                        release(prev)
+                        ptx.inst.mov.u32(prev, eb)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    release(prev)
+                else:                           # each stage retired before it is released
+                    release_now = mma_stage(True)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    release(release_now)
+                    for kb in ptx.range_(1, nk):
+                        eb = mma_stage(False)
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        release(eb)
+                _epilogue(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
+                          fcol, bar_id, m0 + cons * p.wg_m, n0, n, tma_c,
+                          pbias if bias is not None else None, _store)
+            with ptx.if_(lane == 0):
+                ptx.inst("cp.async.bulk.wait_group", 0)
+        if CL > 1:
+            ptx.inst("barrier.cluster.arrive")
+            ptx.inst("barrier.cluster.wait")
+
+    return matmul_hopper
+
+
+def _epilogue(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, fcol, bar_id,
+              row0, n0, n, tma_c, pbias, store=True):
+    """Store one consumer's 64 x 256 accumulator (see the module docstring).
+
+    Addresses: the thread's element ``(row, col)`` of a panel lies at byte ``row*128 +
+    16*((b >> 4) ^ (row & 7)) + (b & 15)`` with ``b = (col % pc) * ob``. ``b >> 4`` is a
+    constant ``c`` of the 8-column group plus ``fhi = (fcol*ob) >> 4`` (0, or 0/1 for f32,
+    where ``c`` is even), so the swizzled chunk is ``c ^ q`` with ``q = fhi ^ (frow & 7)``
+    per thread: eight offsets ``(c ^ q) << 4`` and two row bases are computed once, and
+    each store is one ``add.u32`` and an ``st.shared`` with a constant panel offset."""
+    pc = L.panel_cols                       # columns per 128-byte panel
+    panels = p.epi_cols // pc
+    rows = p.wg_m
+    fb = fcol * ob                          # byte of the thread's pair in its 8-column group
+    q = (fb >> 4) ^ (frow & 7)
+    xs = [q << 4 if c == 0 else (q ^ c) << 4 for c in range(8)]
+    flo = fb & 15
+    bases = [stage_c + (frow * 128 if hr == 0 else (frow + 8) * 128) + flo for hr in range(2)]
+    for half in range(p.bn // p.epi_cols):
+        with ptx.if_(lane == 0):
+            ptx.inst("cp.async.bulk.wait_group.read", 0)
+        ptx.inst("barrier.sync", bar_id, 128)
+        for j in range(p.epi_cols // 8):    # 8-column groups of this half
+            col = half * p.epi_cols + 8 * j  # + fcol
+            gj = col // 8
+            bv = None
+            if bias is not None:
+                bcol = n0 + (col + fcol) if col else n0 + fcol
+                bv = [_bias_at(pbias, bcol if e == 0 else bcol + 1, n, bias) for e in range(2)]
+            vals = []
+            for r in range(4):
+                v = acc[4 * gj + r]
+                if bv is not None:
+                    v = v + bv[r & 1]
+                vals.append(activate(v, activation))
+            panel = (8 * j) // pc
+            c = (((8 * j) % pc) * ob) >> 4  # the group's 16-byte chunk in the panel row
+            for hr in range(2):             # rows frow, frow + 8
+                pair = vals[2 * hr:2 * hr + 2]
+                if out_dtype == f32:
+                    words = pair
+                else:
+                    w = reg.scalar(b32)
+                    ptx.inst(f"cvt.rn.{out_dtype.name}x2.f32", w, pair[1], pair[0])
+                    words = [w]
+                at = ptx.addr(bases[hr] + xs[c], panel * rows * 128)
+                if len(words) == 1:
+                    ptx.inst("st.shared.b32", at, words[0])
+                else:
+                    ptx.inst("st.shared.v2.f32", at, words)
+        ptx.inst("fence.proxy.async.shared::cta")
+        ptx.inst("barrier.sync", bar_id, 128)
+        with ptx.if_(lane == 0):
+            for qq in range(panels if store else 0):
+                ptx.inst("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
+                         ptx.addr(tma_c, coords=[n0 + half * p.epi_cols + qq * pc, row0]),
+                         ptx.addr(stage_c + qq * (rows * 128)))
+            ptx.inst("cp.async.bulk.commit_group")
+
+
+def _bias_at(pbias, col, n, dtype):
+    """bias[col] as f32 (0 past N): one predicated ``ld.global`` (cached in L1)."""
+    from .._common.rowio import load_chunk
+    ok = col < n
+    addr = pbias + col * dtype.bytes
+    return load_chunk(addr, 0, dtype, 1, pred=ok)[0]
+
+
+__all__ = ["build_hopper", "Layout", "sw128_desc", "specs", "grid_for"]

@@ -72,6 +72,7 @@ from __future__ import annotations
 import itertools
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
+from ptxdsl.isa.descriptors import SmemDescriptor
 from ptxdsl.types import PtxType, b32, b64, f32, pred, u8, u16, u32, u64
 
 from .epilogue import activate
@@ -80,6 +81,9 @@ from .schedule import tile_coords
 
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
+# A K-major operand of 128-byte rows under the 128-byte swizzle: 8-row core groups 1024
+# bytes apart (SBO); the leading offset is not read for this layout (16 by convention).
+SW128_K_MAJOR = SmemDescriptor(leading=16, stride=1024, swizzle=128)
 
 
 # ---------------------------------------------------------------- shared-memory map
@@ -105,12 +109,13 @@ def sw128_desc(addr) -> object:
     ``addr`` (a ``.u32`` shared address, 1024-byte aligned plus a K offset under 128):
     start address ``addr >> 4`` (bits 0-13), leading byte offset 16 (unused by swizzled
     K-major layouts, bits 16-29: 1), stride byte offset 1024 between 8-row core groups
-    (bits 32-45: 64), swizzle mode 1 = 128B (bits 62-63). Records ``shr.b32``,
-    ``cvt.u64.u32``, ``or.b64``."""
+    (bits 32-45: 64), swizzle mode 1 = 128B (bits 62-63); every field but the start
+    comes from :data:`SW128_K_MAJOR` (:class:`~ptxdsl.isa.descriptors.SmemDescriptor`).
+    Records ``shr.b32``, ``cvt.u64.u32``, ``or.b64``."""
     lo = reg.scalar(u64)
     ptx.inst.cvt.u64.u32(lo, addr >> 4)
     d = reg.scalar(b64)
-    ptx.inst.or_.b64(d, lo, (1 << 62) | (64 << 32) | (1 << 16))
+    ptx.inst.or_.b64(d, lo, SW128_K_MAJOR.constant_bits())
     return d
 
 

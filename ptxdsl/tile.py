@@ -37,6 +37,13 @@ class Tile:
     ``"B"``: a named dim becomes a ``.u32`` kernel parameter, read in the body
     with ``X.shape[0]`` / ``ptx.dim("B")``, and one compiled module serves
     every value of it.
+
+    ``tma=TMA(box=..., swizzle=...)`` says the kernel moves this tensor through the
+    tensor memory accelerator: ``X.tma_desc()`` in the body names its tensor map, which
+    the runtime encodes for every call (see :mod:`ptxdsl.tensormap`). pyptx's spelling
+    is accepted too: a :class:`Layout` after the dtype and ``tma_box=``, ``tma_rank=``,
+    ``tma_padding=`` keywords (``Tile("M", "K", bf16, Layout.TMA_128B, tma_box=(128,
+    64), tma_rank=3)`` is ``tma=TMA(box=(128, 64), swizzle=128, split=64)``).
     """
 
     def __init__(self, *dims_and_dtype, stride: str | None = None, tma: TMA | None = None,

@@ -151,8 +151,11 @@ def descriptor(smem, *, leading: int = 16, stride: int = 1024, swizzle: int | No
     fields = SmemDescriptor(0, leading, stride, base_offset, swizzle)
     addr, off = _smem_address(smem)
     b = current("ptx.wgmma.descriptor")
-    if off + byte_offset:
-        addr = addr + (off + byte_offset)
+    k = off + byte_offset
+    if k:  # a negative offset (pyptx's GEMM passes -8192) adds as .s32: the same bits
+        t0 = reg.scalar(u32)
+        b.inst(["add", "s32" if k < 0 else "u32"], (t0, addr, k))
+        addr = t0
     t = reg.scalar(u32)
     b.inst(["shr", "u32"], (t, addr, 4))
     b.inst(["and", "b32"], (t, t, 0x3FFF))
@@ -168,13 +171,16 @@ def masked_descriptor(smem_addr, *, byte_offset: int = 0, mask: int = 0x3FF80,
 
     The default constant is ``SmemDescriptor(leading=16, stride=1024, swizzle=128)``'s
     fields; prefer :func:`descriptor`, which names them. Records ``add.u32`` (for a
-    non-zero offset), ``and.b32``, ``shr.u32``, ``cvt.u64.u32`` and ``or.b64``.
+    non-zero offset; ``add.s32`` for a negative one), ``and.b32``, ``shr.u32``, ``cvt.u64.u32`` and ``or.b64``.
     """
     from . import reg
     addr, off = _smem_address(smem_addr)
     b = current("ptx.wgmma.masked_descriptor")
-    if off + byte_offset:
-        addr = addr + (off + byte_offset)
+    k = off + byte_offset
+    if k:  # a negative offset (pyptx's GEMM passes -8192) adds as .s32: the same bits
+        t0 = reg.scalar(u32)
+        b.inst(["add", "s32" if k < 0 else "u32"], (t0, addr, k))
+        addr = t0
     t = reg.scalar(u32)
     b.inst(["and", "b32"], (t, addr, mask))
     b.inst(["shr", "u32"], (t, t, 4))

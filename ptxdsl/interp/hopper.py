@@ -1,2 +1,305 @@
-"""CPU semantics of Hopper's asynchronous instructions (wgmma, TMA, clusters)."""
+"""CPU semantics of Hopper's warpgroup MMA (wgmma) and the instructions that need no more
+than bookkeeping (fence.proxy forms, prefetches, setmaxnreg checks, griddepcontrol).
+
+wgmma.mma_async
+---------------
+Each warpgroup (4 aligned warps, all 128 threads together) reads its A and B
+operands from shared memory through the descriptor bits exactly as the hardware
+does (:class:`~ptxdsl.isa.descriptors.SmemDescriptor`): start address, leading and
+stride byte offsets, and the 32/64/128-byte swizzle applied to the absolute
+shared address (:func:`~ptxdsl.isa.descriptors.swizzle_offset`). K-major operands
+lie as rows of 16-byte chunks (8-row groups ``stride`` bytes apart; without swizzle
+each 8x16-byte core matrix is contiguous and the second K chunk is ``leading`` bytes
+away); MN-major operands (transpose 1, f16/bf16 only) lie as rows along MN, one row
+per k (8-k groups ``stride`` bytes apart, swizzle spans ``leading`` bytes apart).
+A from registers uses the mma.sync A fragment layout per warp (16-bit inputs).
+
+The product is computed in float64 (int64 for s8/u8), added to the accumulator
+(scale-d), rounded once into the accumulator type and held *in flight*: the
+accumulator registers cannot be read or written (an InterpreterError names the
+wgmma) until ``wgmma.commit_group`` closes its group and ``wgmma.wait_group`` N
+retires it; wgmmas issued back to back on the same accumulator chain as on the GPU.
+"""
 from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..isa.descriptors import SmemDescriptor, swizzle_offset
+from ..isa.hopper import wgmma_shape
+from ..types import bf16_bits_to_f32
+from ..wgmma import WgmmaLayout
+from .semantics import handler
+from .tensorcore import fp8_decode
+
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1}
+
+
+# ---------------------------------------------------------------------- operands
+def _values(raw: np.ndarray, t: str) -> np.ndarray:
+    """Element bit patterns (uint) -> float64 / int64 values as the tensor core reads them."""
+    if t == "f16":
+        return raw.astype(np.uint16).view(np.float16).astype(np.float64)
+    if t == "bf16":
+        return bf16_bits_to_f32(raw.astype(np.uint16)).astype(np.float64)
+    if t == "tf32":  # the low 13 bits are ignored
+        return (raw.astype(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    if t in ("e4m3", "e5m2"):
+        return fp8_decode(raw, t)
+    if t == "s8":
+        return raw.astype(np.uint8).view(np.int8).astype(np.int64)
+    return raw.astype(np.int64)
+
+
+def operand_offsets(desc: SmemDescriptor, rows: int, k: int, ebytes: int,
+                    mn_major: bool) -> np.ndarray:
+    """Shared byte address of each element (rows x k, rows along M or N) of an operand."""
+    r = np.arange(rows)[:, None]
+    kk = np.arange(k)[None, :]
+    s = desc.swizzle
+    if not mn_major:
+        kb = kk * ebytes
+        if s:
+            addr = desc.start + (r % 8) * s + (r // 8) * desc.stride + kb
+        else:
+            addr = (desc.start + (r % 8) * 16 + (r // 8) * desc.stride + kb % 16
+                    + (kb // 16) * desc.leading)
+    else:
+        if s:
+            per = s // ebytes
+            addr = (desc.start + (r % per) * ebytes + (r // per) * desc.leading
+                    + (kk % 8) * s + (kk // 8) * desc.stride)
+        else:
+            addr = (desc.start + (r % 8) * ebytes + (r // 8) * desc.stride
+                    + (kk % 8) * 16 + (kk // 8) * desc.leading)
+    addr = np.asarray(addr, np.int64)
+    if s:
+        addr = np.vectorize(lambda a: swizzle_offset(int(a), s), otypes=[np.int64])(addr)
+    return addr
+
+
+def _read_operand(mach, instr, desc_bits: int, rows: int, k: int, t: str, mn_major: bool,
+                  cta_row: int, what: str) -> np.ndarray:
+    desc = SmemDescriptor.decode(desc_bits)
+    if desc.base_offset:
+        mach.fail(instr, f"{what}'s descriptor has base offset {desc.base_offset}: the "
+                         f"interpreter reads swizzled tiles that start on a pattern boundary")
+    eb = _ELEM_BYTES[t]
+    addr = operand_offsets(desc, rows, k, eb, mn_major)
+    sp = mach.spaces["shared"]
+    ok = sp.in_bounds(addr.reshape(-1).astype(np.uint64), eb)
+    if not np.all(ok):
+        bad = int(addr.reshape(-1)[np.argmin(ok)])
+        mach.fail(instr, f"{what} (descriptor {desc}) reads shared byte {bad:#x}, "
+                         f"{sp.nearest(bad)}")
+    off = sp.offsets(addr.reshape(-1).astype(np.uint64), np.full(addr.size, cta_row))
+    dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[eb]
+    raw = sp.read(off, dt, 1).reshape(rows, k)
+    return _values(raw, t)
+
+
+def _a_from_registers(mach, instr, warps_threads, t: str) -> np.ndarray:
+    """(64, 16) A values from the 4 .b32 registers of each thread (16-bit inputs)."""
+    if _ELEM_BYTES[t] != 2:
+        mach.fail(instr, f"A from registers is interpreted for .f16/.bf16 inputs only, "
+                         f"not .{t}; use a descriptor A")
+    regs = instr.operands[1].items
+    lay = WgmmaLayout(16)
+    a = np.zeros((64, 16), np.float64)
+    for j, r in enumerate(regs):
+        bits = mach.read_reg(r, _mask_of(mach, warps_threads), instr)
+        for idx, th in enumerate(warps_threads):
+            v = int(np.asarray(bits).view(np.uint32)[th])
+            for half in range(2):
+                row, col = lay.position(idx, 2 * j + half)
+                a[row, col] = _values(np.array([(v >> (16 * half)) & 0xFFFF]), t)[0]
+    return a
+
+
+def _mask_of(mach, threads) -> np.ndarray:
+    m = np.zeros(mach.T, bool)
+    m[threads] = True
+    return m
+
+
+# ---------------------------------------------------------------------- in flight
+def _held(mach) -> dict:
+    """reg -> (thread mask, wgmma instr) of accumulators in flight (``Machine.held``)."""
+    return mach.held
+
+
+def _pending(mach) -> list:
+    if not hasattr(mach, "wgmma_pending"):
+        mach.wgmma_pending = []          # [threads, regs, bits (T, n), group (per thread)]
+        mach.wgmma_groups = np.zeros(mach.T, np.int64)
+    return mach.wgmma_pending
+
+
+def _warpgroups(mach, instr, mask) -> list[np.ndarray]:
+    """The warpgroups executing ``instr``: every thread of 4 aligned warps, or an error."""
+    g = (mask & mach.valid).reshape(-1, 128) if mach.T % 128 == 0 else None
+    if g is None:
+        mach.fail(instr, "is warpgroup-collective: the CTA needs a multiple of 128 threads")
+    some, every = g.any(1), g.all(1)
+    if (some & ~every).any():
+        k = int(np.argmax(some & ~every))
+        missing = [i for i in range(128) if not g[k, i]]
+        mach.fail(instr, f"is warpgroup-collective (.sync.aligned): all 128 threads of a "
+                         f"warpgroup must execute it together; threads {missing[:8]}... of "
+                         f"this warpgroup did not", k * 128)
+    return [np.arange(k * 128, k * 128 + 128) for k in np.flatnonzero(every)]
+
+
+def _uniform(mach, instr, vals, threads, what):
+    v = np.broadcast_to(np.asarray(vals), (mach.T,))[threads]
+    if not np.all(v == v[0]):
+        mach.fail(instr, f"{what} differs between the threads of a warpgroup; wgmma reads "
+                         f"one value per warpgroup", int(threads[int(np.argmax(v != v[0]))]))
+    return v[0]
+
+
+@handler("wgmma.mma_async")
+def wgmma_mma_async(mach, instr, mask):
+    m = instr.match
+    d_t, a_t, b_t = (t.name for t in m.types)
+    _, n, k = wgmma_shape(m)
+    ops = instr.operands
+    sig = [s for s in m.operands]
+    a_regs = isinstance(ops[1], ir.Vec)
+    idx = 3
+    scale_d_op = ops[idx]
+    imms = [int(o.value) for o in ops[idx + 1:]]
+    scale_a, scale_b = (imms[0], imms[1]) if a_t not in ("s8", "u8") else (1, 1)
+    trans = imms[2:]
+    trans_a = 0 if a_regs or not trans else trans[0]
+    trans_b = (trans[-1] if trans else 0)
+    lay = WgmmaLayout(n, d_t)
+    acc_regs = list(ops[0].items)
+    held = _held(mach)
+    pend = _pending(mach)
+    for threads in _warpgroups(mach, instr, mask):
+        tmask = _mask_of(mach, threads)
+        row = int(mach.cta[threads[0]])
+        if isinstance(scale_d_op, ir.Imm):
+            scale_d = bool(scale_d_op.value)
+        else:
+            scale_d = bool(_uniform(mach, instr, mach.read_reg(scale_d_op, tmask, instr),
+                                    threads, "scale-d"))
+        if a_regs:
+            a = _a_from_registers(mach, instr, threads, a_t)
+        else:
+            da = int(_uniform(mach, instr, mach.src(instr, 1, tmask), threads, "the A descriptor"))
+            a = _read_operand(mach, instr, da, 64, k, a_t, bool(trans_a), row, "A")
+        db = int(_uniform(mach, instr, mach.src(instr, 2, tmask), threads, "the B descriptor"))
+        b = _read_operand(mach, instr, db, n, k, b_t, bool(trans_b), row, "B")   # (N, K)
+        prod = (scale_a * a) @ (scale_b * b).T                                     # (64, N)
+        c = np.zeros((64, n), np.float64)
+        if scale_d:
+            c = _current_acc(mach, instr, acc_regs, threads, lay, held, pend)
+        bits = _pack(c + prod, lay, d_t, m.has("satfinite"))                   # (128, nregs)
+        for r in acc_regs:
+            held[r] = (held.get(r, (np.zeros(mach.T, bool), None))[0] | tmask, instr)
+        pend.append([threads, acc_regs, bits, mach.wgmma_groups[threads].copy()])
+
+
+def _current_acc(mach, instr, regs, threads, lay, held, pend) -> np.ndarray:
+    """The accumulator tile: the newest in-flight result for these threads, else the regs."""
+    bits = None
+    for p in reversed(pend):
+        if p[1] is regs or p[1] == regs:
+            if np.array_equal(p[0], threads):
+                bits = p[2]
+                break
+    if bits is None:
+        cols = []
+        for r in regs:
+            if r in held and held[r][0][threads].any():
+                mach.fail(instr, f"accumulator %{r.name} is in flight from another wgmma "
+                                 f"(at {held[r][1].loc}) with a different register list")
+            cols.append(np.asarray(mach.read_reg(r, _mask_of(mach, threads), instr))[threads])
+        bits = np.stack([np.asarray(c).view(np.uint32) if np.asarray(c).dtype.itemsize == 4
+                         else np.asarray(c) for c in cols], axis=1)
+    return _unpack(bits, lay)
+
+
+def _unpack(bits: np.ndarray, lay: WgmmaLayout) -> np.ndarray:
+    out = np.zeros((64, lay.n), np.float64)
+    bits = np.asarray(bits).astype(np.uint32)
+    for t in range(128):
+        for i in range(lay.elems):
+            r, c = lay.position(t, i)
+            word = int(bits[t, i // lay.per_reg])
+            if lay.elem == "f16":
+                v = np.array([(word >> (16 * (i % 2))) & 0xFFFF], np.uint16).view(np.float16)[0]
+            elif lay.elem == "s32":
+                v = np.array([word], np.uint32).view(np.int32)[0]
+            else:
+                v = np.array([word], np.uint32).view(np.float32)[0]
+            out[r, c] = float(v)
+    return out
+
+
+def _pack(tile: np.ndarray, lay: WgmmaLayout, d_t: str, satfinite: bool) -> np.ndarray:
+    if d_t == "s32":
+        v = np.round(tile).astype(np.int64)
+        v = np.clip(v, -2**31, 2**31 - 1) if satfinite else ((v + 2**31) % 2**32) - 2**31
+        words = v.astype(np.int32).view(np.uint32)
+    elif d_t == "f16":
+        words = tile.astype(np.float16).view(np.uint16).astype(np.uint32)
+    else:
+        words = tile.astype(np.float32).view(np.uint32)
+    out = np.zeros((128, lay.nregs), np.uint32)
+    for t in range(128):
+        for i in range(lay.elems):
+            r, c = lay.position(t, i)
+            if lay.per_reg == 2:
+                out[t, i // 2] |= np.uint32(int(words[r, c]) << (16 * (i % 2)))
+            else:
+                out[t, i] = words[r, c]
+    return out
+
+
+@handler("wgmma.fence")
+def wgmma_fence(mach, instr, mask):
+    _warpgroups(mach, instr, mask)
+
+
+@handler("wgmma.commit_group")
+def wgmma_commit(mach, instr, mask):
+    _pending(mach)
+    mach.wgmma_groups[mask] += 1
+
+
+@handler("wgmma.wait_group")
+def wgmma_wait(mach, instr, mask):
+    keep = int(instr.operands[0].value)
+    pend = _pending(mach)
+    held = _held(mach)
+    rest = []
+    for threads, regs, bits, gid in pend:
+        sel = mask[threads]
+        done = sel & (gid < mach.wgmma_groups[threads] - keep)
+        if done.all():
+            tm = _mask_of(mach, threads)
+            for j, r in enumerate(regs):
+                h = held.pop(r, None)
+                full = np.zeros(mach.T, np.uint32)
+                full[threads] = bits[:, j]
+                view = {"f32": np.float32, "s32": np.int32}.get(r.dtype.name, np.uint32)
+                mach.write_reg(r, full.view(view), tm)
+                if h is not None and (h[0] & ~tm).any():
+                    held[r] = (h[0] & ~tm, h[1])
+            mach.events += 1
+        else:
+            rest.append([threads, regs, bits, gid])
+    mach.wgmma_pending = rest
+
+
+def check_held(mach, reg, instr) -> None:
+    """Called by the machine on a register access: an in-flight accumulator is an error."""
+    h = getattr(mach, "held", None)
+    if h and reg in h:
+        mask, wg = h[reg]
+        mach.fail(instr, f"register %{reg.name} is an accumulator of the wgmma at "
+                         f"{wg.loc}, still in flight: wait for it (wgmma.commit_group, then "
+                         f"wgmma.wait_group) before touching it")

@@ -243,6 +243,7 @@ class Machine:
         self.check_init = True                  # reads of never-written bytes are errors
         self.check_races = True
         self.per_thread = False                 # scheduled one thread per unit
+        self.held: dict = {}                    # in-flight accumulators (interp/hopper.py)
 
     # ------------------------------------------------------------------ errors
     def where(self, t: int) -> str:
@@ -266,6 +267,9 @@ class Machine:
 
     # ------------------------------------------------------------------ registers
     def read_reg(self, reg: ir.Reg, mask, instr) -> np.ndarray:
+        if self.held and reg in self.held:  # an accumulator of a wgmma in flight
+            from .hopper import check_held
+            check_held(self, reg, instr)
         w = self.written.get(reg)
         if w is not True:
             missing = mask if w is None else mask & ~w

@@ -115,7 +115,7 @@ WGMMA = (
                      "s8": _WGMMA_INT, "u8": _WGMMA_INT},
            lists=wgmma_lists,
            ptx=(8, 0), sm=90, arch_specific=True, rule=_wgmma_rule, category="tensorcore",
-           scope="warpgroup", effects=frozenset({"accumulate"}), varies=True, interp=False,
+           scope="warpgroup", effects=frozenset({"accumulate"}), varies=True, interp=True,
            doc="Warpgroup matrix multiply-accumulate D = A*B + scale_d*D, asynchronous: "
                "the 128 threads of a warpgroup issue it together; A comes from a shared-"
                "memory descriptor or 4 registers per thread, B from a descriptor. The "
@@ -127,18 +127,18 @@ WGMMA = (
                    "{%f0, %f1, %f2, %f3}, %rd0, %rd1, %p0, 1, 1, 0, 1"),
     OpSpec("wgmma.fence", SYNC_ALIGNED, (), ntypes=0, operands="", ptx=(8, 0), sm=90,
            arch_specific=True, category="tensorcore", scope="warpgroup",
-           effects=frozenset({"fence"}), interp=False,
+           effects=frozenset({"fence"}), interp=True,
            doc="Order register and shared-memory accesses before the next wgmma.mma_async "
                "(needed before the first wgmma and whenever its registers were written).",
            example="wgmma.fence.sync.aligned"),
     OpSpec("wgmma.commit_group", SYNC_ALIGNED, (), ntypes=0, operands="", ptx=(8, 0), sm=90,
            arch_specific=True, category="tensorcore", scope="warpgroup",
-           effects=frozenset({"accumulate"}), interp=False,
+           effects=frozenset({"accumulate"}), interp=True,
            doc="Close the group of wgmma.mma_async operations issued since the last commit.",
            example="wgmma.commit_group.sync.aligned"),
     OpSpec("wgmma.wait_group", SYNC_ALIGNED, (), ntypes=0, operands="i:u32", ptx=(8, 0),
            sm=90, arch_specific=True, category="tensorcore", scope="warpgroup",
-           effects=frozenset({"async_wait"}), interp=False,
+           effects=frozenset({"async_wait"}), interp=True,
            check_operands=lambda m, ops: _range(ops[0], 0, 7, "wgmma.wait_group's N"),
            doc="Wait until at most N committed wgmma groups are pending; their accumulators "
                "become readable.",

@@ -15,7 +15,8 @@ from ptxdsl.types import bf16, f32
 
 @pytest.mark.parametrize("n,swizzle,mn", [
     (8, 0, False), (16, 32, False), (32, 64, False), (64, 128, False),
-    (16, 0, True), (32, 32, True), (64, 64, True), (64, 128, True)])
+    (16, 0, True), (32, 32, True), (64, 64, True), (64, 128, True), (256, 128, False),
+    (128, 128, True)])
 def test_wgmma_matches_numpy(n, swizzle, mn):
     a_img, b_img, ref = random_case(n, swizzle, mn)
     k = build_wgmma(n, swizzle, mn, len(a_img), len(b_img))

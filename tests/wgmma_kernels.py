@@ -39,8 +39,9 @@ def kmajor_image(mat_bits: np.ndarray, span: int, stride: int, leading: int = 25
 def mnmajor_image(mat_bits: np.ndarray, span: int, stride: int, leading: int) -> np.ndarray:
     """uint16 image of a (rows=N, 16=K) operand stored MN-major (N contiguous)."""
     rows, k = mat_bits.shape
-    img = np.zeros(32768, np.uint16)
     per = span // 2 if span else 8
+    size = (rows // per + 1) * leading + 2 * stride + 8 * max(span, 16) + 2048
+    img = np.zeros(size // 2, np.uint16)
     for r in range(rows):
         for kk in range(k):
             if span:
@@ -119,5 +120,6 @@ def random_case(n: int, swizzle: int, b_mn_major: bool, seed: int = 0):
              else kmajor_image(b, swizzle, sb_, lb))
     pad = lambda x: np.concatenate([x, np.zeros((-len(x)) % 64, np.uint16)])  # noqa: E731
     a_img, b_img = pad(a_img), pad(b_img)
-    ref = bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64).T
-    return a_img, b_img, ref
+    af, bf = bf16_bits_to_f32(a).astype(np.float64), bf16_bits_to_f32(b).astype(np.float64)
+    random_case.abs_sum = np.abs(af) @ np.abs(bf).T     # sum_k |a_ik b_jk|, for error bounds
+    return a_img, b_img, af @ bf.T

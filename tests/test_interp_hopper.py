@@ -47,3 +47,58 @@ def test_accumulator_is_unreadable_until_wait_group():
         ptx.wgmma.wait(0)
     with pytest.raises(InterpreterError, match=r"still in flight"):
         early.interpret()
+
+
+def test_expect_tx_and_complete_tx_complete_a_phase():
+    from ptxdsl.types import b64, pred, u32
+
+    @kernel(block=(128, 1, 1), arch="sm_90a")
+    def tx():
+        bars = smem.alloc(b64, (1,), align=8)
+        bar = bars.base
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        with ptx.if_(tid == 0):
+            ptx.inst.mbarrier.init.shared__cta.b64(ptx.addr(bar), 1)
+            ptx.inst.mbarrier.expect_tx.relaxed.cta.shared__cta.b64(ptx.addr(bar), 64)
+            st = reg.scalar(b64)
+            ptx.inst.mbarrier.arrive.shared__cta.b64(st, ptx.addr(bar))
+            done = reg.scalar(pred)
+            ptx.inst.mbarrier.test_wait.shared__cta.b64(done, ptx.addr(bar), st)
+            ptx.inst.mbarrier.complete_tx.relaxed.cta.shared__cta.b64(ptx.addr(bar), 64)
+            ptx.inst.mbarrier.try_wait.parity.shared__cta.b64(done, ptx.addr(bar), 0, 1000)
+            ptx.inst.prefetch.global_.L2(ptx.addr(reg.scalar(b64, init=0)))
+        ptx.inst.setmaxnreg.dec.sync.aligned.u32(40)
+        ptx.inst.griddepcontrol.launch_dependents()
+    tx.interpret()   # completes: try_wait returns once complete_tx delivered the 64 bytes
+
+
+def test_complete_tx_beyond_the_expected_bytes_is_an_error():
+    from ptxdsl.types import b64, u32
+
+    @kernel(block=(32, 1, 1), arch="sm_90a")
+    def over():
+        bars = smem.alloc(b64, (1,), align=8)
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        with ptx.if_(tid == 0):
+            ptx.inst.mbarrier.init.shared__cta.b64(ptx.addr(bars.base), 1)
+            ptx.inst.mbarrier.expect_tx.relaxed.cta.shared__cta.b64(ptx.addr(bars.base), 16)
+            ptx.inst.mbarrier.complete_tx.relaxed.cta.shared__cta.b64(ptx.addr(bars.base), 32)
+    with pytest.raises(InterpreterError, match=r"16 more transaction bytes"):
+        over.interpret()
+
+
+def test_arrive_into_the_sink():
+    from ptxdsl.types import b64, u32
+
+    @kernel(block=(32, 1, 1), arch="sm_90a")
+    def sink():
+        bars = smem.alloc(b64, (1,), align=8)
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        with ptx.if_(tid == 0):
+            ptx.inst.mbarrier.init.shared__cta.b64(ptx.addr(bars.base), 1)
+            ptx.inst.mbarrier.arrive.shared__cta.b64(ptx.sink, ptx.addr(bars.base))
+    sink.interpret()
+    assert "mbarrier.arrive.shared::cta.b64 _, [" in sink.ptx()

@@ -303,3 +303,31 @@ def check_held(mach, reg, instr) -> None:
         mach.fail(instr, f"register %{reg.name} is an accumulator of the wgmma at "
                          f"{wg.loc}, still in flight: wait for it (wgmma.commit_group, then "
                          f"wgmma.wait_group) before touching it")
+
+
+# ---------------------------------------------------------------- mbarrier transactions
+@handler("mbarrier.expect_tx", "mbarrier.complete_tx")
+def mbarrier_tx(mach, instr, mask):
+    """expect_tx adds transaction bytes to the current phase; complete_tx delivers them
+    (as a copy would, completing the phase when nothing else is pending)."""
+    from .memops import _mbar_state, _mbar_targets, mbarrier_complete_tx
+    if instr.match.chosen.get("space") == "shared::cluster":
+        mach.fail(instr, "the interpreter runs mbarriers of this CTA only (.shared::cta)")
+    n = np.broadcast_to(np.asarray(mach.src(instr, 1, mask)).astype(np.int64), (mach.T,))
+    complete = instr.match.spec.opcode.endswith("complete_tx")
+    for t, off in _mbar_targets(mach, instr, mask):
+        st = _mbar_state(mach, instr, t, off)
+        if complete:
+            mbarrier_complete_tx(mach, off, int(n[t]), instr, t)
+        else:
+            st["tx"] += int(n[t])
+    mach.events += 1
+
+
+# ---------------------------------------------------------------- bookkeeping only
+@handler("prefetch", "cp.async.bulk.prefetch.tensor", "griddepcontrol", "setmaxnreg")
+def no_effect(mach, instr, mask):
+    """Prefetches change no value; a grid with no programmatic dependents waits for
+    nothing (griddepcontrol); a register budget (setmaxnreg, its range checked at trace
+    time) does not change what the interpreter computes."""
+    return None

@@ -339,6 +339,8 @@ class Machine:
 
     def dst(self, instr: ir.Instr, i: int, value, mask) -> None:
         op = instr.operands[i]
+        if isinstance(op, ir.Sink):  # the sink _ keeps nothing
+            return
         if isinstance(op, ir.Vec):
             for x, v in zip(op.items, value):
                 self.write_reg(x, v, mask)

@@ -253,7 +253,7 @@ TMA = (
             g("mode", "tile", "im2col"), g("hint", CACHE_HINT)), (), ntypes=0,
            operands="t:{coords} X:{im2col}@im2col r:b64@L2::cache_hint",
            lists=tensor_lists,
-           ptx=(8, 0), sm=90, category="async", side_effects=True, interp=False,
+           ptx=(8, 0), sm=90, category="async", side_effects=True, interp=True,
            rule=lambda m: (".im2col is a mode of 3-D to 5-D tensors"
                            if m.has("im2col") and tensor_dims(m) < 3 else None),
            doc="Start fetching a tensor box into the L2; nothing waits for it.",
@@ -288,7 +288,7 @@ TMA = (
                         g("level", "L1", "L2", Mod("L2::evict_last", (7, 4), 80),
                           Mod("L2::evict_normal", (7, 4), 80),
                           Mod("tensormap", (8, 0), 90), required=True)), (), ntypes=0,
-           operands="a", ptx=(2, 0), sm=20, interp=False, category="data", side_effects=True,
+           operands="a", ptx=(2, 0), sm=20, interp=True, category="data", side_effects=True,
            rule=lambda m: _prefetch_rule(m),
            doc="Prefetch a line into a cache level, or (.tensormap) a tensor map into the "
                "TMA unit's cache (from .const, .param or a generic address).",
@@ -329,7 +329,7 @@ def _red_async_rule(m):
 CLUSTER = (
     OpSpec("setmaxnreg", (g("action", "inc", "dec", required=True), *SYNC_ALIGNED), ("u32",),
            operands="i:u32", ptx=(8, 0), sm=90, arch_specific=True, category="sync",
-           scope="warpgroup", side_effects=True, check_operands=_setmaxnreg, interp=False,
+           scope="warpgroup", side_effects=True, check_operands=_setmaxnreg, interp=True,
            doc="Raise (.inc) or lower (.dec) the register budget of every thread of the "
                "warpgroup to N (24..256, a multiple of 8); warp-specialised kernels give the "
                "producer few registers and the consumers many.",
@@ -379,7 +379,7 @@ CLUSTER = (
                    "add.u32 [%r0], %r1, [%r2]"),
     OpSpec("griddepcontrol", (g("action", "launch_dependents", "wait", required=True),), (),
            ntypes=0, operands="", ptx=(7, 8), sm=90, category="sync", side_effects=True,
-           effects=frozenset({"barrier"}), interp=False,
+           effects=frozenset({"barrier"}), interp=True,
            doc="Programmatic dependent launch: .launch_dependents lets the next kernel of "
                "the stream start; .wait blocks until the grids this one depends on finished "
                "and their memory is visible.",

@@ -87,10 +87,13 @@ def fmt_instr(instr: ir.Instr) -> str:
     if instr.guard is not None:
         guard = f"@{'!' if instr.guard_negated else ''}%{instr.guard.name} "
     ops = instr.operands
-    if instr.match.spec.form == "pipe_pred" and len(ops) >= 2:
-        # d|p: a destination and its predicate written as one operand (elect.sync)
-        text = ", ".join([f"{fmt_operand(ops[0])}|{fmt_operand(ops[1])}",
-                          *(fmt_operand(o) for o in ops[2:])])
+    slots = instr.match.operands
+    if (instr.match.spec.form == "pipe_pred" and len(ops) >= 2 and len(slots) >= 2
+            and slots[1].role == "p"):
+        # d|p: the predicate output rides on the first destination (elect.sync, shfl.sync)
+        parts = [f"{fmt_operand(ops[0])}|{fmt_operand(ops[1])}"] + [fmt_operand(o)
+                                                                     for o in ops[2:]]
+        text = ", ".join(parts)
     else:
         text = ", ".join(fmt_operand(o) for o in ops)
     return f"{guard}{instr.match.text}{' ' + text if text else ''};"
@@ -126,6 +129,11 @@ def _emit_body(body, lines: _Lines) -> None:
             lines.instr(fmt_instr(node), node.loc, node.comment)
         elif isinstance(node, ir.Label):
             lines.label(node.name, node.loc)
+        elif isinstance(node, ir.Raw):
+            text = node.text.format(*(o if isinstance(o, str) else fmt_operand(o)
+                                      for o in node.operands))
+            lines.instr(text if text.endswith(";") else text + ";", node.loc,
+                        "unchecked (ptx.raw)")
         elif isinstance(node, ir.If):
             n = node.label_id
             p = f"%{node.pred.name}"

@@ -149,6 +149,22 @@ def _collect_regs(op, out: list) -> None:
 
 
 @dataclass(eq=False)
+class Raw:
+    """An unchecked PTX line from ``ptx.raw``: printed verbatim (operands formatted into
+    its ``{}`` placeholders), never validated, refused by the interpreter."""
+
+    text: str
+    operands: tuple = ()
+    loc: SourceLoc | None = None
+
+    def regs(self) -> list[Reg]:
+        out: list = []
+        for op in self.operands:
+            _collect_regs(op, out)
+        return out
+
+
+@dataclass(eq=False)
 class If:
     """``with ptx.if_(pred):`` (and an optional else) as a structured region."""
 
@@ -268,6 +284,21 @@ class Program:
     def walk(self):
         """Every Instr, in program order, descending into regions."""
         yield from walk(self.body)
+
+
+def unchecked(body) -> list[Raw]:
+    """Every ``ptx.raw`` line of ``body``, in program order."""
+    out = []
+    for node in body:
+        if isinstance(node, Raw):
+            out.append(node)
+        elif isinstance(node, If):
+            out += unchecked(node.then_body)
+            if node.else_body is not None:
+                out += unchecked(node.else_body)
+        elif isinstance(node, Loop):
+            out += unchecked(node.body)
+    return out
 
 
 def walk(body):

@@ -226,10 +226,14 @@ class Kernel:
 
     # ------------------------------------------------------------------ toolchain
     def check(self, arch: str | None = None, *, options: Sequence[str] = ()):
-        """Assemble with ptxas; errors name the Python line that recorded the bad PTX line."""
+        """Assemble with ptxas; errors name the Python line that recorded the bad PTX line.
+
+        The result's ``unchecked`` lists the ``ptx.raw`` lines (``file:line: text``):
+        ptxas assembled them, but ptxdsl validated nothing about them."""
         from . import toolchain
         c = self.compile(arch)
         target = c.program.arch
+        unchecked = tuple(f"{raw.loc}: {raw.text}" for raw in ir.unchecked(c.program.body))
         try:
             t0 = time.perf_counter()
             result = toolchain.assemble(c.ptx, target, options=options)
@@ -238,6 +242,9 @@ class Kernel:
                       1e3 * (time.perf_counter() - t0), key[:16])
             from .dump import dump
             dump(self.name, key, ptx=c.ptx, cubin=result.cubin)
+            if unchecked:
+                import dataclasses
+                result = dataclasses.replace(result, unchecked=unchecked)
             return result
         except toolchain.PtxasError as e:
             loc = None

@@ -9,6 +9,7 @@ The rest of this module are helpers whose docstrings say what they record.
 from __future__ import annotations
 
 import contextlib
+import string
 from typing import Iterator
 
 from . import ir
@@ -22,7 +23,7 @@ __all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "glo
            "dim", "select", "fma", "min", "max", "pack", "unpack", "sreg", "param",
            "mbarrier", "cluster", "tma", "fence", "cp", "pipeline", "loop", "kloop",
            "mma", "ldmatrix", "stmatrix", "movmatrix",
-           "setmaxnreg", "named_barrier", "stmatrix_x4_trans_f32_bf16"]
+           "setmaxnreg", "named_barrier", "stmatrix_x4_trans_f32_bf16", "raw"]
 
 
 def ptx_name(attr: str) -> str:
@@ -75,6 +76,55 @@ class _Inst:
 
 
 inst = _Inst()
+
+
+def raw(text: str, *operands) -> None:
+    """Record one PTX instruction line that ptxdsl does NOT check: an escape hatch for
+    an instruction the table does not have yet.
+
+    ``text`` is printed verbatim (a trailing ``;`` is added if missing) with each ``{}``
+    replaced by the next operand as PTX spells it: registers (``%r3``, named after
+    renumbering), ``ptx.addr(...)`` (``[%rd0+8]``), Python ints. Literal braces (vector
+    operands) are written ``{{`` and ``}}`` when operands are given. Nothing validates
+    the line: ptxas does, at ``kernel.check()``, whose result lists every raw line as
+    ``unchecked``; the interpreter refuses a kernel that has one. Registers given as
+    operands count as written by the line (so later reads of them pass the verifier).
+    """
+    b = current("ptx.raw")
+    loc = user_location()
+    if not isinstance(text, str) or not text.strip():
+        raise TraceError(f"ptx.raw takes one PTX instruction as a string, got {text!r}", loc)
+    if "\n" in text:
+        raise TraceError("ptx.raw takes one instruction line; call it once per line", loc)
+    ops = []
+    for op in operands:
+        if isinstance(op, ir.Reg):
+            b.own(op)
+        elif isinstance(op, ir.Addr):
+            if isinstance(op.base, ir.Reg):
+                b.own(op.base)
+        elif isinstance(op, bool) or not isinstance(op, (int, ir.Special)):
+            raise TraceError(f"ptx.raw operands are registers, ptx.addr(...) addresses, "
+                             f"special registers or ints, got {op!r}", loc)
+        ops.append(op)
+    text = text.strip()
+    if ops:
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+            text.format(*["x"] * len(ops))
+        except (IndexError, KeyError, ValueError) as e:
+            raise TraceError(f"ptx.raw text {text!r} does not take {len(ops)} operand(s) "
+                             f"through {{}} placeholders ({e}); write literal braces as "
+                             f"{{{{ and }}}}", loc) from None
+        if len(fields) != len(ops):
+            raise TraceError(f"ptx.raw got {len(ops)} operand(s) for {len(fields)} {{}} "
+                             f"placeholder(s) in {text!r}", loc)
+    else:
+        text = text.replace("{", "{{").replace("}", "}}")
+    node = ir.Raw(text, tuple(str(o) if isinstance(o, int) else o for o in ops), loc)
+    for r in node.regs():
+        b.writes[r] = b.writes.get(r, 0) + 1
+    b.append(node)
 
 
 # ------------------------------------------------------------------ special registers

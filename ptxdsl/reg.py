@@ -276,7 +276,7 @@ def _unify(a, b_, opname):
     if ta.is_float and ta.name not in ("f32", "f64"):
         raise OperandTypeError(f"PTX has no .{ta.name} immediates: put {b_!r} in a register "
                                f"(reg.scalar({ta.name}, init={b_!r}))")
-    return a, (float(b_) if ta.is_float else int(b_)), ta
+    return a, (b_ if ta.is_float else int(b_)), ta  # the tracer checks the range
 
 
 def binary(op: str, a, b_, *, reflected: bool = False, inplace: bool = False):

@@ -371,6 +371,8 @@ class AssembleResult:
     log: str
     resources: dict[str, Resources]
     warnings: list[PtxasDiagnostic]
+    # ptx.raw lines ptxdsl did not check ("file:line: text"), filled in by Kernel.check
+    unchecked: tuple[str, ...] = ()
 
 
 def _run(cmd: list[str], cwd: str, timeout: float,

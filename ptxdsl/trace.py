@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import math
 import re
 from typing import Iterator, Sequence
 
@@ -17,6 +19,7 @@ from . import ir
 from .arch import arch_ptx_floor, parse_arch
 from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, user_location
 from .isa import Match, check_arch, resolve
+from .isa.spec import SPACES_32BIT_OK
 from .types import GENERATED_NAME, REG_PREFIX, PtxType, compatible, int_range
 
 _ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar(
@@ -135,6 +138,7 @@ class Builder:
             m = resolve(list(chain))
             check_arch(m, self.sm, self.arch)
             m = _pick_signature(m, args)
+            m = self.fit(m, args)
             operands = self.coerce_operands(m, args)
             m = _optional_needs(m, operands)
             check_arch(m, self.sm, self.arch)
@@ -166,15 +170,40 @@ class Builder:
                 user_location())
         return reg
 
-    def coerce_operands(self, m: Match, args: Sequence) -> tuple:
+    def fit(self, m: Match, args: Sequence) -> Match:
+        """``m`` with the optional operand slots that ``args`` leaves out dropped.
+
+        Optional slots are dropped from the last one backwards, so a trailing
+        optional operand (``bar.sync a{, b}``) and one in the middle
+        (``shfl.sync d{|p}, a, b, c, mask``) are told apart by the count alone;
+        the instruction keeps the slots it was given, in order.
+        """
+        slots = m.operands
+        self._check_count(m, args)
+        extra = len(slots) - len(args)
+        if extra <= 0:
+            return m
+        drop = set()
+        for i in range(len(slots) - 1, -1, -1):
+            if len(drop) == extra:
+                break
+            if slots[i].optional:
+                drop.add(i)
+        kept = tuple(s for i, s in enumerate(slots) if i not in drop)
+        return dataclasses.replace(m, operands=kept)
+
+    def _check_count(self, m: Match, args: Sequence) -> None:
         slots = m.operands
         need = sum(1 for s in slots if not s.optional)
         if not need <= len(args) <= len(slots):
             names = ", ".join(_slot_name(s, m) for s in slots)
             count = f"{need}" if need == len(slots) else f"{need} to {len(slots)}"
             raise IsaError(f"{m.text} takes {count} operands ({names}), got {len(args)}")
+
+    def coerce_operands(self, m: Match, args: Sequence) -> tuple:
+        self._check_count(m, args)
         out = []
-        for i, (slot, arg) in enumerate(zip(slots, args)):
+        for i, (slot, arg) in enumerate(zip(m.operands, args)):
             out.append(self._coerce(m, slot, arg, i))
         return tuple(out)
 
@@ -182,6 +211,19 @@ class Builder:
         want = m.resolve_type(slot.ty)
         where = f"operand {index} of {m.text}"
         role = slot.role
+        items = arg if isinstance(arg, (list, tuple)) else (arg,)
+        if not slot.special and any(isinstance(x, ir.Special) for x in items):
+            sp = next(x for x in items if isinstance(x, ir.Special))
+            raise OperandTypeError(
+                f"{where}: the special register %{sp.name} can only be read by mov "
+                f"(ptxas: 'Special register argument not allowed'); copy it into a register "
+                f"first: r = reg.scalar({sp.dtype.name}, init=ptx.special.{sp.name}()) "
+                f"(register operators such as tid + 1 do this for you)")
+        if role != "a" and not slot.special and any(isinstance(x, ir.Symbol) for x in items):
+            sym = next(x for x in items if isinstance(x, ir.Symbol))
+            raise OperandTypeError(
+                f"{where}: the address of {sym.name} can only be taken by mov (ptxas: 'must "
+                f"be register'); mov it into a register first")
         if slot.choices is not None and not isinstance(arg, (ir.Reg, ir.Special)):
             return self._choice(m, slot, arg, where, want)
         if role == "t":
@@ -200,17 +242,18 @@ class Builder:
                                    f"form such as .v{len(arg)}; this form moves one value")
                 arg = arg[0]
             role = "d" if role == "V" else "s"
+        fixed = slot.is_fixed
         if role == "d":
-            return self._reg(arg, want, where, m, dest=True)
+            return self._reg(arg, want, where, m, dest=True, fixed=fixed)
         if role == "p":
             return self._reg(arg, want, where, m, dest=True)
         if role == "q":
             return self._reg(arg, want, where, m)
         if role == "r":
-            return self._reg(arg, want, where, m)
+            return self._reg(arg, want, where, m, fixed=fixed)
         if role == "s":
             if isinstance(arg, ir.Reg):
-                return self._reg(arg, want, where, m)
+                return self._reg(arg, want, where, m, fixed=fixed)
             return self._imm_or_other(arg, want, where, m)
         if role == "i":
             if isinstance(arg, bool) or not isinstance(arg, int):
@@ -218,7 +261,7 @@ class Builder:
                                        f"{_describe(arg)}")
             return self._imm_or_other(arg, want, where, m)
         if role == "a":
-            return self._addr(arg, where)
+            return self._addr(arg, where, m.address_space(slot), m)
         if role == "l":
             if isinstance(arg, ir.Label):
                 return ir.LabelRef(arg.name)
@@ -287,10 +330,17 @@ class Builder:
                 items.append(self._reg(x, item_t, where, m, dest=slot.is_dest, relaxed=True))
             else:
                 items.append(self._imm_or_other(x, item_t, where, m))
+        widths = {x.dtype.bits for x in items if isinstance(x, ir.Reg)}
+        if len(widths) > 1:
+            listed = ", ".join(f"%{x.name} (.{x.dtype.name})" for x in items
+                               if isinstance(x, ir.Reg))
+            raise OperandTypeError(
+                f"{where}: the registers of one vector operand must all have one width, "
+                f"got {listed}; use registers of one type")
         return ir.Vec(tuple(items))
 
     def _reg(self, arg, want: PtxType | None, where: str, m: Match, dest: bool = False,
-             relaxed: bool = False):
+             relaxed: bool = False, fixed: bool = False):
         if isinstance(arg, ir.Special) and not dest:
             if want is not None and not compatible(arg.dtype, want):
                 raise OperandTypeError(f"{where}: %{arg.name} is .{arg.dtype.name}, but the "
@@ -302,6 +352,12 @@ class Builder:
         self.own(arg)
         if want is None:
             return arg
+        if fixed and want.kind == "b" and arg.dtype.is_float:
+            raise OperandTypeError(
+                f"{where}: register %{arg.name} is .{arg.dtype.name}, but this operand is a "
+                f"raw .{want.name} value (a cache policy, an mbarrier state...) that ptxas "
+                f"takes only in an integer register; use a .b{want.bits}/.u{want.bits} "
+                f"register")
         if compatible(arg.dtype, want):
             return arg
         # ld/st/cvt move sub-word integers through wider registers (ld.u8 into .u32).
@@ -359,26 +415,33 @@ class Builder:
                     raise OperandTypeError(
                         f"{where}: PTX has no .{want.name} immediates; load the constant "
                         f"into a register with reg.scalar({want.name}, init={arg!r})")
-                return ir.Imm(float(arg), want)
+                return ir.Imm(float_immediate(arg, want, where), want)
             if isinstance(arg, float):
                 if not arg.is_integer():
                     raise OperandTypeError(f"{where}: {arg!r} is not an integer, but "
                                            f"{m.text} takes .{want.name}")
                 arg = int(arg)
             lo, hi = int_range(want)
+            if want.kind == "u" and -(1 << (want.bits - 1)) <= arg < 0:
+                # two's-complement spelling of an unsigned value (nvcc's shfl mask -1)
+                arg += 1 << want.bits
             if not lo <= arg <= hi:
                 raise OperandTypeError(f"{where}: {arg} does not fit in .{want.name} "
                                        f"({lo}..{hi})")
             return ir.Imm(int(arg), want)
         raise OperandTypeError(f"{where} must be a register or a number, got {_describe(arg)}")
 
-    def _addr(self, arg, where):
+    def _addr(self, arg, where, space: str | None = None, m: Match | None = None):
+        """An address operand of an instruction whose state space is ``space``
+        (None: generic). Generic and .global addresses are 64-bit registers; a
+        symbol may be addressed only from its own space (or generically, for
+        .shared)."""
         if isinstance(arg, ir.Addr):
             base = arg.base
         elif isinstance(arg, ir.Reg):
             base, arg = arg, ir.Addr(arg)
         elif hasattr(arg, "__ptx_addr__"):
-            return self._addr(arg.__ptx_addr__(), where)
+            return self._addr(arg.__ptx_addr__(), where, space, m)
         else:
             raise OperandTypeError(f"{where} must be an address (ptx.addr(ptr[, offset])), "
                                    f"got {_describe(arg)}")
@@ -387,6 +450,25 @@ class Builder:
             if not (base.dtype.is_int and base.dtype.bits in (32, 64)):
                 raise OperandTypeError(f"{where}: address register %{base.name} is "
                                        f".{base.dtype.name}; addresses are .u32/.u64 integers")
+            if base.dtype.bits == 32 and space not in SPACES_32BIT_OK:
+                what = f".{space}" if space else "generic"
+                raise OperandTypeError(
+                    f"{where}: %{base.name} is a 32-bit register, but {what} addresses are "
+                    f"64-bit (ptxas has no 32-bit addressing); use a .u64 address (a "
+                    f"shared-memory offset becomes a generic address with "
+                    f"cvta.shared.u64, or name the state space: .shared takes 32-bit "
+                    f"addresses)")
+        elif isinstance(base, ir.Symbol):
+            home = base.space
+            ok = space == home or (space is not None and space.startswith(home)) or (
+                space is None and home != "param")
+            if not ok:
+                what = f".{space}" if space else "a generic address"
+                raise OperandTypeError(
+                    f"{where}: {base.name} is a .{home} symbol, which {what} cannot name "
+                    f"(ptxas: 'State space mismatch'); "
+                    + ("read the parameter with ld.param first" if home == "param" else
+                       f"use the .{home} form of the instruction"))
         return arg
 
     # ----------------------------------------------------------------- finishing
@@ -430,6 +512,8 @@ def _collect_used(body, used: set) -> None:
     for node in body:
         if isinstance(node, ir.Instr):
             used.update(node.sources())
+        elif isinstance(node, ir.Raw):
+            used.update(node.regs())
         elif isinstance(node, ir.Deferred):
             used.update(getattr(node, "reads", ()))
         elif isinstance(node, ir.If):
@@ -461,6 +545,8 @@ def _collect_mentioned(body, out: dict) -> None:
                     add(op.base)
                 else:
                     add(op)
+        elif isinstance(node, ir.Raw):
+            add(*node.regs())
         elif isinstance(node, ir.If):
             add(node.pred)
             _collect_mentioned(node.then_body, out)
@@ -514,6 +600,27 @@ def _optional_needs(m: Match, operands) -> Match:
         if slot.optional and slot.need is not None:
             m = m.needing(*slot.need)
     return m
+
+
+_F32_MAX = 3.4028234663852886e38
+
+
+def float_immediate(value, want: PtxType, where: str) -> float:
+    """A Python number as a .f32/.f64 immediate; a finite value the type cannot hold
+    (``1e39`` as .f32, ``10**400``) is an error, not an infinity."""
+    try:
+        v = float(value)
+    except OverflowError:
+        raise OperandTypeError(f"{where}: {value!r} is too large for .{want.name}") from None
+    if want.name == "f32" and math.isfinite(v):
+        import numpy as np
+        with np.errstate(over="ignore"):
+            if not np.isfinite(np.float32(v)):
+                raise OperandTypeError(
+                    f"{where}: {value!r} is out of the .f32 range (largest finite value "
+                    f"{_F32_MAX:.9g}); use float('inf') for an infinity, or an .f64 "
+                    f"register")
+    return v
 
 
 def _bits_type(bits: int) -> PtxType:

@@ -103,6 +103,12 @@ class _Checker:
         for node in nodes:
             if isinstance(node, ir.Instr):
                 self.instr(node, ctl)
+            elif isinstance(node, ir.Raw):
+                # unchecked: its registers may be read or written; count them as
+                # written, with values that may differ between threads
+                for r in node.regs():
+                    self.defined.add(r)
+                    self.level[r] = THREAD
             elif isinstance(node, ir.Label):
                 if node.name in self.labels_placed:
                     raise VerifyError(f"label {node.name!r} placed twice", node.loc)

@@ -131,10 +131,12 @@ def _immediate(m: Match, slot_index: int, t):
     op = m.spec.opcode
     if op == "cp.async":
         return 16 if slot_index == 2 else 8  # cp-size, then src-size (<= cp-size)
-    if op == "shfl.sync" and slot_index == 4 or op in ("vote.sync", "match.sync",
-                                                       "redux.sync", "elect.sync"):
+    last = len(m.operands) - 1
+    if op == "shfl.sync" and slot_index == last or op in ("vote.sync", "match.sync",
+                                                          "redux.sync", "elect.sync",
+                                                          "bar.warp.sync"):
         return 0xFFFFFFFF  # membermask
-    if op == "shfl.sync" and slot_index == 3:
+    if op == "shfl.sync" and slot_index == last - 1:
         return 31
     if op == "prmt":
         return 0x3210
@@ -224,6 +226,7 @@ class Sweep:
                 or s.need is not None and m.ptx >= s.need[0] and m.sm >= s.need[1]]
         form = Form(m, imm_slot)
         try:
+            m = form.match = self.b.fit(m, args)
             # The tracer's own operand checks (Builder.build minus the table lookup,
             # so that a match made from a relaxed spec can be built too).
             form.instr = ir.Instr(m, self.b.coerce_operands(m, args),

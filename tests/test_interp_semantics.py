@@ -283,6 +283,8 @@ def exact_ref(op, xs, mode, fmt):
             op == "sqrt" and xs[0] < 0):
         if op == "fma" and not any(math.isinf(x) for x in xs):
             pass
+        elif op == "fma" and math.isinf(xs[2]) and all(math.isfinite(x) for x in xs[:2]):
+            return xs[2]  # the exact product of finite factors is finite, even past f64
         else:
             return float(naive)
     F = [to_fraction(x) for x in xs]

@@ -127,7 +127,7 @@ def test_64_bit_operand_from_a_32_bit_register():
     def body():
         i = reg.scalar(u32, init=3)
         d = reg.scalar(f32)
-        ptx.inst.ld.global_.f32(d, ptx.addr(i))
+        ptx.inst.ld.shared.f32(d, ptx.addr(i))
         w = reg.scalar(u32)
         ptx.inst.add.u64(w, i, i)  # <- narrow-64
     raises_at(k1(body), OperandTypeError, "narrow-64", r"needs \.u64", r"widen it first")

@@ -178,6 +178,11 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
 
 
 def _check_supported(prog: ir.Program) -> None:
+    for raw in ir.unchecked(prog.body):
+        raise InterpreterError(
+            f"ptx.raw line {raw.text!r} is unchecked PTX that the interpreter cannot run; "
+            f"run this kernel on a GPU, or write the instruction with ptx.inst.<opcode>(...) "
+            f"if the instruction table has it", raw.loc)
     bad = unsupported()
     for instr in prog.walk():
         if instr.match.spec.opcode in bad:

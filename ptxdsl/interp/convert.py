@@ -78,7 +78,14 @@ def cvt_value(m, a, b=None):
     if dst.name == "tf32":
         u = np.asarray(a).view(np.uint32)
         nan = np.isnan(np.asarray(a))
-        r = ((u.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
+        u64 = u.astype(np.uint64)
+        if frnd == "rz":      # truncate the 13 low mantissa bits
+            r = u64 & 0xFFFFE000
+        elif frnd == "rn":    # nearest, ties to even
+            r = (u64 + 0xFFF + ((u64 >> 13) & 1)) & 0xFFFFE000
+        else:                 # .rna: nearest, ties away from zero
+            r = (u64 + 0x1000) & 0xFFFFE000
+        r = r.astype(np.uint32)
         r = np.where(np.isinf(np.asarray(a)), u, r)
         # NaNs are truncated to tf32's 10 mantissa bits, nothing more (measured on an
         # H200: 0x7fffffff -> 0x7fffe000, and 0x7f800001 -> 0x7f800000, an infinity).

@@ -361,11 +361,11 @@ def fma(a, b, c, mode: str, f: Fmt) -> np.ndarray:
             odd_fix = (err != 0) & ((vb & 1) == 0)
             v = np.where(odd_fix, np.nextafter(v, np.where(err > 0, np.inf, -np.inf)), v)
             z = th + v
-            z = np.where(fin, z, p + c)
+            z = np.where(fin, z, _nonfinite_fma(a, b, c, p))
             ok = _safe(a, b, c) & _safe(p) & (np.abs(p) >= 2.0 ** -800)
             bad = fin & ~ok
         else:
-            z = p + c
+            z = np.where(fin, p + c, _nonfinite_fma(a, b, c, p))
             bad = fin
         # A zero factor makes the product an exact signed zero; a zero addend leaves a*b.
         zero_prod = fin & ((a == 0) | (b == 0))
@@ -378,6 +378,14 @@ def fma(a, b, c, mode: str, f: Fmt) -> np.ndarray:
         if zero_c.any():
             z = np.where(zero_c, mul(a, b, mode, f).view(np.float64), z)
         return np.asarray(z, np.float64).view(np.uint64)
+
+
+def _nonfinite_fma(a, b, c, p):
+    """a*b + c where some operand is not finite. The exact product of finite factors is
+    finite even when ``p = a*b`` overflowed, so an infinite c wins: fma(1e308, 10, -inf)
+    is -inf, not inf + -inf = NaN."""
+    finite_ab = np.isfinite(a) & np.isfinite(b)
+    return np.where(finite_ab & np.isinf(c), c, p + c)
 
 
 def div(a, b, mode: str, f: Fmt) -> np.ndarray:

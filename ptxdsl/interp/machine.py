@@ -174,6 +174,9 @@ def compile_node(node, handlers):
         return LoopOp(node, handlers)
     if isinstance(node, ir.Label):
         return LabelOp(node.name)
+    if isinstance(node, ir.Raw):
+        raise InterpreterError(f"ptx.raw line {node.text!r} is unchecked PTX that the "
+                               f"interpreter cannot run; run this kernel on a GPU", node.loc)
     raise InterpreterError(f"the interpreter cannot run IR node {node!r}")
 
 

@@ -242,10 +242,13 @@ def createpolicy(mach, instr, mask):
     m = instr.match
     primary = _PRIORITIES.index(m.chosen["primary"])
     secondary = _PRIORITIES.index(m.chosen.get("secondary", "L2::evict_unchanged"))
-    frac = float(instr.operands[1].value) if len(instr.operands) > 1 else 1.0
-    bits = np.float32(frac).view(np.uint32)
-    value = np.uint64((primary << 36) | (secondary << 32) | int(bits))
-    mach.dst(instr, 0, np.full(mach.T, value, np.uint64), mask)
+    if len(instr.operands) > 1:  # a constant or an f32 register
+        frac = np.broadcast_to(np.asarray(mach.src(instr, 1, mask), np.float32), (mach.T,))
+    else:
+        frac = np.ones(mach.T, np.float32)
+    bits = frac.view(np.uint32).astype(np.uint64)
+    value = np.uint64((primary << 36) | (secondary << 32)) | bits
+    mach.dst(instr, 0, value, mask)
 
 
 # ------------------------------------------------------------------------ cp.async

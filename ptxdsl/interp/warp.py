@@ -1,4 +1,5 @@
-"""Warp-synchronous instructions: shfl.sync, vote.sync, match.sync, redux.sync, elect.sync.
+"""Warp-level instructions: shfl.sync, vote.sync, match.sync, redux.sync, elect.sync,
+bar.warp.sync and activemask.
 
 Each is evaluated on ``(warps, 32)`` views of the thread arrays. The
 ``.sync`` rules are enforced: the executing lane must be in its membermask,
@@ -44,12 +45,19 @@ def check_members(mach, instr, mask, members) -> np.ndarray:
     return act
 
 
+def _pred_out(instr) -> int:
+    """1 when the instruction was given its optional ``|p`` predicate destination."""
+    slots = instr.match.operands
+    return 1 if len(slots) > 1 and slots[1].role == "p" else 0
+
+
 @handler("shfl.sync")
 def shfl(mach, instr, mask):
-    a = mach.src(instr, 1, mask)
-    b = _per_thread(mach, mach.src(instr, 2, mask)).astype(np.int64)
-    c = _per_thread(mach, mach.src(instr, 3, mask)).astype(np.int64)
-    members = _per_thread(mach, mach.src(instr, 4, mask))
+    k = _pred_out(instr)
+    a = mach.src(instr, 1 + k, mask)
+    b = _per_thread(mach, mach.src(instr, 2 + k, mask)).astype(np.int64)
+    c = _per_thread(mach, mach.src(instr, 3 + k, mask)).astype(np.int64)
+    members = _per_thread(mach, mach.src(instr, 4 + k, mask))
     check_members(mach, instr, mask, members)
     lane = mach.lane.astype(np.int64)
     bval, cval, seg = b & 0x1F, c & 0x1F, (c >> 8) & 0x1F
@@ -79,6 +87,21 @@ def shfl(mach, instr, mask):
                          f"undefined on hardware", t)
     av = np.broadcast_to(np.asarray(a), (mach.T,))
     mach.dst(instr, 0, av[src], mask)
+    if k:  # p: the source lane was in range (else d is this lane's own value)
+        mach.dst(instr, 1, ok, mask)
+
+
+@handler("activemask")
+def activemask(mach, instr, mask):
+    mach.dst(instr, 0, warp_active_bits(mach, mask), mask)
+
+
+@handler("bar.warp.sync")
+def bar_warp_sync(mach, instr, mask):
+    """Every lane of the membermask must arrive together (the interpreter runs a warp's
+    active lanes in lockstep, so arriving is the whole of the wait)."""
+    members = _per_thread(mach, mach.src(instr, 0, mask))
+    check_members(mach, instr, mask, members)
 
 
 @handler("vote.sync")

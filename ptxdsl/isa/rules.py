@@ -17,6 +17,12 @@ def _mem_common(m, op):
         return "non-coherent loads (.nc) read only .global memory: write ld.global.nc..."
     if (m.chosen.get("L1") or m.chosen.get("L2")) and space not in ("global", None):
         return "cache eviction/prefetch hints apply to .global accesses only"
+    if m.chosen.get("hint"):
+        if space not in ("global", None):
+            return (f".L2::cache_hint applies to .global (or generic) accesses, not "
+                    f".{space}; drop the hint and its policy operand")
+        if sem == "volatile":
+            return ".L2::cache_hint does not combine with .volatile; drop one of them"
     if sem in ("relaxed", "acquire", "release") and "scope" not in m.chosen:
         return f".{sem} needs a scope (.cta, .gpu, .sys or .cluster) right after it"
     if "scope" in m.chosen and sem not in ("relaxed", "acquire", "release"):
@@ -212,9 +218,9 @@ def int_mode(m):
 
 def mad(m):
     t = m.type
-    msg = int_mode(m) if t.is_int else None
-    if msg:
-        return msg.replace("mul", "mad")
+    if t.is_int and "mode" not in m.chosen:
+        return (f"integer mad needs .lo, .hi or .wide: mad.lo.{t.name} keeps the low half, "
+                f"mad.wide.{t.name} the double-width product")
     if t.is_float and "rounding" not in m.chosen:
         return f"mad.{t.name} needs a rounding modifier; write mad.rn.{t.name} (or fma.rn.{t.name})"
     if m.has("sat") and t.name != "f32" and not (t.name == "s32" and m.has("hi")):
@@ -273,8 +279,14 @@ def compare(m):
 
 
 def set_(m):
+    if m.types[0].name not in ("u32", "s32", "f32"):
+        return (f"set writes .u32, .s32 or .f32 (0xffffffff or 1.0 for true), not "
+                f".{m.types[0].name}: set.<cmp>.u32.{m.types[1].name}")
     if m.has("ftz") and m.types[1].name != "f32":
         return ".ftz applies to .f32 sources: set.cmp.ftz.<dtype>.f32"
+    if m.types[1].name in HALF and m.types[0].name == "f32":
+        return (f"set on .{m.types[1].name} writes an integer mask: "
+                f"set.<cmp>.u32.{m.types[1].name} (or .s32)")
     return compare(m.__class__(m.spec, m.mods, m.chosen, m.types[1:], m.operands, m.ptx, m.sm))
 
 
@@ -373,9 +385,9 @@ def cp_async_operands(m, ops):
 def bulk_prefetch_operands(m, ops):
     """cp.async.bulk.prefetch.L2 fetches a positive multiple of 16 bytes."""
     size = _imm(ops[1]) if len(ops) > 1 else None
-    if size is not None and (size <= 0 or size % 16):
-        return (f"cp.async.bulk.prefetch.L2 fetches a positive multiple of 16 bytes, got "
-                f"{size}")
+    if size is not None and (size <= 0 or size % 16 or size > 1048560):
+        return (f"cp.async.bulk.prefetch.L2 fetches a positive multiple of 16 bytes, at most "
+                f"1048560, got {size}")
     return None
 
 
@@ -396,12 +408,12 @@ def bit_field_operands(m, ops):
 
 
 def fraction_operand(m, ops):
-    """createpolicy.fractional takes a constant fraction in (0, 1]."""
+    """createpolicy.fractional takes a fraction in (0, 1]: an f32 register or a constant."""
     if len(ops) < 2:
         return None
     v = getattr(ops[1], "value", None)
     if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return "createpolicy's fraction is a constant (a Python float in (0, 1]), not a register"
+        return None  # a register: its value is the program's business
     if not 0.0 < float(v) <= 1.0:
         return f"createpolicy fraction {v} is out of range: it must be in (0, 1]"
     return None

@@ -69,7 +69,7 @@ class Operand:
     entry's ``lists`` function gives them per matched form (an mma's A operand
     is four ``.b32`` registers for ``m16n8k16.bf16``, one for ``m8n8k4.f64``).
 
-    Written ``[+]role:ty[{v,...}][?][@modifier][!ptx/sm]``:
+    Written ``[%][+]role[=group]:ty[{v,...}][?][@modifier][!ptx/sm]``:
 
     - ``+``: read-write (an accumulator the instruction reads and writes);
     - ``{1,-1}`` after the type: the immediates the slot allows (a ``q`` slot
@@ -80,6 +80,12 @@ class Operand:
 
     ``t`` (a tensor-map operand) takes its coordinate count from a ``{key}`` type
     (``t:{coords}``: ``lists`` gives ``("s32", dimensions)``).
+
+    Two more markers: a leading ``%`` (``%s:T``) lets a special register such as
+    ``%tid.x`` be the operand (ptxas allows them only as mov's source: "Special
+    register argument not allowed"); ``a=dst`` names the modifier group that gives an
+    address operand its state space (default ``space``; no choice in that group means
+    a generic address).
     """
 
     role: str
@@ -89,6 +95,8 @@ class Operand:
     choices: tuple[int, ...] | None = None
     when: str | None = None
     need: tuple[Version, int] | None = None
+    special: bool = False      # a special register (%tid.x, %clock, ...) may be the operand
+    space_group: str = "space"  # address operands: the group that names the state space
 
     @property
     def is_dest(self) -> bool:
@@ -112,7 +120,14 @@ class Operand:
         return self.list_key is not None and self.role in ("V", "X")
 
 
-_SLOT = re.compile(r"^(?P<rw>\+)?(?P<role>[a-zA-Z]):?(?P<ty>\{\w+\}|\w+)?"
+    @property
+    def is_fixed(self) -> bool:
+        """The slot names a concrete type (``r:b64``), not the instruction's (``T``)."""
+        return (self.ty is not None and self.ty not in ("T", "T0", "T1", "W")
+                and not self.ty.startswith("{"))
+
+
+_SLOT = re.compile(r"^(?P<special>%)?(?P<rw>\+)?(?P<role>[a-zA-Z])(?:=(?P<space>[\w:]+))?:?(?P<ty>\{\w+\}|\w+)?"
                    r"(?:\{(?P<choices>[-\d,]+)\})?(?P<opt>\?)?(?:@(?P<when>[\w:]+))?"
                    r"(?:!(?P<need>\d+\.\d+/\d+))?$")
 
@@ -131,13 +146,22 @@ def parse_operands(sig: str) -> tuple[Operand, ...]:
             need = ((int(major), int(minor)), int(sm))
         choices = tuple(int(x) for x in m["choices"].split(",")) if m["choices"] else None
         out.append(Operand(m["role"], m["ty"] or None, bool(m["opt"]), bool(m["rw"]),
-                           choices, m["when"], need))
+                           choices, m["when"], need, bool(m["special"]),
+                           m["space"] or "space"))
     return tuple(out)
 
 
 def split_alternatives(sig: str) -> list[str]:
     """``"sigA || sigB"``: operand lists of one form told apart by the operands given."""
     return [part.strip() for part in sig.split("||")]
+
+
+# State spaces an address register of each width may point into. Generic and .global
+# addresses are 64-bit (ptxas 13 has no 32-bit ABI: "32-Bit ABI ... not supported",
+# with no line number); the windows of .shared, .local, .const and .param are small
+# enough for 32-bit offsets.
+SPACES_32BIT_OK = frozenset({"shared", "shared::cta", "shared::cluster", "local", "const",
+                             "param"})
 
 
 SCOPES = ("thread", "warp", "warpgroup", "cta", "cluster")
@@ -319,6 +343,11 @@ class Match:
         """How many registers a list slot takes in this form (vector width otherwise)."""
         key = slot.list_key
         return self.lists[key][1] if key else self.vector
+
+    def address_space(self, slot: Operand) -> str | None:
+        """The state space of an address operand (``"global"``, ``"shared::cta"``...),
+        or None for a generic address."""
+        return self.chosen.get(slot.space_group)
 
     def resolve_type(self, ty: str | None) -> PtxType | None:
         """The concrete type of an operand slot's type expression."""

@@ -71,7 +71,7 @@ CMP = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs",
 TABLE: tuple[OpSpec, ...] = (
     # ---------------------------------------------------------------- data movement
     OpSpec("mov", (), ("pred", *B, *INT, "f32", "f64"),
-           operands="d:T s:T", variants={}, category="data",
+           operands="d:T %s:T", variants={}, category="data",
            doc="Copy a register, immediate, special register or symbol address; "
                "mov.b32/b64 with a register list packs or unpacks halves.",
            example="mov.u32 %r0, %tid.x", packs=True, moves_bits=True,
@@ -101,7 +101,7 @@ TABLE: tuple[OpSpec, ...] = (
                             g("secondary", "L2::evict_first", "L2::evict_unchanged")),
            ("b64",), operands="d:b64 s:f32?", ptx=(7, 4), sm=80, category="data",
            doc="Make an L2 eviction policy for ld/st .L2::cache_hint: the given fraction "
-               "(0 < f <= 1, default 1) of the lines an access touches get the primary "
+               "(an f32 register or a constant 0 < f <= 1, default 1) of the lines an access touches get the primary "
                "priority, the rest the secondary (default .L2::evict_unchanged).",
            example="createpolicy.fractional.L2::evict_last.b64 %rd0",
            check_operands=rules.fraction_operand),
@@ -233,7 +233,10 @@ TABLE: tuple[OpSpec, ...] = (
            moves_bits=True),
     OpSpec("set", (g("cmp", *CMP, required=True), g("bool", "and", "or", "xor"),
                    g("ftz", "ftz")),
-           ("u32", "s32", "f32"), ntypes=2, operands="d:T0 s:T1 s:T1", variants={
+           # destination .u32/.s32/.f32 (the rule checks), sources of any compared type
+           ("u32", "s32", "f32", "b16", "b32", "b64", "u16", "u64", "s16", "s64", "f16",
+            "bf16", "f64"), ntypes=2, type_needs={"f16": ((6, 5), 53)},
+           operands="d:T0 s:T1 s:T1", variants={
                "and": "d:T0 s:T1 s:T1 q:pred", "or": "d:T0 s:T1 s:T1 q:pred",
                "xor": "d:T0 s:T1 s:T1 q:pred"},
            category="compare", rule=rules.set_,
@@ -270,9 +273,11 @@ TABLE: tuple[OpSpec, ...] = (
            doc="tanh(a) (max relative error 2^-11 for f32).", example="tanh.approx.f32 %f1, %f0"),
     # ---------------------------------------------------------------- warp
     OpSpec("shfl.sync", (g("mode", "up", "down", "bfly", "idx", required=True),), ("b32",),
-           operands="d:T s:T s:u32 s:u32 s:u32", ptx=(6, 0), sm=30, category="warp",
+           operands="d:T p:pred? s:T s:u32 s:u32 s:u32", ptx=(6, 0), sm=30, category="warp",
+           form="pipe_pred",
            doc="Exchange a register within a warp: operands are value, lane/offset, "
-               "clamp|segmask (c), membermask.",
+               "clamp|segmask (c), membermask; the optional predicate destination (printed "
+               "d|p) is true where the source lane was in range.",
            example="shfl.sync.bfly.b32 %r1, %r0, 16, 31, 0xffffffff",
            scope="warp", varies=True, moves_bits=True),
     OpSpec("vote.sync", (g("mode", "all", "any", "uni", "ballot", required=True),),
@@ -295,6 +300,15 @@ TABLE: tuple[OpSpec, ...] = (
                                 "p true on the leader.",
            example="elect.sync %r0|%p0, 0xffffffff", scope="warp", varies=True,
            form="pipe_pred"),
+    OpSpec("activemask", (), ("b32",), operands="d:T", ptx=(6, 2), sm=30, category="warp",
+           varies=True,
+           doc="The mask of the lanes of this warp that execute it (no synchronisation).",
+           example="activemask.b32 %r0"),
+    OpSpec("bar.warp.sync", (), (), ntypes=0, operands="s:u32", ptx=(6, 0), sm=30,
+           category="warp", scope="warp", effects=frozenset({"barrier"}), side_effects=True,
+           doc="Wait until every lane of the membermask has reached a bar.warp.sync with "
+               "the same mask (and order their memory accesses).",
+           example="bar.warp.sync 0xffffffff"),
     # ---------------------------------------------------------------- synchronisation
     OpSpec("bar", (g("mode", "sync", "arrive", required=True),), (),
            ntypes=0, operands="s:u32 s:u32?", variants={"arrive": "s:u32 s:u32"},
@@ -363,7 +377,8 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("cp.async", (g("cache", "ca", "cg", required=True),
                         g("dst", "shared", SHARED_CTA, required=True),
                         g("src", "global", required=True), L2_PREFETCH),
-           (), ntypes=0, operands="a a i:u32 s:u32?", ptx=(7, 0), sm=80, category="async",
+           (), ntypes=0, operands="a=dst a=src i:u32 s:u32?", ptx=(7, 0), sm=80,
+           category="async",
            side_effects=True, check_operands=rules.cp_async_operands,
            doc="Asynchronous global->shared copy of 4, 8 or 16 bytes (.cg: 16 only); the "
                "optional last operand is the source size (zero-fills the rest).",
@@ -381,7 +396,7 @@ TABLE: tuple[OpSpec, ...] = (
            category="async", side_effects=True, doc="Wait for every cp.async copy.",
            example="cp.async.wait_all", effects=frozenset({"async_wait"})),
     OpSpec("cp.async.bulk.prefetch.L2", (g("src", "global", required=True), L2_HINT), (),
-           ntypes=0, operands="a s:u32", variants={"L2::cache_hint": "a s:u32 r:b64"},
+           ntypes=0, operands="a=src s:u32", variants={"L2::cache_hint": "a=src s:u32 r:b64"},
            ptx=(8, 0), sm=90, category="async", side_effects=True,
            check_operands=rules.bulk_prefetch_operands,
            doc="Start fetching a range of global memory (16-byte aligned, a multiple of 16 "

@@ -177,3 +177,162 @@ def test_approx_instructions_within_bounds(chain, bound):
     err = np.max(np.abs(gpu - cpu) / scale)
     print(f"{chain}: max difference {err:.3g} (bound {bound:.3g})")
     assert err <= 2 * bound
+
+
+# ------------------------------------------------------------------ every ALU form at the edges
+# Every arithmetic, bit, compare, conversion and IEEE-rounded math form of the table (one
+# optional modifier at most: every rounding mode, .ftz, .sat, ... on every type), run on
+# edge values (NaN, +-inf, +-0, subnormals, the largest finite values, extreme integers,
+# shift amounts around the width) in every combination the 1024 threads hold, plus random
+# bits. The interpreter must agree bit for bit (any NaN equals any NaN, lane by lane).
+# PTXDSL_EDGE_EXTRA=2 adds the forms with two optional modifiers.
+FLOAT_EDGE_BITS = {
+    "f32": [0x0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0xFFFFFFFF,
+            0x00000001, 0x807FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000,
+            0xBF800000, 0x3F800001, 0x4B000000, 0x4F000000, 0xCF000000, 0x5F800000,
+            0x3F000000, 0x3FC00000, 0xC0200000, 0x3F801000, 0x3F803000, 0x3F801FFF],
+    "f64": [0x0, 1 << 63, 0x7FF0000000000000, 0xFFF0000000000000, 0x7FF8000000000000,
+            0x7FF0000000000001, 0x0000000000000001, 0x800FFFFFFFFFFFFF, 0x0010000000000000,
+            0x7FEFFFFFFFFFFFFF, 0x3FF0000000000000, 0xBFF0000000000000, 0x3FF0000000000001,
+            0x43E0000000000000, 0xC3E0000000000000, 0x41E0000000000000, 0x7FE1CCF385EBC8A0,
+            0x3FE0000000000000, 0x36A0000000000000, 0x47EFFFFFE0000000],
+    "f16": [0x0, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0x0001, 0x83FF, 0x0400, 0x7BFF,
+            0xFBFF, 0x3C00, 0xBC00, 0x3C01, 0x3800, 0x3E00],
+    "bf16": [0x0, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0x0001, 0x807F, 0x0080, 0x7F7F,
+             0xFF7F, 0x3F80, 0xBF80, 0x3F81, 0x3F00, 0x3FC0],
+}
+FLOAT_EDGE_BITS["tf32"] = FLOAT_EDGE_BITS["f32"]
+
+
+def _int_edges(t):
+    from ptxdsl.types import by_name, int_range
+    pt = by_name(t)
+    bits = pt.bits
+    lo, hi = int_range(pt) if pt.kind != "b" else (0, (1 << bits) - 1)
+    vals = {0, 1, 2, 3, bits - 1, bits, bits + 1, 7, 8, 255, 256, hi, hi - 1, lo, lo + 1,
+            1 << (bits - 1), (1 << (bits - 1)) - 1, 0x3210 & hi, (1 << bits) - 1}
+    return sorted(v & ((1 << bits) - 1) for v in vals)
+
+
+def _edges(t):
+    """Edge bit patterns of type ``t`` (packed x2 types: pairs of half edges)."""
+    if t in FLOAT_EDGE_BITS:
+        return FLOAT_EDGE_BITS[t]
+    if t in ("f16x2", "bf16x2"):
+        h = FLOAT_EDGE_BITS[t[:-2]]
+        return [a | (b << 16) for a in h for b in h[::3]]
+    if t == "pred":
+        return [0, 1]
+    return _int_edges(t)
+
+
+def edge_inputs(ins, n, rng):
+    """Arrays (as the kernel's memory types) holding edge combinations, then random bits."""
+    from ptxdsl.types import by_name
+    import itertools
+    edges = [_edges(t) for t in ins]
+    combos = list(itertools.product(*edges))
+    if len(combos) > 3 * n // 4:
+        idx = rng.choice(len(combos), 3 * n // 4, replace=False)
+        combos = [combos[i] for i in sorted(idx)]
+    out = []
+    for j, t in enumerate(ins):
+        pt = by_name(t)
+        udt = np.dtype(f"u{max(pt.bits, 8) // 8}") if t != "pred" else np.dtype("u4")
+        vals = np.array([c[j] for c in combos], np.uint64)
+        rest = rng.integers(0, 1 << 63, n - len(vals), dtype=np.uint64)
+        mix = rng.random(n - len(vals)) < 0.3  # some random edges among the random bits
+        rest = np.where(mix, np.array(edges[j], np.uint64)[rng.integers(0, len(edges[j]),
+                                                                        n - len(vals))], rest)
+        a = np.concatenate([vals, rest])
+        if t == "pred":
+            a = a & 1
+        a = (a & np.uint64((1 << (udt.itemsize * 8)) - 1)).astype(udt)
+        mem = "u32" if t == "pred" else t
+        out.append(a.view(by_name(mem).np_dtype) if by_name(mem).np_dtype.itemsize ==
+                   udt.itemsize else a)
+    return out
+
+
+def _nan_lanes(a, t):
+    """Per element: which lanes are NaN, as a boolean array over the bit patterns."""
+    from ptxdsl.types import by_name
+    pt = by_name(t)
+    u = np.asarray(a).view(f"u{np.asarray(a).dtype.itemsize}").astype(np.uint64)
+    if t in ("f32", "tf32"):
+        return ((u >> 23) & 0xFF == 0xFF) & (u & 0x7FFFFF != 0)
+    if t == "f64":
+        return ((u >> 52) & 0x7FF == 0x7FF) & (u & ((1 << 52) - 1) != 0)
+    if pt.bits == 16 or t.endswith("x2"):
+        exp, man = ((0x1F, 10) if t.startswith("f16") else (0xFF, 7))
+        lanes = []
+        for sh in ((0, 16) if t.endswith("x2") else (0,)):
+            h = (u >> sh) & 0xFFFF
+            lanes.append(((h >> man) & exp == exp) & (h & ((1 << man) - 1) != 0))
+        return np.stack(lanes, -1)
+    return None
+
+
+def _edge_forms():
+    """(text, input types, output types) of every ALU form, from the table."""
+    from isa_forms import dense_forms
+    from ptxdsl.isa import TABLE
+    extra = int(os.environ.get("PTXDSL_EDGE_EXTRA", "1"))
+    out = {}
+    for spec in TABLE:
+        if spec.category not in ("arith", "bits", "convert", "math", "compare"):
+            continue
+        for m in dense_forms(spec, extra):
+            if m.has("approx") or m.chosen.get("kind") in ("approx", "full"):
+                continue  # approximations: test_approx_instructions_within_bounds
+            if spec.opcode == "set" and m.types[0].name != "u32" or "bool" in m.chosen:
+                continue  # other destinations and .and/.or/.xor add no arithmetic
+            slots = [s for s in m.operands if not s.optional]
+            if any(s.role in ("i", "a", "l", "V", "X") for s in slots):
+                continue
+            types = [m.resolve_type(s.ty) for s in slots]
+            if any(t is None for t in types):
+                continue
+            ins = [t.name for s, t in zip(slots, types) if not s.is_dest]
+            outs = [t.name for s, t in zip(slots, types) if s.is_dest]
+            # 8-bit values live in 16-bit registers; tf32 is stored as its bits
+            wide = {"u8": "u16", "s8": "s16", "b8": "b16", "tf32": "b32"}
+            ins = [wide.get(t, t) for t in ins]
+            outs = [wide.get(t, t) for t in outs]
+            out[m.text] = (m.text, ins, outs)
+    return [out[k] for k in sorted(out)]
+
+
+EDGE_FORMS = _edge_forms()
+
+
+@pytest.mark.parametrize("chain,ins,outs", EDGE_FORMS, ids=[f[0] for f in EDGE_FORMS])
+def test_every_alu_form_bit_exact_at_the_edges(chain, ins, outs):
+    from test_interp_util import make_op_kernel
+    n = 1024
+    rng = np.random.default_rng(abs(hash(chain)) % 2 ** 32)
+    k = make_op_kernel(chain, ins, outs, n)
+    inputs = edge_inputs(ins, n, rng)
+    gpu = k(*inputs)
+    cpu = k.interpret(*inputs)
+    gpu = gpu if isinstance(gpu, tuple) else (gpu,)
+    cpu = cpu if isinstance(cpu, tuple) else (cpu,)
+    for g, c, t in zip(gpu, cpu, outs):
+        g, c = np.asarray(g), np.asarray(c)
+        gu, cu = g.view(f"u{g.dtype.itemsize}"), c.view(f"u{c.dtype.itemsize}")
+        bad = gu != cu
+        nan_g, nan_c = _nan_lanes(g, t), _nan_lanes(c, t)
+        if nan_g is not None:
+            if nan_g.ndim == 2:  # packed: equal where every lane is equal or NaN on both
+                lane_eq = np.stack([((gu.astype(np.uint64) >> s) & 0xFFFF) ==
+                                    ((cu.astype(np.uint64) >> s) & 0xFFFF) for s in (0, 16)], -1)
+                bad = ~np.all(lane_eq | (nan_g & nan_c), -1)
+            else:
+                bad &= ~(nan_g & nan_c)
+        if bad.any():
+            where = np.nonzero(bad)[0][:6]
+            shown = [[hex(int(np.asarray(x).view(f"u{np.asarray(x).dtype.itemsize}")[i]))
+                      for x in inputs] for i in where]
+            pytest.fail(f"{chain}: {int(bad.sum())} of {n} differ; inputs {shown}, GPU "
+                        f"{[hex(int(gu[i])) for i in where]}, interpreter "
+                        f"{[hex(int(cu[i])) for i in where]}")

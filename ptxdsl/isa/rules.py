@@ -386,8 +386,8 @@ def bulk_prefetch_operands(m, ops):
     """cp.async.bulk.prefetch.L2 fetches a positive multiple of 16 bytes."""
     size = _imm(ops[1]) if len(ops) > 1 else None
     if size is not None and (size <= 0 or size % 16 or size > 1048560):
-        return (f"cp.async.bulk.prefetch.L2 fetches a positive multiple of 16 bytes, at most "
-                f"1048560, got {size}")
+        return (f"cp.async.bulk.prefetch.L2 fetches a positive multiple of 16 bytes, got "
+                f"{size} (at most 1048560)")
     return None
 
 

@@ -433,7 +433,15 @@ def _cmd_cache(args) -> int:
                            right=[False, False]).split("\n", 2)[2])
         return 0
     # clear: the runtime's clear deletes only the files it wrote
-    print(f"removed {clear()} cached kernel(s) from {path}")
+    failed: list = []
+    print(f"removed {clear(failed=failed)} cached kernel(s) from {path}")
+    if failed:
+        for p, why in failed[:10]:
+            print(f"ptxdsl: error: could not remove {p}: {why}", file=sys.stderr)
+        more = f" ({len(failed) - 10} more not listed)" if len(failed) > 10 else ""
+        print(f"ptxdsl: error: {len(failed)} file(s) could not be removed{more}; check the "
+              f"folder's permissions", file=sys.stderr)
+        return EXIT_FAIL
     return 0
 
 

@@ -19,6 +19,9 @@ _OPS_DIR = _PKG_DIR + "ops" + os.sep
 # Frames of these files are machinery between the user's line and ours
 # (``with ptx.if_(...)`` enters through contextlib).
 _SKIP_FILES = frozenset({contextlib.__file__, os.path.abspath(contextlib.__file__)})
+# Code ptxdsl generates at run time (the launcher's fast path) compiles under file names
+# starting with this; such frames are machinery too, never the user's line.
+GENERATED_PREFIX = "<ptxdsl"
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ def user_location(skip: int = 1) -> SourceLoc | None:
 def is_user_file(filename: str) -> bool:
     """Whether a code object's file is user code: not ptxdsl's own machinery (the
     ready-made kernels of ``ptxdsl/ops`` count as user code) and not contextlib."""
-    if filename in _SKIP_FILES:
+    if filename in _SKIP_FILES or filename.startswith(GENERATED_PREFIX):
         return False
     path = filename if filename.startswith(_PKG_DIR) else os.path.abspath(filename)
     return not path.startswith(_PKG_DIR) or path.startswith(_OPS_DIR)

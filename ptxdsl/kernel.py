@@ -9,6 +9,7 @@ CPU and calling the kernel launches it on the GPU (or on the interpreter when
 from __future__ import annotations
 
 import inspect
+import operator
 import logging
 import os
 import threading
@@ -357,15 +358,26 @@ def _code_loc(fn) -> SourceLoc | None:
 
 
 def _dim3(v, what: str, loc: SourceLoc | None = None) -> tuple[int, int, int]:
-    if isinstance(v, int):
-        v = (v,)
-    try:
-        t = tuple(int(x) for x in v)
-    except (TypeError, ValueError):
-        raise TraceError(f"{what} must be an int or up to three ints, got {v!r}", loc) from None
-    if not 1 <= len(t) <= 3 or any(x < 1 for x in t):
+    """One to three positive ints (numpy integers too) as a 3-tuple. Strings, floats and
+    bools are refused: ``"256"`` is not (2, 5, 6), ``N / 256`` is not ``N // 256``."""
+    items = (v,) if not isinstance(v, (tuple, list)) else tuple(v)
+    out = []
+    for x in items:
+        if isinstance(x, bool):
+            x = None
+        try:
+            out.append(operator.index(x))
+        except TypeError:
+            hint = ""
+            if isinstance(x, float):
+                hint = " (a float: use integer division, e.g. (N + 255) // 256)"
+            elif isinstance(x, str):
+                hint = " (a string: pass the number itself)"
+            raise TraceError(f"{what} must be an int or up to three ints, got {v!r}{hint}",
+                             loc) from None
+    if not 1 <= len(out) <= 3 or any(x < 1 for x in out):
         raise TraceError(f"{what} must be one to three positive ints, got {v!r}", loc)
-    return t + (1,) * (3 - len(t))
+    return tuple(out) + (1,) * (3 - len(out))
 
 
 def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(1, 1, 1),

@@ -164,6 +164,21 @@ def test_cache_info_and_clear(capsys, tmp_path, monkeypatch):
     assert not (tmp_path / "c" / "cubin" / "abc.cubin").exists()
 
 
+def test_cache_clear_reports_what_it_could_not_remove(capsys, tmp_path, monkeypatch):
+    # a read-only folder (root ignores permission bits, so the refusal is simulated)
+    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
+    (tmp_path / "cubin").mkdir()
+    (tmp_path / "cubin" / "k1.cubin").write_bytes(b"x")
+
+    def refuse(path, *a, **k):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(os, "remove", refuse)
+    code, out, err = run(capsys, "cache", "clear")
+    assert code != 0
+    assert "removed 0" in out
+    assert "could not remove" in err and "k1.cubin" in err and "Permission denied" in err
+
+
 def test_cache_clear_leaves_foreign_files(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
     (tmp_path / "precious.txt").write_text("keep me")

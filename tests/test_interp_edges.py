@@ -55,4 +55,5 @@ def test_fma_and_mad_f64_through_the_interpreter(chain):
 def test_cvt_tf32_rounding(mode, src, want):
     x = np.array([src], np.uint32).view(np.float32)
     got = run_op(f"cvt.{mode}.tf32.f32", ["f32"], "b32", x)
-    assert int(np.asarray(got).view(np.uint32)[0]) == want, hex(int(np.asarray(got).view(np.uint32)[0]))
+    bits = int(np.asarray(got).view(np.uint32)[0])
+    assert bits == want, hex(bits)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..errors import InterpreterError, LaunchError
+from ..errors import InterpreterError, LaunchError, user_location
 from .hb import Tracker
 from .machine import MAX_STEPS, Machine, compiled
 from .schedule import Blocked, Deadlock, levels, run_units, thread_units
@@ -53,7 +53,7 @@ def _as_array(x, name: str, tile) -> np.ndarray:
     a = h.array
     if a.ndim != len(tile.dims):
         raise LaunchError(f"argument {name} must have {len(tile.dims)} dimensions for {tile}, "
-                          f"got shape {a.shape}")
+                          f"got shape {a.shape}", user_location())
     return a
 
 
@@ -64,19 +64,19 @@ def _bind_dims(kernel, arrays: dict, given: dict) -> dict:
             if isinstance(d, int):
                 if d != n:
                     raise LaunchError(f"argument {name} has shape {arr.shape} but {tile} needs "
-                                      f"{d} along axis {axis}")
+                                      f"{d} along axis {axis}", user_location())
             elif d in dims and dims[d] != n:
                 raise LaunchError(f"dim {d} is {dims[d]} elsewhere but argument {name} has "
-                                  f"{n} along axis {axis} (shape {arr.shape})")
+                                  f"{n} along axis {axis} (shape {arr.shape})", user_location())
             else:
                 dims[d] = n
     missing = [d for d in kernel.dim_names if d not in dims]
     if missing:
         raise LaunchError(f"dims {', '.join(missing)} appear only in outputs; pass them by "
-                          f"keyword, e.g. {missing[0]}=...")
+                          f"keyword, e.g. {missing[0]}=...", user_location())
     for d, v in dims.items():
-        if not (isinstance(v, (int, np.integer)) and 0 < v < 2 ** 32):
-            raise LaunchError(f"dim {d} must be a positive 32-bit int, got {v!r}")
+        if isinstance(v, bool) or not (isinstance(v, (int, np.integer)) and 0 <= v < 2 ** 32):
+            raise LaunchError(f"dim {d} must be a 32-bit int >= 0, got {v!r}", user_location())
     return dims
 
 
@@ -98,11 +98,11 @@ def _bind_strides(arrays: dict) -> dict:
                 np.ascontiguousarray(a[0]).strides != a[0].strides
                 or a.strides[0] % a.itemsize or a.strides[0] < inner * a.itemsize):
             raise LaunchError(f"argument {name}: rows may be strided but each row must be "
-                              f"contiguous (strides {a.strides})")
+                              f"contiguous (strides {a.strides})", user_location())
         s = a.strides[0] // a.itemsize if a.shape[0] > 1 else inner
         if out.get(tile.stride, s) != s:
             raise LaunchError(f"arguments sharing stride {tile.stride!r} disagree: {name} has "
-                              f"{s}, another has {out[tile.stride]}")
+                              f"{s}, another has {out[tile.stride]}", user_location())
         out[tile.stride] = s
     return out
 
@@ -129,16 +129,20 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
     nin, nout = len(kernel.in_specs), len(kernel.out_specs)
     if len(args) not in (nin, nin + nout):
         raise LaunchError(f"kernel {kernel.name} takes {nin} inputs (and optionally its {nout} "
-                          f"outputs to write into), got {len(args)} arguments")
+                          f"outputs to write into), got {len(args)} arguments", user_location())
     unknown = [k for k in dims if k not in kernel.dim_names]
     if unknown:
         raise LaunchError(f"unknown keyword arguments {unknown}; this kernel's named dims are "
-                          f"{list(kernel.dim_names) or 'none'}")
+                          f"{list(kernel.dim_names) or 'none'}", user_location())
     ptr_params = [p for p in prog.params if p.kind == "ptr"]
     names = [p.tensor for p in ptr_params]
     specs = kernel.in_specs + kernel.out_specs
     arrays = {}
-    for name, tile, a in zip(names, specs, args):
+    for i, (name, tile, a) in enumerate(zip(names, specs, args)):
+        if i >= nin and isinstance(a, np.ndarray) and not a.flags.writeable:
+            raise LaunchError(f"kernel {kernel.name}: output {name} (argument {i + 1}) is a "
+                              f"read-only numpy array; pass a writable array (e.g. "
+                              f"np.empty_like(x), or x.copy())", user_location())
         arrays[name] = (_as_array(a, name, tile), tile)
     dims = _bind_dims(kernel, arrays, dims)
     strides = _bind_strides(arrays)
@@ -151,11 +155,14 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
         if tile.stride is not None:
             strides.setdefault(tile.stride, _inner(tensors[name]))
             tensors[name] = _strided_extent(tensors[name], strides[tile.stride])
-    grid = kernel.grid_for(dims)
-    results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides},
-                          cooperative=getattr(kernel, "cooperative", False),
-                          max_steps=max_steps, initialized=set(arrays),
-                          allow_uninitialized=allow_uninitialized)
+    if 0 in dims.values():  # empty tensors: nothing to run (as on the GPU)
+        results = {name: tensors[name] for name in names}
+    else:
+        grid = kernel.grid_for(dims)
+        results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides},
+                              cooperative=getattr(kernel, "cooperative", False),
+                              max_steps=max_steps, initialized=set(arrays),
+                              allow_uninitialized=allow_uninitialized)
     for name, tile in zip(names, specs):
         if tile.stride is not None:
             shape = tile.shape_for(dims)
@@ -228,7 +235,7 @@ def _param_space(prog, addrs, dims) -> Space:
             values[p.name] = np.array(dims[p.tensor or p.name.rsplit("_", 1)[0]],
                                       p.dtype.np_dtype)
         else:
-            raise LaunchError(f"parameter {p.name} of kind {p.kind!r} has no value")
+            raise LaunchError(f"parameter {p.name} of kind {p.kind!r} has no value", user_location())
     sp = Space("param", PARAM_BASE, regions)
     for name, v in values.items():
         sp.fill_region(name, v)

@@ -84,8 +84,11 @@ def cache_key(ptx: str, arch: str, toolchain: str, options: Sequence[str] = ()) 
     return h.hexdigest()
 
 
-def clear(root: str | None = None) -> int:
-    """Delete the cache's entries (only files it wrote); returns how many cubins were removed."""
+def clear(root: str | None = None, *, failed: list | None = None) -> int:
+    """Delete the cache's entries (only files it wrote); returns how many cubins were removed.
+
+    ``failed``, when given, receives ``(path, reason)`` for every file that could not be
+    removed (a read-only folder, a file held by another process...)."""
     root = root or cache_dir()
     removed = 0
     sub = os.path.join(root, _SUBDIR)
@@ -97,11 +100,15 @@ def clear(root: str | None = None) -> int:
         for name in names:
             if name.endswith((".cubin", ".tmp")) or name == _MEMO or (
                     folder == sub and (name.endswith(".json") or name == _LOCK)):
+                path = os.path.join(folder, name)
                 try:
-                    os.remove(os.path.join(folder, name))
+                    os.remove(path)
                     removed += name.endswith(".cubin")
-                except OSError:
-                    pass
+                except FileNotFoundError:
+                    pass  # another process removed it first
+                except OSError as e:
+                    if failed is not None:
+                        failed.append((path, e.strerror or str(e)))
     try:
         os.rmdir(sub)
     except OSError:

@@ -527,8 +527,12 @@ def get() -> Driver:
     return _driver
 
 
+class DriverUnavailable(PtxdslError):
+    """There is no usable CUDA driver in this process (no GPU, no cuda-python...)."""
+
+
 def _unavailable(exc: BaseException) -> PtxdslError:
-    return PtxdslError(f"no usable CUDA driver: {driver_unavailable_reason(exc)}; run with "
+    return DriverUnavailable(f"no usable CUDA driver: {driver_unavailable_reason(exc)}; run with "
                        f"PTXDSL_INTERPRET=1 to use the CPU interpreter instead")
 
 

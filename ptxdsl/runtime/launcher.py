@@ -52,7 +52,7 @@ from .adapter import ArgProblem, ArgView, classify, dlpack_device, stream_handle
 from .args import Binding, KernelSignature, bind
 from .compile import KernelFunction, load_function
 from .driver import CudaError
-from . import fastpath, torch_private
+from . import fastpath, hostcheck, torch_private
 from .fastpath import ParamLayout
 from .limits import LaunchLimits, _leave_quietly
 from .memory import Staging, allocate
@@ -65,7 +65,7 @@ LAUNCH_MODES = ("params", "ctypes")
 # bench/launch_overhead.py reports which mode is fastest on the machine it runs on.
 DEFAULT_MODE = "params"
 _CONTEXT_ERRORS = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE"})
-_OPTIONS = ("stream", "sync", "shared_mem", "cluster", "device")
+_OPTIONS = hostcheck.OPTIONS
 _MAX_ENTRIES = 4096
 
 
@@ -172,28 +172,8 @@ class Launcher(LaunchLimits):
 
     # ------------------------------------------------------------------ the general path
     def _options(self, kw: dict) -> dict:
-        bad = [k for k in kw if k not in _OPTIONS]
-        if bad:
-            raise LaunchError(f"{self.sig.describe_call()}: unknown keyword argument(s) "
-                              f"{', '.join(bad)}; a launch takes the arrays positionally "
-                              f"(inputs, then optionally outputs) and the options "
-                              f"{', '.join(_OPTIONS)}", user_location())
-        opts = {"sync": bool(kw.get("sync", False)) or self.sync_always,
-                "shared_mem": kw.get("shared_mem"), "cluster": kw.get("cluster"),
-                "device": kw.get("device")}
-        if opts["shared_mem"] is None:
-            opts["shared_mem"] = int(getattr(self.kernel, "dynamic_shared", 0) or 0)
-        if opts["cluster"] is None:
-            opts["cluster"] = getattr(self.kernel, "cluster", None)
-        if opts["cluster"] is not None:
-            c = opts["cluster"]
-            c = (c,) if isinstance(c, int) else tuple(c)
-            if not 1 <= len(c) <= 3 or any(not isinstance(x, int) or x < 1 for x in c):
-                raise LaunchError(f"cluster= takes up to three positive ints, got "
-                                  f"{opts['cluster']!r}")
-            opts["cluster"] = c + (1,) * (3 - len(c))
-            if opts["cluster"] == (1, 1, 1) and getattr(self.kernel, "cluster", None) is None:
-                opts["cluster"] = None
+        opts = hostcheck.check_options(self.sig, self.kernel, kw)
+        opts["sync"] = opts["sync"] or self.sync_always
         return opts
 
     slow_calls = 0  # general-path calls (per instance once incremented): a fast-path miss meter
@@ -246,6 +226,8 @@ class Launcher(LaunchLimits):
                 raise self._arg_error(i, f"is a {type(obj).__name__}, not an array (pass a numpy "
                                       f"array, a torch/cupy/jax array, or an object with "
                                       f"__cuda_array_interface__ or __dlpack__)")
+            if i >= sig.n_in:
+                hostcheck.check_output(sig, i, obj, kind)
             call.kinds.append(kind)
         # Views; DLPack capsules wait for the stream, which may depend on the device.
         call.views = [None] * sig.n_all
@@ -545,5 +527,10 @@ def launch(kernel, *args, **kwargs):
     """Launch ``kernel`` on ``args`` (what ``kernel(*args)`` does); see :class:`Launcher`."""
     launcher = kernel.runtime_cache.get("launcher")
     if launcher is None:
-        launcher = prepare(kernel)
+        try:
+            launcher = prepare(kernel)
+        except _driver.DriverUnavailable:
+            # No GPU here: a bad argument is still the first thing to report.
+            hostcheck.precheck(kernel, args, kwargs)
+            raise
     return launcher(*args, **kwargs)

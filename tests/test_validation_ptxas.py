@@ -254,3 +254,16 @@ def test_createpolicy_constant_fraction_still_checked():
     def body():
         ptx.inst.createpolicy.fractional.L2__evict_last.b64(reg.scalar(u64), 1.5)  # <- frac
     refused(body, TraceError, "frac", r"out of range")
+
+
+@pytest.mark.parametrize("frac", [5e-324, 1.0000002, 0.0, -0.5])
+def test_createpolicy_fraction_judged_as_the_f32_it_becomes(frac):
+    def body():
+        ptx.inst.createpolicy.fractional.L2__evict_last.b64(reg.scalar(u64), frac)  # <- f32frac
+    refused(body, TraceError, "f32frac", r"out of range")
+
+
+def test_createpolicy_fraction_rounding_to_one_is_fine():
+    def body():
+        ptx.inst.createpolicy.fractional.L2__evict_last.b64(reg.scalar(u64), 1.00000001)
+    accepted(body, "0f3F800000")

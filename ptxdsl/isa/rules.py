@@ -6,6 +6,8 @@ the form is legal, an error message saying what would be right, or a
 """
 from __future__ import annotations
 
+import numpy as np
+
 HALF = {"f16", "bf16", "f16x2", "bf16x2"}
 WIDE64 = {"b64", "u64", "s64", "f64"}
 
@@ -414,7 +416,9 @@ def fraction_operand(m, ops):
     v = getattr(ops[1], "value", None)
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return None  # a register: its value is the program's business
-    if not 0.0 < float(v) <= 1.0:
+    with np.errstate(all="ignore"):
+        f32 = float(np.float32(v))  # what the .f32 immediate holds (5e-324 becomes 0)
+    if not 0.0 < f32 <= 1.0:
         return f"createpolicy fraction {v} is out of range: it must be in (0, 1]"
     return None
 

@@ -326,7 +326,8 @@ class Builder:
             item_t = _bits_type(want.bits // n)
         items = []
         for x in arg:
-            if slot.is_dest or isinstance(x, ir.Reg):
+            # a form-dependent register list (a tensor-core fragment) holds registers only
+            if slot.is_dest or isinstance(x, ir.Reg) or slot.list_key:
                 items.append(self._reg(x, item_t, where, m, dest=slot.is_dest, relaxed=True))
             else:
                 items.append(self._imm_or_other(x, item_t, where, m))

@@ -164,10 +164,15 @@ class Gen:
         if rng.random() < 0.06:
             return self.wild(t)
         role = slot.role
-        if role in ("V", "X") and m is not None and m.vector > 1:
+        count = m.count(slot) if m is not None and hasattr(m, "count") else (
+            m.vector if m is not None else 1)
+        if role in ("V", "X") and m is not None and (count > 1 or getattr(slot, "list_key",
+                                                                         None)):
+            if rng.random() < 0.05:
+                count += rng.choice((-1, 1))  # a list of the wrong length
             if role == "V":
-                return [self.dest(t) for _ in range(m.vector)]
-            return [self.src(t) if rng.random() < 0.8 else self.imm(t) for _ in range(m.vector)]
+                return [self.dest(t) for _ in range(count)]
+            return [self.src(t) if rng.random() < 0.8 else self.imm(t) for _ in range(count)]
         if role in ("d", "p", "V"):
             return self.dest(t)
         if role in ("s", "X"):

@@ -267,3 +267,10 @@ def test_createpolicy_fraction_rounding_to_one_is_fine():
     def body():
         ptx.inst.createpolicy.fractional.L2__evict_last.b64(reg.scalar(u64), 1.00000001)
     accepted(body, "0f3F800000")
+
+
+def test_fragment_lists_hold_registers_only():
+    def body():
+        a = reg.scalar(u64, init=0)
+        ptx.inst.stmatrix.sync.aligned.m8n8.x1.shared.b16(ptx.addr(a), [8])  # <- frag-imm
+    refused(body, OperandTypeError, "frag-imm", "must be a register")

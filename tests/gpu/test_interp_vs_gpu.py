@@ -277,6 +277,7 @@ def _edge_forms():
     """(text, input types, output types) of every ALU form, from the table."""
     from isa_forms import dense_forms
     from ptxdsl.isa import TABLE
+    from ptxdsl.types import ALL_TYPES
     extra = int(os.environ.get("PTXDSL_EDGE_EXTRA", "1"))
     out = {}
     for spec in TABLE:
@@ -297,8 +298,14 @@ def _edge_forms():
             outs = [t.name for s, t in zip(slots, types) if s.is_dest]
             # 8-bit values live in 16-bit registers; tf32 is stored as its bits
             wide = {"u8": "u16", "s8": "s16", "b8": "b16", "tf32": "b32"}
-            ins = [wide.get(t, t) for t in ins]
-            outs = [wide.get(t, t) for t in outs]
+            half = ("f16", "bf16", "f16x2", "bf16x2", "f32", "f64")
+
+            def mem(t):  # fp8 pairs and the like move as raw bits
+                t = wide.get(t, t)
+                pt = ALL_TYPES[t]
+                return f"b{pt.bits}" if pt.is_float and t not in half else t
+            ins = [mem(t) for t in ins]
+            outs = [mem(t) for t in outs]
             out[m.text] = (m.text, ins, outs)
     return [out[k] for k in sorted(out)]
 

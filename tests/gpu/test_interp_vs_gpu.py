@@ -343,3 +343,30 @@ def test_every_alu_form_bit_exact_at_the_edges(chain, ins, outs):
             pytest.fail(f"{chain}: {int(bad.sum())} of {n} differ; inputs {shown}, GPU "
                         f"{[hex(int(gu[i])) for i in where]}, interpreter "
                         f"{[hex(int(cu[i])) for i in where]}")
+
+
+# ------------------------------------------------------------------ warp-level pieces
+def test_warp_level_instructions_agree():
+    """shfl.sync d|p, activemask (in a branch) and bar.warp.sync: GPU = interpreter."""
+    from ptxdsl import ptx, reg
+    from ptxdsl.types import pred, u32
+    import test_warp_level as tw
+
+    def shfl(tid):
+        v, ok = reg.scalar(u32), reg.scalar(pred)
+        ptx.inst.shfl.sync.up.b32(v, ok, tid, 3, 0, 0xFFFFFFFF)
+        return v, tw._pred_to_u32(ok)
+
+    def mask(tid):
+        m = reg.scalar(u32, init=0)
+        with ptx.if_(tid < 40):
+            ptx.inst.activemask.b32(m)
+        ptx.inst.bar.warp.sync(-1)
+        full = reg.scalar(u32)
+        ptx.inst.activemask.b32(full)
+        return m, full
+
+    for body in (shfl, mask):
+        k = tw._lane_kernel(body)
+        for g, c in zip(k(), k.interpret()):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(c))

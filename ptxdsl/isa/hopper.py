@@ -224,9 +224,9 @@ TMA = (
             g("src", "global", "shared::cta", required=True), g("mode", "tile", "im2col"),
             g("completion", TX, "bulk_group", required=True), g("multicast", MULTICAST),
             g("hint", CACHE_HINT)), (), ntypes=0,
-           operands="a t:{coords} a X:{im2col}@im2col s:u16@multicast::cluster "
-                    "r:b64@L2::cache_hint",
-           variants={"bulk_group": "t:{coords} a r:b64@L2::cache_hint"},
+           operands="a=dst t:{coords} a=shared::cta X:{im2col}@im2col "
+                    "s:u16@multicast::cluster r:b64@L2::cache_hint",
+           variants={"bulk_group": "t:{coords} a=src r:b64@L2::cache_hint"},
            lists=tensor_lists,
            ptx=(8, 0), sm=90, rule=_tensor_copy_rule, category="async", side_effects=True,
            effects=_TX_COPY, interp=False,
@@ -241,7 +241,7 @@ TMA = (
             g("op", "add", "min", "max", "inc", "dec", "and", "or", "xor", required=True),
             g("mode", "tile"), g("completion", "bulk_group", required=True),
             g("hint", CACHE_HINT)), (), ntypes=0,
-           operands="t:{coords} a r:b64@L2::cache_hint", lists=tensor_lists,
+           operands="t:{coords} a=src r:b64@L2::cache_hint", lists=tensor_lists,
            ptx=(8, 0), sm=90, category="async", side_effects=True, effects=_ASYNC_COPY,
            interp=False,
            doc="TMA reduction: combine a shared-memory box into a tensor in global memory "
@@ -263,8 +263,9 @@ TMA = (
             g("src", "global", "shared::cta", required=True),
             g("completion", TX, "bulk_group", required=True), g("multicast", MULTICAST),
             g("hint", CACHE_HINT)), (), ntypes=0,
-           operands="a a s:u32 a s:u16@multicast::cluster r:b64@L2::cache_hint",
-           variants={"bulk_group": "a a s:u32 r:b64@L2::cache_hint"},
+           operands="a=dst a=src s:u32 a=shared::cta s:u16@multicast::cluster "
+                    "r:b64@L2::cache_hint",
+           variants={"bulk_group": "a=dst a=src s:u32 r:b64@L2::cache_hint"},
            ptx=(8, 0), sm=90, rule=_bulk_rule, check_operands=_bulk_size, category="async",
            side_effects=True, effects=_TX_COPY, interp=False,
            doc="Bulk copy of a contiguous range (a multiple of 16 bytes, 16-byte aligned): "

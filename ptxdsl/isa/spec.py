@@ -346,8 +346,12 @@ class Match:
 
     def address_space(self, slot: Operand) -> str | None:
         """The state space of an address operand (``"global"``, ``"shared::cta"``...),
-        or None for a generic address."""
-        return self.chosen.get(slot.space_group)
+        or None for a generic address. ``a=dst`` reads the ``dst`` modifier group; a
+        name that is no group of the entry is the space itself (``a=shared::cta``, an
+        mbarrier operand)."""
+        if any(g.name == slot.space_group for g in self.spec.groups):
+            return self.chosen.get(slot.space_group)
+        return None if slot.space_group == "space" else slot.space_group
 
     def resolve_type(self, ty: str | None) -> PtxType | None:
         """The concrete type of an operand slot's type expression."""

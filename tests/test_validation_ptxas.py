@@ -274,3 +274,10 @@ def test_fragment_lists_hold_registers_only():
         a = reg.scalar(u64, init=0)
         ptx.inst.stmatrix.sync.aligned.m8n8.x1.shared.b16(ptx.addr(a), [8])  # <- frag-imm
     refused(body, OperandTypeError, "frag-imm", "must be a register")
+
+
+def test_mbarrier_arrive_count_is_positive():
+    def body():
+        bar = smem.alloc(u64, 1)
+        ptx.inst.mbarrier.arrive.shared.b64(reg.scalar(u64), bar, 0)  # <- count0
+    refused(body, TraceError, "count0", r"arrive count is 1 to")

@@ -439,6 +439,9 @@ def mbarrier_arrive_operands(m, ops):
     if m.chosen.get("space") == "shared::cluster" and not sink:
         return ("an arrive on a .shared::cluster mbarrier (a peer CTA's, from mapa) returns "
                 "no state: pass ptx.sink as the destination")
+    count = _imm(ops[2]) if len(ops) > 2 else None
+    if count is not None and not 1 <= count < (1 << 20):
+        return f"an arrive count is 1 to 2^20 - 1, got {count}"
     return None
 
 

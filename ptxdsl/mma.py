@@ -60,12 +60,13 @@ class _Mma:
 
     def __call__(self, d, a, b, c=None, *, shape=None, dtype=None, atype=None, btype=None,
                  ctype=None, alayout=None, blayout=None, satfinite: bool = False,
-                 pred=None) -> None:
+                 bitop: str | None = None, pred=None) -> None:
         """Record ``mma.sync.aligned...`` with ``c`` defaulting to ``d`` (accumulate in place).
 
         Anything not given is read from Fragment operands' layouts; with plain
         register lists give ``shape`` (``"m16n8k16"`` or ``(16, 8, 16)``) and the
-        four types. Layouts default to ``.row.col``.
+        four types. Layouts default to ``.row.col``. ``.b1`` inputs take
+        ``bitop="xor"`` or ``"and"`` (recorded as ``.xor.popc`` / ``.and.popc``).
         """
         c = d if c is None else c
         lay = {k: v.layout for k, v in (("a", a), ("b", b), ("c", c), ("d", d))
@@ -92,6 +93,8 @@ class _Mma:
         if satfinite:
             chain.append("satfinite")
         chain += [types["d"], types["a"], types["b"], types["c"]]
+        if bitop:
+            chain += [bitop, "popc"]
         current("ptx.mma").inst(chain, (_regs(d), _regs(a), _regs(b), _regs(c)), guard=pred)
 
     @staticmethod

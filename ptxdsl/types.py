@@ -158,6 +158,8 @@ e4m3 = PtxType("e4m3", 8, "f", "uint8")
 e5m2 = PtxType("e5m2", 8, "f", "uint8")
 e4m3x2 = PtxType("e4m3x2", 16, "f", "uint16", lanes=2)
 e5m2x2 = PtxType("e5m2x2", 16, "f", "uint16", lanes=2)
+# single bits: mma.sync's .b1 operands (32 to a .b32 register).
+b1 = PtxType("b1", 1, "b", None)
 # 4-bit integers: mma.sync operand types only (eight to a .b32 register).
 s4 = PtxType("s4", 4, "s", None)
 u4 = PtxType("u4", 4, "u", None)
@@ -165,7 +167,7 @@ u4 = PtxType("u4", 4, "u", None)
 ALL_TYPES: dict[str, PtxType] = {
     t.name: t
     for t in (pred, b8, b16, b32, b64, b128, u8, u16, u32, u64, s8, s16, s32, s64,
-              f16, bf16, f16x2, bf16x2, tf32, f32, f64, e4m3, e5m2, e4m3x2, e5m2x2, s4, u4)
+              f16, bf16, f16x2, bf16x2, tf32, f32, f64, e4m3, e5m2, e4m3x2, e5m2x2, s4, u4, b1)
 }
 
 # Register declarations: PTX has no 8-bit registers, so 8-bit types live in

@@ -20,9 +20,10 @@ from ptxdsl.isa.tensorcore import ELEMENT_BITS
 from ptxdsl.types import ALL_TYPES, b32, u16, u32, u64
 
 # every mma form with its layouts: (shape, atype, btype, ctype, dtype, alayout, blayout)
-ALL_MMA = tuple(f + lay for f in FORMS for lay in (
+ALL_MMA = tuple(f + lay + (op,) for f in FORMS for lay in (
     (("row", "row"), ("row", "col"), ("col", "row"), ("col", "col"))
-    if f[0] == "m8n8k4" and f[1] == "f16" else (("row", "col"),)))
+    if f[0] == "m8n8k4" and f[1] == "f16" else (("row", "col"),))
+    for op in (("xor", "and") if f[1] == "b1" else ("",)))
 
 
 def arch_for(form) -> str:
@@ -32,8 +33,8 @@ def arch_for(form) -> str:
 
 
 def chain(form) -> str:
-    shape, a, b, c, d, la, lb = form
-    return f"mma.sync.aligned.{shape}.{la}.{lb}.{d}.{a}.{b}.{c}"
+    shape, a, b, c, d, la, lb, op = form
+    return f"mma.sync.aligned.{shape}.{la}.{lb}.{d}.{a}.{b}.{c}" + (f".{op}.popc" if op else "")
 
 
 def _width(t: str) -> int:
@@ -43,7 +44,7 @@ def _width(t: str) -> int:
 @functools.lru_cache(maxsize=None)
 def build_mma(form, arch: str | None = None, warps: int = 1):
     """D = mma(A, B, C) for ``warps`` warps; inputs (warps*32, nregs) raw register bits."""
-    shape, a, b, c, d, la, lb = form
+    shape, a, b, c, d, la, lb, _ = form
     lays = operand_layouts(shape, a, b, c, d, la, lb)
     n = {k: lays[k].nregs for k in "abcd"}
     raw = {k: (u64 if lays[k].bits == 64 else u32) for k in "abcd"}
@@ -96,6 +97,9 @@ def random_elements(rng, elem: str, shape) -> tuple[np.ndarray, np.ndarray]:
     Floats mix magnitudes over several binades and signs so that the order of
     accumulation shows in the low bits of the result.
     """
+    if elem == "b1":
+        v = rng.integers(0, 2, shape)
+        return v.astype(np.uint64), v.astype(np.int64)
     if elem in ("s8", "u8", "s4", "u4"):
         bits = ELEMENT_BITS[elem]
         lo, hi = (-(1 << bits - 1), 1 << bits - 1) if elem[0] == "s" else (0, 1 << bits)
@@ -164,7 +168,7 @@ def decode_result(bits: np.ndarray, elem: str) -> np.ndarray:
 def mma_case(form, seed: int = 0, warps: int = 1):
     """Inputs for ``build_mma(form)`` and what to compare: returns
     (args, check) where ``check(d_regs) -> (max error, bound)`` (integers: exact)."""
-    shape, a, b, c, d, la, lb = form
+    shape, a, b, c, d, la, lb, op = form
     lays = operand_layouts(shape, a, b, c, d, la, lb)
     rng = np.random.default_rng(seed)
     tiles = {}
@@ -175,6 +179,9 @@ def mma_case(form, seed: int = 0, warps: int = 1):
         tiles[k] = val
         args.append(pack(lay, bits))
     ab = np.einsum("wtmk,wtkn->wtmnk", tiles["a"], tiles["b"])
+    if op == "xor":   # .b1: popc(a XOR b), term by term
+        ab = tiles["a"][..., :, None, :] + np.swapaxes(tiles["b"], -1, -2)[..., None, :, :] \
+            - 2 * ab
     exact = ab.sum(-1) + tiles["c"]          # float64: exact for these inputs, or int64
     mag = np.abs(ab).sum(-1) + np.abs(tiles["c"])
     k_dim = lays["a"].cols

@@ -31,12 +31,12 @@ def test_mma_matches_numpy(form):
 
 
 def test_mma_several_warps_and_satfinite_saturates():
-    form = ("m16n8k32", "s8", "s8", "s32", "s32", "row", "col")
+    form = ("m16n8k32", "s8", "s8", "s32", "s32", "row", "col", "")
     args, check = mma_case(form, seed=3, warps=4)
     d = build_mma(form, warps=4).interpret(*args)
     assert check(d)[0] == 0
     # C near the top of s32 plus positive products: wraps without .satfinite
-    sat = ("m16n8k16", "u8", "u8", "s32", "s32", "row", "col")
+    sat = ("m16n8k16", "u8", "u8", "s32", "s32", "row", "col", "")
     a = np.full((32, 2), 0xFFFFFFFF, np.uint32)
     b = np.full((32, 1), 0xFFFFFFFF, np.uint32)
     c = np.full((32, 4), 2 ** 31 - 10, np.uint32)

@@ -25,6 +25,7 @@ PTXAS = toolchain.find_ptxas()
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="no ptxas found")
 HERE = os.path.abspath(__file__)
 TYPES = ("f16", "bf16", "tf32", "f64", "s8", "u8", "s4", "u4", "e4m3", "e5m2", "f32", "s32")
+# (.b1 forms need .xor/.and .popc after the types: the exhaustive check below skips them)
 
 
 def all_mma_chains() -> list[str]:
@@ -33,9 +34,10 @@ def all_mma_chains() -> list[str]:
         layouts = list(itertools.product(("row", "col"), repeat=2)) if fam.any_layout \
             else [("row", "col")]
         sats = ((), ("satfinite",)) if fam.satfinite else ((),)
-        for shape, (a, b), (d, c), lay, sat in itertools.product(
-                fam.shapes, fam.ab, fam.dc, layouts, sats):
-            out.append(".".join(("mma.sync.aligned", shape, *lay, *sat, d, a, b, c)))
+        ops = (("xor", "popc"), ("and", "popc")) if fam.bitop else ((),)
+        for shape, (a, b), (d, c), lay, sat, op in itertools.product(
+                fam.shapes, fam.ab, fam.dc, layouts, sats, ops):
+            out.append(".".join(("mma.sync.aligned", shape, *lay, *sat, d, a, b, c, *op)))
     return out
 
 
@@ -47,12 +49,16 @@ def test_every_family_form_matches_with_its_needs():
         fam = next(f for f in MMA_FORMS if m.chosen["shape"] in f.shapes
                    and (m.chosen["atype"], m.chosen["btype"]) in f.ab
                    and (m.chosen["dtype"], m.chosen["ctype"]) in f.dc)
-        assert (m.ptx, m.sm) == (max(fam.ptx, (6, 4)), max(fam.sm, 70)), chain
+        want = (max(fam.ptx, (6, 4)), max(fam.sm, 70))
+        if ".and.popc" in chain:
+            want = (max(want[0], (7, 1)), max(want[1], 80))
+        assert (m.ptx, m.sm) == want, chain
 
 
 def test_the_table_accepts_exactly_the_family_forms():
     """Every (shape, d, a, b, c) with .row.col: the table agrees with MMA_FORMS."""
-    legal = {c for c in all_mma_chains() if ".row.col." in c and "satfinite" not in c}
+    legal = {c for c in all_mma_chains() if ".row.col." in c and "satfinite" not in c
+             and "popc" not in c}
     spec = INSTRUCTIONS["mma.sync"]
     shapes = spec.groups[1].names
     accepted = set()
@@ -72,7 +78,7 @@ def _line(chain: str) -> str:
     """A PTX line for ``chain`` with fabricated registers of the right counts."""
     parts = chain.split(".")
     shape = parts[3]
-    d, a, b, c = parts[-4:]
+    d, a, b, c = [p for p in parts if p not in ("xor", "and", "popc")][-4:]
     regs = mma_registers(shape, a, b, c, d)
     n = itertools.count()
 
@@ -113,6 +119,8 @@ NEAR_MISSES = [
     "mma.sync.aligned.m16n8k16.row.col.s32.s4.s4.s32",
     "mma.sync.aligned.m16n8k16.row.col.satfinite.f32.f16.f16.f32",
     "mma.sync.aligned.m8n8k16.row.col.s32.s8.s4.s32",
+    "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32",          # needs .xor/.and .popc
+    "mma.sync.aligned.m16n8k128.row.col.satfinite.s32.b1.b1.s32.xor.popc",
 ]
 
 
@@ -142,6 +150,8 @@ def test_near_misses_are_bad_ptx_too():
     ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32", 89, (8, 4)),
     ("mma.sync.aligned.m16n8k32.row.col.f16.e4m3.e4m3.f16", 89, (8, 7)),
     ("mma.sync.aligned.m16n8k64.row.col.satfinite.s32.u4.s4.s32", 80, (7, 0)),
+    ("mma.sync.aligned.m8n8k128.row.col.s32.b1.b1.s32.xor.popc", 75, (7, 0)),
+    ("mma.sync.aligned.m8n8k128.row.col.s32.b1.b1.s32.and.popc", 80, (7, 1)),
     ("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", 75, (6, 5)),
     ("ldmatrix.sync.aligned.m8n8.x1.shared::cta.b16", 75, (7, 8)),
     ("stmatrix.sync.aligned.m8n8.x2.shared.b16", 90, (7, 8)),

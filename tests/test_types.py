@@ -14,7 +14,7 @@ def test_every_type_is_registered_once():
     assert set(T.ALL_TYPES) == {
         "pred", "b8", "b16", "b32", "b64", "b128", "u8", "u16", "u32", "u64", "s8", "s16", "s32",
         "s64", "f16", "bf16", "f16x2", "bf16x2", "tf32", "f32", "f64", "e4m3", "e5m2", "e4m3x2",
-        "e5m2x2", "s4", "u4"}
+        "e5m2x2", "s4", "u4", "b1"}
     for name, t in T.ALL_TYPES.items():
         assert t.name == name and t.ptx == "." + name and str(t) == repr(t) == name
         assert getattr(T, name) is t
@@ -43,7 +43,7 @@ def test_numpy_dtypes():
 
 def test_by_name_and_from_numpy():
     assert T.by_name(".f32") is T.f32 and T.by_name("u64") is T.u64
-    with pytest.raises(ValueError, match="unknown PTX type 'f8'; known types: b128, b16"):
+    with pytest.raises(ValueError, match="unknown PTX type 'f8'; known types: b1, b128, b16"):
         T.by_name("f8")
     assert T.from_numpy(np.float16) is T.f16 and T.from_numpy("int32") is T.s32
     with pytest.raises(ValueError, match="no PTX type for numpy dtype complex64"):

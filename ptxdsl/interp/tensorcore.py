@@ -11,7 +11,7 @@ integer forms), and packs the result back.
 
 Exactness
 ---------
-* Integer forms (s8/u8/s4/u4 -> s32) are bit-exact: products and sums are
+* Integer forms (s8/u8/s4/u4 -> s32, and .b1 with .xor/.and .popc) are bit-exact: products and sums are
   exact in int64; the result wraps modulo 2^32, or clamps to the s32 range
   with ``.satfinite``.
 * Float forms compute the exact value ``sum_k a_ik b_kj + c_ij`` (exact in
@@ -172,6 +172,8 @@ def _decode(bits: np.ndarray, elem: str) -> np.ndarray:
     if elem in ("e4m3", "e5m2"):
         return fp8_decode(bits, elem)
     b = bits.astype(np.int64)
+    if elem == "b1":
+        return b & 1
     if elem == "s8":
         return (b ^ 0x80) - 0x80
     if elem == "s4":
@@ -231,7 +233,10 @@ def mma(mach, instr, mask):
         tiles[key] = lay.scatter(_unpack(regs, lay).reshape(nw, 32, lay.elems))
     integer = ch["dtype"] == "s32"
     with np.errstate(all="ignore"):
-        d = np.matmul(tiles["a"], tiles["b"]) + tiles["c"]
+        prod = np.matmul(tiles["a"], tiles["b"])
+        if ch.get("bitop") == "xor":   # popc(a XOR b) = popc(a) + popc(b) - 2 popc(a AND b)
+            prod = tiles["a"].sum(-1)[..., :, None] + tiles["b"].sum(-2)[..., None, :] - 2 * prod
+        d = prod + tiles["c"]
     lay_d = lays["d"]
     elems = lay_d.gather(d).reshape(nw * 32, lay_d.elems)
     bits = _pack(_encode(elems if integer else elems.astype(np.float64), ch["dtype"],

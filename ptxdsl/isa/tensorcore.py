@@ -35,6 +35,7 @@ class MmaFamily:
     sm: int
     any_layout: bool = False     # .row/.col free for A and B (m8n8k4 .f16 only)
     satfinite: bool = False      # integer forms may clamp the s32 result
+    bitop: bool = False          # .b1 forms: .xor.popc or .and.popc after the types
 
 
 def _pairs(xs, ys=None):
@@ -60,15 +61,19 @@ MMA_FORMS: tuple[MmaFamily, ...] = (
     MmaFamily(("m8n8k32",), _pairs(_I4), (("s32", "s32"),), (6, 5), 75, satfinite=True),
     MmaFamily(("m16n8k32", "m16n8k64"), _pairs(_I4), (("s32", "s32"),), (7, 0), 80,
               satfinite=True),
+    # .b1: d = c + popc(a XOR/AND b) over K (.and needs sm_80 and PTX 7.1)
+    MmaFamily(("m8n8k128",), (("b1", "b1"),), (("s32", "s32"),), (7, 0), 75, bitop=True),
+    MmaFamily(("m16n8k128", "m16n8k256"), (("b1", "b1"),), (("s32", "s32"),), (7, 0), 80,
+              bitop=True),
     MmaFamily(("m16n8k32",), _pairs(_F8), (("f32", "f32"),), (8, 4), 89),
     MmaFamily(("m16n8k32",), _pairs(_F8), (("f16", "f16"),), (8, 7), 89),
     MmaFamily(("m16n8k16",), _pairs(_F8), (("f32", "f32"), ("f16", "f16")), (8, 7), 89),
 )
 
 SHAPES = ("m16n8k16", "m16n8k8", "m16n8k32", "m16n8k4", "m16n8k64", "m8n8k4", "m8n8k16",
-          "m8n8k32")
+          "m8n8k32", "m8n8k128", "m16n8k128", "m16n8k256")
 ELEMENT_BITS = {"f16": 16, "bf16": 16, "tf32": 32, "f64": 64, "f32": 32, "s32": 32,
-                "s8": 8, "u8": 8, "s4": 4, "u4": 4, "e4m3": 8, "e5m2": 8}
+                "s8": 8, "u8": 8, "s4": 4, "u4": 4, "e4m3": 8, "e5m2": 8, "b1": 1}
 
 
 def shape_mnk(shape: str) -> tuple[int, int, int]:
@@ -93,9 +98,6 @@ def mma_rule(m):
     """Legal shape/type/layout combinations of mma.sync (:data:`MMA_FORMS`)."""
     ch = m.chosen
     shape, a, b, d, c = ch["shape"], ch["atype"], ch["btype"], ch["dtype"], ch["ctype"]
-    if "blayout" not in ch:
-        return (f"mma needs two layouts after the shape, the first for A and the second "
-                f"for B: write .{shape}.row.col")
     fams = [f for f in MMA_FORMS if shape in f.shapes]
     inputs = [ab for f in fams for ab in f.ab]
     if not any(x == a for x, _ in inputs):
@@ -117,6 +119,14 @@ def mma_rule(m):
                 f"other layouts exist only for .m8n8k4 with .f16 inputs")
     if m.has("satfinite") and not fam.satfinite:
         return ".satfinite applies to the integer forms (.s8/.u8/.s4/.u4 inputs, .s32 result)"
+    if fam.bitop != ("bitop" in ch and "popc" in ch) or not fam.bitop and (
+            "bitop" in ch or "popc" in ch):
+        if fam.bitop:
+            return ".b1 inputs need a bit operation and the popc reduction after the types: " \
+                   "write ....s32.b1.b1.s32.xor.popc (or .and.popc)"
+        return ".xor/.and and .popc apply to .b1 inputs only"
+    if ch.get("bitop") == "and":
+        return max(fam.ptx, (7, 1)), max(fam.sm, 80)
     return fam.ptx, fam.sm
 
 
@@ -169,14 +179,15 @@ TABLE: tuple[OpSpec, ...] = (
         _g("aligned", "aligned", required=True),
         _g("shape", *SHAPES, required=True),
         _g("alayout", *_LAYOUT, required=True),
-        _g("blayout", *_LAYOUT),
+        _g("blayout", *_LAYOUT, required=True),
         _g("satfinite", "satfinite"),
         _g("dtype", "f16", "f32", "f64", "s32", required=True),
-        _g("atype", "f16", "bf16", "tf32", "f64", "s8", "u8", "s4", "u4", "e4m3", "e5m2",
+        _g("atype", "f16", "bf16", "tf32", "f64", "s8", "u8", "s4", "u4", "e4m3", "e5m2", "b1",
            required=True),
-        _g("btype", "f16", "bf16", "tf32", "f64", "s8", "u8", "s4", "u4", "e4m3", "e5m2",
+        _g("btype", "f16", "bf16", "tf32", "f64", "s8", "u8", "s4", "u4", "e4m3", "e5m2", "b1",
            required=True),
-        _g("ctype", "f16", "f32", "f64", "s32", required=True)),
+        _g("ctype", "f16", "f32", "f64", "s32", required=True),
+        _g("bitop", "xor", "and"), _g("popc", "popc")),
         (), ntypes=0, operands="V:{d} X:{a} X:{b} X:{c}", ptx=(6, 4), sm=70,
         category="tensor core", rule=mma_rule, lists=_mma_lists, scope="warp", varies=True,
         aligned=True,

@@ -19,7 +19,7 @@ from ptxdsl import kernel, ptx, reg, toolchain
 from ptxdsl.errors import ArchError, IsaError
 from ptxdsl.isa import INSTRUCTIONS, resolve
 from ptxdsl.isa.tensorcore import MMA_FORMS, mma_registers
-from ptxdsl.types import b32, f32, u32
+from ptxdsl.types import b32, e5m2x2, f32, u32
 
 PTXAS = toolchain.find_ptxas()
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="no ptxas found")
@@ -273,3 +273,26 @@ def test_single_register_lists_print_braced():
         ptx.inst.mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64(c, a[0], b, c)
     text = kernel(arch="sm_80")(body).ptx()
     assert re.search(r"\{%fd\d+\}, \{%fd\d+\}", text), text
+
+
+@pytest.mark.parametrize("order", ["satfinite.relu", "relu.satfinite"])
+def test_fp8_cvt_relu_either_side_of_satfinite(order):
+    # The PTX ISA spells the fp8 form .satfinite{.relu}, the f16 one {.relu}{.satfinite};
+    # ptxas 13 takes both orders, and so does the table.
+    m = resolve(["cvt", "rn", *order.split("."), "e5m2x2", "f32"])
+    assert m.has("relu") and m.has("satfinite")
+    if toolchain.find_ptxas() is None:
+        pytest.skip("no ptxas")
+
+    @kernel(in_specs=(), out_specs=(), grid=(1, 1, 1), block=(32, 1, 1), arch="sm_90a")
+    def k():
+        hi = reg.scalar(f32, init=1.0)
+        lo = reg.scalar(f32, init=-2.0)
+        p = reg.scalar(e5m2x2)
+        ptx.inst("cvt.rn." + order + ".e5m2x2.f32", p, hi, lo)
+    k.check()
+
+
+def test_fp8_cvt_relu_twice_is_refused():
+    with pytest.raises(IsaError, match="written twice"):
+        resolve(["cvt", "rn", "relu", "satfinite", "relu", "e5m2x2", "f32"])

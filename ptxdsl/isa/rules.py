@@ -93,6 +93,8 @@ def cvt_fp8(m, dst, src):
 
 def cvt(m):
     dst, src = m.types
+    if "relu" in m.chosen and "relu_after_satfinite" in m.chosen:
+        return ".relu is written twice; write it once, before or after .satfinite"
     irnd, frnd = m.chosen.get("irnd"), m.chosen.get("frnd")
     need = None
     if dst.name in FP8X2 or src.name in FP8X2:

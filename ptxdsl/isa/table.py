@@ -108,7 +108,10 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("cvt", (g("irnd", "rni", "rzi", "rmi", "rpi"),
                    g("frnd", "rn", "rz", "rm", "rp", Mod("rna", (7, 0), 80)),
                    g("ftz", "ftz"), g("sat", "sat"), g("relu", Mod("relu", (7, 0), 80)),
-                   g("satfinite", Mod("satfinite", (8, 1)))),
+                   g("satfinite", Mod("satfinite", (8, 1))),
+                   # The PTX ISA writes the fp8 forms .satfinite{.relu} and the f16 ones
+                   # {.relu}{.satfinite}; ptxas takes either order for both.
+                   g("relu_after_satfinite", Mod("relu", (7, 0), 80))),
            (*U, *S, "u8", "s8", "f16", "bf16", "f32", "f64", "f16x2", "bf16x2", "tf32",
             "e4m3x2", "e5m2x2"),
            ntypes=2, operands="d:T0 s:T1", variants={

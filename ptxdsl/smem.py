@@ -171,6 +171,112 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
     return arr
 
 
+class WgmmaTile(SharedArray):
+    """A shared array holding wgmma operand tiles in their canonical layout
+    (``smem.wgmma_operand``): ``.layout`` is the
+    :class:`~ptxdsl.wgmma.OperandLayout` that ``ptx.wgmma.descriptor`` / ``ptx.wgmma.mma``
+    read, ``.swizzle`` the span its TMA box must use, ``.byte_offset`` where this view
+    starts. Views record nothing: ``tile[s]`` is stage ``s`` of a staged tile
+    (``tile[0]`` of an unstaged one is the tile itself, pyptx's spelling), ``tile.k_step(i)``
+    the ``i``-th K step of one wgmma (K = 32 bytes of elements: 16 for f16/bf16) and
+    ``tile.offset(nbytes)`` any 16-byte-multiple offset. Elements are not loaded or stored
+    one by one (the layout is swizzled): pass the tile to TMA and wgmma."""
+
+    byte_offset = 0
+    layout = None
+    _root = None
+
+    def _base_reg(self) -> ir.Reg:
+        if self._root is not None:
+            return self._root._base_reg()
+        return super()._base_reg()
+
+    @property
+    def tile_shape(self) -> tuple[int, int]:
+        return self.shape[-2:]
+
+    def _view(self, off: int, staged: bool) -> "WgmmaTile":
+        import copy
+        v = copy.copy(self)
+        v._root = self._root or self
+        v.byte_offset = self.byte_offset + off
+        v._staged = staged
+        return v
+
+    def offset(self, nbytes: int) -> "WgmmaTile":
+        """The tile ``nbytes`` further on (a multiple of 16)."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes % 16 \
+                or not 0 <= self.byte_offset + nbytes < self.decl.nbytes:
+            raise TraceError(f"a wgmma tile offset is an int multiple of 16 bytes inside "
+                             f"{self.decl.name} ({self.decl.nbytes} bytes), got {nbytes!r}",
+                             user_location())
+        return self._view(nbytes, getattr(self, "_staged", len(self.shape) == 2))
+
+    def k_step(self, i: int, k: int | None = None) -> "WgmmaTile":
+        """The tile from K index ``i * k`` on (``k``: one wgmma's K, 32 bytes of
+        elements, by default): ``i * k * elem`` bytes along a K-major row, ``i * k`` rows
+        down an MN-major tile."""
+        k = k if k is not None else 32 // self.dtype.bytes
+        kdim = self.tile_shape[1] if self.layout.major == "K" else self.tile_shape[0]
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i * k < kdim:
+            raise TraceError(f"k_step({i!r}) of a tile with K = {kdim} in steps of {k}",
+                             user_location())
+        return self.offset(self.layout.k_offset(i * k))
+
+    def __getitem__(self, stage):
+        staged = len(self.shape) == 3 and not getattr(self, "_staged", False)
+        n = self.shape[0] if staged else 1
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < n:
+            raise TraceIndexError(f"{self.decl.name} holds {n} wgmma tile"
+                                  f"{'s' if n > 1 else ''} {self.tile_shape}: index with an "
+                                  f"int in 0..{n - 1}, got {stage!r}", user_location())
+        rows, cols = self.tile_shape
+        return self._view(stage * rows * cols * self.dtype.bytes, True)
+
+    def __setitem__(self, index, value) -> None:
+        raise TraceError("a wgmma tile is swizzled: fill it with TMA (ptx.tma.load) or "
+                         "address arithmetic of one's own, not element stores",
+                         user_location())
+
+    def __ptx_addr__(self) -> ir.Addr:
+        return ir.Addr(ir.Symbol(self.decl.name, "shared"), self.byte_offset)
+
+    def __repr__(self) -> str:
+        return (f"WgmmaTile({self.decl.name}+{self.byte_offset}, {self.dtype.name}, "
+                f"{self.shape}, major={self.layout.major}, swizzle={self.swizzle})")
+
+
+def wgmma_operand(dtype: PtxType, shape, major: str = "K", *, align: int | None = None,
+                  dynamic: bool = False) -> WgmmaTile:
+    """Shared memory for a wgmma operand in its canonical layout: ``shape`` is (rows,
+    cols) or (stages, rows, cols), row-major; ``major="K"`` for an (M, K) A or (N, K) B,
+    ``"MN"`` for a (K, N) B or (K, M) A (see :func:`ptxdsl.wgmma.operand_layout`: rows of
+    32/64/128 bytes are swizzled by their width, 16-byte MN-major rows are not).
+
+    Records what :func:`alloc` records (a ``.shared .align A .b8 smemN[bytes]``
+    declaration, aligned to the swizzle pattern and at least 128 bytes, as TMA wants);
+    the returned :class:`WgmmaTile` gives ``ptx.wgmma.mma`` its descriptor fields and its
+    transpose, and TMA boxes of ``Tile.wgmma_a`` / ``Tile.wgmma_b`` with the same tile
+    shape write it with the same swizzle. pyptx's name: ``smem.wgmma_tile``.
+    """
+    from .wgmma import operand_layout
+    if isinstance(shape, int) or len(tuple(shape)) not in (2, 3):
+        raise TraceError(f"smem.wgmma_operand shape is (rows, cols) or (stages, rows, cols), "
+                         f"got {shape!r}", user_location())
+    shape = tuple(shape)
+    lay = operand_layout(dtype, shape[-2:], major)
+    arr = alloc(dtype, shape, align=max(align or 0, 128, 8 * lay.swizzle),
+                dynamic=dynamic, swizzle=lay.swizzle)
+    tile = WgmmaTile.__new__(WgmmaTile)
+    tile.__dict__.update(arr.__dict__)
+    tile.swizzle = lay.swizzle
+    tile.layout = lay
+    return tile
+
+
+wgmma_tile = wgmma_operand  # pyptx's name
+
+
 def mbarrier(count: int = 1):
     """``count`` mbarriers in a new ``.shared .align 8 .b8 smemN[8*count]`` array: an
     :class:`~ptxdsl.mbarrier.MbarrierArray` (``bars[i]`` for one; see

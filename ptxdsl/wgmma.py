@@ -8,8 +8,14 @@ Every call below records exactly the instructions its docstring lists.
   address and the named fields of :class:`~ptxdsl.isa.descriptors.SmemDescriptor`;
 - :func:`masked_descriptor` — pyptx's spelling of the same (``mask=``, ``byte_offset=``,
   ``const_bits=``), kept for compatibility with its GEMMs;
-- :func:`mma` — ``wgmma.mma_async`` with keywords; :func:`fence`, :func:`commit`,
-  :func:`wait` — ``wgmma.fence`` / ``commit_group`` / ``wait_group``.
+- :func:`operand_layout` — the canonical shared-memory layout (swizzle, leading and
+  stride byte offsets) of a wgmma operand tile, which ``smem.wgmma_operand`` allocates;
+- :func:`mma` — ``wgmma.mma_async`` with keywords (A and B: descriptors, or
+  ``smem.wgmma_operand`` tiles whose descriptors it builds); :func:`fence`,
+  :func:`commit`, :func:`wait` — ``wgmma.fence`` / ``commit_group`` / ``wait_group``;
+- pyptx's spellings, kept as aliases: :func:`mma_async` (``shape=, dtype_d=, dtype_a=,
+  dtype_b=, d=, a=, b=, scale_d=, trans_a=, trans_b=, a_k_offset=, b_k_offset=``),
+  ``commit_group`` and ``wait_group``.
 """
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ from .trace import current
 from .types import ALL_TYPES, PtxType, f32, u32, u64
 
 __all__ = ["WgmmaLayout", "WgmmaFragment", "accumulator", "descriptor", "masked_descriptor",
-           "mma", "fence", "commit", "wait", "SmemDescriptor"]
+           "mma", "fence", "commit", "wait", "SmemDescriptor", "OperandLayout",
+           "operand_layout", "mma_async", "commit_group", "wait_group"]
 
 # pyptx's constant for a K-major bf16 tile with 128-byte swizzle: LBO 16, SBO 1024
 MASKED_DESC_B128 = SmemDescriptor(0, 16, 1024, 0, 128).constant_bits()
@@ -124,31 +131,104 @@ def accumulator(n: int, dtype: PtxType = f32, init=None) -> WgmmaFragment:
     return WgmmaFragment(lay, [reg.scalar(t, init=init) for _ in range(lay.nregs)])
 
 
+@dataclass(frozen=True)
+class OperandLayout:
+    """The canonical shared-memory layout of a wgmma operand tile (one of the four the
+    hardware reads: no swizzle, 32-, 64- or 128-byte swizzle).
+
+    ``major``: ``"K"`` (K contiguous: A as M x K rows, B as N x K rows) or ``"MN"`` (M/N
+    contiguous: B as K x N rows, A as K x M rows); ``row_bytes``: one tile row;
+    ``swizzle``: the span TMA writes and wgmma reads through (the row width; 16-byte rows
+    are not swizzled); ``leading`` / ``stride``: the descriptor's LBO / SBO in bytes.
+    K-major: 8-row groups are ``stride = 8 * row_bytes`` apart (LBO unused, 16).
+    MN-major swizzled: 8-K-row groups are ``stride = 8 * row_bytes`` apart (LBO unused,
+    16); MN-major unswizzled (one 16-byte core matrix wide): 8-K-row core matrices are
+    ``leading = 128`` bytes apart (SBO unused, 16).
+    """
+
+    major: str
+    elem_bytes: int
+    row_bytes: int
+    swizzle: int
+    leading: int
+    stride: int
+
+    def fields(self) -> SmemDescriptor:
+        """The descriptor fields (start address 0)."""
+        return SmemDescriptor(0, self.leading, self.stride, 0, self.swizzle)
+
+    def k_offset(self, k: int) -> int:
+        """Byte offset of K index ``k`` (a multiple of 8) from the tile's start: along a
+        row for K-major tiles, ``k`` rows down for MN-major ones."""
+        return k * self.elem_bytes if self.major == "K" else k * self.row_bytes
+
+
+def operand_layout(dtype: PtxType, shape, major: str = "K") -> OperandLayout:
+    """The canonical layout of a wgmma operand tile of ``shape`` (rows, cols), row-major
+    in shared memory: ``major="K"`` for (M, K) A / (N, K) B, ``"MN"`` for (K, N) B /
+    (K, M) A. Rows of 32, 64 or 128 bytes are swizzled by their width; an MN-major tile
+    may also have 16-byte rows (no swizzle). Records nothing."""
+    loc = user_location()
+    if major not in ("K", "MN"):
+        raise TraceError(f"a wgmma operand is major='K' or major='MN', got {major!r}", loc)
+    shape = tuple(shape)
+    if len(shape) != 2 or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0
+                              for d in shape):
+        raise TraceError(f"a wgmma operand tile is (rows, cols) positive ints, got {shape!r}",
+                         loc)
+    rows, cols = shape
+    row = cols * dtype.bytes
+    ok = (32, 64, 128) if major == "K" else (16, 32, 64, 128)
+    if row not in ok:
+        raise TraceError(f"a {major}-major wgmma operand of {dtype.name} has rows of "
+                         f"{'/'.join(map(str, ok))} bytes ({', '.join(str(b // dtype.bytes) for b in ok)} "
+                         f"elements), got {cols} ({row} bytes); split a wider tile into "
+                         f"tiles of at most 128-byte rows", loc)
+    if rows % 8:
+        raise TraceError(f"a wgmma operand tile has a multiple of 8 rows, got {rows}", loc)
+    swz = 0 if row == 16 else row
+    if swz:
+        return OperandLayout(major, dtype.bytes, row, swz, 16, 8 * row)
+    return OperandLayout(major, dtype.bytes, row, 0, 8 * row, 16)
+
+
 def _smem_address(smem):
     """A shared address as a .u32 register: a register, or a shared array's base."""
     if isinstance(smem, ir.Reg):
         return smem, 0
     if hasattr(smem, "base") and hasattr(smem, "decl"):
-        return smem.base, 0
+        return smem.base, getattr(smem, "byte_offset", 0)
     if isinstance(smem, ir.Addr) and isinstance(smem.base, ir.Reg):
         return smem.base, smem.offset
     raise TraceError(f"a wgmma descriptor needs a shared address (a .u32 register or a "
                      f"shared array), got {smem!r}", user_location())
 
 
-def descriptor(smem, *, leading: int = 16, stride: int = 1024, swizzle: int | None = None,
-               base_offset: int = 0, byte_offset: int = 0) -> ir.Reg:
+def descriptor(smem, *, leading: int | None = None, stride: int | None = None,
+               swizzle: int | None = None, base_offset: int = 0,
+               byte_offset: int = 0) -> ir.Reg:
     """The descriptor of the matrix at ``smem`` (+ ``byte_offset``).
 
     ``swizzle`` defaults to the shared array's own (``smem.alloc(..., swizzle=128)``), so
-    the descriptor and the TMA box that filled the array agree. Records
+    the descriptor and the TMA box that filled the array agree; ``leading`` and
+    ``stride`` default to the layout of an ``smem.wgmma_operand`` tile (otherwise 16 and
+    1024: a K-major 128-byte-swizzled tile); a tile view (``tile.k_step(i)``,
+    ``tile[stage]``) adds its byte offset. Records
     ``add.u32`` (only for a non-zero ``byte_offset``), ``shr.u32 t, addr, 4``,
     ``and.b32 t, t, 0x3FFF``, ``cvt.u64.u32 d, t`` and ``or.b64 d, d, FIELDS``.
     """
     from . import reg
     if swizzle is None:
         swizzle = getattr(smem, "swizzle", 0) or 0
-    fields = SmemDescriptor(0, leading, stride, base_offset, swizzle)
+    lay = getattr(smem, "layout", None)
+    if leading is None:
+        leading = lay.leading if isinstance(lay, OperandLayout) else 16
+    if stride is None:
+        stride = lay.stride if isinstance(lay, OperandLayout) else 1024
+    try:
+        fields = SmemDescriptor(0, leading, stride, base_offset, swizzle)
+    except ValueError as e:
+        raise TraceError(f"ptx.wgmma.descriptor: {e}", user_location()) from None
     addr, off = _smem_address(smem)
     b = current("ptx.wgmma.descriptor")
     k = off + byte_offset
@@ -193,13 +273,31 @@ def masked_descriptor(smem_addr, *, byte_offset: int = 0, mask: int = 0x3FF80,
 _K = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32, "u8": 32}
 
 
+def _operand(x, trans, name: str, type_name: str):
+    """A tile operand's descriptor and transpose (from its major); others as given."""
+    lay = getattr(x, "layout", None)
+    if not isinstance(lay, OperandLayout):
+        return x, 0 if trans is None else trans
+    want = 1 if lay.major == "MN" else 0
+    if trans is not None and int(trans) != want:
+        raise TraceError(f"operand {name} is a {lay.major}-major tile, which wgmma reads "
+                         f"with transpose_{name}={want}, got {trans}", user_location())
+    if x.dtype.name != type_name and not (x.dtype.bytes == 4 and type_name == "tf32"):
+        raise TraceError(f"operand {name} is a {x.dtype.name} tile, the wgmma's {name} type "
+                         f"is {type_name}", user_location())
+    return descriptor(x), want
+
+
 def mma(acc, a, b, *, ab_type: PtxType | str, b_type: PtxType | str | None = None,
-        accumulate=True, scale_a: int = 1, scale_b: int = 1, transpose_a: int = 0,
-        transpose_b: int = 0, satfinite: bool = False, pred=None) -> None:
+        accumulate=True, scale_a: int = 1, scale_b: int = 1, transpose_a: int | None = None,
+        transpose_b: int | None = None, satfinite: bool = False, pred=None) -> None:
     """One ``wgmma.mma_async.sync.aligned.m64nNkK.<acc>.<a>.<b>``.
 
     ``acc``: a :class:`WgmmaFragment` (or its register list; N follows from its
-    length); ``a``: a descriptor (.u64) or 4 registers; ``b``: a descriptor.
+    length); ``a``: a descriptor (.u64), 4 registers or an ``smem.wgmma_operand`` tile
+    (or view: ``tile.k_step(i)``); ``b``: a descriptor or a tile. For each tile it first
+    records :func:`descriptor`'s instructions, and its transpose follows from the tile's
+    major (``"MN"``: 1, ``"K"``: 0; a contradicting ``transpose_*`` is refused).
     ``accumulate``: True / False, or a predicate register (the scale-d operand: D =
     A*B + D, or D = A*B). ``scale_a``/``scale_b``: 1 or -1 (not for integers);
     ``transpose_a``/``transpose_b``: 0 or 1 (f16/bf16 only; ``transpose_a`` only with a
@@ -217,6 +315,9 @@ def mma(acc, a, b, *, ab_type: PtxType | str, b_type: PtxType | str | None = Non
     if a_t not in _K:
         raise TraceError(f"ab_type {a_t!r} is not a wgmma input type ({', '.join(_K)})",
                          user_location())
+    a, transpose_a = _operand(a, transpose_a, "a", a_t)
+    b, transpose_b = _operand(b, transpose_b, "b", b_t)
+    transpose_a = transpose_a or 0
     chain = ["wgmma", "mma_async", "sync", "aligned", f"m64n{lay.n}k{_K[a_t]}"]
     if satfinite:
         chain.append("satfinite")
@@ -253,3 +354,47 @@ def wait(n: int = 0, *, pred=None) -> None:
     """``wgmma.wait_group.sync.aligned n``."""
     current("ptx.wgmma.wait").inst(["wgmma", "wait_group", "sync", "aligned"], (n,),
                                    guard=pred)
+
+
+def mma_async(*, shape, dtype_d, dtype_a, dtype_b, d, a, b, scale_d=False, scale_a: int = 1,
+              scale_b: int = 1, trans_a: int = 0, trans_b: int = 0, a_k_offset: int = 0,
+              b_k_offset: int = 0, pred=None) -> None:
+    """pyptx's keyword spelling of :func:`mma`: ``shape=(64, N, K)``, ``dtype_d/a/b``,
+    ``d`` (accumulator registers), ``a``/``b`` (descriptors or ``smem.wgmma_tile``
+    tiles), ``scale_d`` (False: D = A*B, the default; True or a predicate: D += A*B),
+    ``trans_a/b``, and ``a_k_offset``/``b_k_offset``: byte offsets into a tile operand
+    (ptxdsl spells them ``tile.k_step(i)``). Records what :func:`mma` records: each tile
+    operand's :func:`descriptor` instructions, then one ``wgmma.mma_async``."""
+    loc = user_location()
+    shape = tuple(shape)
+    a_t, b_t, d_t = (getattr(t, "name", t) for t in (dtype_a, dtype_b, dtype_d))
+    if len(shape) != 3 or shape[0] != 64 or a_t not in _K or shape[2] != _K[a_t]:
+        raise TraceError(f"wgmma shape is (64, N, {_K.get(a_t, 'K')}) for .{a_t} inputs, got "
+                         f"{shape!r}", loc)
+    regs = list(d)
+    per = 4 if d_t == "f16" else 2
+    if len(regs) * per != shape[1]:
+        raise TraceError(f"a 64x{shape[1]} .{d_t} accumulator is {shape[1] // per} registers "
+                         f"per thread, d has {len(regs)}", loc)
+    if isinstance(dtype_d, PtxType) and regs and isinstance(regs[0], ir.Reg) \
+            and regs[0].dtype.name != ("f16x2" if d_t == "f16" else d_t) \
+            and not (d_t == "f16" and regs[0].dtype.bits == 32):
+        raise TraceError(f"dtype_d is {d_t}, d holds {regs[0].dtype.name} registers", loc)
+    a = _offset_operand(a, a_k_offset, "a")
+    b = _offset_operand(b, b_k_offset, "b")
+    mma(regs, a, b, ab_type=a_t, b_type=b_t, accumulate=scale_d, scale_a=scale_a,
+        scale_b=scale_b, transpose_a=trans_a, transpose_b=trans_b, pred=pred)
+
+
+def _offset_operand(x, off: int, name: str):
+    if not off:
+        return x
+    if not isinstance(getattr(x, "layout", None), OperandLayout):
+        raise TraceError(f"{name}_k_offset applies to an smem.wgmma_tile operand; offset a "
+                         f"descriptor with ptx.wgmma.descriptor(..., byte_offset=)",
+                         user_location())
+    return x.offset(off)
+
+
+commit_group = commit  # pyptx's name
+wait_group = wait      # pyptx's name

@@ -66,10 +66,6 @@ def test_gemm_highperf_hopper_traces_and_assembles():
     assert res.spill_stores == 0 and res.registers <= 168
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="grouped_gemm.py needs smem.wgmma_tile and ptx.wgmma.mma_async(shape=, "
-                          "d=, a=, b=, ...): the swizzled shared layouts and descriptor codec of "
-                          "issue 18 item 3, not in ptxdsl yet")
 @pytest.mark.parametrize("G, M, N, K", [(1, 64, 8, 32), (4, 64, 16, 32), (8, 128, 16, 64),
                                         (4, 256, 32, 128), (8, 512, 64, 512)])
 def test_grouped_gemm_traces_and_assembles(G, M, N, K):

@@ -96,9 +96,6 @@ def test_pyptx_gemm_highperf_hopper(size):
     assert torch.allclose(out.float(), ref.float(), atol=1e-2, rtol=1e-2), f"max |diff| {diff}"
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="grouped_gemm.py needs smem.wgmma_tile and ptx.wgmma.mma_async "
-                          "(issue 18 item 3), not in ptxdsl yet")
 @pytest.mark.parametrize("G, M, N, K", [(1, 64, 8, 32), (2, 64, 8, 32), (4, 64, 16, 32),
                                         (8, 128, 16, 64), (4, 256, 32, 128),
                                         (8, 512, 64, 512)])

@@ -1,0 +1,156 @@
+"""smem.wgmma_operand tiles (pyptx: smem.wgmma_tile) and ptx.wgmma.mma on them (pyptx:
+ptx.wgmma.mma_async with shape=/d=/a=/b=/a_k_offset=): the canonical layouts, the
+descriptors they give, and the interpreter multiplying tiles laid out as TMA writes them.
+
+The host images below are written from the PTX ISA's description of a swizzled row-major
+box (16-byte chunk ``c`` of row ``r`` stored at chunk ``c ^ ((r % 8) * span // 128 %
+(span // 16))``), independently of ``ptxdsl.isa.descriptors``.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from ptxdsl import Tile, kernel, ptx, reg, smem, toolchain
+from ptxdsl.errors import PtxdslError
+from ptxdsl.isa.descriptors import SmemDescriptor
+from ptxdsl.types import bf16, f16, f32, u16, u32
+from ptxdsl.wgmma import operand_layout
+
+PTXAS = toolchain.find_ptxas()
+
+
+@pytest.mark.parametrize("shape,major,swz,lbo,sbo", [
+    ((64, 16), "K", 32, 16, 256), ((64, 32), "K", 64, 16, 512),
+    ((64, 64), "K", 128, 16, 1024), ((16, 8), "MN", 0, 128, 16),
+    ((16, 16), "MN", 32, 16, 256), ((64, 32), "MN", 64, 16, 512),
+    ((64, 64), "MN", 128, 16, 1024)])
+def test_canonical_layouts(shape, major, swz, lbo, sbo):
+    lay = operand_layout(bf16, shape, major)
+    assert (lay.swizzle, lay.leading, lay.stride) == (swz, lbo, sbo)
+    assert lay.fields() == SmemDescriptor(0, lbo, sbo, 0, swz)
+    assert lay.k_offset(16) == (32 if major == "K" else 16 * shape[1] * 2)
+
+
+def test_layout_errors():
+    for args in (((64, 8), "K"), ((64, 128), "K"), ((16, 128), "MN"), ((12, 16), "MN"),
+                 ((64, 16), "N")):
+        with pytest.raises(PtxdslError):
+            operand_layout(bf16, *args)
+
+
+def _image(bits: np.ndarray) -> np.ndarray:
+    """uint16 image of a row-major (rows, cols) 16-bit tile as a swizzled TMA box writes it
+    (rows of span = cols * 2 bytes; 16-byte rows unswizzled)."""
+    rows, cols = bits.shape
+    span = cols * 2
+    img = np.zeros(rows * cols, np.uint16)
+    for r in range(rows):
+        for c in range(cols):
+            b = c * 2
+            chunk = b // 16
+            if span > 16:
+                chunk ^= (r % 8) * span // 128 % (span // 16)
+            img[(r * span + chunk * 16 + b % 16) // 2] = bits[r, c]
+    return img
+
+
+@functools.lru_cache(maxsize=None)
+def _build(tk: int, n: int, pyptx: bool, stages: int = 1):
+    @kernel(in_specs=(Tile(64 * tk, u16), Tile(tk * n, u16)), out_specs=(Tile(64, n, f32),),
+            block=(128, 1, 1), arch="sm_90a")
+    def tiles(A, B, D):
+        pa, pb, pd = ptx.global_ptrs(A, B, D)
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        shp_a, shp_b = (64, tk), (tk, n)
+        if stages > 1:
+            shp_a, shp_b = (stages,) + shp_a, (stages,) + shp_b
+        sa = (smem.wgmma_tile if pyptx else smem.wgmma_operand)(bf16, shp_a, major="K")
+        sb = (smem.wgmma_tile if pyptx else smem.wgmma_operand)(bf16, shp_b, major="MN")
+        sa, sb = sa[stages - 1], sb[stages - 1]   # the last stage (pyptx: sA[0])
+        for src, dst, words in ((pa, sa, 64 * tk), (pb, sb, tk * n)):
+            for i in ptx.range_(tid, words, 128):
+                x = reg.scalar(u16)
+                ptx.inst.ld.global_.u16(x, ptx.addr(src + i * 2))
+                ptx.inst.st.shared.u16(ptx.addr(dst.base + i * 2 + dst.byte_offset), x)
+        ptx.bar.sync(0)
+        ptx.inst.fence.proxy.async_.shared__cta()
+        acc = reg.array(f32, n // 2)
+        ptx.wgmma.fence()
+        for kk in range(tk // 16):
+            if pyptx:
+                ptx.wgmma.mma_async(shape=(64, n, 16), dtype_d=f32, dtype_a=bf16, dtype_b=bf16,
+                                    d=acc, a=sa, b=sb, scale_d=kk > 0, trans_a=0, trans_b=1,
+                                    a_k_offset=kk * 32, b_k_offset=kk * 16 * n * 2)
+            else:
+                ptx.wgmma.mma(acc, sa.k_step(kk), sb.k_step(kk), ab_type=bf16,
+                              accumulate=kk > 0)
+        ptx.wgmma.commit_group() if pyptx else ptx.wgmma.commit()
+        ptx.wgmma.wait_group(0) if pyptx else ptx.wgmma.wait(0)
+        frag = ptx.wgmma.WgmmaFragment(ptx.wgmma.WgmmaLayout(n), list(acc))
+        w = tid >> 5
+        lane = tid & 31
+        base = pd + (((w << 4) + (lane >> 2)) * n + ((lane & 3) << 1)) * 4
+        for (dr, dc), r, _ in frag.items():
+            ptx.inst.st.global_.f32(ptx.addr(base, (dr * n + dc) * 4), r)
+    return tiles
+
+
+@pytest.mark.parametrize("tk,n", [(16, 8), (32, 16), (64, 32), (64, 64)])
+def test_tiles_multiply_on_the_interpreter(tk, n):
+    from ptxdsl.types import bf16_bits_to_f32, f32_to_bf16_bits
+    rng = np.random.default_rng(tk * 7 + n)
+    a = f32_to_bf16_bits(rng.standard_normal((64, tk)).astype(np.float32))
+    b = f32_to_bf16_bits(rng.standard_normal((tk, n)).astype(np.float32))
+    ref = bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64)
+    k = _build(tk, n, False)
+    d = k.interpret(_image(a), _image(b))
+    d = d[0] if isinstance(d, (list, tuple)) else d
+    np.testing.assert_allclose(np.asarray(d, np.float64), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_pyptx_spelling_records_the_same_ptx(stages):
+    ours, theirs = _build(64, 16, False, stages).ptx(), _build(64, 16, True, stages).ptx()
+    assert ours == theirs
+    # A: 128-byte swizzle, SBO 1024, LBO 16; B (64 x 16, MN-major): 32-byte swizzle, SBO 256
+    assert f"{SmemDescriptor(0, 16, 1024, 0, 128).encode():#x}" in ours
+    assert f"{SmemDescriptor(0, 16, 256, 0, 32).encode():#x}" in ours
+    assert ours.count("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16") == 4
+    assert ", 0, 1;" in ours                  # imm-trans-a 0, imm-trans-b 1 (MN-major B)
+    if stages == 2:                           # stage 1 of A: 64 x 64 bf16 = 8192 bytes on
+        assert ".align 1024 .b8 smem0[16384]" in ours and "8192;" in ours
+    if PTXAS is not None:
+        _build(64, 16, False, stages).check()
+
+
+def test_tile_misuse_is_refused_at_the_users_line():
+    @kernel(in_specs=(Tile(64, f32),), block=(128, 1, 1), arch="sm_90a")
+    def bad(X):
+        sa = smem.wgmma_operand(bf16, (64, 64))
+        sb = smem.wgmma_operand(bf16, (64, 64), major="MN")
+        acc = reg.array(f32, 32)
+        with pytest.raises(PtxdslError, match="transpose_b=1"):
+            ptx.wgmma.mma(acc, sa, sb, ab_type=bf16, transpose_b=0)
+        with pytest.raises(PtxdslError, match="f16"):
+            ptx.wgmma.mma(acc, sa, sb, ab_type=f16)
+        with pytest.raises(PtxdslError, match="k_step"):
+            sa.k_step(4)
+        with pytest.raises(PtxdslError, match="index"):
+            sa[1]
+        with pytest.raises(PtxdslError, match="swizzled"):
+            sa[0, 0] = 1
+        with pytest.raises(PtxdslError, match="shape"):
+            ptx.wgmma.mma_async(shape=(64, 64, 8), dtype_d=f32, dtype_a=bf16, dtype_b=bf16,
+                                d=acc, a=sa, b=sb)
+        with pytest.raises(PtxdslError, match="registers"):
+            ptx.wgmma.mma_async(shape=(64, 32, 16), dtype_d=f32, dtype_a=bf16, dtype_b=bf16,
+                                d=acc, a=sa, b=sb)
+        with pytest.raises(PtxdslError, match="a_k_offset"):
+            ptx.wgmma.mma_async(shape=(64, 64, 16), dtype_d=f32, dtype_a=bf16, dtype_b=bf16,
+                                d=acc, a=ptx.wgmma.descriptor(sa), b=sb, a_k_offset=32)
+        ptx.ret()
+    bad.ptx()

@@ -154,3 +154,12 @@ def test_tile_misuse_is_refused_at_the_users_line():
                                 d=acc, a=ptx.wgmma.descriptor(sa), b=sb, a_k_offset=32)
         ptx.ret()
     bad.ptx()
+
+
+@pytest.mark.parametrize("tk,tn", [(16, 8), (32, 16), (64, 32), (64, 64)])
+def test_tma_boxes_of_wgmma_tiles_agree_with_the_tile_layouts(tk, tn):
+    ta = Tile.wgmma_a(512, 512, bf16, tile_m=64, tile_k=tk)
+    tb = Tile.wgmma_b(512, 512, bf16, tile_k=tk, tile_n=tn)
+    assert tuple(ta.tma.box) == (64, tk) and tuple(tb.tma.box) == (tk, tn)
+    assert ta.tma.swizzle == operand_layout(bf16, (64, tk), "K").swizzle
+    assert tb.tma.swizzle == operand_layout(bf16, (tk, tn), "MN").swizzle

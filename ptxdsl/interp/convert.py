@@ -1,7 +1,11 @@
 """``cvt`` (every type pair the table allows) and ``mov`` (including pack/unpack).
 
-Float-to-integer conversions saturate to the destination range and turn NaN
-into 0, as PTX specifies for ``cvt`` whether or not ``.sat`` is written.
+Float-to-integer conversions saturate to the destination range whether or not
+``.sat`` is written. NaN becomes 0 only on the GPU's 32-bit path (an f16, bf16 or
+f32 source into an integer of at most 32 bits); an f64 source or a 64-bit
+destination gives the "integer indefinite" pattern instead, the destination's
+top bit alone (INT_MIN for signed types, 0x80.., 0x8000.., ... for unsigned), as
+measured on an H100 by the edge sweep.
 Float results follow :mod:`ptxdsl.interp.floatops` (exact rounding, canonical
 NaN, ``.ftz`` when an f32 is the source or destination).
 """
@@ -19,12 +23,20 @@ from .values import UINT
 _IRND = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
 
 
-def _to_int(x64, dst, irnd):
-    """f64 values -> integers of ``dst``: round, saturate, NaN -> 0."""
+def nan_to_int(src, dst) -> int:
+    """What a NaN of float type ``src`` converts to in integer type ``dst``."""
+    if src.bits <= 32 and dst.bits <= 32:
+        return 0
+    return -(1 << (dst.bits - 1)) if dst.kind == "s" else 1 << (dst.bits - 1)
+
+
+def _to_int(x64, dst, irnd, src):
+    """f64 values -> integers of ``dst``: round, saturate, NaN as :func:`nan_to_int`."""
     with np.errstate(all="ignore"):
         r = _IRND[irnd](x64) if irnd else np.trunc(x64)
         lo, hi = int_range(dst)
-        r = np.where(np.isnan(r), 0.0, r)
+        nan = np.isnan(r)
+        r = np.where(nan, 0.0, r)
         big = r >= float(hi)
         small = r <= float(lo)
         mid = np.where(big | small, 0.0, r)
@@ -32,6 +44,7 @@ def _to_int(x64, dst, irnd):
             else mid.astype(np.uint64)
         out = np.where(big, np.array(hi).astype(dst.np_dtype), out)
         out = np.where(small, np.array(lo).astype(dst.np_dtype), out)
+        out = np.where(nan, np.array(nan_to_int(src, dst)).astype(dst.np_dtype), out)
         return out.astype(dst.np_dtype)
 
 
@@ -87,15 +100,17 @@ def cvt_value(m, a, b=None):
             r = (u64 + 0x1000) & 0xFFFFE000
         r = r.astype(np.uint32)
         r = np.where(np.isinf(np.asarray(a)), u, r)
-        # NaNs are truncated to tf32's 10 mantissa bits, nothing more (measured on an
-        # H200: 0x7fffffff -> 0x7fffe000, and 0x7f800001 -> 0x7f800000, an infinity).
-        return np.where(nan, u & np.uint32(0xFFFFE000), r).astype(np.uint32)
+        # .rna truncates NaNs to tf32's 10 mantissa bits, nothing more (measured on an
+        # H200: 0x7fffffff -> 0x7fffe000, and 0x7f800001 -> 0x7f800000, an infinity);
+        # .rn and .rz give the canonical 0x7fffe000 for every NaN (H100 edge sweep).
+        nan_bits = u & np.uint32(0xFFFFE000) if frnd == "rna" else np.uint32(0x7FFFE000)
+        return np.where(nan, nan_bits, r).astype(np.uint32)
     if src.is_float:
         x = unpack(a, src)[0]
         if m.has("ftz") and src.name == "f32":
             x = flush_in(x, fr.FMTS["f32"])
         if not dst.is_float:
-            return _to_int(x, dst, irnd)
+            return _to_int(x, dst, irnd, src)
         f = fmt_for(dst)
         if irnd:  # round to an integral value in the same type
             with np.errstate(all="ignore"):

@@ -74,8 +74,9 @@ def _ftz_allowed(m) -> bool:
     return m.has("ftz")
 
 
-def lanewise(m, fn, *xs, mode=None, canon=True):
-    """Apply ``fn(*f64 lanes, mode, fmt) -> bits`` per lane with .ftz/.sat/NaN handling."""
+def lanewise(m, fn, *xs, mode=None, canon=True, relu_zero=False):
+    """Apply ``fn(*f64 lanes, mode, fmt) -> bits`` per lane with .ftz/.sat/NaN handling.
+    ``relu_zero``: .relu also turns -0.0 into +0.0 (fma does, min/max do not)."""
     t = m.type
     f = fmt_for(t)
     ftz = _ftz_allowed(m)
@@ -94,7 +95,8 @@ def lanewise(m, fn, *xs, mode=None, canon=True):
             bits = fr.saturate(bits, f)
         if m.has("relu"):
             v = fr.decode(bits, f)
-            bits = np.where(v < 0, f.udtype(0), bits).astype(f.udtype)
+            neg = (v < 0) | (np.signbit(v) & (v == 0)) if relu_zero else v < 0
+            bits = np.where(neg, f.udtype(0), bits).astype(f.udtype)
         out.append(bits)
     return pack(out, t)
 
@@ -117,7 +119,10 @@ def fmul(m, a, b):
 
 
 def ffma(m, a, b, c):
-    return lanewise(m, fr.fma, a, b, c, mode=_rnd(m))
+    # Measured on an H100 by the edge sweep: fma.relu gives +0.0 for a -0.0 result, and
+    # fma.{rz,rm,rp}.bf16x2 rounds to nearest (ptxas 13 drops the directed rounding).
+    mode = "rn" if m.type.name == "bf16x2" else _rnd(m)
+    return lanewise(m, fr.fma, a, b, c, mode=mode, relu_zero=True)
 
 
 def fdiv(m, a, b):

@@ -112,7 +112,9 @@ def irem(m, a, b):
     a, b = _np(a), _np(b)
     bs = np.where(b == 0, 1, b).astype(t.np_dtype)
     r = a % bs if t.kind == "u" else np.where(bs == -1, 0, np.fmod(a, bs))
-    return _cast(np.where(b == 0, a, r), t)
+    # x % 0 is all ones, signed or not (measured on an H100 by the edge sweep)
+    ones = np.array(-1).astype(t.np_dtype) if t.kind == "s" else np.iinfo(t.np_dtype).max
+    return _cast(np.where(b == 0, ones, r), t)
 
 
 handler("add")(alu(_float_or_int(iadd, floatops.fadd)))
@@ -188,13 +190,24 @@ def _lowmask(n):
                     (np.uint64(1) << np.minimum(n, 63)) - np.uint64(1))
 
 
+def _pos_len(b, c, w):
+    """bfe/bfi position and length. The 32-bit forms take the low 8 bits of each (the
+    PTX ISA's rule); the 64-bit forms take the whole u32 operands, so 0x100 is past
+    the end rather than 0 (measured on an H100 by the edge sweep: bfi.b64 with pos
+    0x3210 leaves b unchanged, with len 0x80000000 fills to bit 63)."""
+    pos = _np(b).astype(np.int64) & 0xFFFFFFFF
+    ln = _np(c).astype(np.int64) & 0xFFFFFFFF
+    if w < 64:
+        pos, ln = pos & 0xFF, ln & 0xFF
+    return np.minimum(pos, 255), np.minimum(ln, 255)
+
+
 @handler("bfe")
 @alu
 def bfe(m, a, b, c):
     t = m.type
     w = t.bits
-    pos = _np(b).astype(np.int64) & 0xFF
-    ln = _np(c).astype(np.int64) & 0xFF
+    pos, ln = _pos_len(b, c, w)
     ua = _u(a).astype(np.uint64)
     eff = np.where(pos >= w, 0, np.minimum(ln, w - pos))
     field = (ua >> np.minimum(pos, w - 1).astype(np.uint64)) & _lowmask(eff)
@@ -211,8 +224,7 @@ def bfe(m, a, b, c):
 def bfi(m, a, b, c, d):
     t = m.type
     w = t.bits
-    pos = _np(c).astype(np.int64) & 0xFF
-    ln = _np(d).astype(np.int64) & 0xFF
+    pos, ln = _pos_len(c, d, w)
     eff = np.where(pos >= w, 0, np.minimum(ln, w - pos))
     sh = np.minimum(pos, w - 1).astype(np.uint64)
     mask = (_lowmask(eff) << sh) & _lowmask(w)

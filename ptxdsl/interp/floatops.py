@@ -122,7 +122,22 @@ def ffma(m, a, b, c):
     # Measured on an H100 by the edge sweep: fma.relu gives +0.0 for a -0.0 result, and
     # fma.{rz,rm,rp}.bf16x2 rounds to nearest (ptxas 13 drops the directed rounding).
     mode = "rn" if m.type.name == "bf16x2" else _rnd(m)
+    if m.type.name == "bf16" and mode != "rn":
+        return _fma_bf16_directed(a, b, c, mode)
     return lanewise(m, fr.fma, a, b, c, mode=mode, relu_zero=True)
+
+
+def _fma_bf16_directed(a, b, c, mode):
+    """fma.{rz,rm,rp}{.relu}.bf16 as the H100 edge sweep measured it (ptxas 13): the
+    bits behave as f16 operands of an f16 fma (0x7f80, bf16 infinity, comes back as
+    the NaN 0x7fff) and .relu is dropped (0 * x + -1.0 stays 0xbf80). Inferred from
+    the cases with a = 0, the only ones that log shows; the rounding of the rest is
+    this model's guess (the f16 fma in ``mode``)."""
+    f = fr.FMTS["f16"]
+    xs = [fr.decode(np.asarray(v).view(np.uint16), f) for v in (a, b, c)]
+    with np.errstate(all="ignore"):
+        bits = fr.canonical_nan(fr.fma(*xs, mode, f), f)
+    return np.asarray(bits).astype(np.uint16).view(np.asarray(a).dtype)
 
 
 def fdiv(m, a, b):

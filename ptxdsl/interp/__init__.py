@@ -29,12 +29,14 @@ import numpy as np
 
 from .. import ir
 from ..errors import InterpreterError, LaunchError, user_location
+from ..tensormap import TensorMapError
 from .hb import Tracker
 from .machine import MAX_STEPS, Machine, compiled
 from .schedule import Blocked, Deadlock, levels, run_units, thread_units
 from .memory import GLOBAL_BASE, GUARD, PARAM_BASE, SHARED_BASE, Region, Space, align_up
 from .hostio import is_torch, to_numpy, wrap_output, write_back
 from .semantics import NO_CPU_SEMANTICS, handlers_for_run, supported, unsupported
+from .tma import tensormap_handle
 
 __all__ = ["interpret", "run_program", "NO_CPU_SEMANTICS", "supported", "unsupported"]
 
@@ -162,7 +164,8 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
         results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides},
                               cooperative=getattr(kernel, "cooperative", False),
                               max_steps=max_steps, initialized=set(arrays),
-                              allow_uninitialized=allow_uninitialized)
+                              allow_uninitialized=allow_uninitialized,
+                              tmaps=_tensor_maps(prog, names, specs, tensors, dims, strides))
     for name, tile in zip(names, specs):
         if tile.stride is not None:
             shape = tile.shape_for(dims)
@@ -182,6 +185,33 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
     if not outs:
         return None
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _tensor_maps(prog, names, specs, tensors, dims, strides) -> dict:
+    """The tensor map of each ``X.tma_desc()`` argument, as the runtime would encode it
+    from the argument's shape and (row) strides; the address is filled in later."""
+    out = {}
+    tiles = dict(zip(names, specs))
+    for p in prog.params:
+        if p.kind != "tmap" or p.tensor not in tiles:
+            continue
+        tile = tiles[p.tensor]
+        shape = tuple(int(d) for d in tile.shape_for(dims))
+        el = None
+        if tile.stride is not None:
+            el = [0] * len(shape)
+            acc = 1
+            for ax in range(len(shape) - 1, 0, -1):
+                el[ax] = acc
+                acc *= shape[ax]
+            el[0] = strides[tile.stride]
+        try:
+            out[p.tensor] = p.tma.spec_for(tile.dtype, shape, el, dims=dims,
+                                           address=GLOBAL_BASE)
+        except TensorMapError as exc:
+            raise LaunchError(f"the tensor map of {p.tensor} (shape {shape}): {exc.message}",
+                              user_location()) from None
+    return out
 
 
 def _check_supported(prog: ir.Program) -> None:
@@ -223,13 +253,23 @@ def _global_space(prog, tensors, initialized=None) -> tuple[Space, dict]:
     return sp, addrs
 
 
-def _param_space(prog, addrs, dims) -> Space:
-    regions, cursor, values = [], PARAM_BASE, {}
+def _param_space(prog, addrs, dims, tmaps=None) -> Space:
+    regions, cursor, values, specs = [], PARAM_BASE, {}, []
+    ptr_of = {p.tensor: p.name for p in prog.params if p.kind == "ptr"}
     for p in prog.params:
-        cursor = align_up(cursor, p.dtype.bytes)
-        regions.append(Region(p.name, cursor, p.dtype.bytes))
-        cursor += p.dtype.bytes
-        if p.kind == "ptr":
+        size = p.dtype.bytes * max(getattr(p, "count", 1) or 1, 1)
+        cursor = align_up(cursor, max(p.dtype.bytes, getattr(p, "align", 0) or 0))
+        regions.append(Region(p.name, cursor, size))
+        cursor += size
+        if p.kind == "tmap":
+            spec = (tmaps or {}).get(p.tensor)
+            if spec is None or p.tensor not in ptr_of:
+                raise LaunchError(f"tensor-map parameter {p.name}: no tensor map for argument "
+                                  f"{p.tensor} (run the kernel with kernel.interpret)",
+                                  user_location())
+            specs.append(spec.with_address(addrs[ptr_of[p.tensor]]))
+            values[p.name] = tensormap_handle(len(specs) - 1)
+        elif p.kind == "ptr":
             values[p.name] = np.array(addrs[p.name], np.uint64)
         elif p.kind in ("dim", "stride"):
             values[p.name] = np.array(dims[p.tensor or p.name.rsplit("_", 1)[0]],
@@ -237,6 +277,7 @@ def _param_space(prog, addrs, dims) -> Space:
         else:
             raise LaunchError(f"parameter {p.name} of kind {p.kind!r} has no value", user_location())
     sp = Space("param", PARAM_BASE, regions)
+    sp.tensormaps = specs
     for name, v in values.items():
         sp.fill_region(name, v)
     return sp
@@ -291,8 +332,13 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
 
 def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
                 cooperative: bool = False, max_steps: int = MAX_STEPS,
-                initialized=None, allow_uninitialized: bool = False) -> dict:
+                initialized=None, allow_uninitialized: bool = False,
+                tmaps: dict | None = None) -> dict:
     """Run a verified program over a grid; returns the final contents of every tensor.
+
+    ``tmaps`` maps a tensor's name to its :class:`~ptxdsl.tensormap.TensorMapSpec`
+    (any address: the tensor's interpreter address replaces it) for the kernel's
+    tensor-map parameters (``X.tma_desc()``), as the runtime would encode them.
 
     A cooperative grid runs as one batch: its CTAs may wait for each other, which
     CTAs of a later batch could never answer.
@@ -301,7 +347,7 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     handlers = handlers_for_run()
     top = compiled(prog, handlers)
     gsp, addrs = _global_space(prog, tensors, initialized)
-    psp = _param_space(prog, addrs, dims)
+    psp = _param_space(prog, addrs, dims, tmaps)
     sregions = _shared_regions(prog)
     nthreads = block[0] * block[1] * block[2]
     P = -(-nthreads // 32) * 32

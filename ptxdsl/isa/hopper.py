@@ -229,7 +229,7 @@ TMA = (
            variants={"bulk_group": "t:{coords} a=src r:b64@L2::cache_hint"},
            lists=tensor_lists,
            ptx=(8, 0), sm=90, rule=_tensor_copy_rule, category="async", side_effects=True,
-           effects=_TX_COPY, interp=False,
+           effects=_TX_COPY,
            doc="TMA: copy a box of a tensor described by a tensor map. Loads "
                "(global -> shared::cluster) complete transaction bytes on an mbarrier, "
                "optionally into several CTAs of the cluster (.multicast::cluster, a 16-bit "
@@ -274,12 +274,12 @@ TMA = (
            example="cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
                    "[%r0], [%rd0], 4096, [%r1]"),
     OpSpec("cp.async.bulk.commit_group", (), (), ntypes=0, operands="", ptx=(8, 0), sm=90,
-           category="async", side_effects=True, effects=_ASYNC_COPY, interp=False,
+           category="async", side_effects=True, effects=_ASYNC_COPY,
            doc="Close the current bulk group of bulk/tensor copies (the .bulk_group ones).",
            example="cp.async.bulk.commit_group"),
     OpSpec("cp.async.bulk.wait_group", (g("read", "read"),), (), ntypes=0,
            operands="i:u32", ptx=(8, 0), sm=90, category="async", side_effects=True,
-           effects=frozenset({"async_wait"}), interp=False,
+           effects=frozenset({"async_wait"}),
            check_operands=lambda m, ops: _range(ops[0], 0, 63, "the pending group count"),
            doc="Wait until at most N bulk groups are pending (.read: until their sources "
                "have been read, so shared memory may be reused).",

@@ -1,0 +1,214 @@
+"""CPU semantics of TMA: ``cp.async.bulk.tensor`` box loads and stores through tensor maps,
+and bulk groups (``cp.async.bulk.commit_group`` / ``wait_group``).
+
+Tensor maps. The launcher binds each tensor-map parameter (``X.tma_desc()``, a
+``.param .align 64 .b8 X_tmap[128]``) to the :class:`~ptxdsl.tensormap.TensorMapSpec`
+the runtime would encode for that argument (its shape, strides, the Tile's TMA box
+and swizzle, the argument's interpreter address). The 128 parameter bytes hold an
+opaque handle (a magic word and an index into ``param_space.tensormaps``), which the
+copy handlers map back to the spec; an address that holds no handle is an error.
+
+Loads (global -> shared::cluster, ``.tile`` mode, 1-D to 5-D). The box at the
+coordinates (innermost first, as PTX writes them; each may be negative or run past
+the tensor) is gathered with the map's element strides, out-of-bounds elements
+filled with zeros (or NaN with ``oob_fill="nan"``), and written densely (innermost
+dimension contiguous) at the 128-byte aligned shared address, every byte placed by
+:func:`~ptxdsl.isa.descriptors.swizzle_offset` of its absolute shared address: the
+function wgmma's descriptors read through, so TMA tiles and wgmma operands agree.
+The copy completes at once: its writes are recorded as the issuing thread's, then
+the whole box's bytes (out-of-bounds ones included, as the hardware counts) complete
+on the mbarrier, whose phase acquire orders them before a consumer's reads.
+``.multicast::cluster`` and ``.im2col`` are refused (clusters are not modelled).
+
+Stores (shared::cta -> global, ``.bulk_group``). The shared box is read through the
+same swizzle when the store issues (reads of the issuing thread), and the elements
+inside the tensor are written; out-of-bounds ones are clipped. The store completes
+at once, which is one legal timing; ``commit_group`` closes a group and
+``wait_group[.read] N`` retires all but the N newest, checked as ordering points
+(a wait retires only groups its own thread committed).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..types import s32
+from .access import track
+from .memops import WINDOWS, addresses, check, mbarrier_complete_tx
+from .semantics import handler
+
+_MAGIC = 0x50544458_544D4150   # "PTDX" "TMAP"
+
+
+def tensormap_handle(index: int) -> np.ndarray:
+    """The 128 parameter bytes that stand for tensor map ``index`` of the launch."""
+    words = np.zeros(16, np.uint64)
+    words[0] = _MAGIC
+    words[1] = index
+    words[2] = _MAGIC ^ index
+    return words
+
+
+def _spec(mach, instr, t: int, addr: int):
+    psp = mach.spaces["param"]
+    pw = WINDOWS["param"]
+    a = addr - pw if pw <= addr < pw + (1 << 32) else addr
+    specs = getattr(psp, "tensormaps", [])
+    ok = psp.in_bounds(np.asarray([a], np.uint64), 128)[0] and a % 64 == 0
+    if ok:
+        w = psp.read(np.asarray([a - psp.base], np.int64), np.uint64, 3)[0]
+        ok = int(w[0]) == _MAGIC and int(w[2]) == _MAGIC ^ int(w[1]) and int(w[1]) < len(specs)
+    if not ok:
+        mach.fail(instr, f"the tensor-map operand {addr:#x} is not a tensor map: the "
+                         f"interpreter reads tensor maps passed as kernel parameters "
+                         f"(X.tma_desc(), or its .param symbol)", t)
+    return specs[int(w[1])]
+
+
+def _coords(mach, instr, op: ir.Addr, mask) -> list[np.ndarray]:
+    out = []
+    for c in op.coords:
+        if isinstance(c, (int, np.integer)):
+            c = ir.Imm(int(c))
+        v = mach.value(c, s32, mask, instr)
+        out.append(np.broadcast_to(np.asarray(v).astype(np.int64), (mach.T,)))
+    return out
+
+
+def _box(spec, origin) -> tuple[np.ndarray, np.ndarray]:
+    """Global element byte offsets (from the tensor's address) of the box at ``origin``
+    (outermost first) in shared-memory order, and which lie inside the tensor."""
+    axes = [o + np.arange(-(-b // e)) * e
+            for o, b, e in zip(origin, spec.box, spec.element_strides)]
+    grids = np.meshgrid(*axes, indexing="ij")
+    inside = np.ones(grids[0].shape, bool)
+    off = np.zeros(grids[0].shape, np.int64)
+    for g, n, s in zip(grids, spec.shape, spec.strides):
+        inside &= (g >= 0) & (g < n)
+        off += g * s
+    return off.reshape(-1), inside.reshape(-1)
+
+
+def _smem_addrs(spec, base: int) -> np.ndarray:
+    """Absolute shared address of each box element's first byte (swizzled)."""
+    e = spec.dtype.bytes
+    a = base + np.arange(spec.box_elements, dtype=np.int64) * e
+    if spec.swizzle:
+        a = a ^ (((a >> 7) & (spec.swizzle // 16 - 1)) << 4)
+    return a
+
+
+def _fill(spec) -> np.ndarray:
+    e = spec.dtype.bytes
+    if spec.oob_fill == "nan":
+        if spec.dtype.name == "bf16":
+            return np.array([0x7FC0], np.uint16).view(np.uint8)
+        return np.array([np.nan], {2: np.float16, 4: np.float32, 8: np.float64}[e]).view(np.uint8)
+    return np.zeros(e, np.uint8)
+
+
+def _shared(mach, instr, t: int, base: int, spec, write: bool):
+    """(space, offsets) of the box's elements in thread ``t``'s CTA, checked."""
+    sp = mach.spaces["shared"]
+    what = "destination" if write else "source"
+    if base % 128:
+        mach.fail(instr, f"the shared {what} {base:#x} of a tensor copy must be 128-byte "
+                         f"aligned", t)
+    addr = _smem_addrs(spec, base).astype(np.uint64)
+    ok = sp.in_bounds(addr, spec.dtype.bytes)
+    if not ok.all():
+        bad = int(addr[np.argmin(ok)])
+        mach.fail(instr, f"the {spec.box_bytes}-byte box ({spec.describe()}) at shared "
+                         f"{what} {base:#x} reaches byte {bad:#x}, {sp.nearest(bad)}", t)
+    off = sp.offsets(addr, np.full(addr.size, mach.cta[t]))
+    return sp, off
+
+
+def _global(mach, instr, t: int, spec, gaddr: np.ndarray):
+    gsp = mach.spaces["global"]
+    a = (np.uint64(spec.address) + gaddr.astype(np.uint64))
+    ok = gsp.in_bounds(a, spec.dtype.bytes)
+    if not ok.all():
+        bad = int(a[np.argmin(ok)])
+        mach.fail(instr, f"tensor map {spec.describe()} reaches global {bad:#x} "
+                         f"({gsp.nearest(bad)})", t)
+    return gsp, gsp.offsets(a, None)
+
+
+def _bytes_at(sp, off: np.ndarray, e: int) -> np.ndarray:
+    return sp.buf[off[:, None] + np.arange(e)]
+
+
+@handler("cp.async.bulk.tensor")
+def tensor_copy(mach, instr, mask):
+    m = instr.match
+    load = m.chosen["dst"] == "shared::cluster"
+    if m.has("multicast::cluster"):
+        mach.fail(instr, "a .multicast::cluster TMA load writes into several CTAs of a "
+                         "cluster; the interpreter does not model clusters: load into this "
+                         "CTA only (drop multicast=) or run the kernel on a GPU")
+    if m.chosen.get("mode") == "im2col":
+        mach.fail(instr, "the interpreter runs .tile mode tensor copies, not .im2col")
+    ops = instr.operands
+    top = ops[1] if load else ops[0]
+    threads = np.flatnonzero(mask)
+    maps = addresses(mach, instr, top, mask)
+    coords = _coords(mach, instr, top, mask)
+    shared_op = ops[0] if load else ops[1]
+    sh = addresses(mach, instr, shared_op, mask) & np.uint64(0xFFFFFFFF)
+    if load:
+        mbar = addresses(mach, instr, ops[2], mask)
+        bars = dict(zip(threads.tolist(), (
+            off for _, _, offs in check(mach, instr, threads, mbar[threads], "shared", 8,
+                                        True, race=False) for off in offs.tolist())))
+    for t in threads.tolist():
+        spec = _spec(mach, instr, t, int(maps[t]))
+        if len(coords) != spec.rank:
+            mach.fail(instr, f"a {len(coords)}-d tensor copy through a rank-{spec.rank} "
+                             f"tensor map ({spec.describe()}): use {spec.rank} coordinates", t)
+        origin = [int(c[t]) for c in reversed(coords)]
+        gaddr, inside = _box(spec, origin)
+        e = spec.dtype.bytes
+        ssp, soff = _shared(mach, instr, t, int(sh[t]), spec, load)
+        th = np.full(soff.size, t)
+        if inside.any():
+            gsp, goff = _global(mach, instr, t, spec, gaddr[inside])
+        if load:
+            data = np.broadcast_to(_fill(spec), (soff.size, e)).copy()
+            if inside.any():
+                track(mach, instr, gsp, th[inside], goff, e, "read")
+                data[inside] = _bytes_at(gsp, goff, e)
+            track(mach, instr, ssp, th, soff, e, "write")
+            ssp.buf[soff[:, None] + np.arange(e)] = data
+            mbarrier_complete_tx(mach, bars[t], spec.box_bytes, instr, t)
+        else:
+            track(mach, instr, ssp, th, soff, e, "read")
+            if inside.any():
+                data = _bytes_at(ssp, soff[inside], e)
+                track(mach, instr, gsp, th[inside], goff, e, "write")
+                gsp.buf[goff[:, None] + np.arange(e)] = data
+            _bulk(mach)[0].append((t, int(mach.bulk_groups[t])))
+    mach.events += 1
+
+
+def _bulk(mach):
+    if not hasattr(mach, "bulk_pending"):
+        mach.bulk_pending = []                     # (thread, group) of uncommitted stores
+        mach.bulk_groups = np.zeros(mach.T, np.int64)
+    return mach.bulk_pending, mach.bulk_groups
+
+
+@handler("cp.async.bulk.commit_group")
+def bulk_commit(mach, instr, mask):
+    _bulk(mach)
+    mach.bulk_groups[mask] += 1
+
+
+@handler("cp.async.bulk.wait_group")
+def bulk_wait(mach, instr, mask):
+    """Retire this thread's bulk groups older than the ``N`` newest (their stores have
+    completed: they did when issued)."""
+    keep = int(instr.operands[0].value)
+    pend, groups = _bulk(mach)
+    mach.bulk_pending = [(t, g) for t, g in pend if not (mask[t] and g < groups[t] - keep)]
+    mach.events += 1

@@ -147,8 +147,11 @@ def test_shifts_clamp(t, data):
 
 
 def ref_bfe(a, pos, ln, w, signed):
-    pos &= 0xFF
-    ln &= 0xFF
+    # 32-bit forms read the low 8 bits of pos/len (PTX ISA); the 64-bit forms the whole
+    # u32, as the H100 edge sweep measured (see interp/intops.py)
+    if w == 32:
+        pos &= 0xFF
+        ln &= 0xFF
     msb = w - 1
     sbit = 0 if not signed or ln == 0 else (a >> min(pos + ln - 1, msb)) & 1
     out = 0
@@ -159,8 +162,11 @@ def ref_bfe(a, pos, ln, w, signed):
 
 
 def ref_bfi(a, b, pos, ln, w):
-    pos &= 0xFF
-    ln &= 0xFF
+    # 32-bit forms read the low 8 bits of pos/len (PTX ISA); the 64-bit forms the whole
+    # u32, as the H100 edge sweep measured (see interp/intops.py)
+    if w == 32:
+        pos &= 0xFF
+        ln &= 0xFF
     f = b
     for i in range(ln):
         if pos + i > w - 1:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InterpreterError
 from . import fround as fr
 from .semantics import alu, handler
 
@@ -128,16 +129,13 @@ def ffma(m, a, b, c):
 
 
 def _fma_bf16_directed(a, b, c, mode):
-    """fma.{rz,rm,rp}{.relu}.bf16 as the H100 edge sweep measured it (ptxas 13): the
-    bits behave as f16 operands of an f16 fma (0x7f80, bf16 infinity, comes back as
-    the NaN 0x7fff) and .relu is dropped (0 * x + -1.0 stays 0xbf80). Inferred from
-    the cases with a = 0, the only ones that log shows; the rounding of the rest is
-    this model's guess (the f16 fma in ``mode``)."""
-    f = fr.FMTS["f16"]
-    xs = [fr.decode(np.asarray(v).view(np.uint16), f) for v in (a, b, c)]
-    with np.errstate(all="ignore"):
-        bits = fr.canonical_nan(fr.fma(*xs, mode, f), f)
-    return np.asarray(bits).astype(np.uint16).view(np.asarray(a).dtype)
+    """fma.{rz,rm,rp}{.relu}.bf16: no model. The H100 edge sweep (ptxas 13) gave results
+    that follow no rounding mode for these scalar forms (e.g. fma.rm.bf16 of 1 ulp *
+    1.0078 + 0 gave 2 ulp, and infinities came back as NaN), so the interpreter refuses
+    them rather than guess; .rn and the bf16x2 forms are modelled and measured."""
+    raise InterpreterError(
+        f"fma.{mode}.bf16 has no CPU model: on an H100 (ptxas 13) its results follow no "
+        f"IEEE rounding; use fma.rn.bf16, or compute in f32 and cvt.{mode}.bf16.f32")
 
 
 def fdiv(m, a, b):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
+import re
+
 import numpy as np
 import pytest
 
@@ -316,6 +318,9 @@ EDGE_FORMS = _edge_forms()
 @pytest.mark.parametrize("chain,ins,outs", EDGE_FORMS, ids=[f[0] for f in EDGE_FORMS])
 def test_every_alu_form_bit_exact_at_the_edges(chain, ins, outs):
     from test_interp_util import make_op_kernel
+    if re.match(r"fma\.r[zmp](\.relu)?\.bf16$", chain):
+        pytest.skip("scalar bf16 fma with directed rounding has no CPU model (the H100 "
+                    "results follow no rounding mode): the interpreter refuses it")
     n = 1024
     rng = np.random.default_rng(abs(hash(chain)) % 2 ** 32)
     k = make_op_kernel(chain, ins, outs, n)

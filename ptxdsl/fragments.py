@@ -244,21 +244,14 @@ FORMS: tuple[tuple[str, str, str, str, str], ...] = tuple(_all_forms())
 
 
 # ====================================================================== kernels
-class Fragment:
-    """The registers of one lane's share of an mma operand, with their layout.
+class RegisterGroup:
+    """Registers with a layout (``.layout.offsets()``, ``.layout.per_reg``): usable as an
+    instruction's register list, indexable, and ``items()`` yields
+    ``((dr, dc), register, part)`` per element (``part`` indexes a packed register).
+    Shared by mma fragments and wgmma accumulators."""
 
-    Pass it wherever an instruction takes the register list (``mma.sync``,
-    ``ldmatrix``). ``origin()`` records the lane arithmetic for this lane's
-    (row, col); ``items()`` yields every element with its constant offset from
-    there, so an epilogue is ``for (dr, dc), reg, part in acc.items(): ...``.
-    """
-
-    def __init__(self, lay: Layout, regs):
-        regs = list(regs)
-        if len(regs) != lay.nregs:
-            raise ValueError(f"{lay} takes {lay.nregs} registers, got {len(regs)}")
-        self.layout = lay
-        self.regs = regs
+    layout: object
+    regs: list
 
     def __ptx_regs__(self):
         return list(self.regs)
@@ -277,6 +270,23 @@ class Fragment:
         per = self.layout.per_reg
         for i, off in enumerate(self.layout.offsets()):
             yield off, self.regs[i // per], i % per
+
+
+class Fragment(RegisterGroup):
+    """The registers of one lane's share of an mma operand, with their layout.
+
+    Pass it wherever an instruction takes the register list (``mma.sync``,
+    ``ldmatrix``). ``origin()`` records the lane arithmetic for this lane's
+    (row, col); ``items()`` yields every element with its constant offset from
+    there, so an epilogue is ``for (dr, dc), reg, part in acc.items(): ...``.
+    """
+
+    def __init__(self, lay: Layout, regs):
+        regs = list(regs)
+        if len(regs) != lay.nregs:
+            raise ValueError(f"{lay} takes {lay.nregs} registers, got {len(regs)}")
+        self.layout = lay
+        self.regs = regs
 
     def element(self, dr: int, dc: int):
         """``(register, part)`` of the element at offset ``(dr, dc)`` from the lane's origin."""

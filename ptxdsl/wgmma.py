@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import ir
 from .errors import TraceError, user_location
+from .fragments import RegisterGroup
 from .isa.descriptors import SmemDescriptor
 from .trace import current
 from .types import ALL_TYPES, PtxType, f32, u32, u64
@@ -83,7 +84,7 @@ class WgmmaLayout:
         return [(r - r0, c - c0) for r, c in (self.position(0, i) for i in range(self.elems))]
 
 
-class WgmmaFragment:
+class WgmmaFragment(RegisterGroup):
     """A thread's accumulator registers of a wgmma, with their :class:`WgmmaLayout`.
 
     Pass it as the accumulator of :func:`mma` or ``ptx.inst.wgmma.mma_async``;
@@ -97,23 +98,6 @@ class WgmmaFragment:
                              f"got {len(regs)}", user_location())
         self.layout = lay
         self.regs = regs
-
-    def __ptx_regs__(self):
-        return list(self.regs)
-
-    def __len__(self) -> int:
-        return len(self.regs)
-
-    def __iter__(self):
-        return iter(self.regs)
-
-    def __getitem__(self, i):
-        return self.regs[i]
-
-    def items(self):
-        per = self.layout.per_reg
-        for i, off in enumerate(self.layout.offsets()):
-            yield off, self.regs[i // per], i % per
 
     def __repr__(self) -> str:
         return f"WgmmaFragment(64x{self.layout.n} {self.layout.elem}, {len(self.regs)} registers)"

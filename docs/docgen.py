@@ -393,7 +393,8 @@ def trace_operator(expr: str, type_name: str) -> str:
     from ptxdsl import ir
     from ptxdsl import reg as reg_mod
     from ptxdsl.errors import PtxdslError
-    from ptxdsl.trace import Builder, _collect_used, _resolve_deferred
+    from ptxdsl.trace import Builder
+    from ptxdsl.walks import collect_used, resolve_deferred
     from ptxdsl.types import ALL_TYPES
 
     t = ALL_TYPES[type_name]
@@ -420,8 +421,8 @@ def trace_operator(expr: str, type_name: str) -> str:
             return "refused: " + msg.split("; ")[0]
     # Resolve products as a finished kernel would, with the value counted as used.
     used: set = {value}
-    _collect_used(b.body, used)
-    body = _resolve_deferred(b.body[start:], used)
+    collect_used(b.body, used)
+    body = resolve_deferred(b.body[start:], used)
     texts = [n.match.text for n in body if isinstance(n, ir.Instr)]
     return "; ".join(texts) if texts else "(no instruction)"
 

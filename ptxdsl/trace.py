@@ -16,6 +16,7 @@ import re
 from typing import Iterator, Sequence
 
 from . import ir
+from .walks import collect_mentioned, collect_used, resolve_deferred
 from .arch import arch_ptx_floor, parse_arch
 from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, user_location
 from .isa import Match, check_arch, resolve
@@ -476,8 +477,8 @@ class Builder:
     def finish(self, max_threads: int | None = None) -> ir.Program:
         used: set = set()
         full = self.prologue + self.body
-        _collect_used(full, used)
-        body = _resolve_deferred(full, used)
+        collect_used(full, used)
+        body = resolve_deferred(full, used)
         version = arch_ptx_floor(self.arch)
         for instr in ir.walk(body):
             version = max(version, instr.match.ptx)
@@ -495,7 +496,7 @@ class Builder:
         top to bottom (``%r0`` first) and names stay stable from trace to trace.
         """
         order: dict = {}
-        _collect_mentioned(body, order)
+        collect_mentioned(body, order)
         kept = list(order)
         counters: dict[str, int] = {}
         for r in kept:
@@ -507,76 +508,6 @@ class Builder:
             counters[prefix] = n + 1
             r.name = f"{prefix}{n}"
         return kept
-
-
-def _collect_used(body, used: set) -> None:
-    for node in body:
-        if isinstance(node, ir.Instr):
-            used.update(node.sources())
-        elif isinstance(node, ir.Raw):
-            used.update(node.regs())
-        elif isinstance(node, ir.Deferred):
-            used.update(getattr(node, "reads", ()))
-        elif isinstance(node, ir.If):
-            used.add(node.pred)
-            _collect_used(node.then_body, used)
-            if node.else_body is not None:
-                _collect_used(node.else_body, used)
-        elif isinstance(node, ir.Loop):
-            for x in (node.start, node.stop, node.step):
-                if isinstance(x, ir.Reg):
-                    used.add(x)
-            _collect_used(node.body, used)
-
-
-def _collect_mentioned(body, out: dict) -> None:
-    """Registers in the order the emitter prints them (``out`` is an ordered set)."""
-    def add(*regs):
-        for r in regs:
-            if isinstance(r, ir.Reg):
-                out.setdefault(r, None)
-
-    for node in body:
-        if isinstance(node, ir.Instr):
-            add(node.guard)
-            for op in node.operands:
-                if isinstance(op, ir.Vec):
-                    add(*op.items)
-                elif isinstance(op, ir.Addr):
-                    add(op.base)
-                else:
-                    add(op)
-        elif isinstance(node, ir.Raw):
-            add(*node.regs())
-        elif isinstance(node, ir.If):
-            add(node.pred)
-            _collect_mentioned(node.then_body, out)
-            if node.else_body is not None:
-                _collect_mentioned(node.else_body, out)
-        elif isinstance(node, ir.Loop):
-            add(node.var, node.start, node.stop, node.step)
-            _collect_mentioned([i for i in (node.check,) if i is not None], out)
-            add(node.cond)
-            _collect_mentioned(node.body, out)
-            _collect_mentioned([i for i in (node.incr,) if i is not None], out)
-
-
-def _resolve_deferred(body, used):
-    out = []
-    for node in body:
-        if isinstance(node, ir.Deferred):
-            out.extend(node.resolve(used))
-        elif isinstance(node, ir.If):
-            node.then_body = _resolve_deferred(node.then_body, used)
-            if node.else_body is not None:
-                node.else_body = _resolve_deferred(node.else_body, used)
-            out.append(node)
-        elif isinstance(node, ir.Loop):
-            node.body = _resolve_deferred(node.body, used)
-            out.append(node)
-        else:
-            out.append(node)
-    return out
 
 
 def _pick_signature(m: Match, args: Sequence) -> Match:

@@ -215,11 +215,7 @@ def descriptor(smem, *, leading: int | None = None, stride: int | None = None,
         raise TraceError(f"ptx.wgmma.descriptor: {e}", user_location()) from None
     addr, off = _smem_address(smem)
     b = current("ptx.wgmma.descriptor")
-    k = off + byte_offset
-    if k:  # a negative offset (pyptx's GEMM passes -8192) adds as .s32: the same bits
-        t0 = reg.scalar(u32)
-        b.inst(["add", "s32" if k < 0 else "u32"], (t0, addr, k))
-        addr = t0
+    addr = _add_offset(b, addr, off + byte_offset)
     t = reg.scalar(u32)
     b.inst(["shr", "u32"], (t, addr, 4))
     b.inst(["and", "b32"], (t, t, 0x3FFF))
@@ -227,6 +223,17 @@ def descriptor(smem, *, leading: int | None = None, stride: int | None = None,
     b.inst(["cvt", "u64", "u32"], (d, t))
     b.inst(["or", "b64"], (d, d, fields.constant_bits()))
     return d
+
+
+def _add_offset(b, addr, k: int):
+    """``addr + k`` in a new .u32 register (``add.u32``; ``add.s32`` for a negative k,
+    as pyptx's GEMM passes -8192: the same bits), or ``addr`` itself when k is 0."""
+    if not k:
+        return addr
+    from . import reg
+    t = reg.scalar(u32)
+    b.inst(["add", "s32" if k < 0 else "u32"], (t, addr, k))
+    return t
 
 
 def masked_descriptor(smem_addr, *, byte_offset: int = 0, mask: int = 0x3FF80,
@@ -240,11 +247,7 @@ def masked_descriptor(smem_addr, *, byte_offset: int = 0, mask: int = 0x3FF80,
     from . import reg
     addr, off = _smem_address(smem_addr)
     b = current("ptx.wgmma.masked_descriptor")
-    k = off + byte_offset
-    if k:  # a negative offset (pyptx's GEMM passes -8192) adds as .s32: the same bits
-        t0 = reg.scalar(u32)
-        b.inst(["add", "s32" if k < 0 else "u32"], (t0, addr, k))
-        addr = t0
+    addr = _add_offset(b, addr, off + byte_offset)
     t = reg.scalar(u32)
     b.inst(["and", "b32"], (t, addr, mask))
     b.inst(["shr", "u32"], (t, t, 4))

@@ -173,44 +173,54 @@ def test_device_tile_coords_match_the_python_model():
 
 
 class _FakeHopper:
-    """Stands in for the Hopper kernel: records what it was given, computes with numpy."""
+    """Stands in for the Hopper kernel of the given operand majors: records what it was
+    given, computes with numpy."""
 
     name = "fake_hopper"
 
     def __init__(self):
         self.calls = []
+        self.majors = None
 
-    def interpret(self, a, bt, out):
-        self.calls.append((a, bt))
-        out[...] = (a.astype(np.float64) @ bt.astype(np.float64).T).astype(out.dtype)
+    def interpret(self, ka, kb, out):
+        a_major, b_major = self.majors
+        self.calls.append((ka, kb, a_major, b_major))
+        a = ka if a_major == "K" else ka.T
+        b = kb.T if b_major == "K" else kb
+        out[...] = (a.astype(np.float64) @ b.astype(np.float64)).astype(out.dtype)
         return out
 
     __call__ = interpret
 
 
 @pytest.mark.parametrize("a_t,b_t", [(False, True), (False, False), (True, True), (True, False)])
-def test_sm90_dispatch_gives_the_hopper_kernel_k_major_operands(monkeypatch, a_t, b_t):
-    """On an sm_90 device every aligned layout runs the Hopper kernel: K-major operands in
-    place, a column-major a or a row-major b copied once into K-major."""
+def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_t, b_t):
+    """On an sm_90 device every aligned layout runs the Hopper kernel, reading each operand
+    in place in its own major: a row-major a and a transposed b K-major, a column-major a
+    and a row-major b MN-major (no copies)."""
     from ptxdsl.ops.matmul import api
 
     class Info:
         cc, sm_count = (9, 0), 132
 
     fake = _FakeHopper()
+
+    def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major, b_major):
+        fake.majors = (a_major, b_major)
+        return fake
     monkeypatch.setattr(api.Frame, "device", lambda self, a: Info())
     monkeypatch.setattr(api.Frame, "on_gpu", lambda self: False)
-    monkeypatch.setattr(api, "hopper_kernel", lambda *args: fake)
+    monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
     rng = np.random.default_rng(8)
     m, n, k = 24, 40, 32
     a = ints(rng, (k, m)).T if a_t else ints(rng, (m, k))
     b = ints(rng, (n, k)).T if b_t else ints(rng, (k, n))
     c = matmul(a, b, out_dtype=np.float32)
     np.testing.assert_array_equal(c, ref(a, b))
-    (ka, kbt), = fake.calls
-    assert ka.strides[1] == 2 and kbt.strides[1] == 2          # both K-major
-    assert np.shares_memory(ka, a) == (not a_t)                 # in place unless copied
-    assert np.shares_memory(kbt, b) == b_t
+    (ka, kb, a_major, b_major), = fake.calls
+    assert (a_major, b_major) == ("MN" if a_t else "K", "K" if b_t else "MN")
+    assert ka.strides[1] == 2 and kb.strides[1] == 2            # row-major views ...
+    assert np.shares_memory(ka, a) and np.shares_memory(kb, b)  # ... of the operands
     # an odd row stride (not a multiple of 16 bytes) is not TMA's: the SIMT kernel runs
     fake.calls.clear()
     odd = ints(rng, (m, k + 1))[:, :k]

@@ -63,21 +63,26 @@ def _interpretable(k) -> bool:
 
 # Rows of every operand are 16-byte multiples, as tensor maps need (n=65 f32 is refused
 # by the runtime and the interpreter alike).
-@pytest.mark.parametrize("m,n,k", [(128, 256, 64), (7, 68, 72), (130, 264, 136)])
-def test_interpreter_runs_the_shipped_kernel(m, n, k):
-    """The Hopper kernel itself on the CPU: integer inputs, bit-exact f32 output."""
+# (An MN-major operand's rows are M or N: multiples of 8 bf16.)
+@pytest.mark.parametrize("m,n,k,a_major,b_major", [
+    (128, 256, 64, "K", "K"), (7, 68, 72, "K", "K"), (130, 264, 136, "K", "K"),
+    (128, 256, 136, "MN", "MN"), (7, 72, 72, "K", "MN"), (8, 68, 72, "MN", "K")])
+def test_interpreter_runs_the_shipped_kernel(m, n, k, a_major, b_major):
+    """The Hopper kernel itself on the CPU, each operand major: integer inputs, bit-exact
+    f32 output."""
     import numpy as np
     from ptxdsl.types import f32_to_bf16_bits
     p = choose(m, n, k, bf16, f32, sms=2)
-    kern = build_hopper(p, bf16, f32, sms=2)
+    kern = build_hopper(p, bf16, f32, sms=2, a_major=a_major, b_major=b_major)
     _interpretable(kern)
     rng = np.random.default_rng(m + n + k)
     a = rng.integers(-4, 5, (m, k)).astype(np.float32)
     w = rng.integers(-4, 5, (n, k)).astype(np.float32)
+    ka = f32_to_bf16_bits(a) if a_major == "K" else np.ascontiguousarray(f32_to_bf16_bits(a.T))
+    kb = f32_to_bf16_bits(w) if b_major == "K" else np.ascontiguousarray(f32_to_bf16_bits(w.T))
     from ptxdsl.errors import InterpreterError
     try:
-        c = kern.interpret(f32_to_bf16_bits(a), f32_to_bf16_bits(w),
-                           np.full((m, n), np.nan, np.float32))
+        c = kern.interpret(ka, kb, np.full((m, n), np.nan, np.float32))
     except InterpreterError as e:   # TMA now runs; the next missing piece is named here
         if "name different barriers" in str(e):
             pytest.xfail("the interpreter's bar.sync needs one barrier id per CTA at an "

@@ -2,8 +2,8 @@
 
 Integer-valued inputs in [-4, 4] with f32 output: bit-exact. Random normal inputs: bf16
 output within one bf16 rounding of the float64 product (relative Frobenius error under
-4e-3). Ragged shapes in M, N and K; the Hopper kernel (K-major operands) and the SIMT
-fallback (other layouts, odd strides); bias and activations; torch autograd.
+4e-3). Ragged shapes in M, N and K; the Hopper kernel (each operand K-major or MN-major,
+read in place) and the SIMT fallback (odd strides); bias and activations; torch autograd.
 Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_ops_matmul_gpu.py``.
 """
 from __future__ import annotations
@@ -90,6 +90,32 @@ def test_other_layouts(layout):
         b = ints(n, k + 1)[:, :k].t()
     c = matmul(a, b, out_dtype=torch.float32)
     assert torch.equal(c.double(), a.double() @ b.double())
+
+
+# (M, N, K) with M and N multiples of 8, so that a column-major a and a row-major b
+# have 16-byte rows: TMA reads them in place (MN-major)
+MN_SHAPES = [(4096, 4096, 4096), (128, 256, 64), (1, 256, 72), (16, 4104, 4096),
+             (136, 1000, 72), (264, 520, 136), (2048, 6144, 4096)]
+
+
+@pytest.mark.parametrize("m,n,k", MN_SHAPES)
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+def test_mn_major_operands_in_place_bit_exact(m, n, k, layout):
+    """a @ b with b row-major (K, N) and/or a column-major: the Hopper kernel reads them as
+    MN-major tiles (transpose bits), without copies; the op records a fast-path entry."""
+    from ptxdsl.ops.matmul import api, fast
+    a = ints(m, k) if layout == "nn" else ints(k, m).t()
+    b = ints(k, n) if layout != "tt" else ints(n, k).t()
+    out = poison(m, n, torch.float32)
+    matmul(a, b, out=out, out_dtype=torch.float32)
+    assert torch.equal(out.double(), a.double() @ b.double())
+    c = matmul(a, b)
+    assert fast.key(a, b, None, None, None) in fast.FAST.entries   # no copy was needed
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item() < 4e-3
+    assert not HOPPER or any(key[0] == "hopper" and key[-2:] == ("MN" if layout != "nn" else "K",
+                                                    "K" if layout == "tt" else "MN")
+               for key in api.KERNELS._kernels)
 
 
 def test_batched():

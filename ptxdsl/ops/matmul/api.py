@@ -10,9 +10,9 @@ arrays. The rules:
   ``out_dtype`` (``float16``, ``bfloat16`` or ``float32``; default: the inputs');
 * any M, N, K (K = 0 gives ``act(bias)``); each matrix row-major or column-major
   (a transposed view such as ``w.T``) with any leading stride; a matrix with neither
-  unit stride is copied once. The Hopper kernel reads K-major operands in place (``a``
-  row-major, ``b`` a transposed row-major ``(N, K)``: ``x @ w.T``); on sm_90 the other
-  layouts are copied once into K-major (the SIMT kernel reads every layout in place);
+  unit stride is copied once. The Hopper kernel reads either major of each operand in
+  place (``a`` row-major or column-major, ``b`` row-major ``(K, N)`` or a transposed
+  row-major ``(N, K)``: ``x @ w.T``; :mod:`.operands`), as does the SIMT kernel;
 * ``bias`` is ``(N,)`` of the inputs' dtype or float32; ``activation`` is None,
   ``"relu"``, ``"gelu"`` (tanh form) or ``"silu"``;
 * ``out``, when given, has the result's shape and ``out_dtype`` and unit inner stride;
@@ -215,17 +215,14 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
     info = frame.device(a)
     k = None
     copied = not (a_k is a or a_t) or not (b_k is b or b_t)
-    if info is not None and getattr(info, "cc", None) == (9, 0):
-        # The Hopper kernel reads K-major operands: a column-major a or a row-major (K, N)
-        # b is copied once into that layout (one pass over the operand, far cheaper than
-        # the SIMT kernel; a kernel that reads them in place is not written yet).
-        ha = frame.contiguous(a) if a_t else a_k
-        hb = b_k if b_t else frame.contiguous(b.T)
-        if _hopper_ok(info, ha, False, hb, True, out, dt, odt):
-            k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt,
-                              bdt, activation, info.sm_count)
-            copied = copied or ha is not a_k or hb is not b_k
-            a_k, a_t, b_k, b_t = ha, False, hb, True
+    if info is not None and getattr(info, "cc", None) == (9, 0) \
+            and _hopper_ok(info, a_k, b_k, out, dt, odt):
+        # The Hopper kernel reads each operand in its own major: a row-major a and a
+        # transposed (N, K) b are K-major, a column-major a (passed as its (K, M)
+        # transpose) and a row-major (K, N) b are MN-major.
+        k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt,
+                          bdt, activation, info.sm_count, "MN" if a_t else "K",
+                          "K" if b_t else "MN")
     if k is None:
         k = kernel_for(dt, odt, a_t, b_t, bdt, activation)
     log.debug("matmul %dx%dx%d %s->%s (a%s b%s, bias %s, %s): %s", int(a.shape[0]),
@@ -238,11 +235,11 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
     return k, a_t, b_t, copied
 
 
-def _hopper_ok(info, a_k, a_t, b_k, b_t, out, dt, odt) -> bool:
-    """The Hopper kernel reads K-major operands through TMA: A row-major, B given as the
-    transpose of a row-major (N, K) array, every base 16-byte aligned and every row
-    stride a multiple of 16 bytes (C's too); an sm_90 device."""
-    if getattr(info, "cc", None) != (9, 0) or a_t or not b_t or strides(out)[-1] != 1 \
+def _hopper_ok(info, a_k, b_k, out, dt, odt) -> bool:
+    """The Hopper kernel reads its operands through TMA (either major: ``a_k``, ``b_k``
+    are the row-major arrays it is given): every base 16-byte aligned, every row stride
+    a multiple of 16 bytes (C's too); an sm_90 device."""
+    if getattr(info, "cc", None) != (9, 0) or strides(out)[-1] != 1 \
             or strides(a_k)[-1] != 1 or strides(b_k)[-1] != 1:
         return False
     return (tma_ok(data_ptr(a_k), strides(a_k)[0], int(a_k.shape[0]), dt)
@@ -250,13 +247,15 @@ def _hopper_ok(info, a_k, a_t, b_k, b_t, out, dt, odt) -> bool:
             and tma_ok(data_ptr(out), strides(out)[0], int(out.shape[0]), odt))
 
 
-def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms):
-    """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class)."""
+def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="K"):
+    """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class)
+    with operands of these majors (``"K"`` / ``"MN"``, :mod:`.operands`)."""
     from .hopper import build_hopper
     p = choose(m, n, k, dt, odt, sms)
-    key = ("hopper", p, dt.name, odt.name, bdt.name if bdt else None, activation, sms)
+    key = ("hopper", p, dt.name, odt.name, bdt.name if bdt else None, activation, sms,
+           a_major, b_major)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,
-                                                 sms=sms))
+                                                 sms=sms, a_major=a_major, b_major=b_major))
 
 
 def describe(m, n, k, dt=bf16, odt=None, sms=132) -> str:

@@ -1,10 +1,11 @@
 """The Hopper GEMM: persistent, warp-specialized, wgmma fed by TMA through an mbarrier ring.
 
-``C = act(A @ B + bias)`` for K-major operands: A stored ``(M, K)`` row-major and B
-given as its transpose ``Bt`` stored ``(N, K)`` row-major (``x @ W.T`` of a linear
-layer), bf16 or f16, f32 accumulation, bf16 / f16 / f32 output. M, N, K are run-time
-parameters; edges are TMA's: loads past the tensor fill zeros (ragged K adds
-nothing), stores past it are clipped.
+``C = act(A @ B + bias)``, bf16 or f16, f32 accumulation, bf16 / f16 / f32 output; each
+operand read in place in its own major (:mod:`.operands`): A stored ``(M, K)`` row-major
+(K-major) or as ``At`` ``(K, M)`` (MN-major), B given as ``Bt`` ``(N, K)`` row-major
+(K-major, ``x @ W.T`` of a linear layer) or stored ``(K, N)`` (MN-major). The pictures
+below draw the K-major case. M, N, K are run-time parameters; edges are TMA's: loads
+past the tensor fill zeros (ragged K adds nothing), stores past it are clipped.
 
 One CTA = 384 threads = three warpgroups, one 128 x 256 output tile at a time (or
 128 x 128, m64n128 consumers and a six-stage ring, where :func:`.plan.choose` finds that
@@ -50,7 +51,8 @@ Pieces and the instructions they record:
   may still write into it.
 * **MMA.** Per stage and consumer: ``wgmma.fence``, four
   ``wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16`` whose descriptors step 32
-  bytes along K inside the swizzle row (:func:`sw128_desc`), ``wgmma.commit_group``, then
+  bytes along K inside the swizzle row (:mod:`.operands`; an MN-major operand steps 16 rows
+  and sets wgmma's transpose bit), ``wgmma.commit_group``, then
   ``wgmma.wait_group 1``: the previous stage's group has retired, and that stage is
   released (the ``empty`` arrivals) while this one runs (``Plan.in_flight = 0`` waits for
   each stage instead: 10% slower on an H100). The first k-block of a tile is peeled and
@@ -72,18 +74,15 @@ from __future__ import annotations
 import itertools
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.isa.descriptors import SmemDescriptor
 from ptxdsl.types import PtxType, b32, b64, f32, pred, u8, u16, u32, u64
 
 from .epilogue import activate
+from .operands import SW128_K_MAJOR, operands
 from .plan import Plan
 from .schedule import tile_coords
 
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
-# A K-major operand of 128-byte rows under the 128-byte swizzle: 8-row core groups 1024
-# bytes apart (SBO); the leading offset is not read for this layout (16 by convention).
-SW128_K_MAJOR = SmemDescriptor(leading=16, stride=1024, swizzle=128)
 
 
 # ---------------------------------------------------------------- shared-memory map
@@ -102,21 +101,6 @@ class Layout:
         self.full = self.c + p.consumers * self.c_consumer
         self.empty = self.full + 8 * p.stages
         self.total = self.empty + 8 * p.stages
-
-
-def sw128_desc(addr) -> object:
-    """The wgmma shared-memory descriptor of a K-major, 128-byte-swizzled operand at
-    ``addr`` (a ``.u32`` shared address, 1024-byte aligned plus a K offset under 128):
-    start address ``addr >> 4`` (bits 0-13), leading byte offset 16 (unused by swizzled
-    K-major layouts, bits 16-29: 1), stride byte offset 1024 between 8-row core groups
-    (bits 32-45: 64), swizzle mode 1 = 128B (bits 62-63); every field but the start
-    comes from :data:`SW128_K_MAJOR` (:class:`~ptxdsl.isa.descriptors.SmemDescriptor`).
-    Records ``shr.b32``, ``cvt.u64.u32``, ``or.b64``."""
-    lo = reg.scalar(u64)
-    ptx.inst.cvt.u64.u32(lo, addr >> 4)
-    d = reg.scalar(b64)
-    ptx.inst.or_.b64(d, lo, SW128_K_MAJOR.constant_bits())
-    return d
 
 
 class _Ring:
@@ -148,17 +132,16 @@ def _wait(labels, bar, parity) -> None:
     ptx.bra(top, pred=~done)
 
 
-def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan):
-    """(in_specs, out_specs, names): A (M, K), Bt (N, K) and C (M, N) through TMA."""
+def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
+          a_major: str = "K", b_major: str = "K"):
+    """(in_specs, out_specs, names): A and B through TMA in their majors
+    (:mod:`.operands`: A (M, K) or At (K, M), Bt (N, K) or B (K, N)), C (M, N)."""
     from ptxdsl.tensormap import TMA
-    a = Tile("M", "K", dtype, stride="sa", tma=TMA(box=(p.bm, p.bk), swizzle=128,
-                                                   l2_promotion=p.l2_promotion))
-    b = Tile("N", "K", dtype, stride="sb", tma=TMA(box=(p.bn // 2, p.bk), swizzle=128,
-                                                   l2_promotion=p.l2_promotion))
+    a, b = operands(p, dtype, a_major, b_major)
     c = Tile("M", "N", out_dtype, stride="sc",
              tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))
-    ins = (a, b) + ((Tile("N", bias),) if bias is not None else ())
-    names = ("A", "Bt") + (("bias",) if bias is not None else ()) + ("C",)
+    ins = (a.tile("sa"), b.tile("sb")) + ((Tile("N", bias),) if bias is not None else ())
+    names = (a.arg_name, b.arg_name) + (("bias",) if bias is not None else ()) + ("C",)
     return ins, (c,), names
 
 
@@ -173,8 +156,10 @@ def grid_for(p: Plan, sms: int):
 
 def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType | None = None,
                  activation: str | None = None, sms: int = 132, arch: str = "sm_90a",
-                 _store: bool = True):
-    """The kernel for one (plan, dtypes, epilogue); M, N, K are run-time parameters.
+                 a_major: str = "K", b_major: str = "K", _store: bool = True):
+    """The kernel for one (plan, dtypes, operand majors, epilogue); M, N, K are run-time
+    parameters. ``a_major`` / ``b_major``: ``"K"`` or ``"MN"`` (:mod:`.operands`: the
+    arguments are then A (M, K) or At (K, M), and Bt (N, K) or B (K, N)).
     ``_store=False`` (timing experiments of ``bench/matmul_tune.py`` only) leaves out the
     TMA stores of C: the output is not written."""
     if p.bm != 128 or p.bn not in (128, 256) or p.bk * dtype.bytes != 128 or \
@@ -182,13 +167,15 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper is written for 128x256 or 128x128 tiles of two m64 "
                          f"consumers and 128-byte K rows, got {p}")
     L = Layout(p, dtype, out_dtype)
-    ins, outs, names = specs(dtype, out_dtype, bias, p)
+    ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major)
+    opa, opb = operands(p, dtype, a_major, b_major)
     S, CL = p.stages, p.cluster
     tx_bytes = L.a_stage + L.b_stage
-    half_b = L.b_stage // 2
+    share_b = L.b_stage // CL                  # the part of B each CTA of a cluster loads
     ty = dtype.name
     ob = out_dtype.bytes
-    name = (f"matmul_hopper_{ty}_{out_dtype.name}_s{S}_c{CL}"
+    name = (f"matmul_hopper_{ty}_{out_dtype.name}_n{p.bn}_s{S}_c{CL}"
+            f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{'_' + activation if activation else ''}")
     opts = dict(cluster=(CL, 1, 1), raw_directives=[("explicitcluster", ()),
                                                    ("reqnctapercluster", (CL, 1, 1))]) \
@@ -198,12 +185,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, **opts)
     def matmul_hopper(*args):
         if bias is not None:
-            A, Bt, Bias, C = args
+            A, B, Bias, C = args
             (pbias,) = ptx.global_ptrs(Bias)
         else:
-            A, Bt, C = args
+            A, B, C = args
         labels = itertools.count()
-        tma_a, tma_b, tma_c = A.tma_desc(), Bt.tma_desc(), C.tma_desc()
+        tma_a, tma_b, tma_c = A.tma_desc(), B.tma_desc(), C.tma_desc()
         m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg = tid >> 7
@@ -245,7 +232,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ring = _Ring(S)
                 for t in ptx.range_(cid, total, ncl):
                     m0, n0 = tile_origin(t)
-                    nb = n0 + rank * (p.bn // 2) if CL > 1 else n0
+                    nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
                     for kb in ptx.range_(nk):
                         kk = kb * p.bk
                         _wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
@@ -253,22 +240,13 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(fb), tx_bytes)
                         sa = base + L.a + ring.slot * L.a_stage
-                        ptx.inst("cp.async.bulk.tensor.2d.shared::cluster.global.tile."
-                                 "mbarrier::complete_tx::bytes", ptx.addr(sa),
-                                 ptx.addr(tma_a, coords=[kk, m0]), ptx.addr(fb))
+                        opa.load(tma_a, sa, m0, kk, fb)
                         sb = base + L.b + ring.slot * L.b_stage
                         if CL > 1:
                             mask16 = reg.scalar(u16, init=(1 << CL) - 1)
-                            ptx.inst("cp.async.bulk.tensor.2d.shared::cluster.global.tile."
-                                     "mbarrier::complete_tx::bytes.multicast::cluster",
-                                     ptx.addr(sb + rank * half_b),
-                                     ptx.addr(tma_b, coords=[kk, nb]), ptx.addr(fb), mask16)
+                            opb.load(tma_b, sb + rank * share_b, nb, kk, fb, mask=mask16)
                         else:
-                            for h in range(2):
-                                ptx.inst("cp.async.bulk.tensor.2d.shared::cluster.global.tile."
-                                         "mbarrier::complete_tx::bytes", ptx.addr(sb, h * half_b),
-                                         ptx.addr(tma_b, coords=[kk, n0 + h * (p.bn // 2)]),
-                                         ptx.addr(fb))
+                            opb.load(tma_b, sb, n0, kk, fb)
                         ring.advance()
         with ptx.else_():
             # ---------------------------------------------------- consumers
@@ -289,14 +267,13 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 _wait(labels, full0 + ring.slot * 8, ring.phase)
                 sa = base + L.a + ring.slot * L.a_stage + a_off
                 sb = base + L.b + ring.slot * L.b_stage
-                da, db = sw128_desc(sa), sw128_desc(sb)
+                da, db = opa.descriptor(sa), opb.descriptor(sb)
                 ptx.inst("wgmma.fence.sync.aligned")
-                for ks in range(p.bk // 16):
-                    step = 2 * ks                       # 32 bytes along K, >> 4
+                for ks in range(p.bk // 16):            # k16 steps inside the stage
                     ptx.inst(f"wgmma.mma_async.sync.aligned.m64n{p.bn}k16.f32.{ty}.{ty}",
-                             list(acc), da if ks == 0 else da + step,
-                             db if ks == 0 else db + step, 0 if first and ks == 0 else 1,
-                             1, 1, 0, 0)
+                             list(acc), da if ks == 0 else da + ks * opa.k_step,
+                             db if ks == 0 else db + ks * opb.k_step,
+                             0 if first and ks == 0 else 1, 1, 1, opa.transpose, opb.transpose)
                 ptx.inst("wgmma.commit_group.sync.aligned")
                 eb = empty0 + ring.slot * 8
                 ring.advance()
@@ -416,4 +393,4 @@ def _bias_at(pbias, col, n, dtype):
     return load_chunk(addr, 0, dtype, 1, pred=ok)[0]
 
 
-__all__ = ["build_hopper", "Layout", "sw128_desc", "specs", "grid_for"]
+__all__ = ["build_hopper", "Layout", "specs", "grid_for", "SW128_K_MAJOR"]

@@ -1,0 +1,165 @@
+"""How the Hopper GEMM's operands travel: global memory --TMA--> a swizzled ring stage
+--descriptor--> wgmma, for either storage order of each operand.
+
+An operand tile is ``rows`` (M for A, N for B) by ``bk`` (K) elements per ring stage,
+with ``bk`` one 128-byte swizzle row (64 bf16/f16). Its global storage is one of:
+
+* **K-major** (``major="K"``): K contiguous. A stored (M, K) row-major, B given as its
+  transpose ``Bt`` (N, K) row-major (``x @ w.T`` of a linear layer). TMA boxes of
+  ``box_rows x bk`` land as ``box_rows`` rows of 128 bytes, one after the other; wgmma
+  reads them with transpose 0 and the K-major 128-byte-swizzle descriptor: 8-row core
+  groups 1024 bytes apart (SBO), LBO unused (16). One k16 wgmma step is 32 bytes along
+  the row.
+* **MN-major** (``major="MN"``): M or N contiguous. B stored (K, N) row-major (a plain
+  ``a @ b``), A given as its transpose ``At`` (K, M) row-major (a column-major ``a``).
+  TMA boxes are ``bk x 64``: 64 K-rows of one 128-byte swizzle row of M/N elements
+  (8 KiB, an *atom*); a ``rows``-wide tile is ``rows / 64`` atoms one after the other.
+  wgmma reads them with transpose 1 (``imm-trans-a/b``) and the MN-major 128-byte
+  descriptor: 8-K-row groups 1024 bytes apart (SBO), atoms along M/N ``8 KiB`` apart
+  (LBO; CuTe writes this canonical layout ``((8T, m), (8, k)) : ((1, LBO), (8T, SBO))``
+  under ``Swizzle<3,4,3>``, T = 8 elements). One k16 step is 16 rows: 2048 bytes.
+
+Either way a stage holds ``rows * bk`` elements and a consumer's 64 rows of A start
+``64 * bk * elem`` bytes after the previous consumer's (64 K-major rows, or one MN-major
+atom), so the ring's map (:class:`.hopper.Layout`) does not depend on the majors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptxdsl import Tile, ptx, reg
+from ptxdsl.isa.descriptors import SmemDescriptor
+from ptxdsl.tensormap import TMA
+from ptxdsl.types import PtxType, b64, u64
+
+ATOM = 64          # elements of one 128-byte swizzle row (16-bit types)
+ROW_BYTES = 128    # the swizzle span: one K-major row / one MN-major atom row
+MAJORS = ("K", "MN")
+
+# K-major, 128-byte swizzle: 8-row core groups 1024 bytes apart; LBO unused (16).
+SW128_K_MAJOR = SmemDescriptor(leading=16, stride=1024, swizzle=128)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One GEMM operand as the kernel reads it (see the module docstring).
+
+    ``which``: ``"A"`` or ``"B"``; ``major``: ``"K"`` or ``"MN"``; ``rows``: the tile's
+    M (A) or N (B) extent per stage; ``load_rows``: the part one CTA loads per stage
+    (``rows / cluster`` for a multicast B); ``box_rows``: the M/N extent of one K-major
+    TMA box (MN-major boxes are one 64-wide atom)."""
+
+    which: str
+    major: str
+    rows: int
+    load_rows: int
+    box_rows: int
+    bk: int
+    dtype: PtxType
+    l2_promotion: int = 0
+
+    def __post_init__(self):
+        if self.major not in MAJORS:
+            raise ValueError(f"operand {self.which}: major must be 'K' or 'MN', got "
+                             f"{self.major!r}")
+        if self.bk * self.dtype.bytes != ROW_BYTES:
+            raise ValueError(f"operand {self.which}: K per stage must be one 128-byte row, "
+                             f"got {self.bk} {self.dtype.name}")
+        box = self.box_mn
+        if self.load_rows % box or self.rows % self.load_rows or box > 256:
+            raise ValueError(f"operand {self.which}: {self.load_rows} rows per CTA do not "
+                             f"split into boxes of {box}")
+
+    # ---------------------------------------------------------------- the argument
+    @property
+    def mn(self) -> str:
+        return "M" if self.which == "A" else "N"
+
+    @property
+    def arg_name(self) -> str:
+        """The kernel argument: A / Bt (K-major), At / B (MN-major)."""
+        transposed = (self.which == "B") == (self.major == "K")
+        return self.which + ("t" if transposed else "")
+
+    @property
+    def box_mn(self) -> int:
+        return self.box_rows if self.major == "K" else ATOM
+
+    def tile(self, stride: str) -> Tile:
+        """The argument's Tile: (M|N, K) for K-major, (K, M|N) for MN-major, read by TMA
+        with the 128-byte swizzle in boxes of ``box_mn`` M/N by ``bk`` K elements."""
+        if self.major == "K":
+            return Tile(self.mn, "K", self.dtype, stride=stride,
+                        tma=TMA(box=(self.box_rows, self.bk), swizzle=ROW_BYTES,
+                                l2_promotion=self.l2_promotion))
+        return Tile("K", self.mn, self.dtype, stride=stride,
+                    tma=TMA(box=(self.bk, ATOM), swizzle=ROW_BYTES,
+                            l2_promotion=self.l2_promotion))
+
+    # ---------------------------------------------------------------- shared memory
+    @property
+    def stage_bytes(self) -> int:
+        return self.rows * self.bk * self.dtype.bytes
+
+    @property
+    def box_bytes(self) -> int:
+        return self.box_mn * self.bk * self.dtype.bytes
+
+    @property
+    def transpose(self) -> int:
+        """wgmma's ``imm-trans-a`` / ``imm-trans-b``: 1 for MN-major."""
+        return 1 if self.major == "MN" else 0
+
+    @property
+    def fields(self) -> SmemDescriptor:
+        """The descriptor's fields but the start address."""
+        if self.major == "K":
+            return SW128_K_MAJOR
+        return SmemDescriptor(leading=self.box_bytes, stride=8 * ROW_BYTES, swizzle=ROW_BYTES)
+
+    @property
+    def k_step(self) -> int:
+        """Descriptor increment (16-byte units) per k16 wgmma step: 32 bytes along a
+        K-major row, 16 rows (2048 bytes) down an MN-major atom."""
+        k16 = 32 // self.dtype.bytes
+        return (k16 * self.dtype.bytes if self.major == "K" else k16 * ROW_BYTES) >> 4
+
+    def descriptor(self, addr):
+        """The wgmma descriptor of the tile at shared address ``addr`` (a ``.u32``, 1024-byte
+        aligned): ``shr.b32``, ``cvt.u64.u32``, ``or.b64`` of the constant fields."""
+        lo = reg.scalar(u64)
+        ptx.inst.cvt.u64.u32(lo, addr >> 4)
+        d = reg.scalar(b64)
+        ptx.inst.or_.b64(d, lo, self.fields.constant_bits())
+        return d
+
+    # ---------------------------------------------------------------- TMA
+    def load(self, tmap, dst, mn0, kk, bar, *, mask=None) -> None:
+        """This CTA's ``load_rows`` M/N rows from ``mn0`` (K from ``kk``) into shared
+        ``dst``: one ``cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::
+        complete_tx::bytes`` per box (``.multicast::cluster`` with ``mask``, a ``.u16``
+        register, to the same offset of every CTA in it), completing on ``bar``."""
+        op = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+              "mbarrier::complete_tx::bytes")
+        if mask is not None:
+            op += ".multicast::cluster"
+        box = self.box_mn
+        for j in range(self.load_rows // box):
+            row = mn0 if j == 0 else mn0 + j * box
+            coords = [kk, row] if self.major == "K" else [row, kk]
+            at = ptx.addr(dst, j * self.box_bytes) if j else ptx.addr(dst)
+            args = [at, ptx.addr(tmap, coords=coords), ptx.addr(bar)]
+            ptx.inst(op, *args, *([mask] if mask is not None else []))
+
+
+def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K") -> tuple:
+    """(A, B) of a :class:`.plan.Plan`: A ``bm`` rows in one K-major box; B ``bn`` rows,
+    each CTA of a cluster loading ``bn / cluster`` of them (multicast), in K-major boxes
+    of ``bn / 2`` rows."""
+    a = Operand("A", a_major, p.bm, p.bm, p.bm, p.bk, dtype, p.l2_promotion)
+    b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, dtype,
+                p.l2_promotion)
+    return a, b
+
+
+__all__ = ["Operand", "operands", "SW128_K_MAJOR", "ATOM", "MAJORS"]

@@ -17,11 +17,18 @@ is as uniform as its condition. An ``.aligned`` instruction of scope S needs
 every enclosing condition uniform over S; a counted named barrier
 (``bar.sync id, count``, ``bar.arrive``) only needs whole warps to arrive,
 so warp-uniform control is enough; non-aligned ``barrier.sync`` may diverge.
+
+A polling instruction (table attribute ``polls``: ``mbarrier.try_wait``,
+``test_wait``) must have its predicate read: on hardware it may return false
+before the phase completes, so a kernel that ignores it reads shared memory the
+copy has not filled yet (the interpreter's scheduler lets the copy finish first,
+so only this check catches it on the CPU).
 """
 from __future__ import annotations
 
 from . import ir
 from .errors import VerifyError
+from .walks import collect_used
 from .types import compatible
 
 LEVELS = ("thread", "warp", "warpgroup", "cta", "cluster", "grid")
@@ -67,9 +74,22 @@ class _Checker:
         self.tid_div: dict = {}    # register -> d where its value is %tid.x // d
         self.labels_placed: dict[str, ir.Label] = {}
         self.labels_used: list[tuple[str, object]] = []
+        self.polls: list[ir.Instr] = []
 
     def run(self) -> None:
         self.body(self.prog.body, ctl=None)
+        if self.polls:
+            used: set = set()
+            collect_used(self.prog.body, used)
+            for instr in self.polls:
+                p = instr.dests()[0]
+                if p not in used:
+                    raise VerifyError(
+                        f"the result %{p.name} of {instr.opcode} is never read: on the GPU it "
+                        f"may be false (the phase not yet complete) and the threads go on "
+                        f"before the awaited copy or arrivals land; loop until it is true "
+                        f"(ptx.mbarrier.wait(bar, phase) emits that loop) or branch on it",
+                        instr.loc)
         for name, loc in self.labels_used:
             if name not in self.labels_placed:
                 raise VerifyError(f"branch to label {name!r}, which is never placed "
@@ -146,6 +166,8 @@ class _Checker:
                 self.labels_used.append((op.name, loc))
         m = instr.match
         spec = m.spec
+        if spec.polls and instr.dests():
+            self.polls.append(instr)
         if m.aligned and spec.scope != "thread" and ctl is not None:
             counted = "barrier" in spec.effects and len(instr.operands) > 1
             need = WARP if counted else LEVELS.index(spec.scope)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from wgmma_kernels import build_wgmma, random_case
-from ptxdsl import kernel, ptx, reg, smem
+from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.errors import InterpreterError
 from ptxdsl.interp.hopper import operand_offsets
 from ptxdsl.isa.descriptors import SmemDescriptor
@@ -52,8 +52,9 @@ def test_accumulator_is_unreadable_until_wait_group():
 def test_expect_tx_and_complete_tx_complete_a_phase():
     from ptxdsl.types import b64, pred, u32
 
-    @kernel(block=(128, 1, 1), arch="sm_90a")
-    def tx():
+    @kernel(out_specs=(Tile(2, u32),), block=(128, 1, 1), arch="sm_90a")
+    def tx(Y):
+        (py,) = ptx.global_ptrs(Y)
         bars = smem.alloc(b64, (1,), align=8)
         bar = bars.base
         tid = reg.scalar(u32)
@@ -63,14 +64,19 @@ def test_expect_tx_and_complete_tx_complete_a_phase():
             ptx.inst.mbarrier.expect_tx.relaxed.cta.shared__cta.b64(ptx.addr(bar), 64)
             st = reg.scalar(b64)
             ptx.inst.mbarrier.arrive.shared__cta.b64(st, ptx.addr(bar))
-            done = reg.scalar(pred)
-            ptx.inst.mbarrier.test_wait.shared__cta.b64(done, ptx.addr(bar), st)
+            early, done = reg.scalar(pred), reg.scalar(pred)
+            ptx.inst.mbarrier.test_wait.shared__cta.b64(early, ptx.addr(bar), st)
             ptx.inst.mbarrier.complete_tx.relaxed.cta.shared__cta.b64(ptx.addr(bar), 64)
             ptx.inst.mbarrier.try_wait.parity.shared__cta.b64(done, ptx.addr(bar), 0, 1000)
+            for i, p in enumerate((early, done)):
+                v = reg.scalar(u32)
+                ptx.inst.selp.u32(v, 1, 0, p)
+                ptx.inst.st.global_.u32(ptx.addr(py + i * 4), v)
             ptx.inst.prefetch.global_.L2(ptx.addr(reg.scalar(b64, init=0)))
         ptx.inst.setmaxnreg.dec.sync.aligned.u32(40)
         ptx.inst.griddepcontrol.launch_dependents()
-    tx.interpret()   # completes: try_wait returns once complete_tx delivered the 64 bytes
+    # before complete_tx the phase still waits for 64 bytes; after it, it is complete
+    np.testing.assert_array_equal(tx.interpret(), [0, 1])
 
 
 def test_complete_tx_beyond_the_expected_bytes_is_an_error():

@@ -43,8 +43,8 @@ def build_copy(box, swizzle, dtype=f32, dump=True, store_shift=0, multicast=Fals
             ptx.tma.load(tile.base, a_desc, (col, row), bars.base,
                          multicast=(reg.scalar(u16, init=3) if multicast else None))
         ptx.bar.sync(0)
-        done = reg.scalar(pred)
-        ptx.inst.mbarrier.try_wait.parity.shared__cta.b64(done, ptx.addr(bars.base), 0)
+        # loop: on the GPU one try_wait may give up before the copy lands
+        ptx.mbarrier.wait(ptx.addr(bars.base), 0)
         if dump:
             (pd,) = ptx.global_ptrs(D)
             cta = cy * nx + cx
@@ -152,8 +152,8 @@ def test_tma_other_ranks(rank):
             ptx.inst.mbarrier.arrive.expect_tx.shared__cta.b64(ptx.sink, ptx.addr(bars.base),
                                                                nel * 4)
             ptx.tma.load(tile.base, X.tma_desc(), coords, bars.base)
-        done = reg.scalar(pred)
-        ptx.inst.mbarrier.try_wait.parity.shared__cta.b64(done, ptx.addr(bars.base), 0)
+        # loop: on the GPU one try_wait may give up before the copy lands
+        ptx.mbarrier.wait(ptx.addr(bars.base), 0)
         (py,) = ptx.global_ptrs(Y)
         for j in range(0, nel, 32):
             with ptx.if_(tid + j < nel):

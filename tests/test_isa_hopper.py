@@ -226,6 +226,7 @@ def test_tensor_copy_coordinates_and_sink():
         ptx.inst.mbarrier.arrive.release.cluster.shared__cluster.b64(ptx.sink, ptx.addr(bar))
         done = reg.scalar(pred)
         ptx.inst.mbarrier.try_wait.parity.shared__cta.b64(done, ptx.addr(bar), 0, 1000)
+        ptx.inst.selp.u32(reg.scalar(u32), 1, 0, done)   # a poll's result must be read
         ptx.inst.fence.mbarrier_init.release.cluster()
         ptx.inst.mov.u32(reg.scalar(u32), ptx.special.cluster_ctarank())
     text = kernel(arch="sm_90a")(body).ptx()

@@ -240,6 +240,7 @@ def test_try_wait_suspend_time_hint():
         ptx.inst.mbarrier.try_wait.parity.shared.b64(ok, bar, 0, 1000)
         state = reg.scalar(u64, init=0)
         ptx.inst.mbarrier.try_wait.shared.b64(ok, bar, state, 200)
+        ptx.inst.selp.u32(reg.scalar(u32), 1, 0, ok)   # a poll's result must be read
     accepted(body, ", 0, 1000;", ", 200;")
 
 

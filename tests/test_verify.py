@@ -235,3 +235,36 @@ def test_register_written_in_a_lane_branch_is_not_uniform_after_it():
         with ptx.if_(w == 0):
             ptx.bar.sync(0)  # <- merged
     fails_at(body, "merged", "bar.sync inside a branch")
+
+
+# ---------------------------------------------------------------- polling waits
+def test_try_wait_whose_result_is_ignored_is_refused():
+    """One try_wait is not a wait: the GPU may give up before the phase completes."""
+    from ptxdsl import smem
+    from ptxdsl.types import b64
+
+    def body():
+        bar = smem.alloc(b64, (1,), align=8)
+        ptx.inst.mbarrier.init.shared__cta.b64(ptx.addr(bar.base), 1)
+        ptx.inst.mbarrier.arrive.shared__cta.b64(ptx.sink, ptx.addr(bar.base))
+        done = reg.scalar(pred)
+        ptx.inst.mbarrier.try_wait.parity.shared__cta.b64(done, ptx.addr(bar.base), 0)  # <- poll
+    fails_at(body, "poll", "mbarrier.try_wait", "is never read", "ptx.mbarrier.wait")
+
+
+def test_try_wait_in_a_loop_and_test_wait_that_is_read_pass():
+    from ptxdsl import smem
+    from ptxdsl.types import b64
+
+    def body():
+        bar = smem.alloc(b64, (1,), align=8)
+        ptx.inst.mbarrier.init.shared__cta.b64(ptx.addr(bar.base), 1)
+        tok = reg.scalar(b64)
+        ptx.inst.mbarrier.arrive.shared__cta.b64(tok, ptx.addr(bar.base))
+        ptx.mbarrier.wait(ptx.addr(bar.base), 0)
+        done = reg.scalar(pred)
+        ptx.inst.mbarrier.test_wait.shared__cta.b64(done, ptx.addr(bar.base), tok)
+        v = reg.scalar(u32)
+        ptx.inst.selp.u32(v, 1, 0, done)
+    text = passes(body)
+    assert "mbarrier.try_wait.parity" in text and "mbarrier.test_wait" in text

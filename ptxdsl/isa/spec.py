@@ -250,6 +250,11 @@ class OpSpec:
     # True when the whole instruction exists only on the arch-specific target
     # (sm_90a, not sm_90: wgmma, setmaxnreg); Mod.arch_specific for one modifier.
     arch_specific: bool = False
+    # polls: its predicate destination says whether what it waits for has happened
+    #   (``mbarrier.try_wait`` gives up after a system-dependent time, ``test_wait``
+    #   never waits). Hardware returns false early where the interpreter's scheduler
+    #   may not, so the verifier requires the result to be read (looped on).
+    polls: bool = False
 
     def __post_init__(self):
         if self.scope not in SCOPES:

@@ -449,7 +449,7 @@ TABLE: tuple[OpSpec, ...] = (
                                   g("scope", Mod("cta", (8, 0)), Mod("cluster", (8, 0), 90)),
                                   g("space", "shared", SHARED_CTA)),
            ("b64",), operands="p:pred a s:b64", ptx=(7, 0), sm=80, rule=rules.mbarrier,
-           category="mbarrier", side_effects=True, effects=MBAR,
+           category="mbarrier", side_effects=True, effects=MBAR, polls=True,
            doc="Test (without blocking) whether a phase completed.",
            example="mbarrier.test_wait.shared.b64 %p0, [%r0], %rd0"),
     OpSpec("mbarrier.try_wait", (g("parity", "parity"),
@@ -458,7 +458,7 @@ TABLE: tuple[OpSpec, ...] = (
                                  g("space", "shared", SHARED_CTA)),
            ("b64",), operands="p:pred a s:b64 s:u32?", variants={"parity": "p:pred a s:u32 s:u32?"},
            ptx=(7, 8), sm=90, rule=rules.mbarrier, check_operands=rules.parity_operands,
-           category="mbarrier", side_effects=True, effects=MBAR,
+           category="mbarrier", side_effects=True, effects=MBAR, polls=True,
            doc="Wait (for a bounded time) for a phase, by state token or by .parity; the "
                "optional last operand is a suspend-time hint in nanoseconds.",
            example="mbarrier.try_wait.parity.shared.b64 %p0, [%r0], 0"),

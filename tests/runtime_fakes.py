@@ -40,6 +40,7 @@ class CUresult(enum.IntEnum):
     CUDA_ERROR_INVALID_HANDLE = 400
     CUDA_ERROR_ILLEGAL_ADDRESS = 700
     CUDA_ERROR_LAUNCH_FAILED = 719
+    CUDA_ERROR_INVALID_CLUSTER_SIZE = 912
 
 
 OK = CUresult.CUDA_SUCCESS
@@ -459,6 +460,20 @@ class FakeCuda:
             return (OK, 0)
         by_smem = 228 * 1024 // (self.static_smem + smem + 1024)
         return (OK, max(1, min(2048 // max(threads, 1), by_smem)))
+
+    def cuOccupancyMaxActiveClusters(self, f, config):
+        """Clusters of ``config``'s cluster shape resident at once: the CTAs per SM
+        above over 132 SMs in GPCs of 16 and 18 SMs (6 x 16 + 2 x 18), a cluster in one
+        GPC; like the driver, more than 8 CTAs need the non-portable attribute."""
+        self._count("cuOccupancyMaxActiveClusters")
+        c = config.attrs[0].value.clusterDim
+        size = c.x * c.y * c.z
+        attrs = self.functions[int(f)]["attrs"]
+        if size > 8 and not attrs.get("CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED"):
+            return (CUresult.CUDA_ERROR_INVALID_CLUSTER_SIZE, 0)
+        per_sm = self.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            f, config.blockDimX * config.blockDimY * config.blockDimZ, config.sharedMemBytes)[1]
+        return (OK, sum(g * per_sm // size for g in (16,) * 6 + (18,) * 2))
 
     def cuLaunchKernelEx(self, config, f, kernel_params, extra):
         self._count("cuLaunchKernelEx")

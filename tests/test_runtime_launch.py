@@ -1022,3 +1022,27 @@ def test_dynamic_shared_memory_is_sized_raised_and_counted(gpu):
     assert gpu.cu.launches[-1]["smem"] == 64 * 1024
     np.testing.assert_array_equal(y, x.reshape(-1, 256)[:, ::-1].reshape(-1))
     np.testing.assert_array_equal(dyn_copy.interpret(x), y)
+
+
+def test_resident_clusters_asks_the_driver_and_allows_sixteen(gpu):
+    """``Launcher.resident_clusters``: cuOccupancyMaxActiveClusters for the kernel's
+    cluster shape and dynamic shared memory; clusters of more than 8 CTAs get the
+    non-portable attribute first (the driver refuses them without it)."""
+    from ptxdsl import Tile, kernel, ptx, smem
+    from ptxdsl.types import f32, u8
+
+    def build(c, nbytes):
+        @kernel(in_specs=(Tile("N", f32),), out_specs=(), grid=(c, 1, 1), block=(512, 1, 1),
+                cluster=(c, 1, 1), arch="sm_90a", name=f"clusters{c}_{nbytes}")
+        def body(A):
+            if nbytes:
+                smem.alloc(u8, (nbytes,), dynamic=True)
+            ptx.cluster.sync()
+        return body
+
+    big = build(16, 150 * 1024)  # one CTA per SM: each of the 8 GPCs holds one cluster
+    assert rlaunch.prepare(big).resident_clusters(0) == 8
+    attrs = next(iter(gpu.cu.functions.values()))["attrs"]
+    assert attrs["CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED"] == 1
+    small = build(4, 0)          # four CTAs of 512 threads per SM
+    assert rlaunch.prepare(small).resident_clusters(0) == 6 * 16 + 2 * 18

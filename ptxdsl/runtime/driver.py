@@ -104,10 +104,18 @@ class DeviceInfo:
     sm_count: int
     cluster_launch: bool
     extra: dict = field(default_factory=dict)
+    l2_bytes: int = 0                # 0: not reported
+    mem_clock_khz: int = 0           # peak memory clock (0: not reported)
+    mem_bus_bits: int = 0            # global memory bus width
 
     @property
     def arch(self) -> str:
         return f"sm_{self.cc[0]}{self.cc[1]}"
+
+    @property
+    def bandwidth(self) -> float:
+        """Peak DRAM bytes per second (double data rate x bus width; 0: not reported)."""
+        return 2.0 * self.mem_clock_khz * 1e3 * self.mem_bus_bits / 8
 
 
 class _ThreadState(threading.local):
@@ -222,6 +230,9 @@ class Driver:
                                           48 * 1024),
             sm_count=attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
             cluster_launch=bool(attr("CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH")),
+            l2_bytes=attr("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
+            mem_clock_khz=attr("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
+            mem_bus_bits=attr("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH"),
         )
         self._devices[ordinal] = info
         return info
@@ -474,6 +485,16 @@ class Driver:
         """CTAs of ``func`` one multiprocessor holds at once (the occupancy calculator)."""
         return int(self.check(self.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
             func, threads, smem), "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+
+    def max_active_clusters(self, func, threads: int, smem: int, cluster) -> int:
+        """Clusters of shape ``cluster`` of ``func`` the device runs at once, each CTA of
+        ``threads`` threads and ``smem`` bytes of dynamic shared memory
+        (``cuOccupancyMaxActiveClusters``: it knows how the SMs group into GPCs)."""
+        cluster = tuple(int(c) for c in cluster)
+        grid = (cluster[0], cluster[1], cluster[2])
+        config = self._cluster_config(grid, (threads, 1, 1), smem, 0, cluster, False)
+        return int(self.check(self.cu.cuOccupancyMaxActiveClusters(func, config),
+                              "cuOccupancyMaxActiveClusters"))
 
     def ctx_sync(self) -> None:
         self.check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")

@@ -87,6 +87,23 @@ class LaunchLimits:
         per_sm = self._per_sm(kf, block[0] * block[1] * block[2], smem)
         return per_sm * self.drv.device(device).sm_count
 
+    def resident_clusters(self, device: int, smem: int | None = None) -> int:
+        """How many clusters (the kernel's ``cluster=`` shape) of this kernel the device
+        runs at once, each CTA with ``smem`` bytes of dynamic shared memory (default: the
+        kernel's own)."""
+        if smem is None:
+            smem = int(getattr(self.kernel, "dynamic_shared", 0) or 0)
+        cluster = self.cluster or (1, 1, 1)
+        kf = self.function(device)
+        self._allow_dynamic_smem(kf, smem)
+        if cluster[0] * cluster[1] * cluster[2] > 8 and not getattr(kf, "non_portable", False):
+            self._in_context(kf.device, self.drv.set_func_attribute, kf.func,
+                             "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
+            kf.non_portable = True
+        block = self.kernel.block
+        return self._in_context(kf.device, self.drv.max_active_clusters, kf.func,
+                                block[0] * block[1] * block[2], smem, cluster)
+
     def _allow_dynamic_smem(self, kf: KernelFunction, smem: int) -> None:
         """Over 48 KiB of dynamic shared memory needs an explicit opt-in per function."""
         if smem > kf.dyn_smem_limit:

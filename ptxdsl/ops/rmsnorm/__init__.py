@@ -1,17 +1,21 @@
 """RMSNorm: ``x / sqrt(mean(x^2, -1) + eps) * weight``, forward and backward.
 
-========== ==============================================================
-api        ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``: checks, dispatch
-plan       which kernel a call runs (ptxas / occupancy asked), built kernels
-fast       repeated torch calls: per-signature closures that allocate and launch
-autograd   the ``torch.autograd.Function`` and ``nn.Module`` (torch only)
-fwd        the row-per-CTA / row-per-warp forward kernel and its ``Plan``
-fwd_loop   the persistent forward kernel (a CTA loops over rows)
-bwd        the cooperative backward kernel, its ``BwdPlan`` and the dw reduction
-bwd_staged the backward's cp.async-staged rows
-row        forward row arithmetic shared by the forward kernels
-bwd_row    backward row arithmetic shared by the backward schedules
-========== ==============================================================
+=========== ==============================================================
+api         ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``: checks, dispatch
+plan        which kernel a call runs (ptxas / occupancy asked), built kernels
+fast        repeated torch calls: per-signature closures that allocate and launch
+autograd    the ``torch.autograd.Function`` and ``nn.Module`` (torch only)
+fwd         the row-per-CTA / row-per-warp forward kernel and its ``Plan``
+fwd_loop    the persistent forward kernel (a CTA loops over rows)
+bwd         the cooperative backward kernel, its ``BwdPlan`` and the dw reduction
+bwd_staged  the backward's cp.async-staged rows
+row         forward row arithmetic shared by the forward kernels
+bwd_row     backward row arithmetic shared by the backward schedules
+fwd_cluster the forward over a cluster of CTAs per row (long rows, sm_90)
+bwd_cluster the backward over clusters of CTAs (long rows, sm_90)
+cluster_row a row split over a cluster; its sum through distributed shared memory
+devices     what the plans read of a device (SMs, bandwidth, L2, clusters)
+=========== ==============================================================
 """
 from .api import KERNELS, RMSNorm, rms_norm, rms_norm_backward
 

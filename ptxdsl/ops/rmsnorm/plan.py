@@ -13,6 +13,9 @@ from ...types import PtxType
 from .._common.frame import data_ptr, strides
 from .._common.kernels import KernelCache
 from .bwd import MAX_FUSED_ROWS, build_backward, build_dw_reduce, plan_backward
+from .bwd_cluster import build_backward_cluster, plan_backward_cluster
+from .devices import Device
+from .fwd_cluster import build_forward_cluster, plan_cluster
 from .fwd import build_forward, max_vec, plan
 from .fwd_loop import build_forward_loop, loop_ctas_per_sm
 
@@ -37,9 +40,16 @@ def vec_for(n, dtype, weight, wdtype, *arrays) -> int:
 
 
 # ---------------------------------------------------------------- forward
-def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms):
-    """The persistent kernel when a CTA's rows fit in registers (ptxas is asked whether
-    one CTA per SM fits), else one CTA per row (:func:`best_row_kernel`)."""
+def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=None):
+    """A cluster of CTAs per row for rows one CTA cannot hold (:func:`long_rows`), else
+    the persistent kernel when a CTA's rows fit in registers (ptxas is asked whether
+    one CTA per SM fits), else one CTA per row (:func:`best_row_kernel`). ``device``:
+    the GPU's :class:`~ptxdsl.runtime.driver.DeviceInfo` (None: the interpreter)."""
+    cp = long_rows(n, dt, vec, arch, device).forward
+    if cp is not None:
+        key = ("fwd_cluster", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, cp)
+        return KERNELS.get(key, lambda: build_forward_cluster(
+            cp, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd, arch=arch))
     p = plan(n, dt, vec)
     cps = loop_ctas_per_sm(p)
     if cps:
@@ -105,6 +115,78 @@ def _fits(k, block) -> bool:
         return True
 
 
+# ---------------------------------------------------------------- long rows: clusters
+# Rows one CTA cannot hold go to a cluster of CTAs per row on sm_90 (fwd_cluster,
+# bwd_cluster): each CTA holds a slice and the row's sum is reduced through distributed
+# shared memory, so x (and dy) are read from DRAM once. The choice per device, N and
+# dtype (H100 SXM: 132 SMs, 3.35 TB/s, 50 MB L2; H200: 132 SMs, 4.8 TB/s, 60 MB L2):
+#
+# * forward: from N > 32768 (f32, f16, bf16; both devices), where the row-per-CTA kernel
+#   cannot keep the row in the registers of 1024 threads and reads it twice (the second
+#   time from L2, which at 131072 bf16 left it at 70% of the copy on an H200, 64% at
+#   262144; issue 21). Clusters of C = N*size/64 KiB CTAs (65536 bf16: 2, 131072: 4,
+#   262144: 8; f32 twice as many, 262144 f32: 16) of 512 threads holding 128 bytes of
+#   the row each, two CTAs per SM (fwd_cluster.plan_cluster).
+# * backward: wherever the one-CTA backward would stream the row twice from memory
+#   (plan_backward(...).streaming: 32768 halves and up, 32768 f32 and up), and the row
+#   has 16-byte chunks: clusters of C = N*size/32 KiB CTAs (131072 bf16: 8, 262144
+#   bf16 and 131072 f32: 16) of 512 threads, one per SM, staging dy and x through three
+#   ring buffers of 64 KiB (bwd_cluster.plan_backward_cluster), as many clusters as the
+#   driver says run at once (cuOccupancyMaxActiveClusters: the SMs' grouping into GPCs
+#   decides how many 16-CTA clusters fit).
+#
+# Both devices get the same schedules: what differs between them is the bytes in flight
+# an SM needs to cover DRAM's latency (about bandwidth x 1 us / SMs: 25 KB on an H100,
+# 36 KB on an H200), and both kernels keep far more than either needs (the forward 2 x
+# 64 KiB per SM while loading, the backward two rows of 64 KiB ahead), so nothing in
+# them depends on it (Device.in_flight_bytes). Not yet timed on either device: the
+# shapes of bench/rmsnorm_long.py measure them against the row-per-CTA kernels.
+# Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
+def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
+    """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA
+    kernels run) for rows of ``n`` on ``device`` (None: the CPU interpreter)."""
+    dev = Device.of(device)
+    fwd = bwd = None
+    if arch == "sm_90a" and dev.clusters:
+        if -(-n // vec) * vec > FORWARD_REGISTER_ROW:
+            fwd = plan_cluster(n, dt, vec)
+        if plan_backward(n, dt, dev.sms, vec=vec).streaming:
+            bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)
+    return _LongRows(fwd, bwd)
+
+
+# Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
+FORWARD_REGISTER_ROW = 32768
+
+
+@dataclasses.dataclass(frozen=True)
+class _LongRows:
+    forward: object
+    backward: object
+
+
+def _cluster_backward(n, dt, wdt, vec, arch, sms, info):
+    """The cluster backward's plan and kernel, its grid as many clusters as run at once
+    on the device (the interpreter: ``sms // C``, at least one), or None."""
+    p = long_rows(n, dt, vec, arch, info).backward
+    if p is None:
+        return None
+
+    def get(q):
+        return KERNELS.get(("bwd_cluster", n, dt.name, wdt.name, vec, arch, q),
+                           lambda: build_backward_cluster(q, dt, wdt, arch=arch))
+    k = get(p)
+    if info is not None:
+        from ...runtime import prepare
+        q = prepare(k).resident_clusters(info.ordinal)
+        if q < 1:
+            return None  # the device runs none of these clusters: the one-CTA kernels
+        if q != p.grid:
+            p = dataclasses.replace(p, grid=q)
+            k = get(p)
+    return p, k
+
+
 # ---------------------------------------------------------------- backward
 # CTAs per SM of the backward kernel for half-precision rows of 256 threads or fewer
 # (see backward_kernel).
@@ -130,6 +212,10 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info):
     :data:`SHORT_HALF_CTAS` CTAs per SM, with the same L2 prefetch (measured:
     "backward: short half-precision rows at three CTAs per SM").
     """
+    cluster = _cluster_backward(n, dt, wdt, vec, arch, sms, info)
+    if cluster is not None:
+        return cluster
+
     def get(p):
         return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.l2_ahead, arch),
                            lambda: build_backward(p, dt, wdt, arch=arch))

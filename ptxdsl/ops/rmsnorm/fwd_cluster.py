@@ -1,0 +1,155 @@
+"""The RMSNorm forward for rows too long for one CTA: a cluster of CTAs per row (sm_90).
+
+Each CTA of a cluster of ``C`` (:class:`~.cluster_row.ClusterSplit`) loads its slice
+of the row into registers (half-precision rows as the 32-bit words they were loaded
+as: two elements per register), sums its squares, and the cluster adds the CTAs'
+partial sums through distributed shared memory (:class:`~.cluster_row.ClusterSum`:
+one ``barrier.cluster`` phase). Every CTA then normalises its slice from registers
+and writes y: x is read from DRAM once, and no CTA waits for another longer than the
+exchange of ``C*W`` floats.
+
+One cluster per row, ``M * C`` CTAs, each short-lived; several clusters share an SM
+(``min_ctas``: the CTAs per SM ptxas must leave registers for), so one CTA's loads
+overlap another's exchange and stores.
+
+Before any CTA stores into a peer's shared memory the peer must have started: the
+kernel's first instruction is ``barrier.cluster.arrive.relaxed.aligned`` and its
+matching ``wait`` comes right before the first remote store, after the row's loads
+were issued, so the wait costs nothing in the common case. After the exchange no CTA
+touches a peer's shared memory again, so a CTA may exit as soon as it is done.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptxdsl import kernel, ptx, reg
+from ptxdsl.types import PtxType, f32, u32
+
+from .._common.rowio import l2_policy, narrow, store_chunk
+from .cluster_row import MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Slice, load_raw, widen
+from .fwd import forward_specs, max_vec
+from .row import add_residual, rstd_of, scale, store_rstd, unpack
+
+# Bytes of the row each thread keeps in registers (8 chunks of 16 bytes: 32 registers).
+THREAD_BYTES = 128
+MAX_THREADS = 512
+
+
+@dataclass(frozen=True)
+class ClusterPlan(ClusterSplit):
+    """A cluster forward: the split, and whether w is loaded before the exchange (its
+    registers held across it) or after it (from L2; the default: the registers go to a
+    second CTA per SM instead)."""
+
+    preload_w: bool = False
+    min_ctas: int | None = 2
+
+    @property
+    def block(self) -> int:
+        return self.threads
+
+
+def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
+                 cluster: int | None = None, threads: int | None = None,
+                 per_thread: int | None = None, preload_w: bool = False,
+                 min_ctas: int | None = 2) -> ClusterPlan | None:
+    """The cluster split of rows of ``n``: ``THREAD_BYTES`` per thread, at most
+    ``MAX_THREADS`` threads per CTA, as few CTAs per cluster as that allows (then the
+    threads evened out over them). None when even 16 CTAs of 512 threads cannot hold the
+    row at 64 registers of it per thread."""
+    vec = vec or max_vec(n, dtype)
+    chunks = -(-n // vec)
+    if per_thread is None:
+        per_thread = max(1, THREAD_BYTES // (4 * _regs_per_chunk(vec, dtype)))
+        if cluster is None and chunks > MAX_CLUSTER * MAX_THREADS * per_thread:
+            per_thread = -(-chunks // (MAX_CLUSTER * MAX_THREADS))
+            if per_thread * _regs_per_chunk(vec, dtype) * 4 > 2 * THREAD_BYTES:
+                return None
+    if cluster is None:
+        cluster = max(1, -(-chunks // ((threads or MAX_THREADS) * per_thread)))
+    if threads is None:
+        threads = -(-chunks // (cluster * per_thread))
+        threads = max(WARP, -(-threads // WARP) * WARP)
+        # fewer chunks per thread where the last CTA would otherwise be left empty
+        while per_thread > 1 and (cluster - 1) * threads * per_thread >= chunks:
+            per_thread -= 1
+    if cluster > MAX_CLUSTER:
+        return None
+    if min_ctas == 2 and per_thread * _regs_per_chunk(vec, dtype) * 4 > THREAD_BYTES:
+        min_ctas = 1  # more of the row per thread than two CTAs per SM leave room for
+    return ClusterPlan(n, vec, cluster, threads, per_thread, preload_w, min_ctas)
+
+
+def _regs_per_chunk(vec: int, dtype: PtxType) -> int:
+    """Registers a kept chunk takes (:func:`~.cluster_row.load_raw`): halves two to a
+    register, but one each when loaded singly (vec 1), f32 one each."""
+    return vec if dtype == f32 or vec == 1 else vec // 2
+
+
+def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
+                          eps: float = 1e-6, residual: bool = False, with_rstd: bool = False,
+                          arch: str = "sm_90a"):
+    """The cluster forward kernel for plan ``p`` (the arguments of
+    :func:`~.fwd.build_forward`: X, [R], W, Y, [H], [RSTD])."""
+    N, C, T, K, V = p.n, p.cluster, p.threads, p.per_thread, p.vec
+    es, wes = dtype.bytes, wdtype.bytes
+    ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
+
+    @kernel(in_specs=ins, out_specs=outs, grid=lambda M: (M * C, 1, 1), block=(T, 1, 1),
+            cluster=(C, 1, 1), arch=arch, name=f"rms_norm_fwd_cluster{C}_{dtype.name}_{N}",
+            arg_names=names, min_ctas_per_sm=p.min_ctas)
+    def rms_norm_fwd_cluster(*args):
+        X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
+        # Peers must have started before this CTA writes their shared memory (waited
+        # for just before the exchange, by then long true).
+        ptx.cluster.arrive(relaxed=True, aligned=True)
+        at = Slice(p)
+        tid, rank = at.tid, at.rank
+        row = reg.scalar(u32)  # one cluster per row
+        ptx.inst.mov.u32(row, ptx.special.clusterid.x())
+        reduce = ClusterSum(p, tid, rank)
+        px, pw, py = ptx.global_ptrs(X, W, Y)
+        sx = X.row_stride
+        xrow = px + row * (sx * es) + at.offset(es)
+        yrow = py + row * (N * es) + at.offset(es)
+        wrow = pw + at.offset(wes)
+        step, wstep = at.step(es), at.step(wes)
+        policies: dict = {}
+        xpol = l2_policy("evict_first", policies)
+        wpol = l2_policy("evict_last", policies)
+        preds = at.preds
+
+        keep, acc = [], reg.scalar(f32, init=0.0)
+        if residual:
+            pr, ph = ptx.global_ptrs(Rs, H)
+            sr = Rs.row_stride
+            rrow = pr + row * (sr * es) + at.offset(es)
+            hrow = ph + row * (sr * es) + at.offset(es)
+        for k in range(K):
+            raw = load_raw(xrow, k * step, dtype, V, pred=preds[k], policy=xpol)
+            if residual:
+                r = load_raw(rrow, k * step, dtype, V, pred=preds[k], policy=xpol)
+                h = add_residual(widen(raw, dtype), widen(r, dtype), dtype)
+                hn = narrow(h, dtype)
+                store_chunk(hrow, k * step, dtype, hn, pred=preds[k])
+                raw = h if dtype == f32 or V == 1 else hn
+                vals = h
+            else:
+                vals = widen(raw, dtype)
+            for v in vals:
+                ptx.inst.fma.rn.f32(acc, v, v, acc)
+            keep.append(raw)
+        ws = [load_raw(wrow, k * wstep, wdtype, V, pred=preds[k], policy=wpol)
+              for k in range(K)] if p.preload_w else None
+
+        total = reduce(acc, first=True)
+        rstd = rstd_of(total, N, eps)
+        if RSTD is not None:
+            store_rstd(RSTD, row, rstd, tid | rank)
+        for k in range(K):
+            w = ws[k] if ws is not None else load_raw(wrow, k * wstep, wdtype, V,
+                                                      pred=preds[k], policy=wpol)
+            y = scale(widen(keep[k], dtype), widen(w, wdtype), rstd)
+            store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
+
+    return rms_norm_fwd_cluster

@@ -1,0 +1,192 @@
+"""RMSNorm over clusters of CTAs (rows longer than one CTA holds): plans, the per-device
+choice, what ptxas makes of the kernels, and what they record."""
+from __future__ import annotations
+
+import pytest
+
+from ptxdsl.ops.rmsnorm import plan as rplan
+from ptxdsl.ops.rmsnorm.bwd_cluster import build_backward_cluster, plan_backward_cluster
+from ptxdsl.ops.rmsnorm.bwd_staged import SMEM_PER_CTA
+from ptxdsl.ops.rmsnorm.cluster_row import ClusterSplit
+from ptxdsl.ops.rmsnorm.devices import Device, interpreter_runs_clusters
+from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
+from ptxdsl.runtime.driver import DeviceInfo
+from ptxdsl.types import bf16, f16, f32
+
+
+def device(cc=(9, 0), sms=132, clock=2_619_000, bus=5120, l2=50 << 20, name="H100"):
+    return DeviceInfo(ordinal=0, name=name, cc=cc, total_mem=80 << 30,
+                      max_threads_per_block=1024, max_block=(1024, 1024, 64),
+                      max_grid=(2**31 - 1, 65535, 65535), max_smem_per_block=48 << 10,
+                      max_smem_per_block_optin=227 << 10, sm_count=sms,
+                      cluster_launch=cc >= (9, 0), l2_bytes=l2, mem_clock_khz=clock,
+                      mem_bus_bits=bus)
+
+
+H100 = device()
+H200 = device(clock=3_201_000, bus=6144, l2=60 << 20, name="H200")
+
+
+def covers(p: ClusterSplit) -> None:
+    """Every chunk of the row belongs to exactly one CTA, and every CTA owns some."""
+    assert p.cluster * p.slice_chunks >= p.chunks > (p.cluster - 1) * p.slice_chunks, p
+    assert p.threads % 32 == 0 and p.threads <= 1024 and 1 <= p.cluster <= 16, p
+
+
+@pytest.mark.parametrize("n,dt,c", [(65536, bf16, 2), (131072, bf16, 4), (262144, bf16, 8),
+                                    (262144, f16, 8), (65536, f32, 4), (131072, f32, 8),
+                                    (262144, f32, 16)])
+def test_forward_cluster_plan_gives_each_cta_64_kib(n, dt, c):
+    p = plan_cluster(n, dt)
+    assert (p.cluster, p.threads, p.per_thread, p.vec * dt.bytes) == (c, 512, 8, 16)
+    assert not p.ragged
+    covers(p)
+
+
+@pytest.mark.parametrize("n", [32769, 65535, 100003, 131071, 262145, 300000, 524288])
+@pytest.mark.parametrize("dt", [f32, bf16])
+def test_forward_cluster_plan_covers_odd_rows(n, dt):
+    p = plan_cluster(n, dt)
+    covers(p)
+    if p.vec * dt.bytes < 16:  # single-element chunks are kept as f32: 32 per thread,
+        assert p.per_thread * p.vec <= (32 if n <= 262144 else 64)  # 64 past 16 x 512 x 32
+        assert p.min_ctas == (2 if p.per_thread * p.vec <= 32 else 1)
+
+
+def test_forward_cluster_plan_refuses_rows_beyond_sixteen_ctas():
+    assert plan_cluster(4 * 1024 * 1024, f32) is None
+    with pytest.raises(ValueError, match="would own no part"):
+        ClusterSplit(1000, 4, 4, 64, 4)
+    with pytest.raises(ValueError, match="do not cover"):
+        ClusterSplit(100000, 4, 2, 512, 8)
+
+
+@pytest.mark.parametrize("n,dt,c,k,stages", [(65536, bf16, 4, 4, 3), (131072, bf16, 8, 4, 3),
+                                             (262144, bf16, 16, 4, 3),
+                                             (131072, f32, 16, 4, 3),
+                                             (262144, f32, 16, 8, 1)])
+def test_backward_cluster_plan_stages_slices_of_32_kib(n, dt, c, k, stages):
+    p = plan_backward_cluster(n, dt, sms=132)
+    assert (p.cluster, p.threads, p.per_thread, p.stages) == (c, 512, k, stages)
+    assert p.grid == 132 // c and not p.fused
+    assert p.stages * p.stage_bytes <= SMEM_PER_CTA - 8 * 1024
+    covers(p)
+
+
+def test_backward_cluster_plan_needs_16_byte_chunks():
+    assert plan_backward_cluster(131071, bf16) is None
+    assert plan_backward_cluster(131074, bf16) is None  # 4-byte chunks
+    p = plan_backward_cluster(100000, f16)               # ragged last slice
+    covers(p)
+    assert p.ragged
+
+
+@pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
+def test_long_rows_take_clusters_on_hopper(info):
+    lr = rplan.long_rows
+    for n, dt, c in [(65536, bf16, 2), (262144, bf16, 8), (262144, f32, 16)]:
+        assert lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward.cluster == c
+    # rows one CTA holds: the row-per-CTA kernels
+    assert lr(32768, bf16, 8, "sm_90a", info).forward is None
+    assert lr(32768, f32, 4, "sm_90a", info).forward is None
+    # backward: where the one-CTA kernel would stream (32768 halves), not where it
+    # stages the row in shared memory (16384)
+    assert lr(16384, bf16, 8, "sm_90a", info).backward is None
+    assert lr(32768, bf16, 8, "sm_90a", info).backward.cluster == 2
+    assert lr(262144, bf16, 8, "sm_90a", info).backward.cluster == 16
+    assert lr(262144, bf16, 8, "sm_90a", info).backward.grid == 132 // 16
+
+
+def test_long_rows_stay_on_one_cta_without_sm_90a():
+    for info, arch in [(device(cc=(8, 0)), "sm_80"), (device(cc=(10, 0)), "sm_100a")]:
+        got = rplan.long_rows(262144, bf16, 8, arch, info)
+        assert got.forward is None and got.backward is None
+    # the interpreter: clusters where it runs them
+    got = rplan.long_rows(262144, bf16, 8, "sm_90a", None)
+    assert (got.forward is not None) == interpreter_runs_clusters()
+
+
+def test_device_profiles_read_bandwidth_and_l2():
+    h100, h200 = Device.of(H100), Device.of(H200)
+    assert round(h100.bandwidth / 1e12, 2) == 3.35 and round(h200.bandwidth / 1e12, 2) == 4.92
+    assert h100.l2_bytes == 50 << 20 and h200.clusters and not Device.of(
+        device(cc=(8, 0))).clusters
+    # both kernels keep far more in flight per SM than either device needs
+    assert 20_000 < h100.in_flight_bytes < h200.in_flight_bytes < 40_000
+    assert Device.of(None).sms == 2
+
+
+def _ptxas():
+    from ptxdsl.toolchain import find_ptxas
+    if find_ptxas() is None:
+        pytest.skip("no ptxas")
+
+
+@pytest.mark.parametrize("n,dt,wdt", [(65536, bf16, bf16), (131072, f16, f16),
+                                      (262144, bf16, f32), (262144, f32, f32),
+                                      (100003, bf16, bf16), (131072, f32, f32),
+                                      (262145, f32, f32)])
+def test_forward_cluster_kernels_fit_their_ctas_per_sm(n, dt, wdt):
+    _ptxas()
+    p = plan_cluster(n, dt)
+    for res in (False, True):
+        r = build_forward_cluster(p, dt, wdt, residual=res, with_rstd=res).resources()
+        assert r.spill_stores == 0 and r.local == 0, (n, dt, res, r)
+        assert r.registers * p.threads * p.min_ctas <= 65536, (n, dt, res, r.registers)
+
+
+@pytest.mark.parametrize("n,dt,wdt", [(65536, bf16, bf16), (131072, bf16, f32),
+                                      (262144, bf16, bf16), (131072, f32, f32),
+                                      (262144, f32, f32), (100000, f16, f16)])
+def test_backward_cluster_kernels_fit_one_cta_per_sm(n, dt, wdt):
+    _ptxas()
+    p = plan_backward_cluster(n, dt)
+    k = build_backward_cluster(p, dt, wdt)
+    r = k.resources()
+    assert r.spill_stores == 0 and r.local == 0, (n, dt, r)
+    assert r.registers * p.threads <= 65536
+    assert r.shared + k.dynamic_shared <= SMEM_PER_CTA
+
+
+def _body(k) -> list[str]:
+    lines = [ln.strip() for ln in k.ptx().splitlines()]
+    start = lines.index("{")
+    return [ln for ln in lines[start:] if ln and not ln.startswith((".reg", ".shared", "//"))]
+
+
+def test_forward_cluster_records_one_exchange():
+    """The start barrier is arrived at first and waited for right before the one remote
+    store; then one release/acquire phase; nothing remote after it."""
+    k = build_forward_cluster(plan_cluster(131072, bf16), bf16, bf16)
+    body = _body(k)
+    bars = [ln for ln in body if ln.startswith("barrier.cluster")]
+    assert bars == ["barrier.cluster.arrive.relaxed.aligned;", "barrier.cluster.wait.aligned;",
+                    "barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;"]
+    first = next(i for i, ln in enumerate(body) if not ln.startswith(("mov.u32 %r0, smem",
+                                                                       "{")))
+    assert body[first] == "barrier.cluster.arrive.relaxed.aligned;"
+    remote = [i for i, ln in enumerate(body) if "shared::cluster" in ln]
+    assert len(remote) == 2 and "mapa" in body[remote[0]] and "st.shared::cluster.f32" in \
+        body[remote[1]]
+    waits = [i for i, ln in enumerate(body) if ln == "barrier.cluster.wait.aligned;"]
+    assert waits[0] < remote[0] and remote[1] < waits[1]
+    loads = [i for i, ln in enumerate(body) if ln.startswith("ld.global")]
+    assert sum(i < waits[0] for i in loads) == 8  # the row's 8 chunks before the wait
+
+
+def test_backward_cluster_exchanges_once_per_row():
+    p = plan_backward_cluster(262144, bf16)
+    body = _body(build_backward_cluster(p, bf16, bf16))
+    bars = [ln for ln in body if ln.startswith("barrier.cluster")]
+    # start (relaxed) + its wait before the loop, then one phase in the loop body
+    assert bars == ["barrier.cluster.arrive.relaxed.aligned;", "barrier.cluster.wait.aligned;",
+                    "barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;"]
+    # the ring primed with S - 1 rows before the loop, one row per iteration: dy and x
+    assert sum("cp.async.cg.shared.global" in ln for ln in body) == p.stages * 2 * p.per_thread
+    assert sum("st.shared::cluster.f32" in ln for ln in body) == 1
+
+
+def test_backward_cluster_refuses_chunks_other_than_16_bytes():
+    p = plan_backward_cluster(131072, bf16)  # 8-element chunks: 32 bytes of f32
+    with pytest.raises(ValueError, match="16-byte chunks"):
+        build_backward_cluster(p, f32, f32)

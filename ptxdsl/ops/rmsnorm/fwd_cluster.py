@@ -75,8 +75,9 @@ def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
             per_thread -= 1
     if cluster > MAX_CLUSTER:
         return None
-    if min_ctas == 2 and per_thread * _regs_per_chunk(vec, dtype) * 4 > THREAD_BYTES:
-        min_ctas = 1  # more of the row per thread than two CTAs per SM leave room for
+    if min_ctas == 2 and (per_thread * _regs_per_chunk(vec, dtype) * 4 > THREAD_BYTES or
+                          threads > MAX_THREADS):
+        min_ctas = 1  # more of the row per SM than two CTAs leave registers for
     return ClusterPlan(n, vec, cluster, threads, per_thread, preload_w, min_ctas)
 
 

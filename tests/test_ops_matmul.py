@@ -10,7 +10,7 @@ from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.errors import LaunchError
 from ptxdsl.ops import matmul
 from ptxdsl.ops.matmul.epilogue import reference as act_ref
-from ptxdsl.ops.matmul.plan import Plan, choose, stages_for, SMEM_PER_CTA, tma_ok
+from ptxdsl.ops.matmul.plan import Plan, choose, one_row, stages_for, SMEM_PER_CTA, tma_ok
 from ptxdsl.ops.matmul.schedule import persistent_grid, tile_coords, tile_coords_py, tile_order
 from ptxdsl.types import bf16, f16, f32, u32
 
@@ -136,6 +136,56 @@ def test_plan_fits_shared_memory():
     assert choose(4096, 4096, 4096, bf16).bn == 256 and choose(8192, 8192, 8192, bf16).bn == 256
     assert choose(1024, 6144, 4096, bf16).bn == 128 and choose(128, 8192, 8192, bf16).bn == 128
     assert tma_ok(0, 8, 4, bf16) and not tma_ok(0, 7, 4, bf16) and not tma_ok(8, 8, 4, bf16)
+
+
+def test_one_row_splits_k_where_n_gives_too_few_tiles():
+    """The choices plan.one_row's docstring reasons out (132 SMs)."""
+    def pick(m, n, k):
+        p = one_row(m, n, k, bf16, bf16)
+        return p.bn, p.split
+    for m in (1, 16):
+        assert pick(m, 4096, 4096) == (128, 4) and pick(m, 4096, 14336) == (128, 4)
+        assert pick(m, 8192, 8192) == (128, 2) and pick(m, 6144, 4096) == (128, 2)
+        assert pick(m, 14336, 4096) == (128, 1)            # 112 tiles: no split does better
+        assert pick(m, 28672, 8192) == (128, 4)            # 7 rounds of 33 clusters
+    assert pick(128, 28672, 8192) == (256, 1)              # the exchange outweighs the gain
+    assert pick(128, 4096, 4096) == (128, 4)
+    assert pick(16, 4096, 128) == (128, 1)                 # 2 k-blocks: nothing to split
+    for m, n, k in [(16, 4096, 4096), (128, 8192, 8192), (1, 6144, 4096)]:
+        for odt in (bf16, f32):
+            p = one_row(m, n, k, bf16, odt)
+            assert p.smem_bytes(bf16, odt) <= SMEM_PER_CTA and p.stages >= 3
+    # choose() splits only once SPLIT_K is on; a forced split is always honoured
+    from ptxdsl.ops.matmul import plan as plan_mod
+    assert choose(16, 4096, 4096, bf16).split == (4 if plan_mod.SPLIT_K else 1)
+    assert choose(16, 4096, 4096, bf16, split=2).split == 2
+    with pytest.raises(ValueError, match="split"):
+        Plan(cluster=2, split=2)
+
+
+def test_split_k_ranges_cover_k_once():
+    """splitk.k_range on the interpreter: the ranks' k-blocks tile [0, nk) in order."""
+    from ptxdsl.ops.matmul.splitk import k_range
+    cases = [(nk, s) for nk in (1, 3, 7, 64, 65) for s in (2, 3, 4)]
+
+    @kernel(in_specs=(), out_specs=(Tile(len(cases) * 8, u32),), block=(1, 1, 1))
+    def ranges(R):
+        (pr,) = ptx.global_ptrs(R)
+        for i, (nk, s) in enumerate(cases):
+            nkr = reg.scalar(u32, init=nk)
+            for r in range(s):
+                rr = reg.scalar(u32, init=r)
+                lo, hi = k_range(nkr, rr, s)
+                ptx.inst.st.global_.u32(ptx.addr(pr + (i * 8 + 2 * r) * 4), lo)
+                ptx.inst.st.global_.u32(ptx.addr(pr + (i * 8 + 2 * r + 1) * 4), hi)
+
+    (out,) = (ranges.interpret(),)
+    out = np.asarray(out).reshape(len(cases), 4, 2)
+    for (nk, s), got in zip(cases, out):
+        bounds = [tuple(int(v) for v in got[r]) for r in range(s)]
+        assert bounds[0][0] == 0 and bounds[-1][1] == nk
+        assert all(bounds[r][1] == bounds[r + 1][0] for r in range(s - 1))
+        assert max(h - lo for lo, h in bounds) - min(h - lo for lo, h in bounds) <= 1
 
 
 @given(rows=st.integers(1, 40), cols=st.integers(1, 40), group=st.sampled_from([1, 2, 8]))

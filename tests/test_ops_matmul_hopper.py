@@ -8,7 +8,7 @@ import re
 import pytest
 
 from ptxdsl.ops.matmul.hopper import build_hopper, Layout
-from ptxdsl.ops.matmul.plan import SMEM_PER_CTA, choose
+from ptxdsl.ops.matmul.plan import SMEM_PER_CTA, choose, one_row
 from ptxdsl.types import bf16, f16, f32
 
 
@@ -37,12 +37,35 @@ def test_ptx_has_the_pipeline(k2):
     assert len(re.findall(r"wgmma\.mma_async", text)) == 8
 
 
+def test_split_k_kernel_has_the_exchange():
+    """A split-K plan (one_row: M = 16, N = 4096): a (4, 1, 1) cluster whose ranks take
+    their share of K, rank 0 gathering partials through DSMEM and storing alone."""
+    p = one_row(16, 4096, 4096, bf16, bf16)
+    assert p.split == 4 and p.cluster == 1
+    text = build_hopper(p, bf16, bf16, b_major="MN").ptx()
+    for needle in (".reqnctapercluster 4, 1, 1", "%cluster_ctarank",
+                   "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
+                   "mbarrier.arrive.release.cluster.shared::cluster.b64",
+                   "ld.shared::cluster.v4.f32", "st.shared.v4.f32", "barrier.cluster.wait"):
+        assert needle in text, needle
+    # rank 0 reads 3 partners x 16 register groups of its 64 x 128 partial
+    assert text.count("ld.shared::cluster.v4.f32") == 3 * 16
+    assert "multicast::cluster" not in text
+    L = Layout(p, bf16, bf16)
+    assert L.total <= p.smem_bytes(bf16, bf16) <= SMEM_PER_CTA and L.partial % 1024 == 0
+
+
 @pytest.mark.ptxas
-@pytest.mark.parametrize("m,odt,bias,act", [(4096, bf16, None, None), (128, bf16, None, None),
-                                            (4096, f32, f32, "gelu"), (4096, f16, f16, "silu")])
-def test_ptxas_keeps_everything_in_registers(m, odt, bias, act):
+@pytest.mark.parametrize("m,odt,bias,act,split", [
+    (4096, bf16, None, None, 1), (128, bf16, None, None, 1), (4096, f32, f32, "gelu", 1),
+    (4096, f16, f16, "silu", 1), (16, bf16, None, None, 4), (128, f32, f32, "gelu", 2),
+    (1, f16, None, None, 4)])
+def test_ptxas_keeps_everything_in_registers(m, odt, bias, act, split):
     dt = f16 if odt == f16 else bf16
-    k = build_hopper(choose(m, 4096, 4096, dt, odt), dt, odt, bias=bias, activation=act)
+    p = one_row(m, 4096, 4096, dt, odt, split=split) if split > 1 else \
+        choose(m, 4096, 4096, dt, odt)
+    assert p.split == split
+    k = build_hopper(p, dt, odt, bias=bias, activation=act, b_major="MN" if split > 1 else "K")
     try:
         r = k.resources()
     except Exception as e:  # no ptxas on this machine
@@ -89,3 +112,22 @@ def test_interpreter_runs_the_shipped_kernel(m, n, k, a_major, b_major):
                          "instruction; this kernel's consumer warpgroups each use their own")
         raise
     np.testing.assert_array_equal(c, a.astype(np.float64) @ w.astype(np.float64).T)
+
+
+@pytest.mark.parametrize("m,n,k,split,b_major", [
+    (16, 264, 520, 2, "MN"), (7, 136, 200, 4, "K"), (128, 256, 264, 4, "MN"),
+    (16, 136, 136, 4, "MN")])                  # 3 k-blocks for 4 ranks: rank 0 gets none
+def test_interpreter_runs_the_split_k_kernel(m, n, k, split, b_major):
+    """Split-K over a cluster on the CPU: integer inputs, bit-exact f32 output (every
+    partial sum is an exact integer), ragged K (a rank may get one block less)."""
+    import numpy as np
+    from ptxdsl.types import f32_to_bf16_bits
+    p = one_row(m, n, k, bf16, f32, sms=2 * split, split=split)
+    kern = build_hopper(p, bf16, f32, sms=2 * split, b_major=b_major)
+    _interpretable(kern)
+    rng = np.random.default_rng(m + n + k + split)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    b = rng.integers(-4, 5, (k, n)).astype(np.float32)
+    kb = f32_to_bf16_bits(b) if b_major == "MN" else np.ascontiguousarray(f32_to_bf16_bits(b.T))
+    c = kern.interpret(f32_to_bf16_bits(a), kb, np.full((m, n), np.nan, np.float32))
+    np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))

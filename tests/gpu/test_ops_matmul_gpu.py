@@ -118,6 +118,64 @@ def test_mn_major_operands_in_place_bit_exact(m, n, k, layout):
                for key in api.KERNELS._kernels)
 
 
+def _finish_or_exit(seconds=20.0):
+    """Wait for the GPU's queued work, polling; a kernel still running after ``seconds``
+    (a deadlocked pipeline) ends the process with a message instead of hanging the run."""
+    import os
+    import sys
+    import time
+    ev = torch.cuda.Event()
+    ev.record()
+    end = time.time() + seconds
+    while not ev.query():
+        if time.time() > end:
+            sys.stderr.write(f"\nGPU work still running after {seconds} s: a deadlocked "
+                             f"kernel; exiting\n")
+            sys.stderr.flush()
+            os._exit(3)
+        time.sleep(0.001)
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
+@pytest.mark.parametrize("m,n,k,split", [(16, 4096, 4096, 4), (1, 8192, 8192, 2),
+                                         (128, 4096, 4096, 4), (37, 264, 520, 2),
+                                         (16, 136, 136, 4), (128, 28672, 1024, 4)])
+@pytest.mark.parametrize("b_major", ["K", "MN"])
+def test_split_k_kernel(m, n, k, split, b_major):
+    """The split-K kernel (plan.one_row with a forced split: a cluster of ``split`` CTAs
+    along K, partial sums gathered by rank 0 through DSMEM): integer inputs bit-exact with
+    f32 output, random normal within bf16 rounding, and the same bits on a second run
+    (the reduction order is fixed). (16, 136, 136) gives rank 0 no k-block; the last
+    shape runs 7 tiles per cluster."""
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    from ptxdsl.ops.matmul.plan import one_row
+    from ptxdsl.types import bf16, f32
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a, w = ints(m, k), ints(n, k)
+    bk = w.t() if b_major == "MN" else w          # (K, N) row-major or (N, K)
+    if b_major == "MN":
+        bk = bk.contiguous()
+    kern = build_hopper(one_row(m, n, k, bf16, f32, sms, split=split), bf16, f32, sms=sms,
+                        b_major=b_major)
+    out = poison(m, n, torch.float32)
+    kern(a, bk, out)
+    _finish_or_exit()
+    assert torch.equal(out.double(), a.double() @ w.double().t())
+    p = one_row(m, n, k, bf16, bf16, sms, split=split)
+    assert p.split == split
+    kb = build_hopper(p, bf16, bf16, sms=sms, b_major=b_major)
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    y = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    yk = y.t().contiguous() if b_major == "MN" else y
+    c1, c2 = poison(m, n, torch.bfloat16), poison(m, n, torch.bfloat16)
+    kb(x, yk, c1)
+    kb(x, yk, c2)
+    _finish_or_exit()
+    ref = x.double() @ y.double().t()
+    assert ((c1.double() - ref).norm() / ref.norm()).item() < 4e-3
+    assert torch.equal(c1, c2)
+
+
 def test_batched():
     a, w = ints(3, 130, 64), ints(3, 72, 64)
     c = matmul(a, w.transpose(1, 2), out_dtype=torch.float32)

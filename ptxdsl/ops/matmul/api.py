@@ -262,7 +262,7 @@ def describe(m, n, k, dt=bf16, odt=None, sms=132) -> str:
     """Which kernel and plan an (M, N, K) K-major product runs on an sm_90 device."""
     p = choose(m, n, k, dt, odt or dt, sms)
     return (f"hopper {p.bm}x{p.bn}x{p.bk} stages={p.stages} cluster={p.cluster} "
-            f"group={p.group_m}")
+            f"group={p.group_m}" + (f" split={p.split}" if p.split > 1 else ""))
 
 
 def kernel_for(dt, odt, a_t, b_t, bdt, activation, frame=None):

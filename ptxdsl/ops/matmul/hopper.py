@@ -71,15 +71,17 @@ Pieces and the instructions they record:
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, b32, b64, f32, pred, u8, u16, u32, u64
 
-from .epilogue import activate
 from .operands import SW128_K_MAJOR, operands
-from .plan import Plan
+from .plan import SMEM_PER_CTA, Plan
 from .schedule import tile_coords
+from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
+from .store import store_tile
 
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
@@ -98,9 +100,13 @@ class Layout:
         self.c = self.b + p.stages * self.b_stage
         self.panel_cols = 128 // out_dtype.bytes          # one swizzle row of C
         self.c_consumer = p.wg_m * p.epi_cols * out_dtype.bytes
-        self.full = self.c + p.consumers * self.c_consumer
+        self.partial = self.c + p.consumers * self.c_consumer   # split-K partial sums
+        self.partial_consumer = partial_bytes(p.wg_m, p.bn)
+        self.full = self.partial + p.partial_bytes()
         self.empty = self.full + 8 * p.stages
-        self.total = self.empty + 8 * p.stages
+        self.xfull = self.empty + 8 * p.stages              # split-K exchange barriers
+        self.xfree = self.xfull + 8 * p.consumers
+        self.total = self.xfree + 8 * p.consumers
 
 
 class _Ring:
@@ -147,10 +153,12 @@ def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
 
 def grid_for(p: Plan, sms: int):
     """The persistent grid as a function of the named dims (whole clusters)."""
+    cl = p.cluster_ctas
+
     def grid(M, N, K):
         tm, tn = p.tiles(M, N)
-        ctas = min(tm * tn, sms // p.cluster * p.cluster)
-        return (max(ctas, p.cluster), 1, 1)
+        ctas = min(tm * tn * p.split, sms // cl * cl)
+        return (max(ctas, cl), 1, 1)
     return grid
 
 
@@ -166,20 +174,25 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             p.consumers != 2 or p.epi_cols > p.bn:
         raise ValueError(f"build_hopper is written for 128x256 or 128x128 tiles of two m64 "
                          f"consumers and 128-byte K rows, got {p}")
+    if p.smem_bytes(dtype, out_dtype) > SMEM_PER_CTA:
+        raise ValueError(f"{p} needs {p.smem_bytes(dtype, out_dtype)} bytes of shared memory "
+                         f"for {dtype.name} -> {out_dtype.name}, more than {SMEM_PER_CTA}")
     L = Layout(p, dtype, out_dtype)
     ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major)
     opa, opb = operands(p, dtype, a_major, b_major)
-    S, CL = p.stages, p.cluster
+    S, CL, SK = p.stages, p.cluster, p.split
+    CLS = p.cluster_ctas
     tx_bytes = L.a_stage + L.b_stage
     share_b = L.b_stage // CL                  # the part of B each CTA of a cluster loads
     ty = dtype.name
     ob = out_dtype.bytes
     name = (f"matmul_hopper_{ty}_{out_dtype.name}_n{p.bn}_s{S}_c{CL}"
+            f"{f'_k{SK}' if SK > 1 else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{'_' + activation if activation else ''}")
-    opts = dict(cluster=(CL, 1, 1), raw_directives=[("explicitcluster", ()),
-                                                   ("reqnctapercluster", (CL, 1, 1))]) \
-        if CL > 1 else {}
+    opts = dict(cluster=(CLS, 1, 1), raw_directives=[("explicitcluster", ()),
+                                                    ("reqnctapercluster", (CLS, 1, 1))]) \
+        if CLS > 1 else {}
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms),
             block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, **opts)
@@ -203,8 +216,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full0, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty0, 8 * s),
                          p.consumers * CL)
+            if SK > 1:
+                init_barriers(base + L.xfull, base + L.xfree, p.consumers, SK)
             ptx.inst("fence.mbarrier_init.release.cluster")
-        if CL > 1:
+        if CLS > 1:
             ptx.inst("barrier.cluster.arrive.aligned")
             ptx.inst("barrier.cluster.wait.aligned")
             rank = reg.scalar(u32); ptx.inst.mov.u32(rank, ptx.special.cluster_ctarank())
@@ -219,10 +234,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         tiles_n = (n + (p.bn - 1)) // p.bn
         nk = (k + (p.bk - 1)) // p.bk
         total = tiles_m * tiles_n
+        kb_lo, kb_hi = k_range(nk, rank, SK)      # this CTA's k-blocks (all of them unsplit)
 
         def tile_origin(t):
             row, col = tile_coords(t, tiles_m, tiles_n, p.group_m)
-            tm = row * CL + rank if CL > 1 else row
+            tm = row * CL + rank if CL > 1 else row   # (split-K ranks share the tile)
             return tm * p.bm, col * p.bn
 
         with ptx.if_(wg == 0):
@@ -233,7 +249,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 for t in ptx.range_(cid, total, ncl):
                     m0, n0 = tile_origin(t)
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
-                    for kb in ptx.range_(nk):
+                    for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
                         kk = kb * p.bk
                         _wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
                         fb = full0 + ring.slot * 8
@@ -292,13 +308,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     with ptx.if_(lane == 0):
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(eb))
 
-            for t in ptx.range_(cid, total, ncl):
-                m0, n0 = tile_origin(t)
-                # The first k-block writes D = A*B (scale-d 0); each later one keeps one
-                # wgmma group in flight and releases the stage before it.
+            def mainloop(nkr):
+                """The tile's ``nkr`` k-blocks. The first writes D = A*B (scale-d 0); each
+                later one keeps one wgmma group in flight and releases the stage before it."""
                 if p.in_flight:
                     prev = mma_stage(True)
-                    for kb in ptx.range_(1, nk):
+                    for kb in ptx.range_(1, nkr):
                         eb = mma_stage(False)
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         release(prev)
@@ -309,88 +324,39 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     release_now = mma_stage(True)
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
                     release(release_now)
-                    for kb in ptx.range_(1, nk):
+                    for kb in ptx.range_(1, nkr):
                         eb = mma_stage(False)
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(eb)
-                _epilogue(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
-                          fcol, bar_id, m0 + cons * p.wg_m, n0, n, tma_c,
-                          pbias if bias is not None else None, _store)
+
+            if SK > 1:
+                xch = PartialExchange(SK, base + L.partial + cons * L.partial_consumer,
+                                      base + L.xfull + cons * 8, base + L.xfree + cons * 8,
+                                      lane, labels)
+                nkr = kb_hi - kb_lo
+            for t in ptx.range_(cid, total, ncl):
+                m0, n0 = tile_origin(t)
+                row0 = m0 + cons * p.wg_m
+                if SK == 1:
+                    mainloop(nk)
+                else:
+                    with ptx.if_(nkr > 0):
+                        mainloop(nkr)
+                    with ptx.else_():           # more ranks than k-blocks: a zero share
+                        for r in acc:
+                            ptx.inst.mov.f32(r, 0.0)
+                    xch.exchange(acc, rank, row0 + warp * 16 < m)
+                with ptx.if_(rank == 0) if SK > 1 else contextlib.nullcontext():
+                    store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
+                               fcol, bar_id, row0, n0, n, tma_c,
+                               pbias if bias is not None else None, _store)
             with ptx.if_(lane == 0):
                 ptx.inst("cp.async.bulk.wait_group", 0)
-        if CL > 1:
+        if CLS > 1:
             ptx.inst("barrier.cluster.arrive")
             ptx.inst("barrier.cluster.wait")
 
     return matmul_hopper
-
-
-def _epilogue(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, fcol, bar_id,
-              row0, n0, n, tma_c, pbias, store=True):
-    """Store one consumer's 64 x 256 accumulator (see the module docstring).
-
-    Addresses: the thread's element ``(row, col)`` of a panel lies at byte ``row*128 +
-    16*((b >> 4) ^ (row & 7)) + (b & 15)`` with ``b = (col % pc) * ob``. ``b >> 4`` is a
-    constant ``c`` of the 8-column group plus ``fhi = (fcol*ob) >> 4`` (0, or 0/1 for f32,
-    where ``c`` is even), so the swizzled chunk is ``c ^ q`` with ``q = fhi ^ (frow & 7)``
-    per thread: eight offsets ``(c ^ q) << 4`` and two row bases are computed once, and
-    each store is one ``add.u32`` and an ``st.shared`` with a constant panel offset."""
-    pc = L.panel_cols                       # columns per 128-byte panel
-    panels = p.epi_cols // pc
-    rows = p.wg_m
-    fb = fcol * ob                          # byte of the thread's pair in its 8-column group
-    q = (fb >> 4) ^ (frow & 7)
-    xs = [q << 4 if c == 0 else (q ^ c) << 4 for c in range(8)]
-    flo = fb & 15
-    bases = [stage_c + (frow * 128 if hr == 0 else (frow + 8) * 128) + flo for hr in range(2)]
-    for half in range(p.bn // p.epi_cols):
-        with ptx.if_(lane == 0):
-            ptx.inst("cp.async.bulk.wait_group.read", 0)
-        ptx.inst("barrier.sync", bar_id, 128)
-        for j in range(p.epi_cols // 8):    # 8-column groups of this half
-            col = half * p.epi_cols + 8 * j  # + fcol
-            gj = col // 8
-            bv = None
-            if bias is not None:
-                bcol = n0 + (col + fcol) if col else n0 + fcol
-                bv = [_bias_at(pbias, bcol if e == 0 else bcol + 1, n, bias) for e in range(2)]
-            vals = []
-            for r in range(4):
-                v = acc[4 * gj + r]
-                if bv is not None:
-                    v = v + bv[r & 1]
-                vals.append(activate(v, activation))
-            panel = (8 * j) // pc
-            c = (((8 * j) % pc) * ob) >> 4  # the group's 16-byte chunk in the panel row
-            for hr in range(2):             # rows frow, frow + 8
-                pair = vals[2 * hr:2 * hr + 2]
-                if out_dtype == f32:
-                    words = pair
-                else:
-                    w = reg.scalar(b32)
-                    ptx.inst(f"cvt.rn.{out_dtype.name}x2.f32", w, pair[1], pair[0])
-                    words = [w]
-                at = ptx.addr(bases[hr] + xs[c], panel * rows * 128)
-                if len(words) == 1:
-                    ptx.inst("st.shared.b32", at, words[0])
-                else:
-                    ptx.inst("st.shared.v2.f32", at, words)
-        ptx.inst("fence.proxy.async.shared::cta")
-        ptx.inst("barrier.sync", bar_id, 128)
-        with ptx.if_(lane == 0):
-            for qq in range(panels if store else 0):
-                ptx.inst("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
-                         ptx.addr(tma_c, coords=[n0 + half * p.epi_cols + qq * pc, row0]),
-                         ptx.addr(stage_c + qq * (rows * 128)))
-            ptx.inst("cp.async.bulk.commit_group")
-
-
-def _bias_at(pbias, col, n, dtype):
-    """bias[col] as f32 (0 past N): one predicated ``ld.global`` (cached in L1)."""
-    from .._common.rowio import load_chunk
-    ok = col < n
-    addr = pbias + col * dtype.bytes
-    return load_chunk(addr, 0, dtype, 1, pred=ok)[0]
 
 
 __all__ = ["build_hopper", "Layout", "specs", "grid_for", "SW128_K_MAJOR"]

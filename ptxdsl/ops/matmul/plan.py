@@ -59,6 +59,18 @@ class Plan:
     in_flight: int = 1     # wgmma groups a consumer keeps in flight (1: release a stage
     #                        after the next one's wgmmas are issued; 0: wait for each)
     l2_promotion: int = 0  # TMA L2 promotion of A and B loads (bytes: 0, 64, 128, 256)
+    split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster whose rank 0
+    #                        adds the others' partial sums (.splitk; needs cluster == 1)
+
+    def __post_init__(self):
+        if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
+            raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
+                             f"without a cluster along M (cluster={self.cluster})")
+
+    @property
+    def cluster_ctas(self) -> int:
+        """CTAs per cluster: ``cluster`` along M times ``split`` along K."""
+        return self.cluster * self.split
 
     @property
     def threads(self) -> int:
@@ -76,10 +88,15 @@ class Plan:
     def epilogue_bytes(self, out_dtype: PtxType) -> int:
         return self.bm * self.epi_cols * out_dtype.bytes
 
+    def partial_bytes(self) -> int:
+        """The split-K partial buffers (f32 accumulators of every consumer), if split."""
+        return self.bm * self.bn * 4 if self.split > 1 else 0
+
     def smem_bytes(self, dtype: PtxType, out_dtype: PtxType) -> int:
-        """Dynamic shared memory: the ring, the epilogue buffer, the barriers."""
+        """Dynamic shared memory: the ring, the epilogue buffer, the split-K partials,
+        the barriers."""
         return (self.stages * self.stage_bytes(dtype) + self.epilogue_bytes(out_dtype)
-                + BARRIER_BYTES)
+                + self.partial_bytes() + BARRIER_BYTES)
 
     def tiles(self, m: int, n: int) -> tuple[int, int]:
         """Tiles along M (whole clusters) and along N."""
@@ -90,24 +107,35 @@ class Plan:
 
 def stages_for(p: Plan, dtype: PtxType, out_dtype: PtxType, most: int = 6) -> int:
     """The deepest ring (at most ``most``) that fits beside the epilogue buffer."""
-    room = SMEM_PER_CTA - p.epilogue_bytes(out_dtype) - BARRIER_BYTES
+    room = SMEM_PER_CTA - p.epilogue_bytes(out_dtype) - p.partial_bytes() - BARRIER_BYTES
     return max(2, min(most, room // p.stage_bytes(dtype)))
 
 
+SPLITS = (1, 2, 4)        # split-K cluster sizes: whole TPC pairs, so clusters pack GPCs
+# Whether choose() splits K by itself. Off until the split-K kernel has run on a GPU
+# (tests/gpu/test_ops_matmul_gpu.py::test_split_k_kernel, bench/matmul_tune.py --small);
+# one_row() and choose(split=) plan it either way.
+SPLIT_K = False
+DSMEM_VS_HBM = 2.0        # assumed: one SM's DSMEM read rate over its 1/132 share of HBM
+MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
+
+
 def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
-           sms: int = 132) -> Plan:
+           sms: int = 132, split: int | None = None) -> Plan:
     """The Hopper plan for an (M, N, K) product of ``dtype`` operands.
 
     128 x 256 tiles unless 128 x 128 tiles (m64n128 consumers, twice the tiles, a deeper
     ring) keep the persistent grid busier by more than 10% over its rounds: with few tiles
-    the last round leaves SMs idle (128 x 8192 x 8192: 32 tiles of 128 x 256 for 132 SMs;
-    1024 x 6144: 192 tiles, one full round and one 45% busy). One tile
-    row (M <= 128) has nothing to share along M: no cluster. TMA loads promote 256-byte
-    L2 lines (H100, ``bench/matmul_tune.py``: +6% at 4096^3 and 8192^3 over none).
-    ``sms`` sizes only the launch, except for that tile-count rule.
+    the last round leaves SMs idle (1024 x 6144: 192 tiles, one full round and one 45%
+    busy). TMA loads promote 256-byte L2 lines (H100, ``bench/matmul_tune.py``: +6% at
+    4096^3 and 8192^3 over none). ``sms`` sizes only the launch, except for these
+    tile-count rules. One tile row (M <= 128): :func:`one_row` (split-K where
+    :data:`SPLIT_K` allows, or as ``split`` forces: ``bench/matmul_tune.py``).
     """
     out_dtype = out_dtype or dtype
-    cluster = 1 if m <= 128 else 2
+    if m <= 128:
+        return one_row(m, n, k, dtype, out_dtype, sms, split if split or SPLIT_K else 1)
+    cluster = 2
 
     def waves(bn):  # busy fraction of the persistent grid's slots over all its rounds
         t = Plan(bn=bn, cluster=cluster).tiles(m, n)
@@ -116,6 +144,69 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     bn = 128 if waves(128) > 1.1 * waves(256) else 256
     p = Plan(cluster=cluster, bn=bn, l2_promotion=256)
     most = 4 if p.bn == 256 else 6
+    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
+
+
+def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int = 132,
+            split: int | None = None) -> Plan:
+    """The plan for one tile row (M <= 128): split-K when N alone gives too few tiles.
+
+    The reasoning, in bytes and tiles per SM (H100: 132 SMs, about 3 TB/s of HBM):
+
+    * What bounds it. B is ``N K`` elements read once; A (``M K``, at most 128 rows) and C
+      are small beside it, and TMA fetches nothing for A's rows past M (zero fill). The
+      tensor cores do ``2 * 128 * bn * 64`` flops per stage of ``bn * 128`` B bytes:
+      0.28 us of one SM's 7.5 TFLOP/s against 0.7 us to receive 16 KiB at its 1/128 share
+      of HBM. So the time is B's bytes over the bandwidth the *busy* SMs draw.
+    * How many SMs must stream. One SM drew at most about 45 GB/s in our measurements
+      (``bench/results/matmul_h100.json``: 16 x 4096 x 14336 ran 81 us on 32 SMs, 1.45
+      TB/s), so HBM's 3 TB/s needs about 100 SMs busy; N / 128 tiles gives 32 (N =
+      4096), 48 (6144), 64 (8192), 112 (14336), 224 (28672).
+    * Narrower tiles (bn = 32 for N = 4096) would give the SMs, but every CTA re-reads
+      A: at M = 128 that is 128 x K bytes per 32 x K of B, four times B's traffic from L2;
+      at M = 16 still half. Splitting K over ``s`` CTAs of a cluster instead divides each
+      CTA's A and B alike (A stays 1/8 of B at M = 16, equal at M = 128), at the cost of
+      exchanging partial sums: ``(s - 1)`` x (live rows) x ``bn`` x 4 bytes into rank 0
+      through distributed shared memory, 24 KiB per tile at M = 16 (rows past M are not
+      sent), 192 KiB at M = 128 with s = 4 (:mod:`.splitk`).
+    * The choice: ``s`` in (1, 2, 4) and ``bn`` in (128, 256) (bn = 256 only unsplit: its
+      partial buffers do not fit beside a ring) maximising the busy fraction of the SMs
+      over the rounds of the persistent grid, ``tiles * s / (rounds * sms)``, divided by
+      ``1 + x`` for rank 0's exchange: ``x`` = its received partial bytes over its
+      streamed B bytes, with distributed shared memory assumed ``DSMEM_VS_HBM`` times
+      one SM's share of HBM (not measured: the tune bench says), ``x = 2 (s-1) s rows /
+      (DSMEM_VS_HBM K)``. Ties go to fewer splits, then wider tiles; each rank keeps at
+      least ``MIN_SPLIT_KBLOCKS`` k-blocks so the ring's fill is amortised. At M = 16:
+      N = 4096 and 28672 split 4 (128 CTAs; 896 over 7 rounds), 6144 / 8192 split 2,
+      14336 unsplit (112 tiles: every split gives 85% too). At M = 128 the exchange
+      weighs more: 28672 x 8192 stays unsplit at 128 x 256, 4096 x 4096 still splits 4.
+    * The ring: as deep as fits (6 stages unsplit at bn = 128, 4 beside the split-K
+      buffers): 64 KiB of B in flight per SM or more, well past the ~25 KiB that Little's
+      law asks of one SM at 1/128 of 3 TB/s and ~1 us latency.
+
+    Not measured yet: the split-K kernel (``bench/matmul_tune.py --small`` times split 1,
+    2 and 4 at the small-M shapes against cuBLAS).
+    """
+    nk = -(-k // 64)
+    rows = min(128, -(-m // 16) * 16)       # rows of live warps: what the exchange moves
+    best = None
+    for bn in (256, 128):
+        tiles = -(-n // bn)
+        for s in SPLITS:
+            if split is not None and s != split or s > 1 and (
+                    bn != 128 or nk < s * MIN_SPLIT_KBLOCKS and split is None):
+                continue
+            slots = max(1, sms // s)
+            busy = tiles * s / (-(-tiles // slots) * slots * s)
+            x = 2 * (s - 1) * s * rows / (DSMEM_VS_HBM * max(k, 1))
+            key = (round(busy / (1 + x), 3), -s, bn)
+            if best is None or key > best[0]:
+                best = (key, bn, s)
+    if best is None:       # a forced split that no tile width takes: bn = 128
+        best = (None, 128, split)
+    _, bn, s = best
+    p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256)
+    most = 4 if bn == 256 else 6
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 
 
@@ -145,5 +236,5 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
     return ptr % 16 == 0 and (rows <= 1 or (row_stride_elems * es) % 16 == 0)
 
 
-__all__ = ["Plan", "choose", "stages_for", "FallbackPlan", "fallback_plan", "tma_ok",
+__all__ = ["Plan", "choose", "one_row", "SPLITS", "SPLIT_K", "stages_for", "FallbackPlan", "fallback_plan", "tma_ok",
            "SMEM_PER_CTA", "f32"]

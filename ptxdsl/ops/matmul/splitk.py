@@ -1,0 +1,130 @@
+"""Split-K inside a cluster: ``split`` CTAs compute one output tile, each over its share of
+K, and rank 0 adds the partial sums in a fixed order through distributed shared memory.
+
+Why (:func:`.plan.choose` has the numbers): with one tile row (M <= 128) the product is
+bound by streaming B from HBM, and N / 128 tiles leave most SMs idle (N = 4096: 32 of 132).
+Splitting K over a cluster of ``split`` CTAs gives ``split`` times the CTAs, each streaming
+``1 / split`` of the tile's B; the partial sums are small (rows past M are not exchanged).
+
+The cluster is ``(split, 1, 1)``; every CTA of it walks the same tiles (same cluster id),
+and rank ``r`` takes k-blocks ``[nk * r / split, nk * (r + 1) / split)`` (:func:`k_range`;
+a rank with none contributes zeros). Per tile and consumer warpgroup, after its wgmmas
+retired:
+
+* ranks ``r > 0`` wait until their partial buffer is free (``xfree``, acquire.cluster:
+  rank 0 has read the previous tile's), store the 64 x ``bn`` f32 accumulator into it
+  (``st.shared.v4.f32``, thread-linear: register group ``j`` of thread ``l`` at ``j *
+  2048 + 16 l``, conflict-free) and arrive on rank 0's ``xfull`` (``mapa`` +
+  ``mbarrier.arrive.release.cluster.shared::cluster``, every thread: each releases its
+  own stores);
+* rank 0 waits on its ``xfull`` (``128 * (split - 1)`` arrivals, acquire.cluster), adds
+  rank 1's, 2's, ... buffers in that order (``ld.shared::cluster.v4.f32`` of the
+  partner's buffer through ``mapa``), arrives on each partner's ``xfree`` (every thread,
+  release.cluster: its reads are done), and runs the epilogue alone.
+
+The sum is ``((acc_0 + p_1) + p_2) + ...`` for every element, whatever the timing: the
+result is deterministic (and differs from the unsplit kernel's only by f32 rounding
+order). Warps whose 16 rows all lie past M skip the stores and loads (they still arrive),
+so at M <= 16 one warp per CTA moves 8 KiB (``bn`` = 128). The kernel's closing
+``barrier.cluster`` keeps every partner alive until rank 0 has read it.
+"""
+from __future__ import annotations
+
+from ptxdsl import ptx, reg
+from ptxdsl.types import f32, pred, u32
+
+GROUP_BYTES = 128 * 16     # one v4 register group of a warpgroup: 128 threads x 16 bytes
+
+
+def k_range(nk, rank, split: int):
+    """(first, end) k-block of cluster rank ``rank`` (registers): ``nk * rank / split`` to
+    ``nk * (rank + 1) / split`` (``mul.lo.u32``, ``div.u32``); shares differ by at most one
+    k-block."""
+    if split == 1:
+        return 0, nk
+    lo = (nk * rank) // split
+    hi = (nk * (rank + 1)) // split
+    return lo, hi
+
+
+def partial_bytes(wg_m: int, bn: int) -> int:
+    """One consumer's partial buffer: its 64 x ``bn`` f32 accumulator."""
+    return wg_m * bn * 4
+
+
+def init_barriers(xfull, xfree, consumers: int, split: int) -> None:
+    """``mbarrier.init`` of each consumer's ``xfull`` (``128 * (split - 1)`` arrivals: used on
+    rank 0) and ``xfree`` (128 arrivals: used on ranks > 0), 8 bytes apart."""
+    for c in range(consumers):
+        ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(xfull, 8 * c), 128 * (split - 1))
+        ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(xfree, 8 * c), 128)
+
+
+def _wait_cluster(labels, bar, parity) -> None:
+    """``L: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [bar], parity;
+    @!p bra L``: the arrivals' cluster-scope releases are visible after it."""
+    top = ptx.new_label(f"xwait{next(labels)}")
+    ptx.place(top)
+    done = reg.scalar(pred)
+    ptx.inst("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64", done, ptx.addr(bar),
+             parity)
+    ptx.bra(top, pred=~done)
+
+
+def _arrive_remote(bar, rank) -> None:
+    """``mapa.shared::cluster.u32`` of ``bar`` in CTA ``rank``, then
+    ``mbarrier.arrive.release.cluster.shared::cluster.b64`` on it."""
+    remote = reg.scalar(u32)
+    ptx.inst("mapa.shared::cluster.u32", remote, bar, rank)
+    ptx.inst("mbarrier.arrive.release.cluster.shared::cluster.b64", ptx.sink, ptx.addr(remote))
+
+
+class PartialExchange:
+    """One consumer warpgroup's side of the exchange (see the module docstring).
+
+    ``buf``: this consumer's partial buffer (shared address); ``xfull`` / ``xfree``: its
+    two barriers; ``lane``: the thread's index in the warpgroup; ``live``: a predicate,
+    true for warps with rows below M."""
+
+    def __init__(self, split: int, buf, xfull, xfree, lane, labels):
+        self.split = split
+        self.buf = buf
+        self.xfull, self.xfree = xfull, xfree
+        self.lane = lane
+        self.labels = labels
+        self.slot = buf + lane * 16
+        self.phase = reg.scalar(u32, init=0)
+
+    def exchange(self, acc, rank, live) -> None:
+        """Send (ranks > 0) or gather (rank 0) this tile's partial; toggles the phase."""
+        with ptx.if_(rank == 0):
+            self._gather(acc, live)
+        with ptx.else_():
+            self._send(acc, live)
+        ptx.inst.xor.b32(self.phase, self.phase, 1)
+
+    def _send(self, acc, live) -> None:
+        _wait_cluster(self.labels, self.xfree, self.phase ^ 1)
+        with ptx.if_(live):
+            for j in range(len(acc) // 4):
+                ptx.inst("st.shared.v4.f32", ptx.addr(self.slot, j * GROUP_BYTES),
+                         list(acc[4 * j:4 * j + 4]))
+        _arrive_remote(self.xfull, 0)
+
+    def _gather(self, acc, live) -> None:
+        _wait_cluster(self.labels, self.xfull, self.phase)
+        with ptx.if_(live):
+            for r in range(1, self.split):
+                src = reg.scalar(u32)
+                ptx.inst("mapa.shared::cluster.u32", src, self.slot, r)
+                for j in range(len(acc) // 4):
+                    v = reg.array(f32, 4)
+                    ptx.inst("ld.shared::cluster.v4.f32", list(v),
+                             ptx.addr(src, j * GROUP_BYTES) if j else ptx.addr(src))
+                    for q in range(4):
+                        ptx.inst.add.f32(acc[4 * j + q], acc[4 * j + q], v[q])
+        for r in range(1, self.split):
+            _arrive_remote(self.xfree, r)
+
+
+__all__ = ["k_range", "partial_bytes", "init_barriers", "PartialExchange", "GROUP_BYTES"]

@@ -122,10 +122,11 @@ def _time_each(contenders, args, ok, nbytes, rounds):
                 if prepare is not None:
                     prepare([args])
                 out = fn(*args)
-                if ok is not None and name != "copy" and not ok(out):
+                good = ok is None or name == "copy" or ok(out)
+                del out
+                if not good:
                     row[name] = {"error": "wrong result against the float64 reference"}
                     continue
-                del out
                 with _quiet_host():
                     row[name] = {"us": min(time_fn(fn, [args], warmup=2, iters=iters)
                                            for _ in range(rounds))}
@@ -258,6 +259,22 @@ def tune(n, dt, m, rounds):
                 row[f"fwd C{c} T{t} K{k_per}"] = us
             except Exception as e:  # noqa: BLE001 - report and go on
                 row[f"fwd C{c} T{t} K{k_per}"] = f"{type(e).__name__}: {str(e)[:80]}"
+    for stages in (2, 3):  # the persistent forward, through a ring of its slices
+        p = plan_cluster(n, pt, stages=stages)
+        if p is None:
+            continue
+        name = f"fwd ring C{p.cluster} T{p.threads} S{stages}"
+        try:
+            import dataclasses
+            q = prepare(build_forward_cluster(p, pt, pt, eps=EPS)).resident_clusters(
+                torch.cuda.current_device())
+            k = build_forward_cluster(dataclasses.replace(p, grid=q), pt, pt, eps=EPS)
+            k(x, w, out)
+            row[name + f" Q{q}"] = min(time_fn(lambda: k(x, w, out), [()], warmup=2,
+                                               iters=_iters(2 * x.nbytes))
+                                       for _ in range(rounds))
+        except Exception as e:  # noqa: BLE001
+            row[name] = f"{type(e).__name__}: {str(e)[:80]}"
     dy = torch.randn_like(x)
     rstd = torch.ones(m, device="cuda")
     for c in (2, 4, 8, 16):

@@ -190,3 +190,29 @@ def test_backward_cluster_refuses_chunks_other_than_16_bytes():
     p = plan_backward_cluster(131072, bf16)  # 8-element chunks: 32 bytes of f32
     with pytest.raises(ValueError, match="16-byte chunks"):
         build_backward_cluster(p, f32, f32)
+
+
+@pytest.mark.parametrize("n,dt", [(65536, bf16), (262144, bf16), (131072, f32),
+                                  (262144, f32)])
+def test_persistent_forward_ring_fits_one_cta_per_sm(n, dt):
+    p = plan_cluster(n, dt, stages=3)  # slices of 64 KiB: three fit
+    assert p.stages == 3 and p.min_ctas == 1 and p.grid == 132 // p.cluster
+    _ptxas()
+    k = build_forward_cluster(p, dt, dt, with_rstd=True)
+    r = k.resources()
+    assert r.spill_stores == 0 and r.registers * p.threads <= 65536
+    assert k.dynamic_shared == 3 * p.slice_chunks * 16
+    assert r.shared + k.dynamic_shared <= SMEM_PER_CTA
+    body = _body(k)
+    assert [ln for ln in body if ln.startswith("barrier.cluster")] == [
+        "barrier.cluster.arrive.relaxed.aligned;", "barrier.cluster.wait.aligned;",
+        "barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;"]
+    assert sum("cp.async.cg.shared.global" in ln for ln in body) == 3 * p.per_thread
+
+
+def test_persistent_forward_ring_refusals():
+    assert plan_cluster(131074, bf16, stages=2) is None      # 4-byte chunks
+    assert plan_cluster(262144, bf16, stages=4) is None      # 4 x 64 KiB do not fit
+    with pytest.raises(ValueError, match="takes no residual"):
+        build_forward_cluster(plan_cluster(131072, bf16, stages=2), bf16, bf16,
+                              residual=True)

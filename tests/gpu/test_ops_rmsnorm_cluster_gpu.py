@@ -137,6 +137,32 @@ def test_forward_cluster_kernel_at_each_cluster_size(c, n):
                           rtol=2e-6)
 
 
+@pytest.mark.parametrize("n,dt,stages", [(262144, "bf16", 3), (131072, "f32", 2),
+                                         (65536, "f16", 3)])
+def test_persistent_forward_ring(n, dt, stages):
+    """The persistent cluster forward (rows through a shared-memory ring), its grid as
+    many clusters as the device runs at once, over more rows than clusters."""
+    if not hopper():
+        pytest.skip("clusters: sm_90")
+    import dataclasses
+    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
+    from ptxdsl.runtime import prepare
+    p = plan_cluster(n, PT[dt], stages=stages)
+    q = prepare(build_forward_cluster(p, PT[dt], PT[dt], eps=EPS)).resident_clusters(
+        info().ordinal)
+    assert q >= 1
+    k = build_forward_cluster(dataclasses.replace(p, grid=q), PT[dt], PT[dt], eps=EPS,
+                              with_rstd=True)
+    m = 3 * q + 5
+    x, w, _ = rows((m, n), dt, 17, scale=2.0)
+    y = torch.full_like(x, float("nan"))
+    rstd = torch.full((m,), float("nan"), device="cuda")
+    k(x, w, y, rstd)
+    assert_matches(y, ref(x, w), dt)
+    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
+                          rtol=2e-6)
+
+
 def backward_ref(dy, x, w):
     x64 = x.double().requires_grad_()
     w64 = w.double().requires_grad_()

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, f32, u8, u32
+from ptxdsl import Tile, kernel, ptx, reg
+from ptxdsl.types import PtxType, f32, u32
 
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .bwd_staged import SMEM_PER_CTA
-from .cluster_row import MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Slice
+from .cluster_row import MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Ring, Slice
 from .fwd import max_vec
-from .row import both
 
 # Bytes of the row's slice, per array (dy and x), one CTA stages per ring buffer at most
 # (two such buffers of dy and x, and a third where it fits, in 227 KiB).
@@ -122,48 +121,21 @@ def build_backward_cluster(p: BwdClusterPlan, dtype: PtxType, wdtype: PtxType, *
               for k in range(K)]
         dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
 
-        sb = p.stage_bytes
-        xoff = sb // 2                   # x's slice follows dy's in a buffer
-        ring = smem.alloc(u8, (S * sb,), dynamic=True)
-        mine = ring.base + (tid << 4)    # this thread's chunk 0 in buffer 0
-
-        def issue(row, off):
-            """Copy this thread's chunks of ``row`` into the buffer at ``off``; close the
-            group (empty past the last row: wait_group counts groups)."""
-            ok = row < m
-            for base, stride, at_ in ((dy0, sdy, 0), (x0, sx, xoff)):
-                src = base + row * (stride * es)
-                for k in range(K):
-                    ptx.inst("cp.async.cg.shared.global", ptx.addr(mine + off, at_ + k * T * 16),
-                             ptx.addr(src, k * step), 16, pred=both(preds[k], ok))
-            ptx.inst("cp.async.commit_group")
-
-        take = reg.scalar(u32, init=0)             # buffer read this iteration
-        fill = reg.scalar(u32, init=(S - 1) * sb)  # buffer refilled this iteration
-        for s in range(S - 1):
-            issue(q + s * Q, s * sb)
+        ring = Ring(p, tid, preds, ((dy0, sdy * es), (x0, sx * es)), S, m, Q)
+        ring.prime(q)
         # every peer has started before the first push into its slots
         ptx.cluster.wait(aligned=True)
         for row in ptx.range_(q, m, Q):
-            issue(row + (S - 1) * Q, fill)
-            ptx.inst("cp.async.wait_group", S - 1)
+            ring.next(row)
             rstd = reg.scalar(f32)
             ptx.inst.ld.global_.nc.f32(rstd, ptx.addr(prs + row * 4))
-            src = mine + take
-
-            def chunk(k):
-                return (load_chunk(src, k * T * 16, dtype, V, pred=preds[k], space="shared"),
-                        load_chunk(src, xoff + k * T * 16, dtype, V, pred=preds[k],
-                                   space="shared"))
-
             dot = reg.scalar(f32, init=0.0)
             for k in range(K):
-                d, x = chunk(k)
-                dot_chunk(d, x, ws[k], dot, [])
+                dot_chunk(ring.chunk(0, k, dtype), ring.chunk(1, k, dtype), ws[k], dot, [])
             c = dx_coeff(rstd, reduce(dot), N)
             pdx_r = dx0 + row * (N * es)
             for k in range(K):
-                d, x = chunk(k)
+                d, x = ring.chunk(0, k, dtype), ring.chunk(1, k, dtype)
                 gw = []
                 for a, w in zip(d, ws[k]):
                     t = reg.scalar(f32)
@@ -171,9 +143,7 @@ def build_backward_cluster(p: BwdClusterPlan, dtype: PtxType, wdtype: PtxType, *
                     gw.append(t)
                 outs = dx_chunk(d, x, gw, dw[k * V:(k + 1) * V], c, rstd)
                 store_chunk(pdx_r, k * step, dtype, narrow(outs, dtype), pred=preds[k])
-            ptx.inst.mov.u32(fill, take)
-            ptx.inst.add.u32(take, take, sb)
-            ptx.inst.selp.u32(take, 0, take, take == S * sb)
+            ring.advance()
         prow = pdwp + q * (N * 4) + at.offset(4)
         for k in range(K):
             store_chunk(prow, k * pstep, f32, dw[k * V:(k + 1) * V], pred=preds[k])

@@ -181,3 +181,65 @@ class ClusterSum:
         ptx.cluster.arrive(aligned=True)
         ptx.cluster.wait(aligned=True)
         return self.total()
+
+
+class Ring:
+    """A ring of ``stages`` shared-memory buffers through which a persistent cluster
+    kernel's CTA receives its slice of one row after another, rows ahead.
+
+    A buffer holds the slice (16-byte chunks) of each array in ``arrays`` (``(pointer to
+    this thread's chunk 0 of row 0, row stride in bytes)``). Each thread fills it with
+    ``cp.async.cg`` copies of its own chunks and later reads only those (as
+    :mod:`.bwd_staged` does), so ``cp.async.wait_group`` is the only wait the ring needs.
+    Rows are ``first, first + step, ...``; copies of rows past ``m`` are switched off
+    but their (empty) groups still close, so the group count stays right.
+
+    Records: ``prime`` the first ``stages - 1`` rows' copies; ``next(row)`` the copies of
+    ``row + (stages-1)*step`` into the buffer read last time and ``cp.async.wait_group
+    stages-1``; ``chunk(a, k, dtype)`` an ``ld.shared`` of chunk ``k`` of array ``a``;
+    ``advance()`` the buffer offsets' rotation (``mov``, ``add``, ``selp``).
+    """
+
+    def __init__(self, s: ClusterSplit, tid, preds: list, arrays, stages: int, m, step):
+        from ptxdsl.types import u8
+        if s.vec <= 0 or stages < 1:
+            raise ValueError("a ring has at least one buffer")
+        self.s, self.preds, self.arrays, self.S, self.m, self.step = (s, preds, arrays,
+                                                                      stages, m, step)
+        self.slice_bytes = s.slice_chunks * 16
+        self.sb = len(arrays) * self.slice_bytes
+        ring = smem.alloc(u8, (stages * self.sb,), dynamic=True)
+        self.mine = ring.base + (tid << 4)     # this thread's chunk 0 in buffer 0
+        self.take = reg.scalar(u32, init=0)                  # the buffer read this row
+        self.fill = reg.scalar(u32, init=(stages - 1) * self.sb)  # the one refilled
+        self.src = None
+
+    def _issue(self, row, off) -> None:
+        ok = row < self.m
+        T = self.s.threads
+        for a, (base, stride) in enumerate(self.arrays):
+            src = base + row * stride
+            for k in range(self.s.per_thread):
+                g = ok if self.preds[k] is None else self.preds[k] & ok
+                ptx.inst("cp.async.cg.shared.global",
+                         ptx.addr(self.mine + off, a * self.slice_bytes + k * T * 16),
+                         ptx.addr(src, k * T * 16), 16, pred=g)
+        ptx.inst("cp.async.commit_group")
+
+    def prime(self, first) -> None:
+        for i in range(self.S - 1):
+            self._issue(first + i * self.step, i * self.sb)
+
+    def next(self, row) -> None:
+        self._issue(row + (self.S - 1) * self.step, self.fill)
+        ptx.inst("cp.async.wait_group", self.S - 1)
+        self.src = self.mine + self.take
+
+    def chunk(self, a: int, k: int, dtype: PtxType) -> list:
+        return load_chunk(self.src, a * self.slice_bytes + k * self.s.threads * 16, dtype,
+                          self.s.vec, pred=self.preds[k], space="shared")
+
+    def advance(self) -> None:
+        ptx.inst.mov.u32(self.fill, self.take)
+        ptx.inst.add.u32(self.take, self.take, self.sb)
+        ptx.inst.selp.u32(self.take, 0, self.take, self.take == self.S * self.sb)

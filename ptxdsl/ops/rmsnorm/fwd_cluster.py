@@ -26,13 +26,16 @@ from ptxdsl import kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
 from .._common.rowio import l2_policy, narrow, store_chunk
-from .cluster_row import MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Slice, load_raw, widen
+from .cluster_row import (MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Ring, Slice, load_raw,
+                          widen)
 from .fwd import forward_specs, max_vec
 from .row import add_residual, rstd_of, scale, store_rstd, unpack
 
 # Bytes of the row each thread keeps in registers (8 chunks of 16 bytes: 32 registers).
 THREAD_BYTES = 128
 MAX_THREADS = 512
+# Shared memory the persistent variant's ring may take (227 KiB less the slots' arrays).
+RING_BYTES = 219 * 1024
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,11 @@ class ClusterPlan(ClusterSplit):
 
     preload_w: bool = False
     min_ctas: int | None = 2
+    # Persistent variant (stages > 0): ``grid`` clusters walk the rows through a ring of
+    # ``stages`` shared-memory buffers of their slices (one CTA per SM); 0: one cluster
+    # per row, the slice in registers.
+    stages: int = 0
+    grid: int = 0
 
     @property
     def block(self) -> int:
@@ -52,11 +60,14 @@ class ClusterPlan(ClusterSplit):
 def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
                  cluster: int | None = None, threads: int | None = None,
                  per_thread: int | None = None, preload_w: bool = False,
-                 min_ctas: int | None = 2) -> ClusterPlan | None:
+                 min_ctas: int | None = 2, stages: int = 0, clusters: int | None = None,
+                 sms: int = 132) -> ClusterPlan | None:
     """The cluster split of rows of ``n``: ``THREAD_BYTES`` per thread, at most
     ``MAX_THREADS`` threads per CTA, as few CTAs per cluster as that allows (then the
     threads evened out over them). None when even 16 CTAs of 512 threads cannot hold the
-    row at 64 registers of it per thread."""
+    row at 64 registers of it per thread. ``stages > 0``: the persistent variant, its
+    ring in shared memory (None where the buffers do not fit), ``clusters`` clusters
+    (default ``sms // C``), one CTA per SM."""
     vec = vec or max_vec(n, dtype)
     chunks = -(-n // vec)
     if per_thread is None:
@@ -78,7 +89,13 @@ def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
     if min_ctas == 2 and (per_thread * _regs_per_chunk(vec, dtype) * 4 > THREAD_BYTES or
                           threads > MAX_THREADS):
         min_ctas = 1  # more of the row per SM than two CTAs leave registers for
-    return ClusterPlan(n, vec, cluster, threads, per_thread, preload_w, min_ctas)
+    if stages:
+        if vec * dtype.bytes != 16 or stages * threads * per_thread * 16 > RING_BYTES:
+            return None
+        min_ctas = 1
+        clusters = clusters or max(1, sms // cluster)
+    return ClusterPlan(n, vec, cluster, threads, per_thread, preload_w, min_ctas,
+                       stages, clusters or 0)
 
 
 def _regs_per_chunk(vec: int, dtype: PtxType) -> int:
@@ -92,12 +109,16 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
                           arch: str = "sm_90a"):
     """The cluster forward kernel for plan ``p`` (the arguments of
     :func:`~.fwd.build_forward`: X, [R], W, Y, [H], [RSTD])."""
-    N, C, T, K, V = p.n, p.cluster, p.threads, p.per_thread, p.vec
-    es, wes = dtype.bytes, wdtype.bytes
+    N, C, T = p.n, p.cluster, p.threads
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
+    if p.stages and residual:
+        raise ValueError("the persistent cluster forward (stages > 0) takes no residual; "
+                         "plan_cluster(stages=0) gives the one-row-per-cluster kernel")
+    grid = (lambda M: (M * C, 1, 1)) if not p.stages else (p.grid * C, 1, 1)
+    kind = f"cluster{C}" + (f"_ring{p.stages}" if p.stages else "")
 
-    @kernel(in_specs=ins, out_specs=outs, grid=lambda M: (M * C, 1, 1), block=(T, 1, 1),
-            cluster=(C, 1, 1), arch=arch, name=f"rms_norm_fwd_cluster{C}_{dtype.name}_{N}",
+    @kernel(in_specs=ins, out_specs=outs, grid=grid, block=(T, 1, 1),
+            cluster=(C, 1, 1), arch=arch, name=f"rms_norm_fwd_{kind}_{dtype.name}_{N}",
             arg_names=names, min_ctas_per_sm=p.min_ctas)
     def rms_norm_fwd_cluster(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
@@ -105,52 +126,94 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
         # for just before the exchange, by then long true).
         ptx.cluster.arrive(relaxed=True, aligned=True)
         at = Slice(p)
-        tid, rank = at.tid, at.rank
-        row = reg.scalar(u32)  # one cluster per row
-        ptx.inst.mov.u32(row, ptx.special.clusterid.x())
-        reduce = ClusterSum(p, tid, rank)
-        px, pw, py = ptx.global_ptrs(X, W, Y)
-        sx = X.row_stride
-        xrow = px + row * (sx * es) + at.offset(es)
-        yrow = py + row * (N * es) + at.offset(es)
-        wrow = pw + at.offset(wes)
-        step, wstep = at.step(es), at.step(wes)
-        policies: dict = {}
-        xpol = l2_policy("evict_first", policies)
-        wpol = l2_policy("evict_last", policies)
-        preds = at.preds
-
-        keep, acc = [], reg.scalar(f32, init=0.0)
-        if residual:
-            pr, ph = ptx.global_ptrs(Rs, H)
-            sr = Rs.row_stride
-            rrow = pr + row * (sr * es) + at.offset(es)
-            hrow = ph + row * (sr * es) + at.offset(es)
-        for k in range(K):
-            raw = load_raw(xrow, k * step, dtype, V, pred=preds[k], policy=xpol)
-            if residual:
-                r = load_raw(rrow, k * step, dtype, V, pred=preds[k], policy=xpol)
-                h = add_residual(widen(raw, dtype), widen(r, dtype), dtype)
-                hn = narrow(h, dtype)
-                store_chunk(hrow, k * step, dtype, hn, pred=preds[k])
-                raw = h if dtype == f32 or V == 1 else hn
-                vals = h
-            else:
-                vals = widen(raw, dtype)
-            for v in vals:
-                ptx.inst.fma.rn.f32(acc, v, v, acc)
-            keep.append(raw)
-        ws = [load_raw(wrow, k * wstep, wdtype, V, pred=preds[k], policy=wpol)
-              for k in range(K)] if p.preload_w else None
-
-        total = reduce(acc, first=True)
-        rstd = rstd_of(total, N, eps)
-        if RSTD is not None:
-            store_rstd(RSTD, row, rstd, tid | rank)
-        for k in range(K):
-            w = ws[k] if ws is not None else load_raw(wrow, k * wstep, wdtype, V,
-                                                      pred=preds[k], policy=wpol)
-            y = scale(widen(keep[k], dtype), widen(w, wdtype), rstd)
-            store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
+        q = reg.scalar(u32)
+        ptx.inst.mov.u32(q, ptx.special.clusterid.x())
+        body = _ring_rows if p.stages else _one_row
+        body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps)
 
     return rms_norm_fwd_cluster
+
+
+def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps):
+    """Cluster ``row``'s row: the slice loaded into registers, the exchange, y."""
+    N, K, V = p.n, p.per_thread, p.vec
+    es, wes = dtype.bytes, wdtype.bytes
+    residual = Rs is not None
+    tid, rank = at.tid, at.rank
+    reduce = ClusterSum(p, tid, rank)
+    px, pw, py = ptx.global_ptrs(X, W, Y)
+    sx = X.row_stride
+    xrow = px + row * (sx * es) + at.offset(es)
+    yrow = py + row * (N * es) + at.offset(es)
+    wrow = pw + at.offset(wes)
+    step, wstep = at.step(es), at.step(wes)
+    policies: dict = {}
+    xpol = l2_policy("evict_first", policies)
+    wpol = l2_policy("evict_last", policies)
+    preds = at.preds
+
+    keep, acc = [], reg.scalar(f32, init=0.0)
+    if residual:
+        pr, ph = ptx.global_ptrs(Rs, H)
+        sr = Rs.row_stride
+        rrow = pr + row * (sr * es) + at.offset(es)
+        hrow = ph + row * (sr * es) + at.offset(es)
+    for k in range(K):
+        raw = load_raw(xrow, k * step, dtype, V, pred=preds[k], policy=xpol)
+        if residual:
+            r = load_raw(rrow, k * step, dtype, V, pred=preds[k], policy=xpol)
+            h = add_residual(widen(raw, dtype), widen(r, dtype), dtype)
+            hn = narrow(h, dtype)
+            store_chunk(hrow, k * step, dtype, hn, pred=preds[k])
+            raw = h if dtype == f32 or V == 1 else hn
+            vals = h
+        else:
+            vals = widen(raw, dtype)
+        for v in vals:
+            ptx.inst.fma.rn.f32(acc, v, v, acc)
+        keep.append(raw)
+    ws = [load_raw(wrow, k * wstep, wdtype, V, pred=preds[k], policy=wpol)
+          for k in range(K)] if p.preload_w else None
+
+    total = reduce(acc, first=True)
+    rstd = rstd_of(total, N, eps)
+    if RSTD is not None:
+        store_rstd(RSTD, row, rstd, tid | rank)
+    for k in range(K):
+        w = ws[k] if ws is not None else load_raw(wrow, k * wstep, wdtype, V,
+                                                  pred=preds[k], policy=wpol)
+        y = scale(widen(keep[k], dtype), widen(w, wdtype), rstd)
+        store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
+
+
+def _ring_rows(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps):
+    """Rows ``q, q + Q, ...`` through a ring of ``p.stages`` shared-memory buffers
+    (:class:`~.cluster_row.Ring`), w held in registers throughout; x is read from the
+    ring twice (for the sum, then for y)."""
+    N, K, V, Q = p.n, p.per_thread, p.vec, p.grid
+    es, wes = dtype.bytes, wdtype.bytes
+    tid, rank, preds = at.tid, at.rank, at.preds
+    m = ptx.dim("M")
+    px, pw, py = ptx.global_ptrs(X, W, Y)
+    step, wstep = at.step(es), at.step(wes)
+    ws = [load_raw(pw + at.offset(wes), k * wstep, wdtype, V, pred=preds[k])
+          for k in range(K)]
+    reduce = ClusterSum(p, tid, rank, buffers=2)
+    ring = Ring(p, tid, preds, ((px + at.offset(es), X.row_stride * es),), p.stages, m, Q)
+    y0 = py + at.offset(es)
+    ring.prime(q)
+    ptx.cluster.wait(aligned=True)  # every peer has started before the first push
+    for row in ptx.range_(q, m, Q):
+        ring.next(row)
+        acc = reg.scalar(f32, init=0.0)
+        for k in range(K):
+            for v in ring.chunk(0, k, dtype):
+                ptx.inst.fma.rn.f32(acc, v, v, acc)
+        rstd = rstd_of(reduce(acc), N, eps)
+        if RSTD is not None:
+            store_rstd(RSTD, row, rstd, tid | rank)
+        yrow = y0 + row * (N * es)
+        for k in range(K):
+            y = scale(ring.chunk(0, k, dtype), widen(ws[k], wdtype), rstd)
+            store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
+        ring.advance()

@@ -46,10 +46,12 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
     one CTA per SM fits), else one CTA per row (:func:`best_row_kernel`). ``device``:
     the GPU's :class:`~ptxdsl.runtime.driver.DeviceInfo` (None: the interpreter)."""
     cp = long_rows(n, dt, vec, arch, device).forward
-    if cp is not None:
-        key = ("fwd_cluster", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, cp)
-        return KERNELS.get(key, lambda: build_forward_cluster(
-            cp, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd, arch=arch))
+    if cp is not None and not (cp.stages and residual):
+        def get(q):
+            key = ("fwd_cluster", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, q)
+            return KERNELS.get(key, lambda: build_forward_cluster(
+                q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd, arch=arch))
+        return _resident(cp, get, device)[1]
     p = plan(n, dt, vec)
     cps = loop_ctas_per_sm(p)
     if cps:
@@ -175,15 +177,23 @@ def _cluster_backward(n, dt, wdt, vec, arch, sms, info):
     def get(q):
         return KERNELS.get(("bwd_cluster", n, dt.name, wdt.name, vec, arch, q),
                            lambda: build_backward_cluster(q, dt, wdt, arch=arch))
+    return _resident(p, get, info)
+
+
+def _resident(p, get, info):
+    """``(plan, kernel)`` of a persistent cluster plan (``p.grid`` clusters) with its grid
+    made as many clusters as the device runs at once (the driver's occupancy for the
+    built kernel; on the interpreter the plan's own); other plans as they are."""
     k = get(p)
-    if info is not None:
-        from ...runtime import prepare
-        q = prepare(k).resident_clusters(info.ordinal)
-        if q < 1:
-            return None  # the device runs none of these clusters: the one-CTA kernels
-        if q != p.grid:
-            p = dataclasses.replace(p, grid=q)
-            k = get(p)
+    if info is None or not p.stages:  # stages: the persistent kernels (their rings)
+        return p, k
+    from ...runtime import prepare
+    q = prepare(k).resident_clusters(info.ordinal)
+    if q < 1:
+        raise LaunchError(f"{k.name}: {info.name} runs none of its clusters at once")
+    if q != p.grid:
+        p = dataclasses.replace(p, grid=q)
+        k = get(p)
     return p, k
 
 

@@ -216,3 +216,19 @@ def test_persistent_forward_ring_refusals():
     with pytest.raises(ValueError, match="takes no residual"):
         build_forward_cluster(plan_cluster(131072, bf16, stages=2), bf16, bf16,
                               residual=True)
+
+
+@pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
+def test_recorded_choices_are_what_the_plan_chooses(info):
+    """plan.LONG_ROW_CHOICES, the table of choices per N and dtype, is long_rows' answer."""
+    from ptxdsl.ops.rmsnorm.fwd import max_vec
+
+    def name(p, default_stages=None):
+        if p is None:
+            return "-"
+        ring = "" if default_stages in (None, p.stages) else f"/S{p.stages}"
+        return f"C{p.cluster}{ring}"
+    for n, (f32_choice, half_choice) in rplan.LONG_ROW_CHOICES.items():
+        for dt, want in ((f32, f32_choice), (bf16, half_choice), (f16, half_choice)):
+            lr = rplan.long_rows(n, dt, max_vec(n, dt), "sm_90a", info)
+            assert (name(lr.forward), name(lr.backward, 3)) == want, (n, dt.name)

@@ -128,7 +128,9 @@ def _fits(k, block) -> bool:
 #   time from L2, which at 131072 bf16 left it at 70% of the copy on an H200, 64% at
 #   262144; issue 21). Clusters of C = N*size/64 KiB CTAs (65536 bf16: 2, 131072: 4,
 #   262144: 8; f32 twice as many, 262144 f32: 16) of 512 threads holding 128 bytes of
-#   the row each, two CTAs per SM (fwd_cluster.plan_cluster).
+#   the row each, two CTAs per SM (fwd_cluster.plan_cluster), one cluster per row. The
+#   persistent variant through a shared-memory ring (plan_cluster(stages=...)) is not
+#   chosen: it waits for the timing that would choose it (bench/rmsnorm_long.py --tune).
 # * backward: wherever the one-CTA backward would stream the row twice from memory
 #   (plan_backward(...).streaming: 32768 halves and up, 32768 f32 and up), and the row
 #   has 16-byte chunks: clusters of C = N*size/32 KiB CTAs (131072 bf16: 8, 262144
@@ -159,6 +161,23 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
 
 # Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
 FORWARD_REGISTER_ROW = 32768
+
+# What long_rows gives at the rows of bench/rmsnorm_long.py, on an H100 and an H200 alike
+# (tests/test_ops_rmsnorm_cluster.py checks this table against it): N -> (forward,
+# backward) for f32 and for halves (f16, bf16); "-": the one-CTA kernels, "C8": a
+# cluster of 8 CTAs, "/S1": a ring of one buffer (the backward's default is three).
+# The persistent grid of the backward is as many clusters as run at once: on a
+# 132-SM H100 or H200, 8 clusters of 16 (one per GPC), and up to 132 // C for smaller C.
+LONG_ROW_CHOICES = {
+    # N:     f32 (fwd, bwd)   halves (fwd, bwd)
+    4096:   (("-", "-"),      ("-", "-")),
+    8192:   (("-", "-"),      ("-", "-")),
+    16384:  (("-", "-"),      ("-", "-")),     # the backward's staged whole rows
+    32768:  (("-", "C4"),     ("-", "C2")),
+    65536:  (("C4", "C8"),    ("C2", "C4")),
+    131072: (("C8", "C16"),   ("C4", "C8")),
+    262144: (("C16", "C16/S1"), ("C8", "C16")),
+}
 
 
 @dataclasses.dataclass(frozen=True)

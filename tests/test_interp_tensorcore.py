@@ -199,3 +199,50 @@ def test_cvt_fp8_round_trip_on_the_interpreter():
     back = h.view(np.float16).reshape(32, 2).astype(np.float64)
     assert (back[:, 0] == [fp8_value(int(c) & 0xFF, "e4m3") for c in p]).all()
     assert (back[:, 1] == [fp8_value(int(c) >> 8, "e4m3") for c in p]).all()
+
+
+def test_fp8_encode_agrees_with_ml_dtypes_at_every_tie_and_between():
+    """Every midpoint between neighbouring finite e4m3 values (the ties, to the even
+    code), a value just either side of each, and random f32 values: the interpreter's
+    cvt.rn.satfinite rounding is ml_dtypes' float8_e4m3fn rounding of the same f32
+    (inside the finite range, where saturation plays no part)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    vals = np.array([fp8_value(c, "e4m3") for c in range(0x7F)])  # 0 .. 448
+    mids = ((vals[:-1] + vals[1:]) / 2).astype(np.float32)
+    near = np.concatenate([mids, np.nextafter(mids, np.float32(0)),
+                           np.nextafter(mids, np.float32(np.inf)), vals.astype(np.float32)])
+    rng = np.random.default_rng(4)
+    rand = (rng.standard_normal(4000) * np.exp2(rng.integers(-12, 9, 4000))).astype(np.float32)
+    xs = np.concatenate([near, -near, rand])
+    xs = xs[np.abs(xs) <= 448]
+    want = xs.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    np.testing.assert_array_equal(fp8_encode(xs, "e4m3"), want)
+
+
+def test_mov_packs_16_bit_registers_into_a_32_bit_one():
+    """mov.b32 d, {a, b} of two 16-bit registers (.b16, .e4m3x2): a is the low half."""
+    from ptxdsl.types import b16, e4m3x2
+
+    @kernel(in_specs=(Tile(32, 2, f32),), out_specs=(Tile(32, u32), Tile(32, u32)),
+            grid=(1, 1, 1), block=(32, 1, 1), arch="sm_90a")
+    def packs(X, P, Q):
+        px, pp, pq = ptx.global_ptrs(X, P, Q)
+        lane = reg.scalar(u32)
+        ptx.inst.mov.u32(lane, ptx.special.laneid())
+        hi, lo = reg.scalar(f32), reg.scalar(f32)
+        ptx.inst.ld.global_.v2.f32([hi, lo], ptx.addr(px + lane * 8))
+        a, b = reg.scalar(e4m3x2), reg.scalar(e4m3x2)
+        ptx.inst.cvt.rn.satfinite.e4m3x2.f32(a, hi, lo)
+        ptx.inst.cvt.rn.satfinite.e4m3x2.f32(b, lo, hi)
+        ptx.inst.st.global_.b32(ptx.addr(pp + lane * 4), ptx.pack(b32, a, b))
+        h0, h1 = reg.scalar(b16), reg.scalar(b16)
+        ptx.inst.mov.b16(h0, 0x1234)
+        ptx.inst.mov.b16(h1, 0xABCD)
+        ptx.inst.st.global_.b32(ptx.addr(pq + lane * 4), ptx.pack(b32, h0, h1))
+
+    x = (np.random.default_rng(5).standard_normal((32, 2)) * 30).astype(np.float32)
+    p, q = packs.interpret(x)
+    lo = fp8_encode(x[:, 1], "e4m3").astype(np.uint32) | \
+        fp8_encode(x[:, 0], "e4m3").astype(np.uint32) << 8
+    np.testing.assert_array_equal(p, lo | (((lo >> 8) | ((lo & 0xFF) << 8)) << 16))
+    assert (q == 0xABCD1234).all()

@@ -39,7 +39,7 @@ def stand_ins(monkeypatch):
         calls.append(("forward", want_rstd))
         return ref_forward(x, weight, eps)
 
-    def backward(dy, x, weight, rstd):
+    def backward(dy, x, weight, rstd, offset=0.0):
         calls.append(("backward", tuple(dy.shape)))
         with torch.enable_grad():  # autograd runs backward functions with grad off
             xr = x.detach().double().requires_grad_()
@@ -205,3 +205,50 @@ def test_kernel_cache_is_bounded_and_clearable():
     assert built == ["a", "b", "c", "a"] and len(c) == 2
     c.clear()
     assert len(c) == 0
+
+
+# ---------------------------------------------------------------- Gemma's offset
+def test_offset_is_part_of_both_keys_and_of_the_hot_guard(monkeypatch):
+    x, dy, w, r = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64), torch.randn(4)
+    assert fast.fwd_key(x, w, EPS, None, False, None) != \
+        fast.fwd_key(x, w, EPS, None, False, None, 1.0)
+    assert fast.fwd_key(x, w, EPS, None, False, None) == \
+        fast.fwd_key(x, w, EPS, None, False, None, 0.0)
+    assert fast.bwd_key(dy, x, w, r) != fast.bwd_key(dy, x, w, r, 1.0)
+    fast.clear()
+    guard = torch_private.hooks(torch).guard((x, w))
+    if guard is torch_private.never:
+        pytest.skip("this torch has no usable TensorGuards")
+    sentinel = torch.zeros(1)
+    fast.FORWARD.hot = fast.Hot(guard, EPS, lambda x_, w_: sentinel, 1.0)
+    assert rmsnorm.rms_norm(torch.randn(4, 64), torch.randn(64), EPS, offset=1.0) is sentinel
+    monkeypatch.setattr(api, "Frame", lambda *a: pytest.fail("general path") or None)
+    with pytest.raises(pytest.fail.Exception, match="general path"):
+        rmsnorm.rms_norm(torch.randn(4, 64), torch.randn(64), EPS)  # offset 0, not 1
+    fast.clear()
+
+
+def test_offset_autograd_on_the_interpreter():
+    """CPU tensors run the real kernels on the interpreter: y, dx and dw with offset 1
+    against float64 autograd of x * rstd * (1 + w); the module and the custom op agree."""
+    fast.clear()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 40, generator=g).requires_grad_()
+    w = (torch.randn(40, generator=g) * 0.1).requires_grad_()
+    y = rmsnorm.rms_norm(x, w, EPS, offset=1.0)
+    dy = torch.randn(3, 40, generator=g)
+    y.backward(dy)
+    xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    yr = xr * torch.rsqrt((xr * xr).mean(-1, keepdim=True) + EPS) * (1.0 + wr)
+    yr.backward(dy.double())
+    torch.testing.assert_close(y.detach().double(), yr.detach(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(x.grad.double(), xr.grad, rtol=0, atol=1e-5)
+    torch.testing.assert_close(w.grad.double(), wr.grad, rtol=0, atol=1e-5)
+    m = rmsnorm.RMSNorm(40, eps=EPS, offset=1.0)
+    assert "offset=1.0" in repr(m) and float(m.weight.detach().abs().sum()) == 0.0  # Gemma's init
+    with torch.no_grad():
+        m.weight.copy_(w)
+        y_op, _ = torch.ops.ptxdsl.rms_norm(x.detach(), w.detach(), EPS, 1.0)
+        torch.testing.assert_close(m(x.detach()), y.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(y_op, y.detach(), rtol=0, atol=0)
+    fast.clear()

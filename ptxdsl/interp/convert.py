@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..types import int_range
+from ..types import ALL_TYPES, int_range
 from . import fround as fr
 from .floatops import flush_in, fmt_for, unpack
 from .semantics import handler
@@ -136,8 +136,10 @@ def mov(mach, instr, mask):
     t = instr.match.type
     d, a = instr.operands
     if isinstance(a, ir.Vec):  # pack halves into one register, first item lowest
-        parts = mach.src(instr, 1, mask)
-        w = t.bits // len(parts)
+        w = t.bits // len(a.items)
+        # Each part is read as bits of its own width (a .b16 or .e4m3x2 register into
+        # a .b32), not as the instruction's type.
+        parts = [mach.value(x, ALL_TYPES[f"b{w}"], mask, instr) for x in a.items]
         acc = np.zeros((), UINT[t.bits])
         for k, p in enumerate(parts):
             pu = np.asarray(p)

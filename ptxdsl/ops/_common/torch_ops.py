@@ -1,7 +1,7 @@
 """The ops as ``torch.library`` custom ops, so that ``torch.compile`` keeps them whole.
 
-``torch.ops.ptxdsl.rms_norm(x, weight, eps) -> (y, rstd)``,
-``torch.ops.ptxdsl.rms_norm_backward(dy, x, weight, rstd) -> (dx, dweight)`` and
+``torch.ops.ptxdsl.rms_norm(x, weight, eps, offset=0.0) -> (y, rstd)``,
+``torch.ops.ptxdsl.rms_norm_backward(dy, x, weight, rstd, offset=0.0) -> (dx, dweight)`` and
 ``torch.ops.ptxdsl.matmul(a, b, bias, activation, out_dtype) -> out`` each have a
 fake (meta) implementation giving the outputs' shapes, dtypes and strides, and
 ``rms_norm`` / ``matmul`` an autograd formula, so a compiled graph
@@ -44,35 +44,38 @@ def register() -> None:
     from .frame import Frame
 
     @torch.library.custom_op("ptxdsl::rms_norm", mutates_args=())
-    def rms_norm_op(x: torch.Tensor, weight: torch.Tensor,
-                    eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        y, rstd = _forward(Frame(x, "rms_norm"), x, weight, eps, None, True, None)
+    def rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                    offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        y, rstd = _forward(Frame(x, "rms_norm"), x, weight, eps, None, True, None,
+                           offset=offset)
         return y, rstd
 
     @rms_norm_op.register_fake
-    def _(x, weight, eps):
+    def _(x, weight, eps, offset=0.0):
         return (x.new_empty(x.shape), x.new_empty((_rows(x),), dtype=torch.float32))
 
     @torch.library.custom_op("ptxdsl::rms_norm_backward", mutates_args=())
     def rms_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                             rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        dx, dw = rms_norm_backward(dy.contiguous(), x, weight, rstd)
+                             rstd: torch.Tensor,
+                             offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        dx, dw = rms_norm_backward(dy.contiguous(), x, weight, rstd, offset=offset)
         return dx, dw
 
     @rms_norm_backward_op.register_fake
-    def _(dy, x, weight, rstd):
+    def _(dy, x, weight, rstd, offset=0.0):
         return x.new_empty(x.shape), weight.new_empty(weight.shape)
 
     def rms_setup(ctx, inputs, output):
-        x, weight, _eps = inputs
+        x, weight, _eps, offset = inputs
         ctx.save_for_backward(x, weight, output[1])
+        ctx.offset = offset
 
     def rms_backward(ctx, dy, _drstd):
         x, weight, rstd = ctx.saved_tensors
         if dy is None:
             dy = torch.zeros_like(x)
-        dx, dw = torch.ops.ptxdsl.rms_norm_backward(dy, x, weight, rstd)
-        return dx, dw, None
+        dx, dw = torch.ops.ptxdsl.rms_norm_backward(dy, x, weight, rstd, ctx.offset)
+        return dx, dw, None, None
 
     rms_norm_op.register_autograd(rms_backward, setup_context=rms_setup)
 
@@ -136,19 +139,20 @@ def _substitute() -> None:
     from ..rmsnorm import api as rms_api
 
     @substitute_in_graph(rms_api.rms_norm)
-    def rms_norm(x, weight, eps=1e-6, *, residual=None, return_rstd=False, out=None):
+    def rms_norm(x, weight, eps=1e-6, *, offset=0.0, residual=None, return_rstd=False,
+                 out=None):
         if residual is not None:
             x = x + residual
             residual.copy_(x)
-        y, rstd = torch.ops.ptxdsl.rms_norm(x, weight, eps)
+        y, rstd = torch.ops.ptxdsl.rms_norm(x, weight, eps, offset)
         if out is not None:
             out.copy_(y)
             y = out
         return (y, rstd) if return_rstd else y
 
     @substitute_in_graph(rms_api.rms_norm_backward)
-    def rms_norm_backward(dy, x, weight, rstd):
-        return torch.ops.ptxdsl.rms_norm_backward(dy, x, weight, rstd)
+    def rms_norm_backward(dy, x, weight, rstd, *, offset=0.0):
+        return torch.ops.ptxdsl.rms_norm_backward(dy, x, weight, rstd, offset)
 
     @substitute_in_graph(mm_api.matmul)
     def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation=None):

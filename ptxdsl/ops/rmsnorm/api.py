@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from ...errors import LaunchError
+from ...errors import LaunchError, user_location
 from ...runtime import torch_private
 from ...types import f32
 from .._common.frame import Frame, data_ptr, grad_enabled, strides
@@ -32,12 +32,14 @@ def _grid(k, m: int):
 
 
 # ---------------------------------------------------------------- forward
-def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool = False,
-             out=None):
-    """``x / sqrt(mean(x^2, -1) + eps) * weight`` over the last dim.
+def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0, residual=None,
+             return_rstd: bool = False, out=None):
+    """``x / sqrt(mean(x^2, -1) + eps) * (offset + weight)`` over the last dim.
 
-    With ``residual``: ``h = x + residual`` is written into ``residual`` and
-    normalised. Returns ``y`` (and ``rstd``, f32 per row, with ``return_rstd``).
+    ``offset``: Gemma's ``1.0`` (weights stored as ``w - 1``); added to each weight in
+    f32 inside the kernel (0, the default, runs the plain kernel). With ``residual``:
+    ``h = x + residual`` is written into ``residual`` and normalised. Returns ``y``
+    (and ``rstd``, f32 per row, with ``return_rstd``).
     Torch tensors requiring grad are differentiable. Under ``torch.compile`` the call
     is traced as the custom op ``torch.ops.ptxdsl.rms_norm`` (see ``_common/torch_ops``).
     """
@@ -45,12 +47,12 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
         # Lookup 1: the plain form called again like last time, found by one C++ guard
         # of both tensors (fast.Hot); it returns None where alignment or grad mode differ.
         hot = _tf.FORWARD.hot
-        if hot.guard(x, weight) and eps == hot.eps:
+        if hot.guard(x, weight) and eps == hot.eps and offset == hot.offset:
             y = hot.launch(x, weight)
             if y is not None:
                 return y
     try:  # torch tensors: their signature key (numpy, cupy, ...: no .stride()/.data_ptr())
-        key = _tf.fwd_key(x, weight, eps, residual, return_rstd, out)
+        key = _tf.fwd_key(x, weight, eps, residual, return_rstd, out, offset)
     except (AttributeError, TypeError):
         key = None
     if key is not None and not (x.requires_grad or weight.requires_grad):
@@ -74,10 +76,10 @@ def rms_norm(x, weight, eps: float = 1e-6, *, residual=None, return_rstd: bool =
                           "add the residual first and call rms_norm(x, weight) for training")
     if needs_grad:
         from .autograd import rms_norm_autograd
-        y, rstd = rms_norm_autograd(x, weight, eps)
+        y, rstd = rms_norm_autograd(x, weight, eps, offset)
         return (y, rstd) if return_rstd else y
     y, rstd = _forward(frame, x, weight, eps, residual, return_rstd, out,
-                       key=key, looked_up=looked_up)
+                       key=key, looked_up=looked_up, offset=offset)
     return (y, rstd) if return_rstd else y
 
 
@@ -95,17 +97,18 @@ def _check(x, weight, n, frame):
 
 
 def _forward(frame, x, weight, eps, residual, want_rstd, out, *, key=None,
-             looked_up=False):
+             looked_up=False, offset=0.0):
     """The forward of a call the fast path did not serve: its recorded launch if the
     signature was seen (unless the caller already looked ``key`` up), else the general
     path, which records the launch for next time."""
     if frame.cuda_torch:
         if key is None:
-            key = _tf.fwd_key(x, weight, eps, residual, want_rstd, out)
+            key = _tf.fwd_key(x, weight, eps, residual, want_rstd, out, offset)
         fast = None if looked_up else _tf.FORWARD.entries.get(key)
         if fast is not None:
             return fast(x, weight, residual, out)
-    y, rstd, fast = _forward_general(frame, x, weight, eps, residual, want_rstd, out)
+    y, rstd, fast = _forward_general(frame, x, weight, eps, residual, want_rstd, out,
+                                     _offset(offset))
     if fast is not None:
         _tf.FORWARD.add(key, fast)
         if fast.hot is not None:
@@ -113,7 +116,7 @@ def _forward(frame, x, weight, eps, residual, want_rstd, out, *, key=None,
     return y, rstd
 
 
-def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
+def _forward_general(frame, x, weight, eps, residual, want_rstd, out, offset=0.0):
     n = int(x.shape[-1])
     dt, wdt = _check(x, weight, n, frame)
     lead = tuple(x.shape[:-1])
@@ -136,7 +139,7 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     vec = vec_for(n, dt, weight, wdt, x2, y2, r2)
     arch = frame.arch(x)
     k = forward_kernel(n, dt, wdt, vec, r2 is not None, want_rstd, float(eps), arch,
-                        frame.sms(x), frame.device(x))
+                       frame.sms(x), frame.device(x), offset)
     log.debug("rms_norm %dx%d %s (vec %d, residual %s): %s, grid %s, block %s", m, n,
               dt.name, vec, r2 is not None, k.name, _grid(k, m), k.block[0])
     args = [x2] + ([r2] if r2 is not None else []) + [weight, y2] + \
@@ -151,31 +154,33 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out):
     # the kernel saw are views of them, not copies.
     if frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
             residual is None or r2 is residual):
-        fast = _tf.fwd_fast(frame.torch, k, args, x, weight, eps, m, want_rstd)
+        fast = _tf.fwd_fast(frame.torch, k, args, x, weight, eps, m, want_rstd, offset)
     return y, rstd, fast
 
 
 # ---------------------------------------------------------------- backward
-def rms_norm_backward(dy, x, weight, rstd):
-    """``(dx, dweight)`` for ``y = rms_norm(x, weight)`` given the saved ``rstd``.
+def rms_norm_backward(dy, x, weight, rstd, *, offset: float = 0.0):
+    """``(dx, dweight)`` for ``y = rms_norm(x, weight, offset=offset)`` given the saved
+    ``rstd`` (dx uses ``offset + weight``; dweight is ``sum(dy * x * rstd)`` whatever the
+    offset).
 
     dweight is reduced deterministically (fixed-order partial sums, no atomics).
     """
     try:
-        key = _tf.bwd_key(dy, x, weight, rstd)
+        key = _tf.bwd_key(dy, x, weight, rstd, offset)
         fast = _tf.BACKWARD.entries.get(key)
     except (AttributeError, TypeError):
         key = fast = None
     if fast is not None:
         return fast(dy, x, weight, rstd)
     frame = Frame(x, "rms_norm")
-    dx, dw, fast = _backward_general(frame, dy, x, weight, rstd)
+    dx, dw, fast = _backward_general(frame, dy, x, weight, rstd, _offset(offset))
     if fast is not None:
         _tf.BACKWARD.add(key, fast)
     return dx, dw
 
 
-def _backward_general(frame, dy, x, weight, rstd):
+def _backward_general(frame, dy, x, weight, rstd, offset=0.0):
     n = int(x.shape[-1])
     dt, wdt = _check(x, weight, n, frame)
     if tuple(dy.shape) != tuple(x.shape) or frame.dtype(dy) != dt:
@@ -194,7 +199,7 @@ def _backward_general(frame, dy, x, weight, rstd):
     dx2 = frame.rows(dx, n)
     vec = vec_for(n, dt, weight, wdt, x2, dy2, dx2)
     info = frame.device(x)
-    p, kb = backward_kernel(n, dt, wdt, vec, frame.arch(x), frame.sms(x), info)
+    p, kb = backward_kernel(n, dt, wdt, vec, frame.arch(x), frame.sms(x), info, offset)
     log.debug("rms_norm_backward %dx%d %s: %s, grid %d, %s", m, n, dt.name, kb.name, p.grid,
               "fused" if p.fused else "unfused (+ dw reduction)")
     if not p.fused:
@@ -230,6 +235,18 @@ def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wd
                                     (dy2, x2, weight, rstd, dx2, partial), (partial, dw), x,
                                     n, p.grid)
     return dx2.reshape(tuple(x.shape)), dw, fast
+
+
+def _offset(offset) -> float:
+    """``offset`` as the f32 immediate the kernels add (a clear error for anything else)."""
+    try:
+        v = float(offset)
+    except (TypeError, ValueError):
+        raise LaunchError(f"offset must be a real number (Gemma: 1.0), got {offset!r}",
+                          user_location()) from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise LaunchError(f"offset must be finite, got {v}", user_location())
+    return v
 
 
 def RMSNorm(*args, **kwargs):

@@ -5,6 +5,9 @@ For ``y = x * rstd * w`` (rstd saved by the forward pass):
 * ``dx = rstd * (dy*w - x * rstd^2 * mean(dy*w*x))``
 * ``dw = sum over rows of dy * x * rstd``
 
+With Gemma's ``offset`` (``y = x * rstd * (offset + w)``) dx reads ``offset + w`` for
+``w`` (added once per loaded weight, :func:`~.row.with_offset`); dw keeps its form.
+
 One cooperative launch does both. ``dw`` is reduced deterministically: a
 persistent grid of ``G`` CTAs (``G`` a compile-time constant, from the
 device's SM count and the kernel's occupancy) walks the rows ``cta, cta+G,
@@ -32,6 +35,7 @@ from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
                          staged_rows)
 from .fwd import WARP, RowSplit, max_vec
+from .row import with_offset
 
 @dataclass(frozen=True)
 class BwdPlan(RowSplit):
@@ -129,8 +133,10 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
                    not (streaming or stages), streaming, fused, stages=stages)
 
 
-def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "sm_90a"):
-    """The backward kernel for plan ``p``.
+def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "sm_90a",
+                   offset: float = 0.0):
+    """The backward kernel for plan ``p`` (of ``y = x * rstd * (offset + w)``; ``offset``
+    0 records exactly the plain kernel).
 
     Fused (``p.fused``, one cooperative launch): arguments DY (M, N), X (M, N)
     (strided rows), W (N,), RSTD (M,) f32, WS (2,) 32-bit barrier workspace (zero
@@ -153,7 +159,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                 min_ctas_per_sm=1 if p.l2_ahead or p.stages else None,
                 arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"))
         def rms_norm_bwd(DY, X, W, RSTD, WS, DX, DW, DWP):
-            tid, cta, pdwp = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP)
+            tid, cta, pdwp = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset)
             pws, pdw = ptx.global_ptrs(WS, DW)
             # Every thread's partial stores are visible GPU-wide before its CTA arrives.
             ptx.inst.fence.acq_rel.gpu()
@@ -167,11 +173,11 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
             min_ctas_per_sm=1 if p.stages else None,
             arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"))
     def rms_norm_bwd_partials(DY, X, W, RSTD, DX, DWP):
-        _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP)
+        _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset)
     return rms_norm_bwd_partials
 
 
-def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP):
+def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset):
     """dX for the CTA's rows and its dW partial row in DWP; returns (tid, cta, DWP ptr)."""
     N, T, V, K = p.n, p.threads, p.vec, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
@@ -194,17 +200,18 @@ def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP):
     preds = [guard(k) for k in range(K)]
     prow = pdwp + cta * (N * 4) + tid * (V * 4)
     rows = staged_rows if p.stages else _streaming_rows if p.streaming else _resident_rows
-    rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid)
+    rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid, offset)
     return tid, cta, pdwp
 
 
 def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
-                   tid):
+                   tid, offset=0.0):
     """Rows held in registers (x, dy read once); the dw partial in registers too."""
     N, T, V, G, K = p.n, p.threads, p.vec, p.grid, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     step = T * V * es
-    ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]) for k in range(K)]
+    ws = [with_offset(load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]), offset)
+          for k in range(K)]
     dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
     row_sum = RowSum(T, tid, looped=True)
     pol = l2_policy(p.in_policy, {})
@@ -365,7 +372,7 @@ UNROLL = 8  # partial-row loads a thread keeps in flight in the dW reduction
 
 
 def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
-                    tid):
+                    tid, offset=0.0):
     """The long-row backward: two streamed passes per row, dw partial in global memory."""
     N, T, V, G, K = p.n, p.threads, p.vec, p.grid, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
@@ -386,14 +393,14 @@ def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy
         for k in range(K):
             d = load_chunk(pdy_r, k * step, dtype, V, pred=preds[k])
             x = load_chunk(px_r, k * step, dtype, V, pred=preds[k])
-            w = load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k])
+            w = with_offset(load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k]), offset)
             dot_chunk(d, x, w, dot, [])  # dy * w is computed again in the second pass
         c = dx_coeff(rstd, row_sum(dot), N)
         pdx_r = dx0 + row * (N * es)
         for k in range(K):
             d = load_chunk(pdy_r, k * step, dtype, V, pred=preds[k])
             x = load_chunk(px_r, k * step, dtype, V, pred=preds[k])
-            w = load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k])
+            w = with_offset(load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k]), offset)
             acc = load_chunk(prow, k * pstep, f32, V, pred=preds[k])
             gw = []
             for a, ww in zip(d, w):

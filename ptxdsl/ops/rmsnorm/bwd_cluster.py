@@ -31,6 +31,7 @@ from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .bwd_staged import SMEM_PER_CTA
 from .cluster_row import MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Ring, Slice
 from .fwd import max_vec
+from .row import with_offset
 
 # Bytes of the row's slice, per array (dy and x), one CTA stages per ring buffer at most
 # (two such buffers of dy and x, and a third where it fits, in 227 KiB).
@@ -89,10 +90,11 @@ def plan_backward_cluster(n: int, dtype: PtxType, clusters: int | None = None, *
 
 
 def build_backward_cluster(p: BwdClusterPlan, dtype: PtxType, wdtype: PtxType, *,
-                           arch: str = "sm_90a"):
+                           arch: str = "sm_90a", offset: float = 0.0):
     """The cluster backward kernel for plan ``p``: arguments DY (M, N), X (M, N) (strided
     rows), W (N,), RSTD (M,) f32; outputs DX (M, N) and DWP (Q, N) f32, the per-cluster dw
-    partials that :func:`~.bwd.build_dw_reduce` sums into DW."""
+    partials that :func:`~.bwd.build_dw_reduce` sums into DW. ``offset``: dx reads
+    ``offset + w`` (:func:`~.row.with_offset`); dw keeps its form."""
     N, C, T, K, V, Q, S = p.n, p.cluster, p.threads, p.per_thread, p.vec, p.grid, p.stages
     es, wes = dtype.bytes, wdtype.bytes
     if V * es != 16:
@@ -117,8 +119,8 @@ def build_backward_cluster(p: BwdClusterPlan, dtype: PtxType, wdtype: PtxType, *
         sdy, sx = DY.row_stride, X.row_stride
         dy0, x0, dx0 = pdy + at.offset(es), px + at.offset(es), pdx + at.offset(es)
         step, wstep, pstep = at.step(es), at.step(wes), at.step(4)
-        ws = [load_chunk(pw + at.offset(wes), k * wstep, wdtype, V, pred=preds[k])
-              for k in range(K)]
+        ws = [with_offset(load_chunk(pw + at.offset(wes), k * wstep, wdtype, V, pred=preds[k]),
+                          offset) for k in range(K)]
         dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
 
         ring = Ring(p, tid, preds, ((dy0, sdy * es), (x0, sx * es)), S, m, Q)

@@ -24,7 +24,7 @@ from ptxdsl.types import PtxType, f32, u8, u32
 from .._common.reduce import RowSum
 from .._common.rowio import l2_prefetch_rows, load_chunk, narrow, store_chunk
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
-from .row import both
+from .row import both, with_offset
 
 SMEM_PER_CTA = 227 * 1024  # Hopper: the most dynamic shared memory one CTA may opt into
 # Room for the kernel's static arrays: the fused dW sum's tile (16 bytes per thread, up
@@ -47,7 +47,8 @@ def max_stages(n: int, dtype: PtxType, threads: int, vec: int, *, cap: int = 2) 
     return max(0, min(cap, (SMEM_PER_CTA - SMEM_SLACK) // stage_bytes(n, dtype)))
 
 
-def staged_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid):
+def staged_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid,
+                offset=0.0):
     """dX for rows ``cta, cta + G, ...`` through the shared-memory ring; the dw
     partial in registers, stored to this CTA's row ``prow`` at the end."""
     N, T, V, G, K, S = p.n, p.threads, p.vec, p.grid, p.per_thread, p.stages
@@ -98,7 +99,8 @@ def staged_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx
         for k in range(K):
             d, x = chunk(k)
             # w from L1 each row: held across rows it would cost the registers of dw
-            dot_chunk(d, x, load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k]), dot, gw)
+            w = with_offset(load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k]), offset)
+            dot_chunk(d, x, w, dot, gw)
         c = dx_coeff(rstd, row_sum(dot), N)
         pdx_r = dx0 + row * (N * es)
         for k in range(K):

@@ -17,7 +17,7 @@ from ...runtime.fastpath import Signatures
 from .._common.workspace import HEADER, WORKSPACE
 
 
-def fwd_key(x, weight, eps, residual, want_rstd, out) -> tuple:
+def fwd_key(x, weight, eps, residual, want_rstd, out, offset=0.0) -> tuple:
     """The forward's signature key (raises AttributeError/TypeError for non-torch arrays)."""
     ptrs = x.data_ptr() | weight.data_ptr()
     if residual is not None:
@@ -26,7 +26,7 @@ def fwd_key(x, weight, eps, residual, want_rstd, out) -> tuple:
         ptrs |= out.data_ptr()
     return (x.shape, x.stride(), x.dtype, weight.dtype, weight.stride(), x.get_device(), eps,
             None if residual is None else residual.stride(), want_rstd,
-            None if out is None else out.stride(), ptrs & 15)
+            None if out is None else out.stride(), ptrs & 15, offset)
 
 
 class Hot:
@@ -41,10 +41,10 @@ class Hot:
     :func:`fwd_fast`).
     """
 
-    __slots__ = ("guard", "eps", "launch")
+    __slots__ = ("guard", "eps", "launch", "offset")
 
-    def __init__(self, guard, eps, launch):
-        self.guard, self.eps, self.launch = guard, eps, launch
+    def __init__(self, guard, eps, launch, offset=0.0):
+        self.guard, self.eps, self.launch, self.offset = guard, eps, launch, offset
 
 
 NO_HOT = Hot(torch_private.never, None, None)
@@ -60,7 +60,7 @@ def clear() -> None:
     BACKWARD.clear()
 
 
-def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
+def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd, offset=0.0):
     """The per-signature closure: allocate the outputs and launch, nothing else.
 
     Pointers of views equal those of their bases, so the (M, N) views the kernel was
@@ -116,7 +116,7 @@ def fwd_fast(torch, k, args, x, weight, eps, m, want_rstd):
     if not want_rstd and len(args) == 3:
         guard = hooks.guard((x, weight))
         if guard is not torch_private.never:
-            run.hot = Hot(guard, eps, plain)
+            run.hot = Hot(guard, eps, plain, offset)
     return run
 
 
@@ -164,9 +164,9 @@ def bwd_fast(torch, kb, bargs, x, elems):
     return run
 
 
-def bwd_key(dy, x, weight, rstd) -> tuple:
+def bwd_key(dy, x, weight, rstd, offset=0.0) -> tuple:
     """The backward's signature key (raises AttributeError/TypeError for non-torch arrays)."""
     return (x.shape, x.stride(), dy.shape, dy.stride(), x.dtype, dy.dtype, weight.dtype,
             weight.stride(), rstd.shape, rstd.stride(), rstd.dtype, x.get_device(),
-            (x.data_ptr() | dy.data_ptr() | weight.data_ptr()) & 15)
+            (x.data_ptr() | dy.data_ptr() | weight.data_ptr()) & 15, offset)
 

@@ -27,7 +27,7 @@ from ptxdsl.types import PtxType, f32, u32
 
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
-from .row import add_residual, rstd_of, scale, store_rstd, unpack
+from .row import add_residual, rstd_of, scale, store_rstd, unpack, with_offset
 
 WARP = 32
 
@@ -150,8 +150,10 @@ def forward_specs(N: int, dtype: PtxType, wdtype: PtxType, residual: bool, with_
 
 
 def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6,
-                  residual: bool = False, with_rstd: bool = False, arch: str = "sm_90a"):
-    """Trace-ready RMSNorm forward kernel for one plan.
+                  residual: bool = False, with_rstd: bool = False, arch: str = "sm_90a",
+                  offset: float = 0.0):
+    """Trace-ready RMSNorm forward kernel for one plan (``y = x * rstd * (offset + w)``;
+    ``offset`` 0 records exactly the plain kernel).
 
     Arguments, in order: X (M, N) [strided rows], [R (M, N) residual, strided],
     W (N,), then outputs Y (M, N), [H (M, N): x + residual, usually R itself],
@@ -182,13 +184,13 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
         # memory accesses are switched off.
         rowok = row < ptx.dim("M") if R > 1 else None
         _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps,
-                  es, wes, K, V, T, rowok)
+                  es, wes, K, V, T, rowok, offset)
 
     return rms_norm_fwd
 
 
 def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, wes,
-              K, V, T, rowok):
+              K, V, T, rowok, offset=0.0):
     N = p.n
     px = ptx.global_ptrs(X)[0]
     pw = ptx.global_ptrs(W)[0]
@@ -234,8 +236,8 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
             xs.append(x)
     # Weights do not depend on the row statistics: load them before the reduction
     # so their latency hides behind it.
-    ws = [load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k], hints=p.w_hints,
-                     policy=wpol)
+    ws = [with_offset(load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k],
+                                 hints=p.w_hints, policy=wpol), offset)
           for k in range(K)] if p.preload_w else []
 
     total = RowSum(T, tid, looped=False)(acc)
@@ -250,7 +252,8 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
                            policy=rpol)
         else:
             x = xs[k]
-        w = ws[k] if p.preload_w else load_chunk(wrow, k * T * V * wes, wdtype, V,
-                                                 pred=preds[k], hints=p.w_hints, policy=wpol)
+        w = ws[k] if p.preload_w else with_offset(
+            load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k], hints=p.w_hints,
+                       policy=wpol), offset)
         store_chunk(yrow, k * step, dtype, narrow(scale(x, w, rstd), dtype), pred=preds[k],
                     hints=p.y_hints, policy=ypol)

@@ -29,7 +29,7 @@ from .._common.rowio import l2_policy, narrow, store_chunk
 from .cluster_row import (MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Ring, Slice, load_raw,
                           widen)
 from .fwd import forward_specs, max_vec
-from .row import add_residual, rstd_of, scale, store_rstd, unpack
+from .row import add_residual, rstd_of, scale, store_rstd, unpack, with_offset
 
 # Bytes of the row each thread keeps in registers (8 chunks of 16 bytes: 32 registers).
 THREAD_BYTES = 128
@@ -106,9 +106,9 @@ def _regs_per_chunk(vec: int, dtype: PtxType) -> int:
 
 def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
                           eps: float = 1e-6, residual: bool = False, with_rstd: bool = False,
-                          arch: str = "sm_90a"):
+                          arch: str = "sm_90a", offset: float = 0.0):
     """The cluster forward kernel for plan ``p`` (the arguments of
-    :func:`~.fwd.build_forward`: X, [R], W, Y, [H], [RSTD])."""
+    :func:`~.fwd.build_forward`: X, [R], W, Y, [H], [RSTD]; ``offset`` as there)."""
     N, C, T = p.n, p.cluster, p.threads
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
     if p.stages and residual:
@@ -129,12 +129,12 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())
         body = _ring_rows if p.stages else _one_row
-        body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps)
+        body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset)
 
     return rms_norm_fwd_cluster
 
 
-def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps):
+def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
     """Cluster ``row``'s row: the slice loaded into registers, the exchange, y."""
     N, K, V = p.n, p.per_thread, p.vec
     es, wes = dtype.bytes, wdtype.bytes
@@ -182,11 +182,11 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps):
     for k in range(K):
         w = ws[k] if ws is not None else load_raw(wrow, k * wstep, wdtype, V,
                                                   pred=preds[k], policy=wpol)
-        y = scale(widen(keep[k], dtype), widen(w, wdtype), rstd)
+        y = scale(widen(keep[k], dtype), with_offset(widen(w, wdtype), offset), rstd)
         store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
 
 
-def _ring_rows(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps):
+def _ring_rows(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
     """Rows ``q, q + Q, ...`` through a ring of ``p.stages`` shared-memory buffers
     (:class:`~.cluster_row.Ring`), w held in registers throughout; x is read from the
     ring twice (for the sum, then for y)."""
@@ -214,6 +214,7 @@ def _ring_rows(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps):
             store_rstd(RSTD, row, rstd, tid | rank)
         yrow = y0 + row * (N * es)
         for k in range(K):
-            y = scale(ring.chunk(0, k, dtype), widen(ws[k], wdtype), rstd)
+            y = scale(ring.chunk(0, k, dtype), with_offset(widen(ws[k], wdtype), offset),
+                      rstd)
             store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
         ring.advance()

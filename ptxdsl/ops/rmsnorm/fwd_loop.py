@@ -16,7 +16,7 @@ from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
 from .fwd import Plan, forward_specs
 from .row import (add_residual, balanced_grid, both, persistent_rows, rstd_of, scale,
-                  store_rstd, unpack)
+                  store_rstd, unpack, with_offset)
 
 
 def loop_ctas_per_sm(p: Plan) -> int:
@@ -33,9 +33,9 @@ def loop_ctas_per_sm(p: Plan) -> int:
 
 def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
                        eps: float = 1e-6, residual: bool = False, with_rstd: bool = False,
-                       arch: str = "sm_90a"):
+                       arch: str = "sm_90a", offset: float = 0.0):
     """Persistent forward kernel over at most ``grid`` CTAs (same arguments as
-    :func:`~.rms_norm_fwd.build_forward`)."""
+    :func:`~.fwd.build_forward`)."""
     N, T, R, V, K = p.n, p.threads, p.rows_per_cta, p.vec, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
@@ -55,8 +55,9 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
         policies: dict = {}
         xpol = l2_policy(p.x_policy, policies)
         ypol = l2_policy(p.y_policy, policies)
-        ws = [load_chunk(w0, k * wstep, wdtype, V, pred=chunk_ok[k], hints=p.w_hints,
-                         policy=l2_policy(p.w_policy, policies)) for k in range(K)]
+        ws = [with_offset(load_chunk(w0, k * wstep, wdtype, V, pred=chunk_ok[k],
+                                     hints=p.w_hints, policy=l2_policy(p.w_policy, policies)),
+                          offset) for k in range(K)]
         reduce = RowSum(T, tid, looped=True)
 
         def row_of(rb):

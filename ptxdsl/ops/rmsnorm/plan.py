@@ -40,33 +40,39 @@ def vec_for(n, dtype, weight, wdtype, *arrays) -> int:
 
 
 # ---------------------------------------------------------------- forward
-def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=None):
+def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=None,
+                   offset=0.0):
     """A cluster of CTAs per row for rows one CTA cannot hold (:func:`long_rows`), else
     the persistent kernel when a CTA's rows fit in registers (ptxas is asked whether
     one CTA per SM fits), else one CTA per row (:func:`best_row_kernel`). ``device``:
-    the GPU's :class:`~ptxdsl.runtime.driver.DeviceInfo` (None: the interpreter)."""
+    the GPU's :class:`~ptxdsl.runtime.driver.DeviceInfo` (None: the interpreter);
+    ``offset``: Gemma's, added to each weight (0: the plain kernels)."""
     cp = long_rows(n, dt, vec, arch, device).forward
     if cp is not None and not (cp.stages and residual):
         def get(q):
-            key = ("fwd_cluster", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, q)
+            key = ("fwd_cluster", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, q,
+                   offset)
             return KERNELS.get(key, lambda: build_forward_cluster(
-                q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd, arch=arch))
+                q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd, arch=arch,
+                offset=offset))
         return _resident(cp, get, device)[1]
     p = plan(n, dt, vec)
     cps = loop_ctas_per_sm(p)
     if cps:
-        key = ("fwd_loop", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, sms * cps)
+        key = ("fwd_loop", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, sms * cps,
+               offset)
         k = KERNELS.get(key, lambda: build_forward_loop(p, dt, wdt, sms * cps, eps=eps,
                                                         residual=residual,
-                                                        with_rstd=want_rstd, arch=arch))
+                                                        with_rstd=want_rstd, arch=arch,
+                                                        offset=offset))
         if _fits(k, p.block):
             return k
-    key = ("fwd", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch)
+    key = ("fwd", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, offset)
     return KERNELS.get(key, lambda: best_row_kernel(p, dt, wdt, eps, residual, want_rstd,
-                                                    arch))
+                                                    arch, offset))
 
 
-def best_row_kernel(p, dt, wdt, eps, residual, want_rstd, arch):
+def best_row_kernel(p, dt, wdt, eps, residual, want_rstd, arch, offset=0.0):
     """The one-CTA-per-row kernel for plan ``p``, asking ptxas for register counts.
 
     For a two-pass plan of at most two chunks per thread, w is loaded after the
@@ -81,7 +87,7 @@ def best_row_kernel(p, dt, wdt, eps, residual, want_rstd, arch):
     """
     def build(q):
         return build_forward(q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd,
-                             arch=arch)
+                             arch=arch, offset=offset)
     k = build(p)
     if not (p.two_pass and p.preload_w and p.per_thread <= 2):
         return k
@@ -186,7 +192,7 @@ class _LongRows:
     backward: object
 
 
-def _cluster_backward(n, dt, wdt, vec, arch, sms, info):
+def _cluster_backward(n, dt, wdt, vec, arch, sms, info, offset=0.0):
     """The cluster backward's plan and kernel, its grid as many clusters as run at once
     on the device (the interpreter: ``sms // C``, at least one), or None."""
     p = long_rows(n, dt, vec, arch, info).backward
@@ -194,8 +200,9 @@ def _cluster_backward(n, dt, wdt, vec, arch, sms, info):
         return None
 
     def get(q):
-        return KERNELS.get(("bwd_cluster", n, dt.name, wdt.name, vec, arch, q),
-                           lambda: build_backward_cluster(q, dt, wdt, arch=arch))
+        return KERNELS.get(("bwd_cluster", n, dt.name, wdt.name, vec, arch, q, offset),
+                           lambda: build_backward_cluster(q, dt, wdt, arch=arch,
+                                                          offset=offset))
     return _resident(p, get, info)
 
 
@@ -222,7 +229,7 @@ def _resident(p, get, info):
 SHORT_HALF_CTAS = 3
 
 
-def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info):
+def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0.0):
     """The backward kernel and its plan, with as many CTAs as the device holds at once.
 
     The launch is cooperative, so the grid must be resident; the plan's register
@@ -241,13 +248,13 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info):
     :data:`SHORT_HALF_CTAS` CTAs per SM, with the same L2 prefetch (measured:
     "backward: short half-precision rows at three CTAs per SM").
     """
-    cluster = _cluster_backward(n, dt, wdt, vec, arch, sms, info)
+    cluster = _cluster_backward(n, dt, wdt, vec, arch, sms, info, offset)
     if cluster is not None:
         return cluster
 
     def get(p):
-        return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.l2_ahead, arch),
-                           lambda: build_backward(p, dt, wdt, arch=arch))
+        return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.l2_ahead, arch, offset),
+                           lambda: build_backward(p, dt, wdt, arch=arch, offset=offset))
     p = plan_backward(n, dt, sms, vec=vec)
     halves = p.prefetch and dt.bytes == 2 and vec * dt.bytes == 16
     short = halves and p.threads <= 256 and n >= 1000  # 1000: the shortest measured

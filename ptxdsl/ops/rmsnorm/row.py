@@ -107,6 +107,21 @@ def store_rstd(RSTD, row, rstd, lane, ok=None) -> None:
         ptx.inst.st.global_.f32(ptx.addr(prs + row * 4), rstd)
 
 
+def with_offset(w: list, offset: float) -> list:
+    """Gemma's ``offset + w`` per element: one ``add.f32`` each (offset an immediate)
+    into new registers (``w``'s are left as they are, so weights held across rows may
+    be offset again per row). ``offset == 0`` records nothing and returns ``w``: the
+    kernel is then exactly the plain RMSNorm's."""
+    if not offset:
+        return w
+    out = []
+    for r in w:
+        t = reg.scalar(f32)
+        ptx.inst.add.f32(t, r, float(offset))
+        out.append(t)
+    return out
+
+
 def scale(x: list, w: list, rstd) -> list:
     """``(x * rstd) * w`` per element: two ``mul.f32``, rounded in that order."""
     ys = []

@@ -222,3 +222,21 @@ def test_plan_caches_kernels_per_offset():
     np.testing.assert_array_equal(y0, y0b)
     assert rel_err(y1, ref_fwd(x, w, 1.0)[0]) < 2e-6
     assert dataclasses.is_dataclass(plan(64, f32))
+
+
+def test_cluster_kernels_take_the_offset():
+    """The long-row kernels (a cluster of CTAs per row) add the offset to each weight
+    they load, and record their plain PTX at offset 0."""
+    from ptxdsl.ops.rmsnorm.bwd_cluster import build_backward_cluster, plan_backward_cluster
+    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
+    for dt in (f32, bf16):
+        cp = plan_cluster(131072, dt)
+        plain = build_forward_cluster(cp, dt, dt).ptx()
+        assert build_forward_cluster(cp, dt, dt, offset=0.0).ptx() == plain
+        gemma = build_forward_cluster(cp, dt, dt, offset=1.0).ptx()
+        assert gemma.count("add.f32") - plain.count("add.f32") == cp.per_thread * cp.vec
+        bp = plan_backward_cluster(131072, dt, 4)
+        plain = build_backward_cluster(bp, dt, dt).ptx()
+        assert build_backward_cluster(bp, dt, dt, offset=0.0).ptx() == plain
+        gemma = build_backward_cluster(bp, dt, dt, offset=1.0).ptx()
+        assert gemma.count("add.f32") - plain.count("add.f32") == bp.per_thread * bp.vec

@@ -230,11 +230,12 @@ def test_cluster_kernels_take_the_offset():
     from ptxdsl.ops.rmsnorm.bwd_cluster import build_backward_cluster, plan_backward_cluster
     from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
     for dt in (f32, bf16):
-        cp = plan_cluster(131072, dt)
-        plain = build_forward_cluster(cp, dt, dt).ptx()
-        assert build_forward_cluster(cp, dt, dt, offset=0.0).ptx() == plain
-        gemma = build_forward_cluster(cp, dt, dt, offset=1.0).ptx()
-        assert gemma.count("add.f32") - plain.count("add.f32") == cp.per_thread * cp.vec
+        for stages in (0, 2):  # one row per cluster; persistent through a ring (w held)
+            cp = plan_cluster(131072, dt, stages=stages)
+            plain = build_forward_cluster(cp, dt, dt).ptx()
+            assert build_forward_cluster(cp, dt, dt, offset=0.0).ptx() == plain
+            gemma = build_forward_cluster(cp, dt, dt, offset=1.0).ptx()
+            assert gemma.count("add.f32") - plain.count("add.f32") == cp.per_thread * cp.vec
         bp = plan_backward_cluster(131072, dt, 4)
         plain = build_backward_cluster(bp, dt, dt).ptx()
         assert build_backward_cluster(bp, dt, dt, offset=0.0).ptx() == plain

@@ -168,6 +168,14 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
         raise TraceError(f"a {swizzle}-byte swizzled array has rows of at most {swizzle} "
                          f"bytes ({swizzle // dtype.bytes} {dtype.name}), got {shape[-1]}",
                          user_location())
+    if swizzle and shape[-1] * dtype.bytes < swizzle:
+        # TMA lays a narrower box row one whole span after the previous one
+        # (TensorMapSpec.smem_row_bytes): past the end of a dense array of such rows
+        raise TraceError(f"a {swizzle}-byte swizzled array needs rows of the whole span, "
+                         f"{swizzle // dtype.bytes} {dtype.name}; got {shape[-1]}: TMA writes "
+                         f"narrower box rows {swizzle} bytes apart. Declare the full width "
+                         f"(the TMA box may stay narrower) or use a smaller swizzle",
+                         user_location())
     return arr
 
 

@@ -130,6 +130,22 @@ class TensorMapSpec:
         (out-of-bounds elements are filled and count too)."""
         return self.box_elements * self.dtype.bytes
 
+    @property
+    def smem_row_bytes(self) -> int:
+        """Bytes one innermost box row takes in shared memory: its elements, padded up to
+        the swizzle span when narrower. Measured on an H100 (tests/gpu/
+        test_tma_interp_gpu.py): a 16-byte row of a 32-byte-swizzled box lands at a
+        32-byte pitch, the rest of the span untouched; ``expect_tx`` still counts
+        :attr:`box_bytes`."""
+        inner = -(-self.box[-1] // self.element_strides[-1]) * self.dtype.bytes
+        return max(inner, self.swizzle)
+
+    @property
+    def smem_bytes(self) -> int:
+        """The box's footprint in shared memory (rows at :attr:`smem_row_bytes`)."""
+        inner = -(-self.box[-1] // self.element_strides[-1])
+        return self.box_elements // inner * self.smem_row_bytes
+
     def with_address(self, address: int) -> "TensorMapSpec":
         return replace(self, address=int(address))
 

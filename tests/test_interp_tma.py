@@ -21,17 +21,24 @@ def build_copy(box, swizzle, dtype=f32, dump=True, store_shift=0, multicast=Fals
     t = TMA(box=box, swizzle=swizzle)
     e = dtype.bytes
     nbytes = br * bc * e
-    words = nbytes // 4
+    cols = max(bc, swizzle // e)       # a narrower box row still takes the whole span
+    words = br * cols * e // 4
 
     @kernel(in_specs=(Tile("M", "N", dtype, tma=t),),
             out_specs=(Tile("M", "N", dtype, tma=t), Tile("G", words, u32)),
             grid=lambda M, N: (-(-N // bc), -(-M // br), 1), block=(128, 1, 1), arch="sm_90a")
     def copy(A, C, D):
         a_desc, c_desc = A.tma_desc(), C.tma_desc()
-        tile = smem.alloc(dtype, (br, bc), swizzle=swizzle, align=128)
+        tile = smem.alloc(dtype, (br, cols), swizzle=swizzle, align=128)
         bars = smem.alloc(b64, (1,), align=8)
         tid, cx, cy, nx = (reg.scalar(u32) for _ in range(4))
         ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        if cols != bc:   # the padding TMA leaves alone: zero it (generic proxy, then fence)
+            for j in range(0, words, 128):
+                with ptx.if_(tid + j < words):
+                    ptx.inst.st.shared.u32(ptx.addr(tile.base + (tid + j) * 4), 0)
+            ptx.inst.fence.proxy.async_.shared__cta()
+            ptx.bar.sync(0)
         ptx.inst.mov.u32(cx, ptx.special.ctaid.x())
         ptx.inst.mov.u32(cy, ptx.special.ctaid.y())
         ptx.inst.mov.u32(nx, ptx.special.nctaid.x())
@@ -62,8 +69,15 @@ def build_copy(box, swizzle, dtype=f32, dump=True, store_shift=0, multicast=Fals
 
 
 def swizzled_image(box_vals: np.ndarray, swizzle: int) -> np.ndarray:
-    """The shared bytes of a dense box after the swizzle, written independently: row r of
-    128 bytes has its 16-byte chunk c moved to c ^ (r % 8) (limited to the span's chunks)."""
+    """The shared bytes of a dense box after the swizzle, written independently: rows
+    narrower than the span padded to it with zeros, then each line of 128 bytes r has
+    its 16-byte chunk c moved to c ^ (r % 8) (limited to the span's chunks)."""
+    width = box_vals.shape[-1] * box_vals.itemsize
+    if swizzle and width < swizzle:
+        padded = np.zeros(box_vals.shape[:-1] + (swizzle // box_vals.itemsize,),
+                          box_vals.dtype)
+        padded[..., :box_vals.shape[-1]] = box_vals
+        box_vals = padded
     raw = box_vals.reshape(-1).view(np.uint8)
     out = np.empty_like(raw)
     for pos in range(raw.size):
@@ -88,7 +102,8 @@ def expected_boxes(a, box):
 
 
 @pytest.mark.parametrize("swizzle,box", [(0, (8, 8)), (32, (16, 8)), (64, (8, 16)),
-                                         (128, (16, 32))])
+                                         (128, (16, 32)), (32, (8, 4)), (64, (8, 8)),
+                                         (128, (8, 16))])
 def test_tma_load_store_ragged_each_swizzle(swizzle, box):
     rng = np.random.default_rng(swizzle)
     m, n = box[0] * 2 + 3, box[1] * 2 - 4          # ragged: OOB rows and columns

@@ -106,3 +106,8 @@ def test_surface_refuses_with_a_reason():
         smem.alloc(bf16, (8, 128), swizzle=128)
     with pytest.raises(PtxdslError, match=r"rows of at most 128 bytes"):
         kernel(arch="sm_90a")(bad_swizzle).ptx()
+
+    def narrow_swizzle():       # TMA would write its rows 128 bytes apart, past the end
+        smem.alloc(bf16, (8, 32), swizzle=128)
+    with pytest.raises(PtxdslError, match=r"needs rows of the whole span, 64 bf16; got 32"):
+        kernel(arch="sm_90a")(narrow_swizzle).ptx()

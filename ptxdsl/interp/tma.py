@@ -92,7 +92,10 @@ def _box(spec, origin) -> tuple[np.ndarray, np.ndarray]:
 def _smem_addrs(spec, base: int) -> np.ndarray:
     """Absolute shared address of each box element's first byte (swizzled)."""
     e = spec.dtype.bytes
-    a = base + np.arange(spec.box_elements, dtype=np.int64) * e
+    i = np.arange(spec.box_elements, dtype=np.int64)
+    n = -(-spec.box[-1] // spec.element_strides[-1])    # elements of one box row
+    # rows narrower than the swizzle span lie one span apart (TensorMapSpec.smem_row_bytes)
+    a = base + ((i // n) * (spec.smem_row_bytes // e) + i % n) * e
     if spec.swizzle:
         a = a ^ (((a >> 7) & (spec.swizzle // 16 - 1)) << 4)
     return a

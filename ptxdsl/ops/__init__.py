@@ -4,7 +4,7 @@ One subpackage per op (``ops/<op>/``: ``api`` the public calls, ``plan`` the ker
 choice, then its kernels); what several ops share is in ``ops/_common/``.
 
 ========== ==============================================================
-rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``
+rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``, ``rms_norm_quant``
 matmul     ``matmul``: GEMM with a fused bias and activation
 _common    framework glue, built-kernel caches, row I/O, reductions, workspace
 ========== ==============================================================
@@ -12,7 +12,7 @@ _common    framework glue, built-kernel caches, row I/O, reductions, workspace
 import sys as _sys
 
 from ._common.frame import register_torch_ops
-from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward
+from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
 
 if "torch" in _sys.modules:
@@ -20,5 +20,5 @@ if "torch" in _sys.modules:
     # whole; without torch loaded they are registered at the first torch call.
     register_torch_ops()
 
-__all__ = ["rms_norm", "rms_norm_backward", "RMSNorm", "KERNELS", "matmul",
+__all__ = ["rms_norm", "rms_norm_backward", "rms_norm_quant", "RMSNorm", "KERNELS", "matmul",
            "register_torch_ops"]

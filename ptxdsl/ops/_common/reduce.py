@@ -55,3 +55,57 @@ class RowSum:
         if self.looped:
             ptx.inst.xor.b32(self.buf, self.buf, 1)
         return total
+
+
+class RowSumMax:
+    """A row's f32 sum and f32 max at once (every thread gets both): :class:`RowSum`'s
+    schedule, not in a loop, with both values in one shared-memory exchange.
+
+    ``T <= 32``: ``ptx.warp.reduce_sum`` and ``reduce_max`` over ``T`` lanes. Larger
+    rows: both butterflies over the full warp, lane 0 of each warp writes its two
+    partials (``st.shared.f32``), **one** ``bar.sync``, then every thread folds the
+    per-warp sums (``add.f32``) and maxima (``max.f32``) itself, with ``ld.shared.v4``
+    loads.
+    """
+
+    def __init__(self, T: int, tid):
+        self.T = T
+        self.tid = tid
+        self.nwarps = max(1, T // WARP)
+        if T > WARP:
+            self.partials = smem.alloc(f32, (2, -(-self.nwarps // 4) * 4))
+
+    def __call__(self, acc, top):
+        T = self.T
+        if T == 1:
+            return acc, top
+        if T <= WARP:
+            ptx.warp.reduce_sum(acc, width=T)
+            ptx.warp.reduce_max(top, width=T)
+            return acc, top
+        ptx.warp.reduce_sum(acc)
+        ptx.warp.reduce_max(top)
+        tid = self.tid
+        with ptx.if_((tid & (WARP - 1)) == 0):
+            self.partials[0, tid >> 5] = acc
+            self.partials[1, tid >> 5] = top
+        ptx.bar.sync(0)
+        return (_fold(self.partials.addr(0, 0), self.nwarps, "add"),
+                _fold(self.partials.addr(1, 0), self.nwarps, "max"))
+
+
+def _fold(base, count: int, op: str):
+    """``op.f32`` (add or max) over ``count`` f32 at ``base`` in shared memory, read with
+    the widest ``ld.shared`` vectors that fit, into a new register (0 to start: the maxima
+    folded here are of absolute values)."""
+    out = reg.scalar(f32, init=0.0)
+    i = 0
+    while i < count:
+        n = 4 if count - i >= 4 else (2 if count - i >= 2 else 1)
+        vals = [reg.scalar(f32) for _ in range(n)]
+        ptx.inst(f"ld.shared{'.v%d' % n if n > 1 else ''}.f32", vals if n > 1 else vals[0],
+                 ptx.addr(base.base, base.offset + 4 * i))
+        for v in vals:
+            ptx.inst(f"{op}.f32", out, out, v)
+        i += n
+    return out

@@ -5,12 +5,13 @@ access that fits (16 bytes at most: ``ld.global.v4.f32`` for 4 f32,
 ``ld.global.v4.b32`` for 8 halves). Half-precision words are widened to f32
 right after the load (bf16: a shift or mask, exact; f16: ``cvt.f32.f16``) and
 narrowed with one ``cvt.rn.{f16,bf16}x2.f32`` per pair before the store, so
-the arithmetic in between is always f32.
+the arithmetic in between is always f32. :func:`store_e4m3_chunk` stores f32 registers as FP8
+(e4m3) bytes.
 """
 from __future__ import annotations
 
 from ptxdsl import ptx, reg
-from ptxdsl.types import PtxType, b16, b32, b64, bf16, f32, u32
+from ptxdsl.types import PtxType, b16, b32, b64, bf16, e4m3x2, f32, u32
 
 
 def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
@@ -161,3 +162,41 @@ def l2_prefetch_rows(tid, row, m, rows, nbytes: int, policy=None) -> None:
                          (".L2::cache_hint" if policy is not None else ""),
                          ptx.addr(base + row * stride), nbytes,
                          *([policy] if policy is not None else []))
+
+
+def store_e4m3_chunk(base, offset: int, vals: list, *, pred=None,
+                     hints: tuple[str, ...] = (), policy=None) -> None:
+    """Store f32 registers as FP8 e4m3 bytes at ``[base+offset]`` in one access.
+
+    Each pair becomes one ``cvt.rn.satfinite.e4m3x2.f32`` (round to nearest even,
+    saturated to +-448, NaN kept; the later element in the upper byte), pairs of pairs
+    one ``mov.b32 {lo, hi}``; then ``st.global.v2.b32`` for 8 values, ``st.global.b32``
+    for 4, ``st.global.b16`` for 2. One value is converted beside a zero and stored
+    with ``st.global.b8``.
+    """
+    n = len(vals)
+    if n == 1:
+        p, h = reg.scalar(e4m3x2), reg.scalar(b16)
+        ptx.inst.cvt.rn.satfinite.e4m3x2.f32(p, 0.0, vals[0])
+        ptx.inst.mov.b16(h, p)
+        _st(hints, policy, 1, "b8", h, ptx.addr(base, offset), pred)
+        return
+    if n % 2 or n > 16:
+        raise ValueError(f"store_e4m3_chunk stores 1, 2, 4, 8 or 16 values, not {n}")
+    pairs = []
+    for i in range(0, n, 2):
+        p = reg.scalar(e4m3x2)
+        ptx.inst.cvt.rn.satfinite.e4m3x2.f32(p, vals[i + 1], vals[i])
+        pairs.append(p)
+    if n == 2:
+        _st(hints, policy, 1, "b16", pairs[0], ptx.addr(base, offset), pred)
+        return
+    words = [ptx.pack(b32, pairs[i], pairs[i + 1]) for i in range(0, len(pairs), 2)]
+    _st(hints, policy, len(words), "b32", words if len(words) > 1 else words[0],
+        ptx.addr(base, offset), pred)
+
+
+def _st(hints, policy, n, tname, src, addr, pred) -> None:
+    chain = ["st", "global", *_with_policy(hints, policy)] + ([f"v{n}"] if n > 1 else []) \
+        + [tname]
+    ptx.inst(".".join(chain), addr, src, *([policy] if policy is not None else []), pred=pred)

@@ -2,6 +2,7 @@
 
 =========== ==============================================================
 api         ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``: checks, dispatch
+quant_api   ``rms_norm_quant``: RMSNorm with FP8 (e4m3) output and its scale
 plan        which kernel a call runs (ptxas / occupancy asked), built kernels
 fast        repeated torch calls: per-signature closures that allocate and launch
 autograd    the ``torch.autograd.Function`` and ``nn.Module`` (torch only)
@@ -15,8 +16,10 @@ fwd_cluster the forward over a cluster of CTAs per row (long rows, sm_90)
 bwd_cluster the backward over clusters of CTAs (long rows, sm_90)
 cluster_row a row split over a cluster; its sum through distributed shared memory
 devices     what the plans read of a device (SMs, bandwidth, L2, clusters)
+quant       the FP8-output kernel (dynamic per-row or static scale, fused residual)
 =========== ==============================================================
 """
 from .api import KERNELS, RMSNorm, rms_norm, rms_norm_backward
+from .quant_api import rms_norm_quant
 
-__all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward"]
+__all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward", "rms_norm_quant"]

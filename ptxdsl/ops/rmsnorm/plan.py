@@ -18,9 +18,10 @@ from .devices import Device
 from .fwd_cluster import build_forward_cluster, plan_cluster
 from .fwd import build_forward, max_vec, plan
 from .fwd_loop import build_forward_loop, loop_ctas_per_sm
+from .quant import build_quant, plan_quant
 
 __all__ = ["KERNELS", "SHORT_HALF_CTAS", "backward_kernel", "ctas_per_sm", "dw_reduce_kernel",
-           "forward_kernel", "vec_for"]
+           "forward_kernel", "quant_kernel", "vec_for"]
 
 # Built kernels, keyed by (kind, N, dtype, weight dtype, vec, variant flags, eps, arch, grid).
 KERNELS = KernelCache()
@@ -287,3 +288,40 @@ def dw_reduce_kernel(n: int, wdt: PtxType, grid: int, arch: str):
     """The second launch of an unfused backward: the (grid, N) partials summed into dw."""
     return KERNELS.get(("dw", n, wdt.name, grid, arch),
                        lambda: build_dw_reduce(n, grid, wdt, arch=arch))
+
+
+# ---------------------------------------------------------------- FP8 output
+def quant_kernel(n, dt: PtxType, wdt: PtxType, vec, residual: bool, dynamic: bool, eps: float,
+                 offset: float, arch: str):
+    """``rms_norm_quant``'s kernel (:mod:`.quant`): one CTA (or lane group) per row, the
+    row in registers where it fits (:func:`~.quant.plan_quant`).
+
+    As for the forward's one-pass half rows (:func:`best_row_kernel`), ptxas is asked
+    for all the CTAs the threads allow (``.minnctapersm``, 2048 threads per SM) where
+    its own choice of registers leaves fewer, then for one CTA more than its choice;
+    the first variant that spills nothing is taken. Without ptxas the plan stands as it
+    is.
+    """
+    key = ("quant", n, dt.name, wdt.name, vec, residual, dynamic, eps, offset, arch)
+    return KERNELS.get(key, lambda: _best_quant(plan_quant(n, dt, vec), dt, wdt, residual,
+                                                dynamic, eps, offset, arch))
+
+
+def _best_quant(p, dt, wdt, residual, dynamic, eps, offset, arch):
+    def build(q):
+        return build_quant(q, dt, wdt, eps=eps, residual=residual, dynamic=dynamic,
+                           offset=offset, arch=arch)
+    k = build(p)
+    most = 2048 // p.block
+    try:
+        have = ctas_per_sm(k, p.block)
+        for want in dict.fromkeys((most, have + 1)):
+            if want <= have:
+                break
+            q = build(dataclasses.replace(p, min_ctas=want))
+            r = q.resources()
+            if not r.spill_stores and not r.local and ctas_per_sm(q, p.block) > have:
+                return q
+        return k
+    except ToolchainError:  # no ptxas to ask
+        return k

@@ -37,6 +37,7 @@ VARIANTS = {
     "group4": {"group_m": 4},
     "stages3": {"stages": 3},
     "no-store": {"_store": False},
+    "st-shared": {"stmatrix": False},     # the epilogue before stmatrix.x4 (st.shared.b32)
 }
 
 

@@ -37,7 +37,10 @@ THREAD, WARP, WARPGROUP, CTA, CLUSTER, GRID = range(6)
 _SPECIAL_LEVEL = (("tid.", THREAD), ("laneid", THREAD), ("clock", THREAD),
                   ("lanemask", THREAD), ("globaltimer", THREAD), ("warpid", WARP),
                   ("nwarpid", GRID), ("ctaid.", CTA), ("smid", CTA), ("nctaid.", GRID),
-                  ("ntid.", GRID), ("nsmid", GRID))
+                  ("ntid.", GRID), ("nsmid", GRID), ("clusterid.", CLUSTER),
+                  ("nclusterid.", GRID), ("cluster_ctarank", CTA), ("cluster_ctaid.", CTA),
+                  ("cluster_nctarank", GRID), ("cluster_nctaid.", GRID),
+                  ("is_explicit_cluster", GRID))
 _DIFFERS = {THREAD: "differs between the threads of one warp",
             WARP: "differs between the warps of one warpgroup",
             WARPGROUP: "differs between the warpgroups of one CTA",

@@ -226,6 +226,23 @@ def test_counted_barrier_in_a_lane_branch_is_refused():
     fails_at(body, "lane-bar", "differs between the threads of one warp", "whole warps")
 
 
+@pytest.mark.parametrize("sreg", ["clusterid", "nclusterid", "cluster_ctarank"])
+def test_cluster_registers_are_uniform_over_the_cta(sreg):
+    """A loop over %clusterid / %nclusterid (a persistent cluster kernel's tile loop) and a
+    branch on %cluster_ctarank hold warp-aligned instructions; %tid.x still does not."""
+    def body(name):
+        v = reg.scalar(u32)
+        src = {"clusterid": lambda: ptx.special.clusterid.x(),
+               "nclusterid": lambda: ptx.special.nclusterid.x(),
+               "cluster_ctarank": lambda: ptx.special.cluster_ctarank(),
+               "tid": lambda: ptx.special.tid.x()}[name]()
+        ptx.inst.mov.u32(v, src)
+        with ptx.if_(v == 0):
+            ptx.bar.sync(0)  # <- cluster-bar
+    assert "bar.sync 0;" in passes(lambda: body(sreg))
+    fails_at(lambda: body("tid"), "cluster-bar", "bar.sync inside a branch")
+
+
 def test_register_written_in_a_lane_branch_is_not_uniform_after_it():
     def body():
         tid = _tid()

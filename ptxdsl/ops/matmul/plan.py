@@ -61,6 +61,7 @@ class Plan:
     l2_promotion: int = 0  # TMA L2 promotion of A and B loads (bytes: 0, 64, 128, 256)
     split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster whose rank 0
     #                        adds the others' partial sums (.splitk; needs cluster == 1)
+    stmatrix: bool = True  # 16-bit outputs staged with stmatrix.x4 (else st.shared.b32)
 
     def __post_init__(self):
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
@@ -205,7 +206,10 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
     if best is None:       # a forced split that no tile width takes: bn = 128
         best = (None, 128, split)
     _, bn, s = best
-    p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256)
+    # The split-K kernel keeps the st.shared epilogue: with stmatrix beside the 4-way
+    # exchange ptxas spills 3 registers (the kernel has 168 for every role), and rank 0
+    # stores one tile of few live rows per K/split of streaming.
+    p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256, stmatrix=s == 1)
     most = 4 if bn == 256 else 6
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 

@@ -18,8 +18,8 @@ retired:
   ``mbarrier.arrive.release.cluster.shared::cluster``, every thread: each releases its
   own stores);
 * rank 0 waits on its ``xfull`` (``128 * (split - 1)`` arrivals, acquire.cluster), adds
-  rank 1's, 2's, ... buffers in that order (``ld.shared::cluster.v4.f32`` of the
-  partner's buffer through ``mapa``), arrives on each partner's ``xfree`` (every thread,
+  rank 1's, 2's, ... buffers in that order (``ld.shared::cluster.v4.f32`` of each
+  partner's buffer through ``mapa``, one register group of every partner at a time), arrives on each partner's ``xfree`` (every thread,
   release.cluster: its reads are done), and runs the epilogue alone.
 
 The sum is ``((acc_0 + p_1) + p_2) + ...`` for every element, whatever the timing: the
@@ -114,13 +114,21 @@ class PartialExchange:
     def _gather(self, acc, live) -> None:
         _wait_cluster(self.labels, self.xfull, self.phase)
         with ptx.if_(live):
+            srcs = []
             for r in range(1, self.split):
                 src = reg.scalar(u32)
                 ptx.inst("mapa.shared::cluster.u32", src, self.slot, r)
-                for j in range(len(acc) // 4):
+                srcs.append(src)
+            # register group by register group, every partner's v4 then the adds in rank
+            # order: 4 (split - 1) registers in flight, not a whole partial per partner
+            for j in range(len(acc) // 4):
+                vs = []
+                for src in srcs:
                     v = reg.array(f32, 4)
                     ptx.inst("ld.shared::cluster.v4.f32", list(v),
                              ptx.addr(src, j * GROUP_BYTES) if j else ptx.addr(src))
+                    vs.append(v)
+                for v in vs:
                     for q in range(4):
                         ptx.inst.add.f32(acc[4 * j + q], acc[4 * j + q], v[q])
         for r in range(1, self.split):

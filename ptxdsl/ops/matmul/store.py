@@ -4,7 +4,9 @@ type, written into a 128-byte-swizzled staging panel in shared memory, stored by
 Each consumer stores its 64 x ``bn`` result in steps of ``epi_cols`` columns through its
 own 64 x ``epi_cols`` staging buffer of 128-byte panels (64 bf16 / 32 f32 columns each;
 the swizzle spreads a warp's 8 rows over 8 bank groups): ``st.shared`` of packed pairs
-(``cvt.rn.bf16x2.f32``), ``fence.proxy.async.shared::cta``, ``bar.sync id, 128`` (a named
+(``cvt.rn.bf16x2.f32``; for 16-bit outputs four 8 x 8 matrices at a time with
+``stmatrix.sync.aligned.m8n8.x4.shared.b16``, see :func:`_stmatrix_offsets`),
+``fence.proxy.async.shared::cta``, ``bar.sync id, 128`` (a named
 barrier per consumer), then one thread issues one
 ``cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group`` per panel and
 ``cp.async.bulk.commit_group``; before the buffer is written again that thread waits
@@ -36,33 +38,50 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
     xs = [q << 4 if c == 0 else (q ^ c) << 4 for c in range(8)]
     flo = fb & 15
     bases = [stage_c + (frow * 128 if hr == 0 else (frow + 8) * 128) + flo for hr in range(2)]
+    use_stm = getattr(p, "stmatrix", False) and ob == 2
+    if use_stm:
+        sbase, sx = _stmatrix_offsets(stage_c, lane)
+
+    def values(gj, col):
+        """act(acc + bias) of the thread's four elements of 8-column group ``gj``."""
+        bv = None
+        if bias is not None:
+            bcol = n0 + (col + fcol) if col else n0 + fcol
+            bv = [_bias_at(pbias, bcol if e == 0 else bcol + 1, n, bias) for e in range(2)]
+        vals = []
+        for r in range(4):
+            v = acc[4 * gj + r]
+            if bv is not None:
+                v = v + bv[r & 1]
+            vals.append(activate(v, activation))
+        return vals
+
+    def pack(pair):
+        w = reg.scalar(b32)
+        ptx.inst(f"cvt.rn.{out_dtype.name}x2.f32", w, pair[1], pair[0])
+        return w
+
     for half in range(p.bn // p.epi_cols):
         with ptx.if_(lane == 0):
             ptx.inst("cp.async.bulk.wait_group.read", 0)
         ptx.inst("barrier.sync", bar_id, 128)
-        for j in range(p.epi_cols // 8):    # 8-column groups of this half
+        if use_stm:                         # two 8-column groups per stmatrix.x4
+            for jp in range(p.epi_cols // 16):
+                words = []
+                for h in range(2):
+                    col = half * p.epi_cols + 16 * jp + 8 * h
+                    vals = values(col // 8, col)
+                    words += [pack(vals[0:2]), pack(vals[2:4])]
+                at = ptx.addr(sbase + sx[jp % 4], (16 * jp // pc) * rows * 128)
+                ptx.inst("stmatrix.sync.aligned.m8n8.x4.shared.b16", at, words)
+        for j in range(0 if use_stm else p.epi_cols // 8):    # 8-column groups of this half
             col = half * p.epi_cols + 8 * j  # + fcol
-            gj = col // 8
-            bv = None
-            if bias is not None:
-                bcol = n0 + (col + fcol) if col else n0 + fcol
-                bv = [_bias_at(pbias, bcol if e == 0 else bcol + 1, n, bias) for e in range(2)]
-            vals = []
-            for r in range(4):
-                v = acc[4 * gj + r]
-                if bv is not None:
-                    v = v + bv[r & 1]
-                vals.append(activate(v, activation))
+            vals = values(col // 8, col)
             panel = (8 * j) // pc
             c = (((8 * j) % pc) * ob) >> 4  # the group's 16-byte chunk in the panel row
             for hr in range(2):             # rows frow, frow + 8
                 pair = vals[2 * hr:2 * hr + 2]
-                if out_dtype == f32:
-                    words = pair
-                else:
-                    w = reg.scalar(b32)
-                    ptx.inst(f"cvt.rn.{out_dtype.name}x2.f32", w, pair[1], pair[0])
-                    words = [w]
+                words = pair if out_dtype == f32 else [pack(pair)]
                 at = ptx.addr(bases[hr] + xs[c], panel * rows * 128)
                 if len(words) == 1:
                     ptx.inst("st.shared.b32", at, words[0])
@@ -76,6 +95,29 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
                          ptx.addr(tma_c, coords=[n0 + half * p.epi_cols + qq * pc, row0]),
                          ptx.addr(stage_c + qq * (rows * 128)))
             ptx.inst("cp.async.bulk.commit_group")
+
+
+def _stmatrix_offsets(stage_c, lane):
+    """Where this thread's row address points for ``stmatrix.x4`` of a 16-bit output.
+
+    One instruction stores columns ``16 jp .. 16 jp + 15`` of the warp's 16 rows as four 8 x 8
+    matrices: 0 and 1 the top and bottom rows of 8-column group ``2 jp``, 2 and 3 those of
+    ``2 jp + 1`` (each thread's packed pairs are already in the matrices' fragment layout,
+    the wgmma accumulator's). Lane ``l`` gives the address of row ``i = l & 7`` of matrix
+    ``q = l >> 3``: warp row ``8 (q & 1) + i`` at 128 bytes a row, 16-byte chunk ``c = 2 (jp
+    % 4) + (q >> 1)`` of its panel, swizzled to ``c ^ i`` (the row's phase in the 128-byte
+    pattern is ``i``). Returns the row base (``stage_c + row * 128``) and the four chunk
+    offsets ``(c ^ i) << 4`` for ``jp % 4``; each store adds one and a constant panel
+    offset. Each matrix's eight 16-byte rows fall in eight different chunks: no bank
+    conflict."""
+    warp, lw = lane >> 5, lane & 31
+    i = lw & 7
+    qm = lw >> 3
+    row = warp * 16 + (qm & 1) * 8 + i
+    sbase = stage_c + row * 128
+    qh = qm >> 1
+    sx = [((qh if jq == 0 else qh + 2 * jq) ^ i) << 4 for jq in range(4)]
+    return sbase, sx
 
 
 def _bias_at(pbias, col, n, dtype):

@@ -230,6 +230,18 @@ class TensorMapSpec:
                 getattr(cu.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{oob}"))
 
 
+def _unused_strides(shape: tuple, bstrides: tuple) -> tuple:
+    """Byte strides with those of extent-1 dims (but the innermost) made legal for TMA: no
+    coordinate ever steps along such a dim, so its stride (a (1, K) view's may be 2 bytes)
+    is replaced by the inner dims' span rounded up to 16 bytes."""
+    out = list(bstrides)
+    for i in range(len(shape) - 2, -1, -1):
+        if shape[i] == 1:
+            span = max(shape[j] * out[j] for j in range(i + 1, len(shape)))
+            out[i] = max(16, -(-span // 16) * 16)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class TMA:
     """How a Tile's tensor is moved by TMA (see the module docstring).
@@ -287,7 +299,7 @@ class TMA:
                 strides.append(acc)
                 acc *= d
             strides = tuple(reversed(strides))
-        bstrides = tuple(int(s) * e for s in strides)
+        bstrides = _unused_strides(shape, tuple(int(s) * e for s in strides))
         box = self._resolve_box(shape, dims or {})
         el = tuple(self.element_strides) or (1,) * len(shape)
         if len(el) != len(shape):

@@ -96,6 +96,17 @@ def test_spec_rules_are_checked_before_the_driver(kw, strides, match):
         TMA(**kw).spec_for(bf16, (512, 512), strides)
 
 
+def test_extent_one_dims_get_a_legal_stride():
+    """A (1, K) view's row stride may be anything (torch gives a transposed (K, 1) column 1
+    element); TMA never steps along that dim, so the map uses the row's span instead (the
+    GPU refused matmul(a, b) for a column-major a of one row before)."""
+    s = TMA(box=(128, 64), swizzle=128).spec_for(bf16, (1, 72), (1, 1))
+    assert s.strides == (144, 2)
+    assert TMA(box=(8, 8)).spec_for(bf16, (1, 8), (1, 1)).strides == (16, 2)
+    with pytest.raises(TraceError, match="positive multiple of 16 bytes"):
+        TMA(box=(8, 8)).spec_for(bf16, (2, 8), (1, 1))     # two rows: the stride is used
+
+
 def test_tma_settings_are_checked_at_definition():
     with pytest.raises(TraceError, match="swizzle"):
         TMA(box=(8, 8), swizzle=48)

@@ -259,6 +259,16 @@ def tune(n, dt, m, rounds):
                 row[f"fwd C{c} T{t} K{k_per}"] = us
             except Exception as e:  # noqa: BLE001 - report and go on
                 row[f"fwd C{c} T{t} K{k_per}"] = f"{type(e).__name__}: {str(e)[:80]}"
+    try:  # the default plan without the L1 prefetch of w (and x read into L1 too)
+        import dataclasses
+        p = dataclasses.replace(plan_cluster(n, pt), prefetch_w=False)
+        k = build_forward_cluster(p, pt, pt, eps=EPS)
+        k(x, w, out)
+        row[f"fwd C{p.cluster} T{p.threads} K{p.per_thread} no-prefetch"] = min(
+            time_fn(lambda: k(x, w, out), [()], warmup=2, iters=_iters(2 * x.nbytes))
+            for _ in range(rounds))
+    except Exception as e:  # noqa: BLE001
+        row["fwd no-prefetch"] = f"{type(e).__name__}: {str(e)[:80]}"
     for stages in (2, 3):  # the persistent forward, through a ring of its slices
         p = plan_cluster(n, pt, stages=stages)
         if p is None:

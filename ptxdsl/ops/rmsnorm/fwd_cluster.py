@@ -51,6 +51,10 @@ class ClusterPlan(ClusterSplit):
     # per row, the slice in registers.
     stages: int = 0
     grid: int = 0
+    # One-row kernel: x read with .L1::no_allocate (it is read once; L1 is left to w),
+    # and w's slice prefetched into L1 (prefetch.global.L1) before the exchange, so its
+    # loads after it need not wait for L2.
+    prefetch_w: bool = True
 
     @property
     def block(self) -> int:
@@ -149,6 +153,7 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
     step, wstep = at.step(es), at.step(wes)
     policies: dict = {}
     xpol = l2_policy("evict_first", policies)
+    xhints = ("L1::no_allocate",) if p.prefetch_w else ()
     wpol = l2_policy("evict_last", policies)
     preds = at.preds
 
@@ -159,9 +164,9 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
         rrow = pr + row * (sr * es) + at.offset(es)
         hrow = ph + row * (sr * es) + at.offset(es)
     for k in range(K):
-        raw = load_raw(xrow, k * step, dtype, V, pred=preds[k], policy=xpol)
+        raw = load_raw(xrow, k * step, dtype, V, pred=preds[k], policy=xpol, hints=xhints)
         if residual:
-            r = load_raw(rrow, k * step, dtype, V, pred=preds[k], policy=xpol)
+            r = load_raw(rrow, k * step, dtype, V, pred=preds[k], policy=xpol, hints=xhints)
             h = add_residual(widen(raw, dtype), widen(r, dtype), dtype)
             hn = narrow(h, dtype)
             store_chunk(hrow, k * step, dtype, hn, pred=preds[k])
@@ -174,6 +179,10 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
         keep.append(raw)
     ws = [load_raw(wrow, k * wstep, wdtype, V, pred=preds[k], policy=wpol)
           for k in range(K)] if p.preload_w else None
+    if p.prefetch_w and not p.preload_w:
+        for k in range(K):
+            for half in range(0, V * wes, 16):  # f32 weights beside half x: 32 bytes
+                ptx.inst.prefetch.global_.L1(ptx.addr(wrow, k * wstep + half), pred=preds[k])
 
     total = reduce(acc, first=True)
     rstd = rstd_of(total, N, eps)

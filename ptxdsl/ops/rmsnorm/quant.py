@@ -83,7 +83,7 @@ def build_quant(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6,
     contiguous), [H (M, N): x + residual, usually R itself], [SCALE (M,) f32: the
     dynamic per-row scales].
     """
-    N, T, R, V = p.n, p.threads, p.rows_per_cta, p.vec
+    N, T, R = p.n, p.threads, p.rows_per_cta
     ins, outs, names = quant_specs(N, dtype, wdtype, residual, dynamic)
     kind = "dyn" if dynamic else "static"
 

@@ -352,12 +352,13 @@ def bind(self, *args):
 
     For callers that key their own cache on everything the signature is made of
     (shapes, strides, dtypes, device, 16-byte alignment), as ``ptxdsl.ops`` does.
-    Returns None when ``args`` have no fast-path entry (e.g. not torch tensors), and
-    for kernels with tensor-map parameters (their maps are re-pointed per call: use the
-    launcher's call).
+    Returns None when ``args`` have no fast-path entry (e.g. not torch tensors).
+
+    A kernel with tensor-map parameters has its maps re-pointed at the new pointers
+    first: written straight into the parameter buffer where the driver keeps the
+    address as a plain 64-bit field (:meth:`TensorMapParams.address_offset`), else with
+    ``cuTensorMapReplaceAddress`` on the entry's map handles.
     """
-    if getattr(self, "tmaps", None):
-        return None
     self.warm(*args)
     try:
         e = self.signatures.entries.get(self._g["KEY_ALL"](args))
@@ -376,6 +377,7 @@ def bind(self, *args):
     ctypes_mode = self.mode == "ctypes"
     # The launch function's trailing argument: ``extra`` (none for a cooperative launch).
     tail = () if self.cooperative else (None,) if ctypes_mode else (0,)
+    maps = _map_writers(self, e)
 
     def run(*ptrs):
         s = raw_stream(dev)
@@ -386,13 +388,50 @@ def bind(self, *args):
             return relaunch(e, ptrs, s, None, None)
         if get_ident() == owner:
             pack(buf, 0, *ptrs)
+            if maps and maps[0](ptrs):
+                return relaunch(e, ptrs, s, None, None)
             r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, params, *tail)
         else:
             with lock:
                 pack(sbuf, 0, *ptrs)
+                if maps and maps[1](ptrs):
+                    return relaunch(e, ptrs, s, None, None)
                 r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, sparams, *tail)
         code = r if ctypes_mode else r[0]
         if code:
             return relaunch(e, ptrs, s, None, code)
         return None
     return run
+
+
+def _map_writers(self, e):
+    """For a bound launch of a kernel with tensor maps: two functions (the owner's buffer,
+    the shared one) that point the entry's maps at ``ptrs`` and return a truthy value on
+    failure; () for a kernel without maps."""
+    tm = getattr(self, "tmaps", None)
+    if not tm:
+        return ()
+    args = tm.args
+    off = tm.address_offset()
+
+    def writer(handles, buf):
+        if off is not None:       # the address field itself, in the parameter buffer
+            base = ctypes.addressof(buf)
+            where = tuple((int(h.getPtr()) - base + off, i) for h, i in zip(handles, args))
+            pack_q = tm.PACK_ADDRESS
+
+            def write(ptrs):
+                for o, i in where:
+                    pack_q(buf, o, ptrs[i])
+                return False
+            return write
+        pairs = tuple(zip(handles, args))
+        rep = tm.repoint_handle
+
+        def repoint(ptrs):
+            for h, i in pairs:
+                if rep(h, ptrs[i]):
+                    return True
+            return False
+        return repoint
+    return (writer(e.tmap_own, e.buf), writer(e.tmap_shared, e.sbuf))

@@ -165,6 +165,7 @@ def forward(frame, a, b, out, out_dtype, bias, activation, sig=None):
             raise _error(f"bias dtype must be a's ({dt.name}) or float32, got {bias.dtype}")
         if strides(bias)[0] != 1:
             bias = frame.contiguous(bias)
+            sig = None                  # a copied bias: no per-signature closure
     shape = ((batch,) if batch is not None else ()) + (m, n)
     if out is None:
         out = frame.empty(shape, a, odt)
@@ -185,10 +186,10 @@ def forward(frame, a, b, out, out_dtype, bias, activation, sig=None):
         ai = a[i] if a.ndim == 3 else a
         bi = b[i] if b.ndim == 3 else b
         oi = out[i] if batch is not None else out
-        k, a_t, b_t, copied = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation)
+        k, a_t, b_t, copied, args = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation)
     if sig is not None and batch is None and not copied and frame.cuda_torch:
         _fast.remember(sig, _fast.record(k, a_t, b_t, tuple(out.shape), out.dtype, out.device,
-                                         bias is not None))
+                                         bias is not None, args))
     return out
 
 
@@ -232,7 +233,7 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
     res = frame.run(k, *args, out)
     if frame.kind == "numpy" and res is not None and res is not out:
         out[...] = res
-    return k, a_t, b_t, copied
+    return k, a_t, b_t, copied, args + [out]
 
 
 def _hopper_ok(info, a_k, b_k, out, dt, odt) -> bool:

@@ -3,9 +3,13 @@
 The first call of a signature (shapes, strides, dtypes, device, out dtype, bias,
 activation, 16-byte alignment of the pointers) takes :func:`.api.forward`, which checks
 everything, chooses and builds the kernel; for plain 2-D torch calls it then records
-here a closure that redoes only the output allocation and the launch (the operand views
-it passes, ``x`` or ``x.t()``, are made again from the new tensors). Calls with ``out=``,
-batched operands or operands that needed a copy always take the general path.
+here a closure that redoes only the output allocation and the launch: the launch bound
+to the signature (:func:`ptxdsl.runtime.fastpath.bind`) takes the operands' pointers
+(no views are rebuilt), and re-points the kernel's tensor maps by writing the address
+straight into its parameter buffer where the driver keeps it as a plain 64-bit field
+(``cuTensorMapReplaceAddress`` otherwise). Calls with ``out=``, batched operands, or an
+operand or bias that needed a copy always take the general path.
+``bench/matmul_host.py`` times the pieces (``--fake``: without a GPU).
 """
 from __future__ import annotations
 
@@ -26,11 +30,21 @@ def key(a, b, bias, out_dtype, activation) -> tuple:
             out_dtype, activation, bkey, ptrs & 15)
 
 
-def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool):
-    """The closure for one signature: ``run(a, b, bias)`` allocates C and launches ``k``
-    on the same views the general path passed."""
+def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool, args=None):
+    """The closure for one signature: ``run(a, b, bias)`` allocates C and launches ``k``.
+
+    With ``args`` (what the general path launched ``k`` with: the operand views, bias, C)
+    the launch is bound to their signature (:func:`ptxdsl.runtime.fastpath.bind`): the
+    closure passes the operands' pointers (a view's pointer is its base's, so ``x.t()``
+    is not rebuilt), C comes from the launcher's allocator, and the kernel's tensor maps
+    are re-pointed by the bound launch. Otherwise (or where binding is refused) it calls
+    ``k`` on the same views the general path passed."""
     import torch
     empty = torch.empty
+    if args is not None:
+        run = _bound(torch, k, args, shape, dtype, device, with_bias)
+        if run is not None:
+            return run
 
     if with_bias:
         def run(a, b, bias):
@@ -41,6 +55,30 @@ def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool):
         def run(a, b, bias):
             c = empty(shape, dtype=dtype, device=device)
             k(a.t() if a_t else a, b.t() if b_t else b, c)
+            return c
+    return run
+
+
+def _bound(torch, k, args, shape, dtype, device, with_bias: bool):
+    from ...runtime import prepare, torch_private
+    bound = prepare(k).bind(*args)
+    if bound is None:
+        return None
+    empty = torch.empty
+    out = args[-1]
+    hooks, dev = torch_private.hooks(torch), out.get_device()
+    alloc = hooks.allocator(shape, out.stride(), dtype, dev)
+    cur_dev = hooks.current_device
+
+    if with_bias:
+        def run(a, b, bias):
+            c = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
+            bound(a.data_ptr(), b.data_ptr(), bias.data_ptr(), c.data_ptr())
+            return c
+    else:
+        def run(a, b, bias):
+            c = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
+            bound(a.data_ptr(), b.data_ptr(), c.data_ptr())
             return c
     return run
 

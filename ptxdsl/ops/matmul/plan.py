@@ -113,10 +113,11 @@ def stages_for(p: Plan, dtype: PtxType, out_dtype: PtxType, most: int = 6) -> in
 
 
 SPLITS = (1, 2, 4)        # split-K cluster sizes: whole TPC pairs, so clusters pack GPCs
-# Whether choose() splits K by itself. Off until the split-K kernel has run on a GPU
-# (tests/gpu/test_ops_matmul_gpu.py::test_split_k_kernel, bench/matmul_tune.py --small);
-# one_row() and choose(split=) plan it either way.
-SPLIT_K = False
+# Whether choose() splits K by itself (one_row() and choose(split=) plan it either way).
+# On: the split-K kernel ran bit-exact and deterministic on an H100
+# (tests/gpu/test_ops_matmul_gpu.py::test_split_k_kernel, 12 cases, with main 7c81122);
+# its speed is bench/matmul_tune.py --small's to tell.
+SPLIT_K = True
 DSMEM_VS_HBM = 2.0        # assumed: one SM's DSMEM read rate over its 1/132 share of HBM
 MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 
@@ -185,8 +186,11 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
       buffers): 64 KiB of B in flight per SM or more, well past the ~25 KiB that Little's
       law asks of one SM at 1/128 of 3 TB/s and ~1 us latency.
 
-    Not measured yet: the split-K kernel (``bench/matmul_tune.py --small`` times split 1,
-    2 and 4 at the small-M shapes against cuBLAS).
+    Not timed yet: the split-K kernel (``bench/matmul_tune.py --small`` times split 1,
+    2 and 4 at the small-M shapes against cuBLAS). Robust to the unknowns: where it
+    splits 4 ways (N = 4096) even a DSMEM four times slower than assumed, or a GPU that
+    holds only 30 clusters of 4 (two rounds), beats the 32 busy SMs of the unsplit
+    kernel.
     """
     nk = -(-k // 64)
     rows = min(128, -(-m // 16) * 16)       # rows of live warps: what the exchange moves

@@ -17,24 +17,31 @@ from ptxdsl.types import b64, bf16, f32, f32_to_bf16_bits, pred, u8, u32
 pytest.importorskip("ptxdsl.interp")
 
 
-def build_stage_product(a_major: str, b_major: str, n: int, stages: int = 2):
+def build_stage_product(a_major: str, b_major: str, n: int, stages: int = 2,
+                        cluster: int = 1):
     """One CTA, one warpgroup: for each of ``stages`` K blocks of 64, TMA-load A (64 rows)
     and B (n rows) through :class:`Operand`, then 4 wgmma k16 steps from the operands'
     descriptors; the 64 x n f32 accumulator is stored with plain st.global (row < M,
-    col < N)."""
+    col < N). ``cluster`` > 1: that many CTAs launched as one cluster, rank r computing
+    rows 64 r .. 64 r + 63 on its own (its shared addresses carry its rank)."""
     a = Operand("A", a_major, 64, 64, 64, 64, bf16)
     b = Operand("B", b_major, n, n, n // 2, 64, bf16)
     sa_bytes, sb_bytes = a.stage_bytes, b.stage_bytes
     total = stages * (sa_bytes + sb_bytes) + 8 * stages
 
     @kernel(in_specs=(a.tile("sa"), b.tile("sb")), out_specs=(Tile("M", "N", f32),),
-            arg_names=(a.arg_name, b.arg_name, "C"), grid=(1, 1, 1), block=(128, 1, 1),
-            arch="sm_90a")
+            arg_names=(a.arg_name, b.arg_name, "C"), grid=(cluster, 1, 1), block=(128, 1, 1),
+            arch="sm_90a", cluster=(cluster, 1, 1) if cluster > 1 else None,
+            name=f"stage_product_{a_major}{b_major}{n}_c{cluster}")
     def stage_product(A, B, C):
         tma_a, tma_b = A.tma_desc(), B.tma_desc()
         (pc,) = ptx.global_ptrs(C)
         m, nn = ptx.dim("M"), ptx.dim("N")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        m0 = 0
+        if cluster > 1:
+            rank = reg.scalar(u32); ptx.inst.mov.u32(rank, ptx.special.cluster_ctarank())
+            m0 = rank * 64
         base = smem.alloc(u8, (total,), align=1024, dynamic=True).base
         bars = base + stages * (sa_bytes + sb_bytes)
         with ptx.if_(tid == 0):
@@ -43,7 +50,7 @@ def build_stage_product(a_major: str, b_major: str, n: int, stages: int = 2):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(bar), 1)
                 ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink, ptx.addr(bar),
                          sa_bytes + sb_bytes)
-                a.load(tma_a, base + s * sa_bytes, 0, 64 * s, bar)
+                a.load(tma_a, base + s * sa_bytes, m0, 64 * s, bar)
                 b.load(tma_b, base + stages * sa_bytes + s * sb_bytes, 0, 64 * s, bar)
         ptx.inst("bar.sync", 0)
         acc = reg.array(f32, n // 2)
@@ -65,7 +72,7 @@ def build_stage_product(a_major: str, b_major: str, n: int, stages: int = 2):
             ptx.inst("wgmma.commit_group.sync.aligned")
             ptx.inst("wgmma.wait_group.sync.aligned", 0)
         warp, lw = tid >> 5, tid & 31
-        row0 = warp * 16 + (lw >> 2)
+        row0 = warp * 16 + (lw >> 2) + m0
         col0 = (lw & 3) * 2
         for i in range(n // 2):
             dr, dc = 8 * ((i // 2) % 2), i % 2 + 8 * (i // 4)
@@ -94,6 +101,25 @@ def test_stage_product_of_each_major(a_major, b_major, n, m, nn, k):
     ka = _bits(a) if a_major == "K" else np.ascontiguousarray(_bits(a).T)
     kb = np.ascontiguousarray(_bits(b).T) if b_major == "K" else _bits(b)
     kern = build_stage_product(a_major, b_major, n)
+    c = kern.interpret(ka, kb, np.full((m, nn), np.nan, np.float32))
+    np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
+
+
+@pytest.mark.parametrize("a_major,b_major,n", [("K", "MN", 128), ("MN", "MN", 256),
+                                               ("MN", "K", 64)])
+def test_stage_product_in_cluster_rank_one(a_major, b_major, n):
+    """Two CTAs in a cluster: rank 1's shared addresses carry its rank at bit 24 (as on an
+    H100), so a descriptor that does not mask them gets a wrong LBO. This failed before
+    the descriptors masked the start address: rank 1 read an MN-major B's later atoms two K
+    rows on (LBO 8448 for 8192: the GPU bug of commit 76d4431). An MN-major A of one m64
+    atom never reads LBO: that case is a control."""
+    m, nn, k = 128, n, 128
+    rng = np.random.default_rng(n)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    b = rng.integers(-4, 5, (k, nn)).astype(np.float32)
+    ka = _bits(a) if a_major == "K" else np.ascontiguousarray(_bits(a).T)
+    kb = np.ascontiguousarray(_bits(b).T) if b_major == "K" else _bits(b)
+    kern = build_stage_product(a_major, b_major, n, cluster=2)
     c = kern.interpret(ka, kb, np.full((m, nn), np.nan, np.float32))
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
 

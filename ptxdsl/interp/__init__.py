@@ -165,7 +165,8 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
                               cooperative=getattr(kernel, "cooperative", False),
                               max_steps=max_steps, initialized=set(arrays),
                               allow_uninitialized=allow_uninitialized,
-                              tmaps=_tensor_maps(prog, names, specs, tensors, dims, strides))
+                              tmaps=_tensor_maps(prog, names, specs, tensors, dims, strides),
+                              cluster=getattr(kernel, "cluster", None))
     for name, tile in zip(names, specs):
         if tile.stride is not None:
             shape = tile.shape_for(dims)
@@ -307,7 +308,7 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
         shared.tracker = Tracker(shared.buf.size, False)
         spaces = {"global": gsp, "param": psp, "shared": shared,
                   "local": Space("local", 0, []), "const": Space("const", 0, [])}
-        mach = Machine(prog, tuple(block), tuple(grid), first, n, spaces)
+        mach = Machine(prog, tuple(block), tuple(grid), first, n, spaces, opts["cluster"])
         mach.max_steps = opts["max_steps"]
         mach.check_init = not opts["allow_uninitialized"]
         try:
@@ -333,7 +334,7 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
 def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
                 cooperative: bool = False, max_steps: int = MAX_STEPS,
                 initialized=None, allow_uninitialized: bool = False,
-                tmaps: dict | None = None) -> dict:
+                tmaps: dict | None = None, cluster: tuple | None = None) -> dict:
     """Run a verified program over a grid; returns the final contents of every tensor.
 
     ``tmaps`` maps a tensor's name to its :class:`~ptxdsl.tensormap.TensorMapSpec`
@@ -341,7 +342,9 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     tensor-map parameters (``X.tma_desc()``), as the runtime would encode them.
 
     A cooperative grid runs as one batch: its CTAs may wait for each other, which
-    CTAs of a later batch could never answer.
+    CTAs of a later batch could never answer. ``cluster``: the launch's cluster dims
+    (``%cluster_ctarank`` and the rest; each CTA's shared addresses carry its rank, see
+    :data:`.memory.RANK_SHIFT`); batches hold whole clusters.
     """
     _check_supported(prog)
     handlers = handlers_for_run()
@@ -355,13 +358,22 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     probe = Space("shared", SHARED_BASE, sregions)
     per_batch = max(1, min(ncta_total, MAX_BATCH_THREADS // P,
                            MAX_BATCH_SHARED // max(probe.row_bytes, 1)))
+    if cluster is not None:
+        cluster = tuple(int(c) for c in cluster) + (1,) * (3 - len(cluster))
+        if any(g % c for g, c in zip(grid, cluster)):
+            raise LaunchError(f"grid {tuple(grid)} is not a whole number of clusters "
+                              f"{cluster}", user_location())
+        size = cluster[0] * cluster[1] * cluster[2]
+        per_batch = -(-per_batch // size) * size if cluster[1] == cluster[2] == 1 else \
+            ncta_total
     if cooperative:
         per_batch = ncta_total
     with np.errstate(all="ignore"):
         for first in range(0, ncta_total, per_batch):
             n = min(per_batch, ncta_total - first)
             _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions,
-                       {"max_steps": max_steps, "allow_uninitialized": allow_uninitialized})
+                       {"max_steps": max_steps, "allow_uninitialized": allow_uninitialized,
+                        "cluster": cluster})
     out = {}
     for p in prog.params:
         if p.kind == "ptr":

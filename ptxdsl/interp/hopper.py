@@ -295,11 +295,15 @@ def wgmma_wait(mach, instr, mask):
     mach.wgmma_pending = rest
 
 
-def check_held(mach, reg, instr) -> None:
-    """Called by the machine on a register access: an in-flight accumulator is an error."""
+def check_held(mach, reg, instr, threads=None) -> None:
+    """Called by the machine on a register access by ``threads`` (a mask; None: any): an
+    accumulator in flight in one of them is an error (another warpgroup's, or another
+    CTA's, in flight is not)."""
     h = getattr(mach, "held", None)
     if h and reg in h:
         mask, wg = h[reg]
+        if threads is not None and not (np.asarray(mask) & np.asarray(threads)).any():
+            return
         mach.fail(instr, f"register %{reg.name} is an accumulator of the wgmma at "
                          f"{wg.loc}, still in flight: wait for it (wgmma.commit_group, then "
                          f"wgmma.wait_group) before touching it")

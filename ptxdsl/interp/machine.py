@@ -29,6 +29,7 @@ import numpy as np
 from .. import ir
 from ..errors import InterpreterError
 from .hb import HappensBefore
+from .memory import RANK_SHIFT
 from .schedule import WAIT_EFFECTS, over_budget, wait_at
 from .values import immediate, storage_dtype, to_bits, view
 
@@ -195,7 +196,7 @@ class Machine:
     """One batch of CTAs of a launch, with its registers, masks and spaces."""
 
     def __init__(self, prog: ir.Program, block: tuple, grid: tuple, first_cta: int,
-                 ncta: int, spaces: dict):
+                 ncta: int, spaces: dict, cluster: tuple | None = None):
         self.prog = prog
         self.block = block
         self.grid = grid
@@ -226,6 +227,7 @@ class Machine:
             "lanemask_eq": np.uint32(1) << self.lane,
         }
         lm = np.uint64(1) << self.lane.astype(np.uint64)
+        self._cluster_specials(tuple(cluster or (1, 1, 1)))
         self.special["lanemask_lt"] = (lm - np.uint64(1)).astype(np.uint32)
         self.special["lanemask_le"] = ((lm << np.uint64(1)) - np.uint64(1)).astype(np.uint32)
         self.special["lanemask_gt"] = (~self.special["lanemask_le"]).astype(np.uint32)
@@ -247,6 +249,26 @@ class Machine:
         self.check_races = True
         self.per_thread = False                 # scheduled one thread per unit
         self.held: dict = {}                    # in-flight accumulators (interp/hopper.py)
+
+    def _cluster_specials(self, cl: tuple) -> None:
+        """%cluster_ctaid, %clusterid, %cluster_ctarank, ... of a launch in clusters of
+        ``cl`` CTAs (a launch without clusters is clusters of one CTA, as on the GPU), and
+        ``rank``: each thread's CTA rank in its cluster, which its shared addresses carry
+        (:data:`.memory.RANK_SHIFT`)."""
+        s = self.special
+        rank, scale = 0, 1
+        for a, c in zip("xyz", cl):
+            cta = np.asarray(s[f"ctaid.{a}"], np.int64)
+            s[f"cluster_ctaid.{a}"] = cta % c
+            s[f"cluster_nctaid.{a}"] = c
+            s[f"clusterid.{a}"] = cta // c
+            s[f"nclusterid.{a}"] = s[f"nctaid.{a}"] // c
+            rank = rank + (cta % c) * scale
+            scale *= c
+        s["cluster_ctarank"] = rank
+        s["cluster_nctarank"] = scale
+        self.cluster_size = scale
+        self.rank = np.broadcast_to(np.asarray(rank, np.int64), (self.T,))
 
     # ------------------------------------------------------------------ errors
     def where(self, t: int) -> str:
@@ -272,7 +294,7 @@ class Machine:
     def read_reg(self, reg: ir.Reg, mask, instr) -> np.ndarray:
         if self.held and reg in self.held:  # an accumulator of a wgmma in flight
             from .hopper import check_held
-            check_held(self, reg, instr)
+            check_held(self, reg, instr, mask)
         w = self.written.get(reg)
         if w is not True:
             missing = mask if w is None else mask & ~w
@@ -322,15 +344,25 @@ class Machine:
             return view(to_bits(v, np.dtype(np.uint64 if v.dtype.itemsize == 8 else np.uint32)),
                         t) if t is not None else v
         if isinstance(op, ir.Symbol):
-            return immediate(self.symbol_address(op, instr), t)
+            a = self.symbol_address(op, instr)
+            if isinstance(a, np.ndarray):       # shared: per CTA (its cluster rank)
+                return view(a, t) if t is not None else a
+            return immediate(a, t)
         raise InterpreterError(f"unexpected operand {op!r}", instr.loc)
 
-    def symbol_address(self, sym: ir.Symbol, instr) -> int:
-        space = self.spaces["shared" if sym.space == "shared" else "param"]
+    def symbol_address(self, sym: ir.Symbol, instr):
+        """A param symbol's address (an int); a shared symbol's per thread (uint64 array):
+        its offset in the shared window with the CTA's cluster rank above
+        :data:`.memory.RANK_SHIFT`, as ``mov.u32 r, smem`` gives on the GPU."""
+        shared = sym.space == "shared"
+        space = self.spaces["shared" if shared else "param"]
         try:
-            return space.region(sym.name).start
+            start = space.region(sym.name).start
         except KeyError:
             self.fail(instr, f"unknown {sym.space} symbol {sym.name}")
+        if not shared:
+            return start
+        return (np.uint64(start) + (self.rank.astype(np.uint64) << np.uint64(RANK_SHIFT)))
 
     def src(self, instr: ir.Instr, i: int, mask):
         slot = instr.match.operands[i]

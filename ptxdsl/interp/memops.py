@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import ir
 from . import fround as fr
-from .memory import SHARED_WINDOW
+from .memory import RANK_SHIFT, SHARED_WINDOW
 from .access import track
 from .schedule import Blocked
 from .semantics import handler
@@ -39,11 +39,32 @@ def space_of(m) -> str | None:
 def addresses(mach, instr, op: ir.Addr, mask) -> np.ndarray:
     """Per-thread uint64 addresses of a memory operand (all threads; read under ``mask``)."""
     if isinstance(op.base, ir.Symbol):
-        base = np.uint64(mach.symbol_address(op.base, instr))
-        return np.full(mach.T, base + np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF), np.uint64)
+        base = np.asarray(mach.symbol_address(op.base, instr), np.uint64)
+        return np.broadcast_to(base + np.uint64(op.offset & 0xFFFFFFFFFFFFFFFF),
+                               (mach.T,)).copy()
     r = mach.read_reg(op.base, mask, instr)
     a = r.astype(np.uint64) if r.dtype.itemsize == 8 else r.astype(np.uint64)
     return a + np.uint64(op.offset % (1 << 64))
+
+
+def own_shared(mach, instr, threads, addr) -> np.ndarray:
+    """Shared addresses of ``threads`` with their cluster-rank bits (24 and up,
+    :data:`.memory.RANK_SHIFT`) taken off, once checked to name each thread's own CTA. An
+    address naming another CTA of the cluster (``mapa``) fails: the interpreter does not
+    model one CTA reaching into another's shared memory. Bits past the cluster stay, so
+    that the bounds check names the address."""
+    addr = np.asarray(addr, np.uint64)
+    hi = (addr >> np.uint64(RANK_SHIFT)).astype(np.int64)
+    own = mach.rank[threads]
+    other = (hi != own) & (hi < mach.cluster_size)
+    if other.any():
+        k = int(np.argmax(other))
+        mach.fail(instr, f"shared address {int(addr[k]):#x} is in the shared memory of CTA "
+                         f"rank {int(hi[k])} of the cluster, this thread's CTA is rank "
+                         f"{int(own[k])}: the interpreter does not model access to another "
+                         f"CTA's shared memory", int(threads[k]))
+    mine = hi == own
+    return np.where(mine, addr & np.uint64((1 << RANK_SHIFT) - 1), addr)
 
 
 def _desc(write: bool) -> str:
@@ -77,6 +98,8 @@ def check(mach, instr, threads, addr, space: str | None, nbytes: int, write: boo
     for name, sel, a in groups:
         sp = mach.spaces[name]
         th = threads[sel]
+        if name == "shared":
+            a = own_shared(mach, instr, th, a)
         ok = sp.in_bounds(a, nbytes)
         if not ok.all():
             k = int(np.argmax(~ok))

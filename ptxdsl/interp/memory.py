@@ -24,6 +24,12 @@ GUARD = 1 << 16
 # Shared variables start at 1 KiB into the window: a zero or small integer used
 # as a shared address faults instead of silently reading the first variable.
 SHARED_BASE = 0x400
+# A shared::cta address on sm_90 is also the CTA's shared::cluster address: its rank in the
+# cluster sits at bit 24 and up (an H100 gives 0x400, 0x1000400, 0x2000400, ... for one
+# symbol in ranks 0, 1, 2; 0x400 in every CTA of a launch without clusters). Code that
+# packs a shared address into a narrower field (a wgmma descriptor's 14-bit start) must
+# mask these bits off.
+RANK_SHIFT = 24
 SHARED_WINDOW = 0x7E00_0000_0000
 PARAM_BASE = 0x100
 

@@ -34,7 +34,7 @@ import numpy as np
 from .. import ir
 from ..types import s32
 from .access import track
-from .memops import WINDOWS, addresses, check, mbarrier_complete_tx
+from .memops import WINDOWS, addresses, check, mbarrier_complete_tx, own_shared
 from .semantics import handler
 
 _MAGIC = 0x50544458_544D4150   # "PTDX" "TMAP"
@@ -159,6 +159,7 @@ def tensor_copy(mach, instr, mask):
     coords = _coords(mach, instr, top, mask)
     shared_op = ops[0] if load else ops[1]
     sh = addresses(mach, instr, shared_op, mask) & np.uint64(0xFFFFFFFF)
+    sh[threads] = own_shared(mach, instr, threads, sh[threads])
     if load:
         mbar = addresses(mach, instr, ops[2], mask)
         bars = dict(zip(threads.tolist(), (

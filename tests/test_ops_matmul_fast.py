@@ -67,9 +67,9 @@ def fake_hopper(monkeypatch, tmp_path):
     monkeypatch.setattr(fr.Frame, "__init__", init)
     monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
     monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
-    fast.FAST.clear()
+    fast.clear()
     yield cu
-    fast.FAST.clear()
+    fast.clear()
 
 
 def _plain_address_maps(cu, monkeypatch):
@@ -110,6 +110,16 @@ def test_fast_calls_repoint_every_tensor_map(fake_hopper, monkeypatch, direct, l
         assert torch.equal(c.double(), x.double() @ b.double())
     repoints = cu.calls.get("cuTensorMapReplaceAddress", 0) - before
     assert repoints == (0 if direct else 3 * 3)
+    hot = fast.FAST.hot                       # later calls: found by the guard, not the key
+    assert hot.guard(x, b) and hot.out_dtype is None and hot.activation is None
+    x2, b2 = operands()
+    c = hot.launch(x2, b2)
+    assert torch.equal(c.double(), x2.double() @ b2.double())
+    # the same shape and strides at a pointer 2 bytes past 16: the guard passes, the hot
+    # launch declines (the key, which holds the alignment, decides)
+    xm = torch.randint(-4, 5, (3 * 64 + 1,), generator=g).to(torch.bfloat16)[1:].view(3, 64)
+    assert xm.data_ptr() % 16 == 2 and hot.guard(xm, b2) and hot.launch(xm, b2) is None
+    assert not hot.guard(x2.float(), b2) and not hot.guard(x2[:2], b2)
     from ptxdsl.ops.matmul import api
     (kern,) = api.KERNELS._kernels.values()
     tm = kern.runtime_cache.get("launcher").tmaps

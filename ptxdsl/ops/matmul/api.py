@@ -99,6 +99,15 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
         raise _error(f"activation must be None, 'relu', 'gelu' (tanh form) or 'silu', got "
                      f"{activation!r}")
     sig = None
+    if out is None and bias is None:
+        # Lookup 1: the plain call made again like last time, found by one C++ guard of
+        # both tensors (fast.Hot); its launch returns None where the alignment differs.
+        hot = _fast.FAST.hot
+        if hot is not None and hot.guard(a, b) and hot.out_dtype == out_dtype and \
+                hot.activation == activation:
+            c = hot.launch(a, b)
+            if c is not None:
+                return c
     if out is None:
         try:
             sig = _fast.key(a, b, bias, out_dtype, activation)
@@ -108,6 +117,8 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
             run = _fast.FAST.entries.get(sig)
             if run is not None and not ((a.requires_grad or b.requires_grad or (
                     bias is not None and bias.requires_grad)) and grad_enabled()):
+                if getattr(run, "hot", None) is not None:
+                    _fast.FAST.hot = run.hot    # this signature is the one to guard now
                 return run(a, b, bias)
     frame = Frame(a, "matmul")
     if kind_of(b, "matmul") != frame.kind:
@@ -188,8 +199,11 @@ def forward(frame, a, b, out, out_dtype, bias, activation, sig=None):
         oi = out[i] if batch is not None else out
         k, a_t, b_t, copied, args = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation)
     if sig is not None and batch is None and not copied and frame.cuda_torch:
-        _fast.remember(sig, _fast.record(k, a_t, b_t, tuple(out.shape), out.dtype, out.device,
-                                         bias is not None, args))
+        run = _fast.record(k, a_t, b_t, tuple(out.shape), out.dtype, out.device,
+                           bias is not None, args, (a, b, out_dtype, activation))
+        _fast.remember(sig, run)
+        if getattr(run, "hot", None) is not None:
+            _fast.FAST.hot = run.hot
     return out
 
 

@@ -13,10 +13,32 @@ operand or bias that needed a copy always take the general path.
 """
 from __future__ import annotations
 
+from ...runtime import torch_private
 from ...runtime.fastpath import Signatures
 
-# Signature key -> closure (bounded, oldest dropped; FAST.clear() forgets them all).
-FAST = Signatures(limit=512)
+
+class Hot:
+    """The last plain call's launch (no bias, no ``out=``), found by torch's C++ tensor
+    guard of ``a`` and ``b`` (type, dtype, device, sizes, strides, ``requires_grad``)
+    rather than by building the signature key: ``launch(a, b)`` returns None where the
+    pointers' alignment differs from the recorded call's (then the key decides)."""
+
+    __slots__ = ("guard", "out_dtype", "activation", "launch")
+
+    def __init__(self, guard, out_dtype, activation, launch):
+        self.guard, self.out_dtype, self.activation, self.launch = \
+            guard, out_dtype, activation, launch
+
+
+NO_HOT = Hot(torch_private.never, None, None, None)
+# Signature key -> closure (bounded, oldest dropped; clear() forgets them all); FAST.hot
+# is the last plain call's Hot (replaced whole, never mutated).
+FAST = Signatures(hot=NO_HOT, limit=512)
+
+
+def clear() -> None:
+    """Forget every recorded call (the next call of each signature takes the general path)."""
+    FAST.clear(hot=NO_HOT)
 
 
 def key(a, b, bias, out_dtype, activation) -> tuple:
@@ -30,19 +52,21 @@ def key(a, b, bias, out_dtype, activation) -> tuple:
             out_dtype, activation, bkey, ptrs & 15)
 
 
-def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool, args=None):
+def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool, args=None,
+           user=None):
     """The closure for one signature: ``run(a, b, bias)`` allocates C and launches ``k``.
 
     With ``args`` (what the general path launched ``k`` with: the operand views, bias, C)
     the launch is bound to their signature (:func:`ptxdsl.runtime.fastpath.bind`): the
     closure passes the operands' pointers (a view's pointer is its base's, so ``x.t()``
     is not rebuilt), C comes from the launcher's allocator, and the kernel's tensor maps
-    are re-pointed by the bound launch. Otherwise (or where binding is refused) it calls
-    ``k`` on the same views the general path passed."""
+    are re-pointed by the bound launch; ``user`` = (a, b, out_dtype, activation) of a
+    plain call also gives the closure a :class:`Hot` (``run.hot``). Otherwise (or where
+    binding is refused) it calls ``k`` on the same views the general path passed."""
     import torch
     empty = torch.empty
     if args is not None:
-        run = _bound(torch, k, args, shape, dtype, device, with_bias)
+        run = _bound(torch, k, args, shape, dtype, device, with_bias, user)
         if run is not None:
             return run
 
@@ -59,7 +83,7 @@ def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool, args=
     return run
 
 
-def _bound(torch, k, args, shape, dtype, device, with_bias: bool):
+def _bound(torch, k, args, shape, dtype, device, with_bias: bool, user=None):
     from ...runtime import prepare, torch_private
     bound = prepare(k).bind(*args)
     if bound is None:
@@ -80,6 +104,22 @@ def _bound(torch, k, args, shape, dtype, device, with_bias: bool):
             c = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
             bound(a.data_ptr(), b.data_ptr(), c.data_ptr())
             return c
+    run.hot = None
+    if user is not None and not with_bias:
+        a0, b0, out_dtype, activation = user
+        if not (a0.requires_grad or b0.requires_grad):
+            guard = hooks.guard((a0, b0))
+            align = (a0.data_ptr() | b0.data_ptr()) & 15
+            if guard is not torch_private.never:
+                def plain(a, b):
+                    pa, pb = a.data_ptr(), b.data_ptr()
+                    if (pa | pb) & 15 != align:
+                        return None
+                    c = alloc() if cur_dev() == dev else empty(shape, dtype=dtype,
+                                                               device=device)
+                    bound(pa, pb, c.data_ptr())
+                    return c
+                run.hot = Hot(guard, out_dtype, activation, plain)
     return run
 
 
@@ -87,4 +127,4 @@ def remember(sig: tuple, run) -> None:
     FAST.add(sig, run)
 
 
-__all__ = ["FAST", "key", "record", "remember"]
+__all__ = ["FAST", "Hot", "NO_HOT", "clear", "key", "record", "remember"]

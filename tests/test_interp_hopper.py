@@ -108,3 +108,59 @@ def test_arrive_into_the_sink():
             ptx.inst.mbarrier.arrive.shared__cta.b64(ptx.sink, ptx.addr(bars.base))
     sink.interpret()
     assert "mbarrier.arrive.shared::cta.b64 _, [" in sink.ptx()
+
+
+# ---------------------------------------------------------------- clusters
+def build_cluster_addresses(cluster: int, grid: int):
+    """Per CTA: %ctaid.x, %cluster_ctarank, %clusterid.x and the shared address of a
+    dynamic shared array (``mov.u32 r, smem``); rows of 4 words (shared with
+    tests/gpu/test_cluster_interp_gpu.py)."""
+    from ptxdsl.types import b32, u8, u32
+    opts = dict(cluster=(cluster, 1, 1)) if cluster > 1 else {}
+
+    @kernel(in_specs=(), out_specs=(Tile(grid * 4, b32),), grid=(grid, 1, 1),
+            block=(32, 1, 1), arch="sm_90a", name=f"cluster_addr_c{cluster}_g{grid}", **opts)
+    def cluster_addresses(O):
+        (po,) = ptx.global_ptrs(O)
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        base = smem.alloc(u8, (2048,), align=1024, dynamic=True).base
+        addr = reg.scalar(u32); ptx.inst.mov.u32(addr, base)
+        rank = reg.scalar(u32); ptx.inst.mov.u32(rank, ptx.special.cluster_ctarank())
+        cid = reg.scalar(u32); ptx.inst.mov.u32(cid, ptx.special.clusterid.x())
+        with ptx.if_(tid == 0):
+            row = po + cta * 16
+            for i, v in enumerate((cta, rank, cid, addr)):
+                ptx.inst.st.global_.u32(ptx.addr(row, 4 * i) if i else ptx.addr(row), v)
+    return cluster_addresses
+
+
+@pytest.mark.parametrize("cluster", [1, 2, 4])
+def test_shared_addresses_carry_the_cluster_rank(cluster):
+    """As an H100 gives them: a shared symbol's address is 0x400 with the CTA's rank in its
+    cluster at bit 24 (0x400, 0x1000400, 0x2000400, 0x3000400 in a cluster of 4; 0x400 in
+    every CTA of a launch without clusters, whose CTAs are clusters of one)."""
+    grid = 8
+    out = build_cluster_addresses(cluster, grid).interpret().reshape(grid, 4).view(np.uint32)
+    cta = np.arange(grid)
+    assert out[:, 0].tolist() == cta.tolist()
+    assert out[:, 1].tolist() == (cta % cluster).tolist()
+    assert out[:, 2].tolist() == (cta // cluster).tolist()
+    assert out[:, 3].tolist() == (0x400 + ((cta % cluster) << 24)).tolist()
+
+
+def test_another_ctas_shared_address_is_refused():
+    """Rank 0 storing through rank 1's address (what mapa would give): the interpreter does
+    not model distributed shared memory and says so instead of writing its own."""
+    from ptxdsl.types import u8, u32
+
+    @kernel(in_specs=(), out_specs=(Tile(2, f32),), grid=(2, 1, 1), block=(32, 1, 1),
+            arch="sm_90a", cluster=(2, 1, 1))
+    def poke(O):
+        base = smem.alloc(u8, (64,), align=16).base
+        other = reg.scalar(u32)
+        ptx.inst.add.u32(other, base, 1 << 24)
+        ptx.inst.st.shared.u32(ptx.addr(other), 7)
+
+    with pytest.raises(InterpreterError, match="rank 1 of the cluster.*rank 0"):
+        poke.interpret()

@@ -18,7 +18,9 @@ function wgmma's descriptors read through, so TMA tiles and wgmma operands agree
 The copy completes at once: its writes are recorded as the issuing thread's, then
 the whole box's bytes (out-of-bounds ones included, as the hardware counts) complete
 on the mbarrier, whose phase acquire orders them before a consumer's reads.
-``.multicast::cluster`` and ``.im2col`` are refused (clusters are not modelled).
+``.multicast::cluster`` and ``.im2col`` are refused (a cluster's CTAs run with their
+ranks and rank-tagged shared addresses, but one CTA never reaches into another's
+shared memory). The destination's cluster-rank bits must name the issuing CTA.
 
 Stores (shared::cta -> global, ``.bulk_group``). The shared box is read through the
 same swizzle when the store issues (reads of the issuing thread), and the elements

@@ -330,9 +330,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         release(eb)
 
             if SK > 1:
+                owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
                 xch = PartialExchange(SK, base + L.partial + cons * L.partial_consumer,
                                       base + L.xfull + cons * 8, base + L.xfree + cons * 8,
-                                      lane, labels)
+                                      lane, labels, owner)
                 nkr = kb_hi - kb_lo
             for t in ptx.range_(cid, total, ncl):
                 m0, n0 = tile_origin(t)
@@ -346,7 +347,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         for r in acc:
                             ptx.inst.mov.f32(r, 0.0)
                     xch.exchange(acc, rank, row0 + warp * 16 < m)
-                with ptx.if_(rank == 0) if SK > 1 else contextlib.nullcontext():
+                with ptx.if_(rank == owner) if SK > 1 else contextlib.nullcontext():
                     store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
                                fcol, bar_id, row0, n0, n, tma_c,
                                pbias if bias is not None else None, _store)

@@ -59,8 +59,8 @@ class Plan:
     in_flight: int = 1     # wgmma groups a consumer keeps in flight (1: release a stage
     #                        after the next one's wgmmas are issued; 0: wait for each)
     l2_promotion: int = 0  # TMA L2 promotion of A and B loads (bytes: 0, 64, 128, 256)
-    split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster whose rank 0
-    #                        adds the others' partial sums (.splitk; needs cluster == 1)
+    split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster; rank c adds
+    #                        the others' partials of consumer c (.splitk; cluster == 1)
     stmatrix: bool = True  # 16-bit outputs staged with stmatrix.x4 (else st.shared.b32)
 
     def __post_init__(self):
@@ -119,6 +119,7 @@ SPLITS = (1, 2, 4)        # split-K cluster sizes: whole TPC pairs, so clusters 
 # its speed is bench/matmul_tune.py --small's to tell.
 SPLIT_K = True
 DSMEM_VS_HBM = 2.0        # assumed: one SM's DSMEM read rate over its 1/132 share of HBM
+SPLIT_MARGIN = 1.05       # a split must beat the best unsplit plan's score by this much
 MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 
 
@@ -168,20 +169,24 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
       A: at M = 128 that is 128 x K bytes per 32 x K of B, four times B's traffic from L2;
       at M = 16 still half. Splitting K over ``s`` CTAs of a cluster instead divides each
       CTA's A and B alike (A stays 1/8 of B at M = 16, equal at M = 128), at the cost of
-      exchanging partial sums: ``(s - 1)`` x (live rows) x ``bn`` x 4 bytes into rank 0
-      through distributed shared memory, 24 KiB per tile at M = 16 (rows past M are not
-      sent), 192 KiB at M = 128 with s = 4 (:mod:`.splitk`).
+      exchanging partial sums: ``(s - 1)`` x (live rows) x ``bn`` x 4 bytes through
+      distributed shared memory into the rank that owns a consumer's 64 rows (rank 0 for
+      the first, rank 1 for the second), 24 KiB per tile at M = 16 (rows past M are not
+      sent), 96 KiB per owner at M = 128 with s = 4 (:mod:`.splitk`).
     * The choice: ``s`` in (1, 2, 4) and ``bn`` in (128, 256) (bn = 256 only unsplit: its
       partial buffers do not fit beside a ring) maximising the busy fraction of the SMs
       over the rounds of the persistent grid, ``tiles * s / (rounds * sms)``, divided by
-      ``1 + x`` for rank 0's exchange: ``x`` = its received partial bytes over its
+      ``1 + x`` for an owner's exchange: ``x`` = its received partial bytes over its
       streamed B bytes, with distributed shared memory assumed ``DSMEM_VS_HBM`` times
       one SM's share of HBM (not measured: the tune bench says), ``x = 2 (s-1) s rows /
-      (DSMEM_VS_HBM K)``. Ties go to fewer splits, then wider tiles; each rank keeps at
-      least ``MIN_SPLIT_KBLOCKS`` k-blocks so the ring's fill is amortised. At M = 16:
-      N = 4096 and 28672 split 4 (128 CTAs; 896 over 7 rounds), 6144 / 8192 split 2,
-      14336 unsplit (112 tiles: every split gives 85% too). At M = 128 the exchange
-      weighs more: 28672 x 8192 stays unsplit at 128 x 256, 4096 x 4096 still splits 4.
+      (DSMEM_VS_HBM K)`` with ``rows`` the live rows of one consumer (at most 64). A
+      split must beat the best unsplit plan by ``SPLIT_MARGIN`` (the model is not
+      measured; an unsplit kernel that already matches cuBLAS is kept); ties go to fewer
+      splits, then wider tiles; each rank keeps at least ``MIN_SPLIT_KBLOCKS`` k-blocks
+      so the ring's fill is amortised. At M = 16: N = 4096 and 28672 split 4 (128 CTAs;
+      896 over 7 rounds), 6144 / 8192 split 2, 14336 unsplit (112 tiles: every split
+      gives 85% too). At M = 128: 28672 x 8192 stays unsplit at 128 x 256 (the split's
+      4% gain is inside the margin), 4096 x 4096 still splits 4.
     * The ring: as deep as fits (6 stages unsplit at bn = 128, 4 beside the split-K
       buffers): 64 KiB of B in flight per SM or more, well past the ~25 KiB that Little's
       law asks of one SM at 1/128 of 3 TB/s and ~1 us latency.
@@ -193,8 +198,9 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
     kernel.
     """
     nk = -(-k // 64)
-    rows = min(128, -(-m // 16) * 16)       # rows of live warps: what the exchange moves
+    rows = min(64, -(-m // 16) * 16)        # one owner's live rows: what it receives
     best = None
+    unsplit = 0.0
     for bn in (256, 128):
         tiles = -(-n // bn)
         for s in SPLITS:
@@ -204,15 +210,20 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
             slots = max(1, sms // s)
             busy = tiles * s / (-(-tiles // slots) * slots * s)
             x = 2 * (s - 1) * s * rows / (DSMEM_VS_HBM * max(k, 1))
-            key = (round(busy / (1 + x), 3), -s, bn)
+            score = busy / (1 + x)
+            if s == 1:
+                unsplit = max(unsplit, score)
+            elif split is None and score < SPLIT_MARGIN * unsplit:
+                continue
+            key = (round(score, 3), -s, bn)
             if best is None or key > best[0]:
                 best = (key, bn, s)
     if best is None:       # a forced split that no tile width takes: bn = 128
         best = (None, 128, split)
     _, bn, s = best
     # The split-K kernel keeps the st.shared epilogue: with stmatrix beside the 4-way
-    # exchange ptxas spills 3 registers (the kernel has 168 for every role), and rank 0
-    # stores one tile of few live rows per K/split of streaming.
+    # exchange ptxas spills 3 registers (the kernel has 168 for every role), and an owner
+    # stores 64 rows (few live at small M) per K/split of streaming.
     p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256, stmatrix=s == 1)
     most = 4 if bn == 256 else 6
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})

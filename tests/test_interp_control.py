@@ -237,14 +237,22 @@ def test_producer_consumer_named_barrier():
 
 
 def test_barrier_count_mismatch_is_reported():
-    @one_output(64)
+    @one_output(128)
     def k(Y):
         tid = tid_reg()
         with ptx.if_(tid < 32):
             ptx.inst.barrier.arrive(1, 96)
-        with ptx.else_():
+        with ptx.if_((tid >= 32) & (tid < 64)):
             ptx.inst.barrier.sync(1, 96)
     with pytest.raises(InterpreterError, match="deadlock(.|\n)*barrier 1: 64 of the 96 threads"):
+        k.interpret()
+
+
+def test_barrier_count_beyond_the_cta_is_refused():
+    @one_output(64)
+    def k(Y):
+        ptx.inst.barrier.sync(1, 96)  # too-many
+    with pytest.raises(InterpreterError, match="count 96 is more than the CTA's 64 threads"):
         k.interpret()
 
 

@@ -79,4 +79,5 @@ def handlers_for_run() -> dict:
     return h
 
 
-from . import intops, floatops, convert, memops, warp, control, tensorcore, hopper, tma  # noqa: E402,F401,E501
+from . import (intops, floatops, convert, memops, warp, control, barriers,  # noqa: E402,F401
+               tensorcore, hopper, tma)

@@ -435,6 +435,20 @@ def barrier_operands(m, ops):
     return None
 
 
+def bar_red_operands(m, ops):
+    """bar.red d, a{, b}, c: the barrier id and count are the barrier's rules."""
+    return barrier_operands(m, ops[1:-1])
+
+
+def bar_red(m):
+    op, t = m.chosen["op"], m.type.name
+    if op == "popc" and t != "u32":
+        return "bar.red.popc counts threads into a .u32: bar.red.popc.u32"
+    if op != "popc" and t != "pred":
+        return f"bar.red.{op} reduces predicates: bar.red.{op}.pred"
+    return None
+
+
 def mbarrier_arrive_operands(m, ops):
     """A peer CTA's mbarrier (.shared::cluster) returns no state: its destination is _."""
     sink = getattr(ops[0], "is_sink", False)

@@ -327,6 +327,16 @@ TABLE: tuple[OpSpec, ...] = (
                                   "threads when not .aligned.",
            example="barrier.sync 0", scope="cta", effects=frozenset({"barrier"}),
            aligned="aligned"),
+    OpSpec("bar.red", (g("op", "popc", "and", "or", required=True),), ("u32", "pred"),
+           operands="p:pred s:u32 s:u32? q:pred",
+           variants={"popc": "d:u32 s:u32 s:u32? q:pred"},
+           check_operands=rules.bar_red_operands, rule=rules.bar_red, category="sync",
+           side_effects=True, scope="cta", effects=frozenset({"barrier"}), aligned=True,
+           doc="CTA barrier with a reduction: like bar.sync a{, b}, and every waiting thread "
+               "receives .popc (the number of arriving threads whose predicate c is true, "
+               ".u32) or .and / .or of c over them (.pred). c is a predicate register "
+               "(negate it with not.pred first: the {!}c spelling is not taken).",
+           example="bar.red.popc.u32 %r0, 1, %p0"),
     OpSpec("membar", (g("level", "cta", "gl", "sys", required=True),), (), ntypes=0,
            operands="", ptx=(1, 4), category="sync", side_effects=True,
            doc="Memory barrier at a level.", example="membar.gl", effects=frozenset({"fence"})),

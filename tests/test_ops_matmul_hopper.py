@@ -103,14 +103,7 @@ def test_interpreter_runs_the_shipped_kernel(m, n, k, a_major, b_major):
     w = rng.integers(-4, 5, (n, k)).astype(np.float32)
     ka = f32_to_bf16_bits(a) if a_major == "K" else np.ascontiguousarray(f32_to_bf16_bits(a.T))
     kb = f32_to_bf16_bits(w) if b_major == "K" else np.ascontiguousarray(f32_to_bf16_bits(w.T))
-    from ptxdsl.errors import InterpreterError
-    try:
-        c = kern.interpret(ka, kb, np.full((m, n), np.nan, np.float32))
-    except InterpreterError as e:   # TMA now runs; the next missing piece is named here
-        if "name different barriers" in str(e):
-            pytest.xfail("the interpreter's bar.sync needs one barrier id per CTA at an "
-                         "instruction; this kernel's consumer warpgroups each use their own")
-        raise
+    c = kern.interpret(ka, kb, np.full((m, n), np.nan, np.float32))
     np.testing.assert_array_equal(c, a.astype(np.float64) @ w.astype(np.float64).T)
 
 

@@ -1,4 +1,5 @@
-"""Interpreter speed: RMSNorm 64x4096, the gallery examples and the warp-specialized ring.
+"""Interpreter speed: RMSNorm 64x4096, the gallery examples, the warp-specialized ring and
+the shipped Hopper GEMM (one 128x256x64 tile step, and a K=512 ring of 8 k-blocks).
 
     PYTHONPATH=. python bench/interp.py [--reps 3] [--json out.json]
 
@@ -56,6 +57,31 @@ def cases():
             kr2 = ring.build_ring(first)
             out[f"ring 2 warpgroups x64 ({'consumer' if first else 'producer'} first)"] = \
                 kr2.interpret
+    out.update(_hopper_cases())
+    return out
+
+
+def _hopper_cases():
+    """The shipped warp-specialized wgmma + TMA GEMM (3 warpgroups), f32 output: issue 18's
+    target is one 128x256x64 tile step (a cluster of 2) in < 30 s on a 2-core CI machine."""
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    from ptxdsl.ops.matmul.plan import Plan, choose
+    from ptxdsl.types import bf16, f32, f32_to_bf16_bits
+    rng = np.random.default_rng(1)
+    out = {}
+    for m, n, k, cluster in ((128, 256, 64, 1), (128, 256, 512, 1), (256, 256, 64, 2)):
+        p = Plan(**{**choose(m, n, k, bf16, f32, sms=2).__dict__, "cluster": cluster})
+        try:
+            kern = build_hopper(p, bf16, f32, sms=2)
+        except Exception:   # noqa: BLE001 - a plan this checkout cannot build
+            continue
+        from ptxdsl.interp import unsupported
+        if {i.match.spec.opcode for i in kern.program().walk()} & set(unsupported()):
+            continue        # (clusters: once the interpreter runs them)
+        a = f32_to_bf16_bits(rng.integers(-4, 5, (m, k)).astype(np.float32))
+        b = f32_to_bf16_bits(rng.integers(-4, 5, (n, k)).astype(np.float32))
+        out[f"hopper gemm {m}x{n}x{k} cluster {cluster}"] = \
+            (lambda kern=kern, a=a, b=b: kern.interpret(a, b))
     return out
 
 

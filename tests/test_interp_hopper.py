@@ -46,7 +46,7 @@ def test_accumulator_is_unreadable_until_wait_group():
         ptx.inst.mov.f32(x, acc[0])                         # read before wait_group
         ptx.wgmma.wait(0)
     with pytest.raises(InterpreterError, match=r"still in flight"):
-        early.interpret()
+        early.interpret(allow_uninitialized=True)   # (the operands are never written)
 
 
 def test_expect_tx_and_complete_tx_complete_a_phase():
@@ -164,3 +164,94 @@ def test_another_ctas_shared_address_is_refused():
 
     with pytest.raises(InterpreterError, match="rank 1 of the cluster.*rank 0"):
         poke.interpret()
+
+
+def test_accumulator_is_unwritable_until_wait_group():
+    @kernel(block=(128, 1, 1), arch="sm_90a")
+    def early_write():
+        s = smem.alloc(bf16, (64, 64), swizzle=128)
+        acc = ptx.wgmma.accumulator(8, f32, init=0.0)
+        d = ptx.wgmma.descriptor(s)
+        ptx.wgmma.fence()
+        ptx.wgmma.mma(acc, d, d, ab_type=bf16)
+        ptx.wgmma.commit()
+        ptx.inst.mov.f32(acc[3], 1.0)                       # written while in flight
+        ptx.wgmma.wait(0)
+    with pytest.raises(InterpreterError, match=r"%f\d+ is written here, but it is an "
+                                               r"accumulator of the wgmma at .*still in flight"):
+        early_write.interpret(allow_uninitialized=True)
+
+
+def test_another_warpgroups_accumulator_copy_is_free():
+    """Warpgroup 0's wgmma holds its threads' copies only: warpgroup 1 (no wgmma) uses
+    the same registers freely."""
+    from ptxdsl import Tile
+    from ptxdsl.types import u32
+
+    @kernel(in_specs=(), out_specs=(Tile(256, f32),), block=(256, 1, 1), arch="sm_90a")
+    def two(D):
+        (pd,) = ptx.global_ptrs(D)
+        s = smem.alloc(bf16, (64, 64), swizzle=128)
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        acc = ptx.wgmma.accumulator(8, f32, init=2.0)
+        with ptx.if_(tid < 128):
+            d = ptx.wgmma.descriptor(s)
+            ptx.wgmma.fence()
+            ptx.wgmma.mma(acc, d, d, ab_type=bf16)
+            ptx.wgmma.commit()
+        with ptx.if_(tid >= 128):
+            ptx.inst.add.f32(acc[0], acc[0], 1.0)
+        with ptx.if_(tid < 128):
+            ptx.wgmma.wait(0)
+        ptx.inst.st.global_.f32(ptx.addr(pd + tid * 4), acc[0])
+    d = two.interpret(allow_uninitialized=True)
+    np.testing.assert_array_equal(d[128:], 3.0)
+
+
+def _roles(consumer_regs=232, producer_regs=40, split=False, again=None):
+    """Three warpgroups: warpgroup 0 lowers its budget, 1 and 2 raise theirs; ``split``
+    gives warp 3 of warpgroup 0 its own setmaxnreg; ``again`` a second setmaxnreg
+    (action, count) in the consumers."""
+    from ptxdsl.types import u32
+
+    @kernel(block=(384, 1, 1), arch="sm_90a")
+    def roles():
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        with ptx.if_(tid < 128):
+            if split:
+                with ptx.if_(tid < 96):
+                    ptx.inst.setmaxnreg.dec.sync.aligned.u32(producer_regs)  # split-wg
+                with ptx.else_():
+                    ptx.inst.setmaxnreg.dec.sync.aligned.u32(producer_regs)
+            else:
+                ptx.inst.setmaxnreg.dec.sync.aligned.u32(producer_regs)
+        with ptx.else_():
+            ptx.inst.setmaxnreg.inc.sync.aligned.u32(consumer_regs)  # consumers-inc
+            if again:
+                getattr(ptx.inst.setmaxnreg, again[0]).sync.aligned.u32(again[1])  # again
+    return roles
+
+
+def test_setmaxnreg_roles_run():
+    _roles().interpret()
+
+
+def test_setmaxnreg_split_across_a_warpgroup_is_refused():
+    with pytest.raises(InterpreterError, match=r"setmaxnreg.*all 128 threads of a warpgroup"):
+        _roles(split=True).interpret()
+
+
+@pytest.mark.parametrize("again,words", [
+    (("inc", 200), r"setmaxnreg\.inc to 200 would lower this warpgroup's budget of 232"),
+    (("dec", 240), r"setmaxnreg\.dec to 240 would raise this warpgroup's budget of 232")])
+def test_setmaxnreg_direction(again, words):
+    with pytest.raises(InterpreterError, match=words):
+        _roles(again=again).interpret()
+
+
+def test_setmaxnreg_budgets_beyond_the_sm_are_refused():
+    with pytest.raises(InterpreterError, match=r"add up to .*128 x 256 \+ 128 x 256.*more "
+                                               r"than an SM's 65536"):
+        _roles(consumer_regs=256).interpret()

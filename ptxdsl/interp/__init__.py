@@ -37,6 +37,7 @@ from .memory import GLOBAL_BASE, GUARD, PARAM_BASE, SHARED_BASE, Region, Space, 
 from .hostio import is_torch, to_numpy, wrap_output, write_back
 from .semantics import NO_CPU_SEMANTICS, handlers_for_run, supported, unsupported
 from .tma import tensormap_handle
+from . import transactions
 
 __all__ = ["interpret", "run_program", "NO_CPU_SEMANTICS", "supported", "unsupported"]
 
@@ -316,7 +317,9 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
                 mach.run(top)
             else:
                 mach.per_thread = ladder[level][0] == "thread"
+                mach.split_warpgroups = ladder[level][0] != "warpgroup"
                 run_units(mach, top, ladder[level][1], level == len(ladder) - 1)
+            transactions.at_exit(mach)
             return
         except Blocked:
             ladder = levels(mach)

@@ -1,4 +1,5 @@
-"""The memory-access detectors: data races, uninitialised reads, unfinished cp.async.
+"""The memory-access detectors: data races, uninitialised reads, unfinished cp.async,
+generic-proxy writes read by the async proxy without a fence (:mod:`.proxy`).
 
 :func:`track` is called for every access that passed the bounds and alignment
 checks, with the per-byte :class:`~.hb.Tracker` of its state space and the
@@ -7,6 +8,8 @@ happens-before knowledge of :mod:`.hb`.
 from __future__ import annotations
 
 import numpy as np
+
+from .proxy import check_read, is_async, record_write
 
 _KIND = {"read": "reads", "write": "writes", "atomic": "atomically updates",
          "strong_read": "reads (.relaxed/.acquire/.volatile)"}
@@ -106,6 +109,10 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
                 i = int(idx[np.argmax(~ok)])
                 _race(mach, instr, sp, int(t[i]), int(wt[i]), int(b[i]), kind,
                       "updated" if tr.w_atom[b[i]] else "wrote")
+    if tr.reads and kind == "read" and tr.written and is_async(instr):
+        tb = np.repeat(rep, nbytes)
+        for t in np.unique(rep).tolist():          # (one reading thread, as a rule)
+            check_read(mach, instr, sp, t, bu[tb == t])
     if kind == "strong_read" or (kind == "read" and not tr.reads):
         return
     if dup and kind == "write" and sp.name != "param":
@@ -138,6 +145,8 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
         tr.w_step[b] = mach.steps
         tr.w_atom[b] = kind == "atomic"
         tr.init[b] = True
+        if tr.reads:
+            record_write(instr, tr, b)
         return
     bits = np.uint64(1) << ((th % mach.P) // 32).astype(np.uint64)
     if dup:   # several threads of this instruction read the same bytes

@@ -1,13 +1,15 @@
 """Thread exit, traps and memory ordering (named CTA barriers: :mod:`.barriers`).
 
 Memory fences (``membar``, ``fence``) need no action: the interpreter makes
-every write visible at once.
+every write visible at once; ``fence.proxy.async`` feeds the async-proxy detector
+(:mod:`.proxy`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import InterpreterError
+from . import proxy
 from .semantics import handler
 
 
@@ -25,7 +27,9 @@ def trap(mach, instr, mask):
 
 @handler("membar", "fence")
 def fence(mach, instr, mask):
-    return None
+    """Memory fences need no action (every write is visible at once), except that
+    ``fence.proxy.async`` makes generic writes visible to the async proxy (:mod:`.proxy`)."""
+    proxy.fence(mach, instr, mask)
 
 
 @handler("bra")

@@ -18,10 +18,14 @@ Edges (release -> acquire):
 * atomics on one address: each is a release and an acquire on that address
   (``atom``/``red`` chains order the plain accesses around them).
 
+Proxy fences (``fence.proxy.async``) are remembered per warp with what the warp knew
+when it fenced (:meth:`HappensBefore.proxy_fence`), for :mod:`.proxy`.
+
 :class:`Tracker` holds, per byte of a state space, the last writer (and
 whether it was an atomic), the readers since (one thread, or several warps),
-whether the byte was ever written (uninitialised reads) and whether an
-unfinished ``cp.async`` is still writing it.
+whether the byte was ever written (uninitialised reads), whether an
+unfinished ``cp.async`` is still writing it, and (shared memory) whether its last write
+went through the generic proxy (:mod:`.proxy`).
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class HappensBefore:
         self.mb_release: dict = {}   # mbarrier offset -> joined release vector (this phase)
         self.mb_phase: dict = {}     # mbarrier offset -> release vector of the last phase
         self.atomics: dict = {}      # (space, byte offset) -> joined release vector
+        self.FK = self.FS = None     # latest fence.proxy.async per warp (proxy_fence)
 
     def _release(self, w: int) -> np.ndarray:
         v = self.K[w].copy()
@@ -80,6 +85,18 @@ class HappensBefore:
             self._acquire(w, v)
             rel = self._release(w)
             self.atomics[key] = rel if v is None else np.maximum(v, rel)
+
+    def proxy_fence(self, warps) -> None:
+        """``fence.proxy.async`` by ``warps`` (batch warp indices): remember, per warp, the
+        step of its latest proxy fence and what it knew then (``FK[w, u]``: the step up to
+        which the fence covers warp ``u``'s accesses; its own warp's up to the fence)."""
+        if self.FS is None:
+            nw = self.K.shape[0]
+            self.FK = np.full((nw, nw), -1, np.int64)
+            self.FS = np.full(nw, -1, np.int64)
+        self.FK[warps] = self.K[warps]
+        self.FK[warps, warps] = self.mach.steps
+        self.FS[warps] = self.mach.steps
 
     def ordered(self, cur_t, prev_t, prev_step):
         """Whether accesses by ``cur_t`` are ordered after ``prev_t``'s at ``prev_step``."""
@@ -126,6 +143,9 @@ class Tracker:
             self.r_step = np.zeros(nbytes, np.int32)
             self.r_mask = np.zeros(nbytes, np.uint64)       # reader warps (CTA-local bits)
             self.r_cta = np.full(nbytes, -1, np.int32)      # -2: readers in several CTAs
+            # the async-proxy detector (:mod:`.proxy`): the last write went through the
+            # generic proxy (st.shared, ...), not the async one (TMA, bulk copies)
+            self.w_generic = np.zeros(nbytes, bool)
 
     def reset(self) -> None:
         """Forget every access (a new batch: earlier CTAs ran before it)."""

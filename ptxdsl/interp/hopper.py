@@ -22,6 +22,8 @@ retires it; wgmmas issued back to back on the same accumulator chain as on the G
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import ir
@@ -29,6 +31,8 @@ from ..isa.descriptors import SmemDescriptor, swizzle_offset
 from ..isa.hopper import wgmma_shape
 from ..types import bf16_bits_to_f32
 from ..wgmma import WgmmaLayout
+from . import transactions
+from .access import track
 from .semantics import handler
 from .tensorcore import fp8_decode
 
@@ -74,12 +78,14 @@ def operand_offsets(desc: SmemDescriptor, rows: int, k: int, ebytes: int,
                     + (kk % 8) * 16 + (kk // 8) * desc.leading)
     addr = np.asarray(addr, np.int64)
     if s:
-        addr = np.vectorize(lambda a: swizzle_offset(int(a), s), otypes=[np.int64])(addr)
+        addr = swizzle_offset(addr, s)      # bit operations: the same function on an array
     return addr
 
 
 def _read_operand(mach, instr, desc_bits: int, rows: int, k: int, t: str, mn_major: bool,
-                  cta_row: int, what: str) -> np.ndarray:
+                  thread: int, what: str) -> np.ndarray:
+    """The (rows, k) operand values, read (and checked: races, uninitialised bytes, the
+    async-proxy fence) as ``thread``'s, the first thread of the issuing warpgroup."""
     desc = SmemDescriptor.decode(desc_bits)
     if desc.base_offset:
         mach.fail(instr, f"{what}'s descriptor has base offset {desc.base_offset}: the "
@@ -92,7 +98,8 @@ def _read_operand(mach, instr, desc_bits: int, rows: int, k: int, t: str, mn_maj
         bad = int(addr.reshape(-1)[np.argmin(ok)])
         mach.fail(instr, f"{what} (descriptor {desc}) reads shared byte {bad:#x}, "
                          f"{sp.nearest(bad)}")
-    off = sp.offsets(addr.reshape(-1).astype(np.uint64), np.full(addr.size, cta_row))
+    off = sp.offsets(addr.reshape(-1).astype(np.uint64), np.full(addr.size, mach.cta[thread]))
+    track(mach, instr, sp, np.full(off.size, thread), off, eb, "read")
     dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[eb]
     raw = sp.read(off, dt, 1).reshape(rows, k)
     return _values(raw, t)
@@ -104,15 +111,13 @@ def _a_from_registers(mach, instr, warps_threads, t: str) -> np.ndarray:
         mach.fail(instr, f"A from registers is interpreted for .f16/.bf16 inputs only, "
                          f"not .{t}; use a descriptor A")
     regs = instr.operands[1].items
-    lay = WgmmaLayout(16)
+    rows, cols = positions(WgmmaLayout(16))              # (128, 8): element 2j + half
+    tm = _mask_of(mach, warps_threads)
+    words = np.stack([np.asarray(mach.read_reg(r, tm, instr)).view(np.uint32)[warps_threads]
+                      for r in regs], axis=1)             # (128, 4)
+    halves = (words[:, :, None] >> np.array([0, 16], np.uint32)) & np.uint32(0xFFFF)
     a = np.zeros((64, 16), np.float64)
-    for j, r in enumerate(regs):
-        bits = mach.read_reg(r, _mask_of(mach, warps_threads), instr)
-        for idx, th in enumerate(warps_threads):
-            v = int(np.asarray(bits).view(np.uint32)[th])
-            for half in range(2):
-                row, col = lay.position(idx, 2 * j + half)
-                a[row, col] = _values(np.array([(v >> (16 * half)) & 0xFFFF]), t)[0]
+    a[rows, cols] = _values(halves.reshape(128, 8), t)
     return a
 
 
@@ -179,7 +184,7 @@ def wgmma_mma_async(mach, instr, mask):
     pend = _pending(mach)
     for threads in _warpgroups(mach, instr, mask):
         tmask = _mask_of(mach, threads)
-        row = int(mach.cta[threads[0]])
+        first = int(threads[0])
         if isinstance(scale_d_op, ir.Imm):
             scale_d = bool(scale_d_op.value)
         else:
@@ -189,9 +194,9 @@ def wgmma_mma_async(mach, instr, mask):
             a = _a_from_registers(mach, instr, threads, a_t)
         else:
             da = int(_uniform(mach, instr, mach.src(instr, 1, tmask), threads, "the A descriptor"))
-            a = _read_operand(mach, instr, da, 64, k, a_t, bool(trans_a), row, "A")
+            a = _read_operand(mach, instr, da, 64, k, a_t, bool(trans_a), first, "A")
         db = int(_uniform(mach, instr, mach.src(instr, 2, tmask), threads, "the B descriptor"))
-        b = _read_operand(mach, instr, db, n, k, b_t, bool(trans_b), row, "B")   # (N, K)
+        b = _read_operand(mach, instr, db, n, k, b_t, bool(trans_b), first, "B")  # (N, K)
         prod = (scale_a * a) @ (scale_b * b).T                                     # (64, N)
         c = np.zeros((64, n), np.float64)
         if scale_d:
@@ -222,20 +227,30 @@ def _current_acc(mach, instr, regs, threads, lay, held, pend) -> np.ndarray:
     return _unpack(bits, lay)
 
 
+@functools.lru_cache(maxsize=64)
+def positions(lay: WgmmaLayout) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols), each (128, elems): where element ``i`` of warpgroup thread ``t`` sits
+    (:meth:`WgmmaLayout.position` evaluated on arrays: every thread and element at once)."""
+    r, c = lay.position(np.arange(128)[:, None], np.arange(lay.elems)[None, :])
+    rows, cols = (np.ascontiguousarray(np.broadcast_to(x, (128, lay.elems)), np.int64)
+                  for x in (r, c))
+    rows.flags.writeable = cols.flags.writeable = False
+    return rows, cols
+
+
 def _unpack(bits: np.ndarray, lay: WgmmaLayout) -> np.ndarray:
-    out = np.zeros((64, lay.n), np.float64)
+    """(128, nregs) accumulator register bits -> the (64, N) tile as float64."""
     bits = np.asarray(bits).astype(np.uint32)
-    for t in range(128):
-        for i in range(lay.elems):
-            r, c = lay.position(t, i)
-            word = int(bits[t, i // lay.per_reg])
-            if lay.elem == "f16":
-                v = np.array([(word >> (16 * (i % 2))) & 0xFFFF], np.uint16).view(np.float16)[0]
-            elif lay.elem == "s32":
-                v = np.array([word], np.uint32).view(np.int32)[0]
-            else:
-                v = np.array([word], np.uint32).view(np.float32)[0]
-            out[r, c] = float(v)
+    if lay.elem == "f16":
+        half = (bits[:, :, None] >> np.array([0, 16], np.uint32)) & np.uint32(0xFFFF)
+        vals = half.reshape(128, -1).astype(np.uint16).view(np.float16)
+    elif lay.elem == "s32":
+        vals = bits.view(np.int32)
+    else:
+        vals = bits.view(np.float32)
+    rows, cols = positions(lay)
+    out = np.zeros((64, lay.n), np.float64)
+    out[rows, cols] = vals
     return out
 
 
@@ -248,15 +263,11 @@ def _pack(tile: np.ndarray, lay: WgmmaLayout, d_t: str, satfinite: bool) -> np.n
         words = tile.astype(np.float16).view(np.uint16).astype(np.uint32)
     else:
         words = tile.astype(np.float32).view(np.uint32)
-    out = np.zeros((128, lay.nregs), np.uint32)
-    for t in range(128):
-        for i in range(lay.elems):
-            r, c = lay.position(t, i)
-            if lay.per_reg == 2:
-                out[t, i // 2] |= np.uint32(int(words[r, c]) << (16 * (i % 2)))
-            else:
-                out[t, i] = words[r, c]
-    return out
+    rows, cols = positions(lay)
+    w = words[rows, cols]                                  # (128, elems)
+    if lay.per_reg == 2:
+        return (w[:, 0::2] | (w[:, 1::2] << np.uint32(16))).astype(np.uint32)
+    return np.ascontiguousarray(w, np.uint32)
 
 
 @handler("wgmma.fence")
@@ -295,20 +306,6 @@ def wgmma_wait(mach, instr, mask):
     mach.wgmma_pending = rest
 
 
-def check_held(mach, reg, instr, threads=None) -> None:
-    """Called by the machine on a register access by ``threads`` (a mask; None: any): an
-    accumulator in flight in one of them is an error (another warpgroup's, or another
-    CTA's, in flight is not)."""
-    h = getattr(mach, "held", None)
-    if h and reg in h:
-        mask, wg = h[reg]
-        if threads is not None and not (np.asarray(mask) & np.asarray(threads)).any():
-            return
-        mach.fail(instr, f"register %{reg.name} is an accumulator of the wgmma at "
-                         f"{wg.loc}, still in flight: wait for it (wgmma.commit_group, then "
-                         f"wgmma.wait_group) before touching it")
-
-
 # ---------------------------------------------------------------- mbarrier transactions
 @handler("mbarrier.expect_tx", "mbarrier.complete_tx")
 def mbarrier_tx(mach, instr, mask):
@@ -324,14 +321,57 @@ def mbarrier_tx(mach, instr, mask):
         if complete:
             mbarrier_complete_tx(mach, off, int(n[t]), instr, t)
         else:
-            st["tx"] += int(n[t])
+            transactions.expect(mach, st, int(n[t]), instr, t)
     mach.events += 1
 
 
 # ---------------------------------------------------------------- bookkeeping only
-@handler("prefetch", "cp.async.bulk.prefetch.tensor", "griddepcontrol", "setmaxnreg")
+@handler("prefetch", "cp.async.bulk.prefetch.tensor", "griddepcontrol")
 def no_effect(mach, instr, mask):
     """Prefetches change no value; a grid with no programmatic dependents waits for
-    nothing (griddepcontrol); a register budget (setmaxnreg, its range checked at trace
-    time) does not change what the interpreter computes."""
+    nothing (griddepcontrol)."""
     return None
+
+
+SM_REGISTERS = 65536
+
+
+@handler("setmaxnreg")
+def setmaxnreg(mach, instr, mask):
+    """A register budget changes no value, but its rules are checked: the count is a
+    multiple of 8 in 24..256; every thread of the warpgroup executes this one
+    instruction together; ``.inc`` never lowers and ``.dec`` never raises the budget the
+    warpgroup set before; and the budgets the CTA's warpgroups set add up to at most the
+    SM's 65536 registers (beyond, ``.inc`` waits forever for registers nobody frees)."""
+    n = int(instr.operands[0].value)
+    inc = instr.match.chosen["action"] == "inc"
+    if n % 8 or not 24 <= n <= 256:
+        mach.fail(instr, f"setmaxnreg takes a register count from 24 to 256, a multiple of "
+                         f"8; got {n}")
+    if not hasattr(mach, "reg_budgets"):
+        mach.reg_budgets = {}               # batch warpgroup -> (count, instr)
+    budgets = mach.reg_budgets
+    ctas = set()
+    for threads in _warpgroups(mach, instr, mask):
+        g, t = int(threads[0]) // 128, int(threads[0])
+        old = budgets.get(g)
+        if old is not None and (n < old[0] if inc else n > old[0]):
+            d, other = ("inc", "dec") if inc else ("dec", "inc")
+            mach.fail(instr, f"setmaxnreg.{d} to {n} would {'lower' if inc else 'raise'} this "
+                             f"warpgroup's budget of {old[0]} registers (set at "
+                             f"{old[1].loc}): .{d} only {'raises' if inc else 'lowers'} it; "
+                             f"use setmaxnreg.{other}, or a count "
+                             f"{'at least' if inc else 'at most'} {old[0]}", t)
+        budgets[g] = (n, instr)
+        ctas.add(t // mach.P)
+    per_cta = mach.P // 128
+    for c in ctas:
+        mine = [budgets[g] for g in range(c * per_cta, (c + 1) * per_cta) if g in budgets]
+        total = 128 * sum(b for b, _ in mine)
+        if total > SM_REGISTERS:
+            parts = " + ".join(f"128 x {b}" for b, _ in mine)
+            mach.fail(instr, f"the register budgets of this CTA's warpgroups add up to {parts} "
+                             f"= {total}, more than an SM's {SM_REGISTERS} registers: "
+                             f"setmaxnreg.inc would wait forever for registers nobody frees; "
+                             f"lower the counts (e.g. the producer's .dec first)",
+                      c * mach.P)

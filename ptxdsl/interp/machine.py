@@ -29,8 +29,9 @@ import numpy as np
 from .. import ir
 from ..errors import InterpreterError
 from .hb import HappensBefore
+from .inflight import check_held
 from .memory import RANK_SHIFT
-from .schedule import WAIT_EFFECTS, over_budget, wait_at
+from .schedule import WAIT_EFFECTS, collective, over_budget, wait_at
 from .values import immediate, storage_dtype, to_bits, view
 
 MAX_ITERATIONS = 10_000_000
@@ -56,7 +57,7 @@ class InstrOp:
         self.instr = instr
         self.handler = handler
         self.may_exit = "exit" in instr.match.spec.effects
-        self.waits = bool(instr.match.spec.effects & WAIT_EFFECTS)
+        self.waits = bool(instr.match.spec.effects & WAIT_EFFECTS) or collective(instr)
 
     def run(self, m: "Machine", mask):
         m.exec_instr(self.instr, mask, self.handler)
@@ -248,7 +249,10 @@ class Machine:
         self.check_init = True                  # reads of never-written bytes are errors
         self.check_races = True
         self.per_thread = False                 # scheduled one thread per unit
+        self.split_warpgroups = False           # units finer than warpgroups (schedule.py)
+        self.meetings: dict = {}                # warpgroup-collective rendezvous
         self.held: dict = {}                    # in-flight accumulators (interp/hopper.py)
+        self.current = None                     # the instruction being executed
 
     def _cluster_specials(self, cl: tuple) -> None:
         """%cluster_ctaid, %clusterid, %cluster_ctarank, ... of a launch in clusters of
@@ -293,8 +297,7 @@ class Machine:
     # ------------------------------------------------------------------ registers
     def read_reg(self, reg: ir.Reg, mask, instr) -> np.ndarray:
         if self.held and reg in self.held:  # an accumulator of a wgmma in flight
-            from .hopper import check_held
-            check_held(self, reg, instr, mask)
+            check_held(self, reg, instr, mask, "read")
         w = self.written.get(reg)
         if w is not True:
             missing = mask if w is None else mask & ~w
@@ -306,6 +309,8 @@ class Machine:
         return self.regs[reg]
 
     def write_reg(self, reg: ir.Reg, value, mask) -> None:
+        if self.held and reg in self.held:  # an accumulator of a wgmma in flight
+            check_held(self, reg, self.current, mask, "written")
         bits = to_bits(value, self.store[reg])
         old = self.regs.get(reg)
         if mask.all():
@@ -392,6 +397,7 @@ class Machine:
         self.steps += 1
         if self.steps > self.max_steps:
             over_budget(self, instr)
+        self.current = instr
         handler(self, instr, mask)
 
     def run(self, top: Block) -> None:

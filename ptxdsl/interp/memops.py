@@ -8,7 +8,8 @@ exempt from race detection among themselves, and ``atom.global.add.f32``
 flushes subnormals as the hardware does (``.shared`` does not).
 
 mbarrier: arrivals, expected and completed transaction bytes and phases live in
-``mach.mbarriers`` keyed by the shared byte offset of the object;
+``mach.mbarriers`` keyed by the shared byte offset of the object (the byte counts are
+checked by :mod:`.transactions`);
 :func:`mbarrier_expect_tx` and :func:`mbarrier_complete_tx` are the entry points
 for asynchronous (bulk / tensor) copies. Waits park the warp (see
 :mod:`.schedule`) until the phase completes.
@@ -19,6 +20,7 @@ import numpy as np
 
 from .. import ir
 from . import fround as fr
+from . import transactions
 from .memory import RANK_SHIFT, SHARED_WINDOW
 from .access import track
 from .schedule import Blocked
@@ -395,14 +397,15 @@ def _phase_done(mach, off: int, st) -> None:
     if st["pending"] == 0 and st["tx"] == 0:
         st["phase"] += 1
         st["pending"] = st["expected"]
+        transactions.new_phase(st)
         mach.hb.mbarrier_complete(off)
         mach.events += 1
 
 
-def mbarrier_expect_tx(mach, off: int, nbytes: int) -> None:
+def mbarrier_expect_tx(mach, off: int, nbytes: int, instr=None, thread=None) -> None:
     """Add ``nbytes`` expected transaction bytes to the current phase of the mbarrier at
     shared byte offset ``off`` (as ``expect_tx`` does)."""
-    mach.mbarriers[off]["tx"] += int(nbytes)
+    transactions.expect(mach, mach.mbarriers[off], int(nbytes), instr, thread)
 
 
 def mbarrier_complete_tx(mach, off: int, nbytes: int, instr=None, thread=None) -> None:
@@ -418,10 +421,7 @@ def mbarrier_complete_tx(mach, off: int, nbytes: int, instr=None, thread=None) -
                          "initialised (mbarrier.init)", thread)
     if thread is not None:      # the copy's writes happen before the phase completes
         mach.hb.mbarrier_arrive(off, int(thread))
-    st["tx"] -= int(nbytes)
-    if st["tx"] < 0:
-        mach.fail(instr, f"an asynchronous copy completed {-st['tx']} more transaction bytes "
-                         f"than the mbarrier's phase expects (expect_tx too small?)", thread)
+    transactions.complete(mach, st, int(nbytes), instr, thread)
     _phase_done(mach, off, st)
 
 
@@ -432,10 +432,11 @@ def _arrive(mach, instr, mask, tx=None):
         st = _mbar_state(mach, instr, t, off)
         tokens[t] = st["phase"]
         if txv is not None:
-            st["tx"] += int(txv[t])
+            transactions.expect(mach, st, int(txv[t]), instr, t)
         st["pending"] -= 1
         if st["pending"] < 0:
             mach.fail(instr, "mbarrier received more arrivals than its expected count", t)
+        transactions.arrived(mach, st, instr, t)
         mach.hb.mbarrier_arrive(off, t)
         _phase_done(mach, off, st)
     mach.events += 1
@@ -470,9 +471,13 @@ def _wait(mach, instr, mask, parity: bool):
             st = mach.mbarriers.get(off, {})
             want = (f"the phase with parity {int(arg[t]) & 1}" if parity
                     else f"phase {int(arg[t])}")
-            return (f"the mbarrier {sp.nearest(sp.base + off % sp.row_bytes)} to complete "
+            text = (f"the mbarrier {sp.nearest(sp.base + off % sp.row_bytes)} to complete "
                     f"{want} (it is in phase {st.get('phase')}, waiting for "
                     f"{st.get('pending')} more arrivals and {st.get('tx')} transaction bytes)")
+            if st and st["pending"] == 0 and st["tx"] > 0:
+                text += (f"; every arrival is in but {st['tx']} announced bytes never arrived: "
+                         f"{transactions.summary(st)}")
+            return text
         raise Blocked(what, fallback=lambda: mach.dst(instr, 0, done, mask))
     for t, off in targets:
         mach.hb.mbarrier_acquire(off, t)

@@ -32,7 +32,12 @@ A handler ``fn(mach, instr, mask)`` whose threads cannot go on yet raises
     lets the unit go on, so kernels that poll and do other work still run.
 
 Only instructions whose table entry has a waiting effect (``barrier``,
-``async_wait``, ``mbarrier``; see :data:`WAIT_EFFECTS`) may raise it. Handlers
+``async_wait``, ``mbarrier``; see :data:`WAIT_EFFECTS`) may raise it.
+
+Warpgroup-collective instructions (table scope ``"warpgroup"``: wgmma, setmaxnreg) are
+executed once for all four warps of a warpgroup. When the units are finer than
+warpgroups, the warps of a warpgroup meet at such an instruction and the last one to
+arrive runs it for all (:func:`wait_at`); a warp that never arrives is a deadlock. Handlers
 that may let another unit progress (arrivals, exits, completed copies) add 1
 to ``mach.events``. A round in which every live unit is parked and no event
 happened is a deadlock: at the finest level it is an
@@ -72,8 +77,54 @@ class Deadlock(Exception):
         self.partial = partial    # some unit waits with part of its threads elsewhere
 
 
-def wait_at(m, instr, mask, handler):
+def collective(instr) -> bool:
+    """Warpgroup-collective: with warps as units, its warps meet before it runs."""
+    return instr.match.spec.scope == "warpgroup"
+
+
+def _meet(m, instr, mask, handler):
+    """Generator: a warpgroup-collective instruction reached by one unit (a warp, or a
+    thread) of a warpgroup. The units wait for each other here; the last to arrive runs
+    the instruction once for the whole warpgroup (as the hardware does) and the others go
+    on when it has."""
+    live = m.valid & ~m.exited
+    groups = np.flatnonzero((mask & live).reshape(-1, 128).any(1))
+    entries = []
+    for g in groups.tolist():
+        key = (id(instr), g)
+        e = m.meetings.get(key)
+        if e is None:
+            e = m.meetings[key] = {"mask": np.zeros(m.T, bool), "done": False}
+        e["mask"][g * 128:(g + 1) * 128] |= mask[g * 128:(g + 1) * 128]
+        entries.append((g, key, e))
+    m.events += 1
+    while True:
+        ready = [(g, k, e) for g, k, e in entries
+                 if not e["done"] and not (live[g * 128:(g + 1) * 128]
+                                           & ~e["mask"][g * 128:(g + 1) * 128]).any()]
+        for g, k, e in ready:
+            e["done"] = True
+            del m.meetings[k]
+            yield from wait_at(m, instr, e["mask"], handler, meet=False)
+            m.events += 1
+        if all(e["done"] for _, _, e in entries):
+            return
+        g, _, e = next((x for x in entries if not x[2]["done"]))
+
+        def what(g=g, e=e):
+            missing = sorted({int(t) % m.P // 32 for t in np.flatnonzero(
+                (live & ~e["mask"])[g * 128:(g + 1) * 128]) + g * 128})
+            return (f"warpgroup-collective: warps {missing} of this warpgroup have not "
+                    f"reached it (all four warps execute it together)")
+        yield (instr, mask, Blocked(what))
+        live = m.valid & ~m.exited
+
+
+def wait_at(m, instr, mask, handler, meet: bool = True):
     """Generator: execute ``instr``, yielding while its handler reports Blocked."""
+    if meet and m.split_warpgroups and collective(instr):
+        yield from _meet(m, instr, mask, handler)
+        return
     while True:
         try:
             m.exec_instr(instr, mask, handler)

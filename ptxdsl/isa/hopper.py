@@ -116,6 +116,7 @@ WGMMA = (
            lists=wgmma_lists,
            ptx=(8, 0), sm=90, arch_specific=True, rule=_wgmma_rule, category="tensorcore",
            scope="warpgroup", effects=frozenset({"accumulate"}), varies=True, interp=True,
+           proxy="async",
            doc="Warpgroup matrix multiply-accumulate D = A*B + scale_d*D, asynchronous: "
                "the 128 threads of a warpgroup issue it together; A comes from a shared-"
                "memory descriptor or 4 registers per thread, B from a descriptor. The "
@@ -229,7 +230,7 @@ TMA = (
            variants={"bulk_group": "t:{coords} a=src r:b64@L2::cache_hint"},
            lists=tensor_lists,
            ptx=(8, 0), sm=90, rule=_tensor_copy_rule, category="async", side_effects=True,
-           effects=_TX_COPY,
+           effects=_TX_COPY, proxy="async",
            doc="TMA: copy a box of a tensor described by a tensor map. Loads "
                "(global -> shared::cluster) complete transaction bytes on an mbarrier, "
                "optionally into several CTAs of the cluster (.multicast::cluster, a 16-bit "
@@ -243,7 +244,7 @@ TMA = (
             g("hint", CACHE_HINT)), (), ntypes=0,
            operands="t:{coords} a=src r:b64@L2::cache_hint", lists=tensor_lists,
            ptx=(8, 0), sm=90, category="async", side_effects=True, effects=_ASYNC_COPY,
-           interp=False,
+           interp=False, proxy="async",
            doc="TMA reduction: combine a shared-memory box into a tensor in global memory "
                "(element type from the tensor map).",
            example="cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
@@ -267,7 +268,7 @@ TMA = (
                     "r:b64@L2::cache_hint",
            variants={"bulk_group": "a=dst a=src s:u32 r:b64@L2::cache_hint"},
            ptx=(8, 0), sm=90, rule=_bulk_rule, check_operands=_bulk_size, category="async",
-           side_effects=True, effects=_TX_COPY, interp=False,
+           side_effects=True, effects=_TX_COPY, interp=False, proxy="async",
            doc="Bulk copy of a contiguous range (a multiple of 16 bytes, 16-byte aligned): "
                "global -> shared::cluster or shared::cta -> shared::cluster completing bytes "
                "on an mbarrier, or shared::cta -> global in a bulk group.",

@@ -167,6 +167,7 @@ SPACES_32BIT_OK = frozenset({"shared", "shared::cta", "shared::cluster", "local"
 SCOPES = ("thread", "warp", "warpgroup", "cta", "cluster")
 FORMS = ("plain", "pipe_pred")
 ACCESS = (None, "read", "write", "read_write")
+PROXIES = ("generic", "async")
 # Effects an instruction can have beyond writing its destinations.
 EFFECTS = frozenset({
     "barrier",        # waits for (or arrives at) a barrier of its scope
@@ -247,6 +248,11 @@ class OpSpec:
     # lists: for entries with ``{key}`` operand slots, a function of the Match
     #   returning ``{key: (register type name, count)}`` for that exact form.
     lists: Callable[["Match"], Mapping[str, tuple[str, int]]] | None = None
+    # proxy: the memory proxy its shared-memory accesses go through: "generic" (ld, st,
+    #   atomics, cp.async) or "async" (TMA and bulk copies, wgmma's operand reads). A
+    #   generic write read through the async proxy needs fence.proxy.async between them
+    #   (the interpreter's detector, ptxdsl/interp/proxy.py, reads this).
+    proxy: str = "generic"
     # True when the whole instruction exists only on the arch-specific target
     # (sm_90a, not sm_90: wgmma, setmaxnreg); Mod.arch_specific for one modifier.
     arch_specific: bool = False
@@ -264,6 +270,8 @@ class OpSpec:
             raise ValueError(f"{self.opcode}: unknown effects {sorted(unknown)}")
         if self.form not in FORMS:
             raise ValueError(f"{self.opcode}: form {self.form!r} is not one of {FORMS}")
+        if self.proxy not in PROXIES:
+            raise ValueError(f"{self.opcode}: proxy {self.proxy!r} is not one of {PROXIES}")
         if self.access not in ACCESS:
             raise ValueError(f"{self.opcode}: access {self.access!r} is not one of {ACCESS}")
 

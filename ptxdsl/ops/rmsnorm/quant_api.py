@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from ...errors import LaunchError, user_location
-from ...runtime import prepare
+from ...runtime import prepare, torch_private
 from ...runtime.fastpath import Signatures
 from ...types import f32
 from .._common.frame import Frame, data_ptr, dtype_of
@@ -49,20 +49,36 @@ def rms_norm_quant(x, weight, eps: float = 1e-6, *, residual=None, offset: float
     next layer's residual stream is ready. x: float32, float16 or bfloat16; weight: x's
     dtype or float32. Not differentiable (FP8 output is for inference).
     """
-    key = None
-    if scale is None or isinstance(scale, (int, float)):
-        try:  # torch tensors: their signature key (numpy has no .stride() / .data_ptr())
-            key = _key(x, weight, eps, residual, offset, scale)
-        except (AttributeError, TypeError):
-            key = None
+    if residual is None:
+        # Lookup 1: the residual-free form called again like last time, found by one C++
+        # guard of the tensors (Hot); it returns None where the pointers' alignment differs.
+        hot = FAST.hot
+        if eps == hot.eps and offset == hot.offset:
+            if scale is None or type(scale) is float:
+                ok = not hot.tensor_scale and scale == hot.scale and hot.guard(x, weight)
+            else:
+                ok = hot.tensor_scale and hot.guard(x, weight, scale)
+            if ok:
+                out = hot.launch(x, weight, scale)
+                if out is not None:
+                    return out
+    try:  # torch tensors: their signature key (numpy has no .stride() / .data_ptr())
+        key = _key(x, weight, eps, residual, offset, scale)
+    except (AttributeError, TypeError):
+        key = None
     if key is not None:
+        # Lookup 2: a signature seen before, straight to its launch.
         fast = FAST.entries.get(key)
         if fast is not None:
+            if fast.hot is not None:
+                FAST.hot = fast.hot  # this signature is the one to guard for now
             return fast(x, weight, residual, scale)
     frame = Frame(x, "rms_norm_quant")
     y, sc, fast = _general(frame, x, weight, eps, residual, _offset(offset), scale)
     if fast is not None and key is not None:
         FAST.add(key, fast)
+        if fast.hot is not None:
+            FAST.hot = fast.hot
     return y, sc
 
 
@@ -108,8 +124,8 @@ def _general(frame, x, weight, eps, residual, offset, scale):
         residual[...] = r2.reshape(residual.shape)
     fast = None
     if frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
-            residual is None or r2 is residual) and not _is_array(scale):
-        fast = _fast(frame.torch, k, args, x, m, s_arg)
+            residual is None or r2 is residual):
+        fast = _fast(frame.torch, k, args, x, weight, eps, offset, scale, s_arg)
     return y, out_scale, fast
 
 
@@ -182,57 +198,118 @@ def _scalar_array(frame, s: float, x):
 
 
 # ---------------------------------------------------------------- repeated torch calls
-FAST = Signatures()
+class Hot:
+    """The last residual-free torch call's launch, found by torch's C++ tensor guard of
+    (x, weight) or, for a static scale tensor, (x, weight, scale) (see ``fast.Hot``:
+    what the guard does not see, the pointers' alignment, ``launch`` checks: it returns
+    None where it differs). ``scale``: the static number (None: dynamic)."""
+
+    __slots__ = ("guard", "eps", "offset", "scale", "tensor_scale", "launch")
+
+    def __init__(self, guard, eps, offset, scale, tensor_scale, launch):
+        self.guard, self.eps, self.offset, self.scale = guard, eps, offset, scale
+        self.tensor_scale, self.launch = tensor_scale, launch
+
+
+NO_HOT = Hot(torch_private.never, None, None, None, False, None)
+FAST = Signatures(hot=NO_HOT)
 
 
 def _key(x, weight, eps, residual, offset, scale) -> tuple:
     """The signature key of a torch call (raises AttributeError/TypeError for numpy);
-    a static scale number is part of it (its device tensor is bound in the closure)."""
+    a static scale number is part of it (its device tensor is bound in the closure), a
+    scale tensor by its dtype, shape, strides and device (its pointer is read per call)."""
     ptrs = x.data_ptr() | weight.data_ptr()
     if residual is not None:
         ptrs |= residual.data_ptr()
+    if _is_array(scale):
+        scale = ("tensor", scale.dtype, scale.shape, scale.stride(), scale.get_device())
     return (x.shape, x.stride(), x.dtype, weight.dtype, weight.stride(), x.get_device(), eps,
             offset, None if residual is None else residual.stride(), scale, ptrs & 15)
 
 
-def _fast(torch, k, args, x, m, s_arg):
-    """Allocate y (and the dynamic scales) and launch, nothing else. ``s_arg``: the
-    static scale's cached device scalar (None: dynamic), bound for every call."""
+def _fast(torch, k, args, x, weight, eps, offset, scale, s_arg):
+    """The per-signature closure ``run(x, weight, residual, scale)``: allocate y (and the
+    dynamic scales) and launch, nothing else; ``run.hot``: its :class:`Hot` (None with a
+    residual). ``s_arg``: the static scale's device scalar (None: dynamic): bound for
+    every call for a number, read from the call's own tensor for a tensor."""
     bound = prepare(k).bind(*args)
     if bound is None:
         return None
-    shape, device = x.shape, x.device
-    lead = tuple(shape[:-1]) + (1,)
-    empty, fp8, u8, f32t = torch.empty, torch.float8_e4m3fn, torch.uint8, torch.float32
-    sptr = None if s_arg is None else s_arg.data_ptr()
+    shape, device = tuple(x.shape), x.device
+    lead = shape[:-1] + (1,)
+    fp8, f32t, empty = torch.float8_e4m3fn, torch.float32, torch.empty
+    hooks, dev = torch_private.hooks(torch), x.get_device()
+    cur_dev = hooks.current_device
+    # Outputs from the launcher's allocator (no argument parsing or dispatch), which
+    # allocates on torch's current device: used only when that is x's.
+    alloc_y = hooks.allocator(shape, _contiguous(shape), fp8, dev)
+    alloc_s = hooks.allocator(lead, _contiguous(lead), f32t, dev)
+    dynamic, tensor_scale = scale is None, _is_array(scale)
+    fixed = None if dynamic or tensor_scale else s_arg.data_ptr()
+
+    def outputs():
+        if cur_dev() == dev:
+            return alloc_y(), (alloc_s() if dynamic else None)
+        return (empty(shape, dtype=fp8, device=device),
+                empty(lead, dtype=f32t, device=device) if dynamic else None)
 
     def run(x, weight, residual, scale_in):
-        y = empty(shape, dtype=fp8, device=device)
-        yp = y.view(u8).data_ptr()
+        y, sc = outputs()
         ptrs = [x.data_ptr()]
         if residual is not None:
             rp = residual.data_ptr()
             ptrs.append(rp)
         ptrs.append(weight.data_ptr())
-        if sptr is not None:
-            ptrs.append(sptr)
-        ptrs.append(yp)
+        if not dynamic:
+            ptrs.append(scale_in.data_ptr() if tensor_scale else fixed)
+        ptrs.append(y.data_ptr())  # float8 and its uint8 bytes: one pointer
         if residual is not None:
             ptrs.append(rp)
-        if scale_in is None:
-            sc = empty((m,), dtype=f32t, device=device)
+        if dynamic:
             ptrs.append(sc.data_ptr())
             bound(*ptrs)
-            return y, sc.view(lead)
+            return y, sc
         bound(*ptrs)
         return y, scale_in
 
-    run.keep = s_arg  # the bound device scalar lives as long as the closure
+    run.keep = s_arg  # a bound device scalar lives as long as the closure
+    run.hot = None
+    if len(args) == 4:  # no residual: x, weight, (scale,) y, (scales)
+        align = (x.data_ptr() | weight.data_ptr()) & 15
+        if dynamic:
+            def plain(x, weight, scale_in):
+                xp, wp = x.data_ptr(), weight.data_ptr()
+                if (xp | wp) & 15 != align:
+                    return None
+                y, sc = outputs()
+                bound(xp, wp, y.data_ptr(), sc.data_ptr())
+                return y, sc
+        else:
+            def plain(x, weight, scale_in):
+                xp, wp = x.data_ptr(), weight.data_ptr()
+                if (xp | wp) & 15 != align:
+                    return None
+                y, _ = outputs()
+                bound(xp, wp, scale_in.data_ptr() if tensor_scale else fixed, y.data_ptr())
+                return y, scale_in
+        guard = hooks.guard((x, weight, scale) if tensor_scale else (x, weight))
+        if guard is not torch_private.never:
+            run.hot = Hot(guard, eps, offset, None if dynamic or tensor_scale else scale,
+                          tensor_scale, plain)
     return run
+
+
+def _contiguous(shape) -> tuple:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(out))
 
 
 def clear() -> None:
     """Forget every recorded call and cached device scalar."""
-    FAST.clear()
+    FAST.clear(hot=NO_HOT)
     with _SCALARS_LOCK:
         _SCALARS.clear()

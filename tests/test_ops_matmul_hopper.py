@@ -89,7 +89,9 @@ def _interpretable(k) -> bool:
 # (An MN-major operand's rows are M or N: multiples of 8 bf16.)
 @pytest.mark.parametrize("m,n,k,a_major,b_major", [
     (128, 256, 64, "K", "K"), (7, 68, 72, "K", "K"), (130, 264, 136, "K", "K"),
-    (128, 256, 136, "MN", "MN"), (7, 72, 72, "K", "MN"), (8, 68, 72, "MN", "K")])
+    (128, 256, 136, "MN", "MN"), (7, 72, 72, "K", "MN"), (8, 68, 72, "MN", "K"),
+    # K = 512: the ring wraps, both consumers release each stage at their own time
+    (128, 256, 512, "K", "K")])
 def test_interpreter_runs_the_shipped_kernel(m, n, k, a_major, b_major):
     """The Hopper kernel itself on the CPU, each operand major: integer inputs, bit-exact
     f32 output."""
@@ -124,3 +126,20 @@ def test_interpreter_runs_the_split_k_kernel(m, n, k, split, b_major):
     kb = f32_to_bf16_bits(b) if b_major == "MN" else np.ascontiguousarray(f32_to_bf16_bits(b.T))
     c = kern.interpret(f32_to_bf16_bits(a), kb, np.full((m, n), np.nan, np.float32))
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 256, 64), (7, 72, 72)])
+def test_interpreter_runs_the_shipped_kernel_bf16_output(m, n, k):
+    """The 16-bit epilogue (stmatrix staging, fence.proxy.async, TMA store) on the CPU:
+    every sum is an integer below 2^11, exact in f32, rounded once to bf16 as cvt.rn is."""
+    import numpy as np
+    from ptxdsl.types import f32_to_bf16_bits
+    p = choose(m, n, k, bf16, bf16, sms=2)
+    kern = build_hopper(p, bf16, bf16, sms=2)
+    _interpretable(kern)
+    rng = np.random.default_rng(m * n + k)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    w = rng.integers(-4, 5, (n, k)).astype(np.float32)
+    c = kern.interpret(f32_to_bf16_bits(a), f32_to_bf16_bits(w))
+    want = f32_to_bf16_bits((a.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(c).view(np.uint16), want)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .groups import overwrite
 from .proxy import check_read, is_async, record_write
 
 _KIND = {"read": "reads", "write": "writes", "atomic": "atomically updates",
@@ -77,6 +78,8 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
                              f"cp.async of this thread or another is still writing: wait for "
                              f"it first (cp.async.wait_group / wait_all, then a barrier if "
                              f"another thread issued it)", int(rep[i // nbytes]))
+    if kind != "read" and tr.reads and tr.any_reading:
+        overwrite(mach, instr, sp, bu, rep[0])
     if kind != "write" and mach.check_init and not tr.all_init:
         bad = ~tr.init[bu]
         if bad.any():
@@ -129,6 +132,11 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
             if len(one):
                 bo = b[one]
                 bad[one] = ~hb.ordered(t[one], rt[one], tr.r_step[bo])
+                r2 = tr.r_tid2[bo]
+                two = np.flatnonzero(r2 >= 0)
+                if len(two):
+                    bad[one[two]] |= ~hb.ordered(t[one[two]], r2[two], tr.r_step2[bo[two]])
+                    tr.r_tid2[bo] = -1
             many = np.flatnonzero(rt == -2)
             if len(many):
                 bm = b[many]
@@ -166,10 +174,20 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
         tr.r_mask[bu] = mb
         tr.r_cta[bu] = cb
     else:
-        old_bit = np.where(rt >= 0, np.uint64(1) << ((np.maximum(rt, 0) % mach.P) // 32)
-                           .astype(np.uint64), np.uint64(0))
-        tr.r_tid[bu] = np.where(single, tb, -2)
-        tr.r_mask[bu] = np.where(single, mb, tr.r_mask[bu] | old_bit | mb)
+        # A second reading thread moves the first to the second slot (each keeps its own
+        # step: two warpgroups releasing a buffer at different times are told apart);
+        # a third falls back to the reader-warp mask and the newest step.
+        r2 = tr.r_tid2[bu]
+        second = (tb >= 0) & (rt >= 0) & ~single & ((r2 == -1) | (r2 == tb))
+        keep = single | second
+        tr.r_tid2[bu] = np.where(second, rt, np.where(keep, r2, -1))
+        tr.r_step2[bu] = np.where(second, tr.r_step[bu], tr.r_step2[bu])
+
+        def bit(x):
+            return np.where(x >= 0, np.uint64(1) << ((np.maximum(x, 0) % mach.P) // 32)
+                            .astype(np.uint64), np.uint64(0))
+        tr.r_tid[bu] = np.where(keep, tb, -2)
+        tr.r_mask[bu] = np.where(keep, mb, tr.r_mask[bu] | bit(rt) | bit(r2) | mb)
         rc = tr.r_cta[bu]
         tr.r_cta[bu] = np.where((rc == -1) | (rc == cb), cb, -2)
     tr.r_step[bu] = mach.steps

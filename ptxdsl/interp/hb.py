@@ -22,7 +22,8 @@ Proxy fences (``fence.proxy.async``) are remembered per warp with what the warp 
 when it fenced (:meth:`HappensBefore.proxy_fence`), for :mod:`.proxy`.
 
 :class:`Tracker` holds, per byte of a state space, the last writer (and
-whether it was an atomic), the readers since (one thread, or several warps),
+whether it was an atomic), the readers since (one or two threads with their steps, or
+several warps),
 whether the byte was ever written (uninitialised reads), whether an
 unfinished ``cp.async`` is still writing it, and (shared memory) whether its last write
 went through the generic proxy (:mod:`.proxy`).
@@ -141,11 +142,16 @@ class Tracker:
         if reads:
             self.r_tid = np.full(nbytes, -1, np.int32)      # -2: several readers
             self.r_step = np.zeros(nbytes, np.int32)
+            self.r_tid2 = np.full(nbytes, -1, np.int32)     # an earlier second reader
+            self.r_step2 = np.zeros(nbytes, np.int32)
             self.r_mask = np.zeros(nbytes, np.uint64)       # reader warps (CTA-local bits)
             self.r_cta = np.full(nbytes, -1, np.int32)      # -2: readers in several CTAs
             # the async-proxy detector (:mod:`.proxy`): the last write went through the
             # generic proxy (st.shared, ...), not the async one (TMA, bulk copies)
             self.w_generic = np.zeros(nbytes, bool)
+            # bulk copies (TMA stores, ...) whose group is not yet retired read these
+            self.reading = np.zeros(nbytes, np.int16)
+            self.any_reading = False
 
     def reset(self) -> None:
         """Forget every access (a new batch: earlier CTAs ran before it)."""
@@ -155,5 +161,9 @@ class Tracker:
             self.written = False
         if self.reads:
             self.r_tid[:] = -1
+            self.r_tid2[:] = -1
+            if self.any_reading:
+                self.reading[:] = 0
+                self.any_reading = False
             self.r_mask[:] = 0
             self.r_cta[:] = -1

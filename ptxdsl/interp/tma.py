@@ -1,5 +1,5 @@
-"""CPU semantics of TMA: ``cp.async.bulk.tensor`` box loads and stores through tensor maps,
-and bulk groups (``cp.async.bulk.commit_group`` / ``wait_group``).
+"""CPU semantics of TMA: ``cp.async.bulk.tensor`` box loads and stores and
+``cp.reduce.async.bulk.tensor`` reductions through tensor maps (bulk groups: :mod:`.bulk`).
 
 Tensor maps. The launcher binds each tensor-map parameter (``X.tma_desc()``, a
 ``.param .align 64 .b8 X_tmap[128]``) to the :class:`~ptxdsl.tensormap.TensorMapSpec`
@@ -22,6 +22,14 @@ on the mbarrier, whose phase acquire orders them before a consumer's reads.
 ranks and rank-tagged shared addresses, but one CTA never reaches into another's
 shared memory). The destination's cluster-rank bits must name the issuing CTA.
 
+Reductions (``cp.reduce.async.bulk.tensor``, shared::cta -> global, ``.bulk_group``):
+like stores, but each element inside the tensor is combined with the tensor's (``.add``,
+``.min``, ``.max``, ``.inc``, ``.dec``, ``.and``, ``.or``, ``.xor``; the element type is the
+tensor map's: see ``_REDUCE_TYPES``) as an atomic update. Float adds round the exact
+sum once to nearest even, without flushing subnormals; float min / max return the non-NaN
+operand (either zero of a pair of zeros). (Not yet checked against a GPU:
+``tests/gpu/test_tma_reduce_gpu.py``.)
+
 Stores (shared::cta -> global, ``.bulk_group``). The shared box is read through the
 same swizzle when the store issues (reads of the issuing thread), and the elements
 inside the tensor are written; out-of-bounds ones are clipped. The store completes
@@ -35,6 +43,8 @@ import numpy as np
 
 from .. import ir
 from ..types import s32
+from . import fround as fr
+from . import groups
 from .access import track
 from .memops import WINDOWS, addresses, check, mbarrier_complete_tx, own_shared
 from .semantics import handler
@@ -193,28 +203,80 @@ def tensor_copy(mach, instr, mask):
                 data = _bytes_at(ssp, soff[inside], e)
                 track(mach, instr, gsp, th[inside], goff, e, "write")
                 gsp.buf[goff[:, None] + np.arange(e)] = data
-            _bulk(mach)[0].append((t, int(mach.bulk_groups[t])))
+            groups.issued(mach, instr, t, ssp, (soff[:, None] + np.arange(e)).reshape(-1))
     mach.events += 1
 
 
-def _bulk(mach):
-    if not hasattr(mach, "bulk_pending"):
-        mach.bulk_pending = []                     # (thread, group) of uncommitted stores
-        mach.bulk_groups = np.zeros(mach.T, np.int64)
-    return mach.bulk_pending, mach.bulk_groups
+# ---------------------------------------------------------------- TMA reductions
+# The element types each reduction takes (the tensor map's element type decides).
+_REDUCE_TYPES = {
+    "add": ("u32", "s32", "u64", "f32", "f16", "bf16"),
+    "min": ("u32", "s32", "u64", "s64", "f16", "bf16"),
+    "max": ("u32", "s32", "u64", "s64", "f16", "bf16"),
+    "inc": ("u32",), "dec": ("u32",),
+    "and": ("u32", "s32", "u64", "s64", "b32", "b64"),
+    "or": ("u32", "s32", "u64", "s64", "b32", "b64"),
+    "xor": ("u32", "s32", "u64", "s64", "b32", "b64"),
+}
 
 
-@handler("cp.async.bulk.commit_group")
-def bulk_commit(mach, instr, mask):
-    _bulk(mach)
-    mach.bulk_groups[mask] += 1
+def _combine(op: str, dtype, cur: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """``cur op src`` elementwise on raw element bytes ((n, e) uint8) -> new raw bytes."""
+    name = dtype.name
+    if name in ("f16", "bf16", "f32"):
+        f = fr.FMTS[name]
+        a, b = fr.decode(cur.view(f.udtype)[:, 0], f), fr.decode(src.view(f.udtype)[:, 0], f)
+        if op == "add":
+            bits = fr.add(a, b, "rn", f)          # rounded once from the exact sum
+        else:
+            pick = (np.fmin if op == "min" else np.fmax)(a, b)
+            bits = np.where(pick == a, cur.view(f.udtype)[:, 0], src.view(f.udtype)[:, 0])
+        return np.asarray(bits).astype(f.udtype).view(np.uint8).reshape(cur.shape)
+    dt = np.dtype({"b32": np.uint32, "b64": np.uint64}.get(name, dtype.np_dtype))
+    a, b = cur.view(dt)[:, 0], src.view(dt)[:, 0]
+    if op == "add":
+        r = a + b
+    elif op in ("min", "max"):
+        r = (np.fmin if op == "min" else np.fmax)(a, b) if dt.kind == "f" else \
+            (np.minimum if op == "min" else np.maximum)(a, b)
+    elif op == "inc":
+        r = np.where(a >= b, 0, a + 1)
+    elif op == "dec":
+        r = np.where((a == 0) | (a > b), b, a - 1)
+    else:
+        r = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op](a, b)
+    return np.asarray(r).astype(dt).view(np.uint8).reshape(cur.shape)
 
 
-@handler("cp.async.bulk.wait_group")
-def bulk_wait(mach, instr, mask):
-    """Retire this thread's bulk groups older than the ``N`` newest (their stores have
-    completed: they did when issued)."""
-    keep = int(instr.operands[0].value)
-    pend, groups = _bulk(mach)
-    mach.bulk_pending = [(t, g) for t, g in pend if not (mask[t] and g < groups[t] - keep)]
+@handler("cp.reduce.async.bulk.tensor")
+def tensor_reduce(mach, instr, mask):
+    """Combine the shared box into the tensor (elements inside it; the rest clipped) with
+    the operation, element by element, as one atomic update per element."""
+    op = instr.match.chosen["op"]
+    ops = instr.operands
+    threads = np.flatnonzero(mask)
+    maps = addresses(mach, instr, ops[0], mask)
+    coords = _coords(mach, instr, ops[0], mask)
+    sh = addresses(mach, instr, ops[1], mask) & np.uint64(0xFFFFFFFF)
+    for t in threads.tolist():
+        spec = _spec(mach, instr, t, int(maps[t]))
+        if spec.dtype.name not in _REDUCE_TYPES[op]:
+            mach.fail(instr, f"a .{op} tensor reduction of .{spec.dtype.name} elements (the "
+                             f"tensor map's type): .{op} takes "
+                             f"{', '.join('.' + x for x in _REDUCE_TYPES[op])}", t)
+        if len(coords) != spec.rank:
+            mach.fail(instr, f"a {len(coords)}-d tensor reduction through a rank-{spec.rank} "
+                             f"tensor map ({spec.describe()}): use {spec.rank} coordinates", t)
+        gaddr, inside = _box(spec, [int(c[t]) for c in reversed(coords)])
+        e = spec.dtype.bytes
+        ssp, soff = _shared(mach, instr, t, int(sh[t]), spec, False)
+        th = np.full(soff.size, t)
+        track(mach, instr, ssp, th, soff, e, "read")
+        if inside.any():
+            gsp, goff = _global(mach, instr, t, spec, gaddr[inside])
+            track(mach, instr, gsp, th[inside], goff, e, "atomic")
+            cur = _bytes_at(gsp, goff, e)
+            gsp.buf[goff[:, None] + np.arange(e)] = _combine(
+                op, spec.dtype, cur, _bytes_at(ssp, soff[inside], e))
+        groups.issued(mach, instr, t, ssp, (soff[:, None] + np.arange(e)).reshape(-1))
     mach.events += 1

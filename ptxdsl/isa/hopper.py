@@ -244,7 +244,7 @@ TMA = (
             g("hint", CACHE_HINT)), (), ntypes=0,
            operands="t:{coords} a=src r:b64@L2::cache_hint", lists=tensor_lists,
            ptx=(8, 0), sm=90, category="async", side_effects=True, effects=_ASYNC_COPY,
-           interp=False, proxy="async",
+           proxy="async",
            doc="TMA reduction: combine a shared-memory box into a tensor in global memory "
                "(element type from the tensor map).",
            example="cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
@@ -268,7 +268,7 @@ TMA = (
                     "r:b64@L2::cache_hint",
            variants={"bulk_group": "a=dst a=src s:u32 r:b64@L2::cache_hint"},
            ptx=(8, 0), sm=90, rule=_bulk_rule, check_operands=_bulk_size, category="async",
-           side_effects=True, effects=_TX_COPY, interp=False, proxy="async",
+           side_effects=True, effects=_TX_COPY, proxy="async",
            doc="Bulk copy of a contiguous range (a multiple of 16 bytes, 16-byte aligned): "
                "global -> shared::cluster or shared::cta -> shared::cluster completing bytes "
                "on an mbarrier, or shared::cta -> global in a bulk group.",

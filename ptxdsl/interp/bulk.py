@@ -1,0 +1,103 @@
+"""Bulk copies and bulk groups: 1-D ``cp.async.bulk`` and the bookkeeping every bulk-group
+copy (TMA stores and reductions included) shares.
+
+``cp.async.bulk`` (1-D, ``size`` bytes: a positive multiple of 16, both addresses
+16-byte aligned):
+
+* global -> shared::cluster and shared::cta -> shared::cluster
+  (``.mbarrier::complete_tx::bytes``): the bytes are written into this CTA's shared
+  memory at once, as the issuing thread's async-proxy writes, and ``size`` transaction
+  bytes complete on the mbarrier (whose phase acquire orders them before a consumer);
+* shared::cta -> global (``.bulk_group``): the bytes are read at once (async-proxy reads
+  of the issuing thread: a generic store to them needs ``fence.proxy.async`` first, see
+  :mod:`.proxy`) and written to global memory; the copy joins the thread's open bulk
+  group.
+
+Bulk groups. ``cp.async.bulk.commit_group`` closes the issuing thread's open group;
+``cp.async.bulk.wait_group[.read] N`` retires all but the ``N`` newest groups *that
+thread* committed. Until a group is retired its copies may still be reading their
+shared-memory source: a write to those bytes before then (by any thread, TMA loads
+included) stops the run, naming the copy (the hardware would store whatever the buffer
+holds by then). ``.multicast::cluster`` is refused (no clusters yet).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .access import track
+from .groups import issued, retire, state
+from .memops import addresses, check, mbarrier_complete_tx
+from .semantics import handler
+
+
+@handler("cp.async.bulk.commit_group")
+def bulk_commit(mach, instr, mask):
+    state(mach).groups[mask] += 1
+
+
+@handler("cp.async.bulk.wait_group")
+def bulk_wait(mach, instr, mask):
+    """Retire this thread's bulk groups older than the ``N`` newest (their copies have
+    completed: they did when issued; ``.read``: their sources are free again)."""
+    keep = int(instr.operands[0].value)
+    st = state(mach)
+    done = [p for p in st.pending if mask[p[0]] and p[1] < st.groups[p[0]] - keep]
+    if done:
+        retire(mach, done)
+        st.pending = [p for p in st.pending if not (mask[p[0]] and
+                                                    p[1] < st.groups[p[0]] - keep)]
+    mach.events += 1
+
+
+# ---------------------------------------------------------------- cp.async.bulk (1-D)
+def _range(mach, instr, t: int, addr: int, size: int, space: str, write: bool):
+    """(space, byte offsets of 16-byte chunks) of ``[addr, addr + size)``, checked."""
+    sp = mach.spaces["shared" if space.startswith("shared") else "global"]
+    if sp.name == "shared":
+        addr &= 0xFFFFFFFF
+    if addr % 16:
+        mach.fail(instr, f"the {'destination' if write else 'source'} {addr:#x} of a bulk "
+                         f"copy must be 16-byte aligned", t)
+    if not sp.in_bounds(np.asarray([addr], np.uint64), size)[0]:
+        mach.fail(instr, f"the {size}-byte bulk copy {'into' if write else 'from'} {space} "
+                         f"{addr:#x} reaches outside its allocation ({sp.nearest(addr)})", t)
+    chunks = np.uint64(addr) + np.arange(0, size, 16, dtype=np.uint64)
+    rows = np.full(chunks.size, mach.cta[t]) if sp.name == "shared" else None
+    return sp, sp.offsets(chunks, rows)
+
+
+@handler("cp.async.bulk")
+def bulk_copy(mach, instr, mask):
+    m = instr.match
+    if m.has("multicast::cluster"):
+        mach.fail(instr, "a .multicast::cluster bulk copy writes into several CTAs of a "
+                         "cluster; the interpreter runs it for this CTA only: drop the "
+                         "multicast, or run the kernel on a GPU")
+    dst, src = m.chosen["dst"], m.chosen["src"]
+    ops = instr.operands
+    threads = np.flatnonzero(mask)
+    da = addresses(mach, instr, ops[0], mask)
+    sa = addresses(mach, instr, ops[1], mask)
+    size = np.broadcast_to(np.asarray(mach.src(instr, 2, mask)).astype(np.int64), (mach.T,))
+    to_shared = dst != "global"
+    if to_shared:
+        mbar = addresses(mach, instr, ops[3], mask)
+        bars = dict(zip(threads.tolist(), (
+            off for _, _, offs in check(mach, instr, threads, mbar[threads], "shared", 8,
+                                        True, race=False) for off in offs.tolist())))
+    for t in threads.tolist():
+        n = int(size[t])
+        if n <= 0 or n % 16:
+            mach.fail(instr, f"a bulk copy moves a positive multiple of 16 bytes, got {n}", t)
+        ssp, soff = _range(mach, instr, t, int(sa[t]), n, src, False)
+        dsp, doff = _range(mach, instr, t, int(da[t]), n, dst, True)
+        th = np.full(soff.size, t)
+        track(mach, instr, ssp, th, soff, 16, "read")
+        data = ssp.buf[soff[:, None] + np.arange(16)].copy()
+        track(mach, instr, dsp, th, doff, 16, "write")
+        dsp.buf[doff[:, None] + np.arange(16)] = data
+        if to_shared:
+            mbarrier_complete_tx(mach, bars[t], n, instr, t)
+        else:
+            issued(mach, instr, t, ssp, (soff[:, None] + np.arange(16)).reshape(-1))
+    mach.events += 1

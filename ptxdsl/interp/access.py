@@ -50,6 +50,21 @@ def _all_ordered(hb, th, writers, steps, per_cta: bool) -> bool:
     return bool(k.min() >= smax)
 
 
+def track_block(mach, instr, sp, t: int, off: np.ndarray, nbytes: int, kind: str) -> None:
+    """:func:`track` of one thread's access of many elements at once (a TMA box, a wgmma
+    operand): elements that fill whole 16-byte chunks are tracked as those chunks, in
+    ascending order (the same bytes, far fewer records to check)."""
+    off = np.asarray(off, np.int64)
+    per = 16 // nbytes if nbytes < 16 else 0
+    if per > 1 and len(off) % per == 0:
+        g = off.reshape(-1, per)
+        if not (g[:, 0] % 16).any() and (g == g[:, :1] + np.arange(per) * nbytes).all():
+            off, nbytes = np.unique(g[:, 0]), 16
+            if len(off) * per != len(g):      # chunks read twice: keep the exact records
+                off, nbytes = np.asarray(g.reshape(-1)), 16 // per
+    track(mach, instr, sp, np.full(len(off), t), off, nbytes, kind)
+
+
 def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: str) -> None:
     """Check and record an access of ``nbytes`` at byte offsets ``off`` by threads ``th``.
 

@@ -32,7 +32,7 @@ from ..isa.hopper import wgmma_shape
 from ..types import bf16_bits_to_f32
 from ..wgmma import WgmmaLayout
 from . import transactions
-from .access import track
+from .access import track_block
 from .semantics import handler
 from .tensorcore import fp8_decode
 
@@ -99,7 +99,8 @@ def _read_operand(mach, instr, desc_bits: int, rows: int, k: int, t: str, mn_maj
         mach.fail(instr, f"{what} (descriptor {desc}) reads shared byte {bad:#x}, "
                          f"{sp.nearest(bad)}")
     off = sp.offsets(addr.reshape(-1).astype(np.uint64), np.full(addr.size, mach.cta[thread]))
-    track(mach, instr, sp, np.full(off.size, thread), off, eb, "read")
+    lay = (off.reshape(rows, k).T if mn_major else off.reshape(rows, k)).reshape(-1)
+    track_block(mach, instr, sp, thread, lay, eb, "read")   # (contiguous runs first)
     dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[eb]
     raw = sp.read(off, dt, 1).reshape(rows, k)
     return _values(raw, t)
@@ -294,10 +295,7 @@ def wgmma_wait(mach, instr, mask):
             tm = _mask_of(mach, threads)
             for j, r in enumerate(regs):
                 h = held.pop(r, None)
-                full = np.zeros(mach.T, np.uint32)
-                full[threads] = bits[:, j]
-                view = {"f32": np.float32, "s32": np.int32}.get(r.dtype.name, np.uint32)
-                mach.write_reg(r, full.view(view), tm)
+                mach.write_rows(r, threads, bits[:, j], tm)    # raw .b32 words
                 if h is not None and (h[0] & ~tm).any():
                     held[r] = (h[0] & ~tm, h[1])
             mach.events += 1

@@ -326,6 +326,24 @@ class Machine:
         w = (mask | ~self.valid) if w is None else (w | mask)
         self.written[reg] = True if w.all() else w
 
+    def write_rows(self, reg: ir.Reg, threads: np.ndarray, bits: np.ndarray,
+                   mask: np.ndarray) -> None:
+        """:meth:`write_reg` of raw register bits ``bits`` for thread indices ``threads``
+        (``mask``: the same threads as a mask), without building a whole-batch value."""
+        if self.held and reg in self.held:
+            check_held(self, reg, self.current, mask, "written")
+        store = self.store[reg]
+        old = self.regs.get(reg)
+        new = np.zeros(self.T, store) if old is None else old.copy()
+        new[threads] = bits.astype(store, copy=False) if bits.dtype.itemsize == \
+            store.itemsize else to_bits(bits, store)
+        self.regs[reg] = new
+        w = self.written.get(reg)
+        if w is True:
+            return
+        w = (mask | ~self.valid) if w is None else (w | mask)
+        self.written[reg] = True if w.all() else w
+
     # ------------------------------------------------------------------ operands
     def special_value(self, name: str):
         if name in ("clock", "clock64"):

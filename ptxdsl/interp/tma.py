@@ -45,7 +45,7 @@ from .. import ir
 from ..types import s32
 from . import fround as fr
 from . import groups
-from .access import track
+from .access import track, track_block
 from .memops import WINDOWS, addresses, check, mbarrier_complete_tx, own_shared
 from .semantics import handler
 
@@ -194,11 +194,11 @@ def tensor_copy(mach, instr, mask):
             if inside.any():
                 track(mach, instr, gsp, th[inside], goff, e, "read")
                 data[inside] = _bytes_at(gsp, goff, e)
-            track(mach, instr, ssp, th, soff, e, "write")
+            track_block(mach, instr, ssp, t, soff, e, "write")
             ssp.buf[soff[:, None] + np.arange(e)] = data
             mbarrier_complete_tx(mach, bars[t], spec.box_bytes, instr, t)
         else:
-            track(mach, instr, ssp, th, soff, e, "read")
+            track_block(mach, instr, ssp, t, soff, e, "read")
             if inside.any():
                 data = _bytes_at(ssp, soff[inside], e)
                 track(mach, instr, gsp, th[inside], goff, e, "write")
@@ -271,7 +271,7 @@ def tensor_reduce(mach, instr, mask):
         e = spec.dtype.bytes
         ssp, soff = _shared(mach, instr, t, int(sh[t]), spec, False)
         th = np.full(soff.size, t)
-        track(mach, instr, ssp, th, soff, e, "read")
+        track_block(mach, instr, ssp, t, soff, e, "read")
         if inside.any():
             gsp, goff = _global(mach, instr, t, spec, gaddr[inside])
             track(mach, instr, gsp, th[inside], goff, e, "atomic")

@@ -425,22 +425,50 @@ def mbarrier_complete_tx(mach, off: int, nbytes: int, instr=None, thread=None) -
     _phase_done(mach, off, st)
 
 
+def _by_barrier(targets) -> dict:
+    """``{offset: [threads, in order]}`` of ``_mbar_targets``' pairs."""
+    groups: dict = {}
+    for t, off in targets:
+        groups.setdefault(off, []).append(t)
+    return groups
+
+
 def _arrive(mach, instr, mask, tx=None):
+    """Arrivals, one barrier at a time: threads arriving on one barrier within its phase's
+    remaining count are taken together (the same tokens, one release per warp); arrivals
+    that would run past the phase go one by one."""
     tokens = np.zeros(mach.T, np.uint64)
     txv = None if tx is None else np.broadcast_to(np.asarray(tx).astype(np.int64), (mach.T,))
-    for t, off in _mbar_targets(mach, instr, mask):
-        st = _mbar_state(mach, instr, t, off)
-        tokens[t] = st["phase"]
+    for off, ts in _by_barrier(_mbar_targets(mach, instr, mask)).items():
+        st = _mbar_state(mach, instr, ts[0], off)
+        if len(ts) > st["pending"]:
+            for t in ts:
+                _arrive_one(mach, instr, st, off, t, txv)
+            continue
+        tokens[ts] = st["phase"]
         if txv is not None:
-            transactions.expect(mach, st, int(txv[t]), instr, t)
-        st["pending"] -= 1
-        if st["pending"] < 0:
-            mach.fail(instr, "mbarrier received more arrivals than its expected count", t)
-        transactions.arrived(mach, st, instr, t)
-        mach.hb.mbarrier_arrive(off, t)
+            transactions.expect(mach, st, int(txv[ts].sum()), instr, ts[0])
+        st["pending"] -= len(ts)
+        transactions.arrived(mach, st, instr, ts[-1])
+        seen = set()
+        for t in ts:
+            if t // 32 not in seen:
+                seen.add(t // 32)
+                mach.hb.mbarrier_arrive(off, t)
         _phase_done(mach, off, st)
     mach.events += 1
     mach.dst(instr, 0, tokens, mask)
+
+
+def _arrive_one(mach, instr, st, off, t, txv):
+    if txv is not None:
+        transactions.expect(mach, st, int(txv[t]), instr, t)
+    st["pending"] -= 1
+    if st["pending"] < 0:
+        mach.fail(instr, "mbarrier received more arrivals than its expected count", t)
+    transactions.arrived(mach, st, instr, t)
+    mach.hb.mbarrier_arrive(off, t)
+    _phase_done(mach, off, st)
 
 
 @handler("mbarrier.arrive")
@@ -459,9 +487,11 @@ def _wait(mach, instr, mask, parity: bool):
     arg = np.broadcast_to(np.asarray(mach.src(instr, 2, mask)).astype(np.int64), (mach.T,))
     done = np.zeros(mach.T, bool)
     targets = _mbar_targets(mach, instr, mask)
-    for t, off in targets:
-        st = _mbar_state(mach, instr, t, off)
-        done[t] = (st["phase"] & 1) != (arg[t] & 1) if parity else st["phase"] > arg[t]
+    groups = _by_barrier(targets)
+    for off, ts in groups.items():
+        st = _mbar_state(mach, instr, ts[0], off)
+        a = arg[ts]
+        done[ts] = (st["phase"] & 1) != (a & 1) if parity else st["phase"] > a
     if (mask & ~done).any():
         t = int(np.argmax(mask & ~done))
         off = dict(targets)[t]
@@ -479,8 +509,12 @@ def _wait(mach, instr, mask, parity: bool):
                          f"{transactions.summary(st)}")
             return text
         raise Blocked(what, fallback=lambda: mach.dst(instr, 0, done, mask))
-    for t, off in targets:
-        mach.hb.mbarrier_acquire(off, t)
+    for off, ts in groups.items():           # one acquire per warp and barrier
+        seen = set()
+        for t in ts:
+            if t // 32 not in seen:
+                seen.add(t // 32)
+                mach.hb.mbarrier_acquire(off, t)
     mach.dst(instr, 0, done, mask)
 
 

@@ -290,7 +290,7 @@ def test_hypothesis_recipes_of_the_testing_page_hold():
 
 
 @pytest.mark.parametrize("name", ["detect_oob.py", "detect_race.py", "detect_uninit.py",
-                                  "detect_deadlock.py"])
+                                  "detect_deadlock.py", "detect_proxy.py"])
 def test_detector_snippets_are_caught_by_the_interpreter(name):
     interp = pytest.importorskip("ptxdsl.interp")
     if not hasattr(interp, "interpret"):

@@ -134,7 +134,7 @@ def test_plan_fits_shared_memory():
     assert Plan().tiles(129, 257) == (2, 2)        # M rounded up to whole clusters
     # 128 x 128 tiles where 128 x 256 ones would leave most of a round idle
     assert choose(4096, 4096, 4096, bf16).bn == 256 and choose(8192, 8192, 8192, bf16).bn == 256
-    assert choose(1024, 6144, 4096, bf16).bn == 128 and choose(128, 8192, 8192, bf16).bn == 128
+    assert choose(1024, 6144, 4096, bf16).bn == 128 and choose(128, 8192, 8000, bf16).bn == 128
     assert tma_ok(0, 8, 4, bf16) and not tma_ok(0, 7, 4, bf16) and not tma_ok(8, 8, 4, bf16)
 
 
@@ -157,7 +157,7 @@ def test_one_row_splits_k_where_n_gives_too_few_tiles():
             assert p.smem_bytes(bf16, odt) <= SMEM_PER_CTA and p.stages >= 3
     # choose() splits only once SPLIT_K is on; a forced split is always honoured
     from ptxdsl.ops.matmul import plan as plan_mod
-    assert choose(16, 4096, 4096, bf16).split == (4 if plan_mod.SPLIT_K else 1)
+    assert choose(16, 4096, 4000, bf16).split == (4 if plan_mod.SPLIT_K else 1)
     assert choose(16, 4096, 4096, bf16, split=2).split == 2
     with pytest.raises(ValueError, match="split"):
         Plan(cluster=2, split=2)
@@ -276,3 +276,28 @@ def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_
     odd = ints(rng, (m, k + 1))[:, :k]
     np.testing.assert_array_equal(matmul(odd, b, out_dtype=np.float32), ref(odd, b))
     assert fake.calls == []
+
+
+def test_measured_one_row_plans_are_the_fastest_recorded():
+    """choose() at the measured one-tile-row shapes runs the plan that was fastest in
+    bench/results/matmul_plans_h100.json (that file's candidates, validated on an H100),
+    and every measured plan fits in shared memory for each output type."""
+    import json
+    import os
+    from ptxdsl.ops.matmul.plan import ONE_ROW_MEASURED
+    path = os.path.join(os.path.dirname(__file__), "..", "bench", "results",
+                        "matmul_plans_h100.json")
+    rows = {tuple(r["shape"]): r for r in json.load(open(path))["rows"]}
+    for (mc, n, k), (bn, s) in ONE_ROW_MEASURED.items():
+        r = rows[(mc, n, k)]
+        ours = {nm: v["tflops"] for nm, v in r["results"].items() if nm != "cuBLAS"}
+        best = max(ours, key=ours.get)
+        bp = r["plans"][best]
+        assert (bp["bn"], bp["split"]) == (bn, s) or ours[best] <= 1.01 * max(
+            t for nm, t in ours.items()
+            if (r["plans"][nm]["bn"], r["plans"][nm]["split"]) == (bn, s)), (mc, n, k)
+        for m in ((1, 16) if mc == 16 else (17, 100, 128)):
+            for odt in (bf16, f32):
+                p = choose(m, n, k, bf16, odt)
+                assert (p.bn, p.split, p.cluster) == (bn, s, 1)
+                assert p.smem_bytes(bf16, odt) <= SMEM_PER_CTA and p.stages >= 3

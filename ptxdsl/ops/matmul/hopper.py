@@ -170,10 +170,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     arguments are then A (M, K) or At (K, M), and Bt (N, K) or B (K, N)).
     ``_store=False`` (timing experiments of ``bench/matmul_tune.py`` only) leaves out the
     TMA stores of C: the output is not written."""
-    if p.bm != 128 or p.bn not in (128, 256) or p.bk * dtype.bytes != 128 or \
-            p.consumers != 2 or p.epi_cols > p.bn:
-        raise ValueError(f"build_hopper is written for 128x256 or 128x128 tiles of two m64 "
-                         f"consumers and 128-byte K rows, got {p}")
+    if p.bm != 128 or p.bn not in (64, 128, 192, 256) or p.bk * dtype.bytes != 128 or \
+            p.consumers != 2 or p.bn % p.epi_cols or p.epi_cols % 64:
+        raise ValueError(f"build_hopper is written for 128 x (64, 128, 192 or 256) tiles of two "
+                         f"m64 consumers, 128-byte K rows and epilogue steps of 64 or 128 "
+                         f"columns dividing the tile, got {p}")
     if p.smem_bytes(dtype, out_dtype) > SMEM_PER_CTA:
         raise ValueError(f"{p} needs {p.smem_bytes(dtype, out_dtype)} bytes of shared memory "
                          f"for {dtype.name} -> {out_dtype.name}, more than {SMEM_PER_CTA}")

@@ -123,6 +123,59 @@ SPLIT_MARGIN = 1.05       # a split must beat the best unsplit plan's score by t
 MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 
 
+# Measured one-tile-row plans, (M class, N, K) -> (bn, split): the fastest validated
+# candidate of bench/matmul_plans.py on an H100 (bench/results/matmul_plans_h100.json,
+# b = W.T, bf16; TFLOP/s beside cuBLAS in the same run). M class 128 is 17 <= M <= 128,
+# class 16 is M <= 16 (M = 1 agrees with it in bench/results/matmul_tune_small_h100.json:
+# split 4 never won there either, its clusters of 4 fit only 30 at a time).
+#   M = 128                    ptxdsl  cuBLAS   (the model's plan before)
+#   4096 x 4096:   n64  s1      235     255      (n128 s4: 128)
+#   4096 x 14336:  n64  s2      303     279      (n128 s4: 203)
+#   6144 x 4096:   n64  s1      279     284      (n128 s2: 238)
+#   8192 x 8192:   n64  s1      331     330      (n128 s2: 307)
+#   14336 x 4096:  n128 s1      318     318      (the same)
+#   28672 x 8192:  n128 s1      361     350      (n256 s1: 360)
+#   8192 x 28672:  n64  s1      356     329      (n128 s2: 352)
+#   M = 16
+#   4096 x 4096:   n128 s1       21      21      (n128 s4: 17)
+#   4096 x 14336:  n64  s2       31      41      (n128 s4: 28)
+#   6144 x 4096:   n64  s1       25      35      (n128 s2: 23)
+#   8192 x 8192:   n128 s2       40      44      (the same)
+#   14336 x 4096:  n128 s1       38      42      (the same)
+#   28672 x 8192:  n256 s1       45      46      (n128 s4: 31)
+#   8192 x 28672:  n128 s2       38      45      (the same)
+# At M = 128, 128 x 64 tiles (N / 64 CTAs: 64 to 128 busy SMs for N <= 8192, each
+# re-reading A's 128 rows from L2) beat splitting K; split 2 only pays at K = 14336.
+ONE_ROW_MEASURED = {
+    (128, 4096, 4096): (64, 1), (128, 4096, 14336): (64, 2), (128, 6144, 4096): (64, 1),
+    (128, 8192, 8192): (64, 1), (128, 14336, 4096): (128, 1), (128, 28672, 8192): (128, 1),
+    (128, 8192, 28672): (64, 1),
+    (16, 4096, 4096): (128, 1), (16, 4096, 14336): (64, 2), (16, 6144, 4096): (64, 1),
+    (16, 8192, 8192): (128, 2), (16, 14336, 4096): (128, 1), (16, 28672, 8192): (256, 1),
+    (16, 8192, 28672): (128, 2),
+}
+# Measured many-row overrides, (M, N, K) -> Plan fields (bench/results/matmul_plans_h100.json):
+# 1024 x 6144 x 4096 ran 711 TFLOP/s without a cluster (128 x 128 tiles, 6 stages) against
+# 662 with clusters of 2 and 665 for cuBLAS; every cluster-2 variant (group 2/4/16, 5
+# stages, st.shared) stayed at or under 680 and 128 x 192 without a cluster ran 705.
+# Elsewhere no knob beat the plan by more than the run's noise (about 2%): at
+# 16384 x 28672 x 8192 the plan ran 748 (cuBLAS 743; 128 x 192: 722, no cluster: 724,
+# group 4: 729, st.shared: 732), at 16384 x 8192 x 28672 725 (cuBLAS 721).
+MEASURED = {(1024, 6144, 4096): {"cluster": 1}}
+
+
+def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType):
+    """The :data:`ONE_ROW_MEASURED` plan of a measured (M class, N, K), else None."""
+    got = ONE_ROW_MEASURED.get((16 if m <= 16 else 128, n, k))
+    if got is None or dtype.bytes != 2:
+        return None
+    bn, s = got
+    p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256, stmatrix=s == 1,
+             epi_cols=min(bn, 128))
+    most = {64: 8, 128: 6, 256: 4}[bn]
+    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
+
+
 def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
            sms: int = 132, split: int | None = None) -> Plan:
     """The Hopper plan for an (M, N, K) product of ``dtype`` operands.
@@ -137,6 +190,9 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     """
     out_dtype = out_dtype or dtype
     if m <= 128:
+        got = measured_one_row(m, n, k, dtype, out_dtype) if split is None else None
+        if got is not None:
+            return got
         return one_row(m, n, k, dtype, out_dtype, sms, split if split or SPLIT_K else 1)
     cluster = 2
 
@@ -146,6 +202,7 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
         return tiles / (-(-tiles // slots) * slots)
     bn = 128 if waves(128) > 1.1 * waves(256) else 256
     p = Plan(cluster=cluster, bn=bn, l2_promotion=256)
+    p = Plan(**{**p.__dict__, **MEASURED.get((m, n, k), {})})
     most = 4 if p.bn == 256 else 6
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 
@@ -255,5 +312,5 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
     return ptr % 16 == 0 and (rows <= 1 or (row_stride_elems * es) % 16 == 0)
 
 
-__all__ = ["Plan", "choose", "one_row", "SPLITS", "SPLIT_K", "stages_for", "FallbackPlan", "fallback_plan", "tma_ok",
+__all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "MEASURED", "SPLITS", "SPLIT_K", "stages_for", "FallbackPlan", "fallback_plan", "tma_ok",
            "SMEM_PER_CTA", "f32"]

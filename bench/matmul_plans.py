@@ -1,0 +1,160 @@
+"""Candidate plans of the Hopper GEMM timed per shape beside cuBLAS, for choosing
+``ptxdsl/ops/matmul/plan.py``'s tables from measurements.
+
+For each shape, :func:`candidates` lists plans around what ``plan.choose`` picks now
+(``base``): tile width ``bn`` 64 / 128 / 192 / 256, ring depth, cluster 1 / 2, the
+rasterization group, the stmatrix or st.shared epilogue, and at M <= 128 the split-K
+factor. Operands as ``bench/matmul.py`` makes them (``b = W.T``, random normal bf16,
+enough copies to stream from HBM where they would fit in L2). Every candidate is validated
+before it is timed: at the timed shape against a float64 product (output prefilled with
+NaN, relative error < 1e-2) and at a ragged shape (379 x 1000 x 520). Timing: sustained
+blocks of ``--block-ms`` (``bench.matmul.time_block``), ``--rounds`` interleaved rounds,
+best block kept. Writes ``$OUT/matmul_plans.json`` after every shape.
+
+    python bench/matmul_plans.py                       # the default weak shapes
+    python bench/matmul_plans.py --shapes 16384x28672x8192,128x4096x14336
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from bench.matmul import make_sets, rel_err, time_block, warm  # noqa: E402
+
+LARGE = ["16384x28672x8192", "16384x8192x28672", "1024x14336x4096", "16384x6144x4096",
+         "1024x4096x4096", "1024x6144x4096", "4096x8192x28672", "2048x2048x2048"]
+SMALL_NK = [(4096, 4096), (4096, 14336), (6144, 4096), (8192, 8192), (14336, 4096),
+            (28672, 8192), (8192, 28672)]
+DEFAULT = [f"128x{n}x{k}" for n, k in SMALL_NK] + LARGE + [f"16x{n}x{k}" for n, k in SMALL_NK]
+
+
+def candidates(m, n, k, sms):
+    """name -> Plan for one shape (duplicates of ``base`` dropped)."""
+    from ptxdsl.ops.matmul.plan import Plan, choose, stages_for
+    from ptxdsl.types import bf16
+    base = choose(m, n, k, bf16, bf16, sms)
+
+    def mk(**kw):
+        p = dataclasses.replace(base, **kw)
+        if "stages" not in kw:
+            most = {64: 8, 128: 6, 192: 5, 256: 4}[p.bn]
+            p = dataclasses.replace(p, stages=stages_for(p, bf16, bf16, most))
+        return p
+    out = {"base": base}
+    if m <= 128:
+        for bn in (64, 128, 256):
+            for s in (1, 2, 4):
+                if bn == 256 and s > 1 or bn == 64 and s == 4 and n > 4096:
+                    continue
+                out[f"n{bn}s{s}"] = mk(bn=bn, split=s, cluster=1, epi_cols=min(bn, 128),
+                                       stmatrix=s == 1)
+    else:
+        out["n128"] = mk(bn=128, epi_cols=128)
+        out["n192"] = mk(bn=192, epi_cols=64)
+        out["n256"] = mk(bn=256, epi_cols=128)
+        out["c1"] = mk(cluster=1)
+        out["n192c1"] = mk(bn=192, epi_cols=64, cluster=1)
+        out["st-1"] = mk(stages=base.stages - 1)
+        out["g2"] = mk(group_m=2)
+        out["g4"] = mk(group_m=4)
+        out["g16"] = mk(group_m=16)
+        out["stsh"] = mk(stmatrix=False)
+        out["c2"] = mk(cluster=2)
+        out["n128c1"] = mk(bn=128, epi_cols=128, cluster=1)
+        out["l2p128"] = mk(l2_promotion=128)
+        out["l2p0"] = mk(l2_promotion=0)
+    seen, res = set(), {}
+    for name, p in out.items():
+        if p in seen:
+            continue
+        seen.add(p)
+        res[name] = p
+    return res
+
+
+def main(argv=None):
+    import torch
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    from ptxdsl.types import bf16
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=",".join(DEFAULT))
+    ap.add_argument("--block-ms", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting shapes after")
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    props = torch.cuda.get_device_properties(0)
+    sms, l2 = props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20)
+    path = os.path.join(os.environ.get("OUT", "."), "matmul_plans.json")
+    result = {"device": torch.cuda.get_device_name(), "sms": sms, "layout": "lin",
+              "date": time.strftime("%Y-%m-%dT%H:%M"), "block_ms": a.block_ms,
+              "rounds": a.rounds, "rows": []}
+    built = {}
+    g = torch.Generator(device="cuda").manual_seed(1)
+    ra = torch.randn(379, 520, device="cuda", generator=g).to(torch.bfloat16)
+    rw = torch.randn(1000, 520, device="cuda", generator=g).to(torch.bfloat16)
+    rref = ra.double() @ rw.double().t()
+    warm(1.0)
+    for shape in a.shapes.split(","):
+        if time.time() - t0 > a.budget_s:
+            print("budget spent; stopping before", shape, flush=True)
+            break
+        m, n, k = (int(v) for v in shape.split("x"))
+        sets = make_sets(m, n, k, "lin", l2)
+        x, b = sets[0]
+        ref = x.double() @ b.double()
+        live = {"cuBLAS": lambda x, b: torch.matmul(x, b)}
+        row, plans = {}, {}
+        for name, p in candidates(m, n, k, sms).items():
+            plans[name] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+            try:
+                if p not in built:
+                    built[p] = build_hopper(p, bf16, bf16, sms=sms)
+                kern = built[p]
+
+                def run(x, b, kern=kern):
+                    c = torch.empty(x.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)
+                    kern(x, b.t(), c)
+                    return c
+                c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                kern(x, b.t(), c)
+                cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
+                kern(ra, rw, cr)
+                torch.cuda.synchronize()
+                e1, e2 = rel_err(c, ref), rel_err(cr, rref)
+                del c
+                if not (e1 < 1e-2 and e2 < 1e-2):
+                    row[name] = {"error": f"err={e1:.3g} ragged={e2:.3g}"}
+                    continue
+                live[name] = run
+            except Exception as e:  # noqa: BLE001 - reported in the table
+                row[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        del ref
+        warm(0.2)
+        order = list(live)
+        for r in range(a.rounds):
+            for name in order if r % 2 == 0 else order[::-1]:
+                us = time_block(live[name], sets, a.block_ms)
+                if us < row.get(name, {}).get("us", float("inf")):
+                    row[name] = {"us": us, "tflops": 2.0 * m * n * k / us / 1e6}
+        del sets, x, b
+        result["rows"].append({"shape": [m, n, k], "results": row, "plans": plans})
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+        cub = row.get("cuBLAS", {}).get("tflops")
+        ours = sorted(((v["tflops"], nm) for nm, v in row.items()
+                       if "tflops" in v and nm != "cuBLAS"), reverse=True)
+        best = f"  best {ours[0][1]} {ours[0][0] / cub:.3f}x" if ours and cub else ""
+        print(f"{shape} ({time.time() - t0:.0f}s): " + ", ".join(
+            f"{nm}={v['tflops']:.0f}" if "tflops" in v else f"{nm}=ERR {v['error'][:80]}"
+            for nm, v in row.items()) + best, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,7 @@ blocks of ``--block-ms`` (``bench.matmul.time_block``), ``--rounds`` interleaved
 best block kept. Writes ``$OUT/matmul_plans.json`` after every shape.
 
     python bench/matmul_plans.py                       # the default weak shapes
-    python bench/matmul_plans.py --shapes 16384x28672x8192,128x4096x14336
+    python bench/matmul_plans.py --shapes 16384x28672x8192,128x4096x14336 --api
 """
 from __future__ import annotations
 
@@ -86,6 +86,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default=",".join(DEFAULT))
     ap.add_argument("--block-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--api", action="store_true", help="also time ptxdsl.ops.matmul")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting shapes after")
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -110,6 +111,13 @@ def main(argv=None):
         x, b = sets[0]
         ref = x.double() @ b.double()
         live = {"cuBLAS": lambda x, b: torch.matmul(x, b)}
+        if a.api:       # the op itself (ptxdsl.ops.matmul, as bench/matmul.py calls it)
+            from ptxdsl.ops import matmul as op
+            e = rel_err(op(x, b), ref)
+            if e < 1e-2:
+                live["api"] = lambda x, b: op(x, b)
+            else:
+                row["api"] = {"error": f"err={e:.3g}"}
         row, plans = {}, {}
         for name, p in candidates(m, n, k, sms).items():
             plans[name] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}

@@ -9,7 +9,8 @@ past the tensor fill zeros (ragged K adds nothing), stores past it are clipped.
 
 One CTA = 384 threads = three warpgroups, one 128 x 256 output tile at a time (or
 128 x 128, m64n128 consumers and a six-stage ring, where :func:`.plan.choose` finds that
-twice the tiles keep the grid busier)::
+twice the tiles keep the grid busier; 128 x 64 with m64n64 consumers for one tile row,
+where N / 64 CTAs stream B from more SMs; 128 x 192 builds, timed but not chosen)::
 
                      full[s] (tx bytes)                     empty[s] (4 arrivals)
     warpgroup 0  ──TMA A 128x64, B 128x64 (x2, multicast)──▶  ring stage s  ──▶ wgmma

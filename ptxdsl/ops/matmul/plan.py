@@ -27,12 +27,20 @@ Where the numbers come from:
   while the group sweeps N.
 
 Measured (``bench/results/matmul_h100.json``, one full ``bench/matmul.py`` run on an
-H100; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): this plan
-runs 703 / 771 / 710 TFLOP/s at 4096^3 / 8192^3 / 16384^3 beside cuBLAS's 710 / 744 /
-722. Rasterization groups of 4 and 16 were within 2% of 8; waiting for each stage's
-wgmmas before releasing it (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained
+H100 with this module's plans; ``bench/results/matmul_tune_h100.json``,
+``bench/matmul_tune.py``): 682 / 751 / 694 TFLOP/s at 4096^3 / 8192^3 / 16384^3 beside
+cuBLAS's 684 / 728 / 715 (an earlier run on a faster-clocked H100: 779 / 804 / 729
+against 784 / 781 / 744). Rasterization groups of 4 and 16 were within 2% of 8; waiting
+for each stage's wgmmas before releasing it (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained
 6%. At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet repeated:
 the plan keeps four). The H200 has not been measured.
+
+Chosen from measurements (``bench/matmul_plans.py``: candidate plans per shape, each
+validated, timed beside cuBLAS in one run; ``bench/results/matmul_plans_h100.json``):
+one tile row (M <= 128) at the LLM shapes takes :data:`ONE_ROW_MEASURED` (128 x 64 tiles
+where N <= 8192 at M = 128), and :data:`MEASURED` overrides the many-row plan where a
+knob beat it by more than the run's noise. ``bench/results/matmul_tune_small_h100.json``
+(``bench/matmul_tune.py --small``) has the split 1 / 2 / 4 sweep at M in {1, 16, 128}.
 """
 from __future__ import annotations
 
@@ -180,6 +188,9 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
            sms: int = 132, split: int | None = None) -> Plan:
     """The Hopper plan for an (M, N, K) product of ``dtype`` operands.
 
+    A measured shape takes its measured plan (:data:`ONE_ROW_MEASURED`, :data:`MEASURED`);
+    the rules below cover the others.
+
     128 x 256 tiles unless 128 x 128 tiles (m64n128 consumers, twice the tiles, a deeper
     ring) keep the persistent grid busier by more than 10% over its rounds: with few tiles
     the last round leaves SMs idle (1024 x 6144: 192 tiles, one full round and one 45%
@@ -219,8 +230,8 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
       0.28 us of one SM's 7.5 TFLOP/s against 0.7 us to receive 16 KiB at its 1/128 share
       of HBM. So the time is B's bytes over the bandwidth the *busy* SMs draw.
     * How many SMs must stream. One SM drew at most about 45 GB/s in our measurements
-      (``bench/results/matmul_h100.json``: 16 x 4096 x 14336 ran 81 us on 32 SMs, 1.45
-      TB/s), so HBM's 3 TB/s needs about 100 SMs busy; N / 128 tiles gives 32 (N =
+      (an earlier ``bench/matmul.py`` run on an H100: 16 x 4096 x 14336 ran 81 us on 32
+      SMs, 1.45 TB/s), so HBM's 3 TB/s needs about 100 SMs busy; N / 128 tiles gives 32 (N =
       4096), 48 (6144), 64 (8192), 112 (14336), 224 (28672).
     * Narrower tiles (bn = 32 for N = 4096) would give the SMs, but every CTA re-reads
       A: at M = 128 that is 128 x K bytes per 32 x K of B, four times B's traffic from L2;

@@ -146,20 +146,18 @@ def test_interpreter_runs_the_shipped_kernel_bf16_output(m, n, k):
 
 
 @pytest.mark.parametrize("bn,cluster,split,m,n,k,b_major", [
-    (192, 2, 1, 130, 200, 72, "K"), (192, 1, 1, 7, 200, 72, "MN"),
-    (64, 1, 1, 16, 136, 72, "K"), (64, 1, 2, 16, 72, 136, "MN")])
+    (192, 2, 1, 130, 400, 72, "K"), (192, 1, 1, 7, 400, 200, "MN"),
+    (64, 1, 1, 16, 200, 200, "K"), (64, 1, 2, 16, 136, 264, "MN")])
 def test_interpreter_runs_the_narrow_and_192_tiles(bn, cluster, split, m, n, k, b_major):
     """The 128 x 192 and 128 x 64 tiles (m64n192 / m64n64 consumers, 64-column epilogue
-    steps) on the CPU: integer inputs, bit-exact f32 output, ragged edges. One tile per CTA
-    and no more k-blocks than stages: where the ring wraps, the interpreter's wgmma-read
-    race check reports the producer's refill (the 128 x 128 / 256 kernels too: the
-    release is one lane's arrive after the warpgroup's wgmma.wait_group)."""
+    steps) on the CPU: integer inputs, bit-exact f32 output, ragged edges; a 2-stage ring
+    that wraps and CTAs that take more than one tile."""
     import numpy as np
-    from ptxdsl.ops.matmul.plan import Plan, stages_for
+    from ptxdsl.ops.matmul.plan import Plan
     from ptxdsl.types import f32_to_bf16_bits
     p = Plan(bn=bn, epi_cols=64, cluster=cluster, split=split, stages=2,
              stmatrix=split == 1)
-    sms = 16          # every tile its own CTA: the ring never wraps (see below)
+    sms = 2 * cluster * split
     kern = build_hopper(p, bf16, f32, sms=sms, b_major=b_major)
     _interpretable(kern)
     rng = np.random.default_rng(m + n + k + bn)

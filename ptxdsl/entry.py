@@ -58,6 +58,17 @@ class EntryOptions:
         return any(n == name for n, _ in self.directives)
 
     @property
+    def cluster_shape(self) -> tuple[int, int, int] | None:
+        """CTAs per cluster of every launch: ``cluster=``, else ``.reqnctapercluster``
+        (the driver launches clusters of a compile-time shape by itself), else None."""
+        if self.cluster is not None:
+            return tuple(self.cluster)
+        for n, v in self.directives:
+            if n == "reqnctapercluster":
+                return tuple(v) + (1,) * (3 - len(v))
+        return None
+
+    @property
     def needs_ptx(self) -> tuple[int, int]:
         return (7, 8) if any(DIRECTIVES[n][1] for n, _ in self.directives) else (1, 0)
 

@@ -275,6 +275,9 @@ class Program:
     ptx_version: tuple[int, int]
     sm: int
     max_threads: int | None = None
+    # CTAs per cluster (x, y, z) when launched as clusters (``cluster=`` or
+    # ``.reqnctapercluster``), else None: every CTA is a cluster of one.
+    cluster: tuple[int, int, int] | None = None
 
     @property
     def dynamic_smem(self) -> int:

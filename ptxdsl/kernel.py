@@ -165,6 +165,7 @@ class Kernel:
         nthreads = self.block[0] * self.block[1] * self.block[2]
         prog = b.finish(max_threads=nthreads)
         prog.ptx_version = max(prog.ptx_version, opts.needs_ptx)
+        prog.cluster = opts.cluster_shape
         if opts.smem is not None and prog.dynamic_smem > opts.smem:
             dyn = next(s for s in prog.shared if s.dynamic)
             raise TraceError(f"smem={opts.smem} bytes but the dynamic shared array {dyn.name} "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import ir
 from .errors import TraceError, user_location
 from .trace import current
-from .types import u32, u64
+from .types import pred, u32, u64
 
 
 class _Axes:
@@ -100,6 +100,7 @@ _SREGS: dict[str, tuple[PtxType, int]] = {
     **{f"{b}.{a}": (u32, 90) for b in ("clusterid", "nclusterid", "cluster_ctaid",
                                         "cluster_nctaid") for a in "xyz"},
     "cluster_ctarank": (u32, 90), "cluster_nctarank": (u32, 90),
+    "is_explicit_cluster": (pred, 90),
     "laneid": (u32, 20), "warpid": (u32, 20), "nwarpid": (u32, 20), "smid": (u32, 20),
     "nsmid": (u32, 20), "gridid": (u64, 20), "clock": (u32, 20), "clock64": (u64, 20),
     "globaltimer": (u64, 20), "globaltimer_lo": (u32, 20), "globaltimer_hi": (u32, 20),

@@ -149,9 +149,10 @@ def test_shared_addresses_carry_the_cluster_rank(cluster):
     assert out[:, 3].tolist() == (0x400 + ((cta % cluster) << 24)).tolist()
 
 
-def test_another_ctas_shared_address_is_refused():
-    """Rank 0 storing through rank 1's address (what mapa would give): the interpreter does
-    not model distributed shared memory and says so instead of writing its own."""
+def test_another_ctas_shared_address_is_refused_by_a_shared_cta_store():
+    """Rank 0 storing through rank 1's address (what mapa would give) with st.shared (a
+    .shared::cta access, which reaches this CTA only): refused by name instead of writing
+    its own memory (st.shared::cluster reaches rank 1: tests/test_interp_cluster.py)."""
     from ptxdsl.types import u8, u32
 
     @kernel(in_specs=(), out_specs=(Tile(2, f32),), grid=(2, 1, 1), block=(32, 1, 1),
@@ -162,7 +163,8 @@ def test_another_ctas_shared_address_is_refused():
         ptx.inst.add.u32(other, base, 1 << 24)
         ptx.inst.st.shared.u32(ptx.addr(other), 7)
 
-    with pytest.raises(InterpreterError, match="rank 1 of the cluster.*rank 0"):
+    with pytest.raises(InterpreterError, match=r"CTA of rank 1 \(this thread's CTA is rank "
+                                               r"0\): a \.shared::cta access"):
         poke.interpret()
 
 

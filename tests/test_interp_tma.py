@@ -196,9 +196,12 @@ def test_expect_tx_counts_the_whole_box_including_oob():
         build_copy((8, 8), 0, dump=False, expect=128).interpret(a, G=1)
 
 
-def test_multicast_is_refused():
+def test_multicast_outside_the_cluster_is_refused():
+    """ctaMask 0b11 names rank 1, but without cluster= every CTA is a cluster of one
+    (a multicast across a real cluster: tests/test_interp_cluster.py)."""
     k = build_copy((8, 8), 0, dump=False, multicast=True)
-    with pytest.raises(InterpreterError, match=r"does not model clusters"):
+    with pytest.raises(InterpreterError, match=r"ctaMask 0x0003 must name CTAs of the "
+                                               r"cluster \(ranks 0\.\.0"):
         k.interpret(np.ones((8, 8), np.float32), G=1)
 
 

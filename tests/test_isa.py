@@ -181,6 +181,8 @@ REFUSED = [
     ("wgmma.mma_async.sync.aligned.m64n8k16.f16.bf16.bf16 {%r0, %r1}, %rd0, %rd1, %p0, 1, 1, "
      "0, 0", "sm_90a"),                                   # bf16 accumulates in f32 only
     ("barrier.cluster.wait.relaxed", "sm_90a"),
+    ("barrier.cluster.arrive.acquire", "sm_90a"),
+    ("barrier.cluster.wait.release.aligned", "sm_90a"),
     ("mbarrier.expect_tx.cluster.shared::cluster.b64 [%r0], %r1", "sm_90a"),
     ("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.and.b64 "
      "[%r0], %rd1, [%r2]", "sm_90a"),

@@ -144,6 +144,24 @@ def test_bar_sync_in_a_uniform_branch_is_fine():
     assert passes(body).count("bar.sync 0;") == 2
 
 
+def test_bar_sync_in_a_branch_on_the_cluster_rank_is_fine():
+    """%cluster_ctarank is the same for every thread of a CTA (%clusterid for every CTA
+    of a cluster): a CTA-wide barrier may sit in a branch on either, not in one that
+    mixes in the thread index."""
+    def body():
+        rank, cid, tid = reg.scalar(u32), reg.scalar(u32), reg.scalar(u32)
+        ptx.inst.mov.u32(rank, ptx.special.cluster_ctarank())
+        ptx.inst.mov.u32(cid, ptx.special.clusterid.x())
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        with ptx.if_(rank == 1):
+            ptx.bar.sync(0)
+        with ptx.if_(cid == 0):
+            ptx.bar.sync(0)
+        with ptx.if_(rank + tid == 1):
+            ptx.bar.sync(1)  # <- bar-rank-tid
+    fails_at(body, "bar-rank-tid", "bar.sync inside a branch")
+
+
 def test_unaligned_barrier_may_diverge():
     """barrier.sync (not .aligned) is the PTX form for divergent code."""
     def body():

@@ -346,8 +346,9 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
 
     A cooperative grid runs as one batch: its CTAs may wait for each other, which
     CTAs of a later batch could never answer. ``cluster``: the launch's cluster dims
-    (``%cluster_ctarank`` and the rest; each CTA's shared addresses carry its rank, see
-    :data:`.memory.RANK_SHIFT`); batches hold whole clusters.
+    (default: the program's, ``cluster=`` or ``.reqnctapercluster``); the grid runs as a
+    sequence of clusters, batches hold whole ones, and each CTA's shared addresses carry
+    its rank (:mod:`.cluster`, :data:`.memory.RANK_SHIFT`).
     """
     _check_supported(prog)
     handlers = handlers_for_run()
@@ -361,14 +362,16 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     probe = Space("shared", SHARED_BASE, sregions)
     per_batch = max(1, min(ncta_total, MAX_BATCH_THREADS // P,
                            MAX_BATCH_SHARED // max(probe.row_bytes, 1)))
+    if cluster is None:
+        cluster = prog.cluster
     if cluster is not None:
         cluster = tuple(int(c) for c in cluster) + (1,) * (3 - len(cluster))
         if any(g % c for g, c in zip(grid, cluster)):
-            raise LaunchError(f"grid {tuple(grid)} is not a whole number of clusters "
-                              f"{cluster}", user_location())
+            raise LaunchError(f"grid {tuple(grid)} is not a whole number of clusters of "
+                              f"{cluster} CTAs (each grid dimension must be a multiple of "
+                              f"the cluster's); the GPU refuses such a launch", user_location())
         size = cluster[0] * cluster[1] * cluster[2]
-        per_batch = -(-per_batch // size) * size if cluster[1] == cluster[2] == 1 else \
-            ncta_total
+        per_batch = -(-per_batch // size) * size     # whole clusters (cluster-major order)
     if cooperative:
         per_batch = ncta_total
     with np.errstate(all="ignore"):

@@ -33,14 +33,15 @@ def _race(mach, instr, sp, t, other, byte, kind, other_kind):
     addr, near = _describe(sp, byte)
     mach.fail(instr, f"{sp.name}-memory data race at address {addr:#x} ({near}): this thread "
                      f"{_KIND[kind]} it and {_who(mach, t, other)} {other_kind} it, and nothing "
-                     f"orders the two (no bar.sync both took part in, no mbarrier phase or "
+                     f"orders the two (no bar.sync both took part in, no "
+                     f"{'cluster barrier, ' if mach.cluster_size > 1 else ''}mbarrier phase or "
                      f"atomic between them)", t)
 
 
 def _all_ordered(hb, th, writers, steps, per_cta: bool) -> bool:
     """Cheap sufficient test: every reading warp synchronised with every writing warp
     (and its own lanes) after the newest of these writes. ``per_cta``: only warps of
-    one CTA can share bytes (shared memory)."""
+    one CTA can share bytes (shared memory without clusters)."""
     smax = steps.max()
     rw = np.unique(th // 32)
     pw = np.flatnonzero(np.bincount(writers // 32, minlength=hb.K.shape[0]))
@@ -114,7 +115,8 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
     if tr.written:
         wu = tr.w_tid[bu]
         has = wu >= 0
-        if has.any() and not _all_ordered(hb, th, wu[has], tr.w_step[bu[has]], tr.reads):
+        if has.any() and not _all_ordered(hb, th, wu[has], tr.w_step[bu[has]],
+                                          tr.reads and mach.cluster_size == 1):
             b = (off[:, None] + k).reshape(-1)       # per thread, exactly
             t = np.repeat(th.astype(np.int64), nbytes)
             wt = tr.w_tid[b]
@@ -155,8 +157,8 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
             many = np.flatnonzero(rt == -2)
             if len(many):
                 bm = b[many]
-                bad[many] = (tr.r_cta[bm] >= 0) & ~hb.ordered_many(
-                    t[many], tr.r_mask[bm], tr.r_step[bm], mach.cta[t[many]])
+                bad[many] = (tr.r_cta[bm] >= 0) & ~hb.ordered_many(   # readers' CTA
+                    t[many], tr.r_mask[bm], tr.r_step[bm], np.maximum(tr.r_cta[bm], 0))
             if bad.any():
                 i = int(np.argmax(bad))
                 _race(mach, instr, sp, int(t[i]), int(rt[i]), int(b[i]), kind, "read")

@@ -5,9 +5,12 @@ copy (TMA stores and reductions included) shares.
 16-byte aligned):
 
 * global -> shared::cluster and shared::cta -> shared::cluster
-  (``.mbarrier::complete_tx::bytes``): the bytes are written into this CTA's shared
-  memory at once, as the issuing thread's async-proxy writes, and ``size`` transaction
-  bytes complete on the mbarrier (whose phase acquire orders them before a consumer);
+  (``.mbarrier::complete_tx::bytes``): the bytes are written at once, as the issuing
+  thread's async-proxy writes, into the CTA the destination address names (this one or
+  a peer of the cluster) or, with ``.multicast::cluster`` (global sources), into every
+  CTA of the 16-bit ctaMask at the same offset; ``size`` transaction bytes complete on
+  the mbarrier at the mbarrier operand's offset in each destination CTA (whose phase
+  acquire orders them before a consumer);
 * shared::cta -> global (``.bulk_group``): the bytes are read at once (async-proxy reads
   of the issuing thread: a generic store to them needs ``fence.proxy.async`` first, see
   :mod:`.proxy`) and written to global memory; the copy joins the thread's open bulk
@@ -18,12 +21,13 @@ Bulk groups. ``cp.async.bulk.commit_group`` closes the issuing thread's open gro
 thread* committed. Until a group is retired its copies may still be reading their
 shared-memory source: a write to those bytes before then (by any thread, TMA loads
 included) stops the run, naming the copy (the hardware would store whatever the buffer
-holds by then). ``.multicast::cluster`` is refused (no clusters yet).
+holds by then).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import cluster
 from .access import track
 from .groups import issued, retire, state
 from .memops import addresses, check, mbarrier_complete_tx
@@ -50,11 +54,13 @@ def bulk_wait(mach, instr, mask):
 
 
 # ---------------------------------------------------------------- cp.async.bulk (1-D)
-def _range(mach, instr, t: int, addr: int, size: int, space: str, write: bool):
-    """(space, byte offsets of 16-byte chunks) of ``[addr, addr + size)``, checked."""
+def _range(mach, instr, t: int, addr: int, size: int, space: str, write: bool, row=None):
+    """(space, byte offsets of 16-byte chunks) of ``[addr, addr + size)``, checked: in
+    global memory, this CTA's shared memory, or (``row``: ``addr`` CTA-local) that CTA's."""
     sp = mach.spaces["shared" if space.startswith("shared") else "global"]
-    if sp.name == "shared":
-        addr &= 0xFFFFFFFF
+    if sp.name == "shared" and row is None:
+        a = np.asarray([addr & 0xFFFFFFFF], np.uint64)
+        addr = int(cluster.shared_rows(mach, instr, np.asarray([t]), a, False)[0][0])
     if addr % 16:
         mach.fail(instr, f"the {'destination' if write else 'source'} {addr:#x} of a bulk "
                          f"copy must be 16-byte aligned", t)
@@ -62,17 +68,14 @@ def _range(mach, instr, t: int, addr: int, size: int, space: str, write: bool):
         mach.fail(instr, f"the {size}-byte bulk copy {'into' if write else 'from'} {space} "
                          f"{addr:#x} reaches outside its allocation ({sp.nearest(addr)})", t)
     chunks = np.uint64(addr) + np.arange(0, size, 16, dtype=np.uint64)
-    rows = np.full(chunks.size, mach.cta[t]) if sp.name == "shared" else None
+    rows = (np.full(chunks.size, mach.cta[t] if row is None else row)
+            if sp.name == "shared" else None)
     return sp, sp.offsets(chunks, rows)
 
 
 @handler("cp.async.bulk")
 def bulk_copy(mach, instr, mask):
     m = instr.match
-    if m.has("multicast::cluster"):
-        mach.fail(instr, "a .multicast::cluster bulk copy writes into several CTAs of a "
-                         "cluster; the interpreter runs it for this CTA only: drop the "
-                         "multicast, or run the kernel on a GPU")
     dst, src = m.chosen["dst"], m.chosen["src"]
     ops = instr.operands
     threads = np.flatnonzero(mask)
@@ -81,23 +84,31 @@ def bulk_copy(mach, instr, mask):
     size = np.broadcast_to(np.asarray(mach.src(instr, 2, mask)).astype(np.int64), (mach.T,))
     to_shared = dst != "global"
     if to_shared:
-        mbar = addresses(mach, instr, ops[3], mask)
-        bars = dict(zip(threads.tolist(), (
-            off for _, _, offs in check(mach, instr, threads, mbar[threads], "shared", 8,
-                                        True, race=False) for off in offs.tolist())))
+        mbar = addresses(mach, instr, ops[3], mask) & np.uint64(0xFFFFFFFF)
+        cmask = (np.broadcast_to(np.asarray(mach.src(instr, 4, mask)).astype(np.int64),
+                                 (mach.T,)) if m.has("multicast::cluster") else None)
     for t in threads.tolist():
         n = int(size[t])
         if n <= 0 or n % 16:
             mach.fail(instr, f"a bulk copy moves a positive multiple of 16 bytes, got {n}", t)
         ssp, soff = _range(mach, instr, t, int(sa[t]), n, src, False)
-        dsp, doff = _range(mach, instr, t, int(da[t]), n, dst, True)
         th = np.full(soff.size, t)
         track(mach, instr, ssp, th, soff, 16, "read")
         data = ssp.buf[soff[:, None] + np.arange(16)].copy()
-        track(mach, instr, dsp, th, doff, 16, "write")
-        dsp.buf[doff[:, None] + np.arange(16)] = data
-        if to_shared:
-            mbarrier_complete_tx(mach, bars[t], n, instr, t)
-        else:
+        if not to_shared:
+            dsp, doff = _range(mach, instr, t, int(da[t]), n, dst, True)
+            track(mach, instr, dsp, th, doff, 16, "write")
+            dsp.buf[doff[:, None] + np.arange(16)] = data
             issued(mach, instr, t, ssp, (soff[:, None] + np.arange(16)).reshape(-1))
+            continue
+        # into the CTA the destination names, or every CTA of the multicast mask
+        local, bar, rows = cluster.copy_rows(mach, instr, t, int(da[t]) & 0xFFFFFFFF,
+                                             int(mbar[t]),
+                                             None if cmask is None else int(cmask[t]))
+        boff = cluster.mbar_offset(mach, instr, t, bar)
+        for row in rows:
+            dsp, doff = _range(mach, instr, t, local, n, dst, True, row)
+            track(mach, instr, dsp, th, doff, 16, "write")
+            dsp.buf[doff[:, None] + np.arange(16)] = data
+            mbarrier_complete_tx(mach, boff + row * dsp.row_bytes, n, instr, t)
     mach.events += 1

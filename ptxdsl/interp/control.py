@@ -17,6 +17,9 @@ from .semantics import handler
 def exit_(mach, instr, mask):
     mach.exited |= mask
     mach.events += 1
+    if getattr(mach, "cl", None) is not None:   # a CTA of a cluster that shared memory
+        from .cluster import on_exit
+        on_exit(mach, instr)
 
 
 @handler("trap")

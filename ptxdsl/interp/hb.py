@@ -15,6 +15,9 @@ Edges (release -> acquire):
 * an mbarrier phase: each arrival (and each asynchronous copy's
   ``complete_tx``) releases into the phase, a wait that sees the phase
   complete acquires it;
+* a cluster-barrier generation: each ``barrier.cluster.arrive`` (not
+  ``.relaxed``) releases into it, each ``wait`` that sees it complete acquires
+  it (warps of every CTA of the cluster: knowledge spans the whole batch);
 * atomics on one address: each is a release and an acquire on that address
   (``atom``/``red`` chains order the plain accesses around them).
 
@@ -43,6 +46,7 @@ class HappensBefore:
         self.mb_release: dict = {}   # mbarrier offset -> joined release vector (this phase)
         self.mb_phase: dict = {}     # mbarrier offset -> release vector of the last phase
         self.atomics: dict = {}      # (space, byte offset) -> joined release vector
+        self.cl_release: dict = {}   # (cluster, generation) -> joined release vector
         self.FK = self.FS = None     # latest fence.proxy.async per warp (proxy_fence)
 
     def _release(self, w: int) -> np.ndarray:
@@ -98,6 +102,20 @@ class HappensBefore:
         self.FK[warps] = self.K[warps]
         self.FK[warps, warps] = self.mach.steps
         self.FS[warps] = self.mach.steps
+
+    # barrier.cluster (interp/cluster.py): each non-.relaxed arrival releases into the
+    # generation it joins (``key``); a wait that sees the generation complete acquires it.
+    def cluster_arrive(self, key, warps) -> None:
+        ws = np.asarray(warps, np.int64)
+        v = self.K[ws].max(0)
+        v[ws] = self.mach.steps
+        old = self.cl_release.get(key)
+        self.cl_release[key] = v if old is None else np.maximum(old, v)
+
+    def cluster_acquire(self, key, warps) -> None:
+        v = self.cl_release.get(key)
+        for w in np.asarray(warps, np.int64).tolist():
+            self._acquire(w, v)
 
     def ordered(self, cur_t, prev_t, prev_step):
         """Whether accesses by ``cur_t`` are ordered after ``prev_t``'s at ``prev_step``."""

@@ -308,10 +308,9 @@ def wgmma_wait(mach, instr, mask):
 @handler("mbarrier.expect_tx", "mbarrier.complete_tx")
 def mbarrier_tx(mach, instr, mask):
     """expect_tx adds transaction bytes to the current phase; complete_tx delivers them
-    (as a copy would, completing the phase when nothing else is pending)."""
+    (as a copy would, completing the phase when nothing else is pending); either may
+    name a peer CTA's mbarrier (.shared::cluster)."""
     from .memops import _mbar_state, _mbar_targets, mbarrier_complete_tx
-    if instr.match.chosen.get("space") == "shared::cluster":
-        mach.fail(instr, "the interpreter runs mbarriers of this CTA only (.shared::cta)")
     n = np.broadcast_to(np.asarray(mach.src(instr, 1, mask)).astype(np.int64), (mach.T,))
     complete = instr.match.spec.opcode.endswith("complete_tx")
     for t, off in _mbar_targets(mach, instr, mask):

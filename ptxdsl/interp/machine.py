@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import InterpreterError
+from . import cluster
 from .hb import HappensBefore
 from .inflight import check_held
 from .memory import RANK_SHIFT
@@ -228,7 +229,7 @@ class Machine:
             "lanemask_eq": np.uint32(1) << self.lane,
         }
         lm = np.uint64(1) << self.lane.astype(np.uint64)
-        self._cluster_specials(tuple(cluster or (1, 1, 1)))
+        self._cluster_specials(tuple(cluster or (1, 1, 1)), cluster is not None)
         self.special["lanemask_lt"] = (lm - np.uint64(1)).astype(np.uint32)
         self.special["lanemask_le"] = ((lm << np.uint64(1)) - np.uint64(1)).astype(np.uint32)
         self.special["lanemask_gt"] = (~self.special["lanemask_le"]).astype(np.uint32)
@@ -254,25 +255,17 @@ class Machine:
         self.held: dict = {}                    # in-flight accumulators (interp/hopper.py)
         self.current = None                     # the instruction being executed
 
-    def _cluster_specials(self, cl: tuple) -> None:
-        """%cluster_ctaid, %clusterid, %cluster_ctarank, ... of a launch in clusters of
-        ``cl`` CTAs (a launch without clusters is clusters of one CTA, as on the GPU), and
-        ``rank``: each thread's CTA rank in its cluster, which its shared addresses carry
+    def _cluster_specials(self, cl: tuple, explicit: bool) -> None:
+        """%ctaid, %cluster_ctaid, %clusterid, %cluster_ctarank, ... of a launch in
+        clusters of ``cl`` CTAs, batch CTAs in cluster-major order (a launch without
+        clusters is clusters of one CTA, as on the GPU; :mod:`.cluster`), and ``rank``:
+        each thread's CTA rank in its cluster, which its shared addresses carry
         (:data:`.memory.RANK_SHIFT`)."""
-        s = self.special
-        rank, scale = 0, 1
-        for a, c in zip("xyz", cl):
-            cta = np.asarray(s[f"ctaid.{a}"], np.int64)
-            s[f"cluster_ctaid.{a}"] = cta % c
-            s[f"cluster_nctaid.{a}"] = c
-            s[f"clusterid.{a}"] = cta // c
-            s[f"nclusterid.{a}"] = s[f"nctaid.{a}"] // c
-            rank = rank + (cta % c) * scale
-            scale *= c
-        s["cluster_ctarank"] = rank
-        s["cluster_nctarank"] = scale
-        self.cluster_size = scale
-        self.rank = np.broadcast_to(np.asarray(rank, np.int64), (self.T,))
+        self.special.update(cluster.specials(self.grid, cl, self.cta + self.first_cta,
+                                             explicit))
+        self.cluster_size = cl[0] * cl[1] * cl[2]
+        self.rank = np.broadcast_to(np.asarray(self.special["cluster_ctarank"], np.int64),
+                                    (self.T,))
 
     # ------------------------------------------------------------------ errors
     def where(self, t: int) -> str:
@@ -280,7 +273,9 @@ class Machine:
         s = self.special
         cta = tuple(int(np.broadcast_to(s[f"ctaid.{a}"], (self.T,))[t]) for a in "xyz")
         tid = tuple(int(s[f"tid.{a}"][t]) for a in "xyz")
-        return f"CTA {cta} thread {tid}"
+        rank = (f" (rank {int(self.rank[t])} of its cluster)" if self.cluster_size > 1
+                else "")
+        return f"CTA {cta}{rank} thread {tid}"
 
     def tid_str(self, t: int) -> str:
         return str(tuple(int(self.special[f"tid.{a}"][t]) for a in "xyz"))

@@ -20,8 +20,8 @@ import numpy as np
 
 from .. import ir
 from . import fround as fr
-from . import transactions
-from .memory import RANK_SHIFT, SHARED_WINDOW
+from . import cluster, transactions
+from .memory import SHARED_WINDOW
 from .access import track
 from .schedule import Blocked
 from .semantics import handler
@@ -49,24 +49,10 @@ def addresses(mach, instr, op: ir.Addr, mask) -> np.ndarray:
     return a + np.uint64(op.offset % (1 << 64))
 
 
-def own_shared(mach, instr, threads, addr) -> np.ndarray:
-    """Shared addresses of ``threads`` with their cluster-rank bits (24 and up,
-    :data:`.memory.RANK_SHIFT`) taken off, once checked to name each thread's own CTA. An
-    address naming another CTA of the cluster (``mapa``) fails: the interpreter does not
-    model one CTA reaching into another's shared memory. Bits past the cluster stay, so
-    that the bounds check names the address."""
-    addr = np.asarray(addr, np.uint64)
-    hi = (addr >> np.uint64(RANK_SHIFT)).astype(np.int64)
-    own = mach.rank[threads]
-    other = (hi != own) & (hi < mach.cluster_size)
-    if other.any():
-        k = int(np.argmax(other))
-        mach.fail(instr, f"shared address {int(addr[k]):#x} is in the shared memory of CTA "
-                         f"rank {int(hi[k])} of the cluster, this thread's CTA is rank "
-                         f"{int(own[k])}: the interpreter does not model access to another "
-                         f"CTA's shared memory", int(threads[k]))
-    mine = hi == own
-    return np.where(mine, addr & np.uint64((1 << RANK_SHIFT) - 1), addr)
+def _cluster_space(instr) -> bool:
+    """Whether the instruction addresses shared memory as ``.shared::cluster``."""
+    c = instr.match.chosen
+    return "shared::cluster" in (c.get("space"), c.get("dst"))
 
 
 def _desc(write: bool) -> str:
@@ -100,14 +86,18 @@ def check(mach, instr, threads, addr, space: str | None, nbytes: int, write: boo
     for name, sel, a in groups:
         sp = mach.spaces[name]
         th = threads[sel]
-        if name == "shared":
-            a = own_shared(mach, instr, th, a)
+        rows = None
+        if name == "shared":  # this CTA's row, or a peer's (a shared::cluster address)
+            a, rows = cluster.shared_rows(mach, instr, th, a,
+                                          space is None or _cluster_space(instr))
         ok = sp.in_bounds(a, nbytes)
         if not ok.all():
             k = int(np.argmax(~ok))
+            peer = (f" in the shared memory of the cluster's CTA of rank "
+                    f"{int(rows[k]) % mach.cluster_size}" if rows is not None and
+                    rows[k] != mach.cta[th[k]] else "")
             mach.fail(instr, f"out of bounds {name} {_desc(write)} of {nbytes} bytes at address "
-                             f"{int(a[k]):#x} ({sp.nearest(int(a[k]))})", int(th[k]))
-        rows = mach.cta[th] if name == "shared" else None
+                             f"{int(a[k]):#x}{peer} ({sp.nearest(int(a[k]))})", int(th[k]))
         off = sp.offsets(a, rows)
         if race:
             track(mach, instr, sp, th, off, nbytes, kind or ("write" if write else "read"))

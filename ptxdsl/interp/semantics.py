@@ -80,4 +80,4 @@ def handlers_for_run() -> dict:
 
 
 from . import (intops, floatops, convert, memops, warp, control, barriers,  # noqa: E402,F401
-               tensorcore, hopper, tma, bulk)
+               tensorcore, hopper, tma, bulk, cluster)

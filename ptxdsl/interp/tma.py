@@ -18,9 +18,10 @@ function wgmma's descriptors read through, so TMA tiles and wgmma operands agree
 The copy completes at once: its writes are recorded as the issuing thread's, then
 the whole box's bytes (out-of-bounds ones included, as the hardware counts) complete
 on the mbarrier, whose phase acquire orders them before a consumer's reads.
-``.multicast::cluster`` and ``.im2col`` are refused (a cluster's CTAs run with their
-ranks and rank-tagged shared addresses, but one CTA never reaches into another's
-shared memory). The destination's cluster-rank bits must name the issuing CTA.
+The destination and the mbarrier (shared::cluster addresses) may name a peer CTA of
+the cluster (both the same one); ``.multicast::cluster`` writes the box at the same
+CTA-local offset into every CTA of the 16-bit ctaMask and completes its bytes on the
+mbarrier at the same offset in each (see :mod:`.cluster`). ``.im2col`` is refused.
 
 Reductions (``cp.reduce.async.bulk.tensor``, shared::cta -> global, ``.bulk_group``):
 like stores, but each element inside the tensor is combined with the tensor's (``.add``,
@@ -45,8 +46,9 @@ from .. import ir
 from ..types import s32
 from . import fround as fr
 from . import groups
+from . import cluster
 from .access import track, track_block
-from .memops import WINDOWS, addresses, check, mbarrier_complete_tx, own_shared
+from .memops import WINDOWS, addresses, mbarrier_complete_tx
 from .semantics import handler
 
 _MAGIC = 0x50544458_544D4150   # "PTDX" "TMAP"
@@ -122,8 +124,9 @@ def _fill(spec) -> np.ndarray:
     return np.zeros(e, np.uint8)
 
 
-def _shared(mach, instr, t: int, base: int, spec, write: bool):
-    """(space, offsets) of the box's elements in thread ``t``'s CTA, checked."""
+def _shared(mach, instr, t: int, base: int, spec, write: bool, row=None):
+    """(space, offsets) of the box's elements in CTA ``row`` (default: thread ``t``'s;
+    ``base`` CTA-local), checked."""
     sp = mach.spaces["shared"]
     what = "destination" if write else "source"
     if base % 128:
@@ -135,8 +138,16 @@ def _shared(mach, instr, t: int, base: int, spec, write: bool):
         bad = int(addr[np.argmin(ok)])
         mach.fail(instr, f"the {spec.box_bytes}-byte box ({spec.describe()}) at shared "
                          f"{what} {base:#x} reaches byte {bad:#x}, {sp.nearest(bad)}", t)
-    off = sp.offsets(addr, np.full(addr.size, mach.cta[t]))
+    off = sp.offsets(addr, np.full(addr.size, mach.cta[t] if row is None else row))
     return sp, off
+
+
+def _own(mach, instr, threads, a: np.ndarray) -> np.ndarray:
+    """The CTA-local shared addresses of a copy's shared::cta operand (refused if one
+    names another CTA of the cluster)."""
+    a = a & np.uint64(0xFFFFFFFF)
+    a[threads] = cluster.shared_rows(mach, instr, threads, a[threads], False)[0]
+    return a
 
 
 def _global(mach, instr, t: int, spec, gaddr: np.ndarray):
@@ -158,10 +169,6 @@ def _bytes_at(sp, off: np.ndarray, e: int) -> np.ndarray:
 def tensor_copy(mach, instr, mask):
     m = instr.match
     load = m.chosen["dst"] == "shared::cluster"
-    if m.has("multicast::cluster"):
-        mach.fail(instr, "a .multicast::cluster TMA load writes into several CTAs of a "
-                         "cluster; the interpreter does not model clusters: load into this "
-                         "CTA only (drop multicast=) or run the kernel on a GPU")
     if m.chosen.get("mode") == "im2col":
         mach.fail(instr, "the interpreter runs .tile mode tensor copies, not .im2col")
     ops = instr.operands
@@ -171,12 +178,14 @@ def tensor_copy(mach, instr, mask):
     coords = _coords(mach, instr, top, mask)
     shared_op = ops[0] if load else ops[1]
     sh = addresses(mach, instr, shared_op, mask) & np.uint64(0xFFFFFFFF)
-    sh[threads] = own_shared(mach, instr, threads, sh[threads])
     if load:
-        mbar = addresses(mach, instr, ops[2], mask)
-        bars = dict(zip(threads.tolist(), (
-            off for _, _, offs in check(mach, instr, threads, mbar[threads], "shared", 8,
-                                        True, race=False) for off in offs.tolist())))
+        mbar = addresses(mach, instr, ops[2], mask) & np.uint64(0xFFFFFFFF)
+        cmask = None
+        if m.has("multicast::cluster"):
+            cmask = np.broadcast_to(np.asarray(mach.src(instr, 3, mask)).astype(np.int64),
+                                    (mach.T,))
+    else:
+        sh = _own(mach, instr, threads, sh)
     for t in threads.tolist():
         spec = _spec(mach, instr, t, int(maps[t]))
         if len(coords) != spec.rank:
@@ -185,19 +194,24 @@ def tensor_copy(mach, instr, mask):
         origin = [int(c[t]) for c in reversed(coords)]
         gaddr, inside = _box(spec, origin)
         e = spec.dtype.bytes
-        ssp, soff = _shared(mach, instr, t, int(sh[t]), spec, load)
-        th = np.full(soff.size, t)
         if inside.any():
             gsp, goff = _global(mach, instr, t, spec, gaddr[inside])
-        if load:
-            data = np.broadcast_to(_fill(spec), (soff.size, e)).copy()
+        if load:   # into the CTA the address names, or every CTA of the multicast mask
+            dst, bar, rows = cluster.copy_rows(mach, instr, t, int(sh[t]), int(mbar[t]),
+                                               None if cmask is None else int(cmask[t]))
+            data = np.broadcast_to(_fill(spec), (spec.box_elements, e)).copy()
             if inside.any():
-                track(mach, instr, gsp, th[inside], goff, e, "read")
+                track(mach, instr, gsp, np.full(goff.size, t), goff, e, "read")
                 data[inside] = _bytes_at(gsp, goff, e)
-            track_block(mach, instr, ssp, t, soff, e, "write")
-            ssp.buf[soff[:, None] + np.arange(e)] = data
-            mbarrier_complete_tx(mach, bars[t], spec.box_bytes, instr, t)
+            boff = cluster.mbar_offset(mach, instr, t, bar)
+            for row in rows:
+                ssp, soff = _shared(mach, instr, t, dst, spec, True, row)
+                track_block(mach, instr, ssp, t, soff, e, "write")
+                ssp.buf[soff[:, None] + np.arange(e)] = data
+                mbarrier_complete_tx(mach, boff + row * ssp.row_bytes, spec.box_bytes, instr, t)
         else:
+            ssp, soff = _shared(mach, instr, t, int(sh[t]), spec, load)
+            th = np.full(soff.size, t)
             track_block(mach, instr, ssp, t, soff, e, "read")
             if inside.any():
                 data = _bytes_at(ssp, soff[inside], e)
@@ -257,7 +271,7 @@ def tensor_reduce(mach, instr, mask):
     threads = np.flatnonzero(mask)
     maps = addresses(mach, instr, ops[0], mask)
     coords = _coords(mach, instr, ops[0], mask)
-    sh = addresses(mach, instr, ops[1], mask) & np.uint64(0xFFFFFFFF)
+    sh = _own(mach, instr, threads, addresses(mach, instr, ops[1], mask))
     for t in threads.tolist():
         spec = _spec(mach, instr, t, int(maps[t]))
         if spec.dtype.name not in _REDUCE_TYPES[op]:

@@ -328,6 +328,15 @@ def _red_async_rule(m):
     return None
 
 
+def _cluster_barrier_rule(m):
+    sem, mode = m.chosen.get("sem"), m.chosen["mode"]
+    if sem in ("relaxed", "release") and mode == "wait":
+        return f"only barrier.cluster.arrive takes .{sem} (the wait is .acquire)"
+    if sem == "acquire" and mode == "arrive":
+        return "only barrier.cluster.wait takes .acquire (an arrive is .release or .relaxed)"
+    return None
+
+
 CLUSTER = (
     OpSpec("setmaxnreg", (g("action", "inc", "dec", required=True), *SYNC_ALIGNED), ("u32",),
            operands="i:u32", ptx=(8, 0), sm=90, arch_specific=True, category="sync",
@@ -337,29 +346,28 @@ CLUSTER = (
                "producer few registers and the consumers many.",
            example="setmaxnreg.inc.sync.aligned.u32 240"),
     OpSpec("barrier.cluster", (g("mode", "arrive", "wait", required=True),
-                               g("relaxed", Mod("relaxed", (8, 0))), g("aligned", "aligned")),
+                               g("sem", Mod("relaxed", (8, 0)), Mod("release", (8, 0)),
+                                 Mod("acquire", (8, 0))), g("aligned", "aligned")),
            (), ntypes=0, operands="", ptx=(7, 8), sm=90, category="sync", scope="cluster",
-           side_effects=True, effects=frozenset({"barrier"}), interp=False,
-           rule=lambda m: ("only barrier.cluster.arrive takes .relaxed"
-                           if m.has("relaxed") and m.chosen["mode"] == "wait" else None),
+           side_effects=True, effects=frozenset({"barrier"}), rule=_cluster_barrier_rule,
            doc="Cluster barrier in two halves: every thread of every CTA of the cluster "
-               "arrives (.release unless .relaxed), then waits (.acquire) before touching "
-               "peer CTAs' shared memory.",
+               "arrives (.release, the default, or .relaxed), then waits (.acquire) before "
+               "touching peer CTAs' shared memory.",
            example="barrier.cluster.arrive.aligned"),
     OpSpec("mapa", (g("space", "shared::cluster"),), ("u32", "u64"),
-           operands="d:T s:T s:u32", ptx=(7, 8), sm=90, interp=False, category="data",
+           operands="d:T s:T s:u32", ptx=(7, 8), sm=90, category="data",
            doc="Map an address of this CTA's shared memory (or a generic one) to the same "
                "variable in the CTA of the given rank in the cluster.",
            example="mapa.shared::cluster.u32 %r2, %r0, %r1"),
     OpSpec("getctarank", (g("space", "shared::cluster"),), ("u32", "u64"),
-           operands="d:u32 s:T", ptx=(7, 8), sm=90, interp=False, category="data",
+           operands="d:u32 s:T", ptx=(7, 8), sm=90, category="data",
            doc="The rank in the cluster of the CTA whose shared memory an address names.",
            example="getctarank.shared::cluster.u32 %r1, %r0"),
     OpSpec("st.async", (g("weak", "weak"), g("space", "shared::cluster", required=True),
                         g("completion", TX, required=True), g("vec", "v2", "v4")),
            ("b32", "b64", "u32", "s32", "u64", "s64", "f32", "f64"),
            operands="a X:T a", ptx=(8, 1), sm=90, category="async", side_effects=True,
-           effects=_TX_COPY, interp=False,
+           effects=_TX_COPY,
            rule=lambda m: (f"st.async.v4 stores 32-bit values only (.v2 for .{m.type.name})"
                            if m.vector == 4 and m.type.bits == 64 else None),
            doc="Store into a peer CTA's shared memory and complete the bytes on that CTA's "
@@ -374,7 +382,6 @@ CLUSTER = (
                            required=True)),
            ("b32", "u32", "s32", "u64"), operands="a s:T a", ptx=(8, 1), sm=90,
            category="atomic", side_effects=True, effects=_TX_COPY, rule=_red_async_rule,
-           interp=False,
            doc="Atomic reduction into a peer CTA's shared memory that completes its bytes "
                "on that CTA's mbarrier.",
            example="red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes."

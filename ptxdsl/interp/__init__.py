@@ -21,7 +21,8 @@ destinations, ``.aligned`` barriers that split a warp, deadlocks (naming each
 warp's wait) and kernels that exceed ``max_steps``. See :mod:`.machine` for the
 lockstep execution model, :mod:`.schedule` for warps as scheduled units (and
 the waiting API for semantic functions), :mod:`.fround` and :mod:`.floatops`
-for float semantics.
+for float semantics, and :mod:`.cluster` for kernels launched as clusters (CTAs of a
+cluster scheduled together, distributed shared memory, cluster barriers).
 """
 from __future__ import annotations
 

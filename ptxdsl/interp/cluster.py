@@ -47,10 +47,6 @@ from .semantics import handler
 OFFSET_MASK = (1 << RANK_SHIFT) - 1
 
 
-def shape(prog) -> tuple[int, int, int]:
-    return tuple(getattr(prog, "cluster", None) or (1, 1, 1))
-
-
 def specials(grid, cdims, g: np.ndarray, explicit: bool) -> dict:
     """``%ctaid`` and the cluster special registers of launch-order CTA index ``g``."""
     cx, cy, cz = cdims
@@ -91,10 +87,6 @@ def state(mach) -> ClusterState:
     if st is None:
         st = mach.cl = ClusterState(mach)
     return st
-
-
-def _rank(mach, t: int) -> int:
-    return int(mach.cta[t]) % mach.cluster_size
 
 
 # ---------------------------------------------------------------------- addresses
@@ -160,7 +152,7 @@ def on_exit(mach, instr) -> None:
         if int(st.waited[rng].max()) > st.need[r]:
             continue
         mach.fail(instr, f"the cluster's CTA of rank {r % mach.cluster_size} exits while the CTA "
-                         f"of rank {int(mach.cta[t]) % mach.cluster_size} may still access its "
+                         f"of rank {int(mach.rank[t])} may still access its "
                          f"shared memory (the access at {acc.loc}, {acc.opcode}): its shared "
                          f"memory is gone once it exits; put a cluster barrier "
                          f"(barrier.cluster.arrive after the access, barrier.cluster.wait "
@@ -304,9 +296,10 @@ def _tx_targets(mach, instr, mask, threads, dst_groups):
     bad = moff // sp.row_bytes != doff // sp.row_bytes
     if bad.any():
         k = int(np.argmax(bad))
-        mach.fail(instr, f"the mbarrier is in the CTA of rank "
-                         f"{int(moff[k] // sp.row_bytes) % mach.cluster_size} but the destination in "
-                         f"the CTA of rank {int(doff[k] // sp.row_bytes) % mach.cluster_size}: "
+        n = mach.cluster_size
+        mach.fail(instr, f"the mbarrier is in the CTA of rank {int(moff[k] // sp.row_bytes) % n}"
+                         f" but the destination in the CTA of rank "
+                         f"{int(doff[k] // sp.row_bytes) % n}: "
                          f"{instr.opcode} completes on an mbarrier of the destination's CTA",
                   int(threads[k]))
     return moff
@@ -356,9 +349,10 @@ def copy_rows(mach, instr, t: int, dst: int, mbar: int, ctamask):
     b, brow = shared_rows(mach, instr, th, np.array([mbar], np.uint64), True)
     if ctamask is None:
         if drow[0] != brow[0]:
-            mach.fail(instr, f"the destination is in the CTA of rank {int(drow[0]) % mach.cluster_size}"
-                             f" but the mbarrier in the CTA of rank "
-                             f"{int(brow[0]) % mach.cluster_size}: the copy completes on an mbarrier "
+            n = mach.cluster_size
+            mach.fail(instr, f"the destination is in the CTA of rank {int(drow[0]) % n} but "
+                             f"the mbarrier in the CTA of rank {int(brow[0]) % n}: the copy "
+                             f"completes on an mbarrier "
                              f"of the destination's CTA", t)
         return int(d[0]), int(b[0]), [int(drow[0])]
     bits = int(ctamask) & 0xFFFF
@@ -366,7 +360,7 @@ def copy_rows(mach, instr, t: int, dst: int, mbar: int, ctamask):
     if not ranks or ranks[-1] >= mach.cluster_size:
         mach.fail(instr, f"the multicast ctaMask {bits:#06x} must name CTAs of the cluster "
                          f"(ranks 0..{mach.cluster_size - 1}, at least one)", t)
-    base = int(mach.cta[t]) - int(mach.cta[t]) % mach.cluster_size
+    base = int(mach.cta[t]) - int(mach.rank[t])
     rows = [base + r for r in ranks]
     _remote(mach, instr, np.full(len(rows), t), np.array(rows))
     return int(d[0]), int(b[0]), rows

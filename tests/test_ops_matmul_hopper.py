@@ -109,6 +109,29 @@ def test_interpreter_runs_the_shipped_kernel(m, n, k, a_major, b_major):
     np.testing.assert_array_equal(c, a.astype(np.float64) @ w.astype(np.float64).T)
 
 
+@pytest.mark.parametrize("m,n,k,a_major,b_major", [
+    (256, 256, 64, "K", "K"), (250, 264, 520, "K", "K"), (256, 128, 136, "MN", "MN")])
+def test_interpreter_runs_the_shipped_kernel_in_a_cluster_of_2(m, n, k, a_major, b_major):
+    """The Hopper kernel in clusters of 2 along M on the CPU: each CTA loads half of the
+    shared B stage with .multicast::cluster into both, consumers release every stage on
+    both CTAs' empty barriers (mapa + remote mbarrier.arrive), a final cluster barrier;
+    bit-exact f32 output, ragged M and K with the ring wrapping."""
+    import dataclasses
+    import numpy as np
+    from ptxdsl.types import f32_to_bf16_bits
+    p = dataclasses.replace(choose(m, n, k, bf16, f32, sms=2), cluster=2)
+    kern = build_hopper(p, bf16, f32, sms=2, a_major=a_major, b_major=b_major)
+    text = kern.ptx()
+    assert "multicast::cluster" in text and "mbarrier.arrive.shared::cluster" in text
+    rng = np.random.default_rng(m + n + k)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    w = rng.integers(-4, 5, (n, k)).astype(np.float32)
+    ka = f32_to_bf16_bits(a) if a_major == "K" else np.ascontiguousarray(f32_to_bf16_bits(a.T))
+    kb = f32_to_bf16_bits(w) if b_major == "K" else np.ascontiguousarray(f32_to_bf16_bits(w.T))
+    c = kern.interpret(ka, kb, np.full((m, n), np.nan, np.float32))
+    np.testing.assert_array_equal(c, a.astype(np.float64) @ w.astype(np.float64).T)
+
+
 @pytest.mark.parametrize("m,n,k,split,b_major", [
     (16, 264, 520, 2, "MN"), (7, 136, 200, 4, "K"), (128, 256, 264, 4, "MN"),
     (16, 136, 136, 4, "MN")])                  # 3 k-blocks for 4 ranks: rank 0 gets none

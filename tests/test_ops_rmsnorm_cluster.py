@@ -232,3 +232,27 @@ def test_recorded_choices_are_what_the_plan_chooses(info):
         for dt, want in ((f32, f32_choice), (bf16, half_choice), (f16, half_choice)):
             lr = rplan.long_rows(n, dt, max_vec(n, dt), "sm_90a", info)
             assert (name(lr.forward), name(lr.backward, 3)) == want, (n, dt.name)
+
+
+@pytest.mark.parametrize("n", [65536, 65536 + 40])
+def test_cluster_kernels_on_the_interpreter(n):
+    """Long rows on the CPU go through the cluster kernels (the interpreter runs clusters):
+    forward and backward against numpy, ragged N included."""
+    import numpy as np
+    from ptxdsl.ops.rmsnorm.api import rms_norm, rms_norm_backward
+    got = rplan.long_rows(n, f32, 4, "sm_90a", None)
+    assert got.forward is not None and got.backward is not None
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    dy = rng.standard_normal((3, n)).astype(np.float32)
+    y, rstd = rms_norm(x, w, 1e-6, return_rstd=True)
+    r = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(rstd.reshape(-1, 1), r, rtol=1e-5)
+    np.testing.assert_allclose(y, x * r * w, rtol=1e-4, atol=1e-5)
+    dx, dw = rms_norm_backward(dy, x, w, rstd)
+    xh = x * rstd.reshape(-1, 1).astype(np.float64)
+    g = dy * w.astype(np.float64)
+    np.testing.assert_allclose(dw, (dy * xh).sum(0), rtol=1e-4, atol=1e-4)
+    want = rstd.reshape(-1, 1) * (g - xh * (g * xh).mean(1, keepdims=True))
+    np.testing.assert_allclose(dx, want, rtol=1e-4, atol=1e-5)

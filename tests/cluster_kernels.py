@@ -1,11 +1,14 @@
 """Small cluster kernels (sm_90a), shared by the interpreter tests
 (tests/test_interp_cluster.py) and the GPU differential tests
 (tests/gpu/test_cluster_interp_gpu.py). Every mbarrier wait loops on try_wait.parity
-(``ptx.mbarrier.wait``): a single try_wait may return false on hardware. Barriers are
+(``ptx.mbarrier.wait``, or ``.acquire.cluster`` where peer CTAs delivered the bytes): a
+single try_wait may return false on hardware. Barriers are
 initialised, fenced (``fence.mbarrier_init.release.cluster``) and published with a
 cluster barrier before a peer uses them.
 """
 from __future__ import annotations
+
+import itertools
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.tensormap import TMA
@@ -25,6 +28,23 @@ def _u32(src) -> object:
 
 def _rank():
     return _u32(ptx.special.cluster_ctarank())
+
+
+_LABELS = itertools.count()
+
+
+def _wait_cluster(bar, phase: int = 0) -> None:
+    """Loop until the phase of parity ``phase`` of the mbarrier at ``bar`` (a shared
+    address register) completed, acquiring at cluster scope (the bytes came from peer
+    CTAs): ``L: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [bar], phase;
+    not.pred q, p; @q bra L``."""
+    name = f"wait_cluster{next(_LABELS)}"
+    ptx.label(name)
+    done, again = reg.scalar(pred), reg.scalar(pred)
+    ptx.inst("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64", done, ptx.addr(bar),
+             phase)
+    ptx.inst("not.pred", again, done)
+    ptx.bra(name, pred=again)
 
 
 def build_specials(grid=(4, 2, 1), cluster=(2, 2, 1)):
@@ -146,7 +166,7 @@ def build_reduce(mode: str, n: int = 4, threads: int = 128):
         with ptx.if_(rank == 0):
             if mode != "st":
                 ptx.inst.st.shared.f32(ptx.addr(slot), v)
-                ptx.mbarrier.wait(ptx.addr(bar.base), 0)
+                _wait_cluster(bar.base)
             acc = reg.scalar(f32)
             ptx.inst.ld.shared.f32(acc, ptx.addr(parts.base + tid * 4))
             for r in range(1, n):
@@ -204,7 +224,7 @@ def build_atomics(n: int = 4, threads: int = 64):
                      ptx.addr(ptx.cluster.map_shared(bar.base, 0)))
         ptx.cluster.sync()
         with ptx.if_(rank == 0):
-            ptx.mbarrier.wait(ptx.addr(bar.base), 0)
+            _wait_cluster(bar.base)
             for i, arr in enumerate((acc, mx, asum)):
                 x = reg.scalar(u32)
                 ptx.inst.ld.shared.u32(x, ptx.addr(arr.base + tid * 4))
@@ -297,7 +317,7 @@ def build_bulk(words: int = 64):
                 ptx.inst("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::"
                          "bytes", ptx.addr(ptx.cluster.map_shared(b.base, 0)),
                          ptx.addr(b.base), nb, ptx.addr(ptx.cluster.map_shared(bar.base, 0)))
-        ptx.mbarrier.wait(ptx.addr(bar.base), 0)
+        _wait_cluster(bar.base)
         with ptx.if_(tid == 0):
             ptx.inst("cp.async.bulk.global.shared::cta.bulk_group",
                      ptx.addr(py + cta * nb), ptx.addr(a.base), nb)

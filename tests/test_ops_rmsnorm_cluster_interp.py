@@ -1,0 +1,113 @@
+"""RMSNorm of long rows over clusters of CTAs on the CPU interpreter, against float64.
+
+Through the ops API (numpy arrays run on the interpreter, which runs clusters and
+distributed shared memory): rows of 131072 and 262144 elements take the cluster
+kernels there as on an sm_90 GPU. Two rows each; the backward's single cluster (the
+interpreter's two SMs) walks both rows through its ring and double-buffered slots.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
+from ptxdsl.ops import rms_norm, rms_norm_backward
+from ptxdsl.ops.rmsnorm import plan as rplan
+from ptxdsl.ops.rmsnorm.fwd import max_vec
+from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
+from ptxdsl.types import bf16, f16, f32
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+EPS = 1e-6
+NP = {f32: np.float32, bf16: ml_dtypes.bfloat16, f16: np.float16}
+
+
+def inputs(m, n, dt, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((m, n)) * np.arange(1, m + 1)[:, None]).astype(NP[dt])
+    w = (rng.standard_normal(n) * 0.1 + 1).astype(NP[dt])
+    return x, w, rng
+
+
+def ref_fwd(x, w):
+    x64 = x.astype(np.float64)
+    rstd = 1.0 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + EPS)
+    return x64 * rstd * w.astype(np.float64), rstd[:, 0]
+
+
+def within_rounding(out, ref, dt):
+    """f32: 2e-6 of each row's largest value; halves: the float64 answer rounded to the
+    dtype, give or take one unit in the last place."""
+    out = out.astype(np.float64)
+    if dt == f32:
+        scale = np.abs(ref).max(-1, keepdims=True)
+        return float((np.abs(out - ref) / scale).max()) < 2e-6
+    r = ref.astype(NP[dt]).astype(np.float64)
+    ulp = np.abs(np.nextafter(ref.astype(NP[dt]), np.array(np.inf, NP[dt]))
+                 .astype(np.float64) - r)
+    return bool((np.abs(out - r) <= ulp + 1e-30).all())
+
+
+def takes_clusters(n, dt):
+    lr = rplan.long_rows(n, dt, max_vec(n, dt), "sm_90a", None)
+    assert lr.forward is not None and lr.backward is not None, "the interpreter runs clusters"
+    return lr
+
+
+@pytest.mark.parametrize("n,dt", [(131072, bf16), (131072, f32), (262144, bf16),
+                                  (262144, f32)])
+def test_forward_long_rows(n, dt):
+    assert takes_clusters(n, dt).forward.cluster == n * dt.bytes // 65536
+    x, w, _ = inputs(2, n, dt, n)
+    y, rstd = rms_norm(x, w, EPS, return_rstd=True)
+    ref, rref = ref_fwd(x, w)
+    assert y.dtype == x.dtype and within_rounding(y, ref, dt)
+    assert np.allclose(rstd, rref, rtol=1e-6)
+
+
+def test_forward_long_ragged_rows_with_residual():
+    """131071 f16: one-element chunks, the last CTA's slice ragged; x + residual is
+    written back into the residual, rounded to f16, and normalised."""
+    n, dt = 131071, f16
+    x, w, rng = inputs(2, n, dt, 3)
+    res = rng.standard_normal((2, n)).astype(np.float16)
+    h = (x.astype(np.float32) + res.astype(np.float32)).astype(np.float16)
+    assert rplan.long_rows(n, dt, 1, "sm_90a", None).forward.ragged
+    y = rms_norm(x, w, EPS, residual=res)
+    assert np.array_equal(res, h)
+    assert within_rounding(y, ref_fwd(h, w)[0], dt)
+
+
+@pytest.mark.parametrize("n,dt", [(131072, bf16), (262144, f32)])
+def test_backward_long_rows(n, dt):
+    lr = takes_clusters(n, dt)
+    assert lr.backward.grid == 1 and lr.backward.stages == (3 if dt == bf16 else 1)
+    x, w, rng = inputs(2, n, dt, 7)
+    dy = rng.standard_normal((2, n)).astype(NP[dt])
+    x64, dy64, w64 = (a.astype(np.float64) for a in (x, dy, w))
+    rstd = (1.0 / np.sqrt((x64 * x64).mean(-1) + EPS)).astype(np.float32)
+    dx, dw = rms_norm_backward(dy, x, w, rstd)
+    r = rstd.astype(np.float64)[:, None]
+    g = dy64 * w64
+    rdx = r * (g - x64 * r * r * (g * x64).sum(-1, keepdims=True) / n)
+    rdw = (dy64 * x64 * r).sum(0)
+    tol = 1e-5 if dt == f32 else 1e-2
+    assert dx.dtype == x.dtype and dw.dtype == w.dtype
+    assert np.abs(dx.astype(np.float64) - rdx).max() / np.abs(rdx).max() < tol
+    assert np.abs(dw.astype(np.float64) - rdw).max() / np.abs(rdw).max() < tol
+
+
+def test_persistent_forward_ring_walks_every_row():
+    """The persistent forward (not chosen by the plan yet): one cluster of four walks
+    five rows of 131072 bf16 through a ring of two buffers."""
+    p = dataclasses.replace(plan_cluster(131072, bf16, stages=2), grid=1)
+    k = build_forward_cluster(p, bf16, bf16, eps=EPS, with_rstd=True)
+    x, w, _ = inputs(5, 131072, bf16, 5)
+    y = np.zeros_like(x)
+    rstd = np.zeros(5, np.float32)
+    y, rstd = k.interpret(x, w, y, rstd)
+    ref, rref = ref_fwd(x, w)
+    assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)

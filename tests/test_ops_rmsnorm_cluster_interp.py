@@ -111,3 +111,24 @@ def test_persistent_forward_ring_walks_every_row():
     y, rstd = k.interpret(x, w, y, rstd)
     ref, rref = ref_fwd(x, w)
     assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
+
+
+def test_f32_weights_beside_bf16_rows():
+    """f32 weights with bf16 x: 32 bytes of w per 16-byte chunk of x (two loads), dw in
+    f32; three rows through the backward's one cluster."""
+    n = 131072
+    x, _, rng = inputs(3, n, bf16, 9)
+    w = (rng.standard_normal(n) * 0.1 + 1).astype(np.float32)
+    dy = rng.standard_normal((3, n)).astype(NP[bf16])
+    y, rstd = rms_norm(x, w, EPS, return_rstd=True)
+    ref, _ = ref_fwd(x, w)
+    assert y.dtype == x.dtype and within_rounding(y, ref, bf16)
+    dx, dw = rms_norm_backward(dy, x, w, rstd)
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    r = rstd.astype(np.float64)[:, None]
+    g = dy64 * w
+    rdx = r * (g - x64 * r * r * (g * x64).sum(-1, keepdims=True) / n)
+    rdw = (dy64 * x64 * r).sum(0)
+    assert dw.dtype == np.float32
+    assert np.abs(dx.astype(np.float64) - rdx).max() / np.abs(rdx).max() < 1e-2
+    assert np.abs(dw - rdw).max() / np.abs(rdw).max() < 1e-5

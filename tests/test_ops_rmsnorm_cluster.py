@@ -84,9 +84,12 @@ def test_backward_cluster_plan_needs_16_byte_chunks():
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
 def test_long_rows_take_clusters_on_hopper(info):
     lr = rplan.long_rows
-    for n, dt, c in [(65536, bf16, 2), (262144, bf16, 8), (262144, f32, 16)]:
+    for n, dt, c in [(65536, f32, 4), (131072, bf16, 4), (262144, bf16, 8),
+                     (262144, f32, 16)]:
         assert lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward.cluster == c
-    # rows one CTA holds: the row-per-CTA kernels
+    # rows one CTA holds, or reads a second time from L2 at copy speed (128 KiB rows,
+    # measured): the row-per-CTA kernels
+    assert lr(65536, bf16, 8, "sm_90a", info).forward is None
     assert lr(32768, bf16, 8, "sm_90a", info).forward is None
     assert lr(32768, f32, 4, "sm_90a", info).forward is None
     # backward: where the one-CTA kernel would stream (32768 halves), not where it

@@ -133,7 +133,8 @@ def _fits(k, block) -> bool:
 # * forward: from N > 32768 (f32, f16, bf16; both devices), where the row-per-CTA kernel
 #   cannot keep the row in the registers of 1024 threads and reads it twice (the second
 #   time from L2, which at 131072 bf16 left it at 70% of the copy on an H200, 64% at
-#   262144; issue 21). Clusters of C = N*size/64 KiB CTAs (65536 bf16: 2, 131072: 4,
+#   262144; issue 21), except rows of at most FORWARD_L2_ROW_BYTES (65536 halves), whose
+#   second read L2 serves at copy speed (measured, below). Clusters of C = N*size/64 KiB CTAs (65536 bf16: 2, 131072: 4,
 #   262144: 8; f32 twice as many, 262144 f32: 16) of 512 threads holding 128 bytes of
 #   the row each, two CTAs per SM (fwd_cluster.plan_cluster), one cluster per row. The
 #   persistent variant through a shared-memory ring (plan_cluster(stages=...)) is not
@@ -159,7 +160,7 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     dev = Device.of(device)
     fwd = bwd = None
     if arch == "sm_90a" and dev.clusters:
-        if -(-n // vec) * vec > FORWARD_REGISTER_ROW:
+        if -(-n // vec) * vec > FORWARD_REGISTER_ROW and n * dt.bytes > FORWARD_L2_ROW_BYTES:
             fwd = plan_cluster(n, dt, vec)
         if plan_backward(n, dt, dev.sms, vec=vec).streaming:
             bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)
@@ -168,6 +169,12 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
 
 # Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
 FORWARD_REGISTER_ROW = 32768
+# Past the registers, rows of up to this many bytes still stay with the row-per-CTA
+# forward: its second read of the row comes from L2 at copy speed. Measured on an H100
+# (bench/results/rmsnorm_long_h100.json, M=32768, 2026-11-24): 65536 bf16 (128 KiB)
+# took 2820.9 us one CTA per row against 2934.3 with clusters of 2 (copy 2836.4); at
+# 131072 the one-CTA kernel fell to 7405.3 against 5894.2 (copy 5667.2).
+FORWARD_L2_ROW_BYTES = 128 * 1024
 
 # What long_rows gives at the rows of bench/rmsnorm_long.py, on an H100 and an H200 alike
 # (tests/test_ops_rmsnorm_cluster.py checks this table against it): N -> (forward,
@@ -181,7 +188,7 @@ LONG_ROW_CHOICES = {
     8192:   (("-", "-"),      ("-", "-")),
     16384:  (("-", "-"),      ("-", "-")),     # the backward's staged whole rows
     32768:  (("-", "C4"),     ("-", "C2")),
-    65536:  (("C4", "C8"),    ("C2", "C4")),
+    65536:  (("C4", "C8"),    ("-", "C4")),    # 128 KiB half rows: the L2 read
     131072: (("C8", "C16"),   ("C4", "C8")),
     262144: (("C16", "C16/S1"), ("C8", "C16")),
 }

@@ -192,6 +192,19 @@ def test_tma_reduce_add_f32_and_rows_past_the_tensor_are_clipped():
     np.testing.assert_array_equal(c, want)
 
 
+def test_tma_reduce_add_nan_is_the_all_ones_nan():
+    """A NaN sum lands as 0x7fffffff (f32) / 0x7fff (f16), as an H100 writes it, not the
+    canonical 0x7fc00000 of add.f32 (tests/gpu/test_bulk_interp_gpu.py)."""
+    c0 = np.ones((8, 16), np.float32)
+    c0[0, 0], c0[1, 1] = np.nan, np.inf
+    x = np.ones(128, np.float32)
+    x[17] = -np.inf                                       # inf + -inf: NaN
+    c = tma_reduce("add", f32).interpret(x, c0.copy()).view(np.uint32)
+    assert c[0, 0] == c[1, 1] == 0x7FFFFFFF and c[2, 2] == 0x40000000
+    h = tma_reduce("add", f16).interpret(x.astype(np.float16), c0.astype(np.float16))
+    assert h.view(np.uint16)[0, 0] == 0x7FFF
+
+
 @pytest.mark.parametrize("dtype", [bf16, f16])
 def test_tma_reduce_add_half_precision_rounds_once(dtype):
     from ptxdsl.types import bf16_bits_to_f32, f32_to_bf16_bits

@@ -115,7 +115,8 @@ def test_persistent_forward_ring_walks_every_row():
 
 def test_f32_weights_beside_bf16_rows():
     """f32 weights with bf16 x: 32 bytes of w per 16-byte chunk of x (two loads), dw in
-    f32; three rows through the backward's one cluster (32768: C2; 131072 took 50 s on the CPU)."""
+    f32; three rows through the backward's one cluster (32768: clusters of 2; 131072
+    took 50 s on the CPU)."""
     n = 32768
     x, _, rng = inputs(3, n, bf16, 9)
     w = (rng.standard_normal(n) * 0.1 + 1).astype(np.float32)

@@ -3,43 +3,17 @@ per-warpgroup id at one instruction, per-warp arrival counts, happens-before onl
 the participants, bar.red reductions, and located errors for misuse."""
 from __future__ import annotations
 
-import os
-import re
 
 import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
 from ptxdsl.types import pred, u32
-
-HERE = os.path.basename(__file__)
-
-
-def line_of(marker: str) -> int:
-    with open(__file__) as f:
-        for i, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# {marker}"):
-                return i
-    raise AssertionError(marker)
+import located
 
 
-def raises_at(marker: str, *words: str):
-    """An InterpreterError naming this file's marked line and every word (regexes)."""
-    class _Check:
-        def __enter__(self):
-            self.ctx = pytest.raises(InterpreterError)
-            self.info = self.ctx.__enter__()
-            return self.info
 
-        def __exit__(self, *exc):
-            handled = self.ctx.__exit__(*exc)
-            msg = str(self.info.value)
-            assert f"{HERE}:{line_of(marker)}:" in msg, msg
-            for w in words:
-                assert re.search(w, msg), (w, msg)
-            return handled
-    return _Check()
+line_of, raises_at = located.for_file(__file__)
 
 
 def tid_reg():

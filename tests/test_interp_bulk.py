@@ -4,43 +4,20 @@ source, cp.reduce.async.bulk.tensor for each operation; misuse refused at the us
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
 from ptxdsl.tensormap import TMA
 from ptxdsl.types import b64, bf16, f16, f32, pred, s32, u32
+import located
 
-HERE = os.path.basename(__file__)
 N = 128                      # words per copy (512 bytes)
 
 
-def line_of(marker: str) -> int:
-    with open(__file__) as f:
-        for i, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# {marker}"):
-                return i
-    raise AssertionError(marker)
-
-
-def raises_at(marker: str, *words: str):
-    class _Check:
-        def __enter__(self):
-            self.ctx = pytest.raises(InterpreterError)
-            self.info = self.ctx.__enter__()
-            return self.info
-
-        def __exit__(self, *exc):
-            handled = self.ctx.__exit__(*exc)
-            msg = str(self.info.value)
-            assert f"{HERE}:{line_of(marker)}:" in msg, msg
-            for w in words:
-                assert re.search(w, msg), (w, msg)
-            return handled
-    return _Check()
+HERE = os.path.basename(__file__)
+line_of, raises_at = located.for_file(__file__)
 
 
 def _tid():

@@ -3,45 +3,19 @@ correct kernels (the seed RMSNorm, barrier-separated shared memory) run silently
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
 from ptxdsl.types import f32, u32, u64
 from seed_kernels import build_rms_norm
+import located
+
+
 
 HERE = os.path.basename(__file__)
-
-
-def line_of(marker: str) -> int:
-    """The line of this file holding ``# <marker>``: where an error must point."""
-    with open(__file__) as f:
-        for i, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# {marker}"):
-                return i
-    raise AssertionError(marker)
-
-
-def raises_at(marker: str, *words: str):
-    """Context: an InterpreterError naming this file, the marked line and every word."""
-    class _Check:
-        def __enter__(self):
-            self.ctx = pytest.raises(InterpreterError)
-            self.info = self.ctx.__enter__()
-            return self.info
-
-        def __exit__(self, *exc):
-            handled = self.ctx.__exit__(*exc)
-            msg = str(self.info.value)
-            assert f"{HERE}:{line_of(marker)}:" in msg, msg
-            for w in words:
-                assert re.search(w, msg), (w, msg)
-            assert "CTA (" in msg and "thread (" in msg, msg
-            return handled
-    return _Check()
+line_of, raises_at = located.for_file(__file__)
 
 
 def tid_reg():

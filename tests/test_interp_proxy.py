@@ -4,43 +4,18 @@ the read; correct kernels (the fence in the writers before the barrier, or in th
 reading thread after it) run silently."""
 from __future__ import annotations
 
-import os
-import re
 
 import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
 from ptxdsl.tensormap import TMA
 from ptxdsl.types import bf16, f32, u32
-
-HERE = os.path.basename(__file__)
-
-
-def line_of(marker: str) -> int:
-    with open(__file__) as f:
-        for i, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# {marker}"):
-                return i
-    raise AssertionError(marker)
+import located
 
 
-def raises_at(marker: str, *words: str):
-    class _Check:
-        def __enter__(self):
-            self.ctx = pytest.raises(InterpreterError)
-            self.info = self.ctx.__enter__()
-            return self.info
 
-        def __exit__(self, *exc):
-            handled = self.ctx.__exit__(*exc)
-            msg = str(self.info.value)
-            assert f"{HERE}:{line_of(marker)}:" in msg, msg
-            for w in words:
-                assert re.search(w, msg), (w, msg)
-            return handled
-    return _Check()
+line_of, raises_at = located.for_file(__file__)
 
 
 def staged_store(fence: str):

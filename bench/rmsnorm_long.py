@@ -231,8 +231,10 @@ def bench_backward(n, dt, m, skip, rounds):
     return m, row
 
 
-def tune(n, dt, m, rounds):
-    """The cluster kernels over their parameters, launched directly: name -> µs."""
+def tune(n, dt, m, rounds, forward=True, backward=True):
+    """The cluster kernels over their parameters, launched directly: name -> µs
+    (``forward`` / ``backward``: which kernels)."""
+    import dataclasses
     torch = _torch()
     from ptxdsl.ops.rmsnorm.bwd import build_dw_reduce
     from ptxdsl.ops.rmsnorm.bwd_cluster import build_backward_cluster, plan_backward_cluster
@@ -245,7 +247,7 @@ def tune(n, dt, m, rounds):
     w = torch.ones(n, device="cuda", dtype=dt)
     out, row = torch.empty_like(x), {}
     vec = 16 // dt.itemsize
-    for c in (1, 2, 4, 8, 16):
+    for c in (1, 2, 4, 8, 16) if forward else ():
         for t in (256, 512, 1024):
             k_per = n // vec // (c * t)
             if k_per < 1 or k_per * vec * dt.itemsize > 256 or c * t * k_per * vec != n:
@@ -259,35 +261,11 @@ def tune(n, dt, m, rounds):
                 row[f"fwd C{c} T{t} K{k_per}"] = us
             except Exception as e:  # noqa: BLE001 - report and go on
                 row[f"fwd C{c} T{t} K{k_per}"] = f"{type(e).__name__}: {str(e)[:80]}"
-    try:  # the default plan without the L1 prefetch of w (and x read into L1 too)
-        import dataclasses
-        p = dataclasses.replace(plan_cluster(n, pt), prefetch_w=False)
-        k = build_forward_cluster(p, pt, pt, eps=EPS)
-        k(x, w, out)
-        row[f"fwd C{p.cluster} T{p.threads} K{p.per_thread} no-prefetch"] = min(
-            time_fn(lambda: k(x, w, out), [()], warmup=2, iters=_iters(2 * x.nbytes))
-            for _ in range(rounds))
-    except Exception as e:  # noqa: BLE001
-        row["fwd no-prefetch"] = f"{type(e).__name__}: {str(e)[:80]}"
-    for stages in (2, 3):  # the persistent forward, through a ring of its slices
-        p = plan_cluster(n, pt, stages=stages)
-        if p is None:
-            continue
-        name = f"fwd ring C{p.cluster} T{p.threads} S{stages}"
-        try:
-            import dataclasses
-            q = prepare(build_forward_cluster(p, pt, pt, eps=EPS)).resident_clusters(
-                torch.cuda.current_device())
-            k = build_forward_cluster(dataclasses.replace(p, grid=q), pt, pt, eps=EPS)
-            k(x, w, out)
-            row[name + f" Q{q}"] = min(time_fn(lambda: k(x, w, out), [()], warmup=2,
-                                               iters=_iters(2 * x.nbytes))
-                                       for _ in range(rounds))
-        except Exception as e:  # noqa: BLE001
-            row[name] = f"{type(e).__name__}: {str(e)[:80]}"
-    dy = torch.randn_like(x)
+    if forward:
+        _tune_forward_variants(n, pt, x, w, out, row, rounds)
+    dy = torch.randn_like(x) if backward else None
     rstd = torch.ones(m, device="cuda")
-    for c in (2, 4, 8, 16):
+    for c in (2, 4, 8, 16) if backward else ():
         for stages in (1, 2, 3):
             p = plan_backward_cluster(n, pt, cluster=c, stages=stages)
             if p is None:
@@ -295,7 +273,6 @@ def tune(n, dt, m, rounds):
             try:
                 k = build_backward_cluster(p, pt, pt)
                 q = prepare(k).resident_clusters(torch.cuda.current_device())
-                import dataclasses
                 p = dataclasses.replace(p, grid=q)
                 k = build_backward_cluster(p, pt, pt)
                 red = build_dw_reduce(n, q, pt)
@@ -314,6 +291,77 @@ def tune(n, dt, m, rounds):
     del x, dy, out
     _release()
     return m, row
+
+
+def _checked(k, x, w, out, row, name) -> bool:
+    """Run forward kernel ``k`` once into a NaN-filled ``out``; False (and the error in
+    ``row[name]``) where its first and last rows are not x's RMSNorm (w is ones)."""
+    torch = _torch()
+    out.fill_(float("nan"))
+    k(x, w, out)
+    for rows in (slice(0, CHECK_ROWS), slice(-CHECK_ROWS, None)):
+        x64 = x[rows].double()
+        err = _close(out[rows], x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + EPS))
+        if not err < 1e-2:
+            row[name] = f"wrong: {err:.3g}"
+            return False
+    return True
+
+
+def _tune_forward_variants(n, pt, x, w, out, row, rounds):
+    """The default forward plan without its prefetch of w, and the persistent forward
+    through a ring of 2 or 3 slices, timed into ``row``."""
+    import dataclasses
+    torch = _torch()
+    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
+    from ptxdsl.runtime import prepare
+    try:  # the default plan without the L1 prefetch of w (and x read into L1 too)
+        p = dataclasses.replace(plan_cluster(n, pt), prefetch_w=False)
+        k = build_forward_cluster(p, pt, pt, eps=EPS)
+        k(x, w, out)
+        row[f"fwd C{p.cluster} T{p.threads} K{p.per_thread} no-prefetch"] = min(
+            time_fn(lambda: k(x, w, out), [()], warmup=2, iters=_iters(2 * x.nbytes))
+            for _ in range(rounds))
+    except Exception as e:  # noqa: BLE001
+        row["fwd no-prefetch"] = f"{type(e).__name__}: {str(e)[:80]}"
+    base = plan_cluster(n, pt)
+    for r in (2, 4, 16, 64):  # clusters taking rows in turn: fewer cluster launches
+        p = dataclasses.replace(base, rows_per_cluster=r)
+        name = f"fwd C{p.cluster} T{p.threads} K{p.per_thread} R{r}"
+        try:
+            k = build_forward_cluster(p, pt, pt, eps=EPS)
+            if _checked(k, x, w, out, row, name):
+                row[name] = min(time_fn(lambda: k(x, w, out), [()], warmup=2,
+                                        iters=_iters(2 * x.nbytes)) for _ in range(rounds))
+        except Exception as e:  # noqa: BLE001
+            row[name] = f"{type(e).__name__}: {str(e)[:80]}"
+    rings = [dict(stages=s) for s in (2, 3)]  # the persistent forward's default split
+    vec = 16 // pt.bytes
+    for c in (4, 8, 16):      # and smaller slices: two CTAs per SM where two rings fit
+        for t in (256, 512):
+            k_per = n // vec // (c * t)
+            if 1 <= k_per <= 8 and c * t * k_per * vec == n:
+                rings += [dict(stages=s, cluster=c, threads=t, per_thread=k_per)
+                          for s in (2, 3, 4)]
+    for kw in rings:  # the persistent forward, through a ring of its slices
+        p = plan_cluster(n, pt, **kw)
+        if p is None:
+            continue
+        name = (f"fwd ring C{p.cluster} T{p.threads} K{p.per_thread} S{p.stages} "
+                f"x{p.min_ctas}")
+        if any(key.startswith(name) for key in row):
+            continue
+        try:
+            q = prepare(build_forward_cluster(p, pt, pt, eps=EPS)).resident_clusters(
+                torch.cuda.current_device())
+            k = build_forward_cluster(dataclasses.replace(p, grid=q), pt, pt, eps=EPS)
+            if not _checked(k, x, w, out, row, name):
+                continue
+            row[name + f" Q{q}"] = min(time_fn(lambda: k(x, w, out), [()], warmup=2,
+                                               iters=_iters(2 * x.nbytes))
+                                       for _ in range(rounds))
+        except Exception as e:  # noqa: BLE001
+            row[name] = f"{type(e).__name__}: {str(e)[:80]}"
 
 
 def main(argv=None):
@@ -348,7 +396,7 @@ def main(argv=None):
                 if kind == "tune":
                     if n <= 32768:
                         continue
-                    m, row = fn(n, dt, a.m, a.rounds)
+                    m, row = fn(n, dt, a.m, a.rounds, not a.no_forward, not a.no_backward)
                     print(f"tune {dn} {m}x{n}: " + ", ".join(
                         f"{k}={v:.1f}" if isinstance(v, float) else f"{k}=ERR({v})"
                         for k, v in row.items()), flush=True)

@@ -226,15 +226,17 @@ def test_recorded_choices_are_what_the_plan_chooses(info):
     """plan.LONG_ROW_CHOICES, the table of choices per N and dtype, is long_rows' answer."""
     from ptxdsl.ops.rmsnorm.fwd import max_vec
 
-    def name(p, default_stages=None):
+    def name(p, default_stages):
         if p is None:
             return "-"
-        ring = "" if default_stages in (None, p.stages) else f"/S{p.stages}"
+        ring = "" if default_stages == p.stages else f"/S{p.stages}"
         return f"C{p.cluster}{ring}"
     for n, (f32_choice, half_choice) in rplan.LONG_ROW_CHOICES.items():
         for dt, want in ((f32, f32_choice), (bf16, half_choice), (f16, half_choice)):
+            if info is H200 and dt.bytes == 2:
+                want = (rplan.H200_FORWARD.get(n, want[0]), want[1])
             lr = rplan.long_rows(n, dt, max_vec(n, dt), "sm_90a", info)
-            assert (name(lr.forward), name(lr.backward, 3)) == want, (n, dt.name)
+            assert (name(lr.forward, 0), name(lr.backward, 3)) == want, (n, dt.name)
 
 
 @pytest.mark.parametrize("n", [65536, 65536 + 40])
@@ -259,3 +261,12 @@ def test_cluster_kernels_on_the_interpreter(n):
     np.testing.assert_allclose(dw, (dy * xh).sum(0), rtol=1e-4, atol=1e-4)
     want = rstd.reshape(-1, 1) * (g - xh * (g * xh).mean(1, keepdims=True))
     np.testing.assert_allclose(dx, want, rtol=1e-4, atol=1e-5)
+
+
+def test_h200_ring_forward_leaves_a_residual_to_the_row_per_cluster_kernel():
+    """The ring forward the H200 takes at 262144 halves has no residual input: with one,
+    the call takes the one-row-per-cluster kernel of the same split, not the one-CTA
+    kernels."""
+    assert rplan.long_rows(262144, bf16, 8, "sm_90a", H200).forward.stages == 2
+    k = rplan.forward_kernel(262144, bf16, bf16, 8, True, False, 1e-6, "sm_90a", 132, H200)
+    assert "cluster8" in k.name and "ring" not in k.name, k.name

@@ -113,6 +113,25 @@ def test_persistent_forward_ring_walks_every_row():
     assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
 
 
+def test_cluster_forward_takes_rows_in_turn():
+    """Clusters of two taking three rows each (rows q, q + G, q + 2G of G = 3 clusters)
+    through double-buffered slots: seven rows (the last cluster takes two), with a
+    ragged row (a last slice shorter than the others) and the residual."""
+    n = 4000
+    p = dataclasses.replace(plan_cluster(n, bf16, cluster=2, threads=128, per_thread=2),
+                            rows_per_cluster=3)
+    assert p.ragged
+    k = build_forward_cluster(p, bf16, bf16, eps=EPS, residual=True, with_rstd=True)
+    x, w, rng = inputs(7, n, bf16, 11)
+    r = rng.standard_normal((7, n)).astype(NP[bf16])
+    y, h, rstd = k.interpret(x, r, w, np.zeros_like(x), np.zeros_like(x),
+                             np.zeros(7, np.float32))
+    hs = (x.astype(np.float32) + r.astype(np.float32)).astype(NP[bf16])
+    assert np.array_equal(h, hs)
+    ref, rref = ref_fwd(hs, w)
+    assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
+
+
 def test_f32_weights_beside_bf16_rows():
     """f32 weights with bf16 x: 32 bytes of w per 16-byte chunk of x (two loads), dw in
     f32; three rows through the backward's one cluster (32768: clusters of 2; 131072

@@ -36,6 +36,9 @@ THREAD_BYTES = 128
 MAX_THREADS = 512
 # Shared memory the persistent variant's ring may take (227 KiB less the slots' arrays).
 RING_BYTES = 219 * 1024
+# The most a ring may take for two CTAs to share an SM (228 KiB per SM, less each CTA's
+# 1 KiB reserve, its exchange slots and its static shared memory, with room).
+PAIR_RING_BYTES = 108 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,10 @@ class ClusterPlan(ClusterSplit):
     # and w's slice prefetched into L1 (prefetch.global.L1) before the exchange, so its
     # loads after it need not wait for L2.
     prefetch_w: bool = True
+    # One-row kernel: rows each cluster takes in turn (rows q, q + G, ... of G =
+    # ceil(M / rows) clusters), its exchange slots double-buffered. More than 1 divides
+    # the clusters launched, whose launch rather than DRAM can bound short-lived clusters.
+    rows_per_cluster: int = 1
 
     @property
     def block(self) -> int:
@@ -71,7 +78,7 @@ def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
     threads evened out over them). None when even 16 CTAs of 512 threads cannot hold the
     row at 64 registers of it per thread. ``stages > 0``: the persistent variant, its
     ring in shared memory (None where the buffers do not fit), ``clusters`` clusters
-    (default ``sms // C``), one CTA per SM."""
+    (default: the CTAs per SM, one or two as the rings fit, times ``sms // C``)."""
     vec = vec or max_vec(n, dtype)
     chunks = -(-n // vec)
     if per_thread is None:
@@ -94,10 +101,14 @@ def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
                           threads > MAX_THREADS):
         min_ctas = 1  # more of the row per SM than two CTAs leave registers for
     if stages:
-        if vec * dtype.bytes != 16 or stages * threads * per_thread * 16 > RING_BYTES:
+        ring = stages * threads * per_thread * 16
+        if vec * dtype.bytes != 16 or ring > RING_BYTES:
             return None
-        min_ctas = 1
-        clusters = clusters or max(1, sms // cluster)
+        # two CTAs per SM where two rings fit: clusters pack the SMs of a GPC more fully
+        # (one CTA per SM of a cluster of 4 leaves SMs of a GPC idle) and one CTA's
+        # exchange overlaps the other's copies
+        min_ctas = 2 if ring <= PAIR_RING_BYTES and threads <= MAX_THREADS else 1
+        clusters = clusters or max(1, sms * min_ctas // cluster)
     return ClusterPlan(n, vec, cluster, threads, per_thread, preload_w, min_ctas,
                        stages, clusters or 0)
 
@@ -118,8 +129,9 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
     if p.stages and residual:
         raise ValueError("the persistent cluster forward (stages > 0) takes no residual; "
                          "plan_cluster(stages=0) gives the one-row-per-cluster kernel")
-    grid = (lambda M: (M * C, 1, 1)) if not p.stages else (p.grid * C, 1, 1)
-    kind = f"cluster{C}" + (f"_ring{p.stages}" if p.stages else "")
+    R = p.rows_per_cluster
+    grid = (lambda M: (-(-M // R) * C, 1, 1)) if not p.stages else (p.grid * C, 1, 1)
+    kind = f"cluster{C}" + (f"_ring{p.stages}" if p.stages else f"_rows{R}" if R > 1 else "")
 
     @kernel(in_specs=ins, out_specs=outs, grid=grid, block=(T, 1, 1),
             cluster=(C, 1, 1), arch=arch, name=f"rms_norm_fwd_{kind}_{dtype.name}_{N}",
@@ -132,19 +144,33 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
         at = Slice(p)
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())
-        body = _ring_rows if p.stages else _one_row
+        body = _ring_rows if p.stages else _row_loop if R > 1 else _one_row
         body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset)
 
     return rms_norm_fwd_cluster
 
 
-def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
-    """Cluster ``row``'s row: the slice loaded into registers, the exchange, y."""
+def _row_loop(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
+    """Rows ``q, q + G, ...`` (``G`` clusters) one after another, each as
+    :func:`_one_row`, through double-buffered exchange slots."""
+    g = reg.scalar(u32)
+    ptx.inst.mov.u32(g, ptx.special.nclusterid.x())
+    reduce = ClusterSum(p, at.tid, at.rank, buffers=2)
+    ptx.cluster.wait(aligned=True)  # every peer has started before the first push
+    for row in ptx.range_(q, ptx.dim("M"), g):
+        _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, reduce)
+
+
+def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, reduce=None):
+    """Cluster ``row``'s row: the slice loaded into registers, the exchange, y.
+    ``reduce``: the loop's :class:`ClusterSum` (None: a kernel of one row per cluster,
+    whose first exchange waits for its peers to have started)."""
     N, K, V = p.n, p.per_thread, p.vec
     es, wes = dtype.bytes, wdtype.bytes
     residual = Rs is not None
     tid, rank = at.tid, at.rank
-    reduce = ClusterSum(p, tid, rank)
+    first = reduce is None
+    reduce = reduce or ClusterSum(p, tid, rank)
     px, pw, py = ptx.global_ptrs(X, W, Y)
     sx = X.row_stride
     xrow = px + row * (sx * es) + at.offset(es)
@@ -184,7 +210,7 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
             for half in range(0, V * wes, 16):  # f32 weights beside half x: 32 bytes
                 ptx.inst.prefetch.global_.L1(ptx.addr(wrow, k * wstep + half), pred=preds[k])
 
-    total = reduce(acc, first=True)
+    total = reduce(acc, first=first)
     rstd = rstd_of(total, N, eps)
     if RSTD is not None:
         store_rstd(RSTD, row, rstd, tid | rank)

@@ -49,7 +49,9 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
     the GPU's :class:`~ptxdsl.runtime.driver.DeviceInfo` (None: the interpreter);
     ``offset``: Gemma's, added to each weight (0: the plain kernels)."""
     cp = long_rows(n, dt, vec, arch, device).forward
-    if cp is not None and not (cp.stages and residual):
+    if cp is not None and cp.stages and residual:  # the ring kernel takes no residual
+        cp = plan_cluster(n, dt, vec)
+    if cp is not None:
         def get(q):
             key = ("fwd_cluster", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, q,
                    offset)
@@ -147,14 +149,21 @@ def _fits(k, block) -> bool:
 #   driver says run at once (cuOccupancyMaxActiveClusters: the SMs' grouping into GPCs
 #   decides how many 16-CTA clusters fit).
 #
-# Both devices get the same schedules today. The reasoning was that what differs between
-# them is the bytes in flight an SM needs to cover DRAM's latency (about bandwidth x 1 us
-# / SMs: 25 KB on an H100, 36 KB on an H200) and both kernels keep more than that (the
-# forward 2 x 64 KiB per SM while loading, the backward two rows of 64 KiB ahead). The
-# H100 bears it out (bench/results/rmsnorm_long_h100.json: forward 95-101%, backward
-# 94-99% of the copy, M=32768 bf16); the H200 does not (bench/results/
-# rmsnorm_long_h200.json: forward 96/88/84% and backward 93/90/84% at N 65536/131072/
-# 262144), so the H200 needs its own schedule here (open: issue 21).
+# What differs between the devices is the bytes in flight an SM needs to cover DRAM's
+# latency (about bandwidth x 1 us / SMs: 25 KB on an H100, 36 KB on an H200), and both
+# kernels keep more than that (the forward 2 x 64 KiB per SM while loading, the backward
+# two rows of 64 KiB ahead). The H100 bears it out (bench/results/rmsnorm_long_h100.json:
+# forward 95-101%, backward 94-99% of the copy, M=32768 bf16); the H200 does not
+# (bench/results/rmsnorm_long_h200.json: forward 96/88/84% and backward 93/90/84% at N
+# 65536/131072/262144). bench/rmsnorm_long.py --tune on an H200 (bench/results/
+# rmsnorm_long_tune_h200.json, three runs, bf16 M=32768) found every one-row-per-cluster
+# split within 1% of the plan's (131072: C2/C4/C8 4471-4555 us against the copy's 4004;
+# 262144: C4/C8 9413-9506 against 8000), clusters that take rows in turn 20% slower, and
+# the persistent ring kernel (one CTA per SM, 120 of the 132 SMs in clusters of 4 or 8)
+# ahead by 1% at 131072 and 3% at 262144 (9181 and 9230 us): so on a device with more
+# than RING_BANDWIDTH of DRAM, half-precision rows of RING_ROW_BYTES and more take the
+# ring of two buffers. What bounds the H200 at about 90% of its copy is not found yet
+# (issue 21).
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA
@@ -164,11 +173,18 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     if arch == "sm_90a" and dev.clusters:
         if -(-n // vec) * vec > FORWARD_REGISTER_ROW and n * dt.bytes > FORWARD_L2_ROW_BYTES:
             fwd = plan_cluster(n, dt, vec)
+            if (dev.bandwidth > RING_BANDWIDTH and dt.bytes == 2
+                    and n * dt.bytes >= RING_ROW_BYTES):
+                fwd = plan_cluster(n, dt, vec, stages=2, sms=dev.sms) or fwd
         if plan_backward(n, dt, dev.sms, vec=vec).streaming:
             bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)
     return _LongRows(fwd, bwd)
 
 
+# The persistent ring forward on faster DRAM (the H200's 4.8 TB/s; the H100 has 3.35):
+# half-precision rows of at least RING_ROW_BYTES (measured above).
+RING_BANDWIDTH = 4e12
+RING_ROW_BYTES = 512 * 1024
 # Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
 FORWARD_REGISTER_ROW = 32768
 # Past the registers, rows of up to this many bytes still stay with the row-per-CTA
@@ -178,10 +194,11 @@ FORWARD_REGISTER_ROW = 32768
 # 131072 the one-CTA kernel fell to 7405.3 against 5894.2 (copy 5667.2).
 FORWARD_L2_ROW_BYTES = 128 * 1024
 
-# What long_rows gives at the rows of bench/rmsnorm_long.py, on an H100 and an H200 alike
-# (tests/test_ops_rmsnorm_cluster.py checks this table against it): N -> (forward,
-# backward) for f32 and for halves (f16, bf16); "-": the one-CTA kernels, "C8": a
-# cluster of 8 CTAs, "/S1": a ring of one buffer (the backward's default is three).
+# What long_rows gives at the rows of bench/rmsnorm_long.py on an H100 and, but for
+# H200_FORWARD, on an H200 (tests/test_ops_rmsnorm_cluster.py checks these tables against
+# it): N -> (forward, backward) for f32 and for halves (f16, bf16); "-": the one-CTA
+# kernels, "C8": a cluster of 8 CTAs, "/S1": a ring of one buffer (the backward's
+# default is three; the forward's default is one row per cluster, no ring).
 # The persistent grid of the backward is as many clusters as run at once: on a
 # 132-SM H100 or H200, 8 clusters of 16 (one per GPC), and up to 132 // C for smaller C.
 LONG_ROW_CHOICES = {
@@ -194,6 +211,8 @@ LONG_ROW_CHOICES = {
     131072: (("C8", "C16"),   ("C4", "C8")),
     262144: (("C16", "C16/S1"), ("C8", "C16")),
 }
+# The H200's forward where it differs (halves): N -> choice.
+H200_FORWARD = {262144: "C8/S2"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,15 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import Tile, ptx, reg
+from ptxdsl import Tile, ptx
 from ptxdsl.isa.descriptors import SmemDescriptor
 from ptxdsl.tensormap import TMA
-from ptxdsl.types import PtxType, b64, u32, u64
+from ptxdsl.types import PtxType
 
 ATOM = 64          # elements of one 128-byte swizzle row (16-bit types)
 ROW_BYTES = 128    # the swizzle span: one K-major row / one MN-major atom row
 MAJORS = ("K", "MN")
-START_MASK = (1 << 14) - 1   # the descriptor's 14-bit start-address field (16-byte units)
 
 # K-major, 128-byte swizzle: 8-row core groups 1024 bytes apart; LBO unused (16).
 SW128_K_MAJOR = SmemDescriptor(leading=16, stride=1024, swizzle=128)
@@ -127,22 +126,17 @@ class Operand:
 
     def descriptor(self, addr):
         """The wgmma descriptor of the tile at shared address ``addr`` (a ``.u32``, 1024-byte
-        aligned): ``shr.b32``, ``and.b32 0x3FFF``, ``cvt.u64.u32``, ``or.b64`` of the constant
-        fields.
+        aligned): :func:`ptx.wgmma.descriptor` with this operand's :attr:`fields`.
 
-        The mask matters: on sm_90 a ``shared::cta`` address carries the CTA's rank in its
-        cluster above bit 24 (it is also that CTA's ``shared::cluster`` address), so
-        ``addr >> 4`` of rank 1 has bit 20 set, which lands in the LBO field (bits 16-29)
-        and moves an MN-major operand's later 64-wide atoms 256 bytes (two K rows) on.
-        K-major 128-byte-swizzled operands ignore LBO, which is why only MN-major failed."""
-        t = reg.scalar(u32)
-        ptx.inst.shr.u32(t, addr, 4)
-        ptx.inst.and_.b32(t, t, START_MASK)
-        lo = reg.scalar(u64)
-        ptx.inst.cvt.u64.u32(lo, t)
-        d = reg.scalar(b64)
-        ptx.inst.or_.b64(d, lo, self.fields.constant_bits())
-        return d
+        Its 14-bit mask of the start address matters here: on sm_90 a ``shared::cta``
+        address carries the CTA's rank in its cluster above bit 24 (it is also that CTA's
+        ``shared::cluster`` address), so ``addr >> 4`` of rank 1 has bit 20 set, which
+        would land in the LBO field (bits 16-29) and move an MN-major operand's later
+        64-wide atoms 256 bytes (two K rows) on. K-major 128-byte-swizzled operands
+        ignore LBO, which is why only MN-major failed without it."""
+        f = self.fields
+        return ptx.wgmma.descriptor(addr, leading=f.leading, stride=f.stride,
+                                    swizzle=f.swizzle, base_offset=f.base_offset)
 
     # ---------------------------------------------------------------- TMA
     def load(self, tmap, dst, mn0, kk, bar, *, mask=None) -> None:

@@ -304,6 +304,9 @@ def main(argv=None):
               "rounds": args.rounds, "block_ms": args.block_ms, "notes": notes, "rows": []}
     try:
         from ptxdsl.ops.matmul.api import describe
+        from ptxdsl.ops.matmul.plan import device_class
+        from ptxdsl.runtime import driver
+        cls = device_class(driver.get().device(torch.cuda.current_device()))
         result["ptxdsl_kernels"] = {}
     except ImportError:
         describe = None
@@ -311,7 +314,8 @@ def main(argv=None):
     for m, n, k, group in todo:
         row = bench_shape(m, n, k, contenders, args, l2)
         if describe is not None:
-            row.setdefault("ptxdsl", {})["kernel"] = describe(m, n, k)
+            row.setdefault("ptxdsl", {})["kernel"] = describe(
+                m, n, k, sms=dev.multi_processor_count, device=cls)
         result["rows"].append({"shape": [m, n, k], "group": group, "results": row})
         with open(path, "w") as f:  # after every shape: a run cut short keeps what it measured
             json.dump(result, f, indent=1)

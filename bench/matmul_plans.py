@@ -34,11 +34,11 @@ SMALL_NK = [(4096, 4096), (4096, 14336), (6144, 4096), (8192, 8192), (14336, 409
 DEFAULT = [f"128x{n}x{k}" for n, k in SMALL_NK] + LARGE + [f"16x{n}x{k}" for n, k in SMALL_NK]
 
 
-def candidates(m, n, k, sms):
+def candidates(m, n, k, sms, device="H100"):
     """name -> Plan for one shape (duplicates of ``base`` dropped)."""
-    from ptxdsl.ops.matmul.plan import Plan, choose, stages_for
+    from ptxdsl.ops.matmul.plan import choose, stages_for
     from ptxdsl.types import bf16
-    base = choose(m, n, k, bf16, bf16, sms)
+    base = choose(m, n, k, bf16, bf16, sms, device=device)
 
     def mk(**kw):
         p = dataclasses.replace(base, **kw)
@@ -92,6 +92,9 @@ def main(argv=None):
     t0 = time.time()
     props = torch.cuda.get_device_properties(0)
     sms, l2 = props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20)
+    from ptxdsl.ops.matmul.plan import device_class
+    from ptxdsl.runtime import driver
+    cls = device_class(driver.get().device(torch.cuda.current_device()))
     path = os.path.join(os.environ.get("OUT", "."), "matmul_plans.json")
     result = {"device": torch.cuda.get_device_name(), "sms": sms, "layout": "lin",
               "date": time.strftime("%Y-%m-%dT%H:%M"), "block_ms": a.block_ms,
@@ -111,6 +114,7 @@ def main(argv=None):
         x, b = sets[0]
         ref = x.double() @ b.double()
         live = {"cuBLAS": lambda x, b: torch.matmul(x, b)}
+        row, plans = {}, {}
         if a.api:       # the op itself (ptxdsl.ops.matmul, as bench/matmul.py calls it)
             from ptxdsl.ops import matmul as op
             e = rel_err(op(x, b), ref)
@@ -118,8 +122,7 @@ def main(argv=None):
                 live["api"] = lambda x, b: op(x, b)
             else:
                 row["api"] = {"error": f"err={e:.3g}"}
-        row, plans = {}, {}
-        for name, p in candidates(m, n, k, sms).items():
+        for name, p in candidates(m, n, k, sms, cls).items():
             plans[name] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
             try:
                 if p not in built:

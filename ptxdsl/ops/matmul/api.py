@@ -25,7 +25,6 @@ SIMT kernel (:mod:`.simt`) everywhere else.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import sys
@@ -40,7 +39,7 @@ from .._common.kernels import KernelCache
 
 log = logging.getLogger("ptxdsl.ops")
 from .epilogue import ACTIVATIONS
-from .plan import choose, fallback_plan, tma_ok
+from .plan import choose, device_class, fallback_plan, tma_ok
 from .simt import build_simt
 
 _ALIASES = {"gelu_tanh": "gelu", "gelu-tanh": "gelu", "swish": "silu"}
@@ -237,7 +236,7 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
         # transpose) and a row-major (K, N) b are MN-major.
         k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt,
                           bdt, activation, info.sm_count, "MN" if a_t else "K",
-                          "K" if b_t else "MN")
+                          "K" if b_t else "MN", device_class(info))
     if k is None:
         k = kernel_for(dt, odt, a_t, b_t, bdt, activation)
     log.debug("matmul %dx%dx%d %s->%s (a%s b%s, bias %s, %s): %s", int(a.shape[0]),
@@ -262,20 +261,23 @@ def _hopper_ok(info, a_k, b_k, out, dt, odt) -> bool:
             and tma_ok(data_ptr(out), strides(out)[0], int(out.shape[0]), odt))
 
 
-def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="K"):
-    """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class)
-    with operands of these majors (``"K"`` / ``"MN"``, :mod:`.operands`)."""
+def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="K",
+                  device="H100"):
+    """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class
+    and the ``device`` class, :func:`.plan.device_class`) with operands of these majors
+    (``"K"`` / ``"MN"``, :mod:`.operands`)."""
     from .hopper import build_hopper
-    p = choose(m, n, k, dt, odt, sms)
+    p = choose(m, n, k, dt, odt, sms, device=device)
     key = ("hopper", p, dt.name, odt.name, bdt.name if bdt else None, activation, sms,
            a_major, b_major)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,
                                                  sms=sms, a_major=a_major, b_major=b_major))
 
 
-def describe(m, n, k, dt=bf16, odt=None, sms=132) -> str:
-    """Which kernel and plan an (M, N, K) K-major product runs on an sm_90 device."""
-    p = choose(m, n, k, dt, odt or dt, sms)
+def describe(m, n, k, dt=bf16, odt=None, sms=132, device="H100") -> str:
+    """Which kernel and plan an (M, N, K) K-major product runs on an sm_90 device of
+    class ``device`` (:func:`.plan.device_class`)."""
+    p = choose(m, n, k, dt, odt or dt, sms, device=device)
     return (f"hopper {p.bm}x{p.bn}x{p.bk} stages={p.stages} cluster={p.cluster} "
             f"group={p.group_m}" + (f" split={p.split}" if p.split > 1 else ""))
 

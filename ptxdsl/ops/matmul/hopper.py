@@ -76,7 +76,7 @@ import contextlib
 import itertools
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, b32, b64, f32, pred, u8, u16, u32, u64
+from ptxdsl.types import PtxType, f32, pred, u8, u16, u32
 
 from .operands import SW128_K_MAJOR, operands
 from .plan import SMEM_PER_CTA, Plan

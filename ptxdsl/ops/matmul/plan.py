@@ -169,7 +169,23 @@ ONE_ROW_MEASURED = {
 # Elsewhere no knob beat the plan by more than the run's noise (about 2%): at
 # 16384 x 28672 x 8192 the plan ran 748 (cuBLAS 743; 128 x 192: 722, no cluster: 724,
 # group 4: 729, st.shared: 732), at 16384 x 8192 x 28672 725 (cuBLAS 721).
-MEASURED = {(1024, 6144, 4096): {"cluster": 1}}
+# 2048^3 (a single round of 128 x 256 tiles) ran 128 x 128 tiles without a cluster
+# at 634 TFLOP/s on an H100 (cluster-2 128 x 256: 576, cuBLAS 623) and 632 on an H200
+# (599, cuBLAS 629): bench/results/matmul_plans_h100_2.json, matmul_plans_h200.json.
+MEASURED = {(1024, 6144, 4096): {"cluster": 1}, (2048, 2048, 2048): {"bn": 128, "cluster": 1}}
+# Overrides measured on one device class only (:func:`device_class`), over MEASURED.
+# H200, 4096^3: 128 x 128 tiles in clusters of 2 ran 712 and 715 TFLOP/s in two runs
+# against 691 and 710 for 128 x 256 (cuBLAS 668 and 684); on an H100 the two tied (713,
+# 714; cuBLAS 717): bench/results/matmul_plans_h200.json, matmul_plans_h100_2.json.
+DEVICE_MEASURED = {"H200": {(4096, 4096, 4096): {"bn": 128}}}
+HBM3E_BANDWIDTH = 4e12   # bytes/s: the H200's 4.8 TB/s against the H100 SXM's 3.35
+
+
+def device_class(info) -> str:
+    """Which measured tables a device takes: ``"H200"`` for an sm_90 device whose DRAM
+    runs past :data:`HBM3E_BANDWIDTH`, else ``"H100"`` (also for None: no device known)."""
+    bw = float(getattr(info, "bandwidth", 0.0) or 0.0) if info is not None else 0.0
+    return "H200" if bw > HBM3E_BANDWIDTH else "H100"
 
 
 def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType):
@@ -185,11 +201,12 @@ def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType)
 
 
 def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
-           sms: int = 132, split: int | None = None) -> Plan:
-    """The Hopper plan for an (M, N, K) product of ``dtype`` operands.
+           sms: int = 132, split: int | None = None, device: str = "H100") -> Plan:
+    """The Hopper plan for an (M, N, K) product of ``dtype`` operands on a ``device``
+    of that class (:func:`device_class`).
 
-    A measured shape takes its measured plan (:data:`ONE_ROW_MEASURED`, :data:`MEASURED`);
-    the rules below cover the others.
+    A measured shape takes its measured plan (:data:`ONE_ROW_MEASURED`, :data:`MEASURED`,
+    then the device's :data:`DEVICE_MEASURED`); the rules below cover the others.
 
     128 x 256 tiles unless 128 x 128 tiles (m64n128 consumers, twice the tiles, a deeper
     ring) keep the persistent grid busier by more than 10% over its rounds: with few tiles
@@ -213,7 +230,8 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
         return tiles / (-(-tiles // slots) * slots)
     bn = 128 if waves(128) > 1.1 * waves(256) else 256
     p = Plan(cluster=cluster, bn=bn, l2_promotion=256)
-    p = Plan(**{**p.__dict__, **MEASURED.get((m, n, k), {})})
+    p = Plan(**{**p.__dict__, **MEASURED.get((m, n, k), {}),
+                **DEVICE_MEASURED.get(device, {}).get((m, n, k), {})})
     most = 4 if p.bn == 256 else 6
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 
@@ -323,5 +341,6 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
     return ptr % 16 == 0 and (rows <= 1 or (row_stride_elems * es) % 16 == 0)
 
 
-__all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "MEASURED", "SPLITS", "SPLIT_K", "stages_for", "FallbackPlan", "fallback_plan", "tma_ok",
+__all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "MEASURED", "DEVICE_MEASURED",
+           "device_class", "SPLITS", "SPLIT_K", "stages_for", "FallbackPlan", "fallback_plan", "tma_ok",
            "SMEM_PER_CTA", "f32"]

@@ -255,8 +255,9 @@ def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_
 
     fake = _FakeHopper()
 
-    def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major, b_major):
+    def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device):
         fake.majors = (a_major, b_major)
+        fake.device = device
         return fake
     monkeypatch.setattr(api.Frame, "device", lambda self, a: Info())
     monkeypatch.setattr(api.Frame, "on_gpu", lambda self: False)
@@ -269,6 +270,7 @@ def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_
     np.testing.assert_array_equal(c, ref(a, b))
     (ka, kb, a_major, b_major), = fake.calls
     assert (a_major, b_major) == ("MN" if a_t else "K", "K" if b_t else "MN")
+    assert fake.device == "H100"                   # no DRAM figures: the H100's tables
     assert ka.strides[1] == 2 and kb.strides[1] == 2            # row-major views ...
     assert np.shares_memory(ka, a) and np.shares_memory(kb, b)  # ... of the operands
     # an odd row stride (not a multiple of 16 bytes) is not TMA's: the SIMT kernel runs

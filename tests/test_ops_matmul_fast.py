@@ -60,8 +60,9 @@ def fake_hopper(monkeypatch, tmp_path):
         real_init(self, x, op)
         self.cpu = False
 
-    def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major="K", b_major="K"):
-        kern = real_hk(m, n, k, dt, odt, bdt, act, sms, a_major, b_major)
+    def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major="K", b_major="K",
+                      device="H100"):
+        kern = real_hk(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device)
         cu.register(kern, _impl(a_major, b_major, bdt is not None))
         return kern
     monkeypatch.setattr(fr.Frame, "__init__", init)

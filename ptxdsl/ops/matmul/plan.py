@@ -26,14 +26,14 @@ Where the numbers come from:
   panels of 128 rows (16 x 128 x K x 2 bytes = 32 MiB at K = 8192) stay in the 50 MiB L2
   while the group sweeps N.
 
-Measured (``bench/results/matmul_h100.json``, one full ``bench/matmul.py`` run on an
-H100 with this module's plans; ``bench/results/matmul_tune_h100.json``,
-``bench/matmul_tune.py``): 682 / 751 / 694 TFLOP/s at 4096^3 / 8192^3 / 16384^3 beside
-cuBLAS's 684 / 728 / 715 (an earlier run on a faster-clocked H100: 779 / 804 / 729
-against 784 / 781 / 744). Rasterization groups of 4 and 16 were within 2% of 8; waiting
-for each stage's wgmmas before releasing it (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained
-6%. At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet repeated:
-the plan keeps four). The H200 has not been measured.
+Measured (``bench/results/matmul_h100.json`` and ``matmul_h200.json``: one full
+``bench/matmul.py`` run each, same tree, 2026-11-24; ``bench/results/matmul_tune_h100.json``,
+``bench/matmul_tune.py``): 719 / 758 / 710 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an
+H100 beside cuBLAS's 726 / 716 / 732, and 704 / 740 / 675 on an H200 beside 703 / 721 /
+697. Rasterization groups of 4 and 16 were within 2% of 8; waiting for each stage's
+wgmmas before releasing it (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained
+6% (H100). At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet
+repeated: the plan keeps four).
 
 Chosen from measurements (``bench/matmul_plans.py``: candidate plans per shape, each
 validated, timed beside cuBLAS in one run; ``bench/results/matmul_plans_h100.json``):

@@ -69,6 +69,8 @@ def candidates(m, n, k, sms, device="H100"):
         out["n128c1"] = mk(bn=128, epi_cols=128, cluster=1)
         out["l2p128"] = mk(l2_promotion=128)
         out["l2p0"] = mk(l2_promotion=0)
+        if base.bn == 256:  # the whole 64 x 256 consumer tile staged at once (3 stages)
+            out["e256"] = mk(epi_cols=256)
     seen, res = set(), {}
     for name, p in out.items():
         if p in seen:

@@ -241,7 +241,7 @@ def _pivot(rows: list[dict]) -> list[str]:
         head.append("best other / ptxdsl")
     out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
-        res = r["results"]
+        res = {k: _result(v) for k, v in r["results"].items()}
         cells = [_fmt(r.get("dtype")), _fmt(r.get("shape"))]
         for n in names:
             v = res.get(n) or {}
@@ -263,6 +263,18 @@ def _pivot(rows: list[dict]) -> list[str]:
             cells.append(f"{min(peers) / ours:.2f}×" if ours and peers else "")
         out.append("| " + " | ".join(cells) + " |")
     return out
+
+
+def _result(v) -> dict:
+    """One contender's result as a dict: the tune benches record a bare µs number, or a
+    string saying why the variant has none."""
+    if isinstance(v, bool) or v is None:
+        return {}
+    if isinstance(v, (int, float)):
+        return {"us": float(v)}
+    if isinstance(v, str):
+        return {"error": v}
+    return v if isinstance(v, dict) else {}
 
 
 def _flat(rows: list[dict]) -> list[str]:

@@ -364,3 +364,27 @@ def test_doc_blocks_run_from_the_repository_root(code, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code + calls], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_every_committed_result_file_renders():
+    """Each JSON under bench/results/ renders (the performance page builds from all of
+    them; a tune bench's bare µs numbers and error strings are cells too), naming its
+    device and its source file."""
+    hooks = _hooks()
+    folder = os.path.join(DOCS, "..", "bench", "results")
+    names = sorted(f for f in os.listdir(folder) if f.endswith(".json"))
+    assert names
+    for name in names:
+        md = hooks.bench_tables(folder, name)
+        assert f"bench/results/{name}" in md, name
+        assert "**device**" in md, name
+
+
+def test_bench_tables_take_bare_numbers_and_error_strings(tmp_path):
+    hooks = _hooks()
+    data = {"device": "NVIDIA H200", "tune": [
+        {"shape": [32768, 131072], "dtype": "bf16",
+         "results": {"fwd C4": 4476.4, "fwd ring": "wrong: 0.5"}}]}
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    md = hooks.bench_tables(str(tmp_path))
+    assert "4476.4 µs" in md and 'title="wrong: 0.5">error' in md

@@ -174,6 +174,61 @@ def test_bar_red_popc_and_or(ones):
     np.testing.assert_array_equal(y, np.full(128, want))
 
 
+def barrier_red_kernel():
+    """bar_red_kernel's reductions in the barrier{.cta}.red spellings."""
+    @kernel(in_specs=(Tile(128, u32),), out_specs=(Tile(128, u32),), grid=1,
+            block=(128, 1, 1))
+    def k(X, Y):
+        px, py = ptx.global_ptrs(X, Y)
+        tid = tid_reg()
+        x = reg.scalar(u32)
+        ptx.inst.ld.global_.u32(x, ptx.addr(px + tid * 4))
+        p = x != 0
+        cnt, q_and, q_or = reg.scalar(u32), reg.scalar(pred), reg.scalar(pred)
+        ptx.inst.barrier.cta.red.popc.aligned.u32(cnt, 1, p)
+        ptx.inst.barrier.red.and_.pred(q_and, 2, p)
+        ptx.inst.barrier.cta.red.or_.pred(q_or, 3, p)
+        a, o = reg.scalar(u32), reg.scalar(u32)
+        ptx.inst.selp.u32(a, 1000, 0, q_and)
+        ptx.inst.selp.u32(o, 100000, 0, q_or)
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), cnt + a + o)
+    return k
+
+
+def divergent_barrier_red_kernel():
+    """barrier.cta.red without .aligned, the halves of each warp at different
+    instructions; threads below 40 count."""
+    @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=1, block=(64, 1, 1))
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        cnt = reg.scalar(u32)
+        with ptx.if_((tid & 31) < 16):
+            ptx.inst.barrier.cta.red.popc.u32(cnt, 0, tid < 40)
+        with ptx.else_():
+            ptx.inst.barrier.cta.red.popc.u32(cnt, 0, tid < 40)
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), cnt)
+    return k
+
+
+@pytest.mark.parametrize("ones", [0, 37, 128])
+def test_barrier_cta_red_is_bar_red(ones):
+    """barrier.cta.red.*.aligned and barrier.red.* (bar.red's later spellings) give what
+    bar.red gives."""
+    k = barrier_red_kernel()
+    assert "barrier.cta.red.popc.aligned.u32" in k.ptx()
+    x = np.zeros(128, np.uint32)
+    x[np.random.default_rng(ones).permutation(128)[:ones]] = 7
+    want = bar_red_kernel().interpret(x)
+    np.testing.assert_array_equal(k.interpret(x), want)
+
+
+def test_barrier_red_without_aligned_takes_a_warp_arriving_apart():
+    """Without .aligned the two halves of each warp reach the barrier at different
+    instructions: one generation, every thread counted."""
+    np.testing.assert_array_equal(divergent_barrier_red_kernel().interpret(), np.full(64, 40))
+
+
 def test_bar_red_with_a_count_reduces_over_the_warps_that_arrive():
     """Two groups of 64 threads (warps 0-1 and 2-3) each complete their own generation."""
     @kernel(in_specs=(Tile(128, u32),), out_specs=(Tile(128, u32),), grid=1,
@@ -214,3 +269,18 @@ def test_bar_red_type_must_fit_the_operation():
             p = reg.scalar(pred)
             ptx.inst.bar.red.popc.pred(p, 1, p)
         k.program()
+
+
+def test_barrier_red_aligned_in_a_warp_divergent_branch_is_refused_at_its_line():
+    from ptxdsl.errors import VerifyError
+
+    @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=1, block=(64, 1, 1))
+    def k(Y):
+        tid = tid_reg()
+        cnt = reg.scalar(u32)
+        with ptx.if_((tid & 31) < 16):
+            ptx.inst.barrier.cta.red.popc.aligned.u32(cnt, 0, tid < 40)  # aligned-apart
+    with pytest.raises(VerifyError) as e:
+        k.interpret()
+    assert f":{line_of('aligned-apart')}:" in str(e.value)
+    assert "needs whole warps" in str(e.value) and "non-aligned" in str(e.value)

@@ -245,7 +245,7 @@ def barrier(mach, instr, mask):
     wait(mach, waits)
 
 
-@handler("bar.red")
+@handler("bar.red", "barrier.red", "barrier.cta.red")
 def bar_red(mach, instr, mask):
     """``d, a{, b}, c``: arrive with predicate ``c``, wait, receive the reduction."""
     op = instr.match.chosen["op"]

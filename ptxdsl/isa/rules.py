@@ -441,11 +441,11 @@ def bar_red_operands(m, ops):
 
 
 def bar_red(m):
-    op, t = m.chosen["op"], m.type.name
+    op, t, name = m.chosen["op"], m.type.name, m.spec.opcode
     if op == "popc" and t != "u32":
-        return "bar.red.popc counts threads into a .u32: bar.red.popc.u32"
+        return f"{name}.popc counts threads into a .u32: {name}.popc.u32"
     if op != "popc" and t != "pred":
-        return f"bar.red.{op} reduces predicates: bar.red.{op}.pred"
+        return f"{name}.{op} reduces predicates: {name}.{op}.pred"
     return None
 
 

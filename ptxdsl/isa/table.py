@@ -337,6 +337,19 @@ TABLE: tuple[OpSpec, ...] = (
                ".u32) or .and / .or of c over them (.pred). c is a predicate register "
                "(negate it with not.pred first: the {!}c spelling is not taken).",
            example="bar.red.popc.u32 %r0, 1, %p0"),
+    # barrier{.cta}.red: bar.red's later spelling (bar.red is barrier.red.aligned); without
+    # .aligned the threads of a warp may reach it apart. Two entries, because the opcode is
+    # the longest dotted prefix of a written chain and .cta comes between.
+    *(OpSpec(name, (g("op", "popc", "and", "or", required=True), ALIGNED), ("u32", "pred"),
+             operands="p:pred s:u32 s:u32? q:pred",
+             variants={"popc": "d:u32 s:u32 s:u32? q:pred"}, ptx=ver, sm=70,
+             check_operands=rules.bar_red_operands, rule=rules.bar_red, category="sync",
+             side_effects=True, scope="cta", effects=frozenset({"barrier"}),
+             aligned="aligned",
+             doc="bar.red's later spelling (bar.red is barrier.red.aligned): the same "
+                 "reduction; without .aligned the threads of a warp may arrive apart.",
+             example=f"{name}.popc.aligned.u32 %r0, 1, %p0")
+      for name, ver in (("barrier.red", (6, 0)), ("barrier.cta.red", (7, 8)))),
     OpSpec("membar", (g("level", "cta", "gl", "sys", required=True),), (), ntypes=0,
            operands="", ptx=(1, 4), category="sync", side_effects=True,
            doc="Memory barrier at a level.", example="membar.gl", effects=frozenset({"fence"})),

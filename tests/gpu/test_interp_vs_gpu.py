@@ -375,3 +375,14 @@ def test_warp_level_instructions_agree():
         k = tw._lane_kernel(body)
         for g, c in zip(k(), k.interpret()):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
+
+
+def test_barrier_reductions_agree():
+    """bar.red, barrier{.cta}.red (aligned, and a warp arriving apart without .aligned):
+    GPU = interpreter."""
+    import test_interp_barriers as tb
+    x = np.zeros(128, np.uint32)
+    x[np.random.default_rng(3).permutation(128)[:37]] = 5
+    for k, args in ((tb.bar_red_kernel(), (x,)), (tb.barrier_red_kernel(), (x,)),
+                    (tb.divergent_barrier_red_kernel(), ())):
+        np.testing.assert_array_equal(np.asarray(k(*args)), np.asarray(k.interpret(*args)))

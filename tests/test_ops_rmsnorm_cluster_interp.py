@@ -101,7 +101,7 @@ def test_backward_long_rows(n, dt):
 
 
 def test_persistent_forward_ring_walks_every_row():
-    """The persistent forward (not chosen by the plan yet): one cluster of four walks
+    """The persistent forward (the H200's plan at 262144 halves): one cluster of four walks
     five rows of 131072 bf16 through a ring of two buffers."""
     p = dataclasses.replace(plan_cluster(131072, bf16, stages=2), grid=1)
     k = build_forward_cluster(p, bf16, bf16, eps=EPS, with_rstd=True)

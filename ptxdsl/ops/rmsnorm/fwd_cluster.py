@@ -59,8 +59,9 @@ class ClusterPlan(ClusterSplit):
     # loads after it need not wait for L2.
     prefetch_w: bool = True
     # One-row kernel: rows each cluster takes in turn (rows q, q + G, ... of G =
-    # ceil(M / rows) clusters), its exchange slots double-buffered. More than 1 divides
-    # the clusters launched, whose launch rather than DRAM can bound short-lived clusters.
+    # ceil(M / rows) clusters), its exchange slots double-buffered: fewer clusters
+    # launched. Not chosen: 2 to 64 rows ran 21-27% slower than one row per cluster on an
+    # H200 and an H100 (bench/results/rmsnorm_long_tune_{h200,h100}.json, bf16).
     rows_per_cluster: int = 1
 
     @property

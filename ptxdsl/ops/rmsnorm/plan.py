@@ -139,8 +139,8 @@ def _fits(k, block) -> bool:
 #   second read L2 serves at copy speed (measured, below). Clusters of C = N*size/64 KiB CTAs (65536 bf16: 2, 131072: 4,
 #   262144: 8; f32 twice as many, 262144 f32: 16) of 512 threads holding 128 bytes of
 #   the row each, two CTAs per SM (fwd_cluster.plan_cluster), one cluster per row. The
-#   persistent variant through a shared-memory ring (plan_cluster(stages=...)) is not
-#   chosen: it waits for the timing that would choose it (bench/rmsnorm_long.py --tune).
+#   persistent variant through a shared-memory ring (plan_cluster(stages=...)) is taken
+#   on the H200 only, for half rows of 512 KiB (below: RING_BANDWIDTH).
 # * backward: wherever the one-CTA backward would stream the row twice from memory
 #   (plan_backward(...).streaming: 32768 halves and up, 32768 f32 and up), and the row
 #   has 16-byte chunks: clusters of C = N*size/32 KiB CTAs (131072 bf16: 8, 262144

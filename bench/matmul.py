@@ -20,6 +20,10 @@ interleaved rounds (every other one reversed); each contender keeps its best blo
 Inputs rotate over enough copies to exceed L2 for the small shapes. The table is
 printed last; JSON goes to ``$OUT/matmul.json`` (or ``--json``).
 
+pyptx sits out unless ``PYPTX_EXT=1``: only through its C++ launch extension (built with
+ninja on its first call) does it launch without re-tracing its kernel every call.
+
+    PYPTX_EXT=1 PYTHONPATH=.:/tmp/site python bench/matmul.py   # with pyptx from .whl
     python bench/matmul.py --quick                  # 4096^3, 8192^3 and a few LLM shapes
     python bench/matmul.py                          # squares 1024..16384 and the LLM shapes
     python bench/matmul.py --shapes 4096x4096x4096,128x14336x4096

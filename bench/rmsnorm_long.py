@@ -336,6 +336,7 @@ def _tune_forward_variants(n, pt, x, w, out, row, rounds):
         except Exception as e:  # noqa: BLE001
             row[name] = f"{type(e).__name__}: {str(e)[:80]}"
     rings = [dict(stages=s) for s in (2, 3)]  # the persistent forward's default split
+    rings += [dict(stages=1, threads=1024, per_thread=8)]  # one buffer of 128 KiB slices
     vec = 16 // pt.bytes
     for c in (4, 8, 16):      # and smaller slices: two CTAs per SM where two rings fit
         for t in (256, 512):

@@ -84,8 +84,9 @@ def test_backward_cluster_plan_needs_16_byte_chunks():
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
 def test_long_rows_take_clusters_on_hopper(info):
     lr = rplan.long_rows
-    for n, dt, c in [(65536, f32, 4), (131072, bf16, 4), (262144, bf16, 8),
-                     (262144, f32, 16)]:
+    h200 = info is H200   # its one-buffer ring of 128 KiB slices for half rows (plan.py)
+    for n, dt, c in [(65536, f32, 4), (131072, bf16, 2 if h200 else 4),
+                     (262144, bf16, 4 if h200 else 8), (262144, f32, 16)]:
         assert lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward.cluster == c
     # rows one CTA holds, or reads a second time from L2 at copy speed (128 KiB rows,
     # measured): the row-per-CTA kernels
@@ -264,9 +265,9 @@ def test_cluster_kernels_on_the_interpreter(n):
 
 
 def test_h200_ring_forward_leaves_a_residual_to_the_row_per_cluster_kernel():
-    """The ring forward the H200 takes at 262144 halves has no residual input: with one,
+    """The ring forward the H200 takes for long half rows has no residual input: with one,
     the call takes the one-row-per-cluster kernel of the same split, not the one-CTA
     kernels."""
-    assert rplan.long_rows(262144, bf16, 8, "sm_90a", H200).forward.stages == 2
+    assert rplan.long_rows(262144, bf16, 8, "sm_90a", H200).forward.stages == 1
     k = rplan.forward_kernel(262144, bf16, bf16, 8, True, False, 1e-6, "sm_90a", 132, H200)
     assert "cluster8" in k.name and "ring" not in k.name, k.name

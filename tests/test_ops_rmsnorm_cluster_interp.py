@@ -100,10 +100,12 @@ def test_backward_long_rows(n, dt):
     assert np.abs(dw.astype(np.float64) - rdw).max() / np.abs(rdw).max() < tol
 
 
-def test_persistent_forward_ring_walks_every_row():
-    """The persistent forward (the H200's plan at 262144 halves): one cluster of four walks
-    five rows of 131072 bf16 through a ring of two buffers."""
-    p = dataclasses.replace(plan_cluster(131072, bf16, stages=2), grid=1)
+@pytest.mark.parametrize("kw", [dict(stages=2), dict(stages=1, threads=1024, per_thread=8)],
+                         ids=["two-buffers", "one-buffer"])
+def test_persistent_forward_ring_walks_every_row(kw):
+    """The persistent forward: one cluster walks five rows of 131072 bf16 through a ring of
+    two buffers (four CTAs), or of one (two CTAs of 1024 threads: the H200's plan)."""
+    p = dataclasses.replace(plan_cluster(131072, bf16, **kw), grid=1)
     k = build_forward_cluster(p, bf16, bf16, eps=EPS, with_rstd=True)
     x, w, _ = inputs(5, 131072, bf16, 5)
     y = np.zeros_like(x)

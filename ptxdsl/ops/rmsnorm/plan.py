@@ -140,7 +140,7 @@ def _fits(k, block) -> bool:
 #   262144: 8; f32 twice as many, 262144 f32: 16) of 512 threads holding 128 bytes of
 #   the row each, two CTAs per SM (fwd_cluster.plan_cluster), one cluster per row. The
 #   persistent variant through a shared-memory ring (plan_cluster(stages=...)) is taken
-#   on the H200 only, for half rows of 512 KiB (below: RING_BANDWIDTH).
+#   on the H200 only, for half rows of 256 KiB and more (below: RING_BANDWIDTH).
 # * backward: wherever the one-CTA backward would stream the row twice from memory
 #   (plan_backward(...).streaming: 32768 halves and up, 32768 f32 and up), and the row
 #   has 16-byte chunks: clusters of C = N*size/32 KiB CTAs (131072 bf16: 8, 262144
@@ -159,11 +159,15 @@ def _fits(k, block) -> bool:
 # rmsnorm_long_tune_h200.json, three runs, bf16 M=32768) found every one-row-per-cluster
 # split within 1% of the plan's (131072: C2/C4/C8 4471-4555 us against the copy's 4004;
 # 262144: C4/C8 9413-9506 against 8000), clusters that take rows in turn 20% slower, and
-# the persistent ring kernel (one CTA per SM, 120 of the 132 SMs in clusters of 4 or 8)
-# ahead by 1% at 131072 and 3% at 262144 (9181 and 9230 us): so on a device with more
-# than RING_BANDWIDTH of DRAM, half-precision rows of RING_ROW_BYTES and more take the
-# ring of two buffers. What bounds the H200 at about 90% of its copy is not found yet
-# (issue 21).
+# the persistent ring kernel with two or three buffers of 64 KiB slices (one CTA per SM,
+# 120 of the 132 SMs in clusters of 4 or 8) ahead by 1% at 131072 and 3% at 262144, and
+# the same kernel with one buffer of 128 KiB slices (1024 threads x 8 chunks) ahead of
+# everything: 131072 in 4268-4286 us (clusters of 2, all 132 SMs; copy 4045, 95%), 262144
+# in 8689-8703 (clusters of 4, 120 SMs; copy 8031, 92%), against 4458-4462 and 9237-9255
+# for the two- and three-buffer rings in the same runs (rmsnorm_long_tune_h200.json,
+# "ring_s1"). So on a device with more than RING_BANDWIDTH of DRAM, half-precision rows of
+# RING_ROW_BYTES and more take the one-buffer ring; at 65536 it lost to the one-CTA
+# kernel (2168 against 2094 us).
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA
@@ -175,16 +179,20 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
             fwd = plan_cluster(n, dt, vec)
             if (dev.bandwidth > RING_BANDWIDTH and dt.bytes == 2
                     and n * dt.bytes >= RING_ROW_BYTES):
-                fwd = plan_cluster(n, dt, vec, stages=2, sms=dev.sms) or fwd
+                fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
+                                   per_thread=RING_CHUNKS, sms=dev.sms) or fwd
         if plan_backward(n, dt, dev.sms, vec=vec).streaming:
             bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)
     return _LongRows(fwd, bwd)
 
 
 # The persistent ring forward on faster DRAM (the H200's 4.8 TB/s; the H100 has 3.35):
-# half-precision rows of at least RING_ROW_BYTES (measured above).
+# half-precision rows of at least RING_ROW_BYTES, in slices of RING_THREADS x RING_CHUNKS
+# 16-byte chunks (128 KiB: clusters of 2 at 131072, 4 at 262144), one buffer, one CTA per
+# SM (measured above).
 RING_BANDWIDTH = 4e12
-RING_ROW_BYTES = 512 * 1024
+RING_ROW_BYTES = 256 * 1024
+RING_THREADS, RING_CHUNKS = 1024, 8
 # Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
 FORWARD_REGISTER_ROW = 32768
 # Past the registers, rows of up to this many bytes still stay with the row-per-CTA
@@ -212,7 +220,7 @@ LONG_ROW_CHOICES = {
     262144: (("C16", "C16/S1"), ("C8", "C16")),
 }
 # The H200's forward where it differs (halves): N -> choice.
-H200_FORWARD = {262144: "C8/S2"}
+H200_FORWARD = {131072: "C2/S1", 262144: "C4/S1"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -167,7 +167,9 @@ def _fits(k, block) -> bool:
 # for the two- and three-buffer rings in the same runs (rmsnorm_long_tune_h200.json,
 # "ring_s1"). So on a device with more than RING_BANDWIDTH of DRAM, half-precision rows of
 # RING_ROW_BYTES and more take the one-buffer ring; at 65536 it lost to the one-CTA
-# kernel (2168 against 2094 us).
+# kernel (2168 against 2094 us). On an H100 it tied the one-row-per-cluster kernel
+# (131072: 5939 against 5926 us, 262144: 11859 against 12028; copy 5672 and 11344;
+# rmsnorm_long_tune_h100.json "ring_s1"), so the H100 keeps its schedule.
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA

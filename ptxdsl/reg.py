@@ -30,7 +30,10 @@ from .errors import (OperandTypeError, PtxdslError, TraceError, TraceIndexError,
                      TraceTypeError, user_location)
 from .isa import resolve as resolve_chain
 from .trace import active_builder, current
-from .types import ALL_TYPES, PtxType, bf16, f16, float_bits, move_type, pred
+from .types import ALL_TYPES, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type, pred
+
+# The lane type of each packed float pair: an initialiser is rounded to it and splatted.
+LANE_TYPES = {"f16x2": f16, "bf16x2": bf16, "e4m3x2": e4m3, "e5m2x2": e5m2}
 
 _CMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne"}
 
@@ -96,7 +99,9 @@ def scalar(dtype: PtxType, init=None, name: str | None = None) -> ir.Reg:
 
     f16/bf16 constants are written as ``mov.b16 reg, 0xNNNN`` (PTX has no
     half-precision literals), f16x2/bf16x2 ones as ``mov.b32`` with the value in
-    both halves; ``init`` may also be a register.
+    both halves, e4m3x2/e5m2x2 ones as ``mov.b16`` with the value in both bytes
+    (rounded to nearest even, saturated to the finite range as ``cvt.rn.satfinite``);
+    ``init`` may also be a register.
     """
     b = current("reg.scalar")
     if not isinstance(dtype, PtxType):
@@ -130,10 +135,11 @@ def assign(dst: ir.Reg, value) -> ir.Reg:
         if dst.dtype.name == "tf32":
             raise TraceError("tf32 registers are written by cvt.rna.tf32.f32; initialise an "
                              "f32 register and convert it", user_location())
-        half = f16 if dst.dtype.name.startswith("f16") else bf16
-        bits = float_bits(half, value)
-        if dst.dtype.lanes == 2:  # splat: both halves hold the value
-            bits |= bits << 16
+        lanes = dst.dtype.lanes
+        lane = LANE_TYPES.get(dst.dtype.name, dst.dtype)  # f16x2 -> f16, e4m3x2 -> e4m3
+        bits = float_bits(lane, value)
+        if lanes == 2:  # splat: both lanes hold the value
+            bits |= bits << (dst.dtype.bits // 2)
         b.inst(["mov", f"b{dst.dtype.bits}"], (dst, bits))
         return dst
     if isinstance(value, ir.Reg) and dst.dtype.is_int and value.dtype.is_int \

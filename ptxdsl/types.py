@@ -101,7 +101,8 @@ def int_range(t: PtxType) -> tuple[int, int]:
 
 
 def float_bits(t: PtxType, value: float) -> int:
-    """The bit pattern of ``value`` rounded (to nearest even) to float type ``t``."""
+    """The bit pattern of ``value`` rounded (to nearest even) to float type ``t`` (f32,
+    f64, f16, bf16, e4m3, e5m2)."""
     if t.name == "f32":
         return int(np.array(value, np.float32).view(np.uint32))
     if t.name == "f64":
@@ -111,6 +112,9 @@ def float_bits(t: PtxType, value: float) -> int:
             return int(np.array(value, np.float16).view(np.uint16))
     if t.name == "bf16":
         return int(f32_to_bf16_bits(np.array(value, np.float32)))
+    if t.name in ("e4m3", "e5m2"):  # saturated to the finite range, as cvt.rn.satfinite
+        from .fp8 import fp8_encode
+        return int(fp8_encode(value, t.name))
     raise TypeError(f"{t.name} is not a scalar float type")
 
 

@@ -16,7 +16,7 @@ import pytest
 from ptxdsl import kernel, ptx, reg, Tile
 from ptxdsl.errors import InterpreterError
 from ptxdsl.fragments import layout
-from ptxdsl.interp.tensorcore import fp8_encode
+from ptxdsl.fp8 import fp8_encode
 from ptxdsl.types import b32, f32, u16, u32
 from tensorcore_kernels import (ALL_MMA, build_matrix_ops, build_mma, chain, fp8_value,
                                 matrix_expect, mma_case)

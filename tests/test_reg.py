@@ -366,6 +366,25 @@ def test_packed_half_init_splats_the_value():
     assert body_lines(body) == ["mov.b32 %hh0, 0x3c003c00;", "mov.b32 %hhb0, 0xc000c000;"]
 
 
+def test_packed_fp8_init_splats_the_rounded_code():
+    """e4m3x2 / e5m2x2 registers (.b16, two codes) take a float initialiser rounded to the
+    format and saturated to its finite range, in both bytes (a float initialiser was once
+    encoded as bf16 bits and refused as too wide for .b16: hypothesis found it)."""
+    from ptxdsl.fp8 import fp8_decode
+    from ptxdsl.types import e4m3x2, e5m2x2
+
+    def body():
+        reg.scalar(e4m3x2, init=1.0)
+        reg.scalar(e5m2x2, init=-2.0)
+        reg.scalar(e4m3x2, init=1000.0)     # past 448: the largest finite code
+        reg.scalar(e4m3x2, init=0.3)
+    lines = body_lines(body)
+    assert lines[:3] == ["mov.b16 %rs0, 0x3838;", "mov.b16 %rs1, 0xc0c0;",
+                         "mov.b16 %rs2, 0x7e7e;"]
+    code = int(lines[3].split(", ")[1].rstrip(";"), 16)
+    assert code >> 8 == code & 0xFF and fp8_decode(code & 0xFF, "e4m3") == 0.3125
+
+
 def test_tf32_init_is_refused():
     from ptxdsl.types import tf32
 

@@ -34,7 +34,7 @@ from ..wgmma import WgmmaLayout
 from . import transactions
 from .access import track_block
 from .semantics import handler
-from .tensorcore import fp8_decode
+from ..fp8 import fp8_decode
 
 _ELEM_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1}
 

@@ -20,20 +20,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
-import ptxdsl  # noqa: E402
-from ptxdsl.runtime import driver as rdriver  # noqa: E402
+from gpu_env import NEEDS_GPU, torch_sm90  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver: "
-                                        + (rdriver.driver_unavailable_reason() or "0 devices"))]
-
-
-def _torch_sm90():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an sm_90 GPU (H100/H200) for sm_90a kernels")
-    return torch
+pytestmark = NEEDS_GPU
 
 
 def _run_gpu(torch, k, inputs, outputs, bf16=False):
@@ -51,7 +40,7 @@ def _run_gpu(torch, k, inputs, outputs, bf16=False):
 
 def test_bulk_load_and_store_match():
     from test_interp_bulk import N, bulk_load, bulk_store
-    torch = _torch_sm90()
+    torch = torch_sm90()
     x = (np.arange(N, dtype=np.uint32) * 2654435761).astype(np.uint32)
     k = bulk_load()
     (y,) = _run_gpu(torch, k, [x], [np.zeros(N, np.uint32)])
@@ -67,7 +56,7 @@ def test_bulk_load_and_store_match():
 def test_tma_reduce_u32(op):
     from ptxdsl.types import u32
     from test_interp_bulk import tma_reduce
-    torch = _torch_sm90()
+    torch = torch_sm90()
     rng = np.random.default_rng(3)
     c0 = rng.integers(0, 40, (12, 16)).astype(np.uint32)
     x = rng.integers(0, 40, 128).astype(np.uint32)
@@ -87,7 +76,7 @@ def _edge_f32(rng):
 def test_tma_reduce_add_f32_edges():
     from ptxdsl.types import f32
     from test_interp_bulk import tma_reduce
-    torch = _torch_sm90()
+    torch = torch_sm90()
     x, c0 = _edge_f32(np.random.default_rng(4))
     k = tma_reduce("add", f32)
     cpu = k.interpret(x, c0.copy())
@@ -100,7 +89,7 @@ def test_tma_reduce_add_f32_edges():
 def test_tma_reduce_half_precision(op, half):
     from ptxdsl.types import bf16, f16, f32_to_bf16_bits
     from test_interp_bulk import tma_reduce
-    torch = _torch_sm90()
+    torch = torch_sm90()
     rng = np.random.default_rng(5)
     raw = np.concatenate([rng.standard_normal(100), [0.0, -0.0, np.nan, 1e-7, -1e-7, np.inf]
                           * 5])[:128]

@@ -19,13 +19,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
-import ptxdsl  # noqa: E402
-from ptxdsl.runtime import driver as rdriver  # noqa: E402
+from gpu_env import NEEDS_GPU  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver: "
-                                        + (rdriver.driver_unavailable_reason() or "0 devices"))]
+pytestmark = NEEDS_GPU
 
 
 def _torch():

@@ -18,13 +18,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
-import ptxdsl  # noqa: E402
-from ptxdsl.runtime import driver as rdriver  # noqa: E402
+from gpu_env import NEEDS_GPU, torch_sm90  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver: "
-                                        + (rdriver.driver_unavailable_reason() or "0 devices"))]
+pytestmark = NEEDS_GPU
 
 
 @pytest.mark.parametrize("swizzle,box,shape", [(0, (8, 8), (19, 12)), (32, (16, 8), (35, 12)),
@@ -37,9 +33,7 @@ pytestmark = [pytest.mark.gpu,
                                                (128, (8, 16), (19, 28))])
 def test_tma_box_bytes_match_the_interpreter(swizzle, box, shape):
     from test_interp_tma import build_copy
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an sm_90 GPU (H100/H200) for sm_90a kernels")
+    torch = torch_sm90()
     k = build_copy(box, swizzle)
     a = np.random.default_rng(swizzle).standard_normal(shape).astype(np.float32)
     grid = (-(-shape[0] // box[0])) * (-(-shape[1] // box[1]))

@@ -105,7 +105,7 @@ def test_k_zero_is_activation_of_bias():
 
 @pytest.mark.parametrize("call,match", [
     (lambda a, b: matmul(a, b[:3]), "must equal b's first matrix dim"),
-    (lambda a, b: matmul(a.astype(np.float32), b), "float16 and bfloat16"),
+    (lambda a, b: matmul(a.astype(np.float32), b), "float16, bfloat16 and float8"),
     (lambda a, b: matmul(a, b, activation="tanh"), "activation must be"),
     (lambda a, b: matmul(a, b, out_dtype=np.int32), "out_dtype must be"),
     (lambda a, b: matmul(a, b, bias=np.zeros(3, np.float32)), r"bias must be a \(6,\)"),
@@ -255,7 +255,8 @@ def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_
 
     fake = _FakeHopper()
 
-    def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device):
+    def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device, bt=None,
+                      scaled=False):
         fake.majors = (a_major, b_major)
         fake.device = device
         return fake

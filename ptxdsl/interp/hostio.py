@@ -40,6 +40,9 @@ class HostArg:
         self.framework = framework
 
 
+# 8-bit float tiles (held as their bytes) and the dtype name torch / ml_dtypes give them.
+_FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+
 _TORCH_FOR_NUMPY = {"float32": "float32", "float64": "float64", "float16": "float16",
                     "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
                     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32",
@@ -60,6 +63,8 @@ def to_numpy(x, name: str, tile) -> HostArg:
         t = x.detach()
         if t.dtype == torch.bfloat16 and tile.dtype.name == "bf16":
             a = t.cpu().view(torch.int16).numpy().view(np.uint16)
+        elif tile.dtype.name in _FP8 and str(t.dtype) == f"torch.{_FP8[tile.dtype.name]}":
+            a = t.cpu().view(torch.uint8).numpy()
         else:
             if t.dtype == torch.bfloat16 or str(t.dtype).replace("torch.", "") != \
                     _torch_dtype_for(tile):
@@ -71,6 +76,8 @@ def to_numpy(x, name: str, tile) -> HostArg:
     a = np.asarray(x)
     if tile.dtype.name == "bf16" and a.dtype.name == "bfloat16":
         a = a.view(np.uint16)
+    if a.dtype.name == _FP8.get(tile.dtype.name):   # ml_dtypes' float8: its bytes
+        a = a.view(np.uint8)
     if a.dtype != want:
         hint = " (bf16 data is passed as uint16 bit patterns)" if tile.dtype.name == "bf16" else ""
         raise LaunchError(f"argument {name} must be {want} for {tile}, got {a.dtype}{hint}; "

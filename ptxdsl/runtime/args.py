@@ -26,6 +26,9 @@ _ACCEPT = {
     "bf16": ("bfloat16",), "s8": ("int8",), "u8": ("uint8", "bool"), "s16": ("int16",),
     "u16": ("uint16",), "s32": ("int32",), "u32": ("uint32",), "s64": ("int64",),
     "u64": ("uint64",), "f16x2": ("uint32",), "bf16x2": ("uint32",),
+    # 8-bit floats: torch's float8 dtypes and ml_dtypes' (numpy); raw bytes for numpy,
+    # as bf16 takes uint16 there.
+    "e4m3": ("float8_e4m3fn",), "e5m2": ("float8_e5m2",),
 }
 
 
@@ -36,7 +39,8 @@ def accepts_dtype(tile: PtxType, name: str, kind: str) -> bool:
     ok = _ACCEPT.get(tile.name, ())
     if name in ok:
         return True
-    return tile.name == "bf16" and kind == "numpy" and name == "uint16"
+    return kind == "numpy" and (tile.name == "bf16" and name == "uint16"
+                                or tile.name in ("e4m3", "e5m2") and name == "uint8")
 
 
 def single_dtype(tile: PtxType) -> bool:

@@ -11,7 +11,7 @@ the arithmetic in between is always f32. :func:`store_e4m3_chunk` stores f32 reg
 from __future__ import annotations
 
 from ptxdsl import ptx, reg
-from ptxdsl.types import PtxType, b16, b32, b64, bf16, e4m3x2, f32, u32
+from ptxdsl.types import PtxType, b16, b32, b64, bf16, e4m3x2, e5m2x2, f16x2, f32, u16, u32
 
 
 def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
@@ -34,6 +34,10 @@ def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
         vals = [reg.scalar(f32, init=0.0 if pred is not None else None) for _ in range(vec)]
         _ld(space, hints, policy, vec, "f32", vals if vec > 1 else vals[0], addr, pred)
         return vals
+    if dtype.bytes == 1:            # e4m3 / e5m2: one byte at a time (the SIMT GEMM)
+        if vec != 1:
+            raise ValueError(f"load_chunk: {dtype.name} loads one element at a time, got {vec}")
+        return [widen_fp8(base, offset, dtype, pred, hints, space, policy)]
     if vec == 1:
         if dtype == bf16:
             h = reg.scalar(u32, init=0 if pred is not None else None)
@@ -49,6 +53,24 @@ def load_chunk(base, offset: int, dtype: PtxType, vec: int, *, pred=None,
     words = [reg.scalar(b32, init=0 if pred is not None else None) for _ in range(vec // 2)]
     _ld(space, hints, policy, vec // 2, "b32", words if vec > 2 else words[0], addr, pred)
     return [x for w in words for x in widen_pair(w, dtype)]
+
+
+def widen_fp8(base, offset: int, dtype: PtxType, pred=None, hints=(), space="global",
+              policy=None):
+    """One e4m3 / e5m2 element at ``[base+offset]`` as an f32 register: ``ld.u8`` into
+    the low byte of a packed pair (the high one 0), ``cvt.rn.f16x2.e4m3x2`` (exact: every
+    8-bit float is an f16), then the low f16 to f32 (0 where ``pred`` is false)."""
+    pair_t = {"e4m3": e4m3x2, "e5m2": e5m2x2}[dtype.name]
+    byte = reg.scalar(u16, init=0 if pred is not None else None)
+    _ld(space, hints, policy, 1, "u8", byte, ptx.addr(base, offset), pred)
+    q = reg.scalar(pair_t)
+    ptx.inst.mov.b16(q, byte)
+    h = reg.scalar(f16x2)
+    ptx.inst(f"cvt.rn.f16x2.{pair_t.name}", h, q)
+    lo, _ = ptx.unpack(h, b16)
+    v = reg.scalar(f32)
+    ptx.inst.cvt.f32.f16(v, lo)
+    return v
 
 
 def widen_pair(word, dtype: PtxType) -> tuple:

@@ -2,7 +2,8 @@
 
 ``torch.ops.ptxdsl.rms_norm(x, weight, eps, offset=0.0) -> (y, rstd)``,
 ``torch.ops.ptxdsl.rms_norm_backward(dy, x, weight, rstd, offset=0.0) -> (dx, dweight)`` and
-``torch.ops.ptxdsl.matmul(a, b, bias, activation, out_dtype) -> out`` each have a
+``torch.ops.ptxdsl.matmul(a, b, bias, activation, out_dtype) -> out`` (and
+``matmul_scaled(..., scale_a, scale_b)`` for float8 operands, without autograd) each have a
 fake (meta) implementation giving the outputs' shapes, dtypes and strides, and
 ``rms_norm`` / ``matmul`` an autograd formula, so a compiled graph
 (``torch.compile(fullgraph=True)``) holds them as single nodes and differentiates
@@ -86,14 +87,27 @@ def register() -> None:
                   activation: str | None, out_dtype: torch.dtype | None) -> torch.Tensor:
         return matmul_forward(Frame(a, "matmul"), a, b, None, out_dtype, bias, activation)
 
-    @matmul_op.register_fake
-    def _(a, b, bias, activation, out_dtype):
+    def mm_fake(a, b, bias, activation, out_dtype, *scales):
         shape = tuple(a.shape[:-1]) + (b.shape[-1],)
         if a.ndim == 3 or b.ndim == 3:
             batch = a.shape[0] if a.ndim == 3 else b.shape[0]
             shape = (batch, a.shape[-2], b.shape[-1])
-        dt = out_dtype if out_dtype is not None else a.dtype
+        dt = out_dtype if out_dtype is not None else (
+            torch.bfloat16 if a.element_size() == 1 else a.dtype)
         return a.new_empty(shape, dtype=dt)
+
+    matmul_op.register_fake(mm_fake)
+
+    # float8 operands with per-tensor scales (no autograd: see ops/matmul/fp8.py)
+    @torch.library.custom_op("ptxdsl::matmul_scaled", mutates_args=())
+    def matmul_scaled_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                         activation: str | None, out_dtype: torch.dtype | None,
+                         scale_a: torch.Tensor | None,
+                         scale_b: torch.Tensor | None) -> torch.Tensor:
+        return matmul_forward(Frame(a, "matmul"), a, b, None, out_dtype, bias, activation,
+                              None, scale_a, scale_b)
+
+    matmul_scaled_op.register_fake(mm_fake)
 
     def mm_setup(ctx, inputs, output):
         a, b, bias, activation, _out_dtype = inputs
@@ -155,9 +169,16 @@ def _substitute() -> None:
         return torch.ops.ptxdsl.rms_norm_backward(dy, x, weight, rstd, offset)
 
     @substitute_in_graph(mm_api.matmul)
-    def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation=None):
+    def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation=None, scale_a=None,
+               scale_b=None):
         activation = mm_api._ALIASES.get(activation, activation)
-        y = torch.ops.ptxdsl.matmul(a, b, bias, activation, mm_api.torch_dtype(out_dtype))
+        if a.element_size() == 1 or scale_a is not None or scale_b is not None:
+            sa, sb = (torch.full((1,), float(s), dtype=torch.float32, device=a.device)
+                      if isinstance(s, (int, float)) else s for s in (scale_a, scale_b))
+            y = torch.ops.ptxdsl.matmul_scaled(a, b, bias, activation,
+                                               mm_api.torch_dtype(out_dtype), sa, sb)
+        else:
+            y = torch.ops.ptxdsl.matmul(a, b, bias, activation, mm_api.torch_dtype(out_dtype))
         if out is not None:
             out.copy_(y)
             y = out

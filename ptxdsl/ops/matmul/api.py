@@ -8,6 +8,9 @@ arrays. The rules:
   (a 2-D operand beside a 3-D one is shared by every batch entry);
 * both ``float16`` or both ``bfloat16``; f32 accumulation; the output is
   ``out_dtype`` (``float16``, ``bfloat16`` or ``float32``; default: the inputs');
+* or 8-bit floats (``float8_e4m3fn`` / ``float8_e5m2``, any mix) with per-tensor
+  ``scale_a`` / ``scale_b``: ``act(scale_a * scale_b * (a @ b) + bias)``, bf16 output by
+  default (:mod:`.fp8` has their rules);
 * any M, N, K (K = 0 gives ``act(bias)``); each matrix row-major or column-major
   (a transposed view such as ``w.T``) with any leading stride; a matrix with neither
   unit stride is copied once. The Hopper kernel reads either major of each operand in
@@ -35,6 +38,7 @@ from ...errors import LaunchError, SourceLoc
 from ...types import PtxType, bf16, f16, f32
 from .._common.frame import DTYPES as _DTYPES, Frame, data_ptr, grad_enabled, kind_of, strides
 from . import fast as _fast
+from . import fp8 as _fp8
 from .._common.kernels import KernelCache
 
 log = logging.getLogger("ptxdsl.ops")
@@ -66,9 +70,10 @@ KERNELS = KernelCache()
 # ---------------------------------------------------------------- array plumbing
 def _dtype_of(a) -> PtxType:
     name = str(a.dtype).replace("torch.", "")
-    t = _DTYPES.get(name)
-    if t not in (f16, bf16):
-        raise _error(f"supports float16 and bfloat16 operands, got {a.dtype}")
+    t = _DTYPES.get(name) or _fp8.FP8.get(name)
+    if t not in (f16, bf16) and t not in _fp8.FP8.values():
+        raise _error(f"supports float16, bfloat16 and float8 (e4m3fn / e5m2) operands, got "
+                     f"{a.dtype}")
     return t
 
 
@@ -91,14 +96,17 @@ def _out_dtype(spec, default: PtxType) -> PtxType:
 
 
 # ---------------------------------------------------------------- the call
-def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None = None):
-    """``activation(a @ b + bias)``; see the module docstring for shapes, dtypes, layouts."""
+def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None = None,
+           scale_a=None, scale_b=None):
+    """``activation(a @ b + bias)``, or ``activation(scale_a * scale_b * (a @ b) + bias)``
+    for float8 operands; see the module docstring for shapes, dtypes, layouts."""
     activation = _ALIASES.get(activation, activation)
     if activation not in ACTIVATIONS:
         raise _error(f"activation must be None, 'relu', 'gelu' (tanh form) or 'silu', got "
                      f"{activation!r}")
     sig = None
-    if out is None and bias is None:
+    scaled = scale_a is not None or scale_b is not None
+    if out is None and bias is None and not scaled:
         # Lookup 1: the plain call made again like last time, found by one C++ guard of
         # both tensors (fast.Hot); its launch returns None where the alignment differs.
         hot = _fast.FAST.hot
@@ -110,6 +118,8 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
     if out is None:
         try:
             sig = _fast.key(a, b, bias, out_dtype, activation)
+            if scaled:
+                sig += _fp8.scale_key(scale_a, scale_b)
         except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
             sig = None
         if sig is not None:
@@ -118,19 +128,22 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
                     bias is not None and bias.requires_grad)) and grad_enabled()):
                 if getattr(run, "hot", None) is not None:
                     _fast.FAST.hot = run.hot    # this signature is the one to guard now
-                return run(a, b, bias)
+                return run(a, b, bias, scale_a, scale_b)
     frame = Frame(a, "matmul")
     if kind_of(b, "matmul") != frame.kind:
         raise _error(f"a and b must be the same kind of array, got {type(a).__name__} and "
                      f"{type(b).__name__}")
     if frame.kind == "torch" and frame.torch.is_grad_enabled() and (
             a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
+        if _fp8.dtype_of(a) or _fp8.dtype_of(b) or scaled:
+            raise _error("a float8 product is not differentiable (no backward is defined for "
+                         "per-tensor scaled operands); call it under torch.no_grad()")
         if out is not None:
             raise _error("out= writes into a caller tensor and is not differentiable; call "
                          "it under torch.no_grad(), or leave out= for training")
         from .autograd import matmul_autograd
         return matmul_autograd(a, b, bias, activation, out_dtype)
-    return forward(frame, a, b, out, out_dtype, bias, activation, sig)
+    return forward(frame, a, b, out, out_dtype, bias, activation, sig, scale_a, scale_b)
 
 
 def torch_dtype(spec):
@@ -158,21 +171,28 @@ def _shapes(a, b):
     return ba if ba is not None else bb, m, n, k
 
 
-def forward(frame, a, b, out, out_dtype, bias, activation, sig=None):
+def forward(frame, a, b, out, out_dtype, bias, activation, sig=None, scale_a=None,
+            scale_b=None):
     """The call without autograd: checks, allocation, batching, kernel choice."""
     batch, m, n, k = _shapes(a, b)
-    dt = _dtype_of(a)
-    if _dtype_of(b) != dt:
-        raise _error(f"a and b must have one dtype, got {a.dtype} and {b.dtype}")
-    odt = _out_dtype(out_dtype, dt)
+    dt, bt = _dtype_of(a), _dtype_of(b)
+    eight = dt.bytes == 1
+    if (bt.bytes == 1) != eight or (not eight and bt != dt):
+        raise _error(f"a and b must have one dtype (or both be float8), got {a.dtype} and "
+                     f"{b.dtype}")
+    if not eight and (scale_a is not None or scale_b is not None):
+        raise _error(f"scale_a / scale_b scale float8 operands; {a.dtype} operands take none")
+    odt = _out_dtype(out_dtype, bf16 if eight else dt)
+    scales = _fp8.scale_args(frame, scale_a, scale_b, a, _error) if eight else None
     bdt = None
     if bias is not None:
         if kind_of(bias, "matmul") != frame.kind or tuple(bias.shape) != (n,):
             raise _error(f"bias must be a ({n},) array of the same kind as a, got "
                          f"{type(bias).__name__} of shape {tuple(getattr(bias, 'shape', ()))}")
         bdt = _DTYPES.get(str(bias.dtype).replace("torch.", ""))
-        if bdt not in (dt, f32):
-            raise _error(f"bias dtype must be a's ({dt.name}) or float32, got {bias.dtype}")
+        if eight and bdt is None or not eight and bdt not in (dt, f32):
+            raise _error(f"bias dtype must be " + ("float16, bfloat16 or float32" if eight else
+                         f"a's ({dt.name}) or float32") + f", got {bias.dtype}")
         if strides(bias)[0] != 1:
             bias = frame.contiguous(bias)
             sig = None                  # a copied bias: no per-signature closure
@@ -196,10 +216,11 @@ def forward(frame, a, b, out, out_dtype, bias, activation, sig=None):
         ai = a[i] if a.ndim == 3 else a
         bi = b[i] if b.ndim == 3 else b
         oi = out[i] if batch is not None else out
-        k, a_t, b_t, copied, args = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation)
+        k, a_t, b_t, copied, args = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation,
+                                         bt, scales)
     if sig is not None and batch is None and not copied and frame.cuda_torch:
         run = _fast.record(k, a_t, b_t, tuple(out.shape), out.dtype, out.device,
-                           bias is not None, args, (a, b, out_dtype, activation))
+                           bias is not None, args, (a, b, out_dtype, activation), scales)
         _fast.remember(sig, run)
         if getattr(run, "hot", None) is not None:
             _fast.FAST.hot = run.hot
@@ -222,27 +243,35 @@ def _layout(frame, x):
     return frame.contiguous(x), False
 
 
-def _one(frame, a, b, out, dt, odt, bias, bdt, activation):
-    """One (M, K) @ (K, N) product into ``out``."""
+def _one(frame, a, b, out, dt, odt, bias, bdt, activation, bt=None, scales=None):
+    """One (M, K) @ (K, N) product into ``out`` (``bt``: b's dtype where it is not a's,
+    ``scales``: the two scale arrays of a float8 product)."""
+    bt = bt or dt
     a_k, a_t = _layout(frame, a)
     b_k, b_t = _layout(frame, b)
     info = frame.device(a)
     k = None
     copied = not (a_k is a or a_t) or not (b_k is b or b_t)
-    if info is not None and getattr(info, "cc", None) == (9, 0) \
-            and _hopper_ok(info, a_k, b_k, out, dt, odt):
+    hopper = info is not None and getattr(info, "cc", None) == (9, 0)
+    if hopper and dt.bytes == 1:    # 8-bit wgmma reads K-major operands only
+        ka, ta, kb, tb, moved = _fp8.k_major(frame, a, b, a_k, a_t, b_k, b_t)
+        if _hopper_ok(info, ka, kb, out, dt, odt):
+            a_k, a_t, b_k, b_t, copied = ka, ta, kb, tb, copied or moved
+    if hopper and _hopper_ok(info, a_k, b_k, out, dt, odt) and (
+            dt.bytes == 2 or (a_t, b_t) == (False, True)):
         # The Hopper kernel reads each operand in its own major: a row-major a and a
         # transposed (N, K) b are K-major, a column-major a (passed as its (K, M)
         # transpose) and a row-major (K, N) b are MN-major.
         k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt,
                           bdt, activation, info.sm_count, "MN" if a_t else "K",
-                          "K" if b_t else "MN", device_class(info))
+                          "K" if b_t else "MN", device_class(info), bt, scales is not None)
     if k is None:
-        k = kernel_for(dt, odt, a_t, b_t, bdt, activation)
+        k = kernel_for(dt, odt, a_t, b_t, bdt, activation, b_dtype=bt,
+                       scaled=scales is not None)
     log.debug("matmul %dx%dx%d %s->%s (a%s b%s, bias %s, %s): %s", int(a.shape[0]),
               int(b.shape[1]), int(a.shape[1]), dt.name, odt.name, ".T" if a_t else "",
               ".T" if b_t else "", bdt.name if bdt else None, activation, k.name)
-    args = [a_k, b_k] + ([bias] if bias is not None else [])
+    args = [a_k, b_k] + ([bias] if bias is not None else []) + list(scales or [])
     res = frame.run(k, *args, out)
     if frame.kind == "numpy" and res is not None and res is not out:
         out[...] = res
@@ -262,16 +291,19 @@ def _hopper_ok(info, a_k, b_k, out, dt, odt) -> bool:
 
 
 def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="K",
-                  device="H100"):
+                  device="H100", bt=None, scaled=False):
     """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class
     and the ``device`` class, :func:`.plan.device_class`) with operands of these majors
-    (``"K"`` / ``"MN"``, :mod:`.operands`)."""
+    (``"K"`` / ``"MN"``, :mod:`.operands`); ``bt``: B's dtype where it is not A's;
+    ``scaled``: the float8 scale arguments."""
     from .hopper import build_hopper
+    bt = bt or dt
     p = choose(m, n, k, dt, odt, sms, device=device)
-    key = ("hopper", p, dt.name, odt.name, bdt.name if bdt else None, activation, sms,
-           a_major, b_major)
+    key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
+           sms, a_major, b_major, scaled)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,
-                                                 sms=sms, a_major=a_major, b_major=b_major))
+                                                 sms=sms, a_major=a_major, b_major=b_major,
+                                                 b_dtype=bt, scaled=scaled))
 
 
 def describe(m, n, k, dt=bf16, odt=None, sms=132, device="H100") -> str:
@@ -282,11 +314,15 @@ def describe(m, n, k, dt=bf16, odt=None, sms=132, device="H100") -> str:
             f"group={p.group_m}" + (f" split={p.split}" if p.split > 1 else ""))
 
 
-def kernel_for(dt, odt, a_t, b_t, bdt, activation, frame=None):
+def kernel_for(dt, odt, a_t, b_t, bdt, activation, frame=None, *, b_dtype=None,
+               scaled=False):
     """The SIMT kernel for one layout and epilogue (any shape, stride, alignment)."""
-    key = ("simt", dt.name, odt.name, a_t, b_t, bdt.name if bdt else None, activation)
+    bt = b_dtype or dt
+    key = ("simt", dt.name, bt.name, odt.name, a_t, b_t, bdt.name if bdt else None,
+           activation, scaled)
     return KERNELS.get(key, lambda: build_simt(fallback_plan(), dt, odt, a_t=a_t, b_t=b_t,
-                                               bias=bdt, activation=activation))
+                                               bias=bdt, activation=activation,
+                                               b_dtype=bt, scaled=scaled))
 
 
 def _fill_bias(frame, out, bias, activation):

@@ -53,8 +53,12 @@ def key(a, b, bias, out_dtype, activation) -> tuple:
 
 
 def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool, args=None,
-           user=None):
-    """The closure for one signature: ``run(a, b, bias)`` allocates C and launches ``k``.
+           user=None, scales=None):
+    """The closure for one signature: ``run(a, b, bias, scale_a=None, scale_b=None)``
+    allocates C and launches ``k``. ``scales``: a float8 call's two scale arrays, as the
+    general path passed them; a later call's None scale takes the recorded one (the
+    general path's 1.0: the signature key tells None from a tensor, and calls with a
+    Python number are never recorded).
 
     With ``args`` (what the general path launched ``k`` with: the operand views, bias, C)
     the launch is bound to their signature (:func:`ptxdsl.runtime.fastpath.bind`): the
@@ -66,24 +70,32 @@ def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool, args=
     import torch
     empty = torch.empty
     if args is not None:
-        run = _bound(torch, k, args, shape, dtype, device, with_bias, user)
+        run = _bound(torch, k, args, shape, dtype, device, with_bias, user, scales)
         if run is not None:
             return run
 
-    if with_bias:
-        def run(a, b, bias):
+    if scales is not None:
+        sa0, sb0 = scales
+
+        def run(a, b, bias, sa=None, sb=None):
+            c = empty(shape, dtype=dtype, device=device)
+            k(a.t() if a_t else a, b.t() if b_t else b, *([bias] if with_bias else []),
+              sa0 if sa is None else sa, sb0 if sb is None else sb, c)
+            return c
+    elif with_bias:
+        def run(a, b, bias, sa=None, sb=None):
             c = empty(shape, dtype=dtype, device=device)
             k(a.t() if a_t else a, b.t() if b_t else b, bias, c)
             return c
     else:
-        def run(a, b, bias):
+        def run(a, b, bias, sa=None, sb=None):
             c = empty(shape, dtype=dtype, device=device)
             k(a.t() if a_t else a, b.t() if b_t else b, c)
             return c
     return run
 
 
-def _bound(torch, k, args, shape, dtype, device, with_bias: bool, user=None):
+def _bound(torch, k, args, shape, dtype, device, with_bias: bool, user=None, scales=None):
     from ...runtime import prepare, torch_private
     bound = prepare(k).bind(*args)
     if bound is None:
@@ -94,13 +106,26 @@ def _bound(torch, k, args, shape, dtype, device, with_bias: bool, user=None):
     alloc = hooks.allocator(shape, out.stride(), dtype, dev)
     cur_dev = hooks.current_device
 
+    if scales is not None:          # float8: the scale pointers before C's; no Hot
+        sa0, sb0 = scales
+
+        def run(a, b, bias, sa=None, sb=None):
+            c = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
+            ps = ((sa0 if sa is None else sa).data_ptr(), (sb0 if sb is None else sb).data_ptr())
+            if with_bias:
+                bound(a.data_ptr(), b.data_ptr(), bias.data_ptr(), *ps, c.data_ptr())
+            else:
+                bound(a.data_ptr(), b.data_ptr(), *ps, c.data_ptr())
+            return c
+        run.hot = None
+        return run
     if with_bias:
-        def run(a, b, bias):
+        def run(a, b, bias, sa=None, sb=None):
             c = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
             bound(a.data_ptr(), b.data_ptr(), bias.data_ptr(), c.data_ptr())
             return c
     else:
-        def run(a, b, bias):
+        def run(a, b, bias, sa=None, sb=None):
             c = alloc() if cur_dev() == dev else empty(shape, dtype=dtype, device=device)
             bound(a.data_ptr(), b.data_ptr(), c.data_ptr())
             return c

@@ -140,16 +140,28 @@ def _wait(labels, bar, parity) -> None:
 
 
 def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
-          a_major: str = "K", b_major: str = "K"):
+          a_major: str = "K", b_major: str = "K", b_dtype: PtxType | None = None,
+          scaled: bool = False):
     """(in_specs, out_specs, names): A and B through TMA in their majors
-    (:mod:`.operands`: A (M, K) or At (K, M), Bt (N, K) or B (K, N)), C (M, N)."""
+    (:mod:`.operands`: A (M, K) or At (K, M), Bt (N, K) or B (K, N)), [bias (N,)],
+    [scale_a, scale_b: (1,) f32 each, with ``scaled``], C (M, N)."""
     from ptxdsl.tensormap import TMA
-    a, b = operands(p, dtype, a_major, b_major)
+    a, b = operands(p, dtype, a_major, b_major, b_dtype)
     c = Tile("M", "N", out_dtype, stride="sc",
              tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))
-    ins = (a.tile("sa"), b.tile("sb")) + ((Tile("N", bias),) if bias is not None else ())
-    names = (a.arg_name, b.arg_name) + (("bias",) if bias is not None else ()) + ("C",)
+    ins = (a.tile("sa"), b.tile("sb")) + ((Tile("N", bias),) if bias is not None else ()) \
+        + ((Tile(1, f32), Tile(1, f32)) if scaled else ())
+    names = (a.arg_name, b.arg_name) + (("bias",) if bias is not None else ()) \
+        + (("scale_a", "scale_b") if scaled else ()) + ("C",)
     return ins, (c,), names
+
+
+def mma_instruction(bn: int, dtype: PtxType, b_dtype: PtxType) -> tuple[str, int]:
+    """The consumers' ``wgmma.mma_async`` opcode and its K: one instruction covers 32
+    bytes of K (16 bf16/f16, 32 e4m3/e5m2)."""
+    kk = 32 // dtype.bytes
+    return (f"wgmma.mma_async.sync.aligned.m64n{bn}k{kk}.f32.{dtype.name}.{b_dtype.name}",
+            kk)
 
 
 def grid_for(p: Plan, sms: int):
@@ -165,12 +177,27 @@ def grid_for(p: Plan, sms: int):
 
 def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType | None = None,
                  activation: str | None = None, sms: int = 132, arch: str = "sm_90a",
-                 a_major: str = "K", b_major: str = "K", _store: bool = True):
+                 a_major: str = "K", b_major: str = "K", b_dtype: PtxType | None = None,
+                 scaled: bool = False, _store: bool = True):
     """The kernel for one (plan, dtypes, operand majors, epilogue); M, N, K are run-time
     parameters. ``a_major`` / ``b_major``: ``"K"`` or ``"MN"`` (:mod:`.operands`: the
     arguments are then A (M, K) or At (K, M), and Bt (N, K) or B (K, N)).
+
+    ``dtype`` is A's element type and ``b_dtype`` B's (default: A's): bf16 / f16, or the
+    8-bit floats e4m3 / e5m2 in any mix. 8-bit operands are K-major only (wgmma has no
+    transpose for them) and take 128 elements of K per stage. ``scaled`` adds the f32
+    arguments ``scale_a`` and ``scale_b`` (one value each, per tensor): the epilogue
+    multiplies the accumulator by their product before the bias and the activation.
     ``_store=False`` (timing experiments of ``bench/matmul_tune.py`` only) leaves out the
     TMA stores of C: the output is not written."""
+    b_dtype = b_dtype or dtype
+    if b_dtype.bytes != dtype.bytes:
+        raise ValueError(f"build_hopper: A and B elements must have one size, got "
+                         f"{dtype.name} and {b_dtype.name}")
+    if dtype.bytes == 1 and (a_major, b_major) != ("K", "K"):
+        raise ValueError(f"build_hopper: 8-bit operands ({dtype.name}, {b_dtype.name}) must "
+                         f"both be K-major (wgmma cannot transpose them), got A {a_major}, "
+                         f"B {b_major}")
     if p.bm != 128 or p.bn not in (64, 128, 192, 256) or p.bk * dtype.bytes != 128 or \
             p.consumers != 2 or p.bn % p.epi_cols or p.epi_cols % 64:
         raise ValueError(f"build_hopper is written for 128 x (64, 128, 192 or 256) tiles of two "
@@ -180,18 +207,22 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"{p} needs {p.smem_bytes(dtype, out_dtype)} bytes of shared memory "
                          f"for {dtype.name} -> {out_dtype.name}, more than {SMEM_PER_CTA}")
     L = Layout(p, dtype, out_dtype)
-    ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major)
-    opa, opb = operands(p, dtype, a_major, b_major)
+    ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled)
+    opa, opb = operands(p, dtype, a_major, b_major, b_dtype)
+    mma, mma_k = mma_instruction(p.bn, dtype, b_dtype)
+    # Transpose immediates exist for 16-bit operands only.
+    trans = (opa.transpose, opb.transpose) if dtype.bytes == 2 else ()
     S, CL, SK = p.stages, p.cluster, p.split
     CLS = p.cluster_ctas
     tx_bytes = L.a_stage + L.b_stage
     share_b = L.b_stage // CL                  # the part of B each CTA of a cluster loads
-    ty = dtype.name
+    ty = dtype.name if b_dtype == dtype else f"{dtype.name}_{b_dtype.name}"
     ob = out_dtype.bytes
     name = (f"matmul_hopper_{ty}_{out_dtype.name}_n{p.bn}_s{S}_c{CL}"
             f"{f'_k{SK}' if SK > 1 else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
-            f"{'_bias' if bias else ''}{'_' + activation if activation else ''}")
+            f"{'_bias' if bias else ''}{'_scaled' if scaled else ''}"
+            f"{'_' + activation if activation else ''}")
     opts = dict(cluster=(CLS, 1, 1), raw_directives=[("explicitcluster", ()),
                                                     ("reqnctapercluster", (CLS, 1, 1))]) \
         if CLS > 1 else {}
@@ -199,11 +230,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms),
             block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, **opts)
     def matmul_hopper(*args):
+        A, B, *rest, C = args
         if bias is not None:
-            A, B, Bias, C = args
-            (pbias,) = ptx.global_ptrs(Bias)
-        else:
-            A, B, C = args
+            (pbias,) = ptx.global_ptrs(rest.pop(0))
+        if scaled:
+            psa, psb = ptx.global_ptrs(*rest)
         labels = itertools.count()
         tma_a, tma_b, tma_c = A.tma_desc(), B.tma_desc(), C.tma_desc()
         m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
@@ -271,6 +302,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", CONSUMER_REGS)
             cons = wg - 1
             acc = reg.array(f32, p.bn // 2)
+            scale = None
+            if scaled:                  # scale_a * scale_b, once per consumer thread
+                sab = [reg.scalar(f32) for _ in range(2)]
+                for r, ptr in zip(sab, (psa, psb)):
+                    ptx.inst.ld.global_.nc.f32(r, ptx.addr(ptr))
+                scale = sab[0] * sab[1]
             ring = _Ring(S)
             a_off = cons * (p.wg_m * p.bk * dtype.bytes)
             stage_c = base + L.c + cons * L.c_consumer
@@ -287,11 +324,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 sb = base + L.b + ring.slot * L.b_stage
                 da, db = opa.descriptor(sa), opb.descriptor(sb)
                 ptx.inst("wgmma.fence.sync.aligned")
-                for ks in range(p.bk // 16):            # k16 steps inside the stage
-                    ptx.inst(f"wgmma.mma_async.sync.aligned.m64n{p.bn}k16.f32.{ty}.{ty}",
-                             list(acc), da if ks == 0 else da + ks * opa.k_step,
+                for ks in range(p.bk // mma_k):         # 32-byte K steps inside the stage
+                    ptx.inst(mma, list(acc), da if ks == 0 else da + ks * opa.k_step,
                              db if ks == 0 else db + ks * opb.k_step,
-                             0 if first and ks == 0 else 1, 1, 1, opa.transpose, opb.transpose)
+                             0 if first and ks == 0 else 1, 1, 1, *trans)
                 ptx.inst("wgmma.commit_group.sync.aligned")
                 eb = empty0 + ring.slot * 8
                 ring.advance()
@@ -352,7 +388,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 with ptx.if_(rank == owner) if SK > 1 else contextlib.nullcontext():
                     store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
                                fcol, bar_id, row0, n0, n, tma_c,
-                               pbias if bias is not None else None, _store)
+                               pbias if bias is not None else None, _store, scale)
             with ptx.if_(lane == 0):
                 ptx.inst("cp.async.bulk.wait_group", 0)
         if CLS > 1:

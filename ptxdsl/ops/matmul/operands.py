@@ -2,7 +2,8 @@
 --descriptor--> wgmma, for either storage order of each operand.
 
 An operand tile is ``rows`` (M for A, N for B) by ``bk`` (K) elements per ring stage,
-with ``bk`` one 128-byte swizzle row (64 bf16/f16). Its global storage is one of:
+with ``bk`` one 128-byte swizzle row (64 bf16/f16, 128 e4m3/e5m2). Its global storage is
+one of (8-bit operands: K-major only, as wgmma reads them):
 
 * **K-major** (``major="K"``): K contiguous. A stored (M, K) row-major, B given as its
   transpose ``Bt`` (N, K) row-major (``x @ w.T`` of a linear layer). TMA boxes of
@@ -119,10 +120,11 @@ class Operand:
 
     @property
     def k_step(self) -> int:
-        """Descriptor increment (16-byte units) per k16 wgmma step: 32 bytes along a
-        K-major row, 16 rows (2048 bytes) down an MN-major atom."""
-        k16 = 32 // self.dtype.bytes
-        return (k16 * self.dtype.bytes if self.major == "K" else k16 * ROW_BYTES) >> 4
+        """Descriptor increment (16-byte units) per wgmma K step (32 bytes of K: k16 of a
+        16-bit type, k32 of an 8-bit one): 32 bytes along a K-major row, 16 rows (2048
+        bytes) down an MN-major atom (16-bit types only)."""
+        kk = 32 // self.dtype.bytes
+        return (kk * self.dtype.bytes if self.major == "K" else kk * ROW_BYTES) >> 4
 
     def descriptor(self, addr):
         """The wgmma descriptor of the tile at shared address ``addr`` (a ``.u32``, 1024-byte
@@ -157,12 +159,14 @@ class Operand:
             ptx.inst(op, *args, *([mask] if mask is not None else []))
 
 
-def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K") -> tuple:
+def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
+             b_dtype: PtxType | None = None) -> tuple:
     """(A, B) of a :class:`.plan.Plan`: A ``bm`` rows in one K-major box; B ``bn`` rows,
     each CTA of a cluster loading ``bn / cluster`` of them (multicast), in K-major boxes
-    of ``bn / 2`` rows."""
+    of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
+    e4m3 / e5m2 mix)."""
     a = Operand("A", a_major, p.bm, p.bm, p.bm, p.bk, dtype, p.l2_promotion)
-    b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, dtype,
+    b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, b_dtype or dtype,
                 p.l2_promotion)
     return a, b
 

@@ -58,7 +58,8 @@ class Plan:
 
     bm: int = 128          # CTA tile rows (M)
     bn: int = 256          # CTA tile columns (N): the wgmma N of each consumer
-    bk: int = 64           # K per stage: one 128-byte swizzle row of bf16/f16
+    bk: int = 64           # K per stage: one 128-byte swizzle row (bk_for: 64 bf16/f16,
+    #                        128 e4m3/e5m2)
     stages: int = 4        # depth of the full/empty mbarrier ring
     consumers: int = 2     # consumer warpgroups, each m64 x bn
     cluster: int = 2       # CTAs along M sharing B by TMA multicast (1: no cluster)
@@ -112,6 +113,12 @@ class Plan:
         tm = -(-m // self.bm)
         tm = -(-tm // self.cluster) * self.cluster
         return tm, -(-n // self.bn)
+
+
+def bk_for(dtype: PtxType) -> int:
+    """K per ring stage: one 128-byte swizzle row (64 bf16/f16, 128 e4m3/e5m2), so a
+    stage's bytes, the TMA boxes and the descriptors are the same for every type."""
+    return 128 // dtype.bytes
 
 
 def stages_for(p: Plan, dtype: PtxType, out_dtype: PtxType, most: int = 6) -> int:
@@ -229,9 +236,10 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
         tiles, slots = t[0] * t[1] // cluster, max(1, sms // cluster)
         return tiles / (-(-tiles // slots) * slots)
     bn = 128 if waves(128) > 1.1 * waves(256) else 256
-    p = Plan(cluster=cluster, bn=bn, l2_promotion=256)
-    p = Plan(**{**p.__dict__, **MEASURED.get((m, n, k), {}),
-                **DEVICE_MEASURED.get(device, {}).get((m, n, k), {})})
+    p = Plan(cluster=cluster, bn=bn, l2_promotion=256, bk=bk_for(dtype))
+    if dtype.bytes == 2:        # the overrides were measured with bf16 operands
+        p = Plan(**{**p.__dict__, **MEASURED.get((m, n, k), {}),
+                    **DEVICE_MEASURED.get(device, {}).get((m, n, k), {})})
     most = 4 if p.bn == 256 else 6
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 
@@ -283,7 +291,7 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
     holds only 30 clusters of 4 (two rounds), beats the 32 busy SMs of the unsplit
     kernel.
     """
-    nk = -(-k // 64)
+    nk = -(-k // bk_for(dtype))
     rows = min(64, -(-m // 16) * 16)        # one owner's live rows: what it receives
     best = None
     unsplit = 0.0
@@ -295,7 +303,8 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
                 continue
             slots = max(1, sms // s)
             busy = tiles * s / (-(-tiles // slots) * slots * s)
-            x = 2 * (s - 1) * s * rows / (DSMEM_VS_HBM * max(k, 1))
+            # f32 partials against B's elements of dtype.bytes (2: the docstring's form)
+            x = 4 * (s - 1) * s * rows / (DSMEM_VS_HBM * max(k, 1) * dtype.bytes)
             score = busy / (1 + x)
             if s == 1:
                 unsplit = max(unsplit, score)
@@ -310,7 +319,7 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
     # The split-K kernel keeps the st.shared epilogue: with stmatrix beside the 4-way
     # exchange ptxas spills 3 registers (the kernel has 168 for every role), and an owner
     # stores 64 rows (few live at small M) per K/split of streaming.
-    p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256, stmatrix=s == 1)
+    p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256, stmatrix=s == 1, bk=bk_for(dtype))
     most = 4 if bn == 256 else 6
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 
@@ -342,5 +351,5 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
 
 
 __all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "MEASURED", "DEVICE_MEASURED",
-           "device_class", "SPLITS", "SPLIT_K", "stages_for", "FallbackPlan", "fallback_plan", "tma_ok",
+           "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for", "FallbackPlan", "fallback_plan", "tma_ok",
            "SMEM_PER_CTA", "f32"]

@@ -13,7 +13,8 @@ a GPU, so it covers every layout the op accepts:
   stored ``(N, K)`` array (``x @ W.T`` of a linear layer).
 
 Per K step each thread records 4 + 4 predicated ``ld.global`` (``.u16``/``.b16``
-widened to f32 for bf16/f16) and 16 ``fma.rn.f32``; the epilogue is
+widened to f32 for bf16/f16; ``.u8`` widened through ``cvt.rn.f16x2.e4m3x2`` /
+``.e5m2x2`` for the 8-bit floats) and 16 ``fma.rn.f32``; the epilogue is
 :mod:`.epilogue`'s bias and activation and one predicated ``st.global`` per output.
 """
 from __future__ import annotations
@@ -26,36 +27,49 @@ from .epilogue import activate
 from .plan import FallbackPlan
 
 
-def specs(dtype: PtxType, out_dtype: PtxType, a_t: bool, b_t: bool, bias: PtxType | None):
+def specs(dtype: PtxType, out_dtype: PtxType, a_t: bool, b_t: bool, bias: PtxType | None,
+          b_dtype: PtxType | None = None, scaled: bool = False):
     """(in_specs, out_specs, argument names) of the kernel for one layout."""
+    bt = b_dtype or dtype
     a = Tile("K", "M", dtype, stride="sa") if a_t else Tile("M", "K", dtype, stride="sa")
-    b = Tile("N", "K", dtype, stride="sb") if b_t else Tile("K", "N", dtype, stride="sb")
-    ins = (a, b) + ((Tile("N", bias),) if bias is not None else ())
-    names = ("A", "B") + (("bias",) if bias is not None else ()) + ("C",)
+    b = Tile("N", "K", bt, stride="sb") if b_t else Tile("K", "N", bt, stride="sb")
+    ins = (a, b) + ((Tile("N", bias),) if bias is not None else ()) \
+        + ((Tile(1, f32), Tile(1, f32)) if scaled else ())
+    names = ("A", "B") + (("bias",) if bias is not None else ()) \
+        + (("scale_a", "scale_b") if scaled else ()) + ("C",)
     return ins, (Tile("M", "N", out_dtype, stride="sc"),), names
 
 
 def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool = False,
                b_t: bool = False, bias: PtxType | None = None, activation: str | None = None,
-               arch: str = "sm_90a"):
+               arch: str = "sm_90a", b_dtype: PtxType | None = None, scaled: bool = False):
     """The kernel for one (dtype, out dtype, layout, epilogue); M, N, K and the three
-    row strides are run-time parameters."""
+    row strides are run-time parameters. ``b_dtype``: B's element type where it is not
+    A's (an e4m3 / e5m2 mix); ``scaled``: the f32 arguments ``scale_a``, ``scale_b``
+    multiply the sums (8-bit operands' per-tensor scales)."""
     T, P = p.tile, p.per
-    es, oes = dtype.bytes, out_dtype.bytes
-    ins, outs, names = specs(dtype, out_dtype, a_t, b_t, bias)
+    bt = b_dtype or dtype
+    es, bes, oes = dtype.bytes, bt.bytes, out_dtype.bytes
+    ins, outs, names = specs(dtype, out_dtype, a_t, b_t, bias, bt, scaled)
     tag = f"{'t' if a_t else 'n'}{'t' if b_t else 'n'}"
+    ty = dtype.name if bt == dtype else f"{dtype.name}_{bt.name}"
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=lambda M, N, K: (-(-N // T), -(-M // T), 1), block=(256, 1, 1), arch=arch,
-            name=f"matmul_simt_{tag}_{dtype.name}_{out_dtype.name}"
-                 f"{'_bias' if bias else ''}{'_' + activation if activation else ''}")
+            name=f"matmul_simt_{tag}_{ty}_{out_dtype.name}"
+                 f"{'_bias' if bias else ''}{'_scaled' if scaled else ''}"
+                 f"{'_' + activation if activation else ''}")
     def matmul_simt(*args):
+        A, B, *rest, C = args
+        pa, pb, pc = ptx.global_ptrs(A, B, C)
         if bias is not None:
-            A, B, Bias, C = args
-            pa, pb, pbias, pc = ptx.global_ptrs(A, B, Bias, C)
-        else:
-            A, B, C = args
-            pa, pb, pc = ptx.global_ptrs(A, B, C)
+            (pbias,) = ptx.global_ptrs(rest.pop(0))
+        scale = None
+        if scaled:
+            sab = [reg.scalar(f32) for _ in range(2)]
+            for r, ptr in zip(sab, ptx.global_ptrs(*rest)):
+                ptx.inst.ld.global_.nc.f32(r, ptx.addr(ptr))
+            scale = sab[0] * sab[1]
         m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
         sa, sb, sc = (ptx.dim(s, kind="stride") for s in ("sa", "sb", "sc"))
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
@@ -75,13 +89,13 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
 
         # A[r, kk]: row-major A steps es per k; a transposed one steps a row (sa).
         a_ptrs = [pa + wide(r, es if a_t else sa * es) for r in rows]
-        b_ptrs = [pb + wide(c, sb * es if b_t else es) for c in cols]
+        b_ptrs = [pb + wide(c, sb * bes if b_t else bes) for c in cols]
         a_step = wide(sa, es) if a_t else es
-        b_step = es if b_t else wide(sb, es)
+        b_step = bes if b_t else wide(sb, bes)
         acc = [[reg.scalar(f32, init=0.0) for _ in range(P)] for _ in range(P)]
         for _ in ptx.range_(k):
             av = [load_chunk(a_ptrs[i], 0, dtype, 1, pred=row_ok[i])[0] for i in range(P)]
-            bv = [load_chunk(b_ptrs[j], 0, dtype, 1, pred=col_ok[j])[0] for j in range(P)]
+            bv = [load_chunk(b_ptrs[j], 0, bt, 1, pred=col_ok[j])[0] for j in range(P)]
             for i in range(P):
                 for j in range(P):
                     ptx.inst.fma.rn.f32(acc[i][j], av[i], bv[j], acc[i][j])
@@ -96,7 +110,8 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
         for i in range(P):
             crow = pc + wide(rows[i], sc * oes)
             for j in range(P):
-                v = acc[i][j] + bvals[j] if bvals is not None else acc[i][j]
+                v = acc[i][j] * scale if scale is not None else acc[i][j]
+                v = v + bvals[j] if bvals is not None else v
                 v = activate(v, activation)
                 store_chunk(crow + wide(cols[j], oes), 0, out_dtype, narrow([v], out_dtype),
                             pred=row_ok[i] & col_ok[j])

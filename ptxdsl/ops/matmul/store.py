@@ -21,8 +21,10 @@ from .epilogue import activate
 
 
 def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, fcol, bar_id,
-              row0, n0, n, tma_c, pbias, store=True):
-    """Store one consumer's 64 x ``bn`` accumulator (see the module docstring).
+              row0, n0, n, tma_c, pbias, store=True, scale=None):
+    """Store one consumer's 64 x ``bn`` accumulator (see the module docstring); with
+    ``scale`` (an f32 register: an 8-bit product's ``scale_a * scale_b``) each value is
+    ``act(acc * scale + bias)``.
 
     Addresses: the thread's element ``(row, col)`` of a panel lies at byte ``row*128 +
     16*((b >> 4) ^ (row & 7)) + (b & 15)`` with ``b = (col % pc) * ob``. ``b >> 4`` is a
@@ -51,6 +53,8 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
         vals = []
         for r in range(4):
             v = acc[4 * gj + r]
+            if scale is not None:
+                v = v * scale
             if bv is not None:
                 v = v + bv[r & 1]
             vals.append(activate(v, activation))

@@ -7,12 +7,14 @@ rasterization group, the stmatrix or st.shared epilogue, and at M <= 128 the spl
 factor. Operands as ``bench/matmul.py`` makes them (``b = W.T``, random normal bf16,
 enough copies to stream from HBM where they would fit in L2). Every candidate is validated
 before it is timed: at the timed shape against a float64 product (output prefilled with
-NaN, relative error < 1e-2) and at a ragged shape (379 x 1000 x 520). Timing: sustained
+NaN, relative error < 1e-2) and at a ragged shape (379 x 1000 x 528). Timing: sustained
 blocks of ``--block-ms`` (``bench.matmul.time_block``), ``--rounds`` interleaved rounds,
 best block kept. Writes ``$OUT/matmul_plans.json`` after every shape.
 
     python bench/matmul_plans.py                       # the default weak shapes
     python bench/matmul_plans.py --shapes 16384x28672x8192,128x4096x14336 --api
+    python bench/matmul_plans.py --fp8 --shapes 8192x8192x8192   # e4m3 operands, scaled,
+                                   # beside torch._scaled_mm (bench/matmul_fp8.py's sets)
 """
 from __future__ import annotations
 
@@ -34,17 +36,19 @@ SMALL_NK = [(4096, 4096), (4096, 14336), (6144, 4096), (8192, 8192), (14336, 409
 DEFAULT = [f"128x{n}x{k}" for n, k in SMALL_NK] + LARGE + [f"16x{n}x{k}" for n, k in SMALL_NK]
 
 
-def candidates(m, n, k, sms, device="H100"):
-    """name -> Plan for one shape (duplicates of ``base`` dropped)."""
+def candidates(m, n, k, sms, device="H100", dt=None):
+    """name -> Plan for one shape (duplicates of ``base`` dropped); ``dt``: the operands'
+    type (bf16 unless given)."""
     from ptxdsl.ops.matmul.plan import choose, stages_for
     from ptxdsl.types import bf16
-    base = choose(m, n, k, bf16, bf16, sms, device=device)
+    dt = dt or bf16
+    base = choose(m, n, k, dt, bf16, sms, device=device)
 
     def mk(**kw):
         p = dataclasses.replace(base, **kw)
         if "stages" not in kw:
             most = {64: 8, 128: 6, 192: 5, 256: 4}[p.bn]
-            p = dataclasses.replace(p, stages=stages_for(p, bf16, bf16, most))
+            p = dataclasses.replace(p, stages=stages_for(p, dt, bf16, most))
         return p
     out = {"base": base}
     if m <= 128:
@@ -90,7 +94,14 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--api", action="store_true", help="also time ptxdsl.ops.matmul")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting shapes after")
+    ap.add_argument("--fp8", action="store_true", help="e4m3 operands with scales")
     a = ap.parse_args(argv)
+    from ptxdsl.types import e4m3
+    dt = e4m3 if a.fp8 else bf16
+    scale = 0.125 if a.fp8 else 1.0
+    if a.fp8:
+        from bench.matmul_fp8 import make_sets as fp8_sets
+        fp8_args = (torch.tensor([0.5], device="cuda"), torch.tensor([0.25], device="cuda"))
     t0 = time.time()
     props = torch.cuda.get_device_properties(0)
     sms, l2 = props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20)
@@ -99,46 +110,55 @@ def main(argv=None):
     cls = device_class(driver.get().device(torch.cuda.current_device()))
     path = os.path.join(os.environ.get("OUT", "."), "matmul_plans.json")
     result = {"device": torch.cuda.get_device_name(), "sms": sms, "layout": "lin",
+              "dtype": dt.name,
               "date": time.strftime("%Y-%m-%dT%H:%M"), "block_ms": a.block_ms,
               "rounds": a.rounds, "rows": []}
     built = {}
     g = torch.Generator(device="cuda").manual_seed(1)
-    ra = torch.randn(379, 520, device="cuda", generator=g).to(torch.bfloat16)
-    rw = torch.randn(1000, 520, device="cuda", generator=g).to(torch.bfloat16)
-    rref = ra.double() @ rw.double().t()
+    tdt = torch.float8_e4m3fn if a.fp8 else torch.bfloat16
+    ra = torch.randn(379, 528, device="cuda", generator=g).to(tdt)
+    rw = torch.randn(1000, 528, device="cuda", generator=g).to(tdt)
+    rref = ra.double() @ rw.double().t() * scale
+    extra = fp8_args if a.fp8 else ()
     warm(1.0)
     for shape in a.shapes.split(","):
         if time.time() - t0 > a.budget_s:
             print("budget spent; stopping before", shape, flush=True)
             break
         m, n, k = (int(v) for v in shape.split("x"))
-        sets = make_sets(m, n, k, "lin", l2)
+        if a.fp8:       # (a, b, scale_a, scale_b) sets; cuBLAS is torch._scaled_mm
+            sets = [(x, b) for x, b, _, _ in fp8_sets(m, n, k, l2)]
+            live = {"cuBLAS": lambda x, b: torch._scaled_mm(
+                x, b, scale_a=fp8_args[0], scale_b=fp8_args[1], out_dtype=torch.bfloat16)}
+        else:
+            sets = make_sets(m, n, k, "lin", l2)
+            live = {"cuBLAS": lambda x, b: torch.matmul(x, b)}
         x, b = sets[0]
-        ref = x.double() @ b.double()
-        live = {"cuBLAS": lambda x, b: torch.matmul(x, b)}
+        ref = x.double() @ b.double() * scale
         row, plans = {}, {}
         if a.api:       # the op itself (ptxdsl.ops.matmul, as bench/matmul.py calls it)
             from ptxdsl.ops import matmul as op
-            e = rel_err(op(x, b), ref)
+            kw = dict(scale_a=fp8_args[0], scale_b=fp8_args[1]) if a.fp8 else {}
+            e = rel_err(op(x, b, **kw), ref)
             if e < 1e-2:
-                live["api"] = lambda x, b: op(x, b)
+                live["api"] = lambda x, b: op(x, b, **kw)
             else:
                 row["api"] = {"error": f"err={e:.3g}"}
-        for name, p in candidates(m, n, k, sms, cls).items():
+        for name, p in candidates(m, n, k, sms, cls, dt).items():
             plans[name] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
             try:
                 if p not in built:
-                    built[p] = build_hopper(p, bf16, bf16, sms=sms)
+                    built[p] = build_hopper(p, dt, bf16, sms=sms, scaled=a.fp8)
                 kern = built[p]
 
                 def run(x, b, kern=kern):
                     c = torch.empty(x.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)
-                    kern(x, b.t(), c)
+                    kern(x, b.t(), *extra, c)
                     return c
                 c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                kern(x, b.t(), c)
+                kern(x, b.t(), *extra, c)
                 cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
-                kern(ra, rw, cr)
+                kern(ra, rw, *extra, cr)
                 torch.cuda.synchronize()
                 e1, e2 = rel_err(c, ref), rel_err(cr, rref)
                 del c

@@ -61,8 +61,8 @@ def fake_hopper(monkeypatch, tmp_path):
         self.cpu = False
 
     def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major="K", b_major="K",
-                      device="H100"):
-        kern = real_hk(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device)
+                      device="H100", bt=None, scaled=False):
+        kern = real_hk(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device, bt, scaled)
         cu.register(kern, _impl(a_major, b_major, bdt is not None))
         return kern
     monkeypatch.setattr(fr.Frame, "__init__", init)

@@ -185,6 +185,10 @@ MEASURED = {(1024, 6144, 4096): {"cluster": 1}, (2048, 2048, 2048): {"bn": 128, 
 # against 691 and 710 for 128 x 256 (cuBLAS 668 and 684); on an H100 the two tied (713,
 # 714; cuBLAS 717): bench/results/matmul_plans_h200.json, matmul_plans_h100_2.json.
 DEVICE_MEASURED = {"H200": {(4096, 4096, 4096): {"bn": 128}}}
+# e4m3 operands (MEASURED is bf16's: at 1024 x 6144 x 4096 e4m3 ran 1279 TFLOP/s with the
+# rule's cluster of 2 against 1252 without). 2048^3 without a cluster: 1041 against the
+# rule's 843 (cuBLAS fp8 736); bench/results/matmul_plans_fp8_h100.json.
+MEASURED_FP8 = {(2048, 2048, 2048): {"cluster": 1}}
 HBM3E_BANDWIDTH = 4e12   # bytes/s: the H200's 4.8 TB/s against the H100 SXM's 3.35
 
 
@@ -196,13 +200,19 @@ def device_class(info) -> str:
 
 
 def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType):
-    """The :data:`ONE_ROW_MEASURED` plan of a measured (M class, N, K), else None."""
+    """The :data:`ONE_ROW_MEASURED` plan of a measured (M class, N, K), else None.
+
+    e4m3 operands take the same table: at M = 128 its plan was within 4% of the fastest
+    e4m3 candidate at each of the seven shapes, and 1.0-1.6x the rule's plan
+    (``bench/matmul_plans.py --fp8``, ``bench/results/matmul_plans_fp8_h100.json``:
+    e.g. 128 x 4096 x 14336 n64 s2 526 TFLOP/s against the rule's 328, cuBLAS fp8 567);
+    M = 16 follows it untimed."""
     got = ONE_ROW_MEASURED.get((16 if m <= 16 else 128, n, k))
-    if got is None or dtype.bytes != 2:
+    if got is None:
         return None
     bn, s = got
     p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256, stmatrix=s == 1,
-             epi_cols=min(bn, 128))
+             epi_cols=min(bn, 128), bk=bk_for(dtype))
     most = {64: 8, 128: 6, 256: 4}[bn]
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 
@@ -240,6 +250,8 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     if dtype.bytes == 2:        # the overrides were measured with bf16 operands
         p = Plan(**{**p.__dict__, **MEASURED.get((m, n, k), {}),
                     **DEVICE_MEASURED.get(device, {}).get((m, n, k), {})})
+    else:
+        p = Plan(**{**p.__dict__, **MEASURED_FP8.get((m, n, k), {})})
     most = 4 if p.bn == 256 else 6
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
 
@@ -351,5 +363,5 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
 
 
 __all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "MEASURED", "DEVICE_MEASURED",
-           "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for", "FallbackPlan", "fallback_plan", "tma_ok",
+           "MEASURED_FP8", "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for", "FallbackPlan", "fallback_plan", "tma_ok",
            "SMEM_PER_CTA", "f32"]

@@ -685,6 +685,7 @@ def cpu_torch_as_cuda(monkeypatch=None, *, stream=0):
     raw_stream = abs if stream == 0 else (lambda device: stream)
     patches = [(torch._C, "_cuda_getCurrentRawStream", raw_stream),
                (torch._C, "_cuda_getDevice", int),                 # int() == 0
+               (torch._C, "_cuda_isCurrentStreamCapturing", bool),  # bool() is False
                (guards, "_empty_strided_cuda", guards._empty_strided_cpu),
                (radapter, "_torch_view", view), (rlaunch, "allocate", allocate),
                (torch_private, "HOOKS", torch_private.HookCache())]  # hooks see the stand-ins

@@ -87,7 +87,8 @@ def test_numpy_inputs_run_on_the_gpu():
 
 
 @pytest.mark.parametrize("shape", [(2048, 8192), (4096, 1000), (7, 4097), (300, 96),
-                                   (5, 65536), (300, 16384), (9, 12288)])
+                                   (5, 65536), (300, 16384), (9, 12288), (1, 8192),
+                                   (7, 4096), (33, 1024), (130, 96)])
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 def test_backward_deterministic_and_matches_autograd(shape, dt):
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -108,6 +109,50 @@ def test_backward_deterministic_and_matches_autograd(shape, dt):
     tol = 1e-5 if dt == "f32" else 1e-2
     assert ((dx.double() - x64.grad).abs().max() / x64.grad.abs().max()).item() < tol
     assert ((dw.double() - w64.grad).abs().max() / w64.grad.abs().max()).item() < tol
+
+
+def test_few_rows_backward_grids_share_the_stream_workspace():
+    """Few rows run a grid of M rounded up to a power of two CTAs (at most the device's);
+    calls of different grids take turns on one stream's barrier words and partials
+    (the fast path's recorded launches included) and each stays right and repeatable."""
+    from ptxdsl.ops.rmsnorm import plan as choice
+    from ptxdsl.ops.rmsnorm.fwd import max_vec
+    from ptxdsl.runtime import driver
+    from ptxdsl.types import bf16
+    info = driver.get().device(torch.cuda.current_device())
+    arch = "sm_90a" if info.cc == (9, 0) else info.arch
+    n = 4096
+    full, _ = choice.backward_kernel(n, bf16, bf16, max_vec(n, bf16), arch, info.sm_count,
+                                     info)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    cases = []
+    for m in (1, 7, 2048, 33, 3, 2048, 1):
+        x = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+        w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(torch.bfloat16)
+        dy = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+        rstd = torch.rsqrt((x.double() ** 2).mean(-1) + EPS).float()
+        p, k = choice.backward_kernel(n, bf16, bf16, max_vec(n, bf16), arch, info.sm_count,
+                                      info, m=m)
+        assert p.grid == min(full.grid, 1 << (m - 1).bit_length()), (m, p.grid, full.grid)
+        assert p.fused and k.grid[0] == p.grid
+        cases.append((dy, x, w, rstd))
+    rounds = []
+    for _ in range(2):  # the second round through the fast path's recorded launches
+        rounds.append([])
+        for dy, x, w, rstd in cases:
+            dx, dw = rms_norm_backward(dy, x, w, rstd)
+            again = rms_norm_backward(dy, x, w, rstd)
+            assert torch.equal(dw.view(torch.int16), again[1].view(torch.int16))
+            assert torch.equal(dx, again[0])
+            x64 = x.double().requires_grad_()
+            w64 = w.double().requires_grad_()
+            y64 = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + EPS) * w64
+            y64.backward(dy.double())
+            assert ((dx.double() - x64.grad).abs().max() / x64.grad.abs().max()).item() < 1e-2
+            assert ((dw.double() - w64.grad).abs().max() / w64.grad.abs().max()).item() < 1e-2
+            rounds[-1].append(dw)
+    for a, b in zip(*rounds):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
 def test_autograd_module_matches_float64():

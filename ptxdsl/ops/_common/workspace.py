@@ -52,12 +52,21 @@ class Workspace:
             if entry is None or entry[1] < elems:
                 # Allocated, and zeroed, on this stream: ordered before the launch that
                 # uses it; the old buffer (if any) is freed stream-ordered too.
-                t = torch.zeros(HEADER + elems, dtype=torch.int32,
-                                device=torch.device("cuda", device))
+                t = self._zeros(hooks, device, HEADER + elems)
                 if entry is None and len(self._buffers) >= self.limit:
                     self._buffers.pop(next(iter(self._buffers)))
                 entry = self._buffers[(device, stream)] = (t, elems, t.data_ptr())
         return entry[0], entry[2]
+
+    @staticmethod
+    def _zeros(hooks, device: int, n: int):
+        """``n`` zeroed int32 on ``device``: through the hooks' allocator where it is
+        torch's current device (what the fast path allocates with, and what a fake GPU
+        replaces in the tests), else ``torch.zeros`` on it."""
+        torch = hooks.torch
+        if hooks.current_device() == device:
+            return hooks.allocator((n,), (1,), torch.int32, device)().zero_()
+        return torch.zeros(n, dtype=torch.int32, device=torch.device("cuda", device))
 
     def release(self) -> None:
         """Drop every cached buffer (their memory returns to torch's caching allocator)."""

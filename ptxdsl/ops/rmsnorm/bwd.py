@@ -17,14 +17,27 @@ the launch is cooperative) then lets the CTAs sum that buffer down its
 columns, again in a fixed order. No float atomics: the same inputs give the
 same bits on every run.
 
+Few rows, few CTAs: every CTA writes a whole partial row, and the sum reads all ``G``
+of them, whether or not the CTA had a row. At M=1, N=8192 (bf16) an H100's grid (at
+least its 132 SMs) wrote and read back 4 MB or more of partials for a row of 16 KiB,
+and took 33 us against 21.5 us for a copy of the row's bytes
+(bench/results/rmsnorm_h100.json). So a call of fewer rows than the device's grid
+runs ``min(G, M rounded up to a power of two)`` CTAs (:func:`rows_grid`,
+``plan_backward(rows=M)``): one grid, so one set of bits, per row count, and at most
+about log2(G) more kernels per (N, dtype) (nine below 396). A grid of no more CTAs
+than a CTA has warps then sums dW a column tile per warp
+(``_sum_partials_by_warp``), not a column tile per CTA, which would leave one CTA
+to walk most of the tiles one after another.
+
 The barrier is an arrival counter and a generation word (``WS``, two u32 that
 must be zero before first use). The last CTA to arrive resets the counter and
 bumps the generation; the others wait for the bump. The words are left ready
-for the next launch, so one workspace serves every launch on one stream.
+for the next launch, so one workspace serves every launch on one stream, whatever
+its ``G``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, b32, f32, u32, u64
@@ -73,6 +86,25 @@ class BwdPlan(RowSplit):
         """Warps of a CTA, each summing every ``slices``-th partial row for dW."""
         return self.threads // WARP
 
+    def for_rows(self, rows: int) -> BwdPlan:
+        """This plan for a call of ``rows`` rows: its grid cut to :func:`rows_grid` (the
+        plan itself where that changes nothing). The smaller grid's dW sum is fused
+        wherever this plan's was, and wherever its partial rows per thread are few
+        enough (:data:`MAX_FUSED_ROWS`). Everything else stays: the kernel is this
+        plan's with a smaller ``G`` (every CTA owns at most one row)."""
+        g = rows_grid(self.grid, rows)
+        if g == self.grid:
+            return self
+        return replace(self, grid=g,
+                       fused=self.fused or -(-g // self.slices) <= MAX_FUSED_ROWS)
+
+
+def rows_grid(grid: int, rows: int) -> int:
+    """The persistent grid for ``rows`` rows: ``grid``, or fewer CTAs where there are
+    fewer rows, ``rows`` rounded up to a power of two (a CTA without a row still
+    writes a partial row of zeros that the dW sum reads; the rounding keeps the
+    kernels built per (N, dtype) to about ``log2(grid)``)."""
+    return min(grid, 1 << (max(1, rows) - 1).bit_length())
 
 
 # Most partial rows one thread sums in the fused dW reduction.
@@ -82,10 +114,13 @@ MAX_FUSED_ROWS = 128
 def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = None,
                   threads: int | None = None, ctas_per_sm: int | None = None,
                   prefetch: bool | None = None, fused: bool | None = None,
-                  stages: int | None = None) -> BwdPlan:
+                  stages: int | None = None, rows: int | None = None) -> BwdPlan:
     """The backward schedule for rows of ``n``: threads per row, the persistent grid,
     and how a row is held (registers, optionally with the next row prefetched;
-    a shared-memory ring of ``stages`` rows; or streamed twice from global memory)."""
+    a shared-memory ring of ``stages`` rows; or streamed twice from global memory).
+
+    ``rows``: the call's row count, where known; fewer rows than the grid cut the
+    grid (:meth:`BwdPlan.for_rows`)."""
     vec = vec or max_vec(n, dtype)
     chunks = -(-n // vec)
     if threads is None:
@@ -127,10 +162,16 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
         # Hopper: at most 32 CTAs, 2048 threads and 64K registers per SM.
         ctas_per_sm = max(1, min(smem_cap, 2048 // threads, 65536 // (threads * regs)))
     grid = sms * ctas_per_sm
+    asked = fused
     if fused is None:
         fused = -(-grid // (threads // WARP)) <= MAX_FUSED_ROWS
-    return BwdPlan(n, vec, threads, grid, prefetch and not streaming,
-                   not (streaming or stages), streaming, fused, stages=stages)
+    p = BwdPlan(n, vec, threads, grid, prefetch and not streaming,
+                not (streaming or stages), streaming, fused, stages=stages)
+    if rows is not None:
+        p = p.for_rows(rows)
+        if asked is not None:
+            p = replace(p, fused=asked)
+    return p
 
 
 def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "sm_90a",
@@ -165,7 +206,10 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
             ptx.inst.fence.acq_rel.gpu()
             ptx.bar.sync(0)
             _grid_barrier(pws, tid, G)
-            _sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta)
+            if G <= p.slices:  # few rows' grids: a column tile per warp
+                _sum_partials_by_warp(p.n, G, p.slices, wdtype, pdwp, pdw, tid, cta)
+            else:
+                _sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta)
         return rms_norm_bwd
 
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
@@ -369,6 +413,40 @@ def _sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, c
 
 
 UNROLL = 8  # partial-row loads a thread keeps in flight in the dW reduction
+
+
+def _sum_partials_by_warp(N: int, G: int, S: int, wdtype, pdwp, pdw, tid, cta):
+    """dW[j] = sum over g < G of DWP[g, j], rows ascending, for grids of no more CTAs
+    (partial rows) than a CTA has warps (``G <= S``): the grids of few rows.
+
+    :func:`_sum_partials` there would leave all but ``G`` of a CTA's warps idle and
+    walk ``N / (32 vec G)`` column tiles one after another per CTA, each behind two
+    CTA barriers (a grid of one CTA: 64 of them for 8192 columns). Here each warp of
+    the grid takes column tiles of its own (warp ``cta * S + w``, then every ``G * S``-th
+    tile) and sums all ``G`` rows of each itself, :data:`UNROLL` loads in flight at a
+    time; no shared memory, no barriers.
+    """
+    vec = 4 if N % 4 == 0 else 1
+    cols = 32 * vec
+    tiles = -(-N // cols)
+    lane = tid & (WARP - 1)
+    warp = cta * S + (tid >> 5)
+    row_bytes = N * 4
+    for tile in ptx.range_(warp, tiles, G * S):
+        col = tile * cols + lane * vec
+        ok = col < N
+        base = pdwp + col * 4
+        acc = None
+        for first in range(0, G, UNROLL):  # UNROLL loads in flight, then their sum
+            # .cg: the partials were written by other SMs; read them from L2.
+            rows = [load_chunk(base, g * row_bytes, f32, vec, pred=ok, hints=("cg",))
+                    for g in range(first, min(G, first + UNROLL))]
+            if acc is None:
+                acc = rows.pop(0)
+            for vals in rows:
+                for a, v in zip(acc, vals):
+                    ptx.inst.add.f32(a, a, v)
+        store_chunk(pdw + col * wdtype.bytes, 0, wdtype, narrow(acc, wdtype), pred=ok)
 
 
 def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,

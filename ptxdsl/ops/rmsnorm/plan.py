@@ -268,8 +268,10 @@ def _resident(p, get, info):
 SHORT_HALF_CTAS = 3
 
 
-def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0.0):
-    """The backward kernel and its plan, with as many CTAs as the device holds at once.
+def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0.0,
+                    m=None):
+    """The backward kernel and its plan, with as many CTAs as the device holds at once,
+    or, for a call of ``m`` rows (None: as many as there may be), fewer.
 
     The launch is cooperative, so the grid must be resident; the plan's register
     estimate sizes it first, then the driver's occupancy for the compiled kernel
@@ -286,14 +288,51 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
     Short half-precision rows (256 threads or fewer, N >= 1000) run at most
     :data:`SHORT_HALF_CTAS` CTAs per SM, with the same L2 prefetch (measured:
     "backward: short half-precision rows at three CTAs per SM").
+
+    Few rows, few CTAs: a CTA without a row still writes its partial row of dW (zeros)
+    and the sum reads every CTA's, so ``m`` rows fewer than that grid run ``m`` rounded
+    up to a power of two CTAs instead (:meth:`~.bwd.BwdPlan.for_rows`; 1x8192 bf16
+    took 33 us on an H100, against 21.5 us for a copy of its bytes, every CTA of the
+    device's grid moving a partial row of 32 KiB for one row of 16 KiB). That kernel
+    is the device's plan's with a smaller ``G`` (a ``G`` of at most the CTA's warps
+    sums dW a column tile per warp, :mod:`.bwd`). Its dW sum is fused (one launch)
+    wherever the device's was, or its partial rows per thread are few enough; fused,
+    the driver is asked whether its grid is resident (it is wherever the device's grid
+    was, but for the registers of the differently unrolled dW sum): where not, the
+    device's fused plan runs, or the smaller grid in two launches. Long rows' cluster
+    kernels keep their grid.
     """
     cluster = _cluster_backward(n, dt, wdt, vec, arch, sms, info, offset)
     if cluster is not None:
         return cluster
+    p, k = _device_backward(n, dt, wdt, vec, arch, sms, info, offset)
+    if m is None:
+        return p, k
+    q = p.for_rows(m)
+    if q is p:
+        return p, k
+    kq = _backward_built(q, n, dt, wdt, vec, arch, offset)
+    if info is not None and q.fused:
+        from ...runtime import prepare
+        if prepare(kq).resident_ctas(info.ordinal) < q.grid:  # its own shared memory
+            if p.fused:
+                return p, k
+            q = dataclasses.replace(q, fused=False)
+            kq = _backward_built(q, n, dt, wdt, vec, arch, offset)
+    return q, kq
 
+
+def _backward_built(p, n, dt, wdt, vec, arch, offset):
+    """The (cached) one-CTA-per-row backward kernel of plan ``p``."""
+    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.fused, p.l2_ahead, arch,
+                        offset),
+                       lambda: build_backward(p, dt, wdt, arch=arch, offset=offset))
+
+
+def _device_backward(n, dt, wdt, vec, arch, sms, info, offset):
+    """:func:`backward_kernel`'s plan and kernel for as many rows as there may be."""
     def get(p):
-        return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.l2_ahead, arch, offset),
-                           lambda: build_backward(p, dt, wdt, arch=arch, offset=offset))
+        return _backward_built(p, n, dt, wdt, vec, arch, offset)
     p = plan_backward(n, dt, sms, vec=vec)
     halves = p.prefetch and dt.bytes == 2 and vec * dt.bytes == 16
     short = halves and p.threads <= 256 and n >= 1000  # 1000: the shortest measured

@@ -300,7 +300,7 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
     bt = bt or dt
     p = choose(m, n, k, dt, odt, sms, device=device)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
-           sms, a_major, b_major, scaled)
+           sms, scaled, a_major, b_major)     # the majors last (tests read them there)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,
                                                  sms=sms, a_major=a_major, b_major=b_major,
                                                  b_dtype=bt, scaled=scaled))

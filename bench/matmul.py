@@ -16,7 +16,8 @@ writes C transposed ((N, M), its documented layout): it is validated transposed.
 Timing is sustained: after validation the GPU is kept busy for half a second, then
 each contender runs back-to-back blocks of calls of at least ``--block-ms`` each
 between two CUDA events (time per call = block time / calls), in ``--rounds``
-interleaved rounds (every other one reversed); each contender keeps its best block.
+interleaved rounds (rotated and every other one reversed: ``round_orders``); each
+contender keeps its best block.
 Inputs rotate over enough copies to exceed L2 for the small shapes. The table is
 printed last; JSON goes to ``$OUT/matmul.json`` (or ``--json``).
 
@@ -199,6 +200,32 @@ def time_block(fn, sets, block_ms: float) -> float:
     return s.elapsed_time(e) * 1000.0 / calls
 
 
+def round_orders(names: list, rounds: int) -> list[list]:
+    """The contenders' order in each timing round: every other round reversed, then
+    rotated by ``r * len / rounds``, so that over the rounds each contender runs early and
+    late, after different ones. At the power cap the clocks depend on what ran just
+    before: in one plan sweep (``bench/matmul_plans.py``, H200, e4m3 8192^3) the same kernel
+    timed 1395 TFLOP/s second in line and 1305 third; alternating one order only kept
+    the contender in the middle in the middle."""
+    out, n = [], len(names)
+    for r in range(rounds):
+        base = names if r % 2 == 0 else names[::-1]
+        k = (r * n) // max(rounds, 1) if n else 0
+        out.append(base[k:] + base[:k])
+    return out
+
+
+def timed_rounds(live: dict, sets, rounds: int, block_ms: float, flop: float, row: dict):
+    """Each contender's best sustained block over ``rounds`` rounds (:func:`round_orders`)
+    into ``row[name]`` as ``us`` and ``tflops``."""
+    for order in round_orders(list(live), rounds):
+        for name in order:
+            us = time_block(live[name], sets, block_ms)
+            if us < row.setdefault(name, {}).get("us", float("inf")):
+                row[name].update(us=us, tflops=flop / us / 1e6)
+    return row
+
+
 def warm(seconds: float) -> None:
     torch = _torch()
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
@@ -236,13 +263,7 @@ def bench_shape(m, n, k, contenders, args, l2):
     del ref
     flop = 2.0 * m * n * k
     warm(args.warm)
-    names = list(live)
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            us = time_block(live[name], sets, args.block_ms)
-            if us < row[name].get("us", float("inf")):
-                row[name].update(us=us, tflops=flop / us / 1e6)
-    return row
+    return timed_rounds(live, sets, args.rounds, args.block_ms, flop, row)
 
 
 def host_cost(contenders, calls=3000) -> dict:

@@ -8,8 +8,8 @@ the layout both fp8 kernels read (K-major), from random normal values; scales 0.
 0.25 as one-element f32 tensors on the GPU; bf16 output. Every result is validated
 against the float64 product of the same 8-bit values times the scales (relative Frobenius
 error under 1e-2, all finite) before it is timed, as in ``bench/matmul.py``, whose
-sustained timing (``time_block``: back-to-back blocks between two CUDA events, interleaved
-rounds, each contender's best block) this uses. The table is printed last; JSON goes to
+sustained timing (``timed_rounds``: back-to-back blocks between two CUDA events, rounds
+in rotated orders, each contender's best block) this uses. The table is printed last; JSON goes to
 ``$OUT/matmul_fp8.json`` (or ``--json``).
 
     PYTHONPATH=. python bench/matmul_fp8.py            # squares and the LLM shapes
@@ -26,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from bench.matmul import LLM_NK, _geomean, rel_err, time_block, warm  # noqa: E402
+from bench.matmul import LLM_NK, _geomean, rel_err, timed_rounds, warm  # noqa: E402
 
 SQUARES = [2048, 4096, 8192, 16384]
 LLM_M = [128, 4096, 16384]
@@ -96,13 +96,7 @@ def bench_shape(m, n, k, cands, args, l2):
     del ref
     flop = 2.0 * m * n * k
     warm(args.warm)
-    names = list(live)
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            us = time_block(live[name], sets, args.block_ms)
-            if us < row[name].get("us", float("inf")):
-                row[name].update(us=us, tflops=flop / us / 1e6)
-    return row
+    return timed_rounds(live, sets, args.rounds, args.block_ms, flop, row)
 
 
 def main(argv=None):

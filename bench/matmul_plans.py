@@ -8,7 +8,7 @@ factor. Operands as ``bench/matmul.py`` makes them (``b = W.T``, random normal b
 enough copies to stream from HBM where they would fit in L2). Every candidate is validated
 before it is timed: at the timed shape against a float64 product (output prefilled with
 NaN, relative error < 1e-2) and at a ragged shape (379 x 1000 x 528). Timing: sustained
-blocks of ``--block-ms`` (``bench.matmul.time_block``), ``--rounds`` interleaved rounds,
+blocks of ``--block-ms`` (``bench.matmul.timed_rounds``), ``--rounds`` rounds in rotated orders,
 best block kept. Writes ``$OUT/matmul_plans.json`` after every shape.
 
     python bench/matmul_plans.py                       # the default weak shapes
@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from bench.matmul import make_sets, rel_err, time_block, warm  # noqa: E402
+from bench.matmul import make_sets, rel_err, timed_rounds, warm  # noqa: E402
 
 LARGE = ["16384x28672x8192", "16384x8192x28672", "1024x14336x4096", "16384x6144x4096",
          "1024x4096x4096", "1024x6144x4096", "4096x8192x28672", "2048x2048x2048"]
@@ -170,12 +170,7 @@ def main(argv=None):
                 row[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         del ref
         warm(0.2)
-        order = list(live)
-        for r in range(a.rounds):
-            for name in order if r % 2 == 0 else order[::-1]:
-                us = time_block(live[name], sets, a.block_ms)
-                if us < row.get(name, {}).get("us", float("inf")):
-                    row[name] = {"us": us, "tflops": 2.0 * m * n * k / us / 1e6}
+        timed_rounds(live, sets, a.rounds, a.block_ms, 2.0 * m * n * k, row)
         del sets, x, b
         result["rows"].append({"shape": [m, n, k], "results": row, "plans": plans})
         with open(path, "w") as f:

@@ -27,10 +27,10 @@ Where the numbers come from:
   while the group sweeps N.
 
 Measured (``bench/results/matmul_h100.json`` and ``matmul_h200.json``: one full
-``bench/matmul.py`` run each, same tree, 2026-11-24; ``bench/results/matmul_tune_h100.json``,
-``bench/matmul_tune.py``): 719 / 758 / 710 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an
-H100 beside cuBLAS's 726 / 716 / 732, and 704 / 740 / 675 on an H200 beside 703 / 721 /
-697. Rasterization groups of 4 and 16 were within 2% of 8; waiting for each stage's
+``bench/matmul.py`` run each, same tree, 2026-11-24, contenders in rotated orders;
+``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 722 / 713 / 723
+TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 718 / 721 / 726, and
+671 / 713 / 694 on an H200 beside 684 / 718 / 700. Rasterization groups of 4 and 16 were within 2% of 8; waiting for each stage's
 wgmmas before releasing it (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained
 6% (H100). At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet
 repeated: the plan keeps four).

@@ -9,11 +9,15 @@ four-stage ring of 128-byte-swizzled shared-memory tiles with ``cp.async.bulk.te
 m64n256k16`` on 64x256 f32 accumulators, and an epilogue that adds the bias, applies
 the activation, stages the tile in shared memory and writes it with TMA stores.
 
+The same kernel takes float8 operands (e4m3 / e5m2) with per-tensor scales:
+``m64n256k32`` wgmmas over 128-element K stages, ``scale_a * scale_b`` applied in the
+epilogue (``matmul(a, b, scale_a=..., scale_b=...)``, as ``torch._scaled_mm``).
+
 This script builds the kernels, runs ``ptxdsl.ops.matmul`` on a GPU (checked against a
 float64 product: integer-valued inputs must match bit for bit, random normal ones within
-bf16 rounding) and, with torch, prints TFLOP/s beside cuBLAS. Without a GPU it checks the
-op on the CPU interpreter (the SIMT kernel) and prints the Hopper kernel's resources
-when ``ptxas`` is installed.
+bf16 rounding; bf16 and e4m3 operands) and, with torch, prints TFLOP/s beside cuBLAS.
+Without a GPU it checks the op on the CPU interpreter (the SIMT kernel) and prints the
+Hopper kernel's resources when ``ptxas`` is installed.
 
     python examples/hopper/gemm.py               # run and check
     ptxdsl ptx examples/hopper/gemm.py           # read the PTX
@@ -32,7 +36,7 @@ from _harness import on_gpu  # noqa: E402
 from ptxdsl.ops import matmul  # noqa: E402
 from ptxdsl.ops.matmul.hopper import build_hopper  # noqa: E402
 from ptxdsl.ops.matmul.plan import choose  # noqa: E402
-from ptxdsl.types import bf16, f32  # noqa: E402
+from ptxdsl.types import bf16, e4m3, f32  # noqa: E402
 
 
 def build_gemm(m: int = 4096, n: int = 4096, k: int = 4096, out_dtype=bf16, *, bias=None,
@@ -42,12 +46,19 @@ def build_gemm(m: int = 4096, n: int = 4096, k: int = 4096, out_dtype=bf16, *, b
                         activation=activation, arch=arch)
 
 
+def build_gemm_fp8(m: int = 4096, n: int = 4096, k: int = 4096, out_dtype=bf16):
+    """The Hopper kernel for an (M, N, K) e4m3 product with per-tensor scales."""
+    return build_hopper(choose(m, n, k, e4m3, out_dtype), e4m3, out_dtype, scaled=True)
+
+
 def KERNELS():
     """What ``ptxdsl ptx/check`` show: the 2-CTA-cluster kernel, the single-CTA one used
-    when M fits one tile row, and a bias + gelu epilogue with f32 output."""
+    when M fits one tile row, a bias + gelu epilogue with f32 output, and the e4m3
+    kernel with scales."""
     return {"gemm_bf16": build_gemm(),
             "gemm_bf16_m128": build_gemm(128),
-            "gemm_bias_gelu_f32": build_gemm(out_dtype=f32, bias=f32, activation="gelu")}
+            "gemm_bias_gelu_f32": build_gemm(out_dtype=f32, bias=f32, activation="gelu"),
+            "gemm_fp8": build_gemm_fp8()}
 
 
 def check(m: int, n: int, k: int, rng, integer: bool) -> None:
@@ -70,6 +81,28 @@ def check(m: int, n: int, k: int, rng, integer: bool) -> None:
         what = f"relative error {err:.2e}"
     print(f"[{'OK' if ok else 'FAIL'}] matmul bf16 {m}x{n}x{k} "
           f"({'integers' if integer else 'normal'}): {what}")
+    if not ok:
+        raise SystemExit(1)
+
+
+def check_fp8(m: int, n: int, k: int) -> None:
+    """One e4m3 product with scales on the GPU (torch) against float64: integer-valued
+    inputs bit-exact in f32, random normal ones within bf16 rounding."""
+    import torch
+    fp8 = torch.float8_e4m3fn
+    sa, sb = torch.tensor([0.5], device="cuda"), torch.tensor([0.25], device="cuda")
+    a = torch.randint(-4, 5, (m, k), device="cuda").float().to(fp8)
+    w = torch.randint(-4, 5, (n, k), device="cuda").float().to(fp8)
+    c = matmul(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    ok = bool(torch.equal(c.double(), a.double() @ w.double().t() / 8))
+    a = torch.randn(m, k, device="cuda").to(fp8)
+    w = torch.randn(n, k, device="cuda").to(fp8)
+    c = matmul(a, w.t(), scale_a=sa, scale_b=sb)
+    ref = a.double() @ w.double().t() / 8
+    err = ((c.double() - ref).norm() / ref.norm()).item()
+    ok = ok and err < 8e-3
+    print(f"[{'OK' if ok else 'FAIL'}] matmul e4m3 {m}x{n}x{k} with scales: integers "
+          f"bit-exact, normal relative error {err:.2e}")
     if not ok:
         raise SystemExit(1)
 
@@ -99,6 +132,18 @@ def cpu_check() -> None:
         if not ok:
             raise SystemExit(1)
     try:
+        import ml_dtypes
+    except ImportError:
+        ml_dtypes = None
+    if ml_dtypes is not None:       # e4m3 operands with scales: the same, exactly
+        a = rng.integers(-4, 5, (9, 48)).astype(ml_dtypes.float8_e4m3fn)
+        w = rng.integers(-4, 5, (20, 48)).astype(ml_dtypes.float8_e4m3fn)
+        c = matmul(a, w.T, scale_a=0.5, scale_b=0.25, out_dtype=np.float32)
+        ok = np.array_equal(c, a.astype(np.float64) @ w.astype(np.float64).T / 8)
+        print(f"[{'OK' if ok else 'FAIL'}] matmul e4m3 9x20x48 with scales on the interpreter")
+        if not ok:
+            raise SystemExit(1)
+    try:
         r = build_gemm().resources()
         print(f"  Hopper kernel: {r.registers} registers, {r.spill_stores} spill stores "
               f"(ptxas -v)")
@@ -115,6 +160,8 @@ def main() -> None:
     for shape in [(4096, 4096, 4096), (379, 1000, 72), (1, 256, 64), (256, 512, 8)]:
         check(*shape, rng, integer=True)
         check(*shape, rng, integer=False)
+    for shape in [(4096, 4096, 4096), (379, 1000, 144), (1, 256, 128)]:
+        check_fp8(*shape)
     try:
         gpu_timing(8192, 8192, 8192)
     except ImportError:

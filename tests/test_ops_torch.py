@@ -122,3 +122,24 @@ def test_eager_call_does_not_ask_whether_it_is_compiling(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", boom)
     x, w = torch.randn(2, 32), torch.rand(32) + 0.5
     rms_norm(x, w)
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without float8")
+def test_compile_and_opcheck_fp8_matmul():
+    """float8 operands with scales: torch.compile(fullgraph=True) holds one
+    ptxdsl.matmul_scaled node (numbers become scale tensors); opcheck passes."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(-4, 5, (8, 32), generator=g).float().to(torch.float8_e4m3fn)
+    b = torch.randint(-4, 5, (32, 16), generator=g).float().to(torch.float8_e5m2)
+    sa = torch.tensor([0.5])
+    want = a.double() @ b.double() * 0.5 * 0.25
+    out, seen = ops_in(lambda a, b, sa: matmul(a, b, scale_a=sa, scale_b=0.25,
+                                               out_dtype=torch.float32), a, b, sa)
+    assert seen == ["ptxdsl.matmul_scaled"]
+    assert torch.equal(out.double(), want)
+    out, seen = ops_in(lambda a, b: matmul(a, b), a, b)          # no scales: bf16 out
+    assert seen == ["ptxdsl.matmul_scaled"] and out.dtype == torch.bfloat16
+    # test_schema compares outputs through arithmetic that torch has no float8 kernels for
+    torch.library.opcheck(torch.ops.ptxdsl.matmul_scaled.default,
+                          (a, b, None, "relu", torch.float32, sa, None),
+                          test_utils=("test_faketensor", "test_aot_dispatch_static"))

@@ -92,3 +92,20 @@ def test_repeated_calls_with_new_operands_and_scales():
         c = matmul(a, w.t(), out_dtype=torch.float32, scale_a=sa, scale_b=sb)
         assert torch.equal(c.double(), a.double() @ w.double().t() * (0.125 * (i + 1)))
     assert any(len(key) == 13 for key in fast.FAST.entries)     # a scaled entry was recorded
+
+
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "silu"])
+def test_hopper_scale_then_bias_then_activation(act):
+    """The Hopper epilogue's order: act(scale_a * scale_b * acc + bias)."""
+    from ptxdsl.ops.matmul.epilogue import reference as act_ref
+
+    class TorchNp:
+        tanh, exp = torch.tanh, torch.exp
+        maximum = staticmethod(lambda x, y: torch.clamp(x, min=y))
+    m, n, k = 256, 384, 256
+    a, w = ints(m, k), ints(n, k)
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    c = matmul(a, w.t(), bias=bias, activation=act, out_dtype=torch.float32, scale_a=0.5,
+               scale_b=torch.tensor([0.25], device="cuda"))
+    ref = act_ref(a.double() @ w.double().t() / 8 + bias.double(), act, TorchNp)
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 2e-3

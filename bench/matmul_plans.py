@@ -151,12 +151,24 @@ def main(argv=None):
                     built[p] = build_hopper(p, dt, bf16, sms=sms, scaled=a.fp8)
                 kern = built[p]
 
-                def run(x, b, kern=kern):
-                    c = torch.empty(x.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)
-                    kern(x, b.t(), *extra, c)
-                    return c
                 c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                 kern(x, b.t(), *extra, c)
+                # Timed through the launch bound to this signature, as the op's fast path
+                # launches. The same plan as 'api' and as 'base' still differs by up to 8%
+                # between blocks on an H200 at its power cap, either way round
+                # (bench/results/matmul_plans_h200_4.json): single differences under
+                # that are noise.
+                from ptxdsl.runtime import prepare
+                bound = prepare(kern).bind(x, b.t(), *extra, c)
+                eptrs = [t.data_ptr() for t in extra]
+
+                def run(x, b, kern=kern, bound=bound, eptrs=eptrs):
+                    c = torch.empty(x.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)
+                    if bound is None:
+                        kern(x, b.t(), *extra, c)
+                    else:
+                        bound(x.data_ptr(), b.data_ptr(), *eptrs, c.data_ptr())
+                    return c
                 cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
                 kern(ra, rw, *extra, cr)
                 torch.cuda.synchronize()

@@ -186,8 +186,15 @@ def main(argv=None):
     res = fake_main(a) if a.fake else gpu_main(a)
     path = a.json or os.path.join(os.environ.get("OUT", "."),
                                   "matmul_host_fake.json" if a.fake else "matmul_host.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
+    import datetime
+    import torch
+    device = ("fake driver (CPU torch)" if a.fake
+              else torch.cuda.get_device_name(torch.cuda.current_device()))
+    with open(path, "w") as f:   # the docs' results tables read device, date and rows
+        json.dump({"device": device, "date": datetime.date.today().isoformat(),
+                   "torch": torch.__version__,
+                   "rows": [{"piece": k, "host µs per call" if isinstance(v, float) else
+                             "value": v} for k, v in res.items()]}, f, indent=1)
     width = max(len(k) for k in res)
     for k, v in res.items():
         print(f"{k:>{width}s}  " + (f"{v:8.2f} us" if isinstance(v, float) else str(v)))

@@ -350,6 +350,15 @@ def main(argv=None):
         for hn, kw in hints.items():
             if hn:
                 variants[f"default{hn}"] = dataclasses.replace(base, **kw)
+        # what ptxdsl.ops runs (ops.rmsnorm.plan.backward_kernel: occupancy, short rows),
+        # and it with the fused dW sum over 32-column tiles and over 128-column ones
+        from ptxdsl.ops.rmsnorm.plan import backward_kernel
+        from ptxdsl.runtime import driver
+        ops_p, _ = backward_kernel(n, dt, dt, base.vec, "sm_90a", sms, driver.get().device(0))
+        variants["ops"] = ops_p
+        if ops_p.fused:
+            variants["ops dw-narrow"] = dataclasses.replace(ops_p, dw_narrow=True)
+            variants["ops dw-wide"] = dataclasses.replace(ops_p, dw_narrow=False)
         if a.bwd_only:
             import re
             keep = re.compile(a.bwd_only)

@@ -169,6 +169,24 @@ def test_fused_backward_grid_barrier_and_dw(gen):
     assert "atom.acq_rel.gpu.global.add.u32" in k.ptx() and "ld.acquire.gpu" in k.ptx()
 
 
+@pytest.mark.parametrize("n", [1000, 256])
+def test_thin_dw_sum_gives_the_same_bits(n):
+    """The fused dW sum over 32-column tiles (twice the loads in flight) adds in the
+    order the 128-column one does: the same dx and dW, bit for bit."""
+    import dataclasses
+    from ptxdsl.ops.rmsnorm.bwd import dw_narrow
+    p = plan_backward(n, f32, 2, ctas_per_sm=8)
+    assert p.fused and p.grid > p.slices
+    assert dw_narrow(n, p.grid) == (-(-n // 128) * 8 < p.grid)
+    args, rdx, rdw = _bwd_case(19, n)
+    out = {}
+    for thin in (True, False):
+        k = build_backward(dataclasses.replace(p, dw_narrow=thin), f32, f32)
+        out[thin] = k.interpret(*args, np.zeros(2, np.uint32))[:2]
+    np.testing.assert_allclose(out[True][1], rdw, rtol=1e-5, atol=1e-5)
+    assert all((a == b).all() for a, b in zip(out[True], out[False]))
+
+
 @pytest.mark.parametrize("m", [5, 6, 7, 13])
 def test_backward_l2_prefetch_changes_no_result(m):
     """The L2 prefetch of row + 2G (thread 0, whole rows, in bounds only: the

@@ -80,6 +80,9 @@ class BwdPlan(RowSplit):
     # (bwd_staged: cp.async several rows ahead, dw partial in registers)
     # instead of streaming them twice from global memory. 0: off.
     stages: int = 0
+    # The fused dW sum over column tiles of 32 columns (one f32 per lane, twice the loads
+    # in flight) instead of 128: None decides by :func:`dw_narrow`; True/False force it.
+    dw_narrow: bool | None = None
 
     @property
     def slices(self) -> int:
@@ -209,7 +212,8 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
             if G <= p.slices:  # few rows' grids: a column tile per warp
                 _sum_partials_by_warp(p.n, G, p.slices, wdtype, pdwp, pdw, tid, cta)
             else:
-                _sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta)
+                thin = dw_narrow(p.n, G) if p.dw_narrow is None else p.dw_narrow
+                _sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta, thin)
         return rms_norm_bwd
 
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
@@ -347,14 +351,28 @@ def _grid_barrier(pws, tid, G: int):
     ptx.bar.sync(0)
 
 
-def _sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, cta):
+def dw_narrow(N: int, G: int) -> bool:
+    """Whether the fused dW sum takes 32-column tiles: where 128-column ones would leave
+    it to fewer than one CTA in :data:`NARROW_DW_SHARE` of the grid (N = 1000 and G = 396:
+    8 CTAs, each warp some 99 partial rows at 8 loads in flight)."""
+    return N % 4 == 0 and -(-N // 128) * NARROW_DW_SHARE < G
+
+
+NARROW_DW_SHARE = 8
+
+
+def _sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, cta,
+                  thin: bool = False):
     """dW[j] = sum over g < G of DWP[g, j], in a fixed order, spread over the grid.
 
     A column tile is 32 lanes x ``vec`` columns, taken by CTAs ``cta, cta+stride,
     ...``; the CTA's ``S`` warps are slices that each sum every ``S``-th partial row
     (``UNROLL`` loads in flight at a time), then warp 0 adds the slices in order.
+    ``thin``: one column per lane (four times the tiles, so the CTAs) and twice the
+    loads in flight; the order of the additions, so the bits, are the same.
     """
-    vec = 4 if N % 4 == 0 else 1
+    vec = 4 if N % 4 == 0 and not thin else 1
+    unroll = 2 * UNROLL if thin else UNROLL
     cols = 32 * vec
     tiles = -(-N // cols)
     lane = tid & (WARP - 1)
@@ -379,18 +397,18 @@ def _sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, c
                 for a, v in zip(acc, vals):
                     ptx.inst.add.f32(a, a, v)
 
-        groups = G // (S * UNROLL)
+        groups = G // (S * unroll)
         if groups > 1:
             cursor = reg.scalar(u64)
             ptx.inst.mov.u64(cursor, base)
             for _ in ptx.range_(0, groups):
-                for i in range(UNROLL):
+                for i in range(unroll):
                     vals = load_chunk(cursor, i * S * row_bytes, f32, vec, pred=ok,
                                       hints=("cg",))
                     for a, v in zip(acc, vals):
                         ptx.inst.add.f32(a, a, v)
-                ptx.inst.add.u64(cursor, cursor, S * UNROLL * row_bytes)
-            done = groups * S * UNROLL
+                ptx.inst.add.u64(cursor, cursor, S * unroll * row_bytes)
+            done = groups * S * unroll
         else:
             done = 0
         rest = G - done

@@ -237,7 +237,6 @@ def warm(seconds: float) -> None:
 
 
 def bench_shape(m, n, k, contenders, args, l2):
-    torch = _torch()
     sets = make_sets(m, n, k, args.layout, l2)
     a, b = sets[0]
     ref = a.double() @ b.double()
@@ -247,23 +246,32 @@ def bench_shape(m, n, k, contenders, args, l2):
         if why:
             row[name] = {"skip": why}
             continue
-        try:
-            out = fn(a, b)
-            torch.cuda.synchronize()
-            if name == "pyptx":
-                out = out.t()
-            err = rel_err(out, ref)
-            if not err <= 1e-2:
-                row[name] = {"error": f"wrong result: relative error {err:.3g}"}
-                continue
-            row[name] = {"err": err}
-            live[name] = fn
-        except Exception as ex:  # a contender that cannot run is reported, not fatal
-            row[name] = {"error": f"{type(ex).__name__}: {str(ex)[:160]}"}
+        # pyptx writes C transposed ((N, M), its documented layout)
+        validate(name, fn, sets[0], ref, row, live,
+                 view=(lambda o: o.t()) if name == "pyptx" else None)
     del ref
     flop = 2.0 * m * n * k
     warm(args.warm)
     return timed_rounds(live, sets, args.rounds, args.block_ms, flop, row)
+
+
+def validate(name, fn, args, want, row: dict, live: dict, view=None) -> None:
+    """One call of contender ``fn`` on ``args`` against the float64 ``want`` (relative
+    Frobenius error under 1e-2, every element finite; ``view`` maps the output first):
+    ``fn`` joins ``live`` and ``row[name]`` gets its error, or ``row[name]`` says why not
+    (a contender that cannot run is reported, not fatal)."""
+    torch = _torch()
+    try:
+        out = fn(*args)
+        torch.cuda.synchronize()
+        err = rel_err(view(out) if view else out, want)
+        if not err <= 1e-2:
+            row[name] = {"error": f"wrong result: relative error {err:.3g}"}
+            return
+        row[name] = {"err": err}
+        live[name] = fn
+    except Exception as ex:  # noqa: BLE001 - reported in the table
+        row[name] = {"error": f"{type(ex).__name__}: {str(ex)[:160]}"}
 
 
 def host_cost(contenders, calls=3000, repeats=5) -> dict:

@@ -26,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from bench.matmul import LLM_NK, _geomean, rel_err, timed_rounds, warm  # noqa: E402
+from bench.matmul import LLM_NK, _geomean, timed_rounds, validate, warm  # noqa: E402
 
 SQUARES = [2048, 4096, 8192, 16384]
 LLM_M = [128, 4096, 16384]
@@ -75,24 +75,13 @@ def contenders():
 
 
 def bench_shape(m, n, k, cands, args, l2):
-    import torch
     sets = make_sets(m, n, k, l2)
     a, b, sa, sb = sets[0]
     ref = a.double() @ b.double()
     row, live = {}, {}
     for name, (fn, scaled) in cands.items():
-        try:
-            out = fn(*sets[0])
-            torch.cuda.synchronize()
-            want = ref * (SCALES[0] * SCALES[1]) if scaled else ref
-            err = rel_err(out, want)
-            if not err <= 1e-2:
-                row[name] = {"error": f"wrong result: relative error {err:.3g}"}
-                continue
-            row[name] = {"err": err}
-            live[name] = fn
-        except Exception as ex:  # a contender that cannot run is reported, not fatal
-            row[name] = {"error": f"{type(ex).__name__}: {str(ex)[:160]}"}
+        validate(name, fn, sets[0], ref * (SCALES[0] * SCALES[1]) if scaled else ref, row,
+                 live)
     del ref
     flop = 2.0 * m * n * k
     warm(args.warm)

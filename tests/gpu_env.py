@@ -19,3 +19,12 @@ def torch_sm90():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU (H100/H200) for sm_90a kernels")
     return torch
+
+
+def torch_cuda():
+    """torch for the op tests, or a skip: without torch, and (the whole module) where a
+    GPU is usable but this torch has no CUDA."""
+    torch = pytest.importorskip("torch")
+    if ptxdsl.gpu_available() and not torch.cuda.is_available():  # pragma: no cover
+        pytest.skip("torch has no CUDA", allow_module_level=True)
+    return torch

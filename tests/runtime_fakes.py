@@ -497,6 +497,27 @@ def fake_driver(monkeypatch=None, **kw):
     return drv, cu
 
 
+def fake_gpu_for_ops(monkeypatch, tmp_path):
+    """What the ops' fast-path tests share: a fresh module cache under ``tmp_path`` (JIT
+    compiles), the fake driver, CPU torch posing as CUDA (:func:`cpu_torch_as_cuda`),
+    and the ops' ``Frame`` taking CPU tensors for GPU ones (not the interpreter's).
+    Returns the :class:`FakeCuda` (register each kernel's emulation on it)."""
+    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PTXDSL_COMPILER", "jit")
+    from ptxdsl.ops._common import frame as fr
+    from ptxdsl.runtime import cache as rcache
+    monkeypatch.setattr(rcache, "MODULES", rcache.ModuleCache())
+    _, cu = fake_driver(monkeypatch)
+    cpu_torch_as_cuda(monkeypatch)
+    real_init = fr.Frame.__init__
+
+    def init(self, x, op):
+        real_init(self, x, op)
+        self.cpu = False
+    monkeypatch.setattr(fr.Frame, "__init__", init)
+    return cu
+
+
 def f32_array(addr: int, n: int) -> np.ndarray:
     """A numpy view of ``n`` float32 at a (fake device) address."""
     if n == 0:

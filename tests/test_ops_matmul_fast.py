@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from runtime_fakes import cpu_torch_as_cuda, fake_driver  # noqa: E402
+from runtime_fakes import fake_gpu_for_ops  # noqa: E402
 
 from ptxdsl.types import bf16_bits_to_f32  # noqa: E402
 
@@ -46,26 +46,15 @@ def _impl(a_major, b_major, with_bias):
 
 @pytest.fixture
 def fake_hopper(monkeypatch, tmp_path):
-    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("PTXDSL_COMPILER", "jit")
-    from ptxdsl.runtime import cache as rcache
-    monkeypatch.setattr(rcache, "MODULES", rcache.ModuleCache())
-    drv, cu = fake_driver(monkeypatch)
-    cpu_torch_as_cuda(monkeypatch)
-    from ptxdsl.ops._common import frame as fr
+    cu = fake_gpu_for_ops(monkeypatch, tmp_path)
     from ptxdsl.ops.matmul import api, fast
-    real_init, real_hk = fr.Frame.__init__, api.hopper_kernel
-
-    def init(self, x, op):
-        real_init(self, x, op)
-        self.cpu = False
+    real_hk = api.hopper_kernel
 
     def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major="K", b_major="K",
                       device="H100", bt=None, scaled=False):
         kern = real_hk(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device, bt, scaled)
         cu.register(kern, _impl(a_major, b_major, bdt is not None))
         return kern
-    monkeypatch.setattr(fr.Frame, "__init__", init)
     monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
     monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
     fast.clear()

@@ -200,20 +200,10 @@ def test_fp8_fast_calls_take_each_calls_scales(monkeypatch, tmp_path):
     torch = pytest.importorskip("torch")
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("torch without float8")
-    from runtime_fakes import cpu_torch_as_cuda, fake_driver
-    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("PTXDSL_COMPILER", "jit")
-    from ptxdsl.runtime import cache as rcache
-    monkeypatch.setattr(rcache, "MODULES", rcache.ModuleCache())
-    drv, cu = fake_driver(monkeypatch)
-    cpu_torch_as_cuda(monkeypatch)
-    from ptxdsl.ops._common import frame as fr
+    from runtime_fakes import fake_gpu_for_ops
+    cu = fake_gpu_for_ops(monkeypatch, tmp_path)
     from ptxdsl.ops.matmul import api, fast
-    real_init, real_hk = fr.Frame.__init__, api.hopper_kernel
-
-    def init(self, x, op):
-        real_init(self, x, op)
-        self.cpu = False
+    real_hk = api.hopper_kernel
 
     def read8(addr, rows, cols, dt):
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * (rows * cols)).from_address(addr))
@@ -233,7 +223,6 @@ def test_fp8_fast_calls_take_each_calls_scales(monkeypatch, tmp_path):
         kern = real_hk(*args, **kw)
         cu.register(kern, impl)
         return kern
-    monkeypatch.setattr(fr.Frame, "__init__", init)
     monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
     monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
     fast.clear()

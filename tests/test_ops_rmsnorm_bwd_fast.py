@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from runtime_fakes import cpu_torch_as_cuda, fake_driver  # noqa: E402
+from runtime_fakes import fake_gpu_for_ops  # noqa: E402
 
 EPS = 1e-6
 M, N = 3, 64
@@ -47,22 +47,12 @@ def _impl(k, grid_rows):
 
 @pytest.fixture
 def fake_gpu(monkeypatch, tmp_path):
-    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("PTXDSL_COMPILER", "jit")
-    from ptxdsl.runtime import cache as rcache
-    monkeypatch.setattr(rcache, "MODULES", rcache.ModuleCache())
-    _, cu = fake_driver(monkeypatch)
-    cpu_torch_as_cuda(monkeypatch)
-    from ptxdsl.ops._common import frame as fr
+    cu = fake_gpu_for_ops(monkeypatch, tmp_path)
     from ptxdsl.ops._common.workspace import WORKSPACE
     from ptxdsl.ops.rmsnorm import api, fast, plan
-    real_init, real_bk = fr.Frame.__init__, api.backward_kernel
+    real_bk = api.backward_kernel
     monkeypatch.setattr(plan, "KERNELS", type(plan.KERNELS)())
     built = []
-
-    def init(self, x, op):
-        real_init(self, x, op)
-        self.cpu = False
 
     def backward_kernel(*args, **kw):
         p, k = real_bk(*args, **kw)
@@ -70,7 +60,6 @@ def fake_gpu(monkeypatch, tmp_path):
         cu.register(k, _impl(k, p.grid))
         built.append(k)
         return p, k
-    monkeypatch.setattr(fr.Frame, "__init__", init)
     monkeypatch.setattr(api, "backward_kernel", backward_kernel)
     fast.clear()
     WORKSPACE.release()

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 if not hasattr(torch, "float8_e4m3fn"):  # pragma: no cover
     pytest.skip("torch without float8_e4m3fn", allow_module_level=True)
 
-from runtime_fakes import cpu_torch_as_cuda, fake_driver  # noqa: E402
+from runtime_fakes import fake_gpu_for_ops  # noqa: E402
 
 EPS = 1e-6
 M, N = 3, 64
@@ -64,29 +64,18 @@ def _impl(k, residual: bool, dynamic: bool):
 
 @pytest.fixture
 def fake_gpu(monkeypatch, tmp_path):
-    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("PTXDSL_COMPILER", "jit")
-    from ptxdsl.runtime import cache as rcache
-    monkeypatch.setattr(rcache, "MODULES", rcache.ModuleCache())
-    _, cu = fake_driver(monkeypatch)
-    cpu_torch_as_cuda(monkeypatch)
-    from ptxdsl.ops._common import frame as fr
+    cu = fake_gpu_for_ops(monkeypatch, tmp_path)
     from ptxdsl.ops.rmsnorm import plan, quant_api
-    real_init, real_qk = fr.Frame.__init__, quant_api.quant_kernel
+    real_qk = quant_api.quant_kernel
     # Fresh kernels: a cached one keeps its launcher, bound to an earlier test's driver.
     monkeypatch.setattr(plan, "KERNELS", type(plan.KERNELS)())
     built = []
-
-    def init(self, x, op):
-        real_init(self, x, op)
-        self.cpu = False
 
     def quant_kernel(n, dt, wdt, vec, residual, dynamic, eps, offset, arch):
         k = real_qk(n, dt, wdt, vec, residual, dynamic, eps, offset, arch)
         cu.register(k, _impl(k, residual, dynamic))
         built.append((k, residual, dynamic))
         return k
-    monkeypatch.setattr(fr.Frame, "__init__", init)
     monkeypatch.setattr(quant_api, "quant_kernel", quant_kernel)
     quant_api.clear()
     yield cu, built

@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-import ptxdsl
+from gpu_env import NEEDS_GPU, torch_cuda
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(), reason="no usable CUDA GPU")]
-
-torch = pytest.importorskip("torch")
-if ptxdsl.gpu_available() and not torch.cuda.is_available():  # pragma: no cover
-    pytest.skip("torch has no CUDA", allow_module_level=True)
+pytestmark = NEEDS_GPU
+torch = torch_cuda()
 if not hasattr(torch, "float8_e4m3fn"):  # pragma: no cover
     pytest.skip("torch has no float8", allow_module_level=True)
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-import ptxdsl
+from gpu_env import NEEDS_GPU, torch_cuda
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(), reason="no usable CUDA GPU")]
-
-torch = pytest.importorskip("torch")
-if ptxdsl.gpu_available() and not torch.cuda.is_available():  # pragma: no cover
-    pytest.skip("torch has no CUDA", allow_module_level=True)
+pytestmark = NEEDS_GPU
+torch = torch_cuda()
 
 from ptxdsl.ops import matmul  # noqa: E402
 from ptxdsl.ops.matmul.epilogue import reference as act_ref  # noqa: E402

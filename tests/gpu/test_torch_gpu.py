@@ -7,16 +7,10 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
+from gpu_env import NEEDS_GPU, torch_cuda
 
-import ptxdsl
-
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(), reason="no usable CUDA GPU")]
-
-torch = pytest.importorskip("torch")
-if ptxdsl.gpu_available() and not torch.cuda.is_available():  # pragma: no cover
-    pytest.skip("torch has no CUDA", allow_module_level=True)
+pytestmark = NEEDS_GPU
+torch = torch_cuda()
 
 from ptxdsl import Tile, custom_op, kernel, ptx, reg  # noqa: E402
 from ptxdsl.ops import matmul, register_torch_ops, rms_norm  # noqa: E402

@@ -190,9 +190,9 @@ def forward(frame, a, b, out, out_dtype, bias, activation, sig=None, scale_a=Non
             raise _error(f"bias must be a ({n},) array of the same kind as a, got "
                          f"{type(bias).__name__} of shape {tuple(getattr(bias, 'shape', ()))}")
         bdt = _DTYPES.get(str(bias.dtype).replace("torch.", ""))
-        if eight and bdt is None or not eight and bdt not in (dt, f32):
-            raise _error(f"bias dtype must be " + ("float16, bfloat16 or float32" if eight else
-                         f"a's ({dt.name}) or float32") + f", got {bias.dtype}")
+        allowed = "float16, bfloat16 or float32" if eight else f"a's ({dt.name}) or float32"
+        if bdt is None or not eight and bdt not in (dt, f32):
+            raise _error(f"bias dtype must be {allowed}, got {bias.dtype}")
         if strides(bias)[0] != 1:
             bias = frame.contiguous(bias)
             sig = None                  # a copied bias: no per-signature closure
@@ -252,13 +252,16 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation, bt=None, scales=None)
     info = frame.device(a)
     k = None
     copied = not (a_k is a or a_t) or not (b_k is b or b_t)
-    hopper = info is not None and getattr(info, "cc", None) == (9, 0)
-    if hopper and dt.bytes == 1:    # 8-bit wgmma reads K-major operands only
-        ka, ta, kb, tb, moved = _fp8.k_major(frame, a, b, a_k, a_t, b_k, b_t)
-        if _hopper_ok(info, ka, kb, out, dt, odt):
-            a_k, a_t, b_k, b_t, copied = ka, ta, kb, tb, copied or moved
-    if hopper and _hopper_ok(info, a_k, b_k, out, dt, odt) and (
-            dt.bytes == 2 or (a_t, b_t) == (False, True)):
+    use_hopper = False
+    if info is not None and getattr(info, "cc", None) == (9, 0):
+        if dt.bytes == 1:           # 8-bit wgmma reads K-major operands only
+            ka, ta, kb, tb, moved = _fp8.k_major(frame, a, b, a_k, a_t, b_k, b_t)
+            use_hopper = _hopper_ok(info, ka, kb, out, dt, odt)
+            if use_hopper:
+                a_k, a_t, b_k, b_t, copied = ka, ta, kb, tb, copied or moved
+        else:
+            use_hopper = _hopper_ok(info, a_k, b_k, out, dt, odt)
+    if use_hopper:
         # The Hopper kernel reads each operand in its own major: a row-major a and a
         # transposed (N, K) b are K-major, a column-major a (passed as its (K, M)
         # transpose) and a row-major (K, N) b are MN-major.

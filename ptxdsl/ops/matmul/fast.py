@@ -74,24 +74,15 @@ def record(k, a_t: bool, b_t: bool, shape, dtype, device, with_bias: bool, args=
         if run is not None:
             return run
 
-    if scales is not None:
-        sa0, sb0 = scales
+    sa0, sb0 = scales if scales is not None else (None, None)
 
-        def run(a, b, bias, sa=None, sb=None):
-            c = empty(shape, dtype=dtype, device=device)
-            k(a.t() if a_t else a, b.t() if b_t else b, *([bias] if with_bias else []),
-              sa0 if sa is None else sa, sb0 if sb is None else sb, c)
-            return c
-    elif with_bias:
-        def run(a, b, bias, sa=None, sb=None):
-            c = empty(shape, dtype=dtype, device=device)
-            k(a.t() if a_t else a, b.t() if b_t else b, bias, c)
-            return c
-    else:
-        def run(a, b, bias, sa=None, sb=None):
-            c = empty(shape, dtype=dtype, device=device)
-            k(a.t() if a_t else a, b.t() if b_t else b, c)
-            return c
+    def run(a, b, bias, sa=None, sb=None):     # where binding was refused: the kernel call
+        c = empty(shape, dtype=dtype, device=device)
+        extra = [bias] if with_bias else []
+        if scales is not None:
+            extra += [sa0 if sa is None else sa, sb0 if sb is None else sb]
+        k(a.t() if a_t else a, b.t() if b_t else b, *extra, c)
+        return c
     return run
 
 

@@ -212,6 +212,12 @@ def main(argv=None):
                     type=lambda s: [int(v) for v in s.split(",") if v],
                     help="backward: shared-memory ring sizes to try (0: stream long rows "
                          "instead; BwdPlan.stages), e.g. 0,1,2,3")
+    ap.add_argument("--bwd-groups", default="1",
+                    type=lambda s: [int(v) for v in s.split(",") if v],
+                    help="backward: rows per CTA to try (BwdPlan.groups), e.g. 1,2,4")
+    ap.add_argument("--bwd-hints", default=None,
+                    help="backward: keep the cache-hint variants whose name matches this "
+                         "regex ('^$': plain loads only)")
     ap.add_argument("--bwd-unfused", action="store_true",
                     help="backward: also each fused plan with dW summed by a second launch")
     a = ap.parse_args(argv)
@@ -331,22 +337,28 @@ def main(argv=None):
                                                       in_policy="evict_last"),
                  " x:cs": dict(in_hints=("cs",)),
                  " l2-ahead": dict(l2_ahead=True)}
+        if a.bwd_hints is not None:
+            import re
+            keep_hint = re.compile(a.bwd_hints)
+            hints = {k: v for k, v in hints.items() if keep_hint.search(k.strip())}
         extra = [t for t in a.bwd_threads if t] if a.bwd_threads else [512, 1024]
         for t in sorted({base.threads, *extra}):
             for cps in a.bwd_cps:
-                if cps * t > 2048:
-                    continue
-                for st in a.bwd_stages or [None]:
-                    sn = "" if st is None else f" S{st}"
-                    for hn, kw in hints.items():
-                        try:
-                            p = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps, stages=st)
-                        except ValueError:  # that many row buffers do not fit
-                            continue
-                        variants[f"T{t} cps{cps}{sn}{hn}"] = dataclasses.replace(p, **kw)
-                        if a.bwd_unfused and p.fused:
-                            variants[f"T{t} cps{cps}{sn} unfused{hn}"] = dataclasses.replace(
-                                p, fused=False, **kw)
+                for g in a.bwd_groups:
+                    if cps * t * g > 2048:
+                        continue
+                    for st in a.bwd_stages or [None]:
+                        sn = ("" if st is None else f" S{st}") + (f" R{g}" if g > 1 else "")
+                        for hn, kw in hints.items():
+                            try:
+                                p = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps,
+                                                  stages=st, groups=g)
+                            except ValueError:  # that many row buffers / groups do not fit
+                                continue
+                            variants[f"T{t} cps{cps}{sn}{hn}"] = dataclasses.replace(p, **kw)
+                            if a.bwd_unfused and p.fused:
+                                variants[f"T{t} cps{cps}{sn} unfused{hn}"] = \
+                                    dataclasses.replace(p, fused=False, **kw)
         for hn, kw in hints.items():
             if hn:
                 variants[f"default{hn}"] = dataclasses.replace(base, **kw)

@@ -327,13 +327,20 @@ def test_backward_dweight_is_bitwise_repeatable():
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
 
 
-def test_short_half_rows_take_three_ctas_per_sm():
-    """ops caps short half-precision rows (<= 256 threads, N >= 1000) at three CTAs per SM
-    (on a GPU they also prefetch into L2); f32 rows and very short rows keep the plan."""
-    for n, dt, cps in [(1024, bf16, 3), (1000, f16, 3), (2048, bf16, 3), (1024, f32, None),
-                       (96, bf16, None)]:
+def test_short_rows_take_one_cta_per_sm_of_several_rows():
+    """ops gives short rows (<= 256 power-of-two threads, N >= 1000, 16-byte chunks) one
+    CTA per SM of several row groups, about 40 KiB of x and dy (and the prefetched
+    ones) per SM (on a GPU half rows also prefetch into L2); longer and very short
+    rows keep the plan."""
+    for n, dt, groups in [(1024, bf16, 5), (1000, f16, 5), (2048, bf16, 3), (1024, f32, 3),
+                          (1000, f32, 3), (4096, bf16, None), (96, bf16, None),
+                          (1001, bf16, None)]:
         p, _ = choice.backward_kernel(n, dt, dt, max_vec(n, dt), "sm_90a", 132, None)
-        assert p == plan_backward(n, dt, 132, ctas_per_sm=cps), (n, dt)
+        if groups is None:
+            assert p == plan_backward(n, dt, 132, vec=max_vec(n, dt)), (n, dt)
+        else:
+            assert p == plan_backward(n, dt, 132, ctas_per_sm=1, groups=groups), (n, dt)
+            assert p.grid == 132 and p.fused and p.block <= 1024
         assert not p.l2_ahead
 
 

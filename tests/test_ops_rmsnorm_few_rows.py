@@ -74,8 +74,8 @@ def test_rows_grid_is_rows_rounded_up_to_a_power_of_two_at_most_the_grid():
 @pytest.mark.parametrize("n, dt", [(8192, bf16), (8192, f32), (4096, f16), (1024, bf16),
                                    (1000, f32), (16384, f32), (128, f32), (96, bf16)])
 def test_few_rows_plan_only_its_grid(n, dt):
-    """On a 132-SM device: the grid is min(G, next_pow2(M)), everything else is the
-    device's plan; small grids sum dW in the same launch (fused) even where the
+    """On a 132-SM device: the grid is min(G, next_pow2(M)) (of one-row CTAs where the
+    device's plan has row groups), everything else is the device's plan; small grids sum dW in the same launch (fused) even where the
     device's plan takes two launches (tiny rows, grids of thousands of CTAs); many
     rows keep the device's plan and kernel as they were."""
     vec = max_vec(n, dt)
@@ -83,7 +83,8 @@ def test_few_rows_plan_only_its_grid(n, dt):
     for m in (1, 2, 3, 7, 9, 33, 100, 129, 257, 1000, 5000, 10**6):
         p, k = choice.backward_kernel(n, dt, dt, vec, "sm_90a", 132, None, m=m)
         assert p.grid == min(full.grid, next_pow2(m)), (n, dt, m)
-        assert dataclasses.replace(p, grid=full.grid, fused=full.fused) == full
+        assert dataclasses.replace(p, grid=full.grid, fused=full.fused,
+                                   groups=full.groups) == full
         assert p.fused == (full.fused or -(-p.grid // p.slices) <= bwd.MAX_FUSED_ROWS)
         assert k.grid == (p.grid, 1, 1) and k.cooperative == p.fused
         if m <= 128:
@@ -91,7 +92,8 @@ def test_few_rows_plan_only_its_grid(n, dt):
         if m >= full.grid:
             assert p == full and k is kfull
         # plan_backward(rows=M) is the same cut of the same plan
-        assert plan_backward(n, dt, 132, vec=vec, ctas_per_sm=full.grid // 132, rows=m) == p
+        assert plan_backward(n, dt, 132, vec=vec, ctas_per_sm=full.grid // 132, rows=m,
+                             groups=full.groups) == p
 
 
 def test_plan_backward_rows_keeps_an_explicit_fused():
@@ -136,14 +138,15 @@ def test_few_rows_backward_f32_matches_float64(m, plans):
 
 @pytest.mark.parametrize("m", [1, 3, 5, 7])
 def test_few_rows_backward_short_half_rows(m, plans):
-    """Short half rows (N=1024 f16: three CTAs per SM, a grid of 6 on the interpreter)
-    cut the same way, lead dimensions folded into M."""
+    """Short half rows (N=1024 f16: one CTA per SM of five row groups, a grid of 2 on
+    the interpreter): one row runs a single one-row CTA, more rows the grouped grid
+    (fewer rows than its row groups included); lead dimensions folded into M."""
     n = 1024
     (dy, x, w, rstd), rdx, rdw = case(m, n, np.float16, seed=10 + m)
     lead = (1, m)
     dx, dw = rms_norm_backward(dy.reshape(lead + (n,)), x.reshape(lead + (n,)), w,
                                rstd.reshape(lead))
-    assert plans[-1].grid == min(6, next_pow2(m))
+    assert (plans[-1].grid, plans[-1].groups) == ((1, 1) if m == 1 else (2, 5))
     assert dx.shape == lead + (n,) and dx.dtype == np.float16 and dw.dtype == np.float16
     assert rel_err(dx.reshape(m, n), rdx) < 2e-3
     assert float(np.max(np.abs(dw.astype(np.float64) - rdw))) <= 2e-3 * max(

@@ -84,7 +84,8 @@ def test_numpy_inputs_run_on_the_gpu():
 
 @pytest.mark.parametrize("shape", [(2048, 8192), (4096, 1000), (7, 4097), (300, 96),
                                    (5, 65536), (300, 16384), (9, 12288), (1, 8192),
-                                   (7, 4096), (33, 1024), (130, 96)])
+                                   (7, 4096), (33, 1024), (130, 96), (32768, 1024),
+                                   (200, 1000), (131, 1024), (1500, 2048)])
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 def test_backward_deterministic_and_matches_autograd(shape, dt):
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -276,3 +277,44 @@ def test_staged_forward_kernel(shape, dt):
     assert torch.allclose(rstd.double(), r64, rtol=1e-6)
     if shape[1] == 8192:
         assert k.dynamic_shared > 48 * 1024  # the opt-in path of the launcher ran
+
+
+@pytest.mark.parametrize("n, dt", [(1000, "bf16"), (1024, "f16"), (1024, "f32"),
+                                   (2048, "bf16"), (1000, "f32")])
+def test_row_groups_match_one_row_ctas_bit_for_bit(n, dt):
+    """Short rows run CTAs of several row groups (BwdPlan.groups): dx is bit for bit that
+    of the one-row CTAs walking the same rows, and each CTA's partial row of dW is the
+    f32 sum of theirs in group order."""
+    import dataclasses
+
+    from ptxdsl.ops.rmsnorm import plan as choice
+    from ptxdsl.ops.rmsnorm.bwd import build_backward
+    from ptxdsl.ops.rmsnorm.fwd import max_vec
+    from ptxdsl.runtime import driver
+    from ptxdsl.types import bf16, f16, f32
+    t = {"bf16": bf16, "f16": f16, "f32": f32}[dt]
+    info = driver.get().device(torch.cuda.current_device())
+    arch = "sm_90a" if info.cc == (9, 0) else info.arch
+    p, k = choice.backward_kernel(n, t, t, max_vec(n, t), arch, info.sm_count, info)
+    assert p.groups > 1 and p.fused, p
+    R, m = p.groups, 3 * p.row_step + 17
+    g = torch.Generator(device="cuda").manual_seed(n)
+    x = torch.randn(m, n, device="cuda", generator=g).to(DT[dt])
+    dy = torch.randn(m, n, device="cuda", generator=g).to(DT[dt])
+    w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(DT[dt])
+    rstd = torch.rsqrt((x.double() ** 2).mean(-1) + EPS).float()
+    ws = torch.zeros(2, device="cuda", dtype=torch.int32)
+    dx, dw = torch.empty_like(x), torch.empty_like(w)
+    part = torch.empty(p.grid, n, device="cuda")
+    k(dy, x, w, rstd, ws, dx, dw, part)
+    one = dataclasses.replace(p, groups=1, grid=p.grid * R, fused=False)
+    dx1, part1 = torch.empty_like(x), torch.empty(one.grid, n, device="cuda")
+    build_backward(one, t, t, arch=arch)(dy, x, w, rstd, dx1, part1)
+    torch.cuda.synchronize()
+    assert torch.equal(dx, dx1)
+    want = part1.view(p.grid, R, n)[:, 0].clone()
+    for r in range(1, R):
+        want += part1.view(p.grid, R, n)[:, r]
+    assert torch.equal(part.view(torch.int32), want.view(torch.int32))
+    torch.testing.assert_close(dw.double(), part.double().sum(0).to(DT[dt]).double(),
+                               rtol=1e-2 if dt != "f32" else 1e-5, atol=1e-3)

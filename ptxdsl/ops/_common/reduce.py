@@ -16,17 +16,33 @@ class RowSum:
     shared memory; no second barrier, no serial thread). In a loop the partials
     alternate between two buffers, so one call's writes cannot race the previous
     call's reads and one barrier per call is enough.
+
+    ``groups`` > 1: the CTA holds that many rows at once, ``T`` threads each (``tid``
+    is then the thread's place in its row, ``group`` its row's register); each group
+    has its own partials and meets at its own named barrier (``bar.sync 1 + group,
+    T``), so the rows' sums do not wait for one another.
     """
 
-    def __init__(self, T: int, tid, *, looped: bool):
+    def __init__(self, T: int, tid, *, looped: bool, groups: int = 1, group=None):
         self.T = T
         self.tid = tid
         self.nwarps = max(1, T // WARP)
         self.looped = looped
+        self.group = group if groups > 1 else None
+        if groups > 1 and (group is None or T % WARP or groups > 15):
+            raise ValueError(f"RowSum: {groups} row groups need a group register, whole "
+                             f"warps per row ({T} threads) and at most 15 groups (named "
+                             f"barriers 1..15)")
         if T > WARP:
             # Rows padded to 4 floats: the partials are read with 16-byte loads.
-            self.partials = smem.alloc(f32, (2 if looped else 1, -(-self.nwarps // 4) * 4))
+            pad = -(-self.nwarps // 4) * 4
+            bufs = 2 if looped else 1
+            self.partials = smem.alloc(f32, (bufs, pad) if self.group is None else
+                                       (bufs, groups, pad))
             self.buf = reg.scalar(u32, init=0) if looped else None
+            if self.group is not None:
+                self.barrier = reg.scalar(u32)
+                ptx.inst.add.u32(self.barrier, self.group, 1)
 
     def __call__(self, acc):
         T = self.T
@@ -38,11 +54,15 @@ class RowSum:
         ptx.warp.reduce_sum(acc)
         tid, W = self.tid, self.nwarps
         row = self.buf if self.looped else 0
+        at = (row,) if self.group is None else (row, self.group)
         with ptx.if_((tid & (WARP - 1)) == 0):
-            self.partials[row, tid >> 5] = acc
-        ptx.bar.sync(0)
+            self.partials[at + (tid >> 5,)] = acc
+        if self.group is None:
+            ptx.bar.sync(0)
+        else:
+            ptx.bar.sync(self.barrier, T)
         total = reg.scalar(f32, init=0.0)
-        base = self.partials.addr(row, 0)
+        base = self.partials.addr(at + (0,))
         i = 0
         while i < W:
             n = 4 if W - i >= 4 else (2 if W - i >= 2 else 1)

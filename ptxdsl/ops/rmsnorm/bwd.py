@@ -83,23 +83,42 @@ class BwdPlan(RowSplit):
     # The fused dW sum over column tiles of 32 columns (one f32 per lane, twice the loads
     # in flight) instead of 128: None decides by :func:`dw_narrow`; True/False force it.
     dw_narrow: bool | None = None
+    # Rows a CTA holds at once, each by its own ``threads`` threads (a "row group", with
+    # its own named barrier for the row's sum); the groups add their dw partials in
+    # shared memory, in group order, and the CTA writes one partial row. So an SM keeps
+    # as many rows in flight as ``groups`` one-row CTAs would, and the dW sum reads
+    # ``groups`` times fewer partial rows (resident rows, power-of-two ``threads``).
+    groups: int = 1
+
+    @property
+    def block(self) -> int:
+        """Threads of a CTA."""
+        return self.threads * self.groups
 
     @property
     def slices(self) -> int:
         """Warps of a CTA, each summing every ``slices``-th partial row for dW."""
-        return self.threads // WARP
+        return self.block // WARP
+
+    @property
+    def row_step(self) -> int:
+        """Rows the whole grid holds at once: a row group's next row is this far on."""
+        return self.grid * self.groups
 
     def for_rows(self, rows: int) -> BwdPlan:
-        """This plan for a call of ``rows`` rows: its grid cut to :func:`rows_grid` (the
-        plan itself where that changes nothing). The smaller grid's dW sum is fused
-        wherever this plan's was, and wherever its partial rows per thread are few
-        enough (:data:`MAX_FUSED_ROWS`). Everything else stays: the kernel is this
-        plan's with a smaller ``G`` (every CTA owns at most one row)."""
-        g = rows_grid(self.grid, rows)
-        if g == self.grid:
+        """This plan for a call of ``rows`` rows: with fewer rows than CTAs, its grid cut
+        to :func:`rows_grid` of one-row CTAs (the plan itself where that changes
+        nothing). The smaller grid's dW sum is fused wherever this plan's was, and
+        wherever its partial rows per thread are few enough (:data:`MAX_FUSED_ROWS`).
+        Everything else stays: the kernel is this plan's with a smaller ``G`` (every CTA
+        owns at most one row)."""
+        if rows >= self.grid and self.groups > 1:
             return self
-        return replace(self, grid=g,
-                       fused=self.fused or -(-g // self.slices) <= MAX_FUSED_ROWS)
+        g = rows_grid(self.grid, rows)
+        if g == self.grid and self.groups == 1:
+            return self
+        one = replace(self, grid=g, groups=1)
+        return replace(one, fused=self.fused or -(-g // one.slices) <= MAX_FUSED_ROWS)
 
 
 def rows_grid(grid: int, rows: int) -> int:
@@ -113,14 +132,28 @@ def rows_grid(grid: int, rows: int) -> int:
 # Most partial rows one thread sums in the fused dW reduction.
 MAX_FUSED_ROWS = 128
 
+# Shared memory a CTA's row groups may take to add their dw partials.
+MAX_GROUP_SMEM = 32 * 1024
+
+
+def group_smem(n: int, vec: int, threads: int, groups: int) -> int:
+    """Bytes of shared memory for the dw partials of ``groups - 1`` row groups (the
+    first adds the others' into its registers)."""
+    per_thread = -(-(-(-n // vec)) // threads)
+    return (groups - 1) * per_thread * threads * vec * 4
+
 
 def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = None,
                   threads: int | None = None, ctas_per_sm: int | None = None,
                   prefetch: bool | None = None, fused: bool | None = None,
-                  stages: int | None = None, rows: int | None = None) -> BwdPlan:
+                  stages: int | None = None, rows: int | None = None,
+                  groups: int = 1) -> BwdPlan:
     """The backward schedule for rows of ``n``: threads per row, the persistent grid,
     and how a row is held (registers, optionally with the next row prefetched;
     a shared-memory ring of ``stages`` rows; or streamed twice from global memory).
+
+    ``groups``: rows a CTA holds at once (:attr:`BwdPlan.groups`); ``ctas_per_sm``
+    then counts CTAs of ``groups`` rows.
 
     ``rows``: the call's row count, where known; fewer rows than the grid cut the
     grid (:meth:`BwdPlan.for_rows`)."""
@@ -157,19 +190,33 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
                          f"{stage_bytes(n, dtype)} bytes per buffer of {SMEM_PER_CTA})")
     regs = regs_for(prefetch, streaming)
     smem_cap = 32
+    if groups > 1:
+        why = ("its rows are streamed or staged through shared memory" if streaming or stages
+               else f"its rows take {threads} threads, not a power of two"
+               if threads & (threads - 1) else
+               f"that is {threads * groups} threads per CTA (at most 1024)"
+               if threads * groups > 1024 else
+               f"their dw partials take {group_smem(n, vec, threads, groups)} bytes of "
+               f"shared memory (at most {MAX_GROUP_SMEM})"
+               if group_smem(n, vec, threads, groups) > MAX_GROUP_SMEM else None)
+        if why:
+            raise ValueError(f"plan_backward: {groups} row groups per CTA do not suit N={n} "
+                             f"{dtype.name}: {why}. Row groups need rows held in registers "
+                             f"by a power-of-two number of threads; groups=1 always fits")
     if stages:
         # dw and dy*w per value, the rest as the streaming kernel
         streaming, prefetch, regs = False, False, 24 + 2 * values
         smem_cap = SMEM_PER_CTA // (stages * stage_bytes(n, dtype) + SMEM_SLACK)
     if ctas_per_sm is None:
         # Hopper: at most 32 CTAs, 2048 threads and 64K registers per SM.
-        ctas_per_sm = max(1, min(smem_cap, 2048 // threads, 65536 // (threads * regs)))
+        block = threads * groups
+        ctas_per_sm = max(1, min(smem_cap, 2048 // block, 65536 // (block * regs)))
     grid = sms * ctas_per_sm
     asked = fused
     if fused is None:
-        fused = -(-grid // (threads // WARP)) <= MAX_FUSED_ROWS
+        fused = -(-grid // (threads * groups // WARP)) <= MAX_FUSED_ROWS
     p = BwdPlan(n, vec, threads, grid, prefetch and not streaming,
-                not (streaming or stages), streaming, fused, stages=stages)
+                not (streaming or stages), streaming, fused, stages=stages, groups=groups)
     if rows is not None:
         p = p.for_rows(rows)
         if asked is not None:
@@ -197,7 +244,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     if p.fused:
         @kernel(in_specs=rows_in + (Tile(2, b32),),
                 out_specs=(Tile("M", N, dtype), Tile(N, wdtype), Tile(G, N, f32)),
-                grid=(G, 1, 1), block=(T, 1, 1), arch=arch, cooperative=True, name=name,
+                grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, cooperative=True, name=name,
                 # The prefetch's few extra registers must not cost the CTA its SM, nor
                 # may the staged kernel's (at 1024 threads ptxas would take 66-75).
                 min_ctas_per_sm=1 if p.l2_ahead or p.stages else None,
@@ -217,7 +264,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         return rms_norm_bwd
 
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
-            grid=(G, 1, 1), block=(T, 1, 1), arch=arch, name=name,
+            grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, name=name,
             min_ctas_per_sm=1 if p.stages else None,
             arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"))
     def rms_norm_bwd_partials(DY, X, W, RSTD, DX, DWP):
@@ -234,34 +281,51 @@ def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset):
     cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
     m = ptx.dim("M")
     sdy, sx = DY.row_stride, X.row_stride
-    lane_b = tid * (V * es)
+    # The thread's place in its row (``lane``) and its row group; a CTA's groups take
+    # its rows cta*groups + group, then every row_step-th.
+    if p.groups > 1:
+        lane, group = tid & (T - 1), tid >> (T.bit_length() - 1)
+        first = cta * p.groups + group
+    else:
+        lane, group, first = tid, None, cta
+    lane_b = lane * (V * es)
     dy0 = pdy + lane_b
     x0 = px + lane_b
     dx0 = pdx + lane_b
-    wrow = pw + tid * (V * wes)
+    wrow = pw + lane * (V * wes)
 
     def guard(k):
         if not p.ragged or (k + 1) * T <= p.chunks:
             return None
-        return tid < (p.chunks - k * T)
+        return lane < (p.chunks - k * T)
 
     preds = [guard(k) for k in range(K)]
-    prow = pdwp + cta * (N * 4) + tid * (V * 4)
-    rows = staged_rows if p.stages else _streaming_rows if p.streaming else _resident_rows
-    rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid, offset)
+    prow = pdwp + cta * (N * 4) + lane * (V * 4)
+    if p.stages or p.streaming:
+        rows = staged_rows if p.stages else _streaming_rows
+        rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid,
+             offset)
+    else:
+        _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx,
+                       preds, lane, offset, group)
     return tid, cta, pdwp
 
 
-def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
-                   tid, offset=0.0):
-    """Rows held in registers (x, dy read once); the dw partial in registers too."""
-    N, T, V, G, K = p.n, p.threads, p.vec, p.grid, p.per_thread
+def _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
+                   tid, offset=0.0, group=None):
+    """Rows held in registers (x, dy read once); the dw partial in registers too.
+
+    ``first``: this thread's first row (its CTA's, or its row group's); the next are
+    ``p.row_step`` apart. ``tid``: the thread's place in its row. ``group``: its row
+    group (a register; None: one row per CTA), whose partial dw is added to the
+    first group's in shared memory before that one writes the CTA's partial row."""
+    N, T, V, G, K = p.n, p.threads, p.vec, p.row_step, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     step = T * V * es
     ws = [with_offset(load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k]), offset)
           for k in range(K)]
     dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
-    row_sum = RowSum(T, tid, looped=True)
+    row_sum = RowSum(T, tid, looped=True, groups=p.groups, group=group)
     pol = l2_policy(p.in_policy, {})
 
     def load_row(row, ok):
@@ -282,10 +346,10 @@ def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy,
         l2_prefetch_rows(tid, row, m, ((dy0, sdy * es), (x0, sx * es)), N * es, pol)
 
     if p.prefetch:
-        cur_dy, cur_x = load_row(cta, cta < m)
+        cur_dy, cur_x = load_row(first, first < m)
         if ahead:
-            l2_prefetch(cta + G)
-    for row in ptx.range_(cta, m, G):
+            l2_prefetch(first + G)
+    for row in ptx.range_(first, m, G):
         if ahead:  # first in the body, where the fewest registers are live
             l2_prefetch(row + 2 * G)
         if p.prefetch:
@@ -312,8 +376,33 @@ def _resident_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy,
                 for a_list, b_list in zip(cur, new):
                     for a, b in zip(a_list, b_list):
                         ptx.inst.mov.f32(a, b)
-    for k in range(K):
-        store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
+    if group is None:
+        for k in range(K):
+            store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
+    else:
+        _add_groups(p, dw, tid, group, prow, preds)
+
+
+def _add_groups(p, dw, lane, group, prow, preds):
+    """The CTA's partial row of dw: groups 1.. put theirs in shared memory, one barrier,
+    then group 0 adds them to its own in group order (the same bits on every run) and
+    stores the sum."""
+    T, V, K, R = p.threads, p.vec, p.per_thread, p.groups
+    cols = K * T * V
+    parts = smem.alloc(f32, (R - 1, cols))
+    with ptx.if_(group != 0):
+        for k in range(K):
+            for j in range(V):
+                parts[group - 1, lane * V + (k * T * V + j)] = dw[k * V + j]
+    ptx.bar.sync(0)
+    with ptx.if_(group == 0):
+        for g in range(R - 1):
+            for k in range(K):
+                for j in range(V):
+                    a = dw[k * V + j]
+                    ptx.inst.add.f32(a, a, parts[g, lane * V + (k * T * V + j)])
+        for k in range(K):
+            store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
 
 
 # A barrier wait longer than this means the workspace was not zero before the launch

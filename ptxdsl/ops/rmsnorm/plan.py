@@ -20,7 +20,7 @@ from .fwd import build_forward, max_vec, plan
 from .fwd_loop import build_forward_loop, loop_ctas_per_sm
 from .quant import build_quant, plan_quant
 
-__all__ = ["KERNELS", "SHORT_HALF_CTAS", "backward_kernel", "ctas_per_sm", "dw_reduce_kernel",
+__all__ = ["KERNELS", "SHORT_ROWS_BYTES", "backward_kernel", "ctas_per_sm", "dw_reduce_kernel",
            "forward_kernel", "quant_kernel", "vec_for"]
 
 # Built kernels, keyed by (kind, N, dtype, weight dtype, vec, variant flags, eps, arch, grid).
@@ -263,9 +263,15 @@ def _resident(p, get, info):
 
 
 # ---------------------------------------------------------------- backward
-# CTAs per SM of the backward kernel for half-precision rows of 256 threads or fewer
-# (see backward_kernel).
-SHORT_HALF_CTAS = 3
+# Short rows (256 threads or fewer, N >= 1000): the x and dy bytes an SM holds at once,
+# rows and prefetched rows together, through row groups in one CTA (see backward_kernel).
+SHORT_ROWS_BYTES = 40 * 1024
+
+
+def short_row_groups(n: int, dt: PtxType, threads: int) -> int:
+    """Rows per CTA for short rows (one CTA per SM): :data:`SHORT_ROWS_BYTES` over the
+    x, dy and prefetched x, dy of a row, rounded, at most 1024 threads a CTA."""
+    return max(1, min(1024 // threads, int(SHORT_ROWS_BYTES / (4 * n * dt.bytes) + 0.5)))
 
 
 def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0.0,
@@ -285,9 +291,16 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
     long, go without (measured: "backward: L2 prefetch of the row after the one in
     registers").
 
-    Short half-precision rows (256 threads or fewer, N >= 1000) run at most
-    :data:`SHORT_HALF_CTAS` CTAs per SM, with the same L2 prefetch (measured:
-    "backward: short half-precision rows at three CTAs per SM").
+    Short rows (256 threads or fewer, N >= 1000) run one CTA per SM of several row
+    groups (:attr:`~.bwd.BwdPlan.groups`, :func:`short_row_groups`: five of 1000 or
+    1024 halves, three of 1000 or 1024 f32), half-precision ones with the same L2
+    prefetch: as many rows in flight as that many one-row CTAs, with that many times
+    fewer dW partial rows. On an H100 (bench/results/rmsnorm_tune_groups_h100.json, the
+    sweep of groups and CTAs per SM in rmsnorm_tune_groups_sweep_h100.json), against
+    the three one-row CTAs per SM of before (more made the dW sum longer than they made
+    the rows shorter): 32768 x 1024 bf16 81.4 -> 73.4 us (the copy: 70.8), 16384 x 1024
+    f16 45.7 -> 41.1 (37.2), 8192 x 1024 bf16 28.3 -> 24.8 (20.8); elsewhere a tie
+    or better.
 
     Few rows, few CTAs: a CTA without a row still writes its partial row of dW (zeros)
     and the sum reads every CTA's, so ``m`` rows fewer than that grid run ``m`` rounded
@@ -324,7 +337,7 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
 
 def _backward_built(p, n, dt, wdt, vec, arch, offset):
     """The (cached) one-CTA-per-row backward kernel of plan ``p``."""
-    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.fused, p.l2_ahead, arch,
+    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.groups, p.fused, p.l2_ahead, arch,
                         offset),
                        lambda: build_backward(p, dt, wdt, arch=arch, offset=offset))
 
@@ -335,18 +348,22 @@ def _device_backward(n, dt, wdt, vec, arch, sms, info, offset):
         return _backward_built(p, n, dt, wdt, vec, arch, offset)
     p = plan_backward(n, dt, sms, vec=vec)
     halves = p.prefetch and dt.bytes == 2 and vec * dt.bytes == 16
-    short = halves and p.threads <= 256 and n >= 1000  # 1000: the shortest measured
-    if short and p.grid > SHORT_HALF_CTAS * sms:
-        p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=SHORT_HALF_CTAS)
+    # 1000: the shortest measured; power-of-two threads: a row group's lanes by masking
+    short = (p.prefetch and p.threads <= 256 and n >= 1000 and vec * dt.bytes == 16
+             and not p.threads & (p.threads - 1))
+    if short:
+        p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=1,
+                          groups=short_row_groups(n, dt, p.threads))
     k = get(p)
     if info is None or not p.fused:
         return p, k
     from ...runtime import prepare
-    per_sm = min(prepare(k).resident_ctas(info.ordinal, 0) // sms, 2048 // p.threads, 32)
+    per_sm = min(prepare(k).resident_ctas(info.ordinal, 0) // sms, 2048 // p.block, 32)
     if short:
         per_sm = min(per_sm, p.grid // sms)  # only ever fewer CTAs than chosen above
     if per_sm * sms != p.grid:
-        q = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=max(1, per_sm), fused=True)
+        q = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=max(1, per_sm), fused=True,
+                          groups=p.groups)
         kq = get(q)
         if prepare(kq).resident_ctas(info.ordinal, 0) >= q.grid and (
                 q.grid < p.grid or -(-q.grid // q.slices) <= 2 * MAX_FUSED_ROWS):

@@ -242,9 +242,17 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                Tile(N, wdtype), Tile("M", f32))
     name = f"rms_norm_bwd_{dtype.name}_{N}"
     if p.fused:
+        # Few rows' grids (no more CTAs than a CTA has warps): the last CTA to finish its
+        # rows sums dW alone, so nobody waits for anybody and the launch need not be
+        # cooperative (cuLaunchCooperativeKernel cost 1.7 us more host time than
+        # cuLaunchKernel on an H100, where these calls are host-bound). Larger grids
+        # share the sum after a grid barrier, which needs every CTA resident.
+        last = G <= p.slices
+
         @kernel(in_specs=rows_in + (Tile(2, b32),),
                 out_specs=(Tile("M", N, dtype), Tile(N, wdtype), Tile(G, N, f32)),
-                grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, cooperative=True, name=name,
+                grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, cooperative=not last,
+                name=name,
                 # The prefetch's few extra registers must not cost the CTA its SM, nor
                 # may the staged kernel's (at 1024 threads ptxas would take 66-75).
                 min_ctas_per_sm=1 if p.l2_ahead or p.stages else None,
@@ -255,10 +263,11 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
             # Every thread's partial stores are visible GPU-wide before its CTA arrives.
             ptx.inst.fence.acq_rel.gpu()
             ptx.bar.sync(0)
-            _grid_barrier(pws, tid, G)
-            if G <= p.slices:  # few rows' grids: a column tile per warp
-                _sum_partials_by_warp(p.n, G, p.slices, wdtype, pdwp, pdw, tid, cta)
+            if last:
+                with ptx.if_(_last_arrival(pws, tid, G)):
+                    _sum_partials_by_warp(p.n, G, p.slices, wdtype, pdwp, pdw, tid, 0, 1)
             else:
+                _grid_barrier(pws, tid, G)
                 thin = dw_narrow(p.n, G) if p.dw_narrow is None else p.dw_narrow
                 _sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta, thin)
         return rms_norm_bwd
@@ -410,6 +419,25 @@ def _add_groups(p, dw, lane, group, prow, preds):
 BARRIER_TIMEOUT_NS = 20_000_000_000
 
 
+def _last_arrival(pws, tid, G: int):
+    """Whether this CTA is the last of ``G`` to arrive (a predicate, the same for all its
+    threads): thread 0 adds one to the arrival counter ``[pws]`` (acq_rel: the CTAs
+    before it released their partial rows, this one acquires them) and the last
+    arrival resets it to zero for the next launch; the answer goes round the CTA
+    through shared memory, behind one ``bar.sync``."""
+    flag = smem.alloc(u32, (1,))
+    with ptx.if_(tid == 0):
+        old = reg.scalar(u32)
+        ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws), 1)
+        is_last = reg.scalar(u32)
+        ptx.inst.selp.u32(is_last, 1, 0, old == G - 1)
+        flag[0] = is_last
+        with ptx.if_(is_last != 0):
+            ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pws), 0)
+    ptx.bar.sync(0)
+    return flag[0] != 0
+
+
 def _grid_barrier(pws, tid, G: int):
     """Wait until all ``G`` CTAs have arrived (they are all resident: cooperative launch).
 
@@ -522,9 +550,11 @@ def _sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, c
 UNROLL = 8  # partial-row loads a thread keeps in flight in the dW reduction
 
 
-def _sum_partials_by_warp(N: int, G: int, S: int, wdtype, pdwp, pdw, tid, cta):
+def _sum_partials_by_warp(N: int, G: int, S: int, wdtype, pdwp, pdw, tid, cta,
+                          summers: int | None = None):
     """dW[j] = sum over g < G of DWP[g, j], rows ascending, for grids of no more CTAs
     (partial rows) than a CTA has warps (``G <= S``): the grids of few rows.
+    ``summers``: the CTAs that share the sum (CTA ``cta`` of them; None: all ``G``).
 
     :func:`_sum_partials` there would leave all but ``G`` of a CTA's warps idle and
     walk ``N / (32 vec G)`` column tiles one after another per CTA, each behind two
@@ -539,7 +569,7 @@ def _sum_partials_by_warp(N: int, G: int, S: int, wdtype, pdwp, pdw, tid, cta):
     lane = tid & (WARP - 1)
     warp = cta * S + (tid >> 5)
     row_bytes = N * 4
-    for tile in ptx.range_(warp, tiles, G * S):
+    for tile in ptx.range_(warp, tiles, (G if summers is None else summers) * S):
         col = tile * cols + lane * vec
         ok = col < N
         base = pdwp + col * 4

@@ -218,6 +218,9 @@ def main(argv=None):
     ap.add_argument("--bwd-hints", default=None,
                     help="backward: keep the cache-hint variants whose name matches this "
                          "regex ('^$': plain loads only)")
+    ap.add_argument("--bwd-no-prefetch", action="store_true",
+                    help="backward: also each resident-row plan without the next row "
+                         "prefetched into registers (fewer registers, more row groups)")
     ap.add_argument("--bwd-unfused", action="store_true",
                     help="backward: also each fused plan with dW summed by a second launch")
     a = ap.parse_args(argv)
@@ -356,6 +359,11 @@ def main(argv=None):
                             except ValueError:  # that many row buffers / groups do not fit
                                 continue
                             variants[f"T{t} cps{cps}{sn}{hn}"] = dataclasses.replace(p, **kw)
+                            if a.bwd_no_prefetch and not (p.stages or p.streaming):
+                                q = plan_backward(n, dt, sms, threads=t, ctas_per_sm=cps,
+                                                  stages=st, groups=g, prefetch=False)
+                                variants[f"T{t} cps{cps}{sn} no-pf{hn}"] = \
+                                    dataclasses.replace(q, **kw)
                             if a.bwd_unfused and p.fused:
                                 variants[f"T{t} cps{cps}{sn} unfused{hn}"] = \
                                     dataclasses.replace(p, fused=False, **kw)

@@ -236,7 +236,7 @@ def tune(n, dt, m, rounds, forward=True, backward=True):
     (``forward`` / ``backward``: which kernels)."""
     import dataclasses
     torch = _torch()
-    from ptxdsl.ops.rmsnorm.bwd import build_dw_reduce
+    from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
     from ptxdsl.ops.rmsnorm.bwd_cluster import build_backward_cluster, plan_backward_cluster
     from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
     from ptxdsl.runtime import prepare

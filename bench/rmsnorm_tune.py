@@ -172,7 +172,8 @@ def main(argv=None):
 
     import torch
     from bench.rmsnorm_fwd_async import build_forward_async, staging
-    from ptxdsl.ops.rmsnorm.bwd import build_backward, build_dw_reduce, plan_backward
+    from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
+    from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
     from ptxdsl.ops.rmsnorm.fwd import build_forward, plan
     from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop, loop_ctas_per_sm
     from ptxdsl.ops.rmsnorm.plan import forward_kernel

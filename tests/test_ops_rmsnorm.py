@@ -9,7 +9,8 @@ import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one
 from ptxdsl.errors import InterpreterError, LaunchError
 from ptxdsl.ops import rms_norm, rms_norm_backward
 from ptxdsl.ops.rmsnorm import plan as choice
-from ptxdsl.ops.rmsnorm.bwd import build_backward, build_dw_reduce, plan_backward
+from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
+from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
 from ptxdsl.ops.rmsnorm.fwd import build_forward, max_vec, plan
 from ptxdsl.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
 
@@ -174,7 +175,7 @@ def test_thin_dw_sum_gives_the_same_bits(n):
     """The fused dW sum over 32-column tiles (twice the loads in flight) adds in the
     order the 128-column one does: the same dx and dW, bit for bit."""
     import dataclasses
-    from ptxdsl.ops.rmsnorm.bwd import dw_narrow
+    from ptxdsl.ops.rmsnorm.bwd_dw import dw_narrow
     p = plan_backward(n, f32, 2, ctas_per_sm=8)
     assert p.fused and p.grid > p.slices
     assert dw_narrow(n, p.grid) == (-(-n // 128) * 8 < p.grid)
@@ -293,8 +294,8 @@ def test_fused_backward_waits_for_every_cta(monkeypatch):
 def test_fused_backward_traps_instead_of_hanging(monkeypatch):
     """A workspace that was not zero cannot hang the GPU: past a time limit on the
     barrier the kernel traps (on a GPU: a failed launch, reported as an error)."""
-    from ptxdsl.ops.rmsnorm import bwd
-    monkeypatch.setattr(bwd, "BARRIER_TIMEOUT_NS", 50_000)
+    from ptxdsl.ops.rmsnorm import bwd_dw
+    monkeypatch.setattr(bwd_dw, "BARRIER_TIMEOUT_NS", 50_000)
     p = plan_backward(64, f32, 2)
     args, _, _ = _bwd_case(3, 64)
     k = build_backward(p, f32, f32)

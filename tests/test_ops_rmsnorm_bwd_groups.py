@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
-from ptxdsl.ops.rmsnorm.bwd import (MAX_GROUP_SMEM, build_backward, build_dw_reduce,
-                                    group_smem, plan_backward)
+from ptxdsl.ops.rmsnorm.bwd import MAX_GROUP_SMEM, build_backward, group_smem, plan_backward
+from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
 from ptxdsl.ops.rmsnorm.fwd import max_vec
 from ptxdsl.types import bf16, f16, f32
 

@@ -25,25 +25,29 @@ and took 33 us against 21.5 us for a copy of the row's bytes
 runs ``min(G, M rounded up to a power of two)`` CTAs (:func:`rows_grid`,
 ``plan_backward(rows=M)``): one grid, so one set of bits, per row count, and at most
 about log2(G) more kernels per (N, dtype) (nine below 396). A grid of no more CTAs
-than a CTA has warps then sums dW a column tile per warp
-(``_sum_partials_by_warp``), not a column tile per CTA, which would leave one CTA
-to walk most of the tiles one after another.
+than a CTA has warps needs no barrier: the last CTA to finish its rows sums dW alone,
+a column tile per warp (``last_arrival``, ``sum_partials_by_warp``), while the
+others exit, so that launch is a plain one, not cooperative.
+
+Short rows: a CTA holds several rows at once, one per row group (``BwdPlan.groups``),
+and writes one partial row for all of them (see :class:`BwdPlan`).
 
 The barrier is an arrival counter and a generation word (``WS``, two u32 that
 must be zero before first use). The last CTA to arrive resets the counter and
 bumps the generation; the others wait for the bump. The words are left ready
-for the next launch, so one workspace serves every launch on one stream, whatever
-its ``G``.
+for the next launch (the few-row kernels' last arrival resets the counter too), so
+one workspace serves every launch on one stream, whatever its ``G``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, b32, f32, u32, u64
+from ptxdsl.types import PtxType, b32, f32, u32
 
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
+from .bwd_dw import dw_narrow, grid_barrier, last_arrival, sum_partials, sum_partials_by_warp
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
                          staged_rows)
@@ -139,7 +143,8 @@ MAX_GROUP_SMEM = 32 * 1024
 def group_smem(n: int, vec: int, threads: int, groups: int) -> int:
     """Bytes of shared memory for the dw partials of ``groups - 1`` row groups (the
     first adds the others' into its registers)."""
-    per_thread = -(-(-(-n // vec)) // threads)
+    chunks = -(-n // vec)
+    per_thread = -(-chunks // threads)
     return (groups - 1) * per_thread * threads * vec * 4
 
 
@@ -237,7 +242,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     Unfused: DY, X, W, RSTD; outputs DX and DWP, which :func:`build_dw_reduce`
     then sums into DW.
     """
-    N, T, G = p.n, p.threads, p.grid
+    N, G = p.n, p.grid
     rows_in = (Tile("M", N, dtype, stride="sdy"), Tile("M", N, dtype, stride="sx"),
                Tile(N, wdtype), Tile("M", f32))
     name = f"rms_norm_bwd_{dtype.name}_{N}"
@@ -264,12 +269,12 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
             ptx.inst.fence.acq_rel.gpu()
             ptx.bar.sync(0)
             if last:
-                with ptx.if_(_last_arrival(pws, tid, G)):
-                    _sum_partials_by_warp(p.n, G, p.slices, wdtype, pdwp, pdw, tid, 0, 1)
+                with ptx.if_(last_arrival(pws, tid, G)):
+                    sum_partials_by_warp(p.n, G, p.slices, wdtype, pdwp, pdw, tid)
             else:
-                _grid_barrier(pws, tid, G)
+                grid_barrier(pws, tid, G)
                 thin = dw_narrow(p.n, G) if p.dw_narrow is None else p.dw_narrow
-                _sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta, thin)
+                sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta, thin)
         return rms_norm_bwd
 
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
@@ -414,178 +419,6 @@ def _add_groups(p, dw, lane, group, prow, preds):
             store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
 
 
-# A barrier wait longer than this means the workspace was not zero before the launch
-# (or CTAs were lost): trap, so the launch fails with an error instead of hanging.
-BARRIER_TIMEOUT_NS = 20_000_000_000
-
-
-def _last_arrival(pws, tid, G: int):
-    """Whether this CTA is the last of ``G`` to arrive (a predicate, the same for all its
-    threads): thread 0 adds one to the arrival counter ``[pws]`` (acq_rel: the CTAs
-    before it released their partial rows, this one acquires them) and the last
-    arrival resets it to zero for the next launch; the answer goes round the CTA
-    through shared memory, behind one ``bar.sync``."""
-    flag = smem.alloc(u32, (1,))
-    with ptx.if_(tid == 0):
-        old = reg.scalar(u32)
-        ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws), 1)
-        is_last = reg.scalar(u32)
-        ptx.inst.selp.u32(is_last, 1, 0, old == G - 1)
-        flag[0] = is_last
-        with ptx.if_(is_last != 0):
-            ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pws), 0)
-    ptx.bar.sync(0)
-    return flag[0] != 0
-
-
-def _grid_barrier(pws, tid, G: int):
-    """Wait until all ``G`` CTAs have arrived (they are all resident: cooperative launch).
-
-    ``[pws]`` counts arrivals, ``[pws+4]`` is the generation. Thread 0 of each CTA
-    reads the generation, then arrives; the last arrival resets the count and
-    publishes generation + 1 (release), which the others wait for (acquire).
-    """
-    with ptx.if_(tid == 0):
-        gen = reg.scalar(u32)
-        ptx.inst.ld.relaxed.gpu.global_.u32(gen, ptx.addr(pws, 4))
-        old = reg.scalar(u32)
-        ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws), 1)
-        with ptx.if_(old == G - 1):
-            ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pws), 0)
-            ptx.inst.st.release.gpu.global_.u32(ptx.addr(pws, 4), gen + 1)
-        t0 = reg.scalar(u64)
-        ptx.inst.mov.u64(t0, ptx.special.globaltimer())
-        spin = ptx.label("grid_wait")
-        now = reg.scalar(u32)
-        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(pws, 4))
-        go = ptx.new_label("grid_go")
-        ptx.bra(go, pred=now != gen)
-        t = reg.scalar(u64)
-        ptx.inst.mov.u64(t, ptx.special.globaltimer())
-        ptx.inst.trap(pred=(t - t0) > BARRIER_TIMEOUT_NS)
-        ptx.bra(spin)
-        ptx.place(go)
-    ptx.bar.sync(0)
-
-
-def dw_narrow(N: int, G: int) -> bool:
-    """Whether the fused dW sum takes 32-column tiles: where 128-column ones would leave
-    it to fewer than one CTA in :data:`NARROW_DW_SHARE` of the grid (N = 1000 and G = 396:
-    8 CTAs, each warp some 99 partial rows at 8 loads in flight)."""
-    return N % 4 == 0 and -(-N // 128) * NARROW_DW_SHARE < G
-
-
-NARROW_DW_SHARE = 8
-
-
-def _sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, cta,
-                  thin: bool = False):
-    """dW[j] = sum over g < G of DWP[g, j], in a fixed order, spread over the grid.
-
-    A column tile is 32 lanes x ``vec`` columns, taken by CTAs ``cta, cta+stride,
-    ...``; the CTA's ``S`` warps are slices that each sum every ``S``-th partial row
-    (``UNROLL`` loads in flight at a time), then warp 0 adds the slices in order.
-    ``thin``: one column per lane (four times the tiles, so the CTAs) and twice the
-    loads in flight; the order of the additions, so the bits, are the same.
-    """
-    vec = 4 if N % 4 == 0 and not thin else 1
-    unroll = 2 * UNROLL if thin else UNROLL
-    cols = 32 * vec
-    tiles = -(-N // cols)
-    lane = tid & (WARP - 1)
-    sl = tid >> 5
-    red = smem.alloc(f32, (S, cols))
-    row_bytes = N * 4
-    for tile in ptx.range_(cta, tiles, stride):
-        col = tile * cols + lane * vec
-        ok = col < N
-        acc = [reg.scalar(f32, init=0.0) for _ in range(vec)]
-        base = pdwp + col * 4 + sl * row_bytes
-
-        def add_rows(start, count, last_partial):
-            # partial rows start + i*S (i < count) of this thread's slice, ascending
-            for i in range(count):
-                g_ok = ok
-                if last_partial and i == count - 1:
-                    g_ok = ok & (sl < G - (start + i * S))
-                # .cg: the partials were written by other SMs; read them from L2.
-                vals = load_chunk(base, (start + i * S) * row_bytes, f32, vec, pred=g_ok,
-                                  hints=("cg",))
-                for a, v in zip(acc, vals):
-                    ptx.inst.add.f32(a, a, v)
-
-        groups = G // (S * unroll)
-        if groups > 1:
-            cursor = reg.scalar(u64)
-            ptx.inst.mov.u64(cursor, base)
-            for _ in ptx.range_(0, groups):
-                for i in range(unroll):
-                    vals = load_chunk(cursor, i * S * row_bytes, f32, vec, pred=ok,
-                                      hints=("cg",))
-                    for a, v in zip(acc, vals):
-                        ptx.inst.add.f32(a, a, v)
-                ptx.inst.add.u64(cursor, cursor, S * unroll * row_bytes)
-            done = groups * S * unroll
-        else:
-            done = 0
-        rest = G - done
-        if rest:
-            count = -(-rest // S)
-            add_rows(done, count, rest % S != 0)
-        for j in range(vec):
-            red[sl, lane * vec + j] = acc[j]
-        ptx.bar.sync(0)
-        with ptx.if_(sl == 0):
-            with ptx.if_(ok):
-                out = []
-                for j in range(vec):
-                    s = reg.scalar(f32, init=0.0)
-                    for t in range(S):
-                        ptx.inst.add.f32(s, s, red[t, lane * vec + j])
-                    out.append(s)
-                store_chunk(pdw + col * wdtype.bytes, 0, wdtype, narrow(out, wdtype))
-        ptx.bar.sync(0)  # red is rewritten by the next tile
-
-
-UNROLL = 8  # partial-row loads a thread keeps in flight in the dW reduction
-
-
-def _sum_partials_by_warp(N: int, G: int, S: int, wdtype, pdwp, pdw, tid, cta,
-                          summers: int | None = None):
-    """dW[j] = sum over g < G of DWP[g, j], rows ascending, for grids of no more CTAs
-    (partial rows) than a CTA has warps (``G <= S``): the grids of few rows.
-    ``summers``: the CTAs that share the sum (CTA ``cta`` of them; None: all ``G``).
-
-    :func:`_sum_partials` there would leave all but ``G`` of a CTA's warps idle and
-    walk ``N / (32 vec G)`` column tiles one after another per CTA, each behind two
-    CTA barriers (a grid of one CTA: 64 of them for 8192 columns). Here each warp of
-    the grid takes column tiles of its own (warp ``cta * S + w``, then every ``G * S``-th
-    tile) and sums all ``G`` rows of each itself, :data:`UNROLL` loads in flight at a
-    time; no shared memory, no barriers.
-    """
-    vec = 4 if N % 4 == 0 else 1
-    cols = 32 * vec
-    tiles = -(-N // cols)
-    lane = tid & (WARP - 1)
-    warp = cta * S + (tid >> 5)
-    row_bytes = N * 4
-    for tile in ptx.range_(warp, tiles, (G if summers is None else summers) * S):
-        col = tile * cols + lane * vec
-        ok = col < N
-        base = pdwp + col * 4
-        acc = None
-        for first in range(0, G, UNROLL):  # UNROLL loads in flight, then their sum
-            # .cg: the partials were written by other SMs; read them from L2.
-            rows = [load_chunk(base, g * row_bytes, f32, vec, pred=ok, hints=("cg",))
-                    for g in range(first, min(G, first + UNROLL))]
-            if acc is None:
-                acc = rows.pop(0)
-            for vals in rows:
-                for a, v in zip(acc, vals):
-                    ptx.inst.add.f32(a, a, v)
-        store_chunk(pdw + col * wdtype.bytes, 0, wdtype, narrow(acc, wdtype), pred=ok)
-
-
 def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
                     tid, offset=0.0):
     """The long-row backward: two streamed passes per row, dw partial in global memory."""
@@ -633,22 +466,3 @@ def _and(a, b):
     if b is None:
         return a
     return a & b
-
-
-def build_dw_reduce(n: int, g: int, wdtype: PtxType, *, arch: str = "sm_90a",
-                    slices: int = 8):
-    """dW[j] = sum over g of DWP[g, j], in a fixed order (f32 accumulation): the
-    fused kernel's second phase (:func:`_sum_partials`) as a launch of its own, one
-    CTA of ``slices`` warps per column tile."""
-    tiles = -(-n // (32 * (4 if n % 4 == 0 else 1)))
-
-    @kernel(in_specs=(Tile(g, n, f32),), out_specs=(Tile(n, wdtype),),
-            grid=(tiles, 1, 1), block=(WARP * slices, 1, 1), arch=arch,
-            name=f"rms_norm_dw_{wdtype.name}_{n}")
-    def rms_norm_dw(DWP, DW):
-        pp, pd = ptx.global_ptrs(DWP, DW)
-        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
-        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        _sum_partials(n, g, slices, tiles, wdtype, pp, pd, tid, cta)
-
-    return rms_norm_dw

@@ -15,7 +15,7 @@ reduced and written, and each element is read from DRAM once. A thread reads onl
 the chunks it copied, so the ring needs no barrier of its own.
 
 At the end the CTA writes its dw partial to row ``q`` (its slice's columns) of an f32
-``(Q, N)`` buffer, which :func:`~.bwd.build_dw_reduce` sums in a fixed order in a
+``(Q, N)`` buffer, which :func:`~.bwd_dw.build_dw_reduce` sums in a fixed order in a
 second launch: dW is bitwise deterministic for a given ``Q``, which the plan fixes
 per device.
 """
@@ -49,7 +49,7 @@ class BwdClusterPlan(ClusterSplit):
     grid: int = 1
     stages: int = 2
 
-    # dW is summed by a second launch (bwd.build_dw_reduce), as for the unfused backward
+    # dW is summed by a second launch (bwd_dw.build_dw_reduce), as for the unfused backward
     fused = False
 
     @property
@@ -93,7 +93,7 @@ def build_backward_cluster(p: BwdClusterPlan, dtype: PtxType, wdtype: PtxType, *
                            arch: str = "sm_90a", offset: float = 0.0):
     """The cluster backward kernel for plan ``p``: arguments DY (M, N), X (M, N) (strided
     rows), W (N,), RSTD (M,) f32; outputs DX (M, N) and DWP (Q, N) f32, the per-cluster dw
-    partials that :func:`~.bwd.build_dw_reduce` sums into DW. ``offset``: dx reads
+    partials that :func:`~.bwd_dw.build_dw_reduce` sums into DW. ``offset``: dx reads
     ``offset + w`` (:func:`~.row.with_offset`); dw keeps its form."""
     N, C, T, K, V, Q, S = p.n, p.cluster, p.threads, p.per_thread, p.vec, p.grid, p.stages
     es, wes = dtype.bytes, wdtype.bytes

@@ -12,7 +12,8 @@ from ...errors import LaunchError, ToolchainError
 from ...types import PtxType
 from .._common.frame import data_ptr, strides
 from .._common.kernels import KernelCache
-from .bwd import MAX_FUSED_ROWS, build_backward, build_dw_reduce, plan_backward
+from .bwd import MAX_FUSED_ROWS, build_backward, plan_backward
+from .bwd_dw import build_dw_reduce
 from .bwd_cluster import build_backward_cluster, plan_backward_cluster
 from .devices import Device
 from .fwd_cluster import build_forward_cluster, plan_cluster
@@ -337,8 +338,8 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
 
 def _backward_built(p, n, dt, wdt, vec, arch, offset):
     """The (cached) one-CTA-per-row backward kernel of plan ``p``."""
-    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.groups, p.fused, p.l2_ahead, arch,
-                        offset),
+    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.groups, p.fused,
+                        p.l2_ahead, arch, offset),
                        lambda: build_backward(p, dt, wdt, arch=arch, offset=offset))
 
 

@@ -1,0 +1,210 @@
+"""The RMSNorm backward's dW sum: the per-CTA partial rows of dW (an f32 ``(G, N)``
+buffer) added down their columns in a fixed order, so the same inputs give the same
+bits on every run (no float atomics).
+
+* :func:`grid_barrier` then :func:`sum_partials`: every CTA of a cooperative launch
+  waits for all the others, then the grid shares the sum, a column tile per CTA;
+* :func:`last_arrival` then :func:`sum_partials_by_warp`: grids of no more CTAs than a
+  CTA has warps, where the last CTA to arrive sums alone and nobody waits (a plain
+  launch);
+* :func:`build_dw_reduce`: the sum as a launch of its own, for grids too large to sum
+  in the same launch.
+
+The workspace ``WS`` holds the arrival counter and the barrier's generation word (two
+u32, zero before first use, left so by every launch).
+"""
+from __future__ import annotations
+
+from ptxdsl import Tile, kernel, ptx, reg, smem
+from ptxdsl.types import PtxType, f32, u32, u64
+
+from .._common.rowio import load_chunk, narrow, store_chunk
+from .fwd import WARP
+
+# A barrier wait longer than this means the workspace was not zero before the launch
+# (or CTAs were lost): trap, so the launch fails with an error instead of hanging.
+BARRIER_TIMEOUT_NS = 20_000_000_000
+
+
+def last_arrival(pws, tid, G: int):
+    """Whether this CTA is the last of ``G`` to arrive (a predicate, the same for all its
+    threads): thread 0 adds one to the arrival counter ``[pws]`` (acq_rel: the CTAs
+    before it released their partial rows, this one acquires them) and the last
+    arrival resets it to zero for the next launch; the answer goes round the CTA
+    through shared memory, behind one ``bar.sync``."""
+    flag = smem.alloc(u32, (1,))
+    with ptx.if_(tid == 0):
+        old = reg.scalar(u32)
+        ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws), 1)
+        is_last = reg.scalar(u32)
+        ptx.inst.selp.u32(is_last, 1, 0, old == G - 1)
+        flag[0] = is_last
+        with ptx.if_(is_last != 0):
+            ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pws), 0)
+    ptx.bar.sync(0)
+    return flag[0] != 0
+
+
+def grid_barrier(pws, tid, G: int):
+    """Wait until all ``G`` CTAs have arrived (they are all resident: cooperative launch).
+
+    ``[pws]`` counts arrivals, ``[pws+4]`` is the generation. Thread 0 of each CTA
+    reads the generation, then arrives; the last arrival resets the count and
+    publishes generation + 1 (release), which the others wait for (acquire).
+    """
+    with ptx.if_(tid == 0):
+        gen = reg.scalar(u32)
+        ptx.inst.ld.relaxed.gpu.global_.u32(gen, ptx.addr(pws, 4))
+        old = reg.scalar(u32)
+        ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws), 1)
+        with ptx.if_(old == G - 1):
+            ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pws), 0)
+            ptx.inst.st.release.gpu.global_.u32(ptx.addr(pws, 4), gen + 1)
+        t0 = reg.scalar(u64)
+        ptx.inst.mov.u64(t0, ptx.special.globaltimer())
+        spin = ptx.label("grid_wait")
+        now = reg.scalar(u32)
+        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(pws, 4))
+        go = ptx.new_label("grid_go")
+        ptx.bra(go, pred=now != gen)
+        t = reg.scalar(u64)
+        ptx.inst.mov.u64(t, ptx.special.globaltimer())
+        ptx.inst.trap(pred=(t - t0) > BARRIER_TIMEOUT_NS)
+        ptx.bra(spin)
+        ptx.place(go)
+    ptx.bar.sync(0)
+
+
+def dw_narrow(N: int, G: int) -> bool:
+    """Whether the fused dW sum takes 32-column tiles: where 128-column ones would leave
+    it to fewer than one CTA in :data:`NARROW_DW_SHARE` of the grid (N = 1000 and G = 396:
+    8 CTAs, each warp some 99 partial rows at 8 loads in flight)."""
+    return N % 4 == 0 and -(-N // 128) * NARROW_DW_SHARE < G
+
+
+NARROW_DW_SHARE = 8
+
+
+def sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, cta,
+                  thin: bool = False):
+    """dW[j] = sum over g < G of DWP[g, j], in a fixed order, spread over the grid.
+
+    A column tile is 32 lanes x ``vec`` columns, taken by CTAs ``cta, cta+stride,
+    ...``; the CTA's ``S`` warps are slices that each sum every ``S``-th partial row
+    (``UNROLL`` loads in flight at a time), then warp 0 adds the slices in order.
+    ``thin``: one column per lane (four times the tiles, so the CTAs) and twice the
+    loads in flight; the order of the additions, so the bits, are the same.
+    """
+    vec = 4 if N % 4 == 0 and not thin else 1
+    unroll = 2 * UNROLL if thin else UNROLL
+    cols = 32 * vec
+    tiles = -(-N // cols)
+    lane = tid & (WARP - 1)
+    sl = tid >> 5
+    red = smem.alloc(f32, (S, cols))
+    row_bytes = N * 4
+    for tile in ptx.range_(cta, tiles, stride):
+        col = tile * cols + lane * vec
+        ok = col < N
+        acc = [reg.scalar(f32, init=0.0) for _ in range(vec)]
+        base = pdwp + col * 4 + sl * row_bytes
+
+        def add_rows(start, count, last_partial):
+            # partial rows start + i*S (i < count) of this thread's slice, ascending
+            for i in range(count):
+                g_ok = ok
+                if last_partial and i == count - 1:
+                    g_ok = ok & (sl < G - (start + i * S))
+                # .cg: the partials were written by other SMs; read them from L2.
+                vals = load_chunk(base, (start + i * S) * row_bytes, f32, vec, pred=g_ok,
+                                  hints=("cg",))
+                for a, v in zip(acc, vals):
+                    ptx.inst.add.f32(a, a, v)
+
+        groups = G // (S * unroll)
+        if groups > 1:
+            cursor = reg.scalar(u64)
+            ptx.inst.mov.u64(cursor, base)
+            for _ in ptx.range_(0, groups):
+                for i in range(unroll):
+                    vals = load_chunk(cursor, i * S * row_bytes, f32, vec, pred=ok,
+                                      hints=("cg",))
+                    for a, v in zip(acc, vals):
+                        ptx.inst.add.f32(a, a, v)
+                ptx.inst.add.u64(cursor, cursor, S * unroll * row_bytes)
+            done = groups * S * unroll
+        else:
+            done = 0
+        rest = G - done
+        if rest:
+            count = -(-rest // S)
+            add_rows(done, count, rest % S != 0)
+        for j in range(vec):
+            red[sl, lane * vec + j] = acc[j]
+        ptx.bar.sync(0)
+        with ptx.if_(sl == 0):
+            with ptx.if_(ok):
+                out = []
+                for j in range(vec):
+                    s = reg.scalar(f32, init=0.0)
+                    for t in range(S):
+                        ptx.inst.add.f32(s, s, red[t, lane * vec + j])
+                    out.append(s)
+                store_chunk(pdw + col * wdtype.bytes, 0, wdtype, narrow(out, wdtype))
+        ptx.bar.sync(0)  # red is rewritten by the next tile
+
+
+UNROLL = 8  # partial-row loads a thread keeps in flight in the dW reduction
+
+
+def sum_partials_by_warp(N: int, G: int, S: int, wdtype, pdwp, pdw, tid):
+    """dW[j] = sum over g < G of DWP[g, j], rows ascending, by one CTA (the last to
+    arrive, :func:`last_arrival`), for grids of no more CTAs (partial rows) than a CTA
+    has warps (``G <= S``): the grids of few rows.
+
+    :func:`sum_partials` there would walk ``N / (32 vec)`` column tiles one after
+    another, each behind two CTA barriers (64 of them for 8192 columns). Here each warp
+    takes column tiles of its own (warp ``w``, then every ``S``-th tile) and sums all
+    ``G`` rows of each itself, :data:`UNROLL` loads in flight at a time; no shared
+    memory, no barriers.
+    """
+    vec = 4 if N % 4 == 0 else 1
+    cols = 32 * vec
+    tiles = -(-N // cols)
+    lane = tid & (WARP - 1)
+    warp = tid >> 5
+    row_bytes = N * 4
+    for tile in ptx.range_(warp, tiles, S):
+        col = tile * cols + lane * vec
+        ok = col < N
+        base = pdwp + col * 4
+        acc = None
+        for first in range(0, G, UNROLL):  # UNROLL loads in flight, then their sum
+            # .cg: the partials were written by other SMs; read them from L2.
+            rows = [load_chunk(base, g * row_bytes, f32, vec, pred=ok, hints=("cg",))
+                    for g in range(first, min(G, first + UNROLL))]
+            if acc is None:
+                acc = rows.pop(0)
+            for vals in rows:
+                for a, v in zip(acc, vals):
+                    ptx.inst.add.f32(a, a, v)
+        store_chunk(pdw + col * wdtype.bytes, 0, wdtype, narrow(acc, wdtype), pred=ok)
+
+
+def build_dw_reduce(n: int, g: int, wdtype: PtxType, *, arch: str = "sm_90a",
+                    slices: int = 8):
+    """dW[j] = sum over g of DWP[g, j], in a fixed order (f32 accumulation): the
+    fused kernel's second phase (:func:`sum_partials`) as a launch of its own, one
+    CTA of ``slices`` warps per column tile."""
+    tiles = -(-n // (32 * (4 if n % 4 == 0 else 1)))
+
+    @kernel(in_specs=(Tile(g, n, f32),), out_specs=(Tile(n, wdtype),),
+            grid=(tiles, 1, 1), block=(WARP * slices, 1, 1), arch=arch,
+            name=f"rms_norm_dw_{wdtype.name}_{n}")
+    def rms_norm_dw(DWP, DW):
+        pp, pd = ptx.global_ptrs(DWP, DW)
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        sum_partials(n, g, slices, tiles, wdtype, pp, pd, tid, cta)
+
+    return rms_norm_dw

@@ -518,6 +518,20 @@ def fake_gpu_for_ops(monkeypatch, tmp_path):
     return cu
 
 
+def fake_sm90_dispatch(monkeypatch, hopper_kernel) -> None:
+    """matmul's dispatch as on a 132-SM sm_90 device, without a GPU: the ops' ``Frame``
+    reports such a device and runs kernels on the host, and ``hopper_kernel`` (the
+    test's stand-in, called with the dispatch's arguments) replaces the Hopper kernel's
+    builder."""
+    from ptxdsl.ops.matmul import api
+
+    class Info:
+        cc, sm_count = (9, 0), 132
+    monkeypatch.setattr(api.Frame, "device", lambda self, a: Info())
+    monkeypatch.setattr(api.Frame, "on_gpu", lambda self: False)
+    monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
+
+
 def f32_array(addr: int, n: int) -> np.ndarray:
     """A numpy view of ``n`` float32 at a (fake device) address."""
     if n == 0:

@@ -248,11 +248,7 @@ def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_
     """On an sm_90 device every aligned layout runs the Hopper kernel, reading each operand
     in place in its own major: a row-major a and a transposed b K-major, a column-major a
     and a row-major b MN-major (no copies)."""
-    from ptxdsl.ops.matmul import api
-
-    class Info:
-        cc, sm_count = (9, 0), 132
-
+    from runtime_fakes import fake_sm90_dispatch
     fake = _FakeHopper()
 
     def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device, bt=None,
@@ -260,9 +256,7 @@ def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_
         fake.majors = (a_major, b_major)
         fake.device = device
         return fake
-    monkeypatch.setattr(api.Frame, "device", lambda self, a: Info())
-    monkeypatch.setattr(api.Frame, "on_gpu", lambda self: False)
-    monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
+    fake_sm90_dispatch(monkeypatch, hopper_kernel)
     rng = np.random.default_rng(8)
     m, n, k = 24, 40, 32
     a = ints(rng, (k, m)).T if a_t else ints(rng, (m, k))

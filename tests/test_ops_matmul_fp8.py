@@ -164,11 +164,7 @@ class _FakeHopper:
 def test_sm90_dispatch_gives_the_fp8_hopper_kernel_k_major_operands(monkeypatch, a_t, b_t):
     """On an sm_90 device an 8-bit product runs the Hopper kernel with A (M, K) and B as
     (N, K), both row-major: in place where the call's operands are so, else a copy."""
-    from ptxdsl.ops.matmul import api
-
-    class Info:
-        cc, sm_count = (9, 0), 132
-
+    from runtime_fakes import fake_sm90_dispatch
     fake = _FakeHopper()
     seen = []
 
@@ -176,9 +172,7 @@ def test_sm90_dispatch_gives_the_fp8_hopper_kernel_k_major_operands(monkeypatch,
                       scaled=False):
         seen.append((a_major, b_major, dt, bt, scaled))
         return fake
-    monkeypatch.setattr(api.Frame, "device", lambda self, a: Info())
-    monkeypatch.setattr(api.Frame, "on_gpu", lambda self: False)
-    monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
+    fake_sm90_dispatch(monkeypatch, hopper_kernel)
     rng = np.random.default_rng(9)
     m, n, k = 24, 40, 32
     a = (ints(rng, (k, m)).T if a_t else ints(rng, (m, k))).astype(E4M3)

@@ -195,12 +195,12 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
                          f"{stage_bytes(n, dtype)} bytes per buffer of {SMEM_PER_CTA})")
     regs = regs_for(prefetch, streaming)
     smem_cap = 32
+    block = threads * groups
     if groups > 1:
         why = ("its rows are streamed or staged through shared memory" if streaming or stages
                else f"its rows take {threads} threads, not a power of two"
                if threads & (threads - 1) else
-               f"that is {threads * groups} threads per CTA (at most 1024)"
-               if threads * groups > 1024 else
+               f"that is {block} threads per CTA (at most 1024)" if block > 1024 else
                f"their dw partials take {group_smem(n, vec, threads, groups)} bytes of "
                f"shared memory (at most {MAX_GROUP_SMEM})"
                if group_smem(n, vec, threads, groups) > MAX_GROUP_SMEM else None)
@@ -214,12 +214,11 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
         smem_cap = SMEM_PER_CTA // (stages * stage_bytes(n, dtype) + SMEM_SLACK)
     if ctas_per_sm is None:
         # Hopper: at most 32 CTAs, 2048 threads and 64K registers per SM.
-        block = threads * groups
         ctas_per_sm = max(1, min(smem_cap, 2048 // block, 65536 // (block * regs)))
     grid = sms * ctas_per_sm
     asked = fused
     if fused is None:
-        fused = -(-grid // (threads * groups // WARP)) <= MAX_FUSED_ROWS
+        fused = -(-grid // (block // WARP)) <= MAX_FUSED_ROWS
     p = BwdPlan(n, vec, threads, grid, prefetch and not streaming,
                 not (streaming or stages), streaming, fused, stages=stages, groups=groups)
     if rows is not None:

@@ -199,9 +199,25 @@ def test_grouped_order_covers_every_tile_once(rows, cols, group):
 
 
 def test_persistent_grid():
-    assert persistent_grid(1000, 132, 2) == 132
+    assert persistent_grid(1000, 132, 2, balance=False) == 132
     assert persistent_grid(6, 132, 2) == 6
-    assert persistent_grid(1000, 131, 2) == 130
+    assert persistent_grid(1000, 131, 2, balance=False) == 130
+    # balanced: 500 cluster tiles on 66 slots take 8 rounds; 63 clusters do too
+    assert persistent_grid(1000, 132, 2) == 126
+    assert persistent_grid(2048, 132, 2) == 128          # 8192^3 in 128 x 256 tiles: 16 rounds
+    assert persistent_grid(132, 132, 1) == 132           # one full round stays one round
+
+
+@pytest.mark.parametrize("tiles,sms,cluster", [(t, s, c) for t in (1, 7, 131, 133, 264, 1000,
+                                                                   2048, 8191)
+                                               for s in (2, 114, 132) for c in (1, 2, 4)])
+def test_balanced_grid_keeps_the_rounds(tiles, sms, cluster):
+    """The balanced grid is never larger and never takes more rounds than one per SM."""
+    full = persistent_grid(tiles, sms, cluster, balance=False)
+    got = persistent_grid(tiles, sms, cluster)
+    units = -(-tiles // cluster)
+    assert got % cluster == 0 and cluster <= got <= full
+    assert -(-units // (got // cluster)) == -(-units // (full // cluster))
 
 
 def test_device_tile_coords_match_the_python_model():

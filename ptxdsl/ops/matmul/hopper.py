@@ -58,7 +58,8 @@ Pieces and the instructions they record:
   released (the ``empty`` arrivals) while this one runs (``Plan.in_flight = 0`` waits for
   each stage instead: 10% slower on an H100). The first k-block of a tile is peeled and
   passes scale-d = 0 (``D = A*B``), so the accumulator needs no zeroing.
-* **Scheduler.** Persistent: ``grid = SMs`` rounded to whole clusters; cluster ``c``
+* **Scheduler.** Persistent: at most one CTA per SM, in whole clusters, and no more
+  clusters than the tiles' rounds need (:func:`.schedule.persistent_grid`); cluster ``c``
   takes cluster tiles ``c, c + G/2, ...`` in grouped order (:mod:`.schedule`), computed
   from the tile index with a few integer instructions.
 * **Epilogue.** Each consumer stores its 64 x 256 result in two halves of 128 columns
@@ -69,10 +70,11 @@ Pieces and the instructions they record:
   ``cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group`` per panel and
   ``cp.async.bulk.commit_group``; before the buffer is written again that thread waits
   ``cp.async.bulk.wait_group.read 0`` and the warpgroup meets at the barrier.
+  ``Plan.overlap`` (plain 16-bit epilogues) packs the whole accumulator first, issues the
+  next tile's first k-block into it, and stores the packed pairs under that wgmma.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
@@ -80,9 +82,9 @@ from ptxdsl.types import PtxType, f32, pred, u8, u16, u32
 
 from .operands import SW128_K_MAJOR, operands
 from .plan import SMEM_PER_CTA, Plan
-from .schedule import tile_coords
+from .schedule import persistent_grid, tile_coords
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
-from .store import store_tile
+from .store import pack_tile, stmatrix_staged, store_tile
 
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
@@ -170,8 +172,7 @@ def grid_for(p: Plan, sms: int):
 
     def grid(M, N, K):
         tm, tn = p.tiles(M, N)
-        ctas = min(tm * tn * p.split, sms // cl * cl)
-        return (max(ctas, cl), 1, 1)
+        return (persistent_grid(tm * tn * p.split, sms, cl, p.balance), 1, 1)
     return grid
 
 
@@ -346,18 +347,29 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     with ptx.if_(lane == 0):
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(eb))
 
+            prev = reg.scalar(u32)                  # the empty barrier of the stage in flight
+
+            def start():
+                """A tile's first k-block: D = A*B (scale-d 0), left in flight."""
+                ptx.inst.mov.u32(prev, mma_stage(True))
+
+            def finish(nkr):
+                """The tile's k-blocks after the first (in flight since :func:`start`): each
+                keeps one wgmma group in flight and releases the stage before it."""
+                for kb in ptx.range_(1, nkr):
+                    eb = mma_stage(False)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                    release(prev)
+                    ptx.inst.mov.u32(prev, eb)
+                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                release(prev)
+
             def mainloop(nkr):
                 """The tile's ``nkr`` k-blocks. The first writes D = A*B (scale-d 0); each
                 later one keeps one wgmma group in flight and releases the stage before it."""
                 if p.in_flight:
-                    prev = mma_stage(True)
-                    for kb in ptx.range_(1, nkr):
-                        eb = mma_stage(False)
-                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                        release(prev)
-                        ptx.inst.mov.u32(prev, eb)
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    release(prev)
+                    start()
+                    finish(nkr)
                 else:                           # each stage retired before it is released
                     release_now = mma_stage(True)
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
@@ -373,11 +385,35 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                                       base + L.xfull + cons * 8, base + L.xfree + cons * 8,
                                       lane, labels, owner)
                 nkr = kb_hi - kb_lo
+            # The epilogue under the next tile's first k-block: the accumulator is packed
+            # into 16-bit pairs (bn / 4 registers), the next tile's first wgmma group is
+            # issued into the freed accumulator, and the pairs are stored while it runs.
+            # Plain epilogues only: with a bias, an activation or a scale ptxas schedules
+            # their loads and math across the whole pack and spills (56-132 bytes,
+            # ptxas -v, 4096^3).
+            overlap = p.overlap and SK == 1 and p.in_flight and \
+                stmatrix_staged(p, out_dtype) and bias is None and activation is None \
+                and not scaled
+            if overlap:
+                with ptx.if_(cid < total):
+                    start()
             for t in ptx.range_(cid, total, ncl):
                 m0, n0 = tile_origin(t)
                 row0 = m0 + cons * p.wg_m
-                if SK == 1:
+                pb = pbias if bias is not None else None
+                if overlap:
+                    finish(nk)
+                    words = pack_tile(acc, p, out_dtype, bias, activation, n0, n, fcol, pb,
+                                      scale)
+                    with ptx.if_(t + ncl < total):
+                        start()
+                    store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
+                               fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale,
+                               words=words)
+                elif SK == 1:
                     mainloop(nk)
+                    store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
+                               fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale)
                 else:
                     with ptx.if_(nkr > 0):
                         mainloop(nkr)
@@ -385,10 +421,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         for r in acc:
                             ptx.inst.mov.f32(r, 0.0)
                     xch.exchange(acc, rank, row0 + warp * 16 < m)
-                with ptx.if_(rank == owner) if SK > 1 else contextlib.nullcontext():
-                    store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
-                               fcol, bar_id, row0, n0, n, tma_c,
-                               pbias if bias is not None else None, _store, scale)
+                    with ptx.if_(rank == owner):
+                        store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane,
+                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale)
             with ptx.if_(lane == 0):
                 ptx.inst("cp.async.bulk.wait_group", 0)
         if CLS > 1:

@@ -71,6 +71,12 @@ class Plan:
     split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster; rank c adds
     #                        the others' partials of consumer c (.splitk; cluster == 1)
     stmatrix: bool = True  # 16-bit outputs staged with stmatrix.x4 (else st.shared.b32)
+    overlap: bool = False  # plain 16-bit epilogues, split 1: pack the accumulator, issue
+    #                        the next tile's first k-block, then store under that wgmma.
+    #                        More work per clock at 4096^3 (+1.7%), but at the power cap
+    #                        no faster (bench/results/matmul_power_h100.json): off
+    balance: bool = True   # launch the fewest clusters that keep the persistent grid's
+    #                        rounds (schedule.persistent_grid): idle SMs draw less power
 
     def __post_init__(self):
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):

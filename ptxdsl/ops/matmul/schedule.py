@@ -62,10 +62,25 @@ def tile_coords(t, rows, cols, group: int):
     return row, col
 
 
-def persistent_grid(tiles: int, sms: int, cluster: int) -> int:
-    """CTAs to launch: one per SM (rounded down to whole clusters), never more than
-    the tiles need (``tiles`` counts CTA tiles, a multiple of the cluster)."""
-    return max(cluster, min(tiles, sms // cluster * cluster))
+def persistent_grid(tiles: int, sms: int, cluster: int, balance: bool = True) -> int:
+    """CTAs to launch: at most one per SM (rounded down to whole clusters), never more
+    than the tiles need (``tiles`` counts CTA tiles, a multiple of the cluster).
+
+    With ``balance``, the fewest clusters that finish in the same number of rounds: 1024
+    cluster tiles on 66 cluster slots take 16 rounds, and so do 64 clusters (1024 / 16),
+    so 64 are launched. The time is the same in rounds, but four SMs stay idle: at the
+    power cap (a sustained bf16 GEMM runs near 1350 MHz on an H100, not 1980) that
+    leaves more power to the others, and every cluster runs the same number of tiles.
+    An H100 run of 8192^3 and 4096^3 (``bench/results/matmul_power_h100.json``)
+    timed 128 CTAs 1.0-1.5% faster than 132."""
+    slots = max(1, sms // cluster)
+    units = -(-tiles // cluster)
+    if units <= slots:
+        return max(cluster, units * cluster)
+    if not balance:
+        return slots * cluster
+    rounds = -(-units // slots)
+    return -(-units // rounds) * cluster
 
 
 __all__ = ["tile_coords", "tile_coords_py", "tile_order", "persistent_grid", "u32"]

@@ -20,11 +20,62 @@ from ptxdsl.types import b32, f32
 from .epilogue import activate
 
 
+def stmatrix_staged(p, out_dtype) -> bool:
+    """Whether a 16-bit output is staged with ``stmatrix.x4`` (the plan's choice)."""
+    return getattr(p, "stmatrix", False) and out_dtype.bytes == 2
+
+
+def _values(acc, gj, col, n0, n, fcol, bias, pbias, activation, scale):
+    """act(acc * scale + bias) of the thread's four elements of 8-column group ``gj``
+    (``col``: the group's first column in the tile)."""
+    bv = None
+    if bias is not None:
+        bcol = n0 + (col + fcol) if col else n0 + fcol
+        bv = [_bias_at(pbias, bcol if e == 0 else bcol + 1, n, bias) for e in range(2)]
+    vals = []
+    for r in range(4):
+        v = acc[4 * gj + r]
+        if scale is not None:
+            v = v * scale
+        if bv is not None:
+            v = v + bv[r & 1]
+        vals.append(activate(v, activation))
+    return vals
+
+
+def _pack(out_dtype, pair):
+    w = reg.scalar(b32)
+    ptx.inst(f"cvt.rn.{out_dtype.name}x2.f32", w, pair[1], pair[0])
+    return w
+
+
+def _stmatrix_words(acc, out_dtype, col, n0, n, fcol, bias, pbias, activation, scale):
+    """The four packed words one ``stmatrix.x4`` stores: columns ``col .. col + 15``."""
+    words = []
+    for h in range(2):
+        c = col + 8 * h
+        vals = _values(acc, c // 8, c, n0, n, fcol, bias, pbias, activation, scale)
+        words += [_pack(out_dtype, vals[0:2]), _pack(out_dtype, vals[2:4])]
+    return words
+
+
+def pack_tile(acc, p, out_dtype, bias, activation, n0, n, fcol, pbias, scale=None):
+    """The whole 64 x ``bn`` accumulator as packed 16-bit pairs, ``bn / 16`` groups of the
+    four words of one ``stmatrix.x4`` (:func:`store_tile` takes them as ``words``): after
+    this the accumulator registers are free, so the next tile's first wgmma can be in
+    flight while the words are stored (``Plan.overlap``). 64 registers for ``bn = 256``."""
+    if not stmatrix_staged(p, out_dtype):
+        raise ValueError("pack_tile: only 16-bit outputs staged with stmatrix are packed")
+    return [_stmatrix_words(acc, out_dtype, 16 * j, n0, n, fcol, bias, pbias, activation,
+                            scale) for j in range(p.bn // 16)]
+
+
 def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, fcol, bar_id,
-              row0, n0, n, tma_c, pbias, store=True, scale=None):
+              row0, n0, n, tma_c, pbias, store=True, scale=None, words=None):
     """Store one consumer's 64 x ``bn`` accumulator (see the module docstring); with
     ``scale`` (an f32 register: an 8-bit product's ``scale_a * scale_b``) each value is
-    ``act(acc * scale + bias)``.
+    ``act(acc * scale + bias)``. ``words``: the accumulator already packed by
+    :func:`pack_tile` (``acc`` is then not read).
 
     Addresses: the thread's element ``(row, col)`` of a panel lies at byte ``row*128 +
     16*((b >> 4) ^ (row & 7)) + (b & 15)`` with ``b = (col % pc) * ob``. ``b >> 4`` is a
@@ -40,30 +91,14 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
     xs = [q << 4 if c == 0 else (q ^ c) << 4 for c in range(8)]
     flo = fb & 15
     bases = [stage_c + (frow * 128 if hr == 0 else (frow + 8) * 128) + flo for hr in range(2)]
-    use_stm = getattr(p, "stmatrix", False) and ob == 2
+    use_stm = stmatrix_staged(p, out_dtype)
     if use_stm:
         sbase, sx = _stmatrix_offsets(stage_c, lane)
+    elif words is not None:
+        raise ValueError("store_tile: packed words need the stmatrix staging")
 
     def values(gj, col):
-        """act(acc + bias) of the thread's four elements of 8-column group ``gj``."""
-        bv = None
-        if bias is not None:
-            bcol = n0 + (col + fcol) if col else n0 + fcol
-            bv = [_bias_at(pbias, bcol if e == 0 else bcol + 1, n, bias) for e in range(2)]
-        vals = []
-        for r in range(4):
-            v = acc[4 * gj + r]
-            if scale is not None:
-                v = v * scale
-            if bv is not None:
-                v = v + bv[r & 1]
-            vals.append(activate(v, activation))
-        return vals
-
-    def pack(pair):
-        w = reg.scalar(b32)
-        ptx.inst(f"cvt.rn.{out_dtype.name}x2.f32", w, pair[1], pair[0])
-        return w
+        return _values(acc, gj, col, n0, n, fcol, bias, pbias, activation, scale)
 
     for half in range(p.bn // p.epi_cols):
         with ptx.if_(lane == 0):
@@ -71,13 +106,11 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
         ptx.inst("barrier.sync", bar_id, 128)
         if use_stm:                         # two 8-column groups per stmatrix.x4
             for jp in range(p.epi_cols // 16):
-                words = []
-                for h in range(2):
-                    col = half * p.epi_cols + 16 * jp + 8 * h
-                    vals = values(col // 8, col)
-                    words += [pack(vals[0:2]), pack(vals[2:4])]
+                col = half * p.epi_cols + 16 * jp
+                four = words[col // 16] if words is not None else _stmatrix_words(
+                    acc, out_dtype, col, n0, n, fcol, bias, pbias, activation, scale)
                 at = ptx.addr(sbase + sx[jp % 4], (16 * jp // pc) * rows * 128)
-                ptx.inst("stmatrix.sync.aligned.m8n8.x4.shared.b16", at, words)
+                ptx.inst("stmatrix.sync.aligned.m8n8.x4.shared.b16", at, four)
         for j in range(0 if use_stm else p.epi_cols // 8):    # 8-column groups of this half
             col = half * p.epi_cols + 8 * j  # + fcol
             vals = values(col // 8, col)
@@ -85,12 +118,12 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
             c = (((8 * j) % pc) * ob) >> 4  # the group's 16-byte chunk in the panel row
             for hr in range(2):             # rows frow, frow + 8
                 pair = vals[2 * hr:2 * hr + 2]
-                words = pair if out_dtype == f32 else [pack(pair)]
+                got = pair if out_dtype == f32 else [_pack(out_dtype, pair)]
                 at = ptx.addr(bases[hr] + xs[c], panel * rows * 128)
-                if len(words) == 1:
-                    ptx.inst("st.shared.b32", at, words[0])
+                if len(got) == 1:
+                    ptx.inst("st.shared.b32", at, got[0])
                 else:
-                    ptx.inst("st.shared.v2.f32", at, words)
+                    ptx.inst("st.shared.v2.f32", at, got)
         ptx.inst("fence.proxy.async.shared::cta")
         ptx.inst("barrier.sync", bar_id, 128)
         with ptx.if_(lane == 0):
@@ -132,4 +165,4 @@ def _bias_at(pbias, col, n, dtype):
     return load_chunk(addr, 0, dtype, 1, pred=ok)[0]
 
 
-__all__ = ["store_tile"]
+__all__ = ["store_tile", "pack_tile", "stmatrix_staged"]

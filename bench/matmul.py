@@ -13,11 +13,12 @@ timed (relative Frobenius error under 1e-2, every element finite; outputs are fr
 allocations each call, so an unwritten element shows as garbage). pyptx's kernel
 writes C transposed ((N, M), its documented layout): it is validated transposed.
 
-Timing is sustained: after validation the GPU is kept busy for half a second, then
-each contender runs back-to-back blocks of calls of at least ``--block-ms`` each
-between two CUDA events (time per call = block time / calls), in ``--rounds``
-interleaved rounds (rotated and every other one reversed: ``round_orders``); each
-contender keeps its best block.
+Timing is sustained and shares the power state: after validation the GPU is kept busy
+for a third of a second, then in each of ``--rounds`` rounds every contender runs at least
+``--block-ms`` of calls, cut into slices of about 2 ms that take turns, all queued back
+to back with a CUDA event between slices (``timed_rounds``: at the power cap a kernel's
+clock depends on what ran in the last tens of ms, and this gives every contender the same
+clocks). Each contender's time per call is the median over the rounds.
 Inputs rotate over enough copies to exceed L2 for the small shapes. The table is
 printed last; JSON goes to ``$OUT/matmul.json`` (or ``--json``).
 
@@ -215,14 +216,65 @@ def round_orders(names: list, rounds: int) -> list[list]:
     return out
 
 
-def timed_rounds(live: dict, sets, rounds: int, block_ms: float, flop: float, row: dict):
-    """Each contender's best sustained block over ``rounds`` rounds (:func:`round_orders`)
-    into ``row[name]`` as ``us`` and ``tflops``."""
-    for order in round_orders(list(live), rounds):
-        for name in order:
-            us = time_block(live[name], sets, block_ms)
-            if us < row.setdefault(name, {}).get("us", float("inf")):
-                row[name].update(us=us, tflops=flop / us / 1e6)
+SLICE_MS = 2.0   # the contenders alternate in slices of about this many ms of calls
+
+
+def slice_calls(one_ms: float, slice_ms: float = SLICE_MS) -> int:
+    """Calls in one slice of a contender whose call takes ``one_ms``: about ``slice_ms``
+    of them, at least one."""
+    return max(1, min(5000, int(slice_ms / max(one_ms, 1e-4))))
+
+
+def timed_rounds(live: dict, sets, rounds: int, block_ms: float, flop: float, row: dict,
+                 slice_ms: float = SLICE_MS):
+    """Each contender's sustained µs per call into ``row[name]``: ``us`` (the median over
+    ``rounds`` rounds), ``best_us``, and ``tflops`` (from ``us``).
+
+    The contenders share the GPU's power state. In a round every contender runs at least
+    ``block_ms`` of calls, cut into slices of about ``slice_ms`` that take turns (A B C A
+    B C ..., the order rotated per round by :func:`round_orders`), all queued back to back
+    with a CUDA event between slices: the GPU never idles, and slice ``i`` is timed by
+    events ``i`` and ``i + 1``. At the power cap the clock a kernel gets depends on what
+    ran in the last tens of milliseconds (an H100 running 8192^3 bf16 sits near 1350 MHz,
+    and the first of several 25 ms blocks after a lighter phase ran up to 7% faster,
+    ``bench/results/matmul_power_h100.json``), so whole blocks in turn favoured whichever
+    contender followed the lightest one; 2 ms slices put every contender under the same
+    clocks."""
+    torch = _torch()
+    names = list(live)
+    calls, slices = {}, {}
+    for name in names:                     # one call each to size the slices
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); live[name](*sets[0]); e.record(); torch.cuda.synchronize()
+        one = s.elapsed_time(e)
+        calls[name] = slice_calls(one, slice_ms)
+        slices[name] = max(1, math.ceil(block_ms / max(calls[name] * one, 1e-3)))
+    turns = max(slices.values())
+    per_round = {name: [] for name in names}
+    keep = [None] * len(sets)
+    for order in round_orders(names, rounds):
+        plan = [name for t in range(turns) for name in order if t < slices[name]]
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(plan) + 1)]
+        events[0].record()
+        j = 0
+        for i, name in enumerate(plan):
+            fn = live[name]
+            for _ in range(calls[name]):
+                keep[j] = fn(*sets[j])
+                j = (j + 1) % len(sets)
+            events[i + 1].record()
+        torch.cuda.synchronize()
+        spent = {name: 0.0 for name in names}
+        for i, name in enumerate(plan):
+            spent[name] += events[i].elapsed_time(events[i + 1])
+        for name in names:
+            per_round[name].append(spent[name] * 1000.0 / (slices[name] * calls[name]))
+    for name in names:
+        got = sorted(per_round[name])
+        us = got[len(got) // 2] if len(got) % 2 else 0.5 * (got[len(got) // 2 - 1]
+                                                            + got[len(got) // 2])
+        row.setdefault(name, {}).update(us=us, best_us=got[0], rounds_us=per_round[name],
+                                        tflops=flop / us / 1e6)
     return row
 
 
@@ -306,7 +358,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default=None, help="MxNxK,... (overrides the sweep)")
     ap.add_argument("--layout", default="linear", choices=["linear", "nn"])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--block-ms", type=float, default=25.0)
+    ap.add_argument("--block-ms", type=float, default=100.0)
     ap.add_argument("--warm", type=float, default=0.3)
     ap.add_argument("--only", default=None, help="comma-separated contenders")
     ap.add_argument("--json", default=None)

@@ -8,8 +8,8 @@ the layout both fp8 kernels read (K-major), from random normal values; scales 0.
 0.25 as one-element f32 tensors on the GPU; bf16 output. Every result is validated
 against the float64 product of the same 8-bit values times the scales (relative Frobenius
 error under 1e-2, all finite) before it is timed, as in ``bench/matmul.py``, whose
-sustained timing (``timed_rounds``: back-to-back blocks between two CUDA events, rounds
-in rotated orders, each contender's best block) this uses. The table is printed last; JSON goes to
+sustained timing (``timed_rounds``: the contenders take turns in 2 ms slices of calls
+queued back to back, median over the rounds) this uses. The table is printed last; JSON goes to
 ``$OUT/matmul_fp8.json`` (or ``--json``).
 
     PYTHONPATH=. python bench/matmul_fp8.py            # squares and the LLM shapes

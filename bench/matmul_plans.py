@@ -75,6 +75,8 @@ def candidates(m, n, k, sms, device="H100", dt=None):
         out["l2p0"] = mk(l2_promotion=0)
         if base.bn == 256:  # the whole 64 x 256 consumer tile staged at once (3 stages)
             out["e256"] = mk(epi_cols=256)
+        out["ovl"] = mk(overlap=not base.overlap)
+        out["nobal"] = mk(balance=not base.balance)
     seen, res = set(), {}
     for name, p in out.items():
         if p in seen:
@@ -95,6 +97,8 @@ def main(argv=None):
     ap.add_argument("--api", action="store_true", help="also time ptxdsl.ops.matmul")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting shapes after")
     ap.add_argument("--fp8", action="store_true", help="e4m3 operands with scales")
+    ap.add_argument("--candidates", default=None,
+                    help="comma-separated candidate names to time (default: all)")
     a = ap.parse_args(argv)
     from ptxdsl.types import e4m3
     dt = e4m3 if a.fp8 else bf16
@@ -144,7 +148,10 @@ def main(argv=None):
                 live["api"] = lambda x, b: op(x, b, **kw)
             else:
                 row["api"] = {"error": f"err={e:.3g}"}
+        keep = set(a.candidates.split(",")) if a.candidates else None
         for name, p in candidates(m, n, k, sms, cls, dt).items():
+            if keep is not None and name not in keep:
+                continue
             plans[name] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
             try:
                 if p not in built:

@@ -27,12 +27,12 @@ Where the numbers come from:
   while the group sweeps N.
 
 Measured (``bench/results/matmul_h100.json`` and ``matmul_h200.json``: one full
-``bench/matmul.py`` run each, same tree, 2026-11-24, contenders in rotated orders;
-``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 722 / 713 / 723
-TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 718 / 721 / 726, and
-671 / 713 / 694 on an H200 beside 684 / 718 / 700. Rasterization groups of 4 and 16 were within 2% of 8; waiting for each stage's
-wgmmas before releasing it (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained
-6% (H100). At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet
+``bench/matmul.py`` run each, same tree, 2026-11-24, contenders in alternating 2 ms
+slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 722 / 705 /
+730 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 723 / 688 / 719, and
+663 / 710 / 720 on an H200 beside 662 / 693 / 705. Rasterization groups of 4 and 16
+were within 2% of 8; waiting for each stage's wgmmas before releasing it
+(``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained 6% (H100). At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet
 repeated: the plan keeps four).
 
 Chosen from measurements (``bench/matmul_plans.py``: candidate plans per shape, each

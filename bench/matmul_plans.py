@@ -58,6 +58,10 @@ def candidates(m, n, k, sms, device="H100", dt=None):
                     continue
                 out[f"n{bn}s{s}"] = mk(bn=bn, split=s, cluster=1, epi_cols=min(bn, 128),
                                        stmatrix=s == 1)
+        for bn in (64, 128):        # A shared by multicast along N
+            for cn in (2, 4):
+                out[f"n{bn}cn{cn}"] = mk(bn=bn, split=1, cluster=1, cluster_n=cn,
+                                         epi_cols=min(bn, 128), stmatrix=True)
     else:
         out["n128"] = mk(bn=128, epi_cols=128)
         out["n192"] = mk(bn=192, epi_cols=64)
@@ -75,6 +79,7 @@ def candidates(m, n, k, sms, device="H100", dt=None):
         out["l2p0"] = mk(l2_promotion=0)
         if base.bn == 256:  # the whole 64 x 256 consumer tile staged at once (3 stages)
             out["e256"] = mk(epi_cols=256)
+        out["cn2"] = mk(cluster=1, cluster_n=2)
         out["ovl"] = mk(overlap=not base.overlap)
         out["nobal"] = mk(balance=not base.balance)
     seen, res = set(), {}

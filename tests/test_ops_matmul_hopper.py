@@ -213,6 +213,47 @@ def test_interpreter_runs_the_overlapped_epilogue_over_several_tiles(bn, cluster
     np.testing.assert_array_equal(np.asarray(c).view(np.uint16), want)
 
 
+@pytest.mark.parametrize("bn,cn,m,n,k,a_major,odt", [
+    (64, 2, 100, 200, 136, "K", "f32"), (64, 2, 128, 264, 200, "MN", "f32"),
+    (64, 4, 16, 520, 72, "K", "f32"), (128, 2, 7, 392, 136, "K", "bf16")])
+def test_interpreter_runs_clusters_along_n(bn, cn, m, n, k, a_major, odt):
+    """Clusters along N (Plan.cluster_n): each CTA loads bm / cn rows of A with
+    .multicast::cluster into every CTA of its cluster and its own B; both CTAs' consumers
+    release each stage on every CTA. Ragged N (a cluster's last CTA past N), several
+    tiles per CTA, A in either major; exact."""
+    import numpy as np
+    from ptxdsl.ops.matmul.plan import Plan
+    from ptxdsl.types import f32_to_bf16_bits
+    out = {"f32": f32, "bf16": bf16}[odt]
+    p = Plan(bn=bn, cluster=1, cluster_n=cn, stages=3, epi_cols=64 if bn == 64 else 128)
+    kern = build_hopper(p, bf16, out, sms=cn, a_major=a_major)
+    text = kern.ptx()
+    assert "multicast::cluster" in text and f".reqnctapercluster {cn}" in text
+    _interpretable(kern)
+    rng = np.random.default_rng(m + n + k + cn)
+    a = rng.integers(-2, 3, (m, k)).astype(np.float32)
+    w = rng.integers(-2, 3, (n, k)).astype(np.float32)
+    ka = f32_to_bf16_bits(a) if a_major == "K" else np.ascontiguousarray(f32_to_bf16_bits(a.T))
+    want = a.astype(np.float64) @ w.astype(np.float64).T
+    if out == f32:
+        c = kern.interpret(ka, f32_to_bf16_bits(w), np.full((m, n), np.nan, np.float32))
+        np.testing.assert_array_equal(c, want)
+    else:
+        c = kern.interpret(ka, f32_to_bf16_bits(w))
+        np.testing.assert_array_equal(np.asarray(c).view(np.uint16),
+                                      f32_to_bf16_bits(want.astype(np.float32)))
+
+
+def test_cluster_n_plans_are_checked():
+    from ptxdsl.ops.matmul.plan import Plan
+    for bad in (dict(cluster_n=3), dict(cluster_n=2, cluster=2),
+                dict(cluster_n=2, cluster=1, split=2)):
+        with pytest.raises(ValueError, match="cluster_n"):
+            Plan(**bad)
+    p = Plan(bn=64, cluster=1, cluster_n=4)
+    assert p.cluster_ctas == 4 and p.multicast == 4 and p.tiles(16, 520) == (1, 12)
+
+
 @pytest.mark.parametrize("bn,cluster,split,m,n,k,b_major", [
     (192, 2, 1, 130, 400, 72, "K"), (192, 1, 1, 7, 400, 200, "MN"),
     (64, 1, 1, 16, 200, 200, "K"), (64, 1, 2, 16, 136, 264, "MN")])

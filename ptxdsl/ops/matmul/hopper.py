@@ -213,13 +213,15 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     mma, mma_k = mma_instruction(p.bn, dtype, b_dtype)
     # Transpose immediates exist for 16-bit operands only.
     trans = (opa.transpose, opb.transpose) if dtype.bytes == 2 else ()
-    S, CL, SK = p.stages, p.cluster, p.split
-    CLS = p.cluster_ctas
+    S, CL, CN, SK = p.stages, p.cluster, p.cluster_n, p.split
+    CLS, MC = p.cluster_ctas, p.multicast
     tx_bytes = L.a_stage + L.b_stage
     share_b = L.b_stage // CL                  # the part of B each CTA of a cluster loads
+    share_a = L.a_stage // CN                  # ... of A, in a cluster along N
     ty = dtype.name if b_dtype == dtype else f"{dtype.name}_{b_dtype.name}"
     ob = out_dtype.bytes
     name = (f"matmul_hopper_{ty}_{out_dtype.name}_n{p.bn}_s{S}_c{CL}"
+            f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{'_scaled' if scaled else ''}"
@@ -249,7 +251,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full0, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty0, 8 * s),
-                         p.consumers * CL)
+                         p.consumers * MC)
             if SK > 1:
                 init_barriers(base + L.xfull, base + L.xfree, p.consumers, SK)
             ptx.inst("fence.mbarrier_init.release.cluster")
@@ -265,7 +267,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             cid = reg.scalar(u32); ptx.inst.mov.u32(cid, ptx.special.ctaid.x())
             ncl = reg.scalar(u32); ptx.inst.mov.u32(ncl, ptx.special.nctaid.x())
         tiles_m = (m + (p.bm * CL - 1)) // (p.bm * CL)      # cluster tile rows
-        tiles_n = (n + (p.bn - 1)) // p.bn
+        tiles_n = (n + (p.bn * CN - 1)) // (p.bn * CN)      # cluster tile columns
         nk = (k + (p.bk - 1)) // p.bk
         total = tiles_m * tiles_n
         kb_lo, kb_hi = k_range(nk, rank, SK)      # this CTA's k-blocks (all of them unsplit)
@@ -273,7 +275,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         def tile_origin(t):
             row, col = tile_coords(t, tiles_m, tiles_n, p.group_m)
             tm = row * CL + rank if CL > 1 else row   # (split-K ranks share the tile)
-            return tm * p.bm, col * p.bn
+            tn = col * CN + rank if CN > 1 else col
+            return tm * p.bm, tn * p.bn
 
         with ptx.if_(wg == 0):
             # ---------------------------------------------------- producer
@@ -290,10 +293,15 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(fb), tx_bytes)
                         sa = base + L.a + ring.slot * L.a_stage
-                        opa.load(tma_a, sa, m0, kk, fb)
+                        if MC > 1:
+                            mask16 = reg.scalar(u16, init=(1 << MC) - 1)
+                        if CN > 1:          # this CTA's share of A, to every CTA
+                            opa.load(tma_a, sa + rank * share_a, m0 + rank * (p.bm // CN),
+                                     kk, fb, mask=mask16)
+                        else:
+                            opa.load(tma_a, sa, m0, kk, fb)
                         sb = base + L.b + ring.slot * L.b_stage
                         if CL > 1:
-                            mask16 = reg.scalar(u16, init=(1 << CL) - 1)
                             opb.load(tma_b, sb + rank * share_b, nb, kk, fb, mask=mask16)
                         else:
                             opb.load(tma_b, sb, n0, kk, fb)
@@ -337,8 +345,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             def release(eb):
                 """One thread per consumer arrives on the stage's empty barrier of every
                 CTA of the cluster."""
-                if CL > 1:
-                    with ptx.if_(lane < CL):
+                if MC > 1:
+                    with ptx.if_(lane < MC):
                         remote = reg.scalar(u32)
                         ptx.inst("mapa.shared::cluster.u32", remote, eb, lane)
                         ptx.inst("mbarrier.arrive.shared::cluster.b64",

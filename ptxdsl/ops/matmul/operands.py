@@ -161,11 +161,13 @@ class Operand:
 
 def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
              b_dtype: PtxType | None = None) -> tuple:
-    """(A, B) of a :class:`.plan.Plan`: A ``bm`` rows in one K-major box; B ``bn`` rows,
-    each CTA of a cluster loading ``bn / cluster`` of them (multicast), in K-major boxes
-    of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
+    """(A, B) of a :class:`.plan.Plan`: A ``bm`` rows, each CTA of a cluster along N
+    loading ``bm / cluster_n`` of them (multicast) in one K-major box; B ``bn`` rows,
+    each CTA of a cluster along M loading ``bn / cluster`` of them (multicast), in K-major
+    boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
     e4m3 / e5m2 mix)."""
-    a = Operand("A", a_major, p.bm, p.bm, p.bm, p.bk, dtype, p.l2_promotion)
+    cn = getattr(p, "cluster_n", 1)
+    a = Operand("A", a_major, p.bm, p.bm // cn, p.bm // cn, p.bk, dtype, p.l2_promotion)
     b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, b_dtype or dtype,
                 p.l2_promotion)
     return a, b

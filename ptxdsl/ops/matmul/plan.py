@@ -63,6 +63,8 @@ class Plan:
     stages: int = 4        # depth of the full/empty mbarrier ring
     consumers: int = 2     # consumer warpgroups, each m64 x bn
     cluster: int = 2       # CTAs along M sharing B by TMA multicast (1: no cluster)
+    cluster_n: int = 1     # CTAs along N sharing A by TMA multicast (one tile row: A is
+    #                        most of what each CTA reads; with cluster == 1 and split 1)
     group_m: int = 8       # tile rows per rasterization group (L2 reuse of A)
     epi_cols: int = 128    # columns of C staged in shared memory per epilogue step
     in_flight: int = 1     # wgmma groups a consumer keeps in flight (1: release a stage
@@ -82,11 +84,23 @@ class Plan:
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
+        if self.cluster_n not in (1, 2, 4) or (self.cluster_n > 1 and
+                                               (self.cluster > 1 or self.split > 1)):
+            raise ValueError(f"Plan cluster_n={self.cluster_n}: 1, 2 or 4 CTAs along N, and "
+                             f"only without a cluster along M or K (cluster={self.cluster}, "
+                             f"split={self.split})")
 
     @property
     def cluster_ctas(self) -> int:
-        """CTAs per cluster: ``cluster`` along M times ``split`` along K."""
-        return self.cluster * self.split
+        """CTAs per cluster: ``cluster`` along M, ``cluster_n`` along N, ``split`` along K
+        (at most one of them above 1)."""
+        return self.cluster * self.cluster_n * self.split
+
+    @property
+    def multicast(self) -> int:
+        """CTAs that write into each other's ring stages (and so release each other's
+        slots): the cluster along M or along N."""
+        return self.cluster * self.cluster_n
 
     @property
     def threads(self) -> int:
@@ -115,10 +129,11 @@ class Plan:
                 + self.partial_bytes() + BARRIER_BYTES)
 
     def tiles(self, m: int, n: int) -> tuple[int, int]:
-        """Tiles along M (whole clusters) and along N."""
+        """Tiles along M and along N (each in whole clusters)."""
         tm = -(-m // self.bm)
         tm = -(-tm // self.cluster) * self.cluster
-        return tm, -(-n // self.bn)
+        tn = -(-n // self.bn)
+        return tm, -(-tn // self.cluster_n) * self.cluster_n
 
 
 def bk_for(dtype: PtxType) -> int:

@@ -172,6 +172,33 @@ def test_split_k_kernel(m, n, k, split, b_major):
     assert torch.equal(c1, c2)
 
 
+@pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
+@pytest.mark.parametrize("m,n,k,cn,a_major", [(1, 4096, 4096, 4, "K"), (16, 8192, 8192, 4, "K"),
+                                              (100, 520, 264, 2, "MN"), (16, 392, 200, 4, "K")])
+def test_clusters_along_n(m, n, k, cn, a_major):
+    """Clusters along N (each CTA loads its share of A with .multicast::cluster): integer
+    inputs bit-exact with f32 output (ragged N, A in either major), and through the op at
+    the measured M <= 16 shapes, whose plans use them."""
+    from ptxdsl.ops.matmul.api import describe
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    from ptxdsl.ops.matmul.plan import Plan
+    from ptxdsl.types import bf16, f32
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a, w = ints(m, k), ints(n, k)
+    bn = 64 if n <= 4096 else 128
+    p = Plan(bn=bn, cluster=1, cluster_n=cn, stages=4, epi_cols=bn)
+    out = poison(m, n, torch.float32)
+    at = a if a_major == "K" else a.t().contiguous()        # (M, K) or At (K, M)
+    build_hopper(p, bf16, f32, sms=sms, a_major=a_major)(at, w, out)
+    _finish_or_exit()
+    assert torch.equal(out.double(), a.double() @ w.double().t())
+    if (n, k) in ((4096, 4096), (8192, 8192)):
+        assert f"cluster_n={cn}" in describe(m, n, k, sms=sms)
+        got = matmul(a, w.t(), out_dtype=torch.float32)
+        _finish_or_exit()
+        assert torch.equal(got.double(), a.double() @ w.double().t())
+
+
 @pytest.mark.parametrize("layout", ["lin", "nn", "bias"])
 def test_repeated_calls_on_new_tensors(layout):
     """The per-signature fast path (a bound launch whose tensor maps are re-pointed per

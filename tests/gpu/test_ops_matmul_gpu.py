@@ -174,10 +174,11 @@ def test_split_k_kernel(m, n, k, split, b_major):
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
 @pytest.mark.parametrize("m,n,k,cn,a_major", [(1, 4096, 4096, 4, "K"), (16, 8192, 8192, 4, "K"),
-                                              (100, 520, 264, 2, "MN"), (16, 392, 200, 4, "K")])
+                                              (104, 520, 264, 2, "MN"), (16, 392, 200, 4, "K")])
 def test_clusters_along_n(m, n, k, cn, a_major):
     """Clusters along N (each CTA loads its share of A with .multicast::cluster): integer
-    inputs bit-exact with f32 output (ragged N, A in either major), and through the op at
+    inputs bit-exact with f32 output (ragged N, A in either major: an MN-major A's rows
+    are M long, a multiple of 8 for TMA's 16-byte strides), and through the op at
     the measured M <= 16 shapes, whose plans use them."""
     from ptxdsl.ops.matmul.api import describe
     from ptxdsl.ops.matmul.hopper import build_hopper

@@ -49,7 +49,8 @@ Pieces and the instructions they record:
   ``.release.cluster`` arrive costs a ``MEMBAR.ALL.GPU`` per k-block in SASS; with it
   the kernel ran 520 TFLOP/s at 8192^3 on an H100, without it 771).
   The kernel ends with ``barrier.cluster.arrive/wait`` so no CTA exits while its partner
-  may still write into it.
+  may still write into it. Clusters along N (``Plan.cluster_n``, one tile row) are the
+  mirror: the CTAs compute neighbouring tiles of a tile row and share A the same way.
 * **MMA.** Per stage and consumer: ``wgmma.fence``, four
   ``wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16`` whose descriptors step 32
   bytes along K inside the swizzle row (:mod:`.operands`; an MN-major operand steps 16 rows

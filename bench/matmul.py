@@ -243,7 +243,8 @@ def timed_rounds(live: dict, sets, rounds: int, block_ms: float, flop: float, ro
     torch = _torch()
     names = list(live)
     calls, slices = {}, {}
-    for name in names:                     # one call each to size the slices
+    for name in names:                     # one call each to size the slices (after
+        live[name](*sets[0])               # one more: a first call may compile)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record(); live[name](*sets[0]); e.record(); torch.cuda.synchronize()
         one = s.elapsed_time(e)

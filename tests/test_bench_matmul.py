@@ -97,7 +97,7 @@ def test_timed_rounds_interleaves_slices_and_shares_the_clock(monkeypatch):
     assert 500 <= row["heavy1"]["us"] < 500 * 1.7 and 7000 <= row["long"]["us"] < 7000 * 1.7
     # slices: a few calls of each 0.5 ms kernel, one of the 7 ms one, taking turns
     import itertools
-    seq = [n for n, _ in gpu.calls[len(live):]]          # after the sizing calls
+    seq = [n for n, _ in gpu.calls[2 * len(live):]]      # after the sizing calls
     runs = [(n, len(list(g))) for n, g in itertools.groupby(seq)]
     assert [n for n, _ in runs[:8]] == list(live) * 2    # round 0: the names' order
     assert {c for n, c in runs if n != "long"} == {3} and {c for n, c in runs if n == "long"} == {1}

@@ -56,11 +56,16 @@ def candidates(m, n, k, sms, device="H100", dt=None):
             for s in (1, 2, 4):
                 if bn == 256 and s > 1 or bn == 64 and s == 4 and n > 4096:
                     continue
-                out[f"n{bn}s{s}"] = mk(bn=bn, split=s, cluster=1, epi_cols=min(bn, 128),
-                                       stmatrix=s == 1)
+                out[f"n{bn}s{s}"] = mk(bn=bn, split=s, cluster=1, cluster_n=1, a_rows=0,
+                                       epi_cols=min(bn, 128), stmatrix=s == 1)
+        if m <= 64:                 # only A's first rows loaded (the others zero)
+            ar = 16 if m <= 16 else 32 if m <= 32 else 64
+            for bn in (64, 128, 256):
+                out[f"n{bn}a{ar}"] = mk(bn=bn, split=1, cluster=1, cluster_n=1, a_rows=ar,
+                                        epi_cols=min(bn, 128), stmatrix=True)
         for bn in (64, 128):        # A shared by multicast along N
             for cn in (2, 4):
-                out[f"n{bn}cn{cn}"] = mk(bn=bn, split=1, cluster=1, cluster_n=cn,
+                out[f"n{bn}cn{cn}"] = mk(bn=bn, split=1, cluster=1, cluster_n=cn, a_rows=0,
                                          epi_cols=min(bn, 128), stmatrix=True)
     else:
         out["n128"] = mk(bn=128, epi_cols=128)

@@ -244,6 +244,51 @@ def test_interpreter_runs_clusters_along_n(bn, cn, m, n, k, a_major, odt):
                                       f32_to_bf16_bits(want.astype(np.float32)))
 
 
+@pytest.mark.parametrize("bn,a_rows,m,n,k,odt", [
+    (64, 16, 7, 200, 136, "f32"), (128, 16, 16, 392, 520, "bf16"), (64, 32, 29, 136, 72, "f32"),
+    (64, 64, 64, 72, 200, "bf16")])
+def test_interpreter_runs_a_rows_of_a(bn, a_rows, m, n, k, odt):
+    """Plan.a_rows: each stage loads only A's first a_rows rows (one TMA box, expect_tx of
+    those bytes), the other rows were zeroed once at the start; several tiles per CTA, the
+    ring wrapping, ragged N and K; exact. M above a_rows is refused at launch."""
+    import numpy as np
+    from ptxdsl.errors import LaunchError
+    from ptxdsl.ops.matmul.plan import Plan
+    from ptxdsl.types import f32_to_bf16_bits
+    out = {"f32": f32, "bf16": bf16}[odt]
+    p = Plan(bn=bn, cluster=1, a_rows=a_rows, stages=3, epi_cols=min(bn, 128))
+    kern = build_hopper(p, bf16, out, sms=2)
+    assert "st.shared.v4.b32" in kern.ptx()
+    _interpretable(kern)
+    rng = np.random.default_rng(m + n + k + a_rows)
+    a = rng.integers(-2, 3, (m, k)).astype(np.float32)
+    w = rng.integers(-2, 3, (n, k)).astype(np.float32)
+    want = a.astype(np.float64) @ w.astype(np.float64).T
+    if out == f32:
+        c = kern.interpret(f32_to_bf16_bits(a), f32_to_bf16_bits(w),
+                           np.full((m, n), np.nan, np.float32))
+        np.testing.assert_array_equal(c, want)
+    else:
+        c = kern.interpret(f32_to_bf16_bits(a), f32_to_bf16_bits(w))
+        np.testing.assert_array_equal(np.asarray(c).view(np.uint16),
+                                      f32_to_bf16_bits(want.astype(np.float32)))
+    big = np.zeros((a_rows + 1, k), np.uint16)
+    outs = (np.zeros((a_rows + 1, n), np.float32),) if out == f32 else ()
+    with pytest.raises((ValueError, LaunchError), match="a_rows"):
+        kern.interpret(big, f32_to_bf16_bits(w), *outs)
+
+
+def test_a_rows_plans_are_checked():
+    from ptxdsl.ops.matmul.plan import Plan
+    for bad in (dict(a_rows=8), dict(a_rows=16, cluster=2), dict(a_rows=16, cluster=1,
+                                                                  cluster_n=2),
+                dict(a_rows=16, cluster=1, split=2)):
+        with pytest.raises(ValueError, match="a_rows"):
+            Plan(**bad)
+    with pytest.raises(ValueError, match="K-major"):
+        build_hopper(Plan(bn=64, cluster=1, a_rows=16, epi_cols=64), bf16, bf16, a_major="MN")
+
+
 def test_cluster_n_plans_are_checked():
     from ptxdsl.ops.matmul.plan import Plan
     for bad in (dict(cluster_n=3), dict(cluster_n=2, cluster=2),

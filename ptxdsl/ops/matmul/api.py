@@ -28,6 +28,8 @@ SIMT kernel (:mod:`.simt`) everywhere else.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import os
 import sys
@@ -302,6 +304,8 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
     from .hopper import build_hopper
     bt = bt or dt
     p = choose(m, n, k, dt, odt, sms, device=device)
+    if p.a_rows and a_major != "K":          # partial A boxes are K-major rows
+        p = dataclasses.replace(p, a_rows=0)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
            sms, scaled, a_major, b_major)     # the majors last (tests read them there)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,

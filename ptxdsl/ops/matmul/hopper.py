@@ -167,11 +167,31 @@ def mma_instruction(bn: int, dtype: PtxType, b_dtype: PtxType) -> tuple[str, int
             kk)
 
 
+def _zero_a_rows(a0, p: Plan, a_stage: int, tid) -> None:
+    """Zero the A rows ``a_rows .. bm`` of every ring stage (16-byte ``st.shared.v4.b32``),
+    then ``fence.proxy.async.shared::cta``: TMA never writes them, and wgmma (the async
+    proxy) reads them as zeros, so those rows of the product are zero and past M, never
+    stored. Before the start barrier that orders it. The producer warpgroup does it:
+    it fences nothing else later, so this fence stays its latest (the interpreter's
+    proxy detector keeps one per warp; the consumers fence again in every epilogue)."""
+    per = (p.bm - p.a_rows) * 128 // 16                 # 16-byte chunks per stage
+    zero = reg.scalar(u32, init=0)
+    with ptx.if_(tid < 128):
+        for i in ptx.range_(tid, per * p.stages, 128):
+            s = i // per
+            at = a0 + s * a_stage + (i - s * per) * 16
+            ptx.inst("st.shared.v4.b32", ptx.addr(at, p.a_rows * 128), [zero] * 4)
+        ptx.inst("fence.proxy.async.shared::cta")
+
+
 def grid_for(p: Plan, sms: int):
     """The persistent grid as a function of the named dims (whole clusters)."""
     cl = p.cluster_ctas
 
     def grid(M, N, K):
+        if p.a_rows and M > p.a_rows:
+            raise ValueError(f"this kernel loads {p.a_rows} rows of A (Plan.a_rows): M = {M} "
+                             f"needs a plan with a_rows=0 or >= M (plan.choose picks one)")
         tm, tn = p.tiles(M, N)
         return (persistent_grid(tm * tn * p.split, sms, cl, p.balance), 1, 1)
     return grid
@@ -205,6 +225,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper is written for 128 x (64, 128, 192 or 256) tiles of two "
                          f"m64 consumers, 128-byte K rows and epilogue steps of 64 or 128 "
                          f"columns dividing the tile, got {p}")
+    if p.a_rows and a_major != "K":
+        raise ValueError(f"build_hopper: Plan.a_rows={p.a_rows} loads part of A's K-major "
+                         f"rows; A is {a_major}-major here (use a_rows=0)")
     if p.smem_bytes(dtype, out_dtype) > SMEM_PER_CTA:
         raise ValueError(f"{p} needs {p.smem_bytes(dtype, out_dtype)} bytes of shared memory "
                          f"for {dtype.name} -> {out_dtype.name}, more than {SMEM_PER_CTA}")
@@ -216,7 +239,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     trans = (opa.transpose, opb.transpose) if dtype.bytes == 2 else ()
     S, CL, CN, SK = p.stages, p.cluster, p.cluster_n, p.split
     CLS, MC = p.cluster_ctas, p.multicast
-    tx_bytes = L.a_stage + L.b_stage
+    # Bytes TMA lands per stage: all of B, and A's rows (every CTA of a cluster along N
+    # sending its share; with Plan.a_rows only those rows).
+    tx_bytes = opa.load_rows * CN * p.bk * dtype.bytes + L.b_stage
     share_b = L.b_stage // CL                  # the part of B each CTA of a cluster loads
     share_a = L.a_stage // CN                  # ... of A, in a cluster along N
     ty = dtype.name if b_dtype == dtype else f"{dtype.name}_{b_dtype.name}"
@@ -247,6 +272,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         lane = tid & 127
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
         full0, empty0 = base + L.full, base + L.empty
+        if p.a_rows:
+            _zero_a_rows(base + L.a, p, L.a_stage, tid)
 
         with ptx.if_(tid == 0):
             for s in range(S):

@@ -162,12 +162,14 @@ class Operand:
 def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
              b_dtype: PtxType | None = None) -> tuple:
     """(A, B) of a :class:`.plan.Plan`: A ``bm`` rows, each CTA of a cluster along N
-    loading ``bm / cluster_n`` of them (multicast) in one K-major box; B ``bn`` rows,
+    loading ``bm / cluster_n`` of them (multicast) in one K-major box, or only the first
+    ``a_rows``; B ``bn`` rows,
     each CTA of a cluster along M loading ``bn / cluster`` of them (multicast), in K-major
     boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
     e4m3 / e5m2 mix)."""
     cn = getattr(p, "cluster_n", 1)
-    a = Operand("A", a_major, p.bm, p.bm // cn, p.bm // cn, p.bk, dtype, p.l2_promotion)
+    ar = getattr(p, "a_rows", 0) or p.bm // cn       # rows of A this CTA loads per stage
+    a = Operand("A", a_major, p.bm, ar, ar, p.bk, dtype, p.l2_promotion)
     b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, b_dtype or dtype,
                 p.l2_promotion)
     return a, b

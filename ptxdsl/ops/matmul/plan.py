@@ -65,6 +65,9 @@ class Plan:
     cluster: int = 2       # CTAs along M sharing B by TMA multicast (1: no cluster)
     cluster_n: int = 1     # CTAs along N sharing A by TMA multicast (one tile row: A is
     #                        most of what each CTA reads; with cluster == 1 and split 1)
+    a_rows: int = 0        # rows of A a stage loads (0: bm): 16, 32 or 64 for one tile row
+    #                        of M <= a_rows, K-major A; the stage's other A rows stay zero
+    #                        (written once), so no stage pays for out-of-bounds fill
     group_m: int = 8       # tile rows per rasterization group (L2 reuse of A)
     epi_cols: int = 128    # columns of C staged in shared memory per epilogue step
     in_flight: int = 1     # wgmma groups a consumer keeps in flight (1: release a stage
@@ -84,6 +87,12 @@ class Plan:
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
+        if self.a_rows not in (0, 16, 32, 64) or (self.a_rows and (
+                self.cluster > 1 or self.cluster_n > 1 or self.split > 1)):
+            raise ValueError(f"Plan a_rows={self.a_rows}: 0 (all of bm) or 16, 32, 64 rows "
+                             f"of A per stage, and only without clusters or split-K "
+                             f"(cluster={self.cluster}, cluster_n={self.cluster_n}, "
+                             f"split={self.split})")
         if self.cluster_n not in (1, 2, 4) or (self.cluster_n > 1 and
                                                (self.cluster > 1 or self.split > 1)):
             raise ValueError(f"Plan cluster_n={self.cluster_n}: 1, 2 or 4 CTAs along N, and "

@@ -173,14 +173,12 @@ def test_split_k_kernel(m, n, k, split, b_major):
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
-@pytest.mark.parametrize("m,n,k,cn,a_major", [(1, 4096, 4096, 4, "K"), (16, 8192, 8192, 4, "K"),
+@pytest.mark.parametrize("m,n,k,cn,a_major", [(1, 4096, 4096, 4, "K"), (16, 8192, 520, 4, "K"),
                                               (104, 520, 264, 2, "MN"), (16, 392, 200, 4, "K")])
 def test_clusters_along_n(m, n, k, cn, a_major):
     """Clusters along N (each CTA loads its share of A with .multicast::cluster): integer
     inputs bit-exact with f32 output (ragged N, A in either major: an MN-major A's rows
-    are M long, a multiple of 8 for TMA's 16-byte strides), and through the op at
-    the measured M <= 16 shapes, whose plans use them."""
-    from ptxdsl.ops.matmul.api import describe
+    are M long, a multiple of 8 for TMA's 16-byte strides)."""
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import Plan
     from ptxdsl.types import bf16, f32
@@ -193,11 +191,43 @@ def test_clusters_along_n(m, n, k, cn, a_major):
     build_hopper(p, bf16, f32, sms=sms, a_major=a_major)(at, w, out)
     _finish_or_exit()
     assert torch.equal(out.double(), a.double() @ w.double().t())
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
+@pytest.mark.parametrize("m,n,k,a_rows", [(1, 4096, 4096, 16), (16, 8192, 8192, 16),
+                                          (7, 392, 200, 16), (29, 136, 520, 32),
+                                          (64, 264, 72, 64)])
+def test_a_rows_of_a(m, n, k, a_rows):
+    """Plan.a_rows (only A's first rows loaded per stage, the others zeroed once):
+    integer inputs bit-exact with f32 output, bf16 output within rounding, and through
+    the op at the measured M <= 16 shapes, whose plans use it; more rows than a_rows are
+    refused."""
+    from ptxdsl.ops.matmul.api import describe
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    from ptxdsl.ops.matmul.plan import Plan
+    from ptxdsl.types import bf16, f32
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a, w = ints(m, k), ints(n, k)
+    p = Plan(bn=64, cluster=1, a_rows=a_rows, stages=8, epi_cols=64)
+    out = poison(m, n, torch.float32)
+    build_hopper(p, bf16, f32, sms=sms)(a, w, out)
+    _finish_or_exit()
+    assert torch.equal(out.double(), a.double() @ w.double().t())
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    y = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    c = poison(m, n, torch.bfloat16)
+    build_hopper(p, bf16, bf16, sms=sms)(x, y, c)
+    _finish_or_exit()
+    ref = x.double() @ y.double().t()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3
     if (n, k) in ((4096, 4096), (8192, 8192)):
-        assert f"cluster_n={cn}" in describe(m, n, k, sms=sms)
+        assert f"a_rows={a_rows}" in describe(m, n, k, sms=sms)
         got = matmul(a, w.t(), out_dtype=torch.float32)
         _finish_or_exit()
         assert torch.equal(got.double(), a.double() @ w.double().t())
+    big = ints(a_rows + 1, k)
+    with pytest.raises(Exception, match="a_rows"):
+        build_hopper(p, bf16, f32, sms=sms)(big, w, poison(a_rows + 1, n, torch.float32))
 
 
 @pytest.mark.parametrize("layout", ["lin", "nn", "bias"])

@@ -319,7 +319,8 @@ def describe(m, n, k, dt=bf16, odt=None, sms=132, device="H100") -> str:
     p = choose(m, n, k, dt, odt or dt, sms, device=device)
     return (f"hopper {p.bm}x{p.bn}x{p.bk} stages={p.stages} cluster={p.cluster} "
             f"group={p.group_m}" + (f" split={p.split}" if p.split > 1 else "")
-            + (f" cluster_n={p.cluster_n}" if p.cluster_n > 1 else ""))
+            + (f" cluster_n={p.cluster_n}" if p.cluster_n > 1 else "")
+            + (f" a_rows={p.a_rows}" if p.a_rows else ""))
 
 
 def kernel_for(dt, odt, a_t, b_t, bdt, activation, frame=None, *, b_dtype=None,

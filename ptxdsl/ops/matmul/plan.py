@@ -168,7 +168,7 @@ SPLIT_MARGIN = 1.05       # a split must beat the best unsplit plan's score by t
 MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 
 
-# Measured one-tile-row plans, (M class, N, K) -> (bn, split, cluster_n): the fastest
+# Measured one-tile-row plans, (M class, N, K) -> (bn, split, a_rows): the fastest
 # validated candidate of bench/matmul_plans.py (b = W.T, bf16; TFLOP/s beside cuBLAS in
 # the same run). M class 128 is 17 <= M <= 128, class 16 is M <= 16.
 #   M = 128, on an H100 (bench/results/matmul_plans_h100.json)
@@ -184,28 +184,32 @@ MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 # re-reading A's 128 rows from L2) beat splitting K; split 2 only pays at K = 14336.
 # Sharing A in clusters along N (cn2 / cn4) did not pay at M = 128 on an H200
 # (bench/results/matmul_plans_h200_5.json: e.g. 8192 x 8192 n64 cn2 401 against 425).
-#   M = 16, on an H100 / an H200 (bench/results/matmul_plans_small_h100.json, _h200.json;
-#   M = 1 ran the same choices fastest in those runs)
-#                              H100 ptxdsl cuBLAS (before)   H200 ptxdsl cuBLAS (before)
-#   4096 x 4096:   n64  cn4     26     28     (20)            27     34     (22)
-#   4096 x 14336:  n64  cn4     32     40     (31)            34     54     (29)
-#   6144 x 4096:   n128 cn4     31     33     (25)            33     43     (24)
-#   8192 x 8192:   n128 cn4     39     43     (40)            49     60     (30)
-#   14336 x 4096:  n128 cn4     40     41     (38)            47     53     (38)
-#   28672 x 8192:  n128 cn4     46     44     (46)            53     62     (53)
-#   8192 x 28672:  n128 cn4     42     45     (39)            54     63     (42)
-# At M <= 16 a cluster of four along N loading a quarter of A's 128-row box each beat
-# every unclustered and split-K plan (presumably because A's 128-row box is almost all
-# out-of-bounds fill there, and each CTA then fills a quarter of it). 8-bit operands keep
-# cluster_n 1 (untimed).
+#   M = 16, on an H100 / an H200 (bench/results/matmul_plans_rows_h100.json, _h200.json;
+#   M = 1 ran the same choices fastest in those runs; "cn4" is the plan before: clusters
+#   of four along N sharing A, which had beaten every plan without them,
+#   matmul_plans_small_h100.json / _h200.json)
+#                              H100 ptxdsl cuBLAS (cn4)    H200 ptxdsl cuBLAS (cn4)
+#   4096 x 4096:   n64  a16     27     31     (26)          30     38     (27)
+#   4096 x 14336:  n64  a16     36     41     (31)          41     57     (34)
+#   6144 x 4096:   n64  a16     33     36     (31)          41     47     (33)
+#   8192 x 8192:   n64  a16     41     44     (39)          54     61     (49)
+#   14336 x 4096:  n128 a16     41     42     (41)          54     59     (47)
+#   28672 x 8192:  n128 a16     46     44     (45)          65     67     (52)
+#   8192 x 28672:  n64  a16     46     45     (42)          65     64     (54)
+# At M <= 16 the A box of 128 rows is almost all out-of-bounds fill, which the TMA unit
+# pays for every stage (a quarter of it per CTA, in clusters of four, already ran up to
+# 1.6x faster). Plan.a_rows = 16 loads A's first 16 rows only: no cluster is needed, and
+# 128 x 64 tiles (N / 64 CTAs) then stream B fastest. 8-bit operands keep a_rows 0
+# (untimed).
 ONE_ROW_MEASURED = {
-    (128, 4096, 4096): (64, 1, 1), (128, 4096, 14336): (64, 2, 1),
-    (128, 6144, 4096): (64, 1, 1), (128, 8192, 8192): (64, 1, 1),
-    (128, 14336, 4096): (128, 1, 1), (128, 28672, 8192): (128, 1, 1),
-    (128, 8192, 28672): (64, 1, 1),
-    (16, 4096, 4096): (64, 1, 4), (16, 4096, 14336): (64, 1, 4), (16, 6144, 4096): (128, 1, 4),
-    (16, 8192, 8192): (128, 1, 4), (16, 14336, 4096): (128, 1, 4),
-    (16, 28672, 8192): (128, 1, 4), (16, 8192, 28672): (128, 1, 4),
+    (128, 4096, 4096): (64, 1, 0), (128, 4096, 14336): (64, 2, 0),
+    (128, 6144, 4096): (64, 1, 0), (128, 8192, 8192): (64, 1, 0),
+    (128, 14336, 4096): (128, 1, 0), (128, 28672, 8192): (128, 1, 0),
+    (128, 8192, 28672): (64, 1, 0),
+    (16, 4096, 4096): (64, 1, 16), (16, 4096, 14336): (64, 1, 16),
+    (16, 6144, 4096): (64, 1, 16), (16, 8192, 8192): (64, 1, 16),
+    (16, 14336, 4096): (128, 1, 16), (16, 28672, 8192): (128, 1, 16),
+    (16, 8192, 28672): (64, 1, 16),
 }
 # Measured many-row overrides, (M, N, K) -> Plan fields (bench/results/matmul_plans_h100.json):
 # 1024 x 6144 x 4096 ran 711 TFLOP/s without a cluster (128 x 128 tiles, 6 stages) against
@@ -244,12 +248,12 @@ def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType)
     e4m3 candidate at each of the seven shapes, and 1.0-1.6x the rule's plan
     (``bench/matmul_plans.py --fp8``, ``bench/results/matmul_plans_fp8_h100.json``:
     e.g. 128 x 4096 x 14336 n64 s2 526 TFLOP/s against the rule's 328, cuBLAS fp8 567);
-    M = 16 follows it untimed, without the cluster along N (timed with bf16 only)."""
+    M = 16 follows it untimed, loading all of A's rows (a_rows was timed with bf16 only)."""
     got = ONE_ROW_MEASURED.get((16 if m <= 16 else 128, n, k))
     if got is None:
         return None
-    bn, s, cn = got
-    p = Plan(cluster=1, bn=bn, split=s, cluster_n=cn if dtype.bytes == 2 else 1,
+    bn, s, ar = got
+    p = Plan(cluster=1, bn=bn, split=s, a_rows=ar if dtype.bytes == 2 else 0,
              l2_promotion=256, stmatrix=s == 1, epi_cols=min(bn, 128), bk=bk_for(dtype))
     most = {64: 8, 128: 6, 256: 4}[bn]
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})

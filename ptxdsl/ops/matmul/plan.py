@@ -28,9 +28,9 @@ Where the numbers come from:
 
 Measured (``bench/results/matmul_h100.json`` and ``matmul_h200.json``: one full
 ``bench/matmul.py`` run each, same tree, 2026-11-24, contenders in alternating 2 ms
-slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 703 / 711 /
-730 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 703 / 691 / 721, and
-671 / 684 / 703 on an H200 beside 666 / 669 / 684. Rasterization groups of 4 and 16
+slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 699 / 733 /
+720 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 702 / 717 / 707, and
+650 / 709 / 671 on an H200 beside 651 / 693 / 664. Rasterization groups of 4 and 16
 were within 2% of 8; waiting for each stage's wgmmas before releasing it
 (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained 6% (H100). At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet
 repeated: the plan keeps four).

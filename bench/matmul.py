@@ -38,6 +38,7 @@ import functools
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -271,11 +272,9 @@ def timed_rounds(live: dict, sets, rounds: int, block_ms: float, flop: float, ro
         for name in names:
             per_round[name].append(spent[name] * 1000.0 / (slices[name] * calls[name]))
     for name in names:
-        got = sorted(per_round[name])
-        us = got[len(got) // 2] if len(got) % 2 else 0.5 * (got[len(got) // 2 - 1]
-                                                            + got[len(got) // 2])
-        row.setdefault(name, {}).update(us=us, best_us=got[0], rounds_us=per_round[name],
-                                        tflops=flop / us / 1e6)
+        us = statistics.median(per_round[name])
+        row.setdefault(name, {}).update(us=us, best_us=min(per_round[name]),
+                                        rounds_us=per_round[name], tflops=flop / us / 1e6)
     return row
 
 

@@ -105,6 +105,23 @@ def _interpretable(k) -> bool:
     return True
 
 
+def _interprets_exactly(kern, ka, kb, a, w, out) -> None:
+    """Run ``kern`` on the interpreter with bf16 operands ``ka``, ``kb`` (bit patterns, in
+    the kernel's majors) of the integer-valued ``a`` (M, K) and ``w`` (N, K), and check C
+    against the float64 ``a @ w.T``: bit-exact for an f32 output (given NaN-filled),
+    rounded once (as ``cvt.rn``) for a bf16 one."""
+    import numpy as np
+    from ptxdsl.types import f32_to_bf16_bits
+    want = a.astype(np.float64) @ w.astype(np.float64).T
+    if out == f32:
+        c = kern.interpret(ka, kb, np.full(want.shape, np.nan, np.float32))
+        np.testing.assert_array_equal(c, want)
+    else:
+        c = kern.interpret(ka, kb)
+        np.testing.assert_array_equal(np.asarray(c).view(np.uint16),
+                                      f32_to_bf16_bits(want.astype(np.float32)))
+
+
 # Rows of every operand are 16-byte multiples, as tensor maps need (n=65 f32 is refused
 # by the runtime and the interpreter alike).
 # (An MN-major operand's rows are M or N: multiples of 8 bf16.)
@@ -184,9 +201,7 @@ def test_interpreter_runs_the_shipped_kernel_bf16_output(m, n, k):
     rng = np.random.default_rng(m * n + k)
     a = rng.integers(-4, 5, (m, k)).astype(np.float32)
     w = rng.integers(-4, 5, (n, k)).astype(np.float32)
-    c = kern.interpret(f32_to_bf16_bits(a), f32_to_bf16_bits(w))
-    want = f32_to_bf16_bits((a.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32))
-    np.testing.assert_array_equal(np.asarray(c).view(np.uint16), want)
+    _interprets_exactly(kern, f32_to_bf16_bits(a), f32_to_bf16_bits(w), a, w, bf16)
 
 
 @pytest.mark.parametrize("bn,cluster,m,n,k", [
@@ -208,9 +223,7 @@ def test_interpreter_runs_the_overlapped_epilogue_over_several_tiles(bn, cluster
     rng = np.random.default_rng(m * n + k + bn)
     a = rng.integers(-2, 3, (m, k)).astype(np.float32)
     w = rng.integers(-1, 2, (n, k)).astype(np.float32)
-    c = kern.interpret(f32_to_bf16_bits(a), f32_to_bf16_bits(w))
-    want = f32_to_bf16_bits((a.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32))
-    np.testing.assert_array_equal(np.asarray(c).view(np.uint16), want)
+    _interprets_exactly(kern, f32_to_bf16_bits(a), f32_to_bf16_bits(w), a, w, bf16)
 
 
 @pytest.mark.parametrize("bn,cn,m,n,k,a_major,odt", [
@@ -234,14 +247,7 @@ def test_interpreter_runs_clusters_along_n(bn, cn, m, n, k, a_major, odt):
     a = rng.integers(-2, 3, (m, k)).astype(np.float32)
     w = rng.integers(-2, 3, (n, k)).astype(np.float32)
     ka = f32_to_bf16_bits(a) if a_major == "K" else np.ascontiguousarray(f32_to_bf16_bits(a.T))
-    want = a.astype(np.float64) @ w.astype(np.float64).T
-    if out == f32:
-        c = kern.interpret(ka, f32_to_bf16_bits(w), np.full((m, n), np.nan, np.float32))
-        np.testing.assert_array_equal(c, want)
-    else:
-        c = kern.interpret(ka, f32_to_bf16_bits(w))
-        np.testing.assert_array_equal(np.asarray(c).view(np.uint16),
-                                      f32_to_bf16_bits(want.astype(np.float32)))
+    _interprets_exactly(kern, ka, f32_to_bf16_bits(w), a, w, out)
 
 
 @pytest.mark.parametrize("bn,a_rows,m,n,k,odt", [
@@ -263,15 +269,7 @@ def test_interpreter_runs_a_rows_of_a(bn, a_rows, m, n, k, odt):
     rng = np.random.default_rng(m + n + k + a_rows)
     a = rng.integers(-2, 3, (m, k)).astype(np.float32)
     w = rng.integers(-2, 3, (n, k)).astype(np.float32)
-    want = a.astype(np.float64) @ w.astype(np.float64).T
-    if out == f32:
-        c = kern.interpret(f32_to_bf16_bits(a), f32_to_bf16_bits(w),
-                           np.full((m, n), np.nan, np.float32))
-        np.testing.assert_array_equal(c, want)
-    else:
-        c = kern.interpret(f32_to_bf16_bits(a), f32_to_bf16_bits(w))
-        np.testing.assert_array_equal(np.asarray(c).view(np.uint16),
-                                      f32_to_bf16_bits(want.astype(np.float32)))
+    _interprets_exactly(kern, f32_to_bf16_bits(a), f32_to_bf16_bits(w), a, w, out)
     big = np.zeros((a_rows + 1, k), np.uint16)
     outs = (np.zeros((a_rows + 1, n), np.float32),) if out == f32 else ()
     with pytest.raises((ValueError, LaunchError), match="a_rows"):

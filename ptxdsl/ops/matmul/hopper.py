@@ -433,10 +433,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             if overlap:
                 with ptx.if_(cid < total):
                     start()
+            pb = pbias if bias is not None else None
             for t in ptx.range_(cid, total, ncl):
                 m0, n0 = tile_origin(t)
                 row0 = m0 + cons * p.wg_m
-                pb = pbias if bias is not None else None
                 if overlap:
                     finish(nk)
                     words = pack_tile(acc, p, out_dtype, bias, activation, n0, n, fcol, pb,

@@ -167,8 +167,7 @@ def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
     each CTA of a cluster along M loading ``bn / cluster`` of them (multicast), in K-major
     boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
     e4m3 / e5m2 mix)."""
-    cn = getattr(p, "cluster_n", 1)
-    ar = getattr(p, "a_rows", 0) or p.bm // cn       # rows of A this CTA loads per stage
+    ar = p.a_rows or p.bm // p.cluster_n             # rows of A this CTA loads per stage
     a = Operand("A", a_major, p.bm, ar, ar, p.bk, dtype, p.l2_promotion)
     b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, b_dtype or dtype,
                 p.l2_promotion)

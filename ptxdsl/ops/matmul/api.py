@@ -29,7 +29,6 @@ SIMT kernel (:mod:`.simt`) everywhere else.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import os
 import sys

@@ -330,19 +330,42 @@ def test_backward_dweight_is_bitwise_repeatable():
 
 def test_short_rows_take_one_cta_per_sm_of_several_rows():
     """ops gives short rows (<= 256 power-of-two threads, N >= 1000, 16-byte chunks) one
-    CTA per SM of several row groups, about 40 KiB of x and dy (and the prefetched
-    ones) per SM (on a GPU half rows also prefetch into L2); longer and very short
-    rows keep the plan."""
-    for n, dt, groups in [(1024, bf16, 5), (1000, f16, 5), (2048, bf16, 3), (1024, f32, 3),
-                          (1000, f32, 3), (4096, bf16, None), (96, bf16, None),
-                          (1001, bf16, None)]:
+    CTA per SM of several row groups, two 16-byte chunks a thread, about 64 KiB of x
+    and dy (and the prefetched ones) per SM (on a GPU half rows also prefetch into L2),
+    or for many rows one chunk a thread and 40 KiB; longer and very short rows keep
+    the plan."""
+    for n, dt, threads, groups in [(1024, bf16, 64, 8), (1000, f16, 64, 8),
+                                   (2048, bf16, 128, 4), (1024, f32, 128, 4),
+                                   (1000, f32, 128, 4), (4096, bf16, None, None),
+                                   (96, bf16, None, None), (1001, bf16, None, None)]:
         p, _ = choice.backward_kernel(n, dt, dt, max_vec(n, dt), "sm_90a", 132, None)
         if groups is None:
             assert p == plan_backward(n, dt, 132, vec=max_vec(n, dt)), (n, dt)
         else:
-            assert p == plan_backward(n, dt, 132, ctas_per_sm=1, groups=groups), (n, dt)
-            assert p.grid == 132 and p.fused and p.block <= 1024
+            assert p == plan_backward(n, dt, 132, ctas_per_sm=1, threads=threads,
+                                      groups=groups), (n, dt)
+            assert p.grid == 132 and p.fused and p.block <= 1024 and p.prefetch
+            # a call of many rows (192 an SM and more): a chunk a thread, about 40 KiB
+            q, _ = choice.backward_kernel(n, dt, dt, max_vec(n, dt), "sm_90a", 132, None,
+                                          m=192 * 132)
+            assert q.threads == 2 * threads and q.grid == 132 and q.fused
+            assert q.groups == {(1024, bf16): 5, (1000, f16): 5}.get((n, dt), 3), (n, dt)
         assert not p.l2_ahead
+
+
+def test_many_rows_shape_only_where_the_h100_measured_it():
+    """Calls of 192 rows an SM and more take one chunk a thread on a device needing at
+    most 30 KB in flight an SM (an H100: 25; the interpreter, bandwidth unknown), not on
+    an H200 (36 KB), where two chunks a thread measured faster at every row count."""
+    from test_ops_rmsnorm_cluster import H100, H200
+    sms = 132
+    assert choice.many_rows(192 * sms, sms, H100) and choice.many_rows(10**6, sms, None)
+    assert not choice.many_rows(192 * sms - 1, sms, H100)
+    assert not choice.many_rows(10**6, sms, H200) and not choice.many_rows(None, sms, H100)
+    assert choice.short_row_shape(1000, bf16, 8, True) == (128, 5)
+    assert choice.short_row_shape(1000, bf16, 8, False) == (64, 8)
+    assert choice.short_row_shape(1000, f32, 4, True) == (256, 3)
+    assert choice.short_row_shape(1000, f32, 4, False) == (128, 4)
 
 
 def test_backward_kernels_assemble_without_spills():

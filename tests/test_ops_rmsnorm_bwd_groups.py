@@ -45,15 +45,19 @@ def run(p, dt, args):
     return as_float(dx, dt), as_float(dw, dt), part
 
 
-@pytest.mark.parametrize("n, dt, groups, m, fused", [
-    (256, f32, 2, 19, True),      # 64 threads a row, two rows a CTA
-    (1000, bf16, 3, 23, True),    # 128 threads, a ragged last chunk, three rows
-    (1000, f16, 4, 40, False),    # dW summed by a second launch
-    (64, f32, 3, 11, True),       # one warp a row: the row sum needs no barrier
-    (4096, bf16, 2, 9, True),     # 512 threads a row, two rows a CTA
+@pytest.mark.parametrize("n, dt, groups, m, fused, threads", [
+    (256, f32, 2, 19, True, None),      # 64 threads a row, two rows a CTA
+    (1000, bf16, 3, 23, True, None),    # 128 threads, a ragged last chunk, three rows
+    (1000, f16, 4, 40, False, None),    # dW summed by a second launch
+    (64, f32, 3, 11, True, None),       # one warp a row: the row sum needs no barrier
+    (4096, bf16, 2, 9, True, None),     # 512 threads a row, two rows a CTA
+    # one-warp rows of four chunks, more groups than named barriers, the partials in
+    # dynamic shared memory (16 x 4 KiB)
+    (1000, bf16, 16, 45, True, 32),
+    (250, f32, 2, 7, True, None),       # N % 4: the partial row summed a column at a time
 ])
-def test_groups_walk_the_rows_of_one_row_ctas(n, dt, groups, m, fused):
-    p = plan_backward(n, dt, SMS, groups=groups, fused=fused)
+def test_groups_walk_the_rows_of_one_row_ctas(n, dt, groups, m, fused, threads):
+    p = plan_backward(n, dt, SMS, groups=groups, fused=fused, threads=threads)
     assert p.groups == groups and p.block == p.threads * groups and p.fused == fused
     (dy, x, w, rstd), rdx, rdw = case(m, n, NP[dt], seed=n + m)
     dx, dw, part = run(p, dt, (dy, x, w, rstd))
@@ -107,19 +111,27 @@ def test_groups_that_do_not_fit_say_why():
         plan_backward(768, f32, 132, groups=2)  # 192 chunks of 4: 192 threads
     with pytest.raises(ValueError, match="2048 threads per CTA"):
         plan_backward(4096, bf16, 132, groups=4)
-    # 256 threads x 32 values: 32 KiB of partials per group past the first
-    assert group_smem(8192, 8, 256, 2) == MAX_GROUP_SMEM
-    plan_backward(8192, bf16, 132, groups=2, threads=256)
-    with pytest.raises(ValueError, match="65536 bytes of shared memory"):
-        plan_backward(8192, bf16, 132, groups=3, threads=256)
+    # 256 threads x 32 values: 32 KiB of partials per group
+    assert group_smem(8192, 8, 256, 3) == MAX_GROUP_SMEM
+    plan_backward(8192, bf16, 132, groups=3, threads=256)
+    with pytest.raises(ValueError, match="131072 bytes of shared memory"):
+        plan_backward(8192, bf16, 132, groups=4, threads=256)
 
 
 def test_grouped_kernels_assemble_without_spills():
+    """Grouped CTAs are built for one per SM (``.minnctapersm 1``, so ptxas keeps to the
+    registers that leaves), and the plans ops takes fit there without spilling."""
     from ptxdsl.toolchain import find_ptxas
     if find_ptxas() is None:
         pytest.skip("no ptxas")
-    for n, dt, groups in [(1000, bf16, 4), (1024, bf16, 5), (1000, f32, 4), (4096, bf16, 2),
-                          (2048, f16, 4)]:
-        p = plan_backward(n, dt, 132, vec=max_vec(n, dt), groups=groups, ctas_per_sm=1)
-        r = build_backward(p, dt, dt).resources()
+    for n, dt, threads, groups in [(1000, bf16, 64, 8), (1024, f16, 64, 8),
+                                   (1000, bf16, 64, 6), (1000, bf16, 128, 5),
+                                   (1000, f32, 128, 4), (2048, f16, 128, 4),
+                                   (2048, bf16, 256, 3)]:
+        p = plan_backward(n, dt, 132, vec=max_vec(n, dt), threads=threads, groups=groups,
+                          ctas_per_sm=1)
+        k = build_backward(p, dt, dt)
+        r = k.resources()
         assert r.spill_stores == 0 and r.local == 0, (n, dt, groups, r)
+        assert ".minnctapersm 1" in k.ptx()
+        assert -(-r.registers // 8) * 8 * p.block <= 65536

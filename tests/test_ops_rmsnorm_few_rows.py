@@ -83,18 +83,24 @@ def test_few_rows_plan_only_its_grid(n, dt):
     for m in (1, 2, 3, 7, 9, 33, 100, 129, 257, 1000, 5000, 10**6):
         p, k = choice.backward_kernel(n, dt, dt, vec, "sm_90a", 132, None, m=m)
         assert p.grid == min(full.grid, next_pow2(m)), (n, dt, m)
-        assert dataclasses.replace(p, grid=full.grid, fused=full.fused,
-                                   groups=full.groups) == full
+        many = m >= choice.MANY_ROWS_PER_SM * 132 and full.groups > 1
+        assert dataclasses.replace(p, grid=full.grid, fused=full.fused, groups=full.groups,
+                                   threads=full.threads) == full
         assert p.fused == (full.fused or -(-p.grid // p.slices) <= bwd.MAX_FUSED_ROWS)
         # few rows' grids: the last CTA sums dW, nobody waits, a plain launch
         assert k.grid == (p.grid, 1, 1) and k.cooperative == (p.fused and p.grid > p.slices)
         if m <= 128:
             assert p.fused, (n, dt, m)  # one launch
-        if m >= full.grid:
+        if many:
+            # many rows of short rows: a chunk a thread (plan.short_row_shape)
+            t, g = choice.short_row_shape(n, dt, vec, True)
+            assert (p.threads, p.groups, p.grid) == (t, g, full.grid) and p != full
+        elif m >= full.grid:
             assert p == full and k is kfull
         # plan_backward(rows=M) is the same cut of the same plan
         assert plan_backward(n, dt, 132, vec=vec, ctas_per_sm=full.grid // 132, rows=m,
-                             groups=full.groups) == p
+                             threads=p.threads, groups=p.groups if p.groups > 1
+                             else full.groups) == p
 
 
 def test_plan_backward_rows_keeps_an_explicit_fused():
@@ -139,7 +145,7 @@ def test_few_rows_backward_f32_matches_float64(m, plans):
 
 @pytest.mark.parametrize("m", [1, 3, 5, 7])
 def test_few_rows_backward_short_half_rows(m, plans):
-    """Short half rows (N=1024 f16: one CTA per SM of five row groups, a grid of 2 on
+    """Short half rows (N=1024 f16: one CTA per SM of eight row groups, a grid of 2 on
     the interpreter): one row runs a single one-row CTA, more rows the grouped grid
     (fewer rows than its row groups included); lead dimensions folded into M."""
     n = 1024
@@ -147,7 +153,7 @@ def test_few_rows_backward_short_half_rows(m, plans):
     lead = (1, m)
     dx, dw = rms_norm_backward(dy.reshape(lead + (n,)), x.reshape(lead + (n,)), w,
                                rstd.reshape(lead))
-    assert (plans[-1].grid, plans[-1].groups) == ((1, 1) if m == 1 else (2, 5))
+    assert (plans[-1].grid, plans[-1].groups) == ((1, 1) if m == 1 else (2, 8))
     assert dx.shape == lead + (n,) and dx.dtype == np.float16 and dw.dtype == np.float16
     assert rel_err(dx.reshape(m, n), rdx) < 2e-3
     assert float(np.max(np.abs(dw.astype(np.float64) - rdw))) <= 2e-3 * max(

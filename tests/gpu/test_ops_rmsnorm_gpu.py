@@ -279,23 +279,32 @@ def test_staged_forward_kernel(shape, dt):
         assert k.dynamic_shared > 48 * 1024  # the opt-in path of the launcher ran
 
 
-@pytest.mark.parametrize("n, dt", [(1000, "bf16"), (1024, "f16"), (1024, "f32"),
-                                   (2048, "bf16"), (1000, "f32")])
-def test_row_groups_match_one_row_ctas_bit_for_bit(n, dt):
+@pytest.mark.parametrize("n, dt, threads, groups", [
+    (1000, "bf16", None, None), (1024, "f16", None, None), (1024, "f32", None, None),
+    (2048, "bf16", None, None), (1000, "f32", None, None),
+    (1000, "bf16", 32, 16),  # one-warp rows: 16 groups, partials in dynamic shared memory
+    (1024, "bf16", 64, 6),   # six groups of 64-thread rows
+])
+def test_row_groups_match_one_row_ctas_bit_for_bit(n, dt, threads, groups):
     """Short rows run CTAs of several row groups (BwdPlan.groups): dx is bit for bit that
     of the one-row CTAs walking the same rows, and each CTA's partial row of dW is the
-    f32 sum of theirs in group order."""
+    f32 sum of theirs in group order. ``threads``/``groups`` None: the plan ops takes."""
     import dataclasses
 
     from ptxdsl.ops.rmsnorm import plan as choice
-    from ptxdsl.ops.rmsnorm.bwd import build_backward
+    from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
     from ptxdsl.ops.rmsnorm.fwd import max_vec
     from ptxdsl.runtime import driver
     from ptxdsl.types import bf16, f16, f32
     t = {"bf16": bf16, "f16": f16, "f32": f32}[dt]
     info = driver.get().device(torch.cuda.current_device())
     arch = "sm_90a" if info.cc == (9, 0) else info.arch
-    p, k = choice.backward_kernel(n, t, t, max_vec(n, t), arch, info.sm_count, info)
+    if threads is None:
+        p, k = choice.backward_kernel(n, t, t, max_vec(n, t), arch, info.sm_count, info)
+    else:
+        p = plan_backward(n, t, info.sm_count, threads=threads, groups=groups, ctas_per_sm=1,
+                          prefetch=False, fused=True)
+        k = build_backward(p, t, t, arch=arch)
     assert p.groups > 1 and p.fused, p
     R, m = p.groups, 3 * p.row_step + 17
     g = torch.Generator(device="cuda").manual_seed(n)

@@ -19,8 +19,9 @@ class RowSum:
 
     ``groups`` > 1: the CTA holds that many rows at once, ``T`` threads each (``tid``
     is then the thread's place in its row, ``group`` its row's register); each group
-    has its own partials and meets at its own named barrier (``bar.sync 1 + group,
-    T``), so the rows' sums do not wait for one another.
+    of more than a warp has its own partials and meets at its own named barrier
+    (``bar.sync 1 + group, T``), so the rows' sums do not wait for one another; rows of
+    a warp or less need neither.
     """
 
     def __init__(self, T: int, tid, *, looped: bool, groups: int = 1, group=None):
@@ -29,10 +30,13 @@ class RowSum:
         self.nwarps = max(1, T // WARP)
         self.looped = looped
         self.group = group if groups > 1 else None
-        if groups > 1 and (group is None or T % WARP or groups > 15):
-            raise ValueError(f"RowSum: {groups} row groups need a group register, whole "
-                             f"warps per row ({T} threads) and at most 15 groups (named "
-                             f"barriers 1..15)")
+        # Rows of one warp or less sum by shuffles alone: any number of groups. Wider rows
+        # meet at a named barrier per group (1..15; 0 is the CTA's).
+        if groups > 1 and T > WARP and (group is None or T % WARP or groups > 15):
+            raise ValueError(f"RowSum: {groups} row groups of {T} threads need a group "
+                             f"register, whole warps per row and at most 15 groups (named "
+                             f"barriers 1..15); rows of at most {WARP} threads take any "
+                             f"number")
         if T > WARP:
             # Rows padded to 4 floats: the partials are read with 16-byte loads.
             pad = -(-self.nwarps // 4) * 4

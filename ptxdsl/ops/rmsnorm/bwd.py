@@ -136,16 +136,20 @@ def rows_grid(grid: int, rows: int) -> int:
 # Most partial rows one thread sums in the fused dW reduction.
 MAX_FUSED_ROWS = 128
 
-# Shared memory a CTA's row groups may take to add their dw partials.
-MAX_GROUP_SMEM = 32 * 1024
+# Shared memory a CTA's row groups may take to add their dw partials (one CTA per SM
+# holds them: 16 one-warp rows of 1024 halves take 64 KiB).
+MAX_GROUP_SMEM = 96 * 1024
+# Past this the partials are dynamic shared memory (a kernel declares at most 48 KiB
+# statically; RowSum's partials and the dW sum's tiles take the rest).
+STATIC_GROUP_SMEM = 40 * 1024
 
 
 def group_smem(n: int, vec: int, threads: int, groups: int) -> int:
-    """Bytes of shared memory for the dw partials of ``groups - 1`` row groups (the
-    first adds the others' into its registers)."""
+    """Bytes of shared memory for the dw partials of the ``groups`` row groups (each
+    group's, so that every thread of the CTA can then sum a few columns)."""
     chunks = -(-n // vec)
     per_thread = -(-chunks // threads)
-    return (groups - 1) * per_thread * threads * vec * 4
+    return groups * per_thread * threads * vec * 4
 
 
 def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = None,
@@ -201,6 +205,8 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
                else f"its rows take {threads} threads, not a power of two"
                if threads & (threads - 1) else
                f"that is {block} threads per CTA (at most 1024)" if block > 1024 else
+               f"rows of {threads} threads sum at a named barrier per group (at most 15)"
+               if threads > WARP and groups > 15 else
                f"their dw partials take {group_smem(n, vec, threads, groups)} bytes of "
                f"shared memory (at most {MAX_GROUP_SMEM})"
                if group_smem(n, vec, threads, groups) > MAX_GROUP_SMEM else None)
@@ -208,6 +214,8 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
             raise ValueError(f"plan_backward: {groups} row groups per CTA do not suit N={n} "
                              f"{dtype.name}: {why}. Row groups need rows held in registers "
                              f"by a power-of-two number of threads; groups=1 always fits")
+    if groups > 1:
+        smem_cap = min(smem_cap, SMEM_PER_CTA // group_smem(n, vec, threads, groups))
     if stages:
         # dw and dy*w per value, the rest as the streaming kernel
         streaming, prefetch, regs = False, False, 24 + 2 * values
@@ -258,8 +266,9 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                 grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, cooperative=not last,
                 name=name,
                 # The prefetch's few extra registers must not cost the CTA its SM, nor
-                # may the staged kernel's (at 1024 threads ptxas would take 66-75).
-                min_ctas_per_sm=1 if p.l2_ahead or p.stages else None,
+                # may the staged kernel's (at 1024 threads ptxas would take 66-75), nor
+                # may row groups' (ptxas took 152 for 384 threads of 64-thread rows).
+                min_ctas_per_sm=1 if p.l2_ahead or p.stages or p.groups > 1 else None,
                 arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"))
         def rms_norm_bwd(DY, X, W, RSTD, WS, DX, DW, DWP):
             tid, cta, pdwp = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset)
@@ -278,7 +287,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
 
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
             grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, name=name,
-            min_ctas_per_sm=1 if p.stages else None,
+            min_ctas_per_sm=1 if p.stages or p.groups > 1 else None,
             arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"))
     def rms_norm_bwd_partials(DY, X, W, RSTD, DX, DWP):
         _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset)
@@ -313,25 +322,27 @@ def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset):
         return lane < (p.chunks - k * T)
 
     preds = [guard(k) for k in range(K)]
-    prow = pdwp + cta * (N * 4) + lane * (V * 4)
+    pcta = pdwp + cta * (N * 4)  # the CTA's partial row
+    prow = pcta + lane * (V * 4)
     if p.stages or p.streaming:
         rows = staged_rows if p.stages else _streaming_rows
         rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid,
              offset)
     else:
         _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx,
-                       preds, lane, offset, group)
+                       preds, lane, offset, group, (tid, pcta))
     return tid, cta, pdwp
 
 
 def _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
-                   tid, offset=0.0, group=None):
+                   tid, offset=0.0, group=None, cta_row=None):
     """Rows held in registers (x, dy read once); the dw partial in registers too.
 
     ``first``: this thread's first row (its CTA's, or its row group's); the next are
     ``p.row_step`` apart. ``tid``: the thread's place in its row. ``group``: its row
     group (a register; None: one row per CTA), whose partial dw is added to the
-    first group's in shared memory before that one writes the CTA's partial row."""
+    first group's in shared memory before the CTA's partial row is written.
+    ``cta_row``: (the thread's index in its CTA, the CTA's partial row), for groups."""
     N, T, V, G, K = p.n, p.threads, p.vec, p.row_step, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     step = T * V * es
@@ -393,29 +404,47 @@ def _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sd
         for k in range(K):
             store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
     else:
-        _add_groups(p, dw, tid, group, prow, preds)
+        _add_groups(p, dw, tid, group, *cta_row)
 
 
-def _add_groups(p, dw, lane, group, prow, preds):
-    """The CTA's partial row of dw: groups 1.. put theirs in shared memory, one barrier,
-    then group 0 adds them to its own in group order (the same bits on every run) and
-    stores the sum."""
-    T, V, K, R = p.threads, p.vec, p.per_thread, p.groups
+def _add_groups(p, dw, lane, group, tid, pcta):
+    """The CTA's partial row of dw: every group puts its partial in shared memory, one
+    barrier, then every thread of the CTA sums a few columns over the groups, in group
+    order (the same bits on every run, and those of adding the groups one by one to the
+    first's), and stores them. With one-warp rows (16 groups) a single group adding the
+    others would make 15 dependent adds per value its own."""
+    N, T, V, K, R = p.n, p.threads, p.vec, p.per_thread, p.groups
     cols = K * T * V
-    parts = smem.alloc(f32, (R - 1, cols))
-    with ptx.if_(group != 0):
-        for k in range(K):
-            for j in range(V):
-                parts[group - 1, lane * V + (k * T * V + j)] = dw[k * V + j]
+    parts = smem.alloc(f32, (R, cols), dynamic=R * cols * 4 > STATIC_GROUP_SMEM)
+    sv = min(V, 4)  # widest shared-memory vector of a chunk's values
+    for k in range(K):
+        at = parts.addr(group, lane * V + k * T * V)
+        for j in range(0, V, sv):
+            _shared_vec("st", ptx.addr(at.base, at.offset + 4 * j), dw[k * V + j:k * V + j + sv])
     ptx.bar.sync(0)
-    with ptx.if_(group == 0):
-        for g in range(R - 1):
-            for k in range(K):
-                for j in range(V):
-                    a = dw[k * V + j]
-                    ptx.inst.add.f32(a, a, parts[g, lane * V + (k * T * V + j)])
-        for k in range(K):
-            store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])
+    # Four neighbouring columns per thread where rows keep 16-byte alignment.
+    w = 4 if N % 4 == 0 else 1
+    for c0 in range(0, N, p.block * w):
+        c = tid * w + c0
+        with ptx.if_(c < N):
+            acc = [reg.scalar(f32) for _ in range(w)]
+            _shared_vec("ld", parts.addr(0, c), acc)
+            for g in range(1, R):
+                vals = [reg.scalar(f32) for _ in range(w)]
+                _shared_vec("ld", parts.addr(g, c), vals)
+                for a, b in zip(acc, vals):
+                    ptx.inst.add.f32(a, a, b)
+            store_chunk(pcta + c * 4, 0, f32, acc)
+
+
+def _shared_vec(op, at, regs):
+    """``ld.shared`` / ``st.shared`` of ``regs`` (f32; 1, 2 or 4) at address ``at``."""
+    vt = "f32" if len(regs) == 1 else f"v{len(regs)}.f32"
+    val = regs if len(regs) > 1 else regs[0]
+    if op == "ld":
+        ptx.inst(f"ld.shared.{vt}", val, at)
+    else:
+        ptx.inst(f"st.shared.{vt}", at, val)
 
 
 def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,

@@ -17,11 +17,11 @@ from .bwd_dw import build_dw_reduce
 from .bwd_cluster import build_backward_cluster, plan_backward_cluster
 from .devices import Device
 from .fwd_cluster import build_forward_cluster, plan_cluster
-from .fwd import build_forward, max_vec, plan
+from .fwd import WARP, build_forward, max_vec, plan
 from .fwd_loop import build_forward_loop, loop_ctas_per_sm
 from .quant import build_quant, plan_quant
 
-__all__ = ["KERNELS", "SHORT_ROWS_BYTES", "backward_kernel", "ctas_per_sm", "dw_reduce_kernel",
+__all__ = ["KERNELS", "MANY_ROWS_PER_SM", "SHORT_ROWS_BYTES", "backward_kernel", "ctas_per_sm", "dw_reduce_kernel",
            "forward_kernel", "quant_kernel", "vec_for"]
 
 # Built kernels, keyed by (kind, N, dtype, weight dtype, vec, variant flags, eps, arch, grid).
@@ -264,15 +264,36 @@ def _resident(p, get, info):
 
 
 # ---------------------------------------------------------------- backward
-# Short rows (256 threads or fewer, N >= 1000): the x and dy bytes an SM holds at once,
-# rows and prefetched rows together, through row groups in one CTA (see backward_kernel).
-SHORT_ROWS_BYTES = 40 * 1024
+# Short rows (256 threads or fewer, N >= 1000) run one CTA per SM of several row groups
+# (see backward_kernel), shaped by the call's rows and the device: each thread takes two
+# 16-byte chunks of a row and an SM about SHORT_ROWS_BYTES of x and dy (rows and
+# prefetched rows together), except for calls of at least MANY_ROWS_PER_SM rows an SM on
+# a device whose SMs need at most MANY_ROWS_IN_FLIGHT bytes in flight (Device.
+# in_flight_bytes: an H100's 25 KB, not an H200's 36), where each thread takes one chunk
+# and an SM MANY_ROWS_BYTES.
+SHORT_ROWS_BYTES = 64 * 1024
+MANY_ROWS_BYTES = 40 * 1024
+MANY_ROWS_PER_SM = 192
+MANY_ROWS_IN_FLIGHT = 30 * 1000
 
 
-def short_row_groups(n: int, dt: PtxType, threads: int) -> int:
-    """Rows per CTA for short rows (one CTA per SM): :data:`SHORT_ROWS_BYTES` over the
-    x, dy and prefetched x, dy of a row, rounded, at most 1024 threads a CTA."""
-    return max(1, min(1024 // threads, int(SHORT_ROWS_BYTES / (4 * n * dt.bytes) + 0.5)))
+def many_rows(m, sms: int, info) -> bool:
+    """Whether a call of ``m`` rows (None: unknown) on ``info`` (None: the interpreter)
+    takes the many-rows shape of short rows (see :data:`MANY_ROWS_PER_SM`)."""
+    return (m is not None and m >= MANY_ROWS_PER_SM * sms
+            and Device.of(info).in_flight_bytes <= MANY_ROWS_IN_FLIGHT)
+
+
+def short_row_shape(n: int, dt: PtxType, vec: int, many: bool) -> tuple[int, int]:
+    """(threads per row, row groups per CTA) for short rows of ``n`` (one CTA per SM,
+    at most 1024 threads): ``many`` rows an SM or fewer (:data:`MANY_ROWS_PER_SM`)."""
+    chunks = -(-n // vec)
+    if many:
+        threads = -(-chunks // WARP) * WARP
+    else:  # a power of two (a row group's lanes by masking), at least a warp
+        threads = max(WARP, 1 << (-(-chunks // 2) - 1).bit_length())
+    budget = MANY_ROWS_BYTES if many else SHORT_ROWS_BYTES
+    return threads, max(1, min(1024 // threads, int(budget / (4 * n * dt.bytes) + 0.5)))
 
 
 def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0.0,
@@ -319,7 +340,8 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
     cluster = _cluster_backward(n, dt, wdt, vec, arch, sms, info, offset)
     if cluster is not None:
         return cluster
-    p, k = _device_backward(n, dt, wdt, vec, arch, sms, info, offset)
+    many = many_rows(m, sms, info)
+    p, k = _device_backward(n, dt, wdt, vec, arch, sms, info, offset, many)
     if m is None:
         return p, k
     q = p.for_rows(m)
@@ -338,13 +360,22 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
 
 def _backward_built(p, n, dt, wdt, vec, arch, offset):
     """The (cached) one-CTA-per-row backward kernel of plan ``p``."""
-    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.groups, p.fused,
+    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.threads, p.groups, p.fused,
                         p.l2_ahead, arch, offset),
                        lambda: build_backward(p, dt, wdt, arch=arch, offset=offset))
 
 
-def _device_backward(n, dt, wdt, vec, arch, sms, info, offset):
-    """:func:`backward_kernel`'s plan and kernel for as many rows as there may be."""
+def _spills(k) -> bool:
+    """Whether ptxas spilled registers in kernel ``k`` (False without ptxas to ask)."""
+    try:
+        return bool(k.resources().spill_stores)
+    except ToolchainError:
+        return False
+
+
+def _device_backward(n, dt, wdt, vec, arch, sms, info, offset, many=False):
+    """:func:`backward_kernel`'s plan and kernel for as many rows as there may be
+    (``many``: at least :data:`MANY_ROWS_PER_SM` an SM, else fewer)."""
     def get(p):
         return _backward_built(p, n, dt, wdt, vec, arch, offset)
     p = plan_backward(n, dt, sms, vec=vec)
@@ -353,8 +384,16 @@ def _device_backward(n, dt, wdt, vec, arch, sms, info, offset):
     short = (p.prefetch and p.threads <= 256 and n >= 1000 and vec * dt.bytes == 16
              and not p.threads & (p.threads - 1))
     if short:
-        p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=1,
-                          groups=short_row_groups(n, dt, p.threads))
+        t, groups = short_row_shape(n, dt, vec, many)
+        p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=1, threads=t, groups=groups)
+        # ptxas may need more registers than one such CTA per SM has (it spills to
+        # fit, .minnctapersm 1): fewer groups
+        from ...runtime import prepare
+        while p.groups > 1 and (
+                _spills(get(p)) or info is not None
+                and prepare(get(p)).resident_ctas(info.ordinal, 0) < p.grid):
+            p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=1, threads=t,
+                              groups=p.groups - 1)
     k = get(p)
     if info is None or not p.fused:
         return p, k

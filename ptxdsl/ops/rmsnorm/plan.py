@@ -314,15 +314,18 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
     registers").
 
     Short rows (256 threads or fewer, N >= 1000) run one CTA per SM of several row
-    groups (:attr:`~.bwd.BwdPlan.groups`, :func:`short_row_groups`: five of 1000 or
-    1024 halves, three of 1000 or 1024 f32), half-precision ones with the same L2
-    prefetch: as many rows in flight as that many one-row CTAs, with that many times
-    fewer dW partial rows. On an H100 (bench/results/rmsnorm_tune_groups_h100.json, the
-    sweep of groups and CTAs per SM in rmsnorm_tune_groups_sweep_h100.json), against
-    the three one-row CTAs per SM of before (more made the dW sum longer than they made
-    the rows shorter): 32768 x 1024 bf16 81.4 -> 73.4 us (the copy: 70.8), 16384 x 1024
-    f16 45.7 -> 41.1 (37.2), 8192 x 1024 bf16 28.3 -> 24.8 (20.8); elsewhere a tie
-    or better.
+    groups (:attr:`~.bwd.BwdPlan.groups`, :func:`short_row_shape`: eight groups of 64
+    threads for 1000 or 1024 halves, four of 128 for f32 or 2048 halves; on an H100-class
+    device, calls of :data:`MANY_ROWS_PER_SM` rows an SM and more five of 128 and three
+    of 256, :func:`many_rows`), half-precision ones with the same L2 prefetch: as many
+    rows in flight as that many one-row CTAs, with that many times fewer dW partial rows.
+    Against the three one-row CTAs per SM of before, on an H100
+    (bench/results/rmsnorm_tune_groups_h100.json): 32768 x 1024 bf16 81.4 -> 73.4 us
+    per call (the copy: 70.8), 16384 x 1024 f16 45.7 -> 41.1 (37.2). The two-chunk shape
+    against the one-chunk one, kernel time (bench/results/rmsnorm_bwd_ktime_h100.json,
+    _h200.json): 4096 x 1000 bf16 8.9 against 9.9 us (H100), 8.5 against 9.8 (H200);
+    32768 x 1024 bf16 74.4 against 70.9 on the H100 (hence many_rows), 53.7 against
+    55.3 on the H200; 32768 x 1024 f32 99.6 against 105.6 (H200).
 
     Few rows, few CTAs: a CTA without a row still writes its partial row of dW (zeros)
     and the sum reads every CTA's, so ``m`` rows fewer than that grid run ``m`` rounded

@@ -340,8 +340,8 @@ def _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sd
 
     ``first``: this thread's first row (its CTA's, or its row group's); the next are
     ``p.row_step`` apart. ``tid``: the thread's place in its row. ``group``: its row
-    group (a register; None: one row per CTA), whose partial dw is added to the
-    first group's in shared memory before the CTA's partial row is written.
+    group (a register; None: one row per CTA), whose partial dw is summed with the
+    other groups' in shared memory into the CTA's partial row (:func:`_add_groups`).
     ``cta_row``: (the thread's index in its CTA, the CTA's partial row), for groups."""
     N, T, V, G, K = p.n, p.threads, p.vec, p.row_step, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes

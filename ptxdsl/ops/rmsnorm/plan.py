@@ -21,8 +21,8 @@ from .fwd import WARP, build_forward, max_vec, plan
 from .fwd_loop import build_forward_loop, loop_ctas_per_sm
 from .quant import build_quant, plan_quant
 
-__all__ = ["KERNELS", "MANY_ROWS_PER_SM", "SHORT_ROWS_BYTES", "backward_kernel", "ctas_per_sm", "dw_reduce_kernel",
-           "forward_kernel", "quant_kernel", "vec_for"]
+__all__ = ["KERNELS", "MANY_ROWS_PER_SM", "SHORT_ROWS_BYTES", "backward_kernel", "ctas_per_sm",
+           "dw_reduce_kernel", "forward_kernel", "quant_kernel", "vec_for"]
 
 # Built kernels, keyed by (kind, N, dtype, weight dtype, vec, variant flags, eps, arch, grid).
 KERNELS = KernelCache()

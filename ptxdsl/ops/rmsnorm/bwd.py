@@ -427,11 +427,12 @@ def _add_groups(p, dw, lane, group, tid, pcta):
     for c0 in range(0, N, p.block * w):
         c = tid * w + c0
         with ptx.if_(c < N):
+            at = parts.addr(0, c)  # group g's columns are g * cols floats on
             acc = [reg.scalar(f32) for _ in range(w)]
-            _shared_vec("ld", parts.addr(0, c), acc)
+            _shared_vec("ld", at, acc)
             for g in range(1, R):
                 vals = [reg.scalar(f32) for _ in range(w)]
-                _shared_vec("ld", parts.addr(g, c), vals)
+                _shared_vec("ld", ptx.addr(at.base, at.offset + 4 * g * cols), vals)
                 for a, b in zip(acc, vals):
                     ptx.inst.add.f32(a, a, b)
             store_chunk(pcta + c * 4, 0, f32, acc)

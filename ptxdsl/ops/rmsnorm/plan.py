@@ -379,6 +379,8 @@ def _spills(k) -> bool:
 def _device_backward(n, dt, wdt, vec, arch, sms, info, offset, many=False):
     """:func:`backward_kernel`'s plan and kernel for as many rows as there may be
     (``many``: at least :data:`MANY_ROWS_PER_SM` an SM, else fewer)."""
+    from ...runtime import prepare
+
     def get(p):
         return _backward_built(p, n, dt, wdt, vec, arch, offset)
     p = plan_backward(n, dt, sms, vec=vec)
@@ -391,7 +393,6 @@ def _device_backward(n, dt, wdt, vec, arch, sms, info, offset, many=False):
         p = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=1, threads=t, groups=groups)
         # ptxas may need more registers than one such CTA per SM has (it spills to
         # fit, .minnctapersm 1): fewer groups
-        from ...runtime import prepare
         while p.groups > 1 and (
                 _spills(get(p)) or info is not None
                 and prepare(get(p)).resident_ctas(info.ordinal, 0) < p.grid):
@@ -400,13 +401,12 @@ def _device_backward(n, dt, wdt, vec, arch, sms, info, offset, many=False):
     k = get(p)
     if info is None or not p.fused:
         return p, k
-    from ...runtime import prepare
     per_sm = min(prepare(k).resident_ctas(info.ordinal, 0) // sms, 2048 // p.block, 32)
     if short:
         per_sm = min(per_sm, p.grid // sms)  # only ever fewer CTAs than chosen above
     if per_sm * sms != p.grid:
         q = plan_backward(n, dt, sms, vec=vec, ctas_per_sm=max(1, per_sm), fused=True,
-                          groups=p.groups)
+                          threads=p.threads, groups=p.groups)
         kq = get(q)
         if prepare(kq).resident_ctas(info.ordinal, 0) >= q.grid and (
                 q.grid < p.grid or -(-q.grid // q.slices) <= 2 * MAX_FUSED_ROWS):

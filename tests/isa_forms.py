@@ -142,6 +142,8 @@ def _immediate(m: Match, slot_index: int, t):
         return 0x3210
     if op in ("cp.async.bulk.prefetch.L2", "cp.async.bulk"):
         return 256  # bytes: a multiple of 16
+    if op == "discard":
+        return 128  # one L2 line
     if op == "setmaxnreg":
         return 240  # 24..256, a multiple of 8
     if op in ("wgmma.wait_group", "cp.async.bulk.wait_group"):

@@ -93,9 +93,16 @@ def test_long_rows_take_clusters_on_hopper(info):
     assert lr(65536, bf16, 8, "sm_90a", info).forward is None
     assert lr(32768, bf16, 8, "sm_90a", info).forward is None
     assert lr(32768, f32, 4, "sm_90a", info).forward is None
-    # backward: where the one-CTA kernel would stream (32768 halves), not where it
-    # stages the row in shared memory (16384)
+    # backward: where the one-CTA kernel would stream (32768 halves) or stage the row
+    # through one shared-memory buffer only (14336 and 16384 f32), not where it double-
+    # buffers it (12288 f32, 16384 halves), and at any number of rows
     assert lr(16384, bf16, 8, "sm_90a", info).backward is None
+    assert lr(12288, f32, 4, "sm_90a", info).backward is None
+    for n in (14336, 16384):
+        assert lr(n, f32, 4, "sm_90a", info).backward.cluster == 2
+        for m in (1, 32, 4096):  # the CPU interpreter's device (it runs clusters)
+            p, _ = rplan.backward_kernel(n, f32, f32, 4, "sm_90a", 132, None, m=m)
+            assert (p.cluster, p.stages, p.fused) == (2, 3, False), (n, m)
     assert lr(32768, bf16, 8, "sm_90a", info).backward.cluster == 2
     assert lr(262144, bf16, 8, "sm_90a", info).backward.cluster == 16
     assert lr(262144, bf16, 8, "sm_90a", info).backward.grid == 132 // 16

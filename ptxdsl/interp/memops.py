@@ -291,6 +291,22 @@ def bulk_prefetch_l2(mach, instr, mask):
                       int(threads[k]))
 
 
+@handler("discard")
+def discard(mach, instr, mask):
+    """The line's contents become undefined on the GPU (the L2 drops it, and DRAM keeps
+    whatever it held before): here its 128 bytes are overwritten with 0xFF (a NaN in
+    every float type), so that a kernel reading a line after discarding it gets wrong
+    answers in the interpreter too. A write for the race checks: a discard racing
+    another thread's read of the line is reported."""
+    threads = np.flatnonzero(mask)
+    if not len(threads):
+        return
+    addr = addresses(mach, instr, instr.operands[0], mask)[threads]
+    space = instr.match.chosen.get("space")
+    for sp, sel, off in check(mach, instr, threads, addr, space, 128, True):
+        sp.write(off, np.full((int(sel.sum()), 128), 0xFF, np.uint8))
+
+
 @handler("cp.async")
 def cp_async(mach, instr, mask):
     threads = np.flatnonzero(mask)

@@ -99,9 +99,19 @@ def activemask(mach, instr, mask):
 @handler("bar.warp.sync")
 def bar_warp_sync(mach, instr, mask):
     """Every lane of the membermask must arrive together (the interpreter runs a warp's
-    active lanes in lockstep, so arriving is the whole of the wait)."""
+    active lanes in lockstep, so arriving is the whole of the wait).
+
+    It also orders memory among the lanes taking part (PTX: bar.warp.sync guarantees
+    memory ordering among the participating threads): where the membermask holds every
+    active lane of a warp, the warp's lanes are synchronised for the race checks (the
+    happens-before record is per warp, so a partial mask orders nothing)."""
     members = _per_thread(mach, mach.src(instr, 0, mask))
     check_members(mach, instr, mask, members)
+    active = warp_active_bits(mach, mask).reshape(-1, 32)[:, 0]
+    mem = members.reshape(-1, 32)
+    act = mask.reshape(-1, 32)
+    whole = (act.any(1) & np.all(~act | ((mem & active[:, None]) == active[:, None]), 1))
+    mach.hb.lanesync[np.flatnonzero(whole)] = mach.steps
 
 
 @handler("vote.sync")

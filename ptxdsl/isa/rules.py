@@ -395,6 +395,15 @@ def bulk_prefetch_operands(m, ops):
     return None
 
 
+def discard_operands(m, ops):
+    """discard.L2 drops exactly one 128-byte line."""
+    size = _imm(ops[1]) if len(ops) > 1 else None
+    if size != 128:
+        return f"discard.L2 drops one 128-byte line: its size must be the immediate 128, " \
+               f"got {ops[1] if len(ops) > 1 else 'nothing'}"
+    return None
+
+
 # ---------------------------------------------------------------- immediate operand values
 def _imm(op):
     """The value of an immediate operand, or None for registers and the like."""

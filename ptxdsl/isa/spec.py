@@ -231,6 +231,9 @@ class OpSpec:
     #   instruction type and vector width: "read", "write", "read_write" (atomics)
     #   or None. The launcher's alignment analysis reads it.
     access: str | None = None
+    # extent: bytes it touches at its address operand whatever its type (discard: one
+    #   128-byte line), for the launcher's alignment analysis (0: the type's width).
+    extent: int = 0
     # packs: a register list in a scalar slot stands for one value split into
     #   equal parts (``mov.b32 d, {lo, hi}`` packs, ``mov.b32 {lo, hi}, s`` unpacks).
     packs: bool = False

@@ -429,6 +429,15 @@ TABLE: tuple[OpSpec, ...] = (
                "bytes) into the L2, by the bulk copy engine; nothing waits for it.",
            example="cp.async.bulk.prefetch.L2.global [%rd0], 16384",
            effects=frozenset({"async_copy"})),
+    # A write as far as ordering goes (the line's contents become undefined), but nothing
+    # is stored: "access" stays None, and the interpreter checks and poisons the line.
+    OpSpec("discard", (g("space", "global"), g("level", "L2", required=True)), (), ntypes=0,
+           operands="a i:u32", ptx=(7, 4), sm=80, category="data", side_effects=True,
+           check_operands=rules.discard_operands, extent=128,
+           doc="Drop a 128-byte line (128-byte aligned) from the L2 without writing it back "
+               "to memory: its contents become undefined. For scratch data that was written "
+               "and read once, so that its dirty lines cost no DRAM write.",
+           example="discard.global.L2 [%rd0], 128"),
     # ---------------------------------------------------------------- mbarrier (sm_80/sm_90)
     OpSpec("mbarrier.init", (g("space", "shared", SHARED_CTA),), ("b64",),
            operands="a s:u32", ptx=(7, 0), sm=80, category="mbarrier", side_effects=True,

@@ -123,9 +123,11 @@ def vector_alignment(program) -> dict[str, tuple[int, str]]:
     A forward taint analysis over the IR: a register read from a tensor's
     pointer parameter, and every register computed from it, carries that
     tensor; a memory access (a table entry with ``access``: ld, st, atom, red) of
-    ``.v2``/``.v4`` (or a 16-byte type) whose address register carries it needs the tensor's address to be a multiple of the
-    access width. Over-approximate by design (a register mixing two pointers
-    taints both), which can only ask for more alignment than needed.
+    ``.v2``/``.v4`` (or a 16-byte type) whose address register carries it needs the
+    tensor's address to be a multiple of the access width, an entry with an ``extent``
+    (discard's 128-byte line) a multiple of that. Over-approximate by design (a
+    register mixing two pointers taints both), which can only ask for more alignment
+    than needed.
     """
     from .. import ir
     instrs = list(program.walk())
@@ -156,13 +158,13 @@ def vector_alignment(program) -> dict[str, tuple[int, str]]:
     need: dict[str, tuple[int, str]] = {}
     for ins in instrs:
         m = ins.match
-        if m.spec.access is None:
+        if m.spec.access is None and not m.spec.extent:
             continue
         space = m.chosen.get("space")
         if space not in (None, "global"):
             continue
         t = m.type
-        width = m.vector * (t.bytes if t is not None else 1)
+        width = m.spec.extent or m.vector * (t.bytes if t is not None else 1)
         if width <= 1:
             continue
         for op in ins.operands:

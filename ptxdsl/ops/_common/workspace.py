@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import threading
 
-HEADER = 4  # int32 words before the partials
+# int32 words before the partials: the barrier words, padded to 128 bytes so that the
+# partial rows start on an L2 line (a warp's 512-byte access to a row of a multiple of
+# 32 floats then touches four lines, not five)
+HEADER = 32
 
 
 class Workspace:

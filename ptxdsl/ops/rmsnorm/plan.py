@@ -137,14 +137,19 @@ def _fits(k, block) -> bool:
 #   cannot keep the row in the registers of 1024 threads and reads it twice (the second
 #   time from L2, which at 131072 bf16 left it at 70% of the copy on an H200, 64% at
 #   262144; issue 21), except rows of at most FORWARD_L2_ROW_BYTES (65536 halves), whose
-#   second read L2 serves at copy speed (measured, below). Clusters of C = N*size/64 KiB CTAs (65536 bf16: 2, 131072: 4,
-#   262144: 8; f32 twice as many, 262144 f32: 16) of 512 threads holding 128 bytes of
-#   the row each, two CTAs per SM (fwd_cluster.plan_cluster), one cluster per row. The
-#   persistent variant through a shared-memory ring (plan_cluster(stages=...)) is taken
-#   on the H200 only, for half rows of 256 KiB and more (below: RING_BANDWIDTH).
+#   second read L2 serves at copy speed (measured, below). Clusters of C = N*size/64 KiB
+#   CTAs (65536 bf16: 2, 131072: 4, 262144: 8; f32 twice as many, 262144 f32: 16) of 512
+#   threads holding 128 bytes of the row each, two CTAs per SM (fwd_cluster.plan_cluster),
+#   one cluster per row. The persistent variant through a shared-memory ring
+#   (plan_cluster(stages=...)) is taken on the H200 only, for half rows of 256 KiB and
+#   more (below: RING_BANDWIDTH).
 # * backward: wherever the one-CTA backward would stream the row twice from memory
-#   (plan_backward(...).streaming: 32768 halves and up, 32768 f32 and up), and the row
-#   has 16-byte chunks: clusters of C = N*size/32 KiB CTAs (131072 bf16: 8, 262144
+#   (plan_backward(...).streaming: 32768 halves and up, 32768 f32 and up) or stage it
+#   through a ring of one buffer only (14336 and 16384 f32: no row loads while one is
+#   reduced; kernel time on an H100 against clusters of 2, bench/results/
+#   rmsnorm_bwd_ktime_cluster_h100.json: M=1024 77.0 against 73.2 us, copy 68.2; M=4096
+#   283.6 against 278.2; M=32, the one-CTA kernel's few-rows form, 20.4 against 7.2), and
+#   the row has 16-byte chunks: clusters of C = N*size/32 KiB CTAs (131072 bf16: 8, 262144
 #   bf16 and 131072 f32: 16) of 512 threads, one per SM, staging dy and x through three
 #   ring buffers of 64 KiB (bwd_cluster.plan_backward_cluster), as many clusters as the
 #   driver says run at once (cuOccupancyMaxActiveClusters: the SMs' grouping into GPCs
@@ -184,7 +189,8 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
                     and n * dt.bytes >= RING_ROW_BYTES):
                 fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
                                    per_thread=RING_CHUNKS, sms=dev.sms) or fwd
-        if plan_backward(n, dt, dev.sms, vec=vec).streaming:
+        one = plan_backward(n, dt, dev.sms, vec=vec)
+        if one.streaming or one.stages == 1:
             bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)
     return _LongRows(fwd, bwd)
 
@@ -216,7 +222,7 @@ LONG_ROW_CHOICES = {
     # N:     f32 (fwd, bwd)   halves (fwd, bwd)
     4096:   (("-", "-"),      ("-", "-")),
     8192:   (("-", "-"),      ("-", "-")),
-    16384:  (("-", "-"),      ("-", "-")),     # the backward's staged whole rows
+    16384:  (("-", "C2"),     ("-", "-")),     # halves: the backward's staged whole rows
     32768:  (("-", "C4"),     ("-", "C2")),
     65536:  (("C4", "C8"),    ("-", "C4")),    # 128 KiB half rows: the L2 read
     131072: (("C8", "C16"),   ("C4", "C8")),

@@ -512,6 +512,9 @@ def test_discard_leaves_the_line_undefined():
     contents are undefined on the GPU), so a read after the discard shows NaN."""
     k = _discard_kernel(0)
     assert "discard.global.L2 [" in k.ptx() and "], 128;" in k.ptx()
+    # the launcher asks for the line's alignment (the table's extent), not the type's
+    from ptxdsl.runtime.args import vector_alignment
+    assert vector_alignment(k.program())["W"] == (128, "discard.global.L2")
     y, z = k.interpret(np.zeros(64, np.float32))
     np.testing.assert_array_equal(y, np.arange(32, dtype=np.float32))
     assert np.isnan(z).all()

@@ -386,3 +386,12 @@ def test_barrier_reductions_agree():
     for k, args in ((tb.bar_red_kernel(), (x,)), (tb.barrier_red_kernel(), (x,)),
                     (tb.divergent_barrier_red_kernel(), ())):
         np.testing.assert_array_equal(np.asarray(k(*args)), np.asarray(k.interpret(*args)))
+
+
+def test_discard_runs_on_the_gpu():
+    """discard.global.L2 after every lane's read (bar.warp.sync): what was read before it
+    is the data; what a read after it sees is undefined on the GPU (the interpreter
+    poisons it, tests/test_interp_control.py), so only the launch and Y are checked."""
+    from test_interp_control import _discard_kernel
+    y, _ = _discard_kernel(0)(np.zeros(64, np.float32))
+    np.testing.assert_array_equal(np.asarray(y), np.arange(32, dtype=np.float32))

@@ -9,7 +9,8 @@ enough copies to stream from HBM where they would fit in L2). Every candidate is
 before it is timed: at the timed shape against a float64 product (output prefilled with
 NaN, relative error < 1e-2) and at a ragged shape (379 x 1000 x 528). Timing: at least
 ``--block-ms`` per candidate and round in 2 ms slices that take turns
-(``bench.matmul.timed_rounds``), ``--rounds`` rounds in rotated orders, median kept. Writes ``$OUT/matmul_plans.json`` after every shape.
+(``bench.matmul.timed_rounds``), ``--rounds`` rounds in rotated orders, median kept.
+Writes ``$OUT/matmul_plans.json`` after every shape.
 
     python bench/matmul_plans.py                       # the default weak shapes
     python bench/matmul_plans.py --shapes 16384x28672x8192,128x4096x14336 --api

@@ -101,8 +101,9 @@ TABLE: tuple[OpSpec, ...] = (
                             g("secondary", "L2::evict_first", "L2::evict_unchanged")),
            ("b64",), operands="d:b64 s:f32?", ptx=(7, 4), sm=80, category="data",
            doc="Make an L2 eviction policy for ld/st .L2::cache_hint: the given fraction "
-               "(an f32 register or a constant 0 < f <= 1, default 1) of the lines an access touches get the primary "
-               "priority, the rest the secondary (default .L2::evict_unchanged).",
+               "(an f32 register or a constant 0 < f <= 1, default 1) of the lines an access "
+               "touches get the primary priority, the rest the secondary (default "
+               ".L2::evict_unchanged).",
            example="createpolicy.fractional.L2::evict_last.b64 %rd0",
            check_operands=rules.fraction_operand),
     OpSpec("cvt", (g("irnd", "rni", "rzi", "rmi", "rpi"),
@@ -154,7 +155,8 @@ TABLE: tuple[OpSpec, ...] = (
            (*INT, "f32", "f64"), operands="d:T s:T s:T s:T",
            variants={"wide": "d:W s:T s:T s:W"},
            category="arith", rule=rules.mad,
-           doc="d = a * b + c (integers: .lo/.hi/.wide; floats need a rounding mode and are fused).",
+           doc="d = a * b + c (integers: .lo/.hi/.wide; floats need a rounding mode and are "
+               "fused).",
            example="mad.lo.u32 %r3, %r0, %r1, %r2"),
     # fma.bf16 takes every IEEE rounding, fma.f16 only .rn (ptxas 13, sm_80+).
     OpSpec("fma", (g("rounding", Mod("rn", types=FLT), *(Mod(r, types=only(*F, "bf16", "bf16x2"))

@@ -405,5 +405,5 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
 
 
 __all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "MEASURED", "DEVICE_MEASURED",
-           "MEASURED_FP8", "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for", "FallbackPlan", "fallback_plan", "tma_ok",
-           "SMEM_PER_CTA", "f32"]
+           "MEASURED_FP8", "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for",
+           "FallbackPlan", "fallback_plan", "tma_ok", "SMEM_PER_CTA", "f32"]

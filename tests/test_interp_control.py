@@ -537,3 +537,21 @@ def test_discard_checks_alignment_and_size():
             (pw,) = ptx.global_ptrs(W)
             ptx.inst.discard.global_.L2(ptx.addr(pw), 64)
         bad.ptx()
+
+
+def test_discard_of_a_generic_shared_address_is_refused():
+    """discard.L2 without .global takes a generic address, which must be global memory."""
+    @one_output(32, t=f32)
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        buf = smem.alloc(f32, (32,))
+        tid = tid_reg()
+        base = reg.scalar(u32)
+        ptx.inst.mov.u32(base, ir.Symbol(buf.decl.name, "shared"))
+        gen = reg.scalar(u64)
+        ptx.inst.cvta.shared.u64(gen, ptx.cvt(u64, base))
+        with ptx.if_(tid == 0):
+            ptx.inst.discard.L2(ptx.addr(gen), 128)
+        store(py, tid, ptx.cvt(f32, tid), "f32")
+    with pytest.raises(InterpreterError, match="in .shared memory"):
+        k.interpret()

@@ -304,6 +304,10 @@ def discard(mach, instr, mask):
     addr = addresses(mach, instr, instr.operands[0], mask)[threads]
     space = instr.match.chosen.get("space")
     for sp, sel, off in check(mach, instr, threads, addr, space, 128, True):
+        if sp.name != "global":  # a generic address into another window
+            mach.fail(instr, f"discard.L2 drops a line of global memory; the generic address "
+                             f"{int(addr[sel][0]):#x} is in .{sp.name} memory",
+                      int(threads[sel][0]))
         sp.write(off, np.full((int(sel.sum()), 128), 0xFF, np.uint8))
 
 

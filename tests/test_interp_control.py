@@ -402,17 +402,22 @@ def test_mbarrier_phases():
     np.testing.assert_array_equal(k.interpret(), np.full(32, 3))
 
 
+def _generic_shared(buf):
+    """The generic (u64) address of shared array ``buf``, through cvta.shared."""
+    base = reg.scalar(u32)
+    ptx.inst.mov.u32(base, ir.Symbol(buf.decl.name, "shared"))
+    gen = reg.scalar(u64)
+    ptx.inst.cvta.shared.u64(gen, ptx.cvt(u64, base))
+    return gen
+
+
 def test_cvta_shared_round_trip_and_generic_access():
     @one_output(32, t=f32)
     def k(Y):
         (py,) = ptx.global_ptrs(Y)
         buf = smem.alloc(f32, (32,))
         tid = tid_reg()
-        base = reg.scalar(u32)
-        ptx.inst.mov.u32(base, ir.Symbol(buf.decl.name, "shared"))
-        base64 = ptx.cvt(u64, base)
-        gen = reg.scalar(u64)
-        ptx.inst.cvta.shared.u64(gen, base64)
+        gen = _generic_shared(buf)
         addr = gen + tid * 4
         v = ptx.cvt(f32, tid)
         ptx.inst.st.f32(ptx.addr(addr), v)        # generic store into shared memory
@@ -546,10 +551,7 @@ def test_discard_of_a_generic_shared_address_is_refused():
         (py,) = ptx.global_ptrs(Y)
         buf = smem.alloc(f32, (32,))
         tid = tid_reg()
-        base = reg.scalar(u32)
-        ptx.inst.mov.u32(base, ir.Symbol(buf.decl.name, "shared"))
-        gen = reg.scalar(u64)
-        ptx.inst.cvta.shared.u64(gen, ptx.cvt(u64, base))
+        gen = _generic_shared(buf)
         with ptx.if_(tid == 0):
             ptx.inst.discard.L2(ptx.addr(gen), 128)
         store(py, tid, ptx.cvt(f32, tid), "f32")

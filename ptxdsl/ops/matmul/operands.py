@@ -163,9 +163,8 @@ def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
              b_dtype: PtxType | None = None) -> tuple:
     """(A, B) of a :class:`.plan.Plan`: A ``bm`` rows, each CTA of a cluster along N
     loading ``bm / cluster_n`` of them (multicast) in one K-major box, or only the first
-    ``a_rows``; B ``bn`` rows,
-    each CTA of a cluster along M loading ``bn / cluster`` of them (multicast), in K-major
-    boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
+    ``a_rows``; B ``bn`` rows, each CTA of a cluster along M loading ``bn / cluster`` of
+    them (multicast), in K-major boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
     e4m3 / e5m2 mix)."""
     ar = p.a_rows or p.bm // p.cluster_n             # rows of A this CTA loads per stage
     a = Operand("A", a_major, p.bm, ar, ar, p.bk, dtype, p.l2_promotion)

@@ -12,7 +12,9 @@ No copy runs in the same rounds: a kernel right after a device copy pays for wri
 back the copy's dirty lines from L2 (4096x1000 bf16 on an H100: 13.7 against 9.8 us
 for the same plan after another backward kernel).
 
-Candidates: ``ops`` (what ``ptxdsl.ops`` runs for that call), ``chunk`` (one 16-byte
+Candidates: ``ops`` (what ``ptxdsl.ops`` runs for that call), ``partials`` (where ops
+sums dW of a few rows as one cluster: the same kernel through global partial rows and
+the last CTA's sum), ``chunk`` (one 16-byte
 chunk a thread and about 40 KiB of rows an SM: ops' plan for many rows, and for every
 call before 2026-11-24), and ``T{threads} R{groups}`` with ``--sweep`` (every power of
 two from 32 threads a row and row groups of 2-12, with and without the register
@@ -50,6 +52,8 @@ def candidates(m, n, T, sms, info, sweep):
     vec = max_vec(n, T)
     ops_p, _ = choice.backward_kernel(n, T, T, vec, "sm_90a", sms, info, 0.0, m=m)
     out = {"ops": ops_p}
+    if getattr(ops_p, "cluster_dw", 0):  # few rows: dW in one cluster; also the partial rows
+        out["partials"] = dataclasses.replace(ops_p, dw_cluster=False)
     if not hasattr(ops_p, "l2_ahead"):  # a cluster plan: the one-CTA kernel beside it
         one, _ = choice._device_backward(n, T, T, vec, "sm_90a", sms, info, 0.0,
                                          choice.many_rows(m, sms, info))
@@ -182,7 +186,7 @@ def _call(p, T, tdt, n, sets):
         k(dy, x, w, rstd, ws, dx, dws[r % len(sets)], parts[r % len(sets)])
     call(0)
     return call, 1, (f"T{p.threads} R{p.groups} pf{int(p.prefetch)} S{p.stages} "
-                     f"G{p.grid}")
+                     f"G{p.grid}" + (" cluster dW" if getattr(p, "cluster_dw", 0) else ""))
 
 
 def copy_time(m, n, tdt, rounds, l2_bytes) -> float:

@@ -107,7 +107,8 @@ def test_repeated_backward_calls_take_the_guard_then_the_key(fake_gpu, offset):
 
 def test_other_row_counts_alternate_through_their_own_entries(fake_gpu):
     """Fewer rows, fewer CTAs (a kernel per power of two): calls alternating between row
-    counts each find their own signature, and one per-stream scratch serves all."""
+    counts each find their own signature. Grids this small sum dW in one cluster (or
+    one CTA), so their recorded calls pass no workspace (null WS and DWP pointers)."""
     from ptxdsl.ops import rms_norm_backward
     from ptxdsl.ops.rmsnorm import fast
     g = torch.Generator().manual_seed(2)
@@ -126,3 +127,9 @@ def test_other_row_counts_alternate_through_their_own_entries(fake_gpu):
     finally:
         M = saved
     assert len(fast.BACKWARD) == 3
+    from ptxdsl.runtime import driver
+    launches = driver.get().cu.launches
+    assert [(r["grid"][0], r["cluster"]) for r in launches] == [
+        (1, None), (4, (4, 1, 1)), (2, (2, 1, 1)), (1, None), (4, (4, 1, 1))]
+    assert launches[0]["params"][4] and launches[0]["params"][7]   # the general path's
+    assert all(r["params"][4] == r["params"][7] == 0 for r in launches[3:])  # recorded

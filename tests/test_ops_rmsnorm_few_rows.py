@@ -3,7 +3,8 @@
 
 A CTA without a row still writes its dW partial row and the fused sum reads all of
 them, so ``rms_norm_backward`` cuts the persistent grid to the rows it has
-(``plan_backward(rows=M)``, ``backward_kernel(..., m=M)``).
+(``plan_backward(rows=M)``, ``backward_kernel(..., m=M)``); grids of at most
+``MAX_DW_CLUSTER`` CTAs sum dW as one cluster in distributed shared memory.
 """
 from __future__ import annotations
 
@@ -87,8 +88,14 @@ def test_few_rows_plan_only_its_grid(n, dt):
         assert dataclasses.replace(p, grid=full.grid, fused=full.fused, groups=full.groups,
                                    threads=full.threads) == full
         assert p.fused == (full.fused or -(-p.grid // p.slices) <= bwd.MAX_FUSED_ROWS)
-        # few rows' grids: the last CTA sums dW, nobody waits, a plain launch
-        assert k.grid == (p.grid, 1, 1) and k.cooperative == (p.fused and p.grid > p.slices)
+        # few rows' grids: one cluster (or one CTA) sums dW, or the last CTA does:
+        # nobody waits for a CTA that may not be resident, a plain launch
+        assert k.grid == (p.grid, 1, 1) and k.cooperative == (
+            p.fused and p.grid > p.slices and not p.cluster_dw)
+        assert p.cluster_dw == (p.grid if p.fused and p.grid <= bwd.MAX_DW_CLUSTER
+                                and not (p.streaming or p.stages) else 0), p
+        assert tuple(k.cluster or (1, 1, 1)) == ((p.grid, 1, 1) if p.cluster_dw > 1
+                                                 else (1, 1, 1))
         if m <= 128:
             assert p.fused, (n, dt, m)  # one launch
         if many:
@@ -112,17 +119,20 @@ def test_plan_backward_rows_keeps_an_explicit_fused():
 
 def test_every_row_is_walked_by_the_smaller_grid():
     """Rows cta, cta + G', ...: the kernel strides by its own G, so a grid cut to the
-    rows covers them all (G' >= M: one row per CTA at most)."""
+    rows covers them all (G' >= M: one row per CTA at most). Through the global partial
+    rows (``dw_cluster=False``) rowless CTAs write zeros; in one cluster they add zeros."""
     n = 256
-    for m in (1, 5, 6):
+    for m in (1, 5, 6, 12):
         p = plan_backward(n, f32, SMS, rows=m)
         assert p.grid == next_pow2(m)
         (dy, x, w, rstd), rdx, rdw = case(m, n, seed=m)
-        dx, dw, part = build_backward(p, f32, f32).interpret(dy, x, w, rstd,
-                                                             np.zeros(2, np.uint32))
-        assert part.shape == (p.grid, n) and not part[m:].any()  # rowless CTAs: zeros
-        assert rel_err(dx, rdx) < 1e-5
-        np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
+        for q in (p, dataclasses.replace(p, dw_cluster=False)):
+            dx, dw, part = build_backward(q, f32, f32).interpret(dy, x, w, rstd,
+                                                                 np.zeros(2, np.uint32))
+            if not q.cluster_dw:
+                assert part.shape == (p.grid, n) and not part[m:].any()  # rowless: zeros
+            assert rel_err(dx, rdx) < 1e-5
+            np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("m", [1, 3, 7, 9, 17, 33, 50])
@@ -209,8 +219,9 @@ def test_few_rows_dw_is_summed_a_column_tile_per_warp(n, m, half):
     last CTA to finish its rows alone (no grid barrier: nobody waits, so the launch is
     not cooperative)."""
     dt = f16 if half else f32
-    p = plan_backward(n, dt, 132, rows=m)  # an H100's plan, cut
-    assert p.fused and p.grid == next_pow2(m) <= p.slices, p
+    # an H100's plan, cut, with its dW through the global partial rows (not one cluster)
+    p = dataclasses.replace(plan_backward(n, dt, 132, rows=m), dw_cluster=False)
+    assert p.fused and p.grid == next_pow2(m) <= p.slices and not p.cluster_dw, p
     (dy, x, w, rstd), rdx, rdw = case(m, n, np.float16 if half else np.float32, seed=n + m)
     k = build_backward(p, dt, dt)
     dx, dw, part = k.interpret(dy, x, w, rstd, np.zeros(2, np.uint32))
@@ -226,6 +237,42 @@ def test_few_rows_dw_is_summed_a_column_tile_per_warp(n, m, half):
     text = k.ptx()
     assert "grid_wait" not in text and text.count("atom.") == 1 and not k.cooperative
     assert text[text.rindex("atom."):].count("bar.sync") == 1  # the arrival's answer
+
+
+@pytest.mark.parametrize("n, m, dt", [(512, 1, f32), (512, 3, f32), (1000, 2, f32),
+                                      (1030, 4, f16), (4096, 5, f32), (2048, 8, bf16),
+                                      (8192, 1, bf16), (4094, 7, f32)])
+def test_few_rows_dw_in_one_cluster_has_the_bits_of_the_partial_rows(n, m, dt):
+    """Grids of at most MAX_DW_CLUSTER CTAs sum dW as one cluster (each CTA's partial in
+    its shared memory, read by its peers through ``mapa`` + ``ld.shared::cluster`` after a
+    cluster barrier); one CTA stores its dW from registers. Same dx and bit-for-bit the
+    same dW as the global partial rows summed in ascending order; no atomics, no GPU-wide
+    fence, no cooperative launch; ragged columns (N not a multiple of 4) included."""
+    p = plan_backward(n, dt, 132, rows=m)
+    assert p.cluster_dw == p.grid == next_pow2(m) <= bwd.MAX_DW_CLUSTER, p
+    npt = {f32: np.float32, f16: np.float16, bf16: None}[dt]
+    if npt is None:
+        npt = pytest.importorskip("ml_dtypes").bfloat16
+    (dy, x, w, rstd), rdx, rdw = case(m, n, npt, seed=3 * n + m)
+    k = build_backward(p, dt, dt)
+    dx, dw, _ = k.interpret(dy, x, w, rstd, np.zeros(2, np.uint32))
+    ref = build_backward(dataclasses.replace(p, dw_cluster=False), dt, dt)
+    dx0, dw0, part = ref.interpret(dy, x, w, rstd, np.zeros(2, np.uint32))
+    u = np.uint32 if dt == f32 else np.uint16
+    np.testing.assert_array_equal(dw.view(u), dw0.view(u))
+    np.testing.assert_array_equal(dx.view(u), dx0.view(u))
+    want = part[0].copy()
+    for g in range(1, p.grid):
+        want = (want + part[g]).astype(np.float32)
+    np.testing.assert_array_equal(dw.view(u), want.astype(npt).view(u))
+    tol = 1e-5 if dt == f32 else 2e-2
+    assert float(np.max(np.abs(dw.view(npt).astype(np.float64) - rdw))) <= tol * max(
+        1.0, float(np.abs(rdw).max()))
+    text = k.ptx()
+    assert "atom." not in text and "fence.acq_rel.gpu" not in text and not k.cooperative
+    assert ("ld.shared::cluster" in text) == (p.grid > 1)
+    assert text.count("barrier.cluster.wait") == (2 if p.grid > 1 else 0)
+    assert tuple(k.cluster or (1, 1, 1)) == (p.grid if p.grid > 1 else 1, 1, 1)
 
 
 def test_few_rows_kernels_assemble_without_spills():

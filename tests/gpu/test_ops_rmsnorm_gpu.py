@@ -152,6 +152,45 @@ def test_few_rows_backward_grids_share_the_stream_workspace():
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
+@pytest.mark.parametrize("n, dt, m", [(8192, "bf16", 1), (8192, "f32", 1), (4096, "f32", 7),
+                                      (4096, "bf16", 7), (1024, "bf16", 3), (16384, "f32", 2),
+                                      (1000, "f16", 5), (4094, "f32", 8), (32768, "bf16", 4)])
+def test_few_rows_dw_in_one_cluster_matches_the_partial_rows_bit_for_bit(n, dt, m):
+    """Grids of at most MAX_DW_CLUSTER CTAs sum dW as one cluster through distributed
+    shared memory (one CTA: stored from registers): dx and dW bit for bit those of the
+    same kernel through global partial rows and the last CTA's sum, on the GPU."""
+    import dataclasses
+
+    from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
+    from ptxdsl.ops.rmsnorm.fwd import max_vec
+    from ptxdsl.runtime import driver
+    from ptxdsl.types import bf16, f16, f32
+    t = {"bf16": bf16, "f16": f16, "f32": f32}[dt]
+    info = driver.get().device(torch.cuda.current_device())
+    arch = "sm_90a" if info.cc == (9, 0) else info.arch
+    p = plan_backward(n, t, info.sm_count, vec=max_vec(n, t), rows=m)
+    if not p.cluster_dw:
+        pytest.skip(f"{n} {dt}: no cluster dW plan ({p})")
+    g = torch.Generator(device="cuda").manual_seed(n + m)
+    x = torch.randn(m, n, device="cuda", generator=g).to(DT[dt])
+    dy = torch.randn(m, n, device="cuda", generator=g).to(DT[dt])
+    w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(DT[dt])
+    rstd = torch.rsqrt((x.double() ** 2).mean(-1) + EPS).float()
+    bits = torch.int32 if dt == "f32" else torch.int16
+    outs = []
+    for q in (p, dataclasses.replace(p, dw_cluster=False)):
+        ws = torch.zeros(2, device="cuda", dtype=torch.int32)
+        dx, dw = torch.empty_like(x), torch.empty_like(w)
+        part = torch.empty(q.grid, n, device="cuda")
+        build_backward(q, t, t, arch=arch)(dy, x, w, rstd, ws, dx, dw, part)
+        outs.append((dx, dw))
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert torch.equal(outs[0][1].view(bits), outs[1][1].view(bits))
+    dx, dw = rms_norm_backward(dy, x, w, rstd)   # the op runs the cluster plan
+    assert torch.equal(dw.view(bits), outs[0][1].view(bits)) and torch.equal(dx, outs[0][0])
+
+
 def test_autograd_module_matches_float64():
     m = RMSNorm(1024, eps=EPS, device="cuda")
     with torch.no_grad():

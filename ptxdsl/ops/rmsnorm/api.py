@@ -230,8 +230,11 @@ def _backward_general(frame, dy, x, weight, rstd, offset=0.0):
     frame.run(kb, dy2, x2, weight, rstd, ws, dx2, dw, partial)
     fast = None
     if _tf.fast_ok(frame, x, x2, dy, dy2):
+        # a grid summing dW in one cluster reads neither the barrier words nor the
+        # partial rows: its repeated calls skip the stream's workspace
         fast = _tf.bwd_fast(frame.torch, kb, (dy2, x2, weight, rstd, ws, dx2, dw, partial),
-                            x, elems, dy, weight, rstd, offset, info.ordinal)
+                            x, 0 if p.cluster_dw else elems, dy, weight, rstd, offset,
+                            info.ordinal)
     return dx2.reshape(tuple(x.shape)), dw, fast
 
 

@@ -47,7 +47,8 @@ from ptxdsl.types import PtxType, b32, f32, u32
 
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
-from .bwd_dw import dw_narrow, grid_barrier, last_arrival, sum_partials, sum_partials_by_warp
+from .bwd_dw import (MAX_DW_CLUSTER, cluster_dw, dw_narrow, grid_barrier, last_arrival,
+                     sum_partials, sum_partials_by_warp)
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
                          staged_rows)
@@ -93,6 +94,19 @@ class BwdPlan(RowSplit):
     # as many rows in flight as ``groups`` one-row CTAs would, and the dW sum reads
     # ``groups`` times fewer partial rows (resident rows, power-of-two ``threads``).
     groups: int = 1
+    # Grids of at most MAX_DW_CLUSTER one-row CTAs (calls of few rows, :meth:`for_rows`)
+    # sum dW as one cluster through distributed shared memory, and a grid of one CTA
+    # stores its dW as it is (:func:`~.bwd_dw.cluster_dw`); False: the global partial rows
+    # and the last arrival's sum, as larger grids of few rows.
+    dw_cluster: bool = True
+
+    @property
+    def cluster_dw(self) -> int:
+        """CTAs of the one cluster that sums dW in shared memory (1: a single CTA that
+        stores its dW); 0 where dW goes through the global partial rows."""
+        ok = (self.dw_cluster and self.fused and self.grid <= MAX_DW_CLUSTER
+              and self.groups == 1 and not (self.streaming or self.stages))
+        return self.grid if ok else 0
 
     @property
     def block(self) -> int:
@@ -258,12 +272,15 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         # rows sums dW alone, so nobody waits for anybody and the launch need not be
         # cooperative (cuLaunchCooperativeKernel cost 1.7 us more host time than
         # cuLaunchKernel on an H100, where these calls are host-bound). Larger grids
-        # share the sum after a grid barrier, which needs every CTA resident.
-        last = G <= p.slices
+        # share the sum after a grid barrier, which needs every CTA resident. Grids of
+        # a few CTAs sum in one cluster (p.cluster_dw; WS and DWP go unused).
+        C = p.cluster_dw
+        last = not C and G <= p.slices
 
         @kernel(in_specs=rows_in + (Tile(2, b32),),
                 out_specs=(Tile("M", N, dtype), Tile(N, wdtype), Tile(G, N, f32)),
-                grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, cooperative=not last,
+                grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch,
+                cooperative=not (last or C), cluster=(C, 1, 1) if C > 1 else None,
                 name=name,
                 # The prefetch's few extra registers must not cost the CTA its SM, nor
                 # may the staged kernel's (at 1024 threads ptxas would take 66-75), nor
@@ -271,8 +288,13 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                 min_ctas_per_sm=1 if p.l2_ahead or p.stages or p.groups > 1 else None,
                 arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"))
         def rms_norm_bwd(DY, X, W, RSTD, WS, DX, DW, DWP):
-            tid, cta, pdwp = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset)
+            tid, cta, pdwp, kept = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset,
+                                         keep=bool(C))
             pws, pdw = ptx.global_ptrs(WS, DW)
+            if C:
+                dw, preds = kept
+                cluster_dw(p, wdtype, dw, tid, preds, cta, pdw)
+                return
             # Every thread's partial stores are visible GPU-wide before its CTA arrives.
             ptx.inst.fence.acq_rel.gpu()
             ptx.bar.sync(0)
@@ -294,8 +316,10 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     return rms_norm_bwd_partials
 
 
-def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset):
-    """dX for the CTA's rows and its dW partial row in DWP; returns (tid, cta, DWP ptr)."""
+def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset, keep=False):
+    """dX for the CTA's rows and its dW partial row in DWP; returns (tid, cta, DWP ptr,
+    None). ``keep`` (one-row CTAs holding rows in registers): the partial is not stored
+    but returned, as (its registers, the guards of the thread's chunks)."""
     N, T, V, K = p.n, p.threads, p.vec, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     pdy, px, pw, prs, pdx, pdwp = ptx.global_ptrs(DY, X, W, RSTD, DX, DWP)
@@ -329,20 +353,23 @@ def _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset):
         rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds, tid,
              offset)
     else:
-        _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx,
-                       preds, lane, offset, group, (tid, pcta))
-    return tid, cta, pdwp
+        dw = _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sdy,
+                            sx, preds, lane, offset, group, (tid, pcta), keep=keep)
+        if keep:
+            return tid, cta, pdwp, (dw, preds)
+    return tid, cta, pdwp, None
 
 
 def _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,
-                   tid, offset=0.0, group=None, cta_row=None):
+                   tid, offset=0.0, group=None, cta_row=None, keep=False):
     """Rows held in registers (x, dy read once); the dw partial in registers too.
 
     ``first``: this thread's first row (its CTA's, or its row group's); the next are
     ``p.row_step`` apart. ``tid``: the thread's place in its row. ``group``: its row
     group (a register; None: one row per CTA), whose partial dw is summed with the
     other groups' in shared memory into the CTA's partial row (:func:`_add_groups`).
-    ``cta_row``: (the thread's index in its CTA, the CTA's partial row), for groups."""
+    ``cta_row``: (the thread's index in its CTA, the CTA's partial row), for groups.
+    ``keep`` (no groups): the partial's registers are returned, not stored."""
     N, T, V, G, K = p.n, p.threads, p.vec, p.row_step, p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     step = T * V * es
@@ -400,6 +427,8 @@ def _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sd
                 for a_list, b_list in zip(cur, new):
                     for a, b in zip(a_list, b_list):
                         ptx.inst.mov.f32(a, b)
+    if keep:
+        return dw
     if group is None:
         for k in range(K):
             store_chunk(prow, k * T * V * 4, f32, dw[k * V:(k + 1) * V], pred=preds[k])

@@ -7,6 +7,9 @@ bits on every run (no float atomics).
 * :func:`last_arrival` then :func:`sum_partials_by_warp`: grids of no more CTAs than a
   CTA has warps, where the last CTA to arrive sums alone and nobody waits (a plain
   launch);
+* :func:`cluster_dw`: grids of at most :data:`MAX_DW_CLUSTER` CTAs (calls of a few rows)
+  launched as one cluster, whose CTAs keep their partials in shared memory and sum them
+  through distributed shared memory; a grid of one CTA stores its dW as it is;
 * :func:`build_dw_reduce`: the sum as a launch of its own, for grids too large to sum
   in the same launch.
 
@@ -161,6 +164,68 @@ def sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, ct
 
 
 UNROLL = 8  # partial-row loads a thread keeps in flight in the dW reduction
+
+# Most CTAs of a grid that sums dW as one cluster (:func:`cluster_dw`): the portable
+# cluster size, so no launch needs the non-portable opt-in.
+MAX_DW_CLUSTER = 8
+# Past this many bytes a CTA's partial row is dynamic shared memory (a kernel declares at
+# most 48 KiB statically; the row sum's slots take some).
+STATIC_PARTIAL_BYTES = 40 * 1024
+
+
+def cluster_dw(p, wdtype, dw, lane, preds, cta, pdw):
+    """dW of a grid of ``p.grid`` <= :data:`MAX_DW_CLUSTER` one-row CTAs launched as one
+    cluster, from each CTA's partial ``dw`` (its registers: chunk ``k`` of thread ``lane``
+    holds columns ``(k*T + lane)*V ...``, guarded by ``preds[k]``).
+
+    The global partial rows, the ``fence.acq_rel.gpu`` that publishes them, the arrival
+    counter's atomic and the last CTA's read back were a chain of four L2 round trips
+    after the row's own work: an H100 took 5.4 us of kernel time for a backward of one
+    row of 8192 bf16, against 1.3 us for a copy of its bytes. Here one CTA stores its
+    dW straight from registers; a cluster puts each CTA's partial row in its own shared
+    memory, meets at one cluster barrier (release / acquire), and CTA ``c`` sums columns
+    ``c*T*w ...`` of every pass of ``G*T*w`` columns over the CTAs' rows in rank order
+    (``ld.shared::cluster`` through ``mapa``): the additions, so the bits, of
+    :func:`sum_partials_by_warp`. A second cluster barrier keeps every CTA's shared
+    memory alive until its peers have read it."""
+    N, T, V, K, G = p.n, p.threads, p.vec, p.per_thread, p.grid
+    wes = wdtype.bytes
+    if G == 1:
+        for k in range(K):
+            store_chunk(pdw + lane * (V * wes), k * T * V * wes, wdtype,
+                        narrow(dw[k * V:(k + 1) * V], wdtype), pred=preds[k])
+        return
+    cols = K * T * V
+    part = smem.alloc(f32, (cols,), dynamic=cols * 4 > STATIC_PARTIAL_BYTES)
+    sv = min(V, 4)  # widest shared-memory vector of a chunk's values
+    for k in range(K):
+        at = part.base + (lane * V + k * T * V) * 4
+        for j in range(0, V, sv):
+            vals = dw[k * V + j:k * V + j + sv]
+            vt = "f32" if sv == 1 else f"v{sv}.f32"
+            ptx.inst(f"st.shared.{vt}", ptx.addr(at, 4 * j), vals if sv > 1 else vals[0],
+                     pred=preds[k])
+    ptx.cluster.arrive(aligned=True)
+    ptx.cluster.wait(aligned=True)
+    w = 4 if N % 4 == 0 else 1   # rows keep 16-byte alignment: four columns a thread
+    vt = "f32" if w == 1 else f"v{w}.f32"
+    for c0 in range(0, N, G * T * w):
+        c = (cta * T + lane) * w + c0
+        with ptx.if_(c < N):
+            mine = part.base + c * 4
+            acc = None
+            for g in range(G):
+                vals = [reg.scalar(f32) for _ in range(w)]
+                ptx.inst(f"ld.shared::cluster.{vt}", vals if w > 1 else vals[0],
+                         ptx.addr(ptx.cluster.map_shared(mine, g)))
+                if acc is None:
+                    acc = vals
+                    continue
+                for a, v in zip(acc, vals):
+                    ptx.inst.add.f32(a, a, v)
+            store_chunk(pdw + c * wes, 0, wdtype, narrow(acc, wdtype))
+    ptx.cluster.arrive(aligned=True)
+    ptx.cluster.wait(aligned=True)
 
 
 def sum_partials_by_warp(N: int, G: int, S: int, wdtype, pdwp, pdw, tid):

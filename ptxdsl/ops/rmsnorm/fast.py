@@ -154,7 +154,8 @@ def bwd_fast(torch, kb, bargs, x, elems, dy=None, weight=None, rstd=None, offset
     tensors like these is found by one C++ guard instead of :func:`bwd_key` (eleven
     attribute reads and three pointers: about 4 us of an H100 host's 24); its launch
     returns None where the pointers' alignment differs from this call's. ``device``: the
-    ordinal the general path launched on (x's)."""
+    ordinal the general path launched on (x's). ``elems`` 0: the kernel uses no
+    workspace (its WS and DWP get null pointers, the stream's scratch is not looked up)."""
     lb = prepare(kb).bind(*bargs)
     if lb is None:
         return None
@@ -171,13 +172,17 @@ def bwd_fast(torch, kb, bargs, x, elems, dy=None, weight=None, rstd=None, offset
     new_dw = hooks.allocator(wt.shape, (1,), wt.dtype, dev)
 
     def run(dy, x, weight, rstd):
-        buf, base = scratch(hooks, dev, raw_stream(dev), elems)
+        if elems:
+            buf, base = scratch(hooks, dev, raw_stream(dev), elems)
+            parts = base + header
+        else:
+            base = parts = 0
         if cur_dev() == dev:
             dx, dw = new_dx(), new_dw()
         else:
             dx, dw = empty_like(x), empty_like(weight)
         lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), base,
-           dx.data_ptr(), dw.data_ptr(), base + header)
+           dx.data_ptr(), dw.data_ptr(), parts)
         return dx, dw
 
     run.hot = None

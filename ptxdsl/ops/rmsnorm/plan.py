@@ -369,8 +369,7 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
 
 def _backward_built(p, n, dt, wdt, vec, arch, offset):
     """The (cached) one-CTA-per-row backward kernel of plan ``p``."""
-    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p.grid, p.threads, p.groups, p.fused,
-                        p.l2_ahead, arch, offset),
+    return KERNELS.get(("bwd", n, dt.name, wdt.name, vec, p, arch, offset),
                        lambda: build_backward(p, dt, wdt, arch=arch, offset=offset))
 
 

@@ -279,7 +279,7 @@ def main(argv=None) -> int:
 
     import ptxdsl
     from ptxdsl.runtime import driver as rdriver
-    from ptxdsl.runtime import prepare
+    from ptxdsl.runtime import LAUNCH_MODES, prepare
     from runtime_kernels import build_vadd
 
     if not ptxdsl.gpu_available():
@@ -405,7 +405,7 @@ def main(argv=None) -> int:
 
     # --- ptxdsl ---------------------------------------------------------------------------
     modes = {}
-    for mode in ("params", "ctypes"):
+    for mode in LAUNCH_MODES:
         try:
             modes[mode] = prepare(k, x, y, z, mode=mode)
             modes[mode](x, y)  # entry for the allocating signature

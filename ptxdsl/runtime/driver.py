@@ -139,6 +139,7 @@ class Driver:
         self._primary_int: dict[int, int] = {}    # ordinal -> context handle as int
         self._streams: dict[int, object] = {}     # raw handle -> CUstream
         self.tls = _ThreadState()
+        self._cshim: tuple | None = None            # (the launch shim or None,) once tried
 
     # ------------------------------------------------------------------ errors
     def error_name(self, code) -> str:
@@ -480,6 +481,35 @@ class Driver:
         """``cuLaunchCooperativeKernel``: :attr:`launch_raw`'s arguments without the
         trailing ``extra``."""
         return self.cu.cuLaunchCooperativeKernel
+
+    def c_launcher(self):
+        """The launch shim (:mod:`.cshim`) given this process's libcuda entry points, or
+        None where it cannot be built here or the bindings are not cuda.bindings' (a
+        test's fake driver). Tried once per driver."""
+        if self._cshim is None:
+            with self._lock:
+                if self._cshim is None:
+                    self._cshim = (self._load_cshim(),)
+        return self._cshim[0]
+
+    def _load_cshim(self):
+        if getattr(self.cu, "__name__", "") != "cuda.bindings.driver" or os.name == "nt":
+            return None
+        from . import cshim
+        mod = cshim.load()
+        if mod is None:
+            return None
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")  # the library cuda.bindings loaded
+            addr = [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                    for n in ("cuLaunchKernel", "cuLaunchCooperativeKernel", "cuLaunchKernelEx")]
+            ids = self.cu.CUlaunchAttributeID
+            mod.init(*addr, int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
+                     int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE))
+        except (OSError, AttributeError, TypeError) as exc:
+            cshim.log.debug("the launch shim has no driver entry points (%s)", exc)
+            return None
+        return mod
 
     def max_active_ctas(self, func, threads: int, smem: int) -> int:
         """CTAs of ``func`` one multiprocessor holds at once (the occupancy calculator)."""

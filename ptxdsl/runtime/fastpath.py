@@ -165,6 +165,8 @@ class Entry(NamedTuple):
     out_meta: tuple          # (shape, dtype) of each output ptxdsl allocates
     tmap_own: tuple = ()     # tensor maps in buf / sbuf, re-pointed by every fast call
     tmap_shared: tuple = ()
+    buf_addr: int = 0        # buf's and sbuf's addresses (the launch shim packs there)
+    sbuf_addr: int = 0
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -177,7 +179,8 @@ class Entry(NamedTuple):
 
 # What the generated call unpacks by name; the rest of an Entry it skips.
 _UNPACKED = frozenset({"dev", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem", "buf",
-                       "params", "owner", "lock", "sbuf", "sparams", "allocs"})
+                       "params", "owner", "lock", "sbuf", "sparams", "allocs", "buf_addr",
+                       "sbuf_addr"})
 
 
 NO_ENTRY = (never,)  # what the generated call tries first before any entry was used
@@ -255,7 +258,14 @@ def generate(self) -> dict:
             out += [f"{'    ' * 3}if REPOINT(tm[{k}], p{i})[0]:",
                     f"{'    ' * 4}return SLOW(args, stream, kw)"]
         return out
-    failed = "r" if self.mode == "ctypes" else "r[0]"
+    c_mode = self.mode == "c"
+    failed = "r" if self.mode in ("ctypes", "c") else "r[0]"
+    # The launch shim's call: the fixed arguments, then the pointers it packs into buf.
+    cluster_args = "CX, CY, CZ, COOP, " if c_mode and getattr(self, "cluster", None) else ""
+
+    def c_launch(params, buf, ptr_list):
+        return (f"r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, s, {params}, {buf}, "
+                f"{cluster_args}{ptr_list})")
 
     def block(n, hot):
         """The code for calls with ``n`` arguments; ``hot`` names the global holding
@@ -278,25 +288,34 @@ def generate(self) -> dict:
         conds = [f"p{i} & {sig.align[i] - 1}" for i in idx if sig.align[i] > itemsize[i]]
         if conds:
             L += [f"        if {' or '.join(conds)}:", "            return SLOW(args, stream, kw)"]
-        L += ["        s = RAW_STREAM(dev) if stream is None else STREAM_HANDLE(stream)",
-              "        cs = STREAMS.get(s)", "        if cs is None:",
-              "            cs = STREAM_OBJ(s)",
-              "        if TLS.device != dev or CUR_DEV() != dev:"]
+        L += ["        s = RAW_STREAM(dev) if stream is None else STREAM_HANDLE(stream)"]
+        if not c_mode:
+            L += ["        cs = STREAMS.get(s)", "        if cs is None:",
+                  "            cs = STREAM_OBJ(s)"]
+        L += ["        if TLS.device != dev or CUR_DEV() != dev:"]
         if n == n_all:
             L.append(f"            return RELAUNCH(e, ({ptrs},), s, {out_expr}, None)")
         else:
             L.append(f"            return RELAUNCH_ALLOC(e, ({names('p', idx)},), s)")
             for k, j in enumerate(outs):
                 L += [f"        a{j} = allocs[{k}]()", f"        p{j} = a{j}.data_ptr()"]
-        L += ["        if GET_IDENT() == owner:",
-              f"            PACK(buf, 0, {ptrs})"] + repoint("tmap_own") + [
-              f"            r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, cs, params{tail})",
-              "        else:",
-              "            with lock:",
-              f"                PACK(sbuf, 0, {ptrs})"] + [
-                  "    " + x for x in repoint("tmap_shared")] + [
-              f"                r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, cs, sparams{tail})",
-              f"        if {failed}:",
+        if c_mode:
+            L += ["        if GET_IDENT() == owner:"] + repoint("tmap_own") + [
+                  f"            {c_launch('params', 'buf_addr', ptrs)}",
+                  "        else:",
+                  "            with lock:"] + ["    " + x for x in repoint("tmap_shared")] + [
+                  f"                {c_launch('sparams', 'sbuf_addr', ptrs)}"]
+        else:
+            L += ["        if GET_IDENT() == owner:",
+                  f"            PACK(buf, 0, {ptrs})"] + repoint("tmap_own") + [
+                  f"            r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, cs, params{tail})",
+                  "        else:",
+                  "            with lock:",
+                  f"                PACK(sbuf, 0, {ptrs})"] + [
+                      "    " + x for x in repoint("tmap_shared")] + [
+                  f"                r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, cs, "
+                  f"sparams{tail})"]
+        L += [f"        if {failed}:",
               f"            return RELAUNCH(e, ({ptrs},), s, {out_expr}, {failed})"]
         if self.sync_always:
             L.append("        SYNC(e, s)")
@@ -333,6 +352,8 @@ def generate(self) -> dict:
     if self.mode == "ctypes":
         cl = self._ctypes
         g.update(LAUNCH=cl.fn, STREAMS=cl._voidp, STREAM_OBJ=cl.handle)
+    elif c_mode:
+        g.update(c_launch_globals(self))
     else:
         cluster = getattr(self, "cluster", None)
         g.update(LAUNCH=(drv.cluster_launcher(cluster, self.cooperative) if cluster else
@@ -343,6 +364,16 @@ def generate(self) -> dict:
     exec(compile(src, f"<ptxdsl launcher for {sig.name}>", "exec"), g)  # noqa: S102
     g["__source__"] = src
     return g
+
+
+def c_launch_globals(self) -> dict:
+    """``LAUNCH`` (the shim's function for this kernel) and, for a cluster kernel, the
+    cluster shape and cooperative flag the generated call passes to it."""
+    shim, cluster = self._c, getattr(self, "cluster", None)
+    if cluster:
+        return dict(LAUNCH=shim.launch_ex, CX=cluster[0], CY=cluster[1], CZ=cluster[2],
+                    COOP=bool(self.cooperative))
+    return dict(LAUNCH=shim.launch_coop if self.cooperative else shim.launch)
 
 
 def bind(self, *args):
@@ -366,6 +397,8 @@ def bind(self, *args):
         return None
     if e is None:
         return None
+    if self.mode == "c":
+        return _bind_c(self, e, _map_writers(self, e))
     dev, func, smem, buf, params, owner, lock, sbuf, sparams = (
         e.dev, e.func, e.smem, e.buf, e.params, e.owner, e.lock, e.sbuf, e.sparams)
     (gx, gy, gz), (bx, by, bz) = e.grid, e.block
@@ -400,6 +433,37 @@ def bind(self, *args):
         code = r if ctypes_mode else r[0]
         if code:
             return relaunch(e, ptrs, s, None, code)
+        return None
+    return run
+
+
+def _bind_c(self, e, maps):
+    """:func:`bind`'s launch in the ``c`` mode: the shim packs the pointers."""
+    g = c_launch_globals(self)
+    launch = g["LAUNCH"]
+    extra = (g["CX"], g["CY"], g["CZ"], g["COOP"]) if "CX" in g else ()
+    dev, func, smem, params, sparams = e.dev, e.func, e.smem, e.params, e.sparams
+    owner, lock, baddr, sbaddr = e.owner, e.lock, e.buf_addr, e.sbuf_addr
+    (gx, gy, gz), (bx, by, bz) = e.grid, e.block
+    raw_stream, cur_dev = self._g["RAW_STREAM"], self._g["CUR_DEV"]
+    tls, relaunch, get_ident = self.drv.tls, self._relaunch, threading.get_ident
+
+    def run(*ptrs):
+        s = raw_stream(dev)
+        if tls.device != dev or cur_dev() != dev:
+            return relaunch(e, ptrs, s, None, None)
+        if get_ident() == owner:
+            if maps and maps[0](ptrs):
+                return relaunch(e, ptrs, s, None, None)
+            r = launch(func, gx, gy, gz, bx, by, bz, smem, s, params, baddr, *extra, *ptrs)
+        else:
+            with lock:
+                if maps and maps[1](ptrs):
+                    return relaunch(e, ptrs, s, None, None)
+                r = launch(func, gx, gy, gz, bx, by, bz, smem, s, sparams, sbaddr, *extra,
+                           *ptrs)
+        if r:
+            return relaunch(e, ptrs, s, None, r)
         return None
     return run
 

@@ -25,9 +25,11 @@
   and the launch is checked. A general call with torch tensors leaves an entry
   behind for the fast path.
 
-Choosing the launch call: ``PTXDSL_LAUNCH=params`` (default; ``kernelParams``
-array of pointers) or ``ctypes`` (``cuLaunchKernel`` through ctypes on the same
-libcuda). ``bench/launch_overhead.py`` measures both. (A third mode passing one
+Choosing the launch call: ``PTXDSL_LAUNCH=c`` (default; the launch shim of
+:mod:`.cshim`, built with the machine's C compiler on first use: one C call packs the
+pointers and launches), ``params`` (``kernelParams`` array of pointers through
+cuda.bindings; where the shim cannot be built) or ``ctypes`` (``cuLaunchKernel``
+through ctypes on the same libcuda). ``bench/launch_overhead.py`` measures them. (A third mode passing one
 packed buffer through ``CU_LAUNCH_PARAM_BUFFER_POINTER`` was dropped: the H200's
 driver refused it with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES and it was no faster.)
 
@@ -60,10 +62,11 @@ from .tensormaps import TensorMapParams
 
 __all__ = ["LAUNCH_MODES", "Launcher", "ParamLayout", "launch", "prepare"]
 
-LAUNCH_MODES = ("params", "ctypes")
-# The mode a launcher uses unless PTXDSL_LAUNCH or prepare(mode=...) says otherwise;
-# bench/launch_overhead.py reports which mode is fastest on the machine it runs on.
-DEFAULT_MODE = "params"
+LAUNCH_MODES = ("params", "ctypes", "c")
+# The mode a launcher uses unless PTXDSL_LAUNCH or prepare(mode=...) says otherwise
+# ("c" where the launch shim builds, else "params"); bench/launch_overhead.py reports
+# which mode is fastest on the machine it runs on.
+DEFAULT_MODE = "c"
 _CONTEXT_ERRORS = frozenset({"CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE"})
 _OPTIONS = hostcheck.OPTIONS
 _MAX_ENTRIES = 4096
@@ -105,7 +108,13 @@ class Launcher(LaunchLimits):
         # The kernel's own cluster shape (kernel(cluster=...)): every launch, fast ones
         # too, goes through cuLaunchKernelEx with it. Such launches use the "params" mode.
         self.cluster = _cluster_dims(getattr(kernel, "cluster", None))
-        if self.cluster is not None:
+        if self.cluster is not None and self.mode == "ctypes":
+            self.mode = "params"
+        # The launch shim (mode "c"): where it cannot be built here, or the driver is not
+        # cuda.bindings' (a test's fake), the params mode launches instead.
+        self._c = self.drv.c_launcher() if self.mode == "c" and hasattr(
+            self.drv, "c_launcher") else None
+        if self.mode == "c" and self._c is None:
             self.mode = "params"
         self.functions: dict[int, KernelFunction] = {}
         # Fast-path entries by signature key (bounded; the last-used entry per argument
@@ -389,7 +398,8 @@ class Launcher(LaunchLimits):
                 ctypes.c_void_p(ctypes.addressof(sarr))
         else:
             params, sparams = ctypes.addressof(arr), ctypes.addressof(sarr)
-        func = (self._ctypes.handle(int(kf.func)) if self.mode == "ctypes" else kf.func)
+        func = (self._ctypes.handle(int(kf.func)) if self.mode == "ctypes" else
+                int(kf.func) if self.mode == "c" else kf.func)
         tmaps = {}
         if self.tmaps:  # the maps in each buffer, re-pointed by every fast call
             tmaps = dict(tmap_own=self.tmaps.handles(self.layout.array_addresses(arr)),
@@ -399,7 +409,8 @@ class Launcher(LaunchLimits):
             gz=grid[2], bx=block[0], by=block[1], bz=block[2], smem=smem, buf=buf,
             params=params, owner=threading.get_ident(), lock=threading.Lock(), sbuf=sbuf,
             sparams=sparams, allocs=tuple(allocs), keep=(arr, sarr), kernel_function=kf,
-            out_meta=tuple(out_meta), **tmaps)
+            out_meta=tuple(out_meta), buf_addr=ctypes.addressof(buf),
+            sbuf_addr=ctypes.addressof(sbuf), **tmaps)
         self.signatures.add(key, entry)
 
     def _relaunch(self, e, ptrs, s, out, code):

@@ -90,28 +90,27 @@ static PyObject *not_ready(void) {
     return NULL;
 }
 
-static PyObject *launch(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+/* cuLaunchKernel, or cuLaunchCooperativeKernel (which takes no `extra`) */
+static PyObject *plain_or_coop(PyObject *const *a, Py_ssize_t n, int cooperative) {
     void *f, *s, *p;
     unsigned g[7];
     int r;
-    if (!plain_launch) return not_ready();
+    if (cooperative ? !coop_launch : !plain_launch) return not_ready();
     if (unpack(a, n, FIXED, &f, g, &s, &p)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    r = plain_launch(f, g[0], g[1], g[2], g[3], g[4], g[5], g[6], s, (void **)p, NULL);
+    r = cooperative ? coop_launch(f, g[0], g[1], g[2], g[3], g[4], g[5], g[6], s, (void **)p)
+                    : plain_launch(f, g[0], g[1], g[2], g[3], g[4], g[5], g[6], s, (void **)p,
+                                   NULL);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(r);
 }
 
+static PyObject *launch(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    return plain_or_coop(a, n, 0);
+}
+
 static PyObject *launch_coop(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    void *f, *s, *p;
-    unsigned g[7];
-    int r;
-    if (!coop_launch) return not_ready();
-    if (unpack(a, n, FIXED, &f, g, &s, &p)) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    r = coop_launch(f, g[0], g[1], g[2], g[3], g[4], g[5], g[6], s, (void **)p);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    return plain_or_coop(a, n, 1);
 }
 
 static PyObject *launch_ex(PyObject *self, PyObject *const *a, Py_ssize_t n) {

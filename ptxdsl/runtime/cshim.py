@@ -10,6 +10,7 @@ requirement.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -21,6 +22,8 @@ import sys
 import sysconfig
 import tempfile
 import threading
+
+from .ctypes_launch import libcuda
 
 log = logging.getLogger("ptxdsl.launch")
 
@@ -113,3 +116,24 @@ def load():
 def reason() -> str | None:
     """Why :func:`load` returned None (None if it did not, or was not called)."""
     return _loaded.get("reason")
+
+
+def for_driver(cu):
+    """The shim given the entry points of the libcuda that ``cu`` (cuda.bindings' driver
+    module) loaded, or None: not cuda.bindings (a test's fake), or not built here."""
+    if getattr(cu, "__name__", "") != "cuda.bindings.driver" or os.name == "nt":
+        return None
+    mod = load()
+    if mod is None:
+        return None
+    try:
+        lib = libcuda()
+        addr = [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                for n in ("cuLaunchKernel", "cuLaunchCooperativeKernel", "cuLaunchKernelEx")]
+        ids = cu.CUlaunchAttributeID
+        mod.init(*addr, int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
+                 int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE))
+    except (OSError, AttributeError, TypeError) as exc:
+        log.debug("the launch shim has no driver entry points (%s)", exc)
+        return None
+    return mod

@@ -18,12 +18,12 @@ the same in both are used, and results are unpacked as ``(CUresult, *values)``.
 """
 from __future__ import annotations
 
-import ctypes
-import os
 import threading
 from dataclasses import dataclass, field
 
 from ..errors import PtxdslError
+# the ctypes mode's launch call, looked up here by the launcher (tests replace it here)
+from .ctypes_launch import CtypesLauncher  # noqa: F401
 
 __all__ = ["CudaError", "Driver", "DeviceInfo", "get", "gpu_available", "set_driver",
            "driver_unavailable_reason", "STICKY_ERRORS"]
@@ -489,27 +489,9 @@ class Driver:
         if self._cshim is None:
             with self._lock:
                 if self._cshim is None:
-                    self._cshim = (self._load_cshim(),)
+                    from . import cshim
+                    self._cshim = (cshim.for_driver(self.cu),)
         return self._cshim[0]
-
-    def _load_cshim(self):
-        if getattr(self.cu, "__name__", "") != "cuda.bindings.driver" or os.name == "nt":
-            return None
-        from . import cshim
-        mod = cshim.load()
-        if mod is None:
-            return None
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")  # the library cuda.bindings loaded
-            addr = [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
-                    for n in ("cuLaunchKernel", "cuLaunchCooperativeKernel", "cuLaunchKernelEx")]
-            ids = self.cu.CUlaunchAttributeID
-            mod.init(*addr, int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
-                     int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE))
-        except (OSError, AttributeError, TypeError) as exc:
-            cshim.log.debug("the launch shim has no driver entry points (%s)", exc)
-            return None
-        return mod
 
     def max_active_ctas(self, func, threads: int, smem: int) -> int:
         """CTAs of ``func`` one multiprocessor holds at once (the occupancy calculator)."""
@@ -528,30 +510,6 @@ class Driver:
 
     def ctx_sync(self) -> None:
         self.check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
-
-
-class CtypesLauncher:
-    """``cuLaunchKernel`` called through ctypes on the driver library that
-    cuda.bindings already loaded (same process, same contexts): an alternative
-    with a different per-call cost, measured in ``bench/launch_overhead.py`` and
-    chosen with ``PTXDSL_LAUNCH=ctypes``. Returns the CUresult as an int."""
-
-    def __init__(self, cooperative: bool = False):
-        name = "nvcuda.dll" if os.name == "nt" else "libcuda.so.1"
-        lib = (ctypes.WinDLL if os.name == "nt" else ctypes.CDLL)(name)
-        fn = lib.cuLaunchCooperativeKernel if cooperative else lib.cuLaunchKernel
-        fn.restype = ctypes.c_int
-        # No argtypes: ctypes converts ints to C int (grid/block/smem all fit) and
-        # passes c_void_p objects as they are, which is the cheapest conversion.
-        fn.argtypes = None
-        self.fn = fn
-        self._voidp: dict[int, ctypes.c_void_p] = {}
-
-    def handle(self, value: int) -> ctypes.c_void_p:
-        p = self._voidp.get(value)
-        if p is None:
-            p = self._voidp[value] = ctypes.c_void_p(value or None)
-        return p
 
 
 # ---------------------------------------------------------------------- the process's driver

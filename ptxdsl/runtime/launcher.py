@@ -29,9 +29,10 @@ Choosing the launch call: ``PTXDSL_LAUNCH=c`` (default; the launch shim of
 :mod:`.cshim`, built with the machine's C compiler on first use: one C call packs the
 pointers and launches), ``params`` (``kernelParams`` array of pointers through
 cuda.bindings; where the shim cannot be built) or ``ctypes`` (``cuLaunchKernel``
-through ctypes on the same libcuda). ``bench/launch_overhead.py`` measures them. (A third mode passing one
-packed buffer through ``CU_LAUNCH_PARAM_BUFFER_POINTER`` was dropped: the H200's
-driver refused it with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES and it was no faster.)
+through ctypes on the same libcuda). ``bench/launch_overhead.py`` measures them. (A
+mode passing one packed buffer through ``CU_LAUNCH_PARAM_BUFFER_POINTER`` was dropped:
+the H200's driver refused it with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES and it was no
+faster.)
 
 Errors: a failed launch raises :class:`CudaError` naming the kernel. Kernel
 faults (an illegal address) are asynchronous: they surface at a later call, and

@@ -47,8 +47,8 @@ from ptxdsl.types import PtxType, b32, f32, u32
 
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
-from .bwd_dw import (MAX_DW_CLUSTER, cluster_dw, dw_narrow, grid_barrier, last_arrival,
-                     sum_partials, sum_partials_by_warp)
+from .bwd_dw import (MAX_DW_CLUSTER, STATIC_GROUP_SMEM, cluster_dw, dw_narrow, grid_barrier,
+                     last_arrival, shared_vec, sum_partials, sum_partials_by_warp)
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
                          staged_rows)
@@ -153,9 +153,6 @@ MAX_FUSED_ROWS = 128
 # Shared memory a CTA's row groups may take to add their dw partials (one CTA per SM
 # holds them: 16 one-warp rows of 1024 halves take 64 KiB).
 MAX_GROUP_SMEM = 96 * 1024
-# Past this the partials are dynamic shared memory (a kernel declares at most 48 KiB
-# statically; RowSum's partials and the dW sum's tiles take the rest).
-STATIC_GROUP_SMEM = 40 * 1024
 
 
 def group_smem(n: int, vec: int, threads: int, groups: int) -> int:
@@ -449,7 +446,7 @@ def _add_groups(p, dw, lane, group, tid, pcta):
     for k in range(K):
         at = parts.addr(group, lane * V + k * T * V)
         for j in range(0, V, sv):
-            _shared_vec("st", ptx.addr(at.base, at.offset + 4 * j), dw[k * V + j:k * V + j + sv])
+            shared_vec("st", ptx.addr(at.base, at.offset + 4 * j), dw[k * V + j:k * V + j + sv])
     ptx.bar.sync(0)
     # Four neighbouring columns per thread where rows keep 16-byte alignment.
     w = 4 if N % 4 == 0 else 1
@@ -458,23 +455,13 @@ def _add_groups(p, dw, lane, group, tid, pcta):
         with ptx.if_(c < N):
             at = parts.addr(0, c)  # group g's columns are g * cols floats on
             acc = [reg.scalar(f32) for _ in range(w)]
-            _shared_vec("ld", at, acc)
+            shared_vec("ld", at, acc)
             for g in range(1, R):
                 vals = [reg.scalar(f32) for _ in range(w)]
-                _shared_vec("ld", ptx.addr(at.base, at.offset + 4 * g * cols), vals)
+                shared_vec("ld", ptx.addr(at.base, at.offset + 4 * g * cols), vals)
                 for a, b in zip(acc, vals):
                     ptx.inst.add.f32(a, a, b)
             store_chunk(pcta + c * 4, 0, f32, acc)
-
-
-def _shared_vec(op, at, regs):
-    """``ld.shared`` / ``st.shared`` of ``regs`` (f32; 1, 2 or 4) at address ``at``."""
-    vt = "f32" if len(regs) == 1 else f"v{len(regs)}.f32"
-    val = regs if len(regs) > 1 else regs[0]
-    if op == "ld":
-        ptx.inst(f"ld.shared.{vt}", val, at)
-    else:
-        ptx.inst(f"st.shared.{vt}", at, val)
 
 
 def _streaming_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx, preds,

@@ -168,9 +168,20 @@ UNROLL = 8  # partial-row loads a thread keeps in flight in the dW reduction
 # Most CTAs of a grid that sums dW as one cluster (:func:`cluster_dw`): the portable
 # cluster size, so no launch needs the non-portable opt-in.
 MAX_DW_CLUSTER = 8
-# Past this many bytes a CTA's partial row is dynamic shared memory (a kernel declares at
-# most 48 KiB statically; the row sum's slots take some).
-STATIC_PARTIAL_BYTES = 40 * 1024
+# Past this many bytes a CTA's dw partials are dynamic shared memory (a kernel declares
+# at most 48 KiB statically; RowSum's partials and the dW sum's tiles take the rest).
+STATIC_GROUP_SMEM = 40 * 1024
+
+
+def shared_vec(op: str, at, regs, *, space: str = "shared", pred=None) -> None:
+    """``ld`` / ``st`` of ``regs`` (f32; 1, 2 or 4) at shared address ``at`` (``space``:
+    ``shared``, or ``shared::cluster`` for a peer's through ``mapa``)."""
+    vt = "f32" if len(regs) == 1 else f"v{len(regs)}.f32"
+    val = regs if len(regs) > 1 else regs[0]
+    if op == "ld":
+        ptx.inst(f"ld.{space}.{vt}", val, at, pred=pred)
+    else:
+        ptx.inst(f"st.{space}.{vt}", at, val, pred=pred)
 
 
 def cluster_dw(p, wdtype, dw, lane, preds, cta, pdw):
@@ -196,19 +207,15 @@ def cluster_dw(p, wdtype, dw, lane, preds, cta, pdw):
                         narrow(dw[k * V:(k + 1) * V], wdtype), pred=preds[k])
         return
     cols = K * T * V
-    part = smem.alloc(f32, (cols,), dynamic=cols * 4 > STATIC_PARTIAL_BYTES)
+    part = smem.alloc(f32, (cols,), dynamic=cols * 4 > STATIC_GROUP_SMEM)
     sv = min(V, 4)  # widest shared-memory vector of a chunk's values
     for k in range(K):
         at = part.base + (lane * V + k * T * V) * 4
         for j in range(0, V, sv):
-            vals = dw[k * V + j:k * V + j + sv]
-            vt = "f32" if sv == 1 else f"v{sv}.f32"
-            ptx.inst(f"st.shared.{vt}", ptx.addr(at, 4 * j), vals if sv > 1 else vals[0],
-                     pred=preds[k])
+            shared_vec("st", ptx.addr(at, 4 * j), dw[k * V + j:k * V + j + sv], pred=preds[k])
     ptx.cluster.arrive(aligned=True)
     ptx.cluster.wait(aligned=True)
     w = 4 if N % 4 == 0 else 1   # rows keep 16-byte alignment: four columns a thread
-    vt = "f32" if w == 1 else f"v{w}.f32"
     for c0 in range(0, N, G * T * w):
         c = (cta * T + lane) * w + c0
         with ptx.if_(c < N):
@@ -216,8 +223,8 @@ def cluster_dw(p, wdtype, dw, lane, preds, cta, pdw):
             acc = None
             for g in range(G):
                 vals = [reg.scalar(f32) for _ in range(w)]
-                ptx.inst(f"ld.shared::cluster.{vt}", vals if w > 1 else vals[0],
-                         ptx.addr(ptx.cluster.map_shared(mine, g)))
+                shared_vec("ld", ptx.addr(ptx.cluster.map_shared(mine, g)), vals,
+                           space="shared::cluster")
                 if acc is None:
                     acc = vals
                     continue

@@ -75,13 +75,19 @@ def triton_rms_fwd():
     return run
 
 
-def time_fn(fn, sets, warmup=5, iters=50):
-    """Median µs of ``fn(*sets[i % len(sets)])``, each call between two CUDA events.
+def time_fn(fn, sets, warmup=5, iters=50, block=10):
+    """Median µs per call of ``fn(*sets[i % len(sets)])`` over ``iters`` calls in blocks
+    of ``block`` calls, each block between two CUDA events.
 
     Calls are queued back to back (one synchronisation at the end), as a model's
     layers are: a call's time is its GPU time when the host keeps ahead of the
     GPU, and includes the host's launch work when it does not (small shapes), so
-    host overhead counts exactly where it would in real use.
+    host overhead counts exactly where it would in real use. Events go around blocks,
+    not single calls, because recording one costs the host as much as a launch (9.0 µs
+    on the H100 benchmark host, 2026-11-24): two around every call made kernels of
+    20-35 µs wait for the host, and the copy of the same 64 MiB took 25.4 µs in blocks
+    of 10 and 26-35 µs with events around each call, from one shape to the next
+    (``bench/results/rmsnorm_timing_blocks_h100.json``).
 
     Each call's result is kept until the input set it came from comes round again, as
     a model keeps a layer's output for the next layer: a contender that allocates its
@@ -96,17 +102,20 @@ def time_fn(fn, sets, warmup=5, iters=50):
     for i in range(warmup):
         keep[i % len(sets)] = fn(*sets[i % len(sets)])
     torch.cuda.synchronize()
+    block = max(1, min(block, iters))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(iters)]
-    for i, (s, e) in enumerate(events):
-        j = i % len(sets)
-        args = sets[j]
+              for _ in range(max(1, iters // block))]
+    i = 0
+    for s, e in events:
         s.record()
-        keep[j] = fn(*args)
+        for _ in range(block):
+            j = i % len(sets)
+            keep[j] = fn(*sets[j])
+            i += 1
         e.record()
     torch.cuda.synchronize()
     del keep
-    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in events)
+    return statistics.median(s.elapsed_time(e) * 1000.0 / block for s, e in events)
 
 
 def ref_fwd(x, w):
@@ -146,7 +155,7 @@ def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7):
     # made once per input set, outside the timing.
     copy_out = {id(x): torch.empty_like(x) for x, _ in sets}
     contenders = {"copy": lambda x, w: copy_out[id(x)].copy_(x), **contenders}
-    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol, iters=50,
+    row = _measure(contenders, sets, lambda out: close(out, ref, dtype) <= tol, iters=100,
                    rounds=rounds, warm=_warm_for(2 * nbytes))
     moved = 2 * nbytes + n * dtype.itemsize
     for v in row.values():
@@ -251,7 +260,7 @@ def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
     def ok(out):
         dx, dw = out
         return close(dx, x64.grad, dtype) <= tol and close(dw, w64.grad, dtype) <= tol * 10
-    row = _measure({"copy": copy, **contenders}, sets, ok, iters=30, rounds=rounds,
+    row = _measure({"copy": copy, **contenders}, sets, ok, iters=60, rounds=rounds,
                    warm=_warm_for(3 * nbytes))
     moved = 3 * nbytes + 2 * n * dtype.itemsize
     for v in row.values():

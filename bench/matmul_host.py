@@ -152,8 +152,7 @@ def gpu_main(a) -> dict:
     p = x.data_ptr()
     out["cuTensorMapReplaceAddress"] = per_call(lambda: rep(tm, p), a.calls, a.repeats)
     kf = launcher.function(torch.cuda.current_device())
-    cfg = drv._cluster_config(e.grid, e.block, e.smem, 0, launcher.cluster or (1, 1, 1),
-                              False)
+    cfg = drv._ex_config(e.grid, e.block, e.smem, 0, launcher.cluster or (1, 1, 1), False)
     s = drv.stream(0)
     ex = drv.cu.cuLaunchKernelEx
     params = e.params

@@ -61,7 +61,8 @@ class Kernel:
                  lines: str | None, arg_names: Sequence[str] | None = None,
                  maxntid: bool = False, cooperative: bool = False,
                  min_ctas_per_sm: int | None = None, *, cluster=None, raw_params=None,
-                 extern_smem=False, raw_directives=None, smem: int | None = None):
+                 extern_smem=False, raw_directives=None, smem: int | None = None,
+                 pdl: bool = False):
         self.fn = fn
         self.name = name or fn.__name__
         self.in_specs = tuple(in_specs)
@@ -83,6 +84,17 @@ class Kernel:
         # All CTAs resident at once (cuLaunchCooperativeKernel): what a grid-wide barrier
         # needs. The launcher refuses a grid larger than the device can hold.
         self.cooperative = bool(cooperative)
+        # Programmatic dependent launch: every launch carries the driver's
+        # programmatic-stream-serialization attribute, so the kernel may start while the
+        # previous kernel on its stream is still running (its prologue overlaps that
+        # kernel's tail); griddepcontrol.wait is where it waits for it.
+        if not isinstance(pdl, bool):
+            raise TraceError(f"pdl is True or False, got {pdl!r}", self.defined_at)
+        self.pdl = pdl
+        if pdl and parse_arch(arch).sm < 90:
+            raise TraceError(f"pdl=True needs sm_90 or newer (programmatic dependent launch "
+                             f"and griddepcontrol arrived with Hopper); arch is {arch!r}",
+                             self.defined_at)
         parse_arch(arch)
         from .entry import entry_options
         self.entry = entry_options(
@@ -177,12 +189,26 @@ class Kernel:
                                  f"{need[0]}.{need[1]} this kernel needs", self.defined_at)
             prog.ptx_version = tuple(self.version)
         verify(prog)
+        if self.pdl:
+            self._check_grid_wait(prog)
         src = f"{os.path.basename(self.defined_at.file)}:{self.defined_at.line}"
         bounded = self.maxntid or self.min_ctas_per_sm is not None
         return Compiled(prog, emit(prog, lines, source=src,
                                    maxntid=self.block if bounded else None,
                                    minnctapersm=self.min_ctas_per_sm,
                                    directives=opts.directive_lines()))
+
+    def _check_grid_wait(self, prog) -> None:
+        """A ``pdl=True`` kernel must wait for the previous grid somewhere (the
+        interpreter checks that each thread does so before its global accesses)."""
+        if any("grid_wait" in i.match.spec.effects for i in prog.walk()) or \
+                ir.unchecked(prog.body):   # raw lines: not looked into
+            return
+        raise TraceError(f"kernel {self.name} is declared pdl=True (programmatic dependent "
+                         f"launch: it may start before the previous kernel on its stream has "
+                         f"finished) but never executes griddepcontrol.wait; call "
+                         f"ptx.inst.griddepcontrol.wait() before its first global memory "
+                         f"access, or drop pdl=True", self.defined_at)
 
     def _arguments(self, b: Builder) -> list[TensorArg]:
         params = inspect.signature(self.fn).parameters
@@ -388,7 +414,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
            maxntid: bool = False, cooperative: bool = False,
            min_ctas_per_sm: int | None = None, *, cluster=None, raw_params=None,
            extern_smem: bool | str = False, raw_directives=None,
-           smem: int | None = None) -> Callable[[Callable], Kernel]:
+           smem: int | None = None, pdl: bool = False) -> Callable[[Callable], Kernel]:
     """Turn a Python function into a PTX kernel.
 
     The function takes one argument per Tile (inputs then outputs) and
@@ -402,6 +428,13 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     ``cooperative=True`` launches with ``cuLaunchCooperativeKernel``: every CTA of
     the grid is resident at once, so CTAs may wait for each other (a grid-wide
     barrier); a grid too large to be resident is refused before launch.
+    ``pdl=True`` (programmatic dependent launch, sm_90) launches with the driver's
+    programmatic-stream-serialization attribute: the kernel may start while the previous
+    kernel on its stream still runs (once that kernel's CTAs have all executed
+    ``griddepcontrol.launch_dependents`` or exited), and ``griddepcontrol.wait`` blocks
+    until it has finished and its memory is visible. Every thread must execute the wait
+    before touching global memory (the interpreter checks it); ``PTXDSL_PDL=0`` launches
+    without the attribute.
 
     Hopper entry options (see :mod:`ptxdsl.entry`): ``cluster=(x, y, z)`` launches
     clusters of CTAs; ``raw_directives=[("maxntid", (384, 1, 1)), ("explicitcluster",
@@ -417,7 +450,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
         return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines,
                       arg_names, maxntid, cooperative, min_ctas_per_sm, cluster=cluster,
                       raw_params=raw_params, extern_smem=extern_smem,
-                      raw_directives=raw_directives, smem=smem)
+                      raw_directives=raw_directives, smem=smem, pdl=pdl)
     return wrap
 
 

@@ -106,7 +106,8 @@ class FakeCuda:
                           "CU_JIT_LOG_VERBOSE")
     CUevent_flags = _names("CU_EVENT_DISABLE_TIMING")
     CUlaunchAttributeID = _names("CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION",
-                                 "CU_LAUNCH_ATTRIBUTE_COOPERATIVE")
+                                 "CU_LAUNCH_ATTRIBUTE_COOPERATIVE",
+                                 "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION")
     CUtensorMapDataType = _names(*(f"CU_TENSOR_MAP_DATA_TYPE_{n}" for n in (
         "UINT8", "UINT16", "UINT32", "INT32", "UINT64", "INT64", "FLOAT16", "FLOAT32",
         "FLOAT64", "BFLOAT16", "FLOAT32_FTZ", "TFLOAT32", "TFLOAT32_FTZ")))
@@ -481,8 +482,18 @@ class FakeCuda:
                                 config.blockDimX, config.blockDimY, config.blockDimZ,
                                 config.sharedMemBytes, config.hStream, kernel_params, extra)
         if r[0] == OK:
-            c = config.attrs[0].value.clusterDim
-            self.launches[-1]["cluster"] = (c.x, c.y, c.z)
+            assert config.numAttrs == len(config.attrs)
+            rec = self.launches[-1]
+            for a in config.attrs:
+                if a.id == "CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION":
+                    c = a.value.clusterDim
+                    rec["cluster"] = (c.x, c.y, c.z)
+                elif a.id == "CU_LAUNCH_ATTRIBUTE_COOPERATIVE":
+                    rec["cooperative"] = bool(a.value.cooperative)
+                elif a.id == "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION":
+                    rec["pdl"] = bool(a.value.programmaticStreamSerializationAllowed)
+                else:  # pragma: no cover - an attribute the runtime should not send
+                    raise AssertionError(f"unexpected launch attribute {a.id}")
         return r
 
 

@@ -21,7 +21,7 @@ from ptxdsl.runtime import cshim
 from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch
 from runtime_fakes import CUfunction, CUstream, vadd_impl
-from runtime_kernels import build_vadd
+from runtime_kernels import build_pdl_vadd, build_vadd
 from test_runtime_launch import count_slow, gpu, make_gpu, rand, torch  # noqa: F401
 
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
@@ -30,7 +30,8 @@ COOP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, cty
                         ctypes.c_void_p)
 EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                       ctypes.c_void_p)
-CLUSTER_ID, COOP_ID = 4, 2   # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, _COOPERATIVE
+# CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, _COOPERATIVE, _PROGRAMMATIC_STREAM_SERIALIZATION
+CLUSTER_ID, COOP_ID, PDL_ID = 4, 2, 6
 
 
 class Dims(ctypes.Structure):
@@ -38,7 +39,7 @@ class Dims(ctypes.Structure):
 
 
 class Value(ctypes.Union):
-    _fields_ = [("raw", ctypes.c_char * 64), ("cluster", Dims), ("cooperative", ctypes.c_int)]
+    _fields_ = [("raw", ctypes.c_char * 64), ("cluster", Dims), ("flag", ctypes.c_int)]
 
 
 class Attr(ctypes.Structure):  # CUlaunchAttribute
@@ -85,7 +86,7 @@ class Recorder:
     def _ex(self, config, f, params, extra):
         c = Config.from_address(config)
         attrs = [(c.attrs[i].id, tuple(getattr(c.attrs[i].value.cluster, a) for a in "xyz")
-                  if c.attrs[i].id == CLUSTER_ID else c.attrs[i].value.cooperative)
+                  if c.attrs[i].id == CLUSTER_ID else c.attrs[i].value.flag)
                  for i in range(c.count)]
         return self._done(dict(kind="ex", f=f, dims=tuple(c.g), stream=c.stream or 0,
                                params=params, extra=extra, attrs=attrs))
@@ -96,7 +97,7 @@ def test_the_shim_packs_the_pointers_and_passes_the_launch_through(tmp_path):
     with pytest.raises(RuntimeError, match="entry points"):
         shim.launch(1, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0)
     rec = Recorder(result=0)
-    shim.init(*rec.addresses(), CLUSTER_ID, COOP_ID)
+    shim.init(*rec.addresses(), CLUSTER_ID, COOP_ID, PDL_ID)
     buf = ctypes.create_string_buffer(64)
     base = ctypes.addressof(buf)
     ptrs = (0x7F00_0000_1000, 2**64 - 16, 0)
@@ -108,10 +109,14 @@ def test_the_shim_packs_the_pointers_and_passes_the_launch_through(tmp_path):
     assert shim.launch_coop(0x99, 132, 1, 1, 512, 1, 1, 0, 0, 0x66, base, 5) == 0
     assert rec.calls[-1]["kind"] == "coop" and rec.calls[-1]["stream"] == 0
     assert np.frombuffer(buf.raw[:8], np.uint64)[0] == 5
-    for coop, want in ((False, [(CLUSTER_ID, (2, 1, 1))]),
-                       (True, [(CLUSTER_ID, (2, 1, 1)), (COOP_ID, 1)])):
-        assert shim.launch_ex(0x42, 8, 1, 1, 384, 1, 1, 200_000, 7, 0x66, base, 2, 1, 1, coop,
-                              11, 12) == 0
+    C, P = cshim.EX_COOPERATIVE, cshim.EX_PDL
+    for cx, flags, want in ((2, 0, [(CLUSTER_ID, (2, 1, 1))]),
+                            (2, C, [(CLUSTER_ID, (2, 1, 1)), (COOP_ID, 1)]),
+                            (2, C | P, [(CLUSTER_ID, (2, 1, 1)), (COOP_ID, 1), (PDL_ID, 1)]),
+                            (0, P, [(PDL_ID, 1)]),            # no cluster: no such attribute
+                            (0, C | P, [(COOP_ID, 1), (PDL_ID, 1)])):
+        assert shim.launch_ex(0x42, 8, 1, 1, 384, 1, 1, 200_000, 7, 0x66, base, cx, 1, 1,
+                              flags, 11, 12) == 0
         assert rec.calls[-1]["attrs"] == want
         assert rec.calls[-1]["dims"] == (8, 1, 1, 384, 1, 1, 200_000)
         assert rec.calls[-1]["stream"] == 7 and rec.calls[-1]["f"] == 0x42
@@ -151,19 +156,22 @@ def _on_fake_gpu(gpu, shim, monkeypatch):
         else:
             r = cu.cuLaunchKernel(f, *dims, s, rec["params"], 0)
             if not r[0]:
-                cu.launches[-1]["cluster"] = rec["attrs"][0][1]
-                cu.launches[-1]["cooperative"] = len(rec["attrs"]) > 1
+                got = dict(rec["attrs"])
+                cu.launches[-1]["cluster"] = got.get(CLUSTER_ID)
+                cu.launches[-1]["cooperative"] = got.get(COOP_ID) == 1
+                cu.launches[-1]["pdl"] = got.get(PDL_ID) == 1
         return int(r[0])
     rec = Recorder(forward=forward)
-    shim.init(*rec.addresses(), CLUSTER_ID, COOP_ID)
+    shim.init(*rec.addresses(), CLUSTER_ID, COOP_ID, PDL_ID)
     monkeypatch.setattr(gpu.drv, "c_launcher", lambda: shim, raising=False)
     return rec
 
 
-@pytest.mark.parametrize("kind", ["plain", "cooperative", "cluster"])
+@pytest.mark.parametrize("kind", ["plain", "cooperative", "cluster", "pdl"])
 def test_c_mode_launches_through_the_shim(gpu, torch, tmp_path, monkeypatch, kind):
     rec = _on_fake_gpu(gpu, fresh_shim(tmp_path), monkeypatch)
-    k = build_vadd(f"vadd_c_{kind}", cooperative=kind == "cooperative")
+    k = (build_pdl_vadd("vadd_c_pdl") if kind == "pdl" else
+         build_vadd(f"vadd_c_{kind}", cooperative=kind == "cooperative"))
     gpu.cu.register(k, vadd_impl)
     launcher = rlaunch.prepare(k, mode="c")
     assert launcher.mode == "c"
@@ -172,7 +180,7 @@ def test_c_mode_launches_through_the_shim(gpu, torch, tmp_path, monkeypatch, kin
         k.cluster = cluster
         launcher = rlaunch.Launcher(k, mode="c")
         assert launcher.mode == "c" and launcher.cluster == cluster
-        assert "CX, CY, CZ, COOP" in launcher.source
+        assert "CX, CY, CZ, FLAGS" in launcher.source
     misses = count_slow(launcher)
     for i in range(3):  # the general path, then the shim's
         a, b = torch.tensor_on(rand(512, i)), torch.tensor_on(rand(512, i + 7))
@@ -180,12 +188,14 @@ def test_c_mode_launches_through_the_shim(gpu, torch, tmp_path, monkeypatch, kin
         np.testing.assert_array_equal(c.numpy(), a.numpy() + b.numpy())
         assert gpu.cu.launches[-1]["params"] == [a.data_ptr(), b.data_ptr(), c.data_ptr(), 512]
     assert len(misses) == 1 and len(rec.calls) == 2
-    want = {"plain": "plain", "cooperative": "coop", "cluster": "ex"}[kind]
+    want = {"plain": "plain", "cooperative": "coop", "cluster": "ex", "pdl": "ex"}[kind]
     assert {r["kind"] for r in rec.calls} == {want}
     if cluster:
         assert gpu.cu.launches[-1]["cluster"] == cluster
     if kind == "cooperative":
         assert gpu.cu.launches[-1]["cooperative"]
+    if kind == "pdl":   # the attribute alone: no cluster dimensions
+        assert gpu.cu.launches[-1]["pdl"] and gpu.cu.launches[-1]["cluster"] is None
     # the bound launch (what ptxdsl.ops records) too
     bound = launcher.bind(a, b, c)
     d = torch.tensor_on(rand(512, 99))

@@ -24,8 +24,8 @@ from ptxdsl.runtime import fastpath as rfast
 from ptxdsl.runtime import torch_private
 from runtime_fakes import (CUresult, FakeCtypesLauncher, cpu_torch_as_cuda, f32_array,
                            fake_driver, fake_torch_module, vadd_impl)
-from runtime_kernels import (build_copy_bf16, build_fault, build_scale_rows, build_vadd,
-                             build_vadd4)
+from runtime_kernels import (build_copy_bf16, build_fault, build_pdl_vadd, build_scale_rows,
+                             build_vadd, build_vadd4)
 
 
 @pytest.fixture
@@ -922,6 +922,44 @@ def test_cooperative_kernels_launch_cooperatively_on_every_path(gpu, torch, mode
     assert gpu.cu.launches[-1].get("cooperative")
     launcher(rand(100), rand(100))  # numpy, general path
     assert gpu.cu.launches[-1].get("cooperative")
+
+
+@pytest.mark.parametrize("mode", ["params", "ctypes"])
+def test_pdl_kernels_carry_the_attribute_on_every_path(gpu, torch, mode, monkeypatch):
+    """kernel(pdl=True): every launch is a cuLaunchKernelEx with programmatic stream
+    serialization (general path, fast path, bound launch, numpy); ctypes, which has no
+    such launch, falls back to the params mode."""
+    monkeypatch.setattr(rdriver, "CtypesLauncher",
+                        lambda coop=False: FakeCtypesLauncher(gpu.cu, coop))
+    k = build_pdl_vadd(f"vadd_pdl_{mode}")
+    gpu.cu.register(k, vadd_impl)
+    launcher = rlaunch.prepare(k, mode=mode)
+    assert launcher.mode == "params" and launcher.pdl
+    misses = count_slow(launcher)
+    for i in range(3):
+        a, b = torch.tensor_on(rand(1000, i)), torch.tensor_on(rand(1000, i + 5))
+        c = launcher(a, b)
+        np.testing.assert_array_equal(c.numpy(), a.numpy() + b.numpy())
+        assert gpu.cu.launches[-1].get("pdl") and gpu.cu.launches[-1]["cluster"] is None
+    assert len(misses) == 1
+    bound = launcher.bind(a, b, c)
+    bound(b.data_ptr(), a.data_ptr(), c.data_ptr())
+    assert gpu.cu.launches[-1].get("pdl")
+    launcher(rand(100), rand(100))  # numpy, general path
+    assert gpu.cu.launches[-1].get("pdl")
+
+
+def test_pdl_off_by_environment(gpu, monkeypatch):
+    """PTXDSL_PDL=0: the same kernel launched plainly (its griddepcontrol then waits for
+    nothing), e.g. to compare with and without."""
+    monkeypatch.setenv("PTXDSL_PDL", "0")
+    k = build_pdl_vadd("vadd_pdl_off")
+    gpu.cu.register(k, vadd_impl)
+    launcher = rlaunch.Launcher(k, mode="params")
+    assert not launcher.pdl
+    a, b = rand(300), rand(300, 1)
+    np.testing.assert_array_equal(launcher(a, b), a + b)
+    assert "pdl" not in gpu.cu.launches[-1] and gpu.cu.calls.get("cuLaunchKernelEx", 0) == 0
 
 
 def test_cooperative_grid_must_be_resident(gpu):

@@ -168,7 +168,8 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
                               max_steps=max_steps, initialized=set(arrays),
                               allow_uninitialized=allow_uninitialized,
                               tmaps=_tensor_maps(prog, names, specs, tensors, dims, strides),
-                              cluster=getattr(kernel, "cluster", None))
+                              cluster=getattr(kernel, "cluster", None),
+                              pdl=getattr(kernel, "pdl", False))
     for name, tile in zip(names, specs):
         if tile.stride is not None:
             shape = tile.shape_for(dims)
@@ -313,6 +314,8 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
         mach = Machine(prog, tuple(block), tuple(grid), first, n, spaces, opts["cluster"])
         mach.max_steps = opts["max_steps"]
         mach.check_init = not opts["allow_uninitialized"]
+        if opts.get("pdl"):
+            mach.grid_waited = np.zeros(mach.T, bool)
         try:
             if level < 0:
                 mach.run(top)
@@ -338,7 +341,8 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
 def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
                 cooperative: bool = False, max_steps: int = MAX_STEPS,
                 initialized=None, allow_uninitialized: bool = False,
-                tmaps: dict | None = None, cluster: tuple | None = None) -> dict:
+                tmaps: dict | None = None, cluster: tuple | None = None,
+                pdl: bool = False) -> dict:
     """Run a verified program over a grid; returns the final contents of every tensor.
 
     ``tmaps`` maps a tensor's name to its :class:`~ptxdsl.tensormap.TensorMapSpec`
@@ -349,7 +353,9 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     CTAs of a later batch could never answer. ``cluster``: the launch's cluster dims
     (default: the program's, ``cluster=`` or ``.reqnctapercluster``); the grid runs as a
     sequence of clusters, batches hold whole ones, and each CTA's shared addresses carry
-    its rank (:mod:`.cluster`, :data:`.memory.RANK_SHIFT`).
+    its rank (:mod:`.cluster`, :data:`.memory.RANK_SHIFT`). ``pdl``: the kernel is
+    launched as a programmatic dependent (``@kernel(pdl=True)``), so a thread's global
+    memory access before its ``griddepcontrol.wait`` is an error.
     """
     _check_supported(prog)
     handlers = handlers_for_run()
@@ -380,7 +386,7 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
             n = min(per_batch, ncta_total - first)
             _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions,
                        {"max_steps": max_steps, "allow_uninitialized": allow_uninitialized,
-                        "cluster": cluster})
+                        "cluster": cluster, "pdl": pdl})
     out = {}
     for p in prog.params:
         if p.kind == "ptr":

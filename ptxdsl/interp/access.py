@@ -66,6 +66,19 @@ def track_block(mach, instr, sp, t: int, off: np.ndarray, nbytes: int, kind: str
     track(mach, instr, sp, np.full(len(off), t), off, nbytes, kind)
 
 
+def check_grid_wait(mach, instr, th: np.ndarray, kind: str) -> None:
+    """In a ``pdl=True`` kernel, a thread touches global memory only after its
+    ``griddepcontrol.wait``: before it, the previous kernel on the stream may still be
+    running, writing what this one reads or reading what it writes."""
+    bad = ~mach.grid_waited[th]
+    if bad.any():
+        mach.fail(instr, f"global memory {kind} before griddepcontrol.wait in a kernel "
+                         f"launched with pdl=True (programmatic dependent launch): it may "
+                         f"start before the previous kernel on its stream has finished, so "
+                         f"every thread must execute ptx.inst.griddepcontrol.wait() before "
+                         f"it touches global memory", int(th[int(np.argmax(bad))]))
+
+
 def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: str) -> None:
     """Check and record an access of ``nbytes`` at byte offsets ``off`` by threads ``th``.
 
@@ -73,6 +86,9 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
     ``nbytes``, so two threads of one instruction touch the same bytes entirely or not
     at all; bytes several threads read at once (broadcasts) are checked once.
     """
+    if mach.grid_waited is not None and sp.name == "global" and len(th):
+        check_grid_wait(mach, instr, th, {"atomic": "atomic update", "write": "write"}.get(
+            kind, "read"))
     tr = sp.tracker
     if tr is None or not len(th):
         return

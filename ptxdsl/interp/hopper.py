@@ -323,11 +323,20 @@ def mbarrier_tx(mach, instr, mask):
 
 
 # ---------------------------------------------------------------- bookkeeping only
-@handler("prefetch", "cp.async.bulk.prefetch.tensor", "griddepcontrol")
+@handler("prefetch", "cp.async.bulk.prefetch.tensor", "griddepcontrol.launch_dependents")
 def no_effect(mach, instr, mask):
-    """Prefetches change no value; a grid with no programmatic dependents waits for
-    nothing (griddepcontrol)."""
+    """Prefetches change no value; the interpreter runs one grid at a time, so letting
+    dependents start changes nothing either."""
     return None
+
+
+@handler("griddepcontrol.wait")
+def grid_wait(mach, instr, mask):
+    """Nothing runs before this grid in the interpreter, so the wait returns at once; the
+    threads that executed it may touch global memory in a ``pdl=True`` kernel
+    (:func:`.access.check_grid_wait`)."""
+    if mach.grid_waited is not None:
+        mach.grid_waited[mask] = True
 
 
 SM_REGISTERS = 65536

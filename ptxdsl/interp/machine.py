@@ -254,6 +254,8 @@ class Machine:
         self.meetings: dict = {}                # warpgroup-collective rendezvous
         self.held: dict = {}                    # in-flight accumulators (interp/hopper.py)
         self.current = None                     # the instruction being executed
+        # pdl=True kernels: which threads executed griddepcontrol.wait (None: not pdl)
+        self.grid_waited = None
 
     def _cluster_specials(self, cl: tuple, explicit: bool) -> None:
         """%ctaid, %cluster_ctaid, %clusterid, %cluster_ctarank, ... of a launch in

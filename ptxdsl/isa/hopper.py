@@ -386,12 +386,19 @@ CLUSTER = (
                "on that CTA's mbarrier.",
            example="red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes."
                    "add.u32 [%r0], %r1, [%r2]"),
-    OpSpec("griddepcontrol", (g("action", "launch_dependents", "wait", required=True),), (),
-           ntypes=0, operands="", ptx=(7, 8), sm=90, category="sync", side_effects=True,
-           effects=frozenset({"barrier"}), interp=True,
-           doc="Programmatic dependent launch: .launch_dependents lets the next kernel of "
-               "the stream start; .wait blocks until the grids this one depends on finished "
-               "and their memory is visible.",
+    # Programmatic dependent launch (a kernel launched with ``pdl=True``): two entries,
+    # so that the wait's effect is data the verifier and the interpreter read.
+    OpSpec("griddepcontrol.launch_dependents", (), (), ntypes=0, operands="", ptx=(7, 8),
+           sm=90, category="sync", side_effects=True, interp=True,
+           doc="Programmatic dependent launch: lets the next kernel of the stream (one "
+               "launched with the programmatic-serialization attribute) start once every CTA "
+               "of this grid has executed it or exited; it orders no memory.",
+           example="griddepcontrol.launch_dependents"),
+    OpSpec("griddepcontrol.wait", (), (), ntypes=0, operands="", ptx=(7, 8), sm=90,
+           category="sync", side_effects=True, effects=frozenset({"grid_wait"}), interp=True,
+           doc="Programmatic dependent launch: blocks the thread until the grids this one "
+               "depends on have finished and their memory is visible; a no-op in a kernel "
+               "launched without the attribute.",
            example="griddepcontrol.wait"),
 )
 

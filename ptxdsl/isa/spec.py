@@ -178,6 +178,7 @@ EFFECTS = frozenset({
     "exit",           # ends the thread (ret, exit)
     "branch",         # transfers control (bra)
     "fence",          # orders memory between proxies or scopes
+    "grid_wait",      # waits for the grids it depends on (programmatic dependent launch)
 })
 
 

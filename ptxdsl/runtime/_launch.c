@@ -12,11 +12,15 @@
  * without CUDA.
  *
  *   init(cuLaunchKernel, cuLaunchCooperativeKernel, cuLaunchKernelEx,
- *        CLUSTER_DIMENSION id, COOPERATIVE id)
+ *        CLUSTER_DIMENSION id, COOPERATIVE id, PROGRAMMATIC_STREAM_SERIALIZATION id)
  *   launch(func, gx, gy, gz, bx, by, bz, smem, stream, params, buf, *ptrs) -> CUresult
  *   launch_coop(<the same>)                                                -> CUresult
  *   launch_ex(func, gx, gy, gz, bx, by, bz, smem, stream, params, buf,
- *             cx, cy, cz, cooperative, *ptrs)                              -> CUresult
+ *             cx, cy, cz, flags, *ptrs)                                    -> CUresult
+ *
+ * launch_ex's attributes: the cluster dimensions unless cx is 0, the cooperative one if
+ * flags has bit 0 (EX_COOPERATIVE), programmatic stream serialization (a programmatic
+ * dependent launch) if it has bit 1 (EX_PDL).
  *
  * Every handle and address is a Python int; the result is the CUresult as an int.
  */
@@ -34,7 +38,7 @@ typedef struct { unsigned x, y, z; } dims_t;
 typedef struct {
     int id;
     char pad[4];
-    union { char raw[64]; dims_t cluster; int cooperative; } value;
+    union { char raw[64]; dims_t cluster; int cooperative; int serialization; } value;
 } attr_t;
 typedef struct {
     unsigned gx, gy, gz, bx, by, bz, smem;
@@ -47,7 +51,10 @@ typedef int (*ex_fn)(const config_t *, void *, void **, void **);
 static launch_fn plain_launch;
 static coop_fn coop_launch;
 static ex_fn ex_launch;
-static int cluster_id = -1, coop_id = -1;
+static int cluster_id = -1, coop_id = -1, pdl_id = -1;
+
+#define EX_COOPERATIVE 1
+#define EX_PDL 2
 
 #define FIXED 11 /* func, 7 dims, stream, params, buf */
 
@@ -116,9 +123,11 @@ static PyObject *launch_coop(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 static PyObject *launch_ex(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     void *f, *s, *p;
     unsigned g[7], c[3];
-    attr_t at[2];
+    attr_t at[3];
     config_t cf;
-    int r, coop;
+    int r;
+    unsigned k = 0;
+    long flags;
     if (!ex_launch || cluster_id < 0) return not_ready();
     if (unpack(a, n, FIXED + 4, &f, g, &s, &p)) return NULL;
     for (int i = 0; i < 3; i++) {
@@ -126,21 +135,33 @@ static PyObject *launch_ex(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         if (v == (unsigned long)-1 && PyErr_Occurred()) return NULL;
         c[i] = (unsigned)v;
     }
-    coop = PyObject_IsTrue(a[FIXED + 3]);
-    if (coop < 0) return NULL;
+    flags = PyLong_AsLong(a[FIXED + 3]);
+    if (flags == -1 && PyErr_Occurred()) return NULL;
+    if ((flags & EX_PDL) && pdl_id < 0) return not_ready();
     memset(at, 0, sizeof at);
-    at[0].id = cluster_id;
-    at[0].value.cluster.x = c[0];
-    at[0].value.cluster.y = c[1];
-    at[0].value.cluster.z = c[2];
-    at[1].id = coop_id;
-    at[1].value.cooperative = 1;
+    if (c[0]) {
+        at[k].id = cluster_id;
+        at[k].value.cluster.x = c[0];
+        at[k].value.cluster.y = c[1];
+        at[k].value.cluster.z = c[2];
+        k++;
+    }
+    if (flags & EX_COOPERATIVE) {
+        at[k].id = coop_id;
+        at[k].value.cooperative = 1;
+        k++;
+    }
+    if (flags & EX_PDL) {
+        at[k].id = pdl_id;
+        at[k].value.serialization = 1;
+        k++;
+    }
     cf.gx = g[0]; cf.gy = g[1]; cf.gz = g[2];
     cf.bx = g[3]; cf.by = g[4]; cf.bz = g[5];
     cf.smem = g[6];
     cf.stream = s;
     cf.attrs = at;
-    cf.count = coop ? 2 : 1;
+    cf.count = k;
     Py_BEGIN_ALLOW_THREADS
     r = ex_launch(&cf, f, (void **)p, NULL);
     Py_END_ALLOW_THREADS
@@ -149,18 +170,19 @@ static PyObject *launch_ex(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 
 static PyObject *init(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     void *pl, *co, *ex;
-    if (n != 5) {
-        PyErr_SetString(PyExc_TypeError, "init takes 5 arguments");
+    if (n != 6) {
+        PyErr_SetString(PyExc_TypeError, "init takes 6 arguments");
         return NULL;
     }
     if (as_addr(a[0], &pl) || as_addr(a[1], &co) || as_addr(a[2], &ex)) return NULL;
-    long cid = PyLong_AsLong(a[3]), kid = PyLong_AsLong(a[4]);
+    long cid = PyLong_AsLong(a[3]), kid = PyLong_AsLong(a[4]), did = PyLong_AsLong(a[5]);
     if (PyErr_Occurred()) return NULL;
     plain_launch = (launch_fn)pl;
     coop_launch = (coop_fn)co;
     ex_launch = (ex_fn)ex;
     cluster_id = (int)cid;
     coop_id = (int)kid;
+    pdl_id = (int)did;
     Py_RETURN_NONE;
 }
 
@@ -170,7 +192,7 @@ static PyMethodDef methods[] = {
     {"launch_coop", (PyCFunction)(void (*)(void))launch_coop, METH_FASTCALL,
      "cuLaunchCooperativeKernel"},
     {"launch_ex", (PyCFunction)(void (*)(void))launch_ex, METH_FASTCALL,
-     "cuLaunchKernelEx with cluster dimensions"},
+     "cuLaunchKernelEx with cluster dimensions, cooperative, programmatic serialization"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ptxdsl_launch",

@@ -25,6 +25,9 @@ import threading
 
 from .ctypes_launch import libcuda
 
+# launch_ex's flags (the shim's EX_COOPERATIVE / EX_PDL)
+EX_COOPERATIVE, EX_PDL = 1, 2
+
 log = logging.getLogger("ptxdsl.launch")
 
 NAME = "_ptxdsl_launch"
@@ -132,7 +135,8 @@ def for_driver(cu):
                 for n in ("cuLaunchKernel", "cuLaunchCooperativeKernel", "cuLaunchKernelEx")]
         ids = cu.CUlaunchAttributeID
         mod.init(*addr, int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
-                 int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE))
+                 int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE),
+                 int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION))
     except (OSError, AttributeError, TypeError) as exc:
         log.debug("the launch shim has no driver entry points (%s)", exc)
         return None

@@ -410,10 +410,12 @@ class Driver:
         return func if isinstance(func, self.cu.CUfunction) else self.cu.CUfunction(int(func))
 
     def launch(self, func, grid, block, smem: int, stream: int, params_addr: int,
-               cluster=None, cooperative: bool = False) -> None:
-        """A checked launch (the slow path; the fast path calls :attr:`launch_raw`)."""
+               cluster=None, cooperative: bool = False, pdl: bool = False) -> None:
+        """A checked launch (the slow path; the fast path calls :attr:`launch_raw`).
+        Cluster dimensions or a programmatic dependent launch (``pdl``) go through
+        ``cuLaunchKernelEx``."""
         cu = self.cu
-        if cluster is None:
+        if cluster is None and not pdl:
             if cooperative:
                 r = cu.cuLaunchCooperativeKernel(func, grid[0], grid[1], grid[2], block[0],
                                                  block[1], block[2], smem, self.stream(stream),
@@ -424,19 +426,20 @@ class Driver:
                                   smem, self.stream(stream), params_addr, 0)
             self.check(r, "cuLaunchKernel")
             return
-        config = self._cluster_config(grid, block, smem, stream, cluster, cooperative)
+        config = self._ex_config(grid, block, smem, stream, cluster, cooperative, pdl)
         self.check(cu.cuLaunchKernelEx(config, func, params_addr, 0), "cuLaunchKernelEx")
 
-    def cluster_launcher(self, cluster, cooperative: bool = False):
+    def ex_launcher(self, cluster=None, cooperative: bool = False, pdl: bool = False):
         """A function with :attr:`launch_raw`'s arguments that launches with
-        ``cuLaunchKernelEx`` and the cluster dimensions ``cluster`` (and the cooperative
-        attribute if asked): the fast path's launch for cluster kernels. Launch configs
+        ``cuLaunchKernelEx`` and the launch attributes asked for: the cluster dimensions
+        ``cluster`` (None: none), the cooperative attribute, programmatic stream
+        serialization (``pdl``). The fast path's launch for such kernels. Launch configs
         are kept per (function, grid, block, shared memory, stream), so a repeated launch
         only calls ``cuLaunchKernelEx``."""
         cu = self.cu
         configs: dict = {}
         ex = cu.cuLaunchKernelEx
-        cluster = tuple(int(c) for c in cluster)
+        cluster = None if cluster is None else tuple(int(c) for c in cluster)
 
         def launch(func, gx, gy, gz, bx, by, bz, smem, stream, params, extra=0):
             key = (int(func), gx, gy, gz, bx, by, bz, smem, int(stream) if stream else 0)
@@ -444,27 +447,36 @@ class Driver:
             if config is None:
                 if len(configs) > 256:
                     configs.clear()
-                config = configs[key] = self._cluster_config(
-                    (gx, gy, gz), (bx, by, bz), smem, stream, cluster, cooperative)
+                config = configs[key] = self._ex_config(
+                    (gx, gy, gz), (bx, by, bz), smem, stream, cluster, cooperative, pdl)
             return ex(config, func, params, 0)
         return launch
 
-    def _cluster_config(self, grid, block, smem: int, stream, cluster, cooperative: bool):
+    def _ex_config(self, grid, block, smem: int, stream, cluster, cooperative: bool,
+                   pdl: bool = False):
         cu = self.cu
         config = cu.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = grid
         config.blockDimX, config.blockDimY, config.blockDimZ = block
         config.sharedMemBytes = smem
         config.hStream = stream if isinstance(stream, cu.CUstream) else self.stream(stream)
-        attr = cu.CUlaunchAttribute()
-        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
-        attrs = [attr]
+        ids = cu.CUlaunchAttributeID
+        attrs = []
+        if cluster is not None:
+            attr = cu.CUlaunchAttribute()
+            attr.id = ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+            attrs.append(attr)
         if cooperative:
             coop = cu.CUlaunchAttribute()
-            coop.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            coop.id = ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
             coop.value.cooperative = 1
             attrs.append(coop)
+        if pdl:
+            ser = cu.CUlaunchAttribute()
+            ser.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            ser.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(ser)
         config.attrs = attrs
         config.numAttrs = len(attrs)
         return config
@@ -504,7 +516,7 @@ class Driver:
         (``cuOccupancyMaxActiveClusters``: it knows how the SMs group into GPCs)."""
         cluster = tuple(int(c) for c in cluster)
         grid = (cluster[0], cluster[1], cluster[2])
-        config = self._cluster_config(grid, (threads, 1, 1), smem, 0, cluster, False)
+        config = self._ex_config(grid, (threads, 1, 1), smem, 0, cluster, False)
         return int(self.check(self.cu.cuOccupancyMaxActiveClusters(func, config),
                               "cuOccupancyMaxActiveClusters"))
 

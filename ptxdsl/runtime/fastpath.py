@@ -261,7 +261,7 @@ def generate(self) -> dict:
     c_mode = self.mode == "c"
     failed = "r" if self.mode in ("ctypes", "c") else "r[0]"
     # The launch shim's call: the fixed arguments, then the pointers it packs into buf.
-    cluster_args = "CX, CY, CZ, COOP, " if c_mode and getattr(self, "cluster", None) else ""
+    cluster_args = "CX, CY, CZ, FLAGS, " if c_mode and _ex_launch(self) else ""
 
     def c_launch(params, buf, ptr_list):
         return (f"r = LAUNCH(func, gx, gy, gz, bx, by, bz, smem, s, {params}, {buf}, "
@@ -356,7 +356,8 @@ def generate(self) -> dict:
         g.update(c_launch_globals(self))
     else:
         cluster = getattr(self, "cluster", None)
-        g.update(LAUNCH=(drv.cluster_launcher(cluster, self.cooperative) if cluster else
+        g.update(LAUNCH=(drv.ex_launcher(cluster, self.cooperative, getattr(self, "pdl", False))
+                         if _ex_launch(self) else
                          drv.launch_raw_cooperative if self.cooperative else drv.launch_raw),
                  STREAMS=getattr(drv, "_streams", {}), STREAM_OBJ=drv.stream)
     if tmap_args:
@@ -366,13 +367,24 @@ def generate(self) -> dict:
     return g
 
 
+def _ex_launch(self) -> bool:
+    """Whether the kernel's launches need ``cuLaunchKernelEx``: a cluster shape of its
+    own, or a programmatic dependent launch."""
+    return bool(getattr(self, "cluster", None)) or bool(getattr(self, "pdl", False))
+
+
 def c_launch_globals(self) -> dict:
-    """``LAUNCH`` (the shim's function for this kernel) and, for a cluster kernel, the
-    cluster shape and cooperative flag the generated call passes to it."""
-    shim, cluster = self._c, getattr(self, "cluster", None)
-    if cluster:
+    """``LAUNCH`` (the shim's function for this kernel) and, for a launch through
+    ``cuLaunchKernelEx``, the cluster shape (0, 0, 0: none) and the attribute flags the
+    generated call passes to it."""
+    from .cshim import EX_COOPERATIVE, EX_PDL
+    shim = self._c
+    if _ex_launch(self):
+        cluster = getattr(self, "cluster", None) or (0, 0, 0)
+        flags = (EX_COOPERATIVE if self.cooperative else 0) | (
+            EX_PDL if getattr(self, "pdl", False) else 0)
         return dict(LAUNCH=shim.launch_ex, CX=cluster[0], CY=cluster[1], CZ=cluster[2],
-                    COOP=bool(self.cooperative))
+                    FLAGS=flags)
     return dict(LAUNCH=shim.launch_coop if self.cooperative else shim.launch)
 
 
@@ -441,7 +453,7 @@ def _bind_c(self, e, maps):
     """:func:`bind`'s launch in the ``c`` mode: the shim packs the pointers."""
     g = c_launch_globals(self)
     launch = g["LAUNCH"]
-    extra = (g["CX"], g["CY"], g["CZ"], g["COOP"]) if "CX" in g else ()
+    extra = (g["CX"], g["CY"], g["CZ"], g["FLAGS"]) if "CX" in g else ()
     dev, func, smem, params, sparams = e.dev, e.func, e.smem, e.params, e.sparams
     owner, lock, baddr, sbaddr = e.owner, e.lock, e.buf_addr, e.sbuf_addr
     (gx, gy, gz), (bx, by, bz) = e.grid, e.block

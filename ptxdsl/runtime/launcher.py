@@ -73,8 +73,11 @@ _OPTIONS = hostcheck.OPTIONS
 _MAX_ENTRIES = 4096
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+def _env_flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    return value not in ("0", "false", "no", "off")
 
 
 class Launcher(LaunchLimits):
@@ -109,7 +112,11 @@ class Launcher(LaunchLimits):
         # The kernel's own cluster shape (kernel(cluster=...)): every launch, fast ones
         # too, goes through cuLaunchKernelEx with it. Such launches use the "params" mode.
         self.cluster = _cluster_dims(getattr(kernel, "cluster", None))
-        if self.cluster is not None and self.mode == "ctypes":
+        # A programmatic dependent launch (kernel(pdl=True)) carries its attribute on every
+        # launch (cuLaunchKernelEx) unless PTXDSL_PDL=0: then the kernel is launched plainly
+        # and its griddepcontrol instructions return at once.
+        self.pdl = bool(getattr(kernel, "pdl", False)) and _env_flag("PTXDSL_PDL", True)
+        if (self.cluster is not None or self.pdl) and self.mode == "ctypes":
             self.mode = "params"
         # The launch shim (mode "c"): where it cannot be built here, or the driver is not
         # cuda.bindings' (a test's fake), the params mode launches instead.
@@ -310,7 +317,7 @@ class Launcher(LaunchLimits):
                 self.tmaps.repoint(self.layout.array_addresses(arr), ptrs)
             try:
                 drv.launch(kf.func, grid, block, smem, s, ctypes.addressof(arr), opts["cluster"],
-                           self.cooperative)
+                           self.cooperative, self.pdl)
             except CudaError as exc:
                 raise exc.for_kernel(sig.name) from None
             try:
@@ -422,8 +429,8 @@ class Launcher(LaunchLimits):
         if code is not None:
             name = drv.error_name(code)
             if name not in _CONTEXT_ERRORS:
-                call = ("cuLaunchKernelEx" if self.cluster else "cuLaunchCooperativeKernel"
-                        if self.cooperative else "cuLaunchKernel")
+                call = ("cuLaunchKernelEx" if self.cluster or self.pdl else
+                        "cuLaunchCooperativeKernel" if self.cooperative else "cuLaunchKernel")
                 raise drv.error(code, call).for_kernel(self.sig.name)
             drv.forget_thread_device()
         dev = e.dev
@@ -434,7 +441,7 @@ class Launcher(LaunchLimits):
                 self.tmaps.repoint(self.layout.array_addresses(arr), ptrs)
             try:
                 drv.launch(e.kernel_function.func, e.grid, e.block, e.smem, s,
-                           ctypes.addressof(arr), self.cluster, self.cooperative)
+                           ctypes.addressof(arr), self.cluster, self.cooperative, self.pdl)
             except CudaError as exc:
                 raise exc.for_kernel(self.sig.name) from None
             if self.sync_always:

@@ -81,6 +81,7 @@ import itertools
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, pred, u8, u16, u32
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .operands import SW128_K_MAJOR, operands
 from .plan import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
@@ -256,8 +257,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                                                     ("reqnctapercluster", (CLS, 1, 1))]) \
         if CLS > 1 else {}
 
+    pdl = pdl_for(arch)
+
     @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms),
-            block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, **opts)
+            block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl, **opts)
     def matmul_hopper(*args):
         A, B, *rest, C = args
         if bias is not None:
@@ -294,6 +297,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             rank = 0
             cid = reg.scalar(u32); ptx.inst.mov.u32(cid, ptx.special.ctaid.x())
             ncl = reg.scalar(u32); ptx.inst.mov.u32(ncl, ptx.special.nctaid.x())
+        # The set-up above (barriers, the A rows' zeros) overlaps the previous kernel.
+        after_previous_kernel(pdl)
         tiles_m = (m + (p.bm * CL - 1)) // (p.bm * CL)      # cluster tile rows
         tiles_n = (n + (p.bn * CN - 1)) // (p.bn * CN)      # cluster tile columns
         nk = (k + (p.bk - 1)) // p.bk

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32, u64
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .epilogue import activate
 from .plan import FallbackPlan
@@ -58,9 +59,10 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
             grid=lambda M, N, K: (-(-N // T), -(-M // T), 1), block=(256, 1, 1), arch=arch,
             name=f"matmul_simt_{tag}_{ty}_{out_dtype.name}"
                  f"{'_bias' if bias else ''}{'_scaled' if scaled else ''}"
-                 f"{'_' + activation if activation else ''}")
+                 f"{'_' + activation if activation else ''}", pdl=pdl_for(arch))
     def matmul_simt(*args):
         A, B, *rest, C = args
+        after_previous_kernel(pdl_for(arch))
         pa, pb, pc = ptx.global_ptrs(A, B, C)
         if bias is not None:
             (pbias,) = ptx.global_ptrs(rest.pop(0))

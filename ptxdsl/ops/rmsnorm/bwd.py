@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, b32, f32, u32
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
 from .bwd_dw import (MAX_DW_CLUSTER, STATIC_GROUP_SMEM, cluster_dw, dw_narrow, grid_barrier,
@@ -283,8 +284,9 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                 # may the staged kernel's (at 1024 threads ptxas would take 66-75), nor
                 # may row groups' (ptxas took 152 for 384 threads of 64-thread rows).
                 min_ctas_per_sm=1 if p.l2_ahead or p.stages or p.groups > 1 else None,
-                arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"))
+                arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"), pdl=pdl_for(arch))
         def rms_norm_bwd(DY, X, W, RSTD, WS, DX, DW, DWP):
+            after_previous_kernel(pdl_for(arch))
             tid, cta, pdwp, kept = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset,
                                          keep=bool(C))
             pws, pdw = ptx.global_ptrs(WS, DW)
@@ -307,8 +309,9 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
             grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, name=name,
             min_ctas_per_sm=1 if p.stages or p.groups > 1 else None,
-            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"))
+            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"), pdl=pdl_for(arch))
     def rms_norm_bwd_partials(DY, X, W, RSTD, DX, DWP):
+        after_previous_kernel(pdl_for(arch))
         _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset)
     return rms_norm_bwd_partials
 

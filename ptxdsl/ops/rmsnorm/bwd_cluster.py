@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .bwd_staged import SMEM_PER_CTA
@@ -106,9 +107,10 @@ def build_backward_cluster(p: BwdClusterPlan, dtype: PtxType, wdtype: PtxType, *
             out_specs=(Tile("M", N, dtype), Tile(Q, N, f32)),
             grid=(Q * C, 1, 1), block=(T, 1, 1), cluster=(C, 1, 1), arch=arch,
             min_ctas_per_sm=1, name=f"rms_norm_bwd_cluster{C}_{dtype.name}_{N}",
-            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"))
+            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"), pdl=pdl_for(arch))
     def rms_norm_bwd_cluster(DY, X, W, RSTD, DX, DWP):
         ptx.cluster.arrive(relaxed=True, aligned=True)
+        after_previous_kernel(pdl_for(arch))
         at = Slice(p)
         tid, rank, preds = at.tid, at.rank, at.preds
         q = reg.scalar(u32)

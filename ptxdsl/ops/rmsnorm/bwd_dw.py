@@ -21,6 +21,7 @@ from __future__ import annotations
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u32, u64
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .fwd import WARP
 
@@ -278,8 +279,9 @@ def build_dw_reduce(n: int, g: int, wdtype: PtxType, *, arch: str = "sm_90a",
 
     @kernel(in_specs=(Tile(g, n, f32),), out_specs=(Tile(n, wdtype),),
             grid=(tiles, 1, 1), block=(WARP * slices, 1, 1), arch=arch,
-            name=f"rms_norm_dw_{wdtype.name}_{n}")
+            name=f"rms_norm_dw_{wdtype.name}_{n}", pdl=pdl_for(arch))
     def rms_norm_dw(DWP, DW):
+        after_previous_kernel(pdl_for(arch))
         pp, pd = ptx.global_ptrs(DWP, DW)
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())

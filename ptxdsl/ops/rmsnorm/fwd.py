@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u32
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
 from .row import add_residual, rstd_of, scale, store_rstd, unpack, with_offset
@@ -163,10 +164,12 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
     K = p.per_thread
     es, wes = dtype.bytes, wdtype.bytes
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
+    pdl = pdl_for(arch)
 
     @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (-(-M // R), 1, 1), block=(p.block, 1, 1), arch=arch,
-            name=f"rms_norm_fwd_{dtype.name}_{N}", arg_names=names, min_ctas_per_sm=p.min_ctas)
+            name=f"rms_norm_fwd_{dtype.name}_{N}", arg_names=names, min_ctas_per_sm=p.min_ctas,
+            pdl=pdl)
     def rms_norm_fwd(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
         if p.smem_pad:
@@ -174,6 +177,7 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
 
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        after_previous_kernel(pdl)
         if R > 1:
             lane = tid & (T - 1)
             row = cta * R + (tid >> (T.bit_length() - 1))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ptxdsl import kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u32
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import l2_policy, narrow, store_chunk
 from .cluster_row import (MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Ring, Slice, load_raw,
                           widen)
@@ -136,12 +137,13 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
 
     @kernel(in_specs=ins, out_specs=outs, grid=grid, block=(T, 1, 1),
             cluster=(C, 1, 1), arch=arch, name=f"rms_norm_fwd_{kind}_{dtype.name}_{N}",
-            arg_names=names, min_ctas_per_sm=p.min_ctas)
+            arg_names=names, min_ctas_per_sm=p.min_ctas, pdl=pdl_for(arch))
     def rms_norm_fwd_cluster(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
         # Peers must have started before this CTA writes their shared memory (waited
         # for just before the exchange, by then long true).
         ptx.cluster.arrive(relaxed=True, aligned=True)
+        after_previous_kernel(pdl_for(arch))
         at = Slice(p)
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())

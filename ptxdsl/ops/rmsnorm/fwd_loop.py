@@ -12,6 +12,7 @@ from __future__ import annotations
 from ptxdsl import kernel, ptx, reg
 from ptxdsl.types import PtxType, f32
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
 from .fwd import Plan, forward_specs
@@ -42,9 +43,11 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
 
     @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (balanced_grid(-(-M // R), grid), 1, 1), block=(p.block, 1, 1),
-            arch=arch, name=f"rms_norm_fwd_loop_{dtype.name}_{N}", arg_names=names)
+            arch=arch, name=f"rms_norm_fwd_loop_{dtype.name}_{N}", arg_names=names,
+            pdl=pdl_for(arch))
     def rms_norm_fwd_loop(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
+        after_previous_kernel(pdl_for(arch))
 
         at = persistent_rows(p, X, W, Y, Rs, H, es, wes)
         tid, cta, ncta, m, lane, group = at.tid, at.cta, at.ncta, at.m, at.lane, at.group

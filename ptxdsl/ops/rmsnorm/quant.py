@@ -35,6 +35,7 @@ import numpy as np
 from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.types import PtxType, f32, u8, u32
 
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum, RowSumMax
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk, store_e4m3_chunk
 from .fwd import Plan, plan
@@ -90,8 +91,9 @@ def build_quant(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6,
     @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (-(-M // R), 1, 1), block=(p.block, 1, 1), arch=arch,
             name=f"rms_norm_quant_{kind}_{dtype.name}_{N}", arg_names=names,
-            min_ctas_per_sm=p.min_ctas)
+            min_ctas_per_sm=p.min_ctas, pdl=pdl_for(arch))
     def rms_norm_quant(*args):
+        after_previous_kernel(pdl_for(arch))
         it = iter(args)
         X = next(it)
         Rs = next(it) if residual else None

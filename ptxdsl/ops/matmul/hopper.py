@@ -297,8 +297,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             rank = 0
             cid = reg.scalar(u32); ptx.inst.mov.u32(cid, ptx.special.ctaid.x())
             ncl = reg.scalar(u32); ptx.inst.mov.u32(ncl, ptx.special.nctaid.x())
-        # The set-up above (barriers, the A rows' zeros) overlaps the previous kernel.
-        after_previous_kernel(pdl)
+        # The set-up above (barriers, the A rows' zeros) overlaps the previous kernel. A
+        # persistent grid, but its shared memory leaves no room for another CTA of this
+        # size on an SM: the next kernel's CTAs are placed only as these exit, so the
+        # go-ahead is given at once, as in a one-wave grid of one tile per CTA.
+        after_previous_kernel(pdl, p.threads)
         tiles_m = (m + (p.bm * CL - 1)) // (p.bm * CL)      # cluster tile rows
         tiles_n = (n + (p.bn * CN - 1)) // (p.bn * CN)      # cluster tile columns
         nk = (k + (p.bk - 1)) // p.bk

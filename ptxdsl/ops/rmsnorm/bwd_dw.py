@@ -281,7 +281,7 @@ def build_dw_reduce(n: int, g: int, wdtype: PtxType, *, arch: str = "sm_90a",
             grid=(tiles, 1, 1), block=(WARP * slices, 1, 1), arch=arch,
             name=f"rms_norm_dw_{wdtype.name}_{n}", pdl=pdl_for(arch))
     def rms_norm_dw(DWP, DW):
-        after_previous_kernel(pdl_for(arch))
+        after_previous_kernel(pdl_for(arch), WARP * slices)
         pp, pd = ptx.global_ptrs(DWP, DW)
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())

@@ -177,7 +177,7 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
 
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        after_previous_kernel(pdl)
+        after_previous_kernel(pdl, p.block)
         if R > 1:
             lane = tid & (T - 1)
             row = cta * R + (tid >> (T.bit_length() - 1))

@@ -143,7 +143,7 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
         # Peers must have started before this CTA writes their shared memory (waited
         # for just before the exchange, by then long true).
         ptx.cluster.arrive(relaxed=True, aligned=True)
-        after_previous_kernel(pdl_for(arch))
+        after_previous_kernel(pdl_for(arch), 0 if p.stages else T)
         at = Slice(p)
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())

@@ -93,7 +93,7 @@ def build_quant(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6,
             name=f"rms_norm_quant_{kind}_{dtype.name}_{N}", arg_names=names,
             min_ctas_per_sm=p.min_ctas, pdl=pdl_for(arch))
     def rms_norm_quant(*args):
-        after_previous_kernel(pdl_for(arch))
+        after_previous_kernel(pdl_for(arch), p.block)
         it = iter(args)
         X = next(it)
         Rs = next(it) if residual else None

@@ -62,7 +62,7 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
                  f"{'_' + activation if activation else ''}", pdl=pdl_for(arch))
     def matmul_simt(*args):
         A, B, *rest, C = args
-        after_previous_kernel(pdl_for(arch))
+        after_previous_kernel(pdl_for(arch))   # a 2-D grid: no go-ahead (exit)
         pa, pb, pc = ptx.global_ptrs(A, B, C)
         if bias is not None:
             (pbias,) = ptx.global_ptrs(rest.pop(0))

@@ -95,7 +95,8 @@ class Kernel:
             raise TraceError(f"pdl=True needs sm_90 or newer (programmatic dependent launch "
                              f"and griddepcontrol arrived with Hopper); arch is {arch!r}",
                              self.defined_at)
-        parse_arch(arch)
+        if not pdl:
+            parse_arch(arch)   # (checked above otherwise)
         from .entry import entry_options
         self.entry = entry_options(
             cluster=cluster, raw_directives=raw_directives, extern_smem=extern_smem, smem=smem,

@@ -7,56 +7,42 @@ from ptxdsl.types import b16, bf16, f32, u32, u64
 BLOCK = 256
 
 
-def build_vadd(name: str = "vadd", arch: str = "sm_90a", cooperative: bool = False):
-    """C = A + B over a dynamic length N (one thread per element, guarded tail)."""
+def build_vadd(name: str = "vadd", arch: str = "sm_90a", cooperative: bool = False,
+               pdl: str | None = None, trigger: bool = True):
+    """C = A + B over a dynamic length N (one thread per element, guarded tail).
+
+    ``pdl`` (not None): launched as a programmatic dependent (``pdl=True``), each thread
+    executing ``griddepcontrol.wait`` where it says: "first" (before any global access,
+    correct), "after_load" (after reading A: the interpreter's error), "none" (never: a
+    trace error); ``trigger``: let the next kernel start once the loads are issued."""
 
     @kernel(in_specs=(Tile("N", f32), Tile("N", f32)), out_specs=(Tile("N", f32),),
             grid=lambda N: ((N + BLOCK - 1) // BLOCK, 1, 1), block=(BLOCK, 1, 1), arch=arch,
-            name=name, cooperative=cooperative)
+            name=name, cooperative=cooperative, pdl=pdl is not None)
     def vadd(A, B, C):
         pa, pb, pc = ptx.global_ptrs(A, B, C)
         n = ptx.dim("N")
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         gid = cta * BLOCK + tid
+        if pdl == "first":
+            ptx.inst.griddepcontrol.wait()
         with ptx.if_(gid < n):
             off = gid * 4
             a = reg.scalar(f32); ptx.inst.ld.global_.f32(a, ptx.addr(pa + off))
+            if pdl == "after_load":
+                ptx.inst.griddepcontrol.wait()
             b = reg.scalar(f32); ptx.inst.ld.global_.f32(b, ptx.addr(pb + off))
+            if pdl is not None and trigger:
+                ptx.inst.griddepcontrol.launch_dependents()
             ptx.inst.st.global_.f32(ptx.addr(pc + off), a + b)
 
     return vadd
 
 
 def build_pdl_vadd(name: str = "pdl_vadd", wait: str = "first", trigger: bool = True):
-    """:func:`build_vadd` launched as a programmatic dependent (``pdl=True``): it may start
-    while the previous kernel on its stream runs. ``wait``: where each thread executes
-    ``griddepcontrol.wait``: "first" (before any global access, correct), "after_load"
-    (after reading A: the interpreter's error), "none" (never: a trace error).
-    ``trigger``: let the next kernel start once this one's loads are issued."""
-
-    @kernel(in_specs=(Tile("N", f32), Tile("N", f32)), out_specs=(Tile("N", f32),),
-            grid=lambda N: ((N + BLOCK - 1) // BLOCK, 1, 1), block=(BLOCK, 1, 1),
-            arch="sm_90a", name=name, pdl=True)
-    def pdl_vadd(A, B, C):
-        pa, pb, pc = ptx.global_ptrs(A, B, C)
-        n = ptx.dim("N")
-        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
-        gid = cta * BLOCK + tid
-        if wait == "first":
-            ptx.inst.griddepcontrol.wait()
-        with ptx.if_(gid < n):
-            off = gid * 4
-            a = reg.scalar(f32); ptx.inst.ld.global_.f32(a, ptx.addr(pa + off))
-            if wait == "after_load":
-                ptx.inst.griddepcontrol.wait()
-            b = reg.scalar(f32); ptx.inst.ld.global_.f32(b, ptx.addr(pb + off))
-            if trigger:
-                ptx.inst.griddepcontrol.launch_dependents()
-            ptx.inst.st.global_.f32(ptx.addr(pc + off), a + b)
-
-    return pdl_vadd
+    """:func:`build_vadd` as a programmatic dependent, its wait at ``wait``."""
+    return build_vadd(name, pdl=wait, trigger=trigger)
 
 
 def build_vadd4(name: str = "vadd4", arch: str = "sm_90a"):

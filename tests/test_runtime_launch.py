@@ -903,25 +903,30 @@ def test_cluster_launch(gpu):
         k(rand(600), rand(600), cluster=2)
 
 
+def _on_every_path(gpu, torch, launcher, carried):
+    """Launch through the general path, the fast path, a bound launch and a numpy call;
+    ``carried(record)`` must hold for each launch the fake recorded."""
+    misses = count_slow(launcher)
+    for i in range(3):  # general path, then the fast path
+        a, b = torch.tensor_on(rand(1000, i)), torch.tensor_on(rand(1000, i + 5))
+        c = launcher(a, b)
+        np.testing.assert_array_equal(c.numpy(), a.numpy() + b.numpy())
+        assert carried(gpu.cu.launches[-1])
+    assert len(misses) == 1
+    bound = launcher.bind(a, b, c)
+    bound(b.data_ptr(), a.data_ptr(), c.data_ptr())
+    assert carried(gpu.cu.launches[-1])
+    launcher(rand(100), rand(100))  # numpy, general path
+    assert carried(gpu.cu.launches[-1])
+
+
 @pytest.mark.parametrize("mode", ["params", "ctypes"])
 def test_cooperative_kernels_launch_cooperatively_on_every_path(gpu, torch, mode, monkeypatch):
     monkeypatch.setattr(rdriver, "CtypesLauncher",
                         lambda coop=False: FakeCtypesLauncher(gpu.cu, coop))
     k = build_vadd(f"vadd_coop_{mode}", cooperative=True)
     gpu.cu.register(k, vadd_impl)
-    launcher = rlaunch.prepare(k, mode=mode)
-    misses = count_slow(launcher)
-    for i in range(3):  # general path, then the fast path
-        a, b = torch.tensor_on(rand(1000, i)), torch.tensor_on(rand(1000, i + 5))
-        c = launcher(a, b)
-        np.testing.assert_array_equal(c.numpy(), a.numpy() + b.numpy())
-        assert gpu.cu.launches[-1].get("cooperative")
-    assert len(misses) == 1
-    bound = launcher.bind(a, b, c)
-    bound(a.data_ptr(), b.data_ptr(), c.data_ptr())
-    assert gpu.cu.launches[-1].get("cooperative")
-    launcher(rand(100), rand(100))  # numpy, general path
-    assert gpu.cu.launches[-1].get("cooperative")
+    _on_every_path(gpu, torch, rlaunch.prepare(k, mode=mode), lambda r: r.get("cooperative"))
 
 
 @pytest.mark.parametrize("mode", ["params", "ctypes"])
@@ -935,18 +940,7 @@ def test_pdl_kernels_carry_the_attribute_on_every_path(gpu, torch, mode, monkeyp
     gpu.cu.register(k, vadd_impl)
     launcher = rlaunch.prepare(k, mode=mode)
     assert launcher.mode == "params" and launcher.pdl
-    misses = count_slow(launcher)
-    for i in range(3):
-        a, b = torch.tensor_on(rand(1000, i)), torch.tensor_on(rand(1000, i + 5))
-        c = launcher(a, b)
-        np.testing.assert_array_equal(c.numpy(), a.numpy() + b.numpy())
-        assert gpu.cu.launches[-1].get("pdl") and gpu.cu.launches[-1]["cluster"] is None
-    assert len(misses) == 1
-    bound = launcher.bind(a, b, c)
-    bound(b.data_ptr(), a.data_ptr(), c.data_ptr())
-    assert gpu.cu.launches[-1].get("pdl")
-    launcher(rand(100), rand(100))  # numpy, general path
-    assert gpu.cu.launches[-1].get("pdl")
+    _on_every_path(gpu, torch, launcher, lambda r: r.get("pdl") and r["cluster"] is None)
 
 
 def test_pdl_off_by_environment(gpu, monkeypatch):

@@ -55,14 +55,16 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
     tag = f"{'t' if a_t else 'n'}{'t' if b_t else 'n'}"
     ty = dtype.name if bt == dtype else f"{dtype.name}_{bt.name}"
 
+    pdl = pdl_for(arch)
+
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=lambda M, N, K: (-(-N // T), -(-M // T), 1), block=(256, 1, 1), arch=arch,
             name=f"matmul_simt_{tag}_{ty}_{out_dtype.name}"
                  f"{'_bias' if bias else ''}{'_scaled' if scaled else ''}"
-                 f"{'_' + activation if activation else ''}", pdl=pdl_for(arch))
+                 f"{'_' + activation if activation else ''}", pdl=pdl)
     def matmul_simt(*args):
         A, B, *rest, C = args
-        after_previous_kernel(pdl_for(arch))   # a 2-D grid: no go-ahead (exit)
+        after_previous_kernel(pdl)   # a 2-D grid: no go-ahead (exit)
         pa, pb, pc = ptx.global_ptrs(A, B, C)
         if bias is not None:
             (pbias,) = ptx.global_ptrs(rest.pop(0))

@@ -265,6 +265,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     rows_in = (Tile("M", N, dtype, stride="sdy"), Tile("M", N, dtype, stride="sx"),
                Tile(N, wdtype), Tile("M", f32))
     name = f"rms_norm_bwd_{dtype.name}_{N}"
+    pdl = pdl_for(arch)
     if p.fused:
         # Few rows' grids (no more CTAs than a CTA has warps): the last CTA to finish its
         # rows sums dW alone, so nobody waits for anybody and the launch need not be
@@ -284,9 +285,9 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                 # may the staged kernel's (at 1024 threads ptxas would take 66-75), nor
                 # may row groups' (ptxas took 152 for 384 threads of 64-thread rows).
                 min_ctas_per_sm=1 if p.l2_ahead or p.stages or p.groups > 1 else None,
-                arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"), pdl=pdl_for(arch))
+                arg_names=("DY", "X", "W", "RSTD", "WS", "DX", "DW", "DWP"), pdl=pdl)
         def rms_norm_bwd(DY, X, W, RSTD, WS, DX, DW, DWP):
-            after_previous_kernel(pdl_for(arch))
+            after_previous_kernel(pdl)
             tid, cta, pdwp, kept = _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset,
                                          keep=bool(C))
             pws, pdw = ptx.global_ptrs(WS, DW)
@@ -309,9 +310,9 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),
             grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch, name=name,
             min_ctas_per_sm=1 if p.stages or p.groups > 1 else None,
-            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"), pdl=pdl_for(arch))
+            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"), pdl=pdl)
     def rms_norm_bwd_partials(DY, X, W, RSTD, DX, DWP):
-        after_previous_kernel(pdl_for(arch))
+        after_previous_kernel(pdl)
         _rows(p, dtype, wdtype, DY, X, W, RSTD, DX, DWP, offset)
     return rms_norm_bwd_partials
 

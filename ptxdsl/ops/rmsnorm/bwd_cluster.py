@@ -102,15 +102,17 @@ def build_backward_cluster(p: BwdClusterPlan, dtype: PtxType, wdtype: PtxType, *
         raise ValueError(f"the cluster backward copies 16-byte chunks; this plan has "
                          f"{V}x{es}-byte chunks")
 
+    pdl = pdl_for(arch)
+
     @kernel(in_specs=(Tile("M", N, dtype, stride="sdy"), Tile("M", N, dtype, stride="sx"),
                       Tile(N, wdtype), Tile("M", f32)),
             out_specs=(Tile("M", N, dtype), Tile(Q, N, f32)),
             grid=(Q * C, 1, 1), block=(T, 1, 1), cluster=(C, 1, 1), arch=arch,
             min_ctas_per_sm=1, name=f"rms_norm_bwd_cluster{C}_{dtype.name}_{N}",
-            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"), pdl=pdl_for(arch))
+            arg_names=("DY", "X", "W", "RSTD", "DX", "DWP"), pdl=pdl)
     def rms_norm_bwd_cluster(DY, X, W, RSTD, DX, DWP):
         ptx.cluster.arrive(relaxed=True, aligned=True)
-        after_previous_kernel(pdl_for(arch))
+        after_previous_kernel(pdl)
         at = Slice(p)
         tid, rank, preds = at.tid, at.rank, at.preds
         q = reg.scalar(u32)

@@ -277,11 +277,13 @@ def build_dw_reduce(n: int, g: int, wdtype: PtxType, *, arch: str = "sm_90a",
     CTA of ``slices`` warps per column tile."""
     tiles = -(-n // (32 * (4 if n % 4 == 0 else 1)))
 
+    pdl = pdl_for(arch)
+
     @kernel(in_specs=(Tile(g, n, f32),), out_specs=(Tile(n, wdtype),),
             grid=(tiles, 1, 1), block=(WARP * slices, 1, 1), arch=arch,
-            name=f"rms_norm_dw_{wdtype.name}_{n}", pdl=pdl_for(arch))
+            name=f"rms_norm_dw_{wdtype.name}_{n}", pdl=pdl)
     def rms_norm_dw(DWP, DW):
-        after_previous_kernel(pdl_for(arch), WARP * slices)
+        after_previous_kernel(pdl, WARP * slices)
         pp, pd = ptx.global_ptrs(DWP, DW)
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())

@@ -135,15 +135,17 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
     grid = (lambda M: (-(-M // R) * C, 1, 1)) if not p.stages else (p.grid * C, 1, 1)
     kind = f"cluster{C}" + (f"_ring{p.stages}" if p.stages else f"_rows{R}" if R > 1 else "")
 
+    pdl = pdl_for(arch)
+
     @kernel(in_specs=ins, out_specs=outs, grid=grid, block=(T, 1, 1),
             cluster=(C, 1, 1), arch=arch, name=f"rms_norm_fwd_{kind}_{dtype.name}_{N}",
-            arg_names=names, min_ctas_per_sm=p.min_ctas, pdl=pdl_for(arch))
+            arg_names=names, min_ctas_per_sm=p.min_ctas, pdl=pdl)
     def rms_norm_fwd_cluster(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
         # Peers must have started before this CTA writes their shared memory (waited
         # for just before the exchange, by then long true).
         ptx.cluster.arrive(relaxed=True, aligned=True)
-        after_previous_kernel(pdl_for(arch), 0 if p.stages else T)
+        after_previous_kernel(pdl, 0 if p.stages else T)
         at = Slice(p)
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())

@@ -41,13 +41,15 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
     es, wes = dtype.bytes, wdtype.bytes
     ins, outs, names = forward_specs(N, dtype, wdtype, residual, with_rstd)
 
+    pdl = pdl_for(arch)
+
     @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (balanced_grid(-(-M // R), grid), 1, 1), block=(p.block, 1, 1),
             arch=arch, name=f"rms_norm_fwd_loop_{dtype.name}_{N}", arg_names=names,
-            pdl=pdl_for(arch))
+            pdl=pdl)
     def rms_norm_fwd_loop(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
-        after_previous_kernel(pdl_for(arch))
+        after_previous_kernel(pdl)
 
         at = persistent_rows(p, X, W, Y, Rs, H, es, wes)
         tid, cta, ncta, m, lane, group = at.tid, at.cta, at.ncta, at.m, at.lane, at.group

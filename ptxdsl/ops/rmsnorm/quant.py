@@ -88,12 +88,14 @@ def build_quant(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6,
     ins, outs, names = quant_specs(N, dtype, wdtype, residual, dynamic)
     kind = "dyn" if dynamic else "static"
 
+    pdl = pdl_for(arch)
+
     @kernel(in_specs=ins, out_specs=outs,
             grid=lambda M: (-(-M // R), 1, 1), block=(p.block, 1, 1), arch=arch,
             name=f"rms_norm_quant_{kind}_{dtype.name}_{N}", arg_names=names,
-            min_ctas_per_sm=p.min_ctas, pdl=pdl_for(arch))
+            min_ctas_per_sm=p.min_ctas, pdl=pdl)
     def rms_norm_quant(*args):
-        after_previous_kernel(pdl_for(arch), p.block)
+        after_previous_kernel(pdl, p.block)
         it = iter(args)
         X = next(it)
         Rs = next(it) if residual else None

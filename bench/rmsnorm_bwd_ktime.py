@@ -23,10 +23,14 @@ through 2-6 shared-memory buffers, ``S{stages} x{CTAs per SM}``. ``--clusters`` 
 the cluster backward (:mod:`ptxdsl.ops.rmsnorm.bwd_cluster`) in clusters of 2, 4 and 8
 with 1-3 ring buffers, ``C{cluster} S{stages}``: its time is that of its two kernels
 (the rows, then the dW sum). ``--copy`` also times a device copy of the bytes the
-backward moves, in rounds of its own (see above).
+backward moves, in rounds of its own (see above). ``--parts`` adds ops' kernel without
+its dW sum and without its whole dW tail (:func:`tail_variants`), and
+``torch.add(x, dy, out=dx)``: the backward's own bytes, read and written by an
+elementwise kernel.
 
     python3 bench/rmsnorm_bwd_ktime.py 4096x1000xbf16,32768x1024xf32 [--sweep]
     python3 bench/rmsnorm_bwd_ktime.py 1024x16384xf32 --clusters --copy
+    python3 bench/rmsnorm_bwd_ktime.py 4096x1000xbf16 --parts --copy
 """
 from __future__ import annotations
 
@@ -111,6 +115,60 @@ def cluster_candidates(n, T, sms):
                 continue
             if q is not None and q.stages == stages:
                 out[f"C{c} S{stages}"] = q
+    return out
+
+
+def tail_kernels(p, T) -> dict:
+    """``{name: kernel}``: ops' one-CTA plan ``p`` built without parts of its dW tail
+    (dW is then wrong; the time is what counts). ``no dW sum`` keeps the grid barrier
+    and skips the sum of the partial rows; ``no dW tail`` also skips the barrier and the
+    row groups' shared-memory sum (a plain launch: nothing waits for another CTA). The
+    module's functions are replaced while each kernel is built *and traced*: kernels
+    trace on first use, and one traced after the originals are back is the full kernel
+    again (what an earlier study of the tail timed, twice)."""
+    from ptxdsl.ops.rmsnorm import bwd
+
+    def noop(*args, **kw):
+        return None
+
+    def plain(*args, **kw):
+        kw["cooperative"] = False
+        return saved["kernel"](*args, **kw)
+    out = {}
+    for name, parts in (("no dW sum", {"sum_partials": noop}),
+                        ("no dW tail", {"sum_partials": noop, "grid_barrier": noop,
+                                        "_add_groups": noop, "kernel": plain})):
+        saved = {a: getattr(bwd, a) for a in ("kernel", *parts)}
+        try:
+            for a, f in parts.items():
+                setattr(bwd, a, f)
+            k = bwd.build_backward(p, T, T)
+            k.ptx()
+        finally:
+            for a, f in saved.items():
+                setattr(bwd, a, f)
+        out[name] = k
+    return out
+
+
+def tail_variants(p, T, tdt, n, sets) -> dict:
+    """``--parts``: ``{name: call}`` of :func:`tail_kernels` that run here (no spills,
+    resident), each on its own dW and partial buffers per input set."""
+    import torch
+    from ptxdsl.runtime import prepare
+    out = {}
+    for name, k in tail_kernels(p, T).items():
+        if k.resources().spill_stores or prepare(k).resident_ctas(0) < p.grid:
+            continue
+        dws = [torch.empty(n, device="cuda", dtype=tdt) for _ in sets]
+        parts = [torch.empty(p.grid, n, device="cuda") for _ in sets]
+        ws = torch.zeros(2, device="cuda", dtype=torch.int32)
+
+        def call(r, k=k, dws=dws, parts=parts, ws=ws):
+            dy, x, w, rstd, dx = sets[r % len(sets)]
+            k(dy, x, w, rstd, ws, dx, dws[r % len(sets)], parts[r % len(sets)])
+        call(0)
+        out[name] = call
     return out
 
 
@@ -206,6 +264,11 @@ def copy_time(m, n, tdt, rounds, l2_bytes) -> float:
     return kernel_times({"copy": copy}, rounds)["copy"]
 
 
+def _one_cta_plan():
+    from ptxdsl.ops.rmsnorm.bwd import BwdPlan
+    return BwdPlan
+
+
 def main(argv=None):
     import torch
     from ptxdsl.runtime import driver
@@ -217,6 +280,9 @@ def main(argv=None):
     ap.add_argument("--staged", action="store_true",
                     help="the one-CTA kernel through 2-6 shared-memory row buffers too")
     ap.add_argument("--copy", action="store_true", help="a device copy of the same bytes")
+    ap.add_argument("--parts", action="store_true",
+                    help="ops' kernel without its dW sum, without its whole dW tail, and "
+                         "torch.add(x, dy, out=dx) (the same bytes read and written)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."),
                                                    "rmsnorm_bwd_ktime.json"))
@@ -247,6 +313,10 @@ def main(argv=None):
                 skipped.append(name)
                 continue
             fns[name], kernels[name], plans[name] = got
+        if a.parts and isinstance(cands["ops"], _one_cta_plan()) and cands["ops"].fused:
+            fns.update(tail_variants(cands["ops"], T, tdt, n, sets))
+            fns["torch.add"] = lambda r: torch.add(sets[r % 8][1], sets[r % 8][0],
+                                                   out=sets[r % 8][4])
         med = kernel_times(fns, a.rounds, kernels)
         row = {"shape": [m, n], "dtype": dn, "plans": plans, "kernel_us": med,
                "skipped": skipped}

@@ -152,23 +152,13 @@ def tail_kernels(p, T) -> dict:
 
 
 def tail_variants(p, T, tdt, n, sets) -> dict:
-    """``--parts``: ``{name: call}`` of :func:`tail_kernels` that run here (no spills,
-    resident), each on its own dW and partial buffers per input set."""
-    import torch
-    from ptxdsl.runtime import prepare
+    """``--parts``: ``{name: call}`` of the :func:`tail_kernels` that run here (no
+    spills, resident), launched as :func:`_call` launches ops' own kernel."""
     out = {}
     for name, k in tail_kernels(p, T).items():
-        if k.resources().spill_stores or prepare(k).resident_ctas(0) < p.grid:
-            continue
-        dws = [torch.empty(n, device="cuda", dtype=tdt) for _ in sets]
-        parts = [torch.empty(p.grid, n, device="cuda") for _ in sets]
-        ws = torch.zeros(2, device="cuda", dtype=torch.int32)
-
-        def call(r, k=k, dws=dws, parts=parts, ws=ws):
-            dy, x, w, rstd, dx = sets[r % len(sets)]
-            k(dy, x, w, rstd, ws, dx, dws[r % len(sets)], parts[r % len(sets)])
-        call(0)
-        out[name] = call
+        got = _call(p, T, tdt, n, sets, kernel=k)
+        if got is not None:
+            out[name] = got[0]
     return out
 
 
@@ -208,10 +198,11 @@ def kernel_times(fns: dict, rounds: int, kernels: dict | None = None) -> dict:
     return {name: statistics.median(v) for name, v in times.items()}
 
 
-def _call(p, T, tdt, n, sets):
+def _call(p, T, tdt, n, sets, kernel=None):
     """``(call(round), kernels a call, plan name)`` of plan ``p`` (a one-CTA ``BwdPlan``,
     fused, or a cluster plan and its dW sum), or None where it spills or is not
-    resident."""
+    resident. ``kernel``: a one-CTA plan's kernel built otherwise (:func:`tail_kernels`),
+    in place of ``build_backward(p)``."""
     import torch
     from ptxdsl.ops.rmsnorm.bwd import build_backward
     from ptxdsl.ops.rmsnorm.bwd_cluster import BwdClusterPlan, build_backward_cluster
@@ -234,7 +225,7 @@ def _call(p, T, tdt, n, sets):
             kr(part, dws[r % len(sets)])
         call(0)
         return call, 2, f"C{p.cluster} T{p.threads} K{p.per_thread} S{p.stages} Q{p.grid}"
-    k = build_backward(p, T, T)
+    k = kernel or build_backward(p, T, T)
     if k.resources().spill_stores or prepare(k).resident_ctas(0) < p.grid:
         return None
     ws = torch.zeros(2, device="cuda", dtype=torch.int32)

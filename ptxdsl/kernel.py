@@ -91,12 +91,10 @@ class Kernel:
         if not isinstance(pdl, bool):
             raise TraceError(f"pdl is True or False, got {pdl!r}", self.defined_at)
         self.pdl = pdl
-        if pdl and parse_arch(arch).sm < 90:
+        if parse_arch(arch).sm < 90 and pdl:
             raise TraceError(f"pdl=True needs sm_90 or newer (programmatic dependent launch "
                              f"and griddepcontrol arrived with Hopper); arch is {arch!r}",
                              self.defined_at)
-        if not pdl:
-            parse_arch(arch)   # (checked above otherwise)
         from .entry import entry_options
         self.entry = entry_options(
             cluster=cluster, raw_directives=raw_directives, extern_smem=extern_smem, smem=smem,

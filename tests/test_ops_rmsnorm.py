@@ -152,18 +152,18 @@ def _bwd_case(m, n, seed=0):
     return (dy, x, w, rstd), rdx, rdw
 
 
-@pytest.mark.parametrize("gen", [0, 7, 2**32 - 1])
-def test_fused_backward_grid_barrier_and_dw(gen):
-    """One cooperative launch: dx, and dW summed after the grid barrier, whatever
-    generation the workspace is at (a launch leaves its count at zero, not its
-    generation)."""
+@pytest.mark.parametrize("flip", [0, 2**31])
+def test_fused_backward_grid_barrier_and_dw(flip):
+    """One cooperative launch: dx, and dW summed after the grid barrier, whichever way
+    the barrier word's top bit stands (a launch flips it and leaves the rest zero)."""
     m, n = 11, 520
     p = plan_backward(n, f32, 3)
     assert p.fused and p.grid > 1
     args, rdx, rdw = _bwd_case(m, n)
     k = build_backward(p, f32, f32)
     assert k.cooperative
-    dx, dw, part = k.interpret(*args, np.array([0, gen], np.uint32))
+    ws = np.array([0, flip], np.uint32)
+    dx, dw, part = k.interpret(*args, ws)
     assert rel_err(dx, rdx) < 1e-5
     np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(part.sum(0), rdw, rtol=1e-5, atol=1e-5)
@@ -279,29 +279,64 @@ def test_backward_plan_stages_long_rows_in_shared_memory():
         build_backward(bad, bf16, bf16).ptx()
 
 
-def test_fused_backward_waits_for_every_cta(monkeypatch):
-    """A barrier whose count never reaches the grid size never releases: the
+def _barrier_kernel(G: int, expect: int):
+    """``G`` CTAs that each publish a mark, meet at ``grid_barrier(expect)``, then read
+    the next CTA's mark: outputs WS (the barrier words, given in), MARK and SEEN."""
+    from ptxdsl import Tile, kernel, ptx, reg
+    from ptxdsl.ops.rmsnorm.bwd_dw import grid_barrier
+    from ptxdsl.types import b32, u32
+
+    @kernel(in_specs=(), out_specs=(Tile(2, b32), Tile(G, u32), Tile(G, u32)),
+            grid=(G, 1, 1), block=(64, 1, 1), cooperative=True, arch="sm_90a")
+    def barrier_test(WS, MARK, SEEN):
+        pws, pmark, pseen = ptx.global_ptrs(WS, MARK, SEEN)
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        with ptx.if_(tid == 1):  # not the thread that arrives: the bar.sync carries it
+            ptx.inst.st.global_.u32(ptx.addr(pmark + cta * 4), cta + 100)
+        ptx.bar.sync(0)
+        grid_barrier(pws, tid, cta, expect)
+        with ptx.if_(tid == 2):
+            nxt = reg.scalar(u32)
+            ptx.inst.rem.u32(nxt, cta + 1, G)
+            v = reg.scalar(u32)
+            ptx.inst.ld.global_.cg.u32(v, ptx.addr(pmark + nxt * 4))
+            ptx.inst.st.global_.u32(ptx.addr(pseen + cta * 4), v)
+    return barrier_test
+
+
+@pytest.mark.parametrize("flip", [0, 2**31])
+def test_grid_barrier_orders_the_ctas_and_flips_its_word(flip):
+    """After the barrier every CTA sees the mark the next CTA wrote before it (so none
+    left early), and the word's top bit has flipped with the rest left zero, ready for
+    the next launch."""
+    G = 5
+    ws, mark, seen = _barrier_kernel(G, G).interpret(
+        np.array([0, flip], np.uint32), np.zeros(G, np.uint32), np.zeros(G, np.uint32))
+    assert list(seen) == [(c + 1) % G + 100 for c in range(G)]
+    assert list(ws.view(np.uint32)) == [0, flip ^ 2**31]
+
+
+def test_grid_barrier_waits_for_every_cta(monkeypatch):
+    """A barrier that expects one CTA more than the grid has never releases: the
     interpreter reports the spin that does not end (the barrier really waits)."""
     from ptxdsl.interp import machine
     monkeypatch.setattr(machine, "MAX_ITERATIONS", 200)
-    p = plan_backward(64, f32, 2)
-    args, _, _ = _bwd_case(3, 64)
-    k = build_backward(p, f32, f32)
     with pytest.raises(InterpreterError, match="does not terminate"):
-        k.interpret(*args, np.array([p.grid, 0], np.uint32))
+        _barrier_kernel(3, 4).interpret(np.zeros(2, np.uint32), np.zeros(3, np.uint32),
+                                        np.zeros(3, np.uint32))
 
 
-def test_fused_backward_traps_instead_of_hanging(monkeypatch):
-    """A workspace that was not zero cannot hang the GPU: past a time limit on the
-    barrier the kernel traps (on a GPU: a failed launch, reported as an error)."""
+def test_grid_barrier_traps_instead_of_hanging(monkeypatch):
+    """A barrier that cannot release (a workspace that was not zero, CTAs lost) cannot
+    hang the GPU: past a time limit the kernel traps (on a GPU: a failed launch,
+    reported as an error)."""
     from ptxdsl.ops.rmsnorm import bwd_dw
     monkeypatch.setattr(bwd_dw, "BARRIER_TIMEOUT_NS", 50_000)
-    p = plan_backward(64, f32, 2)
-    args, _, _ = _bwd_case(3, 64)
-    k = build_backward(p, f32, f32)
+    k = _barrier_kernel(3, 4)
     assert "trap" in k.ptx() and "%globaltimer" in k.ptx()
     with pytest.raises(InterpreterError, match="trap executed"):
-        k.interpret(*args, np.array([p.grid + 5, 0], np.uint32))
+        k.interpret(np.zeros(2, np.uint32), np.zeros(3, np.uint32), np.zeros(3, np.uint32))
 
 
 def test_unfused_backward_for_small_rows():

@@ -1,14 +1,14 @@
 """Scratch memory for the cooperative RMSNorm backward: one buffer per (device, stream).
 
-The backward kernel needs a grid-barrier word pair that is zero before its
-first launch (every launch leaves it zero-count again) and an f32 ``(G, N)``
+The backward kernel needs two barrier words that are zero before its first
+launch (every launch leaves them ready again) and an f32 ``(G, N)``
 buffer for the per-CTA dweight partials, which only lives during the launch.
 Launches on one stream run one after another, so one buffer per stream serves
 them all, as cuBLAS keeps a workspace per stream: no allocation and no memset
 per call. Different streams get different buffers, so concurrent launches never
 share barrier words.
 
-Layout (int32 elements): ``[0:2]`` barrier (count, generation), ``[2:4]``
+Layout (int32 elements): ``[0:2]`` barrier words (arrival count, grid barrier), ``[2:4]``
 padding (the partials start 16-byte aligned), ``[4:4+G*N]`` the partials.
 
 While a CUDA graph is being captured, a fresh zeroed buffer is made per call

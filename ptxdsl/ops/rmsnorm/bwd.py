@@ -32,11 +32,11 @@ others exit, so that launch is a plain one, not cooperative.
 Short rows: a CTA holds several rows at once, one per row group (``BwdPlan.groups``),
 and writes one partial row for all of them (see :class:`BwdPlan`).
 
-The barrier is an arrival counter and a generation word (``WS``, two u32 that
-must be zero before first use). The last CTA to arrive resets the counter and
-bumps the generation; the others wait for the bump. The words are left ready
-for the next launch (the few-row kernels' last arrival resets the counter too), so
-one workspace serves every launch on one stream, whatever its ``G``.
+The workspace ``WS`` is two u32, zero before first use: the few-row kernels' arrival
+counter, which their last arrival resets, and the grid barrier's word, whose top bit
+flips when all ``G`` CTAs have added to it (:func:`~.bwd_dw.grid_barrier`). Both are
+left ready for the next launch, so one workspace serves every launch on one stream,
+whatever its ``G``.
 """
 from __future__ import annotations
 
@@ -295,14 +295,17 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                 dw, preds = kept
                 cluster_dw(p, wdtype, dw, tid, preds, cta, pdw)
                 return
-            # Every thread's partial stores are visible GPU-wide before its CTA arrives.
-            ptx.inst.fence.acq_rel.gpu()
+            # Thread 0's arrival (atom.acq_rel.gpu) after this bar.sync releases every
+            # thread's partial stores: release is cumulative, and the barrier puts the
+            # other threads' stores before it. (A fence.acq_rel.gpu in every thread
+            # before the bar.sync, as there was, only added a fence ahead of the
+            # atomic's own.)
             ptx.bar.sync(0)
             if last:
                 with ptx.if_(last_arrival(pws, tid, G)):
                     sum_partials_by_warp(p.n, G, p.slices, wdtype, pdwp, pdw, tid)
             else:
-                grid_barrier(pws, tid, G)
+                grid_barrier(pws, tid, cta, G)
                 thin = dw_narrow(p.n, G) if p.dw_narrow is None else p.dw_narrow
                 sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta, thin)
         return rms_norm_bwd

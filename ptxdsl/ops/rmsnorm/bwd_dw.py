@@ -13,8 +13,10 @@ bits on every run (no float atomics).
 * :func:`build_dw_reduce`: the sum as a launch of its own, for grids too large to sum
   in the same launch.
 
-The workspace ``WS`` holds the arrival counter and the barrier's generation word (two
-u32, zero before first use, left so by every launch).
+The workspace ``WS`` holds two u32: the arrival counter of :func:`last_arrival` (zero
+before first use, left so by every launch) and the word of :func:`grid_barrier` (its
+low 31 bits zero before first use, left so by every launch; its top bit flips at each
+barrier).
 """
 from __future__ import annotations
 
@@ -49,34 +51,45 @@ def last_arrival(pws, tid, G: int):
     return flag[0] != 0
 
 
-def grid_barrier(pws, tid, G: int):
-    """Wait until all ``G`` CTAs have arrived (they are all resident: cooperative launch).
+def grid_barrier(pws, tid, cta, G: int):
+    """Wait until all ``G`` CTAs (``cta``: this one's index) have arrived (they are all resident: cooperative launch);
+    call it after a ``bar.sync`` that follows the CTA's writes to publish.
 
-    ``[pws]`` counts arrivals, ``[pws+4]`` is the generation. Thread 0 of each CTA
-    reads the generation, then arrives; the last arrival resets the count and
-    publishes generation + 1 (release), which the others wait for (acquire).
+    One word, ``[pws+4]``, whose low 31 bits are zero between launches: thread 0 of
+    each CTA adds 1 to it, except CTA 0's, which adds ``2^31 - (G - 1)``, so the ``G``
+    additions together add exactly ``2^31``. Its top bit flips when the last CTA's
+    addition lands, whichever that is, and the low bits are zero again for the next
+    launch. Each waits until the top bit differs from the one its own addition returned
+    (acq_rel: it releases the CTA's writes and acquires everyone's), then the CTA meets
+    at ``bar.sync``.
+
+    The earlier barrier (an arrival count the last CTA reset, then a generation word it
+    published with a release store for the others to see) had two more trips to L2 on
+    the path from the last CTA's arrival to everyone's departure: the generation's read
+    before arriving, and the last CTA's store after its atomic came back.
     """
     with ptx.if_(tid == 0):
-        gen = reg.scalar(u32)
-        ptx.inst.ld.relaxed.gpu.global_.u32(gen, ptx.addr(pws, 4))
+        add = reg.scalar(u32)
+        ptx.inst.selp.u32(add, FLIP - (G - 1), 1, cta == 0)
         old = reg.scalar(u32)
-        ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws), 1)
-        with ptx.if_(old == G - 1):
-            ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pws), 0)
-            ptx.inst.st.release.gpu.global_.u32(ptx.addr(pws, 4), gen + 1)
+        ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws, 4), add)
         t0 = reg.scalar(u64)
         ptx.inst.mov.u64(t0, ptx.special.globaltimer())
         spin = ptx.label("grid_wait")
         now = reg.scalar(u32)
         ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(pws, 4))
         go = ptx.new_label("grid_go")
-        ptx.bra(go, pred=now != gen)
+        ptx.bra(go, pred=((now ^ old) & FLIP) != 0)
         t = reg.scalar(u64)
         ptx.inst.mov.u64(t, ptx.special.globaltimer())
         ptx.inst.trap(pred=(t - t0) > BARRIER_TIMEOUT_NS)
         ptx.bra(spin)
         ptx.place(go)
     ptx.bar.sync(0)
+
+
+# The grid barrier word's top bit (see :func:`grid_barrier`).
+FLIP = 1 << 31
 
 
 def dw_narrow(N: int, G: int) -> bool:

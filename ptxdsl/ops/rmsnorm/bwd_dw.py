@@ -52,8 +52,9 @@ def last_arrival(pws, tid, G: int):
 
 
 def grid_barrier(pws, tid, cta, G: int):
-    """Wait until all ``G`` CTAs (``cta``: this one's index) have arrived (they are all resident: cooperative launch);
-    call it after a ``bar.sync`` that follows the CTA's writes to publish.
+    """Wait until all ``G`` CTAs have arrived (they are all resident: cooperative launch);
+    ``cta`` is this CTA's index. Call it after a ``bar.sync`` that follows the CTA's
+    writes to publish.
 
     One word, ``[pws+4]``, whose low 31 bits are zero between launches: thread 0 of
     each CTA adds 1 to it, except CTA 0's, which adds ``2^31 - (G - 1)``, so the ``G``

@@ -302,8 +302,7 @@ def main(argv=None):
             fns[name], kernels[name], plans[name] = got
         ops = cands["ops"]
         # the variants remove the grid barrier's tail: ops' plans that sum dW that way
-        if a.parts and isinstance(ops, BwdPlan) and ops.fused and not ops.cluster_dw \
-                and ops.grid > ops.slices:
+        if a.parts and isinstance(ops, BwdPlan) and ops.grid_sum:
             fns.update(tail_variants(ops, T, tdt, n, sets))
             fns["torch.add"] = lambda r: torch.add(sets[r % 8][1], sets[r % 8][0],
                                                    out=sets[r % 8][4])

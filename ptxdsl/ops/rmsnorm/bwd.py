@@ -110,6 +110,13 @@ class BwdPlan(RowSplit):
         return self.grid if ok else 0
 
     @property
+    def grid_sum(self) -> bool:
+        """Whether the grid sums dW after a grid barrier (a cooperative launch): fused,
+        not in one cluster, and more CTAs than a CTA has warps (fewer: the last CTA to
+        arrive sums alone)."""
+        return self.fused and not self.cluster_dw and self.grid > self.slices
+
+    @property
     def block(self) -> int:
         """Threads of a CTA."""
         return self.threads * self.groups
@@ -274,12 +281,12 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         # share the sum after a grid barrier, which needs every CTA resident. Grids of
         # a few CTAs sum in one cluster (p.cluster_dw; WS and DWP go unused).
         C = p.cluster_dw
-        last = not C and G <= p.slices
+        last = not (C or p.grid_sum)
 
         @kernel(in_specs=rows_in + (Tile(2, b32),),
                 out_specs=(Tile("M", N, dtype), Tile(N, wdtype), Tile(G, N, f32)),
                 grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch,
-                cooperative=not (last or C), cluster=(C, 1, 1) if C > 1 else None,
+                cooperative=p.grid_sum, cluster=(C, 1, 1) if C > 1 else None,
                 name=name,
                 # The prefetch's few extra registers must not cost the CTA its SM, nor
                 # may the staged kernel's (at 1024 threads ptxas would take 66-75), nor

@@ -120,25 +120,26 @@ def cluster_candidates(n, T, sms):
 
 def tail_kernels(p, T) -> dict:
     """``{name: kernel}``: ops' one-CTA plan ``p`` built without parts of its dW tail
-    (dW is then wrong; the time is what counts). ``no dW sum`` keeps the grid barrier
-    and skips the sum of the partial rows; ``no dW tail`` also skips the barrier and the
-    row groups' shared-memory sum (a plain launch: nothing waits for another CTA). The
+    (dW is then wrong; the time is what counts). ``no dW sum`` keeps the late arrivals'
+    wait and skips the sum of the partial rows; ``no dW tail`` also skips the arrivals
+    and the row groups' shared-memory sum (nothing waits for another CTA). The
     module's functions are replaced while each kernel is built *and traced*: kernels
     trace on first use, and one traced after the originals are back is the full kernel
     again (what an earlier study of the tail timed, twice)."""
+    from ptxdsl import reg
     from ptxdsl.ops.rmsnorm import bwd
+    from ptxdsl.types import u32
 
     def noop(*args, **kw):
         return None
 
-    def plain(*args, **kw):
-        kw["cooperative"] = False
-        return saved["kernel"](*args, **kw)
+    def no_slot(*args, **kw):  # a slot past every summing one: nobody sums
+        return reg.scalar(u32, init=0xFFFFFFFF)
     out = {}
     for name, parts in (("no dW sum", {"sum_partials": noop}),
-                        ("no dW tail", {"sum_partials": noop, "grid_barrier": noop,
-                                        "_add_groups": noop, "kernel": plain})):
-        saved = {a: getattr(bwd, a) for a in ("kernel", *parts)}
+                        ("no dW tail", {"sum_partials": noop, "late_arrivals": no_slot,
+                                        "_add_groups": noop})):
+        saved = {a: getattr(bwd, a) for a in parts}
         try:
             for a, f in parts.items():
                 setattr(bwd, a, f)
@@ -301,7 +302,7 @@ def main(argv=None):
                 continue
             fns[name], kernels[name], plans[name] = got
         ops = cands["ops"]
-        # the variants remove the grid barrier's tail: ops' plans that sum dW that way
+        # the variants remove the late arrivals' tail: ops' plans that sum dW that way
         if a.parts and isinstance(ops, BwdPlan) and ops.grid_sum:
             fns.update(tail_variants(ops, T, tdt, n, sets))
             fns["torch.add"] = lambda r: torch.add(sets[r % 8][1], sets[r % 8][0],

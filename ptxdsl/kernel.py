@@ -62,7 +62,7 @@ class Kernel:
                  maxntid: bool = False, cooperative: bool = False,
                  min_ctas_per_sm: int | None = None, *, cluster=None, raw_params=None,
                  extern_smem=False, raw_directives=None, smem: int | None = None,
-                 pdl: bool = False):
+                 pdl: bool = False, resident: int | None = None):
         self.fn = fn
         self.name = name or fn.__name__
         self.in_specs = tuple(in_specs)
@@ -84,6 +84,15 @@ class Kernel:
         # All CTAs resident at once (cuLaunchCooperativeKernel): what a grid-wide barrier
         # needs. The launcher refuses a grid larger than the device can hold.
         self.cooperative = bool(cooperative)
+        # CTAs that wait only for CTAs which may start after them (late arrivals of a
+        # reduction): a plain launch makes progress as long as the device holds this many
+        # of them at once, which the launcher checks; the interpreter, which runs large
+        # grids in batches one after another, runs such a grid in one batch.
+        if resident is not None and (isinstance(resident, bool) or not isinstance(
+                resident, int) or resident < 1):
+            raise TraceError(f"resident must be a positive int (CTAs that must be resident "
+                             f"at once), got {resident!r}", self.defined_at)
+        self.resident = resident
         # Programmatic dependent launch: every launch carries the driver's
         # programmatic-stream-serialization attribute, so the kernel may start while the
         # previous kernel on its stream is still running (its prologue overlaps that
@@ -413,7 +422,8 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
            maxntid: bool = False, cooperative: bool = False,
            min_ctas_per_sm: int | None = None, *, cluster=None, raw_params=None,
            extern_smem: bool | str = False, raw_directives=None,
-           smem: int | None = None, pdl: bool = False) -> Callable[[Callable], Kernel]:
+           smem: int | None = None, pdl: bool = False,
+           resident: int | None = None) -> Callable[[Callable], Kernel]:
     """Turn a Python function into a PTX kernel.
 
     The function takes one argument per Tile (inputs then outputs) and
@@ -427,6 +437,11 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     ``cooperative=True`` launches with ``cuLaunchCooperativeKernel``: every CTA of
     the grid is resident at once, so CTAs may wait for each other (a grid-wide
     barrier); a grid too large to be resident is refused before launch.
+    ``resident=n`` is for kernels whose CTAs wait only for CTAs that may start after
+    them (the last ``n`` to arrive at a reduction wait for the rest, the others exit): a
+    plain launch, which makes progress as long as the device holds ``n`` CTAs of the
+    kernel at once (checked before launch; cheaper than a cooperative launch); the
+    interpreter runs such a grid in one batch.
     ``pdl=True`` (programmatic dependent launch, sm_90) launches with the driver's
     programmatic-stream-serialization attribute: the kernel may start while the previous
     kernel on its stream still runs (once that kernel's CTAs have all executed
@@ -449,7 +464,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
         return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines,
                       arg_names, maxntid, cooperative, min_ctas_per_sm, cluster=cluster,
                       raw_params=raw_params, extern_smem=extern_smem,
-                      raw_directives=raw_directives, smem=smem, pdl=pdl)
+                      raw_directives=raw_directives, smem=smem, pdl=pdl, resident=resident)
     return wrap
 
 

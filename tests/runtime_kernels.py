@@ -8,7 +8,7 @@ BLOCK = 256
 
 
 def build_vadd(name: str = "vadd", arch: str = "sm_90a", cooperative: bool = False,
-               pdl: str | None = None, trigger: bool = True):
+               pdl: str | None = None, trigger: bool = True, resident: int | None = None):
     """C = A + B over a dynamic length N (one thread per element, guarded tail).
 
     ``pdl`` (not None): launched as a programmatic dependent (``pdl=True``), each thread
@@ -18,7 +18,7 @@ def build_vadd(name: str = "vadd", arch: str = "sm_90a", cooperative: bool = Fal
 
     @kernel(in_specs=(Tile("N", f32), Tile("N", f32)), out_specs=(Tile("N", f32),),
             grid=lambda N: ((N + BLOCK - 1) // BLOCK, 1, 1), block=(BLOCK, 1, 1), arch=arch,
-            name=name, cooperative=cooperative, pdl=pdl is not None)
+            name=name, cooperative=cooperative, pdl=pdl is not None, resident=resident)
     def vadd(A, B, C):
         pa, pb, pc = ptx.global_ptrs(A, B, C)
         n = ptx.dim("N")

@@ -17,20 +17,18 @@ from test_ops_rmsnorm_few_rows import case
 
 
 def test_tail_variants_lack_their_parts_and_the_module_is_restored():
-    before = {a: getattr(bwd, a) for a in ("sum_partials", "grid_barrier", "_add_groups",
-                                           "kernel")}
+    before = {a: getattr(bwd, a) for a in ("sum_partials", "late_arrivals", "_add_groups")}
     p = plan_backward(1000, bf16, 132, threads=64, groups=8, ctas_per_sm=1)
     full = build_backward(p, bf16, bf16).ptx()
     ks = tail_kernels(p, bf16)
     assert {a: getattr(bwd, a) for a in before} == before
     no_sum, no_tail = ks["no dW sum"].ptx(), ks["no dW tail"].ptx()
-    # the grid barrier's arrival and the sum's loads of the partial rows (ld.global.cg)
+    # the late arrivals' atomic and the sum's loads of the partial rows (ld.global.cg)
     # and the row groups' partials in shared memory (four floats a store)
     assert all(s in full for s in ("atom.acq_rel.gpu", "ld.global.cg", "st.shared.v4.f32"))
     assert "atom.acq_rel.gpu" in no_sum and "ld.global.cg" not in no_sum
     assert not any(s in no_tail for s in ("atom.acq_rel.gpu", "ld.global.cg",
                                           "st.shared.v4.f32"))
-    assert not ks["no dW tail"].cooperative and ks["no dW sum"].cooperative
     # after the variants, a fresh build is the full kernel again
     assert build_backward(p, bf16, bf16).ptx() == full
 

@@ -10,7 +10,7 @@ from ptxdsl.errors import InterpreterError, LaunchError
 from ptxdsl.ops import rms_norm, rms_norm_backward
 from ptxdsl.ops.rmsnorm import plan as choice
 from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
-from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
+from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce, dw_narrow, dw_summers
 from ptxdsl.ops.rmsnorm.fwd import build_forward, max_vec, plan
 from ptxdsl.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
 
@@ -153,15 +153,16 @@ def _bwd_case(m, n, seed=0):
 
 
 @pytest.mark.parametrize("flip", [0, 2**31])
-def test_fused_backward_grid_barrier_and_dw(flip):
-    """One cooperative launch: dx, and dW summed after the grid barrier, whichever way
-    the barrier word's top bit stands (a launch flips it and leaves the rest zero)."""
+def test_fused_backward_late_arrivals_sum_dw(flip):
+    """One plain launch: dx, and dW summed by the last CTAs to arrive, whichever way the
+    arrival word's top bit stands (a launch flips it and leaves the rest zero)."""
     m, n = 11, 520
     p = plan_backward(n, f32, 3)
     assert p.fused and p.grid > 1
     args, rdx, rdw = _bwd_case(m, n)
     k = build_backward(p, f32, f32)
-    assert k.cooperative
+    # a plain launch; the device must hold the CTAs that sum (one per column tile)
+    assert not k.cooperative and k.resident == dw_summers(n, p.grid, dw_narrow(n, p.grid))
     ws = np.array([0, flip], np.uint32)
     dx, dw, part = k.interpret(*args, ws)
     assert rel_err(dx, rdx) < 1e-5
@@ -279,64 +280,88 @@ def test_backward_plan_stages_long_rows_in_shared_memory():
         build_backward(bad, bf16, bf16).ptx()
 
 
-def _barrier_kernel(G: int, expect: int):
-    """``G`` CTAs that each publish a mark, meet at ``grid_barrier(expect)``, then read
-    the next CTA's mark: outputs WS (the barrier words, given in), MARK and SEEN."""
+def _arrivals_kernel(G: int, K: int, expect: int, resident: bool = True):
+    """``G`` CTAs that each publish a mark, then ``late_arrivals(expect, K)``; the late
+    ones add every CTA's mark. Outputs WS (the arrival words, given in), MARK, SLOT (each
+    CTA's slot) and SEEN (slot s: the marks' sum its CTA saw)."""
     from ptxdsl import Tile, kernel, ptx, reg
-    from ptxdsl.ops.rmsnorm.bwd_dw import grid_barrier
+    from ptxdsl.ops.rmsnorm.bwd_dw import late_arrivals
     from ptxdsl.types import b32, u32
 
-    @kernel(in_specs=(), out_specs=(Tile(2, b32), Tile(G, u32), Tile(G, u32)),
-            grid=(G, 1, 1), block=(64, 1, 1), cooperative=True, arch="sm_90a")
-    def barrier_test(WS, MARK, SEEN):
-        pws, pmark, pseen = ptx.global_ptrs(WS, MARK, SEEN)
+    @kernel(in_specs=(), out_specs=(Tile(2, b32), Tile(G, u32), Tile(G, u32), Tile(K, u32)),
+            grid=(G, 1, 1), block=(64, 1, 1), arch="sm_90a", resident=K if resident else None)
+    def arrivals_test(WS, MARK, SLOT, SEEN):
+        pws, pmark, pslot, pseen = ptx.global_ptrs(WS, MARK, SLOT, SEEN)
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
         with ptx.if_(tid == 1):  # not the thread that arrives: the bar.sync carries it
             ptx.inst.st.global_.u32(ptx.addr(pmark + cta * 4), cta + 100)
         ptx.bar.sync(0)
-        grid_barrier(pws, tid, cta, expect)
+        slot = late_arrivals(pws, tid, cta, expect, K)
         with ptx.if_(tid == 2):
-            nxt = reg.scalar(u32)
-            ptx.inst.rem.u32(nxt, cta + 1, G)
-            v = reg.scalar(u32)
-            ptx.inst.ld.global_.cg.u32(v, ptx.addr(pmark + nxt * 4))
-            ptx.inst.st.global_.u32(ptx.addr(pseen + cta * 4), v)
-    return barrier_test
+            ptx.inst.st.global_.u32(ptx.addr(pslot + cta * 4), slot)
+            with ptx.if_(slot < K):
+                total = reg.scalar(u32, init=0)
+                for c in range(G):
+                    v = reg.scalar(u32)
+                    ptx.inst.ld.global_.cg.u32(v, ptx.addr(pmark, 4 * c))
+                    ptx.inst.add.u32(total, total, v)
+                ptx.inst.st.global_.u32(ptx.addr(pseen + slot * 4), total)
+    return arrivals_test
+
+
+def _run_arrivals(G, K, expect, flip=0, resident=True):
+    return _arrivals_kernel(G, K, expect, resident).interpret(
+        np.array([0, flip], np.uint32), np.zeros(G, np.uint32), np.zeros(G, np.uint32),
+        np.zeros(K, np.uint32))
 
 
 @pytest.mark.parametrize("flip", [0, 2**31])
-def test_grid_barrier_orders_the_ctas_and_flips_its_word(flip):
-    """After the barrier every CTA sees the mark the next CTA wrote before it (so none
-    left early), and the word's top bit has flipped with the rest left zero, ready for
-    the next launch."""
+@pytest.mark.parametrize("K", [1, 2, 5])
+def test_late_arrivals_see_every_mark_and_flip_the_word(K, flip):
+    """The last K CTAs to arrive get slots 0..K-1 and see the mark every CTA wrote
+    before arriving; the others get slots of K or more (they did not wait); the word's
+    top bit has flipped with the rest left zero, ready for the next launch."""
     G = 5
-    ws, mark, seen = _barrier_kernel(G, G).interpret(
-        np.array([0, flip], np.uint32), np.zeros(G, np.uint32), np.zeros(G, np.uint32))
-    assert list(seen) == [(c + 1) % G + 100 for c in range(G)]
+    ws, mark, slot, seen = _run_arrivals(G, K, G, flip)
+    assert sorted(int(s) for s in slot if s < K) == list(range(K))
+    assert sum(int(s) >= K for s in slot) == G - K
+    assert list(seen) == [sum(range(100, 100 + G))] * K
     assert list(ws.view(np.uint32)) == [0, flip ^ 2**31]
 
 
-def test_grid_barrier_waits_for_every_cta(monkeypatch):
-    """A barrier that expects one CTA more than the grid has never releases: the
-    interpreter reports the spin that does not end (the barrier really waits)."""
+def test_late_arrivals_run_in_one_batch_of_the_interpreter(monkeypatch):
+    """The interpreter runs large grids in batches one after another; a kernel whose
+    CTAs wait for later ones (``resident=``) runs in one. Without it, batches of one CTA
+    leave each late arrival waiting for a CTA of a batch that never starts."""
+    import ptxdsl.interp as interp
+    from ptxdsl.interp import machine
+    monkeypatch.setattr(interp, "MAX_BATCH_THREADS", 64)  # one CTA a batch
+    monkeypatch.setattr(machine, "MAX_ITERATIONS", 200)
+    ws, mark, slot, seen = _run_arrivals(4, 2, 4)
+    assert list(seen) == [sum(range(100, 104))] * 2
+    with pytest.raises(InterpreterError, match="does not terminate"):
+        _run_arrivals(4, 2, 4, resident=False)
+
+
+def test_late_arrivals_wait_for_every_cta(monkeypatch):
+    """Arrivals that expect one CTA more than the grid has never release the late ones:
+    the interpreter reports the spin that does not end (they really wait)."""
     from ptxdsl.interp import machine
     monkeypatch.setattr(machine, "MAX_ITERATIONS", 200)
     with pytest.raises(InterpreterError, match="does not terminate"):
-        _barrier_kernel(3, 4).interpret(np.zeros(2, np.uint32), np.zeros(3, np.uint32),
-                                        np.zeros(3, np.uint32))
+        _run_arrivals(3, 2, 4)
 
 
-def test_grid_barrier_traps_instead_of_hanging(monkeypatch):
-    """A barrier that cannot release (a workspace that was not zero, CTAs lost) cannot
-    hang the GPU: past a time limit the kernel traps (on a GPU: a failed launch,
+def test_late_arrivals_trap_instead_of_hanging(monkeypatch):
+    """Late arrivals that cannot be released (a workspace that was not zero, CTAs lost)
+    cannot hang the GPU: past a time limit the kernel traps (on a GPU: a failed launch,
     reported as an error)."""
     from ptxdsl.ops.rmsnorm import bwd_dw
     monkeypatch.setattr(bwd_dw, "BARRIER_TIMEOUT_NS", 50_000)
-    k = _barrier_kernel(3, 4)
-    assert "trap" in k.ptx() and "%globaltimer" in k.ptx()
+    assert "trap" in _arrivals_kernel(3, 2, 4).ptx()
     with pytest.raises(InterpreterError, match="trap executed"):
-        k.interpret(np.zeros(2, np.uint32), np.zeros(3, np.uint32), np.zeros(3, np.uint32))
+        _run_arrivals(3, 2, 4)
 
 
 def test_unfused_backward_for_small_rows():

@@ -88,10 +88,10 @@ def test_few_rows_plan_only_its_grid(n, dt):
         assert dataclasses.replace(p, grid=full.grid, fused=full.fused, groups=full.groups,
                                    threads=full.threads) == full
         assert p.fused == (full.fused or -(-p.grid // p.slices) <= bwd.MAX_FUSED_ROWS)
-        # few rows' grids: one cluster (or one CTA) sums dW, or the last CTA does:
-        # nobody waits for a CTA that may not be resident, a plain launch
-        assert k.grid == (p.grid, 1, 1) and k.cooperative == (
-            p.fused and p.grid > p.slices and not p.cluster_dw)
+        # one cluster (or one CTA) sums dW, or the last CTA, or the last arrivals: none
+        # waits for a CTA that may not be resident, a plain launch
+        assert k.grid == (p.grid, 1, 1) and not k.cooperative
+        assert (k.resident is not None) == p.grid_sum
         assert p.cluster_dw == (p.grid if p.fused and p.grid <= bwd.MAX_DW_CLUSTER
                                 and not (p.streaming or p.stages) else 0), p
         assert tuple(k.cluster or (1, 1, 1)) == ((p.grid, 1, 1) if p.cluster_dw > 1

@@ -15,7 +15,7 @@ import pytest
 
 import ptxdsl
 from ptxdsl import toolchain
-from ptxdsl.errors import LaunchError, ToolchainError
+from ptxdsl.errors import LaunchError, ToolchainError, TraceError
 from ptxdsl.runtime import cache as rcache
 from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch
@@ -966,6 +966,24 @@ def test_cooperative_grid_must_be_resident(gpu):
                                           r"once.*8 CTA\(s\) of this kernel per SM x 132 SMs"):
         k(rand(256 * 8 * 132 + 1), rand(256 * 8 * 132 + 1))
     assert not vadd_on(gpu, "vadd_plain").cooperative
+
+
+def test_resident_ctas_must_fit_and_launch_plainly(gpu):
+    """``resident=n``: a plain launch (no cooperative attribute) of a grid larger than
+    the device holds, refused only when the device cannot hold ``n`` CTAs at once."""
+    n = 256 * 8 * 132 * 2  # twice the CTAs the fake holds at once
+    k = build_vadd("vadd_resident", resident=8 * 132)
+    gpu.cu.register(k, vadd_impl)
+    a, b = rand(n), rand(n, 1)
+    np.testing.assert_array_equal(k(a, b), a + b)
+    assert not gpu.cu.launches[-1].get("cooperative")
+    k2 = build_vadd("vadd_resident_big", resident=8 * 132 + 1)
+    gpu.cu.register(k2, vadd_impl)
+    with pytest.raises(LaunchError, match=r"1057 of its 2112 CTAs \(resident=1057\) must be "
+                                          r"resident at once.*make fewer CTAs wait"):
+        k2(a, b)
+    with pytest.raises(TraceError, match="resident must be a positive int"):
+        build_vadd("vadd_resident_bad", resident=0)
 
 
 def test_cluster_needs_hopper(make_gpu):

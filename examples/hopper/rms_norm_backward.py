@@ -1,8 +1,8 @@
 """RMSNorm backward: ``dx`` and a deterministic ``dweight`` in one DSL kernel.
 
-``ptxdsl/ops/rmsnorm/bwd.py`` holds the kernel: a persistent, cooperative grid
-walks the rows in a fixed order, keeps its share of dweight in registers and
-writes per-CTA partials; after a grid-wide barrier the same CTAs sum the
+``ptxdsl/ops/rmsnorm/bwd.py`` holds the kernel: a persistent grid walks the
+rows in a fixed order, keeps its share of dweight in registers and writes
+per-CTA partials; the last CTAs to finish wait for the rest and sum the
 partials column by column in a fixed order. Same inputs, same bits, every run. This script runs them (GPU
 when present, else the CPU interpreter), checks them against float64
 gradients and, on a GPU, prints µs and the bandwidth beside torch autograd.

@@ -164,7 +164,8 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
     else:
         grid = kernel.grid_for(dims)
         results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides},
-                              cooperative=getattr(kernel, "cooperative", False),
+                              cooperative=bool(getattr(kernel, "cooperative", False)
+                                               or getattr(kernel, "resident", None)),
                               max_steps=max_steps, initialized=set(arrays),
                               allow_uninitialized=allow_uninitialized,
                               tmaps=_tensor_maps(prog, names, specs, tensors, dims, strides),
@@ -349,8 +350,8 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     (any address: the tensor's interpreter address replaces it) for the kernel's
     tensor-map parameters (``X.tma_desc()``), as the runtime would encode them.
 
-    A cooperative grid runs as one batch: its CTAs may wait for each other, which
-    CTAs of a later batch could never answer. ``cluster``: the launch's cluster dims
+    A cooperative grid (``cooperative``: also a kernel's ``resident=``) runs as one batch:
+    its CTAs may wait for each other, which CTAs of a later batch could never answer. ``cluster``: the launch's cluster dims
     (default: the program's, ``cluster=`` or ``.reqnctapercluster``); the grid runs as a
     sequence of clusters, batches hold whole ones, and each CTA's shared addresses carry
     its rank (:mod:`.cluster`, :data:`.memory.RANK_SHIFT`). ``pdl``: the kernel is

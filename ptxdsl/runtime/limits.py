@@ -44,6 +44,8 @@ class LaunchLimits:
         self._allow_dynamic_smem(kf, smem)
         if self.cooperative:
             self._check_resident(kf, info, grid, threads, smem)
+        elif getattr(self.kernel, "resident", None):
+            self._check_resident(kf, info, grid, threads, smem, self.kernel.resident)
         if cluster is not None:
             if not info.cluster_launch:
                 raise LaunchError(f"{name}: cluster={cluster} but {info.name} ({info.arch}) "
@@ -62,18 +64,25 @@ class LaunchLimits:
                                  "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
                 kf.non_portable = True
 
-    def _check_resident(self, kf: KernelFunction, info, grid, threads: int, smem: int) -> None:
+    def _check_resident(self, kf: KernelFunction, info, grid, threads: int, smem: int,
+                        need: int | None = None) -> None:
         """A cooperative grid must fit on the device all at once (else the driver would
-        refuse it, or CTAs waiting for each other would never all run)."""
+        refuse it, or CTAs waiting for each other would never all run); a kernel's
+        ``resident=n``, ``n`` of its CTAs (its late arrivals wait for CTAs that must still
+        find an SM)."""
         per_sm = self._per_sm(kf, threads, smem)
         ctas = grid[0] * grid[1] * grid[2]
-        if ctas > per_sm * info.sm_count:
-            raise LaunchError(f"{self.sig.describe_call()}: a cooperative grid of {ctas} CTAs "
+        what, fix = ((f"a cooperative grid of {ctas} CTAs", "use a smaller grid") if need is None
+                     else (f"{min(need, ctas)} of its {ctas} CTAs (resident={need})",
+                           "make fewer CTAs wait"))
+        need = ctas if need is None else min(need, ctas)
+        if need > per_sm * info.sm_count:
+            raise LaunchError(f"{self.sig.describe_call()}: {what} "
                               f"must be resident at once, but {info.name} holds {per_sm} CTA(s) "
                               f"of this kernel per SM x {info.sm_count} SMs = "
                               f"{per_sm * info.sm_count} (it uses {kf.num_regs} registers per "
-                              f"thread, {kf.static_smem + smem} bytes of shared memory); use "
-                              f"a smaller grid", user_location())
+                              f"thread, {kf.static_smem + smem} bytes of shared memory); {fix}",
+                              user_location())
 
     def resident_ctas(self, device: int, smem: int | None = None) -> int:
         """How many CTAs of this kernel the device holds at once (occupancy x SMs), each

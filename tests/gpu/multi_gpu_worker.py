@@ -20,7 +20,7 @@ if ROOT not in sys.path:
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
-M, N, EPS = 2 * 600, 1000, 1e-6   # 600 rows a rank: the grouped backward, a cooperative grid
+M, N, EPS = 2 * 600, 1000, 1e-6   # 600 rows a rank: the grouped backward, its late arrivals
 
 
 def inputs(torch):

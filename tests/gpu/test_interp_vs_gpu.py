@@ -42,7 +42,7 @@ def _inputs(k, rng):
     for i, tile in enumerate(k.in_specs):
         shape = tile.shape_for(dims)
         if i < len(names) and names[i] == "WS":
-            # A cooperative kernel's barrier workspace must start at zero.
+            # A backward kernel's arrival workspace must start at zero.
             out.append(np.zeros(shape, tile.dtype.np_dtype))
             continue
         x = rng.standard_normal(shape).astype(np.float32)

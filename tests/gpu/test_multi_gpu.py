@@ -56,7 +56,7 @@ def _rms_fwd_residual(x, w):
     return [y, r]
 
 
-def _rms_bwd_rows(x, w):  # 4096 x 1000: row groups, a cooperative grid with its barrier
+def _rms_bwd_rows(x, w):  # 4096 x 1000: row groups, the late arrivals' dW sum
     y, rstd = rms_norm(x, w, EPS, return_rstd=True)
     return [y, rstd, *rms_norm_backward(x * 0.25, x, w, rstd)]
 

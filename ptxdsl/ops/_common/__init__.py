@@ -6,6 +6,6 @@ frame      the array framework of a call (numpy / torch / device arrays):
 kernels    :class:`KernelCache`, built kernels keyed by what changes their PTX
 reduce     :class:`RowSum`, a row's f32 sum over a warp or a CTA (DSL code)
 rowio      vector loads and stores of a row chunk as f32 registers (DSL code)
-workspace  per-(device, stream) scratch buffers for cooperative kernels
+workspace  per-(device, stream) scratch buffers for the RMSNorm backward
 ========== ==============================================================
 """

@@ -1,15 +1,16 @@
-"""Scratch memory for the cooperative RMSNorm backward: one buffer per (device, stream).
+"""Scratch memory for the fused RMSNorm backward: one buffer per (device, stream).
 
-The backward kernel needs two barrier words that are zero before its first
+The backward kernel needs two arrival words that are zero before its first
 launch (every launch leaves them ready again) and an f32 ``(G, N)``
 buffer for the per-CTA dweight partials, which only lives during the launch.
 Launches on one stream run one after another, so one buffer per stream serves
 them all, as cuBLAS keeps a workspace per stream: no allocation and no memset
 per call. Different streams get different buffers, so concurrent launches never
-share barrier words.
+share arrival words.
 
-Layout (int32 elements): ``[0:2]`` barrier words (arrival count, grid barrier), ``[2:4]``
-padding (the partials start 16-byte aligned), ``[4:4+G*N]`` the partials.
+Layout (int32 elements): ``[0:2]`` arrival words (the last arrival's count, the late
+arrivals' word), ``[2:4]`` padding (the partials start 16-byte aligned), ``[4:4+G*N]``
+the partials.
 
 While a CUDA graph is being captured, a fresh zeroed buffer is made per call
 (captured as an allocation and a memset), so replays never depend on eager
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import threading
 
-# int32 words before the partials: the barrier words, padded to 128 bytes so that the
+# int32 words before the partials: the arrival words, padded to 128 bytes so that the
 # partial rows start on an L2 line (a warp's 512-byte access to a row of a multiple of
 # 32 floats then touches four lines, not five)
 HEADER = 32
@@ -38,7 +39,7 @@ class Workspace:
 
     def torch_buffer(self, hooks, device: int, stream: int, elems: int):
         """``(tensor, base pointer)`` of a buffer of ``HEADER + elems`` int32 for launches
-        on ``stream`` of ``device``, barrier words ready (``hooks``: the
+        on ``stream`` of ``device``, arrival words ready (``hooks``: the
         :class:`~ptxdsl.runtime.torch_private.TorchHooks` of the torch in use). Hold the
         tensor until the launch is queued: a buffer made for one call is freed when it
         is dropped."""

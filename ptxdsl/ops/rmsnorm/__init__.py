@@ -8,7 +8,7 @@ fast        repeated torch calls: per-signature closures that allocate and launc
 autograd    the ``torch.autograd.Function`` and ``nn.Module`` (torch only)
 fwd         the row-per-CTA / row-per-warp forward kernel and its ``Plan``
 fwd_loop    the persistent forward kernel (a CTA loops over rows)
-bwd         the cooperative backward kernel, its ``BwdPlan`` and the dw reduction
+bwd         the backward kernel, its ``BwdPlan`` and the dw reduction
 bwd_staged  the backward's cp.async-staged rows
 row         forward row arithmetic shared by the forward kernels
 bwd_row     backward row arithmetic shared by the backward schedules

@@ -8,14 +8,14 @@ For ``y = x * rstd * w`` (rstd saved by the forward pass):
 With Gemma's ``offset`` (``y = x * rstd * (offset + w)``) dx reads ``offset + w`` for
 ``w`` (added once per loaded weight, :func:`~.row.with_offset`); dw keeps its form.
 
-One cooperative launch does both. ``dw`` is reduced deterministically: a
-persistent grid of ``G`` CTAs (``G`` a compile-time constant, from the
-device's SM count and the kernel's occupancy) walks the rows ``cta, cta+G,
-...`` in a fixed order, keeps its dw partial in registers and writes one row of
-an f32 ``(G, N)`` scratch buffer. A grid-wide barrier (every CTA is resident:
-the launch is cooperative) then lets the CTAs sum that buffer down its
-columns, again in a fixed order. No float atomics: the same inputs give the
-same bits on every run.
+One launch does both. ``dw`` is reduced deterministically: a persistent grid of
+``G`` CTAs (``G`` a compile-time constant, from the device's SM count and the
+kernel's occupancy) walks the rows ``cta, cta+G, ...`` in a fixed order, keeps its
+dw partial in registers and writes one row of an f32 ``(G, N)`` scratch buffer.
+The last ``K`` CTAs to finish (one per column tile of the sum) wait for the rest
+(:func:`~.bwd_dw.late_arrivals`) and then sum that buffer down its columns, again
+in a fixed order; the others exit. No float atomics: the same inputs give the same
+bits on every run, whichever CTAs do the sum.
 
 Few rows, few CTAs: every CTA writes a whole partial row, and the sum reads all ``G``
 of them, whether or not the CTA had a row. At M=1, N=8192 (bf16) an H100's grid (at
@@ -27,14 +27,14 @@ runs ``min(G, M rounded up to a power of two)`` CTAs (:func:`rows_grid`,
 about log2(G) more kernels per (N, dtype) (nine below 396). A grid of no more CTAs
 than a CTA has warps needs no barrier: the last CTA to finish its rows sums dW alone,
 a column tile per warp (``last_arrival``, ``sum_partials_by_warp``), while the
-others exit, so that launch is a plain one, not cooperative.
+others exit.
 
 Short rows: a CTA holds several rows at once, one per row group (``BwdPlan.groups``),
 and writes one partial row for all of them (see :class:`BwdPlan`).
 
 The workspace ``WS`` is two u32, zero before first use: the few-row kernels' arrival
-counter, which their last arrival resets, and the grid barrier's word, whose top bit
-flips when all ``G`` CTAs have added to it (:func:`~.bwd_dw.grid_barrier`). Both are
+counter, which their last arrival resets, and the late arrivals' word, whose top bit
+flips when all ``G`` CTAs have added to it (:func:`~.bwd_dw.late_arrivals`). Both are
 left ready for the next launch, so one workspace serves every launch on one stream,
 whatever its ``G``.
 """
@@ -48,8 +48,9 @@ from ptxdsl.types import PtxType, b32, f32, u32
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
-from .bwd_dw import (MAX_DW_CLUSTER, STATIC_GROUP_SMEM, cluster_dw, dw_narrow, grid_barrier,
-                     last_arrival, shared_vec, sum_partials, sum_partials_by_warp)
+from .bwd_dw import (MAX_DW_CLUSTER, STATIC_GROUP_SMEM, cluster_dw, dw_narrow, dw_summers,
+                     last_arrival, late_arrivals, shared_vec, sum_partials,
+                     sum_partials_by_warp)
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
                          staged_rows)
@@ -67,7 +68,7 @@ class BwdPlan(RowSplit):
     # Rows too long for registers: stream x/dy twice (the second read mostly hits
     # L2) and keep the dw partial in the CTA's own row of the f32 partial buffer.
     streaming: bool = False
-    # dW summed in the same (cooperative) launch after a grid barrier; else by
+    # dW summed in the same launch by the last CTAs to finish; else by
     # build_dw_reduce in a second launch (small rows, whose grid is so large that
     # summing its partials would be left to too few CTAs).
     fused: bool = True
@@ -111,9 +112,9 @@ class BwdPlan(RowSplit):
 
     @property
     def grid_sum(self) -> bool:
-        """Whether the grid sums dW after a grid barrier (a cooperative launch): fused,
-        not in one cluster, and more CTAs than a CTA has warps (fewer: the last CTA to
-        arrive sums alone)."""
+        """Whether the last CTAs to arrive share dW's sum (:func:`~.bwd_dw.late_arrivals`):
+        fused, not in one cluster, and more CTAs than a CTA has warps (fewer: the last CTA
+        to arrive sums alone)."""
         return self.fused and not self.cluster_dw and self.grid > self.slices
 
     @property
@@ -260,8 +261,8 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     """The backward kernel for plan ``p`` (of ``y = x * rstd * (offset + w)``; ``offset``
     0 records exactly the plain kernel).
 
-    Fused (``p.fused``, one cooperative launch): arguments DY (M, N), X (M, N)
-    (strided rows), W (N,), RSTD (M,) f32, WS (2,) 32-bit barrier workspace (zero
+    Fused (``p.fused``, one launch): arguments DY (M, N), X (M, N)
+    (strided rows), W (N,), RSTD (M,) f32, WS (2,) 32-bit arrival workspace (zero
     before its first launch; launches leave it so); outputs DX (M, N), DW (N,),
     DWP (G, N) f32 scratch for the per-CTA partials.
 
@@ -275,18 +276,22 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
     pdl = pdl_for(arch)
     if p.fused:
         # Few rows' grids (no more CTAs than a CTA has warps): the last CTA to finish its
-        # rows sums dW alone, so nobody waits for anybody and the launch need not be
-        # cooperative (cuLaunchCooperativeKernel cost 1.7 us more host time than
-        # cuLaunchKernel on an H100, where these calls are host-bound). Larger grids
-        # share the sum after a grid barrier, which needs every CTA resident. Grids of
-        # a few CTAs sum in one cluster (p.cluster_dw; WS and DWP go unused).
+        # rows sums dW alone, so nobody waits for anybody. Larger grids share the sum
+        # among their last arrivals, which wait only for CTAs that arrive after them
+        # (late_arrivals), so no launch needs to be cooperative (a cooperative launch cost
+        # 1.5 us a call at every GPU-bound shape measured on an H100,
+        # bench/results/rmsnorm_bwd_late_arrivals_h100.json); the device must only hold
+        # the K that wait (resident=K). Grids of a few CTAs sum in one cluster
+        # (p.cluster_dw; WS and DWP go unused).
         C = p.cluster_dw
         last = not (C or p.grid_sum)
+        thin = dw_narrow(p.n, G) if p.dw_narrow is None else p.dw_narrow
+        K = dw_summers(p.n, G, thin)
 
         @kernel(in_specs=rows_in + (Tile(2, b32),),
                 out_specs=(Tile("M", N, dtype), Tile(N, wdtype), Tile(G, N, f32)),
                 grid=(G, 1, 1), block=(p.block, 1, 1), arch=arch,
-                cooperative=p.grid_sum, cluster=(C, 1, 1) if C > 1 else None,
+                cluster=(C, 1, 1) if C > 1 else None, resident=K if p.grid_sum else None,
                 name=name,
                 # The prefetch's few extra registers must not cost the CTA its SM, nor
                 # may the staged kernel's (at 1024 threads ptxas would take 66-75), nor
@@ -312,9 +317,9 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
                 with ptx.if_(last_arrival(pws, tid, G)):
                     sum_partials_by_warp(p.n, G, p.slices, wdtype, pdwp, pdw, tid)
             else:
-                grid_barrier(pws, tid, cta, G)
-                thin = dw_narrow(p.n, G) if p.dw_narrow is None else p.dw_narrow
-                sum_partials(p.n, G, p.slices, G, wdtype, pdwp, pdw, tid, cta, thin)
+                slot = late_arrivals(pws, tid, cta, G, K)
+                with ptx.if_(slot < K):
+                    sum_partials(p.n, G, p.slices, K, wdtype, pdwp, pdw, tid, slot, thin)
         return rms_norm_bwd
 
     @kernel(in_specs=rows_in, out_specs=(Tile("M", N, dtype), Tile(G, N, f32)),

@@ -2,8 +2,8 @@
 buffer) added down their columns in a fixed order, so the same inputs give the same
 bits on every run (no float atomics).
 
-* :func:`grid_barrier` then :func:`sum_partials`: every CTA of a cooperative launch
-  waits for all the others, then the grid shares the sum, a column tile per CTA;
+* :func:`late_arrivals` then :func:`sum_partials`: the last CTAs to arrive wait for the
+  others, then share the sum, a column tile each, while the earlier ones exit;
 * :func:`last_arrival` then :func:`sum_partials_by_warp`: grids of no more CTAs than a
   CTA has warps, where the last CTA to arrive sums alone and nobody waits (a plain
   launch);
@@ -14,9 +14,9 @@ bits on every run (no float atomics).
   in the same launch.
 
 The workspace ``WS`` holds two u32: the arrival counter of :func:`last_arrival` (zero
-before first use, left so by every launch) and the word of :func:`grid_barrier` (its
+before first use, left so by every launch) and the word of :func:`late_arrivals` (its
 low 31 bits zero before first use, left so by every launch; its top bit flips at each
-barrier).
+launch).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .fwd import WARP
 
-# A barrier wait longer than this means the workspace was not zero before the launch
+# A late arrival's wait longer than this means the workspace was not zero before the launch
 # (or CTAs were lost): trap, so the launch fails with an error instead of hanging.
 BARRIER_TIMEOUT_NS = 20_000_000_000
 
@@ -51,45 +51,73 @@ def last_arrival(pws, tid, G: int):
     return flag[0] != 0
 
 
-def grid_barrier(pws, tid, cta, G: int):
-    """Wait until all ``G`` CTAs have arrived (they are all resident: cooperative launch);
-    ``cta`` is this CTA's index. Call it after a ``bar.sync`` that follows the CTA's
-    writes to publish.
+def late_arrivals(pws, tid, cta, G: int, K: int):
+    """The last ``K`` of ``G`` CTAs to arrive wait for the others; the rest go on at once.
+    Returns the CTA's slot, a ``.u32`` register (the same for all its threads): ``0 ..
+    K-1`` for the last ``K`` arrivals, in order of arrival, once every CTA has arrived;
+    ``K`` or more for the others, which need not wait. Call it after a ``bar.sync``
+    that follows the CTA's writes to publish (``cta``: this CTA's index).
 
-    One word, ``[pws+4]``, whose low 31 bits are zero between launches: thread 0 of
-    each CTA adds 1 to it, except CTA 0's, which adds ``2^31 - (G - 1)``, so the ``G``
+    One word, ``[pws+4]``, whose low 31 bits are zero between launches: thread 0 of each
+    CTA adds 1 to it, except CTA 0's, which adds ``2^31 - (G - 1)``, so the ``G``
     additions together add exactly ``2^31``. Its top bit flips when the last CTA's
     addition lands, whichever that is, and the low bits are zero again for the next
-    launch. Each waits until the top bit differs from the one its own addition returned
-    (acq_rel: it releases the CTA's writes and acquires everyone's), then the CTA meets
-    at ``bar.sync``.
+    launch. The value an addition returns says how many CTAs came before (below ``G``
+    while CTA 0 has not arrived; past ``2^31 - G`` once it has, counting it as one); a
+    late arrival waits until the top bit differs from the one its addition returned
+    (acq_rel: the addition releases the CTA's writes, and the RMWs' chain carries
+    everyone's to the loads that see the flip).
 
-    The earlier barrier (an arrival count the last CTA reset, then a generation word it
-    published with a release store for the others to see) had two more trips to L2 on
-    the path from the last CTA's arrival to everyone's departure: the generation's read
-    before arriving, and the last CTA's store after its atomic came back.
+    Only late arrivals wait, and each waits only for CTAs that arrive after it: the
+    CTAs that did not arrive yet are running, or will find an SM when an early arrival
+    exits. With at most ``K - 1`` CTAs waiting, no launch can fill the device with
+    waiters while a CTA is still to run, as long as the device holds ``K`` of them at
+    once (``@kernel(resident=K)``); so the launch need not be cooperative (a
+    cooperative launch cost 1.5 us a call on an H100,
+    ``bench/results/rmsnorm_bwd_late_arrivals_h100.json``).
+
+    Before: every CTA waited at a grid barrier whose last arrival reset a count and
+    published a generation word (two more trips to L2 on the path from the last
+    arrival to the others' departure: the generation's read before arriving, and the
+    last CTA's store after its atomic came back), and the launch was cooperative.
     """
+    slot = smem.alloc(u32, (1,))
     with ptx.if_(tid == 0):
         add = reg.scalar(u32)
         ptx.inst.selp.u32(add, FLIP - (G - 1), 1, cta == 0)
         old = reg.scalar(u32)
         ptx.inst.atom.acq_rel.gpu.global_.add.u32(old, ptx.addr(pws, 4), add)
-        t0 = reg.scalar(u64)
-        ptx.inst.mov.u64(t0, ptx.special.globaltimer())
-        spin = ptx.label("grid_wait")
-        now = reg.scalar(u32)
-        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(pws, 4))
-        go = ptx.new_label("grid_go")
-        ptx.bra(go, pred=((now ^ old) & FLIP) != 0)
-        t = reg.scalar(u64)
-        ptx.inst.mov.u64(t, ptx.special.globaltimer())
-        ptx.inst.trap(pred=(t - t0) > BARRIER_TIMEOUT_NS)
-        ptx.bra(spin)
-        ptx.place(go)
+        low = old & (FLIP - 1)
+        before = reg.scalar(u32)  # CTAs that arrived before this one
+        ptx.inst.selp.u32(before, low - (FLIP - G), low, low >= G)
+        mine = reg.scalar(u32)
+        ptx.inst.sub.u32(mine, before, G - K)  # wraps past K for the early arrivals
+        slot[0] = mine
+        with ptx.if_(mine < K):
+            t0 = reg.scalar(u64)
+            ptx.inst.mov.u64(t0, ptx.special.globaltimer())
+            spin = ptx.label("grid_wait")
+            now = reg.scalar(u32)
+            ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(pws, 4))
+            go = ptx.new_label("grid_go")
+            ptx.bra(go, pred=((now ^ old) & FLIP) != 0)
+            t = reg.scalar(u64)
+            ptx.inst.mov.u64(t, ptx.special.globaltimer())
+            ptx.inst.trap(pred=(t - t0) > BARRIER_TIMEOUT_NS)
+            ptx.bra(spin)
+            ptx.place(go)
     ptx.bar.sync(0)
+    return slot[0]
 
 
-# The grid barrier word's top bit (see :func:`grid_barrier`).
+def dw_summers(N: int, G: int, thin: bool) -> int:
+    """CTAs that sum dW after :func:`late_arrivals`: one per column tile of
+    :func:`sum_partials`, at most the grid."""
+    cols = 32 * (4 if N % 4 == 0 and not thin else 1)
+    return min(G, -(-N // cols))
+
+
+# The arrival word's top bit (see :func:`late_arrivals`).
 FLIP = 1 << 31
 
 

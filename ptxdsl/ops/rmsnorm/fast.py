@@ -149,7 +149,7 @@ def bwd_fast_unfused(torch, kb, kr, bargs, rargs, x, n, grid):
 def bwd_fast(torch, kb, bargs, x, elems, dy=None, weight=None, rstd=None, offset=0.0,
              device=None):
     """The fused backward's per-signature closure: the stream's scratch, dx and dw from
-    the launcher's allocator, the bound cooperative launch. With the call's ``dy``,
+    the launcher's allocator, the bound launch. With the call's ``dy``,
     ``weight`` and ``rstd`` it also gets a :class:`Hot` (``run.hot``): a later call with
     tensors like these is found by one C++ guard instead of :func:`bwd_key` (eleven
     attribute reads and three pointers: about 4 us of an H100 host's 24); its launch

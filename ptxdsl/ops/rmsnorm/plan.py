@@ -307,7 +307,8 @@ def backward_kernel(n, dt: PtxType, wdt: PtxType, vec, arch, sms, info, offset=0
     """The backward kernel and its plan, with as many CTAs as the device holds at once,
     or, for a call of ``m`` rows (None: as many as there may be), fewer.
 
-    The launch is cooperative, so the grid must be resident; the plan's register
+    The grid is as many CTAs as the device holds at once (the late arrivals that sum dW
+    wait for the rest, :func:`~.bwd_dw.late_arrivals`); the plan's register
     estimate sizes it first, then the driver's occupancy for the compiled kernel
     (``Launcher.resident_ctas``) corrects it: down when the estimate was too hopeful,
     up when ptxas needed fewer registers (measured: "backward: CTAs per SM from the
@@ -417,7 +418,7 @@ def _device_backward(n, dt, wdt, vec, arch, sms, info, offset, many=False):
                 q.grid < p.grid or -(-q.grid // q.slices) <= 2 * MAX_FUSED_ROWS):
             p, k = q, kq
         elif q.grid < p.grid:  # cannot happen unless occupancy changed between the builds
-            raise LaunchError(f"rms_norm_backward: no cooperative grid fits for N={n}")
+            raise LaunchError(f"rms_norm_backward: no resident grid fits for N={n}")
     if halves and (p.grid == sms or short):
         r = dataclasses.replace(p, l2_ahead=True)
         kr = get(r)

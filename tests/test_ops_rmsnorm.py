@@ -280,6 +280,16 @@ def test_backward_plan_stages_long_rows_in_shared_memory():
         build_backward(bad, bf16, bf16).ptx()
 
 
+def test_backward_ring_is_128_byte_aligned():
+    """The ring (dynamic shared memory, after the static arrays) declares 128-byte
+    alignment, so that ptxas pads the static arrays before it: 16-byte alignment alone
+    cost 1024 x 16384 bf16 on an H200 3.7 us a call."""
+    from ptxdsl.ops.rmsnorm.bwd_staged import RING_ALIGN
+    for dt in (bf16, f32):
+        text = build_backward(plan_backward(16384, dt), dt, dt).ptx()
+        assert f".extern .shared .align {RING_ALIGN} .b8" in text and RING_ALIGN == 128
+
+
 def _arrivals_kernel(G: int, K: int, expect: int, resident: bool = True):
     """``G`` CTAs that each publish a mark, then ``late_arrivals(expect, K)``; the late
     ones add every CTA's mark. Outputs WS (the arrival words, given in), MARK, SLOT (each

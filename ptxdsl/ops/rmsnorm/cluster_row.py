@@ -208,7 +208,8 @@ class Ring:
                                                                       stages, m, step)
         self.slice_bytes = s.slice_chunks * 16
         self.sb = len(arrays) * self.slice_bytes
-        ring = smem.alloc(u8, (stages * self.sb,), dynamic=True)
+        # 128-byte aligned, as the staged backward's ring (bwd_staged.RING_ALIGN)
+        ring = smem.alloc(u8, (stages * self.sb,), dynamic=True, align=128)
         self.mine = ring.base + (tid << 4)     # this thread's chunk 0 in buffer 0
         self.take = reg.scalar(u32, init=0)                  # the buffer read this row
         self.fill = reg.scalar(u32, init=(stages - 1) * self.sb)  # the one refilled

@@ -80,3 +80,10 @@ def test_block_never_exceeds_the_calls_asked_for(monkeypatch):
     monkeypatch.setattr(br, "_torch", q.torch)
     us = br.time_fn(q.op(1.0, 50.0), [(0,)], warmup=2, iters=3)
     assert q.kernels == 2 + 3 and us == pytest.approx(50.0, rel=0.05)
+
+
+def test_host_bound_shapes_get_more_rounds():
+    """Calls under 8 MiB (host-bound: their numbers are the host's) get three times the
+    rounds, the rest the rounds asked for; the same bound decides the GPU warm-up."""
+    assert br._rounds_for(7, (8 << 20) - 1) == 21 and br._warm_for((8 << 20) - 1) == 0.0
+    assert br._rounds_for(7, 8 << 20) == 7 and br._warm_for(8 << 20) > 0

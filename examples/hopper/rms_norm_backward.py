@@ -3,9 +3,10 @@
 ``ptxdsl/ops/rmsnorm/bwd.py`` holds the kernel: a persistent grid walks the
 rows in a fixed order, keeps its share of dweight in registers and writes
 per-CTA partials; the last CTAs to finish wait for the rest and sum the
-partials column by column in a fixed order. Same inputs, same bits, every run. This script runs them (GPU
-when present, else the CPU interpreter), checks them against float64
-gradients and, on a GPU, prints µs and the bandwidth beside torch autograd.
+partials column by column in a fixed order. Same inputs, same bits, every
+run. This script runs them (GPU when present, else the CPU interpreter),
+checks them against float64 gradients and, on a GPU, prints µs and the
+bandwidth beside torch autograd.
 """
 from __future__ import annotations
 

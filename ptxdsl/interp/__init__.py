@@ -351,10 +351,11 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     tensor-map parameters (``X.tma_desc()``), as the runtime would encode them.
 
     A cooperative grid (``cooperative``: also a kernel's ``resident=``) runs as one batch:
-    its CTAs may wait for each other, which CTAs of a later batch could never answer. ``cluster``: the launch's cluster dims
-    (default: the program's, ``cluster=`` or ``.reqnctapercluster``); the grid runs as a
-    sequence of clusters, batches hold whole ones, and each CTA's shared addresses carry
-    its rank (:mod:`.cluster`, :data:`.memory.RANK_SHIFT`). ``pdl``: the kernel is
+    its CTAs may wait for each other, which CTAs of a later batch could never answer.
+    ``cluster``: the launch's cluster dims (default: the program's, ``cluster=`` or
+    ``.reqnctapercluster``); the grid runs as a sequence of clusters, batches hold whole
+    ones, and each CTA's shared addresses carry its rank (:mod:`.cluster`,
+    :data:`.memory.RANK_SHIFT`). ``pdl``: the kernel is
     launched as a programmatic dependent (``@kernel(pdl=True)``), so a thread's global
     memory access before its ``griddepcontrol.wait`` is an error.
     """

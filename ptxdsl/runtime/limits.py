@@ -72,10 +72,11 @@ class LaunchLimits:
         find an SM)."""
         per_sm = self._per_sm(kf, threads, smem)
         ctas = grid[0] * grid[1] * grid[2]
-        what, fix = ((f"a cooperative grid of {ctas} CTAs", "use a smaller grid") if need is None
-                     else (f"{min(need, ctas)} of its {ctas} CTAs (resident={need})",
-                           "make fewer CTAs wait"))
-        need = ctas if need is None else min(need, ctas)
+        if need is None:
+            need, what, fix = ctas, f"a cooperative grid of {ctas} CTAs", "use a smaller grid"
+        else:
+            what = f"{min(need, ctas)} of its {ctas} CTAs (resident={need})"
+            need, fix = min(need, ctas), "make fewer CTAs wait"
         if need > per_sm * info.sm_count:
             raise LaunchError(f"{self.sig.describe_call()}: {what} "
                               f"must be resident at once, but {info.name} holds {per_sm} CTA(s) "

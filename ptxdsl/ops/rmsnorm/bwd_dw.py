@@ -113,8 +113,12 @@ def late_arrivals(pws, tid, cta, G: int, K: int):
 def dw_summers(N: int, G: int, thin: bool) -> int:
     """CTAs that sum dW after :func:`late_arrivals`: one per column tile of
     :func:`sum_partials`, at most the grid."""
-    cols = 32 * (4 if N % 4 == 0 and not thin else 1)
-    return min(G, -(-N // cols))
+    return min(G, -(-N // (32 * _tile_vec(N, thin))))
+
+
+def _tile_vec(N: int, thin: bool) -> int:
+    """Columns per lane of a :func:`sum_partials` tile (a tile is 32 lanes wide)."""
+    return 4 if N % 4 == 0 and not thin else 1
 
 
 # The arrival word's top bit (see :func:`late_arrivals`).
@@ -147,7 +151,7 @@ def sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, ct
     against 33.2 without; 2048 x 8192 bf16 31.0 both; 1024 x 16384 f32 in clusters
     56.1 against 56.3).
     """
-    vec = 4 if N % 4 == 0 and not thin else 1
+    vec = _tile_vec(N, thin)
     unroll = 2 * UNROLL if thin else UNROLL
     cols = 32 * vec
     tiles = -(-N // cols)

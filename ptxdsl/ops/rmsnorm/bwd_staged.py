@@ -22,7 +22,7 @@ from ptxdsl import ptx, reg, smem
 from ptxdsl.types import PtxType, f32, u8, u32
 
 from .._common.reduce import RowSum
-from .._common.rowio import l2_prefetch_rows, load_chunk, narrow, store_chunk
+from .._common.rowio import RING_ALIGN, l2_prefetch_rows, load_chunk, narrow, store_chunk
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
 from .row import both, with_offset
 
@@ -31,7 +31,6 @@ SMEM_PER_CTA = 227 * 1024  # Hopper: the most dynamic shared memory one CTA may 
 # to 1024) and the row sum's per-warp partials.
 SMEM_SLACK = 17 * 1024
 MAX_VALUES = 16            # dw partial values per thread kept in registers (x2 for dy*w)
-RING_ALIGN = 128           # bytes: the ring's alignment in shared memory (see below)
 
 
 def stage_bytes(n: int, dtype: PtxType) -> int:
@@ -62,11 +61,6 @@ def staged_rows(p, dtype, wdtype, cta, m, dy0, x0, dx0, wrow, prow, prs, sdy, sx
     step, wstep = T * cb, T * V * wes
     sb = stage_bytes(N, dtype)
     xoff = N * es                    # x's row follows dy's in a buffer
-    # Aligned to 128 bytes (a warp's 512 contiguous bytes in whole 128-byte lines):
-    # the dynamic array lies after the static ones, and 4 more static bytes (the late
-    # arrivals' slot) left it 16-byte aligned only: 1024 x 16384 bf16 took 37.3 us a
-    # call on an H200 against 33.4-33.7 aligned (bench/results/
-    # rmsnorm_bwd_ring_align_h200.json).
     ring = smem.alloc(u8, (S * sb,), dynamic=True, align=RING_ALIGN)
     mine = ring.base + tid * cb      # this thread's first chunk of buffer 0
     dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]

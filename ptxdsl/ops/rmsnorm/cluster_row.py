@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ptxdsl import ptx, reg, smem
 from ptxdsl.types import PtxType, b32, f32, u32
 
-from .._common.rowio import load_chunk, widen_pair
+from .._common.rowio import RING_ALIGN, load_chunk, widen_pair
 
 WARP = 32
 MAX_CLUSTER = 16     # CTAs per cluster on sm_90 (more than 8: the non-portable size)
@@ -208,8 +208,7 @@ class Ring:
                                                                       stages, m, step)
         self.slice_bytes = s.slice_chunks * 16
         self.sb = len(arrays) * self.slice_bytes
-        # 128-byte aligned, as the staged backward's ring (bwd_staged.RING_ALIGN)
-        ring = smem.alloc(u8, (stages * self.sb,), dynamic=True, align=128)
+        ring = smem.alloc(u8, (stages * self.sb,), dynamic=True, align=RING_ALIGN)
         self.mine = ring.base + (tid << 4)     # this thread's chunk 0 in buffer 0
         self.take = reg.scalar(u32, init=0)                  # the buffer read this row
         self.fill = reg.scalar(u32, init=(stages - 1) * self.sb)  # the one refilled

@@ -84,10 +84,11 @@ def test_backward_cluster_plan_needs_16_byte_chunks():
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
 def test_long_rows_take_clusters_on_hopper(info):
     lr = rplan.long_rows
-    h200 = info is H200   # its one-buffer ring of 128 KiB slices for half rows (plan.py)
-    for n, dt, c in [(65536, f32, 4), (131072, bf16, 2 if h200 else 4),
-                     (262144, bf16, 4 if h200 else 8), (262144, f32, 16)]:
-        assert lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward.cluster == c
+    # half rows of 256 KiB and more: the one-buffer ring of 128 KiB slices (plan.py)
+    for n, dt, c, stages in [(65536, f32, 4, 0), (131072, bf16, 2, 1), (262144, bf16, 4, 1),
+                             (262144, f32, 16, 0)]:
+        got = lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward
+        assert (got.cluster, got.stages) == (c, stages), (n, dt.name)
     # rows one CTA holds, or reads a second time from L2 at copy speed (128 KiB rows,
     # measured): the row-per-CTA kernels
     assert lr(65536, bf16, 8, "sm_90a", info).forward is None
@@ -241,8 +242,6 @@ def test_recorded_choices_are_what_the_plan_chooses(info):
         return f"C{p.cluster}{ring}"
     for n, (f32_choice, half_choice) in rplan.LONG_ROW_CHOICES.items():
         for dt, want in ((f32, f32_choice), (bf16, half_choice), (f16, half_choice)):
-            if info is H200 and dt.bytes == 2:
-                want = (rplan.H200_FORWARD.get(n, want[0]), want[1])
             lr = rplan.long_rows(n, dt, max_vec(n, dt), "sm_90a", info)
             assert (name(lr.forward, 0), name(lr.backward, 3)) == want, (n, dt.name)
 
@@ -271,10 +270,10 @@ def test_cluster_kernels_on_the_interpreter(n):
     np.testing.assert_allclose(dx, want, rtol=1e-4, atol=1e-5)
 
 
-def test_h200_ring_forward_leaves_a_residual_to_the_row_per_cluster_kernel():
-    """The ring forward the H200 takes for long half rows has no residual input: with one,
-    the call takes the one-row-per-cluster kernel of the same split, not the one-CTA
-    kernels."""
-    assert rplan.long_rows(262144, bf16, 8, "sm_90a", H200).forward.stages == 1
-    k = rplan.forward_kernel(262144, bf16, bf16, 8, True, False, 1e-6, "sm_90a", 132, H200)
+@pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
+def test_ring_forward_leaves_a_residual_to_the_row_per_cluster_kernel(info):
+    """The ring forward long half rows take has no residual input: with one, the call
+    takes the one-row-per-cluster kernel of the same split, not the one-CTA kernels."""
+    assert rplan.long_rows(262144, bf16, 8, "sm_90a", info).forward.stages == 1
+    k = rplan.forward_kernel(262144, bf16, bf16, 8, True, False, 1e-6, "sm_90a", 132, info)
     assert "cluster8" in k.name and "ring" not in k.name, k.name

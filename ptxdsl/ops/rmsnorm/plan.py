@@ -141,8 +141,8 @@ def _fits(k, block) -> bool:
 #   CTAs (65536 bf16: 2, 131072: 4, 262144: 8; f32 twice as many, 262144 f32: 16) of 512
 #   threads holding 128 bytes of the row each, two CTAs per SM (fwd_cluster.plan_cluster),
 #   one cluster per row. The persistent variant through a shared-memory ring
-#   (plan_cluster(stages=...)) is taken on the H200 only, for half rows of 256 KiB and
-#   more (below: RING_BANDWIDTH).
+#   (plan_cluster(stages=...)) is taken for half rows of 256 KiB and more (below:
+#   RING_ROW_BYTES).
 # * backward: wherever the one-CTA backward would stream the row twice from memory
 #   (plan_backward(...).streaming: 32768 halves and up, 32768 f32 and up) or stage it
 #   through a ring of one buffer only (14336 and 16384 f32: no row loads while one is
@@ -171,11 +171,24 @@ def _fits(k, block) -> bool:
 # everything: 131072 in 4268-4286 us (clusters of 2, all 132 SMs; copy 4045, 95%), 262144
 # in 8689-8703 (clusters of 4, 120 SMs; copy 8031, 92%), against 4458-4462 and 9237-9255
 # for the two- and three-buffer rings in the same runs (rmsnorm_long_tune_h200.json,
-# "ring_s1"). So on a device with more than RING_BANDWIDTH of DRAM, half-precision rows of
-# RING_ROW_BYTES and more take the one-buffer ring; at 65536 it lost to the one-CTA
-# kernel (2168 against 2094 us). On an H100 it tied the one-row-per-cluster kernel
-# (131072: 5939 against 5926 us, 262144: 11859 against 12028; copy 5672 and 11344;
-# rmsnorm_long_tune_h100.json "ring_s1"), so the H100 keeps its schedule.
+# "ring_s1"). So half-precision rows of RING_ROW_BYTES and more take the one-buffer ring;
+# at 65536 it lost to the one-CTA kernel (2168 against 2094 us). On an H100 it ties the
+# one-row-per-cluster kernel at 131072 and leads at 262144, in two runs on two days
+# (rmsnorm_long_tune_h100.json "ring_s1": 5939 against 5926 us and 11859 against 12028,
+# copy 5672 and 11344; rmsnorm_long_variants_h100.json, 2026-11-24: 5939 against 5931
+# and 11850 against 12051, copy 5667 and 11331: 95.6% of the copy against 94.0%), so both
+# devices take it.
+# Ring variants measured slower on an H200 (rmsnorm_long_variants_h200.json, same runs,
+# M=32768 bf16, % of the copy at 131072 / 262144, the one-buffer ring 94.1 / 92.3):
+# each chunk's place refilled with the next row right after its y store (93.6 / 90.7);
+# the slices brought in by one bulk copy per CTA and row (92.4 / 90.1), and y stored by
+# one too (86.3 / 80.8); two or three bulk-filled buffers of 64 KiB (84-90); 256 KiB
+# slices (clusters of 2 at 262144, all 132 SMs) with a quarter of each held in registers
+# and w read from L2 per row (92.6 / 93.1; on an H100 95.3 at 262144 against the ring's
+# 95.6). Without the exchange's cluster barrier (timing only: each CTA normalised by its
+# own sum) the ring fell to 30-33%; with it but no DSMEM traffic (a relaxed barrier) it
+# ran as fast as the ring: the exchange costs nothing, and the per-row barrier (keeping a
+# cluster's warps on one row at a time, we think) is what the DRAM traffic needs.
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA
@@ -185,8 +198,7 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     if arch == "sm_90a" and dev.clusters:
         if -(-n // vec) * vec > FORWARD_REGISTER_ROW and n * dt.bytes > FORWARD_L2_ROW_BYTES:
             fwd = plan_cluster(n, dt, vec)
-            if (dev.bandwidth > RING_BANDWIDTH and dt.bytes == 2
-                    and n * dt.bytes >= RING_ROW_BYTES):
+            if dt.bytes == 2 and n * dt.bytes >= RING_ROW_BYTES:
                 fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
                                    per_thread=RING_CHUNKS, sms=dev.sms) or fwd
         one = plan_backward(n, dt, dev.sms, vec=vec)
@@ -195,11 +207,9 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     return _LongRows(fwd, bwd)
 
 
-# The persistent ring forward on faster DRAM (the H200's 4.8 TB/s; the H100 has 3.35):
-# half-precision rows of at least RING_ROW_BYTES, in slices of RING_THREADS x RING_CHUNKS
-# 16-byte chunks (128 KiB: clusters of 2 at 131072, 4 at 262144), one buffer, one CTA per
-# SM (measured above).
-RING_BANDWIDTH = 4e12
+# The persistent ring forward: half-precision rows of at least RING_ROW_BYTES, in slices
+# of RING_THREADS x RING_CHUNKS 16-byte chunks (128 KiB: clusters of 2 at 131072, 4 at
+# 262144), one buffer, one CTA per SM (measured above).
 RING_ROW_BYTES = 256 * 1024
 RING_THREADS, RING_CHUNKS = 1024, 8
 # Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
@@ -211,9 +221,8 @@ FORWARD_REGISTER_ROW = 32768
 # 131072 the one-CTA kernel fell to 7405.3 against 5894.2 (copy 5667.2).
 FORWARD_L2_ROW_BYTES = 128 * 1024
 
-# What long_rows gives at the rows of bench/rmsnorm_long.py on an H100 and, but for
-# H200_FORWARD, on an H200 (tests/test_ops_rmsnorm_cluster.py checks these tables against
-# it): N -> (forward, backward) for f32 and for halves (f16, bf16); "-": the one-CTA
+# What long_rows gives at the rows of bench/rmsnorm_long.py on an H100 and an H200
+# (tests/test_ops_rmsnorm_cluster.py checks this table against it): N -> (forward, backward) for f32 and for halves (f16, bf16); "-": the one-CTA
 # kernels, "C8": a cluster of 8 CTAs, "/S1": a ring of one buffer (the backward's
 # default is three; the forward's default is one row per cluster, no ring).
 # The persistent grid of the backward is as many clusters as run at once: on a
@@ -225,11 +234,9 @@ LONG_ROW_CHOICES = {
     16384:  (("-", "C2"),     ("-", "-")),     # halves: the backward's staged whole rows
     32768:  (("-", "C4"),     ("-", "C2")),
     65536:  (("C4", "C8"),    ("-", "C4")),    # 128 KiB half rows: the L2 read
-    131072: (("C8", "C16"),   ("C4", "C8")),
-    262144: (("C16", "C16/S1"), ("C8", "C16")),
+    131072: (("C8", "C16"),   ("C2/S1", "C8")),
+    262144: (("C16", "C16/S1"), ("C4/S1", "C16")),
 }
-# The H200's forward where it differs (halves): N -> choice.
-H200_FORWARD = {131072: "C2/S1", 262144: "C4/S1"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -185,10 +185,11 @@ def _fits(k, block) -> bool:
 # one too (86.3 / 80.8); two or three bulk-filled buffers of 64 KiB (84-90); 256 KiB
 # slices (clusters of 2 at 262144, all 132 SMs) with a quarter of each held in registers
 # and w read from L2 per row (92.6 / 93.1; on an H100 95.3 at 262144 against the ring's
-# 95.6); the ring's cp.async copies with .L2::256B (93.2 / 90.9; .L2::128B: no change). Without the exchange's cluster barrier (timing only: each CTA normalised by its
-# own sum) the ring fell to 30-33%; with it but no DSMEM traffic (a relaxed barrier) it
-# ran as fast as the ring: the exchange costs nothing, and the per-row barrier (keeping a
-# cluster's warps on one row at a time, we think) is what the DRAM traffic needs.
+# 95.6); the ring's cp.async copies with .L2::256B (93.2 / 90.9; .L2::128B: no change).
+# Without the exchange's cluster barrier (timing only: each CTA normalised by its own sum)
+# the ring fell to 30-33%; with it but no DSMEM traffic (a relaxed barrier) it ran as fast
+# as the ring: the exchange costs nothing, and the per-row barrier (keeping a cluster's
+# warps on one row at a time, we think) is what the DRAM traffic needs.
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA
@@ -222,9 +223,10 @@ FORWARD_REGISTER_ROW = 32768
 FORWARD_L2_ROW_BYTES = 128 * 1024
 
 # What long_rows gives at the rows of bench/rmsnorm_long.py on an H100 and an H200
-# (tests/test_ops_rmsnorm_cluster.py checks this table against it): N -> (forward, backward) for f32 and for halves (f16, bf16); "-": the one-CTA
-# kernels, "C8": a cluster of 8 CTAs, "/S1": a ring of one buffer (the backward's
-# default is three; the forward's default is one row per cluster, no ring).
+# (tests/test_ops_rmsnorm_cluster.py checks this table against it): N -> (forward,
+# backward) for f32 and for halves (f16, bf16); "-": the one-CTA kernels, "C8": a cluster
+# of 8 CTAs, "/S1": a ring of one buffer (the backward's default is three; the forward's
+# default is one row per cluster, no ring).
 # The persistent grid of the backward is as many clusters as run at once: on a
 # 132-SM H100 or H200, 8 clusters of 16 (one per GPC), and up to 132 // C for smaller C.
 LONG_ROW_CHOICES = {

@@ -185,11 +185,12 @@ def _fits(k, block) -> bool:
 # one too (86.3 / 80.8); two or three bulk-filled buffers of 64 KiB (84-90); 256 KiB
 # slices (clusters of 2 at 262144, all 132 SMs) with a quarter of each held in registers
 # and w read from L2 per row (92.6 / 93.1; on an H100 95.3 at 262144 against the ring's
-# 95.6); the ring's cp.async copies with .L2::256B (93.2 / 90.9; .L2::128B: no change).
-# Without the exchange's cluster barrier (timing only: each CTA normalised by its own sum)
-# the ring fell to 30-33%; with it but no DSMEM traffic (a relaxed barrier) it ran as fast
-# as the ring: the exchange costs nothing, and the per-row barrier (keeping a cluster's
-# warps on one row at a time, we think) is what the DRAM traffic needs.
+# 95.6); the ring's cp.async copies with .L2::256B (93.2 / 90.9; .L2::128B: no change);
+# every other row held in registers, w from L2 (89.9 / 87.0 against the ring's 93.2 /
+# 92.4 in that run, "alternate"). Diagnostics: with no DSMEM traffic (a relaxed barrier)
+# the ring ran as fast (the exchange costs nothing); with a fence in place of the barrier
+# (timing only: each CTA normalised by its own sum, free to drift) a point slower; with
+# fewer clusters slower by each SM left out: an SM's own pace bounds the ring.
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA

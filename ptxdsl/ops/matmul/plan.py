@@ -211,6 +211,22 @@ ONE_ROW_MEASURED = {
     (16, 14336, 4096): (128, 1, 16), (16, 28672, 8192): (128, 1, 16),
     (16, 8192, 28672): (64, 1, 16),
 }
+# One-tile-row plans an H200 (device_class "H200") ran faster than the table above, bf16:
+# geometric means over the H200 runs of bench/matmul_plans.py (bench/results/
+# matmul_plans_h200.json and _2 to _6), each plan's TFLOP/s over its run's fastest plan
+# (api and cuBLAS aside):
+#   128 x 4096 x 4096:   n64  s2   0.996  (the table's n64 s1: 0.961)   5 runs
+#   128 x 28672 x 8192:  n256 s1   0.988  (n128 s1: 0.946)              5 runs
+#   128 x 8192 x 28672:  n128 s2   1.000  (n64 s1: 0.959)               4 runs
+# In the last run (_6, with the plans chosen): 302 / 450 / 474 TFLOP/s against 285 / 443 /
+# 466 for the table's plans, cuBLAS 278 / 445 / 467.
+# On an H100 the same plans lost or tied (matmul_plans_h100.json: n64 s2 219 against 235
+# at 4096 x 4096, n256 s1 360 against 361 at 28672 x 8192, n128 s2 352 against 356 at
+# 8192 x 28672). e4m3 operands keep the table above.
+ONE_ROW_DEVICE_MEASURED = {"H200": {
+    (128, 4096, 4096): (64, 2, 0), (128, 28672, 8192): (256, 1, 0),
+    (128, 8192, 28672): (128, 2, 0),
+}}
 # Measured many-row overrides, (M, N, K) -> Plan fields (bench/results/matmul_plans_h100.json):
 # 1024 x 6144 x 4096 ran 711 TFLOP/s without a cluster (128 x 128 tiles, 6 stages) against
 # 662 with clusters of 2 and 665 for cuBLAS; every cluster-2 variant (group 2/4/16, 5
@@ -241,15 +257,21 @@ def device_class(info) -> str:
     return "H200" if bw > HBM3E_BANDWIDTH else "H100"
 
 
-def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType):
-    """The :data:`ONE_ROW_MEASURED` plan of a measured (M class, N, K), else None.
+def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType,
+                     device: str = "H100"):
+    """The :data:`ONE_ROW_MEASURED` plan of a measured (M class, N, K), else None; on a
+    ``device`` of a class in :data:`ONE_ROW_DEVICE_MEASURED`, 16-bit operands take its
+    entry where it has one.
 
     e4m3 operands take the same table: at M = 128 its plan was within 4% of the fastest
     e4m3 candidate at each of the seven shapes, and 1.0-1.6x the rule's plan
     (``bench/matmul_plans.py --fp8``, ``bench/results/matmul_plans_fp8_h100.json``:
     e.g. 128 x 4096 x 14336 n64 s2 526 TFLOP/s against the rule's 328, cuBLAS fp8 567);
     M = 16 follows it untimed, loading all of A's rows (a_rows was timed with bf16 only)."""
-    got = ONE_ROW_MEASURED.get((16 if m <= 16 else 128, n, k))
+    key = (16 if m <= 16 else 128, n, k)
+    got = ONE_ROW_MEASURED.get(key)
+    if dtype.bytes == 2:
+        got = ONE_ROW_DEVICE_MEASURED.get(device, {}).get(key, got)
     if got is None:
         return None
     bn, s, ar = got
@@ -264,8 +286,9 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     """The Hopper plan for an (M, N, K) product of ``dtype`` operands on a ``device``
     of that class (:func:`device_class`).
 
-    A measured shape takes its measured plan (:data:`ONE_ROW_MEASURED`, :data:`MEASURED`,
-    then the device's :data:`DEVICE_MEASURED`); the rules below cover the others.
+    A measured shape takes its measured plan (:data:`ONE_ROW_MEASURED` and the device's
+    :data:`ONE_ROW_DEVICE_MEASURED`; :data:`MEASURED`, then the device's
+    :data:`DEVICE_MEASURED`); the rules below cover the others.
 
     128 x 256 tiles unless 128 x 128 tiles (m64n128 consumers, twice the tiles, a deeper
     ring) keep the persistent grid busier by more than 10% over its rounds: with few tiles
@@ -277,7 +300,7 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     """
     out_dtype = out_dtype or dtype
     if m <= 128:
-        got = measured_one_row(m, n, k, dtype, out_dtype) if split is None else None
+        got = measured_one_row(m, n, k, dtype, out_dtype, device) if split is None else None
         if got is not None:
             return got
         return one_row(m, n, k, dtype, out_dtype, sms, split if split or SPLIT_K else 1)
@@ -404,6 +427,7 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
     return ptr % 16 == 0 and (rows <= 1 or (row_stride_elems * es) % 16 == 0)
 
 
-__all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "MEASURED", "DEVICE_MEASURED",
+__all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "ONE_ROW_DEVICE_MEASURED",
+           "MEASURED", "DEVICE_MEASURED",
            "MEASURED_FP8", "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for",
            "FallbackPlan", "fallback_plan", "tma_ok", "SMEM_PER_CTA", "f32"]

@@ -182,8 +182,9 @@ MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 #   8192 x 28672:  n64  s1      356     329      (n128 s2: 352)
 # At M = 128, 128 x 64 tiles (N / 64 CTAs: 64 to 128 busy SMs for N <= 8192, each
 # re-reading A's 128 rows from L2) beat splitting K; split 2 only pays at K = 14336.
-# Sharing A in clusters along N (cn2 / cn4) did not pay at M = 128 on an H200
-# (bench/results/matmul_plans_h200_5.json: e.g. 8192 x 8192 n64 cn2 401 against 425).
+# Sharing A in clusters along N (cn2 / cn4) did not pay at M = 128 on an H200 where N
+# <= 8192 (bench/results/matmul_plans_h200_5.json: e.g. 8192 x 8192 n64 cn2 401 against
+# 425), but did at N = 14336 and 28672 (ONE_ROW_DEVICE_MEASURED, below).
 #   M = 16, on an H100 / an H200 (bench/results/matmul_plans_rows_h100.json, _h200.json;
 #   M = 1 ran the same choices fastest in those runs; "cn4" is the plan before: clusters
 #   of four along N sharing A, which had beaten every plan without them,
@@ -211,21 +212,25 @@ ONE_ROW_MEASURED = {
     (16, 14336, 4096): (128, 1, 16), (16, 28672, 8192): (128, 1, 16),
     (16, 8192, 28672): (64, 1, 16),
 }
-# One-tile-row plans an H200 (device_class "H200") ran faster than the table above, bf16:
-# geometric means over the H200 runs of bench/matmul_plans.py (bench/results/
-# matmul_plans_h200.json and _2 to _6), each plan's TFLOP/s over its run's fastest plan
-# (api and cuBLAS aside):
-#   128 x 4096 x 4096:   n64  s2   0.996  (the table's n64 s1: 0.961)   5 runs
-#   128 x 28672 x 8192:  n256 s1   0.988  (n128 s1: 0.946)              5 runs
-#   128 x 8192 x 28672:  n128 s2   1.000  (n64 s1: 0.959)               4 runs
-# In the last run (_6, with the plans chosen): 302 / 450 / 474 TFLOP/s against 285 / 443 /
-# 466 for the table's plans, cuBLAS 278 / 445 / 467.
-# On an H100 the same plans lost or tied (matmul_plans_h100.json: n64 s2 219 against 235
-# at 4096 x 4096, n256 s1 360 against 361 at 28672 x 8192, n128 s2 352 against 356 at
-# 8192 x 28672). e4m3 operands keep the table above.
+# One-tile-row plans an H200 (device_class "H200") ran faster than the table above, bf16,
+# as (bn, split, a_rows, cluster_n): geometric means over the H200 runs of
+# bench/matmul_plans.py that timed the plan (bench/results/matmul_plans_h200.json and _2
+# to _9), each plan's TFLOP/s over its run's fastest plan (api and cuBLAS aside):
+#   128 x 4096 x 4096:   n64  s2    0.996  (the table's n64 s1: 0.961)   5 runs
+#   128 x 14336 x 4096:  n128 cn4   1.000  (n128 s1: 0.981)              3 runs
+#   128 x 28672 x 8192:  n128 cn4   1.000  (n256 s1: 0.970, n128 s1: 0.940)  4 runs
+#   128 x 8192 x 28672:  n128 s2    1.000  (n64 s1: 0.959)               4 runs
+# Same runs, TFLOP/s: 4096 x 4096 302 against 285 (cuBLAS 278, _6); 14336 x 4096 422-426
+# against 406-410 (cuBLAS 414-417, _7 to _9); 28672 x 8192 468-479 against 440-450 (cuBLAS
+# 437-445, _6 to _9); 8192 x 28672 474 against 466 (cuBLAS 467, _6). Clusters of four
+# along N share A's 128 rows by multicast: at these N, 112 and 224 tiles of 128 columns.
+# On an H100 the split and wider plans lost or tied (matmul_plans_h100.json: n64 s2 219
+# against 235 at 4096 x 4096, n256 s1 360 against 361 at 28672 x 8192, n128 s2 352
+# against 356 at 8192 x 28672); clusters along N were not timed there at M = 128.
+# e4m3 operands keep the table above.
 ONE_ROW_DEVICE_MEASURED = {"H200": {
-    (128, 4096, 4096): (64, 2, 0), (128, 28672, 8192): (256, 1, 0),
-    (128, 8192, 28672): (128, 2, 0),
+    (128, 4096, 4096): (64, 2, 0, 1), (128, 14336, 4096): (128, 1, 0, 4),
+    (128, 28672, 8192): (128, 1, 0, 4), (128, 8192, 28672): (128, 2, 0, 1),
 }}
 # Measured many-row overrides, (M, N, K) -> Plan fields (bench/results/matmul_plans_h100.json):
 # 1024 x 6144 x 4096 ran 711 TFLOP/s without a cluster (128 x 128 tiles, 6 stages) against
@@ -270,12 +275,14 @@ def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType,
     M = 16 follows it untimed, loading all of A's rows (a_rows was timed with bf16 only)."""
     key = (16 if m <= 16 else 128, n, k)
     got = ONE_ROW_MEASURED.get(key)
+    if got is not None:
+        got = (*got, 1)                     # no cluster along N
     if dtype.bytes == 2:
         got = ONE_ROW_DEVICE_MEASURED.get(device, {}).get(key, got)
     if got is None:
         return None
-    bn, s, ar = got
-    p = Plan(cluster=1, bn=bn, split=s, a_rows=ar if dtype.bytes == 2 else 0,
+    bn, s, ar, cn = got
+    p = Plan(cluster=1, cluster_n=cn, bn=bn, split=s, a_rows=ar if dtype.bytes == 2 else 0,
              l2_promotion=256, stmatrix=s == 1, epi_cols=min(bn, 128), bk=bk_for(dtype))
     most = {64: 8, 128: 6, 256: 4}[bn]
     return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})

@@ -27,10 +27,10 @@ Where the numbers come from:
   while the group sweeps N.
 
 Measured (``bench/results/matmul_h100.json`` and ``matmul_h200.json``: one full
-``bench/matmul.py`` run each, same tree, 2026-11-24, contenders in alternating 2 ms
-slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 699 / 733 /
-720 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 702 / 717 / 707, and
-650 / 709 / 671 on an H200 beside 651 / 693 / 664. Rasterization groups of 4 and 16
+``bench/matmul.py`` run each, same plans, 2026-11-25, contenders in alternating 2 ms
+slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 696 / 735 /
+716 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 692 / 718 / 699, and
+679 / 709 / 678 on an H200 beside 672 / 692 / 671. Rasterization groups of 4 and 16
 were within 2% of 8; waiting for each stage's wgmmas before releasing it
 (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained 6% (H100). At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet
 repeated: the plan keeps four).
@@ -168,23 +168,31 @@ SPLIT_MARGIN = 1.05       # a split must beat the best unsplit plan's score by t
 MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 
 
-# Measured one-tile-row plans, (M class, N, K) -> (bn, split, a_rows): the fastest
-# validated candidate of bench/matmul_plans.py (b = W.T, bf16; TFLOP/s beside cuBLAS in
-# the same run). M class 128 is 17 <= M <= 128, class 16 is M <= 16.
-#   M = 128, on an H100 (bench/results/matmul_plans_h100.json)
-#                              ptxdsl  cuBLAS   (the model's plan before)
-#   4096 x 4096:   n64  s1      235     255      (n128 s4: 128)
-#   4096 x 14336:  n64  s2      303     279      (n128 s4: 203)
-#   6144 x 4096:   n64  s1      279     284      (n128 s2: 238)
-#   8192 x 8192:   n64  s1      331     330      (n128 s2: 307)
-#   14336 x 4096:  n128 s1      318     318      (the same)
-#   28672 x 8192:  n128 s1      361     350      (n256 s1: 360)
-#   8192 x 28672:  n64  s1      356     329      (n128 s2: 352)
+# Measured one-tile-row plans, (M class, N, K) -> (bn, split, a_rows, cluster_n): the
+# fastest validated candidate of bench/matmul_plans.py (b = W.T, bf16; TFLOP/s beside
+# cuBLAS in the same run). M class 128 is 17 <= M <= 128, class 16 is M <= 16.
+#   M = 128, on an H100 (bench/results/matmul_plans_h100.json; for 16-bit operands the
+#   last three rows are ONE_ROW_MEASURED_16's, from matmul_plans_h100_4.json to _6, three
+#   runs that also timed clusters along N)
+#                              ptxdsl   cuBLAS   (the plan before)
+#   4096 x 4096:   n64  s1      235      255      (n128 s4: 128)
+#   4096 x 14336:  n64  s2      303      279      (n128 s4: 203)
+#   6144 x 4096:   n64  s1      279      284      (n128 s2: 238)
+#   8192 x 8192:   n64  s1      331      330      (n128 s2: 307)
+#   14336 x 4096:  n128 s1      318      318      (the same)
+#     16-bit:      n128 cn4     330      318-319  (n128 s1: 321-322)
+#   28672 x 8192:  n128 s1      361      350      (n256 s1: 360)
+#     16-bit:      n128 cn4     365-366  351-352  (n128 s1: 354-355; n256 s1: 360-361)
+#   8192 x 28672:  n64  s1      356      329      (n128 s2: 352)
+#     16-bit:      n128 s2      353-355  328-331  (n64 s1: 341-342)
 # At M = 128, 128 x 64 tiles (N / 64 CTAs: 64 to 128 busy SMs for N <= 8192, each
-# re-reading A's 128 rows from L2) beat splitting K; split 2 only pays at K = 14336.
-# Sharing A in clusters along N (cn2 / cn4) did not pay at M = 128 on an H200 where N
-# <= 8192 (bench/results/matmul_plans_h200_5.json: e.g. 8192 x 8192 n64 cn2 401 against
-# 425), but did at N = 14336 and 28672 (ONE_ROW_DEVICE_MEASURED, below).
+# re-reading A's 128 rows from L2) beat splitting K at K = 4096 and 8192. Sharing A's
+# 128 rows by multicast in clusters of four along N ("cn4") pays once N gives 112 or
+# more tiles of 128 columns (N = 14336, 28672), on both devices; at N <= 8192 it did not
+# (bench/results/matmul_plans_h200_5.json: e.g. 8192 x 8192 n64 cn2 401 against 425).
+# The H200's runs agree (matmul_plans_h200_6.json to _9: 14336 x 4096 n128 cn4 422-426
+# against n128 s1's 406-410, cuBLAS 414-417; 28672 x 8192 468-479 against 440-450,
+# cuBLAS 437-445), but for 4096 x 4096 (ONE_ROW_DEVICE_MEASURED, below).
 #   M = 16, on an H100 / an H200 (bench/results/matmul_plans_rows_h100.json, _h200.json;
 #   M = 1 ran the same choices fastest in those runs; "cn4" is the plan before: clusters
 #   of four along N sharing A, which had beaten every plan without them,
@@ -203,35 +211,28 @@ MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 # 128 x 64 tiles (N / 64 CTAs) then stream B fastest. 8-bit operands keep a_rows 0
 # (untimed).
 ONE_ROW_MEASURED = {
-    (128, 4096, 4096): (64, 1, 0), (128, 4096, 14336): (64, 2, 0),
-    (128, 6144, 4096): (64, 1, 0), (128, 8192, 8192): (64, 1, 0),
-    (128, 14336, 4096): (128, 1, 0), (128, 28672, 8192): (128, 1, 0),
-    (128, 8192, 28672): (64, 1, 0),
-    (16, 4096, 4096): (64, 1, 16), (16, 4096, 14336): (64, 1, 16),
-    (16, 6144, 4096): (64, 1, 16), (16, 8192, 8192): (64, 1, 16),
-    (16, 14336, 4096): (128, 1, 16), (16, 28672, 8192): (128, 1, 16),
-    (16, 8192, 28672): (64, 1, 16),
+    (128, 4096, 4096): (64, 1, 0, 1), (128, 4096, 14336): (64, 2, 0, 1),
+    (128, 6144, 4096): (64, 1, 0, 1), (128, 8192, 8192): (64, 1, 0, 1),
+    (128, 14336, 4096): (128, 1, 0, 1), (128, 28672, 8192): (128, 1, 0, 1),
+    (128, 8192, 28672): (64, 1, 0, 1),
+    (16, 4096, 4096): (64, 1, 16, 1), (16, 4096, 14336): (64, 1, 16, 1),
+    (16, 6144, 4096): (64, 1, 16, 1), (16, 8192, 8192): (64, 1, 16, 1),
+    (16, 14336, 4096): (128, 1, 16, 1), (16, 28672, 8192): (128, 1, 16, 1),
+    (16, 8192, 28672): (64, 1, 16, 1),
 }
-# One-tile-row plans an H200 (device_class "H200") ran faster than the table above, bf16,
-# as (bn, split, a_rows, cluster_n): geometric means over the H200 runs of
-# bench/matmul_plans.py that timed the plan (bench/results/matmul_plans_h200.json and _2
-# to _9), each plan's TFLOP/s over its run's fastest plan (api and cuBLAS aside):
-#   128 x 4096 x 4096:   n64  s2    0.996  (the table's n64 s1: 0.961)   5 runs
-#   128 x 14336 x 4096:  n128 cn4   1.000  (n128 s1: 0.981)              3 runs
-#   128 x 28672 x 8192:  n128 cn4   1.000  (n256 s1: 0.970, n128 s1: 0.940)  4 runs
-#   128 x 8192 x 28672:  n128 s2    1.000  (n64 s1: 0.959)               4 runs
-# Same runs, TFLOP/s: 4096 x 4096 302 against 285 (cuBLAS 278, _6); 14336 x 4096 422-426
-# against 406-410 (cuBLAS 414-417, _7 to _9); 28672 x 8192 468-479 against 440-450 (cuBLAS
-# 437-445, _6 to _9); 8192 x 28672 474 against 466 (cuBLAS 467, _6). Clusters of four
-# along N share A's 128 rows by multicast: at these N, 112 and 224 tiles of 128 columns.
-# On an H100 the split and wider plans lost or tied (matmul_plans_h100.json: n64 s2 219
-# against 235 at 4096 x 4096, n256 s1 360 against 361 at 28672 x 8192, n128 s2 352
-# against 356 at 8192 x 28672); clusters along N were not timed there at M = 128.
-# e4m3 operands keep the table above.
-ONE_ROW_DEVICE_MEASURED = {"H200": {
-    (128, 4096, 4096): (64, 2, 0, 1), (128, 14336, 4096): (128, 1, 0, 4),
-    (128, 28672, 8192): (128, 1, 0, 4), (128, 8192, 28672): (128, 2, 0, 1),
-}}
+# 16-bit operands (bf16 measured, f16 alike) on every device, over ONE_ROW_MEASURED (e4m3
+# keeps that table: split 2 at 28672 x 8192 ran 579 TFLOP/s against 685 unsplit there,
+# matmul_plans_fp8_h100.json; clusters along N were not timed with it).
+ONE_ROW_MEASURED_16 = {
+    (128, 14336, 4096): (128, 1, 0, 4), (128, 28672, 8192): (128, 1, 0, 4),
+    (128, 8192, 28672): (128, 2, 0, 1),
+}
+# One-tile-row plans of the tables above that an H200 (device_class "H200") runs
+# differently, bf16: 128 x 4096 x 4096 split 2, by the geometric mean of five H200 runs
+# (bench/results/matmul_plans_h200.json, _2, _3, _5, _6) 0.996 of each run's fastest plan
+# against n64 s1's 0.961 (last run: 302 against 285 TFLOP/s, cuBLAS 278). On an H100 it
+# lost (matmul_plans_h100.json: 219 against 235; _4 to _6: 240 against 252-253).
+ONE_ROW_DEVICE_MEASURED = {"H200": {(128, 4096, 4096): (64, 2, 0, 1)}}
 # Measured many-row overrides, (M, N, K) -> Plan fields (bench/results/matmul_plans_h100.json):
 # 1024 x 6144 x 4096 ran 711 TFLOP/s without a cluster (128 x 128 tiles, 6 stages) against
 # 662 with clusters of 2 and 665 for cuBLAS; every cluster-2 variant (group 2/4/16, 5
@@ -264,9 +265,9 @@ def device_class(info) -> str:
 
 def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType,
                      device: str = "H100"):
-    """The :data:`ONE_ROW_MEASURED` plan of a measured (M class, N, K), else None; on a
-    ``device`` of a class in :data:`ONE_ROW_DEVICE_MEASURED`, 16-bit operands take its
-    entry where it has one.
+    """The :data:`ONE_ROW_MEASURED` plan of a measured (M class, N, K), else None. 16-bit
+    operands take :data:`ONE_ROW_MEASURED_16`'s entry where it has one, and on a ``device``
+    of a class in :data:`ONE_ROW_DEVICE_MEASURED` that class's.
 
     e4m3 operands take the same table: at M = 128 its plan was within 4% of the fastest
     e4m3 candidate at each of the seven shapes, and 1.0-1.6x the rule's plan
@@ -275,9 +276,8 @@ def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType,
     M = 16 follows it untimed, loading all of A's rows (a_rows was timed with bf16 only)."""
     key = (16 if m <= 16 else 128, n, k)
     got = ONE_ROW_MEASURED.get(key)
-    if got is not None:
-        got = (*got, 1)                     # no cluster along N
     if dtype.bytes == 2:
+        got = ONE_ROW_MEASURED_16.get(key, got)
         got = ONE_ROW_DEVICE_MEASURED.get(device, {}).get(key, got)
     if got is None:
         return None
@@ -293,8 +293,9 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     """The Hopper plan for an (M, N, K) product of ``dtype`` operands on a ``device``
     of that class (:func:`device_class`).
 
-    A measured shape takes its measured plan (:data:`ONE_ROW_MEASURED` and the device's
-    :data:`ONE_ROW_DEVICE_MEASURED`; :data:`MEASURED`, then the device's
+    A measured shape takes its measured plan (:data:`ONE_ROW_MEASURED`, for 16-bit
+    operands :data:`ONE_ROW_MEASURED_16` and the device's :data:`ONE_ROW_DEVICE_MEASURED`;
+    :data:`MEASURED`, then the device's
     :data:`DEVICE_MEASURED`); the rules below cover the others.
 
     128 x 256 tiles unless 128 x 128 tiles (m64n128 consumers, twice the tiles, a deeper
@@ -434,7 +435,8 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
     return ptr % 16 == 0 and (rows <= 1 or (row_stride_elems * es) % 16 == 0)
 
 
-__all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "ONE_ROW_DEVICE_MEASURED",
+__all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "ONE_ROW_MEASURED_16",
+           "ONE_ROW_DEVICE_MEASURED",
            "MEASURED", "DEVICE_MEASURED",
            "MEASURED_FP8", "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for",
            "FallbackPlan", "fallback_plan", "tma_ok", "SMEM_PER_CTA", "f32"]

@@ -64,6 +64,11 @@ def candidates(m, n, k, sms, device="H100", dt=None):
             for bn in (64, 128, 256):
                 out[f"n{bn}a{ar}"] = mk(bn=bn, split=1, cluster=1, cluster_n=1, a_rows=ar,
                                         epi_cols=min(bn, 128), stmatrix=True)
+            for bn in (64, 128):    # ... and K split over a cluster of s CTAs
+                for s in (2, 4):
+                    out[f"n{bn}s{s}a{ar}"] = mk(bn=bn, split=s, cluster=1, cluster_n=1,
+                                                a_rows=ar, epi_cols=min(bn, 128),
+                                                stmatrix=False)
         for bn in (64, 128):        # A shared by multicast along N
             for cn in (2, 4):
                 out[f"n{bn}cn{cn}"] = mk(bn=bn, split=1, cluster=1, cluster_n=cn, a_rows=0,

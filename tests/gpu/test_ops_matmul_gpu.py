@@ -8,6 +8,8 @@ Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_ops_matmul_gpu.py``.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpu_env import NEEDS_GPU, torch_cuda
@@ -194,21 +196,24 @@ def test_clusters_along_n(m, n, k, cn, a_major):
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
-@pytest.mark.parametrize("m,n,k,a_rows", [(1, 4096, 4096, 16), (16, 8192, 8192, 16),
-                                          (7, 392, 200, 16), (29, 136, 520, 32),
-                                          (64, 264, 72, 64)])
-def test_a_rows_of_a(m, n, k, a_rows):
-    """Plan.a_rows (only A's first rows loaded per stage, the others zeroed once):
-    integer inputs bit-exact with f32 output, bf16 output within rounding, and through
-    the op at the measured M <= 16 shapes, whose plans use it; more rows than a_rows are
-    refused."""
+@pytest.mark.parametrize("m,n,k,a_rows,split", [
+    (1, 4096, 4096, 16, 1), (16, 8192, 8192, 16, 1), (7, 392, 200, 16, 1),
+    (29, 136, 520, 32, 1), (64, 264, 72, 64, 1), (16, 4096, 14336, 16, 2),
+    (1, 4096, 4096, 16, 2), (5, 200, 1000, 16, 4)])
+def test_a_rows_of_a(m, n, k, a_rows, split):
+    """Plan.a_rows (only A's first rows loaded per stage, the others zeroed once), also
+    with K split over a cluster: integer inputs bit-exact with f32 output, bf16 output
+    within rounding, and through the op at the measured M <= 16 shapes, whose plans use
+    it; more rows than a_rows are refused."""
     from ptxdsl.ops.matmul.api import describe
     from ptxdsl.ops.matmul.hopper import build_hopper
-    from ptxdsl.ops.matmul.plan import Plan
+    from ptxdsl.ops.matmul.plan import Plan, stages_for
     from ptxdsl.types import bf16, f32
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, w = ints(m, k), ints(n, k)
-    p = Plan(bn=64, cluster=1, a_rows=a_rows, stages=8, epi_cols=64)
+    p = Plan(bn=64, cluster=1, a_rows=a_rows, epi_cols=64, split=split,
+             stmatrix=split == 1)
+    p = dataclasses.replace(p, stages=stages_for(p, bf16, f32, 8))   # fits either output
     out = poison(m, n, torch.float32)
     build_hopper(p, bf16, f32, sms=sms)(a, w, out)
     _finish_or_exit()
@@ -220,7 +225,7 @@ def test_a_rows_of_a(m, n, k, a_rows):
     _finish_or_exit()
     ref = x.double() @ y.double().t()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3
-    if (n, k) in ((4096, 4096), (8192, 8192)):
+    if (n, k) in ((4096, 4096), (8192, 8192), (4096, 14336)):
         assert f"a_rows={a_rows}" in describe(m, n, k, sms=sms)
         got = matmul(a, w.t(), out_dtype=torch.float32)
         _finish_or_exit()

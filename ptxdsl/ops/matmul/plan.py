@@ -67,7 +67,8 @@ class Plan:
     #                        most of what each CTA reads; with cluster == 1 and split 1)
     a_rows: int = 0        # rows of A a stage loads (0: bm): 16, 32 or 64 for one tile row
     #                        of M <= a_rows, K-major A; the stage's other A rows stay zero
-    #                        (written once), so no stage pays for out-of-bounds fill
+    #                        (written once), so no stage pays for out-of-bounds fill (with
+    #                        or without split-K, not in a cluster along M or N)
     group_m: int = 8       # tile rows per rasterization group (L2 reuse of A)
     epi_cols: int = 128    # columns of C staged in shared memory per epilogue step
     in_flight: int = 1     # wgmma groups a consumer keeps in flight (1: release a stage
@@ -88,11 +89,10 @@ class Plan:
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
         if self.a_rows not in (0, 16, 32, 64) or (self.a_rows and (
-                self.cluster > 1 or self.cluster_n > 1 or self.split > 1)):
+                self.cluster > 1 or self.cluster_n > 1)):
             raise ValueError(f"Plan a_rows={self.a_rows}: 0 (all of bm) or 16, 32, 64 rows "
-                             f"of A per stage, and only without clusters or split-K "
-                             f"(cluster={self.cluster}, cluster_n={self.cluster_n}, "
-                             f"split={self.split})")
+                             f"of A per stage, and only without clusters along M or N "
+                             f"(cluster={self.cluster}, cluster_n={self.cluster_n})")
         if self.cluster_n not in (1, 2, 4) or (self.cluster_n > 1 and
                                                (self.cluster > 1 or self.split > 1)):
             raise ValueError(f"Plan cluster_n={self.cluster_n}: 1, 2 or 4 CTAs along N, and "
@@ -222,17 +222,25 @@ ONE_ROW_MEASURED = {
 }
 # 16-bit operands (bf16 measured, f16 alike) on every device, over ONE_ROW_MEASURED (e4m3
 # keeps that table: split 2 at 28672 x 8192 ran 579 TFLOP/s against 685 unsplit there,
-# matmul_plans_fp8_h100.json; clusters along N were not timed with it).
+# matmul_plans_fp8_h100.json; clusters along N were not timed with it). M <= 16 at
+# 4096 x 14336: A's 16 rows with K split over two CTAs (128 CTAs stream B, not 64), in
+# two runs on each device (matmul_plans_rows_h100_2.json, _3; rows_h200_2, _3): H100 41
+# against the table's 39 TFLOP/s (cuBLAS 41), H200 56 against 44 (33.5 against 42.5 us;
+# cuBLAS 58); M = 1 alike (rows_h200_4: 32.9 against 42.4 us, cuBLAS 31.8).
 ONE_ROW_MEASURED_16 = {
     (128, 14336, 4096): (128, 1, 0, 4), (128, 28672, 8192): (128, 1, 0, 4),
-    (128, 8192, 28672): (128, 2, 0, 1),
+    (128, 8192, 28672): (128, 2, 0, 1), (16, 4096, 14336): (64, 2, 16, 1),
 }
 # One-tile-row plans of the tables above that an H200 (device_class "H200") runs
-# differently, bf16: 128 x 4096 x 4096 split 2, by the geometric mean of five H200 runs
-# (bench/results/matmul_plans_h200.json, _2, _3, _5, _6) 0.996 of each run's fastest plan
-# against n64 s1's 0.961 (last run: 302 against 285 TFLOP/s, cuBLAS 278). On an H100 it
-# lost (matmul_plans_h100.json: 219 against 235; _4 to _6: 240 against 252-253).
-ONE_ROW_DEVICE_MEASURED = {"H200": {(128, 4096, 4096): (64, 2, 0, 1)}}
+# differently, bf16, both K split over two CTAs: 128 x 4096 x 4096, by the geometric mean
+# of five H200 runs (bench/results/matmul_plans_h200.json, _2, _3, _5, _6) 0.996 of each
+# run's fastest plan against n64 s1's 0.961 (last run: 302 against 285 TFLOP/s, cuBLAS
+# 278); and M <= 16 at 4096 x 4096 with A's 16 rows (matmul_plans_rows_h200_2.json, _3:
+# 13.3 against 14.2 us, cuBLAS 13.9; M = 1, rows_h200_4: 13.0 against 14.1). On an H100
+# both lost (matmul_plans_h100.json: 219 against 235, _4 to _6: 240 against 252-253;
+# rows_h100_2 and _3: 31-32 against 33-34 TFLOP/s).
+ONE_ROW_DEVICE_MEASURED = {"H200": {(128, 4096, 4096): (64, 2, 0, 1),
+                                    (16, 4096, 4096): (64, 2, 16, 1)}}
 # Measured many-row overrides, (M, N, K) -> Plan fields (bench/results/matmul_plans_h100.json):
 # 1024 x 6144 x 4096 ran 711 TFLOP/s without a cluster (128 x 128 tiles, 6 stages) against
 # 662 with clusters of 2 and 665 for cuBLAS; every cluster-2 variant (group 2/4/16, 5

@@ -32,8 +32,9 @@ slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 696 
 716 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 692 / 718 / 699, and
 679 / 709 / 678 on an H200 beside 672 / 692 / 671. Rasterization groups of 4 and 16
 were within 2% of 8; waiting for each stage's wgmmas before releasing it
-(``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained 6% (H100). At 8192^3 three stages ran 806 against four stages' 791 in one run (not yet
-repeated: the plan keeps four).
+(``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained 6% (H100). At 8192^3 three
+stages ran 806 against four stages' 791 in one run (not yet repeated: the plan keeps
+four).
 
 Chosen from measurements (``bench/matmul_plans.py``: candidate plans per shape, each
 validated, timed beside cuBLAS in one run; ``bench/results/matmul_plans_h100.json``):
@@ -303,8 +304,8 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
 
     A measured shape takes its measured plan (:data:`ONE_ROW_MEASURED`, for 16-bit
     operands :data:`ONE_ROW_MEASURED_16` and the device's :data:`ONE_ROW_DEVICE_MEASURED`;
-    :data:`MEASURED`, then the device's
-    :data:`DEVICE_MEASURED`); the rules below cover the others.
+    :data:`MEASURED`, then the device's :data:`DEVICE_MEASURED`); the rules below cover
+    the others.
 
     128 x 256 tiles unless 128 x 128 tiles (m64n128 consumers, twice the tiles, a deeper
     ring) keep the persistent grid busier by more than 10% over its rounds: with few tiles
@@ -444,7 +445,6 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
 
 
 __all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "ONE_ROW_MEASURED_16",
-           "ONE_ROW_DEVICE_MEASURED",
-           "MEASURED", "DEVICE_MEASURED",
-           "MEASURED_FP8", "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for",
-           "FallbackPlan", "fallback_plan", "tma_ok", "SMEM_PER_CTA", "f32"]
+           "ONE_ROW_DEVICE_MEASURED", "MEASURED", "DEVICE_MEASURED", "MEASURED_FP8",
+           "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for", "FallbackPlan",
+           "fallback_plan", "tma_ok", "SMEM_PER_CTA", "f32"]

@@ -438,36 +438,55 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             overlap = p.overlap and SK == 1 and p.in_flight and \
                 stmatrix_staged(p, out_dtype) and bias is None and activation is None \
                 and not scaled
-            if overlap:
-                with ptx.if_(cid < total):
-                    start()
             pb = pbias if bias is not None else None
-            for t in ptx.range_(cid, total, ncl):
-                m0, n0 = tile_origin(t)
-                row0 = m0 + cons * p.wg_m
+
+            def tiles():
+                """Each of this CTA's tiles: its k-blocks, then its epilogue."""
                 if overlap:
-                    finish(nk)
-                    words = pack_tile(acc, p, out_dtype, bias, activation, n0, n, fcol, pb,
-                                      scale)
-                    with ptx.if_(t + ncl < total):
+                    with ptx.if_(cid < total):
                         start()
-                    store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
-                               fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale,
-                               words=words)
-                elif SK == 1:
-                    mainloop(nk)
-                    store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow,
-                               fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale)
-                else:
-                    with ptx.if_(nkr > 0):
-                        mainloop(nkr)
-                    with ptx.else_():           # more ranks than k-blocks: a zero share
-                        for r in acc:
-                            ptx.inst.mov.f32(r, 0.0)
-                    xch.exchange(acc, rank, row0 + warp * 16 < m)
-                    with ptx.if_(rank == owner):
+                for t in ptx.range_(cid, total, ncl):
+                    m0, n0 = tile_origin(t)
+                    row0 = m0 + cons * p.wg_m
+                    if overlap:
+                        finish(nk)
+                        words = pack_tile(acc, p, out_dtype, bias, activation, n0, n, fcol,
+                                          pb, scale)
+                        with ptx.if_(t + ncl < total):
+                            start()
+                        store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane,
+                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale,
+                                   words=words)
+                    elif SK == 1:
+                        mainloop(nk)
                         store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane,
                                    frow, fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale)
+                    else:
+                        with ptx.if_(nkr > 0):
+                            mainloop(nkr)
+                        with ptx.else_():           # more ranks than k-blocks: a zero share
+                            for r in acc:
+                                ptx.inst.mov.f32(r, 0.0)
+                        xch.exchange(acc, rank, row0 + warp * 16 < m)
+                        with ptx.if_(rank == owner):
+                            store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
+                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb,
+                                       _store, scale)
+
+            if p.a_rows and p.a_rows <= p.wg_m:
+                # Every row the second consumer owns lies past M (M <= a_rows <= 64): it
+                # issues no wgmma, exchanges and stores nothing, and only releases each
+                # stage once it is full, which halves the tensor-core work of a stage.
+                with ptx.if_(cons == 0):
+                    tiles()
+                with ptx.else_():
+                    for t in ptx.range_(cid, total, ncl):
+                        for kb in ptx.range_(nkr if SK > 1 else nk):
+                            _wait(labels, full0 + ring.slot * 8, ring.phase)
+                            release(empty0 + ring.slot * 8)
+                            ring.advance()
+            else:
+                tiles()
             with ptx.if_(lane == 0):
                 ptx.inst("cp.async.bulk.wait_group", 0)
         if CLS > 1:

@@ -2,7 +2,7 @@
 cuBLAS, ptxdsl and variants of ptxdsl's plan, side by side in one run.
 
     PYTHONPATH=. python bench/matmul_power.py [--shapes 8192x8192x8192,4096x4096x4096]
-        [--seconds 2] [--rounds 2] [--variants overlap,no-balance] [--json PATH]
+        [--seconds 2] [--rounds 2] [--variants overlap,no-balance] [--pyptx] [--json PATH]
 
 A sustained bf16 GEMM of random normal inputs holds an H100 or H200 at its power limit
 (700 W): the SM clock settles far below its maximum (about 1350 MHz on an H100, not 1980),
@@ -13,7 +13,10 @@ columns: TFLOP/s; W; MHz; FLOP per clock per SM (work per cycle: 4096 is the den
 peak); W per TFLOP/s (energy per FLOP, in pJ); the throttle reasons seen (0x4: the
 software power cap). Rounds alternate the order. Every contender is validated against a
 float64 product first. Variants (``VARIANTS``) rebuild the op's plan with some of its
-choices undone; ``cuBLAS`` also prints its kernel's name (torch profiler).
+choices undone; ``cuBLAS`` also prints its kernel's name (torch profiler). ``--pyptx``
+adds pyptx's warp-specialized GEMM where its shape rules allow (through its C++ launch
+extension: ``PYPTX_EXT=1``, as in ``bench/matmul.py``; it writes C transposed, which the
+validation undoes).
 Writes ``$OUT/matmul_power.json`` (or ``--json``); the table last.
 """
 from __future__ import annotations
@@ -98,7 +101,9 @@ def sustained(torch, fn, args, seconds, log):
     return s.elapsed_time(e) * 1e3 / calls, log.window(t0, time.time())
 
 
-def contenders(torch, m, n, k, sms, device, names):
+def contenders(torch, m, n, k, sms, device, names, pyptx=None):
+    """The live contenders of one shape (``pyptx``: ``bench.matmul.pyptx_gemm()``'s
+    ``(run, rule)``, added where its rule allows the shape) and the op's plan."""
     from ptxdsl.ops import matmul
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import choose
@@ -113,6 +118,8 @@ def contenders(torch, m, n, k, sms, device, names):
             kern(a, b.t(), c)           # b is the (K, N) view of a row-major (N, K) weight
             return c
         live[name] = run
+    if pyptx is not None and pyptx[1](m, n, k) is None:
+        live["pyptx"] = pyptx[0]
     return live, base
 
 
@@ -125,6 +132,8 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--pyptx", action="store_true",
+                    help="add pyptx's GEMM (needs PYPTX_EXT=1 and pyptx importable)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     names = [v for v in args.variants.split(",") if v]
@@ -135,6 +144,10 @@ def main(argv=None):
     sms = dev.multi_processor_count
     cls = device_class(driver.get().device(torch.cuda.current_device()))
     path = args.json or os.path.join(os.environ.get("OUT", "."), "matmul_power.json")
+    pyptx = None
+    if args.pyptx:
+        from bench.matmul import pyptx_gemm
+        pyptx = pyptx_gemm()     # raises with the reason where pyptx cannot be timed
     log = PowerLog()
     result = {"device": dev.name, "sms": sms,
               "date": datetime.datetime.now().isoformat(timespec="minutes"),
@@ -146,12 +159,13 @@ def main(argv=None):
         g = torch.Generator(device="cuda").manual_seed(0)
         a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16).t()
-        live, plan = contenders(torch, m, n, k, sms, cls, names)
+        live, plan = contenders(torch, m, n, k, sms, cls, names, pyptx)
         ref = a.double() @ b.double()
         row = {"shape": [m, n, k], "plan": str(plan),
                "cublas_kernels": cublas_kernels(torch, a, b), "results": {}}
         for name in list(live):
-            err = rel_err(live[name](a, b), ref)
+            out = live[name](a, b)
+            err = rel_err(out.t() if name == "pyptx" else out, ref)  # pyptx: C as (N, M)
             if not err < 1e-2:
                 row["results"][name] = {"error": f"relative error {err:.3g}"}
                 live.pop(name)

@@ -2,7 +2,7 @@
 ``ptxdsl/ops/matmul/plan.py``'s tables from measurements.
 
 For each shape, :func:`candidates` lists plans around what ``plan.choose`` picks now
-(``base``): tile width ``bn`` 64 / 128 / 192 / 256, ring depth, cluster 1 / 2, the
+(``base``): tile width ``bn`` 64 / 128 / 192 / 224 / 256, ring depth, cluster 1 / 2, the
 rasterization group, the stmatrix or st.shared epilogue, and at M <= 128 the split-K
 factor. Operands as ``bench/matmul.py`` makes them (``b = W.T``, random normal bf16,
 enough copies to stream from HBM where they would fit in L2). Every candidate is validated
@@ -40,7 +40,7 @@ DEFAULT = [f"128x{n}x{k}" for n, k in SMALL_NK] + LARGE + [f"16x{n}x{k}" for n, 
 def candidates(m, n, k, sms, device="H100", dt=None):
     """name -> Plan for one shape (duplicates of ``base`` dropped); ``dt``: the operands'
     type (bf16 unless given)."""
-    from ptxdsl.ops.matmul.plan import choose, stages_for
+    from ptxdsl.ops.matmul.plan import choose, most_stages, stages_for
     from ptxdsl.types import bf16
     dt = dt or bf16
     base = choose(m, n, k, dt, bf16, sms, device=device)
@@ -48,8 +48,7 @@ def candidates(m, n, k, sms, device="H100", dt=None):
     def mk(**kw):
         p = dataclasses.replace(base, **kw)
         if "stages" not in kw:
-            most = {64: 8, 128: 6, 192: 5, 256: 4}[p.bn]
-            p = dataclasses.replace(p, stages=stages_for(p, dt, bf16, most))
+            p = dataclasses.replace(p, stages=stages_for(p, dt, bf16, most_stages(p.bn)))
         return p
     out = {"base": base}
     if m <= 128:
@@ -61,7 +60,7 @@ def candidates(m, n, k, sms, device="H100", dt=None):
                                        epi_cols=min(bn, 128), stmatrix=s == 1)
         if m <= 64:                 # only A's first rows loaded (the others zero)
             ar = 16 if m <= 16 else 32 if m <= 32 else 64
-            for bn in (64, 128, 256):
+            for bn in (64, 128, 224, 256):
                 out[f"n{bn}a{ar}"] = mk(bn=bn, split=1, cluster=1, cluster_n=1, a_rows=ar,
                                         epi_cols=min(bn, 128), stmatrix=True)
             for bn in (64, 128):    # ... and K split over a cluster of s CTAs
@@ -69,6 +68,8 @@ def candidates(m, n, k, sms, device="H100", dt=None):
                     out[f"n{bn}s{s}a{ar}"] = mk(bn=bn, split=s, cluster=1, cluster_n=1,
                                                 a_rows=ar, epi_cols=min(bn, 128),
                                                 stmatrix=False)
+        out["n224s1"] = mk(bn=224, split=1, cluster=1, cluster_n=1, a_rows=0, epi_cols=128,
+                           stmatrix=True)   # 28672 / 224: 128 tiles, one round
         for bn in (64, 128):        # A shared by multicast along N
             for cn in (2, 4):
                 out[f"n{bn}cn{cn}"] = mk(bn=bn, split=1, cluster=1, cluster_n=cn, a_rows=0,
@@ -79,6 +80,8 @@ def candidates(m, n, k, sms, device="H100", dt=None):
         out["n256"] = mk(bn=256, epi_cols=128)
         out["c1"] = mk(cluster=1)
         out["n192c1"] = mk(bn=192, epi_cols=64, cluster=1)
+        out["n224"] = mk(bn=224, epi_cols=128)      # 14336 / 224: 64 whole tile columns
+        out["n224c1"] = mk(bn=224, epi_cols=128, cluster=1)
         out["st-1"] = mk(stages=base.stages - 1)
         out["g2"] = mk(group_m=2)
         out["g4"] = mk(group_m=4)

@@ -338,3 +338,73 @@ def test_interpreter_runs_the_narrow_and_192_tiles(bn, cluster, split, m, n, k, 
     kb = f32_to_bf16_bits(b) if b_major == "MN" else np.ascontiguousarray(f32_to_bf16_bits(b.T))
     c = kern.interpret(f32_to_bf16_bits(a), kb, np.full((m, n), np.nan, np.float32))
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
+
+
+def test_panel_steps_cover_the_tile_with_whole_panels():
+    """C's panels of one epilogue: whole 128-byte panels, the last one overlapping the one
+    before it where the tile is not whole panels wide, grouped by the staging buffer."""
+    from ptxdsl.ops.matmul.store import panel_steps
+    assert panel_steps(256, 128, 64) == [[0, 64], [128, 192]]
+    assert panel_steps(224, 128, 64) == [[0, 64], [128, 160]]
+    assert panel_steps(224, 128, 32) == [[0, 32, 64, 96], [128, 160, 192]]
+    assert panel_steps(96, 64, 64) == [[0], [32]]
+    assert panel_steps(192, 64, 64) == [[0], [64], [128]]
+    for bn in range(64, 257, 32):
+        for pc in (32, 64):
+            steps = panel_steps(bn, 128, pc)
+            cols = {s + c for step in steps for s in step for c in range(pc)}
+            assert cols == set(range(bn)), (bn, pc)
+    with pytest.raises(ValueError, match="panel_steps"):
+        panel_steps(32, 64, 64)
+
+
+@pytest.mark.parametrize("bn,cluster,a_rows,m,n,k,odt,bias", [
+    (224, 1, 0, 130, 460, 72, "f32", False), (224, 2, 0, 250, 296, 136, "bf16", True),
+    (224, 1, 0, 200, 680, 200, "bf16", False), (224, 1, 16, 16, 456, 200, "f32", True),
+    (160, 1, 0, 7, 328, 72, "bf16", False), (96, 1, 0, 20, 200, 72, "f32", False)])
+def test_interpreter_runs_tiles_that_are_not_whole_panels(bn, cluster, a_rows, m, n, k, odt,
+                                                          bias):
+    """Tiles 224, 160 and 96 wide (m64nN consumers; C's last panel overlaps the one before
+    it, both staged and stored): integer inputs, exact f32 output or bf16 output rounded
+    once, with a bias; N ragged inside the overlapped panel, several tiles per CTA, the
+    ring wrapping."""
+    import numpy as np
+    from ptxdsl.ops.matmul.plan import Plan
+    from ptxdsl.types import f32_to_bf16_bits
+    out = f32 if odt == "f32" else bf16
+    p = Plan(bn=bn, epi_cols=min(bn, 128) if bn >= 128 else 64, cluster=cluster,
+             a_rows=a_rows, stages=2)
+    kw = {"bias": bf16} if bias else {}
+    kern = build_hopper(p, bf16, out, sms=2 * cluster, **kw)
+    _interpretable(kern)
+    assert f"m64n{bn}k16" in kern.ptx()
+    rng = np.random.default_rng(m + n + k + bn)
+    a = rng.integers(-2, 3, (m, k)).astype(np.float32)
+    w = rng.integers(-2, 3, (n, k)).astype(np.float32)
+    bv = rng.integers(-3, 4, n).astype(np.float32)
+    want = a.astype(np.float64) @ w.astype(np.float64).T + (bv if bias else 0.0)
+    args = (f32_to_bf16_bits(a), f32_to_bf16_bits(w)) + ((f32_to_bf16_bits(bv),) if bias else ())
+    if out == f32:
+        c = kern.interpret(*args, np.full(want.shape, np.nan, np.float32))
+        np.testing.assert_array_equal(c, want)
+    else:
+        c = kern.interpret(*args)
+        np.testing.assert_array_equal(np.asarray(c).view(np.uint16),
+                                      f32_to_bf16_bits(want.astype(np.float32)))
+
+
+def test_for_majors_keeps_what_the_operands_allow():
+    """A plan's K-major-only choices give way for MN-major operands: a_rows for an
+    MN-major A, a tile width of part-atoms (224) for an MN-major B (256, the ring
+    re-sized); a K-major B keeps 224, and building 224 with an MN-major B is refused."""
+    from ptxdsl.ops.matmul.plan import Plan, for_majors
+    p = Plan(bn=224, cluster=1, a_rows=16, stages=4, epi_cols=128)
+    assert for_majors(p, bf16, bf16) == p
+    q = for_majors(p, bf16, bf16, "MN", "MN")
+    assert (q.bn, q.a_rows, q.stages, q.epi_cols) == (256, 0, 4, 128)
+    assert for_majors(p, bf16, f32, "K", "MN").stages == 3
+    with pytest.raises(ValueError, match="boxes of 64"):
+        build_hopper(Plan(bn=224, cluster=1, stages=2, epi_cols=128), bf16, bf16,
+                     b_major="MN")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        build_hopper(Plan(bn=200, cluster=1, stages=2, epi_cols=128), bf16, bf16)

@@ -196,6 +196,48 @@ def test_clusters_along_n(m, n, k, cn, a_major):
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
+@pytest.mark.parametrize("m,n,k,cluster,a_rows,bias", [
+    (1024, 14336, 4096, 2, 0, False), (379, 1000, 520, 2, 0, True), (250, 456, 72, 1, 0, True),
+    (16, 28672, 8192, 1, 16, False), (7, 1000, 264, 1, 16, True)])
+def test_224_wide_tiles(m, n, k, cluster, a_rows, bias):
+    """128 x 224 tiles (m64n224 consumers; C's last 64-column panel of a tile overlaps the
+    one before it, and both store the shared columns): integer inputs bit-exact with f32
+    output, bf16 output with a bias and gelu within rounding, ragged N that ends inside a
+    tile's overlapped panel (1000 = 4 x 224 + 104, 456 = 2 x 224 + 8); a plan of this width
+    given an MN-major B takes 256 (for_majors) and stays exact."""
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    from ptxdsl.ops.matmul.plan import Plan, for_majors, most_stages, stages_for
+    from ptxdsl.types import bf16, f32
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    a, w = ints(m, k), ints(n, k)
+    p = Plan(bn=224, cluster=cluster, a_rows=a_rows, epi_cols=128, l2_promotion=256)
+    p = dataclasses.replace(p, stages=stages_for(p, bf16, f32, most_stages(224)))
+    out = poison(m, n, torch.float32)
+    build_hopper(p, bf16, f32, sms=sms)(a, w, out)
+    _finish_or_exit()
+    assert torch.equal(out.double(), a.double() @ w.double().t())
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    y = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    bv = torch.randn(n, device="cuda").to(torch.bfloat16) if bias else None
+    kw = {"bias": bf16, "activation": "gelu"} if bias else {}
+    pb = dataclasses.replace(p, stages=stages_for(p, bf16, bf16, most_stages(224)))
+    c = poison(m, n, torch.bfloat16)
+    build_hopper(pb, bf16, bf16, sms=sms, **kw)(x, y, *((bv,) if bias else ()), c)
+    _finish_or_exit()
+    ref = x.double() @ y.double().t()
+    if bias:
+        ref = act_ref(ref + bv.double(), "gelu", _TorchNp)
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3
+    if n % 8 == 0 and a_rows == 0:          # B stored (K, N): MN-major, 64-column boxes
+        q = for_majors(p, bf16, f32, "K", "MN")
+        assert q.bn == 256
+        out = poison(m, n, torch.float32)
+        build_hopper(q, bf16, f32, sms=sms, b_major="MN")(a, w.t().contiguous(), out)
+        _finish_or_exit()
+        assert torch.equal(out.double(), a.double() @ w.double().t())
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
 @pytest.mark.parametrize("m,n,k,a_rows,split", [
     (1, 4096, 4096, 16, 1), (16, 8192, 8192, 16, 1), (7, 392, 200, 16, 1),
     (29, 136, 520, 32, 1), (64, 264, 72, 64, 1), (16, 4096, 14336, 16, 2),

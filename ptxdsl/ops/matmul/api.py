@@ -28,7 +28,6 @@ SIMT kernel (:mod:`.simt`) everywhere else.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -44,7 +43,7 @@ from .._common.kernels import KernelCache
 
 log = logging.getLogger("ptxdsl.ops")
 from .epilogue import ACTIVATIONS
-from .plan import choose, device_class, fallback_plan, tma_ok
+from .plan import choose, device_class, fallback_plan, for_majors, tma_ok
 from .simt import build_simt
 
 _ALIASES = {"gelu_tanh": "gelu", "gelu-tanh": "gelu", "swish": "silu"}
@@ -302,9 +301,7 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
     ``scaled``: the float8 scale arguments."""
     from .hopper import build_hopper
     bt = bt or dt
-    p = choose(m, n, k, dt, odt, sms, device=device)
-    if p.a_rows and a_major != "K":          # partial A boxes are K-major rows
-        p = dataclasses.replace(p, a_rows=0)
+    p = for_majors(choose(m, n, k, dt, odt, sms, device=device), dt, odt, a_major, b_major)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
            sms, scaled, a_major, b_major)     # the majors last (tests read them there)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,

@@ -10,7 +10,9 @@ past the tensor fill zeros (ragged K adds nothing), stores past it are clipped.
 One CTA = 384 threads = three warpgroups, one 128 x 256 output tile at a time (or
 128 x 128, m64n128 consumers and a six-stage ring, where :func:`.plan.choose` finds that
 twice the tiles keep the grid busier; 128 x 64 with m64n64 consumers for one tile row,
-where N / 64 CTAs stream B from more SMs; 128 x 192 builds, timed but not chosen)::
+where N / 64 CTAs stream B from more SMs; any width that is a multiple of 32 builds, such
+as 128 x 224, whose last 64-column panel of C overlaps the one before it,
+:func:`.store.panel_steps`)::
 
                      full[s] (tx bytes)                     empty[s] (4 arrivals)
     warpgroup 0  ──TMA A 128x64, B 128x64 (x2, multicast)──▶  ring stage s  ──▶ wgmma
@@ -221,11 +223,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: 8-bit operands ({dtype.name}, {b_dtype.name}) must "
                          f"both be K-major (wgmma cannot transpose them), got A {a_major}, "
                          f"B {b_major}")
-    if p.bm != 128 or p.bn not in (64, 128, 192, 256) or p.bk * dtype.bytes != 128 or \
-            p.consumers != 2 or p.bn % p.epi_cols or p.epi_cols % 64:
-        raise ValueError(f"build_hopper is written for 128 x (64, 128, 192 or 256) tiles of two "
-                         f"m64 consumers, 128-byte K rows and epilogue steps of 64 or 128 "
-                         f"columns dividing the tile, got {p}")
+    if p.bm != 128 or p.bn % 32 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128 or \
+            p.consumers != 2 or p.epi_cols not in (64, 128, 256) or p.epi_cols > p.bn:
+        raise ValueError(f"build_hopper is written for 128 x bn tiles (bn a multiple of 32 from "
+                         f"64 to 256) of two m64 consumers, 128-byte K rows and epilogue "
+                         f"steps of 64, 128 or 256 columns, at most the tile's, got {p}")
     if p.a_rows and a_major != "K":
         raise ValueError(f"build_hopper: Plan.a_rows={p.a_rows} loads part of A's K-major "
                          f"rows; A is {a_major}-major here (use a_rows=0)")

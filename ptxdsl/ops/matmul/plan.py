@@ -183,7 +183,8 @@ MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 #   14336 x 4096:  n128 s1      318      318      (the same)
 #     16-bit:      n128 cn4     330      318-319  (n128 s1: 321-322)
 #   28672 x 8192:  n128 s1      361      350      (n256 s1: 360)
-#     16-bit:      n128 cn4     365-366  351-352  (n128 s1: 354-355; n256 s1: 360-361)
+#     16-bit:      n128 cn4     365-366  351-352  (n128 s1: 354-355; n256 s1: 360-361),
+#                  then n224 s1 365-366 beside n128 cn4's 364-365 (ONE_ROW_MEASURED_16)
 #   8192 x 28672:  n64  s1      356      329      (n128 s2: 352)
 #     16-bit:      n128 s2      353-355  328-331  (n64 s1: 341-342)
 # At M = 128, 128 x 64 tiles (N / 64 CTAs: 64 to 128 busy SMs for N <= 8192, each
@@ -193,7 +194,8 @@ MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 # (bench/results/matmul_plans_h200_5.json: e.g. 8192 x 8192 n64 cn2 401 against 425).
 # The H200's runs agree (matmul_plans_h200_6.json to _9: 14336 x 4096 n128 cn4 422-426
 # against n128 s1's 406-410, cuBLAS 414-417; 28672 x 8192 468-479 against 440-450,
-# cuBLAS 437-445), but for 4096 x 4096 (ONE_ROW_DEVICE_MEASURED, below).
+# cuBLAS 437-445), but for 4096 x 4096 (ONE_ROW_DEVICE_MEASURED, below); at 28672 x
+# 8192 128 x 224 tiles without a cluster later beat both (ONE_ROW_MEASURED_16).
 #   M = 16, on an H100 / an H200 (bench/results/matmul_plans_rows_h100.json, _h200.json;
 #   M = 1 ran the same choices fastest in those runs; "cn4" is the plan before: clusters
 #   of four along N sharing A, which had beaten every plan without them,
@@ -227,10 +229,18 @@ ONE_ROW_MEASURED = {
 # 4096 x 14336: A's 16 rows with K split over two CTAs (128 CTAs stream B, not 64), in
 # two runs on each device (matmul_plans_rows_h100_2.json, _3; rows_h200_2, _3): H100 41
 # against the table's 39 TFLOP/s (cuBLAS 41), H200 56 against 44 (33.5 against 42.5 us;
-# cuBLAS 58); M = 1 alike (rows_h200_4: 32.9 against 42.4 us, cuBLAS 31.8).
+# cuBLAS 58); M = 1 alike (rows_h200_4: 32.9 against 42.4 us, cuBLAS 31.8). N = 28672,
+# K = 8192: 128 x 224 tiles, 128 of them (one round on 132 SMs, where 128 x 128 takes
+# 224 tiles in two). At M <= 16 with A's 16 rows: H200 112.8 / 112.7 us against the old
+# entry's 123.3 / 122.9 (cuBLAS 113.8 / 113.0), H100 157.5 / 157.8 against 160.6 / 161.0
+# (cuBLAS 164.6 / 164.1): matmul_plans_rows_h200_5.json, _6, rows_h100_4, _5. At
+# M = 128 unsplit, no cluster: H200 128.2 / 127.6 against clusters of 4 along N's 131.5 /
+# 130.8 (cuBLAS 139.2 / 138.0), H100 164.1 / 164.7 against 164.6 / 165.2
+# (matmul_plans_h200_10.json, _11, h100_7, _8).
 ONE_ROW_MEASURED_16 = {
-    (128, 14336, 4096): (128, 1, 0, 4), (128, 28672, 8192): (128, 1, 0, 4),
+    (128, 14336, 4096): (128, 1, 0, 4), (128, 28672, 8192): (224, 1, 0, 1),
     (128, 8192, 28672): (128, 2, 0, 1), (16, 4096, 14336): (64, 2, 16, 1),
+    (16, 28672, 8192): (224, 1, 16, 1),
 }
 # One-tile-row plans of the tables above that an H200 (device_class "H200") runs
 # differently, bf16, both K split over two CTAs: 128 x 4096 x 4096, by the geometric mean
@@ -293,8 +303,7 @@ def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType,
     bn, s, ar, cn = got
     p = Plan(cluster=1, cluster_n=cn, bn=bn, split=s, a_rows=ar if dtype.bytes == 2 else 0,
              l2_promotion=256, stmatrix=s == 1, epi_cols=min(bn, 128), bk=bk_for(dtype))
-    most = {64: 8, 128: 6, 256: 4}[bn]
-    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
+    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most_stages(bn))})
 
 
 def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
@@ -334,8 +343,29 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
                     **DEVICE_MEASURED.get(device, {}).get((m, n, k), {})})
     else:
         p = Plan(**{**p.__dict__, **MEASURED_FP8.get((m, n, k), {})})
-    most = 4 if p.bn == 256 else 6
-    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
+    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most_stages(p.bn))})
+
+
+def for_majors(p: Plan, dtype: PtxType, out_dtype: PtxType, a_major: str = "K",
+               b_major: str = "K") -> Plan:
+    """``p`` for operands of these majors (:mod:`.operands`). Two choices need K-major
+    rows: ``a_rows`` (a box of A's first rows; dropped for an MN-major A), and a tile
+    width that is not whole 64-column atoms (``bn = 224``: an MN-major B arrives in
+    boxes of 64 columns; 256 instead, the rule's width, with the ring re-sized)."""
+    if p.a_rows and a_major != "K":
+        p = Plan(**{**p.__dict__, "a_rows": 0})
+    if p.bn % 64 and b_major != "K":
+        bn = -(-p.bn // 64) * 64
+        p = Plan(**{**p.__dict__, "bn": bn, "epi_cols": min(p.epi_cols, bn)})
+        p = Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most_stages(bn))})
+    return p
+
+
+def most_stages(bn: int) -> int:
+    """The deepest ring a tile width takes (:func:`stages_for` caps it by the room):
+    8 for 128 x 64, 6 for 128 x 128, 4 for 128 x 224 and 128 x 256; widths between, the
+    next narrower's."""
+    return 8 if bn <= 64 else 6 if bn <= 128 else 5 if bn <= 192 else 4
 
 
 def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int = 132,
@@ -414,8 +444,7 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
     # exchange ptxas spills 3 registers (the kernel has 168 for every role), and an owner
     # stores 64 rows (few live at small M) per K/split of streaming.
     p = Plan(cluster=1, bn=bn, split=s, l2_promotion=256, stmatrix=s == 1, bk=bk_for(dtype))
-    most = 4 if bn == 256 else 6
-    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most)})
+    return Plan(**{**p.__dict__, "stages": stages_for(p, dtype, out_dtype, most_stages(bn))})
 
 
 @dataclass(frozen=True)
@@ -446,5 +475,6 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
 
 __all__ = ["Plan", "choose", "one_row", "ONE_ROW_MEASURED", "ONE_ROW_MEASURED_16",
            "ONE_ROW_DEVICE_MEASURED", "MEASURED", "DEVICE_MEASURED", "MEASURED_FP8",
-           "device_class", "SPLITS", "SPLIT_K", "stages_for", "bk_for", "FallbackPlan",
+           "device_class", "SPLITS", "SPLIT_K", "stages_for", "most_stages", "for_majors",
+           "bk_for", "FallbackPlan",
            "fallback_plan", "tma_ok", "SMEM_PER_CTA", "f32"]

@@ -3,7 +3,8 @@ type, written into a 128-byte-swizzled staging panel in shared memory, stored by
 
 Each consumer stores its 64 x ``bn`` result in steps of ``epi_cols`` columns through its
 own 64 x ``epi_cols`` staging buffer of 128-byte panels (64 bf16 / 32 f32 columns each;
-the swizzle spreads a warp's 8 rows over 8 bank groups): ``st.shared`` of packed pairs
+the swizzle spreads a warp's 8 rows over 8 bank groups; a tile that is not whole panels
+wide ends with an overlapping one, :func:`panel_steps`): ``st.shared`` of packed pairs
 (``cvt.rn.bf16x2.f32``; for 16-bit outputs four 8 x 8 matrices at a time with
 ``stmatrix.sync.aligned.m8n8.x4.shared.b16``, see :func:`_stmatrix_offsets`),
 ``fence.proxy.async.shared::cta``, ``bar.sync id, 128`` (a named
@@ -18,6 +19,25 @@ from ptxdsl import ptx, reg
 from ptxdsl.types import b32, f32
 
 from .epilogue import activate
+
+
+def panel_steps(bn: int, epi_cols: int, pc: int) -> list[list[int]]:
+    """The first column of each 128-byte panel (``pc`` columns) of a 64 x ``bn`` tile,
+    grouped into epilogue steps of ``epi_cols // pc`` panels (one staging buffer each).
+
+    C's tensor map has one box, a whole panel. A tile that is not whole panels wide
+    (``bn = 224`` of a 16-bit C: 3.5 panels of 64) ends with the panel of its last ``pc``
+    columns, which overlaps the one before it. The shared columns are staged in both and
+    stored twice with the same values, so no store writes past the tile into the
+    neighbouring tile's columns."""
+    if bn < pc or bn % 8 or epi_cols % pc:
+        raise ValueError(f"panel_steps: a tile of {bn} columns (a multiple of 8, at least "
+                         f"one panel of {pc}) in steps of {epi_cols} (whole panels)")
+    starts = list(range(0, bn - pc + 1, pc))
+    if bn % pc:
+        starts.append(bn - pc)
+    per = epi_cols // pc
+    return [starts[i:i + per] for i in range(0, len(starts), per)]
 
 
 def stmatrix_staged(p, out_dtype) -> bool:
@@ -84,7 +104,6 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
     per thread: eight offsets ``(c ^ q) << 4`` and two row bases are computed once, and
     each store is one ``add.u32`` and an ``st.shared`` with a constant panel offset."""
     pc = L.panel_cols                       # columns per 128-byte panel
-    panels = p.epi_cols // pc
     rows = p.wg_m
     fb = fcol * ob                          # byte of the thread's pair in its 8-column group
     q = (fb >> 4) ^ (frow & 7)
@@ -100,37 +119,44 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
     def values(gj, col):
         return _values(acc, gj, col, n0, n, fcol, bias, pbias, activation, scale)
 
-    for half in range(p.bn // p.epi_cols):
+    for step in panel_steps(p.bn, p.epi_cols, pc):
         with ptx.if_(lane == 0):
             ptx.inst("cp.async.bulk.wait_group.read", 0)
         ptx.inst("barrier.sync", bar_id, 128)
-        if use_stm:                         # two 8-column groups per stmatrix.x4
-            for jp in range(p.epi_cols // 16):
-                col = half * p.epi_cols + 16 * jp
-                four = words[col // 16] if words is not None else _stmatrix_words(
-                    acc, out_dtype, col, n0, n, fcol, bias, pbias, activation, scale)
-                at = ptx.addr(sbase + sx[jp % 4], (16 * jp // pc) * rows * 128)
-                ptx.inst("stmatrix.sync.aligned.m8n8.x4.shared.b16", at, four)
-        for j in range(0 if use_stm else p.epi_cols // 8):    # 8-column groups of this half
-            col = half * p.epi_cols + 8 * j  # + fcol
-            vals = values(col // 8, col)
-            panel = (8 * j) // pc
-            c = (((8 * j) % pc) * ob) >> 4  # the group's 16-byte chunk in the panel row
-            for hr in range(2):             # rows frow, frow + 8
-                pair = vals[2 * hr:2 * hr + 2]
-                got = pair if out_dtype == f32 else [_pack(out_dtype, pair)]
-                at = ptx.addr(bases[hr] + xs[c], panel * rows * 128)
-                if len(got) == 1:
-                    ptx.inst("st.shared.b32", at, got[0])
-                else:
-                    ptx.inst("st.shared.v2.f32", at, got)
+        packed: dict = {}                   # columns an overlapping panel stages again
+        for slot, start in enumerate(step):
+            off = slot * rows * 128         # the panel's place in the staging buffer
+            if use_stm:                     # two 8-column groups per stmatrix.x4
+                for jq in range(pc // 16):
+                    col = start + 16 * jq
+                    if col not in packed:
+                        packed[col] = words[col // 16] if words is not None else \
+                            _stmatrix_words(acc, out_dtype, col, n0, n, fcol, bias, pbias,
+                                            activation, scale)
+                    ptx.inst("stmatrix.sync.aligned.m8n8.x4.shared.b16",
+                             ptx.addr(sbase + sx[jq], off), packed[col])
+                continue
+            for j in range(pc // 8):        # the panel's 8-column groups
+                col = start + 8 * j         # + fcol
+                if col not in packed:
+                    vals = values(col // 8, col)
+                    packed[col] = [pair if out_dtype == f32 else [_pack(out_dtype, pair)]
+                                   for pair in (vals[0:2], vals[2:4])]
+                c = ((8 * j) * ob) >> 4     # the group's 16-byte chunk in the panel row
+                for hr in range(2):         # rows frow, frow + 8
+                    got = packed[col][hr]
+                    at = ptx.addr(bases[hr] + xs[c], off)
+                    if len(got) == 1:
+                        ptx.inst("st.shared.b32", at, got[0])
+                    else:
+                        ptx.inst("st.shared.v2.f32", at, got)
         ptx.inst("fence.proxy.async.shared::cta")
         ptx.inst("barrier.sync", bar_id, 128)
         with ptx.if_(lane == 0):
-            for qq in range(panels if store else 0):
+            for slot, start in enumerate(step if store else ()):
                 ptx.inst("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
-                         ptx.addr(tma_c, coords=[n0 + half * p.epi_cols + qq * pc, row0]),
-                         ptx.addr(stage_c + qq * (rows * 128)))
+                         ptx.addr(tma_c, coords=[n0 + start, row0]),
+                         ptx.addr(stage_c + slot * (rows * 128)))
             ptx.inst("cp.async.bulk.commit_group")
 
 
@@ -165,4 +191,4 @@ def _bias_at(pbias, col, n, dtype):
     return load_chunk(addr, 0, dtype, 1, pred=ok)[0]
 
 
-__all__ = ["store_tile", "pack_tile", "stmatrix_staged"]
+__all__ = ["store_tile", "pack_tile", "stmatrix_staged", "panel_steps"]

@@ -28,9 +28,9 @@ Where the numbers come from:
 
 Measured (``bench/results/matmul_h100.json`` and ``matmul_h200.json``: one full
 ``bench/matmul.py`` run each, same tree, 2026-11-25, contenders in alternating 2 ms
-slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 698 / 736 /
-714 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 695 / 719 / 703, and
-658 / 713 / 679 on an H200 beside 653 / 697 / 665. Rasterization groups of 4 and 16
+slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 697 / 723 /
+716 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 692 / 706 / 704, and
+662 / 707 / 680 on an H200 beside 660 / 691 / 670. Rasterization groups of 4 and 16
 were within 2% of 8; waiting for each stage's wgmmas before releasing it
 (``in_flight=0``) lost 10%; L2 promotion of 256 bytes gained 6% (H100). At 8192^3 three
 stages ran 806 against four stages' 791 in one run (not yet repeated: the plan keeps

@@ -190,7 +190,10 @@ def _fits(k, block) -> bool:
 # 92.4 in that run, "alternate"). Diagnostics: with no DSMEM traffic (a relaxed barrier)
 # the ring ran as fast (the exchange costs nothing); with a fence in place of the barrier
 # (timing only: each CTA normalised by its own sum, free to drift) a point slower; with
-# fewer clusters slower by each SM left out: an SM's own pace bounds the ring.
+# fewer clusters slower by each SM left out: an SM's own pace bounds the ring. No other
+# split of a 262144 row covers more SMs at once on an H200: clusters of 3 (176 KiB
+# slices) hold 117 SMs, of 5 110, of 6 102, of 8 or 16 at two CTAs per SM 120 and 112;
+# clusters of 2 (all 132) need 256 KiB slices (rmsnorm_long_clusters_h200.json).
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA

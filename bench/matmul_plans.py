@@ -2,7 +2,7 @@
 ``ptxdsl/ops/matmul/plan.py``'s tables from measurements.
 
 For each shape, :func:`candidates` lists plans around what ``plan.choose`` picks now
-(``base``): tile width ``bn`` 64 / 128 / 192 / 224 / 256, ring depth, cluster 1 / 2, the
+(``base``): tile width ``bn`` 64 / 128 / 176 / 192 / 224 / 256, ring depth, cluster 1 / 2, the
 rasterization group, the stmatrix or st.shared epilogue, and at M <= 128 the split-K
 factor. Operands as ``bench/matmul.py`` makes them (``b = W.T``, random normal bf16,
 enough copies to stream from HBM where they would fit in L2). Every candidate is validated
@@ -82,6 +82,8 @@ def candidates(m, n, k, sms, device="H100", dt=None):
         out["n192c1"] = mk(bn=192, epi_cols=64, cluster=1)
         out["n224"] = mk(bn=224, epi_cols=128)      # 14336 / 224: 64 whole tile columns
         out["n224c1"] = mk(bn=224, epi_cols=128, cluster=1)
+        out["n176"] = mk(bn=176, epi_cols=128)      # 14336 / 176: 82 tile columns, 5 rounds
+        out["n176c1"] = mk(bn=176, epi_cols=128, cluster=1)
         out["st-1"] = mk(stages=base.stages - 1)
         out["g2"] = mk(group_m=2)
         out["g4"] = mk(group_m=4)

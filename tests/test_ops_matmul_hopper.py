@@ -349,7 +349,8 @@ def test_panel_steps_cover_the_tile_with_whole_panels():
     assert panel_steps(224, 128, 32) == [[0, 32, 64, 96], [128, 160, 192]]
     assert panel_steps(96, 64, 64) == [[0], [32]]
     assert panel_steps(192, 64, 64) == [[0], [64], [128]]
-    for bn in range(64, 257, 32):
+    assert panel_steps(176, 128, 64) == [[0, 64], [112]]
+    for bn in range(64, 257, 16):
         for pc in (32, 64):
             steps = panel_steps(bn, 128, pc)
             cols = {s + c for step in steps for s in step for c in range(pc)}
@@ -361,10 +362,11 @@ def test_panel_steps_cover_the_tile_with_whole_panels():
 @pytest.mark.parametrize("bn,cluster,a_rows,m,n,k,odt,bias", [
     (224, 1, 0, 130, 460, 72, "f32", False), (224, 2, 0, 250, 296, 136, "bf16", True),
     (224, 1, 0, 200, 680, 200, "bf16", False), (224, 1, 16, 16, 456, 200, "f32", True),
-    (160, 1, 0, 7, 328, 72, "bf16", False), (96, 1, 0, 20, 200, 72, "f32", False)])
+    (160, 1, 0, 7, 328, 72, "bf16", False), (96, 1, 0, 20, 200, 72, "f32", False),
+    (176, 2, 0, 250, 400, 136, "bf16", True), (176, 1, 0, 100, 376, 72, "f32", False)])
 def test_interpreter_runs_tiles_that_are_not_whole_panels(bn, cluster, a_rows, m, n, k, odt,
                                                           bias):
-    """Tiles 224, 160 and 96 wide (m64nN consumers; C's last panel overlaps the one before
+    """Tiles 224, 176, 160 and 96 wide (m64nN consumers; C's last panel overlaps the one before
     it, both staged and stored): integer inputs, exact f32 output or bf16 output rounded
     once, with a bias; N ragged inside the overlapped panel, several tiles per CTA, the
     ring wrapping."""
@@ -406,5 +408,5 @@ def test_for_majors_keeps_what_the_operands_allow():
     with pytest.raises(ValueError, match="boxes of 64"):
         build_hopper(Plan(bn=224, cluster=1, stages=2, epi_cols=128), bf16, bf16,
                      b_major="MN")
-    with pytest.raises(ValueError, match="multiple of 32"):
+    with pytest.raises(ValueError, match="multiple of 16"):
         build_hopper(Plan(bn=200, cluster=1, stages=2, epi_cols=128), bf16, bf16)

@@ -10,7 +10,7 @@ past the tensor fill zeros (ragged K adds nothing), stores past it are clipped.
 One CTA = 384 threads = three warpgroups, one 128 x 256 output tile at a time (or
 128 x 128, m64n128 consumers and a six-stage ring, where :func:`.plan.choose` finds that
 twice the tiles keep the grid busier; 128 x 64 with m64n64 consumers for one tile row,
-where N / 64 CTAs stream B from more SMs; any width that is a multiple of 32 builds, such
+where N / 64 CTAs stream B from more SMs; any width that is a multiple of 16 builds, such
 as 128 x 224, whose last 64-column panel of C overlaps the one before it,
 :func:`.store.panel_steps`)::
 
@@ -223,9 +223,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: 8-bit operands ({dtype.name}, {b_dtype.name}) must "
                          f"both be K-major (wgmma cannot transpose them), got A {a_major}, "
                          f"B {b_major}")
-    if p.bm != 128 or p.bn % 32 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128 or \
+    if p.bm != 128 or p.bn % 16 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128 or \
             p.consumers != 2 or p.epi_cols not in (64, 128, 256) or p.epi_cols > p.bn:
-        raise ValueError(f"build_hopper is written for 128 x bn tiles (bn a multiple of 32 from "
+        raise ValueError(f"build_hopper is written for 128 x bn tiles (bn a multiple of 16 from "
                          f"64 to 256) of two m64 consumers, 128-byte K rows and epilogue "
                          f"steps of 64, 128 or 256 columns, at most the tile's, got {p}")
     if p.a_rows and a_major != "K":

@@ -193,7 +193,9 @@ def _fits(k, block) -> bool:
 # fewer clusters slower by each SM left out: an SM's own pace bounds the ring. No other
 # split of a 262144 row covers more SMs at once on an H200: clusters of 3 (176 KiB
 # slices) hold 117 SMs, of 5 110, of 6 102, of 8 or 16 at two CTAs per SM 120 and 112;
-# clusters of 2 (all 132) need 256 KiB slices (rmsnorm_long_clusters_h200.json).
+# clusters of 2 (all 132) need 256 KiB slices (rmsnorm_long_clusters_h200.json). At
+# 131072 the same file times 64 KiB slices two CTAs per SM in clusters of 4 (124 SMs)
+# at 90.0% of the copy and 512-thread CTAs of 16 chunks at 93.7%, against the ring's 94.0%.
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA

@@ -395,6 +395,27 @@ def test_interpreter_runs_tiles_that_are_not_whole_panels(bn, cluster, a_rows, m
                                       f32_to_bf16_bits(want.astype(np.float32)))
 
 
+@pytest.mark.parametrize("bn,split,cn,m,n,k,odt", [
+    (176, 2, 1, 7, 400, 200, "bf16"), (224, 1, 2, 100, 704, 136, "f32"),
+    (224, 1, 4, 100, 1000, 72, "f32")])
+def test_interpreter_runs_part_panel_tiles_split_or_in_clusters_along_n(bn, split, cn, m, n,
+                                                                        k, odt):
+    """Widths that are not whole panels with K split over a cluster (the owner stores the
+    overlapping panel) and in clusters along N (A multicast): exact on the CPU."""
+    import numpy as np
+    from ptxdsl.ops.matmul.plan import Plan
+    from ptxdsl.types import f32_to_bf16_bits
+    out = f32 if odt == "f32" else bf16
+    p = Plan(bn=bn, epi_cols=128, cluster=1, split=split, cluster_n=cn, stages=2,
+             stmatrix=split == 1)
+    kern = build_hopper(p, bf16, out, sms=2 * split * cn)
+    _interpretable(kern)
+    rng = np.random.default_rng(bn + split + cn)
+    a = rng.integers(-2, 3, (m, k)).astype(np.float32)
+    w = rng.integers(-2, 3, (n, k)).astype(np.float32)
+    _interprets_exactly(kern, f32_to_bf16_bits(a), f32_to_bf16_bits(w), a, w, out)
+
+
 def test_for_majors_keeps_what_the_operands_allow():
     """A plan's K-major-only choices give way for MN-major operands: a_rows for an
     MN-major A, a tile width of part-atoms (224) for an MN-major B (256, the ring

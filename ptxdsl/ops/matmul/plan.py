@@ -351,7 +351,7 @@ def for_majors(p: Plan, dtype: PtxType, out_dtype: PtxType, a_major: str = "K",
     """``p`` for operands of these majors (:mod:`.operands`). Two choices need K-major
     rows: ``a_rows`` (a box of A's first rows; dropped for an MN-major A), and a tile
     width that is not whole 64-column atoms (``bn = 224``: an MN-major B arrives in
-    boxes of 64 columns; 256 instead, the rule's width, with the ring re-sized)."""
+    boxes of 64 columns; the next whole width instead, 256 for 224, the ring re-sized)."""
     if p.a_rows and a_major != "K":
         p = Plan(**{**p.__dict__, "a_rows": 0})
     if p.bn % 64 and b_major != "K":

@@ -196,6 +196,9 @@ def _fits(k, block) -> bool:
 # clusters of 2 (all 132) need 256 KiB slices (rmsnorm_long_clusters_h200.json). At
 # 131072 the same file times 64 KiB slices two CTAs per SM in clusters of 4 (124 SMs)
 # at 90.0% of the copy and 512-thread CTAs of 16 chunks at 93.7%, against the ring's 94.0%.
+# y's stores with .cs, .L1::no_allocate or an L2 evict_first / evict_last priority all
+# ran under the ring as it is (93.2-93.5% at 131072, 91.2-91.5% at 262144, against 94.0
+# and 92.3; rmsnorm_long_yhints_h200.json).
 # Elsewhere (no sm_90a, or the interpreter without clusters) the kernels above run.
 def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     """The cluster plans (``.forward``, ``.backward``; None each where the one-CTA

@@ -171,7 +171,7 @@ def bwd_fast(torch, kb, bargs, x, elems, dy=None, weight=None, rstd=None, offset
     wt = bargs[2]
     new_dw = hooks.allocator(wt.shape, (1,), wt.dtype, dev)
 
-    def run(dy, x, weight, rstd):
+    def launch(x, weight, rstd, pdy, px, pw):
         if elems:
             buf, base = scratch(hooks, dev, raw_stream(dev), elems)
             parts = base + header
@@ -181,9 +181,11 @@ def bwd_fast(torch, kb, bargs, x, elems, dy=None, weight=None, rstd=None, offset
             dx, dw = new_dx(), new_dw()
         else:
             dx, dw = empty_like(x), empty_like(weight)
-        lb(dy.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), base,
-           dx.data_ptr(), dw.data_ptr(), parts)
+        lb(pdy, px, pw, rstd.data_ptr(), base, dx.data_ptr(), dw.data_ptr(), parts)
         return dx, dw
+
+    def run(dy, x, weight, rstd):
+        return launch(x, weight, rstd, dy.data_ptr(), x.data_ptr(), weight.data_ptr())
 
     run.hot = None
     if dy is not None and x.is_contiguous() and dy.is_contiguous() and wt.stride() == (1,):
@@ -191,9 +193,12 @@ def bwd_fast(torch, kb, bargs, x, elems, dy=None, weight=None, rstd=None, offset
         align = (dy.data_ptr() | x.data_ptr() | weight.data_ptr()) & 15
         if guard is not torch_private.never:
             def hot(dy, x, weight, rstd):
-                if (dy.data_ptr() | x.data_ptr() | weight.data_ptr()) & 15 != align:
+                # each pointer read once (0.1 us apiece on an H100 host): the alignment
+                # check and the launch share them
+                pdy, px, pw = dy.data_ptr(), x.data_ptr(), weight.data_ptr()
+                if (pdy | px | pw) & 15 != align:
                     return None
-                return run(dy, x, weight, rstd)
+                return launch(x, weight, rstd, pdy, px, pw)
             run.hot = Hot(guard, None, hot, offset)
     return run
 

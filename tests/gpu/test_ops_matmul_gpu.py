@@ -134,6 +134,21 @@ def _finish_or_exit(seconds=20.0):
         time.sleep(0.001)
 
 
+def _assert_exact(kern, a, w, a_arg=None, b_arg=None):
+    """Run ``kern`` on integer-valued ``a`` (M, K) and ``w`` (N, K) (passed as ``a_arg`` /
+    ``b_arg`` where the kernel takes another major) into a NaN-filled f32 C, and check it
+    bit for bit against the float64 ``a @ w.T``."""
+    out = poison(a.shape[0], w.shape[0], torch.float32)
+    kern(a if a_arg is None else a_arg, w if b_arg is None else b_arg, out)
+    _finish_or_exit()
+    assert torch.equal(out.double(), a.double() @ w.double().t())
+
+
+def _assert_rounded(c, ref):
+    """A 16-bit C within one bf16 rounding of the float64 ``ref`` (relative Frobenius)."""
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3
+
+
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
 @pytest.mark.parametrize("m,n,k,split", [(16, 4096, 4096, 4), (1, 8192, 8192, 2),
                                          (128, 4096, 4096, 4), (37, 264, 520, 2),
@@ -155,10 +170,7 @@ def test_split_k_kernel(m, n, k, split, b_major):
         bk = bk.contiguous()
     kern = build_hopper(one_row(m, n, k, bf16, f32, sms, split=split), bf16, f32, sms=sms,
                         b_major=b_major)
-    out = poison(m, n, torch.float32)
-    kern(a, bk, out)
-    _finish_or_exit()
-    assert torch.equal(out.double(), a.double() @ w.double().t())
+    _assert_exact(kern, a, w, b_arg=bk)
     p = one_row(m, n, k, bf16, bf16, sms, split=split)
     assert p.split == split
     kb = build_hopper(p, bf16, bf16, sms=sms, b_major=b_major)
@@ -169,8 +181,7 @@ def test_split_k_kernel(m, n, k, split, b_major):
     kb(x, yk, c1)
     kb(x, yk, c2)
     _finish_or_exit()
-    ref = x.double() @ y.double().t()
-    assert ((c1.double() - ref).norm() / ref.norm()).item() < 4e-3
+    _assert_rounded(c1, x.double() @ y.double().t())
     assert torch.equal(c1, c2)
 
 
@@ -188,11 +199,8 @@ def test_clusters_along_n(m, n, k, cn, a_major):
     a, w = ints(m, k), ints(n, k)
     bn = 64 if n <= 4096 else 128
     p = Plan(bn=bn, cluster=1, cluster_n=cn, stages=4, epi_cols=bn)
-    out = poison(m, n, torch.float32)
     at = a if a_major == "K" else a.t().contiguous()        # (M, K) or At (K, M)
-    build_hopper(p, bf16, f32, sms=sms, a_major=a_major)(at, w, out)
-    _finish_or_exit()
-    assert torch.equal(out.double(), a.double() @ w.double().t())
+    _assert_exact(build_hopper(p, bf16, f32, sms=sms, a_major=a_major), a, w, a_arg=at)
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
@@ -212,10 +220,7 @@ def test_224_wide_tiles(m, n, k, cluster, a_rows, bias):
     a, w = ints(m, k), ints(n, k)
     p = Plan(bn=224, cluster=cluster, a_rows=a_rows, epi_cols=128, l2_promotion=256)
     p = dataclasses.replace(p, stages=stages_for(p, bf16, f32, most_stages(224)))
-    out = poison(m, n, torch.float32)
-    build_hopper(p, bf16, f32, sms=sms)(a, w, out)
-    _finish_or_exit()
-    assert torch.equal(out.double(), a.double() @ w.double().t())
+    _assert_exact(build_hopper(p, bf16, f32, sms=sms), a, w)
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     y = torch.randn(n, k, device="cuda").to(torch.bfloat16)
     bv = torch.randn(n, device="cuda").to(torch.bfloat16) if bias else None
@@ -227,14 +232,12 @@ def test_224_wide_tiles(m, n, k, cluster, a_rows, bias):
     ref = x.double() @ y.double().t()
     if bias:
         ref = act_ref(ref + bv.double(), "gelu", _TorchNp)
-    assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3
+    _assert_rounded(c, ref)
     if n % 8 == 0 and a_rows == 0:          # B stored (K, N): MN-major, 64-column boxes
         q = for_majors(p, bf16, f32, "K", "MN")
         assert q.bn == 256
-        out = poison(m, n, torch.float32)
-        build_hopper(q, bf16, f32, sms=sms, b_major="MN")(a, w.t().contiguous(), out)
-        _finish_or_exit()
-        assert torch.equal(out.double(), a.double() @ w.double().t())
+        _assert_exact(build_hopper(q, bf16, f32, sms=sms, b_major="MN"), a, w,
+                      b_arg=w.t().contiguous())
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
@@ -256,17 +259,13 @@ def test_a_rows_of_a(m, n, k, a_rows, split):
     p = Plan(bn=64, cluster=1, a_rows=a_rows, epi_cols=64, split=split,
              stmatrix=split == 1)
     p = dataclasses.replace(p, stages=stages_for(p, bf16, f32, 8))   # fits either output
-    out = poison(m, n, torch.float32)
-    build_hopper(p, bf16, f32, sms=sms)(a, w, out)
-    _finish_or_exit()
-    assert torch.equal(out.double(), a.double() @ w.double().t())
+    _assert_exact(build_hopper(p, bf16, f32, sms=sms), a, w)
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     y = torch.randn(n, k, device="cuda").to(torch.bfloat16)
     c = poison(m, n, torch.bfloat16)
     build_hopper(p, bf16, bf16, sms=sms)(x, y, c)
     _finish_or_exit()
-    ref = x.double() @ y.double().t()
-    assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3
+    _assert_rounded(c, x.double() @ y.double().t())
     if (n, k) in ((4096, 4096), (8192, 8192), (4096, 14336)):
         assert f"a_rows={a_rows}" in describe(m, n, k, sms=sms)
         got = matmul(a, w.t(), out_dtype=torch.float32)

@@ -84,11 +84,14 @@ def test_backward_cluster_plan_needs_16_byte_chunks():
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
 def test_long_rows_take_clusters_on_hopper(info):
     lr = rplan.long_rows
-    # half rows of 256 KiB and more: the one-buffer ring of 128 KiB slices (plan.py)
-    for n, dt, c, stages in [(65536, f32, 4, 0), (131072, bf16, 2, 1), (262144, bf16, 4, 1),
-                             (262144, f32, 16, 0)]:
+    # half rows of 256 KiB: the two-pass forward of 64 KiB slices; of 512 KiB: that too
+    # on an H100, the one-buffer ring of 128 KiB slices on an H200 (plan.py)
+    ring = info is H200
+    for n, dt, c, stages, two in [(65536, f32, 4, 0, False), (131072, bf16, 4, 0, True),
+                                  (262144, bf16, 4 if ring else 8, int(ring), not ring),
+                                  (262144, f32, 16, 0, False)]:
         got = lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward
-        assert (got.cluster, got.stages) == (c, stages), (n, dt.name)
+        assert (got.cluster, got.stages, got.two_pass) == (c, stages, two), (n, dt.name)
     # rows one CTA holds, or reads a second time from L2 at copy speed (128 KiB rows,
     # measured): the row-per-CTA kernels
     assert lr(65536, bf16, 8, "sm_90a", info).forward is None
@@ -239,8 +242,11 @@ def test_recorded_choices_are_what_the_plan_chooses(info):
         if p is None:
             return "-"
         ring = "" if default_stages == p.stages else f"/S{p.stages}"
-        return f"C{p.cluster}{ring}"
-    for n, (f32_choice, half_choice) in rplan.LONG_ROW_CHOICES.items():
+        return f"C{p.cluster}{ring}" + ("/2P" if getattr(p, "two_pass", False) else "")
+    table = dict(rplan.LONG_ROW_CHOICES)
+    if info is H200:
+        table.update(rplan.LONG_ROW_CHOICES_H200)
+    for n, (f32_choice, half_choice) in table.items():
         for dt, want in ((f32, f32_choice), (bf16, half_choice), (f16, half_choice)):
             lr = rplan.long_rows(n, dt, max_vec(n, dt), "sm_90a", info)
             assert (name(lr.forward, 0), name(lr.backward, 3)) == want, (n, dt.name)
@@ -272,8 +278,11 @@ def test_cluster_kernels_on_the_interpreter(n):
 
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
 def test_ring_forward_leaves_a_residual_to_the_row_per_cluster_kernel(info):
-    """The ring forward long half rows take has no residual input: with one, the call
-    takes the one-row-per-cluster kernel of the same split, not the one-CTA kernels."""
-    assert rplan.long_rows(262144, bf16, 8, "sm_90a", info).forward.stages == 1
-    k = rplan.forward_kernel(262144, bf16, bf16, 8, True, False, 1e-6, "sm_90a", 132, info)
-    assert "cluster8" in k.name and "ring" not in k.name, k.name
+    """The ring and two-pass forwards long half rows take have no residual input: with
+    one, the call takes the one-row-per-cluster kernel that holds its slice in
+    registers, not the one-CTA kernels."""
+    p = rplan.long_rows(262144, bf16, 8, "sm_90a", info).forward
+    assert p.stages == 1 if info is H200 else p.two_pass
+    for n, c in ((262144, 8), (131072, 4)):
+        k = rplan.forward_kernel(n, bf16, bf16, 8, True, False, 1e-6, "sm_90a", 132, info)
+        assert f"cluster{c}_bf16" in k.name, k.name

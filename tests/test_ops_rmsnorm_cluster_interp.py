@@ -60,10 +60,10 @@ def takes_clusters(n, dt):
 @pytest.mark.parametrize("n,dt", [(131072, bf16), (131072, f32), (262144, bf16),
                                   (262144, f32)])
 def test_forward_long_rows(n, dt):
-    # f32: one row per cluster of 64 KiB slices; halves: the one-buffer ring of 128 KiB
+    # f32: one row per cluster of 64 KiB slices held in registers; halves: of 64 KiB
+    # slices read twice (the interpreter's plan: no DRAM figures, so no ring)
     fwd = takes_clusters(n, dt).forward
-    slice_bytes = 65536 if dt == f32 else 131072
-    assert (fwd.cluster, fwd.stages) == (n * dt.bytes // slice_bytes, 0 if dt == f32 else 1)
+    assert (fwd.cluster, fwd.stages, fwd.two_pass) == (n * dt.bytes // 65536, 0, dt != f32)
     x, w, _ = inputs(2, n, dt, n)
     y, rstd = rms_norm(x, w, EPS, return_rstd=True)
     ref, rref = ref_fwd(x, w)
@@ -116,6 +116,61 @@ def test_persistent_forward_ring_walks_every_row(kw):
     y, rstd = k.interpret(x, w, y, rstd)
     ref, rref = ref_fwd(x, w)
     assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
+
+
+def test_two_pass_cluster_forward_131072():
+    """The H200's plan at 131072 bf16: clusters of four 1024-thread CTAs reading their
+    64 KiB slices twice, the sum exchanged through st.async and an mbarrier."""
+    p = plan_cluster(131072, bf16, cluster=4, threads=1024, per_thread=4, two_pass=True)
+    assert (p.two_pass, p.min_ctas, p.prefetch_w) == (True, 2, False)
+    k = build_forward_cluster(p, bf16, bf16, eps=EPS, with_rstd=True)
+    x, w, _ = inputs(2, 131072, bf16, 17)
+    y, rstd = k.interpret(x, w, np.zeros_like(x), np.zeros(2, np.float32))
+    ref, rref = ref_fwd(x, w)
+    assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dt,offset", [(f32, 0.0), (f16, 1.0), (bf16, 0.5)])
+def test_two_pass_cluster_forward_ragged_rows(dt, offset):
+    """A ragged row (the second CTA's slice ends short) in each dtype, Gemma's offset,
+    seven rows of one cluster each; the peers' pushes complete on each CTA's mbarrier
+    (the interpreter fails a read of a slot before they have)."""
+    n = 4000
+    p = plan_cluster(n, dt, cluster=2, threads=128, per_thread=2 if dt != f32 else 4,
+                     two_pass=True)
+    assert p.ragged
+    k = build_forward_cluster(p, dt, dt, eps=EPS, with_rstd=True, offset=offset)
+    x, w, _ = inputs(7, n, dt, 19)
+    y, rstd = k.interpret(x, w, np.zeros_like(x), np.zeros(7, np.float32))
+    ref, rref = ref_fwd(x, (w.astype(np.float64) + offset))
+    assert within_rounding(y, ref, dt) and np.allclose(rstd, rref, rtol=1e-6)
+
+
+def test_two_pass_waits_for_its_peers_before_its_loads():
+    """One cluster barrier, waited for before the slice's first load (its cluster-scope
+    acquire would empty L1 of the slice the second read needs); the sum goes out by
+    st.async and in through the CTA's own mbarrier."""
+    p = plan_cluster(131072, bf16, cluster=4, threads=1024, per_thread=4, two_pass=True)
+    body = [ln.strip() for ln in build_forward_cluster(p, bf16, bf16, eps=EPS).ptx()
+            .splitlines()]
+    waits = [i for i, ln in enumerate(body) if ln.startswith("barrier.cluster.wait")]
+    loads = [i for i, ln in enumerate(body) if ln.startswith("ld.global")]
+    assert len(waits) == 1 and waits[0] < loads[0]
+    assert sum(ln.startswith("ld.global.L1::evict_last") for ln in body) == 4
+    assert sum(ln.startswith("ld.global.L1::evict_first") for ln in body) == 4
+    assert any("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32" in ln
+               for ln in body)
+    assert any(ln.startswith("mbarrier.try_wait.parity.shared::cta") for ln in body)
+
+
+def test_two_pass_plans_are_explained():
+    with pytest.raises(ValueError, match="one-row-per-cluster"):
+        plan_cluster(131072, bf16, stages=1, two_pass=True)
+    with pytest.raises(ValueError, match="one-row-per-cluster"):
+        dataclasses.replace(plan_cluster(131072, bf16, two_pass=True), rows_per_cluster=2)
+    with pytest.raises(ValueError, match="takes no residual"):
+        build_forward_cluster(plan_cluster(131072, bf16, two_pass=True), bf16, bf16,
+                              residual=True)
 
 
 def test_cluster_forward_takes_rows_in_turn():

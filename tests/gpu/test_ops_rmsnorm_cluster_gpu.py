@@ -135,6 +135,31 @@ def test_forward_cluster_kernel_at_each_cluster_size(c, n):
                           rtol=2e-6)
 
 
+@pytest.mark.parametrize("n,dt,c,threads,offset", [
+    (131072, "bf16", 4, 1024, 0.0), (262144, "f16", 8, 1024, 1.0),
+    (100003, "f32", 4, 1024, 0.0), (131073, "bf16", 4, 512, 0.5)])
+def test_two_pass_cluster_forward(n, dt, c, threads, offset):
+    """The two-pass cluster forward (slices read twice, the sum exchanged through
+    st.async and an mbarrier), two CTAs per SM, over many clusters at once (a push that
+    reached the wrong CTA or phase shows as wrong rows); ragged and odd rows too."""
+    if not hopper():
+        pytest.skip("clusters: sm_90")
+    from ptxdsl.ops.rmsnorm.fwd import max_vec
+    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
+    p = plan_cluster(n, PT[dt], max_vec(n, PT[dt]), cluster=c, threads=threads,
+                     two_pass=True)
+    assert p.two_pass and p.min_ctas == 2
+    k = build_forward_cluster(p, PT[dt], PT[dt], eps=EPS, with_rstd=True, offset=offset)
+    m = 700
+    x, w, _ = rows((m, n), dt, n % 97, scale=3.0)
+    y = torch.full_like(x, float("nan"))
+    rstd = torch.full((m,), float("nan"), device="cuda")
+    k(x, w, y, rstd)
+    assert_matches(y, ref(x, w.double() + offset), dt)
+    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
+                          rtol=2e-6)
+
+
 @pytest.mark.parametrize("n,dt,stages", [(262144, "bf16", 3), (131072, "f32", 2),
                                          (65536, "f16", 3)])
 def test_persistent_forward_ring(n, dt, stages):

@@ -133,10 +133,21 @@ class ClusterSum:
     """The f32 sum of a per-thread value over every thread of the cluster (module
     docstring). ``slots``: ``buffers`` arrays of ``C*W`` f32 in shared memory (two for a
     kernel that reduces row after row: a peer may push the next row's partial before
-    this CTA has read the current one's)."""
+    this CTA has read the current one's). ``tx``: the pushes complete on an mbarrier
+    instead of a cluster barrier (:meth:`_tx_exchange`; one row per kernel)."""
 
-    def __init__(self, s: ClusterSplit, tid, rank, *, buffers: int = 1):
+    def __init__(self, s: ClusterSplit, tid, rank, *, buffers: int = 1, tx: bool = False):
         self.s, self.tid, self.rank = s, tid, rank
+        self.bar = None
+        if tx:
+            if buffers != 1:
+                raise ValueError("the mbarrier exchange (tx) reduces one row per kernel")
+            # What the peers' st.async complete their bytes on. Recorded before the
+            # kernel's barrier.cluster.arrive, whose wait then tells every CTA that its
+            # peers' barriers are initialised (fence.mbarrier_init releases the init).
+            self.bar = smem.mbarrier(1)[0]
+            self.bar.init(1, pred=tid == 0)
+            ptx.fence.mbarrier_init(pred=tid == 0)
         self.count = s.cluster * s.warps
         self.per_lane = -(-self.count // WARP)
         self.buffers = buffers
@@ -171,8 +182,11 @@ class ClusterSum:
         """``push``, the cluster barrier, ``total``. ``first``: the barrier's phase begun
         with ``barrier.cluster.arrive.relaxed`` at the kernel's start is waited for before
         the first remote store (no CTA writes a peer's shared memory before the peer has
-        started)."""
+        started). With ``tx``: :meth:`_tx_exchange` instead (the kernel waited for that
+        phase already)."""
         ptx.warp.reduce_sum(acc)
+        if self.bar is not None:
+            return self._tx_exchange(acc)
         if first:
             ptx.cluster.wait(aligned=True)
         local = self.mine if self.buf is None else self.mine + self.buf
@@ -180,6 +194,23 @@ class ClusterSum:
         ptx.inst("st.shared::cluster.f32", ptx.addr(remote), acc, pred=self.pushes)
         ptx.cluster.arrive(aligned=True)
         ptx.cluster.wait(aligned=True)
+        return self.total()
+
+
+    def _tx_exchange(self, acc):
+        """The exchange without a cluster barrier: lanes ``0..C-1`` of every warp push the
+        warp's sum into CTA ``lane``'s slot by ``st.async``, completing 4 bytes on that
+        CTA's mbarrier, which thread 0 armed for the ``C*W*4`` bytes its CTA receives;
+        every thread waits on its own CTA's mbarrier (an acquire at CTA scope). A
+        cluster barrier's wait acquires at cluster scope, which empties the SM's L1 (by
+        ``ncu``, a two-pass slice read again after one found 0% of it there); this
+        exchange leaves L1 as it was."""
+        self.bar.arrive_expect_tx(4 * self.count, pred=self.tid == 0)
+        remote = ptx.cluster.map_shared(self.mine, self.lane, pred=self.pushes)
+        rbar = ptx.cluster.map_shared(self.bar.address(), self.lane, pred=self.pushes)
+        ptx.inst("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32",
+                 ptx.addr(remote), acc, ptx.addr(rbar), pred=self.pushes)
+        self.bar.wait(0)
         return self.total()
 
 

@@ -64,6 +64,21 @@ class ClusterPlan(ClusterSplit):
     # launched. Not chosen: 2 to 64 rows ran 21-27% slower than one row per cluster on an
     # H200 and an H100 (bench/results/rmsnorm_long_tune_{h200,h100}.json, bf16).
     rows_per_cluster: int = 1
+    # One-row kernel: the slice read twice, for the sum (kept in L1 and L2: evict_last)
+    # and after the exchange (evict_first), instead of held in registers: few registers
+    # per thread, so two 1024-thread CTAs share an SM. Its exchange goes through st.async
+    # and an mbarrier (ClusterSum tx), since a cluster barrier's wait empties L1 (measured
+    # on an H200, M=32768 bf16, bench/results/rmsnorm_long_tx_exchange_h200.json: 131072
+    # in clusters of 4 of 64 KiB slices at 95.8% of the copy, the ring 94.3%; with the
+    # cluster barrier the same reads ran 74.9-86.6%,
+    # bench/results/rmsnorm_long_two_pass_clusters_h200.json).
+    two_pass: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.two_pass and (self.stages or self.rows_per_cluster != 1):
+            raise ValueError("two_pass is a one-row-per-cluster plan (stages 0, "
+                             "rows_per_cluster 1)")
 
     @property
     def block(self) -> int:
@@ -74,15 +89,19 @@ def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
                  cluster: int | None = None, threads: int | None = None,
                  per_thread: int | None = None, preload_w: bool = False,
                  min_ctas: int | None = 2, stages: int = 0, clusters: int | None = None,
-                 sms: int = 132) -> ClusterPlan | None:
+                 sms: int = 132, two_pass: bool = False) -> ClusterPlan | None:
     """The cluster split of rows of ``n``: ``THREAD_BYTES`` per thread, at most
     ``MAX_THREADS`` threads per CTA, as few CTAs per cluster as that allows (then the
     threads evened out over them). None when even 16 CTAs of 512 threads cannot hold the
     row at 64 registers of it per thread. ``stages > 0``: the persistent variant, its
     ring in shared memory (None where the buffers do not fit), ``clusters`` clusters
-    (default: the CTAs per SM, one or two as the rings fit, times ``sms // C``)."""
+    (default: the CTAs per SM, one or two as the rings fit, times ``sms // C``).
+    ``two_pass``: the one-row kernel reading its slice twice (:class:`ClusterPlan`), two
+    CTAs per SM whatever the threads."""
     vec = vec or max_vec(n, dtype)
     chunks = -(-n // vec)
+    if per_thread is None and cluster is not None and threads is not None:
+        per_thread = -(-chunks // (cluster * threads))  # the split asked for, evened out
     if per_thread is None:
         per_thread = max(1, THREAD_BYTES // (4 * _regs_per_chunk(vec, dtype)))
         if cluster is None and chunks > MAX_CLUSTER * MAX_THREADS * per_thread:
@@ -99,8 +118,9 @@ def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
             per_thread -= 1
     if cluster > MAX_CLUSTER:
         return None
-    if min_ctas == 2 and (per_thread * _regs_per_chunk(vec, dtype) * 4 > THREAD_BYTES or
-                          threads > MAX_THREADS):
+    if min_ctas == 2 and not two_pass and (
+            per_thread * _regs_per_chunk(vec, dtype) * 4 > THREAD_BYTES or
+            threads > MAX_THREADS):
         min_ctas = 1  # more of the row per SM than two CTAs leave registers for
     if stages:
         ring = stages * threads * per_thread * 16
@@ -112,7 +132,7 @@ def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
         min_ctas = 2 if ring <= PAIR_RING_BYTES and threads <= MAX_THREADS else 1
         clusters = clusters or max(1, sms * min_ctas // cluster)
     return ClusterPlan(n, vec, cluster, threads, per_thread, preload_w, min_ctas,
-                       stages, clusters or 0)
+                       stages, clusters or 0, prefetch_w=not two_pass, two_pass=two_pass)
 
 
 def _regs_per_chunk(vec: int, dtype: PtxType) -> int:
@@ -131,9 +151,13 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
     if p.stages and residual:
         raise ValueError("the persistent cluster forward (stages > 0) takes no residual; "
                          "plan_cluster(stages=0) gives the one-row-per-cluster kernel")
+    if p.two_pass and residual:
+        raise ValueError("the two-pass cluster forward takes no residual; "
+                         "plan_cluster(two_pass=False) holds the slice in registers")
     R = p.rows_per_cluster
     grid = (lambda M: (-(-M // R) * C, 1, 1)) if not p.stages else (p.grid * C, 1, 1)
-    kind = f"cluster{C}" + (f"_ring{p.stages}" if p.stages else f"_rows{R}" if R > 1 else "")
+    kind = f"cluster{C}" + (f"_ring{p.stages}" if p.stages else f"_rows{R}" if R > 1 else
+                            "_2pass" if p.two_pass else "")
 
     pdl = pdl_for(arch)
 
@@ -143,12 +167,24 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
     def rms_norm_fwd_cluster(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
         # Peers must have started before this CTA writes their shared memory (waited
-        # for just before the exchange, by then long true).
+        # for just before the exchange, by then long true; two_pass: before the loads).
+        tx = None
+        if p.two_pass:
+            tid = reg.scalar(u32)
+            ptx.inst.mov.u32(tid, ptx.special.tid.x())
+            tx = ClusterSum(p, tid, ptx.cluster.ctarank(), tx=True)
         ptx.cluster.arrive(relaxed=True, aligned=True)
+        if tx is not None:
+            # Peers' mbarriers initialised before any push. Waited for here, before the
+            # row's loads: the wait's cluster-scope acquire would empty L1 of them.
+            ptx.cluster.wait(aligned=True)
         after_previous_kernel(pdl, 0 if p.stages else T)
         at = Slice(p)
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())
+        if tx is not None:
+            _one_row(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, tx)
+            return
         body = _ring_rows if p.stages else _row_loop if R > 1 else _one_row
         body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset)
 
@@ -167,9 +203,10 @@ def _row_loop(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
 
 
 def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, reduce=None):
-    """Cluster ``row``'s row: the slice loaded into registers, the exchange, y.
-    ``reduce``: the loop's :class:`ClusterSum` (None: a kernel of one row per cluster,
-    whose first exchange waits for its peers to have started)."""
+    """Cluster ``row``'s row: the slice loaded into registers (or, ``p.two_pass``, read
+    for its sum and again for y), the exchange, y. ``reduce``: the loop's or the
+    two-pass kernel's :class:`ClusterSum` (None: a kernel of one row per cluster, whose
+    first exchange waits for its peers to have started)."""
     N, K, V = p.n, p.per_thread, p.vec
     es, wes = dtype.bytes, wdtype.bytes
     residual = Rs is not None
@@ -183,8 +220,11 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
     wrow = pw + at.offset(wes)
     step, wstep = at.step(es), at.step(wes)
     policies: dict = {}
-    xpol = l2_policy("evict_first", policies)
-    xhints = ("L1::no_allocate",) if p.prefetch_w else ()
+    # Read once: L2 may drop x first, and (w prefetched into L1) L1 leaves it out. Read
+    # twice: L1 and L2 keep it for the second read, which lets them drop it.
+    xpol = l2_policy("evict_last" if p.two_pass else "evict_first", policies)
+    xhints = (("L1::evict_last",) if p.two_pass else
+              ("L1::no_allocate",) if p.prefetch_w else ())
     wpol = l2_policy("evict_last", policies)
     preds = at.preds
 
@@ -207,7 +247,7 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
             vals = widen(raw, dtype)
         for v in vals:
             ptx.inst.fma.rn.f32(acc, v, v, acc)
-        keep.append(raw)
+        keep.append(None if p.two_pass else raw)
     ws = [load_raw(wrow, k * wstep, wdtype, V, pred=preds[k], policy=wpol)
           for k in range(K)] if p.preload_w else None
     if p.prefetch_w and not p.preload_w:
@@ -222,7 +262,12 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
     for k in range(K):
         w = ws[k] if ws is not None else load_raw(wrow, k * wstep, wdtype, V,
                                                   pred=preds[k], policy=wpol)
-        y = scale(widen(keep[k], dtype), with_offset(widen(w, wdtype), offset), rstd)
+        raw = keep[k]
+        if raw is None:  # two_pass: from L1 (or L2)
+            raw = load_raw(xrow, k * step, dtype, V, pred=preds[k],
+                           hints=("L1::evict_first",),
+                           policy=l2_policy("evict_first", policies))
+        y = scale(widen(raw, dtype), with_offset(widen(w, wdtype), offset), rstd)
         store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
 
 

@@ -50,8 +50,8 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
     the GPU's :class:`~ptxdsl.runtime.driver.DeviceInfo` (None: the interpreter);
     ``offset``: Gemma's, added to each weight (0: the plain kernels)."""
     cp = long_rows(n, dt, vec, arch, device).forward
-    if cp is not None and cp.stages and residual:  # the ring kernel takes no residual
-        cp = plan_cluster(n, dt, vec)
+    if cp is not None and (cp.stages or cp.two_pass) and residual:
+        cp = plan_cluster(n, dt, vec)  # the ring and two-pass kernels take no residual
     if cp is not None:
         def get(q):
             key = ("fwd_cluster", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, q,
@@ -211,6 +211,11 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
             if dt.bytes == 2 and n * dt.bytes >= RING_ROW_BYTES:
                 fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
                                    per_thread=RING_CHUNKS, sms=dev.sms) or fwd
+                if (n * dt.bytes < 2 * RING_ROW_BYTES
+                        or dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT):
+                    fwd = plan_cluster(n, dt, vec, two_pass=True, threads=TWO_PASS_THREADS,
+                                       cluster=-(-n * dt.bytes // TWO_PASS_SLICE_BYTES)
+                                       ) or fwd
         one = plan_backward(n, dt, dev.sms, vec=vec)
         if one.streaming or one.stages == 1:
             bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)
@@ -222,6 +227,18 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
 # 262144), one buffer, one CTA per SM (measured above).
 RING_ROW_BYTES = 256 * 1024
 RING_THREADS, RING_CHUNKS = 1024, 8
+# The two-pass cluster forward (fwd_cluster.ClusterPlan.two_pass): slices of
+# TWO_PASS_SLICE_BYTES read twice (the second time from L1), two CTAs of TWO_PASS_THREADS
+# per SM, one row per cluster, the sum exchanged through st.async and an mbarrier. It
+# replaces the ring for half rows of RING_ROW_BYTES up to twice that on both devices, and
+# for longer ones where an SM needs at most TWO_PASS_IN_FLIGHT bytes in flight (Device.
+# in_flight_bytes: an H100, not an H200). Measured, M=32768 bf16, % of the copy, the
+# ring's beside it in the same run: H100 131072 (clusters of 4) 98.6 against 95.4,
+# 262144 (8) 98.1 against 95.5 (bench/results/rmsnorm_long_two_pass_h100.json); H200
+# 131072 95.8 against 94.3, 262144 91.5 against 92.8 (rmsnorm_long_tx_exchange_h200.json).
+TWO_PASS_SLICE_BYTES = 64 * 1024
+TWO_PASS_THREADS = 1024
+TWO_PASS_IN_FLIGHT = 30_000
 # Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
 FORWARD_REGISTER_ROW = 32768
 # Past the registers, rows of up to this many bytes still stay with the row-per-CTA
@@ -231,11 +248,12 @@ FORWARD_REGISTER_ROW = 32768
 # 131072 the one-CTA kernel fell to 7405.3 against 5894.2 (copy 5667.2).
 FORWARD_L2_ROW_BYTES = 128 * 1024
 
-# What long_rows gives at the rows of bench/rmsnorm_long.py on an H100 and an H200
-# (tests/test_ops_rmsnorm_cluster.py checks this table against it): N -> (forward,
-# backward) for f32 and for halves (f16, bf16); "-": the one-CTA kernels, "C8": a cluster
-# of 8 CTAs, "/S1": a ring of one buffer (the backward's default is three; the forward's
-# default is one row per cluster, no ring).
+# What long_rows gives at the rows of bench/rmsnorm_long.py on an H100 and, where
+# LONG_ROW_CHOICES_H200 says otherwise, on an H200 (tests/test_ops_rmsnorm_cluster.py
+# checks these tables against it): N -> (forward, backward) for f32 and for halves (f16,
+# bf16); "-": the one-CTA kernels, "C8": a cluster of 8 CTAs, "/S1": a ring of one buffer
+# (the backward's default is three; the forward's default is one row per cluster, no
+# ring), "/2P": the two-pass forward.
 # The persistent grid of the backward is as many clusters as run at once: on a
 # 132-SM H100 or H200, 8 clusters of 16 (one per GPC), and up to 132 // C for smaller C.
 LONG_ROW_CHOICES = {
@@ -245,9 +263,10 @@ LONG_ROW_CHOICES = {
     16384:  (("-", "C2"),     ("-", "-")),     # halves: the backward's staged whole rows
     32768:  (("-", "C4"),     ("-", "C2")),
     65536:  (("C4", "C8"),    ("-", "C4")),    # 128 KiB half rows: the L2 read
-    131072: (("C8", "C16"),   ("C2/S1", "C8")),
-    262144: (("C16", "C16/S1"), ("C4/S1", "C16")),
+    131072: (("C8", "C16"),   ("C4/2P", "C8")),
+    262144: (("C16", "C16/S1"), ("C8/2P", "C16")),
 }
+LONG_ROW_CHOICES_H200 = {262144: (("C16", "C16/S1"), ("C4/S1", "C16"))}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -196,7 +196,6 @@ class ClusterSum:
         ptx.cluster.wait(aligned=True)
         return self.total()
 
-
     def _tx_exchange(self, acc):
         """The exchange without a cluster barrier: lanes ``0..C-1`` of every warp push the
         warp's sum into CTA ``lane``'s slot by ``st.async``, completing 4 bytes on that

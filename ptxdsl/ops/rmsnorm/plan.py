@@ -211,8 +211,8 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
             if dt.bytes == 2 and n * dt.bytes >= RING_ROW_BYTES:
                 fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
                                    per_thread=RING_CHUNKS, sms=dev.sms) or fwd
-                if (n * dt.bytes < 2 * RING_ROW_BYTES
-                        or dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT):
+                if vec * dt.bytes == 16 and (n * dt.bytes < 2 * RING_ROW_BYTES
+                                             or dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT):
                     fwd = plan_cluster(n, dt, vec, two_pass=True, threads=TWO_PASS_THREADS,
                                        cluster=-(-n * dt.bytes // TWO_PASS_SLICE_BYTES)
                                        ) or fwd
@@ -229,10 +229,11 @@ RING_ROW_BYTES = 256 * 1024
 RING_THREADS, RING_CHUNKS = 1024, 8
 # The two-pass cluster forward (fwd_cluster.ClusterPlan.two_pass): slices of
 # TWO_PASS_SLICE_BYTES read twice (the second time from L1), two CTAs of TWO_PASS_THREADS
-# per SM, one row per cluster, the sum exchanged through st.async and an mbarrier. It
-# replaces the ring for half rows of RING_ROW_BYTES up to twice that on both devices, and
-# for longer ones where an SM needs at most TWO_PASS_IN_FLIGHT bytes in flight (Device.
-# in_flight_bytes: an H100, not an H200). Measured, M=32768 bf16, % of the copy, the
+# per SM, one row per cluster, the sum exchanged through st.async and an mbarrier. For
+# half rows of 16-byte chunks (as the ring; other rows, unmeasured, keep the plans
+# before it) it replaces the ring from RING_ROW_BYTES up to twice that on both devices,
+# and for longer rows where an SM needs at most TWO_PASS_IN_FLIGHT bytes in flight
+# (Device.in_flight_bytes: an H100, not an H200). Measured, M=32768 bf16, % of the copy, the
 # ring's beside it in the same run: H100 131072 (clusters of 4) 98.6 against 95.4,
 # 262144 (8) 98.1 against 95.5 (bench/results/rmsnorm_long_two_pass_h100.json); H200
 # 131072 95.8 against 94.3, 262144 91.5 against 92.8 (rmsnorm_long_tx_exchange_h200.json).

@@ -84,12 +84,13 @@ def test_backward_cluster_plan_needs_16_byte_chunks():
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
 def test_long_rows_take_clusters_on_hopper(info):
     lr = rplan.long_rows
-    # half rows of 256 KiB: the two-pass forward of 64 KiB slices; of 512 KiB: that too
-    # on an H100, the one-buffer ring of 128 KiB slices on an H200 (plan.py)
+    # rows of 256 KiB: the two-pass forward of 64 KiB slices; of 512 KiB: that too on an
+    # H100, the one-buffer ring of 128 KiB slices on an H200; of 1 MiB: the ring (plan.py)
     ring = info is H200
-    for n, dt, c, stages, two in [(65536, f32, 4, 0, False), (131072, bf16, 4, 0, True),
+    for n, dt, c, stages, two in [(65536, f32, 4, 0, True), (131072, bf16, 4, 0, True),
                                   (262144, bf16, 4 if ring else 8, int(ring), not ring),
-                                  (262144, f32, 16, 0, False)]:
+                                  (131072, f32, 4 if ring else 8, int(ring), not ring),
+                                  (262144, f32, 8, 1, False)]:
         got = lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward
         assert (got.cluster, got.stages, got.two_pass) == (c, stages, two), (n, dt.name)
     # rows one CTA holds, or reads a second time from L2 at copy speed (128 KiB rows,

@@ -208,21 +208,23 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     if arch == "sm_90a" and dev.clusters:
         if -(-n // vec) * vec > FORWARD_REGISTER_ROW and n * dt.bytes > FORWARD_L2_ROW_BYTES:
             fwd = plan_cluster(n, dt, vec)
-            if dt.bytes == 2 and n * dt.bytes >= RING_ROW_BYTES:
+            nbytes = n * dt.bytes
+            if vec * dt.bytes == 16 and nbytes >= RING_ROW_BYTES:
                 fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
                                    per_thread=RING_CHUNKS, sms=dev.sms) or fwd
-                if vec * dt.bytes == 16 and (n * dt.bytes < 2 * RING_ROW_BYTES
-                                             or dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT):
+                if nbytes < 2 * RING_ROW_BYTES or (
+                        nbytes == 2 * RING_ROW_BYTES
+                        and dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT):
                     fwd = plan_cluster(n, dt, vec, two_pass=True, threads=TWO_PASS_THREADS,
-                                       cluster=-(-n * dt.bytes // TWO_PASS_SLICE_BYTES)
-                                       ) or fwd
+                                       cluster=-(-nbytes // TWO_PASS_SLICE_BYTES)) or fwd
         one = plan_backward(n, dt, dev.sms, vec=vec)
         if one.streaming or one.stages == 1:
             bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)
     return _LongRows(fwd, bwd)
 
 
-# The persistent ring forward: half-precision rows of at least RING_ROW_BYTES, in slices
+# The persistent ring forward: rows of 16-byte chunks of at least RING_ROW_BYTES (until
+# 2026-11-25 half rows only; f32 measured since, above), in slices
 # of RING_THREADS x RING_CHUNKS 16-byte chunks (128 KiB: clusters of 2 at 131072, 4 at
 # 262144), one buffer, one CTA per SM (measured above).
 RING_ROW_BYTES = 256 * 1024
@@ -230,13 +232,19 @@ RING_THREADS, RING_CHUNKS = 1024, 8
 # The two-pass cluster forward (fwd_cluster.ClusterPlan.two_pass): slices of
 # TWO_PASS_SLICE_BYTES read twice (the second time from L1), two CTAs of TWO_PASS_THREADS
 # per SM, one row per cluster, the sum exchanged through st.async and an mbarrier. For
-# half rows of 16-byte chunks (as the ring; other rows, unmeasured, keep the plans
-# before it) it replaces the ring from RING_ROW_BYTES up to twice that on both devices,
-# and for longer rows where an SM needs at most TWO_PASS_IN_FLIGHT bytes in flight
-# (Device.in_flight_bytes: an H100, not an H200). Measured, M=32768 bf16, % of the copy, the
-# ring's beside it in the same run: H100 131072 (clusters of 4) 98.6 against 95.4,
-# 262144 (8) 98.1 against 95.5 (bench/results/rmsnorm_long_two_pass_h100.json); H200
-# 131072 95.8 against 94.3, 262144 91.5 against 92.8 (rmsnorm_long_tx_exchange_h200.json).
+# rows of 16-byte chunks (as the ring; other rows, unmeasured, keep the plans before it)
+# it replaces the ring for rows of RING_ROW_BYTES up to under twice that on both devices,
+# and for rows of exactly twice that where an SM needs at most TWO_PASS_IN_FLIGHT bytes
+# in flight (Device.in_flight_bytes: an H100, not an H200); 1 MiB rows (clusters of 16
+# of it) keep the ring. Measured, % of the copy, the ring's and the plan's before
+# (one row per cluster held in registers) beside it in the same run, M=32768 bf16:
+# H100 131072 (clusters of 4) 98.6 against 95.4, 262144 (8) 98.1 against 95.5
+# (bench/results/rmsnorm_long_two_pass_h100.json); H200 131072 95.8 against 94.3,
+# 262144 91.5 against 92.8 (rmsnorm_long_tx_exchange_h200.json); f32
+# (rmsnorm_long_f32_{h100,h200}.json, M 32768 / 16384 / 8192): 65536 H100 98.4 against
+# 95.3 (plan before 95.5), H200 95.8 against 93.6 (89.6); 131072 H100 98.0 against 95.4
+# (94.2), H200 91.6 against 92.7 (85.4); 262144, clusters of 16, H100 88.7 against 95.3
+# (87.6), H200 81.6 against 89.8 (73.6).
 TWO_PASS_SLICE_BYTES = 64 * 1024
 TWO_PASS_THREADS = 1024
 TWO_PASS_IN_FLIGHT = 30_000
@@ -263,11 +271,12 @@ LONG_ROW_CHOICES = {
     8192:   (("-", "-"),      ("-", "-")),
     16384:  (("-", "C2"),     ("-", "-")),     # halves: the backward's staged whole rows
     32768:  (("-", "C4"),     ("-", "C2")),
-    65536:  (("C4", "C8"),    ("-", "C4")),    # 128 KiB half rows: the L2 read
-    131072: (("C8", "C16"),   ("C4/2P", "C8")),
-    262144: (("C16", "C16/S1"), ("C8/2P", "C16")),
+    65536:  (("C4/2P", "C8"),   ("-", "C4")),    # 128 KiB half rows: the L2 read
+    131072: (("C8/2P", "C16"),  ("C4/2P", "C8")),
+    262144: (("C8/S1", "C16/S1"), ("C8/2P", "C16")),
 }
-LONG_ROW_CHOICES_H200 = {262144: (("C16", "C16/S1"), ("C4/S1", "C16"))}
+LONG_ROW_CHOICES_H200 = {131072: (("C4/S1", "C16"), ("C4/2P", "C8")),
+                         262144: (("C8/S1", "C16/S1"), ("C4/S1", "C16"))}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -212,11 +212,11 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
             if vec * dt.bytes == 16 and nbytes >= RING_ROW_BYTES:
                 fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
                                    per_thread=RING_CHUNKS, sms=dev.sms) or fwd
-                if nbytes < 2 * RING_ROW_BYTES or (
-                        nbytes == 2 * RING_ROW_BYTES
-                        and dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT):
-                    fwd = plan_cluster(n, dt, vec, two_pass=True, threads=TWO_PASS_THREADS,
-                                       cluster=-(-nbytes // TWO_PASS_SLICE_BYTES)) or fwd
+            c = -(-nbytes // TWO_PASS_SLICE_BYTES)
+            most = TWO_PASS_CLUSTER[dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT]
+            if vec * dt.bytes == 16 and c <= most:
+                fwd = plan_cluster(n, dt, vec, two_pass=True, cluster=c,
+                                   per_thread=TWO_PASS_CHUNKS) or fwd
         one = plan_backward(n, dt, dev.sms, vec=vec)
         if one.streaming or one.stages == 1:
             bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)
@@ -229,25 +229,30 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
 # 262144), one buffer, one CTA per SM (measured above).
 RING_ROW_BYTES = 256 * 1024
 RING_THREADS, RING_CHUNKS = 1024, 8
-# The two-pass cluster forward (fwd_cluster.ClusterPlan.two_pass): slices of
-# TWO_PASS_SLICE_BYTES read twice (the second time from L1), two CTAs of TWO_PASS_THREADS
-# per SM, one row per cluster, the sum exchanged through st.async and an mbarrier. For
-# rows of 16-byte chunks (as the ring; other rows, unmeasured, keep the plans before it)
-# it replaces the ring for rows of RING_ROW_BYTES up to under twice that on both devices,
-# and for rows of exactly twice that where an SM needs at most TWO_PASS_IN_FLIGHT bytes
-# in flight (Device.in_flight_bytes: an H100, not an H200); 1 MiB rows (clusters of 16
-# of it) keep the ring. Measured, % of the copy, the ring's and the plan's before
-# (one row per cluster held in registers) beside it in the same run, M=32768 bf16:
+# The two-pass cluster forward (fwd_cluster.ClusterPlan.two_pass): slices of at most
+# TWO_PASS_SLICE_BYTES read twice (the second time from L1), TWO_PASS_CHUNKS 16-byte
+# chunks a thread (up to 1024 threads, evened out), two CTAs per SM, one row per
+# cluster, the sum exchanged through st.async and an mbarrier. For rows of 16-byte
+# chunks (other rows, unmeasured, keep the plans before it) past FORWARD_L2_ROW_BYTES in
+# clusters of at most TWO_PASS_CLUSTER[True] CTAs where an SM needs at most
+# TWO_PASS_IN_FLIGHT bytes in flight (Device.in_flight_bytes: an H100; rows up to 512
+# KiB), of TWO_PASS_CLUSTER[False] elsewhere (an H200: up to 256 KiB); longer rows take
+# the ring. Measured, % of the copy, the ring's and the plan's before (one row per
+# cluster held in registers) beside it in the same run, M=32768 bf16:
 # H100 131072 (clusters of 4) 98.6 against 95.4, 262144 (8) 98.1 against 95.5
 # (bench/results/rmsnorm_long_two_pass_h100.json); H200 131072 95.8 against 94.3,
 # 262144 91.5 against 92.8 (rmsnorm_long_tx_exchange_h200.json); f32
 # (rmsnorm_long_f32_{h100,h200}.json, M 32768 / 16384 / 8192): 65536 H100 98.4 against
 # 95.3 (plan before 95.5), H200 95.8 against 93.6 (89.6); 131072 H100 98.0 against 95.4
 # (94.2), H200 91.6 against 92.7 (85.4); 262144, clusters of 16, H100 88.7 against 95.3
-# (87.6), H200 81.6 against 89.8 (73.6).
+# (87.6), H200 81.6 against 89.8 (73.6). Rows of 192 and 200 KB (rmsnorm_long_mid_{h100,
+# h200}.json, clusters of 3 and 4, the plan before in brackets): 98304 bf16 H100 99.0
+# (96.1), H200 95.5 (88.0); 100000 bf16 H100 100.0 (92.4), H200 93.1 (83.2); 49152 f32
+# H100 98.9 (96.2), H200 95.5 (88.5).
 TWO_PASS_SLICE_BYTES = 64 * 1024
-TWO_PASS_THREADS = 1024
+TWO_PASS_CHUNKS = 4
 TWO_PASS_IN_FLIGHT = 30_000
+TWO_PASS_CLUSTER = {True: 8, False: 4}
 # Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
 FORWARD_REGISTER_ROW = 32768
 # Past the registers, rows of up to this many bytes still stay with the row-per-CTA

@@ -33,7 +33,13 @@ def arrive(*, relaxed: bool = False, aligned: bool = False, pred=None) -> None:
 
 
 def wait(*, aligned: bool = False, pred=None) -> None:
-    """``barrier.cluster.wait[.aligned]``."""
+    """``barrier.cluster.wait[.aligned]``.
+
+    Its acquire is at cluster scope, and on an H100 and an H200 that empties the SM's L1:
+    global data read before the wait and read again after it comes from L2 (measured:
+    docs/rmsnorm.md, "The two-pass cluster forward"). A kernel that rereads data through
+    L1 exchanges values with ``st.async`` and an mbarrier instead, or waits before its
+    loads."""
     chain = ["barrier", "cluster", "wait"] + (["aligned"] if aligned else [])
     current("ptx.cluster.wait").inst(chain, (), guard=pred)
 

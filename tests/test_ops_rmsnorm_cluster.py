@@ -287,3 +287,31 @@ def test_ring_forward_leaves_a_residual_to_the_row_per_cluster_kernel(info):
     for n, c in ((262144, 8), (131072, 4)):
         k = rplan.forward_kernel(n, bf16, bf16, 8, True, False, 1e-6, "sm_90a", 132, info)
         assert f"cluster{c}_bf16" in k.name, k.name
+
+
+@pytest.mark.parametrize("info", [None, H100, H200], ids=["interp", "H100", "H200"])
+def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
+    """Rows past 64 KiB over 1024 threads (plan.wide_row_plan): two-pass on every device;
+    on an H200 x read without the L1 priority and y stored with .cs (measured there);
+    rows of 64 KiB and less, and narrower CTAs, as fwd.plan has them."""
+    import numpy as np
+    from ptxdsl.ops.rmsnorm.fwd import plan
+    h200 = info is H200
+    for n, dt, vec in ((65536, bf16, 8), (32768, f32, 4), (49152, f16, 8)):
+        p = rplan.wide_row_plan(plan(n, dt, vec), dt, info)
+        assert p.two_pass and p.threads == 1024 and not p.preload_w
+        assert (p.x_hints, p.y_hints) == (((), ("cs",)) if h200 else
+                                          (("L1::evict_last",), ()))
+    for n, dt, vec in ((32768, bf16, 8), (16384, f32, 4), (20000, f32, 4)):
+        assert rplan.wide_row_plan(plan(n, dt, vec), dt, info) == plan(n, dt, vec)
+    # the kernel the API builds for it, on the interpreter, against float64
+    k = rplan.forward_kernel(32768, f32, f32, 4, False, False, 1e-6, "sm_90a", 132, info)
+    body = k.ptx()
+    assert ("st.global.cs.v4" in body) == h200
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 32768)).astype(np.float32)
+    w = (rng.standard_normal(32768) * 0.1 + 1).astype(np.float32)
+    y = k.interpret(x, w, np.zeros_like(x))
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
+    assert np.abs(y - ref).max() / np.abs(ref).max() < 2e-6

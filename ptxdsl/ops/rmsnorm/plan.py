@@ -60,7 +60,7 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
                 q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd, arch=arch,
                 offset=offset))
         return _resident(cp, get, device)[1]
-    p = plan(n, dt, vec)
+    p = wide_row_plan(plan(n, dt, vec), dt, device)
     cps = loop_ctas_per_sm(p)
     if cps:
         key = ("fwd_loop", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, sms * cps,
@@ -71,9 +71,32 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
                                                         offset=offset))
         if _fits(k, p.block):
             return k
-    key = ("fwd", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, offset)
+    key = ("fwd", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, offset, p)
     return KERNELS.get(key, lambda: best_row_kernel(p, dt, wdt, eps, residual, want_rstd,
                                                     arch, offset))
+
+
+# Rows past WIDE_ROW_BYTES that one CTA of 1024 threads takes (bf16 32769-65536, f32
+# 16385-32768) are read twice, not held in registers, and where an SM needs more than
+# TWO_PASS_IN_FLIGHT bytes in flight (an H200) x is read without the L1 priority and y
+# stored with .cs. Measured (bench/rmsnorm_tune.py, M=32768, µs; copy beside;
+# bench/results/rmsnorm_tune_wide_rows_{h100,h200}.json): f32 32768 H100 two-pass 2819.1
+# against one-pass 2971.6 (copy 2835.3, torch.compile 2838.1), H200 with the hints 2014.3
+# against 2126.4 (copy 2000.5, torch.compile 1987.3); bf16 65536 H200 with the hints
+# 2033.9 against 2115.8 (copy 2005.1), H100 2848.8 against 2828.0 (so not there); bf16
+# 49152 H200 1483.6 against 1512.8, H100 2111.9 against 2109.9.
+WIDE_ROW_BYTES = 64 * 1024
+
+
+def wide_row_plan(p, dt: PtxType, device=None):
+    """``p`` for a row of more than WIDE_ROW_BYTES over 1024 threads: two-pass, and on a
+    device that needs many bytes in flight per SM, the hints above."""
+    if p.rows_per_cta != 1 or p.threads != 1024 or p.n * dt.bytes <= WIDE_ROW_BYTES:
+        return p
+    p = dataclasses.replace(p, two_pass=True, preload_w=False)
+    if Device.of(device).in_flight_bytes > TWO_PASS_IN_FLIGHT:
+        p = dataclasses.replace(p, x_hints=(), y_hints=("cs",))
+    return p
 
 
 def best_row_kernel(p, dt, wdt, eps, residual, want_rstd, arch, offset=0.0):

@@ -17,6 +17,11 @@ kernel's first instruction is ``barrier.cluster.arrive.relaxed.aligned`` and its
 matching ``wait`` comes right before the first remote store, after the row's loads
 were issued, so the wait costs nothing in the common case. After the exchange no CTA
 touches a peer's shared memory again, so a CTA may exit as soon as it is done.
+
+The two-pass variant (``ClusterPlan.two_pass``) reads its slice twice instead, the second
+time from L1, and exchanges the sums through ``st.async`` and an mbarrier: a cluster
+barrier between the reads would empty L1. The persistent variant (``stages``) walks the
+rows through a shared-memory ring. The plan (``plan.long_rows``) chooses among them.
 """
 from __future__ import annotations
 

@@ -47,6 +47,15 @@ def parse_variant(text: str) -> dict:
     return out
 
 
+def ring_plan(n: int, dt):
+    """The forward's ring plan (plan.RING_THREADS x RING_CHUNKS 16-byte chunks a CTA) for
+    rows of ``n``, whatever the plan takes for them: the variants' starting point."""
+    from ptxdsl.ops.rmsnorm.fwd_cluster import plan_cluster
+    from ptxdsl.ops.rmsnorm.plan import RING_CHUNKS, RING_THREADS
+    return plan_cluster(n, dt, stages=1, threads=RING_THREADS, per_thread=RING_CHUNKS,
+                        cluster=-(-n * dt.bytes // (RING_THREADS * RING_CHUNKS * 16)))
+
+
 def variant_plan(n: int, dt, text: str, base):
     """The ClusterPlan of variant ``text`` (grid still to be set) and whether it asked for
     its own grid: ``base`` with its fields replaced, or the split asked for."""
@@ -81,7 +90,7 @@ def main(argv=None) -> int:
     import ptxdsl.ops as ops
     from bench.rmsnorm import time_fn
     from bench.rmsnorm_long import EPS, _checked, _iters
-    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
+    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster
     from ptxdsl.runtime import prepare
     from ptxdsl.types import bf16, f16, f32
 
@@ -99,8 +108,7 @@ def main(argv=None) -> int:
         y.fill_(float("nan"))
         ops.rms_norm(x, w, eps=EPS, out=y)
         ref = y.clone()
-        base = plan_cluster(n, pt, stages=1, threads=1024, per_thread=8,
-                            cluster=-(-n * pt.bytes // (1024 * 8 * 16)))
+        base = ring_plan(n, pt)
         q = prepare(build_forward_cluster(base, pt, pt, eps=EPS)).resident_clusters(dev)
         for v in [""] + args.variant:
             name = f"ring Q{q} {v or 'as shipped'}"

@@ -27,8 +27,7 @@ def test_variant_strings():
                                               (65536, f32, "4:1024:4", 4, 1024, 4)])
 def test_the_documented_two_pass_variants(n, dt, split, c, t, k):
     """The variants of docs/rmsnorm.md's two-pass tables give the plan the API takes."""
-    base = plan_cluster(n, dt, stages=1, threads=1024, per_thread=8,
-                        cluster=-(-n * dt.bytes // (1024 * 8 * 16)))
+    base = ab.ring_plan(n, dt)
     p, own_grid = ab.variant_plan(n, dt, f"split={split};{TWO_PASS}", base)
     assert own_grid and p.grid == 0
     assert (p.cluster, p.threads, p.per_thread, p.two_pass, p.min_ctas, p.stages) == (
@@ -43,7 +42,8 @@ def dataclasses_equal(a, b) -> bool:
 
 
 def test_base_fields_replaced_and_bad_fields_refused():
-    base = plan_cluster(131072, bf16, stages=1, threads=1024, per_thread=8, cluster=2)
+    base = ab.ring_plan(131072, bf16)
+    assert (base.cluster, base.threads, base.per_thread, base.stages) == (2, 1024, 8, 1)
     p, own_grid = ab.variant_plan(131072, bf16, "min_ctas=1", base)
     assert not own_grid and p.min_ctas == 1 and p.stages == 1
     with pytest.raises(TypeError):

@@ -184,7 +184,7 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
             # row's loads: the wait's cluster-scope acquire would empty L1 of them.
             ptx.cluster.wait(aligned=True)
         after_previous_kernel(pdl, 0 if p.stages else T)
-        at = Slice(p)
+        at = Slice(p) if tx is None else Slice(p, tx.tid, tx.rank)
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())
         if tx is not None:

@@ -230,16 +230,16 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
     fwd = bwd = None
     if arch == "sm_90a" and dev.clusters:
         if -(-n // vec) * vec > FORWARD_REGISTER_ROW and n * dt.bytes > FORWARD_L2_ROW_BYTES:
-            fwd = plan_cluster(n, dt, vec)
-            nbytes = n * dt.bytes
-            if vec * dt.bytes == 16 and nbytes >= RING_ROW_BYTES:
-                fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
-                                   per_thread=RING_CHUNKS, sms=dev.sms) or fwd
+            # the first of the two-pass, ring and register-held plans that applies
+            nbytes, whole = n * dt.bytes, vec * dt.bytes == 16
             c = -(-nbytes // TWO_PASS_SLICE_BYTES)
-            most = TWO_PASS_CLUSTER[dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT]
-            if vec * dt.bytes == 16 and c <= most:
+            if whole and c <= TWO_PASS_CLUSTER[dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT]:
                 fwd = plan_cluster(n, dt, vec, two_pass=True, cluster=c,
-                                   per_thread=TWO_PASS_CHUNKS) or fwd
+                                   per_thread=TWO_PASS_CHUNKS)
+            if fwd is None and whole and nbytes >= RING_ROW_BYTES:
+                fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
+                                   per_thread=RING_CHUNKS, sms=dev.sms)
+            fwd = fwd or plan_cluster(n, dt, vec)
         one = plan_backward(n, dt, dev.sms, vec=vec)
         if one.streaming or one.stages == 1:
             bwd = plan_backward_cluster(n, dt, sms=dev.sms, vec=vec)

@@ -315,3 +315,17 @@ def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
     x64 = x.astype(np.float64)
     ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
     assert np.abs(y - ref).max() / np.abs(ref).max() < 2e-6
+
+
+@pytest.mark.parametrize("n,dt", [(400000, bf16), (400000, f16), (200000, f32),
+                                  (393224, bf16), (131072 + 8, bf16)])
+def test_backward_cluster_plan_leaves_no_cta_empty(n, dt):
+    """Rows whose slices, rounded up to 512 threads, would leave the last of 16 CTAs
+    nothing (400000 halves: 50000 chunks, 16 x 512 x 7 = 57344) take fewer threads,
+    evened out, instead of failing; the long-row plans of every device build."""
+    p = plan_backward_cluster(n, dt)
+    covers(p)
+    for info in (None, H100, H200):
+        lr = rplan.long_rows(n, dt, 16 // dt.bytes, "sm_90a", info)
+        covers(lr.forward)
+        covers(lr.backward)

@@ -214,3 +214,21 @@ def test_f32_weights_beside_bf16_rows():
     assert dw.dtype == np.float32
     assert np.abs(dx.astype(np.float64) - rdx).max() / np.abs(rdx).max() < 1e-2
     assert np.abs(dw - rdw).max() / np.abs(rdw).max() < 1e-5
+
+
+def test_backward_of_rows_whose_slices_needed_fewer_threads():
+    """200000 f32 (50000 chunks over 16 CTAs: 448 threads, not 512, so the last CTA owns
+    part of the row), forward and backward through the API, against float64."""
+    n = 200000
+    x, w, rng = inputs(2, n, f32, 23)
+    dy = rng.standard_normal((2, n)).astype(np.float32)
+    y, rstd = rms_norm(x, w, EPS, return_rstd=True)
+    ref, _ = ref_fwd(x, w)
+    assert within_rounding(y, ref, f32)
+    dx, dw = rms_norm_backward(dy, x, w, rstd)
+    x64, r = x.astype(np.float64), rstd.astype(np.float64)[:, None]
+    g = dy * w.astype(np.float64)
+    rdx = r * (g - x64 * r * r * (g * x64).sum(-1, keepdims=True) / n)
+    rdw = (dy * x64 * r).sum(0)
+    assert np.abs(dx - rdx).max() / np.abs(rdx).max() < 1e-5
+    assert np.abs(dw - rdw).max() / np.abs(rdw).max() < 1e-5

@@ -79,6 +79,10 @@ def plan_backward_cluster(n: int, dtype: PtxType, clusters: int | None = None, *
     if threads is None:
         threads = min(MAX_THREADS, max(WARP, -(-slice_chunks // WARP) * WARP))
     per_thread = -(-slice_chunks // threads)
+    if (cluster - 1) * threads * per_thread >= chunks:
+        # rounding up left the last CTA nothing (50000 chunks: 16 x 512 x 7): fewer
+        # threads, evened out over the chunks per thread
+        threads = -(-(-(-slice_chunks // per_thread)) // WARP) * WARP
     room = SMEM_PER_CTA - SMEM_SLACK
     stage = 2 * threads * per_thread * 16
     if stages is None:

@@ -56,6 +56,20 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
     """name -> (plan, None | CTAs per SM of the loop kernel | Staging)."""
     import dataclasses
     variants = {f"T{base.threads}": (base, None)}
+    if mode == "reload":
+        # the two-pass plan as the device takes it (``base``: plan.wide_row_plan's), its
+        # second read issued 1, 2, 4 or 8 chunks ahead of the stores, with its own hints
+        # or Inductor's (x kept in L1 and L2 for the re-read, w kept, y plain)
+        inductor = dict(x_hints=("L1::evict_last",), x_policy="evict_last",
+                        w_hints=("L1::evict_last",), w_policy="evict_last", y_hints=())
+        for batch in (1, 2, 4, 8):
+            if not base.two_pass or batch > base.per_thread:
+                continue
+            p = dataclasses.replace(base, reload_batch=batch)
+            variants[f"T{base.threads} batch{batch}"] = (p, None)
+            variants[f"T{base.threads} batch{batch} inductor-hints"] = (
+                dataclasses.replace(p, **inductor), None)
+        return variants
     if mode == "hints":
         for xh in X_HINTS:
             for yh in Y_HINTS:
@@ -176,8 +190,8 @@ def main(argv=None):
     from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
     from ptxdsl.ops.rmsnorm.fwd import build_forward, plan
     from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop, loop_ctas_per_sm
-    from ptxdsl.ops.rmsnorm.plan import forward_kernel
-    from ptxdsl.runtime import prepare
+    from ptxdsl.ops.rmsnorm.plan import forward_kernel, wide_row_plan
+    from ptxdsl.runtime import driver, prepare
     from ptxdsl.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "tune.json"))
@@ -190,14 +204,15 @@ def main(argv=None):
                          "(the default plan is always kept)")
     ap.add_argument("--rounds", type=int, default=2, help="timing rounds (alternating order)")
     ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop", "store", "occ",
-                                           "regs"),
+                                           "regs", "reload"),
                     default="all",
                     help="forward variants: every family, the default plan beside the "
                          "cp.async-staged kernels, the default plan under each cache hint, "
                          "one-pass persistent kernels of every width and occupancy, or "
                          "the default plan under each priority of y's stores, or "
                          "row-per-CTA kernels under a cap on CTAs per SM, or under a "
-                         "floor (.minnctapersm)")
+                         "floor (.minnctapersm), or the device's two-pass plan with its "
+                         "second read batched ahead of the stores (reload)")
     ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
     ap.add_argument("--bwd-threads", default="", type=lambda s: [int(v) for v in s.split(",")
                                                                  if v],
@@ -233,6 +248,7 @@ def main(argv=None):
     types = {"f32": (f32, torch.float32), "bf16": (bf16, torch.bfloat16),
              "f16": (f16, torch.float16)}
     props = torch.cuda.get_device_properties(0)
+    device = driver.get().device(0)  # what ptxdsl.ops plans for
     sms = props.multi_processor_count
     l2 = getattr(props, "L2_cache_size", 50 << 20)
     out = {"device": torch.cuda.get_device_name(), "forward": [], "backward": []}
@@ -248,6 +264,8 @@ def main(argv=None):
         sets = [(torch.randn(m, n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt),
                  torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(copies)]
         base = plan(n, dt)
+        if a.mode == "reload":
+            base = wide_row_plan(base, dt, device)
         modes = ("all", "hints") if a.mode == "both" else (a.mode,)
         variants = {}
         for mode in modes:
@@ -259,7 +277,8 @@ def main(argv=None):
                         if k == f"T{base.threads}" or keep.search(k)}
         res, live = {}, {"copy": lambda x, w, y: y.copy_(x)}
         # What ptxdsl.ops runs for this shape (the plan, or a kernel chosen from it).
-        kops = forward_kernel(n, dt, dt, base.vec, False, False, 1e-6, "sm_90a", sms)
+        kops = forward_kernel(n, dt, dt, base.vec, False, False, 1e-6, "sm_90a", sms,
+                              device)
         live["ops"] = lambda x, w, y, k=kops: k(x, w, y)
         ref = F.rms_norm(sets[0][0].float(), (n,), sets[0][1].float(), 1e-6)
         if a.no_torch_compile:
@@ -374,8 +393,7 @@ def main(argv=None):
         # what ptxdsl.ops runs (ops.rmsnorm.plan.backward_kernel: occupancy, short rows),
         # and it with the fused dW sum over 32-column tiles and over 128-column ones
         from ptxdsl.ops.rmsnorm.plan import backward_kernel
-        from ptxdsl.runtime import driver
-        ops_p, _ = backward_kernel(n, dt, dt, base.vec, "sm_90a", sms, driver.get().device(0))
+        ops_p, _ = backward_kernel(n, dt, dt, base.vec, "sm_90a", sms, device)
         variants["ops"] = ops_p
         if ops_p.fused:
             variants["ops dw-narrow"] = dataclasses.replace(ops_p, dw_narrow=True)

@@ -576,3 +576,43 @@ def test_balanced_grid_keeps_the_longest_cta_and_drops_the_idle_ones():
             longest = -(-blocks // most)
             assert 1 <= g <= most and -(-blocks // g) == longest
             assert g == 1 or -(-blocks // (g - 1)) > longest  # no fewer CTAs would do
+
+
+@pytest.mark.parametrize("dt,batch", [(f32, 3), (bf16, 2), (f16, 7)])
+def test_two_pass_second_read_batched_ahead_of_the_stores(dt, batch):
+    """``reload_batch``: the two-pass kernel's second read of x and its w loads issued
+    ``batch`` chunks ahead of their y stores (a last batch shorter than the others, a
+    ragged last chunk, a residual): the same y as chunk by chunk, and all of a batch's
+    loads come before its first store in the PTX."""
+    import dataclasses
+    n = 64 * 6 + 5 if dt != f32 else 2 * (64 * 6 + 3)  # 389 / 387 chunks: 7 a thread
+    p = dataclasses.replace(plan(n, dt, 1 if dt != f32 else 2, threads=64), two_pass=True,
+                            preload_w=False)
+    assert p.per_thread == 7 and p.ragged
+    npd = {f32: np.float32, bf16: None, f16: np.float16}[dt]
+    rng = np.random.default_rng(batch)
+    if dt == bf16:
+        import ml_dtypes
+        npd = ml_dtypes.bfloat16
+    x = rng.standard_normal((3, n)).astype(npd)
+    r = rng.standard_normal((3, n)).astype(npd)
+    w = (rng.standard_normal(n) * 0.1 + 1).astype(npd)
+    outs = []
+    for b in (1, batch):
+        k = build_forward(dataclasses.replace(p, reload_batch=b), dt, dt, eps=EPS,
+                          residual=True, with_rstd=True)
+        h, y = r.copy(), np.zeros_like(x)
+        k.interpret(x, h, w, y, h, np.zeros(3, np.float32))
+        outs.append((y, h))
+        lines = [ln.strip() for ln in k.ptx().splitlines()]
+        reloads = [i for i, ln in enumerate(lines) if "L1::evict_first" in ln]
+        stores = [i for i, ln in enumerate(lines) if ln.startswith("st.global")
+                  and i > reloads[0]]
+        assert len(reloads) == 7
+        assert sum(i < stores[0] for i in reloads) == b  # the first batch before a store
+    (y1, h1), (yb, hb) = outs
+    np.testing.assert_array_equal(y1, yb)
+    np.testing.assert_array_equal(h1, hb)
+    ref, _ = ref_fwd(hb.astype(np.float64), w)
+    tol = 2e-6 if dt == f32 else 1e-2
+    assert rel_err(yb, ref) < tol

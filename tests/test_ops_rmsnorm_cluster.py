@@ -93,6 +93,8 @@ def test_long_rows_take_clusters_on_hopper(info):
                                   (262144, f32, 8, 1, False)]:
         got = lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward
         assert (got.cluster, got.stages, got.two_pass) == (c, stages, two), (n, dt.name)
+        # the two-pass kernel's second read two chunks ahead of its stores
+        assert got.reload_batch == (rplan.TWO_PASS_RELOAD_BATCH if two else 1)
     # rows one CTA holds, or reads a second time from L2 at copy speed (128 KiB rows,
     # measured): the row-per-CTA kernels
     assert lr(65536, bf16, 8, "sm_90a", info).forward is None
@@ -297,9 +299,10 @@ def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
     import numpy as np
     from ptxdsl.ops.rmsnorm.fwd import plan
     h200 = info is H200
-    for n, dt, vec in ((65536, bf16, 8), (32768, f32, 4), (49152, f16, 8)):
+    for n, dt, vec, batch in ((65536, bf16, 8, 4), (32768, f32, 4, 8), (49152, f16, 8, 4)):
         p = rplan.wide_row_plan(plan(n, dt, vec), dt, info)
         assert p.two_pass and p.threads == 1024 and not p.preload_w
+        assert p.reload_batch == batch  # the second read's chunks all in flight at once
         assert (p.x_hints, p.y_hints) == (((), ("cs",)) if h200 else
                                           (("L1::evict_last",), ()))
     for n, dt, vec in ((32768, bf16, 8), (16384, f32, 4), (20000, f32, 4)):
@@ -308,6 +311,9 @@ def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
     k = rplan.forward_kernel(32768, f32, f32, 4, False, False, 1e-6, "sm_90a", 132, info)
     body = k.ptx()
     assert ("st.global.cs.v4" in body) == h200
+    lines = body.splitlines()
+    first_store = next(i for i, ln in enumerate(lines) if "st.global" in ln)
+    assert sum("L1::evict_first" in ln for ln in lines[:first_store]) == 8
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 32768)).astype(np.float32)
     w = (rng.standard_normal(32768) * 0.1 + 1).astype(np.float32)

@@ -132,14 +132,16 @@ def test_two_pass_cluster_forward_131072():
     assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
 
 
-@pytest.mark.parametrize("dt,offset", [(f32, 0.0), (f16, 1.0), (bf16, 0.5)])
-def test_two_pass_cluster_forward_ragged_rows(dt, offset):
+@pytest.mark.parametrize("dt,offset,batch", [(f32, 0.0, 3), (f16, 1.0, 1), (bf16, 0.5, 2)])
+def test_two_pass_cluster_forward_ragged_rows(dt, offset, batch):
     """A ragged row (the second CTA's slice ends short) in each dtype, Gemma's offset,
     seven rows of one cluster each; the peers' pushes complete on each CTA's mbarrier
-    (the interpreter fails a read of a slot before they have)."""
+    (the interpreter fails a read of a slot before they have). The second read is
+    issued ``batch`` chunks ahead of the stores (``reload_batch``)."""
     n = 4000
     p = plan_cluster(n, dt, cluster=2, threads=128, per_thread=2 if dt != f32 else 4,
                      two_pass=True)
+    p = dataclasses.replace(p, reload_batch=batch)
     assert p.ragged
     k = build_forward_cluster(p, dt, dt, eps=EPS, with_rstd=True, offset=offset)
     x, w, _ = inputs(7, n, dt, 19)
@@ -165,11 +167,31 @@ def test_two_pass_waits_for_its_peers_before_its_loads():
     assert any(ln.startswith("mbarrier.try_wait.parity.shared::cta") for ln in body)
 
 
+@pytest.mark.parametrize("dt,offset", [(bf16, 0.0), (f32, 1.0)])
+def test_two_pass_cluster_forward_takes_rows_in_turn(dt, offset):
+    """Two-pass clusters walking rows (q, q + G, ... of G = 3 clusters of 2): eight rows,
+    three for the first two clusters, the row sums exchanged through two slot buffers
+    and two mbarriers, row k waiting for phase (k >> 1) & 1 of barrier k & 1 (the
+    interpreter fails a slot read before the pushes it needs have landed, and a push
+    into a slot before its last read)."""
+    n = 4000
+    p = dataclasses.replace(plan_cluster(n, dt, cluster=2, threads=128,
+                                         per_thread=2 if dt != f32 else 4, two_pass=True),
+                            rows_per_cluster=3)
+    assert p.ragged
+    k = build_forward_cluster(p, dt, dt, eps=EPS, with_rstd=True, offset=offset)
+    body = k.ptx()
+    assert body.count("barrier.cluster.wait") == 1
+    assert body.count("mbarrier.init.shared") == 2
+    x, w, _ = inputs(8, n, dt, 23)
+    y, rstd = k.interpret(x, w, np.zeros_like(x), np.zeros(8, np.float32))
+    ref, rref = ref_fwd(x, (w.astype(np.float64) + offset))
+    assert within_rounding(y, ref, dt) and np.allclose(rstd, rref, rtol=1e-6)
+
+
 def test_two_pass_plans_are_explained():
-    with pytest.raises(ValueError, match="one-row-per-cluster"):
+    with pytest.raises(ValueError, match="not through a ring"):
         plan_cluster(131072, bf16, stages=1, two_pass=True)
-    with pytest.raises(ValueError, match="one-row-per-cluster"):
-        dataclasses.replace(plan_cluster(131072, bf16, two_pass=True), rows_per_cluster=2)
     with pytest.raises(ValueError, match="takes no residual"):
         build_forward_cluster(plan_cluster(131072, bf16, two_pass=True), bf16, bf16,
                               residual=True)

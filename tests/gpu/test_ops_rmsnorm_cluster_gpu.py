@@ -160,6 +160,35 @@ def test_two_pass_cluster_forward(n, dt, c, threads, offset):
                           rtol=2e-6)
 
 
+@pytest.mark.parametrize("n,dt,c", [(262144, "bf16", 8), (131072, "f32", 4),
+                                    (100003, "f16", 4)])
+def test_two_pass_cluster_forward_takes_rows_in_turn(n, dt, c):
+    """Two-pass clusters walking rows, as many as the device runs at once, over more rows
+    than clusters: the exchange's two slot buffers and mbarriers turn over many times
+    (a push into a buffer still being read, or a wait on the wrong phase, shows as
+    wrong rows or a hang)."""
+    if not hopper():
+        pytest.skip("clusters: sm_90")
+    import dataclasses
+    from ptxdsl.ops.rmsnorm.fwd import max_vec
+    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
+    from ptxdsl.runtime import prepare
+    p = plan_cluster(n, PT[dt], max_vec(n, PT[dt]), cluster=c, threads=1024,
+                     two_pass=True)
+    q = prepare(build_forward_cluster(p, PT[dt], PT[dt], eps=EPS)).resident_clusters(
+        info().ordinal)
+    m = 7 * q + 3
+    k = build_forward_cluster(dataclasses.replace(p, rows_per_cluster=8), PT[dt], PT[dt],
+                              eps=EPS, with_rstd=True)
+    x, w, _ = rows((m, n), dt, 29, scale=2.0)
+    y = torch.full_like(x, float("nan"))
+    rstd = torch.full((m,), float("nan"), device="cuda")
+    k(x, w, y, rstd)
+    assert_matches(y, ref(x, w), dt)
+    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
+                          rtol=2e-6)
+
+
 @pytest.mark.parametrize("n,dt,stages", [(262144, "bf16", 3), (131072, "f32", 2),
                                          (65536, "f16", 3)])
 def test_persistent_forward_ring(n, dt, stages):
@@ -217,8 +246,11 @@ def check_backward(shape, dt, wdt=None, runs=3, seed=7):
                                       ((20, 131072), "f32"), ((9, 262144), "bf16"),
                                       ((3, 262144), "f32"), ((5, 100000), "f16"),
                                       ((1, 131072), "bf16"), ((70, 32768), "bf16"),
-                                      ((40, 32768), "f32")])
+                                      ((40, 32768), "f32"), ((3, 400000), "bf16"),
+                                      ((2, 200000), "f32")])
 def test_backward_long_rows_deterministic_and_matches_autograd(shape, dt):
+    # 400000 halves and 200000 f32 (50000 chunks): 448 evened-out threads, where 512 would
+    # leave the last of 16 CTAs no part of the row
     if hopper():
         assert chosen(shape[1], dt, backward=True) is not None
     check_backward(shape, dt)

@@ -134,20 +134,24 @@ class ClusterSum:
     docstring). ``slots``: ``buffers`` arrays of ``C*W`` f32 in shared memory (two for a
     kernel that reduces row after row: a peer may push the next row's partial before
     this CTA has read the current one's). ``tx``: the pushes complete on an mbarrier
-    instead of a cluster barrier (:meth:`_tx_exchange`; one row per kernel)."""
+    per buffer instead of a cluster barrier (:meth:`_tx_exchange`)."""
 
     def __init__(self, s: ClusterSplit, tid, rank, *, buffers: int = 1, tx: bool = False):
         self.s, self.tid, self.rank = s, tid, rank
-        self.bar = None
+        self.bars = None
+        if buffers not in (1, 2):
+            raise ValueError(f"an exchange has one or two slot buffers, not {buffers}")
         if tx:
-            if buffers != 1:
-                raise ValueError("the mbarrier exchange (tx) reduces one row per kernel")
-            # What the peers' st.async complete their bytes on. Recorded before the
-            # kernel's barrier.cluster.arrive, whose wait then tells every CTA that its
-            # peers' barriers are initialised (fence.mbarrier_init releases the init).
-            self.bar = smem.mbarrier(1)[0]
-            self.bar.init(1, pred=tid == 0)
+            # What the peers' st.async complete their bytes on, one per slot buffer.
+            # Recorded before the kernel's barrier.cluster.arrive, whose wait then tells
+            # every CTA that its peers' barriers are initialised (fence.mbarrier_init
+            # releases the init).
+            self.bars = smem.mbarrier(buffers)
+            self.bars.init_all(1, pred=tid == 0)
             ptx.fence.mbarrier_init(pred=tid == 0)
+            # rows exchanged so far (two buffers): row k's barrier is k & 1, the phase
+            # it completes there (k >> 1) & 1
+            self.rows = reg.scalar(u32, init=0) if buffers > 1 else None
         self.count = s.cluster * s.warps
         self.per_lane = -(-self.count // WARP)
         self.buffers = buffers
@@ -185,7 +189,7 @@ class ClusterSum:
         started). With ``tx``: :meth:`_tx_exchange` instead (the kernel waited for that
         phase already)."""
         ptx.warp.reduce_sum(acc)
-        if self.bar is not None:
+        if self.bars is not None:
             return self._tx_exchange(acc)
         if first:
             ptx.cluster.wait(aligned=True)
@@ -203,13 +207,30 @@ class ClusterSum:
         every thread waits on its own CTA's mbarrier (an acquire at CTA scope). A
         cluster barrier's wait acquires at cluster scope, which empties the SM's L1 (by
         ``ncu``, a two-pass slice read again after one found 0% of it there); this
-        exchange leaves L1 as it was."""
-        self.bar.arrive_expect_tx(4 * self.count, pred=self.tid == 0)
-        remote = ptx.cluster.map_shared(self.mine, self.lane, pred=self.pushes)
-        rbar = ptx.cluster.map_shared(self.bar.address(), self.lane, pred=self.pushes)
+        exchange leaves L1 as it was.
+
+        With two buffers (a kernel walking rows) row ``k`` goes through slot buffer and
+        mbarrier ``k & 1`` and waits for that barrier's phase ``(k >> 1) & 1``. A peer
+        pushes row ``k + 2`` into this CTA's buffer only after its own wait for row
+        ``k + 1``, which needs this CTA's push of row ``k + 1``, issued after it read
+        row ``k``: the buffer and its barrier's phase are free again by then (the
+        barrier may even take the bytes before this CTA's ``expect_tx``: its phase
+        cannot complete without this CTA's own arrival)."""
+        if self.rows is None:
+            bar, phase, local = self.bars[0], 0, self.mine
+        else:
+            which = self.rows & 1
+            bar = self.bars.at(which)
+            phase = (self.rows >> 1) & 1
+            local = self.mine + self.buf
+        bar.arrive_expect_tx(4 * self.count, pred=self.tid == 0)
+        remote = ptx.cluster.map_shared(local, self.lane, pred=self.pushes)
+        rbar = ptx.cluster.map_shared(bar.address(), self.lane, pred=self.pushes)
         ptx.inst("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32",
                  ptx.addr(remote), acc, ptx.addr(rbar), pred=self.pushes)
-        self.bar.wait(0)
+        bar.wait(phase)
+        if self.rows is not None:
+            ptx.inst.add.u32(self.rows, self.rows, 1)
         return self.total()
 
 

@@ -84,6 +84,12 @@ class Plan(RowSplit):
     smem_pad: int = 0
     # CTAs per SM ptxas must leave room for (.minnctapersm; None: its own choice).
     min_ctas: int | None = None
+    # Two-pass: chunks whose second read of x (and w) is issued before the first of
+    # their y stores. ptxas cannot move a load above a store to y (it may alias x or w),
+    # so with 1 each chunk's loads wait for the previous chunk's round trip; with the
+    # thread's every chunk (as Inductor's kernel does) all the loads are in flight at
+    # once, at the price of the registers holding them.
+    reload_batch: int = 1
 
     @property
     def block(self) -> int:
@@ -249,15 +255,21 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     if RSTD is not None:
         store_rstd(RSTD, row, rstd, lane, rowok)
 
-    for k in range(K):
-        if p.two_pass:
-            src = hrow if Rs is not None else xrow
-            x = load_chunk(src, k * step, dtype, V, pred=preds[k], hints=p.reload_hints,
-                           policy=rpol)
-        else:
-            x = xs[k]
-        w = ws[k] if p.preload_w else with_offset(
-            load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k], hints=p.w_hints,
-                       policy=wpol), offset)
-        store_chunk(yrow, k * step, dtype, narrow(scale(x, w, rstd), dtype), pred=preds[k],
-                    hints=p.y_hints, policy=ypol)
+    B = max(1, p.reload_batch) if p.two_pass else 1
+    for k0 in range(0, K, B):
+        group = range(k0, min(K, k0 + B))
+        loaded = []
+        for k in group:
+            if p.two_pass:
+                src = hrow if Rs is not None else xrow
+                x = load_chunk(src, k * step, dtype, V, pred=preds[k], hints=p.reload_hints,
+                               policy=rpol)
+            else:
+                x = xs[k]
+            w = ws[k] if p.preload_w else with_offset(
+                load_chunk(wrow, k * T * V * wes, wdtype, V, pred=preds[k], hints=p.w_hints,
+                           policy=wpol), offset)
+            loaded.append((k, x, w))
+        for k, x, w in loaded:
+            store_chunk(yrow, k * step, dtype, narrow(scale(x, w, rstd), dtype),
+                        pred=preds[k], hints=p.y_hints, policy=ypol)

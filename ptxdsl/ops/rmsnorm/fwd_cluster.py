@@ -78,12 +78,15 @@ class ClusterPlan(ClusterSplit):
     # cluster barrier the same reads ran 74.9-86.6%,
     # bench/results/rmsnorm_long_two_pass_clusters_h200.json).
     two_pass: bool = False
+    # Two-pass: chunks whose second read (and w) is issued before their y stores, as in
+    # :class:`~.fwd.Plan` (1: chunk by chunk).
+    reload_batch: int = 1
 
     def __post_init__(self):
         super().__post_init__()
-        if self.two_pass and (self.stages or self.rows_per_cluster != 1):
-            raise ValueError("two_pass is a one-row-per-cluster plan (stages 0, "
-                             "rows_per_cluster 1)")
+        if self.two_pass and self.stages:
+            raise ValueError("two_pass reads its slices from global memory (stages 0), "
+                             "not through a ring")
 
     @property
     def block(self) -> int:
@@ -177,7 +180,8 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
         if p.two_pass:
             tid = reg.scalar(u32)
             ptx.inst.mov.u32(tid, ptx.special.tid.x())
-            tx = ClusterSum(p, tid, ptx.cluster.ctarank(), tx=True)
+            tx = ClusterSum(p, tid, ptx.cluster.ctarank(), tx=True,
+                            buffers=2 if R > 1 else 1)
         ptx.cluster.arrive(relaxed=True, aligned=True)
         if tx is not None:
             # Peers' mbarriers initialised before any push. Waited for here, before the
@@ -188,7 +192,8 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())
         if tx is not None:
-            _one_row(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, tx)
+            body = _row_loop if R > 1 else _one_row
+            body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, tx)
             return
         body = _ring_rows if p.stages else _row_loop if R > 1 else _one_row
         body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset)
@@ -196,13 +201,15 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
     return rms_norm_fwd_cluster
 
 
-def _row_loop(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):
+def _row_loop(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, reduce=None):
     """Rows ``q, q + G, ...`` (``G`` clusters) one after another, each as
-    :func:`_one_row`, through double-buffered exchange slots."""
+    :func:`_one_row`, through double-buffered exchange slots (``reduce``: the two-pass
+    kernel's mbarrier exchange, its peers' start already waited for)."""
     g = reg.scalar(u32)
     ptx.inst.mov.u32(g, ptx.special.nclusterid.x())
-    reduce = ClusterSum(p, at.tid, at.rank, buffers=2)
-    ptx.cluster.wait(aligned=True)  # every peer has started before the first push
+    if reduce is None:
+        reduce = ClusterSum(p, at.tid, at.rank, buffers=2)
+        ptx.cluster.wait(aligned=True)  # every peer has started before the first push
     for row in ptx.range_(q, ptx.dim("M"), g):
         _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, reduce)
 
@@ -264,16 +271,21 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
     rstd = rstd_of(total, N, eps)
     if RSTD is not None:
         store_rstd(RSTD, row, rstd, tid | rank)
-    for k in range(K):
-        w = ws[k] if ws is not None else load_raw(wrow, k * wstep, wdtype, V,
-                                                  pred=preds[k], policy=wpol)
-        raw = keep[k]
-        if raw is None:  # two_pass: from L1 (or L2)
-            raw = load_raw(xrow, k * step, dtype, V, pred=preds[k],
-                           hints=("L1::evict_first",),
-                           policy=l2_policy("evict_first", policies))
-        y = scale(widen(raw, dtype), with_offset(widen(w, wdtype), offset), rstd)
-        store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
+    B = max(1, p.reload_batch) if p.two_pass else 1
+    for k0 in range(0, K, B):
+        loaded = []
+        for k in range(k0, min(K, k0 + B)):
+            w = ws[k] if ws is not None else load_raw(wrow, k * wstep, wdtype, V,
+                                                      pred=preds[k], policy=wpol)
+            raw = keep[k]
+            if raw is None:  # two_pass: from L1 (or L2)
+                raw = load_raw(xrow, k * step, dtype, V, pred=preds[k],
+                               hints=("L1::evict_first",),
+                               policy=l2_policy("evict_first", policies))
+            loaded.append((k, raw, w))
+        for k, raw, w in loaded:
+            y = scale(widen(raw, dtype), with_offset(widen(w, wdtype), offset), rstd)
+            store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
 
 
 def _ring_rows(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):

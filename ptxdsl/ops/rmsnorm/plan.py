@@ -86,14 +86,26 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
 # 2033.9 against 2115.8 (copy 2005.1), H100 2848.8 against 2828.0 (so not there); bf16
 # 49152 H200 1483.6 against 1512.8, H100 2111.9 against 2109.9.
 WIDE_ROW_BYTES = 64 * 1024
+# The second read goes out ahead of the stores (fwd.Plan.reload_batch), as many chunks
+# as 32 registers hold once widened to f32 (8 f32 chunks, 4 half ones), so a thread has
+# them all in flight at once rather than one round trip after another; Inductor's kernel
+# for these rows issues all of them. Measured (bench/rmsnorm_tune.py --mode reload,
+# M=32768, µs, one chunk at a time against the batch; bench/results/
+# rmsnorm_reload_batch_{h200,h100}.json): f32 32768 H200 2023.9 against 1985.5 (copy
+# 2011.6, torch.compile 1995.5), H100 2820.6 against 2813.0 (copy 2835.8); bf16 65536
+# H200 2042.8 against 1986.2 (copy 2017.7), H100 2825.8 against 2810.7 (copy 2836.4);
+# bf16 49152 H200 1490.3 against 1489.3.
+WIDE_RELOAD_VALUES = 32
 
 
 def wide_row_plan(p, dt: PtxType, device=None):
-    """``p`` for a row of more than WIDE_ROW_BYTES over 1024 threads: two-pass, and on a
-    device that needs many bytes in flight per SM, the hints above."""
+    """``p`` for a row of more than WIDE_ROW_BYTES over 1024 threads: two-pass, its second
+    read batched (WIDE_RELOAD_VALUES), and on a device that needs many bytes in flight
+    per SM, the hints above."""
     if p.rows_per_cta != 1 or p.threads != 1024 or p.n * dt.bytes <= WIDE_ROW_BYTES:
         return p
-    p = dataclasses.replace(p, two_pass=True, preload_w=False)
+    p = dataclasses.replace(p, two_pass=True, preload_w=False, reload_batch=min(
+        p.per_thread, max(1, WIDE_RELOAD_VALUES // p.vec)))
     if Device.of(device).in_flight_bytes > TWO_PASS_IN_FLIGHT:
         p = dataclasses.replace(p, x_hints=(), y_hints=("cs",))
     return p
@@ -234,8 +246,10 @@ def long_rows(n: int, dt: PtxType, vec: int, arch: str, device=None):
             nbytes, whole = n * dt.bytes, vec * dt.bytes == 16
             c = -(-nbytes // TWO_PASS_SLICE_BYTES)
             if whole and c <= TWO_PASS_CLUSTER[dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT]:
-                fwd = plan_cluster(n, dt, vec, two_pass=True, cluster=c,
-                                   per_thread=TWO_PASS_CHUNKS)
+                fwd = dataclasses.replace(
+                    plan_cluster(n, dt, vec, two_pass=True, cluster=c,
+                                 per_thread=TWO_PASS_CHUNKS),
+                    reload_batch=TWO_PASS_RELOAD_BATCH)
             if fwd is None and whole and nbytes >= RING_ROW_BYTES:
                 fwd = plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
                                    per_thread=RING_CHUNKS, sms=dev.sms)
@@ -276,6 +290,14 @@ TWO_PASS_SLICE_BYTES = 64 * 1024
 TWO_PASS_CHUNKS = 4
 TWO_PASS_IN_FLIGHT = 30_000
 TWO_PASS_CLUSTER = {True: 8, False: 4}
+# Its second read issued two chunks ahead of the stores (ClusterPlan.reload_batch).
+# M=32768 bf16, % of the copy, chunk by chunk against two
+# (bench/results/rmsnorm_reload_batch_{h200,h100}.json): H200 131072 95.8 against 96.9,
+# 262144 91.5 against 92.6 (the ring there 93.3); H100 131072 98.6 against 98.3, 262144
+# 98.2 against 98.9, f32 (M=16384) 65536 98.5 / 98.2, 131072 98.2 / 98.2. Four (which
+# ptxas, in the 32 registers two CTAs per SM leave, issues two by two) ran 95.1 / 91.4
+# on the H200.
+TWO_PASS_RELOAD_BATCH = 2
 # Longest row the row-per-CTA forward holds in registers (1024 threads x 32 values).
 FORWARD_REGISTER_ROW = 32768
 # Past the registers, rows of up to this many bytes still stay with the row-per-CTA

@@ -616,3 +616,5 @@ def test_two_pass_second_read_batched_ahead_of_the_stores(dt, batch):
     ref, _ = ref_fwd(hb.astype(np.float64), w)
     tol = 2e-6 if dt == f32 else 1e-2
     assert rel_err(yb, ref) < tol
+    with pytest.raises(ValueError, match="reload_batch.*at least 1, not 0"):
+        dataclasses.replace(p, reload_batch=0)

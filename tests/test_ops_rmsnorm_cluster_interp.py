@@ -192,6 +192,8 @@ def test_two_pass_cluster_forward_takes_rows_in_turn(dt, offset):
 def test_two_pass_plans_are_explained():
     with pytest.raises(ValueError, match="not through a ring"):
         plan_cluster(131072, bf16, stages=1, two_pass=True)
+    with pytest.raises(ValueError, match="reload_batch.*at least 1, not 0"):
+        dataclasses.replace(plan_cluster(131072, bf16, two_pass=True), reload_batch=0)
     with pytest.raises(ValueError, match="takes no residual"):
         build_forward_cluster(plan_cluster(131072, bf16, two_pass=True), bf16, bf16,
                               residual=True)

@@ -138,7 +138,7 @@ class ClusterSum:
 
     def __init__(self, s: ClusterSplit, tid, rank, *, buffers: int = 1, tx: bool = False):
         self.s, self.tid, self.rank = s, tid, rank
-        self.bars = None
+        self.bars = self.rows = None
         if buffers not in (1, 2):
             raise ValueError(f"an exchange has one or two slot buffers, not {buffers}")
         if tx:

@@ -91,6 +91,11 @@ class Plan(RowSplit):
     # once, at the price of the registers holding them.
     reload_batch: int = 1
 
+    def __post_init__(self):
+        if self.reload_batch < 1:
+            raise ValueError(f"reload_batch: chunks read ahead of their stores, at least 1, "
+                             f"not {self.reload_batch}")
+
     @property
     def block(self) -> int:
         return self.threads * self.rows_per_cta
@@ -255,7 +260,7 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     if RSTD is not None:
         store_rstd(RSTD, row, rstd, lane, rowok)
 
-    B = max(1, p.reload_batch) if p.two_pass else 1
+    B = p.reload_batch if p.two_pass else 1
     for k0 in range(0, K, B):
         group = range(k0, min(K, k0 + B))
         loaded = []

@@ -87,6 +87,9 @@ class ClusterPlan(ClusterSplit):
         if self.two_pass and self.stages:
             raise ValueError("two_pass reads its slices from global memory (stages 0), "
                              "not through a ring")
+        if self.reload_batch < 1:
+            raise ValueError(f"reload_batch: chunks read ahead of their stores, at least 1, "
+                             f"not {self.reload_batch}")
 
     @property
     def block(self) -> int:
@@ -271,7 +274,7 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
     rstd = rstd_of(total, N, eps)
     if RSTD is not None:
         store_rstd(RSTD, row, rstd, tid | rank)
-    B = max(1, p.reload_batch) if p.two_pass else 1
+    B = p.reload_batch if p.two_pass else 1
     for k0 in range(0, K, B):
         loaded = []
         for k in range(k0, min(K, k0 + B)):

@@ -8,7 +8,8 @@ device copy of the same bytes, in rounds that alternate their order (each keeps 
 median). The measurements of docs/rmsnorm.md's "The two-pass cluster forward" were
 taken with it.
 
-A variant is ``field=value;field=value``: ClusterPlan fields (ints where they parse), and
+A variant is ``field=value;field=value``: ClusterPlan fields (ints where they parse; the
+``*_hints`` fields a ``+``-separated list, e.g. ``y_hints=cs``, empty for none), and
 ``split=C:T:K`` (C CTAs of T threads, K chunks each; with ``stages=S``, 1 by default) to
 start from another split, its grid the clusters the driver runs at once (``grid=0`` for
 a one-row-per-cluster plan). Example, on a GPU::
@@ -42,6 +43,8 @@ def parse_variant(text: str) -> dict:
             if len(parts) != 3 or not all(p.isdigit() for p in parts):
                 raise ValueError(f"split={val!r}: expected C:T:K (CTAs, threads, chunks)")
             out[key] = tuple(int(p) for p in parts)
+        elif key.endswith("_hints"):
+            out[key] = tuple(h for h in val.split("+") if h)  # "L1::evict_last+cs", "" none
         else:
             out[key] = int(val) if val.lstrip("-").isdigit() else val
     return out

@@ -16,6 +16,9 @@ def test_variant_strings():
     assert ab.parse_variant("") == {}
     assert ab.parse_variant("split=4:1024:4; stages=0;min_ctas=2;l2=evict_last") == {
         "split": (4, 1024, 4), "stages": 0, "min_ctas": 2, "l2": "evict_last"}
+    assert ab.parse_variant("y_hints=cs;x_hints=") == {"y_hints": ("cs",), "x_hints": ()}
+    assert ab.parse_variant("x_hints=L1::evict_last+L2::256B")["x_hints"] == (
+        "L1::evict_last", "L2::256B")
     for bad, match in (("split=4:1024", "C:T:K"), ("two_pass", "field=value"),
                        ("=3", "field=value")):
         with pytest.raises(ValueError, match=match):

@@ -189,6 +189,20 @@ def test_two_pass_cluster_forward_takes_rows_in_turn(dt, offset):
     assert within_rounding(y, ref, dt) and np.allclose(rstd, rref, rtol=1e-6)
 
 
+def test_two_pass_cache_hints_are_the_plans():
+    """x_hints / y_hints reach the PTX: the default (L1::evict_last on the first read,
+    plain stores) or the plan's own (none on x, .cs on y)."""
+    p = plan_cluster(131072, bf16, cluster=4, threads=1024, per_thread=4, two_pass=True)
+    for q, first, store in ((p, "ld.global.L1::evict_last.", "st.global.v4"),
+                            (dataclasses.replace(p, x_hints=(), y_hints=("cs",)),
+                             "ld.global.L2::cache_hint.", "st.global.cs.v4")):
+        body = [ln.strip() for ln in build_forward_cluster(q, bf16, bf16, eps=EPS).ptx()
+                .splitlines()]
+        loads = [ln for ln in body if ln.startswith("ld.global")]
+        assert all(ln.startswith(first) for ln in loads[:4]), loads[:4]
+        assert sum(ln.startswith(store) for ln in body) == 4
+
+
 def test_two_pass_plans_are_explained():
     with pytest.raises(ValueError, match="not through a ring"):
         plan_cluster(131072, bf16, stages=1, two_pass=True)

@@ -81,6 +81,11 @@ class ClusterPlan(ClusterSplit):
     # Two-pass: chunks whose second read (and w) is issued before their y stores, as in
     # :class:`~.fwd.Plan` (1: chunk by chunk).
     reload_batch: int = 1
+    # One-row kernel: cache hints of x's first read (None: L1::evict_last when read
+    # twice, L1::no_allocate when w is prefetched into L1, none otherwise) and of y's
+    # stores.
+    x_hints: tuple[str, ...] | None = None
+    y_hints: tuple[str, ...] = ()
 
     def __post_init__(self):
         super().__post_init__()
@@ -238,8 +243,10 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
     # Read once: L2 may drop x first, and (w prefetched into L1) L1 leaves it out. Read
     # twice: L1 and L2 keep it for the second read, which lets them drop it.
     xpol = l2_policy("evict_last" if p.two_pass else "evict_first", policies)
-    xhints = (("L1::evict_last",) if p.two_pass else
-              ("L1::no_allocate",) if p.prefetch_w else ())
+    xhints = p.x_hints
+    if xhints is None:
+        xhints = (("L1::evict_last",) if p.two_pass else
+                  ("L1::no_allocate",) if p.prefetch_w else ())
     wpol = l2_policy("evict_last", policies)
     preds = at.preds
 
@@ -288,7 +295,8 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
             loaded.append((k, raw, w))
         for k, raw, w in loaded:
             y = scale(widen(raw, dtype), with_offset(widen(w, wdtype), offset), rstd)
-            store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k])
+            store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k],
+                        hints=p.y_hints)
 
 
 def _ring_rows(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):

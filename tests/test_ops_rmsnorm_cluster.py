@@ -84,17 +84,24 @@ def test_backward_cluster_plan_needs_16_byte_chunks():
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
 def test_long_rows_take_clusters_on_hopper(info):
     lr = rplan.long_rows
-    # rows of 256 KiB: the two-pass forward of 64 KiB slices; of 512 KiB: that too on an
-    # H100, the one-buffer ring of 128 KiB slices on an H200; of 1 MiB: the ring (plan.py)
-    ring = info is H200
-    for n, dt, c, stages, two in [(65536, f32, 4, 0, True), (131072, bf16, 4, 0, True),
-                                  (262144, bf16, 4 if ring else 8, int(ring), not ring),
-                                  (131072, f32, 4 if ring else 8, int(ring), not ring),
-                                  (262144, f32, 8, 1, False)]:
+    # (cluster, CTAs per SM, chunks a thread, held of them, stages): rows of 192 KiB
+    # take the two-pass forward of 64 KiB slices (two CTAs per SM); of 256 KiB to 1 MiB
+    # its wide slices (one CTA per SM, up to 16 chunks a thread, past 11 held in
+    # registers), except on an H100 where wide slices would hold more than one chunk
+    # and 64 KiB slices take at most 8 CTAs (448-512 KiB); past 1 MiB the ring
+    h200 = info is H200
+    for n, dt, want in [(98304, bf16, (3, 2, 4, 0, 0)), (65536, f32, (2, 1, 8, 0, 0)),
+                        (131072, bf16, (2, 1, 8, 0, 0)), (196608, bf16, (2, 1, 12, 1, 0)),
+                        (262144, bf16, (2, 1, 16, 5, 0) if h200 else (8, 2, 4, 0, 0)),
+                        (131072, f32, (2, 1, 16, 5, 0) if h200 else (8, 2, 4, 0, 0)),
+                        (262144, f32, (4, 1, 16, 5, 0)), (393216, f32, (12, 1, 8, 0, 1))]:
         got = lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward
-        assert (got.cluster, got.stages, got.two_pass) == (c, stages, two), (n, dt.name)
-        # the two-pass kernel's second read two chunks ahead of its stores
-        assert got.reload_batch == (rplan.TWO_PASS_RELOAD_BATCH if two else 1)
+        assert (got.cluster, got.min_ctas, got.per_thread, got.hold, got.stages) == want, (
+            n, dt.name)
+        assert got.two_pass == (not got.stages), (n, dt.name)
+        # the second read ahead of the stores: two chunks (64 KiB slices), four (wide)
+        assert got.reload_batch == (1 if got.stages else rplan.TWO_PASS_RELOAD_BATCH
+                                    if got.min_ctas == 2 else rplan.WIDE_SLICE_BATCH)
     # rows one CTA holds, or reads a second time from L2 at copy speed (128 KiB rows,
     # measured): the row-per-CTA kernels
     assert lr(65536, bf16, 8, "sm_90a", info).forward is None
@@ -245,7 +252,9 @@ def test_recorded_choices_are_what_the_plan_chooses(info):
         if p is None:
             return "-"
         ring = "" if default_stages == p.stages else f"/S{p.stages}"
-        return f"C{p.cluster}{ring}" + ("/2P" if getattr(p, "two_pass", False) else "")
+        if getattr(p, "two_pass", False):  # 64 KiB slices two CTAs per SM, or wide ones
+            ring += "/2P" if p.min_ctas == 2 else "/W"
+        return f"C{p.cluster}{ring}"
     table = dict(rplan.LONG_ROW_CHOICES)
     if info is H200:
         table.update(rplan.LONG_ROW_CHOICES_H200)
@@ -281,11 +290,11 @@ def test_cluster_kernels_on_the_interpreter(n):
 
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
 def test_ring_forward_leaves_a_residual_to_the_row_per_cluster_kernel(info):
-    """The ring and two-pass forwards long half rows take have no residual input: with
-    one, the call takes the one-row-per-cluster kernel that holds its slice in
+    """The two-pass forwards (and the ring) long half rows take have no residual input:
+    with one, the call takes the one-row-per-cluster kernel that holds its slice in
     registers, not the one-CTA kernels."""
     p = rplan.long_rows(262144, bf16, 8, "sm_90a", info).forward
-    assert p.stages == 1 if info is H200 else p.two_pass
+    assert p.two_pass
     for n, c in ((262144, 8), (131072, 4)):
         k = rplan.forward_kernel(n, bf16, bf16, 8, True, False, 1e-6, "sm_90a", 132, info)
         assert f"cluster{c}_bf16" in k.name, k.name

@@ -60,12 +60,14 @@ def takes_clusters(n, dt):
 @pytest.mark.parametrize("n,dt", [(131072, bf16), (131072, f32), (262144, bf16),
                                   (262144, f32)])
 def test_forward_long_rows(n, dt):
-    # rows up to 512 KiB: one row per cluster of 64 KiB slices read twice (the
-    # interpreter has no DRAM figures: as an H100); 1 MiB (262144 f32): the ring
+    # (the interpreter has no DRAM figures: as an H100) 256 KiB rows and 1 MiB ones: the
+    # two-pass forward's wide slices (clusters of 2 and 4, 1024 threads of 8 and 16
+    # chunks, five of the 16 held in registers); 512 KiB rows: 64 KiB slices, clusters
+    # of 8
     fwd = takes_clusters(n, dt).forward
-    ring = n * dt.bytes > 512 * 1024
-    want = (n * dt.bytes // 131072, 1, False) if ring else (n * dt.bytes // 65536, 0, True)
-    assert (fwd.cluster, fwd.stages, fwd.two_pass) == want
+    want = {256: (2, 1, 8, 0), 512: (8, 2, 4, 0), 1024: (4, 1, 16, 5)}[n * dt.bytes // 1024]
+    assert (fwd.cluster, fwd.min_ctas, fwd.per_thread, fwd.hold) == want
+    assert fwd.two_pass and not fwd.stages
     x, w, _ = inputs(2, n, dt, n)
     y, rstd = rms_norm(x, w, EPS, return_rstd=True)
     ref, rref = ref_fwd(x, w)
@@ -189,6 +191,27 @@ def test_two_pass_cluster_forward_takes_rows_in_turn(dt, offset):
     assert within_rounding(y, ref, dt) and np.allclose(rstd, rref, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dt,offset,hold,batch", [(f32, 0.0, 2, 4), (bf16, 1.0, 1, 3),
+                                                   (f16, 0.5, 3, 2)])
+def test_wide_slices_hold_chunks_in_registers(dt, offset, hold, batch):
+    """Wide slices (plan.wide_slices' kind): a thread's first ``hold`` chunks read once
+    and kept in registers, the others read twice (the second time ``batch`` ahead of the
+    stores); ragged rows of two clusters' CTAs, Gemma's offset, against float64."""
+    n = 4000
+    p = plan_cluster(n, dt, cluster=2, threads=64, per_thread=4 if dt != f32 else 8,
+                     two_pass=True)
+    p = dataclasses.replace(p, min_ctas=1, hold=hold, reload_batch=batch)
+    assert p.ragged
+    k = build_forward_cluster(p, dt, dt, eps=EPS, with_rstd=True, offset=offset)
+    lines = [ln.strip() for ln in k.ptx().splitlines()]
+    assert sum("ld.global.L1::no_allocate" in ln for ln in lines) == hold
+    assert sum("ld.global.L1::evict_first" in ln for ln in lines) == p.per_thread - hold
+    x, w, _ = inputs(5, n, dt, 29)
+    y, rstd = k.interpret(x, w, np.zeros_like(x), np.zeros(5, np.float32))
+    ref, rref = ref_fwd(x, (w.astype(np.float64) + offset))
+    assert within_rounding(y, ref, dt) and np.allclose(rstd, rref, rtol=1e-6)
+
+
 def test_two_pass_cache_hints_are_the_plans():
     """x_hints / y_hints reach the PTX: the default (L1::evict_last on the first read,
     plain stores) or the plan's own (none on x, .cs on y)."""
@@ -208,6 +231,12 @@ def test_two_pass_plans_are_explained():
         plan_cluster(131072, bf16, stages=1, two_pass=True)
     with pytest.raises(ValueError, match="reload_batch.*at least 1, not 0"):
         dataclasses.replace(plan_cluster(131072, bf16, two_pass=True), reload_batch=0)
+    p = plan_cluster(131072, bf16, two_pass=True)
+    with pytest.raises(ValueError, match=rf"hold: .* 1 to per_thread \({p.per_thread}\), "
+                                         rf"not {p.per_thread + 1}"):
+        dataclasses.replace(p, hold=p.per_thread + 1)
+    with pytest.raises(ValueError, match="two_pass=False"):
+        dataclasses.replace(plan_cluster(131072, bf16), hold=1)
     with pytest.raises(ValueError, match="takes no residual"):
         build_forward_cluster(plan_cluster(131072, bf16, two_pass=True), bf16, bf16,
                               residual=True)

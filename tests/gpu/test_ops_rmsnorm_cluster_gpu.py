@@ -17,6 +17,7 @@ torch = torch_cuda()
 
 from ptxdsl.ops import rms_norm, rms_norm_backward  # noqa: E402
 from ptxdsl.ops.rmsnorm import plan as rplan  # noqa: E402
+from ptxdsl.ops.rmsnorm.plan_long import WIDE_SLICE_REREAD  # noqa: E402
 from ptxdsl.types import bf16, f16, f32  # noqa: E402
 
 EPS = 1e-6
@@ -156,6 +157,30 @@ def test_two_pass_cluster_forward(n, dt, c, threads, offset):
     rstd = torch.full((m,), float("nan"), device="cuda")
     k(x, w, y, rstd)
     assert_matches(y, ref(x, w.double() + offset), dt)
+    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
+                          rtol=2e-6)
+
+
+@pytest.mark.parametrize("n,dt", [(262144, "bf16"), (250000, "bf16"), (229376, "f16"),
+                                  (262144, "f32"), (65536, "f32"), (163840, "f32")])
+def test_wide_slice_cluster_forward(n, dt):
+    """The two-pass forward's wide slices (plan_long.wide_slices: clusters of 2 to 4 CTAs
+    of 1024 threads, one per SM, up to 16 chunks a thread, past 11 held in registers),
+    over many clusters at once; 250000 has a ragged last slice."""
+    if not hopper():
+        pytest.skip("clusters: sm_90")
+    from ptxdsl.ops.rmsnorm.fwd import max_vec
+    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster
+    p = rplan.wide_slices(n, PT[dt], max_vec(n, PT[dt]))
+    assert p.two_pass and p.min_ctas == 1 and p.threads == 1024
+    assert p.hold == max(0, p.per_thread - WIDE_SLICE_REREAD)
+    k = build_forward_cluster(p, PT[dt], PT[dt], eps=EPS, with_rstd=True)
+    m = 300
+    x, w, _ = rows((m, n), dt, n % 89, scale=2.0)
+    y = torch.full_like(x, float("nan"))
+    rstd = torch.full((m,), float("nan"), device="cuda")
+    k(x, w, y, rstd)
+    assert_matches(y, ref(x, w), dt)
     assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
                           rtol=2e-6)
 

@@ -86,12 +86,20 @@ class ClusterPlan(ClusterSplit):
     # stores.
     x_hints: tuple[str, ...] | None = None
     y_hints: tuple[str, ...] = ()
+    # Two-pass: chunks per thread (its first ones) held in registers from the first
+    # read instead of read again (read once: L1::no_allocate, L2 evict_first), so a
+    # slice may be larger than the L1 share its CTA gets.
+    hold: int = 0
 
     def __post_init__(self):
         super().__post_init__()
         if self.two_pass and self.stages:
             raise ValueError("two_pass reads its slices from global memory (stages 0), "
                              "not through a ring")
+        if self.hold and not (self.two_pass and 0 < self.hold <= self.per_thread):
+            raise ValueError(f"hold: chunks a two-pass thread keeps in registers, 1 to "
+                             f"per_thread ({self.per_thread}), not {self.hold} "
+                             f"(two_pass={self.two_pass})")
         if self.reload_batch < 1:
             raise ValueError(f"reload_batch: chunks read ahead of their stores, at least 1, "
                              f"not {self.reload_batch}")
@@ -256,8 +264,15 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
         sr = Rs.row_stride
         rrow = pr + row * (sr * es) + at.offset(es)
         hrow = ph + row * (sr * es) + at.offset(es)
+    held = p.hold if p.two_pass else 0
+    once = l2_policy("evict_first", policies) if held else None
     for k in range(K):
-        raw = load_raw(xrow, k * step, dtype, V, pred=preds[k], policy=xpol, hints=xhints)
+        if k < held:  # read once, kept in registers
+            raw = load_raw(xrow, k * step, dtype, V, pred=preds[k], policy=once,
+                           hints=("L1::no_allocate",))
+        else:
+            raw = load_raw(xrow, k * step, dtype, V, pred=preds[k], policy=xpol,
+                           hints=xhints)
         if residual:
             r = load_raw(rrow, k * step, dtype, V, pred=preds[k], policy=xpol, hints=xhints)
             h = add_residual(widen(raw, dtype), widen(r, dtype), dtype)
@@ -269,7 +284,7 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
             vals = widen(raw, dtype)
         for v in vals:
             ptx.inst.fma.rn.f32(acc, v, v, acc)
-        keep.append(None if p.two_pass else raw)
+        keep.append(None if p.two_pass and k >= held else raw)
     ws = [load_raw(wrow, k * wstep, wdtype, V, pred=preds[k], policy=wpol)
           for k in range(K)] if p.preload_w else None
     if p.prefetch_w and not p.preload_w:

@@ -20,8 +20,10 @@ touches a peer's shared memory again, so a CTA may exit as soon as it is done.
 
 The two-pass variant (``ClusterPlan.two_pass``) reads its slice twice instead, the second
 time from L1, and exchanges the sums through ``st.async`` and an mbarrier: a cluster
-barrier between the reads would empty L1. The persistent variant (``stages``) walks the
-rows through a shared-memory ring. The plan (``plan.long_rows``) chooses among them.
+barrier between the reads would empty L1. Its wide slices (one CTA per SM, up to 16
+chunks a thread) hold a thread's first ``hold`` chunks in registers and read only the
+rest twice. The persistent variant (``stages``) walks the rows through a shared-memory
+ring. The plan (``plan_long.long_rows``) chooses among them.
 """
 from __future__ import annotations
 

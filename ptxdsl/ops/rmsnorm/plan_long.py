@@ -26,9 +26,10 @@ from .fwd_cluster import plan_cluster
 #   second read L2 serves at copy speed (measured, below). Clusters of C = N*size/64 KiB
 #   CTAs (65536 bf16: 2, 131072: 4, 262144: 8; f32 twice as many, 262144 f32: 16) of 512
 #   threads holding 128 bytes of the row each, two CTAs per SM (fwd_cluster.plan_cluster),
-#   one cluster per row. The persistent variant through a shared-memory ring
-#   (plan_cluster(stages=...)) is taken for half rows of 256 KiB and more (below:
-#   RING_ROW_BYTES).
+#   one cluster per row: the first plan, still what a call with a residual takes. The
+#   history that follows led to the plans _long_forward chooses among now: the slices
+#   read twice (two-pass, 64 KiB slices below 256 KiB), their wide slices from 256 KiB
+#   to 1 MiB, and the persistent ring (RING_ROW_BYTES) past that.
 # * backward: wherever the one-CTA backward would stream the row twice from memory
 #   (plan_backward(...).streaming: 32768 halves and up, 32768 f32 and up) or stage it
 #   through a ring of one buffer only (14336 and 16384 f32: no row loads while one is

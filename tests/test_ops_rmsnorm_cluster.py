@@ -333,14 +333,32 @@ def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
 
 
 @pytest.mark.parametrize("n,dt", [(400000, bf16), (400000, f16), (200000, f32),
-                                  (393224, bf16), (131072 + 8, bf16)])
+                                  (393224, bf16), (131072 + 8, bf16), (143436, f32),
+                                  (267064, bf16), (402656, bf16)])
 def test_backward_cluster_plan_leaves_no_cta_empty(n, dt):
     """Rows whose slices, rounded up to 512 threads, would leave the last of 16 CTAs
     nothing (400000 halves: 50000 chunks, 16 x 512 x 7 = 57344) take fewer threads,
-    evened out, instead of failing; the long-row plans of every device build."""
+    evened out, and where a warp's rounding still overshoots (143436 f32: 35859 chunks,
+    16 x 480 x 5) more chunks a thread, instead of failing; the long-row plans of every
+    device build."""
     p = plan_backward_cluster(n, dt)
     covers(p)
     for info in (None, H100, H200):
         lr = rplan.long_rows(n, dt, 16 // dt.bytes, "sm_90a", info)
         covers(lr.forward)
         covers(lr.backward)
+
+
+@pytest.mark.parametrize("dt", [f32, bf16, f16])
+def test_long_row_plans_build_for_every_length(dt):
+    """long_rows gives a valid plan (or none) for every row length from 32769 to about 1 M
+    elements, on every device, with full and with one-element chunks."""
+    from ptxdsl.ops.rmsnorm.fwd import max_vec
+    for n in range(32769, 1 << 20, 769):
+        for vec in {max_vec(n, dt), 1}:
+            for info in (None, H100, H200):
+                lr = rplan.long_rows(n, dt, vec, "sm_90a", info)
+                if lr.forward is not None:
+                    covers(lr.forward)
+                if lr.backward is not None:
+                    covers(lr.backward)

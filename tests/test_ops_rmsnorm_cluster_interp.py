@@ -283,10 +283,11 @@ def test_f32_weights_beside_bf16_rows():
     assert np.abs(dw - rdw).max() / np.abs(rdw).max() < 1e-5
 
 
-def test_backward_of_rows_whose_slices_needed_fewer_threads():
+@pytest.mark.parametrize("n", [200000, 143436])
+def test_backward_of_rows_whose_slices_needed_fewer_threads(n):
     """200000 f32 (50000 chunks over 16 CTAs: 448 threads, not 512, so the last CTA owns
-    part of the row), forward and backward through the API, against float64."""
-    n = 200000
+    part of the row) and 143436 (35859 chunks: 384 threads of 6 chunks, where 480 of 5
+    still overshot), forward and backward through the API, against float64."""
     x, w, rng = inputs(2, n, f32, 23)
     dy = rng.standard_normal((2, n)).astype(np.float32)
     y, rstd = rms_norm(x, w, EPS, return_rstd=True)

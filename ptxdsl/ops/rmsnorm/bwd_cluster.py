@@ -81,8 +81,13 @@ def plan_backward_cluster(n: int, dtype: PtxType, clusters: int | None = None, *
     per_thread = -(-slice_chunks // threads)
     if (cluster - 1) * threads * per_thread >= chunks:
         # rounding up left the last CTA nothing (50000 chunks: 16 x 512 x 7): fewer
-        # threads, evened out over the chunks per thread
-        threads = -(-(-(-slice_chunks // per_thread)) // WARP) * WARP
+        # threads, evened out over the chunks per thread, and where a warp's rounding
+        # still overshoots (35859 chunks: 16 x 480 x 5), more chunks a thread
+        for k in range(per_thread, per_thread + WARP):
+            t = -(-(-(-slice_chunks // k)) // WARP) * WARP
+            if (cluster - 1) * t * k < chunks:
+                threads, per_thread = t, k
+                break
     room = SMEM_PER_CTA - SMEM_SLACK
     stage = 2 * threads * per_thread * 16
     if stages is None:

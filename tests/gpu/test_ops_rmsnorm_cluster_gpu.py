@@ -55,6 +55,17 @@ def assert_matches(y, r, dt):
         assert ulps(y, r, DT[dt]) <= 1.0
 
 
+def check_kernel_rows(k, x, w, dt, offset=0.0):
+    """Launch forward kernel ``k`` (X, W -> Y, RSTD) into NaN-filled outputs and check y
+    against float64 (``offset + w``) and rstd."""
+    y = torch.full_like(x, float("nan"))
+    rstd = torch.full((x.shape[0],), float("nan"), device="cuda")
+    k(x, w, y, rstd)
+    assert_matches(y, ref(x, w.double() + offset), dt)
+    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
+                          rtol=2e-6)
+
+
 def rows(shape, dt, seed, scale=1.0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = (torch.randn(*shape, device="cuda", generator=g) * scale).to(DT[dt])
@@ -128,12 +139,7 @@ def test_forward_cluster_kernel_at_each_cluster_size(c, n):
     assert p.cluster == c and not p.ragged
     k = build_forward_cluster(p, bf16, bf16, eps=EPS, with_rstd=True)
     x, w, _ = rows((6, n), "bf16", c)
-    y = torch.full_like(x, float("nan"))
-    rstd = torch.full((6,), float("nan"), device="cuda")
-    k(x, w, y, rstd)
-    assert_matches(y, ref(x, w), "bf16")
-    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
-                          rtol=2e-6)
+    check_kernel_rows(k, x, w, "bf16")
 
 
 @pytest.mark.parametrize("n,dt,c,threads,offset", [
@@ -153,12 +159,7 @@ def test_two_pass_cluster_forward(n, dt, c, threads, offset):
     k = build_forward_cluster(p, PT[dt], PT[dt], eps=EPS, with_rstd=True, offset=offset)
     m = 700
     x, w, _ = rows((m, n), dt, n % 97, scale=3.0)
-    y = torch.full_like(x, float("nan"))
-    rstd = torch.full((m,), float("nan"), device="cuda")
-    k(x, w, y, rstd)
-    assert_matches(y, ref(x, w.double() + offset), dt)
-    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
-                          rtol=2e-6)
+    check_kernel_rows(k, x, w, dt, offset)
 
 
 @pytest.mark.parametrize("n,dt", [(262144, "bf16"), (250000, "bf16"), (229376, "f16"),
@@ -177,12 +178,7 @@ def test_wide_slice_cluster_forward(n, dt):
     k = build_forward_cluster(p, PT[dt], PT[dt], eps=EPS, with_rstd=True)
     m = 300
     x, w, _ = rows((m, n), dt, n % 89, scale=2.0)
-    y = torch.full_like(x, float("nan"))
-    rstd = torch.full((m,), float("nan"), device="cuda")
-    k(x, w, y, rstd)
-    assert_matches(y, ref(x, w), dt)
-    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
-                          rtol=2e-6)
+    check_kernel_rows(k, x, w, dt)
 
 
 @pytest.mark.parametrize("n,dt,c", [(262144, "bf16", 8), (131072, "f32", 4),
@@ -206,12 +202,7 @@ def test_two_pass_cluster_forward_takes_rows_in_turn(n, dt, c):
     k = build_forward_cluster(dataclasses.replace(p, rows_per_cluster=8), PT[dt], PT[dt],
                               eps=EPS, with_rstd=True)
     x, w, _ = rows((m, n), dt, 29, scale=2.0)
-    y = torch.full_like(x, float("nan"))
-    rstd = torch.full((m,), float("nan"), device="cuda")
-    k(x, w, y, rstd)
-    assert_matches(y, ref(x, w), dt)
-    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
-                          rtol=2e-6)
+    check_kernel_rows(k, x, w, dt)
 
 
 @pytest.mark.parametrize("n,dt,stages", [(262144, "bf16", 3), (131072, "f32", 2),
@@ -232,12 +223,7 @@ def test_persistent_forward_ring(n, dt, stages):
                               with_rstd=True)
     m = 3 * q + 5
     x, w, _ = rows((m, n), dt, 17, scale=2.0)
-    y = torch.full_like(x, float("nan"))
-    rstd = torch.full((m,), float("nan"), device="cuda")
-    k(x, w, y, rstd)
-    assert_matches(y, ref(x, w), dt)
-    assert torch.allclose(rstd.double(), torch.rsqrt((x.double() ** 2).mean(-1) + EPS),
-                          rtol=2e-6)
+    check_kernel_rows(k, x, w, dt)
 
 
 def backward_ref(dy, x, w):

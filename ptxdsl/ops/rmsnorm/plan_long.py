@@ -107,7 +107,7 @@ def _long_forward(n: int, dt: PtxType, vec: int, dev: Device):
     the notes above the constants below)."""
     nbytes, whole = n * dt.bytes, vec * dt.bytes == 16
     if whole:
-        wide = wide_slices(n, dt, vec)
+        wide = wide_slices(n, dt, vec) if nbytes >= WIDE_SLICE_BYTES else None
         c = -(-nbytes // TWO_PASS_SLICE_BYTES)
         low = dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT
         if nbytes < WIDE_SLICE_BYTES or (low and c <= TWO_PASS_CLUSTER and (

@@ -80,9 +80,9 @@ class _OneCta:
         return self.fn(*a)
 
     def __enter__(self):
-        from ptxdsl.ops.rmsnorm import fast, plan
+        from ptxdsl.ops.rmsnorm import fast, plan, plan_long
         self._saved = plan.long_rows
-        plan.long_rows = lambda *a, **k: plan._LongRows(None, None)
+        plan.long_rows = lambda *a, **k: plan_long._LongRows(None, None)
         fast.clear()
         return self
 

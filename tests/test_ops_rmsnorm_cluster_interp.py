@@ -212,35 +212,6 @@ def test_wide_slices_hold_chunks_in_registers(dt, offset, hold, batch):
     assert within_rounding(y, ref, dt) and np.allclose(rstd, rref, rtol=1e-6)
 
 
-@pytest.mark.parametrize("where", ["before", "after"])
-def test_walking_wide_slices_prefetch_the_next_row(where):
-    """Wide slices walking rows (3 clusters of 2, 7 rows), each CTA asking L2 for its
-    slice of the row it takes next ("before" or "after" the exchange): one bulk
-    prefetch per 16 KiB piece, guarded by the row count, the last CTA's ragged slice
-    asked only as far as the row goes; the result against float64."""
-    n = 9000  # 18000 bytes of bf16: slices of 64 x 4 x 16 = 16 KiB, the last 1616 bytes
-    p = plan_cluster(n, bf16, cluster=2, threads=64, per_thread=16, two_pass=True)
-    p = dataclasses.replace(p, min_ctas=1, hold=2, reload_batch=4, rows_per_cluster=3,
-                            prefetch_next=where)
-    assert p.ragged
-    k = build_forward_cluster(p, bf16, bf16, eps=EPS, with_rstd=True)
-    lines = [ln.strip() for ln in k.ptx().splitlines()]
-    asks = [ln for ln in lines if "cp.async.bulk.prefetch.L2.global" in ln]
-    assert [a.split(",")[-1].strip(" ;") for a in asks] == ["16384", "1616"], asks
-    order = [i for i, ln in enumerate(lines) if "cp.async.bulk.prefetch" in ln
-             or ln.startswith("mbarrier.try_wait")]
-    first = lines[order[0]]
-    assert ("prefetch" in first) == (where == "before"), first
-    x, w, _ = inputs(7, n, bf16, 31)
-    y, rstd = k.interpret(x, w, np.zeros_like(x), np.zeros(7, np.float32))
-    ref, rref = ref_fwd(x, w)
-    assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
-    with pytest.raises(ValueError, match="prefetch_next: 'before' or 'after'.*not 'soon'"):
-        dataclasses.replace(p, prefetch_next="soon")
-    with pytest.raises(ValueError, match="rows_per_cluster=1"):
-        dataclasses.replace(p, rows_per_cluster=1)
-
-
 def test_two_pass_cache_hints_are_the_plans():
     """x_hints / y_hints reach the PTX: the default (L1::evict_last on the first read,
     plain stores) or the plan's own (none on x, .cs on y)."""

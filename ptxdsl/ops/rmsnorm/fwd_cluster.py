@@ -92,10 +92,6 @@ class ClusterPlan(ClusterSplit):
     # read instead of read again (read once: L1::no_allocate, L2 evict_first), so a
     # slice may be larger than the L1 share its CTA gets.
     hold: int = 0
-    # Two-pass, walking rows (rows_per_cluster > 1): the CTA's slice of the row it takes
-    # next asked of L2 (cp.async.bulk.prefetch.L2) "before" or "after" this row's
-    # exchange ("": not), so that its DRAM read overlaps this row's second pass.
-    prefetch_next: str = ""
 
     def __post_init__(self):
         super().__post_init__()
@@ -106,12 +102,6 @@ class ClusterPlan(ClusterSplit):
             raise ValueError(f"hold: chunks a two-pass thread keeps in registers, 1 to "
                              f"per_thread ({self.per_thread}), not {self.hold} "
                              f"(two_pass={self.two_pass})")
-        if self.prefetch_next and not (self.prefetch_next in ("before", "after")
-                                       and self.two_pass and self.rows_per_cluster > 1):
-            raise ValueError(f"prefetch_next: 'before' or 'after' the exchange, for a "
-                             f"two-pass plan walking rows (rows_per_cluster > 1), not "
-                             f"{self.prefetch_next!r} (two_pass={self.two_pass}, "
-                             f"rows_per_cluster={self.rows_per_cluster})")
         if self.reload_batch < 1:
             raise ValueError(f"reload_batch: chunks read ahead of their stores, at least 1, "
                              f"not {self.reload_batch}")
@@ -238,19 +228,15 @@ def _row_loop(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, re
     if reduce is None:
         reduce = ClusterSum(p, at.tid, at.rank, buffers=2)
         ptx.cluster.wait(aligned=True)  # every peer has started before the first push
-    m = ptx.dim("M")
-    for row in ptx.range_(q, m, g):
-        ahead = (row + g, m) if p.prefetch_next else None
-        _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, reduce, ahead)
+    for row in ptx.range_(q, ptx.dim("M"), g):
+        _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, reduce)
 
 
-def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, reduce=None,
-             ahead=None):
+def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, reduce=None):
     """Cluster ``row``'s row: the slice loaded into registers (or, ``p.two_pass``, read
     for its sum and again for y), the exchange, y. ``reduce``: the loop's or the
     two-pass kernel's :class:`ClusterSum` (None: a kernel of one row per cluster, whose
-    first exchange waits for its peers to have started). ``ahead``: (the row taken
-    next, M), whose slice of x is asked of L2 (``p.prefetch_next``)."""
+    first exchange waits for its peers to have started)."""
     N, K, V = p.n, p.per_thread, p.vec
     es, wes = dtype.bytes, wdtype.bytes
     residual = Rs is not None
@@ -308,11 +294,7 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
             for half in range(0, V * wes, 16):  # f32 weights beside half x: 32 bytes
                 ptx.inst.prefetch.global_.L1(ptx.addr(wrow, k * wstep + half), pred=preds[k])
 
-    if ahead is not None and p.prefetch_next == "before":
-        _prefetch_slice(p, at, px, sx * es, es, *ahead)
     total = reduce(acc, first=first)
-    if ahead is not None and p.prefetch_next == "after":
-        _prefetch_slice(p, at, px, sx * es, es, *ahead)
     rstd = rstd_of(total, N, eps)
     if RSTD is not None:
         store_rstd(RSTD, row, rstd, tid | rank)
@@ -332,41 +314,6 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
             y = scale(widen(raw, dtype), with_offset(widen(w, wdtype), offset), rstd)
             store_chunk(yrow, k * step, dtype, narrow(y, dtype), pred=preds[k],
                         hints=p.y_hints)
-
-
-# Bytes of one bulk L2 prefetch: a CTA's slice (up to 256 KiB) asked for in pieces, one
-# by lane 0 of each of the first warps, rather than in one request from one thread.
-PREFETCH_PIECE = 16 * 1024
-
-
-def _prefetch_slice(p, at, px, stride: int, es: int, row, m) -> None:
-    """This CTA's slice of x's ``row`` (when < ``m``) asked of L2 in PREFETCH_PIECE
-    pieces, piece ``i`` by thread ``32 * i`` (the last CTA of a ragged split only for
-    the part of its slice inside the row)."""
-    slice_bytes = p.slice_chunks * p.vec * es
-    pieces = -(-slice_bytes // PREFETCH_PIECE)
-    if pieces > p.warps:
-        raise ValueError(f"prefetch_next: a slice of {slice_bytes} bytes is more than "
-                         f"{p.warps} pieces of {PREFETCH_PIECE}")
-    last = p.n * es // 16 * 16 - (p.cluster - 1) * slice_bytes  # the last CTA's part
-    base = px + row * stride + at.rank * slice_bytes
-
-    def ask(lo, size):
-        ptx.inst("cp.async.bulk.prefetch.L2.global", ptx.addr(base, lo), size)
-
-    for i in range(pieces):
-        lo = i * PREFETCH_PIECE
-        size = min(PREFETCH_PIECE, slice_bytes - lo)
-        with ptx.if_(at.tid == 32 * i):
-            with ptx.if_(row < m):
-                if not p.ragged or lo + size <= last:
-                    ask(lo, size)
-                    continue
-                with ptx.if_(at.rank < p.cluster - 1):
-                    ask(lo, size)
-                if last > lo:
-                    with ptx.if_(at.rank == p.cluster - 1):
-                        ask(lo, last - lo)
 
 
 def _ring_rows(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0):

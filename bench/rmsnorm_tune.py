@@ -278,7 +278,7 @@ def main(argv=None):
         res, live = {}, {"copy": lambda x, w, y: y.copy_(x)}
         # What ptxdsl.ops runs for this shape (the plan, or a kernel chosen from it).
         kops = forward_kernel(n, dt, dt, base.vec, False, False, 1e-6, "sm_90a", sms,
-                              device)
+                              device, m=m)
         live["ops"] = lambda x, w, y, k=kops: k(x, w, y)
         ref = F.rms_norm(sets[0][0].float(), (n,), sets[0][1].float(), 1e-6)
         if a.no_torch_compile:

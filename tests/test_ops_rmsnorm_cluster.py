@@ -332,6 +332,38 @@ def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
     assert np.abs(y - ref).max() / np.abs(ref).max() < 2e-6
 
 
+@pytest.mark.parametrize("info", [None, H100, H200], ids=["interp", "H100", "H200"])
+def test_f32_16384_rows_take_the_loop_only_while_its_ctas_walk_few_rows(info):
+    """f32 rows of 16384: the persistent forward for calls of at most LOOP_ROWS_PER_CTA
+    rows a CTA (and where the row count is not known), the two-pass kernel of 1024 threads
+    (two_pass_1024, the H200's hints on an H200) for more; rows of narrower chunks keep
+    the loop whatever the count (not measured)."""
+    import numpy as np
+    sms = 132 if info is not None else 2
+    limit = rplan.LOOP_ROWS_PER_CTA * sms
+    names = {m: rplan.forward_kernel(16384, f32, f32, 4, False, False, 1e-6, "sm_90a", sms,
+                                     info, m=m).name for m in (None, 1, limit, limit + 1)}
+    assert all("fwd_loop" in names[m] for m in (None, 1, limit)), names
+    many = rplan.forward_kernel(16384, f32, f32, 4, False, False, 1e-6, "sm_90a", sms, info,
+                                m=limit + 1)
+    assert "fwd_loop" not in many.name
+    body = many.ptx()
+    assert ("st.global.cs.v4" in body) == (info is H200)
+    assert body.count("ld.global.L1::evict_first") + body.count(
+        "ld.global.L1::evict_first.L2::cache_hint") >= 4  # the second read, 4 chunks
+    narrow = rplan.forward_kernel(16383, f32, f32, 1, False, False, 1e-6, "sm_90a", sms, info,
+                                  m=limit + 1)
+    assert "fwd_loop" in narrow.name
+    # the many-row kernel on the interpreter, against float64
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 16384)).astype(np.float32)
+    w = (rng.standard_normal(16384) * 0.1 + 1).astype(np.float32)
+    y = many.interpret(x, w, np.zeros_like(x))
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
+    assert np.abs(y - ref).max() / np.abs(ref).max() < 2e-6
+
+
 @pytest.mark.parametrize("n,dt", [(400000, bf16), (400000, f16), (200000, f32),
                                   (393224, bf16), (131072 + 8, bf16), (143436, f32),
                                   (267064, bf16), (402656, bf16)])

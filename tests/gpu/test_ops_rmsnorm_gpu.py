@@ -56,6 +56,32 @@ def test_forward(shape, dt):
     assert_matches(y, ref(x, w), dt)
 
 
+@pytest.mark.parametrize("m", [1024, 1057, 4096])
+def test_forward_f32_16384_few_and_many_rows(m):
+    """f32 rows of 16384: the persistent forward while each CTA walks at most
+    LOOP_ROWS_PER_CTA rows, the two-pass kernel of 1024 threads past that (with residual
+    and rstd too), each against float64."""
+    from ptxdsl.ops.rmsnorm import plan
+    from ptxdsl.runtime import driver
+    from ptxdsl.types import f32
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    k = plan.forward_kernel(16384, f32, f32, 4, False, False, EPS, "sm_90a", sms,
+                            driver.get().device(0), m=m)
+    assert ("fwd_loop" in k.name) == (m <= plan.LOOP_ROWS_PER_CTA * sms), k.name
+    g = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randn(m, 16384, device="cuda", generator=g)
+    w = torch.randn(16384, device="cuda", generator=g) * 0.1 + 1
+    assert_matches(rms_norm(x, w, EPS), ref(x, w), "f32")
+    r = torch.randn_like(x)
+    h = x + r
+    y, rstd = rms_norm(x, w, EPS, residual=r, return_rstd=True)
+    assert torch.equal(r, h)
+    assert_matches(y, ref(h, w), "f32")
+    h64 = h.double()
+    torch.testing.assert_close(rstd.double(), torch.rsqrt((h64 * h64).mean(-1) + EPS),
+                               rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 def test_forward_residual_strided_and_rstd(dt):
     big = torch.randn(129, 4100, device="cuda").to(DT[dt])

@@ -139,7 +139,7 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out, offset=0.0
     vec = vec_for(n, dt, weight, wdt, x2, y2, r2)
     arch = frame.arch(x)
     k = forward_kernel(n, dt, wdt, vec, r2 is not None, want_rstd, float(eps), arch,
-                       frame.sms(x), frame.device(x), offset)
+                       frame.sms(x), frame.device(x), offset, m=m)
     log.debug("rms_norm %dx%d %s (vec %d, residual %s): %s, grid %s, block %s", m, n,
               dt.name, vec, r2 is not None, k.name, _grid(k, m), k.block[0])
     args = [x2] + ([r2] if r2 is not None else []) + [weight, y2] + \

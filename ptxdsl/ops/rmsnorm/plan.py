@@ -49,12 +49,14 @@ def vec_for(n, dtype, weight, wdtype, *arrays) -> int:
 
 # ---------------------------------------------------------------- forward
 def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=None,
-                   offset=0.0):
+                   offset=0.0, m=None):
     """A cluster of CTAs per row for rows one CTA cannot hold (:func:`long_rows`), else
     the persistent kernel when a CTA's rows fit in registers (ptxas is asked whether
-    one CTA per SM fits), else one CTA per row (:func:`best_row_kernel`). ``device``:
-    the GPU's :class:`~ptxdsl.runtime.driver.DeviceInfo` (None: the interpreter);
-    ``offset``: Gemma's, added to each weight (0: the plain kernels)."""
+    one CTA per SM fits) and each of its CTAs walks at most LOOP_ROWS_PER_CTA of the
+    call's ``m`` rows (None: unknown, taken as few), else one CTA per row
+    (:func:`best_row_kernel`). ``device``: the GPU's
+    :class:`~ptxdsl.runtime.driver.DeviceInfo` (None: the interpreter); ``offset``:
+    Gemma's, added to each weight (0: the plain kernels)."""
     cp = long_rows(n, dt, vec, arch, device).forward
     if cp is not None and (cp.stages or cp.two_pass) and residual:
         cp = plan_cluster(n, dt, vec)  # the ring and two-pass kernels take no residual
@@ -68,6 +70,8 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
         return _resident(cp, get, device)[1]
     p = wide_row_plan(plan(n, dt, vec), dt, device)
     cps = loop_ctas_per_sm(p)
+    if cps and m is not None and m > LOOP_ROWS_PER_CTA * sms * cps and vec * dt.bytes == 16:
+        p, cps = two_pass_1024(plan(n, dt, vec, threads=1024), dt, device), 0
     if cps:
         key = ("fwd_loop", n, dt.name, wdt.name, vec, residual, want_rstd, eps, arch, sms * cps,
                offset)
@@ -102,14 +106,29 @@ WIDE_ROW_BYTES = 64 * 1024
 # H200 2042.8 against 1986.2 (copy 2017.7), H100 2825.8 against 2810.7 (copy 2836.4);
 # bf16 49152 H200 1490.3 against 1489.3.
 WIDE_RELOAD_VALUES = 32
+# The persistent forward (fwd_loop; f32 rows of 16384, 512 threads, one CTA per SM) only
+# while each CTA walks at most this many rows; calls of more rows run the row-per-CTA
+# two-pass kernel of 1024 threads (two_pass_1024). Measured on an H200 (rows of 16-byte
+# chunks; bench/rmsnorm_loop_rows.py, bench/results/rmsnorm_loop_rows_h200.json, five
+# interleaved rounds; % of the copy for the loop / two_pass_1024 / torch.compile):
+# M=1024 (7.8 rows a CTA) 98.5 / 96.0 / 57.7, 1536 95.9 / 97.9 / 94.9, 2048 95.1 / 99.0
+# / 96.6, 4096 94.7 / 100.2 / 98.8, 16384 95.8 / 100.8 / 100.4, 32768 96.0 / 101.0 /
+# 100.7 (the loop had been chosen at 1024 rows, the main sweep's shape). Rows of
+# narrower chunks (unaligned f32 rows of 4096-16384) keep the loop: not measured.
+LOOP_ROWS_PER_CTA = 8
 
 
 def wide_row_plan(p, dt: PtxType, device=None):
-    """``p`` for a row of more than WIDE_ROW_BYTES over 1024 threads: two-pass, its second
-    read batched (WIDE_RELOAD_VALUES), and on a device that needs many bytes in flight
-    per SM, the hints above."""
+    """``p`` for a row of more than WIDE_ROW_BYTES over 1024 threads: :func:`two_pass_1024`."""
     if p.rows_per_cta != 1 or p.threads != 1024 or p.n * dt.bytes <= WIDE_ROW_BYTES:
         return p
+    return two_pass_1024(p, dt, device)
+
+
+def two_pass_1024(p, dt: PtxType, device=None):
+    """Row-per-CTA plan ``p`` (1024 threads) read twice, its second read batched
+    (WIDE_RELOAD_VALUES), and on a device that needs many bytes in flight per SM, the
+    hints above."""
     p = dataclasses.replace(p, two_pass=True, preload_w=False, reload_batch=min(
         p.per_thread, max(1, WIDE_RELOAD_VALUES // p.vec)))
     if Device.of(device).in_flight_bytes > TWO_PASS_IN_FLIGHT:

@@ -305,7 +305,6 @@ def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
     """Rows past 64 KiB over 1024 threads (plan.wide_row_plan): two-pass on every device;
     on an H200 x read without the L1 priority and y stored with .cs (measured there);
     rows of 64 KiB and less, and narrower CTAs, as fwd.plan has them."""
-    import numpy as np
     from ptxdsl.ops.rmsnorm.fwd import plan
     h200 = info is H200
     for n, dt, vec, batch in ((65536, bf16, 8, 4), (32768, f32, 4, 8), (49152, f16, 8, 4)):
@@ -318,14 +317,22 @@ def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
         assert rplan.wide_row_plan(plan(n, dt, vec), dt, info) == plan(n, dt, vec)
     # the kernel the API builds for it, on the interpreter, against float64
     k = rplan.forward_kernel(32768, f32, f32, 4, False, False, 1e-6, "sm_90a", 132, info)
+    check_two_pass_1024(k, 32768, batch=8, h200=h200, rows=2, seed=5)
+
+
+def check_two_pass_1024(k, n: int, *, batch: int, h200: bool, rows: int, seed: int):
+    """``k``, a plan.two_pass_1024 kernel of f32 rows of ``n``: y stored .cs on an H200
+    only, ``batch`` chunks of the second read (L1::evict_first) issued before the first
+    store, and on the interpreter within 2e-6 of float64."""
+    import numpy as np
     body = k.ptx()
     assert ("st.global.cs.v4" in body) == h200
     lines = body.splitlines()
     first_store = next(i for i, ln in enumerate(lines) if "st.global" in ln)
-    assert sum("L1::evict_first" in ln for ln in lines[:first_store]) == 8
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((2, 32768)).astype(np.float32)
-    w = (rng.standard_normal(32768) * 0.1 + 1).astype(np.float32)
+    assert sum("L1::evict_first" in ln for ln in lines[:first_store]) == batch
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, n)).astype(np.float32)
+    w = (rng.standard_normal(n) * 0.1 + 1).astype(np.float32)
     y = k.interpret(x, w, np.zeros_like(x))
     x64 = x.astype(np.float64)
     ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
@@ -338,7 +345,6 @@ def test_f32_16384_rows_take_the_loop_only_while_its_ctas_walk_few_rows(info):
     rows a CTA (and where the row count is not known), the two-pass kernel of 1024 threads
     (two_pass_1024, the H200's hints on an H200) for more; rows of narrower chunks keep
     the loop whatever the count (not measured)."""
-    import numpy as np
     sms = 132 if info is not None else 2
     limit = rplan.LOOP_ROWS_PER_CTA * sms
     names = {m: rplan.forward_kernel(16384, f32, f32, 4, False, False, 1e-6, "sm_90a", sms,
@@ -347,21 +353,10 @@ def test_f32_16384_rows_take_the_loop_only_while_its_ctas_walk_few_rows(info):
     many = rplan.forward_kernel(16384, f32, f32, 4, False, False, 1e-6, "sm_90a", sms, info,
                                 m=limit + 1)
     assert "fwd_loop" not in many.name
-    body = many.ptx()
-    assert ("st.global.cs.v4" in body) == (info is H200)
-    assert body.count("ld.global.L1::evict_first") + body.count(
-        "ld.global.L1::evict_first.L2::cache_hint") >= 4  # the second read, 4 chunks
+    check_two_pass_1024(many, 16384, batch=4, h200=info is H200, rows=3, seed=7)
     narrow = rplan.forward_kernel(16383, f32, f32, 1, False, False, 1e-6, "sm_90a", sms, info,
                                   m=limit + 1)
     assert "fwd_loop" in narrow.name
-    # the many-row kernel on the interpreter, against float64
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((3, 16384)).astype(np.float32)
-    w = (rng.standard_normal(16384) * 0.1 + 1).astype(np.float32)
-    y = many.interpret(x, w, np.zeros_like(x))
-    x64 = x.astype(np.float64)
-    ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
-    assert np.abs(y - ref).max() / np.abs(ref).max() < 2e-6
 
 
 @pytest.mark.parametrize("n,dt", [(400000, bf16), (400000, f16), (200000, f32),

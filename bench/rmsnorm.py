@@ -629,7 +629,9 @@ def print_table(result, kinds=("forward", "backward"), title="RMSNorm"):
                 v = res.get(n, {})
                 cells.append(f"{v['us']:8.1f}({v['tbps']:.2f})" if "us" in v else f"{'-':>14s}")
             ours = res.get("ptxdsl", {}).get("us")
-            peers = [v["us"] for k, v in res.items() if k not in ("ptxdsl", "copy") and "us" in v]
+            # ptxdsl's own variants ("ptxdsl:1cta") are not peers
+            peers = [v["us"] for k, v in res.items()
+                     if k != "copy" and not k.startswith("ptxdsl") and "us" in v]
             vs = f"{min(peers) / ours:8.2f}x" if ours and peers else "       -"
             cp = res.get("copy", {}).get("us")
             pc = f"{100 * cp / ours:5.0f}%" if ours and cp else "     -"

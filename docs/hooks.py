@@ -259,7 +259,9 @@ def _pivot(rows: list[dict]) -> list[str]:
             cp = (res.get("copy") or {}).get("us")
             cells.append(f"{100 * cp / ours:.0f}%" if ours and cp else "")
         if has_ours:
-            peers = [v["us"] for k, v in res.items() if k not in ("ptxdsl", "copy") and "us" in v]
+            # ptxdsl's own variants ("ptxdsl:1cta") are not peers
+            peers = [v["us"] for k, v in res.items()
+                     if k != "copy" and not k.startswith("ptxdsl") and "us" in v]
             cells.append(f"{min(peers) / ours:.2f}×" if ours and peers else "")
         out.append("| " + " | ".join(cells) + " |")
     return out

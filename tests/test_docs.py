@@ -263,6 +263,20 @@ def test_bench_tables_pivot_the_rmsnorm_benchmark_layout(tmp_path):
     assert 'title="ImportError: x\\|y">error' in md
 
 
+def test_bench_tables_best_other_leaves_out_ptxdsls_own_variants(tmp_path):
+    """A ptxdsl variant timed beside the op (bench/rmsnorm_long.py's "ptxdsl:1cta") is
+    not a peer: "best other" is the fastest of the others."""
+    hooks = _hooks()
+    data = {"device": "NVIDIA H200", "date": "2026-11-29", "forward": [
+        {"shape": [32768, 65536], "dtype": "bf16", "results": {
+            "copy": {"us": 100.0, "tbps": 4.0}, "ptxdsl": {"us": 100.0, "tbps": 4.0},
+            "ptxdsl:1cta": {"us": 90.0, "tbps": 4.4},
+            "torch.compile": {"us": 150.0, "tbps": 2.7}}}], "backward": []}
+    (tmp_path / "rmsnorm_long.json").write_text(json.dumps(data))
+    md = hooks.bench_tables(str(tmp_path), "rmsnorm")
+    assert "| 100% | 1.50× |" in md
+
+
 # ------------------------------------------------------------------ interpreter column, recipes
 def test_interpreter_column_matches_the_interpreter(page):
     interp = pytest.importorskip("ptxdsl.interp")

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from bench import rmsnorm_long
 from ptxdsl.ops.rmsnorm import plan
-from ptxdsl.runtime.driver import DeviceInfo
 from ptxdsl.types import bf16
 
-H200 = DeviceInfo(ordinal=0, name="H200", cc=(9, 0), total_mem=141 << 30,
-                  max_threads_per_block=1024, max_block=(1024, 1024, 64),
-                  max_grid=(2**31 - 1, 65535, 65535), max_smem_per_block=48 << 10,
-                  max_smem_per_block_optin=227 << 10, sm_count=132, cluster_launch=True,
-                  l2_bytes=60 << 20, mem_clock_khz=3_201_000, mem_bus_bits=6144)
+from hopper_devices import H200
 
 
 def test_one_cta_contender_switches_the_cluster_plans_off_and_back():

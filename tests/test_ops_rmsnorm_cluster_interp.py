@@ -19,6 +19,8 @@ from ptxdsl.ops.rmsnorm.fwd import max_vec
 from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
 from ptxdsl.types import bf16, f16, f32
 
+from hopper_devices import H200  # noqa: E402
+
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 EPS = 1e-6
@@ -122,11 +124,18 @@ def test_persistent_forward_ring_walks_every_row(kw):
     assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
 
 
-def test_two_pass_cluster_forward_131072():
-    """The H200's plan at 131072 bf16: clusters of four 1024-thread CTAs reading their
-    64 KiB slices twice, the sum exchanged through st.async and an mbarrier."""
-    p = plan_cluster(131072, bf16, cluster=4, threads=1024, per_thread=4, two_pass=True)
-    assert (p.two_pass, p.min_ctas, p.prefetch_w) == (True, 2, False)
+@pytest.mark.parametrize("kind", ["64 KiB slices", "the H200's plan"])
+def test_two_pass_cluster_forward_131072(kind):
+    """131072 bf16 read twice: clusters of four 1024-thread CTAs reading their 64 KiB
+    slices twice (two CTAs per SM), or the H200's plan: wide slices, clusters of two of
+    8 chunks a thread, 4 of them held in registers; the sum exchanged through st.async
+    and an mbarrier."""
+    if kind == "64 KiB slices":
+        p = plan_cluster(131072, bf16, cluster=4, threads=1024, per_thread=4, two_pass=True)
+        assert (p.two_pass, p.min_ctas, p.prefetch_w) == (True, 2, False)
+    else:
+        p = rplan.long_rows(131072, bf16, 8, "sm_90a", H200).forward
+        assert (p.cluster, p.threads, p.per_thread, p.hold, p.min_ctas) == (2, 1024, 8, 4, 1)
     k = build_forward_cluster(p, bf16, bf16, eps=EPS, with_rstd=True)
     x, w, _ = inputs(2, 131072, bf16, 17)
     y, rstd = k.interpret(x, w, np.zeros_like(x), np.zeros(2, np.float32))

@@ -116,6 +116,9 @@ def _long_forward(n: int, dt: PtxType, vec: int, dev: Device):
                 plan_cluster(n, dt, vec, two_pass=True, cluster=c, per_thread=TWO_PASS_CHUNKS),
                 reload_batch=TWO_PASS_RELOAD_BATCH)
         if wide is not None:
+            if (dt.bytes == 2 and wide.per_thread <= WIDE_HALF_HOLD_CHUNKS
+                    and dev.in_flight_bytes > TWO_PASS_IN_FLIGHT):
+                wide = dataclasses.replace(wide, hold=WIDE_HALF_HOLD)
             return wide
         if nbytes >= RING_ROW_BYTES:
             return plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
@@ -194,6 +197,16 @@ TWO_PASS_RELOAD_BATCH = 2
 # hence WIDE_HOLD_LOW_IN_FLIGHT. Slices of 96 KiB (98304 bf16 in clusters of 2) ran
 # 89.5-90.9 against 97.0 on the H200: rows under WIDE_SLICE_BYTES keep the 64 KiB slices.
 WIDE_SLICE_BYTES = 256 * 1024
+# Wide slices of at most WIDE_HALF_HOLD_CHUNKS half chunks a thread (rows of 256 KiB:
+# 131072 halves), which the rule above has read twice whole, hold WIDE_HALF_HOLD of them
+# in registers where an SM needs more than TWO_PASS_IN_FLIGHT bytes in flight (an H200).
+# Measured there (bench/rmsnorm_long_ab.py, bench/results/rmsnorm_long_wide_hold_h200.json,
+# M=32768, % of the copy, the op beside): 131072 bf16 hold 0 / 2 / 3 / 4 / 5: 96.6 / 97.7
+# / 98.6 / 98.7-98.8 / 98.0 (op 96.6); f16 hold 4 98.2 against 97.1; f32 65536 (8 chunks
+# too) hold 3 / 4 99.8 / 99.2 against 100.5, so f32 keeps none; 196608 bf16 hold 4 98.5
+# against the rule's 1 at 99.2. Not measured on an H100.
+WIDE_HALF_HOLD_CHUNKS = 8
+WIDE_HALF_HOLD = 4
 WIDE_SLICE_CLUSTER = 4
 WIDE_SLICE_REREAD = 11
 WIDE_SLICE_BATCH = 4

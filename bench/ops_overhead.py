@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -80,17 +81,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     import torch
+
+    from bench.rmsnorm import interleaved
     dts = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     res = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
            "torch": torch.__version__, "rounds": a.rounds, "shapes": {}}
     for spec in a.shapes.split(","):
         m, n, dn = spec.split("x")
         rows = rows_for(int(m), int(n), dts[dn])
-        samples: dict = {k: [] for k in rows}
-        for rnd in range(a.rounds):
-            for k in (list(rows) if rnd % 2 == 0 else list(rows)[::-1]):
-                samples[k].append(per_call(rows[k]))
-        med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+        samples = interleaved(rows, a.rounds, per_call)
+        med = {k: statistics.median_high(v) for k, v in samples.items()}
         res["shapes"][spec] = med
         print(f"== {spec} (host µs per call, median of {a.rounds} rounds)")
         for k, v in med.items():

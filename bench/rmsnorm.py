@@ -179,6 +179,16 @@ def _rounds_for(rounds: int, nbytes: int) -> int:
     return 3 * rounds if nbytes < (8 << 20) else rounds
 
 
+def interleaved(runs: dict, rounds: int, time_one) -> dict:
+    """name -> the times ``time_one(runs[name])`` gave in ``rounds`` rounds over every
+    entry, every other round in reverse order, so that none is favoured by when it ran."""
+    names, times = list(runs), {name: [] for name in runs}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            times[name].append(time_one(runs[name]))
+    return times
+
+
 def _measure(contenders, sets, ok, iters, rounds=7, warm=0.3):
     """Validate each contender once, then time them all in ``rounds`` interleaved
     rounds (every other one in reverse order) and keep each one's best median, so that
@@ -202,19 +212,13 @@ def _measure(contenders, sets, ok, iters, rounds=7, warm=0.3):
             live[name] = fn
         except Exception as e:  # a contender that cannot run is reported, not fatal
             row[name] = {"error": f"{type(e).__name__}: {str(e)[:120]}"}
-    best: dict[str, float] = {}
-    names = list(live)
     if warm:
         _warm_up_gpu(warm, nbytes=64 << 20)
     with _quiet_host():
-        for r in range(rounds):
-            for name in names if r % 2 == 0 else names[::-1]:
-                fn = live[name]
-                t = time_fn(fn, sets, iters=iters)
-                best[name] = min(best.get(name, t), t)
+        times = interleaved(live, rounds, lambda fn: time_fn(fn, sets, iters=iters))
     for name in contenders:
-        if name in best:
-            row[name] = {"us": best[name]}
+        if name in times:
+            row[name] = {"us": min(times[name])}
     return row
 
 

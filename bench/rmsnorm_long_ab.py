@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
     import torch
 
     import ptxdsl.ops as ops
-    from bench.rmsnorm import time_fn
+    from bench.rmsnorm import interleaved, time_fn
     from bench.rmsnorm_long import EPS, _checked, _iters
     from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster
     from ptxdsl.runtime import prepare
@@ -134,15 +135,15 @@ def main(argv=None) -> int:
                 print(name, row[name], flush=True)
         del ref
         iters = _iters(2 * x.nbytes)
-        times: dict = {k: [] for k in runs}
-        for rnd in range(args.rounds):
-            for name in (list(runs) if rnd % 2 == 0 else list(runs)[::-1]):
-                runs[name]()
-                torch.cuda.synchronize()
-                times[name].append(time_fn(runs[name], [()], warmup=2, iters=iters))
-        copy = sorted(times["copy"])[len(times["copy"]) // 2]
+
+        def time_one(fn):
+            fn()
+            torch.cuda.synchronize()
+            return time_fn(fn, [()], warmup=2, iters=iters)
+        times = interleaved(runs, args.rounds, time_one)
+        copy = statistics.median_high(times["copy"])
         for name, ts in times.items():
-            med = sorted(ts)[len(ts) // 2]
+            med = statistics.median_high(ts)
             row[name] = {"us": med, "rounds": ts, "pct_copy": 100 * copy / med}
         res["rows"].append({"n": n, "results": row})
         print(f"== N={n} M={args.m} {args.dtype}", flush=True)

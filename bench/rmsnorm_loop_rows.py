@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from bench.rmsnorm import time_fn
+    from bench.rmsnorm import interleaved, time_fn
     from ptxdsl.ops.rmsnorm.plan import forward_kernel
     from ptxdsl.runtime import driver
     from ptxdsl.types import f32
@@ -93,11 +94,9 @@ def main(argv=None) -> int:
             if not err < 2e-6:
                 raise SystemExit(f"{name} at {m}x{n}: wrong, max error {err:.3g}")
         iters = max(20, min(200, int(0.2 / (nbytes / 4e12))))
-        times: dict = {k: [] for k in live}
-        for rnd in range(a.rounds):
-            for name in (list(live) if rnd % 2 == 0 else list(live)[::-1]):
-                times[name].append(time_fn(live[name], sets, warmup=3, iters=iters))
-        med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        times = interleaved(live, a.rounds,
+                            lambda fn, sets=sets: time_fn(fn, sets, warmup=3, iters=iters))
+        med = {k: statistics.median_high(v) for k, v in times.items()}
         res["rows"].append({"m": m, "us": med, "rounds": times})
         tc = med["torch.compile"]
         print(f"== {m}x{n} f32 (copy {med['copy']:.1f} us)", flush=True)

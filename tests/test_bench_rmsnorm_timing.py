@@ -87,3 +87,14 @@ def test_host_bound_shapes_get_more_rounds():
     rounds, the rest the rounds asked for; the same bound decides the GPU warm-up."""
     assert br._rounds_for(7, (8 << 20) - 1) == 21 and br._warm_for((8 << 20) - 1) == 0.0
     assert br._rounds_for(7, 8 << 20) == 7 and br._warm_for(8 << 20) > 0
+
+
+def test_interleaved_rounds_alternate_the_order():
+    """bench.rmsnorm.interleaved: every entry timed once a round, every other round in
+    reverse order; name -> its times in round order."""
+    from bench.rmsnorm import interleaved
+    calls = []
+    runs = {"a": "A", "b": "B", "c": "C"}
+    times = interleaved(runs, 3, lambda fn: calls.append(fn) or len(calls))
+    assert calls == ["A", "B", "C", "C", "B", "A", "A", "B", "C"]
+    assert times == {"a": [1, 6, 7], "b": [2, 5, 8], "c": [3, 4, 9]}

@@ -107,7 +107,7 @@ def _long_forward(n: int, dt: PtxType, vec: int, dev: Device):
     the notes above the constants below)."""
     nbytes, whole = n * dt.bytes, vec * dt.bytes == 16
     if whole:
-        wide = wide_slices(n, dt, vec) if nbytes >= WIDE_SLICE_BYTES else None
+        wide = wide_slices(n, dt, vec, dev) if nbytes >= WIDE_SLICE_BYTES else None
         c = -(-nbytes // TWO_PASS_SLICE_BYTES)
         low = dev.in_flight_bytes <= TWO_PASS_IN_FLIGHT
         if nbytes < WIDE_SLICE_BYTES or (low and c <= TWO_PASS_CLUSTER and (
@@ -116,9 +116,6 @@ def _long_forward(n: int, dt: PtxType, vec: int, dev: Device):
                 plan_cluster(n, dt, vec, two_pass=True, cluster=c, per_thread=TWO_PASS_CHUNKS),
                 reload_batch=TWO_PASS_RELOAD_BATCH)
         if wide is not None:
-            if (dt.bytes == 2 and wide.per_thread <= WIDE_HALF_HOLD_CHUNKS
-                    and dev.in_flight_bytes > TWO_PASS_IN_FLIGHT):
-                wide = dataclasses.replace(wide, hold=WIDE_HALF_HOLD)
             return wide
         if nbytes >= RING_ROW_BYTES:
             return plan_cluster(n, dt, vec, stages=1, threads=RING_THREADS,
@@ -126,19 +123,24 @@ def _long_forward(n: int, dt: PtxType, vec: int, dev: Device):
     return plan_cluster(n, dt, vec)
 
 
-def wide_slices(n: int, dt: PtxType, vec: int):
+def wide_slices(n: int, dt: PtxType, vec: int, dev: Device | None = None):
     """The wide-slice two-pass plan for rows of ``n`` (None past WIDE_SLICE_CLUSTER CTAs):
     clusters of ``max(2, bytes / WIDE_SLICE_BYTES)`` CTAs of 1024 threads, one per SM,
     each thread's last WIDE_SLICE_REREAD chunks (at most) read twice and its first ones
-    held in registers, the second read WIDE_SLICE_BATCH chunks ahead of the stores."""
+    held in registers (half slices of at most WIDE_HALF_HOLD_CHUNKS chunks on a ``dev``
+    that needs more than TWO_PASS_IN_FLIGHT bytes in flight: WIDE_HALF_HOLD of them), the
+    second read WIDE_SLICE_BATCH chunks ahead of the stores."""
     c = max(2, -(-n * dt.bytes // WIDE_SLICE_BYTES))
     if c > WIDE_SLICE_CLUSTER:
         return None
     p = plan_cluster(n, dt, vec, two_pass=True, cluster=c, threads=1024)
     if p is None:
         return None
-    return dataclasses.replace(p, min_ctas=1, hold=max(0, p.per_thread - WIDE_SLICE_REREAD),
-                               reload_batch=WIDE_SLICE_BATCH)
+    hold = max(0, p.per_thread - WIDE_SLICE_REREAD)
+    if (dt.bytes == 2 and p.per_thread <= WIDE_HALF_HOLD_CHUNKS and dev is not None
+            and dev.in_flight_bytes > TWO_PASS_IN_FLIGHT):
+        hold = WIDE_HALF_HOLD
+    return dataclasses.replace(p, min_ctas=1, hold=hold, reload_batch=WIDE_SLICE_BATCH)
 
 
 # The persistent ring forward: rows of 16-byte chunks of at least RING_ROW_BYTES (until

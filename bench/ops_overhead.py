@@ -6,8 +6,9 @@ interleaved rounds (every other one in reverse order; each row keeps its median)
 ``copy_`` of the same tensor (the benchmark's ceiling), ``F.rms_norm``, the forward and
 the backward through the API, and the pieces of their hot paths: the C++ tensor guard
 (of x and weight; of dy, x, weight and rstd), the launch with its output allocations
-(``Hot.launch``: Y; dX and dW), one allocation from the launcher's allocator, and the
-pointer reads.
+(``Hot.launch``: Y; dX and dW), one allocation from the launcher's allocator, the
+pointer reads, and the alternative to the backward's two allocations: one buffer for
+both outputs, cut into dX and dW by torch's ``_reinterpret_tensor`` (where torch has it).
 
     python bench/ops_overhead.py [--shapes 1x8192xbf16,7x4096xbf16] [--json PATH]
 """
@@ -59,7 +60,7 @@ def rows_for(m: int, n: int, dtype) -> dict:
         raise SystemExit(f"{m}x{n}: the hot paths were not recorded for these tensors")
     alloc = torch_private.hooks(torch).allocator(x.shape, x.stride(), x.dtype,
                                                  x.get_device())
-    return {
+    rows = {
         "copy_": lambda: y.copy_(x),
         "F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
         "rms_norm(x, w)": lambda: rms_norm(x, w),
@@ -72,6 +73,20 @@ def rows_for(m: int, n: int, dtype) -> dict:
         "four data_ptr() reads": lambda: (dy.data_ptr(), x.data_ptr(), w.data_ptr(),
                                           rstd.data_ptr()),
     }
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    cut = getattr(guards, "_reinterpret_tensor", None)
+    if cut is not None:
+        # dX at 0 and dW on the next 16-byte boundary of one buffer: one allocation and
+        # two tensor headers, against two allocations
+        at = -(-m * n * x.element_size() // 16) * 16 // x.element_size()
+        both = torch_private.hooks(torch).allocator((at + n,), (1,), x.dtype, x.get_device())
+
+        def shared():
+            buf = both()
+            return cut(buf, (m, n), (n, 1), 0), cut(buf, (n,), (1,), at)
+        rows["dX, dW from one allocation (2 _reinterpret_tensor)"] = shared
+        rows["one _reinterpret_tensor"] = lambda: cut(w, (n,), (1,), 0)
+    return rows
 
 
 def main(argv=None) -> int:

@@ -3,17 +3,15 @@ outputs, options, empty calls, and the order of checks on a machine without a GP
 from __future__ import annotations
 
 import os
-import types
 
 import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.errors import LaunchError, PtxdslError, TraceError
-from ptxdsl.runtime import cache as rcache
 from ptxdsl.runtime import driver as rdriver
 from ptxdsl.types import f32, u32
-from runtime_fakes import fake_driver, vadd_impl
+from runtime_fakes import vadd_impl
 from runtime_kernels import build_vadd
 
 HERE = os.path.abspath(__file__)
@@ -81,18 +79,6 @@ def test_read_only_output_refused_by_the_interpreter():
 
 
 # ---------------------------------------------------------------- the GPU launcher (fake GPU)
-@pytest.fixture
-def gpu(monkeypatch, tmp_path):
-    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("PTXDSL_COMPILER", "jit")
-    for var in ("PTXDSL_LAUNCH", "PTXDSL_SYNC", "PTXDSL_INTERPRET", "PTXDSL_CACHE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(rcache, "MODULES", rcache.ModuleCache())
-    monkeypatch.setattr(rcache, "DISK", rcache.DiskCache())
-    drv, cu = fake_driver(monkeypatch)
-    return types.SimpleNamespace(drv=drv, cu=cu)
-
-
 def _vadd(gpu):
     k = build_vadd("vadd_host")
     gpu.cu.register(k, vadd_impl)

@@ -9,7 +9,6 @@ from ptxdsl.errors import LaunchError
 from ptxdsl.runtime import adapter as rad
 from ptxdsl.runtime import args as ra
 from ptxdsl.types import b16, b32, bf16, f16, f32, s32, u32
-from runtime_fakes import fake_torch_module
 from runtime_kernels import build_scale_rows, build_vadd, build_vadd4
 from seed_kernels import build_rms_norm
 
@@ -32,13 +31,6 @@ class CAI:
 
 def cai_view(obj, device=0):
     return rad.view_of(obj, rad.classify(obj), pointer_device=lambda p: device)
-
-
-@pytest.fixture
-def torch(monkeypatch):
-    t = fake_torch_module()
-    monkeypatch.setitem(__import__("sys").modules, "torch", t)
-    return t
 
 
 def tview(t):

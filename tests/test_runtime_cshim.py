@@ -22,7 +22,7 @@ from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch
 from runtime_fakes import CUfunction, CUstream, vadd_impl
 from runtime_kernels import build_pdl_vadd, build_vadd
-from test_runtime_launch import count_slow, gpu, make_gpu, rand, torch  # noqa: F401
+from launch_helpers import count_slow, rand
 
 LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
                           ctypes.c_void_p, ctypes.c_void_p)

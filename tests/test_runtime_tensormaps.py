@@ -3,38 +3,15 @@ the bounded cache of encodings, re-pointing per call (general and fast path), an
 cuLaunchKernelEx with the kernel's cluster dims on the fast path."""
 from __future__ import annotations
 
-import sys
-import types
-
 import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.errors import LaunchError, TraceError
-from ptxdsl.runtime import cache as rcache
 from ptxdsl.runtime.tensormaps import TensorMapCache
-from ptxdsl.tensormap import TMA, TensorMapSpec
+from ptxdsl.tensormap import TMA
 from ptxdsl.types import bf16, f32, u32, u64
-from runtime_fakes import FakeCuda, fake_driver, fake_torch_module
-
-
-@pytest.fixture
-def gpu(monkeypatch, tmp_path):
-    monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("PTXDSL_COMPILER", "jit")
-    for var in ("PTXDSL_LAUNCH", "PTXDSL_SYNC", "PTXDSL_INTERPRET", "PTXDSL_CACHE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(rcache, "MODULES", rcache.ModuleCache())
-    monkeypatch.setattr(rcache, "DISK", rcache.DiskCache())
-    drv, cu = fake_driver(monkeypatch)
-    return types.SimpleNamespace(drv=drv, cu=cu)
-
-
-@pytest.fixture
-def torch(monkeypatch):
-    t = fake_torch_module()
-    monkeypatch.setitem(sys.modules, "torch", t)
-    return t
+from runtime_fakes import FakeCuda
 
 
 def tma_kernel(name="tmak", tma=None, cluster=None, out_tma=False):

@@ -58,8 +58,8 @@ def rows_for(m: int, n: int, dtype) -> dict:
     fwd, bwd = fast.FORWARD.hot, fast.BACKWARD.hot
     if not (fwd.guard(x, w) and bwd.guard(dy, x, w, rstd)):
         raise SystemExit(f"{m}x{n}: the hot paths were not recorded for these tensors")
-    alloc = torch_private.hooks(torch).allocator(x.shape, x.stride(), x.dtype,
-                                                 x.get_device())
+    hooks = torch_private.hooks(torch)
+    alloc = hooks.allocator(x.shape, x.stride(), x.dtype, x.get_device())
     rows = {
         "copy_": lambda: y.copy_(x),
         "F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
@@ -79,7 +79,7 @@ def rows_for(m: int, n: int, dtype) -> dict:
         # dX at 0 and dW on the next 16-byte boundary of one buffer: one allocation and
         # two tensor headers, against two allocations
         at = -(-m * n * x.element_size() // 16) * 16 // x.element_size()
-        both = torch_private.hooks(torch).allocator((at + n,), (1,), x.dtype, x.get_device())
+        both = hooks.allocator((at + n,), (1,), x.dtype, x.get_device())
 
         def shared():
             buf = both()

@@ -33,7 +33,7 @@ KINDS = ("softmax", "layer_norm", "swiglu", "vector_add", "rms_norm")
 
 
 def _example(name):
-    from ptxdsl import cli
+    from ptxdsl.cli import command as cli
     return cli._import_file(os.path.join(ROOT, "examples", "hopper", f"{name}.py"))
 
 

@@ -24,7 +24,7 @@ SNIPPETS = os.path.join(ROOT, "docs", "snippets")
 
 
 def _module(path):
-    from ptxdsl import cli
+    from ptxdsl.cli import command as cli
     return cli._import_file(path)
 
 
@@ -66,7 +66,7 @@ def _hopper_cases():
     target is one 128x256x64 tile step (a cluster of 2) in < 30 s on a 2-core CI machine."""
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import Plan, choose
-    from ptxdsl.types import bf16, f32, f32_to_bf16_bits
+    from ptxdsl.core.types import bf16, f32, f32_to_bf16_bits
     rng = np.random.default_rng(1)
     out = {}
     for m, n, k, cluster in ((128, 256, 64, 1), (128, 256, 512, 1), (256, 256, 64, 2)):

@@ -41,7 +41,7 @@ def candidates(m, n, k, sms, device="H100", dt=None):
     """name -> Plan for one shape (duplicates of ``base`` dropped); ``dt``: the operands'
     type (bf16 unless given)."""
     from ptxdsl.ops.matmul.plan import choose, most_stages, stages_for
-    from ptxdsl.types import bf16
+    from ptxdsl.core.types import bf16
     dt = dt or bf16
     base = choose(m, n, k, dt, bf16, sms, device=device)
 
@@ -110,7 +110,7 @@ def candidates(m, n, k, sms, device="H100", dt=None):
 def main(argv=None):
     import torch
     from ptxdsl.ops.matmul.hopper import build_hopper
-    from ptxdsl.types import bf16
+    from ptxdsl.core.types import bf16
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(DEFAULT))
     ap.add_argument("--block-ms", type=float, default=20.0)
@@ -121,7 +121,7 @@ def main(argv=None):
     ap.add_argument("--candidates", default=None,
                     help="comma-separated candidate names to time (default: all)")
     a = ap.parse_args(argv)
-    from ptxdsl.types import e4m3
+    from ptxdsl.core.types import e4m3
     dt = e4m3 if a.fp8 else bf16
     scale = 0.125 if a.fp8 else 1.0
     if a.fp8:

@@ -107,7 +107,7 @@ def contenders(torch, m, n, k, sms, device, names, pyptx=None):
     from ptxdsl.ops import matmul
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import choose
-    from ptxdsl.types import bf16
+    from ptxdsl.core.types import bf16
     live = {"cuBLAS": lambda a, b: torch.matmul(a, b), "ptxdsl": lambda a, b: matmul(a, b)}
     base = choose(m, n, k, bf16, bf16, sms, device=device)
     for name in names:

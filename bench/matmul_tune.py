@@ -45,7 +45,7 @@ def main(argv=None):
     import torch
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import choose
-    from ptxdsl.types import bf16
+    from ptxdsl.core.types import bf16
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="4096x4096x4096,8192x8192x8192")
     ap.add_argument("--only", default=None)
@@ -152,7 +152,7 @@ def small(a, out_dir):
     import torch
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import one_row
-    from ptxdsl.types import bf16
+    from ptxdsl.core.types import bf16
     props = torch.cuda.get_device_properties(0)
     sms = props.multi_processor_count
     l2 = getattr(props, "L2_cache_size", 50 << 20)
@@ -234,7 +234,7 @@ def small(a, out_dir):
 
 
 def torch_f32():
-    from ptxdsl.types import f32
+    from ptxdsl.core.types import f32
     return f32
 
 

@@ -128,7 +128,7 @@ def tail_kernels(p, T) -> dict:
     again (what an earlier study of the tail timed, twice)."""
     from ptxdsl import reg
     from ptxdsl.ops.rmsnorm import bwd
-    from ptxdsl.types import u32
+    from ptxdsl.core.types import u32
 
     def noop(*args, **kw):
         return None
@@ -260,7 +260,7 @@ def main(argv=None):
     import torch
     from ptxdsl.ops.rmsnorm.bwd import BwdPlan
     from ptxdsl.runtime import driver
-    from ptxdsl.types import bf16, f16, f32
+    from ptxdsl.core.types import bf16, f16, f32
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shapes", help="MxNxdtype,... e.g. 4096x1000xbf16,32768x1024xf32")
     ap.add_argument("--sweep", action="store_true", help="every threads x groups candidate")

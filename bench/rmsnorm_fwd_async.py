@@ -26,13 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ptxdsl import kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, f32, u8, u32
+from ptxdsl.core.types import PtxType, f32, u8, u32
 
 from ptxdsl.ops._common.reduce import RowSum
 from ptxdsl.ops._common.rowio import load_chunk, narrow, store_chunk
 from ptxdsl.ops.rmsnorm.fwd import Plan, forward_specs
-from ptxdsl.ops.rmsnorm.row import (add_residual, balanced_grid, both, persistent_rows,
-                                    rstd_of, scale, store_rstd, unpack)
+from ptxdsl.ops.rmsnorm.row import (
+    add_residual, balanced_grid, both, persistent_rows, rstd_of, scale, store_rstd, unpack)
 
 SMEM_PER_SM = 227 * 1024      # Hopper: shared memory one SM gives its CTAs (opt-in)
 SMEM_PER_CTA_RESERVED = 1024  # what the system keeps per resident CTA

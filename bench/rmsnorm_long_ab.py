@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     from bench.rmsnorm_long import EPS, _checked, _iters
     from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster
     from ptxdsl.runtime import prepare
-    from ptxdsl.types import bf16, f16, f32
+    from ptxdsl.core.types import bf16, f16, f32
 
     pt = {"bf16": bf16, "f16": f16, "f32": f32}[args.dtype]
     tt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]

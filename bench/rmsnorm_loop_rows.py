@@ -31,7 +31,7 @@ def kernels(n: int, sms: int, device) -> dict:
     from ptxdsl.ops.rmsnorm.fwd import build_forward, plan
     from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop, loop_ctas_per_sm
     from ptxdsl.ops.rmsnorm.plan import two_pass_1024
-    from ptxdsl.types import f32
+    from ptxdsl.core.types import f32
     base = plan(n, f32)
     late = dict(preload_w=False, w_hints=("L1::evict_last",), w_policy="evict_last")
     out = {"two_pass_1024": build_forward(two_pass_1024(plan(n, f32, threads=1024), f32,
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     from bench.rmsnorm import interleaved, time_fn
     from ptxdsl.ops.rmsnorm.plan import forward_kernel
     from ptxdsl.runtime import driver
-    from ptxdsl.types import f32
+    from ptxdsl.core.types import f32
 
     n, eps = a.n, 1e-6
     device = driver.get().device(0)

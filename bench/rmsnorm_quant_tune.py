@@ -89,7 +89,7 @@ def main(argv=None):
     from ptxdsl.ops.rmsnorm.plan import quant_kernel
     from ptxdsl.ops.rmsnorm.quant import build_quant
     from ptxdsl.runtime import prepare
-    from ptxdsl.types import bf16, f16, f32
+    from ptxdsl.core.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--static", action="store_true", help="also every static-scale variant")

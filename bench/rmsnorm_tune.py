@@ -192,7 +192,7 @@ def main(argv=None):
     from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop, loop_ctas_per_sm
     from ptxdsl.ops.rmsnorm.plan import forward_kernel, wide_row_plan
     from ptxdsl.runtime import driver, prepare
-    from ptxdsl.types import bf16, f16, f32
+    from ptxdsl.core.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "tune.json"))
     ap.add_argument("--shapes", default=None, help="forward shapes, e.g. 8192x8192xf32,...")

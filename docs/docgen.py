@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ptxdsl.isa import TABLE, OpSpec
 from ptxdsl.isa.spec import parse_operands, split_alternatives
-from ptxdsl.types import PREFIX_TYPE
+from ptxdsl.core.types import PREFIX_TYPE
 
 __all__ = ["render_ptx_namespace", "render_operator_table", "trace_operator", "python_chain",
            "python_example", "interp_support", "anchor", "CATEGORY_TITLES", "REG_TYPES",
@@ -390,12 +390,12 @@ def trace_operator(expr: str, type_name: str) -> str:
     Returns the opcodes joined by ``; `` (e.g. ``"mul.wide.u32; add.u64"``),
     or ``"refused: <reason>"`` when ptxdsl rejects the expression.
     """
-    from ptxdsl import ir
+    from ptxdsl.core import ir
     from ptxdsl import reg as reg_mod
-    from ptxdsl.errors import PtxdslError
-    from ptxdsl.trace import Builder
-    from ptxdsl.walks import collect_used, resolve_deferred
-    from ptxdsl.types import ALL_TYPES
+    from ptxdsl.core.errors import PtxdslError
+    from ptxdsl.core.trace import Builder
+    from ptxdsl.core.walks import collect_used, resolve_deferred
+    from ptxdsl.core.types import ALL_TYPES
 
     t = ALL_TYPES[type_name]
     b = Builder("op_table", "sm_90a")

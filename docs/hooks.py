@@ -20,7 +20,7 @@
   NAME (``Class.method`` for nested) of FILE, found by name, not line numbers.
 * ``<!-- ptxdsl:fragment OPERAND SHAPE TYPE [ORDER] -->`` becomes a table of the tile
   of that mma operand in which each cell names the lane and element holding it
-  (``T5:2``), drawn from the same :class:`ptxdsl.fragments.Layout` the interpreter uses.
+  (``T5:2``), drawn from the same :class:`ptxdsl.dsl.fragments.Layout` the interpreter uses.
 * ``<!-- ptxdsl:bench-tables [SUBSTRING] -->`` becomes tables built from the benchmark JSON
   files under ``bench/results/`` (or a sentence saying there are none yet).
 
@@ -87,7 +87,7 @@ def on_page_markdown(markdown, page, config, files):
 
 # ------------------------------------------------------------------ PTX excerpts
 def _ptx_block(args: str) -> str:
-    from ptxdsl import cli
+    from ptxdsl.cli import command as cli
     # Plain whitespace split: regexes keep their backslashes (write \s for a space).
     words = args.split()
     if not words:
@@ -124,8 +124,8 @@ def _ptx_block(args: str) -> str:
 def _error_block(args: str) -> str:
     """The error ptxdsl raises for FILE: from its ``main()`` when it has one (an
     interpreter run), else from tracing its kernels."""
-    from ptxdsl import cli
-    from ptxdsl.errors import PtxdslError
+    from ptxdsl.cli import command as cli
+    from ptxdsl.core.errors import PtxdslError
     path = os.path.join(ROOT, args.strip())
     module = _module(path)
 
@@ -151,8 +151,9 @@ def _check_block(args: str) -> str:
     import contextlib
     import io
 
-    from ptxdsl import cli, toolchain
-    from ptxdsl.errors import ToolchainError
+    from ptxdsl.cli import command as cli
+    from ptxdsl import toolchain
+    from ptxdsl.core.errors import ToolchainError
     try:
         have = toolchain.find_ptxas() is not None
     except ToolchainError:
@@ -191,7 +192,7 @@ def _source_block(args: str) -> str:
 
 def _module(path: str):
     if path not in _modules:
-        from ptxdsl import cli
+        from ptxdsl.cli import command as cli
         _modules[path] = cli._import_file(path)
     return _modules[path]
 
@@ -351,7 +352,7 @@ def bench_tables(folder: str, only: str | None = None) -> str:
 
 def _fragment_figure(args: str) -> str:
     """A markdown table of one mma operand's tile: ``T<lane>:<element>`` per cell."""
-    from ptxdsl.fragments import layout
+    from ptxdsl.dsl.fragments import layout
     lay = layout(*args.split())
     cells = [["" for _ in range(lay.cols)] for _ in range(lay.rows)]
     for lane in range(32):

@@ -2,19 +2,24 @@
 
 ``from ptxdsl import kernel, reg, ptx, smem, Tile`` is the whole surface of a
 kernel file; ``ptxdsl.types`` holds the types (``f32``, ``u32``, ...).
+
+The package is laid out by stage: ``core/`` (types, IR, tracing, checks, PTX text),
+``isa/`` (the instruction table), ``dsl/`` (what kernel bodies call), ``interp/`` (the
+CPU interpreter), ``runtime/`` (cuda-python, caches, launches), ``ops/`` (ready kernels)
+and ``cli/`` (the ``ptxdsl`` command).
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .core import types
+from .core.errors import PtxdslError
+from .core.log import configure_from_env as _configure_log
+from .core.specs import Layout, Tile
+from .core.tensormap import TMA
+from .dsl import ptx, reg, smem
+from .kernel import Kernel, interpret_requested, kernel
+from .runtime.customop import custom_op  # imports torch only when called
 
-from . import reg, smem, types  # noqa: E402
-from . import ptx  # noqa: E402
-from .errors import PtxdslError  # noqa: E402
-from .kernel import Kernel, interpret_requested, kernel  # noqa: E402
-from .tensormap import TMA  # noqa: E402
-from .tile import Layout, Tile  # noqa: E402
-from .customop import custom_op  # noqa: E402  (imports torch only when called)
-from .log import configure_from_env as _configure_log  # noqa: E402
+__version__ = "0.1.0"
 
 _configure_log()  # PTXDSL_LOG=debug: the `ptxdsl` logger to stderr for this run
 

@@ -17,15 +17,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from . import ir
-from .arch import parse_arch
-from .emit import Emitted, emit
-from .errors import (PtxdslError, SourceLoc, ToolchainError, TraceError,
-                     location_from_traceback, raised_inside_ptxdsl)
-from .tile import TensorArg, Tile
-from .trace import Builder
-from .types import u32, u64
-from .verify import verify
+from .core import ir
+from .core.arch import parse_arch
+from .core.emit import Emitted, emit
+from .core.errors import (
+    PtxdslError, SourceLoc, ToolchainError, TraceError, location_from_traceback,
+    raised_inside_ptxdsl)
+from .core.specs import TensorArg, Tile
+from .core.trace import Builder
+from .core.types import u32, u64
+from .core.verify import verify
 
 log = logging.getLogger("ptxdsl.compile")
 
@@ -104,7 +105,7 @@ class Kernel:
             raise TraceError(f"pdl=True needs sm_90 or newer (programmatic dependent launch "
                              f"and griddepcontrol arrived with Hopper); arch is {arch!r}",
                              self.defined_at)
-        from .entry import entry_options
+        from .core.entry import entry_options
         self.entry = entry_options(
             cluster=cluster, raw_directives=raw_directives, extern_smem=extern_smem, smem=smem,
             raw_params=raw_params, block=self.block, arch=arch,
@@ -162,7 +163,7 @@ class Kernel:
         args = self._arguments(b)
         opts = self.entry
         if opts.extern_smem is not None:
-            from .types import u8
+            from .core.types import u8
             b.shared.append(ir.SharedDecl(opts.extern_smem, u8, (opts.smem,), 128,
                                           self.defined_at, dynamic=True))
         with b.active():
@@ -276,7 +277,7 @@ class Kernel:
             key = self._cubin_key(c, target, options)
             log.debug("assembled %s for %s with ptxas in %.1f ms (key %s)", self.name, target,
                       1e3 * (time.perf_counter() - t0), key[:16])
-            from .dump import dump
+            from .runtime.dump import dump
             dump(self.name, key, ptx=c.ptx, cubin=result.cubin)
             if unchecked:
                 import dataclasses
@@ -305,7 +306,7 @@ class Kernel:
     def sass(self, arch: str | None = None) -> str:
         """SASS disassembly of the assembled cubin (needs cuobjdump or nvdisasm)."""
         from . import toolchain
-        from .dump import dump
+        from .runtime.dump import dump
         c = self.compile(arch)
         text = toolchain.disassemble(self.check(arch).cubin)
         dump(self.name, self._cubin_key(c, c.program.arch, ()), sass=text)
@@ -450,7 +451,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     before touching global memory (the interpreter checks it); ``PTXDSL_PDL=0`` launches
     without the attribute.
 
-    Hopper entry options (see :mod:`ptxdsl.entry`): ``cluster=(x, y, z)`` launches
+    Hopper entry options (see :mod:`ptxdsl.core.entry`): ``cluster=(x, y, z)`` launches
     clusters of CTAs; ``raw_directives=[("maxntid", (384, 1, 1)), ("explicitcluster",
     ()), ("reqnctapercluster", (2, 1, 1))]`` prints those directives;
     ``extern_smem="smem"`` declares ``.extern .shared .align 128 .b8 smem[]`` and

@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Sequence
 
-from .errors import ToolchainError
+from .core.errors import ToolchainError
 
 __all__ = ["AssembleResult", "PtxasDiagnostic", "PtxasError", "Resources", "assemble",
            "disassemble", "find_ptxas", "find_tool", "max_ptx_isa", "parse_diagnostics",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import b64, f32, pred, u16, u32, u64
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import b64, f32, pred, u16, u32, u64
 
 SPECIALS = ("ctaid.x", "ctaid.y", "ctaid.z", "clusterid.x", "clusterid.y", "clusterid.z",
             "nclusterid.x", "nclusterid.y", "nclusterid.z", "cluster_ctaid.x",

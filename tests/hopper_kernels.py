@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from ptxdsl import kernel, ptx, reg
 from ptxdsl.specs import Tile
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import bf16, u32
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import bf16, u32
 
 BM = BN = 64
 STAGES = 2

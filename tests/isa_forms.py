@@ -17,13 +17,13 @@ import re
 import sys
 from dataclasses import dataclass
 
-from ptxdsl import ir
-from ptxdsl.emit import emit
-from ptxdsl.errors import IsaError, SourceLoc
+from ptxdsl.core import ir
+from ptxdsl.core.emit import emit
+from ptxdsl.core.errors import IsaError, SourceLoc
 from ptxdsl.isa import TABLE, Match, OpSpec, match
-from ptxdsl.arch import arch_ptx_floor
-from ptxdsl.trace import Builder
-from ptxdsl.types import ALL_TYPES, u32, u64
+from ptxdsl.core.arch import arch_ptx_floor
+from ptxdsl.core.trace import Builder
+from ptxdsl.core.types import ALL_TYPES, u32, u64
 
 # ptxas 13 assembles sm_75 and newer only; older claims are checked at sm_75.
 OLDEST_SM = 75
@@ -169,7 +169,7 @@ class Form:
 
     @property
     def text(self) -> str:
-        from ptxdsl.emit import fmt_instr
+        from ptxdsl.core.emit import fmt_instr
         return fmt_instr(self.instr) if self.instr is not None else self.match.text
 
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from ptxdsl.errors import InterpreterError
+from ptxdsl.core.errors import InterpreterError
 
 
 def for_file(path: str):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.types import b16, bf16, f32, u32, u64
+from ptxdsl.core.types import b16, bf16, f32, u32, u64
 
 BLOCK = 256
 

@@ -4,7 +4,7 @@ The glue around the snippets (block choice, derived constants) is ours; the
 kernel body is exactly the seed's text, so this file proves the API it uses.
 """
 from ptxdsl import kernel, reg, ptx, smem, Tile
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 WARP_SIZE = 32
 

@@ -15,9 +15,9 @@ import math
 import numpy as np
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.fragments import FORMS, operand_layouts
+from ptxdsl.dsl.fragments import FORMS, operand_layouts
 from ptxdsl.isa.tensorcore import ELEMENT_BITS
-from ptxdsl.types import ALL_TYPES, b32, u16, u32, u64
+from ptxdsl.core.types import ALL_TYPES, b32, u16, u32, u64
 
 # every mma form with its layouts: (shape, atype, btype, ctype, dtype, alayout, blayout)
 ALL_MMA = tuple(f + lay + (op,) for f in FORMS for lay in (

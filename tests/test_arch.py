@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ptxdsl.arch import Arch, arch_ptx_floor, parse_arch
-from ptxdsl.errors import ArchError, TraceError
+from ptxdsl.core.arch import Arch, arch_ptx_floor, parse_arch
+from ptxdsl.core.errors import ArchError, TraceError
 
 
 @pytest.mark.parametrize("arch,num,suffix", [
@@ -46,7 +46,7 @@ def test_suffixed_arch_versions(arch, version):
 @pytest.mark.parametrize("arch", ["sm_100f", "sm_120f", "sm_103a"])
 def test_suffixed_archs_assemble(arch):
     from ptxdsl import kernel, reg, toolchain
-    from ptxdsl.types import u32
+    from ptxdsl.core.types import u32
     if toolchain.find_ptxas() is None:
         pytest.skip("no ptxas")
 

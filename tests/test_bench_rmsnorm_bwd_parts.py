@@ -12,7 +12,7 @@ import numpy as np
 from bench.rmsnorm_bwd_ktime import tail_kernels
 from ptxdsl.ops.rmsnorm import bwd
 from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
-from ptxdsl.types import bf16, f32
+from ptxdsl.core.types import bf16, f32
 from test_ops_rmsnorm_few_rows import case
 
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bench.rmsnorm_fwd_async import Staging, build_forward_async, can_stage
 from ptxdsl.ops.rmsnorm.fwd import plan
-from ptxdsl.types import bf16, bf16_bits_to_f32, f32, f32_to_bf16_bits
+from ptxdsl.core.types import bf16, bf16_bits_to_f32, f32, f32_to_bf16_bits
 from test_ops_rmsnorm import EPS, ref_fwd, rel_err
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench import rmsnorm_long
 from ptxdsl.ops.rmsnorm import plan
-from ptxdsl.types import bf16
+from ptxdsl.core.types import bf16
 
 from hopper_devices import H200
 

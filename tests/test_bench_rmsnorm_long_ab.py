@@ -7,7 +7,7 @@ import pytest
 
 from bench import rmsnorm_long_ab as ab
 from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
-from ptxdsl.types import bf16, f32
+from ptxdsl.core.types import bf16, f32
 
 TWO_PASS = "stages=0;prefetch_w=0;grid=0;two_pass=1;min_ctas=2"
 

@@ -10,8 +10,9 @@ import textwrap
 
 import pytest
 
-from ptxdsl import cli, toolchain
-from ptxdsl.errors import ToolchainError
+from ptxdsl.cli import command as cli
+from ptxdsl import toolchain
+from ptxdsl.core.errors import ToolchainError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "hopper", "vector_add.py")
@@ -404,7 +405,7 @@ def test_package_ships_py_typed_and_templates():
     import importlib.resources
     files = importlib.resources.files("ptxdsl")
     assert files.joinpath("py.typed").is_file()
-    assert files.joinpath("templates").joinpath("module.ptx.j2").is_file()
+    assert files.joinpath("core").joinpath("templates").joinpath("module.ptx.j2").is_file()
     text = open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read()
     data = text.split("[tool.setuptools.package-data]", 1)[1].split("\n[", 1)[0]
-    assert '"py.typed"' in data and '"templates/*.j2"' in data
+    assert '"py.typed"' in data and '"core/templates/*.j2"' in data

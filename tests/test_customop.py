@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ptxdsl import PtxdslError, Tile, custom_op, kernel, ptx, reg
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 torch = pytest.importorskip("torch")
 

@@ -14,10 +14,11 @@ import sys
 
 import pytest
 
-from ptxdsl import ir, ptx, reg, types
-from ptxdsl.emit import fmt_instr
+from ptxdsl.core import ir
+from ptxdsl import ptx, reg, types
+from ptxdsl.core.emit import fmt_instr
 from ptxdsl.isa import TABLE
-from ptxdsl.trace import Builder
+from ptxdsl.core.trace import Builder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
@@ -194,7 +195,7 @@ def test_rmsnorm_walkthrough_prose_matches_the_kernel():
     bytes, cache hints): they must be the ones the code has now."""
     import sys
     from ptxdsl.ops.rmsnorm.fwd import plan
-    from ptxdsl.types import f32
+    from ptxdsl.core.types import f32
     sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
     try:
         from rms_norm import build_rms_norm
@@ -226,7 +227,7 @@ def test_rmsnorm_walkthrough_prose_matches_the_kernel():
 
 # ------------------------------------------------------------------ the snippets the pages trace
 def _snippet_kernels(name):
-    from ptxdsl import cli
+    from ptxdsl.cli import command as cli
     return cli.load_kernels(os.path.join(DOCS, "snippets", name))
 
 
@@ -239,7 +240,7 @@ def test_doc_snippets_trace(name):
 @pytest.mark.parametrize("name", ["mistake_type.py", "mistake_order.py", "mistake_arch.py",
                                   "detect_barrier.py"])
 def test_doc_mistakes_fail_at_the_users_line(name):
-    from ptxdsl.errors import PtxdslError
+    from ptxdsl.core.errors import PtxdslError
     (e,) = _snippet_kernels(name)
     with pytest.raises(PtxdslError) as info:
         e.kernel.ptx()
@@ -309,7 +310,7 @@ def test_detector_snippets_are_caught_by_the_interpreter(name):
     interp = pytest.importorskip("ptxdsl.interp")
     if not hasattr(interp, "interpret"):
         pytest.skip("ptxdsl.interp has no interpret() yet")
-    from ptxdsl.errors import InterpreterError
+    from ptxdsl.core.errors import InterpreterError
     mod = cli_import(os.path.join(DOCS, "snippets", name))
     with pytest.raises(InterpreterError) as info:
         mod.main()
@@ -325,7 +326,7 @@ def test_producer_consumer_snippet_runs_in_both_branch_orders():
 
 
 def cli_import(path):
-    from ptxdsl import cli
+    from ptxdsl.cli import command as cli
     return cli._import_file(path)
 
 
@@ -342,7 +343,7 @@ def test_comparison_page_does_not_understate_the_table():
 def test_python_names_of_every_modifier_round_trip():
     """The page's "Python names" are what ptx.inst accepts: ptx_name() maps them back."""
     from docgen import _py_part
-    from ptxdsl.ptx import ptx_name
+    from ptxdsl.dsl.ptx import ptx_name
     for spec in TABLE:
         for part in spec.opcode.split("."):
             assert ptx_name(_py_part(part)) == part

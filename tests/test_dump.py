@@ -1,4 +1,4 @@
-"""PTXDSL_DUMP_DIR (ptxdsl.dump) and the `ptxdsl` logger (ptxdsl.log) around compiles."""
+"""PTXDSL_DUMP_DIR (ptxdsl.runtime.dump) and the `ptxdsl` logger (ptxdsl.core.log) around compiles."""
 from __future__ import annotations
 
 import logging
@@ -9,12 +9,12 @@ import sys
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, toolchain
-from ptxdsl.dump import dump, stem
-from ptxdsl.errors import ToolchainError
-from ptxdsl.log import configure_from_env, logger
+from ptxdsl.runtime.dump import dump, stem
+from ptxdsl.core.errors import ToolchainError
+from ptxdsl.core.log import configure_from_env, logger
 from ptxdsl.runtime import cache as rc
 from ptxdsl.runtime.compile import build_image, resolve_toolchain
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,12 +9,12 @@ import re
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl import ir
+from ptxdsl.core import ir
 from ptxdsl import toolchain
-from ptxdsl.emit import emit, fmt_operand, reg_decls
-from ptxdsl.errors import ToolchainError, TraceError
-from ptxdsl.trace import Builder
-from ptxdsl.types import b32, f16, f32, f64, pred, s32, u16, u32, u64
+from ptxdsl.core.emit import emit, fmt_operand, reg_decls
+from ptxdsl.core.errors import ToolchainError, TraceError
+from ptxdsl.core.trace import Builder
+from ptxdsl.core.types import b32, f16, f32, f64, pred, s32, u16, u32, u64
 
 HERE = os.path.abspath(__file__)
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="no ptxas found")
@@ -229,7 +229,7 @@ def test_no_form_needs_a_newer_isa_than_ptxas_13_accepts():
     """ptxas 13.0 takes PTX ISA 9.0 at most; nothing in the table may ask for more."""
     from ptxdsl.isa import TABLE
     from ptxdsl.isa.spec import TYPE_NEEDS
-    from ptxdsl.arch import ARCH_PTX
+    from ptxdsl.core.arch import ARCH_PTX
     needs = [spec.ptx for spec in TABLE] + [m.ptx for spec in TABLE for g in spec.groups
                                             for m in g.mods if m.ptx]
     needs += [v for v, _ in TYPE_NEEDS.values()]
@@ -285,7 +285,7 @@ def test_template_loads_with_the_package_folder_itself_on_sys_path(tmp_path):
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = ("import sys; sys.path[:0] = [%r, %r]\n"
-            "from ptxdsl.emit import _ENV\n"
+            "from ptxdsl.core.emit import _ENV\n"
             "print(_ENV.get_template('module.ptx.j2').render is not None)"
             % (os.path.join(root, "ptxdsl"), root))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -295,6 +295,6 @@ def test_template_loads_with_the_package_folder_itself_on_sys_path(tmp_path):
 
 def test_missing_template_is_a_jinja_error():
     import jinja2
-    from ptxdsl.emit import _ENV
+    from ptxdsl.core.emit import _ENV
     with pytest.raises(jinja2.TemplateNotFound):
         _ENV.get_template("no-such.j2")

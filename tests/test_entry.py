@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.errors import OperandTypeError, TraceError
-from ptxdsl.types import bf16, f32, u32, u64
+from ptxdsl.core.errors import OperandTypeError, TraceError
+from ptxdsl.core.types import bf16, f32, u32, u64
 
 
 def hopper_entry(**kw):

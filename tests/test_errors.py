@@ -1,4 +1,4 @@
-"""Every misuse caught while tracing names the user's file:line (ptxdsl.errors).
+"""Every misuse caught while tracing names the user's file:line (ptxdsl.core.errors).
 
 Sixteen mistakes with register operators, helpers of ``ptx`` and grid callables.
 Each offending line carries a ``# <- name`` marker; the error must be a PtxdslError
@@ -14,9 +14,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from ptxdsl import PtxdslError, Tile, cli, kernel, ptx, reg, smem
-from ptxdsl.errors import SourceLoc, TraceError, location_from_traceback
-from ptxdsl.types import f16, f32, pred, u16, u32, u64
+from ptxdsl import PtxdslError, Tile, kernel, ptx, reg, smem
+from ptxdsl.cli import command as cli
+from ptxdsl.core.errors import SourceLoc, TraceError, location_from_traceback
+from ptxdsl.core.types import f16, f32, pred, u16, u32, u64
 
 HERE = os.path.abspath(__file__)
 

@@ -11,8 +11,9 @@ import os
 import numpy as np
 import pytest
 
-from ptxdsl import cli, toolchain
-from ptxdsl.errors import ToolchainError
+from ptxdsl.cli import command as cli
+from ptxdsl import toolchain
+from ptxdsl.core.errors import ToolchainError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOPPER = os.path.join(ROOT, "examples", "hopper")

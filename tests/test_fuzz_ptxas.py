@@ -31,9 +31,9 @@ import traceback
 import pytest
 
 from ptxdsl import PtxdslError, Tile, kernel, ptx, reg, smem, toolchain
-from ptxdsl import ir
+from ptxdsl.core import ir
 from ptxdsl.isa import TABLE, resolve
-from ptxdsl.types import ALL_TYPES, f32, int_range, pred, u32, u64
+from ptxdsl.core.types import ALL_TYPES, f32, int_range, pred, u32, u64
 
 HERE = os.path.abspath(__file__)
 PTXAS = toolchain.find_ptxas()

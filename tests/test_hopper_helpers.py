@@ -9,10 +9,10 @@ import re
 import pytest
 
 from ptxdsl import kernel, ptx, reg, smem, toolchain
-from ptxdsl.errors import PtxdslError, TraceError
+from ptxdsl.core.errors import PtxdslError, TraceError
 from ptxdsl.specs import Layout, Tile
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import b16, bf16, f32, s32, u32
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import b16, bf16, f32, s32, u32
 
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="no ptxas")
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.errors import LaunchError, PtxdslError, TraceError
+from ptxdsl.core.errors import LaunchError, PtxdslError, TraceError
 from ptxdsl.runtime import driver as rdriver
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 from runtime_fakes import vadd_impl
 from runtime_kernels import build_vadd
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import pred, u32
+from ptxdsl.core.types import pred, u32
 import located
 
 
@@ -261,7 +261,7 @@ def test_bar_red_mixed_with_bar_sync_on_one_generation():
 
 
 def test_bar_red_type_must_fit_the_operation():
-    from ptxdsl.errors import PtxdslError
+    from ptxdsl.core.errors import PtxdslError
 
     with pytest.raises(PtxdslError, match=r"bar\.red\.popc\.u32"):
         @kernel(block=(32, 1, 1))
@@ -272,7 +272,7 @@ def test_bar_red_type_must_fit_the_operation():
 
 
 def test_barrier_red_aligned_in_a_warp_divergent_branch_is_refused_at_its_line():
-    from ptxdsl.errors import VerifyError
+    from ptxdsl.core.errors import VerifyError
 
     @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=1, block=(64, 1, 1))
     def k(Y):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import b64, bf16, f16, f32, pred, s32, u32
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import b64, bf16, f16, f32, pred, s32, u32
 import located
 
 N = 128                      # words per copy (512 bytes)
@@ -184,7 +184,7 @@ def test_tma_reduce_add_nan_is_the_all_ones_nan():
 
 @pytest.mark.parametrize("dtype", [bf16, f16])
 def test_tma_reduce_add_half_precision_rounds_once(dtype):
-    from ptxdsl.types import bf16_bits_to_f32, f32_to_bf16_bits
+    from ptxdsl.core.types import bf16_bits_to_f32, f32_to_bf16_bits
     rng = np.random.default_rng(2)
     if dtype == bf16:
         enc = lambda a: f32_to_bf16_bits(a.astype(np.float32))          # noqa: E731

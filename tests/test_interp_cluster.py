@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError, LaunchError
-from ptxdsl.types import b64, u32
+from ptxdsl.core.errors import InterpreterError, LaunchError
+from ptxdsl.core.types import b64, u32
 
 import cluster_kernels as ck
 from test_interp_tma import swizzled_image
@@ -57,7 +57,7 @@ def test_without_clusters_every_cta_is_a_cluster_of_one():
 
 
 def test_reqnctapercluster_alone_gives_the_cluster_shape():
-    from ptxdsl.entry import entry_options
+    from ptxdsl.core.entry import entry_options
     opts = entry_options(cluster=None, raw_directives=[("reqnctapercluster", (2,))],
                          extern_smem=None, smem=None, raw_params=None, block=(32, 1, 1),
                          arch="sm_90a", dim_names=(), maxntid=False, min_ctas_per_sm=None,
@@ -333,8 +333,8 @@ def test_exit_while_a_peer_reads_your_shared_memory():
 def test_multicast_mask_and_tensor_copy_into_a_peer_need_matching_barriers():
     """A plain (non-multicast) TMA load into a peer CTA must complete on that CTA's
     mbarrier."""
-    from ptxdsl.tensormap import TMA
-    from ptxdsl.types import f32
+    from ptxdsl.core.tensormap import TMA
+    from ptxdsl.core.types import f32
 
     @kernel(in_specs=(Tile("M", "N", f32, tma=TMA(box=(8, 8))),), grid=(2, 1, 1),
             block=(32, 1, 1), arch="sm_90a", cluster=(2, 1, 1))

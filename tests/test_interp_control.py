@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptxdsl import Tile, ir, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
-from ptxdsl.types import f32, pred, s32, u32, u64
+from ptxdsl import Tile, kernel, ptx, reg, smem
+from ptxdsl.core import ir
+from ptxdsl.core.errors import InterpreterError
+from ptxdsl.core.types import f32, pred, s32, u32, u64
 
 
 def tid_reg():
@@ -374,7 +375,7 @@ def test_bulk_prefetch_range_is_checked(offset, size, what):
 
 
 def test_bulk_prefetch_size_must_be_a_multiple_of_16():
-    from ptxdsl.errors import PtxdslError
+    from ptxdsl.core.errors import PtxdslError
     with pytest.raises(PtxdslError, match="positive multiple of 16 bytes, got 100"):
         _bulk_prefetch_kernel(0, 100).ptx()
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import f32, u32, u64
+from ptxdsl.core.types import f32, u32, u64
 from seed_kernels import build_rms_norm
 import located
 

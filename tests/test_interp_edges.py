@@ -200,6 +200,6 @@ def test_fma_bf16x2_directed_rounding_rounds_to_nearest(chain, rows, want):
 @pytest.mark.parametrize("mode", ["rz", "rm", "rp"])
 def test_fma_bf16_directed_rounding_is_refused(mode):
     # the H100 edge sweep found no rounding model for these (see floatops._fma_bf16_directed)
-    from ptxdsl.errors import InterpreterError
+    from ptxdsl.core.errors import InterpreterError
     with pytest.raises(InterpreterError, match="no CPU model"):
         _run_bits(f"fma.{mode}.bf16", ["bf16"] * 3, "bf16", [[0x1, 0x3F81, 0x0]])

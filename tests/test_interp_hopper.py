@@ -7,10 +7,10 @@ import pytest
 
 from wgmma_kernels import build_wgmma, random_case
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
+from ptxdsl.core.errors import InterpreterError
 from ptxdsl.interp.hopper import operand_offsets
 from ptxdsl.isa.descriptors import SmemDescriptor
-from ptxdsl.types import bf16, f32
+from ptxdsl.core.types import bf16, f32
 
 
 @pytest.mark.parametrize("n,swizzle,mn", [
@@ -50,7 +50,7 @@ def test_accumulator_is_unreadable_until_wait_group():
 
 
 def test_expect_tx_and_complete_tx_complete_a_phase():
-    from ptxdsl.types import b64, pred, u32
+    from ptxdsl.core.types import b64, pred, u32
 
     @kernel(out_specs=(Tile(2, u32),), block=(128, 1, 1), arch="sm_90a")
     def tx(Y):
@@ -80,7 +80,7 @@ def test_expect_tx_and_complete_tx_complete_a_phase():
 
 
 def test_complete_tx_beyond_the_expected_bytes_is_an_error():
-    from ptxdsl.types import b64, u32
+    from ptxdsl.core.types import b64, u32
 
     @kernel(block=(32, 1, 1), arch="sm_90a")
     def over():
@@ -96,7 +96,7 @@ def test_complete_tx_beyond_the_expected_bytes_is_an_error():
 
 
 def test_arrive_into_the_sink():
-    from ptxdsl.types import b64, u32
+    from ptxdsl.core.types import b64, u32
 
     @kernel(block=(32, 1, 1), arch="sm_90a")
     def sink():
@@ -115,7 +115,7 @@ def build_cluster_addresses(cluster: int, grid: int):
     """Per CTA: %ctaid.x, %cluster_ctarank, %clusterid.x and the shared address of a
     dynamic shared array (``mov.u32 r, smem``); rows of 4 words (shared with
     tests/gpu/test_cluster_interp_gpu.py)."""
-    from ptxdsl.types import b32, u8, u32
+    from ptxdsl.core.types import b32, u8, u32
     opts = dict(cluster=(cluster, 1, 1)) if cluster > 1 else {}
 
     @kernel(in_specs=(), out_specs=(Tile(grid * 4, b32),), grid=(grid, 1, 1),
@@ -153,7 +153,7 @@ def test_another_ctas_shared_address_is_refused_by_a_shared_cta_store():
     """Rank 0 storing through rank 1's address (what mapa would give) with st.shared (a
     .shared::cta access, which reaches this CTA only): refused by name instead of writing
     its own memory (st.shared::cluster reaches rank 1: tests/test_interp_cluster.py)."""
-    from ptxdsl.types import u8, u32
+    from ptxdsl.core.types import u8, u32
 
     @kernel(in_specs=(), out_specs=(Tile(2, f32),), grid=(2, 1, 1), block=(32, 1, 1),
             arch="sm_90a", cluster=(2, 1, 1))
@@ -188,7 +188,7 @@ def test_another_warpgroups_accumulator_copy_is_free():
     """Warpgroup 0's wgmma holds its threads' copies only: warpgroup 1 (no wgmma) uses
     the same registers freely."""
     from ptxdsl import Tile
-    from ptxdsl.types import u32
+    from ptxdsl.core.types import u32
 
     @kernel(in_specs=(), out_specs=(Tile(256, f32),), block=(256, 1, 1), arch="sm_90a")
     def two(D):
@@ -215,7 +215,7 @@ def _roles(consumer_regs=232, producer_regs=40, split=False, again=None):
     """Three warpgroups: warpgroup 0 lowers its budget, 1 and 2 raise theirs; ``split``
     gives warp 3 of warpgroup 0 its own setmaxnreg; ``again`` a second setmaxnreg
     (action, count) in the consumers."""
-    from ptxdsl.types import u32
+    from ptxdsl.core.types import u32
 
     @kernel(block=(384, 1, 1), arch="sm_90a")
     def roles():

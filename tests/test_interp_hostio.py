@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.errors import LaunchError
-from ptxdsl.types import bf16, f32, u32
+from ptxdsl.core.errors import LaunchError
+from ptxdsl.core.types import bf16, f32, u32
 
 torch = pytest.importorskip("torch")
 

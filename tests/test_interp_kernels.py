@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 from seed_kernels import build_rms_norm as _build_rms_norm
 
 build_rms_norm = functools.lru_cache(maxsize=None)(_build_rms_norm)
@@ -212,7 +212,7 @@ def test_outputs_passed_in_are_written_in_place_and_dims_checked():
     out = np.full((3, 128), np.nan, np.float32)
     r = k.interpret(x, out)
     assert r is out and np.all(np.isfinite(out))
-    from ptxdsl.errors import LaunchError
+    from ptxdsl.core.errors import LaunchError
     with pytest.raises(LaunchError, match="float32"):
         k.interpret(x.astype(np.float64))
     with pytest.raises(LaunchError, match="needs 128 along axis 1"):

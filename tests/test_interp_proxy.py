@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import bf16, f32, u32
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import bf16, f32, u32
 import located
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
-from ptxdsl.types import pred, u32, u64
+from ptxdsl.core.errors import InterpreterError
+from ptxdsl.core.types import pred, u32, u64
 
 STAGES = 4
 

@@ -267,7 +267,7 @@ def floats(fmt, n=N):
 def as_fmt(vals, fmt):
     """Python floats -> (bit array, exact f64 values) in ``fmt`` (values rounded to nearest)."""
     if fmt == "bf16":
-        from ptxdsl.types import f32_to_bf16_bits
+        from ptxdsl.core.types import f32_to_bf16_bits
         bits = f32_to_bf16_bits(np.array(vals, np.float32))
     else:
         dt = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[fmt]
@@ -506,7 +506,7 @@ def test_cvt_narrowing_float(dst, mode, a):
 @given(a=floats("f32"))
 def test_cvt_float_to_int_saturates(dst, irnd, a):
     ba, va = as_fmt(a, "f32")
-    from ptxdsl.types import by_name, int_range
+    from ptxdsl.core.types import by_name, int_range
     t = by_name(dst)
     lo, hi = int_range(t)
     out_t = {"u8": "u16", "s8": "s16"}.get(dst, dst)

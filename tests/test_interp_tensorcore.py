@@ -4,7 +4,7 @@ Every mma form (shape x types x layouts) runs on the interpreter against a
 float64 / int64 numpy reference built with the test's own packing; integer
 forms must match bit for bit, float forms within the bound documented in
 ``ptxdsl/interp/tensorcore.py``. Layouts are also checked against the
-formulas written out in the PTX ISA, independently of ``ptxdsl.fragments``.
+formulas written out in the PTX ISA, independently of ``ptxdsl.dsl.fragments``.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from ptxdsl import kernel, ptx, reg, Tile
-from ptxdsl.errors import InterpreterError
-from ptxdsl.fragments import layout
-from ptxdsl.fp8 import fp8_encode
-from ptxdsl.types import b32, f32, u16, u32
+from ptxdsl.core.errors import InterpreterError
+from ptxdsl.dsl.fragments import layout
+from ptxdsl.core.fp8 import fp8_encode
+from ptxdsl.core.types import b32, f32, u16, u32
 from tensorcore_kernels import (ALL_MMA, build_matrix_ops, build_mma, chain, fp8_value,
                                 matrix_expect, mma_case)
 
@@ -81,7 +81,7 @@ def test_fragment_origin_plus_offset_and_owner():
 
 def test_fragment_epilogue_writes_every_element_once():
     """A kernel stores its accumulator by (row, col) from Fragment.origin/items."""
-    from ptxdsl.fragments import fragment
+    from ptxdsl.dsl.fragments import fragment
 
     @kernel(out_specs=(Tile(16, 8, f32),), grid=(1, 1, 1), block=(32, 1, 1), arch="sm_80")
     def epi(Y):
@@ -139,7 +139,7 @@ def test_partial_warp_is_refused():
 
 
 def test_divergent_mma_is_refused_by_the_verifier():
-    from ptxdsl.errors import VerifyError
+    from ptxdsl.core.errors import VerifyError
     k = kernel(grid=(1, 1, 1), block=(32, 1, 1), arch="sm_80")(lambda: _mma_body(True))
     with pytest.raises(VerifyError, match=r"mma\.sync.*needs every thread of its warp"):
         k.ptx()
@@ -183,7 +183,7 @@ def test_cvt_fp8_round_trip_on_the_interpreter():
         ptx.inst.mov.u32(lane, ptx.special.laneid())
         hi, lo = reg.scalar(f32), reg.scalar(f32)
         ptx.inst.ld.global_.v2.f32([hi, lo], ptx.addr(px + lane * 8))
-        from ptxdsl.types import e4m3x2, f16x2
+        from ptxdsl.core.types import e4m3x2, f16x2
         p = reg.scalar(e4m3x2)
         ptx.inst.cvt.rn.satfinite.e4m3x2.f32(p, hi, lo)
         ptx.inst.st.global_.b16(ptx.addr(pp + lane * 2), p)
@@ -221,7 +221,7 @@ def test_fp8_encode_agrees_with_ml_dtypes_at_every_tie_and_between():
 
 def test_mov_packs_16_bit_registers_into_a_32_bit_one():
     """mov.b32 d, {a, b} of two 16-bit registers (.b16, .e4m3x2): a is the low half."""
-    from ptxdsl.types import b16, e4m3x2
+    from ptxdsl.core.types import b16, e4m3x2
 
     @kernel(in_specs=(Tile(32, 2, f32),), out_specs=(Tile(32, u32), Tile(32, u32)),
             grid=(1, 1, 1), block=(32, 1, 1), arch="sm_90a")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import b64, f32, pred, u16, u32
+from ptxdsl.core.errors import InterpreterError
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import b64, f32, pred, u16, u32
 
 
 def build_copy(box, swizzle, dtype=f32, dump=True, store_shift=0, multicast=False,

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from ptxdsl import kernel, ptx, reg, smem
-from ptxdsl.errors import InterpreterError
-from ptxdsl.types import b64, pred, u32
+from ptxdsl.core.errors import InterpreterError
+from ptxdsl.core.types import b64, pred, u32
 import located
 
 

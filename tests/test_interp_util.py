@@ -15,7 +15,7 @@ from fractions import Fraction
 import numpy as np
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.types import by_name, pred, u32
+from ptxdsl.core.types import by_name, pred, u32
 
 _MEM = {"pred": "u32"}
 # ld/st move half-precision values through their bit-width forms

@@ -18,10 +18,10 @@ import pytest
 from isa_forms import (Sweep, arch_for, assemble_forms, covering_forms, example_chain,
                        example_module, version_for, with_optional_needs)
 from ptxdsl import toolchain
-from ptxdsl.errors import ArchError, IsaError, PtxdslError
+from ptxdsl.core.errors import ArchError, IsaError, PtxdslError
 from ptxdsl.isa import INSTRUCTIONS, TABLE, check_arch, lookup, match, resolve
 from ptxdsl.isa.spec import parse_operands, split_alternatives
-from ptxdsl.types import ALL_TYPES
+from ptxdsl.core.types import ALL_TYPES
 
 PTXAS = toolchain.find_ptxas()
 needs_ptxas = pytest.mark.skipif(
@@ -193,7 +193,7 @@ REFUSED = [
 
 
 def _refused_by_table(line: str, arch: str) -> str:
-    from ptxdsl.arch import parse_arch
+    from ptxdsl.core.arch import parse_arch
     try:
         m = resolve(example_chain(line))
         check_arch(m, parse_arch(arch)[0], arch)

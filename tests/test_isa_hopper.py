@@ -18,9 +18,9 @@ import pytest
 from isa_forms import (Sweep, arch_for, assemble_forms, covering_forms, version_for,
                        with_optional_needs)
 from ptxdsl import kernel, ptx, reg, toolchain
-from ptxdsl.errors import ArchError, IsaError
+from ptxdsl.core.errors import ArchError, IsaError
 from ptxdsl.isa import INSTRUCTIONS, check_arch, hopper, resolve
-from ptxdsl.types import b32, b64, f32, pred, s32, u32, u64
+from ptxdsl.core.types import b32, b64, f32, pred, s32, u32, u64
 
 PTXAS = toolchain.find_ptxas()
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="no ptxas found")
@@ -240,7 +240,7 @@ def test_tensor_copy_coordinates_and_sink():
 
 
 def ptx_b16():
-    from ptxdsl.types import b16
+    from ptxdsl.core.types import b16
     return b16
 
 

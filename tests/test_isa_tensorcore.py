@@ -16,10 +16,10 @@ import pytest
 
 from isa_forms import Sweep, arch_for, assemble_forms, version_for
 from ptxdsl import kernel, ptx, reg, toolchain
-from ptxdsl.errors import ArchError, IsaError
+from ptxdsl.core.errors import ArchError, IsaError
 from ptxdsl.isa import INSTRUCTIONS, resolve
 from ptxdsl.isa.tensorcore import MMA_FORMS, mma_registers
-from ptxdsl.types import b32, e5m2x2, f32, u32
+from ptxdsl.core.types import b32, e5m2x2, f32, u32
 
 PTXAS = toolchain.find_ptxas()
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="no ptxas found")
@@ -266,7 +266,7 @@ def test_cvt_fp8_rules():
 
 
 def test_single_register_lists_print_braced():
-    from ptxdsl.types import f64
+    from ptxdsl.core.types import f64
 
     def body():
         a, b, c = _frag(f64, 1), _frag(f64, 1), _frag(f64, 2)

@@ -6,7 +6,7 @@ import pytest
 
 import ptxdsl
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 
 @kernel(in_specs=(Tile(32, f32),), out_specs=(Tile(32, f32),), block=(32, 1, 1))

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.errors import LaunchError
+from ptxdsl.core.errors import LaunchError
 from ptxdsl.ops import matmul
 from ptxdsl.ops.matmul.epilogue import reference as act_ref
 from ptxdsl.ops.matmul.plan import Plan, choose, one_row, stages_for, SMEM_PER_CTA, tma_ok
 from ptxdsl.ops.matmul.schedule import persistent_grid, tile_coords, tile_coords_py, tile_order
-from ptxdsl.types import bf16, e4m3, f16, f32, u32
+from ptxdsl.core.types import bf16, e4m3, f16, f32, u32
 
 pytest.importorskip("ptxdsl.interp")
 
@@ -338,8 +338,8 @@ def test_measured_one_row_plans_are_the_fastest_recorded():
     e4m3 operands keep ONE_ROW_MEASURED; every plan fits in shared memory for each
     output type."""
     import math
-    from ptxdsl.ops.matmul.plan import (ONE_ROW_DEVICE_MEASURED, ONE_ROW_MEASURED,
-                                        ONE_ROW_MEASURED_16)
+    from ptxdsl.ops.matmul.plan import (
+        ONE_ROW_DEVICE_MEASURED, ONE_ROW_MEASURED, ONE_ROW_MEASURED_16)
     first = [_plan_runs("matmul_plans_rows_h100.json"), _plan_runs("matmul_plans_rows_h200.json")]
     devices = {"H100": (_plan_runs("matmul_plans_h100*.json"),
                         _plan_runs("matmul_plans_rows_h100*.json")),

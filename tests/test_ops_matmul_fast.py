@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from runtime_fakes import fake_gpu_for_ops  # noqa: E402
 
-from ptxdsl.types import bf16_bits_to_f32  # noqa: E402
+from ptxdsl.core.types import bf16_bits_to_f32  # noqa: E402
 
 
 def _read(addr, rows, cols, stride):

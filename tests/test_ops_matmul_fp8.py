@@ -17,11 +17,11 @@ import pytest
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
-from ptxdsl.errors import LaunchError  # noqa: E402
+from ptxdsl.core.errors import LaunchError  # noqa: E402
 from ptxdsl.ops import matmul  # noqa: E402
 from ptxdsl.ops.matmul.hopper import build_hopper  # noqa: E402
 from ptxdsl.ops.matmul.plan import bk_for, choose, one_row  # noqa: E402
-from ptxdsl.types import bf16, e4m3, e5m2, f32  # noqa: E402
+from ptxdsl.core.types import bf16, e4m3, e5m2, f32  # noqa: E402
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 NP8 = {e4m3: E4M3, e5m2: E5M2}

@@ -9,7 +9,7 @@ import pytest
 
 from ptxdsl.ops.matmul.hopper import build_hopper, Layout
 from ptxdsl.ops.matmul.plan import SMEM_PER_CTA, choose, one_row
-from ptxdsl.types import bf16, e4m3, f16, f32
+from ptxdsl.core.types import bf16, e4m3, f16, f32
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def _interprets_exactly(kern, ka, kb, a, w, out) -> None:
     against the float64 ``a @ w.T``: bit-exact for an f32 output (given NaN-filled),
     rounded once (as ``cvt.rn``) for a bf16 one."""
     import numpy as np
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     want = a.astype(np.float64) @ w.astype(np.float64).T
     if out == f32:
         c = kern.interpret(ka, kb, np.full(want.shape, np.nan, np.float32))
@@ -134,7 +134,7 @@ def test_interpreter_runs_the_shipped_kernel(m, n, k, a_major, b_major):
     """The Hopper kernel itself on the CPU, each operand major: integer inputs, bit-exact
     f32 output."""
     import numpy as np
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     p = choose(m, n, k, bf16, f32, sms=2)
     kern = build_hopper(p, bf16, f32, sms=2, a_major=a_major, b_major=b_major)
     _interpretable(kern)
@@ -156,7 +156,7 @@ def test_interpreter_runs_the_shipped_kernel_in_a_cluster_of_2(m, n, k, a_major,
     bit-exact f32 output, ragged M and K with the ring wrapping."""
     import dataclasses
     import numpy as np
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     p = dataclasses.replace(choose(m, n, k, bf16, f32, sms=2), cluster=2)
     kern = build_hopper(p, bf16, f32, sms=2, a_major=a_major, b_major=b_major)
     text = kern.ptx()
@@ -177,7 +177,7 @@ def test_interpreter_runs_the_split_k_kernel(m, n, k, split, b_major):
     """Split-K over a cluster on the CPU: integer inputs, bit-exact f32 output (every
     partial sum is an exact integer), ragged K (a rank may get one block less)."""
     import numpy as np
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     p = one_row(m, n, k, bf16, f32, sms=2 * split, split=split)
     kern = build_hopper(p, bf16, f32, sms=2 * split, b_major=b_major)
     _interpretable(kern)
@@ -194,7 +194,7 @@ def test_interpreter_runs_the_shipped_kernel_bf16_output(m, n, k):
     """The 16-bit epilogue (stmatrix staging, fence.proxy.async, TMA store) on the CPU:
     every sum is an integer below 2^11, exact in f32, rounded once to bf16 as cvt.rn is."""
     import numpy as np
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     p = choose(m, n, k, bf16, bf16, sms=2)
     kern = build_hopper(p, bf16, bf16, sms=2)
     _interpretable(kern)
@@ -212,7 +212,7 @@ def test_interpreter_runs_the_overlapped_epilogue_over_several_tiles(bn, cluster
     CTA issuing no next one, ragged edges; exact (integer sums below 2^8)."""
     import dataclasses
     import numpy as np
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     p = dataclasses.replace(choose(m, n, k, bf16, bf16, sms=2), bn=bn, overlap=True,
                             cluster=cluster, stages=2 if bn == 256 else 3)
     kern = build_hopper(p, bf16, bf16, sms=2)
@@ -236,7 +236,7 @@ def test_interpreter_runs_clusters_along_n(bn, cn, m, n, k, a_major, odt):
     tiles per CTA, A in either major; exact."""
     import numpy as np
     from ptxdsl.ops.matmul.plan import Plan
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     out = {"f32": f32, "bf16": bf16}[odt]
     p = Plan(bn=bn, cluster=1, cluster_n=cn, stages=3, epi_cols=64 if bn == 64 else 128)
     kern = build_hopper(p, bf16, out, sms=cn, a_major=a_major)
@@ -258,9 +258,9 @@ def test_interpreter_runs_a_rows_of_a(bn, a_rows, m, n, k, odt):
     those bytes), the other rows were zeroed once at the start; several tiles per CTA, the
     ring wrapping, ragged N and K; exact. M above a_rows is refused at launch."""
     import numpy as np
-    from ptxdsl.errors import LaunchError
+    from ptxdsl.core.errors import LaunchError
     from ptxdsl.ops.matmul.plan import Plan
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     out = {"f32": f32, "bf16": bf16}[odt]
     p = Plan(bn=bn, cluster=1, a_rows=a_rows, stages=3, epi_cols=min(bn, 128))
     kern = build_hopper(p, bf16, out, sms=2)
@@ -284,7 +284,7 @@ def test_interpreter_runs_a_rows_with_split_k(bn, split, m, n, k, odt):
     sums of the live rows; ragged N and K, several tiles per CTA; exact."""
     import numpy as np
     from ptxdsl.ops.matmul.plan import Plan
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     out = {"f32": f32, "bf16": bf16}[odt]
     p = Plan(bn=bn, cluster=1, split=split, a_rows=16, stages=3, epi_cols=min(bn, 128),
              stmatrix=False)
@@ -326,7 +326,7 @@ def test_interpreter_runs_the_narrow_and_192_tiles(bn, cluster, split, m, n, k, 
     that wraps and CTAs that take more than one tile."""
     import numpy as np
     from ptxdsl.ops.matmul.plan import Plan
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     p = Plan(bn=bn, epi_cols=64, cluster=cluster, split=split, stages=2,
              stmatrix=split == 1)
     sms = 2 * cluster * split
@@ -372,7 +372,7 @@ def test_interpreter_runs_tiles_that_are_not_whole_panels(bn, cluster, a_rows, m
     ring wrapping."""
     import numpy as np
     from ptxdsl.ops.matmul.plan import Plan
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     out = f32 if odt == "f32" else bf16
     p = Plan(bn=bn, epi_cols=min(bn, 128) if bn >= 128 else 64, cluster=cluster,
              a_rows=a_rows, stages=2)
@@ -404,7 +404,7 @@ def test_interpreter_runs_part_panel_tiles_split_or_in_clusters_along_n(bn, spli
     overlapping panel) and in clusters along N (A multicast): exact on the CPU."""
     import numpy as np
     from ptxdsl.ops.matmul.plan import Plan
-    from ptxdsl.types import f32_to_bf16_bits
+    from ptxdsl.core.types import f32_to_bf16_bits
     out = f32 if odt == "f32" else bf16
     p = Plan(bn=bn, epi_cols=128, cluster=1, split=split, cluster_n=cn, stages=2,
              stmatrix=split == 1)

@@ -12,7 +12,7 @@ import pytest
 from ptxdsl import kernel, ptx, reg, smem, Tile
 from ptxdsl.ops.matmul.operands import Operand, operands
 from ptxdsl.ops.matmul.plan import choose
-from ptxdsl.types import b64, bf16, f32, f32_to_bf16_bits, pred, u8, u32
+from ptxdsl.core.types import b64, bf16, f32, f32_to_bf16_bits, pred, u8, u32
 
 pytest.importorskip("ptxdsl.interp")
 

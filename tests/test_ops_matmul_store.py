@@ -13,8 +13,8 @@ from ptxdsl.ops.matmul.epilogue import reference
 from ptxdsl.ops.matmul.hopper import Layout
 from ptxdsl.ops.matmul.plan import Plan
 from ptxdsl.ops.matmul.store import store_tile
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import bf16, bf16_bits_to_f32, f16, f32, u8, u32
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import bf16, bf16_bits_to_f32, f16, f32, u8, u32
 
 pytest.importorskip("ptxdsl.interp")
 

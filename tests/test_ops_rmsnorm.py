@@ -6,13 +6,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
-from ptxdsl.errors import InterpreterError, LaunchError
+from ptxdsl.core.errors import InterpreterError, LaunchError
 from ptxdsl.ops import rms_norm, rms_norm_backward
 from ptxdsl.ops.rmsnorm import plan as choice
 from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
 from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce, dw_narrow, dw_summers
 from ptxdsl.ops.rmsnorm.fwd import build_forward, max_vec, plan
-from ptxdsl.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
+from ptxdsl.core.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
 
 EPS = 1e-6
 NS = [1, 3, 8, 17, 96, 100, 257, 1000, 1024, 1030, 2048, 4097]
@@ -296,7 +296,7 @@ def _arrivals_kernel(G: int, K: int, expect: int, resident: bool = True):
     CTA's slot) and SEEN (slot s: the marks' sum its CTA saw)."""
     from ptxdsl import Tile, kernel, ptx, reg
     from ptxdsl.ops.rmsnorm.bwd_dw import late_arrivals
-    from ptxdsl.types import b32, u32
+    from ptxdsl.core.types import b32, u32
 
     @kernel(in_specs=(), out_specs=(Tile(2, b32), Tile(G, u32), Tile(G, u32), Tile(K, u32)),
             grid=(G, 1, 1), block=(64, 1, 1), arch="sm_90a", resident=K if resident else None)

@@ -20,7 +20,7 @@ import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one
 from ptxdsl.ops.rmsnorm.bwd import MAX_GROUP_SMEM, build_backward, group_smem, plan_backward
 from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
 from ptxdsl.ops.rmsnorm.fwd import max_vec
-from ptxdsl.types import bf16, f16, f32
+from ptxdsl.core.types import bf16, f16, f32
 
 from test_ops_rmsnorm_few_rows import case, rel_err
 

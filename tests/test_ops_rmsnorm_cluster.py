@@ -10,7 +10,7 @@ from ptxdsl.ops.rmsnorm.bwd_staged import SMEM_PER_CTA
 from ptxdsl.ops.rmsnorm.cluster_row import ClusterSplit
 from ptxdsl.ops.rmsnorm.devices import Device, interpreter_runs_clusters
 from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
-from ptxdsl.types import bf16, f16, f32
+from ptxdsl.core.types import bf16, f16, f32
 
 from hopper_devices import H100, H200, device  # noqa: E402
 

@@ -17,7 +17,7 @@ from ptxdsl.ops import rms_norm, rms_norm_backward
 from ptxdsl.ops.rmsnorm import plan as rplan
 from ptxdsl.ops.rmsnorm.fwd import max_vec
 from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
-from ptxdsl.types import bf16, f16, f32
+from ptxdsl.core.types import bf16, f16, f32
 
 from hopper_devices import H200  # noqa: E402
 

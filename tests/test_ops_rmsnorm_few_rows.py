@@ -19,7 +19,7 @@ from ptxdsl.ops.rmsnorm import api, bwd
 from ptxdsl.ops.rmsnorm import plan as choice
 from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward, rows_grid
 from ptxdsl.ops.rmsnorm.fwd import max_vec
-from ptxdsl.types import bf16, f16, f32
+from ptxdsl.core.types import bf16, f16, f32
 
 EPS = 1e-6
 SMS = 2  # the interpreter's SM count (Frame.sms)

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
-from ptxdsl.errors import LaunchError
+from ptxdsl.core.errors import LaunchError
 from ptxdsl.ops import rms_norm, rms_norm_backward
 from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
 from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
 from ptxdsl.ops.rmsnorm.fwd import build_forward, max_vec, plan
 from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop
-from ptxdsl.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
+from ptxdsl.core.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
 
 EPS = 1e-6
 OFFSETS = [1.0, -0.5, 0.25, 3.0]

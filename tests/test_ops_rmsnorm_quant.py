@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
-from ptxdsl.errors import LaunchError
+from ptxdsl.core.errors import LaunchError
 from ptxdsl.ops import rms_norm, rms_norm_quant
 from ptxdsl.ops.rmsnorm.quant import FP8_MAX, MIN_SCALE, build_quant, plan_quant
-from ptxdsl.types import bf16, f16, f32
+from ptxdsl.core.types import bf16, f16, f32
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 E4M3 = ml_dtypes.float8_e4m3fn

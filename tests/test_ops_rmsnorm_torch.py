@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptxdsl.errors import LaunchError
+from ptxdsl.core.errors import LaunchError
 from ptxdsl.ops import rmsnorm
 from ptxdsl.ops.rmsnorm import api, fast
 from ptxdsl.runtime import torch_private

@@ -8,9 +8,9 @@ import pytest
 
 import located
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.errors import TraceError
+from ptxdsl.core.errors import TraceError
 from ptxdsl.isa import lookup
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 from runtime_kernels import build_pdl_vadd
 
 line_of, raises_at = located.for_file(__file__)

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from isa_forms import dense_forms
 from ptxdsl import PtxdslError, Tile, kernel, ptx, reg
 from ptxdsl import toolchain
-from ptxdsl.errors import ArchError, IsaError, OperandTypeError
+from ptxdsl.core.errors import ArchError, IsaError, OperandTypeError
 from ptxdsl.isa import TABLE, resolve
-from ptxdsl.arch import parse_arch
-from ptxdsl.types import ALL_TYPES, compatible, f32, int_range, pred, u64
+from ptxdsl.core.arch import parse_arch
+from ptxdsl.core.types import ALL_TYPES, compatible, f32, int_range, pred, u64
 
 PTXAS = toolchain.find_ptxas()
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="no ptxas found")

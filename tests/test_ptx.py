@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import IsaError, TraceError
+from ptxdsl.core.errors import IsaError, TraceError
 from ptxdsl import toolchain
-from ptxdsl.types import bf16, bf16x2, f16, f16x2, f32, f64, s32, u16, u32, u64
+from ptxdsl.core.types import bf16, bf16x2, f16, f16x2, f32, f64, s32, u16, u32, u64
 from test_reg import body_lines
 
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="no ptxas found")

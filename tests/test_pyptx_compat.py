@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import pyptx_examples  # noqa: E402
 from ptxdsl import Tile, kernel, ptx, reg, smem, toolchain  # noqa: E402
-from ptxdsl.types import b32, bf16, f32, u32  # noqa: E402
+from ptxdsl.core.types import b32, bf16, f32, u32  # noqa: E402
 
 PTXAS = toolchain.find_ptxas()
 AMPERE = [("gemm", "build_gemm", (64, 32, 64)),
@@ -151,7 +151,7 @@ def test_pyptx_style_kernel_assembles():
 
 def test_ptxdsl_spelling_from_fragments():
     """ptx.mma(d, a, b) reads shape, types and layouts from Fragments."""
-    from ptxdsl.fragments import fragment
+    from ptxdsl.dsl.fragments import fragment
 
     @kernel(grid=(1, 1, 1), block=(32, 1, 1), arch="sm_80")
     def own():

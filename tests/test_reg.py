@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.errors import OperandTypeError, TraceError
-from ptxdsl.types import bf16, f16, f32, f64, pred, s32, s64, u16, u32, u64
+from ptxdsl.core.errors import OperandTypeError, TraceError
+from ptxdsl.core.types import bf16, f16, f32, f64, pred, s32, s64, u16, u32, u64
 
 
 def body_lines(fn, arch="sm_90a", tiles=()) -> list[str]:
@@ -358,7 +358,7 @@ def test_predicate_cannot_be_initialised_from_a_number():
 
 
 def test_packed_half_init_splats_the_value():
-    from ptxdsl.types import bf16x2, f16x2
+    from ptxdsl.core.types import bf16x2, f16x2
 
     def body():
         reg.scalar(f16x2, init=1.0)
@@ -370,8 +370,8 @@ def test_packed_fp8_init_splats_the_rounded_code():
     """e4m3x2 / e5m2x2 registers (.b16, two codes) take a float initialiser rounded to the
     format and saturated to its finite range, in both bytes (a float initialiser was once
     encoded as bf16 bits and refused as too wide for .b16: hypothesis found it)."""
-    from ptxdsl.fp8 import fp8_decode
-    from ptxdsl.types import e4m3x2, e5m2x2
+    from ptxdsl.core.fp8 import fp8_decode
+    from ptxdsl.core.types import e4m3x2, e5m2x2
 
     def body():
         reg.scalar(e4m3x2, init=1.0)
@@ -386,7 +386,7 @@ def test_packed_fp8_init_splats_the_rounded_code():
 
 
 def test_tf32_init_is_refused():
-    from ptxdsl.types import tf32
+    from ptxdsl.core.types import tf32
 
     def body():
         reg.scalar(tf32, init=1.0)

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile
-from ptxdsl.errors import LaunchError
+from ptxdsl.core.errors import LaunchError
 from ptxdsl.runtime import adapter as rad
 from ptxdsl.runtime import args as ra
-from ptxdsl.types import b16, b32, bf16, f16, f32, s32, u32
+from ptxdsl.core.types import b16, b32, bf16, f16, f32, s32, u32
 from runtime_kernels import build_scale_rows, build_vadd, build_vadd4
 from seed_kernels import build_rms_norm
 

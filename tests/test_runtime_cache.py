@@ -42,7 +42,7 @@ def test_cache_dir_xdg_then_home(monkeypatch, tmp_path):
 
 
 def test_cli_reports_the_runtime_cache_dir(monkeypatch, tmp_path, capsys):
-    from ptxdsl import cli
+    from ptxdsl.cli import command as cli
     monkeypatch.delenv("PTXDSL_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cli.main(["cache", "info"]) == 0

@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ptxdsl.errors import LaunchError
+from ptxdsl.core.errors import LaunchError
 from ptxdsl.runtime import cshim
 from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch

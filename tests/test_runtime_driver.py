@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import ptxdsl
-from ptxdsl.errors import PtxdslError
+from ptxdsl.core.errors import PtxdslError
 from ptxdsl.runtime import driver as rd
 from runtime_fakes import CUresult, FakeCuda, fake_driver
 
@@ -130,7 +130,7 @@ def test_memory_roundtrip():
 
 # ---------------------------------------------------------------- doctor
 def test_doctor_without_a_gpu(monkeypatch):
-    from ptxdsl import doctor
+    from ptxdsl.cli import doctor
     monkeypatch.setattr(rd, "_driver", None)
     monkeypatch.setattr(rd, "_driver_error", ImportError("No module named 'cuda'"))
     report = doctor.doctor()
@@ -142,7 +142,7 @@ def test_doctor_without_a_gpu(monkeypatch):
 
 
 def test_doctor_with_a_fake_gpu(monkeypatch, tmp_path):
-    from ptxdsl import doctor
+    from ptxdsl.cli import doctor
     monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
     fake_driver(monkeypatch, devices=((9, 0),))
     report = doctor.doctor()
@@ -152,7 +152,7 @@ def test_doctor_with_a_fake_gpu(monkeypatch, tmp_path):
 
 
 def test_cli_doctor_uses_the_runtime_report(monkeypatch, capsys):
-    from ptxdsl import cli
+    from ptxdsl.cli import command as cli
     fake_driver(monkeypatch)
     code = cli.main(["doctor"])
     out = capsys.readouterr().out
@@ -165,7 +165,8 @@ def test_fake_cuda_is_self_consistent():
 
 
 def test_doctor_reports_nvdisasm_and_what_to_install(monkeypatch):
-    from ptxdsl import doctor, toolchain
+    from ptxdsl.cli import doctor
+    from ptxdsl import toolchain
     fake_driver(monkeypatch)
     real = toolchain.toolchain_report()
     monkeypatch.setattr(toolchain, "toolchain_report",

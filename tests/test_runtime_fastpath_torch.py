@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from ptxdsl.errors import LaunchError
+from ptxdsl.core.errors import LaunchError
 from ptxdsl.runtime import fastpath as rfast
 from ptxdsl.runtime import launcher as rlaunch
 from ptxdsl.runtime import torch_private

@@ -15,7 +15,7 @@ import pytest
 
 import ptxdsl
 from ptxdsl import toolchain
-from ptxdsl.errors import LaunchError, ToolchainError
+from ptxdsl.core.errors import LaunchError, ToolchainError
 from ptxdsl.runtime import cache as rcache
 from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ptxdsl
-from ptxdsl.errors import LaunchError, TraceError
+from ptxdsl.core.errors import LaunchError, TraceError
 from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch
 from launch_helpers import count_slow, rand, vadd_on
@@ -27,7 +27,7 @@ def test_block_larger_than_the_kernel_fits(make_gpu):
 
 def test_grid_over_the_device_limit(gpu):
     from ptxdsl import Tile, kernel, ptx
-    from ptxdsl.types import f32
+    from ptxdsl.core.types import f32
 
     @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),
             grid=lambda N: (1, N, 1), block=(32, 1, 1))
@@ -205,7 +205,7 @@ def test_dynamic_shared_memory_is_sized_raised_and_counted(gpu):
     limit is raised past 48 KiB before the first launch (and before an occupancy query),
     and resident_ctas counts with the kernel's own shared memory by default."""
     from ptxdsl import Tile, kernel, ptx, reg, smem
-    from ptxdsl.types import f32, u32
+    from ptxdsl.core.types import f32, u32
 
     @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),),
             grid=lambda N: (N // 256, 1, 1), block=(256, 1, 1), name="dyn_smem_copy")
@@ -244,7 +244,7 @@ def test_resident_clusters_asks_the_driver_and_allows_sixteen(gpu):
     cluster shape and dynamic shared memory; clusters of more than 8 CTAs get the
     non-portable attribute first (the driver refuses them without it)."""
     from ptxdsl import Tile, kernel, ptx, smem
-    from ptxdsl.types import f32, u8
+    from ptxdsl.core.types import f32, u8
 
     def build(c, nbytes):
         @kernel(in_specs=(Tile("N", f32),), out_specs=(), grid=(c, 1, 1), block=(512, 1, 1),

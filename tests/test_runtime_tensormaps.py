@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.errors import LaunchError, TraceError
+from ptxdsl.core.errors import LaunchError, TraceError
 from ptxdsl.runtime.tensormaps import TensorMapCache
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import bf16, f32, u32, u64
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import bf16, f32, u32, u64
 from runtime_fakes import FakeCuda
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from ptxdsl import kernel, reg, ptx, smem, Tile
 from ptxdsl import toolchain
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 WARP_SIZE = 32
 LOG2E = 1.4426950408889634

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from ptxdsl import toolchain as tc
-from ptxdsl.errors import PtxdslError, ToolchainError
+from ptxdsl.core.errors import PtxdslError, ToolchainError
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="fake tools are /bin/sh scripts")
 # Absolute paths, looked up now: the tests below point PATH at empty folders.

@@ -5,10 +5,11 @@ import threading
 
 import pytest
 
-from ptxdsl import ir, kernel, ptx, reg
-from ptxdsl.errors import IsaError, TraceError
-from ptxdsl.trace import Builder, current
-from ptxdsl.types import f32, pred, u16, u32, u64, u8
+from ptxdsl.core import ir
+from ptxdsl import kernel, ptx, reg
+from ptxdsl.core.errors import IsaError, TraceError
+from ptxdsl.core.trace import Builder, current
+from ptxdsl.core.types import f32, pred, u16, u32, u64, u8
 
 
 def test_no_builder_outside_a_trace():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ptxdsl import types as T
-from ptxdsl.types import GENERATED_NAME
+from ptxdsl.core.types import GENERATED_NAME
 
 
 def test_every_type_is_registered_once():
@@ -137,7 +137,7 @@ def test_move_type(t, moved):
 
 
 def test_register_prefixes_are_distinct_and_generated_names_match():
-    from ptxdsl.emit import decl_type
+    from ptxdsl.core.emit import decl_type
     by_prefix = {}
     for name, prefix in T.REG_PREFIX.items():
         # types that share a prefix share one declaration (.reg .b32 %r<N> holds u32 and s32)

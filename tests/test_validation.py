@@ -16,8 +16,8 @@ import re
 import pytest
 
 from ptxdsl import PtxdslError, Tile, kernel, ptx, reg, smem
-from ptxdsl.errors import ArchError, IsaError, OperandTypeError, TraceError
-from ptxdsl.types import bf16, f32, pred, u32
+from ptxdsl.core.errors import ArchError, IsaError, OperandTypeError, TraceError
+from ptxdsl.core.types import bf16, f32, pred, u32
 
 HERE = os.path.abspath(__file__)
 
@@ -286,7 +286,7 @@ def test_tile_spec_error_names_the_line():
 
 def test_too_much_shared_memory_names_the_alloc_line():
     """ptxas reports shared-memory overflow with no PTX line: check() names the smem.alloc."""
-    from ptxdsl.errors import ToolchainError
+    from ptxdsl.core.errors import ToolchainError
     from ptxdsl.toolchain import find_ptxas
     if find_ptxas() is None:
         pytest.skip("no ptxas found")

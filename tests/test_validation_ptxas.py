@@ -11,8 +11,8 @@ import re
 import pytest
 
 from ptxdsl import PtxdslError, kernel, ptx, reg, smem, toolchain
-from ptxdsl.errors import OperandTypeError, TraceError
-from ptxdsl.types import f32, f64, pred, u16, u32, u64
+from ptxdsl.core.errors import OperandTypeError, TraceError
+from ptxdsl.core.types import f32, f64, pred, u16, u32, u64
 
 HERE = os.path.abspath(__file__)
 PTXAS = toolchain.find_ptxas()
@@ -107,7 +107,7 @@ def test_32_bit_shared_addresses_stay_allowed():
 
 
 def test_param_symbol_is_not_an_mbarrier_address():
-    from ptxdsl import ir
+    from ptxdsl.core import ir
 
     def body():
         ptx.inst.mbarrier.init.shared.b64(ir.Addr(ir.Symbol("p_ptr", "param")), 1)  # <- param
@@ -205,7 +205,7 @@ def test_minus_one_on_unsigned_operands():
 
 # ---------------------------------------------------------------- false refusals
 def test_mad_hi_sat_s32():
-    from ptxdsl.types import s32
+    from ptxdsl.core.types import s32
 
     def body():
         a = reg.scalar(s32, init=3)
@@ -215,7 +215,7 @@ def test_mad_hi_sat_s32():
 
 @pytest.mark.parametrize("src", ["u16", "u64", "s16", "s64", "b32", "f64", "f16"])
 def test_set_with_other_source_types(src):
-    from ptxdsl.types import ALL_TYPES
+    from ptxdsl.core.types import ALL_TYPES
     t = ALL_TYPES[src]
 
     def body():

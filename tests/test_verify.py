@@ -1,4 +1,4 @@
-"""Whole-program checks (ptxdsl.verify): def-before-use, labels, barrier placement, types.
+"""Whole-program checks (ptxdsl.core.verify): def-before-use, labels, barrier placement, types.
 
 Errors name this file and the line of the offending call (``# <- name`` markers).
 """
@@ -9,12 +9,12 @@ import os
 import pytest
 
 from ptxdsl import kernel, ptx, reg
-from ptxdsl import ir
-from ptxdsl.errors import PtxdslError, SourceLoc, VerifyError
+from ptxdsl.core import ir
+from ptxdsl.core.errors import PtxdslError, SourceLoc, VerifyError
 from ptxdsl.isa import resolve
-from ptxdsl.trace import Builder
-from ptxdsl.types import f32, pred, u32
-from ptxdsl.verify import verify
+from ptxdsl.core.trace import Builder
+from ptxdsl.core.types import f32, pred, u32
+from ptxdsl.core.verify import verify
 
 HERE = os.path.abspath(__file__)
 
@@ -276,7 +276,7 @@ def test_register_written_in_a_lane_branch_is_not_uniform_after_it():
 def test_try_wait_whose_result_is_ignored_is_refused():
     """One try_wait is not a wait: the GPU may give up before the phase completes."""
     from ptxdsl import smem
-    from ptxdsl.types import b64
+    from ptxdsl.core.types import b64
 
     def body():
         bar = smem.alloc(b64, (1,), align=8)
@@ -289,7 +289,7 @@ def test_try_wait_whose_result_is_ignored_is_refused():
 
 def test_try_wait_in_a_loop_and_test_wait_that_is_read_pass():
     from ptxdsl import smem
-    from ptxdsl.types import b64
+    from ptxdsl.core.types import b64
 
     def body():
         bar = smem.alloc(b64, (1,), align=8)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, toolchain
-from ptxdsl.errors import InterpreterError, TraceError
-from ptxdsl.types import pred, u32
+from ptxdsl.core.errors import InterpreterError, TraceError
+from ptxdsl.core.types import pred, u32
 
 HERE = os.path.abspath(__file__)
 PTXAS = toolchain.find_ptxas()

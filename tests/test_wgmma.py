@@ -6,10 +6,10 @@ import re
 import pytest
 
 from ptxdsl import kernel, ptx, smem, toolchain
-from ptxdsl.errors import PtxdslError
+from ptxdsl.core.errors import PtxdslError
 from ptxdsl.isa.descriptors import SmemDescriptor, swizzle_offset
-from ptxdsl.types import bf16, f32
-from ptxdsl.wgmma import MASKED_DESC_B128, WgmmaLayout
+from ptxdsl.core.types import bf16, f32
+from ptxdsl.dsl.wgmma import MASKED_DESC_B128, WgmmaLayout
 
 PTXAS = toolchain.find_ptxas()
 
@@ -94,7 +94,7 @@ def test_surface_records_the_documented_instructions(swizzle):
 
 def test_surface_refuses_with_a_reason():
     def bad_transpose():
-        from ptxdsl.types import e4m3
+        from ptxdsl.core.types import e4m3
         acc = ptx.wgmma.accumulator(8, f32)
         sb = smem.alloc(bf16, (64, 64))
         d = ptx.wgmma.descriptor(sb)

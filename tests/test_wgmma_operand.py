@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem, toolchain
-from ptxdsl.errors import PtxdslError
+from ptxdsl.core.errors import PtxdslError
 from ptxdsl.isa.descriptors import SmemDescriptor
-from ptxdsl.types import bf16, f16, f32, u16, u32
-from ptxdsl.wgmma import operand_layout
+from ptxdsl.core.types import bf16, f16, f32, u16, u32
+from ptxdsl.dsl.wgmma import operand_layout
 
 PTXAS = toolchain.find_ptxas()
 
@@ -101,7 +101,7 @@ def _build(tk: int, n: int, pyptx: bool, stages: int = 1):
 
 @pytest.mark.parametrize("tk,n", [(16, 8), (32, 16), (64, 32), (64, 64)])
 def test_tiles_multiply_on_the_interpreter(tk, n):
-    from ptxdsl.types import bf16_bits_to_f32, f32_to_bf16_bits
+    from ptxdsl.core.types import bf16_bits_to_f32, f32_to_bf16_bits
     rng = np.random.default_rng(tk * 7 + n)
     a = f32_to_bf16_bits(rng.standard_normal((64, tk)).astype(np.float32))
     b = f32_to_bf16_bits(rng.standard_normal((tk, n)).astype(np.float32))

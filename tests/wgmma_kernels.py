@@ -15,7 +15,7 @@ import functools
 import numpy as np
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import bf16, f32, u16, u32
+from ptxdsl.core.types import bf16, f32, u16, u32
 
 
 def kmajor_image(mat_bits: np.ndarray, span: int, stride: int, leading: int = 256) -> np.ndarray:
@@ -110,7 +110,7 @@ def build_wgmma(n: int, swizzle: int, b_mn_major: bool, a_words: int, b_words: i
 
 def random_case(n: int, swizzle: int, b_mn_major: bool, seed: int = 0):
     """Inputs (A image, B image) and the float64 reference D for build_wgmma."""
-    from ptxdsl.types import bf16_bits_to_f32, f32_to_bf16_bits
+    from ptxdsl.core.types import bf16_bits_to_f32, f32_to_bf16_bits
     rng = np.random.default_rng(seed)
     a = f32_to_bf16_bits(rng.standard_normal((64, 16)).astype(np.float32))
     b = f32_to_bf16_bits(rng.standard_normal((n, 16)).astype(np.float32))

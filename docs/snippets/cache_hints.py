@@ -1,6 +1,6 @@
 """Cache hints on global loads and stores (traced when the docs build)."""
 from ptxdsl import kernel, reg, ptx, Tile
-from ptxdsl.types import b64, f32, u32
+from ptxdsl.core.types import b64, f32, u32
 
 
 # --8<-- [start:hints]

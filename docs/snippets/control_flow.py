@@ -1,6 +1,6 @@
 """Small kernels for the Control flow & shared memory page (traced when the docs build)."""
 from ptxdsl import kernel, reg, ptx, smem, Tile
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 
 # --8<-- [start:relu]

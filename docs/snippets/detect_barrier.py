@@ -1,6 +1,6 @@
 """A barrier inside a branch on the thread's data: part of the CTA would never arrive."""
 from ptxdsl import kernel, reg, ptx, Tile
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 
 @kernel(in_specs=(Tile(64, f32),), out_specs=(Tile(64, f32),), block=(64, 1, 1))

@@ -1,7 +1,7 @@
 """An mbarrier initialised for 64 arrivals where only the producer warp's 32 arrive: its
 phase never completes, and the consumer warp waits for it forever."""
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import pred, u32, u64
+from ptxdsl.core.types import pred, u32, u64
 
 
 @kernel(in_specs=(), out_specs=(Tile(64, u32),), block=(64, 1, 1), arch="sm_90a")

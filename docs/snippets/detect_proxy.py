@@ -4,8 +4,8 @@ proxy: fence.proxy.async.shared::cta belongs after the stores, before the barrie
 import numpy as np
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import f32, u32
+from ptxdsl.core.tensormap import TMA
+from ptxdsl.core.types import f32, u32
 
 
 @kernel(in_specs=(), out_specs=(Tile(8, 16, f32, tma=TMA(box=(8, 16))),), block=(128, 1, 1),

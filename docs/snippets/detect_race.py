@@ -2,7 +2,7 @@
 import numpy as np
 
 from ptxdsl import kernel, reg, ptx, smem, Tile
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 
 @kernel(in_specs=(Tile(256, f32),), out_specs=(Tile(256, f32),), block=(256, 1, 1))

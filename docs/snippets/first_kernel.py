@@ -1,6 +1,6 @@
 """The first kernel of the docs: C = A + B over 1024 floats, one element per thread."""
 from ptxdsl import kernel, reg, ptx, Tile
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 
 @kernel(in_specs=(Tile(1024, f32), Tile(1024, f32)), out_specs=(Tile(1024, f32),),

@@ -1,5 +1,5 @@
 from ptxdsl import kernel, reg, ptx, Tile
-from ptxdsl.types import pred, u32
+from ptxdsl.core.types import pred, u32
 
 
 @kernel(in_specs=(Tile(32, u32),), out_specs=(Tile(32, u32),),

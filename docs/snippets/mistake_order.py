@@ -1,5 +1,5 @@
 from ptxdsl import kernel, reg, ptx, Tile
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 
 @kernel(in_specs=(Tile(1024, f32),), out_specs=(Tile(1024, f32),),

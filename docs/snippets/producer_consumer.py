@@ -3,7 +3,7 @@ shared memory, warpgroup 1 consumes them; full[s] / empty[s] mbarriers hand each
 import numpy as np
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import pred, u32, u64
+from ptxdsl.core.types import pred, u32, u64
 
 STAGES, ITERS = 4, 64
 

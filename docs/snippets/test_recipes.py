@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.types import f32, u32
+from ptxdsl.core.types import f32, u32
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hopper"))
 from softmax import build_softmax, reference  # noqa: E402

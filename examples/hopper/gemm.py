@@ -36,7 +36,7 @@ from _harness import on_gpu  # noqa: E402
 from ptxdsl.ops import matmul  # noqa: E402
 from ptxdsl.ops.matmul.hopper import build_hopper  # noqa: E402
 from ptxdsl.ops.matmul.plan import choose  # noqa: E402
-from ptxdsl.types import bf16, e4m3, f32  # noqa: E402
+from ptxdsl.core.types import bf16, e4m3, f32  # noqa: E402
 
 
 def build_gemm(m: int = 4096, n: int = 4096, k: int = 4096, out_dtype=bf16, *, bias=None,

@@ -13,7 +13,7 @@ arrays' shapes; a dim that only outputs carry is given by keyword
 (or an ``ml_dtypes.bfloat16`` array).
 
 The run is faithful to PTX thread semantics and stops with an
-:class:`~ptxdsl.errors.InterpreterError` naming the Python line, CTA, thread
+:class:`~ptxdsl.core.errors.InterpreterError` naming the Python line, CTA, thread
 and address on: out-of-bounds or misaligned accesses, reads of registers or
 memory bytes nothing wrote, data races on shared and global memory (see
 :mod:`.hb` for what orders accesses), reads of unfinished ``cp.async``
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ir
-from ..errors import InterpreterError, LaunchError, user_location
-from ..tensormap import TensorMapError
+from ..core import ir
+from ..core.errors import InterpreterError, LaunchError, user_location
+from ..core.tensormap import TensorMapError
 from .hb import Tracker
 from .machine import MAX_STEPS, Machine, compiled
 from .schedule import Blocked, Deadlock, levels, run_units, thread_units
@@ -346,7 +346,7 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
                 pdl: bool = False) -> dict:
     """Run a verified program over a grid; returns the final contents of every tensor.
 
-    ``tmaps`` maps a tensor's name to its :class:`~ptxdsl.tensormap.TensorMapSpec`
+    ``tmaps`` maps a tensor's name to its :class:`~ptxdsl.core.tensormap.TensorMapSpec`
     (any address: the tensor's interpreter address replaces it) for the kernel's
     tensor-map parameters (``X.tma_desc()``), as the runtime would encode them.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InterpreterError
+from ..core.errors import InterpreterError
 from . import proxy
 from .semantics import handler
 

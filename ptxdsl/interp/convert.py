@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ir
-from ..types import ALL_TYPES, int_range
+from ..core import ir
+from ..core.types import ALL_TYPES, int_range
 from . import fround as fr
 from .floatops import flush_in, fmt_for, unpack
 from .semantics import handler

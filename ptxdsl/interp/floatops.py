@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InterpreterError
+from ..core.errors import InterpreterError
 from . import fround as fr
 from .semantics import alu, handler
 

@@ -26,15 +26,15 @@ import functools
 
 import numpy as np
 
-from .. import ir
+from ..core import ir
 from ..isa.descriptors import SmemDescriptor, swizzle_offset
 from ..isa.hopper import wgmma_shape
-from ..types import bf16_bits_to_f32
-from ..wgmma import WgmmaLayout
+from ..core.types import bf16_bits_to_f32
+from ..dsl.wgmma import WgmmaLayout
 from . import transactions
 from .access import track_block
 from .semantics import handler
-from ..fp8 import fp8_decode
+from ..core.fp8 import fp8_decode
 
 _ELEM_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1}
 

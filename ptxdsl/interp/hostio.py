@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from ..errors import LaunchError
+from ..core.errors import LaunchError
 
 __all__ = ["HostArg", "to_numpy", "write_back", "wrap_output"]
 

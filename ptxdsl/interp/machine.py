@@ -26,8 +26,8 @@ import weakref
 
 import numpy as np
 
-from .. import ir
-from ..errors import InterpreterError
+from ..core import ir
+from ..core.errors import InterpreterError
 from . import cluster
 from .hb import HappensBefore
 from .inflight import check_held

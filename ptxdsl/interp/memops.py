@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ir
+from ..core import ir
 from . import fround as fr
 from . import cluster, transactions
 from .memory import SHARED_WINDOW

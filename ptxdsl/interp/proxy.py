@@ -19,7 +19,7 @@ a byte last written through the generic proxy by warp ``u`` at step ``s`` is acc
 when some warp's latest fence covers that write and happens before ``R``: it is a
 warp executing ``R`` (all four warps of a warpgroup for wgmma), or it is ordered before
 ``R`` by a barrier or an mbarrier phase. Otherwise the run stops with an
-:class:`~ptxdsl.errors.InterpreterError` naming the reading instruction's line, the
+:class:`~ptxdsl.core.errors.InterpreterError` naming the reading instruction's line, the
 writer and where the fence belongs.
 """
 from __future__ import annotations

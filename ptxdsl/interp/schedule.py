@@ -41,7 +41,7 @@ arrive runs it for all (:func:`wait_at`); a warp that never arrives is a deadloc
 that may let another unit progress (arrivals, exits, completed copies) add 1
 to ``mach.events``. A round in which every live unit is parked and no event
 happened is a deadlock: at the finest level it is an
-:class:`~ptxdsl.errors.InterpreterError` naming, for every unit, the user's
+:class:`~ptxdsl.core.errors.InterpreterError` naming, for every unit, the user's
 line it waits at and what for. ``mach.max_steps`` (``interpret(...,
 max_steps=)``) bounds the instructions executed, so a livelock is an error
 too, never a hang.
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InterpreterError
+from ..core.errors import InterpreterError
 
 # Table effects of instructions that may wait (and so may raise Blocked).
 WAIT_EFFECTS = frozenset({"barrier", "async_wait", "mbarrier"})

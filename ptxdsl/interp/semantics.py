@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..errors import InterpreterError
+from ..core.errors import InterpreterError
 from ..isa import TABLE
 
 HANDLERS: dict[str, Callable] = {}
@@ -79,5 +79,6 @@ def handlers_for_run() -> dict:
     return h
 
 
-from . import (intops, floatops, convert, memops, warp, control, barriers,  # noqa: E402,F401
-               tensorcore, hopper, tma, bulk, cluster)
+from . import (
+    intops, floatops, convert, memops, warp, control, barriers, tensorcore, hopper, tma, bulk,
+    cluster)

@@ -2,10 +2,10 @@
 
 All four are warp-collective: every lane of a warp must execute them together
 (``.aligned``); a warp with only some lanes active stops the run with an
-:class:`~ptxdsl.errors.InterpreterError` naming the missing lanes.
+:class:`~ptxdsl.core.errors.InterpreterError` naming the missing lanes.
 
 ``mma.sync`` reads each operand's registers, unpacks them into elements and
-places them in their tiles with the same :class:`ptxdsl.fragments.Layout`
+places them in their tiles with the same :class:`ptxdsl.dsl.fragments.Layout`
 objects that kernels and the docs use, multiplies in float64 (int64 for
 integer forms), and packs the result back.
 
@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ir
-from ..fp8 import fp8_decode, fp8_encode
-from ..fragments import operand_layouts
-from ..types import bf16_bits_to_f32
+from ..core import ir
+from ..core.fp8 import fp8_decode, fp8_encode
+from ..dsl.fragments import operand_layouts
+from ..core.types import bf16_bits_to_f32
 from .memops import addresses, check, space_of
 from .semantics import handler
 

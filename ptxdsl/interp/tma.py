@@ -2,7 +2,7 @@
 ``cp.reduce.async.bulk.tensor`` reductions through tensor maps (bulk groups: :mod:`.bulk`).
 
 Tensor maps. The launcher binds each tensor-map parameter (``X.tma_desc()``, a
-``.param .align 64 .b8 X_tmap[128]``) to the :class:`~ptxdsl.tensormap.TensorMapSpec`
+``.param .align 64 .b8 X_tmap[128]``) to the :class:`~ptxdsl.core.tensormap.TensorMapSpec`
 the runtime would encode for that argument (its shape, strides, the Tile's TMA box
 and swizzle, the argument's interpreter address). The 128 parameter bytes hold an
 opaque handle (a magic word and an index into ``param_space.tensormaps``), which the
@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ir
-from ..types import s32
+from ..core import ir
+from ..core.types import s32
 from . import fround as fr
 from . import groups
 from . import cluster

@@ -111,6 +111,6 @@ def at_exit(mach) -> None:
         msg = (f"the kernel ended with phase {st['phase']} of the mbarrier {where} "
                f"unbalanced: {what}; {summary(st)}")
         if at is None:
-            from ..errors import InterpreterError
+            from ..core.errors import InterpreterError
             raise InterpreterError(msg)
         mach.fail(at, msg)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import PtxType
+from ..core.types import PtxType
 
 UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 SINT = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import difflib
 
-from ..errors import IsaError
+from ..core.errors import IsaError
 from .spec import Group, Match, Mod, Operand, OpSpec, check_arch, match
 from . import hopper, table, tensorcore
 

@@ -14,7 +14,7 @@ bits       field
 =========  =======================================================================
 
 :class:`SmemDescriptor` encodes and decodes that word. The DSL builds
-descriptors with it (:mod:`ptxdsl.wgmma`), the interpreter decodes the bits a
+descriptors with it (:mod:`ptxdsl.dsl.wgmma`), the interpreter decodes the bits a
 kernel computed with it (:mod:`ptxdsl.interp.hopper`), and the tests check both
 against each other; nothing else spells these bit positions.
 """

@@ -3,7 +3,7 @@
 An :class:`OpSpec` is data: the opcode, its modifier groups in PTX order, the
 types it takes, its operand signature and the PTX ISA / ``sm_`` it needs.
 :func:`match` turns a chain such as ``["ld", "global", "v4", "f32"]`` into a
-:class:`Match` or raises an :class:`~ptxdsl.errors.IsaError` that says what
+:class:`Match` or raises an :class:`~ptxdsl.core.errors.IsaError` that says what
 would be right. Validation, emission, the interpreter and the docs all read
 these objects; nothing else knows the rules.
 """
@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from ..errors import ArchError, IsaError
-from ..types import ALL_TYPES, PtxType
+from ..core.errors import ArchError, IsaError
+from ..core.types import ALL_TYPES, PtxType
 
 Version = tuple[int, int]
 

@@ -8,7 +8,7 @@ matched as four positional modifier groups and the legal combinations are
 the rows of :data:`MMA_FORMS` (one row per family, with the PTX ISA and
 ``sm_`` it needs, as measured against ptxas 13). How many registers each
 operand list holds follows from the shape and the element width
-(:func:`mma_registers`); :mod:`ptxdsl.fragments` knows which (row, col) each
+(:func:`mma_registers`); :mod:`ptxdsl.dsl.fragments` knows which (row, col) each
 of them holds.
 """
 from __future__ import annotations
@@ -194,7 +194,7 @@ TABLE: tuple[OpSpec, ...] = (
         doc="Warp-wide matrix multiply-accumulate D = A x B + C on register fragments: "
             "the shape .mMnNkK, the layouts of A and B, then the types of D, A, B and C. "
             "Each operand is a register list whose length depends on shape and type "
-            "(ptxdsl.fragments says which element each lane's register holds).",
+            "(ptxdsl.dsl.fragments says which element each lane's register holds).",
         example="mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f0, %f1, %f2, %f3}, "
                 "{%r0, %r1, %r2, %r3}, {%r4, %r5}, {%f4, %f5, %f6, %f7}"),
     OpSpec("ldmatrix.sync", (

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import LaunchError, user_location
+from ..core.errors import LaunchError, user_location
 
 __all__ = ["ArgProblem", "ArgView", "address", "classify", "dlpack_device",
            "element_strides", "stream_handle", "torch_dtype_name", "view_of"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import LaunchError, user_location
-from ..types import PtxType
+from ..core.errors import LaunchError, user_location
+from ..core.types import PtxType
 from .adapter import _ITEMSIZE, ArgView
 
 __all__ = ["Binding", "KernelSignature", "accepts_dtype", "bind", "dtype_name_for_tile",
@@ -129,7 +129,7 @@ def vector_alignment(program) -> dict[str, tuple[int, str]]:
     register mixing two pointers taints both), which can only ask for more alignment
     than needed.
     """
-    from .. import ir
+    from ..core import ir
     instrs = list(program.walk())
     taint: dict = {}
     for ins in instrs:

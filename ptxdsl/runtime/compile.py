@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .. import toolchain
-from ..arch import parse_arch
-from ..dump import dump
-from ..errors import LaunchError, ToolchainError
+from ..core.arch import parse_arch
+from .dump import dump
+from ..core.errors import LaunchError, ToolchainError
 from . import cache as _cache
 from .driver import CudaError
 

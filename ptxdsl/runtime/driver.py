@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from ..errors import PtxdslError
+from ..core.errors import PtxdslError
 # the ctypes mode's launch call, looked up here by the launcher (tests replace it here)
 from .ctypes_launch import CtypesLauncher  # noqa: F401
 

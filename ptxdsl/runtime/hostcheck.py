@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 
-from ..errors import LaunchError, user_location
+from ..core.errors import LaunchError, user_location
 from .adapter import ArgProblem, classify, view_of
 from .args import KernelSignature, bind
 

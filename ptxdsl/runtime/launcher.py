@@ -49,7 +49,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from ..errors import LaunchError, user_location
+from ..core.errors import LaunchError, user_location
 from . import driver as _driver
 from .adapter import ArgProblem, ArgView, classify, dlpack_device, stream_handle, view_of
 from .args import Binding, KernelSignature, bind

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import LaunchError, user_location
+from ..core.errors import LaunchError, user_location
 from .compile import KernelFunction
 from .driver import CudaError
 

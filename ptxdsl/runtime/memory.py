@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import LaunchError
+from ..core.errors import LaunchError
 from . import driver as _driver
 from .args import dtype_name_for_tile
 

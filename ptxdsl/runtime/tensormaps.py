@@ -4,7 +4,7 @@ A kernel whose body called ``X.tma_desc()`` has a parameter
 ``.param .align 64 .b8 X_tmap[128]`` (kind ``"tmap"``): the 128-byte ``CUtensorMap``
 of argument ``X``, passed by value as a grid constant. For each call the runtime
 
-1. makes the :class:`~ptxdsl.tensormap.TensorMapSpec` from the Tile's ``tma=`` and the
+1. makes the :class:`~ptxdsl.core.tensormap.TensorMapSpec` from the Tile's ``tma=`` and the
    argument's shape and strides (:meth:`TensorMapParams.specs`);
 2. looks its encoding up in a :class:`TensorMapCache`, keyed by everything the map
    depends on except the global address (dtype, shape, strides, box, element strides,
@@ -28,8 +28,8 @@ import ctypes
 import struct
 from collections import OrderedDict
 
-from ..errors import LaunchError, user_location
-from ..tensormap import TensorMapError, TensorMapSpec
+from ..core.errors import LaunchError, user_location
+from ..core.tensormap import TensorMapError, TensorMapSpec
 
 __all__ = ["TensorMapCache", "TensorMapParams", "TMAP_BYTES"]
 
@@ -156,8 +156,8 @@ class TensorMapParams:
             return self._address_offset
         found = None
         if self.slots:
-            from ..types import bf16
-            from ..tensormap import TMA
+            from ..core.types import bf16
+            from ..core.tensormap import TMA
             spec = TMA(box=(8, 64), swizzle=128).spec_for(bf16, (64, 64))
             addrs = (0x7F00_0000_1230, 0x10_0000_0000, 0x2468_ACE0)
             try:

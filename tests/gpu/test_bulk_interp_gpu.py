@@ -54,7 +54,7 @@ def test_bulk_load_and_store_match():
 
 @pytest.mark.parametrize("op", ["add", "min", "max", "inc", "dec", "and", "or", "xor"])
 def test_tma_reduce_u32(op):
-    from ptxdsl.types import u32
+    from ptxdsl.core.types import u32
     from test_interp_bulk import tma_reduce
     torch = torch_sm90()
     rng = np.random.default_rng(3)
@@ -74,7 +74,7 @@ def _edge_f32(rng):
 
 
 def test_tma_reduce_add_f32_edges():
-    from ptxdsl.types import f32
+    from ptxdsl.core.types import f32
     from test_interp_bulk import tma_reduce
     torch = torch_sm90()
     x, c0 = _edge_f32(np.random.default_rng(4))
@@ -87,7 +87,7 @@ def test_tma_reduce_add_f32_edges():
 @pytest.mark.parametrize("op", ["add", "min", "max"])
 @pytest.mark.parametrize("half", ["bf16", "f16"])
 def test_tma_reduce_half_precision(op, half):
-    from ptxdsl.types import bf16, f16, f32_to_bf16_bits
+    from ptxdsl.core.types import bf16, f16, f32_to_bf16_bits
     from test_interp_bulk import tma_reduce
     torch = torch_sm90()
     rng = np.random.default_rng(5)

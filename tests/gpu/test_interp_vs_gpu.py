@@ -23,8 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
-from ptxdsl import cli  # noqa: E402
-from ptxdsl.types import f32_to_bf16_bits  # noqa: E402
+from ptxdsl.cli import command as cli  # noqa: E402
+from ptxdsl.core.types import f32_to_bf16_bits  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not ptxdsl.gpu_available(),
@@ -137,7 +137,7 @@ APPROX = [("ex2.approx.f32", 2.0 ** -22), ("lg2.approx.f32", 2.0 ** -21),
 
 
 def _edge_values(t, n, rng):
-    from ptxdsl.types import by_name
+    from ptxdsl.core.types import by_name
     dt = by_name(t).np_dtype
     raw = rng.integers(0, 256, n * dt.itemsize, dtype=np.uint8).view(dt)
     if t in ("f32", "f64"):
@@ -207,7 +207,7 @@ FLOAT_EDGE_BITS["tf32"] = FLOAT_EDGE_BITS["f32"]
 
 
 def _int_edges(t):
-    from ptxdsl.types import by_name, int_range
+    from ptxdsl.core.types import by_name, int_range
     pt = by_name(t)
     bits = pt.bits
     lo, hi = int_range(pt) if pt.kind != "b" else (0, (1 << bits) - 1)
@@ -230,7 +230,7 @@ def _edges(t):
 
 def edge_inputs(ins, n, rng):
     """Arrays (as the kernel's memory types) holding edge combinations, then random bits."""
-    from ptxdsl.types import by_name
+    from ptxdsl.core.types import by_name
     import itertools
     edges = [_edges(t) for t in ins]
     combos = list(itertools.product(*edges))
@@ -258,7 +258,7 @@ def edge_inputs(ins, n, rng):
 
 def _nan_lanes(a, t):
     """Per element: which lanes are NaN, as a boolean array over the bit patterns."""
-    from ptxdsl.types import by_name
+    from ptxdsl.core.types import by_name
     pt = by_name(t)
     u = np.asarray(a).view(f"u{np.asarray(a).dtype.itemsize}").astype(np.uint64)
     if t in ("f32", "tf32"):
@@ -279,7 +279,7 @@ def _edge_forms():
     """(text, input types, output types) of every ALU form, from the table."""
     from isa_forms import dense_forms
     from ptxdsl.isa import TABLE
-    from ptxdsl.types import ALL_TYPES
+    from ptxdsl.core.types import ALL_TYPES
     extra = int(os.environ.get("PTXDSL_EDGE_EXTRA", "1"))
     out = {}
     for spec in TABLE:
@@ -354,7 +354,7 @@ def test_every_alu_form_bit_exact_at_the_edges(chain, ins, outs):
 def test_warp_level_instructions_agree():
     """shfl.sync d|p, activemask (in a branch) and bar.warp.sync: GPU = interpreter."""
     from ptxdsl import ptx, reg
-    from ptxdsl.types import pred, u32
+    from ptxdsl.core.types import pred, u32
     import test_warp_level as tw
 
     def shfl(tid):

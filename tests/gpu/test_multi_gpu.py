@@ -20,7 +20,7 @@ torch = torch_cuda()
 pytestmark = NEEDS_GPU + [pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")]
 
-from ptxdsl.errors import LaunchError  # noqa: E402
+from ptxdsl.core.errors import LaunchError  # noqa: E402
 from ptxdsl.ops import RMSNorm, matmul, rms_norm, rms_norm_backward, rms_norm_quant  # noqa: E402
 from ptxdsl.runtime import prepare  # noqa: E402
 

@@ -162,7 +162,7 @@ def test_split_k_kernel(m, n, k, split, b_major):
     shape runs 7 tiles per cluster."""
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import one_row
-    from ptxdsl.types import bf16, f32
+    from ptxdsl.core.types import bf16, f32
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, w = ints(m, k), ints(n, k)
     bk = w.t() if b_major == "MN" else w          # (K, N) row-major or (N, K)
@@ -194,7 +194,7 @@ def test_clusters_along_n(m, n, k, cn, a_major):
     are M long, a multiple of 8 for TMA's 16-byte strides)."""
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import Plan
-    from ptxdsl.types import bf16, f32
+    from ptxdsl.core.types import bf16, f32
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, w = ints(m, k), ints(n, k)
     bn = 64 if n <= 4096 else 128
@@ -215,7 +215,7 @@ def test_224_wide_tiles(m, n, k, cluster, a_rows, bias):
     given an MN-major B takes 256 (for_majors) and stays exact."""
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import Plan, for_majors, most_stages, stages_for
-    from ptxdsl.types import bf16, f32
+    from ptxdsl.core.types import bf16, f32
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, w = ints(m, k), ints(n, k)
     p = Plan(bn=224, cluster=cluster, a_rows=a_rows, epi_cols=128, l2_promotion=256)
@@ -253,7 +253,7 @@ def test_a_rows_of_a(m, n, k, a_rows, split):
     from ptxdsl.ops.matmul.api import describe
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import Plan, stages_for
-    from ptxdsl.types import bf16, f32
+    from ptxdsl.core.types import bf16, f32
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, w = ints(m, k), ints(n, k)
     p = Plan(bn=64, cluster=1, a_rows=a_rows, epi_cols=64, split=split,

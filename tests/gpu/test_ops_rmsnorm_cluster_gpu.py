@@ -18,7 +18,7 @@ torch = torch_cuda()
 from ptxdsl.ops import rms_norm, rms_norm_backward  # noqa: E402
 from ptxdsl.ops.rmsnorm import plan as rplan  # noqa: E402
 from ptxdsl.ops.rmsnorm.plan_long import WIDE_SLICE_REREAD  # noqa: E402
-from ptxdsl.types import bf16, f16, f32  # noqa: E402
+from ptxdsl.core.types import bf16, f16, f32  # noqa: E402
 
 EPS = 1e-6
 DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}

@@ -63,7 +63,7 @@ def test_forward_f32_16384_few_and_many_rows(m):
     and rstd too), each against float64."""
     from ptxdsl.ops.rmsnorm import plan
     from ptxdsl.runtime import driver
-    from ptxdsl.types import f32
+    from ptxdsl.core.types import f32
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     k = plan.forward_kernel(16384, f32, f32, 4, False, False, EPS, "sm_90a", sms,
                             driver.get().device(0), m=m)
@@ -141,7 +141,7 @@ def test_few_rows_backward_grids_share_the_stream_workspace():
     from ptxdsl.ops.rmsnorm import plan as choice
     from ptxdsl.ops.rmsnorm.fwd import max_vec
     from ptxdsl.runtime import driver
-    from ptxdsl.types import bf16
+    from ptxdsl.core.types import bf16
     info = driver.get().device(torch.cuda.current_device())
     arch = "sm_90a" if info.cc == (9, 0) else info.arch
     n = 4096
@@ -190,7 +190,7 @@ def test_few_rows_dw_in_one_cluster_matches_the_partial_rows_bit_for_bit(n, dt, 
     from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
     from ptxdsl.ops.rmsnorm.fwd import max_vec
     from ptxdsl.runtime import driver
-    from ptxdsl.types import bf16, f16, f32
+    from ptxdsl.core.types import bf16, f16, f32
     t = {"bf16": bf16, "f16": f16, "f32": f32}[dt]
     info = driver.get().device(torch.cuda.current_device())
     arch = "sm_90a" if info.cc == (9, 0) else info.arch
@@ -235,7 +235,7 @@ def test_autograd_module_matches_float64():
 
 
 def test_in_place_forms_refuse_autograd_and_run_under_no_grad():
-    from ptxdsl.errors import LaunchError
+    from ptxdsl.core.errors import LaunchError
     m = RMSNorm(256, eps=EPS, device="cuda")
     x = torch.randn(4, 256, device="cuda")
     res = torch.randn(4, 256, device="cuda")
@@ -263,7 +263,7 @@ def test_strided_weight_is_not_taken_for_a_contiguous_one():
     """The fast path keys on the weight's stride: after a call with a contiguous weight, a
     strided one of the same dtype is refused with an explanation or computed right,
     never read as if it were contiguous (forward and backward)."""
-    from ptxdsl.errors import PtxdslError
+    from ptxdsl.core.errors import PtxdslError
     x = torch.randn(8, 256, device="cuda")
     dy = torch.randn_like(x)
     w2 = torch.randn(512, device="cuda")
@@ -326,7 +326,7 @@ def test_staged_forward_kernel(shape, dt):
     (the launcher raises the function's limit), a grid smaller than the rows."""
     from ptxdsl.ops.rmsnorm.fwd import plan
     from bench.rmsnorm_fwd_async import build_forward_async, staging
-    from ptxdsl.types import bf16, f32
+    from ptxdsl.core.types import bf16, f32
     pt = {"f32": f32, "bf16": bf16}[dt]
     p = plan(shape[1], pt)
     st = staging(p, pt, False)
@@ -360,7 +360,7 @@ def test_row_groups_match_one_row_ctas_bit_for_bit(n, dt, threads, groups):
     from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
     from ptxdsl.ops.rmsnorm.fwd import max_vec
     from ptxdsl.runtime import driver
-    from ptxdsl.types import bf16, f16, f32
+    from ptxdsl.core.types import bf16, f16, f32
     t = {"bf16": bf16, "f16": f16, "f32": f32}[dt]
     info = driver.get().device(torch.cuda.current_device())
     arch = "sm_90a" if info.cc == (9, 0) else info.arch

@@ -27,7 +27,7 @@ import ptxdsl  # noqa: E402
 from ptxdsl import Tile, kernel, ptx, reg  # noqa: E402
 from ptxdsl.runtime import driver as rdriver  # noqa: E402
 from ptxdsl.runtime import launcher as rlauncher  # noqa: E402
-from ptxdsl.types import s32, s64, u32, u64  # noqa: E402
+from ptxdsl.core.types import s32, s64, u32, u64  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not ptxdsl.gpu_available(),

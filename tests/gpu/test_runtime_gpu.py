@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
-from ptxdsl.errors import LaunchError, PtxdslError  # noqa: E402
+from ptxdsl.core.errors import LaunchError, PtxdslError  # noqa: E402
 from ptxdsl.runtime import cache as rcache  # noqa: E402
 from ptxdsl.runtime import driver as rdriver  # noqa: E402
 from ptxdsl.runtime import launcher as rlauncher  # noqa: E402
@@ -561,7 +561,7 @@ def test_no_leak_in_the_numpy_path():
 
 
 def test_gpu_available_and_doctor():
-    from ptxdsl import doctor
+    from ptxdsl.cli import doctor
     assert ptxdsl.gpu_available()
     report = doctor.doctor()
     print(doctor.format_report(report))

@@ -96,7 +96,7 @@ def test_matrix_ops_gpu(num, trans):
 
 def test_cvt_fp8_gpu():
     from ptxdsl import Tile, kernel, ptx, reg
-    from ptxdsl.types import e4m3x2, e5m2x2, f16x2, f32, u16, u32
+    from ptxdsl.core.types import e4m3x2, e5m2x2, f16x2, f32, u16, u32
     sm = _device_sm()
     if sm < 89:
         pytest.skip("fp8 cvt needs sm_89")

@@ -14,7 +14,7 @@ torch = torch_cuda()
 
 from ptxdsl import Tile, custom_op, kernel, ptx, reg  # noqa: E402
 from ptxdsl.ops import matmul, register_torch_ops, rms_norm  # noqa: E402
-from ptxdsl.types import f32, u32  # noqa: E402
+from ptxdsl.core.types import f32, u32  # noqa: E402
 
 register_torch_ops()
 EPS = 1e-6

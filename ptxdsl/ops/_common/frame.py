@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import LaunchError, user_location
+from ...core.errors import LaunchError, user_location
 from ...runtime.adapter import address, classify, element_strides
-from ...types import PtxType, bf16, f16, f32
+from ...core.types import PtxType, bf16, f16, f32
 
 __all__ = ["DTYPES", "Frame", "data_ptr", "grad_enabled", "kind_of", "register_torch_ops",
            "strides"]

@@ -24,9 +24,9 @@ an H200 (``bench/results/rmsnorm_pdl_h200.json``):
 """
 from __future__ import annotations
 
-from ...arch import parse_arch
-from ...types import u32
-from ... import ptx, reg
+from ...core.arch import parse_arch
+from ...core.types import u32
+from ...dsl import ptx, reg
 
 __all__ = ["after_previous_kernel", "pdl_for"]
 

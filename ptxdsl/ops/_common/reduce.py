@@ -1,8 +1,8 @@
 """Row sums across the threads of a row, for row-wise kernels."""
 from __future__ import annotations
 
-from ptxdsl import ptx, reg, smem
-from ptxdsl.types import f32, u32
+from ...dsl import ptx, reg, smem
+from ...core.types import f32, u32
 
 WARP = 32
 

@@ -10,8 +10,8 @@ the arithmetic in between is always f32. :func:`store_e4m3_chunk` stores f32 reg
 """
 from __future__ import annotations
 
-from ptxdsl import ptx, reg
-from ptxdsl.types import PtxType, b16, b32, b64, bf16, e4m3x2, e5m2x2, f16x2, f32, u16, u32
+from ...dsl import ptx, reg
+from ...core.types import PtxType, b16, b32, b64, bf16, e4m3x2, e5m2x2, f16x2, f32, u16, u32
 
 # Alignment, in bytes, of a shared-memory ring that threads fill with cp.async row
 # chunks (a warp's 512 contiguous bytes in whole 128-byte lines). A dynamic array lies

@@ -34,8 +34,8 @@ import sys
 
 import numpy as np
 
-from ...errors import LaunchError, SourceLoc
-from ...types import PtxType, bf16, f16, f32
+from ...core.errors import LaunchError, SourceLoc
+from ...core.types import PtxType, bf16, f16, f32
 from .._common.frame import DTYPES as _DTYPES, Frame, data_ptr, grad_enabled, kind_of, strides
 from . import fast as _fast
 from . import fp8 as _fp8

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-from ptxdsl import ptx, reg
-from ptxdsl.types import f32
+from ...dsl import ptx, reg
+from ...core.types import f32
 
 ACTIVATIONS = (None, "relu", "gelu", "silu")
 _C0 = math.sqrt(2.0 / math.pi)

@@ -16,7 +16,7 @@ bias)`` with f32 accumulation, as ``torch._scaled_mm`` does with per-tensor scal
 """
 from __future__ import annotations
 
-from ...types import PtxType, e4m3, e5m2, f32
+from ...core.types import PtxType, e4m3, e5m2, f32
 
 FP8 = {"float8_e4m3fn": e4m3, "float8_e5m2": e5m2}
 

@@ -80,8 +80,9 @@ from __future__ import annotations
 
 import itertools
 
-from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, f32, pred, u8, u16, u32
+from ... import Tile, kernel
+from ...dsl import ptx, reg, smem
+from ...core.types import PtxType, f32, pred, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .operands import SW128_K_MAJOR, operands
@@ -151,7 +152,7 @@ def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
     """(in_specs, out_specs, names): A and B through TMA in their majors
     (:mod:`.operands`: A (M, K) or At (K, M), Bt (N, K) or B (K, N)), [bias (N,)],
     [scale_a, scale_b: (1,) f32 each, with ``scaled``], C (M, N)."""
-    from ptxdsl.tensormap import TMA
+    from ...core.tensormap import TMA
     a, b = operands(p, dtype, a_major, b_major, b_dtype)
     c = Tile("M", "N", out_dtype, stride="sc",
              tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))

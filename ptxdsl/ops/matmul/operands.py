@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import Tile, ptx
-from ptxdsl.isa.descriptors import SmemDescriptor
-from ptxdsl.tensormap import TMA
-from ptxdsl.types import PtxType
+from ... import Tile
+from ...dsl import ptx
+from ...isa.descriptors import SmemDescriptor
+from ...core.tensormap import TMA
+from ...core.types import PtxType
 
 ATOM = 64          # elements of one 128-byte swizzle row (16-bit types)
 ROW_BYTES = 128    # the swizzle span: one K-major row / one MN-major atom row

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...types import PtxType, f32
+from ...core.types import PtxType, f32
 
 SMEM_PER_CTA = 227 * 1024   # Hopper: the most dynamic shared memory one CTA may opt into
 BARRIER_BYTES = 1024        # mbarriers and the scheduler's words, rounded up to the swizzle atom

@@ -25,8 +25,8 @@ function in Python (for tests and the docs' picture). A cluster tile covers
 """
 from __future__ import annotations
 
-from ptxdsl import ptx
-from ptxdsl.types import u32
+from ...dsl import ptx
+from ...core.types import u32
 
 
 def tile_coords_py(t: int, rows: int, cols: int, group: int) -> tuple[int, int]:

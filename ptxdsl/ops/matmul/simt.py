@@ -19,8 +19,9 @@ widened to f32 for bf16/f16; ``.u8`` widened through ``cvt.rn.f16x2.e4m3x2`` /
 """
 from __future__ import annotations
 
-from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.types import PtxType, f32, u32, u64
+from ... import Tile, kernel
+from ...dsl import ptx, reg
+from ...core.types import PtxType, f32, u32, u64
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk

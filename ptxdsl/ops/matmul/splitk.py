@@ -35,8 +35,8 @@ so at M <= 16 one warp per CTA moves 8 KiB (``bn`` = 128). The kernel's closing
 """
 from __future__ import annotations
 
-from ptxdsl import ptx, reg
-from ptxdsl.types import f32, pred, u32
+from ...dsl import ptx, reg
+from ...core.types import f32, pred, u32
 
 GROUP_BYTES = 128 * 16     # one v4 register group of a warpgroup: 128 threads x 16 bytes
 

@@ -15,8 +15,8 @@ barrier per consumer), then one thread issues one
 """
 from __future__ import annotations
 
-from ptxdsl import ptx, reg
-from ptxdsl.types import b32, f32
+from ...dsl import ptx, reg
+from ...core.types import b32, f32
 
 from .epilogue import activate
 

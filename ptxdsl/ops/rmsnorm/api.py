@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 
-from ...errors import LaunchError, user_location
+from ...core.errors import LaunchError, user_location
 from ...runtime import torch_private
-from ...types import f32
+from ...core.types import f32
 from .._common.frame import Frame, data_ptr, grad_enabled, strides
 from .._common.workspace import HEADER, WORKSPACE
 from . import fast as _tf

@@ -42,18 +42,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, b32, f32, u32
+from ... import Tile, kernel
+from ...dsl import ptx, reg, smem
+from ...core.types import PtxType, b32, f32, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, l2_prefetch_rows, load_chunk, narrow, store_chunk
-from .bwd_dw import (MAX_DW_CLUSTER, STATIC_GROUP_SMEM, cluster_dw, dw_narrow, dw_summers,
-                     last_arrival, late_arrivals, shared_vec, sum_partials,
-                     sum_partials_by_warp)
+from .bwd_dw import (
+    MAX_DW_CLUSTER, STATIC_GROUP_SMEM, cluster_dw, dw_narrow, dw_summers, last_arrival,
+    late_arrivals, shared_vec, sum_partials, sum_partials_by_warp)
 from .bwd_row import dot_chunk, dx_chunk, dx_coeff
-from .bwd_staged import (MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes,
-                         staged_rows)
+from .bwd_staged import MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_bytes, staged_rows
 from .fwd import WARP, RowSplit, max_vec
 from .row import with_offset
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.types import PtxType, f32, u32
+from ... import Tile, kernel
+from ...dsl import ptx, reg
+from ...core.types import PtxType, f32, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk

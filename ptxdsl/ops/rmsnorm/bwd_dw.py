@@ -20,8 +20,9 @@ launch).
 """
 from __future__ import annotations
 
-from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, f32, u32, u64
+from ... import Tile, kernel
+from ...dsl import ptx, reg, smem
+from ...core.types import PtxType, f32, u32, u64
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk

@@ -7,8 +7,8 @@ and streaming kernels (f32 registers in, f32 registers out):
 """
 from __future__ import annotations
 
-from ptxdsl import ptx, reg
-from ptxdsl.types import f32
+from ...dsl import ptx, reg
+from ...core.types import f32
 
 
 def dot_chunk(ds: list, xs: list, ws: list, dot, gw: list) -> None:

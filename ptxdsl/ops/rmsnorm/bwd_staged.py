@@ -18,8 +18,8 @@ buffer is refilled only after the same thread has read it.
 """
 from __future__ import annotations
 
-from ptxdsl import ptx, reg, smem
-from ptxdsl.types import PtxType, f32, u8, u32
+from ...dsl import ptx, reg, smem
+from ...core.types import PtxType, f32, u8, u32
 
 from .._common.reduce import RowSum
 from .._common.rowio import RING_ALIGN, l2_prefetch_rows, load_chunk, narrow, store_chunk

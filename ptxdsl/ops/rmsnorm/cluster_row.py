@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import ptx, reg, smem
-from ptxdsl.types import PtxType, b32, f32, u32
+from ...dsl import ptx, reg, smem
+from ...core.types import PtxType, b32, f32, u32
 
 from .._common.rowio import RING_ALIGN, load_chunk, widen_pair
 
@@ -252,7 +252,7 @@ class Ring:
     """
 
     def __init__(self, s: ClusterSplit, tid, preds: list, arrays, stages: int, m, step):
-        from ptxdsl.types import u8
+        from ...core.types import u8
         if s.vec <= 0 or stages < 1:
             raise ValueError("a ring has at least one buffer")
         self.s, self.preds, self.arrays, self.S, self.m, self.step = (s, preds, arrays,

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.types import PtxType, f32, u32
+from ... import Tile, kernel
+from ...dsl import ptx, reg, smem
+from ...core.types import PtxType, f32, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum

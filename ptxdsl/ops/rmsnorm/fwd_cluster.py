@@ -29,13 +29,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptxdsl import kernel, ptx, reg
-from ptxdsl.types import PtxType, f32, u32
+from ... import kernel
+from ...dsl import ptx, reg
+from ...core.types import PtxType, f32, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import l2_policy, narrow, store_chunk
-from .cluster_row import (MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Ring, Slice, load_raw,
-                          widen)
+from .cluster_row import MAX_CLUSTER, WARP, ClusterSplit, ClusterSum, Ring, Slice, load_raw, widen
 from .fwd import forward_specs, max_vec
 from .row import add_residual, rstd_of, scale, store_rstd, unpack, with_offset
 

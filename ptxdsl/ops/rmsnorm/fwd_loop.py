@@ -9,15 +9,17 @@ it takes), with ``G = sms * ctas_per_sm`` CTAs.
 """
 from __future__ import annotations
 
-from ptxdsl import kernel, ptx, reg
-from ptxdsl.types import PtxType, f32
+from ... import kernel
+from ...dsl import ptx, reg
+from ...core.types import PtxType, f32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
 from .fwd import Plan, forward_specs
-from .row import (add_residual, balanced_grid, both, persistent_rows, rstd_of, scale,
-                  store_rstd, unpack, with_offset)
+from .row import (
+    add_residual, balanced_grid, both, persistent_rows, rstd_of, scale, store_rstd, unpack,
+    with_offset)
 
 
 def loop_ctas_per_sm(p: Plan) -> int:

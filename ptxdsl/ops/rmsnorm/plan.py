@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...errors import LaunchError, ToolchainError
-from ...types import PtxType
+from ...core.errors import LaunchError, ToolchainError
+from ...core.types import PtxType
 from .._common.frame import data_ptr, strides
 from .._common.kernels import KernelCache
 from .bwd import MAX_FUSED_ROWS, build_backward, plan_backward
@@ -20,11 +20,11 @@ from .fwd_cluster import build_forward_cluster, plan_cluster
 from .fwd import WARP, build_forward, max_vec, plan
 from .fwd_loop import build_forward_loop, loop_ctas_per_sm
 # Long rows (their plans, constants and measurements), re-exported here
-from .plan_long import (FORWARD_L2_ROW_BYTES, FORWARD_REGISTER_ROW,  # noqa: F401
-                        LONG_ROW_CHOICES, LONG_ROW_CHOICES_H200, RING_CHUNKS, RING_ROW_BYTES,
-                        RING_THREADS, TWO_PASS_CHUNKS, TWO_PASS_CLUSTER, TWO_PASS_IN_FLIGHT,
-                        TWO_PASS_RELOAD_BATCH, TWO_PASS_SLICE_BYTES, WIDE_SLICE_BATCH,
-                        WIDE_SLICE_BYTES, long_rows, wide_slices)
+from .plan_long import (
+    FORWARD_L2_ROW_BYTES, FORWARD_REGISTER_ROW, LONG_ROW_CHOICES, LONG_ROW_CHOICES_H200,
+    RING_CHUNKS, RING_ROW_BYTES, RING_THREADS, TWO_PASS_CHUNKS, TWO_PASS_CLUSTER,
+    TWO_PASS_IN_FLIGHT, TWO_PASS_RELOAD_BATCH, TWO_PASS_SLICE_BYTES, WIDE_SLICE_BATCH,
+    WIDE_SLICE_BYTES, long_rows, wide_slices)
 from .quant import build_quant, plan_quant
 
 __all__ = ["KERNELS", "MANY_ROWS_PER_SM", "SHORT_ROWS_BYTES", "backward_kernel", "ctas_per_sm",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...types import PtxType
+from ...core.types import PtxType
 from .bwd import plan_backward
 from .bwd_cluster import plan_backward_cluster
 from .devices import Device

@@ -32,8 +32,9 @@ import dataclasses
 
 import numpy as np
 
-from ptxdsl import Tile, kernel, ptx, reg
-from ptxdsl.types import PtxType, f32, u8, u32
+from ... import Tile, kernel
+from ...dsl import ptx, reg
+from ...core.types import PtxType, f32, u8, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum, RowSumMax

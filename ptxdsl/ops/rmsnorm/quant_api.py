@@ -15,10 +15,10 @@ import threading
 
 import numpy as np
 
-from ...errors import LaunchError, user_location
+from ...core.errors import LaunchError, user_location
 from ...runtime import prepare, torch_private
 from ...runtime.fastpath import Signatures
-from ...types import f32
+from ...core.types import f32
 from .._common.frame import Frame, data_ptr, dtype_of
 from .api import _check, _offset
 from .plan import quant_kernel, vec_for

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ptxdsl import ptx, reg
-from ptxdsl.types import PtxType, f32, u32
+from ...dsl import ptx, reg
+from ...core.types import PtxType, f32, u32
 
 from .._common.rowio import round_trip
 

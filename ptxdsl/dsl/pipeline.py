@@ -1,7 +1,7 @@
 """``ptx.pipeline``: the stage cursor and phase bit of a ring of shared-memory stages.
 
 A producer and its consumers walk the same ring of ``n`` stages (each guarded by a
-full and an empty mbarrier, see :mod:`ptxdsl.mbarrier`); each keeps its own
+full and an empty mbarrier, see :mod:`ptxdsl.dsl.mbarrier`); each keeps its own
 :class:`Pipeline`. ``advance()`` returns the stage to use next and the parity to wait
 for, and moves the cursor. It records, with ``c`` the cursor and ``ph`` the phase
 registers (both ``.u32``, updated in place):
@@ -17,10 +17,10 @@ phase=).advance()``).
 """
 from __future__ import annotations
 
-from . import ir
-from .errors import TraceError, user_location
-from .trace import current
-from .types import pred as pred_t, u32
+from ..core import ir
+from ..core.errors import TraceError, user_location
+from ..core.trace import current
+from ..core.types import pred as pred_t, u32
 
 __all__ = ["Pipeline", "pipeline"]
 

@@ -25,12 +25,12 @@ In-place forms (``a += b``) write the result back into ``a``'s register.
 """
 from __future__ import annotations
 
-from . import ir
-from .errors import (OperandTypeError, PtxdslError, TraceError, TraceIndexError,
-                     TraceTypeError, user_location)
-from .isa import resolve as resolve_chain
-from .trace import active_builder, current
-from .types import ALL_TYPES, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type, pred
+from ..core import ir
+from ..core.errors import (
+    OperandTypeError, PtxdslError, TraceError, TraceIndexError, TraceTypeError, user_location)
+from ..isa import resolve as resolve_chain
+from ..core.trace import active_builder, current
+from ..core.types import ALL_TYPES, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type, pred
 
 # The lane type of each packed float pair: an initialiser is rounded to it and splatted.
 LANE_TYPES = {"f16x2": f16, "bf16x2": bf16, "e4m3x2": e4m3, "e5m2x2": e5m2}
@@ -211,7 +211,7 @@ def _product(a: ir.Reg, other, loc) -> ir.Reg:
 
 
 def _prefix(t: PtxType) -> str:
-    from .types import REG_PREFIX
+    from ..core.types import REG_PREFIX
     return REG_PREFIX[t.name]
 
 

@@ -17,9 +17,9 @@ and per group of 8 registers ``g``: 8 ``cvt.rn.bf16.f32``, 4 ``mov.b32 {lo, hi}`
 """
 from __future__ import annotations
 
-from .errors import TraceError, user_location
-from .trace import current
-from .types import bf16, b32, u32
+from ..core.errors import TraceError, user_location
+from ..core.trace import current
+from ..core.types import bf16, b32, u32
 
 __all__ = ["stmatrix_x4_trans_f32_bf16"]
 
@@ -28,7 +28,7 @@ def stmatrix_x4_trans_f32_bf16(*, frag, smem_base, lane, row_stride: int, tmp_bf
                                tmp_pack=None) -> None:
     """See the module docstring. ``tmp_bf16`` (8 16-bit registers) and ``tmp_pack`` (4
     32-bit) are scratch registers to reuse (fresh ones when not given)."""
-    from . import ir
+    from ..core import ir
     from .reg import as_reg
     b = current("ptx.stmatrix_x4_trans_f32_bf16")
     regs = list(frag.__ptx_regs__() if hasattr(frag, "__ptx_regs__") else frag)

@@ -40,7 +40,7 @@ class Tile:
 
     ``tma=TMA(box=..., swizzle=...)`` says the kernel moves this tensor through the
     tensor memory accelerator: ``X.tma_desc()`` in the body names its tensor map, which
-    the runtime encodes for every call (see :mod:`ptxdsl.tensormap`). pyptx's spelling
+    the runtime encodes for every call (see :mod:`ptxdsl.core.tensormap`). pyptx's spelling
     is accepted too: a :class:`Layout` after the dtype and ``tma_box=``, ``tma_rank=``,
     ``tma_padding=`` keywords (``Tile("M", "K", bf16, Layout.TMA_128B, tma_box=(128,
     64), tma_rank=3)`` is ``tma=TMA(box=(128, 64), swizzle=128, split=64)``).
@@ -83,7 +83,7 @@ class Tile:
             raise TraceError(f"Tile(..., tma=) takes a ptxdsl.TMA(...), got {tma!r}",
                              user_location())
         # How the kernel moves this tensor through TMA (None: it does not): the runtime
-        # encodes a tensor map from it for every call, see ptxdsl.tensormap.
+        # encodes a tensor map from it for every call, see ptxdsl.core.tensormap.
         self.tma: TMA | None = tma
         self.layout: Layout = layout or Layout.ROW
 
@@ -194,7 +194,7 @@ class TensorArg:
     @property
     def shape(self) -> tuple:
         """Ints for concrete dims, registers (``ld.param.u32``) for named ones."""
-        from .ptx import dim
+        from ..dsl.ptx import dim
         return tuple(d if isinstance(d, int) else dim(d) for d in self.tile.dims)
 
     @property
@@ -202,7 +202,7 @@ class TensorArg:
         """Elements between consecutive rows: ``ld.param.u32`` of the stride param if
         the Tile names one, else the (int or register) size of the last dim times
         the inner dims."""
-        from .ptx import dim
+        from ..dsl.ptx import dim
         if self.tile.stride is not None:
             return dim(self.tile.stride, kind="stride")
         inner = 1

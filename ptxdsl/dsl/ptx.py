@@ -12,11 +12,11 @@ import contextlib
 import string
 from typing import Iterator
 
-from . import ir
-from .errors import TraceError, user_location
+from ..core import ir
+from ..core.errors import TraceError, user_location
 from .reg import as_reg, assign
-from .trace import current
-from .types import PtxType, move_type, pred, u32, u64
+from ..core.trace import current
+from ..core.types import PtxType, move_type, pred, u32, u64
 
 __all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "global_ptr", "if_",
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
@@ -308,7 +308,7 @@ def range_(start, stop=None, step=1, *, dtype: PtxType = u32):
         start, stop = 0, start
     if isinstance(step, int) and step == 0:
         raise TraceError("ptx.range_ step must not be 0", user_location())
-    from .types import s32
+    from ..core.types import s32
     start, stop, step = (as_reg(x) for x in (start, stop, step))
     # Count down, or bounded by a signed register: the counter and its compare are
     # signed, so range_(n) with a negative .s32 n runs zero times, as in Python.
@@ -487,8 +487,8 @@ def unpack(x, dtype: PtxType) -> tuple[ir.Reg, ir.Reg]:
     return lo, hi
 
 
-from . import _bar as bar  # noqa: E402
-from . import _warp as warp  # noqa: E402
+from . import bar  # noqa: E402
+from . import warp  # noqa: E402
 # Hopper helpers, each module's docstring lists what its calls record.
 from . import cluster, fence, mbarrier, tma  # noqa: E402
 from .epilogue import stmatrix_x4_trans_f32_bf16  # noqa: E402

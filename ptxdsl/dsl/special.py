@@ -1,15 +1,15 @@
 """Special registers (``%tid.x``, ``%laneid``, ``%cluster_ctarank``, ...) as operands.
 
-``ptx.special.<name>()`` and ``ptx.sreg("%name")`` return an :class:`~ptxdsl.ir.Special`
+``ptx.special.<name>()`` and ``ptx.sreg("%name")`` return an :class:`~ptxdsl.core.ir.Special`
 that instructions read (the table allows it as ``mov``'s source); nothing is recorded
 until an instruction uses it.
 """
 from __future__ import annotations
 
-from . import ir
-from .errors import TraceError, user_location
-from .trace import current
-from .types import pred, u32, u64
+from ..core import ir
+from ..core.errors import TraceError, user_location
+from ..core.trace import current
+from ..core.types import pred, u32, u64
 
 
 class _Axes:

@@ -19,8 +19,8 @@ from . import ir
 from .walks import collect_mentioned, collect_used, resolve_deferred
 from .arch import arch_ptx_floor, parse_arch
 from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, user_location
-from .isa import Match, check_arch, resolve
-from .isa.spec import SPACES_32BIT_OK
+from ..isa import Match, check_arch, resolve
+from ..isa.spec import SPACES_32BIT_OK
 from .types import GENERATED_NAME, REG_PREFIX, PtxType, compatible, int_range
 
 _ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar(

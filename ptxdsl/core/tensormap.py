@@ -2,7 +2,7 @@
 
 Two objects, both plain data:
 
-* :class:`TMA` lives on a :class:`~ptxdsl.tile.Tile` (``Tile("M", "K", bf16,
+* :class:`TMA` lives on a :class:`~ptxdsl.core.specs.Tile` (``Tile("M", "K", bf16,
   tma=TMA(box=(128, 64), swizzle=128))``) and says how the kernel reads or writes that
   argument through TMA: the box (the tile one ``cp.async.bulk.tensor`` moves), the
   shared-memory swizzle, and the optional reshapes below. It does not know the tensor.

@@ -10,11 +10,11 @@ some access needs it.
 """
 from __future__ import annotations
 
-from . import ir
-from .errors import TraceError, TraceIndexError, user_location
+from ..core import ir
+from ..core.errors import TraceError, TraceIndexError, user_location
 from .reg import as_reg
-from .trace import current
-from .types import PtxType, move_type, u32
+from ..core.trace import current
+from ..core.types import PtxType, move_type, u32
 
 
 class SharedArray:
@@ -182,7 +182,7 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
 class WgmmaTile(SharedArray):
     """A shared array holding wgmma operand tiles in their canonical layout
     (``smem.wgmma_operand``): ``.layout`` is the
-    :class:`~ptxdsl.wgmma.OperandLayout` that ``ptx.wgmma.descriptor`` / ``ptx.wgmma.mma``
+    :class:`~ptxdsl.dsl.wgmma.OperandLayout` that ``ptx.wgmma.descriptor`` / ``ptx.wgmma.mma``
     read, ``.swizzle`` the span its TMA box must use, ``.byte_offset`` where this view
     starts. Views record nothing: ``tile[s]`` is stage ``s`` of a staged tile
     (``tile[0]`` of an unstaged one is the tile itself, pyptx's spelling), ``tile.k_step(i)``
@@ -258,7 +258,7 @@ def wgmma_operand(dtype: PtxType, shape, major: str = "K", *, align: int | None 
                   dynamic: bool = False) -> WgmmaTile:
     """Shared memory for a wgmma operand in its canonical layout: ``shape`` is (rows,
     cols) or (stages, rows, cols), row-major; ``major="K"`` for an (M, K) A or (N, K) B,
-    ``"MN"`` for a (K, N) B or (K, M) A (see :func:`ptxdsl.wgmma.operand_layout`: rows of
+    ``"MN"`` for a (K, N) B or (K, M) A (see :func:`ptxdsl.dsl.wgmma.operand_layout`: rows of
     32/64/128 bytes are swizzled by their width, 16-byte MN-major rows are not).
 
     Records what :func:`alloc` records (a ``.shared .align A .b8 smemN[bytes]``
@@ -287,10 +287,10 @@ wgmma_tile = wgmma_operand  # pyptx's name
 
 def mbarrier(count: int = 1):
     """``count`` mbarriers in a new ``.shared .align 8 .b8 smemN[8*count]`` array: an
-    :class:`~ptxdsl.mbarrier.MbarrierArray` (``bars[i]`` for one; see
-    :mod:`ptxdsl.mbarrier` for what its calls record)."""
+    :class:`~ptxdsl.dsl.mbarrier.MbarrierArray` (``bars[i]`` for one; see
+    :mod:`ptxdsl.dsl.mbarrier` for what its calls record)."""
     from .mbarrier import MbarrierArray
-    from .types import b64
+    from ..core.types import b64
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise TraceError(f"smem.mbarrier takes a positive int count, got {count!r}",
                          user_location())

@@ -31,14 +31,14 @@ recorded instruction).
 
 pyptx spells these the same (``ptx.mbarrier.array(base, offset, n)``,
 ``ptx.mbarrier.init(bar[0], 1)``, ``bar.at(stage).wait(phase)``); its
-``smem.mbarrier(n)`` is :func:`ptxdsl.smem.mbarrier`.
+``smem.mbarrier(n)`` is :func:`ptxdsl.dsl.smem.mbarrier`.
 """
 from __future__ import annotations
 
-from . import ir
-from .errors import TraceError, user_location
-from .trace import current
-from .types import b64, pred as pred_t, u32
+from ..core import ir
+from ..core.errors import TraceError, user_location
+from ..core.trace import current
+from ..core.types import b64, pred as pred_t, u32
 
 __all__ = ["Mbarrier", "MbarrierArray", "array", "init", "arrive", "arrive_expect_tx",
            "expect_tx", "try_wait", "wait", "arrive_remote", "inval"]

@@ -12,7 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Ready-made kernels in ptxdsl/ops are DSL *user* code: their lines are the
 # ones worth naming in errors and in the PTX line map.
 _OPS_DIR = _PKG_DIR + "ops" + os.sep

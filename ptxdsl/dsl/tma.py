@@ -4,7 +4,7 @@ map, ``X.tma_desc()``) and shared memory.
 ``coords`` are the box's element coordinates, **innermost dimension first** (as PTX
 writes ``{c0, c1, ...}``; for a Tile with ``TMA(split=n)`` that is ``{x, row, block}``).
 ``dst``/``src`` in shared memory are ``.u32`` address registers, shared arrays or
-anything with an address; ``mbar`` an mbarrier (:mod:`ptxdsl.mbarrier`).
+anything with an address; ``mbar`` an mbarrier (:mod:`ptxdsl.dsl.mbarrier`).
 
 ===================================  ===============================================
 ``load(dst, desc, coords, mbar)``    ``cp.async.bulk.tensor.Nd.shared::cluster.global.tile.
@@ -28,10 +28,10 @@ row=, col=)``, and ``ptx.cp.async_.bulk.tensor_2d(dst=, src=desc, coord=, mbar=)
 """
 from __future__ import annotations
 
-from . import ir
-from .errors import TraceError, user_location
-from .trace import current
-from .types import u32
+from ..core import ir
+from ..core.errors import TraceError, user_location
+from ..core.trace import current
+from ..core.types import u32
 
 __all__ = ["load", "store", "commit", "wait", "load_3d", "load_3d_multicast", "store_3d",
            "cp"]
@@ -187,7 +187,7 @@ class _Bulk:
 
 class _Async(async_copy):
     """``ptx.cp.async_``: Ampere's ``cg``/``ca``/``commit_group``/``wait_group`` (from
-    :mod:`ptxdsl.mma`) and the bulk (TMA) forms under ``.bulk``."""
+    :mod:`ptxdsl.dsl.mma`) and the bulk (TMA) forms under ``.bulk``."""
 
     bulk = _Bulk()
 

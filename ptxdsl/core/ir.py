@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from .errors import SourceLoc
-from .isa import Match
+from ..isa import Match
 from .types import PtxType
 
 
@@ -20,7 +20,7 @@ class Reg:
 
     Registers are mutable storage (PTX is not SSA): an in-place operator
     or an instruction naming a register as destination overwrites it.
-    Operators on registers record instructions; see :mod:`ptxdsl.reg`.
+    Operators on registers record instructions; see :mod:`ptxdsl.dsl.reg`.
     """
 
     __slots__ = ("name", "dtype", "owner", "__weakref__")
@@ -76,7 +76,7 @@ class Addr:
 @dataclass(frozen=True)
 class Sink:
     """The sink destination ``_``: a result the instruction must not return
-    (``mbarrier.arrive`` on a peer CTA's barrier). ``ptxdsl.ir.SINK`` is the one value."""
+    (``mbarrier.arrive`` on a peer CTA's barrier). ``ptxdsl.core.ir.SINK`` is the one value."""
 
     is_sink = True
 
@@ -232,7 +232,7 @@ class Param:
     tensor: str | None = None  # ptr/tmap: the argument's name; dim/stride/raw: the name
     count: int = 1             # elements: > 1 declares an array (name[count])
     align: int = 0             # .align of an array parameter (0: natural)
-    tma: object = None         # tmap: the Tile's ptxdsl.tensormap.TMA
+    tma: object = None         # tmap: the Tile's ptxdsl.core.tensormap.TMA
 
     @property
     def nbytes(self) -> int:

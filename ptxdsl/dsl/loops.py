@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator
 
-from . import ir
-from .errors import TraceError, user_location
-from .trace import current
-from .types import pred as pred_t
+from ..core import ir
+from ..core.errors import TraceError, user_location
+from ..core.trace import current
+from ..core.types import pred as pred_t
 
 __all__ = ["loop", "kloop"]
 

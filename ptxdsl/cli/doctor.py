@@ -4,7 +4,7 @@
 cuda-python, the NVIDIA driver and the devices it sees (name, arch, memory),
 ptxas (path, release, newest PTX ISA), the cubin cache folder, the launch
 settings, and a list of ``problems`` each saying what to do. :func:`format_report`
-prints it; ``python -m ptxdsl.doctor`` does both.
+prints it; ``python -m ptxdsl.cli.doctor`` does both.
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def _cuda_python_version() -> str | None:
 
 def doctor() -> dict:
     """The report as a dict; ``report["problems"]`` lists what stops or slows ptxdsl."""
-    from . import __version__, toolchain
-    from .runtime import cache as rcache
-    from .runtime import driver as rdriver
+    from .. import __version__, toolchain
+    from ..runtime import cache as rcache
+    from ..runtime import driver as rdriver
 
     problems: list[str] = []
     report: dict = {"ptxdsl": __version__, "python": sys.version.split()[0],

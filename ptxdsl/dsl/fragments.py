@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .isa.tensorcore import ELEMENT_BITS, MMA_FORMS, mma_registers, shape_mnk
+from ..isa.tensorcore import ELEMENT_BITS, MMA_FORMS, mma_registers, shape_mnk
 
 __all__ = ["Layout", "Fragment", "layout", "operand_layouts", "fragment", "FORMS"]
 
@@ -82,7 +82,7 @@ class Layout:
     @property
     def reg_type(self) -> str:
         """The register type of this operand's list in the instruction table."""
-        from .isa.tensorcore import _regs
+        from ..isa.tensorcore import _regs
         return _regs(self.elems, self.elem)[0]
 
     # ------------------------------------------------------------------ where things are
@@ -304,7 +304,7 @@ class Fragment(RegisterGroup):
         ``%laneid`` (read with one ``mov.u32``).
         """
         from . import ptx, reg
-        from .types import u32
+        from ..core.types import u32
         if lane is None:
             lane = reg.scalar(u32)
             ptx.inst.mov.u32(lane, ptx.special.laneid())
@@ -334,7 +334,7 @@ def fragment(operand: str, shape: str, elem: str, order: str = "row", init=None)
     for a zeroed f32 accumulator).
     """
     from . import reg
-    from .types import ALL_TYPES
+    from ..core.types import ALL_TYPES
     lay = layout(operand, shape, elem, order)
     t = ALL_TYPES[lay.reg_type]
     regs = [reg.scalar(t, init=init) for _ in range(lay.nregs)]

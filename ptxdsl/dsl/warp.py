@@ -1,9 +1,9 @@
 """``ptx.warp``: butterfly reductions across the lanes of a warp."""
 from __future__ import annotations
 
-from . import ir
-from .errors import TraceError, user_location
-from .trace import current
+from ..core import ir
+from ..core.errors import TraceError, user_location
+from ..core.trace import current
 
 _FULL = 0xFFFFFFFF
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import ir
-from .errors import TraceError, user_location
+from ..core import ir
+from ..core.errors import TraceError, user_location
 from .fragments import RegisterGroup
-from .isa.descriptors import SmemDescriptor
-from .trace import current
-from .types import ALL_TYPES, PtxType, f32, u32, u64
+from ..isa.descriptors import SmemDescriptor
+from ..core.trace import current
+from ..core.types import ALL_TYPES, PtxType, f32, u32, u64
 
 __all__ = ["WgmmaLayout", "WgmmaFragment", "accumulator", "descriptor", "masked_descriptor",
            "mma", "fence", "commit", "wait", "SmemDescriptor", "OperandLayout",

@@ -30,7 +30,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .errors import PtxdslError
+from ..core.errors import PtxdslError
 
 __all__ = ["main", "load_kernels", "select_kernels", "format_table", "CliError",
            "KernelEntry"]
@@ -116,7 +116,7 @@ def _required_params(fn: Callable) -> list[str]:
 
 def _kernels_in(value, source: str) -> list[tuple[str | None, object, str]]:
     """Kernels in what KERNELS or a builder gave: a Kernel, a dict, or a list/tuple."""
-    from .kernel import Kernel
+    from ..kernel import Kernel
     if isinstance(value, Kernel):
         return [(None, value, source)]
     if isinstance(value, dict):
@@ -163,7 +163,7 @@ def load_kernels(path: str, module=None) -> list[KernelEntry]:
     the Python function's name unless ``@kernel(name=...)`` says otherwise) or
     by the attribute / builder it came from (``build_softmax`` or ``softmax``).
     """
-    from .kernel import Kernel
+    from ..kernel import Kernel
     if module is None:
         module = _import_file(path)
     found: list[tuple[str | None, object, str, tuple[str, ...]]] = []
@@ -308,7 +308,7 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_sass(args) -> int:
-    from . import toolchain
+    from .. import toolchain
     # Say up front, in one line, when there is nothing to disassemble with.
     if toolchain.find_tool("cuobjdump") is None and toolchain.find_tool("nvdisasm") is None:
         raise CliError(f"no SASS disassembler found (cuobjdump or nvdisasm); install them with "
@@ -373,7 +373,7 @@ def _cmd_run(args) -> int:
 
 def _repo_root() -> str:
     """The folder above the ptxdsl package (the source checkout, for an editable install)."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _cmd_bench(args) -> int:
@@ -419,7 +419,7 @@ def _human(n: int) -> str:
 
 
 def _cmd_cache(args) -> int:
-    from .runtime.cache import cache_dir, clear, disk_cache_enabled
+    from ..runtime.cache import cache_dir, clear, disk_cache_enabled
     path = cache_dir()
     if args.action == "info":
         exists = os.path.isdir(path)
@@ -494,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ptxdsl", description="Inspect, check and run ptxdsl kernels defined in Python files.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from . import __version__
+    from .. import __version__
     p.add_argument("--version", action="version", version=f"ptxdsl {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

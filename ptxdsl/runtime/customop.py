@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 
-from .errors import LaunchError, TraceError
+from ..core.errors import LaunchError, TraceError
 
 __all__ = ["custom_op"]
 

@@ -11,8 +11,8 @@
 """
 from __future__ import annotations
 
-from .errors import TraceError, user_location
-from .trace import current
+from ..core.errors import TraceError, user_location
+from ..core.trace import current
 
 __all__ = ["setmaxnreg", "named_barrier", "NamedBarrier"]
 

@@ -12,7 +12,7 @@
 """
 from __future__ import annotations
 
-from .trace import current
+from ..core.trace import current
 
 __all__ = ["proxy_async", "proxy_async_shared_cta", "proxy_async_global", "mbarrier_init"]
 

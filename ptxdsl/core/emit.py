@@ -19,7 +19,7 @@ from .errors import SourceLoc
 from .types import GENERATED_NAME
 
 def _load_template(name: str) -> str | None:
-    """``ptxdsl/templates/<name>`` through importlib.resources: found wherever the package
+    """``ptxdsl/core/templates/<name>`` through importlib.resources: found wherever the package
     is (a checkout, a wheel, a zip), whatever else is on ``sys.path``."""
     res = importlib.resources.files(__package__ or "ptxdsl").joinpath("templates").joinpath(name)
     try:
@@ -185,7 +185,7 @@ def emit(prog: ir.Program, lines: str | None = None, *, source: str = "",
          maxntid: tuple[int, int, int] | None = None,
          minnctapersm: int | None = None, directives=()) -> Emitted:
     """Render a verified program as a PTX module with one ``.entry``."""
-    from . import __version__
+    from .. import __version__
     if lines not in (None, "comment", "loc"):
         raise ValueError(f"lines must be None, 'comment' or 'loc', got {lines!r}")
     files: dict[str, int] = {}

@@ -17,9 +17,9 @@ Every call takes ``pred=`` (a guard on each recorded instruction).
 """
 from __future__ import annotations
 
-from . import ir
-from .trace import current
-from .types import u32
+from ..core import ir
+from ..core.trace import current
+from ..core.types import u32
 
 __all__ = ["arrive", "wait", "sync", "ctarank", "is_rank", "rank", "map_shared",
            "arrive_remote"]

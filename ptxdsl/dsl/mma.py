@@ -7,7 +7,7 @@ Each helper records exactly one instruction (checked against the table like any
 =====================================  =====================================================
 ``ptx.mma(d, a, b, c)``                ``mma.sync.aligned.{shape}.{alayout}.{blayout}
                                        {.satfinite}.{dtype}.{atype}.{btype}.{ctype} d, a, b, c``
-                                       (with :class:`~ptxdsl.fragments.Fragment` operands the
+                                       (with :class:`~ptxdsl.dsl.fragments.Fragment` operands the
                                        shape, types and layouts come from their layouts)
 ``ptx.mma.sync(shape=(16, 8, 16),      the same instruction, pyptx's spelling (an alias)
 dtype_d=, dtype_a=, ..., d=, a=, b=,
@@ -25,10 +25,10 @@ c=, a_layout=, b_layout=)``
 """
 from __future__ import annotations
 
-from . import ir
-from .errors import TraceError, user_location
+from ..core import ir
+from ..core.errors import TraceError, user_location
 from .fragments import Fragment
-from .trace import current
+from ..core.trace import current
 
 __all__ = ["mma", "ldmatrix", "stmatrix", "movmatrix", "async_copy"]
 
@@ -85,7 +85,7 @@ class _Mma:
         if shape is None or missing:
             what = ", ".join(["shape"] * (shape is None) + [f"{k}type" for k in missing])
             raise TraceError(f"ptx.mma cannot tell the {what} of this mma from plain register "
-                             f"lists: pass Fragments (ptxdsl.fragments.fragment) or shape= and "
+                             f"lists: pass Fragments (ptxdsl.dsl.fragments.fragment) or shape= and "
                              f"dtype=/atype=/btype=/ctype=", user_location())
         alayout = alayout or (lay["a"].order if "a" in lay else "row")
         blayout = blayout or (lay["b"].order if "b" in lay else "col")

@@ -1,7 +1,7 @@
 """``ptx.bar``: CTA barriers (the table checks barrier numbers and thread counts)."""
 from __future__ import annotations
 
-from .trace import current
+from ..core.trace import current
 
 
 def sync(barrier: int = 0, count=None) -> None:

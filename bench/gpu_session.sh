@@ -34,7 +34,7 @@ for s in $steps; do
           python3 -m ptxdsl doctor ;;
     tests) timeout 300 python3 -m pytest tests/gpu -q -x -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
     launch) timeout 200 python3 bench/launch_overhead.py --json "$OUT/launch.json" 2>&1 | tail -30 ;;
-    tune) timeout 300 python3 bench/rmsnorm_tune.py --json "$OUT/tune.json" 2>&1 | tail -30 ;;
+    tune) timeout 300 python3 lab/rmsnorm_tune.py --json "$OUT/tune.json" 2>&1 | tail -30 ;;
     bench) timeout 560 python3 bench/rmsnorm.py --json "$OUT/rmsnorm.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -80 ;;
     examples) for f in examples/hopper/*.py; do timeout 60 python3 "$f" 2>&1 | tail -4; done ;;
   esac

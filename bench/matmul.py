@@ -206,7 +206,7 @@ def round_orders(names: list, rounds: int) -> list[list]:
     """The contenders' order in each timing round: every other round reversed, then
     rotated by ``r * len / rounds``, so that over the rounds each contender runs early and
     late, after different ones. At the power cap the clocks depend on what ran just
-    before: in one plan sweep (``bench/matmul_plans.py``, H200, e4m3 8192^3) the same kernel
+    before: in one plan sweep (``lab/matmul_plans.py``, H200, e4m3 8192^3) the same kernel
     timed 1395 TFLOP/s second in line and 1305 third; alternating one order only kept
     the contender in the middle in the middle."""
     out, n = [], len(names)

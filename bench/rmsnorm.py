@@ -600,7 +600,7 @@ def _best_of(rows: list) -> dict:
 
     A shape is timed in passes over the whole sweep, minutes apart and on fresh
     allocations, because two things outside any kernel moved single shapes between
-    runs: where the buffers lie in DRAM (H200, ``bench/placement.py``: twelve pairs of
+    runs: where the buffers lie in DRAM (H200, ``lab/placement.py``: twelve pairs of
     separately allocated 32 MiB buffers copied in 25.4 to 27.1 µs; a CUDA C++ probe of
     the same kind, in another process, copied 128 MiB pairs in 69.1-69.9 µs for seven
     pairs and 76.5-76.7 µs for the other five), and bursts of a slow host lasting a few

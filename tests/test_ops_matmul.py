@@ -292,7 +292,7 @@ def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_
 
 
 def _plan_runs(pattern):
-    """Recorded bench/matmul_plans.py runs (files matching ``pattern`` under bench/results),
+    """Recorded lab/matmul_plans.py runs (files matching ``pattern`` under bench/results),
     shape -> the rows of every run that timed it."""
     import glob
     import json
@@ -330,7 +330,7 @@ def _assert_ahead(rows, want, min_runs, where):
 def test_measured_one_row_plans_are_the_fastest_recorded():
     """choose() at the measured one-tile-row shapes runs the fastest recorded plan, within
     1%: with 16-bit operands on each device class, against every plan timed beside it in
-    that device's runs of bench/matmul_plans.py (matmul_plans_h100* / _h200* for M = 128,
+    that device's runs of lab/matmul_plans.py (matmul_plans_h100* / _h200* for M = 128,
     matmul_plans_rows_h100* / _h200* for M = 16), by the geometric mean of their ratio.
     The entries of ONE_ROW_MEASURED_16 and ONE_ROW_DEVICE_MEASURED were timed in at least
     two runs of each device they apply to (the first table's M = 16 entries: the geometric

@@ -249,7 +249,7 @@ def test_fp8_fast_calls_take_each_calls_scales(monkeypatch, tmp_path):
 
 
 def test_fp8_plans_are_what_the_fp8_runs_recorded():
-    """e4m3 plans against bench/results/matmul_plans_fp8_h100.json (bench/matmul_plans.py
+    """e4m3 plans against bench/results/matmul_plans_fp8_h100.json (lab/matmul_plans.py
     --fp8 on an H100): at the one-tile-row shapes the chosen plan's (bn, split) ran within
     5% of the fastest candidate and ahead of the rule's plan (``base``); every
     MEASURED_FP8 override ran within 1% of the fastest candidate."""

@@ -555,7 +555,7 @@ def test_ops_kernel_for_8192_half_rows_is_right(residual):
 
 
 def test_smem_pad_declares_the_dynamic_shared_memory():
-    """Plan.smem_pad (bench/rmsnorm_tune.py --mode occ) asks each launch for that many
+    """Plan.smem_pad (lab/rmsnorm_tune.py --mode occ) asks each launch for that many
     bytes of shared memory, which caps the CTAs per SM."""
     import dataclasses
     p = plan(4096, f32)

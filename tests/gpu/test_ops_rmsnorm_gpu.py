@@ -325,7 +325,7 @@ def test_staged_forward_kernel(shape, dt):
     """The cp.async-staged persistent forward: more than 48 KiB of dynamic shared memory
     (the launcher raises the function's limit), a grid smaller than the rows."""
     from ptxdsl.ops.rmsnorm.fwd import plan
-    from bench.rmsnorm_fwd_async import build_forward_async, staging
+    from lab.rmsnorm_fwd_async import build_forward_async, staging
     from ptxdsl.core.types import bf16, f32
     pt = {"f32": f32, "bf16": bf16}[dt]
     p = plan(shape[1], pt)

@@ -214,7 +214,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     transpose for them) and take 128 elements of K per stage. ``scaled`` adds the f32
     arguments ``scale_a`` and ``scale_b`` (one value each, per tensor): the epilogue
     multiplies the accumulator by their product before the bias and the activation.
-    ``_store=False`` (timing experiments of ``bench/matmul_tune.py`` only) leaves out the
+    ``_store=False`` (timing experiments of ``lab/matmul_tune.py`` only) leaves out the
     TMA stores of C: the output is not written."""
     b_dtype = b_dtype or dtype
     if b_dtype.bytes != dtype.bytes:

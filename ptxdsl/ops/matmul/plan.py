@@ -28,7 +28,7 @@ Where the numbers come from:
 
 Measured (``bench/results/matmul_h100.json`` and ``matmul_h200.json``: one full
 ``bench/matmul.py`` run each, same tree, 2026-11-25, contenders in alternating 2 ms
-slices; ``bench/results/matmul_tune_h100.json``, ``bench/matmul_tune.py``): 697 / 723 /
+slices; ``bench/results/matmul_tune_h100.json``, ``lab/matmul_tune.py``): 697 / 723 /
 716 TFLOP/s at 4096^3 / 8192^3 / 16384^3 on an H100 beside cuBLAS's 692 / 706 / 704, and
 662 / 707 / 680 on an H200 beside 660 / 691 / 670. Rasterization groups of 4 and 16
 were within 2% of 8; waiting for each stage's wgmmas before releasing it
@@ -36,12 +36,12 @@ were within 2% of 8; waiting for each stage's wgmmas before releasing it
 stages ran 806 against four stages' 791 in one run (not yet repeated: the plan keeps
 four).
 
-Chosen from measurements (``bench/matmul_plans.py``: candidate plans per shape, each
+Chosen from measurements (``lab/matmul_plans.py``: candidate plans per shape, each
 validated, timed beside cuBLAS in one run; ``bench/results/matmul_plans_h100.json``):
 one tile row (M <= 128) at the LLM shapes takes :data:`ONE_ROW_MEASURED` (128 x 64 tiles
 where N <= 8192 at M = 128), and :data:`MEASURED` overrides the many-row plan where a
 knob beat it by more than the run's noise. ``bench/results/matmul_tune_small_h100.json``
-(``bench/matmul_tune.py --small``) has the split 1 / 2 / 4 sweep at M in {1, 16, 128}.
+(``lab/matmul_tune.py --small``) has the split 1 / 2 / 4 sweep at M in {1, 16, 128}.
 """
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ SPLITS = (1, 2, 4)        # split-K cluster sizes: whole TPC pairs, so clusters 
 # Whether choose() splits K by itself (one_row() and choose(split=) plan it either way).
 # On: the split-K kernel ran bit-exact and deterministic on an H100
 # (tests/gpu/test_ops_matmul_gpu.py::test_split_k_kernel, 12 cases, with main 7c81122);
-# its speed is bench/matmul_tune.py --small's to tell.
+# its speed is lab/matmul_tune.py --small's to tell.
 SPLIT_K = True
 DSMEM_VS_HBM = 2.0        # assumed: one SM's DSMEM read rate over its 1/132 share of HBM
 SPLIT_MARGIN = 1.05       # a split must beat the best unsplit plan's score by this much
@@ -170,7 +170,7 @@ MIN_SPLIT_KBLOCKS = 4     # each split-K rank runs at least this many k-blocks
 
 
 # Measured one-tile-row plans, (M class, N, K) -> (bn, split, a_rows, cluster_n): the
-# fastest validated candidate of bench/matmul_plans.py (b = W.T, bf16; TFLOP/s beside
+# fastest validated candidate of lab/matmul_plans.py (b = W.T, bf16; TFLOP/s beside
 # cuBLAS in the same run). M class 128 is 17 <= M <= 128, class 16 is M <= 16.
 #   M = 128, on an H100 (bench/results/matmul_plans_h100.json; for 16-bit operands the
 #   last three rows are ONE_ROW_MEASURED_16's, from matmul_plans_h100_4.json to _6, three
@@ -290,7 +290,7 @@ def measured_one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType,
 
     e4m3 operands take the same table: at M = 128 its plan was within 4% of the fastest
     e4m3 candidate at each of the seven shapes, and 1.0-1.6x the rule's plan
-    (``bench/matmul_plans.py --fp8``, ``bench/results/matmul_plans_fp8_h100.json``:
+    (``lab/matmul_plans.py --fp8``, ``bench/results/matmul_plans_fp8_h100.json``:
     e.g. 128 x 4096 x 14336 n64 s2 526 TFLOP/s against the rule's 328, cuBLAS fp8 567);
     M = 16 follows it untimed, loading all of A's rows (a_rows was timed with bf16 only)."""
     key = (16 if m <= 16 else 128, n, k)
@@ -319,10 +319,10 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     128 x 256 tiles unless 128 x 128 tiles (m64n128 consumers, twice the tiles, a deeper
     ring) keep the persistent grid busier by more than 10% over its rounds: with few tiles
     the last round leaves SMs idle (1024 x 6144: 192 tiles, one full round and one 45%
-    busy). TMA loads promote 256-byte L2 lines (H100, ``bench/matmul_tune.py``: +6% at
+    busy). TMA loads promote 256-byte L2 lines (H100, ``lab/matmul_tune.py``: +6% at
     4096^3 and 8192^3 over none). ``sms`` sizes only the launch, except for these
     tile-count rules. One tile row (M <= 128): :func:`one_row` (split-K where
-    :data:`SPLIT_K` allows, or as ``split`` forces: ``bench/matmul_tune.py``).
+    :data:`SPLIT_K` allows, or as ``split`` forces: ``lab/matmul_tune.py``).
     """
     out_dtype = out_dtype or dtype
     if m <= 128:
@@ -409,7 +409,7 @@ def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int
       buffers): 64 KiB of B in flight per SM or more, well past the ~25 KiB that Little's
       law asks of one SM at 1/128 of 3 TB/s and ~1 us latency.
 
-    Not timed yet: the split-K kernel (``bench/matmul_tune.py --small`` times split 1,
+    Not timed yet: the split-K kernel (``lab/matmul_tune.py --small`` times split 1,
     2 and 4 at the small-M shapes against cuBLAS). Robust to the unknowns: where it
     splits 4 ways (N = 4096) even a DSMEM four times slower than assumed, or a GPU that
     holds only 30 clusters of 4 (two rounds), beats the 32 busy SMs of the unsplit

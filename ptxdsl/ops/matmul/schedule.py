@@ -71,7 +71,7 @@ def persistent_grid(tiles: int, sms: int, cluster: int, balance: bool = True) ->
     so 64 are launched. The time is the same in rounds, but four SMs stay idle: at the
     power cap (a sustained bf16 GEMM runs near 1350 MHz on an H100, not 1980) that
     leaves more power to the others, and every cluster runs the same number of tiles.
-    In an H100 run of each contender alone for 1.5 s (``bench/matmul_power.py``,
+    In an H100 run of each contender alone for 1.5 s (``lab/matmul_power.py``,
     ``bench/results/matmul_power_h100.json``) the balanced grid ran 1-2% faster at 8192^3
     and 4096^3 (128 CTAs, not 132) and 4% at 1024 x 14336 x 4096, and tied elsewhere."""
     slots = max(1, sms // cluster)

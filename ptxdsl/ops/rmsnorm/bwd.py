@@ -190,7 +190,7 @@ def plan_backward(n: int, dtype: PtxType, sms: int = 132, *, vec: int | None = N
     chunks = -(-n // vec)
     if threads is None:
         # ~16 values of each of x, dy, dw per thread, and 512 threads when the row
-        # has the chunks for them (tuned on an H200 with bench/rmsnorm_tune.py).
+        # has the chunks for them (tuned on an H200 with lab/rmsnorm_tune.py).
         per = max(1, 16 // vec)
         threads = min(1024, max(min(512, chunks), -(-chunks // per)))
         threads = -(-threads // WARP) * WARP

@@ -11,7 +11,7 @@ ring of ``stages`` row buffers in dynamic shared memory, several rows ahead, so
 the copies of later rows are in flight while this one is reduced and written.
 Both passes read the row from shared memory; dy * w of the first pass is kept in
 registers for the second (w comes from L1 every row), and the dw partial stays in
-registers until the CTA's last row. As in ``bench/rmsnorm_fwd_async.py``, a thread
+registers until the CTA's last row. As in ``lab/rmsnorm_fwd_async.py``, a thread
 reads only the chunks it copied, so the ring needs no barrier:
 ``cp.async.wait_group`` makes a thread's copies visible to that thread, and a
 buffer is refilled only after the same thread has read it.

@@ -26,7 +26,7 @@ def loop_ctas_per_sm(p: Plan) -> int:
     """CTAs per SM the register file allows (x, next x and w resident per thread);
     0 when not even one fits, or the row is too long for registers."""
     if p.two_pass or p.chunks < 4096:
-        # Measured on an H200 (bench/rmsnorm_tune.py): one CTA per row is faster up
+        # Measured on an H200 (lab/rmsnorm_tune.py): one CTA per row is faster up
         # to 8192 f32 / 16384 halves; the loop wins from 4096 chunks (16384 f32) up, at
         # 1024 rows (for more rows, plan.LOOP_ROWS_PER_CTA).
         return 0

@@ -2,7 +2,7 @@
 occupancy calculator is asked before choosing.
 
 The measurements behind each choice are in ``bench/results/rmsnorm_tune_h200.md``
-(from ``bench/rmsnorm_tune.py``); the sections are named below.
+(from ``lab/rmsnorm_tune.py``); the sections are named below.
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
 # Rows past WIDE_ROW_BYTES that one CTA of 1024 threads takes (bf16 32769-65536, f32
 # 16385-32768) are read twice, not held in registers, and where an SM needs more than
 # TWO_PASS_IN_FLIGHT bytes in flight (an H200) x is read without the L1 priority and y
-# stored with .cs. Measured (bench/rmsnorm_tune.py, M=32768, µs; copy beside;
+# stored with .cs. Measured (lab/rmsnorm_tune.py, M=32768, µs; copy beside;
 # bench/results/rmsnorm_tune_wide_rows_{h100,h200}.json): f32 32768 H100 two-pass 2819.1
 # against one-pass 2971.6 (copy 2835.3, torch.compile 2838.1), H200 with the hints 2014.3
 # against 2126.4 (copy 2000.5, torch.compile 1987.3); bf16 65536 H200 with the hints
@@ -99,7 +99,7 @@ WIDE_ROW_BYTES = 64 * 1024
 # The second read goes out ahead of the stores (fwd.Plan.reload_batch), as many chunks
 # as 32 registers hold once widened to f32 (8 f32 chunks, 4 half ones), so a thread has
 # them all in flight at once rather than one round trip after another; Inductor's kernel
-# for these rows issues all of them. Measured (bench/rmsnorm_tune.py --mode reload,
+# for these rows issues all of them. Measured (lab/rmsnorm_tune.py --mode reload,
 # M=32768, µs, one chunk at a time against the batch; bench/results/
 # rmsnorm_reload_batch_{h200,h100}.json): f32 32768 H200 2023.9 against 1985.5 (copy
 # 2011.6, torch.compile 1995.5), H100 2820.6 against 2813.0 (copy 2835.8); bf16 65536
@@ -109,7 +109,7 @@ WIDE_RELOAD_VALUES = 32
 # The persistent forward (fwd_loop; f32 rows of 16384, 512 threads, one CTA per SM) only
 # while each CTA walks at most this many rows; calls of more rows run the row-per-CTA
 # two-pass kernel of 1024 threads (two_pass_1024). Measured on an H200 (rows of 16-byte
-# chunks; bench/rmsnorm_loop_rows.py, bench/results/rmsnorm_loop_rows_h200.json, five
+# chunks; lab/rmsnorm_loop_rows.py, bench/results/rmsnorm_loop_rows_h200.json, five
 # interleaved rounds; % of the copy for the loop / two_pass_1024 / torch.compile):
 # M=1024 (7.8 rows a CTA) 98.5 / 96.0 / 57.7, 1536 95.9 / 97.9 / 94.9, 2048 95.1 / 99.0
 # / 96.6, 4096 94.7 / 100.2 / 98.8, 16384 95.8 / 100.8 / 100.4, 32768 96.0 / 101.0 /

@@ -187,7 +187,7 @@ TWO_PASS_RELOAD_BATCH = 2
 # kept in L1 for the second read) and holds the rest in registers (ClusterPlan.hold: at
 # most 5 fit, ptxas spilling at 6), its second read WIDE_SLICE_BATCH chunks ahead of the
 # stores. Clusters of 2 cover all 132 SMs of an H100 or H200; those of 8 with two CTAs
-# per SM, and the ring's clusters of 4, only 120. Measured (bench/rmsnorm_long_ab.py,
+# per SM, and the ring's clusters of 4, only 120. Measured (lab/rmsnorm_long_ab.py,
 # M=32768 bf16 / 16384 or 8192 f32, % of the copy; the plan before in brackets;
 # bench/results/rmsnorm_long_wide_slices_{h200,h100}.json): H200 262144 bf16 (clusters
 # of 2, hold 5) 95.7 (the ring 93.3; hold 4 / 3 / 2 94.8-94.9, batch 2 93.7-94.5), 229376
@@ -202,7 +202,7 @@ WIDE_SLICE_BYTES = 256 * 1024
 # Wide slices of at most WIDE_HALF_HOLD_CHUNKS half chunks a thread (rows of 256 KiB:
 # 131072 halves), which the rule above has read twice whole, hold WIDE_HALF_HOLD of them
 # in registers where an SM needs more than TWO_PASS_IN_FLIGHT bytes in flight (an H200).
-# Measured there (bench/rmsnorm_long_ab.py, bench/results/rmsnorm_long_wide_hold_h200.json,
+# Measured there (lab/rmsnorm_long_ab.py, bench/results/rmsnorm_long_wide_hold_h200.json,
 # M=32768, % of the copy, the op beside): 131072 bf16 hold 0 / 2 / 3 / 4 / 5: 96.6 / 97.7
 # / 98.6 / 98.7-98.8 / 98.0 (op 96.6); f16 hold 4 98.2 against 97.1; f32 65536 (8 chunks
 # too) hold 3 / 4 99.8 / 99.2 against 100.5, so f32 keeps none; 196608 bf16 hold 4 98.5

@@ -1,6 +1,6 @@
 """Kernel time (the GPU's, host work excluded) of RMSNorm backward plans.
 
-Short rows' calls are partly host-bound, so ``bench/rmsnorm_tune.py``'s per-call times
+Short rows' calls are partly host-bound, so ``lab/rmsnorm_tune.py``'s per-call times
 (host work included where the GPU waits for it) hide kernel differences of 10-15%
 under the host's noise. Here the torch profiler reports each kernel's own duration:
 every candidate runs once per round, in an order shuffled per round (each kernel
@@ -28,9 +28,9 @@ its dW sum and without its whole dW tail (:func:`tail_variants`), and
 ``torch.add(x, dy, out=dx)``: the backward's own bytes, read and written by an
 elementwise kernel.
 
-    python3 bench/rmsnorm_bwd_ktime.py 4096x1000xbf16,32768x1024xf32 [--sweep]
-    python3 bench/rmsnorm_bwd_ktime.py 1024x16384xf32 --clusters --copy
-    python3 bench/rmsnorm_bwd_ktime.py 4096x1000xbf16 --parts --copy
+    python3 lab/rmsnorm_bwd_ktime.py 4096x1000xbf16,32768x1024xf32 [--sweep]
+    python3 lab/rmsnorm_bwd_ktime.py 1024x16384xf32 --clusters --copy
+    python3 lab/rmsnorm_bwd_ktime.py 4096x1000xbf16 --parts --copy
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ A variant is ``field=value;field=value``: ClusterPlan fields (ints where they pa
 start from another split, its grid the clusters the driver runs at once (``grid=0`` for
 a one-row-per-cluster plan). Example, on a GPU::
 
-    python bench/rmsnorm_long_ab.py --ns 131072 --json out.json \\
+    python lab/rmsnorm_long_ab.py --ns 131072 --json out.json \\
         --variant "split=4:1024:4;stages=0;prefetch_w=0;grid=0;two_pass=1;min_ctas=2"
 """
 from __future__ import annotations

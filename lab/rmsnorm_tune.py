@@ -5,7 +5,7 @@ Used to choose the defaults in ``ptxdsl/ops/rmsnorm/fwd.plan``,
 measurements: ``bench/results/rmsnorm_tune_h200.md``); it times kernels directly (no ops-layer host
 work) with CUDA events over rotated inputs.
 
-    python bench/rmsnorm_tune.py [--json PATH]
+    python lab/rmsnorm_tune.py [--json PATH]
 """
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ def main(argv=None):
     import dataclasses
 
     import torch
-    from bench.rmsnorm_fwd_async import build_forward_async, staging
+    from lab.rmsnorm_fwd_async import build_forward_async, staging
     from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
     from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
     from ptxdsl.ops.rmsnorm.fwd import build_forward, plan

@@ -18,7 +18,7 @@ checked against float64 before it is timed. (16-byte stores of y, four or two la
 pooling their 4- or 8-byte chunks through shuffles, were tried too and were no faster
 than the per-chunk stores on an H100: see the results file.)
 
-    python bench/rmsnorm_quant_tune.py [--shapes 2048x8192xbf16,...] [--static]
+    python lab/rmsnorm_quant_tune.py [--shapes 2048x8192xbf16,...] [--static]
         [--only REGEX] [--rounds 3] [--json PATH]
 """
 from __future__ import annotations

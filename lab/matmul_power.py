@@ -1,7 +1,7 @@
 """The bf16 GEMM at the power cap: sustained throughput, board power and SM clock of
 cuBLAS, ptxdsl and variants of ptxdsl's plan, side by side in one run.
 
-    PYTHONPATH=. python bench/matmul_power.py [--shapes 8192x8192x8192,4096x4096x4096]
+    PYTHONPATH=. python lab/matmul_power.py [--shapes 8192x8192x8192,4096x4096x4096]
         [--seconds 2] [--rounds 2] [--variants overlap,no-balance] [--pyptx] [--json PATH]
 
 A sustained bf16 GEMM of random normal inputs holds an H100 or H200 at its power limit

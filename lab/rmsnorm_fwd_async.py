@@ -2,7 +2,7 @@
 
 An experiment the ops never choose (the register-resident kernels of
 ``ptxdsl/ops/rmsnorm`` were as fast or faster where measured); kept here because
-``bench/rmsnorm_tune.py --mode async`` still times it.
+``lab/rmsnorm_tune.py --mode async`` still times it.
 
 A fixed grid of CTAs walks the rows (``cta, cta + G, ...``, as in
 ``ptxdsl.ops.rmsnorm.fwd_loop``), but a row arrives in shared memory through

@@ -9,7 +9,7 @@ row count, the op as planned, both kernels, the one-pass 512-thread row-per-CTA 
 and a device copy of the same bytes, each checked against ``F.rms_norm`` first, in
 interleaved rounds (every other one in reverse order; each keeps its median).
 
-    python bench/rmsnorm_loop_rows.py [--n 16384] [--ms 1024,2048,...] [--json PATH]
+    python lab/rmsnorm_loop_rows.py [--n 16384] [--ms 1024,2048,...] [--json PATH]
 """
 from __future__ import annotations
 

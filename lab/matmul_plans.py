@@ -12,9 +12,9 @@ NaN, relative error < 1e-2) and at a ragged shape (379 x 1000 x 528). Timing: at
 (``bench.matmul.timed_rounds``), ``--rounds`` rounds in rotated orders, median kept.
 Writes ``$OUT/matmul_plans.json`` after every shape.
 
-    python bench/matmul_plans.py                       # the default weak shapes
-    python bench/matmul_plans.py --shapes 16384x28672x8192,128x4096x14336 --api
-    python bench/matmul_plans.py --fp8 --shapes 8192x8192x8192   # e4m3 operands, scaled,
+    python lab/matmul_plans.py                       # the default weak shapes
+    python lab/matmul_plans.py --shapes 16384x28672x8192,128x4096x14336 --api
+    python lab/matmul_plans.py --fp8 --shapes 8192x8192x8192   # e4m3 operands, scaled,
                                    # beside torch._scaled_mm (bench/matmul_fp8.py's sets)
 """
 from __future__ import annotations

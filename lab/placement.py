@@ -6,7 +6,7 @@ CUDA-event timings over back-to-back calls). Same kernel, same sizes: any spread
 between pairs is the buffers' placement. ``bench/rmsnorm.py`` times every shape in
 more than one pass, on fresh allocations (``--passes``), partly because of it.
 
-    python bench/placement.py [--mib 128] [--pairs 12] [--json PATH]
+    python lab/placement.py [--mib 128] [--pairs 12] [--json PATH]
 """
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ timed only). Each variant is validated (integer-valued inputs, bit-exact f32 out
 ragged shape; random normal at the timed shape) before it is timed; blocks of calls as in
 ``bench/matmul.py``. Writes ``$OUT/matmul_tune.json`` and the SASS of the default kernel.
 
-    python bench/matmul_tune.py [--shapes 4096x4096x4096,8192x8192x8192]
-    python bench/matmul_tune.py --small        # split-K 1 / 2 / 4 at M in {1, 16, 128}
+    python lab/matmul_tune.py [--shapes 4096x4096x4096,8192x8192x8192]
+    python lab/matmul_tune.py --small        # split-K 1 / 2 / 4 at M in {1, 16, 128}
 
 ``--small`` times the one-tile-row plans of ``plan.one_row`` with the split forced to 1, 2
 and 4 (``split1`` is what ``choose`` runs while ``plan.SPLIT_K`` is off), both B layouts

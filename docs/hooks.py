@@ -20,7 +20,7 @@
   NAME (``Class.method`` for nested) of FILE, found by name, not line numbers.
 * ``<!-- ptxdsl:fragment OPERAND SHAPE TYPE [ORDER] -->`` becomes a table of the tile
   of that mma operand in which each cell names the lane and element holding it
-  (``T5:2``), drawn from the same :class:`ptxdsl.dsl.fragments.Layout` the interpreter uses.
+  (``T5:2``), drawn from the same :class:`ptxdsl.dsl.tensorcore.Layout` the interpreter uses.
 * ``<!-- ptxdsl:bench-tables [SUBSTRING] -->`` becomes tables built from the benchmark JSON
   files under ``bench/results/`` (or a sentence saying there are none yet).
 
@@ -352,7 +352,7 @@ def bench_tables(folder: str, only: str | None = None) -> str:
 
 def _fragment_figure(args: str) -> str:
     """A markdown table of one mma operand's tile: ``T<lane>:<element>`` per cell."""
-    from ptxdsl.dsl.fragments import layout
+    from ptxdsl.dsl.tensorcore import layout
     lay = layout(*args.split())
     cells = [["" for _ in range(lay.cols)] for _ in range(lay.rows)]
     for lane in range(32):

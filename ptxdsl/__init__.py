@@ -15,11 +15,10 @@ from .core.errors import PtxdslError
 from .core.log import configure_from_env as _configure_log
 from .core.specs import Layout, Tile
 from .core.tensormap import TMA
+from .core.version import __version__
 from .dsl import ptx, reg, smem
 from .kernel import Kernel, interpret_requested, kernel
 from .runtime.customop import custom_op  # imports torch only when called
-
-__version__ = "0.1.0"
 
 _configure_log()  # PTXDSL_LOG=debug: the `ptxdsl` logger to stderr for this run
 

@@ -8,6 +8,7 @@ CPU and calling the kernel launches it on the GPU (or on the interpreter when
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 import logging
@@ -17,16 +18,19 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from . import toolchain
 from .core import ir
 from .core.arch import parse_arch
 from .core.emit import Emitted, emit
+from .core.entry import entry_options
 from .core.errors import (
     PtxdslError, SourceLoc, ToolchainError, TraceError, location_from_traceback,
     raised_inside_ptxdsl)
-from .core.specs import TensorArg, Tile
+from .core.specs import Tile
 from .core.trace import Builder
-from .core.types import u32, u64
+from .core.types import u8, u32, u64
 from .core.verify import verify
+from .dsl.args import TensorArg
 
 log = logging.getLogger("ptxdsl.compile")
 
@@ -105,7 +109,6 @@ class Kernel:
             raise TraceError(f"pdl=True needs sm_90 or newer (programmatic dependent launch "
                              f"and griddepcontrol arrived with Hopper); arch is {arch!r}",
                              self.defined_at)
-        from .core.entry import entry_options
         self.entry = entry_options(
             cluster=cluster, raw_directives=raw_directives, extern_smem=extern_smem, smem=smem,
             raw_params=raw_params, block=self.block, arch=arch,
@@ -163,7 +166,6 @@ class Kernel:
         args = self._arguments(b)
         opts = self.entry
         if opts.extern_smem is not None:
-            from .core.types import u8
             b.shared.append(ir.SharedDecl(opts.extern_smem, u8, (opts.smem,), 128,
                                           self.defined_at, dynamic=True))
         with b.active():
@@ -267,7 +269,6 @@ class Kernel:
 
         The result's ``unchecked`` lists the ``ptx.raw`` lines (``file:line: text``):
         ptxas assembled them, but ptxdsl validated nothing about them."""
-        from . import toolchain
         c = self.compile(arch)
         target = c.program.arch
         unchecked = tuple(f"{raw.loc}: {raw.text}" for raw in ir.unchecked(c.program.body))
@@ -280,7 +281,6 @@ class Kernel:
             from .runtime.dump import dump
             dump(self.name, key, ptx=c.ptx, cubin=result.cubin)
             if unchecked:
-                import dataclasses
                 result = dataclasses.replace(result, unchecked=unchecked)
             return result
         except toolchain.PtxasError as e:
@@ -305,7 +305,6 @@ class Kernel:
 
     def sass(self, arch: str | None = None) -> str:
         """SASS disassembly of the assembled cubin (needs cuobjdump or nvdisasm)."""
-        from . import toolchain
         from .runtime.dump import dump
         c = self.compile(arch)
         text = toolchain.disassemble(self.check(arch).cubin)
@@ -314,7 +313,6 @@ class Kernel:
 
     def _cubin_key(self, c: Compiled, target: str, options: Sequence[str]) -> str:
         """The cubin cache key of this PTX assembled by the ptxas found (dump file names)."""
-        from . import toolchain
         from .runtime.cache import cache_key, ptxas_identity
         ptxas = toolchain.find_ptxas()
         tool = ptxas_identity(ptxas) if ptxas else "ptxas-unknown"

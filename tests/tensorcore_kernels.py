@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.dsl.fragments import FORMS, operand_layouts
+from ptxdsl.dsl.tensorcore import FORMS, operand_layouts
 from ptxdsl.isa.tensorcore import ELEMENT_BITS
 from ptxdsl.core.types import ALL_TYPES, b32, u16, u32, u64
 

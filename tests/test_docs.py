@@ -343,7 +343,7 @@ def test_comparison_page_does_not_understate_the_table():
 def test_python_names_of_every_modifier_round_trip():
     """The page's "Python names" are what ptx.inst accepts: ptx_name() maps them back."""
     from docgen import _py_part
-    from ptxdsl.dsl.ptx import ptx_name
+    from ptxdsl.dsl.inst import ptx_name
     for spec in TABLE:
         for part in spec.opcode.split("."):
             assert ptx_name(_py_part(part)) == part

@@ -4,7 +4,7 @@ Every mma form (shape x types x layouts) runs on the interpreter against a
 float64 / int64 numpy reference built with the test's own packing; integer
 forms must match bit for bit, float forms within the bound documented in
 ``ptxdsl/interp/tensorcore.py``. Layouts are also checked against the
-formulas written out in the PTX ISA, independently of ``ptxdsl.dsl.fragments``.
+formulas written out in the PTX ISA, independently of ``ptxdsl.dsl.tensorcore``.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from ptxdsl import kernel, ptx, reg, Tile
 from ptxdsl.core.errors import InterpreterError
-from ptxdsl.dsl.fragments import layout
+from ptxdsl.dsl.tensorcore import layout
 from ptxdsl.core.fp8 import fp8_encode
 from ptxdsl.core.types import b32, f32, u16, u32
 from tensorcore_kernels import (ALL_MMA, build_matrix_ops, build_mma, chain, fp8_value,
@@ -81,7 +81,7 @@ def test_fragment_origin_plus_offset_and_owner():
 
 def test_fragment_epilogue_writes_every_element_once():
     """A kernel stores its accumulator by (row, col) from Fragment.origin/items."""
-    from ptxdsl.dsl.fragments import fragment
+    from ptxdsl.dsl.tensorcore import fragment
 
     @kernel(out_specs=(Tile(16, 8, f32),), grid=(1, 1, 1), block=(32, 1, 1), arch="sm_80")
     def epi(Y):

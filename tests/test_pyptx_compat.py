@@ -151,7 +151,7 @@ def test_pyptx_style_kernel_assembles():
 
 def test_ptxdsl_spelling_from_fragments():
     """ptx.mma(d, a, b) reads shape, types and layouts from Fragments."""
-    from ptxdsl.dsl.fragments import fragment
+    from ptxdsl.dsl.tensorcore import fragment
 
     @kernel(grid=(1, 1, 1), block=(32, 1, 1), arch="sm_80")
     def own():

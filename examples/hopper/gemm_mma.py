@@ -11,7 +11,7 @@ distinct banks. M, N and K are run-time dims (one compiled kernel serves every s
 rows and columns past the edges are zero-filled by ``cp.async``'s source size and
 never stored; N and K must be multiples of 8 (16-byte rows for ``cp.async``).
 
-The accumulators are :class:`ptxdsl.dsl.fragments.Fragment` objects: ``ptx.mma(acc, a, b)``
+The accumulators are :class:`ptxdsl.dsl.tensorcore.Fragment` objects: ``ptx.mma(acc, a, b)``
 reads its shape and types from them, and the epilogue places each element by the
 offsets its layout gives (no hand-derived lane arithmetic).
 
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from _harness import on_gpu, run, time_us  # noqa: E402
 from ptxdsl import Tile, kernel, ptx, reg, smem  # noqa: E402
-from ptxdsl.dsl.fragments import fragment, layout  # noqa: E402
+from ptxdsl.dsl.tensorcore import fragment, layout  # noqa: E402
 from ptxdsl.core.types import bf16, bf16x2, f32_to_bf16_bits, pred, u32  # noqa: E402
 
 BM, BN, BK = 128, 128, 32     # CTA tile

@@ -30,7 +30,11 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from .. import toolchain
 from ..core.errors import PtxdslError
+from ..core.version import __version__
+from ..kernel import Kernel
+from . import doctor as doctor_mod
 
 __all__ = ["main", "load_kernels", "select_kernels", "format_table", "CliError",
            "KernelEntry"]
@@ -116,7 +120,6 @@ def _required_params(fn: Callable) -> list[str]:
 
 def _kernels_in(value, source: str) -> list[tuple[str | None, object, str]]:
     """Kernels in what KERNELS or a builder gave: a Kernel, a dict, or a list/tuple."""
-    from ..kernel import Kernel
     if isinstance(value, Kernel):
         return [(None, value, source)]
     if isinstance(value, dict):
@@ -163,7 +166,6 @@ def load_kernels(path: str, module=None) -> list[KernelEntry]:
     the Python function's name unless ``@kernel(name=...)`` says otherwise) or
     by the attribute / builder it came from (``build_softmax`` or ``softmax``).
     """
-    from ..kernel import Kernel
     if module is None:
         module = _import_file(path)
     found: list[tuple[str | None, object, str, tuple[str, ...]]] = []
@@ -308,7 +310,6 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_sass(args) -> int:
-    from .. import toolchain
     # Say up front, in one line, when there is nothing to disassemble with.
     if toolchain.find_tool("cuobjdump") is None and toolchain.find_tool("nvdisasm") is None:
         raise CliError(f"no SASS disassembler found (cuobjdump or nvdisasm); install them with "
@@ -447,7 +448,6 @@ def _cmd_cache(args) -> int:
 
 def _cmd_doctor(args) -> int:
     """Exit 0 when kernels can at least be assembled here (a ptxas) or run (a GPU)."""
-    from . import doctor as doctor_mod
     report = doctor_mod.doctor()
     print(doctor_mod.format_report(report))
     usable = bool(report.get("ptxas")) or report.get("gpu") == "yes"
@@ -494,7 +494,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ptxdsl", description="Inspect, check and run ptxdsl kernels defined in Python files.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from .. import __version__
     p.add_argument("--version", action="version", version=f"ptxdsl {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import toolchain
+from ..core.version import __version__
+
 __all__ = ["doctor", "format_report", "main"]
 
 
@@ -29,7 +32,6 @@ def _cuda_python_version() -> str | None:
 
 def doctor() -> dict:
     """The report as a dict; ``report["problems"]`` lists what stops or slows ptxdsl."""
-    from .. import __version__, toolchain
     from ..runtime import cache as rcache
     from ..runtime import driver as rdriver
 

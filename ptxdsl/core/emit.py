@@ -17,6 +17,7 @@ import jinja2
 from . import ir
 from .errors import SourceLoc
 from .types import GENERATED_NAME
+from .version import __version__
 
 def _load_template(name: str) -> str | None:
     """``ptxdsl/core/templates/<name>`` through importlib.resources: found wherever the package
@@ -185,7 +186,6 @@ def emit(prog: ir.Program, lines: str | None = None, *, source: str = "",
          maxntid: tuple[int, int, int] | None = None,
          minnctapersm: int | None = None, directives=()) -> Emitted:
     """Render a verified program as a PTX module with one ``.entry``."""
-    from .. import __version__
     if lines not in (None, "comment", "loc"):
         raise ValueError(f"lines must be None, 'comment' or 'loc', got {lines!r}")
     files: dict[str, int] = {}

@@ -1,8 +1,9 @@
-"""Tensor specs (``Tile``) and the handles a kernel body receives for its arguments."""
+"""Tensor specs: ``Tile`` (shape, element type, TMA settings of a kernel argument) and
+pyptx's ``Layout`` tags. The handle a kernel body receives for each Tile is
+:class:`ptxdsl.dsl.args.TensorArg`."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from .errors import TraceError, user_location
 from .tensormap import TMA
@@ -176,79 +177,3 @@ def _wgmma_layout(inner, dtype: PtxType, operand: str) -> Layout:
         raise TraceError(f"Tile.wgmma_{operand}: a box row of {inner} x {dtype.name} is "
                          f"{row} bytes; wgmma operands have rows of 16, 32, 64 or >= 128 "
                          f"bytes", user_location()) from None
-
-
-@dataclass(frozen=True)
-class TensorArg:
-    """What a kernel body gets for each Tile: its pointer param and its spec."""
-
-    name: str
-    tile: Tile
-    param: object  # ir.Param of kind "ptr"
-    is_output: bool
-
-    @property
-    def dtype(self) -> PtxType:
-        return self.tile.dtype
-
-    @property
-    def shape(self) -> tuple:
-        """Ints for concrete dims, registers (``ld.param.u32``) for named ones."""
-        from ..dsl.ptx import dim
-        return tuple(d if isinstance(d, int) else dim(d) for d in self.tile.dims)
-
-    @property
-    def row_stride(self):
-        """Elements between consecutive rows: ``ld.param.u32`` of the stride param if
-        the Tile names one, else the (int or register) size of the last dim times
-        the inner dims."""
-        from ..dsl.ptx import dim
-        if self.tile.stride is not None:
-            return dim(self.tile.stride, kind="stride")
-        inner = 1
-        for d in self.tile.dims[1:]:
-            if not isinstance(d, int):
-                raise TraceError("row_stride of a Tile with named inner dims needs "
-                                 "Tile(..., stride='name')", user_location())
-            inner *= d
-        return inner
-
-    @property
-    def ndim(self) -> int:
-        return len(self.tile.dims)
-
-    def tma_desc(self):
-        """The generic address of this tensor's tensor map, for TMA instructions
-        (``[desc, {c0, c1}]``): a ``.u64`` register.
-
-        The first call adds the kernel parameter ``.param .align 64 .b8 <name>_tmap[128]``
-        (a grid constant the runtime fills with the map encoded from the Tile's ``tma=``
-        and the argument's shape, strides and address) and records, at kernel entry,
-        ``mov.b64 %rd, <name>_tmap`` and ``cvta.param.u64 %rd', %rd``; later calls return
-        the same register.
-        """
-        from . import ir
-        from .trace import current
-        from .types import b8, u64
-        b = current(f"{self.name}.tma_desc()")
-        key = ("tma_desc", self.name)
-        hit = b.cache.get(key)
-        if hit is not None:
-            return hit
-        if self.tile.tma is None:
-            raise TraceError(f"{self.name}.tma_desc(): its {self.tile!r} has no TMA settings; "
-                             f"declare them on the Tile, e.g. Tile(..., tma=TMA(box=(64, 64), "
-                             f"swizzle=128))", user_location())
-        p = ir.Param(f"{self.name}_tmap", b8, "tmap", self.name, count=128, align=64,
-                     tma=self.tile.tma)
-        b.params.append(p)
-        raw, gen = b.new_reg(u64), b.new_reg(u64)
-        loc = user_location()
-        b.prologue.append(b.build(["mov", "b64"], (raw, ir.Symbol(p.name, "param")), loc=loc,
-                                  comment=f"tensor map of {self.name}"))
-        b.prologue.append(b.build(["cvta", "param", "u64"], (gen, raw), loc=loc))
-        b.cache[key] = gen
-        return gen
-
-    def __repr__(self) -> str:
-        return f"<{'output' if self.is_output else 'input'} {self.name}: {self.tile}>"

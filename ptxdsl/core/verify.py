@@ -30,17 +30,10 @@ from . import ir
 from .errors import VerifyError
 from .walks import collect_used
 from .types import compatible
+from ..isa.special import SCOPES, SPECIAL_REGS
 
-LEVELS = ("thread", "warp", "warpgroup", "cta", "cluster", "grid")
+LEVELS = SCOPES
 THREAD, WARP, WARPGROUP, CTA, CLUSTER, GRID = range(6)
-# The scope within which a special register is the same for every thread.
-_SPECIAL_LEVEL = (("tid.", THREAD), ("laneid", THREAD), ("clock", THREAD),
-                  ("lanemask", THREAD), ("globaltimer", THREAD), ("warpid", WARP),
-                  ("nwarpid", GRID), ("ctaid.", CTA), ("smid", CTA), ("nctaid.", GRID),
-                  ("ntid.", GRID), ("nsmid", GRID), ("clusterid.", CLUSTER),
-                  ("nclusterid.", GRID), ("cluster_ctarank", CTA), ("cluster_ctaid.", CTA),
-                  ("cluster_nctarank", GRID), ("cluster_nctaid.", GRID),
-                  ("is_explicit_cluster", GRID))
 _DIFFERS = {THREAD: "differs between the threads of one warp",
             WARP: "differs between the warps of one warpgroup",
             WARPGROUP: "differs between the warpgroups of one CTA",
@@ -49,10 +42,9 @@ _DIFFERS = {THREAD: "differs between the threads of one warp",
 
 
 def _special_level(name: str) -> int:
-    for prefix, level in _SPECIAL_LEVEL:
-        if name.startswith(prefix):
-            return level
-    return THREAD
+    """The scope within which a special register is the same for every thread."""
+    reg = SPECIAL_REGS.get(name)
+    return THREAD if reg is None else SCOPES.index(reg.scope)
 
 
 def _group_level(n: int) -> int:

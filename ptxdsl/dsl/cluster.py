@@ -20,6 +20,7 @@ from __future__ import annotations
 from ..core import ir
 from ..core.trace import current
 from ..core.types import u32
+from .mbarrier import arrive_remote as _arrive_remote
 
 __all__ = ["arrive", "wait", "sync", "ctarank", "is_rank", "rank", "map_shared",
            "arrive_remote"]
@@ -80,5 +81,4 @@ def arrive_remote(addr, cta, count=1, *, pred=None) -> None:
     """Arrive ``count`` times on the mbarrier at shared address ``addr`` of the CTA of
     rank ``cta``: ``mapa.shared::cluster.u32 r, addr, cta`` and
     ``mbarrier.arrive.shared::cluster.b64 _, [r], count``."""
-    from .mbarrier import arrive_remote as _arrive_remote
     _arrive_remote(addr, cta, count, pred=pred)

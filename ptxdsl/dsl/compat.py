@@ -1,9 +1,25 @@
-"""Loops written as PTX writes them: a label and a backward branch (``ptx.loop``), and a
-counted loop unrolled with a peeled tail (``ptx.kloop``).
+"""pyptx's spellings that have no better home: loops written as PTX writes them and
+the Hopper GEMM epilogue store.
 
-``ptx.range_`` is the structured loop to prefer; these two exist for persistent-tile
-and K loops whose bodies branch out (``ptx.bra("exit", pred=...)``), as pyptx's Hopper
-GEMM writes them.
+Loops: a label and a backward branch (``ptx.loop``), and a counted loop unrolled with
+a peeled tail (``ptx.kloop``). ``ptx.range_`` is the structured loop to prefer; these
+two exist for persistent-tile and K loops whose bodies branch out
+(``ptx.bra("exit", pred=...)``), as pyptx's Hopper GEMM writes them.
+
+Epilogue: ``stmatrix_x4_trans_f32_bf16(frag=, smem_base=, lane=, row_stride=)`` stores a wgmma
+``m64nN`` f32 accumulator fragment (``N/2`` registers per thread, in the order the
+``wgmma`` consumed them) to a shared tile of bf16, transposed, ``row_stride`` elements
+between rows; pyptx's Hopper GEMM epilogue. It records, once::
+
+    and.b32 l, lane, 31;  shr.u32 w, lane, 5
+    mad.lo.s32 o, w, 16, 0;  and.b32 t, l, 7;   mad.lo.s32 o, t, row_stride, o
+    shr.u32 t2, l, 4;        mad.lo.s32 o, t2, 8*row_stride, o
+    and.b32 t3, l, 8;        add.s32 o, o, t3
+    shl.b32 o2, o, 1;        add.u32 base, smem_base, o2
+
+and per group of 8 registers ``g``: 8 ``cvt.rn.bf16.f32``, 4 ``mov.b32 {lo, hi}`` and
+``stmatrix.sync.aligned.m8n8.x4.trans.shared::cta.b16 [base + g*32*row_stride],
+{p0, p1, p2, p3}``.
 """
 from __future__ import annotations
 
@@ -13,9 +29,11 @@ from typing import Callable, Iterator
 from ..core import ir
 from ..core.errors import TraceError, user_location
 from ..core.trace import current
-from ..core.types import pred as pred_t
+from ..core.types import b32, bf16, pred as pred_t, u32
+from .control import if_, label as place_label
+from .reg import as_reg
 
-__all__ = ["loop", "kloop"]
+__all__ = ["loop", "kloop", "stmatrix_x4_trans_f32_bf16"]
 
 
 @contextlib.contextmanager
@@ -23,7 +41,6 @@ def loop(label: str, *, pred=None) -> Iterator[None]:
     """``label:`` before the body and, after it, ``@pred bra label`` (``bra.uni label``
     without ``pred``: leave such a loop with ``ptx.bra``). The body runs at least once;
     ``pred`` is read at the bottom, so update it in the body."""
-    from .ptx import label as place_label
     b = current("ptx.loop")
     place_label(label)
     yield
@@ -60,8 +77,6 @@ def kloop(total, *, unroll: int, body: Callable[[], None], loop_label: str = "kl
         for _ in range(total):
             body()
         return
-    from .ptx import if_
-    from .reg import as_reg
     b = current("ptx.kloop")
     total = as_reg(total)
     if not isinstance(total, ir.Reg) or not total.dtype.is_int or total.dtype.bits != 32:
@@ -91,3 +106,38 @@ def kloop(total, *, unroll: int, body: Callable[[], None], loop_label: str = "kl
     with if_(remainder != 0):
         body()
         tail(2)
+
+
+def stmatrix_x4_trans_f32_bf16(*, frag, smem_base, lane, row_stride: int, tmp_bf16=None,
+                               tmp_pack=None) -> None:
+    """See the epilogue section of the module docstring. ``tmp_bf16`` (8 16-bit registers) and ``tmp_pack`` (4
+    32-bit) are scratch registers to reuse (fresh ones when not given)."""
+    b = current("ptx.stmatrix_x4_trans_f32_bf16")
+    regs = list(frag.__ptx_regs__() if hasattr(frag, "__ptx_regs__") else frag)
+    if not regs or len(regs) % 8:
+        raise TraceError(f"stmatrix_x4_trans_f32_bf16: frag holds a multiple of 8 registers, "
+                         f"got {len(regs)}", user_location())
+    if isinstance(row_stride, bool) or not isinstance(row_stride, int) or row_stride < 1:
+        raise TraceError(f"row_stride is a positive int (elements), got {row_stride!r}",
+                         user_location())
+    rs = list(tmp_bf16) if tmp_bf16 is not None else [b.new_reg(bf16) for _ in range(8)]
+    pack = list(tmp_pack) if tmp_pack is not None else [b.new_reg(b32) for _ in range(4)]
+    if len(rs) != 8 or len(pack) != 4:
+        raise TraceError("tmp_bf16 holds 8 registers and tmp_pack 4", user_location())
+    lane = as_reg(lane)
+    l32 = lane & 31
+    warp = lane >> 5
+    off = b.new_reg(u32)
+    b.inst(["mad", "lo", "s32"], (off, warp, 16, 0))
+    b.inst(["mad", "lo", "s32"], (off, l32 & 7, row_stride, off))
+    b.inst(["mad", "lo", "s32"], (off, l32 >> 4, row_stride * 8, off))
+    b.inst(["add", "s32"], (off, off, l32 & 8))
+    base = smem_base + (off << 1)
+    group_bytes = row_stride * 16 * 2
+    for g in range(len(regs) // 8):
+        for k in range(8):
+            b.inst(["cvt", "rn", "bf16", "f32"], (rs[k], regs[g * 8 + k]))
+        for k in range(4):
+            b.inst(["mov", "b32"], (pack[k], [rs[2 * k], rs[2 * k + 1]]))
+        b.inst(["stmatrix", "sync", "aligned", "m8n8", "x4", "trans", "shared::cta", "b16"],
+               (ir.Addr(base, g * group_bytes), pack))

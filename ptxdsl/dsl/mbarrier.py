@@ -39,9 +39,11 @@ from ..core import ir
 from ..core.errors import TraceError, user_location
 from ..core.trace import current
 from ..core.types import b64, pred as pred_t, u32
+from .control import if_
+from .reg import as_reg
 
 __all__ = ["Mbarrier", "MbarrierArray", "array", "init", "arrive", "arrive_expect_tx",
-           "expect_tx", "try_wait", "wait", "arrive_remote", "inval"]
+           "expect_tx", "try_wait", "wait", "arrive_remote", "inval", "operand"]
 
 
 def _base(base):
@@ -54,7 +56,6 @@ def _base(base):
             raise TraceError("an mbarrier base is a register or a shared array", user_location())
         return a.base
     if isinstance(base, ir.Special):
-        from .reg import as_reg
         return as_reg(base)
     if isinstance(base, ir.Symbol) or isinstance(base, ir.Reg) and base.dtype.is_int and \
             base.dtype.bits in (32, 64):
@@ -163,7 +164,6 @@ class MbarrierArray:
         if isinstance(stage, int) and not isinstance(stage, bool):
             return self[stage]
         b = current("MbarrierArray.at")
-        from .reg import as_reg
         stage = as_reg(stage)
         if not isinstance(stage, ir.Reg) or not stage.dtype.is_int or stage.dtype.bits != 32:
             raise TraceError(f"MbarrierArray.at takes a 32-bit integer register, got {stage!r}",
@@ -195,7 +195,8 @@ def array(base, offset: int, count: int) -> MbarrierArray:
     return MbarrierArray(base, offset, count)
 
 
-def _addr(mbar) -> ir.Addr:
+def operand(mbar) -> ir.Addr:
+    """The ``[A]`` operand of an mbarrier (an :class:`Mbarrier`, a shared address)."""
     if isinstance(mbar, ir.Addr):
         return mbar
     if hasattr(mbar, "__ptx_addr__"):
@@ -209,14 +210,14 @@ def _addr(mbar) -> ir.Addr:
 def init(mbar, count, *, pred=None) -> None:
     """``mbarrier.init.shared::cta.b64 [A], count``."""
     current("ptx.mbarrier.init").inst(["mbarrier", "init", "shared::cta", "b64"],
-                                      (_addr(mbar), count), guard=pred)
+                                      (operand(mbar), count), guard=pred)
 
 
 def arrive(mbar, *, pred=None) -> ir.Reg:
     """``mbarrier.arrive.shared::cta.b64 state, [A]``; returns ``state`` (``.b64``)."""
     b = current("ptx.mbarrier.arrive")
     state = b.new_reg(b64)
-    b.inst(["mbarrier", "arrive", "shared::cta", "b64"], (state, _addr(mbar)), guard=pred)
+    b.inst(["mbarrier", "arrive", "shared::cta", "b64"], (state, operand(mbar)), guard=pred)
     return state
 
 
@@ -226,7 +227,7 @@ def arrive_expect_tx(mbar, nbytes, *, pred=None) -> ir.Reg:
     b = current("ptx.mbarrier.arrive_expect_tx")
     state = b.new_reg(b64)
     b.inst(["mbarrier", "arrive", "expect_tx", "shared::cta", "b64"],
-           (state, _addr(mbar), nbytes), guard=pred)
+           (state, operand(mbar), nbytes), guard=pred)
     return state
 
 
@@ -234,7 +235,7 @@ def expect_tx(mbar, nbytes, *, pred=None) -> None:
     """``mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [A], nbytes`` (no arrival)."""
     current("ptx.mbarrier.expect_tx").inst(
         ["mbarrier", "expect_tx", "relaxed", "cta", "shared::cta", "b64"],
-        (_addr(mbar), nbytes), guard=pred)
+        (operand(mbar), nbytes), guard=pred)
 
 
 def try_wait(mbar, phase, *, pred=None) -> ir.Reg:
@@ -242,7 +243,7 @@ def try_wait(mbar, phase, *, pred=None) -> ir.Reg:
     the phase of parity ``phase`` completed)."""
     b = current("ptx.mbarrier.try_wait")
     p = b.new_reg(pred_t)
-    b.inst(["mbarrier", "try_wait", "parity", "shared::cta", "b64"], (p, _addr(mbar), phase),
+    b.inst(["mbarrier", "try_wait", "parity", "shared::cta", "b64"], (p, operand(mbar), phase),
            guard=pred)
     return p
 
@@ -252,7 +253,6 @@ def wait(mbar, phase, *, pred=None) -> None:
     ``mbarrier.try_wait.parity.shared::cta.b64 p, [A], phase`` and ``@!p bra L``."""
     b = current("ptx.mbarrier.wait")
     if pred is not None:  # threads where pred is false skip the loop: a structured branch
-        from .ptx import if_
         with if_(pred):
             wait(mbar, phase)
         return
@@ -273,7 +273,7 @@ def arrive_remote(mbar, cta, count=1, *, pred=None) -> None:
     b = current("ptx.mbarrier.arrive_remote")
     m = mbar if isinstance(mbar, Mbarrier) else None
     if m is None:
-        a = _addr(mbar)
+        a = operand(mbar)
         m = Mbarrier(a.base, a.offset)
     local = m.address()
     remote = b.new_reg(u32)
@@ -285,4 +285,4 @@ def arrive_remote(mbar, cta, count=1, *, pred=None) -> None:
 def inval(mbar, *, pred=None) -> None:
     """``mbarrier.inval.shared::cta.b64 [A]``."""
     current("ptx.mbarrier.inval").inst(["mbarrier", "inval", "shared::cta", "b64"],
-                                       (_addr(mbar),), guard=pred)
+                                       (operand(mbar),), guard=pred)

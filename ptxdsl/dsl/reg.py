@@ -30,7 +30,8 @@ from ..core.errors import (
     OperandTypeError, PtxdslError, TraceError, TraceIndexError, TraceTypeError, user_location)
 from ..isa import resolve as resolve_chain
 from ..core.trace import active_builder, current
-from ..core.types import ALL_TYPES, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type, pred
+from ..core.types import (
+    ALL_TYPES, REG_PREFIX, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type, pred)
 
 # The lane type of each packed float pair: an initialiser is rounded to it and splatted.
 LANE_TYPES = {"f16x2": f16, "bf16x2": bf16, "e4m3x2": e4m3, "e5m2x2": e5m2}
@@ -211,7 +212,6 @@ def _product(a: ir.Reg, other, loc) -> ir.Reg:
 
 
 def _prefix(t: PtxType) -> str:
-    from ..core.types import REG_PREFIX
     return REG_PREFIX[t.name]
 
 
@@ -424,8 +424,11 @@ def _no_wide(self):
 
 def _minmax(op: str, a, b_):
     """``r.max(x)`` / ``r.min(x)``: ``max.T`` / ``min.T`` into a new register."""
-    from . import ptx
-    return getattr(ptx, op)(as_reg(a), b_)
+    a = as_reg(a)
+    bld = current(f"ptx.{op}")
+    d = bld.new_reg(a.dtype)
+    bld.inst([op, a.dtype.name], (d, a, b_))
+    return d
 
 
 def _install_operators(cls) -> None:

@@ -10,11 +10,15 @@ some access needs it.
 """
 from __future__ import annotations
 
+import copy
+
 from ..core import ir
 from ..core.errors import TraceError, TraceIndexError, user_location
 from .reg import as_reg
 from ..core.trace import current
-from ..core.types import PtxType, move_type, u32
+from ..core.types import PtxType, b64, move_type, u32
+from .mbarrier import MbarrierArray
+from .wgmma import operand_layout
 
 
 class SharedArray:
@@ -204,7 +208,6 @@ class WgmmaTile(SharedArray):
         return self.shape[-2:]
 
     def _view(self, off: int, staged: bool) -> "WgmmaTile":
-        import copy
         v = copy.copy(self)
         v._root = self._root or self
         v.byte_offset = self.byte_offset + off
@@ -267,7 +270,6 @@ def wgmma_operand(dtype: PtxType, shape, major: str = "K", *, align: int | None 
     transpose, and TMA boxes of ``Tile.wgmma_a`` / ``Tile.wgmma_b`` with the same tile
     shape write it with the same swizzle. pyptx's name: ``smem.wgmma_tile``.
     """
-    from .wgmma import operand_layout
     if isinstance(shape, int) or len(tuple(shape)) not in (2, 3):
         raise TraceError(f"smem.wgmma_operand shape is (rows, cols) or (stages, rows, cols), "
                          f"got {shape!r}", user_location())
@@ -289,8 +291,6 @@ def mbarrier(count: int = 1):
     """``count`` mbarriers in a new ``.shared .align 8 .b8 smemN[8*count]`` array: an
     :class:`~ptxdsl.dsl.mbarrier.MbarrierArray` (``bars[i]`` for one; see
     :mod:`ptxdsl.dsl.mbarrier` for what its calls record)."""
-    from .mbarrier import MbarrierArray
-    from ..core.types import b64
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise TraceError(f"smem.mbarrier takes a positive int count, got {count!r}",
                          user_location())

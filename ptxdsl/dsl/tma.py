@@ -25,6 +25,15 @@ pyptx's spellings, kept as aliases: ``load_3d(dst=, src=, coords=, mbar=)`` (or
 CTA rank turned into one with ``ptx.cluster.is_rank``), ``store_3d(dst=desc, src=,
 row=, col=)``, and ``ptx.cp.async_.bulk.tensor_2d(dst=, src=desc, coord=, mbar=)``
 (``.store(dst=desc, src=, coord=)``). Every call takes ``pred=``.
+
+``ptx.cp.async_`` also holds Ampere's ``cp.async`` (global -> shared, 4/8/16 bytes):
+
+=====================================  =====================================================
+``ptx.cp.async_.cg(dst, src, 16[, n])``  ``cp.async.cg.shared.global [dst], [src], 16[, n]``
+                                       (``.ca`` likewise; ``n < 16`` zero-fills the rest)
+``ptx.cp.async_.commit_group()``       ``cp.async.commit_group``
+``ptx.cp.async_.wait_group(n)``        ``cp.async.wait_group n``
+=====================================  =====================================================
 """
 from __future__ import annotations
 
@@ -32,12 +41,12 @@ from ..core import ir
 from ..core.errors import TraceError, user_location
 from ..core.trace import current
 from ..core.types import u32
+from .cluster import is_rank
+from .mbarrier import operand as mbarrier_operand
 
 __all__ = ["load", "store", "commit", "wait", "load_3d", "load_3d_multicast", "store_3d",
            "cp"]
 
-
-from .mma import async_copy  # noqa: E402
 
 def _tensor_operand(desc, coords) -> ir.Addr:
     if hasattr(desc, "tma_desc") and not isinstance(desc, ir.Reg):
@@ -68,11 +77,10 @@ def _smem(x) -> ir.Addr:
 
 def load(dst, desc, coords, mbar, *, multicast=None, cache_hint=None, pred=None) -> None:
     """TMA load of the box at ``coords`` into ``dst`` (see the module table)."""
-    from .mbarrier import _addr as mbar_addr
     t = _tensor_operand(desc, coords)
     chain = ["cp", "async", "bulk", "tensor", f"{len(t.coords)}d", "shared::cluster", "global",
              "tile", "mbarrier::complete_tx::bytes"]
-    ops = [_smem(dst), t, mbar_addr(mbar)]
+    ops = [_smem(dst), t, mbarrier_operand(mbar)]
     if multicast is not None:
         chain.append("multicast::cluster")
         ops.append(multicast)
@@ -135,7 +143,6 @@ def load_3d_multicast(dst, src, row=None, col=None, mbar=None, mask=None, coords
             raise TraceError("ptx.tma.load_3d_multicast takes issuer= or pred=, not both",
                              user_location())
         if isinstance(issuer, int) and not isinstance(issuer, bool):
-            from .cluster import is_rank
             issuer = is_rank(issuer)
         pred = issuer
     if mask is None:
@@ -185,9 +192,44 @@ class _Bulk:
         wait(n, read=read, pred=pred)
 
 
+class async_copy:
+    """Ampere ``cp.async`` (global -> shared, 4/8/16 bytes), as ``ptx.cp.async_.*``."""
+
+    @staticmethod
+    def cg(dst, src, size: int = 16, src_size=None, *, pred=None) -> None:
+        """``cp.async.cg.shared.global [dst], [src], size[, src_size]`` (16 bytes, L2 only)."""
+        args = (dst, src, size) if src_size is None else (dst, src, size, src_size)
+        current("ptx.cp.async_.cg").inst(["cp", "async", "cg", "shared", "global"], args,
+                                         guard=pred)
+
+    @staticmethod
+    def ca(dst, src, size: int = 16, src_size=None, *, pred=None) -> None:
+        """``cp.async.ca.shared.global [dst], [src], size[, src_size]`` (4, 8 or 16 bytes)."""
+        args = (dst, src, size) if src_size is None else (dst, src, size, src_size)
+        current("ptx.cp.async_.ca").inst(["cp", "async", "ca", "shared", "global"], args,
+                                         guard=pred)
+
+    @staticmethod
+    def commit_group(*, pred=None) -> None:
+        """``cp.async.commit_group``."""
+        current("ptx.cp.async_.commit_group").inst(["cp", "async", "commit_group"], (),
+                                                   guard=pred)
+
+    @staticmethod
+    def wait_group(n: int = 0, *, pred=None) -> None:
+        """``cp.async.wait_group n``."""
+        current("ptx.cp.async_.wait_group").inst(["cp", "async", "wait_group"], (n,),
+                                                 guard=pred)
+
+    @staticmethod
+    def wait_all(*, pred=None) -> None:
+        """``cp.async.wait_all``."""
+        current("ptx.cp.async_.wait_all").inst(["cp", "async", "wait_all"], (), guard=pred)
+
+
 class _Async(async_copy):
     """``ptx.cp.async_``: Ampere's ``cg``/``ca``/``commit_group``/``wait_group`` (from
-    :mod:`ptxdsl.dsl.mma`) and the bulk (TMA) forms under ``.bulk``."""
+    above) and the bulk (TMA) forms under ``.bulk``."""
 
     bulk = _Bulk()
 

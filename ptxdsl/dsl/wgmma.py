@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 from ..core import ir
 from ..core.errors import TraceError, user_location
-from .fragments import RegisterGroup
 from ..isa.descriptors import SmemDescriptor
 from ..core.trace import current
 from ..core.types import ALL_TYPES, PtxType, f32, u32, u64
+from . import reg
+from .tensorcore import RegisterGroup
 
 __all__ = ["WgmmaLayout", "WgmmaFragment", "accumulator", "descriptor", "masked_descriptor",
            "mma", "fence", "commit", "wait", "SmemDescriptor", "OperandLayout",
@@ -106,7 +107,6 @@ class WgmmaFragment(RegisterGroup):
 def accumulator(n: int, dtype: PtxType = f32, init=None) -> WgmmaFragment:
     """Registers for a 64 x ``n`` accumulator (``.reg`` declarations; with ``init``, one
     ``mov`` per register)."""
-    from . import reg
     lay = WgmmaLayout(n, dtype.name)
     if n % 8 or not 8 <= n <= 256:
         raise TraceError(f"a wgmma accumulator is 64 x N with N a multiple of 8 up to 256, "
@@ -201,7 +201,6 @@ def descriptor(smem, *, leading: int | None = None, stride: int | None = None,
     ``add.u32`` (only for a non-zero ``byte_offset``), ``shr.u32 t, addr, 4``,
     ``and.b32 t, t, 0x3FFF``, ``cvt.u64.u32 d, t`` and ``or.b64 d, d, FIELDS``.
     """
-    from . import reg
     if swizzle is None:
         swizzle = getattr(smem, "swizzle", 0) or 0
     lay = getattr(smem, "layout", None)
@@ -230,7 +229,6 @@ def _add_offset(b, addr, k: int):
     as pyptx's GEMM passes -8192: the same bits), or ``addr`` itself when k is 0."""
     if not k:
         return addr
-    from . import reg
     t = reg.scalar(u32)
     b.inst(["add", "s32" if k < 0 else "u32"], (t, addr, k))
     return t
@@ -244,7 +242,6 @@ def masked_descriptor(smem_addr, *, byte_offset: int = 0, mask: int = 0x3FF80,
     fields; prefer :func:`descriptor`, which names them. Records ``add.u32`` (for a
     non-zero offset; ``add.s32`` for a negative one), ``and.b32``, ``shr.u32``, ``cvt.u64.u32`` and ``or.b64``.
     """
-    from . import reg
     addr, off = _smem_address(smem_addr)
     b = current("ptx.wgmma.masked_descriptor")
     addr = _add_offset(b, addr, off + byte_offset)

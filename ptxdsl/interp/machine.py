@@ -28,6 +28,7 @@ import numpy as np
 
 from ..core import ir
 from ..core.errors import InterpreterError
+from ..isa.special import SPECIAL_REGS
 from . import cluster
 from .hb import HappensBefore
 from .inflight import check_held
@@ -351,7 +352,8 @@ class Machine:
         if name not in self.special:
             raise InterpreterError(f"the interpreter has no special register %{name}")
         v = self.special[name]
-        return np.broadcast_to(np.asarray(v).astype(np.uint32), (self.T,))
+        width = np.uint64 if SPECIAL_REGS[name].dtype.bits == 64 else np.uint32
+        return np.broadcast_to(np.asarray(v).astype(width), (self.T,))
 
     def value(self, op, t, mask, instr):
         """Operand ``op`` viewed as PTX type ``t`` (array over threads, or a numpy scalar)."""

@@ -5,7 +5,7 @@ All four are warp-collective: every lane of a warp must execute them together
 :class:`~ptxdsl.core.errors.InterpreterError` naming the missing lanes.
 
 ``mma.sync`` reads each operand's registers, unpacks them into elements and
-places them in their tiles with the same :class:`ptxdsl.dsl.fragments.Layout`
+places them in their tiles with the same :class:`ptxdsl.dsl.tensorcore.Layout`
 objects that kernels and the docs use, multiplies in float64 (int64 for
 integer forms), and packs the result back.
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from ..core import ir
 from ..core.fp8 import fp8_decode, fp8_encode
-from ..dsl.fragments import operand_layouts
+from ..dsl.tensorcore import operand_layouts
 from ..core.types import bf16_bits_to_f32
 from .memops import addresses, check, space_of
 from .semantics import handler

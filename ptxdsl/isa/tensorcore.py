@@ -8,7 +8,7 @@ matched as four positional modifier groups and the legal combinations are
 the rows of :data:`MMA_FORMS` (one row per family, with the PTX ISA and
 ``sm_`` it needs, as measured against ptxas 13). How many registers each
 operand list holds follows from the shape and the element width
-(:func:`mma_registers`); :mod:`ptxdsl.dsl.fragments` knows which (row, col) each
+(:func:`mma_registers`); :mod:`ptxdsl.dsl.tensorcore` knows which (row, col) each
 of them holds.
 """
 from __future__ import annotations
@@ -130,7 +130,7 @@ def mma_rule(m):
     return fam.ptx, fam.sm
 
 
-def _regs(count_elems: int, elem: str) -> tuple[str, int]:
+def lane_registers(count_elems: int, elem: str) -> tuple[str, int]:
     """(register type, count) holding ``count_elems`` elements of type ``elem`` per lane."""
     bits = ELEMENT_BITS[elem]
     if bits == 64:
@@ -152,10 +152,10 @@ def mma_registers(shape: str, atype: str, btype: str, ctype: str, dtype: str
     mm, nn, kk = shape_mnk(shape)
     tiles = 4 if shape == "m8n8k4" and atype == "f16" else 1
     return {
-        "a": _regs(tiles * mm * kk // 32, atype),
-        "b": _regs(tiles * kk * nn // 32, btype),
-        "c": _regs(tiles * mm * nn // 32, ctype),
-        "d": _regs(tiles * mm * nn // 32, dtype),
+        "a": lane_registers(tiles * mm * kk // 32, atype),
+        "b": lane_registers(tiles * kk * nn // 32, btype),
+        "c": lane_registers(tiles * mm * nn // 32, ctype),
+        "d": lane_registers(tiles * mm * nn // 32, dtype),
     }
 
 
@@ -194,7 +194,7 @@ TABLE: tuple[OpSpec, ...] = (
         doc="Warp-wide matrix multiply-accumulate D = A x B + C on register fragments: "
             "the shape .mMnNkK, the layouts of A and B, then the types of D, A, B and C. "
             "Each operand is a register list whose length depends on shape and type "
-            "(ptxdsl.dsl.fragments says which element each lane's register holds).",
+            "(ptxdsl.dsl.tensorcore says which element each lane's register holds).",
         example="mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f0, %f1, %f2, %f3}, "
                 "{%r0, %r1, %r2, %r3}, {%r4, %r5}, {%f4, %f5, %f6, %f7}"),
     OpSpec("ldmatrix.sync", (

@@ -15,13 +15,16 @@ import math
 import re
 from typing import Iterator, Sequence
 
+import numpy as np
+
 from . import ir
 from .walks import collect_mentioned, collect_used, resolve_deferred
 from .arch import arch_ptx_floor, parse_arch
 from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, user_location
 from ..isa import Match, check_arch, resolve
 from ..isa.spec import SPACES_32BIT_OK
-from .types import GENERATED_NAME, REG_PREFIX, PtxType, compatible, int_range
+from .types import (
+    ALL_TYPES, GENERATED_NAME, REG_PREFIX, PtxType, compatible, int_range, s32)
 
 _ACTIVE: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar(
     "ptxdsl_builder", default=None)
@@ -286,7 +289,6 @@ class Builder:
 
     def _tensor_addr(self, m, slot, arg, where):
         """``[tmap, {c0, c1, ...}]``: a tensor map's address and its s32 coordinates."""
-        from .types import s32
         n = m.count(slot)
         if hasattr(arg, "__ptx_addr__"):
             arg = arg.__ptx_addr__()
@@ -545,7 +547,6 @@ def float_immediate(value, want: PtxType, where: str) -> float:
     except OverflowError:
         raise OperandTypeError(f"{where}: {value!r} is too large for .{want.name}") from None
     if want.name == "f32" and math.isfinite(v):
-        import numpy as np
         with np.errstate(over="ignore"):
             if not np.isfinite(np.float32(v)):
                 raise OperandTypeError(
@@ -556,7 +557,6 @@ def float_immediate(value, want: PtxType, where: str) -> float:
 
 
 def _bits_type(bits: int) -> PtxType:
-    from .types import ALL_TYPES
     return ALL_TYPES[f"b{bits}"]
 
 

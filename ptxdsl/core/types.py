@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .fp8 import fp8_encode
+
 
 @dataclass(frozen=True)
 class PtxType:
@@ -113,7 +115,6 @@ def float_bits(t: PtxType, value: float) -> int:
     if t.name == "bf16":
         return int(f32_to_bf16_bits(np.array(value, np.float32)))
     if t.name in ("e4m3", "e5m2"):  # saturated to the finite range, as cvt.rn.satfinite
-        from .fp8 import fp8_encode
         return int(fp8_encode(value, t.name))
     raise TypeError(f"{t.name} is not a scalar float type")
 

@@ -6,8 +6,8 @@ a peeled tail (``ptx.kloop``). ``ptx.range_`` is the structured loop to prefer; 
 two exist for persistent-tile and K loops whose bodies branch out
 (``ptx.bra("exit", pred=...)``), as pyptx's Hopper GEMM writes them.
 
-Epilogue: ``stmatrix_x4_trans_f32_bf16(frag=, smem_base=, lane=, row_stride=)`` stores a wgmma
-``m64nN`` f32 accumulator fragment (``N/2`` registers per thread, in the order the
+Epilogue: ``stmatrix_x4_trans_f32_bf16(frag=, smem_base=, lane=, row_stride=)`` stores
+a wgmma ``m64nN`` f32 accumulator fragment (``N/2`` registers per thread, in the order the
 ``wgmma`` consumed them) to a shared tile of bf16, transposed, ``row_stride`` elements
 between rows; pyptx's Hopper GEMM epilogue. It records, once::
 
@@ -110,8 +110,8 @@ def kloop(total, *, unroll: int, body: Callable[[], None], loop_label: str = "kl
 
 def stmatrix_x4_trans_f32_bf16(*, frag, smem_base, lane, row_stride: int, tmp_bf16=None,
                                tmp_pack=None) -> None:
-    """See the epilogue section of the module docstring. ``tmp_bf16`` (8 16-bit registers) and ``tmp_pack`` (4
-    32-bit) are scratch registers to reuse (fresh ones when not given)."""
+    """See the module docstring's epilogue. ``tmp_bf16`` (8 16-bit registers) and
+    ``tmp_pack`` (4 32-bit) are scratch registers to reuse (fresh ones when not given)."""
     b = current("ptx.stmatrix_x4_trans_f32_bf16")
     regs = list(frag.__ptx_regs__() if hasattr(frag, "__ptx_regs__") else frag)
     if not regs or len(regs) % 8:

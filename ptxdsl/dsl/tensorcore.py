@@ -26,7 +26,7 @@ Each helper records exactly one instruction (checked against the table like any
 =====================================  =====================================================
 ``ptx.mma(d, a, b, c)``                ``mma.sync.aligned.{shape}.{alayout}.{blayout}
                                        {.satfinite}.{dtype}.{atype}.{btype}.{ctype} d, a, b, c``
-                                       (with :class:`~Fragment` operands the
+                                       (with :class:`Fragment` operands the
                                        shape, types and layouts come from their layouts)
 ``ptx.mma.sync(shape=(16, 8, 16),      the same instruction, pyptx's spelling (an alias)
 dtype_d=, dtype_a=, ..., d=, a=, b=,
@@ -418,8 +418,8 @@ class _Mma:
         if shape is None or missing:
             what = ", ".join(["shape"] * (shape is None) + [f"{k}type" for k in missing])
             raise TraceError(f"ptx.mma cannot tell the {what} of this mma from plain register "
-                             f"lists: pass Fragments (ptxdsl.dsl.tensorcore.fragment) or shape= and "
-                             f"dtype=/atype=/btype=/ctype=", user_location())
+                             f"lists: pass Fragments (ptxdsl.dsl.tensorcore.fragment) or shape= "
+                             f"and dtype=/atype=/btype=/ctype=", user_location())
         alayout = alayout or (lay["a"].order if "a" in lay else "row")
         blayout = blayout or (lay["b"].order if "b" in lay else "col")
         chain = ["mma", "sync", "aligned", shape, alayout, blayout]

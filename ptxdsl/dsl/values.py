@@ -1,6 +1,7 @@
 """Value helpers of kernel bodies: conversions, selects, fused multiply-adds, min/max,
 packing two 16-bit values into one register and back. Each records one instruction
-into a new register (``ptx.unpack``: two).
+whose result is a new register (two for ``ptx.unpack``); a special register given as
+an operand is read with ``mov`` first.
 """
 from __future__ import annotations
 

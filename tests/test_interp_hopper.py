@@ -8,7 +8,7 @@ import pytest
 from wgmma_kernels import build_wgmma, random_case
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.core.errors import InterpreterError
-from ptxdsl.interp.hopper import operand_offsets
+from ptxdsl.interp.semantics.wgmma import operand_offsets
 from ptxdsl.isa.descriptors import SmemDescriptor
 from ptxdsl.core.types import bf16, f32
 

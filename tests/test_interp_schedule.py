@@ -187,11 +187,12 @@ def test_phase_waits_for_its_transaction_bytes():
 
 def test_completed_transaction_bytes_complete_the_phase(monkeypatch):
     """The API Hopper copies use: mbarrier_complete_tx(mach, offset, nbytes)."""
-    from ptxdsl.interp import memops, semantics
+    from ptxdsl.interp import semantics
+    from ptxdsl.interp.semantics import mbarrier
 
     def copy_lands(mach, instr, mask):
-        for t, off in memops._mbar_targets(mach, instr, mask):
-            memops.mbarrier_complete_tx(mach, off, 64, instr, t)
+        for t, off in mbarrier._mbar_targets(mach, instr, mask):
+            mbarrier.mbarrier_complete_tx(mach, off, 64, instr, t)
     monkeypatch.setitem(semantics.HANDLERS, "mbarrier.inval", copy_lands)
     np.testing.assert_array_equal(_tx_kernel().interpret(), np.arange(64))
 

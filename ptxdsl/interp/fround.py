@@ -37,6 +37,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..core.types import f32_to_bf16_bits
+
 
 @dataclass(frozen=True)
 class Fmt:
@@ -103,7 +105,6 @@ def encode_rn(x, f: Fmt) -> np.ndarray:
         if f.name == "f32":
             return x.astype(np.float32).view(np.uint32)
         if f.name == "bf16":
-            from ..core.types import f32_to_bf16_bits
             return f32_to_bf16_bits(x.astype(np.float32))
         return x.view(np.uint64).copy()
 

@@ -1,6 +1,6 @@
 """Accumulator registers of a wgmma in flight: ``mach.held`` maps each register to the
 threads whose copy a ``wgmma.mma_async`` will still write and that instruction
-(:mod:`.hopper`); the machine calls :func:`check_held` on every access to one of them."""
+(:mod:`.semantics.wgmma`); the machine calls :func:`check_held` on every access to one of them."""
 from __future__ import annotations
 
 

@@ -253,7 +253,7 @@ class Machine:
         self.per_thread = False                 # scheduled one thread per unit
         self.split_warpgroups = False           # units finer than warpgroups (schedule.py)
         self.meetings: dict = {}                # warpgroup-collective rendezvous
-        self.held: dict = {}                    # in-flight accumulators (interp/hopper.py)
+        self.held: dict = {}                    # in-flight accumulators (semantics/wgmma.py)
         self.current = None                     # the instruction being executed
         # pdl=True kernels: which threads executed griddepcontrol.wait (None: not pdl)
         self.grid_waited = None

@@ -10,8 +10,8 @@ one CTA each), each a Python generator over the structured program that
 yields whenever it waits. The scheduler resumes units round-robin; a unit
 whose wait is still unsatisfied yields again.
 
-The waiting API (for semantic functions, e.g. in :mod:`.hopper`)
-----------------------------------------------------------------
+The waiting API (for semantic functions, e.g. in :mod:`.semantics.wgmma`)
+-------------------------------------------------------------------------
 A handler ``fn(mach, instr, mask)`` whose threads cannot go on yet raises
 :class:`Blocked`:
 

@@ -1,7 +1,7 @@
 """The transaction-count detector: expect_tx byte counts that disagree with the copies
 completing on an mbarrier phase.
 
-Each mbarrier phase (:mod:`.memops`, ``mach.mbarriers``) has a tx-count: ``expect_tx``
+Each mbarrier phase (:mod:`.semantics.mbarrier`, ``mach.mbarriers``) has a tx-count: ``expect_tx``
 (and ``arrive.expect_tx``) raise it by the bytes the phase waits for, each asynchronous
 copy that completes on the barrier (``.mbarrier::complete_tx::bytes``) and
 ``complete_tx`` lower it. The phase completes when its arrivals are all in and the
@@ -21,6 +21,8 @@ Each phase keeps the totals announced and delivered and the instructions that di
 so the error names the user's lines on both sides.
 """
 from __future__ import annotations
+
+from ..core.errors import InterpreterError
 
 TX_LIMIT = (1 << 20) - 1
 
@@ -111,6 +113,5 @@ def at_exit(mach) -> None:
         msg = (f"the kernel ended with phase {st['phase']} of the mbarrier {where} "
                f"unbalanced: {what}; {summary(st)}")
         if at is None:
-            from ..core.errors import InterpreterError
             raise InterpreterError(msg)
         mach.fail(at, msg)

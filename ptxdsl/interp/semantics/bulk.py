@@ -13,7 +13,7 @@ copy (TMA stores and reductions included) shares.
   acquire orders them before a consumer);
 * shared::cta -> global (``.bulk_group``): the bytes are read at once (async-proxy reads
   of the issuing thread: a generic store to them needs ``fence.proxy.async`` first, see
-  :mod:`.proxy`) and written to global memory; the copy joins the thread's open bulk
+  :mod:`ptxdsl.interp.proxy`) and written to global memory; the copy joins the thread's open bulk
   group.
 
 Bulk groups. ``cp.async.bulk.commit_group`` closes the issuing thread's open group;
@@ -27,19 +27,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cluster
-from .access import track
-from .groups import issued, retire, state
-from .memops import addresses, check, mbarrier_complete_tx
-from .semantics import handler
+from .. import cluster
+from ..access import track
+from ..addressing import addresses
+from ..groups import issued, retire, state
+from .mbarrier import mbarrier_complete_tx
 
 
-@handler("cp.async.bulk.commit_group")
 def bulk_commit(mach, instr, mask):
     state(mach).groups[mask] += 1
 
 
-@handler("cp.async.bulk.wait_group")
 def bulk_wait(mach, instr, mask):
     """Retire this thread's bulk groups older than the ``N`` newest (their copies have
     completed: they did when issued; ``.read``: their sources are free again)."""
@@ -73,7 +71,6 @@ def _range(mach, instr, t: int, addr: int, size: int, space: str, write: bool, r
     return sp, sp.offsets(chunks, rows)
 
 
-@handler("cp.async.bulk")
 def bulk_copy(mach, instr, mask):
     m = instr.match
     dst, src = m.chosen["dst"], m.chosen["src"]
@@ -112,3 +109,10 @@ def bulk_copy(mach, instr, mask):
             dsp.buf[doff[:, None] + np.arange(16)] = data
             mbarrier_complete_tx(mach, boff + row * dsp.row_bytes, n, instr, t)
     mach.events += 1
+
+
+HANDLERS = {
+    "cp.async.bulk.commit_group": bulk_commit,
+    "cp.async.bulk.wait_group": bulk_wait,
+    "cp.async.bulk": bulk_copy,
+}

@@ -3,8 +3,15 @@
 A handler is ``handler(machine, instr, mask)``: it reads its operands for
 the threads in ``mask`` and writes its results there. Pure per-thread
 operations are written as ``fn(match, *sources) -> result`` and wrapped by
-:func:`alu`. The modules that define handlers register them on import, at
-the bottom of this file.
+:func:`.alu.alu`.
+
+Each instruction family is one module with a ``HANDLERS`` dict (opcode ->
+handler); :data:`FAMILIES` lists them, and :data:`HANDLERS` is built from that
+list (an opcode claimed by two families is an error). A family imports the
+interpreter's core (machine state, addressing, detectors) and the helper modules
+here (:mod:`.alu`, :mod:`.floatmath`, :mod:`.atomic`); the asynchronous copies
+(:mod:`.bulk`, :mod:`.tma`, :mod:`.cluster`) complete on :mod:`.mbarrier`, which
+imports no family.
 
 ``NO_CPU_SEMANTICS`` lists table opcodes the interpreter deliberately cannot
 run (entries may also say so themselves with ``OpSpec(interp=False)``);
@@ -16,39 +23,27 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..core.errors import InterpreterError
-from ..isa import TABLE
+from ...core.errors import InterpreterError
+from ...isa import TABLE
+from . import (barriers, bulk, cluster, control, convert, cpasync, floatops, hints, intops,
+               mbarrier, memops, tensorcore, tma, warp, wgmma)
 
-HANDLERS: dict[str, Callable] = {}
+FAMILIES = (intops, floatops, convert, memops, cpasync, mbarrier, warp, control, barriers,
+            tensorcore, wgmma, hints, tma, bulk, cluster)
 
 # Every current table entry has CPU semantics; new entries without them go here.
 NO_CPU_SEMANTICS: frozenset[str] = frozenset()
 
 
-def handler(*opcodes: str):
-    def deco(fn):
-        for op in opcodes:
-            HANDLERS[op] = fn
-        return fn
-    return deco
-
-
-def alu(fn):
-    """Wrap ``fn(match, *sources)`` as a handler writing its destination(s)."""
-    def run(m, instr, mask):
-        slots = instr.match.operands
-        n = len(instr.operands)
-        srcs = [m.src(instr, i, mask) for i, s in enumerate(slots) if not s.is_dest and i < n]
-        res = fn(instr.match, *srcs)
-        dests = [i for i, s in enumerate(slots) if s.is_dest]
-        if len(dests) == 1:
-            m.dst(instr, dests[0], res, mask)
-        else:
-            for i, v in zip(dests, res):
-                m.dst(instr, i, v, mask)
-    run.__name__ = fn.__name__
-    run.__doc__ = fn.__doc__
-    return run
+def _registry(families) -> dict[str, Callable]:
+    out: dict[str, Callable] = {}
+    owner: dict[str, str] = {}
+    for fam in families:
+        for op, fn in fam.HANDLERS.items():
+            if op in out:
+                raise AssertionError(f"{op} has a handler in {owner[op]} and in {fam.__name__}")
+            out[op], owner[op] = fn, fam.__name__
+    return out
 
 
 def _unsupported(m, instr, mask):
@@ -57,6 +52,7 @@ def _unsupported(m, instr, mask):
         f"(ptxdsl.interp.NO_CPU_SEMANTICS lists such instructions)", instr.loc)
 
 
+HANDLERS: dict[str, Callable] = _registry(FAMILIES)
 HANDLERS["?"] = _unsupported
 
 
@@ -77,8 +73,3 @@ def handlers_for_run() -> dict:
     for op in unsupported():
         h[op] = _unsupported
     return h
-
-
-from . import (
-    intops, floatops, convert, memops, warp, control, barriers, tensorcore, hopper, tma, bulk,
-    cluster)

@@ -1,5 +1,5 @@
-"""CPU semantics of Hopper's warpgroup MMA (wgmma) and the instructions that need no more
-than bookkeeping (fence.proxy forms, prefetches, setmaxnreg checks, griddepcontrol).
+"""CPU semantics of Hopper's warpgroup MMA: wgmma.mma_async, wgmma.fence,
+wgmma.commit_group and wgmma.wait_group.
 
 wgmma.mma_async
 ---------------
@@ -26,15 +26,14 @@ import functools
 
 import numpy as np
 
-from ..core import ir
-from ..isa.descriptors import SmemDescriptor, swizzle_offset
-from ..isa.hopper import wgmma_shape
-from ..core.types import bf16_bits_to_f32
-from ..dsl.wgmma import WgmmaLayout
-from . import transactions
-from .access import track_block
-from .semantics import handler
-from ..core.fp8 import fp8_decode
+from ...core import ir
+from ...isa.descriptors import SmemDescriptor, swizzle_offset
+from ...isa.hopper import wgmma_shape
+from ...core.types import bf16_bits_to_f32
+from ...dsl.wgmma import WgmmaLayout
+from ...core.fp8 import fp8_decode
+from ..access import track_block
+from ..warps import warpgroups
 
 _ELEM_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1}
 
@@ -141,21 +140,6 @@ def _pending(mach) -> list:
     return mach.wgmma_pending
 
 
-def _warpgroups(mach, instr, mask) -> list[np.ndarray]:
-    """The warpgroups executing ``instr``: every thread of 4 aligned warps, or an error."""
-    g = (mask & mach.valid).reshape(-1, 128) if mach.T % 128 == 0 else None
-    if g is None:
-        mach.fail(instr, "is warpgroup-collective: the CTA needs a multiple of 128 threads")
-    some, every = g.any(1), g.all(1)
-    if (some & ~every).any():
-        k = int(np.argmax(some & ~every))
-        missing = [i for i in range(128) if not g[k, i]]
-        mach.fail(instr, f"is warpgroup-collective (.sync.aligned): all 128 threads of a "
-                         f"warpgroup must execute it together; threads {missing[:8]}... of "
-                         f"this warpgroup did not", k * 128)
-    return [np.arange(k * 128, k * 128 + 128) for k in np.flatnonzero(every)]
-
-
 def _uniform(mach, instr, vals, threads, what):
     v = np.broadcast_to(np.asarray(vals), (mach.T,))[threads]
     if not np.all(v == v[0]):
@@ -164,7 +148,6 @@ def _uniform(mach, instr, vals, threads, what):
     return v[0]
 
 
-@handler("wgmma.mma_async")
 def wgmma_mma_async(mach, instr, mask):
     m = instr.match
     d_t, a_t, b_t = (t.name for t in m.types)
@@ -183,7 +166,7 @@ def wgmma_mma_async(mach, instr, mask):
     acc_regs = list(ops[0].items)
     held = _held(mach)
     pend = _pending(mach)
-    for threads in _warpgroups(mach, instr, mask):
+    for threads in warpgroups(mach, instr, mask):
         tmask = _mask_of(mach, threads)
         first = int(threads[0])
         if isinstance(scale_d_op, ir.Imm):
@@ -271,18 +254,15 @@ def _pack(tile: np.ndarray, lay: WgmmaLayout, d_t: str, satfinite: bool) -> np.n
     return np.ascontiguousarray(w, np.uint32)
 
 
-@handler("wgmma.fence")
 def wgmma_fence(mach, instr, mask):
-    _warpgroups(mach, instr, mask)
+    warpgroups(mach, instr, mask)
 
 
-@handler("wgmma.commit_group")
 def wgmma_commit(mach, instr, mask):
     _pending(mach)
     mach.wgmma_groups[mask] += 1
 
 
-@handler("wgmma.wait_group")
 def wgmma_wait(mach, instr, mask):
     keep = int(instr.operands[0].value)
     pend = _pending(mach)
@@ -304,80 +284,9 @@ def wgmma_wait(mach, instr, mask):
     mach.wgmma_pending = rest
 
 
-# ---------------------------------------------------------------- mbarrier transactions
-@handler("mbarrier.expect_tx", "mbarrier.complete_tx")
-def mbarrier_tx(mach, instr, mask):
-    """expect_tx adds transaction bytes to the current phase; complete_tx delivers them
-    (as a copy would, completing the phase when nothing else is pending); either may
-    name a peer CTA's mbarrier (.shared::cluster)."""
-    from .memops import _mbar_state, _mbar_targets, mbarrier_complete_tx
-    n = np.broadcast_to(np.asarray(mach.src(instr, 1, mask)).astype(np.int64), (mach.T,))
-    complete = instr.match.spec.opcode.endswith("complete_tx")
-    for t, off in _mbar_targets(mach, instr, mask):
-        st = _mbar_state(mach, instr, t, off)
-        if complete:
-            mbarrier_complete_tx(mach, off, int(n[t]), instr, t)
-        else:
-            transactions.expect(mach, st, int(n[t]), instr, t)
-    mach.events += 1
-
-
-# ---------------------------------------------------------------- bookkeeping only
-@handler("prefetch", "cp.async.bulk.prefetch.tensor", "griddepcontrol.launch_dependents")
-def no_effect(mach, instr, mask):
-    """Prefetches change no value; the interpreter runs one grid at a time, so letting
-    dependents start changes nothing either."""
-    return None
-
-
-@handler("griddepcontrol.wait")
-def grid_wait(mach, instr, mask):
-    """Nothing runs before this grid in the interpreter, so the wait returns at once; the
-    threads that executed it may touch global memory in a ``pdl=True`` kernel
-    (:func:`.access.check_grid_wait`)."""
-    if mach.grid_waited is not None:
-        mach.grid_waited[mask] = True
-
-
-SM_REGISTERS = 65536
-
-
-@handler("setmaxnreg")
-def setmaxnreg(mach, instr, mask):
-    """A register budget changes no value, but its rules are checked: the count is a
-    multiple of 8 in 24..256; every thread of the warpgroup executes this one
-    instruction together; ``.inc`` never lowers and ``.dec`` never raises the budget the
-    warpgroup set before; and the budgets the CTA's warpgroups set add up to at most the
-    SM's 65536 registers (beyond, ``.inc`` waits forever for registers nobody frees)."""
-    n = int(instr.operands[0].value)
-    inc = instr.match.chosen["action"] == "inc"
-    if n % 8 or not 24 <= n <= 256:
-        mach.fail(instr, f"setmaxnreg takes a register count from 24 to 256, a multiple of "
-                         f"8; got {n}")
-    if not hasattr(mach, "reg_budgets"):
-        mach.reg_budgets = {}               # batch warpgroup -> (count, instr)
-    budgets = mach.reg_budgets
-    ctas = set()
-    for threads in _warpgroups(mach, instr, mask):
-        g, t = int(threads[0]) // 128, int(threads[0])
-        old = budgets.get(g)
-        if old is not None and (n < old[0] if inc else n > old[0]):
-            d, other = ("inc", "dec") if inc else ("dec", "inc")
-            mach.fail(instr, f"setmaxnreg.{d} to {n} would {'lower' if inc else 'raise'} this "
-                             f"warpgroup's budget of {old[0]} registers (set at "
-                             f"{old[1].loc}): .{d} only {'raises' if inc else 'lowers'} it; "
-                             f"use setmaxnreg.{other}, or a count "
-                             f"{'at least' if inc else 'at most'} {old[0]}", t)
-        budgets[g] = (n, instr)
-        ctas.add(t // mach.P)
-    per_cta = mach.P // 128
-    for c in ctas:
-        mine = [budgets[g] for g in range(c * per_cta, (c + 1) * per_cta) if g in budgets]
-        total = 128 * sum(b for b, _ in mine)
-        if total > SM_REGISTERS:
-            parts = " + ".join(f"128 x {b}" for b, _ in mine)
-            mach.fail(instr, f"the register budgets of this CTA's warpgroups add up to {parts} "
-                             f"= {total}, more than an SM's {SM_REGISTERS} registers: "
-                             f"setmaxnreg.inc would wait forever for registers nobody frees; "
-                             f"lower the counts (e.g. the producer's .dec first)",
-                      c * mach.P)
+HANDLERS = {
+    "wgmma.mma_async": wgmma_mma_async,
+    "wgmma.fence": wgmma_fence,
+    "wgmma.commit_group": wgmma_commit,
+    "wgmma.wait_group": wgmma_wait,
+}

@@ -2,39 +2,45 @@
 
 Memory fences (``membar``, ``fence``) need no action: the interpreter makes
 every write visible at once; ``fence.proxy.async`` feeds the async-proxy detector
-(:mod:`.proxy`).
+(:mod:`ptxdsl.interp.proxy`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.errors import InterpreterError
-from . import proxy
-from .semantics import handler
+from ...core.errors import InterpreterError
+from .. import proxy
+from ..cluster import on_exit
 
 
-@handler("ret", "exit")
 def exit_(mach, instr, mask):
     mach.exited |= mask
     mach.events += 1
     if getattr(mach, "cl", None) is not None:   # a CTA of a cluster that shared memory
-        from .cluster import on_exit
         on_exit(mach, instr)
 
 
-@handler("trap")
 def trap(mach, instr, mask):
     mach.fail(instr, "trap executed: the kernel aborts here (on a GPU the launch fails)",
               int(np.argmax(mask)))
 
 
-@handler("membar", "fence")
 def fence(mach, instr, mask):
     """Memory fences need no action (every write is visible at once), except that
-    ``fence.proxy.async`` makes generic writes visible to the async proxy (:mod:`.proxy`)."""
+    ``fence.proxy.async`` makes generic writes visible to the async proxy
+    (:mod:`ptxdsl.interp.proxy`)."""
     proxy.fence(mach, instr, mask)
 
 
-@handler("bra")
 def bra(mach, instr, mask):  # pragma: no cover - the machine runs branches itself
     raise InterpreterError("bra reached the handler table", instr.loc)
+
+
+HANDLERS = {
+    "ret": exit_,
+    "exit": exit_,
+    "trap": trap,
+    "membar": fence,
+    "fence": fence,
+    "bra": bra,
+}

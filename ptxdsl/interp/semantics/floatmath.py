@@ -1,40 +1,21 @@
-"""Floating-point semantics: f16, bf16, f32, f64 and the packed x2 forms.
+"""Floating-point arithmetic on the lanes of f16, bf16, f32, f64 and the packed x2 forms:
+the rounded operations, min / max, abs / neg and comparisons, as pure functions
+``fn(match, *values)`` that the instruction families call (:mod:`.intops` for the
+opcodes integers share, :mod:`.floatops`, :mod:`.convert`).
 
 Rounded operations (add, sub, mul, fma/mad, div, rcp, sqrt) are exact in
 every rounding mode (see :mod:`ptxdsl.interp.fround`). ``.ftz`` flushes
 subnormal inputs and results to zero of the same sign, ``.sat`` clamps to
 [0, 1] (NaN -> +0) and NaN results are the canonical NaN (all payload bits
 set: ``0x7fffffff`` for f32, ``0x7fff`` for f16/bf16).
-
-``.approx`` instructions compute the exact function in f64 and round it to
-nearest, so the interpreter is always within the hardware's documented
-bound. The bounds of the hardware (PTX ISA), which a GPU result may differ by:
-
-=====================  ===================================================
-instruction            hardware error bound (PTX ISA)
-=====================  ===================================================
-ex2.approx.f32         2 ulp (max relative error 2^-22.5 over the range)
-ex2.approx.f16/bf16    max relative error 2^-9.9 (f16), 2^-7 (bf16)
-lg2.approx.f32         max absolute error 2^-22 in (0.5, 2), 2^-22.6 rel. else
-rsqrt.approx.f32       max relative error 2^-22.9
-rsqrt.approx.f64       max relative error 2^-50 (approximately)
-rcp.approx.f32         max relative error 2^-23 (1 ulp)
-rcp.approx.ftz.f64     max relative error 2^-50 (approximately)
-sqrt.approx.f32        max relative error 2^-23
-div.approx.f32         2 ulp for |b| in [2^-126, 2^126]; 0 (or NaN for
-                       a = inf) when 2^126 < |b| < 2^128
-div.full.f32           2 ulp over the whole range
-sin/cos.approx.f32     max absolute error 2^-20.9 in [-pi, pi]
-tanh.approx.f32        max relative error 2^-11 (f16/bf16: 2^-10.7 / 2^-8)
-=====================  ===================================================
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.errors import InterpreterError
-from . import fround as fr
-from .semantics import alu, handler
+from ...core.errors import InterpreterError
+from .. import fround as fr
+
 
 _BASE = {"f16x2": "f16", "bf16x2": "bf16"}
 
@@ -102,27 +83,28 @@ def lanewise(m, fn, *xs, mode=None, canon=True, relu_zero=False):
     return pack(out, t)
 
 
-def _rnd(m, group="rounding"):
+def rounding(m, group="rounding"):
+    """The rounding modifier of ``group`` (``.rn`` when none or an integer one)."""
     r = m.chosen.get(group, "rn")
     return r if r in ("rn", "rz", "rm", "rp") else "rn"
 
 
 def fadd(m, a, b):
-    return lanewise(m, fr.add, a, b, mode=_rnd(m))
+    return lanewise(m, fr.add, a, b, mode=rounding(m))
 
 
 def fsub(m, a, b):
-    return lanewise(m, lambda x, y, mode, f: fr.add(x, -y, mode, f), a, b, mode=_rnd(m))
+    return lanewise(m, lambda x, y, mode, f: fr.add(x, -y, mode, f), a, b, mode=rounding(m))
 
 
 def fmul(m, a, b):
-    return lanewise(m, fr.mul, a, b, mode=_rnd(m))
+    return lanewise(m, fr.mul, a, b, mode=rounding(m))
 
 
 def ffma(m, a, b, c):
     # Measured on an H100 by the edge sweep: fma.relu gives +0.0 for a -0.0 result, and
     # fma.{rz,rm,rp}.bf16x2 rounds to nearest (ptxas 13 drops the directed rounding).
-    mode = "rn" if m.type.name == "bf16x2" else _rnd(m)
+    mode = "rn" if m.type.name == "bf16x2" else rounding(m)
     if m.type.name == "bf16" and mode != "rn":
         return _fma_bf16_directed(a, b, c, mode)
     return lanewise(m, fr.fma, a, b, c, mode=mode, relu_zero=True)
@@ -139,7 +121,7 @@ def _fma_bf16_directed(a, b, c, mode):
 
 
 def fdiv(m, a, b):
-    return lanewise(m, fr.div, a, b, mode=_rnd(m, "kind"))
+    return lanewise(m, fr.div, a, b, mode=rounding(m, "kind"))
 
 
 def _bitop(m, a, fn):
@@ -186,23 +168,9 @@ def _minmax(is_min: bool):
 
 
 fmin = _minmax(True)
+
+
 fmax = _minmax(False)
-
-
-@handler("fma")
-@alu
-def fma_(m, a, b, c):
-    return ffma(m, a, b, c)
-
-
-@handler("copysign")
-@alu
-def copysign(m, a, b):
-    x, y = np.asarray(a), np.asarray(b)
-    udt = np.dtype(f"u{x.dtype.itemsize}")
-    s = udt.type(1 << (x.dtype.itemsize * 8 - 1))
-    u = (y.view(udt) & ~s) | (x.view(udt) & s)
-    return u.view(x.dtype)
 
 
 # ------------------------------------------------------------------------ compare
@@ -223,63 +191,3 @@ def fcompare(m, cmp, a, b):
     if cmp.endswith("u"):
         return r | nan
     return r & ~nan
-
-
-# ------------------------------------------------------------------------ math functions
-def _approx(fn64):
-    def lane(x, mode, f):
-        return fr.from_f64(fn64(x), "rn", f)
-    return lane
-
-
-def _rsqrt(x):
-    return 1.0 / np.sqrt(x)
-
-
-@handler("rsqrt")
-@alu
-def rsqrt(m, a):
-    return lanewise(m, _approx(_rsqrt), a)
-
-
-@handler("ex2")
-@alu
-def ex2(m, a):
-    return lanewise(m, _approx(np.exp2), a)
-
-
-@handler("lg2")
-@alu
-def lg2(m, a):
-    return lanewise(m, _approx(np.log2), a)
-
-
-@handler("sin")
-@alu
-def sin(m, a):
-    return lanewise(m, _approx(np.sin), a)
-
-
-@handler("cos")
-@alu
-def cos(m, a):
-    return lanewise(m, _approx(np.cos), a)
-
-
-@handler("tanh")
-@alu
-def tanh(m, a):
-    return lanewise(m, _approx(np.tanh), a)
-
-
-@handler("rcp")
-@alu
-def rcp(m, a):
-    mode = _rnd(m, "kind")
-    return lanewise(m, lambda x, md, f: fr.div(np.ones_like(x), x, md, f), a, mode=mode)
-
-
-@handler("sqrt")
-@alu
-def sqrt(m, a):
-    return lanewise(m, fr.sqrt, a, mode=_rnd(m, "kind"))

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .semantics import handler
-
 _LANES = np.arange(32, dtype=np.uint32)
 
 
@@ -51,7 +49,6 @@ def _pred_out(instr) -> int:
     return 1 if len(slots) > 1 and slots[1].role == "p" else 0
 
 
-@handler("shfl.sync")
 def shfl(mach, instr, mask):
     k = _pred_out(instr)
     a = mach.src(instr, 1 + k, mask)
@@ -91,12 +88,10 @@ def shfl(mach, instr, mask):
         mach.dst(instr, 1, ok, mask)
 
 
-@handler("activemask")
 def activemask(mach, instr, mask):
     mach.dst(instr, 0, warp_active_bits(mach, mask), mask)
 
 
-@handler("bar.warp.sync")
 def bar_warp_sync(mach, instr, mask):
     """Every lane of the membermask must arrive together (the interpreter runs a warp's
     active lanes in lockstep, so arriving is the whole of the wait).
@@ -114,7 +109,6 @@ def bar_warp_sync(mach, instr, mask):
     mach.hb.lanesync[np.flatnonzero(whole)] = mach.steps
 
 
-@handler("vote.sync")
 def vote(mach, instr, mask):
     p = _per_thread(mach, mach.src(instr, 1, mask), bool)
     members = _per_thread(mach, mach.src(instr, 2, mask))
@@ -142,7 +136,6 @@ def _member_matrix(members) -> np.ndarray:
     return ((members.reshape(-1, 32)[:, :, None] >> _LANES[None, None, :]) & 1).astype(bool)
 
 
-@handler("match.sync")
 def match(mach, instr, mask):
     v = mach.src(instr, 1, mask)
     members = _per_thread(mach, mach.src(instr, 2, mask))
@@ -155,7 +148,6 @@ def match(mach, instr, mask):
     mach.dst(instr, 0, bits, mask)
 
 
-@handler("redux.sync")
 def redux(mach, instr, mask):
     t = instr.match.type
     v = np.broadcast_to(np.asarray(mach.src(instr, 1, mask)), (mach.T,)).reshape(-1, 32)
@@ -178,7 +170,6 @@ def redux(mach, instr, mask):
     mach.dst(instr, 0, np.asarray(r).reshape(-1).astype(t.np_dtype), mask)
 
 
-@handler("elect.sync")
 def elect(mach, instr, mask):
     members = _per_thread(mach, mach.src(instr, 2, mask))
     act = check_members(mach, instr, mask, members)
@@ -187,3 +178,14 @@ def elect(mach, instr, mask):
     leader = np.where(low == 0, 0, np.log2(np.maximum(low, 1)).astype(np.int64))
     mach.dst(instr, 0, leader.astype(np.uint32), mask)
     mach.dst(instr, 1, mach.lane.astype(np.int64) == leader, mask)
+
+
+HANDLERS = {
+    "shfl.sync": shfl,
+    "activemask": activemask,
+    "bar.warp.sync": bar_warp_sync,
+    "vote.sync": vote,
+    "match.sync": match,
+    "redux.sync": redux,
+    "elect.sync": elect,
+}

@@ -1,4 +1,6 @@
-"""Integer, bit and comparison semantics (bit-exact, wrap-around as PTX).
+"""Integer, bit and comparison semantics (bit-exact, wrap-around as PTX); add, sub,
+mul, mad, div, abs, neg, min, max and setp / set take the float forms of
+:mod:`.floatmath` for float types.
 
 Division by zero is "unspecified, machine-specific" in PTX; the interpreter
 returns all ones for ``div`` and the dividend for ``rem`` (what current
@@ -8,11 +10,13 @@ table does not have.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from . import floatops
-from .semantics import alu, handler
-from .values import SINT, UINT
+from ..values import SINT, UINT
+from . import floatmath
+from .alu import alu
 
 
 def _np(x):
@@ -117,41 +121,22 @@ def irem(m, a, b):
     return _cast(np.where(b == 0, ones, r), t)
 
 
-handler("add")(alu(_float_or_int(iadd, floatops.fadd)))
-handler("sub")(alu(_float_or_int(isub, floatops.fsub)))
-handler("mul")(alu(_float_or_int(product, floatops.fmul)))
-handler("mad")(alu(_float_or_int(imad, floatops.ffma)))
-handler("div")(alu(_float_or_int(idiv, floatops.fdiv)))
-handler("rem")(alu(lambda m, a, b: irem(m, a, b)))
-handler("abs")(alu(_float_or_int(lambda m, a: _cast(np.abs(_np(a)), m.type), floatops.fabs)))
-handler("neg")(alu(_float_or_int(lambda m, a: _cast(np.negative(_np(a)), m.type),
-                                 floatops.fneg)))
-handler("min")(alu(_float_or_int(lambda m, a, b: _cast(np.minimum(a, b), m.type),
-                                 floatops.fmin)))
-handler("max")(alu(_float_or_int(lambda m, a, b: _cast(np.maximum(a, b), m.type),
-                                 floatops.fmax)))
-
-
 # ------------------------------------------------------------------------ bits
-@handler("and")
 @alu
 def and_(m, a, b):
     return np.bitwise_and(a, b) if m.type.is_pred else _cast(np.bitwise_and(a, b), m.type)
 
 
-@handler("or")
 @alu
 def or_(m, a, b):
     return np.bitwise_or(a, b) if m.type.is_pred else _cast(np.bitwise_or(a, b), m.type)
 
 
-@handler("xor")
 @alu
 def xor_(m, a, b):
     return np.bitwise_xor(a, b) if m.type.is_pred else _cast(np.bitwise_xor(a, b), m.type)
 
 
-@handler("not")
 @alu
 def not_(m, a):
     return np.logical_not(a) if m.type.is_pred else _cast(np.invert(a), m.type)
@@ -162,7 +147,6 @@ def _amount(b, w):
     return np.minimum(b, w - 1), b >= w
 
 
-@handler("shl")
 @alu
 def shl(m, a, b):
     w = m.type.bits
@@ -172,7 +156,6 @@ def shl(m, a, b):
     return _cast(_np(r).astype(ua.dtype), m.type)
 
 
-@handler("shr")
 @alu
 def shr(m, a, b):
     t = m.type
@@ -202,7 +185,6 @@ def _pos_len(b, c, w):
     return np.minimum(pos, 255), np.minimum(ln, 255)
 
 
-@handler("bfe")
 @alu
 def bfe(m, a, b, c):
     t = m.type
@@ -219,7 +201,6 @@ def bfe(m, a, b, c):
     return field.astype(UINT[w]).view(t.np_dtype)
 
 
-@handler("bfi")
 @alu
 def bfi(m, a, b, c, d):
     t = m.type
@@ -233,7 +214,6 @@ def bfi(m, a, b, c, d):
     return r.astype(UINT[w]).view(t.np_dtype)
 
 
-@handler("popc")
 @alu
 def popc(m, a):
     return np.bitwise_count(_u(a)).astype(np.uint32)
@@ -245,7 +225,6 @@ def _clz32(x):
     return np.where(x == 0, 32, 32 - e).astype(np.uint32)
 
 
-@handler("clz")
 @alu
 def clz(m, a):
     ua = _u(a).astype(np.uint64)
@@ -258,7 +237,6 @@ def clz(m, a):
 _REV8 = np.array([int(f"{i:08b}"[::-1], 2) for i in range(256)], np.uint8)
 
 
-@handler("brev")
 @alu
 def brev(m, a):
     a = _np(a)
@@ -279,7 +257,6 @@ PRMT_MODES = {
 }
 
 
-@handler("prmt")
 @alu
 def prmt(m, a, b, c):
     src = (_u(b).astype(np.uint64) << np.uint64(32)) | _u(a).astype(np.uint64)
@@ -308,7 +285,7 @@ def compare(m, a, b):
     t = m.type
     cmp = m.chosen["cmp"]
     if t.is_float:
-        return floatops.fcompare(m, cmp, a, b)
+        return floatmath.fcompare(m, cmp, a, b)
     a, b = _np(a), _np(b)
     if cmp in ("lo", "ls", "hi", "hs"):
         a, b = _u(a), _u(b)
@@ -324,16 +301,13 @@ def _combine(m, r, c):
     return {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[op](r, c)
 
 
-@handler("setp")
 @alu
 def setp(m, a, b, c=None):
     return _combine(m, compare(m, a, b), c)
 
 
-@handler("set")
 @alu
 def set_(m, a, b, c=None):
-    import dataclasses
     sub = dataclasses.replace(m, types=m.types[1:])
     r = _combine(m, compare(sub, a, b), c)
     dst = m.types[0]
@@ -342,7 +316,36 @@ def set_(m, a, b, c=None):
     return np.where(r, np.uint32(0xFFFFFFFF), np.uint32(0)).view(dst.np_dtype)
 
 
-@handler("selp")
 @alu
 def selp(m, a, b, c):
     return np.where(c, a, b).astype(m.type.np_dtype)
+
+
+# add ... max: the integer form, or floatmath's for float types
+HANDLERS = {
+    "add": alu(_float_or_int(iadd, floatmath.fadd)),
+    "sub": alu(_float_or_int(isub, floatmath.fsub)),
+    "mul": alu(_float_or_int(product, floatmath.fmul)),
+    "mad": alu(_float_or_int(imad, floatmath.ffma)),
+    "div": alu(_float_or_int(idiv, floatmath.fdiv)),
+    "rem": alu(lambda m, a, b: irem(m, a, b)),
+    "abs": alu(_float_or_int(lambda m, a: _cast(np.abs(_np(a)), m.type), floatmath.fabs)),
+    "neg": alu(_float_or_int(lambda m, a: _cast(np.negative(_np(a)), m.type), floatmath.fneg)),
+    "min": alu(_float_or_int(lambda m, a, b: _cast(np.minimum(a, b), m.type), floatmath.fmin)),
+    "max": alu(_float_or_int(lambda m, a, b: _cast(np.maximum(a, b), m.type), floatmath.fmax)),
+    "and": and_,
+    "or": or_,
+    "xor": xor_,
+    "not": not_,
+    "shl": shl,
+    "shr": shr,
+    "bfe": bfe,
+    "bfi": bfi,
+    "popc": popc,
+    "clz": clz,
+    "brev": brev,
+    "prmt": prmt,
+    "setp": setp,
+    "set": set_,
+    "selp": selp,
+}

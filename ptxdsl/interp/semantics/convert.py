@@ -6,19 +6,19 @@ f32 source into an integer of at most 32 bits); an f64 source or a 64-bit
 destination gives the "integer indefinite" pattern instead, the destination's
 top bit alone (INT_MIN for signed types, 0x80.., 0x8000.., ... for unsigned), as
 measured on an H100 by the edge sweep.
-Float results follow :mod:`ptxdsl.interp.floatops` (exact rounding, canonical
+Float results follow :mod:`.floatmath` (exact rounding, canonical
 NaN, ``.ftz`` when an f32 is the source or destination).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..core import ir
-from ..core.types import ALL_TYPES, int_range
-from . import fround as fr
-from .floatops import flush_in, fmt_for, unpack
-from .semantics import handler
-from .values import UINT
+from ...core import ir
+from ...core.fp8 import fp8_decode, fp8_encode
+from ...core.types import ALL_TYPES, int_range
+from .. import fround as fr
+from ..values import UINT
+from .floatmath import flush_in, fmt_for, unpack
 
 _IRND = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
 
@@ -77,12 +77,37 @@ def _finish_float(bits, f, m, dst):
     return bits
 
 
+def cvt_fp8(m, a, b=None) -> np.ndarray:
+    """cvt to/from e4m3x2 / e5m2x2 (the formats: :mod:`ptxdsl.core.fp8`); returns result bits."""
+    dst, src = m.types
+    relu = m.has("relu")
+    if dst.name in ("e4m3x2", "e5m2x2"):
+        name = dst.name[:-2]
+        if src.name == "f32":   # a goes to the upper byte, b to the lower (as f16x2)
+            hi = fp8_encode(np.asarray(a, np.float32), name, relu)
+            lo = fp8_encode(np.asarray(b, np.float32), name, relu)
+        else:
+            u = np.asarray(a).view(np.uint32) if np.asarray(a).dtype != np.uint32 else a
+            lo = fp8_encode((u & 0xFFFF).astype(np.uint16).view(np.float16), name, relu)
+            hi = fp8_encode((u >> 16).astype(np.uint16).view(np.float16), name, relu)
+        return lo.astype(np.uint16) | (hi.astype(np.uint16) << np.uint16(8))
+    name = src.name[:-2]
+    u = np.asarray(a).astype(np.uint16)
+    out = []
+    for byte in (u & 0xFF, u >> 8):
+        v = fp8_decode(byte, name)
+        if relu:
+            v = np.where(v < 0, 0.0, v)
+        h = v.astype(np.float16).view(np.uint16)
+        out.append(np.where(np.isnan(v), np.uint16(0x7FFF), h).astype(np.uint32))
+    return out[0] | (out[1] << np.uint32(16))
+
+
 def cvt_value(m, a, b=None):
     dst, src = m.types
     irnd, frnd = m.chosen.get("irnd"), m.chosen.get("frnd")
     if dst.lanes == 2 and dst.bits == 16 or src.lanes == 2 and src.bits == 16:
-        from .tensorcore import cvt_fp8  # packed 8-bit floats (e4m3x2, e5m2x2)
-        return cvt_fp8(m, a, b)
+        return cvt_fp8(m, a, b)  # packed 8-bit floats (e4m3x2, e5m2x2)
     if dst.name in ("f16x2", "bf16x2"):
         f = fmt_for(dst)
         hi = _finish_float(fr.from_f64(np.asarray(a, np.float64), frnd, f), f, m, dst)
@@ -124,14 +149,12 @@ def cvt_value(m, a, b=None):
     return _int_to_int(a, dst, m.has("sat"))
 
 
-@handler("cvt")
 def cvt(mach, instr, mask):
     m = instr.match
     srcs = [mach.src(instr, i, mask) for i in range(1, len(instr.operands))]
     mach.dst(instr, 0, cvt_value(m, *srcs), mask)
 
 
-@handler("mov")
 def mov(mach, instr, mask):
     t = instr.match.type
     d, a = instr.operands
@@ -156,3 +179,9 @@ def mov(mach, instr, mask):
         mach.dst(instr, 0, parts, mask)
         return
     mach.dst(instr, 0, v, mask)
+
+
+HANDLERS = {
+    "cvt": cvt,
+    "mov": mov,
+}

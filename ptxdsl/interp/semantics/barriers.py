@@ -21,18 +21,18 @@ together (the hardware reads them once per warp).
   with one operation, or none (the PTX ISA forbids mixing them with
   ``bar.sync`` / ``bar.arrive`` on one barrier).
 
-A thread at ``.sync`` / ``.red`` waits (:class:`~.schedule.Blocked`) until its
+A thread at ``.sync`` / ``.red`` waits (:class:`~ptxdsl.interp.schedule.Blocked`) until its
 generation completes; a completed generation orders the memory accesses of the
 threads that arrived before it with those of the threads that waited at it (see
-:mod:`.hb`), and nobody else's. ``.aligned`` forms (``bar.*``) must be executed by
+:mod:`ptxdsl.interp.hb`), and nobody else's. ``.aligned`` forms (``bar.*``) must be executed by
 every thread of a warp that has not exited.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .schedule import Blocked
-from .semantics import handler
+from ..schedule import Blocked
+from ..warps import aligned_check
 
 NBARRIERS = 16
 
@@ -81,23 +81,6 @@ def _settle(mach, c: int, st: BarrierState) -> None:
     mach.events += 1
 
 
-def _aligned_check(mach, instr, mask):
-    """An .aligned barrier is executed by every live thread of each warp that reaches it.
-    (Not checked when threads are scheduled one by one: that run only happens after the
-    same kernel ran with whole warps up to a deadlock.)"""
-    act = mask.reshape(-1, 32)
-    live = (~mach.exited).reshape(-1, 32)
-    part = act.any(1) & ((live & ~act).any(1))
-    if part.any():
-        w = int(np.argmax(part))
-        missing = int(np.argmax(live[w] & ~act[w]))
-        mach.fail(instr, f"{instr.opcode} is .aligned: every thread of a warp must execute it "
-                         f"together, but thread {mach.tid_str(w * 32 + missing)} of this warp "
-                         f"is elsewhere (a branch that splits the warp); use a non-aligned "
-                         f"barrier.sync or make the branch warp-uniform",
-                  w * 32 + int(np.argmax(act[w])))
-
-
 def _per_thread(mach, instr, i, mask) -> np.ndarray:
     return np.broadcast_to(np.asarray(mach.src(instr, i, mask)).astype(np.int64), (mach.T,))
 
@@ -139,7 +122,7 @@ def arrive(mach, instr, mask, id_op: int, count_op: int | None, sync: bool,
                    "not a positive multiple of the warp size (32)")
             mach.fail(instr, f"barrier thread count {n} is {why}", t)
     if instr.match.aligned and not mach.per_thread:
-        _aligned_check(mach, instr, mask)
+        aligned_check(mach, instr, mask)
     act = mask.reshape(mach.ncta, mach.P)
     idc = ids.reshape(mach.ncta, mach.P)
     waits = []
@@ -237,7 +220,6 @@ def wait(mach, waits, done=None) -> None:
     raise Blocked(what, poll=poll)
 
 
-@handler("bar", "barrier")
 def barrier(mach, instr, mask):
     sync = instr.match.chosen["mode"] == "sync"
     counted = len(instr.operands) > 1
@@ -245,7 +227,6 @@ def barrier(mach, instr, mask):
     wait(mach, waits)
 
 
-@handler("bar.red", "barrier.red", "barrier.cta.red")
 def bar_red(mach, instr, mask):
     """``d, a{, b}, c``: arrive with predicate ``c``, wait, receive the reduction."""
     op = instr.match.chosen["op"]
@@ -264,3 +245,12 @@ def bar_red(mach, instr, mask):
             out[sel & mask] = v
         mach.dst(instr, 0, out, mask)
     wait(mach, waits, deliver)
+
+
+HANDLERS = {
+    "bar": barrier,
+    "barrier": barrier,
+    "bar.red": bar_red,
+    "barrier.red": bar_red,
+    "barrier.cta.red": bar_red,
+}

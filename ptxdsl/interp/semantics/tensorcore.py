@@ -33,29 +33,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import ir
-from ..core.fp8 import fp8_decode, fp8_encode
-from ..dsl.tensorcore import operand_layouts
-from ..core.types import bf16_bits_to_f32
-from .memops import addresses, check, space_of
-from .semantics import handler
-
-
-# ---------------------------------------------------------------------- warps
-def full_warps(mach, instr, mask) -> np.ndarray:
-    """Indices of the warps executing ``instr``; refuses warps with missing lanes."""
-    w = (mask & mach.valid).reshape(-1, 32)
-    some, every = w.any(1), w.all(1)
-    partial = some & ~every
-    if partial.any():
-        k = int(np.argmax(partial))
-        missing = [i for i in range(32) if not w[k, i]]
-        mach.fail(instr, f"is warp-collective (.sync.aligned): all 32 lanes of a warp must "
-                         f"execute it together, but lanes {missing} of this warp did not "
-                         f"(they took another branch, exited, or lie past the CTA's last "
-                         f"thread); move it out of the branch or use whole warps", k * 32 +
-                  int(np.argmax(w[k])))
-    return np.flatnonzero(every)
+from ...core import ir
+from ...core.fp8 import fp8_decode
+from ...dsl.tensorcore import operand_layouts
+from ...core.types import bf16_bits_to_f32
+from ..addressing import addresses, check, space_of
+from ..warps import full_warps
 
 
 def _threads(warps) -> np.ndarray:
@@ -85,37 +68,6 @@ def _write_list(mach, instr, i, mask, threads, bits) -> None:
         full = np.zeros(mach.T, bits.dtype)
         full[threads] = bits[:, j]
         mach.write_reg(r, full, mask)
-
-
-# ---------------------------------------------------------------------- 8-bit floats
-# The formats live in ptxdsl/fp8.py (fp8_encode, fp8_decode, imported above).
-
-
-
-def cvt_fp8(m, a, b=None) -> np.ndarray:
-    """cvt to/from e4m3x2 / e5m2x2 (called by the cvt handler); returns result bits."""
-    dst, src = m.types
-    relu = m.has("relu")
-    if dst.name in ("e4m3x2", "e5m2x2"):
-        name = dst.name[:-2]
-        if src.name == "f32":   # a goes to the upper byte, b to the lower (as f16x2)
-            hi = fp8_encode(np.asarray(a, np.float32), name, relu)
-            lo = fp8_encode(np.asarray(b, np.float32), name, relu)
-        else:
-            u = np.asarray(a).view(np.uint32) if np.asarray(a).dtype != np.uint32 else a
-            lo = fp8_encode((u & 0xFFFF).astype(np.uint16).view(np.float16), name, relu)
-            hi = fp8_encode((u >> 16).astype(np.uint16).view(np.float16), name, relu)
-        return lo.astype(np.uint16) | (hi.astype(np.uint16) << np.uint16(8))
-    name = src.name[:-2]
-    u = np.asarray(a).astype(np.uint16)
-    out = []
-    for byte in (u & 0xFF, u >> 8):
-        v = fp8_decode(byte, name)
-        if relu:
-            v = np.where(v < 0, 0.0, v)
-        h = v.astype(np.float16).view(np.uint16)
-        out.append(np.where(np.isnan(v), np.uint16(0x7FFF), h).astype(np.uint32))
-    return out[0] | (out[1] << np.uint32(16))
 
 
 # ---------------------------------------------------------------------- element codecs
@@ -181,7 +133,6 @@ def _pack(elems: np.ndarray, lay) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- mma.sync
-@handler("mma.sync")
 def mma(mach, instr, mask):
     ch = instr.match.chosen
     lays = operand_layouts(ch["shape"], ch["atype"], ch["btype"], ch["ctype"], ch["dtype"],
@@ -237,7 +188,6 @@ def _from_regs(regs: np.ndarray, nw: int) -> np.ndarray:
     return mat
 
 
-@handler("ldmatrix.sync")
 def ldmatrix(mach, instr, mask):
     m = instr.match
     n = int(m.chosen["num"][1:])
@@ -255,7 +205,6 @@ def ldmatrix(mach, instr, mask):
     _write_list(mach, instr, 0, mask, _threads(warps), _to_regs(mat))
 
 
-@handler("stmatrix.sync")
 def stmatrix(mach, instr, mask):
     m = instr.match
     n = int(m.chosen["num"][1:])
@@ -273,7 +222,6 @@ def stmatrix(mach, instr, mask):
         sp.write(off, data[sel])
 
 
-@handler("movmatrix.sync")
 def movmatrix(mach, instr, mask):
     warps = full_warps(mach, instr, mask)
     if not len(warps):
@@ -284,3 +232,11 @@ def movmatrix(mach, instr, mask):
     out = np.zeros(mach.T, np.uint32)
     out[th] = _to_regs(mat)[:, 0]
     mach.write_reg(instr.operands[0], out, mask)
+
+
+HANDLERS = {
+    "mma.sync": mma,
+    "ldmatrix.sync": ldmatrix,
+    "stmatrix.sync": stmatrix,
+    "movmatrix.sync": movmatrix,
+}

@@ -21,7 +21,7 @@ on the mbarrier, whose phase acquire orders them before a consumer's reads.
 The destination and the mbarrier (shared::cluster addresses) may name a peer CTA of
 the cluster (both the same one); ``.multicast::cluster`` writes the box at the same
 CTA-local offset into every CTA of the 16-bit ctaMask and completes its bytes on the
-mbarrier at the same offset in each (see :mod:`.cluster`). ``.im2col`` is refused.
+mbarrier at the same offset in each (see :mod:`ptxdsl.interp.cluster`). ``.im2col`` is refused.
 
 Reductions (``cp.reduce.async.bulk.tensor``, shared::cta -> global, ``.bulk_group``):
 like stores, but each element inside the tensor is combined with the tensor's (``.add``,
@@ -42,42 +42,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import ir
-from ..core.types import s32
-from . import fround as fr
-from . import groups
-from . import cluster
-from .access import track, track_block
-from .memops import WINDOWS, addresses, mbarrier_complete_tx
-from .semantics import handler
-
-_MAGIC = 0x50544458_544D4150   # "PTDX" "TMAP"
-
-
-def tensormap_handle(index: int) -> np.ndarray:
-    """The 128 parameter bytes that stand for tensor map ``index`` of the launch."""
-    words = np.zeros(16, np.uint64)
-    words[0] = _MAGIC
-    words[1] = index
-    words[2] = _MAGIC ^ index
-    return words
-
-
-def _spec(mach, instr, t: int, addr: int):
-    psp = mach.spaces["param"]
-    pw = WINDOWS["param"]
-    a = addr - pw if pw <= addr < pw + (1 << 32) else addr
-    specs = getattr(psp, "tensormaps", [])
-    ok = psp.in_bounds(np.asarray([a], np.uint64), 128)[0] and a % 64 == 0
-    if ok:
-        w = psp.read(np.asarray([a - psp.base], np.int64), np.uint64, 3)[0]
-        ok = int(w[0]) == _MAGIC and int(w[2]) == _MAGIC ^ int(w[1]) and int(w[1]) < len(specs)
-    if not ok:
-        mach.fail(instr, f"the tensor-map operand {addr:#x} is not a tensor map: the "
-                         f"interpreter reads tensor maps passed as kernel parameters "
-                         f"(X.tma_desc(), or its .param symbol)", t)
-    return specs[int(w[1])]
-
+from ...core import ir
+from ...core.types import s32
+from .. import cluster, groups
+from .. import fround as fr
+from ..access import track, track_block
+from ..addressing import addresses
+from ..tensormaps import tensormap_spec
+from .mbarrier import mbarrier_complete_tx
 
 def _coords(mach, instr, op: ir.Addr, mask) -> list[np.ndarray]:
     out = []
@@ -165,7 +137,6 @@ def _bytes_at(sp, off: np.ndarray, e: int) -> np.ndarray:
     return sp.buf[off[:, None] + np.arange(e)]
 
 
-@handler("cp.async.bulk.tensor")
 def tensor_copy(mach, instr, mask):
     m = instr.match
     load = m.chosen["dst"] == "shared::cluster"
@@ -187,7 +158,7 @@ def tensor_copy(mach, instr, mask):
     else:
         sh = _own(mach, instr, threads, sh)
     for t in threads.tolist():
-        spec = _spec(mach, instr, t, int(maps[t]))
+        spec = tensormap_spec(mach, instr, t, int(maps[t]))
         if len(coords) != spec.rank:
             mach.fail(instr, f"a {len(coords)}-d tensor copy through a rank-{spec.rank} "
                              f"tensor map ({spec.describe()}): use {spec.rank} coordinates", t)
@@ -265,7 +236,6 @@ def _combine(op: str, dtype, cur: np.ndarray, src: np.ndarray) -> np.ndarray:
     return np.asarray(r).astype(dt).view(np.uint8).reshape(cur.shape)
 
 
-@handler("cp.reduce.async.bulk.tensor")
 def tensor_reduce(mach, instr, mask):
     """Combine the shared box into the tensor (elements inside it; the rest clipped) with
     the operation, element by element, as one atomic update per element."""
@@ -276,7 +246,7 @@ def tensor_reduce(mach, instr, mask):
     coords = _coords(mach, instr, ops[0], mask)
     sh = _own(mach, instr, threads, addresses(mach, instr, ops[1], mask))
     for t in threads.tolist():
-        spec = _spec(mach, instr, t, int(maps[t]))
+        spec = tensormap_spec(mach, instr, t, int(maps[t]))
         if spec.dtype.name not in _REDUCE_TYPES[op]:
             mach.fail(instr, f"a .{op} tensor reduction of .{spec.dtype.name} elements (the "
                              f"tensor map's type): .{op} takes "
@@ -297,3 +267,9 @@ def tensor_reduce(mach, instr, mask):
                 op, spec.dtype, cur, _bytes_at(ssp, soff[inside], e))
         groups.issued(mach, instr, t, ssp, (soff[:, None] + np.arange(e)).reshape(-1))
     mach.events += 1
+
+
+HANDLERS = {
+    "cp.async.bulk.tensor": tensor_copy,
+    "cp.reduce.async.bulk.tensor": tensor_reduce,
+}

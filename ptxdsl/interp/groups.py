@@ -1,6 +1,6 @@
-"""Bulk groups' copies still in flight (:mod:`.semantics.bulk`): which shared bytes a TMA store or a
-bulk copy may still be reading until its issuing thread retires its group, and the check
-that no write lands on them before then (called by :func:`.access.track`)."""
+"""Bulk groups' copies still in flight (:mod:`.semantics.bulk`): which shared bytes a TMA store
+or a bulk copy may still be reading until its issuing thread retires its group, and the
+check that no write lands on them before then (called by :func:`.access.track`)."""
 from __future__ import annotations
 
 import numpy as np

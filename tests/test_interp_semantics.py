@@ -148,7 +148,7 @@ def test_shifts_clamp(t, data):
 
 def ref_bfe(a, pos, ln, w, signed):
     # 32-bit forms read the low 8 bits of pos/len (PTX ISA); the 64-bit forms the whole
-    # u32, as the H100 edge sweep measured (see interp/intops.py)
+    # u32, as the H100 edge sweep measured (see interp/semantics/intops.py)
     if w == 32:
         pos &= 0xFF
         ln &= 0xFF
@@ -163,7 +163,7 @@ def ref_bfe(a, pos, ln, w, signed):
 
 def ref_bfi(a, b, pos, ln, w):
     # 32-bit forms read the low 8 bits of pos/len (PTX ISA); the 64-bit forms the whole
-    # u32, as the H100 edge sweep measured (see interp/intops.py)
+    # u32, as the H100 edge sweep measured (see interp/semantics/intops.py)
     if w == 32:
         pos &= 0xFF
         ln &= 0xFF

@@ -3,7 +3,7 @@
 Every mma form (shape x types x layouts) runs on the interpreter against a
 float64 / int64 numpy reference built with the test's own packing; integer
 forms must match bit for bit, float forms within the bound documented in
-``ptxdsl/interp/tensorcore.py``. Layouts are also checked against the
+``ptxdsl/interp/semantics/tensorcore.py``. Layouts are also checked against the
 formulas written out in the PTX ISA, independently of ``ptxdsl.dsl.tensorcore``.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ tile it lives. It is data, and three users read the same object:
 
 * kernels, through :class:`Fragment` (``acc.origin()`` and ``acc.items()``
   give each element's (row, col) without hand-derived lane arithmetic);
-* the interpreter's ``mma.sync`` semantics (:mod:`ptxdsl.interp.tensorcore`);
+* the interpreter's ``mma.sync`` semantics (:mod:`ptxdsl.interp.semantics.tensorcore`);
 * the layout figures of the docs (``docs/tensor-cores.md``).
 
 Every layout of the table's forms is ``origin(lane) + offset(element)``:

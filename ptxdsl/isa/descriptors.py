@@ -15,7 +15,7 @@ bits       field
 
 :class:`SmemDescriptor` encodes and decodes that word. The DSL builds
 descriptors with it (:mod:`ptxdsl.dsl.wgmma`), the interpreter decodes the bits a
-kernel computed with it (:mod:`ptxdsl.interp.hopper`), and the tests check both
+kernel computed with it (:mod:`ptxdsl.interp.semantics.wgmma`), and the tests check both
 against each other; nothing else spells these bit positions.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every example kernel (examples/hopper), the interpreter tests' own kernels
 (softmax, SwiGLU, LayerNorm, the seed RMSNorm) and a sweep of single
 instructions run on both. Integer and IEEE-rounded float instructions must
 agree bit for bit; ``.approx`` instructions within the hardware bounds
-documented in ``ptxdsl/interp/floatops.py``; whole kernels to ~1e-5.
+documented in ``ptxdsl/interp/semantics/floatmath.py`` and ``floatops.py``; whole kernels to ~1e-5.
 
 Run: ``PYTHONPATH=.:tests python -m pytest tests/gpu/test_interp_vs_gpu.py -q``.
 """

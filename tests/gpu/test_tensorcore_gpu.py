@@ -3,7 +3,7 @@
 Every mma.sync form (shape x types x layouts, the same list as
 tests/test_interp_tensorcore.py) runs on the device and on the interpreter:
 integer forms must agree bit for bit; float forms must each lie within the
-bound documented in ``ptxdsl/interp/tensorcore.py`` of the exact result
+bound documented in ``ptxdsl/interp/semantics/tensorcore.py`` of the exact result
 (inputs span many binades and both signs, so the device's accumulation order
 shows in the low bits), and the measured largest deviation per form is
 printed (``-s``) for the docs. ldmatrix / stmatrix / movmatrix (all .xN, with

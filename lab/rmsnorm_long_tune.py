@@ -36,7 +36,7 @@ def tune(n, dt, m, rounds, forward=True, backward=True):
     from ptxdsl.ops.rmsnorm.bwd_cluster import build_backward_cluster, plan_backward_cluster
     from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
     from ptxdsl.runtime import prepare
-    from ptxdsl.core.types import bf16, f16, f32
+    from ptxdsl.types import bf16, f16, f32
     pt = {torch.float32: f32, torch.bfloat16: bf16, torch.float16: f16}[dt]
     m = rows_that_fit(m, n, dt.itemsize, 4)
     x = torch.randn(m, n, device="cuda", dtype=dt)

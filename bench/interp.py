@@ -64,13 +64,15 @@ def cases():
 def _hopper_cases():
     """The shipped warp-specialized wgmma + TMA GEMM (3 warpgroups), f32 output: issue 18's
     target is one 128x256x64 tile step (a cluster of 2) in < 30 s on a 2-core CI machine."""
+    import dataclasses
+
     from ptxdsl.ops.matmul.hopper import build_hopper
-    from ptxdsl.ops.matmul.plan import Plan, choose
-    from ptxdsl.core.types import bf16, f32, f32_to_bf16_bits
+    from ptxdsl.ops.matmul.plan import choose
+    from ptxdsl.types import bf16, f32, f32_to_bf16_bits
     rng = np.random.default_rng(1)
     out = {}
     for m, n, k, cluster in ((128, 256, 64, 1), (128, 256, 512, 1), (256, 256, 64, 2)):
-        p = Plan(**{**choose(m, n, k, bf16, f32, sms=2).__dict__, "cluster": cluster})
+        p = dataclasses.replace(choose(m, n, k, bf16, f32, sms=2), cluster=cluster)
         try:
             kern = build_hopper(p, bf16, f32, sms=2)
         except Exception:   # noqa: BLE001 - a plan this checkout cannot build

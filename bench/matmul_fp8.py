@@ -107,7 +107,7 @@ def main(argv=None):
     from ptxdsl.ops.matmul.api import describe
     from ptxdsl.ops.matmul.plan import device_class
     from ptxdsl.runtime import driver
-    from ptxdsl.core.types import bf16, e4m3
+    from ptxdsl.types import bf16, e4m3
     cls = device_class(driver.get().device(torch.cuda.current_device()))
     warm(1.0)
     result = {"device": dev.name, "sms": dev.multi_processor_count,

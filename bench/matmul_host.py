@@ -11,6 +11,9 @@ kernel launched with pointers (no op layer), one ``cuTensorMapReplaceAddress``, 
 Without a GPU (``--fake``): CPU torch tensors pose as cuda:0 tensors on a fake driver
 whose launch does nothing (``tests/runtime_fakes``), and the op's Python path is timed
 and profiled (``--profile``): ptxdsl's own Python, not the driver's.
+
+    python bench/matmul_host.py [--calls N] [--repeats R] [--json PATH]
+    python bench/matmul_host.py --fake [--profile]          # no GPU
 """
 from __future__ import annotations
 

@@ -21,8 +21,9 @@
 * ``<!-- ptxdsl:fragment OPERAND SHAPE TYPE [ORDER] -->`` becomes a table of the tile
   of that mma operand in which each cell names the lane and element holding it
   (``T5:2``), drawn from the same :class:`ptxdsl.dsl.tensorcore.Layout` the interpreter uses.
-* ``<!-- ptxdsl:bench-tables [SUBSTRING] -->`` becomes tables built from the benchmark JSON
-  files under ``bench/results/`` (or a sentence saying there are none yet).
+* ``<!-- ptxdsl:bench-chart NAME -->`` becomes the charts and short tables of benchmark
+  NAME, drawn from ``bench/results/NAME_<device>.json`` (``docs/benchpage.py``; a
+  sentence saying there are none yet when none is committed).
 
 Any failure raises, which fails ``mkdocs build --strict``: a docs page that
 quotes PTX the code no longer emits should break the build, not mislead.
@@ -30,16 +31,16 @@ quotes PTX the code no longer emits should break the build, not mislead.
 from __future__ import annotations
 
 import ast
-import glob
-import json
 import os
 import re
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
-# docs/docgen.py, the generator of the reference pages: mkdocs puts this folder on
-# sys.path while it loads the hooks (and only then), so it is imported here.
+# docs/docgen.py (the reference pages) and docs/benchpage.py (the Performance page's
+# charts): mkdocs puts this folder on sys.path while it loads the hooks (and only then),
+# so they are imported here.
+import benchpage  # noqa: E402
 import docgen  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,8 +65,8 @@ def on_page_markdown(markdown, page, config, files):
         try:
             if kind == "ptx":
                 return _ptx_block(args)
-            if kind == "bench-tables":
-                return bench_tables(os.path.join(ROOT, "bench", "results"), args or None)
+            if kind == "bench-chart":
+                return benchpage.render(os.path.join(ROOT, "bench", "results"), args)
             if kind == "source":
                 return _source_block(args)
             if kind == "error":
@@ -217,139 +218,7 @@ def _excerpt(text: str, start: str | None, stop: str | None, count: int | None =
     return "\n".join(ln[pad:] for ln in body)
 
 
-# ------------------------------------------------------------------ benchmark tables
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-    if isinstance(v, (list, tuple)):
-        return "×".join(map(str, v))
-    return "" if v is None else str(v).replace("|", "\\|")
-
-
-def _pivot(rows: list[dict]) -> list[str]:
-    """Rows of ``{"shape", "dtype", "results": {contender: {"us", "tbps"} | {"error"}}}``
-    (bench/rmsnorm.py's layout) as one table: a column per contender."""
-    names: list[str] = []
-    for r in rows:
-        for k in r["results"]:
-            if k not in names:
-                names.append(k)
-    head = ["dtype", "shape"] + names
-    has_copy, has_ours = "copy" in names, "ptxdsl" in names
-    if has_ours and has_copy:
-        head.append("ptxdsl % of copy")
-    if has_ours:
-        head.append("best other / ptxdsl")
-    out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for r in rows:
-        res = {k: _result(v) for k, v in r["results"].items()}
-        cells = [_fmt(r.get("dtype")), _fmt(r.get("shape"))]
-        for n in names:
-            v = res.get(n) or {}
-            if "us" in v:
-                tb = f" ({v['tbps']:.2f} TB/s)" if isinstance(v.get("tbps"), (int, float)) else \
-                    f" ({v['tflops']:.0f} TFLOP/s)" if isinstance(v.get("tflops"), (int, float)) \
-                    else ""
-                cells.append(f"{v['us']:.1f} µs{tb}")
-            elif "error" in v:
-                cells.append(f'<span title="{_fmt(v["error"])}">error</span>')
-            else:
-                cells.append("")
-        ours = (res.get("ptxdsl") or {}).get("us")
-        if has_ours and has_copy:
-            cp = (res.get("copy") or {}).get("us")
-            cells.append(f"{100 * cp / ours:.0f}%" if ours and cp else "")
-        if has_ours:
-            # ptxdsl's own variants ("ptxdsl:1cta") are not peers
-            peers = [v["us"] for k, v in res.items()
-                     if k != "copy" and not k.startswith("ptxdsl") and "us" in v]
-            cells.append(f"{min(peers) / ours:.2f}×" if ours and peers else "")
-        out.append("| " + " | ".join(cells) + " |")
-    return out
-
-
-def _result(v) -> dict:
-    """One contender's result as a dict: the tune benches record a bare µs number, or a
-    string saying why the variant has none."""
-    if isinstance(v, bool) or v is None:
-        return {}
-    if isinstance(v, (int, float)):
-        return {"us": float(v)}
-    if isinstance(v, str):
-        return {"error": v}
-    return v if isinstance(v, dict) else {}
-
-
-def _flat(rows: list[dict]) -> list[str]:
-    cols = list(dict.fromkeys(k for r in rows for k in r
-                              if not isinstance(r[k], (dict, list)) or k == "shape"))
-    out = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-    for r in rows:
-        out.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
-    return out
-
-
-def _sections(data) -> list[tuple[str | None, list[dict]]]:
-    """The lists of row dicts in a results file: the file itself if it is a list,
-    else every top-level list of dicts (``results``, ``forward``, ``backward``...)."""
-    if isinstance(data, list):
-        return [(None, [r for r in data if isinstance(r, dict)])]
-    out = []
-    for key, value in data.items():
-        if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
-            out.append((key, value))
-        elif isinstance(value, dict) and value and all(
-                isinstance(r, dict) and "median_us" in r for r in value.values()):
-            # name -> {median_us, min_us, runs_us} (bench/launch_overhead.py): one row each
-            out.append((key, [{"contender": name, "median µs": r["median_us"],
-                               "min µs": r.get("min_us")} for name, r in value.items()]))
-    return out
-
-
-def bench_tables(folder: str, only: str | None = None) -> str:
-    """Markdown tables, one per JSON file in ``folder`` (whose name contains ``only``),
-    with each file's device and date."""
-    paths = sorted(glob.glob(os.path.join(folder, "*.json")))
-    if only:
-        paths = [p for p in paths if only.strip() in os.path.basename(p)]
-    if not paths and only:
-        return (f"*No `{only.strip()}` benchmark results are committed yet* (`bench/results/` "
-                "holds none); this space fills in from them when they are.")
-    if not paths:
-        return ("*No benchmark results are committed yet:* `bench/results/` holds no JSON "
-                "files. The numbers on this page come only from those files; run the "
-                "benchmarks on a GPU machine (see above) to produce them.")
-    out = []
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        meta = data if isinstance(data, dict) else {}
-        title = meta.get("title") or meta.get("benchmark") or os.path.basename(path)[:-5]
-        out.append(f"### {title}")
-        out.append("")
-        facts = []
-        for key in ("device", "gpu", "date", "when", "timestamp", "shape", "dtype", "driver",
-                    "cuda", "torch", "ptxas", "host_probe_us", "rounds", "passes"):
-            if meta.get(key) not in (None, ""):
-                facts.append(f"**{key}**: {_fmt(meta[key])}")
-        facts.append(f"**source**: `bench/results/{os.path.basename(path)}`")
-        out.append(" · ".join(facts))
-        out.append("")
-        sections = _sections(data)
-        if not sections:
-            out.append("*(this file has no rows)*")
-            out.append("")
-            continue
-        for key, rows in sections:
-            if key not in (None, "results", "rows"):
-                out.append(f"**{key}**")
-                out.append("")
-            pivot = all(isinstance(r.get("results"), dict) for r in rows)
-            out.extend(_pivot(rows) if pivot else _flat(rows))
-            out.append("")
-    return "\n".join(out)
-
-
+# ------------------------------------------------------------------ fragments
 def _fragment_figure(args: str) -> str:
     """A markdown table of one mma operand's tile: ``T<lane>:<element>`` per cell."""
     from ptxdsl.dsl.tensorcore import layout

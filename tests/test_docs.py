@@ -152,23 +152,86 @@ def _hooks():
     return mod
 
 
-def test_bench_tables_say_when_there_are_no_results(tmp_path):
-    hooks = _hooks()
-    assert "No benchmark results" in hooks.bench_tables(str(tmp_path))
-    assert "No `rmsnorm` benchmark results" in hooks.bench_tables(str(tmp_path), "rmsnorm")
+def _benchpage():
+    import benchpage  # docs/benchpage.py (DOCS is on sys.path above)
+    return benchpage
 
 
-def test_bench_tables_render_rows_device_and_date(tmp_path):
-    hooks = _hooks()
-    data = {"device": "NVIDIA H200", "date": "2026-01-01", "results": [
-        {"impl": "ptxdsl", "shape": [2048, 8192], "us": 37.9, "tb_s": 3.54},
-        {"impl": "copy", "shape": [2048, 8192], "us": 36.6, "tb_s": 3.66}]}
+def _rmsnorm_run(**results):
+    return {"device": "NVIDIA H200", "date": "2026-01-02", "torch": "2.11",
+            "forward": [{"shape": [2048, 8192], "dtype": "bf16", "results": results},
+                        {"shape": [1, 8192], "dtype": "bf16", "results": {
+                            "copy": {"us": 5.0}, "ptxdsl": {"us": 50.0}}}],
+            "backward": []}
+
+
+def test_bench_chart_says_when_there_are_no_results(tmp_path):
+    md = _benchpage().render(str(tmp_path), "rmsnorm")
+    assert "No `rmsnorm` results are committed yet" in md and "<svg" not in md
+    with pytest.raises(ValueError, match="no chart for benchmark 'nope'"):
+        _benchpage().render(str(tmp_path), "nope")
+
+
+def test_bench_chart_rmsnorm_percent_of_the_copy(tmp_path):
+    """bench/rmsnorm.py's layout: a chart per direction and a table of the geometric mean
+    of % of the copy per contender, leaving out the host-bound one-row shapes."""
+    data = _rmsnorm_run(copy={"us": 40.0, "tbps": 3.3}, ptxdsl={"us": 50.0, "tbps": 2.7},
+                        triton={"us": 80.0}, liger={"error": "ImportError"})
     (tmp_path / "rmsnorm_h200.json").write_text(json.dumps(data))
-    md = hooks.bench_tables(str(tmp_path))
-    assert "NVIDIA H200" in md and "2026-01-01" in md
-    assert "| impl | shape | us | tb_s |" in md
-    assert "| ptxdsl | 2048×8192 | 37.9 | 3.54 |" in md
-    assert "rmsnorm_h200.json" in md
+    # another benchmark's file with the same prefix is not this one's
+    (tmp_path / "rmsnorm_long_h200.json").write_text(json.dumps(data))
+    md = _benchpage().render(str(tmp_path), "rmsnorm")
+    assert md.count("<svg") == 1 and "RMSNorm forward, bf16, H200" in md
+    assert "`bench/results/rmsnorm_h200.json`" in md and "rmsnorm_long" not in md
+    assert "NVIDIA H200" in md and "2026-01-02" in md
+    assert "| ptxdsl | 80% |" in md and "| triton | 50% |" in md and "| liger |  |" in md
+
+
+def test_bench_chart_long_rows_best_peer_leaves_out_ptxdsls_own_variants(tmp_path):
+    data = {"device": "NVIDIA H200", "date": "2026-11-29", "forward": [
+        {"shape": [32768, 65536], "dtype": "bf16", "results": {
+            "copy": {"us": 100.0}, "ptxdsl": {"us": 100.0}, "ptxdsl:1cta": {"us": 90.0},
+            "torch.compile": {"us": 125.0}}}], "backward": []}
+    (tmp_path / "rmsnorm_long_h200.json").write_text(json.dumps(data))
+    md = _benchpage().render(str(tmp_path), "rmsnorm_long")
+    assert "| 65536 | 100% | torch.compile 80% |" in md
+
+
+def test_bench_chart_gemm_against_cublas(tmp_path):
+    row = {"shape": [4096, 4096, 4096], "group": "square", "results": {
+        "cuBLAS": {"us": 200.0, "tflops": 600.0}, "ptxdsl": {"us": 190.0, "tflops": 660.0},
+        "pyptx": {"error": "shape rule"}}}
+    data = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-01-03", "rows": [
+        row, dict(row, shape=[16, 4096, 4096], group="small")]}
+    (tmp_path / "matmul_h100.json").write_text(json.dumps(data))
+    md = _benchpage().render(str(tmp_path), "matmul")
+    assert "GEMM bf16, H100" in md
+    assert "| square | 1 | 600 | 1.10× |  |" in md and "| small | 1 | 600 | 1.10× |  |" in md
+
+
+def test_svg_line_chart_breaks_lines_at_gaps_and_groups():
+    from svgchart import bar_chart, line_chart
+    svg = line_chart(["a", "b", "c", "d", "e"], {"ptxdsl": [1, 2, None, 4, 5]}, ylabel="y")
+    assert svg.count("<polyline") == 2 and svg.count("<circle") == 4
+    svg = line_chart(["a", "b", "c", "d"], {"ptxdsl": [1, 2, 3, 4]}, ylabel="y", breaks=(2,))
+    assert svg.count("<polyline") == 2
+    svg = bar_chart(["x", "y"], {"copy": [1.0, None], "ptxdsl": [2.0, 3.0]}, xlabel="µs")
+    assert svg.count("<rect") == 3 and svg.startswith("<svg") and svg.endswith("</svg>")
+
+
+def test_every_benchmark_of_the_performance_page_renders_its_committed_results():
+    """Each benchmark charted on the Performance page draws every committed
+    ``<name>_<device>.json`` of it (naming the file), and the page has a marker for each."""
+    bp = _benchpage()
+    folder = os.path.join(DOCS, "..", "bench", "results")
+    page = open(os.path.join(DOCS, "performance.md"), encoding="utf-8").read()
+    for name in bp.SECTIONS:
+        assert f"<!-- ptxdsl:bench-chart {name} -->" in page, name
+        files = [base for _dev, base, _data in bp.runs(folder, name)]
+        md = bp.render(folder, name)
+        for base in files:
+            assert f"`bench/results/{base}`" in md, base
+        assert md.count("<svg") >= len(files), name
 
 
 def test_ptx_excerpt_cuts_between_patterns():
@@ -180,7 +243,7 @@ def test_ptx_excerpt_cuts_between_patterns():
 
 def test_markers_in_pages_are_known():
     """Every <!-- ptxdsl:... --> marker in docs/ names a kind the hook expands."""
-    known = {"ptx", "bench-tables", "error", "check", "operators", "source", "fragment"}
+    known = {"ptx", "bench-chart", "error", "check", "operators", "source", "fragment"}
     for folder, _dirs, names in os.walk(DOCS):
         for n in names:
             if n.endswith(".md"):
@@ -245,37 +308,6 @@ def test_doc_mistakes_fail_at_the_users_line(name):
     with pytest.raises(PtxdslError) as info:
         e.kernel.ptx()
     assert f"{name}:" in str(info.value)
-
-
-def test_bench_tables_pivot_the_rmsnorm_benchmark_layout(tmp_path):
-    """bench/rmsnorm.py writes {"forward": [{"shape", "dtype", "results": {name: ...}}]}."""
-    hooks = _hooks()
-    data = {"device": "NVIDIA H200", "date": "2026-01-02", "torch": "2.11",
-            "forward": [{"shape": [2048, 8192], "dtype": "f32", "results": {
-                "copy": {"us": 40.0, "tbps": 3.3}, "ptxdsl": {"us": 50.0, "tbps": 2.7},
-                "triton": {"us": 60.0, "tbps": 2.2}, "liger": {"error": "ImportError: x|y"}}}],
-            "backward": []}
-    (tmp_path / "rmsnorm.json").write_text(json.dumps(data))
-    md = hooks.bench_tables(str(tmp_path), "rmsnorm")
-    assert "**forward**" in md
-    assert "| dtype | shape | copy | ptxdsl | triton | liger | ptxdsl % of copy | best other / ptxdsl |" in md
-    assert "| f32 | 2048×8192 | 40.0 µs (3.30 TB/s) | 50.0 µs (2.70 TB/s) | 60.0 µs (2.20 TB/s)" in md
-    assert "| 80% | 1.20× |" in md
-    assert 'title="ImportError: x\\|y">error' in md
-
-
-def test_bench_tables_best_other_leaves_out_ptxdsls_own_variants(tmp_path):
-    """A ptxdsl variant timed beside the op (bench/rmsnorm_long.py's "ptxdsl:1cta") is
-    not a peer: "best other" is the fastest of the others."""
-    hooks = _hooks()
-    data = {"device": "NVIDIA H200", "date": "2026-11-29", "forward": [
-        {"shape": [32768, 65536], "dtype": "bf16", "results": {
-            "copy": {"us": 100.0, "tbps": 4.0}, "ptxdsl": {"us": 100.0, "tbps": 4.0},
-            "ptxdsl:1cta": {"us": 90.0, "tbps": 4.4},
-            "torch.compile": {"us": 150.0, "tbps": 2.7}}}], "backward": []}
-    (tmp_path / "rmsnorm_long.json").write_text(json.dumps(data))
-    md = hooks.bench_tables(str(tmp_path), "rmsnorm")
-    assert "| 100% | 1.50× |" in md
 
 
 # ------------------------------------------------------------------ interpreter column, recipes
@@ -381,25 +413,3 @@ def test_doc_blocks_run_from_the_repository_root(code, tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
-def test_every_committed_result_file_renders():
-    """Each JSON under bench/results/ renders (the performance page builds from all of
-    them; a tune bench's bare µs numbers and error strings are cells too), naming its
-    device and its source file."""
-    hooks = _hooks()
-    folder = os.path.join(DOCS, "..", "bench", "results")
-    names = sorted(f for f in os.listdir(folder) if f.endswith(".json"))
-    assert names
-    for name in names:
-        md = hooks.bench_tables(folder, name)
-        assert f"bench/results/{name}" in md, name
-        assert "**device**" in md, name
-
-
-def test_bench_tables_take_bare_numbers_and_error_strings(tmp_path):
-    hooks = _hooks()
-    data = {"device": "NVIDIA H200", "tune": [
-        {"shape": [32768, 131072], "dtype": "bf16",
-         "results": {"fwd C4": 4476.4, "fwd ring": "wrong: 0.5"}}]}
-    (tmp_path / "t.json").write_text(json.dumps(data))
-    md = hooks.bench_tables(str(tmp_path))
-    assert "4476.4 µs" in md and 'title="wrong: 0.5">error' in md

@@ -1,7 +1,10 @@
 """Hopper GEMM, the second flagship: ``C = act(A @ B + bias)`` on wgmma, fed by TMA.
 
 The kernel is written in the DSL in ``ptxdsl/ops/matmul/hopper.py`` (its docstring
-draws the pipeline; ``docs/matmul.md`` walks through it next to the PTX it records):
+draws the pipeline; ``docs/matmul.md`` walks through it next to the PTX it records);
+this script takes it, as a user would, from the op's public calls
+(``ptxdsl.ops.matmul.api``: ``hopper_kernel`` builds the kernel a shape runs,
+``describe`` names its plan):
 a persistent grid of 384-thread CTAs in clusters of two, one producer warpgroup that
 gives its registers to the two consumer warpgroups (``setmaxnreg``) and feeds a
 four-stage ring of 128-byte-swizzled shared-memory tiles with ``cp.async.bulk.tensor``
@@ -34,21 +37,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from _harness import on_gpu  # noqa: E402
 from ptxdsl.ops import matmul  # noqa: E402
-from ptxdsl.ops.matmul.hopper import build_hopper  # noqa: E402
-from ptxdsl.ops.matmul.plan import choose  # noqa: E402
-from ptxdsl.core.types import bf16, e4m3, f32  # noqa: E402
+from ptxdsl.ops.matmul.api import describe, hopper_kernel  # noqa: E402
+from ptxdsl.types import bf16, e4m3, f32  # noqa: E402
+
+# The plans differ by SM count and device class; these are an H100 SXM's (132 SMs).
+SMS, DEVICE = 132, "H100"
 
 
 def build_gemm(m: int = 4096, n: int = 4096, k: int = 4096, out_dtype=bf16, *, bias=None,
-               activation=None, arch: str = "sm_90a"):
-    """The Hopper kernel ``ptxdsl.ops.matmul`` runs for an (M, N, K) bf16 product."""
-    return build_hopper(choose(m, n, k, bf16, out_dtype), bf16, out_dtype, bias=bias,
-                        activation=activation, arch=arch)
+               activation=None):
+    """The Hopper kernel ``ptxdsl.ops.matmul`` runs for an (M, N, K) bf16 product of a
+    row-major A and ``W.T`` (both K-major), with an optional bias dtype and activation."""
+    return hopper_kernel(m, n, k, bf16, out_dtype, bias, activation, SMS, device=DEVICE)
 
 
 def build_gemm_fp8(m: int = 4096, n: int = 4096, k: int = 4096, out_dtype=bf16):
     """The Hopper kernel for an (M, N, K) e4m3 product with per-tensor scales."""
-    return build_hopper(choose(m, n, k, e4m3, out_dtype), e4m3, out_dtype, scaled=True)
+    return hopper_kernel(m, n, k, e4m3, out_dtype, None, None, SMS, device=DEVICE,
+                         scaled=True)
 
 
 def KERNELS():
@@ -143,6 +149,7 @@ def cpu_check() -> None:
         print(f"[{'OK' if ok else 'FAIL'}] matmul e4m3 9x20x48 with scales on the interpreter")
         if not ok:
             raise SystemExit(1)
+    print(f"  4096^3 bf16 on an {DEVICE}: {describe(4096, 4096, 4096, sms=SMS, device=DEVICE)}")
     try:
         r = build_gemm().resources()
         print(f"  Hopper kernel: {r.registers} registers, {r.spill_stores} spill stores "

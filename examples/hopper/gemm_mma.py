@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from _harness import on_gpu, run, time_us  # noqa: E402
 from ptxdsl import Tile, kernel, ptx, reg, smem  # noqa: E402
 from ptxdsl.dsl.tensorcore import fragment, layout  # noqa: E402
-from ptxdsl.core.types import bf16, bf16x2, f32_to_bf16_bits, pred, u32  # noqa: E402
+from ptxdsl.types import bf16, bf16x2, f32_to_bf16_bits, pred, u32  # noqa: E402
 
 BM, BN, BK = 128, 128, 32     # CTA tile
 WM, WN = 64, 64               # warp tile (2 x 2 warps)

@@ -24,7 +24,7 @@ import ptxdsl  # noqa: E402
 from _harness import report  # noqa: E402
 from ptxdsl.ops import rms_norm  # noqa: E402
 from ptxdsl.ops.rmsnorm.fwd import build_forward, plan  # noqa: E402
-from ptxdsl.core.types import bf16, f32  # noqa: E402
+from ptxdsl.types import bf16, f32  # noqa: E402
 
 EPS = 1e-6
 

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from _harness import on_gpu, report, run  # noqa: E402,F401
 from ptxdsl import Tile, kernel, ptx, reg, smem  # noqa: E402
-from ptxdsl.core.types import f32, u32  # noqa: E402
+from ptxdsl.types import f32, u32  # noqa: E402
 
 WARP_SIZE = 32
 LOG2E = 1.4426950408889634  # exp(x) = 2^(x * log2(e))

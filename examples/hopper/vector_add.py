@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from _harness import on_gpu, report, run  # noqa: E402,F401
 from ptxdsl import Tile, kernel, ptx, reg  # noqa: E402
-from ptxdsl.core.types import f32, u32  # noqa: E402
+from ptxdsl.types import f32, u32  # noqa: E402
 
 BLOCK = 256   # threads per CTA
 VEC = 4       # elements per thread: one 16-byte access per array

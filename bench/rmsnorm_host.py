@@ -10,7 +10,7 @@ the backward through the API, and the pieces of their hot paths: the C++ tensor 
 pointer reads, and the alternative to the backward's two allocations: one buffer for
 both outputs, cut into dX and dW by torch's ``_reinterpret_tensor`` (where torch has it).
 
-    python bench/ops_overhead.py [--shapes 1x8192xbf16,7x4096xbf16] [--json PATH]
+    python bench/rmsnorm_host.py [--shapes 1x8192xbf16,7x4096xbf16] [--json PATH]
 """
 from __future__ import annotations
 

@@ -1,0 +1,325 @@
+"""The Performance page's sections, built from ``bench/results/<benchmark>_<device>.json``
+when the docs are built: per benchmark and device a chart (:mod:`svgchart`) and a
+short table under it. ``<!-- ptxdsl:bench-chart NAME -->`` in a page becomes
+:func:`render` of NAME (see :data:`SECTIONS`)."""
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+
+import svgchart
+
+_DEVICE = re.compile(r"_([a-z]\d{3})\.json$")
+
+
+def runs(folder: str, name: str) -> list[tuple[str, str, dict]]:
+    """``(device tag, file name, data)`` of each ``NAME_<device>.json``, by device."""
+    import json
+    out = []
+    for path in sorted(glob.glob(os.path.join(folder, f"{name}_*.json"))):
+        base = os.path.basename(path)
+        m = _DEVICE.search(base)
+        if m and base == f"{name}_{m.group(1)}.json":
+            with open(path, encoding="utf-8") as f:
+                out.append((m.group(1).upper(), base, json.load(f)))
+    return out
+
+
+def _us(res: dict, name: str) -> float | None:
+    v = res.get(name)
+    return v.get("us") if isinstance(v, dict) and isinstance(v.get("us"), (int, float)) else None
+
+
+def pct_of_copy(res: dict, name: str) -> float | None:
+    """The copy's time over ``name``'s, in percent (100: as fast as the copy)."""
+    cp, t = _us(res, "copy"), _us(res, name)
+    return 100 * cp / t if cp and t else None
+
+
+def geomean(xs) -> float | None:
+    xs = [x for x in xs if x]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _contenders(rows: list[dict], skip=("copy",)) -> list[str]:
+    names = dict.fromkeys(k for r in rows for k in r["results"])
+    return [n for n in names if n not in skip]
+
+
+def _shape(s) -> str:
+    return "×".join(map(str, s))
+
+
+def _cell(v, fmt="{:.0f}%") -> str:
+    return "" if v is None else fmt.format(v)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _figure(svg: str, caption: str) -> str:
+    # One line: Python-Markdown passes a block of raw HTML through untouched.
+    return f'<figure class="bench-chart">{svg}<figcaption>{caption}</figcaption></figure>'
+
+
+def _source(dev: str, base: str, data: dict) -> str:
+    facts = [data.get("device") or dev]
+    for key in ("date", "when", "torch"):
+        if data.get(key):
+            facts.append(f"{key} {str(data[key]).replace('T', ' ')}")
+    return f"**{dev}** · " + " · ".join(facts) + f" · `bench/results/{base}`"
+
+
+# ------------------------------------------------------------------ RMSNorm
+def _device_bound(rows):
+    # One-row and few-row shapes time the host's launch work, not the kernel.
+    return [r for r in rows if math.prod(r["shape"]) // r["shape"][-1] >= 1024]
+
+
+def rmsnorm(folder: str) -> list[str]:
+    out = []
+    for dev, base, d in runs(folder, "rmsnorm"):
+        out += [_source(dev, base, d), ""]
+        for part in ("forward", "backward"):
+            rows = sorted((r for r in _device_bound(d.get(part, [])) if r["dtype"] == "bf16"),
+                          key=lambda r: (r["shape"][-1], r["shape"][0]))
+            if not rows:
+                continue
+            names = _contenders(rows)
+            series = {n: [pct_of_copy(r["results"], n) for r in rows] for n in names}
+            svg = svgchart.line_chart([_shape(r["shape"]) for r in rows], series,
+                                      ylabel="% of the copy's speed", ref=100,
+                                      title=f"RMSNorm {part}, bf16, {dev}")
+            out += [_figure(svg, f"{dev}, {part}, bf16: each contender's speed as % of a "
+                                 "device copy of the same bytes (dotted: 100%), shapes M×N "
+                                 "by N."), ""]
+        head, rows = ["contender"], []
+        parts = [(p, t) for p in ("forward", "backward") for t in ("f32", "bf16", "f16")
+                 if any(r["dtype"] == t for r in d.get(p, []))]
+        head += [f"{p[0]}wd {t}" for p, t in parts]
+        names = _contenders(d.get("forward", []) + d.get("backward", []))
+        for n in names:
+            cells = []
+            for p, t in parts:
+                sel = [r for r in _device_bound(d.get(p, [])) if r["dtype"] == t]
+                cells.append(_cell(geomean(pct_of_copy(r["results"], n) for r in sel)))
+            rows.append([n] + cells)
+        out += [_table(head, rows), "",
+                "*Geometric mean of % of the copy over the shapes with at least 1024 rows.*", ""]
+    return out
+
+
+def rmsnorm_long(folder: str) -> list[str]:
+    out = []
+    for dev, base, d in runs(folder, "rmsnorm_long"):
+        out += [_source(dev, base, d), ""]
+        table = {}
+        for part in ("forward", "backward"):
+            rows = sorted(d.get(part, []), key=lambda r: r["shape"][-1])
+            if not rows:
+                continue
+            names = _contenders(rows)
+            series = {n: [pct_of_copy(r["results"], n) for r in rows] for n in names}
+            dtype = rows[0]["dtype"]
+            svg = svgchart.line_chart([str(r["shape"][-1]) for r in rows], series,
+                                      ylabel="% of the copy's speed", ref=100,
+                                      dashed=("ptxdsl:1cta",),
+                                      title=f"RMSNorm long rows, {part}, {dtype}, {dev}")
+            out += [_figure(svg, f"{dev}, {part}: % of the copy against the row length N "
+                                 f"(M = {rows[0]['shape'][0]} rows, fewer where memory is "
+                                 "short); ptxdsl:1cta is the op without its cluster plans."),
+                    ""]
+            for r in rows:
+                peers = {n: pct_of_copy(r["results"], n) for n in names
+                         if not n.startswith("ptxdsl")}
+                best = max((kv for kv in peers.items() if kv[1]), key=lambda kv: kv[1],
+                           default=None)
+                table.setdefault(str(r["shape"][-1]), {})[part] = (
+                    pct_of_copy(r["results"], "ptxdsl"), best)
+        rows = [[shape] + [c for part in ("forward", "backward") for c in (
+                    _cell(v.get(part, (None, None))[0]),
+                    f"{v[part][1][0]} {v[part][1][1]:.0f}%" if v.get(part, (0, 0))[1] else "")]
+                for shape, v in table.items()]
+        out += [_table(["N", "fwd ptxdsl", "fwd best peer", "bwd ptxdsl", "bwd best peer"],
+                       rows), ""]
+    return out
+
+
+def _by_section(d: dict, keys: list[str], metric) -> tuple[list[str], dict[str, list]]:
+    """Bars per (section, dtype) of ``metric(results, contender)``, geomean over shapes."""
+    labels, groups = [], []
+    for key in keys:
+        rows = d.get(key) or []
+        for dtype in dict.fromkeys(r.get("dtype") for r in rows):
+            labels.append(f"{key} {dtype}" if dtype else key)
+            groups.append([r for r in rows if r.get("dtype") == dtype])
+    names = _contenders([r for g in groups for r in g])
+    series = {n: [geomean(metric(r["results"], n) for r in g) for g in groups] for n in names}
+    return labels, series
+
+
+def _pct_bars(folder: str, name: str, keys: list[str], what: str) -> list[str]:
+    out = []
+    for dev, base, d in runs(folder, name):
+        ks = [k for k in keys if isinstance(d.get(k), list)]
+        labels, series = _by_section(d, ks, pct_of_copy)
+        svg = svgchart.bar_chart(labels, series, xlabel="% of the copy's speed", ref=100,
+                                 title=f"{what}, {dev}")
+        shapes = sorted({_shape(r["shape"]) for k in ks for r in d[k]})
+        out += [_source(dev, base, d), "",
+                _figure(svg, f"{dev}: % of a device copy of the same bytes (dotted: 100%), "
+                             f"geometric mean over {', '.join(shapes)}."), "",
+                _table(["kernel"] + list(series),
+                       [[lab] + [_cell(series[n][i]) for n in series]
+                        for i, lab in enumerate(labels)]), ""]
+    return out
+
+
+def rmsnorm_quant(folder: str) -> list[str]:
+    return _pct_bars(folder, "rmsnorm_quant",
+                     ["quant", "quant_res", "quant_static", "offset_fwd", "offset_bwd"],
+                     "RMSNorm with FP8 output and with Gemma's offset")
+
+
+def examples(folder: str) -> list[str]:
+    return _pct_bars(folder, "examples",
+                     ["softmax", "layer_norm", "swiglu", "vector_add", "rms_norm"],
+                     "Gallery kernels")
+
+
+# ------------------------------------------------------------------ GEMM
+def _tflops(res: dict, name: str) -> float | None:
+    v = res.get(name)
+    return v.get("tflops") if isinstance(v, dict) and "error" not in v else None
+
+
+def _gemm(folder: str, name: str, ref: str, what: str) -> list[str]:
+    out = []
+    for dev, base, d in runs(folder, name):
+        rows = d.get("rows", [])
+        names = _contenders(rows, skip=())
+        series = {n: [_tflops(r["results"], n) for r in rows] for n in names}
+        groups = [r.get("group", "") for r in rows]
+        breaks = tuple(i for i in range(1, len(rows)) if groups[i] != groups[i - 1])
+        svg = svgchart.line_chart([_shape(r["shape"]) for r in rows], series,
+                                  ylabel="TFLOP/s", dashed=(ref,), breaks=breaks, width=920,
+                                  title=f"{what}, {dev}")
+        out += [_source(dev, base, d), "",
+                _figure(svg, f"{dev}: TFLOP/s per shape M×N×K (dashed: {ref}), "
+                             "in the benchmark's groups (rules between them): squares, LLM shapes by M, small M."),
+                ""]
+        others = [n for n in names if n != ref]
+        table = []
+        for group in dict.fromkeys(r.get("group", "") for r in rows):
+            sel = [r for r in rows if r.get("group", "") == group]
+            cells = [group, str(len(sel)),
+                     _cell(geomean(_tflops(r["results"], ref) for r in sel), "{:.0f}")]
+            for n in others:
+                ratio = geomean(_tflops(r["results"], n) / _tflops(r["results"], ref)
+                                for r in sel if _tflops(r["results"], n)
+                                and _tflops(r["results"], ref))
+                cells.append(_cell(ratio, "{:.2f}×"))
+            table.append(cells)
+        out += [_table(["shapes", "count", f"{ref} TFLOP/s"] + [f"{n} / {ref}" for n in others],
+                       table), "",
+                f"*Geometric means per group of shapes; a ratio above 1× is faster than "
+                f"{ref}.*", ""]
+    return out
+
+
+def matmul(folder: str) -> list[str]:
+    return _gemm(folder, "matmul", "cuBLAS", "GEMM bf16")
+
+
+def matmul_fp8(folder: str) -> list[str]:
+    return _gemm(folder, "matmul_fp8", "cuBLAS fp8", "GEMM e4m3, scaled")
+
+
+def pyptx_compat(folder: str) -> list[str]:
+    out = []
+    for dev, base, d in runs(folder, "pyptx_compat"):
+        cases = d.get("cases", [])
+        names = _contenders(cases, skip=())
+        series = {n: [_tflops(c["results"], n) for c in cases] for n in names}
+        svg = svgchart.bar_chart([c["case"] for c in cases], series, xlabel="TFLOP/s",
+                                 title=f"pyptx's Hopper GEMM examples, {dev}")
+        out += [_source(dev, base, d), "",
+                _figure(svg, f"{dev}: pyptx's examples run on ptxdsl (imports renamed) and "
+                             "on pyptx, beside cuBLAS."), "",
+                _table(["case"] + names, [[c["case"]] + [_cell(series[n][i], "{:.0f}")
+                                                         for n in names]
+                                          for i, c in enumerate(cases)]), ""]
+    return out
+
+
+def matmul_host(folder: str) -> list[str]:
+    out = []
+    for dev, base, d in runs(folder, "matmul_host"):
+        rows = [r for r in d.get("rows", []) if "host µs per call" in r]
+        labels = [r["piece"] for r in rows]
+        vals = [r["host µs per call"] for r in rows]
+        svg = svgchart.bar_chart(labels, {"host µs": vals}, xlabel="host µs per call",
+                                 highlight="ptxdsl",
+                                 title=f"GEMM host cost per call, {dev}")
+        out += [_source(dev, base, d), "",
+                _figure(svg, f"{dev}: host µs per call of torch.matmul and "
+                             "ptxdsl.ops.matmul, and of their pieces."), "",
+                _table(["call or piece", "host µs"], [[lab, f"{v:.2f}"]
+                                                      for lab, v in zip(labels, vals)]), ""]
+    return out
+
+
+# ------------------------------------------------------------------ launch
+def launch_overhead(folder: str) -> list[str]:
+    out = []
+    for dev, base, d in runs(folder, "launch_overhead"):
+        res = {k: v["median_us"] for k, v in d.get("results", {}).items()}
+        # Calls that do more than launch (the general path, numpy round trips) would
+        # flatten the bars of the rest: they are named under the chart instead.
+        floor = min(res.values())
+        shown = {k: v for k, v in res.items() if v < 5 * floor}
+        left_out = ", ".join(f"{k} {v:.1f} µs" for k, v in res.items() if k not in shown)
+        svg = svgchart.bar_chart(list(shown), {"µs": list(shown.values())},
+                                 xlabel="host µs per launch (median)", highlight="ptxdsl",
+                                 title=f"Launch overhead, {dev}", width=900)
+        out += [_source(dev, base, d), "",
+                _figure(svg, f"{dev}: host µs per call of a {d.get('n', '')}-element vector "
+                             "add, each contender timed on its own"
+                             + (f" (not drawn: {left_out})." if left_out else ".")), ""]
+        h2h = d.get("head_to_head", {})
+        rows = [[k, f"{v['median_us']:.2f}"] for k, v in h2h.items()]
+        comp = d.get("compile", {})
+        if comp.get("cold"):
+            rows.append(["cold compile (trace, ptxas, load), ms",
+                         f"{comp['cold']['total_ms']:.1f}"])
+        warm = comp.get("warm_disk") or []
+        if warm:
+            rows.append(["disk-cache hit, ms", f"{min(w['total_ms'] for w in warm):.1f}"
+                         if all("total_ms" in w for w in warm) else ""])
+        out += [_table(["head to head (taking turns)", "median µs"], rows), ""]
+    return out
+
+
+SECTIONS = {
+    "rmsnorm": rmsnorm, "rmsnorm_long": rmsnorm_long, "rmsnorm_quant": rmsnorm_quant,
+    "examples": examples, "matmul": matmul, "matmul_fp8": matmul_fp8,
+    "matmul_host": matmul_host, "pyptx_compat": pyptx_compat,
+    "launch_overhead": launch_overhead,
+}
+
+
+def render(folder: str, name: str) -> str:
+    """The charts and tables of benchmark ``name`` (a key of :data:`SECTIONS`), or a
+    sentence saying that no result of it is committed."""
+    if name not in SECTIONS:
+        raise ValueError(f"no chart for benchmark {name!r}; known: {', '.join(SECTIONS)}")
+    lines = SECTIONS[name](folder)
+    if not lines:
+        return (f"*No `{name}` results are committed yet* (`bench/results/{name}_<device>"
+                ".json`); this space fills in from them when they are.")
+    return "\n".join(lines)

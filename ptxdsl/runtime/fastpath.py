@@ -145,7 +145,7 @@ class Entry(NamedTuple):
 
     guard: Callable          # guard(*tensors): True only for tensors of this signature
     dev: int                 # CUDA ordinal
-    func: object             # the CUfunction (a ctypes handle in ctypes mode)
+    func: object             # the CUfunction (its address as an int in the c mode)
     gx: int
     gy: int
     gz: int
@@ -246,7 +246,7 @@ def generate(self) -> dict:
                 else "(" + ", ".join(f"a{j}" for j in outs) + ")")
     ptrs = names("p", range(n_all))
     # cuLaunchCooperativeKernel takes no trailing ``extra``.
-    tail = "" if self.cooperative else ", None" if self.mode == "ctypes" else ", 0"
+    tail = "" if self.cooperative else ", 0"
     tmap_args = self.tmaps.args if getattr(self, "tmaps", None) else ()
 
     def repoint(handles):
@@ -259,7 +259,7 @@ def generate(self) -> dict:
                     f"{'    ' * 4}return SLOW(args, stream, kw)"]
         return out
     c_mode = self.mode == "c"
-    failed = "r" if self.mode in ("ctypes", "c") else "r[0]"
+    failed = "r" if c_mode else "r[0]"
     # The launch shim's call: the fixed arguments, then the pointers it packs into buf.
     cluster_args = "CX, CY, CZ, FLAGS, " if c_mode and _ex_launch(self) else ""
 
@@ -349,10 +349,7 @@ def generate(self) -> dict:
         # Filled when torch is first seen (entries exist only for torch tensors).
         "RAW_STREAM": None, "CUR_DEV": None,
     }
-    if self.mode == "ctypes":
-        cl = self._ctypes
-        g.update(LAUNCH=cl.fn, STREAMS=cl._voidp, STREAM_OBJ=cl.handle)
-    elif c_mode:
+    if c_mode:
         g.update(c_launch_globals(self))
     else:
         cluster = getattr(self, "cluster", None)
@@ -419,9 +416,8 @@ def bind(self, *args):
         g["STREAMS"], g["STREAM_OBJ"]
     launch, pack, tls, relaunch = g["LAUNCH"], g["PACK"], self.drv.tls, self._relaunch
     get_ident = g["GET_IDENT"]
-    ctypes_mode = self.mode == "ctypes"
     # The launch function's trailing argument: ``extra`` (none for a cooperative launch).
-    tail = () if self.cooperative else (None,) if ctypes_mode else (0,)
+    tail = () if self.cooperative else (0,)
     maps = _map_writers(self, e)
 
     def run(*ptrs):
@@ -442,7 +438,7 @@ def bind(self, *args):
                 if maps and maps[1](ptrs):
                     return relaunch(e, ptrs, s, None, None)
                 r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, sparams, *tail)
-        code = r if ctypes_mode else r[0]
+        code = r[0]
         if code:
             return relaunch(e, ptrs, s, None, code)
         return None

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from .._common.frame import Frame
+from ...runtime.adapter import Frame
 from .api import forward
 
 _DT = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -25,7 +25,7 @@ def _mm(x, y, out_dtype=None, bias=None, activation=None):
     return forward(Frame(x, "matmul"), x, y, None, out_dtype, bias, activation)
 
 
-def _act_grad(z, activation):
+def act_grad(z, activation):
     """``act'(z)`` in float32 (the tanh form of gelu, as the forward)."""
     z = z.float()
     if activation == "relu":
@@ -54,7 +54,7 @@ class _MatmulFn(torch.autograd.Function):
             dz = dy.to(a.dtype)
         else:
             z = _mm(a, b, torch.float32, bias, None)
-            dz = (dy.float() * _act_grad(z, act)).to(a.dtype)
+            dz = (dy.float() * act_grad(z, act)).to(a.dtype)
         da = db = dbias = None
         if ctx.needs_input_grad[0]:
             if a.ndim == 2 and b.ndim == 3:  # a shared: sum_i dz_i @ b_i^T as one product

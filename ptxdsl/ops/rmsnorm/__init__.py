@@ -1,11 +1,13 @@
 """RMSNorm: ``x / sqrt(mean(x^2, -1) + eps) * weight``, forward and backward.
 
 =========== ==============================================================
-api         ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``: checks, dispatch
+api         ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``: memo, checks, dispatch,
+            and what the general path records for repeat calls
 quant_api   ``rms_norm_quant``: RMSNorm with FP8 (e4m3) output and its scale
+checks      the argument checks the ops share
 plan        which kernel a call runs (ptxas / occupancy asked), built kernels
-fast        repeated torch calls: per-signature closures that allocate and launch
 autograd    the ``torch.autograd.Function`` and ``nn.Module`` (torch only)
+torch_op    ``torch.ops.ptxdsl.rms_norm`` / ``rms_norm_backward`` (torch.library)
 fwd         the row-per-CTA / row-per-warp forward kernel and its ``Plan``
 fwd_loop    the persistent forward kernel (a CTA loops over rows)
 bwd         the backward kernel, its ``BwdPlan`` and the dw reduction

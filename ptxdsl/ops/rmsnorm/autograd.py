@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from .._common.frame import Frame
-from .api import _forward, rms_norm_backward
+from .api import forward, rms_norm_backward
 
 
 class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, offset):
-        y, rstd = _forward(Frame(x, "rms_norm"), x, weight, eps, None, True, None,
-                           offset=offset)
+        y, rstd = forward(x, weight, eps, offset)
         ctx.save_for_backward(x, weight, rstd)
         ctx.offset = offset
         return y, rstd

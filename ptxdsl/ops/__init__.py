@@ -15,12 +15,21 @@ import sys as _sys
 
 from ._common.torch_registry import TORCH_OPS as _TORCH_OPS
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
-from .rmsnorm import torch_op as _rmsnorm_torch_op
-from .matmul import torch_op as _matmul_torch_op
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
 
-_TORCH_OPS.add(_rmsnorm_torch_op.register)
-_TORCH_OPS.add(_matmul_torch_op.register)
+
+def _rmsnorm_torch_ops() -> None:
+    from .rmsnorm import torch_op  # imports torch
+    torch_op.register()
+
+
+def _matmul_torch_ops() -> None:
+    from .matmul import torch_op  # imports torch
+    torch_op.register()
+
+
+_TORCH_OPS.add(_rmsnorm_torch_ops)
+_TORCH_OPS.add(_matmul_torch_ops)
 
 
 def register_torch_ops() -> None:

@@ -9,18 +9,20 @@ public ``matmul`` as a call of the op (``torch._dynamo.substitute_in_graph``); `
 traces as the op plus ``copy_``. :func:`register` runs once
 (:mod:`ptxdsl.ops._common.torch_registry`).
 """
+from __future__ import annotations
+
 
 from ...runtime.adapter import Frame
+import torch
+
 from . import api
+from .autograd import act_grad
 
 __all__ = ["register"]
 
 
 def register() -> None:
     """Define ``ptxdsl::matmul`` and ``ptxdsl::matmul_scaled``."""
-    import torch
-
-    from .autograd import act_grad  # imports torch
 
     @torch.library.custom_op("ptxdsl::matmul", mutates_args=())
     def matmul_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
@@ -77,10 +79,10 @@ def register() -> None:
         return da, db, dbias, None, None
 
     matmul_op.register_autograd(backward, setup_context=setup)
-    _substitute(torch)
+    _substitute()
 
 
-def _substitute(torch) -> None:
+def _substitute() -> None:
     """Have dynamo trace the public ``matmul`` as a call of the custom ops."""
     from ...runtime.torch_private import substitute_in_graph as private_substitute
     substitute_in_graph = private_substitute(torch)

@@ -13,6 +13,10 @@ that calls the op, so eager calls keep their memo and pay nothing.
 ``rms_norm(residual=..., out=...)`` traces as the op plus ``copy_`` into the caller's
 tensors. :func:`register` runs once (:mod:`ptxdsl.ops._common.torch_registry`).
 """
+from __future__ import annotations
+
+
+import torch
 
 from . import api
 
@@ -28,7 +32,6 @@ def _rows(x) -> int:
 
 def register() -> None:
     """Define ``ptxdsl::rms_norm`` and ``ptxdsl::rms_norm_backward``."""
-    import torch
 
     @torch.library.custom_op("ptxdsl::rms_norm", mutates_args=())
     def rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -64,10 +67,10 @@ def register() -> None:
         return dx, dw, None, None
 
     rms_norm_op.register_autograd(backward, setup_context=setup)
-    _substitute(torch)
+    _substitute()
 
 
-def _substitute(torch) -> None:
+def _substitute() -> None:
     """Have dynamo trace the public functions as calls of the custom ops."""
     from ...runtime.torch_private import substitute_in_graph as private_substitute
     substitute_in_graph = private_substitute(torch)

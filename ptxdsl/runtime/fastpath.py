@@ -191,8 +191,7 @@ class Signatures:
     last, which a call tries first by its guard: at most two lookups (the guard, then
     the key) before a launch or the general path. The launcher keeps one per kernel
     (its generated call reads ``entries`` and keeps the last-used entry per argument
-    count itself); ``ptxdsl.ops`` keeps one per op and direction.
-    """
+    count itself)."""
 
     __slots__ = ("entries", "hot", "limit", "_lock")
 
@@ -391,8 +390,10 @@ def bind(self, *args):
     stream, skipping the per-call signature and alignment checks.
 
     For callers that key their own cache on everything the signature is made of
-    (shapes, strides, dtypes, device, 16-byte alignment), as ``ptxdsl.ops`` does.
-    Returns None when ``args`` have no fast-path entry (e.g. not torch tensors).
+    (shapes, strides, dtypes, device, 16-byte alignment), as the ops' memo does
+    (:mod:`ptxdsl.runtime.memo`).
+    Returns None when ``args`` have no fast-path entry (e.g. not torch tensors). The
+    bound launch's ``device`` is the CUDA ordinal it launches on.
 
     A kernel with tensor-map parameters has its maps re-pointed at the new pointers
     first: written straight into the parameter buffer where the driver keeps the
@@ -442,6 +443,7 @@ def bind(self, *args):
         if code:
             return relaunch(e, ptrs, s, None, code)
         return None
+    run.device = e.dev  # the CUDA ordinal it launches on
     return run
 
 
@@ -473,6 +475,7 @@ def _bind_c(self, e, maps):
         if r:
             return relaunch(e, ptrs, s, None, r)
         return None
+    run.device = e.dev  # the CUDA ordinal it launches on
     return run
 
 

@@ -172,7 +172,8 @@ class Launcher(LaunchLimits):
         stream, skipping the per-call signature and alignment checks.
 
         For callers that key their own cache on everything the signature is made of
-        (shapes, strides, dtypes, device, 16-byte alignment), as ``ptxdsl.ops`` does.
+        (shapes, strides, dtypes, device, 16-byte alignment), as the ops' memo does
+        (:mod:`ptxdsl.runtime.memo`).
         Returns None when ``args`` have no fast-path entry (e.g. not torch tensors).
         """
         return fastpath.bind(self, *args)

@@ -175,7 +175,7 @@ def _build(memo: Memo, args: tuple, rec: Recording, bound: list) -> Entry:
     present = [i for i, t in enumerate(tensors) if t is not None]
     absent = [i for i, t in enumerate(tensors) if t is None]
     hooks = torch_private.hooks(torch)
-    dev = tensors[present[0]].get_device()
+    dev = bound[0].device  # outputs come from the allocator when it is torch's current one
     g = {"__name__": f"ptxdsl.memo.{memo.name}", "GUARD": hooks.guard(
         tuple(tensors[i] for i in present)), "CUR_DEV": hooks.current_device, "DEV": dev,
          "GRAD": torch.is_grad_enabled, "SCRATCH": rec.scratch}

@@ -133,8 +133,8 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
         if out is not None:
             raise _error("out= writes into a caller tensor and is not differentiable; call "
                          "it under torch.no_grad(), or leave out= for training")
-        from .autograd import matmul_autograd
-        return matmul_autograd(a, b, bias, activation, out_dtype)
+        from .autograd import matmul_autograd  # imports torch
+        return matmul_autograd(a, b, bias, activation, out_dtype, forward)
     return forward(frame, a, b, out, out_dtype, bias, activation, scale_a, scale_b)
 
 

@@ -1,4 +1,4 @@
-"""``ptxdsl.ops.rms_norm`` / ``rms_norm_backward`` / ``RMSNorm``: the user-facing API.
+"""``ptxdsl.ops.rms_norm`` / ``rms_norm_backward``: the user-facing API.
 
 Arrays may be numpy (run on the GPU when one is present, else on the CPU
 interpreter), torch CUDA tensors or any ``__cuda_array_interface__`` /
@@ -23,8 +23,7 @@ from .checks import check_arrays, offset_value
 from .._common.workspace import HEADER, WORKSPACE
 from .plan import KERNELS, backward_kernel, dw_reduce_kernel, forward_kernel, vec_for
 
-__all__ = ["BACKWARD", "FORWARD", "KERNELS", "RMSNorm", "clear", "forward", "rms_norm",
-           "rms_norm_backward"]
+__all__ = ["BACKWARD", "FORWARD", "KERNELS", "clear", "forward", "rms_norm", "rms_norm_backward"]
 
 log = logging.getLogger("ptxdsl.ops")
 
@@ -73,8 +72,8 @@ def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0, residual=None
                           "not differentiable; call it under torch.no_grad() (inference), or "
                           "add the residual first and call rms_norm(x, weight) for training")
     if needs_grad:
-        from .autograd import rms_norm_autograd
-        y, rstd = rms_norm_autograd(x, weight, eps, offset)
+        from .autograd import rms_norm_autograd  # imports torch
+        y, rstd = rms_norm_autograd(x, weight, eps, offset, forward, rms_norm_backward)
         return (y, rstd) if return_rstd else y
     return _forward(frame, x, weight, eps, offset, residual, out, return_rstd)
 
@@ -257,9 +256,3 @@ def _own_pointers(frame, x, x2, dy, dy2) -> bool:
     views the kernel saw are views of them, not copies."""
     return frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
         dy2 is dy or dy.is_contiguous())
-
-
-def RMSNorm(*args, **kwargs):
-    """``torch.nn.Module`` running ptxdsl's RMSNorm kernels (forward and backward)."""
-    from .autograd import RMSNorm as _RMSNorm
-    return _RMSNorm(*args, **kwargs)

@@ -18,7 +18,6 @@ from ptxdsl.runtime.fastpath import Signatures
 
 torch = pytest.importorskip("torch")
 
-from ptxdsl.ops.rmsnorm import autograd  # noqa: E402  (imports torch)
 
 EPS = 1e-6
 

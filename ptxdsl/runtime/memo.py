@@ -85,6 +85,9 @@ class Recording:
 
 @dataclass(frozen=True)
 class Entry:
+    """One recorded signature: its generated functions, their source (for tests and the
+    curious), and what they point into (constants, the bound launches)."""
+
     hot: Callable
     run: Callable
     source: str

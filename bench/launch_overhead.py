@@ -5,12 +5,12 @@ a loop; the figure is host microseconds per call (loop time / calls, median of
 several repeats, garbage collector paused). Contenders, each checked for the right
 answer before it is timed:
 
-* raw ``cuLaunchKernel`` with pre-packed arguments (cuda.bindings, and ctypes),
+* raw ``cuLaunchKernel`` with pre-packed arguments (cuda.bindings),
 * the same plus what any torch launch must do per call (3 x ``data_ptr()``, the
   current raw stream, packing),
 * ptxdsl's prepared launcher with outputs passed and with outputs allocated, in each
-  launch mode (``params``: kernelParams array through cuda.bindings; ``ctypes``:
-  cuLaunchKernel through ctypes), and through ``kernel(...)``,
+  launch mode (``c``: the launch shim, a C extension compiled at first use; ``params``:
+  kernelParams array through cuda.bindings), and through ``kernel(...)``,
 * ptxdsl's general path (what a first call or a call with options costs),
 * a cached torch op (``torch.add(x, y, out=z)``, ``x + y``) and a Triton kernel.
 
@@ -349,21 +349,6 @@ def main(argv=None) -> int:
 
     measure("raw cuLaunchKernel, cuda.bindings, pre-packed", raw_bindings, a.calls, a.repeats,
             sync, check_z(lambda: raw_bindings(1)))
-
-    try:
-        cl = rdriver.CtypesLauncher()
-        cfunc, cstream, cparams = (ctypes.c_void_p(int(func)), ctypes.c_void_p(raw_stream or None),
-                                   ctypes.c_void_p(paddr))
-        cfn = cl.fn
-
-        def raw_ctypes(calls):
-            for _ in range(calls):
-                cfn(cfunc, gx, 1, 1, 256, 1, 1, 0, cstream, cparams, None)
-
-        measure("raw cuLaunchKernel, ctypes, pre-packed", raw_ctypes, a.calls, a.repeats, sync,
-                check_z(lambda: raw_ctypes(1)))
-    except OSError as exc:
-        NOTES.append(f"ctypes libcuda unavailable: {exc}")
 
     try:  # cuda.core's launch, for comparison (its API moved out of .experimental in 1.0)
         try:

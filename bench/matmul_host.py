@@ -52,7 +52,7 @@ def fake_setup():
     os.environ.setdefault("PTXDSL_CACHE_DIR", tempfile.mkdtemp(prefix="ptxdsl-mm-host-"))
     os.environ["PTXDSL_COMPILER"] = "jit"
     from runtime_fakes import cpu_torch_as_cuda, fake_driver
-    from ptxdsl.ops._common import frame as fr
+    from ptxdsl.runtime import adapter as fr
     from ptxdsl.ops.matmul import api
     from ptxdsl.runtime import driver as rdriver
     drv, cu = fake_driver()
@@ -90,7 +90,7 @@ def fake_setup():
 def fake_main(a) -> dict:
     torch, drv, cu = fake_setup()
     from ptxdsl.ops import matmul
-    from ptxdsl.ops.matmul import fast
+    from ptxdsl.ops.matmul import api as mm_api
     x = torch.randn(1, 256).to(torch.bfloat16)
     w = torch.randn(256, 256).to(torch.bfloat16)
     out = {}
@@ -104,12 +104,13 @@ def fake_main(a) -> dict:
     for lay, b in (("lin", w.t()), ("nn", w)):
         matmul(x, b)
         matmul(x, b)
-        assert fast.key(x, b, None, None, None) in fast.FAST.entries, lay
+        assert mm_api.MATMUL.lookup(x, b, None, None, None, None, None) is not None, lay
     for lay, b in (("lin", w.t()), ("nn", w)):
         out[f"ptxdsl {lay}"] = per_call(lambda b=b: matmul(x, b), a.calls, a.repeats)
     out["torch.empty (1, 256)"] = per_call(
         lambda: torch.empty((1, 256), dtype=torch.bfloat16, device="cpu"), a.calls, a.repeats)
-    out["fast.key"] = per_call(lambda: fast.key(x, w, None, None, None), a.calls, a.repeats)
+    args = (x, w, None, None, None, None, None)
+    out["memo key"] = per_call(lambda: mm_api.MATMUL.key(args), a.calls, a.repeats)
     if a.profile:
         import cProfile
         import pstats
@@ -125,7 +126,7 @@ def fake_main(a) -> dict:
 def gpu_main(a) -> dict:
     import torch
     from ptxdsl.ops import matmul
-    from ptxdsl.ops.matmul import api, fast
+    from ptxdsl.ops.matmul import api
     x = torch.randn(1, 256, device="cuda").to(torch.bfloat16)
     w = torch.randn(256, 256, device="cuda").to(torch.bfloat16)
     sync = torch.cuda.synchronize
@@ -136,10 +137,12 @@ def gpu_main(a) -> dict:
         c = matmul(x, b)
         assert torch.allclose(c.float(), (x.float() @ b.float()), rtol=2e-2, atol=2e-2), lay
         out[f"ptxdsl {lay}"] = per_call(lambda b=b: matmul(x, b), a.calls, a.repeats, sync)
-        out[f"ptxdsl {lay} fast entry"] = fast.key(x, b, None, None, None) in fast.FAST.entries
+        out[f"ptxdsl {lay} memo entry"] = api.MATMUL.key((x, b, None, None, None, None, None)) \
+            in api.MATMUL.entries
     out["torch.empty (1, 256)"] = per_call(
         lambda: torch.empty((1, 256), dtype=torch.bfloat16, device="cuda"), a.calls, a.repeats)
-    out["fast.key"] = per_call(lambda: fast.key(x, w, None, None, None), a.calls, a.repeats)
+    args = (x, w, None, None, None, None, None)
+    out["memo key"] = per_call(lambda: api.MATMUL.key(args), a.calls, a.repeats)
     # the kernel itself, called with the tensors (the launcher's generated fast path)
     k = next(v for key, v in api.KERNELS._kernels.items() if key[0] == "hopper"
              and key[-1] == "MN")

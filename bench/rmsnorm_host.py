@@ -5,8 +5,9 @@ wall time / calls is the host cost of one call. For each shape this times, in
 interleaved rounds (every other one in reverse order; each row keeps its median):
 ``copy_`` of the same tensor (the benchmark's ceiling), ``F.rms_norm``, the forward and
 the backward through the API, and the pieces of their hot paths: the C++ tensor guard
-(of x and weight; of dy, x, weight and rstd), the launch with its output allocations
-(``Hot.launch``: Y; dX and dW), one allocation from the launcher's allocator, the
+(of x and weight; of dy, x, weight and rstd, inside the memo's entry), the memo's
+entries (``hot``: guard, pointers, allocations and launch; ``run``: the same without the
+guard: Y; dX and dW), one allocation from the launcher's allocator, the
 pointer reads, and the alternative to the backward's two allocations: one buffer for
 both outputs, cut into dX and dW by torch's ``_reinterpret_tensor`` (where torch has it).
 
@@ -45,30 +46,36 @@ def rows_for(m: int, n: int, dtype) -> dict:
     import torch.nn.functional as F
 
     from ptxdsl.ops import rms_norm, rms_norm_backward
-    from ptxdsl.ops.rmsnorm import fast
+    from ptxdsl.ops.rmsnorm import api
     from ptxdsl.runtime import torch_private
     x = torch.randn(m, n, device="cuda", dtype=dtype)
     w = torch.randn(n, device="cuda", dtype=dtype)
     dy, y = torch.randn_like(x), torch.empty_like(x)
     rstd = torch.rsqrt((x.float() ** 2).mean(-1) + 1e-6)
-    fast.clear()
-    for _ in range(2):  # the first call takes the general path and records the hot one
+    api.clear()
+    for _ in range(2):  # the first call takes the general path and records the entry
         rms_norm(x, w)
         rms_norm_backward(dy, x, w, rstd)
-    fwd, bwd = fast.FORWARD.hot, fast.BACKWARD.hot
-    if not (fwd.guard(x, w) and bwd.guard(dy, x, w, rstd)):
+    fwd_args, bwd_args = (x, w, None, None, 1e-6, 0.0, False), (dy, x, w, rstd, 0.0)
+    fwd, bwd = api.FORWARD.hot, api.BACKWARD.hot
+    if fwd(*fwd_args) is None or bwd(*bwd_args) is None:
         raise SystemExit(f"{m}x{n}: the hot paths were not recorded for these tensors")
+    fwd_run = api.FORWARD.entries[api.FORWARD.key(fwd_args)].run
+    bwd_run = api.BACKWARD.entries[api.BACKWARD.key(bwd_args)].run
     hooks = torch_private.hooks(torch)
+    fwd_guard, bwd_guard = hooks.guard((x, w)), hooks.guard((dy, x, w, rstd))
     alloc = hooks.allocator(x.shape, x.stride(), x.dtype, x.get_device())
     rows = {
         "copy_": lambda: y.copy_(x),
         "F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
         "rms_norm(x, w)": lambda: rms_norm(x, w),
         "rms_norm_backward": lambda: rms_norm_backward(dy, x, w, rstd),
-        "fwd guard (x, w)": lambda: fwd.guard(x, w),
-        "fwd launch + Y allocation": lambda: fwd.launch(x, w),
-        "bwd guard (dy, x, w, rstd)": lambda: bwd.guard(dy, x, w, rstd),
-        "bwd launch + dX, dW allocations": lambda: bwd.launch(dy, x, w, rstd),
+        "fwd guard (x, w)": lambda: fwd_guard(x, w),
+        "fwd memo hot (guard + launch + Y allocation)": lambda: fwd(*fwd_args),
+        "fwd memo run (launch + Y allocation)": lambda: fwd_run(*fwd_args),
+        "bwd guard (dy, x, w, rstd)": lambda: bwd_guard(dy, x, w, rstd),
+        "bwd memo hot (guard + launch + dX, dW allocations)": lambda: bwd(*bwd_args),
+        "bwd memo run (launch + dX, dW allocations)": lambda: bwd_run(*bwd_args),
         "one allocation (launcher's allocator)": alloc,
         "four data_ptr() reads": lambda: (dy.data_ptr(), x.data_ptr(), w.data_ptr(),
                                           rstd.data_ptr()),

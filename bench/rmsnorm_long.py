@@ -79,16 +79,16 @@ class _OneCta:
         return self.fn(*a)
 
     def __enter__(self):
-        from ptxdsl.ops.rmsnorm import fast, plan, plan_long
+        from ptxdsl.ops.rmsnorm import api, plan, plan_long
         self._saved = plan.long_rows
         plan.long_rows = lambda *a, **k: plan_long._LongRows(None, None)
-        fast.clear()
+        api.clear()
         return self
 
     def __exit__(self, *exc):
-        from ptxdsl.ops.rmsnorm import fast, plan
+        from ptxdsl.ops.rmsnorm import api, plan
         plan.long_rows = self._saved
-        fast.clear()
+        api.clear()
 
 
 class _Plain:
@@ -101,8 +101,8 @@ class _Plain:
         return self.fn(*a)
 
     def __enter__(self):
-        from ptxdsl.ops.rmsnorm import fast
-        fast.clear()
+        from ptxdsl.ops.rmsnorm import api
+        api.clear()
         return self
 
     def __exit__(self, *exc):

@@ -515,7 +515,7 @@ def fake_gpu_for_ops(monkeypatch, tmp_path):
     Returns the :class:`FakeCuda` (register each kernel's emulation on it)."""
     monkeypatch.setenv("PTXDSL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PTXDSL_COMPILER", "jit")
-    from ptxdsl.ops._common import frame as fr
+    from ptxdsl.runtime import adapter as fr
     from ptxdsl.runtime import cache as rcache
     monkeypatch.setattr(rcache, "MODULES", rcache.ModuleCache())
     _, cu = fake_driver(monkeypatch)
@@ -665,34 +665,6 @@ def fake_torch_module(raw_stream: int = 0):
     return torch
 
 
-class FakeCtypesLauncher:
-    """Stands in for ``driver.CtypesLauncher`` (which needs libcuda): same call shape,
-    c_void_p handles in, an int CUresult out."""
-
-    def __init__(self, cu: FakeCuda, cooperative: bool = False):
-        self.cu = cu
-        self._voidp: dict = {}
-        if cooperative:
-            self.fn = self._cooperative
-
-    def handle(self, value):
-        p = self._voidp.get(value)
-        if p is None:
-            p = self._voidp[value] = ctypes.c_void_p(value or None)
-        return p
-
-    def fn(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        assert extra is None
-        r = self.cu.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, CUstream(stream.value or 0),
-                                   params, 0)
-        return int(r[0])
-
-    def _cooperative(self, f, gx, gy, gz, bx, by, bz, smem, stream, params):
-        r = self.cu.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem,
-                                              CUstream(stream.value or 0), params)
-        return int(r[0])
-
-
 # ---------------------------------------------------------------------- real torch, CPU tensors
 def cpu_torch_as_cuda(monkeypatch=None, *, stream=0):
     """Make the installed (CPU) torch look like CUDA torch to ptxdsl's launcher, and
@@ -711,7 +683,6 @@ def cpu_torch_as_cuda(monkeypatch=None, *, stream=0):
     from ptxdsl.runtime import adapter as radapter
     from ptxdsl.runtime import launcher as rlaunch
     from ptxdsl.runtime import torch_private
-    from ptxdsl.runtime.args import dtype_name_for_tile
 
     real_view = radapter._torch_view
 
@@ -725,7 +696,7 @@ def cpu_torch_as_cuda(monkeypatch=None, *, stream=0):
 
     def allocate(framework, shape, dtype, device, stream=0):
         if framework == "torch":
-            return torch.empty(shape, dtype=getattr(torch, dtype_name_for_tile(dtype)))
+            return torch.empty(shape, dtype=getattr(torch, dtype))
         return real_allocate(framework, shape, dtype, device, stream=stream)
 
     raw_stream = abs if stream == 0 else (lambda device: stream)

@@ -1,8 +1,8 @@
 """ops.matmul's repeated torch calls on a fake Hopper (no GPU): CPU torch tensors pose as
 cuda:0 tensors (runtime_fakes.cpu_torch_as_cuda) and the fake driver "runs" the Hopper
 kernel with numpy, reading A, B and C where the call's *tensor maps* point. So a fast
-call (bound launch, ops/matmul/fast.py) is right only if it re-pointed every map at the
-new tensors: written into the parameter buffer directly where the driver keeps the
+call (the memo's bound launch, runtime/memo.py) is right only if it re-pointed every map
+at the new tensors: written into the parameter buffer directly where the driver keeps the
 address as a plain u64, through cuTensorMapReplaceAddress otherwise."""
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _impl(a_major, b_major, with_bias):
 @pytest.fixture
 def fake_hopper(monkeypatch, tmp_path):
     cu = fake_gpu_for_ops(monkeypatch, tmp_path)
-    from ptxdsl.ops.matmul import api, fast
+    from ptxdsl.ops.matmul import api
     real_hk = api.hopper_kernel
 
     def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major="K", b_major="K",
@@ -57,9 +57,9 @@ def fake_hopper(monkeypatch, tmp_path):
         return kern
     monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
     monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
-    fast.clear()
+    api.clear()
     yield cu
-    fast.clear()
+    api.clear()
 
 
 def _plain_address_maps(cu, monkeypatch):
@@ -79,7 +79,7 @@ def _plain_address_maps(cu, monkeypatch):
 @pytest.mark.parametrize("layout", ["lin", "nn"])
 def test_fast_calls_repoint_every_tensor_map(fake_hopper, monkeypatch, direct, layout):
     from ptxdsl.ops import matmul
-    from ptxdsl.ops.matmul import fast
+    from ptxdsl.ops.matmul import api
     cu = fake_hopper
     if direct:
         _plain_address_maps(cu, monkeypatch)
@@ -92,7 +92,7 @@ def test_fast_calls_repoint_every_tensor_map(fake_hopper, monkeypatch, direct, l
     x, b = operands()
     c = matmul(x, b)                          # general path: records the signature
     assert torch.equal(c.double(), x.double() @ b.double())
-    assert fast.key(x, b, None, None, None) in fast.FAST.entries
+    assert len(api.MATMUL) == 1
     before = cu.calls.get("cuTensorMapReplaceAddress", 0)
     for _ in range(3):                        # new tensors, same signature: fast calls
         x, b = operands()
@@ -100,17 +100,17 @@ def test_fast_calls_repoint_every_tensor_map(fake_hopper, monkeypatch, direct, l
         assert torch.equal(c.double(), x.double() @ b.double())
     repoints = cu.calls.get("cuTensorMapReplaceAddress", 0) - before
     assert repoints == (0 if direct else 3 * 3)
-    hot = fast.FAST.hot                       # later calls: found by the guard, not the key
-    assert hot.guard(x, b) and hot.out_dtype is None and hot.activation is None
+    hot = api.MATMUL.hot                      # later calls: found by the guard, not the key
     x2, b2 = operands()
-    c = hot.launch(x2, b2)
+    c = hot(x2, b2, None, None, None, None, None)
     assert torch.equal(c.double(), x2.double() @ b2.double())
-    # the same shape and strides at a pointer 2 bytes past 16: the guard passes, the hot
-    # launch declines (the key, which holds the alignment, decides)
+    # the same shape and strides at a pointer 2 bytes past 16: the guard passes, the
+    # entry declines (the key, which holds the alignment, decides)
     xm = torch.randint(-4, 5, (3 * 64 + 1,), generator=g).to(torch.bfloat16)[1:].view(3, 64)
-    assert xm.data_ptr() % 16 == 2 and hot.guard(xm, b2) and hot.launch(xm, b2) is None
-    assert not hot.guard(x2.float(), b2) and not hot.guard(x2[:2], b2)
-    from ptxdsl.ops.matmul import api
+    assert xm.data_ptr() % 16 == 2 and hot(xm, b2, None, None, None, None, None) is None
+    assert hot(x2.float(), b2, None, None, None, None, None) is None
+    assert hot(x2[:2], b2, None, None, None, None, None) is None
+    assert hot(x2, b2, None, None, None, None, "relu") is None
     (kern,) = api.KERNELS._kernels.values()
     tm = kern.runtime_cache.get("launcher").tmaps
     assert (tm.address_offset() == 0) == direct
@@ -118,7 +118,7 @@ def test_fast_calls_repoint_every_tensor_map(fake_hopper, monkeypatch, direct, l
 
 def test_fast_call_with_bias_and_a_copied_bias_is_not_recorded(fake_hopper, monkeypatch):
     from ptxdsl.ops import matmul
-    from ptxdsl.ops.matmul import fast
+    from ptxdsl.ops.matmul import api
     _plain_address_maps(fake_hopper, monkeypatch)
     x = torch.randint(-4, 5, (5, 64)).to(torch.bfloat16)
     w = torch.randint(-4, 5, (48, 64)).to(torch.bfloat16)
@@ -126,8 +126,8 @@ def test_fast_call_with_bias_and_a_copied_bias_is_not_recorded(fake_hopper, monk
         bias = torch.randint(-4, 5, (48,)).to(torch.bfloat16)
         c = matmul(x, w.t(), bias=bias)
         assert torch.equal(c.double(), x.double() @ w.double().t() + bias.double())
-    assert len(fast.FAST) == 1
+    assert len(api.MATMUL) == 1
     strided = torch.randint(-4, 5, (96,)).to(torch.bfloat16)[::2]
     c = matmul(x, w.t(), bias=strided)
     assert torch.equal(c.double(), x.double() @ w.double().t() + strided.double())
-    assert len(fast.FAST) == 1                # copied: the general path each time
+    assert len(api.MATMUL) == 1                # copied: the general path each time

@@ -189,14 +189,14 @@ def test_sm90_dispatch_gives_the_fp8_hopper_kernel_k_major_operands(monkeypatch,
 # ---------------------------------------------------------------- fast path (fake driver)
 def test_fp8_fast_calls_take_each_calls_scales(monkeypatch, tmp_path):
     """Repeated torch calls with new operands and new scale tensors launch through the
-    recorded closure with the new pointers; a None scale takes the recorded 1.0; a
+    memo's entry with the new pointers; a None scale takes the recorded 1.0; a
     Python-number scale is never recorded."""
     torch = pytest.importorskip("torch")
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("torch without float8")
     from runtime_fakes import fake_gpu_for_ops
     cu = fake_gpu_for_ops(monkeypatch, tmp_path)
-    from ptxdsl.ops.matmul import api, fast
+    from ptxdsl.ops.matmul import api
     real_hk = api.hopper_kernel
 
     def read8(addr, rows, cols, dt):
@@ -219,7 +219,7 @@ def test_fp8_fast_calls_take_each_calls_scales(monkeypatch, tmp_path):
         return kern
     monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
     monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
-    fast.clear()
+    api.clear()
     try:
         g = torch.Generator().manual_seed(0)
 
@@ -235,17 +235,17 @@ def test_fp8_fast_calls_take_each_calls_scales(monkeypatch, tmp_path):
             sa, sb = torch.tensor([0.5 * (i + 1)]), torch.tensor([2.0])
             c = matmul(x, b, out_dtype=torch.float32, scale_a=sa, scale_b=sb)
             assert torch.equal(c.double(), want(x, b, float(sa) * 2.0))
-        assert len(fast.FAST) == 1
+        assert len(api.MATMUL) == 1
         c = matmul(x, b, out_dtype=torch.float32, scale_b=torch.tensor([3.0]))
         assert torch.equal(c.double(), want(x, b, 3.0))      # scale_a None: 1.0
         c = matmul(x, b, out_dtype=torch.float32, scale_b=torch.tensor([5.0]))
-        assert torch.equal(c.double(), want(x, b, 5.0)) and len(fast.FAST) == 2
+        assert torch.equal(c.double(), want(x, b, 5.0)) and len(api.MATMUL) == 2
         for s in (1.5, 2.5):                    # numbers: the general path every time
             c = matmul(x, b, out_dtype=torch.float32, scale_a=s)
             assert torch.equal(c.double(), want(x, b, s))
-        assert len(fast.FAST) == 2
+        assert len(api.MATMUL) == 2
     finally:
-        fast.clear()
+        api.clear()
 
 
 def test_fp8_plans_are_what_the_fp8_runs_recorded():

@@ -3,7 +3,7 @@
 CPU torch tensors pose as cuda:0 tensors (``runtime_fakes.cpu_torch_as_cuda``) and the
 fake driver runs the launched (cooperative, fused) backward kernel on the CPU
 interpreter, over numpy views of the memory its pointers point at. So a fast call (the
-guard's launch of the last signature, or the signature's recorded closure) gives the
+memo's guarded entry of the last signature, or the signature's entry by key) gives the
 right dx and dw only if it passed every pointer in its place, the stream's scratch
 included. Every call has new tensors (new pointers) and is checked against float64.
 """
@@ -49,7 +49,7 @@ def _impl(k, grid_rows):
 def fake_gpu(monkeypatch, tmp_path):
     cu = fake_gpu_for_ops(monkeypatch, tmp_path)
     from ptxdsl.ops._common.workspace import WORKSPACE
-    from ptxdsl.ops.rmsnorm import api, fast, plan
+    from ptxdsl.ops.rmsnorm import api, plan
     real_bk = api.backward_kernel
     monkeypatch.setattr(plan, "KERNELS", type(plan.KERNELS)())
     built = []
@@ -61,10 +61,10 @@ def fake_gpu(monkeypatch, tmp_path):
         built.append(k)
         return p, k
     monkeypatch.setattr(api, "backward_kernel", backward_kernel)
-    fast.clear()
+    api.clear()
     WORKSPACE.release()
     yield built
-    fast.clear()
+    api.clear()
     WORKSPACE.release()
 
 
@@ -79,7 +79,7 @@ def _want(dy, x, w, offset=0.0):
 @pytest.mark.parametrize("offset", [0.0, 1.0])
 def test_repeated_backward_calls_take_the_guard_then_the_key(fake_gpu, offset):
     from ptxdsl.ops import rms_norm_backward
-    from ptxdsl.ops.rmsnorm import fast
+    from ptxdsl.ops.rmsnorm import api
     g = torch.Generator().manual_seed(1)
 
     def call():
@@ -91,18 +91,19 @@ def test_repeated_backward_calls_take_the_guard_then_the_key(fake_gpu, offset):
         assert torch.allclose(dx.double(), want_dx, rtol=1e-5, atol=1e-5)
         assert torch.allclose(dw.double(), want_dw, rtol=1e-5, atol=1e-5)
         return dy, x, w, rstd
-    dy, x, w, rstd = call()                     # the general path records the closure
-    assert len(fast.BACKWARD) == 1 and fast.BACKWARD.hot is not fast.NO_HOT
-    hot = fast.BACKWARD.hot
-    assert hot.guard(dy, x, w, rstd) and hot.offset == offset
-    assert not hot.guard(dy[:2], x[:2], w, rstd[:2])
-    for _ in range(3):                          # new tensors: the guard's launch
+    dy, x, w, rstd = call()                     # the general path records the entry
+    assert len(api.BACKWARD) == 1
+    hot = api.BACKWARD.hot
+    assert hot(dy, x, w, rstd, offset) is not None
+    assert hot(dy[:2], x[:2], w, rstd[:2], offset) is None      # another signature
+    assert hot(dy, x, w, rstd, offset + 0.5) is None            # another offset
+    for _ in range(3):                          # new tensors: the guarded entry
         call()
-    assert len(fast.BACKWARD) == 1 and len(fake_gpu) == 1
-    # a pointer 4 bytes past 16: the guard passes, its launch declines, the key decides
+    assert len(api.BACKWARD) == 1 and len(fake_gpu) == 1 and api.BACKWARD.hot is hot
+    # a pointer 4 bytes past 16: the guard passes, the entry declines, the key decides
     xs = torch.randn(M * N + 1, generator=g)[1:].view(M, N)
-    assert xs.data_ptr() % 16 == 4 and hot.guard(dy, xs, w, rstd)
-    assert hot.launch(dy, xs, w, rstd) is None
+    assert xs.data_ptr() % 16 == 4
+    assert hot(dy, xs, w, rstd, offset) is None
 
 
 def test_other_row_counts_alternate_through_their_own_entries(fake_gpu):
@@ -110,7 +111,7 @@ def test_other_row_counts_alternate_through_their_own_entries(fake_gpu):
     counts each find their own signature. Grids this small sum dW in one cluster (or
     one CTA), so their recorded calls pass no workspace (null WS and DWP pointers)."""
     from ptxdsl.ops import rms_norm_backward
-    from ptxdsl.ops.rmsnorm import fast
+    from ptxdsl.ops.rmsnorm import api
     g = torch.Generator().manual_seed(2)
     global M
     saved = M
@@ -126,7 +127,7 @@ def test_other_row_counts_alternate_through_their_own_entries(fake_gpu):
             assert torch.allclose(dw.double(), want_dw, rtol=1e-5, atol=1e-5)
     finally:
         M = saved
-    assert len(fast.BACKWARD) == 3
+    assert len(api.BACKWARD) == 3
     from ptxdsl.runtime import driver
     launches = driver.get().cu.launches
     assert [(r["grid"][0], r["cluster"]) for r in launches] == [

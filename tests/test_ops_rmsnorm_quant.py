@@ -338,4 +338,4 @@ def test_torch_cpu_tensors():
     torch.testing.assert_close(y2.view(torch.uint8), y3.view(torch.uint8), rtol=0, atol=0)
     with pytest.raises(LaunchError, match="number or a one-element"):
         rms_norm_quant(h, w, scale=np.array([0.05], np.float32))
-    assert len(quant_api.FAST) == 0  # CPU tensors are never recorded for the fast path
+    assert len(quant_api.QUANT) == 0  # CPU tensors are never recorded for the fast path

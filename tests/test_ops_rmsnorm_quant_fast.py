@@ -2,8 +2,8 @@
 
 CPU torch tensors pose as cuda:0 tensors (``runtime_fakes.cpu_torch_as_cuda``) and the
 fake driver runs each launched kernel on the CPU interpreter, over numpy views of the
-memory its pointer parameters point at. So a fast call (the guard's launch of the last
-residual-free form, or a signature's recorded closure) gives the right bytes only if it
+memory its pointer parameters point at. So a repeat call (the memo's guarded entry of
+the last signature, or a signature's entry by key) gives the right bytes only if it
 passed every pointer in its place: x, (the residual), the weight, (the static scale), y,
 (h), (the scales). Each fast call is checked against the kernel interpreted directly on
 the same numpy data, with new tensors (new pointers) every call.
@@ -116,11 +116,10 @@ def test_the_guarded_launch_passes_every_pointer(fake_gpu, monkeypatch, form):
         return None
     y, s = rms_norm_quant(x, w, EPS, scale=given(0))     # the general path records it
     (k, _, _), = built
-    hot = quant_api.FAST.hot
-    assert hot.launch is not None and hot.tensor_scale == (form == "tensor")
-    # From here on every call must be served by the guard's launch.
+    hot = quant_api.QUANT.hot
+    # From here on every call must be served by the guarded entry.
     monkeypatch.setattr(quant_api, "_general", None)
-    monkeypatch.setattr(quant_api, "_key", None)
+    monkeypatch.setattr(type(quant_api.QUANT), "lookup", None)  # no key lookups
     launches = len(cu.launches)
     for i in range(1, 4):
         x, w = _new(g)
@@ -135,7 +134,11 @@ def test_the_guarded_launch_passes_every_pointer(fake_gpu, monkeypatch, form):
             np.testing.assert_array_equal(s.numpy()[:, 0], want_s)
         else:
             assert s is sc_in
-    assert len(cu.launches) == launches + 3 and quant_api.FAST.hot is hot
+    assert len(cu.launches) == launches + 3 and quant_api.QUANT.hot is hot
+    # another form of scale (or another static number): another entry
+    assert hot(x, w, None, None, EPS, 0.0, 0.5) is None
+    if form != "tensor":
+        assert hot(x, w, None, torch.tensor([0.5]), EPS, 0.0, None) is None
 
 
 def test_recorded_closures_with_a_residual_and_on_alignment_changes(fake_gpu, monkeypatch):
@@ -155,9 +158,9 @@ def test_recorded_closures_with_a_residual_and_on_alignment_changes(fake_gpu, mo
             np.testing.assert_array_equal(y.view(torch.uint8).numpy(), want_y)
             if dynamic:
                 np.testing.assert_array_equal(s.numpy()[:, 0], want_s)
-    assert len(quant_api.FAST) == 2 and len(built) == 2   # one general call per form
-    # A misaligned x (4 bytes past a 16-byte boundary) is another signature: the guard's
-    # launch declines it, and its own kernel (narrower accesses) runs.
+    assert len(quant_api.QUANT) == 2 and len(built) == 2   # one general call per form
+    # A misaligned x (4 bytes past a 16-byte boundary) is another signature: the guarded
+    # entry declines it, and its own kernel (narrower accesses) runs.
     x, w = _new(g)
     rms_norm_quant(x, w, EPS)
     big = torch.randn(M * N + 1, generator=g)
@@ -168,4 +171,4 @@ def test_recorded_closures_with_a_residual_and_on_alignment_changes(fake_gpu, mo
     want_y, want_s = _expect(k, True, xs, w)
     np.testing.assert_array_equal(y.view(torch.uint8).numpy(), want_y)
     np.testing.assert_array_equal(s.numpy()[:, 0], want_s)
-    assert len(built) == 4 and len(quant_api.FAST) == 4
+    assert len(built) == 4 and len(quant_api.QUANT) == 4

@@ -1,6 +1,6 @@
 """The RMSNorm torch glue without a GPU: autograd wiring (ops/rmsnorm/autograd.py), the
-fast path's signature keys, guard and dispatch (ops/rmsnorm/fast.py, api.py), the torch
-hooks (runtime/torch_private.py) and the bounded caches, on CPU tensors.
+dispatch through the op's memo (api.py; the memo itself: test_runtime_memo.py), the
+torch hooks (runtime/torch_private.py) and the bounded caches, on CPU tensors.
 
 The kernels themselves are stood in for by float64 reference functions here; tests/gpu
 runs the real ones. Skips without torch (an optional dependency), never because ptxdsl
@@ -12,13 +12,12 @@ import pytest
 
 from ptxdsl.core.errors import LaunchError
 from ptxdsl.ops import rmsnorm
-from ptxdsl.ops.rmsnorm import api, fast
+from ptxdsl.ops.rmsnorm import api
 from ptxdsl.runtime import torch_private
 from ptxdsl.runtime.fastpath import Signatures
 
 torch = pytest.importorskip("torch")
 
-from ptxdsl.ops.rmsnorm import autograd  # noqa: E402  (imports torch)
 
 EPS = 1e-6
 
@@ -35,8 +34,8 @@ def stand_ins(monkeypatch):
     returns the list of calls made."""
     calls = []
 
-    def forward(frame, x, weight, eps, residual, want_rstd, out, **kw):
-        calls.append(("forward", want_rstd))
+    def forward(x, weight, eps, offset=0.0):
+        calls.append(("forward", True))
         return ref_forward(x, weight, eps)
 
     def backward(dy, x, weight, rstd, offset=0.0):
@@ -48,11 +47,11 @@ def stand_ins(monkeypatch):
             dx, dw = torch.autograd.grad(y, (xr, wr), dy.double())
         return dx.to(x.dtype), dw.to(weight.dtype)
 
-    monkeypatch.setattr(autograd, "_forward", forward)
-    monkeypatch.setattr(autograd, "rms_norm_backward", backward)
-    fast.clear()
+    monkeypatch.setattr(api, "forward", forward)
+    monkeypatch.setattr(api, "rms_norm_backward", backward)
+    api.clear()
     yield calls
-    fast.clear()
+    api.clear()
 
 
 def test_grad_goes_through_the_autograd_function(stand_ins):
@@ -91,79 +90,51 @@ def test_in_place_forms_refuse_grad(stand_ins):
     assert stand_ins == []
 
 
-# ---------------------------------------------------------------- keys
-def test_forward_key_is_the_signature_not_the_data():
-    x, w = torch.randn(4, 64), torch.randn(64)
-    k = fast.fwd_key(x, w, EPS, None, False, None)
-    assert k == fast.fwd_key(torch.randn(4, 64), torch.randn(64), EPS, None, False, None)
-    others = [fast.fwd_key(torch.randn(4, 32), torch.randn(32), EPS, None, False, None),
-              fast.fwd_key(torch.randn(64, 4).t(), w, EPS, None, False, None),
-              fast.fwd_key(x.double(), w, EPS, None, False, None),
-              fast.fwd_key(x, w.half(), EPS, None, False, None),
-              fast.fwd_key(x, w, 1e-5, None, False, None),
-              fast.fwd_key(x, w, EPS, None, True, None),
-              fast.fwd_key(x, w, EPS, torch.randn(4, 64), False, None),
-              fast.fwd_key(x.view(-1)[1:].view(-1)[:252].view(4, 63), w[:63], EPS, None,
-                           False, None)]
-    assert all(o != k for o in others)
-    with pytest.raises((AttributeError, TypeError)):
-        import numpy as np
-        fast.fwd_key(np.ones((4, 64), np.float32), np.ones(64, np.float32), EPS, None, False,
-                     None)
-
-
-def test_backward_key_sees_every_operand():
-    x, dy, w, r = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64), torch.randn(4)
-    k = fast.bwd_key(dy, x, w, r)
-    assert k == fast.bwd_key(torch.randn(4, 64), torch.randn(4, 64), torch.randn(64),
-                             torch.randn(4))
-    assert k != fast.bwd_key(dy.half(), x, w, r) and k != fast.bwd_key(dy, x, w, r.double())
-
-
 # ---------------------------------------------------------------- dispatch
-def test_a_recorded_signature_is_launched_without_the_general_path(monkeypatch):
-    fast.clear()
-    x, w = torch.randn(4, 64), torch.randn(64)
+def _fail(*a, **kw):
+    raise AssertionError("the general path ran")
+
+
+def test_a_memo_hit_is_returned_without_the_general_path(monkeypatch):
+    """The call's arguments reach the memo in its slot order (x, weight, residual, out;
+    eps, offset, return_rstd): its hot entry first, then its key."""
+    import types
     sentinel = torch.zeros(1)
+    seen = []
 
-    def run(x_, w_, residual, out):
-        return sentinel, None
-    run.hot = None
-    fast.FORWARD.add(fast.fwd_key(x, w, EPS, None, False, None), run)
+    def memo(hot, key):
+        return types.SimpleNamespace(
+            hot=lambda *a: seen.append(("hot", a)) or (sentinel if hot else None),
+            lookup=lambda *a: seen.append(("key", a)) or (sentinel if key else None))
+    monkeypatch.setattr(api, "Frame", _fail)
+    monkeypatch.setattr(api, "FORWARD", memo(True, False))
+    x, w, r = torch.randn(4, 64), torch.randn(64), torch.randn(4, 64)
+    assert rmsnorm.rms_norm(x, w, EPS, offset=1.0, residual=r) is sentinel
+    assert seen == [("hot", (x, w, r, None, EPS, 1.0, False))]
+    monkeypatch.setattr(api, "FORWARD", memo(False, True))
+    assert rmsnorm.rms_norm(x, w, EPS, return_rstd=True) is sentinel
+    assert seen[-2:] == [("hot", (x, w, None, None, EPS, 0.0, True)),
+                         ("key", (x, w, None, None, EPS, 0.0, True))]
+    # the autograd Function's forward and the custom op ask for (y, rstd): want_rstd True
+    assert api.forward(x, w, EPS) is sentinel
+    assert seen[-1] == ("key", (x, w, None, None, EPS, 0.0, True))
+    monkeypatch.setattr(api, "BACKWARD", memo(True, False))
+    dy, rs = torch.randn(4, 64), torch.randn(4)
+    assert rmsnorm.rms_norm_backward(dy, x, w, rs, offset=1.0) is sentinel
+    assert seen[-1] == ("hot", (dy, x, w, rs, 1.0))
+    monkeypatch.setattr(api, "FORWARD", memo(False, False))
+    with pytest.raises(AssertionError, match="general path"):
+        rmsnorm.rms_norm(x, w, EPS)
 
-    def general(*a, **kw):
-        raise AssertionError("the general path ran")
-    monkeypatch.setattr(api, "Frame", general)
-    assert rmsnorm.rms_norm(torch.randn(4, 64), torch.randn(64), EPS) is sentinel
-    # tensors that require grad, under no_grad: looked up once, by _forward
-    monkeypatch.setattr(api, "_forward_general", general)
-    cuda_frame = type("F", (), {"kind": "torch", "cuda_torch": True})
-    monkeypatch.setattr(api, "Frame", lambda x, op: cuda_frame())
-    with torch.no_grad():
-        y = rmsnorm.rms_norm(torch.randn(4, 64, requires_grad=True), torch.randn(64), EPS)
-    assert y is sentinel
-    fast.clear()
-    assert len(fast.FORWARD) == 0 and fast.FORWARD.hot is fast.NO_HOT
 
-
-def test_the_plain_form_is_found_by_the_guard_first(monkeypatch):
-    fast.clear()
-    x, w = torch.randn(4, 64), torch.randn(64)
-    guard = torch_private.hooks(torch).guard((x, w))
-    if guard is torch_private.never:
-        pytest.skip("this torch has no usable TensorGuards")
-    sentinel = torch.zeros(1)
-    fast.FORWARD.hot = fast.Hot(guard, EPS, lambda x_, w_: sentinel)
-    monkeypatch.setattr(fast, "fwd_key", lambda *a: pytest.fail("the key was built"))
-    assert rmsnorm.rms_norm(torch.randn(4, 64), torch.randn(64), EPS) is sentinel
-    monkeypatch.undo()
-    monkeypatch.setattr(api, "Frame", lambda *a: pytest.fail("general path") or None)
-    fast.FORWARD.hot = fast.Hot(guard, EPS, lambda x_, w_: sentinel)
-    with pytest.raises(pytest.fail.Exception, match="general path"):
-        rmsnorm.rms_norm(torch.randn(4, 32), torch.randn(32), EPS)  # another signature
-    with pytest.raises(pytest.fail.Exception, match="general path"):
-        rmsnorm.rms_norm(torch.randn(4, 64), torch.randn(64), 1e-5)  # another eps
-    fast.clear()
+def test_cpu_tensors_are_never_recorded():
+    """CPU tensors run on the interpreter; only CUDA tensors' calls are recorded."""
+    api.clear()
+    x, w = torch.randn(2, 40), torch.randn(40)
+    rmsnorm.rms_norm(x, w, EPS)
+    assert len(api.FORWARD) == 0 and api.FORWARD.lookup(x, w, None, None, EPS, 0.0,
+                                                        False) is None
+    api.clear()
 
 
 # ---------------------------------------------------------------- torch hooks and caches
@@ -208,30 +179,10 @@ def test_kernel_cache_is_bounded_and_clearable():
 
 
 # ---------------------------------------------------------------- Gemma's offset
-def test_offset_is_part_of_both_keys_and_of_the_hot_guard(monkeypatch):
-    x, dy, w, r = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64), torch.randn(4)
-    assert fast.fwd_key(x, w, EPS, None, False, None) != \
-        fast.fwd_key(x, w, EPS, None, False, None, 1.0)
-    assert fast.fwd_key(x, w, EPS, None, False, None) == \
-        fast.fwd_key(x, w, EPS, None, False, None, 0.0)
-    assert fast.bwd_key(dy, x, w, r) != fast.bwd_key(dy, x, w, r, 1.0)
-    fast.clear()
-    guard = torch_private.hooks(torch).guard((x, w))
-    if guard is torch_private.never:
-        pytest.skip("this torch has no usable TensorGuards")
-    sentinel = torch.zeros(1)
-    fast.FORWARD.hot = fast.Hot(guard, EPS, lambda x_, w_: sentinel, 1.0)
-    assert rmsnorm.rms_norm(torch.randn(4, 64), torch.randn(64), EPS, offset=1.0) is sentinel
-    monkeypatch.setattr(api, "Frame", lambda *a: pytest.fail("general path") or None)
-    with pytest.raises(pytest.fail.Exception, match="general path"):
-        rmsnorm.rms_norm(torch.randn(4, 64), torch.randn(64), EPS)  # offset 0, not 1
-    fast.clear()
-
-
 def test_offset_autograd_on_the_interpreter():
     """CPU tensors run the real kernels on the interpreter: y, dx and dw with offset 1
     against float64 autograd of x * rstd * (1 + w); the module and the custom op agree."""
-    fast.clear()
+    api.clear()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 40, generator=g).requires_grad_()
     w = (torch.randn(40, generator=g) * 0.1).requires_grad_()
@@ -251,4 +202,4 @@ def test_offset_autograd_on_the_interpreter():
         y_op, _ = torch.ops.ptxdsl.rms_norm(x.detach(), w.detach(), EPS, 1.0)
         torch.testing.assert_close(m(x.detach()), y.detach(), rtol=0, atol=0)
     torch.testing.assert_close(y_op, y.detach(), rtol=0, atol=0)
-    fast.clear()
+    api.clear()

@@ -17,11 +17,10 @@ import ptxdsl
 from ptxdsl import toolchain
 from ptxdsl.core.errors import LaunchError, ToolchainError
 from ptxdsl.runtime import cache as rcache
-from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch
 from ptxdsl.runtime.driver import CudaError
 from launch_helpers import count_slow, rand, vadd_on
-from runtime_fakes import CUresult, FakeCtypesLauncher
+from runtime_fakes import CUresult
 from runtime_kernels import build_fault, build_scale_rows, build_vadd, build_vadd4
 
 
@@ -196,9 +195,8 @@ def test_generated_source_is_specialised(gpu, torch):
     assert "e[0](a0, a1, a2)" in src and "e[0](a0, a1)" in src  # the entries' guards
 
 
-@pytest.mark.parametrize("mode", ["params", "ctypes"])
-def test_every_launch_mode_packs_the_same_parameters(gpu, torch, mode, monkeypatch):
-    monkeypatch.setattr(rdriver, "CtypesLauncher", lambda coop=False: FakeCtypesLauncher(gpu.cu))
+def test_the_params_mode_packs_the_parameters(gpu, torch):
+    mode = "params"
     k = vadd_on(gpu, f"vadd_{mode}")
     launcher = rlaunch.prepare(k, mode=mode)
     assert launcher.mode == mode
@@ -212,12 +210,13 @@ def test_every_launch_mode_packs_the_same_parameters(gpu, torch, mode, monkeypat
 
 
 def test_launch_mode_from_environment(gpu, monkeypatch):
-    monkeypatch.setattr(rdriver, "CtypesLauncher", lambda coop=False: FakeCtypesLauncher(gpu.cu))
-    monkeypatch.setenv("PTXDSL_LAUNCH", "ctypes")
-    assert rlaunch.Launcher(build_vadd()).mode == "ctypes"
-    monkeypatch.setenv("PTXDSL_LAUNCH", "warp-speed")
-    with pytest.raises(LaunchError, match="PTXDSL_LAUNCH"):
-        rlaunch.Launcher(build_vadd())
+    monkeypatch.setenv("PTXDSL_LAUNCH", "params")
+    assert rlaunch.Launcher(build_vadd()).mode == "params"
+    assert rlaunch.LAUNCH_MODES == ("params", "c")
+    for gone in ("ctypes", "warp-speed"):  # the ctypes mode was dropped
+        monkeypatch.setenv("PTXDSL_LAUNCH", gone)
+        with pytest.raises(LaunchError, match="PTXDSL_LAUNCH"):
+            rlaunch.Launcher(build_vadd())
 
 
 def test_threads_share_a_launcher_safely(gpu, torch):

@@ -9,10 +9,9 @@ import pytest
 
 import ptxdsl
 from ptxdsl.core.errors import LaunchError, TraceError
-from ptxdsl.runtime import driver as rdriver
 from ptxdsl.runtime import launcher as rlaunch
 from launch_helpers import count_slow, rand, vadd_on
-from runtime_fakes import FakeCtypesLauncher, f32_array, vadd_impl
+from runtime_fakes import f32_array, vadd_impl
 from runtime_kernels import build_pdl_vadd, build_vadd
 
 
@@ -85,22 +84,17 @@ def _on_every_path(gpu, torch, launcher, carried):
     assert carried(gpu.cu.launches[-1])
 
 
-@pytest.mark.parametrize("mode", ["params", "ctypes"])
-def test_cooperative_kernels_launch_cooperatively_on_every_path(gpu, torch, mode, monkeypatch):
-    monkeypatch.setattr(rdriver, "CtypesLauncher",
-                        lambda coop=False: FakeCtypesLauncher(gpu.cu, coop))
+def test_cooperative_kernels_launch_cooperatively_on_every_path(gpu, torch):
+    mode = "params"
     k = build_vadd(f"vadd_coop_{mode}", cooperative=True)
     gpu.cu.register(k, vadd_impl)
     _on_every_path(gpu, torch, rlaunch.prepare(k, mode=mode), lambda r: r.get("cooperative"))
 
 
-@pytest.mark.parametrize("mode", ["params", "ctypes"])
-def test_pdl_kernels_carry_the_attribute_on_every_path(gpu, torch, mode, monkeypatch):
+def test_pdl_kernels_carry_the_attribute_on_every_path(gpu, torch):
     """kernel(pdl=True): every launch is a cuLaunchKernelEx with programmatic stream
-    serialization (general path, fast path, bound launch, numpy); ctypes, which has no
-    such launch, falls back to the params mode."""
-    monkeypatch.setattr(rdriver, "CtypesLauncher",
-                        lambda coop=False: FakeCtypesLauncher(gpu.cu, coop))
+    serialization (general path, fast path, bound launch, numpy)."""
+    mode = "params"
     k = build_pdl_vadd(f"vadd_pdl_{mode}")
     gpu.cu.register(k, vadd_impl)
     launcher = rlaunch.prepare(k, mode=mode)

@@ -1,19 +1,42 @@
 """Ready-made kernels written in the DSL, with array-framework glue.
 
 One subpackage per op (``ops/<op>/``: ``api`` the public calls, ``plan`` the kernel
-choice, then its kernels); what several ops share is in ``ops/_common/``.
+choice, then its kernels, ``torch_op`` its ``torch.library`` custom op); what several
+ops share is in ``ops/_common/``. Every op's repeat torch calls go through the
+runtime's memo (:mod:`ptxdsl.runtime.memo`).
 
 ========== ==============================================================
 rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``, ``rms_norm_quant``
 matmul     ``matmul``: GEMM with a fused bias and activation
-_common    framework glue, built-kernel caches, row I/O, reductions, workspace
+_common    built-kernel caches, row I/O, reductions, workspace, the torch ops' registry
 ========== ==============================================================
 """
 import sys as _sys
 
-from ._common.frame import register_torch_ops
+from ._common.torch_registry import TORCH_OPS as _TORCH_OPS
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
+
+
+def _rmsnorm_torch_ops() -> None:
+    from .rmsnorm import torch_op  # imports torch
+    torch_op.register()
+
+
+def _matmul_torch_ops() -> None:
+    from .matmul import torch_op  # imports torch
+    torch_op.register()
+
+
+_TORCH_OPS.add(_rmsnorm_torch_ops)
+_TORCH_OPS.add(_matmul_torch_ops)
+
+
+def register_torch_ops() -> None:
+    """Define ``torch.ops.ptxdsl.rms_norm`` / ``rms_norm_backward`` / ``matmul`` /
+    ``matmul_scaled`` (once; imports torch)."""
+    _TORCH_OPS.ensure()
+
 
 if "torch" in _sys.modules:
     # torch.library custom ops (torch.ops.ptxdsl.*), so that torch.compile keeps the ops

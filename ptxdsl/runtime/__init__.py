@@ -1,4 +1,4 @@
-"""Running kernels on NVIDIA GPUs through cuda-python (no compiled extension of our own).
+"""Running kernels on NVIDIA GPUs through cuda-python (and an optional launch shim).
 
 ``launch(kernel, *args)`` is what ``kernel(*args)`` does; ``prepare(kernel,
 *example_args)`` returns the kernel's :class:`Launcher`, whose call is the
@@ -15,14 +15,18 @@ driver        the CUDA driver: devices, primary contexts, modules, errors
 cache         cubins on disk (keyed by PTX, arch, toolchain, options), modules in memory
 compile       PTX -> cubin (ptxas or driver JIT) -> CUfunction on a device
 adapter       the one framework adapter: what an array argument is (pointer, shape,
-              strides, dtype, device, stream), read by the launcher and the ops
+              strides, dtype, device, stream), the one allocator of new arrays like
+              it, and an op call's ``Frame``; read by the launcher and the ops
 args          whether the arguments fit the Tile specs; named dims and strides
 memory        device buffers ptxdsl owns; staging numpy arrays through the GPU
 launcher      the general path, making fast-path entries, ``prepare`` and ``launch``
 limits        grid/block/shared-memory/cluster limits checked before a launch (the
               dynamic shared memory opt-in), cooperative residency, occupancy
-fastpath      the parameter-buffer layout, the entries (``Entry``, ``Signatures``)
-              and the generated per-kernel call
+fastpath      the parameter-buffer layout, the entries (``Entry``, ``Signatures``),
+              the generated per-kernel call and ``bind`` (a launch bound to a signature)
+cshim         the launch shim (``_launch.c``): the fast launch in one C call, compiled
+              at first use, optional (else plain cuda-python, the ``params`` mode)
+memo          an op call -> its guard -> its bound launches, for every ready op
 torch_private every private torch call (raw stream, current device, entry guard,
               output allocator), behind a version gate and ``PTXDSL_TORCH_PRIVATE``
 tensormaps    TMA tensor maps: encoded per signature, re-pointed per call

@@ -1,11 +1,16 @@
-"""The one framework adapter: what an array argument is, in any framework.
+"""The one framework adapter: what an array argument is, in any framework, and how to
+make another like it.
 
 ``classify(obj)`` names the framework (torch, numpy, cupy, ``__cuda_array_interface__``,
 DLPack, ptxdsl's own DeviceArray) and ``view_of(obj, kind)`` reads it into an
 :class:`ArgView`: pointer, shape, strides (in elements), dtype, device and the
-producer's stream. ``stream_handle`` reads a stream object of any framework. The
-kernel launcher (``runtime/launcher.py``, ``runtime/args.py``) and the ready ops
-(``ops/_common/frame.py``) both read arrays through this module.
+producer's stream. ``stream_handle`` reads a stream object of any framework.
+:func:`allocate` is the one "new array in this framework" call: the kernel launcher
+allocates the outputs it is not given with it, and :class:`Frame` (the array
+framework of a ready op's call: element types, row views, new arrays like an input,
+and where the call runs) allocates the ops' outputs with it. The kernel launcher
+(``runtime/launcher.py``, ``runtime/args.py``) and the ready ops (``ptxdsl.ops``)
+both read arrays through this module.
 
 Everything here is pure Python and testable without a GPU.
 """
@@ -18,9 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import LaunchError, user_location
+from ..core.types import PtxType, bf16, f16, f32
+from .memory import DeviceArray
 
-__all__ = ["ArgProblem", "ArgView", "address", "classify", "dlpack_device",
-           "element_strides", "stream_handle", "torch_dtype_name", "view_of"]
+__all__ = ["ArgProblem", "ArgView", "DTYPES", "Frame", "address", "allocate", "classify",
+           "dlpack_device", "dtype_of", "element_strides", "kind_of", "stream_handle",
+           "torch_dtype_name", "view_of"]
 
 # ---------------------------------------------------------------------- dtypes
 # Canonical dtype names are numpy's ("float32", "bfloat16", "uint16", ...).
@@ -85,7 +93,6 @@ def classify(obj) -> str:
         return "torch"
     if isinstance(obj, np.ndarray):
         return "numpy"
-    from .memory import DeviceArray
     if isinstance(obj, DeviceArray):
         return "device"
     cupy = sys.modules.get("cupy")
@@ -259,3 +266,180 @@ def stream_handle(stream) -> int:
     except (TypeError, ValueError):
         raise LaunchError(f"stream= takes an int handle, a torch/cupy/cuda.core stream or a "
                           f"CUstream, got {type(stream).__name__}", user_location()) from None
+
+
+# ---------------------------------------------------------------------- new arrays
+def _numpy_dtype(name: str) -> np.dtype:
+    """numpy's dtype for a canonical name; ml_dtypes' for the ones numpy lacks
+    (bfloat16, the float8s)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        pass
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise LaunchError(f"a {name} numpy array needs ml_dtypes (numpy has no {name}): "
+                          f"pip install ml_dtypes", user_location()) from None
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def allocate(kind: str, shape: tuple, dtype: str, device, *, stream: int = 0):
+    """A new C-contiguous array of ``shape`` and dtype ``dtype`` (a canonical name such as
+    ``"bfloat16"``) in framework ``kind``: a torch tensor on ``device`` (a
+    ``torch.device``, or a CUDA ordinal), a cupy array on CUDA device ``device``, a numpy
+    array (host memory; bfloat16 and float8 from ml_dtypes), or for any other kind a
+    :class:`~ptxdsl.runtime.memory.DeviceArray` on ``device`` whose contents ``stream``
+    produces. (The launcher asks for ``uint16`` bit patterns where a bf16 output is not
+    torch's: the interpreter's convention.)"""
+    if kind == "torch":
+        torch = sys.modules["torch"]
+        tdt = getattr(torch, dtype, None)
+        if tdt is None:
+            raise LaunchError(f"this torch has no {dtype} dtype; pass the output explicitly")
+        if not isinstance(device, torch.device):
+            device = torch.device("cuda", device)
+        return torch.empty(shape, dtype=tdt, device=device)
+    if kind == "cupy":
+        cupy = sys.modules.get("cupy")
+        if cupy is None:
+            import cupy
+        with cupy.cuda.Device(device):
+            return cupy.empty(shape, dtype=np.dtype("uint16" if dtype == "bfloat16" else dtype))
+    if kind == "numpy":
+        return np.empty(shape, _numpy_dtype(dtype))
+    return DeviceArray(shape, np.dtype("uint16" if dtype == "bfloat16" else dtype), device,
+                       stream=stream)
+
+
+# ---------------------------------------------------------------------- op calls
+DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
+_DTYPE_NAMES = {f32: "float32", f16: "float16", bf16: "bfloat16"}
+
+
+def kind_of(a, op: str) -> str:
+    """``"torch"``, ``"numpy"`` or ``"device"`` (any other device array
+    :func:`classify` reads); raises for anything else."""
+    kind = classify(a)
+    if kind in ("torch", "numpy"):
+        return kind
+    if kind:
+        return "device"
+    raise LaunchError(f"{op} takes numpy arrays, torch tensors or device arrays, "
+                      f"got {type(a).__name__}", user_location())
+
+
+def dtype_of(a) -> PtxType | None:
+    """The ptxdsl type of ``a``'s elements among f32/f16/bf16, else None."""
+    return DTYPES.get(str(a.dtype).replace("torch.", ""))
+
+
+class Frame:
+    """The array framework of one op call (``ptxdsl.ops``): numpy (on the GPU when there
+    is one, else the CPU interpreter), torch (CUDA tensors on the GPU, CPU tensors on the
+    interpreter) or another device array (zero-copy; new arrays are cupy's). What an op
+    needs of its arrays beyond what the kernel launcher reads itself: their element type,
+    a 2-D row view, new arrays like an input (:func:`allocate`), where the call runs (the
+    device, its arch and multiprocessor count) and how (``kernel(...)`` or
+    ``kernel.interpret(...)``)."""
+
+    def __init__(self, x, op: str):
+        self.op = op
+        self.kind = kind_of(x, op)
+        self.torch = sys.modules["torch"] if self.kind == "torch" else None
+        # torch tensors in host memory run on the interpreter, like numpy without a GPU
+        self.cpu = self.kind == "torch" and x.device.type == "cpu"
+
+    @property
+    def cuda_torch(self) -> bool:
+        """torch CUDA tensors: the ops' memo (repeat calls) and torch workspaces apply."""
+        return self.kind == "torch" and not self.cpu
+
+    def dtype(self, a) -> PtxType:
+        t = dtype_of(a)
+        if t is None:
+            raise LaunchError(f"{self.op} supports float32, float16 and bfloat16 arrays, "
+                              f"got {a.dtype}", user_location())
+        return t
+
+    def empty(self, shape, like, dtype: PtxType | None = None):
+        """A new array of this framework on ``like``'s device (``like``'s dtype unless
+        ``dtype`` is given)."""
+        if self.kind == "torch":
+            name = torch_dtype_name(like.dtype) if dtype is None else _DTYPE_NAMES[dtype]
+            return allocate("torch", shape, name, like.device)
+        same = dtype is None or (dtype == bf16 and str(like.dtype) == "bfloat16")
+        if self.kind == "numpy":
+            try:
+                name = like.dtype.name if same else _DTYPE_NAMES[dtype]
+                return allocate("numpy", shape, name, -1)
+            except LaunchError:
+                raise LaunchError(f"{self.op}: a bfloat16 numpy output needs ml_dtypes "
+                                  f"(numpy has no bfloat16)", user_location()) from None
+        # device arrays other than torch: cupy is the common one (no bfloat16 of its own)
+        name = np.dtype(like.dtype).name if same or dtype == bf16 else _DTYPE_NAMES[dtype]
+        return allocate("cupy", shape, name, self._ordinal(like))
+
+    def zeros_u32(self, n, like):
+        if self.kind == "numpy" or self.cpu:
+            return np.zeros(n, np.uint32)
+        import cupy
+        return cupy.zeros(n, dtype=cupy.uint32)
+
+    def rows(self, a, n):
+        """A 2-D (M, N) view with unit inner stride; copies only if no such view exists."""
+        if a.ndim == 2 and element_strides(a)[1] == 1:
+            return a
+        v = a.reshape(-1, n)
+        if self.kind == "torch":
+            return v if v.stride(1) == 1 else v.contiguous()
+        return v if element_strides(v)[1] == 1 else v.copy()
+
+    def contiguous(self, a):
+        if self.kind == "torch":
+            return a.contiguous()
+        if self.kind == "numpy":
+            return np.ascontiguousarray(a)
+        import cupy
+        return cupy.ascontiguousarray(a)
+
+    def on_gpu(self) -> bool:
+        if self.cpu:
+            return False
+        if self.kind != "numpy":
+            return True
+        from .driver import gpu_available
+        return gpu_available()
+
+    def run(self, k, *args):
+        """Launch ``k`` (numpy without a GPU, and torch CPU tensors: on the CPU interpreter)."""
+        if not self.on_gpu():
+            return k.interpret(*args)
+        return k(*args)
+
+    def _ordinal(self, a) -> int:
+        if self.kind == "numpy":
+            return 0
+        if self.kind == "torch":
+            return a.device.index if a.device.index is not None else 0
+        return getattr(getattr(a, "device", None), "id", 0) or 0
+
+    def device(self, a):
+        """The GPU the call runs on (None: the CPU interpreter)."""
+        if not self.on_gpu():
+            return None
+        from .driver import get
+        return get().device(self._ordinal(a))
+
+    def arch(self, a) -> str:
+        """The target for the device of ``a``: Hopper gets sm_90a, others their sm_XY."""
+        info = self.device(a)
+        if info is None:
+            return "sm_90a"
+        return "sm_90a" if info.cc == (9, 0) else info.arch
+
+    def sms(self, a) -> int:
+        """Multiprocessors to size persistent grids for (fixed per device, so a
+        reduction's summation order, and so its bits, are too); 2 on the interpreter."""
+        info = self.device(a)
+        return 2 if info is None else info.sm_count

@@ -22,8 +22,6 @@ import threading
 from dataclasses import dataclass, field
 
 from ..core.errors import PtxdslError
-# the ctypes mode's launch call, looked up here by the launcher (tests replace it here)
-from .ctypes_launch import CtypesLauncher  # noqa: F401
 
 __all__ = ["CudaError", "Driver", "DeviceInfo", "get", "gpu_available", "set_driver",
            "driver_unavailable_reason", "STICKY_ERRORS"]
@@ -147,7 +145,7 @@ class Driver:
         if name:
             return name
         try:
-            return self.cu.CUresult(int(code)).name  # a plain int (the ctypes launcher's)
+            return self.cu.CUresult(int(code)).name  # a plain int (the launch shim's)
         except Exception:  # noqa: BLE001
             pass
         try:

@@ -145,7 +145,7 @@ class Entry(NamedTuple):
 
     guard: Callable          # guard(*tensors): True only for tensors of this signature
     dev: int                 # CUDA ordinal
-    func: object             # the CUfunction (a ctypes handle in ctypes mode)
+    func: object             # the CUfunction (its address as an int in the c mode)
     gx: int
     gy: int
     gz: int
@@ -191,8 +191,7 @@ class Signatures:
     last, which a call tries first by its guard: at most two lookups (the guard, then
     the key) before a launch or the general path. The launcher keeps one per kernel
     (its generated call reads ``entries`` and keeps the last-used entry per argument
-    count itself); ``ptxdsl.ops`` keeps one per op and direction.
-    """
+    count itself)."""
 
     __slots__ = ("entries", "hot", "limit", "_lock")
 
@@ -246,7 +245,7 @@ def generate(self) -> dict:
                 else "(" + ", ".join(f"a{j}" for j in outs) + ")")
     ptrs = names("p", range(n_all))
     # cuLaunchCooperativeKernel takes no trailing ``extra``.
-    tail = "" if self.cooperative else ", None" if self.mode == "ctypes" else ", 0"
+    tail = "" if self.cooperative else ", 0"
     tmap_args = self.tmaps.args if getattr(self, "tmaps", None) else ()
 
     def repoint(handles):
@@ -259,7 +258,7 @@ def generate(self) -> dict:
                     f"{'    ' * 4}return SLOW(args, stream, kw)"]
         return out
     c_mode = self.mode == "c"
-    failed = "r" if self.mode in ("ctypes", "c") else "r[0]"
+    failed = "r" if c_mode else "r[0]"
     # The launch shim's call: the fixed arguments, then the pointers it packs into buf.
     cluster_args = "CX, CY, CZ, FLAGS, " if c_mode and _ex_launch(self) else ""
 
@@ -349,10 +348,7 @@ def generate(self) -> dict:
         # Filled when torch is first seen (entries exist only for torch tensors).
         "RAW_STREAM": None, "CUR_DEV": None,
     }
-    if self.mode == "ctypes":
-        cl = self._ctypes
-        g.update(LAUNCH=cl.fn, STREAMS=cl._voidp, STREAM_OBJ=cl.handle)
-    elif c_mode:
+    if c_mode:
         g.update(c_launch_globals(self))
     else:
         cluster = getattr(self, "cluster", None)
@@ -394,8 +390,10 @@ def bind(self, *args):
     stream, skipping the per-call signature and alignment checks.
 
     For callers that key their own cache on everything the signature is made of
-    (shapes, strides, dtypes, device, 16-byte alignment), as ``ptxdsl.ops`` does.
-    Returns None when ``args`` have no fast-path entry (e.g. not torch tensors).
+    (shapes, strides, dtypes, device, 16-byte alignment), as the ops' memo does
+    (:mod:`ptxdsl.runtime.memo`).
+    Returns None when ``args`` have no fast-path entry (e.g. not torch tensors). The
+    bound launch's ``device`` is the CUDA ordinal it launches on.
 
     A kernel with tensor-map parameters has its maps re-pointed at the new pointers
     first: written straight into the parameter buffer where the driver keeps the
@@ -419,9 +417,8 @@ def bind(self, *args):
         g["STREAMS"], g["STREAM_OBJ"]
     launch, pack, tls, relaunch = g["LAUNCH"], g["PACK"], self.drv.tls, self._relaunch
     get_ident = g["GET_IDENT"]
-    ctypes_mode = self.mode == "ctypes"
     # The launch function's trailing argument: ``extra`` (none for a cooperative launch).
-    tail = () if self.cooperative else (None,) if ctypes_mode else (0,)
+    tail = () if self.cooperative else (0,)
     maps = _map_writers(self, e)
 
     def run(*ptrs):
@@ -442,10 +439,11 @@ def bind(self, *args):
                 if maps and maps[1](ptrs):
                     return relaunch(e, ptrs, s, None, None)
                 r = launch(func, gx, gy, gz, bx, by, bz, smem, cs, sparams, *tail)
-        code = r if ctypes_mode else r[0]
+        code = r[0]
         if code:
             return relaunch(e, ptrs, s, None, code)
         return None
+    run.device = e.dev  # the CUDA ordinal it launches on
     return run
 
 
@@ -477,6 +475,7 @@ def _bind_c(self, e, maps):
         if r:
             return relaunch(e, ptrs, s, None, r)
         return None
+    run.device = e.dev  # the CUDA ordinal it launches on
     return run
 
 

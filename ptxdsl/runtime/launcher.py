@@ -25,14 +25,12 @@
   and the launch is checked. A general call with torch tensors leaves an entry
   behind for the fast path.
 
-Choosing the launch call: ``PTXDSL_LAUNCH=c`` (default; the launch shim of
-:mod:`.cshim`, built with the machine's C compiler on first use: one C call packs the
-pointers and launches), ``params`` (``kernelParams`` array of pointers through
-cuda.bindings; where the shim cannot be built) or ``ctypes`` (``cuLaunchKernel``
-through ctypes on the same libcuda). ``bench/launch_overhead.py`` measures them. (A
-mode passing one packed buffer through ``CU_LAUNCH_PARAM_BUFFER_POINTER`` was dropped:
-the H200's driver refused it with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES and it was no
-faster.)
+Choosing the launch call: ``PTXDSL_LAUNCH=c`` (default) launches through the launch
+shim of :mod:`.cshim`, a small C extension compiled with the machine's C compiler at
+first use (optional: one C call packs the pointers and launches); ``params`` passes a
+``kernelParams`` array of pointers through cuda.bindings (plain cuda-python), which is
+also what every launcher falls back to where the shim cannot be built.
+``bench/launch_overhead.py`` measures both.
 
 Errors: a failed launch raises :class:`CudaError` naming the kernel. Kernel
 faults (an illegal address) are asynchronous: they surface at a later call, and
@@ -51,19 +49,20 @@ from dataclasses import dataclass, field
 
 from ..core.errors import LaunchError, user_location
 from . import driver as _driver
-from .adapter import ArgProblem, ArgView, classify, dlpack_device, stream_handle, view_of
-from .args import Binding, KernelSignature, bind
+from .adapter import (ArgProblem, ArgView, allocate, classify, dlpack_device, stream_handle,
+                      view_of)
+from .args import Binding, KernelSignature, bind, dtype_name_for_tile
 from .compile import KernelFunction, load_function
 from .driver import CudaError
 from . import fastpath, hostcheck, torch_private
 from .fastpath import ParamLayout
 from .limits import LaunchLimits, _leave_quietly
-from .memory import Staging, allocate
+from .memory import Staging
 from .tensormaps import TensorMapParams
 
 __all__ = ["LAUNCH_MODES", "Launcher", "ParamLayout", "launch", "prepare"]
 
-LAUNCH_MODES = ("params", "ctypes", "c")
+LAUNCH_MODES = ("params", "c")
 # The mode a launcher uses unless PTXDSL_LAUNCH or prepare(mode=...) says otherwise
 # ("c" where the launch shim builds, else "params"); bench/launch_overhead.py reports
 # which mode is fastest on the machine it runs on.
@@ -110,14 +109,12 @@ class Launcher(LaunchLimits):
         self.layout = ParamLayout(compiled.program.params)
         self.tmaps = TensorMapParams(self.drv, self.sig, compiled.program.params)
         # The kernel's own cluster shape (kernel(cluster=...)): every launch, fast ones
-        # too, goes through cuLaunchKernelEx with it. Such launches use the "params" mode.
+        # too, goes through cuLaunchKernelEx with it.
         self.cluster = _cluster_dims(getattr(kernel, "cluster", None))
         # A programmatic dependent launch (kernel(pdl=True)) carries its attribute on every
         # launch (cuLaunchKernelEx) unless PTXDSL_PDL=0: then the kernel is launched plainly
         # and its griddepcontrol instructions return at once.
         self.pdl = bool(getattr(kernel, "pdl", False)) and _env_flag("PTXDSL_PDL", True)
-        if (self.cluster is not None or self.pdl) and self.mode == "ctypes":
-            self.mode = "params"
         # The launch shim (mode "c"): where it cannot be built here, or the driver is not
         # cuda.bindings' (a test's fake), the params mode launches instead.
         self._c = self.drv.c_launcher() if self.mode == "c" and hasattr(
@@ -130,8 +127,6 @@ class Launcher(LaunchLimits):
         self.signatures = fastpath.Signatures(limit=_MAX_ENTRIES)
         self._fn_lock = threading.Lock()
         self.cooperative = bool(getattr(kernel, "cooperative", False))
-        self._ctypes = (_driver.CtypesLauncher(self.cooperative) if self.mode == "ctypes"
-                        else None)
         self.fast_hits_possible = self.layout.ptr_prefix and self.sig.n_all > 0
         self._g = self._generate()
         type(self).__call__ = self._g["__call__"]
@@ -177,7 +172,8 @@ class Launcher(LaunchLimits):
         stream, skipping the per-call signature and alignment checks.
 
         For callers that key their own cache on everything the signature is made of
-        (shapes, strides, dtypes, device, 16-byte alignment), as ``ptxdsl.ops`` does.
+        (shapes, strides, dtypes, device, 16-byte alignment), as the ops' memo does
+        (:mod:`ptxdsl.runtime.memo`).
         Returns None when ``args`` have no fast-path entry (e.g. not torch tensors).
         """
         return fastpath.bind(self, *args)
@@ -285,8 +281,11 @@ class Launcher(LaunchLimits):
         outs = []
         for k, j in enumerate(range(sig.n_in, sig.n_all)):
             if call.objs[j] is None:
-                obj = allocate(framework, tuple(binding.out_shapes[k]), sig.specs[j].dtype,
-                               call.device, stream=call.stream)
+                name = dtype_name_for_tile(sig.specs[j].dtype)
+                if framework != "torch" and name == "bfloat16":
+                    name = "uint16"  # bf16 bit patterns where the framework has no bf16
+                obj = allocate(framework, tuple(binding.out_shapes[k]), name, call.device,
+                               stream=call.stream)
                 call.objs[j] = obj
                 call.kinds[j] = classify(obj)
                 call.views[j] = view_of(obj, call.kinds[j], pointer_device=self._pointer_device)
@@ -401,13 +400,8 @@ class Launcher(LaunchLimits):
         values = self.layout.values([0] * sig.n_all, binding, arrays)
         buf, arr = self.layout.buffer(values)    # the owner thread's
         sbuf, sarr = self.layout.buffer(values)  # every other thread's, under the lock
-        if self.mode == "ctypes":
-            params, sparams = ctypes.c_void_p(ctypes.addressof(arr)), \
-                ctypes.c_void_p(ctypes.addressof(sarr))
-        else:
-            params, sparams = ctypes.addressof(arr), ctypes.addressof(sarr)
-        func = (self._ctypes.handle(int(kf.func)) if self.mode == "ctypes" else
-                int(kf.func) if self.mode == "c" else kf.func)
+        params, sparams = ctypes.addressof(arr), ctypes.addressof(sarr)
+        func = int(kf.func) if self.mode == "c" else kf.func
         tmaps = {}
         if self.tmaps:  # the maps in each buffer, re-pointed by every fast call
             tmaps = dict(tmap_own=self.tmaps.handles(self.layout.array_addresses(arr)),

@@ -1,30 +1,21 @@
 """Device memory ptxdsl owns: output buffers for frameworks it cannot allocate in,
 and the staging of numpy arrays through the GPU.
 
-Outputs are allocated "in the same framework" as the inputs: torch tensors
-for torch inputs (through torch's caching allocator, on torch's device), cupy
-arrays for cupy inputs, numpy arrays for numpy inputs. For other
-``__cuda_array_interface__``/DLPack producers (jax, numba, ...) ptxdsl returns a
-:class:`DeviceArray`, which any CAI consumer (cupy, numba, torch.as_tensor) reads
-zero-copy and ``.copy_to_host()`` brings back as numpy.
+Outputs are allocated "in the same framework" as the inputs
+(:func:`ptxdsl.runtime.adapter.allocate`). For ``__cuda_array_interface__``/DLPack
+producers other than torch and cupy (jax, numba, ...) that is a :class:`DeviceArray`,
+which any CAI consumer (cupy, numba, torch.as_tensor) reads zero-copy and
+``.copy_to_host()`` brings back as numpy.
 """
 from __future__ import annotations
 
-import sys
 import weakref
 
 import numpy as np
 
-from ..core.errors import LaunchError
 from . import driver as _driver
-from .args import dtype_name_for_tile
 
-__all__ = ["DeviceArray", "Staging", "allocate", "numpy_dtype"]
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    """numpy dtype for a canonical dtype name (bfloat16 -> uint16 bit patterns)."""
-    return np.dtype("uint16" if name == "bfloat16" else name)
+__all__ = ["DeviceArray", "Staging"]
 
 
 def _free(drv, device: int, ptr: int) -> None:
@@ -90,25 +81,6 @@ class DeviceArray:
 
     def __repr__(self) -> str:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
-
-
-def allocate(framework: str, shape: tuple, tile_dtype, device: int, *, stream: int = 0):
-    """A new output of ``shape`` for a Tile of ``tile_dtype`` in ``framework``."""
-    name = dtype_name_for_tile(tile_dtype)
-    if framework == "torch":
-        torch = sys.modules["torch"]
-        tdt = getattr(torch, name, None)
-        if tdt is None:
-            raise LaunchError(f"this torch has no {name} dtype for an output of "
-                              f"{tile_dtype.name}; pass the output explicitly")
-        return torch.empty(shape, dtype=tdt, device=torch.device("cuda", device))
-    if framework == "cupy":
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(device):
-            return cupy.empty(shape, dtype=numpy_dtype(name))
-    if framework == "numpy":
-        return np.empty(shape, numpy_dtype(name))
-    return DeviceArray(shape, numpy_dtype(name), device, stream=stream)
 
 
 class Staging:

@@ -1,6 +1,7 @@
 """Every private torch call ptxdsl makes, in one place, behind a version gate and a switch.
 
-ptxdsl's fast launches call into torch for what its public API offers only slowly:
+ptxdsl's fast launches (the launcher's generated call, the ops' memo) call into torch
+for what its public API offers only slowly:
 
 * ``torch._C._cuda_getCurrentRawStream(device)``: the current stream as an integer
   (public fallback: ``torch.cuda.current_stream(device).cuda_stream``);
@@ -16,7 +17,7 @@ ptxdsl's fast launches call into torch for what its public API offers only slowl
   parser and the dispatcher (else ``torch.empty``; unlike ``torch.empty`` it does not
   fill memory with NaN under ``torch.use_deterministic_algorithms``);
 * ``torch._dynamo.substitute_in_graph`` (torch 2.5+): has ``torch.compile`` trace the
-  ops as their ``torch.library`` custom ops (``ops/_common/torch_ops.py``; without it
+  ops as their ``torch.library`` custom ops (``ops/<op>/torch_op.py``; without it
   dynamo traces the eager code, with graph breaks).
 
 ``PTXDSL_TORCH_PRIVATE=0`` turns off the guard, the allocator and the dynamo

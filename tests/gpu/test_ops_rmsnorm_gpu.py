@@ -288,7 +288,7 @@ def test_strided_weight_is_not_taken_for_a_contiguous_one():
 
 
 def test_repeated_plain_calls_follow_alignment_grad_mode_eps_and_signature():
-    """Plain calls that repeat the last signature are found by a tensor guard (ops.rmsnorm.fast.Hot):
+    """Plain calls that repeat the last signature are found by a tensor guard (the memo's hot entry):
     what the guard cannot see must still be honoured: a pointer of another alignment
     (narrower vectors), grad mode for a weight that requires grad, another eps, and
     two signatures taking turns."""

@@ -3,7 +3,8 @@
 Modules: :mod:`.api` (the call and its rules), :mod:`.plan` (which kernel and
 tile shape), :mod:`.schedule` (the persistent tile order), :mod:`.epilogue`
 (bias and activation), :mod:`.simt` (the any-layout fallback), :mod:`.hopper`
-(the warp-specialized wgmma + TMA kernel), :mod:`.autograd` (torch).
+(the warp-specialized wgmma + TMA kernel), :mod:`.autograd` (torch), :mod:`.torch_op`
+(``torch.ops.ptxdsl.matmul``).
 """
 from .api import KERNELS, matmul
 

@@ -36,17 +36,19 @@ import numpy as np
 
 from ...core.errors import LaunchError, SourceLoc
 from ...core.types import PtxType, bf16, f16, f32
-from .._common.frame import DTYPES as _DTYPES, Frame, data_ptr, grad_enabled, kind_of, strides
-from . import fast as _fast
+from ...runtime.adapter import DTYPES as _DTYPES, Frame, address as data_ptr, kind_of
+from ...runtime.adapter import element_strides as strides
+from ...runtime.memo import Launch, Memo, Recording, output, tensor
 from . import fp8 as _fp8
 from .._common.kernels import KernelCache
-
-log = logging.getLogger("ptxdsl.ops")
+from .._common.torch_registry import TORCH_OPS
 from .epilogue import ACTIVATIONS
 from .plan import choose, device_class, fallback_plan, for_majors, tma_ok
 from .simt import build_simt
 
-_ALIASES = {"gelu_tanh": "gelu", "gelu-tanh": "gelu", "swish": "silu"}
+log = logging.getLogger("ptxdsl.ops")
+
+ALIASES = {"gelu_tanh": "gelu", "gelu-tanh": "gelu", "swish": "silu"}
 _PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -65,6 +67,13 @@ def _error(msg: str) -> LaunchError:
 
 
 KERNELS = KernelCache()
+# Repeat torch calls: (a, b, bias, scale_a, scale_b; out_dtype, activation).
+MATMUL = Memo("matmul", 5, 2, limit=512)
+
+
+def clear() -> None:
+    """Forget every recorded call (the next call of each signature takes the general path)."""
+    MATMUL.clear()
 
 
 # ---------------------------------------------------------------- array plumbing
@@ -100,39 +109,22 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
            scale_a=None, scale_b=None):
     """``activation(a @ b + bias)``, or ``activation(scale_a * scale_b * (a @ b) + bias)``
     for float8 operands; see the module docstring for shapes, dtypes, layouts."""
-    activation = _ALIASES.get(activation, activation)
+    activation = ALIASES.get(activation, activation)
     if activation not in ACTIVATIONS:
         raise _error(f"activation must be None, 'relu', 'gelu' (tanh form) or 'silu', got "
                      f"{activation!r}")
-    sig = None
-    scaled = scale_a is not None or scale_b is not None
-    if out is None and bias is None and not scaled:
-        # Lookup 1: the plain call made again like last time, found by one C++ guard of
-        # both tensors (fast.Hot); its launch returns None where the alignment differs.
-        hot = _fast.FAST.hot
-        if hot is not None and hot.guard(a, b) and hot.out_dtype == out_dtype and \
-                hot.activation == activation:
-            c = hot.launch(a, b)
-            if c is not None:
-                return c
     if out is None:
-        try:
-            sig = _fast.key(a, b, bias, out_dtype, activation)
-            if scaled:
-                sig += _fp8.scale_key(scale_a, scale_b)
-        except (AttributeError, TypeError):  # numpy, cupy, ...: no .stride()/.data_ptr()
-            sig = None
-        if sig is not None:
-            run = _fast.FAST.entries.get(sig)
-            if run is not None and not ((a.requires_grad or b.requires_grad or (
-                    bias is not None and bias.requires_grad)) and grad_enabled()):
-                if getattr(run, "hot", None) is not None:
-                    _fast.FAST.hot = run.hot    # this signature is the one to guard now
-                return run(a, b, bias, scale_a, scale_b)
+        # A repeat torch call: the last signature's guard, else the signature key.
+        got = MATMUL.hot(a, b, bias, scale_a, scale_b, out_dtype, activation)
+        if got is None:
+            got = MATMUL.lookup(a, b, bias, scale_a, scale_b, out_dtype, activation)
+        if got is not None:
+            return got
     frame = Frame(a, "matmul")
     if kind_of(b, "matmul") != frame.kind:
         raise _error(f"a and b must be the same kind of array, got {type(a).__name__} and "
                      f"{type(b).__name__}")
+    scaled = scale_a is not None or scale_b is not None
     if frame.kind == "torch" and frame.torch.is_grad_enabled() and (
             a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
         if _fp8.dtype_of(a) or _fp8.dtype_of(b) or scaled:
@@ -141,9 +133,9 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
         if out is not None:
             raise _error("out= writes into a caller tensor and is not differentiable; call "
                          "it under torch.no_grad(), or leave out= for training")
-        from .autograd import matmul_autograd
-        return matmul_autograd(a, b, bias, activation, out_dtype)
-    return forward(frame, a, b, out, out_dtype, bias, activation, sig, scale_a, scale_b)
+        from .autograd import matmul_autograd  # imports torch
+        return matmul_autograd(a, b, bias, activation, out_dtype, forward)
+    return forward(frame, a, b, out, out_dtype, bias, activation, scale_a, scale_b)
 
 
 def torch_dtype(spec):
@@ -171,9 +163,16 @@ def _shapes(a, b):
     return ba if ba is not None else bb, m, n, k
 
 
-def forward(frame, a, b, out, out_dtype, bias, activation, sig=None, scale_a=None,
-            scale_b=None):
-    """The call without autograd: checks, allocation, batching, kernel choice."""
+def forward(frame, a, b, out, out_dtype, bias, activation, scale_a=None, scale_b=None):
+    """The call without autograd: checks, allocation, batching, kernel choice; a plain
+    2-D torch CUDA call's launch is recorded in :data:`MATMUL` for its repeat calls."""
+    if frame.kind == "torch":
+        TORCH_OPS.ensure()
+    call = (a, b, bias, scale_a, scale_b, out_dtype, activation)
+    # Recorded: no out= (a caller's tensor), per-tensor scales as tensors (a number makes
+    # its scale array anew per call), and below, 2-D operands read in place.
+    record = out is None and frame.cuda_torch and not any(
+        isinstance(s, (int, float)) for s in (scale_a, scale_b))
     batch, m, n, k = _shapes(a, b)
     dt, bt = _dtype_of(a), _dtype_of(b)
     eight = dt.bytes == 1
@@ -195,7 +194,7 @@ def forward(frame, a, b, out, out_dtype, bias, activation, sig=None, scale_a=Non
             raise _error(f"bias dtype must be {allowed}, got {bias.dtype}")
         if strides(bias)[0] != 1:
             bias = frame.contiguous(bias)
-            sig = None                  # a copied bias: no per-signature closure
+            record = False              # a copied bias: not the caller's pointer
     shape = ((batch,) if batch is not None else ()) + (m, n)
     if out is None:
         out = frame.empty(shape, a, odt)
@@ -218,12 +217,14 @@ def forward(frame, a, b, out, out_dtype, bias, activation, sig=None, scale_a=Non
         oi = out[i] if batch is not None else out
         k, a_t, b_t, copied, args = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation,
                                          bt, scales)
-    if sig is not None and batch is None and not copied and frame.cuda_torch:
-        run = _fast.record(k, a_t, b_t, tuple(out.shape), out.dtype, out.device,
-                           bias is not None, args, (a, b, out_dtype, activation), scales)
-        _fast.remember(sig, run)
-        if getattr(run, "hot", None) is not None:
-            _fast.FAST.hot = run.hot
+    if record and batch is None and not copied:
+        # the operands' pointers (a transposed view's is its base's), the bias, the
+        # scales (a None scale: the general path's 1.0, kept), C
+        order = [tensor(0), tensor(1)] + ([tensor(2)] if bias is not None else [])
+        for slot, given, made in zip((3, 4), (scale_a, scale_b), scales or ()):
+            order.append(tensor(slot) if given is not None else made.data_ptr())
+        MATMUL.record(call, Recording((Launch(k, tuple(args), tuple(order + [output(0)])),),
+                                      (out,), output(0), keep=tuple(scales or ())))
     return out
 
 
@@ -351,4 +352,5 @@ class _TorchMath:
         self.maximum = lambda x, y: torch.clamp(x, min=y)
 
 
-__all__ = ["matmul", "forward", "kernel_for", "hopper_kernel", "describe", "KERNELS"]
+__all__ = ["matmul", "forward", "kernel_for", "hopper_kernel", "describe", "KERNELS", "MATMUL",
+           "clear"]

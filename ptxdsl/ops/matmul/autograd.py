@@ -15,17 +15,16 @@ import math
 
 import torch
 
-from .._common.frame import Frame
-from .api import forward
+from ...runtime.adapter import Frame
 
 _DT = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
-def _mm(x, y, out_dtype=None, bias=None, activation=None):
+def _mm(forward, x, y, out_dtype=None, bias=None, activation=None):
     return forward(Frame(x, "matmul"), x, y, None, out_dtype, bias, activation)
 
 
-def _act_grad(z, activation):
+def act_grad(z, activation):
     """``act'(z)`` in float32 (the tanh form of gelu, as the forward)."""
     z = z.float()
     if activation == "relu":
@@ -41,10 +40,10 @@ def _act_grad(z, activation):
 
 class _MatmulFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, bias, activation, out_dtype):
+    def forward(ctx, a, b, bias, activation, out_dtype, forward):
         ctx.save_for_backward(a, b, bias)
-        ctx.activation = activation
-        return _mm(a, b, out_dtype, bias, activation)
+        ctx.activation, ctx.forward = activation, forward
+        return _mm(forward, a, b, out_dtype, bias, activation)
 
     @staticmethod
     def backward(ctx, dy):
@@ -53,25 +52,27 @@ class _MatmulFn(torch.autograd.Function):
         if act is None:
             dz = dy.to(a.dtype)
         else:
-            z = _mm(a, b, torch.float32, bias, None)
-            dz = (dy.float() * _act_grad(z, act)).to(a.dtype)
+            z = _mm(ctx.forward, a, b, torch.float32, bias, None)
+            dz = (dy.float() * act_grad(z, act)).to(a.dtype)
         da = db = dbias = None
         if ctx.needs_input_grad[0]:
             if a.ndim == 2 and b.ndim == 3:  # a shared: sum_i dz_i @ b_i^T as one product
-                da = _mm(dz.permute(1, 0, 2).reshape(dz.shape[1], -1),
+                da = _mm(ctx.forward, dz.permute(1, 0, 2).reshape(dz.shape[1], -1),
                          b.transpose(-1, -2).reshape(-1, b.shape[-2]))
             else:
-                da = _mm(dz, b.transpose(-1, -2))
+                da = _mm(ctx.forward, dz, b.transpose(-1, -2))
         if ctx.needs_input_grad[1]:
             if a.ndim == 3 and b.ndim == 2:  # b shared: sum_i a_i^T @ dz_i as one product
-                db = _mm(a.reshape(-1, a.shape[-1]).transpose(0, 1),
+                db = _mm(ctx.forward, a.reshape(-1, a.shape[-1]).transpose(0, 1),
                          dz.reshape(-1, dz.shape[-1]))
             else:
-                db = _mm(a.transpose(-1, -2), dz)
+                db = _mm(ctx.forward, a.transpose(-1, -2), dz)
         if bias is not None and ctx.needs_input_grad[2]:
             dbias = dz.float().reshape(-1, dz.shape[-1]).sum(0).to(bias.dtype)
-        return da, db, dbias, None, None
+        return da, db, dbias, None, None, None
 
 
-def matmul_autograd(a, b, bias, activation, out_dtype):
-    return _MatmulFn.apply(a, b, bias, activation, out_dtype)
+def matmul_autograd(a, b, bias, activation, out_dtype, forward):
+    """The product recorded for autograd; ``forward`` is the op's call without autograd
+    (:func:`.api.forward`), so that this module imports nothing of the op's own."""
+    return _MatmulFn.apply(a, b, bias, activation, out_dtype, forward)

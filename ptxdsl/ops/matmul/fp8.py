@@ -43,7 +43,7 @@ def scale_args(frame, scale_a, scale_b, like, error) -> list:
 
 
 def _one(frame, s, like, name, error):
-    from .._common.frame import kind_of
+    from ...runtime.adapter import kind_of
     if s is None or isinstance(s, (int, float)):
         v = 1.0 if s is None else float(s)
         if v != v or v in (float("inf"), float("-inf")):

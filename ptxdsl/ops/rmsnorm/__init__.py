@@ -1,11 +1,14 @@
 """RMSNorm: ``x / sqrt(mean(x^2, -1) + eps) * weight``, forward and backward.
 
 =========== ==============================================================
-api         ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``: checks, dispatch
+api         ``rms_norm``, ``rms_norm_backward``: memo, checks, dispatch,
+            and what the general path records for repeat calls
 quant_api   ``rms_norm_quant``: RMSNorm with FP8 (e4m3) output and its scale
+checks      the argument checks the ops share
 plan        which kernel a call runs (ptxas / occupancy asked), built kernels
-fast        repeated torch calls: per-signature closures that allocate and launch
-autograd    the ``torch.autograd.Function`` and ``nn.Module`` (torch only)
+autograd    the ``torch.autograd.Function`` (torch only)
+module      ``RMSNorm``, the ``torch.nn.Module`` (torch only)
+torch_op    ``torch.ops.ptxdsl.rms_norm`` / ``rms_norm_backward`` (torch.library)
 fwd         the row-per-CTA / row-per-warp forward kernel and its ``Plan``
 fwd_loop    the persistent forward kernel (a CTA loops over rows)
 bwd         the backward kernel, its ``BwdPlan`` and the dw reduction
@@ -19,7 +22,15 @@ devices     what the plans read of a device (SMs, bandwidth, L2, clusters)
 quant       the FP8-output kernel (dynamic per-row or static scale, fused residual)
 =========== ==============================================================
 """
-from .api import KERNELS, RMSNorm, rms_norm, rms_norm_backward
+from .api import KERNELS, rms_norm, rms_norm_backward
 from .quant_api import rms_norm_quant
+
+
+def RMSNorm(*args, **kwargs):
+    """``torch.nn.Module`` running ptxdsl's RMSNorm kernels (forward and backward); see
+    :class:`.module.RMSNorm`."""
+    from .module import RMSNorm as _RMSNorm  # imports torch
+    return _RMSNorm(*args, **kwargs)
+
 
 __all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward", "rms_norm_quant"]

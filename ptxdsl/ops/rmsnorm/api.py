@@ -1,27 +1,42 @@
-"""``ptxdsl.ops.rms_norm`` / ``rms_norm_backward`` / ``RMSNorm``: the user-facing API.
+"""``ptxdsl.ops.rms_norm`` / ``rms_norm_backward``: the user-facing API.
 
 Arrays may be numpy (run on the GPU when one is present, else on the CPU
 interpreter), torch CUDA tensors or any ``__cuda_array_interface__`` /
 ``__dlpack__`` device array (run on the GPU, zero-copy). Torch tensors that
 need gradients go through a ``torch.autograd.Function`` (:mod:`.autograd`) whose
 backward is :func:`rms_norm_backward`. The kernel a call runs is chosen in
-:mod:`.plan`; repeated torch calls launch through :mod:`.fast`.
+:mod:`.plan`; repeated torch calls launch through the runtime's memo
+(:mod:`ptxdsl.runtime.memo`: :data:`FORWARD`, :data:`BACKWARD`), which the general
+path's :class:`~ptxdsl.runtime.memo.Recording` fills.
 """
 from __future__ import annotations
 
 import logging
 
-from ...core.errors import LaunchError, user_location
-from ...runtime import torch_private
+from ...core.errors import LaunchError
 from ...core.types import f32
-from .._common.frame import Frame, data_ptr, grad_enabled, strides
+from ...runtime import torch_private
+from ...runtime.adapter import Frame, address as data_ptr, element_strides as strides
+from ...runtime.memo import Launch, Memo, Recording, output, scratch, tensor
+from .._common.torch_registry import TORCH_OPS
+from .checks import check_arrays, offset_value
 from .._common.workspace import HEADER, WORKSPACE
-from . import fast as _tf
 from .plan import KERNELS, backward_kernel, dw_reduce_kernel, forward_kernel, vec_for
 
-__all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward"]
+__all__ = ["BACKWARD", "FORWARD", "KERNELS", "clear", "forward", "rms_norm", "rms_norm_backward"]
 
 log = logging.getLogger("ptxdsl.ops")
+
+# Repeat torch calls: (x, weight, residual, out; eps, offset, want_rstd) and
+# (dy, x, weight, rstd; offset).
+FORWARD = Memo("rms_norm", 4, 3)
+BACKWARD = Memo("rms_norm_backward", 4, 1)
+
+
+def clear() -> None:
+    """Forget every recorded call (the next call of each signature takes the general path)."""
+    FORWARD.clear()
+    BACKWARD.clear()
 
 
 def _grid(k, m: int):
@@ -41,84 +56,53 @@ def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0, residual=None
     ``h = x + residual`` is written into ``residual`` and normalised. Returns ``y``
     (and ``rstd``, f32 per row, with ``return_rstd``).
     Torch tensors requiring grad are differentiable. Under ``torch.compile`` the call
-    is traced as the custom op ``torch.ops.ptxdsl.rms_norm`` (see ``_common/torch_ops``).
+    is traced as the custom op ``torch.ops.ptxdsl.rms_norm`` (see :mod:`.torch_op`).
     """
-    if residual is None and out is None and not return_rstd:
-        # Lookup 1: the plain form called again like last time, found by one C++ guard
-        # of both tensors (fast.Hot); it returns None where alignment or grad mode differ.
-        hot = _tf.FORWARD.hot
-        if hot.guard(x, weight) and eps == hot.eps and offset == hot.offset:
-            y = hot.launch(x, weight)
-            if y is not None:
-                return y
-    try:  # torch tensors: their signature key (numpy, cupy, ...: no .stride()/.data_ptr())
-        key = _tf.fwd_key(x, weight, eps, residual, return_rstd, out, offset)
-    except (AttributeError, TypeError):
-        key = None
-    if key is not None and not (x.requires_grad or weight.requires_grad):
-        # Lookup 2: a signature seen before, straight to its launch. (Tensors that
-        # require grad are looked up once below, by autograd's forward or under no_grad.)
-        fast = _tf.FORWARD.entries.get(key)
-        if fast is not None:
-            if fast.hot is not None:
-                _tf.FORWARD.hot = fast.hot  # this signature is the one to guard for now
-            y, rstd = fast(x, weight, residual, out)
-            return (y, rstd) if return_rstd else y
-        looked_up = True
-    else:
-        looked_up = False
+    # A repeat torch call: the last signature's guard, else the signature key.
+    got = FORWARD.hot(x, weight, residual, out, eps, offset, return_rstd)
+    if got is None:
+        got = FORWARD.lookup(x, weight, residual, out, eps, offset, return_rstd)
+    if got is not None:
+        return got
     frame = Frame(x, "rms_norm")
-    needs_grad = frame.kind == "torch" and grad_enabled() and (
+    needs_grad = frame.kind == "torch" and frame.torch.is_grad_enabled() and (
         x.requires_grad or weight.requires_grad)
     if needs_grad and (residual is not None or out is not None):
         raise LaunchError("rms_norm(residual=..., out=...) writes into caller tensors and is "
                           "not differentiable; call it under torch.no_grad() (inference), or "
                           "add the residual first and call rms_norm(x, weight) for training")
     if needs_grad:
-        from .autograd import rms_norm_autograd
-        y, rstd = rms_norm_autograd(x, weight, eps, offset)
+        from .autograd import rms_norm_autograd  # imports torch
+        y, rstd = rms_norm_autograd(x, weight, eps, offset, forward, rms_norm_backward)
         return (y, rstd) if return_rstd else y
-    y, rstd = _forward(frame, x, weight, eps, residual, return_rstd, out,
-                       key=key, looked_up=looked_up, offset=offset)
-    return (y, rstd) if return_rstd else y
+    return _forward(frame, x, weight, eps, offset, residual, out, return_rstd)
 
 
-def _check(x, weight, n, frame):
-    if x.ndim < 1 or n < 1:
-        raise LaunchError(f"rms_norm needs x with a last dim of at least 1, got shape "
-                          f"{tuple(x.shape)}")
-    if tuple(weight.shape) != (n,):
-        raise LaunchError(f"weight must have shape ({n},) to match x's last dim, got "
-                          f"{tuple(weight.shape)}")
-    dt, wdt = frame.dtype(x), frame.dtype(weight)
-    if wdt not in (dt, f32):
-        raise LaunchError(f"weight dtype must be x's ({dt.name}) or float32, got {wdt.name}")
-    return dt, wdt
+def forward(x, weight, eps: float, offset: float = 0.0):
+    """``(y, rstd)`` without autograd (what the autograd Function and the custom op run):
+    a recorded launch if the signature was seen, else the general path."""
+    got = FORWARD.hot(x, weight, None, None, eps, offset, True)
+    if got is None:
+        got = FORWARD.lookup(x, weight, None, None, eps, offset, True)
+    if got is not None:
+        return got
+    return _forward(Frame(x, "rms_norm"), x, weight, eps, offset, None, None, True)
 
 
-def _forward(frame, x, weight, eps, residual, want_rstd, out, *, key=None,
-             looked_up=False, offset=0.0):
-    """The forward of a call the fast path did not serve: its recorded launch if the
-    signature was seen (unless the caller already looked ``key`` up), else the general
-    path, which records the launch for next time."""
-    if frame.cuda_torch:
-        if key is None:
-            key = _tf.fwd_key(x, weight, eps, residual, want_rstd, out, offset)
-        fast = None if looked_up else _tf.FORWARD.entries.get(key)
-        if fast is not None:
-            return fast(x, weight, residual, out)
-    y, rstd, fast = _forward_general(frame, x, weight, eps, residual, want_rstd, out,
-                                     _offset(offset))
-    if fast is not None:
-        _tf.FORWARD.add(key, fast)
-        if fast.hot is not None:
-            _tf.FORWARD.hot = fast.hot
-    return y, rstd
+def _forward(frame, x, weight, eps, offset, residual, out, want_rstd):
+    """The general path; its launch recorded in :data:`FORWARD` for torch CUDA tensors."""
+    if frame.kind == "torch":
+        TORCH_OPS.ensure()
+    y, rstd, rec = _forward_general(frame, x, weight, eps, residual, want_rstd, out,
+                                    offset_value(offset))
+    if rec is not None:
+        FORWARD.record((x, weight, residual, out, eps, offset, want_rstd), rec)
+    return (y, rstd) if want_rstd else y
 
 
 def _forward_general(frame, x, weight, eps, residual, want_rstd, out, offset=0.0):
     n = int(x.shape[-1])
-    dt, wdt = _check(x, weight, n, frame)
+    dt, wdt = check_arrays(x, weight, n, frame)
     lead = tuple(x.shape[:-1])
     x2 = frame.rows(x, n)
     m = int(x2.shape[0])
@@ -149,13 +133,24 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out, offset=0.0
         residual[...] = r2.reshape(residual.shape)
     if out is None:
         y = y2.reshape(lead + (n,))
-    fast = None
-    # The closure launches on the caller's own pointers: only where the (M, N) views
-    # the kernel saw are views of them, not copies.
+    rec = None
+    # A repeat call launches on the caller's own pointers: recorded only where the
+    # (M, N) views the kernel saw are views of them, not copies.
     if frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
             residual is None or r2 is residual):
-        fast = _tf.fwd_fast(frame.torch, k, args, x, weight, eps, m, want_rstd, offset)
-    return y, rstd, fast
+        outputs = []
+
+        def new(t):
+            outputs.append(t)
+            return output(len(outputs) - 1)
+        x_, w_, r_ = tensor(0), tensor(1), tensor(2)
+        y_ = tensor(3) if out is not None else new(y)
+        rs_ = new(rstd) if want_rstd else None
+        res = [r_] if r2 is not None else []
+        order = [x_, *res, w_, y_, *res] + ([rs_] if want_rstd else [])
+        rec = Recording((Launch(k, tuple(args), tuple(order)),), tuple(outputs),
+                        (y_, rs_) if want_rstd else y_)
+    return y, rstd, rec
 
 
 # ---------------------------------------------------------------- backward
@@ -166,33 +161,24 @@ def rms_norm_backward(dy, x, weight, rstd, *, offset: float = 0.0):
 
     dweight is reduced deterministically (fixed-order partial sums, no atomics).
     """
-    # Lookup 1: the last fused backward's tensors again, by one C++ guard (fast.Hot).
-    hot = _tf.BACKWARD.hot
-    if hot.guard(dy, x, weight, rstd) and offset == hot.offset:
-        got = hot.launch(dy, x, weight, rstd)
-        if got is not None:
-            return got
-    try:
-        key = _tf.bwd_key(dy, x, weight, rstd, offset)
-        fast = _tf.BACKWARD.entries.get(key)
-    except (AttributeError, TypeError):
-        key = fast = None
-    if fast is not None:
-        if getattr(fast, "hot", None) is not None:
-            _tf.BACKWARD.hot = fast.hot     # this signature is the one to guard for now
-        return fast(dy, x, weight, rstd)
+    # A repeat torch call: the last signature's guard, else the signature key.
+    got = BACKWARD.hot(dy, x, weight, rstd, offset)
+    if got is None:
+        got = BACKWARD.lookup(dy, x, weight, rstd, offset)
+    if got is not None:
+        return got
     frame = Frame(x, "rms_norm")
-    dx, dw, fast = _backward_general(frame, dy, x, weight, rstd, _offset(offset))
-    if fast is not None and key is not None:
-        _tf.BACKWARD.add(key, fast)
-        if getattr(fast, "hot", None) is not None:
-            _tf.BACKWARD.hot = fast.hot
+    if frame.kind == "torch":
+        TORCH_OPS.ensure()
+    dx, dw, rec = _backward_general(frame, dy, x, weight, rstd, offset_value(offset))
+    if rec is not None:
+        BACKWARD.record((dy, x, weight, rstd, offset), rec)
     return dx, dw
 
 
 def _backward_general(frame, dy, x, weight, rstd, offset=0.0):
     n = int(x.shape[-1])
-    dt, wdt = _check(x, weight, n, frame)
+    dt, wdt = check_arrays(x, weight, n, frame)
     if tuple(dy.shape) != tuple(x.shape) or frame.dtype(dy) != dt:
         raise LaunchError(f"dy must match x: shape {tuple(x.shape)} and dtype {dt.name}")
     x2, dy2 = frame.rows(x, n), frame.rows(dy, n)
@@ -228,14 +214,25 @@ def _backward_general(frame, dy, x, weight, rstd, offset=0.0):
         ws = frame.zeros_u32(2, x)
         partial = frame.empty((p.grid, n), x, f32)
     frame.run(kb, dy2, x2, weight, rstd, ws, dx2, dw, partial)
-    fast = None
-    if _tf.fast_ok(frame, x, x2, dy, dy2):
-        # a grid summing dW in one cluster reads neither the barrier words nor the
-        # partial rows: its repeated calls skip the stream's workspace
-        fast = _tf.bwd_fast(frame.torch, kb, (dy2, x2, weight, rstd, ws, dx2, dw, partial),
-                            x, 0 if p.cluster_dw else elems, dy, weight, rstd, offset,
-                            info.ordinal)
-    return dx2.reshape(tuple(x.shape)), dw, fast
+    rec = None
+    if _own_pointers(frame, x, x2, dy, dy2):
+        dy_, x_, w_, rs_ = tensor(0), tensor(1), tensor(2), tensor(3)
+        args = (dy2, x2, weight, rstd, ws, dx2, dw, partial)
+        if p.cluster_dw:
+            # a grid summing dW in one cluster reads neither the barrier words nor the
+            # partial rows: its repeat calls pass null pointers, no stream workspace
+            order = (dy_, x_, w_, rs_, 0, output(0), output(1), 0)
+            rec = Recording((Launch(kb, args, order),), (dx, dw), (output(0), output(1)))
+        else:
+            hooks, dev = torch_private.hooks(frame.torch), info.ordinal
+            raw_stream, buffer = hooks.raw_stream, WORKSPACE.torch_buffer
+
+            def stream_scratch():
+                return buffer(hooks, dev, raw_stream(dev), elems)
+            order = (dy_, x_, w_, rs_, scratch(), output(0), output(1), scratch(4 * HEADER))
+            rec = Recording((Launch(kb, args, order),), (dx, dw), (output(0), output(1)),
+                            scratch=stream_scratch)
+    return dx2.reshape(tuple(x.shape)), dw, rec
 
 
 def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt):
@@ -244,27 +241,18 @@ def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wd
     partial = frame.empty((p.grid, n), x, f32)
     frame.run(kb, dy2, x2, weight, rstd, dx2, partial)
     frame.run(kr, partial, dw)
-    fast = None
-    if _tf.fast_ok(frame, x, x2, dy, dy2):
-        fast = _tf.bwd_fast_unfused(frame.torch, kb, kr,
-                                    (dy2, x2, weight, rstd, dx2, partial), (partial, dw), x,
-                                    n, p.grid)
-    return dx2.reshape(tuple(x.shape)), dw, fast
+    rec = None
+    if _own_pointers(frame, x, x2, dy, dy2):
+        dx_, dw_, part_ = output(0), output(1), output(2)
+        rec = Recording((Launch(kb, (dy2, x2, weight, rstd, dx2, partial),
+                                (tensor(0), tensor(1), tensor(2), tensor(3), dx_, part_)),
+                         Launch(kr, (partial, dw), (part_, dw_))),
+                        (dx, dw, partial), (dx_, dw_))
+    return dx2.reshape(tuple(x.shape)), dw, rec
 
 
-def _offset(offset) -> float:
-    """``offset`` as the f32 immediate the kernels add (a clear error for anything else)."""
-    try:
-        v = float(offset)
-    except (TypeError, ValueError):
-        raise LaunchError(f"offset must be a real number (Gemma: 1.0), got {offset!r}",
-                          user_location()) from None
-    if v != v or v in (float("inf"), float("-inf")):
-        raise LaunchError(f"offset must be finite, got {v}", user_location())
-    return v
-
-
-def RMSNorm(*args, **kwargs):
-    """``torch.nn.Module`` running ptxdsl's RMSNorm kernels (forward and backward)."""
-    from .autograd import RMSNorm as _RMSNorm
-    return _RMSNorm(*args, **kwargs)
+def _own_pointers(frame, x, x2, dy, dy2) -> bool:
+    """A repeat call launches on the caller's pointers: recorded only where the (M, N)
+    views the kernel saw are views of them, not copies."""
+    return frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
+        dy2 is dy or dy.is_contiguous())

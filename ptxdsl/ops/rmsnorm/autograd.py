@@ -1,52 +1,32 @@
-"""Torch glue: an autograd Function and an ``nn.Module`` around the RMSNorm kernels
-(imported only when torch is in use)."""
+"""Torch autograd around the RMSNorm kernels (imported only when torch is in use).
+
+The Function is handed the op's two calls without autograd (``forward(x, weight, eps,
+offset) -> (y, rstd)`` and ``backward(dy, x, weight, rstd, offset=...) -> (dx, dweight)``,
+:mod:`.api`'s), so that this module imports nothing of the op's own.
+"""
 from __future__ import annotations
 
 import torch
 
-from .._common.frame import Frame
-from .api import _forward, rms_norm_backward
-
 
 class _RMSNormFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, eps, offset):
-        y, rstd = _forward(Frame(x, "rms_norm"), x, weight, eps, None, True, None,
-                           offset=offset)
+    def forward(ctx, x, weight, eps, offset, calls):
+        forward, backward = calls
+        y, rstd = forward(x, weight, eps, offset)
         ctx.save_for_backward(x, weight, rstd)
-        ctx.offset = offset
+        ctx.offset, ctx.backward = offset, backward
         return y, rstd
 
     @staticmethod
     def backward(ctx, dy, _drstd):
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = rms_norm_backward(dy.contiguous(), x, weight, rstd, offset=ctx.offset)
-        return dx, dw, None, None
+        dx, dw = ctx.backward(dy.contiguous(), x, weight, rstd, offset=ctx.offset)
+        return dx, dw, None, None, None
 
 
-def rms_norm_autograd(x, weight, eps, offset=0.0):
-    y, rstd = _RMSNormFn.apply(x, weight, eps, offset)
+def rms_norm_autograd(x, weight, eps, offset, forward, backward):
+    """``(y, rstd)`` recorded for autograd: ``forward`` runs now, ``backward`` when
+    gradients are asked for."""
+    y, rstd = _RMSNormFn.apply(x, weight, eps, offset, (forward, backward))
     return y, rstd
-
-
-class RMSNorm(torch.nn.Module):
-    """Drop-in ``torch.nn.RMSNorm``-like module (weight initialised to ones).
-
-    ``offset``: Gemma's ``y = x * rstd * (offset + weight)`` (Gemma: ``offset=1.0``,
-    with the weight then initialised to zeros, as Gemma's own module does)."""
-
-    def __init__(self, dim: int, eps: float = 1e-6, *, offset: float = 0.0, device=None,
-                 dtype=None):
-        super().__init__()
-        self.eps = eps
-        self.offset = float(offset)
-        init = torch.zeros if self.offset else torch.ones
-        self.weight = torch.nn.Parameter(init(dim, device=device, dtype=dtype))
-
-    def forward(self, x):
-        from .api import rms_norm  # the module imports this one lazily
-        return rms_norm(x, self.weight, self.eps, offset=self.offset)
-
-    def extra_repr(self) -> str:
-        extra = f", offset={self.offset}" if self.offset else ""
-        return f"{self.weight.shape[0]}, eps={self.eps}{extra}"

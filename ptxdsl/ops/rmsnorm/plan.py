@@ -10,7 +10,7 @@ import dataclasses
 
 from ...core.errors import LaunchError, ToolchainError
 from ...core.types import PtxType
-from .._common.frame import data_ptr, strides
+from ...runtime.adapter import address as data_ptr, element_strides as strides
 from .._common.kernels import KernelCache
 from .bwd import MAX_FUSED_ROWS, build_backward, plan_backward
 from .bwd_dw import build_dw_reduce

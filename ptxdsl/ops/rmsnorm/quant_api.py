@@ -6,7 +6,7 @@ one kernel (:mod:`.quant`) that reads each row once. numpy arrays get an
 ``ml_dtypes.float8_e4m3fn`` array (on the GPU when one is present, else on the CPU
 interpreter); torch tensors a ``torch.float8_e4m3fn`` tensor (CUDA tensors on the GPU,
 CPU tensors on the interpreter). Repeated torch CUDA calls of one signature launch
-through a recorded closure, as ``rms_norm``'s do (:mod:`.fast`).
+through the runtime's memo (:data:`QUANT`), as ``rms_norm``'s do.
 """
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ import threading
 import numpy as np
 
 from ...core.errors import LaunchError, user_location
-from ...runtime import prepare, torch_private
-from ...runtime.fastpath import Signatures
 from ...core.types import f32
-from .._common.frame import Frame, data_ptr, dtype_of
-from .api import _check, _offset
+from ...runtime.adapter import Frame, address as data_ptr, dtype_of
+from ...runtime.memo import Launch, Memo, Recording, output, tensor, value
+from .._common.torch_registry import TORCH_OPS
+from .checks import check_arrays, offset_value
 from .plan import quant_kernel, vec_for
 from .quant import FP8_MAX, MIN_SCALE
 
-__all__ = ["rms_norm_quant", "FP8_MAX", "MIN_SCALE"]
+__all__ = ["QUANT", "clear", "rms_norm_quant", "FP8_MAX", "MIN_SCALE"]
 
 
 def rms_norm_quant(x, weight, eps: float = 1e-6, *, residual=None, offset: float = 0.0,
@@ -49,36 +49,25 @@ def rms_norm_quant(x, weight, eps: float = 1e-6, *, residual=None, offset: float
     next layer's residual stream is ready. x: float32, float16 or bfloat16; weight: x's
     dtype or float32. Not differentiable (FP8 output is for inference).
     """
-    if residual is None:
-        # Lookup 1: the residual-free form called again like last time, found by one C++
-        # guard of the tensors (Hot); it returns None where the pointers' alignment differs.
-        hot = FAST.hot
-        if eps == hot.eps and offset == hot.offset:
-            if scale is None or type(scale) is float:
-                ok = not hot.tensor_scale and scale == hot.scale and hot.guard(x, weight)
-            else:
-                ok = hot.tensor_scale and hot.guard(x, weight, scale)
-            if ok:
-                out = hot.launch(x, weight, scale)
-                if out is not None:
-                    return out
-    try:  # torch tensors: their signature key (numpy has no .stride() / .data_ptr())
-        key = _key(x, weight, eps, residual, offset, scale)
-    except (AttributeError, TypeError):
-        key = None
-    if key is not None:
-        # Lookup 2: a signature seen before, straight to its launch.
-        fast = FAST.entries.get(key)
-        if fast is not None:
-            if fast.hot is not None:
-                FAST.hot = fast.hot  # this signature is the one to guard for now
-            return fast(x, weight, residual, scale)
+    # A repeat torch call: a scale tensor takes a tensor slot, a number (or None) a value
+    if scale is None or type(scale) is float or not _is_array(scale):
+        got = QUANT.hot(x, weight, residual, None, eps, offset, scale)
+        if got is None:
+            got = QUANT.lookup(x, weight, residual, None, eps, offset, scale)
+    else:
+        got = QUANT.hot(x, weight, residual, scale, eps, offset, None)
+        if got is None:
+            got = QUANT.lookup(x, weight, residual, scale, eps, offset, None)
+    if got is not None:
+        return got
     frame = Frame(x, "rms_norm_quant")
-    y, sc, fast = _general(frame, x, weight, eps, residual, _offset(offset), scale)
-    if fast is not None and key is not None:
-        FAST.add(key, fast)
-        if fast.hot is not None:
-            FAST.hot = fast.hot
+    if frame.kind == "torch":
+        TORCH_OPS.ensure()
+    y, sc, rec = _general(frame, x, weight, eps, residual, offset_value(offset), scale)
+    if rec is not None:
+        tensor_scale = _is_array(scale)
+        QUANT.record((x, weight, residual, scale if tensor_scale else None, eps, offset,
+                      None if tensor_scale else scale), rec)
     return y, sc
 
 
@@ -91,7 +80,7 @@ def _general(frame, x, weight, eps, residual, offset, scale):
         raise LaunchError("rms_norm_quant needs a torch with torch.float8_e4m3fn (2.1+)",
                           user_location())
     n = int(x.shape[-1]) if x.ndim else 0
-    dt, wdt = _check(x, weight, n, frame)
+    dt, wdt = check_arrays(x, weight, n, frame)
     eps = float(eps)
     if not (eps >= 0 and math.isfinite(eps)):
         raise LaunchError(f"eps must be finite and >= 0, got {eps}", user_location())
@@ -122,11 +111,27 @@ def _general(frame, x, weight, eps, residual, offset, scale):
     frame.run(k, *args)
     if r2 is not None and frame.kind == "numpy" and r2 is not residual:
         residual[...] = r2.reshape(residual.shape)
-    fast = None
+    rec = None
+    # A repeat call launches on the caller's own pointers: recorded only where the
+    # (M, N) views the kernel saw are views of them, not copies.
     if frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
             residual is None or r2 is residual):
-        fast = _fast(frame.torch, k, args, x, weight, eps, offset, scale, s_arg)
-    return y, out_scale, fast
+        res = [tensor(2)] if r2 is not None else []
+        if scale is None:
+            s_ = []
+            out_s = output(1)
+        elif _is_array(scale):       # read from the call's own tensor
+            s_ = [tensor(3)]
+            out_s = tensor(3)
+        else:                        # the number's device scalar, bound for every call
+            s_ = [s_arg.data_ptr()]
+            out_s = value(2)
+        order = [tensor(0), *res, tensor(1), *s_, output(0), *res] + (
+            [output(1)] if scale is None else [])
+        outputs = (y,) + ((out_scale,) if scale is None else ())
+        rec = Recording((Launch(k, tuple(args), tuple(order)),), outputs, (output(0), out_s),
+                        keep=(s_arg,))
+    return y, out_scale, rec
 
 
 def _fp8_empty(frame, shape, like):
@@ -197,119 +202,12 @@ def _scalar_array(frame, s: float, x):
     return a
 
 
-# ---------------------------------------------------------------- repeated torch calls
-class Hot:
-    """The last residual-free torch call's launch, found by torch's C++ tensor guard of
-    (x, weight) or, for a static scale tensor, (x, weight, scale) (see ``fast.Hot``:
-    what the guard does not see, the pointers' alignment, ``launch`` checks: it returns
-    None where it differs). ``scale``: the static number (None: dynamic)."""
-
-    __slots__ = ("guard", "eps", "offset", "scale", "tensor_scale", "launch")
-
-    def __init__(self, guard, eps, offset, scale, tensor_scale, launch):
-        self.guard, self.eps, self.offset, self.scale = guard, eps, offset, scale
-        self.tensor_scale, self.launch = tensor_scale, launch
-
-
-NO_HOT = Hot(torch_private.never, None, None, None, False, None)
-FAST = Signatures(hot=NO_HOT)
-
-
-def _key(x, weight, eps, residual, offset, scale) -> tuple:
-    """The signature key of a torch call (raises AttributeError/TypeError for numpy);
-    a static scale number is part of it (its device tensor is bound in the closure), a
-    scale tensor by its dtype, shape, strides and device (its pointer is read per call)."""
-    ptrs = x.data_ptr() | weight.data_ptr()
-    if residual is not None:
-        ptrs |= residual.data_ptr()
-    if _is_array(scale):
-        scale = ("tensor", scale.dtype, scale.shape, scale.stride(), scale.get_device())
-    return (x.shape, x.stride(), x.dtype, weight.dtype, weight.stride(), x.get_device(), eps,
-            offset, None if residual is None else residual.stride(), scale, ptrs & 15)
-
-
-def _fast(torch, k, args, x, weight, eps, offset, scale, s_arg):
-    """The per-signature closure ``run(x, weight, residual, scale)``: allocate y (and the
-    dynamic scales) and launch, nothing else; ``run.hot``: its :class:`Hot` (None with a
-    residual). ``s_arg``: the static scale's device scalar (None: dynamic): bound for
-    every call for a number, read from the call's own tensor for a tensor."""
-    bound = prepare(k).bind(*args)
-    if bound is None:
-        return None
-    shape, device = tuple(x.shape), x.device
-    lead = shape[:-1] + (1,)
-    fp8, f32t, empty = torch.float8_e4m3fn, torch.float32, torch.empty
-    hooks, dev = torch_private.hooks(torch), x.get_device()
-    cur_dev = hooks.current_device
-    # Outputs from the launcher's allocator (no argument parsing or dispatch), which
-    # allocates on torch's current device: used only when that is x's.
-    alloc_y = hooks.allocator(shape, _contiguous(shape), fp8, dev)
-    alloc_s = hooks.allocator(lead, _contiguous(lead), f32t, dev)
-    dynamic, tensor_scale = scale is None, _is_array(scale)
-    fixed = None if dynamic or tensor_scale else s_arg.data_ptr()
-
-    def outputs():
-        if cur_dev() == dev:
-            return alloc_y(), (alloc_s() if dynamic else None)
-        return (empty(shape, dtype=fp8, device=device),
-                empty(lead, dtype=f32t, device=device) if dynamic else None)
-
-    def run(x, weight, residual, scale_in):
-        y, sc = outputs()
-        ptrs = [x.data_ptr()]
-        if residual is not None:
-            rp = residual.data_ptr()
-            ptrs.append(rp)
-        ptrs.append(weight.data_ptr())
-        if not dynamic:
-            ptrs.append(scale_in.data_ptr() if tensor_scale else fixed)
-        ptrs.append(y.data_ptr())  # float8 and its uint8 bytes: one pointer
-        if residual is not None:
-            ptrs.append(rp)
-        if dynamic:
-            ptrs.append(sc.data_ptr())
-            bound(*ptrs)
-            return y, sc
-        bound(*ptrs)
-        return y, scale_in
-
-    run.keep = s_arg  # a bound device scalar lives as long as the closure
-    run.hot = None
-    if len(args) == 4:  # no residual: x, weight, (scale,) y, (scales)
-        align = (x.data_ptr() | weight.data_ptr()) & 15
-        if dynamic:
-            def plain(x, weight, scale_in):
-                xp, wp = x.data_ptr(), weight.data_ptr()
-                if (xp | wp) & 15 != align:
-                    return None
-                y, sc = outputs()
-                bound(xp, wp, y.data_ptr(), sc.data_ptr())
-                return y, sc
-        else:
-            def plain(x, weight, scale_in):
-                xp, wp = x.data_ptr(), weight.data_ptr()
-                if (xp | wp) & 15 != align:
-                    return None
-                y, _ = outputs()
-                bound(xp, wp, scale_in.data_ptr() if tensor_scale else fixed, y.data_ptr())
-                return y, scale_in
-        guard = hooks.guard((x, weight, scale) if tensor_scale else (x, weight))
-        if guard is not torch_private.never:
-            run.hot = Hot(guard, eps, offset, None if dynamic or tensor_scale else scale,
-                          tensor_scale, plain)
-    return run
-
-
-def _contiguous(shape) -> tuple:
-    out, step = [], 1
-    for d in reversed(shape):
-        out.append(step)
-        step *= max(int(d), 1)
-    return tuple(reversed(out))
+# Repeat torch calls: (x, weight, residual, scale tensor; eps, offset, scale number or None)
+QUANT = Memo("rms_norm_quant", 4, 3)
 
 
 def clear() -> None:
     """Forget every recorded call and cached device scalar."""
-    FAST.clear(hot=NO_HOT)
+    QUANT.clear()
     with _SCALARS_LOCK:
         _SCALARS.clear()

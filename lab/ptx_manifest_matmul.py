@@ -13,10 +13,12 @@ What it enumerates:
   defaults, the H100 / H200 stand-ins of ``tests/hopper_devices.py``, and the
   interpreter's 2 SMs), operand dtype (bf16, f16, e4m3, e5m2), output dtype and operand
   majors (``a @ b``: B MN-major; ``x @ w.T``: B K-major; a column-major A). Alongside,
-  ``grid|...``: the persistent grid the kernel launches for that shape.
+  ``grid|...``: the persistent grid the kernel launches for that shape. A plan that
+  does not build is recorded as ``raises ...``.
 * ``split|...``: ``choose(split=s)`` at one tile row (split-K clusters forced).
-* ``epi|<first choose key of a kernel>|...``: each distinct kernel of the above with
-  every bias dtype, activation, B dtype (8-bit mixes) and scale form.
+* ``epi|<first choose key of a kernel>|...``: each distinct kernel of the above with a
+  bias, an activation (8-bit: the other B type and scales), and the first kernel of each
+  (dtype, output dtype) with every bias dtype, activation, B type and scale form.
 * ``simt|...``: the fallback kernel for each layout, dtype and epilogue.
 """
 from __future__ import annotations

@@ -2,9 +2,8 @@
 ``ptxdsl/ops/matmul/plan.py``'s tables from measurements.
 
 For each shape, :func:`candidates` lists plans around what ``plan.choose`` picks now
-(``base``): tile width ``bn`` 64 / 128 / 176 / 192 / 224 / 256, ring depth, cluster 1 / 2, the
-rasterization group, the stmatrix or st.shared epilogue, and at M <= 128 the split-K
-factor. Operands as ``bench/matmul.py`` makes them (``b = W.T``, random normal bf16,
+(``base``): tile width ``bn`` 64 / 128 / 176 / 192 / 224 / 256, ring depth, cluster 1 / 2
+along M or 2 / 4 along N, and at M <= 128 the split-K factor and the rows of A loaded. Operands as ``bench/matmul.py`` makes them (``b = W.T``, random normal bf16,
 enough copies to stream from HBM where they would fit in L2). Every candidate is validated
 before it is timed: at the timed shape against a float64 product (output prefilled with
 NaN, relative error < 1e-2) and at a ragged shape (379 x 1000 x 528). Timing: at least
@@ -56,48 +55,33 @@ def candidates(m, n, k, sms, device="H100", dt=None):
             for s in (1, 2, 4):
                 if bn == 256 and s > 1 or bn == 64 and s == 4 and n > 4096:
                     continue
-                out[f"n{bn}s{s}"] = mk(bn=bn, split=s, cluster=1, cluster_n=1, a_rows=0,
-                                       epi_cols=min(bn, 128), stmatrix=s == 1)
+                out[f"n{bn}s{s}"] = mk(bn=bn, split=s, cluster=1, cluster_n=1, a_rows=0)
         if m <= 64:                 # only A's first rows loaded (the others zero)
             ar = 16 if m <= 16 else 32 if m <= 32 else 64
             for bn in (64, 128, 224, 256):
-                out[f"n{bn}a{ar}"] = mk(bn=bn, split=1, cluster=1, cluster_n=1, a_rows=ar,
-                                        epi_cols=min(bn, 128), stmatrix=True)
+                out[f"n{bn}a{ar}"] = mk(bn=bn, split=1, cluster=1, cluster_n=1, a_rows=ar)
             for bn in (64, 128):    # ... and K split over a cluster of s CTAs
                 for s in (2, 4):
                     out[f"n{bn}s{s}a{ar}"] = mk(bn=bn, split=s, cluster=1, cluster_n=1,
-                                                a_rows=ar, epi_cols=min(bn, 128),
-                                                stmatrix=False)
-        out["n224s1"] = mk(bn=224, split=1, cluster=1, cluster_n=1, a_rows=0, epi_cols=128,
-                           stmatrix=True)   # 28672 / 224: 128 tiles, one round
+                                                a_rows=ar)
+        out["n224s1"] = mk(bn=224, split=1, cluster=1, cluster_n=1, a_rows=0)
         for bn in (64, 128):        # A shared by multicast along N
             for cn in (2, 4):
-                out[f"n{bn}cn{cn}"] = mk(bn=bn, split=1, cluster=1, cluster_n=cn, a_rows=0,
-                                         epi_cols=min(bn, 128), stmatrix=True)
+                out[f"n{bn}cn{cn}"] = mk(bn=bn, split=1, cluster=1, cluster_n=cn, a_rows=0)
     else:
-        out["n128"] = mk(bn=128, epi_cols=128)
-        out["n192"] = mk(bn=192, epi_cols=64)
-        out["n256"] = mk(bn=256, epi_cols=128)
+        out["n128"] = mk(bn=128)
+        out["n192"] = mk(bn=192)
+        out["n256"] = mk(bn=256)
         out["c1"] = mk(cluster=1)
-        out["n192c1"] = mk(bn=192, epi_cols=64, cluster=1)
-        out["n224"] = mk(bn=224, epi_cols=128)      # 14336 / 224: 64 whole tile columns
-        out["n224c1"] = mk(bn=224, epi_cols=128, cluster=1)
-        out["n176"] = mk(bn=176, epi_cols=128)      # 14336 / 176: 82 tile columns, 5 rounds
-        out["n176c1"] = mk(bn=176, epi_cols=128, cluster=1)
+        out["n192c1"] = mk(bn=192, cluster=1)
+        out["n224"] = mk(bn=224)                    # 14336 / 224: 64 whole tile columns
+        out["n224c1"] = mk(bn=224, cluster=1)
+        out["n176"] = mk(bn=176)                    # 14336 / 176: 82 tile columns, 5 rounds
+        out["n176c1"] = mk(bn=176, cluster=1)
         out["st-1"] = mk(stages=base.stages - 1)
-        out["g2"] = mk(group_m=2)
-        out["g4"] = mk(group_m=4)
-        out["g16"] = mk(group_m=16)
-        out["stsh"] = mk(stmatrix=False)
         out["c2"] = mk(cluster=2)
-        out["n128c1"] = mk(bn=128, epi_cols=128, cluster=1)
-        out["l2p128"] = mk(l2_promotion=128)
-        out["l2p0"] = mk(l2_promotion=0)
-        if base.bn == 256:  # the whole 64 x 256 consumer tile staged at once (3 stages)
-            out["e256"] = mk(epi_cols=256)
+        out["n128c1"] = mk(bn=128, cluster=1)
         out["cn2"] = mk(cluster=1, cluster_n=2)
-        out["ovl"] = mk(overlap=not base.overlap)
-        out["nobal"] = mk(balance=not base.balance)
     seen, res = set(), {}
     for name, p in out.items():
         if p in seen:

@@ -1,8 +1,8 @@
 """The bf16 GEMM at the power cap: sustained throughput, board power and SM clock of
-cuBLAS, ptxdsl and variants of ptxdsl's plan, side by side in one run.
+cuBLAS and ptxdsl (and pyptx), side by side in one run.
 
     PYTHONPATH=. python lab/matmul_power.py [--shapes 8192x8192x8192,4096x4096x4096]
-        [--seconds 2] [--rounds 2] [--variants overlap,no-balance] [--pyptx] [--json PATH]
+        [--seconds 2] [--rounds 2] [--pyptx] [--json PATH]
 
 A sustained bf16 GEMM of random normal inputs holds an H100 or H200 at its power limit
 (700 W): the SM clock settles far below its maximum (about 1350 MHz on an H100, not 1980),
@@ -12,8 +12,7 @@ every 50 ms (the first 30% of the block is left out: the clock is still settling
 columns: TFLOP/s; W; MHz; FLOP per clock per SM (work per cycle: 4096 is the dense bf16
 peak); W per TFLOP/s (energy per FLOP, in pJ); the throttle reasons seen (0x4: the
 software power cap). Rounds alternate the order. Every contender is validated against a
-float64 product first. Variants (``VARIANTS``) rebuild the op's plan with some of its
-choices undone; ``cuBLAS`` also prints its kernel's name (torch profiler). ``--pyptx``
+float64 product first; ``cuBLAS`` also prints its kernel's name (torch profiler). ``--pyptx``
 adds pyptx's warp-specialized GEMM where its shape rules allow (through its C++ launch
 extension: ``PYPTX_EXT=1``, as in ``bench/matmul.py``; it writes C transposed, which the
 validation undoes).
@@ -22,7 +21,6 @@ Writes ``$OUT/matmul_power.json`` (or ``--json``); the table last.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
@@ -34,12 +32,6 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bench.matmul import rel_err, warm  # noqa: E402
-
-VARIANTS = {
-    "overlap": {"overlap": True},     # the next tile's first k-block under the epilogue
-    "no-balance": {"balance": False},  # one CTA per SM, as before the balanced grid
-}
-
 
 class PowerLog:
     """``nvidia-smi`` sampled every 50 ms in a thread: (time, W, MHz, throttle reasons)."""
@@ -101,23 +93,14 @@ def sustained(torch, fn, args, seconds, log):
     return s.elapsed_time(e) * 1e3 / calls, log.window(t0, time.time())
 
 
-def contenders(torch, m, n, k, sms, device, names, pyptx=None):
+def contenders(torch, m, n, k, sms, device, pyptx=None):
     """The live contenders of one shape (``pyptx``: ``bench.matmul.pyptx_gemm()``'s
     ``(run, rule)``, added where its rule allows the shape) and the op's plan."""
     from ptxdsl.ops import matmul
-    from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import choose
     from ptxdsl.core.types import bf16
     live = {"cuBLAS": lambda a, b: torch.matmul(a, b), "ptxdsl": lambda a, b: matmul(a, b)}
     base = choose(m, n, k, bf16, bf16, sms, device=device)
-    for name in names:
-        kern = build_hopper(dataclasses.replace(base, **VARIANTS[name]), bf16, bf16, sms=sms)
-
-        def run(a, b, kern=kern):
-            c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.bfloat16)
-            kern(a, b.t(), c)           # b is the (K, N) view of a row-major (N, K) weight
-            return c
-        live[name] = run
     if pyptx is not None and pyptx[1](m, n, k) is None:
         live["pyptx"] = pyptx[0]
     return live, base
@@ -131,15 +114,10 @@ def main(argv=None):
     ap.add_argument("--shapes", default="8192x8192x8192,4096x4096x4096")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--pyptx", action="store_true",
                     help="add pyptx's GEMM (needs PYPTX_EXT=1 and pyptx importable)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    names = [v for v in args.variants.split(",") if v]
-    for v in names:
-        if v not in VARIANTS:
-            ap.error(f"unknown variant {v!r}: one of {', '.join(VARIANTS)}")
     dev = torch.cuda.get_device_properties(0)
     sms = dev.multi_processor_count
     cls = device_class(driver.get().device(torch.cuda.current_device()))
@@ -152,14 +130,14 @@ def main(argv=None):
     result = {"device": dev.name, "sms": sms,
               "date": datetime.datetime.now().isoformat(timespec="minutes"),
               "torch": torch.__version__, "seconds": args.seconds, "rounds": args.rounds,
-              "variants": {v: VARIANTS[v] for v in names}, "rows": []}
+              "rows": []}
     warm(1.0)
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
         g = torch.Generator(device="cuda").manual_seed(0)
         a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
         b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16).t()
-        live, plan = contenders(torch, m, n, k, sms, cls, names, pyptx)
+        live, plan = contenders(torch, m, n, k, sms, cls, pyptx)
         ref = a.double() @ b.double()
         row = {"shape": [m, n, k], "plan": str(plan),
                "cublas_kernels": cublas_kernels(torch, a, b), "results": {}}

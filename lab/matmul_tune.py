@@ -1,7 +1,5 @@
 """Variants of the Hopper GEMM kernel timed side by side with cuBLAS, for choosing the
-plan (``ptxdsl/ops/matmul/plan.py``): ring depth, wgmma groups in flight, TMA L2
-promotion, rasterization group, and the epilogue's share (a variant without C stores,
-timed only). Each variant is validated (integer-valued inputs, bit-exact f32 output at a
+plan (``ptxdsl/ops/matmul/plan.py``): the ring's depth. Each variant is validated (integer-valued inputs, bit-exact f32 output at a
 ragged shape; random normal at the timed shape) before it is timed; blocks of calls as in
 ``bench/matmul.py``. Writes ``$OUT/matmul_tune.json`` and the SASS of the default kernel.
 
@@ -9,7 +7,7 @@ ragged shape; random normal at the timed shape) before it is timed; blocks of ca
     python lab/matmul_tune.py --small        # split-K 1 / 2 / 4 at M in {1, 16, 128}
 
 ``--small`` times the one-tile-row plans of ``plan.one_row`` with the split forced to 1, 2
-and 4 (``split1`` is what ``choose`` runs while ``plan.SPLIT_K`` is off), both B layouts
+and 4, both B layouts
 (``lin``: ``x @ w.T``, K-major; ``nn``: a row-major (K, N) b, MN-major), beside cuBLAS on
 the same operands; it also records how many clusters of 2 and 4 of the kernel the device
 holds at once (``cuOccupancyMaxActiveClusters``: split 4 needs 32 for N = 4096). A kernel
@@ -30,14 +28,7 @@ from bench.matmul import rel_err, time_block, warm  # noqa: E402
 
 VARIANTS = {
     "base": {},
-    "wait0": {"in_flight": 0},
-    "l2p256": {"l2_promotion": 256},
-    "wait0+l2p256": {"in_flight": 0, "l2_promotion": 256},
-    "group16": {"group_m": 16},
-    "group4": {"group_m": 4},
     "stages3": {"stages": 3},
-    "no-store": {"_store": False},
-    "st-shared": {"stmatrix": False},     # the epilogue before stmatrix.x4 (st.shared.b32)
 }
 
 
@@ -73,10 +64,9 @@ def main(argv=None):
         row = {}
         for name in names:
             opts = dict(VARIANTS[name])
-            store = opts.pop("_store", True)
             p = dataclasses.replace(base, **opts)
             try:
-                kern = build_hopper(p, bf16, bf16, sms=sms, _store=store)
+                kern = build_hopper(p, bf16, bf16, sms=sms)
                 if name == "base" and (m, n, k) == shapes[0]:
                     try:
                         with open(os.path.join(out_dir, "matmul_base.sass"), "w") as f:
@@ -88,17 +78,16 @@ def main(argv=None):
                     c = torch.empty(x.shape[0], w.shape[0], device="cuda", dtype=torch.bfloat16)
                     kern(x, w, c)
                     return c
-                if store:
-                    xi = torch.randint(-4, 5, (300, 520), device="cuda").to(torch.bfloat16)
-                    wi = torch.randint(-4, 5, (264, 520), device="cuda").to(torch.bfloat16)
-                    ci = torch.empty(300, 264, device="cuda", dtype=torch.float32)
-                    build_hopper(dataclasses.replace(choose(300, 264, 520, bf16, torch_f32()),
-                                                     **opts), bf16, torch_f32(), sms=sms)(xi, wi, ci)
-                    exact = torch.equal(ci.double(), xi.double() @ wi.double().t())
-                    err = rel_err(run(x, w), ref)
-                    if not exact or not err < 1e-2:
-                        row[name] = {"error": f"exact={exact} err={err:.3g}"}
-                        continue
+                xi = torch.randint(-4, 5, (300, 520), device="cuda").to(torch.bfloat16)
+                wi = torch.randint(-4, 5, (264, 520), device="cuda").to(torch.bfloat16)
+                ci = torch.empty(300, 264, device="cuda", dtype=torch.float32)
+                build_hopper(dataclasses.replace(choose(300, 264, 520, bf16, torch_f32()),
+                                                 **opts), bf16, torch_f32(), sms=sms)(xi, wi, ci)
+                exact = torch.equal(ci.double(), xi.double() @ wi.double().t())
+                err = rel_err(run(x, w), ref)
+                if not exact or not err < 1e-2:
+                    row[name] = {"error": f"exact={exact} err={err:.3g}"}
+                    continue
                 live[name] = run
             except Exception as e:
                 row[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}

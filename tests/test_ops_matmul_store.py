@@ -3,8 +3,6 @@ warpgroup stores a known 64 x bn accumulator through the swizzled staging panels
 with stmatrix.x4 (16-bit outputs) or st.shared, bias and activation; ragged edges clip."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -70,7 +68,7 @@ def _out(c, odt):
     (bf16, 128, True, 64, 128), (bf16, 256, True, 100, 200), (f16, 128, True, 70, 136),
     (bf16, 128, False, 64, 128), (f32, 128, True, 72, 100)])
 def test_epilogue_stores_the_accumulator(odt, bn, stmatrix, m, n):
-    p = Plan(bn=bn, cluster=1, stmatrix=stmatrix)
+    p = Plan(bn=bn, cluster=1, split=1 if stmatrix else 2)   # split-K stages with st.shared
     kern = build_store(p, odt)
     text = kern.ptx()
     assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in text) == (stmatrix and odt != f32)
@@ -92,5 +90,5 @@ def test_epilogue_bias_and_activation_with_stmatrix():
     np.testing.assert_array_equal(_out(c, bf16), want)
 
 
-def test_stmatrix_is_the_default_for_16_bit_outputs():
-    assert Plan().stmatrix and not dataclasses.replace(Plan(), stmatrix=False).stmatrix
+def test_stmatrix_stages_16_bit_outputs_unless_k_is_split():
+    assert Plan().stmatrix and not Plan(cluster=1, split=2).stmatrix

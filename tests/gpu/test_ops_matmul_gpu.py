@@ -198,7 +198,7 @@ def test_clusters_along_n(m, n, k, cn, a_major):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, w = ints(m, k), ints(n, k)
     bn = 64 if n <= 4096 else 128
-    p = Plan(bn=bn, cluster=1, cluster_n=cn, stages=4, epi_cols=bn)
+    p = Plan(bn=bn, cluster=1, cluster_n=cn, stages=4)
     at = a if a_major == "K" else a.t().contiguous()        # (M, K) or At (K, M)
     _assert_exact(build_hopper(p, bf16, f32, sms=sms, a_major=a_major), a, w, a_arg=at)
 
@@ -218,7 +218,7 @@ def test_224_wide_tiles(m, n, k, cluster, a_rows, bias):
     from ptxdsl.core.types import bf16, f32
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, w = ints(m, k), ints(n, k)
-    p = Plan(bn=224, cluster=cluster, a_rows=a_rows, epi_cols=128, l2_promotion=256)
+    p = Plan(bn=224, cluster=cluster, a_rows=a_rows)
     p = dataclasses.replace(p, stages=stages_for(p, bf16, f32, most_stages(224)))
     _assert_exact(build_hopper(p, bf16, f32, sms=sms), a, w)
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
@@ -256,8 +256,7 @@ def test_a_rows_of_a(m, n, k, a_rows, split):
     from ptxdsl.core.types import bf16, f32
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     a, w = ints(m, k), ints(n, k)
-    p = Plan(bn=64, cluster=1, a_rows=a_rows, epi_cols=64, split=split,
-             stmatrix=split == 1)
+    p = Plan(bn=64, cluster=1, a_rows=a_rows, split=split)
     p = dataclasses.replace(p, stages=stages_for(p, bf16, f32, 8))   # fits either output
     _assert_exact(build_hopper(p, bf16, f32, sms=sms), a, w)
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)

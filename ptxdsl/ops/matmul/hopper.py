@@ -58,8 +58,7 @@ Pieces and the instructions they record:
   bytes along K inside the swizzle row (:mod:`.operands`; an MN-major operand steps 16 rows
   and sets wgmma's transpose bit), ``wgmma.commit_group``, then
   ``wgmma.wait_group 1``: the previous stage's group has retired, and that stage is
-  released (the ``empty`` arrivals) while this one runs (``Plan.in_flight = 0`` waits for
-  each stage instead: 10% slower on an H100). The first k-block of a tile is peeled and
+  released (the ``empty`` arrivals) while this one runs. The first k-block of a tile is peeled and
   passes scale-d = 0 (``D = A*B``), so the accumulator needs no zeroing.
 * **Scheduler.** Persistent: at most one CTA per SM, in whole clusters, and no more
   clusters than the tiles' rounds need (:func:`.schedule.persistent_grid`); cluster ``c``
@@ -73,8 +72,6 @@ Pieces and the instructions they record:
   ``cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group`` per panel and
   ``cp.async.bulk.commit_group``; before the buffer is written again that thread waits
   ``cp.async.bulk.wait_group.read 0`` and the warpgroup meets at the barrier.
-  ``Plan.overlap`` (plain 16-bit epilogues) packs the whole accumulator first, issues the
-  next tile's first k-block into it, and stores the packed pairs under that wgmma.
 """
 from __future__ import annotations
 
@@ -86,10 +83,10 @@ from ...core.types import PtxType, f32, pred, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .operands import SW128_K_MAJOR, operands
-from .plan import SMEM_PER_CTA, Plan
+from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
-from .store import pack_tile, stmatrix_staged, store_tile
+from .store import store_tile
 
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
@@ -197,14 +194,14 @@ def grid_for(p: Plan, sms: int):
             raise ValueError(f"this kernel loads {p.a_rows} rows of A (Plan.a_rows): M = {M} "
                              f"needs a plan with a_rows=0 or >= M (plan.choose picks one)")
         tm, tn = p.tiles(M, N)
-        return (persistent_grid(tm * tn * p.split, sms, cl, p.balance), 1, 1)
+        return (persistent_grid(tm * tn * p.split, sms, cl), 1, 1)
     return grid
 
 
 def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType | None = None,
                  activation: str | None = None, sms: int = 132, arch: str = "sm_90a",
                  a_major: str = "K", b_major: str = "K", b_dtype: PtxType | None = None,
-                 scaled: bool = False, _store: bool = True):
+                 scaled: bool = False):
     """The kernel for one (plan, dtypes, operand majors, epilogue); M, N, K are run-time
     parameters. ``a_major`` / ``b_major``: ``"K"`` or ``"MN"`` (:mod:`.operands`: the
     arguments are then A (M, K) or At (K, M), and Bt (N, K) or B (K, N)).
@@ -213,9 +210,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     8-bit floats e4m3 / e5m2 in any mix. 8-bit operands are K-major only (wgmma has no
     transpose for them) and take 128 elements of K per stage. ``scaled`` adds the f32
     arguments ``scale_a`` and ``scale_b`` (one value each, per tensor): the epilogue
-    multiplies the accumulator by their product before the bias and the activation.
-    ``_store=False`` (timing experiments of ``lab/matmul_tune.py`` only) leaves out the
-    TMA stores of C: the output is not written."""
+    multiplies the accumulator by their product before the bias and the activation."""
     b_dtype = b_dtype or dtype
     if b_dtype.bytes != dtype.bytes:
         raise ValueError(f"build_hopper: A and B elements must have one size, got "
@@ -224,11 +219,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: 8-bit operands ({dtype.name}, {b_dtype.name}) must "
                          f"both be K-major (wgmma cannot transpose them), got A {a_major}, "
                          f"B {b_major}")
-    if p.bm != 128 or p.bn % 16 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128 or \
-            p.consumers != 2 or p.epi_cols not in (64, 128, 256) or p.epi_cols > p.bn:
+    if p.bn % 16 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128:
         raise ValueError(f"build_hopper is written for 128 x bn tiles (bn a multiple of 16 from "
-                         f"64 to 256) of two m64 consumers, 128-byte K rows and epilogue "
-                         f"steps of 64, 128 or 256 columns, at most the tile's, got {p}")
+                         f"64 to 256) and 128-byte K rows, got {p}")
     if p.a_rows and a_major != "K":
         raise ValueError(f"build_hopper: Plan.a_rows={p.a_rows} loads part of A's K-major "
                          f"rows; A is {a_major}-major here (use a_rows=0)")
@@ -396,13 +389,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
             prev = reg.scalar(u32)                  # the empty barrier of the stage in flight
 
-            def start():
-                """A tile's first k-block: D = A*B (scale-d 0), left in flight."""
+            def mainloop(nkr):
+                """The tile's ``nkr`` k-blocks. The first writes D = A*B (scale-d 0); each
+                later one keeps one wgmma group in flight and releases the stage before it."""
                 ptx.inst.mov.u32(prev, mma_stage(True))
-
-            def finish(nkr):
-                """The tile's k-blocks after the first (in flight since :func:`start`): each
-                keeps one wgmma group in flight and releases the stage before it."""
                 for kb in ptx.range_(1, nkr):
                     eb = mma_stage(False)
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
@@ -411,59 +401,23 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
                 release(prev)
 
-            def mainloop(nkr):
-                """The tile's ``nkr`` k-blocks. The first writes D = A*B (scale-d 0); each
-                later one keeps one wgmma group in flight and releases the stage before it."""
-                if p.in_flight:
-                    start()
-                    finish(nkr)
-                else:                           # each stage retired before it is released
-                    release_now = mma_stage(True)
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    release(release_now)
-                    for kb in ptx.range_(1, nkr):
-                        eb = mma_stage(False)
-                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        release(eb)
-
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
                 xch = PartialExchange(SK, base + L.partial + cons * L.partial_consumer,
                                       base + L.xfull + cons * 8, base + L.xfree + cons * 8,
                                       lane, labels, owner)
                 nkr = kb_hi - kb_lo
-            # The epilogue under the next tile's first k-block: the accumulator is packed
-            # into 16-bit pairs (bn / 4 registers), the next tile's first wgmma group is
-            # issued into the freed accumulator, and the pairs are stored while it runs.
-            # Plain epilogues only: with a bias, an activation or a scale ptxas schedules
-            # their loads and math across the whole pack and spills (56-132 bytes,
-            # ptxas -v, 4096^3).
-            overlap = p.overlap and SK == 1 and p.in_flight and \
-                stmatrix_staged(p, out_dtype) and bias is None and activation is None \
-                and not scaled
             pb = pbias if bias is not None else None
 
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
-                if overlap:
-                    with ptx.if_(cid < total):
-                        start()
                 for t in ptx.range_(cid, total, ncl):
                     m0, n0 = tile_origin(t)
                     row0 = m0 + cons * p.wg_m
-                    if overlap:
-                        finish(nk)
-                        words = pack_tile(acc, p, out_dtype, bias, activation, n0, n, fcol,
-                                          pb, scale)
-                        with ptx.if_(t + ncl < total):
-                            start()
-                        store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane,
-                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale,
-                                   words=words)
-                    elif SK == 1:
+                    if SK == 1:
                         mainloop(nk)
                         store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane,
-                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, _store, scale)
+                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, scale)
                     else:
                         with ptx.if_(nkr > 0):
                             mainloop(nkr)
@@ -473,8 +427,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         xch.exchange(acc, rank, row0 + warp * 16 < m)
                         with ptx.if_(rank == owner):
                             store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
-                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb,
-                                       _store, scale)
+                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, scale)
 
             if p.a_rows and p.a_rows <= p.wg_m:
                 # Every row the second consumer owns lies past M (M <= a_rows <= 64): it

@@ -162,7 +162,7 @@ class Operand:
 
 def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
              b_dtype: PtxType | None = None) -> tuple:
-    """(A, B) of a :class:`.plan.Plan`: A ``bm`` rows, each CTA of a cluster along N
+    """(A, B) of a :class:`.config.Plan`: A ``bm`` rows, each CTA of a cluster along N
     loading ``bm / cluster_n`` of them (multicast) in one K-major box, or only the first
     ``a_rows``; B ``bn`` rows, each CTA of a cluster along M loading ``bn / cluster`` of
     them (multicast), in K-major boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an

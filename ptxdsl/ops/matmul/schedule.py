@@ -62,24 +62,17 @@ def tile_coords(t, rows, cols, group: int):
     return row, col
 
 
-def persistent_grid(tiles: int, sms: int, cluster: int, balance: bool = True) -> int:
-    """CTAs to launch: at most one per SM (rounded down to whole clusters), never more
-    than the tiles need (``tiles`` counts CTA tiles, a multiple of the cluster).
-
-    With ``balance``, the fewest clusters that finish in the same number of rounds: 1024
-    cluster tiles on 66 cluster slots take 16 rounds, and so do 64 clusters (1024 / 16),
-    so 64 are launched. The time is the same in rounds, but four SMs stay idle: at the
-    power cap (a sustained bf16 GEMM runs near 1350 MHz on an H100, not 1980) that
-    leaves more power to the others, and every cluster runs the same number of tiles.
-    In an H100 run of each contender alone for 1.5 s (``lab/matmul_power.py``,
-    ``bench/results/matmul_power_h100.json``) the balanced grid ran 1-2% faster at 8192^3
-    and 4096^3 (128 CTAs, not 132) and 4% at 1024 x 14336 x 4096, and tied elsewhere."""
+def persistent_grid(tiles: int, sms: int, cluster: int) -> int:
+    """CTAs to launch: at most one per SM (in whole clusters), never more than the tiles
+    need (``tiles`` counts CTA tiles, a multiple of the cluster), and the fewest clusters
+    that finish in the same number of rounds: 1024 cluster tiles on 66 cluster slots take
+    16 rounds, and so do 64 clusters (1024 / 16), so 64 are launched. Every cluster then
+    runs the same number of tiles, and at the power cap the idle SMs leave more power to
+    the others (``bench/results/matmul_power_h100.json``)."""
     slots = max(1, sms // cluster)
     units = -(-tiles // cluster)
     if units <= slots:
         return max(cluster, units * cluster)
-    if not balance:
-        return slots * cluster
     rounds = -(-units // slots)
     return -(-units // rounds) * cluster
 

@@ -26,7 +26,7 @@ from ...core.types import PtxType, f32, u32, u64
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .epilogue import activate
-from .plan import FallbackPlan
+from .config import FallbackPlan
 
 
 def specs(dtype: PtxType, out_dtype: PtxType, a_t: bool, b_t: bool, bias: PtxType | None,

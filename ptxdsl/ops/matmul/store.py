@@ -41,8 +41,8 @@ def panel_steps(bn: int, epi_cols: int, pc: int) -> list[list[int]]:
 
 
 def stmatrix_staged(p, out_dtype) -> bool:
-    """Whether a 16-bit output is staged with ``stmatrix.x4`` (the plan's choice)."""
-    return getattr(p, "stmatrix", False) and out_dtype.bytes == 2
+    """Whether a 16-bit output is staged with ``stmatrix.x4`` (:attr:`.config.Plan.stmatrix`)."""
+    return p.stmatrix and out_dtype.bytes == 2
 
 
 def _values(acc, gj, col, n0, n, fcol, bias, pbias, activation, scale):
@@ -79,23 +79,11 @@ def _stmatrix_words(acc, out_dtype, col, n0, n, fcol, bias, pbias, activation, s
     return words
 
 
-def pack_tile(acc, p, out_dtype, bias, activation, n0, n, fcol, pbias, scale=None):
-    """The whole 64 x ``bn`` accumulator as packed 16-bit pairs, ``bn / 16`` groups of the
-    four words of one ``stmatrix.x4`` (:func:`store_tile` takes them as ``words``): after
-    this the accumulator registers are free, so the next tile's first wgmma can be in
-    flight while the words are stored (``Plan.overlap``). 64 registers for ``bn = 256``."""
-    if not stmatrix_staged(p, out_dtype):
-        raise ValueError("pack_tile: only 16-bit outputs staged with stmatrix are packed")
-    return [_stmatrix_words(acc, out_dtype, 16 * j, n0, n, fcol, bias, pbias, activation,
-                            scale) for j in range(p.bn // 16)]
-
-
 def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, fcol, bar_id,
-              row0, n0, n, tma_c, pbias, store=True, scale=None, words=None):
+              row0, n0, n, tma_c, pbias, scale=None):
     """Store one consumer's 64 x ``bn`` accumulator (see the module docstring); with
     ``scale`` (an f32 register: an 8-bit product's ``scale_a * scale_b``) each value is
-    ``act(acc * scale + bias)``. ``words``: the accumulator already packed by
-    :func:`pack_tile` (``acc`` is then not read).
+    ``act(acc * scale + bias)``.
 
     Addresses: the thread's element ``(row, col)`` of a panel lies at byte ``row*128 +
     16*((b >> 4) ^ (row & 7)) + (b & 15)`` with ``b = (col % pc) * ob``. ``b >> 4`` is a
@@ -113,8 +101,6 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
     use_stm = stmatrix_staged(p, out_dtype)
     if use_stm:
         sbase, sx = _stmatrix_offsets(stage_c, lane)
-    elif words is not None:
-        raise ValueError("store_tile: packed words need the stmatrix staging")
 
     def values(gj, col):
         return _values(acc, gj, col, n0, n, fcol, bias, pbias, activation, scale)
@@ -130,9 +116,8 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
                 for jq in range(pc // 16):
                     col = start + 16 * jq
                     if col not in packed:
-                        packed[col] = words[col // 16] if words is not None else \
-                            _stmatrix_words(acc, out_dtype, col, n0, n, fcol, bias, pbias,
-                                            activation, scale)
+                        packed[col] = _stmatrix_words(acc, out_dtype, col, n0, n, fcol, bias,
+                                                      pbias, activation, scale)
                     ptx.inst("stmatrix.sync.aligned.m8n8.x4.shared.b16",
                              ptx.addr(sbase + sx[jq], off), packed[col])
                 continue
@@ -153,7 +138,7 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
         ptx.inst("fence.proxy.async.shared::cta")
         ptx.inst("barrier.sync", bar_id, 128)
         with ptx.if_(lane == 0):
-            for slot, start in enumerate(step if store else ()):
+            for slot, start in enumerate(step):
                 ptx.inst("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
                          ptx.addr(tma_c, coords=[n0 + start, row0]),
                          ptx.addr(stage_c + slot * (rows * 128)))
@@ -191,4 +176,4 @@ def _bias_at(pbias, col, n, dtype):
     return load_chunk(addr, 0, dtype, 1, pred=ok)[0]
 
 
-__all__ = ["store_tile", "pack_tile", "stmatrix_staged", "panel_steps"]
+__all__ = ["store_tile", "stmatrix_staged", "panel_steps"]

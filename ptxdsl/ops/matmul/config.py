@@ -1,0 +1,125 @@
+"""What a plan fixes about a GEMM kernel: the fields :mod:`.plan` chooses, nothing else.
+
+:class:`Plan` is the Hopper kernel's configuration: the tile width, the ring's depth,
+the clusters and split-K. What the kernel never varies is a class constant (128-row
+tiles of two m64 consumers, groups of 8 tile rows, 256-byte L2 promotion of the TMA
+loads); what follows from the fields is a property (the epilogue's staging). The SIMT
+kernel's :class:`FallbackPlan` has one size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.types import PtxType
+
+SMEM_PER_CTA = 227 * 1024   # Hopper: the most dynamic shared memory one CTA may opt into
+BARRIER_BYTES = 1024        # mbarriers and the scheduler's words, rounded up to the swizzle atom
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One Hopper kernel configuration (:mod:`.hopper` draws the kernel)."""
+
+    bn: int = 256          # CTA tile columns (N): the wgmma N of each consumer
+    bk: int = 64           # K per stage: one 128-byte swizzle row (plan.bk_for)
+    stages: int = 4        # depth of the full/empty mbarrier ring
+    cluster: int = 2       # CTAs along M sharing B by TMA multicast (1: no cluster)
+    cluster_n: int = 1     # CTAs along N sharing A by TMA multicast (one tile row only)
+    a_rows: int = 0        # rows of A a stage loads (0: bm): 16, 32 or 64 for one tile row
+    #                        of M <= a_rows, K-major A; the stage's other rows stay zero
+    split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster (.splitk)
+
+    bm = 128               # CTA tile rows: two consumer warpgroups of m64
+    consumers = 2          # consumer warpgroups, each m64 x bn
+    group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
+    l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
+
+    def __post_init__(self):
+        if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
+            raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
+                             f"without a cluster along M (cluster={self.cluster})")
+        if self.a_rows not in (0, 16, 32, 64) or (self.a_rows and (
+                self.cluster > 1 or self.cluster_n > 1)):
+            raise ValueError(f"Plan a_rows={self.a_rows}: 0 (all of bm) or 16, 32, 64 rows "
+                             f"of A per stage, and only without clusters along M or N "
+                             f"(cluster={self.cluster}, cluster_n={self.cluster_n})")
+        if self.cluster_n not in (1, 2, 4) or (self.cluster_n > 1 and
+                                               (self.cluster > 1 or self.split > 1)):
+            raise ValueError(f"Plan cluster_n={self.cluster_n}: 1, 2 or 4 CTAs along N, and "
+                             f"only without a cluster along M or K (cluster={self.cluster}, "
+                             f"split={self.split})")
+
+    @property
+    def epi_cols(self) -> int:
+        """Columns of C staged in shared memory per epilogue step: 128, or 64 for
+        tiles narrower than that."""
+        return 128 if self.bn >= 128 else 64
+
+    @property
+    def stmatrix(self) -> bool:
+        """16-bit outputs staged with ``stmatrix.x4``; the split-K kernel keeps
+        ``st.shared.b32`` (with stmatrix beside the exchange ptxas spills)."""
+        return self.split == 1
+
+    @property
+    def cluster_ctas(self) -> int:
+        """CTAs per cluster: ``cluster`` along M, ``cluster_n`` along N, ``split`` along K
+        (at most one of them above 1)."""
+        return self.cluster * self.cluster_n * self.split
+
+    @property
+    def multicast(self) -> int:
+        """CTAs that write into each other's ring stages (and so release each other's
+        slots): the cluster along M or along N."""
+        return self.cluster * self.cluster_n
+
+    @property
+    def threads(self) -> int:
+        """One producer warpgroup and the consumers."""
+        return 128 * (1 + self.consumers)
+
+    @property
+    def wg_m(self) -> int:
+        """Rows of the tile each consumer warpgroup owns (one wgmma m64 per 64)."""
+        return self.bm // self.consumers
+
+    def stage_bytes(self, dtype: PtxType) -> int:
+        return (self.bm + self.bn) * self.bk * dtype.bytes
+
+    def epilogue_bytes(self, out_dtype: PtxType) -> int:
+        return self.bm * self.epi_cols * out_dtype.bytes
+
+    def partial_bytes(self) -> int:
+        """The split-K partial buffers (f32 accumulators of every consumer), if split."""
+        return self.bm * self.bn * 4 if self.split > 1 else 0
+
+    def smem_bytes(self, dtype: PtxType, out_dtype: PtxType) -> int:
+        """Dynamic shared memory: the ring, the epilogue buffer, the split-K partials,
+        the barriers."""
+        return (self.stages * self.stage_bytes(dtype) + self.epilogue_bytes(out_dtype)
+                + self.partial_bytes() + BARRIER_BYTES)
+
+    def tiles(self, m: int, n: int) -> tuple[int, int]:
+        """Tiles along M and along N (each in whole clusters)."""
+        tm = -(-m // self.bm)
+        tm = -(-tm // self.cluster) * self.cluster
+        tn = -(-n // self.bn)
+        return tm, -(-tn // self.cluster_n) * self.cluster_n
+
+
+@dataclass(frozen=True)
+class FallbackPlan:
+    """The SIMT kernel: each of 16x16 threads computes ``per x per`` outputs of a
+    ``16*per`` square CTA tile with f32 ``fma``, reading the operands straight from
+    global memory (any strides, any alignment). Correct everywhere, never fast: it is
+    what runs when TMA cannot describe an operand (a row stride that is not a multiple
+    of 16 bytes, an unaligned base) and what the interpreter runs for numpy arrays."""
+
+    per: int = 4
+
+    @property
+    def tile(self) -> int:
+        return 16 * self.per
+
+
+__all__ = ["Plan", "FallbackPlan", "SMEM_PER_CTA", "BARRIER_BYTES"]

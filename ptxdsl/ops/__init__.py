@@ -6,6 +6,7 @@ choice, then its kernels); what several ops share is in ``ops/_common/``.
 ========== ==============================================================
 rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``, ``rms_norm_quant``
 matmul     ``matmul``: GEMM with a fused bias and activation
+attention  ``attention``: the attention forward (flash_attn_func's layout) on Hopper
 _common    framework glue, built-kernel caches, row I/O, reductions, workspace
 ========== ==============================================================
 """
@@ -14,6 +15,7 @@ import sys as _sys
 from ._common.frame import register_torch_ops
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
+from .attention import attention  # noqa: E402  (likewise)
 
 if "torch" in _sys.modules:
     # torch.library custom ops (torch.ops.ptxdsl.*), so that torch.compile keeps the ops
@@ -21,4 +23,4 @@ if "torch" in _sys.modules:
     register_torch_ops()
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_quant", "RMSNorm", "KERNELS", "matmul",
-           "register_torch_ops"]
+           "attention", "register_torch_ops"]

@@ -98,18 +98,22 @@ def _grid(B, SQ, H):
 
 
 def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
-                  scale: float, arch: str = "sm_90a"):
-    """The forward kernel for one (plan, dtype, head dim, mask, softmax scale)."""
+                  scale: float, softcap: float = 0.0, arch: str = "sm_90a"):
+    """The forward kernel for one (plan, dtype, head dim, mask, softmax scale, softcap).
+    With ``softcap``, S becomes ``softcap * tanh(S * scale / softcap)`` before the softmax
+    (``mul.f32`` + ``tanh.approx.f32`` per element, the cap folded into the FMA's scale)."""
     if d % PANEL or not PANEL <= d <= 256:
         raise ValueError(f"head dim {d}: this kernel takes multiples of {PANEL} up to 256")
     es = dtype.bytes
     L = Smem(c, d, es)
     BN, S, P = c.block_n, c.stages, d // PANEL
     scale_log2 = float(scale) * LOG2E
+    if softcap:
+        scale_log2 = float(softcap) * LOG2E
     ins, outs = specs(dtype, d, c)
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
-    name = f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
+    name = f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=("q", "k", "v", "out", "lse"), grid=_grid,
             block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
@@ -206,6 +210,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                              k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
                 ptx.inst("wgmma.commit_group.sync.aligned")
                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                if softcap:
+                    for x in s_acc:
+                        ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
+                        ptx.inst("tanh.approx.f32", x, x)
                 _mask_if_needed(s_acc, j, BN, rows, fcol, off, _s32(sk), mask, cons, m0)
                 online_softmax(list(s_acc), list(o_acc), m, l, scale_log2)
                 p_regs = pack_p(list(s_acc), dtype.name)

@@ -4,6 +4,7 @@ registers."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest

@@ -101,6 +101,20 @@ def _check(q, k, v, causal, softmax_scale, window_size, softcap, out, frame):
     return dtype, (b, sq, h, d), (sk, hk)
 
 
+def _copy_back(frame, res, out, lse):
+    """The interpreter's outputs (numpy) into ``out`` (its bytes) and a new ``lse``."""
+    import numpy as np
+    o_res, lse_res = res
+    if frame.kind == "torch":             # torch CPU tensors come back as torch tensors
+        if o_res is not out:
+            out.copy_(o_res)
+        return lse_res
+    o_res, lse_res = np.asarray(o_res), np.asarray(lse_res)
+    bits = o_res.view(np.int16).reshape(tuple(out.shape))
+    np.copyto(out.view(np.int16), bits)
+    return lse_res.reshape(lse.shape)
+
+
 def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = None,
               window_size=(-1, -1), softcap: float = 0.0, return_lse: bool = False, out=None):
     """``softmax(q kᵀ * scale [+ mask]) v`` per head: q ``(B, Sq, H, D)``, k and v ``(B, Sk,
@@ -126,10 +140,8 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
         out = frame.empty((b, sq, h, d), q)
     lse = frame.empty((b, h, sq), q, f32)
     res = frame.run(kern, q, k, v, out, lse)
-    if not frame.on_gpu():            # the interpreter returns its outputs: copy the bytes
-        import numpy as np
-        o_res, lse = res
-        np.copyto(out.view(np.uint16), np.asarray(o_res).view(np.uint16).reshape(out.shape))
+    if not frame.on_gpu():            # the interpreter returns its outputs: copy them back
+        lse = _copy_back(frame, res, out, lse)
     return (out, lse) if return_lse else out
 
 

@@ -61,7 +61,10 @@ def test_every_plan_row_fits_and_cites_its_source():
             assert Config(**row["config"]).smem_bytes(d) <= SMEM_PER_CTA
     for d in (64, 128, 192, 256):
         for m in (Mask(), Mask(-1, 0), Mask(16, 0)):
-            assert choose(d, "bf16", m).block_n in (64, 128, 176, 192)
+            c = choose(d, "bf16", m)
+            assert c.block_n % 16 == 0 and c.smem_bytes(d) <= SMEM_PER_CTA
+    with pytest.raises(ValueError, match="head dim 96"):
+        choose(96, "bf16", Mask())
 
 
 def test_ptx_has_the_pipeline():

@@ -75,10 +75,18 @@ def test_ptx_has_the_pipeline():
                    "cp.async.bulk.tensor.4d.shared::cluster.global.tile", "ex2.approx.ftz.f32",
                    "shfl.sync.bfly.b32", "mbarrier.try_wait.parity", ".maxntid 384"):
         assert needle in text, needle
-    # S: 8 k16 steps over D = 128; O: 8 k16 steps over 128 keys, A from registers
+    # S: 8 k16 steps over D = 128; O: 8 k16 steps over 128 keys, A from registers; each
+    # twice (the first block's S and the last block's P·V are peeled off the loop)
     mmas = [line for line in text.splitlines() if "wgmma.mma_async" in line]
     rs = [line for line in mmas if "}, {" in line]         # A from 4 registers
-    assert len(mmas) == 16 and len(rs) == 8
+    assert len(mmas) == 32 and len(rs) == 16
+    # in the loop, S(j) is issued before P(j-1)·V(j-1) and only S(j) is waited for
+    waits = [i for i, line in enumerate(text.splitlines()) if "wgmma.wait_group" in line]
+    lines = text.splitlines()
+    one = [i for i in waits if lines[i].strip().endswith("1;")]
+    assert len(one) == 1
+    before = [line for line in lines[:one[0]] if "wgmma.mma_async" in line][-16:]
+    assert [("}, {" in line) for line in before] == [False] * 8 + [True] * 8
     assert all("m64n128k16" in line for line in mmas)
     # one FMA per score: scale and max folded in
     assert len(re.findall(r"fma\.rn\.f32", text)) >= 64

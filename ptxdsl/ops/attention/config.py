@@ -10,10 +10,12 @@ BLOCK_M = 128                      # query rows per CTA: two consumer warpgroups
 @dataclass(frozen=True)
 class Config:
     """The kernel's tile shape: ``block_n`` keys/values per block, ``stages`` K/V blocks in
-    the shared-memory ring, the register budgets the warpgroups ask ``setmaxnreg`` for."""
+    the shared-memory ring, whether the two consumers take turns at the tensor cores
+    (``pingpong``), the register budgets the warpgroups ask ``setmaxnreg`` for."""
 
     block_n: int = 128
     stages: int = 2
+    pingpong: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 

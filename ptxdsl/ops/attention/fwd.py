@@ -28,7 +28,8 @@ from ...core.tensormap import TMA
 from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .config import BLOCK_M, Config, Mask
-from .softmax import LN2, LOG2E, NEG_INF, mask_block, online_softmax, pack_p, quad_reduce
+from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
+                      quad_reduce, rescale)
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
 ROW = 128            # bytes per swizzled panel row
@@ -46,8 +47,9 @@ class Smem:
         self.qfull = self.v + c.stages * self.kv_bytes
         self.kfull = self.qfull + 8
         self.vfull = self.kfull + 8 * c.stages
-        self.empty = self.vfull + 8 * c.stages
-        self.total = self.empty + 8 * c.stages
+        self.kempty = self.vfull + 8 * c.stages
+        self.vempty = self.kempty + 8 * c.stages
+        self.total = self.vempty + 8 * c.stages
 
 
 def _wait(labels, bar, parity) -> None:
@@ -113,7 +115,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     ins, outs = specs(dtype, d, c)
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
-    name = f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
+    name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}{'_pp' if c.pingpong else ''}"
+            f"{'_cap' if softcap else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=("q", "k", "v", "out", "lse"), grid=_grid,
             block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
@@ -132,14 +135,15 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         batch = reg.scalar(u32); ptx.inst.mov.u32(batch, ptx.special.ctaid.z())
         hkv = head // (nh // nhk)       # GQA: the K/V head of this query head's group
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
-        qfull, kfull, vfull, empty = (base + L.qfull, base + L.kfull, base + L.vfull,
-                                      base + L.empty)
+        qfull, kfull, vfull = base + L.qfull, base + L.kfull, base + L.vfull
+        kempty, vempty = base + L.kempty, base + L.vempty
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull), 1)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kfull, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vfull, 8 * s), 1)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kempty, 8 * s), 2)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vempty, 8 * s), 2)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
 
@@ -168,9 +172,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                  [p * PANEL, head, m0, batch], qfull)
                 ring = _Ring(S)
                 for j in ptx.range_(n_lo, n_hi):
-                    _wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
                     key0 = j * BN
-                    for bar, t, dst in ((kfull, tk, L.k), (vfull, tv, L.v)):
+                    for bar, free, t, dst in ((kfull, kempty, tk, L.k),
+                                              (vfull, vempty, tv, L.v)):
+                        _wait(labels, free + ring.slot * 8, ring.phase ^ 1)
                         fb = bar + ring.slot * 8
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(fb), L.kv_bytes)
@@ -193,11 +198,15 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             ring = _Ring(S)
             urows = [row0, row0 + 8]
             rows = [_s32(r) for r in urows]
+            sk_s = _s32(sk)
+            p_regs = p_registers(BN)
+            vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
             # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
-            q_desc = ptx.wgmma.descriptor(base + (L.q + 0) + cons * (64 * ROW), leading=16,
+            q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
                                           stride=1024, swizzle=128)
-            _wait(labels, qfull, 0)
-            for j in ptx.range_(n_lo, n_hi):
+
+            def s_gemm():
+                """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
                 _wait(labels, kfull + ring.slot * 8, ring.phase)
                 k_desc = ptx.wgmma.descriptor(base + L.k + ring.slot * L.kv_bytes, leading=16,
                                               stride=1024, swizzle=128)
@@ -209,16 +218,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
                              k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
                 ptx.inst("wgmma.commit_group.sync.aligned")
-                ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                if softcap:
-                    for x in s_acc:
-                        ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
-                        ptx.inst("tanh.approx.f32", x, x)
-                _mask_if_needed(s_acc, j, BN, rows, fcol, off, _s32(sk), mask, cons, m0)
-                online_softmax(list(s_acc), list(o_acc), m, l, scale_log2)
-                p_regs = pack_p(list(s_acc), dtype.name)
-                _wait(labels, vfull + ring.slot * 8, ring.phase)
-                v_desc = ptx.wgmma.descriptor(base + L.v + ring.slot * L.kv_bytes,
+
+            def pv_gemm():
+                """Wait for V in stage ``vslot``; O += P·V, block_n/16 wgmmas with A (P)
+                from registers, one group."""
+                _wait(labels, vfull + vslot * 8, vphase)
+                v_desc = ptx.wgmma.descriptor(base + L.v + vslot * L.kv_bytes,
                                               leading=BN * ROW, stride=1024, swizzle=128)
                 ptx.inst("wgmma.fence.sync.aligned")
                 for ks in range(BN // 16):
@@ -226,11 +231,72 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc,
                              1, 1, 1, 1)
                 ptx.inst("wgmma.commit_group.sync.aligned")
-                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+
+            def release(bars, slot):
+                """One arrival per consumer warpgroup on the stage's empty barrier."""
                 with ptx.if_(lane == 0):
                     ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                             ptx.addr(empty + ring.slot * 8))
+                             ptx.addr(bars + slot * 8))
+
+            def scores(j):
+                """S of block j (its wgmma retired) -> P in place; returns the rows' alpha."""
+                if softcap:
+                    for x in s_acc:
+                        ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
+                        ptx.inst("tanh.approx.f32", x, x)
+                _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_s, mask, cons, m0)
+                return online_softmax(list(s_acc), m, l, scale_log2)
+
+            def my_turn():
+                """Ping-pong: wait until the other consumer has issued its wgmmas."""
+                if c.pingpong:
+                    ptx.inst("bar.sync", 1 + cons, 256)
+
+            def your_turn(pred=None):
+                """Ping-pong: hand the tensor cores to the other consumer."""
+                if c.pingpong:
+                    ptx.inst("bar.arrive", 2 - cons, 256, pred=pred)
+
+            def next_stage():
+                """P·V of this block reads this stage's V in the next step."""
+                ptx.inst.mov.u32(vslot, ring.slot)
+                ptx.inst.mov.u32(vphase, ring.phase)
                 ring.advance()
+
+            _wait(labels, qfull, 0)
+            # Block j's softmax runs while P·V of block j - 1 is on the tensor cores: S(j) is
+            # issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
+            with ptx.if_(n_lo < n_hi):
+                if c.pingpong:                  # consumer 0 issues first
+                    ptx.inst("bar.arrive", 1, 256, pred=cons == 1)
+                my_turn()
+                s_gemm()
+                your_turn()
+                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                release(kempty, ring.slot)
+                scores(n_lo)                    # O is still zero: nothing to rescale
+                pack_p(list(s_acc), p_regs, dtype.name)
+                next_stage()
+                for j in ptx.range_(n_lo + 1, n_hi):
+                    my_turn()
+                    s_gemm()
+                    pv_gemm()
+                    your_turn()
+                    ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                    release(kempty, ring.slot)
+                    alphas = scores(j)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    release(vempty, vslot)
+                    rescale(list(o_acc), alphas)
+                    pack_p(list(s_acc), p_regs, dtype.name)
+                    next_stage()
+                my_turn()
+                pv_gemm()
+                # (consumer 1's last hand-over would have no taker: every bar.sync of each
+                # barrier is matched by exactly one bar.arrive)
+                your_turn(pred=cons == 0)
+                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                release(vempty, vslot)
             _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, batch, head, sq, nh, d,
                       dtype)
 

@@ -52,9 +52,10 @@ def quad_reduce(x, op: str) -> None:
         ptx.inst(f"{op}.f32", x, x, y)
 
 
-def online_softmax(s, o, m, l, scale_log2: float) -> None:
+def online_softmax(s, m, l, scale_log2: float) -> list:
     """One block of the online softmax, in the log2 domain (``m`` holds ``max(S) * scale *
-    log2 e`` per row):
+    log2 e`` per row); returns each row's ``alpha``, by which O is to be rescaled
+    (:func:`rescale`) once no wgmma writes it:
 
     * row max of the block (``max.f32`` chain, :func:`quad_reduce`), ``m' = max(m, mx *
       scale_log2)``; ``m_use = m'`` or 0 where the row has seen no key yet (``-inf - -inf``
@@ -62,7 +63,8 @@ def online_softmax(s, o, m, l, scale_log2: float) -> None:
     * ``alpha = ex2(m - m_use)``; each ``p = ex2(fma(s, scale_log2, -m_use))``: one FMA and
       ``ex2.approx.ftz.f32`` per element, written back into S;
     * ``l = l * alpha + sum(p)`` (this thread's columns only; the quad's sums are added in
-      the epilogue), and O's rows rescaled by ``alpha``."""
+      the epilogue)."""
+    alphas = []
     for r in range(2):
         elems = [x for i, x in enumerate(s) if row_of(i) == r]
         mx = reg.scalar(f32)
@@ -92,9 +94,14 @@ def online_softmax(s, o, m, l, scale_log2: float) -> None:
             else:
                 ptx.inst.add.f32(total, total, x)
         ptx.inst("fma.rn.f32", l[r], l[r], alpha, total)
-        for i, x in enumerate(o):
-            if row_of(i) == r:
-                ptx.inst.mul.f32(x, x, alpha)
+        alphas.append(alpha)
+    return alphas
+
+
+def rescale(o, alphas) -> None:
+    """O's rows times their ``alpha``: one ``mul.f32`` per accumulator element."""
+    for i, x in enumerate(o):
+        ptx.inst.mul.f32(x, x, alphas[row_of(i)])
 
 
 def _a_order(n: int) -> list[list[tuple[int, int]]]:
@@ -122,20 +129,20 @@ def _a_order(n: int) -> list[list[tuple[int, int]]]:
     return chunks
 
 
-def pack_p(s, dtype_name: str) -> list[list]:
-    """P (the exponentiated S) as wgmma A registers, ``n / 16`` chunks of 4 ``.b32``:
+def p_registers(n: int) -> list[list]:
+    """Registers for P of a 64 x ``n`` block as wgmma A operands: ``n / 16`` chunks of 4
+    ``.b32``."""
+    return [[reg.scalar(b32) for _ in range(4)] for _ in range(n // 16)]
+
+
+def pack_p(s, into, dtype_name: str) -> None:
+    """P (the exponentiated S) into the A registers ``into`` (:func:`p_registers`):
     ``cvt.rn.{bf16x2|f16x2}.f32 d, hi, lo`` per register (the accumulator of S already
     holds each thread's A elements of a k16 chunk, see :func:`_a_order`)."""
-    out = []
-    for chunk in _a_order(2 * len(s)):
-        regs = []
-        for lo, hi in chunk:
-            d = reg.scalar(b32)
+    for regs, chunk in zip(into, _a_order(2 * len(s))):
+        for d, (lo, hi) in zip(regs, chunk):
             ptx.inst(f"cvt.rn.{dtype_name}x2.f32", d, s[hi], s[lo])
-            regs.append(d)
-        out.append(regs)
-    return out
 
 
-__all__ = ["mask_block", "online_softmax", "pack_p", "quad_reduce", "row_of", "col_of",
-           "LOG2E", "LN2", "NEG_INF"]
+__all__ = ["mask_block", "online_softmax", "rescale", "pack_p", "p_registers", "quad_reduce",
+           "row_of", "col_of", "LOG2E", "LN2", "NEG_INF"]

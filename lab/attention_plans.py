@@ -2,9 +2,11 @@
 at the FA3-paper shapes with S = 4096 (B·S = 16k, H·D = 2048), bf16, causal and not: what
 the rows of ``ptxdsl/ops/attention/plans.json`` are chosen from. Each config's output is
 checked against torch SDPA before it is timed (median of rounds of CUDA-event timed calls).
-JSON goes to ``$OUT/attention_plans.json``.
+JSON goes to ``$OUT/attention_plans.json``. ``--write-plans`` then rewrites
+``ptxdsl/ops/attention/plans.json`` with the fastest config per head dim (the sum of its
+full and causal times), citing ``bench/results/attention_plans_<device>.json``.
 
-    PYTHONPATH=. python lab/attention_plans.py
+    PYTHONPATH=. python lab/attention_plans.py [--write-plans]
 """
 from __future__ import annotations
 
@@ -16,9 +18,13 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-CANDIDATES = {64: [(128, 2), (128, 4), (64, 4), (192, 2)],
-              128: [(128, 2), (128, 3), (64, 4), (176, 2)],
-              256: [(64, 2), (48, 3), (80, 2)]}
+# (block_n, stages, pingpong) per head dim
+CANDIDATES = {64: [(128, 2, False), (128, 2, True), (128, 4, False), (128, 4, True),
+                   (192, 2, True)],
+              128: [(128, 2, False), (128, 2, True), (128, 3, False), (128, 3, True),
+                    (176, 2, True)],
+              256: [(80, 2, False), (80, 2, True), (64, 2, True)],
+              192: [(64, 2, False), (64, 2, True), (96, 2, True)]}
 
 
 def main() -> None:
@@ -42,10 +48,11 @@ def main() -> None:
                                                  v.transpose(1, 2), is_causal=causal)
             ref = ref.transpose(1, 2).float()
             flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-            for bn, st in cands:
-                row = {"D": d, "S": s, "causal": causal, "block_n": bn, "stages": st}
+            for bn, st, pp in cands:
+                row = {"D": d, "S": s, "causal": causal, "block_n": bn, "stages": st,
+                       "pingpong": pp}
                 try:
-                    kern = build_forward(Config(block_n=bn, stages=st), bf16, d,
+                    kern = build_forward(Config(block_n=bn, stages=st, pingpong=pp), bf16, d,
                                          Mask(-1, 0) if causal else Mask(), scale=d ** -0.5)
                     o = torch.empty_like(q)
                     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
@@ -70,6 +77,39 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 with open(path, "w") as f:
                     json.dump(out, f, indent=1)
+    if "--write-plans" in sys.argv:
+        write_plans(out)
+
+
+def write_plans(out) -> None:
+    """plans.json rows: per head dim the config with the least full + causal time."""
+    dev = out["device"].split()[-1].lower()
+    plans = os.path.join(os.path.dirname(__file__), "..", "ptxdsl", "ops", "attention",
+                         "plans.json")
+    table = json.load(open(plans))
+    rows = []
+    for d in CANDIDATES:
+        total = {}
+        for r in out["rows"]:
+            if r["D"] == d and "ms" in r and r["max_err"] <= 2e-2:
+                key = (r["block_n"], r["stages"], r["pingpong"])
+                total.setdefault(key, {})[r["causal"]] = r
+        both = {k: v for k, v in total.items() if len(v) == 2}
+        if not both:
+            continue
+        best = min(both, key=lambda k: both[k][False]["ms"] + both[k][True]["ms"])
+        say = "; ".join(f"{bn}x{st}{' pp' if pp else ''} {v[False]['tflops']:.0f} / "
+                        f"{v[True]['tflops']:.0f}" for (bn, st, pp), v in both.items())
+        rows.append({"head_dims": [d], "dtypes": ["bf16", "f16"],
+                     "masks": ["full", "causal", "window"],
+                     "config": {"block_n": best[0], "stages": best[1], "pingpong": best[2]},
+                     "source": f"bench/results/attention_plans_{dev}.json",
+                     "reason": f"{out['device']} S=4096 bf16 TFLOP/s full / causal "
+                               f"(block_n x stages, pp: ping-pong): {say}"})
+    table["rows"] = rows
+    with open(plans, "w") as f:
+        json.dump(table, f, indent=1)
+    print(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

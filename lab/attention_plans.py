@@ -107,8 +107,9 @@ def write_plans(out) -> None:
                      "reason": f"{out['device']} S=4096 bf16 TFLOP/s full / causal "
                                f"(block_n x stages, pp: ping-pong): {say}"})
     table["rows"] = rows
-    with open(plans, "w") as f:
-        json.dump(table, f, indent=1)
+    with open(plans, "w") as f:          # one row a line
+        f.write('{\n "about": ' + json.dumps(table["about"]) + ',\n "rows": [\n'
+                + ",\n".join("  " + json.dumps(r) for r in rows) + "\n ]\n}\n")
     print(json.dumps(rows, indent=1))
 
 

@@ -44,6 +44,14 @@ def _frame(a) -> Frame:
         _fail(e.message.removeprefix("attention "))
 
 
+def _contiguous(a) -> bool:
+    want, acc = [], 1
+    for n in reversed(a.shape):
+        want.insert(0, acc)
+        acc *= int(n)
+    return all(int(n) == 1 or s == w for n, s, w in zip(a.shape, strides(a), want))
+
+
 def _check(q, k, v, causal, softmax_scale, window_size, softcap, out, frame):
     arrays = {"q": q, "k": k, "v": v}
     for name, a in arrays.items():
@@ -90,11 +98,7 @@ def _check(q, k, v, causal, softmax_scale, window_size, softcap, out, frame):
                 or str(out.dtype) != str(q.dtype):
             _fail(f"out must be an array like q ({tuple(q.shape)}, {q.dtype}), got "
                   f"{type(out).__name__} {tuple(out.shape)} {out.dtype}")
-        want, acc = [], 1
-        for n in reversed(out.shape):
-            want.insert(0, acc)
-            acc *= int(n)
-        if tuple(strides(out)) != tuple(want):
+        if not _contiguous(out):
             _fail(f"out must be contiguous, got strides {tuple(strides(out))}")
     if frame.kind == "torch" and not all(a.device == q.device for a in (k, v)):
         _fail(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
@@ -128,6 +132,10 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     frame = _frame(q)
     dtype, (b, sq, h, d), _ = _check(q, k, v, causal, softmax_scale, window_size, softcap,
                                      out, frame)
+    # TMA reads q, k, v through 4-d tensor maps of any strides on the interpreter; the GPU
+    # launcher binds only contiguous Tiles, so other layouts (a slice of a packed qkv
+    # tensor) are copied first.
+    q, k, v = (a if _contiguous(a) else frame.contiguous(a) for a in (q, k, v))
     scale = float(d ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)

@@ -140,10 +140,10 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
     cfg = choose(d, dtype.name, mask)
-    arch = frame.arch(q)
-    key = (cfg, dtype.name, d, mask, scale, float(softcap), arch)
+    arch, sms = frame.arch(q), frame.sms(q)
+    key = (cfg, dtype.name, d, mask, scale, float(softcap), arch, sms)
     kern = KERNELS.get(key, lambda: build_forward(cfg, dtype, d, mask, scale=scale,
-                                                  softcap=float(softcap), arch=arch))
+                                                  softcap=float(softcap), sms=sms, arch=arch))
     if out is None:
         out = frame.empty((b, sq, h, d), q)
     lse = frame.empty((b, h, sq), q, f32)

@@ -11,11 +11,14 @@ BLOCK_M = 128                      # query rows per CTA: two consumer warpgroups
 class Config:
     """The kernel's tile shape: ``block_n`` keys/values per block, ``stages`` K/V blocks in
     the shared-memory ring, whether the two consumers take turns at the tensor cores
-    (``pingpong``), the register budgets the warpgroups ask ``setmaxnreg`` for."""
+    (``pingpong``), whether the grid is one CTA per SM looping over the tiles
+    (``persistent``; else one CTA per tile), the register budgets the warpgroups ask
+    ``setmaxnreg`` for."""
 
     block_n: int = 128
     stages: int = 2
     pingpong: bool = False
+    persistent: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -30,10 +33,10 @@ class Config:
                              f"registers exceed an SM's 65536")
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
-        """Q (128 rows) + ``stages`` x (K + V blocks) + the mbarriers (1 + 3 per stage)."""
+        """Q (128 rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per stage)."""
         q = BLOCK_M * head_dim * elem_bytes
         kv = 2 * self.block_n * head_dim * elem_bytes
-        return q + self.stages * kv + 8 * (1 + 3 * self.stages)
+        return q + self.stages * kv + 8 * (2 + 4 * self.stages)
 
 
 @dataclass(frozen=True)

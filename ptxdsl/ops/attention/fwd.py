@@ -45,7 +45,8 @@ class Smem:
         self.k = self.q + self.kv
         self.v = self.k + c.stages * self.kv_bytes
         self.qfull = self.v + c.stages * self.kv_bytes
-        self.kfull = self.qfull + 8
+        self.qempty = self.qfull + 8
+        self.kfull = self.qempty + 8
         self.vfull = self.kfull + 8 * c.stages
         self.kempty = self.vfull + 8 * c.stages
         self.vempty = self.kempty + 8 * c.stages
@@ -95,15 +96,21 @@ def specs(dtype: PtxType, d: int, c: Config):
     return (q, *kv), (Tile("B", "SQ", "H", d, dtype), Tile("B", "H", "SQ", f32))
 
 
-def _grid(B, SQ, H):
-    return ((SQ + BLOCK_M - 1) // BLOCK_M, H, B)
+def grid_for(c: Config, sms: int):
+    """One CTA per tile of 128 query rows of one (batch, head); with ``Config.persistent``
+    at most ``sms`` CTAs, each looping over tiles ``ctaid, ctaid + nctaid, ...``."""
+    def grid(B, SQ, H):
+        tiles = (SQ + BLOCK_M - 1) // BLOCK_M * H * B
+        return (min(tiles, sms) if c.persistent else tiles, 1, 1)
+    return grid
 
 
 def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
-                  scale: float, softcap: float = 0.0, arch: str = "sm_90a"):
+                  scale: float, softcap: float = 0.0, sms: int = 132, arch: str = "sm_90a"):
     """The forward kernel for one (plan, dtype, head dim, mask, softmax scale, softcap).
     With ``softcap``, S becomes ``softcap * tanh(S * scale / softcap)`` before the softmax
-    (``mul.f32`` + ``tanh.approx.f32`` per element, the cap folded into the FMA's scale)."""
+    (``mul.f32`` + ``tanh.approx.f32`` per element, the cap folded into the FMA's scale).
+    ``sms``: the persistent grid's size (``Config.persistent``)."""
     if d % PANEL or not PANEL <= d <= 256:
         raise ValueError(f"head dim {d}: this kernel takes multiples of {PANEL} up to 256")
     es = dtype.bytes
@@ -115,10 +122,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     ins, outs = specs(dtype, d, c)
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
-    name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}{'_pp' if c.pingpong else ''}"
+    name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
+            f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}")
 
-    @kernel(in_specs=ins, out_specs=outs, arg_names=("q", "k", "v", "out", "lse"), grid=_grid,
+    @kernel(in_specs=ins, out_specs=outs, arg_names=("q", "k", "v", "out", "lse"),
+            grid=grid_for(c, sms),
             block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
     def attention_fwd(q, k, v, o, lse):
         labels = itertools.count()
@@ -127,18 +136,18 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg, lane = tid >> 7, tid & 127
-        mblk = reg.scalar(u32); ptx.inst.mov.u32(mblk, ptx.special.ctaid.x())
-        if mask.right >= 0:             # the longest rows (most keys) first
-            nmb = reg.scalar(u32); ptx.inst.mov.u32(nmb, ptx.special.nctaid.x())
-            ptx.inst.sub.u32(mblk, nmb - 1, mblk)
-        head = reg.scalar(u32); ptx.inst.mov.u32(head, ptx.special.ctaid.y())
-        batch = reg.scalar(u32); ptx.inst.mov.u32(batch, ptx.special.ctaid.z())
-        hkv = head // (nh // nhk)       # GQA: the K/V head of this query head's group
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        ncta = reg.scalar(u32); ptx.inst.mov.u32(ncta, ptx.special.nctaid.x())
+        nmb = (sq + (BLOCK_M - 1)) // BLOCK_M
+        hb = nh * ptx.dim("B")
+        tiles = nmb * hb
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
-        qfull, kfull, vfull = base + L.qfull, base + L.kfull, base + L.vfull
+        qfull, qempty = base + L.qfull, base + L.qempty
+        kfull, vfull = base + L.kfull, base + L.vfull
         kempty, vempty = base + L.kempty, base + L.vempty
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull), 1)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), 2)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kfull, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vfull, 8 * s), 1)
@@ -147,158 +156,180 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
 
-        # The K/V blocks this tile of rows sees: keys are aligned bottom-right (off = SK - SQ).
-        m0 = mblk * BLOCK_M
-        off = _s32(sk) - _s32(sq)
-        nblk = _s32((sk + (BN - 1)) // BN)
-        n_hi = nblk
-        if mask.right >= 0:
-            last = ptx.min(_s32(m0 + (BLOCK_M - 1)), _s32(sq) - 1)
-            top = ptx.max(last + off + (mask.right + BN), reg.scalar(s32, init=0))
-            n_hi = ptx.min(top // BN, nblk)
-        n_lo = reg.scalar(s32, init=0)
-        if mask.left >= 0:
-            first = ptx.max(_s32(m0) + off - mask.left, n_lo)
-            ptx.inst.min.s32(n_lo, first // BN, n_hi)
+        def tile(t):
+            """Tile ``t``'s first row, head, batch, K/V head and its K/V blocks ``n_lo ..
+            n_hi``. Causal: the tiles with the most keys first (longest-first); otherwise
+            the tiles of one (batch, head) side by side, so that they share K/V in L2."""
+            if mask.right >= 0:
+                mblk, rest = nmb - 1 - t // hb, t % hb
+            else:
+                mblk, rest = t % nmb, t // nmb
+            head, batch = rest % nh, rest // nh
+            hkv = head // (nh // nhk)       # GQA: the K/V head of this query head's group
+            m0 = mblk * BLOCK_M
+            # Keys are aligned bottom-right (off = SK - SQ).
+            off = _s32(sk) - _s32(sq)
+            nblk = _s32((sk + (BN - 1)) // BN)
+            n_hi = nblk
+            if mask.right >= 0:
+                last = ptx.min(_s32(m0 + (BLOCK_M - 1)), _s32(sq) - 1)
+                top = ptx.max(last + off + (mask.right + BN), reg.scalar(s32, init=0))
+                n_hi = ptx.min(top // BN, nblk)
+            n_lo = reg.scalar(s32, init=0)
+            if mask.left >= 0:
+                first = ptx.max(_s32(m0) + off - mask.left, n_lo)
+                ptx.inst.min.s32(n_lo, first // BN, n_hi)
+            return m0, head, batch, hkv, off, n_lo, n_hi
 
         with ptx.if_(wg == 0):
             # ------------------------------------------------------------ producer
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
             with ptx.if_(tid == 0):
-                ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink, ptx.addr(qfull),
-                         BLOCK_M * d * es)
-                for p in range(P):
-                    ptx.tma.load(base + (L.q + p * BLOCK_M * ROW), tq,
-                                 [p * PANEL, head, m0, batch], qfull)
                 ring = _Ring(S)
-                for j in ptx.range_(n_lo, n_hi):
-                    key0 = j * BN
-                    for bar, free, t, dst in ((kfull, kempty, tk, L.k),
-                                              (vfull, vempty, tv, L.v)):
-                        _wait(labels, free + ring.slot * 8, ring.phase ^ 1)
-                        fb = bar + ring.slot * 8
-                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                 ptx.addr(fb), L.kv_bytes)
-                        at = base + dst + ring.slot * L.kv_bytes
-                        for p in range(P):
-                            ptx.tma.load(at + p * BN * ROW if p else at, t,
-                                         [p * PANEL, hkv, key0, batch], fb)
-                    ring.advance()
+                qphase = reg.scalar(u32, init=0)
+                for t in ptx.range_(cta, tiles, ncta):
+                    m0, head, batch, hkv, off, n_lo, n_hi = tile(t)
+                    _wait(labels, qempty, qphase ^ 1)     # the consumers are done with Q
+                    ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                             ptx.addr(qfull), BLOCK_M * d * es)
+                    for p in range(P):
+                        ptx.tma.load(base + (L.q + p * BLOCK_M * ROW), tq,
+                                     [p * PANEL, head, m0, batch], qfull)
+                    ptx.inst.xor.b32(qphase, qphase, 1)
+                    for j in ptx.range_(n_lo, n_hi):
+                        for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
+                                                      (vfull, vempty, tv, L.v)):
+                            _wait(labels, free + ring.slot * 8, ring.phase ^ 1)
+                            fb = full + ring.slot * 8
+                            ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                     ptx.addr(fb), L.kv_bytes)
+                            at = base + dst + ring.slot * L.kv_bytes
+                            for p in range(P):
+                                ptx.tma.load(at + p * BN * ROW if p else at, tmap,
+                                             [p * PANEL, hkv, j * BN, batch], fb)
+                        ring.advance()
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
             cons = wg - 1
             warp, lw = lane >> 5, lane & 31
-            row0 = m0 + cons * 64 + warp * 16 + (lw >> 2)       # rows row0 and row0 + 8
             fcol = (lw & 3) * 2
-            o_acc = ptx.wgmma.accumulator(d, init=0.0)
             s_acc = ptx.wgmma.accumulator(BN)
-            m = [reg.scalar(f32, init=NEG_INF) for _ in range(2)]
-            l = [reg.scalar(f32, init=0.0) for _ in range(2)]
             ring = _Ring(S)
-            urows = [row0, row0 + 8]
-            rows = [_s32(r) for r in urows]
+            qphase = reg.scalar(u32, init=0)
             sk_s = _s32(sk)
             p_regs = p_registers(BN)
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
-            # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
-            q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
-                                          stride=1024, swizzle=128)
-
-            def s_gemm():
-                """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
-                _wait(labels, kfull + ring.slot * 8, ring.phase)
-                k_desc = ptx.wgmma.descriptor(base + L.k + ring.slot * L.kv_bytes, leading=16,
+            for t in ptx.range_(cta, tiles, ncta):
+                m0, head, batch, hkv, off, n_lo, n_hi = tile(t)
+                row0 = m0 + cons * 64 + warp * 16 + (lw >> 2)   # rows row0 and row0 + 8
+                urows = [row0, row0 + 8]
+                rows = [_s32(r) for r in urows]
+                o_acc = ptx.wgmma.accumulator(d, init=0.0)
+                m = [reg.scalar(f32, init=NEG_INF) for _ in range(2)]
+                l = [reg.scalar(f32, init=0.0) for _ in range(2)]
+                # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
+                q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
                                               stride=1024, swizzle=128)
-                ptx.inst("wgmma.fence.sync.aligned")
-                for ks in range(d // 16):
-                    pnl, kin = divmod(ks, 4)
-                    qo = (pnl * BLOCK_M * ROW + kin * 32) >> 4
-                    ko = (pnl * BN * ROW + kin * 32) >> 4
-                    ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
-                             k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
-                ptx.inst("wgmma.commit_group.sync.aligned")
 
-            def pv_gemm():
-                """Wait for V in stage ``vslot``; O += P·V, block_n/16 wgmmas with A (P)
-                from registers, one group."""
-                _wait(labels, vfull + vslot * 8, vphase)
-                v_desc = ptx.wgmma.descriptor(base + L.v + vslot * L.kv_bytes,
-                                              leading=BN * ROW, stride=1024, swizzle=128)
-                ptx.inst("wgmma.fence.sync.aligned")
-                for ks in range(BN // 16):
-                    vo = (ks * 16 * ROW) >> 4
-                    ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc,
-                             1, 1, 1, 1)
-                ptx.inst("wgmma.commit_group.sync.aligned")
+                def s_gemm():
+                    """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
+                    _wait(labels, kfull + ring.slot * 8, ring.phase)
+                    k_desc = ptx.wgmma.descriptor(base + L.k + ring.slot * L.kv_bytes,
+                                                  leading=16, stride=1024, swizzle=128)
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    for ks in range(d // 16):
+                        pnl, kin = divmod(ks, 4)
+                        qo = (pnl * BLOCK_M * ROW + kin * 32) >> 4
+                        ko = (pnl * BN * ROW + kin * 32) >> 4
+                        ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
+                                 k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
+                    ptx.inst("wgmma.commit_group.sync.aligned")
 
-            def release(bars, slot):
-                """One arrival per consumer warpgroup on the stage's empty barrier."""
-                with ptx.if_(lane == 0):
-                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                             ptx.addr(bars + slot * 8))
+                def pv_gemm():
+                    """Wait for V in stage ``vslot``; O += P·V, block_n/16 wgmmas with A (P)
+                    from registers, one group."""
+                    _wait(labels, vfull + vslot * 8, vphase)
+                    v_desc = ptx.wgmma.descriptor(base + L.v + vslot * L.kv_bytes,
+                                                  leading=BN * ROW, stride=1024, swizzle=128)
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    for ks in range(BN // 16):
+                        vo = (ks * 16 * ROW) >> 4
+                        ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc,
+                                 1, 1, 1, 1)
+                    ptx.inst("wgmma.commit_group.sync.aligned")
 
-            def scores(j):
-                """S of block j (its wgmma retired) -> P in place; returns the rows' alpha."""
-                if softcap:
-                    for x in s_acc:
-                        ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
-                        ptx.inst("tanh.approx.f32", x, x)
-                _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_s, mask, cons, m0)
-                return online_softmax(list(s_acc), m, l, scale_log2)
+                def release(bars, slot):
+                    """One arrival per consumer warpgroup on the stage's empty barrier."""
+                    with ptx.if_(lane == 0):
+                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
+                                 ptx.addr(bars + slot * 8))
 
-            def my_turn():
-                """Ping-pong: wait until the other consumer has issued its wgmmas."""
-                if c.pingpong:
-                    ptx.inst("bar.sync", 1 + cons, 256)
+                def scores(j):
+                    """S of block j (its wgmma retired) -> P in place; returns the rows' alpha."""
+                    if softcap:
+                        for x in s_acc:
+                            ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
+                            ptx.inst("tanh.approx.f32", x, x)
+                    _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_s, mask, cons, m0)
+                    return online_softmax(list(s_acc), m, l, scale_log2)
 
-            def your_turn(pred=None):
-                """Ping-pong: hand the tensor cores to the other consumer."""
-                if c.pingpong:
-                    ptx.inst("bar.arrive", 2 - cons, 256, pred=pred)
+                def my_turn():
+                    """Ping-pong: wait until the other consumer has issued its wgmmas."""
+                    if c.pingpong:
+                        ptx.inst("bar.sync", 1 + cons, 256)
 
-            def next_stage():
-                """P·V of this block reads this stage's V in the next step."""
-                ptx.inst.mov.u32(vslot, ring.slot)
-                ptx.inst.mov.u32(vphase, ring.phase)
-                ring.advance()
+                def your_turn(pred=None):
+                    """Ping-pong: hand the tensor cores to the other consumer."""
+                    if c.pingpong:
+                        ptx.inst("bar.arrive", 2 - cons, 256, pred=pred)
 
-            _wait(labels, qfull, 0)
-            # Block j's softmax runs while P·V of block j - 1 is on the tensor cores: S(j) is
-            # issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
-            with ptx.if_(n_lo < n_hi):
-                if c.pingpong:                  # consumer 0 issues first
-                    ptx.inst("bar.arrive", 1, 256, pred=cons == 1)
-                my_turn()
-                s_gemm()
-                your_turn()
-                ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                release(kempty, ring.slot)
-                scores(n_lo)                    # O is still zero: nothing to rescale
-                pack_p(list(s_acc), p_regs, dtype.name)
-                next_stage()
-                for j in ptx.range_(n_lo + 1, n_hi):
+                def next_stage():
+                    """P·V of this block reads this stage's V in the next step."""
+                    ptx.inst.mov.u32(vslot, ring.slot)
+                    ptx.inst.mov.u32(vphase, ring.phase)
+                    ring.advance()
+
+                _wait(labels, qfull, qphase)
+                # Block j's softmax runs while P·V of block j - 1 is on the tensor cores: S(j) is
+                # issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
+                with ptx.if_(n_lo < n_hi):
+                    if c.pingpong:                  # consumer 0 issues first
+                        ptx.inst("bar.arrive", 1, 256, pred=cons == 1)
                     my_turn()
                     s_gemm()
-                    pv_gemm()
                     your_turn()
-                    ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                    release(kempty, ring.slot)
-                    alphas = scores(j)
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    release(vempty, vslot)
-                    rescale(list(o_acc), alphas)
+                    release(kempty, ring.slot)
+                    scores(n_lo)                    # O is still zero: nothing to rescale
                     pack_p(list(s_acc), p_regs, dtype.name)
                     next_stage()
-                my_turn()
-                pv_gemm()
-                # (consumer 1's last hand-over would have no taker: every bar.sync of each
-                # barrier is matched by exactly one bar.arrive)
-                your_turn(pred=cons == 0)
-                ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                release(vempty, vslot)
-            _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, batch, head, sq, nh, d,
-                      dtype)
+                    for j in ptx.range_(n_lo + 1, n_hi):
+                        my_turn()
+                        s_gemm()
+                        pv_gemm()
+                        your_turn()
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                        release(kempty, ring.slot)
+                        alphas = scores(j)
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        release(vempty, vslot)
+                        rescale(list(o_acc), alphas)
+                        pack_p(list(s_acc), p_regs, dtype.name)
+                        next_stage()
+                    release(qempty, 0)              # every S of the tile has retired
+                    my_turn()
+                    pv_gemm()
+                    # (consumer 1's last hand-over would have no taker: every bar.sync of each
+                    # barrier is matched by exactly one bar.arrive)
+                    your_turn(pred=cons == 0)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    release(vempty, vslot)
+                with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
+                    release(qempty, 0)
+                ptx.inst.xor.b32(qphase, qphase, 1)
+                _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, batch, head, sq, nh, d,
+                          dtype)
 
     return attention_fwd
 

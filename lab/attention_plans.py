@@ -1,11 +1,11 @@
-"""A/B of the attention forward's tile configs (``block_n``, ``stages``) on the current GPU,
-at the FA3-paper shapes with S = 1024 and 4096 (B·S = 16k, H·D = 2048), bf16, causal and not:
-what
-the rows of ``ptxdsl/ops/attention/plans.json`` are chosen from. Each config's output is
-checked against torch SDPA before it is timed (median of rounds of CUDA-event timed calls).
-JSON goes to ``$OUT/attention_plans.json``. ``--write-plans`` then rewrites
-``ptxdsl/ops/attention/plans.json`` with the fastest config per head dim (the least sum over
-the four shapes of its time over the best time at that shape), citing ``bench/results/attention_plans_<device>.json``.
+"""A/B of the attention forward's configs (``block_n``, ``stages``, ping-pong, persistent
+grid) on the current GPU, at the FA3-paper shapes with S = 1024 and 4096 (B·S = 16k,
+H·D = 2048), bf16, causal and not: what the rows of ``ptxdsl/ops/attention/plans.json`` are
+chosen from. Each config's output is checked against torch SDPA before it is timed (median
+of rounds of CUDA-event timed calls). JSON goes to ``$OUT/attention_plans.json``.
+``--write-plans`` then rewrites ``ptxdsl/ops/attention/plans.json`` with the fastest config
+per head dim (the least sum over the four shapes of its time over the best time at that
+shape), citing ``bench/results/attention_plans_<device>.json``.
 
     PYTHONPATH=. python lab/attention_plans.py [--write-plans]
 """

@@ -105,6 +105,21 @@ def _check(q, k, v, causal, softmax_scale, window_size, softcap, out, frame):
     return dtype, (b, sq, h, d), (sk, hk)
 
 
+def forward_kernel(head_dim: int, dtype: str = "bf16", *, causal: bool = False,
+                   window_size=(-1, -1), softmax_scale: float | None = None,
+                   softcap: float = 0.0, arch: str = "sm_90a", sms: int = 132):
+    """The kernel :func:`attention` runs for these options (built once per key, from the
+    plan table's config): for ``ptxdsl check``, the docs' PTX excerpts and timing."""
+    dt = {"bf16": bf16, "f16": f16}[dtype]
+    scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
+    left, right = window_size
+    mask = Mask(left, 0 if causal else right)
+    cfg = choose(head_dim, dt.name, mask)
+    key = (cfg, dt.name, head_dim, mask, scale, float(softcap), arch, sms)
+    return KERNELS.get(key, lambda: build_forward(cfg, dt, head_dim, mask, scale=scale,
+                                                  softcap=float(softcap), sms=sms, arch=arch))
+
+
 def _copy_back(frame, res, out, lse):
     """The interpreter's outputs (numpy) into ``out`` (its bytes) and a new ``lse``."""
     import numpy as np
@@ -136,14 +151,9 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     # launcher binds only contiguous Tiles, so other layouts (a slice of a packed qkv
     # tensor) are copied first.
     q, k, v = (a if _contiguous(a) else frame.contiguous(a) for a in (q, k, v))
-    scale = float(d ** -0.5 if softmax_scale is None else softmax_scale)
-    left, right = window_size
-    mask = Mask(left, 0 if causal else right)
-    cfg = choose(d, dtype.name, mask)
-    arch, sms = frame.arch(q), frame.sms(q)
-    key = (cfg, dtype.name, d, mask, scale, float(softcap), arch, sms)
-    kern = KERNELS.get(key, lambda: build_forward(cfg, dtype, d, mask, scale=scale,
-                                                  softcap=float(softcap), sms=sms, arch=arch))
+    kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
+                          softmax_scale=softmax_scale, softcap=softcap, arch=frame.arch(q),
+                          sms=frame.sms(q))
     if out is None:
         out = frame.empty((b, sq, h, d), q)
     lse = frame.empty((b, h, sq), q, f32)
@@ -153,4 +163,4 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     return (out, lse) if return_lse else out
 
 
-__all__ = ["attention", "KERNELS"]
+__all__ = ["attention", "forward_kernel", "KERNELS"]

@@ -1,16 +1,29 @@
-"""The attention forward on Hopper: one CTA per (128 query rows, head, batch), three
-warpgroups, K/V through a TMA + mbarrier ring, S = Q·Kᵀ and O += P·V on wgmma.
+"""The attention forward on Hopper: a tile is 128 query rows of one (batch, head); a CTA of
+three warpgroups takes one tile (or, with ``Config.persistent``, one CTA per SM loops over
+tiles); K/V through a TMA + mbarrier ring; S = Q·Kᵀ and O += P·V on wgmma.
 
 ::
 
-    warpgroup 0 (producer, setmaxnreg.dec)       warpgroups 1, 2 (consumers, setmaxnreg.inc)
-    TMA Q (128 x D) once ─▶ qfull                 wait qfull; per K/V block j:
-    per block: wait empty[s]                        wait kfull[s]; S = Q_c·Kᵀ (wgmma from smem,
-      expect_tx kfull[s], TMA K (block_n x D)         D/16 x m64n{block_n}k16); mask (boundary
-      expect_tx vfull[s], TMA V (block_n x D)         blocks only); online softmax (ex2, one FMA)
-                                                    wait vfull[s]; O += P·V (P from registers,
-                                                      block_n/16 x m64n{D}k16); arrive empty[s]
-                                                  epilogue: O / l -> st.global; LSE per row
+    warpgroup 0 (producer, setmaxnreg.dec)          warpgroups 1, 2 (consumers, setmaxnreg.inc)
+    per tile: wait qempty; TMA Q (128 x D) ─▶ qfull  per tile: wait qfull; per K/V block j:
+    per block j: wait kempty[s], expect_tx kfull[s],   wait kfull[s]; issue S(j) = Q_c·Kᵀ
+      TMA K (block_n x D); wait vempty[s],               (smem descriptors, D/16 x
+      expect_tx vfull[s], TMA V (block_n x D)            m64n{block_n}k16)
+                                                       wait vfull[s-1]; issue O += P(j-1)·V(j-1)
+                                                         (P from registers, block_n/16 x
+                                                         m64n{D}k16)
+                                                       wait_group 1 (S(j) retired): arrive
+                                                         kempty; mask (boundary blocks only);
+                                                         online softmax (ex2, one FMA) under
+                                                         the P·V
+                                                       wait_group 0: arrive vempty; O *= alpha;
+                                                         P(j) = cvt(S) into the A registers
+                                                     arrive qempty; the last P·V; epilogue:
+                                                       O / l -> st.global; LSE per row
+
+With ``Config.pingpong`` the two consumers take turns to issue their wgmmas (named barriers
+1 and 2: ``bar.sync`` waits for one's turn, ``bar.arrive`` hands it over), so that one's
+softmax runs while the other's GEMMs have the tensor cores.
 
 Shared memory (1024-byte aligned; every tile in 64-column panels of 128-byte swizzled rows,
 what one TMA box of (1, rows, 1, 64) writes): Q 128 rows, then ``stages`` K blocks, then

@@ -63,3 +63,25 @@ def test_out_and_strided_inputs():
     assert attention(q, k, v, causal=True, out=out) is out
     ref, _ = attention_reference(*(t.float().cpu().numpy() for t in (q, k, v)), causal=True)
     assert np.abs(out.float().cpu().numpy() - ref).max() <= 2e-2 * np.abs(ref).max()
+
+
+def test_varlen():
+    torch = torch_sm90()
+    from ptxdsl.ops import attention_varlen
+    lq, lk = [100, 1, 300], [100, 50, 257]
+    g = torch.Generator(device="cuda").manual_seed(11)
+    q = torch.randn(sum(lq), 8, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(sum(lk), 2, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(sum(lk), 2, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    cq = torch.tensor(np.cumsum([0] + lq), device="cuda", dtype=torch.int32)
+    ck = torch.tensor(np.cumsum([0] + lk), device="cuda", dtype=torch.int32)
+    out, lse = attention_varlen(q, k, v, cq, ck, 300, 257, causal=True, return_lse=True)
+    for i in range(3):
+        a, b, ka, kb = int(cq[i]), int(cq[i + 1]), int(ck[i]), int(ck[i + 1])
+        ref, rlse = attention_reference(*(t.float().cpu().numpy()[None] for t in (
+            q[a:b], k[ka:kb], v[ka:kb])), causal=True)
+        got = out[a:b].float().cpu().numpy()
+        assert np.abs(got - ref[0]).max() <= 2e-2 * np.abs(ref).max()
+        fin = np.isfinite(rlse[0])
+        assert np.abs(lse[:, a:b].cpu().numpy()[fin] - rlse[0][fin]).max() <= 1e-3 * max(
+            np.abs(rlse[0][fin]).max(), 1)

@@ -89,3 +89,31 @@ def test_persistent_grid_loops_over_tiles(causal, pingpong):
     ref, rlse = attention_reference(q, k, v, causal=causal, softmax_scale=0.125)
     assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()
     np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
+
+
+def test_varlen_packed_sequences_match_each_sequence_alone():
+    """attention_varlen on packed sequences (one with no query rows, one whose queries see
+    no keys under the bottom-right causal mask) against the reference of each alone."""
+    from ptxdsl.core.errors import LaunchError
+    from ptxdsl.ops import attention_varlen
+    rng = np.random.default_rng(7)
+    lq, lk = [5, 0, 40, 3], [17, 4, 40, 1]
+    q = rng.standard_normal((sum(lq), 2, 64)).astype(np.float16)
+    k = rng.standard_normal((sum(lk), 1, 64)).astype(np.float16)
+    v = rng.standard_normal((sum(lk), 1, 64)).astype(np.float16)
+    cq, ck = np.cumsum([0] + lq), np.cumsum([0] + lk)
+    out, lse = attention_varlen(q, k, v, cq, ck, 40, 40, causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (2, sum(lq))
+    for i in range(len(lq)):
+        if lq[i] == 0:
+            continue
+        a, b, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        ref, rlse = attention_reference(q[None, a:b], k[None, ka:kb], v[None, ka:kb],
+                                        causal=True)
+        assert np.abs(out[a:b].astype(np.float64) - ref[0]).max() <= 4e-3 * max(
+            np.abs(ref).max(), 1e-30)
+        np.testing.assert_array_equal(np.isneginf(lse[:, a:b]), np.isinf(rlse[0]))
+    with pytest.raises(LaunchError, match="cu_seqlens_k must be 1-d"):
+        attention_varlen(q, k, v, cq, ck[:-1], 40, 40)
+    with pytest.raises(LaunchError, match="below the longest"):
+        attention_varlen(q, k, v, cq, ck, 8, 40)

@@ -6,7 +6,7 @@ choice, then its kernels); what several ops share is in ``ops/_common/``.
 ========== ==============================================================
 rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``, ``rms_norm_quant``
 matmul     ``matmul``: GEMM with a fused bias and activation
-attention  ``attention``: the attention forward (flash_attn_func's layout) on Hopper
+attention  ``attention``, ``attention_varlen``: the attention forward on Hopper
 _common    framework glue, built-kernel caches, row I/O, reductions, workspace
 ========== ==============================================================
 """
@@ -15,7 +15,7 @@ import sys as _sys
 from ._common.frame import register_torch_ops
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
-from .attention import attention  # noqa: E402  (likewise)
+from .attention import attention, attention_varlen  # noqa: E402  (likewise)
 
 if "torch" in _sys.modules:
     # torch.library custom ops (torch.ops.ptxdsl.*), so that torch.compile keeps the ops
@@ -23,4 +23,4 @@ if "torch" in _sys.modules:
     register_torch_ops()
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_quant", "RMSNorm", "KERNELS", "matmul",
-           "attention", "register_torch_ops"]
+           "attention", "attention_varlen", "register_torch_ops"]

@@ -8,6 +8,7 @@ runtime's memo (:mod:`ptxdsl.runtime.memo`).
 ========== ==============================================================
 rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``, ``rms_norm_quant``
 matmul     ``matmul``: GEMM with a fused bias and activation
+attention  ``attention``, ``attention_varlen``: the attention forward on Hopper
 _common    built-kernel caches, row I/O, reductions, workspace, the torch ops' registry
 ========== ==============================================================
 """
@@ -16,6 +17,7 @@ import sys as _sys
 from ._common.torch_registry import TORCH_OPS as _TORCH_OPS
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
+from .attention import attention, attention_varlen  # noqa: E402  (likewise)
 
 
 def _rmsnorm_torch_ops() -> None:
@@ -44,4 +46,4 @@ if "torch" in _sys.modules:
     register_torch_ops()
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_quant", "RMSNorm", "KERNELS", "matmul",
-           "register_torch_ops"]
+           "attention", "attention_varlen", "register_torch_ops"]

@@ -1,0 +1,64 @@
+"""What the forward plan chooses, and what a call asks for, as frozen records."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEAD_DIMS = (64, 128, 192, 256)   # multiples of one 128-byte swizzle row of 16-bit elements
+BLOCK_M = 128                      # query rows per CTA: two consumer warpgroups of m64
+
+
+@dataclass(frozen=True)
+class Config:
+    """The kernel's tile shape: ``block_n`` keys/values per block, ``stages`` K/V blocks in
+    the shared-memory ring, whether the two consumers take turns at the tensor cores
+    (``pingpong``), whether the grid is one CTA per SM looping over the tiles
+    (``persistent``; else one CTA per tile), the register budgets the warpgroups ask
+    ``setmaxnreg`` for."""
+
+    block_n: int = 128
+    stages: int = 2
+    pingpong: bool = False
+    persistent: bool = False
+    producer_regs: int = 24
+    consumer_regs: int = 240
+
+    def __post_init__(self):
+        if self.block_n % 16 or not 16 <= self.block_n <= 256:
+            raise ValueError(f"block_n is a multiple of 16 from 16 to 256 (a wgmma N of S "
+                             f"and the K of P·V in k16 steps), got {self.block_n}")
+        if self.stages < 1:
+            raise ValueError(f"stages >= 1, got {self.stages}")
+        if self.producer_regs + 2 * self.consumer_regs > 512:
+            raise ValueError(f"128 x ({self.producer_regs} + 2 x {self.consumer_regs}) "
+                             f"registers exceed an SM's 65536")
+
+    def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
+        """Q (128 rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per stage)."""
+        q = BLOCK_M * head_dim * elem_bytes
+        kv = 2 * self.block_n * head_dim * elem_bytes
+        return q + self.stages * kv + 8 * (2 + 4 * self.stages)
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Which keys a query row sees, with keys aligned bottom-right (``off = Sk - Sq``):
+    row ``i`` sees key ``j`` iff ``i + off - left <= j <= i + off + right``; ``-1`` is
+    unbounded on that side. Causal is ``right = 0``."""
+
+    left: int = -1
+    right: int = -1
+
+    @property
+    def any(self) -> bool:
+        return self.left >= 0 or self.right >= 0
+
+    @property
+    def tag(self) -> str:
+        if not self.any:
+            return "full"
+        if self.left < 0 and self.right == 0:
+            return "causal"
+        return f"win{self.left}_{self.right}"
+
+
+__all__ = ["Config", "Mask", "HEAD_DIMS", "BLOCK_M"]

@@ -1,0 +1,37 @@
+"""Which :class:`~.config.Config` a call runs: the first row of ``plans.json`` that holds
+(head dim, dtype, mask kind), each row citing the measurement it came from."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from .config import HEAD_DIMS, Config, Mask
+
+SMEM_PER_CTA = 232448          # sm_90's largest dynamic shared memory per block
+
+
+@lru_cache(maxsize=1)
+def rows() -> tuple[dict, ...]:
+    """The table (read once: a file of the package, not state)."""
+    data = json.loads((Path(__file__).with_name("plans.json")).read_text())
+    return tuple(data["rows"])
+
+
+def mask_kind(mask: Mask) -> str:
+    return "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
+
+
+def choose(head_dim: int, dtype_name: str, mask: Mask) -> Config:
+    """The table's config for this call; a ValueError for a head dim no row covers."""
+    kind = mask_kind(mask)
+    for row in rows():
+        if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"]:
+            c = Config(**row["config"])
+            assert c.smem_bytes(head_dim) <= SMEM_PER_CTA, (row, c.smem_bytes(head_dim))
+            return c
+    raise ValueError(f"no plan for head dim {head_dim} ({dtype_name}, {kind}); the kernel "
+                     f"takes head dims {', '.join(map(str, HEAD_DIMS))}")
+
+
+__all__ = ["choose", "rows", "mask_kind", "SMEM_PER_CTA"]

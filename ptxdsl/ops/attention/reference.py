@@ -1,0 +1,43 @@
+"""The float64 numpy reference of the forward, in flash_attn_func's layout: what the tests
+and the benchmark check the kernel against."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def attention_reference(q, k, v, *, causal: bool = False, softmax_scale: float | None = None,
+                        window_size=(-1, -1), softcap: float = 0.0):
+    """``(out, lse)`` in float64: q ``(B, Sq, H, D)``, k / v ``(B, Sk, Hkv, D)`` (any float
+    dtype; H a multiple of Hkv), keys aligned bottom-right. A row that sees no key gives 0
+    and an LSE of -inf."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    kk = np.repeat(k, h // hk, axis=2)
+    vv = np.repeat(v, h // hk, axis=2)
+    s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    left, right = window_size
+    if causal:
+        right = 0
+    i = np.arange(sq)[:, None] + (sk - sq)
+    j = np.arange(sk)[None, :]
+    ok = np.ones((sq, sk), bool)
+    if right >= 0:
+        ok &= j <= i + right
+    if left >= 0:
+        ok &= j >= i - left
+    s = np.where(ok, s, -np.inf)
+    mx = s.max(-1, keepdims=True)
+    mx = np.where(np.isfinite(mx), mx, 0.0)
+    p = np.exp(s - mx)
+    den = p.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(den > 0, np.einsum("bhqk,bkhd->bhqd", p, vv) / den, 0.0)
+        lse = np.where(den[..., 0] > 0, np.log(den[..., 0]) + mx[..., 0], -np.inf)
+    return out.transpose(0, 2, 1, 3), lse
+
+
+__all__ = ["attention_reference"]

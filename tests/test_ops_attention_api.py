@@ -1,0 +1,106 @@
+"""ptxdsl.ops.attention: every bad argument is a LaunchError naming the caller's line; the
+plan table; the kernel's PTX holds the pipeline its docstring draws and ptxas keeps it in
+registers."""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.errors import LaunchError
+from ptxdsl.core.types import bf16, f16
+from ptxdsl.ops import attention
+from ptxdsl.ops.attention.config import Config, Mask
+from ptxdsl.ops.attention.fwd import build_forward
+from ptxdsl.ops.attention.plan import SMEM_PER_CTA, choose, rows
+
+HERE = os.path.basename(__file__)
+
+
+def _qkv(sq=16, sk=16, h=2, hk=1, d=64, dtype=np.float16):
+    return (np.zeros((1, sq, h, d), dtype), np.zeros((1, sk, hk, d), dtype),
+            np.zeros((1, sk, hk, d), dtype))
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda q, k, v: (q[0], k, v), "must be 4-d"),
+    (lambda q, k, v: (q.astype(np.float32), k, v), "float16 or bfloat16"),
+    (lambda q, k, v: (q, k.astype(np.float32), v), "give all three one dtype"),
+    (lambda q, k, v: (q, k, v[:, :8]), "must have one shape"),
+    (lambda q, k, v: (q, np.zeros((1, 16, 3, 64), np.float16),
+                      np.zeros((1, 16, 3, 64), np.float16)), "multiple of"),
+    (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), "head dim 32"),
+    (lambda q, k, v: (np.zeros((1, 16, 2, 128), np.float16)[..., ::2], k, v), "contiguous"),
+    (lambda q, k, v: ([[1.0]], k, v), "numpy arrays, torch tensors"),
+])
+def test_bad_arrays_are_named_at_the_callers_line(change, words):
+    q, k, v = change(*_qkv())
+    with pytest.raises(LaunchError, match=words) as e:
+        attention(q, k, v)
+    assert f"{HERE}:" in str(e.value)
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(softmax_scale=-1.0), "softmax_scale"), (dict(softmax_scale=float("nan")), "softmax_scale"),
+    (dict(window_size=(-2, 0)), "window_size"), (dict(window_size=3), "window_size"),
+    (dict(causal=1), "causal"), (dict(softcap=-1.0), "softcap"),
+    (dict(out=np.zeros((1, 16, 2, 32), np.float16)), "out must be an array like q"),
+])
+def test_bad_options_are_named_at_the_callers_line(kw, words):
+    with pytest.raises(LaunchError, match=words) as e:
+        attention(*_qkv(), **kw)
+    assert f"{HERE}:" in str(e.value)
+
+
+def test_every_plan_row_fits_and_cites_its_source():
+    for row in rows():
+        assert row["source"] and row["reason"]
+        for d in row["head_dims"]:
+            assert Config(**row["config"]).smem_bytes(d) <= SMEM_PER_CTA
+    for d in (64, 128, 192, 256):
+        for m in (Mask(), Mask(-1, 0), Mask(16, 0)):
+            c = choose(d, "bf16", m)
+            assert c.block_n % 16 == 0 and c.smem_bytes(d) <= SMEM_PER_CTA
+    with pytest.raises(ValueError, match="head dim 96"):
+        choose(96, "bf16", Mask())
+
+
+def test_ptx_has_the_pipeline():
+    text = build_forward(Config(block_n=128, stages=2), bf16, 128, Mask(-1, 0),
+                         scale=0.125).ptx()
+    for needle in ("setmaxnreg.dec.sync.aligned.u32 24", "setmaxnreg.inc.sync.aligned.u32 240",
+                   "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+                   "cp.async.bulk.tensor.4d.shared::cluster.global.tile", "ex2.approx.ftz.f32",
+                   "shfl.sync.bfly.b32", "mbarrier.try_wait.parity", ".maxntid 384"):
+        assert needle in text, needle
+    # S: 8 k16 steps over D = 128; O: 8 k16 steps over 128 keys, A from registers; each
+    # twice (the first block's S and the last block's P·V are peeled off the loop)
+    mmas = [line for line in text.splitlines() if "wgmma.mma_async" in line]
+    rs = [line for line in mmas if "}, {" in line]         # A from 4 registers
+    assert len(mmas) == 32 and len(rs) == 16
+    # in the loop, S(j) is issued before P(j-1)·V(j-1) and only S(j) is waited for
+    waits = [i for i, line in enumerate(text.splitlines()) if "wgmma.wait_group" in line]
+    lines = text.splitlines()
+    one = [i for i in waits if lines[i].strip().endswith("1;")]
+    assert len(one) == 1
+    before = [line for line in lines[:one[0]] if "wgmma.mma_async" in line][-16:]
+    assert [("}, {" in line) for line in before] == [False] * 8 + [True] * 8
+    assert all("m64n128k16" in line for line in mmas)
+    # one FMA per score: scale and max folded in
+    assert len(re.findall(r"fma\.rn\.f32", text)) >= 64
+
+
+@pytest.mark.ptxas
+@pytest.mark.parametrize("d,dtype,mask", [(64, f16, Mask()), (128, bf16, Mask(-1, 0)),
+                                          (256, bf16, Mask(32, 0)), (192, f16, Mask())])
+def test_ptxas_keeps_everything_in_registers(d, dtype, mask):
+    k = build_forward(choose(d, dtype.name, mask), dtype, d, mask, scale=d ** -0.5)
+    try:
+        r = k.resources()
+    except Exception as e:  # no ptxas on this machine
+        if "ptxas" in str(e).lower() and "not found" in str(e).lower():
+            pytest.skip(str(e))
+        raise
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0

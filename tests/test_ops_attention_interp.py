@@ -1,0 +1,119 @@
+"""ptxdsl.ops.attention on the CPU interpreter, the shipped kernel against the float64
+numpy reference: out within 16-bit rounding, LSE to 1e-3, rows that see no key give 0 and
+-inf. The default set is a few small shapes; the wider sweep is marked ``long``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
+from ptxdsl.ops import attention
+from ptxdsl.ops.attention import attention_reference
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+def _inputs(b, sq, sk, h, hk, d, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype)
+            for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d))]
+
+
+def _check(q, k, v, **kw):
+    out, lse = attention(q, k, v, return_lse=True, **kw)
+    ref, rlse = attention_reference(q, k, v, **kw)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == np.float32
+    o = out.astype(np.float64)
+    assert not np.isnan(o).any() and not np.isnan(lse).any()
+    err = np.abs(o - ref).max() / max(np.abs(ref).max(), 1e-30)
+    assert err <= 2e-2 if q.dtype != np.float16 else err <= 4e-3, err
+    empty = np.isinf(rlse)
+    np.testing.assert_array_equal(np.isneginf(lse), empty)
+    assert (o.transpose(0, 2, 1, 3)[empty] == 0).all()
+    fin = ~empty
+    if fin.any():
+        rel = np.abs(lse[fin] - rlse[fin]) / np.maximum(np.abs(rlse[fin]), 1.0)
+        assert rel.max() <= 1e-3, rel.max()
+    return out
+
+
+@pytest.mark.parametrize("sq,sk,h,hk,d,dtype,kw", [
+    (100, 100, 2, 1, 64, np.float16, dict(causal=True)),          # GQA, ragged, causal
+    (63, 130, 1, 1, 64, "bf16", {}),                              # two K/V blocks, ragged Sk
+    (1, 63, 1, 1, 64, np.float16, dict(window_size=(8, 0))),      # one row, sliding window
+])
+def test_small_shapes_match_float64(sq, sk, h, hk, d, dtype, kw):
+    dt = ml_dtypes.bfloat16 if dtype == "bf16" else dtype
+    _check(*_inputs(1, sq, sk, h, hk, d, dt, sq + sk), **kw)
+
+
+def test_rows_that_see_no_key_give_zero_and_minus_inf():
+    """Causal with Sq > Sk (aligned bottom-right): the first Sq - Sk rows see nothing."""
+    q, k, v = _inputs(1, 70, 6, 1, 1, 64, np.float16, 3)
+    out = _check(q, k, v, causal=True)
+    assert (out[0, :64].astype(np.float64) == 0).all()
+
+
+def test_out_is_written_in_place_and_returned():
+    q, k, v = _inputs(1, 16, 16, 1, 1, 64, np.float16, 4)
+    out = np.full_like(q, np.nan)
+    got = attention(q, k, v, out=out)
+    assert got is out and not np.isnan(out.astype(np.float64)).any()
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("b,sq,sk,h,hk,d,kw", [
+    (1, 200, 200, 2, 2, 128, dict(causal=True)), (1, 63, 300, 4, 2, 128, {}),
+    (1, 130, 70, 1, 1, 256, dict(causal=True)), (2, 100, 100, 2, 1, 192, {}),
+    (1, 200, 200, 1, 1, 64, dict(window_size=(50, 10))),
+    (1, 128, 256, 2, 1, 64, dict(softcap=5.0, softmax_scale=0.3)),
+])
+def test_wider_sweep_matches_float64(b, sq, sk, h, hk, d, kw):
+    _check(*_inputs(b, sq, sk, h, hk, d, ml_dtypes.bfloat16, b + sq + sk + d), **kw)
+
+
+@pytest.mark.parametrize("causal,pingpong", [(True, True), (False, False)])
+def test_persistent_grid_loops_over_tiles(causal, pingpong):
+    """Config.persistent on a grid of 2 CTAs: each takes several tiles (Q reloaded once the
+    consumers release it, the K/V ring running on across tiles), some with no key at all;
+    with ping-pong the consumers' named barriers stay matched across tiles."""
+    from ptxdsl.core.types import f16
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    q, k, v = _inputs(1, 300, 100, 2, 1, 64, np.float16, 5)
+    kern = build_forward(Config(block_n=64, stages=2, pingpong=pingpong, persistent=True),
+                         f16, 64, Mask(-1, 0) if causal else Mask(), scale=0.125, sms=2)
+    assert kern.grid_for({"B": 1, "SQ": 300, "H": 2}) == (2, 1, 1)
+    out, lse = kern.interpret(q, k, v)
+    ref, rlse = attention_reference(q, k, v, causal=causal, softmax_scale=0.125)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()
+    np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
+
+
+def test_varlen_packed_sequences_match_each_sequence_alone():
+    """attention_varlen on packed sequences (one with no query rows, one whose queries see
+    no keys under the bottom-right causal mask) against the reference of each alone."""
+    from ptxdsl.core.errors import LaunchError
+    from ptxdsl.ops import attention_varlen
+    rng = np.random.default_rng(7)
+    lq, lk = [5, 0, 40, 3], [17, 4, 40, 1]
+    q = rng.standard_normal((sum(lq), 2, 64)).astype(np.float16)
+    k = rng.standard_normal((sum(lk), 1, 64)).astype(np.float16)
+    v = rng.standard_normal((sum(lk), 1, 64)).astype(np.float16)
+    cq, ck = np.cumsum([0] + lq), np.cumsum([0] + lk)
+    out, lse = attention_varlen(q, k, v, cq, ck, 40, 40, causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (2, sum(lq))
+    for i in range(len(lq)):
+        if lq[i] == 0:
+            continue
+        a, b, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        ref, rlse = attention_reference(q[None, a:b], k[None, ka:kb], v[None, ka:kb],
+                                        causal=True)
+        assert np.abs(out[a:b].astype(np.float64) - ref[0]).max() <= 4e-3 * max(
+            np.abs(ref).max(), 1e-30)
+        np.testing.assert_array_equal(np.isneginf(lse[:, a:b]), np.isinf(rlse[0]))
+    with pytest.raises(LaunchError, match="cu_seqlens_k must be 1-d"):
+        attention_varlen(q, k, v, cq, ck[:-1], 40, 40)
+    with pytest.raises(LaunchError, match="below the longest"):
+        attention_varlen(q, k, v, cq, ck, 8, 40)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import importlib.util
 import os
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from paths import ROOT
+
 spec = importlib.util.spec_from_file_location("bench_matmul",
-                                              os.path.join(HERE, "..", "bench", "matmul.py"))
+                                              os.path.join(ROOT, "bench", "matmul.py"))
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 

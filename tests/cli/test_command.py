@@ -14,7 +14,7 @@ from ptxdsl.cli import command as cli
 from ptxdsl import toolchain
 from ptxdsl.core.errors import ToolchainError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT
 EXAMPLE = os.path.join(ROOT, "examples", "hopper", "vector_add.py")
 
 

@@ -10,8 +10,7 @@ import sys
 
 from seed_kernels import build_rms_norm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from paths import HELPERS, ROOT
 CONFIGS = [(4, 1024, "sm_90a"), (3, 480, "sm_80"), (8, 8192, "sm_90a")]
 
 # Prints a digest per (config, line mode) so the parent compares bytes, not just sizes.
@@ -58,7 +57,7 @@ def test_trace_does_not_depend_on_earlier_traces():
 
 
 def test_two_processes_print_identical_bytes():
-    script = SCRIPT.format(here=HERE, root=ROOT, configs=CONFIGS)
+    script = SCRIPT.format(here=HELPERS, root=ROOT, configs=CONFIGS)
     outs = []
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)

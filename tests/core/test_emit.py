@@ -283,7 +283,7 @@ def test_template_loads_with_the_package_folder_itself_on_sys_path(tmp_path):
     # jinja2's PackageLoader failed here ("could not find a 'templates' directory").
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from paths import ROOT as root
     code = ("import sys; sys.path[:0] = [%r, %r]\n"
             "from ptxdsl.core.emit import _ENV\n"
             "print(_ENV.get_template('module.ptx.j2').render is not None)"

@@ -20,7 +20,7 @@ from ptxdsl.core.emit import fmt_instr
 from ptxdsl.isa import TABLE
 from ptxdsl.core.trace import Builder
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT
 DOCS = os.path.join(ROOT, "docs")
 sys.path.insert(0, DOCS)  # docs/docgen.py, the reference pages' generator, lives there
 from docgen import (anchor, python_chain, python_example, render_operator_table,  # noqa: E402

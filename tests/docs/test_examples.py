@@ -15,7 +15,7 @@ from ptxdsl.cli import command as cli
 from ptxdsl import toolchain
 from ptxdsl.core.errors import ToolchainError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT
 HOPPER = os.path.join(ROOT, "examples", "hopper")
 # The gallery. rms_norm*.py come with the RMSNorm work, gemm*.py with the GEMMs; the rest are
 # the docs' gallery.

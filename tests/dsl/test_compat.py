@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import pyptx_examples  # noqa: E402

@@ -4,8 +4,8 @@ print the PTX a Hopper GEMM needs and assemble with ptxas.
 The examples are read at test time (never copied here) from the pyptx mirror, an
 installed pyptx or ``$PTXDSL_PYPTX_EXAMPLES`` (see ``bench/pyptx_examples.py``); without
 any of them these tests skip and say where they looked. The warp-specialised kernel in
-``tests/hopper_kernels.py`` exercises the same surface without them
-(``tests/test_hopper_helpers.py``); tests/gpu/test_hopper_gpu.py runs both examples.
+``tests/helpers/hopper_kernels.py`` exercises the same surface without them
+(``tests/dsl/test_hopper_helpers.py``); tests/gpu/test_hopper_gpu.py runs both examples.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

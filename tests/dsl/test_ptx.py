@@ -11,7 +11,7 @@ from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.core.errors import IsaError, TraceError
 from ptxdsl import toolchain
 from ptxdsl.core.types import bf16, bf16x2, f16, f16x2, f32, f64, s32, u16, u32, u64
-from test_reg import body_lines
+from ptx_lines import body_lines
 
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="no ptxas found")
 

@@ -17,7 +17,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
+sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
 
 from gpu_env import NEEDS_GPU  # noqa: E402
 

@@ -20,7 +20,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
+sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
 from ptxdsl.cli import command as cli  # noqa: E402
@@ -391,7 +391,7 @@ def test_barrier_reductions_agree():
 def test_discard_runs_on_the_gpu():
     """discard.global.L2 after every lane's read (bar.warp.sync): what was read before it
     is the data; what a read after it sees is undefined on the GPU (the interpreter
-    poisons it, tests/test_interp_control.py), so only the launch and Y are checked."""
+    poisons it, tests/interp/test_control.py), so only the launch and Y are checked."""
     from test_interp_control import _discard_kernel
     y, _ = _discard_kernel(0)(np.zeros(64, np.float32))
     np.testing.assert_array_equal(np.asarray(y), np.arange(32, dtype=np.float32))

@@ -21,7 +21,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
+sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
 from ptxdsl import Tile, kernel, ptx, reg  # noqa: E402

@@ -19,7 +19,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
+sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
 from ptxdsl.core.errors import LaunchError, PtxdslError  # noqa: E402
@@ -503,7 +503,7 @@ _FAULT_SCRIPT = textwrap.dedent("""
 
 def test_kernel_fault_is_reported_with_the_kernel_name():
     # In a subprocess: an illegal address poisons the context for the rest of the process.
-    code = _FAULT_SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, "tests"), arch=_arch())
+    code = _FAULT_SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, "tests", "helpers"), arch=_arch())
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     print(proc.stdout, proc.stderr[-2000:])

@@ -1,7 +1,7 @@
 """Tensor-core instructions on the GPU against the interpreter, with identical inputs.
 
 Every mma.sync form (shape x types x layouts, the same list as
-tests/test_interp_tensorcore.py) runs on the device and on the interpreter:
+tests/interp/test_tensorcore.py) runs on the device and on the interpreter:
 integer forms must agree bit for bit; float forms must each lie within the
 bound documented in ``ptxdsl/interp/tensorcore.py`` of the exact result
 (inputs span many binades and both signs, so the device's accumulation order
@@ -24,7 +24,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
+sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
 from ptxdsl.isa import resolve  # noqa: E402

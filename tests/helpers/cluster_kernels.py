@@ -1,5 +1,5 @@
 """Small cluster kernels (sm_90a), shared by the interpreter tests
-(tests/test_interp_cluster.py) and the GPU differential tests
+(tests/interp/test_cluster.py) and the GPU differential tests
 (tests/gpu/test_cluster_interp_gpu.py). Every mbarrier wait loops on try_wait.parity
 (``ptx.mbarrier.wait``, or ``.acquire.cluster`` where peer CTAs delivered the bytes): a
 single try_wait may return false on hardware. Barriers are

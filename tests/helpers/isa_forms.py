@@ -1,7 +1,7 @@
 """Concrete forms of every instruction-table entry, built through the real tracer and emitter.
 
-Used by the table sweep in ``test_isa.py`` (and handy when adding an entry:
-``python tests/isa_forms.py ld`` prints what ptxas says about each form of ``ld``).
+Used by the table sweep in ``isa/test_table.py`` (and handy when adding an entry:
+``python tests/helpers/isa_forms.py ld`` prints what ptxas says about each form of ``ld``).
 
 A *form* is one matched modifier chain plus fabricated operands: registers of the
 types the table's operand signature names, addresses in the right state space, a
@@ -66,12 +66,71 @@ def _find(spec: OpSpec, fixed: dict[int, str], types: list[tuple[str, ...]],
     return None
 
 
-def covering_forms(spec: OpSpec) -> tuple[list[Match], list[str]]:
+def _near(spec: OpSpec, fixed: dict[int, str], types: list[tuple[str, ...]],
+          seeds: list[Match]) -> Match | None:
+    """A valid form that contains ``fixed`` and differs from one of ``seeds`` (valid forms
+    already found) in at most one other modifier: a few hundred matches at most, where
+    :func:`_find` walks the modifier product (~10^5 chains for mma.sync) to prove that no
+    plainer form exists."""
+    groups = spec.groups
+
+    def attempt(chosen: dict[int, str], seed_types: tuple[str, ...]) -> Match | None:
+        head = [chosen[i] for i in sorted(chosen)]
+        for t in ([seed_types] if seed_types in types else []) + [
+                t for t in types if t != seed_types]:
+            m = _try(spec, head + list(t))
+            if m is not None:
+                return m
+        return None
+
+    bases = []
+    for s in seeds:
+        chosen = {i: s.chosen[g.name] for i, g in enumerate(groups) if g.name in s.chosen}
+        chosen.update(fixed)
+        bases.append((chosen, tuple(t.name for t in s.types)))
+    for chosen, seed_types in bases:
+        m = attempt(chosen, seed_types)
+        if m is not None:
+            return m
+    for chosen, seed_types in bases:
+        for gi, g in enumerate(groups):
+            if gi in fixed:
+                continue
+            for name in (*g.names, *(() if g.required else (None,))):
+                if chosen.get(gi) == name:
+                    continue
+                changed = {i: n for i, n in chosen.items() if i != gi}
+                if name is not None:
+                    changed[gi] = name
+                m = attempt(changed, seed_types)
+                if m is not None:
+                    return m
+    return None
+
+
+_COVERING: dict[tuple[str, bool], tuple[list[Match], list[str]]] = {}
+
+
+def covering_forms(spec: OpSpec, plainest: bool = False) -> tuple[list[Match], list[str]]:
     """Forms that use every type (tuple) and every modifier of ``spec`` at least once.
 
     Returns the forms and a list of targets for which no valid form exists
     (a modifier the table lists but that no chain can use is a table bug).
+
+    Each target is first looked for next to the forms already found (:func:`_near`), then
+    by the exhaustive :func:`_find`, so every target without a valid form is still proven
+    so. ``plainest=True`` always uses :func:`_find` (each target in its plainest spelling;
+    minutes for mma.sync, the long run's sweep). Results are kept per entry: the table is
+    immutable and several tests sweep the same entries.
     """
+    key = (spec.opcode, plainest)
+    if key not in _COVERING:
+        _COVERING[key] = _covering_forms(spec, plainest)
+    forms, missing = _COVERING[key]
+    return list(forms), list(missing)
+
+
+def _covering_forms(spec: OpSpec, plainest: bool) -> tuple[list[Match], list[str]]:
     found: dict[tuple[str, ...], Match] = {}
     missing: list[str] = []
     tuples = _type_tuples(spec)
@@ -87,7 +146,9 @@ def covering_forms(spec: OpSpec) -> tuple[list[Match], list[str]]:
         for name in grp.names:
             targets.append(({gi: name}, tuples, f".{name} ({grp.name})"))
     for fixed, ts, what in targets:
-        m = _find(spec, fixed, ts)
+        m = None if plainest else _near(spec, fixed, ts, list(found.values()))
+        if m is None:
+            m = _find(spec, fixed, ts)
         if m is None:
             missing.append(what)
         else:

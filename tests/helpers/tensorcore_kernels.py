@@ -4,7 +4,7 @@ Each kernel is one warp (or a few) that loads raw register bits from global
 memory, runs one instruction, and stores the result registers back, so the
 test can pack inputs lane by lane and compare every output bit. The numpy
 side (random operands, packing with independent formulas, references) lives
-here too, so tests/test_interp_tensorcore.py and tests/gpu/test_tensorcore_gpu.py
+here too, so tests/interp/test_tensorcore.py and tests/gpu/test_tensorcore_gpu.py
 check exactly the same thing.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from ptxdsl.core.errors import InterpreterError, LaunchError
 from ptxdsl.core.types import b64, u32
 
 import cluster_kernels as ck
-from test_interp_tma import swizzled_image
+from swizzle import swizzled_image
 
 
 def _rank():
@@ -256,7 +256,7 @@ def test_deadlock_across_a_cluster_names_each_ctas_wait():
     assert "rank 0 of its cluster" in msg and "rank 1 of its cluster" in msg
     assert "barrier.cluster.wait" in msg and "mbarrier.try_wait" in msg
     assert "cluster barrier (generation 0)" in msg and "rank 1: 0 of 64" in msg
-    assert "test_interp_cluster.py" in msg
+    assert "test_cluster.py" in msg
 
 
 def test_wait_without_arrive_and_arrive_twice_are_errors():
@@ -277,7 +277,7 @@ def test_mapa_to_a_rank_outside_the_cluster():
         buf = smem.alloc(u32, (32,))
         ptx.cluster.map_shared(buf.base, 2)
         ptx.cluster.sync()
-    with pytest.raises(InterpreterError, match=r"test_interp_cluster.py:\d+: mapa.*rank 2, "
+    with pytest.raises(InterpreterError, match=r"test_cluster.py:\d+: mapa.*rank 2, "
                                                r"but the cluster has 2 CTA"):
         _one(body).interpret()
 
@@ -292,7 +292,7 @@ def test_dsmem_access_past_the_peer_allocation():
         ptx.inst.ld.shared__cluster.u32(
             v, ptx.addr(ptx.cluster.map_shared(buf.base + (tid + 1) * 4, 1)))
         ptx.cluster.sync()
-    with pytest.raises(InterpreterError, match=r"test_interp_cluster.py:\d+: ld.*out of "
+    with pytest.raises(InterpreterError, match=r"test_cluster.py:\d+: ld.*out of "
                                                r"bounds shared read.*CTA of rank 1.*past "
                                                r"the end of smem0"):
         _one(body).interpret()
@@ -326,7 +326,7 @@ def test_exit_while_a_peer_reads_your_shared_memory():
             ptx.inst.st.global_.u32(ptx.addr(pd + tid * 4), v)
     with pytest.raises(InterpreterError, match=r"rank 0 exits while the CTA of rank 1 may "
                                                r"still access its shared memory \(the "
-                                               r"access at .*test_interp_cluster.py"):
+                                               r"access at .*test_cluster.py"):
         _one(body).interpret()
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ptxdsl.interp import fround as fr
-from test_interp_util import run_op
+from interp_ops import run_op
 
 
 @pytest.fixture(autouse=True)

@@ -152,7 +152,7 @@ def test_shared_addresses_carry_the_cluster_rank(cluster):
 def test_another_ctas_shared_address_is_refused_by_a_shared_cta_store():
     """Rank 0 storing through rank 1's address (what mapa would give) with st.shared (a
     .shared::cta access, which reaches this CTA only): refused by name instead of writing
-    its own memory (st.shared::cluster reaches rank 1: tests/test_interp_cluster.py)."""
+    its own memory (st.shared::cluster reaches rank 1: tests/interp/test_cluster.py)."""
     from ptxdsl.core.types import u8, u32
 
     @kernel(in_specs=(), out_specs=(Tile(2, f32),), grid=(2, 1, 1), block=(32, 1, 1),

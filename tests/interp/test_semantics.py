@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ptxdsl.interp import NO_CPU_SEMANTICS, supported, unsupported
 from ptxdsl.interp.semantics import HANDLERS
 from ptxdsl.isa import TABLE
-from test_interp_util import FORMATS, bits_of, ref_round, run_op, to_fraction, values_of
+from interp_ops import FORMATS, bits_of, ref_round, run_op, to_fraction, values_of
 
 @pytest.fixture(autouse=True)
 def _quiet_numpy():

@@ -10,6 +10,7 @@ from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.core.errors import InterpreterError
 from ptxdsl.core.tensormap import TMA
 from ptxdsl.core.types import b64, f32, pred, u16, u32
+from swizzle import swizzled_image
 
 
 def build_copy(box, swizzle, dtype=f32, dump=True, store_shift=0, multicast=False,
@@ -66,25 +67,6 @@ def build_copy(box, swizzle, dtype=f32, dump=True, store_shift=0, multicast=Fals
             ptx.tma.wait(0, read=True)
             ptx.tma.wait(0)
     return copy
-
-
-def swizzled_image(box_vals: np.ndarray, swizzle: int) -> np.ndarray:
-    """The shared bytes of a dense box after the swizzle, written independently: rows
-    narrower than the span padded to it with zeros, then each line of 128 bytes r has
-    its 16-byte chunk c moved to c ^ (r % 8) (limited to the span's chunks)."""
-    width = box_vals.shape[-1] * box_vals.itemsize
-    if swizzle and width < swizzle:
-        padded = np.zeros(box_vals.shape[:-1] + (swizzle // box_vals.itemsize,),
-                          box_vals.dtype)
-        padded[..., :box_vals.shape[-1]] = box_vals
-        box_vals = padded
-    raw = box_vals.reshape(-1).view(np.uint8)
-    out = np.empty_like(raw)
-    for pos in range(raw.size):
-        r, c, b = pos // 128, (pos % 128) // 16, pos % 16
-        c2 = c ^ ((r % 8) & (swizzle // 16 - 1)) if swizzle else c
-        out[r * 128 + c2 * 16 + b] = raw[pos]
-    return out
 
 
 def expected_boxes(a, box):
@@ -198,7 +180,7 @@ def test_expect_tx_counts_the_whole_box_including_oob():
 
 def test_multicast_outside_the_cluster_is_refused():
     """ctaMask 0b11 names rank 1, but without cluster= every CTA is a cluster of one
-    (a multicast across a real cluster: tests/test_interp_cluster.py)."""
+    (a multicast across a real cluster: tests/interp/test_cluster.py)."""
     k = build_copy((8, 8), 0, dump=False, multicast=True)
     with pytest.raises(InterpreterError, match=r"ctaMask 0x0003 must name CTAs of the "
                                                r"cluster \(ranks 0\.\.0"):

@@ -16,7 +16,7 @@ Anything else fails the test: a foreign exception (a crash), an error that does 
 name the user's line, or a program ptxas rejects although ptxdsl accepted it.
 
 ``PTXDSL_FUZZ_N`` sets the number of programs (default 2400, about a minute on two
-cores), ``PTXDSL_FUZZ_SEED`` the seed; ``python tests/test_fuzz_ptxas.py [N]``
+cores), ``PTXDSL_FUZZ_SEED`` the seed; ``python tests/isa/test_fuzz_ptxas.py [N]``
 prints the counts (accepted / refused / ptxas-rejected / crashed) and every gap.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hopper's table entries beyond the generic sweep of test_isa.py.
+"""Hopper's table entries beyond the generic sweep of test_table.py.
 
 - every wgmma.mma_async shape and type combination, descriptor and register A, assembles;
 - sm_90 vs sm_90a: arch-specific forms are refused for sm_90 by the table *and* by ptxas,

@@ -7,7 +7,9 @@ real tracer and emitter and assembles them with ptxas for the oldest target the
 form claims (``sm_75`` at least: ptxas 13 assembles nothing older; ``sm_90a``
 for sm_90 forms) at exactly the PTX ISA version the table says it needs. A
 claim that is too low, a type ptxas does not know, a modifier combination it
-rejects or a wrong operand signature all fail here.
+rejects or a wrong operand signature all fail here. The forms are found next to ones
+already found where possible (seconds); the long run (``-m long``) repeats the search
+exhaustively, each modifier in its plainest spelling, and assembles what that adds.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 
 from isa_forms import (Sweep, arch_for, assemble_forms, covering_forms, example_chain,
                        example_module, version_for, with_optional_needs)
+from paths import ROOT
 from ptxdsl import toolchain
 from ptxdsl.core.errors import ArchError, IsaError, PtxdslError
 from ptxdsl.isa import INSTRUCTIONS, TABLE, check_arch, lookup, match, resolve
@@ -94,14 +97,12 @@ def _split_operands(text: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- the ptxas sweep
-@needs_ptxas
-@pytest.mark.parametrize("opcode", OPCODES)
-def test_entry_assembles(opcode):
-    """Every type and modifier of the entry, assembled at the sm_/PTX ISA it claims."""
-    spec = INSTRUCTIONS[opcode]
+def _assemble(matches) -> list[str]:
+    """Each match with fabricated operands (and an immediate in each slot that takes one),
+    assembled at the sm_/PTX ISA it claims; ptxas's complaints, one line per form."""
     sweep = Sweep()
     by_target = collections.defaultdict(list)
-    for m in (x for base in covering_forms(spec)[0] for x in with_optional_needs(base)):
+    for m in (x for base in matches for x in with_optional_needs(base)):
         arch = arch_for(m, "a")
         forms = sweep.add_with_immediates(m)
         assert forms, f"the tracer refused every operand set for {m.text}"
@@ -111,6 +112,29 @@ def test_entry_assembles(opcode):
         bad = assemble_forms(sweep, forms, arch, version, PTXAS)
         failures += [f"{arch} PTX {version[0]}.{version[1]}: {forms[i].text}  -> {msg}"
                      for i, msg in sorted(bad.items())]
+    return failures
+
+
+@needs_ptxas
+@pytest.mark.parametrize("opcode", OPCODES)
+def test_entry_assembles(opcode):
+    """Every type and modifier of the entry, assembled at the sm_/PTX ISA it claims."""
+    failures = _assemble(covering_forms(INSTRUCTIONS[opcode])[0])
+    assert not failures, "ptxas rejects forms the table accepts:\n" + "\n".join(failures)
+
+
+@pytest.mark.long
+@needs_ptxas
+@pytest.mark.parametrize("opcode", OPCODES)
+def test_plainest_forms_exist_and_assemble(opcode):
+    """The exhaustive search: each type and modifier in its plainest spelling (fewest
+    optional modifiers, found by walking every chain); the forms the default sweep did not
+    already assemble go to ptxas."""
+    spec = INSTRUCTIONS[opcode]
+    forms, missing = covering_forms(spec, plainest=True)
+    assert missing == []
+    assembled = {m.mods for m in covering_forms(spec)[0]}
+    failures = _assemble([m for m in forms if m.mods not in assembled])
     assert not failures, "ptxas rejects forms the table accepts:\n" + "\n".join(failures)
 
 
@@ -335,7 +359,7 @@ def test_no_module_outside_isa_decides_by_opcode_name():
     of its opcode with a string literal."""
     import pathlib
     import re
-    root = pathlib.Path(__file__).resolve().parent.parent / "ptxdsl"
+    root = pathlib.Path(ROOT) / "ptxdsl"
     pattern = re.compile(r"""\bopcode\s*(==|!=|(not\s+)?in)\s*[(\[{]?\s*["']""")
     offenders = [f"{path.relative_to(root)}:{n}: {line.strip()}"
                  for path in root.rglob("*.py") if "isa" not in path.relative_to(root).parts

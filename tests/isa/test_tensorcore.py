@@ -1,6 +1,6 @@
 """Tensor-core table entries: every mma.sync form ptxas takes, and nothing else.
 
-``test_isa.py`` sweeps one covering form per modifier; here every row of
+``isa/test_table.py`` sweeps one covering form per modifier; here every row of
 ``MMA_FORMS`` is expanded into all its concrete forms (shape x types x
 layouts x .satfinite) and each is assembled by ptxas at exactly the PTX ISA
 and ``sm_`` the table claims. Near misses (one type slot changed) must be

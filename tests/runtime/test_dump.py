@@ -16,7 +16,7 @@ from ptxdsl.runtime import cache as rc
 from ptxdsl.runtime.compile import build_image, resolve_toolchain
 from ptxdsl.core.types import f32, u32
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT
 
 
 def _ptxas():
@@ -140,7 +140,7 @@ def test_ptxdsl_log_env_attaches_one_handler(monkeypatch):
 def test_ptxdsl_log_debug_for_a_run(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import numpy as np, ptxdsl\n"
-                      "from tests.test_dump import make\n"
+                      "from tests.runtime.test_dump import make\n"
                       "make().ptx()\n")
     env = dict(os.environ, PTXDSL_LOG="debug", PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,

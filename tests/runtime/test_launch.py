@@ -3,8 +3,8 @@
 ``runtime_fakes.FakeCuda`` stands in for cuda.bindings (device memory is host
 memory), so everything down to the packed kernel parameters is checked here;
 tests/gpu/test_runtime_gpu.py repeats the essentials on a real GPU. The fast path with
-the real (CPU) torch and its threads: test_runtime_fastpath_torch.py; launch limits,
-clusters, cooperative and PDL launches, other array types: test_runtime_limits.py.
+the real (CPU) torch and its threads: test_fastpath_torch.py; launch limits,
+clusters, cooperative and PDL launches, other array types: test_limits.py.
 """
 from __future__ import annotations
 

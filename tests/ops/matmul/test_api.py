@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from paths import ROOT
 from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.core.errors import LaunchError
 from ptxdsl.ops import matmul
@@ -119,7 +120,7 @@ def test_errors_name_the_callers_line(call, match):
     a, b = np.ones((4, 5), np.float16), np.ones((5, 6), np.float16)
     with pytest.raises(LaunchError, match=match) as e:
         call(a, b)
-    assert "test_ops_matmul.py" in str(e.value)
+    assert "test_api.py" in str(e.value)
 
 
 # ---------------------------------------------------------------- plan and scheduler
@@ -297,7 +298,7 @@ def _plan_runs(pattern):
     import glob
     import json
     import os
-    here = os.path.join(os.path.dirname(__file__), "..", "bench", "results")
+    here = os.path.join(ROOT, "bench", "results")
     runs = {}
     for path in sorted(glob.glob(os.path.join(here, pattern))):
         for r in json.load(open(path))["rows"]:
@@ -377,7 +378,7 @@ def _recorded_rows(*names):
     import os
     rows = {}
     for name in names:
-        path = os.path.join(os.path.dirname(__file__), "..", "bench", "results", name)
+        path = os.path.join(ROOT, "bench", "results", name)
         for r in json.load(open(path))["rows"]:
             rows.setdefault(tuple(r["shape"]), []).append(r)
     return rows

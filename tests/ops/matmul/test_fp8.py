@@ -17,6 +17,7 @@ import pytest
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
+from paths import ROOT  # noqa: E402
 from ptxdsl.core.errors import LaunchError  # noqa: E402
 from ptxdsl.ops import matmul  # noqa: E402
 from ptxdsl.ops.matmul.hopper import build_hopper  # noqa: E402
@@ -120,7 +121,7 @@ def test_torch_cpu_fp8_tensors():
     assert torch.equal(c.double(), torch.from_numpy(a.astype(np.float64) @ b))
     with pytest.raises(LaunchError, match="not differentiable") as e:
         matmul(ta, tb.float().requires_grad_().to(torch.float8_e5m2))
-    assert "test_ops_matmul_fp8.py" in str(e.value)
+    assert "test_fp8.py" in str(e.value)
 
 
 @pytest.mark.parametrize("call,match", [
@@ -138,7 +139,7 @@ def test_fp8_errors_name_the_callers_line(call, match):
     a, b = np.ones((4, 5), E4M3), np.ones((5, 6), E4M3)
     with pytest.raises(LaunchError, match=match) as e:
         call(a, b)
-    assert "test_ops_matmul_fp8.py" in str(e.value)
+    assert "test_fp8.py" in str(e.value)
 
 
 # ---------------------------------------------------------------- dispatch on sm_90
@@ -256,7 +257,7 @@ def test_fp8_plans_are_what_the_fp8_runs_recorded():
     import json
     import os
     from ptxdsl.ops.matmul.plan import MEASURED_FP8
-    path = os.path.join(os.path.dirname(__file__), "..", "bench", "results",
+    path = os.path.join(ROOT, "bench", "results",
                         "matmul_plans_fp8_h100.json")
     run = json.load(open(path))
     assert run["dtype"] == "e4m3"

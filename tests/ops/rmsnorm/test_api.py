@@ -427,7 +427,7 @@ def test_many_rows_shape_only_where_the_h100_measured_it():
     """Calls of 192 rows an SM and more take one chunk a thread on a device needing at
     most 30 KB in flight an SM (an H100: 25; the interpreter, bandwidth unknown), not on
     an H200 (36 KB), where two chunks a thread measured faster at every row count."""
-    from test_ops_rmsnorm_cluster import H100, H200
+    from hopper_devices import H100, H200
     sms = 132
     assert choice.many_rows(192 * sms, sms, H100) and choice.many_rows(10**6, sms, None)
     assert not choice.many_rows(192 * sms - 1, sms, H100)

@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from rmsnorm_cases import case, rel_err
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
 from ptxdsl.ops import rms_norm_backward
 from ptxdsl.ops.rmsnorm import api, bwd
@@ -21,7 +22,6 @@ from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward, rows_grid
 from ptxdsl.ops.rmsnorm.fwd import max_vec
 from ptxdsl.core.types import bf16, f16, f32
 
-EPS = 1e-6
 SMS = 2  # the interpreter's SM count (Frame.sms)
 
 
@@ -30,26 +30,6 @@ def next_pow2(m: int) -> int:
     while p < m:
         p *= 2
     return p
-
-
-def case(m, n, dtype=np.float32, seed=0):
-    """(dy, x, w, rstd) and the float64 (dx, dw) for them (from the rounded inputs)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((m, n)).astype(dtype)
-    dy = rng.standard_normal((m, n)).astype(dtype)
-    w = (rng.standard_normal(n) * 0.5 + 1).astype(dtype)
-    x64, dy64, w64 = (a.astype(np.float64) for a in (x, dy, w))
-    rstd = (1.0 / np.sqrt((x64 * x64).mean(-1) + EPS)).astype(np.float32)
-    r64 = rstd.astype(np.float64)[:, None]
-    g = dy64 * w64
-    rdx = r64 * (g - x64 * r64**2 * (g * x64).sum(-1, keepdims=True) / n)
-    rdw = (dy64 * x64 * r64).sum(0)
-    return (dy, x, w, rstd), rdx, rdw
-
-
-def rel_err(out, ref):
-    scale = np.maximum(np.abs(ref).max(axis=-1, keepdims=True), 1e-30)
-    return float(np.max(np.abs(out.astype(np.float64) - ref) / scale))
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
 from ptxdsl.ops.rmsnorm.fwd import max_vec
 from ptxdsl.core.types import bf16, f16, f32
 
-from test_ops_rmsnorm_few_rows import case, rel_err
+from rmsnorm_cases import case, rel_err
 
 SMS = 2  # the interpreter's SM count
 NP = {f32: np.float32, f16: np.float16, bf16: ml_dtypes.bfloat16}

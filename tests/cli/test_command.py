@@ -120,9 +120,6 @@ def test_list(capsys):
 
 # ------------------------------------------------------------------ run
 def test_run_uses_the_interpreter_without_a_gpu(capsys, monkeypatch):
-    interp = pytest.importorskip("ptxdsl.interp")
-    if not hasattr(interp, "interpret"):
-        pytest.skip("ptxdsl.interp has no interpret() yet")
     monkeypatch.delenv("PTXDSL_INTERPRET", raising=False)
     code, out, err = run(capsys, "run", EXAMPLE, "--interpret")
     assert code == 0, err

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+import located
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.core import ir
 from ptxdsl import toolchain
@@ -20,12 +21,7 @@ HERE = os.path.abspath(__file__)
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="no ptxas found")
 
 
-def line_of(marker: str) -> int:
-    with open(HERE) as f:
-        for n, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# <- {marker}"):
-                return n
-    raise AssertionError(marker)
+line_of = located.marked_lines(HERE, "# <- ")
 
 
 def sample():

@@ -14,6 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import located
 from ptxdsl import PtxdslError, Tile, kernel, ptx, reg, smem
 from ptxdsl.cli import command as cli
 from ptxdsl.core.errors import SourceLoc, TraceError, location_from_traceback
@@ -22,12 +23,7 @@ from ptxdsl.core.types import f16, f32, pred, u16, u32, u64
 HERE = os.path.abspath(__file__)
 
 
-def line_of(marker: str) -> int:
-    with open(HERE) as f:
-        for n, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# <- {marker}"):
-                return n
-    raise AssertionError(f"no line marked {marker!r}")
+line_of = located.marked_lines(HERE, "# <- ")
 
 
 def assert_at(err: BaseException, marker: str, *must_say: str) -> None:

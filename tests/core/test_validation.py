@@ -15,6 +15,7 @@ import re
 
 import pytest
 
+import located
 from ptxdsl import PtxdslError, Tile, kernel, ptx, reg, smem
 from ptxdsl.core.errors import ArchError, IsaError, OperandTypeError, TraceError
 from ptxdsl.core.types import bf16, f32, pred, u32
@@ -22,12 +23,7 @@ from ptxdsl.core.types import bf16, f32, pred, u32
 HERE = os.path.abspath(__file__)
 
 
-def line_of(marker: str) -> int:
-    with open(HERE) as f:
-        for n, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# <- {marker}"):
-                return n
-    raise AssertionError(f"no line marked {marker!r}")
+line_of = located.marked_lines(HERE, "# <- ")
 
 
 def raises_at(kern, exc, marker: str, *must_say: str, arch: str | None = None):

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+import located
 from ptxdsl import PtxdslError, kernel, ptx, reg, smem, toolchain
 from ptxdsl.core.errors import OperandTypeError, TraceError
 from ptxdsl.core.types import f32, f64, pred, u16, u32, u64
@@ -19,12 +20,7 @@ PTXAS = toolchain.find_ptxas()
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="no ptxas found")
 
 
-def line_of(marker: str) -> int:
-    with open(HERE) as f:
-        for n, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# <- {marker}"):
-                return n
-    raise AssertionError(f"no line marked {marker!r}")
+line_of = located.marked_lines(HERE, "# <- ")
 
 
 def refused(body, exc, marker, *must_say, arch="sm_90a"):

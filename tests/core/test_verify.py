@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+import located
 from ptxdsl import kernel, ptx, reg
 from ptxdsl.core import ir
 from ptxdsl.core.errors import PtxdslError, SourceLoc, VerifyError
@@ -19,12 +20,7 @@ from ptxdsl.core.verify import verify
 HERE = os.path.abspath(__file__)
 
 
-def line_of(marker: str) -> int:
-    with open(HERE) as f:
-        for n, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# <- {marker}"):
-                return n
-    raise AssertionError(marker)
+line_of = located.marked_lines(HERE, "# <- ")
 
 
 def fails_at(fn, marker, *phrases, arch="sm_90a"):

@@ -280,9 +280,7 @@ def test_bench_tables_best_other_leaves_out_ptxdsls_own_variants(tmp_path):
 
 # ------------------------------------------------------------------ interpreter column, recipes
 def test_interpreter_column_matches_the_interpreter(page):
-    interp = pytest.importorskip("ptxdsl.interp")
-    if not hasattr(interp, "supported"):
-        pytest.skip("ptxdsl.interp does not publish supported()")
+    from ptxdsl import interp
     supported = interp.supported()
     for spec in TABLE:
         want = "yes" if spec.opcode in supported else "no"
@@ -290,10 +288,6 @@ def test_interpreter_column_matches_the_interpreter(page):
 
 
 def test_hypothesis_recipes_of_the_testing_page_hold():
-    pytest.importorskip("hypothesis")
-    interp = pytest.importorskip("ptxdsl.interp")
-    if not hasattr(interp, "interpret"):
-        pytest.skip("ptxdsl.interp has no interpret() yet")
     spec = importlib.util.spec_from_file_location(
         "ptxdsl_docs_recipes", os.path.join(DOCS, "snippets", "test_recipes.py"))
     mod = importlib.util.module_from_spec(spec)
@@ -307,9 +301,6 @@ def test_hypothesis_recipes_of_the_testing_page_hold():
 @pytest.mark.parametrize("name", ["detect_oob.py", "detect_race.py", "detect_uninit.py",
                                   "detect_deadlock.py", "detect_proxy.py"])
 def test_detector_snippets_are_caught_by_the_interpreter(name):
-    interp = pytest.importorskip("ptxdsl.interp")
-    if not hasattr(interp, "interpret"):
-        pytest.skip("ptxdsl.interp has no interpret() yet")
     from ptxdsl.core.errors import InterpreterError
     mod = cli_import(os.path.join(DOCS, "snippets", name))
     with pytest.raises(InterpreterError) as info:
@@ -319,7 +310,6 @@ def test_detector_snippets_are_caught_by_the_interpreter(name):
 
 def test_producer_consumer_snippet_runs_in_both_branch_orders():
     """The testing page's warp-specialized ring: its main() checks both orders."""
-    pytest.importorskip("ptxdsl.interp")
     mod = cli_import(os.path.join(DOCS, "snippets", "producer_consumer.py"))
     mod.main()
     assert mod.build_ring(True).interpret()[5] == 1000 * 64 * 63 // 2 + 64 * 5

@@ -226,7 +226,6 @@ def test_assembles(name, arch):
 
 # ---------------------------------------------------------------- numbers, on the CPU interpreter
 def _interpret(k, *args):
-    pytest.importorskip("ptxdsl.interp")
     return k.interpret(*args)
 
 

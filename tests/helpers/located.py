@@ -2,7 +2,9 @@
 
 ``line_of, raises_at = located.for_file(__file__)``: ``line_of("m")`` is the line
 ending in ``# m``; ``with raises_at("m", *regexes):`` expects an InterpreterError
-whose message names ``<file>:<that line>:`` and matches every regex."""
+whose message names ``<file>:<that line>:`` and matches every regex.
+``line_of = located.marked_lines(__file__, "# <- ")`` is the same lookup for files
+that mark lines ``# <- m``."""
 from __future__ import annotations
 
 import os
@@ -13,15 +15,20 @@ import pytest
 from ptxdsl.core.errors import InterpreterError
 
 
-def for_file(path: str):
-    here = os.path.basename(path)
-
+def marked_lines(path: str, prefix: str = "# "):
+    """``line_of(marker)``: the number of the line of ``path`` that ends in ``prefix + marker``."""
     def line_of(marker: str) -> int:
         with open(path) as f:
             for i, text in enumerate(f, 1):
-                if text.rstrip().endswith(f"# {marker}"):
+                if text.rstrip().endswith(f"{prefix}{marker}"):
                     return i
-        raise AssertionError(marker)
+        raise AssertionError(f"no line of {os.path.basename(path)} marked {marker!r}")
+    return line_of
+
+
+def for_file(path: str):
+    here = os.path.basename(path)
+    line_of = marked_lines(path)
 
     class _Check:
         def __init__(self, marker, words):

@@ -17,6 +17,7 @@ import pytest
 
 from isa_forms import (Sweep, arch_for, assemble_forms, covering_forms, version_for,
                        with_optional_needs)
+import located
 from ptxdsl import kernel, ptx, reg, toolchain
 from ptxdsl.core.errors import ArchError, IsaError
 from ptxdsl.isa import INSTRUCTIONS, check_arch, hopper, resolve
@@ -144,12 +145,7 @@ def test_multicast_is_not_arch_specific_but_sm_90():
 
 
 # ---------------------------------------------------------------- through ptx.inst
-def line_of(marker: str) -> int:
-    with open(HERE) as f:
-        for n, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# <- {marker}"):
-                return n
-    raise AssertionError(marker)
+line_of = located.marked_lines(HERE, "# <- ")
 
 
 def raises_at(fn, marker, *must_say, arch="sm_90a", exc=IsaError):

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from isa_forms import Sweep, arch_for, assemble_forms, version_for
+import located
 from ptxdsl import kernel, ptx, reg, toolchain
 from ptxdsl.core.errors import ArchError, IsaError
 from ptxdsl.isa import INSTRUCTIONS, resolve
@@ -181,12 +182,7 @@ def test_register_counts(shape, a, c, want):
 
 
 # ---------------------------------------------------------------- errors at the user's line
-def line_of(marker: str) -> int:
-    with open(HERE) as f:
-        for n, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# <- {marker}"):
-                return n
-    raise AssertionError(marker)
+line_of = located.marked_lines(HERE, "# <- ")
 
 
 def raises_at(body, exc, marker, *phrases, arch="sm_90a"):

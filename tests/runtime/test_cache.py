@@ -26,7 +26,7 @@ def test_cache_dir_env_override(monkeypatch, tmp_path):
 
 
 def test_cache_dir_is_platformdirs_user_cache_dir(monkeypatch):
-    platformdirs = pytest.importorskip("platformdirs")
+    import platformdirs
     monkeypatch.delenv("PTXDSL_CACHE_DIR", raising=False)
     assert rc.cache_dir() == platformdirs.user_cache_dir("ptxdsl", appauthor=False)
 

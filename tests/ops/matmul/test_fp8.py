@@ -15,8 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
-
+import ml_dtypes  # noqa: E402
 from paths import ROOT  # noqa: E402
 from ptxdsl.core.errors import LaunchError  # noqa: E402
 from ptxdsl.ops import matmul  # noqa: E402

@@ -9,14 +9,12 @@ import itertools
 import numpy as np
 import pytest
 
+import ptxdsl.interp  # noqa: F401  (the kernels run on it: a broken one fails here)
 from ptxdsl import kernel, ptx, reg, smem, Tile
 from ptxdsl.ops.matmul.operands import Operand, operands
 from stage_product import bf16_bits, build_stage_product
 from ptxdsl.ops.matmul.plan import choose
 from ptxdsl.core.types import b64, bf16, f32, f32_to_bf16_bits, pred, u8, u32
-
-pytest.importorskip("ptxdsl.interp")
-
 
 @pytest.mark.parametrize("a_major,b_major,n,m,nn,k", [
     ("K", "MN", 128, 64, 128, 128),     # full tiles, two stages

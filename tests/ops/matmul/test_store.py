@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import ptxdsl.interp  # noqa: F401  (the kernels run on it: a broken one fails here)
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.ops.matmul.epilogue import reference
 from ptxdsl.ops.matmul.hopper import Layout
@@ -15,9 +16,6 @@ from ptxdsl.ops.matmul.plan import Plan
 from ptxdsl.ops.matmul.store import store_tile
 from ptxdsl.core.tensormap import TMA
 from ptxdsl.core.types import bf16, bf16_bits_to_f32, f16, f32, u8, u32
-
-pytest.importorskip("ptxdsl.interp")
-
 
 def value(row, col):
     """The accumulator's test pattern: small integers, exact in every output type."""

@@ -439,7 +439,6 @@ def test_many_rows_shape_only_where_the_h100_measured_it():
 
 
 def test_backward_kernels_assemble_without_spills():
-    pytest.importorskip("ptxdsl.toolchain")
     from ptxdsl.toolchain import find_ptxas
     if find_ptxas() is None:
         pytest.skip("no ptxas")

@@ -21,7 +21,7 @@ from ptxdsl.core.types import bf16, f16, f32
 
 from hopper_devices import H200  # noqa: E402
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
+import ml_dtypes  # noqa: E402
 
 EPS = 1e-6
 NP = {f32: np.float32, bf16: ml_dtypes.bfloat16, f16: np.float16}

@@ -409,15 +409,19 @@ _EX_DECL = {"p": "pred", "rs": "b16", "r": "b32", "rd": "b64", "rq": "b128", "h"
             "hb": "b16", "hh": "b32", "hhb": "b32", "tf": "b32", "f": "f32", "fd": "f64"}
 
 
-def example_module(example: str, arch: str, version: tuple[int, int]) -> str:
-    """A kernel that holds one table ``example`` line, with its registers declared."""
-    regs = sorted(set(_REG_RE.findall(example)), key=lambda x: (x[0], int(x[1])))
-    decls = [f"\t.reg .{_EX_DECL[p]} %{p}{n};" for p, n in regs]
-    labels = sorted(set(re.findall(r"\$\w+", example)))
-    return "\n".join([
-        f".version {version[0]}.{version[1]}", f".target {arch}", ".address_size 64", "",
-        ".visible .entry example(.param .u64 p_ptr)", "{", *decls,
-        f"\t{example};", *[f"{lbl}:" for lbl in labels], "\tret;", "}", ""])
+def example_module(examples: str | list[str], arch: str, version: tuple[int, int]) -> str:
+    """A module with one kernel per table ``example`` line, its registers declared (one
+    ptxas run assembles many examples)."""
+    if isinstance(examples, str):
+        examples = [examples]
+    out = [f".version {version[0]}.{version[1]}", f".target {arch}", ".address_size 64", ""]
+    for i, example in enumerate(examples):
+        regs = sorted(set(_REG_RE.findall(example)), key=lambda x: (x[0], int(x[1])))
+        decls = [f"\t.reg .{_EX_DECL[p]} %{p}{n};" for p, n in regs]
+        labels = sorted(set(re.findall(r"\$\w+", example)))
+        out += [f".visible .entry example{i}(.param .u64 p_ptr)", "{", *decls,
+                f"\t{example};", *[f"{lbl}:" for lbl in labels], "\tret;", "}", ""]
+    return "\n".join(out)
 
 
 def example_chain(example: str) -> list[str]:

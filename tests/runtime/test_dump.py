@@ -16,7 +16,7 @@ from ptxdsl.runtime import cache as rc
 from ptxdsl.runtime.compile import build_image, resolve_toolchain
 from ptxdsl.core.types import f32, u32
 
-from paths import ROOT
+from paths import HELPERS, ROOT
 
 
 def _ptxas():
@@ -142,7 +142,7 @@ def test_ptxdsl_log_debug_for_a_run(tmp_path):
     script.write_text("import numpy as np, ptxdsl\n"
                       "from tests.runtime.test_dump import make\n"
                       "make().ptx()\n")
-    env = dict(os.environ, PTXDSL_LOG="debug", PYTHONPATH=ROOT)
+    env = dict(os.environ, PTXDSL_LOG="debug", PYTHONPATH=os.pathsep.join([ROOT, HELPERS]))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr

@@ -6,21 +6,14 @@ bit for bit. The interpreter's float rules for TMA reductions (round once to nea
 no subnormal flush, min/max return the non-NaN operand, a NaN sum written as the
 all-ones NaN) passed here on an H100 (2026-11-24).
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_bulk_interp_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_bulk_interp_gpu.py -q``.
 """
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
-
-from gpu_env import NEEDS_GPU, torch_sm90  # noqa: E402
+from gpu_env import NEEDS_GPU, torch_sm90
 
 pytestmark = NEEDS_GPU
 

@@ -11,19 +11,12 @@ atom/red.shared::cluster, red.async), a TMA multicast across a cluster of 2 and 
 copies (multicast, into a peer's shared memory, bulk_group stores). Every mbarrier wait
 in those kernels loops on try_wait.parity.
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_cluster_interp_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_cluster_interp_gpu.py -q``.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
 

@@ -2,24 +2,17 @@
 (a warp-specialised TMA copy, exact), clusters launched on the fast path, and pyptx's
 Hopper GEMM examples (imports renamed to ptxdsl) against torch references.
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_hopper_gpu.py -q``. pyptx's examples
+Run: ``python -m pytest tests/gpu/test_hopper_gpu.py -q``. pyptx's examples
 come from ``$PTXDSL_PYPTX_EXAMPLES``, the pyptx git mirror or an installed pyptx wheel
 (``bench/install_wheels.py``; see ``bench/pyptx_examples.py``); tests skip with a reason
 when none is there, or without a GPU of compute capability 9.0, or without torch.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
-
-from gpu_env import NEEDS_GPU  # noqa: E402
+from gpu_env import NEEDS_GPU
 
 pytestmark = NEEDS_GPU
 

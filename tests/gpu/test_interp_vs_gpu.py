@@ -6,13 +6,11 @@ instructions run on both. Integer and IEEE-rounded float instructions must
 agree bit for bit; ``.approx`` instructions within the hardware bounds
 documented in ``ptxdsl/interp/floatops.py``; whole kernels to ~1e-5.
 
-Run: ``PYTHONPATH=.:tests python -m pytest tests/gpu/test_interp_vs_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_interp_vs_gpu.py -q``.
 """
 from __future__ import annotations
 
 import os
-import sys
-
 import re
 
 import numpy as np
@@ -20,15 +18,13 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
+from gpu_env import NEEDS_GPU  # noqa: E402
 from ptxdsl.cli import command as cli  # noqa: E402
 from ptxdsl.core.types import f32_to_bf16_bits  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver in this process")]
+pytestmark = NEEDS_GPU
 
 EXAMPLES = ["vector_add.py", "softmax.py", "swiglu.py", "layer_norm.py", "rms_norm.py",
             "rms_norm_backward.py"]

@@ -4,7 +4,7 @@ Forward and backward at N from 40000 to 262145 (f32, bf16, f16; ragged rows, str
 rows, a residual, f32 weights beside half x), dW bitwise identical across runs, many
 clusters at once (races between them would show as wrong rows), and each long-row
 plan's cluster kernel built and launched directly as well as through the API (which
-must have chosen it). Run: ``PYTHONPATH=. python -m pytest -q tests/gpu/test_ops_rmsnorm_cluster_gpu.py``.
+must have chosen it). Run: ``python -m pytest -q tests/gpu/test_ops_rmsnorm_cluster_gpu.py``.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 f32 within 2e-6 relative error per row; f16/bf16 within 1 ulp of the correctly
 rounded float64 answer; dweight bitwise identical across runs; torch autograd
-gradients against float64 autograd. Run: ``PYTHONPATH=. python -m pytest tests/gpu``.
+gradients against float64 autograd. Run: ``python -m pytest tests/gpu``.
 """
 from __future__ import annotations
 

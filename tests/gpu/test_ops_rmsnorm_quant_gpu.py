@@ -4,7 +4,7 @@ The dequantised output within e4m3 rounding of the float64 answer; dynamic scale
 within f32 error of ``max|y| / 448`` (and exactly the documented f32 arithmetic for an
 rstd within a few ulps of float64's); static scales, saturation, the residual written
 back in place, all-zero rows, the per-signature fast path, numpy arrays through
-ml_dtypes. Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_ops_rmsnorm_quant_gpu.py``.
+ml_dtypes. Run: ``python -m pytest tests/gpu/test_ops_rmsnorm_quant_gpu.py``.
 """
 from __future__ import annotations
 

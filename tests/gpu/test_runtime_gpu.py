@@ -1,7 +1,7 @@
 """The GPU runtime on a real GPU (H100/H200): correctness for numpy, torch and cupy
 inputs against float64 references, dynamic shapes, caches, contexts, errors, leaks.
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu -q`` (every test skips with a reason
+Run: ``python -m pytest tests/gpu -q`` (every test skips with a reason
 when there is no GPU, torch or cupy). Timing lives in ``bench/launch_overhead.py``.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
 from ptxdsl.core.errors import LaunchError, PtxdslError  # noqa: E402

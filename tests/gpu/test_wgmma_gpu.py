@@ -6,25 +6,17 @@ from the PTX ISA's canonical layouts) and copied verbatim; the descriptors come 
 ``ptx.wgmma.descriptor``. A disagreement between the GPU and the interpreter means the
 interpreter reads descriptor bits differently from the hardware.
 
-Run: ``PYTHONPATH=.:tests python -m pytest tests/gpu/test_wgmma_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_wgmma_gpu.py -q``.
 """
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests", "helpers"), ROOT) if p not in sys.path]
-
 import ptxdsl  # noqa: E402
+from gpu_env import NEEDS_GPU
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver in this process")]
+pytestmark = NEEDS_GPU
 
 
 def _needs_sm90():

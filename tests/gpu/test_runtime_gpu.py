@@ -21,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 import ptxdsl  # noqa: E402
+from gpu_env import NEEDS_GPU  # noqa: E402
 from ptxdsl.core.errors import LaunchError, PtxdslError  # noqa: E402
 from ptxdsl.runtime import cache as rcache  # noqa: E402
 from ptxdsl.runtime import driver as rdriver  # noqa: E402
@@ -28,10 +29,7 @@ from ptxdsl.runtime import launcher as rlauncher  # noqa: E402
 from runtime_kernels import (build_copy_bf16, build_scale_rows, build_vadd,  # noqa: E402
                              build_vadd4)
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver: "
-                                        + (rdriver.driver_unavailable_reason() or "0 devices"))]
+pytestmark = NEEDS_GPU
 
 
 def _torch():

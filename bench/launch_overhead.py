@@ -29,7 +29,7 @@ within every repeat (so clock drift hits them alike), allocating and with output
 passed; the table above it times each contender on its own.
 
 ``--host`` needs no GPU: it times the pure-Python cost of the same calls with CPU
-torch tensors posing as CUDA ones (``tests/runtime_fakes.cpu_torch_as_cuda``: torch's
+torch tensors posing as CUDA ones (``tests/helpers/runtime_fakes.cpu_torch_as_cuda``: torch's
 own tensor guards and allocator) on a fake driver whose launch does nothing. Use it
 to see where the host time goes; it is not a GPU figure.
 """
@@ -53,7 +53,7 @@ import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests", "helpers")]
 
 import numpy as np  # noqa: E402
 
@@ -235,7 +235,7 @@ def compile_times(dev: int, arch: str, n: int, torch) -> dict:
         finally:
             del os.environ["PTXDSL_COMPILER"]
         # A new process with the disk cache warm: nothing in memory, no ptxas run.
-        code = _NEW_PROCESS.format(root=ROOT, tests=os.path.join(ROOT, "tests"), name=name,
+        code = _NEW_PROCESS.format(root=ROOT, tests=os.path.join(ROOT, "tests", "helpers"), name=name,
                                    arch=arch, dev=dev, n=n)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=300, env=dict(os.environ))

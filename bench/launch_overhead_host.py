@@ -1,6 +1,6 @@
 """``bench/launch_overhead.py --host``: the fast path's host cost with no GPU.
 
-CPU torch tensors pose as cuda:0 tensors (``tests/runtime_fakes.cpu_torch_as_cuda``:
+CPU torch tensors pose as cuda:0 tensors (``tests/helpers/runtime_fakes.cpu_torch_as_cuda``:
 torch's own tensor guards and allocator) on a fake driver whose launch does nothing,
 so what is timed is ptxdsl's Python beside the same work written by hand (the
 "floor"). Use it to see where the host time goes; it is not a GPU figure.

@@ -9,7 +9,7 @@ kernel launched with pointers (no op layer), one ``cuTensorMapReplaceAddress``, 
 ``$OUT/matmul_host.json``.
 
 Without a GPU (``--fake``): CPU torch tensors pose as cuda:0 tensors on a fake driver
-whose launch does nothing (``tests/runtime_fakes``), and the op's Python path is timed
+whose launch does nothing (``tests/helpers/runtime_fakes``), and the op's Python path is timed
 and profiled (``--profile``): ptxdsl's own Python, not the driver's.
 
     python bench/matmul_host.py [--calls N] [--repeats R] [--json PATH]
@@ -26,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "helpers"))
 
 
 def per_call(fn, calls=3000, repeats=5, sync=None) -> float:

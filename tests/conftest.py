@@ -6,13 +6,15 @@ wrapper, fresh module and disk caches, the launcher's environment switches clear
 
 Every interpreter test runs under a wall-clock guard: a test that would hang fails.
 pytest-timeout is not a dependency; a SIGALRM-based fixture (POSIX main thread only)
-does the same job for the ``test_interp_*`` and ``test_ops_*`` modules. The interpreter
+does the same job for the tests in ``interp/``, ``ops/`` and ``docs/`` (and top-level
+``test_interp_*`` / ``test_ops_*`` files). The interpreter
 also bounds the instructions it executes (``interpret(..., max_steps=)``), so a kernel
 that spins forever is an error on its own; this guard is the second line.
 """
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import sys
 import threading
@@ -27,13 +29,26 @@ from runtime_fakes import fake_driver, fake_torch_module
 INTERP_TEST_TIMEOUT = int(os.environ.get("PTXDSL_TEST_TIMEOUT", "900"))
 
 
+# Folders whose tests run kernels on the interpreter, and the top-level spellings that new
+# test files use until they are sorted into folders.
+GUARDED_FOLDERS = ("interp", "ops", "docs")
+GUARDED_NAMES = ("test_interp_", "test_ops_", "test_examples", "test_docs")
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+def _runs_the_interpreter(path: pathlib.Path) -> bool:
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return False
+    return parts[0] in GUARDED_FOLDERS or parts[-1].startswith(GUARDED_NAMES)
+
+
 @pytest.fixture(autouse=True)
 def _interpreter_timeout(request):
-    name = request.node.module.__name__.rsplit(".", 1)[-1]
     usable = (hasattr(signal, "SIGALRM")
               and threading.current_thread() is threading.main_thread())
-    if not usable or not name.startswith(("test_interp_", "test_ops_", "test_examples",
-                                          "test_docs")):
+    if not usable or not _runs_the_interpreter(request.node.path):
         yield
         return
 

@@ -1,6 +1,6 @@
 """Property-based tests of kernels on the CPU interpreter (the recipes of docs/testing.md).
 
-Run with pytest; no GPU is needed. tests/test_docs.py runs these too, so they stay true.
+Run with pytest; no GPU is needed. tests/docs/test_docs.py runs these too, so they stay true.
 """
 import os
 import sys

@@ -1,26 +1,19 @@
 """1-D bulk copies and TMA reductions on an H100/H200 against the CPU interpreter: the
-kernels of tests/test_interp_bulk.py (cp.async.bulk both ways; cp.reduce.async.bulk.tensor
+kernels of tests/interp/test_bulk.py (cp.async.bulk both ways; cp.reduce.async.bulk.tensor
 for every operation on u32, add on f32 with subnormal and mixed-sign sums, add on bf16 /
 f16, min / max on f16 / bf16 with NaNs and signed zeros) run on both, results compared
 bit for bit. The interpreter's float rules for TMA reductions (round once to nearest,
 no subnormal flush, min/max return the non-NaN operand, a NaN sum written as the
 all-ones NaN) passed here on an H100 (2026-11-24).
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_bulk_interp_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_bulk_interp_gpu.py -q``.
 """
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
-
-from gpu_env import NEEDS_GPU, torch_sm90  # noqa: E402
+from gpu_env import NEEDS_GPU, torch_sm90
 
 pytestmark = NEEDS_GPU
 

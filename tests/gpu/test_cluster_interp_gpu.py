@@ -1,9 +1,9 @@
 """Clusters on an H100/H200 against the CPU interpreter: the shared addresses and cluster
-special registers each CTA sees (tests/test_interp_hopper.py's build_cluster_addresses;
+special registers each CTA sees (tests/interp/test_hopper.py's build_cluster_addresses;
 rank r's shared addresses carry r at bit 24), the Hopper GEMM's operand stages in a
-2-CTA cluster (tests/test_ops_matmul_operands.py's build_stage_product: rank 1 read an
+2-CTA cluster (tests/ops/matmul/test_operands.py's build_stage_product: rank 1 read an
 MN-major B's later atoms two K rows on while descriptors did not mask those bits), and
-the kernels of tests/cluster_kernels.py run on both, which must agree bit for bit (and
+the kernels of tests/helpers/cluster_kernels.py run on both, which must agree bit for bit (and
 with numpy): every cluster special register for 2-D/3-D cluster shapes, mapa /
 getctarank / ld.shared::cluster (shared::cta, shared::cluster and generic addresses),
 DSMEM reductions across a cluster of 4 (st.shared::cluster, st.async,
@@ -11,19 +11,12 @@ atom/red.shared::cluster, red.async), a TMA multicast across a cluster of 2 and 
 copies (multicast, into a peer's shared memory, bulk_group stores). Every mbarrier wait
 in those kernels loops on try_wait.parity.
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_cluster_interp_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_cluster_interp_gpu.py -q``.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
 
@@ -51,7 +44,7 @@ def test_cluster_addresses_match_the_interpreter(cluster):
                                                ("MN", "K", 64), ("K", "K", 128)])
 def test_stage_product_in_a_cluster(a_major, b_major, n):
     _needs_sm90()
-    from test_ops_matmul_operands import _bits, build_stage_product
+    from stage_product import bf16_bits as _bits, build_stage_product
     m, k = 128, 128
     rng = np.random.default_rng(n)
     a = rng.integers(-4, 5, (m, k)).astype(np.float32)
@@ -63,7 +56,7 @@ def test_stage_product_in_a_cluster(a_major, b_major, n):
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
 
 
-# ---------------------------------------------------------------- tests/cluster_kernels.py
+# ---------------------------------------------------------------- tests/helpers/cluster_kernels.py
 def _run_both(k, inputs, outputs_like):
     """(GPU outputs, interpreter outputs) of ``k``; both get zero-filled outputs shaped
     like ``outputs_like`` (they carry the named dims)."""

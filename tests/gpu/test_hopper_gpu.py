@@ -2,38 +2,19 @@
 (a warp-specialised TMA copy, exact), clusters launched on the fast path, and pyptx's
 Hopper GEMM examples (imports renamed to ptxdsl) against torch references.
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_hopper_gpu.py -q``. pyptx's examples
+Run: ``python -m pytest tests/gpu/test_hopper_gpu.py -q``. pyptx's examples
 come from ``$PTXDSL_PYPTX_EXAMPLES``, the pyptx git mirror or an installed pyptx wheel
 (``bench/install_wheels.py``; see ``bench/pyptx_examples.py``); tests skip with a reason
 when none is there, or without a GPU of compute capability 9.0, or without torch.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
-
-from gpu_env import NEEDS_GPU  # noqa: E402
+from gpu_env import NEEDS_GPU, torch_sm90
 
 pytestmark = NEEDS_GPU
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        pytest.skip("torch is not installed")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an sm_90 GPU (H100/H200) for sm_90a kernels")
-    return torch
 
 
 def _example(name):
@@ -47,7 +28,7 @@ def _example(name):
 # ---------------------------------------------------------------- tensor maps, clusters
 @pytest.mark.parametrize("shape", [(256, 256), (200, 384), (1000, 128)])
 def test_tma_copy_is_exact_and_repointed_every_call(shape):
-    torch = _torch()
+    torch = torch_sm90()
     from hopper_kernels import build_tma_copy
     k = build_tma_copy(f"tma_copy_{shape[0]}_{shape[1]}")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -63,7 +44,7 @@ def test_tma_copy_is_exact_and_repointed_every_call(shape):
 
 
 def test_tma_copy_new_shapes_reuse_the_module():
-    torch = _torch()
+    torch = torch_sm90()
     from hopper_kernels import build_tma_copy
     k = build_tma_copy("tma_copy_shapes")
     for shape in ((64, 128), (300, 256), (64, 128)):
@@ -77,7 +58,7 @@ def test_tma_copy_new_shapes_reuse_the_module():
 # ---------------------------------------------------------------- pyptx's examples
 @pytest.mark.parametrize("size", [2048, 4096])
 def test_pyptx_gemm_highperf_hopper(size):
-    torch = _torch()
+    torch = torch_sm90()
     m = _example("gemm_highperf_hopper")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(size)
@@ -96,7 +77,7 @@ def test_pyptx_gemm_highperf_hopper(size):
                                         (8, 128, 16, 64), (4, 256, 32, 128),
                                         (8, 512, 64, 512)])
 def test_pyptx_grouped_gemm(G, M, N, K):
-    torch = _torch()
+    torch = torch_sm90()
     m = _example("grouped_gemm")
     k = m.build_grouped_gemm(G, M, N, K)
     np.random.seed(G * 1009 + M * 997 + N * 17 + K)

@@ -6,13 +6,11 @@ instructions run on both. Integer and IEEE-rounded float instructions must
 agree bit for bit; ``.approx`` instructions within the hardware bounds
 documented in ``ptxdsl/interp/semantics/floatmath.py`` and ``floatops.py``; whole kernels to ~1e-5.
 
-Run: ``PYTHONPATH=.:tests python -m pytest tests/gpu/test_interp_vs_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_interp_vs_gpu.py -q``.
 """
 from __future__ import annotations
 
 import os
-import sys
-
 import re
 
 import numpy as np
@@ -20,15 +18,13 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
+from gpu_env import NEEDS_GPU  # noqa: E402
 from ptxdsl.cli import command as cli  # noqa: E402
 from ptxdsl.core.types import f32_to_bf16_bits  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver in this process")]
+pytestmark = NEEDS_GPU
 
 EXAMPLES = ["vector_add.py", "softmax.py", "swiglu.py", "layer_norm.py", "rms_norm.py",
             "rms_norm_backward.py"]
@@ -391,7 +387,7 @@ def test_barrier_reductions_agree():
 def test_discard_runs_on_the_gpu():
     """discard.global.L2 after every lane's read (bar.warp.sync): what was read before it
     is the data; what a read after it sees is undefined on the GPU (the interpreter
-    poisons it, tests/test_interp_control.py), so only the launch and Y are checked."""
+    poisons it, tests/interp/test_control.py), so only the launch and Y are checked."""
     from test_interp_control import _discard_kernel
     y, _ = _discard_kernel(0)(np.zeros(64, np.float32))
     np.testing.assert_array_equal(np.asarray(y), np.arange(32, dtype=np.float32))

@@ -3,7 +3,7 @@ device, in that device's context and on the caller's current stream for it, what
 device is current; two threads drive two devices at once; two processes under
 ``torch.distributed`` (NCCL) each run the RMSNorm ops on their own GPU.
 
-Skips with fewer than two GPUs. Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_multi_gpu.py``.
+Skips with fewer than two GPUs. Run: ``python -m pytest tests/gpu/test_multi_gpu.py``.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ bf16 rounding of the float64 product of the 8-bit values, and against
 ``torch._scaled_mm`` (cuBLAS) on the same operands. Ragged shapes; the Hopper kernel
 (K-major operands, 8-bit wgmma) and the SIMT kernel (K not a multiple of 16); every
 layout (K-major copies); repeated calls with new operands and scales (the fast path).
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_ops_matmul_fp8_gpu.py``.
+Run: ``python -m pytest tests/gpu/test_ops_matmul_fp8_gpu.py``.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Integer-valued inputs in [-4, 4] with f32 output: bit-exact. Random normal input
 output within one bf16 rounding of the float64 product (relative Frobenius error under
 4e-3). Ragged shapes in M, N and K; the Hopper kernel (each operand K-major or MN-major,
 read in place) and the SIMT fallback (odd strides); bias and activations; torch autograd.
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_ops_matmul_gpu.py``.
+Run: ``python -m pytest tests/gpu/test_ops_matmul_gpu.py``.
 """
 from __future__ import annotations
 

@@ -4,13 +4,14 @@ Forward and backward at N from 40000 to 262145 (f32, bf16, f16; ragged rows, str
 rows, a residual, f32 weights beside half x), dW bitwise identical across runs, many
 clusters at once (races between them would show as wrong rows), and each long-row
 plan's cluster kernel built and launched directly as well as through the API (which
-must have chosen it). Run: ``PYTHONPATH=. python -m pytest -q tests/gpu/test_ops_rmsnorm_cluster_gpu.py``.
+must have chosen it). Run: ``python -m pytest -q tests/gpu/test_ops_rmsnorm_cluster_gpu.py``.
 """
 from __future__ import annotations
 
 import pytest
 
 from gpu_env import NEEDS_GPU, torch_cuda
+from rmsnorm_torch import assert_matches, ref, ulps
 
 pytestmark = NEEDS_GPU
 torch = torch_cuda()
@@ -32,27 +33,6 @@ def hopper():
 def info():
     from ptxdsl.runtime import driver
     return driver.get().device(torch.cuda.current_device())
-
-
-def ref(x, w):
-    x64 = x.double()
-    return x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + EPS) * w.double()
-
-
-def ulps(out, ref64, dtype):
-    r = ref64.to(dtype)
-    up = torch.nextafter(r.abs().float().to(dtype), torch.tensor(float("inf"), dtype=dtype,
-                                                                  device=r.device))
-    ulp = (up.double() - r.abs().double()).clamp_min(1e-30)
-    return ((out.double() - r.double()).abs() / ulp).max().item()
-
-
-def assert_matches(y, r, dt):
-    if dt == "f32":
-        err = ((y.double() - r).abs().amax(-1) / r.abs().amax(-1).clamp_min(1e-30)).max().item()
-        assert err <= 2e-6
-    else:
-        assert ulps(y, r, DT[dt]) <= 1.0
 
 
 def check_kernel_rows(k, x, w, dt, offset=0.0):

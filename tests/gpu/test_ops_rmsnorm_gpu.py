@@ -2,7 +2,7 @@
 
 f32 within 2e-6 relative error per row; f16/bf16 within 1 ulp of the correctly
 rounded float64 answer; dweight bitwise identical across runs; torch autograd
-gradients against float64 autograd. Run: ``PYTHONPATH=. python -m pytest tests/gpu``.
+gradients against float64 autograd. Run: ``python -m pytest tests/gpu``.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gpu_env import NEEDS_GPU, torch_cuda
+from rmsnorm_torch import assert_matches, ref, ulps
 
 pytestmark = NEEDS_GPU
 torch = torch_cuda()
@@ -20,30 +21,6 @@ EPS = 1e-6
 SHAPES = [(2048, 8192), (4096, 1000), (7, 4097), (1, 8192), (64, 5120), (16, 7168),
           (33, 1), (5, 65536), (3, 16384), (300, 96)]
 DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-
-
-def ref(x, w):
-    x64 = x.double()
-    return x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + EPS) * w.double()
-
-
-def ulps(out, ref64, dtype):
-    """|out - round(ref)| in units of the last place of ``dtype`` at round(ref)."""
-    r = ref64.to(dtype)
-    up = torch.nextafter(r.abs().float().to(dtype), torch.tensor(float("inf"), dtype=dtype,
-                                                                  device=r.device))
-    ulp = (up.double() - r.abs().double()).clamp_min(1e-30)
-    return ((out.double() - r.double()).abs() / ulp).max().item()
-
-
-def assert_matches(y, r, dt):
-    """f32: within 2e-6 of each row's largest value; halves: within 1 ulp of the
-    correctly rounded float64 reference ``r``."""
-    if dt == "f32":
-        err = ((y.double() - r).abs().amax(-1) / r.abs().amax(-1).clamp_min(1e-30)).max().item()
-        assert err <= 2e-6
-    else:
-        assert ulps(y, r, DT[dt]) <= 1.0
 
 
 @pytest.mark.parametrize("shape", SHAPES)

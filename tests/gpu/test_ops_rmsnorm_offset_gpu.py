@@ -1,7 +1,7 @@
 """Gemma's ``offset`` (``y = x * rstd * (offset + w)``) on a real GPU: forward and backward
 against float64 autograd at row lengths that take each schedule (row per warp, per CTA,
 persistent, cluster of CTAs), dW bitwise repeatable and equal to the offset-free dW.
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_ops_rmsnorm_offset_gpu.py``.
+Run: ``python -m pytest tests/gpu/test_ops_rmsnorm_offset_gpu.py``.
 """
 from __future__ import annotations
 

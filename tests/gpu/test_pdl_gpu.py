@@ -13,15 +13,8 @@ mode the runtime has (the C shim, cuda.bindings' params) and the bound launch of
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
 from ptxdsl import Tile, kernel, ptx, reg  # noqa: E402

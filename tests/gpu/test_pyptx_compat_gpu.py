@@ -3,7 +3,7 @@
 Each kernel's output is compared with a float32 torch reference (bf16 inputs).
 Speed beside pyptx itself and cuBLAS: ``bench/ampere_gemm.py``.
 
-Run: ``PYTHONPATH=.:tests python -m pytest tests/gpu/test_pyptx_compat_gpu.py -q``
+Run: ``python -m pytest tests/gpu/test_pyptx_compat_gpu.py -q``
 """
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [p for p in (os.path.join(ROOT, "bench"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
+from gpu_env import NEEDS_GPU  # noqa: E402
 import pyptx_examples  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver in this process")]
+pytestmark = NEEDS_GPU
 
 CASES = [("gemm", "build_gemm", [(256, 128, 256), (1024, 1024, 512)]),
          ("gemm_pipelined", "build_gemm_pipelined", [(256, 256, 256), (2048, 2048, 2048)]),

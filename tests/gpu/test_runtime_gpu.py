@@ -1,7 +1,7 @@
 """The GPU runtime on a real GPU (H100/H200): correctness for numpy, torch and cupy
 inputs against float64 references, dynamic shapes, caches, contexts, errors, leaks.
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu -q`` (every test skips with a reason
+Run: ``python -m pytest tests/gpu -q`` (every test skips with a reason
 when there is no GPU, torch or cupy). Timing lives in ``bench/launch_overhead.py``.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
 
 import ptxdsl  # noqa: E402
+from gpu_env import NEEDS_GPU  # noqa: E402
 from ptxdsl.core.errors import LaunchError, PtxdslError  # noqa: E402
 from ptxdsl.runtime import cache as rcache  # noqa: E402
 from ptxdsl.runtime import driver as rdriver  # noqa: E402
@@ -29,10 +29,7 @@ from ptxdsl.runtime import launcher as rlauncher  # noqa: E402
 from runtime_kernels import (build_copy_bf16, build_scale_rows, build_vadd,  # noqa: E402
                              build_vadd4)
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver: "
-                                        + (rdriver.driver_unavailable_reason() or "0 devices"))]
+pytestmark = NEEDS_GPU
 
 
 def _torch():
@@ -503,7 +500,7 @@ _FAULT_SCRIPT = textwrap.dedent("""
 
 def test_kernel_fault_is_reported_with_the_kernel_name():
     # In a subprocess: an illegal address poisons the context for the rest of the process.
-    code = _FAULT_SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, "tests"), arch=_arch())
+    code = _FAULT_SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, "tests", "helpers"), arch=_arch())
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     print(proc.stdout, proc.stderr[-2000:])

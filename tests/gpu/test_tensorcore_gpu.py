@@ -1,7 +1,7 @@
 """Tensor-core instructions on the GPU against the interpreter, with identical inputs.
 
 Every mma.sync form (shape x types x layouts, the same list as
-tests/test_interp_tensorcore.py) runs on the device and on the interpreter:
+tests/interp/test_tensorcore.py) runs on the device and on the interpreter:
 integer forms must agree bit for bit; float forms must each lie within the
 bound documented in ``ptxdsl/interp/semantics/tensorcore.py`` of the exact result
 (inputs span many binades and both signs, so the device's accumulation order
@@ -11,29 +11,22 @@ and without .trans) and the fp8 conversions must agree bit for bit. The
 layouts themselves are proven by the first test: a wrong (row, col) for any
 element would put whole products in the wrong place, far outside the bound.
 
-Run (repository root): ``PYTHONPATH=.:tests python -m pytest tests/gpu/test_tensorcore_gpu.py -q -s``
+Run (repository root): ``python -m pytest tests/gpu/test_tensorcore_gpu.py -q -s``
 """
 from __future__ import annotations
 
-import os
-import sys
 import zlib
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
-
 import ptxdsl  # noqa: E402
+from gpu_env import NEEDS_GPU
 from ptxdsl.isa import resolve  # noqa: E402
 from tensorcore_kernels import (ALL_MMA, build_matrix_ops, build_mma, chain,  # noqa: E402
                                 matrix_expect, mma_case)
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver in this process")]
+pytestmark = NEEDS_GPU
 
 
 def _device_sm() -> int:

@@ -1,24 +1,17 @@
 """TMA loads and stores on an H100/H200 against the CPU interpreter: the same kernel
-(tests/test_interp_tma.py's build_copy: a box load into swizzled shared memory, the raw
+(tests/interp/test_tma.py's build_copy: a box load into swizzled shared memory, the raw
 shared bytes dumped, the box stored back) over ragged shapes and every swizzle; the
 dump checks the interpreter's swizzle, the padding of rows narrower than the swizzle
 span and the out-of-bounds fill byte for byte.
 
-Run: ``PYTHONPATH=. python -m pytest tests/gpu/test_tma_interp_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_tma_interp_gpu.py -q``.
 """
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
-
-from gpu_env import NEEDS_GPU, torch_sm90  # noqa: E402
+from gpu_env import NEEDS_GPU, torch_sm90
 
 pytestmark = NEEDS_GPU
 

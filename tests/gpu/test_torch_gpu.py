@@ -1,7 +1,7 @@
 """torch integration on a real GPU: the ops as custom ops under torch.compile (inductor),
 a user's kernel as a custom op, and launches captured in CUDA graphs replaying correctly.
 
-Run: ``PYTHONPATH=. python -m pytest -q tests/gpu/test_torch_gpu.py``.
+Run: ``python -m pytest -q tests/gpu/test_torch_gpu.py``.
 """
 from __future__ import annotations
 

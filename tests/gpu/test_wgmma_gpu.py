@@ -1,30 +1,22 @@
 """wgmma on an H100/H200 against the interpreter and float64 numpy: every swizzle mode
 (none, 32, 64, 128 bytes), B K-major and MN-major, N from 8 to 256.
 
-The shared-memory images of A and B are laid out on the host (tests/wgmma_kernels.py,
+The shared-memory images of A and B are laid out on the host (tests/helpers/wgmma_kernels.py,
 from the PTX ISA's canonical layouts) and copied verbatim; the descriptors come from
 ``ptx.wgmma.descriptor``. A disagreement between the GPU and the interpreter means the
 interpreter reads descriptor bits differently from the hardware.
 
-Run: ``PYTHONPATH=.:tests python -m pytest tests/gpu/test_wgmma_gpu.py -q``.
+Run: ``python -m pytest tests/gpu/test_wgmma_gpu.py -q``.
 """
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [p for p in (os.path.join(ROOT, "tests"), ROOT) if p not in sys.path]
-
 import ptxdsl  # noqa: E402
+from gpu_env import NEEDS_GPU
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not ptxdsl.gpu_available(),
-                                 reason="no usable CUDA GPU/driver in this process")]
+pytestmark = NEEDS_GPU
 
 
 def _needs_sm90():

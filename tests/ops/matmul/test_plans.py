@@ -21,7 +21,7 @@ from ptxdsl.ops.matmul.plan import (
     DEVICE_CLASSES, MIN_SPLIT_KBLOCKS, SMEM_PER_CTA, bk_for, choose, for_majors, measured,
     one_row, row_applies, rows)
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+from paths import ROOT
 DTYPES = {"bf16": bf16, "f16": f16, "e4m3": e4m3, "e5m2": e5m2}
 FIELDS = {f.name for f in dataclasses.fields(Plan)} - {"stages", "bk"}
 

@@ -83,7 +83,7 @@ def parse(text: str, filename: str = "<ptx>", *, keep_unknown: bool = False) -> 
     cur = Cursor(tokenize(text, filename), filename)
     version, target, addr = None, (), 64
     items: list = []
-    files: dict[int, str] = {}
+    files = _files(cur.toks)  # LLVM prints .file after the functions whose .loc name it
     module_shared: list[VarDecl] = []
     while cur.peek() is not None:
         t = cur.peek()
@@ -104,8 +104,8 @@ def parse(text: str, filename: str = "<ptx>", *, keep_unknown: bool = False) -> 
             addr = cur.number()
         elif t.text == ".file":
             cur.next()
-            n = cur.number()
-            files[n] = cur.expect_kind("str", "a file name").text[1:-1]
+            cur.number()
+            cur.expect_kind("str", "a file name")
             while cur.at(","):          # optional timestamp, size
                 cur.next()
                 cur.next()
@@ -138,6 +138,14 @@ def parse(text: str, filename: str = "<ptx>", *, keep_unknown: bool = False) -> 
     if version is None or not target:
         raise PtxSyntaxError("no .version / .target directive: is this PTX?", cur.loc(1))
     return Module(version, target, addr, items, filename)
+
+
+def _files(toks: list[Token]) -> dict[int, str]:
+    out = {}
+    for i, t in enumerate(toks[:-2]):
+        if t.text == ".file" and toks[i + 1].kind == "num" and toks[i + 2].kind == "str":
+            out[parse_int(toks[i + 1].text)] = toks[i + 2].text[1:-1]
+    return out
 
 
 def _skip_section(cur: Cursor) -> None:
@@ -263,7 +271,7 @@ def _function(cur: Cursor, linkage, arch, version, files, module_shared, items,
     return fn
 
 
-def _body(cur: Cursor, body: Body, files: dict[int, str]) -> None:
+def _body(cur: Cursor, body: Body, files: dict) -> None:
     open_tok = cur.expect("{")
     depth = 0
     del open_tok
@@ -299,18 +307,30 @@ def _body(cur: Cursor, body: Body, files: dict[int, str]) -> None:
             body.instruction(toks)
 
 
-def _loc_line(cur: Cursor, t: Token, files: dict[int, str]) -> SourceLoc | None:
-    """``.loc file line col[, function_name ..., inlined_at ...]`` -> the source line."""
-    nums = []
+def _loc_line(cur: Cursor, t: Token, files: dict) -> SourceLoc | None:
+    """``.loc file line col[, function_name ..., inlined_at file line col]`` -> the source
+    line; an inlined call is followed out to the line that made the outermost call."""
+    toks = []
     while cur.peek() is not None and cur.peek().line == t.line:
-        nums.append(cur.next())
+        toks.append(cur.next())
     try:
-        fid, line = parse_int(nums[0].text), parse_int(nums[1].text)
-    except (IndexError, ValueError):
+        here = tuple(parse_int(x.text) for x in toks[:3])
+        k = next((i for i, x in enumerate(toks) if x.text == "inlined_at"), None)
+        outer = tuple(parse_int(x.text) for x in toks[k + 1:k + 4]) if k else None
+    except ValueError:
         raise PtxSyntaxError(".loc takes a file number, a line and a column",
                              cur.loc(t.line)) from None
-    name = files.get(fid)
-    return SourceLoc(name, line) if name and line else None
+    if len(here) < 2:
+        raise PtxSyntaxError(".loc takes a file number, a line and a column", cur.loc(t.line))
+    parents = files.setdefault("inlined", {})
+    if outer is not None:
+        parents[here] = outer
+        here = outer
+    seen = 0
+    while here in parents and seen < 64:
+        here, seen = parents[here], seen + 1
+    name = files.get(here[0])
+    return SourceLoc(name, here[1]) if name and here[1] else None
 
 
 def _reg_decl(cur: Cursor, body: Body) -> None:

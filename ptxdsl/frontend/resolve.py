@@ -178,7 +178,13 @@ class Body:
             instr = self.b.build(chain, [args[0], args[0]], guard=guard, loc=loc)
             instr.operands = (args[0], ir.Imm(int(args[1] != 0), args[0].dtype))
         else:
-            instr = self.b.build(chain, args, guard=guard, loc=loc)
+            try:
+                instr = self.b.build(chain, args, guard=guard, loc=loc)
+            except IsaError:
+                # 0fXXXXXXXX given to an integer or bit-size form means those bits
+                if not any(isinstance(a, HexFloat) for a in _flat(args)):
+                    raise
+                instr = self.b.build(chain, _bits(args), guard=guard, loc=loc)
         instr.guard_negated = neg
         return instr
 
@@ -320,12 +326,37 @@ _REG_TYPES = {"pred", "b16", "b32", "b64", "b128", "u16", "u32", "u64", "s16", "
               "f16", "f16x2", "bf16", "bf16x2", "f32", "f64"}
 
 
+class HexFloat(float):
+    """A ``0f``/``0d`` literal: a float that also remembers its bits."""
+
+    bits: int
+
+    def __neg__(self):
+        return float(self).__neg__()
+
+
+def _hexfloat(text: str, fmt: str) -> HexFloat:
+    x = HexFloat(struct.unpack(fmt, bytes.fromhex(text[2:]))[0])
+    x.bits = int(text[2:], 16)
+    return x
+
+
+def _flat(args):
+    for a in args:
+        yield from (a if isinstance(a, list) else (a,))
+
+
+def _bits(args):
+    return [_bits(a) if isinstance(a, list) else a.bits if isinstance(a, HexFloat) else a
+            for a in args]
+
+
 def _number(text: str):
     t = text
     if t[:2] in ("0f", "0F") and len(t) == 10:
-        return struct.unpack(">f", bytes.fromhex(t[2:]))[0]
+        return _hexfloat(t, ">f")
     if t[:2] in ("0d", "0D") and len(t) == 18:
-        return struct.unpack(">d", bytes.fromhex(t[2:]))[0]
+        return _hexfloat(t, ">d")
     if "." in t or ("e" in t.lower() and t[:2].lower() not in ("0x",)):
         return float(t)
     return parse_int(t)

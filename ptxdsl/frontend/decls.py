@@ -76,6 +76,8 @@ class ParamDecl:
             if align:
                 parts.append(f".align {align}")
         name = self.name + (f"[{self.count}]" if self.count is not None else "")
+        if self.space == "reg":   # registers print with their sigil, as in the body
+            name = "%" + name.lstrip("%")
         return " ".join(parts + [name])
 
 

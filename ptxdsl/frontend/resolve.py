@@ -58,6 +58,10 @@ class Body:
             self.b.arch = arch
         self.regs: dict[str, ir.Reg] = {}
         self.scopes: list[dict[str, str]] = []   # per open scope: source name -> new name
+        self.path: tuple[int, ...] = ()          # the open scopes, by number
+        self.nscopes = 0
+        self.label_defs: list = []               # (Label, scope path)
+        self.label_refs: list = []               # (Instr, operand index, scope path)
         self.symbols: dict[str, str] = {}        # variable or parameter -> its state space
         self.funcs = set(funcs)
         self.body: list = []
@@ -80,9 +84,12 @@ class Body:
 
     def open_scope(self) -> None:
         self.scopes.append({})
+        self.nscopes += 1
+        self.path += (self.nscopes,)
 
     def close_scope(self) -> None:
         self.scopes.pop()
+        self.path = self.path[:-1]
 
     def _taken(self, decl: RegDecl) -> bool:
         if decl.count is None:
@@ -140,13 +147,19 @@ class Body:
         self.fn.pragmas.setdefault(len(self.body), []).append(text)
 
     def label(self, name: str, line: int) -> None:
-        self.body.append(ir.Label(name, self.loc(line)))
+        node = ir.Label(name, self.loc(line))
+        self.label_defs.append((node, self.path))
+        self.body.append(node)
 
     # ---------------------------------------------------------------- instructions
     def instruction(self, toks: list[Token]) -> None:
         loc = self.loc(toks[0].line)
         try:
-            self.body.append(self._instr(toks, loc))
+            instr = self._instr(toks, loc)
+            self.body.append(instr)
+            for k, op in enumerate(instr.operands):
+                if isinstance(op, ir.LabelRef):
+                    self.label_refs.append((instr, k, self.path))
         except (IsaError, TraceError) as e:
             text = self._text(toks)
             if not self.keep_unknown:
@@ -203,7 +216,7 @@ class Body:
         return head + op + (" " + ", ".join(ops) if ops else "")
 
     def _renamed(self, t: Token) -> str:
-        if t.kind != "word":
+        if t.kind != "word" or (not t.text.startswith("%") and t.text in self.symbols):
             return t.text
         name = self._name(t.text)
         return "%" + name if name in self.regs else t.text
@@ -230,13 +243,15 @@ class Body:
     def _scalar(self, t: Token):
         if t.kind == "num":
             return _number(t.text)
-        if t.text.startswith("%") or self._name(t.text) in self.regs:
-            return self._reg_or_special(t.text)  # (PTX lets a register drop the % sigil)
+        if t.text.startswith("%"):
+            return self._reg_or_special(t.text)
         if t.text == "_":
             return ir.SINK
         space = self.symbols.get(t.text)
         if space is not None:
             return ir.Symbol(t.text, space)
+        if self._name(t.text) in self.regs:      # PTX lets a register drop the % sigil
+            return self._reg_or_special(t.text)
         return t.text  # a label (or a name the instruction will refuse)
 
     def _operand(self, toks: list[Token]) -> list:
@@ -303,8 +318,37 @@ class Body:
         return ir.Addr(base, offset, coords)
 
     # ---------------------------------------------------------------- finishing
+    def _scoped_labels(self) -> None:
+        """Labels are local to their ``{ }`` scope (inline-asm blocks reuse names such as
+        ``waitLoop``): in the flat body, a name defined more than once is renamed in the
+        inner scopes, and each branch goes to the definition its scope sees."""
+        count: dict[str, int] = {}
+        for node, _ in self.label_defs:
+            count[node.name] = count.get(node.name, 0) + 1
+        if all(n == 1 for n in count.values()):
+            return
+        taken = set(count)
+        new: dict = {}
+        for node, path in self.label_defs:
+            if count[node.name] > 1 and path:
+                k = 1
+                while f"{node.name}S{k}_" in taken:
+                    k += 1
+                new[(path, node.name)] = f"{node.name}S{k}_"
+                taken.add(new[(path, node.name)])
+                node.name = new[(path, node.name)]
+        for instr, k, path in self.label_refs:
+            name = instr.operands[k].name
+            for i in range(len(path), 0, -1):
+                if (path[:i], name) in new:
+                    ops = list(instr.operands)
+                    ops[k] = ir.LabelRef(new[(path[:i], name)])
+                    instr.operands = tuple(ops)
+                    break
+
     def finish(self) -> ir.Program:
         fn = self.fn
+        self._scoped_labels()
         max_threads, cluster = None, None
         for d in fn.directives:
             name, _, vals = d.partition(" ")

@@ -16,6 +16,7 @@ from ..core import ir
 from ..core.errors import ArchError, IsaError, SourceLoc, TraceError
 from ..core.trace import Builder
 from ..core.types import ALL_TYPES
+from ..isa import INSTRUCTIONS
 from ..isa.special import SPECIAL_REGS
 from .decls import Function, RegDecl, Unchecked, VarDecl
 from .lexer import PtxSyntaxError, Token, parse_int
@@ -192,7 +193,15 @@ class Body:
             instr.operands = (args[0], ir.Imm(int(args[1] != 0), args[0].dtype))
         else:
             try:
-                instr = self.b.build(chain, args, guard=guard, loc=loc)
+                try:
+                    instr = self.b.build(chain, args, guard=guard, loc=loc)
+                except IsaError as e:
+                    # ptxas takes modifiers in other orders than the ISA's (LLVM prints
+                    # red.global.gpu.relaxed): read them in the table's order
+                    ordered = table_order(chain)
+                    if "must come before" not in e.message or ordered == chain:
+                        raise
+                    instr = self.b.build(ordered, args, guard=guard, loc=loc)
             except IsaError:
                 # 0fXXXXXXXX given to an integer or bit-size form means those bits
                 if not any(isinstance(a, HexFloat) for a in _flat(args)):
@@ -368,6 +377,26 @@ class Body:
 OLDEST_ARCH = "sm_75"
 _REG_TYPES = {"pred", "b16", "b32", "b64", "b128", "u16", "u32", "u64", "s16", "s32", "s64",
               "f16", "f16x2", "bf16", "bf16x2", "f32", "f64"}
+
+
+def table_order(chain: list[str]) -> list[str]:
+    """``chain`` with its modifiers sorted into the order of the table entry's groups
+    (types last, in the order written)."""
+    for k in range(len(chain), 0, -1):
+        spec = INSTRUCTIONS.get(".".join(chain[:k]))
+        if spec is not None:
+            break
+    else:
+        return chain
+    rest = chain[k:]
+
+    def rank(item):
+        i, mod = item
+        for g, group in enumerate(spec.groups):
+            if mod in group.names:
+                return (g, i)
+        return (len(spec.groups), i)
+    return chain[:k] + [m for _, m in sorted(enumerate(rest), key=rank)]
 
 
 class HexFloat(float):

@@ -225,3 +225,24 @@ def test_ptxas_check_and_resources():
     res = k.resources()
     assert res.registers > 0 and res.spill_stores == 0
     assert k.check().unchecked == ()
+
+
+def test_byte_array_parameters_take_bytes():
+    text = HEAD + """
+.visible .entry k(.param .u64 k_param_0, .param .align 8 .b8 k_param_1[16])
+{
+	.reg .b32 %r<3>;
+	.reg .b64 %rd<3>;
+	ld.param.u64 %rd1, [k_param_0];
+	ld.param.u32 %r1, [k_param_1+4];
+	st.global.u32 [%rd1], %r1;
+	ret;
+}
+"""
+    k = ptxdsl.from_ptx(text)
+    assert (k.params[1].count, k.params[1].align) == (16, 8)
+    out = np.zeros(1, np.uint32)
+    k.interpret(out, np.array([1, 7, 0, 0], np.uint32).tobytes())
+    assert out[0] == 7
+    with pytest.raises(LaunchError, match="16-byte parameter"):
+        k.interpret(out, b"short")

@@ -40,9 +40,8 @@ def _pack(kernel, args, drv, stream):
         where = f"kernel {kernel.name} argument {i + 1} ({p.name})"
         kind = adapter.classify(a) if a is not None else ""
         if p.count > 1:
-            raw = bytes(a) if isinstance(a, (bytes, bytearray)) else bytes(
-                getattr(a, "bytes", lambda: b"")() if callable(getattr(a, "bytes", None))
-                else np.ascontiguousarray(a).tobytes())
+            raw = bytes(a) if isinstance(a, (bytes, bytearray)) else \
+                np.ascontiguousarray(a).tobytes()
             if len(raw) != p.nbytes:
                 raise LaunchError(f"{where} takes {p.nbytes} bytes, got {len(raw)}",
                                   user_location())
@@ -60,8 +59,7 @@ def _pack(kernel, args, drv, stream):
         elif a is None:
             keep.append(ctypes.c_uint64(0))
         elif isinstance(a, (bool, int, float, np.generic)):
-            v = np.array(a).astype(p.dtype.np_dtype) if not isinstance(a, np.generic) else \
-                np.array(a).astype(p.dtype.np_dtype)
+            v = np.array(a).astype(p.dtype.np_dtype)
             keep.append(ctypes.create_string_buffer(v.tobytes(), p.dtype.bytes))
         else:
             raise LaunchError(f"{where}: pass an array, None or a scalar, got "

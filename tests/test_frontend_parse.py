@@ -246,3 +246,33 @@ def test_byte_array_parameters_take_bytes():
     assert out[0] == 7
     with pytest.raises(LaunchError, match="16-byte parameter"):
         k.interpret(out, b"short")
+
+
+WARP_STORE = HEAD + """
+.visible .entry k(.param .u64 k_param_0)
+{
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<2>;
+	.shared .align 4 .b8 buf[4];
+	mov.u32 %r1, %tid.x;
+	mov.u32 %r2, VALUE;
+	st.shared.u32 [buf], %r2;
+	bar.sync 0;
+	ld.shared.u32 %r3, [buf];
+	ld.param.u64 %rd1, [k_param_0];
+	st.global.u32 [%rd1], %r3;
+	ret;
+}
+"""
+
+
+def test_a_warp_storing_one_value_to_one_address_is_one_write():
+    """Triton stores a warp-reduced value from every lane: the same bits, one write;
+    lanes storing different values to one address are still a race."""
+    out = np.zeros(1, np.uint32)
+    ptxdsl.from_ptx(WARP_STORE.replace("VALUE", "7")).interpret(out, block=32)
+    assert out[0] == 7
+    with pytest.raises(InterpreterError, match="race"):
+        ptxdsl.from_ptx(WARP_STORE.replace("VALUE", "%r1")).interpret(out, block=32)
+    with pytest.raises(InterpreterError, match="race"):   # two warps: two instructions
+        ptxdsl.from_ptx(WARP_STORE.replace("VALUE", "7")).interpret(out, block=64)

@@ -106,7 +106,7 @@ def interpret(prog: ir.Program, args, *, grid=1, block=1, shared: int = 0, clust
     _check_symbols(run)
     results = run_program(run, block, grid, tensors, dims, max_steps=max_steps,
                           initialized=set(tensors), allow_uninitialized=allow_uninitialized,
-                          cluster=cluster)
+                          cluster=cluster, warp_stores_merge=True)
     for name, a in given.items():
         out = results[name].reshape(a.shape)
         if a.flags.writeable:

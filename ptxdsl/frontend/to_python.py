@@ -17,6 +17,7 @@ import re
 from ..core import ir
 from ..core.emit import fmt_instr
 from ..core.errors import TraceError
+from ..isa import INSTRUCTIONS
 
 _NAME = re.compile(r"[^0-9A-Za-z_]")
 
@@ -131,8 +132,8 @@ def to_python(kernel) -> str:
 
     nodes = list(prog.body)
     tail = [n for n in nodes if not isinstance(n, ir.Label)][-1:]
-    if tail and isinstance(tail[0], ir.Instr) and tail[0].opcode == "ret" and \
-            tail[0].guard is None:
+    if tail and isinstance(tail[0], ir.Instr) and tail[0].match.spec is INSTRUCTIONS["ret"] \
+            and tail[0].guard is None:
         nodes.remove(tail[0])   # the DSL ends every kernel with its own ret
     for node in nodes:
         if isinstance(node, ir.Label):
@@ -140,7 +141,7 @@ def to_python(kernel) -> str:
         elif isinstance(node, ir.Raw):
             body.append(f"ptx.raw({node.text.format(*node.operands)!r})")
         elif isinstance(node, ir.Instr):
-            pred_imm = (node.opcode == "mov.pred" and isinstance(node.operands[1], ir.Imm))
+            pred_imm = any(isinstance(o, ir.Imm) and o.dtype.is_pred for o in node.operands)
             if node.guard_negated or pred_imm:
                 # no DSL spelling for @!p guards or predicate immediates: an unchecked line
                 text = fmt_instr_text(node)

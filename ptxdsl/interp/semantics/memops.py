@@ -55,7 +55,8 @@ def st(mach, instr, mask):
     items = src if isinstance(src, list) else [src]
     vals = np.stack([np.broadcast_to(np.asarray(v).astype(t.np_dtype), (mach.T,))[threads]
                      for v in items], axis=1)
-    threads, addr, vals = _one_per_warp_address(threads, addr, vals)
+    if mach.warp_stores_merge:
+        threads, addr, vals = _one_per_warp_address(threads, addr, vals)
     strong = _strong(m)
     for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes * n, True,
                               kind="atomic" if strong else None):
@@ -65,9 +66,10 @@ def st(mach, instr, mask):
 
 
 def _one_per_warp_address(threads, addr, vals):
-    """Lanes of one warp storing the same bits to the same address in one instruction
-    make one write (compilers such as Triton store a warp-reduced value from every lane);
-    lanes storing different values there stay several writes, which the detector reports."""
+    """With ``mach.warp_stores_merge`` (imported PTX): lanes of one warp storing the same
+    bits to the same address in one instruction make one write (compilers such as Triton
+    store a warp-reduced value from every lane); lanes storing different values there stay
+    several writes, which the detector reports. Traced kernels keep the stricter rule."""
     if len(threads) < 2:
         return threads, addr, vals
     key = np.stack([addr.astype(np.uint64), (threads // 32).astype(np.uint64)], axis=1)

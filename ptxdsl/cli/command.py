@@ -35,6 +35,7 @@ from ..core.errors import PtxdslError
 from ..core.version import __version__
 from ..kernel import Kernel
 from . import doctor as doctor_mod
+from . import ptxfile
 
 __all__ = ["main", "load_kernels", "select_kernels", "format_table", "CliError",
            "KernelEntry"]
@@ -270,6 +271,8 @@ def _cmd_ptx(args) -> int:
 
 
 def _cmd_check(args) -> int:
+    if ptxfile.is_ptx(args.target):
+        return ptxfile.cmd_check(args)
     entries = select_kernels(args.target)
     rows, failures, records = [], [], []
     for e in entries:
@@ -553,6 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="info: where the cubin cache is and how big; clear: empty it.")
     sp.add_argument("action", choices=("info", "clear"))
     sp.set_defaults(func=_cmd_cache)
+
+    ptxfile.register(sub)  # translate, interpret (FILE.ptx)
 
     sp = sub.add_parser("doctor", help="report driver, GPU, arch, ptxas and cache",
                         description="Report what ptxdsl can use on this machine.")

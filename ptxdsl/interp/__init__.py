@@ -152,6 +152,7 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
         mach = Machine(prog, tuple(block), tuple(grid), first, n, spaces, opts["cluster"])
         mach.max_steps = opts["max_steps"]
         mach.check_init = not opts["allow_uninitialized"]
+        mach.warp_stores_merge = opts.get("warp_stores_merge", False)
         if opts.get("pdl"):
             mach.grid_waited = np.zeros(mach.T, bool)
         try:
@@ -179,6 +180,7 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
 def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
                 cooperative: bool = False, max_steps: int = MAX_STEPS,
                 initialized=None, allow_uninitialized: bool = False,
+                warp_stores_merge: bool = False,
                 tmaps: dict | None = None, cluster: tuple | None = None,
                 pdl: bool = False) -> dict:
     """Run a verified program over a grid; returns the final contents of every tensor.
@@ -195,6 +197,8 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     :data:`.memory.RANK_SHIFT`). ``pdl``: the kernel is
     launched as a programmatic dependent (``@kernel(pdl=True)``), so a thread's global
     memory access before its ``griddepcontrol.wait`` is an error.
+    ``warp_stores_merge``: lanes of one warp storing the same bits to one address in one
+    ``st`` count as one write (for imported PTX, :mod:`ptxdsl.frontend`).
     """
     _check_supported(prog)
     handlers = handlers_for_run()
@@ -225,6 +229,7 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
             n = min(per_batch, ncta_total - first)
             _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions,
                        {"max_steps": max_steps, "allow_uninitialized": allow_uninitialized,
+                        "warp_stores_merge": warp_stores_merge,
                         "cluster": cluster, "pdl": pdl})
     out = {}
     for p in prog.params:

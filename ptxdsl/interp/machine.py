@@ -250,6 +250,9 @@ class Machine:
         self.hb = HappensBefore(self)
         self.check_init = True                  # reads of never-written bytes are errors
         self.check_races = True
+        # lanes of one warp storing the same bits to one address in one st: one write
+        # (compiled code such as Triton's stores warp-reduced values from every lane)
+        self.warp_stores_merge = False
         self.per_thread = False                 # scheduled one thread per unit
         self.split_warpgroups = False           # units finer than warpgroups (schedule.py)
         self.meetings: dict = {}                # warpgroup-collective rendezvous

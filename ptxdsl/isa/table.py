@@ -115,7 +115,8 @@ TABLE: tuple[OpSpec, ...] = (
                    g("relu_after_satfinite", Mod("relu", (7, 0), 80))),
            (*U, *S, "u8", "s8", "f16", "bf16", "f32", "f64", "f16x2", "bf16x2", "tf32",
             "e4m3x2", "e5m2x2"),
-           ntypes=2, operands="d:T0 s:T1", variants={
+           # ptxas takes a special register as cvt's source (cvt.u64.u32 %rd0, %ctaid.x)
+           ntypes=2, operands="d:T0 %s:T1", variants={
                # two f32 pack into e4m3x2/e5m2x2; one f16x2 converts either way
                "e4m3x2+f32": "d:T0 s:T1 s:T1", "e5m2x2+f32": "d:T0 s:T1 s:T1",
                "e4m3x2": "d:T0 s:T1", "e5m2x2": "d:T0 s:T1",

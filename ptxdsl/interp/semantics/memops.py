@@ -55,12 +55,32 @@ def st(mach, instr, mask):
     items = src if isinstance(src, list) else [src]
     vals = np.stack([np.broadcast_to(np.asarray(v).astype(t.np_dtype), (mach.T,))[threads]
                      for v in items], axis=1)
+    if mach.warp_stores_merge:
+        threads, addr, vals = _one_per_warp_address(threads, addr, vals)
     strong = _strong(m)
     for sp, sel, off in check(mach, instr, threads, addr, space_of(m), t.bytes * n, True,
                               kind="atomic" if strong else None):
         if strong:
             mach.hb.atomic(sp.name, off, threads[sel])
         sp.write(off, vals[sel])
+
+
+def _one_per_warp_address(threads, addr, vals):
+    """With ``mach.warp_stores_merge`` (imported PTX): lanes of one warp storing the same
+    bits to the same address in one instruction make one write (compilers such as Triton
+    store a warp-reduced value from every lane); lanes storing different values there stay
+    several writes, which the detector reports. Traced kernels keep the stricter rule."""
+    if len(threads) < 2:
+        return threads, addr, vals
+    key = np.stack([addr.astype(np.uint64), (threads // 32).astype(np.uint64)], axis=1)
+    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    if len(first) == len(threads):
+        return threads, addr, vals
+    bits = vals.view(f"u{vals.dtype.itemsize}") if vals.dtype.itemsize in (1, 2, 4, 8) else vals
+    if not (bits == bits[first][inv.reshape(-1)]).all():
+        return threads, addr, vals
+    keep = np.sort(first)
+    return threads[keep], addr[keep], vals[keep]
 
 
 # ------------------------------------------------------------------------ atomics

@@ -1,0 +1,91 @@
+"""pyptx's public PTX corpus (tests/data/pyptx_corpus, Apache-2.0): every file parses
+(lines the instruction table cannot check kept raw), canonical emission is a fixed point,
+and where ptxas accepts the original it accepts the canonical text with the same
+``ptxas -v`` resources (a few files by default, all with ``-m long``)."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import pytest
+
+import ptxdsl
+from ptxdsl import toolchain
+from ptxdsl.core.errors import PtxdslError, ToolchainError
+
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "pyptx_corpus")
+FILES = sorted(glob.glob(os.path.join(CORPUS, "**", "*.ptx"), recursive=True))
+# Files every instruction of which the table checks (no keep_unknown needed); the rest use
+# instructions the table lacks (tcgen05, wmma, tensormap, ...) or are LLVM test fragments
+# that read parameters their entry does not declare.
+STRICT_FLOOR = 45
+
+
+def _rel(path):
+    return os.path.relpath(path, CORPUS)
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def test_the_corpus_is_here_with_its_licence():
+    assert len(FILES) == 219
+    assert "Apache License" in _read(os.path.join(CORPUS, "LICENSE"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=_rel)
+def test_parses_and_emits_a_fixed_point(path):
+    once = ptxdsl.parse_ptx(_read(path), filename=path, keep_unknown=True).emit()
+    assert ptxdsl.parse_ptx(once, keep_unknown=True).emit() == once
+
+
+def test_strict_parse_checks_every_instruction_or_names_the_line():
+    ok = 0
+    for path in FILES:
+        try:
+            ptxdsl.parse_ptx(_read(path), filename=path)
+            ok += 1
+        except PtxdslError as e:
+            assert re.search(re.escape(path) + r":\d+", str(e)), str(e)
+    assert ok >= STRICT_FLOOR
+
+
+def _have_ptxas():
+    try:
+        return toolchain.find_ptxas() is not None
+    except ToolchainError:
+        return False
+
+
+def _same_resources(path):
+    text = _read(path)
+    mod = ptxdsl.parse_ptx(text, filename=path, keep_unknown=True)
+    try:
+        original = toolchain.assemble(text, mod.arch)
+    except PtxdslError:
+        return None   # ptxas 13 refuses the original (old target, undeclared parameters)
+    canonical = toolchain.assemble(mod.emit(), mod.arch)
+    assert canonical.resources == original.resources, _rel(path)
+    return True
+
+
+@pytest.mark.ptxas
+@pytest.mark.skipif(not _have_ptxas(), reason="no ptxas")
+@pytest.mark.parametrize("name", ["external/triton/matmul_wgmma_v32_sm90a.ptx",
+                                  "external/fastcu_k12_sm90a.ptx",
+                                  "external/matmul_wmma_v2.ptx", "function_call.ptx"])
+def test_canonical_text_has_the_originals_ptxas_resources(name):
+    assert _same_resources(os.path.join(CORPUS, name))
+
+
+@pytest.mark.long
+@pytest.mark.ptxas
+@pytest.mark.skipif(not _have_ptxas(), reason="no ptxas")
+def test_every_assemblable_file_keeps_its_ptxas_resources(request):
+    if "long" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("exhaustive sweep: run with -m long")
+    checked = [p for p in FILES if _same_resources(p)]
+    assert len(checked) >= 66

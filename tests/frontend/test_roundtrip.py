@@ -14,7 +14,7 @@ import pytest
 import frontend_roundtrip as rt
 from ptxdsl.cli import command as cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import HELPERS, ROOT
 HOPPER = os.path.join(ROOT, "examples", "hopper")
 
 
@@ -77,10 +77,9 @@ def test_ops_and_examples_interpreter_suites_parsed_back(request):
     """Every kernel the ops' and examples' interpreter tests run, parsed back (minutes)."""
     if "long" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("exhaustive sweep: run with -m long")
-    files = sorted(f for f in os.listdir(os.path.join(ROOT, "tests"))
-                   if f.startswith("test_ops_") or f == "test_examples.py")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT]))
+    paths = [os.path.join("tests", "ops"), os.path.join("tests", "docs", "test_examples.py")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HELPERS, ROOT]))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "frontend_roundtrip",
-                           "-p", "no:cacheprovider", *[os.path.join("tests", f) for f in files]],
+                           "-p", "no:cacheprovider", *paths],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

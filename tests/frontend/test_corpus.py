@@ -14,7 +14,9 @@ import ptxdsl
 from ptxdsl import toolchain
 from ptxdsl.core.errors import PtxdslError, ToolchainError
 
-CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "pyptx_corpus")
+from paths import ROOT
+
+CORPUS = os.path.join(ROOT, "tests", "data", "pyptx_corpus")
 FILES = sorted(glob.glob(os.path.join(CORPUS, "**", "*.ptx"), recursive=True))
 # Files every instruction of which the table checks (no keep_unknown needed); the rest use
 # instructions the table lacks (tcgen05, wmma, tensormap, ...) or are LLVM test fragments

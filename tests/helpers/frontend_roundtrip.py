@@ -3,7 +3,7 @@
 ``run_program`` of :mod:`ptxdsl.interp` is wrapped: after the traced program runs, its
 emitted PTX is parsed by ``ptxdsl.parse_ptx`` and the parsed program runs on the same
 tensors, parameters and launch; the two must leave every tensor bit-identical. Load it
-for a whole pytest run with ``-p frontend_roundtrip`` (``tests/`` on ``PYTHONPATH``).
+for a whole pytest run with ``-p frontend_roundtrip`` (``tests/helpers`` on ``PYTHONPATH``).
 """
 from __future__ import annotations
 

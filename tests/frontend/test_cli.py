@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ptxdsl.cli.command import main
-from test_frontend_parse import COPY
+from ptx_samples import COPY
 
 
 @pytest.fixture

@@ -57,6 +57,13 @@ from .bwd_staged import MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_
 from .fwd import WARP, RowSplit, max_vec
 from .row import with_offset
 
+# The resident-row kernel's dy and x loads, as the forward's x (fwd.X_POLICY): faster
+# than plain loads at most shapes measured (bench/results/rmsnorm_tune_h200.md,
+# "backward: cache hints").
+IN_HINTS = ("L1::evict_last",)
+IN_POLICY = "evict_last"
+
+
 @dataclass(frozen=True)
 class BwdPlan(RowSplit):
     n: int
@@ -72,12 +79,6 @@ class BwdPlan(RowSplit):
     # build_dw_reduce in a second launch (small rows, whose grid is so large that
     # summing its partials would be left to too few CTAs).
     fused: bool = True
-    # Cache hints and L2 eviction priority of the dy and x loads of the resident-row
-    # kernel (createpolicy + .L2::cache_hint; None: the default), as for the forward's x.
-    # .L1::evict_last under an L2 evict_last policy was faster than plain loads at most
-    # shapes measured (bench/results/rmsnorm_tune_h200.md, "backward: cache hints").
-    in_hints: tuple[str, ...] = ("L1::evict_last",)
-    in_policy: str | None = "evict_last"
     # Resident rows with prefetch: thread 0 also asks the bulk copy engine to bring the
     # row after the prefetched one (row + 2G) of dy and x into L2
     # (cp.async.bulk.prefetch.L2), so that more of DRAM's latency is covered than one
@@ -87,26 +88,20 @@ class BwdPlan(RowSplit):
     # (bwd_staged: cp.async several rows ahead, dw partial in registers)
     # instead of streaming them twice from global memory. 0: off.
     stages: int = 0
-    # The fused dW sum over column tiles of 32 columns (one f32 per lane, twice the loads
-    # in flight) instead of 128: None decides by :func:`dw_narrow`; True/False force it.
-    dw_narrow: bool | None = None
     # Rows a CTA holds at once, each by its own ``threads`` threads (a "row group", with
     # its own named barrier for the row's sum); the groups add their dw partials in
     # shared memory, in group order, and the CTA writes one partial row. So an SM keeps
     # as many rows in flight as ``groups`` one-row CTAs would, and the dW sum reads
     # ``groups`` times fewer partial rows (resident rows, power-of-two ``threads``).
     groups: int = 1
-    # Grids of at most MAX_DW_CLUSTER one-row CTAs (calls of few rows, :meth:`for_rows`)
-    # sum dW as one cluster through distributed shared memory, and a grid of one CTA
-    # stores its dW as it is (:func:`~.bwd_dw.cluster_dw`); False: the global partial rows
-    # and the last arrival's sum, as larger grids of few rows.
-    dw_cluster: bool = True
 
     @property
     def cluster_dw(self) -> int:
         """CTAs of the one cluster that sums dW in shared memory (1: a single CTA that
-        stores its dW); 0 where dW goes through the global partial rows."""
-        ok = (self.dw_cluster and self.fused and self.grid <= MAX_DW_CLUSTER
+        stores its dW; grids of at most MAX_DW_CLUSTER one-row CTAs, :meth:`for_rows`, through
+        distributed shared memory, :func:`~.bwd_dw.cluster_dw`); 0 where dW goes through
+        the global partial rows."""
+        ok = (self.fused and self.grid <= MAX_DW_CLUSTER
               and self.groups == 1 and not (self.streaming or self.stages))
         return self.grid if ok else 0
 
@@ -285,7 +280,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         # (p.cluster_dw; WS and DWP go unused).
         C = p.cluster_dw
         last = not (C or p.grid_sum)
-        thin = dw_narrow(p.n, G) if p.dw_narrow is None else p.dw_narrow
+        thin = dw_narrow(p.n, G)
         K = dw_summers(p.n, G, thin)
 
         @kernel(in_specs=rows_in + (Tile(2, b32),),
@@ -393,16 +388,16 @@ def _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sd
           for k in range(K)]
     dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
     row_sum = RowSum(T, tid, looped=True, groups=p.groups, group=group)
-    pol = l2_policy(p.in_policy, {})
+    pol = l2_policy(IN_POLICY, {})
 
     def load_row(row, ok):
         pdy_r, px_r = dy0 + row * (sdy * es), x0 + row * (sx * es)
         dys, xs = [], []
         for k in range(K):
             g = _and(preds[k], ok)
-            dys.append(load_chunk(pdy_r, k * step, dtype, V, pred=g, hints=p.in_hints,
+            dys.append(load_chunk(pdy_r, k * step, dtype, V, pred=g, hints=IN_HINTS,
                                   policy=pol))
-            xs.append(load_chunk(px_r, k * step, dtype, V, pred=g, hints=p.in_hints,
+            xs.append(load_chunk(px_r, k * step, dtype, V, pred=g, hints=IN_HINTS,
                                  policy=pol))
         return dys, xs
 

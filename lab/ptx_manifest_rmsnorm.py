@@ -51,13 +51,18 @@ N_GRID = sorted({
 OPTION_N = (1, 33, 1000, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 1048576)
 
 
-def m_grid(sms: int) -> list[int]:
-    """Row counts: few rows (grids cut to a power of two), the forward loop's
-    rows-per-CTA limit at 1-2 CTAs per SM, and the backward's many-rows switch."""
-    ms = {1, 3, 33, 1000}
-    for c in (1, 2):
-        ms |= {8 * sms * c, 8 * sms * c + 1}
-    ms |= {192 * sms - 1, 192 * sms}
+def m_grid(n: int, sms: int) -> list[int]:
+    """Row counts for rows of ``n``: few (a grid cut to a power of two) and many; the
+    forward loop's rows-per-CTA limit at 1-2 CTAs per SM where the loop may run (rows
+    of 4096 to 65536 elements); the backward's many-rows switch for short rows; one and
+    33 rows at the option sizes."""
+    ms = {3, 192 * sms}
+    if 4096 <= n <= 65536:
+        ms |= {8 * sms, 8 * sms + 1, 16 * sms, 16 * sms + 1}
+    if n <= 4096:
+        ms.add(192 * sms - 1)
+    if n in OPTION_N:
+        ms |= {1, 33}
     return sorted(ms)
 
 
@@ -170,7 +175,6 @@ def calls(quick=False):
     if os.environ.get("PTX_MANIFEST_N"):  # a subset, for a quick look
         ns = [int(v) for v in os.environ["PTX_MANIFEST_N"].split(",")]
     for dev, (info, sms) in DEVICES.items():
-        ms = m_grid(sms)
         for dname, dt in DTYPES.items():
             wdts = [dt] if dt is f32 else [dt, f32]
             for n in ns:
@@ -184,13 +188,13 @@ def calls(quick=False):
                         fopts = ([(False, False, 0.0), (False, True, 0.0), (True, False, 0.0),
                                   (True, True, 0.0), (False, True, 1.0), (True, False, 1.0)]
                                  if opt and wdt is dt and vec > 1 else [(False, True, 0.0)])
-                        for m in ms:
-                            for res, rstd, off in fopts:
+                        for m in m_grid(n, sms):
+                            for res, rstd, off in (fopts if m in (3, 192 * sms) else fopts[:1]):
                                 yield (f"fwd/{base}/m{m}/res{int(res)}/rstd{int(rstd)}/off{off}",
                                        lambda n=n, dt=dt, wdt=wdt, vec=vec, res=res, rstd=rstd,
                                        off=off, m=m: forward(n, dt, wdt, vec, res, rstd, off,
                                                              info, sms, m))
-                            for off in ((0.0, 1.0) if opt and vec > 1 else (0.0,)):
+                            for off in ((0.0, 1.0) if opt and vec > 1 and m == 3 else (0.0,)):
                                 yield (f"bwd/{base}/m{m}/off{off}",
                                        lambda n=n, dt=dt, wdt=wdt, vec=vec, off=off, m=m:
                                        backward(n, dt, wdt, vec, off, info, sms, m))

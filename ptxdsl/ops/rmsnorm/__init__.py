@@ -3,7 +3,9 @@
 =========== ==============================================================
 api         ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``: checks, dispatch
 quant_api   ``rms_norm_quant``: RMSNorm with FP8 (e4m3) output and its scale
-plan        which kernel a call runs (ptxas / occupancy asked), built kernels
+plan        which kernel a call runs (the table's row, ptxas / occupancy asked)
+plan_long   the cluster plans of long rows from the table's configurations
+config      the plan table (plans.json): rows -> kernel configurations
 fast        repeated torch calls: per-signature closures that allocate and launch
 autograd    the ``torch.autograd.Function`` and ``nn.Module`` (torch only)
 fwd         the row-per-CTA / row-per-warp forward kernel and its ``Plan``

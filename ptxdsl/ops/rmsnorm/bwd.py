@@ -18,9 +18,7 @@ in a fixed order; the others exit. No float atomics: the same inputs give the sa
 bits on every run, whichever CTAs do the sum.
 
 Few rows, few CTAs: every CTA writes a whole partial row, and the sum reads all ``G``
-of them, whether or not the CTA had a row. At M=1, N=8192 (bf16) an H100's grid (at
-least its 132 SMs) wrote and read back 4 MB or more of partials for a row of 16 KiB,
-and took 33 us against 21.5 us for a copy of the row's bytes
+of them, whether or not the CTA had a row: for one row, megabytes of partials
 (bench/results/rmsnorm_h100.json). So a call of fewer rows than the device's grid
 runs ``min(G, M rounded up to a power of two)`` CTAs (:func:`rows_grid`,
 ``plan_backward(rows=M)``): one grid, so one set of bits, per row count, and at most
@@ -273,8 +271,7 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         # Few rows' grids (no more CTAs than a CTA has warps): the last CTA to finish its
         # rows sums dW alone, so nobody waits for anybody. Larger grids share the sum
         # among their last arrivals, which wait only for CTAs that arrive after them
-        # (late_arrivals), so no launch needs to be cooperative (a cooperative launch cost
-        # 1.5 us a call at every GPU-bound shape measured on an H100,
+        # (late_arrivals), so no launch needs to be cooperative (slower per call:
         # bench/results/rmsnorm_bwd_late_arrivals_h100.json); the device must only hold
         # the K that wait (resident=K). Grids of a few CTAs sum in one cluster
         # (p.cluster_dw; WS and DWP go unused).

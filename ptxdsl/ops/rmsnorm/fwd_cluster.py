@@ -67,11 +67,9 @@ class ClusterPlan(ClusterSplit):
     # One-row kernel: the slice read twice, for the sum (kept in L1 and L2: evict_last)
     # and after the exchange (evict_first), instead of held in registers: few registers
     # per thread, so two 1024-thread CTAs share an SM. Its exchange goes through st.async
-    # and an mbarrier (ClusterSum tx), since a cluster barrier's wait empties L1 (measured
-    # on an H200, M=32768 bf16, bench/results/rmsnorm_long_tx_exchange_h200.json: 131072
-    # in clusters of 4 of 64 KiB slices at 95.8% of the copy, the ring 94.3%; with the
-    # cluster barrier the same reads ran 74.9-86.6%,
-    # bench/results/rmsnorm_long_two_pass_clusters_h200.json).
+    # and an mbarrier (ClusterSum tx), since a cluster barrier's wait empties L1
+    # (bench/results/rmsnorm_long_tx_exchange_h200.json,
+    # rmsnorm_long_two_pass_clusters_h200.json).
     two_pass: bool = False
     # Two-pass: chunks whose second read (and w) is issued before their y stores, as in
     # :class:`~.fwd.Plan` (1: chunk by chunk).

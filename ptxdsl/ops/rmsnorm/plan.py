@@ -64,7 +64,7 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
                 q, dt, wdt, eps=eps, residual=residual, with_rstd=want_rstd, arch=arch,
                 offset=offset))
         return _resident(cp, get, device)[1]
-    cfg = row_config(n, dt, vec, device)
+    cfg = row_config(n, dt, vec, device, arch)
     p = wide_row_plan(plan(n, dt, vec), cfg)
     cps = loop_ctas_per_sm(p)
     if (cps and m is not None and m > cfg.loop_rows_per_cta * sms * cps
@@ -84,11 +84,15 @@ def forward_kernel(n, dt, wdt, vec, residual, want_rstd, eps, arch, sms, device=
                                                     arch, offset))
 
 
-def row_config(n: int, dt: PtxType, vec: int, device=None) -> RowConfig:
-    """The table's one-CTA forward configuration for rows of ``n`` on ``device`` (that
-    of the device's class without the cluster kernels)."""
-    flight = Device.of(device).plan_class("").split("/")[1]
-    return choose("forward", f"one-cta/{flight}", dt, vec, n)
+def row_config(n: int, dt: PtxType, vec: int, device=None, arch: str = "sm_90a") -> RowConfig:
+    """The table's one-CTA forward configuration for rows of ``n`` on ``device``: its
+    class's row, or where that row is a cluster kernel's (whose split did not fit), the
+    row of the same class without the cluster kernels."""
+    cls = Device.of(device).plan_class(arch)
+    cfg = choose("forward", cls, dt, vec, n)
+    if not isinstance(cfg, RowConfig):
+        cfg = choose("forward", "one-cta/" + cls.split("/")[1], dt, vec, n)
+    return cfg
 
 
 def wide_row_plan(p, cfg: RowConfig):

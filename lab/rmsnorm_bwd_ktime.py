@@ -52,15 +52,15 @@ def candidates(m, n, T, sms, info, sweep):
     cluster plan, the one-CTA plan it replaced, ``one``) and one-CTA ``BwdPlan`` s."""
     from ptxdsl.ops.rmsnorm import plan as choice
     from ptxdsl.ops.rmsnorm.bwd import plan_backward
+    from ptxdsl.ops.rmsnorm.config import choose
+    from ptxdsl.ops.rmsnorm.devices import Device
     from ptxdsl.ops.rmsnorm.fwd import max_vec
     vec = max_vec(n, T)
     ops_p, _ = choice.backward_kernel(n, T, T, vec, "sm_90a", sms, info, 0.0, m=m)
     out = {"ops": ops_p}
-    if getattr(ops_p, "cluster_dw", 0):  # few rows: dW in one cluster; also the partial rows
-        out["partials"] = dataclasses.replace(ops_p, dw_cluster=False)
+    cfg = choose("backward", Device.of(info).plan_class("sm_90a"), T, vec, n, m, sms)
     if not hasattr(ops_p, "l2_ahead"):  # a cluster plan: the one-CTA kernel beside it
-        one, _ = choice._device_backward(n, T, T, vec, "sm_90a", sms, info, 0.0,
-                                         choice.many_rows(m, sms, info))
+        one, _ = choice._device_backward(n, T, T, vec, "sm_90a", sms, info, 0.0, cfg)
         out["one"] = one.for_rows(m)
 
     def add(name, **kw):
@@ -72,7 +72,8 @@ def candidates(m, n, T, sms, info, sweep):
             out[name] = dataclasses.replace(p, l2_ahead=getattr(ops_p, "l2_ahead", False))
 
     chunks = -(-n // vec)
-    t, g = choice.short_row_shape(n, T, vec, True)
+    t, g = choice.short_row_shape(n, T, vec, dataclasses.replace(
+        cfg, short_rows_bytes=40 * 1024, short_chunks=1))  # the many-rows shape
     if t <= 256:  # short rows (row groups)
         add("chunk", threads=t, groups=g)
     shapes = ([(t, g, pf) for t in (32, 64, 128, 256, 512) if chunks <= 8 * t <= 16 * chunks

@@ -52,12 +52,15 @@ def parse_variant(text: str) -> dict:
 
 
 def ring_plan(n: int, dt):
-    """The forward's ring plan (plan.RING_THREADS x RING_CHUNKS 16-byte chunks a CTA) for
-    rows of ``n``, whatever the plan takes for them: the variants' starting point."""
+    """The forward's ring plan (the plan table's ring configuration: threads x chunks of
+    16 bytes a CTA) for rows of ``n``, whatever the plan takes for them: the variants'
+    starting point."""
+    from ptxdsl.ops.rmsnorm.config import ROWS, RingConfig
     from ptxdsl.ops.rmsnorm.fwd_cluster import plan_cluster
-    from ptxdsl.ops.rmsnorm.plan import RING_CHUNKS, RING_THREADS
-    return plan_cluster(n, dt, stages=1, threads=RING_THREADS, per_thread=RING_CHUNKS,
-                        cluster=-(-n * dt.bytes // (RING_THREADS * RING_CHUNKS * 16)))
+    ring = next(r.config for r in ROWS if isinstance(r.config, RingConfig))
+    return plan_cluster(n, dt, stages=ring.stages, threads=ring.threads,
+                        per_thread=ring.per_thread,
+                        cluster=-(-n * dt.bytes // (ring.threads * ring.per_thread * 16)))
 
 
 def variant_plan(n: int, dt, text: str, base):

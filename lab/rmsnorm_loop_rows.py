@@ -2,7 +2,7 @@
 
 ``ptxdsl.ops`` takes the persistent forward (``fwd_loop``: a fixed grid of one CTA per
 SM walking the rows, the next row's loads in flight while this one is reduced) for f32
-rows of 16384 only while each CTA walks at most ``plan.LOOP_ROWS_PER_CTA`` rows, and the
+rows of 16384 only while each CTA walks at most ``RowConfig.loop_rows_per_cta`` (plans.json) rows, and the
 two-pass kernel of 1024 threads (``plan.two_pass_1024``) past that. This times, for each
 row count, the op as planned, both kernels, the one-pass 512-thread row-per-CTA kernel
 (w held in registers, or loaded after the reduction), torch.compile of the same math
@@ -30,12 +30,13 @@ def kernels(n: int, sms: int, device) -> dict:
     """name -> forward kernel of f32 rows of ``n`` (16-byte chunks)."""
     from ptxdsl.ops.rmsnorm.fwd import build_forward, plan
     from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop, loop_ctas_per_sm
-    from ptxdsl.ops.rmsnorm.plan import two_pass_1024
+    from ptxdsl.ops.rmsnorm.plan import row_config, two_pass_1024
     from ptxdsl.core.types import f32
     base = plan(n, f32)
     late = dict(preload_w=False, w_hints=("L1::evict_last",), w_policy="evict_last")
-    out = {"two_pass_1024": build_forward(two_pass_1024(plan(n, f32, threads=1024), f32,
-                                                        device), f32, f32),
+    out = {"two_pass_1024": build_forward(two_pass_1024(plan(n, f32, threads=1024),
+                                                        row_config(n, f32, 4, device)),
+                                          f32, f32),
            f"T{base.threads} one-pass": build_forward(
                dataclasses.replace(base, two_pass=False, preload_w=True), f32, f32),
            f"T{base.threads} one-pass late w": build_forward(

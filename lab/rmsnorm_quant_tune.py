@@ -13,7 +13,7 @@ waits gives the kernel's time there however slow each call's host work).
 
 Kernel variants: threads per row (the row in registers, one pass), ``.minnctapersm``
 (all the CTAs the threads allow) or ptxas' own registers, x read with the forward's
-cache hints (``L1::evict_last`` under an L2 evict_last policy) or plainly. Each is
+cache hints (``L1::evict_last``) or without them (x keeps its L2 evict_last policy). Each is
 checked against float64 before it is timed. (16-byte stores of y, four or two lanes
 pooling their 4- or 8-byte chunks through shuffles, were tried too and were no faster
 than the per-chunk stores on an H100: see the results file.)
@@ -48,7 +48,7 @@ def variants(n, dt, full: bool) -> dict:
     from ptxdsl.ops.rmsnorm.quant import plan_quant
     base = plan_quant(n, dt)
     out = {}
-    plain = dict(x_hints=(), x_policy=None)
+    plain = dict(x_hints=())
     for t in (128, 256, 512, 1024):
         p = plan(n, dt, threads=t)
         if t * p.vec > n or p.per_thread * p.vec > 32 or not (full or t == base.threads):

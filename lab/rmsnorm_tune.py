@@ -60,7 +60,7 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
         # the two-pass plan as the device takes it (``base``: plan.wide_row_plan's), its
         # second read issued 1, 2, 4 or 8 chunks ahead of the stores, with its own hints
         # or Inductor's (x kept in L1 and L2 for the re-read, w kept, y plain)
-        inductor = dict(x_hints=("L1::evict_last",), x_policy="evict_last",
+        inductor = dict(x_hints=("L1::evict_last",),
                         w_hints=("L1::evict_last",), w_policy="evict_last", y_hints=())
         for batch in (1, 2, 4, 8):
             if not base.two_pass or batch > base.per_thread:
@@ -74,25 +74,17 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
         for xh in X_HINTS:
             for yh in Y_HINTS:
                 variants[f"T{base.threads} x{'.'.join(xh) or '-'} y{'.'.join(yh) or '-'}"] = (
-                    dataclasses.replace(base, x_hints=xh, y_hints=yh, x_policy=None), None)
-        # L2 eviction policies (createpolicy): the one-pass kernel, and the two-pass
-        # schedule as Inductor writes it (x kept for the re-read, w kept, y plain).
-        plain = dataclasses.replace(base, x_hints=(), y_hints=(), x_policy=None,
-                                    reload_hints=(), reload_policy=None)
+                    dataclasses.replace(base, x_hints=xh, y_hints=yh), None)
+        # w's L2 priority on the one-pass kernel, and the two-pass schedule as Inductor
+        # writes it (x kept for the re-read, w kept, y plain).
+        plain = dataclasses.replace(base, x_hints=(), y_hints=())
         for name, kw in {
-            "x:evict_first": dict(x_policy="evict_first"),
-            "x:L1last+evict_last": dict(x_hints=("L1::evict_last",), x_policy="evict_last"),
-            "x:L1first+evict_first": dict(x_hints=("L1::evict_first",),
-                                          x_policy="evict_first"),
+            "x:L1last": dict(x_hints=("L1::evict_last",)),
+            "x:L1first": dict(x_hints=("L1::evict_first",)),
             "w:L1last+evict_last": dict(w_hints=("L1::evict_last",), w_policy="evict_last"),
             "reload inductor": dict(two_pass=True, preload_w=False,
-                                    x_hints=("L1::evict_last",), x_policy="evict_last",
-                                    reload_hints=("L1::evict_first",),
-                                    reload_policy="evict_first",
+                                    x_hints=("L1::evict_last",),
                                     w_hints=("L1::evict_last",), w_policy="evict_last"),
-            "reload L1 only": dict(two_pass=True, preload_w=False, x_hints=("L1::evict_last",),
-                                   reload_hints=("L1::evict_first",),
-                                   w_hints=("L1::evict_last",)),
             "reload plain": dict(two_pass=True, preload_w=False),
         }.items():
             variants[f"T{base.threads} {name}"] = (dataclasses.replace(plain, **kw), None)
@@ -106,23 +98,10 @@ def _variants(mode, n, dt, base, plan, loop_ctas_per_sm, staging) -> dict:
             bases["T256 one-pass"] = dataclasses.replace(p256, two_pass=False, preload_w=True)
             variants["T256 one-pass"] = (bases["T256 one-pass"], None)
         for bname, b in bases.items():
-            for name, kw in {"y:evict_first": dict(y_policy="evict_first"),
-                             "y:evict_last": dict(y_policy="evict_last"),
-                             "y:evict_unchanged": dict(y_policy="evict_unchanged"),
+            for name, kw in {"y:cs": dict(y_hints=("cs",)),
                              "y:L1::no_allocate": dict(y_hints=("L1::no_allocate",)),
                              "y:L1::evict_last": dict(y_hints=("L1::evict_last",))}.items():
                 variants[f"{bname} {name}"] = (dataclasses.replace(b, **kw), None)
-        return variants
-    if mode == "occ":
-        # Row-per-CTA kernels with the CTAs per SM capped by unused dynamic shared memory
-        # (Plan.smem_pad). Every cap was slower (H200): the shared memory it takes comes
-        # out of the L1 that holds the loads in flight.
-        for t, kn, kp in _row_kinds(n, dt, base, plan, late_w=False):
-            variants[f"T{t} {kn}"] = (kp, None)
-            for cap in (1, 2, 3, 4, 6, 8, 12):
-                if cap * t <= 2048:
-                    variants[f"T{t} {kn} occ{cap}"] = (
-                        dataclasses.replace(kp, smem_pad=233472 // cap - 2048), None)
         return variants
     if mode == "regs":
         # Row-per-CTA kernels of every width, x kept (1p) or re-read (2p), w loaded
@@ -190,7 +169,7 @@ def main(argv=None):
     from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
     from ptxdsl.ops.rmsnorm.fwd import build_forward, plan
     from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop, loop_ctas_per_sm
-    from ptxdsl.ops.rmsnorm.plan import forward_kernel, wide_row_plan
+    from ptxdsl.ops.rmsnorm.plan import forward_kernel, row_config, wide_row_plan
     from ptxdsl.runtime import driver, prepare
     from ptxdsl.core.types import bf16, f16, f32
     ap = argparse.ArgumentParser()
@@ -203,15 +182,14 @@ def main(argv=None):
                     help="forward: keep the variants whose name matches this regex "
                          "(the default plan is always kept)")
     ap.add_argument("--rounds", type=int, default=2, help="timing rounds (alternating order)")
-    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop", "store", "occ",
+    ap.add_argument("--mode", choices=("all", "async", "hints", "both", "loop", "store",
                                            "regs", "reload"),
                     default="all",
                     help="forward variants: every family, the default plan beside the "
                          "cp.async-staged kernels, the default plan under each cache hint, "
                          "one-pass persistent kernels of every width and occupancy, or "
-                         "the default plan under each priority of y's stores, or "
-                         "row-per-CTA kernels under a cap on CTAs per SM, or under a "
-                         "floor (.minnctapersm), or the device's two-pass plan with its "
+                         "the default plan under each hint of y's stores, or "
+                         "row-per-CTA kernels under a floor (.minnctapersm), or the device's two-pass plan with its "
                          "second read batched ahead of the stores (reload)")
     ap.add_argument("--bwd-shapes", default=None, help="backward shapes, e.g. 4096x4096xbf16")
     ap.add_argument("--bwd-threads", default="", type=lambda s: [int(v) for v in s.split(",")
@@ -265,7 +243,7 @@ def main(argv=None):
                  torch.empty(m, n, device="cuda", dtype=tdt)) for _ in range(copies)]
         base = plan(n, dt)
         if a.mode == "reload":
-            base = wide_row_plan(base, dt, device)
+            base = wide_row_plan(base, row_config(n, dt, base.vec, device))
         modes = ("all", "hints") if a.mode == "both" else (a.mode,)
         variants = {}
         for mode in modes:
@@ -307,14 +285,8 @@ def main(argv=None):
                     r0 = build_forward(dataclasses.replace(p, min_ctas=None), dt, dt).resources()
                     if r.registers == r0.registers:
                         continue
-                if a.mode in ("occ", "regs"):
+                if a.mode == "regs":
                     res.setdefault("occupancy", {})[name] = prepare(k).resident_ctas(0) // sms
-                if p.smem_pad:  # name the occupancy reached; drop caps that change nothing
-                    got = prepare(k).resident_ctas(0) // sms
-                    nat = prepare(build_forward(dataclasses.replace(p, smem_pad=0), dt, dt)
-                                  ).resident_ctas(0) // sms
-                    if got >= nat:
-                        continue
                 x0, w0, y0 = sets[0]
                 y0.fill_(float("nan"))
                 k(x0, w0, y0)
@@ -338,7 +310,7 @@ def main(argv=None):
         print(f"fwd {dn} {m}x{n}: copy {copy_us:.1f} µs; ops {ok.get('ops', float('nan')):.1f}; "
               f"default T{base.threads}: {ok.get(f'T{base.threads}', float('nan')):.1f}; top " +
               ", ".join(f"{k} {v:.1f}" for k, v in top), flush=True)
-        if a.mode in ("occ", "regs"):  # every variant, fastest first
+        if a.mode == "regs":  # every variant, fastest first
             occ = res.get("occupancy", {})
             for k, v in sorted(ok.items(), key=lambda kv: kv[1]):
                 print(f"    {k:28s} {v:7.2f}  {copy_us / v:6.1%} of copy"
@@ -356,10 +328,7 @@ def main(argv=None):
                          torch.empty(m, n, device="cuda", dtype=tdt)))
         base = plan_backward(n, dt, sms)
         variants = {"default": base}
-        hints = {"": {}, " x:L1last+evict_last": dict(in_hints=("L1::evict_last",),
-                                                      in_policy="evict_last"),
-                 " x:cs": dict(in_hints=("cs",)),
-                 " l2-ahead": dict(l2_ahead=True)}
+        hints = {"": {}, " l2-ahead": dict(l2_ahead=True)}
         if a.bwd_hints is not None:
             import re
             keep_hint = re.compile(a.bwd_hints)
@@ -390,14 +359,10 @@ def main(argv=None):
         for hn, kw in hints.items():
             if hn:
                 variants[f"default{hn}"] = dataclasses.replace(base, **kw)
-        # what ptxdsl.ops runs (ops.rmsnorm.plan.backward_kernel: occupancy, short rows),
-        # and it with the fused dW sum over 32-column tiles and over 128-column ones
+        # what ptxdsl.ops runs (ops.rmsnorm.plan.backward_kernel: occupancy, short rows)
         from ptxdsl.ops.rmsnorm.plan import backward_kernel
         ops_p, _ = backward_kernel(n, dt, dt, base.vec, "sm_90a", sms, device)
         variants["ops"] = ops_p
-        if ops_p.fused:
-            variants["ops dw-narrow"] = dataclasses.replace(ops_p, dw_narrow=True)
-            variants["ops dw-wide"] = dataclasses.replace(ops_p, dw_narrow=False)
         if a.bwd_only:
             import re
             keep = re.compile(a.bwd_only)

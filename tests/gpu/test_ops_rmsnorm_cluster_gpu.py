@@ -18,7 +18,6 @@ torch = torch_cuda()
 
 from ptxdsl.ops import rms_norm, rms_norm_backward  # noqa: E402
 from ptxdsl.ops.rmsnorm import plan as rplan  # noqa: E402
-from ptxdsl.ops.rmsnorm.plan_long import WIDE_SLICE_REREAD  # noqa: E402
 from ptxdsl.core.types import bf16, f16, f32  # noqa: E402
 
 EPS = 1e-6
@@ -64,8 +63,8 @@ def chosen(n, dt, backward=False):
                                    (3, 40000), (2, 262145), (1, 131072)])
 @pytest.mark.parametrize("dt", ["f32", "bf16", "f16"])
 def test_forward_long_rows(shape, dt):
-    if hopper():   # the API runs a cluster kernel past 128 KiB rows (plan.FORWARD_L2_ROW_BYTES)
-        big = shape[1] * PT[dt].bytes > rplan.FORWARD_L2_ROW_BYTES
+    if hopper():   # the API runs a cluster kernel past 128 KiB rows (plans.json)
+        big = shape[1] * PT[dt].bytes > 128 * 1024
         assert (chosen(shape[1], dt) is not None) == big
     x, w, _ = rows(shape, dt, shape[0] * 7 + shape[1])
     y = rms_norm(x, w, EPS)
@@ -152,36 +151,16 @@ def test_wide_slice_cluster_forward(n, dt):
         pytest.skip("clusters: sm_90")
     from ptxdsl.ops.rmsnorm.fwd import max_vec
     from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster
-    p = rplan.wide_slices(n, PT[dt], max_vec(n, PT[dt]))
+    from ptxdsl.ops.rmsnorm.config import ROWS, WideSlicesConfig
+    from ptxdsl.ops.rmsnorm.plan_long import wide_slices
+    cfg = next(r.config for r in ROWS
+               if isinstance(r.config, WideSlicesConfig) and r.config.hold is None)
+    p = wide_slices(n, PT[dt], max_vec(n, PT[dt]), cfg)
     assert p.two_pass and p.min_ctas == 1 and p.threads == 1024
-    assert p.hold == max(0, p.per_thread - WIDE_SLICE_REREAD)
+    assert p.hold == max(0, p.per_thread - cfg.reread)
     k = build_forward_cluster(p, PT[dt], PT[dt], eps=EPS, with_rstd=True)
     m = 300
     x, w, _ = rows((m, n), dt, n % 89, scale=2.0)
-    check_kernel_rows(k, x, w, dt)
-
-
-@pytest.mark.parametrize("n,dt,c", [(262144, "bf16", 8), (131072, "f32", 4),
-                                    (100003, "f16", 4)])
-def test_two_pass_cluster_forward_takes_rows_in_turn(n, dt, c):
-    """Two-pass clusters walking rows, as many as the device runs at once, over more rows
-    than clusters: the exchange's two slot buffers and mbarriers turn over many times
-    (a push into a buffer still being read, or a wait on the wrong phase, shows as
-    wrong rows or a hang)."""
-    if not hopper():
-        pytest.skip("clusters: sm_90")
-    import dataclasses
-    from ptxdsl.ops.rmsnorm.fwd import max_vec
-    from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
-    from ptxdsl.runtime import prepare
-    p = plan_cluster(n, PT[dt], max_vec(n, PT[dt]), cluster=c, threads=1024,
-                     two_pass=True)
-    q = prepare(build_forward_cluster(p, PT[dt], PT[dt], eps=EPS)).resident_clusters(
-        info().ordinal)
-    m = 7 * q + 3
-    k = build_forward_cluster(dataclasses.replace(p, rows_per_cluster=8), PT[dt], PT[dt],
-                              eps=EPS, with_rstd=True)
-    x, w, _ = rows((m, n), dt, 29, scale=2.0)
     check_kernel_rows(k, x, w, dt)
 
 

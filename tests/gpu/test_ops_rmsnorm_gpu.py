@@ -36,7 +36,7 @@ def test_forward(shape, dt):
 @pytest.mark.parametrize("m", [1024, 1057, 4096])
 def test_forward_f32_16384_few_and_many_rows(m):
     """f32 rows of 16384: the persistent forward while each CTA walks at most
-    LOOP_ROWS_PER_CTA rows, the two-pass kernel of 1024 threads past that (with residual
+    the table's loop_rows_per_cta rows, the two-pass kernel of 1024 threads past that (with residual
     and rstd too), each against float64."""
     from ptxdsl.ops.rmsnorm import plan
     from ptxdsl.runtime import driver
@@ -44,7 +44,8 @@ def test_forward_f32_16384_few_and_many_rows(m):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     k = plan.forward_kernel(16384, f32, f32, 4, False, False, EPS, "sm_90a", sms,
                             driver.get().device(0), m=m)
-    assert ("fwd_loop" in k.name) == (m <= plan.LOOP_ROWS_PER_CTA * sms), k.name
+    limit = plan.row_config(16384, f32, 4, driver.get().device(0)).loop_rows_per_cta * sms
+    assert ("fwd_loop" in k.name) == (m <= limit), k.name
     g = torch.Generator(device="cuda").manual_seed(m)
     x = torch.randn(m, 16384, device="cuda", generator=g)
     w = torch.randn(16384, device="cuda", generator=g) * 0.1 + 1
@@ -158,12 +159,10 @@ def test_few_rows_backward_grids_share_the_stream_workspace():
 @pytest.mark.parametrize("n, dt, m", [(8192, "bf16", 1), (8192, "f32", 1), (4096, "f32", 7),
                                       (4096, "bf16", 7), (1024, "bf16", 3), (16384, "f32", 2),
                                       (1000, "f16", 5), (4094, "f32", 8), (32768, "bf16", 4)])
-def test_few_rows_dw_in_one_cluster_matches_the_partial_rows_bit_for_bit(n, dt, m):
+def test_few_rows_dw_in_one_cluster_matches_the_partial_rows_bit_for_bit(n, dt, m, monkeypatch):
     """Grids of at most MAX_DW_CLUSTER CTAs sum dW as one cluster through distributed
     shared memory (one CTA: stored from registers): dx and dW bit for bit those of the
     same kernel through global partial rows and the last CTA's sum, on the GPU."""
-    import dataclasses
-
     from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
     from ptxdsl.ops.rmsnorm.fwd import max_vec
     from ptxdsl.runtime import driver
@@ -181,7 +180,11 @@ def test_few_rows_dw_in_one_cluster_matches_the_partial_rows_bit_for_bit(n, dt, 
     rstd = torch.rsqrt((x.double() ** 2).mean(-1) + EPS).float()
     bits = torch.int32 if dt == "f32" else torch.int16
     outs = []
-    for q in (p, dataclasses.replace(p, dw_cluster=False)):
+    from ptxdsl.ops.rmsnorm import bwd
+    for partial in (False, True):
+        q = p
+        if partial:  # the global partial rows: no grid sums dW in one cluster
+            monkeypatch.setattr(bwd, "MAX_DW_CLUSTER", 0)
         ws = torch.zeros(2, device="cuda", dtype=torch.int32)
         dx, dw = torch.empty_like(x), torch.empty_like(w)
         part = torch.empty(q.grid, n, device="cuda")

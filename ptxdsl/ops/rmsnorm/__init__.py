@@ -5,7 +5,9 @@ api         ``rms_norm``, ``rms_norm_backward``: memo, checks, dispatch,
             and what the general path records for repeat calls
 quant_api   ``rms_norm_quant``: RMSNorm with FP8 (e4m3) output and its scale
 checks      the argument checks the ops share
-plan        which kernel a call runs (ptxas / occupancy asked), built kernels
+plan        which kernel a call runs (the table's row, ptxas / occupancy asked), built kernels
+plan_long   the cluster plans of long rows from the table's configurations
+config      the plan table (plans.json): rows -> kernel configurations
 autograd    the ``torch.autograd.Function`` (torch only)
 module      ``RMSNorm``, the ``torch.nn.Module`` (torch only)
 torch_op    ``torch.ops.ptxdsl.rms_norm`` / ``rms_norm_backward`` (torch.library)

@@ -18,9 +18,7 @@ in a fixed order; the others exit. No float atomics: the same inputs give the sa
 bits on every run, whichever CTAs do the sum.
 
 Few rows, few CTAs: every CTA writes a whole partial row, and the sum reads all ``G``
-of them, whether or not the CTA had a row. At M=1, N=8192 (bf16) an H100's grid (at
-least its 132 SMs) wrote and read back 4 MB or more of partials for a row of 16 KiB,
-and took 33 us against 21.5 us for a copy of the row's bytes
+of them, whether or not the CTA had a row: for one row, megabytes of partials
 (bench/results/rmsnorm_h100.json). So a call of fewer rows than the device's grid
 runs ``min(G, M rounded up to a power of two)`` CTAs (:func:`rows_grid`,
 ``plan_backward(rows=M)``): one grid, so one set of bits, per row count, and at most
@@ -57,6 +55,13 @@ from .bwd_staged import MAX_VALUES, SMEM_PER_CTA, SMEM_SLACK, max_stages, stage_
 from .fwd import WARP, RowSplit, max_vec
 from .row import with_offset
 
+# The resident-row kernel's dy and x loads, as the forward's x (fwd.X_POLICY): faster
+# than plain loads at most shapes measured (bench/results/rmsnorm_tune_h200.md,
+# "backward: cache hints").
+IN_HINTS = ("L1::evict_last",)
+IN_POLICY = "evict_last"
+
+
 @dataclass(frozen=True)
 class BwdPlan(RowSplit):
     n: int
@@ -72,12 +77,6 @@ class BwdPlan(RowSplit):
     # build_dw_reduce in a second launch (small rows, whose grid is so large that
     # summing its partials would be left to too few CTAs).
     fused: bool = True
-    # Cache hints and L2 eviction priority of the dy and x loads of the resident-row
-    # kernel (createpolicy + .L2::cache_hint; None: the default), as for the forward's x.
-    # .L1::evict_last under an L2 evict_last policy was faster than plain loads at most
-    # shapes measured (bench/results/rmsnorm_tune_h200.md, "backward: cache hints").
-    in_hints: tuple[str, ...] = ("L1::evict_last",)
-    in_policy: str | None = "evict_last"
     # Resident rows with prefetch: thread 0 also asks the bulk copy engine to bring the
     # row after the prefetched one (row + 2G) of dy and x into L2
     # (cp.async.bulk.prefetch.L2), so that more of DRAM's latency is covered than one
@@ -87,26 +86,20 @@ class BwdPlan(RowSplit):
     # (bwd_staged: cp.async several rows ahead, dw partial in registers)
     # instead of streaming them twice from global memory. 0: off.
     stages: int = 0
-    # The fused dW sum over column tiles of 32 columns (one f32 per lane, twice the loads
-    # in flight) instead of 128: None decides by :func:`dw_narrow`; True/False force it.
-    dw_narrow: bool | None = None
     # Rows a CTA holds at once, each by its own ``threads`` threads (a "row group", with
     # its own named barrier for the row's sum); the groups add their dw partials in
     # shared memory, in group order, and the CTA writes one partial row. So an SM keeps
     # as many rows in flight as ``groups`` one-row CTAs would, and the dW sum reads
     # ``groups`` times fewer partial rows (resident rows, power-of-two ``threads``).
     groups: int = 1
-    # Grids of at most MAX_DW_CLUSTER one-row CTAs (calls of few rows, :meth:`for_rows`)
-    # sum dW as one cluster through distributed shared memory, and a grid of one CTA
-    # stores its dW as it is (:func:`~.bwd_dw.cluster_dw`); False: the global partial rows
-    # and the last arrival's sum, as larger grids of few rows.
-    dw_cluster: bool = True
 
     @property
     def cluster_dw(self) -> int:
         """CTAs of the one cluster that sums dW in shared memory (1: a single CTA that
-        stores its dW); 0 where dW goes through the global partial rows."""
-        ok = (self.dw_cluster and self.fused and self.grid <= MAX_DW_CLUSTER
+        stores its dW; grids of at most MAX_DW_CLUSTER one-row CTAs, :meth:`for_rows`, through
+        distributed shared memory, :func:`~.bwd_dw.cluster_dw`); 0 where dW goes through
+        the global partial rows."""
+        ok = (self.fused and self.grid <= MAX_DW_CLUSTER
               and self.groups == 1 and not (self.streaming or self.stages))
         return self.grid if ok else 0
 
@@ -278,14 +271,13 @@ def build_backward(p: BwdPlan, dtype: PtxType, wdtype: PtxType, *, arch: str = "
         # Few rows' grids (no more CTAs than a CTA has warps): the last CTA to finish its
         # rows sums dW alone, so nobody waits for anybody. Larger grids share the sum
         # among their last arrivals, which wait only for CTAs that arrive after them
-        # (late_arrivals), so no launch needs to be cooperative (a cooperative launch cost
-        # 1.5 us a call at every GPU-bound shape measured on an H100,
+        # (late_arrivals), so no launch needs to be cooperative (slower per call:
         # bench/results/rmsnorm_bwd_late_arrivals_h100.json); the device must only hold
         # the K that wait (resident=K). Grids of a few CTAs sum in one cluster
         # (p.cluster_dw; WS and DWP go unused).
         C = p.cluster_dw
         last = not (C or p.grid_sum)
-        thin = dw_narrow(p.n, G) if p.dw_narrow is None else p.dw_narrow
+        thin = dw_narrow(p.n, G)
         K = dw_summers(p.n, G, thin)
 
         @kernel(in_specs=rows_in + (Tile(2, b32),),
@@ -393,16 +385,16 @@ def _resident_rows(p, dtype, wdtype, first, m, dy0, x0, dx0, wrow, prow, prs, sd
           for k in range(K)]
     dw = [reg.scalar(f32, init=0.0) for _ in range(K * V)]
     row_sum = RowSum(T, tid, looped=True, groups=p.groups, group=group)
-    pol = l2_policy(p.in_policy, {})
+    pol = l2_policy(IN_POLICY, {})
 
     def load_row(row, ok):
         pdy_r, px_r = dy0 + row * (sdy * es), x0 + row * (sx * es)
         dys, xs = [], []
         for k in range(K):
             g = _and(preds[k], ok)
-            dys.append(load_chunk(pdy_r, k * step, dtype, V, pred=g, hints=p.in_hints,
+            dys.append(load_chunk(pdy_r, k * step, dtype, V, pred=g, hints=IN_HINTS,
                                   policy=pol))
-            xs.append(load_chunk(px_r, k * step, dtype, V, pred=g, hints=p.in_hints,
+            xs.append(load_chunk(px_r, k * step, dtype, V, pred=g, hints=IN_HINTS,
                                  policy=pol))
         return dys, xs
 

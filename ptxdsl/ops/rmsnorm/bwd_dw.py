@@ -73,9 +73,8 @@ def late_arrivals(pws, tid, cta, G: int, K: int):
     CTAs that did not arrive yet are running, or will find an SM when an early arrival
     exits. With at most ``K - 1`` CTAs waiting, no launch can fill the device with
     waiters while a CTA is still to run, as long as the device holds ``K`` of them at
-    once (``@kernel(resident=K)``); so the launch need not be cooperative (a
-    cooperative launch cost 1.5 us a call on an H100,
-    ``bench/results/rmsnorm_bwd_late_arrivals_h100.json``).
+    once (``@kernel(resident=K)``); so the launch need not be cooperative (slower per
+    call: ``bench/results/rmsnorm_bwd_late_arrivals_h100.json``).
 
     Before: every CTA waited at a grid barrier whose last arrival reset a count and
     published a generation word (two more trips to L2 on the path from the last
@@ -147,10 +146,8 @@ def sum_partials(N: int, G: int, S: int, stride: int, wdtype, pdwp, pdw, tid, ct
     loads in flight; the order of the additions, so the bits, are the same.
 
     The partial rows stay in the L2 after they are read (dirty, to be written back to
-    DRAM some time): dropping each line once read (``discard.global.L2``) was tried on
-    an H200 and did not pay (kernel time, 1024 x 16384 bf16: 34.8 us with the discards
-    against 33.2 without; 2048 x 8192 bf16 31.0 both; 1024 x 16384 f32 in clusters
-    56.1 against 56.3).
+    DRAM some time): dropping each line once read (``discard.global.L2``) did not pay
+    (docs/rmsnorm.md).
     """
     vec = _tile_vec(N, thin)
     unroll = 2 * UNROLL if thin else UNROLL
@@ -239,8 +236,8 @@ def cluster_dw(p, wdtype, dw, lane, preds, cta, pdw):
 
     The global partial rows, the ``fence.acq_rel.gpu`` that publishes them, the arrival
     counter's atomic and the last CTA's read back were a chain of four L2 round trips
-    after the row's own work: an H100 took 5.4 us of kernel time for a backward of one
-    row of 8192 bf16, against 1.3 us for a copy of its bytes. Here one CTA stores its
+    after the row's own work (several times the time of a copy of the row's bytes,
+    bench/results/rmsnorm_bwd_ktime_few_h100.json). Here one CTA stores its
     dW straight from registers; a cluster puts each CTA's partial row in its own shared
     memory, meets at one cluster barrier (release / acquire), and CTA ``c`` sums columns
     ``c*T*w ...`` of every pass of ``G*T*w`` columns over the CTAs' rows in rank order

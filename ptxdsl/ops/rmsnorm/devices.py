@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 # Nanoseconds of DRAM latency an SM's loads in flight must cover (Hopper, order of).
 DRAM_LATENCY_NS = 1000
+# Bytes in flight per SM that split the plan table's device classes: an H100 needs
+# about 25 KB ("low"), an H200 about 36 KB ("high").
+IN_FLIGHT_SPLIT = 30_000
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,13 @@ class Device:
         """Bytes one SM must have in flight to keep DRAM busy (bandwidth x latency /
         SMs; 0 where the bandwidth is unknown)."""
         return int(self.bandwidth * DRAM_LATENCY_NS * 1e-9 / max(1, self.sms))
+
+    def plan_class(self, arch: str) -> str:
+        """The device's class in the plan table (plans.json): whether the cluster
+        kernels run (sm_90a with clusters), and whether an SM needs more than
+        IN_FLIGHT_SPLIT bytes in flight."""
+        kind = "clusters" if arch == "sm_90a" and self.clusters else "one-cta"
+        return f"{kind}/{'high' if self.in_flight_bytes > IN_FLIGHT_SPLIT else 'low'}"
 
 
 def interpreter_runs_clusters() -> bool:

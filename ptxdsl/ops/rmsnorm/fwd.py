@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import Tile, kernel
-from ...dsl import ptx, reg, smem
+from ...dsl import ptx, reg
 from ...core.types import PtxType, f32, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
@@ -32,6 +32,11 @@ from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
 from .row import add_residual, rstd_of, scale, store_rstd, unpack, with_offset
 
 WARP = 32
+# x's first read kept in L2 for the reduction; the two-pass second read lets L1 and L2
+# drop it (bench/results/rmsnorm_tune_h200.md, "forward: cache hints").
+X_POLICY = "evict_last"
+RELOAD_HINTS = ("L1::evict_first",)
+RELOAD_POLICY = "evict_first"
 
 
 class RowSplit:
@@ -66,23 +71,14 @@ class Plan(RowSplit):
     rows_per_cta: int
     two_pass: bool = False
     preload_w: bool = True  # weights loaded before the reduction (needs registers)
-    # Cache hints of x's first read and of y's stores, and L2 eviction priorities
-    # (createpolicy + .L2::cache_hint; None: the default) of x's first read, of the
-    # two-pass schedule's second read of x, of w and of y's stores. The defaults (x read
-    # with .L1::evict_last under an L2 evict_last policy, y stored plainly, no priority
-    # on y's stores) were the fastest measured (bench/results/rmsnorm_tune_h200.md,
-    # "forward: cache hints").
+    # Cache hints of x's first read, of w's and of y's stores, and w's L2 eviction
+    # priority (None: the default). x's first read always goes under an L2 evict_last
+    # policy and a two-pass schedule's second read with .L1::evict_first under
+    # evict_first (X_POLICY, RELOAD_HINTS, RELOAD_POLICY).
     x_hints: tuple[str, ...] = ("L1::evict_last",)
     y_hints: tuple[str, ...] = ()
-    x_policy: str | None = "evict_last"
-    reload_hints: tuple[str, ...] = ("L1::evict_first",)
-    reload_policy: str | None = "evict_first"
     w_hints: tuple[str, ...] = ()
     w_policy: str | None = None
-    y_policy: str | None = None
-    # Bytes of unused dynamic shared memory per CTA: caps how many CTAs share an SM
-    # (228 KiB each) below what registers and threads allow. 0: no cap.
-    smem_pad: int = 0
     # CTAs per SM ptxas must leave room for (.minnctapersm; None: its own choice).
     min_ctas: int | None = None
     # Two-pass: chunks whose second read of x (and w) is issued before the first of
@@ -184,8 +180,6 @@ def build_forward(p: Plan, dtype: PtxType, wdtype: PtxType, *, eps: float = 1e-6
             pdl=pdl)
     def rms_norm_fwd(*args):
         X, Rs, W, Y, H, RSTD = unpack(args, residual, with_rstd)
-        if p.smem_pad:
-            smem.alloc(u32, -(-p.smem_pad // 4), dynamic=True)
 
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
@@ -233,10 +227,9 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
     preds = [guard(k) for k in range(K)]
     step = T * V * es
     policies: dict = {}
-    xpol = l2_policy(p.x_policy, policies)
+    xpol = l2_policy(X_POLICY, policies)
     wpol = l2_policy(p.w_policy, policies)
-    rpol = l2_policy(p.reload_policy, policies) if p.two_pass else None
-    ypol = l2_policy(p.y_policy, policies)
+    rpol = l2_policy(RELOAD_POLICY, policies) if p.two_pass else None
     acc = reg.scalar(f32, init=0.0)
     xs = []
     for k in range(K):
@@ -268,7 +261,7 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
         for k in group:
             if p.two_pass:
                 src = hrow if Rs is not None else xrow
-                x = load_chunk(src, k * step, dtype, V, pred=preds[k], hints=p.reload_hints,
+                x = load_chunk(src, k * step, dtype, V, pred=preds[k], hints=RELOAD_HINTS,
                                policy=rpol)
             else:
                 x = xs[k]
@@ -278,4 +271,4 @@ def _row_body(p, X, Rs, W, Y, H, RSTD, row, lane, tid, dtype, wdtype, eps, es, w
             loaded.append((k, x, w))
         for k, x, w in loaded:
             store_chunk(yrow, k * step, dtype, narrow(scale(x, w, rstd), dtype),
-                        pred=preds[k], hints=p.y_hints, policy=ypol)
+                        pred=preds[k], hints=p.y_hints)

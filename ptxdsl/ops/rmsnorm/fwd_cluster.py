@@ -51,11 +51,9 @@ PAIR_RING_BYTES = 108 * 1024
 
 @dataclass(frozen=True)
 class ClusterPlan(ClusterSplit):
-    """A cluster forward: the split, and whether w is loaded before the exchange (its
-    registers held across it) or after it (from L2; the default: the registers go to a
-    second CTA per SM instead)."""
+    """A cluster forward: the split and its variant. w is loaded after the exchange
+    (from L2), so the registers it would hold across it go to a second CTA per SM."""
 
-    preload_w: bool = False
     min_ctas: int | None = 2
     # Persistent variant (stages > 0): ``grid`` clusters walk the rows through a ring of
     # ``stages`` shared-memory buffers of their slices (one CTA per SM); 0: one cluster
@@ -66,19 +64,12 @@ class ClusterPlan(ClusterSplit):
     # and w's slice prefetched into L1 (prefetch.global.L1) before the exchange, so its
     # loads after it need not wait for L2.
     prefetch_w: bool = True
-    # One-row kernel: rows each cluster takes in turn (rows q, q + G, ... of G =
-    # ceil(M / rows) clusters), its exchange slots double-buffered: fewer clusters
-    # launched. Not chosen: 2 to 64 rows ran 21-27% slower than one row per cluster on an
-    # H200 and an H100 (bench/results/rmsnorm_long_tune_{h200,h100}.json, bf16).
-    rows_per_cluster: int = 1
     # One-row kernel: the slice read twice, for the sum (kept in L1 and L2: evict_last)
     # and after the exchange (evict_first), instead of held in registers: few registers
     # per thread, so two 1024-thread CTAs share an SM. Its exchange goes through st.async
-    # and an mbarrier (ClusterSum tx), since a cluster barrier's wait empties L1 (measured
-    # on an H200, M=32768 bf16, bench/results/rmsnorm_long_tx_exchange_h200.json: 131072
-    # in clusters of 4 of 64 KiB slices at 95.8% of the copy, the ring 94.3%; with the
-    # cluster barrier the same reads ran 74.9-86.6%,
-    # bench/results/rmsnorm_long_two_pass_clusters_h200.json).
+    # and an mbarrier (ClusterSum tx), since a cluster barrier's wait empties L1
+    # (bench/results/rmsnorm_long_tx_exchange_h200.json,
+    # rmsnorm_long_two_pass_clusters_h200.json).
     two_pass: bool = False
     # Two-pass: chunks whose second read (and w) is issued before their y stores, as in
     # :class:`~.fwd.Plan` (1: chunk by chunk).
@@ -113,8 +104,7 @@ class ClusterPlan(ClusterSplit):
 
 def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
                  cluster: int | None = None, threads: int | None = None,
-                 per_thread: int | None = None, preload_w: bool = False,
-                 min_ctas: int | None = 2, stages: int = 0, clusters: int | None = None,
+                 per_thread: int | None = None, min_ctas: int | None = 2, stages: int = 0, clusters: int | None = None,
                  sms: int = 132, two_pass: bool = False) -> ClusterPlan | None:
     """The cluster split of rows of ``n``: ``THREAD_BYTES`` per thread, at most
     ``MAX_THREADS`` threads per CTA, as few CTAs per cluster as that allows (then the
@@ -157,7 +147,7 @@ def plan_cluster(n: int, dtype: PtxType, vec: int | None = None, *,
         # exchange overlaps the other's copies
         min_ctas = 2 if ring <= PAIR_RING_BYTES and threads <= MAX_THREADS else 1
         clusters = clusters or max(1, sms * min_ctas // cluster)
-    return ClusterPlan(n, vec, cluster, threads, per_thread, preload_w, min_ctas,
+    return ClusterPlan(n, vec, cluster, threads, per_thread, min_ctas,
                        stages, clusters or 0, prefetch_w=not two_pass, two_pass=two_pass)
 
 
@@ -180,10 +170,8 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
     if p.two_pass and residual:
         raise ValueError("the two-pass cluster forward takes no residual; "
                          "plan_cluster(two_pass=False) holds the slice in registers")
-    R = p.rows_per_cluster
-    grid = (lambda M: (-(-M // R) * C, 1, 1)) if not p.stages else (p.grid * C, 1, 1)
-    kind = f"cluster{C}" + (f"_ring{p.stages}" if p.stages else f"_rows{R}" if R > 1 else
-                            "_2pass" if p.two_pass else "")
+    grid = (lambda M: (M * C, 1, 1)) if not p.stages else (p.grid * C, 1, 1)
+    kind = f"cluster{C}" + (f"_ring{p.stages}" if p.stages else "_2pass" if p.two_pass else "")
 
     pdl = pdl_for(arch)
 
@@ -199,7 +187,7 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
             tid = reg.scalar(u32)
             ptx.inst.mov.u32(tid, ptx.special.tid.x())
             tx = ClusterSum(p, tid, ptx.cluster.ctarank(), tx=True,
-                            buffers=2 if R > 1 else 1)
+                            buffers=1)
         ptx.cluster.arrive(relaxed=True, aligned=True)
         if tx is not None:
             # Peers' mbarriers initialised before any push. Waited for here, before the
@@ -210,32 +198,18 @@ def build_forward_cluster(p: ClusterPlan, dtype: PtxType, wdtype: PtxType, *,
         q = reg.scalar(u32)
         ptx.inst.mov.u32(q, ptx.special.clusterid.x())
         if tx is not None:
-            body = _row_loop if R > 1 else _one_row
-            body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, tx)
+            _one_row(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, tx)
             return
-        body = _ring_rows if p.stages else _row_loop if R > 1 else _one_row
+        body = _ring_rows if p.stages else _one_row
         body(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset)
 
     return rms_norm_fwd_cluster
 
 
-def _row_loop(p, at, q, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, reduce=None):
-    """Rows ``q, q + G, ...`` (``G`` clusters) one after another, each as
-    :func:`_one_row`, through double-buffered exchange slots (``reduce``: the two-pass
-    kernel's mbarrier exchange, its peers' start already waited for)."""
-    g = reg.scalar(u32)
-    ptx.inst.mov.u32(g, ptx.special.nclusterid.x())
-    if reduce is None:
-        reduce = ClusterSum(p, at.tid, at.rank, buffers=2)
-        ptx.cluster.wait(aligned=True)  # every peer has started before the first push
-    for row in ptx.range_(q, ptx.dim("M"), g):
-        _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset, reduce)
-
-
 def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, reduce=None):
     """Cluster ``row``'s row: the slice loaded into registers (or, ``p.two_pass``, read
-    for its sum and again for y), the exchange, y. ``reduce``: the loop's or the
-    two-pass kernel's :class:`ClusterSum` (None: a kernel of one row per cluster, whose
+    for its sum and again for y), the exchange, y. ``reduce``: the two-pass
+    kernel's :class:`ClusterSum` (None: a kernel of one row per cluster, whose
     first exchange waits for its peers to have started)."""
     N, K, V = p.n, p.per_thread, p.vec
     es, wes = dtype.bytes, wdtype.bytes
@@ -287,9 +261,7 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
         for v in vals:
             ptx.inst.fma.rn.f32(acc, v, v, acc)
         keep.append(None if p.two_pass and k >= held else raw)
-    ws = [load_raw(wrow, k * wstep, wdtype, V, pred=preds[k], policy=wpol)
-          for k in range(K)] if p.preload_w else None
-    if p.prefetch_w and not p.preload_w:
+    if p.prefetch_w:
         for k in range(K):
             for half in range(0, V * wes, 16):  # f32 weights beside half x: 32 bytes
                 ptx.inst.prefetch.global_.L1(ptx.addr(wrow, k * wstep + half), pred=preds[k])
@@ -302,8 +274,7 @@ def _one_row(p, at, row, X, Rs, W, Y, H, RSTD, dtype, wdtype, eps, offset=0.0, r
     for k0 in range(0, K, B):
         loaded = []
         for k in range(k0, min(K, k0 + B)):
-            w = ws[k] if ws is not None else load_raw(wrow, k * wstep, wdtype, V,
-                                                      pred=preds[k], policy=wpol)
+            w = load_raw(wrow, k * wstep, wdtype, V, pred=preds[k], policy=wpol)
             raw = keep[k]
             if raw is None:  # two_pass: from L1 (or L2)
                 raw = load_raw(xrow, k * step, dtype, V, pred=preds[k],

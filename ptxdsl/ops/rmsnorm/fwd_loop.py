@@ -16,7 +16,7 @@ from ...core.types import PtxType, f32
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk
-from .fwd import Plan, forward_specs
+from .fwd import X_POLICY, Plan, forward_specs
 from .row import (
     add_residual, balanced_grid, both, persistent_rows, rstd_of, scale, store_rstd, unpack,
     with_offset)
@@ -28,7 +28,7 @@ def loop_ctas_per_sm(p: Plan) -> int:
     if p.two_pass or p.chunks < 4096:
         # Measured on an H200 (lab/rmsnorm_tune.py): one CTA per row is faster up
         # to 8192 f32 / 16384 halves; the loop wins from 4096 chunks (16384 f32) up, at
-        # 1024 rows (for more rows, plan.LOOP_ROWS_PER_CTA).
+        # 1024 rows (for more rows, RowConfig.loop_rows_per_cta in plans.json).
         return 0
     values = p.per_thread * p.vec
     regs = 32 + values * 3
@@ -61,8 +61,7 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
             sr, r0, h0 = at.sr, at.r0, at.h0
         step, wstep = T * V * es, T * V * wes
         policies: dict = {}
-        xpol = l2_policy(p.x_policy, policies)
-        ypol = l2_policy(p.y_policy, policies)
+        xpol = l2_policy(X_POLICY, policies)
         ws = [with_offset(load_chunk(w0, k * wstep, wdtype, V, pred=chunk_ok[k],
                                      hints=p.w_hints, policy=l2_policy(p.w_policy, policies)),
                           offset) for k in range(K)]
@@ -104,7 +103,7 @@ def build_forward_loop(p: Plan, dtype: PtxType, wdtype: PtxType, grid: int, *,
             yrow = y0 + row * (N * es)
             for k in range(K):
                 store_chunk(yrow, k * step, dtype, narrow(scale(cur[k], ws[k], rstd), dtype),
-                            pred=both(chunk_ok[k], ok), hints=p.y_hints, policy=ypol)
+                            pred=both(chunk_ok[k], ok), hints=p.y_hints)
             for c, n in zip(cur, nxt):
                 for a, b in zip(c, n):
                     ptx.inst.mov.f32(a, b)

@@ -21,7 +21,7 @@ reduction.
 **One pass over memory** wherever the row fits in registers (at most 32 values per
 thread, every row up to 32768 elements at 1024 threads): x (and the residual) are read
 once, ``p`` stays in registers, the FP8 bytes and ``h`` are written once. Longer rows
-read ``h`` and ``w`` a second time (``Plan.reload_hints``, mostly from L2).
+read ``h`` and ``w`` a second time (mostly from L2).
 
 ``MIN_SCALE`` (``1 / (448 * 512)`` in f32, as vLLM's per-token quantisation clamps) keeps
 an all-zero row's scale positive: its FP8 bytes are zeros, not NaN.
@@ -39,7 +39,7 @@ from ...core.types import PtxType, f32, u8, u32
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.reduce import RowSum, RowSumMax
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk, store_e4m3_chunk
-from .fwd import Plan, plan
+from .fwd import RELOAD_HINTS, RELOAD_POLICY, X_POLICY, Plan, plan
 from .row import add_residual, rstd_of, store_rstd, with_offset
 
 __all__ = ["FP8_MAX", "MIN_SCALE", "build_quant", "plan_quant"]
@@ -48,13 +48,16 @@ FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 MIN_SCALE = float(np.float32(1.0 / (FP8_MAX * 512.0)))
 
 
-def plan_quant(n: int, dtype: PtxType, vec: int | None = None, **kw) -> Plan:
+def plan_quant(n: int, dtype: PtxType, vec: int | None = None, *,
+               register_values: int = 32, **kw) -> Plan:
     """The forward's schedule (:func:`~.fwd.plan`: threads, lanes per row, rows per CTA)
-    with the row kept in registers wherever it fits (at most 32 f32 values per thread),
-    half-precision rows included: their dynamic scale needs the whole row before any
-    byte is written, and a second read is what this kernel exists to avoid."""
+    with the row kept in registers wherever it fits (at most ``register_values`` f32
+    values per thread; the plan table's :class:`~.config.QuantConfig`), half-precision
+    rows included: their dynamic scale needs the whole row before any byte is written,
+    and a second read is what this kernel exists to avoid."""
     p = plan(n, dtype, vec, **kw)
-    return dataclasses.replace(p, two_pass=p.per_thread * p.vec > 32, preload_w=True)
+    return dataclasses.replace(p, two_pass=p.per_thread * p.vec > register_values,
+                               preload_w=True)
 
 
 def quant_specs(N: int, dtype: PtxType, wdtype: PtxType, residual: bool, dynamic: bool):
@@ -144,9 +147,9 @@ def _row(p, dtype, wdtype, eps, offset, X, Rs, W, S, Y, H, SC, row, lane, tid, r
     preds = [guard(k) for k in range(K)]
     step, wstep, ystep = T * V * es, T * V * wes, T * V
     policies: dict = {}
-    xpol = l2_policy(p.x_policy, policies)
+    xpol = l2_policy(X_POLICY, policies)
     wpol = l2_policy(p.w_policy, policies)
-    rpol = l2_policy(p.reload_policy, policies) if p.two_pass else None
+    rpol = l2_policy(RELOAD_POLICY, policies) if p.two_pass else None
 
     def weights(k):
         return with_offset(load_chunk(wrow, k * wstep, wdtype, V, pred=preds[k],
@@ -205,7 +208,7 @@ def _row(p, dtype, wdtype, eps, offset, X, Rs, W, S, Y, H, SC, row, lane, tid, r
     for k in range(K):
         if p.two_pass:
             src = hrow if Rs is not None else xrow
-            h = load_chunk(src, k * step, dtype, V, pred=preds[k], hints=p.reload_hints,
+            h = load_chunk(src, k * step, dtype, V, pred=preds[k], hints=RELOAD_HINTS,
                            policy=rpol)
             prod = times(h, weights(k))
         else:

@@ -172,10 +172,10 @@ def test_fused_backward_late_arrivals_sum_dw(flip):
 
 
 @pytest.mark.parametrize("n", [1000, 256])
-def test_thin_dw_sum_gives_the_same_bits(n):
+def test_thin_dw_sum_gives_the_same_bits(n, monkeypatch):
     """The fused dW sum over 32-column tiles (twice the loads in flight) adds in the
     order the 128-column one does: the same dx and dW, bit for bit."""
-    import dataclasses
+    from ptxdsl.ops.rmsnorm import bwd
     from ptxdsl.ops.rmsnorm.bwd_dw import dw_narrow
     p = plan_backward(n, f32, 2, ctas_per_sm=8)
     assert p.fused and p.grid > p.slices
@@ -183,7 +183,8 @@ def test_thin_dw_sum_gives_the_same_bits(n):
     args, rdx, rdw = _bwd_case(19, n)
     out = {}
     for thin in (True, False):
-        k = build_backward(dataclasses.replace(p, dw_narrow=thin), f32, f32)
+        monkeypatch.setattr(bwd, "dw_narrow", lambda n, g, thin=thin: thin)
+        k = build_backward(p, f32, f32)
         out[thin] = k.interpret(*args, np.zeros(2, np.uint32))[:2]
     np.testing.assert_allclose(out[True][1], rdw, rtol=1e-5, atol=1e-5)
     assert all((a == b).all() for a, b in zip(out[True], out[False]))
@@ -400,42 +401,26 @@ def test_backward_dweight_is_bitwise_repeatable():
 
 def test_short_rows_take_one_cta_per_sm_of_several_rows():
     """ops gives short rows (<= 256 power-of-two threads, N >= 1000, 16-byte chunks) one
-    CTA per SM of several row groups, two 16-byte chunks a thread, about 64 KiB of x
-    and dy (and the prefetched ones) per SM (on a GPU half rows also prefetch into L2),
-    or for many rows one chunk a thread and 40 KiB; longer and very short rows keep
-    the plan."""
-    for n, dt, threads, groups in [(1024, bf16, 64, 8), (1000, f16, 64, 8),
-                                   (2048, bf16, 128, 4), (1024, f32, 128, 4),
-                                   (1000, f32, 128, 4), (4096, bf16, None, None),
-                                   (96, bf16, None, None), (1001, bf16, None, None)]:
-        p, _ = choice.backward_kernel(n, dt, dt, max_vec(n, dt), "sm_90a", 132, None)
-        if groups is None:
-            assert p == plan_backward(n, dt, 132, vec=max_vec(n, dt)), (n, dt)
-        else:
+    CTA per SM of several row groups, shaped by the plan table's configuration for the
+    call's rows (few, or many rows an SM); longer and very short rows keep the plan."""
+    from ptxdsl.ops.rmsnorm.config import choose
+    from ptxdsl.ops.rmsnorm.devices import Device
+    for n, dt, short in [(1024, bf16, True), (1000, f16, True), (2048, bf16, True),
+                         (1024, f32, True), (1000, f32, True), (4096, bf16, False),
+                         (96, bf16, False), (1001, bf16, False)]:
+        vec = max_vec(n, dt)
+        for m in (None, 192 * 132):
+            p, _ = choice.backward_kernel(n, dt, dt, vec, "sm_90a", 132, None, m=m)
+            if not short:
+                assert p == plan_backward(n, dt, 132, vec=vec), (n, dt)
+                continue
+            cfg = choose("backward", Device.of(None).plan_class("sm_90a"), dt, vec, n, m, 132)
+            threads, groups = choice.short_row_shape(n, dt, vec, cfg)
+            assert groups > 1 and threads <= 256, (n, dt, m)
             assert p == plan_backward(n, dt, 132, ctas_per_sm=1, threads=threads,
-                                      groups=groups), (n, dt)
+                                      groups=groups), (n, dt, m)
             assert p.grid == 132 and p.fused and p.block <= 1024 and p.prefetch
-            # a call of many rows (192 an SM and more): a chunk a thread, about 40 KiB
-            q, _ = choice.backward_kernel(n, dt, dt, max_vec(n, dt), "sm_90a", 132, None,
-                                          m=192 * 132)
-            assert q.threads == 2 * threads and q.grid == 132 and q.fused
-            assert q.groups == {(1024, bf16): 5, (1000, f16): 5}.get((n, dt), 3), (n, dt)
-        assert not p.l2_ahead
-
-
-def test_many_rows_shape_only_where_the_h100_measured_it():
-    """Calls of 192 rows an SM and more take one chunk a thread on a device needing at
-    most 30 KB in flight an SM (an H100: 25; the interpreter, bandwidth unknown), not on
-    an H200 (36 KB), where two chunks a thread measured faster at every row count."""
-    from hopper_devices import H100, H200
-    sms = 132
-    assert choice.many_rows(192 * sms, sms, H100) and choice.many_rows(10**6, sms, None)
-    assert not choice.many_rows(192 * sms - 1, sms, H100)
-    assert not choice.many_rows(10**6, sms, H200) and not choice.many_rows(None, sms, H100)
-    assert choice.short_row_shape(1000, bf16, 8, True) == (128, 5)
-    assert choice.short_row_shape(1000, bf16, 8, False) == (64, 8)
-    assert choice.short_row_shape(1000, f32, 4, True) == (256, 3)
-    assert choice.short_row_shape(1000, f32, 4, False) == (128, 4)
+            assert not p.l2_ahead  # the interpreter: no occupancy to ask
 
 
 def test_backward_kernels_assemble_without_spills():
@@ -551,17 +536,6 @@ def test_ops_kernel_for_8192_half_rows_is_right(residual):
         k.interpret(f32_to_bf16_bits(x), f32_to_bf16_bits(w), y)
         ref, _ = ref_fwd(x, w)
     assert rel_err(bf16_bits_to_f32(y), ref) < 1e-2
-
-
-def test_smem_pad_declares_the_dynamic_shared_memory():
-    """Plan.smem_pad (lab/rmsnorm_tune.py --mode occ) asks each launch for that many
-    bytes of shared memory, which caps the CTAs per SM."""
-    import dataclasses
-    p = plan(4096, f32)
-    k = build_forward(dataclasses.replace(p, smem_pad=75000), f32, f32)
-    assert k.dynamic_shared == 75000
-    assert ".extern .shared .align 16 .b8 smem0[];" in k.ptx()
-    assert build_forward(p, f32, f32).dynamic_shared == 0
 
 
 def test_balanced_grid_keeps_the_longest_cta_and_drops_the_idle_ones():

@@ -19,7 +19,7 @@ import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one
 from ptxdsl.ops import rms_norm_backward
 from ptxdsl.ops.rmsnorm import api, bwd
 from ptxdsl.ops.rmsnorm import plan as choice
-from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward, rows_grid
+from ptxdsl.ops.rmsnorm.bwd import MAX_DW_CLUSTER, build_backward, plan_backward, rows_grid
 from ptxdsl.ops.rmsnorm.fwd import max_vec
 from ptxdsl.core.types import bf16, f16, f32
 
@@ -60,12 +60,16 @@ def test_few_rows_plan_only_its_grid(n, dt):
     device's plan has row groups), everything else is the device's plan; small grids sum dW in the same launch (fused) even where the
     device's plan takes two launches (tiny rows, grids of thousands of CTAs); many
     rows keep the device's plan and kernel as they were."""
+    from ptxdsl.ops.rmsnorm.config import choose
+    from ptxdsl.ops.rmsnorm.devices import Device
     vec = max_vec(n, dt)
+    cls = Device.of(None).plan_class("sm_90a")
     full, kfull = choice.backward_kernel(n, dt, dt, vec, "sm_90a", 132, None)
     for m in (1, 2, 3, 7, 9, 33, 100, 129, 257, 1000, 5000, 10**6):
         p, k = choice.backward_kernel(n, dt, dt, vec, "sm_90a", 132, None, m=m)
         assert p.grid == min(full.grid, next_pow2(m)), (n, dt, m)
-        many = m >= choice.MANY_ROWS_PER_SM * 132 and full.groups > 1
+        cfg = choose("backward", cls, dt, vec, n, m, 132)
+        many = cfg != choose("backward", cls, dt, vec, n, None, 132) and full.groups > 1
         assert dataclasses.replace(p, grid=full.grid, fused=full.fused, groups=full.groups,
                                    threads=full.threads) == full
         assert p.fused == (full.fused or -(-p.grid // p.slices) <= bwd.MAX_FUSED_ROWS)
@@ -80,8 +84,8 @@ def test_few_rows_plan_only_its_grid(n, dt):
         if m <= 128:
             assert p.fused, (n, dt, m)  # one launch
         if many:
-            # many rows of short rows: a chunk a thread (plan.short_row_shape)
-            t, g = choice.short_row_shape(n, dt, vec, True)
+            # many rows of short rows: the table's shape for them (plan.short_row_shape)
+            t, g = choice.short_row_shape(n, dt, vec, cfg)
             assert (p.threads, p.groups, p.grid) == (t, g, full.grid) and p != full
         elif m >= full.grid:
             assert p == full and k is kfull
@@ -98,16 +102,19 @@ def test_plan_backward_rows_keeps_an_explicit_fused():
     assert plan_backward(256, f32, SMS, rows=10**4) == plan_backward(256, f32, SMS)
 
 
-def test_every_row_is_walked_by_the_smaller_grid():
+def test_every_row_is_walked_by_the_smaller_grid(monkeypatch):
     """Rows cta, cta + G', ...: the kernel strides by its own G, so a grid cut to the
     rows covers them all (G' >= M: one row per CTA at most). Through the global partial
-    rows (``dw_cluster=False``) rowless CTAs write zeros; in one cluster they add zeros."""
+    rows (no grid summing dW in one cluster: ``MAX_DW_CLUSTER`` 0) rowless CTAs write
+    zeros; in one cluster they add zeros."""
     n = 256
     for m in (1, 5, 6, 12):
         p = plan_backward(n, f32, SMS, rows=m)
         assert p.grid == next_pow2(m)
         (dy, x, w, rstd), rdx, rdw = case(m, n, seed=m)
-        for q in (p, dataclasses.replace(p, dw_cluster=False)):
+        for partial in (False, True):
+            q = p
+            monkeypatch.setattr(bwd, "MAX_DW_CLUSTER", 0 if partial else MAX_DW_CLUSTER)
             dx, dw, part = build_backward(q, f32, f32).interpret(dy, x, w, rstd,
                                                                  np.zeros(2, np.uint32))
             if not q.cluster_dw:
@@ -193,7 +200,7 @@ def test_many_rows_keep_the_device_grid(plans):
 
 @pytest.mark.parametrize("n, m, half", [(512, 1, False), (512, 3, False), (1000, 2, False),
                                         (1030, 4, True), (4096, 5, False), (2048, 8, True)])
-def test_few_rows_dw_is_summed_a_column_tile_per_warp(n, m, half):
+def test_few_rows_dw_is_summed_a_column_tile_per_warp(n, m, half, monkeypatch):
     """Grids of no more CTAs than warps per CTA (G <= S) sum dW a column tile per warp:
     each column's G partial rows added in ascending order (bit for bit the f32 sum in
     that order), ragged columns (N not a multiple of 4) and half dW included, by the
@@ -201,7 +208,8 @@ def test_few_rows_dw_is_summed_a_column_tile_per_warp(n, m, half):
     not cooperative)."""
     dt = f16 if half else f32
     # an H100's plan, cut, with its dW through the global partial rows (not one cluster)
-    p = dataclasses.replace(plan_backward(n, dt, 132, rows=m), dw_cluster=False)
+    monkeypatch.setattr(bwd, "MAX_DW_CLUSTER", 0)
+    p = plan_backward(n, dt, 132, rows=m)
     assert p.fused and p.grid == next_pow2(m) <= p.slices and not p.cluster_dw, p
     (dy, x, w, rstd), rdx, rdw = case(m, n, np.float16 if half else np.float32, seed=n + m)
     k = build_backward(p, dt, dt)
@@ -223,7 +231,7 @@ def test_few_rows_dw_is_summed_a_column_tile_per_warp(n, m, half):
 @pytest.mark.parametrize("n, m, dt", [(512, 1, f32), (512, 3, f32), (1000, 2, f32),
                                       (1030, 4, f16), (4096, 5, f32), (2048, 8, bf16),
                                       (8192, 1, bf16), (4094, 7, f32)])
-def test_few_rows_dw_in_one_cluster_has_the_bits_of_the_partial_rows(n, m, dt):
+def test_few_rows_dw_in_one_cluster_has_the_bits_of_the_partial_rows(n, m, dt, monkeypatch):
     """Grids of at most MAX_DW_CLUSTER CTAs sum dW as one cluster (each CTA's partial in
     its shared memory, read by its peers through ``mapa`` + ``ld.shared::cluster`` after a
     cluster barrier); one CTA stores its dW from registers. Same dx and bit-for-bit the
@@ -235,7 +243,8 @@ def test_few_rows_dw_in_one_cluster_has_the_bits_of_the_partial_rows(n, m, dt):
     (dy, x, w, rstd), rdx, rdw = case(m, n, npt, seed=3 * n + m)
     k = build_backward(p, dt, dt)
     dx, dw, _ = k.interpret(dy, x, w, rstd, np.zeros(2, np.uint32))
-    ref = build_backward(dataclasses.replace(p, dw_cluster=False), dt, dt)
+    monkeypatch.setattr(bwd, "MAX_DW_CLUSTER", 0)  # the global partial rows
+    ref = build_backward(p, dt, dt)
     dx0, dw0, part = ref.interpret(dy, x, w, rstd, np.zeros(2, np.uint32))
     u = np.uint32 if dt == f32 else np.uint16
     np.testing.assert_array_equal(dw.view(u), dw0.view(u))

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
+from ptxdsl.ops.rmsnorm import bwd
 from ptxdsl.ops.rmsnorm.bwd import MAX_GROUP_SMEM, build_backward, group_smem, plan_backward
 from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
 from ptxdsl.ops.rmsnorm.fwd import max_vec
@@ -56,14 +57,15 @@ def run(p, dt, args):
     (1000, bf16, 16, 45, True, 32),
     (250, f32, 2, 7, True, None),       # N % 4: the partial row summed a column at a time
 ])
-def test_groups_walk_the_rows_of_one_row_ctas(n, dt, groups, m, fused, threads):
+def test_groups_walk_the_rows_of_one_row_ctas(n, dt, groups, m, fused, threads, monkeypatch):
     p = plan_backward(n, dt, SMS, groups=groups, fused=fused, threads=threads)
     assert p.groups == groups and p.block == p.threads * groups and p.fused == fused
     (dy, x, w, rstd), rdx, rdw = case(m, n, NP[dt], seed=n + m)
     dx, dw, part = run(p, dt, (dy, x, w, rstd))
     # the same rows as grid * groups one-row CTAs (their partial rows in global memory,
     # even where so few CTAs would sum dW as one cluster)
-    one = dataclasses.replace(p, groups=1, grid=p.grid * groups, dw_cluster=False)
+    monkeypatch.setattr(bwd, "MAX_DW_CLUSTER", 0)
+    one = dataclasses.replace(p, groups=1, grid=p.grid * groups)
     dx1, _, part1 = run(one, dt, (dy, x, w, rstd))
     np.testing.assert_array_equal(dx.view(BITS[dt]), dx1.view(BITS[dt]))
     want = part1.reshape(p.grid, groups, n)[:, 0].copy()

@@ -70,47 +70,22 @@ def test_backward_cluster_plan_needs_16_byte_chunks():
 
 
 @pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
-def test_long_rows_take_clusters_on_hopper(info):
-    lr = rplan.long_rows
-    # (cluster, CTAs per SM, chunks a thread, held of them, stages): rows of 192 KiB
-    # take the two-pass forward of 64 KiB slices (two CTAs per SM); of 256 KiB to 1 MiB
-    # its wide slices (one CTA per SM, up to 16 chunks a thread, past 11 held in
-    # registers), except on an H100 where wide slices would hold more than one chunk
-    # and 64 KiB slices take at most 8 CTAs (448-512 KiB); past 1 MiB the ring. On an
-    # H200 half rows of 256 KiB (8 chunks a thread) hold 4 of them (WIDE_HALF_HOLD).
-    h200 = info is H200
-    for n, dt, want in [(98304, bf16, (3, 2, 4, 0, 0)), (65536, f32, (2, 1, 8, 0, 0)),
-                        (131072, bf16, (2, 1, 8, 4 if h200 else 0, 0)),
-                        (131072, f16, (2, 1, 8, 4 if h200 else 0, 0)),
-                        (196608, bf16, (2, 1, 12, 1, 0)),
-                        (262144, bf16, (2, 1, 16, 5, 0) if h200 else (8, 2, 4, 0, 0)),
-                        (131072, f32, (2, 1, 16, 5, 0) if h200 else (8, 2, 4, 0, 0)),
-                        (262144, f32, (4, 1, 16, 5, 0)), (393216, f32, (12, 1, 8, 0, 1))]:
-        got = lr(n, dt, 16 // dt.bytes, "sm_90a", info).forward
-        assert (got.cluster, got.min_ctas, got.per_thread, got.hold, got.stages) == want, (
-            n, dt.name)
-        assert got.two_pass == (not got.stages), (n, dt.name)
-        # the second read ahead of the stores: two chunks (64 KiB slices), four (wide)
-        assert got.reload_batch == (1 if got.stages else rplan.TWO_PASS_RELOAD_BATCH
-                                    if got.min_ctas == 2 else rplan.WIDE_SLICE_BATCH)
-    # rows one CTA holds, or reads a second time from L2 at copy speed (128 KiB rows,
-    # measured): the row-per-CTA kernels
-    assert lr(65536, bf16, 8, "sm_90a", info).forward is None
-    assert lr(32768, bf16, 8, "sm_90a", info).forward is None
-    assert lr(32768, f32, 4, "sm_90a", info).forward is None
-    # backward: where the one-CTA kernel would stream (32768 halves) or stage the row
-    # through one shared-memory buffer only (14336 and 16384 f32), not where it double-
-    # buffers it (12288 f32, 16384 halves), and at any number of rows
-    assert lr(16384, bf16, 8, "sm_90a", info).backward is None
-    assert lr(12288, f32, 4, "sm_90a", info).backward is None
-    for n in (14336, 16384):
-        assert lr(n, f32, 4, "sm_90a", info).backward.cluster == 2
-        for m in (1, 32, 4096):  # the CPU interpreter's device (it runs clusters)
-            p, _ = rplan.backward_kernel(n, f32, f32, 4, "sm_90a", 132, None, m=m)
-            assert (p.cluster, p.stages, p.fused) == (2, 3, False), (n, m)
-    assert lr(32768, bf16, 8, "sm_90a", info).backward.cluster == 2
-    assert lr(262144, bf16, 8, "sm_90a", info).backward.cluster == 16
-    assert lr(262144, bf16, 8, "sm_90a", info).backward.grid == 132 // 16
+def test_long_rows_backward_takes_clusters_where_one_cta_streams(info):
+    """The backward takes clusters exactly where the one-CTA kernel would stream its rows
+    twice from memory or stage them through one shared-memory buffer (16-byte chunks),
+    at any number of rows, its dW summed by a second launch."""
+    from ptxdsl.ops.rmsnorm.bwd import plan_backward
+    for n, dt in [(12288, f32), (14336, f32), (16384, f32), (16384, bf16), (32768, bf16),
+                  (262144, bf16)]:
+        one = plan_backward(n, dt, 132, vec=16 // dt.bytes)
+        got = rplan.long_rows(n, dt, 16 // dt.bytes, "sm_90a", info).backward
+        assert (got is not None) == (one.streaming or one.stages == 1), (n, dt.name)
+        if got is not None:
+            covers(got)
+            assert got.grid == 132 // got.cluster
+    for m in (1, 32, 4096):  # the CPU interpreter's device (it runs clusters)
+        p, _ = rplan.backward_kernel(14336, f32, f32, 4, "sm_90a", 132, None, m=m)
+        assert p.cluster > 1 and not p.fused, m
 
 
 def test_long_rows_stay_on_one_cta_without_sm_90a():
@@ -234,27 +209,6 @@ def test_persistent_forward_ring_refusals():
                               residual=True)
 
 
-@pytest.mark.parametrize("info", [H100, H200], ids=["H100", "H200"])
-def test_recorded_choices_are_what_the_plan_chooses(info):
-    """plan.LONG_ROW_CHOICES, the table of choices per N and dtype, is long_rows' answer."""
-    from ptxdsl.ops.rmsnorm.fwd import max_vec
-
-    def name(p, default_stages):
-        if p is None:
-            return "-"
-        ring = "" if default_stages == p.stages else f"/S{p.stages}"
-        if getattr(p, "two_pass", False):  # 64 KiB slices two CTAs per SM, or wide ones
-            ring += "/2P" if p.min_ctas == 2 else "/W"
-        return f"C{p.cluster}{ring}"
-    table = dict(rplan.LONG_ROW_CHOICES)
-    if info is H200:
-        table.update(rplan.LONG_ROW_CHOICES_H200)
-    for n, (f32_choice, half_choice) in table.items():
-        for dt, want in ((f32, f32_choice), (bf16, half_choice), (f16, half_choice)):
-            lr = rplan.long_rows(n, dt, max_vec(n, dt), "sm_90a", info)
-            assert (name(lr.forward, 0), name(lr.backward, 3)) == want, (n, dt.name)
-
-
 @pytest.mark.parametrize("n", [65536, 65536 + 40])
 def test_cluster_kernels_on_the_interpreter(n):
     """Long rows on the CPU go through the cluster kernels (the interpreter runs clusters):
@@ -292,23 +246,24 @@ def test_ring_forward_leaves_a_residual_to_the_row_per_cluster_kernel(info):
 
 
 @pytest.mark.parametrize("info", [None, H100, H200], ids=["interp", "H100", "H200"])
-def test_wide_rows_are_read_twice_with_the_h200s_hints(info):
-    """Rows past 64 KiB over 1024 threads (plan.wide_row_plan): two-pass on every device;
-    on an H200 x read without the L1 priority and y stored with .cs (measured there);
-    rows of 64 KiB and less, and narrower CTAs, as fwd.plan has them."""
+def test_wide_rows_are_read_twice_with_their_rows_hints(info):
+    """Rows past 64 KiB over 1024 threads (plan.wide_row_plan): two-pass on every device,
+    the second read batched and x and y with the hints of the device's table row; rows
+    of 64 KiB and less, and narrower CTAs, as fwd.plan has them."""
     from ptxdsl.ops.rmsnorm.fwd import plan
-    h200 = info is H200
-    for n, dt, vec, batch in ((65536, bf16, 8, 4), (32768, f32, 4, 8), (49152, f16, 8, 4)):
-        p = rplan.wide_row_plan(plan(n, dt, vec), dt, info)
+    for n, dt, vec in ((65536, bf16, 8), (32768, f32, 4), (49152, f16, 8)):
+        cfg = rplan.row_config(n, dt, vec, info)
+        p = rplan.wide_row_plan(plan(n, dt, vec), cfg)
         assert p.two_pass and p.threads == 1024 and not p.preload_w
-        assert p.reload_batch == batch  # the second read's chunks all in flight at once
-        assert (p.x_hints, p.y_hints) == (((), ("cs",)) if h200 else
-                                          (("L1::evict_last",), ()))
+        assert p.reload_batch == min(p.per_thread, cfg.reload_values // vec)
+        assert p.y_hints == cfg.y_hints and p.x_hints == (
+            plan(n, dt).x_hints if cfg.x_hints is None else cfg.x_hints)
     for n, dt, vec in ((32768, bf16, 8), (16384, f32, 4), (20000, f32, 4)):
-        assert rplan.wide_row_plan(plan(n, dt, vec), dt, info) == plan(n, dt, vec)
+        p = plan(n, dt, vec)
+        assert rplan.wide_row_plan(p, rplan.row_config(n, dt, vec, info)) == p
     # the kernel the API builds for it, on the interpreter, against float64
     k = rplan.forward_kernel(32768, f32, f32, 4, False, False, 1e-6, "sm_90a", 132, info)
-    check_two_pass_1024(k, 32768, batch=8, h200=h200, rows=2, seed=5)
+    check_two_pass_1024(k, 32768, batch=8, h200=info is H200, rows=2, seed=5)
 
 
 def check_two_pass_1024(k, n: int, *, batch: int, h200: bool, rows: int, seed: int):
@@ -332,12 +287,12 @@ def check_two_pass_1024(k, n: int, *, batch: int, h200: bool, rows: int, seed: i
 
 @pytest.mark.parametrize("info", [None, H100, H200], ids=["interp", "H100", "H200"])
 def test_f32_16384_rows_take_the_loop_only_while_its_ctas_walk_few_rows(info):
-    """f32 rows of 16384: the persistent forward for calls of at most LOOP_ROWS_PER_CTA
-    rows a CTA (and where the row count is not known), the two-pass kernel of 1024 threads
+    """f32 rows of 16384: the persistent forward for calls of at most the table's
+    loop_rows_per_cta rows a CTA (and where the row count is not known), the two-pass kernel of 1024 threads
     (two_pass_1024, the H200's hints on an H200) for more; rows of narrower chunks keep
     the loop whatever the count (not measured)."""
     sms = 132 if info is not None else 2
-    limit = rplan.LOOP_ROWS_PER_CTA * sms
+    limit = rplan.row_config(16384, f32, 4, info).loop_rows_per_cta * sms
     names = {m: rplan.forward_kernel(16384, f32, f32, 4, False, False, 1e-6, "sm_90a", sms,
                                      info, m=m).name for m in (None, 1, limit, limit + 1)}
     assert all("fwd_loop" in names[m] for m in (None, 1, limit)), names

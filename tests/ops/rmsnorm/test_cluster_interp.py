@@ -178,32 +178,10 @@ def test_two_pass_waits_for_its_peers_before_its_loads():
     assert any(ln.startswith("mbarrier.try_wait.parity.shared::cta") for ln in body)
 
 
-@pytest.mark.parametrize("dt,offset", [(bf16, 0.0), (f32, 1.0)])
-def test_two_pass_cluster_forward_takes_rows_in_turn(dt, offset):
-    """Two-pass clusters walking rows (q, q + G, ... of G = 3 clusters of 2): eight rows,
-    three for the first two clusters, the row sums exchanged through two slot buffers
-    and two mbarriers, row k waiting for phase (k >> 1) & 1 of barrier k & 1 (the
-    interpreter fails a slot read before the pushes it needs have landed, and a push
-    into a slot before its last read)."""
-    n = 4000
-    p = dataclasses.replace(plan_cluster(n, dt, cluster=2, threads=128,
-                                         per_thread=2 if dt != f32 else 4, two_pass=True),
-                            rows_per_cluster=3)
-    assert p.ragged
-    k = build_forward_cluster(p, dt, dt, eps=EPS, with_rstd=True, offset=offset)
-    body = k.ptx()
-    assert body.count("barrier.cluster.wait") == 1
-    assert body.count("mbarrier.init.shared") == 2
-    x, w, _ = inputs(8, n, dt, 23)
-    y, rstd = k.interpret(x, w, np.zeros_like(x), np.zeros(8, np.float32))
-    ref, rref = ref_fwd(x, (w.astype(np.float64) + offset))
-    assert within_rounding(y, ref, dt) and np.allclose(rstd, rref, rtol=1e-6)
-
-
 @pytest.mark.parametrize("dt,offset,hold,batch", [(f32, 0.0, 2, 4), (bf16, 1.0, 1, 3),
                                                    (f16, 0.5, 3, 2)])
 def test_wide_slices_hold_chunks_in_registers(dt, offset, hold, batch):
-    """Wide slices (plan.wide_slices' kind): a thread's first ``hold`` chunks read once
+    """Wide slices (plan_long.wide_slices' kind): a thread's first ``hold`` chunks read once
     and kept in registers, the others read twice (the second time ``batch`` ahead of the
     stores); ragged rows of two clusters' CTAs, Gemma's offset, against float64."""
     n = 4000
@@ -249,25 +227,6 @@ def test_two_pass_plans_are_explained():
     with pytest.raises(ValueError, match="takes no residual"):
         build_forward_cluster(plan_cluster(131072, bf16, two_pass=True), bf16, bf16,
                               residual=True)
-
-
-def test_cluster_forward_takes_rows_in_turn():
-    """Clusters of two taking three rows each (rows q, q + G, q + 2G of G = 3 clusters)
-    through double-buffered slots: seven rows (the last cluster takes two), with a
-    ragged row (a last slice shorter than the others) and the residual."""
-    n = 4000
-    p = dataclasses.replace(plan_cluster(n, bf16, cluster=2, threads=128, per_thread=2),
-                            rows_per_cluster=3)
-    assert p.ragged
-    k = build_forward_cluster(p, bf16, bf16, eps=EPS, residual=True, with_rstd=True)
-    x, w, rng = inputs(7, n, bf16, 11)
-    r = rng.standard_normal((7, n)).astype(NP[bf16])
-    y, h, rstd = k.interpret(x, r, w, np.zeros_like(x), np.zeros_like(x),
-                             np.zeros(7, np.float32))
-    hs = (x.astype(np.float32) + r.astype(np.float32)).astype(NP[bf16])
-    assert np.array_equal(h, hs)
-    ref, rref = ref_fwd(hs, w)
-    assert within_rounding(y, ref, bf16) and np.allclose(rstd, rref, rtol=1e-6)
 
 
 def test_f32_weights_beside_bf16_rows():

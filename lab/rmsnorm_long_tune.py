@@ -120,17 +120,6 @@ def _tune_forward_variants(n, pt, x, w, out, row, rounds):
             for _ in range(rounds))
     except Exception as e:  # noqa: BLE001
         row["fwd no-prefetch"] = f"{type(e).__name__}: {str(e)[:80]}"
-    base = plan_cluster(n, pt)
-    for r in (2, 4, 16, 64):  # clusters taking rows in turn: fewer cluster launches
-        p = dataclasses.replace(base, rows_per_cluster=r)
-        name = f"fwd C{p.cluster} T{p.threads} K{p.per_thread} R{r}"
-        try:
-            k = build_forward_cluster(p, pt, pt, eps=EPS)
-            if _checked(k, x, w, out, row, name):
-                row[name] = min(time_fn(lambda: k(x, w, out), [()], warmup=2,
-                                        iters=_iters(2 * x.nbytes)) for _ in range(rounds))
-        except Exception as e:  # noqa: BLE001
-            row[name] = f"{type(e).__name__}: {str(e)[:80]}"
     rings = [dict(stages=s) for s in (2, 3)]  # the persistent forward's default split
     rings += [dict(stages=1, threads=1024, per_thread=8)]  # one buffer of 128 KiB slices
     vec = 16 // pt.bytes

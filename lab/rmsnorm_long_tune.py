@@ -1,6 +1,6 @@
 """The RMSNorm cluster kernels of long rows over their parameters, launched directly:
 cluster sizes, threads and chunks per thread, the forward without its prefetch of w,
-clusters taking rows in turn, and the persistent forward through a ring of slices; the
+and the persistent forward through a ring of slices; the
 backward over cluster sizes and ring stages. Checks the choices of
 ``ptxdsl/ops/rmsnorm/plan_long.py`` on this device (rows past 32768 elements).
 

@@ -16,7 +16,7 @@ tile it lives. It is data, and three users read the same object:
 Every layout of the table's forms is ``origin(lane) + offset(element)``:
 the origin depends on the lane only, the offset on the element index only,
 so an epilogue computes one address per lane and reaches every element with
-a constant offset (``tests/test_fragments.py`` checks this for every form).
+a constant offset (``tests/interp/test_tensorcore.py`` checks this).
 
 Recording: ``ptx.mma``, ``ptx.ldmatrix``, ``ptx.stmatrix`` and ``ptx.movmatrix``.
 

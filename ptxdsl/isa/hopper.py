@@ -8,7 +8,7 @@ arrive, the ``try_wait`` suspend hint) and ``fence.mbarrier_init`` /
 ``fence.proxy.async`` extend the existing entries in :mod:`.table`.
 
 Minimum PTX ISA versions were measured with ptxas 13 (sm_90 accepts 7.8,
-sm_90a needs 8.0): a claim below ptxas's fails ``tests/test_isa.py``.
+sm_90a needs 8.0): a claim below ptxas's fails ``tests/isa/test_table.py``.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ imports no family.
 ``NO_CPU_SEMANTICS`` lists table opcodes the interpreter deliberately cannot
 run (entries may also say so themselves with ``OpSpec(interp=False)``);
 interpreting a kernel that uses one stops with an :class:`InterpreterError`.
-``tests/test_interp_semantics.py`` checks that every table entry is in
+``tests/interp/test_semantics.py`` checks that every table entry is in
 exactly one of the two sets.
 """
 from __future__ import annotations

@@ -25,7 +25,7 @@ from ptxdsl.ops.rmsnorm.plan_long import cluster_forward
 
 from hopper_devices import H100  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT as REPO
 DT = {"f32": f32, "f16": f16, "bf16": bf16}
 EPS = 1e-6
 

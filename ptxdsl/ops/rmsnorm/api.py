@@ -201,7 +201,8 @@ def _backward_general(frame, dy, x, weight, rstd, offset=0.0):
     log.debug("rms_norm_backward %dx%d %s: %s, grid %d, %s", m, n, dt.name, kb.name, p.grid,
               "fused" if p.fused else "unfused (+ dw reduction)")
     if not p.fused:
-        return _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt)
+        return _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx, dx2, dw, n,
+                                 wdt)
     elems = p.grid * n
     if frame.cuda_torch:
         hooks = torch_private.hooks(frame.torch)
@@ -235,7 +236,7 @@ def _backward_general(frame, dy, x, weight, rstd, offset=0.0):
     return dx2.reshape(tuple(x.shape)), dw, rec
 
 
-def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx2, dw, n, wdt):
+def _backward_unfused(frame, p, kb, dy, x, weight, rstd, dy2, x2, dx, dx2, dw, n, wdt):
     """Small rows: partials from the row kernel, summed by a second launch."""
     kr = dw_reduce_kernel(n, wdt, p.grid, kb.arch)
     partial = frame.empty((p.grid, n), x, f32)

@@ -10,7 +10,7 @@ What it enumerates:
 * ``choose|dev|dt|odt|majors|MxNxK``: the kernel ``plan.choose`` + ``plan.for_majors``
   pick for a plain epilogue, over a grid of shapes (every measured shape, the
   boundaries of the rules, LLM shapes, ragged sizes), for each device class (the
-  defaults, the H100 / H200 stand-ins of ``tests/hopper_devices.py``, and the
+  defaults, the H100 / H200 stand-ins of ``tests/helpers/hopper_devices.py``, and the
   interpreter's 2 SMs), operand dtype (bf16, f16, e4m3, e5m2), output dtype and operand
   majors (``a @ b``: B MN-major; ``x @ w.T``: B K-major; a column-major A). Alongside,
   ``grid|...``: the persistent grid the kernel launches for that shape. A plan that
@@ -31,7 +31,7 @@ import os
 import sys
 
 sys.path.insert(0, os.getcwd())
-sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "helpers"))
 
 from ptxdsl.core.types import bf16, e4m3, e5m2, f16, f32  # noqa: E402
 from ptxdsl.ops.matmul.hopper import build_hopper, grid_for  # noqa: E402

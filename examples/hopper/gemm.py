@@ -3,7 +3,7 @@
 The kernel is written in the DSL in ``ptxdsl/ops/matmul/hopper.py`` (its docstring
 draws the pipeline; ``docs/matmul.md`` walks through it next to the PTX it records);
 this script takes it, as a user would, from the op's public calls
-(``ptxdsl.ops.matmul.api``: ``hopper_kernel`` builds the kernel a shape runs,
+(``ptxdsl.ops.matmul``: ``hopper_kernel`` builds the kernel a shape runs,
 ``describe`` names its plan):
 a persistent grid of 384-thread CTAs in clusters of two, one producer warpgroup that
 gives its registers to the two consumer warpgroups (``setmaxnreg``) and feeds a
@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from _harness import on_gpu  # noqa: E402
 from ptxdsl.ops import matmul  # noqa: E402
-from ptxdsl.ops.matmul.api import describe, hopper_kernel  # noqa: E402
+from ptxdsl.ops.matmul import describe, hopper_kernel  # noqa: E402
 from ptxdsl.types import bf16, e4m3, f32  # noqa: E402
 
 # The plans differ by SM count and device class; these are an H100 SXM's (132 SMs).

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ptxdsl  # noqa: E402
 from _harness import report  # noqa: E402
 from ptxdsl.ops import rms_norm  # noqa: E402
-from ptxdsl.ops.rmsnorm.fwd import build_forward, plan  # noqa: E402
+from ptxdsl.ops.rmsnorm import build_forward, forward_plan as plan  # noqa: E402
 from ptxdsl.types import bf16, f32  # noqa: E402
 
 EPS = 1e-6

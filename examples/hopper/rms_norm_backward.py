@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import ptxdsl  # noqa: E402
 from ptxdsl.ops import rms_norm_backward  # noqa: E402
-from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward  # noqa: E402
+from ptxdsl.ops.rmsnorm import build_backward, plan_backward  # noqa: E402
 from ptxdsl.types import f32  # noqa: E402
 
 EPS = 1e-6

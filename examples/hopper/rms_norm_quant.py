@@ -22,9 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import ptxdsl  # noqa: E402
 from ptxdsl.ops import rms_norm_quant  # noqa: E402
-from ptxdsl.ops.rmsnorm.fwd import max_vec  # noqa: E402
-from ptxdsl.ops.rmsnorm.plan import quant_kernel  # noqa: E402
-from ptxdsl.ops.rmsnorm.quant import FP8_MAX, MIN_SCALE  # noqa: E402
+from ptxdsl.ops.rmsnorm import FP8_MAX, MIN_SCALE, max_vec, quant_kernel  # noqa: E402
 from ptxdsl.types import bf16, f32  # noqa: E402
 
 EPS = 1e-6

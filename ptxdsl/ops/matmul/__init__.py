@@ -6,6 +6,6 @@ tile shape), :mod:`.schedule` (the persistent tile order), :mod:`.epilogue`
 (the warp-specialized wgmma + TMA kernel), :mod:`.autograd` (torch), :mod:`.torch_op`
 (``torch.ops.ptxdsl.matmul``).
 """
-from .api import KERNELS, matmul
+from .api import KERNELS, describe, hopper_kernel, matmul
 
-__all__ = ["matmul", "KERNELS"]
+__all__ = ["matmul", "KERNELS", "hopper_kernel", "describe"]

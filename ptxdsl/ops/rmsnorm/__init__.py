@@ -25,6 +25,13 @@ quant       the FP8-output kernel (dynamic per-row or static scale, fused residu
 =========== ==============================================================
 """
 from .api import KERNELS, rms_norm, rms_norm_backward
+# The kernel builders, public for reading and assembling kernels outside a call
+# (examples/hopper/rms_norm*.py print and time them).
+from .bwd import build_backward, plan_backward
+from .fwd import build_forward, max_vec
+from .fwd import plan as forward_plan
+from .plan import quant_kernel
+from .quant import FP8_MAX, MIN_SCALE
 from .quant_api import rms_norm_quant
 
 
@@ -35,4 +42,6 @@ def RMSNorm(*args, **kwargs):
     return _RMSNorm(*args, **kwargs)
 
 
-__all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward", "rms_norm_quant"]
+__all__ = ["KERNELS", "RMSNorm", "rms_norm", "rms_norm_backward", "rms_norm_quant",
+           "build_forward", "forward_plan", "build_backward", "plan_backward", "max_vec",
+           "quant_kernel", "FP8_MAX", "MIN_SCALE"]

@@ -9,22 +9,10 @@ import pytest
 from ptxdsl import Tile, kernel, ptx, reg, toolchain
 from ptxdsl.core.errors import InterpreterError, TraceError
 from ptxdsl.core.types import pred, u32
+from warp_kernels import N, lane_kernel, pred_to_u32
 
 HERE = os.path.abspath(__file__)
 PTXAS = toolchain.find_ptxas()
-N = 64
-
-
-def _lane_kernel(body, arch="sm_90a"):
-    """Two warps; ``body(tid) -> list of u32 registers``, stored to out[k][tid]."""
-    @kernel(out_specs=(Tile(N, u32), Tile(N, u32)), grid=1, block=(N, 1, 1), arch=arch)
-    def k(A, B):
-        tid = reg.scalar(u32, init=ptx.special.tid.x())
-        pa, pb = ptx.global_ptrs(A, B)
-        a, b = body(tid)
-        ptx.inst.st.global_.u32(ptx.addr(pa + tid * 4), a)
-        ptx.inst.st.global_.u32(ptx.addr(pb + tid * 4), b)
-    return k
 
 
 def test_shfl_pipe_pred_prints_and_runs():
@@ -32,8 +20,8 @@ def test_shfl_pipe_pred_prints_and_runs():
         v = reg.scalar(u32)
         ok = reg.scalar(pred)
         ptx.inst.shfl.sync.down.b32(v, ok, tid, 4, 0x1F, 0xFFFFFFFF)
-        return v, ptx.select(ok, 1, 0) if False else _pred_to_u32(ok)
-    k = _lane_kernel(body)
+        return v, ptx.select(ok, 1, 0) if False else pred_to_u32(ok)
+    k = lane_kernel(body)
     assert "shfl.sync.down.b32 %r" in k.ptx() and "|%p" in k.ptx()
     v, ok = k.interpret()
     lane = np.arange(N) % 32
@@ -44,18 +32,12 @@ def test_shfl_pipe_pred_prints_and_runs():
         k.check()
 
 
-def _pred_to_u32(p):
-    r = reg.scalar(u32)
-    ptx.inst.selp.u32(r, 1, 0, p)
-    return r
-
-
 def test_shfl_without_pred_still_plain():
     def body(tid):
         v = reg.scalar(u32)
         ptx.inst.shfl.sync.bfly.b32(v, tid, 1, 31, -1)
         return v, v
-    k = _lane_kernel(body)
+    k = lane_kernel(body)
     assert "|" not in [ln for ln in k.ptx().splitlines() if "shfl" in ln][0]
     v, _ = k.interpret()
     np.testing.assert_array_equal(v, np.arange(N) ^ 1)
@@ -70,7 +52,7 @@ def test_activemask_and_bar_warp_sync():
         ptx.inst.bar.warp.sync(-1)
         ptx.inst.activemask.b32(full)
         return m, full
-    k = _lane_kernel(body)
+    k = lane_kernel(body)
     text = k.ptx()
     assert "activemask.b32" in text and "bar.warp.sync 0xffffffff;" in text
     m, full = k.interpret()
@@ -87,7 +69,7 @@ def test_bar_warp_sync_missing_lanes_is_an_interpreter_error():
             ptx.inst.bar.warp.sync(0xFFFFFFFF)
         return tid, tid
     with pytest.raises(InterpreterError, match="membermask"):
-        _lane_kernel(body).interpret()
+        lane_kernel(body).interpret()
 
 
 # ---------------------------------------------------------------- ptx.raw

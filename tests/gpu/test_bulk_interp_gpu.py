@@ -1,5 +1,5 @@
 """1-D bulk copies and TMA reductions on an H100/H200 against the CPU interpreter: the
-kernels of tests/interp/test_bulk.py (cp.async.bulk both ways; cp.reduce.async.bulk.tensor
+kernels of tests/helpers/bulk_kernels.py (cp.async.bulk both ways; cp.reduce.async.bulk.tensor
 for every operation on u32, add on f32 with subnormal and mixed-sign sums, add on bf16 /
 f16, min / max on f16 / bf16 with NaNs and signed zeros) run on both, results compared
 bit for bit. The interpreter's float rules for TMA reductions (round once to nearest,
@@ -32,7 +32,7 @@ def _run_gpu(torch, k, inputs, outputs, bf16=False):
 
 
 def test_bulk_load_and_store_match():
-    from test_interp_bulk import N, bulk_load, bulk_store
+    from bulk_kernels import N, bulk_load, bulk_store
     torch = torch_sm90()
     x = (np.arange(N, dtype=np.uint32) * 2654435761).astype(np.uint32)
     k = bulk_load()
@@ -48,7 +48,7 @@ def test_bulk_load_and_store_match():
 @pytest.mark.parametrize("op", ["add", "min", "max", "inc", "dec", "and", "or", "xor"])
 def test_tma_reduce_u32(op):
     from ptxdsl.core.types import u32
-    from test_interp_bulk import tma_reduce
+    from bulk_kernels import tma_reduce
     torch = torch_sm90()
     rng = np.random.default_rng(3)
     c0 = rng.integers(0, 40, (12, 16)).astype(np.uint32)
@@ -68,7 +68,7 @@ def _edge_f32(rng):
 
 def test_tma_reduce_add_f32_edges():
     from ptxdsl.core.types import f32
-    from test_interp_bulk import tma_reduce
+    from bulk_kernels import tma_reduce
     torch = torch_sm90()
     x, c0 = _edge_f32(np.random.default_rng(4))
     k = tma_reduce("add", f32)
@@ -81,7 +81,7 @@ def test_tma_reduce_add_f32_edges():
 @pytest.mark.parametrize("half", ["bf16", "f16"])
 def test_tma_reduce_half_precision(op, half):
     from ptxdsl.core.types import bf16, f16, f32_to_bf16_bits
-    from test_interp_bulk import tma_reduce
+    from bulk_kernels import tma_reduce
     torch = torch_sm90()
     rng = np.random.default_rng(5)
     raw = np.concatenate([rng.standard_normal(100), [0.0, -0.0, np.nan, 1e-7, -1e-7, np.inf]

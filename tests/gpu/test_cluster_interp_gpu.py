@@ -1,5 +1,5 @@
 """Clusters on an H100/H200 against the CPU interpreter: the shared addresses and cluster
-special registers each CTA sees (tests/interp/test_hopper.py's build_cluster_addresses;
+special registers each CTA sees (tests/helpers/cluster_kernels.py's build_cluster_addresses;
 rank r's shared addresses carry r at bit 24), the Hopper GEMM's operand stages in a
 2-CTA cluster (tests/ops/matmul/test_operands.py's build_stage_product: rank 1 read an
 MN-major B's later atoms two K rows on while descriptors did not mask those bits), and
@@ -33,7 +33,7 @@ def _needs_sm90():
 @pytest.mark.parametrize("cluster", [1, 2, 4])
 def test_cluster_addresses_match_the_interpreter(cluster):
     _needs_sm90()
-    from test_interp_hopper import build_cluster_addresses
+    from cluster_kernels import build_cluster_addresses
     k = build_cluster_addresses(cluster, 8)
     gpu = np.asarray(k()).view(np.uint32).reshape(8, 4)
     cpu = np.asarray(k.interpret()).view(np.uint32).reshape(8, 4)
@@ -81,7 +81,7 @@ def _same(gpu, cpu):
 def test_cluster_special_registers(grid, cluster):
     _needs_sm90()
     import cluster_kernels as ck
-    from test_interp_cluster import expected_specials
+    from cluster_kernels import expected_specials
     k = ck.build_specials(grid, cluster)
     like = np.zeros((grid[0] * grid[1] * grid[2], len(ck.SPECIALS)), np.uint32)
     gpu, cpu = _run_both(k, [], [like])

@@ -96,7 +96,7 @@ def test_example_kernels_agree(example, kname):
 
 
 def test_interpreter_test_kernels_agree():
-    import test_interp_kernels as tk
+    import interp_kernels as tk
     from seed_kernels import build_rms_norm
     rng = np.random.default_rng(1)
     for k in (tk.build_softmax(512), tk.build_swiglu(100), tk.build_layer_norm(256),
@@ -147,7 +147,7 @@ def _edge_values(t, n, rng):
 
 @pytest.mark.parametrize("chain,ins,out", EXACT)
 def test_instructions_bit_exact(chain, ins, out):
-    from test_interp_util import make_op_kernel
+    from interp_ops import make_op_kernel
     n = 1024
     rng = np.random.default_rng(abs(hash(chain)) % 2 ** 32)
     k = make_op_kernel(chain, ins, [out], n)
@@ -162,7 +162,7 @@ def test_instructions_bit_exact(chain, ins, out):
 
 @pytest.mark.parametrize("chain,bound", APPROX)
 def test_approx_instructions_within_bounds(chain, bound):
-    from test_interp_util import make_op_kernel
+    from interp_ops import make_op_kernel
     n = 1024  # one CTA of make_op_kernel's block
     x = np.random.default_rng(5).uniform(-3, 3, n).astype(np.float32)
     if chain.startswith(("lg2", "rsqrt", "sqrt")):
@@ -313,7 +313,7 @@ EDGE_FORMS = _edge_forms()
 
 @pytest.mark.parametrize("chain,ins,outs", EDGE_FORMS, ids=[f[0] for f in EDGE_FORMS])
 def test_every_alu_form_bit_exact_at_the_edges(chain, ins, outs):
-    from test_interp_util import make_op_kernel
+    from interp_ops import make_op_kernel
     if re.match(r"fma\.r[zmp](\.relu)?\.bf16$", chain):
         pytest.skip("scalar bf16 fma with directed rounding has no CPU model (the H100 "
                     "results follow no rounding mode): the interpreter refuses it")
@@ -351,12 +351,12 @@ def test_warp_level_instructions_agree():
     """shfl.sync d|p, activemask (in a branch) and bar.warp.sync: GPU = interpreter."""
     from ptxdsl import ptx, reg
     from ptxdsl.core.types import pred, u32
-    import test_warp_level as tw
+    import warp_kernels as tw
 
     def shfl(tid):
         v, ok = reg.scalar(u32), reg.scalar(pred)
         ptx.inst.shfl.sync.up.b32(v, ok, tid, 3, 0, 0xFFFFFFFF)
-        return v, tw._pred_to_u32(ok)
+        return v, tw.pred_to_u32(ok)
 
     def mask(tid):
         m = reg.scalar(u32, init=0)
@@ -368,7 +368,7 @@ def test_warp_level_instructions_agree():
         return m, full
 
     for body in (shfl, mask):
-        k = tw._lane_kernel(body)
+        k = tw.lane_kernel(body)
         for g, c in zip(k(), k.interpret()):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
 
@@ -376,7 +376,7 @@ def test_warp_level_instructions_agree():
 def test_barrier_reductions_agree():
     """bar.red, barrier{.cta}.red (aligned, and a warp arriving apart without .aligned):
     GPU = interpreter."""
-    import test_interp_barriers as tb
+    import barrier_kernels as tb
     x = np.zeros(128, np.uint32)
     x[np.random.default_rng(3).permutation(128)[:37]] = 5
     for k, args in ((tb.bar_red_kernel(), (x,)), (tb.barrier_red_kernel(), (x,)),
@@ -388,6 +388,6 @@ def test_discard_runs_on_the_gpu():
     """discard.global.L2 after every lane's read (bar.warp.sync): what was read before it
     is the data; what a read after it sees is undefined on the GPU (the interpreter
     poisons it, tests/interp/test_control.py), so only the launch and Y are checked."""
-    from test_interp_control import _discard_kernel
-    y, _ = _discard_kernel(0)(np.zeros(64, np.float32))
+    from control_kernels import discard_kernel
+    y, _ = discard_kernel(0)(np.zeros(64, np.float32))
     np.testing.assert_array_equal(np.asarray(y), np.arange(32, dtype=np.float32))

@@ -1,5 +1,5 @@
 """TMA loads and stores on an H100/H200 against the CPU interpreter: the same kernel
-(tests/interp/test_tma.py's build_copy: a box load into swizzled shared memory, the raw
+(tests/helpers/tma_kernels.py's build_copy: a box load into swizzled shared memory, the raw
 shared bytes dumped, the box stored back) over ragged shapes and every swizzle; the
 dump checks the interpreter's swizzle, the padding of rows narrower than the swizzle
 span and the out-of-bounds fill byte for byte.
@@ -25,7 +25,7 @@ pytestmark = NEEDS_GPU
                                                (64, (8, 8), (19, 28)),
                                                (128, (8, 16), (19, 28))])
 def test_tma_box_bytes_match_the_interpreter(swizzle, box, shape):
-    from test_interp_tma import build_copy
+    from tma_kernels import build_copy
     torch = torch_sm90()
     k = build_copy(box, swizzle)
     a = np.random.default_rng(swizzle).standard_normal(shape).astype(np.float32)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.core.tensormap import TMA
 from ptxdsl.core.types import b64, f32, pred, u16, u32, u64
@@ -328,3 +330,43 @@ def build_bulk(words: int = 64):
             ptx.tma.wait(0)
         ptx.cluster.sync()          # rank 1's copy reads its b until rank 0's barrier fills
     return bulk
+
+
+# ---------------------------------------------------------------- shared addresses
+def build_cluster_addresses(cluster: int, grid: int):
+    """Per CTA: %ctaid.x, %cluster_ctarank, %clusterid.x and the shared address of a
+    dynamic shared array (``mov.u32 r, smem``); rows of 4 words (shared with
+    tests/gpu/test_cluster_interp_gpu.py)."""
+    from ptxdsl.core.types import b32, u8, u32
+    opts = dict(cluster=(cluster, 1, 1)) if cluster > 1 else {}
+
+    @kernel(in_specs=(), out_specs=(Tile(grid * 4, b32),), grid=(grid, 1, 1),
+            block=(32, 1, 1), arch="sm_90a", name=f"cluster_addr_c{cluster}_g{grid}", **opts)
+    def cluster_addresses(O):
+        (po,) = ptx.global_ptrs(O)
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        base = smem.alloc(u8, (2048,), align=1024, dynamic=True).base
+        addr = reg.scalar(u32); ptx.inst.mov.u32(addr, base)
+        rank = reg.scalar(u32); ptx.inst.mov.u32(rank, ptx.special.cluster_ctarank())
+        cid = reg.scalar(u32); ptx.inst.mov.u32(cid, ptx.special.clusterid.x())
+        with ptx.if_(tid == 0):
+            row = po + cta * 16
+            for i, v in enumerate((cta, rank, cid, addr)):
+                ptx.inst.st.global_.u32(ptx.addr(row, 4 * i) if i else ptx.addr(row), v)
+    return cluster_addresses
+
+
+def expected_specials(grid, cluster, explicit=True):
+    rows = []
+    for z in range(grid[2]):
+        for y in range(grid[1]):
+            for x in range(grid[0]):
+                c = (x, y, z)
+                cid = [c[i] // cluster[i] for i in range(3)]
+                ncl = [grid[i] // cluster[i] for i in range(3)]
+                rid = [c[i] % cluster[i] for i in range(3)]
+                rank = rid[0] + rid[1] * cluster[0] + rid[2] * cluster[0] * cluster[1]
+                rows.append([*c, *cid, *ncl, *rid, *cluster, rank,
+                             cluster[0] * cluster[1] * cluster[2], int(explicit)])
+    return np.array(rows, np.uint32)

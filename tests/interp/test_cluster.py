@@ -12,6 +12,7 @@ from ptxdsl.core.errors import InterpreterError, LaunchError
 from ptxdsl.core.types import b64, u32
 
 import cluster_kernels as ck
+from cluster_kernels import expected_specials
 from swizzle import swizzled_image
 
 
@@ -25,21 +26,6 @@ def _tid():
     r = reg.scalar(u32)
     ptx.inst.mov.u32(r, ptx.special.tid.x())
     return r
-
-
-def expected_specials(grid, cluster, explicit=True):
-    rows = []
-    for z in range(grid[2]):
-        for y in range(grid[1]):
-            for x in range(grid[0]):
-                c = (x, y, z)
-                cid = [c[i] // cluster[i] for i in range(3)]
-                ncl = [grid[i] // cluster[i] for i in range(3)]
-                rid = [c[i] % cluster[i] for i in range(3)]
-                rank = rid[0] + rid[1] * cluster[0] + rid[2] * cluster[0] * cluster[1]
-                rows.append([*c, *cid, *ncl, *rid, *cluster, rank,
-                             cluster[0] * cluster[1] * cluster[2], int(explicit)])
-    return np.array(rows, np.uint32)
 
 
 @pytest.mark.parametrize("grid,cluster", [((4, 2, 1), (2, 2, 1)), ((2, 2, 2), (1, 1, 2)),

@@ -11,6 +11,7 @@ from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.core import ir
 from ptxdsl.core.errors import InterpreterError
 from ptxdsl.core.types import f32, pred, s32, u32, u64
+from control_kernels import discard_kernel
 
 
 def tid_reg():
@@ -487,36 +488,10 @@ def test_instruction_without_cpu_semantics_is_refused(monkeypatch):
         k.interpret()
 
 
-def _discard_kernel(offset, sync=True):
-    """Each thread stores its float into W, reads it back into Y, then lane 0 drops W's
-    line at ``offset`` from the L2 (after ``bar.warp.sync`` where ``sync``); Z is W read
-    after that."""
-    @kernel(in_specs=(Tile(64, f32),), out_specs=(Tile(32, f32), Tile(32, f32)), grid=1,
-            block=(32, 1, 1), arch="sm_90a")
-    def k(W, Y, Z):
-        pw, py, pz = ptx.global_ptrs(W, Y, Z)
-        tid = tid_reg()
-        v = reg.scalar(f32)
-        ptx.inst.cvt.rn.f32.u32(v, tid)
-        ptx.inst.st.global_.f32(ptx.addr(pw + tid * 4), v)
-        back = reg.scalar(f32)
-        ptx.inst.ld.global_.f32(back, ptx.addr(pw + tid * 4))
-        ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), back)
-        if sync:
-            ptx.inst.bar.warp.sync(0xFFFFFFFF)   # every lane's read before the discard
-        with ptx.if_(tid == 0):
-            ptx.inst.discard.global_.L2(ptx.addr(pw, offset), 128)
-        ptx.inst.bar.warp.sync(0xFFFFFFFF)
-        after = reg.scalar(f32)
-        ptx.inst.ld.global_.f32(after, ptx.addr(pw + tid * 4))
-        ptx.inst.st.global_.f32(ptx.addr(pz + tid * 4), after)
-    return k
-
-
 def test_discard_leaves_the_line_undefined():
     """discard.global.L2 prints as PTX has it; the interpreter poisons the line (its
     contents are undefined on the GPU), so a read after the discard shows NaN."""
-    k = _discard_kernel(0)
+    k = discard_kernel(0)
     assert "discard.global.L2 [" in k.ptx() and "], 128;" in k.ptx()
     # the launcher asks for the line's alignment (the table's extent), not the type's
     from ptxdsl.runtime.args import vector_alignment
@@ -528,13 +503,13 @@ def test_discard_leaves_the_line_undefined():
 
 def test_discard_checks_alignment_and_size():
     with pytest.raises(InterpreterError, match="multiple of 128"):
-        _discard_kernel(64).interpret(np.zeros(64, np.float32))
+        discard_kernel(64).interpret(np.zeros(64, np.float32))
     with pytest.raises(InterpreterError, match="outside|out of bounds|beyond"):
-        _discard_kernel(256).interpret(np.zeros(64, np.float32))
+        discard_kernel(256).interpret(np.zeros(64, np.float32))
     # without the warp barrier, nothing orders lane 0's discard after the other lanes'
     # stores: a race (bar.warp.sync orders memory among its lanes)
     with pytest.raises(InterpreterError, match="data race"):
-        _discard_kernel(0, sync=False).interpret(np.zeros(64, np.float32))
+        discard_kernel(0, sync=False).interpret(np.zeros(64, np.float32))
 
     with pytest.raises(Exception, match="immediate 128"):
         @kernel(in_specs=(Tile(64, f32),), out_specs=(), grid=1, block=(32, 1, 1),

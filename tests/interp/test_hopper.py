@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cluster_kernels import build_cluster_addresses
 from wgmma_kernels import build_wgmma, random_case
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.core.errors import InterpreterError
@@ -111,30 +112,6 @@ def test_arrive_into_the_sink():
 
 
 # ---------------------------------------------------------------- clusters
-def build_cluster_addresses(cluster: int, grid: int):
-    """Per CTA: %ctaid.x, %cluster_ctarank, %clusterid.x and the shared address of a
-    dynamic shared array (``mov.u32 r, smem``); rows of 4 words (shared with
-    tests/gpu/test_cluster_interp_gpu.py)."""
-    from ptxdsl.core.types import b32, u8, u32
-    opts = dict(cluster=(cluster, 1, 1)) if cluster > 1 else {}
-
-    @kernel(in_specs=(), out_specs=(Tile(grid * 4, b32),), grid=(grid, 1, 1),
-            block=(32, 1, 1), arch="sm_90a", name=f"cluster_addr_c{cluster}_g{grid}", **opts)
-    def cluster_addresses(O):
-        (po,) = ptx.global_ptrs(O)
-        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
-        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        base = smem.alloc(u8, (2048,), align=1024, dynamic=True).base
-        addr = reg.scalar(u32); ptx.inst.mov.u32(addr, base)
-        rank = reg.scalar(u32); ptx.inst.mov.u32(rank, ptx.special.cluster_ctarank())
-        cid = reg.scalar(u32); ptx.inst.mov.u32(cid, ptx.special.clusterid.x())
-        with ptx.if_(tid == 0):
-            row = po + cta * 16
-            for i, v in enumerate((cta, rank, cid, addr)):
-                ptx.inst.st.global_.u32(ptx.addr(row, 4 * i) if i else ptx.addr(row), v)
-    return cluster_addresses
-
-
 @pytest.mark.parametrize("cluster", [1, 2, 4])
 def test_shared_addresses_carry_the_cluster_rank(cluster):
     """As an H100 gives them: a shared symbol's address is 0x400 with the CTA's rank in its

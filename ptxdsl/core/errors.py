@@ -50,6 +50,20 @@ def user_location(skip: int = 1) -> SourceLoc | None:
     return None
 
 
+def caller_location(skip: int = 1) -> SourceLoc | None:
+    """The first stack frame outside the whole ptxdsl package (its ready-made kernels
+    included): the line that called one of ptxdsl's functions, which an op's argument
+    errors name."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(GENERATED_PREFIX) and \
+                not os.path.abspath(filename).startswith(_PKG_DIR):
+            return SourceLoc(filename, frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
 def is_user_file(filename: str) -> bool:
     """Whether a code object's file is user code: not ptxdsl's own machinery (the
     ready-made kernels of ``ptxdsl/ops`` count as user code) and not contextlib."""

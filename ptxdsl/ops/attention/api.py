@@ -7,10 +7,8 @@ here, and a bad one raises :class:`~ptxdsl.LaunchError` naming the caller's line
 from __future__ import annotations
 
 import math
-import os
-import sys
 
-from ...core.errors import LaunchError, SourceLoc
+from ...core.errors import LaunchError, caller_location as _caller
 from ...core.types import bf16, f16, f32
 from ...runtime.adapter import Frame, element_strides as strides
 from .._common.kernels import KernelCache
@@ -19,17 +17,6 @@ from .fwd import build_forward
 from .plan import choose
 
 KERNELS = KernelCache(limit=256)
-_PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _caller() -> SourceLoc | None:
-    """The first frame outside the ptxdsl package: the user's call."""
-    f = sys._getframe(1)
-    while f is not None:
-        if not os.path.abspath(f.f_code.co_filename).startswith(_PKG):
-            return SourceLoc(f.f_code.co_filename, f.f_lineno)
-        f = f.f_back
-    return None
 
 
 def _fail(msg: str):

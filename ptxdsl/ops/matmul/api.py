@@ -29,12 +29,10 @@ SIMT kernel (:mod:`.simt`) everywhere else.
 from __future__ import annotations
 
 import logging
-import os
-import sys
 
 import numpy as np
 
-from ...core.errors import LaunchError, SourceLoc
+from ...core.errors import LaunchError, caller_location as _caller
 from ...core.types import PtxType, bf16, f16, f32
 from ...runtime.adapter import DTYPES as _DTYPES, Frame, address as data_ptr, kind_of
 from ...runtime.adapter import element_strides as strides
@@ -49,17 +47,6 @@ from .simt import build_simt
 log = logging.getLogger("ptxdsl.ops")
 
 ALIASES = {"gelu_tanh": "gelu", "gelu-tanh": "gelu", "swish": "silu"}
-_PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _caller() -> SourceLoc | None:
-    """The first frame outside the ptxdsl package: the user's call."""
-    f = sys._getframe(1)
-    while f is not None:
-        if not os.path.abspath(f.f_code.co_filename).startswith(_PKG):
-            return SourceLoc(f.f_code.co_filename, f.f_lineno)
-        f = f.f_back
-    return None
 
 
 def _error(msg: str) -> LaunchError:

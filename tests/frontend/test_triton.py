@@ -121,7 +121,7 @@ def test_reduction_without_its_barrier_is_a_race_named_at_the_triton_line():
     with pytest.raises(InterpreterError, match="data race") as e:
         k.interpret(x, np.zeros(4, np.float32), *scratch(k), grid=4, block=threads,
                     shared=smem)
-    assert "test_frontend_triton.py" in str(e.value)   # the .loc line of the kernel's source
+    assert "test_triton.py" in str(e.value)   # the .loc line of the kernel's source
 
 
 def test_atomic_add_with_scope():

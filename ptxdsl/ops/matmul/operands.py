@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import Tile
+from ...core.specs import Tile
 from ...dsl import ptx
 from ...isa.descriptors import SmemDescriptor
 from ...core.tensormap import TMA

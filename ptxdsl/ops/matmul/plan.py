@@ -123,14 +123,21 @@ def many_rows(m: int, n: int, dtype: PtxType, sms: int) -> Plan:
     return Plan(cluster=cluster, bn=bn, bk=bk_for(dtype))
 
 
+MN_BOX = 64  # rows of an MN-major operand one TMA box holds (64 two-byte columns of 128 B)
+
+
 def for_majors(p: Plan, dtype: PtxType, out_dtype: PtxType, a_major: str = "K",
                b_major: str = "K") -> Plan:
-    """``p`` for operands of these majors (:mod:`.operands`). Two choices need K-major
-    rows: ``a_rows`` (a box of A's first rows; dropped for an MN-major A), and a tile
-    width that is not whole 64-column atoms (``bn = 224``: an MN-major B arrives in
-    boxes of 64 columns; the next whole width instead, 256 for 224, the ring re-fitted)."""
+    """``p`` for operands of these majors (:mod:`.operands`). Three choices need K-major
+    rows: ``a_rows`` (a box of A's first rows; dropped for an MN-major A), clusters along
+    N of more than ``bm / 64`` CTAs (each would load fewer than the 64 rows of an MN-major
+    A's box: fewer CTAs share A), and a tile width that is not whole 64-column atoms
+    (``bn = 224``: an MN-major B arrives in boxes of 64 columns; the next whole width
+    instead, 256 for 224, the ring re-fitted)."""
     if p.a_rows and a_major != "K":
         p = dataclasses.replace(p, a_rows=0)
+    if a_major != "K" and p.bm // p.cluster_n < MN_BOX:
+        p = dataclasses.replace(p, cluster_n=p.bm // MN_BOX)
     if p.bn % 64 and b_major != "K":
         p = fitted(dataclasses.replace(p, bn=-(-p.bn // 64) * 64), dtype, out_dtype)
     return p

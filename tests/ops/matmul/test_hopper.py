@@ -166,7 +166,8 @@ def test_interpreter_runs_the_shipped_kernel_bf16_output(m, n, k):
 
 @pytest.mark.parametrize("bn,cn,m,n,k,a_major,odt", [
     (64, 2, 100, 200, 136, "K", "f32"), (64, 2, 128, 264, 200, "MN", "f32"),
-    (64, 4, 16, 520, 72, "K", "f32"), (128, 2, 7, 392, 136, "K", "bf16")])
+    (64, 4, 16, 520, 72, "K", "f32"), (128, 2, 7, 392, 136, "K", "bf16"),
+    (128, 2, 104, 520, 136, "MN", "f32")])
 def test_interpreter_runs_clusters_along_n(bn, cn, m, n, k, a_major, odt):
     """Clusters along N (Plan.cluster_n): each CTA loads bm / cn rows of A with
     .multicast::cluster into every CTA of its cluster and its own B; both CTAs' consumers
@@ -362,5 +363,12 @@ def test_for_majors_keeps_what_the_operands_allow():
     with pytest.raises(ValueError, match="boxes of 64"):
         build_hopper(Plan(bn=224, cluster=1, stages=2), bf16, bf16,
                      b_major="MN")
+    # four CTAs along N would each load 32 rows of A, but an MN-major A comes in boxes
+    # of 64 rows: two share it (the N = 14336 plan of one tile row, A column-major)
+    c4 = Plan(bn=128, cluster=1, cluster_n=4, stages=3)
+    assert for_majors(c4, bf16, bf16, "K", "K") == c4
+    assert for_majors(c4, bf16, bf16, "MN", "K").cluster_n == 2
+    with pytest.raises(ValueError, match="boxes of 64"):
+        build_hopper(c4, bf16, f32, sms=4, a_major="MN")
     with pytest.raises(ValueError, match="multiple of 16"):
         build_hopper(Plan(bn=200, cluster=1, stages=2), bf16, bf16)

@@ -40,6 +40,7 @@ from ... import Tile, kernel
 from ...core.tensormap import TMA
 from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
+from .._common.ring import Ring, wait
 from .config import BLOCK_M, Config, Mask
 from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
@@ -64,34 +65,6 @@ class Smem:
         self.kempty = self.vfull + 8 * c.stages
         self.vempty = self.kempty + 8 * c.stages
         self.total = self.vempty + 8 * c.stages
-
-
-def _wait(labels, bar, parity) -> None:
-    """``L: mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity; @!p bra L``
-    (``labels`` numbers the loops of one trace)."""
-    top = ptx.new_label(f"wait{next(labels)}")
-    ptx.place(top)
-    done = reg.scalar(pred)
-    ptx.inst("mbarrier.try_wait.parity.shared::cta.b64", done, ptx.addr(bar), parity)
-    ptx.bra(top, pred=~done)
-
-
-class _Ring:
-    """Slot and parity of the K/V ring, advanced together."""
-
-    def __init__(self, stages: int):
-        self.stages = stages
-        self.slot = reg.scalar(u32, init=0)
-        self.phase = reg.scalar(u32, init=0)
-
-    def advance(self) -> None:
-        """``slot += 1``; on wrap-around ``slot = 0``, ``phase ^= 1``."""
-        ptx.inst.add.u32(self.slot, self.slot, 1)
-        wrap = self.slot == self.stages
-        ptx.inst.selp.u32(self.slot, 0, self.slot, wrap)
-        flip = reg.scalar(u32)
-        ptx.inst.selp.u32(flip, 1, 0, wrap)
-        ptx.inst.xor.b32(self.phase, self.phase, flip)
 
 
 def _s32(x):
@@ -198,11 +171,11 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # ------------------------------------------------------------ producer
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
             with ptx.if_(tid == 0):
-                ring = _Ring(S)
+                ring = Ring(S)
                 qphase = reg.scalar(u32, init=0)
                 for t in ptx.range_(cta, tiles, ncta):
                     m0, head, batch, hkv, off, n_lo, n_hi = tile(t)
-                    _wait(labels, qempty, qphase ^ 1)     # the consumers are done with Q
+                    wait(labels, qempty, qphase ^ 1)     # the consumers are done with Q
                     ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                              ptx.addr(qfull), BLOCK_M * d * es)
                     for p in range(P):
@@ -212,7 +185,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     for j in ptx.range_(n_lo, n_hi):
                         for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
                                                       (vfull, vempty, tv, L.v)):
-                            _wait(labels, free + ring.slot * 8, ring.phase ^ 1)
+                            wait(labels, free + ring.slot * 8, ring.phase ^ 1)
                             fb = full + ring.slot * 8
                             ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                      ptx.addr(fb), L.kv_bytes)
@@ -228,7 +201,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             s_acc = ptx.wgmma.accumulator(BN)
-            ring = _Ring(S)
+            ring = Ring(S)
             qphase = reg.scalar(u32, init=0)
             sk_s = _s32(sk)
             p_regs = p_registers(BN)
@@ -247,7 +220,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
                 def s_gemm():
                     """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
-                    _wait(labels, kfull + ring.slot * 8, ring.phase)
+                    wait(labels, kfull + ring.slot * 8, ring.phase)
                     k_desc = ptx.wgmma.descriptor(base + L.k + ring.slot * L.kv_bytes,
                                                   leading=16, stride=1024, swizzle=128)
                     ptx.inst("wgmma.fence.sync.aligned")
@@ -262,7 +235,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 def pv_gemm():
                     """Wait for V in stage ``vslot``; O += P·V, block_n/16 wgmmas with A (P)
                     from registers, one group."""
-                    _wait(labels, vfull + vslot * 8, vphase)
+                    wait(labels, vfull + vslot * 8, vphase)
                     v_desc = ptx.wgmma.descriptor(base + L.v + vslot * L.kv_bytes,
                                                   leading=BN * ROW, stride=1024, swizzle=128)
                     ptx.inst("wgmma.fence.sync.aligned")
@@ -303,7 +276,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst.mov.u32(vphase, ring.phase)
                     ring.advance()
 
-                _wait(labels, qfull, qphase)
+                wait(labels, qfull, qphase)
                 # Block j's softmax runs while P·V of block j - 1 is on the tensor cores: S(j) is
                 # issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                 with ptx.if_(n_lo < n_hi):

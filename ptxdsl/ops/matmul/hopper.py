@@ -79,9 +79,10 @@ import itertools
 
 from ... import Tile, kernel
 from ...dsl import ptx, reg, smem
-from ...core.types import PtxType, f32, pred, u8, u16, u32
+from ...core.types import PtxType, f32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
+from .._common.ring import Ring, wait
 from .operands import SW128_K_MAJOR, operands
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
@@ -112,35 +113,6 @@ class Layout:
         self.xfull = self.empty + 8 * p.stages              # split-K exchange barriers
         self.xfree = self.xfull + 8 * p.consumers
         self.total = self.xfree + 8 * p.consumers
-
-
-class _Ring:
-    """Slot index and parity of a full/empty ring, advanced together (no division)."""
-
-    def __init__(self, stages: int):
-        self.stages = stages
-        self.slot = reg.scalar(u32, init=0)
-        self.phase = reg.scalar(u32, init=0)
-
-    def advance(self):
-        """``slot += 1``; on wrap-around ``slot = 0`` and ``phase ^= 1``."""
-        ptx.inst.add.u32(self.slot, self.slot, 1)
-        wrap = self.slot == self.stages
-        ptx.inst.selp.u32(self.slot, 0, self.slot, wrap)
-        flip = reg.scalar(u32)
-        ptx.inst.selp.u32(flip, 1, 0, wrap)
-        ptx.inst.xor.b32(self.phase, self.phase, flip)
-
-
-def _wait(labels, bar, parity) -> None:
-    """Spin until the phase of ``bar`` with ``parity`` completed:
-    ``L: mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity; @!p bra L``
-    (``labels`` numbers the loops of one trace)."""
-    top = ptx.new_label(f"wait{next(labels)}")
-    ptx.place(top)
-    done = reg.scalar(pred)
-    ptx.inst("mbarrier.try_wait.parity.shared::cta.b64", done, ptx.addr(bar), parity)
-    ptx.bra(top, pred=~done)
 
 
 def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
@@ -314,13 +286,13 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             # ---------------------------------------------------- producer
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", PRODUCER_REGS)
             with ptx.if_(lane == 0):
-                ring = _Ring(S)
+                ring = Ring(S)
                 for t in ptx.range_(cid, total, ncl):
                     m0, n0 = tile_origin(t)
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
                     for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
                         kk = kb * p.bk
-                        _wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
+                        wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
                         fb = full0 + ring.slot * 8
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(fb), tx_bytes)
@@ -349,7 +321,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 for r, ptr in zip(sab, (psa, psb)):
                     ptx.inst.ld.global_.nc.f32(r, ptx.addr(ptr))
                 scale = sab[0] * sab[1]
-            ring = _Ring(S)
+            ring = Ring(S)
             a_off = cons * (p.wg_m * p.bk * dtype.bytes)
             stage_c = base + L.c + cons * L.c_consumer
             # This thread's place in the m64nN accumulator fragment.
@@ -360,7 +332,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             def mma_stage(first: bool):
                 """Wait for the ring's stage, issue its K/16 wgmmas, commit; returns the
                 stage's empty barrier."""
-                _wait(labels, full0 + ring.slot * 8, ring.phase)
+                wait(labels, full0 + ring.slot * 8, ring.phase)
                 sa = base + L.a + ring.slot * L.a_stage + a_off
                 sb = base + L.b + ring.slot * L.b_stage
                 da, db = opa.descriptor(sa), opb.descriptor(sb)
@@ -438,7 +410,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 with ptx.else_():
                     for t in ptx.range_(cid, total, ncl):
                         for kb in ptx.range_(nkr if SK > 1 else nk):
-                            _wait(labels, full0 + ring.slot * 8, ring.phase)
+                            wait(labels, full0 + ring.slot * 8, ring.phase)
                             release(empty0 + ring.slot * 8)
                             ring.advance()
             else:

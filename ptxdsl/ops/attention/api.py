@@ -12,6 +12,7 @@ from ...core.errors import LaunchError, caller_location as _caller
 from ...core.types import bf16, f16, f32
 from ...runtime.adapter import Frame, element_strides as strides
 from .._common.kernels import KernelCache
+from . import decode
 from .config import HEAD_DIMS, Mask
 from .fwd import build_forward
 from .plan import choose
@@ -132,19 +133,23 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     tanh(s / softcap)``. Returns ``out`` (B, Sq, H, D), and the row log-sum-exp (f32, (B, H,
     Sq)) with ``return_lse``."""
     frame = _frame(q)
-    dtype, (b, sq, h, d), _ = _check(q, k, v, causal, softmax_scale, window_size, softcap,
-                                     out, frame)
+    dtype, (b, sq, h, d), (_, hk) = _check(q, k, v, causal, softmax_scale, window_size,
+                                           softcap, out, frame)
     # TMA reads q, k, v through 4-d tensor maps of any strides on the interpreter; the GPU
     # launcher binds only contiguous Tiles, so other layouts (a slice of a packed qkv
     # tensor) are copied first.
     q, k, v = (a if _contiguous(a) else frame.contiguous(a) for a in (q, k, v))
-    kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
-                          softmax_scale=softmax_scale, softcap=softcap, arch=frame.arch(q),
-                          sms=frame.sms(q))
     if out is None:
         out = frame.empty((b, sq, h, d), q)
     lse = frame.empty((b, h, sq), q, f32)
-    res = frame.run(kern, q, k, v, out, lse)
+    if decode.takes(sq, d, h // hk):      # few query rows: split-KV decode (decode.py)
+        res = decode.run(frame, dtype, q, k, v, out, lse, causal=causal, softcap=softcap,
+                         softmax_scale=softmax_scale, window_size=window_size)
+    else:
+        kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
+                              softmax_scale=softmax_scale, softcap=softcap,
+                              arch=frame.arch(q), sms=frame.sms(q))
+        res = frame.run(kern, q, k, v, out, lse)
     if not frame.on_gpu():            # the interpreter returns its outputs: copy them back
         lse = _copy_back(frame, res, out, lse)
     return (out, lse) if return_lse else out

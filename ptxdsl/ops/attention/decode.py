@@ -1,0 +1,110 @@
+"""The decode forward (flash-decoding): few query rows (``SQ <= 16``) against a long K/V.
+
+:func:`run` launches two kernels: :mod:`.decode_split` splits every tile's keys over
+``NS`` CTAs (a tile is one GQA group's heads x ``64 / G`` query positions of one batch,
+so each CTA reads its K/V once for the whole group) and writes partial ``(O, LSE)`` in
+f32; :mod:`.decode_combine` merges them into ``out`` and the LSE. ``NS`` comes from the
+plan table ``decode_plans.json`` (tile shape, ring depth, how many CTAs per SM to fill,
+the fewest key blocks a split is worth) and the device's SM count: enough splits that
+the grid fills the GPU, no more than the keys make worth it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ...core.types import f32
+from .._common.kernels import KernelCache
+from .config import Mask
+from .decode_combine import build_combine
+from .decode_split import ROWS, build_split, smem_bytes
+from .plan import SMEM_PER_CTA
+
+HEAD_DIMS = (64, 128)
+MAX_SQ = 16                  # query rows per head the decode path takes
+KERNELS = KernelCache(limit=128)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """``block_n`` keys per K/V block, ``stages`` blocks in the ring, splits enough for
+    ``ctas_per_sm`` CTAs on every SM, each split at least ``min_blocks`` blocks."""
+
+    block_n: int = 128
+    stages: int = 3
+    ctas_per_sm: int = 1
+    min_blocks: int = 2
+
+    def __post_init__(self):
+        if self.block_n % 16 or not 16 <= self.block_n <= 256 or self.stages < 1 \
+                or self.ctas_per_sm < 1 or self.min_blocks < 1:
+            raise ValueError(f"bad decode plan {self}")
+
+
+@lru_cache(maxsize=1)
+def rows() -> tuple[dict, ...]:
+    return tuple(json.loads(Path(__file__).with_name("decode_plans.json").read_text())["rows"])
+
+
+def choose(head_dim: int, dtype_name: str) -> DecodePlan:
+    """The first row of ``decode_plans.json`` that holds (head dim, dtype)."""
+    for row in rows():
+        if head_dim in row["head_dims"] and dtype_name in row["dtypes"]:
+            p = DecodePlan(**row["plan"])
+            assert smem_bytes(p.block_n, p.stages, head_dim) <= SMEM_PER_CTA, (row, p)
+            return p
+    raise ValueError(f"no decode plan for head dim {head_dim} ({dtype_name})")
+
+
+def takes(sq: int, head_dim: int, group: int) -> bool:
+    """Whether a call runs the decode path: few query rows, a head dim it is built for,
+    a GQA group that packs whole into its 64 rows (others: the main forward)."""
+    return sq <= MAX_SQ and head_dim in HEAD_DIMS and ROWS % group == 0
+
+
+def splits_for(plan: DecodePlan, tiles: int, blocks: int, sms: int) -> int:
+    """Splits of each tile's ``blocks`` key blocks: enough that ``tiles x splits`` CTAs
+    fill ``ctas_per_sm`` per SM, none shorter than ``min_blocks``."""
+    want = -(-plan.ctas_per_sm * sms // tiles)
+    return max(1, min(want, blocks // plan.min_blocks))
+
+
+def kernels(plan: DecodePlan, dtype, d: int, group: int, mask: Mask, scale: float,
+            softcap: float, arch: str):
+    """The (split, combine) kernel pair, built once per key."""
+    split = KERNELS.get(("split", plan, dtype.name, d, group, mask, scale, softcap, arch),
+                        lambda: build_split(plan.block_n, plan.stages, dtype, d, group, mask,
+                                            scale=scale, softcap=softcap, arch=arch))
+    combine = KERNELS.get(("combine", dtype.name, d, arch),
+                          lambda: build_combine(dtype, d, arch=arch))
+    return split, combine
+
+
+def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_size,
+        softcap: float, splits: int | None = None, plan: DecodePlan | None = None):
+    """Both passes on ``frame`` (contiguous q, k, v; ``out`` and ``lse`` allocated); returns
+    what the combine's launch returns (the interpreter's outputs). ``splits`` / ``plan``
+    override the table's choice (tests, tuning)."""
+    b, sq, h, d = (int(x) for x in q.shape)
+    sk, hk = int(k.shape[1]), int(k.shape[2])
+    group = h // hk
+    plan = plan or choose(d, dtype.name)
+    scale = float(d ** -0.5 if softmax_scale is None else softmax_scale)
+    left, right = window_size
+    mask = Mask(left, 0 if causal else right)
+    arch = frame.arch(q)
+    split, combine = kernels(plan, dtype, d, group, mask, scale, float(softcap), arch)
+    tiles = b * hk * -(-sq // (ROWS // group))
+    ns = splits or splits_for(plan, tiles, -(-sk // plan.block_n), frame.sms(q))
+    opart = frame.empty((ns, b, h, sq, d), q, f32)
+    lpart = frame.empty((ns, b, h, sq), q, f32)
+    res = frame.run(split, q, k, v, opart, lpart)
+    if not frame.on_gpu():
+        opart, lpart = res
+    return frame.run(combine, opart, lpart, out, lse)
+
+
+__all__ = ["run", "takes", "choose", "splits_for", "kernels", "DecodePlan", "HEAD_DIMS",
+           "MAX_SQ", "KERNELS"]

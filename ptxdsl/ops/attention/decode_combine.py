@@ -1,0 +1,123 @@
+"""The combine pass of the decode forward: each output row merges its ``NS`` partial
+``(O_s, lse_s)`` (O_s already divided by its own sum) in f32::
+
+    lse = log(sum_s exp(lse_s)),   out = sum_s exp(lse_s - lse) * O_s
+
+One warp per row of ``(B, H, SQ)``, each lane ``D / 32`` adjacent columns
+(``ld.global.v4.f32`` at D = 128). The splits are read ``UNROLL`` at a time (loads
+predicated past NS), all of a chunk's loads in flight before the chunk's math, and merged
+online (running max in the log2 domain): a row costs one L2 round trip per chunk.
+A row whose splits are all -inf (no key) gives 0 and -inf.
+"""
+from __future__ import annotations
+
+from ... import Tile, kernel
+from ...core.types import PtxType, b32, f32, pred, u32
+from ...dsl import ptx, reg
+from .._common.launch_order import after_previous_kernel, pdl_for
+from .softmax import LN2, LOG2E, NEG_INF
+
+UNROLL = 8           # splits whose loads one chunk keeps in flight
+WARPS = 4            # rows per CTA
+
+
+def build_combine(dtype: PtxType, d: int, *, arch: str = "sm_90a"):
+    """The combine kernel: opart (NS, B, H, SQ, D) f32 and lpart (NS, B, H, SQ) f32 in;
+    out (B, SQ, H, D) in ``dtype`` and lse (B, H, SQ) f32 out."""
+    if d % 64 or not 64 <= d <= 128:
+        raise ValueError(f"head dim {d}: the combine takes 64 or 128")
+    c = d // 32                             # columns per lane
+    pdl = pdl_for(arch)
+
+    def grid(B, H, SQ):
+        return ((B * H * SQ + WARPS - 1) // WARPS, 1, 1)
+
+    @kernel(in_specs=(Tile("NS", "B", "H", "SQ", d, f32), Tile("NS", "B", "H", "SQ", f32)),
+            out_specs=(Tile("B", "SQ", "H", d, dtype), Tile("B", "H", "SQ", f32)),
+            arg_names=("opart", "lpart", "out", "lse"), grid=grid, block=(32 * WARPS, 1, 1),
+            arch=arch, name=f"attention_decode_combine_{dtype.name}_d{d}", pdl=pdl)
+    def attention_decode_combine(op, lp, o, lse):
+        ns, sq, nh = ptx.dim("NS"), ptx.dim("SQ"), ptx.dim("H")
+        rows = ptx.dim("B") * nh * sq
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        lane = tid & 31
+        row = cta * WARPS + (tid >> 5)
+        after_previous_kernel(pdl, 32 * WARPS)
+        po, pl, pout, plse = ptx.global_ptrs(op, lp, o, lse)
+        with ptx.if_(row < rows):
+            mx = reg.scalar(f32, init=NEG_INF)       # running max, log2 domain
+            tot = reg.scalar(f32, init=0.0)
+            acc = [reg.scalar(f32, init=0.0) for _ in range(c)]
+            for s0 in ptx.range_(0, ns, UNROLL):
+                xs, os_ = [], []
+                for u in range(UNROLL):
+                    x = reg.scalar(f32, init=NEG_INF)
+                    ov = [reg.scalar(f32, init=0.0) for _ in range(c)]
+                    live = reg.scalar(pred)
+                    ptx.inst.setp.lt.u32(live, s0 + u, ns)
+                    prow = (s0 + u) * rows + row
+                    ptx.inst("ld.global.f32", x, ptx.addr(pl + prow * 4), pred=live)
+                    ptx.inst(f"ld.global.v{c}.f32", ov, ptx.addr(po + (prow * d + lane * c) * 4),
+                             pred=live)
+                    xs.append(x)
+                    os_.append(ov)
+                new = reg.scalar(f32)
+                ptx.inst.mul.f32(new, xs[0], LOG2E)
+                for x in xs[1:]:
+                    t = reg.scalar(f32)
+                    ptx.inst.mul.f32(t, x, LOG2E)
+                    ptx.inst.max.f32(new, new, t)
+                ptx.inst.max.f32(new, new, mx)
+                empty = reg.scalar(pred)
+                ptx.inst.setp.eq.f32(empty, new, NEG_INF)
+                use = reg.scalar(f32)
+                ptx.inst.selp.f32(use, 0.0, new, empty)
+                neg = reg.scalar(f32)
+                ptx.inst.neg.f32(neg, use)
+                alpha = reg.scalar(f32)
+                ptx.inst.sub.f32(alpha, mx, use)
+                ptx.inst("ex2.approx.ftz.f32", alpha, alpha)
+                ptx.inst.mul.f32(tot, tot, alpha)
+                for a in acc:
+                    ptx.inst.mul.f32(a, a, alpha)
+                for x, ov in zip(xs, os_):
+                    w = reg.scalar(f32)
+                    ptx.inst("fma.rn.f32", w, x, LOG2E, neg)
+                    ptx.inst("ex2.approx.ftz.f32", w, w)
+                    ptx.inst.add.f32(tot, tot, w)
+                    for a, y in zip(acc, ov):
+                        ptx.inst("fma.rn.f32", a, w, y, a)
+                ptx.inst.mov.f32(mx, new)
+            some = reg.scalar(pred)
+            ptx.inst.setp.gt.f32(some, tot, 0.0)
+            inv = reg.scalar(f32)
+            ptx.inst("rcp.rn.f32", inv, tot)
+            ptx.inst.selp.f32(inv, inv, 0.0, some)
+            s = row % sq
+            bh = row // sq
+            orow = ((bh // nh) * sq + s) * nh + bh % nh
+            words = []
+            for i in range(0, c, 2):
+                ptx.inst.mul.f32(acc[i], acc[i], inv)
+                ptx.inst.mul.f32(acc[i + 1], acc[i + 1], inv)
+                w = reg.scalar(b32)
+                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", w, acc[i + 1], acc[i])
+                words.append(w)
+            at = ptx.addr(pout + (orow * d + lane * c) * dtype.bytes)
+            if len(words) > 1:
+                ptx.inst(f"st.global.v{len(words)}.b32", at, words)
+            else:
+                ptx.inst("st.global.b32", at, words[0])
+            with ptx.if_(lane == 0):
+                val = reg.scalar(f32)
+                ptx.inst("lg2.approx.f32", val, tot)
+                ptx.inst.add.f32(val, val, mx)
+                ptx.inst.mul.f32(val, val, LN2)
+                ptx.inst.selp.f32(val, val, NEG_INF, some)
+                ptx.inst("st.global.f32", ptx.addr(plse + row * 4), val)
+
+    return attention_decode_combine
+
+
+__all__ = ["build_combine", "UNROLL", "WARPS"]

@@ -65,9 +65,10 @@ def takes(sq: int, head_dim: int, group: int) -> bool:
 
 
 def splits_for(plan: DecodePlan, tiles: int, blocks: int, sms: int) -> int:
-    """Splits of each tile's ``blocks`` key blocks: enough that ``tiles x splits`` CTAs
-    fill ``ctas_per_sm`` per SM, none shorter than ``min_blocks``."""
-    want = -(-plan.ctas_per_sm * sms // tiles)
+    """Splits of each tile's ``blocks`` key blocks: as many as ``tiles x splits`` CTAs
+    fit in one wave of ``ctas_per_sm`` per SM (a second, partial wave would double the
+    time), none shorter than ``min_blocks``."""
+    want = plan.ctas_per_sm * sms // tiles
     return max(1, min(want, blocks // plan.min_blocks))
 
 

@@ -1,0 +1,226 @@
+"""Decode attention (few query rows against a long K/V) side by side in one run on the
+current GPU: ``ptxdsl.ops.attention`` (its split-KV path), torch SDPA with each backend
+that takes the shape (cuDNN, flash, efficient) and FlashAttention-4 (``flash_attn.cute``)
+when it is importable; beside them a torch copy of the same number of bytes as K and V.
+
+Shapes (issue 51): Sq = 1 and 16, Sk 4k-128k, B 1 and 8, H = 32, Hkv = 8, D = 128 and 64,
+bf16, random normal inputs, no mask. Every contender's output is checked against SDPA's
+math backend in float32 on the first batch (max error over the largest value <= 2e-2)
+before it is timed. Timing: after a warm-up, ``--rounds`` rounds in which every contender
+in turn runs ``--iters`` calls between two CUDA events; the median per call.
+
+Reported per contender: microseconds, GB/s of the K/V bytes read (``2 B Sk Hkv D`` x 2
+bytes), and that rate as a % of the copy's bandwidth (the copy moves the same bytes in and
+out: ``2 x bytes / its time``). ``--sweep`` instead times the decode plans listed in
+``SWEEP`` on a few shapes (for ``decode_plans.json``). JSON goes to
+``$OUT/attention_decode.json`` (or ``--json``); the table is printed last.
+
+    PYTHONPATH=. python bench/attention_decode.py
+    PYTHONPATH=. python bench/attention_decode.py --sweep
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+H, HKV = 32, 8
+# (head dim, block_n, stages, ctas_per_sm, min_blocks): the plans --sweep compares
+SWEEP = [(128, 128, 3, 1, 2), (128, 64, 6, 1, 4), (128, 64, 6, 1, 2), (128, 128, 3, 1, 4),
+         (64, 128, 6, 1, 2), (64, 64, 12, 1, 4), (64, 64, 6, 2, 4), (64, 64, 6, 2, 2)]
+
+
+def shapes(quick: bool):
+    """(B, Sq, Sk, D) in run order."""
+    out = []
+    for d in (128, 64):
+        for b in (1, 8):
+            for sq in (1, 16):
+                for sk in ((8192, 32768) if quick else (4096, 8192, 16384, 32768, 65536,
+                                                        131072)):
+                    out.append((b, sq, sk, d))
+    return out
+
+
+def contenders(torch):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    import ptxdsl.ops as ops
+
+    def sdpa(backend):
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                    enable_gqa=True).transpose(1, 2)
+        return run
+
+    found = {"ptxdsl": lambda q, k, v: ops.attention(q, k, v),
+             "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+             "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+             "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION)}
+    try:
+        from flash_attn.cute import flash_attn_func
+        found["fa4"] = lambda q, k, v: flash_attn_func(q, k, v)[0]
+    except Exception as e:  # noqa: BLE001 - a peer that is not installed sits out
+        print(f"fa4 sits out: {type(e).__name__}: {e}")
+    return found
+
+
+def reference(torch, q, k, v):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    rep = q.shape[2] // k.shape[2]
+    kk, vv = (x.repeat_interleave(rep, dim=2) for x in (k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(
+            q.transpose(1, 2).float(), kk.transpose(1, 2).float(),
+            vv.transpose(1, 2).float()).transpose(1, 2)
+
+
+def time_all(torch, fns, rounds, iters):
+    """Median milliseconds per call of each function (no arguments), rounds interleaved."""
+    times = {n: [] for n in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) / iters)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def inputs(torch, b, sq, sk, d):
+    torch.manual_seed(0)
+    return (torch.randn(b, sq, H, d, device="cuda", dtype=torch.bfloat16),
+            torch.randn(b, sk, HKV, d, device="cuda", dtype=torch.bfloat16),
+            torch.randn(b, sk, HKV, d, device="cuda", dtype=torch.bfloat16))
+
+
+def copy_fn(torch, nbytes):
+    src = torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16).normal_()
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def sweep(torch, args, result):
+    """Each plan of SWEEP on Sq 1 / 16, Sk 8k / 32k, B 1 / 8 (its head dim)."""
+    from ptxdsl.ops.attention import decode
+    chosen = decode.choose
+    for d, bn, st, cps, mb in SWEEP:
+        plan = decode.DecodePlan(block_n=bn, stages=st, ctas_per_sm=cps, min_blocks=mb)
+        decode.choose = lambda *_a, _p=plan: _p
+        try:
+            for b in (1, 8):
+                for sq in (1, 16):
+                    for sk in (8192, 32768):
+                        q, k, v = inputs(torch, b, sq, sk, d)
+                        nbytes = 2 * k.numel() * 2
+                        import ptxdsl.ops as ops
+                        out = ops.attention(q, k, v)
+                        ref = reference(torch, q[:1], k[:1], v[:1])
+                        err = float((out[:1].float() - ref).abs().max() / ref.abs().max())
+                        fns = {"ptxdsl": lambda: ops.attention(q, k, v),
+                               "copy": copy_fn(torch, nbytes)}
+                        for f in fns.values():
+                            f()
+                        ms = time_all(torch, fns, args.rounds, args.iters)
+                        row = {"D": d, "plan": [bn, st, cps, mb], "B": b, "Sq": sq, "Sk": sk,
+                               "max_err": err, "us": ms["ptxdsl"] * 1e3,
+                               "pct_copy": 100 * 2 * ms["copy"] / (2 * ms["ptxdsl"])}
+                        result["sweep"].append(row)
+                        print(json.dumps(row), flush=True)
+        except Exception as e:  # noqa: BLE001 - a plan that does not build is recorded
+            result["sweep"].append({"D": d, "plan": [bn, st, cps, mb],
+                                    "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            print(result["sweep"][-1], flush=True)
+        finally:
+            decode.choose = chosen
+    print(f"\n{'D':>4} {'plan':>16} " + " ".join(f"{f'B{b} q{sq} {sk // 1024}k':>12}"
+          for b in (1, 8) for sq in (1, 16) for sk in (8192, 32768)) + "  (% of copy)")
+    by = {}
+    for r in result["sweep"]:
+        by.setdefault((r["D"], tuple(r["plan"])), []).append(r)
+    for (d, plan), rs in by.items():
+        cells = [f"{r['pct_copy']:12.1f}" if "pct_copy" in r else f"{'err':>12}" for r in rs]
+        print(f"{d:>4} {str(list(plan)):>16} " + " ".join(cells))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    import torch
+    dev = torch.cuda.get_device_name()
+    result = {"benchmark": "attention_decode", "device": dev,
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "torch": torch.__version__, "dtype": "bf16", "H": H, "Hkv": HKV,
+              "pct_copy": "GB/s of K/V bytes read / (2 x bytes / time of a torch copy of them)",
+              "rows": [], "sweep": []}
+    path = args.json or os.path.join(os.environ.get("OUT", "."), "attention_decode.json")
+    if args.sweep:
+        sweep(torch, args, result)
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+        return
+    fns = contenders(torch)
+    for b, sq, sk, d in shapes(args.quick):
+        q, k, v = inputs(torch, b, sq, sk, d)
+        nbytes = 2 * k.numel() * 2
+        row = {"B": b, "Sq": sq, "Sk": sk, "D": d, "kv_bytes": nbytes, "results": {}}
+        ref = reference(torch, q[:1], k[:1], v[:1])
+        scale = float(ref.abs().max())
+        live = {}
+        for name, fn in fns.items():
+            try:
+                out = fn(q, k, v)
+                torch.cuda.synchronize()
+                err = float((out[:1].float() - ref).abs().max()) / scale
+            except Exception as e:  # noqa: BLE001 - recorded, the contender sits out
+                row["results"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                continue
+            row["results"][name] = {"max_err": err}
+            if err <= 2e-2 and bool(torch.isfinite(out).all()):
+                live[name] = (lambda f: lambda: f(q, k, v))(fn)
+            else:
+                row["results"][name]["error"] = "wrong result"
+        live["copy"] = copy_fn(torch, nbytes)
+        for fn in live.values():
+            fn()                                  # warm-up (FA4 compiles on its first call)
+        ms = time_all(torch, live, args.rounds, args.iters)
+        copy_gbs = 2 * nbytes / ms["copy"] / 1e6
+        row["copy"] = {"us": ms.pop("copy") * 1e3, "GBs": copy_gbs}
+        for name, t in ms.items():
+            gbs = nbytes / t / 1e6
+            row["results"][name].update(us=t * 1e3, GBs=gbs, pct_copy=100 * gbs / copy_gbs)
+        result["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+    names = list(fns)
+    print(f"\n{dev}, bf16, H={H} Hkv={HKV}: µs per call / % of the copy's bandwidth "
+          f"(K/V bytes read)")
+    print(f"{'D':>4} {'B':>2} {'Sq':>3} {'Sk':>7} {'copy GB/s':>9} "
+          + " ".join(f"{n:>17}" for n in names))
+    for r in result["rows"]:
+        res = r["results"]
+        cells = [f"{res[n]['us']:8.1f} {res[n]['pct_copy']:7.1f}%" if "us" in res.get(n, {})
+                 else f"{'-':>17}" for n in names]
+        print(f"{r['D']:>4} {r['B']:>2} {r['Sq']:>3} {r['Sk']:>7} {r['copy']['GBs']:9.0f} "
+              + " ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

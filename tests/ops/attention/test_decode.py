@@ -1,0 +1,82 @@
+"""The split-KV decode path (``Sq <= 16``) on the CPU interpreter with every detector on,
+against the float64 reference: GQA groups packed as one tile's rows, keys split over
+several CTAs (forced, the interpreter's 2 SMs would pick one split at these lengths) and
+merged by the combine kernel; causal and windows aligned bottom-right, rows and splits
+that see no key. The wider sweep is marked ``long``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptxdsl.interp  # noqa: F401
+from ptxdsl.ops import attention
+from ptxdsl.ops.attention import attention_reference, decode
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+def _inputs(b, sq, sk, h, hk, d, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype)
+            for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d))]
+
+
+def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, **kw):
+    dt = ml_dtypes.bfloat16 if dtype == "bf16" else dtype
+    q, k, v = _inputs(b, sq, sk, h, hk, d, dt, b + sq + sk + d)
+    seen = []
+    monkeypatch.setattr(decode, "splits_for", lambda *a: seen.append(a) or splits)
+    out, lse = attention(q, k, v, return_lse=True, **kw)
+    assert seen, "the call did not take the decode path"
+    ref, rlse = attention_reference(q, k, v, **kw)
+    o = out.astype(np.float64)
+    assert out.dtype == q.dtype and lse.shape == (b, h, sq) and lse.dtype == np.float32
+    assert not np.isnan(o).any() and not np.isnan(lse).any()
+    err = np.abs(o - ref).max() / max(np.abs(ref).max(), 1e-30)
+    assert err <= (2e-2 if dtype == "bf16" else 4e-3), err
+    empty = np.isinf(rlse)
+    np.testing.assert_array_equal(np.isneginf(lse), empty)
+    assert (o.transpose(0, 2, 1, 3)[empty] == 0).all()
+    fin = ~empty
+    if fin.any():
+        rel = np.abs(lse[fin] - rlse[fin]) / np.maximum(np.abs(rlse[fin]), 1.0)
+        assert rel.max() <= 1e-3, rel.max()
+
+
+@pytest.mark.parametrize("splits,b,sq,sk,h,hk,d,dtype,kw", [
+    (3, 1, 5, 300, 4, 2, 64, np.float16, dict(causal=True)),      # GQA 2, ragged Sk, causal
+    (2, 1, 1, 63, 4, 1, 64, "bf16", dict(window_size=(8, 0))),     # MQA, a split with no key
+])
+def test_decode_matches_float64(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
+    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, **kw)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("splits,b,sq,sk,h,hk,d,dtype,kw", [
+    (1, 1, 1, 1, 4, 1, 64, np.float16, dict(causal=True)),
+    (3, 1, 5, 300, 4, 2, 64, np.float16, {}),
+    (2, 1, 1, 300, 2, 2, 128, "bf16", dict(window_size=(40, 0))),
+    (2, 2, 5, 63, 8, 2, 64, "bf16", dict(causal=True)),
+    (3, 1, 3, 300, 4, 1, 64, np.float16, dict(softcap=5.0, softmax_scale=0.3)),
+    (1, 1, 5, 1, 2, 1, 64, np.float16, dict(causal=True)),         # rows before the keys
+    (4, 1, 16, 200, 4, 1, 64, np.float16, dict(window_size=(20, 3))),
+    (2, 1, 16, 130, 2, 1, 128, "bf16", {}),                        # G = 2: 32 positions a tile
+    (5, 1, 2, 300, 1, 1, 128, np.float16, dict(causal=True)),      # more splits than blocks
+])
+def test_decode_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
+    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, **kw)
+
+
+def test_which_calls_take_the_decode_path():
+    assert decode.takes(1, 128, 4) and decode.takes(16, 64, 8) and decode.takes(16, 128, 64)
+    assert not decode.takes(17, 128, 4)          # more rows: the main forward
+    assert not decode.takes(1, 256, 4)           # head dims 192, 256: the main forward
+    assert not decode.takes(1, 128, 3)           # a group that does not pack into 64 rows
+
+
+def test_split_count_fills_the_gpu_within_the_keys():
+    plan = decode.DecodePlan(block_n=128, stages=3, ctas_per_sm=1, min_blocks=2)
+    assert decode.splits_for(plan, 8, 64, 132) == 16        # B=1, Hkv=8, Sk=8k: 128 CTAs
+    assert decode.splits_for(plan, 8, 6, 132) == 3          # few keys: splits of 2 blocks
+    assert decode.splits_for(plan, 512, 64, 132) == 1       # the tiles alone fill the GPU
+    assert decode.splits_for(plan, 8, 1, 132) == 1

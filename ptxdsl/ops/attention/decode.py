@@ -48,6 +48,7 @@ def rows() -> tuple[dict, ...]:
     return tuple(json.loads(Path(__file__).with_name("decode_plans.json").read_text())["rows"])
 
 
+@lru_cache(maxsize=None)
 def choose(head_dim: int, dtype_name: str) -> DecodePlan:
     """The first row of ``decode_plans.json`` that holds (head dim, dtype)."""
     for row in rows():

@@ -62,6 +62,8 @@ def test_decode_matches_float64(monkeypatch, splits, b, sq, sk, h, hk, d, dtype,
     (4, 1, 16, 200, 4, 1, 64, np.float16, dict(window_size=(20, 3))),
     (2, 1, 16, 130, 2, 1, 128, "bf16", {}),                        # G = 2: 32 positions a tile
     (5, 1, 2, 300, 1, 1, 128, np.float16, dict(causal=True)),      # more splits than blocks
+    (1, 1, 3, 70, 64, 1, 64, np.float16, dict(causal=True)),       # G = 64: one position a tile
+    (2, 1, 6, 70, 32, 2, 64, np.float16, dict(window_size=(10, 2))),   # G = 16: 4 a tile
 ])
 def test_decode_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
     _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, **kw)

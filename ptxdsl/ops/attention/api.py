@@ -94,17 +94,21 @@ def _check(q, k, v, causal, softmax_scale, window_size, softcap, out, frame):
 
 def forward_kernel(head_dim: int, dtype: str = "bf16", *, causal: bool = False,
                    window_size=(-1, -1), softmax_scale: float | None = None,
-                   softcap: float = 0.0, arch: str = "sm_90a", sms: int = 132):
+                   softcap: float = 0.0, arch: str = "sm_90a", sms: int = 132,
+                   layout: str = "dense", group: int = 1):
     """The kernel :func:`attention` runs for these options (built once per key, from the
-    plan table's config): for ``ptxdsl check``, the docs' PTX excerpts and timing."""
+    plan table's config): for ``ptxdsl check``, the docs' PTX excerpts and timing.
+    ``layout``: ``dense``, ``packed`` (``group`` query heads per K/V head in one tile's
+    rows) or ``varlen`` (:func:`~.varlen.attention_varlen`)."""
     dt = {"bf16": bf16, "f16": f16}[dtype]
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
     cfg = choose(head_dim, dt.name, mask)
-    key = (cfg, dt.name, head_dim, mask, scale, float(softcap), arch, sms)
+    key = (cfg, dt.name, head_dim, mask, scale, float(softcap), arch, sms, layout, group)
     return KERNELS.get(key, lambda: build_forward(cfg, dt, head_dim, mask, scale=scale,
-                                                  softcap=float(softcap), sms=sms, arch=arch))
+                                                  softcap=float(softcap), sms=sms, arch=arch,
+                                                  layout=layout, group=group))
 
 
 def _copy_back(frame, res, out, lse):

@@ -3,8 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-HEAD_DIMS = (64, 128, 192, 256)   # multiples of one 128-byte swizzle row of 16-bit elements
+HEAD_DIMS = (64, 96, 128, 192, 256)   # 96: the second 64-column panel half filled
 BLOCK_M = 128                      # query rows per CTA: two consumer warpgroups of m64
+
+
+def padded(head_dim: int) -> int:
+    """The head dim in whole 64-column panels (one 128-byte swizzle row of 16-bit
+    elements): what shared memory holds per row."""
+    return -(-head_dim // 64) * 64
 
 
 @dataclass(frozen=True)
@@ -34,8 +40,8 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (128 rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per stage)."""
-        q = BLOCK_M * head_dim * elem_bytes
-        kv = 2 * self.block_n * head_dim * elem_bytes
+        q = BLOCK_M * padded(head_dim) * elem_bytes
+        kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         return q + self.stages * kv + 8 * (2 + 4 * self.stages)
 
 
@@ -61,4 +67,4 @@ class Mask:
         return f"win{self.left}_{self.right}"
 
 
-__all__ = ["Config", "Mask", "HEAD_DIMS", "BLOCK_M"]
+__all__ = ["Config", "Mask", "HEAD_DIMS", "BLOCK_M", "padded"]

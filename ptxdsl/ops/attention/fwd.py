@@ -250,7 +250,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      ptx.addr(bars + slot * 8))
 
                     def scores(j):
-                        """S of block j (its wgmma retired) -> P in place; returns the rows' alpha."""
+                        """S of block j (its wgmma retired) -> P in place; returns the rows'
+                        alpha."""
                         if softcap:
                             for x in s_acc:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
@@ -276,8 +277,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ring.advance()
 
                     wait(labels, qfull, qphase)
-                    # Block j's softmax runs while P·V of block j - 1 is on the tensor cores: S(j) is
-                    # issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
+                    # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
+                    # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     with ptx.if_(n_lo < n_hi):
                         if c.pingpong:                  # consumer 0 issues first
                             ptx.inst("bar.arrive", 1, 256, pred=cons == 1)

@@ -40,6 +40,12 @@ def s32_of(x):
     return r
 
 
+def _tma(*box):
+    """128-byte swizzled boxes of 64 columns; the kernel reads q, k and v only through
+    their maps, so they may have any strides (a slice of a packed qkv tensor)."""
+    return TMA(box=box, swizzle=ROW, strided=True)
+
+
 @dataclass
 class Work:
     """One tile: its first (packed) row ``m0``, query head (the K/V head when packed),
@@ -67,9 +73,9 @@ class Dense:
 
     def specs(self):
         q = Tile("B", "SQ", "H", self.d, self.dtype,
-                 tma=TMA(box=(1, BLOCK_M, 1, PANEL), swizzle=ROW))
+                 tma=_tma(1, BLOCK_M, 1, PANEL))
         kv = [Tile("B", "SK", "HK", self.d, self.dtype,
-                   tma=TMA(box=(1, self.bn, 1, PANEL), swizzle=ROW)) for _ in range(2)]
+                   tma=_tma(1, self.bn, 1, PANEL)) for _ in range(2)]
         return (q, *kv), (Tile("B", "SQ", "H", self.d, self.dtype), Tile("B", "H", "SQ", f32))
 
     arg_names = ("q", "k", "v", "out", "lse")
@@ -138,8 +144,8 @@ class Packed(Dense):
     def specs(self):
         g, d, dt = self.group, self.d, self.dtype
         q = Tile("B", "SQ", "HK", g, d, dt,
-                 tma=TMA(box=(1, BLOCK_M // g, 1, g, PANEL), swizzle=ROW))
-        kv = [Tile("B", "SK", "HK", d, dt, tma=TMA(box=(1, self.bn, 1, PANEL), swizzle=ROW))
+                 tma=_tma(1, BLOCK_M // g, 1, g, PANEL))
+        kv = [Tile("B", "SK", "HK", d, dt, tma=_tma(1, self.bn, 1, PANEL))
               for _ in range(2)]
         return (q, *kv), (Tile("B", "SQ", "HK", g, d, dt), Tile("B", "HK", g, "SQ", f32))
 
@@ -196,8 +202,8 @@ class Varlen(Dense):
 
     def specs(self):
         d, dt = self.d, self.dtype
-        q = Tile("TQ", "H", d, dt, tma=TMA(box=(BLOCK_M, 1, PANEL), swizzle=ROW))
-        kv = [Tile("TK", "HK", d, dt, tma=TMA(box=(self.bn, 1, PANEL), swizzle=ROW))
+        q = Tile("TQ", "H", d, dt, tma=_tma(BLOCK_M, 1, PANEL))
+        kv = [Tile("TK", "HK", d, dt, tma=_tma(self.bn, 1, PANEL))
               for _ in range(2)]
         cu = [Tile("NS1", s32) for _ in range(2)]
         return (q, *kv, *cu), (Tile("TQ", "H", d, dt), Tile("H", "TQ", f32))

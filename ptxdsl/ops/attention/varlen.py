@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...core.types import f32
 from ...runtime.adapter import element_strides as strides
-from .api import _check, _contiguous, _copy_back, _fail, _frame, forward_kernel
+from .api import _check, _contiguous, _copy_back, _fail, _frame, _tma_ready, forward_kernel
 from .tiles import SEQ_BITS
 
 
@@ -92,7 +92,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
             out[...] = 0
             lse[...] = float("-inf")
         return (out, lse) if return_lse else out
-    q, k, v = (a if _contiguous(a) else frame.contiguous(a) for a in (q, k, v))
+    q, k, v = (a if _tma_ready(a, frame) else frame.contiguous(a) for a in (q, k, v))
     kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
                           softmax_scale=softmax_scale, softcap=softcap, arch=frame.arch(q),
                           sms=frame.sms(q), layout="varlen")

@@ -91,6 +91,45 @@ def test_persistent_grid_loops_over_tiles(causal, pingpong):
     np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
 
 
+def test_pack_gqa_head_dim_96():
+    """Few query rows and GQA (Sq = 3, 4 query heads per K/V head): the group's heads
+    share one tile's rows (pack_gqa); head dim 96 fills its second panel half, causal
+    aligned bottom-right per row position, not per packed row."""
+    from ptxdsl.ops.attention import KERNELS
+    _check(*_inputs(1, 3, 40, 8, 2, 96, np.float16, 3), causal=True)
+    assert any("_d96_" in k.name and k.name.endswith("_packed4")
+               for k in KERNELS._kernels.values())
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("b,sq,sk,h,hk,d,kw", [
+    (2, 1, 33, 4, 1, 64, dict(window_size=(8, 0))),          # MQA decode-like row
+    (1, 16, 300, 16, 2, 128, dict(causal=True)),             # group of 8, two K/V heads
+    (1, 64, 64, 4, 2, 64, dict(softcap=5.0)),                # two tiles of packed rows
+    (1, 100, 130, 2, 2, 96, dict(causal=True)),              # head dim 96, no packing
+])
+def test_pack_gqa_and_head_dim_96_sweep(b, sq, sk, h, hk, d, kw):
+    _check(*_inputs(b, sq, sk, h, hk, d, ml_dtypes.bfloat16, sq + sk + d), **kw)
+
+
+@pytest.mark.long
+def test_packed_layout_past_one_tile():
+    """The packed schedule forced at Sq = 100 (G = 2: 200 packed rows, two tiles whose
+    rows straddle positions), causal: masks compare row positions, not packed rows."""
+    from ptxdsl.core.types import f16
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    q, k, v = _inputs(1, 100, 120, 4, 2, 64, np.float16, 9)
+    kern = build_forward(Config(block_n=64, stages=2, persistent=True), f16, 64, Mask(-1, 0),
+                         scale=0.125, sms=2, layout="packed", group=2)
+    out5, lse4 = kern.interpret(q.reshape(1, 100, 2, 2, 64), k, v)
+    ref, rlse = attention_reference(q, k, v, causal=True, softmax_scale=0.125)
+    out = out5.reshape(q.shape).astype(np.float64)
+    assert np.abs(out - ref).max() <= 4e-3 * np.abs(ref).max()
+    lse = lse4.reshape(1, 4, 100)
+    assert np.abs(lse - rlse).max() <= 1e-3 * np.abs(rlse).max()
+
+
 def _check_varlen(lq, lk, h, hk, d, dtype, seed, **kw):
     """attention_varlen in one launch against the reference of each sequence alone; a
     sequence without keys gives zeros and -inf."""

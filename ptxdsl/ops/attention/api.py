@@ -182,13 +182,14 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     res = frame.run(kern, q_, k, v, out_, lse)
     if not frame.on_gpu():            # the interpreter returns its outputs: copy them back
         lse = _copy_back(frame, res, out_, lse)
+    lse_ = lse                        # what the kernel wrote: (B, HK, G, SQ) when packed
     if group > 1:
         lse = lse.reshape(b, h, sq)
     if frame.cuda_torch and all(a is g for a, g in zip((q, k, v), given)):
         # repeat calls launch on the caller's own pointers: recorded only without copies
         outs = (lse,) if given[3] is not None else (out, lse)
         o_, l_ = (tensor(3), output(0)) if given[3] is not None else (output(0), output(1))
-        rec = Recording((Launch(kern, (q_, k, v, out_, lse),
+        rec = Recording((Launch(kern, (q_, k, v, out_, lse_),
                                 (tensor(0), tensor(1), tensor(2), o_, l_)),), outs,
                         (o_, l_) if return_lse else o_)
         FORWARD.record((*given, causal, softmax_scale, window_size, softcap, return_lse), rec)

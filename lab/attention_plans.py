@@ -24,9 +24,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # For 64, 96 and 128: the chosen config against the S = 1k candidates (192 / 176 keys per
 # block, 3 stages; ptxas -v: no spills, each checked on the interpreter first); the
 # non-persistent and ping-pong ones are in bench/results/attention_plans_h200.json.
-CANDIDATES = {64: [(128, 2, False, True), (192, 2, False, True), (128, 3, False, True)],
-              96: [(128, 2, False, True), (176, 2, False, True)],
-              128: [(128, 2, False, True), (176, 2, False, True), (128, 3, False, True)],
+# A fifth entry True: the epilogue through shared memory and TMA stores (Config.tma_store).
+CANDIDATES = {64: [(128, 2, False, True), (192, 2, False, True), (128, 3, False, True),
+                   (128, 2, False, True, True)],
+              96: [(128, 2, False, True), (176, 2, False, True), (128, 2, False, True, True)],
+              128: [(128, 2, False, True), (176, 2, False, True), (128, 3, False, True),
+                    (128, 2, False, True, True)],
               256: [(80, 2, True, False), (80, 2, True, True), (80, 2, False, True)],
               192: [(96, 2, True, False), (96, 2, True, True)]}
 SEQS = (1024, 4096)
@@ -55,13 +58,14 @@ def main() -> None:
                                                      v.transpose(1, 2), is_causal=causal)
                 ref = ref.transpose(1, 2).float()
                 flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-                for bn, st, pp, pe in cands:
+                for bn, st, pp, pe, *ts in cands:
+                    ts = bool(ts and ts[0])
                     row = {"D": d, "S": s, "causal": causal, "block_n": bn, "stages": st,
-                           "pingpong": pp, "persistent": pe}
+                           "pingpong": pp, "persistent": pe, "tma_store": ts}
                     try:
                         sms = torch.cuda.get_device_properties(0).multi_processor_count
                         kern = build_forward(Config(block_n=bn, stages=st, pingpong=pp,
-                                                    persistent=pe), bf16, d,
+                                                    persistent=pe, tma_store=ts), bf16, d,
                                              Mask(-1, 0) if causal else Mask(), scale=d ** -0.5,
                                              sms=sms)
                         o = torch.empty_like(q)
@@ -110,7 +114,8 @@ def write_plans(out) -> None:
                    for sh in shapes}
         score, seen = {}, {}
         for r in runs:
-            key = (r["block_n"], r["stages"], r["pingpong"], r["persistent"])
+            key = (r["block_n"], r["stages"], r["pingpong"], r["persistent"],
+                   r.get("tma_store", False))
             score[key] = score.get(key, 0.0) + r["ms"] / best_ms[(r["S"], r["causal"])]
             seen.setdefault(key, []).append(r)
         full = [k for k in score if len(seen[k]) == len(shapes)]
@@ -118,14 +123,15 @@ def write_plans(out) -> None:
             continue
         best = min(full, key=score.get)
         say = "; ".join(
-            f"{bn}x{st}{' pp' if pp else ''}{' persistent' if pe else ''} "
+            f"{bn}x{st}{' pp' if pp else ''}{' persistent' if pe else ''}"
+            f"{' tma-store' if ts else ''} "
             + " ".join(f"{r['tflops']:.0f}" for r in sorted(
-                seen[(bn, st, pp, pe)], key=lambda r: (r["S"], r["causal"])))
-            for (bn, st, pp, pe) in full)
+                seen[(bn, st, pp, pe, ts)], key=lambda r: (r["S"], r["causal"])))
+            for (bn, st, pp, pe, ts) in full)
         rows.append({"head_dims": [d], "dtypes": ["bf16", "f16"],
                      "masks": ["full", "causal", "window"],
                      "config": {"block_n": best[0], "stages": best[1], "pingpong": best[2],
-                                "persistent": best[3]},
+                                "persistent": best[3], **({"tma_store": True} if best[4] else {})},
                      "source": f"bench/results/{_arg('--name', 'attention_plans')}_{dev}.json",
                      "reason": f"{out['device']} bf16 TFLOP/s at S=1k full, causal, S=4k full, "
                                f"causal (block_n x stages): {say}"})

@@ -64,6 +64,9 @@ class Smem:
         self.kempty = self.vfull + 8 * c.stages
         self.vempty = self.kempty + 8 * c.stages
         self.total = self.vempty + 8 * c.stages
+        if c.tma_store:                             # O's staging: 128 rows of every panel
+            self.o = -(-self.total // 1024) * 1024
+            self.total = self.o + BLOCK_M * d * es
 
 
 def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense",
@@ -71,7 +74,7 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     """The tile schedule (:mod:`.tiles`) of a layout: ``dense`` (B, S, H, D), ``packed``
     (the ``group`` query heads of a GQA group in one tile's rows) or ``varlen``."""
     if layout == "dense":
-        return Dense(dtype, d, c.block_n, mask.right >= 0)
+        return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group)
     if layout == "varlen":
@@ -105,6 +108,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if softcap:
         scale_log2 = float(softcap) * LOG2E
     sched = schedule(c, dtype, d, mask, layout, group)
+    tma_out = getattr(sched, "tma_out", False)
     ins, outs = sched.specs()
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
@@ -315,7 +319,14 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         release(qempty, 0)
                     ptx.inst.xor.b32(qphase, qphase, 1)
                     packed = rows if sched.group == 1 else [_s32(r) for r in urows]
-                    _epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype)
+                    if tma_out:
+                        _stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
+                                   dtype)
+                    _epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
+                              store=not tma_out)
+                if tma_out:                 # the staging buffer outlives the last store
+                    with ptx.if_(lane == 0):
+                        ptx.tma.wait(0, read=True)
 
     return attention_fwd
 
@@ -345,22 +356,76 @@ def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sch
         mask_block(list(s_acc), hi, lo)
 
 
-def _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype) -> None:
-    """O / l in 16-bit pairs (``cvt.rn``) by ``st.global.b32``, LSE = (m + lg2 l) ln 2 by one
-    thread of each quad; rows past the sequence are not written; a row with no key gives 0
-    and -inf."""
-    sq_s = _s32(sched.row_bound(w))
+def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype) -> None:
+    """``Config.tma_store``: this consumer's 64 rows of O / l into its half of the staging
+    buffer (64-column panels of 128-byte swizzled rows, what a TMA box of (1, 64, 1, 64)
+    reads), then one thread stores each panel with TMA, which clips rows past SQ and
+    columns past D. Element (row, col) of a panel is at byte ``row * 128 + 16 * ((col / 8)
+    ^ (row & 7)) + 2 * (col & 7)``; a thread's two rows share ``row & 7``. Before the
+    buffer is written again, the previous tile's stores must have read it
+    (``cp.async.bulk.wait_group.read 0``, then the warpgroup meets at named barrier 3 +
+    consumer)."""
+    bar = 3 + cons
+    with ptx.if_(lane == 0):
+        ptx.tma.wait(0, read=True)
+    ptx.inst("bar.sync", bar, 128)
+    mine = stage + cons * (64 * ROW)
+    frow = warp * 16 + (lw >> 2)
+    q = frow & 7
+    fb = (lw & 3) * (2 * dtype.bytes)            # the thread's pair inside a 16-byte chunk
+    xs = [(q << 4) + fb if c == 0 else ((q ^ c) << 4) + fb for c in range(8)]
+    bases = [mine + frow * ROW, mine + (frow + 8) * ROW]
+    inv = []
     for r in range(2):
         quad_reduce(l[r], "add")
+        some = reg.scalar(pred)
+        ptx.inst.setp.gt.f32(some, l[r], 0.0)
+        x = reg.scalar(f32)
+        ptx.inst("rcp.rn.f32", x, l[r])
+        ptx.inst.selp.f32(x, x, 0.0, some)
+        inv.append(x)
+    elems = list(o_acc)
+    for g in range(0, len(elems), 4):            # 8-column group g / 4: rows r0, r0 + 8
+        col = 8 * (g // 4)
+        pnl, c = divmod(col // 8, 8)
+        for r in range(2):
+            lo, hi = elems[g + 2 * r], elems[g + 2 * r + 1]
+            ptx.inst.mul.f32(lo, lo, inv[r])
+            ptx.inst.mul.f32(hi, hi, inv[r])
+            pair = reg.scalar(b32)
+            ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * BLOCK_M * ROW), pair)
+    for col in range(d, padded(d), 8):           # head dim 96: the box's columns past D,
+        pnl, c = divmod(col // 8, 8)             # which TMA reads (and does not store)
+        for r in range(2):
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * BLOCK_M * ROW), 0)
+    ptx.inst("fence.proxy.async.shared::cta")
+    ptx.inst("bar.sync", bar, 128)
+    with ptx.if_(lane == 0):
+        for p in range(padded(d) // PANEL):
+            ptx.tma.store(sched.to, [p * PANEL, w.head, w.m0 + cons * 64, w.batch],
+                          mine + p * BLOCK_M * ROW)
+        ptx.tma.commit()
+
+
+def _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype, *,
+              store: bool = True) -> None:
+    """O / l in 16-bit pairs (``cvt.rn``) by ``st.global.b32`` (unless ``store`` is False:
+    :func:`_stage_out` stored it), LSE = (m + lg2 l) ln 2 by one thread of each quad; rows
+    past the sequence are not written; a row with no key gives 0 and -inf."""
+    sq_s = _s32(sched.row_bound(w))
+    for r in range(2):
+        if store:
+            quad_reduce(l[r], "add")
         some = reg.scalar(pred)
         ptx.inst.setp.gt.f32(some, l[r], 0.0)
         inv = reg.scalar(f32)
         ptx.inst("rcp.rn.f32", inv, l[r])
         ptx.inst.selp.f32(inv, inv, 0.0, some)
         with ptx.if_(rows[r] < sq_s):
-            row = sched.out_row(w, urows[r])
-            ptr = po + (row * d + fcol) * dtype.bytes
-            elems = list(o_acc)
+            row = sched.out_row(w, urows[r]) if store else None
+            ptr = po + (row * d + fcol) * dtype.bytes if store else None
+            elems = list(o_acc) if store else []
             for g in range(0, len(elems), 4):     # elements g, g + 1: row r0; g + 2, g + 3: r0 + 8
                 i = g + 2 * r
                 lo, hi = elems[i], elems[i + 1]

@@ -68,15 +68,19 @@ class Dense:
 
     group = 1
 
-    def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool):
+    def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool, *,
+                 tma_out: bool = False):
         self.dtype, self.d, self.bn, self.causal_order = dtype, d, block_n, causal_order
+        self.tma_out = tma_out          # out through TMA stores of (1, 64, 1, 64) boxes
 
     def specs(self):
         q = Tile("B", "SQ", "H", self.d, self.dtype,
                  tma=_tma(1, BLOCK_M, 1, PANEL))
         kv = [Tile("B", "SK", "HK", self.d, self.dtype,
                    tma=_tma(1, self.bn, 1, PANEL)) for _ in range(2)]
-        return (q, *kv), (Tile("B", "SQ", "H", self.d, self.dtype), Tile("B", "H", "SQ", f32))
+        out = Tile("B", "SQ", "H", self.d, self.dtype,
+                   tma=TMA(box=(1, 64, 1, PANEL), swizzle=ROW) if self.tma_out else None)
+        return (q, *kv), (out, Tile("B", "H", "SQ", f32))
 
     arg_names = ("q", "k", "v", "out", "lse")
 
@@ -94,6 +98,8 @@ class Dense:
         self.po, self.pl = ptx.global_ptrs(o, lse)
         self.sq, self.nh, self.sk, self.nhk = (ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"),
                                                ptx.dim("HK"))
+        if self.tma_out:
+            self.to = o.tma_desc()
 
     def count(self):
         self.nmb = (self.sq + (BLOCK_M - 1)) // BLOCK_M

@@ -92,6 +92,17 @@ def test_ptx_has_the_pipeline():
     assert len(re.findall(r"fma\.rn\.f32", text)) >= 64
 
 
+def test_tma_store_epilogue_ptx():
+    """Config.tma_store: O staged in shared memory and stored by TMA, one box per 64-column
+    panel and consumer, no st.global of O."""
+    text = build_forward(Config(block_n=128, stages=2, tma_store=True), bf16, 128, Mask(),
+                         scale=0.125).ptx()
+    stores = [x for x in text.splitlines()
+              if "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group" in x]
+    assert len(stores) == 2 and "fence.proxy.async.shared::cta" in text
+    assert "st.global.b32" not in text and "cp.async.bulk.wait_group.read 0" in text
+
+
 @pytest.mark.ptxas
 @pytest.mark.parametrize("d,dtype,mask,layout", [
     (64, f16, Mask(), "dense"), (128, bf16, Mask(-1, 0), "dense"),

@@ -130,6 +130,24 @@ def test_packed_layout_past_one_tile():
     assert np.abs(lse - rlse).max() <= 1e-3 * np.abs(rlse).max()
 
 
+@pytest.mark.long
+@pytest.mark.parametrize("d,causal,sq,h", [(64, True, 300, 2), (96, False, 70, 1)])
+def test_tma_store_epilogue(d, causal, sq, h):
+    """Config.tma_store: O through a swizzled staging buffer and TMA stores (rows past SQ
+    clipped by the map; head dim 96's columns past D zeroed in the buffer, not stored); a
+    persistent CTA's next tile waits until the last tile's stores have read the buffer."""
+    from ptxdsl.core.types import f16
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    q, k, v = _inputs(1, sq, 100, h, 1, d, np.float16, d)
+    kern = build_forward(Config(64, 2, True, True, tma_store=True), f16, d,
+                         Mask(-1, 0) if causal else Mask(), scale=0.125, sms=2)
+    out, lse = kern.interpret(q, k, v)
+    ref, rlse = attention_reference(q, k, v, causal=causal, softmax_scale=0.125)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()
+    np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
+
+
 def _check_varlen(lq, lk, h, hk, d, dtype, seed, **kw):
     """attention_varlen in one launch against the reference of each sequence alone; a
     sequence without keys gives zeros and -inf."""

@@ -16,8 +16,8 @@ from .tiles import SEQ_BITS
 
 
 def _offsets(cu, name: str, total: int, frame, q) -> int:
-    """Checks ``cu`` (1-d int32 of the call's framework); its values too where they are
-    on the host. Returns the number of sequences."""
+    """Checks ``cu`` (1-d; int32 on the GPU, any integers on the host); its values too
+    where they are on the host. Returns the number of sequences."""
     if frame.kind == "torch":
         if not isinstance(cu, frame.torch.Tensor) or cu.device != q.device:
             _fail(f"{name} must be a torch int32 tensor on {q.device}, got "
@@ -25,9 +25,9 @@ def _offsets(cu, name: str, total: int, frame, q) -> int:
     if len(getattr(cu, "shape", ())) != 1 or int(cu.shape[0]) < 2:
         _fail(f"{name} must be a 1-d array of sequence offsets (number of sequences + 1), "
               f"got shape {tuple(getattr(cu, 'shape', ()))}")
-    if str(cu.dtype).replace("torch.", "") != "int32" and frame.on_gpu():
+    if frame.cuda_torch and str(cu.dtype) != "torch.int32":
         _fail(f"{name} must be int32, got {cu.dtype}")
-    if not frame.on_gpu():
+    if not frame.cuda_torch:
         vals = [int(x) for x in cu.tolist()]
         if vals[0] != 0 or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != total:
             _fail(f"{name} must start at 0, never decrease and end at the packed length "
@@ -69,7 +69,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if not isinstance(x, int) or isinstance(x, bool) or x < 0:
             _fail(f"{name} must be an int >= 0, got {x!r}")
-    if not frame.on_gpu():
+    if not frame.cuda_torch:          # host offsets: checked, and int32 for the kernel
         cq, ck = (_host_int32(c) for c in (cu_seqlens_q, cu_seqlens_k))
         lq, lk = int((cq[1:] - cq[:-1]).max()), int((ck[1:] - ck[:-1]).max())
         if lq > max_seqlen_q or lk > max_seqlen_k:

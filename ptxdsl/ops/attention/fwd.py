@@ -1,6 +1,7 @@
-"""The attention forward on Hopper: a tile is 128 query rows of one (batch, head); a CTA of
-three warpgroups takes one tile (or, with ``Config.persistent``, one CTA per SM loops over
-tiles); K/V through a TMA + mbarrier ring; S = Q·Kᵀ and O += P·V on wgmma.
+"""The attention forward on Hopper: a tile is 128 query rows (of one (batch, head), of a
+GQA group's heads, or of one packed sequence: :mod:`.tiles`); a CTA of three warpgroups
+takes one tile (or, with ``Config.persistent``, one CTA per SM loops over tiles); K/V
+through a TMA + mbarrier ring; S = Q·Kᵀ and O += P·V on wgmma.
 
 ::
 
@@ -115,7 +116,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}"
-            f"{'' if layout == 'dense' else '_' + layout}{group if layout == 'packed' else ''}")
+            f"{'' if layout == 'dense' else '_' + layout}{group if layout == 'packed' else ''}"
+            f"{'_tmastore' if tma_out else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=sched.arg_names,
             grid=grid_for(c, sms, sched),

@@ -250,6 +250,9 @@ class TMA:
     entry may be an int, a dim name of the kernel's specs (resolved at launch) or None
     (the tensor's whole extent). ``clamp=True`` shrinks box extents larger than the
     tensor to the tensor (otherwise the out-of-bounds part is filled on loads).
+    ``strided=True``: the kernel reads the tensor only through this map, which encodes
+    every stride, so the GPU launcher takes any strides with a unit last one (not only
+    contiguous tensors).
     """
 
     box: tuple = ()
@@ -261,6 +264,7 @@ class TMA:
     l2_promotion: int = 0
     oob_fill: str = "zero"
     clamp: bool = False
+    strided: bool = False
 
     def __post_init__(self):
         box = self.box

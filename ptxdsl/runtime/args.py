@@ -212,6 +212,9 @@ def _check_layout(sig, i, view: ArgView, spec) -> int | None:
     named = getattr(spec, "stride", None)
     if strides is None:  # C-contiguous by declaration
         return expect[0] if named else None
+    tma = getattr(spec, "tma", None)
+    if tma is not None and tma.strided and strides[-1] == 1 and min(strides) >= 0:
+        return None      # the tensor map encodes every stride (TMA(strided=True))
     first = 1 if named else 0
     bad = [ax for ax in range(first, len(shape)) if shape[ax] != 1 and strides[ax] != expect[ax]]
     if bad:

@@ -222,7 +222,8 @@ class Signatures:
 def generate(self) -> dict:
     """The per-kernel call function (source generated and exec-ed) and its globals."""
     sig, n_in, n_all = self.sig, self.sig.n_in, self.sig.n_all
-    strided = [bool(getattr(s, "stride", None)) for s in sig.specs]
+    strided = [bool(getattr(s, "stride", None)) or getattr(getattr(s, "tma", None), "strided",
+                                                           False) for s in sig.specs]
     itemsize = [s.dtype.bytes for s in sig.specs]
 
     def key_expr(idx):

@@ -68,3 +68,23 @@ def test_out_is_written_in_place():
     k = torch.randn(1, 8192, 8, 128, device="cuda", dtype=torch.bfloat16)
     out = torch.full_like(q, float("nan"))
     assert attention(q, k, k, out=out) is out and torch.isfinite(out).all()
+
+
+def test_repeat_calls_replay_both_launches():
+    """The second call of a signature replays the split and combine launches recorded by
+    the first (the op's memo), on the new call's tensors and fresh partials."""
+    torch = torch_sm90()
+    from ptxdsl.ops.attention.api import FORWARD
+    g = torch.Generator(device="cuda").manual_seed(5)
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731
+    q, k, v = mk(2, 1, 32, 128), mk(2, 3000, 8, 128), mk(2, 3000, 8, 128)
+    first, lse1 = attention(q, k, v, return_lse=True)
+    n = len(FORWARD)
+    q2, k2, v2 = mk(2, 1, 32, 128), mk(2, 3000, 8, 128), mk(2, 3000, 8, 128)
+    second, lse2 = attention(q2, k2, v2, return_lse=True)
+    assert len(FORWARD) == n                             # no new entry: the memo ran it
+    ref, rlse = attention_reference(*(x.float().cpu().numpy() for x in (q2, k2, v2)))
+    o = second.float().cpu().numpy().astype(np.float64)
+    assert np.abs(o - ref).max() <= 2e-2 * np.abs(ref).max()
+    assert np.abs(lse2.cpu().numpy() - rlse).max() <= 1e-3 * np.abs(rlse).max()
+    assert torch.equal(attention(q, k, v, return_lse=True)[0], first)

@@ -35,7 +35,7 @@ def _run(b, sq, sk, h, hk, d, dtype="bfloat16", **kw):
         assert (np.abs(got[fin] - rlse[fin]) / np.maximum(np.abs(rlse[fin]), 1)).max() <= 1e-3
 
 
-@pytest.mark.parametrize("d", [64, 128, 192, 256])
+@pytest.mark.parametrize("d", [64, 96, 128, 192, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_head_dims(d, causal):
     _run(2, 300, 300, 4, 4, d, causal=causal)
@@ -55,17 +55,72 @@ def test_gqa_mqa_and_f16():
     _run(1, 512, 512, 32, 8, 128, "float16")
 
 
+@pytest.mark.parametrize("sq,kw", [(1, {}), (5, dict(causal=True)),
+                                   (64, dict(window_size=(40, 0)))])
+def test_pack_gqa(sq, kw):
+    """Few query rows: the 4 query heads of each K/V head share one tile (pack_gqa)."""
+    from ptxdsl.ops.attention.api import packs
+    assert packs(4, sq)
+    _run(2, sq, 700, 32, 8, 128, **kw)
+
+
 def test_out_and_strided_inputs():
+    """Slices of one packed qkv tensor are read in place through their tensor maps' strides
+    (no copy: the call is recorded for repeat calls, which only calls without copies are),
+    and a repeat call runs the recorded launch with the same result."""
     torch = torch_sm90()
+    from ptxdsl.ops.attention.api import FORWARD
+    FORWARD.clear()
     x = torch.randn(1, 256, 3 * 4, 128, device="cuda", dtype=torch.bfloat16)
     q, k, v = x[:, :, :4], x[:, :, 4:8], x[:, :, 8:]       # one packed qkv tensor
     out = torch.empty(1, 256, 4, 128, device="cuda", dtype=torch.bfloat16)
     assert attention(q, k, v, causal=True, out=out) is out
+    assert len(FORWARD) == 1
     ref, _ = attention_reference(*(t.float().cpu().numpy() for t in (q, k, v)), causal=True)
     assert np.abs(out.float().cpu().numpy() - ref).max() <= 2e-2 * np.abs(ref).max()
+    first = out.clone()
+    assert attention(q, k, v, causal=True, out=out) is out and torch.equal(out, first)
+    got, lse = attention(q, k, v, causal=True, return_lse=True)
+    again, lse2 = attention(q, k, v, causal=True, return_lse=True)   # the memo's launch
+    assert torch.equal(got, first) and torch.equal(again, got) and torch.equal(lse, lse2)
+
+
+def test_cuda_graph_capture():
+    """The call launches on torch's current stream: captured in a CUDA graph (dense,
+    packed GQA and varlen), a replay after new inputs are copied in (new sequence offsets
+    too) gives what an eager call gives."""
+    torch = torch_sm90()
+    from ptxdsl.ops import attention_varlen
+    g = torch.Generator(device="cuda").manual_seed(5)
+    def rnd(*s):
+        return torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v = rnd(2, 300, 8, 128), rnd(2, 300, 2, 128), rnd(2, 300, 2, 128)
+    qs = rnd(2, 4, 8, 128)                                   # packed GQA (Sq = 4)
+    qv, kv, vv = rnd(600, 8, 128), rnd(600, 2, 128), rnd(600, 2, 128)
+    cq = torch.tensor([0, 100, 101, 600], device="cuda", dtype=torch.int32)
+    ck = torch.tensor([0, 300, 350, 600], device="cuda", dtype=torch.int32)
+    calls = [lambda: attention(q, k, v, causal=True), lambda: attention(qs, k, v),
+             lambda: attention_varlen(qv, kv, vv, cq, ck, 600, 600, causal=True)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):                            # warm-up: build, load, record
+        for f in calls:
+            f()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [f() for f in calls]
+    for t in (q, k, v, qs, qv, kv, vv):
+        t.copy_(torch.randn(t.shape, device="cuda", generator=g).to(t.dtype))
+    cq.copy_(torch.tensor([0, 7, 400, 600], device="cuda", dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, f in zip(outs, calls):
+        assert torch.equal(got, f())
 
 
 def test_varlen():
+    """One launch over packed sequences; the offsets stay on the device."""
     torch = torch_sm90()
     from ptxdsl.ops import attention_varlen
     lq, lk = [100, 1, 300], [100, 50, 257]

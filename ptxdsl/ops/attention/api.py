@@ -11,13 +11,15 @@ import math
 from ...core.errors import LaunchError, caller_location as _caller
 from ...core.types import bf16, f16, f32
 from ...runtime.adapter import Frame, element_strides as strides
+from ...runtime.memo import Launch, Memo, Recording, output, tensor
 from .._common.kernels import KernelCache
 from . import decode
-from .config import HEAD_DIMS, Mask
+from .config import BLOCK_M, HEAD_DIMS, Mask
 from .fwd import build_forward
 from .plan import choose
 
 KERNELS = KernelCache(limit=256)
+FORWARD = Memo("attention", 4, 5)     # q, k, v, out; causal, scale, window, softcap, lse
 
 
 def _fail(msg: str):
@@ -93,19 +95,36 @@ def _check(q, k, v, causal, softmax_scale, window_size, softcap, out, frame):
     return dtype, (b, sq, h, d), (sk, hk)
 
 
+def _tma_ready(a, frame) -> bool:
+    """Whether the kernel reads ``a`` in place: contiguous, or on the GPU any strides that
+    a tensor map takes (the kernel reads q, k and v only through TMA, whose map encodes
+    every stride: a slice of a packed qkv tensor is not copied): unit last stride, the
+    others multiples of 16 bytes, a 16-byte aligned start."""
+    if _contiguous(a):
+        return True
+    if not frame.on_gpu() or frame.kind != "torch":
+        return False
+    st = strides(a)
+    return a.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in st[:-1]) and st[-1] == 1
+
+
 def forward_kernel(head_dim: int, dtype: str = "bf16", *, causal: bool = False,
                    window_size=(-1, -1), softmax_scale: float | None = None,
-                   softcap: float = 0.0, arch: str = "sm_90a", sms: int = 132):
+                   softcap: float = 0.0, arch: str = "sm_90a", sms: int = 132,
+                   layout: str = "dense", group: int = 1):
     """The kernel :func:`attention` runs for these options (built once per key, from the
-    plan table's config): for ``ptxdsl check``, the docs' PTX excerpts and timing."""
+    plan table's config): for ``ptxdsl check``, the docs' PTX excerpts and timing.
+    ``layout``: ``dense``, ``packed`` (``group`` query heads per K/V head in one tile's
+    rows) or ``varlen`` (:func:`~.varlen.attention_varlen`)."""
     dt = {"bf16": bf16, "f16": f16}[dtype]
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
     cfg = choose(head_dim, dt.name, mask)
-    key = (cfg, dt.name, head_dim, mask, scale, float(softcap), arch, sms)
+    key = (cfg, dt.name, head_dim, mask, scale, float(softcap), arch, sms, layout, group)
     return KERNELS.get(key, lambda: build_forward(cfg, dt, head_dim, mask, scale=scale,
-                                                  softcap=float(softcap), sms=sms, arch=arch))
+                                                  softcap=float(softcap), sms=sms, arch=arch,
+                                                  layout=layout, group=group))
 
 
 def _copy_back(frame, res, out, lse):
@@ -125,34 +144,99 @@ def _copy_back(frame, res, out, lse):
 def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = None,
               window_size=(-1, -1), softcap: float = 0.0, return_lse: bool = False, out=None):
     """``softmax(q kᵀ * scale [+ mask]) v`` per head: q ``(B, Sq, H, D)``, k and v ``(B, Sk,
-    Hkv, D)`` with H a multiple of Hkv (MQA / GQA), float16 or bfloat16, head dims 64, 128,
-    192, 256. ``softmax_scale`` defaults to ``D ** -0.5``. ``causal`` and ``window_size =
+    Hkv, D)`` with H a multiple of Hkv (MQA / GQA), float16 or bfloat16, head dims 64, 96,
+    128, 192, 256. ``softmax_scale`` defaults to ``D ** -0.5``. ``causal`` and ``window_size =
     (left, right)`` align keys bottom-right (row ``i`` sees key ``j`` iff ``i + Sk - Sq -
     left <= j <= i + Sk - Sq + right``, -1 unbounded; causal sets right = 0); a row that sees
     no key gives 0 (and an LSE of -inf). ``softcap > 0`` caps scores as ``softcap *
     tanh(s / softcap)``. Returns ``out`` (B, Sq, H, D), and the row log-sum-exp (f32, (B, H,
-    Sq)) with ``return_lse``."""
+    Sq)) with ``return_lse``. Torch CUDA tensors launch on torch's current stream (CUDA
+    graphs capture the call); a repeat call of a signature seen before runs its recorded
+    launch (:data:`FORWARD`)."""
+    if type(window_size) is list:
+        window_size = tuple(window_size)
+    got = FORWARD.hot(q, k, v, out, causal, softmax_scale, window_size, softcap, return_lse)
+    if got is None:
+        got = FORWARD.lookup(q, k, v, out, causal, softmax_scale, window_size, softcap,
+                             return_lse)
+    if got is not None:
+        return got
     frame = _frame(q)
-    dtype, (b, sq, h, d), (_, hk) = _check(q, k, v, causal, softmax_scale, window_size,
-                                           softcap, out, frame)
-    # TMA reads q, k, v through 4-d tensor maps of any strides on the interpreter; the GPU
-    # launcher binds only contiguous Tiles, so other layouts (a slice of a packed qkv
-    # tensor) are copied first.
-    q, k, v = (a if _contiguous(a) else frame.contiguous(a) for a in (q, k, v))
-    if out is None:
-        out = frame.empty((b, sq, h, d), q)
-    lse = frame.empty((b, h, sq), q, f32)
+    dtype, (b, sq, h, d), _ = _check(q, k, v, causal, softmax_scale, window_size, softcap,
+                                     out, frame)
+    given = (q, k, v, out)
+    hk = int(k.shape[2])
     if decode.takes(sq, d, h // hk):      # few query rows: split-KV decode (decode.py)
+        q, k, v = (a if _contiguous(a) else frame.contiguous(a) for a in (q, k, v))
+        if out is None:
+            out = frame.empty((b, sq, h, d), q)
+        lse = frame.empty((b, h, sq), q, f32)
+        launches: list = []
         res = decode.run(frame, dtype, q, k, v, out, lse, causal=causal, softcap=softcap,
-                         softmax_scale=softmax_scale, window_size=window_size)
+                         softmax_scale=softmax_scale, window_size=window_size,
+                         launches=launches)
+        if not frame.on_gpu():
+            lse = _copy_back(frame, res, out, lse)
     else:
+        q, k, v = (a if _tma_ready(a, frame) else frame.contiguous(a) for a in (q, k, v))
+        group = h // hk if packs(h // hk, sq) else 1
         kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
                               softmax_scale=softmax_scale, softcap=softcap,
-                              arch=frame.arch(q), sms=frame.sms(q))
-        res = frame.run(kern, q, k, v, out, lse)
-    if not frame.on_gpu():            # the interpreter returns its outputs: copy them back
-        lse = _copy_back(frame, res, out, lse)
+                              arch=frame.arch(q), sms=frame.sms(q),
+                              layout="packed" if group > 1 else "dense", group=group)
+        if out is None:
+            out = frame.empty((b, sq, h, d), q)
+        if group > 1:      # (B, SQ, HK, G, D) views of q and out; the LSE as (B, HK, G, SQ)
+            q_, out_ = q.reshape(b, sq, hk, group, d), out.reshape(b, sq, hk, group, d)
+            lse = frame.empty((b, hk, group, sq), q, f32)
+        else:
+            q_, out_ = q, out
+            lse = frame.empty((b, h, sq), q, f32)
+        launches = [(kern, (q_, k, v, out_, lse))]
+        res = frame.run(kern, q_, k, v, out_, lse)
+        if not frame.on_gpu():            # the interpreter returns its outputs: copy back
+            lse = _copy_back(frame, res, out_, lse)
+        if group > 1:
+            lse = lse.reshape(b, h, sq)
+    if frame.cuda_torch and all(a is g for a, g in zip((q, k, v), given)):
+        # repeat calls launch on the caller's own pointers: recorded only without copies
+        _record(given, out, lse, launches,
+                (*given, causal, softmax_scale, window_size, softcap, return_lse), return_lse)
     return (out, lse) if return_lse else out
 
 
-__all__ = ["attention", "forward_kernel", "KERNELS"]
+def _record(given, out, lse, launches, key, return_lse) -> None:
+    """Record the launches of a first call for :data:`FORWARD`: each pointer argument is
+    the caller's tensor or an output allocated anew per call, told apart by its address
+    (a reshaped view keeps its tensor's); a call where two differ in kind but share an
+    address (empty tensors) is not recorded."""
+    slots = {g.data_ptr(): tensor(i) for i, g in enumerate(given) if g is not None}
+    outs = [] if given[3] is not None else [out]
+    outs.append(lse)
+    for _, args in launches:
+        for a in args:
+            if a.data_ptr() not in slots and all(a is not o for o in outs):
+                outs.append(a)                    # the decode pass's partials
+    allocated = {}
+    for j, o in enumerate(outs):
+        if o.data_ptr() in slots or o.data_ptr() in allocated:
+            return
+        allocated[o.data_ptr()] = output(j)
+    slots.update(allocated)
+    if len(slots) != sum(g is not None for g in given) + len(outs):
+        return
+    o_, l_ = slots[out.data_ptr()], slots[lse.data_ptr()]
+    rec = Recording(tuple(Launch(kern, args, tuple(slots[a.data_ptr()] for a in args))
+                          for kern, args in launches), tuple(outs),
+                    (o_, l_) if return_lse else o_)
+    FORWARD.record(key, rec)
+
+def packs(group: int, sq: int) -> bool:
+    """Whether the query heads of a GQA group share one tile's rows (``pack_gqa``): when
+    one head's rows fill at most half a tile and the group divides it, so that one K/V
+    stream serves the group (tested on the interpreter; timed by bench/attention.py's
+    GQA rows)."""
+    return group > 1 and BLOCK_M % group == 0 and sq <= BLOCK_M // 2
+
+
+__all__ = ["attention", "forward_kernel", "packs", "KERNELS", "FORWARD"]

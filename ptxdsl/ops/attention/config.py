@@ -3,8 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-HEAD_DIMS = (64, 128, 192, 256)   # multiples of one 128-byte swizzle row of 16-bit elements
+HEAD_DIMS = (64, 96, 128, 192, 256)   # 96: the second 64-column panel half filled
 BLOCK_M = 128                      # query rows per CTA: two consumer warpgroups of m64
+
+
+def padded(head_dim: int) -> int:
+    """The head dim in whole 64-column panels (one 128-byte swizzle row of 16-bit
+    elements): what shared memory holds per row."""
+    return -(-head_dim // 64) * 64
 
 
 @dataclass(frozen=True)
@@ -13,7 +19,8 @@ class Config:
     the shared-memory ring, whether the two consumers take turns at the tensor cores
     (``pingpong``), whether the grid is one CTA per SM looping over the tiles
     (``persistent``; else one CTA per tile), the register budgets the warpgroups ask
-    ``setmaxnreg`` for."""
+    ``setmaxnreg`` for, and whether O leaves through a shared-memory staging buffer and TMA
+    stores (``tma_store``; else ``st.global`` from registers; the dense layout only)."""
 
     block_n: int = 128
     stages: int = 2
@@ -21,6 +28,7 @@ class Config:
     persistent: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
+    tma_store: bool = False
 
     def __post_init__(self):
         if self.block_n % 16 or not 16 <= self.block_n <= 256:
@@ -33,10 +41,14 @@ class Config:
                              f"registers exceed an SM's 65536")
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
-        """Q (128 rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per stage)."""
-        q = BLOCK_M * head_dim * elem_bytes
-        kv = 2 * self.block_n * head_dim * elem_bytes
-        return q + self.stages * kv + 8 * (2 + 4 * self.stages)
+        """Q (128 rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per stage), and
+        with ``tma_store`` O's staging buffer (128 rows, 1024-byte aligned)."""
+        q = BLOCK_M * padded(head_dim) * elem_bytes
+        kv = 2 * self.block_n * padded(head_dim) * elem_bytes
+        total = q + self.stages * kv + 8 * (2 + 4 * self.stages)
+        if self.tma_store:
+            total = -(-total // 1024) * 1024 + q
+        return total
 
 
 @dataclass(frozen=True)
@@ -61,4 +73,4 @@ class Mask:
         return f"win{self.left}_{self.right}"
 
 
-__all__ = ["Config", "Mask", "HEAD_DIMS", "BLOCK_M"]
+__all__ = ["Config", "Mask", "HEAD_DIMS", "BLOCK_M", "padded"]

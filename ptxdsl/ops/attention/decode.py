@@ -85,10 +85,12 @@ def kernels(plan: DecodePlan, dtype, d: int, group: int, mask: Mask, scale: floa
 
 
 def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_size,
-        softcap: float, splits: int | None = None, plan: DecodePlan | None = None):
+        softcap: float, splits: int | None = None, plan: DecodePlan | None = None,
+        launches: list | None = None):
     """Both passes on ``frame`` (contiguous q, k, v; ``out`` and ``lse`` allocated); returns
     what the combine's launch returns (the interpreter's outputs). ``splits`` / ``plan``
-    override the table's choice (tests, tuning)."""
+    override the table's choice (tests, tuning); ``launches`` gathers each (kernel, args) for
+    the op's memo."""
     b, sq, h, d = (int(x) for x in q.shape)
     sk, hk = int(k.shape[1]), int(k.shape[2])
     group = h // hk
@@ -102,6 +104,8 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     ns = splits or splits_for(plan, tiles, -(-sk // plan.block_n), frame.sms(q))
     opart = frame.empty((ns, b, h, sq, d), q, f32)
     lpart = frame.empty((ns, b, h, sq), q, f32)
+    if launches is not None:
+        launches += [(split, (q, k, v, opart, lpart)), (combine, (opart, lpart, out, lse))]
     res = frame.run(split, q, k, v, opart, lpart)
     if not frame.on_gpu():
         opart, lpart = res

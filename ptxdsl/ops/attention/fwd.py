@@ -1,6 +1,7 @@
-"""The attention forward on Hopper: a tile is 128 query rows of one (batch, head); a CTA of
-three warpgroups takes one tile (or, with ``Config.persistent``, one CTA per SM loops over
-tiles); K/V through a TMA + mbarrier ring; S = Q·Kᵀ and O += P·V on wgmma.
+"""The attention forward on Hopper: a tile is 128 query rows (of one (batch, head), of a
+GQA group's heads, or of one packed sequence: :mod:`.tiles`); a CTA of three warpgroups
+takes one tile (or, with ``Config.persistent``, one CTA per SM loops over tiles); K/V
+through a TMA + mbarrier ring; S = Q·Kᵀ and O += P·V on wgmma.
 
 ::
 
@@ -34,27 +35,26 @@ groups 1024 bytes apart (SBO), a k16 step 16 keys (2048 bytes).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 
-from ... import Tile, kernel
-from ...core.tensormap import TMA
+from ... import kernel
 from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
-from .config import BLOCK_M, Config, Mask
+from .config import BLOCK_M, Config, Mask, padded
 from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
-
-PANEL = 64           # 16-bit elements per 128-byte swizzle row
-ROW = 128            # bytes per swizzled panel row
+from .tiles import PANEL, ROW, Dense, Packed, Varlen, s32_of as _s32
 
 
 class Smem:
     """Byte offsets in the CTA's dynamic shared memory."""
 
     def __init__(self, c: Config, d: int, es: int):
+        d = padded(d)                               # whole 64-column panels
         self.q = 0
-        self.kv = BLOCK_M * d * es                  # one K or V block
+        self.kv = self.q_bytes = BLOCK_M * d * es   # Q; then one K or V block
         self.kv_bytes = c.block_n * d * es
         self.k = self.q + self.kv
         self.v = self.k + c.stages * self.kv_bytes
@@ -65,68 +65,72 @@ class Smem:
         self.kempty = self.vfull + 8 * c.stages
         self.vempty = self.kempty + 8 * c.stages
         self.total = self.vempty + 8 * c.stages
+        if c.tma_store:                             # O's staging: 128 rows of every panel
+            self.o = -(-self.total // 1024) * 1024
+            self.total = self.o + BLOCK_M * d * es
 
 
-def _s32(x):
-    """A ``.s32`` copy of a ``.u32`` value (``cvt.s32.u32``)."""
-    r = reg.scalar(s32)
-    ptx.inst.cvt.s32.u32(r, x)
-    return r
+def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense",
+             group: int = 1):
+    """The tile schedule (:mod:`.tiles`) of a layout: ``dense`` (B, S, H, D), ``packed``
+    (the ``group`` query heads of a GQA group in one tile's rows) or ``varlen``."""
+    if layout == "dense":
+        return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store)
+    if layout == "packed":
+        return Packed(dtype, d, c.block_n, mask.right >= 0, group)
+    if layout == "varlen":
+        return Varlen(dtype, d, c.block_n, False)
+    raise ValueError(f"layout is dense, packed or varlen, got {layout!r}")
 
 
-def specs(dtype: PtxType, d: int, c: Config):
-    """q (B, SQ, H, D), k and v (B, SK, HK, D) through TMA; out (B, SQ, H, D); lse (B, H, SQ)."""
-    q = Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, BLOCK_M, 1, PANEL), swizzle=ROW))
-    kv = [Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, c.block_n, 1, PANEL), swizzle=ROW))
-          for _ in range(2)]
-    return (q, *kv), (Tile("B", "SQ", "H", d, dtype), Tile("B", "H", "SQ", f32))
-
-
-def grid_for(c: Config, sms: int):
-    """One CTA per tile of 128 query rows of one (batch, head); with ``Config.persistent``
-    at most ``sms`` CTAs, each looping over tiles ``ctaid, ctaid + nctaid, ...``."""
-    def grid(B, SQ, H):
-        tiles = (SQ + BLOCK_M - 1) // BLOCK_M * H * B
-        return (min(tiles, sms) if c.persistent else tiles, 1, 1)
-    return grid
+def grid_for(c: Config, sms: int, sched):
+    """One CTA per tile of the schedule; with ``Config.persistent`` at most ``sms`` CTAs,
+    each looping over tiles ``ctaid, ctaid + nctaid, ...``."""
+    return sched.grid(lambda tiles: max(1, min(tiles, sms) if c.persistent else tiles))
 
 
 def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
-                  scale: float, softcap: float = 0.0, sms: int = 132, arch: str = "sm_90a"):
-    """The forward kernel for one (plan, dtype, head dim, mask, softmax scale, softcap).
-    With ``softcap``, S becomes ``softcap * tanh(S * scale / softcap)`` before the softmax
-    (``mul.f32`` + ``tanh.approx.f32`` per element, the cap folded into the FMA's scale).
-    ``sms``: the persistent grid's size (``Config.persistent``)."""
-    if d % PANEL or not PANEL <= d <= 256:
-        raise ValueError(f"head dim {d}: this kernel takes multiples of {PANEL} up to 256")
+                  scale: float, softcap: float = 0.0, sms: int = 132, arch: str = "sm_90a",
+                  layout: str = "dense", group: int = 1):
+    """The forward kernel for one (plan, dtype, head dim, mask, softmax scale, softcap,
+    layout). With ``softcap``, S becomes ``softcap * tanh(S * scale / softcap)`` before the
+    softmax (``mul.f32`` + ``tanh.approx.f32`` per element, the cap folded into the FMA's
+    scale). ``sms``: the persistent grid's size (``Config.persistent``). ``layout``: see
+    :func:`schedule` (``group``: the query heads per K/V head that ``packed`` puts in one
+    tile). A head dim of 96 fills its second 64-column panel half (TMA writes zeros past
+    column 96; Q·Kᵀ stops at k = 96, P·V is n96)."""
+    if d % 32 or not PANEL <= d <= 256:
+        raise ValueError(f"head dim {d}: this kernel takes multiples of 32 from {PANEL} "
+                         f"to 256")
     es = dtype.bytes
     L = Smem(c, d, es)
-    BN, S, P = c.block_n, c.stages, d // PANEL
+    BN, S, P = c.block_n, c.stages, padded(d) // PANEL
     scale_log2 = float(scale) * LOG2E
     if softcap:
         scale_log2 = float(softcap) * LOG2E
-    ins, outs = specs(dtype, d, c)
+    sched = schedule(c, dtype, d, mask, layout, group)
+    tma_out = getattr(sched, "tma_out", False)
+    ins, outs = sched.specs()
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
-            f"{'_cap' if softcap else ''}")
+            f"{'_cap' if softcap else ''}"
+            f"{'' if layout == 'dense' else '_' + layout}{group if layout == 'packed' else ''}"
+            f"{'_tmastore' if tma_out else ''}")
 
-    @kernel(in_specs=ins, out_specs=outs, arg_names=("q", "k", "v", "out", "lse"),
-            grid=grid_for(c, sms),
+    @kernel(in_specs=ins, out_specs=outs, arg_names=sched.arg_names,
+            grid=grid_for(c, sms, sched),
             block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
-    def attention_fwd(q, k, v, o, lse):
+    def attention_fwd(*args):
         labels = itertools.count()
-        tq, tk, tv = q.tma_desc(), k.tma_desc(), v.tma_desc()
-        po, pl = ptx.global_ptrs(o, lse)
-        sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
+        sched.prologue(args)
+        tq, tk, tv, po, pl = sched.tq, sched.tk, sched.tv, sched.po, sched.pl
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
         ncta = reg.scalar(u32); ptx.inst.mov.u32(ncta, ptx.special.nctaid.x())
-        nmb = (sq + (BLOCK_M - 1)) // BLOCK_M
-        hb = nh * ptx.dim("B")
-        tiles = nmb * hb
+        tiles = sched.count()
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
         qfull, qempty = base + L.qfull, base + L.qempty
         kfull, vfull = base + L.kfull, base + L.vfull
@@ -143,29 +147,26 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         ptx.inst("bar.sync", 0)
 
         def tile(t):
-            """Tile ``t``'s first row, head, batch, K/V head and its K/V blocks ``n_lo ..
-            n_hi``. Causal: the tiles with the most keys first (longest-first); otherwise
-            the tiles of one (batch, head) side by side, so that they share K/V in L2."""
-            if mask.right >= 0:
-                mblk, rest = nmb - 1 - t // hb, t % hb
-            else:
-                mblk, rest = t % nmb, t // nmb
-            head, batch = rest % nh, rest // nh
-            hkv = head // (nh // nhk)       # GQA: the K/V head of this query head's group
-            m0 = mblk * BLOCK_M
+            """Tile ``t`` (:mod:`.tiles`) and its K/V blocks ``n_lo .. n_hi``."""
+            w = sched.locate(t)
+            m0, sq, sk = w.m0, w.sq, w.sk
             # Keys are aligned bottom-right (off = SK - SQ).
             off = _s32(sk) - _s32(sq)
             nblk = _s32((sk + (BN - 1)) // BN)
             n_hi = nblk
             if mask.right >= 0:
-                last = ptx.min(_s32(m0 + (BLOCK_M - 1)), _s32(sq) - 1)
+                last = ptx.min(sched.pos(_s32(m0 + (BLOCK_M - 1))), _s32(sq) - 1)
                 top = ptx.max(last + off + (mask.right + BN), reg.scalar(s32, init=0))
                 n_hi = ptx.min(top // BN, nblk)
             n_lo = reg.scalar(s32, init=0)
             if mask.left >= 0:
-                first = ptx.max(_s32(m0) + off - mask.left, n_lo)
+                first = ptx.max(sched.pos(_s32(m0)) + off - mask.left, n_lo)
                 ptx.inst.min.s32(n_lo, first // BN, n_hi)
-            return m0, head, batch, hkv, off, n_lo, n_hi
+            return w, off, n_lo, n_hi
+
+        def if_valid(w):
+            """Varlen: a tile number no m-block has does nothing (in every warpgroup)."""
+            return ptx.if_(w.valid) if w.valid is not None else _nothing()
 
         with ptx.if_(wg == 0):
             # ------------------------------------------------------------ producer
@@ -174,26 +175,27 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ring = Ring(S)
                 qphase = reg.scalar(u32, init=0)
                 for t in ptx.range_(cta, tiles, ncta):
-                    m0, head, batch, hkv, off, n_lo, n_hi = tile(t)
-                    wait(labels, qempty, qphase ^ 1)     # the consumers are done with Q
-                    ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                             ptx.addr(qfull), BLOCK_M * d * es)
-                    for p in range(P):
-                        ptx.tma.load(base + (L.q + p * BLOCK_M * ROW), tq,
-                                     [p * PANEL, head, m0, batch], qfull)
-                    ptx.inst.xor.b32(qphase, qphase, 1)
-                    for j in ptx.range_(n_lo, n_hi):
-                        for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
-                                                      (vfull, vempty, tv, L.v)):
-                            wait(labels, free + ring.slot * 8, ring.phase ^ 1)
-                            fb = full + ring.slot * 8
-                            ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                     ptx.addr(fb), L.kv_bytes)
-                            at = base + dst + ring.slot * L.kv_bytes
-                            for p in range(P):
-                                ptx.tma.load(at + p * BN * ROW if p else at, tmap,
-                                             [p * PANEL, hkv, j * BN, batch], fb)
-                        ring.advance()
+                    w, off, n_lo, n_hi = tile(t)
+                    with if_valid(w):
+                        wait(labels, qempty, qphase ^ 1)     # the consumers are done with Q
+                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                 ptx.addr(qfull), L.q_bytes)
+                        for p in range(P):
+                            ptx.tma.load(base + (L.q + p * BLOCK_M * ROW), tq,
+                                         sched.q_coords(p, w), qfull)
+                        ptx.inst.xor.b32(qphase, qphase, 1)
+                        for j in ptx.range_(n_lo, n_hi):
+                            for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
+                                                          (vfull, vempty, tv, L.v)):
+                                wait(labels, free + ring.slot * 8, ring.phase ^ 1)
+                                fb = full + ring.slot * 8
+                                ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64",
+                                         ptx.sink, ptx.addr(fb), L.kv_bytes)
+                                at = base + dst + ring.slot * L.kv_bytes
+                                for p in range(P):
+                                    ptx.tma.load(at + p * BN * ROW if p else at, tmap,
+                                                 sched.kv_coords(p, w, j), fb)
+                            ring.advance()
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -203,134 +205,147 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             s_acc = ptx.wgmma.accumulator(BN)
             ring = Ring(S)
             qphase = reg.scalar(u32, init=0)
-            sk_s = _s32(sk)
+            sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
             p_regs = p_registers(BN)
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
             for t in ptx.range_(cta, tiles, ncta):
-                m0, head, batch, hkv, off, n_lo, n_hi = tile(t)
-                row0 = m0 + cons * 64 + warp * 16 + (lw >> 2)   # rows row0 and row0 + 8
-                urows = [row0, row0 + 8]
-                rows = [_s32(r) for r in urows]
-                o_acc = ptx.wgmma.accumulator(d, init=0.0)
-                m = [reg.scalar(f32, init=NEG_INF) for _ in range(2)]
-                l = [reg.scalar(f32, init=0.0) for _ in range(2)]
-                # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
-                q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
-                                              stride=1024, swizzle=128)
+                w, off, n_lo, n_hi = tile(t)
+                m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
+                with if_valid(w):
+                    row0 = m0 + cons * 64 + warp * 16 + (lw >> 2)   # rows row0 and row0 + 8
+                    urows = [row0, row0 + 8]
+                    rows = [sched.pos(_s32(r)) for r in urows]     # sequence positions
+                    o_acc = ptx.wgmma.accumulator(d, init=0.0)
+                    m = [reg.scalar(f32, init=NEG_INF) for _ in range(2)]
+                    l = [reg.scalar(f32, init=0.0) for _ in range(2)]
+                    # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
+                    q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
+                                                  stride=1024, swizzle=128)
 
-                def s_gemm():
-                    """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
-                    wait(labels, kfull + ring.slot * 8, ring.phase)
-                    k_desc = ptx.wgmma.descriptor(base + L.k + ring.slot * L.kv_bytes,
-                                                  leading=16, stride=1024, swizzle=128)
-                    ptx.inst("wgmma.fence.sync.aligned")
-                    for ks in range(d // 16):
-                        pnl, kin = divmod(ks, 4)
-                        qo = (pnl * BLOCK_M * ROW + kin * 32) >> 4
-                        ko = (pnl * BN * ROW + kin * 32) >> 4
-                        ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
-                                 k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
-                    ptx.inst("wgmma.commit_group.sync.aligned")
+                    def s_gemm():
+                        """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
+                        wait(labels, kfull + ring.slot * 8, ring.phase)
+                        k_desc = ptx.wgmma.descriptor(base + L.k + ring.slot * L.kv_bytes,
+                                                      leading=16, stride=1024, swizzle=128)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for ks in range(d // 16):
+                            pnl, kin = divmod(ks, 4)
+                            qo = (pnl * BLOCK_M * ROW + kin * 32) >> 4
+                            ko = (pnl * BN * ROW + kin * 32) >> 4
+                            ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
+                                     k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
 
-                def pv_gemm():
-                    """Wait for V in stage ``vslot``; O += P·V, block_n/16 wgmmas with A (P)
-                    from registers, one group."""
-                    wait(labels, vfull + vslot * 8, vphase)
-                    v_desc = ptx.wgmma.descriptor(base + L.v + vslot * L.kv_bytes,
-                                                  leading=BN * ROW, stride=1024, swizzle=128)
-                    ptx.inst("wgmma.fence.sync.aligned")
-                    for ks in range(BN // 16):
-                        vo = (ks * 16 * ROW) >> 4
-                        ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc,
-                                 1, 1, 1, 1)
-                    ptx.inst("wgmma.commit_group.sync.aligned")
+                    def pv_gemm():
+                        """Wait for V in stage ``vslot``; O += P·V, block_n/16 wgmmas with A (P)
+                        from registers, one group."""
+                        wait(labels, vfull + vslot * 8, vphase)
+                        v_desc = ptx.wgmma.descriptor(base + L.v + vslot * L.kv_bytes,
+                                                      leading=BN * ROW, stride=1024, swizzle=128)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for ks in range(BN // 16):
+                            vo = (ks * 16 * ROW) >> 4
+                            ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc,
+                                     1, 1, 1, 1)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
 
-                def release(bars, slot):
-                    """One arrival per consumer warpgroup on the stage's empty barrier."""
-                    with ptx.if_(lane == 0):
-                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                                 ptx.addr(bars + slot * 8))
+                    def release(bars, slot):
+                        """One arrival per consumer warpgroup on the stage's empty barrier."""
+                        with ptx.if_(lane == 0):
+                            ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
+                                     ptx.addr(bars + slot * 8))
 
-                def scores(j):
-                    """S of block j (its wgmma retired) -> P in place; returns the rows' alpha."""
-                    if softcap:
-                        for x in s_acc:
-                            ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
-                            ptx.inst("tanh.approx.f32", x, x)
-                    _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_s, mask, cons, m0)
-                    return online_softmax(list(s_acc), m, l, scale_log2)
+                    def scores(j):
+                        """S of block j (its wgmma retired) -> P in place; returns the rows'
+                        alpha."""
+                        if softcap:
+                            for x in s_acc:
+                                ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
+                                ptx.inst("tanh.approx.f32", x, x)
+                        _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons, m0,
+                                        sched)
+                        return online_softmax(list(s_acc), m, l, scale_log2)
 
-                def my_turn():
-                    """Ping-pong: wait until the other consumer has issued its wgmmas."""
-                    if c.pingpong:
-                        ptx.inst("bar.sync", 1 + cons, 256)
+                    def my_turn():
+                        """Ping-pong: wait until the other consumer has issued its wgmmas."""
+                        if c.pingpong:
+                            ptx.inst("bar.sync", 1 + cons, 256)
 
-                def your_turn(pred=None):
-                    """Ping-pong: hand the tensor cores to the other consumer."""
-                    if c.pingpong:
-                        ptx.inst("bar.arrive", 2 - cons, 256, pred=pred)
+                    def your_turn(pred=None):
+                        """Ping-pong: hand the tensor cores to the other consumer."""
+                        if c.pingpong:
+                            ptx.inst("bar.arrive", 2 - cons, 256, pred=pred)
 
-                def next_stage():
-                    """P·V of this block reads this stage's V in the next step."""
-                    ptx.inst.mov.u32(vslot, ring.slot)
-                    ptx.inst.mov.u32(vphase, ring.phase)
-                    ring.advance()
+                    def next_stage():
+                        """P·V of this block reads this stage's V in the next step."""
+                        ptx.inst.mov.u32(vslot, ring.slot)
+                        ptx.inst.mov.u32(vphase, ring.phase)
+                        ring.advance()
 
-                wait(labels, qfull, qphase)
-                # Block j's softmax runs while P·V of block j - 1 is on the tensor cores: S(j) is
-                # issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
-                with ptx.if_(n_lo < n_hi):
-                    if c.pingpong:                  # consumer 0 issues first
-                        ptx.inst("bar.arrive", 1, 256, pred=cons == 1)
-                    my_turn()
-                    s_gemm()
-                    your_turn()
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    release(kempty, ring.slot)
-                    scores(n_lo)                    # O is still zero: nothing to rescale
-                    pack_p(list(s_acc), p_regs, dtype.name)
-                    next_stage()
-                    for j in ptx.range_(n_lo + 1, n_hi):
+                    wait(labels, qfull, qphase)
+                    # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
+                    # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
+                    with ptx.if_(n_lo < n_hi):
+                        if c.pingpong:                  # consumer 0 issues first
+                            ptx.inst("bar.arrive", 1, 256, pred=cons == 1)
                         my_turn()
                         s_gemm()
-                        pv_gemm()
                         your_turn()
-                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                        release(kempty, ring.slot)
-                        alphas = scores(j)
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        release(vempty, vslot)
-                        rescale(list(o_acc), alphas)
+                        release(kempty, ring.slot)
+                        scores(n_lo)                    # O is still zero: nothing to rescale
                         pack_p(list(s_acc), p_regs, dtype.name)
                         next_stage()
-                    release(qempty, 0)              # every S of the tile has retired
-                    my_turn()
-                    pv_gemm()
-                    # (consumer 1's last hand-over would have no taker: every bar.sync of each
-                    # barrier is matched by exactly one bar.arrive)
-                    your_turn(pred=cons == 0)
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    release(vempty, vslot)
-                with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
-                    release(qempty, 0)
-                ptx.inst.xor.b32(qphase, qphase, 1)
-                _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, batch, head, sq, nh, d,
-                          dtype)
+                        for j in ptx.range_(n_lo + 1, n_hi):
+                            my_turn()
+                            s_gemm()
+                            pv_gemm()
+                            your_turn()
+                            ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                            release(kempty, ring.slot)
+                            alphas = scores(j)
+                            ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                            release(vempty, vslot)
+                            rescale(list(o_acc), alphas)
+                            pack_p(list(s_acc), p_regs, dtype.name)
+                            next_stage()
+                        release(qempty, 0)              # every S of the tile has retired
+                        my_turn()
+                        pv_gemm()
+                        # (consumer 1's last hand-over would have no taker: every bar.sync of each
+                        # barrier is matched by exactly one bar.arrive)
+                        your_turn(pred=cons == 0)
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        release(vempty, vslot)
+                    with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
+                        release(qempty, 0)
+                    ptx.inst.xor.b32(qphase, qphase, 1)
+                    packed = rows if sched.group == 1 else [_s32(r) for r in urows]
+                    if tma_out:
+                        _stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
+                                   dtype)
+                    _epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
+                              store=not tma_out)
+                if tma_out:                 # the staging buffer outlives the last store
+                    with ptx.if_(lane == 0):
+                        ptx.tma.wait(0, read=True)
 
     return attention_fwd
 
 
-def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0) -> None:
+def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sched) -> None:
     """Mask block ``j`` where it crosses a boundary for some row of this consumer: past the
     last key (ragged SK), past ``row + off + right`` or before ``row + off - left``."""
     key0 = j * BN
     end = key0 + BN
     need = end > sk
-    first = _s32(m0 + cons * 64)                 # this consumer's first row
+    first_p = _s32(m0 + cons * 64)               # this consumer's first (packed) row
+    first = sched.pos(first_p)
     if mask.right >= 0:
         need = need | (end - 1 > first + off + mask.right)
     if mask.left >= 0:
-        need = need | (key0 < first + 63 + off - mask.left)
+        last = first + 63 if sched.group == 1 else sched.pos(first_p + 63)
+        need = need | (key0 < last + off - mask.left)
     with ptx.if_(need):
         base = key0 + _s32(fcol)                 # the key of this thread's column 0
         hi, lo = [], []
@@ -343,30 +358,84 @@ def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0) -> 
         mask_block(list(s_acc), hi, lo)
 
 
-def _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, batch, head, sq, nh, d,
-              dtype) -> None:
-    """O / l in 16-bit pairs (``cvt.rn``) by ``st.global.b32``, LSE = (m + lg2 l) ln 2 by one
-    thread of each quad; rows past SQ are not written; a row with no key gives 0 and -inf."""
-    sq_s = _s32(sq)
+def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype) -> None:
+    """``Config.tma_store``: this consumer's 64 rows of O / l into its half of the staging
+    buffer (64-column panels of 128-byte swizzled rows, what a TMA box of (1, 64, 1, 64)
+    reads), then one thread stores each panel with TMA, which clips rows past SQ and
+    columns past D. Element (row, col) of a panel is at byte ``row * 128 + 16 * ((col / 8)
+    ^ (row & 7)) + 2 * (col & 7)``; a thread's two rows share ``row & 7``. Before the
+    buffer is written again, the previous tile's stores must have read it
+    (``cp.async.bulk.wait_group.read 0``, then the warpgroup meets at named barrier 3 +
+    consumer)."""
+    bar = 3 + cons
+    with ptx.if_(lane == 0):
+        ptx.tma.wait(0, read=True)
+    ptx.inst("bar.sync", bar, 128)
+    mine = stage + cons * (64 * ROW)
+    frow = warp * 16 + (lw >> 2)
+    q = frow & 7
+    fb = (lw & 3) * (2 * dtype.bytes)            # the thread's pair inside a 16-byte chunk
+    xs = [(q << 4) + fb if c == 0 else ((q ^ c) << 4) + fb for c in range(8)]
+    bases = [mine + frow * ROW, mine + (frow + 8) * ROW]
+    inv = []
     for r in range(2):
         quad_reduce(l[r], "add")
+        some = reg.scalar(pred)
+        ptx.inst.setp.gt.f32(some, l[r], 0.0)
+        x = reg.scalar(f32)
+        ptx.inst("rcp.rn.f32", x, l[r])
+        ptx.inst.selp.f32(x, x, 0.0, some)
+        inv.append(x)
+    elems = list(o_acc)
+    for g in range(0, len(elems), 4):            # 8-column group g / 4: rows r0, r0 + 8
+        col = 8 * (g // 4)
+        pnl, c = divmod(col // 8, 8)
+        for r in range(2):
+            lo, hi = elems[g + 2 * r], elems[g + 2 * r + 1]
+            ptx.inst.mul.f32(lo, lo, inv[r])
+            ptx.inst.mul.f32(hi, hi, inv[r])
+            pair = reg.scalar(b32)
+            ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * BLOCK_M * ROW), pair)
+    for col in range(d, padded(d), 8):           # head dim 96: the box's columns past D,
+        pnl, c = divmod(col // 8, 8)             # which TMA reads (and does not store)
+        for r in range(2):
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * BLOCK_M * ROW), 0)
+    ptx.inst("fence.proxy.async.shared::cta")
+    ptx.inst("bar.sync", bar, 128)
+    with ptx.if_(lane == 0):
+        for p in range(padded(d) // PANEL):
+            ptx.tma.store(sched.to, [p * PANEL, w.head, w.m0 + cons * 64, w.batch],
+                          mine + p * BLOCK_M * ROW)
+        ptx.tma.commit()
+
+
+def _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype, *,
+              store: bool = True) -> None:
+    """O / l in 16-bit pairs (``cvt.rn``) by ``st.global.b32`` (unless ``store`` is False:
+    :func:`_stage_out` stored it), LSE = (m + lg2 l) ln 2 by one thread of each quad; rows
+    past the sequence are not written; a row with no key gives 0 and -inf."""
+    sq_s = _s32(sched.row_bound(w))
+    for r in range(2):
+        if store:
+            quad_reduce(l[r], "add")
         some = reg.scalar(pred)
         ptx.inst.setp.gt.f32(some, l[r], 0.0)
         inv = reg.scalar(f32)
         ptx.inst("rcp.rn.f32", inv, l[r])
         ptx.inst.selp.f32(inv, inv, 0.0, some)
         with ptx.if_(rows[r] < sq_s):
-            row = (batch * sq + urows[r]) * nh + head
-            ptr = po + (row * d + fcol) * dtype.bytes
-            elems = list(o_acc)
+            row = sched.out_row(w, urows[r]) if store else None
+            ptr = po + (row * d + fcol) * dtype.bytes if store else None
+            elems = list(o_acc) if store else []
             for g in range(0, len(elems), 4):     # elements g, g + 1: row r0; g + 2, g + 3: r0 + 8
                 i = g + 2 * r
                 lo, hi = elems[i], elems[i + 1]
                 ptx.inst.mul.f32(lo, lo, inv)
                 ptx.inst.mul.f32(hi, hi, inv)
-                w = reg.scalar(b32)
-                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", w, hi, lo)
-                ptx.inst("st.global.b32", ptx.addr(ptr, (8 * (i // 4)) * dtype.bytes), w)
+                pair = reg.scalar(b32)
+                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
+                ptx.inst("st.global.b32", ptx.addr(ptr, (8 * (i // 4)) * dtype.bytes), pair)
             with ptx.if_((lw & 3) == 0):
                 val = reg.scalar(f32)
                 ptx.inst("lg2.approx.f32", val, l[r])
@@ -374,7 +443,12 @@ def _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, batch, head, sq, nh, d
                 ptx.inst.mul.f32(val, val, LN2)
                 ptx.inst.selp.f32(val, val, NEG_INF, some)
                 ptx.inst("st.global.f32",
-                         ptx.addr(pl + ((batch * nh + head) * sq + urows[r]) * 4), val)
+                         ptx.addr(pl + sched.lse_at(w, urows[r]) * 4), val)
 
 
-__all__ = ["build_forward", "specs", "Smem"]
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
+__all__ = ["build_forward", "schedule", "grid_for", "Smem"]

@@ -1,27 +1,44 @@
 """``ptxdsl.ops.attention_varlen``: packed sequences of different lengths, flash_attn's
-``flash_attn_varlen_func`` layout, as one :func:`~.api.attention` launch per sequence.
+``flash_attn_varlen_func`` layout, in one launch of the forward kernel.
 
-Each sequence's rows of the packed ``(total, H, D)`` tensors are a contiguous
-``(1, len, H, D)`` view, so every launch runs the forward kernel on the caller's memory and
-writes into its rows of ``out``. Correct for any mix of lengths; one launch per sequence
-(a kernel that walks ``cu_seqlens`` itself is not written yet).
+The kernel reads ``cu_seqlens_q`` / ``cu_seqlens_k`` itself (:class:`~.tiles.Varlen`: the
+grid depends only on the packed length, the number of sequences and the heads), so a
+call on CUDA tensors reads nothing back to the host and a CUDA graph may replay it with
+new offsets. Host arrays (numpy, torch CPU tensors) have their offsets checked here; device
+offsets are the caller's promise, as in flash_attn.
 """
 from __future__ import annotations
 
 from ...core.types import f32
-from .api import _fail, _frame, attention
+from ...runtime.adapter import element_strides as strides
+from .api import _check, _contiguous, _copy_back, _fail, _frame, _tma_ready, forward_kernel
+from .tiles import SEQ_BITS
 
 
-def _offsets(cu, name: str, total: int) -> list[int]:
-    try:
-        vals = [int(x) for x in (cu.tolist() if hasattr(cu, "tolist") else cu)]
-    except (TypeError, ValueError):
-        _fail(f"{name} must be a 1-d integer array of sequence offsets, got {cu!r}")
-    if len(getattr(cu, "shape", (len(vals),))) != 1 or len(vals) < 2 or vals[0] != 0 \
-            or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != total:
-        _fail(f"{name} must be 1-d, start at 0, never decrease and end at the packed "
-              f"length {total}, got {vals}")
-    return vals
+def _offsets(cu, name: str, total: int, frame, q) -> int:
+    """Checks ``cu`` (1-d; int32 on the GPU, any integers on the host); its values too
+    where they are on the host. Returns the number of sequences."""
+    if frame.kind == "torch":
+        if not isinstance(cu, frame.torch.Tensor) or cu.device != q.device:
+            _fail(f"{name} must be a torch int32 tensor on {q.device}, got "
+                  f"{type(cu).__name__} {getattr(cu, 'device', '')}")
+    if len(getattr(cu, "shape", ())) != 1 or int(cu.shape[0]) < 2:
+        _fail(f"{name} must be a 1-d array of sequence offsets (number of sequences + 1), "
+              f"got shape {tuple(getattr(cu, 'shape', ()))}")
+    if frame.cuda_torch and str(cu.dtype) != "torch.int32":
+        _fail(f"{name} must be int32, got {cu.dtype}")
+    if not frame.cuda_torch:
+        vals = [int(x) for x in cu.tolist()]
+        if vals[0] != 0 or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != total:
+            _fail(f"{name} must start at 0, never decrease and end at the packed length "
+                  f"{total}, got {vals}")
+    return int(cu.shape[0]) - 1
+
+
+def _host_int32(cu):
+    """The interpreter's int32 copy of host offsets of any integer dtype."""
+    import numpy as np
+    return np.asarray(cu.tolist(), np.int32)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
@@ -30,45 +47,58 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
                      softcap: float = 0.0, return_lse: bool = False, out=None):
     """Attention over packed sequences: q ``(total_q, H, D)``, k and v ``(total_k, Hkv, D)``;
     sequence ``i`` is rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]`` of q against rows
-    ``cu_seqlens_k[i]:cu_seqlens_k[i+1]`` of k and v, with the options of
-    :func:`~.api.attention` (causal aligned bottom-right per sequence). Returns ``out``
-    ``(total_q, H, D)`` and, with ``return_lse``, the LSE ``(H, total_q)`` (f32; -inf for
-    rows of a sequence without keys)."""
+    ``cu_seqlens_k[i]:cu_seqlens_k[i+1]`` of k and v (int32 offsets, on q's device), with
+    the options of :func:`~.api.attention` (causal aligned bottom-right per sequence).
+    Returns ``out`` ``(total_q, H, D)`` and, with ``return_lse``, the LSE ``(H, total_q)``
+    (f32; -inf for rows of a sequence without keys). ``max_seqlen_q/k`` are checked
+    against host offsets; the kernel does not need them."""
     frame = _frame(q)
     for name, a in (("q", q), ("k", k), ("v", v)):
-        if len(a.shape) != 3:
+        if len(getattr(a, "shape", ())) != 3:
             _fail(f"{name} must be 3-d ((total, heads, head_dim), packed sequences), got "
-                  f"shape {tuple(a.shape)}")
-    cq = _offsets(cu_seqlens_q, "cu_seqlens_q", int(q.shape[0]))
-    ck = _offsets(cu_seqlens_k, "cu_seqlens_k", int(k.shape[0]))
-    if len(cq) != len(ck):
-        _fail(f"cu_seqlens_q has {len(cq) - 1} sequences, cu_seqlens_k {len(ck) - 1}")
-    lq = [b - a for a, b in zip(cq, cq[1:])]
-    lk = [b - a for a, b in zip(ck, ck[1:])]
-    if max(lq) > max_seqlen_q or max(lk) > max_seqlen_k:
-        _fail(f"max_seqlen_q / max_seqlen_k ({max_seqlen_q}, {max_seqlen_k}) are below the "
-              f"longest sequences ({max(lq)}, {max(lk)})")
-    h = int(q.shape[1])
+                  f"shape {tuple(getattr(a, 'shape', ()))}")
+    if out is not None and len(getattr(out, "shape", ())) != 3:
+        _fail(f"out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    tq, tk = int(q.shape[0]), int(k.shape[0])
+    nq = _offsets(cu_seqlens_q, "cu_seqlens_q", tq, frame, q)
+    nk = _offsets(cu_seqlens_k, "cu_seqlens_k", tk, frame, q)
+    if nq != nk:
+        _fail(f"cu_seqlens_q has {nq} sequences, cu_seqlens_k {nk}")
+    if nq >= 1 << SEQ_BITS:
+        _fail(f"{nq} sequences: the kernel takes fewer than {1 << SEQ_BITS}")
+    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+            _fail(f"{name} must be an int >= 0, got {x!r}")
+    if not frame.cuda_torch:          # host offsets: checked, and int32 for the kernel
+        cq, ck = (_host_int32(c) for c in (cu_seqlens_q, cu_seqlens_k))
+        lq, lk = int((cq[1:] - cq[:-1]).max()), int((ck[1:] - ck[:-1]).max())
+        if lq > max_seqlen_q or lk > max_seqlen_k:
+            _fail(f"max_seqlen_q / max_seqlen_k ({max_seqlen_q}, {max_seqlen_k}) are below "
+                  f"the longest sequences ({lq}, {lk})")
+    else:
+        cq, ck = cu_seqlens_q, cu_seqlens_k
+    if tq and tk:       # the 4-d checks of attention() on one-batch views
+        dtype, _, _ = _check(q[None], k[None], v[None], causal, softmax_scale, window_size,
+                             softcap, None, frame)
+    h, d = int(q.shape[1]), int(q.shape[2])
     if out is None:
         out = frame.empty(tuple(q.shape), q)
-    elif tuple(out.shape) != tuple(q.shape):
-        _fail(f"out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
-    lse = frame.empty((h, int(q.shape[0])), q, f32)
-    kw = dict(causal=causal, softmax_scale=softmax_scale, window_size=window_size,
-              softcap=softcap)
-    for i in range(len(lq)):
-        a, b = cq[i], cq[i + 1]
-        if a == b:
-            continue
-        o_i = out[a:b]
-        if lk[i] == 0:                          # no keys: zeros and an LSE of -inf
-            o_i[...] = 0
-            lse[:, a:b] = float("-inf")
-            continue
-        ka, kb = ck[i], ck[i + 1]
-        _, lse_i = attention(q[a:b][None], k[ka:kb][None], v[ka:kb][None], return_lse=True,
-                             out=o_i[None], **kw)
-        lse[:, a:b] = lse_i[0]
+    elif tuple(out.shape) != tuple(q.shape) or not _contiguous(out):
+        _fail(f"out must be a contiguous array of q's shape {tuple(q.shape)}, got "
+              f"{tuple(out.shape)} strides {tuple(strides(out))}")
+    lse = frame.empty((h, tq), q, f32)
+    if not (tq and tk):                   # no rows, or no keys anywhere: nothing to launch
+        if tq:
+            out[...] = 0
+            lse[...] = float("-inf")
+        return (out, lse) if return_lse else out
+    q, k, v = (a if _tma_ready(a, frame) else frame.contiguous(a) for a in (q, k, v))
+    kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
+                          softmax_scale=softmax_scale, softcap=softcap, arch=frame.arch(q),
+                          sms=frame.sms(q), layout="varlen")
+    res = frame.run(kern, q, k, v, cq, ck, out, lse)
+    if not frame.on_gpu():
+        lse = _copy_back(frame, res, out, lse)
     return (out, lse) if return_lse else out
 
 

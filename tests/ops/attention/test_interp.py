@@ -91,29 +91,116 @@ def test_persistent_grid_loops_over_tiles(causal, pingpong):
     np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
 
 
-def test_varlen_packed_sequences_match_each_sequence_alone():
-    """attention_varlen on packed sequences (one with no query rows, one whose queries see
-    no keys under the bottom-right causal mask) against the reference of each alone."""
-    from ptxdsl.core.errors import LaunchError
+def test_pack_gqa_head_dim_96():
+    """Few query rows and GQA (Sq = 3, 4 query heads per K/V head): the group's heads
+    share one tile's rows (pack_gqa); head dim 96 fills its second panel half, causal
+    aligned bottom-right per row position, not per packed row."""
+    from ptxdsl.ops.attention import KERNELS
+    _check(*_inputs(1, 3, 40, 8, 2, 96, np.float16, 3), causal=True)
+    assert any("_d96_" in k.name and k.name.endswith("_packed4")
+               for k in KERNELS._kernels.values())
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("b,sq,sk,h,hk,d,kw", [
+    (2, 1, 33, 4, 1, 64, dict(window_size=(8, 0))),          # MQA decode-like row
+    (1, 16, 300, 16, 2, 128, dict(causal=True)),             # group of 8, two K/V heads
+    (1, 64, 64, 4, 2, 64, dict(softcap=5.0)),                # two tiles of packed rows
+    (1, 100, 130, 2, 2, 96, dict(causal=True)),              # head dim 96, no packing
+])
+def test_pack_gqa_and_head_dim_96_sweep(b, sq, sk, h, hk, d, kw):
+    _check(*_inputs(b, sq, sk, h, hk, d, ml_dtypes.bfloat16, sq + sk + d), **kw)
+
+
+@pytest.mark.long
+def test_packed_layout_past_one_tile():
+    """The packed schedule forced at Sq = 100 (G = 2: 200 packed rows, two tiles whose
+    rows straddle positions), causal: masks compare row positions, not packed rows."""
+    from ptxdsl.core.types import f16
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    q, k, v = _inputs(1, 100, 120, 4, 2, 64, np.float16, 9)
+    kern = build_forward(Config(block_n=64, stages=2, persistent=True), f16, 64, Mask(-1, 0),
+                         scale=0.125, sms=2, layout="packed", group=2)
+    out5, lse4 = kern.interpret(q.reshape(1, 100, 2, 2, 64), k, v)
+    ref, rlse = attention_reference(q, k, v, causal=True, softmax_scale=0.125)
+    out = out5.reshape(q.shape).astype(np.float64)
+    assert np.abs(out - ref).max() <= 4e-3 * np.abs(ref).max()
+    lse = lse4.reshape(1, 4, 100)
+    assert np.abs(lse - rlse).max() <= 1e-3 * np.abs(rlse).max()
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("d,causal,sq,h", [(64, True, 300, 2), (96, False, 70, 1)])
+def test_tma_store_epilogue(d, causal, sq, h):
+    """Config.tma_store: O through a swizzled staging buffer and TMA stores (rows past SQ
+    clipped by the map; head dim 96's columns past D zeroed in the buffer, not stored); a
+    persistent CTA's next tile waits until the last tile's stores have read the buffer."""
+    from ptxdsl.core.types import f16
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    q, k, v = _inputs(1, sq, 100, h, 1, d, np.float16, d)
+    kern = build_forward(Config(64, 2, True, True, tma_store=True), f16, d,
+                         Mask(-1, 0) if causal else Mask(), scale=0.125, sms=2)
+    out, lse = kern.interpret(q, k, v)
+    ref, rlse = attention_reference(q, k, v, causal=causal, softmax_scale=0.125)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()
+    np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
+
+
+def _check_varlen(lq, lk, h, hk, d, dtype, seed, **kw):
+    """attention_varlen in one launch against the reference of each sequence alone; a
+    sequence without keys gives zeros and -inf."""
     from ptxdsl.ops import attention_varlen
-    rng = np.random.default_rng(7)
-    lq, lk = [5, 0, 40, 3], [17, 4, 40, 1]
-    q = rng.standard_normal((sum(lq), 2, 64)).astype(np.float16)
-    k = rng.standard_normal((sum(lk), 1, 64)).astype(np.float16)
-    v = rng.standard_normal((sum(lk), 1, 64)).astype(np.float16)
-    cq, ck = np.cumsum([0] + lq), np.cumsum([0] + lk)
-    out, lse = attention_varlen(q, k, v, cq, ck, 40, 40, causal=True, return_lse=True)
-    assert out.shape == q.shape and lse.shape == (2, sum(lq))
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((sum(lq), h, d)).astype(dtype)
+    k = rng.standard_normal((sum(lk), hk, d)).astype(dtype)
+    v = rng.standard_normal((sum(lk), hk, d)).astype(dtype)
+    cq, ck = np.cumsum([0] + lq).astype(np.int32), np.cumsum([0] + lk).astype(np.int32)
+    out, lse = attention_varlen(q, k, v, cq, ck, max(lq), max(lk), return_lse=True, **kw)
+    assert out.shape == q.shape and lse.shape == (h, sum(lq))
     for i in range(len(lq)):
+        a, b, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        got, glse = out[a:b].astype(np.float64), lse[:, a:b]
         if lq[i] == 0:
             continue
-        a, b, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
-        ref, rlse = attention_reference(q[None, a:b], k[None, ka:kb], v[None, ka:kb],
-                                        causal=True)
-        assert np.abs(out[a:b].astype(np.float64) - ref[0]).max() <= 4e-3 * max(
-            np.abs(ref).max(), 1e-30)
-        np.testing.assert_array_equal(np.isneginf(lse[:, a:b]), np.isinf(rlse[0]))
-    with pytest.raises(LaunchError, match="cu_seqlens_k must be 1-d"):
-        attention_varlen(q, k, v, cq, ck[:-1], 40, 40)
+        if lk[i] == 0:
+            assert (got == 0).all() and np.isneginf(glse).all()
+            continue
+        ref, rlse = attention_reference(q[None, a:b], k[None, ka:kb], v[None, ka:kb], **kw)
+        assert np.abs(got - ref[0]).max() <= 2e-2 * max(np.abs(ref).max(), 1e-30)
+        np.testing.assert_array_equal(np.isneginf(glse), np.isinf(rlse[0]))
+        fin = np.isfinite(rlse[0])
+        assert (np.abs(glse[fin] - rlse[0][fin]) <= 1e-3 * np.maximum(
+            np.abs(rlse[0][fin]), 1)).all()
+    return q, k, v, cq, ck
+
+
+def test_varlen_one_launch_ragged_lengths():
+    """One launch over packed sequences of lengths 0, 1, 3, 5 and 70 (query rows of one
+    128-row tile reach into the next sequence's rows; keys too), one without keys, one
+    whose queries see no key under the bottom-right causal mask; the persistent grid of
+    2 CTAs walks tile numbers that no m-block has."""
+    from ptxdsl.core.errors import LaunchError
+    from ptxdsl.ops import attention_varlen
+    q, k, v, cq, ck = _check_varlen([5, 0, 70, 1, 3], [17, 4, 70, 0, 1], 1, 1, 64,
+                                    np.float16, 7, causal=True)
+    with pytest.raises(LaunchError, match="cu_seqlens_k must be a 1-d"):
+        attention_varlen(q, k, v, cq, ck[None], 70, 70)
+    with pytest.raises(LaunchError, match="cu_seqlens_k must start at 0"):
+        attention_varlen(q, k, v, cq, ck[::-1].copy(), 70, 70)
+    with pytest.raises(LaunchError, match="5 sequences, cu_seqlens_k 4"):
+        attention_varlen(q, k, v, cq, np.array([0, 1, 2, 3, ck[-1]], np.int32), 70, 70)
     with pytest.raises(LaunchError, match="below the longest"):
-        attention_varlen(q, k, v, cq, ck, 8, 40)
+        attention_varlen(q, k, v, cq, ck, 8, 70)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("lq,lk,h,hk,d,kw", [
+    ([130, 1, 63, 200], [100, 300, 63, 1], 4, 2, 128, {}),
+    ([200, 17], [200, 40], 2, 1, 64, dict(window_size=(50, 10))),
+    ([1, 129, 64], [64, 129, 1], 2, 2, 96, dict(causal=True)),
+    ([100, 3], [90, 300], 1, 1, 256, dict(softcap=5.0)),
+])
+def test_varlen_wider_sweep(lq, lk, h, hk, d, kw):
+    _check_varlen(lq, lk, h, hk, d, ml_dtypes.bfloat16, sum(lq), **kw)

@@ -1,0 +1,275 @@
+"""Which tile of 128 query rows a CTA works on, and where that tile's rows live: the
+forward's three layouts as tile schedules the kernel body (:mod:`.fwd`) asks.
+
+* :class:`Dense`: q ``(B, SQ, H, D)``, a tile is 128 rows of one (batch, head);
+* :class:`Packed` (``pack_gqa``): the ``G = H / HK`` query heads of a GQA group share
+  their K/V head, so a tile is 128 (row, head-of-the-group) pairs, the group's heads
+  fastest: q is read as ``(B, SQ, HK, G, D)`` through a 5-d tensor map whose box is
+  ``(1, 128 / G, 1, G, 64)``, one K/V stream serves ``G`` heads (what pays when ``SQ`` is
+  too short to fill 128 rows of one head);
+* :class:`Varlen`: packed sequences ``(total, H, D)`` with ``cu_seqlens_q/k`` read by the
+  kernel. Sequence ``i``'s m-blocks are numbered from ``i + cu_q[i] // 128`` on (at least
+  ``ceil(len_i / 128)`` numbers before sequence ``i + 1``'s), so the grid,
+  ``(NSEQ + TQ // 128) x H`` tiles, needs no host read of the offsets (and a CUDA graph
+  may replay with new ones); a CTA finds its sequence by a binary search of those
+  starts, and a number no m-block has is an empty tile.
+
+Each ``locate`` returns a :class:`Work`; rows past a sequence's end that a 128-row TMA box
+reads (another sequence's, or zeros past the tensor) are computed and never stored, keys
+past its end are masked like ragged ``SK``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ... import Tile
+from ...core.tensormap import TMA
+from ...core.types import PtxType, f32, pred, s32, u32
+from ...dsl import ptx, reg
+from .config import BLOCK_M
+
+PANEL = 64           # 16-bit elements per 128-byte swizzle row
+SEQ_BITS = 20        # varlen: at most 2**20 sequences (the binary search's probes)
+ROW = 128            # bytes per swizzled panel row
+
+
+def s32_of(x):
+    """A ``.s32`` copy of a ``.u32`` value (``cvt.s32.u32``)."""
+    r = reg.scalar(s32)
+    ptx.inst.cvt.s32.u32(r, x)
+    return r
+
+
+def _tma(*box):
+    """128-byte swizzled boxes of 64 columns; the kernel reads q, k and v only through
+    their maps, so they may have any strides (a slice of a packed qkv tensor)."""
+    return TMA(box=box, swizzle=ROW, strided=True)
+
+
+@dataclass
+class Work:
+    """One tile: its first (packed) row ``m0``, query head (the K/V head when packed),
+    batch, K/V head, the sequence's query and key lengths (``.u32``), the sequence's first
+    row in q and k (varlen, else None) and whether it has rows at all (varlen, else None)."""
+
+    m0: object
+    head: object
+    batch: object
+    hkv: object
+    sq: object
+    sk: object
+    q0: object = None
+    k0: object = None
+    valid: object = None
+
+
+class Dense:
+    """q ``(B, SQ, H, D)``, k and v ``(B, SK, HK, D)``, out like q, lse ``(B, H, SQ)``."""
+
+    group = 1
+
+    def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool, *,
+                 tma_out: bool = False):
+        self.dtype, self.d, self.bn, self.causal_order = dtype, d, block_n, causal_order
+        self.tma_out = tma_out          # out through TMA stores of (1, 64, 1, 64) boxes
+
+    def specs(self):
+        q = Tile("B", "SQ", "H", self.d, self.dtype,
+                 tma=_tma(1, BLOCK_M, 1, PANEL))
+        kv = [Tile("B", "SK", "HK", self.d, self.dtype,
+                   tma=_tma(1, self.bn, 1, PANEL)) for _ in range(2)]
+        out = Tile("B", "SQ", "H", self.d, self.dtype,
+                   tma=TMA(box=(1, 64, 1, PANEL), swizzle=ROW) if self.tma_out else None)
+        return (q, *kv), (out, Tile("B", "H", "SQ", f32))
+
+    arg_names = ("q", "k", "v", "out", "lse")
+
+    @staticmethod
+    def tiles(B, SQ, H):
+        return (SQ + BLOCK_M - 1) // BLOCK_M * H * B
+
+    def grid(self, cap):
+        """The launch grid of the named dims; ``cap(tiles)``: the CTAs for that many."""
+        return lambda B, SQ, H: (cap(self.tiles(B, SQ, H)), 1, 1)
+
+    def prologue(self, args):
+        q, k, v, o, lse = args
+        self.tq, self.tk, self.tv = q.tma_desc(), k.tma_desc(), v.tma_desc()
+        self.po, self.pl = ptx.global_ptrs(o, lse)
+        self.sq, self.nh, self.sk, self.nhk = (ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"),
+                                               ptx.dim("HK"))
+        if self.tma_out:
+            self.to = o.tma_desc()
+
+    def count(self):
+        self.nmb = (self.sq + (BLOCK_M - 1)) // BLOCK_M
+        self.hb = self.nh * ptx.dim("B")
+        return self.nmb * self.hb
+
+    def locate(self, t) -> Work:
+        """Causal: the tiles with the most keys first (longest-first); otherwise the
+        tiles of one (batch, head) side by side, so that they share K/V in L2."""
+        if self.causal_order:
+            mblk, rest = self.nmb - 1 - t // self.hb, t % self.hb
+        else:
+            mblk, rest = t % self.nmb, t // self.nmb
+        head, batch = rest % self.nh, rest // self.nh
+        hkv = head // (self.nh // self.nhk)     # GQA: the K/V head of this query head's group
+        return Work(mblk * BLOCK_M, head, batch, hkv, self.sq, self.sk)
+
+    def q_coords(self, p, w: Work):
+        return [p * PANEL, w.head, w.m0, w.batch]
+
+    def kv_coords(self, p, w: Work, j):
+        return [p * PANEL, w.hkv, j * self.bn, w.batch]
+
+    def pos(self, packed):
+        """The sequence position of (packed) row ``packed`` (.s32), what masks compare."""
+        return packed
+
+    def row_bound(self, w: Work):
+        return w.sq
+
+    def out_row(self, w: Work, r):
+        return (w.batch * w.sq + r) * self.nh + w.head
+
+    def lse_at(self, w: Work, r):
+        return (w.batch * self.nh + w.head) * w.sq + r
+
+
+class Packed(Dense):
+    """The query heads of a GQA group in one tile's rows (see the module docstring); q
+    and out are ``(B, SQ, HK, G, D)`` views, lse ``(B, HK, G, SQ)``."""
+
+    def __init__(self, dtype, d, block_n, causal_order, group: int):
+        super().__init__(dtype, d, block_n, causal_order)
+        if group < 2 or BLOCK_M % group:
+            raise ValueError(f"pack_gqa packs a group of heads dividing {BLOCK_M}, got {group}")
+        self.group = group
+
+    def specs(self):
+        g, d, dt = self.group, self.d, self.dtype
+        q = Tile("B", "SQ", "HK", g, d, dt,
+                 tma=_tma(1, BLOCK_M // g, 1, g, PANEL))
+        kv = [Tile("B", "SK", "HK", d, dt, tma=_tma(1, self.bn, 1, PANEL))
+              for _ in range(2)]
+        return (q, *kv), (Tile("B", "SQ", "HK", g, d, dt), Tile("B", "HK", g, "SQ", f32))
+
+    def tiles(self, B, SQ, HK):
+        return (SQ * self.group + BLOCK_M - 1) // BLOCK_M * HK * B
+
+    def grid(self, cap):
+        return lambda B, SQ, HK: (cap(self.tiles(B, SQ, HK)), 1, 1)
+
+    def prologue(self, args):
+        q, k, v, o, lse = args
+        self.tq, self.tk, self.tv = q.tma_desc(), k.tma_desc(), v.tma_desc()
+        self.po, self.pl = ptx.global_ptrs(o, lse)
+        self.sq, self.sk, self.nhk = ptx.dim("SQ"), ptx.dim("SK"), ptx.dim("HK")
+        self.nh = self.nhk * self.group
+
+    def count(self):
+        self.nmb = (self.sq * self.group + (BLOCK_M - 1)) // BLOCK_M
+        self.hb = self.nhk * ptx.dim("B")
+        return self.nmb * self.hb
+
+    def locate(self, t) -> Work:
+        if self.causal_order:
+            mblk, rest = self.nmb - 1 - t // self.hb, t % self.hb
+        else:
+            mblk, rest = t % self.nmb, t // self.nmb
+        hkv, batch = rest % self.nhk, rest // self.nhk
+        return Work(mblk * BLOCK_M, hkv, batch, hkv, self.sq, self.sk)
+
+    def q_coords(self, p, w: Work):
+        return [p * PANEL, 0, w.hkv, w.m0 // self.group, w.batch]
+
+    def pos(self, packed):
+        return packed // self.group
+
+    def row_bound(self, w: Work):
+        return w.sq * self.group
+
+    def out_row(self, w: Work, r):
+        # (B, SQ, HK, G) rows: position r / G, head r % G of the group
+        g = self.group
+        return ((w.batch * w.sq + r // g) * self.nhk + w.hkv) * g + r % g
+
+    def lse_at(self, w: Work, r):
+        g = self.group
+        return ((w.batch * self.nhk + w.hkv) * g + r % g) * w.sq + r // g
+
+
+class Varlen(Dense):
+    """q ``(TQ, H, D)``, k and v ``(TK, HK, D)``, ``cu_q`` / ``cu_k`` ``(NSEQ + 1,)``
+    int32, out like q, lse ``(H, TQ)``."""
+
+    arg_names = ("q", "k", "v", "cu_q", "cu_k", "out", "lse")
+
+    def specs(self):
+        d, dt = self.d, self.dtype
+        q = Tile("TQ", "H", d, dt, tma=_tma(BLOCK_M, 1, PANEL))
+        kv = [Tile("TK", "HK", d, dt, tma=_tma(self.bn, 1, PANEL))
+              for _ in range(2)]
+        cu = [Tile("NS1", s32) for _ in range(2)]
+        return (q, *kv, *cu), (Tile("TQ", "H", d, dt), Tile("H", "TQ", f32))
+
+    @staticmethod
+    def tiles(NS1, TQ, H):
+        return (NS1 - 1 + TQ // BLOCK_M) * H
+
+    def grid(self, cap):
+        return lambda NS1, TQ, H: (cap(self.tiles(NS1, TQ, H)), 1, 1)
+
+    def prologue(self, args):
+        q, k, v, cu_q, cu_k, o, lse = args
+        self.tq, self.tk, self.tv = q.tma_desc(), k.tma_desc(), v.tma_desc()
+        self.pcq, self.pck, self.po, self.pl = ptx.global_ptrs(cu_q, cu_k, o, lse)
+        self.tq_rows, self.nh, self.nhk = ptx.dim("TQ"), ptx.dim("H"), ptx.dim("HK")
+        self.nseq = ptx.dim("NS1") - 1
+
+    def count(self):
+        self.nvb = self.nseq + self.tq_rows // BLOCK_M
+        return self.nvb * self.nh
+
+    def _cu(self, ptr, i):
+        x = reg.scalar(u32)
+        ptx.inst.ld.global_.nc.u32(x, ptx.addr(ptr + i * 4))
+        return x
+
+    def locate(self, t) -> Work:
+        """Tile ``t`` is m-block number ``t % nvb`` of head ``t / nvb``: the sequence is
+        the last ``i`` whose first number ``i + cu_q[i] / 128`` is at most it (a binary
+        search, one probe per bit of NSEQ)."""
+        v, head = t % self.nvb, t // self.nvb
+        seq = reg.scalar(u32, init=0)
+        for bit in range(SEQ_BITS - 1, -1, -1):
+            probe = seq + (1 << bit)
+            with ptx.if_(self.nseq >= (1 << bit)):      # probes past NSEQ are skipped
+                with ptx.if_(probe < self.nseq):
+                    start = probe + self._cu(self.pcq, probe) // BLOCK_M
+                    with ptx.if_(start <= v):
+                        ptx.inst.mov.u32(seq, probe)
+        q0, q1 = self._cu(self.pcq, seq), self._cu(self.pcq, seq + 1)
+        k0, k1 = self._cu(self.pck, seq), self._cu(self.pck, seq + 1)
+        m0 = (v - (seq + q0 // BLOCK_M)) * BLOCK_M
+        sq, sk = q1 - q0, k1 - k0
+        valid = reg.scalar(pred)
+        ptx.inst.setp.lt.u32(valid, m0, sq)
+        hkv = head // (self.nh // self.nhk)
+        return Work(m0, head, seq, hkv, sq, sk, q0, k0, valid)
+
+    def q_coords(self, p, w: Work):
+        return [p * PANEL, w.head, w.q0 + w.m0]
+
+    def kv_coords(self, p, w: Work, j):
+        return [p * PANEL, w.hkv, w.k0 + j * self.bn]
+
+    def out_row(self, w: Work, r):
+        return (w.q0 + r) * self.nh + w.head
+
+    def lse_at(self, w: Work, r):
+        return w.head * self.tq_rows + w.q0 + r
+
+
+__all__ = ["Dense", "Packed", "Varlen", "Work", "s32_of", "PANEL", "ROW", "SEQ_BITS"]

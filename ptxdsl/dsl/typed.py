@@ -164,7 +164,8 @@ def cvt(*args, rounding: str | None = None, ftz: bool = False, sat: bool = False
         raise TraceError("ptx.cvt(dtype, x) takes rounding= and sat= only; ftz= and pred= "
                          "belong to the four-argument form cvt(dst_type, src_type, dst, src)",
                          user_location())
-    return values.cvt(*args, rounding=rounding, sat=sat)
+    kw = {"rounding": rounding} if rounding is not None else {}
+    return values.cvt(*args, **kw, **({"sat": sat} if sat else {}))
 
 
 def _space(space: str, what: str) -> list[str]:

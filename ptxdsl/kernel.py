@@ -30,7 +30,7 @@ from .core.specs import Tile
 from .core.trace import Builder
 from .core.types import u8, u32, u64
 from .core.verify import verify
-from .dsl.args import TensorArg
+from .dsl.args import TensorArg, TensorSpec
 from .dsl.template import auto_arch, bind_template, template_params
 
 log = logging.getLogger("ptxdsl.compile")
@@ -237,6 +237,10 @@ class Kernel:
         names = list(params)
         n = len(self.in_specs) + len(self.out_specs)
         variadic = [p.kind for p in params.values()] == [inspect.Parameter.VAR_POSITIONAL]
+        positional = [k for k, p in params.items() if k not in self._template and p.kind in (
+            p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if n == 0 and positional and len(positional) == len(params) - len(self._template):
+            return [TensorSpec(k) for k in positional]  # pyptx's spec-less placeholders
         if variadic and self.arg_names is not None and len(self.arg_names) == n:
             names = list(self.arg_names)
         elif len(names) - len(self._template) != n or any(
@@ -497,4 +501,4 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     return wrap
 
 
-__all__ = ["Kernel", "Compiled", "kernel", "PtxdslError"]
+__all__ = ["Kernel", "Compiled", "kernel", "PtxdslError", "TensorSpec"]

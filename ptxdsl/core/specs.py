@@ -87,6 +87,18 @@ class Tile:
         # encodes a tensor map from it for every call, see ptxdsl.core.tensormap.
         self.tma: TMA | None = tma
         self.layout: Layout = layout or Layout.ROW
+        # pyptx's tma_box= as given (None: the TMA box is the whole extent or none)
+        self.tma_box: tuple | None = tuple(tma_box) if tma_box is not None else None
+
+    @property
+    def rank(self) -> int:
+        """The number of dims."""
+        return len(self.dims)
+
+    @property
+    def symbolic_dims(self) -> tuple[str, ...]:
+        """The named dims, in order (pyptx's name for :attr:`names`)."""
+        return self.names
 
     @classmethod
     def wgmma_a(cls, m, k, dtype: PtxType, *, tile_m=None, tile_k=None) -> "Tile":

@@ -16,8 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..core.errors import TraceError, user_location
-from .wgmma import operand_layout
+from .wgmma import canonical_layout
 
 __all__ = ["LayoutType", "Major", "GmmaLayout", "pick_gmma_layout", "layout_for_a",
            "layout_for_b"]
@@ -69,43 +68,12 @@ def _layout(swizzle: int, lbo: int, sbo: int) -> GmmaLayout:
     return GmmaLayout(_BY_SWIZZLE[swizzle], lbo, sbo, name or "NONE", name)
 
 
-class _Bytes:
-    """An element size standing in for a dtype (operand_layout reads ``.bytes``/``.name``)."""
-
-    def __init__(self, n: int):
-        self.bytes = n
-        self.name = f"{n}-byte elements"
-
-
 def pick_gmma_layout(*, elem_bytes: int, m_or_n: int, k: int, major: Major) -> GmmaLayout:
     """The canonical layout of an ``m_or_n`` x ``k`` operand tile of ``elem_bytes``-byte
     elements, K-major or MN-major (rows of ``k`` or ``m_or_n`` elements)."""
-    loc = user_location()
-    if any(isinstance(x, bool) or not isinstance(x, int) or x <= 0
-           for x in (elem_bytes, m_or_n, k)):
-        raise TraceError(f"pick_gmma_layout takes positive ints, got elem_bytes={elem_bytes!r}"
-                         f" m_or_n={m_or_n!r} k={k!r}", loc)
     major = Major(major)
-    row = (k if major is Major.K else m_or_n) * elem_bytes
-    rows = m_or_n if major is Major.K else k
-    if rows % 8:
-        what = "M divisible by 8 (8-row core matrices)" if major is Major.K else \
-            "K divisible by 8 (8-row core matrices)"
-        raise TraceError(f"a {major.name}-major wgmma tile needs {what}, got {rows}", loc)
-    if row > 128:
-        if row % 128:
-            raise TraceError(f"a {major.name}-major wgmma tile of {row}-byte rows: wider "
-                             f"rows are whole 128-byte stripes, and {row} is not one of the "
-                             f"canonical widths 16, 32, 64, 128 or a multiple of 128", loc)
-        return _layout(128, rows * 128, 8 * 128)
-    if row not in (16, 32, 64, 128):
-        raise TraceError(f"a {major.name}-major wgmma tile of {row}-byte rows: {row} is not "
-                         f"one of the canonical row widths 16, 32, 64, 128", loc)
-    if major is Major.K and row == 16:
-        return _layout(0, 16, 8 * 16)
-    lay = operand_layout(_Bytes(elem_bytes), (rows, row // elem_bytes),
-                         "K" if major is Major.K else "MN")
-    return _layout(lay.swizzle, lay.leading, lay.stride)
+    swz, lbo, sbo = canonical_layout(elem_bytes, m_or_n, k, major.name)
+    return _layout(swz, lbo, sbo)
 
 
 def layout_for_a(*, dtype, m: int, k: int) -> GmmaLayout:

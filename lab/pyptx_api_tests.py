@@ -26,6 +26,9 @@ import sys
 import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+from bench.pyptx_examples import MODULES  # noqa: E402  (pyptx module -> ptxdsl path)
+
 MIRROR = os.environ.get("PTXDSL_PYPTX_MIRROR", "/work/.mirror/patrick-toulme+pyptx/repo")
 FILES = ["test_dsl_wrappers", "test_highlevel", "test_intrinsic", "test_kernel_templates",
          "test_reg_alloc", "test_typed_wrappers", "test_wgmma_layout", "test_mma_sync"]
@@ -39,10 +42,6 @@ STRICTER = {"refuses reading a register no instruction wrote (stricter)":
             "declares only the registers the kernel uses (differs)": "assert '.reg .",
             "prints the PTX ISA version the kernel needs, 8.0 for sm_90a (differs)":
             "assert '.version 8."}
-# pyptx's public modules whose ptxdsl home has another path (the docs' "Coming from pyptx"
-# page lists the same map); every other ``pyptx.X`` is ``ptxdsl.X``.
-MODULES = {"reg": "dsl.reg", "smem": "dsl.smem", "ptx": "dsl.ptx",
-           "wgmma_layout": "dsl.wgmma_layout"}
 _INTERNAL_MODULES = ("ir", "parser", "emitter", "codegen", "_trace", "spec")
 
 

@@ -25,39 +25,13 @@ if ROOT not in sys.path:
 from bench import pyptx_examples  # noqa: E402
 from ptxdsl import toolchain  # noqa: E402
 from ptxdsl.core.errors import InterpreterError  # noqa: E402
+from pyptx_fixes import fenced, gemm_fixed  # noqa: E402
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = ml_dtypes.bfloat16
 FA = {"flash_attention_hopper": lambda m: m.build_flash_attention_hopper(128, 128, 64),
       "flash_attention_parallel": lambda m: m.build_flash_attention_parallel(128, 128),
       "flash_attention_wgmma_kloop": lambda m: m.build_flash_attention_kloop(128)}
-
-
-def fenced(text: str) -> str:
-    """A ``fence.proxy.async.shared::cta`` after the register stores of P, before the
-    barrier that hands P to wgmma."""
-    out: list[str] = []
-    for line in text.splitlines():
-        prev = [x for x in out if x.strip()]
-        if line.strip().startswith("ptx.bar.sync(") and prev and \
-                "ptx.inst.st.shared" in prev[-1]:
-            out.append(line[:len(line) - len(line.lstrip())] +
-                       "ptx.fence.proxy_async_shared_cta()")
-        out.append(line)
-    return "\n".join(out) + "\n"
-
-
-def gemm_fixed(text: str) -> str:
-    """The GEMM with a fence before its C tile's TMA store and a cluster barrier before
-    each of its exits (so no CTA leaves while a peer may still arrive on its barriers)."""
-    for label in ("consumer_exit", "producer_exit"):
-        old = f'    ptx.label("{label}")\n    ptx.ret()'
-        assert old in text
-        text = text.replace(old, f'    ptx.label("{label}")\n    ptx.cluster.sync()\n'
-                                 f'    ptx.ret()')
-    old = "        # Sync within consumer warpgroup before TMA store\n        consumer_bar.sync()"
-    assert old in text
-    return text.replace(old, "        ptx.fence.proxy_async_shared_cta()\n" + old)
 
 
 def _load(name, arch_dir="hopper/experimental", patch=None):

@@ -87,8 +87,10 @@ class Tile:
         # encodes a tensor map from it for every call, see ptxdsl.core.tensormap.
         self.tma: TMA | None = tma
         self.layout: Layout = layout or Layout.ROW
-        # pyptx's tma_box= as given (None: the TMA box is the whole extent or none)
+        # pyptx's tma_box=, tma_rank=, tma_padding= as given (what self.tma encodes)
         self.tma_box: tuple | None = tuple(tma_box) if tma_box is not None else None
+        self.tma_rank: int = tma_rank
+        self.tma_padding: bool = bool(tma_padding)
 
     @property
     def rank(self) -> int:

@@ -21,8 +21,9 @@ __all__ = ["intrinsic"]
 
 
 def _note(instr: ir.Instr, text: str, first: bool) -> None:
+    # " // " between notes: each marker reads "// BEGIN name" / "// END name" in the line
     if instr.comment:
-        text = f"{text}; {instr.comment}" if first else f"{instr.comment}; {text}"
+        text = f"{text} // {instr.comment}" if first else f"{instr.comment} // {text}"
     instr.comment = text
 
 

@@ -34,8 +34,9 @@ MODULES = {"reg": "dsl.reg", "smem": "dsl.smem", "ptx": "dsl.ptx",
            "wgmma_layout": "dsl.wgmma_layout"}
 
 _RENAME = [(re.compile(rf"\bpyptx\.{theirs}\b"), f"ptxdsl.{ours}")
-           for theirs, ours in MODULES.items()] + [(re.compile(r"^(\s*)from pyptx(\.[\w.]+)? import ", re.M), r"\1from ptxdsl\2 import "),
-           (re.compile(r"^(\s*)import pyptx\b", re.M), r"\1import ptxdsl")]
+           for theirs, ours in MODULES.items()] + [
+    (re.compile(r"^(\s*)from pyptx(\.[\w.]+)? import ", re.M), r"\1from ptxdsl\2 import "),
+    (re.compile(r"^(\s*)import pyptx\b", re.M), r"\1import ptxdsl")]
 
 
 class Unavailable(Exception):

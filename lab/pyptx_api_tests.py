@@ -61,7 +61,8 @@ def _rename(text: str) -> str:
         if m and m.group(2).split(".")[0] in _INTERNAL_MODULES:
             indent, names = m.group(1), m.group(3).strip("() ")
             if names:  # the internal names are None: only uncounted tests use them
-                out.append(f"{indent}{' = '.join(n.split(' as ')[-1].strip() for n in names.split(',') if n.strip())} = None")
+                bound = [n.split(" as ")[-1].strip() for n in names.split(",") if n.strip()]
+                out.append(f"{indent}{' = '.join(bound)} = None")
                 continue
         out.append(line)
     text = "\n".join(out)
@@ -119,7 +120,9 @@ def main(argv=None) -> int:
     report = os.path.join(work, "report.txt")
     env = dict(os.environ, PYTHONPATH=os.path.abspath(ROOT))
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA",
-                    "--tb=line", "-o", "console_output_style=classic", "--continue-on-collection-errors", "-o", "addopts=", "--rootdir", work, *nodes], cwd=work,
+                    "--tb=line", "-o", "console_output_style=classic",
+                    "--continue-on-collection-errors", "-o", "addopts=", "--rootdir", work,
+                    *nodes], cwd=work,
                    env=env, stdout=open(report, "w"), stderr=subprocess.STDOUT)
     text = open(report, encoding="utf-8").read()
     lines = text.splitlines()

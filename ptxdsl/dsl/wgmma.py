@@ -30,7 +30,8 @@ from ..core.types import ALL_TYPES, PtxType, f32, u32, u64
 from . import reg
 from .tensorcore import RegisterGroup
 
-__all__ = ["canonical_layout", "make_descriptor", "auto_descriptor", "WgmmaLayout", "WgmmaFragment", "accumulator", "descriptor", "masked_descriptor",
+__all__ = ["canonical_layout", "make_descriptor", "auto_descriptor", "WgmmaLayout",
+           "WgmmaFragment", "accumulator", "descriptor", "masked_descriptor",
            "mma", "fence", "commit", "wait", "SmemDescriptor", "OperandLayout",
            "operand_layout", "mma_async", "commit_group", "wait_group"]
 

@@ -8,7 +8,8 @@ The examples are read, never copied into this repository, from the first of:
 3. an installed pyptx wheel (it ships them as ``pyptx/examples``; see
    ``bench/install_wheels.py``).
 
-``load(name)`` rewrites ``from pyptx...``/``import pyptx`` to ptxdsl, writes the result to
+``load(name)`` rewrites ``from pyptx...``/``import pyptx`` to ptxdsl (``pyptx.smem`` and
+the other modules of ``MODULES`` to their ptxdsl paths), writes the result to
 a temporary file (so tracebacks and ``ptxdsl`` error locations show its lines) and
 imports it. ``load(name, original=True)`` imports pyptx's own module instead (for side
 by side timing). Modules that import jax at the top (``grouped_gemm.py``) get an inert
@@ -27,8 +28,15 @@ import types
 MIRROR = os.environ.get("PTXDSL_PYPTX_MIRROR", "/work/.mirror/patrick-toulme+pyptx/repo")
 HOPPER = ("gemm_highperf_hopper", "grouped_gemm")
 
-_RENAME = [(re.compile(r"^(\s*)from pyptx(\.[\w.]+)? import ", re.M), r"\1from ptxdsl\2 import "),
-           (re.compile(r"^(\s*)import pyptx\b", re.M), r"\1import ptxdsl")]
+# pyptx's public modules whose ptxdsl home has another path (docs/coming-from-pyptx.md
+# lists the same map); every other ``pyptx.X`` is ``ptxdsl.X``.
+MODULES = {"reg": "dsl.reg", "smem": "dsl.smem", "ptx": "dsl.ptx",
+           "wgmma_layout": "dsl.wgmma_layout"}
+
+_RENAME = [(re.compile(rf"\bpyptx\.{theirs}\b"), f"ptxdsl.{ours}")
+           for theirs, ours in MODULES.items()] + [
+    (re.compile(r"^(\s*)from pyptx(\.[\w.]+)? import ", re.M), r"\1from ptxdsl\2 import "),
+    (re.compile(r"^(\s*)import pyptx\b", re.M), r"\1import ptxdsl")]
 
 
 class Unavailable(Exception):
@@ -87,9 +95,11 @@ def _jax_stand_in():
 _LOADED: dict = {}
 
 
-def load(name: str, arch_dir: str = "hopper", *, original: bool = False):
-    """The example as a module: on ptxdsl (imports renamed), or pyptx's own."""
-    key = (name, arch_dir, original)
+def load(name: str, arch_dir: str = "hopper", *, original: bool = False, patch=None):
+    """The example as a module: on ptxdsl (imports renamed), or pyptx's own. ``patch``
+    (text -> text, applied after the rename) loads a changed copy under its own name,
+    e.g. a fix under test."""
+    key = (name, arch_dir, original, patch)
     if key in _LOADED:
         return _LOADED[key]
     _jax_stand_in()
@@ -105,10 +115,16 @@ def load(name: str, arch_dir: str = "hopper", *, original: bool = False):
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{name}.py")
     body = renamed(text)
+    if patch is not None:
+        body = patch(body)
+        path = os.path.join(folder, f"{name}_{patch.__name__}.py")
     if not os.path.isfile(path) or open(path, encoding="utf-8").read() != body:
         with open(path, "w", encoding="utf-8") as f:
             f.write(body)
-    spec = importlib.util.spec_from_file_location(f"ptxdsl_pyptx_{arch_dir}_{name}", path)
+    mod_name = f"ptxdsl_pyptx_{arch_dir}_{name}".replace("/", "_")
+    if patch is not None:
+        mod_name += f"_{patch.__name__}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
     mod = importlib.util.module_from_spec(spec)
     mod.__pyptx_source__ = where
     spec.loader.exec_module(mod)

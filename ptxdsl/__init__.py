@@ -17,6 +17,7 @@ from .core.specs import Layout, Tile
 from .core.tensormap import TMA
 from .core.version import __version__
 from .dsl import ptx, reg, smem
+from .dsl.intrinsic import intrinsic
 from .frontend.module import from_ptx, parse_ptx
 from .kernel import Kernel, interpret_requested, kernel
 from .runtime.customop import custom_op  # imports torch only when called
@@ -35,4 +36,4 @@ def gpu_available() -> bool:
 
 __all__ = ["kernel", "Kernel", "reg", "ptx", "smem", "Tile", "TMA", "Layout", "types",
            "PtxdslError", "gpu_available", "interpret_requested", "custom_op",
-           "parse_ptx", "from_ptx", "__version__"]
+           "parse_ptx", "from_ptx", "intrinsic", "__version__"]

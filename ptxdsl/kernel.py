@@ -30,7 +30,8 @@ from .core.specs import Tile
 from .core.trace import Builder
 from .core.types import u8, u32, u64
 from .core.verify import verify
-from .dsl.args import TensorArg
+from .dsl.args import TensorArg, TensorSpec
+from .dsl.template import auto_arch, bind_template, template_params
 
 log = logging.getLogger("ptxdsl.compile")
 
@@ -140,6 +141,7 @@ class Kernel:
         self._grid_params: tuple[str, ...] | None = None  # None: pass every dim
         if callable(grid):
             self._check_grid_callable(grid)
+        self._template = template_params(fn, self.defined_at)
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
         self.runtime_cache: dict = {}  # owned by ptxdsl.runtime (modules, prepared launches)
@@ -148,20 +150,29 @@ class Kernel:
         return f"<ptxdsl.Kernel {self.name} ({self.defined_at})>"
 
     # ------------------------------------------------------------------ tracing
-    def compile(self, arch: str | None = None, lines: str | None = None) -> Compiled:
-        """Trace, verify and print for ``arch`` (default: the kernel's), cached per key."""
+    @property
+    def template_params(self) -> dict:
+        """The keyword-only parameters of the body and their defaults (a copy): values
+        baked in at trace time, ``k.ptx(BM=64)``, one compiled form per set of values."""
+        return dict(self._template)
+
+    def compile(self, arch: str | None = None, lines: str | None = None,
+                **template) -> Compiled:
+        """Trace, verify and print for ``arch`` (default: the kernel's) and the template
+        values (defaults for those not given), cached per key."""
         arch = arch or self.arch
-        key = (arch, lines if lines is not None else self.lines)
+        values = bind_template(self, template)
+        key = (arch, lines if lines is not None else self.lines) + tuple(sorted(values.items()))
         with self._lock:
             hit = self._compiled.get(key)
             if hit is None:
                 t0 = time.perf_counter()
-                hit = self._compiled[key] = self._trace(arch, key[1])
+                hit = self._compiled[key] = self._trace(arch, key[1], values)
                 log.debug("traced %s for %s (%d PTX lines) in %.1f ms", self.name, arch,
                           hit.ptx.count("\n"), 1e3 * (time.perf_counter() - t0))
         return hit
 
-    def _trace(self, arch: str, lines: str | None) -> Compiled:
+    def _trace(self, arch: str, lines: str | None, template: dict | None = None) -> Compiled:
         b = Builder(self.name, arch)
         args = self._arguments(b)
         opts = self.entry
@@ -170,7 +181,7 @@ class Kernel:
                                           self.defined_at, dynamic=True))
         with b.active():
             try:
-                self.fn(*args)
+                self.fn(*args, **(template or {}))
             except PtxdslError as e:
                 # Operators and helpers that raise without a location get the user's
                 # line from the traceback (the innermost frame outside ptxdsl).
@@ -226,14 +237,20 @@ class Kernel:
         names = list(params)
         n = len(self.in_specs) + len(self.out_specs)
         variadic = [p.kind for p in params.values()] == [inspect.Parameter.VAR_POSITIONAL]
+        positional = [k for k, p in params.items() if k not in self._template and p.kind in (
+            p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if n == 0 and positional and len(positional) == len(params) - len(self._template):
+            return [TensorSpec(k) for k in positional]  # pyptx's spec-less placeholders
         if variadic and self.arg_names is not None and len(self.arg_names) == n:
             names = list(self.arg_names)
-        elif len(names) != n or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                                    for p in params.values()):
+        elif len(names) - len(self._template) != n or any(
+                p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                for k, p in params.items() if k not in self._template):
             raise TraceError(
                 f"kernel {self.name} takes {len(names)} arguments ({', '.join(names)}) but "
                 f"in_specs + out_specs give {n} tensors; write one positional parameter per "
                 f"Tile, inputs first", self.defined_at)
+        names = [k for k in names if k not in self._template]
         out = []
         for i, (pname, spec) in enumerate(zip(names, self.in_specs + self.out_specs)):
             p = ir.Param(f"{pname}_ptr", u64, "ptr", pname)
@@ -246,10 +263,18 @@ class Kernel:
         return out
 
     # ------------------------------------------------------------------ views
-    def ptx(self, arch: str | None = None, *, lines: str | bool | None = None) -> str:
+    def ptx(self, arch: str | None = None, *, lines: str | bool | None = None,
+            **template) -> str:
         """The PTX text. ``lines=True``/``"comment"`` adds Python lines as comments,
-        ``"loc"`` as ``.loc`` debug directives."""
-        return self.compile(arch, "comment" if lines is True else lines or None).ptx
+        ``"loc"`` as ``.loc`` debug directives; other keywords are template values
+        (:attr:`template_params`) or named dims (checked, see ``bind_template``)."""
+        return self.compile(arch, "comment" if lines is True else lines or None,
+                            **template).ptx
+
+    def module(self, arch: str | None = None, **template) -> ir.Program:
+        """pyptx's ``k.module(**template)``: the verified IR of that specialisation (the
+        same object for the same key)."""
+        return self.compile(arch, **template).program
 
     @property
     def dynamic_shared(self) -> int:
@@ -423,7 +448,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
            extern_smem: bool | str = False, raw_directives=None,
            smem: int | None = None, pdl: bool = False,
            resident: int | None = None) -> Callable[[Callable], Kernel]:
-    """Turn a Python function into a PTX kernel.
+    """Turn a Python function into a PTX kernel (``@kernel`` bare, or ``@kernel(...)``).
 
     The function takes one argument per Tile (inputs then outputs) and
     records its instructions when traced. ``grid`` may be a function of the
@@ -456,7 +481,16 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     ``smem=BYTES`` is the dynamic shared memory each launch provides;
     ``raw_params=[("u32", "K"), ...]`` (pyptx's spelling) names dims that the body reads
     with ``ptx.param(u32, "K")``.
+
+    Keyword-only parameters of the body with defaults (``def k(A, B, *, BM=128)``) are
+    template parameters: ``k.ptx(BM=64)`` traces with ``BM=64`` (one compiled form per set
+    of values). ``arch="auto"`` is the arch of GPU 0 (``sm_90a`` on a Hopper).
     """
+    if callable(in_specs) and not isinstance(in_specs, (Tile, Kernel)):
+        return kernel()(in_specs)  # bare @kernel: every option at its default
+    if arch == "auto":
+        arch = auto_arch()
+
     def wrap(fn: Callable) -> Kernel:
         if isinstance(fn, Kernel):
             raise TraceError("@kernel applied twice")
@@ -467,4 +501,4 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     return wrap
 
 
-__all__ = ["Kernel", "Compiled", "kernel", "PtxdslError"]
+__all__ = ["Kernel", "Compiled", "kernel", "PtxdslError", "TensorSpec"]

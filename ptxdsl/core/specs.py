@@ -87,6 +87,20 @@ class Tile:
         # encodes a tensor map from it for every call, see ptxdsl.core.tensormap.
         self.tma: TMA | None = tma
         self.layout: Layout = layout or Layout.ROW
+        # pyptx's tma_box=, tma_rank=, tma_padding= as given (what self.tma encodes)
+        self.tma_box: tuple | None = tuple(tma_box) if tma_box is not None else None
+        self.tma_rank: int = tma_rank
+        self.tma_padding: bool = bool(tma_padding)
+
+    @property
+    def rank(self) -> int:
+        """The number of dims."""
+        return len(self.dims)
+
+    @property
+    def symbolic_dims(self) -> tuple[str, ...]:
+        """The named dims, in order (pyptx's name for :attr:`names`)."""
+        return self.names
 
     @classmethod
     def wgmma_a(cls, m, k, dtype: PtxType, *, tile_m=None, tile_k=None) -> "Tile":

@@ -36,14 +36,18 @@ def active_builder() -> "Builder | None":
     return _ACTIVE.get()
 
 
+class NoActiveTrace(TraceError, RuntimeError):
+    """A DSL call outside any kernel trace (a ``RuntimeError`` too, as pyptx raises)."""
+
+
 def current(what: str = "this call") -> "Builder":
     """The builder of the kernel being traced; a clear error outside any kernel."""
     b = _ACTIVE.get()
     if b is None:
-        raise TraceError(
-            f"{what} records a PTX instruction, so it must run inside a @kernel body "
-            f"while the kernel is traced (e.g. by kernel.ptx() or a call)",
-            user_location())
+        raise NoActiveTrace(
+            f"No active kernel trace: {what} records a PTX instruction, so it must run "
+            f"inside a @kernel body while the kernel is traced (e.g. by kernel.ptx() or a "
+            f"call)", user_location())
     return b
 
 

@@ -83,3 +83,18 @@ class TensorArg:
 
     def __repr__(self) -> str:
         return f"<{'output' if self.is_output else 'input'} {self.name}: {self.tile}>"
+
+
+class TensorSpec:
+    """pyptx's placeholder for a positional parameter of a kernel declared without
+    ``in_specs``/``out_specs``: it carries the parameter's name and nothing else (no
+    kernel parameter, no pointer). ``k.ptx()`` traces such a body; launching it needs
+    Tiles (``@kernel(in_specs=(Tile(...),), ...)``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"TensorSpec({self.name!r})"

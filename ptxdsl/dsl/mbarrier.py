@@ -67,9 +67,9 @@ def _base(base):
 class Mbarrier:
     """One mbarrier at ``base + offset`` bytes (see the module table)."""
 
-    __slots__ = ("base", "offset", "_reg")
+    __slots__ = ("base", "offset", "_reg", "idx")
 
-    def __init__(self, base, offset: int = 0):
+    def __init__(self, base, offset: int = 0, idx: int | None = None):
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise TraceError(f"an mbarrier offset is an int (bytes), got {offset!r}",
                              user_location())
@@ -79,9 +79,19 @@ class Mbarrier:
         self.base = _base(base)
         self.offset = offset
         self._reg = None
+        self.idx = idx  # its index in the MbarrierArray it came from (pyptx's .idx)
 
     def __repr__(self) -> str:
         return f"Mbarrier({self.base!r}+{self.offset})"
+
+    @property
+    def name(self) -> str | None:
+        """The shared array's name when the barrier lives in one (pyptx's ``.name``)."""
+        return self.base.name if isinstance(self.base, ir.Symbol) else None
+
+    @property
+    def byte_offset(self) -> int:
+        return self.offset
 
     def __ptx_addr__(self) -> ir.Addr:
         return ir.Addr(self.base, self.offset)
@@ -145,6 +155,11 @@ class MbarrierArray:
     def __len__(self) -> int:
         return self.count
 
+    @property
+    def name(self) -> str | None:
+        """The shared array's name when the barriers live in one (pyptx's ``.name``)."""
+        return self.base.name if isinstance(self.base, ir.Symbol) else None
+
     def __repr__(self) -> str:
         return f"MbarrierArray({self.base!r}+{self.offset}, n={self.count})"
 
@@ -156,7 +171,7 @@ class MbarrierArray:
             raise TraceError(f"mbarrier index {i!r} out of range for an array of {self.count} "
                              f"(ints 0..{self.count - 1}; a register index: .at(reg))",
                              user_location())
-        return Mbarrier(self.base, self.offset + 8 * i)
+        return Mbarrier(self.base, self.offset + 8 * i, i)
 
     def at(self, stage) -> Mbarrier:
         """Barrier ``stage`` (a register): records ``shl.b32 t, stage, 3`` and
@@ -177,7 +192,7 @@ class MbarrierArray:
         b.inst(["shl", "b32"], (t, stage, 3))
         a = b.new_reg(u32)
         b.inst(["add", "u32"], (a, base, t))
-        return Mbarrier(a, self.offset)
+        return Mbarrier(a, self.offset, stage)
 
     def init_all(self, count, *, pred=None) -> None:
         """``mbarrier.init`` of every barrier with the same arrival count."""

@@ -24,6 +24,14 @@ each helper (their docstrings say what each call records).
 ``pipeline``                       :mod:`ptxdsl.dsl.pipeline`
 ``loop``, ``kloop``,               :mod:`ptxdsl.dsl.compat` (pyptx's spellings)
 ``stmatrix_x4_trans_f32_bf16``
+``mov``, ``add``, ``sub``, ``mul``  :mod:`ptxdsl.dsl.typed` (pyptx's typed wrappers;
+``mad``, ``shl``, ``shr``, ``and_``  ``cvt`` also takes ptxdsl's two-argument form)
+``or_``, ``xor_``, ``not_``,
+``setp``, ``selp``, ``cvt``,
+``ld``, ``st``, ``cvta``,
+``elect_sync``,
+``setmaxnreg_inc/dec``
+``intrinsic``                      :mod:`ptxdsl.dsl.intrinsic`
 =================================  ===================================================
 """
 from __future__ import annotations
@@ -38,11 +46,18 @@ from .special import special, sreg
 from .sync import bar, fence, named_barrier, setmaxnreg, warp
 from .tensorcore import ldmatrix, mma, movmatrix, stmatrix
 from .tma import cp
-from .values import cvt, fma, max, min, pack, select, unpack
+from .typed import (
+    add, and_, cvt, cvta, elect_sync, ld, mad, mov, mul, not_, or_, selp, setmaxnreg_dec,
+    setmaxnreg_inc, setp, shl, shr, st, sub, xor_)
+from .values import fma, max, min, pack, select, unpack
+from .intrinsic import intrinsic
 
 __all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "global_ptr", "if_",
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
            "dim", "select", "fma", "min", "max", "pack", "unpack", "sreg", "param",
            "mbarrier", "cluster", "tma", "fence", "cp", "pipeline", "loop", "kloop",
            "mma", "ldmatrix", "stmatrix", "movmatrix", "wgmma",
-           "setmaxnreg", "named_barrier", "stmatrix_x4_trans_f32_bf16", "raw"]
+           "setmaxnreg", "named_barrier", "stmatrix_x4_trans_f32_bf16", "raw",
+           "mov", "add", "sub", "mul", "mad", "shl", "shr", "and_", "or_", "xor_", "not_",
+           "setp", "selp", "ld", "st", "cvta", "elect_sync", "setmaxnreg_inc",
+           "setmaxnreg_dec", "intrinsic"]

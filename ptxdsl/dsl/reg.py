@@ -31,7 +31,8 @@ from ..core.errors import (
 from ..isa import resolve as resolve_chain
 from ..core.trace import active_builder, current
 from ..core.types import (
-    ALL_TYPES, REG_PREFIX, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type, pred)
+    ALL_TYPES, PREFIX_TYPE, REG_PREFIX, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type,
+    pred)
 
 # The lane type of each packed float pair: an initialiser is rounded to it and splatted.
 LANE_TYPES = {"f16x2": f16, "bf16x2": bf16, "e4m3x2": e4m3, "e5m2x2": e5m2}
@@ -89,6 +90,14 @@ class RegArray:
         """The registers, in order, where an instruction takes a register list."""
         return list(self._regs)
 
+    def regs(self) -> list:
+        """The registers, in order (pyptx's ``RegArray.regs()``)."""
+        return list(self._regs)
+
+    @property
+    def count(self) -> int:
+        return len(self._regs)
+
     def hw_order(self, *, reverse: bool = False) -> "RegArray":
         """The same registers in declaration order, or reversed (pyptx's spelling for the
         order its GEMM hands a wgmma accumulator over; no instruction)."""
@@ -114,12 +123,76 @@ def scalar(dtype: PtxType, init=None, name: str | None = None) -> ir.Reg:
     return r
 
 
-def array(dtype: PtxType, n: int) -> RegArray:
-    """``n`` registers of one type, declared together (``.reg .f32 %f<n>``)."""
+def array(dtype: PtxType, n: int, name: str | None = None) -> RegArray:
+    """``n`` registers of one type, declared together (``.reg .f32 %f<n>``). ``name``
+    (pyptx's ``"%acc"`` or ``"acc"``) names them ``%acc0 .. %acc{n-1}``; a generated
+    prefix (``"%r"``, ``"%f"``, ...) means the default names."""
     b = current("reg.array")
-    if not isinstance(n, int) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise TraceError(f"reg.array needs a positive int count, got {n!r}", user_location())
-    return RegArray([b.new_reg(dtype) for _ in range(n)])
+    base = None if name is None else str(name).lstrip("%")
+    if base is not None and (base in PREFIX_TYPE or not base):
+        base = None
+    return RegArray([b.new_reg(dtype, None if base is None else f"{base}{i}")
+                     for i in range(n)])
+
+
+def alloc(dtype: PtxType) -> ir.Reg:
+    """pyptx's ``reg.alloc(t)``: :func:`scalar` without ``init``."""
+    return scalar(dtype)
+
+
+def alloc_array(dtype: PtxType, count: int) -> RegArray:
+    """pyptx's ``reg.alloc_array(t, n)``: :func:`array`."""
+    return array(dtype, count)
+
+
+def wgmma_frag(*, m: int, n: int, dtype: PtxType, name: str | None = None) -> RegArray:
+    """The ``m * n / 128`` registers a warpgroup holds of a dense ``m x n`` wgmma
+    accumulator (pyptx's spelling; :func:`ptxdsl.dsl.wgmma.accumulator` also knows the
+    layout)."""
+    if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in (m, n)) or \
+            (m * n) % 128:
+        raise TraceError(f"reg.wgmma_frag: m * n must be a positive multiple of 128 (a "
+                         f"warpgroup's 128 threads share the tile), got m={m!r} n={n!r}",
+                         user_location())
+    return array(dtype, m * n // 128, name=name)
+
+
+def from_(src, dtype: PtxType) -> ir.Reg:
+    """A new ``dtype`` register and ``mov`` of ``src`` into it: a register, a special
+    register, a number, or a shared array's name (its shared address)."""
+    b = current("reg.from_")
+    if isinstance(src, str):
+        known = {d.name for d in b.shared}
+        if src not in known:
+            raise TraceError(f"reg.from_({src!r}, ...): no shared array named {src!r} in "
+                             f"this kernel (have: {', '.join(sorted(known)) or 'none'})",
+                             user_location())
+        r = b.new_reg(dtype)
+        b.inst(["mov", _mov_type(dtype)], (r, ir.Symbol(src, "shared")))
+        return r
+    return scalar(dtype, init=src)
+
+
+class NegPred:
+    """``@!p``: a predicate read negated, as a guard (``pred=reg.NegPred(p)``). ptxdsl's
+    ``~p`` records ``not.pred`` into a new predicate instead (pyptx's ``~p`` is this)."""
+
+    def __init__(self, reg: ir.Reg):
+        if not isinstance(reg, ir.Reg) or not reg.dtype.is_pred:
+            raise TraceError(f"reg.NegPred takes a predicate register, got {reg!r}",
+                             user_location())
+        self.reg = reg
+
+    def __invert__(self) -> ir.Reg:
+        return self.reg
+
+    def __repr__(self) -> str:
+        return f"NegPred(%{self.reg.name})"
+
+
+Reg = ir.Reg  # pyptx's class name for a register
 
 
 def assign(dst: ir.Reg, value) -> ir.Reg:

@@ -47,6 +47,11 @@ class SharedArray:
     def __repr__(self) -> str:
         return f"SharedArray({self.decl.name}, {self.dtype.name}, {self.shape})"
 
+    @property
+    def name(self) -> str:
+        """The array's PTX name (``smem0``, ...), as ``reg.from_`` and ``ptx.raw`` take it."""
+        return self.decl.name
+
     def _base_reg(self) -> ir.Reg:
         if self._base is None:
             b = self._builder
@@ -114,7 +119,11 @@ class SharedArray:
         return ir.Addr(ir.Symbol(self.decl.name, "shared"), 0)
 
     def __getitem__(self, index) -> ir.Reg:
-        """``ld.shared.T`` of one element into a new register."""
+        """``ld.shared.T`` of one element into a new register; one index into an array of
+        two or more dimensions is a :class:`SharedSlice` (stage ``index``; records
+        nothing until used), as pyptx's ``sA[stage]``."""
+        if not isinstance(index, tuple) and len(self.shape) > 1:
+            return SharedSlice(self, index)
         a = self.addr(*(index if isinstance(index, tuple) else (index,)))
         b = current()
         r = b.new_reg(self.dtype)
@@ -127,8 +136,88 @@ class SharedArray:
         current().inst(["st", "shared", move_type(self.dtype).name], (a, as_reg(value)))
 
 
+class SharedSlice:
+    """Stage ``stage`` (an int or a 32-bit register) of a shared array of two or more
+    dimensions: its address (``__ptx_addr__``, for TMA, ``cp.async``, ``stmatrix``),
+    ``slice[i, j]`` loads and stores inside it, ``.name`` and ``.alloc`` the array."""
+
+    def __init__(self, alloc: SharedArray, stage):
+        if isinstance(stage, int) and not isinstance(stage, bool) and \
+                not 0 <= stage < alloc.shape[0]:
+            raise TraceIndexError(f"stage {stage} out of bounds for {alloc.decl.name} of "
+                                  f"{alloc.shape[0]} stages", user_location())
+        self.alloc = alloc
+        self.stage = stage
+
+    @property
+    def name(self) -> str:
+        return self.alloc.decl.name
+
+    @property
+    def dtype(self) -> PtxType:
+        return self.alloc.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.alloc.shape[1:]
+
+    def addr(self, *index) -> ir.Addr:
+        if len(index) == 1 and isinstance(index[0], tuple):
+            index = index[0]
+        return self.alloc.addr(self.stage, *(index or (0,) * len(self.shape)))
+
+    def __ptx_addr__(self) -> ir.Addr:
+        return self.addr()
+
+    def __getitem__(self, index) -> ir.Reg:
+        return self.alloc[(self.stage,) + (index if isinstance(index, tuple) else (index,))]
+
+    def __setitem__(self, index, value) -> None:
+        self.alloc[(self.stage,) + (index if isinstance(index, tuple) else (index,))] = value
+
+    def __repr__(self) -> str:
+        return f"SharedSlice({self.name}[{self.stage!r}])"
+
+
+SharedAlloc = SharedArray  # pyptx's class name
+
+_SWIZZLE_NAMES = {"NONE": 0, "32B": 32, "64B": 64, "128B": 128}
+
+
+def _swizzle_bytes(swizzle, what: str) -> int:
+    if isinstance(swizzle, str) and swizzle.upper() in _SWIZZLE_NAMES:
+        return _SWIZZLE_NAMES[swizzle.upper()]
+    if swizzle is None:
+        return 0
+    if swizzle in (0, 32, 64, 128) and not isinstance(swizzle, bool):
+        return swizzle
+    raise TraceError(f"{what} swizzle must be 0, 32, 64 or 128 (bytes) or 'NONE', '32B', "
+                     f"'64B', '128B', got {swizzle!r}", user_location())
+
+
+def apply_swizzle(logical_offset, swizzle) -> ir.Reg:
+    """The physical byte offset of ``logical_offset`` inside a TMA/wgmma swizzled tile:
+    ``and.b32 t, off, MASK; shr.u32 t, t, 3; xor.b32 p, off, t`` (MASK 0x80 / 0x180 /
+    0x380 for 32 / 64 / 128-byte swizzle: the row bits that permute the 16-byte
+    chunks). ``swizzle`` 0 / ``None`` / ``'NONE'`` returns ``logical_offset``."""
+    span = _swizzle_bytes(swizzle, "smem.apply_swizzle")
+    if not span:
+        return logical_offset
+    b = current("smem.apply_swizzle")
+    off = as_reg(logical_offset)
+    if not isinstance(off, ir.Reg) or not off.dtype.is_int or off.dtype.bits != 32:
+        raise TraceError(f"smem.apply_swizzle takes a 32-bit integer register offset, got "
+                         f"{logical_offset!r}", user_location())
+    t = b.new_reg(u32)
+    b.inst(["and", "b32"], (t, off, {32: 0x80, 64: 0x180, 128: 0x380}[span]))
+    b.inst(["shr", "u32"], (t, t, 3))
+    p = b.new_reg(u32)
+    b.inst(["xor", "b32"], (p, off, t))
+    return p
+
+
 def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
-          swizzle: int = 0) -> SharedArray:
+          swizzle: int | str = 0) -> SharedArray:
     """Declare ``.shared .align A .b8 smemN[bytes]`` for this CTA and return a handle.
 
     ``dynamic=True`` declares it as dynamic shared memory instead
@@ -141,11 +230,11 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
     most ``swizzle`` bytes, 16-byte chunks XOR-permuted by row): the array is aligned to
     the pattern (8 rows of ``swizzle`` bytes) and carries ``.swizzle``, which
     ``ptx.wgmma.descriptor`` and TMA boxes read, so the two agree by construction.
+    pyptx's spellings ``'32B'``, ``'64B'``, ``'128B'`` and ``'NONE'`` / ``None`` are the
+    same sizes.
     """
     b = current("smem.alloc")
-    if swizzle not in (0, 32, 64, 128):
-        raise TraceError(f"smem.alloc swizzle must be 0, 32, 64 or 128 (bytes), got "
-                         f"{swizzle!r}", user_location())
+    swizzle = _swizzle_bytes(swizzle, "smem.alloc")
     if swizzle:
         align = max(align, 8 * swizzle)
     if isinstance(shape, int):

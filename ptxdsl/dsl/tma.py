@@ -180,8 +180,41 @@ class _TensorOp:
         store(dst, self._check(coord), src, pred=pred)
 
 
+def _tile(n: int):
+    def tile(dst, src, coord, *, mbar=None, cache_hint=None, multicast_mask=None,
+             cta_group: int = 1, pred=None) -> None:
+        if cta_group != 1:
+            raise TraceError("cta_group=2 is a Blackwell (sm_100) form", user_location())
+        load(dst, src, _TensorOp(n)._check(coord), mbar, multicast=multicast_mask,
+             cache_hint=cache_hint, pred=pred)
+    tile.__name__ = tile.__qualname__ = f"tile_{n}d"
+    tile.__doc__ = (f"TMA load of a {n}-D box: shared ``dst``, tensor map ``src``, ``coord`` "
+                    f"({n} values, innermost first), ``mbar=`` (see :func:`load`).")
+    return staticmethod(tile)
+
+
+def _store(n: int):
+    def store_nd(dst, src, coord, *, cache_hint=None, pred=None) -> None:
+        store(dst, _TensorOp(n)._check(coord), src, cache_hint=cache_hint, pred=pred)
+    store_nd.__name__ = store_nd.__qualname__ = f"store_{n}d"
+    store_nd.__doc__ = (f"TMA store of a {n}-D box: tensor map ``dst``, shared ``src``, "
+                        f"``coord`` ({n} values, innermost first; see :func:`store`).")
+    return staticmethod(store_nd)
+
+
+class _Tensor:
+    """``ptx.cp.async_.bulk.tensor.tile_Nd(dst, src, coord, mbar=)`` (load: ``dst`` in shared
+    memory, ``src`` the tensor map) and ``.store_Nd(dst, src, coord)`` (``dst`` the tensor
+    map, ``src`` in shared memory), N = 1..5: pyptx's typed TMA wrappers over
+    :func:`load` / :func:`store`."""
+
+    tile_1d, tile_2d, tile_3d, tile_4d, tile_5d = (_tile(n) for n in range(1, 6))
+    store_1d, store_2d, store_3d, store_4d, store_5d = (_store(n) for n in range(1, 6))
+
+
 class _Bulk:
     tensor_1d, tensor_2d, tensor_3d, tensor_4d, tensor_5d = (_TensorOp(n) for n in range(1, 6))
+    tensor = _Tensor()
 
     @staticmethod
     def commit_group(*, pred=None):

@@ -15,7 +15,8 @@ Every call below records exactly the instructions its docstring lists.
   :func:`commit`, :func:`wait` — ``wgmma.fence`` / ``commit_group`` / ``wait_group``;
 - pyptx's spellings, kept as aliases: :func:`mma_async` (``shape=, dtype_d=, dtype_a=,
   dtype_b=, d=, a=, b=, scale_d=, trans_a=, trans_b=, a_k_offset=, b_k_offset=``),
-  ``commit_group`` and ``wait_group``.
+  ``commit_group``, ``wait_group``, :func:`make_descriptor` (layout codes) and
+  :func:`auto_descriptor` (from dtype, shape and major, via :func:`canonical_layout`).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from ..core.types import ALL_TYPES, PtxType, f32, u32, u64
 from . import reg
 from .tensorcore import RegisterGroup
 
-__all__ = ["WgmmaLayout", "WgmmaFragment", "accumulator", "descriptor", "masked_descriptor",
+__all__ = ["canonical_layout", "make_descriptor", "auto_descriptor", "WgmmaLayout",
+           "WgmmaFragment", "accumulator", "descriptor", "masked_descriptor",
            "mma", "fence", "commit", "wait", "SmemDescriptor", "OperandLayout",
            "operand_layout", "mma_async", "commit_group", "wait_group"]
 
@@ -378,6 +380,78 @@ def _offset_operand(x, off: int, name: str):
                          f"descriptor with ptx.wgmma.descriptor(..., byte_offset=)",
                          user_location())
     return x.offset(off)
+
+
+class _Bytes:
+    """An element size standing in for a dtype (operand_layout reads ``.bytes``/``.name``)."""
+
+    def __init__(self, n: int):
+        self.bytes = n
+        self.name = f"{n}-byte elements"
+
+
+def canonical_layout(elem_bytes: int, m_or_n: int, k: int, major: str) -> tuple[int, int, int]:
+    """``(swizzle, leading, stride)`` in bytes of an ``m_or_n`` x ``k`` operand tile,
+    ``major`` ``"K"`` or ``"MN"`` (pyptx's ``pick_gmma_layout``): :func:`operand_layout`,
+    plus a K-major tile of 16-byte rows (no swizzle, LBO 16, SBO 128) and rows wider
+    than 128 bytes (128-byte swizzled stripes ``rows * 128`` bytes apart, SBO 1024)."""
+    loc = user_location()
+    if any(isinstance(x, bool) or not isinstance(x, int) or x <= 0
+           for x in (elem_bytes, m_or_n, k)):
+        raise TraceError(f"a wgmma tile takes positive ints, got elem_bytes={elem_bytes!r} "
+                         f"m_or_n={m_or_n!r} k={k!r}", loc)
+    if major not in ("K", "MN"):
+        raise TraceError(f"a wgmma operand is major='K' or major='MN', got {major!r}", loc)
+    row = (k if major == "K" else m_or_n) * elem_bytes
+    rows = m_or_n if major == "K" else k
+    if rows % 8:
+        what = "M divisible by 8" if major == "K" else "K divisible by 8"
+        raise TraceError(f"a {major}-major wgmma tile needs {what} (8-row core matrices), "
+                         f"got {rows}", loc)
+    if row > 128:
+        if row % 128:
+            raise TraceError(f"a {major}-major wgmma tile of {row}-byte rows: {row} is not "
+                             f"one of the canonical row widths 16, 32, 64, 128 or a multiple "
+                             f"of 128 (128-byte stripes)", loc)
+        return 128, rows * 128, 8 * 128
+    if row not in (16, 32, 64, 128):
+        raise TraceError(f"a {major}-major wgmma tile of {row}-byte rows: {row} is not one of "
+                         f"the canonical row widths 16, 32, 64, 128", loc)
+    if major == "K" and row == 16:
+        return 0, 16, 8 * 16
+    lay = operand_layout(_Bytes(elem_bytes), (rows, row // elem_bytes), major)
+    return lay.swizzle, lay.leading, lay.stride
+
+
+_SWIZZLE_OF_CODE = {0: 0, 1: 128, 2: 64, 3: 32}  # the descriptor's layout field
+
+
+def make_descriptor(smem_base, *, leading_byte_offset: int, stride_byte_offset: int,
+                    swizzle: int = 0) -> ir.Reg:
+    """pyptx's spelling of :func:`descriptor`: ``swizzle`` is the descriptor's layout code
+    (0 none, 1 128-byte, 2 64-byte, 3 32-byte)."""
+    if swizzle not in _SWIZZLE_OF_CODE:
+        raise TraceError(f"make_descriptor swizzle= is the layout code 0 (none), 1 (128B), "
+                         f"2 (64B) or 3 (32B), got {swizzle!r}", user_location())
+    return descriptor(smem_base, leading=leading_byte_offset, stride=stride_byte_offset,
+                      swizzle=_SWIZZLE_OF_CODE[swizzle])
+
+
+def auto_descriptor(smem_base, *, dtype: PtxType, shape, major="K") -> ir.Reg:
+    """The descriptor of a ``shape`` tile at ``smem_base``: ``(M, K)`` / ``(N, K)`` for
+    ``major="K"``, ``(K, N)`` for ``"MN"``, in its canonical layout
+    (:func:`canonical_layout`; pyptx's ``auto_descriptor``). Records what
+    :func:`descriptor` records."""
+    if not isinstance(major, str):
+        major = ("K", "MN")[int(major)]
+    major = major.upper()
+    shape = tuple(shape)
+    if len(shape) != 2:
+        raise TraceError(f"auto_descriptor shape= is (rows, cols), got {shape!r}",
+                         user_location())
+    m_or_n, k = (shape[0], shape[1]) if major == "K" else (shape[1], shape[0])
+    swz, lbo, sbo = canonical_layout(dtype.bytes, m_or_n, k, major)
+    return descriptor(smem_base, leading=lbo, stride=sbo, swizzle=swz)
 
 
 commit_group = commit  # pyptx's name

@@ -46,6 +46,14 @@ class Block:
         self.ops = [compile_node(n, handlers) for n in nodes]
         self.labels = {op.name: i for i, op in enumerate(self.ops) if isinstance(op, LabelOp)}
         self.branchy = bool(self.labels) or any(isinstance(op, BraOp) for op in self.ops)
+        # labels a branch in here targets that this block does not hold (a branch out of a
+        # ptx.if_/loop region to a label of an enclosing one), with one such branch each
+        self.escapes = {}
+        for op in self.ops:
+            self.escapes.update(op.escapes if not isinstance(op, BraOp) else
+                                {op.target: op.instr})
+        for name in self.labels:
+            self.escapes.pop(name, None)
         self.has_exit = any(op.may_exit for op in self.ops)
         self.may_exit = self.has_exit
         # whether some instruction in it may wait (then it runs as a generator)
@@ -54,6 +62,7 @@ class Block:
 
 class InstrOp:
     may_exit = False
+    escapes: dict = {}
 
     def __init__(self, instr: ir.Instr, handler):
         self.instr = instr
@@ -75,6 +84,7 @@ class InstrOp:
 class LabelOp:
     may_exit = False
     waits = False
+    escapes: dict = {}
 
     def __init__(self, name):
         self.name = name
@@ -86,6 +96,7 @@ class LabelOp:
 class BraOp:
     may_exit = False
     waits = False
+    escapes: dict = {}
 
     def __init__(self, instr: ir.Instr):
         self.instr = instr
@@ -99,6 +110,7 @@ class IfOp:
         self.els = Block(node.else_body, handlers) if node.else_body is not None else None
         self.may_exit = self.then.has_exit or (self.els is not None and self.els.has_exit)
         self.waits = self.then.waits or (self.els is not None and self.els.waits)
+        self.escapes = {**self.then.escapes, **(self.els.escapes if self.els else {})}
 
     def run(self, m, mask):
         p = m.read_reg(self.node.pred, mask, self.node.loc)
@@ -108,7 +120,7 @@ class IfOp:
             m.run_block(self.then, t)
         if self.els is not None and e.any():
             m.run_block(self.els, e)
-        return mask & ~m.exited if self.may_exit else mask
+        return _left(self, m, mask)
 
     def gen(self, m, mask):
         p = m.read_reg(self.node.pred, mask, self.node.loc)
@@ -118,7 +130,7 @@ class IfOp:
             yield from m.gen_block(self.then, t)
         if self.els is not None and e.any():
             yield from m.gen_block(self.els, e)
-        return mask & ~m.exited if self.may_exit else mask
+        return _left(self, m, mask)
 
 
 class LoopOp:
@@ -127,6 +139,7 @@ class LoopOp:
         self.body = Block(node.body, handlers)
         self.may_exit = self.body.has_exit
         self.waits = self.body.waits
+        self.escapes = self.body.escapes
         self.check_h = handlers[node.check.match.spec.opcode]
         self.incr_h = handlers[node.incr.match.spec.opcode]
 
@@ -148,7 +161,7 @@ class LoopOp:
             if iters > MAX_ITERATIONS:
                 raise InterpreterError(f"loop did not finish after {MAX_ITERATIONS} iterations "
                                        f"(a loop variable that never reaches its bound?)", n.loc)
-        return mask & ~m.exited if self.may_exit else mask
+        return _left(self, m, mask)
 
     def gen(self, m, mask):
         n = self.node
@@ -163,7 +176,15 @@ class LoopOp:
             if not active.any():
                 break
             m.exec_instr(n.incr, active, self.incr_h)
-        return mask & ~m.exited if self.may_exit else mask
+        return _left(self, m, mask)
+
+
+def _left(op, m, mask):
+    """The threads of ``mask`` that reach the end of region ``op``: not those that
+    exited, nor those that branched out of it (in flight to an enclosing label)."""
+    if op.may_exit:
+        mask = mask & ~m.exited
+    return mask & ~m.away if op.escapes else mask
 
 
 def compile_node(node, handlers):
@@ -190,7 +211,11 @@ _COMPILED: "weakref.WeakKeyDictionary[ir.Program, Block]" = weakref.WeakKeyDicti
 def compiled(prog: ir.Program, handlers) -> Block:
     blk = _COMPILED.get(prog)
     if blk is None:
-        blk = _COMPILED[prog] = Block(prog.body, handlers)
+        blk = Block(prog.body, handlers)
+        for name, instr in blk.escapes.items():
+            raise InterpreterError(f"branch to label {name!r}, which this kernel does not "
+                                   f"define", instr.loc)
+        _COMPILED[prog] = blk
     return blk
 
 
@@ -214,6 +239,10 @@ class Machine:
         self.lin = t % self.P                       # CTA-local linear thread id
         self.valid = self.lin < self.nthreads
         self.exited = ~self.valid
+        # threads that branched out of a region, by target label, until the enclosing
+        # region holding the label takes them (see Block.escapes)
+        self.pending: dict = {}
+        self.away = np.zeros_like(self.exited)
         self.lane = (self.lin % 32).astype(np.uint32)
         g = self.cta + first_cta
         bx, by, _ = block
@@ -466,6 +495,7 @@ class Machine:
         ops, n = blk.ops, len(blk.ops)
         waiting: dict[int, np.ndarray] = {}
         finished = np.zeros(self.T, bool)  # threads that ran off the end of the region
+        scope = mask.copy()  # the threads this run of the block is for
         i = 0
         jumps = 0
         while True:
@@ -484,6 +514,16 @@ class Machine:
             if not isinstance(op, BraOp):
                 mask = (yield from op.gen(self, mask)) if waits and op.waits else \
                     op.run(self, mask)
+                for name in op.escapes:  # threads that branched out of op to a label here
+                    j = blk.labels.get(name)
+                    got = self.pending.get(name) if j is not None else None
+                    if got is not None:
+                        # only this run's threads: scheduling units run the same block
+                        # side by side, each claiming its own
+                        got = got & scope
+                        self.pending[name] = self.pending[name] & ~got
+                        self.away &= ~got
+                        waiting[j] = waiting[j] | got if j in waiting else got
                 i += 1
                 continue
             instr = op.instr
@@ -493,9 +533,16 @@ class Machine:
                 taken = mask & (~g if instr.guard_negated else g)
             j = blk.labels.get(op.target)
             if j is None:
-                self.fail(instr, f"branch to label {op.target!r}, which is outside the "
-                                 f"ptx.if_/ptx.range_ region this bra is in; the interpreter "
-                                 f"follows branches only within one region")
+                # out of this region: the enclosing region that holds the label resumes
+                # these threads there once the op they are inside returns
+                self.steps += 1
+                if taken.any():
+                    prev = self.pending.get(op.target)
+                    self.pending[op.target] = taken if prev is None else prev | taken
+                    self.away |= taken
+                mask = mask & ~taken
+                i += 1
+                continue
             if instr.match.has("uni"):
                 w_any = taken.reshape(-1, 32).any(1)
                 w_all = (taken | ~mask).reshape(-1, 32).all(1)

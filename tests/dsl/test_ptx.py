@@ -432,8 +432,8 @@ def test_smem_errors():
         smem.alloc(f32, (2, 2))[2, 0]
 
     def rank():
-        smem.alloc(f32, (2, 2))[1]
+        smem.alloc(f32, (2, 2))[1, 0, 0]
     with pytest.raises(IndexError, match="out of bounds for axis 0"):
         kernel()(oob).ptx()
-    with pytest.raises(TraceError, match=r"has 2 dimensions \(2, 2\), indexed with 1"):
+    with pytest.raises(TraceError, match=r"has 2 dimensions \(2, 2\), indexed with 3"):
         kernel()(rank).ptx()

@@ -85,16 +85,39 @@ def test_forward_and_backward_branches_with_divergence():
     np.testing.assert_array_equal(k.interpret(), want)
 
 
-def test_branch_out_of_a_region_is_refused():
+def test_branch_out_of_a_region_resumes_at_the_enclosing_label():
     @one_output(32)
     def k(Y):
+        (py,) = ptx.global_ptrs(Y)
         tid = tid_reg()
+        v = reg.scalar(u32, init=1)
         out = ptx.new_label("out")
-        with ptx.if_(tid < 4):
-            ptx.bra(out)
+        with ptx.if_(tid < 20):
+            with ptx.if_(tid < 4):
+                ptx.bra(out)          # two regions out
+            ptx.inst.mov.u32(v, 2)
+        ptx.inst.add.u32(v, v, 10)
         ptx.place(out)
-    with pytest.raises(InterpreterError, match="outside the ptx.if_"):
-        k.interpret()
+        store(py, tid, v)
+    np.testing.assert_array_equal(k.interpret(),
+                                  np.select([np.arange(32) < 4, np.arange(32) < 20], [1, 12], 11))
+
+
+def test_branch_out_of_a_range_loop_leaves_the_loop():
+    @one_output(32)
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        v = reg.scalar(u32, init=0)
+        out = ptx.new_label("out")
+        for _ in ptx.range_(0, 10, 1):
+            with ptx.if_(v == tid):
+                ptx.bra(out)          # after tid iterations
+            ptx.inst.add.u32(v, v, 1)
+        ptx.inst.mov.u32(v, 99)
+        ptx.place(out)
+        store(py, tid, v)
+    np.testing.assert_array_equal(k.interpret(), np.where(np.arange(32) < 10, np.arange(32), 99))
 
 
 def test_guarded_instructions_and_exit():

@@ -86,6 +86,8 @@ from .._common.ring import Ring, wait
 from .operands import SW128_K_MAJOR, operands
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
+from .promote import BlockScales, RowScales, promote
+from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .store import store_tile
 
@@ -120,13 +122,13 @@ def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
           scaled: bool = False):
     """(in_specs, out_specs, names): A and B through TMA in their majors
     (:mod:`.operands`: A (M, K) or At (K, M), Bt (N, K) or B (K, N)), [bias (N,)],
-    [scale_a, scale_b: (1,) f32 each, with ``scaled``], C (M, N)."""
+    [scale_a, scale_b with ``scaled``: :func:`.simt.scale_specs`], C (M, N)."""
     from ...core.tensormap import TMA
     a, b = operands(p, dtype, a_major, b_major, b_dtype)
     c = Tile("M", "N", out_dtype, stride="sc",
              tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))
     ins = (a.tile("sa"), b.tile("sb")) + ((Tile("N", bias),) if bias is not None else ()) \
-        + ((Tile(1, f32), Tile(1, f32)) if scaled else ())
+        + scale_specs(mode_of(scaled))
     names = (a.arg_name, b.arg_name) + (("bias",) if bias is not None else ()) \
         + (("scale_a", "scale_b") if scaled else ()) + ("C",)
     return ins, (c,), names
@@ -173,7 +175,7 @@ def grid_for(p: Plan, sms: int):
 def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType | None = None,
                  activation: str | None = None, sms: int = 132, arch: str = "sm_90a",
                  a_major: str = "K", b_major: str = "K", b_dtype: PtxType | None = None,
-                 scaled: bool = False):
+                 scaled=False):
     """The kernel for one (plan, dtypes, operand majors, epilogue); M, N, K are run-time
     parameters. ``a_major`` / ``b_major``: ``"K"`` or ``"MN"`` (:mod:`.operands`: the
     arguments are then A (M, K) or At (K, M), and Bt (N, K) or B (K, N)).
@@ -181,9 +183,16 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     ``dtype`` is A's element type and ``b_dtype`` B's (default: A's): bf16 / f16, or the
     8-bit floats e4m3 / e5m2 in any mix. 8-bit operands are K-major only (wgmma has no
     transpose for them) and take 128 elements of K per stage. ``scaled`` adds the f32
-    arguments ``scale_a`` and ``scale_b`` (one value each, per tensor): the epilogue
-    multiplies the accumulator by their product before the bias and the activation."""
+    arguments ``scale_a`` and ``scale_b``: True or ``"tensor"`` (one value each: the
+    epilogue multiplies the accumulator by their product before the bias and the
+    activation), ``"row"`` or ``"block"`` (:mod:`.promote`; block-wise needs 8-bit
+    operands and a tile of 64 or 128 columns)."""
     b_dtype = b_dtype or dtype
+    mode = mode_of(scaled)
+    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
+        raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
+                         f"stage is one 128-long K block) and 64- or 128-column tiles "
+                         f"(plan.for_scaling), got {dtype.name} and {p}")
     if b_dtype.bytes != dtype.bytes:
         raise ValueError(f"build_hopper: A and B elements must have one size, got "
                          f"{dtype.name} and {b_dtype.name}")
@@ -219,7 +228,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
-            f"{'_bias' if bias else ''}{'_scaled' if scaled else ''}"
+            f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
     opts = dict(cluster=(CLS, 1, 1), raw_directives=[("explicitcluster", ()),
                                                     ("reqnctapercluster", (CLS, 1, 1))]) \
@@ -233,7 +242,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         A, B, *rest, C = args
         if bias is not None:
             (pbias,) = ptx.global_ptrs(rest.pop(0))
-        if scaled:
+        if mode:
             psa, psb = ptx.global_ptrs(*rest)
         labels = itertools.count()
         tma_a, tma_b, tma_c = A.tma_desc(), B.tma_desc(), C.tma_desc()
@@ -316,7 +325,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             cons = wg - 1
             acc = reg.array(f32, p.bn // 2)
             scale = None
-            if scaled:                  # scale_a * scale_b, once per consumer thread
+            if mode == "tensor":        # scale_a * scale_b, once per consumer thread
                 sab = [reg.scalar(f32) for _ in range(2)]
                 for r, ptr in zip(sab, (psa, psb)):
                     ptx.inst.ld.global_.nc.f32(r, ptx.addr(ptr))
@@ -329,16 +338,16 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             frow = warp * 16 + (lw >> 2)              # rows frow and frow + 8
             fcol = (lw & 3) * 2                       # cols 8j + fcol, + 1
             bar_id = cons + 1
-            def mma_stage(first: bool):
-                """Wait for the ring's stage, issue its K/16 wgmmas, commit; returns the
-                stage's empty barrier."""
+            def mma_stage(first: bool, into=None):
+                """Wait for the ring's stage, issue its K/16 wgmmas (into ``acc``, or the
+                registers ``into``), commit; returns the stage's empty barrier."""
                 wait(labels, full0 + ring.slot * 8, ring.phase)
                 sa = base + L.a + ring.slot * L.a_stage + a_off
                 sb = base + L.b + ring.slot * L.b_stage
                 da, db = opa.descriptor(sa), opb.descriptor(sb)
                 ptx.inst("wgmma.fence.sync.aligned")
                 for ks in range(p.bk // mma_k):         # 32-byte K steps inside the stage
-                    ptx.inst(mma, list(acc), da if ks == 0 else da + ks * opa.k_step,
+                    ptx.inst(mma, list(into or acc), da if ks == 0 else da + ks * opa.k_step,
                              db if ks == 0 else db + ks * opb.k_step,
                              0 if first and ks == 0 else 1, 1, 1, *trans)
                 ptx.inst("wgmma.commit_group.sync.aligned")
@@ -373,6 +382,22 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
                 release(prev)
 
+            if mode == "block":
+                part = reg.array(f32, p.bn // 2)
+                blocks = BlockScales(psa, psb, m, ptx.dim("NB"))
+
+            def mainloop_block(kb0, nkr, row, n0):
+                """Block-wise scales (:mod:`.promote`): each k-block into ``part``, then
+                ``acc += part * scale_a * scale_b``; ``kb0``: the first k-block's index."""
+                for r in acc:
+                    ptx.inst.mov.f32(r, 0.0)
+                for kb in ptx.range_(kb0, kb0 + nkr) if SK > 1 else ptx.range_(nkr):
+                    eb = mma_stage(True, part)
+                    f = blocks.factors(kb, row, n0)     # in flight beside the wgmmas
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    release(eb)
+                    promote(acc, part, f)
+
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
                 xch = PartialExchange(SK, base + L.partial + cons * L.partial_consumer,
@@ -386,20 +411,30 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 for t in ptx.range_(cid, total, ncl):
                     m0, n0 = tile_origin(t)
                     row0 = m0 + cons * p.wg_m
+                    if mode == "row":
+                        sc = RowScales(psa, psb, row0 + frow, m)
+                    else:
+                        sc = scale
                     if SK == 1:
-                        mainloop(nk)
+                        if mode == "block":
+                            mainloop_block(0, nk, row0 + frow, n0)
+                        else:
+                            mainloop(nk)
                         store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane,
-                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, scale)
+                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
                     else:
                         with ptx.if_(nkr > 0):
-                            mainloop(nkr)
+                            if mode == "block":
+                                mainloop_block(kb_lo, nkr, row0 + frow, n0)
+                            else:
+                                mainloop(nkr)
                         with ptx.else_():           # more ranks than k-blocks: a zero share
                             for r in acc:
                                 ptx.inst.mov.f32(r, 0.0)
                         xch.exchange(acc, rank, row0 + warp * 16 < m)
                         with ptx.if_(rank == owner):
                             store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
-                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, scale)
+                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
 
             if p.a_rows and p.a_rows <= p.wg_m:
                 # Every row the second consumer owns lies past M (M <= a_rows <= 64): it

@@ -27,16 +27,17 @@ from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .epilogue import activate
 from .config import FallbackPlan
+from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 
 
 def specs(dtype: PtxType, out_dtype: PtxType, a_t: bool, b_t: bool, bias: PtxType | None,
-          b_dtype: PtxType | None = None, scaled: bool = False):
+          b_dtype: PtxType | None = None, scaled=False):
     """(in_specs, out_specs, argument names) of the kernel for one layout."""
     bt = b_dtype or dtype
     a = Tile("K", "M", dtype, stride="sa") if a_t else Tile("M", "K", dtype, stride="sa")
     b = Tile("N", "K", bt, stride="sb") if b_t else Tile("K", "N", bt, stride="sb")
     ins = (a, b) + ((Tile("N", bias),) if bias is not None else ()) \
-        + ((Tile(1, f32), Tile(1, f32)) if scaled else ())
+        + scale_specs(mode_of(scaled))
     names = ("A", "B") + (("bias",) if bias is not None else ()) \
         + (("scale_a", "scale_b") if scaled else ()) + ("C",)
     return ins, (Tile("M", "N", out_dtype, stride="sc"),), names
@@ -44,11 +45,14 @@ def specs(dtype: PtxType, out_dtype: PtxType, a_t: bool, b_t: bool, bias: PtxTyp
 
 def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool = False,
                b_t: bool = False, bias: PtxType | None = None, activation: str | None = None,
-               arch: str = "sm_90a", b_dtype: PtxType | None = None, scaled: bool = False):
+               arch: str = "sm_90a", b_dtype: PtxType | None = None, scaled=False):
     """The kernel for one (dtype, out dtype, layout, epilogue); M, N, K and the three
     row strides are run-time parameters. ``b_dtype``: B's element type where it is not
     A's (an e4m3 / e5m2 mix); ``scaled``: the f32 arguments ``scale_a``, ``scale_b``
-    multiply the sums (8-bit operands' per-tensor scales)."""
+    (:func:`scale_specs`) scale the sums: True or ``"tensor"`` (8-bit operands'
+    per-tensor scales), ``"row"`` (per row of A and column of B, in the epilogue) or
+    ``"block"`` (each 128-long K block's sums, accumulated apart, times its scales)."""
+    mode = mode_of(scaled)
     T, P = p.tile, p.per
     bt = b_dtype or dtype
     es, bes, oes = dtype.bytes, bt.bytes, out_dtype.bytes
@@ -61,7 +65,7 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=lambda M, N, K: (-(-N // T), -(-M // T), 1), block=(256, 1, 1), arch=arch,
             name=f"matmul_simt_{tag}_{ty}_{out_dtype.name}"
-                 f"{'_bias' if bias else ''}{'_scaled' if scaled else ''}"
+                 f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
                  f"{'_' + activation if activation else ''}", pdl=pdl)
     def matmul_simt(*args):
         A, B, *rest, C = args
@@ -70,11 +74,13 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
         if bias is not None:
             (pbias,) = ptx.global_ptrs(rest.pop(0))
         scale = None
-        if scaled:
+        if mode == "tensor":
             sab = [reg.scalar(f32) for _ in range(2)]
             for r, ptr in zip(sab, ptx.global_ptrs(*rest)):
                 ptx.inst.ld.global_.nc.f32(r, ptx.addr(ptr))
             scale = sab[0] * sab[1]
+        elif mode:
+            psa, psb = ptx.global_ptrs(*rest)
         m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
         sa, sb, sc = (ptx.dim(s, kind="stride") for s in ("sa", "sb", "sc"))
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
@@ -98,16 +104,42 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
         a_step = wide(sa, es) if a_t else es
         b_step = bes if b_t else wide(sb, bes)
         acc = [[reg.scalar(f32, init=0.0) for _ in range(P)] for _ in range(P)]
-        for _ in ptx.range_(k):
-            av = [load_chunk(a_ptrs[i], 0, dtype, 1, pred=row_ok[i])[0] for i in range(P)]
-            bv = [load_chunk(b_ptrs[j], 0, bt, 1, pred=col_ok[j])[0] for j in range(P)]
-            for i in range(P):
-                for j in range(P):
-                    ptx.inst.fma.rn.f32(acc[i][j], av[i], bv[j], acc[i][j])
-            for ptr in a_ptrs:
-                ptx.inst.add.u64(ptr, ptr, a_step)
-            for ptr in b_ptrs:
-                ptx.inst.add.u64(ptr, ptr, b_step)
+
+        def k_steps(count, into):
+            for _ in ptx.range_(count):
+                av = [load_chunk(a_ptrs[i], 0, dtype, 1, pred=row_ok[i])[0] for i in range(P)]
+                bv = [load_chunk(b_ptrs[j], 0, bt, 1, pred=col_ok[j])[0] for j in range(P)]
+                for i in range(P):
+                    for j in range(P):
+                        ptx.inst.fma.rn.f32(into[i][j], av[i], bv[j], into[i][j])
+                for ptr in a_ptrs:
+                    ptx.inst.add.u64(ptr, ptr, a_step)
+                for ptr in b_ptrs:
+                    ptx.inst.add.u64(ptr, ptr, b_step)
+
+        if mode == "block":
+            # Each 128-long K block summed apart, then promoted: acc += part * sa * sb.
+            nkb, nb = ptx.dim("KB"), ptx.dim("NB")
+            part = [[reg.scalar(f32) for _ in range(P)] for _ in range(P)]
+            for kb in ptx.range_(nkb):
+                for row in part:
+                    for r in row:
+                        ptx.inst.mov.f32(r, 0.0)
+                k_steps(ptx.min(k - kb * 128, 128), part)
+                sav = [load_chunk(psa + wide(kb * m + r, 4), 0, f32, 1, pred=ok)[0]
+                       for r, ok in zip(rows, row_ok)]
+                sbv = [load_chunk(psb + wide(kb * nb + (c >> 7), 4), 0, f32, 1, pred=ok)[0]
+                       for c, ok in zip(cols, col_ok)]
+                for i in range(P):
+                    for j in range(P):
+                        ptx.inst.fma.rn.f32(acc[i][j], part[i][j], sav[i] * sbv[j], acc[i][j])
+        else:
+            k_steps(k, acc)
+        if mode == "row":
+            sav = [load_chunk(psa + wide(r, 4), 0, f32, 1, pred=ok)[0]
+                   for r, ok in zip(rows, row_ok)]
+            sbv = [load_chunk(psb + wide(c, 4), 0, f32, 1, pred=ok)[0]
+                   for c, ok in zip(cols, col_ok)]
         bvals = None
         if bias is not None:
             bvals = [load_chunk(pbias + wide(c, bias.bytes), 0, bias, 1, pred=ok)[0]
@@ -116,6 +148,8 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
             crow = pc + wide(rows[i], sc * oes)
             for j in range(P):
                 v = acc[i][j] * scale if scale is not None else acc[i][j]
+                if mode == "row":
+                    v = v * sav[i] * sbv[j]
                 v = v + bvals[j] if bvals is not None else v
                 v = activate(v, activation)
                 store_chunk(crow + wide(cols[j], oes), 0, out_dtype, narrow([v], out_dtype),

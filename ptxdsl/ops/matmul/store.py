@@ -48,14 +48,19 @@ def stmatrix_staged(p, out_dtype) -> bool:
 def _values(acc, gj, col, n0, n, fcol, bias, pbias, activation, scale):
     """act(acc * scale + bias) of the thread's four elements of 8-column group ``gj``
     (``col``: the group's first column in the tile)."""
-    bv = None
+    bv = cs = None
     if bias is not None:
         bcol = n0 + (col + fcol) if col else n0 + fcol
         bv = [_bias_at(pbias, bcol if e == 0 else bcol + 1, n, bias) for e in range(2)]
+    if hasattr(scale, "column"):            # row-wise (.promote.RowScales)
+        scol = n0 + (col + fcol) if col else n0 + fcol
+        cs = [scale.column(scol if e == 0 else scol + 1, n) for e in range(2)]
     vals = []
     for r in range(4):
         v = acc[4 * gj + r]
-        if scale is not None:
+        if cs is not None:
+            v = v * scale.rows[r >> 1] * cs[r & 1]
+        elif scale is not None:
             v = v * scale
         if bv is not None:
             v = v + bv[r & 1]
@@ -83,7 +88,8 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
               row0, n0, n, tma_c, pbias, scale=None):
     """Store one consumer's 64 x ``bn`` accumulator (see the module docstring); with
     ``scale`` (an f32 register: an 8-bit product's ``scale_a * scale_b``) each value is
-    ``act(acc * scale + bias)``.
+    ``act(acc * scale + bias)``; with a :class:`.promote.RowScales` it is
+    ``act(acc * scale_a[row] * scale_b[col] + bias)``.
 
     Addresses: the thread's element ``(row, col)`` of a panel lies at byte ``row*128 +
     16*((b >> 4) ^ (row & 7)) + (b & 15)`` with ``b = (col % pc) * ob``. ``b >> 4`` is a

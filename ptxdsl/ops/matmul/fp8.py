@@ -184,6 +184,5 @@ def k_major(frame, a, b, a_k, a_t: bool, b_k, b_t: bool):
     return a_k, a_t, b_k, b_t, copied
 
 
-__all__ = ["FP8", "MODES", "BLOCK_K", "BLOCK_N", "SCALE_SUFFIX", "dtype_of", "mode_of", "scale_specs",
-           "scale_key", "scale_mode",
-           "scale_args", "k_major"]
+__all__ = ["FP8", "MODES", "BLOCK_K", "BLOCK_N", "SCALE_SUFFIX", "dtype_of", "mode_of",
+           "scale_specs", "scale_key", "scale_mode", "scale_args", "k_major"]

@@ -79,7 +79,7 @@ import itertools
 
 from ... import Tile, kernel
 from ...dsl import ptx, reg, smem
-from ...core.types import PtxType, f32, u8, u16, u32
+from ...core.types import PtxType, f32, s32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
@@ -89,7 +89,8 @@ from .schedule import persistent_grid, tile_coords
 from .promote import BlockScales, RowScales, promote
 from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
-from .store import store_tile
+from .groups import group_tile, group_tiles
+from .store import store_rows, store_tile
 
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
@@ -119,12 +120,18 @@ class Layout:
 
 def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
           a_major: str = "K", b_major: str = "K", b_dtype: PtxType | None = None,
-          scaled: bool = False):
+          scaled=False, grouped: bool = False):
     """(in_specs, out_specs, names): A and B through TMA in their majors
     (:mod:`.operands`: A (M, K) or At (K, M), Bt (N, K) or B (K, N)), [bias (N,)],
     [scale_a, scale_b with ``scaled``: :func:`.simt.scale_specs`], C (M, N)."""
     from ...core.tensormap import TMA
     a, b = operands(p, dtype, a_major, b_major, b_dtype)
+    if grouped:     # B stacked (G*N, K) or (G*K, N), offs (G,); C stored by st.global
+        c = Tile("M", "N", out_dtype, stride="sc")
+        bt = b.tile("sb", ("GN", "K") if b_major == "K" else ("N", "GK"))
+        ins = (a.tile("sa"), bt, Tile("G", s32)) + scale_specs(mode_of(scaled))
+        names = (a.arg_name, b.arg_name, "offs") + (("scale_a", "scale_b") if scaled else ())
+        return ins, (c,), names + ("C",)
     c = Tile("M", "N", out_dtype, stride="sc",
              tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))
     ins = (a.tile("sa"), b.tile("sb")) + ((Tile("N", bias),) if bias is not None else ()) \
@@ -159,9 +166,16 @@ def _zero_a_rows(a0, p: Plan, a_stage: int, tid) -> None:
         ptx.inst("fence.proxy.async.shared::cta")
 
 
-def grid_for(p: Plan, sms: int):
-    """The persistent grid as a function of the named dims (whole clusters)."""
+def grid_for(p: Plan, sms: int, grouped: bool = False):
+    """The persistent grid as a function of the named dims (whole clusters; a grouped
+    GEMM's tiles are at most ``ceil(M / bm) + G`` tile rows, :mod:`.groups`)."""
     cl = p.cluster_ctas
+
+    def grid_grouped(M, N, G):
+        tm, tn = p.tiles(M, N)
+        return (persistent_grid((tm + G) * tn, sms, 1), 1, 1)
+    if grouped:
+        return grid_grouped
 
     def grid(M, N, K):
         if p.a_rows and M > p.a_rows:
@@ -175,7 +189,7 @@ def grid_for(p: Plan, sms: int):
 def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType | None = None,
                  activation: str | None = None, sms: int = 132, arch: str = "sm_90a",
                  a_major: str = "K", b_major: str = "K", b_dtype: PtxType | None = None,
-                 scaled=False):
+                 scaled=False, grouped: bool = False):
     """The kernel for one (plan, dtypes, operand majors, epilogue); M, N, K are run-time
     parameters. ``a_major`` / ``b_major``: ``"K"`` or ``"MN"`` (:mod:`.operands`: the
     arguments are then A (M, K) or At (K, M), and Bt (N, K) or B (K, N)).
@@ -186,9 +200,20 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     arguments ``scale_a`` and ``scale_b``: True or ``"tensor"`` (one value each: the
     epilogue multiplies the accumulator by their product before the bias and the
     activation), ``"row"`` or ``"block"`` (:mod:`.promote`; block-wise needs 8-bit
-    operands and a tile of 64 or 128 columns)."""
+    operands and a tile of 64 or 128 columns).
+
+    ``grouped``: a grouped GEMM (:mod:`.grouped`): A's M rows cut into groups by the
+    int32 argument ``offs`` (G,), B the G matrices stacked (``Bt`` (G*N, K) or ``B``
+    (G*K, N), K a multiple of 64 then), C (M, N); tiles from :mod:`.groups`, each
+    group's rows stored by :func:`.store.store_rows`. No clusters, split-K, bias or
+    scales beyond per tensor."""
     b_dtype = b_dtype or dtype
     mode = mode_of(scaled)
+    if grouped and (p.cluster_ctas > 1 or p.a_rows or bias is not None
+                    or mode not in (None, "tensor")):
+        raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters, "
+                         f"split-K or a_rows, no bias and per-tensor scales, got {p}, bias "
+                         f"{bias}, scales {mode}")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
                          f"stage is one 128-long K block) and 64- or 128-column tiles "
@@ -210,7 +235,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"{p} needs {p.smem_bytes(dtype, out_dtype)} bytes of shared memory "
                          f"for {dtype.name} -> {out_dtype.name}, more than {SMEM_PER_CTA}")
     L = Layout(p, dtype, out_dtype)
-    ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled)
+    ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled,
+                             grouped)
     opa, opb = operands(p, dtype, a_major, b_major, b_dtype)
     mma, mma_k = mma_instruction(p.bn, dtype, b_dtype)
     # Transpose immediates exist for 16-bit operands only.
@@ -224,7 +250,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     share_a = L.a_stage // CN                  # ... of A, in a cluster along N
     ty = dtype.name if b_dtype == dtype else f"{dtype.name}_{b_dtype.name}"
     ob = out_dtype.bytes
-    name = (f"matmul_hopper_{ty}_{out_dtype.name}_n{p.bn}_s{S}_c{CL}"
+    name = (f"matmul_hopper_{'grouped_' if grouped else ''}{ty}_{out_dtype.name}_n{p.bn}"
+            f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
@@ -236,16 +263,20 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
     pdl = pdl_for(arch)
 
-    @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms),
+    @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms, grouped),
             block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl, **opts)
     def matmul_hopper(*args):
         A, B, *rest, C = args
+        if grouped:
+            (poffs,) = ptx.global_ptrs(rest.pop(0))
+            (pc,) = ptx.global_ptrs(C)
         if bias is not None:
             (pbias,) = ptx.global_ptrs(rest.pop(0))
         if mode:
             psa, psb = ptx.global_ptrs(*rest)
         labels = itertools.count()
-        tma_a, tma_b, tma_c = A.tma_desc(), B.tma_desc(), C.tma_desc()
+        tma_a, tma_b = A.tma_desc(), B.tma_desc()
+        tma_c = None if grouped else C.tma_desc()
         m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg = tid >> 7
@@ -282,7 +313,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         tiles_m = (m + (p.bm * CL - 1)) // (p.bm * CL)      # cluster tile rows
         tiles_n = (n + (p.bn * CN - 1)) // (p.bn * CN)      # cluster tile columns
         nk = (k + (p.bk - 1)) // p.bk
-        total = tiles_m * tiles_n
+        total = group_tiles(poffs, ptx.dim("G"), p.bm, tiles_n) if grouped else tiles_m * tiles_n
         kb_lo, kb_hi = k_range(nk, rank, SK)      # this CTA's k-blocks (all of them unsplit)
 
         def tile_origin(t):
@@ -291,13 +322,22 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             tn = col * CN + rank if CN > 1 else col
             return tm * p.bm, tn * p.bn
 
+        def group_origin(t):
+            """A grouped GEMM's tile ``t``: its first row and column, group, end row."""
+            g, m0, end, tn, _ = group_tile(poffs, ptx.dim("G"), t, p.bm, tiles_n)
+            return m0, tn * p.bn, g, end
+
         with ptx.if_(wg == 0):
             # ---------------------------------------------------- producer
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", PRODUCER_REGS)
             with ptx.if_(lane == 0):
                 ring = Ring(S)
                 for t in ptx.range_(cid, total, ncl):
-                    m0, n0 = tile_origin(t)
+                    if grouped:     # group g's matrix of B: rows g*N on (K-major), or g*K
+                        m0, n0, g, _ = group_origin(t)
+                        bn0, bk0 = (g * n + n0, 0) if opb.major == "K" else (n0, g * k)
+                    else:
+                        m0, n0 = tile_origin(t)
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
                     for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
                         kk = kb * p.bk
@@ -316,6 +356,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         sb = base + L.b + ring.slot * L.b_stage
                         if CL > 1:
                             opb.load(tma_b, sb + rank * share_b, nb, kk, fb, mask=mask16)
+                        elif grouped:
+                            opb.load(tma_b, sb, bn0, kk + bk0 if opb.major != "K" else kk, fb)
                         else:
                             opb.load(tma_b, sb, n0, kk, fb)
                         ring.advance()
@@ -409,7 +451,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
                 for t in ptx.range_(cid, total, ncl):
-                    m0, n0 = tile_origin(t)
+                    if grouped:
+                        m0, n0, _, end = group_origin(t)
+                    else:
+                        m0, n0 = tile_origin(t)
                     row0 = m0 + cons * p.wg_m
                     if mode == "row":
                         sc = RowScales(psa, psb, row0 + frow, m)
@@ -420,8 +465,13 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             mainloop_block(0, nk, row0 + frow, n0)
                         else:
                             mainloop(nk)
-                        store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane,
-                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
+                        if grouped:
+                            store_rows(acc, p, out_dtype, activation, pc,
+                                       ptx.dim("sc", kind="stride"), row0 + frow, end, n0,
+                                       n, fcol, sc)
+                        else:
+                            store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
+                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
                     else:
                         with ptx.if_(nkr > 0):
                             if mode == "block":

@@ -16,8 +16,11 @@ so the tiles in flight together share a group's ``b`` column panels (an expert's
 weights, read from DRAM once and then from L2) and its rows of ``a``. A tile's last
 rows may run into the next group's rows (or past ``a``: TMA's zero fill): the kernels
 compute them and store none (:func:`.store.store_rows`). Both kernels scan ``offs`` on
-the device: once for the tile count (:func:`group_tiles`), once per tile for its place
-(:func:`group_tile`), ``G`` cached loads each.
+the device for the tile count (:func:`group_tiles`, ``G`` cached loads). The SIMT kernel
+(one tile per CTA) scans again for its tile's place (:func:`group_tile`); the persistent
+Hopper kernel's tiles come in increasing order per CTA, so a :class:`GroupCursor` resumes
+from the previous tile's group (a scan per tile cost up to a quarter of a 128 x 128 x
+2048 tile's time at G = 64).
 """
 from __future__ import annotations
 
@@ -73,6 +76,38 @@ def group_tile(poffs, ngroups, t, bm: int, tiles_n):
     return g_t, m0, last, tn, found
 
 
+class GroupCursor:
+    """Where increasing tile indices lie, resumed from the last one's group: registers
+    ``g`` (the group), ``start`` (its first row) and ``before`` (the tiles of the groups
+    before it) persist across :meth:`locate` calls of one thread."""
+
+    def __init__(self, poffs, bm: int, tiles_n, labels):
+        self.poffs, self.bm, self.tiles_n, self.labels = poffs, bm, tiles_n, labels
+        self.g, self.start, self.before = (reg.scalar(u32, init=0) for _ in range(3))
+
+    def locate(self, t):
+        """``(g, m0, end, tn)`` of tile ``t`` (below the tile count, at least the last
+        ``t`` located): steps past each group whose tiles end at or before ``t``."""
+        i = next(self.labels)
+        top, done = ptx.new_label(f"group{i}"), ptx.new_label(f"group{i}_found")
+        ptx.place(top)
+        off = reg.scalar(u64)
+        ptx.inst.mul.wide.u32(off, self.g, 4)
+        end = reg.scalar(u32)
+        ptx.inst.ld.global_.nc.u32(end, ptx.addr(self.poffs + off))
+        rows = (end - self.start + (self.bm - 1)) // self.bm
+        after = self.before + rows * self.tiles_n
+        ptx.bra(done, pred=t < after)
+        ptx.inst.mov.u32(self.before, after)
+        ptx.inst.mov.u32(self.start, end)
+        ptx.inst.add.u32(self.g, self.g, 1)
+        ptx.bra(top)
+        ptx.place(done)
+        rem = t - self.before
+        col = rem // rows
+        return self.g, self.start + (rem - col * rows) * self.bm, end, col
+
+
 def group_tiles_py(offs, bm: int, tiles_n: int) -> list[tuple[int, int, int, int]]:
     """:func:`group_tile` in Python: ``(g, m0, end, tn)`` of every tile, in order."""
     out, start = [], 0
@@ -83,4 +118,4 @@ def group_tiles_py(offs, bm: int, tiles_n: int) -> list[tuple[int, int, int, int
     return out
 
 
-__all__ = ["group_tiles", "group_tile", "group_tiles_py"]
+__all__ = ["group_tiles", "group_tile", "GroupCursor", "group_tiles_py"]

@@ -89,7 +89,7 @@ from .schedule import persistent_grid, tile_coords
 from .promote import BlockScales, RowScales, promote
 from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
-from .groups import group_tile, group_tiles
+from .groups import GroupCursor, group_tiles
 from .store import store_rows, store_tile
 
 PRODUCER_REGS = 40
@@ -322,9 +322,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             tn = col * CN + rank if CN > 1 else col
             return tm * p.bm, tn * p.bn
 
-        def group_origin(t):
+        def group_origin(cursor, t):
             """A grouped GEMM's tile ``t``: its first row and column, group, end row."""
-            g, m0, end, tn, _ = group_tile(poffs, ptx.dim("G"), t, p.bm, tiles_n)
+            g, m0, end, tn = cursor.locate(t)
             return m0, tn * p.bn, g, end
 
         with ptx.if_(wg == 0):
@@ -332,9 +332,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", PRODUCER_REGS)
             with ptx.if_(lane == 0):
                 ring = Ring(S)
+                if grouped:
+                    cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
                 for t in ptx.range_(cid, total, ncl):
                     if grouped:     # group g's matrix of B: rows g*N on (K-major), or g*K
-                        m0, n0, g, _ = group_origin(t)
+                        m0, n0, g, _ = group_origin(cursor, t)
                         bn0, bk0 = (g * n + n0, 0) if opb.major == "K" else (n0, g * k)
                     else:
                         m0, n0 = tile_origin(t)
@@ -433,12 +435,19 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ``acc += part * scale_a * scale_b``; ``kb0``: the first k-block's index."""
                 for r in acc:
                     ptx.inst.mov.f32(r, 0.0)
+                f = [reg.scalar(f32) for _ in range(2)]
+                last = kb0 + nkr - 1
+                for r, v in zip(f, blocks.factors(kb0, row, n0)):
+                    ptx.inst.mov.f32(r, v)
                 for kb in ptx.range_(kb0, kb0 + nkr) if SK > 1 else ptx.range_(nkr):
                     eb = mma_stage(True, part)
-                    f = blocks.factors(kb, row, n0)     # in flight beside the wgmmas
+                    # the next k-block's scales, in flight beside the wgmmas and promotion
+                    nxt = blocks.factors(ptx.min(kb + 1, last), row, n0)
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
                     release(eb)
                     promote(acc, part, f)
+                    for r, v in zip(f, nxt):
+                        ptx.inst.mov.f32(r, v)
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
@@ -450,9 +459,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
+                if grouped:
+                    cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
                 for t in ptx.range_(cid, total, ncl):
                     if grouped:
-                        m0, n0, _, end = group_origin(t)
+                        m0, n0, _, end = group_origin(cursor, t)
                     else:
                         m0, n0 = tile_origin(t)
                     row0 = m0 + cons * p.wg_m

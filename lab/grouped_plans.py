@@ -38,8 +38,8 @@ def main(argv=None):
             row, live = {}, {}
             for bn in widths:
                 def fn(a, b, offs, sz, bn=bn):
-                    grouped.plan_for = lambda dt, odt: grouped.fitted(
-                        dataclasses.replace(base(dt, odt), bn=bn), dt, odt)
+                    grouped.plan_for = lambda dt, odt, n=0: grouped.fitted(
+                        dataclasses.replace(base(dt, odt, n), bn=bn), dt, odt)
                     try:
                         return grouped_matmul(a, b, offs)
                     finally:

@@ -19,7 +19,7 @@ K, N)``, and ``out[rows of g] = act(scale_a * scale_b * (a[rows of g] @ b[g]))``
   ``torch.no_grad()``).
 
 The kernels (:func:`kernel_for`): on sm_90 the Hopper kernel (:mod:`.hopper` with
-``grouped=True``: a persistent grid walks every group's 128 x 128 tiles in the order of
+``grouped=True``: a persistent grid walks every group's tiles (:func:`plan_for`) in the order of
 :mod:`.groups`, TMA loads of A's rows and of group ``g``'s matrix of the stacked B, rows
 stored only up to the group's end); elsewhere, and where TMA cannot describe an operand,
 the SIMT kernel (:mod:`.simt` with ``grouped=True``).
@@ -153,10 +153,16 @@ def _stacked(frame, b, g: int, k: int, n: int):
     return frame.contiguous(b).reshape(g * k, n), False
 
 
-def plan_for(dtype: PtxType, out_dtype: PtxType) -> Plan:
-    """The grouped Hopper kernel's plan: 128 x 128 tiles (twice a 128 x 256 plan's tiles
-    over ragged groups), no cluster, the deepest ring that fits. Untuned."""
-    return fitted(Plan(bn=128, cluster=1, bk=bk_for(dtype)), dtype, out_dtype)
+# N from which 128 x 256 tiles ran faster: bench/results/matmul_grouped_plans_h200.json
+WIDE_N = 4096
+
+
+def plan_for(dtype: PtxType, out_dtype: PtxType, n: int = 0) -> Plan:
+    """The grouped Hopper kernel's plan: no cluster, the deepest ring that fits, 128 x 256
+    tiles where N >= :data:`WIDE_N` (one H200 run: +1-11% at N = 4096 and 14336) and
+    128 x 128 below (more tiles over ragged groups: -4 to -7% for 256 at N = 1408)."""
+    return fitted(Plan(bn=256 if n >= WIDE_N else 128, cluster=1, bk=bk_for(dtype)), dtype,
+                  out_dtype)
 
 
 def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, eight, k, n):
@@ -180,13 +186,13 @@ def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, eight, k, n):
             and tma_ok(data_ptr(b2), strides(b2)[0], int(b2.shape[0]), bt)):
         return None, b2
     return hopper_kernel(dt, odt, "K" if b_t else "MN", activation, info.sm_count, bt,
-                         eight), b2
+                         eight, n), b2
 
 
-def hopper_kernel(dt, odt, b_major, activation, sms, bt=None, scaled=False):
-    """The grouped Hopper kernel (cached)."""
+def hopper_kernel(dt, odt, b_major, activation, sms, bt=None, scaled=False, n=0):
+    """The grouped Hopper kernel for N columns (cached)."""
     from .hopper import build_hopper
-    p = plan_for(dt, odt)
+    p = plan_for(dt, odt, n)
     bt = bt or dt
     key = ("grouped_hopper", p, dt.name, bt.name, odt.name, activation, sms, scaled, b_major)
     return KERNELS.get(key, lambda: build_hopper(

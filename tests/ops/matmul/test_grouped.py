@@ -76,12 +76,20 @@ def test_sm90_dispatch_runs_the_grouped_hopper_kernel(monkeypatch, sizes, dtype)
     assert seen == ["K"]
 
 
+def test_grouped_plans_widen_from_4096_columns():
+    assert plan_for(bf16, bf16, 1408).bn == 128 and plan_for(bf16, bf16, 14336).bn == 256
+    assert plan_for(e4m3, bf16, 4096).bk == 128
+
+
 @pytest.mark.long
-def test_grouped_hopper_kernel_reads_an_mn_major_stack():
+@pytest.mark.parametrize("wide", [False, True])
+def test_grouped_hopper_kernel_reads_an_mn_major_stack(wide):
     rng = np.random.default_rng(5)
-    sizes, n, k = [3, 0, 140], 200, 128
+    sizes, n, k = [3, 0, 140], 200 if not wide else 264, 128
     offs = np.cumsum(sizes).astype(np.int32)
-    kern = build_hopper(plan_for(bf16, f32), bf16, f32, sms=3, b_major="MN", grouped=True)
+    kern = build_hopper(plan_for(bf16, f32, 4096 if wide else n), bf16, f32, sms=3,
+                        b_major="MN", grouped=True)
+    assert ("_n256_" in kern.name) == wide
     a, w = ints(rng, (150, k)), ints(rng, (3, n, k))
     b2 = np.ascontiguousarray(w.transpose(0, 2, 1)).reshape(3 * k, n)
     c = kern.interpret(a.astype(BF16), b2.astype(BF16), offs, np.full((150, n), np.nan,

@@ -8,9 +8,10 @@ arrays. The rules:
   (a 2-D operand beside a 3-D one is shared by every batch entry);
 * both ``float16`` or both ``bfloat16``; f32 accumulation; the output is
   ``out_dtype`` (``float16``, ``bfloat16`` or ``float32``; default: the inputs');
-* or 8-bit floats (``float8_e4m3fn`` / ``float8_e5m2``, any mix) with per-tensor
-  ``scale_a`` / ``scale_b``: ``act(scale_a * scale_b * (a @ b) + bias)``, bf16 output by
-  default (:mod:`.fp8` has their rules);
+* or 8-bit floats (``float8_e4m3fn`` / ``float8_e5m2``, any mix) with ``scale_a`` /
+  ``scale_b`` per tensor, row-wise or block-wise (``torch._scaled_mm``'s shapes):
+  ``act(scale_a * scale_b * (a @ b) + bias)``, bf16 output by default (:mod:`.fp8` has
+  their rules);
 * any M, N, K (K = 0 gives ``act(bias)``); each matrix row-major or column-major
   (a transposed view such as ``w.T``) with any leading stride; a matrix with neither
   unit stride is copied once. The Hopper kernel reads either major of each operand in

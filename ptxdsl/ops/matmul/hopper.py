@@ -27,6 +27,10 @@ as 128 x 224, whose last 64-column panel of C overlaps the one before it,
     epilogue (each consumer, its 64 x 256 rows): acc (+bias, act) → cvt → st.shared into
     a 128-byte-swizzled staging panel → fence.proxy.async → bar.sync → TMA store
 
+Float8 scales beyond one per tensor (row-wise in the epilogue, block-wise promoted per
+k-block) are :mod:`.promote`'s; ``grouped=True`` makes the grouped GEMM of
+:mod:`.grouped` (tiles over ragged groups, :mod:`.groups`; rows stored by ``st.global``).
+
 Pieces and the instructions they record:
 
 * **Roles.** ``setmaxnreg.dec.sync.aligned.u32 40`` in the producer warpgroup,

@@ -69,3 +69,24 @@ def test_random_bf16_beside_torch():
     if hasattr(torch, "_grouped_mm"):
         t = torch._grouped_mm(a, w.transpose(1, 2), offs=offs)
         assert ((c.float() - t.float()).norm() / t.float().norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("sizes", SIZES[:2])
+def test_fp8_row_wise_bit_exact(sizes):
+    """scale_a per row of a, scale_b (G, N) per column of each expert's matrix."""
+    g, n, k = len(sizes), 384, 512
+    total = sum(sizes) + 3
+    a = ints(total, k, dtype=torch.float8_e4m3fn)
+    w = ints(g, n, k, dtype=torch.float8_e4m3fn)
+    sa = (2.0 ** torch.randint(-3, 3, (total, 1), device="cuda")).float()
+    sb = (2.0 ** torch.randint(-3, 3, (g, n), device="cuda")).float()
+    out = torch.full((total, n), float("nan"), device="cuda")
+    grouped_matmul(a, w.transpose(1, 2), m_splits=sizes, out=out, out_dtype=torch.float32,
+                   scale_a=sa, scale_b=sb)
+    start = 0
+    for i, s in enumerate(sizes):
+        want = a[start:start + s].double() @ w[i].double().t()
+        want = want * sa[start:start + s].double() * sb[i].double()
+        assert torch.equal(out[start:start + s].double(), want), i
+        start += s
+    assert bool(torch.isnan(out[start:]).all())

@@ -36,10 +36,13 @@ BLOCK_K = 128          # K per block-wise scale (and the 8-bit Hopper kernel's r
 BLOCK_N = 128          # columns of b per block-wise scale
 
 
-def scale_specs(mode) -> tuple:
+def scale_specs(mode, grouped: bool = False) -> tuple:
     """The two f32 scale arguments of a float8 scaling mode (:mod:`.fp8`): per tensor one
-    value each, row-wise ``(M,)`` and ``(N,)``, block-wise ``scale_a`` as ``(KB, M)``
-    (K blocks of 128) and ``scale_b`` ``(KB, NB)`` (128-column blocks)."""
+    value each, row-wise ``(M,)`` and ``(N,)`` (a grouped GEMM's ``scale_b``: ``(G, N)``,
+    a row per group), block-wise ``scale_a`` as ``(KB, M)`` (K blocks of 128) and
+    ``scale_b`` ``(KB, NB)`` (128-column blocks)."""
+    if grouped and mode == "row":
+        return (Tile("M", f32), Tile("G", "N", f32))
     return {None: (), "tensor": (Tile(1, f32), Tile(1, f32)),
             "row": (Tile("M", f32), Tile("N", f32)),
             "block": (Tile("KB", "M", f32), Tile("KB", "NB", f32))}[mode]

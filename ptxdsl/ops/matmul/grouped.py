@@ -12,8 +12,10 @@ K, N)``, and ``out[rows of g] = act(scale_a * scale_b * (a[rows of g] @ b[g]))``
 * ``b`` ``(G, K, N)`` either stored so (N contiguous) or as the transpose view of a
   ``(G, N, K)`` stack (``w.transpose(1, 2)`` of per-expert ``nn.Linear`` weights: K
   contiguous, the K-major layout the Hopper kernel prefers); other strides are copied.
-* bf16 / f16 operands, or float8 (e4m3 / e5m2, any mix) with per-tensor ``scale_a`` /
-  ``scale_b`` (:mod:`.fp8`); f32 accumulation; ``out_dtype`` bf16 / f16 / f32 (default:
+* bf16 / f16 operands, or float8 (e4m3 / e5m2, any mix) with float32 scales per tensor
+  (:mod:`.fp8`) or row-wise, ``torch._scaled_grouped_mm``'s: ``scale_a`` ``(total_M,)``
+  (or ``(total_M, 1)``) per row of ``a``, ``scale_b`` ``(G, N)`` (or ``(G, 1, N)``) per
+  column of each ``b[g]``; f32 accumulation; ``out_dtype`` bf16 / f16 / f32 (default:
   the inputs', bf16 for float8); ``activation`` as :func:`.api.matmul`'s.
 * Not differentiable (a tensor that requires grad is refused; call it under
   ``torch.no_grad()``).
@@ -73,13 +75,9 @@ def grouped_matmul(a, b, offs=None, *, m_splits=None, out=None, out_dtype=None,
                      f"{b.dtype}")
     if not eight and (scale_a is not None or scale_b is not None):
         raise _error(f"scale_a / scale_b scale float8 operands; {a.dtype} operands take none")
-    scales = None
+    scales, mode = None, None
     if eight:
-        mode, scales, _ = _fp8.scale_args(frame, scale_a, scale_b, a, total, n, k, False,
-                                          _error)
-        if mode != "tensor":
-            raise _error(f"takes per-tensor scales (a number or a one-element float32 array "
-                         f"each), got {mode}-wise ones")
+        mode, scales = _scales(frame, scale_a, scale_b, a, total, g, n, k)
     odt = _out_dtype(out_dtype, bf16 if eight else dt)
     if out is None:
         out = frame.empty((total, n), a, odt)
@@ -96,13 +94,43 @@ def grouped_matmul(a, b, offs=None, *, m_splits=None, out=None, out_dtype=None,
         return out
     a_k = a if strides(a)[1] == 1 else frame.contiguous(a)
     b2, b_t = _stacked(frame, b, g, k, n)
-    kern, b2 = _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, eight, k, n)
+    kern, b2 = _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, mode, k, n)
     if kern is None:
-        kern = kernel_for(dt, odt, b_t, activation, bt, eight)
+        kern = kernel_for(dt, odt, b_t, activation, bt, mode or False)
     res = frame.run(kern, *([a_k, b2, offs] + list(scales or []) + [out]))
     if frame.kind == "numpy" and res is not None and res is not out:
         out[...] = res
     return out
+
+
+def _scales(frame, scale_a, scale_b, a, total: int, g: int, n: int, k: int):
+    """``(mode, [scale_a, scale_b])``: per tensor (:func:`.fp8.scale_args`) or row-wise,
+    ``scale_a`` as ``(total_M,)`` and ``scale_b`` as ``(G, N)``, packed float32."""
+    def shape(s):
+        return tuple(int(d) for d in s.shape) if hasattr(s, "shape") else None
+    sa, sb = shape(scale_a), shape(scale_b)
+    if sa in ((total,), (total, 1)) and sb in ((g, n), (g, 1, n)) and total * g * n > 1:
+        got = []
+        for s, name, want in ((scale_a, "scale_a", (total,)), (scale_b, "scale_b", (g, n))):
+            if kind_of(s, "grouped_matmul") != frame.kind or \
+                    str(s.dtype).replace("torch.", "") != "float32":
+                raise _error(f"{name} must be a float32 array of the same kind as a, got "
+                             f"{type(s).__name__} {s.dtype}")
+            if frame.kind == "torch" and s.device != a.device:
+                raise _error(f"{name} is on {s.device}, the operands on {a.device}")
+            got.append(frame.contiguous(s.reshape(want)))
+        return "row", got
+    try:
+        mode, got, _ = _fp8.scale_args(frame, scale_a, scale_b, a, total, n, k, False,
+                                       LaunchError)
+    except LaunchError:
+        mode = None
+    if mode != "tensor":
+        raise _error(f"scale_a / scale_b of shapes {sa} / {sb} are neither per tensor (a "
+                     f"number or a one-element float32 array each) nor row-wise (float32 "
+                     f"scale_a ({total},) or ({total}, 1), scale_b ({g}, {n}) or ({g}, 1, "
+                     f"{n}))")
+    return mode, got
 
 
 def _offsets(frame, a, offs, m_splits, g: int, total: int):
@@ -165,7 +193,7 @@ def plan_for(dtype: PtxType, out_dtype: PtxType, n: int = 0) -> Plan:
                   out_dtype)
 
 
-def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, eight, k, n):
+def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, mode, k, n):
     """``(kernel, B2)``: the Hopper kernel and the stacked B it reads where the device is
     sm_90 and TMA describes A and B (an 8-bit B copied K-major; an MN-major B needs K a
     multiple of 64, so that no group's tile reads the next group's rows), else ``(None,
@@ -174,7 +202,7 @@ def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, eight, k, n):
     if getattr(info, "cc", None) != (9, 0) or n % 2 or strides(out)[0] % 2 \
             or data_ptr(out) % 8:
         return None, b2
-    if eight and not b_t:        # 8-bit wgmma reads K-major operands only
+    if dt.bytes == 1 and not b_t:        # 8-bit wgmma reads K-major operands only
         g = int(b2.shape[0]) // k
         b3 = b2.reshape(g, k, n)
         b2 = frame.contiguous(b3.transpose(1, 2) if frame.kind == "torch"
@@ -186,7 +214,7 @@ def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, eight, k, n):
             and tma_ok(data_ptr(b2), strides(b2)[0], int(b2.shape[0]), bt)):
         return None, b2
     return hopper_kernel(dt, odt, "K" if b_t else "MN", activation, info.sm_count, bt,
-                         eight, n), b2
+                         mode or False, n), b2
 
 
 def hopper_kernel(dt, odt, b_major, activation, sms, bt=None, scaled=False, n=0):

@@ -133,7 +133,7 @@ def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
     if grouped:     # B stacked (G*N, K) or (G*K, N), offs (G,); C stored by st.global
         c = Tile("M", "N", out_dtype, stride="sc")
         bt = b.tile("sb", ("GN", "K") if b_major == "K" else ("N", "GK"))
-        ins = (a.tile("sa"), bt, Tile("G", s32)) + scale_specs(mode_of(scaled))
+        ins = (a.tile("sa"), bt, Tile("G", s32)) + scale_specs(mode_of(scaled), True)
         names = (a.arg_name, b.arg_name, "offs") + (("scale_a", "scale_b") if scaled else ())
         return ins, (c,), names + ("C",)
     c = Tile("M", "N", out_dtype, stride="sc",
@@ -209,15 +209,15 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     ``grouped``: a grouped GEMM (:mod:`.grouped`): A's M rows cut into groups by the
     int32 argument ``offs`` (G,), B the G matrices stacked (``Bt`` (G*N, K) or ``B``
     (G*K, N), K a multiple of 64 then), C (M, N); tiles from :mod:`.groups`, each
-    group's rows stored by :func:`.store.store_rows`. No clusters, split-K, bias or
-    scales beyond per tensor."""
+    group's rows stored by :func:`.store.store_rows`; row-wise scales are ``scale_a``
+    (M,) and ``scale_b`` (G, N). No clusters, split-K, bias or block-wise scales."""
     b_dtype = b_dtype or dtype
     mode = mode_of(scaled)
     if grouped and (p.cluster_ctas > 1 or p.a_rows or bias is not None
-                    or mode not in (None, "tensor")):
+                    or mode == "block"):
         raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters, "
-                         f"split-K or a_rows, no bias and per-tensor scales, got {p}, bias "
-                         f"{bias}, scales {mode}")
+                         f"split-K or a_rows, no bias and per-tensor or row-wise scales, got "
+                         f"{p}, bias {bias}, scales {mode}")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
                          f"stage is one 128-long K block) and 64- or 128-column tiles "
@@ -467,11 +467,13 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
                 for t in ptx.range_(cid, total, ncl):
                     if grouped:
-                        m0, n0, _, end = group_origin(cursor, t)
+                        m0, n0, g, end = group_origin(cursor, t)
                     else:
                         m0, n0 = tile_origin(t)
                     row0 = m0 + cons * p.wg_m
-                    if mode == "row":
+                    if mode == "row" and grouped:     # scale_b's row of group g
+                        sc = RowScales(psa, psb + g * n * 4, row0 + frow, m)
+                    elif mode == "row":
                         sc = RowScales(psa, psb, row0 + frow, m)
                     else:
                         sc = scale

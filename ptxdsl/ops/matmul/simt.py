@@ -42,7 +42,8 @@ def specs(dtype: PtxType, out_dtype: PtxType, a_t: bool, b_t: bool, bias: PtxTyp
     else:
         b = Tile("N", "K", bt, stride="sb") if b_t else Tile("K", "N", bt, stride="sb")
     ins = (a, b) + ((Tile("G", s32),) if grouped else ()) \
-        + ((Tile("N", bias),) if bias is not None else ()) + scale_specs(mode_of(scaled))
+        + ((Tile("N", bias),) if bias is not None else ()) \
+        + scale_specs(mode_of(scaled), grouped)
     names = ("A", "B") + (("offs",) if grouped else ()) + (("bias",) if bias is not None else ()) \
         + (("scale_a", "scale_b") if scaled else ()) + ("C",)
     return ins, (Tile("M", "N", out_dtype, stride="sc"),), names
@@ -62,10 +63,11 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
     ``grouped``: a grouped GEMM (:mod:`.grouped`): ``offs`` (G,) int32 cuts A's M rows
     into groups, B holds one matrix per group; grid row ``y`` is the ``y``-th tile row of
     the groups' (:mod:`.groups`; ``G`` more rows than ``ceil(M / 64)`` cover every
-    group's partial last tile row, the extra CTAs find no tile and store nothing)."""
+    group's partial last tile row, the extra CTAs find no tile and store nothing);
+    row-wise scales are then ``scale_a`` (M,) and ``scale_b`` (G, N)."""
     mode = mode_of(scaled)
-    if grouped and mode not in (None, "tensor"):
-        raise ValueError(f"build_simt: a grouped GEMM takes per-tensor scales, got {mode}")
+    if grouped and mode == "block":
+        raise ValueError("build_simt: a grouped GEMM takes per-tensor or row-wise scales")
     T, P = p.tile, p.per
     bt = b_dtype or dtype
     es, bes, oes = dtype.bytes, bt.bytes, out_dtype.bytes
@@ -113,7 +115,7 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
             ptx.inst.mul.wide.u32(d, x, scale)
             return d
 
-        def compute(first_row, row_end, pb):
+        def compute(first_row, row_end, pb, psb=psb if mode in ("row", "block") else None):
             """The CTA's 64 x 64 tile from row ``first_row`` (rows before ``row_end``)."""
             row0 = first_row + (tid >> 4)
             col0 = bx * T + (tid & 15)
@@ -186,7 +188,7 @@ def build_simt(p: FallbackPlan, dtype: PtxType, out_dtype: PtxType, *, a_t: bool
         # group g's matrix of B: N (K-major) or K (MN-major) rows of sb elements further
         pbg = pb + wide(g, (n if b_t else k) * sb * bes)
         with ptx.if_(found != 0):
-            compute(m0, end, pbg)
+            compute(m0, end, pbg, psb + wide(g, n * 4) if mode == "row" else None)
 
     return matmul_simt
 

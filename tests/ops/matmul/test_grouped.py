@@ -112,6 +112,32 @@ def test_numpy_grouped_matmul_on_the_simt_kernel():
     check(np.where(np.arange(82)[:, None] < 80, c.astype(np.float32), np.nan), a, w, offs)
 
 
+@pytest.mark.parametrize("hopper", [False, pytest.param(True, marks=pytest.mark.long)])
+def test_row_wise_fp8_scales(monkeypatch, hopper):
+    """scale_a per row of a, scale_b (G, N) per column of each group's matrix: the SIMT
+    kernel, and the Hopper kernel through a stand-in sm_90 device."""
+    if hopper:
+        from runtime_fakes import fake_sm90_dispatch
+        from ptxdsl.ops.matmul import api
+        fake_sm90_dispatch(monkeypatch, api.hopper_kernel)
+    rng = np.random.default_rng(8)
+    sizes, n, k = ([5, 0, 20], 24, 40) if not hopper else ([70, 0, 60], 136, 128)
+    offs = np.cumsum(sizes).astype(np.int32)
+    total = int(offs[-1]) + 2
+    a, w = ints(rng, (total, k)), ints(rng, (3, n, k))
+    sa = (2.0 ** rng.integers(-3, 3, (total, 1))).astype(np.float32)
+    sb = (2.0 ** rng.integers(-3, 3, (3, n))).astype(np.float32)
+    out = np.full((total, n), np.nan, np.float32)
+    grouped_matmul(a.astype(E4M3), w.astype(E4M3).transpose(0, 2, 1), offs, out=out,
+                   out_dtype=np.float32, scale_a=sa, scale_b=sb)
+    start = 0
+    for g, end in enumerate(offs):
+        want = a[start:end].astype(np.float64) @ w[g].T.astype(np.float64)
+        np.testing.assert_array_equal(out[start:end], want * sa[start:end] * sb[g])
+        start = end
+    assert np.isnan(out[start:]).all()
+
+
 @pytest.mark.long
 def test_torch_cpu_grouped_matmul():
     torch = pytest.importorskip("torch")
@@ -135,7 +161,10 @@ def test_torch_cpu_grouped_matmul():
     (lambda a, b, o: grouped_matmul(a[None], b, o), "2-D"),
     (lambda a, b, o: grouped_matmul(a.astype(E4M3), b.astype(E4M3), o,
                                     scale_a=np.ones((6, 1), np.float32),
-                                    scale_b=np.ones((1, 3), np.float32)), "per-tensor"),
+                                    scale_b=np.ones((1, 3), np.float32)), "neither per tensor"),
+    (lambda a, b, o: grouped_matmul(a.astype(E4M3), b.astype(E4M3), o,
+                                    scale_a=np.ones(6, np.float64),
+                                    scale_b=np.ones((2, 3), np.float32)), "float32 array"),
 ])
 def test_grouped_errors_name_the_callers_line(call, match):
     a, b = np.ones((6, 5), BF16), np.ones((2, 5, 3), BF16)

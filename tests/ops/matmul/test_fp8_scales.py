@@ -116,7 +116,7 @@ def test_numpy_scaled_matmul_on_the_simt_kernel(mode):
     np.testing.assert_array_equal(c, np.maximum(reference(a, b, sa, sb, mode) + bias, 0))
 
 
-@pytest.mark.parametrize("mode", ["row", "block"])
+@pytest.mark.parametrize("mode", [pytest.param("row", marks=pytest.mark.long), "block"])
 def test_sm90_dispatch_runs_the_scaled_hopper_kernel(monkeypatch, mode):
     """On a stand-in sm_90 device the public call runs the Hopper kernel (on the
     interpreter) with the mode's plan and scale arrays: random normal operands, bf16

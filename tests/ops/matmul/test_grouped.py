@@ -106,6 +106,14 @@ def test_numpy_grouped_matmul_on_the_simt_kernel():
     grouped_matmul(a.astype(E4M3), w.astype(E5M2).transpose(0, 2, 1), m_splits=sizes,
                    out=out, out_dtype=np.float32, scale_b=0.5)
     check(out, a, w, offs, 0.5)
+
+
+@pytest.mark.long
+def test_numpy_bf16_grouped_matmul_of_an_n_major_stack():
+    rng = np.random.default_rng(6)
+    sizes, n, k = [7, 0, 70, 3], 24, 40
+    offs = np.cumsum(sizes).astype(np.int32)
+    a, w = ints(rng, (82, k)), ints(rng, (4, n, k))
     c = grouped_matmul(a.astype(BF16), np.ascontiguousarray(w.transpose(0, 2, 1)).astype(BF16),
                        offs)
     assert c.dtype == BF16

@@ -1,7 +1,17 @@
 """float8 GEMM side by side in one run on the current GPU: cuBLAS's scaled fp8 GEMM
-(``torch._scaled_mm``, per-tensor scales), ``ptxdsl.ops.matmul`` with the same operands
-and scales, and cuBLAS bf16 (``torch.matmul`` on bf16 copies of the same values) for
-scale.
+(``torch._scaled_mm``), ``ptxdsl.ops.matmul`` with the same operands and scales, and
+cuBLAS bf16 (``torch.matmul`` on bf16 copies of the same values) for scale, in one of the
+scaling modes (``--mode``):
+
+* ``tensor``: per-tensor scales 0.5 and 0.25 (one-element f32 tensors on the GPU);
+* ``row``: ``scale_a`` (M, 1) and ``scale_b`` (1, N), uniform in [0.5, 1.5) (cuBLAS's
+  row-wise ``_scaled_mm``);
+* ``block``: ``scale_a`` (M, ceil(K/128)) column-major, ``scale_b`` (ceil(K/128),
+  ceil(N/128)), powers of two; beside cuBLAS's block-wise ``_scaled_mm`` where this torch
+  runs it (both spellings of ``scale_b`` are tried; the table says why one did not run),
+  the dequantize-then-bf16-GEMM path a framework without a block-scaled kernel runs
+  (``dequant+bf16``: expand the scales, multiply, ``torch.matmul``; K a multiple of 128),
+  and cuBLAS's per-tensor fp8 GEMM on the same operands (what the scales cost).
 
 Operands: ``a`` (M, K) e4m3 row-major and ``b = W.T`` for a row-major e4m3 ``W`` (N, K):
 the layout both fp8 kernels read (K-major), from random normal values; scales 0.5 and
@@ -14,6 +24,7 @@ queued back to back, median over the rounds) this uses. The table is printed las
 
     PYTHONPATH=. python bench/matmul_fp8.py            # squares and the LLM shapes
     PYTHONPATH=. python bench/matmul_fp8.py --quick    # 4096^3, 8192^3 and three LLM shapes
+    PYTHONPATH=. python bench/matmul_fp8.py --mode block --quick
 """
 from __future__ import annotations
 
@@ -41,12 +52,42 @@ def shapes(quick: bool) -> list[tuple[int, int, int, str]]:
         (m, n, k, "llm") for m in LLM_M for n, k in LLM_NK]
 
 
-def make_sets(m, n, k, l2, seed=0):
+def mode_scales(mode, m, n, k, g):
+    """The mode's (scale_a, scale_b) f32 tensors on the GPU (see the module docstring)."""
+    import torch
+    if mode == "tensor":
+        return tuple(torch.tensor([s], device="cuda") for s in SCALES)
+    if mode == "row":
+        return (torch.rand(m, 1, device="cuda", generator=g) + 0.5,
+                torch.rand(1, n, device="cuda", generator=g) + 0.5)
+    kb, nb = -(-k // 128), -(-n // 128)
+    return ((2.0 ** torch.randint(-2, 2, (kb, m), device="cuda", generator=g)).float().t(),
+            (2.0 ** torch.randint(-2, 2, (kb, nb), device="cuda", generator=g)).float())
+
+
+def reference(a, b, sa, sb, mode, plain=None):
+    """float64 ``a @ b`` under the mode's scales (``plain``: ``a @ b`` in float64, known)."""
+    import torch
+    a, b = a.double(), b.double()
+    if mode == "tensor":
+        return (a @ b if plain is None else plain) * (float(sa) * float(sb))
+    if mode == "row":
+        return (a @ b if plain is None else plain) * sa.double() * sb.double()
+    k, n = b.shape
+    out = torch.zeros(a.shape[0], n, dtype=torch.float64, device=a.device)
+    for kb in range(-(-k // 128)):
+        ks = slice(128 * kb, 128 * kb + 128)
+        out += (a[:, ks] @ b[ks]) * sa[:, kb:kb + 1].double() * \
+            sb[kb].double().repeat_interleave(128)[:n]
+    return out
+
+
+def make_sets(m, n, k, l2, seed=0, mode="tensor"):
     import torch
     g = torch.Generator(device="cuda").manual_seed(seed)
     per = m * k + n * k
     copies = 1 if per >= 2 * l2 else min(8, max(2, math.ceil(3 * l2 / max(per, 1))))
-    sa, sb = (torch.tensor([s], device="cuda") for s in SCALES)
+    sa, sb = mode_scales(mode, m, n, k, g)
     sets = []
     for _ in range(copies):
         a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
@@ -55,10 +96,12 @@ def make_sets(m, n, k, l2, seed=0):
     return sets
 
 
-def contenders():
+def contenders(mode="tensor"):
     import torch
     from ptxdsl.ops import matmul
     bf = {}
+    if mode == "block":
+        return block_contenders(bf)
 
     def cublas_bf16(a, b, sa, sb):     # the same values in bf16 (made once per operand)
         key = (a.data_ptr(), b.data_ptr())
@@ -74,15 +117,46 @@ def contenders():
     }
 
 
+def block_contenders(bf):
+    """Block-wise: ptxdsl, cuBLAS block-wise (two spellings of scale_b), dequantize + bf16
+    GEMM, and cuBLAS per-tensor fp8 on the same operands (scales 1: its time only)."""
+    import torch
+    from ptxdsl.ops import matmul
+    one = {}
+
+    def dequant(a, b, sa, sb):
+        m, k = a.shape
+        n = b.shape[1]
+        xa = (a.float().view(m, k // 128, 128) * sa.unsqueeze(-1)).view(m, k)
+        sbe = sb.repeat_interleave(128, 0).repeat_interleave(128, 1)[:k, :n]
+        return torch.matmul(xa.to(torch.bfloat16), (b.float() * sbe).to(torch.bfloat16))
+
+    def per_tensor(a, b, sa, sb):
+        if "s" not in one:
+            one["s"] = torch.ones(1, device="cuda")
+        return torch._scaled_mm(a, b, scale_a=one["s"], scale_b=one["s"],
+                                out_dtype=torch.bfloat16)
+    return {
+        "ptxdsl fp8": (lambda a, b, sa, sb: matmul(a, b, scale_a=sa, scale_b=sb), True),
+        "cuBLAS fp8": (lambda a, b, sa, sb: torch._scaled_mm(
+            a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16), True),
+        "cuBLAS fp8 sb.T": (lambda a, b, sa, sb: torch._scaled_mm(
+            a, b, scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16), True),
+        "dequant+bf16": (dequant, True),
+        "cuBLAS fp8 tensor": (per_tensor, False),
+    }
+
+
 def bench_shape(m, n, k, cands, args, l2):
-    sets = make_sets(m, n, k, l2)
+    mode = getattr(args, "mode", "tensor")
+    sets = make_sets(m, n, k, l2, mode=mode)
     a, b, sa, sb = sets[0]
-    ref = a.double() @ b.double()
+    plain = a.double() @ b.double()
+    ref = reference(a, b, sa, sb, mode, plain)
     row, live = {}, {}
     for name, (fn, scaled) in cands.items():
-        validate(name, fn, sets[0], ref * (SCALES[0] * SCALES[1]) if scaled else ref, row,
-                 live)
-    del ref
+        validate(name, fn, sets[0], ref if scaled else plain, row, live)
+    del ref, plain
     flop = 2.0 * m * n * k
     warm(args.warm)
     return timed_rounds(live, sets, args.rounds, args.block_ms, flop, row)
@@ -97,13 +171,14 @@ def main(argv=None):
     ap.add_argument("--block-ms", type=float, default=25.0)
     ap.add_argument("--warm", type=float, default=0.3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--mode", default="tensor", choices=("tensor", "row", "block"))
     args = ap.parse_args(argv)
     dev = torch.cuda.get_device_properties(0)
     l2 = getattr(dev, "L2_cache_size", 50 << 20)
     todo = shapes(args.quick)
     if args.shapes:
         todo = [tuple(int(v) for v in s.split("x")) + ("given",) for s in args.shapes.split(",")]
-    cands = contenders()
+    cands = contenders(args.mode)
     from ptxdsl.ops.matmul.api import describe
     from ptxdsl.ops.matmul.plan import device_class
     from ptxdsl.runtime import driver
@@ -112,13 +187,16 @@ def main(argv=None):
     warm(1.0)
     result = {"device": dev.name, "sms": dev.multi_processor_count,
               "date": datetime.datetime.now().isoformat(timespec="minutes"),
-              "torch": torch.__version__, "dtype": "e4m3 -> bf16", "scales": SCALES,
+              "torch": torch.__version__, "dtype": "e4m3 -> bf16", "mode": args.mode,
+              "scales": SCALES if args.mode == "tensor" else args.mode,
               "rounds": args.rounds, "block_ms": args.block_ms, "rows": []}
-    path = args.json or os.path.join(os.environ.get("OUT", "."), "matmul_fp8.json")
+    suffix = "" if args.mode == "tensor" else f"_{args.mode}"
+    path = args.json or os.path.join(os.environ.get("OUT", "."), f"matmul_fp8{suffix}.json")
     for m, n, k, group in todo:
         row = bench_shape(m, n, k, cands, args, l2)
         row.setdefault("ptxdsl fp8", {})["kernel"] = describe(
-            m, n, k, e4m3, bf16, sms=dev.multi_processor_count, device=cls)
+            m, n, k, e4m3, bf16, sms=dev.multi_processor_count, device=cls) + (
+            " (block-wise: 128-column tiles)" if args.mode == "block" else "")
         result["rows"].append({"shape": [m, n, k], "group": group, "results": row})
         with open(path, "w") as f:  # after every shape: a run cut short keeps what it measured
             json.dump(result, f, indent=1)
@@ -133,11 +211,13 @@ def main(argv=None):
 def print_table(result):
     rows = result["rows"]
     names = list(dict.fromkeys(c for r in rows for c in r["results"]))
-    print(f"\nGEMM fp8 e4m3 -> bf16 on {result['device']} ({result['date']}), TFLOP/s "
-          f"(sustained); ratios are ptxdsl fp8 / peer")
+    print(f"\nGEMM fp8 e4m3 -> bf16, {result.get('mode', 'tensor')} scales, on "
+          f"{result['device']} ({result['date']}), TFLOP/s (sustained); ratios are ptxdsl "
+          f"fp8 / peer")
+    peers = [n for n in names if n != "ptxdsl fp8"]
     print(f"{'M x N x K':>20s} " + " ".join(f"{n:>12s}" for n in names)
-          + "  vs cuBLAS fp8  vs cuBLAS bf16")
-    ratios = {"cuBLAS fp8": [], "cuBLAS bf16": []}
+          + "".join(f"  vs {p:>12s}" for p in peers))
+    ratios = {p: [] for p in peers}
     for r in rows:
         res = r["results"]
         cells = [f"{res[n]['tflops']:12.0f}" if "tflops" in res.get(n, {}) else f"{'ERR':>12s}"
@@ -147,14 +227,13 @@ def print_table(result):
         for peer in ratios:
             p = res.get(peer, {}).get("tflops")
             if ours and p:
-                tail += f"  {ours / p:13.2f}x"
+                tail += f"  {ours / p:14.2f}x"
                 ratios[peer].append(ours / p)
             else:
-                tail += "              -"
+                tail += f"  {'-':>15s}"
         print(f"{'x'.join(map(str, r['shape'])):>20s} " + " ".join(cells) + tail)
-    print("geomean ptxdsl fp8 / cuBLAS fp8: "
-          f"{_geomean(ratios['cuBLAS fp8']):.3f}; / cuBLAS bf16: "
-          f"{_geomean(ratios['cuBLAS bf16']):.3f}")
+    print("geomean ptxdsl fp8 / " + "; / ".join(
+        f"{p}: {_geomean(r):.3f}" for p, r in ratios.items() if r))
 
 
 if __name__ == "__main__":

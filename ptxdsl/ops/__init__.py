@@ -7,7 +7,7 @@ runtime's memo (:mod:`ptxdsl.runtime.memo`).
 
 ========== ==============================================================
 rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``, ``rms_norm_quant``
-matmul     ``matmul``: GEMM with a fused bias and activation
+matmul     ``matmul``: GEMM with a fused bias and activation; ``grouped_matmul`` (MoE)
 attention  ``attention``, ``attention_varlen``: the attention forward on Hopper
 _common    built-kernel caches, row I/O, reductions, workspace, the torch ops' registry
 ========== ==============================================================
@@ -16,6 +16,7 @@ import sys as _sys
 
 from ._common.torch_registry import TORCH_OPS as _TORCH_OPS
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
+from .matmul import grouped_matmul  # noqa: E402
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
 from .attention import attention, attention_varlen  # noqa: E402  (likewise)
 
@@ -46,4 +47,4 @@ if "torch" in _sys.modules:
     register_torch_ops()
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_quant", "RMSNorm", "KERNELS", "matmul",
-           "attention", "attention_varlen", "register_torch_ops"]
+           "grouped_matmul", "attention", "attention_varlen", "register_torch_ops"]

@@ -8,9 +8,10 @@ arrays. The rules:
   (a 2-D operand beside a 3-D one is shared by every batch entry);
 * both ``float16`` or both ``bfloat16``; f32 accumulation; the output is
   ``out_dtype`` (``float16``, ``bfloat16`` or ``float32``; default: the inputs');
-* or 8-bit floats (``float8_e4m3fn`` / ``float8_e5m2``, any mix) with per-tensor
-  ``scale_a`` / ``scale_b``: ``act(scale_a * scale_b * (a @ b) + bias)``, bf16 output by
-  default (:mod:`.fp8` has their rules);
+* or 8-bit floats (``float8_e4m3fn`` / ``float8_e5m2``, any mix) with ``scale_a`` /
+  ``scale_b`` per tensor, row-wise or block-wise (``torch._scaled_mm``'s shapes):
+  ``act(scale_a * scale_b * (a @ b) + bias)``, bf16 output by default (:mod:`.fp8` has
+  their rules);
 * any M, N, K (K = 0 gives ``act(bias)``); each matrix row-major or column-major
   (a transposed view such as ``w.T``) with any leading stride; a matrix with neither
   unit stride is copied once. The Hopper kernel reads either major of each operand in
@@ -41,7 +42,7 @@ from . import fp8 as _fp8
 from .._common.kernels import KernelCache
 from .._common.torch_registry import TORCH_OPS
 from .epilogue import ACTIVATIONS
-from .plan import choose, device_class, fallback_plan, for_majors, tma_ok
+from .plan import choose, device_class, fallback_plan, for_majors, for_scaling, tma_ok
 from .simt import build_simt
 
 log = logging.getLogger("ptxdsl.ops")
@@ -116,7 +117,7 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
             a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
         if _fp8.dtype_of(a) or _fp8.dtype_of(b) or scaled:
             raise _error("a float8 product is not differentiable (no backward is defined for "
-                         "per-tensor scaled operands); call it under torch.no_grad()")
+                         "scaled operands); call it under torch.no_grad()")
         if out is not None:
             raise _error("out= writes into a caller tensor and is not differentiable; call "
                          "it under torch.no_grad(), or leave out= for training")
@@ -169,7 +170,12 @@ def forward(frame, a, b, out, out_dtype, bias, activation, scale_a=None, scale_b
     if not eight and (scale_a is not None or scale_b is not None):
         raise _error(f"scale_a / scale_b scale float8 operands; {a.dtype} operands take none")
     odt = _out_dtype(out_dtype, bf16 if eight else dt)
-    scales = _fp8.scale_args(frame, scale_a, scale_b, a, _error) if eight else None
+    mode = None
+    scales = None
+    if eight:
+        mode, scales, moved = _fp8.scale_args(frame, scale_a, scale_b, a, m, n, k,
+                                              batch is not None, _error)
+        record = record and not moved
     bdt = None
     if bias is not None:
         if kind_of(bias, "matmul") != frame.kind or tuple(bias.shape) != (n,):
@@ -203,7 +209,7 @@ def forward(frame, a, b, out, out_dtype, bias, activation, scale_a=None, scale_b
         bi = b[i] if b.ndim == 3 else b
         oi = out[i] if batch is not None else out
         k, a_t, b_t, copied, args = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation,
-                                         bt, scales)
+                                         bt, scales, mode)
     if record and batch is None and not copied:
         # the operands' pointers (a transposed view's is its base's), the bias, the
         # scales (a None scale: the general path's 1.0, kept), C
@@ -231,9 +237,10 @@ def _layout(frame, x):
     return frame.contiguous(x), False
 
 
-def _one(frame, a, b, out, dt, odt, bias, bdt, activation, bt=None, scales=None):
+def _one(frame, a, b, out, dt, odt, bias, bdt, activation, bt=None, scales=None, mode=None):
     """One (M, K) @ (K, N) product into ``out`` (``bt``: b's dtype where it is not a's,
-    ``scales``: the two scale arrays of a float8 product)."""
+    ``scales``: the two scale arrays of a float8 product, ``mode`` their
+    :data:`.fp8.MODES` entry)."""
     bt = bt or dt
     a_k, a_t = _layout(frame, a)
     b_k, b_t = _layout(frame, b)
@@ -255,10 +262,9 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation, bt=None, scales=None)
         # transpose) and a row-major (K, N) b are MN-major.
         k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt,
                           bdt, activation, info.sm_count, "MN" if a_t else "K",
-                          "K" if b_t else "MN", device_class(info), bt, scales is not None)
+                          "K" if b_t else "MN", device_class(info), bt, mode or False)
     if k is None:
-        k = kernel_for(dt, odt, a_t, b_t, bdt, activation, b_dtype=bt,
-                       scaled=scales is not None)
+        k = kernel_for(dt, odt, a_t, b_t, bdt, activation, b_dtype=bt, scaled=mode or False)
     log.debug("matmul %dx%dx%d %s->%s (a%s b%s, bias %s, %s): %s", int(a.shape[0]),
               int(b.shape[1]), int(a.shape[1]), dt.name, odt.name, ".T" if a_t else "",
               ".T" if b_t else "", bdt.name if bdt else None, activation, k.name)
@@ -286,10 +292,13 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
     """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class
     and the ``device`` class, :func:`.plan.device_class`) with operands of these majors
     (``"K"`` / ``"MN"``, :mod:`.operands`); ``bt``: B's dtype where it is not A's;
-    ``scaled``: the float8 scale arguments."""
+    ``scaled``: the float8 scale arguments (True or ``"tensor"``: per tensor; ``"row"``,
+    ``"block"``: :mod:`.fp8`)."""
     from .hopper import build_hopper
     bt = bt or dt
+    scaled = "tensor" if scaled is True else scaled
     p = for_majors(choose(m, n, k, dt, odt, sms, device=device), dt, odt, a_major, b_major)
+    p = for_scaling(p, scaled, dt, odt)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
            sms, scaled, a_major, b_major)     # the majors last (tests read them there)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,
@@ -311,6 +320,7 @@ def kernel_for(dt, odt, a_t, b_t, bdt, activation, frame=None, *, b_dtype=None,
                scaled=False):
     """The SIMT kernel for one layout and epilogue (any shape, stride, alignment)."""
     bt = b_dtype or dt
+    scaled = "tensor" if scaled is True else scaled
     key = ("simt", dt.name, bt.name, odt.name, a_t, b_t, bdt.name if bdt else None,
            activation, scaled)
     return KERNELS.get(key, lambda: build_simt(fallback_plan(), dt, odt, a_t=a_t, b_t=b_t,

@@ -27,6 +27,10 @@ as 128 x 224, whose last 64-column panel of C overlaps the one before it,
     epilogue (each consumer, its 64 x 256 rows): acc (+bias, act) → cvt → st.shared into
     a 128-byte-swizzled staging panel → fence.proxy.async → bar.sync → TMA store
 
+Float8 scales beyond one per tensor (row-wise in the epilogue, block-wise promoted per
+k-block) are :mod:`.promote`'s; ``grouped=True`` makes the grouped GEMM of
+:mod:`.grouped` (tiles over ragged groups, :mod:`.groups`; rows stored by ``st.global``).
+
 Pieces and the instructions they record:
 
 * **Roles.** ``setmaxnreg.dec.sync.aligned.u32 40`` in the producer warpgroup,
@@ -79,15 +83,18 @@ import itertools
 
 from ... import Tile, kernel
 from ...dsl import ptx, reg, smem
-from ...core.types import PtxType, f32, u8, u16, u32
+from ...core.types import PtxType, f32, s32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .operands import SW128_K_MAJOR, operands
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
+from .promote import BlockScales, RowScales, promote
+from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
-from .store import store_tile
+from .groups import GroupCursor, group_tiles
+from .store import store_rows, store_tile
 
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
@@ -117,16 +124,22 @@ class Layout:
 
 def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
           a_major: str = "K", b_major: str = "K", b_dtype: PtxType | None = None,
-          scaled: bool = False):
+          scaled=False, grouped: bool = False):
     """(in_specs, out_specs, names): A and B through TMA in their majors
     (:mod:`.operands`: A (M, K) or At (K, M), Bt (N, K) or B (K, N)), [bias (N,)],
-    [scale_a, scale_b: (1,) f32 each, with ``scaled``], C (M, N)."""
+    [scale_a, scale_b with ``scaled``: :func:`.simt.scale_specs`], C (M, N)."""
     from ...core.tensormap import TMA
     a, b = operands(p, dtype, a_major, b_major, b_dtype)
+    if grouped:     # B stacked (G*N, K) or (G*K, N), offs (G,); C stored by st.global
+        c = Tile("M", "N", out_dtype, stride="sc")
+        bt = b.tile("sb", ("GN", "K") if b_major == "K" else ("N", "GK"))
+        ins = (a.tile("sa"), bt, Tile("G", s32)) + scale_specs(mode_of(scaled), True)
+        names = (a.arg_name, b.arg_name, "offs") + (("scale_a", "scale_b") if scaled else ())
+        return ins, (c,), names + ("C",)
     c = Tile("M", "N", out_dtype, stride="sc",
              tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))
     ins = (a.tile("sa"), b.tile("sb")) + ((Tile("N", bias),) if bias is not None else ()) \
-        + ((Tile(1, f32), Tile(1, f32)) if scaled else ())
+        + scale_specs(mode_of(scaled))
     names = (a.arg_name, b.arg_name) + (("bias",) if bias is not None else ()) \
         + (("scale_a", "scale_b") if scaled else ()) + ("C",)
     return ins, (c,), names
@@ -157,9 +170,16 @@ def _zero_a_rows(a0, p: Plan, a_stage: int, tid) -> None:
         ptx.inst("fence.proxy.async.shared::cta")
 
 
-def grid_for(p: Plan, sms: int):
-    """The persistent grid as a function of the named dims (whole clusters)."""
+def grid_for(p: Plan, sms: int, grouped: bool = False):
+    """The persistent grid as a function of the named dims (whole clusters; a grouped
+    GEMM's tiles are at most ``ceil(M / bm) + G`` tile rows, :mod:`.groups`)."""
     cl = p.cluster_ctas
+
+    def grid_grouped(M, N, G):
+        tm, tn = p.tiles(M, N)
+        return (persistent_grid((tm + G) * tn, sms, 1), 1, 1)
+    if grouped:
+        return grid_grouped
 
     def grid(M, N, K):
         if p.a_rows and M > p.a_rows:
@@ -173,7 +193,7 @@ def grid_for(p: Plan, sms: int):
 def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType | None = None,
                  activation: str | None = None, sms: int = 132, arch: str = "sm_90a",
                  a_major: str = "K", b_major: str = "K", b_dtype: PtxType | None = None,
-                 scaled: bool = False):
+                 scaled=False, grouped: bool = False):
     """The kernel for one (plan, dtypes, operand majors, epilogue); M, N, K are run-time
     parameters. ``a_major`` / ``b_major``: ``"K"`` or ``"MN"`` (:mod:`.operands`: the
     arguments are then A (M, K) or At (K, M), and Bt (N, K) or B (K, N)).
@@ -181,9 +201,27 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     ``dtype`` is A's element type and ``b_dtype`` B's (default: A's): bf16 / f16, or the
     8-bit floats e4m3 / e5m2 in any mix. 8-bit operands are K-major only (wgmma has no
     transpose for them) and take 128 elements of K per stage. ``scaled`` adds the f32
-    arguments ``scale_a`` and ``scale_b`` (one value each, per tensor): the epilogue
-    multiplies the accumulator by their product before the bias and the activation."""
+    arguments ``scale_a`` and ``scale_b``: True or ``"tensor"`` (one value each: the
+    epilogue multiplies the accumulator by their product before the bias and the
+    activation), ``"row"`` or ``"block"`` (:mod:`.promote`; block-wise needs 8-bit
+    operands and a tile of 64 or 128 columns).
+
+    ``grouped``: a grouped GEMM (:mod:`.grouped`): A's M rows cut into groups by the
+    int32 argument ``offs`` (G,), B the G matrices stacked (``Bt`` (G*N, K) or ``B``
+    (G*K, N), K a multiple of 64 then), C (M, N); tiles from :mod:`.groups`, each
+    group's rows stored by :func:`.store.store_rows`; row-wise scales are ``scale_a``
+    (M,) and ``scale_b`` (G, N). No clusters, split-K, bias or block-wise scales."""
     b_dtype = b_dtype or dtype
+    mode = mode_of(scaled)
+    if grouped and (p.cluster_ctas > 1 or p.a_rows or bias is not None
+                    or mode == "block"):
+        raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters, "
+                         f"split-K or a_rows, no bias and per-tensor or row-wise scales, got "
+                         f"{p}, bias {bias}, scales {mode}")
+    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
+        raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
+                         f"stage is one 128-long K block) and 64- or 128-column tiles "
+                         f"(plan.for_scaling), got {dtype.name} and {p}")
     if b_dtype.bytes != dtype.bytes:
         raise ValueError(f"build_hopper: A and B elements must have one size, got "
                          f"{dtype.name} and {b_dtype.name}")
@@ -201,7 +239,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"{p} needs {p.smem_bytes(dtype, out_dtype)} bytes of shared memory "
                          f"for {dtype.name} -> {out_dtype.name}, more than {SMEM_PER_CTA}")
     L = Layout(p, dtype, out_dtype)
-    ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled)
+    ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled,
+                             grouped)
     opa, opb = operands(p, dtype, a_major, b_major, b_dtype)
     mma, mma_k = mma_instruction(p.bn, dtype, b_dtype)
     # Transpose immediates exist for 16-bit operands only.
@@ -215,11 +254,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     share_a = L.a_stage // CN                  # ... of A, in a cluster along N
     ty = dtype.name if b_dtype == dtype else f"{dtype.name}_{b_dtype.name}"
     ob = out_dtype.bytes
-    name = (f"matmul_hopper_{ty}_{out_dtype.name}_n{p.bn}_s{S}_c{CL}"
+    name = (f"matmul_hopper_{'grouped_' if grouped else ''}{ty}_{out_dtype.name}_n{p.bn}"
+            f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
-            f"{'_bias' if bias else ''}{'_scaled' if scaled else ''}"
+            f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
     opts = dict(cluster=(CLS, 1, 1), raw_directives=[("explicitcluster", ()),
                                                     ("reqnctapercluster", (CLS, 1, 1))]) \
@@ -227,16 +267,20 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
     pdl = pdl_for(arch)
 
-    @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms),
+    @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms, grouped),
             block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl, **opts)
     def matmul_hopper(*args):
         A, B, *rest, C = args
+        if grouped:
+            (poffs,) = ptx.global_ptrs(rest.pop(0))
+            (pc,) = ptx.global_ptrs(C)
         if bias is not None:
             (pbias,) = ptx.global_ptrs(rest.pop(0))
-        if scaled:
+        if mode:
             psa, psb = ptx.global_ptrs(*rest)
         labels = itertools.count()
-        tma_a, tma_b, tma_c = A.tma_desc(), B.tma_desc(), C.tma_desc()
+        tma_a, tma_b = A.tma_desc(), B.tma_desc()
+        tma_c = None if grouped else C.tma_desc()
         m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg = tid >> 7
@@ -273,7 +317,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         tiles_m = (m + (p.bm * CL - 1)) // (p.bm * CL)      # cluster tile rows
         tiles_n = (n + (p.bn * CN - 1)) // (p.bn * CN)      # cluster tile columns
         nk = (k + (p.bk - 1)) // p.bk
-        total = tiles_m * tiles_n
+        total = group_tiles(poffs, ptx.dim("G"), p.bm, tiles_n) if grouped else tiles_m * tiles_n
         kb_lo, kb_hi = k_range(nk, rank, SK)      # this CTA's k-blocks (all of them unsplit)
 
         def tile_origin(t):
@@ -282,13 +326,24 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             tn = col * CN + rank if CN > 1 else col
             return tm * p.bm, tn * p.bn
 
+        def group_origin(cursor, t):
+            """A grouped GEMM's tile ``t``: its first row and column, group, end row."""
+            g, m0, end, tn = cursor.locate(t)
+            return m0, tn * p.bn, g, end
+
         with ptx.if_(wg == 0):
             # ---------------------------------------------------- producer
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", PRODUCER_REGS)
             with ptx.if_(lane == 0):
                 ring = Ring(S)
+                if grouped:
+                    cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
                 for t in ptx.range_(cid, total, ncl):
-                    m0, n0 = tile_origin(t)
+                    if grouped:     # group g's matrix of B: rows g*N on (K-major), or g*K
+                        m0, n0, g, _ = group_origin(cursor, t)
+                        bn0, bk0 = (g * n + n0, 0) if opb.major == "K" else (n0, g * k)
+                    else:
+                        m0, n0 = tile_origin(t)
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
                     for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
                         kk = kb * p.bk
@@ -307,6 +362,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         sb = base + L.b + ring.slot * L.b_stage
                         if CL > 1:
                             opb.load(tma_b, sb + rank * share_b, nb, kk, fb, mask=mask16)
+                        elif grouped:
+                            opb.load(tma_b, sb, bn0, kk + bk0 if opb.major != "K" else kk, fb)
                         else:
                             opb.load(tma_b, sb, n0, kk, fb)
                         ring.advance()
@@ -316,7 +373,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             cons = wg - 1
             acc = reg.array(f32, p.bn // 2)
             scale = None
-            if scaled:                  # scale_a * scale_b, once per consumer thread
+            if mode == "tensor":        # scale_a * scale_b, once per consumer thread
                 sab = [reg.scalar(f32) for _ in range(2)]
                 for r, ptr in zip(sab, (psa, psb)):
                     ptx.inst.ld.global_.nc.f32(r, ptx.addr(ptr))
@@ -329,16 +386,16 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             frow = warp * 16 + (lw >> 2)              # rows frow and frow + 8
             fcol = (lw & 3) * 2                       # cols 8j + fcol, + 1
             bar_id = cons + 1
-            def mma_stage(first: bool):
-                """Wait for the ring's stage, issue its K/16 wgmmas, commit; returns the
-                stage's empty barrier."""
+            def mma_stage(first: bool, into=None):
+                """Wait for the ring's stage, issue its K/16 wgmmas (into ``acc``, or the
+                registers ``into``), commit; returns the stage's empty barrier."""
                 wait(labels, full0 + ring.slot * 8, ring.phase)
                 sa = base + L.a + ring.slot * L.a_stage + a_off
                 sb = base + L.b + ring.slot * L.b_stage
                 da, db = opa.descriptor(sa), opb.descriptor(sb)
                 ptx.inst("wgmma.fence.sync.aligned")
                 for ks in range(p.bk // mma_k):         # 32-byte K steps inside the stage
-                    ptx.inst(mma, list(acc), da if ks == 0 else da + ks * opa.k_step,
+                    ptx.inst(mma, list(into or acc), da if ks == 0 else da + ks * opa.k_step,
                              db if ks == 0 else db + ks * opb.k_step,
                              0 if first and ks == 0 else 1, 1, 1, *trans)
                 ptx.inst("wgmma.commit_group.sync.aligned")
@@ -373,6 +430,29 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
                 release(prev)
 
+            if mode == "block":
+                part = reg.array(f32, p.bn // 2)
+                blocks = BlockScales(psa, psb, m, ptx.dim("NB"))
+
+            def mainloop_block(kb0, nkr, row, n0):
+                """Block-wise scales (:mod:`.promote`): each k-block into ``part``, then
+                ``acc += part * scale_a * scale_b``; ``kb0``: the first k-block's index."""
+                for r in acc:
+                    ptx.inst.mov.f32(r, 0.0)
+                f = [reg.scalar(f32) for _ in range(2)]
+                last = kb0 + nkr - 1
+                for r, v in zip(f, blocks.factors(kb0, row, n0)):
+                    ptx.inst.mov.f32(r, v)
+                for kb in ptx.range_(kb0, kb0 + nkr) if SK > 1 else ptx.range_(nkr):
+                    eb = mma_stage(True, part)
+                    # the next k-block's scales, in flight beside the wgmmas and promotion
+                    nxt = blocks.factors(ptx.min(kb + 1, last), row, n0)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    release(eb)
+                    promote(acc, part, f)
+                    for r, v in zip(f, nxt):
+                        ptx.inst.mov.f32(r, v)
+
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
                 xch = PartialExchange(SK, base + L.partial + cons * L.partial_consumer,
@@ -383,23 +463,45 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
+                if grouped:
+                    cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
                 for t in ptx.range_(cid, total, ncl):
-                    m0, n0 = tile_origin(t)
+                    if grouped:
+                        m0, n0, g, end = group_origin(cursor, t)
+                    else:
+                        m0, n0 = tile_origin(t)
                     row0 = m0 + cons * p.wg_m
+                    if mode == "row" and grouped:     # scale_b's row of group g
+                        sc = RowScales(psa, psb + g * n * 4, row0 + frow, m)
+                    elif mode == "row":
+                        sc = RowScales(psa, psb, row0 + frow, m)
+                    else:
+                        sc = scale
                     if SK == 1:
-                        mainloop(nk)
-                        store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane,
-                                   frow, fcol, bar_id, row0, n0, n, tma_c, pb, scale)
+                        if mode == "block":
+                            mainloop_block(0, nk, row0 + frow, n0)
+                        else:
+                            mainloop(nk)
+                        if grouped:
+                            store_rows(acc, p, out_dtype, activation, pc,
+                                       ptx.dim("sc", kind="stride"), row0 + frow, end, n0,
+                                       n, fcol, sc)
+                        else:
+                            store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
+                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
                     else:
                         with ptx.if_(nkr > 0):
-                            mainloop(nkr)
+                            if mode == "block":
+                                mainloop_block(kb_lo, nkr, row0 + frow, n0)
+                            else:
+                                mainloop(nkr)
                         with ptx.else_():           # more ranks than k-blocks: a zero share
                             for r in acc:
                                 ptx.inst.mov.f32(r, 0.0)
                         xch.exchange(acc, rank, row0 + warp * 16 < m)
                         with ptx.if_(rank == owner):
                             store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
-                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, scale)
+                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
 
             if p.a_rows and p.a_rows <= p.wg_m:
                 # Every row the second consumer owns lies past M (M <= a_rows <= 64): it

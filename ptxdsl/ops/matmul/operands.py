@@ -87,14 +87,17 @@ class Operand:
     def box_mn(self) -> int:
         return self.box_rows if self.major == "K" else ATOM
 
-    def tile(self, stride: str) -> Tile:
+    def tile(self, stride: str, names: tuple | None = None) -> Tile:
         """The argument's Tile: (M|N, K) for K-major, (K, M|N) for MN-major, read by TMA
-        with the 128-byte swizzle in boxes of ``box_mn`` M/N by ``bk`` K elements."""
+        with the 128-byte swizzle in boxes of ``box_mn`` M/N by ``bk`` K elements.
+        ``names``: the (M|N, K) dim names where they are not those (a grouped GEMM's
+        stacked B: ``("GN", "K")`` or ``("N", "GK")``)."""
+        mn, kn = names or (self.mn, "K")
         if self.major == "K":
-            return Tile(self.mn, "K", self.dtype, stride=stride,
+            return Tile(mn, kn, self.dtype, stride=stride,
                         tma=TMA(box=(self.box_rows, self.bk), swizzle=ROW_BYTES,
                                 l2_promotion=self.l2_promotion))
-        return Tile("K", self.mn, self.dtype, stride=stride,
+        return Tile(kn, mn, self.dtype, stride=stride,
                     tma=TMA(box=(self.bk, ATOM), swizzle=ROW_BYTES,
                             l2_promotion=self.l2_promotion))
 

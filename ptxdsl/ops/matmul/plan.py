@@ -143,6 +143,16 @@ def for_majors(p: Plan, dtype: PtxType, out_dtype: PtxType, a_major: str = "K",
     return p
 
 
+def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType) -> Plan:
+    """``p`` for a float8 scaling mode (:mod:`.fp8`). Block-wise scales keep a second f32
+    accumulator per consumer (the k-block's product before its promotion) and take one
+    ``scale_b`` per tile and k-block: tiles of 64 or 128 columns (two 128-column
+    accumulators fill the consumer's registers; 128 for any other width, ring re-fitted)."""
+    if mode == "block" and (p.bn > 128 or 128 % p.bn):
+        p = fitted(dataclasses.replace(p, bn=128), dtype, out_dtype)
+    return p
+
+
 def one_row(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType, sms: int = 132,
             split: int | None = None) -> Plan:
     """The plan for one tile row (M <= 128): split-K when N alone gives too few tiles.
@@ -201,7 +211,7 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
     return ptr % 16 == 0 and (rows <= 1 or (row_stride_elems * es) % 16 == 0)
 
 
-__all__ = ["Plan", "FallbackPlan", "choose", "one_row", "many_rows", "for_majors",
+__all__ = ["Plan", "FallbackPlan", "choose", "one_row", "many_rows", "for_majors", "for_scaling",
            "device_class", "measured", "rows", "row_applies", "stages_for", "most_stages",
            "fitted", "bk_for", "fallback_plan", "tma_ok", "SMEM_PER_CTA", "SPLITS",
            "DEVICE_CLASSES"]

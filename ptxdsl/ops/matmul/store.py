@@ -48,14 +48,19 @@ def stmatrix_staged(p, out_dtype) -> bool:
 def _values(acc, gj, col, n0, n, fcol, bias, pbias, activation, scale):
     """act(acc * scale + bias) of the thread's four elements of 8-column group ``gj``
     (``col``: the group's first column in the tile)."""
-    bv = None
+    bv = cs = None
     if bias is not None:
         bcol = n0 + (col + fcol) if col else n0 + fcol
         bv = [_bias_at(pbias, bcol if e == 0 else bcol + 1, n, bias) for e in range(2)]
+    if hasattr(scale, "column"):            # row-wise (.promote.RowScales)
+        scol = n0 + (col + fcol) if col else n0 + fcol
+        cs = [scale.column(scol if e == 0 else scol + 1, n) for e in range(2)]
     vals = []
     for r in range(4):
         v = acc[4 * gj + r]
-        if scale is not None:
+        if cs is not None:
+            v = v * scale.rows[r >> 1] * cs[r & 1]
+        elif scale is not None:
             v = v * scale
         if bv is not None:
             v = v + bv[r & 1]
@@ -83,7 +88,8 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
               row0, n0, n, tma_c, pbias, scale=None):
     """Store one consumer's 64 x ``bn`` accumulator (see the module docstring); with
     ``scale`` (an f32 register: an 8-bit product's ``scale_a * scale_b``) each value is
-    ``act(acc * scale + bias)``.
+    ``act(acc * scale + bias)``; with a :class:`.promote.RowScales` it is
+    ``act(acc * scale_a[row] * scale_b[col] + bias)``.
 
     Addresses: the thread's element ``(row, col)`` of a panel lies at byte ``row*128 +
     16*((b >> 4) ^ (row & 7)) + (b & 15)`` with ``b = (col % pc) * ob``. ``b >> 4`` is a
@@ -145,6 +151,35 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
             ptx.inst("cp.async.bulk.commit_group")
 
 
+def store_rows(acc, p, out_dtype, activation, pc, sc, row, row_end, n0, n, fcol,
+               scale=None) -> None:
+    """Store one consumer's 64 x ``bn`` accumulator straight to global memory, the rows
+    before ``row_end`` only (a grouped GEMM's tile: its last rows may be the next group's,
+    which a TMA store could not leave out): each thread's pairs ``act(acc * scale)`` of
+    rows ``row``, ``row + 8`` and columns ``n0 + 8j + fcol``, ``+ 1`` as one predicated
+    ``st.global`` (``.b32`` of a packed 16-bit pair, ``.v2.f32``). ``pc``: C's address,
+    ``sc`` its row stride in elements; N even (a pair never straddles N)."""
+    from .._common.rowio import narrow, store_chunk
+    from ...core.types import u64
+    ob = out_dtype.bytes
+    rows = [row, row + 8]
+    ok = [r < row_end for r in rows]
+    bases = []
+    for r in rows:
+        d = reg.scalar(u64)
+        ptx.inst.mul.wide.u32(d, r, sc * ob)
+        bases.append(pc + d)
+    for gj in range(p.bn // 8):
+        col = n0 + (8 * gj + fcol) if gj else n0 + fcol
+        vals = _values(acc, gj, 8 * gj, n0, n, fcol, None, None, activation, scale)
+        cok = col < n
+        off = reg.scalar(u64)
+        ptx.inst.mul.wide.u32(off, col, ob)
+        for h in range(2):
+            store_chunk(bases[h] + off, 0, out_dtype, narrow(vals[2 * h:2 * h + 2], out_dtype),
+                        pred=ok[h] & cok)
+
+
 def _stmatrix_offsets(stage_c, lane):
     """Where this thread's row address points for ``stmatrix.x4`` of a 16-bit output.
 
@@ -176,4 +211,4 @@ def _bias_at(pbias, col, n, dtype):
     return load_chunk(addr, 0, dtype, 1, pred=ok)[0]
 
 
-__all__ = ["store_tile", "stmatrix_staged", "panel_steps"]
+__all__ = ["store_tile", "store_rows", "stmatrix_staged", "panel_steps"]

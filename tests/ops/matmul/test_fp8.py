@@ -175,7 +175,7 @@ def test_sm90_dispatch_gives_the_fp8_hopper_kernel_k_major_operands(monkeypatch,
     b = (ints(rng, (n, k)).T if b_t else ints(rng, (k, n))).astype(E5M2)
     c = matmul(a, b, out_dtype=np.float32, scale_b=0.5)
     np.testing.assert_array_equal(c, (a.astype(np.float64) @ b.astype(np.float64)) / 2)
-    assert seen == [("K", "K", e4m3, e5m2, True)]
+    assert seen == [("K", "K", e4m3, e5m2, "tensor")]
     (ka, kb), = fake.calls
     assert ka.strides == (k, 1) and kb.strides == (k, 1)       # (M, K) and (N, K)
     assert np.shares_memory(ka, a) == (not a_t)                 # copied only if MN-major

@@ -1,0 +1,179 @@
+"""Float8 scaling modes beyond per tensor (``torch._scaled_mm``'s conventions), on the CPU.
+
+Row-wise (``scale_a`` (M, 1), ``scale_b`` (1, N)) and block-wise (``scale_a`` (M, ceil(K/128))
+per 1 x 128 of a, ``scale_b`` (ceil(K/128), ceil(N/128)) per 128 x 128 of b): the Hopper
+kernel on the interpreter (the epilogue's factors; the promotion of each 128-long k-block's
+product), the public call on the SIMT kernel and, through a stand-in sm_90 device, on the
+Hopper kernel, against a float64 reference; the errors. Integer operands in [-4, 4] and
+power-of-two scales keep every product and sum exact in f32, so f32 outputs compare bit
+for bit; random normal operands compare within bf16 output rounding.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import ml_dtypes
+from ptxdsl.core.errors import LaunchError
+from ptxdsl.core.types import bf16, e4m3, e5m2, f32
+from ptxdsl.ops import matmul
+from ptxdsl.ops.matmul.fp8 import scale_mode
+from ptxdsl.ops.matmul.hopper import build_hopper
+from ptxdsl.ops.matmul.plan import choose, for_scaling, one_row
+
+E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+
+
+def ints(rng, shape):
+    return rng.integers(-4, 5, shape).astype(np.float32)
+
+
+def pow2(rng, shape):
+    return (2.0 ** rng.integers(-3, 3, shape)).astype(np.float32)
+
+
+def reference(a, b, sa, sb, mode):
+    """float64 ``a @ b`` (b (K, N)) under the scales of ``mode``, as the caller gives them."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    if mode == "row":
+        return (a @ b) * sa.astype(np.float64) * sb.astype(np.float64)
+    k, n = b.shape
+    out = np.zeros((a.shape[0], n))
+    for kb in range(-(-k // 128)):
+        ks = slice(128 * kb, 128 * kb + 128)
+        cols = np.repeat(sb[kb].astype(np.float64), 128)[:n]
+        out += (a[:, ks] @ b[ks]) * sa[:, kb:kb + 1] * cols
+    return out
+
+
+def scales_for(rng, mode, m, n, k):
+    if mode == "row":
+        return pow2(rng, (m, 1)), pow2(rng, (1, n))
+    return pow2(rng, (m, -(-k // 128))), pow2(rng, (-(-k // 128), -(-n // 128)))
+
+
+def test_scale_mode_reads_torchs_shapes():
+    one = np.ones(1, np.float32)
+    assert scale_mode(None, 2.0, 5, 7, 300) == "tensor"
+    assert scale_mode(one, one.reshape(1, 1), 5, 7, 300) == "tensor"
+    assert scale_mode(np.ones((5, 1)), np.ones((1, 7)), 5, 7, 300) == "row"
+    assert scale_mode(np.ones((5, 3)), np.ones((3, 1)), 5, 7, 300) == "block"
+    assert scale_mode(np.ones((5, 3)), np.ones((3, 2)), 5, 130, 257) == "block"
+    assert scale_mode(np.ones((5, 1)), np.ones((1, 1)), 5, 7, 100) == "block"   # = row-wise
+    assert scale_mode(np.ones((5, 1)), 2.0, 5, 7, 300) is None
+    assert scale_mode(np.ones((5, 2)), np.ones((2, 1)), 5, 7, 300) is None
+
+
+# ---------------------------------------------------------------- the Hopper kernel
+@pytest.mark.parametrize("mode,m,n,k,cluster,split", [
+    ("row", 70, 136, 160, 1, 1),          # ragged M, N, K: two k-blocks, one tile row
+    pytest.param("block", 130, 200, 272, 2, 1, marks=pytest.mark.long),  # a cluster of 2
+    pytest.param("block", 16, 136, 528, 1, 2, marks=pytest.mark.long),   # split-K ranks
+])
+def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split):
+    if split > 1:
+        p = one_row(m, n, k, e4m3, f32, sms=2 * split, split=split)
+    else:
+        p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=cluster)
+    p = for_scaling(p, mode, e4m3, f32)
+    assert p.split == split and (mode != "block" or p.bn == 128)
+    kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled=mode)
+    assert f"_{mode}scaled" in kern.name
+    rng = np.random.default_rng(m + n + k)
+    a, w = ints(rng, (m, k)), ints(rng, (n, k))
+    sa, sb = scales_for(rng, mode, m, n, k)
+    # the kernel's arguments: row-wise (M,) and (N,); block-wise scale_a as (KB, M)
+    ka, kb = (sa.reshape(m), sb.reshape(n)) if mode == "row" else (np.ascontiguousarray(sa.T), sb)
+    c = kern.interpret(a.astype(E4M3), w.astype(E5M2), ka, kb,
+                       np.full((m, n), np.nan, np.float32))
+    np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, mode))
+
+
+def test_block_scaled_plans_take_128_column_tiles():
+    p = choose(4096, 7168, 4096, e4m3, bf16)
+    assert p.bn == 256 and for_scaling(p, "row", e4m3, bf16) == p
+    q = for_scaling(p, "block", e4m3, bf16)
+    assert q.bn == 128 and q.stages > p.stages
+    with pytest.raises(ValueError, match="64- or 128-column"):
+        build_hopper(p, e4m3, bf16, scaled="block")
+    with pytest.raises(ValueError, match="scaled must be"):
+        build_hopper(q, e4m3, bf16, scaled="column")
+
+
+# ---------------------------------------------------------------- the public call
+@pytest.mark.parametrize("mode", ["row", "block"])
+def test_numpy_scaled_matmul_on_the_simt_kernel(mode):
+    rng = np.random.default_rng(11)
+    m, n, k = 6, 20, 36 if mode == "row" else 140    # block-wise: the second k-block 12 long
+    a = ints(rng, (m, k))
+    b = ints(rng, (n, k)).T                # x @ w.T
+    sa, sb = scales_for(rng, mode, m, n, k)
+    bias = ints(rng, (n,))
+    c = matmul(a.astype(E4M3), b.astype(E5M2), scale_a=sa, scale_b=sb, bias=bias,
+               activation="relu", out_dtype=np.float32)
+    np.testing.assert_array_equal(c, np.maximum(reference(a, b, sa, sb, mode) + bias, 0))
+
+
+@pytest.mark.parametrize("mode", [pytest.param("row", marks=pytest.mark.long), "block"])
+def test_sm90_dispatch_runs_the_scaled_hopper_kernel(monkeypatch, mode):
+    """On a stand-in sm_90 device the public call runs the Hopper kernel (on the
+    interpreter) with the mode's plan and scale arrays: random normal operands, bf16
+    output within its rounding, a gelu epilogue; a row-major block-wise scale_a copied."""
+    from runtime_fakes import fake_sm90_dispatch
+    from ptxdsl.ops.matmul import api
+    seen = []
+
+    def hopper_kernel(*args, **kw):
+        seen.append(args[-1])
+        return real(*args, **kw)
+    real = api.hopper_kernel
+    fake_sm90_dispatch(monkeypatch, hopper_kernel)
+    monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
+    rng = np.random.default_rng(12)
+    m, n, k = 40, 144, 192
+    a = rng.standard_normal((m, k)).astype(E4M3)
+    w = rng.standard_normal((n, k)).astype(E4M3)
+    sa, sb = scales_for(rng, mode, m, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    c = matmul(a, w.T, scale_a=sa, scale_b=sb, bias=bias, activation="gelu")
+    assert seen == [mode] and c.dtype == ml_dtypes.bfloat16
+    from ptxdsl.ops.matmul.epilogue import reference as act
+    want = act(reference(a, w.T, sa, sb, mode) + bias, "gelu", np)
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=2 ** -7, atol=2 ** -7)
+
+
+@pytest.mark.long
+def test_torch_cpu_column_major_block_scales():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("torch without float8")
+    rng = np.random.default_rng(13)
+    m, n, k = 5, 12, 140
+    a, w = ints(rng, (m, k)), ints(rng, (n, k))
+    ta = torch.from_numpy(a).to(torch.float8_e4m3fn)
+    tw = torch.from_numpy(w).to(torch.float8_e4m3fn)
+    sa, sb = scales_for(rng, "block", m, n, k)
+    # torch._scaled_mm keeps a block-wise scale_a column-major: read in place
+    tsa = torch.from_numpy(np.ascontiguousarray(sa.T)).t()
+    c = matmul(ta, tw.t(), scale_a=tsa, scale_b=torch.from_numpy(sb), out_dtype=torch.float32)
+    assert torch.equal(c.double(), torch.from_numpy(reference(a, w.T, sa, sb, "block")))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda a, b: matmul(a, b, scale_a=np.ones((4, 1), np.float32)), "fit no scaling mode"),
+    (lambda a, b: matmul(a, b, scale_a=np.ones((4, 1), np.float32),
+                         scale_b=np.ones((6, 1), np.float32)), r"row-wise \(scale_a \(4, 1\)"),
+    (lambda a, b: matmul(a, b, scale_a=np.ones((4, 2), np.float32),
+                         scale_b=np.ones((1, 1), np.float32)), r"block-wise \(scale_a \(4, 1\)"),
+    (lambda a, b: matmul(a, b, scale_a=np.ones((4, 1), np.float64),
+                         scale_b=np.ones((1, 6), np.float32)), "float32 array of a row-wise"),
+    (lambda a, b: matmul(a[None], b, scale_a=np.ones((4, 1), np.float32),
+                         scale_b=np.ones((1, 6), np.float32)), "batched operands take per-tensor"),
+])
+def test_scale_errors_name_the_callers_line(call, match):
+    a, b = np.ones((4, 5), E4M3), np.ones((5, 6), E4M3)
+    with pytest.raises(LaunchError, match=match) as e:
+        call(a, b)
+    assert "test_fp8_scales.py" in str(e.value)

@@ -8,7 +8,8 @@ runtime's memo (:mod:`ptxdsl.runtime.memo`).
 ========== ==============================================================
 rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``, ``rms_norm_quant``
 matmul     ``matmul``: GEMM with a fused bias and activation
-attention  ``attention``, ``attention_varlen``: the attention forward on Hopper
+attention  ``attention``, ``attention_varlen``, ``attention_backward``,
+           ``attention_varlen_backward``: attention forward and backward on Hopper
 _common    built-kernel caches, row I/O, reductions, workspace, the torch ops' registry
 ========== ==============================================================
 """
@@ -17,7 +18,8 @@ import sys as _sys
 from ._common.torch_registry import TORCH_OPS as _TORCH_OPS
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
-from .attention import attention, attention_varlen  # noqa: E402  (likewise)
+from .attention import (attention, attention_backward, attention_varlen,  # noqa: E402
+                        attention_varlen_backward)
 
 
 def _rmsnorm_torch_ops() -> None:
@@ -46,4 +48,5 @@ if "torch" in _sys.modules:
     register_torch_ops()
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_quant", "RMSNorm", "KERNELS", "matmul",
-           "attention", "attention_varlen", "register_torch_ops"]
+           "attention", "attention_varlen", "attention_backward", "attention_varlen_backward",
+           "register_torch_ops"]

@@ -32,13 +32,19 @@ def _matmul_torch_ops() -> None:
     torch_op.register()
 
 
+def _attention_torch_ops() -> None:
+    from .attention import torch_op  # imports torch
+    torch_op.register()
+
+
 _TORCH_OPS.add(_rmsnorm_torch_ops)
 _TORCH_OPS.add(_matmul_torch_ops)
+_TORCH_OPS.add(_attention_torch_ops)
 
 
 def register_torch_ops() -> None:
     """Define ``torch.ops.ptxdsl.rms_norm`` / ``rms_norm_backward`` / ``matmul`` /
-    ``matmul_scaled`` (once; imports torch)."""
+    ``matmul_scaled`` / ``attention_fwd`` / ``attention_bwd`` (once; imports torch)."""
     _TORCH_OPS.ensure()
 
 

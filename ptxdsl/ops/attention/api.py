@@ -130,10 +130,17 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     left <= j <= i + Sk - Sq + right``, -1 unbounded; causal sets right = 0); a row that sees
     no key gives 0 (and an LSE of -inf). ``softcap > 0`` caps scores as ``softcap *
     tanh(s / softcap)``. Returns ``out`` (B, Sq, H, D), and the row log-sum-exp (f32, (B, H,
-    Sq)) with ``return_lse``."""
+    Sq)) with ``return_lse``. Torch tensors that require grad are differentiable (the
+    backward: :func:`~.bwd_api.attention_backward`)."""
     frame = _frame(q)
     dtype, (b, sq, h, d), _ = _check(q, k, v, causal, softmax_scale, window_size, softcap,
                                      out, frame)
+    if frame.kind == "torch" and frame.torch.is_grad_enabled() and any(
+            a.requires_grad for a in (q, k, v)):
+        from .torch_op import differentiable    # the autograd node (imports torch)
+        return differentiable(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                              window_size=window_size, softcap=softcap,
+                              return_lse=return_lse, out=out)
     # TMA reads q, k, v through 4-d tensor maps of any strides on the interpreter; the GPU
     # launcher binds only contiguous Tiles, so other layouts (a slice of a packed qkv
     # tensor) are copied first.

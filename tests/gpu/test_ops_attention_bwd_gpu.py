@@ -30,7 +30,8 @@ def _check(b, sq, sk, h, hk, d, **kw):
     for name, g, r in zip(("dq", "dk", "dv"), got, ref):
         g = g.float().cpu().numpy().astype(np.float64)
         assert np.isfinite(g).all(), name
-        assert np.abs(g - r).max() <= 3e-2 * np.abs(r).max(), (name, np.abs(g - r).max())
+        # (a floor for gradients that are 0 exactly: one key per row gives dS = 0)
+        assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), name
     return (q, k, v, do, out, lse), got
 
 

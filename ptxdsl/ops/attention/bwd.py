@@ -60,7 +60,9 @@ class Smem:
         self.do = self.q + c.stages * self.q_bytes
         self.ds = self.do + c.stages * self.q_bytes          # two 64 x 64 dSᵀ tiles
         self.ds_bytes = BM * 64 * es
-        self.lse = self.ds + 2 * self.ds_bytes
+        self.dqs = self.ds + 2 * self.ds_bytes           # dQ staging for the TMA reduce-add
+        self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
+        self.lse = self.dqs + (2 * (d // 64) * self.dqs_bytes if c.dq_tma else 0)
         self.dpsum = self.lse + c.stages * 2 * BM * 4
         self.kvfull = self.dpsum + c.stages * 2 * BM * 4
         self.full = self.kvfull + 8
@@ -68,14 +70,16 @@ class Smem:
         self.total = self.empty + 8 * c.stages
 
 
-def specs(dtype: PtxType, d: int, deterministic: bool):
+def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
     dq_acc (B, H, SQP, D) f32 (added to), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]."""
     qt = lambda: Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, BM, 1, PANEL), swizzle=ROW))
     kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, BN, 1, PANEL), swizzle=ROW))
     rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
     ins = (qt(), kt(), kt(), qt(), rt(), rt())
-    outs = [Tile("B", "H", "SQP", d, f32), Tile("B", "SK", "HK", d, dtype),
+    dq = Tile("B", "H", "SQP", d, f32, tma=TMA(box=(1, 1, BM, 64))) if dq_tma \
+        else Tile("B", "H", "SQP", d, f32)
+    outs = [dq, Tile("B", "SK", "HK", d, dtype),
             Tile("B", "SK", "HK", d, dtype)]
     if deterministic:
         outs.append(Tile("B", "H", "NMB", u32))
@@ -94,7 +98,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     S, P = c.stages, d // PANEL
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic)
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma)
     names = ["q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv"]
     if deterministic:
         names.append("sem")
@@ -102,6 +106,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dt}.{dt}"
     mma_q = f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{dt}.{dt}"
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
+            f"{'_tmadq' if c.dq_tma else ''}"
             f"{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
@@ -109,6 +114,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         tq, tk, tv, tdo = q.tma_desc(), k.tma_desc(), v.tma_desc(), do.tma_desc()
         tl, td = nlse2.tma_desc(), dpsum.tma_desc()
         pdq, pdk, pdv = ptx.global_ptrs(dq_acc, dk, dv)
+        tdq = dq_acc.tma_desc() if c.dq_tma else None
         sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
         sqp = ptx.dim("SQP")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
@@ -190,6 +196,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             xr = lw >> 2
             ds_row = ds_w + r0 * ROW + (lw & 3) * 4
             ds_col = [((xr ^ ch) << 4) for ch in range(8)]
+            # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
+            stage_w = base + L.dqs + w * ((d // 64) * L.dqs_bytes)
+            dq_stage = stage_w + (r0 * 64 + fcol) * 4
             wait(labels, kvfull, 0)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
@@ -231,6 +240,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst("wgmma.commit_group.sync.aligned")
                     # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8 (j % 2),
                     # queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
+                    if c.dq_tma:                      # the last step's reduce has read dQ's stage
+                        with ptx.if_(lane == 0):
+                            ptx.inst("cp.async.bulk.wait_group.read", 0)
                     ptx.inst("bar.sync", 1 + w, 128)  # the last step's dQ wgmmas have read it
                     for kc in range(BM // 16):
                         for j in range(4):
@@ -258,15 +270,41 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             with ptx.if_(lane == 0):
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                          ptx.addr(empty + ring.slot * 8))
-                            if deterministic:
+                            if deterministic and not c.dq_tma:
                                 _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels)
+                                ptx.inst("bar.sync", 1 + w, 128)
+                        if c.dq_tma:                 # stage the chunk (st.shared.v2.f32)
+                            at = dq_stage + ch * L.dqs_bytes
+                            for i in range(0, len(dq.regs), 2):
+                                o = (row_of(i) * 8 * 64 + col_of(i)) * 4
+                                ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
+                                         [dq.regs[i], dq.regs[i + 1]])
+                            continue
                         at = pdq + (dq_row + ch * 64) * 4
                         for i, x in enumerate(dq):
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
-                    if deterministic:
-                        _unlock(sem, bh, mb, w, lane)
+                    if c.dq_tma:                     # one thread adds the staged chunks
+                        ptx.inst("fence.proxy.async.shared::cta")
+                        ptx.inst("bar.sync", 1 + w, 128)
+                        with ptx.if_(lane == 0):
+                            if deterministic:
+                                _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels)
+                            for ch in range(d // 64):
+                                ptx.tma.reduce(tdq, [ch * 64, m0, head, batch],
+                                               stage_w + ch * L.dqs_bytes)
+                            ptx.inst("cp.async.bulk.commit_group")
+                            if deterministic:        # the adds land before the turn passes
+                                ptx.inst("cp.async.bulk.wait_group", 0)
+                                _pass_turn(sem, bh, mb)
+                    elif deterministic:
+                        ptx.inst("bar.sync", 1 + w, 128)
+                        with ptx.if_(lane == 0):
+                            _pass_turn(sem, bh, mb)
                     ring.advance()
+            if c.dq_tma:
+                with ptx.if_(lane == 0):
+                    ptx.inst("cp.async.bulk.wait_group", 0)
             _store(dk_acc, pdk, keys, batch, hk, sk, nhk, d, fcol, dtype, scale)
             _store(dv_acc, pdv, keys, batch, hk, sk, nhk, d, fcol, dtype, None)
 
@@ -335,27 +373,32 @@ def _first_nb(m0, off, mask: Mask):
 
 
 def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels) -> None:
-    """Deterministic mode: thread 0 of the warpgroup spins (``ld.acquire.gpu``) until the
-    block's semaphore counts every earlier (n-block, warpgroup); then ``bar.sync``."""
+    """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
+    spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
+    (n-block, warpgroup)."""
     psem = ptx.global_ptr(sem)
-    with ptx.if_(lane == 0):
+
+    def spin():
         turn = (_s32(nb) - _first_nb(m0, off, mask)) * 2 + _s32(w)
         top = ptx.new_label(f"turn{next(labels)}")
         ptx.place(top)
         now = reg.scalar(u32)
         ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4))
         ptx.bra(top, pred=_s32(now) != turn)
-    ptx.inst("bar.sync", 1 + w, 128)
-
-
-def _unlock(sem, bh, mb, w, lane) -> None:
-    """All of the warpgroup's additions done (``bar.sync``): thread 0 passes the turn on
-    (``red.release.gpu.global.add.u32``)."""
-    psem = ptx.global_ptr(sem)
-    ptx.inst("bar.sync", 1 + w, 128)
+    if lane is None:
+        spin()
+        return
     with ptx.if_(lane == 0):
-        ptx.inst("red.release.gpu.global.add.u32",
-                 ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4), 1)
+        spin()
+
+
+def _pass_turn(sem, bh, mb) -> None:
+    """The warpgroup's additions are done (after ``bar.sync`` or the bulk group's wait):
+    pass the turn on (``red.release.gpu.global.add.u32``)."""
+    psem = ptx.global_ptr(sem)
+    ptx.inst("fence.proxy.async.global")
+    ptx.inst("red.release.gpu.global.add.u32",
+             ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4), 1)
 
 
 def _store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale) -> None:

@@ -17,10 +17,13 @@ SMEM_PER_CTA = 232448
 
 @dataclass(frozen=True)
 class BwdConfig:
-    """``stages`` Q/dO/LSE/D steps in the shared-memory ring; the register budgets the
+    """``stages`` Q/dO/LSE/D steps in the shared-memory ring; ``dq_tma``: dQ added by TMA
+    reduce-add from a shared stage (``cp.reduce.async.bulk.tensor``, one thread per
+    warpgroup) instead of ``red.global.add.f32`` by every thread; the register budgets the
     producer and the two consumer warpgroups ask ``setmaxnreg`` for."""
 
     stages: int = 2
+    dq_tma: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -32,11 +35,12 @@ class BwdConfig:
                              f"registers exceed an SM's 65536")
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
-        """K and V (128 rows each), ``stages`` x (Q + dO + LSE + D), two dSᵀ tiles (64 x 64),
-        the mbarriers."""
+        """K and V (128 rows each), ``stages`` x (Q + dO + 2 x (LSE + D)), two dSᵀ tiles
+        (64 x 64), the dQ stages (``dq_tma``), the mbarriers."""
         kv = 2 * BLOCK_N * head_dim * elem_bytes
         ring = self.stages * (2 * BLOCK_M * head_dim * elem_bytes + 4 * BLOCK_M * 4)
-        return kv + ring + 2 * BLOCK_M * 64 * elem_bytes + 8 * (1 + 2 * self.stages)
+        stage = 2 * (head_dim // 64) * BLOCK_M * 64 * 4 if self.dq_tma else 0
+        return kv + ring + 2 * BLOCK_M * 64 * elem_bytes + stage + 8 * (1 + 2 * self.stages)
 
 
 @lru_cache(maxsize=1)

@@ -58,9 +58,10 @@ def test_gqa_sums_over_the_group():
 @pytest.mark.parametrize("causal", [False, True])
 def test_deterministic_is_bitwise_identical(causal):
     torch = torch_sm90()
-    args, first = _check(2, 1000, 1000, 8, 2, 128, causal=causal, deterministic=True)
+    (q, k, v, do, out, lse), first = _check(2, 1000, 1000, 8, 2, 128, causal=causal,
+                                            deterministic=True)
     for _ in range(3):
-        again = attention_backward(*args, causal=causal, deterministic=True)
+        again = attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=True)
         for a, b in zip(first, again):
             assert torch.equal(a, b)
 
@@ -100,7 +101,11 @@ def test_cuda_graph_capture_of_a_training_step():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         got = step()
+    for t in got:
+        t.zero_()
     graph.replay()
     torch.cuda.synchronize()
-    for a, b in zip(got, want):
+    # dk, dv sum in registers (bitwise); dq's f32 additions land in any order
+    torch.testing.assert_close(got[0], want[0], rtol=1e-2, atol=1e-2)
+    for a, b in zip(got[1:], want[1:]):
         assert torch.equal(a, b)

@@ -137,7 +137,7 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
                                      out, frame)
     if frame.kind == "torch" and frame.torch.is_grad_enabled() and any(
             a.requires_grad for a in (q, k, v)):
-        from .torch_op import differentiable    # the autograd node (imports torch)
+        from .autograd import differentiable    # the autograd node (imports torch)
         return differentiable(q, k, v, causal=causal, softmax_scale=softmax_scale,
                               window_size=window_size, softcap=softcap,
                               return_lse=return_lse, out=out)

@@ -5,8 +5,8 @@
 lse)`` and ``torch.ops.ptxdsl.attention_bwd(dout, q, k, v, out, lse, causal, scale, left,
 right, softcap, deterministic) -> (dq, dk, dv)`` each have a fake (meta) implementation
 giving the outputs' shapes and dtypes; the forward's autograd formula calls the backward
-op. :func:`differentiable` is what :func:`~.api.attention` runs for torch tensors that
-require grad; under ``torch.compile`` dynamo traces a stand-in for the public function
+op. :func:`~.autograd.differentiable` is what :func:`~.api.attention` runs for torch
+tensors that require grad; under ``torch.compile`` dynamo traces a stand-in for the public function
 that calls the forward op (``torch._dynamo.substitute_in_graph``, through
 :mod:`ptxdsl.runtime.torch_private`). CPU tensors run on the interpreter, CUDA tensors on
 the GPU. :func:`register` runs once (:mod:`ptxdsl.ops._common.torch_registry`).
@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from .._common.torch_registry import TORCH_OPS
+from .autograd import _scale
 
-__all__ = ["register", "differentiable"]
-
-
-def _scale(q, softmax_scale):
-    return float(q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale)
+__all__ = ["register"]
 
 
 def register() -> None:
@@ -71,20 +67,6 @@ def register() -> None:
 
     attention_fwd.register_autograd(backward, setup_context=setup)
     _substitute(api)
-
-
-def differentiable(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1),
-                   softcap=0.0, return_lse=False, out=None):
-    """:func:`~.api.attention` recorded for autograd (the forward op, whose backward is
-    ``attention_bwd``); ``out=`` is written as a copy."""
-    TORCH_OPS.ensure()
-    o, lse = torch.ops.ptxdsl.attention_fwd(q, k, v, causal, _scale(q, softmax_scale),
-                                            int(window_size[0]), int(window_size[1]),
-                                            float(softcap))
-    if out is not None:
-        out.copy_(o)
-        o = out
-    return (o, lse) if return_lse else o
 
 
 def _substitute(api) -> None:

@@ -54,6 +54,7 @@ def test_compiled_training_step_fullgraph():
     """A training step's loss through attention under torch.compile(fullgraph=True) (the
     custom ops stay single nodes; AOT autograd puts attention_bwd in the backward graph),
     then backward: loss and gradients match eager's."""
+    ops.register_torch_ops()       # (ptxdsl.ops may have been imported before torch)
     q, k, v = _leaves(1, 16, 16, 1, 1, 64, 2)
 
     def loss_of(q, k, v):

@@ -15,6 +15,9 @@ anything with an address; ``mbar`` an mbarrier (:mod:`ptxdsl.dsl.mbarrier`).
                                      every CTA of the mask, each CTA's ``mbar`` completing
 ``store(desc, coords, src)``         ``cp.async.bulk.tensor.Nd.global.shared::cta.tile.
                                      bulk_group [desc, {c..}], [src]``
+``reduce(desc, coords, src, op)``    ``cp.reduce.async.bulk.tensor.Nd.global.shared::cta.
+                                     {op}.tile.bulk_group [desc, {c..}], [src]``: each
+                                     element combined with the tensor's (``add``, ...)
 ``commit()``                         ``cp.async.bulk.commit_group``
 ``wait(n=0, read=False)``            ``cp.async.bulk.wait_group[.read] n``
 ===================================  ===============================================
@@ -44,7 +47,7 @@ from ..core.types import u32
 from .cluster import is_rank
 from .mbarrier import operand as mbarrier_operand
 
-__all__ = ["load", "store", "commit", "wait", "load_3d", "load_3d_multicast", "store_3d",
+__all__ = ["load", "store", "reduce", "commit", "wait", "load_3d", "load_3d_multicast", "store_3d",
            "cp"]
 
 
@@ -150,6 +153,20 @@ def load_3d_multicast(dst, src, row=None, col=None, mbar=None, mask=None, coords
                          "box)", user_location())
     load(dst, src, _coords_3d(row, col, coords, "load_3d_multicast"), mbar, multicast=mask,
          pred=pred)
+
+
+def reduce(desc, coords, src, op: str = "add", *, cache_hint=None, pred=None) -> None:
+    """TMA reduction of the shared box at ``src`` into the tensor at ``coords`` (each
+    element combined with the tensor's by ``op`` as one atomic update; a bulk group like
+    :func:`store`)."""
+    t = _tensor_operand(desc, coords)
+    chain = ["cp", "reduce", "async", "bulk", "tensor", f"{len(t.coords)}d", "global",
+             "shared::cta", op, "tile", "bulk_group"]
+    ops = [t, _smem(src)]
+    if cache_hint is not None:
+        chain.append("L2::cache_hint")
+        ops.append(cache_hint)
+    current("ptx.tma.reduce").inst(chain, tuple(ops), guard=pred)
 
 
 def store_3d(dst, src, row=None, col=None, coords=None, *, pred=None) -> None:

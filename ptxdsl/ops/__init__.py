@@ -8,7 +8,8 @@ runtime's memo (:mod:`ptxdsl.runtime.memo`).
 ========== ==============================================================
 rmsnorm    ``rms_norm``, ``rms_norm_backward``, ``RMSNorm``, ``rms_norm_quant``
 matmul     ``matmul``: GEMM with a fused bias and activation; ``grouped_matmul`` (MoE)
-attention  ``attention``, ``attention_varlen``: the attention forward on Hopper
+attention  ``attention``, ``attention_varlen``, ``attention_backward``,
+           ``attention_varlen_backward``: attention forward and backward on Hopper
 _common    built-kernel caches, row I/O, reductions, workspace, the torch ops' registry
 ========== ==============================================================
 """
@@ -18,7 +19,8 @@ from ._common.torch_registry import TORCH_OPS as _TORCH_OPS
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
 from .matmul import grouped_matmul  # noqa: E402
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
-from .attention import attention, attention_varlen  # noqa: E402  (likewise)
+from .attention import (attention, attention_backward, attention_varlen,  # noqa: E402
+                        attention_varlen_backward)
 
 
 def _rmsnorm_torch_ops() -> None:
@@ -31,13 +33,19 @@ def _matmul_torch_ops() -> None:
     torch_op.register()
 
 
+def _attention_torch_ops() -> None:
+    from .attention import torch_op  # imports torch
+    torch_op.register()
+
+
 _TORCH_OPS.add(_rmsnorm_torch_ops)
 _TORCH_OPS.add(_matmul_torch_ops)
+_TORCH_OPS.add(_attention_torch_ops)
 
 
 def register_torch_ops() -> None:
     """Define ``torch.ops.ptxdsl.rms_norm`` / ``rms_norm_backward`` / ``matmul`` /
-    ``matmul_scaled`` (once; imports torch)."""
+    ``matmul_scaled`` / ``attention_fwd`` / ``attention_bwd`` (once; imports torch)."""
     _TORCH_OPS.ensure()
 
 
@@ -47,4 +55,5 @@ if "torch" in _sys.modules:
     register_torch_ops()
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_quant", "RMSNorm", "KERNELS", "matmul",
-           "grouped_matmul", "attention", "attention_varlen", "register_torch_ops"]
+           "grouped_matmul", "attention", "attention_varlen", "attention_backward",
+           "attention_varlen_backward", "register_torch_ops"]

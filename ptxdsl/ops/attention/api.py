@@ -152,7 +152,8 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     tanh(s / softcap)``. Returns ``out`` (B, Sq, H, D), and the row log-sum-exp (f32, (B, H,
     Sq)) with ``return_lse``. Torch CUDA tensors launch on torch's current stream (CUDA
     graphs capture the call); a repeat call of a signature seen before runs its recorded
-    launch (:data:`FORWARD`)."""
+    launch (:data:`FORWARD`). Torch tensors that require grad are differentiable (the
+    backward: :func:`~.bwd_api.attention_backward`)."""
     if type(window_size) is list:
         window_size = tuple(window_size)
     got = FORWARD.hot(q, k, v, out, causal, softmax_scale, window_size, softcap, return_lse)
@@ -164,6 +165,12 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     frame = _frame(q)
     dtype, (b, sq, h, d), _ = _check(q, k, v, causal, softmax_scale, window_size, softcap,
                                      out, frame)
+    if frame.kind == "torch" and frame.torch.is_grad_enabled() and any(
+            a.requires_grad for a in (q, k, v)):
+        from .autograd import differentiable    # the autograd node (imports torch)
+        return differentiable(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                              window_size=window_size, softcap=softcap,
+                              return_lse=return_lse, out=out)
     given = (q, k, v, out)
     hk = int(k.shape[2])
     if decode.takes(sq, d, h // hk):      # few query rows: split-KV decode (decode.py)

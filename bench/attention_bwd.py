@@ -1,0 +1,143 @@
+"""Attention backward side by side in one run on the current GPU:
+``ptxdsl.ops.attention_backward`` (default and deterministic), torch SDPA's backward with
+its cuDNN and its flash (FA2) backends, and FlashAttention-4 (``flash_attn.cute``) when it
+imports.
+
+Shapes: the FA3 paper's grid (B·S = 16k tokens, H·D = 2048; S 1k/4k/16k, D 64/128, causal
+and not); bf16, random normal inputs. Each contender's dq, dk, dv are validated against
+cuDNN's (max error over the largest value ≤ 3e-2) before timing. Timing: after a warm-up,
+``--rounds`` rounds in which every contender in turn runs ``--iters`` backward calls between
+two CUDA events (the peers: ``torch.autograd.grad`` of a recorded forward); the median per
+call is reported. TFLOP/s counts 2.5 x the forward's ``4 B H S² D`` (half of it causal).
+JSON goes to ``$OUT/attention_bwd.json`` (or ``--json``); the table is printed last.
+
+    PYTHONPATH=. python bench/attention_bwd.py
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def shapes(quick: bool):
+    """(B, S, H, Hkv, D, causal) in run order."""
+    return [(16384 // s, s, 2048 // d, 2048 // d, d, causal)
+            for d in (64, 128) for s in ((4096,) if quick else (1024, 4096, 16384))
+            for causal in (False, True)]
+
+
+def contenders(torch, q, k, v, do, causal):
+    """name -> a call returning (dq, dk, dv)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    import ptxdsl.ops as ops
+
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+    found = {"ptxdsl": lambda: ops.attention_backward(do, q, k, v, out, lse, causal=causal),
+             "ptxdsl_det": lambda: ops.attention_backward(do, q, k, v, out, lse,
+                                                          causal=causal, deterministic=True)}
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+
+    def sdpa(backend):
+        with sdpa_kernel(backend):
+            o = F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
+                                               is_causal=causal).transpose(1, 2)
+
+        def run():
+            with sdpa_kernel(backend):
+                return torch.autograd.grad(o, leaves, do, retain_graph=True)
+        return run
+
+    found["cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
+    found["fa2"] = sdpa(SDPBackend.FLASH_ATTENTION)
+    try:
+        from flash_attn.cute import flash_attn_func
+        o4 = flash_attn_func(*leaves, causal=causal)[0]
+        found["fa4"] = lambda: torch.autograd.grad(o4, leaves, do, retain_graph=True)
+    except Exception as e:  # noqa: BLE001 - a peer that is not installed sits out
+        print(f"fa4 sits out: {type(e).__name__}: {e}")
+    return found
+
+
+def time_all(torch, fns, rounds, iters):
+    for f in fns.values():
+        f()
+    torch.cuda.synchronize()
+    times = {n: [] for n in fns}
+    for _ in range(rounds):
+        for n, f in fns.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(iters):
+                f()
+            b.record()
+            torch.cuda.synchronize()
+            times[n].append(a.elapsed_time(b) / iters)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."),
+                                                   "attention_bwd.json"))
+    a = ap.parse_args()
+    import torch
+    rows = []
+    for b, s, h, hk, d, causal in shapes(a.quick):
+        g = torch.Generator(device="cuda").manual_seed(s + d)
+        q, k, v, do = (torch.randn(b, s, x, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                       for x in (h, hk, hk, h))
+        fns = contenders(torch, q, k, v, do, causal)
+        ref = [x.float() for x in fns["cudnn"]()]
+        row = {"B": b, "S": s, "H": h, "Hkv": hk, "D": d, "causal": causal, "results": {}}
+        for n in list(fns):
+            try:
+                got = fns[n]()
+                err = max(float((x.float() - r).abs().max() / r.abs().max())
+                          for x, r in zip(got, ref))
+            except Exception as e:  # noqa: BLE001 - a contender that fails is reported
+                row["results"][n] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                del fns[n]
+                continue
+            row["results"][n] = {"max_rel_err_vs_cudnn": err}
+            if err > 3e-2:
+                row["results"][n]["error"] = "wrong result, not timed"
+                del fns[n]
+        if "ptxdsl_det" in fns:
+            again = fns["ptxdsl_det"]()
+            first = fns["ptxdsl_det"]()
+            row["results"]["ptxdsl_det"]["bitwise_repeat"] = all(
+                torch.equal(x, y) for x, y in zip(again, first))
+        ms = time_all(torch, fns, a.rounds, a.iters)
+        flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+        for n, t in ms.items():
+            row["results"][n].update(ms=t, tflops=flops / t / 1e9)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del q, k, v, do, fns
+        torch.cuda.empty_cache()
+    doc = {"benchmark": "attention_bwd", "device": torch.cuda.get_device_name(),
+           "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+           "tflops_counts": "2.5 x forward 4 B H S^2 D, causal half", "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump(doc, f, indent=1)
+    names = ["ptxdsl", "ptxdsl_det", "cudnn", "fa2", "fa4"]
+    print(f"\n{'D':>4} {'S':>6} {'mask':>6} " + " ".join(f"{n:>10}" for n in names))
+    for r in rows:
+        cells = [f"{r['results'].get(n, {}).get('tflops', float('nan')):10.1f}" for n in names]
+        print(f"{r['D']:>4} {r['S']:>6} {'causal' if r['causal'] else 'full':>6} "
+              + " ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

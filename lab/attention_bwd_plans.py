@@ -1,0 +1,86 @@
+"""A/B of the attention backward's plan choices on the current GPU (what
+``ptxdsl/ops/attention/bwd_plans.json`` cites): dQ by ``red.global.add.f32`` against TMA
+reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3-grid shapes. Each
+variant's dq, dk, dv are checked against cuDNN's before timing, the deterministic ones for
+bitwise repeats. JSON to ``$OUT/attention_bwd_plans.json``; a table last.
+
+    PYTHONPATH=. python lab/attention_bwd_plans.py
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def main() -> None:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import ptxdsl.ops as ops
+    from ptxdsl.ops.attention import bwd_api
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+
+    variants = {"red s2": BwdConfig(stages=2), "tma s2": BwdConfig(stages=2, dq_tma=True),
+                "tma s3": BwdConfig(stages=3, dq_tma=True)}
+    rows = []
+    for s, d, causal in ((4096, 64, False), (4096, 64, True), (4096, 128, False),
+                         (4096, 128, True), (16384, 128, True), (1024, 128, False)):
+        b, h = 16384 // s, 2048 // d
+        g = torch.Generator(device="cuda").manual_seed(s + d)
+        q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
+                                   generator=g) for _ in range(4))
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
+                                           is_causal=causal).transpose(1, 2).backward(do)
+        ref = [x.grad.float() for x in leaves]
+        flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+        row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
+        for name, cfg in variants.items():
+            if cfg.smem_bytes(d) > 232448:
+                continue
+            bwd_api.choose_bwd = lambda *_a, _c=cfg: _c     # the variant under test
+            for det in (False, True):
+                key = name + (" det" if det else "")
+                try:
+                    call = lambda: ops.attention_backward(do, q, k, v, out, lse, causal=causal,
+                                                          deterministic=det)
+                    got = call()
+                    err = max(float((x.float() - r).abs().max() / r.abs().max())
+                              for x, r in zip(got, ref))
+                    rep = all(torch.equal(x, y) for x, y in zip(got, call())) if det else None
+                    ts = []
+                    for _ in range(3):
+                        e0, e1 = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                        e0.record()
+                        for _ in range(5):
+                            call()
+                        e1.record()
+                        torch.cuda.synchronize()
+                        ts.append(e0.elapsed_time(e1) / 5)
+                    ms = statistics.median(ts)
+                    row["results"][key] = {"err": err, "bitwise_repeat": rep, "ms": ms,
+                                           "tflops": flops / ms / 1e9}
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    row["results"][key] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    doc = {"lab": "attention_bwd_plans", "device": torch.cuda.get_device_name(),
+           "date": datetime.date.today().isoformat(), "rows": rows}
+    with open(os.path.join(os.environ.get("OUT", "."), "attention_bwd_plans.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    names = [n + x for n in variants for x in ("", " det")]
+    print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>11}" for n in names))
+    for r in rows:
+        print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " + " ".join(
+            f"{r['results'].get(n, {}).get('tflops', float('nan')):11.1f}" for n in names))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,430 @@
+"""The attention backward's main kernel on Hopper: a CTA keeps one block of 128 keys (K and
+V) of one (batch, K/V head) in shared memory and streams every query block that sees them,
+for each query head of the GQA group, through a TMA + mbarrier ring; dK and dV stay in
+registers (so the group's sum is free), dQ is added in f32 to a global accumulator.
+
+::
+
+    warpgroup 0 (producer, setmaxnreg.dec)      warpgroups 1, 2 (consumers; keys w·64 .. w·64+63)
+    TMA K, V (128 x D) ─▶ kvfull                wait kvfull; dK = dV = 0
+    per head of the group, per 64-row block m:   per step: wait full[s]
+      wait empty[s]; expect_tx full[s];           Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ (smem descriptors,
+      TMA Q, dO (64 x D), -LSE·log2e, D (64)        m64n64k16, one group), wait_group 0
+                                                  Pᵀ = ex2(Sᵀ·scale·log2e - LSE·log2e) (mask on
+                                                    boundary blocks only; softcap: tanh)
+                                                  dSᵀ = Pᵀ ∘ (dPᵀ - D)
+                                                  dV += Pᵀ·dO, dK += dSᵀ·Q (Pᵀ, dSᵀ from
+                                                    registers: the accumulator of Sᵀ packed is
+                                                    wgmma's A fragment; dO, Q MN-major B)
+                                                  dSᵀ -> shared (st.shared.b32, 128-byte swizzle)
+                                                  dQ_w = dS_w·K_w per 64 columns (A = dSᵀ read
+                                                    transposed, B = K MN-major); after the first
+                                                    wait_group 0 arrive empty[s];
+                                                    red.global.add.f32 into dq_acc
+                                                epilogue: dK·scale, dV -> st.global
+
+Shared memory (1024-byte aligned, 64-column panels of 128-byte swizzled rows, what a TMA box
+of (1, rows, 1, 64) writes): K, V (128 rows a panel), ``stages`` Q and dO (64 rows a
+panel), the two warpgroups' dSᵀ (64 x 64), ``stages`` x (-LSE·log2e, D) (64 f32 each, one copy
+per consumer warpgroup), the barriers. With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a
+per-block semaphore says every earlier (n-block, warpgroup) has added its own (an
+``ld.acquire`` spin by one thread), so each dQ element sums in one fixed order.
+"""
+from __future__ import annotations
+
+import itertools
+
+from ... import Tile, kernel
+from ...core.tensormap import TMA
+from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
+from ...dsl import ptx, reg, smem
+from .._common.ring import Ring, wait
+from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
+from .config import Mask
+from .fwd import _s32
+from .softmax import LOG2E, col_of, mask_block, p_registers, pack_p, row_of
+
+PANEL = 64           # 16-bit elements per 128-byte swizzle row
+ROW = 128            # bytes per swizzled panel row
+
+
+class Smem:
+    """Byte offsets in the CTA's dynamic shared memory."""
+
+    def __init__(self, c: BwdConfig, d: int, es: int):
+        self.kv_bytes = BN * d * es
+        self.q_bytes = BM * d * es
+        self.k = 0
+        self.v = self.k + self.kv_bytes
+        self.q = self.v + self.kv_bytes
+        self.do = self.q + c.stages * self.q_bytes
+        self.ds = self.do + c.stages * self.q_bytes          # two 64 x 64 dSᵀ tiles
+        self.ds_bytes = BM * 64 * es
+        self.dqs = self.ds + 2 * self.ds_bytes           # dQ staging for the TMA reduce-add
+        self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
+        self.lse = self.dqs + (2 * (d // 64) * self.dqs_bytes if c.dq_tma else 0)
+        self.dpsum = self.lse + c.stages * 2 * BM * 4
+        self.kvfull = self.dpsum + c.stages * 2 * BM * 4
+        self.full = self.kvfull + 8
+        self.empty = self.full + 8 * c.stages
+        self.total = self.empty + 8 * c.stages
+
+
+def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False):
+    """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
+    dq_acc (B, H, SQP, D) f32 (added to), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]."""
+    qt = lambda: Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, BM, 1, PANEL), swizzle=ROW))
+    kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, BN, 1, PANEL), swizzle=ROW))
+    rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
+    ins = (qt(), kt(), kt(), qt(), rt(), rt())
+    dq = Tile("B", "H", "SQP", d, f32, tma=TMA(box=(1, 1, BM, 64))) if dq_tma \
+        else Tile("B", "H", "SQP", d, f32)
+    outs = [dq, Tile("B", "SK", "HK", d, dtype),
+            Tile("B", "SK", "HK", d, dtype)]
+    if deterministic:
+        outs.append(Tile("B", "H", "NMB", u32))
+    return ins, tuple(outs)
+
+
+def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
+                   scale: float, softcap: float = 0.0, deterministic: bool = False,
+                   arch: str = "sm_90a"):
+    """The main backward kernel for one (plan, dtype, head dim, mask, scale, softcap, mode).
+    dK leaves scaled by ``scale``; dq_acc holds dQ / scale (the postprocess scales it)."""
+    if d not in (64, 128):
+        raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128")
+    es = dtype.bytes
+    L = Smem(c, d, es)
+    S, P = c.stages, d // PANEL
+    dt = dtype.name
+    scale_log2 = float(softcap if softcap else scale) * LOG2E
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma)
+    names = ["q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv"]
+    if deterministic:
+        names.append("sem")
+    mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
+    mma_kv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dt}.{dt}"
+    mma_q = f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{dt}.{dt}"
+    name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
+            f"{'_tmadq' if c.dq_tma else ''}"
+            f"{'_det' if deterministic else ''}")
+
+    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
+        labels = itertools.count()
+        tq, tk, tv, tdo = q.tma_desc(), k.tma_desc(), v.tma_desc(), do.tma_desc()
+        tl, td = nlse2.tma_desc(), dpsum.tma_desc()
+        pdq, pdk, pdv = ptx.global_ptrs(dq_acc, dk, dv)
+        tdq = dq_acc.tma_desc() if c.dq_tma else None
+        sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
+        sqp = ptx.dim("SQP")
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        wg, lane = tid >> 7, tid & 127
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        nblk = (sk + (BN - 1)) // BN
+        nb = cta % nblk
+        rest = cta // nblk
+        hk, batch = rest % nhk, rest // nhk
+        group = nh // nhk
+        n0 = nb * BN
+        nmb = (sq + (BM - 1)) // BM
+        off = _s32(sk) - _s32(sq)                      # keys aligned bottom-right
+        zero = reg.scalar(s32, init=0)
+        m_lo, m_hi = zero, _s32(nmb)
+        if mask.right >= 0:                            # rows i >= n0 - off - right
+            m_lo = ptx.max(_s32(n0) - off - mask.right, zero) // BM
+        if mask.left >= 0:                             # rows i <= n0 + 127 - off + left
+            m_hi = ptx.min(ptx.max(_s32(n0) - off + (BN - 1 + mask.left + BM), zero) // BM,
+                           m_hi)
+        base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
+        kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
+        with ptx.if_(tid == 0):
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
+            for s in range(S):
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
+            ptx.inst("fence.mbarrier_init.release.cluster")
+        ptx.inst("bar.sync", 0)
+
+        with ptx.if_(wg == 0):
+            # ------------------------------------------------------------ producer
+            ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
+            with ptx.if_(tid == 0):
+                ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                         ptx.addr(kvfull), 2 * L.kv_bytes)
+                for tmap, dst in ((tk, L.k), (tv, L.v)):
+                    for p in range(P):
+                        ptx.tma.load(base + (dst + p * BN * ROW), tmap,
+                                     [p * PANEL, hk, n0, batch], kvfull)
+                ring = Ring(S)
+                for gi in ptx.range_(0, group):
+                    head = hk * group + gi
+                    for mb in ptx.range_(m_lo, m_hi):
+                        m0 = mb * BM
+                        wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
+                        fb = full + ring.slot * 8
+                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                 ptx.addr(fb), 2 * L.q_bytes + 4 * BM * 4)
+                        for tmap, dst in ((tq, L.q), (tdo, L.do)):
+                            at = base + dst + ring.slot * L.q_bytes
+                            for p in range(P):
+                                ptx.tma.load(at + p * BM * ROW if p else at, tmap,
+                                             [p * PANEL, head, m0, batch], fb)
+                        # one copy of -LSE·log2e and D per consumer warpgroup: each reads
+                        # its own (a warpgroup's reads are all ordered before its release)
+                        for tmap, dst in ((tl, L.lse), (td, L.dpsum)):
+                            for cw in range(2):
+                                ptx.tma.load(base + dst + ring.slot * (2 * BM * 4) + cw * BM * 4,
+                                             tmap, [m0, head, batch], fb)
+                        ring.advance()
+        with ptx.else_():
+            # ------------------------------------------------------------ consumers
+            ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
+            w = wg - 1
+            warp, lw = lane >> 5, lane & 31
+            fcol = (lw & 3) * 2
+            r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
+            kw0 = n0 + w * 64
+            keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
+            dv_acc = ptx.wgmma.accumulator(d, init=0.0)
+            dk_acc = ptx.wgmma.accumulator(d, init=0.0)
+            p_regs, ds_regs = p_registers(BM), p_registers(BM)
+            ring = Ring(S)
+            k_w = base + L.k + w * (64 * ROW)
+            v_w = base + L.v + w * (64 * ROW)
+            ds_w = base + L.ds + w * L.ds_bytes
+            # dSᵀ's st.shared.b32 addresses: key row r0 (+8), 128-byte swizzle by r0 % 8
+            xr = lw >> 2
+            ds_row = ds_w + r0 * ROW + (lw & 3) * 4
+            ds_col = [((xr ^ ch) << 4) for ch in range(8)]
+            # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
+            stage_w = base + L.dqs + w * ((d // 64) * L.dqs_bytes)
+            dq_stage = stage_w + (r0 * 64 + fcol) * 4
+            wait(labels, kvfull, 0)
+            for gi in ptx.range_(0, group):
+                head = hk * group + gi
+                bh = batch * nh + head
+                for mb in ptx.range_(m_lo, m_hi):
+                    m0 = mb * BM
+                    wait(labels, full + ring.slot * 8, ring.phase)
+                    q_at = base + L.q + ring.slot * L.q_bytes
+                    do_at = base + L.do + ring.slot * L.q_bytes
+                    s_acc = ptx.wgmma.accumulator(BM)
+                    dp_acc = ptx.wgmma.accumulator(BM)
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    for acc, a_at, b_at in ((s_acc, k_w, q_at), (dp_acc, v_w, do_at)):
+                        a_desc = ptx.wgmma.descriptor(a_at, leading=16, stride=1024, swizzle=128)
+                        b_desc = ptx.wgmma.descriptor(b_at, leading=16, stride=1024, swizzle=128)
+                        for ks in range(d // 16):
+                            pnl, kin = divmod(ks, 4)
+                            ao = (pnl * BN * ROW + kin * 32) >> 4
+                            bo = (pnl * BM * ROW + kin * 32) >> 4
+                            ptx.inst(mma_s, list(acc), a_desc + ao if ao else a_desc,
+                                     b_desc + bo if bo else b_desc, 0 if ks == 0 else 1,
+                                     1, 1, 0, 0)
+                    ptx.inst("wgmma.commit_group.sync.aligned")
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    _grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask, kw0,
+                                 base + L.lse + ring.slot * (2 * BM * 4) + w * (BM * 4),
+                                 base + L.dpsum + ring.slot * (2 * BM * 4) + w * (BM * 4),
+                                 scale, softcap, scale_log2)
+                    pack_p(list(s_acc), p_regs, dt)
+                    pack_p(list(dp_acc), ds_regs, dt)
+                    # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
+                    for acc, a_regs, b_at in ((dv_acc, p_regs, do_at), (dk_acc, ds_regs, q_at)):
+                        b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024,
+                                                      swizzle=128)
+                        for ks in range(BM // 16):
+                            bo = (ks * 16 * ROW) >> 4
+                            ptx.inst(mma_kv, list(acc), a_regs[ks],
+                                     b_desc + bo if bo else b_desc, 1, 1, 1, 1)
+                    ptx.inst("wgmma.commit_group.sync.aligned")
+                    # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8 (j % 2),
+                    # queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
+                    if c.dq_tma:                      # the last step's reduce has read dQ's stage
+                        with ptx.if_(lane == 0):
+                            ptx.inst("cp.async.bulk.wait_group.read", 0)
+                    ptx.inst("bar.sync", 1 + w, 128)  # the last step's dQ wgmmas have read it
+                    for kc in range(BM // 16):
+                        for j in range(4):
+                            ptx.inst("st.shared.b32",
+                                     ptx.addr(ds_row + ds_col[2 * kc + j // 2],
+                                              (j % 2) * 8 * ROW), ds_regs[kc][j])
+                    ptx.inst("fence.proxy.async.shared::cta")
+                    ptx.inst("bar.sync", 1 + w, 128)
+                    a_desc = ptx.wgmma.descriptor(ds_w, leading=64 * ROW, stride=1024,
+                                                  swizzle=128)
+                    dq_row = (bh * sqp + m0 + r0) * d + fcol
+                    for ch in range(d // 64):
+                        dq = ptx.wgmma.accumulator(64)
+                        b_desc = ptx.wgmma.descriptor(k_w + ch * BN * ROW, leading=BN * ROW,
+                                                      stride=1024, swizzle=128)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for ks in range(64 // 16):
+                            o = (ks * 16 * ROW) >> 4
+                            ptx.inst(mma_q, list(dq), a_desc + o if o else a_desc,
+                                     b_desc + o if o else b_desc, 0 if ks == 0 else 1,
+                                     1, 1, 1, 1)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        if ch == 0:                  # Q, dO, LSE, D of this step are read
+                            with ptx.if_(lane == 0):
+                                ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
+                                         ptx.addr(empty + ring.slot * 8))
+                            if deterministic and not c.dq_tma:
+                                _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels)
+                                ptx.inst("bar.sync", 1 + w, 128)
+                        if c.dq_tma:                 # stage the chunk (st.shared.v2.f32)
+                            at = dq_stage + ch * L.dqs_bytes
+                            for i in range(0, len(dq.regs), 2):
+                                o = (row_of(i) * 8 * 64 + col_of(i)) * 4
+                                ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
+                                         [dq.regs[i], dq.regs[i + 1]])
+                            continue
+                        at = pdq + (dq_row + ch * 64) * 4
+                        for i, x in enumerate(dq):
+                            o = (row_of(i) * 8 * d + col_of(i)) * 4
+                            ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
+                    if c.dq_tma:                     # one thread adds the staged chunks
+                        ptx.inst("fence.proxy.async.shared::cta")
+                        ptx.inst("bar.sync", 1 + w, 128)
+                        with ptx.if_(lane == 0):
+                            if deterministic:
+                                _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels)
+                            for ch in range(d // 64):
+                                ptx.tma.reduce(tdq, [ch * 64, m0, head, batch],
+                                               stage_w + ch * L.dqs_bytes)
+                            ptx.inst("cp.async.bulk.commit_group")
+                            if deterministic:        # the adds land before the turn passes
+                                ptx.inst("cp.async.bulk.wait_group", 0)
+                                _pass_turn(sem, bh, mb)
+                    elif deterministic:
+                        ptx.inst("bar.sync", 1 + w, 128)
+                        with ptx.if_(lane == 0):
+                            _pass_turn(sem, bh, mb)
+                    ring.advance()
+            if c.dq_tma:
+                with ptx.if_(lane == 0):
+                    ptx.inst("cp.async.bulk.wait_group", 0)
+            _store(dk_acc, pdk, keys, batch, hk, sk, nhk, d, fcol, dtype, scale)
+            _store(dv_acc, pdv, keys, batch, hk, sk, nhk, d, fcol, dtype, None)
+
+    deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names),
+                  grid=lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1),
+                  block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+    if deterministic:
+        return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
+    return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
+                body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
+
+
+def _grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale,
+                 softcap, scale_log2) -> None:
+    """Sᵀ -> Pᵀ in place and dPᵀ -> dSᵀ in place (keys are rows, queries columns):
+    ``p = ex2(fma(s, scale·log2e, -lse·log2e))`` (``ld.shared.v2.f32`` of a column pair's
+    -LSE·log2e and D), ``ds = p · (dp - D)``; with softcap, ``s = tanh(s·scale/cap)`` first
+    and ``ds ·= 1 - s²``. Masks (causal / window) only where the block crosses them."""
+    caps = []
+    if softcap:
+        for x in s:
+            t = reg.scalar(f32)
+            ptx.inst.mul.f32(t, x, float(scale) / float(softcap))
+            ptx.inst("tanh.approx.f32", t, t)
+            ptx.inst.mov.f32(x, t)
+            caps.append(t)
+    if mask.any:
+        need = None
+        if mask.right >= 0:       # some key past row + off + right
+            need = _s32(kw0) + 63 > _s32(m0) + off + mask.right
+        if mask.left >= 0:        # some key before row + off - left
+            early = _s32(kw0) < _s32(m0) + off + (63 - mask.left)
+            need = early if need is None else need | early
+        with ptx.if_(need):
+            col0 = _s32(m0 + fcol)
+            # column c of key j is excluded if c < j - off - right or c > j - off + left
+            lo = [keys[r] - off - mask.right - col0 if mask.right >= 0 else None
+                  for r in range(2)]
+            hi = [keys[r] - off + (mask.left + 1) - col0 if mask.left >= 0 else None
+                  for r in range(2)]
+            mask_block(s, hi, lo)
+    for g in range(len(s) // 4):
+        nl = [reg.scalar(f32) for _ in range(2)]
+        dd = [reg.scalar(f32) for _ in range(2)]
+        ptx.inst("ld.shared.v2.f32", nl, ptx.addr(lse_at + fcol * 4, 32 * g))
+        ptx.inst("ld.shared.v2.f32", dd, ptx.addr(d_at + fcol * 4, 32 * g))
+        for i in range(4 * g, 4 * g + 4):
+            x, y = s[i], dp[i]
+            ptx.inst("fma.rn.f32", x, x, scale_log2, nl[i % 2])
+            ptx.inst("ex2.approx.ftz.f32", x, x)
+            ptx.inst.sub.f32(y, y, dd[i % 2])
+            ptx.inst.mul.f32(y, y, x)
+            if softcap:
+                t = caps[i]
+                ptx.inst("fma.rn.f32", t, t, t, -1.0)   # t² - 1
+                ptx.inst.neg.f32(t, t)
+                ptx.inst.mul.f32(y, y, t)
+
+
+def _first_nb(m0, off, mask: Mask):
+    """The first n-block whose CTA takes the 64 rows from ``m0`` (see the m range)."""
+    if mask.left < 0:
+        return reg.scalar(s32, init=0)
+    return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // BN
+
+
+def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels) -> None:
+    """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
+    spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
+    (n-block, warpgroup)."""
+    psem = ptx.global_ptr(sem)
+
+    def spin():
+        turn = (_s32(nb) - _first_nb(m0, off, mask)) * 2 + _s32(w)
+        top = ptx.new_label(f"turn{next(labels)}")
+        ptx.place(top)
+        now = reg.scalar(u32)
+        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4))
+        ptx.bra(top, pred=_s32(now) != turn)
+    if lane is None:
+        spin()
+        return
+    with ptx.if_(lane == 0):
+        spin()
+
+
+def _pass_turn(sem, bh, mb) -> None:
+    """The warpgroup's additions are done (after ``bar.sync`` or the bulk group's wait):
+    pass the turn on (``red.release.gpu.global.add.u32``)."""
+    psem = ptx.global_ptr(sem)
+    ptx.inst("fence.proxy.async.global")
+    ptx.inst("red.release.gpu.global.add.u32",
+             ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4), 1)
+
+
+def _store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale) -> None:
+    """dK (times ``scale``) or dV: 16-bit pairs (``cvt.rn``) by ``st.global.b32``; keys past
+    SK are not written."""
+    sk_s = _s32(sk)
+    elems = list(acc)
+    for r in range(2):
+        with ptx.if_(keys[r] < sk_s):
+            row = (batch * sk + _u32(keys[r])) * nhk + hk
+            at = ptr + (row * d + fcol) * dtype.bytes
+            for g in range(0, len(elems), 4):
+                i = g + 2 * r
+                lo, hi = elems[i], elems[i + 1]
+                if scale is not None:
+                    ptx.inst.mul.f32(lo, lo, float(scale))
+                    ptx.inst.mul.f32(hi, hi, float(scale))
+                wd = reg.scalar(b32)
+                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", wd, hi, lo)
+                ptx.inst("st.global.b32", ptx.addr(at, (8 * (i // 4)) * dtype.bytes), wd)
+
+
+def _u32(x):
+    r = reg.scalar(u32)
+    ptx.inst.cvt.u32.s32(r, x)
+    return r
+
+
+__all__ = ["build_backward", "specs", "Smem"]

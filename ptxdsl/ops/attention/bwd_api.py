@@ -1,0 +1,155 @@
+"""``ptxdsl.ops.attention_backward`` (and its varlen form): the gradients of
+:func:`~.api.attention` (check -> plan -> three launches: :mod:`.bwd_prep`'s preprocess,
+:mod:`.bwd`'s main kernel, the postprocess).
+
+Torch CUDA tensors run on the GPU; numpy arrays (and torch CPU tensors) on the GPU when
+one is present, else on the CPU interpreter. Every argument is checked here, and a bad one
+raises :class:`~ptxdsl.LaunchError` naming the caller's line.
+"""
+from __future__ import annotations
+
+from ...core.types import bf16, f16, f32
+from ...runtime.adapter import element_strides as strides
+from .._common.kernels import KernelCache
+from .api import _check, _contiguous, _fail, _frame
+from .bwd import build_backward
+from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd
+from .bwd_prep import build_postprocess, build_preprocess
+from .config import Mask
+from .varlen import _offsets
+
+BWD_KERNELS = KernelCache(limit=256)
+
+
+def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False,
+                     window_size=(-1, -1), softmax_scale: float | None = None,
+                     softcap: float = 0.0, deterministic: bool = False, arch: str = "sm_90a"):
+    """The (preprocess, main, postprocess) kernels :func:`attention_backward` runs for these
+    options, built once per key from the plan table's config (``ptxdsl check``, timing)."""
+    dt = {"bf16": bf16, "f16": f16}[dtype]
+    scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
+    left, right = window_size
+    mask = Mask(left, 0 if causal else right)
+    cfg = choose_bwd(head_dim, dt.name, mask)
+    key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch)
+    return BWD_KERNELS.get(key, lambda: (
+        build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch),
+        build_backward(cfg, dt, head_dim, mask, scale=scale, softcap=float(softcap),
+                       deterministic=deterministic, arch=arch),
+        build_postprocess(dt, head_dim, scale, arch=arch)))
+
+
+def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
+                       softmax_scale: float | None = None, window_size=(-1, -1),
+                       softcap: float = 0.0, deterministic: bool = False, dq=None, dk=None,
+                       dv=None):
+    """``(dq, dk, dv)`` of :func:`~.api.attention` with the same options, given ``dout``
+    (the gradient of ``out``), the forward's ``out`` and its row log-sum-exp ``lse`` (f32,
+    ``(B, H, Sq)``, ``return_lse=True``). q, dout, out ``(B, Sq, H, D)``; k, v ``(B, Sk,
+    Hkv, D)``; dk and dv are summed over each GQA group. Head dims 64 and 128.
+    ``deterministic`` orders dQ's f32 additions (each 64-row block takes them n-block by
+    n-block), so results are bitwise identical run to run (on the interpreter, whose
+    schedule is fixed, the default kernel is already reproducible and runs instead). ``dq``,
+    ``dk``, ``dv``: contiguous arrays to write into."""
+    frame = _frame(q)
+    dtype, (b, sq, h, d), (sk, hk) = _check(q, k, v, causal, softmax_scale, window_size,
+                                            softcap, None, frame)
+    if d not in BWD_HEAD_DIMS:
+        _fail(f"head dim {d}: the backward takes head dims "
+              f"{', '.join(map(str, BWD_HEAD_DIMS))}")
+    if not isinstance(deterministic, bool):
+        _fail(f"deterministic must be True or False, got {deterministic!r}")
+    for name, a in (("dout", dout), ("out", out)):
+        if a is None or _frame(a).kind != frame.kind or tuple(a.shape) != tuple(q.shape) \
+                or str(a.dtype) != str(q.dtype):
+            _fail(f"{name} must be an array like q ({tuple(q.shape)}, {q.dtype}), got "
+                  f"{type(a).__name__} {tuple(getattr(a, 'shape', ()))} "
+                  f"{getattr(a, 'dtype', None)}")
+    if _frame(lse).kind != frame.kind or tuple(lse.shape) != (b, h, sq) \
+            or "float32" not in str(lse.dtype):
+        _fail(f"lse must be the forward's float32 row log-sum-exp of shape {(b, h, sq)}, got "
+              f"{type(lse).__name__} {tuple(lse.shape)} {lse.dtype}")
+    for name, a, shape in (("dq", dq, q.shape), ("dk", dk, k.shape), ("dv", dv, k.shape)):
+        if a is not None:
+            if _frame(a).kind != frame.kind or tuple(a.shape) != tuple(shape) \
+                    or str(a.dtype) != str(q.dtype):
+                _fail(f"{name} must be an array of shape {tuple(shape)} and dtype {q.dtype}, "
+                      f"got {type(a).__name__} {tuple(a.shape)} {a.dtype}")
+            if not _contiguous(a):
+                _fail(f"{name} must be contiguous, got element strides {tuple(strides(a))}")
+    if frame.kind == "torch" and not all(a.device == q.device for a in (dout, out, lse)):
+        _fail(f"dout, q, k, v, out and lse must be on one device, got {dout.device}, "
+              f"{q.device}, {out.device}, {lse.device}")
+    q, k, v, dout, out, lse = (a if _contiguous(a) else frame.contiguous(a)
+                               for a in (q, k, v, dout, out, lse))
+    on_gpu = frame.on_gpu()
+    det = deterministic and on_gpu
+    pre, main, post = backward_kernels(d, dtype.name, causal=causal, window_size=window_size,
+                                       softmax_scale=softmax_scale, softcap=softcap,
+                                       deterministic=det, arch=frame.arch(q))
+    dq = frame.empty(tuple(q.shape), q) if dq is None else dq
+    dk = frame.empty(tuple(k.shape), q) if dk is None else dk
+    dv = frame.empty(tuple(k.shape), q) if dv is None else dv
+    sqp = -(-sq // BLOCK_M) * BLOCK_M
+    dpsum = frame.empty((b, h, sqp), q, f32)
+    nlse2 = frame.empty((b, h, sqp), q, f32)
+    dq_acc = frame.empty((b, h, sqp, d), q, f32)
+    extra = []
+    if det:
+        shape = (b, h, sqp // BLOCK_M)      # the preprocess zeroes it
+        extra = [frame.torch.empty(shape, dtype=frame.torch.uint32, device=q.device)
+                 if frame.kind == "torch" else frame.zeros_u32(b * h * shape[2], q).reshape(shape)]
+    frame.run(pre, out, dout, lse, dpsum, nlse2, dq_acc, *extra)
+    frame.run(main, q, k, v, dout, nlse2, dpsum, dq_acc, dk, dv, *extra)
+    frame.run(post, dq_acc, dq)
+    return dq, dk, dv
+
+
+def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                              max_seqlen_q: int, max_seqlen_k: int, *, causal: bool = False,
+                              softmax_scale: float | None = None, window_size=(-1, -1),
+                              softcap: float = 0.0, deterministic: bool = False, dq=None,
+                              dk=None, dv=None):
+    """``(dq, dk, dv)`` of :func:`~.varlen.attention_varlen` over packed sequences: dout, q,
+    out ``(total_q, H, D)``, k, v ``(total_k, Hkv, D)``, lse ``(H, total_q)``. One
+    :func:`attention_backward` per sequence (three launches each; a kernel that walks
+    ``cu_seqlens`` itself is not written yet)."""
+    frame = _frame(q)
+    for name, a in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out)):
+        if len(a.shape) != 3:
+            _fail(f"{name} must be 3-d ((total, heads, head_dim), packed sequences), got "
+                  f"shape {tuple(a.shape)}")
+    cq = _offsets(cu_seqlens_q, "cu_seqlens_q", int(q.shape[0]))
+    ck = _offsets(cu_seqlens_k, "cu_seqlens_k", int(k.shape[0]))
+    if len(cq) != len(ck):
+        _fail(f"cu_seqlens_q has {len(cq) - 1} sequences, cu_seqlens_k {len(ck) - 1}")
+    lq = [e - s for s, e in zip(cq, cq[1:])]
+    lk = [e - s for s, e in zip(ck, ck[1:])]
+    if max(lq) > max_seqlen_q or max(lk) > max_seqlen_k:
+        _fail(f"max_seqlen_q / max_seqlen_k ({max_seqlen_q}, {max_seqlen_k}) are below the "
+              f"longest sequences ({max(lq)}, {max(lk)})")
+    h = int(q.shape[1])
+    if tuple(lse.shape) != (h, int(q.shape[0])):
+        _fail(f"lse must be (H, total_q) = {(h, int(q.shape[0]))}, got {tuple(lse.shape)}")
+    dq = frame.empty(tuple(q.shape), q) if dq is None else dq
+    dk = frame.empty(tuple(k.shape), q) if dk is None else dk
+    dv = frame.empty(tuple(k.shape), q) if dv is None else dv
+    kw = dict(causal=causal, softmax_scale=softmax_scale, window_size=window_size,
+              softcap=softcap, deterministic=deterministic)
+    for i in range(len(lq)):
+        a, e = cq[i], cq[i + 1]
+        ka, kb = ck[i], ck[i + 1]
+        if a == e or ka == kb:               # no rows or no keys: zero gradients there
+            dq[a:e] = 0
+            dk[ka:kb] = 0
+            dv[ka:kb] = 0
+            continue
+        lse_i = frame.contiguous(lse[:, a:e])[None]
+        attention_backward(dout[a:e][None], q[a:e][None], k[ka:kb][None], v[ka:kb][None],
+                           out[a:e][None], lse_i, dq=dq[a:e][None], dk=dk[ka:kb][None],
+                           dv=dv[ka:kb][None], **kw)
+    return dq, dk, dv
+
+
+__all__ = ["attention_backward", "attention_varlen_backward", "backward_kernels",
+           "BWD_KERNELS"]

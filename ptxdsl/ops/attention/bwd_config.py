@@ -1,0 +1,65 @@
+"""What the backward plan chooses, and the plan table that chooses it (``bwd_plans.json``,
+each row citing the measurement it came from)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .config import Mask
+
+BWD_HEAD_DIMS = (64, 128)   # K, V, the Q/dO ring and dS fit in shared memory; dK, dV in 240 regs
+BLOCK_M = 64                # query rows per step of the ring (a wgmma N of Sᵀ and dPᵀ)
+BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma M)
+SMEM_PER_CTA = 232448
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """``stages`` Q/dO/LSE/D steps in the shared-memory ring; ``dq_tma``: dQ added by TMA
+    reduce-add from a shared stage (``cp.reduce.async.bulk.tensor``, one thread per
+    warpgroup) instead of ``red.global.add.f32`` by every thread; the register budgets the
+    producer and the two consumer warpgroups ask ``setmaxnreg`` for."""
+
+    stages: int = 2
+    dq_tma: bool = False
+    producer_regs: int = 24
+    consumer_regs: int = 240
+
+    def __post_init__(self):
+        if self.stages < 1:
+            raise ValueError(f"stages >= 1, got {self.stages}")
+        if self.producer_regs + 2 * self.consumer_regs > 512:
+            raise ValueError(f"128 x ({self.producer_regs} + 2 x {self.consumer_regs}) "
+                             f"registers exceed an SM's 65536")
+
+    def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
+        """K and V (128 rows each), ``stages`` x (Q + dO + 2 x (LSE + D)), two dSᵀ tiles
+        (64 x 64), the dQ stages (``dq_tma``), the mbarriers."""
+        kv = 2 * BLOCK_N * head_dim * elem_bytes
+        ring = self.stages * (2 * BLOCK_M * head_dim * elem_bytes + 4 * BLOCK_M * 4)
+        stage = 2 * (head_dim // 64) * BLOCK_M * 64 * 4 if self.dq_tma else 0
+        return kv + ring + 2 * BLOCK_M * 64 * elem_bytes + stage + 8 * (1 + 2 * self.stages)
+
+
+@lru_cache(maxsize=1)
+def rows() -> tuple[dict, ...]:
+    """The table (read once: a file of the package, not state)."""
+    data = json.loads((Path(__file__).with_name("bwd_plans.json")).read_text())
+    return tuple(data["rows"])
+
+
+def choose_bwd(head_dim: int, dtype_name: str, mask: Mask) -> BwdConfig:
+    """The table's config for this call; a ValueError for a head dim no row covers."""
+    kind = "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
+    for row in rows():
+        if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"]:
+            c = BwdConfig(**row["config"])
+            assert c.smem_bytes(head_dim) <= SMEM_PER_CTA, (row, c.smem_bytes(head_dim))
+            return c
+    raise ValueError(f"no backward plan for head dim {head_dim} ({dtype_name}, {kind}); the "
+                     f"backward takes head dims {', '.join(map(str, BWD_HEAD_DIMS))}")
+
+
+__all__ = ["BwdConfig", "choose_bwd", "rows", "BWD_HEAD_DIMS", "BLOCK_M", "BLOCK_N"]

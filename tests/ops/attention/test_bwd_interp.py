@@ -1,0 +1,112 @@
+"""ptxdsl.ops.attention_backward on the CPU interpreter (every detector on): the shipped
+kernels against the float64 reference, max error <= 3e-2 of the largest value (bf16). The
+default set is one small ragged shape; the wider sweep is marked ``long``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
+from ptxdsl.core.errors import LaunchError
+from ptxdsl.ops import attention, attention_backward, attention_varlen_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+
+
+def _inputs(b, sq, sk, h, hk, d, seed, dtype=BF16):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype)
+            for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d), (b, sq, h, d))]
+
+
+def _fwd(q, k, v, **kw):
+    """out and lse from the float64 reference (cheaper than the forward kernel here)."""
+    out, lse = attention_reference(q, k, v, **kw)
+    return out.astype(q.dtype), lse.astype(np.float32)
+
+
+def _check(got, ref, tol=3e-2):
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        g = np.asarray(g).astype(np.float64)
+        assert g.shape == r.shape and not np.isnan(g).any(), name
+        err = np.abs(g - r).max() / max(np.abs(r).max(), 1e-30)
+        assert err <= tol, (name, err)
+
+
+def test_ragged_gqa_causal_matches_float64():
+    """Sq = 63 rows against Sk = 100 keys (ragged both ways), 2 query heads on 1 K/V head
+    (dk, dv summed over the group), causal aligned bottom-right."""
+    q, k, v, do = _inputs(1, 63, 100, 2, 1, 64, 0)
+    out, lse = _fwd(q, k, v, causal=True)
+    got = attention_backward(do, q, k, v, out, lse, causal=True)
+    _check(got, attention_backward_reference(do, q, k, v, causal=True))
+
+
+def test_bad_arguments_name_the_caller():
+    q, k, v, do = _inputs(1, 8, 8, 1, 1, 64, 1)
+    out, lse = _fwd(q, k, v)
+    with pytest.raises(LaunchError, match="lse must be") as e:
+        attention_backward(do, q, k, v, out, lse[:, :, :4])
+    assert "test_bwd_interp.py" in str(e.value)
+    with pytest.raises(LaunchError, match="dout must be"):
+        attention_backward(do[:, :4], q, k, v, out, lse)
+    with pytest.raises(LaunchError, match="head dim 96"):
+        qq, kk, vv, dd = _inputs(1, 8, 8, 1, 1, 96, 1)
+        attention_backward(dd, qq, kk, vv, dd, lse)
+    with pytest.raises(LaunchError, match="deterministic"):
+        attention_backward(do, q, k, v, out, lse, deterministic=1)
+    with pytest.raises(LaunchError, match="dk must be"):
+        attention_backward(do, q, k, v, out, lse, dk=np.zeros((1, 8, 1, 64), np.float32))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("b,sq,sk,h,hk,d,kw", [
+    (1, 1, 63, 1, 1, 128, {}),
+    (1, 100, 100, 2, 2, 128, dict(causal=True)),
+    (2, 100, 200, 4, 2, 64, dict(causal=True)),
+    (1, 130, 70, 2, 1, 64, dict(causal=True)),          # Sq > Sk: rows with no key
+    (1, 100, 100, 1, 1, 64, dict(window_size=(20, 5))),
+    (1, 64, 128, 1, 1, 64, dict(softcap=3.0, softmax_scale=0.2)),
+    (1, 63, 63, 1, 1, 64, dict(deterministic=True)),
+])
+def test_wider_sweep_matches_float64(b, sq, sk, h, hk, d, kw):
+    q, k, v, do = _inputs(b, sq, sk, h, hk, d, b + sq + sk + d)
+    fkw = {x: y for x, y in kw.items() if x != "deterministic"}
+    out, lse = _fwd(q, k, v, **fkw)
+    _check(attention_backward(do, q, k, v, out, lse, **kw),
+           attention_backward_reference(do, q, k, v, **fkw))
+
+
+@pytest.mark.long
+def test_with_the_forward_kernel_and_f16():
+    q, k, v, do = _inputs(1, 100, 100, 2, 1, 64, 5, np.float16)
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    _check(attention_backward(do, q, k, v, out, lse, causal=True),
+           attention_backward_reference(do, q, k, v, causal=True), tol=1e-2)
+
+
+@pytest.mark.long
+def test_varlen_is_each_sequence_on_its_own():
+    rng = np.random.default_rng(7)
+    lens_q, lens_k = [5, 0, 70], [9, 4, 66]
+    cq, ck = np.cumsum([0] + lens_q), np.cumsum([0] + lens_k)
+    q, do = (rng.standard_normal((cq[-1], 2, 64)).astype(BF16) for _ in range(2))
+    k, v = (rng.standard_normal((ck[-1], 1, 64)).astype(BF16) for _ in range(2))
+    out = np.zeros_like(q)
+    lse = np.zeros((2, cq[-1]), np.float32)
+    for i in range(3):
+        a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        if a < e:
+            o, l = _fwd(q[a:e][None], k[ka:kb][None], v[ka:kb][None], causal=True)
+            out[a:e], lse[:, a:e] = o[0], l[0]
+    dq, dk, dv = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 70, 66, causal=True)
+    for i in range(3):
+        a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        if a == e:
+            assert (dk[ka:kb].astype(np.float64) == 0).all()
+            continue
+        ref = attention_backward_reference(do[a:e][None], q[a:e][None], k[ka:kb][None],
+                                           v[ka:kb][None], causal=True)
+        _check((dq[a:e][None], dk[ka:kb][None], dv[ka:kb][None]), ref)

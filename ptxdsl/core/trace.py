@@ -20,7 +20,7 @@ import numpy as np
 from . import ir
 from .walks import collect_mentioned, collect_used, resolve_deferred
 from .arch import arch_ptx_floor, parse_arch
-from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, user_location
+from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, tracing, user_location
 from ..isa import Match, check_arch, resolve
 from ..isa.spec import SPACES_32BIT_OK
 from .types import (
@@ -72,7 +72,8 @@ class Builder:
     def active(self) -> Iterator["Builder"]:
         token = _ACTIVE.set(self)
         try:
-            yield self
+            with tracing():
+                yield self
         finally:
             _ACTIVE.reset(token)
 

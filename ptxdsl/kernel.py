@@ -13,6 +13,7 @@ import inspect
 import operator
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -21,11 +22,12 @@ from typing import Callable, Sequence
 from . import toolchain
 from .core import ir
 from .core.arch import parse_arch
+from .core.limits import check_dims
 from .core.emit import Emitted, emit
 from .core.entry import entry_options
 from .core.errors import (
     PtxdslError, SourceLoc, ToolchainError, TraceError, location_from_traceback,
-    raised_inside_ptxdsl)
+    raised_inside_ptxdsl, user_location)
 from .core.specs import Tile
 from .core.trace import Builder
 from .core.types import u8, u32, u64
@@ -69,12 +71,19 @@ class Kernel:
                  extern_smem=False, raw_directives=None, smem: int | None = None,
                  pdl: bool = False, resident: int | None = None):
         self.fn = fn
-        self.name = name or fn.__name__
+        # a lambda's "<lambda>" is spelled as a PTX identifier ("_lambda_"); a name given
+        # with name= must be one (_check_body)
+        self.name = name or re.sub(r"[^A-Za-z0-9_$]", "_", fn.__name__)
         self.in_specs = tuple(in_specs)
         self.out_specs = tuple(out_specs)
         self.grid = grid
         self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
                                     fn.__code__.co_firstlineno)
+        _check_body(fn, self.name, self.defined_at)
+        try:
+            parse_arch(arch)
+        except PtxdslError as e:
+            raise e.at(self.defined_at) from None
         self.block = _dim3(block, "block", self.defined_at)
         self.arch = arch
         self.version = version
@@ -128,6 +137,11 @@ class Kernel:
                                  self.defined_at)
         if not callable(grid):
             self.grid = _dim3(grid, "grid", self.defined_at)
+        try:
+            check_dims(None if callable(grid) else self.grid, self.block, f"kernel {self.name}",
+                       self.defined_at)
+        except PtxdslError as e:
+            raise TraceError(e.message, self.defined_at) from None
         nthreads = self.block[0] * self.block[1] * self.block[2]
         if nthreads > 1024:
             raise TraceError(f"block {self.block} has {nthreads} threads; a CTA holds at most "
@@ -142,6 +156,7 @@ class Kernel:
             self._check_grid_callable(grid)
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
+        self._tracer: int | None = None   # the thread tracing this kernel, while it does
         self.runtime_cache: dict = {}  # owned by ptxdsl.runtime (modules, prepared launches)
 
     def __repr__(self) -> str:
@@ -152,11 +167,21 @@ class Kernel:
         """Trace, verify and print for ``arch`` (default: the kernel's), cached per key."""
         arch = arch or self.arch
         key = (arch, lines if lines is not None else self.lines)
+        if self._tracer == threading.get_ident():
+            # the body asked for its own trace (a call of itself): the lock would deadlock
+            raise TraceError(f"kernel {self.name} uses itself while it is being traced (a "
+                             f"recursive call, or its own .ptx()/.compile()); a kernel body "
+                             f"cannot call a kernel: call a plain Python helper instead",
+                             user_location())
         with self._lock:
             hit = self._compiled.get(key)
             if hit is None:
                 t0 = time.perf_counter()
-                hit = self._compiled[key] = self._trace(arch, key[1])
+                self._tracer = threading.get_ident()
+                try:
+                    hit = self._compiled[key] = self._trace(arch, key[1])
+                finally:
+                    self._tracer = None
                 log.debug("traced %s for %s (%d PTX lines) in %.1f ms", self.name, arch,
                           hit.ptx.count("\n"), 1e3 * (time.perf_counter() - t0))
         return hit
@@ -384,6 +409,24 @@ def interpret_requested() -> bool:
     (read on every call, so a script or ``monkeypatch.setenv`` may set it late)."""
     return os.environ.get("PTXDSL_INTERPRET", "").strip().lower() not in (
         "", "0", "false", "no", "off")
+
+
+_PTX_NAME = re.compile(r"^(?:[A-Za-z][A-Za-z0-9_$]*|[_$%][A-Za-z0-9_$]+)$")
+
+
+def _check_body(fn, name: str, loc: SourceLoc) -> None:
+    """A body that would trace to nothing (a generator or coroutine function returns
+    without running a line) or whose name PTX cannot spell is refused where it is defined."""
+    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or \
+            inspect.isasyncgenfunction(fn):
+        what = "an async def" if inspect.iscoroutinefunction(fn) or \
+            inspect.isasyncgenfunction(fn) else "a generator (it contains yield)"
+        raise TraceError(f"the body of kernel {name} is {what}: calling it runs none of its "
+                         f"lines, so it would trace to an empty kernel; write a plain def "
+                         f"with no yield or await", loc)
+    if not isinstance(name, str) or not _PTX_NAME.match(name):
+        raise TraceError(f"kernel name {name!r} is not a PTX identifier (a letter, then "
+                         f"letters, digits, _ or $); pass a name such as name='my_kernel'", loc)
 
 
 def _code_loc(fn) -> SourceLoc | None:

@@ -571,7 +571,17 @@ def _slot_name(slot, m: Match) -> str:
     return base + ("?" if slot.optional else "")
 
 
-def _describe(x) -> str:
+def describe(x) -> str:
+    """An operand as an error message names it; a function that should have been called
+    (``ptx.special.tid.x`` without ``()``) says so."""
     if isinstance(x, ir.Reg):
         return f"register %{x.name} (.{x.dtype.name})"
+    if callable(x) and not isinstance(x, type):
+        base = getattr(getattr(x, "__self__", None), "_base", None)
+        name = f"ptx.special.{base}.{x.__name__}" if base else \
+            getattr(x, "__qualname__", type(x).__name__)
+        return f"the function {name}, not called: call it, {name}()"
     return f"{type(x).__name__} {x!r}"
+
+
+_describe = describe

@@ -184,6 +184,9 @@ class Kernel:
                     self._tracer = None
                 log.debug("traced %s for %s (%d PTX lines) in %.1f ms", self.name, arch,
                           hit.ptx.count("\n"), 1e3 * (time.perf_counter() - t0))
+                from .runtime.dump import dump, dump_dir
+                if dump_dir() is not None:   # every traced kernel, interpreted ones too
+                    dump(self.name, self._cubin_key(hit, hit.program.arch, ()), ptx=hit.ptx)
         return hit
 
     def _trace(self, arch: str, lines: str | None) -> Compiled:

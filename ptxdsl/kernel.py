@@ -348,7 +348,9 @@ class Kernel:
 
     # ------------------------------------------------------------------ running
     def interpret(self, *args, **kwargs):
-        """Run the IR on the CPU (numpy) and return the outputs as numpy arrays."""
+        """Run the IR on the CPU (numpy) and return the outputs it allocated: torch
+        tensors (on the first torch argument's device) when any argument is a torch
+        tensor, numpy arrays otherwise; outputs passed in are written in place."""
         from .interp import interpret
         return interpret(self, *args, **kwargs)
 

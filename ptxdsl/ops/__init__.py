@@ -18,6 +18,11 @@ from ._common.torch_registry import TORCH_OPS as _TORCH_OPS
 from .rmsnorm import KERNELS, RMSNorm, rms_norm, rms_norm_backward, rms_norm_quant
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
 from .attention import attention, attention_varlen  # noqa: E402  (likewise)
+from .matmul import api as _matmul_api
+
+# The documented ``ptxdsl.ops.matmul.api.describe(M, N, K)`` reaches the module through
+# the function that shadows the subpackage's name.
+matmul.api = _matmul_api
 
 
 def _rmsnorm_torch_ops() -> None:

@@ -122,3 +122,36 @@ def test_rms_norm_backward_argument_errors():
     _raises_here(lambda: rms_norm_backward(x[:2], x, w, rstd), "dy")
     _raises_here(lambda: rms_norm_backward(x, x, None, rstd), "weight")
     _raises_here(lambda: rms_norm_backward(x, x, w, rstd.astype(np.float64)), "rstd")
+
+
+def test_matmul_out_views_are_written_or_refused():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 8)).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    rows = np.zeros((8, 16), np.float16)[:, :8]
+    assert matmul(a, b, out=rows) is rows
+    np.testing.assert_allclose(rows, ref, atol=1e-2, rtol=1e-2)
+    for bad in (np.zeros((8, 16), np.float16)[:, ::2], np.zeros((8, 8), np.float16).T):
+        _raises_here(lambda: matmul(a, b, out=bad), "out needs unit inner stride")
+
+
+def test_matmul_argument_errors_name_the_argument():
+    a = np.ones((8, 16), np.float16)
+    b = np.ones((16, 8), np.float16)
+    _raises_here(lambda: matmul(a, b, activation=["relu"]), "activation")
+    _raises_here(lambda: matmul(None, b), "a must be")
+    _raises_here(lambda: matmul(a, None), "b must be")
+    _raises_here(lambda: matmul(a, b, bias=[0.0] * 8), "bias must be")
+
+
+def test_torch_weight_errors_and_module_arguments():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "nn"):
+        pytest.skip("the fake torch")
+    from ptxdsl.ops import RMSNorm
+    x, w = _xw((4, 64))
+    _raises_here(lambda: rms_norm(torch.from_numpy(x), None), "weight", "NoneType")
+    _raises_here(lambda: rms_norm(torch.from_numpy(x), w), "weight", "torch")
+    _raises_here(lambda: RMSNorm(-1), "dim")
+    _raises_here(lambda: RMSNorm(64, eps=None), "eps")

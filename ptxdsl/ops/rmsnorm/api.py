@@ -66,7 +66,7 @@ def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0, residual=None
         return got
     frame = Frame(x, "rms_norm")
     needs_grad = frame.kind == "torch" and frame.torch.is_grad_enabled() and (
-        x.requires_grad or weight.requires_grad)
+        x.requires_grad or getattr(weight, "requires_grad", False))
     if needs_grad and (residual is not None or out is not None):
         raise LaunchError("rms_norm(residual=..., out=...) writes into caller tensors and is "
                           "not differentiable; call it under torch.no_grad() (inference), or "

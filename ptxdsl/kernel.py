@@ -71,6 +71,7 @@ class Kernel:
                  extern_smem=False, raw_directives=None, smem: int | None = None,
                  pdl: bool = False, resident: int | None = None):
         self.fn = fn
+        _check_specs(fn, in_specs, out_specs, version)
         # a lambda's "<lambda>" is spelled as a PTX identifier ("_lambda_"); a name given
         # with name= must be one (_check_body)
         self.name = name or re.sub(r"[^A-Za-z0-9_$]", "_", fn.__name__)
@@ -167,6 +168,14 @@ class Kernel:
         """Trace, verify and print for ``arch`` (default: the kernel's), cached per key."""
         arch = arch or self.arch
         key = (arch, lines if lines is not None else self.lines)
+        if arch != self.arch or key[1] not in (None, "comment", "loc"):
+            try:
+                parse_arch(arch)
+            except PtxdslError as e:
+                raise e.at(user_location()) from None
+            if key[1] not in (None, "comment", "loc"):
+                raise TraceError(f"lines must be None, True, 'comment' or 'loc', got "
+                                 f"{key[1]!r}", user_location())
         if self._tracer == threading.get_ident():
             # the body asked for its own trace (a call of itself): the lock would deadlock
             raise TraceError(f"kernel {self.name} uses itself while it is being traced (a "
@@ -414,6 +423,20 @@ def interpret_requested() -> bool:
     (read on every call, so a script or ``monkeypatch.setenv`` may set it late)."""
     return os.environ.get("PTXDSL_INTERPRET", "").strip().lower() not in (
         "", "0", "false", "no", "off")
+
+
+def _check_specs(fn, in_specs, out_specs, version) -> None:
+    """in_specs/out_specs are sequences of Tiles (one bare Tile is the usual slip) and
+    ``version`` a (major, minor) pair, refused at the definition's line."""
+    loc = _code_loc(fn)
+    for what, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
+        if isinstance(specs, Tile) or not isinstance(specs, (tuple, list)):
+            raise TraceError(f"{what} takes a tuple of Tiles, e.g. {what}=(Tile(\"N\", f32),), "
+                             f"got {specs!r}", loc)
+    if version is not None and not (isinstance(version, (tuple, list)) and len(version) == 2
+                                    and all(isinstance(v, int) for v in version)):
+        raise TraceError(f"version is a (major, minor) pair of ints such as (8, 0), got "
+                         f"{version!r}", loc)
 
 
 _PTX_NAME = re.compile(r"^(?:[A-Za-z][A-Za-z0-9_$]*|[_$%][A-Za-z0-9_$]+)$")

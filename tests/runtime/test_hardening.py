@@ -207,3 +207,24 @@ def test_check_result_repr_is_short():
         pass
     r = small.check()
     assert len(repr(r)) < 300 and "bytes>" in repr(r) and "small" in repr(r)
+
+
+def test_kernel_misuse_is_a_ptxdsl_error_at_the_users_line():
+    with pytest.raises(TraceError, match="in_specs takes a tuple of Tiles"):
+        @kernel(in_specs=Tile(32, f32), out_specs=(Tile(32, f32),))
+        def bare(X, Y):
+            pass
+    with pytest.raises(TraceError, match=r"version is a \(major, minor\) pair"):
+        @kernel(**SPECS, version="8.0")
+        def v(X, Y):
+            pass
+
+    @kernel(**SPECS)
+    def fine(X, Y):
+        pass
+    with pytest.raises(ArchError, match="sm_91") as e:
+        fine.ptx("sm_91")
+    _at_here(e.value)
+    with pytest.raises(TraceError, match="lines must be") as e:
+        fine.ptx(lines="xyz")
+    _at_here(e.value)

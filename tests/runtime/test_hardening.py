@@ -228,3 +228,16 @@ def test_kernel_misuse_is_a_ptxdsl_error_at_the_users_line():
     with pytest.raises(TraceError, match="lines must be") as e:
         fine.ptx(lines="xyz")
     _at_here(e.value)
+
+
+def test_wgmma_tiles_with_16_byte_rows_get_a_tma_and_swizzles_match_the_docs():
+    from ptxdsl.isa.descriptors import swizzle_offset
+    t = Tile.wgmma_b(16, 8, bf16)
+    assert t.tma is not None and t.tma.swizzle == 0 and t.tma.box == (128, 8) and t.tma.clamp
+    assert Tile.wgmma_a(64, 16, bf16).tma.box == (128, 16)
+    for span, low, high in ((32, [4], [7]), (64, [4, 5], [7, 8]), (128, [4, 5, 6], [7, 8, 9])):
+        for o in range(0, 4 * span * 8, 16):
+            want = o
+            for lo, hi in zip(low, high):
+                want ^= ((o >> hi) & 1) << lo
+            assert swizzle_offset(o, span) == want, (span, o)

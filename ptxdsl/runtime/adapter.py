@@ -325,9 +325,11 @@ def kind_of(a, op: str, name: str | None = None) -> str:
         return kind
     if kind:
         return "device"
-    what = f"{op}: {name} must be" if name else f"{op} takes"
-    raise LaunchError(f"{what} a numpy array, a torch tensor or a device array, got "
-                      f"{type(a).__name__}", user_location())
+    if name:
+        raise LaunchError(f"{op}: {name} must be a numpy array, a torch tensor or a device "
+                          f"array, got {type(a).__name__}", user_location())
+    raise LaunchError(f"{op} takes numpy arrays, torch tensors or device arrays, "
+                      f"got {type(a).__name__}", user_location())
 
 
 def dtype_of(a) -> PtxType | None:
@@ -344,11 +346,11 @@ class Frame:
     device, its arch and multiprocessor count) and how (``kernel(...)`` or
     ``kernel.interpret(...)``)."""
 
-    def __init__(self, x, op: str, name: str = "x"):
+    def __init__(self, x, op: str, name: str | None = None):
         self.op = op
         self.kind = kind_of(x, op, name)
         if getattr(x, "ndim", 1) == 0:
-            raise LaunchError(f"{op}: {name} must be at least 1-D, got a 0-d "
+            raise LaunchError(f"{op}: {name or 'x'} must be at least 1-D, got a 0-d "
                               f"{type(x).__name__}", user_location())
         self.torch = sys.modules["torch"] if self.kind == "torch" else None
         # torch tensors in host memory run on the interpreter, like numpy without a GPU

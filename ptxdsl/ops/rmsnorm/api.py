@@ -64,7 +64,7 @@ def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0, residual=None
         got = FORWARD.lookup(x, weight, residual, out, eps, offset, return_rstd)
     if got is not None:
         return got
-    frame = Frame(x, "rms_norm")
+    frame = Frame(x, "rms_norm", "x")
     needs_grad = frame.kind == "torch" and frame.torch.is_grad_enabled() and (
         x.requires_grad or getattr(weight, "requires_grad", False))
     if needs_grad and (residual is not None or out is not None):
@@ -87,7 +87,7 @@ def forward(x, weight, eps: float, offset: float = 0.0):
         got = FORWARD.lookup(x, weight, None, None, eps, offset, True)
     if got is not None:
         return got
-    return _forward(Frame(x, "rms_norm"), x, weight, eps, offset, None, None, True)
+    return _forward(Frame(x, "rms_norm", "x"), x, weight, eps, offset, None, None, True)
 
 
 def _forward(frame, x, weight, eps, offset, residual, out, want_rstd):
@@ -177,7 +177,7 @@ def rms_norm_backward(dy, x, weight, rstd, *, offset: float = 0.0):
         got = BACKWARD.lookup(dy, x, weight, rstd, offset)
     if got is not None:
         return got
-    frame = Frame(x, "rms_norm_backward")
+    frame = Frame(x, "rms_norm_backward", "x")
     if frame.kind == "torch":
         TORCH_OPS.ensure()
     dx, dw, rec = _backward_general(frame, dy, x, weight, rstd, offset_value(offset))

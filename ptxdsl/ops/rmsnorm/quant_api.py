@@ -60,7 +60,7 @@ def rms_norm_quant(x, weight, eps: float = 1e-6, *, residual=None, offset: float
             got = QUANT.lookup(x, weight, residual, scale, eps, offset, None)
     if got is not None:
         return got
-    frame = Frame(x, "rms_norm_quant")
+    frame = Frame(x, "rms_norm_quant", "x")
     if frame.kind == "torch":
         TORCH_OPS.ensure()
     y, sc, rec = _general(frame, x, weight, eps, residual, offset_value(offset), scale)

@@ -13,6 +13,7 @@ import inspect
 import operator
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -21,11 +22,12 @@ from typing import Callable, Sequence
 from . import toolchain
 from .core import ir
 from .core.arch import parse_arch
+from .core.limits import check_dims
 from .core.emit import Emitted, emit
 from .core.entry import entry_options
 from .core.errors import (
     PtxdslError, SourceLoc, ToolchainError, TraceError, location_from_traceback,
-    raised_inside_ptxdsl)
+    raised_inside_ptxdsl, user_location)
 from .core.specs import Tile
 from .core.trace import Builder
 from .core.types import u8, u32, u64
@@ -70,12 +72,20 @@ class Kernel:
                  extern_smem=False, raw_directives=None, smem: int | None = None,
                  pdl: bool = False, resident: int | None = None):
         self.fn = fn
-        self.name = name or fn.__name__
+        _check_specs(fn, in_specs, out_specs, version)
+        # a lambda's "<lambda>" is spelled as a PTX identifier ("_lambda_"); a name given
+        # with name= must be one (_check_body)
+        self.name = name or re.sub(r"[^A-Za-z0-9_$]", "_", fn.__name__)
         self.in_specs = tuple(in_specs)
         self.out_specs = tuple(out_specs)
         self.grid = grid
         self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
                                     fn.__code__.co_firstlineno)
+        _check_body(fn, self.name, self.defined_at)
+        try:
+            parse_arch(arch)
+        except PtxdslError as e:
+            raise e.at(self.defined_at) from None
         self.block = _dim3(block, "block", self.defined_at)
         self.arch = arch
         self.version = version
@@ -129,6 +139,11 @@ class Kernel:
                                  self.defined_at)
         if not callable(grid):
             self.grid = _dim3(grid, "grid", self.defined_at)
+        try:
+            check_dims(None if callable(grid) else self.grid, self.block, f"kernel {self.name}",
+                       self.defined_at)
+        except PtxdslError as e:
+            raise TraceError(e.message, self.defined_at) from None
         nthreads = self.block[0] * self.block[1] * self.block[2]
         if nthreads > 1024:
             raise TraceError(f"block {self.block} has {nthreads} threads; a CTA holds at most "
@@ -144,6 +159,7 @@ class Kernel:
         self._template = template_params(fn, self.defined_at)
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
+        self._tracer: int | None = None   # the thread tracing this kernel, while it does
         self.runtime_cache: dict = {}  # owned by ptxdsl.runtime (modules, prepared launches)
 
     def __repr__(self) -> str:
@@ -161,15 +177,37 @@ class Kernel:
         """Trace, verify and print for ``arch`` (default: the kernel's) and the template
         values (defaults for those not given), cached per key."""
         arch = arch or self.arch
+        lines = lines if lines is not None else self.lines
+        if arch != self.arch or lines not in (None, "comment", "loc"):
+            try:
+                parse_arch(arch)
+            except PtxdslError as e:
+                raise e.at(user_location()) from None
+            if lines not in (None, "comment", "loc"):
+                raise TraceError(f"lines must be None, True, 'comment' or 'loc', got "
+                                 f"{lines!r}", user_location())
+        if self._tracer == threading.get_ident():
+            # the body asked for its own trace (a call of itself): the lock would deadlock
+            raise TraceError(f"kernel {self.name} uses itself while it is being traced (a "
+                             f"recursive call, or its own .ptx()/.compile()); a kernel body "
+                             f"cannot call a kernel: call a plain Python helper instead",
+                             user_location())
         values = bind_template(self, template)
-        key = (arch, lines if lines is not None else self.lines) + tuple(sorted(values.items()))
+        key = (arch, lines) + tuple(sorted(values.items()))
         with self._lock:
             hit = self._compiled.get(key)
             if hit is None:
                 t0 = time.perf_counter()
-                hit = self._compiled[key] = self._trace(arch, key[1], values)
+                self._tracer = threading.get_ident()
+                try:
+                    hit = self._compiled[key] = self._trace(arch, key[1], values)
+                finally:
+                    self._tracer = None
                 log.debug("traced %s for %s (%d PTX lines) in %.1f ms", self.name, arch,
                           hit.ptx.count("\n"), 1e3 * (time.perf_counter() - t0))
+                from .runtime.dump import dump, dump_dir
+                if dump_dir() is not None:   # every traced kernel, interpreted ones too
+                    dump(self.name, self._cubin_key(hit, hit.program.arch, ()), ptx=hit.ptx)
         return hit
 
     def _trace(self, arch: str, lines: str | None, template: dict | None = None) -> Compiled:
@@ -345,7 +383,9 @@ class Kernel:
 
     # ------------------------------------------------------------------ running
     def interpret(self, *args, **kwargs):
-        """Run the IR on the CPU (numpy) and return the outputs as numpy arrays."""
+        """Run the IR on the CPU (numpy) and return the outputs it allocated: torch
+        tensors (on the first torch argument's device) when any argument is a torch
+        tensor, numpy arrays otherwise; outputs passed in are written in place."""
         from .interp import interpret
         return interpret(self, *args, **kwargs)
 
@@ -409,6 +449,38 @@ def interpret_requested() -> bool:
     (read on every call, so a script or ``monkeypatch.setenv`` may set it late)."""
     return os.environ.get("PTXDSL_INTERPRET", "").strip().lower() not in (
         "", "0", "false", "no", "off")
+
+
+def _check_specs(fn, in_specs, out_specs, version) -> None:
+    """in_specs/out_specs are sequences of Tiles (one bare Tile is the usual slip) and
+    ``version`` a (major, minor) pair, refused at the definition's line."""
+    loc = _code_loc(fn)
+    for what, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
+        if isinstance(specs, Tile) or not isinstance(specs, (tuple, list)):
+            raise TraceError(f"{what} takes a tuple of Tiles, e.g. {what}=(Tile(\"N\", f32),), "
+                             f"got {specs!r}", loc)
+    if version is not None and not (isinstance(version, (tuple, list)) and len(version) == 2
+                                    and all(isinstance(v, int) for v in version)):
+        raise TraceError(f"version is a (major, minor) pair of ints such as (8, 0), got "
+                         f"{version!r}", loc)
+
+
+_PTX_NAME = re.compile(r"^(?:[A-Za-z][A-Za-z0-9_$]*|[_$%][A-Za-z0-9_$]+)$")
+
+
+def _check_body(fn, name: str, loc: SourceLoc) -> None:
+    """A body that would trace to nothing (a generator or coroutine function returns
+    without running a line) or whose name PTX cannot spell is refused where it is defined."""
+    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or \
+            inspect.isasyncgenfunction(fn):
+        what = "an async def" if inspect.iscoroutinefunction(fn) or \
+            inspect.isasyncgenfunction(fn) else "a generator (it contains yield)"
+        raise TraceError(f"the body of kernel {name} is {what}: calling it runs none of its "
+                         f"lines, so it would trace to an empty kernel; write a plain def "
+                         f"with no yield or await", loc)
+    if not isinstance(name, str) or not _PTX_NAME.match(name):
+        raise TraceError(f"kernel name {name!r} is not a PTX identifier (a letter, then "
+                         f"letters, digits, _ or $); pass a name such as name='my_kernel'", loc)
 
 
 def _code_loc(fn) -> SourceLoc | None:

@@ -374,6 +374,13 @@ class AssembleResult:
     # ptx.raw lines ptxdsl did not check ("file:line: text"), filled in by Kernel.check
     unchecked: tuple[str, ...] = ()
 
+    def __repr__(self) -> str:
+        # short: the cubin's bytes (tens of KB) are not worth printing
+        res = ", ".join(f"{k}: {v.registers} regs, {v.shared} B shared, {v.spill_stores} B "
+                        f"spilled" for k, v in self.resources.items())
+        return (f"AssembleResult(cubin=<{len(self.cubin)} bytes>, {res or 'no resources'}, "
+                f"{len(self.warnings)} warning(s), {len(self.unchecked)} unchecked line(s))")
+
 
 def _run(cmd: list[str], cwd: str, timeout: float,
          env: dict | None = None) -> subprocess.CompletedProcess:

@@ -36,6 +36,7 @@ from ..core.version import __version__
 from ..kernel import Kernel
 from . import doctor as doctor_mod
 from . import ptxfile
+from .benchenv import cuda_torch_missing
 
 __all__ = ["main", "load_kernels", "select_kernels", "format_table", "CliError",
            "KernelEntry"]
@@ -255,10 +256,20 @@ def _cmd_list(args) -> int:
     for e in entries:
         k = e.kernel
         rows.append([e.name, k.arch, "x".join(map(str, k.block)),
-                     ", ".join(map(repr, k.in_specs)), ", ".join(map(repr, k.out_specs)), e.source])
+                     ", ".join(map(_tile_brief, k.in_specs)),
+                     ", ".join(map(_tile_brief, k.out_specs)), e.source])
     print(format_table(["kernel", "arch", "block", "inputs", "outputs", "from"], rows,
                        right=[False] * 6))
     return 0
+
+
+def _tile_brief(t) -> str:
+    """A Tile in a table cell: ``MxK bf16 tma`` (its repr, with the TMA box, runs to
+    hundreds of characters; ``ptxdsl ptx`` shows everything)."""
+    dims = "x".join(map(str, t.dims)) or "scalar"
+    extra = (" tma" if getattr(t, "tma", None) is not None else "") + \
+        (f" stride={t.stride}" if getattr(t, "stride", None) else "")
+    return f"{dims} {t.dtype.name}{extra}"
 
 
 def _cmd_ptx(args) -> int:
@@ -396,6 +407,9 @@ def _cmd_bench(args) -> int:
     rest = list(args.args)
     if rest and rest[0] == "--":
         rest = rest[1:]
+    missing = None if {"-h", "--help"} & set(rest) else cuda_torch_missing(name, path)
+    if missing:
+        raise CliError(missing)
     try:
         return subprocess.call([sys.executable, path, *rest], env=env)
     except KeyboardInterrupt:
@@ -438,7 +452,9 @@ def _cmd_cache(args) -> int:
         return 0
     # clear: the runtime's clear deletes only the files it wrote
     failed: list = []
-    print(f"removed {clear(failed=failed)} cached kernel(s) from {path}")
+    files: list = []
+    kernels = clear(failed=failed, files=files)
+    print(f"removed {kernels} cached kernel(s) ({len(files)} file(s)) from {path}")
     if failed:
         for p, why in failed[:10]:
             print(f"ptxdsl: error: could not remove {p}: {why}", file=sys.stderr)

@@ -8,14 +8,17 @@ our internals.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import sys
 from dataclasses import dataclass
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-# Ready-made kernels in ptxdsl/ops are DSL *user* code: their lines are the
-# ones worth naming in errors and in the PTX line map.
+# While a kernel is traced, the ready-made kernels in ptxdsl/ops are DSL *user* code:
+# their lines are the ones worth naming in trace errors and in the PTX line map. Outside
+# a trace the ops are ptxdsl's API, and an argument error names the line that called it.
 _OPS_DIR = _PKG_DIR + "ops" + os.sep
+_TRACING: contextvars.ContextVar[int] = contextvars.ContextVar("ptxdsl_tracing", default=0)
 # Frames of these files are machinery between the user's line and ours
 # (``with ptx.if_(...)`` enters through contextlib).
 _SKIP_FILES = frozenset({contextlib.__file__, os.path.abspath(contextlib.__file__)})
@@ -64,13 +67,24 @@ def caller_location(skip: int = 1) -> SourceLoc | None:
     return None
 
 
+@contextlib.contextmanager
+def tracing():
+    """Mark the current context as tracing a kernel body (see :func:`is_user_file`)."""
+    token = _TRACING.set(_TRACING.get() + 1)
+    try:
+        yield
+    finally:
+        _TRACING.reset(token)
+
+
 def is_user_file(filename: str) -> bool:
-    """Whether a code object's file is user code: not ptxdsl's own machinery (the
-    ready-made kernels of ``ptxdsl/ops`` count as user code) and not contextlib."""
+    """Whether a code object's file is user code: not ptxdsl's own machinery and not
+    contextlib. The ready-made kernels of ``ptxdsl/ops`` count as user code only while
+    a kernel is being traced (their kernel bodies); outside a trace they are the API."""
     if filename in _SKIP_FILES or filename.startswith(GENERATED_PREFIX):
         return False
     path = filename if filename.startswith(_PKG_DIR) else os.path.abspath(filename)
-    return not path.startswith(_PKG_DIR) or path.startswith(_OPS_DIR)
+    return not path.startswith(_PKG_DIR) or (path.startswith(_OPS_DIR) and _TRACING.get() > 0)
 
 
 def location_from_traceback(tb) -> SourceLoc | None:

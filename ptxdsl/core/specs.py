@@ -105,21 +105,27 @@ class Tile:
     @classmethod
     def wgmma_a(cls, m, k, dtype: PtxType, *, tile_m=None, tile_k=None) -> "Tile":
         """pyptx's Tile for a wgmma A operand (row-major M x K, K-major) loaded by TMA
-        in ``(tile_m, tile_k)`` boxes (the whole extent where not given), swizzled by the
-        width of one box row (16 bytes: none; 32/64/128 and wider: that span)."""
+        in ``(tile_m, tile_k)`` boxes, swizzled by the width of one box row (16 bytes:
+        none; 32/64/128 and wider: that span). Given neither, the box is 128 rows
+        (clamped to the tensor) by one swizzle span (``min(k, 128 bytes)``), not the
+        whole tensor: ``Tile.wgmma_a(64, 16, bf16)`` gets ``box=(128, 16)``, clamped to
+        ``(64, 16)`` when the tensor map is encoded."""
         box = (tile_m if tile_m is not None else m, tile_k if tile_k is not None else k) \
             if tile_m is not None or tile_k is not None else None
         inner = tile_k if tile_k is not None else k
-        return cls(m, k, dtype, layout=_wgmma_layout(inner, dtype, "a"), tma_box=box)
+        layout = _wgmma_layout(inner, dtype, "a")
+        return cls(m, k, dtype, layout=layout, tma_box=box or _unswizzled_box(layout, inner))
 
     @classmethod
     def wgmma_b(cls, k, n, dtype: PtxType, *, tile_k=None, tile_n=None) -> "Tile":
         """pyptx's Tile for a wgmma B operand (row-major K x N, N-major): boxes of
-        ``(tile_k, tile_n)``, swizzled by the width of one box row."""
+        ``(tile_k, tile_n)``, swizzled by the width of one box row; the default box as
+        :meth:`wgmma_a`'s (16-byte rows: ``(128, n)``, unswizzled, still through TMA)."""
         box = (tile_k if tile_k is not None else k, tile_n if tile_n is not None else n) \
             if tile_k is not None or tile_n is not None else None
         inner = tile_n if tile_n is not None else n
-        return cls(k, n, dtype, layout=_wgmma_layout(inner, dtype, "b"), tma_box=box)
+        layout = _wgmma_layout(inner, dtype, "b")
+        return cls(k, n, dtype, layout=layout, tma_box=box or _unswizzled_box(layout, inner))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -177,6 +183,14 @@ def _pyptx_tma(dims, dtype: PtxType, layout: Layout, box, rank: int,
         raise TraceError(f"tma_box {tuple(box)} has {len(box)} entries for {len(dims)} dims",
                          loc)
     return TMA(box=tuple(box), swizzle=layout.swizzle, clamp=True)
+
+
+def _unswizzled_box(layout: Layout, inner) -> tuple | None:
+    """A wgmma operand with 16-byte rows has no swizzle (``Layout.ROW``), yet it is still
+    loaded by TMA: its default box, 128 rows (clamped) by the whole row."""
+    if layout is Layout.ROW and not isinstance(inner, str):
+        return (128, int(inner))
+    return None
 
 
 def _wgmma_layout(inner, dtype: PtxType, operand: str) -> Layout:

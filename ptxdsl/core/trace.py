@@ -20,7 +20,7 @@ import numpy as np
 from . import ir
 from .walks import collect_mentioned, collect_used, resolve_deferred
 from .arch import arch_ptx_floor, parse_arch
-from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, user_location
+from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, tracing, user_location
 from ..isa import Match, check_arch, resolve
 from ..isa.spec import SPACES_32BIT_OK
 from .types import (
@@ -76,7 +76,8 @@ class Builder:
     def active(self) -> Iterator["Builder"]:
         token = _ACTIVE.set(self)
         try:
-            yield self
+            with tracing():
+                yield self
         finally:
             _ACTIVE.reset(token)
 
@@ -574,7 +575,17 @@ def _slot_name(slot, m: Match) -> str:
     return base + ("?" if slot.optional else "")
 
 
-def _describe(x) -> str:
+def describe(x) -> str:
+    """An operand as an error message names it; a function that should have been called
+    (``ptx.special.tid.x`` without ``()``) says so."""
     if isinstance(x, ir.Reg):
         return f"register %{x.name} (.{x.dtype.name})"
+    if callable(x) and not isinstance(x, type):
+        base = getattr(getattr(x, "__self__", None), "_base", None)
+        name = f"ptx.special.{base}.{x.__name__}" if base else \
+            getattr(x, "__qualname__", type(x).__name__)
+        return f"the function {name}, not called: call it, {name}()"
     return f"{type(x).__name__} {x!r}"
+
+
+_describe = describe

@@ -29,7 +29,7 @@ from ..core import ir
 from ..core.errors import (
     OperandTypeError, PtxdslError, TraceError, TraceIndexError, TraceTypeError, user_location)
 from ..isa import resolve as resolve_chain
-from ..core.trace import active_builder, current
+from ..core.trace import active_builder, current, describe
 from ..core.types import (
     ALL_TYPES, PREFIX_TYPE, REG_PREFIX, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type,
     pred)
@@ -346,7 +346,7 @@ def _unify(a, b_, opname):
             raise OperandTypeError(f"cannot {opname} .{ta.name} and .{tb.name}; cvt one first")
         return a, b_, ta
     if isinstance(b_, bool) or not isinstance(b_, (int, float)):
-        raise OperandTypeError(f"cannot {opname} a register and {type(b_).__name__} {b_!r}")
+        raise OperandTypeError(f"cannot {opname} a register and {describe(b_)}")
     if ta.is_pred:
         raise OperandTypeError(f"cannot {opname} a predicate and a number")
     if not ta.is_float and isinstance(b_, float) and not b_.is_integer():

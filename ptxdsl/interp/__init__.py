@@ -30,6 +30,7 @@ import numpy as np
 
 from ..core import ir
 from ..core.errors import InterpreterError, LaunchError, user_location
+from ..core.limits import check_run
 from .binding import as_array, bind_dims, bind_strides, row_elements, strided_extent, tensor_maps
 from .hb import Tracker
 from .machine import MAX_STEPS, Machine, compiled
@@ -200,6 +201,7 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     ``warp_stores_merge``: lanes of one warp storing the same bits to one address in one
     ``st`` count as one write (for imported PTX, :mod:`ptxdsl.frontend`).
     """
+    check_run(prog, tuple(grid), tuple(block), prog.name, user_location())
     _check_supported(prog)
     handlers = handlers_for_run()
     top = compiled(prog, handlers)

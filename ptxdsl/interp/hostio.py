@@ -6,7 +6,8 @@ call allocated come back as torch tensors on the device of the first torch
 argument when any argument is a torch tensor, as numpy arrays otherwise; outputs
 passed in are written in place, whatever their kind. Dtype advice names the fix in
 the argument's own framework (``.to(torch.float32)`` for a tensor,
-``.astype(np.float32)`` for an array).
+``.astype(np.float32)`` for an array; ``.astype(ml_dtypes.bfloat16)`` for a bf16 or fp8
+tile, whose numpy form is its bits: ml_dtypes arrays or uint16 / uint8 bit patterns).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 
 import numpy as np
 
-from ..core.errors import LaunchError
+from ..core.errors import LaunchError, caller_location
 
 __all__ = ["HostArg", "to_numpy", "write_back", "wrap_output"]
 
@@ -42,6 +43,8 @@ class HostArg:
 
 # 8-bit float tiles (held as their bytes) and the dtype name torch / ml_dtypes give them.
 _FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+# Tiles whose numpy form is a bit pattern: the ml_dtypes type that holds their values.
+_BITS = {"bf16": "bfloat16", **_FP8}
 
 _TORCH_FOR_NUMPY = {"float32": "float32", "float64": "float64", "float16": "float16",
                     "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
@@ -70,18 +73,26 @@ def to_numpy(x, name: str, tile) -> HostArg:
                     _torch_dtype_for(tile):
                 raise LaunchError(f"argument {name} must be torch.{_torch_dtype_for(tile)} for "
                                   f"{tile}, got {t.dtype}; convert it with "
-                                  f".to(torch.{_torch_dtype_for(tile)})")
+                                  f".to(torch.{_torch_dtype_for(tile)})", caller_location())
             a = t.cpu().numpy()
         return HostArg(x, a, "torch")
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        raise LaunchError(f"argument {name} must be a numpy array or a torch tensor for "
+                          f"{tile}, got {type(x).__name__}", caller_location())
     a = np.asarray(x)
-    if tile.dtype.name == "bf16" and a.dtype.name == "bfloat16":
-        a = a.view(np.uint16)
-    if a.dtype.name == _FP8.get(tile.dtype.name):   # ml_dtypes' float8: its bytes
-        a = a.view(np.uint8)
+    bits = _BITS.get(tile.dtype.name)
+    if bits is not None and a.dtype.name == bits:   # ml_dtypes' bfloat16 / float8: its bits
+        a = a.view(want)
     if a.dtype != want:
-        hint = " (bf16 data is passed as uint16 bit patterns)" if tile.dtype.name == "bf16" else ""
-        raise LaunchError(f"argument {name} must be {want} for {tile}, got {a.dtype}{hint}; "
-                          f"convert it with .astype(np.{want})")
+        if bits is not None:
+            # uint8 / uint16 are taken as the bit patterns; .astype(np.uint16) would convert
+            # the values, so the advice names the ml_dtypes type (or a view of its bits).
+            fix = (f"pass an ml_dtypes.{bits} array (x.astype(ml_dtypes.{bits})) or its bit "
+                   f"pattern (.view(np.{want.name}) of such an array)")
+        else:
+            fix = f"convert it with .astype(np.{want})"
+        raise LaunchError(f"argument {name} must be {want.name if bits is None else bits} "
+                          f"for {tile}, got {a.dtype}; {fix}", caller_location())
     return HostArg(x, a, "numpy")
 
 
@@ -96,7 +107,8 @@ def write_back(given, result: np.ndarray) -> None:
         with torch.no_grad():
             given.copy_(src.reshape(given.shape))
         return
-    target = given.view(np.uint16) if given.dtype.name == "bfloat16" else given
+    # an ml_dtypes array takes the bits, never the bit pattern's integer values
+    target = given.view(result.dtype) if given.dtype.name in _BITS.values() else given
     target[...] = result
 
 

@@ -281,9 +281,13 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("shfl.sync", (g("mode", "up", "down", "bfly", "idx", required=True),), ("b32",),
            operands="d:T p:pred? s:T s:u32 s:u32 s:u32", ptx=(6, 0), sm=30, category="warp",
            form="pipe_pred",
-           doc="Exchange a register within a warp: operands are value, lane/offset, "
-               "clamp|segmask (c), membermask; the optional predicate destination (printed "
-               "d|p) is true where the source lane was in range.",
+           doc="Exchange a register within a warp: operands are value, lane/offset b, "
+               "c = (segmask << 8) | clamp, membermask; the optional predicate destination "
+               "(printed d|p) is true where the source lane was in range (else a lane reads "
+               "its own value). Over whole 32-lane warps c is 0 for .up (the lowest lane "
+               "that may be read) and 31 for .down, .bfly and .idx (the highest): .up with "
+               "c = 31 reads no other lane (every lane keeps its value). Segments of w "
+               "lanes: c = ((32 - w) << 8) | (0 for .up, w - 1 otherwise).",
            example="shfl.sync.bfly.b32 %r1, %r0, 16, 31, 0xffffffff",
            scope="warp", varies=True, moves_bits=True),
     OpSpec("vote.sync", (g("mode", "all", "any", "uni", "ballot", required=True),),

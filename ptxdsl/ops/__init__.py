@@ -21,6 +21,11 @@ from .matmul import grouped_matmul  # noqa: E402
 from .matmul import matmul  # noqa: E402  (the function shadows the subpackage name)
 from .attention import (attention, attention_backward, attention_varlen,  # noqa: E402
                         attention_varlen_backward)
+from .matmul import api as _matmul_api
+
+# The documented ``ptxdsl.ops.matmul.api.describe(M, N, K)`` reaches the module through
+# the function that shadows the subpackage's name.
+matmul.api = _matmul_api
 
 
 def _rmsnorm_torch_ops() -> None:

@@ -317,7 +317,7 @@ DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
 _DTYPE_NAMES = {f32: "float32", f16: "float16", bf16: "bfloat16"}
 
 
-def kind_of(a, op: str) -> str:
+def kind_of(a, op: str, name: str | None = None) -> str:
     """``"torch"``, ``"numpy"`` or ``"device"`` (any other device array
     :func:`classify` reads); raises for anything else."""
     kind = classify(a)
@@ -325,6 +325,9 @@ def kind_of(a, op: str) -> str:
         return kind
     if kind:
         return "device"
+    if name:
+        raise LaunchError(f"{op}: {name} must be a numpy array, a torch tensor or a device "
+                          f"array, got {type(a).__name__}", user_location())
     raise LaunchError(f"{op} takes numpy arrays, torch tensors or device arrays, "
                       f"got {type(a).__name__}", user_location())
 
@@ -343,9 +346,12 @@ class Frame:
     device, its arch and multiprocessor count) and how (``kernel(...)`` or
     ``kernel.interpret(...)``)."""
 
-    def __init__(self, x, op: str):
+    def __init__(self, x, op: str, name: str | None = None):
         self.op = op
-        self.kind = kind_of(x, op)
+        self.kind = kind_of(x, op, name)
+        if getattr(x, "ndim", 1) == 0:
+            raise LaunchError(f"{op}: {name or 'x'} must be at least 1-D, got a 0-d "
+                              f"{type(x).__name__}", user_location())
         self.torch = sys.modules["torch"] if self.kind == "torch" else None
         # torch tensors in host memory run on the interpreter, like numpy without a GPU
         self.cpu = self.kind == "torch" and x.device.type == "cpu"
@@ -394,6 +400,14 @@ class Frame:
         if self.kind == "torch":
             return v if v.stride(1) == 1 else v.contiguous()
         return v if element_strides(v)[1] == 1 else v.copy()
+
+    def copy_into(self, dst, src) -> None:
+        """Write ``src`` (any shape of ``dst``'s size) through the caller's view ``dst``."""
+        if self.kind == "torch":
+            with self.torch.no_grad():
+                dst.copy_(src.reshape(dst.shape))
+            return
+        dst[...] = src.reshape(dst.shape)
 
     def contiguous(self, a):
         if self.kind == "torch":

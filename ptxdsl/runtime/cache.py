@@ -29,6 +29,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 import warnings
 from typing import Callable, Sequence
 
@@ -84,11 +85,13 @@ def cache_key(ptx: str, arch: str, toolchain: str, options: Sequence[str] = ()) 
     return h.hexdigest()
 
 
-def clear(root: str | None = None, *, failed: list | None = None) -> int:
+def clear(root: str | None = None, *, failed: list | None = None,
+          files: list | None = None) -> int:
     """Delete the cache's entries (only files it wrote); returns how many cubins were removed.
 
     ``failed``, when given, receives ``(path, reason)`` for every file that could not be
-    removed (a read-only folder, a file held by another process...)."""
+    removed (a read-only folder, a file held by another process...); ``files`` the path
+    of every file removed (metadata, the ptxas memo, leftover temporary files too)."""
     root = root or cache_dir()
     removed = 0
     sub = os.path.join(root, _SUBDIR)
@@ -104,6 +107,8 @@ def clear(root: str | None = None, *, failed: list | None = None) -> int:
                 try:
                     os.remove(path)
                     removed += name.endswith(".cubin")
+                    if files is not None:
+                        files.append(path)
                 except FileNotFoundError:
                     pass  # another process removed it first
                 except OSError as e:
@@ -114,6 +119,33 @@ def clear(root: str | None = None, *, failed: list | None = None) -> int:
     except OSError:
         pass
     return removed
+
+
+# A temporary file older than this is a leftover of a writer that died (killed, or the
+# disk filled up between the write and the rename): a live write takes milliseconds.
+ORPHAN_AGE_S = 60.0
+
+
+def sweep_orphans(folder: str, now: float | None = None) -> int:
+    """Remove the ``.tmp`` files a dead writer left in ``folder``; returns how many."""
+    now = time.time() if now is None else now
+    n = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(".") and name.endswith(".tmp"):
+            path = os.path.join(folder, name)
+            try:
+                if now - os.stat(path).st_mtime > ORPHAN_AGE_S:
+                    os.remove(path)
+                    n += 1
+            except OSError:
+                pass   # gone already, or not ours to remove
+    if n:
+        log.debug("removed %d orphaned temporary file(s) from %s", n, folder)
+    return n
 
 
 class DiskCache:
@@ -208,6 +240,7 @@ class DiskCache:
         try:
             os.makedirs(folder, exist_ok=True)
             with self._locked(exclusive=True, create=True):
+                sweep_orphans(folder)
                 for target, blob in ((path, data),
                                      (self.meta_path(key),
                                       json.dumps(record, indent=1, sort_keys=True).encode())):
@@ -288,6 +321,7 @@ def ptxas_identity(path: str, version_of: Callable[[str], tuple[int, int]] | Non
             if disk_cache_enabled():
                 try:
                     os.makedirs(os.path.dirname(memo_path), exist_ok=True)
+                    sweep_orphans(os.path.dirname(memo_path))
                     fd, tmp = tempfile.mkstemp(prefix=".memo.", suffix=".tmp",
                                                dir=os.path.dirname(memo_path))
                     with os.fdopen(fd, "w", encoding="utf-8") as f:

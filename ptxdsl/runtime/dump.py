@@ -1,7 +1,8 @@
 """``PTXDSL_DUMP_DIR``: keep the PTX, cubin and SASS of everything compiled.
 
-With ``PTXDSL_DUMP_DIR=dir`` set (read at each compile), every kernel that is
-assembled (by a launch, ``kernel.check()``, ``kernel.resources()``, ``ptxdsl check``)
+With ``PTXDSL_DUMP_DIR=dir`` set (read at each compile), every kernel that is traced
+leaves its PTX (so a kernel that only ever runs on the interpreter is dumped too), and
+every kernel that is assembled (by a launch, ``kernel.check()``, ``kernel.resources()``, ``ptxdsl check``)
 or disassembled (``kernel.sass()``, ``ptxdsl sass``) leaves
 ``dir/<kernel>-<key>.ptx``, ``dir/<kernel>-<key>.cubin`` and, when SASS was made,
 ``dir/<kernel>-<key>.sass``. ``<key>`` is the first 16 hex digits of the cubin cache

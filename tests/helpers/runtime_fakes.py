@@ -522,8 +522,8 @@ def fake_gpu_for_ops(monkeypatch, tmp_path):
     cpu_torch_as_cuda(monkeypatch)
     real_init = fr.Frame.__init__
 
-    def init(self, x, op):
-        real_init(self, x, op)
+    def init(self, x, op, *name):
+        real_init(self, x, op, *name)
         self.cpu = False
     monkeypatch.setattr(fr.Frame, "__init__", init)
     return cu

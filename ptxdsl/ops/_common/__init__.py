@@ -2,6 +2,7 @@
 
 =============== ==============================================================
 kernels         :class:`KernelCache`, built kernels keyed by what changes their PTX
+nanmath         :func:`max_keep_nan`, a ReLU / clamp that keeps NaN (DSL code)
 launch_order    programmatic dependent launch for the ops' kernels (DSL code)
 reduce          :class:`RowSum`, a row's f32 sum over a warp or a CTA (DSL code)
 rowio           vector loads and stores of a row chunk as f32 registers (DSL code)

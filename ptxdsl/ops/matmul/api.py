@@ -97,6 +97,9 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
            scale_a=None, scale_b=None):
     """``activation(a @ b + bias)``, or ``activation(scale_a * scale_b * (a @ b) + bias)``
     for float8 operands; see the module docstring for shapes, dtypes, layouts."""
+    if activation is not None and not isinstance(activation, str):
+        raise _error(f"activation must be None or a name ('relu', 'gelu', 'silu'), got "
+                     f"{activation!r}")
     activation = ALIASES.get(activation, activation)
     if activation not in ACTIVATIONS:
         raise _error(f"activation must be None, 'relu', 'gelu' (tanh form) or 'silu', got "
@@ -108,8 +111,8 @@ def matmul(a, b, *, out=None, out_dtype=None, bias=None, activation: str | None 
             got = MATMUL.lookup(a, b, bias, scale_a, scale_b, out_dtype, activation)
         if got is not None:
             return got
-    frame = Frame(a, "matmul")
-    if kind_of(b, "matmul") != frame.kind:
+    frame = Frame(a, "matmul", "a")
+    if kind_of(b, "matmul", "b") != frame.kind:
         raise _error(f"a and b must be the same kind of array, got {type(a).__name__} and "
                      f"{type(b).__name__}")
     scaled = scale_a is not None or scale_b is not None
@@ -178,7 +181,7 @@ def forward(frame, a, b, out, out_dtype, bias, activation, scale_a=None, scale_b
         record = record and not moved
     bdt = None
     if bias is not None:
-        if kind_of(bias, "matmul") != frame.kind or tuple(bias.shape) != (n,):
+        if kind_of(bias, "matmul", "bias") != frame.kind or tuple(bias.shape) != (n,):
             raise _error(f"bias must be a ({n},) array of the same kind as a, got "
                          f"{type(bias).__name__} of shape {tuple(getattr(bias, 'shape', ()))}")
         bdt = _DTYPES.get(str(bias.dtype).replace("torch.", ""))
@@ -192,7 +195,7 @@ def forward(frame, a, b, out, out_dtype, bias, activation, scale_a=None, scale_b
     if out is None:
         out = frame.empty(shape, a, odt)
     else:
-        if kind_of(out, "matmul") != frame.kind or tuple(out.shape) != shape:
+        if kind_of(out, "matmul", "out") != frame.kind or tuple(out.shape) != shape:
             raise _error(f"out must be an array of shape {shape}, got "
                          f"{tuple(getattr(out, 'shape', ()))}")
         if _dtype_of_any(out) != odt:

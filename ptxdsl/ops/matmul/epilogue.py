@@ -3,7 +3,7 @@
 
 Activations (``ACTIVATIONS``), each on one f32 register:
 
-* ``relu``: ``max.f32 y, x, 0``.
+* ``relu``: ``max.NaN.f32 y, x, 0`` (a NaN stays NaN, as in torch; :mod:`.._common.nanmath`).
 * ``gelu`` (the tanh form, ``torch.nn.functional.gelu(x, approximate="tanh")``):
   ``u = x * (c0 + c1 * x*x)``, ``y = 0.5x + 0.5x * tanh(u)`` with ``c0 = sqrt(2/pi)``,
   ``c1 = 0.044715 c0``: ``mul.f32`` x3, ``fma.rn.f32`` x2, ``tanh.approx.f32``.
@@ -20,6 +20,7 @@ import math
 
 from ...dsl import ptx, reg
 from ...core.types import f32
+from .._common.nanmath import max_keep_nan
 
 ACTIVATIONS = (None, "relu", "gelu", "silu")
 _C0 = math.sqrt(2.0 / math.pi)
@@ -32,7 +33,7 @@ def activate(x, act: str | None):
     if act is None:
         return x
     if act == "relu":
-        return ptx.max(x, 0.0)
+        return max_keep_nan(None, x, 0.0)
     if act == "gelu":
         x2 = x * x
         inner = ptx.fma(x2, _C1, reg.scalar(f32, init=_C0))

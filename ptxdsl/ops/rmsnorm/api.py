@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 
-from ...core.errors import LaunchError
+from ...core.errors import LaunchError, user_location
 from ...core.types import f32
 from ...runtime import torch_private
-from ...runtime.adapter import Frame, address as data_ptr, element_strides as strides
+from ...runtime.adapter import Frame, address as data_ptr, dtype_of, element_strides as strides
 from ...runtime.memo import Launch, Memo, Recording, output, scratch, tensor
 from .._common.torch_registry import TORCH_OPS
-from .checks import check_arrays, offset_value
+from .checks import check_array, check_arrays, check_like, eps_value, offset_value
 from .._common.workspace import HEADER, WORKSPACE
 from .plan import KERNELS, backward_kernel, dw_reduce_kernel, forward_kernel, vec_for
 
@@ -64,13 +64,14 @@ def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0, residual=None
         got = FORWARD.lookup(x, weight, residual, out, eps, offset, return_rstd)
     if got is not None:
         return got
-    frame = Frame(x, "rms_norm")
+    frame = Frame(x, "rms_norm", "x")
     needs_grad = frame.kind == "torch" and frame.torch.is_grad_enabled() and (
-        x.requires_grad or weight.requires_grad)
+        x.requires_grad or getattr(weight, "requires_grad", False))
     if needs_grad and (residual is not None or out is not None):
         raise LaunchError("rms_norm(residual=..., out=...) writes into caller tensors and is "
                           "not differentiable; call it under torch.no_grad() (inference), or "
-                          "add the residual first and call rms_norm(x, weight) for training")
+                          "add the residual first and call rms_norm(x, weight) for training",
+                          user_location())
     if needs_grad:
         from .autograd import rms_norm_autograd  # imports torch
         y, rstd = rms_norm_autograd(x, weight, eps, offset, forward, rms_norm_backward)
@@ -86,7 +87,7 @@ def forward(x, weight, eps: float, offset: float = 0.0):
         got = FORWARD.lookup(x, weight, None, None, eps, offset, True)
     if got is not None:
         return got
-    return _forward(Frame(x, "rms_norm"), x, weight, eps, offset, None, None, True)
+    return _forward(Frame(x, "rms_norm", "x"), x, weight, eps, offset, None, None, True)
 
 
 def _forward(frame, x, weight, eps, offset, residual, out, want_rstd):
@@ -101,22 +102,29 @@ def _forward(frame, x, weight, eps, offset, residual, out, want_rstd):
 
 
 def _forward_general(frame, x, weight, eps, residual, want_rstd, out, offset=0.0):
-    n = int(x.shape[-1])
+    n = int(x.shape[-1]) if x.ndim else 0
     dt, wdt = check_arrays(x, weight, n, frame)
+    eps = eps_value(eps)
     lead = tuple(x.shape[:-1])
     x2 = frame.rows(x, n)
     m = int(x2.shape[0])
     r2 = None
     if residual is not None:
-        if tuple(residual.shape) != tuple(x.shape) or frame.dtype(residual) != dt:
-            raise LaunchError("residual must have x's shape and dtype")
+        check_like(frame, residual, "residual", x, dt)
         r2 = frame.rows(residual, n)
         if data_ptr(r2) != data_ptr(residual) and frame.kind != "numpy":
-            raise LaunchError("residual is updated in place, so it needs unit inner stride")
+            raise LaunchError("rms_norm: residual is updated in place, so it needs unit "
+                              "inner stride", user_location())
+    if out is not None:
+        check_like(frame, out, "out", x, dt)
     y = out if out is not None else frame.empty(tuple(x.shape), x)
     y2 = frame.rows(y, n)
-    if not (y2.ndim == 2 and strides(y2) == (n, 1)):
-        raise LaunchError("out must be a contiguous array of x's shape and dtype")
+    # An out= the (M, N) row view cannot alias (a strided or permuted view): the kernel
+    # writes a new array, copied into out after the launch.
+    through = out is not None and m > 0 and (strides(y2) != (n, 1)
+                                             or data_ptr(y2) != data_ptr(out))
+    if through:
+        y2 = frame.empty((m, n), x)
     rstd = frame.empty((m,), x, f32) if want_rstd else None
     if m == 0:
         return y, rstd, None
@@ -131,12 +139,14 @@ def _forward_general(frame, x, weight, eps, residual, want_rstd, out, offset=0.0
     frame.run(k, *args)
     if r2 is not None and frame.kind == "numpy" and r2 is not residual:
         residual[...] = r2.reshape(residual.shape)
+    if through:
+        frame.copy_into(out, y2)
     if out is None:
         y = y2.reshape(lead + (n,))
     rec = None
     # A repeat call launches on the caller's own pointers: recorded only where the
     # (M, N) views the kernel saw are views of them, not copies.
-    if frame.cuda_torch and (x2 is x or x.is_contiguous()) and (
+    if frame.cuda_torch and not through and (x2 is x or x.is_contiguous()) and (
             residual is None or r2 is residual):
         outputs = []
 
@@ -167,7 +177,7 @@ def rms_norm_backward(dy, x, weight, rstd, *, offset: float = 0.0):
         got = BACKWARD.lookup(dy, x, weight, rstd, offset)
     if got is not None:
         return got
-    frame = Frame(x, "rms_norm")
+    frame = Frame(x, "rms_norm_backward", "x")
     if frame.kind == "torch":
         TORCH_OPS.ensure()
     dx, dw, rec = _backward_general(frame, dy, x, weight, rstd, offset_value(offset))
@@ -177,15 +187,15 @@ def rms_norm_backward(dy, x, weight, rstd, *, offset: float = 0.0):
 
 
 def _backward_general(frame, dy, x, weight, rstd, offset=0.0):
-    n = int(x.shape[-1])
+    n = int(x.shape[-1]) if x.ndim else 0
     dt, wdt = check_arrays(x, weight, n, frame)
-    if tuple(dy.shape) != tuple(x.shape) or frame.dtype(dy) != dt:
-        raise LaunchError(f"dy must match x: shape {tuple(x.shape)} and dtype {dt.name}")
+    check_like(frame, dy, "dy", x, dt)
+    check_array(frame, rstd, "rstd")
     x2, dy2 = frame.rows(x, n), frame.rows(dy, n)
     m = int(x2.shape[0])
-    if tuple(rstd.shape) not in ((m,), tuple(x.shape[:-1])) or frame.dtype(rstd) != f32:
-        raise LaunchError(f"rstd must be float32 with one value per row ({m}), got "
-                          f"{tuple(rstd.shape)} {rstd.dtype}")
+    if tuple(rstd.shape) not in ((m,), tuple(x.shape[:-1])) or dtype_of(rstd) != f32:
+        raise LaunchError(f"rms_norm_backward: rstd must be float32 with one value per row "
+                          f"({m}), got {tuple(rstd.shape)} {rstd.dtype}", user_location())
     rstd = rstd.reshape(m) if tuple(rstd.shape) != (m,) else rstd
     dx = frame.empty(tuple(x.shape), x)
     dw = frame.empty((n,), weight)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from ...core.errors import LaunchError, user_location
 from .api import rms_norm
+from .checks import eps_value, offset_value
 
 
 class RMSNorm(torch.nn.Module):
@@ -16,8 +18,11 @@ class RMSNorm(torch.nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6, *, offset: float = 0.0, device=None,
                  dtype=None):
         super().__init__()
-        self.eps = eps
-        self.offset = float(offset)
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise LaunchError(f"RMSNorm: dim must be a positive int, got {dim!r}",
+                              user_location())
+        self.eps = eps_value(eps, "RMSNorm")
+        self.offset = offset_value(offset)
         init = torch.zeros if self.offset else torch.ones
         self.weight = torch.nn.Parameter(init(dim, device=device, dtype=dtype))
 

@@ -24,7 +24,9 @@ once, ``p`` stays in registers, the FP8 bytes and ``h`` are written once. Longer
 read ``h`` and ``w`` a second time (mostly from L2).
 
 ``MIN_SCALE`` (``1 / (448 * 512)`` in f32, as vLLM's per-token quantisation clamps) keeps
-an all-zero row's scale positive: its FP8 bytes are zeros, not NaN.
+an all-zero row's scale positive: its FP8 bytes are zeros, not NaN. The clamp keeps a
+NaN (``max.NaN.f32``): a row of x holding a NaN or an inf (its sum of squares is NaN or
+inf, so ``max|p| * rstd`` is NaN) gets a NaN scale.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from ...dsl import ptx, reg
 from ...core.types import PtxType, f32, u8, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
+from .._common.nanmath import max_keep_nan
 from .._common.reduce import RowSum, RowSumMax
 from .._common.rowio import l2_policy, load_chunk, narrow, store_chunk, store_e4m3_chunk
 from .fwd import RELOAD_HINTS, RELOAD_POLICY, X_POLICY, Plan, plan
@@ -200,7 +203,7 @@ def _row(p, dtype, wdtype, eps, offset, X, Rs, W, S, Y, H, SC, row, lane, tid, r
         scale = reg.scalar(f32)
         ptx.inst.mul.f32(top, top, rstd)
         ptx.inst.div.rn.f32(scale, top, FP8_MAX)
-        ptx.inst.max.f32(scale, scale, MIN_SCALE)
+        max_keep_nan(scale, scale, MIN_SCALE)   # a row with a NaN or inf: scale NaN
         store_rstd(SC, row, scale, lane, rowok)
         inv = reg.scalar(f32)
         ptx.inst.rcp.rn.f32(inv, scale)

@@ -20,7 +20,7 @@ from ...core.types import f32
 from ...runtime.adapter import Frame, address as data_ptr, dtype_of
 from ...runtime.memo import Launch, Memo, Recording, output, tensor, value
 from .._common.torch_registry import TORCH_OPS
-from .checks import check_arrays, offset_value
+from .checks import check_arrays, check_like, eps_value, offset_value
 from .plan import quant_kernel, vec_for
 from .quant import FP8_MAX, MIN_SCALE
 
@@ -60,7 +60,7 @@ def rms_norm_quant(x, weight, eps: float = 1e-6, *, residual=None, offset: float
             got = QUANT.lookup(x, weight, residual, scale, eps, offset, None)
     if got is not None:
         return got
-    frame = Frame(x, "rms_norm_quant")
+    frame = Frame(x, "rms_norm_quant", "x")
     if frame.kind == "torch":
         TORCH_OPS.ensure()
     y, sc, rec = _general(frame, x, weight, eps, residual, offset_value(offset), scale)
@@ -81,16 +81,13 @@ def _general(frame, x, weight, eps, residual, offset, scale):
                           user_location())
     n = int(x.shape[-1]) if x.ndim else 0
     dt, wdt = check_arrays(x, weight, n, frame)
-    eps = float(eps)
-    if not (eps >= 0 and math.isfinite(eps)):
-        raise LaunchError(f"eps must be finite and >= 0, got {eps}", user_location())
+    eps = eps_value(eps, "rms_norm_quant")
     lead = tuple(x.shape[:-1])
     x2 = frame.rows(x, n)
     m = int(x2.shape[0])
     r2 = None
     if residual is not None:
-        if tuple(residual.shape) != tuple(x.shape) or frame.dtype(residual) != dt:
-            raise LaunchError("residual must have x's shape and dtype", user_location())
+        check_like(frame, residual, "residual", x, dt)
         r2 = frame.rows(residual, n)
         if data_ptr(r2) != data_ptr(residual) and frame.kind != "numpy":
             raise LaunchError("residual is updated in place, so it needs unit inner stride",

@@ -238,7 +238,7 @@ def test_bad_inputs_are_explained():
     x = np.zeros((2, 8), np.float32)
     with pytest.raises(LaunchError, match=r"weight must have shape \(8,\)"):
         rms_norm_quant(x, np.zeros(7, np.float32))
-    with pytest.raises(LaunchError, match="float32, float16 and bfloat16"):
+    with pytest.raises(LaunchError, match="x must be float32, float16 or bfloat16"):
         rms_norm_quant(x.astype(np.int32), np.zeros(8, np.int32))
     with pytest.raises(LaunchError, match="residual must have x's shape"):
         rms_norm_quant(x, np.zeros(8, np.float32), residual=np.zeros((2, 4), np.float32))

@@ -16,11 +16,7 @@ import ptxdsl
 
 from paths import ROOT
 
-# attention.md is being rewritten on the attention branches (#49, #51); at the time of
-# writing it names ptxdsl.LaunchError (ptxdsl.core.errors.LaunchError) and
-# ptxdsl.ops.attention.attention_reference, which do not exist.
-DOCS = sorted(p for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
-              if os.path.basename(p) != "attention.md")
+DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 # Logger names (runtime.md's logging section), not attributes.
 LOGGERS = {"ptxdsl.compile", "ptxdsl.cache"}
 # `ptxdsl.a.b.c` or `ptxdsl.a.b.c(args)` inside one code span
@@ -38,15 +34,20 @@ def _documented():
 
 
 def _reach(dotted: str):
-    """The object ``dotted`` names, as ``import ptxdsl; ptxdsl.a.b`` finds it (a
-    subpackage not imported by its parent is imported, as ``import ptxdsl.a.b`` would)."""
-    obj, parts = ptxdsl, dotted.split(".")[1:]
-    for i, part in enumerate(parts):
-        if not hasattr(obj, part):
-            importlib.import_module(".".join(["ptxdsl"] + parts[:i + 1]))
-            if not hasattr(obj, part):
-                raise AttributeError(f"{'.'.join(['ptxdsl'] + parts[:i])} has no {part!r}")
-        obj = getattr(obj, part)
+    """The object ``dotted`` names, as ``from ptxdsl.a import b`` finds it: the longest
+    prefix that is a module (imported as ``import ptxdsl.a`` would; a package's attribute
+    may be a function of the same name, as ``ptxdsl.ops.attention`` is), then attributes."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:n]))
+        except ModuleNotFoundError:
+            continue
+        break
+    for i in range(n, len(parts)):
+        if not hasattr(obj, parts[i]):
+            raise AttributeError(f"{'.'.join(parts[:i])} has no {parts[i]!r}")
+        obj = getattr(obj, parts[i])
     return obj
 
 

@@ -305,11 +305,58 @@ def launch_overhead(folder: str) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------ attention
+def _attn_label(r: dict) -> str:
+    sq, sk = r.get("Sq", r.get("S")), r.get("Sk", r.get("S"))
+    s = f"{sq}" if sq == sk else f"{sq}/{sk}"
+    return f"d{r['D']} {s}{' c' if r.get('causal') else ''}"
+
+
+def _attention(folder: str, name: str, what: str, refs=("fa4", "cudnn")) -> list[str]:
+    out = []
+    for dev, base, d in runs(folder, name):
+        rows = [r for r in d.get("rows", []) if "D" in r]
+        names = _contenders(rows, skip=())
+        series = {n: [_tflops(r["results"], n) for r in rows] for n in names}
+        svg = svgchart.line_chart([_attn_label(r) for r in rows], series, ylabel="TFLOP/s",
+                                  dashed=tuple(n for n in refs if n in names), width=920,
+                                  title=f"{what}, {dev}")
+        out += [_source(dev, base, d), "",
+                _figure(svg, f"{dev}: TFLOP/s per shape (head dim, sequence length, c = "
+                             "causal; dashed: the references)."), ""]
+        head = ["D", "S", "H/Hkv", "mask"] + names + [f"ptxdsl / {n}" for n in refs if n in names]
+        table, ratios = [], {n: [] for n in refs}
+        for r in rows:
+            res = r["results"]
+            cells = [str(r["D"]), _attn_label(r).split()[1], f"{r.get('H')}/{r.get('Hkv')}",
+                     "causal" if r.get("causal") else "full"]
+            cells += [_cell(_tflops(res, n), "{:.0f}") for n in names]
+            for n in refs:
+                if n in names:
+                    x, y = _tflops(res, "ptxdsl"), _tflops(res, n)
+                    ratio = x / y if x and y else None
+                    if ratio:
+                        ratios[n].append(ratio)
+                    cells.append(_cell(ratio, "{:.2f}×"))
+            table.append(cells)
+        means = [f"ptxdsl / {n}: {geomean(v):.2f}× geometric mean" for n, v in ratios.items() if v]
+        out += [_table(head, table), "", f"*{'; '.join(means)}.*" if means else "", ""]
+    return out
+
+
+def attention(folder: str) -> list[str]:
+    return _attention(folder, "attention", "Attention forward bf16")
+
+
+def attention_bwd(folder: str) -> list[str]:
+    return _attention(folder, "attention_bwd", "Attention backward bf16")
+
+
 SECTIONS = {
     "rmsnorm": rmsnorm, "rmsnorm_long": rmsnorm_long, "rmsnorm_quant": rmsnorm_quant,
     "examples": examples, "matmul": matmul, "matmul_fp8": matmul_fp8,
     "matmul_host": matmul_host, "pyptx_compat": pyptx_compat,
-    "launch_overhead": launch_overhead,
+    "launch_overhead": launch_overhead, "attention": attention, "attention_bwd": attention_bwd,
 }
 
 

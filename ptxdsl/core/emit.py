@@ -95,6 +95,13 @@ def fmt_instr(instr: ir.Instr) -> str:
         parts = [f"{fmt_operand(ops[0])}|{fmt_operand(ops[1])}"] + [fmt_operand(o)
                                                                      for o in ops[2:]]
         text = ", ".join(parts)
+    elif instr.match.spec.form == "call":
+        # call (rets), fname, (args): empty lists are left out
+        rets, fname, args = ops
+        parts = ([f"({', '.join(fmt_operand(x) for x in rets.items)})"] if rets.items else []) \
+            + [fmt_operand(fname)] \
+            + ([f"({', '.join(fmt_operand(x) for x in args.items)})"] if args.items else [])
+        text = ", ".join(parts)
     else:
         text = ", ".join(fmt_operand(o) for o in ops)
     return f"{guard}{instr.match.text}{' ' + text if text else ''};"

@@ -58,6 +58,9 @@ class Symbol:
 
     name: str
     space: str  # "shared" | "param"
+    # a .param variable a function body declares for a call, or a .func's return value:
+    # st.param may write it (a kernel's own parameters are read-only)
+    writable: bool = False
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ class Builder:
         self.labels: dict[str, ir.Label] = {}
         self._region_ids = 0
         self.cache: dict = {}  # per-trace memo (param pointers, dims) keyed by the surface
+        self.functions: set[str] = set()  # .func names a call may name (imported PTX only)
 
     # ----------------------------------------------------------------- activation
     @contextlib.contextmanager
@@ -146,6 +147,10 @@ class Builder:
             operands = self.coerce_operands(m, args)
             m = _optional_needs(m, operands)
             check_arch(m, self.sm, self.arch)
+            if m.spec.form == "call" and operands[1].name not in self.functions:
+                raise IsaError(f"{m.text}: {operands[1].name} is no .func of this module "
+                               f"(traced kernels call no functions; imported PTX calls the "
+                               f".func bodies it declares)")
             if m.spec.check_operands is not None:
                 verdict = m.spec.check_operands(m, operands)
                 if verdict:
@@ -223,7 +228,8 @@ class Builder:
                 f"(ptxas: 'Special register argument not allowed'); copy it into a register "
                 f"first: r = reg.scalar({sp.dtype.name}, init=ptx.special.{sp.name}()) "
                 f"(register operators such as tid + 1 do this for you)")
-        if role != "a" and not slot.special and any(isinstance(x, ir.Symbol) for x in items):
+        if role not in ("a", "c") and not slot.special and any(isinstance(x, ir.Symbol)
+                                                               for x in items):
             sym = next(x for x in items if isinstance(x, ir.Symbol))
             raise OperandTypeError(
                 f"{where}: the address of {sym.name} can only be taken by mov (ptxas: 'must "
@@ -232,6 +238,8 @@ class Builder:
             return self._choice(m, slot, arg, where, want)
         if role == "t":
             return self._tensor_addr(m, slot, arg, where)
+        if role == "c":
+            return self._call_list(arg, where)
         if arg is ir.SINK:
             if slot.is_dest:
                 return arg
@@ -305,6 +313,17 @@ class Builder:
         coords = tuple(self._reg(c, s32, where, m) if isinstance(c, (ir.Reg, ir.Special))
                        else self._imm_or_other(c, s32, where, m) for c in arg.coords)
         return ir.Addr(base, arg.offset, coords)
+
+    def _call_list(self, arg, where):
+        """A call's return or argument list: registers and .param variables."""
+        items = list(arg) if isinstance(arg, (list, tuple)) else [arg]
+        for x in items:
+            if isinstance(x, ir.Reg):
+                self.own(x)
+            elif not (isinstance(x, ir.Symbol) and x.space == "param"):
+                raise OperandTypeError(f"{where}: a call's lists hold registers and .param "
+                                       f"variables, got {_describe(x)}")
+        return ir.Vec(tuple(items))
 
     def _coerce_vec(self, m, slot, arg, where, want):
         if hasattr(arg, "__ptx_regs__"):  # a Fragment or a reg.array

@@ -40,8 +40,10 @@ class PtxKernel:
         return list(self.fn.unchecked)
 
     def program(self) -> ir.Program:
-        """The IR the interpreter runs (the same classes a traced kernel produces)."""
-        return self.fn.program
+        """The IR the interpreter runs (the same classes a traced kernel produces), with
+        every ``call`` replaced by its callee's body (:mod:`.inline`)."""
+        from .inline import inline_calls
+        return inline_calls(self.fn, {f.name: f for f in self.module.ast.functions})
 
     def ptx(self) -> str:
         """Canonical PTX of this kernel: the module's variables and functions, and of its
@@ -78,7 +80,7 @@ class PtxKernel:
         whose contents are written back; ``None``/``0`` is a null pointer; scalars are
         values. ``shared``: bytes of dynamic (``.extern .shared``) memory."""
         from .hostrun import interpret
-        interpret(self.fn.program, args, grid=grid, block=block, shared=shared,
+        interpret(self.program(), args, grid=grid, block=block, shared=shared,
                   cluster=cluster, **kw)
 
     def __call__(self, *args, grid=1, block=1, shared: int = 0, stream=None, cluster=None):

@@ -9,6 +9,7 @@ renamed (``%p`` in a scope becomes ``%pS1_``...), so the flat body means the sam
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 
@@ -64,7 +65,9 @@ class Body:
         self.label_defs: list = []               # (Label, scope path)
         self.label_refs: list = []               # (Instr, operand index, scope path)
         self.symbols: dict[str, str] = {}        # variable or parameter -> its state space
+        self.writable: set[str] = set()          # .param variables st.param may write
         self.funcs = set(funcs)
+        self.b.functions = self.funcs
         self.body: list = []
         self.src: SourceLoc | None = None
         for d in module_shared:
@@ -78,6 +81,7 @@ class Body:
             self.b.params.append(ir.Param(p.name, t, "dim", p.name, p.count or 1,
                                           p.align or 0))
             self.symbols[p.name] = "param"
+        self.writable.update(p.name for p in fn.returns or [] if p.space == "param")
 
     # ---------------------------------------------------------------- declarations
     def loc(self, line: int) -> PtxLoc:
@@ -135,10 +139,19 @@ class Body:
         self.symbols[d.name] = "shared"
 
     def declare_var(self, d: VarDecl, line: int) -> None:
+        if d.name in self.symbols and self.scopes:
+            # a call's .param variables reuse names scope after scope (param0, retval0)
+            k = 1
+            while f"{d.name}S{k}_" in self.symbols:
+                k += 1
+            self.scopes[-1][d.name] = f"{d.name}S{k}_"
+            d = dataclasses.replace(d, name=f"{d.name}S{k}_")
         if d.space == "shared":
             self._shared(d, self.loc(line))
         else:
             self.symbols[d.name] = d.space
+            if d.space == "param":
+                self.writable.add(d.name)
         self.fn.vars.append(d)
 
     def debug_loc(self, loc: SourceLoc | None) -> None:
@@ -186,6 +199,8 @@ class Body:
         args = []
         for part in _split(toks[i + 1:]):
             args.extend(self._operand(part))
+        if chain[0] == "call":
+            args = self._call_args(args)
         if chain == ["mov", "pred"] and len(args) == 2 and isinstance(args[1], int) \
                 and isinstance(args[0], ir.Reg):
             # mov.pred %p, -1 (Triton's constant predicates): ptxas takes an immediate here
@@ -210,6 +225,21 @@ class Body:
         instr.guard_negated = neg
         return instr
 
+    def _call_args(self, args: list) -> list:
+        """``call [(rets),] name[, (args)]`` -> [rets, name, args] (lists may be empty)."""
+        rets = args.pop(0) if args and isinstance(args[0], tuple) else ()
+        if not args or not isinstance(args[0], str):
+            raise IsaError("indirect calls (through a register, with a .callprototype) are "
+                           "not supported; call a .func by name")
+        name = args.pop(0)
+        if name not in self.funcs:
+            raise IsaError(f"call names {name!r}, which is no .func declared before it")
+        params = args.pop(0) if args and isinstance(args[0], tuple) else ()
+        if args:
+            raise IsaError("a call takes (return values), a function name and (arguments); "
+                           "prototypes of indirect calls are not supported")
+        return [rets, name, params]
+
     def _text(self, toks: list[Token]) -> str:
         """The canonical spelling of a statement (registers renamed as in the body)."""
         i = 0
@@ -225,8 +255,10 @@ class Body:
         return head + op + (" " + ", ".join(ops) if ops else "")
 
     def _renamed(self, t: Token) -> str:
-        if t.kind != "word" or (not t.text.startswith("%") and t.text in self.symbols):
+        if t.kind != "word":
             return t.text
+        if not t.text.startswith("%") and self._name(t.text) in self.symbols:
+            return self._name(t.text)
         name = self._name(t.text)
         return "%" + name if name in self.regs else t.text
 
@@ -256,9 +288,10 @@ class Body:
             return self._reg_or_special(t.text)
         if t.text == "_":
             return ir.SINK
-        space = self.symbols.get(t.text)
+        name = self._name(t.text)
+        space = self.symbols.get(name)
         if space is not None:
-            return ir.Symbol(t.text, space)
+            return ir.Symbol(name, space, name in self.writable)
         if self._name(t.text) in self.regs:      # PTX lets a register drop the % sigil
             return self._reg_or_special(t.text)
         return t.text  # a label (or a name the instruction will refuse)
@@ -282,7 +315,9 @@ class Body:
         if first == "-" and len(toks) == 2 and toks[1].kind == "num":
             return [-_number(toks[1].text)]
         if first == "(":
-            raise IsaError("call-style operand lists are not in the instruction table")
+            if toks[-1].text != ")":
+                raise IsaError("unbalanced ( ) in a call's list")
+            return [tuple(self._vec_item(p) for p in _split(toks[1:-1]))]
         if len(toks) != 1:
             raise IsaError(f"cannot read the operand {_join([t.text for t in toks])!r}")
         return [self._scalar(toks[0])]
@@ -368,6 +403,7 @@ class Body:
                     max_threads *= n
             elif name == ".reqnctapercluster" and nums:
                 cluster = tuple(nums) + (1,) * (3 - len(nums))
+        fn.builder = self.b
         prog = ir.Program(fn.name, self.b.arch, list(self.b.params), self.body,
                           list(self.b.regs), list(self.b.shared), self.version, self.b.sm,
                           max_threads, cluster)

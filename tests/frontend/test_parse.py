@@ -136,7 +136,7 @@ def test_registers_without_sigil_and_parameters_of_the_same_name():
     assert "ld.param.u64 %ptrA, [ptrA];" in out and "mov.u32 %count, 3;" in out
 
 
-def test_functions_and_calls_are_kept_with_keep_unknown():
+def test_functions_and_calls_parse_strictly():
     text = HEAD + """
 .func (.reg .b32 rv) one(.reg .b32 x)
 {
@@ -151,9 +151,8 @@ def test_functions_and_calls_are_kept_with_keep_unknown():
 	ret;
 }
 """
-    with pytest.raises(PtxdslError, match="call"):
-        ptxdsl.parse_ptx(text)
-    mod = ptxdsl.parse_ptx(text, keep_unknown=True)
+    mod = ptxdsl.parse_ptx(text)
+    assert not mod.unchecked
     assert [f.kind for f in mod.functions] == ["func", "entry"]
     assert "call (%r1), one, (%r0);" in mod.emit()
     assert ".func (.reg .b32 %rv) one(" in mod.emit()

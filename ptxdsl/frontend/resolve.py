@@ -306,6 +306,9 @@ class Body:
             if toks[-1].text != "}":
                 raise IsaError("unbalanced { } in a vector operand")
             return [[self._vec_item(p) for p in _split(toks[1:-1])]]
+        value = const_expr(toks)
+        if value is not None:
+            return [value]
         if any(t.text == "|" for t in toks):
             k = next(j for j, t in enumerate(toks) if t.text == "|")
             return self._operand(toks[:k]) + self._operand(toks[k + 1:])
@@ -348,17 +351,11 @@ class Body:
             raise IsaError(f"{base!r} names no register, variable or parameter")
         offset = 0
         rest = inner[1:]
-        while rest:
-            sign = 1
-            if rest[0].text not in "+-":
-                raise IsaError(f"cannot read the address offset {_join([t.text for t in rest])!r}")
-            while rest and rest[0].text in "+-":
-                sign *= -1 if rest[0].text == "-" else 1
-                rest = rest[1:]
-            if not rest or rest[0].kind != "num":
-                raise IsaError("an address offset is a constant")
-            offset += sign * parse_int(rest[0].text)
-            rest = rest[1:]
+        if rest:
+            offset = const_expr(rest) if rest[0].text in "+-" else None
+            if offset is None:
+                raise IsaError(f"cannot read the address offset "
+                               f"{_join([t.text for t in rest])!r} (a constant expression)")
         return ir.Addr(base, offset, coords)
 
     # ---------------------------------------------------------------- finishing
@@ -408,6 +405,67 @@ class Body:
                           list(self.b.regs), list(self.b.shared), self.version, self.b.sm,
                           max_threads, cluster)
         return prog
+
+
+_BINARY = {"*": (3, lambda a, b: a * b), "/": (3, lambda a, b: int(a / b)),
+           "%": (3, lambda a, b: a - b * int(a / b)),
+           "+": (2, lambda a, b: a + b), "-": (2, lambda a, b: a - b),
+           "<<": (1, lambda a, b: a << b), ">>": (1, lambda a, b: a >> b),
+           "&": (0, lambda a, b: a & b), "^": (-1, lambda a, b: a ^ b),
+           "|": (-2, lambda a, b: a | b)}
+
+
+def const_expr(toks: list[Token]) -> int | None:
+    """An integer constant expression (``288*2``, ``((128>>4)<<16)``, ``+8``) as PTX
+    writes them in operands and address offsets, C's precedence; None when ``toks`` is
+    not one (a register, a label, a single literal)."""
+    if len(toks) < 2 or any(t.kind not in ("num",) and t.text not in "()+-*/%<>&^|~!"
+                            for t in toks):
+        return None
+    items: list = []
+    for t in toks:
+        if t.kind == "num":
+            if "." in t.text or t.text[:2] in ("0f", "0F", "0d", "0D"):
+                return None
+            items.append(parse_int(t.text))
+        elif items and items[-1] in ("<", ">") and t.text == items[-1]:
+            items[-1] = t.text * 2
+        else:
+            items.append(t.text)
+    pos = 0
+
+    def unary():
+        nonlocal pos
+        if pos >= len(items):
+            raise ValueError
+        x = items[pos]
+        pos += 1
+        if x == "(":
+            v = binary(-3)
+            if pos >= len(items) or items[pos] != ")":
+                raise ValueError
+            pos += 1
+            return v
+        if x in ("-", "+", "~", "!"):
+            v = unary()
+            return {"-": -v, "+": v, "~": ~v, "!": int(not v)}[x]
+        if isinstance(x, int):
+            return x
+        raise ValueError
+
+    def binary(level):
+        nonlocal pos
+        left = unary()
+        while pos < len(items) and items[pos] in _BINARY and _BINARY[items[pos]][0] >= level:
+            prec, fn = _BINARY[items[pos]]
+            pos += 1
+            left = fn(left, binary(prec + 1))
+        return left
+    try:
+        value = binary(-3)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value if pos == len(items) else None
 
 
 OLDEST_ARCH = "sm_75"

@@ -16,6 +16,7 @@ from ..core import ir
 from ..core.errors import InterpreterError, LaunchError, user_location
 from ..interp import run_program
 from ..interp.machine import MAX_STEPS
+from .modvars import bind_module_vars
 
 
 def dim3(v, what: str) -> tuple[int, int, int]:
@@ -89,9 +90,11 @@ def _check_symbols(prog: ir.Program) -> None:
 
 
 def interpret(prog: ir.Program, args, *, grid=1, block=1, shared: int = 0, cluster=None,
-              max_steps: int = MAX_STEPS, allow_uninitialized: bool = False) -> None:
+              max_steps: int = MAX_STEPS, allow_uninitialized: bool = False,
+              module_vars=(), builder=None) -> None:
     """Run ``prog`` (an imported kernel's IR) over ``grid`` x ``block`` threads with
-    ``shared`` bytes of dynamic shared memory; arrays passed are written back."""
+    ``shared`` bytes of dynamic shared memory; arrays passed are written back.
+    ``module_vars``: the module's ``.global``/``.const`` declarations (:mod:`.modvars`)."""
     grid, block = dim3(grid, "grid"), dim3(block, "block")
     if cluster is not None:
         cluster = dim3(cluster, "cluster")
@@ -103,6 +106,8 @@ def interpret(prog: ir.Program, args, *, grid=1, block=1, shared: int = 0, clust
             d = dataclasses.replace(d, shape=(max(n, 0),))
         shared_decls.append(d)
     run = dataclasses.replace(prog, params=params, shared=shared_decls)
+    run, variables = bind_module_vars(run, module_vars, builder)
+    tensors.update(variables)
     _check_symbols(run)
     results = run_program(run, block, grid, tensors, dims, max_steps=max_steps,
                           initialized=set(tensors), allow_uninitialized=allow_uninitialized,

@@ -81,7 +81,8 @@ class PtxKernel:
         values. ``shared``: bytes of dynamic (``.extern .shared``) memory."""
         from .hostrun import interpret
         interpret(self.program(), args, grid=grid, block=block, shared=shared,
-                  cluster=cluster, **kw)
+                  cluster=cluster, module_vars=self.module.ast.globals,
+                  builder=self.fn.builder, **kw)
 
     def __call__(self, *args, grid=1, block=1, shared: int = 0, stream=None, cluster=None):
         """Launch on the GPU: arrays (torch, DLPack, ``__cuda_array_interface__``, or numpy,

@@ -129,8 +129,7 @@ def parse(text: str, filename: str = "<ptx>", *, keep_unknown: bool = False) -> 
                                        module_shared, items, keep_unknown))
             elif cur.at(*SPACES):
                 d = var_decl(cur, tuple(linkage))
-                if d.space == "shared":
-                    module_shared.append(d)
+                module_shared.append(d)     # every module variable: bodies address them
                 items.append(d)
             else:
                 raise PtxSyntaxError(f"unexpected {t.text!r} at module level (expected a "

@@ -71,7 +71,10 @@ class Body:
         self.body: list = []
         self.src: SourceLoc | None = None
         for d in module_shared:
-            self._shared(d, None)
+            if d.space == "shared":
+                self._shared(d, None)
+            else:
+                self.symbols[d.name] = d.space
         for p in (fn.returns or []) + fn.params:
             loc = fn.loc
             t = ptx_type(p.type, loc)
@@ -483,14 +486,14 @@ def table_order(chain: list[str]) -> list[str]:
     else:
         return chain
     rest = chain[k:]
-
-    def rank(item):
-        i, mod = item
-        for g, group in enumerate(spec.groups):
-            if mod in group.names:
-                return (g, i)
-        return (len(spec.groups), i)
-    return chain[:k] + [m for _, m in sorted(enumerate(rest), key=rank)]
+    used: set[int] = set()
+    ranks = []
+    for i, mod in enumerate(rest):   # a name several groups hold fills the first free one
+        g = next((g for g, group in enumerate(spec.groups)
+                  if mod in group.names and g not in used), len(spec.groups))
+        used.add(g)
+        ranks.append((g, i))
+    return chain[:k] + [rest[i] for _, i in sorted(ranks)]
 
 
 class HexFloat(float):

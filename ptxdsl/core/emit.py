@@ -80,6 +80,8 @@ def fmt_operand(op) -> str:
         return "{" + ", ".join(fmt_operand(x) for x in op.items) + "}"
     if isinstance(op, ir.LabelRef):
         return op.name
+    if isinstance(op, ir.Not):
+        return "!%" + op.reg.name
     raise TypeError(f"cannot format operand {op!r}")  # pragma: no cover
 
 

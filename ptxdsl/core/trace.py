@@ -234,7 +234,7 @@ class Builder:
             raise OperandTypeError(
                 f"{where}: the address of {sym.name} can only be taken by mov (ptxas: 'must "
                 f"be register'); mov it into a register first")
-        if slot.choices is not None and not isinstance(arg, (ir.Reg, ir.Special)):
+        if slot.choices is not None and not isinstance(arg, (ir.Reg, ir.Special, ir.Not)):
             return self._choice(m, slot, arg, where, want)
         if role == "t":
             return self._tensor_addr(m, slot, arg, where)
@@ -264,7 +264,7 @@ class Builder:
         if role == "r":
             return self._reg(arg, want, where, m, fixed=fixed)
         if role == "s":
-            if isinstance(arg, ir.Reg):
+            if isinstance(arg, (ir.Reg, ir.Not)):
                 return self._reg(arg, want, where, m, fixed=fixed)
             return self._imm_or_other(arg, want, where, m)
         if role == "i":
@@ -364,6 +364,12 @@ class Builder:
 
     def _reg(self, arg, want: PtxType | None, where: str, m: Match, dest: bool = False,
              relaxed: bool = False, fixed: bool = False):
+        if isinstance(arg, ir.Not):   # !%p: a predicate source, negated
+            if dest or not arg.reg.dtype.is_pred or (want is not None and not want.is_pred):
+                raise OperandTypeError(f"{where}: !%{arg.reg.name} negates a predicate "
+                                       f"source; this operand is not one")
+            self.own(arg.reg)
+            return arg
         if isinstance(arg, ir.Special) and not dest:
             if want is not None and not compatible(arg.dtype, want):
                 raise OperandTypeError(f"{where}: %{arg.name} is .{arg.dtype.name}, but the "

@@ -66,6 +66,7 @@ class Body:
         self.label_refs: list = []               # (Instr, operand index, scope path)
         self.symbols: dict[str, str] = {}        # variable or parameter -> its state space
         self.writable: set[str] = set()          # .param variables st.param may write
+        self.vectors: dict[str, list[str]] = {}  # vector register -> its element registers
         self.funcs = set(funcs)
         self.b.functions = self.funcs
         self.body: list = []
@@ -124,6 +125,15 @@ class Body:
             decl = RegDecl(decl.type, new, decl.count)
         self.fn.regs.append(decl)
         self._new_regs(decl, loc)
+
+    def declare_vector(self, typ: str, name: str, width: int, line: int) -> None:
+        """``.reg .v4 .f32 %v;``: one scalar register per element (``%v_x`` ...), which
+        ``%v.x`` names and ``%v`` lists; the canonical text declares the scalars."""
+        parts = []
+        for c in "xyzw"[:width]:
+            self.declare_reg(RegDecl(typ, f"{name}_{c}"), line)
+            parts.append(self._name(f"{name}_{c}"))
+        self.vectors[name] = parts
 
     def _new_regs(self, decl: RegDecl, loc) -> None:
         dtype = ptx_type(decl.type, loc)
@@ -278,6 +288,11 @@ class Body:
         r = self.regs.get(name)
         if r is not None:
             return r
+        base, _, comp = name.rpartition(".")
+        if base in self.vectors and comp in "xyzwrgba" and len(comp) == 1:
+            k = "xyzw".find(comp) if comp in "xyzw" else "rgba".find(comp)
+            if k < len(self.vectors[base]):
+                return self.regs[self.vectors[base][k]]
         sp = SPECIAL_REGS.get(name) if text.startswith("%") else None
         if sp is not None:
             return ir.Special(name, sp.dtype)
@@ -287,6 +302,8 @@ class Body:
     def _scalar(self, t: Token):
         if t.kind == "num":
             return _number(t.text)
+        if t.text.startswith("%") and t.text[1:] in self.vectors:
+            return [self.regs[n] for n in self.vectors[t.text[1:]]]
         if t.text.startswith("%"):
             return self._reg_or_special(t.text)
         if t.text == "_":
@@ -315,9 +332,11 @@ class Body:
         if any(t.text == "|" for t in toks):
             k = next(j for j, t in enumerate(toks) if t.text == "|")
             return self._operand(toks[:k]) + self._operand(toks[k + 1:])
-        if first == "!":
-            raise IsaError("a negated predicate operand (!%p) is not taken by the table's "
-                           "forms yet")
+        if first == "!" and len(toks) == 2:
+            r = self._reg_or_special(toks[1].text)
+            if not isinstance(r, ir.Reg) or not r.dtype.is_pred:
+                raise IsaError(f"!{toks[1].text} negates a predicate register only")
+            return [ir.Not(r)]
         if first == "-" and len(toks) == 2 and toks[1].kind == "num":
             return [-_number(toks[1].text)]
         if first == "(":

@@ -228,8 +228,7 @@ class Builder:
                 f"(ptxas: 'Special register argument not allowed'); copy it into a register "
                 f"first: r = reg.scalar({sp.dtype.name}, init=ptx.special.{sp.name}()) "
                 f"(register operators such as tid + 1 do this for you)")
-        if role not in ("a", "c") and not slot.special and any(isinstance(x, ir.Symbol)
-                                                               for x in items):
+        if role not in "ac" and not slot.special and any(isinstance(x, ir.Symbol) for x in items):
             sym = next(x for x in items if isinstance(x, ir.Symbol))
             raise OperandTypeError(
                 f"{where}: the address of {sym.name} can only be taken by mov (ptxas: 'must "
@@ -318,9 +317,8 @@ class Builder:
         """A call's return or argument list: registers and .param variables."""
         items = list(arg) if isinstance(arg, (list, tuple)) else [arg]
         for x in items:
-            if isinstance(x, ir.Reg):
-                self.own(x)
-            elif not (isinstance(x, ir.Symbol) and x.space == "param"):
+            if not (isinstance(x, ir.Reg) and self.own(x) or isinstance(x, ir.Symbol)
+                    and x.space == "param"):
                 raise OperandTypeError(f"{where}: a call's lists hold registers and .param "
                                        f"variables, got {_describe(x)}")
         return ir.Vec(tuple(items))

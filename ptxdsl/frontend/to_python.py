@@ -6,9 +6,10 @@ each shared variable an ``smem.alloc``. The DSL names a kernel's parameters itse
 (``<tensor>_ptr``, ``<dim>_dim``; pointers first), so the signature is translated, not
 copied: a 64-bit parameter becomes a one-byte Tile named after it (``x_ptr`` -> ``x``,
 printed ``x_ptr`` again), a 32-bit integer parameter a named dim (``n_dim`` -> ``n``)
-carried by the first Tile's shape. Other parameters (floats, byte arrays) are refused with a message; lines
-kept raw, calls, negated guards and sources stay ``ptx.raw`` lines. Bottom-tested loops
-(``L: ... @p bra L``) are raised into ``with ptx.loop("L", pred=p):`` blocks.
+carried by the first Tile's shape. Other parameters (floats, byte arrays) are refused
+with a message; lines kept raw, calls, negated guards and sources stay ``ptx.raw`` lines.
+Bottom-tested loops (``L: ... @p bra L``) are raised into ``with ptx.loop("L", pred=p):``
+blocks.
 """
 from __future__ import annotations
 

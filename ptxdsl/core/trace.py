@@ -317,8 +317,9 @@ class Builder:
         """A call's return or argument list: registers and .param variables."""
         items = list(arg) if isinstance(arg, (list, tuple)) else [arg]
         for x in items:
-            if not (isinstance(x, ir.Reg) and self.own(x) or isinstance(x, ir.Symbol)
-                    and x.space == "param"):
+            if isinstance(x, ir.Reg):
+                self.own(x)
+            elif not (isinstance(x, ir.Symbol) and x.space == "param"):
                 raise OperandTypeError(f"{where}: a call's lists hold registers and .param "
                                        f"variables, got {_describe(x)}")
         return ir.Vec(tuple(items))

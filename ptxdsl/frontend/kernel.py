@@ -20,6 +20,7 @@ class PtxKernel:
         self.module = module
         self.fn = fn
         self.name = fn.name
+        self._inlined: ir.Program | None = None   # program(), built once
 
     def __repr__(self) -> str:
         return f"<ptxdsl PTX kernel {self.name} from {self.module.filename}>"
@@ -42,8 +43,10 @@ class PtxKernel:
     def program(self) -> ir.Program:
         """The IR the interpreter runs (the same classes a traced kernel produces), with
         every ``call`` replaced by its callee's body (:mod:`.inline`)."""
-        from .inline import inline_calls
-        return inline_calls(self.fn, {f.name: f for f in self.module.ast.functions})
+        if self._inlined is None:
+            from .inline import inline_calls
+            self._inlined = inline_calls(self.fn, {f.name: f for f in self.module.ast.functions})
+        return self._inlined
 
     def ptx(self) -> str:
         """Canonical PTX of this kernel: the module's variables and functions, and of its

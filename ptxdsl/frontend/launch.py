@@ -48,7 +48,7 @@ def _device_pointer(a, drv, stream, back, staged) -> int:
 
 def _pack(kernel, args, drv, stream):
     """The kernelParams array, with buffers kept alive and numpy copies to bring back."""
-    prog = kernel.program()
+    prog = kernel.fn.program   # the signature (program() inlines calls for the interpreter)
     if len(args) != len(prog.params):
         raise LaunchError(f"kernel {kernel.name} takes {len(prog.params)} arguments, got "
                           f"{len(args)}", user_location())

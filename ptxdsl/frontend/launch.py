@@ -24,6 +24,7 @@ _SMEM_OPTIN = 48 * 1024
 
 def _device_of(args) -> int:
     for a in args:
+        a = a[0] if is_tensor_map_arg(a) else a
         kind = adapter.classify(a)
         if kind and kind != "numpy":
             v = adapter.view_of(a, kind)

@@ -1,8 +1,8 @@
 """Instructions that PTX from other compilers uses and ptxdsl's own kernels do not:
 wmma (sm_70+ warp matrix fragments), mbarrier's drop / noComplete / pending_count
 forms, the tensor-map rewrite of Hopper (tensormap.replace, tensormap.cp_fenceproxy,
-fence.proxy.tensormap::generic), and Blackwell's tensor-memory basics (tcgen05 alloc,
-dealloc, fences, waits, commit).
+fence.proxy.tensormap::generic), Blackwell's tensor-memory basics (tcgen05 alloc,
+dealloc, fences, waits, commit) and cluster launch control (try_cancel, query_cancel).
 
 The PTX front end (:mod:`ptxdsl.frontend`) checks imported code against these entries
 as against the rest of the table; each form is assembled by ptxas in
@@ -318,4 +318,32 @@ TCGEN05 = (
            example="tcgen05.commit.cta_group::1.mbarrier::arrive::one.b64 [%rd0]"),
 )
 
-TABLE: tuple[OpSpec, ...] = WMMA + MBARRIER + TENSORMAP + TCGEN05
+# ---------------------------------------------------------------- cluster launch control
+CLC_NEED = dict(ptx=(8, 6), sm=100, interp=False, category="cluster")
+
+CLUSTER_LAUNCH_CONTROL = (
+    OpSpec("clusterlaunchcontrol.try_cancel",
+           (g("async", "async", required=True), g("space", "shared::cta", required=True),
+            g("completion", "mbarrier::complete_tx::bytes", required=True),
+            g("multicast", "multicast::cluster::all")), ("b128",),
+           operands="a a", side_effects=True, effects=frozenset({"mbarrier"}), **CLC_NEED,
+           doc="Ask to cancel a cluster not yet launched: the 16-byte response lands at the "
+               "first address, and the mbarrier at the second completes its 16 bytes.",
+           example="clusterlaunchcontrol.try_cancel.async.shared::cta."
+                   "mbarrier::complete_tx::bytes.b128 [%r0], [%r1]"),
+    OpSpec("clusterlaunchcontrol.query_cancel.is_canceled",
+           (g("dtype", "pred", required=True), g("htype", "b128", required=True)), (),
+           ntypes=0, operands="p:pred r:b128", **CLC_NEED,
+           doc="Whether a try_cancel response cancelled a cluster.",
+           example="clusterlaunchcontrol.query_cancel.is_canceled.pred.b128 %p0, %rq0"),
+) + tuple(
+    OpSpec(f"clusterlaunchcontrol.query_cancel.get_first_ctaid::{axis}",
+           (g("dtype", "b32", required=True), g("htype", "b128", required=True)), (),
+           ntypes=0, operands="d:b32 r:b128", **CLC_NEED,
+           doc=f"The {axis} coordinate of the first CTA of the cluster a try_cancel "
+               f"response cancelled.",
+           example=f"clusterlaunchcontrol.query_cancel.get_first_ctaid::{axis}.b32.b128 "
+                   f"%r0, %rq0")
+    for axis in "xyz")
+
+TABLE: tuple[OpSpec, ...] = WMMA + MBARRIER + TENSORMAP + TCGEN05 + CLUSTER_LAUNCH_CONTROL

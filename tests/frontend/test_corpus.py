@@ -21,7 +21,7 @@ FILES = sorted(glob.glob(os.path.join(CORPUS, "**", "*.ptx"), recursive=True))
 # Files every instruction of which the table checks (no keep_unknown needed). Of the rest,
 # 131 are LLVM test fragments that read parameters their entry does not declare (ptxas
 # refuses them too); the others use forms the table lacks (tcgen05.ld/st/cp/shift,
-# clusterlaunchcontrol, im2col tensor copies, %clusterid.w) or PTX ptxas refuses.
+# mov.b128, im2col tensor copies, %clusterid.w) or PTX ptxas refuses.
 STRICT_FLOOR = 71
 
 

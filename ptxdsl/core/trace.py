@@ -149,8 +149,7 @@ class Builder:
             check_arch(m, self.sm, self.arch)
             if m.spec.form == "call" and operands[1].name not in self.functions:
                 raise IsaError(f"{m.text}: {operands[1].name} is no .func of this module "
-                               f"(traced kernels call no functions; imported PTX calls the "
-                               f".func bodies it declares)")
+                               f"(traced kernels call no functions)")
             if m.spec.check_operands is not None:
                 verdict = m.spec.check_operands(m, operands)
                 if verdict:
@@ -348,7 +347,9 @@ class Builder:
         items = []
         for x in arg:
             # a form-dependent register list (a tensor-core fragment) holds registers only
-            if slot.is_dest or isinstance(x, ir.Reg) or slot.list_key:
+            if x is ir.SINK and slot.is_dest:   # {_, %rs1}: a part nobody keeps
+                items.append(x)
+            elif slot.is_dest or isinstance(x, ir.Reg) or slot.list_key:
                 items.append(self._reg(x, item_t, where, m, dest=slot.is_dest, relaxed=True))
             else:
                 items.append(self._imm_or_other(x, item_t, where, m))
@@ -367,8 +368,7 @@ class Builder:
             if dest or not arg.reg.dtype.is_pred or (want is not None and not want.is_pred):
                 raise OperandTypeError(f"{where}: !%{arg.reg.name} negates a predicate "
                                        f"source; this operand is not one")
-            self.own(arg.reg)
-            return arg
+            return ir.Not(self.own(arg.reg))
         if isinstance(arg, ir.Special) and not dest:
             if want is not None and not compatible(arg.dtype, want):
                 raise OperandTypeError(f"{where}: %{arg.name} is .{arg.dtype.name}, but the "

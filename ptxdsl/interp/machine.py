@@ -405,7 +405,8 @@ class Machine:
             return
         if isinstance(op, ir.Vec):
             for x, v in zip(op.items, value):
-                self.write_reg(x, v, mask)
+                if x is not ir.SINK:     # {_, %r}: an unpacked part nobody keeps
+                    self.write_reg(x, v, mask)
         else:
             self.write_reg(op, value, mask)
 

@@ -77,3 +77,26 @@ def test_vector_registers_become_their_elements():
     out = np.array([1, 2, 3, 4], np.float32)
     mod.kernels["k"].interpret(out, grid=1, block=1)
     np.testing.assert_array_equal(out, [1, 5, 3, 4])
+
+
+def test_a_sink_in_an_unpacking_mov_keeps_the_other_part():
+    text = HEAD + """
+.visible .entry k(.param .u64 k_param_0)
+{
+	.reg .b16 %rs<2>;
+	.reg .b32 %r<3>;
+	.reg .b64 %rd<3>;
+	ld.param.u64 %rd1, [k_param_0];
+	cvta.to.global.u64 %rd2, %rd1;
+	mov.b32 %r1, 0x12345678;
+	mov.b32 {_, %rs1}, %r1;
+	cvt.u32.u16 %r2, %rs1;
+	st.global.u32 [%rd2], %r2;
+	ret;
+}
+"""
+    mod = ptxdsl.parse_ptx(text)
+    assert "mov.b32 {_, %rs1}, %r1;" in mod.emit()
+    out = np.zeros(1, np.uint32)
+    mod.kernels["k"].interpret(out, grid=1, block=1)
+    assert out[0] == 0x1234

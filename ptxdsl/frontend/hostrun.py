@@ -4,7 +4,9 @@
 A PTX signature says nothing about which ``.u64`` is a pointer, so the arguments decide:
 a numpy array is a pointer to a copy of it (written back after the run), ``None`` or
 ``0`` a null pointer (an access through it faults), a Python or numpy scalar the
-parameter's value, ``bytes`` the contents of a byte-array parameter (``.b8 name[16]``).
+parameter's value, ``bytes`` the contents of a byte-array parameter (``.b8 name[16]``),
+``(array, TMA or box)`` a tensor map (:mod:`.tmaparg`). Module ``.global``/``.const``
+variables are bound by :mod:`.modvars`.
 """
 from __future__ import annotations
 

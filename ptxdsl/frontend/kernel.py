@@ -81,7 +81,9 @@ class PtxKernel:
         """Run on the CPU interpreter with its detectors (races, out-of-bounds and
         uninitialised accesses, barriers, mbarriers, async proxies). Arrays are pointers
         whose contents are written back; ``None``/``0`` is a null pointer; scalars are
-        values. ``shared``: bytes of dynamic (``.extern .shared``) memory."""
+        values; a tensor-map parameter takes ``(array, ptxdsl.TMA(...))`` or
+        ``(array, box)``. ``shared``: bytes of dynamic (``.extern .shared``) memory.
+        Calls run inlined (:mod:`.inline`)."""
         from .hostrun import interpret
         interpret(self.program(), args, grid=grid, block=block, shared=shared,
                   cluster=cluster, module_vars=self.module.ast.globals,
@@ -89,7 +91,8 @@ class PtxKernel:
 
     def __call__(self, *args, grid=1, block=1, shared: int = 0, stream=None, cluster=None):
         """Launch on the GPU: arrays (torch, DLPack, ``__cuda_array_interface__``, or numpy,
-        copied in and back) are pointers, scalars values, ``None``/``0`` null pointers."""
+        copied in and back) are pointers, scalars values, ``None``/``0`` null pointers,
+        ``(array, TMA or box)`` a tensor map encoded at the array's address."""
         from .launch import launch
         return launch(self, args, grid=grid, block=block, shared=shared, stream=stream,
                       cluster=cluster)

@@ -7,7 +7,8 @@ each shared variable an ``smem.alloc``. The DSL names a kernel's parameters itse
 copied: a 64-bit parameter becomes a one-byte Tile named after it (``x_ptr`` -> ``x``,
 printed ``x_ptr`` again), a 32-bit integer parameter a named dim (``n_dim`` -> ``n``)
 carried by the first Tile's shape. Other parameters (floats, byte arrays) are refused
-with a message; lines kept raw, calls, negated guards and sources stay ``ptx.raw`` lines.
+with a message, and so are calls; lines kept raw, negated guards and sources stay
+``ptx.raw`` lines.
 Bottom-tested loops (``L: ... @p bra L``) are raised into ``with ptx.loop("L", pred=p):``
 blocks.
 """
@@ -76,6 +77,10 @@ def _signature(kernel):
 def to_python(kernel) -> str:
     fn = kernel.fn
     prog = fn.program
+    call = next((i for i in prog.walk() if i.match.spec.form == "call"), None)
+    if call is not None:
+        raise TraceError(f"to_python: kernel {fn.name} calls .func {call.operands[1].name} "
+                         f"({call.loc}); the DSL has no device functions to call")
     ptrs, dims, rename = _signature(kernel)
     names = _Names()
     for a in ptrs + dims:
@@ -150,9 +155,9 @@ def to_python(kernel) -> str:
             return f"ptx.raw({node.text.format(*node.operands)!r})"
         pred_imm = any(isinstance(o, ir.Imm) and o.dtype.is_pred or isinstance(o, ir.Not)
                        for o in node.operands)
-        if node.guard_negated or pred_imm or node.match.spec.form == "call":
-            # no DSL spelling for @!p guards, !p sources, predicate immediates or calls:
-            # an unchecked line
+        if node.guard_negated or pred_imm:
+            # no DSL spelling for @!p guards, !p sources or predicate immediates: an
+            # unchecked line
             text = fmt_instr_text(node)
             fmt_args = ", ".join(names.get(r.name) for r in _regs_in(node))
             return f"ptx.raw({text!r}{', ' + fmt_args if fmt_args else ''})"

@@ -162,3 +162,9 @@ def test_a_load_that_splits_a_stored_value_is_refused():
     k = ptxdsl.from_ptx(bad)
     with pytest.raises(InterpreterError, match=r"loads 4 bytes at param1\+4"):
         k.interpret(np.zeros(32, np.uint32), grid=1, block=32)
+
+
+def test_to_python_refuses_a_kernel_that_calls():
+    from ptxdsl.core.errors import TraceError
+    with pytest.raises(TraceError, match="calls .func addpair"):
+        ptxdsl.parse_ptx(CALLS).kernels["k"].to_python()

@@ -80,6 +80,8 @@ def fmt_operand(op) -> str:
         return "{" + ", ".join(fmt_operand(x) for x in op.items) + "}"
     if isinstance(op, ir.LabelRef):
         return op.name
+    if isinstance(op, ir.Not):
+        return "!%" + op.reg.name
     raise TypeError(f"cannot format operand {op!r}")  # pragma: no cover
 
 
@@ -94,6 +96,13 @@ def fmt_instr(instr: ir.Instr) -> str:
         # d|p: the predicate output rides on the first destination (elect.sync, shfl.sync)
         parts = [f"{fmt_operand(ops[0])}|{fmt_operand(ops[1])}"] + [fmt_operand(o)
                                                                      for o in ops[2:]]
+        text = ", ".join(parts)
+    elif instr.match.spec.form == "call":
+        # call (rets), fname, (args): empty lists are left out
+        rets, fname, args = ops
+        parts = ([f"({', '.join(fmt_operand(x) for x in rets.items)})"] if rets.items else []) \
+            + [fmt_operand(fname)] \
+            + ([f"({', '.join(fmt_operand(x) for x in args.items)})"] if args.items else [])
         text = ", ".join(parts)
     else:
         text = ", ".join(fmt_operand(o) for o in ops)

@@ -58,6 +58,9 @@ class Symbol:
 
     name: str
     space: str  # "shared" | "param"
+    # a .param variable a function body declares for a call, or a .func's return value:
+    # st.param may write it (a kernel's own parameters are read-only)
+    writable: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,15 @@ class LabelRef:
     name: str
 
 
-Operand = Union[Reg, Imm, Special, Symbol, Addr, Vec, LabelRef, Sink]
+@dataclass(frozen=True)
+class Not:
+    """A negated predicate source ``!%p`` (PTX takes one wherever a predicate is read;
+    imported PTX writes it, the DSL negates with ``not.pred``)."""
+
+    reg: Reg
+
+
+Operand = Union[Reg, Imm, Special, Symbol, Addr, Vec, LabelRef, Sink, Not]
 
 
 @dataclass(eq=False)
@@ -138,6 +149,8 @@ class Instr:
 def _collect_regs(op, out: list) -> None:
     if isinstance(op, Reg):
         out.append(op)
+    elif isinstance(op, Not):
+        out.append(op.reg)
     elif isinstance(op, Addr):
         if isinstance(op.base, Reg):
             out.append(op.base)

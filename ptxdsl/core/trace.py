@@ -70,6 +70,7 @@ class Builder:
         self.labels: dict[str, ir.Label] = {}
         self._region_ids = 0
         self.cache: dict = {}  # per-trace memo (param pointers, dims) keyed by the surface
+        self.functions: set[str] = set()  # .func names a call may name (imported PTX only)
 
     # ----------------------------------------------------------------- activation
     @contextlib.contextmanager
@@ -151,6 +152,9 @@ class Builder:
             operands = self.coerce_operands(m, args)
             m = _optional_needs(m, operands)
             check_arch(m, self.sm, self.arch)
+            if m.spec.form == "call" and operands[1].name not in self.functions:
+                raise IsaError(f"{m.text}: {operands[1].name} is no .func of this module "
+                               f"(traced kernels call no functions)")
             if m.spec.check_operands is not None:
                 verdict = m.spec.check_operands(m, operands)
                 if verdict:
@@ -228,15 +232,17 @@ class Builder:
                 f"(ptxas: 'Special register argument not allowed'); copy it into a register "
                 f"first: r = reg.scalar({sp.dtype.name}, init=ptx.special.{sp.name}()) "
                 f"(register operators such as tid + 1 do this for you)")
-        if role != "a" and not slot.special and any(isinstance(x, ir.Symbol) for x in items):
+        if role not in "ac" and not slot.special and any(isinstance(x, ir.Symbol) for x in items):
             sym = next(x for x in items if isinstance(x, ir.Symbol))
             raise OperandTypeError(
                 f"{where}: the address of {sym.name} can only be taken by mov (ptxas: 'must "
                 f"be register'); mov it into a register first")
-        if slot.choices is not None and not isinstance(arg, (ir.Reg, ir.Special)):
+        if slot.choices is not None and not isinstance(arg, (ir.Reg, ir.Special, ir.Not)):
             return self._choice(m, slot, arg, where, want)
         if role == "t":
             return self._tensor_addr(m, slot, arg, where)
+        if role == "c":
+            return self._call_list(arg, where)
         if arg is ir.SINK:
             if slot.is_dest:
                 return arg
@@ -261,7 +267,7 @@ class Builder:
         if role == "r":
             return self._reg(arg, want, where, m, fixed=fixed)
         if role == "s":
-            if isinstance(arg, ir.Reg):
+            if isinstance(arg, (ir.Reg, ir.Not)):
                 return self._reg(arg, want, where, m, fixed=fixed)
             return self._imm_or_other(arg, want, where, m)
         if role == "i":
@@ -311,6 +317,17 @@ class Builder:
                        else self._imm_or_other(c, s32, where, m) for c in arg.coords)
         return ir.Addr(base, arg.offset, coords)
 
+    def _call_list(self, arg, where):
+        """A call's return or argument list: registers and .param variables."""
+        items = list(arg) if isinstance(arg, (list, tuple)) else [arg]
+        for x in items:
+            if isinstance(x, ir.Reg):
+                self.own(x)
+            elif not (isinstance(x, ir.Symbol) and x.space == "param"):
+                raise OperandTypeError(f"{where}: a call's lists hold registers and .param "
+                                       f"variables, got {_describe(x)}")
+        return ir.Vec(tuple(items))
+
     def _coerce_vec(self, m, slot, arg, where, want):
         if hasattr(arg, "__ptx_regs__"):  # a Fragment or a reg.array
             arg = list(arg.__ptx_regs__())
@@ -335,7 +352,9 @@ class Builder:
         items = []
         for x in arg:
             # a form-dependent register list (a tensor-core fragment) holds registers only
-            if slot.is_dest or isinstance(x, ir.Reg) or slot.list_key:
+            if x is ir.SINK and slot.is_dest:   # {_, %rs1}: a part nobody keeps
+                items.append(x)
+            elif slot.is_dest or isinstance(x, ir.Reg) or slot.list_key:
                 items.append(self._reg(x, item_t, where, m, dest=slot.is_dest, relaxed=True))
             else:
                 items.append(self._imm_or_other(x, item_t, where, m))
@@ -350,6 +369,11 @@ class Builder:
 
     def _reg(self, arg, want: PtxType | None, where: str, m: Match, dest: bool = False,
              relaxed: bool = False, fixed: bool = False):
+        if isinstance(arg, ir.Not):   # !%p: a predicate source, negated
+            if dest or not arg.reg.dtype.is_pred or (want is not None and not want.is_pred):
+                raise OperandTypeError(f"{where}: !%{arg.reg.name} negates a predicate "
+                                       f"source; this operand is not one")
+            return ir.Not(self.own(arg.reg))
         if isinstance(arg, ir.Special) and not dest:
             if want is not None and not compatible(arg.dtype, want):
                 raise OperandTypeError(f"{where}: %{arg.name} is .{arg.dtype.name}, but the "

@@ -112,6 +112,7 @@ class Function:
     pragmas: dict[int, list[str]] = field(default_factory=dict)  # body index -> lines
     unchecked: list[Unchecked] = field(default_factory=list)
     loc: SourceLoc | None = None
+    builder: object = None          # owns its registers (the inliner builds with it)
 
 
 @dataclass(eq=False)

@@ -20,6 +20,7 @@ class PtxKernel:
         self.module = module
         self.fn = fn
         self.name = fn.name
+        self._inlined: ir.Program | None = None   # program(), built once
 
     def __repr__(self) -> str:
         return f"<ptxdsl PTX kernel {self.name} from {self.module.filename}>"
@@ -40,8 +41,12 @@ class PtxKernel:
         return list(self.fn.unchecked)
 
     def program(self) -> ir.Program:
-        """The IR the interpreter runs (the same classes a traced kernel produces)."""
-        return self.fn.program
+        """The IR the interpreter runs (the same classes a traced kernel produces), with
+        every ``call`` replaced by its callee's body (:mod:`.inline`)."""
+        if self._inlined is None:
+            from .inline import inline_calls
+            self._inlined = inline_calls(self.fn, {f.name: f for f in self.module.ast.functions})
+        return self._inlined
 
     def ptx(self) -> str:
         """Canonical PTX of this kernel: the module's variables and functions, and of its
@@ -76,14 +81,18 @@ class PtxKernel:
         """Run on the CPU interpreter with its detectors (races, out-of-bounds and
         uninitialised accesses, barriers, mbarriers, async proxies). Arrays are pointers
         whose contents are written back; ``None``/``0`` is a null pointer; scalars are
-        values. ``shared``: bytes of dynamic (``.extern .shared``) memory."""
+        values; a tensor-map parameter takes ``(array, ptxdsl.TMA(...))`` or
+        ``(array, box)``. ``shared``: bytes of dynamic (``.extern .shared``) memory.
+        Calls run inlined (:mod:`.inline`)."""
         from .hostrun import interpret
-        interpret(self.fn.program, args, grid=grid, block=block, shared=shared,
-                  cluster=cluster, **kw)
+        interpret(self.program(), args, grid=grid, block=block, shared=shared,
+                  cluster=cluster, module_vars=self.module.ast.globals,
+                  builder=self.fn.builder, **kw)
 
     def __call__(self, *args, grid=1, block=1, shared: int = 0, stream=None, cluster=None):
         """Launch on the GPU: arrays (torch, DLPack, ``__cuda_array_interface__``, or numpy,
-        copied in and back) are pointers, scalars values, ``None``/``0`` null pointers."""
+        copied in and back) are pointers, scalars values, ``None``/``0`` null pointers,
+        ``(array, TMA or box)`` a tensor map encoded at the array's address."""
         from .launch import launch
         return launch(self, args, grid=grid, block=block, shared=shared, stream=stream,
                       cluster=cluster)

@@ -3,7 +3,8 @@
 The kernel's canonical PTX is assembled for the device by ptxas and loaded as a cubin;
 arguments are packed by the parameter types of the signature. Device arrays (torch,
 DLPack, ``__cuda_array_interface__``) pass their address; numpy arrays are copied to
-the device and back after the launch; scalars are packed as their parameter's type.
+the device and back after the launch; scalars are packed as their parameter's type; a
+tensor-map parameter takes ``(array, TMA or box)``, encoded at the array's device address.
 """
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ import numpy as np
 from .. import toolchain
 from ..core.errors import LaunchError, user_location
 from ..runtime import adapter, driver
+from ..runtime.tensormaps import encode
 from .hostrun import dim3
+from .tmaparg import is_tensor_map_arg, tensor_map_of
 
 _SMEM_OPTIN = 48 * 1024
 
 
 def _device_of(args) -> int:
     for a in args:
+        a = a[0] if is_tensor_map_arg(a) else a
         kind = adapter.classify(a)
         if kind and kind != "numpy":
             v = adapter.view_of(a, kind)
@@ -29,9 +33,23 @@ def _device_of(args) -> int:
     return 0
 
 
+def _device_pointer(a, drv, stream, back, staged) -> int:
+    """The device address of an array argument (a numpy array is copied there and back)."""
+    kind = adapter.classify(a)
+    view = adapter.view_of(a, kind, stream=stream)
+    ptr = view.ptr
+    if kind == "numpy":
+        host = np.ascontiguousarray(a)
+        ptr = drv.mem_alloc(host.nbytes)
+        staged.append(ptr)
+        drv.memcpy_htod(ptr, host.ctypes.data, host.nbytes, stream)
+        back.append((a, host, ptr))
+    return ptr
+
+
 def _pack(kernel, args, drv, stream):
     """The kernelParams array, with buffers kept alive and numpy copies to bring back."""
-    prog = kernel.program()
+    prog = kernel.fn.program   # the signature (program() inlines calls for the interpreter)
     if len(args) != len(prog.params):
         raise LaunchError(f"kernel {kernel.name} takes {len(prog.params)} arguments, got "
                           f"{len(args)}", user_location())
@@ -39,7 +57,13 @@ def _pack(kernel, args, drv, stream):
     for i, (p, a) in enumerate(zip(prog.params, args)):
         where = f"kernel {kernel.name} argument {i + 1} ({p.name})"
         kind = adapter.classify(a) if a is not None else ""
-        if p.count > 1:
+        if p.count > 1 and is_tensor_map_arg(a):
+            array, spec = tensor_map_of(a, where)
+            ptr = _device_pointer(array, drv, stream, back, staged)
+            spec = spec.with_address(ptr)
+            spec.validate()
+            keep.append(ctypes.create_string_buffer(encode(drv, spec), p.nbytes))
+        elif p.count > 1:
             raw = bytes(a) if isinstance(a, (bytes, bytearray)) else \
                 np.ascontiguousarray(a).tobytes()
             if len(raw) != p.nbytes:
@@ -47,15 +71,7 @@ def _pack(kernel, args, drv, stream):
                                   user_location())
             keep.append(ctypes.create_string_buffer(raw, p.nbytes))
         elif kind:
-            view = adapter.view_of(a, kind, stream=stream)
-            ptr = view.ptr
-            if kind == "numpy":
-                host = np.ascontiguousarray(a)
-                ptr = drv.mem_alloc(host.nbytes)
-                staged.append(ptr)
-                drv.memcpy_htod(ptr, host.ctypes.data, host.nbytes, stream)
-                back.append((a, host, ptr))
-            keep.append(ctypes.c_uint64(ptr))
+            keep.append(ctypes.c_uint64(_device_pointer(a, drv, stream, back, staged)))
         elif a is None:
             keep.append(ctypes.c_uint64(0))
         elif isinstance(a, (bool, int, float, np.generic)):

@@ -129,8 +129,7 @@ def parse(text: str, filename: str = "<ptx>", *, keep_unknown: bool = False) -> 
                                        module_shared, items, keep_unknown))
             elif cur.at(*SPACES):
                 d = var_decl(cur, tuple(linkage))
-                if d.space == "shared":
-                    module_shared.append(d)
+                module_shared.append(d)     # every module variable: bodies address them
                 items.append(d)
             else:
                 raise PtxSyntaxError(f"unexpected {t.text!r} at module level (expected a "
@@ -341,9 +340,12 @@ def _reg_decl(cur: Cursor, body: Body) -> None:
     if not types:
         raise PtxSyntaxError(".reg needs a type", cur.loc())
     typ = types[-1]
-    if len(types) > 1:
-        raise PtxSyntaxError(f"vector register declarations (.reg .{'.'.join(types)}) are "
-                             f"not supported yet", cur.loc())
+    width = 1
+    if len(types) == 2 and types[0] in ("v2", "v4"):
+        width = int(types[0][1:])
+    elif len(types) > 1:
+        raise PtxSyntaxError(f".reg .{'.'.join(types)}: a register declaration takes a type, "
+                             f"optionally after .v2 or .v4", cur.loc())
     while True:
         t = cur.expect_kind("word", "a register name")
         count = None
@@ -351,7 +353,13 @@ def _reg_decl(cur: Cursor, body: Body) -> None:
             cur.next()
             count = cur.number()
             cur.expect(">")
-        body.declare_reg(RegDecl(typ, t.text.lstrip("%"), count), t.line)
+        if width > 1:
+            if count is not None:
+                raise PtxSyntaxError("vector registers are declared one by one (no <N>)",
+                                     cur.loc(t.line))
+            body.declare_vector(typ, t.text.lstrip("%"), width, t.line)
+        else:
+            body.declare_reg(RegDecl(typ, t.text.lstrip("%"), count), t.line)
         if cur.at(","):
             cur.next()
             continue

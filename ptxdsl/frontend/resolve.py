@@ -9,6 +9,7 @@ renamed (``%p`` in a scope becomes ``%pS1_``...), so the flat body means the sam
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 
@@ -64,11 +65,17 @@ class Body:
         self.label_defs: list = []               # (Label, scope path)
         self.label_refs: list = []               # (Instr, operand index, scope path)
         self.symbols: dict[str, str] = {}        # variable or parameter -> its state space
+        self.writable: set[str] = set()          # .param variables st.param may write
+        self.vectors: dict[str, list[str]] = {}  # vector register -> its element registers
         self.funcs = set(funcs)
+        self.b.functions = self.funcs
         self.body: list = []
         self.src: SourceLoc | None = None
         for d in module_shared:
-            self._shared(d, None)
+            if d.space == "shared":
+                self._shared(d, None)
+            else:
+                self.symbols[d.name] = d.space
         for p in (fn.returns or []) + fn.params:
             loc = fn.loc
             t = ptx_type(p.type, loc)
@@ -78,6 +85,7 @@ class Body:
             self.b.params.append(ir.Param(p.name, t, "dim", p.name, p.count or 1,
                                           p.align or 0))
             self.symbols[p.name] = "param"
+        self.writable.update(p.name for p in fn.returns or [] if p.space == "param")
 
     # ---------------------------------------------------------------- declarations
     def loc(self, line: int) -> PtxLoc:
@@ -118,6 +126,15 @@ class Body:
         self.fn.regs.append(decl)
         self._new_regs(decl, loc)
 
+    def declare_vector(self, typ: str, name: str, width: int, line: int) -> None:
+        """``.reg .v4 .f32 %v;``: one scalar register per element (``%v_x`` ...), which
+        ``%v.x`` names and ``%v`` lists; the canonical text declares the scalars."""
+        parts = []
+        for c in "xyzw"[:width]:
+            self.declare_reg(RegDecl(typ, f"{name}_{c}"), line)
+            parts.append(self._name(f"{name}_{c}"))
+        self.vectors[name] = parts
+
     def _new_regs(self, decl: RegDecl, loc) -> None:
         dtype = ptx_type(decl.type, loc)
         names = [decl.name] if decl.count is None else [f"{decl.name}{i}"
@@ -135,10 +152,19 @@ class Body:
         self.symbols[d.name] = "shared"
 
     def declare_var(self, d: VarDecl, line: int) -> None:
+        if d.name in self.symbols and self.scopes:
+            # a call's .param variables reuse names scope after scope (param0, retval0)
+            k = 1
+            while f"{d.name}S{k}_" in self.symbols:
+                k += 1
+            self.scopes[-1][d.name] = f"{d.name}S{k}_"
+            d = dataclasses.replace(d, name=f"{d.name}S{k}_")
         if d.space == "shared":
             self._shared(d, self.loc(line))
         else:
             self.symbols[d.name] = d.space
+            if d.space == "param":
+                self.writable.add(d.name)
         self.fn.vars.append(d)
 
     def debug_loc(self, loc: SourceLoc | None) -> None:
@@ -186,6 +212,8 @@ class Body:
         args = []
         for part in _split(toks[i + 1:]):
             args.extend(self._operand(part))
+        if chain[0] == "call":
+            args = self._call_args(args)
         if chain == ["mov", "pred"] and len(args) == 2 and isinstance(args[1], int) \
                 and isinstance(args[0], ir.Reg):
             # mov.pred %p, -1 (Triton's constant predicates): ptxas takes an immediate here
@@ -210,6 +238,21 @@ class Body:
         instr.guard_negated = neg
         return instr
 
+    def _call_args(self, args: list) -> list:
+        """``call [(rets),] name[, (args)]`` -> [rets, name, args] (lists may be empty)."""
+        rets = args.pop(0) if args and isinstance(args[0], tuple) else ()
+        if not args or not isinstance(args[0], str):
+            raise IsaError("indirect calls (through a register, with a .callprototype) are "
+                           "not supported; call a .func by name")
+        name = args.pop(0)
+        if name not in self.funcs:
+            raise IsaError(f"call names {name!r}, which is no .func declared before it")
+        params = args.pop(0) if args and isinstance(args[0], tuple) else ()
+        if args:
+            raise IsaError("a call takes (return values), a function name and (arguments); "
+                           "prototypes of indirect calls are not supported")
+        return [rets, name, params]
+
     def _text(self, toks: list[Token]) -> str:
         """The canonical spelling of a statement (registers renamed as in the body)."""
         i = 0
@@ -225,8 +268,10 @@ class Body:
         return head + op + (" " + ", ".join(ops) if ops else "")
 
     def _renamed(self, t: Token) -> str:
-        if t.kind != "word" or (not t.text.startswith("%") and t.text in self.symbols):
+        if t.kind != "word":
             return t.text
+        if not t.text.startswith("%") and self._name(t.text) in self.symbols:
+            return self._name(t.text)
         name = self._name(t.text)
         return "%" + name if name in self.regs else t.text
 
@@ -243,6 +288,11 @@ class Body:
         r = self.regs.get(name)
         if r is not None:
             return r
+        base, _, comp = name.rpartition(".")
+        if base in self.vectors and comp in "xyzwrgba" and len(comp) == 1:
+            k = "xyzw".find(comp) if comp in "xyzw" else "rgba".find(comp)
+            if k < len(self.vectors[base]):
+                return self.regs[self.vectors[base][k]]
         sp = SPECIAL_REGS.get(name) if text.startswith("%") else None
         if sp is not None:
             return ir.Special(name, sp.dtype)
@@ -252,13 +302,16 @@ class Body:
     def _scalar(self, t: Token):
         if t.kind == "num":
             return _number(t.text)
+        if t.text.startswith("%") and t.text[1:] in self.vectors:
+            return [self.regs[n] for n in self.vectors[t.text[1:]]]
         if t.text.startswith("%"):
             return self._reg_or_special(t.text)
         if t.text == "_":
             return ir.SINK
-        space = self.symbols.get(t.text)
+        name = self._name(t.text)
+        space = self.symbols.get(name)
         if space is not None:
-            return ir.Symbol(t.text, space)
+            return ir.Symbol(name, space, name in self.writable)
         if self._name(t.text) in self.regs:      # PTX lets a register drop the % sigil
             return self._reg_or_special(t.text)
         return t.text  # a label (or a name the instruction will refuse)
@@ -273,16 +326,23 @@ class Body:
             if toks[-1].text != "}":
                 raise IsaError("unbalanced { } in a vector operand")
             return [[self._vec_item(p) for p in _split(toks[1:-1])]]
+        value = const_expr(toks)
+        if value is not None:
+            return [value]
         if any(t.text == "|" for t in toks):
             k = next(j for j, t in enumerate(toks) if t.text == "|")
             return self._operand(toks[:k]) + self._operand(toks[k + 1:])
-        if first == "!":
-            raise IsaError("a negated predicate operand (!%p) is not taken by the table's "
-                           "forms yet")
+        if first == "!" and len(toks) == 2:
+            r = self._reg_or_special(toks[1].text)
+            if not isinstance(r, ir.Reg) or not r.dtype.is_pred:
+                raise IsaError(f"!{toks[1].text} negates a predicate register only")
+            return [ir.Not(r)]
         if first == "-" and len(toks) == 2 and toks[1].kind == "num":
             return [-_number(toks[1].text)]
         if first == "(":
-            raise IsaError("call-style operand lists are not in the instruction table")
+            if toks[-1].text != ")":
+                raise IsaError("unbalanced ( ) in a call's list")
+            return [tuple(self._vec_item(p) for p in _split(toks[1:-1]))]
         if len(toks) != 1:
             raise IsaError(f"cannot read the operand {_join([t.text for t in toks])!r}")
         return [self._scalar(toks[0])]
@@ -313,17 +373,11 @@ class Body:
             raise IsaError(f"{base!r} names no register, variable or parameter")
         offset = 0
         rest = inner[1:]
-        while rest:
-            sign = 1
-            if rest[0].text not in "+-":
-                raise IsaError(f"cannot read the address offset {_join([t.text for t in rest])!r}")
-            while rest and rest[0].text in "+-":
-                sign *= -1 if rest[0].text == "-" else 1
-                rest = rest[1:]
-            if not rest or rest[0].kind != "num":
-                raise IsaError("an address offset is a constant")
-            offset += sign * parse_int(rest[0].text)
-            rest = rest[1:]
+        if rest:
+            offset = const_expr(rest) if rest[0].text in "+-" else None
+            if offset is None:
+                raise IsaError(f"cannot read the address offset "
+                               f"{_join([t.text for t in rest])!r} (a constant expression)")
         return ir.Addr(base, offset, coords)
 
     # ---------------------------------------------------------------- finishing
@@ -368,10 +422,72 @@ class Body:
                     max_threads *= n
             elif name == ".reqnctapercluster" and nums:
                 cluster = tuple(nums) + (1,) * (3 - len(nums))
+        fn.builder = self.b
         prog = ir.Program(fn.name, self.b.arch, list(self.b.params), self.body,
                           list(self.b.regs), list(self.b.shared), self.version, self.b.sm,
                           max_threads, cluster)
         return prog
+
+
+_BINARY = {"*": (3, lambda a, b: a * b), "/": (3, lambda a, b: int(a / b)),
+           "%": (3, lambda a, b: a - b * int(a / b)),
+           "+": (2, lambda a, b: a + b), "-": (2, lambda a, b: a - b),
+           "<<": (1, lambda a, b: a << b), ">>": (1, lambda a, b: a >> b),
+           "&": (0, lambda a, b: a & b), "^": (-1, lambda a, b: a ^ b),
+           "|": (-2, lambda a, b: a | b)}
+
+
+def const_expr(toks: list[Token]) -> int | None:
+    """An integer constant expression (``288*2``, ``((128>>4)<<16)``, ``+8``) as PTX
+    writes them in operands and address offsets, C's precedence; None when ``toks`` is
+    not one (a register, a label, a single literal)."""
+    if len(toks) < 2 or any(t.kind not in ("num",) and t.text not in "()+-*/%<>&^|~!"
+                            for t in toks):
+        return None
+    items: list = []
+    for t in toks:
+        if t.kind == "num":
+            if "." in t.text or t.text[:2] in ("0f", "0F", "0d", "0D"):
+                return None
+            items.append(parse_int(t.text))
+        elif items and items[-1] in ("<", ">") and t.text == items[-1]:
+            items[-1] = t.text * 2
+        else:
+            items.append(t.text)
+    pos = 0
+
+    def unary():
+        nonlocal pos
+        if pos >= len(items):
+            raise ValueError
+        x = items[pos]
+        pos += 1
+        if x == "(":
+            v = binary(-3)
+            if pos >= len(items) or items[pos] != ")":
+                raise ValueError
+            pos += 1
+            return v
+        if x in ("-", "+", "~", "!"):
+            v = unary()
+            return {"-": -v, "+": v, "~": ~v, "!": int(not v)}[x]
+        if isinstance(x, int):
+            return x
+        raise ValueError
+
+    def binary(level):
+        nonlocal pos
+        left = unary()
+        while pos < len(items) and items[pos] in _BINARY and _BINARY[items[pos]][0] >= level:
+            prec, fn = _BINARY[items[pos]]
+            pos += 1
+            left = fn(left, binary(prec + 1))
+        return left
+    try:
+        value = binary(-3)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value if pos == len(items) else None
 
 
 OLDEST_ARCH = "sm_75"
@@ -389,14 +505,14 @@ def table_order(chain: list[str]) -> list[str]:
     else:
         return chain
     rest = chain[k:]
-
-    def rank(item):
-        i, mod = item
-        for g, group in enumerate(spec.groups):
-            if mod in group.names:
-                return (g, i)
-        return (len(spec.groups), i)
-    return chain[:k] + [m for _, m in sorted(enumerate(rest), key=rank)]
+    used: set[int] = set()
+    ranks = []
+    for i, mod in enumerate(rest):   # a name several groups hold fills the first free one
+        g = next((g for g, group in enumerate(spec.groups)
+                  if mod in group.names and g not in used), len(spec.groups))
+        used.add(g)
+        ranks.append((g, i))
+    return chain[:k] + [rest[i] for _, i in sorted(ranks)]
 
 
 class HexFloat(float):

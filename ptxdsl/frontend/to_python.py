@@ -4,10 +4,13 @@ Each instruction becomes ``ptx.inst.<opcode>(operands, pred=p)``, each label
 ``ptx.label``, each register a ``reg.scalar`` bound to a Python name like the PTX one,
 each shared variable an ``smem.alloc``. The DSL names a kernel's parameters itself
 (``<tensor>_ptr``, ``<dim>_dim``; pointers first), so the signature is translated, not
-copied: a 64-bit parameter becomes a one-byte Tile ``a<i>`` (its pointer ``a<i>_ptr``),
-a 32-bit integer parameter a named dim ``d<i>`` (``d<i>_dim``) carried by the first
-Tile's shape. Other parameters (floats, byte arrays), dynamic shared memory and ``.func``
-calls are refused with a message; lines kept raw stay ``ptx.raw`` lines.
+copied: a 64-bit parameter becomes a one-byte Tile named after it (``x_ptr`` -> ``x``,
+printed ``x_ptr`` again), a 32-bit integer parameter a named dim (``n_dim`` -> ``n``)
+carried by the first Tile's shape. Other parameters (floats, byte arrays) are refused
+with a message, and so are calls; lines kept raw, negated guards and sources stay
+``ptx.raw`` lines.
+Bottom-tested loops (``L: ... @p bra L``) are raised into ``with ptx.loop("L", pred=p):``
+blocks.
 """
 from __future__ import annotations
 
@@ -44,18 +47,24 @@ class _Names:
 
 
 def _signature(kernel):
+    """Python names from the PTX parameter names: a pointer ``x_ptr`` is the Tile ``x``
+    (the DSL prints ``x_ptr`` again), a 32-bit ``n_dim`` the named dim ``n``; other names
+    are kept whole (``k_param_0`` -> Tile ``k_param_0``, printed ``k_param_0_ptr``)."""
     ptrs, dims, rename = [], [], {}
+    names = _Names()
     for i, p in enumerate(kernel.params):
         if p.space != "param" or p.count is not None:
             raise TraceError(f"to_python: parameter {p.name} (.{p.type}"
                              f"{'[]' if p.count is not None else ''}) has no DSL spelling yet")
         bits = int(re.sub(r"\D", "", p.type) or 0)
         if bits == 64 and p.type[0] in "bus":
-            ptrs.append(f"a{i}")
-            rename[p.name] = f"a{i}_ptr"
+            a = names.get(re.sub(r"_ptr$", "", p.name) or p.name)
+            ptrs.append(a)
+            rename[p.name] = f"{a}_ptr"
         elif bits == 32 and p.type[0] in "bus":
-            dims.append(f"d{i}")
-            rename[p.name] = f"d{i}_dim"
+            d = names.get(re.sub(r"_dim$", "", p.name) or p.name)
+            dims.append(d)
+            rename[p.name] = f"{d}_dim"
         else:
             raise TraceError(f"to_python: parameter {p.name} (.{p.type}) has no DSL spelling "
                              f"yet (64-bit pointers and 32-bit integers do)")
@@ -68,9 +77,13 @@ def _signature(kernel):
 def to_python(kernel) -> str:
     fn = kernel.fn
     prog = fn.program
+    call = next((i for i in prog.walk() if i.match.spec.form == "call"), None)
+    if call is not None:
+        raise TraceError(f"to_python: kernel {fn.name} calls .func {call.operands[1].name} "
+                         f"({call.loc}); the DSL has no device functions to call")
     ptrs, dims, rename = _signature(kernel)
     names = _Names()
-    for a in ptrs:
+    for a in ptrs + dims:
         names.taken[a] = a
     tiles = [f"Tile({', '.join(map(repr, dims))}, u8)" if i == 0 and dims else "Tile(1, u8)"
              for i, _ in enumerate(ptrs)]
@@ -135,26 +148,78 @@ def to_python(kernel) -> str:
     if tail and isinstance(tail[0], ir.Instr) and tail[0].match.spec is INSTRUCTIONS["ret"] \
             and tail[0].guard is None:
         nodes.remove(tail[0])   # the DSL ends every kernel with its own ret
-    for node in nodes:
+    def line(node) -> str:
         if isinstance(node, ir.Label):
-            body.append(f"ptx.label({node.name!r})")
-        elif isinstance(node, ir.Raw):
-            body.append(f"ptx.raw({node.text.format(*node.operands)!r})")
-        elif isinstance(node, ir.Instr):
-            pred_imm = any(isinstance(o, ir.Imm) and o.dtype.is_pred for o in node.operands)
-            if node.guard_negated or pred_imm:
-                # no DSL spelling for @!p guards or predicate immediates: an unchecked line
-                text = fmt_instr_text(node)
-                fmt_args = ", ".join(names.get(r.name) for r in _regs_in(node))
-                body.append(f"ptx.raw({text!r}{', ' + fmt_args if fmt_args else ''})")
-                continue
-            chain = ", ".join(operand(o) for o in node.operands)
-            pred = f"pred={names.get(node.guard.name)}" if node.guard is not None else ""
-            args = ", ".join(x for x in (chain, pred) if x)
-            body.append(f"ptx.inst({node.opcode!r}, {args})" if args else
-                        f"ptx.inst({node.opcode!r})")
+            return f"ptx.label({node.name!r})"
+        if isinstance(node, ir.Raw):
+            return f"ptx.raw({node.text.format(*node.operands)!r})"
+        pred_imm = any(isinstance(o, ir.Imm) and o.dtype.is_pred or isinstance(o, ir.Not)
+                       for o in node.operands)
+        if node.guard_negated or pred_imm:
+            # no DSL spelling for @!p guards, !p sources or predicate immediates: an
+            # unchecked line
+            text = fmt_instr_text(node)
+            fmt_args = ", ".join(names.get(r.name) for r in _regs_in(node))
+            return f"ptx.raw({text!r}{', ' + fmt_args if fmt_args else ''})"
+        chain = ", ".join(operand(o) for o in node.operands)
+        pred = f"pred={names.get(node.guard.name)}" if node.guard is not None else ""
+        args = ", ".join(x for x in (chain, pred) if x)
+        return f"ptx.inst({node.opcode!r}, {args})" if args else f"ptx.inst({node.opcode!r})"
+
+    body += _raised(nodes, line, names)
     lines += ["    " + b for b in body] or ["    pass"]
     return "\n".join(lines) + "\n"
+
+
+def _back_branch(nodes, i: int) -> int | None:
+    """The index of the last ``@p bra L`` / ``bra.uni L`` back to the label at ``i`` that
+    ``ptx.loop`` prints the same way (None: the label heads no such loop)."""
+    name = nodes[i].name
+    for j in range(len(nodes) - 1, i, -1):
+        n = nodes[j]
+        if isinstance(n, ir.Instr) and n.match.spec is INSTRUCTIONS["bra"] and \
+                n.operands[0].name == name and not n.guard_negated and \
+                (n.guard is not None) != ("uni" in n.match.mods):
+            return j
+    return None
+
+
+def _raised(nodes, line, names) -> list[str]:
+    """Lines for ``nodes``, each bottom-tested loop (``L: ... @p bra L``) raised into a
+    ``with ptx.loop("L", pred=p):`` block (the same instructions, indented), a counted
+    one (``add i, i, step; setp ...; @p bra L``) noted as such."""
+    out, i = [], 0
+    while i < len(nodes):
+        node = nodes[i]
+        j = _back_branch(nodes, i) if isinstance(node, ir.Label) else None
+        if j is None:
+            out.append(line(node))
+            i += 1
+            continue
+        bra = nodes[j]
+        pred = f", pred={names.get(bra.guard.name)}" if bra.guard is not None else ""
+        inner = nodes[i + 1:j]
+        if len(inner) >= 2 and all(isinstance(x, ir.Instr) for x in inner[-2:]) and \
+                inner[-2].match.spec is INSTRUCTIONS["add"] and \
+                inner[-1].match.spec is INSTRUCTIONS["setp"] and bra.guard is not None and \
+                inner[-1].operands[0] is bra.guard and inner[-2].operands[0] is \
+                inner[-2].operands[1] and inner[-1].operands[1] is inner[-2].operands[0]:
+            out.append(f"# counted loop: {names.get(inner[-2].operands[0].name)} steps by "
+                       f"{_spell(inner[-2].operands[2], names)} while "
+                       f"{inner[-1].match.chosen.get('cmp', '?')} "
+                       f"{_spell(inner[-1].operands[2], names)}")
+        out.append(f"with ptx.loop({node.name!r}{pred}):")
+        out += ["    " + x for x in (_raised(inner, line, names) or ["pass"])]
+        i = j + 1
+    return out
+
+
+def _spell(op, names) -> str:
+    if isinstance(op, ir.Reg):
+        return names.get(op.name)
+    if isinstance(op, ir.Imm):
+        return repr(op.value)
+    return "?"
 
 
 def _regs_in(node: ir.Instr) -> list:

@@ -393,6 +393,8 @@ class Machine:
             return view(self.read_reg(op, mask, instr), t)
         if isinstance(op, ir.Imm):
             return immediate(op.value, t)
+        if isinstance(op, ir.Not):    # !%p (imported PTX)
+            return ~self.value(op.reg, t, mask, instr).astype(bool)
         if isinstance(op, ir.Special):
             v = self.special_value(op.name)
             return view(to_bits(v, np.dtype(np.uint64 if v.dtype.itemsize == 8 else np.uint32)),
@@ -432,7 +434,8 @@ class Machine:
             return
         if isinstance(op, ir.Vec):
             for x, v in zip(op.items, value):
-                self.write_reg(x, v, mask)
+                if x is not ir.SINK:     # {_, %r}: an unpacked part nobody keeps
+                    self.write_reg(x, v, mask)
         else:
             self.write_reg(op, value, mask)
 

@@ -66,6 +66,18 @@ def st(m):
     return _mem_common(m, "st")
 
 
+def st_param_target(m, operands):
+    """st.param writes a call's argument or return variable, never a kernel parameter."""
+    if m.chosen.get("space") != "param":
+        return None
+    base = operands[0].base if hasattr(operands[0], "base") else None
+    if getattr(base, "writable", False):
+        return None
+    return ("st.param writes a .param variable declared for a call (or a .func's return "
+            "value); a kernel's parameters are read-only (ptxas: 'Illegal to write to "
+            "function input parameter')")
+
+
 FP8X2 = {"e4m3x2", "e5m2x2"}
 
 

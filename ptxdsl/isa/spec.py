@@ -61,7 +61,8 @@ class Operand:
     ``t`` tensor-map address with a coordinate list (``[tmap, {x, y}]``),
     ``l`` label, ``p`` destination predicate, ``q`` source predicate,
     ``V`` destination register or register list (vector forms),
-    ``X`` source register/immediate or list (vector forms).
+    ``X`` source register/immediate or list (vector forms),
+    ``c`` a call's parenthesised list of registers and ``.param`` variables.
     ``ty``: ``T`` (the instruction type), ``T0``/``T1``/``T2`` (the types of
     several-type instructions such as cvt or wgmma), ``W`` (twice the width of ``T``),
     or a fixed type name such as ``u32``; ``{key}`` (with ``V``/``X``) is a
@@ -165,7 +166,7 @@ SPACES_32BIT_OK = frozenset({"shared", "shared::cta", "shared::cluster", "local"
 
 
 SCOPES = ("thread", "warp", "warpgroup", "cta", "cluster")
-FORMS = ("plain", "pipe_pred")
+FORMS = ("plain", "pipe_pred", "call")
 ACCESS = (None, "read", "write", "read_write")
 PROXIES = ("generic", "async")
 # Effects an instruction can have beyond writing its destinations.
@@ -221,7 +222,8 @@ class OpSpec:
     varies: bool = False
     # form: how the emitter prints the operand list: "plain" (comma separated) or
     #   "pipe_pred" (the first two destinations joined by '|', as in
-    #   ``elect.sync %r0|%p0, mask`` or ``shfl.sync ... %r0|%p0, ...``).
+    #   ``elect.sync %r0|%p0, mask`` or ``shfl.sync ... %r0|%p0, ...``) or "call"
+    #   (``call (rets), name, (args)``, an empty list left out).
     form: str = "plain"
     # aligned: whether every thread of ``scope`` must execute it together (no thread
     #   may skip it in a branch): True, False, or the name of the modifier that makes

@@ -85,15 +85,16 @@ TABLE: tuple[OpSpec, ...] = (
                ".nc reads global memory through the non-coherent (texture) path.",
            example="ld.global.v4.f32 {%f0, %f1, %f2, %f3}, [%rd0]", rule=rules.ld,
            access="read", subword=True, moves_bits=True),
-    # No st.param: kernel parameters are read-only (ptxas: "Illegal to write to
-    # function input parameter"), and ptxdsl emits no device-function calls.
+    # st.param writes only a call's argument or return variable: kernel parameters
+    # are read-only (ptxas: "Illegal to write to function input parameter").
     OpSpec("st", (SEM_ST, SCOPE, g("space", "global", "shared", "local", SHARED_CTA,
-                                   Mod("shared::cluster", (7, 8), 90)),
+                                   Mod("shared::cluster", (7, 8), 90), "param"),
                   g("cop", "wb", "cg", "cs", "wt"), L1_EVICT, L2_HINT, VEC2_4),
            MEM_TYPES, operands="a X:T", variants={"L2::cache_hint": "a X:T r:b64"},
            category="data", side_effects=True,
            doc="Store to a state space; .v2/.v4 take a register list as source.",
            example="st.global.v4.f32 [%rd0], {%f0, %f1, %f2, %f3}", rule=rules.st,
+           check_operands=rules.st_param_target,
            access="write", subword=True, moves_bits=True),
     OpSpec("createpolicy", (g("kind", "fractional", required=True),
                             g("primary", "L2::evict_last", "L2::evict_normal",
@@ -398,6 +399,12 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("bra", (g("uni", "uni"),), (), ntypes=0, operands="l", category="control",
            side_effects=True, doc="Branch to a label (optionally guarded).",
            example="bra.uni $L_end", effects=frozenset({"branch"})),
+    OpSpec("call", (g("uni", "uni"),), (), ntypes=0, operands="c l c", category="control",
+           side_effects=True, form="call", interp=False,
+           doc="Call a .func: call (return values), name, (arguments); each list holds the "
+               ".param variables (or, for .reg parameters, the registers) passed. The PTX "
+               "front end runs calls on the interpreter by inlining the callee.",
+           example="call.uni (%r0), callee, (%r1)"),
     OpSpec("ret", (g("uni", "uni"),), (), ntypes=0, operands="", category="control",
            side_effects=True, doc="Return from the kernel.", example="ret",
            effects=frozenset({"exit"})),

@@ -136,7 +136,7 @@ def test_registers_without_sigil_and_parameters_of_the_same_name():
     assert "ld.param.u64 %ptrA, [ptrA];" in out and "mov.u32 %count, 3;" in out
 
 
-def test_functions_and_calls_are_kept_with_keep_unknown():
+def test_functions_and_calls_parse_strictly():
     text = HEAD + """
 .func (.reg .b32 rv) one(.reg .b32 x)
 {
@@ -151,9 +151,8 @@ def test_functions_and_calls_are_kept_with_keep_unknown():
 	ret;
 }
 """
-    with pytest.raises(PtxdslError, match="call"):
-        ptxdsl.parse_ptx(text)
-    mod = ptxdsl.parse_ptx(text, keep_unknown=True)
+    mod = ptxdsl.parse_ptx(text)
+    assert not mod.unchecked
     assert [f.kind for f in mod.functions] == ["func", "entry"]
     assert "call (%r1), one, (%r0);" in mod.emit()
     assert ".func (.reg .b32 %rv) one(" in mod.emit()
@@ -247,3 +246,40 @@ def test_a_warp_storing_one_value_to_one_address_is_one_write():
         ptxdsl.from_ptx(WARP_STORE.replace("VALUE", "%r1")).interpret(out, block=32)
     with pytest.raises(InterpreterError, match="race"):   # two warps: two instructions
         ptxdsl.from_ptx(WARP_STORE.replace("VALUE", "7")).interpret(out, block=64)
+
+
+LOOP = HEAD + """
+.visible .entry k(.param .u64 x_ptr, .param .u32 n_dim, .param .u64 k_param_2)
+{
+	.reg .pred %p<3>;
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<4>;
+	ld.param.u64 %rd1, [x_ptr];
+	ld.param.u32 %r5, [n_dim];
+	mov.u32 %r1, 0;
+	mov.u32 %r2, 0;
+$loop:
+	add.s32 %r2, %r2, %r1;
+	add.s32 %r1, %r1, 1;
+	setp.lt.s32 %p1, %r1, %r5;
+	@%p1 bra $loop;
+	cvta.to.global.u64 %rd2, %rd1;
+	st.global.u32 [%rd2], %r2;
+	ret;
+}
+"""
+
+
+def test_to_python_keeps_parameter_names_and_raises_loops():
+    k = ptxdsl.from_ptx(LOOP)
+    src = k.to_python()
+    assert "def k(x, k_param_2):" in src and "Tile('n', u8)" in src
+    assert "# counted loop: r1 steps by 1 while lt r5" in src
+    assert "    with ptx.loop('$loop', pred=p1):\n        ptx.inst('add.s32', r2, r2, r1)" in src
+    ns: dict = {}
+    exec(compile(src, "<translated>", "exec"), ns)
+    (dk,) = [v for v in ns.values() if isinstance(v, ptxdsl.Kernel)]
+    text = dk.ptx()
+    assert ".param .u64 x_ptr," in text and ".param .u32 n_dim" in text
+    back = ptxdsl.parse_ptx(text).kernels["k"].program()
+    assert [i.opcode for i in back.walk()] == [i.opcode for i in k.program().walk()]

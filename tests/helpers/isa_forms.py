@@ -12,6 +12,8 @@ users take, not a parallel formatter.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import re
 import sys
@@ -269,8 +271,15 @@ class Sweep:
             return b.new_reg(_reg_type(t))
         if role == "i":
             return _immediate(m, i, t)
+        if role == "c":   # a call's lists: one register each (the callee below)
+            return [b.new_reg(u32)]
+        if role == "l" and m.spec.form == "call":
+            b.functions.add("callee")
+            return "callee"
         if role == "a":
             space = _space(m, i)
+            if space == "param" and m.spec.access == "write":   # a call's argument
+                return ir.Addr(ir.Symbol("p_arg", "param", True))
             if space == "param":
                 return ir.Addr(ir.Symbol(self.param.name, "param"))
             return ir.Addr(b.new_reg(u32 if space in SHARED_SPACES else u64))
@@ -335,7 +344,24 @@ class Sweep:
             used.update(f.instr.dests())
             used.update(f.instr.sources())
         prog.regs = [r for r in b.regs if r in used]
-        return emit(prog)
+        for f in forms:   # a call's list registers are neither dests nor sources
+            if f.instr.match.spec.form == "call":
+                used.update(x for op in f.instr.operands if isinstance(op, ir.Vec)
+                            for x in op.items)
+        prog.regs = [r for r in b.regs if r in used]
+        out = emit(prog)
+        text = out.text
+        # call and st.param need a callee and a call variable; declared on lines that
+        # exist already, so the line map still names each form
+        if any(f.instr.match.spec.form == "call" for f in forms):
+            text = text.replace(".address_size 64", ".address_size 64  .func (.reg .b32 %rv) "
+                                "callee(.reg .b32 %x);", 1)
+            text += "\n.func (.reg .b32 %rv) callee(.reg .b32 %x)\n{\n\tmov.b32 %rv, %x;\n" \
+                    "\tret;\n}\n"
+        if "p_arg" in text:
+            head, sep, tail = text.partition("\n{\n")
+            text = head + "\n{  .param .align 16 .b8 p_arg[16];\n" + tail
+        return dataclasses.replace(out, text=text)
 
 
 def with_optional_needs(m: Match) -> list[Match]:
@@ -415,6 +441,9 @@ def example_module(examples: str | list[str], arch: str, version: tuple[int, int
     if isinstance(examples, str):
         examples = [examples]
     out = [f".version {version[0]}.{version[1]}", f".target {arch}", ".address_size 64", ""]
+    if any(re.search(r"\bcallee\b", e) for e in examples):   # call's example calls it
+        out += [".func (.reg .b32 %rv) callee(.reg .b32 %x)", "{", "\tmov.b32 %rv, %x;",
+                "\tret;", "}", ""]
     for i, example in enumerate(examples):
         regs = sorted(set(_REG_RE.findall(example)), key=lambda x: (x[0], int(x[1])))
         decls = [f"\t.reg .{_EX_DECL[p]} %{p}{n};" for p, n in regs]

@@ -56,7 +56,7 @@ def test_entry_is_well_formed(opcode):
     assert len({grp.name for grp in spec.groups}) == len(spec.groups)
     for sig in (spec.operands, *spec.variants.values()):
         for slot in (x for alt in split_alternatives(sig) for x in parse_operands(alt)):
-            assert slot.role in "dsrialpqtVX"
+            assert slot.role in "dsrialpqtVXc"
             assert slot.ty in (None, "T", "T0", "T1", "T2", "W") or slot.ty in ALL_TYPES or (
                 slot.list_key and slot.role in "VXt" and spec.lists is not None)
     for key in spec.variants:  # a variant is selected by modifiers or type suffixes
@@ -171,7 +171,6 @@ REFUSED = [
     ("mov.f16 %h1, %h0", "sm_90a"),                      # data movement has no half types
     ("ld.global.f16 %h0, [%rd0]", "sm_90a"),
     ("st.global.bf16x2 [%rd0], %hhb0", "sm_90a"),
-    ("st.param.u32 [p_ptr], %r0", "sm_90a"),             # kernel params are read-only
     ("add.rz.f16 %h2, %h0, %h1", "sm_90a"),              # half math rounds .rn only
     ("fma.rm.f16x2 %hh3, %hh0, %hh1, %hh2", "sm_90a"),   # (fma.rm.bf16x2 is fine)
     ("setp.lo.s32 %p0, %r0, %r1", "sm_90a"),             # lo/ls/hi/hs are unsigned-only
@@ -377,3 +376,17 @@ def test_no_module_outside_isa_decides_by_opcode_name():
                  for n, line in enumerate(path.read_text().splitlines(), 1)
                  if pattern.search(line)]
     assert offenders == []
+
+
+def test_st_param_writes_call_variables_only():
+    """Kernel parameters are read-only (ptxas: 'Illegal to write to function input
+    parameter'): the table takes st.param only to a variable declared for a call."""
+    from ptxdsl.core import ir
+    from ptxdsl.core.trace import Builder
+    from ptxdsl.core.types import u32
+    b = Builder("k", "sm_90a")
+    r = ir.Reg("r0", u32, b)
+    with pytest.raises(IsaError, match="read-only"):
+        b.build(["st", "param", "u32"], [ir.Addr(ir.Symbol("p_ptr", "param")), r])
+    ok = b.build(["st", "param", "u32"], [ir.Addr(ir.Symbol("param0", "param", True)), r])
+    assert ok.match.text == "st.param.u32"

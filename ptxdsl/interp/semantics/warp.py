@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...core import ir
+from ..values import view
+
 _LANES = np.arange(32, dtype=np.uint32)
 
 
@@ -49,9 +52,36 @@ def _pred_out(instr) -> int:
     return 1 if len(slots) > 1 and slots[1].role == "p" else 0
 
 
+def _shuffled_source(mach, instr, i, mask):
+    """shfl's source for every lane, and which lanes wrote it (None: all did, or reads
+    are not checked). A lane's own never-written source is no error by itself: see shfl."""
+    op = instr.operands[i]
+    w = mach.written.get(op) if isinstance(op, ir.Reg) else True
+    if w is True or not mach.check_init or (mach.held and op in mach.held):
+        return mach.src(instr, i, mask), None
+    raw = mach.regs.get(op)
+    if raw is None:
+        raw = np.zeros(mach.T, mach.store[op])
+    t = instr.match.resolve_type(instr.match.operands[i].ty)
+    return view(raw, t), (np.zeros(mach.T, bool) if w is None else w)
+
+
+def _unwritten(mach, reg, lanes) -> None:
+    """Mark ``reg`` as never written in ``lanes`` (a later read there is the error)."""
+    w = mach.written.get(reg)
+    w = np.ones(mach.T, bool) if w is True else (np.zeros(mach.T, bool) if w is None
+                                                  else w.copy())
+    w &= ~lanes
+    mach.written[reg] = True if w.all() else w
+
+
 def shfl(mach, instr, mask):
+    """Triton (3.6) shuffles registers that some lanes never wrote and discards what
+    those lanes' values became. So reading a never-written lane is not reported at the
+    shuffle: the result is uninitialised in each lane that took such a value, and a later
+    read of it in that lane is the error."""
     k = _pred_out(instr)
-    a = mach.src(instr, 1 + k, mask)
+    a, wrote = _shuffled_source(mach, instr, 1 + k, mask)
     b = _per_thread(mach, mach.src(instr, 2 + k, mask)).astype(np.int64)
     c = _per_thread(mach, mach.src(instr, 3 + k, mask)).astype(np.int64)
     members = _per_thread(mach, mach.src(instr, 4 + k, mask))
@@ -83,7 +113,14 @@ def shfl(mach, instr, mask):
                          f"membermask {int(members[t]):#010x} or is not active: the value is "
                          f"undefined on hardware", t)
     av = np.broadcast_to(np.asarray(a), (mach.T,))
-    mach.dst(instr, 0, av[src], mask)
+    if wrote is None:
+        mach.dst(instr, 0, av[src], mask)
+    else:
+        got = mask & wrote[src]
+        mach.dst(instr, 0, av[src], got)
+        d = instr.operands[0]
+        if isinstance(d, ir.Reg) and (mask & ~got).any():
+            _unwritten(mach, d, mask & ~got)
     if k:  # p: the source lane was in range (else d is this lane's own value)
         mach.dst(instr, 1, ok, mask)
 

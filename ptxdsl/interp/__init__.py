@@ -38,7 +38,7 @@ from .memory import SHARED_BASE, Space
 from .hostio import is_torch, wrap_output, write_back
 from .semantics import NO_CPU_SEMANTICS, handlers_for_run, supported, unsupported
 from .spaces import global_space, param_space, shared_regions
-from . import transactions
+from . import landing, transactions
 
 __all__ = ["interpret", "run_program", "NO_CPU_SEMANTICS", "supported", "unsupported"]
 
@@ -162,6 +162,7 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
                 mach.per_thread = ladder[level][0] == "thread"
                 mach.split_warpgroups = ladder[level][0] != "warpgroup"
                 run_units(mach, top, ladder[level][1], level == len(ladder) - 1)
+            landing.land(mach)           # copies nobody waited for land at the end
             transactions.at_exit(mach)
             return
         except Blocked:

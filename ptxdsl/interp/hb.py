@@ -73,6 +73,12 @@ class HappensBefore:
         old = self.mb_release.get(off)
         self.mb_release[off] = v if old is None else np.maximum(old, v)
 
+    def mbarrier_release(self, off: int, v) -> None:
+        """A release into the mbarrier's phase with the vector ``v`` (an asynchronous
+        copy landing: what its issuing warp knew at issue, :mod:`.landing`)."""
+        old = self.mb_release.get(off)
+        self.mb_release[off] = v if old is None else np.maximum(old, v)
+
     def mbarrier_complete(self, off: int) -> None:
         v = self.mb_release.pop(off, None)
         if v is not None:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.errors import InterpreterError
+from . import landing
 
 # Table effects of instructions that may wait (and so may raise Blocked).
 WAIT_EFFECTS = frozenset({"barrier", "async_wait", "mbarrier"})
@@ -201,6 +202,8 @@ def run_units(mach, top, units: list[np.ndarray], last: bool) -> None:
                 raise InterpreterError(f"a semantic function waited ({b.what}) but its table "
                                        f"entry has no waiting effect {sorted(WAIT_EFFECTS)}")
         if not gens or mach.events != start:
+            continue
+        if landing.land(mach):       # every unit waits: the copies in flight land
             continue
         may_give_up = [i for i in gens if parked[i][2].fallback is not None]
         if may_give_up and forced_at != mach.events:

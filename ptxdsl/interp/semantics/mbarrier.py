@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...core import ir
-from .. import transactions
+from .. import landing, transactions
 from ..addressing import addresses, check, space_of
 from ..schedule import Blocked
 
@@ -62,18 +62,22 @@ def mbarrier_expect_tx(mach, off: int, nbytes: int, instr=None, thread=None) -> 
     transactions.expect(mach, mach.mbarriers[off], int(nbytes), instr, thread)
 
 
-def mbarrier_complete_tx(mach, off: int, nbytes: int, instr=None, thread=None) -> None:
+def mbarrier_complete_tx(mach, off: int, nbytes: int, instr=None, thread=None,
+                         release=None) -> None:
     """An asynchronous copy delivered ``nbytes`` to the mbarrier at shared byte offset
     ``off`` (``Space.offsets`` of its address): the phase completes when the count reaches
     zero with no arrivals pending. For bulk / tensor copies (``.mbarrier::complete_tx``):
     write the copied bytes first (through :func:`ptxdsl.interp.access.track` as writes of
     the issuing ``thread``), then call this with that ``thread``, so that a consumer's
-    acquire of the phase orders the copy's writes before its reads."""
+    acquire of the phase orders the copy's writes before its reads (``release``: the
+    happens-before vector to release instead of the thread's current one)."""
     st = mach.mbarriers.get(off)
     if st is None:
         mach.fail(instr, "an asynchronous copy completes on an mbarrier that was never "
                          "initialised (mbarrier.init)", thread)
-    if thread is not None:      # the copy's writes happen before the phase completes
+    if release is not None:
+        mach.hb.mbarrier_release(off, release)
+    elif thread is not None:    # the copy's writes happen before the phase completes
         mach.hb.mbarrier_arrive(off, int(thread))
     transactions.complete(mach, st, int(nbytes), instr, thread)
     _phase_done(mach, off, st)
@@ -140,10 +144,14 @@ def _wait(mach, instr, mask, parity: bool):
     done = np.zeros(mach.T, bool)
     targets = _mbar_targets(mach, instr, mask)
     groups = _by_barrier(targets)
-    for off, ts in groups.items():
-        st = _mbar_state(mach, instr, ts[0], off)
-        a = arg[ts]
-        done[ts] = (st["phase"] & 1) != (a & 1) if parity else st["phase"] > a
+    def check():
+        for off, ts in groups.items():
+            st = _mbar_state(mach, instr, ts[0], off)
+            a = arg[ts]
+            done[ts] = (st["phase"] & 1) != (a & 1) if parity else st["phase"] > a
+    check()
+    if (mask & ~done).any() and landing.land(mach, {o for t, o in targets if not done[t]}):
+        check()                              # copies in flight land when waited for
     if (mask & ~done).any():
         t = int(np.argmax(mask & ~done))
         off = dict(targets)[t]

@@ -38,7 +38,8 @@ from .memory import SHARED_BASE, Space
 from .hostio import is_torch, wrap_output, write_back
 from .semantics import NO_CPU_SEMANTICS, handlers_for_run, supported, unsupported
 from .spaces import global_space, param_space, shared_regions
-from . import landing, transactions
+from . import groups, landing, transactions
+from .semantics.wgmma import at_exit as wgmma_at_exit
 
 __all__ = ["interpret", "run_program", "NO_CPU_SEMANTICS", "supported", "unsupported"]
 
@@ -164,6 +165,8 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
                 run_units(mach, top, ladder[level][1], level == len(ladder) - 1)
             landing.land(mach)           # copies nobody waited for land at the end
             transactions.at_exit(mach)
+            wgmma_at_exit(mach)
+            groups.at_exit(mach)
             return
         except Blocked:
             ladder = levels(mach)

@@ -185,6 +185,22 @@ def compile_node(node, handlers):
 
 
 _COMPILED: "weakref.WeakKeyDictionary[ir.Program, Block]" = weakref.WeakKeyDictionary()
+_WGMMA_REGS: "weakref.WeakKeyDictionary[ir.Program, frozenset]" = weakref.WeakKeyDictionary()
+
+
+def wgmma_registers(prog: ir.Program) -> frozenset:
+    """The registers some wgmma.mma_async uses as accumulators or A fragments (their
+    ordinary writes are stamped for the wgmma.fence check, :mod:`.semantics.wgmma`)."""
+    regs = _WGMMA_REGS.get(prog)
+    if regs is None:
+        found = set()
+        for i in prog.walk():
+            if i.match.spec.opcode == "wgmma.mma_async":
+                for op in i.operands[:2]:
+                    if isinstance(op, ir.Vec):
+                        found.update(x for x in op.items if isinstance(x, ir.Reg))
+        regs = _WGMMA_REGS[prog] = frozenset(found)
+    return regs
 
 
 def compiled(prog: ir.Program, handlers) -> Block:
@@ -257,6 +273,11 @@ class Machine:
         self.split_warpgroups = False           # units finer than warpgroups (schedule.py)
         self.meetings: dict = {}                # warpgroup-collective rendezvous
         self.held: dict = {}                    # in-flight accumulators (semantics/wgmma.py)
+        # wgmma.fence: per thread the step of its warpgroup's latest fence (None: none yet),
+        # and per wgmma accumulator / A register the step of each thread's latest write
+        self.wgmma_fenced = None
+        self.reg_steps: dict = {}
+        self.fence_regs = wgmma_registers(prog)
         self.current = None                     # the instruction being executed
         # pdl=True kernels: which threads executed griddepcontrol.wait (None: not pdl)
         self.grid_waited = None
@@ -312,6 +333,8 @@ class Machine:
     def write_reg(self, reg: ir.Reg, value, mask) -> None:
         if self.held and reg in self.held:  # an accumulator of a wgmma in flight
             check_held(self, reg, self.current, mask, "written")
+        if reg in self.fence_regs:
+            self._stamp(reg, mask)
         bits = to_bits(value, self.store[reg])
         old = self.regs.get(reg)
         if mask.all():
@@ -326,6 +349,12 @@ class Machine:
             return
         w = (mask | ~self.valid) if w is None else (w | mask)
         self.written[reg] = True if w.all() else w
+
+    def _stamp(self, reg: ir.Reg, mask) -> None:
+        st = self.reg_steps.get(reg)
+        if st is None:
+            st = self.reg_steps[reg] = np.full(self.T, -1, np.int64)
+        st[mask] = self.steps
 
     def write_rows(self, reg: ir.Reg, threads: np.ndarray, bits: np.ndarray,
                    mask: np.ndarray) -> None:

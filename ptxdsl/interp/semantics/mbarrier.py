@@ -30,11 +30,27 @@ def _mbar_targets(mach, instr, mask):
     return out
 
 
-def _mbar_state(mach, instr, t, key):
+def _mbar_state(mach, instr, t, key, ts=None):
+    """The mbarrier's state, checked: initialised, and its init ordered before the use by
+    each thread of ``ts`` (default ``[t]``) of another warp than the initialising thread's:
+    a bar.sync (or a cluster barrier) after the init, as on the GPU, where another warp
+    may otherwise use it before it is set up."""
     st = mach.mbarriers.get(key)
     if st is None:
         mach.fail(instr, "mbarrier object used before mbarrier.init (or after mbarrier.inval)",
                   t)
+    seen = st["ordered"]          # warps known to be ordered after the init (for good)
+    by, at = st["init"]
+    for u in ([t] if ts is None else ts):
+        if u // 32 == by // 32 or u // 32 in seen:   # (its own warp: reconverged lanes)
+            continue
+        if not mach.hb.ordered(np.asarray([u]), np.asarray([by]), at)[0]:
+            mach.fail(instr, f"uses an mbarrier that thread {mach.tid_str(by)} initialised at "
+                             f"{st['init_at']}, but nothing orders that mbarrier.init before "
+                             f"this use (put a bar.sync, or fence.mbarrier_init and a cluster "
+                             f"barrier for peer CTAs, between the init and other threads' "
+                             f"arrivals and waits)", u)
+        seen.add(u // 32)
     return st
 
 
@@ -42,7 +58,8 @@ def mbarrier_init(mach, instr, mask):
     count = np.broadcast_to(np.asarray(mach.src(instr, 1, mask)).astype(np.int64), (mach.T,))
     for t, off in _mbar_targets(mach, instr, mask):
         mach.mbarriers[off] = {"expected": int(count[t]), "pending": int(count[t]), "phase": 0,
-                               "tx": 0}
+                               "tx": 0, "init": (t, mach.steps), "init_at": instr.loc,
+                               "ordered": set()}
     mach.events += 1
 
 
@@ -98,7 +115,9 @@ def _arrive(mach, instr, mask, tx=None):
     tokens = np.zeros(mach.T, np.uint64)
     txv = None if tx is None else np.broadcast_to(np.asarray(tx).astype(np.int64), (mach.T,))
     for off, ts in _by_barrier(_mbar_targets(mach, instr, mask)).items():
-        st = _mbar_state(mach, instr, ts[0], off)
+        st = _mbar_state(mach, instr, ts[0], off, ts)
+        if len(ts) > st["pending"] and landing.land(mach, {off}):
+            st = _mbar_state(mach, instr, ts[0], off)   # copies in flight may end the phase
         if len(ts) > st["pending"]:
             for t in ts:
                 _arrive_one(mach, instr, st, off, t, txv)
@@ -146,7 +165,7 @@ def _wait(mach, instr, mask, parity: bool):
     groups = _by_barrier(targets)
     def check():
         for off, ts in groups.items():
-            st = _mbar_state(mach, instr, ts[0], off)
+            st = _mbar_state(mach, instr, ts[0], off, ts)
             a = arg[ts]
             done[ts] = (st["phase"] & 1) != (a & 1) if parity else st["phase"] > a
     check()

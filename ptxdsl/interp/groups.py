@@ -29,6 +29,7 @@ def issued(mach, instr, t: int, sp=None, read_off=None) -> None:
         tr = sp.tracker
         if tr is not None and tr.reads:
             np.add.at(tr.reading, read_off, 1)
+            tr.n_reading += len(read_off)
             tr.any_reading = True
     st.pending.append([t, int(st.groups[t]), instr, read_off])
 
@@ -66,7 +67,8 @@ def retire(mach, entries) -> None:
             tr = mach.spaces["shared"].tracker
             if tr is not None and tr.reads:
                 np.add.at(tr.reading, off, -1)
-                tr.any_reading = bool(tr.reading.any())
+                tr.n_reading -= len(off)
+                tr.any_reading = tr.n_reading > 0
 
 
 def at_exit(mach) -> None:

@@ -176,6 +176,7 @@ class Tracker:
             # bulk copies (TMA stores, ...) whose group is not yet retired read these
             self.reading = np.zeros(nbytes, np.int16)
             self.any_reading = False
+            self.n_reading = 0                              # marks in reading, in all
 
     def reset(self) -> None:
         """Forget every access (a new batch: earlier CTAs ran before it)."""
@@ -189,5 +190,6 @@ class Tracker:
             if self.any_reading:
                 self.reading[:] = 0
                 self.any_reading = False
+                self.n_reading = 0
             self.r_mask[:] = 0
             self.r_cta[:] = -1

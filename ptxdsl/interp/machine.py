@@ -22,6 +22,7 @@ evaluated per CTA / per warp.
 """
 from __future__ import annotations
 
+import time
 import weakref
 
 import numpy as np
@@ -38,6 +39,10 @@ from .values import immediate, storage_dtype, to_bits, view
 
 MAX_ITERATIONS = 10_000_000
 MAX_STEPS = 50_000_000
+# CPU seconds one batch of CTAs may run: a spinning warp executes only ~10^4 steps a
+# second, so MAX_STEPS alone would take hours to stop an endless loop
+MAX_SECONDS = 60.0
+CHECK_EVERY = 1 << 14        # steps between looks at the clock
 
 
 # --------------------------------------------------------------------------- compiled program
@@ -263,6 +268,9 @@ class Machine:
         self.bars: dict = {}                    # (CTA row, barrier id) -> BarrierState
         self.events = 0                         # things that may let a waiting unit go on
         self.max_steps = MAX_STEPS
+        self.max_seconds = MAX_SECONDS
+        self.started = time.process_time()
+        self.next_check = CHECK_EVERY
         self.hb = HappensBefore(self)
         self.check_init = True                  # reads of never-written bytes are errors
         self.check_races = True
@@ -444,10 +452,19 @@ class Machine:
             if not mask.any():
                 return
         self.steps += 1
-        if self.steps > self.max_steps:
-            over_budget(self, instr)
+        if self.steps > self.next_check:
+            self.check_budget(instr)
         self.current = instr
         handler(self, instr, mask)
+
+    def check_budget(self, instr) -> None:
+        """Every ``CHECK_EVERY`` steps: stop past ``max_steps`` or ``max_seconds`` of CPU
+        time (an endless loop or a flag nobody sets is an error, not a hang)."""
+        if self.steps > self.max_steps:
+            over_budget(self, instr)
+        if time.process_time() - self.started > self.max_seconds:
+            over_budget(self, instr, self.max_seconds)
+        self.next_check = min(self.steps + CHECK_EVERY, self.max_steps)
 
     def run(self, top: Block) -> None:
         """Run every thread in lockstep; raises Blocked (from :mod:`.schedule`) if some
@@ -533,8 +550,8 @@ class Machine:
                     self.fail(instr, "bra.uni is not uniform: threads of one warp disagree "
                                      "about taking it (drop .uni or use ptx.if_)", t)
             self.steps += 1
-            if self.steps > self.max_steps:
-                over_budget(self, instr)
+            if self.steps > self.next_check:
+                self.check_budget(instr)
             rest = mask & ~taken
             if not taken.any():
                 i += 1

@@ -250,7 +250,13 @@ def _deadlock(mach, units, gens, parked, last) -> Deadlock:
     return Deadlock(msg, first.loc, partial)
 
 
-def over_budget(mach, instr) -> None:
+def over_budget(mach, instr, seconds=None) -> None:
+    if seconds is not None:
+        raise InterpreterError(
+            f"{instr.opcode}: the interpreter ran {seconds:g} CPU seconds ({mach.steps} "
+            f"instructions) without finishing (a loop that never ends, or threads polling a "
+            f"flag nobody sets?); raise the limit with interpret(..., max_seconds=S) if the "
+            f"kernel is just long", instr.loc)
     raise InterpreterError(
         f"{instr.opcode}: the interpreter executed {mach.max_steps} instructions without "
         f"finishing (a loop that never ends, or threads polling a flag nobody sets?); "

@@ -63,7 +63,7 @@ def mbarrier_init(mach, instr, mask):
     mach.events += 1
 
 
-def _phase_done(mach, off: int, st) -> None:
+def _phase_done(mach, off: int, st, instr=None, t=None) -> None:
     """Complete the current phase once its arrivals and transaction bytes are all in."""
     if st["pending"] == 0 and st["tx"] == 0:
         st["phase"] += 1
@@ -71,6 +71,26 @@ def _phase_done(mach, off: int, st) -> None:
         transactions.new_phase(st)
         mach.hb.mbarrier_complete(off)
         mach.events += 1
+        if st.get("waiters"):
+            _skipped(mach, off, st, instr, t)
+
+
+def _skipped(mach, off, st, instr, t) -> None:
+    """Parity waits parked on the mbarrier: a phase completing while one of them has not
+    yet seen the phase it waited for, which already completed, leaves it waiting for a
+    parity that passed (an arrival count too small, or a side that ran a phase ahead)."""
+    for w, e in st["waiters"].items():
+        if e[1]:
+            sp = mach.spaces["shared"]
+            where = sp.nearest(sp.base + off % sp.row_bytes)
+            mach.fail(instr, f"completes phase {st['phase'] - 1} of the mbarrier {where} "
+                             f"while thread {mach.tid_str(e[3])}, waiting at {e[2].loc} for "
+                             f"the phase with parity {e[0]}, has not yet seen phase "
+                             f"{st['phase'] - 2}, which it waited for: it would wait for a "
+                             f"parity that already passed (does the mbarrier's count match "
+                             f"its arrivals? does a side run a phase ahead of its waits?)", t)
+        if (st["phase"] & 1) != e[0]:
+            e[1] = True
 
 
 def mbarrier_expect_tx(mach, off: int, nbytes: int, instr=None, thread=None) -> None:
@@ -97,7 +117,7 @@ def mbarrier_complete_tx(mach, off: int, nbytes: int, instr=None, thread=None,
     elif thread is not None:    # the copy's writes happen before the phase completes
         mach.hb.mbarrier_arrive(off, int(thread))
     transactions.complete(mach, st, int(nbytes), instr, thread)
-    _phase_done(mach, off, st)
+    _phase_done(mach, off, st, instr, thread)
 
 
 def _by_barrier(targets) -> dict:
@@ -132,7 +152,7 @@ def _arrive(mach, instr, mask, tx=None):
             if t // 32 not in seen:
                 seen.add(t // 32)
                 mach.hb.mbarrier_arrive(off, t)
-        _phase_done(mach, off, st)
+        _phase_done(mach, off, st, instr, ts[-1])
     mach.events += 1
     mach.dst(instr, 0, tokens, mask)
 
@@ -145,7 +165,7 @@ def _arrive_one(mach, instr, st, off, t, txv):
         mach.fail(instr, "mbarrier received more arrivals than its expected count", t)
     transactions.arrived(mach, st, instr, t)
     mach.hb.mbarrier_arrive(off, t)
-    _phase_done(mach, off, st)
+    _phase_done(mach, off, st, instr, t)
 
 
 def mbarrier_arrive(mach, instr, mask):
@@ -187,7 +207,17 @@ def _wait(mach, instr, mask, parity: bool):
                 text += (f"; every arrival is in but {st['tx']} announced bytes never arrived: "
                          f"{transactions.summary(st)}")
             return text
-        raise Blocked(what, fallback=lambda: mach.dst(instr, 0, done, mask))
+        if parity:                            # parked: watched for skipped phases
+            for u, o in targets:
+                if not done[u]:
+                    mach.mbarriers[o].setdefault("waiters", {})[u // 32] = \
+                        [int(arg[u]) & 1, False, instr, u]
+
+        def give_up():
+            _unpark(mach, targets)
+            mach.dst(instr, 0, done, mask)
+        raise Blocked(what, fallback=give_up)
+    _unpark(mach, targets)
     for off, ts in groups.items():           # one acquire per warp and barrier
         seen = set()
         for t in ts:
@@ -195,6 +225,13 @@ def _wait(mach, instr, mask, parity: bool):
                 seen.add(t // 32)
                 mach.hb.mbarrier_acquire(off, t)
     mach.dst(instr, 0, done, mask)
+
+
+def _unpark(mach, targets) -> None:
+    for u, o in targets:
+        st = mach.mbarriers.get(o)
+        if st is not None and st.get("waiters"):
+            st["waiters"].pop(u // 32, None)
 
 
 def mbarrier_test_wait(mach, instr, mask):

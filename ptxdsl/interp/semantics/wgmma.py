@@ -156,9 +156,10 @@ def _hold_reads(mach, reads, delta: int) -> None:
     tr = mach.spaces["shared"].tracker
     if tr is None or not tr.reads:
         return
-    for b in reads:
-        np.add.at(tr.reading, b, delta)
-    tr.any_reading = delta > 0 or bool(tr.reading.any())
+    for b in reads:          # (an operand's bytes are distinct; -= undoes += exactly)
+        tr.reading[b] += delta
+        tr.n_reading += delta * len(b)
+    tr.any_reading = tr.n_reading > 0
 
 
 def _check_fenced(mach, instr, regs, threads, what: str) -> None:

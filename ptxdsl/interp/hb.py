@@ -48,6 +48,8 @@ class HappensBefore:
         self.atomics: dict = {}      # (space, byte offset) -> joined release vector
         self.cl_release: dict = {}   # (cluster, generation) -> joined release vector
         self.FK = self.FS = None     # latest fence.proxy.async per warp (proxy_fence)
+        self.KI = self.init_fenced = None   # fence.mbarrier_init (mbarrier_init_fence)
+        self.cl_init: dict = {}
 
     def _release(self, w: int) -> np.ndarray:
         v = self.K[w].copy()
@@ -120,8 +122,38 @@ class HappensBefore:
 
     def cluster_acquire(self, key, warps) -> None:
         v = self.cl_release.get(key)
+        vi = self.cl_init.get(key) if self.KI is not None else None
         for w in np.asarray(warps, np.int64).tolist():
             self._acquire(w, v)
+            if vi is not None:
+                np.maximum(self.KI[w], vi, out=self.KI[w])
+
+    # fence.mbarrier_init.release.cluster: the warp's earlier mbarrier.inits are released
+    # by its next cluster-barrier arrival, .relaxed ones included (CUTLASS's idiom); a wait
+    # of that generation learns of them in ``KI`` (read by :meth:`init_ordered` only).
+    def mbarrier_init_fence(self, warps) -> None:
+        if self.KI is None:
+            nw = self.K.shape[0]
+            self.KI = np.full((nw, nw), -1, np.int64)
+            self.init_fenced = np.full(nw, -1, np.int64)
+        self.init_fenced[warps] = self.mach.steps
+
+    def cluster_arrive_inits(self, key, warps) -> None:
+        if self.KI is None:
+            return
+        ws = np.asarray(warps, np.int64)
+        ws = ws[self.init_fenced[ws] >= 0]
+        if len(ws):
+            v = np.full(self.K.shape[0], -1, np.int64)
+            v[ws] = self.init_fenced[ws]
+            old = self.cl_init.get(key)
+            self.cl_init[key] = v if old is None else np.maximum(old, v)
+
+    def init_ordered(self, t: int, by: int, step: int) -> bool:
+        """Whether thread ``t`` is ordered after ``by``'s mbarrier.init at ``step``."""
+        if self.ordered(np.asarray([t]), np.asarray([by]), step)[0]:
+            return True
+        return self.KI is not None and bool(self.KI[t // 32, by // 32] >= step)
 
     def ordered(self, cur_t, prev_t, prev_step):
         """Whether accesses by ``cur_t`` are ordered after ``prev_t``'s at ``prev_step``."""

@@ -366,3 +366,37 @@ def test_deeply_nested_regions_run():
                 ptx.inst.add.u32(x, x, 1)
         ptx.inst.st.global_.u32(ptx.addr(pd + tid * 4), x)
     np.testing.assert_array_equal(deep.interpret(), np.full(32, 300))
+
+
+def published_init(fence: bool):
+    """Clusters of 2: thread 0 of each CTA initialises an mbarrier (count 1), the cluster
+    meets at a ``.relaxed`` cluster barrier, thread 0 of each CTA arrives on its peer's
+    mbarrier and every thread waits on its own. ``fence``: fence.mbarrier_init after the
+    init (what publishes it to the cluster before a relaxed arrival)."""
+    @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=2, block=(32, 1, 1),
+            cluster=(2, 1, 1), arch="sm_90a")
+    def k(D):
+        (pd,) = ptx.global_ptrs(D)
+        bar = smem.mbarrier(1)
+        tid, rank = reg.scalar(u32), reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        ptx.inst.mov.u32(rank, ptx.special.cluster_ctarank())
+        bar.init_all(1, pred=tid == 0)
+        if fence:
+            ptx.fence.mbarrier_init(pred=tid == 0)
+        ptx.cluster.arrive(relaxed=True, aligned=True)
+        ptx.cluster.wait(aligned=True)
+        ptx.mbarrier.arrive_remote(bar[0], rank ^ 1, pred=tid == 0)  # peer-arrive
+        bar[0].wait(0)
+        ptx.inst.st.global_.u32(ptx.addr(pd + (rank * 32 + tid) * 4), tid)
+        ptx.cluster.sync(aligned=True)
+    return k
+
+
+def test_mbarrier_init_published_with_fence_mbarrier_init_runs():
+    np.testing.assert_array_equal(published_init(True).interpret(), np.tile(np.arange(32), 2))
+
+
+def test_mbarrier_init_unpublished_to_the_cluster_is_refused():
+    with raises_at("peer-arrive", r"nothing orders that mbarrier\.init before this use"):
+        published_init(False).interpret()

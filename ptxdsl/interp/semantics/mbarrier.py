@@ -44,7 +44,7 @@ def _mbar_state(mach, instr, t, key, ts=None):
     for u in ([t] if ts is None else ts):
         if u // 32 == by // 32 or u // 32 in seen:   # (its own warp: reconverged lanes)
             continue
-        if not mach.hb.ordered(np.asarray([u]), np.asarray([by]), at)[0]:
+        if not mach.hb.init_ordered(u, by, at):
             mach.fail(instr, f"uses an mbarrier that thread {mach.tid_str(by)} initialised at "
                              f"{st['init_at']}, but nothing orders that mbarrier.init before "
                              f"this use (put a bar.sync, or fence.mbarrier_init and a cluster "

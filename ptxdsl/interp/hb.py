@@ -13,8 +13,10 @@ Edges (release -> acquire):
   ``.sync``) releases, every warp that waited at ``.sync`` acquires; warps
   that did not take part learn nothing;
 * an mbarrier phase: each arrival (and each asynchronous copy's
-  ``complete_tx``) releases into the phase, a wait that sees the phase
-  complete acquires it;
+  ``complete_tx``, when it lands: :mod:`.landing`) releases into the phase, a
+  wait that sees the phase complete acquires it;
+* ``wgmma.wait_group``: the operand reads of the groups it retires (recorded as
+  the warpgroup's first thread's) are ordered before every warp of the warpgroup;
 * a cluster-barrier generation: each ``barrier.cluster.arrive`` (not
   ``.relaxed``) releases into it, each ``wait`` that sees it complete acquires
   it (warps of every CTA of the cluster: knowledge spans the whole batch);

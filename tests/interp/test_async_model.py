@@ -136,7 +136,8 @@ def wgmma_kernel(mode: str):
 
     * "ok": two wgmmas in two groups, wait_group 0, then read;
     * "read-after-wait-1": reads after wait_group 1 with the second group pending;
-    * "overwrite-in-flight": a thread of warp 2 stores into the tile before wait_group;
+    * "overwrite-in-flight": a thread of warp 2 stores into the tile before wait_group
+      ("overwrite-in-flight-0": thread 0);
     * "overwrite-after-wait": the same store after wait_group 0, by warp 2 (ordered by
       the wait for every warp of the warpgroup);
     * "no-wait": the kernel ends with the group pending;
@@ -166,8 +167,8 @@ def wgmma_kernel(mode: str):
             return
         ptx.wgmma.mma(acc, d, d, ab_type=bf16)  # mma-2
         ptx.wgmma.commit()
-        if mode == "overwrite-in-flight":
-            with ptx.if_(tid == 64):
+        if mode.startswith("overwrite-in-flight"):
+            with ptx.if_(tid == (0 if mode.endswith("-0") else 64)):
                 ptx.inst.st.shared.u32(ptx.addr(s.base + 16), 0)  # early-store
         ptx.wgmma.wait(1 if mode == "read-after-wait-1" else 0)
         if mode == "overwrite-after-wait":
@@ -188,10 +189,12 @@ def test_accumulator_read_with_a_younger_group_pending_is_refused():
         wgmma_kernel("read-after-wait-1").interpret()
 
 
-def test_operand_overwritten_while_the_wgmma_reads_it_is_refused():
+@pytest.mark.parametrize("mode", ["overwrite-in-flight", "overwrite-in-flight-0"])
+def test_operand_overwritten_while_the_wgmma_reads_it_is_refused(mode):
+    """By a thread of warp 2, and by thread 0 (whose reads the wgmma's are recorded as)."""
     with raises_at("early-store", "wgmma.mma_async at .*:%d" % line_of("mma-1"),
                    "may still be reading"):
-        wgmma_kernel("overwrite-in-flight").interpret()
+        wgmma_kernel(mode).interpret()
 
 
 def test_wgmma_pending_when_the_kernel_ends_is_refused():

@@ -200,7 +200,7 @@ def wgmma_registers(prog: ir.Program) -> frozenset:
     if regs is None:
         found = set()
         for i in prog.walk():
-            if i.match.spec.opcode == "wgmma.mma_async":
+            if i.match.spec.scope == "warpgroup":     # wgmma.mma_async: register vectors
                 for op in i.operands[:2]:
                     if isinstance(op, ir.Vec):
                         found.update(x for x in op.items if isinstance(x, ir.Reg))

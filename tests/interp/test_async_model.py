@@ -401,3 +401,34 @@ def test_mbarrier_init_published_with_fence_mbarrier_init_runs():
 def test_mbarrier_init_unpublished_to_the_cluster_is_refused():
     with raises_at("peer-arrive", r"nothing orders that mbarrier\.init before this use"):
         published_init(False).interpret()
+
+
+# ---------------------------------------------------------------- roles at named barriers
+def roles_at_barriers(shared_id: bool):
+    """Two warpgroups each sync their own 128 threads at a counted named barrier (ids 1
+    and 2, or both at id 1), then read a neighbour's slot."""
+    @kernel(in_specs=(), out_specs=(Tile(256, u32),), grid=1, block=(256, 1, 1))
+    def k(D):
+        (pd,) = ptx.global_ptrs(D)
+        s = smem.alloc(u32, (256,), align=4)
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        ptx.inst.st.shared.u32(ptx.addr(s.base + tid * 4), tid)
+        with ptx.if_(tid >> 7 == 0):
+            ptx.named_barrier(1, count=128).sync()  # role-0
+        with ptx.else_():
+            ptx.named_barrier(1 if shared_id else 2, count=128).sync()  # role-1
+        v = reg.scalar(u32)
+        ptx.inst.ld.shared.u32(v, ptx.addr(s.base + (tid ^ 1) * 4))
+        ptx.inst.st.global_.u32(ptx.addr(pd + tid * 4), v)
+    return k
+
+
+def test_roles_at_their_own_named_barriers_run():
+    np.testing.assert_array_equal(roles_at_barriers(False).interpret(), np.arange(256) ^ 1)
+
+
+def test_roles_sharing_a_named_barrier_id_are_refused():
+    with raises_at("role-1", r"warps \[4, 5, 6, 7\] follows one of warps \[0, 1, 2, 3\] "
+                             r"\(at .*:%d\)" % line_of("role-0"), "own barrier id"):
+        roles_at_barriers(True).interpret()

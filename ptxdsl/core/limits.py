@@ -53,6 +53,9 @@ def check_dims(grid, block, what: str, loc: SourceLoc | None) -> None:
                 raise LaunchError(f"{what}: {name} {tuple(dims)} has {d} on axis "
                                   f"{'xyz'[axis]}; no CUDA device launches more than {m} "
                                   f"(limits {most})", loc)
+    if block is not None and block[0] * block[1] * block[2] > 1024:
+        raise LaunchError(f"{what}: block {tuple(block)} has {block[0] * block[1] * block[2]} "
+                          f"threads; no CUDA device launches more than 1024 per CTA", loc)
 
 
 def check_run(prog, grid, block, name: str, loc: SourceLoc | None) -> None:

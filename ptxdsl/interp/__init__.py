@@ -26,6 +26,9 @@ cluster scheduled together, distributed shared memory, cluster barriers).
 """
 from __future__ import annotations
 
+import sys
+import time
+
 import numpy as np
 
 from ..core import ir
@@ -33,13 +36,14 @@ from ..core.errors import InterpreterError, LaunchError, user_location
 from ..core.limits import check_run
 from .binding import as_array, bind_dims, bind_strides, row_elements, strided_extent, tensor_maps
 from .hb import Tracker
-from .machine import MAX_STEPS, Machine, compiled
+from .machine import CHECK_EVERY, MAX_SECONDS, MAX_STEPS, Machine, compiled
 from .schedule import Blocked, Deadlock, levels, run_units, thread_units
 from .memory import SHARED_BASE, Space
 from .hostio import is_torch, wrap_output, write_back
 from .semantics import NO_CPU_SEMANTICS, handlers_for_run, supported, unsupported
 from .spaces import global_space, param_space, shared_regions
-from . import transactions
+from . import groups, landing, transactions
+from .semantics.wgmma import at_exit as wgmma_at_exit
 
 __all__ = ["interpret", "run_program", "NO_CPU_SEMANTICS", "supported", "unsupported"]
 
@@ -52,11 +56,13 @@ MAX_THREAD_UNITS = 2048
 
 
 def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bool = False,
-              **dims):
+              max_seconds: float = MAX_SECONDS, **dims):
     """Run ``kernel`` on the CPU; see the module docstring for the argument convention.
 
     ``max_steps`` bounds the instructions executed (per batch of CTAs): a kernel
-    that spins forever stops with an :class:`InterpreterError` instead of hanging.
+    that spins forever stops with an :class:`InterpreterError` instead of hanging;
+    ``max_seconds`` bounds the CPU time a batch of CTAs may take (one minute by default),
+    so an endless loop is reported within it rather than after hours of ``max_steps``.
     ``allow_uninitialized=True`` lets the kernel read bytes nobody wrote (shared
     memory, outputs not passed: they read as zeros) instead of stopping there.
     """
@@ -97,7 +103,8 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
         results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides},
                               cooperative=bool(getattr(kernel, "cooperative", False)
                                                or getattr(kernel, "resident", None)),
-                              max_steps=max_steps, initialized=set(arrays),
+                              max_steps=max_steps, max_seconds=max_seconds,
+                              initialized=set(arrays),
                               allow_uninitialized=allow_uninitialized,
                               tmaps=tensor_maps(prog, names, specs, tensors, dims, strides),
                               cluster=getattr(kernel, "cluster", None),
@@ -144,6 +151,7 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
     init = gsp.tracker.init.copy()
     ladder = None
     level = -1
+    started = time.process_time()
     while True:
         gsp.tracker.reset()   # CTAs of earlier batches ran first: nothing to order against
         shared = Space("shared", SHARED_BASE, sregions, rows=n)
@@ -152,6 +160,9 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
                   "local": Space("local", 0, []), "const": Space("const", 0, [])}
         mach = Machine(prog, tuple(block), tuple(grid), first, n, spaces, opts["cluster"])
         mach.max_steps = opts["max_steps"]
+        mach.max_seconds = opts.get("max_seconds", MAX_SECONDS)
+        mach.started = started           # (one clock for every scheduling level)
+        mach.next_check = min(CHECK_EVERY, mach.max_steps)
         mach.check_init = not opts["allow_uninitialized"]
         mach.warp_stores_merge = opts.get("warp_stores_merge", False)
         if opts.get("pdl"):
@@ -163,7 +174,10 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
                 mach.per_thread = ladder[level][0] == "thread"
                 mach.split_warpgroups = ladder[level][0] != "warpgroup"
                 run_units(mach, top, ladder[level][1], level == len(ladder) - 1)
+            landing.land(mach)           # copies nobody waited for land at the end
             transactions.at_exit(mach)
+            wgmma_at_exit(mach)
+            groups.at_exit(mach)
             return
         except Blocked:
             ladder = levels(mach)
@@ -180,6 +194,7 @@ def _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions, opts) -> No
 
 def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
                 cooperative: bool = False, max_steps: int = MAX_STEPS,
+                max_seconds: float = MAX_SECONDS,
                 initialized=None, allow_uninitialized: bool = False,
                 warp_stores_merge: bool = False,
                 tmaps: dict | None = None, cluster: tuple | None = None,
@@ -202,6 +217,37 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     ``st`` count as one write (for imported PTX, :mod:`ptxdsl.frontend`).
     """
     check_run(prog, tuple(grid), tuple(block), prog.name, user_location())
+    depth = _nesting(prog.body)
+    old = sys.getrecursionlimit()
+    # a few Python frames per ptx.if_/range_ level, compiled and run recursively
+    sys.setrecursionlimit(max(old, 8 * depth + 1000))
+    try:
+        return _run_program(prog, block, grid, tensors, dims, cooperative, max_steps,
+                            max_seconds, initialized, allow_uninitialized, warp_stores_merge,
+                            tmaps, cluster, pdl)
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _nesting(body) -> int:
+    """How deeply ``ptx.if_``/``ptx.range_`` regions nest in ``body`` (without recursion)."""
+    deepest, todo = 0, [(body, 0)]
+    while todo:
+        nodes, d = todo.pop()
+        deepest = max(deepest, d)
+        for n in nodes:
+            if isinstance(n, ir.If):
+                todo.append((n.then_body, d + 1))
+                if n.else_body is not None:
+                    todo.append((n.else_body, d + 1))
+            elif isinstance(n, ir.Loop):
+                todo.append((n.body, d + 1))
+    return deepest
+
+
+def _run_program(prog, block, grid, tensors, dims, cooperative, max_steps, max_seconds,
+                 initialized, allow_uninitialized, warp_stores_merge, tmaps, cluster,
+                 pdl) -> dict:
     _check_supported(prog)
     handlers = handlers_for_run()
     top = compiled(prog, handlers)
@@ -230,7 +276,8 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
         for first in range(0, ncta_total, per_batch):
             n = min(per_batch, ncta_total - first)
             _run_batch(prog, top, block, grid, first, n, gsp, psp, sregions,
-                       {"max_steps": max_steps, "allow_uninitialized": allow_uninitialized,
+                       {"max_steps": max_steps, "max_seconds": max_seconds,
+                        "allow_uninitialized": allow_uninitialized,
                         "warp_stores_merge": warp_stores_merge,
                         "cluster": cluster, "pdl": pdl})
     out = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import landing
 from .groups import overwrite
 from .proxy import check_read, is_async, record_write
 
@@ -106,6 +107,14 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
         if bad.any():
             i = int(np.argmax(bad))
             addr, near = _describe(sp, int(bu[i]))
+            cp = landing.describe(mach, sp, int(bu[i]))
+            if cp is not None:
+                mach.fail(instr, f"{_KIND[kind]} shared memory at {addr:#x} ({near}) that the "
+                                 f"asynchronous copy at {cp.instr.loc} (issued by thread "
+                                 f"{mach.tid_str(cp.thread)}) is still writing: its bytes "
+                                 f"land only when the mbarrier phase it completes on does; "
+                                 f"wait on that phase (mbarrier.try_wait) before touching "
+                                 f"them", int(rep[i // nbytes]))
             mach.fail(instr, f"{_KIND[kind]} shared memory at {addr:#x} ({near}) that a "
                              f"cp.async of this thread or another is still writing: wait for "
                              f"it first (cp.async.wait_group / wait_all, then a barrier if "

@@ -29,6 +29,7 @@ def issued(mach, instr, t: int, sp=None, read_off=None) -> None:
         tr = sp.tracker
         if tr is not None and tr.reads:
             np.add.at(tr.reading, read_off, 1)
+            tr.n_reading += len(read_off)
             tr.any_reading = True
     st.pending.append([t, int(st.groups[t]), instr, read_off])
 
@@ -42,6 +43,16 @@ def overwrite(mach, instr, sp, b: np.ndarray, t) -> None:
     copy = next((p for p in state(mach).pending
                  if p[3] is not None and (p[3] == byte).any()), None)
     addr = sp.base + byte % sp.row_bytes
+    if copy is None:
+        mma = next((p for p in getattr(mach, "wgmma_pending", ())
+                    if any((r == byte).any() for r in p.reads)), None)
+        if mma is not None:
+            mach.fail(instr, f"writes shared memory at {addr:#x} ({sp.nearest(addr)}) that "
+                             f"the wgmma.mma_async at {mma.instr.loc} (warpgroup of thread "
+                             f"{mach.tid_str(int(mma.threads[0]))}) may still be reading as "
+                             f"an operand: it reads until wgmma.wait_group retires its group; "
+                             f"wait for it (wgmma.commit_group, wgmma.wait_group N), then "
+                             f"hand the buffer over", int(t))
     by = (f"the bulk copy at {copy[2].loc} (thread {mach.tid_str(copy[0])})"
           if copy else "a bulk copy")
     mach.fail(instr, f"writes shared memory at {addr:#x} ({sp.nearest(addr)}) that {by} may "
@@ -56,4 +67,17 @@ def retire(mach, entries) -> None:
             tr = mach.spaces["shared"].tracker
             if tr is not None and tr.reads:
                 np.add.at(tr.reading, off, -1)
-                tr.any_reading = bool(tr.reading.any())
+                tr.n_reading -= len(off)
+                tr.any_reading = tr.n_reading > 0
+
+
+def at_exit(mach) -> None:
+    """A bulk copy whose group its thread never retired when the kernel ends: the CTA's
+    shared memory may be handed to the next CTA while the copy still reads it."""
+    st = getattr(mach, "bulk", None)
+    if st is not None and st.pending:
+        t, _, instr, _ = st.pending[0]
+        mach.fail(instr, "this bulk copy's group is not retired when its thread exits: the "
+                         "CTA's shared memory may be reused while the copy still reads it; "
+                         "commit and wait for it (cp.async.bulk.commit_group, then "
+                         "cp.async.bulk.wait_group.read 0) before the kernel ends", int(t))

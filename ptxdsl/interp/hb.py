@@ -13,8 +13,10 @@ Edges (release -> acquire):
   ``.sync``) releases, every warp that waited at ``.sync`` acquires; warps
   that did not take part learn nothing;
 * an mbarrier phase: each arrival (and each asynchronous copy's
-  ``complete_tx``) releases into the phase, a wait that sees the phase
-  complete acquires it;
+  ``complete_tx``, when it lands: :mod:`.landing`) releases into the phase, a
+  wait that sees the phase complete acquires it;
+* ``wgmma.wait_group``: the operand reads of the groups it retires (recorded as
+  the warpgroup's first thread's) are ordered before every warp of the warpgroup;
 * a cluster-barrier generation: each ``barrier.cluster.arrive`` (not
   ``.relaxed``) releases into it, each ``wait`` that sees it complete acquires
   it (warps of every CTA of the cluster: knowledge spans the whole batch);
@@ -48,6 +50,8 @@ class HappensBefore:
         self.atomics: dict = {}      # (space, byte offset) -> joined release vector
         self.cl_release: dict = {}   # (cluster, generation) -> joined release vector
         self.FK = self.FS = None     # latest fence.proxy.async per warp (proxy_fence)
+        self.KI = self.init_fenced = None   # fence.mbarrier_init (mbarrier_init_fence)
+        self.cl_init: dict = {}
 
     def _release(self, w: int) -> np.ndarray:
         v = self.K[w].copy()
@@ -70,6 +74,12 @@ class HappensBefore:
 
     def mbarrier_arrive(self, off: int, thread: int) -> None:
         v = self._release(thread // 32)
+        old = self.mb_release.get(off)
+        self.mb_release[off] = v if old is None else np.maximum(old, v)
+
+    def mbarrier_release(self, off: int, v) -> None:
+        """A release into the mbarrier's phase with the vector ``v`` (an asynchronous
+        copy landing: what its issuing warp knew at issue, :mod:`.landing`)."""
         old = self.mb_release.get(off)
         self.mb_release[off] = v if old is None else np.maximum(old, v)
 
@@ -114,8 +124,38 @@ class HappensBefore:
 
     def cluster_acquire(self, key, warps) -> None:
         v = self.cl_release.get(key)
+        vi = self.cl_init.get(key) if self.KI is not None else None
         for w in np.asarray(warps, np.int64).tolist():
             self._acquire(w, v)
+            if vi is not None:
+                np.maximum(self.KI[w], vi, out=self.KI[w])
+
+    # fence.mbarrier_init.release.cluster: the warp's earlier mbarrier.inits are released
+    # by its next cluster-barrier arrival, .relaxed ones included (CUTLASS's idiom); a wait
+    # of that generation learns of them in ``KI`` (read by :meth:`init_ordered` only).
+    def mbarrier_init_fence(self, warps) -> None:
+        if self.KI is None:
+            nw = self.K.shape[0]
+            self.KI = np.full((nw, nw), -1, np.int64)
+            self.init_fenced = np.full(nw, -1, np.int64)
+        self.init_fenced[warps] = self.mach.steps
+
+    def cluster_arrive_inits(self, key, warps) -> None:
+        if self.KI is None:
+            return
+        ws = np.asarray(warps, np.int64)
+        ws = ws[self.init_fenced[ws] >= 0]
+        if len(ws):
+            v = np.full(self.K.shape[0], -1, np.int64)
+            v[ws] = self.init_fenced[ws]
+            old = self.cl_init.get(key)
+            self.cl_init[key] = v if old is None else np.maximum(old, v)
+
+    def init_ordered(self, t: int, by: int, step: int) -> bool:
+        """Whether thread ``t`` is ordered after ``by``'s mbarrier.init at ``step``."""
+        if self.ordered(np.asarray([t]), np.asarray([by]), step)[0]:
+            return True
+        return self.KI is not None and bool(self.KI[t // 32, by // 32] >= step)
 
     def ordered(self, cur_t, prev_t, prev_step):
         """Whether accesses by ``cur_t`` are ordered after ``prev_t``'s at ``prev_step``."""
@@ -170,6 +210,7 @@ class Tracker:
             # bulk copies (TMA stores, ...) whose group is not yet retired read these
             self.reading = np.zeros(nbytes, np.int16)
             self.any_reading = False
+            self.n_reading = 0                              # marks in reading, in all
 
     def reset(self) -> None:
         """Forget every access (a new batch: earlier CTAs ran before it)."""
@@ -183,5 +224,6 @@ class Tracker:
             if self.any_reading:
                 self.reading[:] = 0
                 self.any_reading = False
+                self.n_reading = 0
             self.r_mask[:] = 0
             self.r_cta[:] = -1

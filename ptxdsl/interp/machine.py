@@ -22,6 +22,7 @@ evaluated per CTA / per warp.
 """
 from __future__ import annotations
 
+import time
 import weakref
 
 import numpy as np
@@ -38,6 +39,10 @@ from .values import immediate, storage_dtype, to_bits, view
 
 MAX_ITERATIONS = 10_000_000
 MAX_STEPS = 50_000_000
+# CPU seconds one batch of CTAs may run: a spinning warp executes only ~10^4 steps a
+# second, so MAX_STEPS alone would take hours to stop an endless loop
+MAX_SECONDS = 60.0
+CHECK_EVERY = 1 << 14        # steps between looks at the clock
 
 
 # --------------------------------------------------------------------------- compiled program
@@ -206,6 +211,22 @@ def compile_node(node, handlers):
 
 
 _COMPILED: "weakref.WeakKeyDictionary[ir.Program, Block]" = weakref.WeakKeyDictionary()
+_WGMMA_REGS: "weakref.WeakKeyDictionary[ir.Program, frozenset]" = weakref.WeakKeyDictionary()
+
+
+def wgmma_registers(prog: ir.Program) -> frozenset:
+    """The registers some wgmma.mma_async uses as accumulators or A fragments (their
+    ordinary writes are stamped for the wgmma.fence check, :mod:`.semantics.wgmma`)."""
+    regs = _WGMMA_REGS.get(prog)
+    if regs is None:
+        found = set()
+        for i in prog.walk():
+            if i.match.spec.scope == "warpgroup":     # wgmma.mma_async: register vectors
+                for op in i.operands[:2]:
+                    if isinstance(op, ir.Vec):
+                        found.update(x for x in op.items if isinstance(x, ir.Reg))
+        regs = _WGMMA_REGS[prog] = frozenset(found)
+    return regs
 
 
 def compiled(prog: ir.Program, handlers) -> Block:
@@ -276,6 +297,9 @@ class Machine:
         self.bars: dict = {}                    # (CTA row, barrier id) -> BarrierState
         self.events = 0                         # things that may let a waiting unit go on
         self.max_steps = MAX_STEPS
+        self.max_seconds = MAX_SECONDS
+        self.started = time.process_time()
+        self.next_check = CHECK_EVERY
         self.hb = HappensBefore(self)
         self.check_init = True                  # reads of never-written bytes are errors
         self.check_races = True
@@ -286,6 +310,11 @@ class Machine:
         self.split_warpgroups = False           # units finer than warpgroups (schedule.py)
         self.meetings: dict = {}                # warpgroup-collective rendezvous
         self.held: dict = {}                    # in-flight accumulators (semantics/wgmma.py)
+        # wgmma.fence: per thread the step of its warpgroup's latest fence (None: none yet),
+        # and per wgmma accumulator / A register the step of each thread's latest write
+        self.wgmma_fenced = None
+        self.reg_steps: dict = {}
+        self.fence_regs = wgmma_registers(prog)
         self.current = None                     # the instruction being executed
         # pdl=True kernels: which threads executed griddepcontrol.wait (None: not pdl)
         self.grid_waited = None
@@ -341,6 +370,8 @@ class Machine:
     def write_reg(self, reg: ir.Reg, value, mask) -> None:
         if self.held and reg in self.held:  # an accumulator of a wgmma in flight
             check_held(self, reg, self.current, mask, "written")
+        if reg in self.fence_regs:
+            self._stamp(reg, mask)
         bits = to_bits(value, self.store[reg])
         old = self.regs.get(reg)
         if mask.all():
@@ -355,6 +386,12 @@ class Machine:
             return
         w = (mask | ~self.valid) if w is None else (w | mask)
         self.written[reg] = True if w.all() else w
+
+    def _stamp(self, reg: ir.Reg, mask) -> None:
+        st = self.reg_steps.get(reg)
+        if st is None:
+            st = self.reg_steps[reg] = np.full(self.T, -1, np.int64)
+        st[mask] = self.steps
 
     def write_rows(self, reg: ir.Reg, threads: np.ndarray, bits: np.ndarray,
                    mask: np.ndarray) -> None:
@@ -447,10 +484,19 @@ class Machine:
             if not mask.any():
                 return
         self.steps += 1
-        if self.steps > self.max_steps:
-            over_budget(self, instr)
+        if self.steps > self.next_check:
+            self.check_budget(instr)
         self.current = instr
         handler(self, instr, mask)
+
+    def check_budget(self, instr) -> None:
+        """Every ``CHECK_EVERY`` steps: stop past ``max_steps`` or ``max_seconds`` of CPU
+        time (an endless loop or a flag nobody sets is an error, not a hang)."""
+        if self.steps > self.max_steps:
+            over_budget(self, instr)
+        if time.process_time() - self.started > self.max_seconds:
+            over_budget(self, instr, self.max_seconds)
+        self.next_check = min(self.steps + CHECK_EVERY, self.max_steps)
 
     def run(self, top: Block) -> None:
         """Run every thread in lockstep; raises Blocked (from :mod:`.schedule`) if some
@@ -554,8 +600,8 @@ class Machine:
                     self.fail(instr, "bra.uni is not uniform: threads of one warp disagree "
                                      "about taking it (drop .uni or use ptx.if_)", t)
             self.steps += 1
-            if self.steps > self.max_steps:
-                over_budget(self, instr)
+            if self.steps > self.next_check:
+                self.check_budget(instr)
             rest = mask & ~taken
             if not taken.any():
                 i += 1

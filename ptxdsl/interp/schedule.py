@@ -51,6 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.errors import InterpreterError
+from . import landing
 
 # Table effects of instructions that may wait (and so may raise Blocked).
 WAIT_EFFECTS = frozenset({"barrier", "async_wait", "mbarrier"})
@@ -202,6 +203,8 @@ def run_units(mach, top, units: list[np.ndarray], last: bool) -> None:
                                        f"entry has no waiting effect {sorted(WAIT_EFFECTS)}")
         if not gens or mach.events != start:
             continue
+        if landing.land(mach):       # every unit waits: the copies in flight land
+            continue
         may_give_up = [i for i in gens if parked[i][2].fallback is not None]
         if may_give_up and forced_at != mach.events:
             forced_at = mach.events
@@ -247,7 +250,13 @@ def _deadlock(mach, units, gens, parked, last) -> Deadlock:
     return Deadlock(msg, first.loc, partial)
 
 
-def over_budget(mach, instr) -> None:
+def over_budget(mach, instr, seconds=None) -> None:
+    if seconds is not None:
+        raise InterpreterError(
+            f"{instr.opcode}: the interpreter ran {seconds:g} CPU seconds ({mach.steps} "
+            f"instructions) without finishing (a loop that never ends, or threads polling a "
+            f"flag nobody sets?); raise the limit with interpret(..., max_seconds=S) if the "
+            f"kernel is just long", instr.loc)
     raise InterpreterError(
         f"{instr.opcode}: the interpreter executed {mach.max_steps} instructions without "
         f"finishing (a loop that never ends, or threads polling a flag nobody sets?); "

@@ -41,7 +41,7 @@ class BarrierState:
     """One named barrier of one CTA: arrivals of the current generation."""
 
     __slots__ = ("count", "expected", "gen", "arrived", "waiting", "instr", "red", "acc",
-                 "results")
+                 "results", "last")
 
     def __init__(self, P: int):
         self.count = 0
@@ -53,6 +53,7 @@ class BarrierState:
         self.red = None                    # bar.red operation of this generation, or ""
         self.acc = 0                       # bar.red: threads whose predicate was true
         self.results: dict = {}            # generation -> (true count, threads) of bar.red
+        self.last = None                   # (warps, step, instr) of the last counted one
 
 
 def _settle(mach, c: int, st: BarrierState) -> None:
@@ -66,6 +67,8 @@ def _settle(mach, c: int, st: BarrierState) -> None:
         need = int((live | st.arrived).sum())
     if st.count < need:
         return
+    if st.expected is not None:
+        _roles_apart(mach, c, st)
     mach.hb.barrier(c, st.arrived, st.waiting)
     if st.red:
         st.results[st.gen] = (st.acc, int(st.arrived.sum()))
@@ -79,6 +82,31 @@ def _settle(mach, c: int, st: BarrierState) -> None:
     st.red = None
     st.acc = 0
     mach.events += 1
+
+
+def _roles_apart(mach, c: int, st: BarrierState) -> None:
+    """A counted generation whose warps differ from the previous one's must be ordered
+    after it: otherwise the two sets of warps (two warpgroups' roles sharing an id) may
+    be at the barrier at once on the GPU, and it completes at the first ``count``
+    arrivals, from either set."""
+    warps = st.arrived.reshape(-1, 32).any(1)
+    last, st.last = st.last, (warps, mach.steps, st.instr)
+    if last is None or np.array_equal(last[0], warps):
+        return
+    hb = mach.hb
+    base = c * hb.W
+    before = base + np.flatnonzero(last[0])
+    for w in (base + np.flatnonzero(warps & ~last[0])).tolist():
+        if not (hb.K[w, before] >= last[1]).any():
+            t = c * mach.P + (w - base) * 32
+            mach.fail(st.instr, f"named barrier generation of warps "
+                                f"{np.flatnonzero(warps).tolist()} follows one of warps "
+                                f"{np.flatnonzero(last[0]).tolist()} (at {last[2].loc}) on "
+                                f"the same barrier id, and nothing orders warp {w - base} "
+                                f"after that one: on the GPU both sets may be at the "
+                                f"barrier at once, and it completes at the first "
+                                f"{st.expected} arrivals from either; give each role its "
+                                f"own barrier id", t)
 
 
 def _per_thread(mach, instr, i, mask) -> np.ndarray:

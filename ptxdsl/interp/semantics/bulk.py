@@ -5,8 +5,9 @@ copy (TMA stores and reductions included) shares.
 16-byte aligned):
 
 * global -> shared::cluster and shared::cta -> shared::cluster
-  (``.mbarrier::complete_tx::bytes``): the bytes are written at once, as the issuing
-  thread's async-proxy writes, into the CTA the destination address names (this one or
+  (``.mbarrier::complete_tx::bytes``): the bytes are in flight until they land
+  (:mod:`ptxdsl.interp.landing`), then written as the issuing thread's async-proxy
+  writes, into the CTA the destination address names (this one or
   a peer of the cluster) or, with ``.multicast::cluster`` (global sources), into every
   CTA of the 16-bit ctaMask at the same offset; ``size`` transaction bytes complete on
   the mbarrier at the mbarrier operand's offset in each destination CTA (whose phase
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import cluster
+from .. import cluster, landing
 from ..access import track
 from ..addressing import addresses
 from ..groups import issued, retire, state
@@ -103,11 +104,13 @@ def bulk_copy(mach, instr, mask):
                                              int(mbar[t]),
                                              None if cmask is None else int(cmask[t]))
         boff = cluster.mbar_offset(mach, instr, t, bar)
+        dests, bars = [], []
         for row in rows:
             dsp, doff = _range(mach, instr, t, local, n, dst, True, row)
             track(mach, instr, dsp, th, doff, 16, "write")
-            dsp.buf[doff[:, None] + np.arange(16)] = data
-            mbarrier_complete_tx(mach, boff + row * dsp.row_bytes, n, instr, t)
+            dests.append((dsp, (doff[:, None] + np.arange(16)).reshape(-1), data.reshape(-1)))
+            bars.append((boff + row * dsp.row_bytes, n))
+        landing.start(mach, instr, t, dests, bars, mbarrier_complete_tx)
     mach.events += 1
 
 

@@ -52,9 +52,10 @@ def barrier_cluster(mach, instr, mask):
         st.gen_at[mask] = st.gen[cl[mask]]
         st.pending |= mask
         for c in _clusters(mach, mask):
+            ws = np.unique(np.flatnonzero(mask & (cl == c)) // 32)
             if instr.match.chosen.get("sem") != "relaxed":
-                ws = np.unique(np.flatnonzero(mask & (cl == c)) // 32)
                 mach.hb.cluster_arrive((c, int(st.gen[c])), ws)
+            mach.hb.cluster_arrive_inits((c, int(st.gen[c])), ws)
             _settle(mach, st, c)
         mach.events += 1
         return

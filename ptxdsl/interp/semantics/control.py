@@ -28,8 +28,11 @@ def trap(mach, instr, mask):
 def fence(mach, instr, mask):
     """Memory fences need no action (every write is visible at once), except that
     ``fence.proxy.async`` makes generic writes visible to the async proxy
-    (:mod:`ptxdsl.interp.proxy`)."""
+    (:mod:`ptxdsl.interp.proxy`) and ``fence.mbarrier_init`` publishes the thread's
+    mbarrier.inits through its next cluster-barrier arrival (:mod:`ptxdsl.interp.hb`)."""
     proxy.fence(mach, instr, mask)
+    if instr.match.chosen.get("sem") == "mbarrier_init":
+        mach.hb.mbarrier_init_fence(np.flatnonzero(mask.reshape(-1, 32).any(1)))
 
 
 def bra(mach, instr, mask):  # pragma: no cover - the machine runs branches itself

@@ -15,9 +15,11 @@ filled with zeros (or NaN with ``oob_fill="nan"``), and written densely (innermo
 dimension contiguous) at the 128-byte aligned shared address, every byte placed by
 :func:`~ptxdsl.isa.descriptors.swizzle_offset` of its absolute shared address: the
 function wgmma's descriptors read through, so TMA tiles and wgmma operands agree.
-The copy completes at once: its writes are recorded as the issuing thread's, then
-the whole box's bytes (out-of-bounds ones included, as the hardware counts) complete
-on the mbarrier, whose phase acquire orders them before a consumer's reads.
+The copy is in flight until it lands (:mod:`ptxdsl.interp.landing`: when a thread
+waits on its mbarrier, at the latest): its writes are checked as the issuing thread's at
+issue, its destination bytes cannot be touched until it lands, and then the whole box's
+bytes (out-of-bounds ones included, as the hardware counts) complete on the mbarrier,
+whose phase acquire orders them before a consumer's reads.
 The destination and the mbarrier (shared::cluster addresses) may name a peer CTA of
 the cluster (both the same one); ``.multicast::cluster`` writes the box at the same
 CTA-local offset into every CTA of the 16-bit ctaMask and completes its bytes on the
@@ -44,7 +46,7 @@ import numpy as np
 
 from ...core import ir
 from ...core.types import s32
-from .. import cluster, groups
+from .. import cluster, groups, landing
 from .. import fround as fr
 from ..access import track, track_block
 from ..addressing import addresses
@@ -175,11 +177,13 @@ def tensor_copy(mach, instr, mask):
                 track(mach, instr, gsp, np.full(goff.size, t), goff, e, "read")
                 data[inside] = _bytes_at(gsp, goff, e)
             boff = cluster.mbar_offset(mach, instr, t, bar)
+            dests, bars = [], []
             for row in rows:
                 ssp, soff = _shared(mach, instr, t, dst, spec, True, row)
                 track_block(mach, instr, ssp, t, soff, e, "write")
-                ssp.buf[soff[:, None] + np.arange(e)] = data
-                mbarrier_complete_tx(mach, boff + row * ssp.row_bytes, spec.box_bytes, instr, t)
+                dests.append((ssp, (soff[:, None] + np.arange(e)).reshape(-1), data.reshape(-1)))
+                bars.append((boff + row * ssp.row_bytes, spec.box_bytes))
+            landing.start(mach, instr, t, dests, bars, mbarrier_complete_tx)
         else:
             ssp, soff = _shared(mach, instr, t, int(sh[t]), spec, load)
             th = np.full(soff.size, t)

@@ -102,7 +102,7 @@ def _read_operand(mach, instr, desc_bits: int, rows: int, k: int, t: str, mn_maj
     track_block(mach, instr, sp, thread, lay, eb, "read")   # (contiguous runs first)
     dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[eb]
     raw = sp.read(off, dt, 1).reshape(rows, k)
-    return _values(raw, t)
+    return _values(raw, t), (off[:, None] + np.arange(eb)).reshape(-1)
 
 
 def _a_from_registers(mach, instr, warps_threads, t: str) -> np.ndarray:
@@ -133,11 +133,57 @@ def _held(mach) -> dict:
     return mach.held
 
 
+class Pending:
+    """One warpgroup's wgmma in flight: its accumulator result and the shared bytes it
+    reads until ``wgmma.wait_group`` retires its group."""
+    __slots__ = ("threads", "regs", "bits", "gid", "instr", "reads", "step")
+
+    def __init__(self, threads, regs, bits, gid, instr, reads, step):
+        self.threads, self.regs, self.bits, self.gid = threads, regs, bits, gid
+        self.instr, self.reads, self.step = instr, reads, step
+
+
 def _pending(mach) -> list:
     if not hasattr(mach, "wgmma_pending"):
-        mach.wgmma_pending = []          # [threads, regs, bits (T, n), group (per thread)]
+        mach.wgmma_pending = []          # [Pending], in issue order
         mach.wgmma_groups = np.zeros(mach.T, np.int64)
     return mach.wgmma_pending
+
+
+def _hold_reads(mach, reads, delta: int) -> None:
+    """Mark (``delta`` 1) or release (-1) operand bytes a wgmma in flight reads
+    (``Tracker.reading``: a write to them is an error, :func:`ptxdsl.interp.groups.overwrite`)."""
+    tr = mach.spaces["shared"].tracker
+    if tr is None or not tr.reads:
+        return
+    for b in reads:          # (an operand's bytes are distinct; -= undoes += exactly)
+        tr.reading[b] += delta
+        tr.n_reading += delta * len(b)
+    tr.any_reading = tr.n_reading > 0
+
+
+def _check_fenced(mach, instr, regs, threads, what: str) -> None:
+    """``wgmma.fence`` must lie between the warpgroup's ordinary accesses of a wgmma's
+    accumulator or A registers and the wgmma (and before its first wgmma at all)."""
+    fence = mach.wgmma_fenced
+    if fence is None or (fence[threads] < 0).any():
+        t = int(threads[0] if fence is None else threads[int(np.argmax(fence[threads] < 0))])
+        mach.fail(instr, "no wgmma.fence before this warpgroup's first wgmma.mma_async: "
+                         "execute ptx.wgmma.fence() (all four warps) after the accumulators "
+                         "are set up and before the first wgmma", t)
+    f = fence[threads]
+    for r in regs:
+        st = mach.reg_steps.get(r)
+        if st is None:
+            continue
+        late = st[threads] > f
+        if late.any():
+            t = int(threads[int(np.argmax(late))])
+            mach.fail(instr, f"{what} register %{r.name} was written by an ordinary "
+                             f"instruction after this warpgroup's last wgmma.fence: the "
+                             f"wgmma may read it before the write lands (ptxas warns "
+                             f"C7517/C7519 and serialises); execute ptx.wgmma.fence() "
+                             f"between the write and the wgmma", t)
 
 
 def _uniform(mach, instr, vals, threads, what):
@@ -169,6 +215,10 @@ def wgmma_mma_async(mach, instr, mask):
     for threads in warpgroups(mach, instr, mask):
         tmask = _mask_of(mach, threads)
         first = int(threads[0])
+        _check_fenced(mach, instr, acc_regs, threads, "accumulator")
+        if a_regs:
+            _check_fenced(mach, instr, ops[1].items, threads, "A-fragment")
+        reads = []
         if isinstance(scale_d_op, ir.Imm):
             scale_d = bool(scale_d_op.value)
         else:
@@ -178,9 +228,11 @@ def wgmma_mma_async(mach, instr, mask):
             a = _a_from_registers(mach, instr, threads, a_t)
         else:
             da = int(_uniform(mach, instr, mach.src(instr, 1, tmask), threads, "the A descriptor"))
-            a = _read_operand(mach, instr, da, 64, k, a_t, bool(trans_a), first, "A")
+            a, ra = _read_operand(mach, instr, da, 64, k, a_t, bool(trans_a), first, "A")
+            reads.append(ra)
         db = int(_uniform(mach, instr, mach.src(instr, 2, tmask), threads, "the B descriptor"))
-        b = _read_operand(mach, instr, db, n, k, b_t, bool(trans_b), first, "B")  # (N, K)
+        b, rb = _read_operand(mach, instr, db, n, k, b_t, bool(trans_b), first, "B")  # (N, K)
+        reads.append(rb)
         prod = (scale_a * a) @ (scale_b * b).T                                     # (64, N)
         c = np.zeros((64, n), np.float64)
         if scale_d:
@@ -188,16 +240,18 @@ def wgmma_mma_async(mach, instr, mask):
         bits = _pack(c + prod, lay, d_t, m.has("satfinite"))                   # (128, nregs)
         for r in acc_regs:
             held[r] = (held.get(r, (np.zeros(mach.T, bool), None))[0] | tmask, instr)
-        pend.append([threads, acc_regs, bits, mach.wgmma_groups[threads].copy()])
+        _hold_reads(mach, reads, 1)
+        pend.append(Pending(threads, acc_regs, bits, mach.wgmma_groups[threads].copy(), instr,
+                            reads, mach.steps))
 
 
 def _current_acc(mach, instr, regs, threads, lay, held, pend) -> np.ndarray:
     """The accumulator tile: the newest in-flight result for these threads, else the regs."""
     bits = None
     for p in reversed(pend):
-        if p[1] is regs or p[1] == regs:
-            if np.array_equal(p[0], threads):
-                bits = p[2]
+        if p.regs is regs or p.regs == regs:
+            if np.array_equal(p.threads, threads):
+                bits = p.bits
                 break
     if bits is None:
         cols = []
@@ -256,6 +310,9 @@ def _pack(tile: np.ndarray, lay: WgmmaLayout, d_t: str, satfinite: bool) -> np.n
 
 def wgmma_fence(mach, instr, mask):
     warpgroups(mach, instr, mask)
+    if mach.wgmma_fenced is None:
+        mach.wgmma_fenced = np.full(mach.T, -1, np.int64)
+    mach.wgmma_fenced[mask] = mach.steps
 
 
 def wgmma_commit(mach, instr, mask):
@@ -264,24 +321,50 @@ def wgmma_commit(mach, instr, mask):
 
 
 def wgmma_wait(mach, instr, mask):
+    """Retire the groups older than the ``N`` newest of each warpgroup in ``mask``: write
+    their accumulators, free their operand bytes and order their operand reads before
+    every thread of the warpgroup (the reads were recorded as its first thread's)."""
     keep = int(instr.operands[0].value)
     pend = _pending(mach)
-    held = _held(mach)
-    rest = []
-    for threads, regs, bits, gid in pend:
-        sel = mask[threads]
-        done = sel & (gid < mach.wgmma_groups[threads] - keep)
-        if done.all():
-            tm = _mask_of(mach, threads)
-            for j, r in enumerate(regs):
-                h = held.pop(r, None)
-                mach.write_rows(r, threads, bits[:, j], tm)    # raw .b32 words
-                if h is not None and (h[0] & ~tm).any():
-                    held[r] = (h[0] & ~tm, h[1])
-            mach.events += 1
+    rest, done = [], []
+    for p in pend:
+        sel = mask[p.threads]
+        if (sel & (p.gid < mach.wgmma_groups[p.threads] - keep)).all():
+            done.append(p)
         else:
-            rest.append([threads, regs, bits, gid])
+            rest.append(p)
+    if not done:
+        return
+    mach.held = {}
+    for p in done:           # in issue order: a chain's newest result is written last
+        tm = _mask_of(mach, p.threads)
+        for j, r in enumerate(p.regs):
+            mach.write_rows(r, p.threads, p.bits[:, j], tm)    # raw .b32 words
+        _hold_reads(mach, p.reads, -1)
+        hb = mach.hb
+        w0 = int(p.threads[0]) // 32
+        for w in np.unique(p.threads // 32).tolist():
+            hb.K[w, w0] = max(hb.K[w, w0], p.step)
+        hb.lanesync[w0] = max(hb.lanesync[w0], p.step)
+    held = {}                # rebuilt from the groups still in flight (younger ones too)
+    for p in rest:
+        tm = _mask_of(mach, p.threads)
+        for r in p.regs:
+            h = held.get(r)
+            held[r] = (tm if h is None else h[0] | tm, p.instr)
+    mach.held = held
     mach.wgmma_pending = rest
+    mach.events += 1
+
+
+def at_exit(mach) -> None:
+    """A wgmma still in flight when the kernel ends: its warpgroup never waited for it."""
+    pend = getattr(mach, "wgmma_pending", None)
+    if pend:
+        p = pend[0]
+        mach.fail(p.instr, "this wgmma.mma_async is still in flight when its warpgroup "
+                           "exits: commit its group and retire it (wgmma.commit_group, then "
+                           "wgmma.wait_group 0) before the kernel ends", int(p.threads[0]))
 
 
 HANDLERS = {

@@ -229,6 +229,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                  scale, softcap, scale_log2)
                     pack_p(list(s_acc), p_regs, dt)
                     pack_p(list(dp_acc), ds_regs, dt)
+                    # the A fragments were just written by ordinary instructions (PTX ISA)
+                    ptx.inst("wgmma.fence.sync.aligned")
                     # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
                     for acc, a_regs, b_at in ((dv_acc, p_regs, do_at), (dk_acc, ds_regs, q_at)):
                         b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024,

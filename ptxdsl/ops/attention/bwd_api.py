@@ -119,8 +119,14 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
         if len(a.shape) != 3:
             _fail(f"{name} must be 3-d ((total, heads, head_dim), packed sequences), got "
                   f"shape {tuple(a.shape)}")
-    cq = _offsets(cu_seqlens_q, "cu_seqlens_q", int(q.shape[0]))
-    ck = _offsets(cu_seqlens_k, "cu_seqlens_k", int(k.shape[0]))
+    _offsets(cu_seqlens_q, "cu_seqlens_q", int(q.shape[0]), frame, q)
+    _offsets(cu_seqlens_k, "cu_seqlens_k", int(k.shape[0]), frame, q)
+    # the per-sequence loop needs the offsets on the host (checked there when they are)
+    cq, ck = ([int(x) for x in cu.tolist()] for cu in (cu_seqlens_q, cu_seqlens_k))
+    if cq[0] != 0 or any(b < a for a, b in zip(cq, cq[1:])) or cq[-1] != int(q.shape[0]):
+        _fail(f"cu_seqlens_q must start at 0, never decrease and end at {int(q.shape[0])}")
+    if ck[0] != 0 or any(b < a for a, b in zip(ck, ck[1:])) or ck[-1] != int(k.shape[0]):
+        _fail(f"cu_seqlens_k must start at 0, never decrease and end at {int(k.shape[0])}")
     if len(cq) != len(ck):
         _fail(f"cu_seqlens_q has {len(cq) - 1} sequences, cu_seqlens_k {len(ck) - 1}")
     lq = [e - s for s, e in zip(cq, cq[1:])]

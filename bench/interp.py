@@ -1,7 +1,10 @@
 """Interpreter speed: RMSNorm 64x4096, the gallery examples, the warp-specialized ring and
 the shipped Hopper GEMM (one 128x256x64 tile step, and a K=512 ring of 8 k-blocks).
+``--imported`` times each case a second time with its PTX printed and parsed back by
+``ptxdsl.parse_ptx`` (the PTX front end's programs: issue 45's speed target is imported
+code no slower than the same kernel traced).
 
-    PYTHONPATH=. python bench/interp.py [--reps 3] [--json out.json]
+    PYTHONPATH=. python bench/interp.py [--reps 3] [--imported] [--json out.json]
 
 Best of ``--reps`` runs per case, wall-clock and CPU (process) seconds, on the CPU (no GPU
 needed); on a shared machine the CPU seconds are the steadier number. Run it on two
@@ -87,9 +90,39 @@ def _hopper_cases():
     return out
 
 
+class _Imported:
+    """While active, every interpreter run executes its program printed as PTX and parsed
+    back (the front end's IR) instead of the traced one."""
+
+    def __enter__(self):
+        import dataclasses
+
+        import ptxdsl
+        import ptxdsl.interp as interp
+        from ptxdsl.core.emit import emit
+        self.interp, self.original, cache = interp, interp.run_program, {}
+
+        def parsed(prog):
+            if id(prog) not in cache:
+                text = emit(prog).text
+                back = ptxdsl.parse_ptx(text).kernels[prog.name].program()
+                # parsed parameters carry PTX types only: the traced ones name the tensors
+                cache[id(prog)] = (prog, dataclasses.replace(
+                    back, params=list(prog.params), shared=list(prog.shared),
+                    cluster=prog.cluster))
+            return cache[id(prog)][1]
+
+        interp.run_program = lambda prog, *a, **kw: self.original(parsed(prog), *a, **kw)
+        return self
+
+    def __exit__(self, *exc):
+        self.interp.run_program = self.original
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--imported", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     sys.path.insert(0, HOPPER)
@@ -98,6 +131,12 @@ def main(argv=None):
         fn()   # trace, compile, warm
         runs = [_timed(fn) for _ in range(args.reps)]
         results[name] = {"wall": min(r[0] for r in runs), "cpu": min(r[1] for r in runs)}
+        if args.imported:
+            with _Imported():
+                fn()
+                runs = [_timed(fn) for _ in range(args.reps)]
+            results[name + " [imported]"] = {"wall": min(r[0] for r in runs),
+                                             "cpu": min(r[1] for r in runs)}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"seconds": results}, f, indent=1)

@@ -19,13 +19,18 @@ def fenced(text: str) -> str:
 
 
 def gemm_fixed(text: str) -> str:
-    """The GEMM with a fence before its C tile's TMA store and a cluster barrier before
-    each of its exits (so no CTA leaves while a peer may still arrive on its barriers)."""
+    """The GEMM with a fence before its C tile's TMA store, the store's bulk group waited
+    for (its source reads done) before the C tile is reused or the CTA exits, and a cluster
+    barrier before each of its exits (so no CTA leaves while a peer may still arrive on its
+    barriers)."""
     for label in ("consumer_exit", "producer_exit"):
         old = f'    ptx.label("{label}")\n    ptx.ret()'
         assert old in text
         text = text.replace(old, f'    ptx.label("{label}")\n    ptx.cluster.sync()\n'
                                  f'    ptx.ret()')
+    old = "            ptx.inst.cp.async_.bulk.commit_group()\n"
+    assert text.count(old) == 1
+    text = text.replace(old, old + '            ptx.inst("cp.async.bulk.wait_group.read", 0)\n')
     old = "        # Sync within consumer warpgroup before TMA store\n        consumer_bar.sync()"
     assert old in text
     return text.replace(old, "        ptx.fence.proxy_async_shared_cta()\n" + old)

@@ -605,9 +605,7 @@ def describe(x) -> str:
     if isinstance(x, ir.Reg):
         return f"register %{x.name} (.{x.dtype.name})"
     if callable(x) and not isinstance(x, type):
-        base = getattr(getattr(x, "__self__", None), "_base", None)
-        name = f"ptx.special.{base}.{x.__name__}" if base else \
-            getattr(x, "__qualname__", type(x).__name__)
+        name = getattr(x, "ptx_name", None) or getattr(x, "__qualname__", type(x).__name__)
         return f"the function {name}, not called: call it, {name}()"
     return f"{type(x).__name__} {x!r}"
 

@@ -20,23 +20,53 @@ __all__ = ["special", "sreg"]
 _BY_NAME = {f.name: f for f in FAMILIES}
 
 
+class _Reader:
+    """``ptx.special.tid.x`` itself: called, the operand; used in arithmetic without the
+    call, a TraceError that says to call it (not Python's TypeError)."""
+
+    __slots__ = ("ptx_name", "_make")
+
+    def __init__(self, ptx_name: str, make):
+        self.ptx_name, self._make = ptx_name, make
+
+    def __call__(self) -> ir.Special:
+        return self._make()
+
+    def __repr__(self) -> str:
+        return f"<{self.ptx_name} (call it: {self.ptx_name}())>"
+
+    def _refuse(self, *_):
+        raise TraceError(f"{self.ptx_name} used in arithmetic without its call: call it, "
+                         f"{self.ptx_name}()", user_location())
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _refuse
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _refuse
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __neg__ = __invert__ = _refuse
+
+
 class _Axes:
     """``ptx.special.tid``: ``.x()``, ``.y()``, ``.z()``."""
 
     def __init__(self, base: str):
         self._base = base
 
-    def _get(self, axis: str) -> ir.Special:
+    def _get(self, axis: str) -> _Reader:
         name = f"{self._base}.{axis}"
-        return ir.Special(name, SPECIAL_REGS[name].dtype)
+        return _Reader(f"ptx.special.{name}",
+                       lambda: ir.Special(name, SPECIAL_REGS[name].dtype))
 
-    def x(self) -> ir.Special:
+    @property
+    def x(self) -> _Reader:
         return self._get("x")
 
-    def y(self) -> ir.Special:
+    @property
+    def y(self) -> _Reader:
         return self._get("y")
 
-    def z(self) -> ir.Special:
+    @property
+    def z(self) -> _Reader:
         return self._get("z")
 
 
@@ -52,7 +82,7 @@ class _Special:
             raise AttributeError(f"ptx.special has no special register {name!r}{hint}")
         if fam.axes:
             return _Axes(name)
-        return lambda: ir.Special(name, fam.dtype)
+        return _Reader(f"ptx.special.{name}", lambda: ir.Special(name, fam.dtype))
 
     def __dir__(self):
         return sorted(_BY_NAME)

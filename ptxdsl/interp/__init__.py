@@ -217,6 +217,11 @@ def run_program(prog: ir.Program, block, grid, tensors: dict, dims: dict, *,
     ``st`` count as one write (for imported PTX, :mod:`ptxdsl.frontend`).
     """
     check_run(prog, tuple(grid), tuple(block), prog.name, user_location())
+    for name, v, kinds in (("max_steps", max_steps, (int,)),
+                           ("max_seconds", max_seconds, (int, float))):
+        if isinstance(v, bool) or not isinstance(v, kinds) or not v > 0:
+            raise LaunchError(f"{name} must be a positive number{' (an int)' if kinds == (int,) else ''}"
+                              f", got {v!r}", user_location())
     depth = _nesting(prog.body)
     old = sys.getrecursionlimit()
     # a few Python frames per ptx.if_/range_ level, compiled and run recursively

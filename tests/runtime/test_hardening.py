@@ -200,6 +200,17 @@ def test_special_register_without_call_says_call_it():
     with pytest.raises(TraceError, match=r"call it, ptx\.special\.tid\.x\(\)"):
         added.ptx()
 
+    @kernel(**SPECS)
+    def scaled(X, Y):
+        px, py = ptx.global_ptrs(X, Y)
+        off = ptx.special.tid.x * 4      # the call forgotten inside arithmetic
+        ptx.inst.st.global_.f32(ptx.addr(px + off), reg.scalar(f32, init=1.0))
+    with pytest.raises(TraceError, match=r"without its call: call it, ptx\.special\.tid\.x\(\)") as e:
+        scaled.ptx()
+    assert e.value.loc.line == scaled.defined_at.line + 3
+    with pytest.raises(TraceError, match=r"call it, ptx\.special\.laneid\(\)"):
+        ptx.special.laneid + 1
+
 
 def test_check_result_repr_is_short():
     @kernel(**SPECS)
@@ -241,3 +252,17 @@ def test_wgmma_tiles_with_16_byte_rows_get_a_tma_and_swizzles_match_the_docs():
             for lo, hi in zip(low, high):
                 want ^= ((o >> hi) & 1) << lo
             assert swizzle_offset(o, span) == want, (span, o)
+
+
+@pytest.mark.parametrize("kw", [dict(max_steps="x"), dict(max_steps=0), dict(max_seconds=-1),
+                                dict(max_steps=True)])
+def test_interpreter_budgets_are_checked(kw):
+    from ptxdsl.core.errors import LaunchError
+
+    @kernel(**SPECS)
+    def plain(X, Y):
+        ptx.inst.exit()
+    x = np.zeros(32, np.float32)
+    with pytest.raises(LaunchError, match=f"{next(iter(kw))} must be a positive number") as e:
+        plain.interpret(x, **kw)
+    assert e.value.loc.file == __file__

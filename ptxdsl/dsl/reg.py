@@ -86,10 +86,6 @@ class RegArray:
     def __repr__(self) -> str:
         return f"RegArray({self._regs[0].name}.., n={len(self._regs)}, {self.dtype.name})"
 
-    def __ptx_regs__(self) -> list:
-        """The registers, in order, where an instruction takes a register list."""
-        return list(self._regs)
-
     def regs(self) -> list:
         """The registers, in order (pyptx's ``RegArray.regs()``)."""
         return list(self._regs)

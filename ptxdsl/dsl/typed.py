@@ -35,7 +35,7 @@ import dataclasses
 from ..core import ir
 from ..core.errors import TraceError, user_location
 from ..core.trace import current
-from ..core.types import PtxType, b64, u32
+from ..core.types import PtxType, b64
 from . import values
 from .operands import addr as make_addr
 from .reg import NegPred, as_reg, scalar

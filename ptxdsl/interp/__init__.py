@@ -36,7 +36,8 @@ from ..core.errors import InterpreterError, LaunchError, user_location
 from ..core.limits import check_run
 from .binding import as_array, bind_dims, bind_strides, row_elements, strided_extent, tensor_maps
 from .hb import Tracker
-from .machine import CHECK_EVERY, MAX_SECONDS, MAX_STEPS, Machine, compiled
+from .machine import CHECK_EVERY, MAX_SECONDS, MAX_STEPS, Machine
+from .program import compiled
 from .schedule import Blocked, Deadlock, levels, run_units, thread_units
 from .memory import SHARED_BASE, Space
 from .hostio import is_torch, wrap_output, write_back

@@ -14,8 +14,6 @@ that merely met the issuer at a ``bar.sync`` is not.
 """
 from __future__ import annotations
 
-import numpy as np
-
 
 class Copy:
     __slots__ = ("instr", "thread", "dests", "bars", "known", "complete")

@@ -23,7 +23,6 @@ evaluated per CTA / per warp.
 from __future__ import annotations
 
 import time
-import weakref
 
 import numpy as np
 
@@ -34,210 +33,16 @@ from . import cluster
 from .hb import HappensBefore
 from .inflight import check_held
 from .memory import RANK_SHIFT
-from .schedule import WAIT_EFFECTS, collective, over_budget, wait_at
+from . import program
+from .program import Block, BraOp, wgmma_registers
+from .schedule import over_budget
 from .values import immediate, storage_dtype, to_bits, view
 
-MAX_ITERATIONS = 10_000_000
 MAX_STEPS = 50_000_000
 # CPU seconds one batch of CTAs may run: a spinning warp executes only ~10^4 steps a
 # second, so MAX_STEPS alone would take hours to stop an endless loop
 MAX_SECONDS = 60.0
 CHECK_EVERY = 1 << 14        # steps between looks at the clock
-
-
-# --------------------------------------------------------------------------- compiled program
-class Block:
-    def __init__(self, nodes, handlers):
-        self.ops = [compile_node(n, handlers) for n in nodes]
-        self.labels = {op.name: i for i, op in enumerate(self.ops) if isinstance(op, LabelOp)}
-        self.branchy = bool(self.labels) or any(isinstance(op, BraOp) for op in self.ops)
-        # labels a branch in here targets that this block does not hold (a branch out of a
-        # ptx.if_/loop region to a label of an enclosing one), with one such branch each
-        self.escapes = {}
-        for op in self.ops:
-            self.escapes.update(op.escapes if not isinstance(op, BraOp) else
-                                {op.target: op.instr})
-        for name in self.labels:
-            self.escapes.pop(name, None)
-        self.has_exit = any(op.may_exit for op in self.ops)
-        self.may_exit = self.has_exit
-        # whether some instruction in it may wait (then it runs as a generator)
-        self.waits = any(op.waits for op in self.ops)
-
-
-class InstrOp:
-    may_exit = False
-    escapes: dict = {}
-
-    def __init__(self, instr: ir.Instr, handler):
-        self.instr = instr
-        self.handler = handler
-        self.may_exit = "exit" in instr.match.spec.effects
-        self.waits = bool(instr.match.spec.effects & WAIT_EFFECTS) or collective(instr)
-
-    def run(self, m: "Machine", mask):
-        m.exec_instr(self.instr, mask, self.handler)
-        if self.may_exit:
-            return mask & ~m.exited
-        return mask
-
-    def gen(self, m: "Machine", mask):
-        yield from wait_at(m, self.instr, mask, self.handler)
-        return mask & ~m.exited if self.may_exit else mask
-
-
-class LabelOp:
-    may_exit = False
-    waits = False
-    escapes: dict = {}
-
-    def __init__(self, name):
-        self.name = name
-
-    def run(self, m, mask):
-        return mask
-
-
-class BraOp:
-    may_exit = False
-    waits = False
-    escapes: dict = {}
-
-    def __init__(self, instr: ir.Instr):
-        self.instr = instr
-        self.target = instr.operands[0].name
-
-
-class IfOp:
-    def __init__(self, node: ir.If, handlers):
-        self.node = node
-        self.then = Block(node.then_body, handlers)
-        self.els = Block(node.else_body, handlers) if node.else_body is not None else None
-        self.may_exit = self.then.has_exit or (self.els is not None and self.els.has_exit)
-        self.waits = self.then.waits or (self.els is not None and self.els.waits)
-        self.escapes = {**self.then.escapes, **(self.els.escapes if self.els else {})}
-
-    def run(self, m, mask):
-        p = m.read_reg(self.node.pred, mask, self.node.loc)
-        t = mask & (~p if self.node.negated else p)
-        e = mask & ~t
-        if t.any():
-            m.run_block(self.then, t)
-        if self.els is not None and e.any():
-            m.run_block(self.els, e)
-        return _left(self, m, mask)
-
-    def gen(self, m, mask):
-        p = m.read_reg(self.node.pred, mask, self.node.loc)
-        t = mask & (~p if self.node.negated else p)
-        e = mask & ~t
-        if t.any():
-            yield from m.gen_block(self.then, t)
-        if self.els is not None and e.any():
-            yield from m.gen_block(self.els, e)
-        return _left(self, m, mask)
-
-
-class LoopOp:
-    def __init__(self, node: ir.Loop, handlers):
-        self.node = node
-        self.body = Block(node.body, handlers)
-        self.may_exit = self.body.has_exit
-        self.waits = self.body.waits
-        self.escapes = self.body.escapes
-        self.check_h = handlers[node.check.match.spec.opcode]
-        self.incr_h = handlers[node.incr.match.spec.opcode]
-
-    def run(self, m, mask):
-        n = self.node
-        active = mask
-        iters = 0
-        while True:
-            m.exec_instr(n.check, active, self.check_h)
-            done = m.read_reg(n.cond, active, n.loc)
-            active = active & ~done
-            if not active.any():
-                break
-            active = m.run_block(self.body, active)
-            if not active.any():
-                break
-            m.exec_instr(n.incr, active, self.incr_h)
-            iters += 1
-            if iters > MAX_ITERATIONS:
-                raise InterpreterError(f"loop did not finish after {MAX_ITERATIONS} iterations "
-                                       f"(a loop variable that never reaches its bound?)", n.loc)
-        return _left(self, m, mask)
-
-    def gen(self, m, mask):
-        n = self.node
-        active = mask
-        while True:
-            m.exec_instr(n.check, active, self.check_h)
-            done = m.read_reg(n.cond, active, n.loc)
-            active = active & ~done
-            if not active.any():
-                break
-            active = yield from m.gen_block(self.body, active)
-            if not active.any():
-                break
-            m.exec_instr(n.incr, active, self.incr_h)
-        return _left(self, m, mask)
-
-
-def _left(op, m, mask):
-    """The threads of ``mask`` that reach the end of region ``op``: not those that
-    exited, nor those that branched out of it (in flight to an enclosing label)."""
-    if op.may_exit:
-        mask = mask & ~m.exited
-    return mask & ~m.away if op.escapes else mask
-
-
-def compile_node(node, handlers):
-    if isinstance(node, ir.Instr):
-        spec = node.match.spec
-        if "branch" in spec.effects:
-            return BraOp(node)
-        return InstrOp(node, handlers.get(spec.opcode) or handlers["?"])
-    if isinstance(node, ir.If):
-        return IfOp(node, handlers)
-    if isinstance(node, ir.Loop):
-        return LoopOp(node, handlers)
-    if isinstance(node, ir.Label):
-        return LabelOp(node.name)
-    if isinstance(node, ir.Raw):
-        raise InterpreterError(f"ptx.raw line {node.text!r} is unchecked PTX that the "
-                               f"interpreter cannot run; run this kernel on a GPU", node.loc)
-    raise InterpreterError(f"the interpreter cannot run IR node {node!r}")
-
-
-_COMPILED: "weakref.WeakKeyDictionary[ir.Program, Block]" = weakref.WeakKeyDictionary()
-_WGMMA_REGS: "weakref.WeakKeyDictionary[ir.Program, frozenset]" = weakref.WeakKeyDictionary()
-
-
-def wgmma_registers(prog: ir.Program) -> frozenset:
-    """The registers some wgmma.mma_async uses as accumulators or A fragments (their
-    ordinary writes are stamped for the wgmma.fence check, :mod:`.semantics.wgmma`)."""
-    regs = _WGMMA_REGS.get(prog)
-    if regs is None:
-        found = set()
-        for i in prog.walk():
-            if i.match.spec.scope == "warpgroup":     # wgmma.mma_async: register vectors
-                for op in i.operands[:2]:
-                    if isinstance(op, ir.Vec):
-                        found.update(x for x in op.items if isinstance(x, ir.Reg))
-        regs = _WGMMA_REGS[prog] = frozenset(found)
-    return regs
-
-
-def compiled(prog: ir.Program, handlers) -> Block:
-    blk = _COMPILED.get(prog)
-    if blk is None:
-        blk = Block(prog.body, handlers)
-        for name, instr in blk.escapes.items():
-            raise InterpreterError(f"branch to label {name!r}, which this kernel does not "
-                                   f"define", instr.loc)
-        _COMPILED[prog] = blk
-    return blk
 
 
 # --------------------------------------------------------------------------- the machine
@@ -616,6 +421,6 @@ class Machine:
                 mask = taken
                 i = j
                 jumps += 1
-                if jumps > MAX_ITERATIONS:
-                    self.fail(instr, f"backward branch taken {MAX_ITERATIONS} times: the "
+                if jumps > program.MAX_ITERATIONS:
+                    self.fail(instr, f"backward branch taken {program.MAX_ITERATIONS} times: the "
                                      f"loop does not terminate")

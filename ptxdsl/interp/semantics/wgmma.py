@@ -199,7 +199,6 @@ def wgmma_mma_async(mach, instr, mask):
     d_t, a_t, b_t = (t.name for t in m.types)
     _, n, k = wgmma_shape(m)
     ops = instr.operands
-    sig = [s for s in m.operands]
     a_regs = isinstance(ops[1], ir.Vec)
     idx = 3
     scale_d_op = ops[idx]

@@ -346,9 +346,9 @@ def test_late_arrivals_run_in_one_batch_of_the_interpreter(monkeypatch):
     CTAs wait for later ones (``resident=``) runs in one. Without it, batches of one CTA
     leave each late arrival waiting for a CTA of a batch that never starts."""
     import ptxdsl.interp as interp
-    from ptxdsl.interp import machine
+    from ptxdsl.interp import program
     monkeypatch.setattr(interp, "MAX_BATCH_THREADS", 64)  # one CTA a batch
-    monkeypatch.setattr(machine, "MAX_ITERATIONS", 200)
+    monkeypatch.setattr(program, "MAX_ITERATIONS", 200)
     ws, mark, slot, seen = _run_arrivals(4, 2, 4)
     assert list(seen) == [sum(range(100, 104))] * 2
     with pytest.raises(InterpreterError, match="does not terminate"):
@@ -358,8 +358,8 @@ def test_late_arrivals_run_in_one_batch_of_the_interpreter(monkeypatch):
 def test_late_arrivals_wait_for_every_cta(monkeypatch):
     """Arrivals that expect one CTA more than the grid has never release the late ones:
     the interpreter reports the spin that does not end (they really wait)."""
-    from ptxdsl.interp import machine
-    monkeypatch.setattr(machine, "MAX_ITERATIONS", 200)
+    from ptxdsl.interp import program
+    monkeypatch.setattr(program, "MAX_ITERATIONS", 200)
     with pytest.raises(InterpreterError, match="does not terminate"):
         _run_arrivals(3, 2, 4)
 

@@ -224,6 +224,8 @@ class Builder:
         want = m.resolve_type(slot.ty)
         where = f"operand {index} of {m.text}"
         role = slot.role
+        if hasattr(arg, "__ptx_symbol__") and role not in "ac":   # a shared array: its name
+            arg = self.symbol(arg.__ptx_symbol__)
         items = arg if isinstance(arg, (list, tuple)) else (arg,)
         if not slot.special and any(isinstance(x, ir.Special) for x in items):
             sp = next(x for x in items if isinstance(x, ir.Special))
@@ -232,7 +234,8 @@ class Builder:
                 f"(ptxas: 'Special register argument not allowed'); copy it into a register "
                 f"first: r = reg.scalar({sp.dtype.name}, init=ptx.special.{sp.name}()) "
                 f"(register operators such as tid + 1 do this for you)")
-        if role not in "ac" and not slot.special and any(isinstance(x, ir.Symbol) for x in items):
+        if role not in "ac" and not (slot.special or slot.variable) and any(
+                isinstance(x, ir.Symbol) for x in items):
             sym = next(x for x in items if isinstance(x, ir.Symbol))
             raise OperandTypeError(
                 f"{where}: the address of {sym.name} can only be taken by mov (ptxas: 'must "

@@ -52,6 +52,11 @@ class SharedArray:
         """The array's PTX name (``smem0``, ...), as ``reg.from_`` and ``ptx.raw`` take it."""
         return self.decl.name
 
+    @property
+    def __ptx_symbol__(self) -> str:
+        """The variable an instruction names where it takes one (``getctarank``, ``mov``)."""
+        return self.decl.name
+
     def _base_reg(self) -> ir.Reg:
         if self._base is None:
             b = self._builder

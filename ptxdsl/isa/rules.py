@@ -338,12 +338,17 @@ def redux(m):
 
 
 def fence(m):
-    sem, kind = m.chosen.get("sem"), m.chosen.get("proxykind")
-    if sem == "mbarrier_init" or m.chosen.get("order"):
+    sem, kind, order = m.chosen.get("sem"), m.chosen.get("proxykind"), m.chosen.get("order")
+    if order and sem is None and not kind:      # fence.acquire / fence.release (PTX 8.6)
+        if m.chosen.get("scope") not in ("cta", "cluster", "gpu", "sys"):
+            return (f"fence.{order} needs a scope: fence.{order}.cta / .cluster / .gpu / "
+                    f".sys")
+        return None
+    if sem == "mbarrier_init" or order:
         if (sem, kind, m.chosen.get("order"), m.chosen.get("scope")) != (
                 "mbarrier_init", None, "release", "cluster"):
-            return ("fence.mbarrier_init is written fence.mbarrier_init.release.cluster "
-                    "(and .release after fence belongs to it alone)")
+            return ("fence.mbarrier_init is written fence.mbarrier_init.release.cluster; "
+                    "fence.acquire / fence.release take a scope and nothing else")
         return None
     if sem == "proxy" and not kind:
         return "fence.proxy needs a proxy kind: fence.proxy.async or fence.proxy.alias"

@@ -82,9 +82,11 @@ class Operand:
     ``t`` (a tensor-map operand) takes its coordinate count from a ``{key}`` type
     (``t:{coords}``: ``lists`` gives ``("s32", dimensions)``).
 
-    Two more markers: a leading ``%`` (``%s:T``) lets a special register such as
+    Three more markers: a leading ``%`` (``%s:T``) lets a special register such as
     ``%tid.x`` be the operand (ptxas allows them only as mov's source: "Special
-    register argument not allowed"); ``a=dst`` names the modifier group that gives an
+    register argument not allowed"); a leading ``&`` (``&s:T``) lets a state-space
+    variable's name stand for its address (``getctarank`` / ``mapa`` take a shared
+    variable; elsewhere ptxas wants a register); ``a=dst`` names the modifier group that gives an
     address operand its state space (default ``space``; no choice in that group means
     a generic address).
     """
@@ -98,6 +100,7 @@ class Operand:
     need: tuple[Version, int] | None = None
     special: bool = False      # a special register (%tid.x, %clock, ...) may be the operand
     space_group: str = "space"  # address operands: the group that names the state space
+    variable: bool = False     # a state-space variable's name may stand for its address
 
     @property
     def is_dest(self) -> bool:
@@ -128,7 +131,7 @@ class Operand:
                 and not self.ty.startswith("{"))
 
 
-_SLOT = re.compile(r"^(?P<special>%)?(?P<rw>\+)?(?P<role>[a-zA-Z])(?:=(?P<space>[\w:]+))?:?(?P<ty>\{\w+\}|\w+)?"
+_SLOT = re.compile(r"^(?P<special>%)?(?P<var>&)?(?P<rw>\+)?(?P<role>[a-zA-Z])(?:=(?P<space>[\w:]+))?:?(?P<ty>\{\w+\}|\w+)?"
                    r"(?:\{(?P<choices>[-\d,]+)\})?(?P<opt>\?)?(?:@(?P<when>[\w:]+))?"
                    r"(?:!(?P<need>\d+\.\d+/\d+))?$")
 
@@ -148,7 +151,7 @@ def parse_operands(sig: str) -> tuple[Operand, ...]:
         choices = tuple(int(x) for x in m["choices"].split(",")) if m["choices"] else None
         out.append(Operand(m["role"], m["ty"] or None, bool(m["opt"]), bool(m["rw"]),
                            choices, m["when"], need, bool(m["special"]),
-                           m["space"] or "space"))
+                           m["space"] or "space", bool(m["var"])))
     return tuple(out)
 
 

@@ -364,13 +364,14 @@ TABLE: tuple[OpSpec, ...] = (
     OpSpec("fence", (g("sem", Mod("sc", (6, 0), 70), Mod("acq_rel", (6, 0), 70),
                        Mod("proxy", (7, 5), 70), Mod("mbarrier_init", (8, 0), 90)),
                      g("proxykind", Mod("async", (8, 0), 90), Mod("alias", (7, 5), 70)),
-                     g("order", Mod("release", (8, 0), 90)),
+                     g("order", Mod("release", (8, 0), 90), Mod("acquire", (8, 6), 90)),
                      g("scope", "cta", Mod("cluster", (7, 8), 90), "gpu", "sys",
                        Mod("shared::cta", (8, 0), 90), Mod("global", (8, 0), 90),
                        Mod("shared::cluster", (8, 0), 90))),
            (), ntypes=0, operands="", ptx=(6, 0), sm=70, category="sync", side_effects=True,
            rule=rules.fence, effects=frozenset({"fence"}),
-           doc="Memory fence: fence{.sc|.acq_rel}.scope (.acq_rel when omitted), "
+           doc="Memory fence: fence{.sc|.acq_rel|.acquire|.release}.scope (.acq_rel when "
+               "omitted; .acquire/.release: PTX 8.6), "
                "fence.proxy.async{.space} between the generic and the async proxy (sm_90: "
                "before a TMA or wgmma reads what threads wrote), or "
                "fence.mbarrier_init.release.cluster (mbarrier.init visible to the cluster).",
@@ -491,12 +492,15 @@ TABLE: tuple[OpSpec, ...] = (
            interp=True, category="mbarrier", side_effects=True, effects=MBAR,
            doc="Complete transaction bytes of the current phase as a copy would.",
            example="mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [%r0], 4096"),
-    OpSpec("mbarrier.test_wait", (g("sem", Mod("acquire", (8, 0))),
+    OpSpec("mbarrier.test_wait", (g("parity", Mod("parity", (7, 1))),
+                                  g("sem", Mod("acquire", (8, 0))),
                                   g("scope", Mod("cta", (8, 0)), Mod("cluster", (8, 0), 90)),
                                   g("space", "shared", SHARED_CTA)),
-           ("b64",), operands="p:pred a s:b64", ptx=(7, 0), sm=80, rule=rules.mbarrier,
+           ("b64",), operands="p:pred a s:b64", variants={"parity": "p:pred a s:u32{0,1}"},
+           ptx=(7, 0), sm=80, rule=rules.mbarrier,
            category="mbarrier", side_effects=True, effects=MBAR, polls=True,
-           doc="Test (without blocking) whether a phase completed.",
+           doc="Test (without blocking) whether a phase completed, by state token or by "
+               ".parity.",
            example="mbarrier.test_wait.shared.b64 %p0, [%r0], %rd0"),
     OpSpec("mbarrier.try_wait", (g("parity", "parity"),
                                  g("sem", Mod("acquire", (8, 0))),

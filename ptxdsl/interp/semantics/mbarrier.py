@@ -235,7 +235,7 @@ def _unpark(mach, targets) -> None:
 
 
 def mbarrier_test_wait(mach, instr, mask):
-    _wait(mach, instr, mask, False)
+    _wait(mach, instr, mask, instr.match.has("parity"))
 
 
 def mbarrier_try_wait(mach, instr, mask):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .reference import keys_seen
+
 
 def attention_backward_reference(dout, q, k, v, *, causal: bool = False,
                                  softmax_scale: float | None = None, window_size=(-1, -1),
@@ -23,17 +25,7 @@ def attention_backward_reference(dout, q, k, v, *, causal: bool = False,
     if softcap:
         t = np.tanh(s / softcap)
         s = softcap * t
-    left, right = window_size
-    if causal:
-        right = 0
-    i = np.arange(sq)[:, None] + (sk - sq)
-    j = np.arange(sk)[None, :]
-    ok = np.ones((sq, sk), bool)
-    if right >= 0:
-        ok &= j <= i + right
-    if left >= 0:
-        ok &= j >= i - left
-    s = np.where(ok, s, -np.inf)
+    s = np.where(keys_seen(sq, sk, causal, window_size), s, -np.inf)
     mx = s.max(-1, keepdims=True)
     mx = np.where(np.isfinite(mx), mx, 0.0)
     p = np.exp(s - mx)

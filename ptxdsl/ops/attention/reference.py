@@ -19,17 +19,7 @@ def attention_reference(q, k, v, *, causal: bool = False, softmax_scale: float |
     s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale
     if softcap:
         s = softcap * np.tanh(s / softcap)
-    left, right = window_size
-    if causal:
-        right = 0
-    i = np.arange(sq)[:, None] + (sk - sq)
-    j = np.arange(sk)[None, :]
-    ok = np.ones((sq, sk), bool)
-    if right >= 0:
-        ok &= j <= i + right
-    if left >= 0:
-        ok &= j >= i - left
-    s = np.where(ok, s, -np.inf)
+    s = np.where(keys_seen(sq, sk, causal, window_size), s, -np.inf)
     mx = s.max(-1, keepdims=True)
     mx = np.where(np.isfinite(mx), mx, 0.0)
     p = np.exp(s - mx)
@@ -40,4 +30,20 @@ def attention_reference(q, k, v, *, causal: bool = False, softmax_scale: float |
     return out.transpose(0, 2, 1, 3), lse
 
 
-__all__ = ["attention_reference"]
+def keys_seen(sq: int, sk: int, causal: bool, window_size) -> np.ndarray:
+    """``(sq, sk)`` booleans: row ``i`` sees key ``j`` (causal and windows aligned
+    bottom-right, -1 unbounded)."""
+    left, right = window_size
+    if causal:
+        right = 0
+    i = np.arange(sq)[:, None] + (sk - sq)
+    j = np.arange(sk)[None, :]
+    ok = np.ones((sq, sk), bool)
+    if right >= 0:
+        ok &= j <= i + right
+    if left >= 0:
+        ok &= j >= i - left
+    return ok
+
+
+__all__ = ["attention_reference", "keys_seen"]

@@ -42,7 +42,7 @@ from ... import kernel
 from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
-from .config import BLOCK_M, Config, Mask, padded
+from .config import Config, Mask, padded
 from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
 from .tiles import PANEL, ROW, Dense, Packed, Varlen, s32_of as _s32
@@ -54,7 +54,7 @@ class Smem:
     def __init__(self, c: Config, d: int, es: int):
         d = padded(d)                               # whole 64-column panels
         self.q = 0
-        self.kv = self.q_bytes = BLOCK_M * d * es   # Q; then one K or V block
+        self.kv = self.q_bytes = c.block_m * d * es  # Q; then one K or V block
         self.kv_bytes = c.block_n * d * es
         self.k = self.q + self.kv
         self.v = self.k + c.stages * self.kv_bytes
@@ -67,7 +67,7 @@ class Smem:
         self.total = self.vempty + 8 * c.stages
         if c.tma_store:                             # O's staging: 128 rows of every panel
             self.o = -(-self.total // 1024) * 1024
-            self.total = self.o + BLOCK_M * d * es
+            self.total = self.o + c.block_m * d * es
 
 
 def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense",
@@ -75,11 +75,12 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     """The tile schedule (:mod:`.tiles`) of a layout: ``dense`` (B, S, H, D), ``packed``
     (the ``group`` query heads of a GQA group in one tile's rows) or ``varlen``."""
     if layout == "dense":
-        return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store)
+        return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
+                     block_m=c.block_m)
     if layout == "packed":
-        return Packed(dtype, d, c.block_n, mask.right >= 0, group)
+        return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m)
     if layout == "varlen":
-        return Varlen(dtype, d, c.block_n, False)
+        return Varlen(dtype, d, c.block_n, False, block_m=c.block_m)
     raise ValueError(f"layout is dense, packed or varlen, got {layout!r}")
 
 
@@ -105,6 +106,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     es = dtype.bytes
     L = Smem(c, d, es)
     BN, S, P = c.block_n, c.stages, padded(d) // PANEL
+    BM, NC = c.block_m, c.consumers
     scale_log2 = float(scale) * LOG2E
     if softcap:
         scale_log2 = float(softcap) * LOG2E
@@ -117,11 +119,11 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if layout == 'packed' else ''}"
-            f"{'_tmastore' if tma_out else ''}")
+            f"{'_tmastore' if tma_out else ''}{f'_m{BM}' if NC != 2 else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=sched.arg_names,
             grid=grid_for(c, sms, sched),
-            block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+            block=((1 + NC) * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
     def attention_fwd(*args):
         labels = itertools.count()
         sched.prologue(args)
@@ -137,12 +139,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         kempty, vempty = base + L.kempty, base + L.vempty
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull), 1)
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), 2)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), NC)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kfull, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vfull, 8 * s), 1)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kempty, 8 * s), 2)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vempty, 8 * s), 2)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kempty, 8 * s), NC)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vempty, 8 * s), NC)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
 
@@ -155,7 +157,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             nblk = _s32((sk + (BN - 1)) // BN)
             n_hi = nblk
             if mask.right >= 0:
-                last = ptx.min(sched.pos(_s32(m0 + (BLOCK_M - 1))), _s32(sq) - 1)
+                last = ptx.min(sched.pos(_s32(m0 + (BM - 1))), _s32(sq) - 1)
                 top = ptx.max(last + off + (mask.right + BN), reg.scalar(s32, init=0))
                 n_hi = ptx.min(top // BN, nblk)
             n_lo = reg.scalar(s32, init=0)
@@ -181,7 +183,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(qfull), L.q_bytes)
                         for p in range(P):
-                            ptx.tma.load(base + (L.q + p * BLOCK_M * ROW), tq,
+                            ptx.tma.load(base + (L.q + p * BM * ROW), tq,
                                          sched.q_coords(p, w), qfull)
                         ptx.inst.xor.b32(qphase, qphase, 1)
                         for j in ptx.range_(n_lo, n_hi):
@@ -230,7 +232,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.fence.sync.aligned")
                         for ks in range(d // 16):
                             pnl, kin = divmod(ks, 4)
-                            qo = (pnl * BLOCK_M * ROW + kin * 32) >> 4
+                            qo = (pnl * BM * ROW + kin * 32) >> 4
                             ko = (pnl * BN * ROW + kin * 32) >> 4
                             ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
                                      k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
@@ -267,14 +269,16 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         return online_softmax(list(s_acc), m, l, scale_log2)
 
                     def my_turn():
-                        """Ping-pong: wait until the other consumer has issued its wgmmas."""
+                        """Ping-pong: wait until the previous consumer has issued its wgmmas."""
                         if c.pingpong:
                             ptx.inst("bar.sync", 1 + cons, 256)
 
                     def your_turn(pred=None):
-                        """Ping-pong: hand the tensor cores to the other consumer."""
+                        """Ping-pong: hand the tensor cores to the next consumer (in turn
+                        0, 1, .., NC - 1, 0, ..)."""
                         if c.pingpong:
-                            ptx.inst("bar.arrive", 2 - cons, 256, pred=pred)
+                            nxt = 2 - cons if NC == 2 else 1 + (cons + 1) % NC
+                            ptx.inst("bar.arrive", nxt, 256, pred=pred)
 
                     def next_stage():
                         """P·V of this block reads this stage's V in the next step."""
@@ -287,7 +291,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     with ptx.if_(n_lo < n_hi):
                         if c.pingpong:                  # consumer 0 issues first
-                            ptx.inst("bar.arrive", 1, 256, pred=cons == 1)
+                            ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
                         my_turn()
                         s_gemm()
                         your_turn()
@@ -312,9 +316,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         release(qempty, 0)              # every S of the tile has retired
                         my_turn()
                         pv_gemm()
-                        # (consumer 1's last hand-over would have no taker: every bar.sync of each
-                        # barrier is matched by exactly one bar.arrive)
-                        your_turn(pred=cons == 0)
+                        # (the last consumer's last hand-over would have no taker: every bar.sync
+                        # of each barrier is matched by exactly one bar.arrive)
+                        your_turn(pred=cons == 0 if NC == 2 else cons != NC - 1)
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(vempty, vslot)
                     with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
@@ -323,7 +327,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     packed = rows if sched.group == 1 else [_s32(r) for r in urows]
                     if tma_out:
                         _stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
-                                   dtype)
+                                   dtype, BM, NC)
                     _epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
                               store=not tma_out)
                 if tma_out:                 # the staging buffer outlives the last store
@@ -358,7 +362,7 @@ def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sch
         mask_block(list(s_acc), hi, lo)
 
 
-def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype) -> None:
+def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc) -> None:
     """``Config.tma_store``: this consumer's 64 rows of O / l into its half of the staging
     buffer (64-column panels of 128-byte swizzled rows, what a TMA box of (1, 64, 1, 64)
     reads), then one thread stores each panel with TMA, which clips rows past SQ and
@@ -367,7 +371,7 @@ def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype) -> Non
     buffer is written again, the previous tile's stores must have read it
     (``cp.async.bulk.wait_group.read 0``, then the warpgroup meets at named barrier 3 +
     consumer)."""
-    bar = 3 + cons
+    bar = 1 + nc + cons                          # after the ping-pong barriers 1 .. nc
     with ptx.if_(lane == 0):
         ptx.tma.wait(0, read=True)
     ptx.inst("bar.sync", bar, 128)
@@ -396,17 +400,17 @@ def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype) -> Non
             ptx.inst.mul.f32(hi, hi, inv[r])
             pair = reg.scalar(b32)
             ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
-            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * BLOCK_M * ROW), pair)
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), pair)
     for col in range(d, padded(d), 8):           # head dim 96: the box's columns past D,
         pnl, c = divmod(col // 8, 8)             # which TMA reads (and does not store)
         for r in range(2):
-            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * BLOCK_M * ROW), 0)
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), 0)
     ptx.inst("fence.proxy.async.shared::cta")
     ptx.inst("bar.sync", bar, 128)
     with ptx.if_(lane == 0):
         for p in range(padded(d) // PANEL):
             ptx.tma.store(sched.to, [p * PANEL, w.head, w.m0 + cons * 64, w.batch],
-                          mine + p * BLOCK_M * ROW)
+                          mine + p * bm * ROW)
         ptx.tma.commit()
 
 

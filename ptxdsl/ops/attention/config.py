@@ -24,7 +24,10 @@ class Config:
     for two consumers, 160 for three), whether O leaves through a shared-memory staging
     buffer and TMA stores (``tma_store``; else ``st.global`` from registers; the dense
     layout only), and how many consumer warpgroups of 64 query rows a tile has
-    (``consumers``: 2 or 3, a tile of ``block_m = 64 * consumers`` rows)."""
+    (``consumers``: 2 or 3, a tile of ``block_m = 64 * consumers`` rows). ``lazy_rescale``:
+    the row max moves only when a block's max exceeds it by more than 8 (log2 units), and
+    O is rescaled only in warps where it moved, after a branch that keeps the wait for P·V
+    behind the softmax (see ``fwd._wait_and_rescale``)."""
 
     block_n: int = 128
     stages: int = 2
@@ -34,6 +37,7 @@ class Config:
     consumer_regs: int = 0
     tma_store: bool = False
     consumers: int = 2
+    lazy_rescale: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):

@@ -48,6 +48,9 @@ from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registe
 from .tiles import PANEL, ROW, Dense, Packed, Varlen, s32_of as _s32
 
 
+RESCALE_SLACK = 8.0    # Config.lazy_rescale: the row max moves only when it grows by > 8 (log2)
+
+
 class Smem:
     """Byte offsets in the CTA's dynamic shared memory."""
 
@@ -119,7 +122,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if layout == 'packed' else ''}"
-            f"{'_tmastore' if tma_out else ''}{f'_m{BM}' if NC != 2 else ''}")
+            f"{'_tmastore' if tma_out else ''}{f'_m{BM}' if NC != 2 else ''}"
+            f"{'_lazy' if c.lazy_rescale else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=sched.arg_names,
             grid=grid_for(c, sms, sched),
@@ -266,7 +270,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("tanh.approx.f32", x, x)
                         _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons, m0,
                                         sched)
-                        return online_softmax(list(s_acc), m, l, scale_log2)
+                        return online_softmax(list(s_acc), m, l, scale_log2,
+                                              RESCALE_SLACK if c.lazy_rescale else 0.0)
 
                     def my_turn():
                         """Ping-pong: wait until the previous consumer has issued its wgmmas."""
@@ -308,9 +313,13 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("wgmma.wait_group.sync.aligned", 1)
                             release(kempty, ring.slot)
                             alphas = scores(j)
-                            ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                            if c.lazy_rescale:
+                                _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons)
+                            else:
+                                ptx.inst("wgmma.wait_group.sync.aligned", 0)
                             release(vempty, vslot)
-                            rescale(list(o_acc), alphas)
+                            if not c.lazy_rescale:
+                                rescale(list(o_acc), alphas)
                             pack_p(list(s_acc), p_regs, dtype.name)
                             next_stage()
                         release(qempty, 0)              # every S of the tile has retired
@@ -335,6 +344,25 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.tma.wait(0, read=True)
 
     return attention_fwd
+
+
+def _wait_and_rescale(o_acc, alphas, bar) -> None:
+    """``Config.lazy_rescale``: retire P·V (``wgmma.wait_group 0``) and rescale O only in
+    warpgroups where some row's max moved (``bar.red.or`` of ``alpha < 1`` over the
+    warpgroup at named barrier ``bar``: the wait is warpgroup-aligned), each branch with
+    its own wait. A wait behind a branch on the softmax's result stays after the softmax;
+    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them."""
+    moved = reg.scalar(pred)
+    ptx.inst.setp.lt.f32(moved, alphas[0], 1.0)
+    other = reg.scalar(pred)
+    ptx.inst.setp.lt.f32(other, alphas[1], 1.0)
+    ptx.inst("or.pred", moved, moved, other)
+    ptx.inst("bar.red.or.pred", moved, bar, 128, moved)
+    with ptx.if_(moved):
+        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+        rescale(list(o_acc), alphas)
+    with ptx.else_():
+        ptx.inst("wgmma.wait_group.sync.aligned", 0)
 
 
 def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sched) -> None:

@@ -120,10 +120,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
-            f"{'_cap' if softcap else ''}"
+            f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
+            f"{'_lazy' if c.lazy_rescale else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if layout == 'packed' else ''}"
-            f"{'_tmastore' if tma_out else ''}{f'_m{BM}' if NC != 2 else ''}"
-            f"{'_lazy' if c.lazy_rescale else ''}")
+            f"{'_tmastore' if tma_out else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=sched.arg_names,
             grid=grid_for(c, sms, sched),

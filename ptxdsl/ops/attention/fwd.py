@@ -1,6 +1,6 @@
 """The attention forward on Hopper: a tile is 128 query rows (of one (batch, head), of a
-GQA group's heads, or of one packed sequence: :mod:`.tiles`); a CTA of three warpgroups
-takes one tile (or, with ``Config.persistent``, one CTA per SM loops over tiles); K/V
+GQA group's heads, or of one packed sequence: :mod:`.tiles`; 192 with
+``Config.consumers = 3``, a fourth warpgroup); a CTA of three warpgroups takes one tile (or, with ``Config.persistent``, one CTA per SM loops over tiles); K/V
 through a TMA + mbarrier ring; S = Q·Kᵀ and O += P·V on wgmma.
 
 ::

@@ -358,11 +358,16 @@ def _wait_and_rescale(o_acc, alphas, bar) -> None:
     ptx.inst.setp.lt.f32(other, alphas[1], 1.0)
     ptx.inst("or.pred", moved, moved, other)
     ptx.inst("bar.red.or.pred", moved, bar, 128, moved)
-    with ptx.if_(moved):
-        ptx.inst("wgmma.wait_group.sync.aligned", 0)
-        rescale(list(o_acc), alphas)
-    with ptx.else_():
-        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+    # bra.uni: the reduction is the same in every thread, and ptxas, told so, keeps the
+    # loop's wgmma descriptors in uniform registers (a plain branch costs two R2UR a wgmma)
+    keep, done = ptx.new_label("o_kept"), ptx.new_label("o_rescaled")
+    ptx.bra(keep, pred=~moved, uni=True)
+    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+    rescale(list(o_acc), alphas)
+    ptx.bra(done, uni=True)
+    ptx.place(keep)
+    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+    ptx.place(done)
 
 
 def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sched) -> None:

@@ -32,9 +32,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 _P, _L = dict(persistent=True), dict(lazy_rescale=True)
 CANDIDATES = {
     64: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
-         dict(block_n=128, consumers=3, **_P, **_L), dict(block_n=128, consumers=3, **_P),
-         dict(block_n=128, consumers=3, pingpong=True, **_P, **_L),
-         dict(block_n=128, pingpong=True, **_P, **_L)],
+         dict(block_n=128, consumers=3, **_P, **_L),
+         dict(block_n=128, consumers=3, pingpong=True, **_P, **_L)],
     96: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L)],
     128: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
           dict(block_n=176, **_P, **_L), dict(block_n=128, pingpong=True, **_P, **_L)],

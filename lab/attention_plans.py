@@ -143,14 +143,22 @@ def _arg(name: str, default: str) -> str:
 
 def write_plans(out) -> None:
     """plans.json rows: per head dim and mask kind (full; causal with window) the config
-    with the least sum over the S values of its time over the best there; rows of head
-    dims not run stay. One row when both kinds pick the same config."""
+    with the least sum over the S values of its time over the best there, in a new row
+    ahead of the old ones where it differs from what the table chose; the old rows stay
+    where they still answer some mask kind (one row when both kinds pick the same new
+    config)."""
+    from ptxdsl.ops.attention.config import Config
     dev = out["device"].split()[-1].lower()
     plans = os.path.join(os.path.dirname(__file__), "..", "ptxdsl", "ops", "attention",
                          "plans.json")
     table = json.load(open(plans))
-    rows = [r for r in table["rows"] if not set(r["head_dims"]) & set(out["heads"])]
+    old = table["rows"]
+
+    def current(d, kind):
+        return next((r for r in old if d in r["head_dims"] and kind in r["masks"]), None)
+
     seqs = "/".join(f"{s // 1024}k" for s in out["seqs"])
+    new, replaced = [], set()
     for d in out["heads"]:
         picks = []
         for causal, masks in ((False, ["full"]), (True, ["causal", "window"])):
@@ -167,25 +175,33 @@ def write_plans(out) -> None:
             if not full:
                 continue
             best = min(full, key=score.get)
+            was = [current(d, m) for m in masks]
+            if all(w is not None and Config(**w["config"]) == Config(**json.loads(best))
+                   for w in was):
+                continue                          # the table's choice stands
+            measured = "/".join(f"{s // 1024}k" for s in sorted(shapes))
             say = "; ".join(f"{_name(json.loads(k))} " + " ".join(
                 f"{r['tflops']:.0f}" for r in sorted(seen[k], key=lambda r: r["S"]))
                 for k in full)
-            picks.append((masks, best, say))
+            picks.append((masks, best, say, measured))
+            replaced.update((d, m) for m in masks)
         if len(picks) == 2 and picks[0][1] == picks[1][1]:
             picks = [(picks[0][0] + picks[1][0], picks[0][1],
-                      f"full: {picks[0][2]}. causal: {picks[1][2]}")]
-        for masks, best, say in picks:
-            rows.append({"head_dims": [d], "dtypes": ["bf16", "f16"], "masks": masks,
-                         "config": json.loads(best),
-                         "source": f"bench/results/{_arg('--name', 'attention_plans')}_{dev}"
-                                   f".json",
-                         "reason": f"{out['device']} bf16 TFLOP/s at S={seqs} "
-                                   f"({'/'.join(masks)}): {say}"})
-    table["rows"] = rows
+                      f"full: {picks[0][2]}. causal: {picks[1][2]}", picks[0][3])]
+        for masks, best, say, measured in picks:
+            new.append({"head_dims": [d], "dtypes": ["bf16", "f16"], "masks": masks,
+                        "config": json.loads(best),
+                        "source": f"bench/results/{_arg('--name', 'attention_plans')}_{dev}"
+                                  f".json",
+                        "reason": f"{out['device']} bf16 TFLOP/s at S={measured} "
+                                  f"({'/'.join(masks)}): {say}"})
+    kept = [r for r in old if any((d, m) not in replaced
+                                  for d in r["head_dims"] for m in r["masks"])]
+    table["rows"] = new + kept
     with open(plans, "w") as f:          # one row a line
         f.write('{\n "about": ' + json.dumps(table["about"]) + ',\n "rows": [\n'
-                + ",\n".join("  " + json.dumps(r) for r in rows) + "\n ]\n}\n")
-    print(json.dumps(rows, indent=1))
+                + ",\n".join("  " + json.dumps(r) for r in table["rows"]) + "\n ]\n}\n")
+    print(json.dumps(table["rows"], indent=1))
 
 
 if __name__ == "__main__":

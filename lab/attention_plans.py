@@ -1,14 +1,16 @@
 """A/B of the attention forward's configs (``block_n``, ``stages``, ping-pong, persistent
-grid) on the current GPU, at the FA3-paper shapes with S = 1024 and 4096 (B·S = 16k,
-H·D = 2048), bf16, causal and not: what the rows of ``ptxdsl/ops/attention/plans.json`` are
-chosen from. Each config's output is checked against torch SDPA before it is timed (median
-of rounds of CUDA-event timed calls). JSON goes to ``$OUT/attention_plans.json``.
-``--write-plans`` then rewrites ``ptxdsl/ops/attention/plans.json`` with the fastest config
-per head dim (the least sum over the four shapes of its time over the best time at that
-shape), citing ``bench/results/<name>_<device>.json``; rows of head dims not run are kept.
+grid, three consumers, lazy rescale) on the current GPU, at the FA3-paper shapes (B·S =
+16k, H·D = 2048) with S in ``--seqs`` (default 1024 and 4096), bf16, causal and not: what
+the rows of ``ptxdsl/ops/attention/plans.json`` are chosen from. Each config's output is
+checked against torch SDPA before it is timed (median of rounds of CUDA-event timed
+calls). JSON goes to ``$OUT/<name>.json``. ``--write-plans`` then rewrites
+``ptxdsl/ops/attention/plans.json`` with the fastest config per head dim and mask kind
+(full; causal, which window follows): the least sum over the S values of its time over the
+best time at that shape, citing ``bench/results/<name>_<device>.json``; rows of head dims
+not run are kept. ``--budget`` seconds: candidates not reached by then are skipped.
 
-    PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--name attention_plans]
-        [--write-plans]
+    PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
+        [--name attention_plans] [--budget 600] [--write-plans]
 """
 from __future__ import annotations
 
@@ -17,22 +19,30 @@ import json
 import os
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-# (block_n, stages, pingpong, persistent) per head dim
-# For 64, 96 and 128: the chosen config against the S = 1k candidates (192 / 176 keys per
-# block, 3 stages; ptxas -v: no spills, each checked on the interpreter first); the
-# non-persistent and ping-pong ones are in bench/results/attention_plans_h200.json.
-# A fifth entry True: the epilogue through shared memory and TMA stores (Config.tma_store).
-CANDIDATES = {64: [(128, 2, False, True), (192, 2, False, True), (128, 3, False, True),
-                   (128, 2, False, True, True)],
-              96: [(128, 2, False, True), (176, 2, False, True), (128, 2, False, True, True)],
-              128: [(128, 2, False, True), (176, 2, False, True), (128, 3, False, True),
-                    (128, 2, False, True, True)],
-              256: [(80, 2, True, False), (80, 2, True, True), (80, 2, False, True)],
-              192: [(96, 2, True, False), (96, 2, True, True)]}
-SEQS = (1024, 4096)
+# Config keyword arguments per head dim, the current plans row first. Earlier sweeps (S =
+# 1k, 4k: bench/results/attention_plans_h200.json, attention_plans_s1k_h200.json) tried
+# 192 / 176 keys per block, 3 stages, ping-pong, persistent and the TMA-store epilogue.
+# Three consumers (192-row tiles) compile without spills only at head dim 64 with 128
+# keys per block (ptxas -v; 144 and more keys, or head dim 96 / 128, spill at 160
+# registers); each was checked on the interpreter first.
+_P, _L = dict(persistent=True), dict(lazy_rescale=True)
+CANDIDATES = {
+    64: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
+         dict(block_n=128, consumers=3, **_P, **_L),
+         dict(block_n=128, consumers=3, pingpong=True, **_P, **_L),
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L)],
+    96: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L)],
+    128: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
+          dict(block_n=176, **_P, **_L), dict(block_n=128, pingpong=True, **_P, **_L),
+          dict(block_n=128, stages=3, **_P, **_L)],
+    192: [dict(block_n=96, pingpong=True, **_P), dict(block_n=96, pingpong=True, **_P, **_L)],
+    256: [dict(block_n=80, pingpong=True), dict(block_n=80, pingpong=True, **_L),
+          dict(block_n=80, pingpong=True, **_P, **_L)],
+}
 
 
 def main() -> None:
@@ -41,14 +51,19 @@ def main() -> None:
     from ptxdsl.core.types import bf16
     from ptxdsl.ops.attention.config import Config, Mask
     from ptxdsl.ops.attention.fwd import build_forward
+    t0 = time.time()
     out = {"benchmark": "attention_plans", "device": torch.cuda.get_device_name(),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "rows": []}
+           "torch": torch.__version__, "rows": []}
     path = os.path.join(os.environ.get("OUT", "."), f"{_arg('--name', 'attention_plans')}.json")
     heads = [int(x) for x in _arg("--heads", ",".join(map(str, CANDIDATES))).split(",")]
-    out["heads"] = heads
+    seqs = [int(x) for x in _arg("--seqs", "1024,4096").split(",")]
+    budget = float(_arg("--budget", "600"))
+    out["heads"], out["seqs"] = heads, seqs
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    kernels = {}
     for d, cands in ((d, CANDIDATES[d]) for d in heads):
-        for s in SEQS:
+        for s in seqs:
             b, h = 16384 // s, 2048 // d if d != 96 else 16
             torch.manual_seed(0)
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
@@ -58,16 +73,19 @@ def main() -> None:
                                                      v.transpose(1, 2), is_causal=causal)
                 ref = ref.transpose(1, 2).float()
                 flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-                for bn, st, pp, pe, *ts in cands:
-                    ts = bool(ts and ts[0])
-                    row = {"D": d, "S": s, "causal": causal, "block_n": bn, "stages": st,
-                           "pingpong": pp, "persistent": pe, "tma_store": ts}
+                for kw in cands:
+                    row = {"D": d, "S": s, "causal": causal, "config": kw}
+                    if time.time() - t0 > budget:
+                        row["error"] = "skipped: past --budget"
+                        out["rows"].append(row)
+                        continue
                     try:
-                        sms = torch.cuda.get_device_properties(0).multi_processor_count
-                        kern = build_forward(Config(block_n=bn, stages=st, pingpong=pp,
-                                                    persistent=pe, tma_store=ts), bf16, d,
-                                             Mask(-1, 0) if causal else Mask(), scale=d ** -0.5,
-                                             sms=sms)
+                        key = (d, causal, tuple(sorted(kw.items())))
+                        if key not in kernels:
+                            kernels[key] = build_forward(
+                                Config(**kw), bf16, d, Mask(-1, 0) if causal else Mask(),
+                                scale=d ** -0.5, sms=sms)
+                        kern = kernels[key]
                         o = torch.empty_like(q)
                         lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
                         kern(q, k, v, o, lse)
@@ -91,8 +109,32 @@ def main() -> None:
                     print(json.dumps(row), flush=True)
                     with open(path, "w") as f:
                         json.dump(out, f, indent=1)
+            del q, k, v, ref
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    _table(out)
     if "--write-plans" in sys.argv:
         write_plans(out)
+
+
+def _name(kw: dict) -> str:
+    """A config as ``128x2 pp persistent m192 lazy`` (only what differs from Config())."""
+    bits = [f"{kw.get('block_n', 128)}x{kw.get('stages', 2)}"]
+    bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
+                            ("tma_store", "tma-store"), ("lazy_rescale", "lazy")) if kw.get(k)]
+    if kw.get("consumers", 2) != 2:
+        bits.append(f"m{64 * kw['consumers']}")
+    return " ".join(bits)
+
+
+def _table(out) -> None:
+    print(f"{'D':>4} {'S':>6} {'mask':>7}  " + "TFLOP/s per config")
+    shapes = sorted({(r["D"], r["S"], r["causal"]) for r in out["rows"]})
+    for d, s, causal in shapes:
+        rs = [r for r in out["rows"] if (r["D"], r["S"], r["causal"]) == (d, s, causal)]
+        print(f"{d:>4} {s:>6} {'causal' if causal else 'full':>7}  " + "; ".join(
+            f"{_name(r['config'])} {r['tflops']:.0f}" if "tflops" in r else
+            f"{_name(r['config'])} {r.get('error', '?')[:40]}" for r in rs))
 
 
 def _arg(name: str, default: str) -> str:
@@ -100,46 +142,66 @@ def _arg(name: str, default: str) -> str:
 
 
 def write_plans(out) -> None:
-    """plans.json rows: per head dim run the config with the least full + causal time; the
-    other head dims' rows stay."""
+    """plans.json rows: per head dim and mask kind (full; causal with window) the config
+    with the least sum over the S values of its time over the best there, in a new row
+    ahead of the old ones where it differs from what the table chose; the old rows stay
+    where they still answer some mask kind (one row when both kinds pick the same new
+    config)."""
+    from ptxdsl.ops.attention.config import Config
     dev = out["device"].split()[-1].lower()
     plans = os.path.join(os.path.dirname(__file__), "..", "ptxdsl", "ops", "attention",
                          "plans.json")
     table = json.load(open(plans))
-    rows = [r for r in table["rows"] if not set(r["head_dims"]) & set(out["heads"])]
+    old = table["rows"]
+
+    def current(d, kind):
+        return next((r for r in old if d in r["head_dims"] and kind in r["masks"]), None)
+
+    seqs = "/".join(f"{s // 1024}k" for s in out["seqs"])
+    new, replaced = [], set()
     for d in out["heads"]:
-        runs = [r for r in out["rows"] if r["D"] == d and "ms" in r and r["max_err"] <= 2e-2]
-        shapes = {(r["S"], r["causal"]) for r in runs}
-        best_ms = {sh: min(r["ms"] for r in runs if (r["S"], r["causal"]) == sh)
-                   for sh in shapes}
-        score, seen = {}, {}
-        for r in runs:
-            key = (r["block_n"], r["stages"], r["pingpong"], r["persistent"],
-                   r.get("tma_store", False))
-            score[key] = score.get(key, 0.0) + r["ms"] / best_ms[(r["S"], r["causal"])]
-            seen.setdefault(key, []).append(r)
-        full = [k for k in score if len(seen[k]) == len(shapes)]
-        if not full:
-            continue
-        best = min(full, key=score.get)
-        say = "; ".join(
-            f"{bn}x{st}{' pp' if pp else ''}{' persistent' if pe else ''}"
-            f"{' tma-store' if ts else ''} "
-            + " ".join(f"{r['tflops']:.0f}" for r in sorted(
-                seen[(bn, st, pp, pe, ts)], key=lambda r: (r["S"], r["causal"])))
-            for (bn, st, pp, pe, ts) in full)
-        rows.append({"head_dims": [d], "dtypes": ["bf16", "f16"],
-                     "masks": ["full", "causal", "window"],
-                     "config": {"block_n": best[0], "stages": best[1], "pingpong": best[2],
-                                "persistent": best[3], **({"tma_store": True} if best[4] else {})},
-                     "source": f"bench/results/{_arg('--name', 'attention_plans')}_{dev}.json",
-                     "reason": f"{out['device']} bf16 TFLOP/s at S=1k full, causal, S=4k full, "
-                               f"causal (block_n x stages): {say}"})
-    table["rows"] = rows
+        picks = []
+        for causal, masks in ((False, ["full"]), (True, ["causal", "window"])):
+            runs = [r for r in out["rows"] if r["D"] == d and r["causal"] == causal
+                    and "ms" in r and r["max_err"] <= 2e-2]
+            shapes = {r["S"] for r in runs}
+            best_ms = {sh: min(r["ms"] for r in runs if r["S"] == sh) for sh in shapes}
+            score, seen = {}, {}
+            for r in runs:
+                key = json.dumps(r["config"], sort_keys=True)
+                score[key] = score.get(key, 0.0) + r["ms"] / best_ms[r["S"]]
+                seen.setdefault(key, []).append(r)
+            full = [k for k in score if len(seen[k]) == len(shapes)]
+            if not full:
+                continue
+            best = min(full, key=score.get)
+            was = [current(d, m) for m in masks]
+            if all(w is not None and Config(**w["config"]) == Config(**json.loads(best))
+                   for w in was):
+                continue                          # the table's choice stands
+            measured = "/".join(f"{s // 1024}k" for s in sorted(shapes))
+            say = "; ".join(f"{_name(json.loads(k))} " + " ".join(
+                f"{r['tflops']:.0f}" for r in sorted(seen[k], key=lambda r: r["S"]))
+                for k in full)
+            picks.append((masks, best, say, measured))
+            replaced.update((d, m) for m in masks)
+        if len(picks) == 2 and picks[0][1] == picks[1][1]:
+            picks = [(picks[0][0] + picks[1][0], picks[0][1],
+                      f"full: {picks[0][2]}. causal: {picks[1][2]}", picks[0][3])]
+        for masks, best, say, measured in picks:
+            new.append({"head_dims": [d], "dtypes": ["bf16", "f16"], "masks": masks,
+                        "config": json.loads(best),
+                        "source": f"bench/results/{_arg('--name', 'attention_plans')}_{dev}"
+                                  f".json",
+                        "reason": f"{out['device']} bf16 TFLOP/s at S={measured} "
+                                  f"({'/'.join(masks)}): {say}"})
+    kept = [r for r in old if any((d, m) not in replaced
+                                  for d in r["head_dims"] for m in r["masks"])]
+    table["rows"] = new + kept
     with open(plans, "w") as f:          # one row a line
         f.write('{\n "about": ' + json.dumps(table["about"]) + ',\n "rows": [\n'
-                + ",\n".join("  " + json.dumps(r) for r in rows) + "\n ]\n}\n")
-    print(json.dumps(rows, indent=1))
+                + ",\n".join("  " + json.dumps(r) for r in table["rows"]) + "\n ]\n}\n")
+    print(json.dumps(table["rows"], indent=1))
 
 
 if __name__ == "__main__":

@@ -174,11 +174,12 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
             if len(one):
                 bo = b[one]
                 bad[one] = ~hb.ordered(t[one], rt[one], tr.r_step[bo])
-                r2 = tr.r_tid2[bo]
-                two = np.flatnonzero(r2 >= 0)
-                if len(two):
-                    bad[one[two]] |= ~hb.ordered(t[one[two]], r2[two], tr.r_step2[bo[two]])
-                    tr.r_tid2[bo] = -1
+                for slot, step in ((tr.r_tid2, tr.r_step2), (tr.r_tid3, tr.r_step3)):
+                    r2 = slot[bo]
+                    two = np.flatnonzero(r2 >= 0)
+                    if len(two):
+                        bad[one[two]] |= ~hb.ordered(t[one[two]], r2[two], step[bo[two]])
+                        slot[bo] = -1
             many = np.flatnonzero(rt == -2)
             if len(many):
                 bm = b[many]
@@ -216,20 +217,25 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
         tr.r_mask[bu] = mb
         tr.r_cta[bu] = cb
     else:
-        # A second reading thread moves the first to the second slot (each keeps its own
-        # step: two warpgroups releasing a buffer at different times are told apart);
-        # a third falls back to the reader-warp mask and the newest step.
-        r2 = tr.r_tid2[bu]
+        # A second (third) reading thread moves the first (and second) one slot on (each
+        # keeps its own step: two or three warpgroups releasing a buffer at different
+        # times are told apart); a fourth falls back to the reader-warp mask and the
+        # newest step.
+        r2, r3 = tr.r_tid2[bu], tr.r_tid3[bu]
         second = (tb >= 0) & (rt >= 0) & ~single & ((r2 == -1) | (r2 == tb))
-        keep = single | second
-        tr.r_tid2[bu] = np.where(second, rt, np.where(keep, r2, -1))
-        tr.r_step2[bu] = np.where(second, tr.r_step[bu], tr.r_step2[bu])
+        third = ((tb >= 0) & (rt >= 0) & ~single & ~second & (r2 >= 0)
+                 & ((r3 == -1) | (r3 == tb)))
+        keep = single | second | third
+        tr.r_tid3[bu] = np.where(third, r2, np.where(keep, r3, -1))
+        tr.r_step3[bu] = np.where(third, tr.r_step2[bu], tr.r_step3[bu])
+        tr.r_tid2[bu] = np.where(second | third, rt, np.where(keep, r2, -1))
+        tr.r_step2[bu] = np.where(second | third, tr.r_step[bu], tr.r_step2[bu])
 
         def bit(x):
             return np.where(x >= 0, np.uint64(1) << ((np.maximum(x, 0) % mach.P) // 32)
                             .astype(np.uint64), np.uint64(0))
         tr.r_tid[bu] = np.where(keep, tb, -2)
-        tr.r_mask[bu] = np.where(keep, mb, tr.r_mask[bu] | bit(rt) | bit(r2) | mb)
+        tr.r_mask[bu] = np.where(keep, mb, tr.r_mask[bu] | bit(rt) | bit(r2) | bit(r3) | mb)
         rc = tr.r_cta[bu]
         tr.r_cta[bu] = np.where((rc == -1) | (rc == cb), cb, -2)
     tr.r_step[bu] = mach.steps

@@ -27,7 +27,7 @@ Proxy fences (``fence.proxy.async``) are remembered per warp with what the warp 
 when it fenced (:meth:`HappensBefore.proxy_fence`), for :mod:`.proxy`.
 
 :class:`Tracker` holds, per byte of a state space, the last writer (and
-whether it was an atomic), the readers since (one or two threads with their steps, or
+whether it was an atomic), the readers since (one to three threads with their steps, or
 several warps),
 whether the byte was ever written (uninitialised reads), whether an
 unfinished ``cp.async`` is still writing it, and (shared memory) whether its last write
@@ -202,6 +202,8 @@ class Tracker:
             self.r_step = np.zeros(nbytes, np.int32)
             self.r_tid2 = np.full(nbytes, -1, np.int32)     # an earlier second reader
             self.r_step2 = np.zeros(nbytes, np.int32)
+            self.r_tid3 = np.full(nbytes, -1, np.int32)     # and a third
+            self.r_step3 = np.zeros(nbytes, np.int32)
             self.r_mask = np.zeros(nbytes, np.uint64)       # reader warps (CTA-local bits)
             self.r_cta = np.full(nbytes, -1, np.int32)      # -2: readers in several CTAs
             # the async-proxy detector (:mod:`.proxy`): the last write went through the
@@ -221,6 +223,7 @@ class Tracker:
         if self.reads:
             self.r_tid[:] = -1
             self.r_tid2[:] = -1
+            self.r_tid3[:] = -1
             if self.any_reading:
                 self.reading[:] = 0
                 self.any_reading = False

@@ -364,3 +364,49 @@ def test_global_read_4k_past_a_tensor_faults():
         ptx.inst.st.global_.f32(ptx.addr(py + tid * 4), v)
     with raises_at("far-read", "out of bounds global read", "past the end of X"):
         far.interpret(np.zeros(64, np.float32), np.zeros(64, np.float32))
+
+
+def make_three_readers(released: int):
+    """Warps 1, 2, 3 read a shared word one after another (named barriers chain them), each
+    then arriving on an mbarrier of ``released`` arrivals; warp 0 waits for its phase and
+    overwrites the word. With 3 arrivals every read is ordered before the write (each
+    reader's own step is kept, not only the newest); with 2, warp 3's read is not."""
+    from ptxdsl.ops._common.ring import wait
+
+    @kernel(in_specs=(), out_specs=(Tile(4, u32),), grid=1, block=(128, 1, 1))
+    def three_readers(Y):
+        (py,) = ptx.global_ptrs(Y)
+        buf = smem.alloc(u32, (4,))
+        tid = tid_reg()
+        warp, lane = tid >> 5, tid & 31
+        done = buf.base + 8
+        with ptx.if_(tid == 0):
+            buf[0] = reg.scalar(u32, init=1)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(done), released)
+        ptx.bar.sync(0)
+        for w in (1, 2, 3):
+            with ptx.if_(warp == w):
+                if w > 1:
+                    ptx.inst.barrier.sync(w - 1, 64)
+                with ptx.if_(lane == 0):
+                    v = buf[0]  # reader
+                    ptx.inst.st.global_.u32(ptx.addr(py + w * 4), v)
+                    if w <= released:
+                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(done))
+                if w < 3:
+                    ptx.inst("barrier.arrive", w, 64)
+        with ptx.if_(tid == 0):
+            wait(iter(range(1)), done, 0)
+            buf[0] = reg.scalar(u32, init=2)  # overwrite
+            ptx.inst.st.global_.u32(ptx.addr(py), buf[0])
+    return three_readers
+
+
+def test_three_readers_released_at_different_times_are_each_ordered():
+    y = make_three_readers(3).interpret()
+    assert y.tolist() == [2, 1, 1, 1]
+
+
+def test_a_third_reader_that_does_not_release_is_a_race():
+    with raises_at("overwrite", "race"):
+        make_three_readers(2).interpret()

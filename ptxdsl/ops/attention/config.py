@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 HEAD_DIMS = (64, 96, 128, 192, 256)   # 96: the second 64-column panel half filled
 BLOCK_M = 128                      # query rows per CTA: two consumer warpgroups of m64
+REGS = 512                         # registers per thread of a warpgroup, over all warpgroups
 
 
 def padded(head_dim: int) -> int:
@@ -19,31 +20,50 @@ class Config:
     the shared-memory ring, whether the two consumers take turns at the tensor cores
     (``pingpong``), whether the grid is one CTA per SM looping over the tiles
     (``persistent``; else one CTA per tile), the register budgets the warpgroups ask
-    ``setmaxnreg`` for, and whether O leaves through a shared-memory staging buffer and TMA
-    stores (``tma_store``; else ``st.global`` from registers; the dense layout only)."""
+    ``setmaxnreg`` for (``consumer_regs`` 0: the most that fits beside the producer's, 240
+    for two consumers, 160 for three), whether O leaves through a shared-memory staging
+    buffer and TMA stores (``tma_store``; else ``st.global`` from registers; the dense
+    layout only), and how many consumer warpgroups of 64 query rows a tile has
+    (``consumers``: 2 or 3, a tile of ``block_m = 64 * consumers`` rows). ``lazy_rescale``:
+    the row max moves only when a block's max exceeds it by more than 8 (log2 units), and
+    O is rescaled only in warps where it moved, after a branch that keeps the wait for P·V
+    behind the softmax (see ``fwd._wait_and_rescale``)."""
 
     block_n: int = 128
     stages: int = 2
     pingpong: bool = False
     persistent: bool = False
     producer_regs: int = 24
-    consumer_regs: int = 240
+    consumer_regs: int = 0
     tma_store: bool = False
+    consumers: int = 2
+    lazy_rescale: bool = False
 
     def __post_init__(self):
+        if self.consumers not in (2, 3):
+            raise ValueError(f"consumers is 2 or 3 warpgroups of 64 rows, got {self.consumers}")
+        if not self.consumer_regs:          # setmaxnreg takes multiples of 8
+            object.__setattr__(self, "consumer_regs",
+                               (REGS - self.producer_regs) // self.consumers // 8 * 8)
         if self.block_n % 16 or not 16 <= self.block_n <= 256:
             raise ValueError(f"block_n is a multiple of 16 from 16 to 256 (a wgmma N of S "
                              f"and the K of P·V in k16 steps), got {self.block_n}")
         if self.stages < 1:
             raise ValueError(f"stages >= 1, got {self.stages}")
-        if self.producer_regs + 2 * self.consumer_regs > 512:
-            raise ValueError(f"128 x ({self.producer_regs} + 2 x {self.consumer_regs}) "
-                             f"registers exceed an SM's 65536")
+        if self.producer_regs + self.consumers * self.consumer_regs > REGS:
+            raise ValueError(f"128 x ({self.producer_regs} + {self.consumers} x "
+                             f"{self.consumer_regs}) registers exceed an SM's 65536")
+
+    @property
+    def block_m(self) -> int:
+        """Query rows per tile: 64 per consumer warpgroup (one m64 wgmma each)."""
+        return 64 * self.consumers
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
-        """Q (128 rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per stage), and
-        with ``tma_store`` O's staging buffer (128 rows, 1024-byte aligned)."""
-        q = BLOCK_M * padded(head_dim) * elem_bytes
+        """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
+        stage), and with ``tma_store`` O's staging buffer (``block_m`` rows, 1024-byte
+        aligned)."""
+        q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         total = q + self.stages * kv + 8 * (2 + 4 * self.stages)
         if self.tma_store:

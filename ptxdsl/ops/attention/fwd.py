@@ -1,6 +1,6 @@
 """The attention forward on Hopper: a tile is 128 query rows (of one (batch, head), of a
-GQA group's heads, or of one packed sequence: :mod:`.tiles`); a CTA of three warpgroups
-takes one tile (or, with ``Config.persistent``, one CTA per SM loops over tiles); K/V
+GQA group's heads, or of one packed sequence: :mod:`.tiles`; 192 with
+``Config.consumers = 3``, a fourth warpgroup); a CTA of three warpgroups takes one tile (or, with ``Config.persistent``, one CTA per SM loops over tiles); K/V
 through a TMA + mbarrier ring; S = Q·Kᵀ and O += P·V on wgmma.
 
 ::
@@ -42,10 +42,13 @@ from ... import kernel
 from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
-from .config import BLOCK_M, Config, Mask, padded
+from .config import Config, Mask, padded
 from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
 from .tiles import PANEL, ROW, Dense, Packed, Varlen, s32_of as _s32
+
+
+RESCALE_SLACK = 8.0    # Config.lazy_rescale: the row max moves only when it grows by > 8 (log2)
 
 
 class Smem:
@@ -54,7 +57,7 @@ class Smem:
     def __init__(self, c: Config, d: int, es: int):
         d = padded(d)                               # whole 64-column panels
         self.q = 0
-        self.kv = self.q_bytes = BLOCK_M * d * es   # Q; then one K or V block
+        self.kv = self.q_bytes = c.block_m * d * es  # Q; then one K or V block
         self.kv_bytes = c.block_n * d * es
         self.k = self.q + self.kv
         self.v = self.k + c.stages * self.kv_bytes
@@ -67,7 +70,7 @@ class Smem:
         self.total = self.vempty + 8 * c.stages
         if c.tma_store:                             # O's staging: 128 rows of every panel
             self.o = -(-self.total // 1024) * 1024
-            self.total = self.o + BLOCK_M * d * es
+            self.total = self.o + c.block_m * d * es
 
 
 def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense",
@@ -75,11 +78,12 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     """The tile schedule (:mod:`.tiles`) of a layout: ``dense`` (B, S, H, D), ``packed``
     (the ``group`` query heads of a GQA group in one tile's rows) or ``varlen``."""
     if layout == "dense":
-        return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store)
+        return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
+                     block_m=c.block_m)
     if layout == "packed":
-        return Packed(dtype, d, c.block_n, mask.right >= 0, group)
+        return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m)
     if layout == "varlen":
-        return Varlen(dtype, d, c.block_n, False)
+        return Varlen(dtype, d, c.block_n, False, block_m=c.block_m)
     raise ValueError(f"layout is dense, packed or varlen, got {layout!r}")
 
 
@@ -105,6 +109,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     es = dtype.bytes
     L = Smem(c, d, es)
     BN, S, P = c.block_n, c.stages, padded(d) // PANEL
+    BM, NC = c.block_m, c.consumers
     scale_log2 = float(scale) * LOG2E
     if softcap:
         scale_log2 = float(softcap) * LOG2E
@@ -115,13 +120,14 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
-            f"{'_cap' if softcap else ''}"
+            f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
+            f"{'_lazy' if c.lazy_rescale else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if layout == 'packed' else ''}"
             f"{'_tmastore' if tma_out else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=sched.arg_names,
             grid=grid_for(c, sms, sched),
-            block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+            block=((1 + NC) * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
     def attention_fwd(*args):
         labels = itertools.count()
         sched.prologue(args)
@@ -137,12 +143,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         kempty, vempty = base + L.kempty, base + L.vempty
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull), 1)
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), 2)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), NC)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kfull, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vfull, 8 * s), 1)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kempty, 8 * s), 2)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vempty, 8 * s), 2)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kempty, 8 * s), NC)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vempty, 8 * s), NC)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
 
@@ -155,7 +161,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             nblk = _s32((sk + (BN - 1)) // BN)
             n_hi = nblk
             if mask.right >= 0:
-                last = ptx.min(sched.pos(_s32(m0 + (BLOCK_M - 1))), _s32(sq) - 1)
+                last = ptx.min(sched.pos(_s32(m0 + (BM - 1))), _s32(sq) - 1)
                 top = ptx.max(last + off + (mask.right + BN), reg.scalar(s32, init=0))
                 n_hi = ptx.min(top // BN, nblk)
             n_lo = reg.scalar(s32, init=0)
@@ -181,7 +187,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(qfull), L.q_bytes)
                         for p in range(P):
-                            ptx.tma.load(base + (L.q + p * BLOCK_M * ROW), tq,
+                            ptx.tma.load(base + (L.q + p * BM * ROW), tq,
                                          sched.q_coords(p, w), qfull)
                         ptx.inst.xor.b32(qphase, qphase, 1)
                         for j in ptx.range_(n_lo, n_hi):
@@ -230,7 +236,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.fence.sync.aligned")
                         for ks in range(d // 16):
                             pnl, kin = divmod(ks, 4)
-                            qo = (pnl * BLOCK_M * ROW + kin * 32) >> 4
+                            qo = (pnl * BM * ROW + kin * 32) >> 4
                             ko = (pnl * BN * ROW + kin * 32) >> 4
                             ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
                                      k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
@@ -264,17 +270,20 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("tanh.approx.f32", x, x)
                         _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons, m0,
                                         sched)
-                        return online_softmax(list(s_acc), m, l, scale_log2)
+                        return online_softmax(list(s_acc), m, l, scale_log2,
+                                              RESCALE_SLACK if c.lazy_rescale else 0.0)
 
                     def my_turn():
-                        """Ping-pong: wait until the other consumer has issued its wgmmas."""
+                        """Ping-pong: wait until the previous consumer has issued its wgmmas."""
                         if c.pingpong:
                             ptx.inst("bar.sync", 1 + cons, 256)
 
                     def your_turn(pred=None):
-                        """Ping-pong: hand the tensor cores to the other consumer."""
+                        """Ping-pong: hand the tensor cores to the next consumer (in turn
+                        0, 1, .., NC - 1, 0, ..)."""
                         if c.pingpong:
-                            ptx.inst("bar.arrive", 2 - cons, 256, pred=pred)
+                            nxt = 2 - cons if NC == 2 else 1 + (cons + 1) % NC
+                            ptx.inst("bar.arrive", nxt, 256, pred=pred)
 
                     def next_stage():
                         """P·V of this block reads this stage's V in the next step."""
@@ -287,7 +296,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     with ptx.if_(n_lo < n_hi):
                         if c.pingpong:                  # consumer 0 issues first
-                            ptx.inst("bar.arrive", 1, 256, pred=cons == 1)
+                            ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
                         my_turn()
                         s_gemm()
                         your_turn()
@@ -304,17 +313,21 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("wgmma.wait_group.sync.aligned", 1)
                             release(kempty, ring.slot)
                             alphas = scores(j)
-                            ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                            if c.lazy_rescale:
+                                _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons)
+                            else:
+                                ptx.inst("wgmma.wait_group.sync.aligned", 0)
                             release(vempty, vslot)
-                            rescale(list(o_acc), alphas)
+                            if not c.lazy_rescale:
+                                rescale(list(o_acc), alphas)
                             pack_p(list(s_acc), p_regs, dtype.name)
                             next_stage()
                         release(qempty, 0)              # every S of the tile has retired
                         my_turn()
                         pv_gemm()
-                        # (consumer 1's last hand-over would have no taker: every bar.sync of each
-                        # barrier is matched by exactly one bar.arrive)
-                        your_turn(pred=cons == 0)
+                        # (the last consumer's last hand-over would have no taker: every bar.sync
+                        # of each barrier is matched by exactly one bar.arrive)
+                        your_turn(pred=cons == 0 if NC == 2 else cons != NC - 1)
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(vempty, vslot)
                     with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
@@ -323,7 +336,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     packed = rows if sched.group == 1 else [_s32(r) for r in urows]
                     if tma_out:
                         _stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
-                                   dtype)
+                                   dtype, BM, NC)
                     _epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
                               store=not tma_out)
                 if tma_out:                 # the staging buffer outlives the last store
@@ -331,6 +344,30 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.tma.wait(0, read=True)
 
     return attention_fwd
+
+
+def _wait_and_rescale(o_acc, alphas, bar) -> None:
+    """``Config.lazy_rescale``: retire P·V (``wgmma.wait_group 0``) and rescale O only in
+    warpgroups where some row's max moved (``bar.red.or`` of ``alpha < 1`` over the
+    warpgroup at named barrier ``bar``: the wait is warpgroup-aligned), each branch with
+    its own wait. A wait behind a branch on the softmax's result stays after the softmax;
+    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them."""
+    moved = reg.scalar(pred)
+    ptx.inst.setp.lt.f32(moved, alphas[0], 1.0)
+    other = reg.scalar(pred)
+    ptx.inst.setp.lt.f32(other, alphas[1], 1.0)
+    ptx.inst("or.pred", moved, moved, other)
+    ptx.inst("bar.red.or.pred", moved, bar, 128, moved)
+    # bra.uni: the reduction is the same in every thread, and ptxas, told so, keeps the
+    # loop's wgmma descriptors in uniform registers (a plain branch costs two R2UR a wgmma)
+    keep, done = ptx.new_label("o_kept"), ptx.new_label("o_rescaled")
+    ptx.bra(keep, pred=~moved, uni=True)
+    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+    rescale(list(o_acc), alphas)
+    ptx.bra(done, uni=True)
+    ptx.place(keep)
+    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+    ptx.place(done)
 
 
 def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sched) -> None:
@@ -358,7 +395,7 @@ def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sch
         mask_block(list(s_acc), hi, lo)
 
 
-def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype) -> None:
+def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc) -> None:
     """``Config.tma_store``: this consumer's 64 rows of O / l into its half of the staging
     buffer (64-column panels of 128-byte swizzled rows, what a TMA box of (1, 64, 1, 64)
     reads), then one thread stores each panel with TMA, which clips rows past SQ and
@@ -367,7 +404,7 @@ def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype) -> Non
     buffer is written again, the previous tile's stores must have read it
     (``cp.async.bulk.wait_group.read 0``, then the warpgroup meets at named barrier 3 +
     consumer)."""
-    bar = 3 + cons
+    bar = 1 + nc + cons                          # after the ping-pong barriers 1 .. nc
     with ptx.if_(lane == 0):
         ptx.tma.wait(0, read=True)
     ptx.inst("bar.sync", bar, 128)
@@ -396,17 +433,17 @@ def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype) -> Non
             ptx.inst.mul.f32(hi, hi, inv[r])
             pair = reg.scalar(b32)
             ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
-            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * BLOCK_M * ROW), pair)
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), pair)
     for col in range(d, padded(d), 8):           # head dim 96: the box's columns past D,
         pnl, c = divmod(col // 8, 8)             # which TMA reads (and does not store)
         for r in range(2):
-            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * BLOCK_M * ROW), 0)
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), 0)
     ptx.inst("fence.proxy.async.shared::cta")
     ptx.inst("bar.sync", bar, 128)
     with ptx.if_(lane == 0):
         for p in range(padded(d) // PANEL):
             ptx.tma.store(sched.to, [p * PANEL, w.head, w.m0 + cons * 64, w.batch],
-                          mine + p * BLOCK_M * ROW)
+                          mine + p * bm * ROW)
         ptx.tma.commit()
 
 

@@ -2,6 +2,7 @@
 (head dim, dtype, mask kind), each row citing the measurement it came from."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -22,12 +23,16 @@ def mask_kind(mask: Mask) -> str:
     return "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
 
 
-def choose(head_dim: int, dtype_name: str, mask: Mask) -> Config:
-    """The table's config for this call; a ValueError for a head dim no row covers."""
+def choose(head_dim: int, dtype_name: str, mask: Mask, group: int = 1) -> Config:
+    """The table's config for this call; a ValueError for a head dim no row covers.
+    ``group``: the GQA heads packed into one tile (``pack_gqa``); a row whose tile rows
+    the group does not divide runs with two consumers (128 rows) instead."""
     kind = mask_kind(mask)
     for row in rows():
         if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"]:
             c = Config(**row["config"])
+            if c.block_m % group:
+                c = dataclasses.replace(c, consumers=2, consumer_regs=0)
             assert c.smem_bytes(head_dim) <= SMEM_PER_CTA, (row, c.smem_bytes(head_dim))
             return c
     raise ValueError(f"no plan for head dim {head_dim} ({dtype_name}, {kind}); the kernel "

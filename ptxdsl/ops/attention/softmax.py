@@ -52,7 +52,7 @@ def quad_reduce(x, op: str) -> None:
         ptx.inst(f"{op}.f32", x, x, y)
 
 
-def online_softmax(s, m, l, scale_log2: float) -> list:
+def online_softmax(s, m, l, scale_log2: float, slack: float = 0.0) -> list:
     """One block of the online softmax, in the log2 domain (``m`` holds ``max(S) * scale *
     log2 e`` per row); returns each row's ``alpha``, by which O is to be rescaled
     (:func:`rescale`) once no wgmma writes it:
@@ -63,7 +63,12 @@ def online_softmax(s, m, l, scale_log2: float) -> list:
     * ``alpha = ex2(m - m_use)``; each ``p = ex2(fma(s, scale_log2, -m_use))``: one FMA and
       ``ex2.approx.ftz.f32`` per element, written back into S;
     * ``l = l * alpha + sum(p)`` (this thread's columns only; the quad's sums are added in
-      the epilogue)."""
+      the epilogue).
+
+    ``slack > 0``: ``m`` moves only when the block's max exceeds it by more than ``slack``
+    (log2 units), so ``alpha`` is exactly 1 in most blocks and O's rescale can be skipped;
+    the probabilities then reach up to ``2^slack`` (O / l and the LSE ``m + lg2 l`` are
+    unchanged)."""
     alphas = []
     for r in range(2):
         elems = [x for i, x in enumerate(s) if row_of(i) == r]
@@ -74,7 +79,14 @@ def online_softmax(s, m, l, scale_log2: float) -> list:
         quad_reduce(mx, "max")
         new = reg.scalar(f32)
         ptx.inst.mul.f32(new, mx, scale_log2)
-        ptx.inst.max.f32(new, new, m[r])
+        if slack:
+            bar = reg.scalar(f32)
+            ptx.inst.add.f32(bar, m[r], float(slack))
+            grow = reg.scalar(pred)
+            ptx.inst.setp.gt.f32(grow, new, bar)
+            ptx.inst.selp.f32(new, new, m[r], grow)
+        else:
+            ptx.inst.max.f32(new, new, m[r])
         empty = reg.scalar(pred)
         ptx.inst.setp.eq.f32(empty, new, NEG_INF)
         use = reg.scalar(f32)

@@ -1,5 +1,6 @@
-"""Which tile of 128 query rows a CTA works on, and where that tile's rows live: the
-forward's three layouts as tile schedules the kernel body (:mod:`.fwd`) asks.
+"""Which tile of query rows a CTA works on, and where that tile's rows live: the
+forward's three layouts as tile schedules the kernel body (:mod:`.fwd`) asks. A tile is
+``block_m`` rows (``Config.block_m``: 128, or 192 with three consumers; 128 below).
 
 * :class:`Dense`: q ``(B, SQ, H, D)``, a tile is 128 rows of one (batch, head);
 * :class:`Packed` (``pack_gqa``): the ``G = H / HK`` query heads of a GQA group share
@@ -69,13 +70,14 @@ class Dense:
     group = 1
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool, *,
-                 tma_out: bool = False):
+                 tma_out: bool = False, block_m: int = BLOCK_M):
         self.dtype, self.d, self.bn, self.causal_order = dtype, d, block_n, causal_order
         self.tma_out = tma_out          # out through TMA stores of (1, 64, 1, 64) boxes
+        self.bm = block_m               # query rows per tile
 
     def specs(self):
         q = Tile("B", "SQ", "H", self.d, self.dtype,
-                 tma=_tma(1, BLOCK_M, 1, PANEL))
+                 tma=_tma(1, self.bm, 1, PANEL))
         kv = [Tile("B", "SK", "HK", self.d, self.dtype,
                    tma=_tma(1, self.bn, 1, PANEL)) for _ in range(2)]
         out = Tile("B", "SQ", "H", self.d, self.dtype,
@@ -84,9 +86,8 @@ class Dense:
 
     arg_names = ("q", "k", "v", "out", "lse")
 
-    @staticmethod
-    def tiles(B, SQ, H):
-        return (SQ + BLOCK_M - 1) // BLOCK_M * H * B
+    def tiles(self, B, SQ, H):
+        return (SQ + self.bm - 1) // self.bm * H * B
 
     def grid(self, cap):
         """The launch grid of the named dims; ``cap(tiles)``: the CTAs for that many."""
@@ -102,7 +103,7 @@ class Dense:
             self.to = o.tma_desc()
 
     def count(self):
-        self.nmb = (self.sq + (BLOCK_M - 1)) // BLOCK_M
+        self.nmb = (self.sq + (self.bm - 1)) // self.bm
         self.hb = self.nh * ptx.dim("B")
         return self.nmb * self.hb
 
@@ -115,7 +116,7 @@ class Dense:
             mblk, rest = t % self.nmb, t // self.nmb
         head, batch = rest % self.nh, rest // self.nh
         hkv = head // (self.nh // self.nhk)     # GQA: the K/V head of this query head's group
-        return Work(mblk * BLOCK_M, head, batch, hkv, self.sq, self.sk)
+        return Work(mblk * self.bm, head, batch, hkv, self.sq, self.sk)
 
     def q_coords(self, p, w: Work):
         return [p * PANEL, w.head, w.m0, w.batch]
@@ -141,22 +142,22 @@ class Packed(Dense):
     """The query heads of a GQA group in one tile's rows (see the module docstring); q
     and out are ``(B, SQ, HK, G, D)`` views, lse ``(B, HK, G, SQ)``."""
 
-    def __init__(self, dtype, d, block_n, causal_order, group: int):
-        super().__init__(dtype, d, block_n, causal_order)
-        if group < 2 or BLOCK_M % group:
-            raise ValueError(f"pack_gqa packs a group of heads dividing {BLOCK_M}, got {group}")
+    def __init__(self, dtype, d, block_n, causal_order, group: int, *, block_m: int = BLOCK_M):
+        super().__init__(dtype, d, block_n, causal_order, block_m=block_m)
+        if group < 2 or block_m % group:
+            raise ValueError(f"pack_gqa packs a group of heads dividing {block_m}, got {group}")
         self.group = group
 
     def specs(self):
         g, d, dt = self.group, self.d, self.dtype
         q = Tile("B", "SQ", "HK", g, d, dt,
-                 tma=_tma(1, BLOCK_M // g, 1, g, PANEL))
+                 tma=_tma(1, self.bm // g, 1, g, PANEL))
         kv = [Tile("B", "SK", "HK", d, dt, tma=_tma(1, self.bn, 1, PANEL))
               for _ in range(2)]
         return (q, *kv), (Tile("B", "SQ", "HK", g, d, dt), Tile("B", "HK", g, "SQ", f32))
 
     def tiles(self, B, SQ, HK):
-        return (SQ * self.group + BLOCK_M - 1) // BLOCK_M * HK * B
+        return (SQ * self.group + self.bm - 1) // self.bm * HK * B
 
     def grid(self, cap):
         return lambda B, SQ, HK: (cap(self.tiles(B, SQ, HK)), 1, 1)
@@ -169,7 +170,7 @@ class Packed(Dense):
         self.nh = self.nhk * self.group
 
     def count(self):
-        self.nmb = (self.sq * self.group + (BLOCK_M - 1)) // BLOCK_M
+        self.nmb = (self.sq * self.group + (self.bm - 1)) // self.bm
         self.hb = self.nhk * ptx.dim("B")
         return self.nmb * self.hb
 
@@ -179,7 +180,7 @@ class Packed(Dense):
         else:
             mblk, rest = t % self.nmb, t // self.nmb
         hkv, batch = rest % self.nhk, rest // self.nhk
-        return Work(mblk * BLOCK_M, hkv, batch, hkv, self.sq, self.sk)
+        return Work(mblk * self.bm, hkv, batch, hkv, self.sq, self.sk)
 
     def q_coords(self, p, w: Work):
         return [p * PANEL, 0, w.hkv, w.m0 // self.group, w.batch]
@@ -208,15 +209,14 @@ class Varlen(Dense):
 
     def specs(self):
         d, dt = self.d, self.dtype
-        q = Tile("TQ", "H", d, dt, tma=_tma(BLOCK_M, 1, PANEL))
+        q = Tile("TQ", "H", d, dt, tma=_tma(self.bm, 1, PANEL))
         kv = [Tile("TK", "HK", d, dt, tma=_tma(self.bn, 1, PANEL))
               for _ in range(2)]
         cu = [Tile("NS1", s32) for _ in range(2)]
         return (q, *kv, *cu), (Tile("TQ", "H", d, dt), Tile("H", "TQ", f32))
 
-    @staticmethod
-    def tiles(NS1, TQ, H):
-        return (NS1 - 1 + TQ // BLOCK_M) * H
+    def tiles(self, NS1, TQ, H):
+        return (NS1 - 1 + TQ // self.bm) * H
 
     def grid(self, cap):
         return lambda NS1, TQ, H: (cap(self.tiles(NS1, TQ, H)), 1, 1)
@@ -229,7 +229,7 @@ class Varlen(Dense):
         self.nseq = ptx.dim("NS1") - 1
 
     def count(self):
-        self.nvb = self.nseq + self.tq_rows // BLOCK_M
+        self.nvb = self.nseq + self.tq_rows // self.bm
         return self.nvb * self.nh
 
     def _cu(self, ptr, i):
@@ -247,12 +247,12 @@ class Varlen(Dense):
             probe = seq + (1 << bit)
             with ptx.if_(self.nseq >= (1 << bit)):      # probes past NSEQ are skipped
                 with ptx.if_(probe < self.nseq):
-                    start = probe + self._cu(self.pcq, probe) // BLOCK_M
+                    start = probe + self._cu(self.pcq, probe) // self.bm
                     with ptx.if_(start <= v):
                         ptx.inst.mov.u32(seq, probe)
         q0, q1 = self._cu(self.pcq, seq), self._cu(self.pcq, seq + 1)
         k0, k1 = self._cu(self.pck, seq), self._cu(self.pck, seq + 1)
-        m0 = (v - (seq + q0 // BLOCK_M)) * BLOCK_M
+        m0 = (v - (seq + q0 // self.bm)) * self.bm
         sq, sk = q1 - q0, k1 - k0
         valid = reg.scalar(pred)
         ptx.inst.setp.lt.u32(valid, m0, sq)

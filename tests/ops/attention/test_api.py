@@ -92,6 +92,25 @@ def test_ptx_has_the_pipeline():
     assert len(re.findall(r"fma\.rn\.f32", text)) >= 64
 
 
+def test_lazy_rescale_ptx():
+    """Config.lazy_rescale: in the loop, after the softmax's ex2s, one bar.red.or over the
+    warpgroup, then a uniform branch with a wgmma.wait_group 0 on either side, the O
+    multiplies on one side only."""
+    text = build_forward(Config(block_n=128, stages=2, lazy_rescale=True), bf16, 64, Mask(),
+                         scale=0.125).ptx()
+    lines = [x.strip() for x in text.splitlines()]
+    one = next(i for i, x in enumerate(lines) if x.startswith("wgmma.wait_group.sync.aligned 1"))
+    red = [i for i, x in enumerate(lines) if x.startswith("bar.red.or.pred")]
+    assert len(red) == 1 and red[0] > max(i for i, x in enumerate(lines[:red[0]])
+                                          if x.startswith("ex2.approx")) > one
+    after = lines[red[0]:]
+    zero = [i for i, x in enumerate(after) if x.startswith("wgmma.wait_group.sync.aligned 0")]
+    assert any(x.endswith("bra.uni o_kept;") for x in after[:zero[0]])
+    assert "o_kept:" in after[zero[0]:zero[1]]
+    muls = [x for x in after[zero[0]:zero[1]] if x.startswith("mul.f32")]
+    assert len(muls) == 32                  # D / 2 per thread: O's 64 columns x 2 rows / 4
+
+
 def test_tma_store_epilogue_ptx():
     """Config.tma_store: O staged in shared memory and stored by TMA, one box per 64-column
     panel and consumer, no st.global of O."""

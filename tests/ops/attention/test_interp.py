@@ -91,6 +91,48 @@ def test_persistent_grid_loops_over_tiles(causal, pingpong):
     np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
 
 
+@pytest.mark.parametrize("causal,pingpong", [(True, True), (False, False)])
+def test_three_consumers_tile_192_rows(causal, pingpong):
+    """Config.consumers = 3: tiles of 192 rows, four warpgroups, 160 registers per consumer;
+    persistent on 2 CTAs, with the ping-pong passing the turn round the three consumers
+    (0, 1, 2, 0, ..) across tiles, some tiles with no key (causal, Sq > Sk)."""
+    from ptxdsl.core.types import f16
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    q, k, v = _inputs(1, 400, 150, 2, 1, 64, np.float16, 6)
+    c = Config(block_n=64, stages=2, pingpong=pingpong, persistent=True, consumers=3)
+    assert (c.block_m, c.consumer_regs) == (192, 160)
+    kern = build_forward(c, f16, 64, Mask(-1, 0) if causal else Mask(), scale=0.125, sms=2)
+    assert kern.grid_for({"B": 1, "SQ": 400, "H": 2}) == (2, 1, 1)
+    assert "setmaxnreg.inc.sync.aligned.u32 160" in kern.ptx()
+    out, lse = kern.interpret(q, k, v)
+    ref, rlse = attention_reference(q, k, v, causal=causal, softmax_scale=0.125)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()
+    np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
+    fin = ~np.isinf(rlse)
+    assert (np.abs(lse[fin] - rlse[fin]) / np.maximum(np.abs(rlse[fin]), 1.0)).max() <= 1e-3
+
+
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_lazy_rescale_with_a_growing_max(consumers):
+    """Config.lazy_rescale: keys that grow block by block move the row max by more than 8
+    (log2 units) in some blocks and not in others, so warps take both branches (rescale,
+    or keep the stale max with probabilities up to 2^8); causal and ragged Sk."""
+    from ptxdsl.core.types import f16
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    q, k, v = _inputs(1, 130, 200, 1, 1, 64, np.float16, 7)
+    k *= np.linspace(0.2, 3.0, 200, dtype=np.float16)[None, :, None, None]
+    c = Config(block_n=32, stages=2, persistent=True, consumers=consumers, lazy_rescale=True)
+    kern = build_forward(c, f16, 64, Mask(-1, 0), scale=0.3, sms=1)
+    assert "bar.red.or.pred" in kern.ptx()
+    out, lse = kern.interpret(q, k, v)
+    ref, rlse = attention_reference(q, k, v, causal=True, softmax_scale=0.3)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()
+    fin = ~np.isinf(rlse)
+    assert (np.abs(lse[fin] - rlse[fin]) / np.maximum(np.abs(rlse[fin]), 1.0)).max() <= 1e-3
+
+
 def test_pack_gqa_head_dim_96():
     """Few query rows and GQA (Sq = 3, 4 query heads per K/V head): the group's heads
     share one tile's rows (pack_gqa); head dim 96 fills its second panel half, causal

@@ -30,7 +30,7 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
-    cfg = choose_bwd(head_dim, dt.name, mask)
+    cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap))
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch)
     return BWD_KERNELS.get(key, lambda: (
         build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch),
@@ -119,8 +119,10 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
         if len(a.shape) != 3:
             _fail(f"{name} must be 3-d ((total, heads, head_dim), packed sequences), got "
                   f"shape {tuple(a.shape)}")
-    cq = _offsets(cu_seqlens_q, "cu_seqlens_q", int(q.shape[0]))
-    ck = _offsets(cu_seqlens_k, "cu_seqlens_k", int(k.shape[0]))
+    _offsets(cu_seqlens_q, "cu_seqlens_q", int(q.shape[0]), frame, q)
+    _offsets(cu_seqlens_k, "cu_seqlens_k", int(k.shape[0]), frame, q)
+    cq = [int(x) for x in cu_seqlens_q.tolist()]      # one launch per sequence: on the host
+    ck = [int(x) for x in cu_seqlens_k.tolist()]
     if len(cq) != len(ck):
         _fail(f"cu_seqlens_q has {len(cq) - 1} sequences, cu_seqlens_k {len(ck) - 1}")
     lq = [e - s for s, e in zip(cq, cq[1:])]

@@ -36,13 +36,14 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
+from ...core.types import PtxType, b32, f32, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask
 from .fwd import _s32
-from .softmax import LOG2E, col_of, mask_block, p_registers, pack_p, row_of
+from .bwd_scores import dscores, grad_scores, probs
+from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
 ROW = 128            # bytes per swizzled panel row
@@ -107,11 +108,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         names.append("sem")
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dt}.{dt}"
-    dq_n = d if c.dq_wide else 64                 # columns of dQ per wgmma chain
-    mma_q = f"wgmma.mma_async.sync.aligned.m64n{dq_n}k16.f32.{dt}.{dt}"
+    mma_q = f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{dt}.{dt}"
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
-            f"{'_swdq' if c.dq_swizzle else ''}{'_wdq' if c.dq_wide else ''}"
+            f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}"
             f"{'_det' if deterministic else ''}")
 
@@ -237,7 +237,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if c.overlap:
                         # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                        caps = _probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
+                        caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
                                       row_at(L.lse), scale, softcap, scale_log2)
                         pack_p(list(s_acc), p_regs, dt)
                         if c.overlap > 1:
@@ -245,7 +245,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         else:
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        _dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
+                        dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not c.dq_first:
                             ptx.inst("wgmma.fence.sync.aligned")
@@ -255,7 +255,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        _grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask,
+                        grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask,
                                      kw0, row_at(L.lse), row_at(L.dpsum), scale, softcap,
                                      scale_log2)
                         pack_p(list(s_acc), p_regs, dt)
@@ -282,8 +282,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     dq_row = (bh * sqp + m0 + r0) * d + fcol
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
-                    for ch in range(d // dq_n):
-                        dq = ptx.wgmma.accumulator(dq_n)
+                    for ch in range(d // 64):
+                        dq = ptx.wgmma.accumulator(64)
                         b_desc = ptx.wgmma.descriptor(k_w + ch * BN * ROW, leading=BN * ROW,
                                                       stride=1024, swizzle=128)
                         ptx.inst("wgmma.fence.sync.aligned")
@@ -310,25 +310,24 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
                                      (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
                                      for k in range(4)] if c.dq_swizzle else \
-                                [dq_stage + (ch * dq_n // 64 + k) * L.dqs_bytes
-                                 for k in range(dq_n // 64)]
+                                [dq_stage + ch * L.dqs_bytes]
                             for i in range(0, len(dq.regs), 2):
-                                col = ch * dq_n + col_of(i)
+                                col = ch * 64 + col_of(i)
                                 if c.dq_swizzle:
                                     at = sw_at[(col // 8) % 4]
                                     o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
                                 else:
-                                    at = sw_at[(col % dq_n) // 64]
+                                    at = sw_at[0]
                                     o = (row_of(i) * 8 * 64 + col % 64) * 4
                                 ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
                                          [dq.regs[i], dq.regs[i + 1]])
-                            if late and d // dq_n == 1:
+                            if late and d == 64:
                                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
                                 with ptx.if_(lane == 0):
                                     ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                              ptx.addr(empty + ring.slot * 8))
                             continue
-                        at = pdq + (dq_row + ch * dq_n) * 4
+                        at = pdq + (dq_row + ch * 64) * 4
                         for i, x in enumerate(dq):
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
@@ -379,90 +378,6 @@ def _mma_kv(mma, acc, a_regs, b_at, *, fence=False, commit=True) -> None:
         ptx.inst(mma, list(acc), a_regs[ks], b_desc + bo if bo else b_desc, 1, 1, 1, 1)
     if commit:
         ptx.inst("wgmma.commit_group.sync.aligned")
-
-
-def _cap_and_mask(s, keys, m0, fcol, off, mask: Mask, kw0, scale, softcap) -> list:
-    """Softcap (``s = tanh(s·scale/cap)``, the tanh values returned for dS) and the causal /
-    window mask, only where the block crosses it."""
-    caps = []
-    if softcap:
-        for x in s:
-            t = reg.scalar(f32)
-            ptx.inst.mul.f32(t, x, float(scale) / float(softcap))
-            ptx.inst("tanh.approx.f32", t, t)
-            ptx.inst.mov.f32(x, t)
-            caps.append(t)
-    if mask.any:
-        need = None
-        if mask.right >= 0:       # some key past row + off + right
-            need = _s32(kw0) + 63 > _s32(m0) + off + mask.right
-        if mask.left >= 0:        # some key before row + off - left
-            early = _s32(kw0) < _s32(m0) + off + (63 - mask.left)
-            need = early if need is None else need | early
-        with ptx.if_(need):
-            col0 = _s32(m0 + fcol)
-            # column c of key j is excluded if c < j - off - right or c > j - off + left
-            lo = [keys[r] - off - mask.right - col0 if mask.right >= 0 else None
-                  for r in range(2)]
-            hi = [keys[r] - off + (mask.left + 1) - col0 if mask.left >= 0 else None
-                  for r in range(2)]
-            mask_block(s, hi, lo)
-    return caps
-
-
-def _grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale,
-                 softcap, scale_log2) -> None:
-    """Sᵀ -> Pᵀ in place and dPᵀ -> dSᵀ in place (keys are rows, queries columns):
-    ``p = ex2(fma(s, scale·log2e, -lse·log2e))`` (``ld.shared.v2.f32`` of a column pair's
-    -LSE·log2e and D), ``ds = p · (dp - D)``; with softcap, ``s = tanh(s·scale/cap)`` first
-    and ``ds ·= 1 - s²``. Masks (causal / window) only where the block crosses them."""
-    caps = _cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap)
-    for g in range(len(s) // 4):
-        nl = [reg.scalar(f32) for _ in range(2)]
-        dd = [reg.scalar(f32) for _ in range(2)]
-        ptx.inst("ld.shared.v2.f32", nl, ptx.addr(lse_at + fcol * 4, 32 * g))
-        ptx.inst("ld.shared.v2.f32", dd, ptx.addr(d_at + fcol * 4, 32 * g))
-        for i in range(4 * g, 4 * g + 4):
-            x, y = s[i], dp[i]
-            ptx.inst("fma.rn.f32", x, x, scale_log2, nl[i % 2])
-            ptx.inst("ex2.approx.ftz.f32", x, x)
-            ptx.inst.sub.f32(y, y, dd[i % 2])
-            ptx.inst.mul.f32(y, y, x)
-            if softcap:
-                _cap_grad(y, caps[i])
-
-
-def _probs(s, keys, m0, fcol, off, mask: Mask, kw0, lse_at, scale, softcap,
-           scale_log2) -> list:
-    """Sᵀ -> Pᵀ in place (the first half of :func:`_grad_scores`, while dPᵀ is in flight);
-    returns the softcap's tanh values for :func:`_dscores`."""
-    caps = _cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap)
-    for g in range(len(s) // 4):
-        nl = [reg.scalar(f32) for _ in range(2)]
-        ptx.inst("ld.shared.v2.f32", nl, ptx.addr(lse_at + fcol * 4, 32 * g))
-        for i in range(4 * g, 4 * g + 4):
-            ptx.inst("fma.rn.f32", s[i], s[i], scale_log2, nl[i % 2])
-            ptx.inst("ex2.approx.ftz.f32", s[i], s[i])
-    return caps
-
-
-def _dscores(p, dp, caps, fcol, d_at) -> None:
-    """dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ - D) in place (times ``1 - tanh²`` with softcap)."""
-    for g in range(len(p) // 4):
-        dd = [reg.scalar(f32) for _ in range(2)]
-        ptx.inst("ld.shared.v2.f32", dd, ptx.addr(d_at + fcol * 4, 32 * g))
-        for i in range(4 * g, 4 * g + 4):
-            ptx.inst.sub.f32(dp[i], dp[i], dd[i % 2])
-            ptx.inst.mul.f32(dp[i], dp[i], p[i])
-            if caps:
-                _cap_grad(dp[i], caps[i])
-
-
-def _cap_grad(y, t) -> None:
-    """``y ·= 1 - t²`` (softcap's tanh derivative; t is overwritten)."""
-    ptx.inst("fma.rn.f32", t, t, t, -1.0)   # t² - 1
-    ptx.inst.neg.f32(t, t)
-    ptx.inst.mul.f32(y, y, t)
 
 
 def _first_nb(m0, off, mask: Mask):

@@ -25,8 +25,7 @@ class BwdConfig:
     2, also dV += Pᵀ·dO issued before dSᵀ is computed (Pᵀ's f32 and packed registers live
     at once). ``dq_swizzle``: dQ staged in 128-byte swizzled
     32-column f32 panels (a TMA box of 32 columns; conflict-free ``st.shared.v2.f32``) instead
-    of unswizzled 64-column rows. ``dq_wide``: dQ by one m64n(head dim) wgmma chain instead of
-    one m64n64 chain per 64 columns (dSᵀ read from shared memory once). ``dq_first``
+    of unswizzled 64-column rows. ``dq_first``
     (with ``overlap``): dK (and dV) issued after dQ's first chunk, which is staged while
     they run."""
 
@@ -34,7 +33,6 @@ class BwdConfig:
     dq_tma: bool = False
     overlap: int = 0
     dq_swizzle: bool = False
-    dq_wide: bool = False
     dq_first: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240

@@ -64,9 +64,9 @@ def test_bad_arguments_name_the_caller():
 @pytest.mark.parametrize("d,cfg", [
     (64, dict()),
     (64, dict(overlap=1, dq_swizzle=True, dq_first=True)),
-    (64, dict(overlap=2, dq_swizzle=True, dq_wide=True, dq_first=True)),
+    (64, dict(overlap=2, dq_swizzle=True, dq_first=True)),
     pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_first=True), marks=pytest.mark.long),
-    pytest.param(128, dict(overlap=2, dq_wide=True), marks=pytest.mark.long),
+    pytest.param(128, dict(overlap=2), marks=pytest.mark.long),
 ])
 def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
     """The plan table's alternatives (BwdConfig's orderings of a consumer step), not only

@@ -9,26 +9,33 @@ registers (so the group's sum is free), dQ is added in f32 to a global accumulat
     TMA K, V (128 x D) ─▶ kvfull                wait kvfull; dK = dV = 0
     per head of the group, per 64-row block m:   per step: wait full[s]
       wait empty[s]; expect_tx full[s];           Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ (smem descriptors,
-      TMA Q, dO (64 x D), -LSE·log2e, D (64)        m64n64k16, one group), wait_group 0
+      TMA Q, dO (64 x D), -LSE·log2e, D (64)        m64n64k16; overlap: a group each)
                                                   Pᵀ = ex2(Sᵀ·scale·log2e - LSE·log2e) (mask on
-                                                    boundary blocks only; softcap: tanh)
+                                                    boundary blocks only; softcap: tanh), with
+                                                    overlap while dPᵀ runs (wait_group 1)
+                                                  [overlap 2: dV += Pᵀ·dO issued here]
                                                   dSᵀ = Pᵀ ∘ (dPᵀ - D)
                                                   dV += Pᵀ·dO, dK += dSᵀ·Q (Pᵀ, dSᵀ from
                                                     registers: the accumulator of Sᵀ packed is
                                                     wgmma's A fragment; dO, Q MN-major B)
                                                   dSᵀ -> shared (st.shared.b32, 128-byte swizzle)
                                                   dQ_w = dS_w·K_w per 64 columns (A = dSᵀ read
-                                                    transposed, B = K MN-major); after the first
-                                                    wait_group 0 arrive empty[s];
+                                                    transposed, B = K MN-major); after the
+                                                    wait_group 0 that covers dV, dK arrive
+                                                    empty[s]; dQ staged in shared memory and
+                                                    added by TMA reduce-add (dq_tma) or
                                                     red.global.add.f32 into dq_acc
                                                 epilogue: dK·scale, dV -> st.global
 
 Shared memory (1024-byte aligned, 64-column panels of 128-byte swizzled rows, what a TMA box
 of (1, rows, 1, 64) writes): K, V (128 rows a panel), ``stages`` Q and dO (64 rows a
-panel), the two warpgroups' dSᵀ (64 x 64), ``stages`` x (-LSE·log2e, D) (64 f32 each, one copy
-per consumer warpgroup), the barriers. With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a
-per-block semaphore says every earlier (n-block, warpgroup) has added its own (an
-``ld.acquire`` spin by one thread), so each dQ element sums in one fixed order.
+panel), the two warpgroups' dSᵀ (64 x 64), the two warpgroups' dQ stages (dq_tma: 64 x D
+f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled rows),
+``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers.
+With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a per-block
+semaphore says every earlier (n-block, warpgroup) has added its own (an ``ld.acquire``
+spin by one thread), so each dQ element sums in one fixed order. The step's orderings
+(``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's (:class:`.bwd_config.BwdConfig`).
 """
 from __future__ import annotations
 

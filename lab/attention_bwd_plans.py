@@ -44,9 +44,9 @@ def main() -> None:
                     "ov1 sw qf": BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_first=True),
                     "ov2 sw": BwdConfig(**tma, overlap=2, dq_swizzle=True),
                     "ov2 sw qf": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_first=True)}
-        only = {128: ("tma", "sw", "ov1 sw", "ov1 sw qf"),
+        only = {128: ("tma", "sw", "ov1 sw", "ov1 sw qf", "ov2 sw"),
                 64: ("tma", "sw", "ov1 sw", "ov2 sw", "ov2 sw qf")}
-        grid = ((4096, 64, False), (4096, 128, False), (4096, 128, True))
+        grid = ((4096, 128, False), (4096, 64, False), (4096, 128, True))
         modes = (False,)
     rows = []
     for s, d, causal in grid:

@@ -30,7 +30,7 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
-    cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap))
+    cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic))
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch)
     return BWD_KERNELS.get(key, lambda: (
         build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch),

@@ -66,13 +66,15 @@ def rows() -> tuple[dict, ...]:
     return tuple(data["rows"])
 
 
-def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False) -> BwdConfig:
-    """The table's config for this call (a row with a ``softcap`` list holds only for those
-    softcap settings); a ValueError for a head dim no row covers."""
+def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False,
+               deterministic: bool = False) -> BwdConfig:
+    """The table's config for this call (a row with a ``softcap`` or ``deterministic`` list
+    holds only for those settings); a ValueError for a head dim no row covers."""
     kind = "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
     for row in rows():
         if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"] \
-                and bool(softcap) in row.get("softcap", (False, True)):
+                and bool(softcap) in row.get("softcap", (False, True)) \
+                and bool(deterministic) in row.get("deterministic", (False, True)):
             c = BwdConfig(**row["config"])
             assert c.smem_bytes(head_dim) <= SMEM_PER_CTA, (row, c.smem_bytes(head_dim))
             return c

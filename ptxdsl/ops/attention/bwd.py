@@ -119,7 +119,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
-            f"{'_qf' if c.dq_first else ''}"
+            f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
             f"{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
@@ -245,7 +245,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
-                                      row_at(L.lse), scale, softcap, scale_log2)
+                                     row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly)
                         pack_p(list(s_acc), p_regs, dt)
                         if c.overlap > 1:
                             _mma_kv(mma_kv, *kv_mmas[0], fence=True)
@@ -264,7 +264,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask,
                                      kw0, row_at(L.lse), row_at(L.dpsum), scale, softcap,
-                                     scale_log2)
+                                     scale_log2, c.ex2_poly)
                         pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
                         for acc, a_regs, b_at in kv_mmas:

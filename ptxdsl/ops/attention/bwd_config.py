@@ -27,13 +27,15 @@ class BwdConfig:
     32-column f32 panels (a TMA box of 32 columns; conflict-free ``st.shared.v2.f32``) instead
     of unswizzled 64-column rows. ``dq_first``
     (with ``overlap``): dK (and dV) issued after dQ's first chunk, which is staged while
-    they run."""
+    they run. ``ex2_poly``: every second exponential of Pᵀ by a polynomial on the FMA
+    pipe instead of ``ex2.approx`` on MUFU."""
 
     stages: int = 2
     dq_tma: bool = False
     overlap: int = 0
     dq_swizzle: bool = False
     dq_first: bool = False
+    ex2_poly: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 

@@ -2,7 +2,7 @@
 ``ptxdsl/ops/attention/bwd_plans.json`` cites). ``--set tma``: dQ by ``red.global.add.f32``
 against TMA reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3-grid
 shapes; ``--set overlap``: the consumer step's orderings (``overlap``, ``dq_swizzle``,
-``dq_first``, ``ex2_poly``) against the TMA plan without them, default mode, S=4k. Each
+``dq_first``, ``ex2_poly``, ``dq_split``) against the TMA plan without them, default mode, S=4k. Each
 variant's dq, dk, dv are checked against cuDNN's before timing, the deterministic ones for
 bitwise repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
@@ -45,8 +45,11 @@ def main() -> None:
                     "ov2 sw": BwdConfig(**tma, overlap=2, dq_swizzle=True),
                     "ov2 sw qf": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_first=True),
                     "ov1 sw poly": BwdConfig(**tma, overlap=1, dq_swizzle=True, ex2_poly=True),
-                    "ov2 sw poly": BwdConfig(**tma, overlap=2, dq_swizzle=True, ex2_poly=True)}
-        only = {128: ("tma", "sw", "ov1 sw", "ov1 sw qf", "ov2 sw", "ov1 sw poly"),
+                    "ov2 sw poly": BwdConfig(**tma, overlap=2, dq_swizzle=True, ex2_poly=True),
+                    "ov1 sw split": BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_split=True),
+                    "ov2 sw split": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_split=True)}
+        only = {128: ("tma", "ov1 sw", "ov2 sw", "ov1 sw split", "ov2 sw split",
+                      "ov1 sw poly"),
                 64: ("tma", "sw", "ov1 sw", "ov2 sw", "ov2 sw qf", "ov2 sw poly")}
         grid = ((4096, 128, False), (4096, 64, False), (4096, 128, True))
         modes = (False,)

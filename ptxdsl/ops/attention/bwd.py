@@ -104,6 +104,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     dK leaves scaled by ``scale``; dq_acc holds dQ / scale (the postprocess scales it)."""
     if d not in (64, 128):
         raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128")
+    if c.dq_split and d != 128:
+        raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
+                         f"got {d}")
+    nch = 1 if c.dq_split else d // 64            # dQ wgmma chains per warpgroup and step
+    # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
+    xbar = (3, 256) if c.dq_split else None
     es = dtype.bytes
     L = Smem(c, d, es)
     S, P = c.stages, d // PANEL
@@ -120,6 +126,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
+            f"{'_split' if c.dq_split else ''}"
             f"{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
@@ -275,7 +282,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if c.dq_tma:                      # the last step's reduce has read dQ's stage
                         with ptx.if_(lane == 0):
                             ptx.inst("cp.async.bulk.wait_group.read", 0)
-                    ptx.inst("bar.sync", 1 + w, 128)  # the last step's dQ wgmmas have read it
+                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups')
+                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
                     cols = ds_col or ds_cols()
                     for kc in range(BM // 16):
                         for j in range(4):
@@ -283,18 +291,25 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      ptx.addr(ds_row + cols[2 * kc + j // 2],
                                               (j % 2) * 8 * ROW), ds_regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
-                    ptx.inst("bar.sync", 1 + w, 128)
-                    a_desc = ptx.wgmma.descriptor(ds_w, leading=64 * ROW, stride=1024,
-                                                  swizzle=128)
+                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                    if xbar:                          # the other tile's writes, for our wgmma
+                        ptx.inst("fence.proxy.async.shared::cta")
+                    # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
+                    # after the other in shared memory, and K's panel w); else dQ over this
+                    # warpgroup's 64 keys, a 64-column chunk of K at a time
+                    a_desc = ptx.wgmma.descriptor(base + L.ds if c.dq_split else ds_w,
+                                                  leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = (bh * sqp + m0 + r0) * d + fcol
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
-                    for ch in range(d // 64):
+                    for ch in range(nch):
                         dq = ptx.wgmma.accumulator(64)
-                        b_desc = ptx.wgmma.descriptor(k_w + ch * BN * ROW, leading=BN * ROW,
+                        b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
+                            k_w + ch * BN * ROW
+                        b_desc = ptx.wgmma.descriptor(b_at, leading=BN * ROW,
                                                       stride=1024, swizzle=128)
                         ptx.inst("wgmma.fence.sync.aligned")
-                        for ks in range(64 // 16):
+                        for ks in range((BN if c.dq_split else 64) // 16):
                             o = (ks * 16 * ROW) >> 4
                             ptx.inst(mma_q, list(dq), a_desc + o if o else a_desc,
                                      b_desc + o if o else b_desc, 0 if ks == 0 else 1,
@@ -328,7 +343,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     o = (row_of(i) * 8 * 64 + col % 64) * 4
                                 ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
                                          [dq.regs[i], dq.regs[i + 1]])
-                            if late and d == 64:
+                            if late and nch == 1:
                                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
                                 with ptx.if_(lane == 0):
                                     ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
@@ -345,8 +360,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             if deterministic:
                                 _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels)
                             box = 32 if c.dq_swizzle else 64
-                            for ch in range(d // box):
-                                ptx.tma.reduce(tdq, [ch * box, m0, head, batch],
+                            for ch in range((64 if c.dq_split else d) // box):
+                                col = w * 64 + ch * box if c.dq_split else ch * box
+                                ptx.tma.reduce(tdq, [col, m0, head, batch],
                                                stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")
                             if deterministic:        # the adds land before the turn passes

@@ -28,7 +28,9 @@ class BwdConfig:
     of unswizzled 64-column rows. ``dq_first``
     (with ``overlap``): dK (and dV) issued after dQ's first chunk, which is staged while
     they run. ``ex2_poly``: every second exponential of Pᵀ by a polynomial on the FMA
-    pipe instead of ``ex2.approx`` on MUFU."""
+    pipe instead of ``ex2.approx`` on MUFU. ``dq_split`` (head dim 128, dq_tma): each
+    warpgroup computes 64 of dQ's columns over all 128 keys (both dSᵀ tiles; a 256-thread
+    barrier around their stores), so a CTA adds each dQ element once, not twice."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -36,6 +38,7 @@ class BwdConfig:
     dq_swizzle: bool = False
     dq_first: bool = False
     ex2_poly: bool = False
+    dq_split: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -46,6 +49,8 @@ class BwdConfig:
             raise ValueError(f"overlap is 0, 1 or 2, got {self.overlap}")
         if self.dq_first and not (self.overlap and self.dq_tma):
             raise ValueError("dq_first reorders the overlapped step: it needs overlap and dq_tma")
+        if self.dq_split and not self.dq_tma:
+            raise ValueError("dq_split stages dQ for the TMA reduce-add: it needs dq_tma")
         if self.dq_swizzle and not self.dq_tma:
             raise ValueError("dq_swizzle stages dQ for the TMA reduce-add: it needs dq_tma")
         if self.producer_regs + 2 * self.consumer_regs > 512:

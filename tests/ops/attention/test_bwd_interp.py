@@ -66,6 +66,8 @@ def test_bad_arguments_name_the_caller():
     (64, dict(overlap=1, dq_swizzle=True, dq_first=True)),
     (64, dict(overlap=2, dq_swizzle=True, dq_first=True)),
     (64, dict(overlap=2, dq_swizzle=True, ex2_poly=True)),
+    (128, dict(overlap=1, dq_swizzle=True, dq_split=True)),
+    pytest.param(128, dict(overlap=2, dq_split=True), marks=pytest.mark.long),
     pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_first=True), marks=pytest.mark.long),
     pytest.param(128, dict(overlap=2), marks=pytest.mark.long),
 ])

@@ -36,6 +36,8 @@ def test_step_orderings_are_checked():
         BwdConfig(dq_swizzle=True)
     with pytest.raises(ValueError, match="needs overlap and dq_tma"):
         BwdConfig(dq_tma=True, dq_first=True)
+    with pytest.raises(ValueError, match="dq_split stages dQ"):
+        BwdConfig(dq_split=True)
     cfg = choose_bwd(128, "bf16", Mask(), softcap=True)               # the softcap row
     assert cfg.overlap == 0 and cfg.dq_swizzle
 

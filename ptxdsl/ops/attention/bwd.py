@@ -358,7 +358,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
                             if deterministic:
-                                _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels)
+                                _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels,
+                                      c.dq_split)
                             box = 32 if c.dq_swizzle else 64
                             for ch in range((64 if c.dq_split else d) // box):
                                 col = w * 64 + ch * box if c.dq_split else ch * box
@@ -410,19 +411,22 @@ def _first_nb(m0, off, mask: Mask):
     return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // BN
 
 
-def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels) -> None:
+def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False) -> None:
     """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
     spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
-    (n-block, warpgroup)."""
+    (n-block, warpgroup); ``split`` (the warpgroups add disjoint columns): every warpgroup
+    of every earlier n-block, so the two warpgroups of a CTA do not wait for each other."""
     psem = ptx.global_ptr(sem)
 
     def spin():
-        turn = (_s32(nb) - _first_nb(m0, off, mask)) * 2 + _s32(w)
+        turn = (_s32(nb) - _first_nb(m0, off, mask)) * 2
+        if not split:
+            turn = turn + _s32(w)
         top = ptx.new_label(f"turn{next(labels)}")
         ptx.place(top)
         now = reg.scalar(u32)
         ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4))
-        ptx.bra(top, pred=_s32(now) != turn)
+        ptx.bra(top, pred=(_s32(now) < turn) if split else (_s32(now) != turn))
     if lane is None:
         spin()
         return

@@ -1,13 +1,16 @@
 """A/B of the attention backward's plan choices on the current GPU (what
-``ptxdsl/ops/attention/bwd_plans.json`` cites): dQ by ``red.global.add.f32`` against TMA
-reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3-grid shapes. Each
+``ptxdsl/ops/attention/bwd_plans.json`` cites). ``--set tma``: dQ by ``red.global.add.f32``
+against TMA reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3-grid
+shapes; ``--set overlap``: the consumer step's orderings (``overlap``, ``dq_swizzle``,
+``dq_first``, ``ex2_poly``, ``dq_split``) against the TMA plan without them, default mode, S=4k. Each
 variant's dq, dk, dv are checked against cuDNN's before timing, the deterministic ones for
-bitwise repeats. JSON to ``$OUT/attention_bwd_plans.json``; a table last.
+bitwise repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
-    PYTHONPATH=. python lab/attention_bwd_plans.py
+    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap]
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -25,11 +28,33 @@ def main() -> None:
     from ptxdsl.ops.attention import bwd_api
     from ptxdsl.ops.attention.bwd_config import BwdConfig
 
-    variants = {"red s2": BwdConfig(stages=2), "tma s2": BwdConfig(stages=2, dq_tma=True),
-                "tma s3": BwdConfig(stages=3, dq_tma=True)}
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--set", choices=("tma", "overlap"), default="tma")
+    which = ap.parse_args().set
+    tma = dict(stages=2, dq_tma=True)
+    if which == "tma":
+        variants = {"red s2": BwdConfig(stages=2), "tma s2": BwdConfig(**tma),
+                    "tma s3": BwdConfig(stages=3, dq_tma=True)}
+        grid = ((4096, 64, False), (4096, 64, True), (4096, 128, False), (4096, 128, True),
+                (16384, 128, True), (1024, 128, False))
+        modes = (False, True)
+    else:                      # head dim -> the variants worth building for it
+        variants = {"tma": BwdConfig(**tma), "sw": BwdConfig(**tma, dq_swizzle=True),
+                    "ov1 sw": BwdConfig(**tma, overlap=1, dq_swizzle=True),
+                    "ov1 sw qf": BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_first=True),
+                    "ov2 sw": BwdConfig(**tma, overlap=2, dq_swizzle=True),
+                    "ov2 sw qf": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_first=True),
+                    "ov1 sw poly": BwdConfig(**tma, overlap=1, dq_swizzle=True, ex2_poly=True),
+                    "ov2 sw poly": BwdConfig(**tma, overlap=2, dq_swizzle=True, ex2_poly=True),
+                    "ov1 sw split": BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_split=True),
+                    "ov2 sw split": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_split=True)}
+        only = {128: ("tma", "ov1 sw", "ov2 sw", "ov1 sw split", "ov2 sw split",
+                      "ov1 sw poly"),
+                64: ("tma", "sw", "ov1 sw", "ov2 sw", "ov2 sw qf", "ov2 sw poly")}
+        grid = ((4096, 128, False), (4096, 64, False), (4096, 128, True))
+        modes = (False,)
     rows = []
-    for s, d, causal in ((4096, 64, False), (4096, 64, True), (4096, 128, False),
-                         (4096, 128, True), (16384, 128, True), (1024, 128, False)):
+    for s, d, causal in grid:
         b, h = 16384 // s, 2048 // d
         g = torch.Generator(device="cuda").manual_seed(s + d)
         q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
@@ -43,10 +68,10 @@ def main() -> None:
         flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         for name, cfg in variants.items():
-            if cfg.smem_bytes(d) > 232448:
+            if cfg.smem_bytes(d) > 232448 or (which == "overlap" and name not in only[d]):
                 continue
             bwd_api.choose_bwd = lambda *_a, _c=cfg: _c     # the variant under test
-            for det in (False, True):
+            for det in modes:
                 key = name + (" det" if det else "")
                 try:
                     call = lambda: ops.attention_backward(do, q, k, v, out, lse, causal=causal,
@@ -71,11 +96,12 @@ def main() -> None:
                     row["results"][key] = {"error": f"{type(e).__name__}: {e}"[:300]}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    doc = {"lab": "attention_bwd_plans", "device": torch.cuda.get_device_name(),
+    doc = {"lab": f"attention_bwd_{which}", "device": torch.cuda.get_device_name(),
            "date": datetime.date.today().isoformat(), "rows": rows}
-    with open(os.path.join(os.environ.get("OUT", "."), "attention_bwd_plans.json"), "w") as f:
+    out = "plans" if which == "tma" else which
+    with open(os.path.join(os.environ.get("OUT", "."), f"attention_bwd_{out}.json"), "w") as f:
         json.dump(doc, f, indent=1)
-    names = [n + x for n in variants for x in ("", " det")]
+    names = [n + x for n in variants for x in ("", " det")[:len(modes)]]
     print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>11}" for n in names))
     for r in rows:
         print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " + " ".join(

@@ -9,26 +9,33 @@ registers (so the group's sum is free), dQ is added in f32 to a global accumulat
     TMA K, V (128 x D) ─▶ kvfull                wait kvfull; dK = dV = 0
     per head of the group, per 64-row block m:   per step: wait full[s]
       wait empty[s]; expect_tx full[s];           Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ (smem descriptors,
-      TMA Q, dO (64 x D), -LSE·log2e, D (64)        m64n64k16, one group), wait_group 0
+      TMA Q, dO (64 x D), -LSE·log2e, D (64)        m64n64k16; overlap: a group each)
                                                   Pᵀ = ex2(Sᵀ·scale·log2e - LSE·log2e) (mask on
-                                                    boundary blocks only; softcap: tanh)
+                                                    boundary blocks only; softcap: tanh), with
+                                                    overlap while dPᵀ runs (wait_group 1)
+                                                  [overlap 2: dV += Pᵀ·dO issued here]
                                                   dSᵀ = Pᵀ ∘ (dPᵀ - D)
                                                   dV += Pᵀ·dO, dK += dSᵀ·Q (Pᵀ, dSᵀ from
                                                     registers: the accumulator of Sᵀ packed is
                                                     wgmma's A fragment; dO, Q MN-major B)
                                                   dSᵀ -> shared (st.shared.b32, 128-byte swizzle)
                                                   dQ_w = dS_w·K_w per 64 columns (A = dSᵀ read
-                                                    transposed, B = K MN-major); after the first
-                                                    wait_group 0 arrive empty[s];
+                                                    transposed, B = K MN-major); after the
+                                                    wait_group 0 that covers dV, dK arrive
+                                                    empty[s]; dQ staged in shared memory and
+                                                    added by TMA reduce-add (dq_tma) or
                                                     red.global.add.f32 into dq_acc
                                                 epilogue: dK·scale, dV -> st.global
 
 Shared memory (1024-byte aligned, 64-column panels of 128-byte swizzled rows, what a TMA box
 of (1, rows, 1, 64) writes): K, V (128 rows a panel), ``stages`` Q and dO (64 rows a
-panel), the two warpgroups' dSᵀ (64 x 64), ``stages`` x (-LSE·log2e, D) (64 f32 each, one copy
-per consumer warpgroup), the barriers. With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a
-per-block semaphore says every earlier (n-block, warpgroup) has added its own (an
-``ld.acquire`` spin by one thread), so each dQ element sums in one fixed order.
+panel), the two warpgroups' dSᵀ (64 x 64), the two warpgroups' dQ stages (dq_tma: 64 x D
+f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled rows),
+``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers.
+With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a per-block
+semaphore says every earlier (n-block, warpgroup) has added its own (an ``ld.acquire``
+spin by one thread), so each dQ element sums in one fixed order. The step's orderings
+(``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's (:class:`.bwd_config.BwdConfig`).
 """
 from __future__ import annotations
 
@@ -42,7 +49,8 @@ from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask
 from .fwd import _s32
-from .softmax import LOG2E, col_of, mask_block, p_registers, pack_p, row_of
+from .bwd_scores import dscores, grad_scores, probs
+from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
 ROW = 128            # bytes per swizzled panel row
@@ -70,14 +78,17 @@ class Smem:
         self.total = self.empty + 8 * c.stages
 
 
-def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False):
+def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
+          dq_swizzle: bool = False):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
-    dq_acc (B, H, SQP, D) f32 (added to), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]."""
+    dq_acc (B, H, SQP, D) f32 (added to; a TMA box of 64 columns, or of 32 in 128-byte
+    swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]."""
     qt = lambda: Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, BM, 1, PANEL), swizzle=ROW))
     kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, BN, 1, PANEL), swizzle=ROW))
     rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
     ins = (qt(), kt(), kt(), qt(), rt(), rt())
-    dq = Tile("B", "H", "SQP", d, f32, tma=TMA(box=(1, 1, BM, 64))) if dq_tma \
+    dq_box = TMA(box=(1, 1, BM, 32), swizzle=ROW) if dq_swizzle else TMA(box=(1, 1, BM, 64))
+    dq = Tile("B", "H", "SQP", d, f32, tma=dq_box) if dq_tma \
         else Tile("B", "H", "SQP", d, f32)
     outs = [dq, Tile("B", "SK", "HK", d, dtype),
             Tile("B", "SK", "HK", d, dtype)]
@@ -93,12 +104,18 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     dK leaves scaled by ``scale``; dq_acc holds dQ / scale (the postprocess scales it)."""
     if d not in (64, 128):
         raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128")
+    if c.dq_split and d != 128:
+        raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
+                         f"got {d}")
+    nch = 1 if c.dq_split else d // 64            # dQ wgmma chains per warpgroup and step
+    # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
+    xbar = (3, 256) if c.dq_split else None
     es = dtype.bytes
     L = Smem(c, d, es)
     S, P = c.stages, d // PANEL
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic, c.dq_tma)
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle)
     names = ["q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv"]
     if deterministic:
         names.append("sem")
@@ -106,7 +123,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dt}.{dt}"
     mma_q = f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{dt}.{dt}"
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
-            f"{'_tmadq' if c.dq_tma else ''}"
+            f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
+            f"{'_swdq' if c.dq_swizzle else ''}"
+            f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
+            f"{'_split' if c.dq_split else ''}"
             f"{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
@@ -195,7 +215,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # dSᵀ's st.shared.b32 addresses: key row r0 (+8), 128-byte swizzle by r0 % 8
             xr = lw >> 2
             ds_row = ds_w + r0 * ROW + (lw & 3) * 4
-            ds_col = [((xr ^ ch) << 4) for ch in range(8)]
+            ds_cols = lambda: [((xr ^ ch) << 4) for ch in range(8)]
+            # with overlap, recomputed in each step: fewer registers live across the loop
+            ds_col = None if c.overlap else ds_cols()
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
             stage_w = base + L.dqs + w * ((d // 64) * L.dqs_bytes)
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
@@ -208,6 +230,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
+                    row_at = lambda o, _s=ring.slot: base + o + _s * (2 * BM * 4) + w * (BM * 4)
                     s_acc = ptx.wgmma.accumulator(BM)
                     dp_acc = ptx.wgmma.accumulator(BM)
                     ptx.inst("wgmma.fence.sync.aligned")
@@ -221,66 +244,112 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst(mma_s, list(acc), a_desc + ao if ao else a_desc,
                                      b_desc + bo if bo else b_desc, 0 if ks == 0 else 1,
                                      1, 1, 0, 0)
-                    ptx.inst("wgmma.commit_group.sync.aligned")
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    _grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask, kw0,
-                                 base + L.lse + ring.slot * (2 * BM * 4) + w * (BM * 4),
-                                 base + L.dpsum + ring.slot * (2 * BM * 4) + w * (BM * 4),
-                                 scale, softcap, scale_log2)
-                    pack_p(list(s_acc), p_regs, dt)
-                    pack_p(list(dp_acc), ds_regs, dt)
-                    # the A fragments were just written by ordinary instructions (PTX ISA)
-                    ptx.inst("wgmma.fence.sync.aligned")
+                        if c.overlap:                 # Sᵀ and dPᵀ: a group each
+                            ptx.inst("wgmma.commit_group.sync.aligned")
                     # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
-                    for acc, a_regs, b_at in ((dv_acc, p_regs, do_at), (dk_acc, ds_regs, q_at)):
-                        b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024,
-                                                      swizzle=128)
-                        for ks in range(BM // 16):
-                            bo = (ks * 16 * ROW) >> 4
-                            ptx.inst(mma_kv, list(acc), a_regs[ks],
-                                     b_desc + bo if bo else b_desc, 1, 1, 1, 1)
-                    ptx.inst("wgmma.commit_group.sync.aligned")
+                    kv_mmas = ((dv_acc, p_regs, do_at), (dk_acc, ds_regs, q_at))
+                    if c.overlap:
+                        # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                        caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
+                                     row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly)
+                        pack_p(list(s_acc), p_regs, dt)
+                        if c.overlap > 1:
+                            _mma_kv(mma_kv, *kv_mmas[0], fence=True)
+                            ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                        else:
+                            ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
+                        pack_p(list(dp_acc), ds_regs, dt)
+                        if not c.dq_first:
+                            ptx.inst("wgmma.fence.sync.aligned")
+                            for kv in kv_mmas[c.overlap - 1:]:
+                                _mma_kv(mma_kv, *kv, commit=False)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
+                    else:
+                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask,
+                                     kw0, row_at(L.lse), row_at(L.dpsum), scale, softcap,
+                                     scale_log2, c.ex2_poly)
+                        pack_p(list(s_acc), p_regs, dt)
+                        pack_p(list(dp_acc), ds_regs, dt)
+                        # the A fragments were just written by ordinary instructions
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for acc, a_regs, b_at in kv_mmas:
+                            _mma_kv(mma_kv, acc, a_regs, b_at, commit=False)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
                     # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8 (j % 2),
                     # queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
                     if c.dq_tma:                      # the last step's reduce has read dQ's stage
                         with ptx.if_(lane == 0):
                             ptx.inst("cp.async.bulk.wait_group.read", 0)
-                    ptx.inst("bar.sync", 1 + w, 128)  # the last step's dQ wgmmas have read it
+                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups')
+                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                    cols = ds_col or ds_cols()
                     for kc in range(BM // 16):
                         for j in range(4):
                             ptx.inst("st.shared.b32",
-                                     ptx.addr(ds_row + ds_col[2 * kc + j // 2],
+                                     ptx.addr(ds_row + cols[2 * kc + j // 2],
                                               (j % 2) * 8 * ROW), ds_regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
-                    ptx.inst("bar.sync", 1 + w, 128)
-                    a_desc = ptx.wgmma.descriptor(ds_w, leading=64 * ROW, stride=1024,
-                                                  swizzle=128)
+                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                    if xbar:                          # the other tile's writes, for our wgmma
+                        ptx.inst("fence.proxy.async.shared::cta")
+                    # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
+                    # after the other in shared memory, and K's panel w); else dQ over this
+                    # warpgroup's 64 keys, a 64-column chunk of K at a time
+                    a_desc = ptx.wgmma.descriptor(base + L.ds if c.dq_split else ds_w,
+                                                  leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = (bh * sqp + m0 + r0) * d + fcol
-                    for ch in range(d // 64):
+                    # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
+                    late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
+                    for ch in range(nch):
                         dq = ptx.wgmma.accumulator(64)
-                        b_desc = ptx.wgmma.descriptor(k_w + ch * BN * ROW, leading=BN * ROW,
+                        b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
+                            k_w + ch * BN * ROW
+                        b_desc = ptx.wgmma.descriptor(b_at, leading=BN * ROW,
                                                       stride=1024, swizzle=128)
                         ptx.inst("wgmma.fence.sync.aligned")
-                        for ks in range(64 // 16):
+                        for ks in range((BN if c.dq_split else 64) // 16):
                             o = (ks * 16 * ROW) >> 4
                             ptx.inst(mma_q, list(dq), a_desc + o if o else a_desc,
                                      b_desc + o if o else b_desc, 0 if ks == 0 else 1,
                                      1, 1, 1, 1)
                         ptx.inst("wgmma.commit_group.sync.aligned")
-                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        if ch == 0:                  # Q, dO, LSE, D of this step are read
+                        if ch == 0 and late:
+                            for kv in late:
+                                _mma_kv(mma_kv, *kv, commit=False)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1 if ch == 0 and late else 0)
+                        if ch == (1 if late else 0):  # Q, dO, LSE, D of this step are read
                             with ptx.if_(lane == 0):
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                          ptx.addr(empty + ring.slot * 8))
                             if deterministic and not c.dq_tma:
                                 _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
-                        if c.dq_tma:                 # stage the chunk (st.shared.v2.f32)
-                            at = dq_stage + ch * L.dqs_bytes
+                        if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
+                            # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
+                            sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
+                                     (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
+                                     for k in range(4)] if c.dq_swizzle else \
+                                [dq_stage + ch * L.dqs_bytes]
                             for i in range(0, len(dq.regs), 2):
-                                o = (row_of(i) * 8 * 64 + col_of(i)) * 4
+                                col = ch * 64 + col_of(i)
+                                if c.dq_swizzle:
+                                    at = sw_at[(col // 8) % 4]
+                                    o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
+                                else:
+                                    at = sw_at[0]
+                                    o = (row_of(i) * 8 * 64 + col % 64) * 4
                                 ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
                                          [dq.regs[i], dq.regs[i + 1]])
+                            if late and nch == 1:
+                                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                                with ptx.if_(lane == 0):
+                                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
+                                             ptx.addr(empty + ring.slot * 8))
                             continue
                         at = pdq + (dq_row + ch * 64) * 4
                         for i, x in enumerate(dq):
@@ -291,10 +360,13 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
                             if deterministic:
-                                _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels)
-                            for ch in range(d // 64):
-                                ptx.tma.reduce(tdq, [ch * 64, m0, head, batch],
-                                               stage_w + ch * L.dqs_bytes)
+                                _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels,
+                                      c.dq_split)
+                            box = 32 if c.dq_swizzle else 64
+                            for ch in range((64 if c.dq_split else d) // box):
+                                col = w * 64 + ch * box if c.dq_split else ch * box
+                                ptx.tma.reduce(tdq, [col, m0, head, batch],
+                                               stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")
                             if deterministic:        # the adds land before the turn passes
                                 ptx.inst("cp.async.bulk.wait_group", 0)
@@ -320,51 +392,18 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
 
 
-def _grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale,
-                 softcap, scale_log2) -> None:
-    """Sᵀ -> Pᵀ in place and dPᵀ -> dSᵀ in place (keys are rows, queries columns):
-    ``p = ex2(fma(s, scale·log2e, -lse·log2e))`` (``ld.shared.v2.f32`` of a column pair's
-    -LSE·log2e and D), ``ds = p · (dp - D)``; with softcap, ``s = tanh(s·scale/cap)`` first
-    and ``ds ·= 1 - s²``. Masks (causal / window) only where the block crosses them."""
-    caps = []
-    if softcap:
-        for x in s:
-            t = reg.scalar(f32)
-            ptx.inst.mul.f32(t, x, float(scale) / float(softcap))
-            ptx.inst("tanh.approx.f32", t, t)
-            ptx.inst.mov.f32(x, t)
-            caps.append(t)
-    if mask.any:
-        need = None
-        if mask.right >= 0:       # some key past row + off + right
-            need = _s32(kw0) + 63 > _s32(m0) + off + mask.right
-        if mask.left >= 0:        # some key before row + off - left
-            early = _s32(kw0) < _s32(m0) + off + (63 - mask.left)
-            need = early if need is None else need | early
-        with ptx.if_(need):
-            col0 = _s32(m0 + fcol)
-            # column c of key j is excluded if c < j - off - right or c > j - off + left
-            lo = [keys[r] - off - mask.right - col0 if mask.right >= 0 else None
-                  for r in range(2)]
-            hi = [keys[r] - off + (mask.left + 1) - col0 if mask.left >= 0 else None
-                  for r in range(2)]
-            mask_block(s, hi, lo)
-    for g in range(len(s) // 4):
-        nl = [reg.scalar(f32) for _ in range(2)]
-        dd = [reg.scalar(f32) for _ in range(2)]
-        ptx.inst("ld.shared.v2.f32", nl, ptx.addr(lse_at + fcol * 4, 32 * g))
-        ptx.inst("ld.shared.v2.f32", dd, ptx.addr(d_at + fcol * 4, 32 * g))
-        for i in range(4 * g, 4 * g + 4):
-            x, y = s[i], dp[i]
-            ptx.inst("fma.rn.f32", x, x, scale_log2, nl[i % 2])
-            ptx.inst("ex2.approx.ftz.f32", x, x)
-            ptx.inst.sub.f32(y, y, dd[i % 2])
-            ptx.inst.mul.f32(y, y, x)
-            if softcap:
-                t = caps[i]
-                ptx.inst("fma.rn.f32", t, t, t, -1.0)   # t² - 1
-                ptx.inst.neg.f32(t, t)
-                ptx.inst.mul.f32(y, y, t)
+def _mma_kv(mma, acc, a_regs, b_at, *, fence=False, commit=True) -> None:
+    """``acc += A·B`` over the 64 queries of a step: A from registers (Pᵀ or dSᵀ packed), B
+    (dO or Q) MN-major from the ring; ``fence``: ``wgmma.fence`` first (A was just written),
+    ``commit``: a group of its own."""
+    if fence:
+        ptx.inst("wgmma.fence.sync.aligned")
+    b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024, swizzle=128)
+    for ks in range(BM // 16):
+        bo = (ks * 16 * ROW) >> 4
+        ptx.inst(mma, list(acc), a_regs[ks], b_desc + bo if bo else b_desc, 1, 1, 1, 1)
+    if commit:
+        ptx.inst("wgmma.commit_group.sync.aligned")
 
 
 def _first_nb(m0, off, mask: Mask):
@@ -374,19 +413,22 @@ def _first_nb(m0, off, mask: Mask):
     return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // BN
 
 
-def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels) -> None:
+def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False) -> None:
     """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
     spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
-    (n-block, warpgroup)."""
+    (n-block, warpgroup); ``split`` (the warpgroups add disjoint columns): every warpgroup
+    of every earlier n-block, so the two warpgroups of a CTA do not wait for each other."""
     psem = ptx.global_ptr(sem)
 
     def spin():
-        turn = (_s32(nb) - _first_nb(m0, off, mask)) * 2 + _s32(w)
+        turn = (_s32(nb) - _first_nb(m0, off, mask)) * 2
+        if not split:
+            turn = turn + _s32(w)
         top = ptx.new_label(f"turn{next(labels)}")
         ptx.place(top)
         now = reg.scalar(u32)
         ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4))
-        ptx.bra(top, pred=_s32(now) != turn)
+        ptx.bra(top, pred=(_s32(now) < turn) if split else (_s32(now) != turn))
     if lane is None:
         spin()
         return

@@ -30,7 +30,7 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
-    cfg = choose_bwd(head_dim, dt.name, mask)
+    cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic))
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch)
     return BWD_KERNELS.get(key, lambda: (
         build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch),
@@ -121,12 +121,8 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
                   f"shape {tuple(a.shape)}")
     _offsets(cu_seqlens_q, "cu_seqlens_q", int(q.shape[0]), frame, q)
     _offsets(cu_seqlens_k, "cu_seqlens_k", int(k.shape[0]), frame, q)
-    # the per-sequence loop needs the offsets on the host (checked there when they are)
-    cq, ck = ([int(x) for x in cu.tolist()] for cu in (cu_seqlens_q, cu_seqlens_k))
-    if cq[0] != 0 or any(b < a for a, b in zip(cq, cq[1:])) or cq[-1] != int(q.shape[0]):
-        _fail(f"cu_seqlens_q must start at 0, never decrease and end at {int(q.shape[0])}")
-    if ck[0] != 0 or any(b < a for a, b in zip(ck, ck[1:])) or ck[-1] != int(k.shape[0]):
-        _fail(f"cu_seqlens_k must start at 0, never decrease and end at {int(k.shape[0])}")
+    cq = [int(x) for x in cu_seqlens_q.tolist()]      # one launch per sequence: on the host
+    ck = [int(x) for x in cu_seqlens_k.tolist()]
     if len(cq) != len(ck):
         _fail(f"cu_seqlens_q has {len(cq) - 1} sequences, cu_seqlens_k {len(ck) - 1}")
     lq = [e - s for s, e in zip(cq, cq[1:])]

@@ -20,16 +20,39 @@ class BwdConfig:
     """``stages`` Q/dO/LSE/D steps in the shared-memory ring; ``dq_tma``: dQ added by TMA
     reduce-add from a shared stage (``cp.reduce.async.bulk.tensor``, one thread per
     warpgroup) instead of ``red.global.add.f32`` by every thread; the register budgets the
-    producer and the two consumer warpgroups ask ``setmaxnreg`` for."""
+    producer and the two consumer warpgroups ask ``setmaxnreg`` for. ``overlap``: 0, Sᵀ and
+    dPᵀ in one wgmma group, waited on whole; 1, a group each, Pᵀ computed while dPᵀ runs;
+    2, also dV += Pᵀ·dO issued before dSᵀ is computed (Pᵀ's f32 and packed registers live
+    at once). ``dq_swizzle``: dQ staged in 128-byte swizzled
+    32-column f32 panels (a TMA box of 32 columns; conflict-free ``st.shared.v2.f32``) instead
+    of unswizzled 64-column rows. ``dq_first``
+    (with ``overlap``): dK (and dV) issued after dQ's first chunk, which is staged while
+    they run. ``ex2_poly``: every second exponential of Pᵀ by a polynomial on the FMA
+    pipe instead of ``ex2.approx`` on MUFU. ``dq_split`` (head dim 128, dq_tma): each
+    warpgroup computes 64 of dQ's columns over all 128 keys (both dSᵀ tiles; a 256-thread
+    barrier around their stores), so a CTA adds each dQ element once, not twice."""
 
     stages: int = 2
     dq_tma: bool = False
+    overlap: int = 0
+    dq_swizzle: bool = False
+    dq_first: bool = False
+    ex2_poly: bool = False
+    dq_split: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
     def __post_init__(self):
         if self.stages < 1:
             raise ValueError(f"stages >= 1, got {self.stages}")
+        if self.overlap not in (0, 1, 2):
+            raise ValueError(f"overlap is 0, 1 or 2, got {self.overlap}")
+        if self.dq_first and not (self.overlap and self.dq_tma):
+            raise ValueError("dq_first reorders the overlapped step: it needs overlap and dq_tma")
+        if self.dq_split and not self.dq_tma:
+            raise ValueError("dq_split stages dQ for the TMA reduce-add: it needs dq_tma")
+        if self.dq_swizzle and not self.dq_tma:
+            raise ValueError("dq_swizzle stages dQ for the TMA reduce-add: it needs dq_tma")
         if self.producer_regs + 2 * self.consumer_regs > 512:
             raise ValueError(f"128 x ({self.producer_regs} + 2 x {self.consumer_regs}) "
                              f"registers exceed an SM's 65536")
@@ -50,11 +73,15 @@ def rows() -> tuple[dict, ...]:
     return tuple(data["rows"])
 
 
-def choose_bwd(head_dim: int, dtype_name: str, mask: Mask) -> BwdConfig:
-    """The table's config for this call; a ValueError for a head dim no row covers."""
+def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False,
+               deterministic: bool = False) -> BwdConfig:
+    """The table's config for this call (a row with a ``softcap`` or ``deterministic`` list
+    holds only for those settings); a ValueError for a head dim no row covers."""
     kind = "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
     for row in rows():
-        if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"]:
+        if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"] \
+                and bool(softcap) in row.get("softcap", (False, True)) \
+                and bool(deterministic) in row.get("deterministic", (False, True)):
             c = BwdConfig(**row["config"])
             assert c.smem_bytes(head_dim) <= SMEM_PER_CTA, (row, c.smem_bytes(head_dim))
             return c

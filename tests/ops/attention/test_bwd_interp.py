@@ -61,6 +61,29 @@ def test_bad_arguments_name_the_caller():
         attention_backward(do, q, k, v, out, lse, dk=np.zeros((1, 8, 1, 64), np.float32))
 
 
+@pytest.mark.parametrize("d,cfg", [
+    (64, dict()),
+    (64, dict(overlap=1, dq_swizzle=True, dq_first=True)),
+    (64, dict(overlap=2, dq_swizzle=True, dq_first=True)),
+    (64, dict(overlap=2, dq_swizzle=True, ex2_poly=True)),
+    (128, dict(overlap=1, dq_swizzle=True, dq_split=True)),
+    pytest.param(128, dict(overlap=2, dq_split=True), marks=pytest.mark.long),
+    pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_first=True), marks=pytest.mark.long),
+    pytest.param(128, dict(overlap=2), marks=pytest.mark.long),
+])
+def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
+    """The plan table's alternatives (BwdConfig's orderings of a consumer step), not only
+    the rows it ships with, on a causal GQA shape crossing two key blocks."""
+    from ptxdsl.ops.attention import bwd_api
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+    c = BwdConfig(stages=2, dq_tma=True, **cfg)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    q, k, v, do = _inputs(1, 70, 150, 2, 1, d, 3)
+    out, lse = _fwd(q, k, v, causal=True)
+    _check(attention_backward(do, q, k, v, out, lse, causal=True),
+           attention_backward_reference(do, q, k, v, causal=True))
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("b,sq,sk,h,hk,d,kw", [
     (1, 1, 63, 1, 1, 128, {}),

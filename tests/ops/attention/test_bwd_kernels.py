@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ptxdsl.ops.attention import backward_kernels
-from ptxdsl.ops.attention.bwd_config import BWD_HEAD_DIMS, choose_bwd
+from ptxdsl.ops.attention.bwd_config import BWD_HEAD_DIMS, BwdConfig, choose_bwd
 from ptxdsl.ops.attention.config import Mask
 
 
@@ -24,6 +24,22 @@ def test_main_kernel_emits_the_fa3_structure():
     assert "wgmma.mma_async.sync.aligned.m64n128k16" in text          # dV, dK (RS)
     assert "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group" in text
     assert "red.global.add.f32" not in text                           # the plan: TMA
+    # the plan's step ordering: Sᵀ and dPᵀ in two groups, Pᵀ computed while dPᵀ runs
+    assert "wgmma.wait_group.sync.aligned 1;" in text
+    assert "cp.reduce.async.bulk.tensor" in backward_kernels(64)[1].ptx()
+
+
+def test_step_orderings_are_checked():
+    with pytest.raises(ValueError, match="overlap is 0, 1 or 2"):
+        BwdConfig(overlap=3)
+    with pytest.raises(ValueError, match="needs dq_tma"):
+        BwdConfig(dq_swizzle=True)
+    with pytest.raises(ValueError, match="needs overlap and dq_tma"):
+        BwdConfig(dq_tma=True, dq_first=True)
+    with pytest.raises(ValueError, match="dq_split stages dQ"):
+        BwdConfig(dq_split=True)
+    cfg = choose_bwd(128, "bf16", Mask(), softcap=True)               # the softcap row
+    assert cfg.overlap == 0 and cfg.dq_swizzle
 
 
 @pytest.mark.ptxas

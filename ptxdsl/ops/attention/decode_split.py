@@ -32,6 +32,7 @@ from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Mask
+from .steps import mma_pv, mma_qk, release as release_stage
 from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
 
@@ -185,32 +186,14 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
 
             def s_gemm():
                 wait(labels, kfull + ring.slot * 8, ring.phase)
-                k_desc = ptx.wgmma.descriptor(base + o_k + ring.slot * kv_bytes,
-                                              leading=16, stride=1024, swizzle=128)
-                ptx.inst("wgmma.fence.sync.aligned")
-                for ks in range(d // 16):
-                    pnl, kin = divmod(ks, 4)
-                    qo = (pnl * ROWS * ROW + kin * 32) >> 4
-                    ko = (pnl * BN * ROW + kin * 32) >> 4
-                    ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
-                             k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
-                ptx.inst("wgmma.commit_group.sync.aligned")
+                mma_qk(s_mma, s_acc, q_desc, base + o_k + ring.slot * kv_bytes, d, ROWS, BN)
 
             def pv_gemm():
                 wait(labels, vfull + vslot * 8, vphase)
-                v_desc = ptx.wgmma.descriptor(base + o_v + vslot * kv_bytes,
-                                              leading=BN * ROW, stride=1024, swizzle=128)
-                ptx.inst("wgmma.fence.sync.aligned")
-                for ks in range(BN // 16):
-                    vo = (ks * 16 * ROW) >> 4
-                    ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc,
-                             1, 1, 1, 1)
-                ptx.inst("wgmma.commit_group.sync.aligned")
+                mma_pv(o_mma, o_acc, p_regs, base + o_v + vslot * kv_bytes, BN)
 
             def release(bars, slot):
-                with ptx.if_(lane == 0):
-                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                             ptx.addr(bars + slot * 8))
+                release_stage(lane, bars, slot)
 
             def scores(j):
                 """S of block j -> P in place (active warps only); sets the rows' alpha."""

@@ -45,6 +45,7 @@ from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
 from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
+from .steps import mma_pv, mma_qk, release as release_stage
 from .tiles import PANEL, ROW, Dense, Packed, Varlen, s32_of as _s32
 
 
@@ -231,35 +232,17 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     def s_gemm():
                         """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
                         wait(labels, kfull + ring.slot * 8, ring.phase)
-                        k_desc = ptx.wgmma.descriptor(base + L.k + ring.slot * L.kv_bytes,
-                                                      leading=16, stride=1024, swizzle=128)
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        for ks in range(d // 16):
-                            pnl, kin = divmod(ks, 4)
-                            qo = (pnl * BM * ROW + kin * 32) >> 4
-                            ko = (pnl * BN * ROW + kin * 32) >> 4
-                            ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
-                                     k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
-                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        mma_qk(s_mma, s_acc, q_desc, base + L.k + ring.slot * L.kv_bytes, d,
+                               BM, BN)
 
                     def pv_gemm():
-                        """Wait for V in stage ``vslot``; O += P·V, block_n/16 wgmmas with A (P)
-                        from registers, one group."""
+                        """Wait for V in stage ``vslot``; O += P·V with P from registers."""
                         wait(labels, vfull + vslot * 8, vphase)
-                        v_desc = ptx.wgmma.descriptor(base + L.v + vslot * L.kv_bytes,
-                                                      leading=BN * ROW, stride=1024, swizzle=128)
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        for ks in range(BN // 16):
-                            vo = (ks * 16 * ROW) >> 4
-                            ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc,
-                                     1, 1, 1, 1)
-                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN)
 
                     def release(bars, slot):
                         """One arrival per consumer warpgroup on the stage's empty barrier."""
-                        with ptx.if_(lane == 0):
-                            ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                                     ptx.addr(bars + slot * 8))
+                        release_stage(lane, bars, slot)
 
                     def scores(j):
                         """S of block j (its wgmma retired) -> P in place; returns the rows'

@@ -1,0 +1,42 @@
+"""The wgmma steps the forward kernels share (:mod:`.fwd`, :mod:`.decode_split`): S = Q·Kᵀ
+from shared memory, O += P·V with P from registers, and a consumer's release of a ring
+stage. Each is the instructions of one step, after the caller's wait for the stage."""
+from __future__ import annotations
+
+from ...dsl import ptx
+from .tiles import ROW
+
+
+def mma_qk(s_mma: str, s_acc, q_desc, k_at, head_dim: int, q_rows: int, block_n: int):
+    """S = Q·Kᵀ over ``head_dim`` in k16 steps (``q_rows`` rows of Q from ``q_desc``,
+    ``block_n`` keys at ``k_at``, both in 64-column swizzled panels), one commit group."""
+    k_desc = ptx.wgmma.descriptor(k_at, leading=16, stride=1024, swizzle=128)
+    ptx.inst("wgmma.fence.sync.aligned")
+    for ks in range(head_dim // 16):
+        pnl, kin = divmod(ks, 4)
+        qo = (pnl * q_rows * ROW + kin * 32) >> 4
+        ko = (pnl * block_n * ROW + kin * 32) >> 4
+        ptx.inst(s_mma, list(s_acc), q_desc + qo if qo else q_desc,
+                 k_desc + ko if ko else k_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
+    ptx.inst("wgmma.commit_group.sync.aligned")
+
+
+def mma_pv(o_mma: str, o_acc, p_regs, v_at, block_n: int):
+    """O += P·V: ``block_n / 16`` wgmmas with A (P) from registers, V's ``block_n`` rows at
+    ``v_at`` (MN-major), one commit group."""
+    v_desc = ptx.wgmma.descriptor(v_at, leading=block_n * ROW, stride=1024, swizzle=128)
+    ptx.inst("wgmma.fence.sync.aligned")
+    for ks in range(block_n // 16):
+        vo = (ks * 16 * ROW) >> 4
+        ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc, 1, 1, 1, 1)
+    ptx.inst("wgmma.commit_group.sync.aligned")
+
+
+def release(lane, bars, slot) -> None:
+    """One arrival (lane 0 of the warp) on stage ``slot``'s empty barrier of the array of
+    8-byte mbarriers at ``bars``."""
+    with ptx.if_(lane == 0):
+        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(bars + slot * 8))
+
+
+__all__ = ["mma_qk", "mma_pv", "release"]

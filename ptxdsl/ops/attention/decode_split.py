@@ -32,8 +32,8 @@ from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Mask
-from .steps import mma_pv, mma_qk, release as release_stage
-from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
+from .steps import mask_keys, mma_pv, mma_qk, release as release_stage
+from .softmax import (LN2, LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
 
 ROWS = 64            # rows of the packed query tile: one wgmma m64
@@ -253,15 +253,7 @@ def _mask(s_acc, j, BN, qrows, fcol, off, sk, mask: Mask, first_q, last_q) -> No
     if mask.left >= 0:
         need = need | (key0 < last_q + off - mask.left)
     with ptx.if_(need):
-        base = key0 + _s32(fcol)
-        hi, lo = [], []
-        for r in range(2):
-            h = sk - base
-            if mask.right >= 0:
-                h = ptx.min(h, qrows[r] + off + (mask.right + 1) - base)
-            hi.append(h)
-            lo.append(qrows[r] + off - mask.left - base if mask.left >= 0 else None)
-        mask_block(list(s_acc), hi, lo)
+        mask_keys(s_acc, key0, fcol, qrows, off, sk, mask)
 
 
 def _epilogue(o_acc, m, l, trows, used, fcol, lw, po, pl, row0, sq, group, d) -> None:

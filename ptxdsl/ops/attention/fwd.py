@@ -43,9 +43,9 @@ from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
-from .softmax import (LN2, LOG2E, NEG_INF, mask_block, online_softmax, p_registers, pack_p,
+from .softmax import (LN2, LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
-from .steps import mma_pv, mma_qk, release as release_stage
+from .steps import mask_keys, mma_pv, mma_qk, release as release_stage
 from .tiles import PANEL, ROW, Dense, Packed, Varlen, s32_of as _s32
 
 
@@ -367,15 +367,7 @@ def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sch
         last = first + 63 if sched.group == 1 else sched.pos(first_p + 63)
         need = need | (key0 < last + off - mask.left)
     with ptx.if_(need):
-        base = key0 + _s32(fcol)                 # the key of this thread's column 0
-        hi, lo = [], []
-        for r in range(2):
-            h = sk - base
-            if mask.right >= 0:
-                h = ptx.min(h, rows[r] + off + (mask.right + 1) - base)
-            hi.append(h)
-            lo.append(rows[r] + off - mask.left - base if mask.left >= 0 else None)
-        mask_block(list(s_acc), hi, lo)
+        mask_keys(s_acc, key0, fcol, rows, off, sk, mask)
 
 
 def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc) -> None:

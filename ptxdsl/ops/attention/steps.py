@@ -4,7 +4,8 @@ stage. Each is the instructions of one step, after the caller's wait for the sta
 from __future__ import annotations
 
 from ...dsl import ptx
-from .tiles import ROW
+from .softmax import mask_block
+from .tiles import ROW, s32_of
 
 
 def mma_qk(s_mma: str, s_acc, q_desc, k_at, head_dim: int, q_rows: int, block_n: int):
@@ -39,4 +40,19 @@ def release(lane, bars, slot) -> None:
         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(bars + slot * 8))
 
 
-__all__ = ["mma_qk", "mma_pv", "release"]
+def mask_keys(s_acc, key0, fcol: int, rows, off, sk, mask) -> None:
+    """Mask this thread's scores of a boundary block whose first key is ``key0``: keys
+    past ``sk`` and, for query row ``rows[r] + off`` (bottom-right aligned), those outside
+    ``mask``'s window (``mask.right`` / ``mask.left``, -1 unbounded)."""
+    base = key0 + s32_of(fcol)                   # the key of this thread's column 0
+    hi, lo = [], []
+    for r in range(2):
+        h = sk - base
+        if mask.right >= 0:
+            h = ptx.min(h, rows[r] + off + (mask.right + 1) - base)
+        hi.append(h)
+        lo.append(rows[r] + off - mask.left - base if mask.left >= 0 else None)
+    mask_block(list(s_acc), hi, lo)
+
+
+__all__ = ["mma_qk", "mma_pv", "release", "mask_keys"]

@@ -20,7 +20,8 @@ HOPPER = os.path.join(ROOT, "examples", "hopper")
 # The gallery. rms_norm*.py come with the RMSNorm work, gemm*.py with the GEMMs; the rest are
 # the docs' gallery.
 EXAMPLES = ["vector_add.py", "softmax.py", "swiglu.py", "layer_norm.py", "rms_norm.py",
-            "rms_norm_backward.py", "rms_norm_quant.py", "gemm_mma.py", "gemm.py"]
+            "rms_norm_backward.py", "rms_norm_quant.py", "gemm_mma.py", "gemm.py",
+            "flash_attention.py"]
 
 
 def _have_ptxas() -> bool:
@@ -118,7 +119,7 @@ def test_layer_norm_interpreted(on_interpreter, B, N):
 
 
 @pytest.mark.parametrize("name", ["vector_add.py", "softmax.py", "swiglu.py", "layer_norm.py",
-                                  "gemm.py", "rms_norm_quant.py"])
+                                  "gemm.py", "rms_norm_quant.py", "flash_attention.py"])
 def test_example_main_runs_on_the_interpreter(on_interpreter, name, capsys):
     """What `python examples/hopper/X.py` does on a machine without a GPU."""
     _module(name).main()

@@ -222,7 +222,7 @@ def _record(given, out, lse, launches, key, return_lse) -> None:
     outs.append(lse)
     for _, args in launches:
         for a in args:
-            if a.data_ptr() not in slots and all(a is not o for o in outs):
+            if a.data_ptr() not in slots and all(a.data_ptr() != o.data_ptr() for o in outs):
                 outs.append(a)                    # the decode pass's partials
     allocated = {}
     for j, o in enumerate(outs):

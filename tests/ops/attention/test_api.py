@@ -138,3 +138,44 @@ def test_ptxas_keeps_everything_in_registers(d, dtype, mask, layout):
             pytest.skip(str(e))
         raise
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0
+
+
+class _Ptr:
+    """A stand-in tensor: only its address matters to the recording."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def test_first_call_recording_maps_views_and_partials_by_address(monkeypatch):
+    """What a repeat call replays: a reshaped view (packed GQA's q and LSE) is the tensor it
+    views, the decode pass's partials are outputs allocated anew, and a call whose outputs
+    share an address (empty tensors) is not recorded."""
+    from ptxdsl.ops.attention import api
+    seen = []
+
+    class Memo:                                       # what _record hands its recording to
+        def record(self, key, rec):
+            seen.append(rec)
+    monkeypatch.setattr(api, "FORWARD", Memo())
+    q, k, v, out, lse = (_Ptr(p) for p in (100, 200, 300, 400, 500))
+    q_view, lse_view = _Ptr(100), _Ptr(500)
+    api._record((q, k, v, None), out, lse, [("fwd", (q_view, k, v, out, lse_view))], "key",
+                True)
+    (rec,) = seen
+    assert rec.outputs == (out, lse) and rec.result == ("o0", "o1")
+    assert rec.launches[0].order == ("t0", "t1", "t2", "o0", "o1")
+    opart, lpart = _Ptr(600), _Ptr(700)
+    api._record((q, k, v, out), out, lse, [("split", (q, k, v, opart, lpart)),
+                                          ("combine", (opart, lpart, out, lse))], "key", False)
+    rec = seen[-1]
+    assert rec.outputs == (lse, opart, lpart) and rec.result == "t3"
+    assert [la.order for la in rec.launches] == [("t0", "t1", "t2", "o1", "o2"),
+                                                 ("o1", "o2", "t3", "o0")]
+    empty_out, empty_lse = _Ptr(0), _Ptr(0)
+    api._record((q, k, v, None), empty_out, empty_lse, [("fwd", (q, k, v, empty_out,
+                                                                 empty_lse))], "key", True)
+    assert len(seen) == 2

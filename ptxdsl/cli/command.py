@@ -36,7 +36,9 @@ from ..core.version import __version__
 from ..kernel import Kernel
 from . import doctor as doctor_mod
 from . import ptxfile
+from . import cachecmd
 from .benchenv import cuda_torch_missing
+from .table import format_table
 
 __all__ = ["main", "load_kernels", "select_kernels", "format_table", "CliError",
            "KernelEntry"]
@@ -233,22 +235,6 @@ def select_kernels(target: str) -> list[KernelEntry]:
                    f"{', '.join(e.name for e in entries)}")
 
 
-# ------------------------------------------------------------------ tables
-def format_table(headers: Sequence[str], rows: Sequence[Sequence], right: Sequence[bool] | None = None) -> str:
-    """Plain-text table with aligned columns (numbers right-aligned by default)."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    if right is None:
-        right = [bool(rows) and all(isinstance(r[i], (int, float)) for r in rows if r[i] is not None)
-                 for i in range(len(headers))]
-    def line(r):
-        return "  ".join(c.rjust(w) if rt else c.ljust(w)
-                         for c, w, rt in zip(r, widths, right)).rstrip()
-    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in cells[1:]]
-    return "\n".join(out)
-
-
 # ------------------------------------------------------------------ subcommands
 def _cmd_list(args) -> int:
     entries = select_kernels(args.file)
@@ -416,55 +402,6 @@ def _cmd_bench(args) -> int:
         return 130
 
 
-def _dir_stats(path: str) -> tuple[int, int]:
-    files = size = 0
-    for root, _dirs, names in os.walk(path):
-        for n in names:
-            try:
-                size += os.path.getsize(os.path.join(root, n))
-                files += 1
-            except OSError:
-                pass
-    return files, size
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
-def _cmd_cache(args) -> int:
-    from ..runtime.cache import cache_dir, clear, disk_cache_enabled
-    path = cache_dir()
-    if args.action == "info":
-        exists = os.path.isdir(path)
-        files, size = _dir_stats(path) if exists else (0, 0)
-        source = ("PTXDSL_CACHE_DIR" if os.environ.get("PTXDSL_CACHE_DIR") else "default")
-        print(format_table(["", ""], [["cache dir", path], ["set by", source],
-                                      ["enabled", "yes" if disk_cache_enabled()
-                                       else "no (PTXDSL_CACHE=0)"],
-                                      ["exists", "yes" if exists else "no"],
-                                      ["files", files], ["size", _human(size)]],
-                           right=[False, False]).split("\n", 2)[2])
-        return 0
-    # clear: the runtime's clear deletes only the files it wrote
-    failed: list = []
-    files: list = []
-    kernels = clear(failed=failed, files=files)
-    print(f"removed {kernels} cached kernel(s) ({len(files)} file(s)) from {path}")
-    if failed:
-        for p, why in failed[:10]:
-            print(f"ptxdsl: error: could not remove {p}: {why}", file=sys.stderr)
-        more = f" ({len(failed) - 10} more not listed)" if len(failed) > 10 else ""
-        print(f"ptxdsl: error: {len(failed)} file(s) could not be removed{more}; check the "
-              f"folder's permissions", file=sys.stderr)
-        return EXIT_FAIL
-    return 0
-
-
 def _cmd_doctor(args) -> int:
     """Exit 0 when kernels can at least be assembled here (a ptxas) or run (a GPU)."""
     report = doctor_mod.doctor()
@@ -571,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("cache", help="show or clear the compiled-kernel cache",
                         description="info: where the cubin cache is and how big; clear: empty it.")
     sp.add_argument("action", choices=("info", "clear"))
-    sp.set_defaults(func=_cmd_cache)
+    sp.set_defaults(func=lambda a: 0 if cachecmd.run(a) else EXIT_FAIL)
 
     ptxfile.register(sub)  # translate, interpret (FILE.ptx)
 

@@ -11,16 +11,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import math
 import re
 from typing import Iterator, Sequence
-
-import numpy as np
 
 from . import ir
 from .walks import collect_mentioned, collect_used, resolve_deferred
 from .arch import arch_ptx_floor, parse_arch
 from .errors import IsaError, OperandTypeError, SourceLoc, TraceError, tracing, user_location
+from .operand_text import describe, float_immediate, slot_name as _slot_name
 from ..isa import Match, check_arch, resolve
 from ..isa.spec import SPACES_32BIT_OK
 from .types import (
@@ -172,7 +170,7 @@ class Builder:
         if isinstance(guard, ir.Reg) and guard.dtype.is_pred:
             self.own(guard)
             return guard, False
-        raise OperandTypeError(f"pred= must be a predicate register, got {_describe(guard)}")
+        raise OperandTypeError(f"pred= must be a predicate register, got {describe(guard)}")
 
     def own(self, reg: ir.Reg) -> ir.Reg:
         if reg.owner is not self:
@@ -276,7 +274,7 @@ class Builder:
         if role == "i":
             if isinstance(arg, bool) or not isinstance(arg, int):
                 raise OperandTypeError(f"{where} must be a Python int constant, got "
-                                       f"{_describe(arg)}")
+                                       f"{describe(arg)}")
             return self._imm_or_other(arg, want, where, m)
         if role == "a":
             return self._addr(arg, where, m.address_space(slot), m)
@@ -286,7 +284,7 @@ class Builder:
             if isinstance(arg, str):
                 return ir.LabelRef(arg)
             raise OperandTypeError(f"{where} must be a label (ptx.label(...)), "
-                                   f"got {_describe(arg)}")
+                                   f"got {describe(arg)}")
         raise IsaError(f"{where}: unsupported operand role {role!r}")  # pragma: no cover
 
     def _choice(self, m, slot, arg, where, want):
@@ -307,7 +305,7 @@ class Builder:
         if hasattr(arg, "__ptx_addr__"):
             arg = arg.__ptx_addr__()
         if not isinstance(arg, ir.Addr) or len(arg.coords) != n:
-            got = len(arg.coords) if isinstance(arg, ir.Addr) else _describe(arg)
+            got = len(arg.coords) if isinstance(arg, ir.Addr) else describe(arg)
             raise IsaError(f"{where}: {m.text} takes a tensor map and {n} coordinates, "
                            f"written ptx.addr(tmap, coords=[...{n} values]); got {got}")
         base = arg.base
@@ -328,7 +326,7 @@ class Builder:
                 self.own(x)
             elif not (isinstance(x, ir.Symbol) and x.space == "param"):
                 raise OperandTypeError(f"{where}: a call's lists hold registers and .param "
-                                       f"variables, got {_describe(x)}")
+                                       f"variables, got {describe(x)}")
         return ir.Vec(tuple(items))
 
     def _coerce_vec(self, m, slot, arg, where, want):
@@ -339,7 +337,7 @@ class Builder:
             arg = [arg]
         if not isinstance(arg, (list, tuple)):
             raise IsaError(f"{where}: {m.text} needs a list of {m.count(slot)} registers, "
-                           f"got {_describe(arg)}")
+                           f"got {describe(arg)}")
         n = m.count(slot) if m.vector > 1 or slot.list_key else len(arg)
         if len(arg) != n:
             what = (f"takes {n} .{want.name} registers here" if slot.list_key
@@ -384,7 +382,7 @@ class Builder:
             return arg
         if not isinstance(arg, ir.Reg):
             kind = "a destination register" if dest else "a register"
-            raise OperandTypeError(f"{where} must be {kind}, got {_describe(arg)}")
+            raise OperandTypeError(f"{where} must be {kind}, got {describe(arg)}")
         self.own(arg)
         if want is None:
             return arg
@@ -465,7 +463,7 @@ class Builder:
                 raise OperandTypeError(f"{where}: {arg} does not fit in .{want.name} "
                                        f"({lo}..{hi})")
             return ir.Imm(int(arg), want)
-        raise OperandTypeError(f"{where} must be a register or a number, got {_describe(arg)}")
+        raise OperandTypeError(f"{where} must be a register or a number, got {describe(arg)}")
 
     def _addr(self, arg, where, space: str | None = None, m: Match | None = None):
         """An address operand of an instruction whose state space is ``space``
@@ -480,7 +478,7 @@ class Builder:
             return self._addr(arg.__ptx_addr__(), where, space, m)
         else:
             raise OperandTypeError(f"{where} must be an address (ptx.addr(ptr[, offset])), "
-                                   f"got {_describe(arg)}")
+                                   f"got {describe(arg)}")
         if isinstance(base, ir.Reg):
             self.own(base)
             if not (base.dtype.is_int and base.dtype.bits in (32, 64)):
@@ -568,49 +566,5 @@ def _optional_needs(m: Match, operands) -> Match:
     return m
 
 
-_F32_MAX = 3.4028234663852886e38
-
-
-def float_immediate(value, want: PtxType, where: str) -> float:
-    """A Python number as a .f32/.f64 immediate; a finite value the type cannot hold
-    (``1e39`` as .f32, ``10**400``) is an error, not an infinity."""
-    try:
-        v = float(value)
-    except OverflowError:
-        raise OperandTypeError(f"{where}: {value!r} is too large for .{want.name}") from None
-    if want.name == "f32" and math.isfinite(v):
-        with np.errstate(over="ignore"):
-            if not np.isfinite(np.float32(v)):
-                raise OperandTypeError(
-                    f"{where}: {value!r} is out of the .f32 range (largest finite value "
-                    f"{_F32_MAX:.9g}); use float('inf') for an infinity, or an .f64 "
-                    f"register")
-    return v
-
-
 def _bits_type(bits: int) -> PtxType:
     return ALL_TYPES[f"b{bits}"]
-
-
-def _slot_name(slot, m: Match) -> str:
-    names = {"d": "dest", "p": "pred dest", "V": "dest", "X": "value", "s": "src",
-             "r": "src reg", "i": "constant", "a": "[address]", "l": "label", "q": "predicate"}
-    t = m.resolve_type(slot.ty)
-    base = names.get(slot.role, slot.role) + (f" .{t.name}" if t is not None else "")
-    if slot.list_key:
-        base = f"{names.get(slot.role, slot.role)} {{{m.count(slot)} x .{t.name}}}"
-    return base + ("?" if slot.optional else "")
-
-
-def describe(x) -> str:
-    """An operand as an error message names it; a function that should have been called
-    (``ptx.special.tid.x`` without ``()``) says so."""
-    if isinstance(x, ir.Reg):
-        return f"register %{x.name} (.{x.dtype.name})"
-    if callable(x) and not isinstance(x, type):
-        name = getattr(x, "ptx_name", None) or getattr(x, "__qualname__", type(x).__name__)
-        return f"the function {name}, not called: call it, {name}()"
-    return f"{type(x).__name__} {x!r}"
-
-
-_describe = describe

@@ -29,7 +29,8 @@ from ..core import ir
 from ..core.errors import (
     OperandTypeError, PtxdslError, TraceError, TraceIndexError, TraceTypeError, user_location)
 from ..isa import resolve as resolve_chain
-from ..core.trace import active_builder, current, describe
+from ..core.operand_text import describe
+from ..core.trace import active_builder, current
 from ..core.types import (
     ALL_TYPES, PREFIX_TYPE, REG_PREFIX, PtxType, bf16, e4m3, e5m2, f16, float_bits, move_type,
     pred)

@@ -11,6 +11,10 @@ not run are kept. ``--budget`` seconds: candidates not reached by then are skipp
 
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--write-plans]
+        [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
+
+``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
+as strings).
 """
 from __future__ import annotations
 
@@ -62,7 +66,9 @@ def main() -> None:
     out["heads"], out["seqs"] = heads, seqs
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kernels = {}
-    for d, cands in ((d, CANDIDATES[d]) for d in heads):
+    cands_of = {**CANDIDATES, **{int(d): c for d, c in
+                                 json.loads(_arg("--candidates", "{}")).items()}}
+    for d, cands in ((d, cands_of[d]) for d in heads):
         for s in seqs:
             b, h = 16384 // s, 2048 // d if d != 96 else 16
             torch.manual_seed(0)

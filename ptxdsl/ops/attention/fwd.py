@@ -45,7 +45,7 @@ from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
 from .softmax import (LN2, LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
-from .steps import mask_keys, mma_pv, mma_qk, release as release_stage
+from .steps import mask_keys, mma_pv, mma_qk, release as release_stage, snake
 from .tiles import PANEL, ROW, Dense, Packed, Varlen, s32_of as _s32
 
 
@@ -155,6 +155,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
         def tile(t):
             """Tile ``t`` (:mod:`.tiles`) and its K/V blocks ``n_lo .. n_hi``."""
+            if c.persistent and sched.causal_order:   # longest-first: balance the CTAs
+                t = snake(t, cta, ncta, tiles)
             w = sched.locate(t)
             m0, sq, sk = w.m0, w.sq, w.sk
             # Keys are aligned bottom-right (off = SK - SQ).

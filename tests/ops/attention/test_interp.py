@@ -73,18 +73,21 @@ def test_wider_sweep_matches_float64(b, sq, sk, h, hk, d, kw):
     _check(*_inputs(b, sq, sk, h, hk, d, ml_dtypes.bfloat16, b + sq + sk + d), **kw)
 
 
-@pytest.mark.parametrize("causal,pingpong", [(True, True), (False, False)])
-def test_persistent_grid_loops_over_tiles(causal, pingpong):
+@pytest.mark.parametrize("causal,pingpong,heads", [(True, True, 2), (False, False, 2),
+                                                   (True, False, 1)])
+def test_persistent_grid_loops_over_tiles(causal, pingpong, heads):
     """Config.persistent on a grid of 2 CTAs: each takes several tiles (Q reloaded once the
     consumers release it, the K/V ring running on across tiles), some with no key at all;
-    with ping-pong the consumers' named barriers stay matched across tiles."""
+    with ping-pong the consumers' named barriers stay matched across tiles. Causal tiles
+    go round the CTAs in a snake (odd rounds reversed); one head gives 3 tiles, so the
+    reversed second round has one tile, which CTA 0 takes."""
     from ptxdsl.core.types import f16
     from ptxdsl.ops.attention.config import Config, Mask
     from ptxdsl.ops.attention.fwd import build_forward
-    q, k, v = _inputs(1, 300, 100, 2, 1, 64, np.float16, 5)
+    q, k, v = _inputs(1, 300, 100, heads, 1, 64, np.float16, 5)
     kern = build_forward(Config(block_n=64, stages=2, pingpong=pingpong, persistent=True),
                          f16, 64, Mask(-1, 0) if causal else Mask(), scale=0.125, sms=2)
-    assert kern.grid_for({"B": 1, "SQ": 300, "H": 2}) == (2, 1, 1)
+    assert kern.grid_for({"B": 1, "SQ": 300, "H": heads}) == (2, 1, 1)
     out, lse = kern.interpret(q, k, v)
     ref, rlse = attention_reference(q, k, v, causal=causal, softmax_scale=0.125)
     assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()

@@ -11,7 +11,8 @@ random normal inputs. Every
 contender's output is validated against SDPA's math backend in float32 (max error over the
 largest value ≤ 2e-2) before it is timed, and ptxdsl's LSE against a float32 log-sum-exp on
 the first shape of each head dim. Timing: after a warm-up, ``--rounds`` rounds in which every
-contender in turn runs ``--iters`` calls between two CUDA events; the median per call is
+contender in turn (the order rotated each round) runs ``--iters`` untimed calls, then
+``--iters`` calls between two CUDA events (:mod:`bench.timing`); the median per call is
 reported. TFLOP/s counts ``4 B H Sq Sk D`` (half of it under a causal mask). Host µs per
 call: a tiny shape's calls queued back to back (median of 5 blocks), ptxdsl against SDPA's
 default. JSON goes to ``$OUT/attention.json`` (or ``--json``); the table is printed last.
@@ -26,10 +27,10 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench.timing import time_interleaved  # noqa: E402
 
 
 def shapes(quick: bool, only=None):
@@ -178,18 +179,8 @@ def check_lse(torch, ops, q, k, v, causal):
 
 
 def time_all(torch, fns, args, rounds, iters):
-    """Median milliseconds per call of each function, rounds interleaved."""
-    times = {n: [] for n in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn(*args)
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end) / iters)
-    return {n: statistics.median(t) for n, t in times.items()}
+    """Median milliseconds per call of each function (:mod:`bench.timing`)."""
+    return time_interleaved(torch, fns, rounds, iters, args)
 
 
 def validate(torch, fns, call_args, ref, row):

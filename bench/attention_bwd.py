@@ -6,7 +6,8 @@ imports.
 Shapes: the FA3 paper's grid (B·S = 16k tokens, H·D = 2048; S 1k/4k/16k, D 64/128, causal
 and not); bf16, random normal inputs. Each contender's dq, dk, dv are validated against
 cuDNN's (max error over the largest value ≤ 3e-2) before timing. Timing: after a warm-up,
-``--rounds`` rounds in which every contender in turn runs ``--iters`` backward calls between
+``--rounds`` rounds in which every contender in turn (the order rotated each round) runs
+``--iters`` untimed calls, then ``--iters`` backward calls between
 two CUDA events (the peers: ``torch.autograd.grad`` of a recorded forward); the median per
 call is reported. TFLOP/s counts 2.5 x the forward's ``4 B H S² D`` (half of it causal).
 JSON goes to ``$OUT/attention_bwd.json`` (or ``--json``); the table is printed last.
@@ -19,10 +20,10 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench.timing import time_interleaved  # noqa: E402
 
 
 def shapes(quick: bool):
@@ -66,20 +67,8 @@ def contenders(torch, q, k, v, do, causal):
 
 
 def time_all(torch, fns, rounds, iters):
-    for f in fns.values():
-        f()
-    torch.cuda.synchronize()
-    times = {n: [] for n in fns}
-    for _ in range(rounds):
-        for n, f in fns.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(iters):
-                f()
-            b.record()
-            torch.cuda.synchronize()
-            times[n].append(a.elapsed_time(b) / iters)
-    return {n: statistics.median(t) for n, t in times.items()}
+    """Median milliseconds per call of each function (no arguments; :mod:`bench.timing`)."""
+    return time_interleaved(torch, fns, rounds, iters)
 
 
 def main() -> None:

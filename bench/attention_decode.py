@@ -7,7 +7,8 @@ Shapes (issue 51): Sq = 1 and 16, Sk 4k-128k, B 1 and 8, H = 32, Hkv = 8, D = 12
 bf16, random normal inputs, no mask. Every contender's output is checked against SDPA's
 math backend in float32 on the first batch (max error over the largest value <= 2e-2)
 before it is timed. Timing: after a warm-up, ``--rounds`` rounds in which every contender
-in turn runs ``--iters`` calls between two CUDA events; the median per call.
+in turn (the order rotated each round) runs ``--iters`` untimed calls, then ``--iters``
+calls between two CUDA events (:mod:`bench.timing`); the median per call.
 
 Reported per contender: microseconds per call replayed from a CUDA graph (the device's
 time; the eager call's time, host included, beside it in the JSON), GB/s of the K/V bytes read (``2 B Sk Hkv D`` x 2
@@ -26,10 +27,10 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench.timing import time_interleaved  # noqa: E402
 
 H, HKV = 32, 8
 PEAK_MIN_BYTES = 128 << 20     # copies this large are past the L2 (see add_peak)
@@ -86,18 +87,8 @@ def reference(torch, q, k, v):
 
 
 def time_all(torch, fns, rounds, iters):
-    """Median milliseconds per call of each function (no arguments), rounds interleaved."""
-    times = {n: [] for n in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end) / iters)
-    return {n: statistics.median(t) for n, t in times.items()}
+    """Median milliseconds per call of each function (no arguments; :mod:`bench.timing`)."""
+    return time_interleaved(torch, fns, rounds, iters)
 
 
 def graphed(torch, fn, iters):

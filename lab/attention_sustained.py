@@ -1,0 +1,82 @@
+"""Sustained forward loops of ptxdsl's attention and FlashAttention-4 (when importable) at
+one FA3-paper shape, with the SM clock, power and temperature that ``nvidia-smi`` samples
+during each loop: whether a kernel's time under load differs from its time in one launch
+because the card's clocks drop (power or temperature) while it runs.
+
+    PYTHONPATH=. python lab/attention_sustained.py [--d 128] [--s 16384] [--causal]
+        [--seconds 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def _loop(torch, fn, seconds):
+    """Calls of ``fn`` for ``seconds`` with nvidia-smi sampling; (ms per call, samples)."""
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                            "--format=csv,noheader,nounits", "-lms", "100"],
+                           stdout=subprocess.PIPE, text=True)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    n, t0 = 0, time.time()
+    e0.record()
+    while time.time() - t0 < seconds:
+        for _ in range(10):
+            fn()
+        n += 10
+        torch.cuda.synchronize()
+    e1.record()
+    e1.synchronize()
+    smi.terminate()
+    rows = [[float(x) for x in line.split(",")] for line in smi.stdout.read().splitlines()
+            if line.strip() and "N/A" not in line]
+    keep = rows[len(rows) // 4:]              # past the ramp
+    return e0.elapsed_time(e1) / n, [statistics.mean(c) for c in zip(*keep)] if keep else []
+
+
+def main() -> None:
+    import torch
+    import ptxdsl.ops as ops
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--s", type=int, default=16384)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--seconds", type=float, default=2.0)
+    a = ap.parse_args()
+    b, h = 16384 // a.s, 2048 // a.d
+    q, k, v = (torch.randn(b, a.s, h, a.d, device="cuda", dtype=torch.bfloat16)
+               for _ in range(3))
+    fns = {"ptxdsl": lambda: ops.attention(q, k, v, causal=a.causal)}
+    try:
+        from flash_attn.cute import flash_attn_func
+        fns["fa4"] = lambda: flash_attn_func(q, k, v, causal=a.causal)
+    except ImportError as e:
+        print(f"fa4 sits out: {e}")
+    flops = 4 * b * h * a.s * a.s * a.d / (2 if a.causal else 1)
+    out = {"device": torch.cuda.get_device_name(), "d": a.d, "s": a.s, "causal": a.causal,
+           "rows": []}
+    for name, fn in fns.items():
+        fn(); torch.cuda.synchronize()
+        time.sleep(3)                           # idle: the card cools between contenders
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record(); fn(); e1.record(); e1.synchronize()
+        one = e0.elapsed_time(e1)
+        ms, (clk, watts, temp) = _loop(torch, fn, a.seconds)
+        row = {"name": name, "one_launch_ms": one, "sustained_ms": ms,
+               "sustained_tflops": flops / ms / 1e9, "sm_mhz": clk, "watts": watts,
+               "temp_c": temp}
+        out["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    with open(os.path.join(os.environ.get("OUT", "."), "attention_sustained.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,7 @@ new ones).
   count into ``order`` (``(sequence, first packed row)`` pairs, empty ones last), and tile
   ``t`` is entry ``rank // heads``, head ``rank % heads``, so the longest tiles go first.
   ``rank`` snakes over the rounds of a persistent grid (round ``r = t / nctaid`` takes its
-  ``nctaid`` ranks forwards when even, backwards when odd), so that the CTA given the
+  ranks forwards when even, backwards when odd), so that the CTA given the
   longest tile of a round gets the shortest of the next. A grid of one CTA per tile is
   one round: the hardware hands the tiles out in rank order as SMs free up.
 
@@ -123,15 +123,18 @@ class Varlen(Dense):
             self.nvb = ptx.dim("NV")
         else:
             self.nvb = self.nseq + self.tq_rows * self.group // self.bm
-        return self.nvb * self.heads
+        self.total = self.nvb * self.heads
+        return self.total
 
     def locate(self, t) -> Work:
         if self.ordered:
+            # odd rounds run backwards over their ranks (the last round's may be fewer)
             rnd, c = t // self.ncta, t % self.ncta
-            rank = reg.scalar(u32)                   # odd rounds run backwards
+            rank = reg.scalar(u32)
             ptx.inst.mov.u32(rank, t)
             with ptx.if_((rnd & 1) == 1):
-                ptx.inst.mov.u32(rank, t + (self.ncta - 1) - 2 * c)
+                end = ptx.min(t - c + self.ncta, self.total)
+                ptx.inst.sub.u32(rank, end - 1, c)
             e, head = rank // self.heads, rank % self.heads
             seq, m0 = reg.scalar(u32), reg.scalar(u32)
             ptx.inst("ld.global.nc.v2.u32", [seq, m0], ptx.addr(self.pord + e * 8))

@@ -1,8 +1,9 @@
 """``ptxdsl.ops.attention_varlen``: packed sequences of different lengths, flash_attn's
-``flash_attn_varlen_func`` layout, in one launch of the forward kernel.
+``flash_attn_varlen_func`` layout, in one launch of the forward kernel (after an order
+pass of one CTA).
 
-The kernel reads ``cu_seqlens_q`` / ``cu_seqlens_k`` itself (:class:`~.tiles.Varlen`: the
-grid depends only on the packed length, the number of sequences and the heads), so a
+The kernels read ``cu_seqlens_q`` / ``cu_seqlens_k`` themselves (:mod:`.varlen_tiles`:
+the grid depends only on the packed length, the number of sequences and the heads), so a
 call on CUDA tensors reads nothing back to the host and a CUDA graph may replay it with
 new offsets. Host arrays (numpy, torch CPU tensors) have their offsets checked here; device
 offsets are the caller's promise, as in flash_attn.

@@ -128,22 +128,22 @@ def test_varlen_gqa_wider_sweep(lq, lk, h, hk, d, kw):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("ordered,group", [(False, 4), (True, 1), (False, 1)])
+@pytest.mark.parametrize("ordered,group", [(False, 2), (True, 1), (False, 1)])
 def test_forced_order_and_packing_give_the_same_bits(ordered, group):
     """Tiles in numbering order, or unpacked: the same result, bit for bit, as the
     default (ordered, packed): each tile's rows are computed alike in any order."""
     rng = np.random.default_rng(5)
     lq = lk = [1, 63, 130]
-    q = rng.standard_normal((sum(lq), 8, 64)).astype(np.float16)
+    q = rng.standard_normal((sum(lq), 4, 64)).astype(np.float16)
     k, v = (rng.standard_normal((sum(lk), 2, 64)).astype(np.float16) for _ in range(2))
     cq = ck = np.cumsum([0] + lq).astype(np.int32)
     want, wlse = attention_varlen(q, k, v, cq, ck, 130, 130, causal=True, return_lse=True)
     frame = Frame(q, "attention")
     out = frame.empty(q.shape, q)
-    lse = varlen.run(frame, f16, q, k, v, cq, ck, out, frame.empty((8, sum(lq)), q, f32),
+    lse = varlen.run(frame, f16, q, k, v, cq, ck, out, frame.empty((4, sum(lq)), q, f32),
                      causal=True, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
                      group=group, ordered=ordered)
-    if group == 4:
+    if group == 2:
         np.testing.assert_array_equal(out.view(np.int16), want.view(np.int16))
         np.testing.assert_array_equal(lse, wlse)
     else:       # another tile shape: the same values up to the summation order

@@ -194,7 +194,7 @@ def test_varlen_gqa_packed(h, hk, kw):
     lq, lk = [1, 63, 100, 200, 1000, 0, 517], [1, 63, 130, 200, 1000, 7, 600]
     (q, k, v, cq, ck), out, lse = _varlen_case(lq, lk, h, hk, h + hk, **kw)
     frame = Frame(q, "attention")
-    group = h // hk if h // hk in varlen.PACKED_GROUPS else 1
+    group = varlen.packed_group(h, hk)
     for g, ordered in ((group, False), (1, True)):
         o2, l2 = torch.empty_like(out), frame.empty((h, sum(lq)), q, f32)
         varlen.run(frame, bf16, q, k, v, cq, ck, o2, l2, causal=kw.get("causal", False),

@@ -104,26 +104,31 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
             out[...] = 0
             lse[...] = float("-inf")
         return (out, lse) if return_lse else out
+    if tq * packed_group(h, int(k.shape[1])) >= 1 << 31:
+        _fail(f"{tq} query rows x {packed_group(h, int(k.shape[1]))} heads per tile: the "
+              f"kernels number fewer than 2**31 packed rows")
     q, k, v = (a if _tma_ready(a, frame) else frame.contiguous(a) for a in (q, k, v))
-    hk = int(k.shape[1])
-    if tq * (h // hk) >= 1 << 31:
-        _fail(f"{tq} query rows x {h // hk} heads per group: the kernel numbers fewer "
-              f"than 2**31 packed rows")
     lse = run(frame, dtype, q, k, v, cq, ck, out, lse, causal=causal,
               softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
     return (out, lse) if return_lse else out
+
+
+def packed_group(h: int, hk: int) -> int:
+    """The query heads a tile holds: the GQA group ``h / hk`` where it is in
+    :data:`PACKED_GROUPS`, else 1 (a tile per head)."""
+    return h // hk if h // hk in PACKED_GROUPS else 1
 
 
 def run(frame, dtype, q, k, v, cq, ck, out, lse, *, causal: bool, softmax_scale,
         window_size, softcap: float, group: int | None = None, ordered: bool = True):
     """The order pass (when ``ordered``) and the forward on checked arguments; returns the
     LSE (the interpreter's copy on the host). ``group``: the query heads per tile (None:
-    ``H / Hkv`` where it is in :data:`PACKED_GROUPS`, else 1); ``group`` and ``ordered``
-    override the choice for tests and tuning."""
+    :func:`packed_group`); ``group`` and ``ordered`` override the choice for tests and
+    tuning."""
     tq, h, d = (int(x) for x in q.shape)
     hk = int(k.shape[1])
     if group is None:
-        group = h // hk if h // hk in PACKED_GROUPS else 1
+        group = packed_group(h, hk)
     arch = frame.arch(q)
     layout = "varlen" if ordered else "varlen_unordered"
     kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
@@ -152,4 +157,4 @@ def run(frame, dtype, q, k, v, cq, ck, out, lse, *, causal: bool, softmax_scale,
     return lse
 
 
-__all__ = ["attention_varlen", "run", "PACKED_GROUPS"]
+__all__ = ["attention_varlen", "run", "packed_group", "PACKED_GROUPS"]

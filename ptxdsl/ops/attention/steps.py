@@ -1,6 +1,8 @@
 """The wgmma steps the forward kernels share (:mod:`.fwd`, :mod:`.decode_split`): S = Q·Kᵀ
 from shared memory, O += P·V with P from registers, and a consumer's release of a ring
-stage. Each is the instructions of one step, after the caller's wait for the stage."""
+stage. Each is the instructions of one step, after the caller's wait for the stage. Also
+the key blocks a tile sees (:func:`key_blocks`: the forward's and the varlen order pass's
+bounds), and a boundary block's mask."""
 from __future__ import annotations
 
 from ...core.types import s32

@@ -5,9 +5,9 @@ torch SDPA with its cuDNN backend and with its flash (FA2) backend, and FlashAtt
 Shapes: the FA3 paper's grid (B·S = 16k tokens, H·D = 2048; S 1k/4k/16k, D 64/128/256,
 causal and not), head dim 96, GQA (H = 32, Hkv = 8, D = 128; also Sq = 32 against Sk = 4096,
 where ptxdsl packs the 4 query heads of a group into one tile) and varlen (packed
-sequences of 512 to 2048 tokens, 16k in all: ptxdsl's one launch, FA4's varlen, and cuDNN
-SDPA on the same sequences padded to a batch, which counts only the real tokens' FLOPs); bf16,
-random normal inputs. Every
+sequences of 512 to 2048 tokens, 16k in all, H = 16 and GQA 32 / 8: ptxdsl's one launch,
+FA4's varlen, and cuDNN SDPA on the same sequences padded to a batch, which counts only the
+real tokens' FLOPs); bf16, random normal inputs. Every
 contender's output is validated against SDPA's math backend in float32 (max error over the
 largest value ≤ 2e-2) before it is timed, and ptxdsl's LSE against a float32 log-sum-exp on
 the first shape of each head dim. Timing: after a warm-up, ``--rounds`` rounds in which every
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import sys
@@ -107,11 +108,14 @@ def varlen_contenders(torch, lens):
             buf = x.new_zeros(n * m, *x.shape[1:])
             buf[idx] = x
             return buf.view(n, m, *x.shape[1:]).transpose(1, 2)
+        gqa = q.shape[1] != k.shape[1]
         if causal:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                o = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), is_causal=True)
+                o = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), is_causal=True,
+                                                   enable_gqa=gqa)
         else:
-            o = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=keys)
+            o = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=keys,
+                                               enable_gqa=gqa)
         return o.transpose(1, 2).reshape(n * m, *q.shape[1:])[idx]
 
     found = {"ptxdsl": lambda q, k, v, cu, mx, causal: ops.attention_varlen(
@@ -208,12 +212,13 @@ def varlen_rows(torch, args, result, path):
     fns = varlen_contenders(torch, lens)
     cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], device="cuda",
                       dtype=torch.int32)
-    h, d, total, mx = 16, 128, sum(lens), max(lens)
-    for causal in (False, True):
+    d, total, mx = 128, sum(lens), max(lens)
+    for (h, hk), causal in itertools.product(((16, 16), (32, 8)), (False, True)):
         torch.manual_seed(0)
-        q, k, v = (torch.randn(total, h, d, device="cuda", dtype=torch.bfloat16)
-                   for _ in range(3))
-        row = {"tag": "varlen", "B": len(lens), "S": mx, "Sk": mx, "H": h, "Hkv": h, "D": d,
+        q = torch.randn(total, h, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(total, hk, d, device="cuda", dtype=torch.bfloat16)
+                for _ in range(2))
+        row = {"tag": "varlen", "B": len(lens), "S": mx, "Sk": mx, "H": h, "Hkv": hk, "D": d,
                "causal": causal, "lengths": lens, "results": {}}
         n0 = lens[0] + lens[1]          # the first two sequences, each alone
         ref = torch.cat([reference(torch, q[None, a:b], k[None, a:b], v[None, a:b], causal)[0]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import LaunchError, user_location
-from ..core.types import PtxType, bf16, f16, f32
+from ..core.types import PtxType, bf16, f16, f32, s32
 from .memory import DeviceArray
 
 __all__ = ["ArgProblem", "ArgView", "DTYPES", "Frame", "address", "allocate", "classify",
@@ -314,7 +314,7 @@ def allocate(kind: str, shape: tuple, dtype: str, device, *, stream: int = 0):
 
 # ---------------------------------------------------------------------- op calls
 DTYPES = {"float32": f32, "float16": f16, "bfloat16": bf16}
-_DTYPE_NAMES = {f32: "float32", f16: "float16", bf16: "bfloat16"}
+_DTYPE_NAMES = {f32: "float32", f16: "float16", bf16: "bfloat16", s32: "int32"}
 
 
 def kind_of(a, op: str, name: str | None = None) -> str:

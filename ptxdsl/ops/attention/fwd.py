@@ -39,14 +39,16 @@ import contextlib
 import itertools
 
 from ... import kernel
-from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
+from ...core.types import PtxType, b32, f32, pred, u8, u32
 from ...dsl import ptx, reg, smem
+from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
 from .softmax import (LN2, LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale)
-from .steps import mask_keys, mma_pv, mma_qk, release as release_stage, snake
-from .tiles import PANEL, ROW, Dense, Packed, Varlen, s32_of as _s32
+from .steps import key_blocks, mask_keys, mma_pv, mma_qk, release as release_stage, snake
+from .tiles import PANEL, ROW, Dense, Packed, s32_of as _s32
+from .varlen_tiles import Varlen
 
 
 RESCALE_SLACK = 8.0    # Config.lazy_rescale: the row max moves only when it grows by > 8 (log2)
@@ -77,15 +79,18 @@ class Smem:
 def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense",
              group: int = 1):
     """The tile schedule (:mod:`.tiles`) of a layout: ``dense`` (B, S, H, D), ``packed``
-    (the ``group`` query heads of a GQA group in one tile's rows) or ``varlen``."""
+    (the ``group`` query heads of a GQA group in one tile's rows), ``varlen`` (packed
+    sequences, tiles longest first from :mod:`.varlen_order`'s order; ``group`` > 1: GQA
+    packed as in ``packed``) or ``varlen_unordered`` (the same in numbering order)."""
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
                      block_m=c.block_m)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m)
-    if layout == "varlen":
-        return Varlen(dtype, d, c.block_n, False, block_m=c.block_m)
-    raise ValueError(f"layout is dense, packed or varlen, got {layout!r}")
+    if layout in ("varlen", "varlen_unordered"):
+        return Varlen(dtype, d, c.block_n, block_m=c.block_m, group=group,
+                      ordered=layout == "varlen")
+    raise ValueError(f"layout is dense, packed, varlen or varlen_unordered, got {layout!r}")
 
 
 def grid_for(c: Config, sms: int, sched):
@@ -115,6 +120,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if softcap:
         scale_log2 = float(softcap) * LOG2E
     sched = schedule(c, dtype, d, mask, layout, group)
+    # the ordered varlen kernel follows its order pass (:mod:`.varlen_order`) as a
+    # programmatic dependent: its CTAs are placed and set up while that pass runs
+    pdl = layout == "varlen" and pdl_for(arch)
     tma_out = getattr(sched, "tma_out", False)
     ins, outs = sched.specs()
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
@@ -123,12 +131,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
             f"{'_lazy' if c.lazy_rescale else ''}"
-            f"{'' if layout == 'dense' else '_' + layout}{group if layout == 'packed' else ''}"
+            f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
             f"{'_tmastore' if tma_out else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=sched.arg_names,
             grid=grid_for(c, sms, sched),
-            block=((1 + NC) * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+            block=((1 + NC) * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl)
     def attention_fwd(*args):
         labels = itertools.count()
         sched.prologue(args)
@@ -152,26 +160,14 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vempty, 8 * s), NC)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
+        after_previous_kernel(pdl)        # varlen: the order pass's entries are written
 
         def tile(t):
             """Tile ``t`` (:mod:`.tiles`) and its K/V blocks ``n_lo .. n_hi``."""
             if c.persistent and sched.causal_order:   # longest-first: balance the CTAs
                 t = snake(t, cta, ncta, tiles)
             w = sched.locate(t)
-            m0, sq, sk = w.m0, w.sq, w.sk
-            # Keys are aligned bottom-right (off = SK - SQ).
-            off = _s32(sk) - _s32(sq)
-            nblk = _s32((sk + (BN - 1)) // BN)
-            n_hi = nblk
-            if mask.right >= 0:
-                last = ptx.min(sched.pos(_s32(m0 + (BM - 1))), _s32(sq) - 1)
-                top = ptx.max(last + off + (mask.right + BN), reg.scalar(s32, init=0))
-                n_hi = ptx.min(top // BN, nblk)
-            n_lo = reg.scalar(s32, init=0)
-            if mask.left >= 0:
-                first = ptx.max(sched.pos(_s32(m0)) + off - mask.left, n_lo)
-                ptx.inst.min.s32(n_lo, first // BN, n_hi)
-            return w, off, n_lo, n_hi
+            return (w, *key_blocks(sched, mask, BM, BN, w.m0, w.sq, w.sk))
 
         def if_valid(w):
             """Varlen: a tile number no m-block has does nothing (in every warpgroup)."""

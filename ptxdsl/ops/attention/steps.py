@@ -1,9 +1,11 @@
 """The wgmma steps the forward kernels share (:mod:`.fwd`, :mod:`.decode_split`): S = Q·Kᵀ
 from shared memory, O += P·V with P from registers, and a consumer's release of a ring
-stage. Each is the instructions of one step, after the caller's wait for the stage."""
+stage. Each is the instructions of one step, after the caller's wait for the stage. Also
+the key blocks a tile sees (:func:`key_blocks`: the forward's and the varlen order pass's
+bounds), and a boundary block's mask."""
 from __future__ import annotations
 
-from ...core.types import u32
+from ...core.types import s32, u32
 from ...dsl import ptx, reg
 from .softmax import mask_block
 from .tiles import ROW, s32_of
@@ -41,6 +43,25 @@ def release(lane, bars, slot) -> None:
         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(bars + slot * 8))
 
 
+def key_blocks(sched, mask, block_m: int, block_n: int, m0, sq, sk):
+    """``(off, n_lo, n_hi)`` (``.s32``) of a tile of ``block_m`` (packed) rows from ``m0``
+    of a sequence of ``sq`` query rows and ``sk`` keys: keys aligned bottom-right (``off =
+    sk - sq``), the tile sees key blocks ``n_lo .. n_hi`` of ``block_n`` (``mask``'s
+    window; ``sched.pos``: a packed row's sequence position)."""
+    off = s32_of(sk) - s32_of(sq)
+    nblk = s32_of((sk + (block_n - 1)) // block_n)
+    n_hi = nblk
+    if mask.right >= 0:
+        last = ptx.min(sched.pos(s32_of(m0 + (block_m - 1))), s32_of(sq) - 1)
+        top = ptx.max(last + off + (mask.right + block_n), reg.scalar(s32, init=0))
+        n_hi = ptx.min(top // block_n, nblk)
+    n_lo = reg.scalar(s32, init=0)
+    if mask.left >= 0:
+        first = ptx.max(sched.pos(s32_of(m0)) + off - mask.left, n_lo)
+        ptx.inst.min.s32(n_lo, first // block_n, n_hi)
+    return off, n_lo, n_hi
+
+
 def mask_keys(s_acc, key0, fcol: int, rows, off, sk, mask) -> None:
     """Mask this thread's scores of a boundary block whose first key is ``key0``: keys
     past ``sk`` and, for query row ``rows[r] + off`` (bottom-right aligned), those outside
@@ -70,4 +91,4 @@ def snake(t, cta, ncta, tiles):
     return out
 
 
-__all__ = ["mma_qk", "mma_pv", "release", "mask_keys", "snake"]
+__all__ = ["mma_qk", "mma_pv", "release", "mask_keys", "key_blocks", "snake"]

@@ -8,12 +8,8 @@ forward's three layouts as tile schedules the kernel body (:mod:`.fwd`) asks. A 
   fastest: q is read as ``(B, SQ, HK, G, D)`` through a 5-d tensor map whose box is
   ``(1, 128 / G, 1, G, 64)``, one K/V stream serves ``G`` heads (what pays when ``SQ`` is
   too short to fill 128 rows of one head);
-* :class:`Varlen`: packed sequences ``(total, H, D)`` with ``cu_seqlens_q/k`` read by the
-  kernel. Sequence ``i``'s m-blocks are numbered from ``i + cu_q[i] // 128`` on (at least
-  ``ceil(len_i / 128)`` numbers before sequence ``i + 1``'s), so the grid,
-  ``(NSEQ + TQ // 128) x H`` tiles, needs no host read of the offsets (and a CUDA graph
-  may replay with new ones); a CTA finds its sequence by a binary search of those
-  starts, and a number no m-block has is an empty tile.
+* varlen (packed sequences ``(total, H, D)``, the kernel reading ``cu_seqlens_q/k``):
+  :mod:`.varlen_tiles`.
 
 Each ``locate`` returns a :class:`Work`; rows past a sequence's end that a 128-row TMA box
 reads (another sequence's, or zeros past the tensor) are computed and never stored, keys
@@ -25,12 +21,11 @@ from dataclasses import dataclass
 
 from ... import Tile
 from ...core.tensormap import TMA
-from ...core.types import PtxType, f32, pred, s32, u32
+from ...core.types import PtxType, f32, s32
 from ...dsl import ptx, reg
 from .config import BLOCK_M
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
-SEQ_BITS = 20        # varlen: at most 2**20 sequences (the binary search's probes)
 ROW = 128            # bytes per swizzled panel row
 
 
@@ -201,75 +196,4 @@ class Packed(Dense):
         return ((w.batch * self.nhk + w.hkv) * g + r % g) * w.sq + r // g
 
 
-class Varlen(Dense):
-    """q ``(TQ, H, D)``, k and v ``(TK, HK, D)``, ``cu_q`` / ``cu_k`` ``(NSEQ + 1,)``
-    int32, out like q, lse ``(H, TQ)``."""
-
-    arg_names = ("q", "k", "v", "cu_q", "cu_k", "out", "lse")
-
-    def specs(self):
-        d, dt = self.d, self.dtype
-        q = Tile("TQ", "H", d, dt, tma=_tma(self.bm, 1, PANEL))
-        kv = [Tile("TK", "HK", d, dt, tma=_tma(self.bn, 1, PANEL))
-              for _ in range(2)]
-        cu = [Tile("NS1", s32) for _ in range(2)]
-        return (q, *kv, *cu), (Tile("TQ", "H", d, dt), Tile("H", "TQ", f32))
-
-    def tiles(self, NS1, TQ, H):
-        return (NS1 - 1 + TQ // self.bm) * H
-
-    def grid(self, cap):
-        return lambda NS1, TQ, H: (cap(self.tiles(NS1, TQ, H)), 1, 1)
-
-    def prologue(self, args):
-        q, k, v, cu_q, cu_k, o, lse = args
-        self.tq, self.tk, self.tv = q.tma_desc(), k.tma_desc(), v.tma_desc()
-        self.pcq, self.pck, self.po, self.pl = ptx.global_ptrs(cu_q, cu_k, o, lse)
-        self.tq_rows, self.nh, self.nhk = ptx.dim("TQ"), ptx.dim("H"), ptx.dim("HK")
-        self.nseq = ptx.dim("NS1") - 1
-
-    def count(self):
-        self.nvb = self.nseq + self.tq_rows // self.bm
-        return self.nvb * self.nh
-
-    def _cu(self, ptr, i):
-        x = reg.scalar(u32)
-        ptx.inst.ld.global_.nc.u32(x, ptx.addr(ptr + i * 4))
-        return x
-
-    def locate(self, t) -> Work:
-        """Tile ``t`` is m-block number ``t % nvb`` of head ``t / nvb``: the sequence is
-        the last ``i`` whose first number ``i + cu_q[i] / 128`` is at most it (a binary
-        search, one probe per bit of NSEQ)."""
-        v, head = t % self.nvb, t // self.nvb
-        seq = reg.scalar(u32, init=0)
-        for bit in range(SEQ_BITS - 1, -1, -1):
-            probe = seq + (1 << bit)
-            with ptx.if_(self.nseq >= (1 << bit)):      # probes past NSEQ are skipped
-                with ptx.if_(probe < self.nseq):
-                    start = probe + self._cu(self.pcq, probe) // self.bm
-                    with ptx.if_(start <= v):
-                        ptx.inst.mov.u32(seq, probe)
-        q0, q1 = self._cu(self.pcq, seq), self._cu(self.pcq, seq + 1)
-        k0, k1 = self._cu(self.pck, seq), self._cu(self.pck, seq + 1)
-        m0 = (v - (seq + q0 // self.bm)) * self.bm
-        sq, sk = q1 - q0, k1 - k0
-        valid = reg.scalar(pred)
-        ptx.inst.setp.lt.u32(valid, m0, sq)
-        hkv = head // (self.nh // self.nhk)
-        return Work(m0, head, seq, hkv, sq, sk, q0, k0, valid)
-
-    def q_coords(self, p, w: Work):
-        return [p * PANEL, w.head, w.q0 + w.m0]
-
-    def kv_coords(self, p, w: Work, j):
-        return [p * PANEL, w.hkv, w.k0 + j * self.bn]
-
-    def out_row(self, w: Work, r):
-        return (w.q0 + r) * self.nh + w.head
-
-    def lse_at(self, w: Work, r):
-        return w.head * self.tq_rows + w.q0 + r
-
-
-__all__ = ["Dense", "Packed", "Varlen", "Work", "s32_of", "PANEL", "ROW", "SEQ_BITS"]
+__all__ = ["Dense", "Packed", "Work", "s32_of", "PANEL", "ROW"]

@@ -1,18 +1,30 @@
 """``ptxdsl.ops.attention_varlen``: packed sequences of different lengths, flash_attn's
-``flash_attn_varlen_func`` layout, in one launch of the forward kernel.
+``flash_attn_varlen_func`` layout, in one launch of the forward kernel (after an order
+pass of one CTA).
 
-The kernel reads ``cu_seqlens_q`` / ``cu_seqlens_k`` itself (:class:`~.tiles.Varlen`: the
-grid depends only on the packed length, the number of sequences and the heads), so a
+The kernels read ``cu_seqlens_q`` / ``cu_seqlens_k`` themselves (:mod:`.varlen_tiles`:
+the grid depends only on the packed length, the number of sequences and the heads), so a
 call on CUDA tensors reads nothing back to the host and a CUDA graph may replay it with
 new offsets. Host arrays (numpy, torch CPU tensors) have their offsets checked here; device
 offsets are the caller's promise, as in flash_attn.
+
+Two kernels run: :mod:`.varlen_order` sorts the m-blocks by the keys they see, longest
+first, and the forward (:mod:`.fwd` with the :class:`~.varlen_tiles.Varlen` schedule) takes
+its tiles in that order. With GQA (``H / Hkv`` in :data:`PACKED_GROUPS`) a tile holds the
+query heads of a group, which share each K/V block.
 """
 from __future__ import annotations
 
-from ...core.types import f32
+from ...core.types import f32, s32
 from ...runtime.adapter import element_strides as strides
-from .api import _check, _contiguous, _copy_back, _fail, _frame, _tma_ready, forward_kernel
-from .tiles import SEQ_BITS
+from .api import KERNELS, _check, _contiguous, _copy_back, _fail, _frame, _tma_ready, \
+    forward_kernel
+from .config import Mask
+from .plan import choose
+from .varlen_order import build_order
+from .varlen_tiles import SEQ_BITS, Varlen
+
+PACKED_GROUPS = (2, 4, 8)      # GQA groups whose query heads share a tile's rows
 
 
 def _offsets(cu, name: str, total: int, frame, q) -> int:
@@ -80,7 +92,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     if tq and tk:       # the 4-d checks of attention() on one-batch views
         dtype, _, _ = _check(q[None], k[None], v[None], causal, softmax_scale, window_size,
                              softcap, None, frame)
-    h, d = int(q.shape[1]), int(q.shape[2])
+    h = int(q.shape[1])
     if out is None:
         out = frame.empty(tuple(q.shape), q)
     elif tuple(out.shape) != tuple(q.shape) or not _contiguous(out):
@@ -92,14 +104,57 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
             out[...] = 0
             lse[...] = float("-inf")
         return (out, lse) if return_lse else out
+    if tq * packed_group(h, int(k.shape[1])) >= 1 << 31:
+        _fail(f"{tq} query rows x {packed_group(h, int(k.shape[1]))} heads per tile: the "
+              f"kernels number fewer than 2**31 packed rows")
     q, k, v = (a if _tma_ready(a, frame) else frame.contiguous(a) for a in (q, k, v))
-    kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
-                          softmax_scale=softmax_scale, softcap=softcap, arch=frame.arch(q),
-                          sms=frame.sms(q), layout="varlen")
-    res = frame.run(kern, q, k, v, cq, ck, out, lse)
-    if not frame.on_gpu():
-        lse = _copy_back(frame, res, out, lse)
+    lse = run(frame, dtype, q, k, v, cq, ck, out, lse, causal=causal,
+              softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
     return (out, lse) if return_lse else out
 
 
-__all__ = ["attention_varlen"]
+def packed_group(h: int, hk: int) -> int:
+    """The query heads a tile holds: the GQA group ``h / hk`` where it is in
+    :data:`PACKED_GROUPS`, else 1 (a tile per head)."""
+    return h // hk if h // hk in PACKED_GROUPS else 1
+
+
+def run(frame, dtype, q, k, v, cq, ck, out, lse, *, causal: bool, softmax_scale,
+        window_size, softcap: float, group: int | None = None, ordered: bool = True):
+    """The order pass (when ``ordered``) and the forward on checked arguments; returns the
+    LSE (the interpreter's copy on the host). ``group``: the query heads per tile (None:
+    :func:`packed_group`); ``group`` and ``ordered`` override the choice for tests and
+    tuning."""
+    tq, h, d = (int(x) for x in q.shape)
+    hk = int(k.shape[1])
+    if group is None:
+        group = packed_group(h, hk)
+    arch = frame.arch(q)
+    layout = "varlen" if ordered else "varlen_unordered"
+    kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
+                          softmax_scale=softmax_scale, softcap=softcap, arch=arch,
+                          sms=frame.sms(q), layout=layout, group=group)
+    if group > 1:          # (TQ, HK, G, D) views of q and out; the LSE as (HK, G, TQ)
+        q_, out_ = q.reshape(tq, hk, group, d), out.reshape(tq, hk, group, d)
+        lse_ = lse.reshape(hk, group, tq)
+    else:
+        q_, out_, lse_ = q, out, lse
+    args = [q_, k, v, cq, ck]
+    if ordered:
+        left, right = window_size
+        mask = Mask(left, 0 if causal else right)
+        cfg = choose(d, dtype.name, mask, group)
+        order = KERNELS.get(("varlen_order", group, cfg.block_m, cfg.block_n, mask, arch),
+                            lambda: build_order(group, cfg.block_m, cfg.block_n, mask,
+                                                arch=arch))
+        sched = Varlen(dtype, d, cfg.block_n, block_m=cfg.block_m, group=group)
+        entries = frame.empty((sched.blocks(int(cq.shape[0]) - 1, tq), 2), q, s32)
+        res = frame.run(order, cq, ck, entries)
+        args.append(entries if frame.on_gpu() else res)
+    res = frame.run(kern, *args, out_, lse_)
+    if not frame.on_gpu():
+        lse = _copy_back(frame, res, out_, lse_).reshape(h, tq)
+    return lse
+
+
+__all__ = ["attention_varlen", "run", "packed_group", "PACKED_GROUPS"]

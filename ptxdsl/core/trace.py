@@ -63,6 +63,9 @@ class Builder:
         self._counters: dict[str, int] = {}
         self.regs: list[ir.Reg] = []
         self.named: set = set()  # registers the user named (kept as written)
+        # registers the body allocated (reg.scalar/array): declared even if never used, as
+        # pyptx declares them (a .reg line names no instruction: the program is the same)
+        self.declared: dict = {}
         self.params: list[ir.Param] = []
         self.shared: list[ir.SharedDecl] = []
         self.labels: dict[str, ir.Label] = {}
@@ -529,7 +532,7 @@ class Builder:
         """
         order: dict = {}
         collect_mentioned(body, order)
-        kept = list(order)
+        kept = list(order) + [r for r in self.declared if r not in order]
         counters: dict[str, int] = {}
         for r in kept:
             if r in self.named:

@@ -59,7 +59,7 @@ def kloop(total, *, unroll: int, body: Callable[[], None], loop_label: str = "kl
 
         and r, total, unroll-1;  sub m, total, r          // whole iterations' count
         @!(total >= unroll) skip:                         // ptx.if_
-            mov left, m;  setp.ne keep, left, 0
+            mov left, m;  setp.ne.u32 keep, left, 0   (.s32 for an s32 total)
           loop_label:  body() x unroll;  sub left, left, unroll;  setp.ne keep, left, 0
             @keep bra loop_label
         tail: r copies of body() behind nested ptx.if_ (r != 0, r != 1, ...)
@@ -83,18 +83,19 @@ def kloop(total, *, unroll: int, body: Callable[[], None], loop_label: str = "kl
         raise TraceError(f"ptx.kloop total is an int or a 32-bit integer register, got "
                          f"{total!r}", user_location())
     t = total.dtype
+    cmp = f"{'s' if t.kind == 's' else 'u'}32"   # setp.ne.u32, as pyptx's kloop
     remainder = total & (unroll - 1)
     rounded = total - remainder
     with if_(total >= unroll):
         left = b.new_reg(t)
         b.inst(["mov", f"b{t.bits}"], (left, rounded))
         keep = b.new_reg(pred_t)
-        b.inst(["setp", "ne", f"b{t.bits}"], (keep, left, 0))
+        b.inst(["setp", "ne", cmp], (keep, left, 0))
         with loop(loop_label, pred=keep):
             for _ in range(unroll):
                 body()
             b.inst(["sub", "s32" if t.kind == "s" else "u32"], (left, left, unroll))
-            b.inst(["setp", "ne", f"b{t.bits}"], (keep, left, 0))
+            b.inst(["setp", "ne", cmp], (keep, left, 0))
 
     def tail(index: int) -> None:
         if index >= unroll:

@@ -6,7 +6,7 @@ full and an empty mbarrier, see :mod:`ptxdsl.dsl.mbarrier`); each keeps its own
 for, and moves the cursor. It records, with ``c`` the cursor and ``ph`` the phase
 registers (both ``.u32``, updated in place):
 
-    setp.eq.b32 p, c, n         // did the cursor run off the ring?
+    setp.eq.u32 p, c, n         // did the cursor run off the ring?
     selp.u32    f, 1, 0, p      // then the phase flips ...
     xor.b32     ph, ph, f
     selp.u32    s, 0, c, p      // ... and the stage wraps to 0
@@ -53,7 +53,8 @@ class Pipeline:
         """The next ``(stage, phase)`` registers (see the module docstring)."""
         b = current("Pipeline.advance")
         wrap = b.new_reg(pred_t)
-        b.inst(["setp", "eq", "b32"], (wrap, self.cursor, self.stages))
+        b.inst(["setp", "eq", "s32" if self.cursor.dtype.kind == "s" else "u32"],
+               (wrap, self.cursor, self.stages))
         flip = b.new_reg(u32)
         b.inst(["selp", "u32"], (flip, 1, 0, wrap))
         b.inst(["xor", "b32"], (self.phase, self.phase, flip))

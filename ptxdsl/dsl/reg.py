@@ -115,6 +115,7 @@ def scalar(dtype: PtxType, init=None, name: str | None = None) -> ir.Reg:
         raise TraceError(f"reg.scalar needs a ptxdsl type such as f32 or u32, got {dtype!r}",
                          user_location())
     r = b.new_reg(dtype, name)
+    b.declared[r] = None
     if init is not None:
         assign(r, init)
     return r
@@ -130,8 +131,9 @@ def array(dtype: PtxType, n: int, name: str | None = None) -> RegArray:
     base = None if name is None else str(name).lstrip("%")
     if base is not None and (base in PREFIX_TYPE or not base):
         base = None
-    return RegArray([b.new_reg(dtype, None if base is None else f"{base}{i}")
-                     for i in range(n)])
+    regs = [b.new_reg(dtype, None if base is None else f"{base}{i}") for i in range(n)]
+    b.declared.update(dict.fromkeys(regs))
+    return RegArray(regs)
 
 
 def alloc(dtype: PtxType) -> ir.Reg:

@@ -227,12 +227,13 @@ def descriptor(smem, *, leading: int | None = None, stride: int | None = None,
 
 
 def _add_offset(b, addr, k: int):
-    """``addr + k`` in a new .u32 register (``add.u32``; ``add.s32`` for a negative k,
-    as pyptx's GEMM passes -8192: the same bits), or ``addr`` itself when k is 0."""
+    """``addr + k`` in a new .u32 register (``add.u32``; a negative k, as pyptx's GEMM
+    passes -8192, is added as its 32-bit two's complement: the same bits), or ``addr``
+    itself when k is 0."""
     if not k:
         return addr
     t = reg.scalar(u32)
-    b.inst(["add", "s32" if k < 0 else "u32"], (t, addr, k))
+    b.inst(["add", "u32"], (t, addr, k & 0xFFFFFFFF))
     return t
 
 
@@ -242,7 +243,7 @@ def masked_descriptor(smem_addr, *, byte_offset: int = 0, mask: int = 0x3FF80,
 
     The default constant is ``SmemDescriptor(leading=16, stride=1024, swizzle=128)``'s
     fields; prefer :func:`descriptor`, which names them. Records ``add.u32`` (for a
-    non-zero offset; ``add.s32`` for a negative one), ``and.b32``, ``shr.u32``, ``cvt.u64.u32`` and ``or.b64``.
+    non-zero offset), ``and.b32``, ``shr.u32``, ``cvt.u64.u32`` and ``or.b64``.
     """
     addr, off = _smem_address(smem_addr)
     b = current("ptx.wgmma.masked_descriptor")

@@ -5,6 +5,8 @@ own tests pass with imports renamed is measured by lab/pyptx_api_tests.py.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -155,6 +157,21 @@ def test_reg_constructors():
     assert "mov.f32 %acc0, 0f00000000;" in lines
 
 
+def test_allocated_registers_are_declared_even_when_unused():
+    def k():
+        reg.array(f32, 32)                  # never used: declared all the same
+        reg.scalar(u32)                     # never used
+        used = reg.scalar(u32, init=1)      # used: numbered first
+        used * 3                            # a product no one reads: its register is dropped
+        reg.scalar(b64, name="spare")
+    kern = kernel(arch="sm_90a")(k)
+    text = kern.ptx()
+    assert ".reg .f32 %f<32>;" in text and ".reg .b32 %r<2>;" in text
+    assert ".reg .b64 %spare;" in text and "mov.u32 %r0, 1;" in text
+    assert "mul" not in text
+    kern.interpret()                        # the interpreter runs it as before
+
+
 def test_wgmma_frag_and_from_refuse_what_cannot_be():
     with pytest.raises(TraceError, match="multiple of 128"):
         kernel(arch="sm_90a")(lambda: reg.wgmma_frag(m=3, n=5, dtype=f32)).ptx()
@@ -201,6 +218,40 @@ def test_apply_swizzle_matches_the_128_byte_pattern():
         ptx.st(u32, ptx.addr(po + t * 4), smem.apply_swizzle(t << 4, "128B"))
     off = np.arange(64, dtype=np.uint32) << 4
     assert np.array_equal(np.asarray(k.interpret()).ravel(), off ^ ((off & 0x380) >> 3))
+
+
+def test_stmatrix_takes_pyptx_keywords():
+    def k():
+        s = smem.alloc(b16, (32, 8))
+        regs = [reg.scalar(b32, init=i) for i in range(4)]
+        ptx.stmatrix(smem=ptx.addr(s), regs=regs, layout="x4.trans")
+        ptx.stmatrix(ptx.addr(s, 16), regs[:2])
+    lines = trace(k, block=(32, 1, 1))
+    assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [smem0], {%r0, %r1, %r2, %r3};" \
+        in lines
+    assert "stmatrix.sync.aligned.m8n8.x2.shared.b16 [smem0+16], {%r0, %r1};" in lines
+
+    def twice():
+        s = smem.alloc(b16, (32, 8))
+        r = reg.array(b32, 4)
+        ptx.stmatrix(ptx.addr(s), r, smem=ptx.addr(s))
+    with pytest.raises(TraceError, match=r"dst \(or pyptx's smem=\) exactly once"):
+        kernel(arch="sm_90a")(twice).ptx()
+
+
+def test_pyptx_helpers_spell_setp_and_add_as_pyptx_does():
+    def k():
+        p = ptx.cluster.rank(0)
+        ptx.pipeline(2).advance()
+        base = reg.scalar(u32, init=1024)
+        ptx.wgmma.masked_descriptor(base, byte_offset=-8192)
+        ptx.inst.mov.u32(base, 1, pred=p)
+    lines = trace(k, cluster=(2, 1, 1))
+    for want in (r"mov.u32 %r\d+, %cluster_ctarank;", r"setp.eq.u32 %p0, %r\d+, 0;",
+                 r"setp.eq.u32 %p1, %r\d+, 2;",
+                 # -8192 added as its 32-bit two's complement: the bits of pyptx's add
+                 r"add.u32 %r\d+, %r\d+, 0xffffe000;"):
+        assert any(re.fullmatch(want, x) for x in lines), want
 
 
 # ----------------------------------------------------------------- TMA, Tile, descriptors
@@ -278,9 +329,17 @@ def test_intrinsic_marks_its_first_and_last_instruction():
 
     assert two.__is_ptx_intrinsic__ and ptx.intrinsic is intrinsic
 
+    @intrinsic
+    def outer(r):
+        return two(r)
+
     def k():
         assert two(reg.array(b32, 2)) == "done"
-    assert trace(k)[:2] == ["mov.b32 %r0, 1;  // BEGIN two", "mov.b32 %r1, 2;  // END two"]
+        assert outer(reg.array(b32, 2)) == "done"
+    assert trace(k)[:10] == [
+        "// BEGIN two", "mov.b32 %r0, 1;", "mov.b32 %r1, 2;", "// END two",
+        "// BEGIN outer", "// BEGIN two", "mov.b32 %r2, 1;", "mov.b32 %r3, 2;",
+        "// END two", "// END outer"]
     calls = []
     assert intrinsic(lambda: calls.append(1) or 42)() == 42 and calls == [1]
 

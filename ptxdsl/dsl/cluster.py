@@ -23,7 +23,7 @@ from ..core.types import pred as pred_t, u32
 from .mbarrier import arrive_remote as _arrive_remote
 
 __all__ = ["arrive", "wait", "sync", "ctarank", "is_rank", "rank", "map_shared",
-           "arrive_remote"]
+           "map_shared_u32", "arrive_remote"]
 
 
 def arrive(*, relaxed: bool = False, aligned: bool = False, pred=None) -> None:
@@ -86,3 +86,6 @@ def arrive_remote(addr, cta, count=1, *, pred=None) -> None:
     rank ``cta``: ``mapa.shared::cluster.u32 r, addr, cta`` and
     ``mbarrier.arrive.shared::cluster.b64 _, [r], count``."""
     _arrive_remote(addr, cta, count, pred=pred)
+
+
+map_shared_u32 = map_shared  # pyptx's name

@@ -22,7 +22,7 @@ from ..core.errors import TraceError, user_location
 from ..core.trace import current
 from ..core.types import pred as pred_t, u32
 
-__all__ = ["Pipeline", "pipeline"]
+__all__ = ["Pipeline", "PipelineState", "pipeline"]
 
 
 class Pipeline:
@@ -49,6 +49,11 @@ class Pipeline:
             b.inst(["mov", "u32"], (phase, 0))
         self.cursor, self.phase = cursor, phase
 
+    @property
+    def n_stages(self) -> int:
+        """pyptx's name for :attr:`stages`."""
+        return self.stages
+
     def advance(self) -> tuple[ir.Reg, ir.Reg]:
         """The next ``(stage, phase)`` registers (see the module docstring)."""
         b = current("Pipeline.advance")
@@ -62,6 +67,9 @@ class Pipeline:
         b.inst(["selp", "u32"], (stage, 0, self.cursor, wrap))
         b.inst(["add", "s32"], (self.cursor, stage, 1))
         return stage, self.phase
+
+
+PipelineState = Pipeline  # pyptx's class name
 
 
 def pipeline(stages: int, *, cursor=None, phase=None) -> Pipeline:

@@ -395,3 +395,66 @@ def test_bare_kernel_decorator_and_arch_auto():
     if not ptxdsl.gpu_available():
         with pytest.raises(TraceError, match="arch='auto' reads the arch of GPU 0"):
             kernel(arch="auto")
+
+
+# ----------------------------------------------------------------- more of pyptx's names
+def test_pipe_expr_scope_record_what_pyptx_records():
+    def k():
+        r = reg.scalar(u32, init=5000)
+        a, b_, c = reg.scalar(u32), reg.scalar(u32), reg.scalar(u32)
+        with ptx.expr():
+            end = ptx.pipe(r).add.s32(a, -8192).and_.b32(b_, 0x3FF80).shr.u32(c, 4)
+        assert end.reg is c
+        for v in (1, 2):
+            with ptx.scope():
+                ptx.mov(b32, reg.scalar(b32, name="tmp"), v)
+    lines = trace(k)
+    assert lines[:6] == ["mov.u32 %r0, 5000;", "add.s32 %r1, %r0, -8192;",
+                         "and.b32 %r2, %r1, 0x3ff80;", "shr.u32 %r3, %r2, 4;",
+                         "mov.b32 %tmp, 1;", "mov.b32 %tmp_1, 2;"]
+    with pytest.raises(IsaError):   # each step is checked as ptx.inst checks it
+        trace(lambda: ptx.pipe(reg.scalar(u32, init=1)).add.q32(reg.scalar(u32), 1))
+
+
+def test_smem_load_store_and_barrier_and_layout_attributes():
+    def k():
+        s = smem.alloc(u32, (4,))
+        v = reg.scalar(u32, init=7)
+        smem.store(u32, ptx.addr(s, 4), v)
+        w = smem.load(u32, ptx.addr(s, 4))
+        ptx.mov(u32, v, w)
+        bars = smem.mbarrier(2)
+        assert bars[1].array is bars and bars[1].idx == 1 and bars.byte_offset == 0
+        assert isinstance(bars[1], smem.MbarrierRef) and bars[1].byte_offset == 8
+        t = smem.wgmma_tile(bf16, (64, 64), major="K")
+        assert t.gmma_major == "K" and t.gmma_layout == wl.layout_for_a(dtype=bf16, m=64, k=64)
+        assert s.gmma_layout is None and s.gmma_major is None and s.byte_offset == 0
+        nb = ptx.named_barrier(1, count=64)
+        assert isinstance(nb, ptx.NamedBarrier) and nb.barrier_id == 1
+        assert ptx.PipelineState(3).n_stages == 3
+        assert (ptx.ctaid_x().name, ptx.ctaid_y().name) == ("ctaid.x", "ctaid.y")
+        assert ptx.cp.async_bulk is ptx.cp.async_.bulk
+        assert ptx.cluster.map_shared_u32 is ptx.cluster.map_shared
+    lines = trace(k)
+    assert "st.shared.u32 [smem0+4], %r0;" in lines and "ld.shared.u32 %r1, [smem0+4];" in lines
+
+
+def test_make_descriptor_offsets_and_swizzle_codes():
+    def k():
+        s = smem.alloc(bf16, (64, 64), swizzle=128)
+        ptx.wgmma.make_descriptor(s, leading_byte_offset=16, stride_byte_offset=1024,
+                                  swizzle=ptx.wgmma.SWIZZLE_128B, base_offset=0,
+                                  addr_byte_offset=2048)
+    assert (ptx.wgmma.SWIZZLE_NONE, ptx.wgmma.SWIZZLE_128B, ptx.wgmma.SWIZZLE_64B,
+            ptx.wgmma.SWIZZLE_32B) == (0, 1, 2, 3)
+    assert any(re.fullmatch(r"add.u32 %r1, %r0, 2048;", x) for x in trace(k))
+
+
+def test_small_pyptx_names_of_types_kernels_and_placeholders():
+    from ptxdsl.types import from_name
+    assert from_name("f32") is f32 and from_name(".bf16") is bf16
+    assert ptxdsl.detect_arch is ptxdsl.dsl.template.auto_arch
+    spec = TensorSpec("A")
+    assert (spec.name, spec.shape, spec.dtype, spec.layout) == ("A", None, None, None)
+    assert kernel(arch="sm_90a", extern_smem="s", smem=256)(lambda: None).smem == 256
+    assert kernel(arch="sm_90a")(lambda: None).smem is None

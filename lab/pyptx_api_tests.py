@@ -50,7 +50,10 @@ STRICTER = {"refuses reading a register no instruction wrote (stricter)":
             "but .global addres",
             "refuses a shared symbol the kernel does not declare (stricter)":
             ("names no shared array or parameter of this kernel", "no shared array named"),
-            "declares only the registers the kernel uses (differs)": "assert '.reg .",
+            "refuses extern shared memory without its size, smem=BYTES (stricter)":
+            "needs smem=BYTES",
+            "declares registers by prefix and width, one .reg line per prefix (differs)":
+            ("assert '.reg .", "assert '.u64' in '//"),
             "prints the PTX ISA version the kernel needs, 8.0 for sm_90a (differs)":
             "assert '.version 8."}
 _INTERNAL_MODULES = ("ir", "parser", "emitter", "codegen", "_trace", "spec")

@@ -115,16 +115,17 @@ def scalar(dtype: PtxType, init=None, name: str | None = None) -> ir.Reg:
         raise TraceError(f"reg.scalar needs a ptxdsl type such as f32 or u32, got {dtype!r}",
                          user_location())
     r = b.new_reg(dtype, name)
-    b.declared[r] = None
     if init is not None:
         assign(r, init)
     return r
 
 
 def array(dtype: PtxType, n: int, name: str | None = None) -> RegArray:
-    """``n`` registers of one type, declared together (``.reg .f32 %f<n>``). ``name``
-    (pyptx's ``"%acc"`` or ``"acc"``) names them ``%acc0 .. %acc{n-1}``; a generated
-    prefix (``"%r"``, ``"%f"``, ...) means the default names."""
+    """``n`` registers of one type, declared together (``.reg .f32 %f<n>``), all ``n``
+    even where some are never used (as pyptx declares an array; an unused
+    :func:`scalar` is not declared). ``name`` (pyptx's ``"%acc"`` or ``"acc"``) names
+    them ``%acc0 .. %acc{n-1}``; a generated prefix (``"%r"``, ``"%f"``, ...) means the
+    default names."""
     b = current("reg.array")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise TraceError(f"reg.array needs a positive int count, got {n!r}", user_location())

@@ -157,17 +157,18 @@ def test_reg_constructors():
     assert "mov.f32 %acc0, 0f00000000;" in lines
 
 
-def test_allocated_registers_are_declared_even_when_unused():
+def test_register_arrays_are_declared_whole():
     def k():
         reg.array(f32, 32)                  # never used: declared all the same
-        reg.scalar(u32)                     # never used
-        used = reg.scalar(u32, init=1)      # used: numbered first
-        used * 3                            # a product no one reads: its register is dropped
+        part = reg.alloc_array(u32, 3)      # one used: numbered first, the others after
+        ptx.mov(u32, part[2], 1)
+        reg.scalar(u32)                     # an unused scalar is not declared
+        part[2] * 3                         # a product no one reads: its register is dropped
         reg.scalar(b64, name="spare")
     kern = kernel(arch="sm_90a")(k)
     text = kern.ptx()
-    assert ".reg .f32 %f<32>;" in text and ".reg .b32 %r<2>;" in text
-    assert ".reg .b64 %spare;" in text and "mov.u32 %r0, 1;" in text
+    assert ".reg .f32 %f<32>;" in text and ".reg .b32 %r<3>;" in text
+    assert "%spare" not in text and "mov.u32 %r0, 1;" in text
     assert "mul" not in text
     kern.interpret()                        # the interpreter runs it as before
 

@@ -85,7 +85,8 @@ DIFFERS = {
     "ptx.expr": "records nothing (pyptx groups the same instructions)",
     "reg.Reg": "ptxdsl's `ir.Reg`; `.name` has no `%` (`r0`)",
     "kernel.TensorSpec": "a placeholder with `name` (and `shape`/`dtype`/`layout` None)",
-    "pyptx.detect_arch": "raises without a GPU (pyptx's falls back)",
+    "pyptx.detect_arch": "the same, raising without a GPU as pyptx's does (not cached: no "
+                         "`cache_info` / `cache_clear`)",
     "ptx.stmatrix": "also `ptx.stmatrix(dst, src)`; `smem=`/`regs=` as pyptx",
     "ptx.cvt": "also `ptx.cvt(dtype, x)` returning a new register",
     "ptx.param": "names a parameter the specs give (raw params must name dims)",

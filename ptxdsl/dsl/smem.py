@@ -17,7 +17,7 @@ from ..core.errors import TraceError, TraceIndexError, user_location
 from .reg import as_reg
 from ..core.trace import current
 from ..core.types import PtxType, b64, move_type, u32
-from .mbarrier import MbarrierArray, MbarrierRef
+from .mbarrier import MbarrierArray, MbarrierRef  # noqa: F401  (pyptx's smem.MbarrierRef)
 from .wgmma import operand_layout
 
 

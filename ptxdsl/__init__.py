@@ -18,6 +18,7 @@ from .core.tensormap import TMA
 from .core.version import __version__
 from .dsl import ptx, reg, smem
 from .dsl.intrinsic import intrinsic
+from .dsl.template import auto_arch as detect_arch  # pyptx's name: the arch of GPU 0
 from .frontend.module import from_ptx, parse_ptx
 from .kernel import Kernel, interpret_requested, kernel
 from .runtime.customop import custom_op  # imports torch only when called
@@ -36,4 +37,4 @@ def gpu_available() -> bool:
 
 __all__ = ["kernel", "Kernel", "reg", "ptx", "smem", "Tile", "TMA", "Layout", "types",
            "PtxdslError", "gpu_available", "interpret_requested", "custom_op",
-           "parse_ptx", "from_ptx", "intrinsic", "__version__"]
+           "parse_ptx", "from_ptx", "intrinsic", "detect_arch", "__version__"]

@@ -315,6 +315,11 @@ class Kernel:
         return self.compile(arch, **template).program
 
     @property
+    def smem(self) -> int | None:
+        """``smem=`` as given to ``@kernel`` (pyptx's attribute), else ``None``."""
+        return self.entry.smem
+
+    @property
     def dynamic_shared(self) -> int:
         """Bytes of dynamic shared memory every launch provides: ``smem=`` if given,
         else the kernel's ``smem.alloc(..., dynamic=True)`` array (0 when it has none)."""

@@ -136,7 +136,9 @@ class _Lines:
 def _emit_body(body, lines: _Lines) -> None:
     for node in body:
         if isinstance(node, ir.Instr):
+            lines.out.extend((f"\t// {t}", None) for t in node.notes_before)
             lines.instr(fmt_instr(node), node.loc, node.comment)
+            lines.out.extend((f"\t// {t}", None) for t in node.notes_after)
         elif isinstance(node, ir.Label):
             lines.label(node.name, node.loc)
         elif isinstance(node, ir.Raw):

@@ -120,6 +120,9 @@ class Instr:
     guard: Reg | None = None
     guard_negated: bool = False
     comment: str | None = None
+    # comment-only lines printed before / after the instruction (@ptx.intrinsic's markers)
+    notes_before: tuple = ()
+    notes_after: tuple = ()
 
     @property
     def opcode(self) -> str:

@@ -63,6 +63,9 @@ class Builder:
         self._counters: dict[str, int] = {}
         self.regs: list[ir.Reg] = []
         self.named: set = set()  # registers the user named (kept as written)
+        # registers of the body's reg.array calls: declared even if never used, as pyptx
+        # declares an array (a .reg line names no instruction: the program is the same)
+        self.declared: dict = {}
         self.params: list[ir.Param] = []
         self.shared: list[ir.SharedDecl] = []
         self.labels: dict[str, ir.Label] = {}
@@ -519,7 +522,8 @@ class Builder:
                           list(self.shared), version, self.sm, max_threads)
 
     def _renumber(self, body) -> list[ir.Reg]:
-        """Drop registers the final program never mentions and number the rest densely.
+        """Drop registers the final program never mentions (except those of the body's
+        register arrays, ``declared``: numbered after the rest) and number the rest densely.
 
         Registers die before emission when a deferred instruction resolves to
         nothing (the ``mul.lo`` half of an unused product, an unused shared base);
@@ -529,7 +533,7 @@ class Builder:
         """
         order: dict = {}
         collect_mentioned(body, order)
-        kept = list(order)
+        kept = list(order) + [r for r in self.declared if r not in order]
         counters: dict[str, int] = {}
         for r in kept:
             if r in self.named:

@@ -87,14 +87,18 @@ class TensorArg:
 
 class TensorSpec:
     """pyptx's placeholder for a positional parameter of a kernel declared without
-    ``in_specs``/``out_specs``: it carries the parameter's name and nothing else (no
-    kernel parameter, no pointer). ``k.ptx()`` traces such a body; launching it needs
-    Tiles (``@kernel(in_specs=(Tile(...),), ...)``)."""
+    ``in_specs``/``out_specs``: it carries the parameter's name (``shape``, ``dtype`` and
+    ``layout`` are pyptx's fields, ``None`` unless given) and no kernel parameter or
+    pointer. ``k.ptx()`` traces such a body; launching it needs Tiles
+    (``@kernel(in_specs=(Tile(...),), ...)``)."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "shape", "dtype", "layout")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, shape=None, dtype=None, layout=None):
         self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.layout = layout
 
     def __repr__(self) -> str:
         return f"TensorSpec({self.name!r})"

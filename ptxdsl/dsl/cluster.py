@@ -5,7 +5,7 @@
 ``wait(aligned=)``                 ``barrier.cluster.wait[.aligned]``
 ``sync(aligned=)``                 ``arrive`` then ``wait``
 ``ctarank()``                      ``mov.u32 r, %cluster_ctarank`` (returns ``r``)
-``is_rank(i)``                     ``ctarank()`` then ``setp.eq.b32 p, r, i`` (returns
+``is_rank(i)``                     ``ctarank()`` then ``setp.eq.u32 p, r, i`` (returns
                                    ``p``); pyptx calls it ``rank(i)``
 ``map_shared(addr, cta)``          ``mapa.shared::cluster.u32 r, addr, cta``: the same
                                    shared variable in the CTA of rank ``cta``
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from ..core import ir
 from ..core.trace import current
-from ..core.types import u32
+from ..core.types import pred as pred_t, u32
 from .mbarrier import arrive_remote as _arrive_remote
 
 __all__ = ["arrive", "wait", "sync", "ctarank", "is_rank", "rank", "map_shared",
-           "arrive_remote"]
+           "map_shared_u32", "arrive_remote"]
 
 
 def arrive(*, relaxed: bool = False, aligned: bool = False, pred=None) -> None:
@@ -61,8 +61,12 @@ def ctarank() -> ir.Reg:
 
 
 def is_rank(i) -> ir.Reg:
-    """A predicate, true in the CTA of rank ``i``: :func:`ctarank` and ``setp.eq.b32``."""
-    return ctarank() == i
+    """A predicate, true in the CTA of rank ``i``: :func:`ctarank` and ``setp.eq.u32``."""
+    b = current("ptx.cluster.is_rank")
+    r = ctarank()
+    p = b.new_reg(pred_t)
+    b.inst(["setp", "eq", "u32"], (p, r, i))
+    return p
 
 
 rank = is_rank  # pyptx's name
@@ -82,3 +86,6 @@ def arrive_remote(addr, cta, count=1, *, pred=None) -> None:
     rank ``cta``: ``mapa.shared::cluster.u32 r, addr, cta`` and
     ``mbarrier.arrive.shared::cluster.b64 _, [r], count``."""
     _arrive_remote(addr, cta, count, pred=pred)
+
+
+map_shared_u32 = map_shared  # pyptx's name

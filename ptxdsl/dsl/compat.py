@@ -1,5 +1,14 @@
-"""pyptx's spellings that have no better home: loops written as PTX writes them and
-the Hopper GEMM epilogue store.
+"""pyptx's spellings that have no better home: loops written as PTX writes them, the
+Hopper GEMM epilogue store, and three ways of grouping instructions.
+
+Grouping: ``ptx.pipe(r).add.s32(t, -8192).and_.b32(u, mask)`` records one instruction
+per step, ``op.mods dst, <previous step's dst>, operands...`` (the first step reads
+``r``), each checked as ``ptx.inst`` checks it. ``with ptx.expr():`` and
+``with ptx.scope():`` record nothing themselves: pyptx uses them to group an
+expression's instructions and to open a PTX ``{ }`` block whose registers are local;
+ptxdsl declares every register once at the top of the kernel with a name of its own (a
+second ``reg.scalar(b32, name="tmp")`` is ``%tmp_1``), so the body's PTX is the same
+instructions without the braces.
 
 Loops: a label and a backward branch (``ptx.loop``), and a counted loop unrolled with
 a peeled tail (``ptx.kloop``). ``ptx.range_`` is the structured loop to prefer; these
@@ -31,9 +40,10 @@ from ..core.errors import TraceError, user_location
 from ..core.trace import current
 from ..core.types import b32, bf16, pred as pred_t, u32
 from .control import if_, label as place_label
+from .inst import inst
 from .reg import as_reg
 
-__all__ = ["loop", "kloop", "stmatrix_x4_trans_f32_bf16"]
+__all__ = ["loop", "kloop", "stmatrix_x4_trans_f32_bf16", "pipe", "expr", "scope"]
 
 
 @contextlib.contextmanager
@@ -59,7 +69,7 @@ def kloop(total, *, unroll: int, body: Callable[[], None], loop_label: str = "kl
 
         and r, total, unroll-1;  sub m, total, r          // whole iterations' count
         @!(total >= unroll) skip:                         // ptx.if_
-            mov left, m;  setp.ne keep, left, 0
+            mov left, m;  setp.ne.u32 keep, left, 0   (.s32 for an s32 total)
           loop_label:  body() x unroll;  sub left, left, unroll;  setp.ne keep, left, 0
             @keep bra loop_label
         tail: r copies of body() behind nested ptx.if_ (r != 0, r != 1, ...)
@@ -83,18 +93,19 @@ def kloop(total, *, unroll: int, body: Callable[[], None], loop_label: str = "kl
         raise TraceError(f"ptx.kloop total is an int or a 32-bit integer register, got "
                          f"{total!r}", user_location())
     t = total.dtype
+    cmp = f"{'s' if t.kind == 's' else 'u'}32"   # setp.ne.u32, as pyptx's kloop
     remainder = total & (unroll - 1)
     rounded = total - remainder
     with if_(total >= unroll):
         left = b.new_reg(t)
         b.inst(["mov", f"b{t.bits}"], (left, rounded))
         keep = b.new_reg(pred_t)
-        b.inst(["setp", "ne", f"b{t.bits}"], (keep, left, 0))
+        b.inst(["setp", "ne", cmp], (keep, left, 0))
         with loop(loop_label, pred=keep):
             for _ in range(unroll):
                 body()
             b.inst(["sub", "s32" if t.kind == "s" else "u32"], (left, left, unroll))
-            b.inst(["setp", "ne", f"b{t.bits}"], (keep, left, 0))
+            b.inst(["setp", "ne", cmp], (keep, left, 0))
 
     def tail(index: int) -> None:
         if index >= unroll:
@@ -141,3 +152,57 @@ def stmatrix_x4_trans_f32_bf16(*, frag, smem_base, lane, row_stride: int, tmp_bf
             b.inst(["mov", "b32"], (pack[k], [rs[2 * k], rs[2 * k + 1]]))
         b.inst(["stmatrix", "sync", "aligned", "m8n8", "x4", "trans", "shared::cta", "b16"],
                (ir.Addr(base, g * group_bytes), pack))
+
+
+class _PipeStep:
+    """``ptx.pipe(src).<opcode>.<mods>``: spelled like ``ptx.inst``, called with the
+    destination and the operands after ``src``."""
+
+    __slots__ = ("_src", "_chain")
+
+    def __init__(self, src, chain):
+        self._src, self._chain = src, chain
+
+    def __getattr__(self, name: str) -> "_PipeStep":
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _PipeStep(self._src, getattr(self._chain, name))
+
+    def __call__(self, dst, *operands, pred=None) -> "_Pipe":
+        self._chain(dst, self._src, *operands, pred=pred)
+        return _Pipe(dst)
+
+
+class _Pipe:
+    """A chain of instructions, each reading the previous one's destination (see the
+    module docstring); ``.reg`` is that destination."""
+
+    __slots__ = ("reg",)
+
+    def __init__(self, src):
+        self.reg = src
+
+    def __getattr__(self, name: str) -> _PipeStep:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _PipeStep(self.reg, getattr(inst, name))
+
+
+def pipe(src) -> _Pipe:
+    """pyptx's ``ptx.pipe(src)``: see the module docstring."""
+    current("ptx.pipe")
+    return _Pipe(src)
+
+
+@contextlib.contextmanager
+def expr() -> Iterator[None]:
+    """pyptx's ``with ptx.expr():`` (records nothing; see the module docstring)."""
+    current("ptx.expr")
+    yield
+
+
+@contextlib.contextmanager
+def scope() -> Iterator[None]:
+    """pyptx's ``with ptx.scope():`` (records nothing; see the module docstring)."""
+    current("ptx.scope")
+    yield

@@ -1,14 +1,11 @@
 """``@ptx.intrinsic``: a helper whose instructions are marked in the PTX as one named scope.
 
 Called inside a kernel trace, the decorated function runs as usual and the first and
-last instructions it recorded (in the region it recorded them in) carry the comments
-``BEGIN name`` and ``END name`` (``ptx.intrinsic`` records no instruction of its own, so
-a helper that records none leaves no mark). Outside a trace it is a plain call. Nesting
-works; the return value is passed through.
-
-pyptx wraps such a body in a scope node of its IR and prints ``// BEGIN`` / ``// END``
-on lines of their own; ptxdsl's PTX has no comment-only lines, so the markers are the
-trailing comments of the scope's first and last instruction lines.
+last instructions it recorded (in the region it recorded them in) are preceded by the
+line ``// BEGIN name`` and followed by ``// END name``, as pyptx prints them
+(``ptx.intrinsic`` records no instruction of its own, so a helper that records none leaves
+no mark). Outside a trace it is a plain call. Nesting works (an inner scope's markers sit
+inside the outer's); the return value is passed through.
 """
 from __future__ import annotations
 
@@ -21,10 +18,11 @@ __all__ = ["intrinsic"]
 
 
 def _note(instr: ir.Instr, text: str, first: bool) -> None:
-    # " // " between notes: each marker reads "// BEGIN name" / "// END name" in the line
-    if instr.comment:
-        text = f"{text} // {instr.comment}" if first else f"{instr.comment} // {text}"
-    instr.comment = text
+    # an outer scope's BEGIN goes before an inner one's, its END after
+    if first:
+        instr.notes_before = (text,) + instr.notes_before
+    else:
+        instr.notes_after = instr.notes_after + (text,)
 
 
 def intrinsic(fn):

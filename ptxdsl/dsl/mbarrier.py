@@ -43,7 +43,7 @@ from .control import if_
 from .reg import as_reg
 
 __all__ = ["Mbarrier", "MbarrierArray", "array", "init", "arrive", "arrive_expect_tx",
-           "expect_tx", "try_wait", "wait", "arrive_remote", "inval", "operand"]
+           "expect_tx", "try_wait", "wait", "arrive_remote", "inval", "operand", "MbarrierRef"]
 
 
 def _base(base):
@@ -67,9 +67,9 @@ def _base(base):
 class Mbarrier:
     """One mbarrier at ``base + offset`` bytes (see the module table)."""
 
-    __slots__ = ("base", "offset", "_reg", "idx")
+    __slots__ = ("base", "offset", "_reg", "idx", "array")
 
-    def __init__(self, base, offset: int = 0, idx: int | None = None):
+    def __init__(self, base, offset: int = 0, idx: int | None = None, array=None):
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise TraceError(f"an mbarrier offset is an int (bytes), got {offset!r}",
                              user_location())
@@ -80,6 +80,7 @@ class Mbarrier:
         self.offset = offset
         self._reg = None
         self.idx = idx  # its index in the MbarrierArray it came from (pyptx's .idx)
+        self.array = array  # that MbarrierArray (pyptx's .array)
 
     def __repr__(self) -> str:
         return f"Mbarrier({self.base!r}+{self.offset})"
@@ -138,6 +139,9 @@ class Mbarrier:
         inval(self, pred=pred)
 
 
+MbarrierRef = Mbarrier  # pyptx's class name for one barrier of an array
+
+
 class MbarrierArray:
     """``count`` mbarriers, 8 bytes apart, from ``base + offset``."""
 
@@ -160,6 +164,11 @@ class MbarrierArray:
         """The shared array's name when the barriers live in one (pyptx's ``.name``)."""
         return self.base.name if isinstance(self.base, ir.Symbol) else None
 
+    @property
+    def byte_offset(self) -> int:
+        """Bytes from the base to barrier 0 (pyptx's name)."""
+        return self.offset
+
     def __repr__(self) -> str:
         return f"MbarrierArray({self.base!r}+{self.offset}, n={self.count})"
 
@@ -171,7 +180,7 @@ class MbarrierArray:
             raise TraceError(f"mbarrier index {i!r} out of range for an array of {self.count} "
                              f"(ints 0..{self.count - 1}; a register index: .at(reg))",
                              user_location())
-        return Mbarrier(self.base, self.offset + 8 * i, i)
+        return Mbarrier(self.base, self.offset + 8 * i, i, self)
 
     def at(self, stage) -> Mbarrier:
         """Barrier ``stage`` (a register): records ``shl.b32 t, stage, 3`` and
@@ -192,7 +201,7 @@ class MbarrierArray:
         b.inst(["shl", "b32"], (t, stage, 3))
         a = b.new_reg(u32)
         b.inst(["add", "u32"], (a, base, t))
-        return Mbarrier(a, self.offset, stage)
+        return Mbarrier(a, self.offset, stage, self)
 
     def init_all(self, count, *, pred=None) -> None:
         """``mbarrier.init`` of every barrier with the same arrival count."""

@@ -6,7 +6,7 @@ full and an empty mbarrier, see :mod:`ptxdsl.dsl.mbarrier`); each keeps its own
 for, and moves the cursor. It records, with ``c`` the cursor and ``ph`` the phase
 registers (both ``.u32``, updated in place):
 
-    setp.eq.b32 p, c, n         // did the cursor run off the ring?
+    setp.eq.u32 p, c, n         // did the cursor run off the ring?
     selp.u32    f, 1, 0, p      // then the phase flips ...
     xor.b32     ph, ph, f
     selp.u32    s, 0, c, p      // ... and the stage wraps to 0
@@ -22,7 +22,7 @@ from ..core.errors import TraceError, user_location
 from ..core.trace import current
 from ..core.types import pred as pred_t, u32
 
-__all__ = ["Pipeline", "pipeline"]
+__all__ = ["Pipeline", "PipelineState", "pipeline"]
 
 
 class Pipeline:
@@ -49,11 +49,17 @@ class Pipeline:
             b.inst(["mov", "u32"], (phase, 0))
         self.cursor, self.phase = cursor, phase
 
+    @property
+    def n_stages(self) -> int:
+        """pyptx's name for :attr:`stages`."""
+        return self.stages
+
     def advance(self) -> tuple[ir.Reg, ir.Reg]:
         """The next ``(stage, phase)`` registers (see the module docstring)."""
         b = current("Pipeline.advance")
         wrap = b.new_reg(pred_t)
-        b.inst(["setp", "eq", "b32"], (wrap, self.cursor, self.stages))
+        b.inst(["setp", "eq", "s32" if self.cursor.dtype.kind == "s" else "u32"],
+               (wrap, self.cursor, self.stages))
         flip = b.new_reg(u32)
         b.inst(["selp", "u32"], (flip, 1, 0, wrap))
         b.inst(["xor", "b32"], (self.phase, self.phase, flip))
@@ -61,6 +67,9 @@ class Pipeline:
         b.inst(["selp", "u32"], (stage, 0, self.cursor, wrap))
         b.inst(["add", "s32"], (self.cursor, stage, 1))
         return stage, self.phase
+
+
+PipelineState = Pipeline  # pyptx's class name
 
 
 def pipeline(stages: int, *, cursor=None, phase=None) -> Pipeline:

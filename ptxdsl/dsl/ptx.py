@@ -13,17 +13,20 @@ each helper (their docstrings say what each call records).
 ``cvt``, ``select``, ``fma``,      :mod:`ptxdsl.dsl.values`
 ``min``, ``max``, ``pack``,
 ``unpack``
-``special``, ``sreg``              :mod:`ptxdsl.dsl.special`
+``special``, ``sreg``,             :mod:`ptxdsl.dsl.special`
+``ctaid_x``, ``ctaid_y``
 ``bar``, ``fence``, ``warp``,      :mod:`ptxdsl.dsl.sync`
-``named_barrier``, ``setmaxnreg``
+``named_barrier``,
+``NamedBarrier``, ``setmaxnreg``
 ``mma``, ``ldmatrix``,             :mod:`ptxdsl.dsl.tensorcore`
 ``stmatrix``, ``movmatrix``
 ``wgmma``, ``mbarrier``,           the modules of those names
 ``cluster``, ``tma``
 ``cp``                             :mod:`ptxdsl.dsl.tma`
-``pipeline``                       :mod:`ptxdsl.dsl.pipeline`
+``pipeline``, ``PipelineState``   :mod:`ptxdsl.dsl.pipeline`
 ``loop``, ``kloop``,               :mod:`ptxdsl.dsl.compat` (pyptx's spellings)
-``stmatrix_x4_trans_f32_bf16``
+``stmatrix_x4_trans_f32_bf16``,
+``pipe``, ``expr``, ``scope``
 ``mov``, ``add``, ``sub``, ``mul``  :mod:`ptxdsl.dsl.typed` (pyptx's typed wrappers;
 ``mad``, ``shl``, ``shr``, ``and_``  ``cvt`` also takes ptxdsl's two-argument form)
 ``or_``, ``xor_``, ``not_``,
@@ -37,13 +40,13 @@ each helper (their docstrings say what each call records).
 from __future__ import annotations
 
 from . import cluster, mbarrier, tma, wgmma
-from .compat import kloop, loop, stmatrix_x4_trans_f32_bf16
+from .compat import expr, kloop, loop, pipe, scope, stmatrix_x4_trans_f32_bf16
 from .control import bra, else_, exit, if_, label, new_label, place, range_, ret
 from .inst import inst, raw
 from .operands import addr, dim, global_ptr, global_ptrs, param, sink
-from .pipeline import pipeline
-from .special import special, sreg
-from .sync import bar, fence, named_barrier, setmaxnreg, warp
+from .pipeline import PipelineState, pipeline
+from .special import ctaid_x, ctaid_y, special, sreg
+from .sync import NamedBarrier, bar, fence, named_barrier, setmaxnreg, warp
 from .tensorcore import ldmatrix, mma, movmatrix, stmatrix
 from .tma import cp
 from .typed import (
@@ -60,4 +63,5 @@ __all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "glo
            "setmaxnreg", "named_barrier", "stmatrix_x4_trans_f32_bf16", "raw",
            "mov", "add", "sub", "mul", "mad", "shl", "shr", "and_", "or_", "xor_", "not_",
            "setp", "selp", "ld", "st", "cvta", "elect_sync", "setmaxnreg_inc",
-           "setmaxnreg_dec", "intrinsic"]
+           "setmaxnreg_dec", "intrinsic", "pipe", "expr", "scope", "PipelineState",
+           "NamedBarrier", "ctaid_x", "ctaid_y"]

@@ -121,17 +121,20 @@ def scalar(dtype: PtxType, init=None, name: str | None = None) -> ir.Reg:
 
 
 def array(dtype: PtxType, n: int, name: str | None = None) -> RegArray:
-    """``n`` registers of one type, declared together (``.reg .f32 %f<n>``). ``name``
-    (pyptx's ``"%acc"`` or ``"acc"``) names them ``%acc0 .. %acc{n-1}``; a generated
-    prefix (``"%r"``, ``"%f"``, ...) means the default names."""
+    """``n`` registers of one type, declared together (``.reg .f32 %f<n>``), all ``n``
+    even where some are never used (as pyptx declares an array; an unused
+    :func:`scalar` is not declared). ``name`` (pyptx's ``"%acc"`` or ``"acc"``) names
+    them ``%acc0 .. %acc{n-1}``; a generated prefix (``"%r"``, ``"%f"``, ...) means the
+    default names."""
     b = current("reg.array")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise TraceError(f"reg.array needs a positive int count, got {n!r}", user_location())
     base = None if name is None else str(name).lstrip("%")
     if base is not None and (base in PREFIX_TYPE or not base):
         base = None
-    return RegArray([b.new_reg(dtype, None if base is None else f"{base}{i}")
-                     for i in range(n)])
+    regs = [b.new_reg(dtype, None if base is None else f"{base}{i}") for i in range(n)]
+    b.declared.update(dict.fromkeys(regs))
+    return RegArray(regs)
 
 
 def alloc(dtype: PtxType) -> ir.Reg:

@@ -17,7 +17,7 @@ from ..core.errors import TraceError, TraceIndexError, user_location
 from .reg import as_reg
 from ..core.trace import current
 from ..core.types import PtxType, b64, move_type, u32
-from .mbarrier import MbarrierArray
+from .mbarrier import MbarrierArray, MbarrierRef  # noqa: F401  (pyptx's smem.MbarrierRef)
 from .wgmma import operand_layout
 
 
@@ -51,6 +51,24 @@ class SharedArray:
     def name(self) -> str:
         """The array's PTX name (``smem0``, ...), as ``reg.from_`` and ``ptx.raw`` take it."""
         return self.decl.name
+
+    byte_offset = 0  # pyptx's offset inside its one dynamic region; each array here is its own
+
+    @property
+    def gmma_layout(self):
+        """The :class:`~ptxdsl.dsl.wgmma_layout.GmmaLayout` of a ``smem.wgmma_tile``
+        (``None`` for a plain array), as pyptx's ``SharedAlloc.gmma_layout``."""
+        lay = getattr(self, "layout", None)
+        if lay is None:
+            return None
+        from .wgmma_layout import layout_of
+        return layout_of(lay.swizzle, lay.leading, lay.stride)
+
+    @property
+    def gmma_major(self) -> str | None:
+        """``"K"`` or ``"MN"`` for a ``smem.wgmma_tile``, ``None`` for a plain array."""
+        lay = getattr(self, "layout", None)
+        return None if lay is None else lay.major
 
     @property
     def __ptx_symbol__(self) -> str:
@@ -404,3 +422,29 @@ def base(name: str | None = None) -> ir.Reg:
     r = b.new_reg(u32)
     b.inst(["mov", "u32"], (r, ir.Symbol(dyn[0].name, "shared")))
     return r
+
+
+def load(dtype: PtxType, address) -> ir.Reg:
+    """pyptx's ``smem.load``: ``ld.shared.T`` from ``address`` (``ptx.addr(...)``, a
+    register or a shared array) into a new register."""
+    b = current("smem.load")
+    r = b.new_reg(dtype)
+    b.inst(["ld", "shared", move_type(dtype).name], (r, _shared_address(address)))
+    return r
+
+
+def store(dtype: PtxType, address, value) -> None:
+    """pyptx's ``smem.store``: ``st.shared.T`` of ``value`` at ``address``."""
+    current("smem.store").inst(["st", "shared", move_type(dtype).name],
+                               (_shared_address(address), as_reg(value)))
+
+
+def _shared_address(a):
+    if isinstance(a, ir.Addr):
+        return a
+    if hasattr(a, "__ptx_addr__"):
+        return a.__ptx_addr__()
+    if isinstance(a, ir.Reg):
+        return ir.Addr(a, 0)
+    raise TraceError(f"a shared-memory address is ptx.addr(...), a register or a shared "
+                     f"array, got {a!r}", user_location())

@@ -15,7 +15,7 @@ from ..core.errors import TraceError, user_location
 from ..core.trace import current
 from ..isa.special import FAMILIES, SPECIAL_REGS
 
-__all__ = ["special", "sreg"]
+__all__ = ["special", "sreg", "ctaid_x", "ctaid_y"]
 
 _BY_NAME = {f.name: f for f in FAMILIES}
 
@@ -106,3 +106,13 @@ def sreg(name: str) -> ir.Special:
         raise TraceError(f"%{key} needs sm_{reg.sm} or newer; this kernel targets {b.arch}",
                          user_location())
     return ir.Special(key, reg.dtype)
+
+
+def ctaid_x() -> ir.Special:
+    """pyptx's shorthand for ``ptx.special.ctaid.x()``."""
+    return special.ctaid.x()
+
+
+def ctaid_y() -> ir.Special:
+    """pyptx's shorthand for ``ptx.special.ctaid.y()``."""
+    return special.ctaid.y()

@@ -66,6 +66,11 @@ class NamedBarrier:
         self.barrier = barrier
         self.count = count
 
+    @property
+    def barrier_id(self):
+        """pyptx's name for :attr:`barrier`."""
+        return self.barrier
+
     def sync(self, *, pred=None) -> None:
         """``bar.sync id[, count]``."""
         args = (self.barrier,) if self.count is None else (self.barrier, self.count)

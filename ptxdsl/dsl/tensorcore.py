@@ -471,12 +471,26 @@ def ldmatrix(dst, src, *, layout: str | None = None, trans: bool = False,
                                  (regs, _address(src)), guard=pred)
 
 
-def stmatrix(dst, src, *, layout: str | None = None, trans: bool = False,
-             space: str = "shared", pred=None) -> None:
-    """``stmatrix.sync.aligned.m8n8.x{len(src)}{.trans}.shared.b16 [dst], src`` (sm_90)."""
+def stmatrix(dst=None, src=None, *, layout: str | None = None, trans: bool = False,
+             space: str = "shared", pred=None, smem=None, regs=None) -> None:
+    """``stmatrix.sync.aligned.m8n8.x{len(src)}{.trans}.shared.b16 [dst], src`` (sm_90).
+    pyptx's keywords ``smem=`` (for ``dst``) and ``regs=`` (for ``src``) are accepted."""
+    dst, src = _keyword_pair("ptx.stmatrix", ("dst", dst), ("smem", smem), ("src", src),
+                             ("regs", regs))
     regs = _regs(src)
     current("ptx.stmatrix").inst(_matrix_chain("stmatrix", len(regs), layout, trans, space),
                                  (_address(dst), regs), guard=pred)
+
+
+def _keyword_pair(what, dst, dst_alias, src, src_alias):
+    """Each of two operands given once, by ptxdsl's name or pyptx's."""
+    out = []
+    for (name, v), (alias, w) in ((dst, dst_alias), (src, src_alias)):
+        if (v is None) == (w is None):
+            raise TraceError(f"{what} takes {name} (or pyptx's {alias}=) exactly once",
+                             user_location())
+        out.append(v if w is None else w)
+    return out
 
 
 def movmatrix(d, a, *, pred=None) -> None:

@@ -288,6 +288,7 @@ class _Cp:
     """pyptx's ``ptx.cp`` namespace (cp.async and TMA forms; ``ptx.inst.cp...`` spells any)."""
 
     async_ = _Async()
+    async_bulk = _Async.bulk  # pyptx's shorthand for async_.bulk
 
 
 cp = _Cp()

@@ -33,7 +33,8 @@ from .tensorcore import RegisterGroup
 __all__ = ["canonical_layout", "make_descriptor", "auto_descriptor", "WgmmaLayout",
            "WgmmaFragment", "accumulator", "descriptor", "masked_descriptor",
            "mma", "fence", "commit", "wait", "SmemDescriptor", "OperandLayout",
-           "operand_layout", "mma_async", "commit_group", "wait_group"]
+           "operand_layout", "mma_async", "commit_group", "wait_group", "SWIZZLE_NONE",
+           "SWIZZLE_128B", "SWIZZLE_64B", "SWIZZLE_32B", "MASKED_DESC_B128"]
 
 # pyptx's constant for a K-major bf16 tile with 128-byte swizzle: LBO 16, SBO 1024
 MASKED_DESC_B128 = SmemDescriptor(0, 16, 1024, 0, 128).constant_bits()
@@ -227,12 +228,13 @@ def descriptor(smem, *, leading: int | None = None, stride: int | None = None,
 
 
 def _add_offset(b, addr, k: int):
-    """``addr + k`` in a new .u32 register (``add.u32``; ``add.s32`` for a negative k,
-    as pyptx's GEMM passes -8192: the same bits), or ``addr`` itself when k is 0."""
+    """``addr + k`` in a new .u32 register (``add.u32``; a negative k, as pyptx's GEMM
+    passes -8192, is added as its 32-bit two's complement: the same bits), or ``addr``
+    itself when k is 0."""
     if not k:
         return addr
     t = reg.scalar(u32)
-    b.inst(["add", "s32" if k < 0 else "u32"], (t, addr, k))
+    b.inst(["add", "u32"], (t, addr, k & 0xFFFFFFFF))
     return t
 
 
@@ -242,7 +244,7 @@ def masked_descriptor(smem_addr, *, byte_offset: int = 0, mask: int = 0x3FF80,
 
     The default constant is ``SmemDescriptor(leading=16, stride=1024, swizzle=128)``'s
     fields; prefer :func:`descriptor`, which names them. Records ``add.u32`` (for a
-    non-zero offset; ``add.s32`` for a negative one), ``and.b32``, ``shr.u32``, ``cvt.u64.u32`` and ``or.b64``.
+    non-zero offset), ``and.b32``, ``shr.u32``, ``cvt.u64.u32`` and ``or.b64``.
     """
     addr, off = _smem_address(smem_addr)
     b = current("ptx.wgmma.masked_descriptor")
@@ -424,17 +426,23 @@ def canonical_layout(elem_bytes: int, m_or_n: int, k: int, major: str) -> tuple[
 
 
 _SWIZZLE_OF_CODE = {0: 0, 1: 128, 2: 64, 3: 32}  # the descriptor's layout field
+# pyptx's names of those codes (make_descriptor(swizzle=ptx.wgmma.SWIZZLE_128B))
+SWIZZLE_NONE, SWIZZLE_128B, SWIZZLE_64B, SWIZZLE_32B = 0, 1, 2, 3
 
 
 def make_descriptor(smem_base, *, leading_byte_offset: int, stride_byte_offset: int,
-                    swizzle: int = 0) -> ir.Reg:
+                    swizzle: int = 0, base_offset: int = 0,
+                    addr_byte_offset: int = 0) -> ir.Reg:
     """pyptx's spelling of :func:`descriptor`: ``swizzle`` is the descriptor's layout code
-    (0 none, 1 128-byte, 2 64-byte, 3 32-byte)."""
+    (0 none, 1 128-byte, 2 64-byte, 3 32-byte: ``SWIZZLE_NONE/128B/64B/32B``),
+    ``base_offset`` the descriptor's field of that name and ``addr_byte_offset`` bytes
+    added to the address (``descriptor``'s ``byte_offset``)."""
     if swizzle not in _SWIZZLE_OF_CODE:
         raise TraceError(f"make_descriptor swizzle= is the layout code 0 (none), 1 (128B), "
                          f"2 (64B) or 3 (32B), got {swizzle!r}", user_location())
     return descriptor(smem_base, leading=leading_byte_offset, stride=stride_byte_offset,
-                      swizzle=_SWIZZLE_OF_CODE[swizzle])
+                      swizzle=_SWIZZLE_OF_CODE[swizzle], base_offset=base_offset,
+                      byte_offset=addr_byte_offset)
 
 
 def auto_descriptor(smem_base, *, dtype: PtxType, shape, major="K") -> ir.Reg:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .wgmma import canonical_layout
 
-__all__ = ["LayoutType", "Major", "GmmaLayout", "pick_gmma_layout", "layout_for_a",
+__all__ = ["LayoutType", "Major", "GmmaLayout", "pick_gmma_layout", "layout_of", "layout_for_a",
            "layout_for_b"]
 
 
@@ -63,7 +63,8 @@ class GmmaLayout:
         return {v: k for k, v in _BY_SWIZZLE.items()}[self.layout_type]
 
 
-def _layout(swizzle: int, lbo: int, sbo: int) -> GmmaLayout:
+def layout_of(swizzle: int, lbo: int, sbo: int) -> GmmaLayout:
+    """The :class:`GmmaLayout` of ``swizzle`` bytes (0, 32, 64, 128) and these LBO/SBO."""
     name = f"{swizzle}B" if swizzle else None
     return GmmaLayout(_BY_SWIZZLE[swizzle], lbo, sbo, name or "NONE", name)
 
@@ -73,7 +74,7 @@ def pick_gmma_layout(*, elem_bytes: int, m_or_n: int, k: int, major: Major) -> G
     elements, K-major or MN-major (rows of ``k`` or ``m_or_n`` elements)."""
     major = Major(major)
     swz, lbo, sbo = canonical_layout(elem_bytes, m_or_n, k, major.name)
-    return _layout(swz, lbo, sbo)
+    return layout_of(swz, lbo, sbo)
 
 
 def layout_for_a(*, dtype, m: int, k: int) -> GmmaLayout:

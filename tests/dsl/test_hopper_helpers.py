@@ -119,7 +119,7 @@ def test_pipeline_advance_records_the_ring_update():
         st, p = ptx.pipeline(3, cursor=c, phase=ph).advance()
         assert p is ph
     lines = body_of(k)
-    assert has(lines, r"setp.eq.b32 %p0, %r0, 3;", r"selp.u32 %r2, 1, 0, %p0;",
+    assert has(lines, r"setp.eq.u32 %p0, %r0, 3;", r"selp.u32 %r2, 1, 0, %p0;",
                r"xor.b32 %r1, %r1, %r2;", r"selp.u32 %r3, 0, %r0, %p0;",
                r"add.s32 %r0, %r3, 1;")
 
@@ -140,7 +140,7 @@ def test_loop_and_kloop_structure():
     assert has(lines, r"and.b32 %r\d+, %r0, 3;", r"sub.s32 %r\d+, %r0, %r\d+;",
                r"setp.ge.s32 %p\d+, %r0, 4;")
     assert has(lines, "kl:", *[rf"add.u32 {R}, {R}, 1;"] * 4, rf"sub.s32 {R}, {R}, 4;",
-               r"setp.ne.b32 %p\d+, %r\d+, 0;", r"@%p\d+ bra kl;")
+               r"setp.ne.s32 %p\d+, %r\d+, 0;", r"@%p\d+ bra kl;")
     assert sum(x.endswith(", 1;") and x.startswith("add.u32") for x in lines) == 1 + 4 + 3
     assert sum(x.endswith(", 2;") and x.startswith("add.u32") for x in lines) == 3
     with pytest.raises(TraceError, match="power of two"):
@@ -166,7 +166,7 @@ def test_cluster_fence_and_warpgroup_helpers():
     assert lines[:5] == ["fence.mbarrier_init.release.cluster;", "fence.proxy.async.shared::cta;",
                          "barrier.cluster.arrive;", "barrier.cluster.wait;",
                          "barrier.cluster.arrive.relaxed.aligned;"]
-    assert has(lines, r"mov.u32 %r0, %cluster_ctarank;", r"setp.eq.b32 %p0, %r0, 1;",
+    assert has(lines, r"mov.u32 %r0, %cluster_ctarank;", r"setp.eq.u32 %p0, %r0, 1;",
                r"setmaxnreg.inc.sync.aligned.u32 240;",
                r"@%p0 setmaxnreg.dec.sync.aligned.u32 24;")
     assert has(lines, r"mov.u32 %r1, 2;", r"bar.sync %r1, 128;", r"bar.arrive 3, 64;",
@@ -217,7 +217,7 @@ def test_pyptx_tma_spellings():
         ptx.cp.async_.bulk.tensor_3d(dst=dst, src=A.tma_desc(), coord=(0, row, 3), mbar=bar[0])
     lines = body_of(k, specs=(spec,), cluster=(2, 1, 1))
     assert sum("cp.async.bulk.tensor.3d.shared::cluster" in x for x in lines) == 3
-    assert has(lines, r"mov.u32 %r\d+, %cluster_ctarank;", r"setp.eq.b32 %p0, %r\d+, 0;",
+    assert has(lines, r"mov.u32 %r\d+, %cluster_ctarank;", r"setp.eq.u32 %p0, %r\d+, 0;",
                r"@%p0 cp.async.bulk.tensor.3d.*multicast::cluster .*;")
     assert has(lines, rf"shr.u32 {R}, %r1, 6;",
                r"cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group \[%rd1, "

@@ -5,6 +5,8 @@ own tests pass with imports renamed is measured by lab/pyptx_api_tests.py.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -155,6 +157,22 @@ def test_reg_constructors():
     assert "mov.f32 %acc0, 0f00000000;" in lines
 
 
+def test_register_arrays_are_declared_whole():
+    def k():
+        reg.array(f32, 32)                  # never used: declared all the same
+        part = reg.alloc_array(u32, 3)      # one used: numbered first, the others after
+        ptx.mov(u32, part[2], 1)
+        reg.scalar(u32)                     # an unused scalar is not declared
+        part[2] * 3                         # a product no one reads: its register is dropped
+        reg.scalar(b64, name="spare")
+    kern = kernel(arch="sm_90a")(k)
+    text = kern.ptx()
+    assert ".reg .f32 %f<32>;" in text and ".reg .b32 %r<3>;" in text
+    assert "%spare" not in text and "mov.u32 %r0, 1;" in text
+    assert "mul" not in text
+    kern.interpret()                        # the interpreter runs it as before
+
+
 def test_wgmma_frag_and_from_refuse_what_cannot_be():
     with pytest.raises(TraceError, match="multiple of 128"):
         kernel(arch="sm_90a")(lambda: reg.wgmma_frag(m=3, n=5, dtype=f32)).ptx()
@@ -201,6 +219,40 @@ def test_apply_swizzle_matches_the_128_byte_pattern():
         ptx.st(u32, ptx.addr(po + t * 4), smem.apply_swizzle(t << 4, "128B"))
     off = np.arange(64, dtype=np.uint32) << 4
     assert np.array_equal(np.asarray(k.interpret()).ravel(), off ^ ((off & 0x380) >> 3))
+
+
+def test_stmatrix_takes_pyptx_keywords():
+    def k():
+        s = smem.alloc(b16, (32, 8))
+        regs = [reg.scalar(b32, init=i) for i in range(4)]
+        ptx.stmatrix(smem=ptx.addr(s), regs=regs, layout="x4.trans")
+        ptx.stmatrix(ptx.addr(s, 16), regs[:2])
+    lines = trace(k, block=(32, 1, 1))
+    assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [smem0], {%r0, %r1, %r2, %r3};" \
+        in lines
+    assert "stmatrix.sync.aligned.m8n8.x2.shared.b16 [smem0+16], {%r0, %r1};" in lines
+
+    def twice():
+        s = smem.alloc(b16, (32, 8))
+        r = reg.array(b32, 4)
+        ptx.stmatrix(ptx.addr(s), r, smem=ptx.addr(s))
+    with pytest.raises(TraceError, match=r"dst \(or pyptx's smem=\) exactly once"):
+        kernel(arch="sm_90a")(twice).ptx()
+
+
+def test_pyptx_helpers_spell_setp_and_add_as_pyptx_does():
+    def k():
+        p = ptx.cluster.rank(0)
+        ptx.pipeline(2).advance()
+        base = reg.scalar(u32, init=1024)
+        ptx.wgmma.masked_descriptor(base, byte_offset=-8192)
+        ptx.inst.mov.u32(base, 1, pred=p)
+    lines = trace(k, cluster=(2, 1, 1))
+    for want in (r"mov.u32 %r\d+, %cluster_ctarank;", r"setp.eq.u32 %p0, %r\d+, 0;",
+                 r"setp.eq.u32 %p1, %r\d+, 2;",
+                 # -8192 added as its 32-bit two's complement: the bits of pyptx's add
+                 r"add.u32 %r\d+, %r\d+, 0xffffe000;"):
+        assert any(re.fullmatch(want, x) for x in lines), want
 
 
 # ----------------------------------------------------------------- TMA, Tile, descriptors
@@ -278,9 +330,17 @@ def test_intrinsic_marks_its_first_and_last_instruction():
 
     assert two.__is_ptx_intrinsic__ and ptx.intrinsic is intrinsic
 
+    @intrinsic
+    def outer(r):
+        return two(r)
+
     def k():
         assert two(reg.array(b32, 2)) == "done"
-    assert trace(k)[:2] == ["mov.b32 %r0, 1;  // BEGIN two", "mov.b32 %r1, 2;  // END two"]
+        assert outer(reg.array(b32, 2)) == "done"
+    assert trace(k)[:10] == [
+        "// BEGIN two", "mov.b32 %r0, 1;", "mov.b32 %r1, 2;", "// END two",
+        "// BEGIN outer", "// BEGIN two", "mov.b32 %r2, 1;", "mov.b32 %r3, 2;",
+        "// END two", "// END outer"]
     calls = []
     assert intrinsic(lambda: calls.append(1) or 42)() == 42 and calls == [1]
 
@@ -336,3 +396,66 @@ def test_bare_kernel_decorator_and_arch_auto():
     if not ptxdsl.gpu_available():
         with pytest.raises(TraceError, match="arch='auto' reads the arch of GPU 0"):
             kernel(arch="auto")
+
+
+# ----------------------------------------------------------------- more of pyptx's names
+def test_pipe_expr_scope_record_what_pyptx_records():
+    def k():
+        r = reg.scalar(u32, init=5000)
+        a, b_, c = reg.scalar(u32), reg.scalar(u32), reg.scalar(u32)
+        with ptx.expr():
+            end = ptx.pipe(r).add.s32(a, -8192).and_.b32(b_, 0x3FF80).shr.u32(c, 4)
+        assert end.reg is c
+        for v in (1, 2):
+            with ptx.scope():
+                ptx.mov(b32, reg.scalar(b32, name="tmp"), v)
+    lines = trace(k)
+    assert lines[:6] == ["mov.u32 %r0, 5000;", "add.s32 %r1, %r0, -8192;",
+                         "and.b32 %r2, %r1, 0x3ff80;", "shr.u32 %r3, %r2, 4;",
+                         "mov.b32 %tmp, 1;", "mov.b32 %tmp_1, 2;"]
+    with pytest.raises(IsaError):   # each step is checked as ptx.inst checks it
+        trace(lambda: ptx.pipe(reg.scalar(u32, init=1)).add.q32(reg.scalar(u32), 1))
+
+
+def test_smem_load_store_and_barrier_and_layout_attributes():
+    def k():
+        s = smem.alloc(u32, (4,))
+        v = reg.scalar(u32, init=7)
+        smem.store(u32, ptx.addr(s, 4), v)
+        w = smem.load(u32, ptx.addr(s, 4))
+        ptx.mov(u32, v, w)
+        bars = smem.mbarrier(2)
+        assert bars[1].array is bars and bars[1].idx == 1 and bars.byte_offset == 0
+        assert isinstance(bars[1], smem.MbarrierRef) and bars[1].byte_offset == 8
+        t = smem.wgmma_tile(bf16, (64, 64), major="K")
+        assert t.gmma_major == "K" and t.gmma_layout == wl.layout_for_a(dtype=bf16, m=64, k=64)
+        assert s.gmma_layout is None and s.gmma_major is None and s.byte_offset == 0
+        nb = ptx.named_barrier(1, count=64)
+        assert isinstance(nb, ptx.NamedBarrier) and nb.barrier_id == 1
+        assert ptx.PipelineState(3).n_stages == 3
+        assert (ptx.ctaid_x().name, ptx.ctaid_y().name) == ("ctaid.x", "ctaid.y")
+        assert ptx.cp.async_bulk is ptx.cp.async_.bulk
+        assert ptx.cluster.map_shared_u32 is ptx.cluster.map_shared
+    lines = trace(k)
+    assert "st.shared.u32 [smem0+4], %r0;" in lines and "ld.shared.u32 %r1, [smem0+4];" in lines
+
+
+def test_make_descriptor_offsets_and_swizzle_codes():
+    def k():
+        s = smem.alloc(bf16, (64, 64), swizzle=128)
+        ptx.wgmma.make_descriptor(s, leading_byte_offset=16, stride_byte_offset=1024,
+                                  swizzle=ptx.wgmma.SWIZZLE_128B, base_offset=0,
+                                  addr_byte_offset=2048)
+    assert (ptx.wgmma.SWIZZLE_NONE, ptx.wgmma.SWIZZLE_128B, ptx.wgmma.SWIZZLE_64B,
+            ptx.wgmma.SWIZZLE_32B) == (0, 1, 2, 3)
+    assert any(re.fullmatch(r"add.u32 %r1, %r0, 2048;", x) for x in trace(k))
+
+
+def test_small_pyptx_names_of_types_kernels_and_placeholders():
+    from ptxdsl.types import from_name
+    assert from_name("f32") is f32 and from_name(".bf16") is bf16
+    assert ptxdsl.detect_arch is ptxdsl.dsl.template.auto_arch
+    spec = TensorSpec("A")
+    assert (spec.name, spec.shape, spec.dtype, spec.layout) == ("A", None, None, None)
+    assert kernel(arch="sm_90a", extern_smem="s", smem=256)(lambda: None).smem == 256
+    assert kernel(arch="sm_90a")(lambda: None).smem is None

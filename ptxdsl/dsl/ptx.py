@@ -32,6 +32,7 @@ each helper (their docstrings say what each call records).
 ``elect_sync``,
 ``setmaxnreg_inc/dec``
 ``intrinsic``                      :mod:`ptxdsl.dsl.intrinsic`
+``tcgen05``                        :mod:`ptxdsl.dsl.tcgen05` (Blackwell, sm_100a)
 =================================  ===================================================
 """
 from __future__ import annotations
@@ -51,6 +52,7 @@ from .typed import (
     setmaxnreg_inc, setp, shl, shr, st, sub, xor_)
 from .values import fma, max, min, pack, select, unpack
 from .intrinsic import intrinsic
+from . import tcgen05
 
 __all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "global_ptr", "if_",
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
@@ -61,3 +63,4 @@ __all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "glo
            "mov", "add", "sub", "mul", "mad", "shl", "shr", "and_", "or_", "xor_", "not_",
            "setp", "selp", "ld", "st", "cvta", "elect_sync", "setmaxnreg_inc",
            "setmaxnreg_dec", "intrinsic"]
+__all__ += ["tcgen05"]

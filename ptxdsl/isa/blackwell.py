@@ -28,6 +28,28 @@ SYNC = g("sync", "sync", required=True)
 ALIGNED = g("aligned", "aligned", required=True)
 CTA_GROUP = g("cta_group", "cta_group::1", "cta_group::2", required=True)
 
+def tmem_32bit(m, ops):
+    """TMEM addresses are 32-bit: a 64-bit register (a descriptor, a generic pointer) in a
+    TMEM slot is a mistake ptxas reports as an argument mismatch."""
+    for slot, op in zip(m.operands, ops):
+        base = getattr(op, "base", None)
+        if slot.role == "a" and slot.space_group == "tmem" and \
+                getattr(getattr(base, "dtype", None), "bits", 32) != 32:
+            return (f"a tensor-memory address is a 32-bit register, got %{base.name} "
+                    f"(.{base.dtype.name})")
+    return None
+
+
+def _checks(*fns):
+    def run(m, ops):
+        for fn in fns:
+            verdict = fn(m, ops)
+            if verdict:
+                return verdict
+        return None
+    return run
+
+
 # ---------------------------------------------------------------- alloc, fences, commit
 def _ncols(m, ops):
     v = getattr(ops[1], "value", None)
@@ -110,7 +132,7 @@ def _mma_rule(m):
 def _mma_operands(m, ops):
     kind = m.chosen["kind"]
     sparse = "sp" in m.chosen
-    base = 7 if sparse else 6  # operands before scale-input-d, without the mask
+    base = 6 if sparse else 5  # operands before scale-input-d, without the mask
     has_mask = any(s.is_list for s in m.operands[:len(ops)])
     if len(ops) > base + has_mask and kind not in SCALED_KINDS:
         return (f"scale-input-d applies to {' and '.join('.' + k for k in SCALED_KINDS)} "
@@ -129,7 +151,8 @@ MMA = (
            # .ashift shifts an A held in tensor memory: no descriptor form
            variants={"sp+ashift": _mma_sig(" a=tmem", ("a=tmem",)),
                      "sp": _mma_sig(" a=tmem"), "ashift": _mma_sig("", ("a=tmem",))},
-           rule=_mma_rule, check_operands=_mma_operands, lists=_mma_lists, proxy="async",
+           rule=_mma_rule, check_operands=_checks(tmem_32bit, _mma_operands),
+           lists=_mma_lists, proxy="async",
            effects=frozenset({"async_copy"}), **NEED,
            doc="D (in tensor memory) = A*B + D, issued by one thread and asynchronous "
                "(tcgen05.commit tracks it): A a shared-memory descriptor or a TMEM address, "
@@ -175,7 +198,8 @@ def _ldst(op: str, pack: str, sig: str, split: str, doc: str, example: str) -> O
     return OpSpec(op, (SYNC, ALIGNED, g("shape", *LD_SHAPES, required=True),
                        g("num", *NUMS, required=True), g("pack", pack)), ("b32",),
                   operands=sig, variants={"16x32bx2": split}, rule=_ldst_rule,
-                  lists=_ldst_lists, check_operands=_half_split, scope="warp",
+                  lists=_ldst_lists, check_operands=_checks(tmem_32bit, _half_split),
+                  scope="warp",
                   aligned=True, varies=op.endswith("ld"), **NEED, doc=doc, example=example)
 
 
@@ -216,14 +240,15 @@ COPY = (
     OpSpec("tcgen05.cp", (CTA_GROUP, g("shape", *CP_SHAPES, required=True),
                           g("multicast", "warpx2::02_13", "warpx2::01_23", "warpx4"),
                           g("dst_fmt", "b8x16"), g("src_fmt", "b6x16_p32", "b4x16_p64")),
-           (), ntypes=0, operands="a=tmem s:b64", rule=_cp_rule, proxy="async", **NEED,
+           (), ntypes=0, operands="a=tmem s:b64", rule=_cp_rule, check_operands=tmem_32bit,
+           proxy="async", **NEED,
            doc="Copy a shared-memory matrix (named by a 64-bit descriptor) into tensor "
                "memory, asynchronously (tcgen05.commit tracks it); .64x128b and .32x128b "
                "multicast across warps; .b8x16.b6x16_p32 / .b4x16_p64 decompress 6- or "
                "4-bit elements to 8 bits.",
            example="tcgen05.cp.cta_group::1.128x256b [%r0], %rd0"),
     OpSpec("tcgen05.shift", (CTA_GROUP, g("dir", "down", required=True)), (), ntypes=0,
-           operands="a=tmem", **NEED,
+           operands="a=tmem", check_operands=tmem_32bit, **NEED,
            doc="Shift the 32-byte rows of a TMEM matrix down by one row, asynchronously "
                "(ordered with the tcgen05.mma operations of the thread).",
            example="tcgen05.shift.cta_group::1.down [%r0]"),

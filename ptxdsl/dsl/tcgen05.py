@@ -127,6 +127,15 @@ def _enable_pred(value, pred):
     return p
 
 
+def _word(w, pred):
+    """A mask word as a register (list operands take registers): ``mov.u32`` for an int."""
+    if not isinstance(w, int):
+        return w
+    r = reg.scalar(u32)
+    current("ptx.tcgen05.mma").inst(["mov", "u32"], (r, w), guard=pred)
+    return r
+
+
 def mma(d_tmem, a_desc, b_desc, idesc, *, cta_group: int = 1, kind: str = "f16",
         enable_input_d=True, scale_d=None, pred_operand=None, sparse: bool = False,
         sparse_metadata=None, ashift: bool = False, collector_a: str | None = None,
@@ -165,17 +174,10 @@ def mma(d_tmem, a_desc, b_desc, idesc, *, cta_group: int = 1, kind: str = "f16",
         args.append(_addr(sparse_metadata, "tcgen05.mma's sparsity metadata"))
     args.append(idesc)
     if disable_output_lane is not None:
-        b = current("ptx.tcgen05.mma")
-        words = []
-        for w in _regs(disable_output_lane, "disable_output_lane") \
-                if not isinstance(disable_output_lane, int) else \
-                [disable_output_lane] * (4 * cta_group):
-            if isinstance(w, int):  # list slots take registers
-                r = reg.scalar(u32)
-                b.inst(["mov", "u32"], (r, w), guard=pred)
-                w = r
-            words.append(w)
-        args.append(words)
+        words = [disable_output_lane] * (4 * cta_group) \
+            if isinstance(disable_output_lane, int) else \
+            _regs(disable_output_lane, "disable_output_lane")
+        args.append([_word(w, pred) for w in words])
     chosen = pred_operand if pred_operand is not None else \
         scale_d if scale_d is not None else enable_input_d
     args.append(_enable_pred(chosen, pred))

@@ -94,8 +94,7 @@ def loaded_images() -> int:
     return len(_LOADED)
 
 
-def _function(drv, key: int, image: bytes, recipe: dict):
-    device = max(drv.current_device(), 0)
+def _function(drv, key: int, image: bytes, recipe: dict, device: int):
     func = _LOADED.get((key, device))
     if func is None:
         with _LOCK:
@@ -137,7 +136,18 @@ def run_recipe(drv, key: int, image: bytes, recipe_text: bytes, pointers: list[i
     recipe = parse_recipe(recipe_text)
     if recipe["grid"] is None:      # empty arrays: nothing to launch
         return
-    func = _function(drv, key, image, recipe)
+    # XLA calls the handler with its device's context current; the primary context of
+    # that device otherwise (what ptxdsl's launcher uses)
+    device = max(drv.current_device(), 0)
+    pushed = drv.enter(device)
+    try:
+        _launch(drv, _function(drv, key, image, recipe, device), recipe, pointers, stream)
+    finally:
+        if pushed:
+            drv.leave()
+
+
+def _launch(drv, func, recipe: dict, pointers: list[int], stream: int) -> None:
     values, it = [], iter(pointers)
     for v in recipe["values"]:
         values.append(next(it) if v is None else v)

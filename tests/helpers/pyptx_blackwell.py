@@ -118,9 +118,9 @@ NEEDS = (
      {"build_gemm_pallas_experimental", "build_gemm_2sm"}),
     ("ptx.cluster.map_shared_u32", lambda: _has("cluster.map_shared_u32"),
      {"build_gemm_2sm"}),
-    (f"the table's {_TCGEN05_TMA} (collective TMA; the interpreter's TMA model "
-     f"reads .shared::cta destinations as stores)", lambda: _table_has(_TCGEN05_TMA),
-     {"build_gemm_2sm"}),
+    (f"the table's {_TCGEN05_TMA}", lambda: _table_has(_TCGEN05_TMA), {"build_gemm_2sm"}),
+    ("ptx.cp.async_.bulk.tensor_2d.shared_cta_global_tile (collective TMA)",
+     lambda: _has("ptx.cp.async_.bulk.tensor_2d.shared_cta_global_tile"), {"build_gemm_2sm"}),
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import re
 
+import numpy as np
 import pytest
 
 import ptxdsl
@@ -266,3 +267,41 @@ def test_random_tcgen05_lines_table_and_ptxas_agree():
     flagged = _ptxas_error_lines(refused)
     missed = [x for i, x in enumerate(refused, 1) if i not in flagged]
     assert not missed, "the table refuses lines ptxas accepts:\n" + "\n".join(missed)
+
+
+# ---------------------------------------------------------------- collective TMA
+def _collective_copy(arch="sm_100a", chain="cp.async.bulk.tensor.2d.shared::cta.global.tile."
+                     "mbarrier::complete_tx::bytes.cta_group::2"):
+    from ptxdsl.core.tensormap import TMA
+    from ptxdsl.types import b64
+
+    @kernel(in_specs=(Tile(64, 64, f32, tma=TMA(box=(32, 32))),), out_specs=(),
+            block=(32, 1, 1), arch=arch, name=f"collective_{arch}")
+    def k(A):
+        tile = smem.alloc(f32, (32, 32), align=128)
+        bar = smem.alloc(b64, (1,), align=8)
+        x = reg.scalar(u32, init=0)
+        ptx.inst(chain, ptx.addr(tile.base), ptx.addr(A.tma_desc(), coords=[x, x]),
+                 ptx.addr(bar.base))
+    return k
+
+
+@needs_ptxas
+def test_collective_tma_loads_assemble_and_the_interpreter_refuses_them():
+    k = _collective_copy()
+    text = k.ptx()
+    assert "shared::cta.global.tile.mbarrier::complete_tx::bytes.cta_group::2 [" in text
+    toolchain.assemble(text, "sm_100a", verbose=False, ptxas=PTXAS)
+    with pytest.raises(PtxdslError, match="collective tensor copies"):
+        k.interpret(np.zeros((64, 64), np.float32))
+
+
+@pytest.mark.parametrize("arch,chain,pattern", [
+    ("sm_90a", "cp.async.bulk.tensor.2d.shared::cluster.global.tile."
+               "mbarrier::complete_tx::bytes.cta_group::1", r"needs sm_100"),
+    ("sm_100a", "cp.async.bulk.tensor.2d.shared::cta.global.tile."
+                "mbarrier::complete_tx::bytes.multicast::cluster", r"not shared::cta"),
+])
+def test_collective_tma_refusals(arch, chain, pattern):
+    with pytest.raises(PtxdslError, match=pattern):
+        _collective_copy(arch, chain).ptx()

@@ -44,6 +44,9 @@ __all__ = ["alloc", "dealloc", "relinquish_alloc_permit", "mma", "commit",
 # pyptx's constant for a K-major 128-byte-swizzled bf16 tile: LBO 16, SBO 1024, version 1
 BLACKWELL_MASKED_DESC_B128 = SmemDescriptor100(0, 16, 1024, 0, "128B").encode()
 _KINDS = ("f16", "tf32", "f8f6f4", "i8")
+_BLOCK_KINDS = ("mxf8f6f4", "mxf4", "mxf4nvf4")
+_SCALE_VECS = {"1X": "scale_vec::1X", "2X": "scale_vec::2X", "4X": "scale_vec::4X",
+               "block16": "block16", "block32": "block32"}
 _COLLECTOR_A = ("discard", "lastuse", "fill", "use")
 
 
@@ -140,6 +143,7 @@ def mma(d_tmem, a_desc, b_desc, idesc, *, cta_group: int = 1, kind: str = "f16",
         enable_input_d=True, scale_d=None, pred_operand=None, sparse: bool = False,
         sparse_metadata=None, ashift: bool = False, collector_a: str | None = None,
         a_is_tmem: bool = False, disable_output_lane=None, scale_c: int | None = None,
+        scale_a_tmem=None, scale_b_tmem=None, scale_vec: str | None = None,
         pred=None) -> None:
     """``tcgen05.mma[.sp].cta_group::N.kind::K[.ashift][.collector::a::X] [d_tmem], a,
     b_desc, [meta,] idesc[, {mask}], p[, scale_c]``: D (TMEM) = A*B (+ D where ``p``).
@@ -152,11 +156,23 @@ def mma(d_tmem, a_desc, b_desc, idesc, *, cta_group: int = 1, kind: str = "f16",
       register (tested ``!= 0``) or a bool (materialised with ``mov`` + ``setp``);
     - ``disable_output_lane``: the mask of 4 (cta_group 1) or 8 (cta_group 2) .b32
       registers/ints (left out: every lane written); ``scale_c``: scale-input-d, 0..15
-      (kind f16 / tf32); ``sparse`` with ``sparse_metadata`` (its TMEM address).
+      (kind f16 / tf32); ``sparse`` with ``sparse_metadata`` (its TMEM address);
+    - the block-scaled kinds (``mxf8f6f4``, ``mxf4``, ``mxf4nvf4``: ``.block_scale``) take
+      ``scale_a_tmem`` and ``scale_b_tmem`` (the TMEM addresses of the scale factors) and
+      ``scale_vec`` (``"1X"``, ``"2X"``, ``"4X"``, ``"block16"``, ``"block32"``; None: the
+      kind's default, PTX 8.8), and no mask or ``scale_c``.
     """
-    if kind not in _KINDS:
-        raise TraceError(f"tcgen05.mma kind is one of {', '.join(_KINDS)}, got {kind!r} "
-                         f"(the block-scaled kinds are not supported)", user_location())
+    block = kind in _BLOCK_KINDS
+    if kind not in _KINDS and not block:
+        raise TraceError(f"tcgen05.mma kind is one of {', '.join(_KINDS + _BLOCK_KINDS)}, "
+                         f"got {kind!r}", user_location())
+    if block != (scale_a_tmem is not None and scale_b_tmem is not None):
+        raise TraceError(f"the block-scaled kinds ({', '.join(_BLOCK_KINDS)}) take "
+                         f"scale_a_tmem= and scale_b_tmem= (their scale factors' TMEM "
+                         f"addresses), and only they do; kind={kind!r}", user_location())
+    if scale_vec is not None and scale_vec not in _SCALE_VECS:
+        raise TraceError(f"scale_vec is one of {', '.join(_SCALE_VECS)}, got {scale_vec!r}",
+                         user_location())
     if collector_a is not None and collector_a not in _COLLECTOR_A:
         raise TraceError(f"collector_a is one of {', '.join(_COLLECTOR_A)}, got "
                          f"{collector_a!r}", user_location())
@@ -164,6 +180,8 @@ def mma(d_tmem, a_desc, b_desc, idesc, *, cta_group: int = 1, kind: str = "f16",
         raise TraceError("a sparse tcgen05.mma takes sparse_metadata= (its TMEM address), "
                          "and only a sparse one does", user_location())
     chain = ["mma", *(["sp"] if sparse else []), _group(cta_group), f"kind::{kind}",
+             *(["block_scale"] if block else []),
+             *([_SCALE_VECS[scale_vec]] if scale_vec else []),
              *(["ashift"] if ashift else []),
              *([f"collector::a::{collector_a}"] if collector_a else [])]
     a_tmem = a_is_tmem or isinstance(a_desc, ir.Addr) or ashift
@@ -173,6 +191,9 @@ def mma(d_tmem, a_desc, b_desc, idesc, *, cta_group: int = 1, kind: str = "f16",
     if sparse:
         args.append(_addr(sparse_metadata, "tcgen05.mma's sparsity metadata"))
     args.append(idesc)
+    if block:
+        args += [_addr(scale_a_tmem, "tcgen05.mma's A scale factors"),
+                 _addr(scale_b_tmem, "tcgen05.mma's B scale factors")]
     if disable_output_lane is not None:
         words = [disable_output_lane] * (4 * cta_group) \
             if isinstance(disable_output_lane, int) else \

@@ -10,8 +10,8 @@ registers and are waited for with ``tcgen05.wait::ld`` / ``wait::st``.
 
 The forms and limits follow the PTX ISA as ptxas 13 checks it (``ptxas -arch=sm_100a``;
 ``tests/isa/test_tcgen05.py`` assembles them). None has CPU semantics (``interp=False``):
-the interpreter refuses a kernel that uses one, naming the instruction. The block-scaled
-kinds (``kind::mxf8f6f4`` and kin) and the ``.ws`` forms are not in the table yet.
+the interpreter refuses a kernel that uses one, naming the instruction. The ``.ws`` forms
+are not in the table yet.
 """
 from __future__ import annotations
 
@@ -102,6 +102,17 @@ BASICS = (
 
 # ---------------------------------------------------------------- mma
 KINDS = ("kind::f16", "kind::tf32", "kind::f8f6f4", "kind::i8")
+# The block-scaled kinds: A and B scaled per block of K by factors held in TMEM (two more
+# TMEM address operands after the instruction descriptor). Per kind, the scale-vector
+# sizes ptxas 13 takes, and whether the size may be left out (PTX 8.8, the default size).
+BLOCK_KINDS = {"kind::mxf8f6f4": (("scale_vec::1X", "block32"), True),
+               "kind::mxf4": (("scale_vec::2X", "block32"), True),
+               "kind::mxf4nvf4": (("scale_vec::2X", "scale_vec::4X", "block16", "block32"),
+                                  False)}
+_KIND_MODS = tuple(Mod(k) for k in KINDS) + (
+    Mod("kind::mxf8f6f4"), Mod("kind::mxf4"), Mod("kind::mxf4nvf4", (8, 7)))
+_SCALE_VEC = (Mod("scale_vec::1X"), Mod("scale_vec::2X"), Mod("scale_vec::4X"),
+              Mod("block16", (8, 8)), Mod("block32", (8, 8)))
 # scale-input-d (D = A*B + D * 2^-scale) exists for these kinds only (PTX ISA; ptxas 13
 # refuses it for f8f6f4 and, leniently, takes it for i8)
 SCALED_KINDS = ("kind::f16", "kind::tf32")
@@ -122,15 +133,42 @@ def _mma_sig(meta: str, a_forms=("r:b64", "a=tmem")) -> str:
     return " || ".join(forms)
 
 
+def _block_sig(meta: str) -> str:
+    # no lane mask, no scale-input-d: the scale factors' TMEM addresses instead
+    return " || ".join(f"{_D} {a} {_B}{meta} {_ID} a=tmem a=tmem q:pred"
+                       for a in ("r:b64", "a=tmem"))
+
+
 def _mma_rule(m):
     ch = m.chosen
     if "ashift" in ch and ch.get("collector") in ("collector::a::fill", "collector::a::use"):
         return f".ashift cannot be combined with .{ch['collector']}"
+    block = BLOCK_KINDS.get(ch["kind"])
+    if block is None:
+        if "block_scale" in ch or "scale_vec" in ch:
+            return (f".{ch.get('block_scale') or ch['scale_vec']} is for the block-scaled "
+                    f"kinds ({', '.join('.' + k for k in BLOCK_KINDS)})")
+        return None
+    if "block_scale" not in ch:
+        return f".{ch['kind']} is block-scaled: write .{ch['kind']}.block_scale"
+    if "ashift" in ch:
+        return ".ashift is not for the block-scaled kinds"
+    sizes, default_ok = block
+    size = ch.get("scale_vec")
+    if size is None:
+        if not default_ok:
+            return f".{ch['kind']} names its scale-vector size: one of " \
+                   f"{', '.join('.' + s for s in sizes)}"
+        return (8, 8), 100     # the default size arrived with PTX 8.8
+    if size not in sizes:
+        return f".{ch['kind']} takes the scale-vector sizes {', '.join('.' + s for s in sizes)}"
     return None
 
 
 def _mma_operands(m, ops):
     kind = m.chosen["kind"]
+    if kind in BLOCK_KINDS:          # their signature has no scale-input-d slot
+        return None
     sparse = "sp" in m.chosen
     base = 6 if sparse else 5  # operands before scale-input-d, without the mask
     has_mask = any(s.is_list for s in m.operands[:len(ops)])
@@ -145,11 +183,13 @@ def _mma_lists(m):
 
 
 MMA = (
-    OpSpec("tcgen05.mma", (g("sp", "sp"), CTA_GROUP, g("kind", *KINDS, required=True),
+    OpSpec("tcgen05.mma", (g("sp", "sp"), CTA_GROUP, g("kind", *_KIND_MODS, required=True),
+                           g("block_scale", "block_scale"), g("scale_vec", *_SCALE_VEC),
                            g("ashift", "ashift"), g("collector", *COLLECTOR_A)), (),
            ntypes=0, operands=_mma_sig(""),
            # .ashift shifts an A held in tensor memory: no descriptor form
-           variants={"sp+ashift": _mma_sig(" a=tmem", ("a=tmem",)),
+           variants={"sp+block_scale": _block_sig(" a=tmem"), "block_scale": _block_sig(""),
+                     "sp+ashift": _mma_sig(" a=tmem", ("a=tmem",)),
                      "sp": _mma_sig(" a=tmem"), "ashift": _mma_sig("", ("a=tmem",))},
            rule=_mma_rule, check_operands=_checks(tmem_32bit, _mma_operands),
            lists=_mma_lists, proxy="async",
@@ -160,7 +200,10 @@ MMA = (
                "majors), optionally the disable-output-lane mask ({4 words} for "
                "cta_group::1, {8} for ::2), the enable-input-d predicate (false: D = A*B) "
                "and, for kind::f16/tf32, the scale-input-d immediate (0-15). .sp adds the "
-               "sparsity metadata's TMEM address before the instruction descriptor.",
+               "sparsity metadata's TMEM address before the instruction descriptor. The "
+               "block-scaled kinds (.kind::mxf8f6f4 / mxf4 / mxf4nvf4 .block_scale with a "
+               "scale-vector size) take the TMEM addresses of A's and B's scale factors "
+               "after the instruction descriptor, and no mask or scale-input-d.",
            example="tcgen05.mma.cta_group::1.kind::f16 [%r0], %rd0, %rd1, %r1, %p0"),
 )
 

@@ -82,6 +82,8 @@ def _every_call(X, O):
                a_is_tmem=True, ashift=True, enable_input_d=True)
         tc.mma(tmem, da, db, idesc, kind="f8f6f4", sparse=True,
                sparse_metadata=ptx.addr(tmem, 128))
+        tc.mma(tmem, da, db, idesc, kind="mxf8f6f4", scale_vec="1X",
+               scale_a_tmem=ptx.addr(tmem, 256), scale_b_tmem=ptx.addr(tmem, 260))
         tc.cp(ptx.addr(tmem, 32), da, size="128x256b")
         tc.cp(tmem, da, size="64x128b", multicast="warpx2::02_13", decompress="b4x16_p64")
         tc.shift(tmem)
@@ -113,7 +115,9 @@ def test_every_call_records_its_instruction():
     for line in ("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32",
                  "tcgen05.mma.cta_group::1.kind::f16 [", "tcgen05.mma.cta_group::1.kind::tf32."
                  "collector::a::lastuse [%r", "tcgen05.mma.cta_group::1.kind::i8.ashift [",
-                 "tcgen05.mma.sp.cta_group::1.kind::f8f6f4", "tcgen05.cp.cta_group::1.64x128b."
+                 "tcgen05.mma.sp.cta_group::1.kind::f8f6f4",
+                 "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X [",
+                 "tcgen05.cp.cta_group::1.64x128b."
                  "warpx2::02_13.b8x16.b4x16_p64", "tcgen05.shift.cta_group::1.down",
                  "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster."
                  "multicast::cluster.b64", "tcgen05.ld.sync.aligned.16x32bx2.x2.pack::16b.b32",
@@ -163,7 +167,11 @@ REFUSED = {
                                         size="64x128b"), r"\.64x128b copies with"),
     "commit_cta": (lambda s, t: tc.commit(s, space="cta"), r"State space incorrect"),
     "block_scaled": (lambda s, t: tc.mma(t, t, t, 0, kind="mxf8f6f4"),
-                     r"block-scaled kinds are not supported"),
+                     r"take scale_a_tmem= and scale_b_tmem="),
+    "block_size": (lambda s, t: tc.mma(t, reg.scalar(ptxdsl.types.b64, init=0),
+                                       reg.scalar(ptxdsl.types.b64, init=0), 0,
+                                       kind="mxf4nvf4", scale_a_tmem=t, scale_b_tmem=t),
+                   r"\.kind::mxf4nvf4 names its scale-vector size"),
 }
 
 
@@ -183,7 +191,7 @@ def test_needs_the_arch_specific_blackwell_target():
 
 
 # ---------------------------------------------------------------- fuzz against ptxas
-_HEAD = (".version 8.6\n.target sm_100a\n.address_size 64\n.visible .entry k()\n{\n"
+_HEAD = (".version 8.8\n.target sm_100a\n.address_size 64\n.visible .entry k()\n{\n"
          " .reg .b32 %r<200>;\n .reg .b64 %rd<8>;\n .reg .pred %p<4>;\n .reg .b16 %rs<4>;\n")
 
 
@@ -196,14 +204,20 @@ def _random_line(rng: random.Random) -> str:
     cg = rng.choice([1, 2])
     if op == "mma":
         sp = rng.random() < 0.2
-        kind = rng.choice(["f16", "tf32", "f8f6f4", "i8"])
+        kind = rng.choice(["f16", "tf32", "f8f6f4", "i8", "mxf8f6f4", "mxf4", "mxf4nvf4"])
+        block = rng.random() < (0.85 if kind.startswith("mx") else 0.1)
+        size = rng.choice([None, "scale_vec::1X", "scale_vec::2X", "scale_vec::4X",
+                           "block16", "block32"]) if block or rng.random() < 0.1 else None
         ashift = rng.random() < 0.2
         coll = rng.choice([None, None, "discard", "lastuse", "fill", "use"])
         mods = ["mma"] + (["sp"] if sp else []) + [f"cta_group::{cg}", f"kind::{kind}"] + \
+            (["block_scale"] if block else []) + ([size] if size else []) + \
             (["ashift"] if ashift else []) + ([f"collector::a::{coll}"] if coll else [])
         a = rng.choice(["%rd1", "[%r150]"])
         ops = ["[%r151]", a, "%rd2"] + (["[%r152]"] if sp else []) + ["%r153"]
-        lanes = rng.choice([None, 4, 8])
+        if block and rng.random() < 0.9:
+            ops += ["[%r154]", "[%r155]"]            # the scale factors in TMEM
+        lanes = rng.choice([None, 4, 8]) if not block or rng.random() < 0.1 else None
         if lanes:
             ops.append("{" + ", ".join(f"%r{160 + i}" for i in range(lanes)) + "}")
         ops.append("%p1")
@@ -257,7 +271,7 @@ def _ptxas_error_lines(lines: list[str]) -> set[int]:
 @needs_ptxas
 def test_random_tcgen05_lines_table_and_ptxas_agree():
     rng = random.Random(46)
-    lines = sorted({_random_line(rng) for _ in range(160)})
+    lines = sorted({_random_line(rng) for _ in range(220)})
     accepted = [x for x in lines if _table_accepts(x)]
     refused = [x for x in lines if x not in accepted]
     assert len(accepted) > 30 and len(refused) > 30, (len(accepted), len(refused))

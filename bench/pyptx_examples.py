@@ -127,6 +127,7 @@ def load(name: str, arch_dir: str = "hopper", *, original: bool = False, patch=N
     spec = importlib.util.spec_from_file_location(mod_name, path)
     mod = importlib.util.module_from_spec(spec)
     mod.__pyptx_source__ = where
+    sys.modules[mod_name] = mod  # dataclasses and pickling look a class's module up there
     spec.loader.exec_module(mod)
     _LOADED[key] = mod
     return mod

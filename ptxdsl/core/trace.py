@@ -548,7 +548,8 @@ class Builder:
 
 def _pick_signature(m: Match, args: Sequence) -> Match:
     """Of a form's operand lists (``||`` alternatives), the first that fits ``args``:
-    a register list where a list slot is, a single value where a scalar slot is."""
+    a register list where a list slot is, a single value where a scalar slot is, and a
+    ``ptx.addr`` only where an address is (tcgen05.mma's A: a descriptor or [a_tmem])."""
     alts = m.alternatives
     if len(alts) == 1:
         return m
@@ -556,8 +557,9 @@ def _pick_signature(m: Match, args: Sequence) -> Match:
         need = sum(1 for s in sig if not s.optional)
         if not need <= len(args) <= len(sig):
             continue
-        if all(s.is_list == isinstance(a, (list, tuple)) or hasattr(a, "__ptx_regs__")
-               and s.is_list for s, a in zip(sig, args)):
+        if all((s.is_list == isinstance(a, (list, tuple)) or hasattr(a, "__ptx_regs__")
+                and s.is_list) and (s.role in "at" or not isinstance(a, ir.Addr))
+               for s, a in zip(sig, args)):
             return m.with_operands(sig)
     return m
 

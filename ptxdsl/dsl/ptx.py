@@ -35,6 +35,7 @@ each helper (their docstrings say what each call records).
 ``elect_sync``,
 ``setmaxnreg_inc/dec``
 ``intrinsic``                      :mod:`ptxdsl.dsl.intrinsic`
+``tcgen05``                        :mod:`ptxdsl.dsl.tcgen05` (Blackwell, sm_100a)
 =================================  ===================================================
 """
 from __future__ import annotations
@@ -54,6 +55,7 @@ from .typed import (
     setmaxnreg_inc, setp, shl, shr, st, sub, xor_)
 from .values import fma, max, min, pack, select, unpack
 from .intrinsic import intrinsic
+from . import tcgen05
 
 __all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "global_ptr", "if_",
            "else_", "range_", "label", "new_label", "place", "bra", "ret", "exit", "cvt",
@@ -65,3 +67,4 @@ __all__ = ["inst", "special", "warp", "bar", "addr", "sink", "global_ptrs", "glo
            "setp", "selp", "ld", "st", "cvta", "elect_sync", "setmaxnreg_inc",
            "setmaxnreg_dec", "intrinsic", "pipe", "expr", "scope", "PipelineState",
            "NamedBarrier", "ctaid_x", "ctaid_y"]
+__all__ += ["tcgen05"]

@@ -5,13 +5,15 @@ import difflib
 
 from ..core.errors import IsaError
 from .spec import Group, Match, Mod, Operand, OpSpec, check_arch, match
-from . import hopper, imported, table, tensorcore
+from . import blackwell, hopper, imported, table, tensorcore
 
 # The whole table: the core (scalar, memory, warp, sync) in table.py, the
 # tensor-core family (mma.sync, ldmatrix, ...) in tensorcore.py, Hopper's
 # asynchronous machinery (wgmma, TMA, clusters, ...) in hopper.py, what only imported
-# PTX uses (wmma, tensormap.replace, tcgen05, ...) in imported.py.
-TABLE: tuple[OpSpec, ...] = table.TABLE + tensorcore.TABLE + hopper.TABLE + imported.TABLE
+# PTX uses (wmma, tensormap.replace, ...) in imported.py, Blackwell's tcgen05 family
+# and tensor memory in blackwell.py.
+TABLE: tuple[OpSpec, ...] = (table.TABLE + tensorcore.TABLE + hopper.TABLE + imported.TABLE
+                             + blackwell.TABLE)
 INSTRUCTIONS: dict[str, OpSpec] = {spec.opcode: spec for spec in TABLE}
 if len(INSTRUCTIONS) != len(TABLE):  # pragma: no cover - a table edit mistake
     raise RuntimeError("two instruction-table entries share an opcode")

@@ -165,6 +165,12 @@ TX = "mbarrier::complete_tx::bytes"
 MULTICAST = Mod("multicast::cluster", (8, 0), 90,
                 doc="write the box into every CTA of the ctaMask operand (sm_90a for speed)")
 CACHE_HINT = Mod("L2::cache_hint", (8, 0), 90, doc="the last operand is an L2 cache policy")
+# Blackwell's collective TMA: a load into this CTA's shared memory (PTX 8.6), and the
+# CTA pair of a cta_group::2 MMA whose leader's mbarrier tracks the bytes (sm_100a)
+SHARED_CTA_DST = Mod("shared::cta", (8, 6), doc="load into the issuing CTA's shared memory")
+CTA_GROUPS = tuple(Mod(f"cta_group::{n}", (8, 6), 100, arch_specific=True,
+                       doc="the CTA group of a tcgen05 MMA that consumes the box")
+                   for n in (1, 2))
 
 
 def tensor_dims(m) -> int:
@@ -178,10 +184,14 @@ def tensor_lists(m) -> dict[str, tuple[str, int]]:
 
 def _tensor_copy_rule(m):
     dst, src, mode = m.chosen["dst"], m.chosen["src"], m.chosen.get("mode")
-    load = dst == "shared::cluster"
+    load = dst in ("shared::cluster", "shared::cta")
     if load != (src == "global"):
-        return ("a tensor copy goes global -> shared::cluster (a load) or shared::cta -> "
-                "global (a store)")
+        return ("a tensor copy goes global -> shared::cluster / shared::cta (a load) or "
+                "shared::cta -> global (a store)")
+    if dst == "shared::cta" and m.has("multicast::cluster"):
+        return ".multicast::cluster loads into shared::cluster, not shared::cta"
+    if not load and "cta_group" in m.chosen:
+        return f".{m.chosen['cta_group']} is for loads (Blackwell's collective TMA)"
     want = TX if load else "bulk_group"
     if m.chosen["completion"] != want:
         return (f"a tensor {'load' if load else 'store'} completes with .{want}")
@@ -221,10 +231,10 @@ _TX_COPY = frozenset({"async_copy", "mbarrier"})
 
 TMA = (
     OpSpec("cp.async.bulk.tensor",
-           (DIMS, g("dst", "shared::cluster", "global", required=True),
+           (DIMS, g("dst", "shared::cluster", "global", SHARED_CTA_DST, required=True),
             g("src", "global", "shared::cta", required=True), g("mode", "tile", "im2col"),
             g("completion", TX, "bulk_group", required=True), g("multicast", MULTICAST),
-            g("hint", CACHE_HINT)), (), ntypes=0,
+            g("cta_group", *CTA_GROUPS), g("hint", CACHE_HINT)), (), ntypes=0,
            operands="a=dst t:{coords} a=shared::cta X:{im2col}@im2col "
                     "s:u16@multicast::cluster r:b64@L2::cache_hint",
            variants={"bulk_group": "t:{coords} a=src r:b64@L2::cache_hint"},

@@ -1,8 +1,8 @@
 """Instructions that PTX from other compilers uses and ptxdsl's own kernels do not:
 wmma (sm_70+ warp matrix fragments), mbarrier's drop / noComplete / pending_count
 forms, the tensor-map rewrite of Hopper (tensormap.replace, tensormap.cp_fenceproxy,
-fence.proxy.tensormap::generic), Blackwell's tensor-memory basics (tcgen05 alloc,
-dealloc, fences, waits, commit) and cluster launch control (try_cancel, query_cancel).
+fence.proxy.tensormap::generic) and cluster launch control (try_cancel, query_cancel).
+Blackwell's tcgen05 family is in :mod:`.blackwell`.
 
 The PTX front end (:mod:`ptxdsl.frontend`) checks imported code against these entries
 as against the rest of the table; each form is assembled by ptxas in
@@ -166,6 +166,14 @@ def _mbar_order(m):
     return None
 
 
+def _positive_count(m, ops):
+    # ptxas: "value '0' expected to be a non-zero positive"
+    v = getattr(ops[2], "value", None) if len(ops) > 2 else None
+    if isinstance(v, int) and v < 1:
+        return f"the arrival count is a positive number, got {v}"
+    return None
+
+
 def _mbar_groups(cluster: bool = True):
     # ptxas: "Modifier '.cluster' cannot be combined with modifier '.noComplete'"
     scopes = (Mod("cta", (8, 0)),) + ((Mod("cluster", (8, 0), 90),) if cluster else ())
@@ -174,18 +182,21 @@ def _mbar_groups(cluster: bool = True):
 
 MBARRIER = (
     OpSpec("mbarrier.arrive_drop", _mbar_groups(), ("b64",), operands="d:b64 a s:u32?!7.8/90",
+           check_operands=_positive_count,
            ptx=(7, 0), sm=80, rule=_mbar_order, category="mbarrier", side_effects=True,
            effects=frozenset({"mbarrier"}), interp=False,
            doc="Arrive on an mbarrier and drop this thread from the expected count of the "
                "phases after it (optionally count arrivals, sm_90).",
            example="mbarrier.arrive_drop.shared.b64 %rd0, [%r0]"),
     OpSpec("mbarrier.arrive_drop.noComplete", _mbar_groups(False), ("b64",),
+           check_operands=_positive_count,
            operands="d:b64 a s:u32", ptx=(7, 0), sm=80, rule=_mbar_order,
            category="mbarrier", side_effects=True, effects=frozenset({"mbarrier"}),
            interp=False,
            doc="arrive_drop of count arrivals that must not complete the phase.",
            example="mbarrier.arrive_drop.noComplete.shared.b64 %rd0, [%r0], %r1"),
     OpSpec("mbarrier.arrive.noComplete", _mbar_groups(False), ("b64",),
+           check_operands=_positive_count,
            operands="d:b64 a s:u32", ptx=(7, 0), sm=80, rule=_mbar_order,
            category="mbarrier", side_effects=True, effects=frozenset({"mbarrier"}),
            interp=False,
@@ -273,51 +284,6 @@ TENSORMAP = (
            example="fence.proxy.tensormap::generic.acquire.gpu [%rd0], 128"),
 )
 
-# ---------------------------------------------------------------- tcgen05 (sm_100a)
-TC_NEED = dict(ptx=(8, 6), sm=100, arch_specific=True, interp=False, category="tcgen05",
-               side_effects=True)
-CTA_GROUP = g("cta_group", "cta_group::1", "cta_group::2", required=True)
-
-TCGEN05 = (
-    OpSpec("tcgen05.alloc", (CTA_GROUP, SYNC, ALIGNED, g("space", "shared::cta")), ("b32",),
-           operands="a r:u32", scope="warp", aligned=True, **TC_NEED,
-           doc="Allocate ncols (a power of two, 32 to 512) tensor-memory columns; the "
-               "address is written to shared memory.",
-           example="tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r0], %r1"),
-    OpSpec("tcgen05.dealloc", (CTA_GROUP, SYNC, ALIGNED), ("b32",), operands="r:b32 r:u32",
-           scope="warp", aligned=True, **TC_NEED,
-           doc="Free tensor-memory columns tcgen05.alloc gave.",
-           example="tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r0, %r1"),
-    OpSpec("tcgen05.relinquish_alloc_permit", (CTA_GROUP, SYNC, ALIGNED), (), ntypes=0,
-           scope="warp", aligned=True, **TC_NEED,
-           doc="Give up the CTA's right to allocate tensor memory again.",
-           example="tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned"),
-    OpSpec("tcgen05.fence::before_thread_sync", (), (), ntypes=0,
-           effects=frozenset({"fence"}), **TC_NEED,
-           doc="Order earlier tcgen05 operations before the next thread synchronisation.",
-           example="tcgen05.fence::before_thread_sync"),
-    OpSpec("tcgen05.fence::after_thread_sync", (), (), ntypes=0,
-           effects=frozenset({"fence"}), **TC_NEED,
-           doc="Order later tcgen05 operations after the last thread synchronisation.",
-           example="tcgen05.fence::after_thread_sync"),
-    OpSpec("tcgen05.wait::ld", (SYNC, ALIGNED), (), ntypes=0, scope="warp", aligned=True,
-           effects=frozenset({"async_wait"}), **TC_NEED,
-           doc="Wait for this thread's tcgen05.ld operations.",
-           example="tcgen05.wait::ld.sync.aligned"),
-    OpSpec("tcgen05.wait::st", (SYNC, ALIGNED), (), ntypes=0, scope="warp", aligned=True,
-           effects=frozenset({"async_wait"}), **TC_NEED,
-           doc="Wait for this thread's tcgen05.st operations.",
-           example="tcgen05.wait::st.sync.aligned"),
-    OpSpec("tcgen05.commit", (CTA_GROUP, g("arrive", "mbarrier::arrive::one", required=True),
-                              g("space", "shared::cluster"),
-                              g("multicast", "multicast::cluster")), ("b64",),
-           operands="a", variants={"multicast::cluster": "a r:b16"},
-           effects=frozenset({"mbarrier"}), **TC_NEED,
-           doc="Make an mbarrier track the completion of this thread's earlier async "
-               "tcgen05 operations (one arrival when they finish).",
-           example="tcgen05.commit.cta_group::1.mbarrier::arrive::one.b64 [%rd0]"),
-)
-
 # ---------------------------------------------------------------- cluster launch control
 CLC_NEED = dict(ptx=(8, 6), sm=100, interp=False, category="cluster")
 
@@ -346,4 +312,4 @@ CLUSTER_LAUNCH_CONTROL = (
                    f"%r0, %rq0")
     for axis in "xyz")
 
-TABLE: tuple[OpSpec, ...] = WMMA + MBARRIER + TENSORMAP + TCGEN05 + CLUSTER_LAUNCH_CONTROL
+TABLE: tuple[OpSpec, ...] = WMMA + MBARRIER + TENSORMAP + CLUSTER_LAUNCH_CONTROL

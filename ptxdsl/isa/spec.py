@@ -163,9 +163,10 @@ def split_alternatives(sig: str) -> list[str]:
 # State spaces an address register of each width may point into. Generic and .global
 # addresses are 64-bit (ptxas 13 has no 32-bit ABI: "32-Bit ABI ... not supported",
 # with no line number); the windows of .shared, .local, .const and .param are small
-# enough for 32-bit offsets.
+# enough for 32-bit offsets. Blackwell's tensor memory (``tmem``) is addressed by 32-bit
+# lane/column values only.
 SPACES_32BIT_OK = frozenset({"shared", "shared::cta", "shared::cluster", "local", "const",
-                             "param"})
+                             "param", "tmem"})
 
 
 SCOPES = ("thread", "warp", "warpgroup", "cta", "cluster")

@@ -10,10 +10,12 @@ inputs' shapes. ``jax.jit(lambda a, b: f(a, b) * 2)`` traces it like any jax op:
   ptxdsl's launcher (the buffers XLA hands over are the arrays, nothing is copied). The
   handler is a C function pointer made by ``ctypes`` over XLA's FFI C API
   (``xla/ffi/api/c_api.h``): it answers XLA's metadata query, and at the execute stage
-  reads the buffers, the ``ptxdsl_kernel`` attribute (a 63-bit content hash of the
-  kernel's PTX) and the stream. The kernel is found by that hash in this process's
-  registry (filled by ``jax_call``), so an exported computation (``jax.export``) runs in
-  a process that has made the same ``jax_call``;
+  reads the buffers, the attributes and the stream. The ``ptxdsl_kernel`` attribute (a
+  63-bit content hash of the kernel's PTX) finds the kernel in this process's registry
+  (filled by ``jax_call``); the call also carries the kernel's cubin and launch recipe
+  (:mod:`.jax_export`), which a process without the kernel object runs, the image loaded
+  once: so a ``jax.export`` of the computation (with ``DisabledSafetyCheck.custom_call(
+  TARGET)``) runs in any process with ptxdsl that has called :func:`register`;
 - **elsewhere** (jax on CPU) the call is a ``jax.pure_callback`` that runs the kernel on
   ptxdsl's CPU interpreter (``kernel.interpret``) with the inputs as numpy arrays: a
   fallback for testing on machines without a GPU, as exact as the interpreter and as
@@ -33,7 +35,7 @@ import numpy as np
 
 from ..core.errors import PtxdslError, TraceError, user_location
 
-__all__ = ["jax_call", "gpu_path_available", "TARGET"]
+__all__ = ["jax_call", "gpu_path_available", "register", "TARGET"]
 
 TARGET = "ptxdsl_launch"
 _ATTR = "ptxdsl_kernel"
@@ -114,8 +116,10 @@ def jax_call(kernel):
             key = kernel_key(kernel)
             with _LOCK:
                 _REGISTRY[key] = kernel
+            from .jax_export import launch_attributes
+            device = getattr(jax.devices()[0], "local_hardware_id", None) or 0
             res = jax.ffi.ffi_call(TARGET, outs, vmap_method="sequential")(
-                *args, **{_ATTR: np.int64(key)})
+                *args, **launch_attributes(kernel, args, outs, key, device))
         else:
             res = jax.pure_callback(_interpret_on_host(kernel, outs), tuple(outs), *args,
                                     vmap_method="sequential")
@@ -169,6 +173,10 @@ class _Scalar(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_int), ("value", ctypes.c_void_p)]
 
 
+class _Array(ctypes.Structure):  # XLA_FFI_Array
+    _fields_ = [("dtype", ctypes.c_int), ("size", ctypes.c_size_t), ("data", ctypes.c_void_p)]
+
+
 class _Attrs(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p),
                 ("size", ctypes.c_int64), ("types", ctypes.POINTER(ctypes.c_int)),
@@ -202,7 +210,8 @@ class _StreamGetArgs(ctypes.Structure):
 
 
 _CALL = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)  # XLA_FFI_Handler and friends
-_METADATA, _EXECUTE, _INTERNAL_ERROR, _S64 = 1, 3, 13, 5
+_METADATA, _EXECUTE, _INTERNAL_ERROR, _S64, _U8 = 1, 3, 13, 5, 6
+_ARRAY, _SCALAR, _STRING = 1, 3, 4   # XLA_FFI_AttrType
 # XLA_FFI_DataType -> the dtype name ptxdsl's launcher reads from __cuda_array_interface__
 _DTYPES = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8", 7: "uint16",
            8: "uint32", 9: "uint64", 10: "float16", 11: "float32", 12: "float64",
@@ -228,16 +237,26 @@ def _error(api: _Api, message: str) -> int:
     return _CALL(api.error_create)(ctypes.addressof(args))
 
 
-def _attr_key(frame: _CallFrame) -> int:
-    a = frame.attrs
+def _attributes(frame: _CallFrame) -> dict:
+    """The call's attributes: int64 scalars as ints, uint8 arrays and strings as bytes."""
+    a, out = frame.attrs, {}
     for i in range(a.size):
         span = a.names[i].contents
-        if ctypes.string_at(span.ptr, span.len).decode() == _ATTR:
+        name = ctypes.string_at(span.ptr, span.len).decode()
+        if a.types[i] == _SCALAR:
             sc = _Scalar.from_address(a.attrs[i])
-            if sc.dtype != _S64:
-                raise PtxdslError(f"attribute {_ATTR} is not an int64")
-            return ctypes.c_int64.from_address(sc.value).value
-    raise PtxdslError(f"the FFI call has no {_ATTR} attribute")
+            if sc.dtype == _S64:
+                out[name] = ctypes.c_int64.from_address(sc.value).value
+        elif a.types[i] == _ARRAY:
+            arr = _Array.from_address(a.attrs[i])
+            if arr.dtype == _U8:
+                out[name] = ctypes.string_at(arr.data, arr.size)
+        elif a.types[i] == _STRING:
+            s = _Span.from_address(a.attrs[i])
+            out[name] = ctypes.string_at(s.ptr, s.len)
+    if not isinstance(out.get(_ATTR), int):
+        raise PtxdslError(f"the FFI call has no int64 {_ATTR} attribute")
+    return out
 
 
 def _handle(frame_addr: int):
@@ -252,19 +271,25 @@ def _handle(frame_addr: int):
             return None
         if frame.stage != _EXECUTE:
             return None
-        key = _attr_key(frame)
+        attrs = _attributes(frame)
+        key = attrs[_ATTR]
         with _LOCK:
             kernel = _REGISTRY.get(key)
-        if kernel is None:
-            raise PtxdslError(f"no kernel with content hash {key} was passed to jax_call in "
-                              f"this process")
         sg = _StreamGetArgs(ctypes.sizeof(_StreamGetArgs), None, frame.ctx, None)
         err = _CALL(api.stream_get)(ctypes.addressof(sg))
         if err:
             return err
-        bufs = [_DeviceBuffer(_Buffer.from_address(lst.items[i]))
+        bufs = [_Buffer.from_address(lst.items[i])
                 for lst in (frame.args, frame.rets) for i in range(lst.size)]
-        kernel(*bufs, stream=int(sg.stream or 0))
+        if kernel is not None:
+            kernel(*map(_DeviceBuffer, bufs), stream=int(sg.stream or 0))
+            return None
+        from . import jax_export
+        if "ptxdsl_launch" not in attrs or "ptxdsl_image" not in attrs:
+            raise jax_export.no_recipe(key)
+        from .driver import get
+        jax_export.run_recipe(get(), key, attrs["ptxdsl_image"], attrs["ptxdsl_launch"],
+                              [int(b.data or 0) for b in bufs], int(sg.stream or 0))
         return None
     except BaseException as e:  # noqa: BLE001 - XLA gets it as the call's error
         return _error(api, f"ptxdsl kernel launch failed: {type(e).__name__}: {e}")
@@ -272,6 +297,13 @@ def _handle(frame_addr: int):
 
 _HANDLER = _CALL(_handle)  # kept alive for the process: XLA holds its address
 _REGISTERED = False
+
+
+def register() -> None:
+    """Register the ``ptxdsl_launch`` FFI target with jax (CUDA), once per process:
+    ``jax_call`` does it; a process that only runs a deserialized ``jax.export`` of a
+    computation calls it before the first call."""
+    _register()
 
 
 def _register() -> None:

@@ -29,7 +29,7 @@ from ptxdsl.core.types import ALL_TYPES, u32, u64
 
 # ptxas 13 assembles sm_75 and newer only; older claims are checked at sm_75.
 OLDEST_SM = 75
-SHARED_SPACES = ("shared", "shared::cta", "shared::cluster")
+SHARED_SPACES = ("shared", "shared::cta", "shared::cluster", "tmem")  # 32-bit addresses
 
 
 def _try(spec: OpSpec, mods: list[str]) -> Match | None:
@@ -187,7 +187,7 @@ def _space(m: Match, index: int) -> str | None:
     op = m.spec.opcode
     if op == "cp.async":
         return "shared" if index == 0 else "global"
-    return m.chosen.get("space")
+    return m.address_space(m.operands[index])
 
 
 def _immediate(m: Match, slot_index: int, t):
@@ -217,6 +217,8 @@ def _immediate(m: Match, slot_index: int, t):
         return 1
     if op in ("bar", "barrier") and slot_index == 1:
         return 32
+    if op in ("tcgen05.alloc", "tcgen05.dealloc"):
+        return 32  # columns: a power of two, 32..512
     if t is not None and t.is_float:
         return 1.5
     return 3

@@ -141,6 +141,9 @@ def _bytes_at(sp, off: np.ndarray, e: int) -> np.ndarray:
 
 def tensor_copy(mach, instr, mask):
     m = instr.match
+    if m.chosen["dst"] == "shared::cta" or "cta_group" in m.chosen:
+        mach.fail(instr, "the interpreter does not model Blackwell's collective tensor "
+                         "copies (a .shared::cta destination, .cta_group); they run on a GPU")
     load = m.chosen["dst"] == "shared::cluster"
     if m.chosen.get("mode") == "im2col":
         mach.fail(instr, "the interpreter runs .tile mode tensor copies, not .im2col")

@@ -36,6 +36,9 @@ With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a
 semaphore says every earlier (n-block, warpgroup) has added its own (an ``ld.acquire``
 spin by one thread), so each dQ element sums in one fixed order. The step's orderings
 (``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's (:class:`.bwd_config.BwdConfig`).
+With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
+compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
+inside one 64-column panel), so their accumulators take head dim 128's registers.
 """
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ class Smem:
     """Byte offsets in the CTA's dynamic shared memory."""
 
     def __init__(self, c: BwdConfig, d: int, es: int):
-        self.kv_bytes = BN * d * es
+        self.kv_bytes = c.block_n * d * es
         self.q_bytes = BM * d * es
         self.k = 0
         self.v = self.k + self.kv_bytes
@@ -70,7 +73,9 @@ class Smem:
         self.ds_bytes = BM * 64 * es
         self.dqs = self.ds + 2 * self.ds_bytes           # dQ staging for the TMA reduce-add
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
-        self.lse = self.dqs + (2 * (d // 64) * self.dqs_bytes if c.dq_tma else 0)
+        # a warpgroup's stage: every dQ column, or (col_split) its half
+        self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
+        self.lse = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)
         self.dpsum = self.lse + c.stages * 2 * BM * 4
         self.kvfull = self.dpsum + c.stages * 2 * BM * 4
         self.full = self.kvfull + 8
@@ -79,12 +84,12 @@ class Smem:
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
-          dq_swizzle: bool = False):
+          dq_swizzle: bool = False, bn: int = BN):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
     dq_acc (B, H, SQP, D) f32 (added to; a TMA box of 64 columns, or of 32 in 128-byte
     swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]."""
     qt = lambda: Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, BM, 1, PANEL), swizzle=ROW))
-    kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, BN, 1, PANEL), swizzle=ROW))
+    kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, bn, 1, PANEL), swizzle=ROW))
     rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
     ins = (qt(), kt(), kt(), qt(), rt(), rt())
     dq_box = TMA(box=(1, 1, BM, 32), swizzle=ROW) if dq_swizzle else TMA(box=(1, 1, BM, 64))
@@ -102,12 +107,18 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                    arch: str = "sm_90a"):
     """The main backward kernel for one (plan, dtype, head dim, mask, scale, softcap, mode).
     dK leaves scaled by ``scale``; dq_acc holds dQ / scale (the postprocess scales it)."""
-    if d not in (64, 128):
-        raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128")
+    if d not in (64, 128, 192, 256) or (d > 128) != c.col_split:
+        raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128, and 192 or 256 "
+                         f"with col_split (col_split={c.col_split})")
     if c.dq_split and d != 128:
         raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
                          f"got {d}")
-    nch = 1 if c.dq_split else d // 64            # dQ wgmma chains per warpgroup and step
+    bn, cs = c.block_n, c.col_split
+    # col_split: a warpgroup's half of the columns in pieces that stay inside one 64-column
+    # panel (an MN-major B operand's extent), 64 wide at head dim 256, 32 at 192
+    pw = (64 if d % 256 == 0 else 32) if cs else d
+    npc = d // 2 // pw if cs else 1
+    nch = 1 if c.dq_split else npc if cs else d // 64   # dQ wgmma chains per warpgroup, step
     # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
     xbar = (3, 256) if c.dq_split else None
     es = dtype.bytes
@@ -115,18 +126,18 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     S, P = c.stages, d // PANEL
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle)
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn)
     names = ["q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv"]
     if deterministic:
         names.append("sem")
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
-    mma_kv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dt}.{dt}"
-    mma_q = f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{dt}.{dt}"
+    mma_kv = f"wgmma.mma_async.sync.aligned.m64n{pw}k16.f32.{dt}.{dt}"
+    mma_q = f"wgmma.mma_async.sync.aligned.m64n{pw if cs else 64}k16.f32.{dt}.{dt}"
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
-            f"{'_split' if c.dq_split else ''}"
+            f"{'_split' if c.dq_split else ''}{'_cols' if cs else ''}"
             f"{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
@@ -140,12 +151,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        nblk = (sk + (BN - 1)) // BN
+        nblk = (sk + (bn - 1)) // bn
         nb = cta % nblk
         rest = cta // nblk
         hk, batch = rest % nhk, rest // nhk
         group = nh // nhk
-        n0 = nb * BN
+        n0 = nb * bn
         nmb = (sq + (BM - 1)) // BM
         off = _s32(sk) - _s32(sq)                      # keys aligned bottom-right
         zero = reg.scalar(s32, init=0)
@@ -153,7 +164,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         if mask.right >= 0:                            # rows i >= n0 - off - right
             m_lo = ptx.max(_s32(n0) - off - mask.right, zero) // BM
         if mask.left >= 0:                             # rows i <= n0 + 127 - off + left
-            m_hi = ptx.min(ptx.max(_s32(n0) - off + (BN - 1 + mask.left + BM), zero) // BM,
+            m_hi = ptx.min(ptx.max(_s32(n0) - off + (bn - 1 + mask.left + BM), zero) // BM,
                            m_hi)
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
@@ -173,7 +184,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                          ptx.addr(kvfull), 2 * L.kv_bytes)
                 for tmap, dst in ((tk, L.k), (tv, L.v)):
                     for p in range(P):
-                        ptx.tma.load(base + (dst + p * BN * ROW), tmap,
+                        ptx.tma.load(base + (dst + p * bn * ROW), tmap,
                                      [p * PANEL, hk, n0, batch], kvfull)
                 ring = Ring(S)
                 for gi in ptx.range_(0, group):
@@ -203,14 +214,17 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
-            kw0 = n0 + w * 64
+            kw0 = n0 if cs else n0 + w * 64
             keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
-            dv_acc = ptx.wgmma.accumulator(d, init=0.0)
-            dk_acc = ptx.wgmma.accumulator(d, init=0.0)
+            if cs:      # piece j: columns c0 = w·D/2 + j·pw, c0's offset in a panelled tile
+                c0s = [w * (d // 2) + j * pw for j in range(npc)]
+                coff = [(x >> 6) * (BM * ROW) + (x & 63) * 2 for x in c0s]
+            dv_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
+            dk_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
             p_regs, ds_regs = p_registers(BM), p_registers(BM)
             ring = Ring(S)
-            k_w = base + L.k + w * (64 * ROW)
-            v_w = base + L.v + w * (64 * ROW)
+            k_w = base + L.k if cs else base + L.k + w * (64 * ROW)
+            v_w = base + L.v if cs else base + L.v + w * (64 * ROW)
             ds_w = base + L.ds + w * L.ds_bytes
             # dSᵀ's st.shared.b32 addresses: key row r0 (+8), 128-byte swizzle by r0 % 8
             xr = lw >> 2
@@ -219,7 +233,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # with overlap, recomputed in each step: fewer registers live across the loop
             ds_col = None if c.overlap else ds_cols()
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
-            stage_w = base + L.dqs + w * ((d // 64) * L.dqs_bytes)
+            stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
             wait(labels, kvfull, 0)
             for gi in ptx.range_(0, group):
@@ -239,7 +253,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         b_desc = ptx.wgmma.descriptor(b_at, leading=16, stride=1024, swizzle=128)
                         for ks in range(d // 16):
                             pnl, kin = divmod(ks, 4)
-                            ao = (pnl * BN * ROW + kin * 32) >> 4
+                            ao = (pnl * bn * ROW + kin * 32) >> 4
                             bo = (pnl * BM * ROW + kin * 32) >> 4
                             ptx.inst(mma_s, list(acc), a_desc + ao if ao else a_desc,
                                      b_desc + bo if bo else b_desc, 0 if ks == 0 else 1,
@@ -247,7 +261,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         if c.overlap:                 # Sᵀ and dPᵀ: a group each
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
-                    kv_mmas = ((dv_acc, p_regs, do_at), (dk_acc, ds_regs, q_at))
+                    at_pc = (lambda t: [t + o for o in coff]) if cs else (lambda t: [t])
+                    kv_mmas = ((dv_acc, p_regs, at_pc(do_at)), (dk_acc, ds_regs, at_pc(q_at)))
                     if c.overlap:
                         # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
@@ -305,10 +320,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
                     for ch in range(nch):
-                        dq = ptx.wgmma.accumulator(64)
+                        dq = ptx.wgmma.accumulator(pw if cs else 64)
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
-                            k_w + ch * BN * ROW
-                        b_desc = ptx.wgmma.descriptor(b_at, leading=BN * ROW,
+                            k_w + coff[ch] if cs else k_w + ch * BN * ROW
+                        b_desc = ptx.wgmma.descriptor(b_at, leading=bn * ROW,
                                                       stride=1024, swizzle=128)
                         ptx.inst("wgmma.fence.sync.aligned")
                         for ks in range((BN if c.dq_split else 64) // 16):
@@ -336,7 +351,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      for k in range(4)] if c.dq_swizzle else \
                                 [dq_stage + ch * L.dqs_bytes]
                             for i in range(0, len(dq.regs), 2):
-                                col = ch * 64 + col_of(i)
+                                col = ch * (pw if cs else 64) + col_of(i)
                                 if c.dq_swizzle:
                                     at = sw_at[(col // 8) % 4]
                                     o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
@@ -351,7 +366,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                              ptx.addr(empty + ring.slot * 8))
                             continue
-                        at = pdq + (dq_row + ch * 64) * 4
+                        at = pdq + (dq_row + ch * 64) * 4    # (not with col_split)
                         for i, x in enumerate(dq):
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
@@ -361,10 +376,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             if deterministic:
                                 _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels,
-                                      c.dq_split)
+                                      c.dq_split or cs, bn)
                             box = 32 if c.dq_swizzle else 64
-                            for ch in range((64 if c.dq_split else d) // box):
-                                col = w * 64 + ch * box if c.dq_split else ch * box
+                            for ch in range(c.wg_cols(d) // box):
+                                col = w * c.wg_cols(d) + ch * box \
+                                    if c.dq_split or cs else ch * box
                                 ptx.tma.reduce(tdq, [col, m0, head, batch],
                                                stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")
@@ -379,11 +395,13 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             if c.dq_tma:
                 with ptx.if_(lane == 0):
                     ptx.inst("cp.async.bulk.wait_group", 0)
-            _store(dk_acc, pdk, keys, batch, hk, sk, nhk, d, fcol, dtype, scale)
-            _store(dv_acc, pdv, keys, batch, hk, sk, nhk, d, fcol, dtype, None)
+            for j in range(npc):     # (one piece of every column without col_split)
+                f = fcol + c0s[j] if cs else fcol
+                _store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale)
+                _store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None)
 
     deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names),
-                  grid=lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1),
+                  grid=lambda B, SK, HK: ((SK + bn - 1) // bn * HK * B, 1, 1),
                   block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
     if deterministic:
         return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
@@ -392,28 +410,30 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
 
 
-def _mma_kv(mma, acc, a_regs, b_at, *, fence=False, commit=True) -> None:
-    """``acc += A·B`` over the 64 queries of a step: A from registers (Pᵀ or dSᵀ packed), B
-    (dO or Q) MN-major from the ring; ``fence``: ``wgmma.fence`` first (A was just written),
-    ``commit``: a group of its own."""
+def _mma_kv(mma, accs, a_regs, b_ats, *, fence=False, commit=True) -> None:
+    """``acc += A·B`` over the 64 queries of a step, for each column piece (``accs``,
+    ``b_ats``): A from registers (Pᵀ or dSᵀ packed), B (dO or Q) MN-major from the ring;
+    ``fence``: ``wgmma.fence`` first (A was just written), ``commit``: a group of its own."""
     if fence:
         ptx.inst("wgmma.fence.sync.aligned")
-    b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024, swizzle=128)
-    for ks in range(BM // 16):
-        bo = (ks * 16 * ROW) >> 4
-        ptx.inst(mma, list(acc), a_regs[ks], b_desc + bo if bo else b_desc, 1, 1, 1, 1)
+    for acc, b_at in zip(accs, b_ats):
+        b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024, swizzle=128)
+        for ks in range(BM // 16):
+            bo = (ks * 16 * ROW) >> 4
+            ptx.inst(mma, list(acc), a_regs[ks], b_desc + bo if bo else b_desc, 1, 1, 1, 1)
     if commit:
         ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-def _first_nb(m0, off, mask: Mask):
+def _first_nb(m0, off, mask: Mask, bn: int = BN):
     """The first n-block whose CTA takes the 64 rows from ``m0`` (see the m range)."""
     if mask.left < 0:
         return reg.scalar(s32, init=0)
-    return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // BN
+    return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // bn
 
 
-def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False) -> None:
+def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False,
+          bn: int = BN) -> None:
     """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
     spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
     (n-block, warpgroup); ``split`` (the warpgroups add disjoint columns): every warpgroup
@@ -421,7 +441,7 @@ def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False) 
     psem = ptx.global_ptr(sem)
 
     def spin():
-        turn = (_s32(nb) - _first_nb(m0, off, mask)) * 2
+        turn = (_s32(nb) - _first_nb(m0, off, mask, bn)) * 2
         if not split:
             turn = turn + _s32(w)
         top = ptx.new_label(f"turn{next(labels)}")

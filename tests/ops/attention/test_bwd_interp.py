@@ -44,6 +44,16 @@ def test_ragged_gqa_causal_matches_float64():
     _check(got, attention_backward_reference(do, q, k, v, causal=True))
 
 
+@pytest.mark.parametrize("d,kw", [(192, dict(window_size=(40, 3))), (256, dict(causal=True))])
+def test_wide_head_dims_match_float64(d, kw):
+    """Head dims 192 and 256 (col_split: 64-key CTAs, each warpgroup half of dK, dV and
+    dQ's columns; 192 in 32-column pieces, some starting mid-panel): ragged, GQA."""
+    q, k, v, do = _inputs(1, 70, 100, 2, 1, d, d)
+    out, lse = _fwd(q, k, v, **kw)
+    _check(attention_backward(do, q, k, v, out, lse, **kw),
+           attention_backward_reference(do, q, k, v, **kw))
+
+
 def test_bad_arguments_name_the_caller():
     q, k, v, do = _inputs(1, 8, 8, 1, 1, 64, 1)
     out, lse = _fwd(q, k, v)
@@ -93,6 +103,9 @@ def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
     (1, 100, 100, 1, 1, 64, dict(window_size=(20, 5))),
     (1, 64, 128, 1, 1, 64, dict(softcap=3.0, softmax_scale=0.2)),
     (1, 63, 63, 1, 1, 64, dict(deterministic=True)),
+    (1, 130, 129, 2, 2, 192, dict(softcap=3.0, softmax_scale=0.1)),
+    (2, 1, 65, 2, 1, 256, dict(softcap=2.0)),
+    (1, 100, 40, 1, 1, 256, dict(causal=True)),          # Sq > Sk: rows with no key
 ])
 def test_wider_sweep_matches_float64(b, sq, sk, h, hk, d, kw):
     q, k, v, do = _inputs(b, sq, sk, h, hk, d, b + sq + sk + d)

@@ -13,8 +13,12 @@ def test_plan_rows_cover_every_head_dim_and_refuse_others():
     for d in BWD_HEAD_DIMS:
         for mask in (Mask(), Mask(-1, 0), Mask(32, 0)):
             assert choose_bwd(d, "bf16", mask).smem_bytes(d) <= 232448
-    with pytest.raises(ValueError, match="head dims 64, 128"):
-        choose_bwd(256, "bf16", Mask())
+    with pytest.raises(ValueError, match="head dims 64, 128, 192, 256"):
+        choose_bwd(96, "bf16", Mask())
+    for d in (192, 256):       # both warpgroups on 64 keys, each with half of the columns
+        for softcap in (False, True):
+            c = choose_bwd(d, "bf16", Mask(-1, 0), softcap)
+            assert c.col_split and c.block_n == 64 and c.smem_bytes(d) <= 232448
 
 
 def test_main_kernel_emits_the_fa3_structure():
@@ -27,6 +31,18 @@ def test_main_kernel_emits_the_fa3_structure():
     # the plan's step ordering: Sᵀ and dPᵀ in two groups, Pᵀ computed while dPᵀ runs
     assert "wgmma.wait_group.sync.aligned 1;" in text
     assert "cp.reduce.async.bulk.tensor" in backward_kernels(64)[1].ptx()
+
+
+def test_wide_head_dims_split_the_columns():
+    """Head dim 256: dK, dV, dQ in 64-column pieces (m64n64, two per warpgroup), Sᵀ and
+    dPᵀ over all 256 (m64n64, 16 k-steps each); 192: 32-column pieces (m64n32)."""
+    text = backward_kernels(256, causal=True)[1].ptx()
+    assert "m64n256k16" not in text and "m64n128k16" not in text
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 16 + 2 * 2 * 4 + 2 * 4
+    text = backward_kernels(192)[1].ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 3 * (2 * 4 + 4)
+    with pytest.raises(ValueError, match="col_split"):
+        BwdConfig(stages=1, dq_tma=True, col_split=True)
 
 
 def test_step_orderings_are_checked():
@@ -45,7 +61,9 @@ def test_step_orderings_are_checked():
 @pytest.mark.ptxas
 @pytest.mark.long
 @pytest.mark.parametrize("d,causal,det", [(128, True, True), (64, False, False),
-                                          (128, False, False), (64, True, True)])
+                                          (128, False, False), (64, True, True),
+                                          (192, True, True), (256, True, True),
+                                          (256, False, False)])
 def test_ptxas_keeps_everything_in_registers(d, causal, det):
     for k in backward_kernels(d, causal=causal, deterministic=det):
         try:

@@ -46,12 +46,13 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, b32, f32, s32, u8, u32
+from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask
 from .fwd import _s32
+from .bwd_prep import cu_at, seq_of_block
 from .bwd_scores import dscores, grad_scores, probs
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
@@ -84,10 +85,21 @@ class Smem:
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
-          dq_swizzle: bool = False, bn: int = BN):
+          dq_swizzle: bool = False, bn: int = BN, varlen: bool = False):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
     dq_acc (B, H, SQP, D) f32 (added to; a TMA box of 64 columns, or of 32 in 128-byte
-    swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]."""
+    swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]. ``varlen``: without B,
+    TQ / TK packed rows, cu_q and cu_k after dpsum."""
+    if varlen:
+        qt = lambda: Tile("TQ", "H", d, dtype, tma=TMA(box=(BM, 1, PANEL), swizzle=ROW))
+        kt = lambda: Tile("TK", "HK", d, dtype, tma=TMA(box=(bn, 1, PANEL), swizzle=ROW))
+        rt = lambda: Tile("H", "SQP", f32, tma=TMA(box=(1, BM)))
+        dq = Tile("H", "SQP", d, f32, tma=TMA(box=(1, BM, 32), swizzle=ROW))
+        outs = [dq, Tile("TK", "HK", d, dtype), Tile("TK", "HK", d, dtype)]
+        if deterministic:
+            outs.append(Tile("H", "NMB", u32))
+        return (qt(), kt(), kt(), qt(), rt(), rt(), Tile("NS1", s32), Tile("NS1", s32)), \
+            tuple(outs)
     qt = lambda: Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, BM, 1, PANEL), swizzle=ROW))
     kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, bn, 1, PANEL), swizzle=ROW))
     rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
@@ -104,9 +116,15 @@ def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
 
 def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                    scale: float, softcap: float = 0.0, deterministic: bool = False,
-                   arch: str = "sm_90a"):
+                   arch: str = "sm_90a", varlen: bool = False):
     """The main backward kernel for one (plan, dtype, head dim, mask, scale, softcap, mode).
-    dK leaves scaled by ``scale``; dq_acc holds dQ / scale (the postprocess scales it)."""
+    dK leaves scaled by ``scale``; dq_acc holds dQ / scale (the postprocess scales it).
+    ``varlen``: packed sequences, one CTA per (64 or 128 keys of a sequence, K/V head):
+    key blocks of sequence ``i`` are numbered from ``i + cu_k[i] // block_n`` (the grid
+    needs no read of the offsets), and the f32 rows are :mod:`.bwd_prep`'s padded ones."""
+    if varlen and not (c.dq_tma and c.dq_swizzle):
+        raise ValueError("the varlen backward adds dQ by TMA from a swizzled stage: it needs "
+                         "dq_tma and dq_swizzle")
     if d not in (64, 128, 192, 256) or (d > 128) != c.col_split:
         raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128, and 192 or 256 "
                          f"with col_split (col_split={c.col_split})")
@@ -126,8 +144,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     S, P = c.stages, d // PANEL
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn)
-    names = ["q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv"]
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen)
+    names = ["q", "k", "v", "do", "nlse2", "dpsum"] + (["cu_q", "cu_k"] if varlen else []) \
+        + ["dq_acc", "dk", "dv"]
     if deterministic:
         names.append("sem")
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
@@ -138,23 +157,47 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
             f"{'_split' if c.dq_split else ''}{'_cols' if cs else ''}"
-            f"{'_det' if deterministic else ''}")
+            f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
-    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
+    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
         labels = itertools.count()
         tq, tk, tv, tdo = q.tma_desc(), k.tma_desc(), v.tma_desc(), do.tma_desc()
         tl, td = nlse2.tma_desc(), dpsum.tma_desc()
         pdq, pdk, pdv = ptx.global_ptrs(dq_acc, dk, dv)
         tdq = dq_acc.tma_desc() if c.dq_tma else None
-        sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
+        if varlen:
+            nh, nhk = ptx.dim("H"), ptx.dim("HK")
+        else:
+            sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
         sqp = ptx.dim("SQP")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        nblk = (sk + (bn - 1)) // bn
-        nb = cta % nblk
-        rest = cta // nblk
-        hk, batch = rest % nhk, rest // nhk
+        if varlen:       # the sequence of this key block, its offsets and lengths
+            pcq, pck = ptx.global_ptrs(cu_q, cu_k)
+            nseq = ptx.dim("NS1") - 1
+            nvb = nseq + ptx.dim("TK") // bn
+            vb, hk = cta % nvb, cta // nvb
+            seq = seq_of_block(pck, nseq, vb, bn)
+            k0, q0 = cu_at(pck, seq), cu_at(pcq, seq)
+            sk, sq = cu_at(pck, seq + 1) - k0, cu_at(pcq, seq + 1) - q0
+            nb = vb - (seq + k0 // bn)
+            pq0 = (seq + q0 // BM) * BM                 # the sequence's first padded row
+            batch = None
+            # (rows, the K/V head's keys) of this CTA's TMA boxes, dQ's reduce-add
+            qc = lambda p, head, m0: [p * PANEL, head, q0 + m0]
+            kc = lambda p: [p * PANEL, hk, k0 + n0]
+            rc = lambda m0, head: [pq0 + m0, head]
+            dqc = lambda col, m0, head: [col, pq0 + m0, head]
+        else:
+            nblk = (sk + (bn - 1)) // bn
+            nb = cta % nblk
+            rest = cta // nblk
+            hk, batch = rest % nhk, rest // nhk
+            qc = lambda p, head, m0: [p * PANEL, head, m0, batch]
+            kc = lambda p: [p * PANEL, hk, n0, batch]
+            rc = lambda m0, head: [m0, head, batch]
+            dqc = lambda col, m0, head: [col, m0, head, batch]
         group = nh // nhk
         n0 = nb * bn
         nmb = (sq + (BM - 1)) // BM
@@ -166,6 +209,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         if mask.left >= 0:                             # rows i <= n0 + 127 - off + left
             m_hi = ptx.min(ptx.max(_s32(n0) - off + (bn - 1 + mask.left + BM), zero) // BM,
                            m_hi)
+        if varlen:                                     # past the sequence's keys: no rows
+            live = reg.scalar(pred)
+            ptx.inst.setp.lt.u32(live, n0, sk)
+            hi = reg.scalar(s32)
+            ptx.inst.selp.s32(hi, m_hi, m_lo, live)
+            m_hi = hi
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
         with ptx.if_(tid == 0):
@@ -184,8 +233,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                          ptx.addr(kvfull), 2 * L.kv_bytes)
                 for tmap, dst in ((tk, L.k), (tv, L.v)):
                     for p in range(P):
-                        ptx.tma.load(base + (dst + p * bn * ROW), tmap,
-                                     [p * PANEL, hk, n0, batch], kvfull)
+                        ptx.tma.load(base + (dst + p * bn * ROW), tmap, kc(p), kvfull)
                 ring = Ring(S)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
@@ -199,13 +247,13 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             at = base + dst + ring.slot * L.q_bytes
                             for p in range(P):
                                 ptx.tma.load(at + p * BM * ROW if p else at, tmap,
-                                             [p * PANEL, head, m0, batch], fb)
+                                             qc(p, head, m0), fb)
                         # one copy of -LSE·log2e and D per consumer warpgroup: each reads
                         # its own (a warpgroup's reads are all ordered before its release)
                         for tmap, dst in ((tl, L.lse), (td, L.dpsum)):
                             for cw in range(2):
                                 ptx.tma.load(base + dst + ring.slot * (2 * BM * 4) + cw * BM * 4,
-                                             tmap, [m0, head, batch], fb)
+                                             tmap, rc(m0, head), fb)
                         ring.advance()
         with ptx.else_():
             # ------------------------------------------------------------ consumers
@@ -216,6 +264,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
             kw0 = n0 if cs else n0 + w * 64
             keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
+            if varlen:   # keys past the sequence's are the next one's: dSᵀ 0 there (dQ)
+                edge, kvalid = reg.scalar(pred), [reg.scalar(pred) for _ in range(2)]
+                ptx.inst.setp.gt.s32(edge, _s32(kw0) + 64, _s32(sk))
+                for r in range(2):
+                    ptx.inst.setp.lt.s32(kvalid[r], keys[r], _s32(sk))
             if cs:      # piece j: columns c0 = w·D/2 + j·pw, c0's offset in a panelled tile
                 c0s = [w * (d // 2) + j * pw for j in range(npc)]
                 coff = [(x >> 6) * (BM * ROW) + (x & 63) * 2 for x in c0s]
@@ -238,7 +291,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             wait(labels, kvfull, 0)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
-                bh = batch * nh + head
+                bh = head if varlen else batch * nh + head
                 for mb in ptx.range_(m_lo, m_hi):
                     m0 = mb * BM
                     wait(labels, full + ring.slot * 8, ring.phase)
@@ -275,6 +328,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         else:
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
+                        if varlen:
+                            _other_keys(dp_acc, edge, kvalid)
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not c.dq_first:
                             ptx.inst("wgmma.fence.sync.aligned")
@@ -287,6 +342,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask,
                                      kw0, row_at(L.lse), row_at(L.dpsum), scale, softcap,
                                      scale_log2, c.ex2_poly)
+                        if varlen:
+                            _other_keys(dp_acc, edge, kvalid)
                         pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
                         # the A fragments were just written by ordinary instructions
@@ -316,7 +373,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
                     a_desc = ptx.wgmma.descriptor(base + L.ds if c.dq_split else ds_w,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
-                    dq_row = (bh * sqp + m0 + r0) * d + fcol
+                    dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
+                    sem_mb = pq0 // BM + mb if varlen else mb   # the block's semaphore
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
                     for ch in range(nch):
@@ -342,7 +400,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                          ptx.addr(empty + ring.slot * 8))
                             if deterministic and not c.dq_tma:
-                                _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels)
+                                _lock(sem, bh, sem_mb, nb, w, m0, off, mask, lane, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
                         if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
@@ -375,34 +433,42 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
                             if deterministic:
-                                _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels,
+                                _lock(sem, bh, sem_mb, nb, w, m0, off, mask, None, labels,
                                       c.dq_split or cs, bn)
                             box = 32 if c.dq_swizzle else 64
                             for ch in range(c.wg_cols(d) // box):
                                 col = w * c.wg_cols(d) + ch * box \
                                     if c.dq_split or cs else ch * box
-                                ptx.tma.reduce(tdq, [col, m0, head, batch],
+                                ptx.tma.reduce(tdq, dqc(col, m0, head),
                                                stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")
                             if deterministic:        # the adds land before the turn passes
                                 ptx.inst("cp.async.bulk.wait_group", 0)
-                                _pass_turn(sem, bh, mb)
+                                _pass_turn(sem, bh, sem_mb)
                     elif deterministic:
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
-                            _pass_turn(sem, bh, mb)
+                            _pass_turn(sem, bh, sem_mb)
                     ring.advance()
             if c.dq_tma:
                 with ptx.if_(lane == 0):
                     ptx.inst("cp.async.bulk.wait_group", 0)
             for j in range(npc):     # (one piece of every column without col_split)
                 f = fcol + c0s[j] if cs else fcol
-                _store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale)
-                _store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None)
+                kb = k0 if varlen else None
+                _store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale, kb)
+                _store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None, kb)
 
-    deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names),
-                  grid=lambda B, SK, HK: ((SK + bn - 1) // bn * HK * B, 1, 1),
+    grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // bn) * HK, 1, 1)) if varlen else \
+        (lambda B, SK, HK: ((SK + bn - 1) // bn * HK * B, 1, 1))
+    deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names), grid=grid,
                   block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+    if varlen and deterministic:
+        return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv, sem:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem, cu_q, cu_k))
+    if varlen:
+        return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, None, cu_q, cu_k))
     if deterministic:
         return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
@@ -423,6 +489,15 @@ def _mma_kv(mma, accs, a_regs, b_ats, *, fence=False, commit=True) -> None:
             ptx.inst(mma, list(acc), a_regs[ks], b_desc + bo if bo else b_desc, 1, 1, 1, 1)
     if commit:
         ptx.inst("wgmma.commit_group.sync.aligned")
+
+
+def _other_keys(ds, edge, kin) -> None:
+    """Varlen: dSᵀ's rows of keys past the sequence (``kin`` false: another sequence's
+    keys, read by the TMA box) set to 0 in a warpgroup block that has any (``edge``), so
+    that dQ = dS·K does not see them."""
+    with ptx.if_(edge):
+        for i, x in enumerate(ds):
+            ptx.inst.selp.f32(x, x, 0.0, kin[row_of(i)])
 
 
 def _first_nb(m0, off, mask: Mask, bn: int = BN):
@@ -465,14 +540,14 @@ def _pass_turn(sem, bh, mb) -> None:
              ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4), 1)
 
 
-def _store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale) -> None:
+def _store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale, k0=None) -> None:
     """dK (times ``scale``) or dV: 16-bit pairs (``cvt.rn``) by ``st.global.b32``; keys past
-    SK are not written."""
+    SK are not written (``k0``: varlen, the sequence's first packed key row)."""
     sk_s = _s32(sk)
     elems = list(acc)
     for r in range(2):
         with ptx.if_(keys[r] < sk_s):
-            row = (batch * sk + _u32(keys[r])) * nhk + hk
+            row = ((k0 if k0 is not None else batch * sk) + _u32(keys[r])) * nhk + hk
             at = ptr + (row * d + fcol) * dtype.bytes
             for g in range(0, len(elems), 4):
                 i = g + 2 * r

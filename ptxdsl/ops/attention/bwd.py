@@ -264,11 +264,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
             kw0 = n0 if cs else n0 + w * 64
             keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
-            if varlen:   # keys past the sequence's are the next one's: dSᵀ 0 there (dQ)
-                edge, kvalid = reg.scalar(pred), [reg.scalar(pred) for _ in range(2)]
-                ptx.inst.setp.gt.s32(edge, _s32(kw0) + 64, _s32(sk))
-                for r in range(2):
-                    ptx.inst.setp.lt.s32(kvalid[r], keys[r], _s32(sk))
             if cs:      # piece j: columns c0 = w·D/2 + j·pw, c0's offset in a panelled tile
                 c0s = [w * (d // 2) + j * pw for j in range(npc)]
                 coff = [(x >> 6) * (BM * ROW) + (x & 63) * 2 for x in c0s]
@@ -289,6 +284,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
             wait(labels, kvfull, 0)
+            if varlen:
+                _zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
                 bh = head if varlen else batch * nh + head
@@ -328,8 +325,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         else:
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
-                        if varlen:
-                            _other_keys(dp_acc, edge, kvalid)
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not c.dq_first:
                             ptx.inst("wgmma.fence.sync.aligned")
@@ -341,9 +336,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask,
                                      kw0, row_at(L.lse), row_at(L.dpsum), scale, softcap,
-                                     scale_log2, c.ex2_poly)
-                        if varlen:
-                            _other_keys(dp_acc, edge, kvalid)
+                                     scale_log2, c.ex2_poly, cap_inline=cs)
                         pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
                         # the A fragments were just written by ordinary instructions
@@ -491,13 +484,23 @@ def _mma_kv(mma, accs, a_regs, b_ats, *, fence=False, commit=True) -> None:
         ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-def _other_keys(ds, edge, kin) -> None:
-    """Varlen: dSᵀ's rows of keys past the sequence (``kin`` false: another sequence's
-    keys, read by the TMA box) set to 0 in a warpgroup block that has any (``edge``), so
-    that dQ = dS·K does not see them."""
-    with ptx.if_(edge):
-        for i, x in enumerate(ds):
-            ptx.inst.selp.f32(x, x, 0.0, kin[row_of(i)])
+def _zero_other_keys(k_at, n0, sk, bn: int, panels: int, t) -> None:
+    """Varlen, the sequence's last key block: the K rows past its keys (the next
+    sequence's, read by the TMA box) zeroed in shared memory by the 256 consumer threads
+    (``t``), so that dQ = dS·K does not see them, as TMA's zero fill past SK does for the
+    dense layout (whole 128-byte rows: the swizzle only permutes within a row). Their
+    Sᵀ, dPᵀ and dK, dV rows are computed and never stored."""
+    with ptx.if_(n0 + bn > sk):                     # the same branch in every thread
+        zero = [reg.scalar(b32, init=0) for _ in range(4)]
+        first = sk - n0                             # the first row to clear
+        for i in ptx.range_(t, panels * bn * 8, 256):
+            row = (i >> 3) % bn
+            with ptx.if_(row >= first):
+                ptx.inst("st.shared.v4.b32",
+                         ptx.addr(k_at + (i // (bn * 8)) * (bn * ROW) + row * ROW
+                                  + (i & 7) * 16), zero)
+        ptx.inst("fence.proxy.async.shared::cta")   # for the wgmmas that read K
+        ptx.inst("bar.sync", 3, 256)
 
 
 def _first_nb(m0, off, mask: Mask, bn: int = BN):

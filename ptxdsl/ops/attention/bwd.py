@@ -46,7 +46,7 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
+from ...core.types import PtxType, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
@@ -54,6 +54,7 @@ from .config import Mask
 from .fwd import _s32
 from .bwd_prep import cu_at, seq_of_block
 from .bwd_scores import dscores, grad_scores, probs
+from .bwd_steps import kv_gemms, lock, pass_turn, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
@@ -285,7 +286,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
             wait(labels, kvfull, 0)
             if varlen:
-                _zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
+                zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
                 bh = head if varlen else batch * nh + head
@@ -320,7 +321,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly)
                         pack_p(list(s_acc), p_regs, dt)
                         if c.overlap > 1:
-                            _mma_kv(mma_kv, *kv_mmas[0], fence=True)
+                            kv_gemms(mma_kv, *kv_mmas[0], fence=True)
                             ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         else:
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
@@ -329,7 +330,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         if not c.dq_first:
                             ptx.inst("wgmma.fence.sync.aligned")
                             for kv in kv_mmas[c.overlap - 1:]:
-                                _mma_kv(mma_kv, *kv, commit=False)
+                                kv_gemms(mma_kv, *kv, commit=False)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
@@ -342,7 +343,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         # the A fragments were just written by ordinary instructions
                         ptx.inst("wgmma.fence.sync.aligned")
                         for acc, a_regs, b_at in kv_mmas:
-                            _mma_kv(mma_kv, acc, a_regs, b_at, commit=False)
+                            kv_gemms(mma_kv, acc, a_regs, b_at, commit=False)
                         ptx.inst("wgmma.commit_group.sync.aligned")
                     # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8 (j % 2),
                     # queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
@@ -385,7 +386,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         if ch == 0 and late:
                             for kv in late:
-                                _mma_kv(mma_kv, *kv, commit=False)
+                                kv_gemms(mma_kv, *kv, commit=False)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 1 if ch == 0 and late else 0)
                         if ch == (1 if late else 0):  # Q, dO, LSE, D of this step are read
@@ -393,7 +394,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                          ptx.addr(empty + ring.slot * 8))
                             if deterministic and not c.dq_tma:
-                                _lock(sem, bh, sem_mb, nb, w, m0, off, mask, lane, labels)
+                                lock(sem, bh, sem_mb, nb, w, m0, off, mask, lane, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
                         if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
@@ -426,7 +427,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
                             if deterministic:
-                                _lock(sem, bh, sem_mb, nb, w, m0, off, mask, None, labels,
+                                lock(sem, bh, sem_mb, nb, w, m0, off, mask, None, labels,
                                       c.dq_split or cs, bn)
                             box = 32 if c.dq_swizzle else 64
                             for ch in range(c.wg_cols(d) // box):
@@ -437,11 +438,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("cp.async.bulk.commit_group")
                             if deterministic:        # the adds land before the turn passes
                                 ptx.inst("cp.async.bulk.wait_group", 0)
-                                _pass_turn(sem, bh, sem_mb)
+                                pass_turn(sem, bh, sem_mb)
                     elif deterministic:
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
-                            _pass_turn(sem, bh, sem_mb)
+                            pass_turn(sem, bh, sem_mb)
                     ring.advance()
             if c.dq_tma:
                 with ptx.if_(lane == 0):
@@ -449,8 +450,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             for j in range(npc):     # (one piece of every column without col_split)
                 f = fcol + c0s[j] if cs else fcol
                 kb = k0 if varlen else None
-                _store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale, kb)
-                _store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None, kb)
+                store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale, kb)
+                store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None, kb)
 
     grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // bn) * HK, 1, 1)) if varlen else \
         (lambda B, SK, HK: ((SK + bn - 1) // bn * HK * B, 1, 1))
@@ -467,106 +468,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
     return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
-
-
-def _mma_kv(mma, accs, a_regs, b_ats, *, fence=False, commit=True) -> None:
-    """``acc += A·B`` over the 64 queries of a step, for each column piece (``accs``,
-    ``b_ats``): A from registers (Pᵀ or dSᵀ packed), B (dO or Q) MN-major from the ring;
-    ``fence``: ``wgmma.fence`` first (A was just written), ``commit``: a group of its own."""
-    if fence:
-        ptx.inst("wgmma.fence.sync.aligned")
-    for acc, b_at in zip(accs, b_ats):
-        b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024, swizzle=128)
-        for ks in range(BM // 16):
-            bo = (ks * 16 * ROW) >> 4
-            ptx.inst(mma, list(acc), a_regs[ks], b_desc + bo if bo else b_desc, 1, 1, 1, 1)
-    if commit:
-        ptx.inst("wgmma.commit_group.sync.aligned")
-
-
-def _zero_other_keys(k_at, n0, sk, bn: int, panels: int, t) -> None:
-    """Varlen, the sequence's last key block: the K rows past its keys (the next
-    sequence's, read by the TMA box) zeroed in shared memory by the 256 consumer threads
-    (``t``), so that dQ = dS·K does not see them, as TMA's zero fill past SK does for the
-    dense layout (whole 128-byte rows: the swizzle only permutes within a row). Their
-    Sᵀ, dPᵀ and dK, dV rows are computed and never stored."""
-    with ptx.if_(n0 + bn > sk):                     # the same branch in every thread
-        zero = [reg.scalar(b32, init=0) for _ in range(4)]
-        first = sk - n0                             # the first row to clear
-        for i in ptx.range_(t, panels * bn * 8, 256):
-            row = (i >> 3) % bn
-            with ptx.if_(row >= first):
-                ptx.inst("st.shared.v4.b32",
-                         ptx.addr(k_at + (i // (bn * 8)) * (bn * ROW) + row * ROW
-                                  + (i & 7) * 16), zero)
-        ptx.inst("fence.proxy.async.shared::cta")   # for the wgmmas that read K
-        ptx.inst("bar.sync", 3, 256)
-
-
-def _first_nb(m0, off, mask: Mask, bn: int = BN):
-    """The first n-block whose CTA takes the 64 rows from ``m0`` (see the m range)."""
-    if mask.left < 0:
-        return reg.scalar(s32, init=0)
-    return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // bn
-
-
-def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False,
-          bn: int = BN) -> None:
-    """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
-    spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
-    (n-block, warpgroup); ``split`` (the warpgroups add disjoint columns): every warpgroup
-    of every earlier n-block, so the two warpgroups of a CTA do not wait for each other."""
-    psem = ptx.global_ptr(sem)
-
-    def spin():
-        turn = (_s32(nb) - _first_nb(m0, off, mask, bn)) * 2
-        if not split:
-            turn = turn + _s32(w)
-        top = ptx.new_label(f"turn{next(labels)}")
-        ptx.place(top)
-        now = reg.scalar(u32)
-        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4))
-        ptx.bra(top, pred=(_s32(now) < turn) if split else (_s32(now) != turn))
-    if lane is None:
-        spin()
-        return
-    with ptx.if_(lane == 0):
-        spin()
-
-
-def _pass_turn(sem, bh, mb) -> None:
-    """The warpgroup's additions are done (after ``bar.sync`` or the bulk group's wait):
-    pass the turn on (``red.release.gpu.global.add.u32``)."""
-    psem = ptx.global_ptr(sem)
-    ptx.inst("fence.proxy.async.global")
-    ptx.inst("red.release.gpu.global.add.u32",
-             ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4), 1)
-
-
-def _store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale, k0=None) -> None:
-    """dK (times ``scale``) or dV: 16-bit pairs (``cvt.rn``) by ``st.global.b32``; keys past
-    SK are not written (``k0``: varlen, the sequence's first packed key row)."""
-    sk_s = _s32(sk)
-    elems = list(acc)
-    for r in range(2):
-        with ptx.if_(keys[r] < sk_s):
-            row = ((k0 if k0 is not None else batch * sk) + _u32(keys[r])) * nhk + hk
-            at = ptr + (row * d + fcol) * dtype.bytes
-            for g in range(0, len(elems), 4):
-                i = g + 2 * r
-                lo, hi = elems[i], elems[i + 1]
-                if scale is not None:
-                    ptx.inst.mul.f32(lo, lo, float(scale))
-                    ptx.inst.mul.f32(hi, hi, float(scale))
-                wd = reg.scalar(b32)
-                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", wd, hi, lo)
-                ptx.inst("st.global.b32", ptx.addr(at, (8 * (i // 4)) * dtype.bytes), wd)
-
-
-def _u32(x):
-    r = reg.scalar(u32)
-    ptx.inst.cvt.u32.s32(r, x)
-    return r
 
 
 __all__ = ["build_backward", "specs", "Smem"]

@@ -16,8 +16,7 @@ from .bwd import build_backward
 from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd
 from .bwd_prep import build_postprocess, build_preprocess
 from .config import Mask
-from .tiles import SEQ_BITS
-from .varlen import _host_int32, _offsets
+from .varlen import checked_offsets
 
 BWD_KERNELS = KernelCache(limit=256)
 
@@ -137,23 +136,9 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
             _fail(f"{name} must be 3-d ((total, heads, head_dim), packed sequences), got "
                   f"shape {tuple(getattr(a, 'shape', ()))}")
     tq, tk = int(q.shape[0]), int(k.shape[0])
-    nq = _offsets(cu_seqlens_q, "cu_seqlens_q", tq, frame, q)
-    nk = _offsets(cu_seqlens_k, "cu_seqlens_k", tk, frame, q)
-    if nq != nk:
-        _fail(f"cu_seqlens_q has {nq} sequences, cu_seqlens_k {nk}")
-    if nq >= 1 << SEQ_BITS:
-        _fail(f"{nq} sequences: the kernels take fewer than {1 << SEQ_BITS}")
-    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
-            _fail(f"{name} must be an int >= 0, got {x!r}")
-    if not frame.cuda_torch:          # host offsets: checked, and int32 for the kernels
-        cq, ck = (_host_int32(c) for c in (cu_seqlens_q, cu_seqlens_k))
-        lq, lk = int((cq[1:] - cq[:-1]).max()), int((ck[1:] - ck[:-1]).max())
-        if lq > max_seqlen_q or lk > max_seqlen_k:
-            _fail(f"max_seqlen_q / max_seqlen_k ({max_seqlen_q}, {max_seqlen_k}) are below "
-                  f"the longest sequences ({lq}, {lk})")
-    else:
-        cq, ck = cu_seqlens_q, cu_seqlens_k
+    cq, ck = checked_offsets(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, tq, tk,
+                             frame, q)
+    nq = int(cq.shape[0]) - 1
     h, d = int(q.shape[1]), int(q.shape[2])
     if tuple(lse.shape) != (h, tq) or "float32" not in str(lse.dtype) \
             or _frame(lse).kind != frame.kind:

@@ -60,12 +60,13 @@ def test_step_orderings_are_checked():
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("d,causal,det", [(128, True, True), (64, False, False),
-                                          (128, False, False), (64, True, True),
-                                          (192, True, True), (256, True, True),
-                                          (256, False, False)])
-def test_ptxas_keeps_everything_in_registers(d, causal, det):
-    for k in backward_kernels(d, causal=causal, deterministic=det):
+@pytest.mark.parametrize("d,causal,det,varlen", [
+    (128, True, True, False), (64, False, False, False), (128, False, False, False),
+    (64, True, True, False), (192, True, True, False), (256, True, True, False),
+    (256, False, False, False), (64, True, True, True), (128, True, False, True),
+    (192, False, True, True), (256, True, False, True)])
+def test_ptxas_keeps_everything_in_registers(d, causal, det, varlen):
+    for k in backward_kernels(d, causal=causal, deterministic=det, varlen=varlen):
         try:
             r = k.resources()
         except Exception as e:  # no ptxas on this machine

@@ -3,8 +3,8 @@
 against TMA reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3-grid
 shapes; ``--set overlap``: the consumer step's orderings (``overlap``, ``dq_swizzle``,
 ``dq_first``, ``ex2_poly``, ``dq_split``) against the TMA plan without them, default mode, S=4k;
-``--set wide``: head dims 192 and 256 (``col_split``; stages, overlap), default and
-deterministic, S=4k. Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
+``--set wide``: head dims 192 and 256 (``col_split`` with and without ``pds_smem``;
+stages, overlap), default and deterministic, S=4k. Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
 where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
@@ -42,7 +42,9 @@ def main() -> None:
         modes = (False, True)
     elif which == "wide":
         cols = dict(dq_tma=True, dq_swizzle=True, col_split=True)
-        variants = {"s2 ov0": BwdConfig(stages=2, **cols),
+        variants = {"s2 pds": BwdConfig(stages=2, pds_smem=True, **cols),
+                    "s1 pds": BwdConfig(stages=1, pds_smem=True, **cols),
+                    "s2 ov0": BwdConfig(stages=2, **cols),
                     "s2 ov1": BwdConfig(stages=2, overlap=1, **cols),
                     "s1 ov0": BwdConfig(stages=1, **cols),
                     "s1 ov1": BwdConfig(stages=1, overlap=1, **cols)}

@@ -132,14 +132,15 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if c.dq_split and d != 128:
         raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
                          f"got {d}")
-    bn, cs = c.block_n, c.col_split
+    bn, cs, sh = c.block_n, c.col_split, c.pds_smem
+    bw = BM // 2 if sh else BM          # queries of Sᵀ, dPᵀ a warpgroup computes per step
     # col_split: a warpgroup's half of the columns in pieces that stay inside one 64-column
     # panel (an MN-major B operand's extent), 64 wide at head dim 256, 32 at 192
     pw = (64 if d % 256 == 0 else 32) if cs else d
     npc = d // 2 // pw if cs else 1
     nch = 1 if c.dq_split else npc if cs else d // 64   # dQ wgmma chains per warpgroup, step
     # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
-    xbar = (3, 256) if c.dq_split else None
+    xbar = (3, 256) if c.dq_split or sh else None
     es = dtype.bytes
     L = Smem(c, d, es)
     S, P = c.stages, d // PANEL
@@ -150,14 +151,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         + ["dq_acc", "dk", "dv"]
     if deterministic:
         names.append("sem")
-    mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
+    mma_s = f"wgmma.mma_async.sync.aligned.m64n{bw}k16.f32.{dt}.{dt}"
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{pw}k16.f32.{dt}.{dt}"
     mma_q = f"wgmma.mma_async.sync.aligned.m64n{pw if cs else 64}k16.f32.{dt}.{dt}"
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
-            f"{'_split' if c.dq_split else ''}{'_cols' if cs else ''}"
+            f"{'_split' if c.dq_split else ''}{'_cols' if cs else ''}{'_pds' if sh else ''}"
             f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
@@ -270,7 +271,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 coff = [(x >> 6) * (BM * ROW) + (x & 63) * 2 for x in c0s]
             dv_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
             dk_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
-            p_regs, ds_regs = p_registers(BM), p_registers(BM)
+            p_regs, ds_regs = p_registers(bw), p_registers(bw)
+            qh = w * bw if sh else 0         # pds_smem: this warpgroup's first query
             ring = Ring(S)
             k_w = base + L.k if cs else base + L.k + w * (64 * ROW)
             v_w = base + L.v if cs else base + L.v + w * (64 * ROW)
@@ -279,6 +281,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             xr = lw >> 2
             ds_row = ds_w + r0 * ROW + (lw & 3) * 4
             ds_cols = lambda: [((xr ^ ch) << 4) for ch in range(8)]
+            if sh:      # both tiles whole (Pᵀ, then dSᵀ), this warpgroup's 32 query columns
+                ds_row = base + L.ds + r0 * ROW + (lw & 3) * 4
+                xrw = xr ^ (w << 2)
+                ds_cols = lambda: [((xrw ^ ch) << 4) for ch in range(4)]
             # with overlap, recomputed in each step: fewer registers live across the loop
             ds_col = None if c.overlap else ds_cols()
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
@@ -296,10 +302,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
                     row_at = lambda o, _s=ring.slot: base + o + _s * (2 * BM * 4) + w * (BM * 4)
-                    s_acc = ptx.wgmma.accumulator(BM)
-                    dp_acc = ptx.wgmma.accumulator(BM)
+                    if sh:                            # this warpgroup's queries' LSE and D
+                        row_at = lambda o, _r=row_at: _r(o) + qh * 4
+                    s_acc = ptx.wgmma.accumulator(bw)
+                    dp_acc = ptx.wgmma.accumulator(bw)
                     ptx.inst("wgmma.fence.sync.aligned")
                     for acc, a_at, b_at in ((s_acc, k_w, q_at), (dp_acc, v_w, do_at)):
+                        if sh:                        # queries qh .. qh + 31 of the tile
+                            b_at = b_at + qh * ROW
                         a_desc = ptx.wgmma.descriptor(a_at, leading=16, stride=1024, swizzle=128)
                         b_desc = ptx.wgmma.descriptor(b_at, leading=16, stride=1024, swizzle=128)
                         for ks in range(d // 16):
@@ -335,16 +345,17 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask,
-                                     kw0, row_at(L.lse), row_at(L.dpsum), scale, softcap,
-                                     scale_log2, c.ex2_poly, cap_inline=cs)
+                        grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
+                                     fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
+                                     scale, softcap, scale_log2, c.ex2_poly, cap_inline=cs)
                         pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
-                        # the A fragments were just written by ordinary instructions
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        for acc, a_regs, b_at in kv_mmas:
-                            kv_gemms(mma_kv, acc, a_regs, b_at, commit=False)
-                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        if not sh:    # (pds_smem: from shared memory, once both are stored)
+                            # the A fragments were just written by ordinary instructions
+                            ptx.inst("wgmma.fence.sync.aligned")
+                            for acc, a_regs, b_at in kv_mmas:
+                                kv_gemms(mma_kv, acc, a_regs, b_at, commit=False)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
                     # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8 (j % 2),
                     # queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
                     if c.dq_tma:                      # the last step's reduce has read dQ's stage
@@ -353,19 +364,28 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # the last step's dQ wgmmas have read it (dq_split: both warpgroups')
                     ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
                     cols = ds_col or ds_cols()
-                    for kc in range(BM // 16):
-                        for j in range(4):
-                            ptx.inst("st.shared.b32",
-                                     ptx.addr(ds_row + cols[2 * kc + j // 2],
-                                              (j % 2) * 8 * ROW), ds_regs[kc][j])
+                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
+                        for kc in range(bw // 16):
+                            for j in range(4):
+                                ptx.inst("st.shared.b32",
+                                         ptx.addr(ds_row + cols[2 * kc + j // 2],
+                                                  t * L.ds_bytes + (j % 2) * 8 * ROW),
+                                         regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
                     ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
                     if xbar:                          # the other tile's writes, for our wgmma
                         ptx.inst("fence.proxy.async.shared::cta")
+                    if sh:        # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for t, (accs, _, b_ats) in enumerate(kv_mmas):
+                            kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
+                                     commit=False)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
                     # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
                     # after the other in shared memory, and K's panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
-                    a_desc = ptx.wgmma.descriptor(base + L.ds if c.dq_split else ds_w,
+                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh else
+                                                  base + L.ds if c.dq_split else ds_w,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
                     sem_mb = pq0 // BM + mb if varlen else mb   # the block's semaphore

@@ -35,7 +35,10 @@ class BwdConfig:
     ``col_split`` (head dims 192, 256, where dK and dV of 64 keys x D do not fit one
     warpgroup's registers beside Sᵀ and dPᵀ): a CTA owns 64 keys, both consumer warpgroups
     compute the same Sᵀ, dPᵀ (twice: the price of the split) and each keeps, and computes,
-    half of dK's, dV's and dQ's columns."""
+    half of dK's, dV's and dQ's columns. ``pds_smem`` (with col_split, overlap 0): each
+    warpgroup computes Sᵀ and dPᵀ for 32 of the step's 64 queries only, and Pᵀ, dSᵀ go
+    through shared memory (two 64 x 64 tiles both write and both read), so no GEMM is
+    done twice (FlashAttention-3's way at head dim 256), for two 256-thread barriers."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -45,6 +48,7 @@ class BwdConfig:
     ex2_poly: bool = False
     dq_split: bool = False
     col_split: bool = False
+    pds_smem: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -63,6 +67,9 @@ class BwdConfig:
                 self.col_split and self.dq_split:
             raise ValueError("col_split stages dQ's column halves in swizzled panels: it "
                              "needs dq_tma and dq_swizzle, not dq_split")
+        if self.pds_smem and not (self.col_split and self.overlap == 0):
+            raise ValueError("pds_smem splits col_split's Sᵀ and dPᵀ by queries: it needs "
+                             "col_split and overlap 0")
         if self.producer_regs + 2 * self.consumer_regs > 512:
             raise ValueError(f"128 x ({self.producer_regs} + 2 x {self.consumer_regs}) "
                              f"registers exceed an SM's 65536")

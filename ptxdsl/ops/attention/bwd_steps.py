@@ -14,15 +14,24 @@ ROW = 128            # bytes per swizzled panel row
 
 def kv_gemms(mma, accs, a_regs, b_ats, *, fence=False, commit=True) -> None:
     """``acc += A·B`` over the 64 queries of a step, for each column piece (``accs``,
-    ``b_ats``): A from registers (Pᵀ or dSᵀ packed), B (dO or Q) MN-major from the ring;
+    ``b_ats``): A from registers (Pᵀ or dSᵀ packed) or, given an address, from a 64 x 64
+    K-major tile in shared memory (128-byte swizzle); B (dO or Q) MN-major from the ring;
     ``fence``: ``wgmma.fence`` first (A was just written), ``commit``: a group of its own."""
     if fence:
         ptx.inst("wgmma.fence.sync.aligned")
+    smem_a = not isinstance(a_regs, list)
+    if smem_a:
+        a_desc = ptx.wgmma.descriptor(a_regs, leading=16, stride=1024, swizzle=128)
     for acc, b_at in zip(accs, b_ats):
         b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024, swizzle=128)
         for ks in range(BM // 16):
             bo = (ks * 16 * ROW) >> 4
-            ptx.inst(mma, list(acc), a_regs[ks], b_desc + bo if bo else b_desc, 1, 1, 1, 1)
+            b = b_desc + bo if bo else b_desc
+            if smem_a:
+                ao = (ks * 32) >> 4
+                ptx.inst(mma, list(acc), a_desc + ao if ao else a_desc, b, 1, 1, 1, 0, 1)
+            else:
+                ptx.inst(mma, list(acc), a_regs[ks], b, 1, 1, 1, 1)
     if commit:
         ptx.inst("wgmma.commit_group.sync.aligned")
 
@@ -44,6 +53,7 @@ def zero_other_keys(k_at, n0, sk, bn: int, panels: int, t) -> None:
                                   + (i & 7) * 16), zero)
         ptx.inst("fence.proxy.async.shared::cta")   # for the wgmmas that read K
         ptx.inst("bar.sync", 3, 256)
+        ptx.inst("fence.proxy.async.shared::cta")   # (and the other warpgroup's rows)
 
 
 def first_nb(m0, off, mask: Mask, bn: int = BN):

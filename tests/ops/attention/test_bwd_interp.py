@@ -80,13 +80,17 @@ def test_bad_arguments_name_the_caller():
     pytest.param(128, dict(overlap=2, dq_split=True), marks=pytest.mark.long),
     pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_first=True), marks=pytest.mark.long),
     pytest.param(128, dict(overlap=2), marks=pytest.mark.long),
+    pytest.param(192, dict(overlap=1, dq_swizzle=True, col_split=True),
+                 marks=pytest.mark.long),
+    pytest.param(256, dict(stages=1, dq_swizzle=True, col_split=True),
+                 marks=pytest.mark.long),
 ])
 def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
     """The plan table's alternatives (BwdConfig's orderings of a consumer step), not only
     the rows it ships with, on a causal GQA shape crossing two key blocks."""
     from ptxdsl.ops.attention import bwd_api
     from ptxdsl.ops.attention.bwd_config import BwdConfig
-    c = BwdConfig(stages=2, dq_tma=True, **cfg)
+    c = BwdConfig(**{"stages": 2, "dq_tma": True, **cfg})
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
     q, k, v, do = _inputs(1, 70, 150, 2, 1, d, 3)
     out, lse = _fwd(q, k, v, causal=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from ptxdsl.core.types import bf16
 from ptxdsl.ops.attention import backward_kernels
+from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BWD_HEAD_DIMS, BwdConfig, choose_bwd
 from ptxdsl.ops.attention.config import Mask
 
@@ -34,28 +36,23 @@ def test_main_kernel_emits_the_fa3_structure():
 
 
 def test_wide_head_dims_split_the_columns():
-    """Head dim 256: dK, dV, dQ in 64-column pieces (m64n64, two per warpgroup), Sᵀ and
-    dPᵀ over all 256 (m64n64, 16 k-steps each); 192: 32-column pieces (m64n32)."""
+    """Head dim 256: Sᵀ and dPᵀ for 32 queries a warpgroup (m64n32, 16 k-steps each), dK,
+    dV, dQ in 64-column pieces (m64n64, two per warpgroup); 192: 32-column pieces. Without
+    pds_smem each warpgroup computes the whole Sᵀ and dPᵀ (m64n64)."""
     text = backward_kernels(256, causal=True)[1].ptx()
     assert "m64n256k16" not in text and "m64n128k16" not in text
-    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 16 + 2 * 2 * 4 + 2 * 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 16
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 2 * 4 + 2 * 4
     text = backward_kernels(192)[1].ptx()
-    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 3 * (2 * 4 + 4)
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 12 + 3 * (2 * 4 + 4)
+    c = BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True)
+    text = build_backward(c, bf16, 256, scale=0.1).ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 16 + 2 * 2 * 4 + 2 * 4
     with pytest.raises(ValueError, match="col_split"):
         BwdConfig(stages=1, dq_tma=True, col_split=True)
-
-
-def test_step_orderings_are_checked():
-    with pytest.raises(ValueError, match="overlap is 0, 1 or 2"):
-        BwdConfig(overlap=3)
-    with pytest.raises(ValueError, match="needs dq_tma"):
-        BwdConfig(dq_swizzle=True)
-    with pytest.raises(ValueError, match="needs overlap and dq_tma"):
-        BwdConfig(dq_tma=True, dq_first=True)
-    with pytest.raises(ValueError, match="dq_split stages dQ"):
-        BwdConfig(dq_split=True)
-    cfg = choose_bwd(128, "bf16", Mask(), softcap=True)               # the softcap row
-    assert cfg.overlap == 0 and cfg.dq_swizzle
+    with pytest.raises(ValueError, match="pds_smem"):
+        BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True, overlap=1,
+                  pds_smem=True)
 
 
 @pytest.mark.ptxas

@@ -2,11 +2,13 @@
 ``ptxdsl/ops/attention/bwd_plans.json`` cites). ``--set tma``: dQ by ``red.global.add.f32``
 against TMA reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3-grid
 shapes; ``--set overlap``: the consumer step's orderings (``overlap``, ``dq_swizzle``,
-``dq_first``, ``ex2_poly``, ``dq_split``) against the TMA plan without them, default mode, S=4k. Each
-variant's dq, dk, dv are checked against cuDNN's before timing, the deterministic ones for
-bitwise repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
+``dq_first``, ``ex2_poly``, ``dq_split``) against the TMA plan without them, default mode, S=4k;
+``--set wide``: head dims 192 and 256 (``col_split`` with and without ``pds_smem``;
+stages, overlap), default and deterministic, S=4k. Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
+where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
+repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
-    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap]
+    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide]
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def main() -> None:
     from ptxdsl.ops.attention.bwd_config import BwdConfig
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("tma", "overlap"), default="tma")
+    ap.add_argument("--set", choices=("tma", "overlap", "wide"), default="tma")
     which = ap.parse_args().set
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":
@@ -37,6 +39,16 @@ def main() -> None:
                     "tma s3": BwdConfig(stages=3, dq_tma=True)}
         grid = ((4096, 64, False), (4096, 64, True), (4096, 128, False), (4096, 128, True),
                 (16384, 128, True), (1024, 128, False))
+        modes = (False, True)
+    elif which == "wide":
+        cols = dict(dq_tma=True, dq_swizzle=True, col_split=True)
+        variants = {"s2 pds": BwdConfig(stages=2, pds_smem=True, **cols),
+                    "s1 pds": BwdConfig(stages=1, pds_smem=True, **cols),
+                    "s2 ov0": BwdConfig(stages=2, **cols),
+                    "s2 ov1": BwdConfig(stages=2, overlap=1, **cols),
+                    "s1 ov0": BwdConfig(stages=1, **cols),
+                    "s1 ov1": BwdConfig(stages=1, overlap=1, **cols)}
+        grid = ((4096, 192, False), (4096, 192, True), (4096, 256, False), (4096, 256, True))
         modes = (False, True)
     else:                      # head dim -> the variants worth building for it
         variants = {"tma": BwdConfig(**tma), "sw": BwdConfig(**tma, dq_swizzle=True),
@@ -55,15 +67,21 @@ def main() -> None:
         modes = (False,)
     rows = []
     for s, d, causal in grid:
-        b, h = 16384 // s, 2048 // d
+        b, h = 16384 // s, 2048 // d           # (H·D = 1920 at head dim 192)
         g = torch.Generator(device="cuda").manual_seed(s + d)
         q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
                                    generator=g) for _ in range(4))
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
-                                           is_causal=causal).transpose(1, 2).backward(do)
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
+                                               is_causal=causal).transpose(1, 2).backward(do)
+        except RuntimeError:         # cuDNN refuses some head dims: SDPA flash instead
+            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
+                                               is_causal=causal).transpose(1, 2).backward(do)
         ref = [x.grad.float() for x in leaves]
         flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}

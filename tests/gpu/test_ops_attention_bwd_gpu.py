@@ -1,14 +1,15 @@
 """ptxdsl.ops.attention_backward on an sm_90 GPU: dq, dk, dv against the float64 reference
-(max error <= 3e-2 of the largest value, bf16), GQA sums, masks and ragged lengths, the
-deterministic mode bitwise identical across runs, and autograd through
-``ptxdsl.ops.attention`` against torch SDPA's backward."""
+(max error <= 3e-2 of the largest value, bf16), GQA sums, masks and ragged lengths, head
+dims 64 to 256, the deterministic mode bitwise identical across runs, autograd through
+``ptxdsl.ops.attention`` against torch SDPA's backward, and the varlen backward (one
+launch each over every packed sequence) against the reference per sequence."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from gpu_env import NEEDS_GPU, torch_sm90
-from ptxdsl.ops import attention, attention_backward
+from ptxdsl.ops import attention, attention_backward, attention_varlen, attention_varlen_backward
 from ptxdsl.ops.attention import attention_backward_reference
 
 pytestmark = NEEDS_GPU
@@ -35,10 +36,33 @@ def _check(b, sq, sk, h, hk, d, **kw):
     return (q, k, v, do, out, lse), got
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 192, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_head_dims(d, causal):
     _check(2, 300, 300, 4, 4, d, causal=causal)
+
+
+@pytest.mark.parametrize("d", [192, 256])
+@pytest.mark.parametrize("sq,sk,kw", [
+    (1, 1, dict(causal=True)), (63, 200, dict(causal=True)), (200, 63, dict(causal=True)),
+    (257, 300, dict(window_size=(32, 16))), (64, 512, dict(softcap=30.0, softmax_scale=0.2)),
+    (130, 190, dict(softcap=5.0, causal=True)),
+])
+def test_wide_head_dims_masks_and_ragged_lengths(d, sq, sk, kw):
+    """Head dims 192 and 256 (col_split: 64-key CTAs, the columns split between the
+    consumer warpgroups; 192's second warpgroup reads B operands from mid-panel)."""
+    _check(1, sq, sk, 4, 2, d, **kw)
+
+
+@pytest.mark.parametrize("d", [192, 256])
+def test_wide_head_dims_deterministic_is_bitwise_identical(d):
+    torch = torch_sm90()
+    (q, k, v, do, out, lse), first = _check(1, 700, 700, 4, 2, d, causal=True,
+                                            deterministic=True)
+    for _ in range(2):
+        again = attention_backward(do, q, k, v, out, lse, causal=True, deterministic=True)
+        for a, b in zip(first, again):
+            assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("sq,sk,kw", [
@@ -109,3 +133,78 @@ def test_cuda_graph_capture_of_a_training_step():
     torch.testing.assert_close(got[0], want[0], rtol=1e-2, atol=1e-2)
     for a, b in zip(got[1:], want[1:]):
         assert torch.equal(a, b)
+
+
+def _varlen_case(lens_q, lens_k, h, hk, d, seed, **kw):
+    torch = torch_sm90()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    tq, tk = sum(lens_q), sum(lens_k)
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, do, k, v = mk(tq, h, d), mk(tq, h, d), mk(tk, hk, d), mk(tk, hk, d)
+    cu = lambda lens: torch.tensor(np.cumsum([0] + lens), dtype=torch.int32, device="cuda")
+    cq, ck = cu(lens_q), cu(lens_k)
+    out, lse = attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_k), return_lse=True,
+                                **kw)
+    return q, k, v, do, out, lse, cq, ck
+
+
+def _check_each(got, q, k, v, do, cq, ck, **kw):
+    cq, ck = cq.tolist(), ck.tolist()
+    for i in range(len(cq) - 1):
+        a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        parts = [x.float().cpu().numpy().astype(np.float64)
+                 for x in (got[0][a:e], got[1][ka:kb], got[2][ka:kb])]
+        assert all(np.isfinite(x).all() for x in parts), i
+        if a == e or ka == kb:
+            assert all((x == 0).all() for x in parts), i
+            continue
+        ref = attention_backward_reference(
+            *(x.float().cpu().numpy()[None] for x in (do[a:e], q[a:e], k[ka:kb], v[ka:kb])),
+            **kw)
+        for name, g, r in zip(("dq", "dk", "dv"), parts, ref):
+            assert np.abs(g[None] - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), (i, name)
+
+
+@pytest.mark.parametrize("d", [64, 128, 192, 256])
+@pytest.mark.parametrize("kw", [dict(causal=True), dict(window_size=(100, 20)), {}])
+def test_varlen_one_launch_matches_each_sequence(d, kw):
+    """Packed sequences with empty, length-1 and keyless ones, GQA: three launches in all,
+    each sequence's gradients against the float64 reference."""
+    lens_q, lens_k = [0, 1, 300, 77, 1024, 5, 40], [3, 1, 300, 200, 1024, 0, 129]
+    q, k, v, do, out, lse, cq, ck = _varlen_case(lens_q, lens_k, 8, 2, d, d, **kw)
+    got = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 1024, 1024, **kw)
+    _check_each(got, q, k, v, do, cq, ck, **kw)
+
+
+def test_varlen_deterministic_and_graph_replay_with_new_offsets():
+    """Deterministic varlen: bitwise repeats. A CUDA graph of the varlen backward replays
+    with other offsets of the same totals (the kernels read them; nothing on the host)."""
+    torch = torch_sm90()
+    lens_q, lens_k = [500, 0, 300, 224], [400, 64, 300, 260]
+    q, k, v, do, out, lse, cq, ck = _varlen_case(lens_q, lens_k, 8, 2, 128, 5, causal=True)
+    first = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 500, 400, causal=True,
+                                      deterministic=True)
+    _check_each(first, q, k, v, do, cq, ck, causal=True)
+    again = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 500, 400, causal=True,
+                                      deterministic=True)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    dq, dk, dv = (torch.empty_like(x) for x in (q, k, k))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):                   # warm-up: kernels built and loaded
+        attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 500, 400, causal=True,
+                                  dq=dq, dk=dk, dv=dv)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 500, 400, causal=True,
+                                  dq=dq, dk=dk, dv=dv)
+    new_q, new_k = [100, 700, 1, 223], [64, 500, 200, 260]
+    cq.copy_(torch.tensor(np.cumsum([0] + new_q), dtype=torch.int32))
+    ck.copy_(torch.tensor(np.cumsum([0] + new_k), dtype=torch.int32))
+    out2, lse2 = attention_varlen(q, k, v, cq, ck, 700, 500, causal=True, return_lse=True)
+    out.copy_(out2)
+    lse.copy_(lse2)
+    graph.replay()
+    torch.cuda.synchronize()
+    _check_each((dq, dk, dv), q, k, v, do, cq, ck, causal=True)

@@ -36,6 +36,9 @@ With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a
 semaphore says every earlier (n-block, warpgroup) has added its own (an ``ld.acquire``
 spin by one thread), so each dQ element sums in one fixed order. The step's orderings
 (``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's (:class:`.bwd_config.BwdConfig`).
+With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
+compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
+inside one 64-column panel), so their accumulators take head dim 128's registers.
 """
 from __future__ import annotations
 
@@ -43,13 +46,15 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, b32, f32, s32, u8, u32
+from ...core.types import PtxType, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask
 from .fwd import _s32
+from .bwd_prep import cu_at, seq_of_block
 from .bwd_scores import dscores, grad_scores, probs
+from .bwd_steps import kv_gemms, lock, pass_turn, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
@@ -60,7 +65,7 @@ class Smem:
     """Byte offsets in the CTA's dynamic shared memory."""
 
     def __init__(self, c: BwdConfig, d: int, es: int):
-        self.kv_bytes = BN * d * es
+        self.kv_bytes = c.block_n * d * es
         self.q_bytes = BM * d * es
         self.k = 0
         self.v = self.k + self.kv_bytes
@@ -70,7 +75,9 @@ class Smem:
         self.ds_bytes = BM * 64 * es
         self.dqs = self.ds + 2 * self.ds_bytes           # dQ staging for the TMA reduce-add
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
-        self.lse = self.dqs + (2 * (d // 64) * self.dqs_bytes if c.dq_tma else 0)
+        # a warpgroup's stage: every dQ column, or (col_split) its half
+        self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
+        self.lse = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)
         self.dpsum = self.lse + c.stages * 2 * BM * 4
         self.kvfull = self.dpsum + c.stages * 2 * BM * 4
         self.full = self.kvfull + 8
@@ -79,12 +86,23 @@ class Smem:
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
-          dq_swizzle: bool = False):
+          dq_swizzle: bool = False, bn: int = BN, varlen: bool = False):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
     dq_acc (B, H, SQP, D) f32 (added to; a TMA box of 64 columns, or of 32 in 128-byte
-    swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]."""
+    swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]. ``varlen``: without B,
+    TQ / TK packed rows, cu_q and cu_k after dpsum."""
+    if varlen:
+        qt = lambda: Tile("TQ", "H", d, dtype, tma=TMA(box=(BM, 1, PANEL), swizzle=ROW))
+        kt = lambda: Tile("TK", "HK", d, dtype, tma=TMA(box=(bn, 1, PANEL), swizzle=ROW))
+        rt = lambda: Tile("H", "SQP", f32, tma=TMA(box=(1, BM)))
+        dq = Tile("H", "SQP", d, f32, tma=TMA(box=(1, BM, 32), swizzle=ROW))
+        outs = [dq, Tile("TK", "HK", d, dtype), Tile("TK", "HK", d, dtype)]
+        if deterministic:
+            outs.append(Tile("H", "NMB", u32))
+        return (qt(), kt(), kt(), qt(), rt(), rt(), Tile("NS1", s32), Tile("NS1", s32)), \
+            tuple(outs)
     qt = lambda: Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, BM, 1, PANEL), swizzle=ROW))
-    kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, BN, 1, PANEL), swizzle=ROW))
+    kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, bn, 1, PANEL), swizzle=ROW))
     rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
     ins = (qt(), kt(), kt(), qt(), rt(), rt())
     dq_box = TMA(box=(1, 1, BM, 32), swizzle=ROW) if dq_swizzle else TMA(box=(1, 1, BM, 64))
@@ -99,53 +117,91 @@ def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
 
 def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                    scale: float, softcap: float = 0.0, deterministic: bool = False,
-                   arch: str = "sm_90a"):
+                   arch: str = "sm_90a", varlen: bool = False):
     """The main backward kernel for one (plan, dtype, head dim, mask, scale, softcap, mode).
-    dK leaves scaled by ``scale``; dq_acc holds dQ / scale (the postprocess scales it)."""
-    if d not in (64, 128):
-        raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128")
+    dK leaves scaled by ``scale``; dq_acc holds dQ / scale (the postprocess scales it).
+    ``varlen``: packed sequences, one CTA per (64 or 128 keys of a sequence, K/V head):
+    key blocks of sequence ``i`` are numbered from ``i + cu_k[i] // block_n`` (the grid
+    needs no read of the offsets), and the f32 rows are :mod:`.bwd_prep`'s padded ones."""
+    if varlen and not (c.dq_tma and c.dq_swizzle):
+        raise ValueError("the varlen backward adds dQ by TMA from a swizzled stage: it needs "
+                         "dq_tma and dq_swizzle")
+    if d not in (64, 128, 192, 256) or (d > 128) != c.col_split:
+        raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128, and 192 or 256 "
+                         f"with col_split (col_split={c.col_split})")
     if c.dq_split and d != 128:
         raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
                          f"got {d}")
-    nch = 1 if c.dq_split else d // 64            # dQ wgmma chains per warpgroup and step
+    bn, cs, sh = c.block_n, c.col_split, c.pds_smem
+    bw = BM // 2 if sh else BM          # queries of Sᵀ, dPᵀ a warpgroup computes per step
+    # col_split: a warpgroup's half of the columns in pieces that stay inside one 64-column
+    # panel (an MN-major B operand's extent), 64 wide at head dim 256, 32 at 192
+    pw = (64 if d % 256 == 0 else 32) if cs else d
+    npc = d // 2 // pw if cs else 1
+    nch = 1 if c.dq_split else npc if cs else d // 64   # dQ wgmma chains per warpgroup, step
     # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
-    xbar = (3, 256) if c.dq_split else None
+    xbar = (3, 256) if c.dq_split or sh else None
     es = dtype.bytes
     L = Smem(c, d, es)
     S, P = c.stages, d // PANEL
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle)
-    names = ["q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv"]
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen)
+    names = ["q", "k", "v", "do", "nlse2", "dpsum"] + (["cu_q", "cu_k"] if varlen else []) \
+        + ["dq_acc", "dk", "dv"]
     if deterministic:
         names.append("sem")
-    mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
-    mma_kv = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dt}.{dt}"
-    mma_q = f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{dt}.{dt}"
+    mma_s = f"wgmma.mma_async.sync.aligned.m64n{bw}k16.f32.{dt}.{dt}"
+    mma_kv = f"wgmma.mma_async.sync.aligned.m64n{pw}k16.f32.{dt}.{dt}"
+    mma_q = f"wgmma.mma_async.sync.aligned.m64n{pw if cs else 64}k16.f32.{dt}.{dt}"
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
-            f"{'_split' if c.dq_split else ''}"
-            f"{'_det' if deterministic else ''}")
+            f"{'_split' if c.dq_split else ''}{'_cols' if cs else ''}{'_pds' if sh else ''}"
+            f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
-    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
+    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
         labels = itertools.count()
         tq, tk, tv, tdo = q.tma_desc(), k.tma_desc(), v.tma_desc(), do.tma_desc()
         tl, td = nlse2.tma_desc(), dpsum.tma_desc()
         pdq, pdk, pdv = ptx.global_ptrs(dq_acc, dk, dv)
         tdq = dq_acc.tma_desc() if c.dq_tma else None
-        sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
+        if varlen:
+            nh, nhk = ptx.dim("H"), ptx.dim("HK")
+        else:
+            sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
         sqp = ptx.dim("SQP")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        nblk = (sk + (BN - 1)) // BN
-        nb = cta % nblk
-        rest = cta // nblk
-        hk, batch = rest % nhk, rest // nhk
+        if varlen:       # the sequence of this key block, its offsets and lengths
+            pcq, pck = ptx.global_ptrs(cu_q, cu_k)
+            nseq = ptx.dim("NS1") - 1
+            nvb = nseq + ptx.dim("TK") // bn
+            vb, hk = cta % nvb, cta // nvb
+            seq = seq_of_block(pck, nseq, vb, bn)
+            k0, q0 = cu_at(pck, seq), cu_at(pcq, seq)
+            sk, sq = cu_at(pck, seq + 1) - k0, cu_at(pcq, seq + 1) - q0
+            nb = vb - (seq + k0 // bn)
+            pq0 = (seq + q0 // BM) * BM                 # the sequence's first padded row
+            batch = None
+            # (rows, the K/V head's keys) of this CTA's TMA boxes, dQ's reduce-add
+            qc = lambda p, head, m0: [p * PANEL, head, q0 + m0]
+            kc = lambda p: [p * PANEL, hk, k0 + n0]
+            rc = lambda m0, head: [pq0 + m0, head]
+            dqc = lambda col, m0, head: [col, pq0 + m0, head]
+        else:
+            nblk = (sk + (bn - 1)) // bn
+            nb = cta % nblk
+            rest = cta // nblk
+            hk, batch = rest % nhk, rest // nhk
+            qc = lambda p, head, m0: [p * PANEL, head, m0, batch]
+            kc = lambda p: [p * PANEL, hk, n0, batch]
+            rc = lambda m0, head: [m0, head, batch]
+            dqc = lambda col, m0, head: [col, m0, head, batch]
         group = nh // nhk
-        n0 = nb * BN
+        n0 = nb * bn
         nmb = (sq + (BM - 1)) // BM
         off = _s32(sk) - _s32(sq)                      # keys aligned bottom-right
         zero = reg.scalar(s32, init=0)
@@ -153,8 +209,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         if mask.right >= 0:                            # rows i >= n0 - off - right
             m_lo = ptx.max(_s32(n0) - off - mask.right, zero) // BM
         if mask.left >= 0:                             # rows i <= n0 + 127 - off + left
-            m_hi = ptx.min(ptx.max(_s32(n0) - off + (BN - 1 + mask.left + BM), zero) // BM,
+            m_hi = ptx.min(ptx.max(_s32(n0) - off + (bn - 1 + mask.left + BM), zero) // BM,
                            m_hi)
+        if varlen:                                     # past the sequence's keys: no rows
+            live = reg.scalar(pred)
+            ptx.inst.setp.lt.u32(live, n0, sk)
+            hi = reg.scalar(s32)
+            ptx.inst.selp.s32(hi, m_hi, m_lo, live)
+            m_hi = hi
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
         with ptx.if_(tid == 0):
@@ -173,8 +235,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                          ptx.addr(kvfull), 2 * L.kv_bytes)
                 for tmap, dst in ((tk, L.k), (tv, L.v)):
                     for p in range(P):
-                        ptx.tma.load(base + (dst + p * BN * ROW), tmap,
-                                     [p * PANEL, hk, n0, batch], kvfull)
+                        ptx.tma.load(base + (dst + p * bn * ROW), tmap, kc(p), kvfull)
                 ring = Ring(S)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
@@ -188,13 +249,13 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             at = base + dst + ring.slot * L.q_bytes
                             for p in range(P):
                                 ptx.tma.load(at + p * BM * ROW if p else at, tmap,
-                                             [p * PANEL, head, m0, batch], fb)
+                                             qc(p, head, m0), fb)
                         # one copy of -LSE·log2e and D per consumer warpgroup: each reads
                         # its own (a warpgroup's reads are all ordered before its release)
                         for tmap, dst in ((tl, L.lse), (td, L.dpsum)):
                             for cw in range(2):
                                 ptx.tma.load(base + dst + ring.slot * (2 * BM * 4) + cw * BM * 4,
-                                             tmap, [m0, head, batch], fb)
+                                             tmap, rc(m0, head), fb)
                         ring.advance()
         with ptx.else_():
             # ------------------------------------------------------------ consumers
@@ -203,43 +264,57 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
-            kw0 = n0 + w * 64
+            kw0 = n0 if cs else n0 + w * 64
             keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
-            dv_acc = ptx.wgmma.accumulator(d, init=0.0)
-            dk_acc = ptx.wgmma.accumulator(d, init=0.0)
-            p_regs, ds_regs = p_registers(BM), p_registers(BM)
+            if cs:      # piece j: columns c0 = w·D/2 + j·pw, c0's offset in a panelled tile
+                c0s = [w * (d // 2) + j * pw for j in range(npc)]
+                coff = [(x >> 6) * (BM * ROW) + (x & 63) * 2 for x in c0s]
+            dv_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
+            dk_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
+            p_regs, ds_regs = p_registers(bw), p_registers(bw)
+            qh = w * bw if sh else 0         # pds_smem: this warpgroup's first query
             ring = Ring(S)
-            k_w = base + L.k + w * (64 * ROW)
-            v_w = base + L.v + w * (64 * ROW)
+            k_w = base + L.k if cs else base + L.k + w * (64 * ROW)
+            v_w = base + L.v if cs else base + L.v + w * (64 * ROW)
             ds_w = base + L.ds + w * L.ds_bytes
             # dSᵀ's st.shared.b32 addresses: key row r0 (+8), 128-byte swizzle by r0 % 8
             xr = lw >> 2
             ds_row = ds_w + r0 * ROW + (lw & 3) * 4
             ds_cols = lambda: [((xr ^ ch) << 4) for ch in range(8)]
+            if sh:      # both tiles whole (Pᵀ, then dSᵀ), this warpgroup's 32 query columns
+                ds_row = base + L.ds + r0 * ROW + (lw & 3) * 4
+                xrw = xr ^ (w << 2)
+                ds_cols = lambda: [((xrw ^ ch) << 4) for ch in range(4)]
             # with overlap, recomputed in each step: fewer registers live across the loop
             ds_col = None if c.overlap else ds_cols()
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
-            stage_w = base + L.dqs + w * ((d // 64) * L.dqs_bytes)
+            stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
             wait(labels, kvfull, 0)
+            if varlen:
+                zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
-                bh = batch * nh + head
+                bh = head if varlen else batch * nh + head
                 for mb in ptx.range_(m_lo, m_hi):
                     m0 = mb * BM
                     wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
                     row_at = lambda o, _s=ring.slot: base + o + _s * (2 * BM * 4) + w * (BM * 4)
-                    s_acc = ptx.wgmma.accumulator(BM)
-                    dp_acc = ptx.wgmma.accumulator(BM)
+                    if sh:                            # this warpgroup's queries' LSE and D
+                        row_at = lambda o, _r=row_at: _r(o) + qh * 4
+                    s_acc = ptx.wgmma.accumulator(bw)
+                    dp_acc = ptx.wgmma.accumulator(bw)
                     ptx.inst("wgmma.fence.sync.aligned")
                     for acc, a_at, b_at in ((s_acc, k_w, q_at), (dp_acc, v_w, do_at)):
+                        if sh:                        # queries qh .. qh + 31 of the tile
+                            b_at = b_at + qh * ROW
                         a_desc = ptx.wgmma.descriptor(a_at, leading=16, stride=1024, swizzle=128)
                         b_desc = ptx.wgmma.descriptor(b_at, leading=16, stride=1024, swizzle=128)
                         for ks in range(d // 16):
                             pnl, kin = divmod(ks, 4)
-                            ao = (pnl * BN * ROW + kin * 32) >> 4
+                            ao = (pnl * bn * ROW + kin * 32) >> 4
                             bo = (pnl * BM * ROW + kin * 32) >> 4
                             ptx.inst(mma_s, list(acc), a_desc + ao if ao else a_desc,
                                      b_desc + bo if bo else b_desc, 0 if ks == 0 else 1,
@@ -247,7 +322,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         if c.overlap:                 # Sᵀ and dPᵀ: a group each
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
-                    kv_mmas = ((dv_acc, p_regs, do_at), (dk_acc, ds_regs, q_at))
+                    at_pc = (lambda t: [t + o for o in coff]) if cs else (lambda t: [t])
+                    kv_mmas = ((dv_acc, p_regs, at_pc(do_at)), (dk_acc, ds_regs, at_pc(q_at)))
                     if c.overlap:
                         # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
@@ -255,7 +331,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly)
                         pack_p(list(s_acc), p_regs, dt)
                         if c.overlap > 1:
-                            _mma_kv(mma_kv, *kv_mmas[0], fence=True)
+                            kv_gemms(mma_kv, *kv_mmas[0], fence=True)
                             ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         else:
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
@@ -264,21 +340,22 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         if not c.dq_first:
                             ptx.inst("wgmma.fence.sync.aligned")
                             for kv in kv_mmas[c.overlap - 1:]:
-                                _mma_kv(mma_kv, *kv, commit=False)
+                                kv_gemms(mma_kv, *kv, commit=False)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        grad_scores(list(s_acc), list(dp_acc), keys, m0, fcol, off, mask,
-                                     kw0, row_at(L.lse), row_at(L.dpsum), scale, softcap,
-                                     scale_log2, c.ex2_poly)
+                        grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
+                                     fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
+                                     scale, softcap, scale_log2, c.ex2_poly, cap_inline=cs)
                         pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
-                        # the A fragments were just written by ordinary instructions
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        for acc, a_regs, b_at in kv_mmas:
-                            _mma_kv(mma_kv, acc, a_regs, b_at, commit=False)
-                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        if not sh:    # (pds_smem: from shared memory, once both are stored)
+                            # the A fragments were just written by ordinary instructions
+                            ptx.inst("wgmma.fence.sync.aligned")
+                            for acc, a_regs, b_at in kv_mmas:
+                                kv_gemms(mma_kv, acc, a_regs, b_at, commit=False)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
                     # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8 (j % 2),
                     # queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
                     if c.dq_tma:                      # the last step's reduce has read dQ's stage
@@ -287,28 +364,38 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # the last step's dQ wgmmas have read it (dq_split: both warpgroups')
                     ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
                     cols = ds_col or ds_cols()
-                    for kc in range(BM // 16):
-                        for j in range(4):
-                            ptx.inst("st.shared.b32",
-                                     ptx.addr(ds_row + cols[2 * kc + j // 2],
-                                              (j % 2) * 8 * ROW), ds_regs[kc][j])
+                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
+                        for kc in range(bw // 16):
+                            for j in range(4):
+                                ptx.inst("st.shared.b32",
+                                         ptx.addr(ds_row + cols[2 * kc + j // 2],
+                                                  t * L.ds_bytes + (j % 2) * 8 * ROW),
+                                         regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
                     ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
                     if xbar:                          # the other tile's writes, for our wgmma
                         ptx.inst("fence.proxy.async.shared::cta")
+                    if sh:        # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for t, (accs, _, b_ats) in enumerate(kv_mmas):
+                            kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
+                                     commit=False)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
                     # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
                     # after the other in shared memory, and K's panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
-                    a_desc = ptx.wgmma.descriptor(base + L.ds if c.dq_split else ds_w,
+                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh else
+                                                  base + L.ds if c.dq_split else ds_w,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
-                    dq_row = (bh * sqp + m0 + r0) * d + fcol
+                    dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
+                    sem_mb = pq0 // BM + mb if varlen else mb   # the block's semaphore
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
                     for ch in range(nch):
-                        dq = ptx.wgmma.accumulator(64)
+                        dq = ptx.wgmma.accumulator(pw if cs else 64)
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
-                            k_w + ch * BN * ROW
-                        b_desc = ptx.wgmma.descriptor(b_at, leading=BN * ROW,
+                            k_w + coff[ch] if cs else k_w + ch * BN * ROW
+                        b_desc = ptx.wgmma.descriptor(b_at, leading=bn * ROW,
                                                       stride=1024, swizzle=128)
                         ptx.inst("wgmma.fence.sync.aligned")
                         for ks in range((BN if c.dq_split else 64) // 16):
@@ -319,7 +406,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         if ch == 0 and late:
                             for kv in late:
-                                _mma_kv(mma_kv, *kv, commit=False)
+                                kv_gemms(mma_kv, *kv, commit=False)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 1 if ch == 0 and late else 0)
                         if ch == (1 if late else 0):  # Q, dO, LSE, D of this step are read
@@ -327,7 +414,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                          ptx.addr(empty + ring.slot * 8))
                             if deterministic and not c.dq_tma:
-                                _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels)
+                                lock(sem, bh, sem_mb, nb, w, m0, off, mask, lane, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
                         if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
@@ -336,7 +423,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      for k in range(4)] if c.dq_swizzle else \
                                 [dq_stage + ch * L.dqs_bytes]
                             for i in range(0, len(dq.regs), 2):
-                                col = ch * 64 + col_of(i)
+                                col = ch * (pw if cs else 64) + col_of(i)
                                 if c.dq_swizzle:
                                     at = sw_at[(col // 8) % 4]
                                     o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
@@ -351,7 +438,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                              ptx.addr(empty + ring.slot * 8))
                             continue
-                        at = pdq + (dq_row + ch * 64) * 4
+                        at = pdq + (dq_row + ch * 64) * 4    # (not with col_split)
                         for i, x in enumerate(dq):
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
@@ -360,115 +447,47 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
                             if deterministic:
-                                _lock(sem, bh, mb, nb, w, m0, off, mask, None, labels,
-                                      c.dq_split)
+                                lock(sem, bh, sem_mb, nb, w, m0, off, mask, None, labels,
+                                      c.dq_split or cs, bn)
                             box = 32 if c.dq_swizzle else 64
-                            for ch in range((64 if c.dq_split else d) // box):
-                                col = w * 64 + ch * box if c.dq_split else ch * box
-                                ptx.tma.reduce(tdq, [col, m0, head, batch],
+                            for ch in range(c.wg_cols(d) // box):
+                                col = w * c.wg_cols(d) + ch * box \
+                                    if c.dq_split or cs else ch * box
+                                ptx.tma.reduce(tdq, dqc(col, m0, head),
                                                stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")
                             if deterministic:        # the adds land before the turn passes
                                 ptx.inst("cp.async.bulk.wait_group", 0)
-                                _pass_turn(sem, bh, mb)
+                                pass_turn(sem, bh, sem_mb)
                     elif deterministic:
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
-                            _pass_turn(sem, bh, mb)
+                            pass_turn(sem, bh, sem_mb)
                     ring.advance()
             if c.dq_tma:
                 with ptx.if_(lane == 0):
                     ptx.inst("cp.async.bulk.wait_group", 0)
-            _store(dk_acc, pdk, keys, batch, hk, sk, nhk, d, fcol, dtype, scale)
-            _store(dv_acc, pdv, keys, batch, hk, sk, nhk, d, fcol, dtype, None)
+            for j in range(npc):     # (one piece of every column without col_split)
+                f = fcol + c0s[j] if cs else fcol
+                kb = k0 if varlen else None
+                store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale, kb)
+                store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None, kb)
 
-    deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names),
-                  grid=lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1),
+    grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // bn) * HK, 1, 1)) if varlen else \
+        (lambda B, SK, HK: ((SK + bn - 1) // bn * HK * B, 1, 1))
+    deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names), grid=grid,
                   block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+    if varlen and deterministic:
+        return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv, sem:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem, cu_q, cu_k))
+    if varlen:
+        return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, None, cu_q, cu_k))
     if deterministic:
         return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
     return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
-
-
-def _mma_kv(mma, acc, a_regs, b_at, *, fence=False, commit=True) -> None:
-    """``acc += A·B`` over the 64 queries of a step: A from registers (Pᵀ or dSᵀ packed), B
-    (dO or Q) MN-major from the ring; ``fence``: ``wgmma.fence`` first (A was just written),
-    ``commit``: a group of its own."""
-    if fence:
-        ptx.inst("wgmma.fence.sync.aligned")
-    b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024, swizzle=128)
-    for ks in range(BM // 16):
-        bo = (ks * 16 * ROW) >> 4
-        ptx.inst(mma, list(acc), a_regs[ks], b_desc + bo if bo else b_desc, 1, 1, 1, 1)
-    if commit:
-        ptx.inst("wgmma.commit_group.sync.aligned")
-
-
-def _first_nb(m0, off, mask: Mask):
-    """The first n-block whose CTA takes the 64 rows from ``m0`` (see the m range)."""
-    if mask.left < 0:
-        return reg.scalar(s32, init=0)
-    return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // BN
-
-
-def _lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False) -> None:
-    """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
-    spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
-    (n-block, warpgroup); ``split`` (the warpgroups add disjoint columns): every warpgroup
-    of every earlier n-block, so the two warpgroups of a CTA do not wait for each other."""
-    psem = ptx.global_ptr(sem)
-
-    def spin():
-        turn = (_s32(nb) - _first_nb(m0, off, mask)) * 2
-        if not split:
-            turn = turn + _s32(w)
-        top = ptx.new_label(f"turn{next(labels)}")
-        ptx.place(top)
-        now = reg.scalar(u32)
-        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4))
-        ptx.bra(top, pred=(_s32(now) < turn) if split else (_s32(now) != turn))
-    if lane is None:
-        spin()
-        return
-    with ptx.if_(lane == 0):
-        spin()
-
-
-def _pass_turn(sem, bh, mb) -> None:
-    """The warpgroup's additions are done (after ``bar.sync`` or the bulk group's wait):
-    pass the turn on (``red.release.gpu.global.add.u32``)."""
-    psem = ptx.global_ptr(sem)
-    ptx.inst("fence.proxy.async.global")
-    ptx.inst("red.release.gpu.global.add.u32",
-             ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4), 1)
-
-
-def _store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale) -> None:
-    """dK (times ``scale``) or dV: 16-bit pairs (``cvt.rn``) by ``st.global.b32``; keys past
-    SK are not written."""
-    sk_s = _s32(sk)
-    elems = list(acc)
-    for r in range(2):
-        with ptx.if_(keys[r] < sk_s):
-            row = (batch * sk + _u32(keys[r])) * nhk + hk
-            at = ptr + (row * d + fcol) * dtype.bytes
-            for g in range(0, len(elems), 4):
-                i = g + 2 * r
-                lo, hi = elems[i], elems[i + 1]
-                if scale is not None:
-                    ptx.inst.mul.f32(lo, lo, float(scale))
-                    ptx.inst.mul.f32(hi, hi, float(scale))
-                wd = reg.scalar(b32)
-                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", wd, hi, lo)
-                ptx.inst("st.global.b32", ptx.addr(at, (8 * (i // 4)) * dtype.bytes), wd)
-
-
-def _u32(x):
-    r = reg.scalar(u32)
-    ptx.inst.cvt.u32.s32(r, x)
-    return r
 
 
 __all__ = ["build_backward", "specs", "Smem"]

@@ -16,27 +16,30 @@ from .bwd import build_backward
 from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd
 from .bwd_prep import build_postprocess, build_preprocess
 from .config import Mask
-from .varlen import _offsets
+from .varlen import checked_offsets
 
 BWD_KERNELS = KernelCache(limit=256)
 
 
 def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False,
                      window_size=(-1, -1), softmax_scale: float | None = None,
-                     softcap: float = 0.0, deterministic: bool = False, arch: str = "sm_90a"):
-    """The (preprocess, main, postprocess) kernels :func:`attention_backward` runs for these
-    options, built once per key from the plan table's config (``ptxdsl check``, timing)."""
+                     softcap: float = 0.0, deterministic: bool = False, arch: str = "sm_90a",
+                     varlen: bool = False):
+    """The (preprocess, main, postprocess) kernels :func:`attention_backward` (``varlen``:
+    :func:`attention_varlen_backward`) runs for these options, built once per key from the
+    plan table's config (``ptxdsl check``, timing)."""
     dt = {"bf16": bf16, "f16": f16}[dtype]
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
     cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic))
-    key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch)
+    key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch) \
+        + (("varlen",) if varlen else ())
     return BWD_KERNELS.get(key, lambda: (
-        build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch),
+        build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch, varlen=varlen),
         build_backward(cfg, dt, head_dim, mask, scale=scale, softcap=float(softcap),
-                       deterministic=deterministic, arch=arch),
-        build_postprocess(dt, head_dim, scale, arch=arch)))
+                       deterministic=deterministic, arch=arch, varlen=varlen),
+        build_postprocess(dt, head_dim, scale, arch=arch, varlen=varlen)))
 
 
 def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
@@ -46,14 +49,46 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
     """``(dq, dk, dv)`` of :func:`~.api.attention` with the same options, given ``dout``
     (the gradient of ``out``), the forward's ``out`` and its row log-sum-exp ``lse`` (f32,
     ``(B, H, Sq)``, ``return_lse=True``). q, dout, out ``(B, Sq, H, D)``; k, v ``(B, Sk,
-    Hkv, D)``; dk and dv are summed over each GQA group. Head dims 64 and 128.
+    Hkv, D)``; dk and dv are summed over each GQA group. Head dims 64, 128, 192
+    and 256.
     ``deterministic`` orders dQ's f32 additions (each 64-row block takes them n-block by
     n-block), so results are bitwise identical run to run (on the interpreter, whose
     schedule is fixed, the default kernel is already reproducible and runs instead). ``dq``,
     ``dk``, ``dv``: contiguous arrays to write into."""
     frame = _frame(q)
-    dtype, (b, sq, h, d), (sk, hk) = _check(q, k, v, causal, softmax_scale, window_size,
-                                            softcap, None, frame)
+    dtype, (b, sq, h, d) = _checks(dout, q, k, v, out, lse, causal, softmax_scale,
+                                   window_size, softcap, deterministic, dq, dk, dv, frame)
+    q, k, v, dout, out, lse = (a if _contiguous(a) else frame.contiguous(a)
+                               for a in (q, k, v, dout, out, lse))
+    on_gpu = frame.on_gpu()
+    det = deterministic and on_gpu
+    pre, main, post = backward_kernels(d, dtype.name, causal=causal, window_size=window_size,
+                                       softmax_scale=softmax_scale, softcap=softcap,
+                                       deterministic=det, arch=frame.arch(q))
+    dq = frame.empty(tuple(q.shape), q) if dq is None else dq
+    dk = frame.empty(tuple(k.shape), q) if dk is None else dk
+    dv = frame.empty(tuple(k.shape), q) if dv is None else dv
+    sqp = -(-sq // BLOCK_M) * BLOCK_M
+    dpsum = frame.empty((b, h, sqp), q, f32)
+    nlse2 = frame.empty((b, h, sqp), q, f32)
+    dq_acc = frame.empty((b, h, sqp, d), q, f32)
+    extra = []
+    if det:
+        shape = (b, h, sqp // BLOCK_M)      # the preprocess zeroes it
+        extra = [frame.torch.empty(shape, dtype=frame.torch.uint32, device=q.device)
+                 if frame.kind == "torch" else frame.zeros_u32(b * h * shape[2], q).reshape(shape)]
+    frame.run(pre, out, dout, lse, dpsum, nlse2, dq_acc, *extra)
+    frame.run(main, q, k, v, dout, nlse2, dpsum, dq_acc, dk, dv, *extra)
+    frame.run(post, dq_acc, dq)
+    return dq, dk, dv
+
+
+def _checks(dout, q, k, v, out, lse, causal, softmax_scale, window_size, softcap,
+            deterministic, dq, dk, dv, frame):
+    """Every argument of :func:`attention_backward` (4-d), a bad one named at the caller's
+    line; returns q's dtype and shape."""
+    dtype, (b, sq, h, d), _ = _check(q, k, v, causal, softmax_scale, window_size, softcap,
+                                     None, frame)
     if d not in BWD_HEAD_DIMS:
         _fail(f"head dim {d}: the backward takes head dims "
               f"{', '.join(map(str, BWD_HEAD_DIMS))}")
@@ -80,29 +115,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
     if frame.kind == "torch" and not all(a.device == q.device for a in (dout, out, lse)):
         _fail(f"dout, q, k, v, out and lse must be on one device, got {dout.device}, "
               f"{q.device}, {out.device}, {lse.device}")
-    q, k, v, dout, out, lse = (a if _contiguous(a) else frame.contiguous(a)
-                               for a in (q, k, v, dout, out, lse))
-    on_gpu = frame.on_gpu()
-    det = deterministic and on_gpu
-    pre, main, post = backward_kernels(d, dtype.name, causal=causal, window_size=window_size,
-                                       softmax_scale=softmax_scale, softcap=softcap,
-                                       deterministic=det, arch=frame.arch(q))
-    dq = frame.empty(tuple(q.shape), q) if dq is None else dq
-    dk = frame.empty(tuple(k.shape), q) if dk is None else dk
-    dv = frame.empty(tuple(k.shape), q) if dv is None else dv
-    sqp = -(-sq // BLOCK_M) * BLOCK_M
-    dpsum = frame.empty((b, h, sqp), q, f32)
-    nlse2 = frame.empty((b, h, sqp), q, f32)
-    dq_acc = frame.empty((b, h, sqp, d), q, f32)
-    extra = []
-    if det:
-        shape = (b, h, sqp // BLOCK_M)      # the preprocess zeroes it
-        extra = [frame.torch.empty(shape, dtype=frame.torch.uint32, device=q.device)
-                 if frame.kind == "torch" else frame.zeros_u32(b * h * shape[2], q).reshape(shape)]
-    frame.run(pre, out, dout, lse, dpsum, nlse2, dq_acc, *extra)
-    frame.run(main, q, k, v, dout, nlse2, dpsum, dq_acc, dk, dv, *extra)
-    frame.run(post, dq_acc, dq)
-    return dq, dk, dv
+    return dtype, (b, sq, h, d)
 
 
 def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
@@ -111,45 +124,54 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
                               softcap: float = 0.0, deterministic: bool = False, dq=None,
                               dk=None, dv=None):
     """``(dq, dk, dv)`` of :func:`~.varlen.attention_varlen` over packed sequences: dout, q,
-    out ``(total_q, H, D)``, k, v ``(total_k, Hkv, D)``, lse ``(H, total_q)``. One
-    :func:`attention_backward` per sequence (three launches each; a kernel that walks
-    ``cu_seqlens`` itself is not written yet)."""
+    out ``(total_q, H, D)``, k, v ``(total_k, Hkv, D)``, lse ``(H, total_q)`` (the forward's,
+    ``return_lse=True``), ``cu_seqlens_q/k`` int32 offsets on q's device. Three launches
+    for every sequence together: the kernels read the offsets themselves (nothing is read
+    back to the host for CUDA tensors, and a CUDA graph may replay with new offsets), with
+    the options of :func:`attention_backward`. ``max_seqlen_q/k`` are checked against host
+    offsets; the kernels do not need them."""
     frame = _frame(q)
     for name, a in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out)):
-        if len(a.shape) != 3:
+        if len(getattr(a, "shape", ())) != 3:
             _fail(f"{name} must be 3-d ((total, heads, head_dim), packed sequences), got "
-                  f"shape {tuple(a.shape)}")
-    _offsets(cu_seqlens_q, "cu_seqlens_q", int(q.shape[0]), frame, q)
-    _offsets(cu_seqlens_k, "cu_seqlens_k", int(k.shape[0]), frame, q)
-    cq = [int(x) for x in cu_seqlens_q.tolist()]      # one launch per sequence: on the host
-    ck = [int(x) for x in cu_seqlens_k.tolist()]
-    if len(cq) != len(ck):
-        _fail(f"cu_seqlens_q has {len(cq) - 1} sequences, cu_seqlens_k {len(ck) - 1}")
-    lq = [e - s for s, e in zip(cq, cq[1:])]
-    lk = [e - s for s, e in zip(ck, ck[1:])]
-    if max(lq) > max_seqlen_q or max(lk) > max_seqlen_k:
-        _fail(f"max_seqlen_q / max_seqlen_k ({max_seqlen_q}, {max_seqlen_k}) are below the "
-              f"longest sequences ({max(lq)}, {max(lk)})")
-    h = int(q.shape[1])
-    if tuple(lse.shape) != (h, int(q.shape[0])):
-        _fail(f"lse must be (H, total_q) = {(h, int(q.shape[0]))}, got {tuple(lse.shape)}")
-    dq = frame.empty(tuple(q.shape), q) if dq is None else dq
-    dk = frame.empty(tuple(k.shape), q) if dk is None else dk
-    dv = frame.empty(tuple(k.shape), q) if dv is None else dv
-    kw = dict(causal=causal, softmax_scale=softmax_scale, window_size=window_size,
-              softcap=softcap, deterministic=deterministic)
-    for i in range(len(lq)):
-        a, e = cq[i], cq[i + 1]
-        ka, kb = ck[i], ck[i + 1]
-        if a == e or ka == kb:               # no rows or no keys: zero gradients there
-            dq[a:e] = 0
-            dk[ka:kb] = 0
-            dv[ka:kb] = 0
-            continue
-        lse_i = frame.contiguous(lse[:, a:e])[None]
-        attention_backward(dout[a:e][None], q[a:e][None], k[ka:kb][None], v[ka:kb][None],
-                           out[a:e][None], lse_i, dq=dq[a:e][None], dk=dk[ka:kb][None],
-                           dv=dv[ka:kb][None], **kw)
+                  f"shape {tuple(getattr(a, 'shape', ()))}")
+    tq, tk = int(q.shape[0]), int(k.shape[0])
+    cq, ck = checked_offsets(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, tq, tk,
+                             frame, q)
+    nq = int(cq.shape[0]) - 1
+    h, d = int(q.shape[1]), int(q.shape[2])
+    if tuple(lse.shape) != (h, tq) or "float32" not in str(lse.dtype) \
+            or _frame(lse).kind != frame.kind:
+        _fail(f"lse must be the forward's float32 (H, total_q) = {(h, tq)}, got "
+              f"{type(lse).__name__} {tuple(lse.shape)} {lse.dtype}")
+    dq, dk, dv = (frame.empty(tuple(like.shape), q) if a is None else a
+                  for a, like in ((dq, q), (dk, k), (dv, k)))
+    if not (tq and tk):          # no rows, or no keys anywhere: every gradient is 0
+        for a in (dq, dk, dv):
+            a[...] = 0
+        return dq, dk, dv
+    # attention_backward's checks on one-batch views (dtypes, head dims, options, dq/dk/dv)
+    one = lambda a: None if a is None else a[None]
+    dtype, _ = _checks(one(dout), one(q), one(k), one(v), one(out), lse[None], causal,
+                       softmax_scale, window_size, softcap, deterministic, one(dq), one(dk),
+                       one(dv), frame)
+    q, k, v, dout, out, lse = (a if _contiguous(a) else frame.contiguous(a)
+                               for a in (q, k, v, dout, out, lse))
+    det = deterministic and frame.on_gpu()
+    pre, main, post = backward_kernels(d, dtype.name, causal=causal, window_size=window_size,
+                                       softmax_scale=softmax_scale, softcap=softcap,
+                                       deterministic=det, arch=frame.arch(q), varlen=True)
+    sqp = (nq + tq // BLOCK_M) * BLOCK_M       # each sequence's rows from a multiple of 64
+    dpsum, nlse2 = frame.empty((h, sqp), q, f32), frame.empty((h, sqp), q, f32)
+    dq_acc = frame.empty((h, sqp, d), q, f32)
+    extra = []
+    if det:                                    # the preprocess zeroes it
+        n = sqp // BLOCK_M
+        extra = [frame.torch.empty((h, n), dtype=frame.torch.uint32, device=q.device)
+                 if frame.kind == "torch" else frame.zeros_u32(h * n, q).reshape((h, n))]
+    frame.run(pre, out, dout, lse, cq, dpsum, nlse2, dq_acc, *extra)
+    frame.run(main, q, k, v, dout, nlse2, dpsum, cq, ck, dq_acc, dk, dv, *extra)
+    frame.run(post, dq_acc, cq, dq)
     return dq, dk, dv
 
 

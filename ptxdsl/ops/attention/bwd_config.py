@@ -9,9 +9,10 @@ from pathlib import Path
 
 from .config import Mask
 
-BWD_HEAD_DIMS = (64, 128)   # K, V, the Q/dO ring and dS fit in shared memory; dK, dV in 240 regs
+BWD_HEAD_DIMS = (64, 128, 192, 256)   # 192, 256: with col_split (dK, dV halves per warpgroup)
 BLOCK_M = 64                # query rows per step of the ring (a wgmma N of Sᵀ and dPᵀ)
 BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma M)
+BLOCK_N_SPLIT = 64          # keys per CTA with col_split: both warpgroups on the same 64
 SMEM_PER_CTA = 232448
 
 
@@ -30,7 +31,14 @@ class BwdConfig:
     they run. ``ex2_poly``: every second exponential of Pᵀ by a polynomial on the FMA
     pipe instead of ``ex2.approx`` on MUFU. ``dq_split`` (head dim 128, dq_tma): each
     warpgroup computes 64 of dQ's columns over all 128 keys (both dSᵀ tiles; a 256-thread
-    barrier around their stores), so a CTA adds each dQ element once, not twice."""
+    barrier around their stores), so a CTA adds each dQ element once, not twice.
+    ``col_split`` (head dims 192, 256, where dK and dV of 64 keys x D do not fit one
+    warpgroup's registers beside Sᵀ and dPᵀ): a CTA owns 64 keys, both consumer warpgroups
+    compute the same Sᵀ, dPᵀ (twice: the price of the split) and each keeps, and computes,
+    half of dK's, dV's and dQ's columns. ``pds_smem`` (with col_split, overlap 0): each
+    warpgroup computes Sᵀ and dPᵀ for 32 of the step's 64 queries only, and Pᵀ, dSᵀ go
+    through shared memory (two 64 x 64 tiles both write and both read), so no GEMM is
+    done twice (FlashAttention-3's way at head dim 256), for two 256-thread barriers."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -39,6 +47,8 @@ class BwdConfig:
     dq_first: bool = False
     ex2_poly: bool = False
     dq_split: bool = False
+    col_split: bool = False
+    pds_smem: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -53,16 +63,33 @@ class BwdConfig:
             raise ValueError("dq_split stages dQ for the TMA reduce-add: it needs dq_tma")
         if self.dq_swizzle and not self.dq_tma:
             raise ValueError("dq_swizzle stages dQ for the TMA reduce-add: it needs dq_tma")
+        if self.col_split and not (self.dq_tma and self.dq_swizzle) or \
+                self.col_split and self.dq_split:
+            raise ValueError("col_split stages dQ's column halves in swizzled panels: it "
+                             "needs dq_tma and dq_swizzle, not dq_split")
+        if self.pds_smem and not (self.col_split and self.overlap == 0):
+            raise ValueError("pds_smem splits col_split's Sᵀ and dPᵀ by queries: it needs "
+                             "col_split and overlap 0")
         if self.producer_regs + 2 * self.consumer_regs > 512:
             raise ValueError(f"128 x ({self.producer_regs} + 2 x {self.consumer_regs}) "
                              f"registers exceed an SM's 65536")
 
+    @property
+    def block_n(self) -> int:
+        """Keys per CTA."""
+        return BLOCK_N_SPLIT if self.col_split else BLOCK_N
+
+    def wg_cols(self, head_dim: int) -> int:
+        """dQ columns a consumer warpgroup computes (and stages) per step."""
+        return 64 if self.dq_split else head_dim // 2 if self.col_split else head_dim
+
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
-        """K and V (128 rows each), ``stages`` x (Q + dO + 2 x (LSE + D)), two dSᵀ tiles
-        (64 x 64), the dQ stages (``dq_tma``), the mbarriers."""
-        kv = 2 * BLOCK_N * head_dim * elem_bytes
+        """K and V (``block_n`` rows each), ``stages`` x (Q + dO + 2 x (LSE + D)), two dSᵀ
+        tiles (64 x 64), the dQ stages (``dq_tma``), the mbarriers."""
+        kv = 2 * self.block_n * head_dim * elem_bytes
         ring = self.stages * (2 * BLOCK_M * head_dim * elem_bytes + 4 * BLOCK_M * 4)
-        stage = 2 * (head_dim // 64) * BLOCK_M * 64 * 4 if self.dq_tma else 0
+        stage = (2 * (head_dim // 64) * BLOCK_M * 64 * 4 if not self.col_split
+                 else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         return kv + ring + 2 * BLOCK_M * 64 * elem_bytes + stage + 8 * (1 + 2 * self.stages)
 
 
@@ -89,4 +116,5 @@ def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False
                      f"backward takes head dims {', '.join(map(str, BWD_HEAD_DIMS))}")
 
 
-__all__ = ["BwdConfig", "choose_bwd", "rows", "BWD_HEAD_DIMS", "BLOCK_M", "BLOCK_N"]
+__all__ = ["BwdConfig", "choose_bwd", "rows", "BWD_HEAD_DIMS", "BLOCK_M", "BLOCK_N",
+           "BLOCK_N_SPLIT"]

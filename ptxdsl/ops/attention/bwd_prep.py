@@ -7,14 +7,22 @@
   row of the f32 dQ accumulator and, for the deterministic mode, the m-block's semaphore.
 * :func:`build_postprocess` — one warp per row of dQ: the f32 accumulator times the
   softmax scale, rounded (``cvt.rn.{bf16,f16}x2.f32``) into dq's ``(B, SQ, H, D)``.
+
+``varlen=True``: packed sequences (``(TQ, H, D)``, lse ``(H, TQ)``, ``cu_q`` int32). The
+f32 rows are ``(H, SQP)`` with each sequence's rows from a multiple of 64 on: sequence
+``i``'s row ``r`` is padded row ``(i + cu_q[i] // 64) · 64 + r`` (the numbering the
+forward's :class:`~.tiles.Varlen` gives its m-blocks), so ``SQP = (NSEQ + TQ // 64) · 64``
+is known without reading the offsets. A warp per padded row finds its sequence
+(:func:`seq_of_block`); padding rows get ``D = 0`` and ``-inf``.
 """
 from __future__ import annotations
 
 from ... import Tile, kernel
-from ...core.types import PtxType, f32, pred, u32
+from ...core.types import PtxType, f32, pred, s32, u32
 from ...dsl import ptx, reg
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .softmax import LOG2E, NEG_INF
+from .tiles import SEQ_BITS
 
 WARPS = 8          # rows per CTA
 BLOCK_M = 64       # the main kernel's query rows per step: SQP is a multiple
@@ -26,30 +34,73 @@ def _row_warp():
     return cta * WARPS + (tid >> 5), tid & 31
 
 
-def build_preprocess(dtype: PtxType, d: int, *, deterministic: bool = False,
-                     arch: str = "sm_90a"):
-    """o, do ``(B, SQ, H, D)``, lse ``(B, H, SQ)`` -> dpsum, nlse2 ``(B, H, SQP)``, dq_acc
-    ``(B, H, SQP, D)`` zeroed (and sem ``(B, H, NMB)`` zeroed when ``deterministic``)."""
-    ins = (Tile("B", "SQ", "H", d, dtype), Tile("B", "SQ", "H", d, dtype),
-           Tile("B", "H", "SQ", f32))
-    outs = [Tile("B", "H", "SQP", f32), Tile("B", "H", "SQP", f32),
-            Tile("B", "H", "SQP", d, f32)]
-    names = ["o", "do", "lse", "dpsum", "nlse2", "dq_acc"]
-    if deterministic:
-        outs.append(Tile("B", "H", "NMB", u32))
-        names.append("sem")
-    name = f"attention_bwd_pre_{dtype.name}_d{d}{'_det' if deterministic else ''}"
+def cu_at(ptr, i):
+    """``cu[i]`` of an int32 offsets array (``ld.global.nc``)."""
+    x = reg.scalar(u32)
+    ptx.inst.ld.global_.nc.u32(x, ptx.addr(ptr + i * 4))
+    return x
 
-    def body(o, do, lse, dpsum, nlse2, dq_acc, sem=None):
+
+def seq_of_block(pcu, nseq, v, block: int):
+    """Varlen: the sequence whose blocks of ``block`` rows (numbered from ``i + cu[i] //
+    block`` for sequence ``i``) include number ``v``: the last ``i`` whose first number is
+    at most ``v`` (a binary search, one probe per bit of NSEQ; numbers past a sequence's
+    blocks belong to it, and the caller finds them past its length)."""
+    seq = reg.scalar(u32, init=0)
+    for bit in range(SEQ_BITS - 1, -1, -1):
+        probe = seq + (1 << bit)
+        with ptx.if_(nseq >= (1 << bit)):           # probes past NSEQ are skipped
+            with ptx.if_(probe < nseq):
+                with ptx.if_(probe + cu_at(pcu, probe) // block <= v):
+                    ptx.inst.mov.u32(seq, probe)
+    return seq
+
+
+def _varlen_row(pcq, prow):
+    """Padded row ``prow`` -> (packed row t, whether the sequence has it)."""
+    seq = seq_of_block(pcq, ptx.dim("NS1") - 1, prow // BLOCK_M, BLOCK_M)
+    q0 = cu_at(pcq, seq)
+    r = prow - (seq + q0 // BLOCK_M) * BLOCK_M
+    valid = reg.scalar(pred)
+    ptx.inst.setp.lt.u32(valid, r, cu_at(pcq, seq + 1) - q0)
+    return q0 + r, valid
+
+
+def build_preprocess(dtype: PtxType, d: int, *, deterministic: bool = False,
+                     arch: str = "sm_90a", varlen: bool = False):
+    """o, do ``(B, SQ, H, D)``, lse ``(B, H, SQ)`` -> dpsum, nlse2 ``(B, H, SQP)``, dq_acc
+    ``(B, H, SQP, D)`` zeroed (and sem ``(B, H, NMB)`` zeroed when ``deterministic``);
+    ``varlen``: o, do ``(TQ, H, D)``, lse ``(H, TQ)``, cu_q -> ``(H, SQP)`` rows."""
+    bq = () if varlen else ("B",)
+    ins = (Tile(*bq, "TQ" if varlen else "SQ", "H", d, dtype),
+           Tile(*bq, "TQ" if varlen else "SQ", "H", d, dtype),
+           Tile(*bq, "H", "TQ" if varlen else "SQ", f32)) + ((Tile("NS1", s32),) if varlen else ())
+    outs = [Tile(*bq, "H", "SQP", f32), Tile(*bq, "H", "SQP", f32),
+            Tile(*bq, "H", "SQP", d, f32)]
+    names = ["o", "do", "lse"] + (["cu_q"] if varlen else []) + ["dpsum", "nlse2", "dq_acc"]
+    if deterministic:
+        outs.append(Tile(*bq, "H", "NMB", u32))
+        names.append("sem")
+    name = (f"attention_bwd_pre_{dtype.name}_d{d}{'_varlen' if varlen else ''}"
+            f"{'_det' if deterministic else ''}")
+
+    def body(o, do, lse, dpsum, nlse2, dq_acc, sem=None, cu_q=None):
         po, pdo, plse, pds, pnl, pdq = ptx.global_ptrs(o, do, lse, dpsum, nlse2, dq_acc)
-        sq, nh, sqp = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SQP")
+        sq = None if varlen else ptx.dim("SQ")
+        nh, sqp = ptx.dim("H"), ptx.dim("SQP")
         row, lane = _row_warp()
         s = row % sqp
         bh = row // sqp
-        b, h = bh // nh, bh % nh
-        valid = reg.scalar(pred)
-        ptx.inst.setp.lt.u32(valid, s, sq)
-        src = ((b * sq + s) * nh + h) * d
+        if varlen:                       # bh is the head; t the packed row
+            t, valid = _varlen_row(ptx.global_ptr(cu_q), s)
+            src = (t * nh + bh) * d
+            lse_at = bh * ptx.dim("TQ") + t
+        else:
+            b, h = bh // nh, bh % nh
+            valid = reg.scalar(pred)
+            ptx.inst.setp.lt.u32(valid, s, sq)
+            src = ((b * sq + s) * nh + h) * d
+            lse_at = None
         total = reg.scalar(f32, init=0.0)
         for i in range(d // 64):
             col = lane * 2 + 64 * i
@@ -65,7 +116,8 @@ def build_preprocess(dtype: PtxType, d: int, *, deterministic: bool = False,
         with ptx.if_(lane == 0):
             ptx.inst("st.global.f32", ptx.addr(pds + row * 4), total)
             l = reg.scalar(f32, init=NEG_INF)
-            ptx.inst("ld.global.f32", l, ptx.addr(plse + (bh * sq + s) * 4), pred=valid)
+            at = lse_at if varlen else bh * sq + s
+            ptx.inst("ld.global.f32", l, ptx.addr(plse + at * 4), pred=valid)
             fin = reg.scalar(pred)
             ptx.inst.setp.gt.f32(fin, l, NEG_INF)
             v = reg.scalar(f32)
@@ -83,8 +135,15 @@ def build_preprocess(dtype: PtxType, d: int, *, deterministic: bool = False,
                      ptx.addr(pdq + (row * d + lane * 2 + 64 * i) * 4), zero)
 
     deco = kernel(in_specs=ins, out_specs=tuple(outs), arg_names=tuple(names),
-                  grid=lambda B, H, SQP: (B * H * SQP // WARPS, 1, 1),
+                  grid=(lambda H, SQP: (H * SQP // WARPS, 1, 1)) if varlen else
+                  (lambda B, H, SQP: (B * H * SQP // WARPS, 1, 1)),
                   block=(32 * WARPS, 1, 1), arch=arch, name=name)
+    if varlen and deterministic:
+        return deco(lambda o, do, lse, cu_q, dpsum, nlse2, dq_acc, sem:
+                    body(o, do, lse, dpsum, nlse2, dq_acc, sem, cu_q))
+    if varlen:
+        return deco(lambda o, do, lse, cu_q, dpsum, nlse2, dq_acc:
+                    body(o, do, lse, dpsum, nlse2, dq_acc, None, cu_q))
     if deterministic:
         return deco(lambda o, do, lse, dpsum, nlse2, dq_acc, sem:
                     body(o, do, lse, dpsum, nlse2, dq_acc, sem))
@@ -92,8 +151,12 @@ def build_preprocess(dtype: PtxType, d: int, *, deterministic: bool = False,
                 body(o, do, lse, dpsum, nlse2, dq_acc))
 
 
-def build_postprocess(dtype: PtxType, d: int, scale: float, *, arch: str = "sm_90a"):
-    """dq_acc ``(B, H, SQP, D)`` f32 -> dq ``(B, SQ, H, D)`` = dq_acc · scale in ``dtype``."""
+def build_postprocess(dtype: PtxType, d: int, scale: float, *, arch: str = "sm_90a",
+                      varlen: bool = False):
+    """dq_acc ``(B, H, SQP, D)`` f32 -> dq ``(B, SQ, H, D)`` = dq_acc · scale in ``dtype``;
+    ``varlen``: dq_acc ``(H, SQP, D)``, cu_q -> dq ``(TQ, H, D)``."""
+    if varlen:
+        return _varlen_postprocess(dtype, d, scale, arch)
     ins = (Tile("B", "H", "SQP", d, f32),)
     outs = (Tile("B", "SQ", "H", d, dtype),)
 
@@ -119,4 +182,29 @@ def build_postprocess(dtype: PtxType, d: int, scale: float, *, arch: str = "sm_9
     return postprocess
 
 
-__all__ = ["build_preprocess", "build_postprocess", "BLOCK_M"]
+def _varlen_postprocess(dtype: PtxType, d: int, scale: float, arch: str):
+    """One warp per padded row ``(h, prow)``: a row its sequence has goes to dq."""
+
+    @kernel(in_specs=(Tile("H", "SQP", d, f32), Tile("NS1", s32)),
+            out_specs=(Tile("TQ", "H", d, dtype),), arg_names=("dq_acc", "cu_q", "dq"),
+            grid=lambda H, SQP: (H * SQP // WARPS, 1, 1), block=(32 * WARPS, 1, 1),
+            arch=arch, name=f"attention_bwd_post_{dtype.name}_d{d}_varlen")
+    def postprocess(dq_acc, cu_q, dq):
+        pacc, pdq, pcq = ptx.global_ptrs(dq_acc, dq, cu_q)
+        nh, sqp = ptx.dim("H"), ptx.dim("SQP")
+        row, lane = _row_warp()
+        h = row // sqp
+        t, valid = _varlen_row(pcq, row % sqp)
+        with ptx.if_(valid):
+            for i in range(d // 64):
+                col = lane * 2 + 64 * i
+                vals = load_chunk(pacc + (row * d + col) * 4, 0, f32, 2)
+                for x in vals:
+                    ptx.inst.mul.f32(x, x, float(scale))
+                store_chunk(pdq + ((t * nh + h) * d + col) * dtype.bytes, 0, dtype,
+                            narrow(vals, dtype))
+
+    return postprocess
+
+
+__all__ = ["build_preprocess", "build_postprocess", "seq_of_block", "cu_at", "BLOCK_M"]

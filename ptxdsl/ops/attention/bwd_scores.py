@@ -14,11 +14,16 @@ EX2_POLY = (0.9999290108680725, 0.6932607889175415, 0.24259856343269348, 0.05516
 ROUND = 12582912.0         # 1.5 * 2^23: x + ROUND holds round(x) in its low mantissa bits
 
 
-def cap_and_mask(s, keys, m0, fcol, off, mask: Mask, kw0, scale, softcap) -> list:
-    """Softcap (``s = tanh(s·scale/cap)``, the tanh values returned for dS) and the causal /
-    window mask, only where the block crosses it."""
+def cap_and_mask(s, keys, m0, fcol, off, mask: Mask, kw0, scale, softcap,
+                 keep: bool = True) -> list:
+    """Softcap (``s = tanh(s·scale/cap)``, the tanh values returned for dS unless ``keep``
+    is false) and the causal / window mask, only where the block crosses it."""
     caps = []
-    if softcap:
+    if softcap and not keep:
+        for x in s:
+            ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
+            ptx.inst("tanh.approx.f32", x, x)
+    elif softcap:
         for x in s:
             t = reg.scalar(f32)
             ptx.inst.mul.f32(t, x, float(scale) / float(softcap))
@@ -68,12 +73,16 @@ def ex2(x, poly: bool = False) -> None:
 
 
 def grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale,
-                softcap, scale_log2, poly: bool = False) -> None:
+                softcap, scale_log2, poly: bool = False, cap_inline: bool = False) -> None:
     """Sᵀ -> Pᵀ in place and dPᵀ -> dSᵀ in place (keys are rows, queries columns):
     ``p = ex2(fma(s, scale·log2e, -lse·log2e))`` (``ld.shared.v2.f32`` of a column pair's
     -LSE·log2e and D), ``ds = p · (dp - D)``; with softcap, ``s = tanh(s·scale/cap)`` first
-    and ``ds ·= 1 - s²``. Masks (causal / window) only where the block crosses them."""
-    caps = cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap)
+    and ``ds ·= 1 - s²``. Masks (causal / window) only where the block crosses them.
+    ``cap_inline``: ``1 - s²`` made per element just before ``p`` overwrites ``s``
+    (``max(·, 0)``: a masked ``s = -inf`` gives 0, not ``0 · -inf``), not kept for the whole
+    tile (32 registers fewer: what keeps head dim 256's softcap from spilling)."""
+    keep = not cap_inline
+    caps = cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap, keep)
     for g in range(len(s) // 4):
         nl = [reg.scalar(f32) for _ in range(2)]
         dd = [reg.scalar(f32) for _ in range(2)]
@@ -81,12 +90,17 @@ def grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale
         ptx.inst("ld.shared.v2.f32", dd, ptx.addr(d_at + fcol * 4, 32 * g))
         for i in range(4 * g, 4 * g + 4):
             x, y = s[i], dp[i]
+            if softcap and not keep:
+                c = reg.scalar(f32)
+                ptx.inst("fma.rn.f32", c, x, x, -1.0)   # s² - 1
+                ptx.inst("min.f32", c, c, 0.0)
+                ptx.inst.neg.f32(c, c)                  # max(1 - s², 0)
             ptx.inst("fma.rn.f32", x, x, scale_log2, nl[i % 2])
             ex2(x, poly and i % 2 == 1)
             ptx.inst.sub.f32(y, y, dd[i % 2])
             ptx.inst.mul.f32(y, y, x)
             if softcap:
-                cap_grad(y, caps[i])
+                ptx.inst.mul.f32(y, y, c) if not keep else cap_grad(y, caps[i])
 
 
 def probs(s, keys, m0, fcol, off, mask: Mask, kw0, lse_at, scale, softcap,

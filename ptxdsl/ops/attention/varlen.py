@@ -53,6 +53,30 @@ def _host_int32(cu):
     return np.asarray(cu.tolist(), np.int32)
 
 
+def checked_offsets(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, tq: int,
+                    tk: int, frame, q):
+    """The offsets of a varlen call (the forward's and the backward's) checked, a bad one
+    named at the caller's line, and as the kernels take them: int32 copies of host
+    offsets, device offsets as they are (the caller's promise)."""
+    nq = _offsets(cu_seqlens_q, "cu_seqlens_q", tq, frame, q)
+    nk = _offsets(cu_seqlens_k, "cu_seqlens_k", tk, frame, q)
+    if nq != nk:
+        _fail(f"cu_seqlens_q has {nq} sequences, cu_seqlens_k {nk}")
+    if nq >= 1 << SEQ_BITS:
+        _fail(f"{nq} sequences: the kernel takes fewer than {1 << SEQ_BITS}")
+    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+            _fail(f"{name} must be an int >= 0, got {x!r}")
+    if frame.cuda_torch:
+        return cu_seqlens_q, cu_seqlens_k
+    cq, ck = (_host_int32(c) for c in (cu_seqlens_q, cu_seqlens_k))
+    lq, lk = int((cq[1:] - cq[:-1]).max()), int((ck[1:] - ck[:-1]).max())
+    if lq > max_seqlen_q or lk > max_seqlen_k:
+        _fail(f"max_seqlen_q / max_seqlen_k ({max_seqlen_q}, {max_seqlen_k}) are below "
+              f"the longest sequences ({lq}, {lk})")
+    return cq, ck
+
+
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
                      max_seqlen_k: int, *, causal: bool = False,
                      softmax_scale: float | None = None, window_size=(-1, -1),
@@ -72,23 +96,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     if out is not None and len(getattr(out, "shape", ())) != 3:
         _fail(f"out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
     tq, tk = int(q.shape[0]), int(k.shape[0])
-    nq = _offsets(cu_seqlens_q, "cu_seqlens_q", tq, frame, q)
-    nk = _offsets(cu_seqlens_k, "cu_seqlens_k", tk, frame, q)
-    if nq != nk:
-        _fail(f"cu_seqlens_q has {nq} sequences, cu_seqlens_k {nk}")
-    if nq >= 1 << SEQ_BITS:
-        _fail(f"{nq} sequences: the kernel takes fewer than {1 << SEQ_BITS}")
-    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
-            _fail(f"{name} must be an int >= 0, got {x!r}")
-    if not frame.cuda_torch:          # host offsets: checked, and int32 for the kernel
-        cq, ck = (_host_int32(c) for c in (cu_seqlens_q, cu_seqlens_k))
-        lq, lk = int((cq[1:] - cq[:-1]).max()), int((ck[1:] - ck[:-1]).max())
-        if lq > max_seqlen_q or lk > max_seqlen_k:
-            _fail(f"max_seqlen_q / max_seqlen_k ({max_seqlen_q}, {max_seqlen_k}) are below "
-                  f"the longest sequences ({lq}, {lk})")
-    else:
-        cq, ck = cu_seqlens_q, cu_seqlens_k
+    cq, ck = checked_offsets(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, tq, tk,
+                             frame, q)
     if tq and tk:       # the 4-d checks of attention() on one-batch views
         dtype, _, _ = _check(q[None], k[None], v[None], causal, softmax_scale, window_size,
                              softcap, None, frame)

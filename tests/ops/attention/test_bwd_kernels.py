@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from ptxdsl.core.types import bf16
 from ptxdsl.ops.attention import backward_kernels
+from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BWD_HEAD_DIMS, BwdConfig, choose_bwd
 from ptxdsl.ops.attention.config import Mask
 
@@ -13,8 +15,12 @@ def test_plan_rows_cover_every_head_dim_and_refuse_others():
     for d in BWD_HEAD_DIMS:
         for mask in (Mask(), Mask(-1, 0), Mask(32, 0)):
             assert choose_bwd(d, "bf16", mask).smem_bytes(d) <= 232448
-    with pytest.raises(ValueError, match="head dims 64, 128"):
-        choose_bwd(256, "bf16", Mask())
+    with pytest.raises(ValueError, match="head dims 64, 128, 192, 256"):
+        choose_bwd(96, "bf16", Mask())
+    for d in (192, 256):       # both warpgroups on 64 keys, each with half of the columns
+        for softcap in (False, True):
+            c = choose_bwd(d, "bf16", Mask(-1, 0), softcap)
+            assert c.col_split and c.block_n == 64 and c.smem_bytes(d) <= 232448
 
 
 def test_main_kernel_emits_the_fa3_structure():
@@ -29,25 +35,35 @@ def test_main_kernel_emits_the_fa3_structure():
     assert "cp.reduce.async.bulk.tensor" in backward_kernels(64)[1].ptx()
 
 
-def test_step_orderings_are_checked():
-    with pytest.raises(ValueError, match="overlap is 0, 1 or 2"):
-        BwdConfig(overlap=3)
-    with pytest.raises(ValueError, match="needs dq_tma"):
-        BwdConfig(dq_swizzle=True)
-    with pytest.raises(ValueError, match="needs overlap and dq_tma"):
-        BwdConfig(dq_tma=True, dq_first=True)
-    with pytest.raises(ValueError, match="dq_split stages dQ"):
-        BwdConfig(dq_split=True)
-    cfg = choose_bwd(128, "bf16", Mask(), softcap=True)               # the softcap row
-    assert cfg.overlap == 0 and cfg.dq_swizzle
+def test_wide_head_dims_split_the_columns():
+    """Head dim 256: Sᵀ and dPᵀ for 32 queries a warpgroup (m64n32, 16 k-steps each), dK,
+    dV, dQ in 64-column pieces (m64n64, two per warpgroup); 192: 32-column pieces. Without
+    pds_smem each warpgroup computes the whole Sᵀ and dPᵀ (m64n64)."""
+    text = backward_kernels(256, causal=True)[1].ptx()
+    assert "m64n256k16" not in text and "m64n128k16" not in text
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 16
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 2 * 4 + 2 * 4
+    text = backward_kernels(192)[1].ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 12 + 3 * (2 * 4 + 4)
+    c = BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True)
+    text = build_backward(c, bf16, 256, scale=0.1).ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 16 + 2 * 2 * 4 + 2 * 4
+    with pytest.raises(ValueError, match="col_split"):
+        BwdConfig(stages=1, dq_tma=True, col_split=True)
+    with pytest.raises(ValueError, match="pds_smem"):
+        BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True, overlap=1,
+                  pds_smem=True)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("d,causal,det", [(128, True, True), (64, False, False),
-                                          (128, False, False), (64, True, True)])
-def test_ptxas_keeps_everything_in_registers(d, causal, det):
-    for k in backward_kernels(d, causal=causal, deterministic=det):
+@pytest.mark.parametrize("d,causal,det,varlen", [
+    (128, True, True, False), (64, False, False, False), (128, False, False, False),
+    (64, True, True, False), (192, True, True, False), (256, True, True, False),
+    (256, False, False, False), (64, True, True, True), (128, True, False, True),
+    (192, False, True, True), (256, True, False, True)])
+def test_ptxas_keeps_everything_in_registers(d, causal, det, varlen):
+    for k in backward_kernels(d, causal=causal, deterministic=det, varlen=varlen):
         try:
             r = k.resources()
         except Exception as e:  # no ptxas on this machine

@@ -1,0 +1,125 @@
+"""The main backward kernel's (:mod:`.bwd`) steps that are not the consumer loop's order:
+the register-A GEMMs of dV and dK, the varlen K clear, the deterministic mode's turns and
+the dK / dV stores."""
+from __future__ import annotations
+
+from ...core.types import b32, s32, u32
+from ...dsl import ptx, reg
+from .bwd_config import BLOCK_M as BM, BLOCK_N as BN
+from .config import Mask
+from .fwd import _s32
+
+ROW = 128            # bytes per swizzled panel row
+
+
+def kv_gemms(mma, accs, a_regs, b_ats, *, fence=False, commit=True) -> None:
+    """``acc += A·B`` over the 64 queries of a step, for each column piece (``accs``,
+    ``b_ats``): A from registers (Pᵀ or dSᵀ packed) or, given an address, from a 64 x 64
+    K-major tile in shared memory (128-byte swizzle); B (dO or Q) MN-major from the ring;
+    ``fence``: ``wgmma.fence`` first (A was just written), ``commit``: a group of its own."""
+    if fence:
+        ptx.inst("wgmma.fence.sync.aligned")
+    smem_a = not isinstance(a_regs, list)
+    if smem_a:
+        a_desc = ptx.wgmma.descriptor(a_regs, leading=16, stride=1024, swizzle=128)
+    for acc, b_at in zip(accs, b_ats):
+        b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024, swizzle=128)
+        for ks in range(BM // 16):
+            bo = (ks * 16 * ROW) >> 4
+            b = b_desc + bo if bo else b_desc
+            if smem_a:
+                ao = (ks * 32) >> 4
+                ptx.inst(mma, list(acc), a_desc + ao if ao else a_desc, b, 1, 1, 1, 0, 1)
+            else:
+                ptx.inst(mma, list(acc), a_regs[ks], b, 1, 1, 1, 1)
+    if commit:
+        ptx.inst("wgmma.commit_group.sync.aligned")
+
+
+def zero_other_keys(k_at, n0, sk, bn: int, panels: int, t) -> None:
+    """Varlen, the sequence's last key block: the K rows past its keys (the next
+    sequence's, read by the TMA box) zeroed in shared memory by the 256 consumer threads
+    (``t``), so that dQ = dS·K does not see them, as TMA's zero fill past SK does for the
+    dense layout (whole 128-byte rows: the swizzle only permutes within a row). Their
+    Sᵀ, dPᵀ and dK, dV rows are computed and never stored."""
+    with ptx.if_(n0 + bn > sk):                     # the same branch in every thread
+        zero = [reg.scalar(b32, init=0) for _ in range(4)]
+        first = sk - n0                             # the first row to clear
+        for i in ptx.range_(t, panels * bn * 8, 256):
+            row = (i >> 3) % bn
+            with ptx.if_(row >= first):
+                ptx.inst("st.shared.v4.b32",
+                         ptx.addr(k_at + (i // (bn * 8)) * (bn * ROW) + row * ROW
+                                  + (i & 7) * 16), zero)
+        ptx.inst("fence.proxy.async.shared::cta")   # for the wgmmas that read K
+        ptx.inst("bar.sync", 3, 256)
+        ptx.inst("fence.proxy.async.shared::cta")   # (and the other warpgroup's rows)
+
+
+def first_nb(m0, off, mask: Mask, bn: int = BN):
+    """The first n-block whose CTA takes the 64 rows from ``m0`` (see the m range)."""
+    if mask.left < 0:
+        return reg.scalar(s32, init=0)
+    return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // bn
+
+
+def lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False,
+          bn: int = BN) -> None:
+    """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
+    spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
+    (n-block, warpgroup); ``split`` (the warpgroups add disjoint columns): every warpgroup
+    of every earlier n-block, so the two warpgroups of a CTA do not wait for each other."""
+    psem = ptx.global_ptr(sem)
+
+    def spin():
+        turn = (_s32(nb) - first_nb(m0, off, mask, bn)) * 2
+        if not split:
+            turn = turn + _s32(w)
+        top = ptx.new_label(f"turn{next(labels)}")
+        ptx.place(top)
+        now = reg.scalar(u32)
+        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4))
+        ptx.bra(top, pred=(_s32(now) < turn) if split else (_s32(now) != turn))
+    if lane is None:
+        spin()
+        return
+    with ptx.if_(lane == 0):
+        spin()
+
+
+def pass_turn(sem, bh, mb) -> None:
+    """The warpgroup's additions are done (after ``bar.sync`` or the bulk group's wait):
+    pass the turn on (``red.release.gpu.global.add.u32``)."""
+    psem = ptx.global_ptr(sem)
+    ptx.inst("fence.proxy.async.global")
+    ptx.inst("red.release.gpu.global.add.u32",
+             ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4), 1)
+
+
+def store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale, k0=None) -> None:
+    """dK (times ``scale``) or dV: 16-bit pairs (``cvt.rn``) by ``st.global.b32``; keys past
+    SK are not written (``k0``: varlen, the sequence's first packed key row)."""
+    sk_s = _s32(sk)
+    elems = list(acc)
+    for r in range(2):
+        with ptx.if_(keys[r] < sk_s):
+            row = ((k0 if k0 is not None else batch * sk) + u32_of(keys[r])) * nhk + hk
+            at = ptr + (row * d + fcol) * dtype.bytes
+            for g in range(0, len(elems), 4):
+                i = g + 2 * r
+                lo, hi = elems[i], elems[i + 1]
+                if scale is not None:
+                    ptx.inst.mul.f32(lo, lo, float(scale))
+                    ptx.inst.mul.f32(hi, hi, float(scale))
+                wd = reg.scalar(b32)
+                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", wd, hi, lo)
+                ptx.inst("st.global.b32", ptx.addr(at, (8 * (i // 4)) * dtype.bytes), wd)
+
+
+def u32_of(x):
+    r = reg.scalar(u32)
+    ptx.inst.cvt.u32.s32(r, x)
+    return r
+
+
+__all__ = ["kv_gemms", "zero_other_keys", "first_nb", "lock", "pass_turn", "store", "u32_of"]

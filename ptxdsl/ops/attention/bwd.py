@@ -52,7 +52,7 @@ from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask
 from .fwd import _s32
-from .bwd_prep import cu_at, seq_of_block
+from .varlen_tiles import find_seq, load_u32
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_steps import kv_gemms, lock, pass_turn, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
@@ -180,9 +180,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             nseq = ptx.dim("NS1") - 1
             nvb = nseq + ptx.dim("TK") // bn
             vb, hk = cta % nvb, cta // nvb
-            seq = seq_of_block(pck, nseq, vb, bn)
-            k0, q0 = cu_at(pck, seq), cu_at(pcq, seq)
-            sk, sq = cu_at(pck, seq + 1) - k0, cu_at(pcq, seq + 1) - q0
+            seq = find_seq(pck, nseq, vb, bn)
+            k0, q0 = load_u32(pck, seq), load_u32(pcq, seq)
+            sk, sq = load_u32(pck, seq + 1) - k0, load_u32(pcq, seq + 1) - q0
             nb = vb - (seq + k0 // bn)
             pq0 = (seq + q0 // BM) * BM                 # the sequence's first padded row
             batch = None

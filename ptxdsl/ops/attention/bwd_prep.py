@@ -13,7 +13,7 @@ f32 rows are ``(H, SQP)`` with each sequence's rows from a multiple of 64 on: se
 ``i``'s row ``r`` is padded row ``(i + cu_q[i] // 64) · 64 + r`` (the numbering the
 forward's :class:`~.tiles.Varlen` gives its m-blocks), so ``SQP = (NSEQ + TQ // 64) · 64``
 is known without reading the offsets. A warp per padded row finds its sequence
-(:func:`seq_of_block`); padding rows get ``D = 0`` and ``-inf``.
+(:func:`~.varlen_tiles.find_seq`); padding rows get ``D = 0`` and ``-inf``.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ...core.types import PtxType, f32, pred, s32, u32
 from ...dsl import ptx, reg
 from .._common.rowio import load_chunk, narrow, store_chunk
 from .softmax import LOG2E, NEG_INF
-from .tiles import SEQ_BITS
+from .varlen_tiles import find_seq, load_u32
 
 WARPS = 8          # rows per CTA
 BLOCK_M = 64       # the main kernel's query rows per step: SQP is a multiple
@@ -34,35 +34,13 @@ def _row_warp():
     return cta * WARPS + (tid >> 5), tid & 31
 
 
-def cu_at(ptr, i):
-    """``cu[i]`` of an int32 offsets array (``ld.global.nc``)."""
-    x = reg.scalar(u32)
-    ptx.inst.ld.global_.nc.u32(x, ptx.addr(ptr + i * 4))
-    return x
-
-
-def seq_of_block(pcu, nseq, v, block: int):
-    """Varlen: the sequence whose blocks of ``block`` rows (numbered from ``i + cu[i] //
-    block`` for sequence ``i``) include number ``v``: the last ``i`` whose first number is
-    at most ``v`` (a binary search, one probe per bit of NSEQ; numbers past a sequence's
-    blocks belong to it, and the caller finds them past its length)."""
-    seq = reg.scalar(u32, init=0)
-    for bit in range(SEQ_BITS - 1, -1, -1):
-        probe = seq + (1 << bit)
-        with ptx.if_(nseq >= (1 << bit)):           # probes past NSEQ are skipped
-            with ptx.if_(probe < nseq):
-                with ptx.if_(probe + cu_at(pcu, probe) // block <= v):
-                    ptx.inst.mov.u32(seq, probe)
-    return seq
-
-
 def _varlen_row(pcq, prow):
     """Padded row ``prow`` -> (packed row t, whether the sequence has it)."""
-    seq = seq_of_block(pcq, ptx.dim("NS1") - 1, prow // BLOCK_M, BLOCK_M)
-    q0 = cu_at(pcq, seq)
+    seq = find_seq(pcq, ptx.dim("NS1") - 1, prow // BLOCK_M, BLOCK_M)
+    q0 = load_u32(pcq, seq)
     r = prow - (seq + q0 // BLOCK_M) * BLOCK_M
     valid = reg.scalar(pred)
-    ptx.inst.setp.lt.u32(valid, r, cu_at(pcq, seq + 1) - q0)
+    ptx.inst.setp.lt.u32(valid, r, load_u32(pcq, seq + 1) - q0)
     return q0 + r, valid
 
 
@@ -207,4 +185,4 @@ def _varlen_postprocess(dtype: PtxType, d: int, scale: float, arch: str):
     return postprocess
 
 
-__all__ = ["build_preprocess", "build_postprocess", "seq_of_block", "cu_at", "BLOCK_M"]
+__all__ = ["build_preprocess", "build_postprocess", "BLOCK_M"]

@@ -44,10 +44,12 @@ def load_u32(ptr, i):
     return x
 
 
-def find_block(pcq, nseq, v, block_m: int, group: int):
-    """``(sequence, first packed row)`` of m-block number ``v``: the sequence is the last
-    ``i`` whose first number ``i + cu_q[i] * group // block_m`` is at most ``v`` (a binary
-    search, one probe per bit of NSEQ, probes past NSEQ skipped)."""
+def find_seq(pcq, nseq, v, block_m: int, group: int = 1):
+    """The sequence holding block number ``v`` when sequence ``i``'s blocks of ``block_m``
+    rows are numbered from ``i + cu_q[i] * group // block_m``: the last ``i`` whose first
+    number is at most ``v`` (a binary search, one probe per bit of NSEQ, probes past NSEQ
+    skipped; numbers past a sequence's blocks belong to it, the caller finds them past its
+    length). The varlen forward's m-blocks, the backward's key and row blocks."""
     seq = reg.scalar(u32, init=0)
     for bit in range(SEQ_BITS - 1, -1, -1):
         probe = seq + (1 << bit)
@@ -57,6 +59,12 @@ def find_block(pcq, nseq, v, block_m: int, group: int):
                 start = probe + (rows * group if group > 1 else rows) // block_m
                 with ptx.if_(start <= v):
                     ptx.inst.mov.u32(seq, probe)
+    return seq
+
+
+def find_block(pcq, nseq, v, block_m: int, group: int):
+    """``(sequence, first packed row)`` of m-block number ``v`` (:func:`find_seq`)."""
+    seq = find_seq(pcq, nseq, v, block_m, group)
     q0 = load_u32(pcq, seq)
     m0 = (v - (seq + (q0 * group if group > 1 else q0) // block_m)) * block_m
     return seq, m0
@@ -174,4 +182,4 @@ class Varlen(Dense):
         return w.head * self.tq_rows + w.q0 + r
 
 
-__all__ = ["Varlen", "find_block", "load_u32", "SEQ_BITS", "EMPTY"]
+__all__ = ["Varlen", "find_block", "find_seq", "load_u32", "SEQ_BITS", "EMPTY"]

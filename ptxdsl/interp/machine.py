@@ -32,10 +32,11 @@ from ..isa.special import SPECIAL_REGS
 from . import cluster
 from .hb import HappensBefore
 from .inflight import check_held
+from .progress import SPIN_EVERY, fingerprint, spin_message
 from .memory import RANK_SHIFT
 from . import program
 from .program import Block, BraOp, wgmma_registers
-from .schedule import over_budget
+from .schedule import Blocked, over_budget
 from .values import immediate, storage_dtype, to_bits, view
 
 MAX_STEPS = 50_000_000
@@ -352,6 +353,7 @@ class Machine:
         scope = mask.copy()  # the threads this run of the block is for
         i = 0
         jumps = 0
+        looks: dict = {}   # backward branch -> its loop's state at the last look
         while True:
             if i in waiting:
                 mask = mask | waiting.pop(i)
@@ -424,3 +426,11 @@ class Machine:
                 if jumps > program.MAX_ITERATIONS:
                     self.fail(instr, f"backward branch taken {program.MAX_ITERATIONS} times: the "
                                      f"loop does not terminate")
+                if waits and jumps % SPIN_EVERY == 0:
+                    look = fingerprint(self, op.loop_regs, taken)
+                    if looks.get(op) == look:   # a fixed point: let the others run
+                        yield (instr, taken, Blocked(
+                            lambda op=op, taken=taken: spin_message(
+                                self, op.instr, op.loads, taken, op.label_loc), spin=True))
+                        look = fingerprint(self, op.loop_regs, taken)
+                    looks[op] = look

@@ -52,6 +52,7 @@ import numpy as np
 
 from ..core.errors import InterpreterError
 from . import landing
+from .progress import memory_version
 
 # Table effects of instructions that may wait (and so may raise Blocked).
 WAIT_EFFECTS = frozenset({"barrier", "async_wait", "mbarrier"})
@@ -61,11 +62,12 @@ TIMEOUT = "timeout"
 class Blocked(Exception):
     """Raised by a semantic function whose threads must wait; see the module docstring."""
 
-    def __init__(self, what: str, poll=None, fallback=None):
+    def __init__(self, what: str, poll=None, fallback=None, spin: bool = False):
         super().__init__(what)
         self.what = what
         self.poll = poll
         self.fallback = fallback
+        self.spin = spin          # a loop at a fixed point (progress.py), not a wait
 
 
 class Deadlock(Exception):
@@ -190,6 +192,7 @@ def run_units(mach, top, units: list[np.ndarray], last: bool) -> None:
     forced_at = None
     while gens:
         start = mach.events
+        written = memory_version(mach)
         for i in list(gens):
             try:
                 parked[i] = gens[i].send(signal.pop(i, None))
@@ -203,6 +206,8 @@ def run_units(mach, top, units: list[np.ndarray], last: bool) -> None:
                                        f"entry has no waiting effect {sorted(WAIT_EFFECTS)}")
         if not gens or mach.events != start:
             continue
+        if memory_version(mach) != written and any(parked[i][2].spin for i in gens):
+            continue             # a spinning unit may now read something new
         if landing.land(mach):       # every unit waits: the copies in flight land
             continue
         may_give_up = [i for i in gens if parked[i][2].fallback is not None]
@@ -236,17 +241,26 @@ def _deadlock(mach, units, gens, parked, last) -> Deadlock:
     for (loc, opcode, what), us in groups.items():
         first = us[0]
         more = f" and {len(us) - 1} more unit(s) like it" if len(us) > 1 else ""
-        lines.append(f"  {describe_unit(mach, units[first], parked[first][1])}{more} waits "
+        verb = "spins" if parked[first][2].spin else "waits"
+        lines.append(f"  {describe_unit(mach, units[first], parked[first][1])}{more} {verb} "
                      f"at {loc}: {opcode}: {what}")
     done = [i for i in range(len(units)) if i not in gens and (units[i] & mach.valid).any()]
     if done:
         lines.append(f"  ({len(done)} other unit(s) have finished)")
-    first = parked[next(iter(gens))][0]
+    spins = [i for i in gens if parked[i][2].spin]
+    first = parked[spins[0] if spins else next(iter(gens))][0]
     hint = ("" if last else " (at a coarser scheduling level)")
-    msg = ("deadlock: every thread still running waits, and none of the waits can be "
-           f"satisfied{hint}:\n" + "\n".join(lines) +
-           "\nCheck that each wait has a matching arrive (counts, phases/parities, "
-           "transaction bytes) on a path that runs.")
+    if spins:
+        msg = ("no progress: every thread still running waits, or spins in a loop that "
+               "changes nothing, and no thread will change what they wait for"
+               f"{hint}:\n" + "\n".join(lines) +
+               "\nCheck that each polled flag is written on a path that runs, and that "
+               "each wait has a matching arrive.")
+    else:
+        msg = ("deadlock: every thread still running waits, and none of the waits can be "
+               f"satisfied{hint}:\n" + "\n".join(lines) +
+               "\nCheck that each wait has a matching arrive (counts, phases/parities, "
+               "transaction bytes) on a path that runs.")
     return Deadlock(msg, first.loc, partial)
 
 

@@ -330,10 +330,17 @@ def test_mbarrier_used_by_another_warp_before_its_init_is_ordered_is_refused():
 def test_an_endless_loop_stops_within_the_time_budget():
     import time
 
+    from ptxdsl.core.types import pred
+
     @kernel(in_specs=(), out_specs=(), grid=1, block=(32, 1, 1))
     def spin():
+        # a counter that changes every round: no fixed point (test_simt_model.py), so the
+        # time budget stops it
+        x, more = reg.scalar(u32, init=0), reg.scalar(pred)
         ptx.label("top")
-        ptx.inst.bra("top")  # spin
+        ptx.inst.add.u32(x, x, 1)
+        ptx.inst.setp.ne.u32(more, x, 0)
+        ptx.bra("top", pred=more)  # spin
     t0 = time.process_time()
     with raises_at("spin", r"CPU seconds", r"max_seconds="):
         spin.interpret(max_seconds=0.5)

@@ -109,6 +109,21 @@ def _roles_apart(mach, c: int, st: BarrierState) -> None:
                                 f"own barrier id", t)
 
 
+def _skipped(mach, instr, c, bid, st, sub, first_t) -> None:
+    """An ``.aligned`` barrier without a count is one instruction every thread of the CTA
+    executes: threads arriving for one generation at two of them (a thread-dependent
+    ``bra`` took some past the first) meet at the wrong barrier on the GPU."""
+    here = sorted({int(x) // 32 for x in np.flatnonzero(sub)})
+    there = sorted({int(x) // 32 for x in np.flatnonzero(st.arrived)})
+    mach.fail(instr, f"barrier {bid} has no thread count, so every thread of the CTA must "
+                     f"reach the same .aligned barrier instruction, but warps {here} arrive "
+                     f"here while warps {there} wait at {st.instr.loc} in the same "
+                     f"generation: a branch that depends on the thread took some threads past "
+                     f"one of them; on the GPU they meet at the wrong barrier, and the CTA "
+                     f"may hang or run unsynchronised. Make the branch uniform across the "
+                     f"CTA (or give the roles counted named barriers)", first_t)
+
+
 def _per_thread(mach, instr, i, mask) -> np.ndarray:
     return np.broadcast_to(np.asarray(mach.src(instr, i, mask)).astype(np.int64), (mach.T,))
 
@@ -205,6 +220,9 @@ def _arrive_one(mach, instr, c, bid, st, sub, first_t, counts, red, sync):
             mach.fail(instr, f"barrier {bid} is used with a thread count ({st.expected}, at "
                              f"{st.instr.loc if st.instr else '?'}) and without one here "
                              f"in the same generation", first_t)
+        if st.count and st.instr is not instr and (instr.match.aligned or
+                                                   st.instr.match.aligned):
+            _skipped(mach, instr, c, bid, st, sub, first_t)
         st.count += int(sub.sum())
         limit = int((~mach.exited[c * mach.P:(c + 1) * mach.P] | st.arrived | sub).sum())
     st.arrived |= sub

@@ -122,6 +122,7 @@ class Machine:
         self.reg_steps: dict = {}
         self.fence_regs = wgmma_registers(prog)
         self.current = None                     # the instruction being executed
+        self.async_reads: dict = {}             # step -> wgmma / bulk copy reading smem
         # pdl=True kernels: which threads executed griddepcontrol.wait (None: not pdl)
         self.grid_waited = None
 

@@ -28,60 +28,49 @@ from .memory import RANK_SHIFT, SHARED_WINDOW
 SPIN_EVERY = 32
 
 
-def loop_registers(ops) -> tuple:
-    """The registers the ops name (operands and guards, nested regions included): the
-    loop's state besides memory (registers it never names cannot change in it)."""
-    found: dict = {}
+TIMERS = frozenset({"clock", "clock64", "globaltimer"})
 
-    def add(op):
-        if isinstance(op, ir.Reg):
-            found[op] = None
-        elif isinstance(op, ir.Vec):
-            for x in op.items:
-                add(x)
-        elif isinstance(op, ir.Not):
-            add(op.reg)
 
-    def walk(op):
+def _instrs(ops):
+    """The instructions of the ops, nested regions included, in program order."""
+    for op in ops:
         instr = getattr(op, "instr", None)
         if instr is not None:
-            for x in instr.operands:
-                add(x)
-            add(instr.guard)
+            yield instr
+        node = getattr(op, "node", None)
+        if isinstance(node, ir.Loop):
+            yield node.check
         for blk in (getattr(op, "then", None), getattr(op, "els", None),
                     getattr(op, "body", None)):
             if blk is not None:
-                for o in blk.ops:
-                    walk(o)
-        node = getattr(op, "node", None)
-        if isinstance(node, ir.If):
-            add(node.pred)
-        elif isinstance(node, ir.Loop):
-            for x in (node.var, node.cond, node.start, node.stop, node.step):
-                add(x)
-    for op in ops:
-        walk(op)
-    return tuple(found)
+                yield from _instrs(blk.ops)
+        if isinstance(node, ir.Loop):
+            yield node.incr
+
+
+def loop_registers(ops) -> tuple:
+    """The registers the ops write (nested regions included): the loop's state besides
+    memory. Values computed from a timer (``%clock``, ``%globaltimer``: a spin loop's
+    timeout) are left out: a loop that only waits for its timeout makes no progress."""
+    instrs = list(_instrs(ops))
+    written: dict = {}
+    timed: set = set()
+    for _ in range(2):            # twice: a value carried round the loop
+        for instr in instrs:
+            dests = instr.dests()
+            for r in dests:
+                written[r] = None
+            if any(isinstance(x, ir.Special) and x.name in TIMERS for x in instr.operands) \
+                    or any(r in timed for r in instr.sources()):
+                timed.update(dests)
+    return tuple(r for r in written if r not in timed)
 
 
 def loop_loads(ops) -> tuple:
     """The instructions of the ops (nested included) that read memory: what a spinning
     loop polls."""
-    out = []
-
-    def walk(op):
-        instr = getattr(op, "instr", None)
-        if instr is not None and instr.match.spec.opcode in ("ld", "atom") and \
-                any(isinstance(x, ir.Addr) for x in instr.operands):
-            out.append(instr)
-        for blk in (getattr(op, "then", None), getattr(op, "els", None),
-                    getattr(op, "body", None)):
-            if blk is not None:
-                for o in blk.ops:
-                    walk(o)
-    for op in ops:
-        walk(op)
-    return tuple(out)
+    return tuple(i for i in _instrs(ops) if i.match.spec.opcode in ("ld", "atom")
+                 and any(isinstance(x, ir.Addr) for x in i.operands))
 
 
 def memory_version(mach) -> int:

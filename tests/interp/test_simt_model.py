@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ptxdsl import Tile, kernel, ptx, reg, smem
-from ptxdsl.core.types import b64, pred, u32
+from ptxdsl.core.types import b64, pred, u32, u64
 import located
 
 line_of, raises_at = located.for_file(__file__)
@@ -246,3 +246,70 @@ def test_deep_mixed_nesting_with_a_barrier_inside_runs():
         nest(200)
         ptx.inst.st.global_.u32(ptx.addr(pd + tid * 4), x)
     np.testing.assert_array_equal(deep.interpret(), np.full(64, 201))
+
+
+def turns(first: int, timeout: bool = False):
+    """Two CTAs take turns through a semaphore Y[0]: thread 0 of each spins
+    (``ld.acquire``) until Y[0] counts its turn, appends its CTA id at Y[1 + turn] and
+    passes the turn on (``red.release``). CTA ``first`` goes first (CTA 1 first: the
+    batch's earlier CTA waits for the later one). ``timeout``: each spin also reads
+    ``%globaltimer`` and traps past a bound (the ops' grid-wait idiom), and the turns
+    never come (both CTAs wait for turn 1)."""
+    @kernel(in_specs=(), out_specs=(Tile(4, u32),), grid=2, block=(32, 1, 1))
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        cta = reg.scalar(u32)
+        ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        with ptx.if_(tid == 0):
+            turn = reg.scalar(u32)
+            ptx.inst.xor.b32(turn, cta, first)
+            if timeout:
+                ptx.inst.mov.u32(turn, 1)
+            t0 = reg.scalar(u64)
+            ptx.inst.mov.u64(t0, ptx.special.globaltimer())
+            top = ptx.label("turn")
+            now = reg.scalar(u32)
+            ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(py))  # turn-load
+            if timeout:
+                t = reg.scalar(u64)
+                ptx.inst.mov.u64(t, ptx.special.globaltimer())
+                ptx.inst.trap(pred=(t - t0) > 10**12)
+            ptx.bra(top, pred=now != turn)  # turn-spin
+            ptx.inst.st.global_.u32(ptx.addr(py + 4 + turn * 4), cta)
+            ptx.inst.red.release.gpu.global_.add.u32(ptx.addr(py), 1)
+    return k
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_ctas_taking_turns_through_a_semaphore_run(first):
+    y = turns(first).interpret(np.zeros(4, np.uint32))
+    np.testing.assert_array_equal(y, [2, first, first ^ 1, 0])
+
+
+def test_a_timed_spin_for_a_turn_that_never_comes_is_reported():
+    """The timer keeps changing, but nothing the loop waits for does."""
+    with raises_at("turn-spin", "no progress", r"ld\.acquire\.gpu\.global\.u32 at .*:%d"
+                   % line_of("turn-load"), "which holds 0"):
+        turns(0, timeout=True).interpret(np.zeros(4, np.uint32))
+
+
+@pytest.mark.parametrize("block", [(1, 1, 64), (1024, 1, 1), (2, 8, 64)])
+def test_the_largest_launch_shapes_the_gpu_takes_run(block):
+    """The refused shapes are in test_async_model.py; the limits themselves run (and the
+    grid's, (2^31 - 1, 65535, 65535), pass the same check without running)."""
+    from ptxdsl.core.limits import check_dims
+
+    n = block[0] * block[1] * block[2]
+
+    @kernel(in_specs=(), out_specs=(Tile(n, u32),), grid=1, block=block)
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        x, y, z = (reg.scalar(u32) for _ in range(3))
+        ptx.inst.mov.u32(x, ptx.special.tid.x())
+        ptx.inst.mov.u32(y, ptx.special.tid.y())
+        ptx.inst.mov.u32(z, ptx.special.tid.z())
+        lin = (z * block[1] + y) * block[0] + x
+        ptx.inst.st.global_.u32(ptx.addr(py + lin * 4), z)
+    np.testing.assert_array_equal(k.interpret(), np.arange(n) // (block[0] * block[1]))
+    check_dims((2**31 - 1, 65535, 65535), block, "k", None)

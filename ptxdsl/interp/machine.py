@@ -37,6 +37,7 @@ from .memory import RANK_SHIFT
 from . import program
 from .program import Block, BraOp, wgmma_registers
 from .schedule import Blocked, over_budget
+from .semantics.barriers import passed
 from .values import immediate, storage_dtype, to_bits, view
 
 MAX_STEPS = 50_000_000
@@ -97,6 +98,7 @@ class Machine:
         self.steps = 0
         self.cc = np.zeros(self.T, bool)        # carry flag of add.cc / sub.cc
         self.bar_pending: dict = {}             # barrier id -> arrivals per CTA (bar.arrive)
+        self.bar_passes: dict = {}              # whole-CTA bar.sync -> passes per thread
         self.async_copies: list = []            # cp.async copies not yet waited for
         self.async_groups = np.zeros(self.T, np.int64)
         self.mbarriers: dict = {}
@@ -415,6 +417,8 @@ class Machine:
                 i += 1
                 continue
             if j > i:
+                for x in op.skips:
+                    passed(self, x, taken)
                 waiting[j] = waiting[j] | taken if j in waiting else taken
                 mask = rest
                 i += 1

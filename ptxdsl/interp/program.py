@@ -7,7 +7,8 @@ import weakref
 
 from ..core import ir
 from ..core.errors import InterpreterError
-from .progress import loop_loads, loop_registers
+from .progress import instructions, loop_loads, loop_registers
+from .semantics.barriers import whole_cta
 from .schedule import WAIT_EFFECTS, collective, wait_at
 
 MAX_ITERATIONS = 10_000_000
@@ -31,6 +32,8 @@ class Block:
         spins = False
         for i, op in enumerate(self.ops):
             j = self.labels.get(op.target) if isinstance(op, BraOp) else None
+            if j is not None and j > i:     # the whole-CTA barriers it jumps over
+                op.skips = tuple(x for x in instructions(self.ops[i + 1:j]) if whole_cta(x))
             if j is not None and j <= i:
                 op.loop_regs = loop_registers(self.ops[j:i + 1])
                 op.loads = loop_loads(self.ops[j:i + 1])
@@ -83,6 +86,7 @@ class BraOp:
         self.instr = instr
         self.target = instr.operands[0].name
         self.loop_regs = self.loads = self.label_loc = None   # a backward one's loop
+        self.skips = ()                                       # a forward one's barriers
 
 
 class IfOp:

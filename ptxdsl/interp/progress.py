@@ -31,7 +31,7 @@ SPIN_EVERY = 32
 TIMERS = frozenset({"clock", "clock64", "globaltimer"})
 
 
-def _instrs(ops):
+def instructions(ops):
     """The instructions of the ops, nested regions included, in program order."""
     for op in ops:
         instr = getattr(op, "instr", None)
@@ -43,7 +43,7 @@ def _instrs(ops):
         for blk in (getattr(op, "then", None), getattr(op, "els", None),
                     getattr(op, "body", None)):
             if blk is not None:
-                yield from _instrs(blk.ops)
+                yield from instructions(blk.ops)
         if isinstance(node, ir.Loop):
             yield node.incr
 
@@ -52,7 +52,7 @@ def loop_registers(ops) -> tuple:
     """The registers the ops write (nested regions included): the loop's state besides
     memory. Values computed from a timer (``%clock``, ``%globaltimer``: a spin loop's
     timeout) are left out: a loop that only waits for its timeout makes no progress."""
-    instrs = list(_instrs(ops))
+    instrs = list(instructions(ops))
     written: dict = {}
     timed: set = set()
     for _ in range(2):            # twice: a value carried round the loop
@@ -69,7 +69,7 @@ def loop_registers(ops) -> tuple:
 def loop_loads(ops) -> tuple:
     """The instructions of the ops (nested included) that read memory: what a spinning
     loop polls."""
-    return tuple(i for i in _instrs(ops) if i.match.spec.opcode in ("ld", "atom")
+    return tuple(i for i in instructions(ops) if i.match.spec.opcode in ("ld", "atom")
                  and any(isinstance(x, ir.Addr) for x in i.operands))
 
 

@@ -135,6 +135,40 @@ def test_counted_barrier_skipped_by_threads_that_exit_deadlocks():
         skipped_barrier("counted-exit").interpret()
 
 
+def rounds(uniform: bool):
+    """Three rounds of a loop with a bar.sync that round 0 skips (``@p bra``): the whole
+    CTA (``uniform``), or warp 1 only (which then meets warp 0 a round late)."""
+    @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=1, block=(64, 1, 1))
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        s = smem.alloc(u32, (64,))
+        tid = tid_reg()
+        r, more, v = reg.scalar(u32, init=0), reg.scalar(pred), reg.scalar(u32, init=0)
+        ptx.label("round")
+        s[tid] = tid + r
+        skip = ptx.new_label("skip")
+        ptx.bra(skip, pred=(r == 0) if uniform else ((r == 0) & (tid >= 32)))
+        ptx.bar.sync(0)  # round-barrier
+        ptx.inst.add.u32(v, v, s[tid ^ 32])
+        ptx.bar.sync(0)
+        ptx.place(skip)
+        ptx.inst.add.u32(r, r, 1)
+        ptx.inst.setp.lt.u32(more, r, 3)
+        ptx.bra("round", pred=more)
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), v)
+    return k
+
+
+def test_barrier_skipped_by_the_whole_cta_in_one_round_runs():
+    np.testing.assert_array_equal(rounds(True).interpret(), 2 * (np.arange(64) ^ 32) + 3)
+
+
+def test_barrier_skipped_by_some_warps_in_one_round_is_refused():
+    with raises_at("round-barrier", r"warps \[0, 1\] meet", "1 times and others 2 times",
+                   "earlier round"):
+        rounds(False).interpret()
+
+
 # ---------------------------------------------------------------- no progress
 def flag_poll(mode: str):
     """A thread polls Y[0] (``ld.volatile``) until it reads 1, then copies Y[1] to Y[2].

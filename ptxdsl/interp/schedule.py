@@ -42,7 +42,9 @@ that may let another unit progress (arrivals, exits, completed copies) add 1
 to ``mach.events``. A round in which every live unit is parked and no event
 happened is a deadlock: at the finest level it is an
 :class:`~ptxdsl.core.errors.InterpreterError` naming, for every unit, the user's
-line it waits at and what for. ``mach.max_steps`` (``interpret(...,
+line it waits at and what for. A loop at a fixed point (:mod:`.progress`) parks its
+unit too (``Blocked(..., spin=True)``); memory written by another unit in the round
+counts as progress for it, and a round with only waits and spins is "no progress". ``mach.max_steps`` (``interpret(...,
 max_steps=)``) bounds the instructions executed, so a livelock is an error
 too, never a hang.
 """

@@ -170,12 +170,13 @@ def test_barrier_skipped_by_some_warps_in_one_round_is_refused():
 
 
 # ---------------------------------------------------------------- no progress
-def flag_poll(mode: str):
+def flag_poll(mode: str, setter: int = 32):
     """A thread polls Y[0] (``ld.volatile``) until it reads 1, then copies Y[1] to Y[2].
     ``mode``:
 
-    * "set": thread 0 polls; thread 32, in a branch written after the polling one,
-      stores 7 to Y[1] and releases 1 to Y[0];
+    * "set": thread 0 polls; thread ``setter``, in a branch written after the polling
+      one, stores 7 to Y[1] and releases 1 to Y[0] (thread 1: a lane of the poller's warp,
+      which independent thread scheduling lets run);
     * "unset": thread 0 polls and nobody sets the flag;
     * "after-barrier": thread 32 polls; warp 1 then branches past a bar.sync after which
       thread 0 would set the flag (on the GPU: a hang).
@@ -194,7 +195,7 @@ def flag_poll(mode: str):
             ptx.inst.ld.relaxed.gpu.global_.u32(w, ptx.addr(py + 4))
             ptx.inst.st.global_.u32(ptx.addr(py + 8), w)
         if mode == "set":
-            with ptx.if_(tid == 32):
+            with ptx.if_(tid == setter):
                 ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(py + 4), 7)
                 ptx.inst.st.release.gpu.global_.u32(ptx.addr(py), 1)
         if mode == "after-barrier":
@@ -208,8 +209,9 @@ def flag_poll(mode: str):
     return k
 
 
-def test_flag_set_by_a_later_branch_runs():
-    y = flag_poll("set").interpret(np.zeros(64, np.uint32))
+@pytest.mark.parametrize("setter", [32, 1])
+def test_flag_set_by_a_later_branch_runs(setter):
+    y = flag_poll("set", setter).interpret(np.zeros(64, np.uint32))
     np.testing.assert_array_equal(y[:3], [1, 7, 7])
 
 

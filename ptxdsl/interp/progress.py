@@ -67,10 +67,11 @@ def loop_registers(ops) -> tuple:
 
 
 def loop_loads(ops) -> tuple:
-    """The instructions of the ops (nested included) that read memory: what a spinning
-    loop polls."""
-    return tuple(i for i in instructions(ops) if i.match.spec.opcode in ("ld", "atom")
-                 and any(isinstance(x, ir.Addr) for x in i.operands))
+    """The instructions of the ops (nested included) that read memory into a register:
+    what a spinning loop polls."""
+    return tuple(i for i in instructions(ops)
+                 if i.match.spec.access in ("read", "read_write") and i.dests()
+                 and any(isinstance(x, ir.Addr) and not x.coords for x in i.operands))
 
 
 def memory_version(mach) -> int:

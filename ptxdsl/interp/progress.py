@@ -50,8 +50,9 @@ def instructions(ops):
 
 def loop_registers(ops) -> tuple:
     """The registers the ops write (nested regions included): the loop's state besides
-    memory. Values computed from a timer (``%clock``, ``%globaltimer``: a spin loop's
-    timeout) are left out: a loop that only waits for its timeout makes no progress."""
+    memory. Values computed from a timer (``%clock``, ``%globaltimer``: a poll's timeout)
+    are left out, so a poll that could only end by trapping makes no progress; unless the
+    closing branch itself depends on one (a delay loop, which the time ends)."""
     instrs = list(instructions(ops))
     written: dict = {}
     timed: set = set()
@@ -63,6 +64,8 @@ def loop_registers(ops) -> tuple:
             if any(isinstance(x, ir.Special) and x.name in TIMERS for x in instr.operands) \
                     or any(r in timed for r in instr.sources()):
                 timed.update(dests)
+    if instrs and instrs[-1].guard in timed:
+        return tuple(written)
     return tuple(r for r in written if r not in timed)
 
 

@@ -349,3 +349,19 @@ def test_the_largest_launch_shapes_the_gpu_takes_run(block):
         ptx.inst.st.global_.u32(ptx.addr(py + lin * 4), z)
     np.testing.assert_array_equal(k.interpret(), np.arange(n) // (block[0] * block[1]))
     check_dims((2**31 - 1, 65535, 65535), block, "k", None)
+
+
+def test_a_delay_loop_on_the_clock_runs():
+    """A loop whose closing branch reads %clock64 ends when the time has passed (the
+    timer is left out of a loop's state only when it does not decide the loop)."""
+    @kernel(in_specs=(), out_specs=(Tile(32, u32),), grid=1, block=(32, 1, 1))
+    def delay(Y):
+        (py,) = ptx.global_ptrs(Y)
+        t0, t = reg.scalar(u64), reg.scalar(u64)
+        ptx.inst.mov.u64(t0, ptx.special.clock64())
+        top = ptx.label("delay")
+        ptx.inst.mov.u64(t, ptx.special.clock64())
+        ptx.bra(top, pred=(t - t0) < 5000)
+        tid = tid_reg()
+        ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)
+    np.testing.assert_array_equal(delay.interpret(), np.arange(32))

@@ -34,7 +34,8 @@ def _race(mach, instr, sp, t, other, byte, kind, other_kind, other_step=None):
     addr, near = _describe(sp, byte)
     by = mach.async_reads.get(other_step) if other_step is not None else None
     how = (f" through the {by.opcode} at {by.loc} (an asynchronous read: it ends when its "
-           f"group retires, so only what follows that wait_group is ordered after it)" if by is not None else "")
+           f"group retires, so only what follows that wait_group is ordered after it)"
+           if by is not None else "")
     mach.fail(instr, f"{sp.name}-memory data race at address {addr:#x} ({near}): this thread "
                      f"{_KIND[kind]} it and {_who(mach, t, other)} {other_kind} it{how}, and "
                      f"nothing orders the two (no bar.sync both took part in, no "

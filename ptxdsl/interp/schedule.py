@@ -44,7 +44,8 @@ happened is a deadlock: at the finest level it is an
 :class:`~ptxdsl.core.errors.InterpreterError` naming, for every unit, the user's
 line it waits at and what for. A loop at a fixed point (:mod:`.progress`) parks its
 unit too (``Blocked(..., spin=True)``); memory written by another unit in the round
-counts as progress for it, and a round with only waits and spins is "no progress". ``mach.max_steps`` (``interpret(...,
+counts as progress for it, and a round with only waits and spins is "no progress".
+``mach.max_steps`` (``interpret(...,
 max_steps=)``) bounds the instructions executed, so a livelock is an error
 too, never a hang.
 """
@@ -258,6 +259,12 @@ def _deadlock(mach, units, gens, parked, last) -> Deadlock:
                f"{hint}:\n" + "\n".join(lines) +
                "\nCheck that each polled flag is written on a path that runs, and that "
                "each wait has a matching arrive.")
+        g = mach.grid
+        if mach.ncta < g[0] * g[1] * g[2]:
+            msg += (f" This batch runs CTAs {mach.first_cta}..{mach.first_cta + mach.ncta - 1}"
+                    f" of {g[0] * g[1] * g[2]}; the later ones start after it ends, so CTAs "
+                    f"that wait for each other need @kernel(cooperative=True) or "
+                    f"resident=N to run as one.")
     else:
         msg = ("deadlock: every thread still running waits, and none of the waits can be "
                f"satisfied{hint}:\n" + "\n".join(lines) +

@@ -38,7 +38,8 @@ def handoff(parity: int):
             ptx.mbarrier.arrive(bar.base)
         done = reg.scalar(pred)
         top = ptx.label("poll")
-        ptx.inst("mbarrier.test_wait.parity.shared::cta.b64", done, ptx.addr(bar), parity)  # parity-test
+        test = "mbarrier.test_wait.parity.shared::cta.b64"
+        ptx.inst(test, done, ptx.addr(bar), parity)  # parity-test
         ptx.bra(top, pred=~done)
         ptx.inst("fence.acquire.cta")
         v = s[0]

@@ -32,7 +32,7 @@ from ..isa.special import SPECIAL_REGS
 from . import cluster
 from .hb import HappensBefore
 from .inflight import check_held
-from .progress import SPIN_EVERY, fingerprint, spin_message
+from .progress import PREEMPT_EVERY, SPIN_EVERY, fingerprint, spin_message
 from .memory import RANK_SHIFT
 from . import program
 from .program import Block, BraOp, wgmma_registers
@@ -437,5 +437,10 @@ class Machine:
                         yield (instr, taken, Blocked(
                             lambda op=op, taken=taken: spin_message(
                                 self, op.instr, op.loads, taken, op.label_loc), spin=True))
+                        look = fingerprint(self, op.loop_regs, taken)
+                    elif jumps % PREEMPT_EVERY == 0 and \
+                            (self.valid & ~self.exited & ~taken).any():
+                        yield (instr, taken, Blocked("a long loop lets the others run",
+                                                     preempt=True))
                         look = fingerprint(self, op.loop_regs, taken)
                     looks[op] = look

@@ -12,7 +12,9 @@ the batch is rerun with scheduled units (:mod:`.schedule`). A unit at a fixed po
 yields (a :class:`~.schedule.Blocked` with ``spin``); another unit writing memory lets it
 look again, and a round in which every unit waits or spins with nothing changed is
 reported, naming each spinning loop and the addresses its loads poll. Loops whose
-registers keep changing (a counter, ``%clock``) are bounded by ``max_seconds`` instead.
+registers keep changing (a counter, ``%clock``) are bounded by ``max_seconds`` instead;
+every :data:`PREEMPT_EVERY` rounds they let the other threads run (in lockstep: the batch
+is rerun with units), so a poll with a retry count sees a flag another warp sets.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ from .memory import RANK_SHIFT, SHARED_WINDOW
 # backward jumps of one loop between two looks at its state (a look costs a gather of
 # the loop's registers; a spinning unit goes round twice this often before it yields)
 SPIN_EVERY = 32
+# backward jumps after which a loop that keeps changing lets the other threads run, when
+# some are outside it (a poll with a retry count: the GPU runs the flag's setter alongside)
+PREEMPT_EVERY = 1024
 
 
 TIMERS = frozenset({"clock", "clock64", "globaltimer"})

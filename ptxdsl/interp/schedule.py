@@ -65,12 +65,14 @@ TIMEOUT = "timeout"
 class Blocked(Exception):
     """Raised by a semantic function whose threads must wait; see the module docstring."""
 
-    def __init__(self, what: str, poll=None, fallback=None, spin: bool = False):
+    def __init__(self, what: str, poll=None, fallback=None, spin: bool = False,
+                 preempt: bool = False):
         super().__init__(what)
         self.what = what
         self.poll = poll
         self.fallback = fallback
         self.spin = spin          # a loop at a fixed point (progress.py), not a wait
+        self.preempt = preempt    # a long loop letting the others run (it progresses)
 
 
 class Deadlock(Exception):
@@ -207,7 +209,7 @@ def run_units(mach, top, units: list[np.ndarray], last: bool) -> None:
             except Blocked as b:  # pragma: no cover - a table/handler mismatch
                 raise InterpreterError(f"a semantic function waited ({b.what}) but its table "
                                        f"entry has no waiting effect {sorted(WAIT_EFFECTS)}")
-        if not gens or mach.events != start:
+        if not gens or mach.events != start or any(parked[i][2].preempt for i in gens):
             continue
         if memory_version(mach) != written and any(parked[i][2].spin for i in gens):
             continue             # a spinning unit may now read something new

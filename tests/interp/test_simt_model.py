@@ -365,3 +365,25 @@ def test_a_delay_loop_on_the_clock_runs():
         tid = tid_reg()
         ptx.inst.st.global_.u32(ptx.addr(py + tid * 4), tid)
     np.testing.assert_array_equal(delay.interpret(), np.arange(32))
+
+
+def test_a_poll_with_a_retry_count_sees_a_flag_set_by_a_later_warp():
+    """Thread 0 polls Y[0] at most 100000 times (then gives up and writes 99); warp 1,
+    written after it, sets the flag: the GPU runs both, so the poll sees it (the
+    interpreter lets a long loop's warp make way for the others)."""
+    @kernel(in_specs=(), out_specs=(Tile(64, u32),), grid=1, block=(64, 1, 1))
+    def k(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = tid_reg()
+        with ptx.if_(tid == 0):
+            v, n, again = reg.scalar(u32), reg.scalar(u32, init=0), reg.scalar(pred)
+            with ptx.loop("retry", pred=again):
+                ptx.inst.ld.volatile.global_.u32(v, ptx.addr(py))
+                ptx.inst.add.u32(n, n, 1)
+                ptx.inst.setp.ne.and_.u32(again, v, 1, n < 100000)
+            ptx.inst.selp.u32(v, 7, 99, v == 1)
+            ptx.inst.st.global_.u32(ptx.addr(py + 8), v)
+        with ptx.if_(tid == 32):
+            ptx.inst.st.release.gpu.global_.u32(ptx.addr(py), 1)
+    y = k.interpret(np.zeros(64, np.uint32))
+    assert list(y[:3]) == [1, 0, 7]

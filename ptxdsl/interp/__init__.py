@@ -17,8 +17,9 @@ The run is faithful to PTX thread semantics and stops with an
 and address on: out-of-bounds or misaligned accesses, reads of registers or
 memory bytes nothing wrote, data races on shared and global memory (see
 :mod:`.hb` for what orders accesses), reads of unfinished ``cp.async``
-destinations, ``.aligned`` barriers that split a warp, deadlocks (naming each
-warp's wait) and kernels that exceed ``max_steps``. See :mod:`.machine` for the
+destinations, ``.aligned`` barriers that split a warp or that a branch skips, deadlocks
+(naming each warp's wait), loops that spin without progress (:mod:`.progress`) and kernels
+that exceed ``max_steps`` or ``max_seconds``. See :mod:`.machine` for the
 lockstep execution model, :mod:`.schedule` for warps as scheduled units (and
 the waiting API for semantic functions), :mod:`.fround` and :mod:`.semantics.floatmath`
 for float semantics, and :mod:`.cluster` for kernels launched as clusters (CTAs of a

@@ -30,11 +30,15 @@ def _who(mach, t: int, other: int) -> str:
     return mach.where(other)
 
 
-def _race(mach, instr, sp, t, other, byte, kind, other_kind):
+def _race(mach, instr, sp, t, other, byte, kind, other_kind, other_step=None):
     addr, near = _describe(sp, byte)
+    by = mach.async_reads.get(other_step) if other_step is not None else None
+    how = (f" through the {by.opcode} at {by.loc} (an asynchronous read: it ends when its "
+           f"group retires, so only what follows that wait_group is ordered after it)"
+           if by is not None else "")
     mach.fail(instr, f"{sp.name}-memory data race at address {addr:#x} ({near}): this thread "
-                     f"{_KIND[kind]} it and {_who(mach, t, other)} {other_kind} it, and nothing "
-                     f"orders the two (no bar.sync both took part in, no "
+                     f"{_KIND[kind]} it and {_who(mach, t, other)} {other_kind} it{how}, and "
+                     f"nothing orders the two (no bar.sync both took part in, no "
                      f"{'cluster barrier, ' if mach.cluster_size > 1 else ''}mbarrier phase or "
                      f"atomic between them)", t)
 
@@ -154,6 +158,8 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
                 i = int(idx[np.argmax(~ok)])
                 _race(mach, instr, sp, int(t[i]), int(wt[i]), int(b[i]), kind,
                       "updated" if tr.w_atom[b[i]] else "wrote")
+    if kind == "read" and tr.reads and is_async(instr):
+        mach.async_reads[mach.steps] = instr     # (named if a write races with it)
     if tr.reads and kind == "read" and tr.written and is_async(instr):
         tb = np.repeat(rep, nbytes)
         for t in np.unique(rep).tolist():          # (one reading thread, as a rule)
@@ -187,7 +193,8 @@ def track(mach, instr, sp, th: np.ndarray, off: np.ndarray, nbytes: int, kind: s
                     t[many], tr.r_mask[bm], tr.r_step[bm], np.maximum(tr.r_cta[bm], 0))
             if bad.any():
                 i = int(np.argmax(bad))
-                _race(mach, instr, sp, int(t[i]), int(rt[i]), int(b[i]), kind, "read")
+                _race(mach, instr, sp, int(t[i]), int(rt[i]), int(b[i]), kind, "read",
+                      int(tr.r_step[b[i]]))
             tr.r_tid[b] = -1
             tr.r_mask[b] = 0
             tr.r_cta[b] = -1

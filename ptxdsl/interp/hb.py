@@ -92,12 +92,20 @@ class HappensBefore:
         self._acquire(thread // 32, self.mb_phase.get(off))
 
     def atomic(self, space: str, offs, threads) -> None:
-        """Atomics by ``threads`` at byte offsets ``offs`` (in thread order)."""
+        """Atomics by ``threads`` at byte offsets ``offs`` (in thread order). An acquire
+        orders a warp's lanes only after its own lanes' releases of earlier instructions
+        (``before``): the lanes of one instruction are not ordered by it, so a lane's plain
+        access after the other lanes' atomics on the address is a race."""
+        before: dict = {}
         for off, t in zip(np.asarray(offs).tolist(), np.asarray(threads).tolist()):
             w = t // 32
             key = (space, off)
             v = self.atomics.get(key)
-            self._acquire(w, v)
+            b = before.setdefault(key, v)
+            if v is not None:
+                np.maximum(self.K[w], v, out=self.K[w])
+            if b is not None and b[w] > self.lanesync[w]:
+                self.lanesync[w] = b[w]
             rel = self._release(w)
             self.atomics[key] = rel if v is None else np.maximum(v, rel)
 

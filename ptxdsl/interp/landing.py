@@ -64,6 +64,7 @@ def land(mach, bars=None) -> bool:
                 tr.w_step[b] = mach.steps
                 tr.any_pending = bool(tr.pending.any())
             sp.buf[b] = data
+            sp.version += 1
         w = c.thread // 32
         v = c.known.copy()
         v[w] = mach.steps

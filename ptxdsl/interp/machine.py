@@ -32,10 +32,12 @@ from ..isa.special import SPECIAL_REGS
 from . import cluster
 from .hb import HappensBefore
 from .inflight import check_held
+from .progress import PREEMPT_EVERY, SPIN_EVERY, fingerprint, spin_message
 from .memory import RANK_SHIFT
 from . import program
 from .program import Block, BraOp, wgmma_registers
-from .schedule import over_budget
+from .schedule import Blocked, over_budget
+from .semantics.barriers import passed
 from .values import immediate, storage_dtype, to_bits, view
 
 MAX_STEPS = 50_000_000
@@ -96,6 +98,7 @@ class Machine:
         self.steps = 0
         self.cc = np.zeros(self.T, bool)        # carry flag of add.cc / sub.cc
         self.bar_pending: dict = {}             # barrier id -> arrivals per CTA (bar.arrive)
+        self.bar_passes: dict = {}              # whole-CTA bar.sync -> passes per thread
         self.async_copies: list = []            # cp.async copies not yet waited for
         self.async_groups = np.zeros(self.T, np.int64)
         self.mbarriers: dict = {}
@@ -121,6 +124,7 @@ class Machine:
         self.reg_steps: dict = {}
         self.fence_regs = wgmma_registers(prog)
         self.current = None                     # the instruction being executed
+        self.async_reads: dict = {}             # step -> wgmma / bulk copy reading smem
         # pdl=True kernels: which threads executed griddepcontrol.wait (None: not pdl)
         self.grid_waited = None
 
@@ -352,6 +356,7 @@ class Machine:
         scope = mask.copy()  # the threads this run of the block is for
         i = 0
         jumps = 0
+        looks: dict = {}   # backward branch -> its loop's state at the last look
         while True:
             if i in waiting:
                 mask = mask | waiting.pop(i)
@@ -412,6 +417,8 @@ class Machine:
                 i += 1
                 continue
             if j > i:
+                for x in op.skips:
+                    passed(self, x, taken)
                 waiting[j] = waiting[j] | taken if j in waiting else taken
                 mask = rest
                 i += 1
@@ -424,3 +431,16 @@ class Machine:
                 if jumps > program.MAX_ITERATIONS:
                     self.fail(instr, f"backward branch taken {program.MAX_ITERATIONS} times: the "
                                      f"loop does not terminate")
+                if waits and jumps % SPIN_EVERY == 0:
+                    look = fingerprint(self, op.loop_regs, taken)
+                    if looks.get(op) == look:   # a fixed point: let the others run
+                        yield (instr, taken, Blocked(
+                            lambda op=op, taken=taken: spin_message(
+                                self, op.instr, op.loads, taken, op.label_loc), spin=True))
+                        look = fingerprint(self, op.loop_regs, taken)
+                    elif jumps % PREEMPT_EVERY == 0 and \
+                            (self.valid & ~self.exited & ~taken).any():
+                        yield (instr, taken, Blocked("a long loop lets the others run",
+                                                     preempt=True))
+                        look = fingerprint(self, op.loop_regs, taken)
+                    looks[op] = look

@@ -60,6 +60,7 @@ class Space:
         self._ends = np.array([r.start + r.size for r in self.regions], np.uint64)
         # per-byte access records (races, uninitialised bytes): set by the launcher
         self.tracker = None
+        self.version = 0          # writes so far (a spinning loop's state, progress.py)
 
     def region(self, name: str) -> Region:
         for r in self.regions:
@@ -113,6 +114,7 @@ class Space:
         v = self.buf.view(dt)
         idx = (off // dt.itemsize)[:, None] + np.arange(values.shape[1])
         v[idx] = values
+        self.version += 1
 
     def fill_region(self, name: str, data: bytes | np.ndarray, row: int = 0) -> None:
         r = self.region(name)

@@ -7,6 +7,8 @@ import weakref
 
 from ..core import ir
 from ..core.errors import InterpreterError
+from .progress import instructions, loop_loads, loop_registers
+from .semantics.barriers import whole_cta
 from .schedule import WAIT_EFFECTS, collective, wait_at
 
 MAX_ITERATIONS = 10_000_000
@@ -25,8 +27,20 @@ class Block:
             self.escapes.pop(name, None)
         self.has_exit = any(op.may_exit for op in self.ops)
         self.may_exit = self.has_exit
+        # a backward branch closes a loop that may spin (progress.py): it runs as a
+        # generator too, so that a unit at a fixed point can yield
+        spins = False
+        for i, op in enumerate(self.ops):
+            j = self.labels.get(op.target) if isinstance(op, BraOp) else None
+            if j is not None and j > i:     # the whole-CTA barriers it jumps over
+                op.skips = tuple(x for x in instructions(self.ops[i + 1:j]) if whole_cta(x))
+            if j is not None and j <= i:
+                op.loop_regs = loop_registers(self.ops[j:i + 1])
+                op.loads = loop_loads(self.ops[j:i + 1])
+                op.label_loc = self.ops[j].loc
+                spins = True
         # whether some instruction in it may wait (then it runs as a generator)
-        self.waits = any(op.waits for op in self.ops)
+        self.waits = spins or any(op.waits for op in self.ops)
 
 
 class InstrOp:
@@ -55,8 +69,9 @@ class LabelOp:
     waits = False
     escapes: dict = {}
 
-    def __init__(self, name):
+    def __init__(self, name, loc=None):
         self.name = name
+        self.loc = loc
 
     def run(self, m, mask):
         return mask
@@ -70,6 +85,8 @@ class BraOp:
     def __init__(self, instr: ir.Instr):
         self.instr = instr
         self.target = instr.operands[0].name
+        self.loop_regs = self.loads = self.label_loc = None   # a backward one's loop
+        self.skips = ()                                       # a forward one's barriers
 
 
 class IfOp:
@@ -167,7 +184,7 @@ def compile_node(node, handlers):
     if isinstance(node, ir.Loop):
         return LoopOp(node, handlers)
     if isinstance(node, ir.Label):
-        return LabelOp(node.name)
+        return LabelOp(node.name, node.loc)
     if isinstance(node, ir.Raw):
         raise InterpreterError(f"ptx.raw line {node.text!r} is unchecked PTX that the "
                                f"interpreter cannot run; run this kernel on a GPU", node.loc)

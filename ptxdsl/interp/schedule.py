@@ -42,7 +42,10 @@ that may let another unit progress (arrivals, exits, completed copies) add 1
 to ``mach.events``. A round in which every live unit is parked and no event
 happened is a deadlock: at the finest level it is an
 :class:`~ptxdsl.core.errors.InterpreterError` naming, for every unit, the user's
-line it waits at and what for. ``mach.max_steps`` (``interpret(...,
+line it waits at and what for. A loop at a fixed point (:mod:`.progress`) parks its
+unit too (``Blocked(..., spin=True)``); memory written by another unit in the round
+counts as progress for it, and a round with only waits and spins is "no progress".
+``mach.max_steps`` (``interpret(...,
 max_steps=)``) bounds the instructions executed, so a livelock is an error
 too, never a hang.
 """
@@ -52,6 +55,7 @@ import numpy as np
 
 from ..core.errors import InterpreterError
 from . import landing
+from .progress import memory_version
 
 # Table effects of instructions that may wait (and so may raise Blocked).
 WAIT_EFFECTS = frozenset({"barrier", "async_wait", "mbarrier"})
@@ -61,11 +65,14 @@ TIMEOUT = "timeout"
 class Blocked(Exception):
     """Raised by a semantic function whose threads must wait; see the module docstring."""
 
-    def __init__(self, what: str, poll=None, fallback=None):
+    def __init__(self, what: str, poll=None, fallback=None, spin: bool = False,
+                 preempt: bool = False):
         super().__init__(what)
         self.what = what
         self.poll = poll
         self.fallback = fallback
+        self.spin = spin          # a loop at a fixed point (progress.py), not a wait
+        self.preempt = preempt    # a long loop letting the others run (it progresses)
 
 
 class Deadlock(Exception):
@@ -190,6 +197,7 @@ def run_units(mach, top, units: list[np.ndarray], last: bool) -> None:
     forced_at = None
     while gens:
         start = mach.events
+        written = memory_version(mach)
         for i in list(gens):
             try:
                 parked[i] = gens[i].send(signal.pop(i, None))
@@ -201,8 +209,10 @@ def run_units(mach, top, units: list[np.ndarray], last: bool) -> None:
             except Blocked as b:  # pragma: no cover - a table/handler mismatch
                 raise InterpreterError(f"a semantic function waited ({b.what}) but its table "
                                        f"entry has no waiting effect {sorted(WAIT_EFFECTS)}")
-        if not gens or mach.events != start:
+        if not gens or mach.events != start or any(parked[i][2].preempt for i in gens):
             continue
+        if memory_version(mach) != written and any(parked[i][2].spin for i in gens):
+            continue             # a spinning unit may now read something new
         if landing.land(mach):       # every unit waits: the copies in flight land
             continue
         may_give_up = [i for i in gens if parked[i][2].fallback is not None]
@@ -236,17 +246,32 @@ def _deadlock(mach, units, gens, parked, last) -> Deadlock:
     for (loc, opcode, what), us in groups.items():
         first = us[0]
         more = f" and {len(us) - 1} more unit(s) like it" if len(us) > 1 else ""
-        lines.append(f"  {describe_unit(mach, units[first], parked[first][1])}{more} waits "
+        verb = "spins" if parked[first][2].spin else "waits"
+        lines.append(f"  {describe_unit(mach, units[first], parked[first][1])}{more} {verb} "
                      f"at {loc}: {opcode}: {what}")
     done = [i for i in range(len(units)) if i not in gens and (units[i] & mach.valid).any()]
     if done:
         lines.append(f"  ({len(done)} other unit(s) have finished)")
-    first = parked[next(iter(gens))][0]
+    spins = [i for i in gens if parked[i][2].spin]
+    first = parked[spins[0] if spins else next(iter(gens))][0]
     hint = ("" if last else " (at a coarser scheduling level)")
-    msg = ("deadlock: every thread still running waits, and none of the waits can be "
-           f"satisfied{hint}:\n" + "\n".join(lines) +
-           "\nCheck that each wait has a matching arrive (counts, phases/parities, "
-           "transaction bytes) on a path that runs.")
+    if spins:
+        msg = ("no progress: every thread still running waits, or spins in a loop that "
+               "changes nothing, and no thread will change what they wait for"
+               f"{hint}:\n" + "\n".join(lines) +
+               "\nCheck that each polled flag is written on a path that runs, and that "
+               "each wait has a matching arrive.")
+        g = mach.grid
+        if mach.ncta < g[0] * g[1] * g[2]:
+            msg += (f" This batch runs CTAs {mach.first_cta}..{mach.first_cta + mach.ncta - 1}"
+                    f" of {g[0] * g[1] * g[2]}; the later ones start after it ends, so CTAs "
+                    f"that wait for each other need @kernel(cooperative=True) or "
+                    f"resident=N to run as one.")
+    else:
+        msg = ("deadlock: every thread still running waits, and none of the waits can be "
+               f"satisfied{hint}:\n" + "\n".join(lines) +
+               "\nCheck that each wait has a matching arrive (counts, phases/parities, "
+               "transaction bytes) on a path that runs.")
     return Deadlock(msg, first.loc, partial)
 
 

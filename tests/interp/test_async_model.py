@@ -263,6 +263,71 @@ def test_tma_refill_of_an_operand_in_flight_is_refused():
         tma_into_wgmma_operand(False).interpret(a)
 
 
+def staged_ring(release_after_wait: bool):
+    """Warp-specialized: thread 0 (producer) TMA-loads a 64 x 64 bf16 stage of ones, then,
+    once "empty" completes, a stage of twos; warpgroup 1 (consumer) waits on "full", runs
+    a wgmma on the stage, and lane 0 of warp 7 (not the warp holding thread 128, whose
+    reads the wgmma's are) releases it on "empty", after ``wgmma.wait_group 0`` or (the
+    bug) before it. Every accumulator element: 16 + 64."""
+    box = TMA(box=(64, 64), swizzle=128)
+
+    @kernel(in_specs=(Tile(128, 64, bf16, tma=box),), out_specs=(Tile(128, f32),), grid=1,
+            block=(256, 1, 1), arch="sm_90a")
+    def k(A, D):
+        a_desc = A.tma_desc()
+        (pd,) = ptx.global_ptrs(D)
+        s = smem.alloc(bf16, (64, 64), swizzle=128)
+        bars = smem.alloc(b64, (2,), align=8)
+        full, empty = bars.base, bars.base + 8
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        with ptx.if_(tid == 0):
+            ptx.mbarrier.init(full, 1)
+            ptx.mbarrier.init(empty, 1)
+        ptx.bar.sync(0)
+        with ptx.if_(tid == 0):
+            for i in range(2):
+                if i:
+                    ptx.mbarrier.wait(empty, 0)
+                ptx.mbarrier.arrive_expect_tx(full, 64 * 64 * 2)
+                ptx.tma.load(s.base, a_desc, (0, 64 * i), full)  # ring-load
+        with ptx.if_(tid >> 7 == 1):
+            acc = ptx.wgmma.accumulator(8, f32, init=0.0)
+            d = ptx.wgmma.descriptor(s)
+            for i in range(2):
+                ptx.mbarrier.wait(full, i)
+                ptx.wgmma.fence()
+                ptx.wgmma.mma(acc, d, d, ab_type=bf16)  # ring-mma
+                ptx.wgmma.commit()
+                if release_after_wait:
+                    ptx.wgmma.wait(0)
+                with ptx.if_(tid == 224):
+                    ptx.mbarrier.arrive(empty)
+                if not release_after_wait:
+                    ptx.wgmma.wait(0)
+            ptx.inst.st.global_.f32(ptx.addr(pd + (tid - 128) * 4), acc[0])
+    return k
+
+
+def _ones_then_twos():
+    a = np.zeros((128, 64), np.uint16)
+    a[:64], a[64:] = 0x3F80, 0x4000     # bf16 1.0 and 2.0
+    return a
+
+
+def test_stage_released_by_another_warp_after_wait_group_runs():
+    np.testing.assert_array_equal(staged_ring(True).interpret(_ones_then_twos()),
+                                  np.full(128, 80.0))
+
+
+def test_stage_released_before_wait_group_is_refused():
+    """The consumer's wait_group comes (in this schedule) before the refill, but nothing
+    orders the refill after it: the release came first."""
+    with raises_at("ring-load", "race", r"thread \(128, 0, 0\) read it through the "
+                   r"wgmma\.mma_async.* at .*:%d" % line_of("ring-mma")):
+        staged_ring(False).interpret(_ones_then_twos())
+
+
 # ---------------------------------------------------------------- bulk stores at exit
 def tma_store(wait: bool):
     @kernel(in_specs=(), out_specs=(Tile(8, 16, f32, tma=BOX),), grid=1, block=(128, 1, 1),
@@ -330,10 +395,17 @@ def test_mbarrier_used_by_another_warp_before_its_init_is_ordered_is_refused():
 def test_an_endless_loop_stops_within_the_time_budget():
     import time
 
+    from ptxdsl.core.types import pred
+
     @kernel(in_specs=(), out_specs=(), grid=1, block=(32, 1, 1))
     def spin():
+        # a counter that changes every round: no fixed point (test_simt_model.py), so the
+        # time budget stops it
+        x, more = reg.scalar(u32, init=0), reg.scalar(pred)
         ptx.label("top")
-        ptx.inst.bra("top")  # spin
+        ptx.inst.add.u32(x, x, 1)
+        ptx.inst.setp.ne.u32(more, x, 0)
+        ptx.bra("top", pred=more)  # spin
     t0 = time.process_time()
     with raises_at("spin", r"CPU seconds", r"max_seconds="):
         spin.interpret(max_seconds=0.5)

@@ -63,6 +63,7 @@ def atomic(mach, instr, mask, has_dest: bool):
         group = np.repeat(np.arange(len(uniq)), counts)
         rank = np.arange(len(offs)) - start[group]
         cur = sp.read(uniq, t.np_dtype, 1)[:, 0].copy()
+        was = cur.copy()
         if op == "add" and t.is_int:  # prefix sums give every thread its old value at once
             vals = b[idx]
             csum = np.cumsum(vals, dtype=t.np_dtype)
@@ -77,7 +78,10 @@ def atomic(mach, instr, mask, has_dest: bool):
                 g = group[pos]
                 olds[idx[pos]] = cur[g]
                 cur[g] = fn(cur[g], b[idx[pos]], None if c is None else c[idx[pos]])
-        sp.write(uniq, cur[:, None])
+        # a failed cas or an add of 0 leaves memory as it was: a loop polling with it can
+        # be seen to spin (progress.py)
+        if not np.array_equal(cur.view(np.uint8), was.view(np.uint8)):
+            sp.write(uniq, cur[:, None])
     if has_dest:
         full = np.zeros(mach.T, t.np_dtype)
         full[threads] = olds

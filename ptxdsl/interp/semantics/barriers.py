@@ -109,6 +109,57 @@ def _roles_apart(mach, c: int, st: BarrierState) -> None:
                                 f"own barrier id", t)
 
 
+def whole_cta(instr) -> bool:
+    """An ``.aligned`` CTA barrier without a thread count (``bar.sync 0``, ``bar.red``
+    without ``b``): one instruction every thread of the CTA executes together."""
+    spec = instr.match.spec
+    if spec.opcode not in HANDLERS or not instr.match.aligned:
+        return False
+    return len(instr.operands) == (3 if spec.opcode.endswith("red") else 1)
+
+
+def passed(mach, instr, threads) -> None:
+    """``threads`` went past the whole-CTA barrier ``instr`` (executed it, or a forward
+    ``bra`` jumped over it): each thread's count of passes, which must agree among the
+    threads arriving there for one generation (:func:`_rounds_apart`)."""
+    n = mach.bar_passes.get(instr)
+    if n is None:
+        n = mach.bar_passes[instr] = np.zeros(mach.T, np.int32)
+    n[threads] += 1
+
+
+def _rounds_apart(mach, instr, c, bid, st, sub, first_t) -> None:
+    """Threads meeting at one whole-CTA barrier instruction for one generation went past
+    it the same number of times; a thread that a ``bra`` took past it in an earlier
+    round meets the others a round late (the GPU pairs the rounds wrongly)."""
+    n = mach.bar_passes[instr][c * mach.P:(c + 1) * mach.P]
+    met = n[st.arrived | sub]
+    if met.min() == met.max():
+        return
+    ws = sorted({int(x) // 32 for x in np.flatnonzero(st.arrived | sub)})
+    mach.fail(instr, f"barrier {bid}: warps {ws} meet at this .aligned barrier for one "
+                     f"generation, but some have gone past it {int(met.min())} times and "
+                     f"others {int(met.max())} times (this arrival and the times a branch "
+                     f"jumped over it counted): a branch that depends on the thread took some past "
+                     f"it in an earlier round, and on the GPU the rounds pair wrongly. Make "
+                     f"the branch uniform across the CTA", first_t)
+
+
+def _skipped(mach, instr, c, bid, st, sub, first_t) -> None:
+    """An ``.aligned`` barrier without a count is one instruction every thread of the CTA
+    executes: threads arriving for one generation at two of them (a thread-dependent
+    ``bra`` took some past the first) meet at the wrong barrier on the GPU."""
+    here = sorted({int(x) // 32 for x in np.flatnonzero(sub)})
+    there = sorted({int(x) // 32 for x in np.flatnonzero(st.arrived)})
+    mach.fail(instr, f"barrier {bid} has no thread count, so every thread of the CTA must "
+                     f"reach the same .aligned barrier instruction, but warps {here} arrive "
+                     f"here while warps {there} wait at {st.instr.loc} in the same "
+                     f"generation: a branch that depends on the thread took some threads past "
+                     f"one of them; on the GPU they meet at the wrong barrier, and the CTA "
+                     f"may hang or run unsynchronised. Make the branch uniform across the "
+                     f"CTA (or give the roles counted named barriers)", first_t)
+
+
 def _per_thread(mach, instr, i, mask) -> np.ndarray:
     return np.broadcast_to(np.asarray(mach.src(instr, i, mask)).astype(np.int64), (mach.T,))
 
@@ -151,6 +202,8 @@ def arrive(mach, instr, mask, id_op: int, count_op: int | None, sync: bool,
             mach.fail(instr, f"barrier thread count {n} is {why}", t)
     if instr.match.aligned and not mach.per_thread:
         aligned_check(mach, instr, mask)
+    if counts is None and whole_cta(instr):
+        passed(mach, instr, mask)
     act = mask.reshape(mach.ncta, mach.P)
     idc = ids.reshape(mach.ncta, mach.P)
     waits = []
@@ -205,6 +258,11 @@ def _arrive_one(mach, instr, c, bid, st, sub, first_t, counts, red, sync):
             mach.fail(instr, f"barrier {bid} is used with a thread count ({st.expected}, at "
                              f"{st.instr.loc if st.instr else '?'}) and without one here "
                              f"in the same generation", first_t)
+        if st.count and st.instr is not instr and (instr.match.aligned or
+                                                   st.instr.match.aligned):
+            _skipped(mach, instr, c, bid, st, sub, first_t)
+        if instr in mach.bar_passes:
+            _rounds_apart(mach, instr, c, bid, st, sub, first_t)
         st.count += int(sub.sum())
         limit = int((~mach.exited[c * mach.P:(c + 1) * mach.P] | st.arrived | sub).sum())
     st.arrived |= sub

@@ -97,6 +97,7 @@ def bulk_copy(mach, instr, mask):
             dsp, doff = _range(mach, instr, t, int(da[t]), n, dst, True)
             track(mach, instr, dsp, th, doff, 16, "write")
             dsp.buf[doff[:, None] + np.arange(16)] = data
+            dsp.version += 1
             issued(mach, instr, t, ssp, (soff[:, None] + np.arange(16)).reshape(-1))
             continue
         # into the CTA the destination names, or every CTA of the multicast mask

@@ -195,6 +195,7 @@ def tensor_copy(mach, instr, mask):
                 data = _bytes_at(ssp, soff[inside], e)
                 track(mach, instr, gsp, th[inside], goff, e, "write")
                 gsp.buf[goff[:, None] + np.arange(e)] = data
+                gsp.version += 1
             groups.issued(mach, instr, t, ssp, (soff[:, None] + np.arange(e)).reshape(-1))
     mach.events += 1
 

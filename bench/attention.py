@@ -11,7 +11,7 @@ real tokens' FLOPs); bf16, random normal inputs. Every
 contender's output is validated against SDPA's math backend in float32 (max error over the
 largest value ≤ 2e-2) before it is timed, and ptxdsl's LSE against a float32 log-sum-exp on
 the first shape of each head dim. Timing: after a warm-up, ``--rounds`` rounds in which every
-contender in turn (the order rotated each round) runs ``--iters`` untimed calls, then
+contender in turn (a new seeded order each round) runs ``--iters`` untimed calls, then
 ``--iters`` calls between two CUDA events (:mod:`bench.timing`); the median per call is
 reported. TFLOP/s counts ``4 B H Sq Sk D`` (half of it under a causal mask). Host µs per
 call: a tiny shape's calls queued back to back (median of 5 blocks), ptxdsl against SDPA's

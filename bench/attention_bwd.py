@@ -6,7 +6,7 @@ imports.
 Shapes: the FA3 paper's grid (B·S = 16k tokens, H·D = 2048; S 1k/4k/16k, D 64/128, causal
 and not); bf16, random normal inputs. Each contender's dq, dk, dv are validated against
 cuDNN's (max error over the largest value ≤ 3e-2) before timing. Timing: after a warm-up,
-``--rounds`` rounds in which every contender in turn (the order rotated each round) runs
+``--rounds`` rounds in which every contender in turn (a new seeded order each round) runs
 ``--iters`` untimed calls, then ``--iters`` backward calls between
 two CUDA events (the peers: ``torch.autograd.grad`` of a recorded forward); the median per
 call is reported. TFLOP/s counts 2.5 x the forward's ``4 B H S² D`` (half of it causal).

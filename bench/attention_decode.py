@@ -7,7 +7,7 @@ Shapes (issue 51): Sq = 1 and 16, Sk 4k-128k, B 1 and 8, H = 32, Hkv = 8, D = 12
 bf16, random normal inputs, no mask. Every contender's output is checked against SDPA's
 math backend in float32 on the first batch (max error over the largest value <= 2e-2)
 before it is timed. Timing: after a warm-up, ``--rounds`` rounds in which every contender
-in turn (the order rotated each round) runs ``--iters`` untimed calls, then ``--iters``
+in turn (a new seeded order each round) runs ``--iters`` untimed calls, then ``--iters``
 calls between two CUDA events (:mod:`bench.timing`); the median per call.
 
 Reported per contender: microseconds per call replayed from a CUDA graph (the device's

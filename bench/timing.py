@@ -1,26 +1,30 @@
-"""Contenders timed side by side on one GPU, fairly under a power cap.
+"""Contenders timed side by side on one GPU, with the least bias between them.
 
-An H200 under tensor-core load runs at its 700 W cap, and its clock follows the power the
-last few milliseconds drew: a kernel timed right after a lighter one (FA2, say) starts at a
-higher clock than one timed right after a heavy one. Measured (``lab/attention_sustained.py``,
-``bench/results/attention_sustained_h200.json``): at head dim 128, S = 16k, FA4 timed after
-FA2 in the old fixed order ran 733 TFLOP/s, in its own sustained loop 658. So each timed
-block here follows an untimed block of the same contender (its own steady state), and the
-order rotates every round.
+An H200 under tensor-core load runs at its 700 W cap, and its clock follows the power
+drawn over the last tens of milliseconds, so a block timed right after a lighter contender
+(FA2, say) can start at a higher clock than one timed after a heavy one. With a fixed
+order every round, the same contender always follows the same one. So the contenders'
+order is a fresh (seeded) permutation every round, and each timed block follows an untimed
+block of the same contender. Blocks of tens of milliseconds still do not reach each
+kernel's sustained clock: for that, ``lab/attention_sustained.py`` runs one contender at a
+time for seconds after an idle gap (on the H200 the two methods differ by up to 8% for one
+kernel, ``bench/results/attention_sustained_h200.json``).
 """
 from __future__ import annotations
 
+import random
 import statistics
 
 
-def time_interleaved(torch, fns: dict, rounds: int, iters: int, args: tuple = ()) -> dict:
-    """Median milliseconds per call of each ``fns[name](*args)``: ``rounds`` rounds, the
-    contenders' order rotated by one each round; each contender runs ``iters`` untimed
-    calls, then ``iters`` calls between two CUDA events."""
-    names = list(fns)
+def time_interleaved(torch, fns: dict, rounds: int, iters: int, args: tuple = (),
+                     seed: int = 0) -> dict:
+    """Median milliseconds per call of each ``fns[name](*args)``: ``rounds`` rounds, each
+    in a new order (``random.Random(seed)``); each contender runs ``iters`` untimed calls,
+    then ``iters`` calls between two CUDA events."""
+    names, rnd = list(fns), random.Random(seed)
     times = {n: [] for n in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    for _ in range(rounds):
+        for name in rnd.sample(names, len(names)):
             fn = fns[name]
             for _ in range(iters):
                 fn(*args)

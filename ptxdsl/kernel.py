@@ -26,7 +26,7 @@ from .core.limits import check_dims
 from .core.emit import Emitted, emit
 from .core.entry import entry_options
 from .core.errors import (
-    PtxdslError, SourceLoc, ToolchainError, TraceError, location_from_traceback,
+    NoSpecsError, PtxdslError, SourceLoc, ToolchainError, TraceError, location_from_traceback,
     raised_inside_ptxdsl, user_location)
 from .core.specs import Tile
 from .core.trace import Builder
@@ -399,8 +399,15 @@ class Kernel:
         set (to anything but ``0``) at the time of the call.
 
         Once a kernel has launched on the GPU its calls go to the prepared launcher
-        (:func:`ptxdsl.runtime.prepare`), which does not read the environment.
+        (:func:`ptxdsl.runtime.prepare`), which does not read the environment. A kernel
+        without specs has nothing to launch with: calling it raises :class:`NoSpecsError`.
         """
+        if not self.in_specs and not self.out_specs:
+            raise NoSpecsError(f"kernel {self.name} has no in_specs or out_specs, so it has no "
+                               f"arguments to launch with; declare its tensors "
+                               f"(@kernel(in_specs=(Tile(...),), out_specs=(...))) to call it "
+                               f"(.ptx(), .check() and .interpret() work without)",
+                               user_location())
         if interpret_requested():
             return self.interpret(*args, **kwargs)
         launcher = self.runtime_cache.get("launcher")

@@ -59,6 +59,8 @@ STRICTER = {"refuses reading a register no instruction wrote (stricter)":
             "assert '.version 8.",
             "names shared arrays smem0, smem1, ... where pyptx prints smem_N, mbar_N (differs)":
             ("[mbar_' in '", ".b8 smem_' in '"),
+            "passes a tensor map by value, .param .align 64 .b8 A_tmap[128] (differs)":
+            "assert '.param .u64 A_tma_desc' in '",
             "refuses a plain swizzled array with rows wider than the swizzle span (stricter)":
             "-byte swizzled array has rows of at most",
             # PTX ISA: tcgen05.commit's mbarrier is .shared::cluster only, .multicast::cluster
@@ -182,11 +184,12 @@ def main(argv=None) -> int:
         if m:
             status[m.group(2)] = m.group(1) + (f": {m.group(3)}" if m.group(3) else "")
     stricter: dict[str, int] = {}
+    why: dict[str, str] = {}  # counted node -> the deliberate difference its failure meets
     failed_ids = [k for k, v in status.items() if v.startswith("FAILED")]
     if len(reasons) >= len(failed_ids):  # one reason line per failure, same order
         tb = [ln for ln in lines if re.match(r"^/\S+:\d+: ", ln)]
-        for node, why in zip(failed_ids, tb):
-            status[node] += f" [{why.split(': ', 1)[-1][:300]}]"
+        for node, reason in zip(failed_ids, tb):
+            status[node] += f" [{reason.split(': ', 1)[-1][:300]}]"
     for name, ts in selected.items():
         for t in ts:
             node = f"{name}.py::{t}"
@@ -196,11 +199,13 @@ def main(argv=None) -> int:
             for label, needles in STRICTER.items():
                 needles = (needles,) if isinstance(needles, (str, re.Pattern)) else needles
                 if any(n.search(v) if isinstance(n, re.Pattern) else n in v for n in needles):
-                    stricter[label] = stricter.get(label, 0) + 1
+                    why[node] = label
                     break
             else:
                 if node in BY_TEST:
-                    stricter[BY_TEST[node]] = stricter.get(BY_TEST[node], 0) + 1
+                    why[node] = BY_TEST[node]
+            if node in why:
+                stricter[why[node]] = stricter.get(why[node], 0) + 1
     total = passed = 0
     per_file = {}
     for name, ts in selected.items():
@@ -212,7 +217,8 @@ def main(argv=None) -> int:
             for t in ts:
                 s = _outcome(status, f"{name}.py::{t}") or "not run"
                 if not s.startswith("PASSED"):
-                    print(f"  {name}::{t}: {s[:200]}")
+                    mark = why.get(f"{name}.py::{t}")
+                    print(f"  {name}::{t}: " + (f"({mark})" if mark else s[:200]))
     for name, r in per_file.items():
         print(f"{name:<24} {r['passed']:>4} / {r['counted']}")
     print(f"{'total':<24} {passed:>4} / {total}")

@@ -30,7 +30,7 @@ from .core.errors import (
     raised_inside_ptxdsl, user_location)
 from .core.specs import Tile
 from .core.trace import Builder
-from .core.types import u8, u32, u64
+from .core.types import ALL_TYPES, u8, u32, u64
 from .core.verify import verify
 from .dsl.args import TensorArg, TensorSpec
 from .dsl.template import auto_arch, bind_template, template_params
@@ -298,6 +298,11 @@ class Kernel:
             b.params.append(ir.Param(f"{d}_dim", u32, "dim", d))
         for st in self.stride_names:
             b.params.append(ir.Param(f"{st}_stride", u32, "stride", st))
+        for pname, t, count, align in self.entry.extra_params:  # raw params naming no dim
+            if any(p.name == pname for p in b.params):
+                raise TraceError(f"raw param {pname!r} is also the name of a parameter the "
+                                 f"specs give; rename it", self.defined_at)
+            b.params.append(ir.Param(pname, ALL_TYPES[t], "raw", pname, count, align))
         return out
 
     # ------------------------------------------------------------------ views
@@ -564,7 +569,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     ``extern_smem="smem"`` declares ``.extern .shared .align 128 .b8 smem[]`` and
     ``smem=BYTES`` is the dynamic shared memory each launch provides;
     ``raw_params=[("u32", "K"), ...]`` (pyptx's spelling) names dims that the body reads
-    with ``ptx.param(u32, "K")``.
+    with ``ptx.param(u32, "K")``, or declares other parameters (see :mod:`ptxdsl.core.entry`).
 
     Keyword-only parameters of the body with defaults (``def k(A, B, *, BM=128)``) are
     template parameters: ``k.ptx(BM=64)`` traces with ``BM=64`` (one compiled form per set

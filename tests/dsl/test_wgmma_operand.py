@@ -35,8 +35,8 @@ def test_canonical_layouts(shape, major, swz, lbo, sbo):
 
 
 def test_layout_errors():
-    for args in (((64, 8), "K"), ((64, 128), "K"), ((16, 128), "MN"), ((12, 16), "MN"),
-                 ((64, 16), "N")):
+    for args in (((64, 8), "K"), ((64, 96), "K"), ((12, 128), "K"), ((16, 128), "MN"),
+                 ((12, 16), "MN"), ((64, 16), "N")):
         with pytest.raises(PtxdslError):
             operand_layout(bf16, *args)
 
@@ -110,6 +110,34 @@ def test_tiles_multiply_on_the_interpreter(tk, n):
     d = k.interpret(_image(a), _image(b))
     d = d[0] if isinstance(d, (list, tuple)) else d
     np.testing.assert_allclose(np.asarray(d, np.float64), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_wide_k_major_tile_is_128_byte_stripes():
+    """A K-major tile of 256-byte rows is two 128-byte swizzled stripes of all 64 rows
+    (the PTX ISA fixes the row pitch inside a K-major swizzle atom at the span); each
+    wgmma's K step lies in one stripe."""
+    lay = operand_layout(bf16, (64, 128), "K")
+    assert (lay.swizzle, lay.stride, lay.stripe) == (128, 1024, 64 * 128)
+    assert [lay.k_offset(16 * i) for i in range(8)] == \
+        [0, 32, 64, 96, 8192, 8224, 8256, 8288]
+    from ptxdsl.core.types import f32_to_bf16_bits, bf16_bits_to_f32
+    rng = np.random.default_rng(5)
+    a = f32_to_bf16_bits(rng.standard_normal((64, 128)).astype(np.float32))
+    b = f32_to_bf16_bits(rng.standard_normal((128, 16)).astype(np.float32))
+    ref = bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64)
+    k = _build(128, 16, False)
+    assert ".align 1024 .b8 smem0[16384]" in k.ptx()
+    # the two stripes one after another, each as a 64 x 64 TMA box with 128-byte swizzle
+    image = np.concatenate([_image(a[:, :64]), _image(a[:, 64:])])
+    d = k.interpret(image, _image(b))
+    d = d[0] if isinstance(d, (list, tuple)) else d
+    np.testing.assert_allclose(np.asarray(d, np.float64), ref, rtol=1e-4, atol=1e-4)
+    # the row-major image (256-byte rows) is not what the hardware reads: wrong result
+    bad = k.interpret(np.ascontiguousarray(a).reshape(-1), _image(b))
+    bad = bad[0] if isinstance(bad, (list, tuple)) else bad
+    assert not np.allclose(np.asarray(bad, np.float64), ref, rtol=1e-2, atol=1e-2)
+    if PTXAS is not None:
+        k.check()
 
 
 @pytest.mark.parametrize("stages", [1, 2])

@@ -61,6 +61,11 @@ STRICTER = {"refuses reading a register no instruction wrote (stricter)":
             ("[mbar_' in '", ".b8 smem_' in '"),
             "passes a tensor map by value, .param .align 64 .b8 A_tmap[128] (differs)":
             "assert '.param .u64 A_tma_desc' in '",
+            # pyptx prints .im2col without its offsets, .gather4/.scatter4 (PTX: .tile::gather4,
+            # five coordinates) with two: ptxas 13 refuses all three
+            "has no im2col/gather4/scatter4 TMA calls: pyptx's forms are not PTX (stricter)":
+            ("object has no attribute 'im2col_", "object has no attribute 'gather4_",
+             "object has no attribute 'scatter4_"),
             "refuses a plain swizzled array with rows wider than the swizzle span (stricter)":
             "-byte swizzled array has rows of at most",
             # PTX ISA: tcgen05.commit's mbarrier is .shared::cluster only, .multicast::cluster

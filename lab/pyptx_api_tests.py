@@ -11,10 +11,12 @@ and the tests that use them are not counted: they test pyptx's implementation, n
 API.
 
 Counted ("public behaviour"): every ``test_*`` of the DSL-API files below whose source
-names none of those internals (the ``INTERNAL`` pattern). The run prints each file's
-passed/counted, the total, the failures that ptxdsl's deliberate differences explain
-(``STRICTER``) and the "fair" ratio: passes over the counted tests less those;
-``-v`` lists the failures with their first error line.
+names none of those internals (the ``INTERNAL`` pattern); a parametrized test counts once
+and passes when all its cases do. The run prints each file's passed/counted, the total,
+the failures that ptxdsl's deliberate differences explain (``STRICTER``, by their error
+text; ``BY_TEST``, the few whose bare assert names no cause, checked by hand) and the
+"fair" ratio: passes over the counted tests less those; ``-v`` lists the failures with
+the difference each meets, else their first error line.
 """
 from __future__ import annotations
 

@@ -298,8 +298,9 @@ class Kernel:
             b.params.append(ir.Param(f"{d}_dim", u32, "dim", d))
         for st in self.stride_names:
             b.params.append(ir.Param(f"{st}_stride", u32, "stride", st))
+        taken = {p.name for p in b.params} | {f"{a.name}_tmap" for a in out}  # + tma_desc()'s
         for pname, t, count, align in self.entry.extra_params:  # raw params naming no dim
-            if any(p.name == pname for p in b.params):
+            if pname in taken:
                 raise TraceError(f"raw param {pname!r} is also the name of a parameter the "
                                  f"specs give; rename it", self.defined_at)
             b.params.append(ir.Param(pname, ALL_TYPES[t], "raw", pname, count, align))

@@ -68,11 +68,12 @@ def test_raw_params_are_checked_at_definition(raw, match):
         kernel(in_specs=(Tile("N", f32),), raw_params=raw)(lambda X: None)
 
 
-def test_raw_param_named_like_a_spec_parameter_is_refused():
-    @kernel(in_specs=(Tile("N", f32),), raw_params=[("u64", "X_ptr")])
+@pytest.mark.parametrize("name", ["X_ptr", "N_dim", "X_tmap"])
+def test_raw_param_named_like_a_spec_parameter_is_refused(name):
+    @kernel(in_specs=(Tile("N", f32),), raw_params=[("u64", name)])
     def k(X):
         ptx.ret()
-    with pytest.raises(TraceError, match="'X_ptr' is also the name of a parameter"):
+    with pytest.raises(TraceError, match=f"'{name}' is also the name of a parameter"):
         k.ptx()
 
 

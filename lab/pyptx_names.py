@@ -89,7 +89,8 @@ DIFFERS = {
                          "`cache_info` / `cache_clear`)",
     "ptx.stmatrix": "also `ptx.stmatrix(dst, src)`; `smem=`/`regs=` as pyptx",
     "ptx.cvt": "also `ptx.cvt(dtype, x)` returning a new register",
-    "ptx.param": "names a parameter the specs give (raw params must name dims)",
+    "ptx.param": "reads a dim, a tensor's pointer or a `raw_params` parameter (one that "
+                 "names no dim is declared, but not filled at launch)",
 }
 
 

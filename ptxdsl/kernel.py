@@ -26,11 +26,11 @@ from .core.limits import check_dims
 from .core.emit import Emitted, emit
 from .core.entry import entry_options
 from .core.errors import (
-    PtxdslError, SourceLoc, ToolchainError, TraceError, location_from_traceback,
+    NoSpecsError, PtxdslError, SourceLoc, ToolchainError, TraceError, location_from_traceback,
     raised_inside_ptxdsl, user_location)
 from .core.specs import Tile
 from .core.trace import Builder
-from .core.types import u8, u32, u64
+from .core.types import ALL_TYPES, u8, u32, u64
 from .core.verify import verify
 from .dsl.args import TensorArg, TensorSpec
 from .dsl.template import auto_arch, bind_template, template_params
@@ -298,6 +298,12 @@ class Kernel:
             b.params.append(ir.Param(f"{d}_dim", u32, "dim", d))
         for st in self.stride_names:
             b.params.append(ir.Param(f"{st}_stride", u32, "stride", st))
+        taken = {p.name for p in b.params} | {f"{a.name}_tmap" for a in out}  # + tma_desc()'s
+        for pname, t, count, align in self.entry.extra_params:  # raw params naming no dim
+            if pname in taken:
+                raise TraceError(f"raw param {pname!r} is also the name of a parameter the "
+                                 f"specs give; rename it", self.defined_at)
+            b.params.append(ir.Param(pname, ALL_TYPES[t], "raw", pname, count, align))
         return out
 
     # ------------------------------------------------------------------ views
@@ -399,8 +405,15 @@ class Kernel:
         set (to anything but ``0``) at the time of the call.
 
         Once a kernel has launched on the GPU its calls go to the prepared launcher
-        (:func:`ptxdsl.runtime.prepare`), which does not read the environment.
+        (:func:`ptxdsl.runtime.prepare`), which does not read the environment. A kernel
+        without specs has nothing to launch with: calling it raises :class:`NoSpecsError`.
         """
+        if not self.in_specs and not self.out_specs:
+            raise NoSpecsError(f"kernel {self.name} has no in_specs or out_specs, so it has no "
+                               f"arguments to launch with; declare its tensors "
+                               f"(@kernel(in_specs=(Tile(...),), out_specs=(...))) to call it "
+                               f"(.ptx(), .check() and .interpret() work without)",
+                               user_location())
         if interpret_requested():
             return self.interpret(*args, **kwargs)
         launcher = self.runtime_cache.get("launcher")
@@ -557,7 +570,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     ``extern_smem="smem"`` declares ``.extern .shared .align 128 .b8 smem[]`` and
     ``smem=BYTES`` is the dynamic shared memory each launch provides;
     ``raw_params=[("u32", "K"), ...]`` (pyptx's spelling) names dims that the body reads
-    with ``ptx.param(u32, "K")``.
+    with ``ptx.param(u32, "K")``, or declares other parameters (see :mod:`ptxdsl.core.entry`).
 
     Keyword-only parameters of the body with defaults (``def k(A, B, *, BM=128)``) are
     template parameters: ``k.ptx(BM=64)`` traces with ``BM=64`` (one compiled form per set

@@ -13,13 +13,19 @@ extern shared memory, raw parameters; validated once, at ``@kernel``.
                        body addresses it by that name (``ptx.inst.mov.u32(r, "name")``)
 ``smem=BYTES``         dynamic shared memory each launch provides (the size of the
                        extern array, or at least that of ``smem.alloc(dynamic=True)``)
-``raw_params=``        ``[("u32", "M"), ...]``: pyptx's scalar parameters; ptxdsl fills
-                       each from the named dim of the same name (``ptx.param(u32, "M")``
-                       reads it), so each must name a dim of the specs
+``raw_params=``        ``[("u32", "M"), ...]``: pyptx's parameters. One naming a dim of the
+                       specs (32-bit) is that dim's parameter (``ptx.param(u32, "M")``
+                       reads it; the launcher fills it from the shapes); any other is
+                       declared as given, after the specs' parameters: a scalar
+                       (``.param .u32 K``) or an array, ``"b8.align64.array128"``
+                       (``.param .align 64 .b8 tma_A[128]``, whose address
+                       ``ptx.param(b64, "tma_A")`` reads); these are in the PTX, but the
+                       launcher and the interpreter do not fill them
 =====================  ==============================================================
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .errors import SourceLoc, TraceError
@@ -40,6 +46,8 @@ DIRECTIVES: dict[str, tuple[tuple[int, int], bool]] = {
 }
 
 _RAW_TYPES = ("u32", "s32", "b32")
+# pyptx's raw parameter types: a scalar type, then optionally .alignN and .arrayN
+_RAW_DECL = re.compile(r"^([bsuf](?:8|16|32|64))(?:\.align(\d+))?(?:\.array(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,8 @@ class EntryOptions:
     extern_smem: str | None = None
     smem: int | None = None
     raw_params: tuple[tuple[str, str], ...] = ()
+    # raw params naming no dim: (name, type name, count, align), declared as given
+    extra_params: tuple[tuple[str, str, int, int], ...] = ()
 
     def directive_lines(self) -> list[str]:
         """``.maxntid 384, 1, 1`` and friends, in the order given."""
@@ -154,19 +164,30 @@ def entry_options(*, cluster, raw_directives, extern_smem, smem, raw_params, blo
     if extern_smem is not None and not smem:
         raise TraceError(f"extern_smem={extern_smem!r} needs smem=BYTES: the size each launch "
                          f"provides", loc)
-    raw = []
+    raw, extra = [], []
     for item in raw_params or ():
         try:
             t, name = item
         except (TypeError, ValueError):
             raise TraceError(f"raw_params holds (type, name) pairs such as ('u32', 'M'), got "
                              f"{item!r}", loc) from None
-        if t not in _RAW_TYPES:
-            raise TraceError(f"raw param {name!r}: type {t!r}; ptxdsl fills raw params from "
-                             f"named dims, which are 32-bit ({', '.join(_RAW_TYPES)})", loc)
-        if name not in dim_names:
-            raise TraceError(f"raw param {name!r} names no dim of the kernel's specs (named "
-                             f"dims: {', '.join(dim_names) or 'none'}); ptxdsl fills raw "
-                             f"params from the arguments' shapes", loc)
-        raw.append((t, name))
-    return EntryOptions(cluster, tuple(directives), extern_smem, smem, tuple(raw))
+        if name in dim_names:
+            if t not in _RAW_TYPES:
+                raise TraceError(f"raw param {name!r}: type {t!r}; {name} is a named dim, "
+                                 f"whose parameter is 32-bit ({', '.join(_RAW_TYPES)})", loc)
+            raw.append((t, name))
+            continue
+        m = _RAW_DECL.match(t) if isinstance(t, str) else None
+        if m is None or m.group(1) == "f8" or (m.group(2) and m.group(3) is None):
+            raise TraceError(f"raw param {name!r}: type {t!r} is not a scalar type (u32, s64, "
+                             f"f32, ...) or an array such as 'b8.align64.array128'", loc)
+        if not (isinstance(name, str) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name)) or \
+                any(name == x[0] for x in extra):
+            raise TraceError(f"raw param name {name!r} is not a PTX identifier or is given "
+                             f"twice", loc)
+        count, align = int(m.group(3) or 1), int(m.group(2) or 0)
+        if count < 1 or align & (align - 1) or (count > 1) != bool(m.group(3)):
+            raise TraceError(f"raw param {name!r}: {t!r} needs a positive array length and a "
+                             f"power-of-two alignment", loc)
+        extra.append((name, m.group(1), count, align))
+    return EntryOptions(cluster, tuple(directives), extern_smem, smem, tuple(raw), tuple(extra))

@@ -168,5 +168,10 @@ class LaunchError(PtxdslError):
     """Arguments or launch configuration do not fit the kernel."""
 
 
+class NoSpecsError(LaunchError, NotImplementedError):
+    """A kernel without ``in_specs``/``out_specs`` was called: it has no arguments to launch
+    with (a NotImplementedError, as pyptx raises for the same call)."""
+
+
 class InterpreterError(PtxdslError):
     """The CPU interpreter stopped: a race, an out-of-bounds access, a divergent barrier..."""

@@ -256,6 +256,13 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
     pyptx's spellings ``'32B'``, ``'64B'``, ``'128B'`` and ``'NONE'`` / ``None`` are the
     same sizes.
     """
+    return _alloc(dtype, shape, align, dynamic, swizzle)
+
+
+def _alloc(dtype: PtxType, shape, align: int, dynamic: bool, swizzle,
+           stripes: bool = False) -> SharedArray:
+    """:func:`alloc`; ``stripes``: rows a multiple of the swizzle span wide, held as
+    span-wide stripes (a wide K-major wgmma tile, never indexed by element)."""
     b = current("smem.alloc")
     swizzle = _swizzle_bytes(swizzle, "smem.alloc")
     if swizzle:
@@ -280,7 +287,8 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
     b.shared.append(decl)
     arr = SharedArray(decl, b)
     arr.swizzle = swizzle
-    if swizzle and shape[-1] * dtype.bytes > swizzle:
+    if swizzle and shape[-1] * dtype.bytes > swizzle and not (
+            stripes and shape[-1] * dtype.bytes % swizzle == 0):
         raise TraceError(f"a {swizzle}-byte swizzled array has rows of at most {swizzle} "
                          f"bytes ({swizzle // dtype.bytes} {dtype.name}), got {shape[-1]}",
                          user_location())
@@ -374,7 +382,11 @@ def wgmma_operand(dtype: PtxType, shape, major: str = "K", *, align: int | None 
     """Shared memory for a wgmma operand in its canonical layout: ``shape`` is (rows,
     cols) or (stages, rows, cols), row-major; ``major="K"`` for an (M, K) A or (N, K) B,
     ``"MN"`` for a (K, N) B or (K, M) A (see :func:`ptxdsl.dsl.wgmma.operand_layout`: rows of
-    32/64/128 bytes are swizzled by their width, 16-byte MN-major rows are not).
+    32/64/128 bytes are swizzled by their width, 16-byte MN-major rows are not). A K-major
+    tile wider than 128 bytes (``(64, 128)`` bf16) is held as 128-byte swizzled stripes of
+    all its rows, one after another, as pyptx lays it out: TMA fills it one stripe at a
+    time (a box 128 bytes wide, at ``tile.k_step(i)`` of the stripe's first K step) and
+    ``tile.k_step(i)`` finds each wgmma's K inside its stripe.
 
     Records what :func:`alloc` records (a ``.shared .align A .b8 smemN[bytes]``
     declaration, aligned to the swizzle pattern and at least 128 bytes, as TMA wants);
@@ -387,8 +399,8 @@ def wgmma_operand(dtype: PtxType, shape, major: str = "K", *, align: int | None 
                          f"got {shape!r}", user_location())
     shape = tuple(shape)
     lay = operand_layout(dtype, shape[-2:], major)
-    arr = alloc(dtype, shape, align=max(align or 0, 128, 8 * lay.swizzle),
-                dynamic=dynamic, swizzle=lay.swizzle)
+    arr = _alloc(dtype, shape, max(align or 0, 128, 8 * lay.swizzle), dynamic, lay.swizzle,
+                 stripes=bool(lay.stripe))
     tile = WgmmaTile.__new__(WgmmaTile)
     tile.__dict__.update(arr.__dict__)
     tile.swizzle = lay.swizzle

@@ -289,8 +289,11 @@ def cp(taddr, src, *, cta_group: int = 1, size: str = "128x256b", multicast: str
     """``tcgen05.cp.cta_group::N.<size>[.<multicast>][.b8x16.<decompress>] [taddr], desc``:
     copy the shared-memory matrix of descriptor ``src`` into TMEM. ``multicast``:
     ``"warpx2::02_13"`` / ``"warpx2::01_23"`` (64x128b) or ``"warpx4"`` (32x128b);
-    ``decompress``: ``"b6x16_p32"`` or ``"b4x16_p64"``."""
+    ``decompress``: ``"b6x16_p32"`` or ``"b4x16_p64"``. pyptx's ``size="64x128b.warpx2::02_13"``
+    (the multicast written after the size) is the same instruction."""
     del src_is_addr  # pyptx's switch; the source is always a descriptor register here
+    if isinstance(size, str) and "." in size and multicast is None:
+        size, multicast = size.split(".", 1)
     chain = ["cp", _group(cta_group), size, *([multicast] if multicast else []),
              *(["b8x16", decompress] if decompress else [])]
     _inst("cp", chain, (_addr(taddr, "tcgen05.cp's TMEM address"), reg.as_reg(src)), pred)

@@ -127,7 +127,11 @@ class OperandLayout:
     contiguous: B as K x N rows, A as K x M rows); ``row_bytes``: one tile row;
     ``swizzle``: the span TMA writes and wgmma reads through (the row width; 16-byte rows
     are not swizzled); ``leading`` / ``stride``: the descriptor's LBO / SBO in bytes.
-    K-major: 8-row groups are ``stride = 8 * row_bytes`` apart (LBO unused, 16).
+    K-major: 8-row groups are ``stride = 8 * row_bytes`` apart (LBO unused, 16). A
+    K-major tile wider than 128 bytes is ``stripe``-byte apart 128-byte stripes (each all
+    rows of 128 bytes of K, 128-byte swizzled; LBO, which the hardware ignores for
+    K-major swizzled tiles, is the stripe distance as pyptx sets it); ``stripe`` is 0
+    for a tile of one stripe.
     MN-major swizzled: 8-K-row groups are ``stride = 8 * row_bytes`` apart (LBO unused,
     16); MN-major unswizzled (one 16-byte core matrix wide): 8-K-row core matrices are
     ``leading = 128`` bytes apart (SBO unused, 16).
@@ -139,6 +143,7 @@ class OperandLayout:
     swizzle: int
     leading: int
     stride: int
+    stripe: int = 0
 
     def fields(self) -> SmemDescriptor:
         """The descriptor fields (start address 0)."""
@@ -146,7 +151,11 @@ class OperandLayout:
 
     def k_offset(self, k: int) -> int:
         """Byte offset of K index ``k`` (a multiple of 8) from the tile's start: along a
-        row for K-major tiles, ``k`` rows down for MN-major ones."""
+        row for K-major tiles (into the stripe holding it), ``k`` rows down for MN-major
+        ones."""
+        if self.major == "K" and self.stripe:
+            off = k * self.elem_bytes
+            return off // 128 * self.stripe + off % 128
         return k * self.elem_bytes if self.major == "K" else k * self.row_bytes
 
 
@@ -154,7 +163,10 @@ def operand_layout(dtype: PtxType, shape, major: str = "K") -> OperandLayout:
     """The canonical layout of a wgmma operand tile of ``shape`` (rows, cols), row-major
     in shared memory: ``major="K"`` for (M, K) A / (N, K) B, ``"MN"`` for (K, N) B /
     (K, M) A. Rows of 32, 64 or 128 bytes are swizzled by their width; an MN-major tile
-    may also have 16-byte rows (no swizzle). Records nothing."""
+    may also have 16-byte rows (no swizzle); a K-major tile rows of a multiple of 128
+    bytes, held as 128-byte swizzled stripes (one wgmma's K, 32 bytes, lies in one
+    stripe; the PTX ISA fixes the row pitch inside a K-major swizzle atom at the
+    swizzle width). Records nothing."""
     loc = user_location()
     if major not in ("K", "MN"):
         raise TraceError(f"a wgmma operand is major='K' or major='MN', got {major!r}", loc)
@@ -166,11 +178,14 @@ def operand_layout(dtype: PtxType, shape, major: str = "K") -> OperandLayout:
     rows, cols = shape
     row = cols * dtype.bytes
     ok = (32, 64, 128) if major == "K" else (16, 32, 64, 128)
+    if major == "K" and row > 128 and row % 128 == 0 and rows % 8 == 0:
+        return OperandLayout(major, dtype.bytes, 128, 128, rows * 128, 8 * 128, rows * 128)
     if row not in ok:
         raise TraceError(f"a {major}-major wgmma operand of {dtype.name} has rows of "
                          f"{'/'.join(map(str, ok))} bytes ({', '.join(str(b // dtype.bytes) for b in ok)} "
-                         f"elements), got {cols} ({row} bytes); split a wider tile into "
-                         f"tiles of at most 128-byte rows", loc)
+                         f"elements{', or a multiple of 128 bytes' if major == 'K' else ''}), got "
+                         f"{cols} ({row} bytes); split a wider tile into tiles of at most "
+                         f"128-byte rows", loc)
     if rows % 8:
         raise TraceError(f"a wgmma operand tile has a multiple of 8 rows, got {rows}", loc)
     swz = 0 if row == 16 else row

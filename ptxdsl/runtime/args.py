@@ -109,6 +109,11 @@ class KernelSignature:
         align = tuple(need.get(n, (1, ""))[0] for n in names)
         why = tuple(need.get(n, (1, ""))[1] for n in names)
         for p in program.params:
+            if p.kind == "raw":
+                raise LaunchError(f"kernel {kernel.name}: raw parameter {p.name} names no dim "
+                                  f"of its specs, and ptxdsl's launcher fills parameters from "
+                                  f"its tensors only; name a dim {p.name!r} in a Tile, or make "
+                                  f"the value a template parameter (k.ptx({p.name}=...))")
             if p.kind not in ("ptr", "dim", "stride", "tmap"):
                 raise LaunchError(f"kernel {kernel.name}: parameter {p.name} is of kind "
                                   f"{p.kind!r}, which this runtime cannot fill")

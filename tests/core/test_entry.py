@@ -54,7 +54,7 @@ def test_hopper_entry_prints_and_assembles():
     (dict(extern_smem="smem", smem=None), "needs smem=BYTES"),
     (dict(smem=300_000), "227 KiB"),
     (dict(extern_smem="1smem"), "PTX identifier"),
-    (dict(raw_params=[("u32", "Q")]), "names no dim"),
+    (dict(raw_params=[("q32", "Q")]), "not a scalar type"),
     (dict(raw_params=[("u64", "M")]), "32-bit"),
     (dict(maxntid=True), "give them one way"),
 ])

@@ -39,19 +39,22 @@ class Bar:
     """``ptx.bar``: CTA barriers."""
 
     @staticmethod
-    def sync(barrier: int = 0, count=None) -> None:
+    def sync(barrier: int = 0, count=None, *, pred=None) -> None:
         """``bar.sync barrier[, count]``: wait until ``count`` threads (default: the CTA)
         arrive.
 
-        ``barrier`` is 0..15; ``count`` a multiple of 32 (ints or u32 registers).
+        ``barrier`` is 0..15; ``count`` a multiple of 32 (ints or u32 registers). ``pred``
+        (a predicate register) guards it, ``@p bar.sync``: only the threads where it holds
+        take part, so ``count`` must be theirs (pyptx's spelling for a role's barrier).
         """
         args = (barrier,) if count is None else (barrier, count)
-        current("ptx.bar.sync").inst(["bar", "sync"], args)
+        current("ptx.bar.sync").inst(["bar", "sync"], args, guard=pred)
 
     @staticmethod
-    def arrive(barrier: int, count) -> None:
-        """``bar.arrive barrier, count``: arrive without waiting (producer side)."""
-        current("ptx.bar.arrive").inst(["bar", "arrive"], (barrier, count))
+    def arrive(barrier: int, count, *, pred=None) -> None:
+        """``bar.arrive barrier, count``: arrive without waiting (producer side); ``pred``
+        guards it as for :meth:`sync`."""
+        current("ptx.bar.arrive").inst(["bar", "arrive"], (barrier, count), guard=pred)
 
 
 bar = Bar()

@@ -13,6 +13,10 @@ anything with an address; ``mbar`` an mbarrier (:mod:`ptxdsl.dsl.mbarrier`).
 ``load(..., multicast=mask)``        the same with ``.multicast::cluster`` and the 16-bit
                                      CTA mask as last operand: the box lands at ``dst`` in
                                      every CTA of the mask, each CTA's ``mbar`` completing
+``load_cta(dst, desc, coords, mbar,``  ``cp.async.bulk.tensor.Nd.shared::cta.global.tile.
+``cta_group=1)``                       mbarrier::complete_tx::bytes.cta_group::{1,2}``
+                                     (sm_100a): into this CTA's own shared memory, ``mbar``
+                                     maybe the peer CTA's (2-SM ``tcgen05.mma``)
 ``store(desc, coords, src)``         ``cp.async.bulk.tensor.Nd.global.shared::cta.tile.
                                      bulk_group [desc, {c..}], [src]``
 ``reduce(desc, coords, src, op)``    ``cp.reduce.async.bulk.tensor.Nd.global.shared::cta.
@@ -27,7 +31,8 @@ pyptx's spellings, kept as aliases: ``load_3d(dst=, src=, coords=, mbar=)`` (or
 ``col``), ``load_3d_multicast(..., mask=, issuer=)`` (``issuer``: a predicate, or a
 CTA rank turned into one with ``ptx.cluster.is_rank``), ``store_3d(dst=desc, src=,
 row=, col=)``, and ``ptx.cp.async_.bulk.tensor_2d(dst=, src=desc, coord=, mbar=)``
-(``.store(dst=desc, src=, coord=)``). Every call takes ``pred=``.
+(``.store(dst=desc, src=, coord=)``, ``.shared_cta_global_tile(dst=, src=, coord=,
+mbar=, cta_group=)`` for :func:`load_cta`). Every call takes ``pred=``.
 
 ``ptx.cp.async_`` also holds Ampere's ``cp.async`` (global -> shared, 4/8/16 bytes):
 
@@ -47,8 +52,8 @@ from ..core.types import u32
 from .cluster import is_rank
 from .mbarrier import operand as mbarrier_operand
 
-__all__ = ["load", "store", "reduce", "commit", "wait", "load_3d", "load_3d_multicast", "store_3d",
-           "cp"]
+__all__ = ["load", "load_cta", "store", "reduce", "commit", "wait", "load_3d",
+           "load_3d_multicast", "store_3d", "cp"]
 
 
 def _tensor_operand(desc, coords) -> ir.Addr:
@@ -91,6 +96,20 @@ def load(dst, desc, coords, mbar, *, multicast=None, cache_hint=None, pred=None)
         chain.append("L2::cache_hint")
         ops.append(cache_hint)
     current("ptx.tma.load").inst(chain, tuple(ops), guard=pred)
+
+
+def load_cta(dst, desc, coords, mbar, *, cta_group: int = 1, pred=None) -> None:
+    """Blackwell's TMA load into this CTA's own shared memory (``.shared::cta``), with
+    ``cta_group`` 1 or 2: with 2, ``mbar`` may be the peer CTA's barrier (a
+    ``.shared::cluster`` address, e.g. from ``ptx.cluster.map_shared_u32``), so one
+    barrier counts both CTAs' bytes of a 2-SM ``tcgen05.mma`` (sm_100a only)."""
+    if cta_group not in (1, 2):
+        raise TraceError(f"cta_group is 1 or 2, got {cta_group!r}", user_location())
+    t = _tensor_operand(desc, coords)
+    chain = ["cp", "async", "bulk", "tensor", f"{len(t.coords)}d", "shared::cta", "global",
+             "tile", "mbarrier::complete_tx::bytes", f"cta_group::{cta_group}"]
+    current("ptx.tma.load_cta").inst(chain, (_smem(dst), t, mbarrier_operand(mbar)),
+                                     guard=pred)
 
 
 def store(desc, coords, src, *, cache_hint=None, pred=None) -> None:
@@ -195,6 +214,11 @@ class _TensorOp:
 
     def store(self, *, dst, src, coord=None, pred=None):
         store(dst, self._check(coord), src, pred=pred)
+
+    def shared_cta_global_tile(self, *, dst, src, coord=None, mbar=None, cta_group: int = 1,
+                               pred=None):
+        """pyptx's collective load: :func:`load_cta` (sm_100a)."""
+        load_cta(dst, src, self._check(coord), mbar, cta_group=cta_group, pred=pred)
 
 
 def _tile(n: int):

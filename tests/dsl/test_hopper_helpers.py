@@ -201,6 +201,33 @@ def test_tma_load_store_and_multicast():
                "cp.async.bulk.wait_group.read 0;")
 
 
+def test_collective_tma_load_into_shared_cta():
+    """Blackwell's ``ptx.tma.load_cta`` (and pyptx's ``ptx.cp.async_.bulk.tensor_2d.
+    shared_cta_global_tile``): ``.shared::cta`` destination, ``.cta_group::2``, the peer
+    CTA's barrier through mapa; assembles for sm_100a; refused on sm_90a by the table."""
+    from ptxdsl.core.errors import IsaError
+    from ptxdsl.toolchain import find_ptxas
+
+    def k(A):
+        buf = reg.scalar(u32, init=1024)
+        mine = reg.scalar(u32, init=2048)            # this CTA's barrier's address
+        peer = ptx.cluster.map_shared_u32(mine, 0)
+        ptx.tma.load_cta(buf, A.tma_desc(), (0, 64), peer, cta_group=2)
+        ptx.cp.async_.bulk.tensor_2d.shared_cta_global_tile(dst=buf, src=A.tma_desc(),
+                                                             coord=(64, 0), mbar=peer)
+    lines = body_of(k, specs=(TILE,), cluster=(2, 1, 1), arch="sm_100a")
+    t = r"cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes"
+    assert has(lines, rf"{t}.cta_group::2 \[%r0\], \[%rd\d+, \{{0, 64\}}\], \[%r\d+\];")
+    assert has(lines, rf"{t}.cta_group::1 \[%r0\], \[%rd\d+, \{{64, 0\}}\], \[%r\d+\];")
+    if find_ptxas():
+        kernel(in_specs=(TILE,), block=(256, 1, 1), cluster=(2, 1, 1), arch="sm_100a")(k).check()
+    with pytest.raises((IsaError, TraceError)):
+        body_of(k, specs=(TILE,), cluster=(2, 1, 1), arch="sm_90a")
+    with pytest.raises(TraceError, match="cta_group is 1 or 2"):
+        body_of(lambda A: ptx.tma.load_cta(0, A.tma_desc(), (0, 0), 0, cta_group=3),
+                specs=(TILE,), arch="sm_100a")
+
+
 def test_pyptx_tma_spellings():
     spec = Tile("M", "K", bf16, Layout.TMA_128B, tma_box=(128, 64), tma_rank=3)
 

@@ -459,3 +459,23 @@ def test_small_pyptx_names_of_types_kernels_and_placeholders():
     assert (spec.name, spec.shape, spec.dtype, spec.layout) == ("A", None, None, None)
     assert kernel(arch="sm_90a", extern_smem="s", smem=256)(lambda: None).smem == 256
     assert kernel(arch="sm_90a")(lambda: None).smem is None
+
+
+def test_bar_sync_and_arrive_take_a_guard_predicate():
+    """``ptx.bar.sync(1, 128, pred=p)`` (pyptx's spelling for one role's named barrier) is
+    ``@p bar.sync 1, 128``, and ``bar.arrive`` likewise; the text assembles for sm_90a."""
+    from ptxdsl.toolchain import find_ptxas
+
+    def k():
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        store_wg = reg.scalar(pred)
+        ptx.inst.setp.ge.u32(store_wg, tid, 128)
+        ptx.bar.sync(1, 128, pred=store_wg)
+        ptx.bar.arrive(2, 128, pred=~store_wg)
+
+    lines = trace(k)
+    assert any(re.fullmatch(r"@%p\d+ bar\.sync 1, 128;", ln) for ln in lines), lines
+    assert any(re.fullmatch(r"@%p\d+ bar\.arrive 2, 128;", ln) for ln in lines), lines
+    if find_ptxas():
+        kernel(arch="sm_90a")(k).check()

@@ -38,14 +38,17 @@ CANDIDATES = {
     64: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
          dict(block_n=128, consumers=3, **_P, **_L),
          dict(block_n=128, consumers=3, pingpong=True, **_P, **_L),
-         dict(block_n=128, stages=3, consumers=3, **_P, **_L)],
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L),
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L, head_sections=True)],
     96: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L)],
     128: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
           dict(block_n=176, **_P, **_L), dict(block_n=128, pingpong=True, **_P, **_L),
-          dict(block_n=128, stages=3, **_P, **_L)],
+          dict(block_n=128, stages=3, **_P, **_L),
+          dict(block_n=128, **_P, **_L, head_sections=True)],
     192: [dict(block_n=96, pingpong=True, **_P), dict(block_n=96, pingpong=True, **_P, **_L)],
     256: [dict(block_n=80, pingpong=True), dict(block_n=80, pingpong=True, **_L),
-          dict(block_n=80, pingpong=True, **_P, **_L)],
+          dict(block_n=80, pingpong=True, **_P, **_L),
+          dict(block_n=80, pingpong=True, **_P, **_L, head_sections=True)],
 }
 
 
@@ -127,7 +130,8 @@ def _name(kw: dict) -> str:
     """A config as ``128x2 pp persistent m192 lazy`` (only what differs from Config())."""
     bits = [f"{kw.get('block_n', 128)}x{kw.get('stages', 2)}"]
     bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
-                            ("tma_store", "tma-store"), ("lazy_rescale", "lazy")) if kw.get(k)]
+                            ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
+                            ("head_sections", "l2")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     return " ".join(bits)

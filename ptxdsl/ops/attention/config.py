@@ -27,7 +27,9 @@ class Config:
     (``consumers``: 2 or 3, a tile of ``block_m = 64 * consumers`` rows). ``lazy_rescale``:
     the row max moves only when a block's max exceeds it by more than 8 (log2 units), and
     O is rescaled only in warps where it moved, after a branch that keeps the wait for P·V
-    behind the softmax (see ``fwd._wait_and_rescale``)."""
+    behind the softmax (see ``fwd._wait_and_rescale``). ``head_sections``: the causal
+    longest-first order runs within sections of heads whose K/V fit in L2
+    (:meth:`.tiles.Dense.locate`; the dense layout only)."""
 
     block_n: int = 128
     stages: int = 2
@@ -38,6 +40,7 @@ class Config:
     tma_store: bool = False
     consumers: int = 2
     lazy_rescale: bool = False
+    head_sections: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):

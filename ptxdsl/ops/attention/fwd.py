@@ -84,7 +84,7 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     packed as in ``packed``) or ``varlen_unordered`` (the same in numbering order)."""
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
-                     block_m=c.block_m)
+                     block_m=c.block_m, sections=c.head_sections)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m)
     if layout in ("varlen", "varlen_unordered"):
@@ -130,7 +130,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
-            f"{'_lazy' if c.lazy_rescale else ''}"
+            f"{'_lazy' if c.lazy_rescale else ''}{'_l2' if c.head_sections else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
             f"{'_tmastore' if tma_out else ''}")
 

@@ -21,12 +21,15 @@ from dataclasses import dataclass
 
 from ... import Tile
 from ...core.tensormap import TMA
-from ...core.types import PtxType, f32, s32
+from ...core.types import PtxType, f32, s32, u32
 from ...dsl import ptx, reg
-from .config import BLOCK_M
+from .config import BLOCK_M, padded
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
 ROW = 128            # bytes per swizzled panel row
+# Config.head_sections: the K/V bytes of the heads one section of the causal order holds,
+# well inside an H100/H200's 50/60 MB L2 (read at trace time)
+L2_KV_BYTES = 24 << 20
 
 
 def s32_of(x):
@@ -65,10 +68,11 @@ class Dense:
     group = 1
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool, *,
-                 tma_out: bool = False, block_m: int = BLOCK_M):
+                 tma_out: bool = False, block_m: int = BLOCK_M, sections: bool = False):
         self.dtype, self.d, self.bn, self.causal_order = dtype, d, block_n, causal_order
         self.tma_out = tma_out          # out through TMA stores of (1, 64, 1, 64) boxes
         self.bm = block_m               # query rows per tile
+        self.sections = sections        # Config.head_sections (causal order only)
 
     def specs(self):
         q = Tile("B", "SQ", "H", self.d, self.dtype,
@@ -104,8 +108,20 @@ class Dense:
 
     def locate(self, t) -> Work:
         """Causal: the tiles with the most keys first (longest-first); otherwise the
-        tiles of one (batch, head) side by side, so that they share K/V in L2."""
-        if self.causal_order:
+        tiles of one (batch, head) side by side, so that they share K/V in L2. With
+        ``sections``, causal tiles go longest-first within sections of heads whose K/V
+        fit :data:`L2_KV_BYTES`, one section after another: longest-first over every head
+        at once keeps all heads' K/V in flight, more than L2 holds at S = 1k with many
+        heads, or at 16k."""
+        if self.causal_order and self.sections:
+            per_head = ptx.min(self.sk, 1 << 20) * (2 * padded(self.d) * self.dtype.bytes)
+            g = ptx.min(ptx.max(reg.scalar(u32, init=L2_KV_BYTES) // per_head, 1), self.hb)
+            sec = t // (g * self.nmb)
+            first = sec * g                                   # the section's first head
+            u = t - first * self.nmb
+            heads = ptx.min(self.hb - first, g)               # the last may hold fewer
+            mblk, rest = self.nmb - 1 - u // heads, first + u % heads
+        elif self.causal_order:
             mblk, rest = self.nmb - 1 - t // self.hb, t % self.hb
         else:
             mblk, rest = t % self.nmb, t // self.nmb

@@ -249,3 +249,22 @@ def test_varlen_one_launch_ragged_lengths():
 ])
 def test_varlen_wider_sweep(lq, lk, h, hk, d, kw):
     _check_varlen(lq, lk, h, hk, d, ml_dtypes.bfloat16, sum(lq), **kw)
+
+
+def test_causal_order_in_head_sections(monkeypatch):
+    """Config.head_sections: causal tiles longest-first within sections of heads whose K/V
+    fit tiles.L2_KV_BYTES (here two heads' worth, so three heads make a full section and a
+    last one of one head), snaking over a persistent grid of 2 CTAs: every tile once."""
+    from ptxdsl.core.types import f16
+    from ptxdsl.ops.attention import tiles
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    q, k, v = _inputs(1, 300, 300, 3, 3, 64, np.float16, 8)
+    monkeypatch.setattr(tiles, "L2_KV_BYTES", 2 * 300 * 2 * 64 * 2)
+    kern = build_forward(Config(block_n=64, stages=2, persistent=True, head_sections=True),
+                         f16, 64, Mask(-1, 0), scale=0.125, sms=2)
+    assert kern.name.endswith("_l2")
+    out, lse = kern.interpret(q, k, v)
+    ref, rlse = attention_reference(q, k, v, causal=True, softmax_scale=0.125)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()
+    assert (np.abs(lse - rlse) / np.maximum(np.abs(rlse), 1.0)).max() <= 1e-3

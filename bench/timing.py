@@ -7,8 +7,8 @@ order every round, the same contender always follows the same one. So the conten
 order is a fresh (seeded) permutation every round, and each timed block follows an untimed
 block of the same contender. Blocks of tens of milliseconds still do not reach each
 kernel's sustained clock: for that, ``lab/attention_sustained.py`` runs one contender at a
-time for seconds after an idle gap (on the H200 the two methods differ by up to 9% for one
-kernel, ``bench/results/attention_sustained_h200.json``).
+time for seconds after an idle gap (on the H200 one kernel's figure moved by up to 15%
+between the methods, ``bench/results/attention_sustained_h200.json``).
 """
 from __future__ import annotations
 

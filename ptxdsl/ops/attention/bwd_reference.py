@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .reference import keys_seen
+from .reference import exp_scores
 
 
 def attention_backward_reference(dout, q, k, v, *, causal: bool = False,
@@ -13,23 +13,12 @@ def attention_backward_reference(dout, q, k, v, *, causal: bool = False,
     """``(dq, dk, dv)`` in float64 for ``out = softmax(cap(q kᵀ * scale) + mask) v``: q and
     dout ``(B, Sq, H, D)``, k / v ``(B, Sk, Hkv, D)`` (dk / dv summed over each GQA group),
     keys aligned bottom-right as in :func:`~.reference.attention_reference`."""
-    q, k, v, do = (np.asarray(x, np.float64) for x in (q, k, v, dout))
+    q, k, do = (np.asarray(x, np.float64) for x in (q, k, dout))
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     g = h // hk
-    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    kk = np.repeat(k, g, axis=2)
-    vv = np.repeat(v, g, axis=2)
-    s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale
-    t = None
-    if softcap:
-        t = np.tanh(s / softcap)
-        s = softcap * t
-    s = np.where(keys_seen(sq, sk, causal, window_size), s, -np.inf)
-    mx = s.max(-1, keepdims=True)
-    mx = np.where(np.isfinite(mx), mx, 0.0)
-    p = np.exp(s - mx)
-    den = p.sum(-1, keepdims=True)
+    p, den, _, kk, vv, t, scale = exp_scores(q, k, v, causal, softmax_scale, window_size,
+                                             softcap)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(den > 0, p / den, 0.0)
     o = np.einsum("bhqk,bkhd->bhqd", p, vv)

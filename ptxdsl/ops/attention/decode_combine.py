@@ -15,7 +15,7 @@ from ... import Tile, kernel
 from ...core.types import PtxType, b32, f32, pred, u32
 from ...dsl import ptx, reg
 from .._common.launch_order import after_previous_kernel, pdl_for
-from .softmax import LN2, LOG2E, NEG_INF
+from .softmax import LOG2E, NEG_INF, row_inverse, row_lse
 
 UNROLL = 8           # splits whose loads one chunk keeps in flight
 WARPS = 4            # rows per CTA
@@ -89,11 +89,7 @@ def build_combine(dtype: PtxType, d: int, *, arch: str = "sm_90a"):
                     for a, y in zip(acc, ov):
                         ptx.inst("fma.rn.f32", a, w, y, a)
                 ptx.inst.mov.f32(mx, new)
-            some = reg.scalar(pred)
-            ptx.inst.setp.gt.f32(some, tot, 0.0)
-            inv = reg.scalar(f32)
-            ptx.inst("rcp.rn.f32", inv, tot)
-            ptx.inst.selp.f32(inv, inv, 0.0, some)
+            inv, some = row_inverse(tot)
             s = row % sq
             bh = row // sq
             orow = ((bh // nh) * sq + s) * nh + bh % nh
@@ -110,11 +106,7 @@ def build_combine(dtype: PtxType, d: int, *, arch: str = "sm_90a"):
             else:
                 ptx.inst("st.global.b32", at, words[0])
             with ptx.if_(lane == 0):
-                val = reg.scalar(f32)
-                ptx.inst("lg2.approx.f32", val, tot)
-                ptx.inst.add.f32(val, val, mx)
-                ptx.inst.mul.f32(val, val, LN2)
-                ptx.inst.selp.f32(val, val, NEG_INF, some)
+                val = row_lse(tot, mx, some)
                 ptx.inst("st.global.f32", ptx.addr(plse + row * 4), val)
 
     return attention_decode_combine

@@ -27,14 +27,14 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, f32, pred, s32, u8, u32
+from ...core.types import PtxType, f32, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Mask
 from .steps import mask_keys, mma_pv, mma_qk, release as release_stage
-from .softmax import (LN2, LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
-                      quad_reduce, rescale)
+from .softmax import (LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
+                      quad_reduce, rescale, row_inverse, row_lse)
 
 ROWS = 64            # rows of the packed query tile: one wgmma m64
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
@@ -263,11 +263,7 @@ def _epilogue(o_acc, m, l, trows, used, fcol, lw, po, pl, row0, sq, group, d) ->
     and -inf."""
     for r in range(2):
         quad_reduce(l[r], "add")
-        some = reg.scalar(pred)
-        ptx.inst.setp.gt.f32(some, l[r], 0.0)
-        inv = reg.scalar(f32)
-        ptx.inst("rcp.rn.f32", inv, l[r])
-        ptx.inst.selp.f32(inv, inv, 0.0, some)
+        inv, some = row_inverse(l[r])
         with ptx.if_(trows[r] < used):
             row = row0 + (trows[r] % group) * sq + trows[r] // group
             ptr = po + (row * d + fcol) * 4
@@ -279,11 +275,7 @@ def _epilogue(o_acc, m, l, trows, used, fcol, lw, po, pl, row0, sq, group, d) ->
                 ptx.inst.mul.f32(hi, hi, inv)
                 ptx.inst("st.global.v2.f32", ptx.addr(ptr, 4 * 8 * (i // 4)), [lo, hi])
             with ptx.if_((lw & 3) == 0):
-                val = reg.scalar(f32)
-                ptx.inst("lg2.approx.f32", val, l[r])
-                ptx.inst.add.f32(val, val, m[r])
-                ptx.inst.mul.f32(val, val, LN2)
-                ptx.inst.selp.f32(val, val, NEG_INF, some)
+                val = row_lse(l[r], m[r], some)
                 ptx.inst("st.global.f32", ptx.addr(pl + row * 4), val)
 
 

@@ -44,8 +44,8 @@ from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
-from .softmax import (LN2, LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
-                      quad_reduce, rescale)
+from .softmax import (LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
+                      quad_reduce, rescale, row_inverse, row_lse)
 from .steps import key_blocks, mask_keys, mma_pv, mma_qk, release as release_stage, snake
 from .tiles import PANEL, ROW, Dense, Packed, s32_of as _s32
 from .varlen_tiles import Varlen
@@ -390,12 +390,7 @@ def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc
     inv = []
     for r in range(2):
         quad_reduce(l[r], "add")
-        some = reg.scalar(pred)
-        ptx.inst.setp.gt.f32(some, l[r], 0.0)
-        x = reg.scalar(f32)
-        ptx.inst("rcp.rn.f32", x, l[r])
-        ptx.inst.selp.f32(x, x, 0.0, some)
-        inv.append(x)
+        inv.append(row_inverse(l[r])[0])
     elems = list(o_acc)
     for g in range(0, len(elems), 4):            # 8-column group g / 4: rows r0, r0 + 8
         col = 8 * (g // 4)
@@ -429,11 +424,7 @@ def _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype, *,
     for r in range(2):
         if store:
             quad_reduce(l[r], "add")
-        some = reg.scalar(pred)
-        ptx.inst.setp.gt.f32(some, l[r], 0.0)
-        inv = reg.scalar(f32)
-        ptx.inst("rcp.rn.f32", inv, l[r])
-        ptx.inst.selp.f32(inv, inv, 0.0, some)
+        inv, some = row_inverse(l[r])
         with ptx.if_(rows[r] < sq_s):
             row = sched.out_row(w, urows[r]) if store else None
             ptr = po + (row * d + fcol) * dtype.bytes if store else None
@@ -447,13 +438,8 @@ def _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype, *,
                 ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
                 ptx.inst("st.global.b32", ptx.addr(ptr, (8 * (i // 4)) * dtype.bytes), pair)
             with ptx.if_((lw & 3) == 0):
-                val = reg.scalar(f32)
-                ptx.inst("lg2.approx.f32", val, l[r])
-                ptx.inst.add.f32(val, val, m[r])
-                ptx.inst.mul.f32(val, val, LN2)
-                ptx.inst.selp.f32(val, val, NEG_INF, some)
-                ptx.inst("st.global.f32",
-                         ptx.addr(pl + sched.lse_at(w, urows[r]) * 4), val)
+                val = row_lse(l[r], m[r], some)
+                ptx.inst("st.global.f32", ptx.addr(pl + sched.lse_at(w, urows[r]) * 4), val)
 
 
 @contextlib.contextmanager

@@ -156,5 +156,27 @@ def pack_p(s, into, dtype_name: str) -> None:
             ptx.inst(f"cvt.rn.{dtype_name}x2.f32", d, s[hi], s[lo])
 
 
+def row_inverse(total):
+    """``(1 / total or 0, total > 0)``: a row's normaliser, 0 for a row that saw no key
+    (``setp`` + ``rcp.rn`` + ``selp``), and the predicate :func:`row_lse` takes."""
+    some = reg.scalar(pred)
+    ptx.inst.setp.gt.f32(some, total, 0.0)
+    inv = reg.scalar(f32)
+    ptx.inst("rcp.rn.f32", inv, total)
+    ptx.inst.selp.f32(inv, inv, 0.0, some)
+    return inv, some
+
+
+def row_lse(total, row_max, some):
+    """A row's log-sum-exp ``(row_max + lg2 total) ln 2`` (``row_max`` in log2 units), -inf
+    where ``some`` (:func:`row_inverse`) is false."""
+    val = reg.scalar(f32)
+    ptx.inst("lg2.approx.f32", val, total)
+    ptx.inst.add.f32(val, val, row_max)
+    ptx.inst.mul.f32(val, val, LN2)
+    ptx.inst.selp.f32(val, val, NEG_INF, some)
+    return val
+
+
 __all__ = ["mask_block", "online_softmax", "rescale", "pack_p", "p_registers", "quad_reduce",
-           "row_of", "col_of", "LOG2E", "LN2", "NEG_INF"]
+           "row_inverse", "row_lse", "row_of", "col_of", "LOG2E", "LN2", "NEG_INF"]

@@ -65,6 +65,19 @@ def clear() -> None:
 
 
 # ---------------------------------------------------------------- array plumbing
+def _operand_dtypes(a, b, scale_a, scale_b, fail=_error) -> tuple[PtxType, PtxType]:
+    """``a``'s and ``b``'s element types, checked together (one 16-bit type, or both
+    float8) and against the scales (float8 operands only); ``fail``: the op's error."""
+    dt, bt = _dtype_of(a), _dtype_of(b)
+    eight = dt.bytes == 1
+    if (bt.bytes == 1) != eight or (not eight and bt != dt):
+        raise fail(f"a and b must have one dtype (or both be float8), got {a.dtype} and "
+                   f"{b.dtype}")
+    if not eight and (scale_a is not None or scale_b is not None):
+        raise fail(f"scale_a / scale_b scale float8 operands; {a.dtype} operands take none")
+    return dt, bt
+
+
 def _dtype_of(a) -> PtxType:
     name = str(a.dtype).replace("torch.", "")
     t = _DTYPES.get(name) or _fp8.FP8.get(name)
@@ -165,13 +178,8 @@ def forward(frame, a, b, out, out_dtype, bias, activation, scale_a=None, scale_b
     record = out is None and frame.cuda_torch and not any(
         isinstance(s, (int, float)) for s in (scale_a, scale_b))
     batch, m, n, k = _shapes(a, b)
-    dt, bt = _dtype_of(a), _dtype_of(b)
+    dt, bt = _operand_dtypes(a, b, scale_a, scale_b)
     eight = dt.bytes == 1
-    if (bt.bytes == 1) != eight or (not eight and bt != dt):
-        raise _error(f"a and b must have one dtype (or both be float8), got {a.dtype} and "
-                     f"{b.dtype}")
-    if not eight and (scale_a is not None or scale_b is not None):
-        raise _error(f"scale_a / scale_b scale float8 operands; {a.dtype} operands take none")
     odt = _out_dtype(out_dtype, bf16 if eight else dt)
     mode = None
     scales = None

@@ -35,7 +35,7 @@ from ...core.types import PtxType, bf16
 from ...runtime.adapter import Frame, address as data_ptr, kind_of
 from ...runtime.adapter import element_strides as strides
 from . import fp8 as _fp8
-from .api import ALIASES, KERNELS, _dtype_of, _dtype_of_any, _out_dtype
+from .api import ALIASES, KERNELS, _dtype_of_any, _operand_dtypes, _out_dtype
 from .epilogue import ACTIVATIONS
 from .plan import bk_for, fallback_plan, fitted, tma_ok
 from .config import Plan
@@ -68,13 +68,8 @@ def grouped_matmul(a, b, offs=None, *, m_splits=None, out=None, out_dtype=None,
     if k != k2:
         raise _error(f"a's K ({k}) must equal b's (G, K, N) middle dim ({k2})")
     offs = _offsets(frame, a, offs, m_splits, g, total)
-    dt, bt = _dtype_of(a), _dtype_of(b)
+    dt, bt = _operand_dtypes(a, b, scale_a, scale_b, _error)
     eight = dt.bytes == 1
-    if (bt.bytes == 1) != eight or (not eight and bt != dt):
-        raise _error(f"a and b must have one dtype (or both be float8), got {a.dtype} and "
-                     f"{b.dtype}")
-    if not eight and (scale_a is not None or scale_b is not None):
-        raise _error(f"scale_a / scale_b scale float8 operands; {a.dtype} operands take none")
     scales, mode = None, None
     if eight:
         mode, scales = _scales(frame, scale_a, scale_b, a, total, g, n, k)

@@ -51,6 +51,8 @@ def test_correct_kernels_give_the_interpreters_numbers(name):
     k = build()
     want = k.interpret(*ins, out.copy())
     got = torch.from_numpy(out.copy()).cuda()
-    k(*(torch.from_numpy(x).cuda() for x in ins), got)
+    # uint16 inputs hold bf16 bits (the interpreter's numpy form); torch takes them as bf16
+    dev = [torch.from_numpy(x).cuda() for x in ins]
+    k(*(t.view(torch.bfloat16) if t.dtype == torch.uint16 else t for t in dev), got)
     torch.cuda.synchronize()
     np.testing.assert_array_equal(got.cpu().numpy(), want)

@@ -111,16 +111,17 @@ def _tma_ready(a, frame) -> bool:
 def forward_kernel(head_dim: int, dtype: str = "bf16", *, causal: bool = False,
                    window_size=(-1, -1), softmax_scale: float | None = None,
                    softcap: float = 0.0, arch: str = "sm_90a", sms: int = 132,
-                   layout: str = "dense", group: int = 1):
+                   layout: str = "dense", group: int = 1, seqlen: int | None = None):
     """The kernel :func:`attention` runs for these options (built once per key, from the
     plan table's config): for ``ptxdsl check``, the docs' PTX excerpts and timing.
     ``layout``: ``dense``, ``packed`` (``group`` query heads per K/V head in one tile's
-    rows) or ``varlen`` (:func:`~.varlen.attention_varlen`)."""
+    rows) or ``varlen`` (:func:`~.varlen.attention_varlen`); ``seqlen``: the key length,
+    which picks the table's short-sequence rows (none when not given)."""
     dt = {"bf16": bf16, "f16": f16}[dtype]
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
-    cfg = choose(head_dim, dt.name, mask, 1 if layout == "dense" else group)
+    cfg = choose(head_dim, dt.name, mask, 1 if layout == "dense" else group, seqlen)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), arch, sms, layout, group)
     return KERNELS.get(key, lambda: build_forward(cfg, dt, head_dim, mask, scale=scale,
                                                   softcap=float(softcap), sms=sms, arch=arch,
@@ -163,8 +164,8 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
     if got is not None:
         return got
     frame = _frame(q)
-    dtype, (b, sq, h, d), _ = _check(q, k, v, causal, softmax_scale, window_size, softcap,
-                                     out, frame)
+    dtype, (b, sq, h, d), (sk, hk) = _check(q, k, v, causal, softmax_scale, window_size,
+                                            softcap, out, frame)
     if frame.kind == "torch" and frame.torch.is_grad_enabled() and any(
             a.requires_grad for a in (q, k, v)):
         from .autograd import differentiable    # the autograd node (imports torch)
@@ -172,7 +173,6 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
                               window_size=window_size, softcap=softcap,
                               return_lse=return_lse, out=out)
     given = (q, k, v, out)
-    hk = int(k.shape[2])
     if decode.takes(sq, d, h // hk):      # few query rows: split-KV decode (decode.py)
         q, k, v = (a if _contiguous(a) else frame.contiguous(a) for a in (q, k, v))
         if out is None:
@@ -190,7 +190,8 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
         kern = forward_kernel(d, dtype.name, causal=causal, window_size=window_size,
                               softmax_scale=softmax_scale, softcap=softcap,
                               arch=frame.arch(q), sms=frame.sms(q),
-                              layout="packed" if group > 1 else "dense", group=group)
+                              layout="packed" if group > 1 else "dense", group=group,
+                              seqlen=sk)
         if out is None:
             out = frame.empty((b, sq, h, d), q)
         if group > 1:      # (B, SQ, HK, G, D) views of q and out; the LSE as (B, HK, G, SQ)

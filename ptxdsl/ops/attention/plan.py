@@ -1,5 +1,6 @@
 """Which :class:`~.config.Config` a call runs: the first row of ``plans.json`` that holds
-(head dim, dtype, mask kind), each row citing the measurement it came from."""
+(head dim, dtype, mask kind and, for a row with ``max_seqlen``, the key length), each row
+citing the measurement it came from."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,13 +24,23 @@ def mask_kind(mask: Mask) -> str:
     return "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
 
 
-def choose(head_dim: int, dtype_name: str, mask: Mask, group: int = 1) -> Config:
+def _holds(row: dict, head_dim: int, dtype_name: str, kind: str, seqlen: int | None) -> bool:
+    """A row with ``max_seqlen`` holds only for calls that say their key length and keep
+    within it (varlen and ``forward_kernel`` without ``seqlen`` skip it)."""
+    short = "max_seqlen" not in row or (seqlen is not None and seqlen <= row["max_seqlen"])
+    return (head_dim in row["head_dims"] and dtype_name in row["dtypes"]
+            and kind in row["masks"] and short)
+
+
+def choose(head_dim: int, dtype_name: str, mask: Mask, group: int = 1,
+           seqlen: int | None = None) -> Config:
     """The table's config for this call; a ValueError for a head dim no row covers.
     ``group``: the GQA heads packed into one tile (``pack_gqa``); a row whose tile rows
-    the group does not divide runs with two consumers (128 rows) instead."""
+    the group does not divide runs with two consumers (128 rows) instead. ``seqlen``: the
+    key length, for rows measured at short sequences only."""
     kind = mask_kind(mask)
     for row in rows():
-        if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"]:
+        if _holds(row, head_dim, dtype_name, kind, seqlen):
             c = Config(**row["config"])
             if c.block_m % group:
                 c = dataclasses.replace(c, consumers=2, consumer_regs=0)

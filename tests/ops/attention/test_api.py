@@ -67,6 +67,17 @@ def test_every_plan_row_fits_and_cites_its_source():
         choose(80, "bf16", Mask())
 
 
+def test_short_sequence_rows_hold_only_within_their_key_length():
+    """hd256 causal: head sections at 1k keys, not at 4k, nor when the length is not
+    given (varlen); the windowed mask keeps the general row."""
+    causal = Mask(-1, 0)
+    assert choose(256, "bf16", causal, seqlen=1024).head_sections
+    assert not choose(256, "bf16", causal, seqlen=4096).head_sections
+    assert not choose(256, "bf16", causal).head_sections
+    assert not choose(256, "bf16", Mask(16, 0), seqlen=512).head_sections
+    assert all(r.get("max_seqlen", 1) > 0 for r in rows())
+
+
 def test_ptx_has_the_pipeline():
     text = build_forward(Config(block_n=128, stages=2), bf16, 128, Mask(-1, 0),
                          scale=0.125).ptx()

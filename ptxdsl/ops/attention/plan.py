@@ -1,6 +1,6 @@
 """Which :class:`~.config.Config` a call runs: the first row of ``plans.json`` that holds
-(head dim, dtype, mask kind and, for a row with ``max_seqlen``, the key length), each row
-citing the measurement it came from."""
+(head dim, dtype, mask kind and, for a row with ``max_seqlen`` or ``min_seqlen``, the key
+length), each row citing the measurement it came from."""
 from __future__ import annotations
 
 import dataclasses
@@ -25,11 +25,13 @@ def mask_kind(mask: Mask) -> str:
 
 
 def _holds(row: dict, head_dim: int, dtype_name: str, kind: str, seqlen: int | None) -> bool:
-    """A row with ``max_seqlen`` holds only for calls that say their key length and keep
-    within it (varlen and ``forward_kernel`` without ``seqlen`` skip it)."""
-    short = "max_seqlen" not in row or (seqlen is not None and seqlen <= row["max_seqlen"])
+    """A row with ``max_seqlen`` / ``min_seqlen`` holds only for calls that say their key
+    length and keep within it (varlen and ``forward_kernel`` without ``seqlen`` skip it)."""
+    bounded = "max_seqlen" in row or "min_seqlen" in row
+    fits = seqlen is not None and row.get("min_seqlen", 0) <= seqlen <= row.get(
+        "max_seqlen", seqlen)
     return (head_dim in row["head_dims"] and dtype_name in row["dtypes"]
-            and kind in row["masks"] and short)
+            and kind in row["masks"] and (fits or not bounded))
 
 
 def choose(head_dim: int, dtype_name: str, mask: Mask, group: int = 1,
@@ -37,7 +39,7 @@ def choose(head_dim: int, dtype_name: str, mask: Mask, group: int = 1,
     """The table's config for this call; a ValueError for a head dim no row covers.
     ``group``: the GQA heads packed into one tile (``pack_gqa``); a row whose tile rows
     the group does not divide runs with two consumers (128 rows) instead. ``seqlen``: the
-    key length, for rows measured at short sequences only."""
+    key length, for rows measured at short or long sequences only."""
     kind = mask_kind(mask)
     for row in rows():
         if _holds(row, head_dim, dtype_name, kind, seqlen):

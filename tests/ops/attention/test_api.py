@@ -67,15 +67,20 @@ def test_every_plan_row_fits_and_cites_its_source():
         choose(80, "bf16", Mask())
 
 
-def test_short_sequence_rows_hold_only_within_their_key_length():
+def test_bounded_rows_hold_only_within_their_key_lengths():
     """hd256 causal: head sections at 1k keys, not at 4k, nor when the length is not
-    given (varlen); the windowed mask keeps the general row."""
+    given (varlen); the windowed mask keeps the general row. hd128 full: 176 keys a block
+    from 16k keys only."""
     causal = Mask(-1, 0)
     assert choose(256, "bf16", causal, seqlen=1024).head_sections
     assert not choose(256, "bf16", causal, seqlen=4096).head_sections
     assert not choose(256, "bf16", causal).head_sections
     assert not choose(256, "bf16", Mask(16, 0), seqlen=512).head_sections
     assert all(r.get("max_seqlen", 1) > 0 for r in rows())
+    full = Mask()
+    assert choose(128, "bf16", full, seqlen=16384).block_n == 176
+    assert choose(128, "bf16", full, seqlen=4096).block_n == 128
+    assert choose(128, "bf16", full).block_n == 128
 
 
 def test_ptx_has_the_pipeline():

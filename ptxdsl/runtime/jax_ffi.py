@@ -84,9 +84,9 @@ def _out_shapes(kernel, args):
     return outs
 
 
-def _interpret_on_host(kernel, outs):
+def _interpret_on_host(kernel, outs, raw=None):
     def run(*arrays):
-        res = kernel.interpret(*(np.asarray(a) for a in arrays))
+        res = kernel.interpret(*(np.asarray(a) for a in arrays), **(raw or {}))
         res = res if isinstance(res, tuple) else (res,)
         fixed = []
         for r, o in zip(res, outs):
@@ -104,9 +104,16 @@ def kernel_key(kernel) -> int:
     return int.from_bytes(digest[:8], "little") & (2 ** 63 - 1)
 
 
-def jax_call(kernel):
-    """``kernel`` as a function of jax arrays (see the module docstring)."""
+def jax_call(kernel, **raw):
+    """``kernel`` as a function of jax arrays (see the module docstring). ``raw``: the
+    values of its raw parameters that name no dim (``jax_call(k, K=64)``), which the
+    interpreter path passes to ``kernel.interpret``; ptxdsl's GPU launcher does not fill
+    such parameters (a GPU call raises and says so)."""
     import jax
+    if raw:
+        from ..core.entry import raw_values
+        raw_values(kernel.name, [p for p in kernel.program().params if p.kind == "raw"],
+                   raw, user_location())   # checked once, here
 
     def call(*args):
         outs = _out_shapes(kernel, args)
@@ -121,7 +128,7 @@ def jax_call(kernel):
             res = jax.ffi.ffi_call(TARGET, outs, vmap_method="sequential")(
                 *args, **launch_attributes(kernel, args, outs, key, device))
         else:
-            res = jax.pure_callback(_interpret_on_host(kernel, outs), tuple(outs), *args,
+            res = jax.pure_callback(_interpret_on_host(kernel, outs, raw), tuple(outs), *args,
                                     vmap_method="sequential")
         res = tuple(res)
         return res[0] if single else res

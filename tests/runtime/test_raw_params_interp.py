@@ -77,3 +77,15 @@ def test_gpu_launcher_says_to_use_the_interpreter():
     from ptxdsl.runtime.args import KernelSignature
     with pytest.raises(LaunchError, match=r"k\.interpret\(\.\.\., scale=\.\.\.\)"):
         KernelSignature.of(affine, affine.program())
+
+
+def test_jax_call_passes_raw_values_to_the_interpreter():
+    jax = pytest.importorskip("jax")
+    if jax.default_backend() == "gpu":
+        pytest.skip("the interpreter path")
+    from ptxdsl.runtime.jax_ffi import jax_call
+    f = jax.jit(jax_call(affine, scale=2.0, shift=1, pair=bytes(8)))
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(f(x)), x * 2 + 1)
+    with pytest.raises(LaunchError, match="shift .* takes an int"):
+        jax_call(affine, scale=2.0, shift=0.5, pair=bytes(8))

@@ -90,7 +90,7 @@ DIFFERS = {
     "ptx.stmatrix": "also `ptx.stmatrix(dst, src)`; `smem=`/`regs=` as pyptx",
     "ptx.cvt": "also `ptx.cvt(dtype, x)` returning a new register",
     "ptx.param": "reads a dim, a tensor's pointer or a `raw_params` parameter (one that "
-                 "names no dim is declared, but not filled at launch)",
+                 "names no dim takes its value by keyword at the call, on the interpreter)",
 }
 
 

@@ -33,7 +33,7 @@ from .core.trace import Builder
 from .core.types import ALL_TYPES, u8, u32, u64
 from .core.verify import verify
 from .dsl.args import TensorArg, TensorSpec
-from .dsl.template import auto_arch, bind_template, template_params
+from .dsl.template import auto_arch, bind_template, pyptx_version, template_params
 
 log = logging.getLogger("ptxdsl.compile")
 
@@ -70,8 +70,11 @@ class Kernel:
                  maxntid: bool = False, cooperative: bool = False,
                  min_ctas_per_sm: int | None = None, *, cluster=None, raw_params=None,
                  extern_smem=False, raw_directives=None, smem: int | None = None,
-                 pdl: bool = False, resident: int | None = None):
+                 pdl: bool = False, resident: int | None = None, style: str = "ptxdsl"):
         self.fn = fn
+        if style not in ("ptxdsl", "pyptx"):
+            raise TraceError(f"style is 'ptxdsl' or 'pyptx', got {style!r}", user_location())
+        self.style = style  # "pyptx": its .version floor and smem_N / mbar_N names
         _check_specs(fn, in_specs, out_specs, version)
         # a lambda's "<lambda>" is spelled as a PTX identifier ("_lambda_"); a name given
         # with name= must be one (_check_body)
@@ -212,6 +215,7 @@ class Kernel:
 
     def _trace(self, arch: str, lines: str | None, template: dict | None = None) -> Compiled:
         b = Builder(self.name, arch)
+        b.cache["style"] = self.style   # read by smem.alloc / smem.mbarrier (their names)
         args = self._arguments(b)
         opts = self.entry
         if opts.extern_smem is not None:
@@ -248,6 +252,8 @@ class Kernel:
                 raise TraceError(f"version={self.version} is older than the PTX ISA "
                                  f"{need[0]}.{need[1]} this kernel needs", self.defined_at)
             prog.ptx_version = tuple(self.version)
+        elif self.style == "pyptx":
+            prog.ptx_version = max(prog.ptx_version, pyptx_version(prog.arch))
         verify(prog)
         if self.pdl:
             self._check_grid_wait(prog)
@@ -537,7 +543,7 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
            min_ctas_per_sm: int | None = None, *, cluster=None, raw_params=None,
            extern_smem: bool | str = False, raw_directives=None,
            smem: int | None = None, pdl: bool = False,
-           resident: int | None = None) -> Callable[[Callable], Kernel]:
+           resident: int | None = None, style: str = "ptxdsl") -> Callable[[Callable], Kernel]:
     """Turn a Python function into a PTX kernel (``@kernel`` bare, or ``@kernel(...)``).
 
     The function takes one argument per Tile (inputs then outputs) and
@@ -575,9 +581,12 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
     Keyword-only parameters of the body with defaults (``def k(A, B, *, BM=128)``) are
     template parameters: ``k.ptx(BM=64)`` traces with ``BM=64`` (one compiled form per set
     of values). ``arch="auto"`` is the arch of GPU 0 (``sm_90a`` on a Hopper).
+    ``style="pyptx"`` prints PTX as pyptx does where the two differ in spelling only
+    (what ``ptxdsl.pyptx.kernel`` sets): ``.version`` at least pyptx's for the arch (8.5
+    for sm_90a) and shared arrays named ``smem_N`` / ``mbar_N``.
     """
     if callable(in_specs) and not isinstance(in_specs, (Tile, Kernel)):
-        return kernel()(in_specs)  # bare @kernel: every option at its default
+        return kernel(style=style)(in_specs)  # bare @kernel: the other options' defaults
     if arch == "auto":
         arch = auto_arch()
 
@@ -587,7 +596,8 @@ def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(
         return Kernel(fn, in_specs, out_specs, grid, block, arch, version, name, lines,
                       arg_names, maxntid, cooperative, min_ctas_per_sm, cluster=cluster,
                       raw_params=raw_params, extern_smem=extern_smem,
-                      raw_directives=raw_directives, smem=smem, pdl=pdl, resident=resident)
+                      raw_directives=raw_directives, smem=smem, pdl=pdl, resident=resident,
+                      style=style)
     return wrap
 
 

@@ -19,8 +19,8 @@ extern shared memory, raw parameters; validated once, at ``@kernel``.
                        declared as given, after the specs' parameters: a scalar
                        (``.param .u32 K``) or an array, ``"b8.align64.array128"``
                        (``.param .align 64 .b8 tma_A[128]``, whose address
-                       ``ptx.param(b64, "tma_A")`` reads); these are in the PTX, but the
-                       launcher and the interpreter do not fill them
+                       ``ptx.param(b64, "tma_A")`` reads). The caller passes their
+                       values by keyword (``k.interpret(A, K=64)``; :func:`raw_values`)
 =====================  ==============================================================
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from .errors import SourceLoc, TraceError
 from .trace import parse_arch
 
-__all__ = ["EntryOptions", "DIRECTIVES", "entry_options"]
+__all__ = ["EntryOptions", "DIRECTIVES", "entry_options", "raw_values"]
 
 # name -> (how many values: (min, max), needs sm_90 / PTX 7.8)
 DIRECTIVES: dict[str, tuple[tuple[int, int], bool]] = {
@@ -191,3 +191,51 @@ def entry_options(*, cluster, raw_directives, extern_smem, smem, raw_params, blo
                              f"power-of-two alignment", loc)
         extra.append((name, m.group(1), count, align))
     return EntryOptions(cluster, tuple(directives), extern_smem, smem, tuple(raw), tuple(extra))
+
+
+def raw_values(kernel: str, params, given: dict, loc) -> dict:
+    """The bytes of each raw parameter naming no dim (``params``: the program's, kind
+    ``"raw"``), from the call's keywords ``given``: a scalar's value as a numpy scalar of
+    its type (an int in range for ``u``/``s``/``b`` types, a number for ``f`` types), an
+    array's as bytes-like of exactly its size. Raises a LaunchError naming what is missing
+    or wrong."""
+    import numpy as np
+    from .errors import LaunchError
+    out = {}
+    for p in params:
+        want = f".{p.dtype.name}" + (f" [{p.count}]" if p.count > 1 else "")
+        if p.name not in given:
+            raise LaunchError(f"kernel {kernel}: raw parameter {p.name} ({want}) names no dim, "
+                              f"so no tensor gives its value: pass it by keyword, "
+                              f"{kernel}(..., {p.name}=...)", loc)
+        v = given[p.name]
+        if p.count > 1:
+            try:
+                b = np.frombuffer(memoryview(v).cast("B"), np.uint8)
+            except TypeError:
+                b = None
+            if b is None or b.size != p.nbytes:
+                raise LaunchError(f"kernel {kernel}: raw parameter {p.name} ({want}, "
+                                  f"{p.nbytes} bytes) takes a bytes-like value of exactly "
+                                  f"{p.nbytes} bytes, got {type(v).__name__}"
+                                  f"{'' if b is None else f' of {b.size} bytes'}", loc)
+            out[p.name] = b.copy()
+            continue
+        kind, bits = p.dtype.name[0], p.dtype.bits
+        if kind == "f":
+            ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+            lo = hi = None
+        else:
+            ok = isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+            lo = -(1 << (bits - 1)) if kind in "sb" else 0
+            hi = (1 << bits) - 1 if kind in "ub" else (1 << (bits - 1)) - 1
+            ok = ok and lo <= int(v) <= hi
+        if not ok:
+            rng = "a number" if lo is None else f"an int in [{lo}, {hi}]"
+            raise LaunchError(f"kernel {kernel}: raw parameter {p.name} ({want}) takes {rng}, "
+                              f"got {v!r}", loc)
+        if kind == "f":
+            out[p.name] = np.array(v, {16: np.float16, 32: np.float32, 64: np.float64}[bits])
+        else:
+            out[p.name] = np.array(int(v) & ((1 << bits) - 1), f"u{bits // 8}")
+    return out

@@ -259,8 +259,17 @@ def alloc(dtype: PtxType, shape, *, align: int = 16, dynamic: bool = False,
     return _alloc(dtype, shape, align, dynamic, swizzle)
 
 
+def _name(b, kind: str) -> str:
+    """``smemN`` (N counts the kernel's shared arrays); in a ``style="pyptx"`` kernel
+    pyptx's ``smem_N`` / ``mbar_N`` (``kind``: N counts the arrays of that kind)."""
+    if b.cache.get("style") != "pyptx":
+        return f"smem{len(b.shared)}"
+    n = sum(1 for d in b.shared if d.name.startswith(kind + "_"))
+    return f"{kind}_{n}"
+
+
 def _alloc(dtype: PtxType, shape, align: int, dynamic: bool, swizzle,
-           stripes: bool = False) -> SharedArray:
+           stripes: bool = False, kind: str = "smem") -> SharedArray:
     """:func:`alloc`; ``stripes``: rows a multiple of the swizzle span wide, held as
     span-wide stripes (a wide K-major wgmma tile, never indexed by element)."""
     b = current("smem.alloc")
@@ -282,7 +291,7 @@ def _alloc(dtype: PtxType, shape, align: int, dynamic: bool, swizzle,
                              f"({prior.name}, declared at {prior.loc}); PTX gives a kernel one "
                              f"dynamic region: make this one part of it (a larger shape) or "
                              f"static", user_location())
-    decl = ir.SharedDecl(f"smem{len(b.shared)}", dtype, shape, align, user_location(),
+    decl = ir.SharedDecl(_name(b, kind), dtype, shape, align, user_location(),
                          dynamic=bool(dynamic))
     b.shared.append(decl)
     arr = SharedArray(decl, b)
@@ -418,7 +427,7 @@ def mbarrier(count: int = 1):
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise TraceError(f"smem.mbarrier takes a positive int count, got {count!r}",
                          user_location())
-    return MbarrierArray(alloc(b64, (count,), align=8), 0, count)
+    return MbarrierArray(_alloc(b64, (count,), 8, False, 0, kind="mbar"), 0, count)
 
 
 def base(name: str | None = None) -> ir.Reg:

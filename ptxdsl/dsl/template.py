@@ -18,7 +18,7 @@ import inspect
 
 from ..core.errors import TraceError, TraceTypeError, user_location
 
-__all__ = ["template_params", "bind_template", "auto_arch"]
+__all__ = ["template_params", "bind_template", "auto_arch", "pyptx_version"]
 
 
 def template_params(fn, loc) -> dict:
@@ -84,3 +84,11 @@ def auto_arch() -> str:
                          user_location())
     cap = info.cc[0] * 10 + info.cc[1]
     return f"sm_{cap}a" if cap in (90, 100, 101) else f"sm_{cap}"
+
+
+def pyptx_version(arch: str) -> tuple[int, int]:
+    """The PTX ISA version pyptx 0.1.1 prints for ``arch`` (``style="pyptx"`` kernels
+    print at least this): 8.8 for sm_100/sm_101, 8.7 for sm_12x, else 8.5."""
+    if arch.startswith(("sm_100", "sm_101")):
+        return (8, 8)
+    return (8, 7) if arch.startswith("sm_12") else (8, 5)

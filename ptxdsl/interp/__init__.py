@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from ..core import ir
+from ..core.entry import raw_values
 from ..core.errors import InterpreterError, LaunchError, user_location
 from ..core.limits import check_run
 from .binding import as_array, bind_dims, bind_strides, row_elements, strided_extent, tensor_maps
@@ -73,10 +74,15 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
     if len(args) not in (nin, nin + nout):
         raise LaunchError(f"kernel {kernel.name} takes {nin} inputs (and optionally its {nout} "
                           f"outputs to write into), got {len(args)} arguments", user_location())
-    unknown = [k for k in dims if k not in kernel.dim_names]
+    raw_params = [p for p in prog.params if p.kind == "raw"]
+    unknown = [k for k in dims if k not in kernel.dim_names and
+               not any(k == p.name for p in raw_params)]
     if unknown:
+        raw = f" and raw parameters {[p.name for p in raw_params]}" if raw_params else ""
         raise LaunchError(f"unknown keyword arguments {unknown}; this kernel's named dims are "
-                          f"{list(kernel.dim_names) or 'none'}", user_location())
+                          f"{list(kernel.dim_names) or 'none'}{raw}", user_location())
+    raw = raw_values(kernel.name, raw_params, dims, user_location()) if raw_params else {}
+    dims = {k: v for k, v in dims.items() if k not in raw}
     ptr_params = [p for p in prog.params if p.kind == "ptr"]
     names = [p.tensor for p in ptr_params]
     specs = kernel.in_specs + kernel.out_specs
@@ -102,7 +108,7 @@ def interpret(kernel, *args, max_steps: int = MAX_STEPS, allow_uninitialized: bo
         results = {name: tensors[name] for name in names}
     else:
         grid = kernel.grid_for(dims)
-        results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides},
+        results = run_program(prog, kernel.block, grid, tensors, {**dims, **strides, **raw},
                               cooperative=bool(getattr(kernel, "cooperative", False)
                                                or getattr(kernel, "resident", None)),
                               max_steps=max_steps, max_seconds=max_seconds,

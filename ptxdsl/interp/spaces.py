@@ -58,6 +58,8 @@ def param_space(prog, addrs, dims, tmaps=None) -> Space:
             values[p.name] = tensormap_handle(len(specs) - 1)
         elif p.kind == "ptr":
             values[p.name] = np.array(addrs[p.name], np.uint64)
+        elif p.kind == "raw":   # its bytes, from core.entry.raw_values
+            values[p.name] = dims[p.name]
         elif p.kind in ("dim", "stride"):
             values[p.name] = np.array(dims[p.tensor or p.name.rsplit("_", 1)[0]],
                                       p.dtype.np_dtype)

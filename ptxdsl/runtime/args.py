@@ -111,9 +111,11 @@ class KernelSignature:
         for p in program.params:
             if p.kind == "raw":
                 raise LaunchError(f"kernel {kernel.name}: raw parameter {p.name} names no dim "
-                                  f"of its specs, and ptxdsl's launcher fills parameters from "
-                                  f"its tensors only; name a dim {p.name!r} in a Tile, or make "
-                                  f"the value a template parameter (k.ptx({p.name}=...))")
+                                  f"of its specs, and ptxdsl's GPU launcher fills parameters "
+                                  f"from its tensors only; name a dim {p.name!r} in a Tile, "
+                                  f"make the value a template parameter (k.ptx({p.name}=...)), "
+                                  f"or run it on the interpreter with the value by keyword "
+                                  f"(k.interpret(..., {p.name}=...))")
             if p.kind not in ("ptr", "dim", "stride", "tmap"):
                 raise LaunchError(f"kernel {kernel.name}: parameter {p.name} is of kind "
                                   f"{p.kind!r}, which this runtime cannot fill")

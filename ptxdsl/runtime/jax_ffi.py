@@ -84,9 +84,9 @@ def _out_shapes(kernel, args):
     return outs
 
 
-def _interpret_on_host(kernel, outs):
+def _interpret_on_host(kernel, outs, raw=None):
     def run(*arrays):
-        res = kernel.interpret(*(np.asarray(a) for a in arrays))
+        res = kernel.interpret(*(np.asarray(a) for a in arrays), **(raw or {}))
         res = res if isinstance(res, tuple) else (res,)
         fixed = []
         for r, o in zip(res, outs):
@@ -104,9 +104,16 @@ def kernel_key(kernel) -> int:
     return int.from_bytes(digest[:8], "little") & (2 ** 63 - 1)
 
 
-def jax_call(kernel):
-    """``kernel`` as a function of jax arrays (see the module docstring)."""
+def jax_call(kernel, **raw):
+    """``kernel`` as a function of jax arrays (see the module docstring). ``raw``: the
+    values of its raw parameters that name no dim (``jax_call(k, K=64)``), which the
+    interpreter path passes to ``kernel.interpret``; ptxdsl's GPU launcher does not fill
+    such parameters (a GPU call raises and says so)."""
     import jax
+    if raw:
+        from ..core.entry import raw_values
+        raw_values(kernel.name, [p for p in kernel.program().params if p.kind == "raw"],
+                   raw, user_location())   # checked once, here
 
     def call(*args):
         outs = _out_shapes(kernel, args)
@@ -121,7 +128,7 @@ def jax_call(kernel):
             res = jax.ffi.ffi_call(TARGET, outs, vmap_method="sequential")(
                 *args, **launch_attributes(kernel, args, outs, key, device))
         else:
-            res = jax.pure_callback(_interpret_on_host(kernel, outs), tuple(outs), *args,
+            res = jax.pure_callback(_interpret_on_host(kernel, outs, raw), tuple(outs), *args,
                                     vmap_method="sequential")
         res = tuple(res)
         return res[0] if single else res
@@ -254,49 +261,65 @@ def _attributes(frame: _CallFrame) -> dict:
         elif a.types[i] == _STRING:
             s = _Span.from_address(a.attrs[i])
             out[name] = ctypes.string_at(s.ptr, s.len)
-    if not isinstance(out.get(_ATTR), int):
-        raise PtxdslError(f"the FFI call has no int64 {_ATTR} attribute")
     return out
 
 
-def _handle(frame_addr: int):
-    frame = _CallFrame.from_address(frame_addr)
-    api = _Api.from_address(frame.api)
-    try:
-        if frame.extension_start and _Ext.from_address(frame.extension_start).type == _METADATA:
-            md = _MetadataExt.from_address(frame.extension_start).metadata.contents
-            md.api_version.major = api.api_version.major
-            md.api_version.minor = api.api_version.minor
-            md.traits = 0  # not command-buffer (CUDA graph) compatible: launched each time
+def make_handler(what: str, execute):
+    """An XLA FFI handler (a C function pointer; keep it alive for the process) that
+    answers XLA's metadata query and, at the execute stage, calls ``execute(attrs, args,
+    rets, stream)``: the attributes (:func:`_attributes`), the argument and result
+    buffers (``_Buffer``) and XLA's CUDA stream. An exception is the call's error,
+    ``"{what} failed: ..."``."""
+
+    def handle(frame_addr: int):
+        frame = _CallFrame.from_address(frame_addr)
+        api = _Api.from_address(frame.api)
+        try:
+            if frame.extension_start and \
+                    _Ext.from_address(frame.extension_start).type == _METADATA:
+                md = _MetadataExt.from_address(frame.extension_start).metadata.contents
+                md.api_version.major = api.api_version.major
+                md.api_version.minor = api.api_version.minor
+                md.traits = 0  # not command-buffer (CUDA graph) compatible: launched each time
+                return None
+            if frame.stage != _EXECUTE:
+                return None
+            attrs = _attributes(frame)
+            sg = _StreamGetArgs(ctypes.sizeof(_StreamGetArgs), None, frame.ctx, None)
+            err = _CALL(api.stream_get)(ctypes.addressof(sg))
+            if err:
+                return err
+            execute(attrs, [_Buffer.from_address(frame.args.items[i])
+                            for i in range(frame.args.size)],
+                    [_Buffer.from_address(frame.rets.items[i])
+                     for i in range(frame.rets.size)], int(sg.stream or 0))
             return None
-        if frame.stage != _EXECUTE:
-            return None
-        attrs = _attributes(frame)
-        key = attrs[_ATTR]
-        with _LOCK:
-            kernel = _REGISTRY.get(key)
-        sg = _StreamGetArgs(ctypes.sizeof(_StreamGetArgs), None, frame.ctx, None)
-        err = _CALL(api.stream_get)(ctypes.addressof(sg))
-        if err:
-            return err
-        bufs = [_Buffer.from_address(lst.items[i])
-                for lst in (frame.args, frame.rets) for i in range(lst.size)]
-        if kernel is not None:
-            kernel(*map(_DeviceBuffer, bufs), stream=int(sg.stream or 0))
-            return None
-        from . import jax_export
-        if "ptxdsl_launch" not in attrs or "ptxdsl_image" not in attrs:
-            raise jax_export.no_recipe(key)
-        from .driver import get
-        jax_export.run_recipe(get(), key, attrs["ptxdsl_image"], attrs["ptxdsl_launch"],
-                              [int(b.data or 0) for b in bufs], int(sg.stream or 0))
-        return None
-    except BaseException as e:  # noqa: BLE001 - XLA gets it as the call's error
-        return _error(api, f"ptxdsl kernel launch failed: {type(e).__name__}: {e}")
+        except BaseException as e:  # noqa: BLE001 - XLA gets it as the call's error
+            return _error(api, f"{what} failed: {type(e).__name__}: {e}")
+
+    return _CALL(handle)
 
 
-_HANDLER = _CALL(_handle)  # kept alive for the process: XLA holds its address
-_REGISTERED = False
+def _launch(attrs: dict, args: list, rets: list, stream: int) -> None:
+    key = attrs.get(_ATTR)
+    if not isinstance(key, int):
+        raise PtxdslError(f"the FFI call has no int64 {_ATTR} attribute")
+    with _LOCK:
+        kernel = _REGISTRY.get(key)
+    bufs = args + rets
+    if kernel is not None:
+        kernel(*map(_DeviceBuffer, bufs), stream=stream)
+        return
+    from . import jax_export
+    if "ptxdsl_launch" not in attrs or "ptxdsl_image" not in attrs:
+        raise jax_export.no_recipe(key)
+    from .driver import get
+    jax_export.run_recipe(get(), key, attrs["ptxdsl_image"], attrs["ptxdsl_launch"],
+                          [int(b.data or 0) for b in bufs], stream)
+
+
+_HANDLER = make_handler("ptxdsl kernel launch", _launch)  # alive for the process: XLA holds it
+_REGISTERED: set = set()
 
 
 def register() -> None:
@@ -306,14 +329,14 @@ def register() -> None:
     _register()
 
 
-def _register() -> None:
-    global _REGISTERED
+def _register(target: str = TARGET, handler=_HANDLER) -> None:
+    """Register ``handler`` as the CUDA FFI target ``target`` (once per process)."""
     with _LOCK:
-        if _REGISTERED:
+        if target in _REGISTERED:
             return
         import jax
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(_HANDLER), platform="CUDA")
-        _REGISTERED = True
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform="CUDA")
+        _REGISTERED.add(target)
 
 
 def gpu_path_available() -> bool:

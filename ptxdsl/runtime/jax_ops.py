@@ -11,10 +11,11 @@ Each is a ``jax.custom_vjp`` function whose forward and backward run the op's ow
     loss = lambda x, w: jnp.sum(jax_ops.rms_norm(x, w) ** 2)
     dx, dw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
 
-Each kernel call is a ``jax.pure_callback`` into the op's numpy API: on a machine without
-a GPU that runs ptxdsl's CPU interpreter (exact, slow: tiny shapes); with one, the op's
-GPU kernels, with the arrays copied through the host (a single kernel's zero-copy path
-inside XLA is :func:`ptxdsl.runtime.jax_ffi.jax_call`). The ops' shape and dtype rules
+Each op call (forward or backward) is one custom call (:mod:`.jax_op_ffi`): on the GPU
+the XLA FFI call ``ptxdsl_op``, which runs the op's kernels on XLA's buffers and stream
+(no host copies; it needs torch, whose CUDA path of the op it runs); on a machine without
+a GPU a ``jax.pure_callback`` into the op's numpy API, which runs ptxdsl's CPU
+interpreter (exact, slow: tiny shapes). The ops' shape and dtype rules
 apply (matmul: float16 / bfloat16 operands; attention: ``(B, S, H, D)`` float16 /
 bfloat16, backward head dims 64 and 128); their errors surface when jax traces the call.
 """
@@ -24,20 +25,9 @@ import functools
 
 import numpy as np
 
+from .jax_op_ffi import call
+
 __all__ = ["rms_norm", "matmul", "attention"]
-
-
-def _host(fn, outs, *args):
-    """``fn`` (numpy in, numpy out) as a jax computation whose results are ``outs``."""
-    import jax
-
-    def run(*arrays):
-        res = fn(*(np.asarray(a) for a in arrays))
-        res = res if isinstance(res, tuple) else (res,)
-        return tuple(np.asarray(r).astype(o.dtype, copy=False).reshape(o.shape)
-                     for r, o in zip(res, outs))
-
-    return jax.pure_callback(run, tuple(outs), *args, vmap_method="sequential")
 
 
 def _like(shape, dtype):
@@ -49,21 +39,18 @@ def _like(shape, dtype):
 @functools.lru_cache(maxsize=None)
 def _rms_norm(eps: float, offset: float):
     import jax
-    from ..ops import rmsnorm
-
-    def fwd_host(x, w):
-        return rmsnorm.rms_norm(x, w, eps, offset=offset, return_rstd=True)
 
     def fwd(x, w):
         rows = x.shape[:-1]
-        y, rstd = _host(fwd_host, (_like(x.shape, x.dtype), _like(rows, np.float32)), x, w)
+        y, rstd = call("rms_norm", {"eps": eps, "offset": offset},
+                       (_like(x.shape, x.dtype), _like(rows, np.float32)), x, w)
         return y, (x, w, rstd)
 
     def bwd(saved, dy):
         x, w, rstd = saved
-        dx, dw = _host(lambda g, a, b, r: rmsnorm.rms_norm_backward(g, a, b, r, offset=offset),
-                       (_like(x.shape, x.dtype), _like(w.shape, w.dtype)),
-                       dy.astype(x.dtype), x, w, rstd)
+        dx, dw = call("rms_norm_backward", {"offset": offset},
+                      (_like(x.shape, x.dtype), _like(w.shape, w.dtype)),
+                      dy.astype(x.dtype), x, w, rstd)
         return dx, dw
 
     @jax.custom_vjp
@@ -84,11 +71,10 @@ def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0):
 @functools.lru_cache(maxsize=None)
 def _matmul(out_dtype):
     import jax
-    from ..ops.matmul import api
 
     def product(a, b, odt):
-        return _host(lambda x, y: api.matmul(x, y, out_dtype=odt),
-                     (_like(a.shape[:-1] + b.shape[-1:], odt or a.dtype),), a, b)[0]
+        return call("matmul", {"out_dtype": odt},
+                    (_like(a.shape[:-1] + b.shape[-1:], odt or a.dtype),), a, b)[0]
 
     def fwd(a, b):
         return product(a, b, out_dtype), (a, b)
@@ -120,21 +106,20 @@ def matmul(a, b, *, out_dtype=None):
 @functools.lru_cache(maxsize=None)
 def _attention(causal: bool, scale, window, softcap: float):
     import jax
-    from ..ops.attention import api, bwd_api
-    opts = dict(causal=causal, softmax_scale=scale, window_size=window, softcap=softcap)
+    opts = dict(causal=causal, softmax_scale=scale, window_size=list(window),
+                softcap=softcap)
 
     def fwd(q, k, v):
         b, sq, h, _ = q.shape
-        out, lse = _host(lambda x, y, z: api.attention(x, y, z, return_lse=True, **opts),
-                         (_like(q.shape, q.dtype), _like((b, h, sq), np.float32)), q, k, v)
+        out, lse = call("attention", opts,
+                        (_like(q.shape, q.dtype), _like((b, h, sq), np.float32)), q, k, v)
         return out, (q, k, v, out, lse)
 
     def bwd(saved, dout):
         q, k, v, out, lse = saved
-        return _host(lambda g, x, y, z, o, s: bwd_api.attention_backward(g, x, y, z, o, s,
-                                                                         **opts),
-                     (_like(q.shape, q.dtype), _like(k.shape, k.dtype),
-                      _like(v.shape, v.dtype)), dout.astype(q.dtype), q, k, v, out, lse)
+        return call("attention_backward", opts,
+                    (_like(q.shape, q.dtype), _like(k.shape, k.dtype),
+                     _like(v.shape, v.dtype)), dout.astype(q.dtype), q, k, v, out, lse)
 
     @jax.custom_vjp
     def f(q, k, v):

@@ -495,6 +495,42 @@ def print_table(result, kinds=("forward", "backward"), title="RMSNorm"):
                   + " ".join(f"{c:>14s}" for c in cells) + f"  {vs} {pc}")
         if counted:
             _print_shares(rows, [n for n in names if n != "copy"])
+    for line in quack_summary(result):
+        print(line)
+
+
+def quack_summary(result) -> list[str]:
+    """Issue 50's figures against Quack, where it ran: per direction, at how many shapes
+    ptxdsl is as fast or faster (and where not), Quack's time over ptxdsl's, and ptxdsl's
+    % of the copy over the shapes of at least 1024 rows (the rest time the host)."""
+    out = []
+    for kind in ("forward", "backward"):
+        rows = [r for r in result.get(kind) or [] if _us_of(r, "quack") and _us_of(r, "ptxdsl")]
+        if not rows:
+            continue
+        ratio = {id(r): _us_of(r, "quack") / _us_of(r, "ptxdsl") for r in rows}
+        behind = [r for r in rows if ratio[id(r)] < 1.0]
+        geo = math.exp(sum(math.log(v) for v in ratio.values()) / len(ratio))
+        out.append(f"{kind} against Quack: ptxdsl as fast or faster at {len(rows) - len(behind)} "
+                   f"of {len(rows)} shapes; Quack's time / ptxdsl's "
+                   f"{min(ratio.values()):.2f}-{max(ratio.values()):.2f}x, geomean {geo:.2f}x")
+        for r in behind:
+            res = r["results"]
+            out.append(f"  behind at {r['dtype']} {'x'.join(map(str, r['shape']))}: "
+                       f"{ratio[id(r)]:.3f}x, % of copy ptxdsl "
+                       f"{res['ptxdsl'].get('pct_copy', 0):.1f} / quack "
+                       f"{res['quack'].get('pct_copy', 0):.1f}")
+        big = [r["results"]["ptxdsl"] for r in rows if r["shape"][0] >= 1024]
+        for key, what in (("pct_copy", "the copy's bytes"), ("pct_copy_quack", "Quack's bytes")):
+            got = [v[key] for v in big if key in v]
+            if got:
+                out.append(f"  ptxdsl % of copy ({what}), M >= 1024: "
+                           f"{min(got):.1f}-{max(got):.1f}")
+    return out
+
+
+def _us_of(row, name):
+    return (row["results"].get(name) or {}).get("us")
 
 
 def _print_shares(rows, names):

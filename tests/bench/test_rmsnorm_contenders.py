@@ -130,4 +130,24 @@ def test_backward_shares_by_both_counts_and_the_table_names_them(capsys):
     assert "vs quack" in out and "1.10x" in out and "1.60x" in out   # Quack's time / ours
     assert "%copyQ" in out and "Quack's count" in out
     share = f"{80:.0f}/{80 * b['quack'] / b['copy']:.0f}"
-    assert share in out.splitlines()[-1]
+    shares = out[out.index("% of copy"):].splitlines()[1]
+    assert share in shares and "80/" in shares
+
+
+def test_quack_summary_counts_shapes_and_names_the_ones_behind():
+    def entry(shape, cp, ours, quack, kind="forward"):
+        e = {"shape": list(shape), "dtype": "bf16", "results": {
+            "copy": {"us": cp}, "ptxdsl": {"us": ours}, "quack": {"us": quack}}}
+        if kind == "backward":
+            e["bytes"] = br.backward_bytes(shape, 2, 132)
+        return br.copy_shares(e)
+    result = {"forward": [entry((4096, 4096), 50, 50, 55), entry((4096, 1000), 10, 10.3, 10),
+                          entry((1, 8192), 5, 6, 7)],
+              "backward": [entry((4096, 4096), 80, 100, 200, "backward")]}
+    lines = br.quack_summary(result)
+    assert lines[0].startswith("forward against Quack: ptxdsl as fast or faster at 2 of 3")
+    assert "behind at bf16 4096x1000: 0.971x" in lines[1]
+    assert "M >= 1024: 97.1-100.0" in lines[2]          # the one-row shape left out
+    back = [ln for ln in lines if ln.startswith("backward")][0]
+    assert "at 1 of 1 shapes" in back and "2.00-2.00x" in back
+    assert lines[-1].startswith("  ptxdsl % of copy (Quack's bytes), M >= 1024: 83.")

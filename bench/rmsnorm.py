@@ -9,7 +9,7 @@ named in a note and left out; ``--only`` keeps the contenders named (the copy al
 Timing: CUDA events around each call, median of many runs, inputs rotated
 over enough copies to exceed L2, the whole sweep in two passes on fresh
 allocations (each contender's faster pass kept). Prints a table last and
-writes JSON (after every pass).
+writes JSON (after every shape; ``passes_done`` says how many passes were complete).
 
 Fairness: torch.compile gets a fresh compile for every (shape, dtype) (dynamo
 is reset before each contender set, so no shape is silently run in eager after
@@ -377,12 +377,15 @@ def main(argv=None):
                     _release()
                     runs.setdefault((kind, dn, sh), []).append(row)
                     print(f"pass {pas + 1} {kind[:3]} {dn} {sh}: " + ", ".join(
-                        f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR"
+                        f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR({v['error'][:80]})"
                         for k, v in row.items()), flush=True)
-        # after every pass: a run cut short keeps the passes it finished
-        _collect(result, runs, names, sms, pas + 1)
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
+                    # after every shape: a run cut short keeps what it measured
+                    _collect(result, runs, names, sms, pas)
+                    with open(path, "w") as f:
+                        json.dump(result, f, indent=1)
+    _collect(result, runs, names, sms, a.passes)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
     for note in result["notes"]:
         print(f"note: {note}")
     print_table(result)

@@ -2,11 +2,15 @@
 Triton ``tl.dot`` kernel (grouped order, autotuned over four tile configs), pyptx's
 warp-specialized Hopper GEMM where its shape rules allow, and ``ptxdsl.ops.matmul``.
 
-Operands: ``a`` (M, K) row-major and ``b = W.T`` for a row-major ``W`` (N, K), the
-layout of a linear layer (``x @ W.T``) and the one pyptx's kernel takes; every
-contender gets the same two tensors. ``--layout nn`` passes a row-major (K, N) ``b``
-instead (pyptx then sits out). Random normal bf16 inputs (power-limited clocks make
-zeros look faster), f32 accumulation, bf16 output.
+Operands: ``a`` (M, K) row-major and ``b`` in two layouts: ``b = W.T`` for a row-major
+``W`` (N, K), the layout of a linear layer (``x @ W.T``, ``--layout linear``) and the one
+pyptx's kernel takes, and a row-major (K, N) ``b`` (``a @ b``, ``--layout nn``; pyptx sits
+out). By default (``--layout both``) every shape runs both: ``b`` and a row-major copy of
+the same values, one float64 reference, and each contender twice (``NAME`` on ``x @ W.T``,
+``NAME a@b`` on ``a @ b``), all in the same interleaved rounds, so the two layouts are
+timed under the same clocks; the JSON has one row per shape and layout (``layout``), each
+compared with cuBLAS in its own layout. Random normal bf16 inputs (power-limited clocks
+make zeros look faster), f32 accumulation, bf16 output.
 
 Every result is validated against a float64 product of the same inputs before it is
 timed (relative Frobenius error under 1e-2, every element finite; outputs are fresh
@@ -29,6 +33,7 @@ ninja on its first call) does it launch without re-tracing its kernel every call
     python bench/matmul.py --quick                  # 4096^3, 8192^3 and a few LLM shapes
     python bench/matmul.py                          # squares 1024..16384 and the LLM shapes
     python bench/matmul.py --shapes 4096x4096x4096,128x14336x4096
+    python bench/matmul.py --layout linear          # x @ W.T only (the sweep of earlier runs)
 """
 from __future__ import annotations
 
@@ -160,20 +165,49 @@ def ptxdsl_matmul():
 
 
 # ---------------------------------------------------------------- measuring
-def make_sets(m, n, k, layout, l2, seed=0):
+def make_sets(m, n, k, layout, l2, seed=0, device="cuda"):
+    """Input sets ``(a, b)``; for ``layout="both"`` ``(a, b, b_nn)``: ``b = W.T`` and
+    ``b_nn`` a row-major copy of the same values (one reference serves both)."""
     torch = _torch()
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    per = (m * k + n * k) * 2
+    g = torch.Generator(device=device).manual_seed(seed)
+    per = (m * k + n * k) * (3 if layout == "both" else 2)
     copies = 1 if per >= 2 * l2 else min(8, max(2, math.ceil(3 * l2 / max(per, 1))))
     sets = []
     for _ in range(copies):
-        a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        a = torch.randn(m, k, device=device, generator=g).to(torch.bfloat16)
         if layout == "nn":
-            b = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
+            b = torch.randn(k, n, device=device, generator=g).to(torch.bfloat16)
         else:
-            b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16).t()
-        sets.append((a, b))
+            b = torch.randn(n, k, device=device, generator=g).to(torch.bfloat16).t()
+        sets.append((a, b, b.contiguous()) if layout == "both" else (a, b))
     return sets
+
+
+NN = " a@b"   # the suffix of a contender's name on the row-major (K, N) b in --layout both
+
+
+def both_layouts(contenders: dict) -> dict:
+    """``--layout both``: each ``name -> (fn(a, b), rule)`` as ``name`` on ``(a, b, _)``
+    (``x @ W.T``) and ``name + NN`` on ``(a, _, b_nn)`` (``a @ b``); pyptx, whose kernel
+    takes ``W`` itself, on the first only."""
+    out = {}
+    for name, (fn, rule) in contenders.items():
+        out[name] = ((lambda f: lambda a, b, b_nn: f(a, b))(fn), rule)
+        if name != "pyptx":
+            out[name + NN] = ((lambda f: lambda a, b, b_nn: f(a, b_nn))(fn), rule)
+    return out
+
+
+def split_layouts(row: dict) -> dict:
+    """One ``--layout both`` row of results as ``{"linear": {...}, "nn": {...}}``, the
+    contenders under their own names in each."""
+    out = {"linear": {}, "nn": {}}
+    for name, v in row.items():
+        if name.endswith(NN):
+            out["nn"][name[:-len(NN)]] = v
+        else:
+            out["linear"][name] = v
+    return out
 
 
 def rel_err(out, ref) -> float:
@@ -290,7 +324,7 @@ def warm(seconds: float) -> None:
 
 def bench_shape(m, n, k, contenders, args, l2):
     sets = make_sets(m, n, k, args.layout, l2)
-    a, b = sets[0]
+    a, b = sets[0][:2]
     ref = a.double() @ b.double()
     row, live = {}, {}
     for name, (fn, rule) in contenders.items():
@@ -356,7 +390,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--shapes", default=None, help="MxNxK,... (overrides the sweep)")
-    ap.add_argument("--layout", default="linear", choices=["linear", "nn"])
+    ap.add_argument("--layout", default="both", choices=["both", "linear", "nn"],
+                    help="x @ W.T (linear), a @ b with a row-major b (nn), or both in the "
+                         "same rounds (default)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--block-ms", type=float, default=100.0)
     ap.add_argument("--warm", type=float, default=0.3)
@@ -374,7 +410,7 @@ def main(argv=None):
         contenders["triton"] = (triton_matmul(), None)
     except Exception as ex:
         notes.append(f"triton not available: {type(ex).__name__}: {ex}")
-    if args.layout == "linear":
+    if args.layout != "nn":
         try:
             run, rule = pyptx_gemm()
             contenders["pyptx"] = (run, rule)
@@ -387,6 +423,7 @@ def main(argv=None):
     if args.only:
         keep = set(args.only.split(","))
         contenders = {k: v for k, v in contenders.items() if k in keep}
+    timed = both_layouts(contenders) if args.layout == "both" else contenders
     for note in notes:
         print("note:", note, flush=True)
     warm(1.0)
@@ -404,11 +441,14 @@ def main(argv=None):
         describe = None
     path = args.json or os.path.join(os.environ.get("OUT", "."), "matmul.json")
     for m, n, k, group in todo:
-        row = bench_shape(m, n, k, contenders, args, l2)
-        if describe is not None:
-            row.setdefault("ptxdsl", {})["kernel"] = describe(
-                m, n, k, sms=dev.multi_processor_count, device=cls)
-        result["rows"].append({"shape": [m, n, k], "group": group, "results": row})
+        row = bench_shape(m, n, k, timed, args, l2)
+        if describe is not None and "ptxdsl" in row:    # the plan of the K-major b = W.T
+            row["ptxdsl"]["kernel"] = describe(m, n, k, sms=dev.multi_processor_count,
+                                               device=cls)
+        parts = split_layouts(row) if args.layout == "both" else {args.layout: row}
+        for layout, res in parts.items():
+            result["rows"].append({"shape": [m, n, k], "group": group, "layout": layout,
+                                   "results": res})
         with open(path, "w") as f:  # after every shape: a run cut short keeps what it measured
             json.dump(result, f, indent=1)
         print(f"{m}x{n}x{k}: " + ", ".join(
@@ -431,11 +471,25 @@ def _geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+LAYOUTS = {"linear": "x @ W.T", "nn": "a @ b"}
+
+
 def print_table(result):
-    rows = result["rows"]
+    """One block per layout (rows without ``layout``: the run's), ratios against the
+    peers in the same layout, then the host cost."""
+    layouts = list(dict.fromkeys(r.get("layout", result["layout"]) for r in result["rows"]))
+    for layout in layouts:
+        _print_layout(result, layout, [r for r in result["rows"]
+                                       if r.get("layout", result["layout"]) == layout])
+    if "host_us" in result:
+        h = result["host_us"]
+        print("host µs per tiny call: " + ", ".join(f"{k} {v:.1f}" for k, v in h.items()))
+
+
+def _print_layout(result, layout, rows):
     names = list(dict.fromkeys(c for r in rows for c in r["results"]))
-    print(f"\nGEMM bf16 ({result['layout']}) on {result['device']} ({result['date']}), "
-          f"TFLOP/s (sustained); ratios are ptxdsl / peer")
+    print(f"\nGEMM bf16 ({layout}: {LAYOUTS.get(layout, layout)}) on {result['device']} "
+          f"({result['date']}), TFLOP/s (sustained); ratios are ptxdsl / peer")
     print(f"{'M x N x K':>20s} " + " ".join(f"{n:>8s}" for n in names) + "  vs cuBLAS  vs pyptx")
     # issue 19's target: the LLM shapes with M >= 128; squares and M < 128 apart
     ratios = {"cuBLAS": [], "pyptx": [], "cuBLAS squares": []}
@@ -462,9 +516,6 @@ def print_table(result):
     print(f"geomean ptxdsl/cuBLAS over the LLM shapes with M >= 128: "
           f"{_geomean(ratios['cuBLAS']):.3f} (squares: {_geomean(ratios['cuBLAS squares']):.3f});"
           f" ptxdsl/pyptx where pyptx runs: {_geomean(ratios['pyptx']):.3f}")
-    if "host_us" in result:
-        h = result["host_us"]
-        print("host µs per tiny call: " + ", ".join(f"{k} {v:.1f}" for k, v in h.items()))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@ scaling modes (``--mode``):
 * ``row``: ``scale_a`` (M, 1) and ``scale_b`` (1, N), uniform in [0.5, 1.5) (cuBLAS's
   row-wise ``_scaled_mm``);
 * ``block``: ``scale_a`` (M, ceil(K/128)) column-major, ``scale_b`` (ceil(K/128),
-  ceil(N/128)), powers of two; beside cuBLAS's block-wise ``_scaled_mm`` where this torch
-  runs it (both spellings of ``scale_b`` are tried; the table says why one did not run),
-  the dequantize-then-bf16-GEMM path a framework without a block-scaled kernel runs
+  ceil(N/128)), powers of two; beside cuBLAS's block-wise ``_scaled_mm`` (1x128 by
+  128x128) where this torch runs it, given ``scale_b``'s values K-blocks-contiguous as
+  torch requires (:func:`torch_block_scale_b`, made once per shape in the untimed
+  validation call; a row-major ``scale_b`` is refused, and its transpose view of a square
+  shape runs but reads the blocks transposed), the dequantize-then-bf16-GEMM path a
+  framework without a block-scaled kernel runs
   (``dequant+bf16``: expand the scales, multiply, ``torch.matmul``; K a multiple of 128),
   and cuBLAS's per-tensor fp8 GEMM on the same operands (what the scales cost).
 
@@ -117,12 +120,25 @@ def contenders(mode="tensor"):
     }
 
 
+def torch_block_scale_b(sb):
+    """``scale_b`` (ceil(K/128), ceil(N/128)) as ``torch._scaled_mm``'s 128x128 block-wise
+    mode reads it: the same values with the K-blocks contiguous (its transpose row-major,
+    torch's check of ``scale_b.t()`` against ``b.t()``); ptxdsl takes them row-major."""
+    return sb.t().contiguous().t()
+
+
 def block_contenders(bf):
-    """Block-wise: ptxdsl, cuBLAS block-wise (two spellings of scale_b), dequantize + bf16
-    GEMM, and cuBLAS per-tensor fp8 on the same operands (scales 1: its time only)."""
+    """Block-wise: ptxdsl, cuBLAS block-wise, dequantize + bf16 GEMM, and cuBLAS
+    per-tensor fp8 on the same operands (scales 1: its time only)."""
     import torch
     from ptxdsl.ops import matmul
-    one = {}
+    one, cm = {}, {}
+
+    def cublas_block(a, b, sa, sb):     # scale_b re-laid out once per shape, untimed
+        if cm.get("of") is not sb:      # (holding sb: no later tensor can take its place)
+            cm.update(of=sb, laid=torch_block_scale_b(sb))
+        return torch._scaled_mm(a, b, scale_a=sa, scale_b=cm["laid"],
+                                out_dtype=torch.bfloat16)
 
     def dequant(a, b, sa, sb):
         m, k = a.shape
@@ -138,10 +154,7 @@ def block_contenders(bf):
                                 out_dtype=torch.bfloat16)
     return {
         "ptxdsl fp8": (lambda a, b, sa, sb: matmul(a, b, scale_a=sa, scale_b=sb), True),
-        "cuBLAS fp8": (lambda a, b, sa, sb: torch._scaled_mm(
-            a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16), True),
-        "cuBLAS fp8 sb.T": (lambda a, b, sa, sb: torch._scaled_mm(
-            a, b, scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16), True),
+        "cuBLAS fp8": (cublas_block, True),
         "dequant+bf16": (dequant, True),
         "cuBLAS fp8 tensor": (per_tensor, False),
     }

@@ -1,7 +1,10 @@
 """Grouped GEMM (mixture-of-experts layers) side by side in one run on the current GPU:
 ``ptxdsl.ops.grouped_matmul`` (one launch over every group), ``torch._grouped_mm`` (where
-this torch has it) and a loop of ``torch.mm`` over the groups, bf16; and the ptxdsl float8
-form (e4m3, per-tensor scales) beside the loop of cuBLAS's ``torch._scaled_mm``.
+this torch has it) and a loop of ``torch.mm`` over the groups, bf16; with ``--fp8`` the
+float8 forms too (e4m3, bf16 out), in both scalings ``grouped_matmul`` takes: per-tensor
+scales beside a loop of cuBLAS's ``torch._scaled_mm``, and row-wise scales (``scale_a``
+(total_M,), ``scale_b`` (G, N), uniform in [0.5, 1.5)) beside ``torch._scaled_grouped_mm``
+(where this torch has it) and a loop of row-wise ``torch._scaled_mm``.
 
 Each shape is ``G`` experts with weights ``w`` (G, N, K) (the operand is its transpose
 view, (G, K, N) K-major, as ``nn.Linear`` experts keep them) and ragged token counts per
@@ -13,6 +16,7 @@ The table is printed last; JSON goes to ``$OUT/matmul_grouped.json`` (or ``--jso
 
     PYTHONPATH=. python bench/matmul_grouped.py            # the MoE shapes
     PYTHONPATH=. python bench/matmul_grouped.py --quick    # three of them
+    PYTHONPATH=. python bench/matmul_grouped.py --fp8      # and the float8 rows
 """
 from __future__ import annotations
 
@@ -43,22 +47,53 @@ def sizes_for(g, lo, hi, seed=0):
     return sizes
 
 
-def make_set(g, n, k, sizes, dtype, seed=0):
+def make_set(g, n, k, sizes, dtype, seed=0, device="cuda"):
     import torch
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(sum(sizes), k, device="cuda", generator=gen).to(dtype)
-    w = torch.randn(g, n, k, device="cuda", generator=gen).to(dtype)
-    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(sum(sizes), k, device=device, generator=gen).to(dtype)
+    w = torch.randn(g, n, k, device=device, generator=gen).to(dtype)
+    offs = torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
     return a, w.transpose(1, 2), offs, tuple(sizes)
 
 
-def reference(a, b, sizes):
+def row_scales(g, n, total, seed=0, device="cuda"):
+    """Row-wise scales: ``scale_a`` (total_M,) and ``scale_b`` (G, N), uniform in [0.5, 1.5)."""
+    import torch
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    return (torch.rand(total, device=device, generator=gen) + 0.5,
+            torch.rand(g, n, device=device, generator=gen) + 0.5)
+
+
+def reference(a, b, sizes, sa=None, sb=None):
+    """float64 product per group (row-wise: times ``sa`` per row and ``sb[g]`` per column)."""
     import torch
     parts, start = [], 0
     for i, s in enumerate(sizes):
-        parts.append(a[start:start + s].double() @ b[i].double())
+        part = a[start:start + s].double() @ b[i].double()
+        if sa is not None:
+            part = part * sa[start:start + s, None].double() * sb[i][None, :].double()
+        parts.append(part)
         start += s
     return torch.cat(parts)
+
+
+def row_contenders():
+    """Row-wise float8 (the set is ``(a, b, offs, sizes, scale_a, scale_b)``)."""
+    import torch
+    from ptxdsl.ops import grouped_matmul
+
+    def loop(a, b, offs, sizes, sa, sb):
+        return torch.cat([torch._scaled_mm(x, b[i], scale_a=s.view(-1, 1),
+                                           scale_b=sb[i].view(1, -1), out_dtype=torch.bfloat16)
+                          for i, (x, s) in enumerate(zip(a.split(sizes), sa.split(sizes)))
+                          if x.shape[0]])
+    c = {"ptxdsl fp8": lambda a, b, offs, sizes, sa, sb: grouped_matmul(
+            a, b, offs, scale_a=sa, scale_b=sb),
+         "loop _scaled_mm": loop}
+    if hasattr(torch, "_scaled_grouped_mm"):
+        c["torch._scaled_grouped_mm"] = lambda a, b, offs, sizes, sa, sb: \
+            torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+    return c
 
 
 def contenders(fp8: bool):
@@ -90,14 +125,19 @@ def contenders(fp8: bool):
     return c
 
 
-def bench_shape(g, n, k, lo, hi, args, fp8: bool):
+def bench_shape(g, n, k, lo, hi, args, fp8: bool, scales: str = "tensor"):
+    """One shape's row; ``scales`` ("tensor" or "row") for the float8 rows."""
     import torch
     sizes = sizes_for(g, lo, hi)
     dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
     s = make_set(g, n, k, sizes, dtype)
-    ref = reference(s[0], s[1], sizes)
+    if fp8 and scales == "row":
+        s = s + row_scales(g, n, sum(sizes))
+        ref, cands = reference(*s[:2], sizes, *s[4:]), row_contenders()
+    else:   # per-tensor scales 0.5 and 2.0: the unscaled product
+        ref, cands = reference(s[0], s[1], sizes), contenders(fp8)
     row, live = {}, {}
-    for name, fn in contenders(fp8).items():
+    for name, fn in cands.items():
         validate(name, fn, s, ref, row, live)
     del ref
     warm(args.warm)
@@ -122,14 +162,15 @@ def main(argv=None):
               "torch": torch.__version__, "rounds": args.rounds, "block_ms": args.block_ms,
               "kernel": "ptxdsl grouped Hopper kernel, 128 x 128 tiles (untuned)", "rows": []}
     path = args.json or os.path.join(os.environ.get("OUT", "."), "matmul_grouped.json")
+    kinds = [(False, None)] + ([(True, "tensor"), (True, "row")] if args.fp8 else [])
     for shape in QUICK if args.quick else SHAPES:
-        for fp8 in (False, True) if args.fp8 else (False,):
-            row, sizes = bench_shape(*shape, args, fp8)
-            result["rows"].append({"shape": list(shape), "fp8": fp8, "sizes": sizes,
-                                   "results": row})
+        for fp8, scales in kinds:
+            row, sizes = bench_shape(*shape, args, fp8, scales)
+            result["rows"].append({"shape": list(shape), "fp8": fp8, "scales": scales,
+                                   "sizes": sizes, "results": row})
             with open(path, "w") as f:
                 json.dump(result, f, indent=1)
-            print(f"{shape} {'fp8' if fp8 else 'bf16'}: " + ", ".join(
+            print(f"{shape} {'fp8 ' + scales if fp8 else 'bf16'}: " + ", ".join(
                 f"{c}={v['tflops']:.0f}" if "tflops" in v else
                 f"{c}=ERR {v.get('error', '')[:80]}" for c, v in row.items()), flush=True)
             torch.cuda.empty_cache()
@@ -145,16 +186,17 @@ def print_table(result):
         res = r["results"]
         ours_name = "ptxdsl fp8" if r["fp8"] else "ptxdsl"
         ours = res.get(ours_name, {}).get("tflops")
+        kind = f"fp8 {r.get('scales') or 'tensor'}" if r["fp8"] else "bf16"
         cells = []
         for name, v in res.items():
             cells.append(f"{name} {v['tflops']:.0f}" if "tflops" in v else f"{name} ERR")
             p = v.get("tflops")
             if name != ours_name and ours and p:
                 cells[-1] += f" ({ours / p:.2f}x)"
-                ratios.setdefault(name, []).append(ours / p)
+                ratios.setdefault(f"{name} ({kind})", []).append(ours / p)
         g, n, k, lo, hi = r["shape"]
         print(f"G={g:>3d} N={n:>5d} K={k:>5d} tokens {sum(r['sizes']):>6d} "
-              f"{'fp8 ' if r['fp8'] else 'bf16'}: " + ", ".join(cells))
+              f"{kind:10s}: " + ", ".join(cells))
     print("geomean ptxdsl / " + "; / ".join(f"{p}: {_geomean(v):.3f}"
                                             for p, v in ratios.items()))
 

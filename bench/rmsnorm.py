@@ -1,78 +1,60 @@
 """RMSNorm forward and backward, side by side in one run, on the current GPU.
 
-Contenders (each validated against a float64 reference before it is timed):
-device copy of the same bytes, ptxdsl, torch eager formula, F.rms_norm,
-torch.compile, a plain Triton kernel, and Liger / pyptx when installed
-(``bash bench/gpu_session.sh`` installs them from the wheels in ``.whl/``).
+Contenders (each validated against a float64 reference before it is timed; see
+``bench/rmsnorm_contenders.py``): device copy of the same bytes, ptxdsl, torch eager
+formula, F.rms_norm, torch.compile, a plain Triton kernel, and Liger / pyptx / Quack when
+installed (``bash bench/gpu_session.sh`` installs Liger and pyptx from the wheels in
+``.whl/``; Quack needs NVIDIA's CUTLASS DSL as well). A peer that is not installed is
+named in a note and left out; ``--only`` keeps the contenders named (the copy always runs).
 Timing: CUDA events around each call, median of many runs, inputs rotated
 over enough copies to exceed L2, the whole sweep in two passes on fresh
 allocations (each contender's faster pass kept). Prints a table last and
-writes JSON.
+writes JSON (after every shape; ``passes_done`` says how many passes were complete).
 
 Fairness: torch.compile gets a fresh compile for every (shape, dtype) (dynamo
 is reset before each contender set, so no shape is silently run in eager after
-dynamo's recompile limit), and every compile and autotune happens in the
-validation call, before timing. The backward times the backward alone for every
-contender: the autograd ones run their forward once per input set before timing
-and are timed on ``torch.autograd.grad(..., retain_graph=True)``, as ptxdsl is
-timed on ``rms_norm_backward`` from a saved ``rstd``. A peer that cannot run a
-shape or dtype (pyptx: float32 only, N a multiple of 32, no backward) gets an
-error cell; a peer that is not installed is named in a note.
+dynamo's recompile limit), and every compile, autotune and JIT (Triton, Quack's CuTe
+DSL) happens in the validation call, before timing. The backward times the backward
+alone for every contender: the autograd ones run their forward once per input set before
+timing and are timed on ``torch.autograd.grad(..., retain_graph=True)``, as ptxdsl and
+Quack are timed on their backward from a saved ``rstd``. A peer that cannot run a shape or
+dtype (pyptx: float32 only, N a multiple of 32, no backward) gets an error cell.
 
-    python bench/rmsnorm.py [--quick] [--dtypes f32,bf16,f16] [--json PATH]
+Bytes: the forward's TB/s counts x, y and w. The backward's has two counts, both in the
+JSON: the copy's (x, dY, dX: 3·M·N elements, what the timed copy moves; '%copy' is the
+copy's time over the contender's) and Quack's (its benchmark's: also w, rstd and the dW
+partials, 2·SMs·N float32; '%copyQ' is the contender's bandwidth by that count over the
+copy's). The printed table names the count of each column.
+
+    python bench/rmsnorm.py [--quick] [--dtypes f32,bf16,f16] [--only ptxdsl,quack] [--json PATH]
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import datetime
-import functools
 import gc
-import importlib
 import json
 import math
 import os
 import statistics
 import sys
-import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+# The contenders live in rmsnorm_contenders; the names other benches import from here stay.
+from bench.rmsnorm_contenders import (  # noqa: E402,F401
+    CONTENDERS, EPS, LIGER_ARGS, _AutogradBackward, _compiled_rms_norm, _fresh_compile_state,
+    bwd_contenders, fwd_contenders, only_contenders, parse_only, peers, quack_bwd_bytes,
+    triton_rms_fwd)
+
 SHAPES = [(2048, 8192), (4096, 4096), (8192, 8192), (16384, 4096), (32768, 1024),
           (4096, 5120), (4096, 7168), (1024, 16384), (4096, 1000), (1, 8192), (7, 4096)]
-EPS = 1e-6
 
 
 def _torch():
     import torch
     return torch
-
-
-@functools.lru_cache(maxsize=None)
-def triton_rms_fwd():
-    """A plain Triton RMSNorm (one program per row, the row in one block); one
-    ``triton.jit`` function per process (Triton caches its compiles per BLOCK)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _k(X, W, Y, stride, N, eps, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        mask = cols < N
-        x = tl.load(X + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(Y + row * stride + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
-
-    def run(x, w):
-        y = _torch().empty_like(x)
-        n = x.shape[-1]
-        block = triton.next_power_of_2(n)
-        warps = min(max(block // 256, 1), 16)
-        _k[(x.shape[0],)](x, w, y, x.stride(0), n, EPS, BLOCK=block, num_warps=warps)
-        return y
-    return run
 
 
 def time_fn(fn, sets, warmup=5, iters=50, block=10):
@@ -138,16 +120,16 @@ def _copies(per_call: int, l2_bytes: int) -> int:
     return min(64, max(8, math.ceil(4 * l2_bytes / max(per_call, 1))))
 
 
-def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7):
+def bench_forward(shape, dtype, contenders, l2_bytes, rounds=7, device="cuda"):
     torch = _torch()
     m, n = shape
     nbytes = m * n * dtype.itemsize
     copies = _copies(2 * nbytes, l2_bytes)
-    g = torch.Generator(device="cuda").manual_seed(0)
+    g = torch.Generator(device=device).manual_seed(0)
     sets = []
-    w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(dtype)
+    w = (torch.randn(n, device=device, generator=g) * 0.1 + 1).to(dtype)
     for _ in range(copies):
-        x = torch.randn(m, n, device="cuda", generator=g).to(dtype)
+        x = torch.randn(m, n, device=device, generator=g).to(dtype)
         sets.append((x, w))
     ref = ref_fwd(*sets[0])
     tol = 2e-6 if dtype == torch.float32 else 1e-2
@@ -240,17 +222,20 @@ def _quiet_host():
             os.sched_setaffinity(0, cpus)
 
 
-def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
+def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7, device="cuda", sms=None):
+    """One backward shape: the row of every contender's time, with TB/s by the copy's
+    count (``tbps``: x, dY, dX and dW) and by Quack's (``tbps_quack``,
+    :func:`~bench.rmsnorm_peers.quack_bwd_bytes` with ``sms``, by default the GPU's)."""
     torch = _torch()
     m, n = shape
     nbytes = m * n * dtype.itemsize
     copies = _copies(3 * nbytes, l2_bytes)
-    g = torch.Generator(device="cuda").manual_seed(1)
-    w = (torch.randn(n, device="cuda", generator=g) * 0.1 + 1).to(dtype)
+    g = torch.Generator(device=device).manual_seed(1)
+    w = (torch.randn(n, device=device, generator=g) * 0.1 + 1).to(dtype)
     sets = []
     for _ in range(copies):
-        x = torch.randn(m, n, device="cuda", generator=g).to(dtype)
-        dy = torch.randn(m, n, device="cuda", generator=g).to(dtype)
+        x = torch.randn(m, n, device=device, generator=g).to(dtype)
+        dy = torch.randn(m, n, device=device, generator=g).to(dtype)
         rstd = torch.rsqrt((x.float() ** 2).mean(-1) + EPS)
         sets.append((dy, x, w, rstd))
     dy, x, w, rstd = sets[0]
@@ -263,8 +248,8 @@ def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
     # i.e. 1.5x the tensor read and written; a pair of buffers per input set, timed in
     # the same rounds as the contenders.
     half = (3 * nbytes) // 2
-    bufs = {id(x): (torch.empty(half, dtype=torch.uint8, device="cuda"),
-                    torch.empty(half, dtype=torch.uint8, device="cuda")) for _, x, _, _ in sets}
+    bufs = {id(x): (torch.empty(half, dtype=torch.uint8, device=device),
+                    torch.empty(half, dtype=torch.uint8, device=device)) for _, x, _, _ in sets}
 
     def copy(dy, x, w, rstd):
         a, b = bufs[id(x)]
@@ -276,211 +261,14 @@ def bench_backward(shape, dtype, contenders, l2_bytes, rounds=7):
     row = _measure({"copy": copy, **contenders}, sets, ok, iters=60,
                    rounds=_rounds_for(rounds, 3 * nbytes), warm=_warm_for(3 * nbytes))
     moved = 3 * nbytes + 2 * n * dtype.itemsize
+    if sms is None:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+    quack = quack_bwd_bytes(m, n, dtype.itemsize, w.element_size(), sms)
     for v in row.values():
         if "us" in v:
             v["tbps"] = moved / v["us"] / 1e6
+            v["tbps_quack"] = quack / v["us"] / 1e6
     return row
-
-
-def _fresh_compile_state():
-    """Forget every graph torch.compile has made, so that the contenders built next
-    compile for their own (shape, dtype).
-
-    Dynamo caches compiled graphs on the Python code object, so one compiled function
-    (or several made from one ``lambda``/``def``) run over many shapes recompiles per
-    shape until dynamo's recompile limit (8) and then silently runs eager. Resetting
-    before each contender set gives one compile per (shape, dtype); the limits are
-    raised as well (``recompile_limit``, ``cache_size_limit`` in older torch), and
-    hitting one raises where torch offers that, so a fall-back shows as an error cell
-    rather than as a slow number.
-    """
-    _torch()
-    import torch._dynamo as dynamo
-    dynamo.reset()
-    cfg = dynamo.config
-    for names, value in ((("recompile_limit", "cache_size_limit"), 64),
-                         (("accumulated_recompile_limit", "accumulated_cache_size_limit"), 1024)):
-        for name in names:  # set one name only: newer torch keeps the old one as an alias
-            if hasattr(cfg, name):
-                setattr(cfg, name, max(int(getattr(cfg, name)), value))
-                break
-    for name in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
-        if hasattr(cfg, name):
-            setattr(cfg, name, True)
-            break
-
-
-def _compiled_rms_norm():
-    """A new ``torch.compile`` of ``F.rms_norm`` (static shapes); compiles on its first call."""
-    torch = _torch()
-    import torch.nn.functional as F
-
-    def rms_norm_compiled(x, w):
-        return F.rms_norm(x, (x.shape[-1],), w, EPS)
-    return torch.compile(rms_norm_compiled, dynamic=False)
-
-
-def _import_pyptx_rms_norm():
-    """pyptx's RMSNorm: the module ``pyptx.examples.hopper.rms_norm`` that the pyptx
-    wheel ships (``build_rms_norm(B, N, eps=..., arch=...)`` returns a kernel that takes
-    torch tensors ``(x, w)`` and returns ``y``). The module imports ``jax`` at its top for
-    its own JAX demo, which the kernel and the torch path never use; where jax is not
-    installed it is imported with an empty stand-in ``jax`` that is removed right after."""
-    importlib.import_module("pyptx")  # ImportError: not installed
-    name = "pyptx.examples.hopper.rms_norm"
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        if not (e.name or "").startswith("jax"):
-            raise
-    saved = {n: sys.modules.get(n) for n in ("jax", "jax.numpy")}
-    stub, stub_np = types.ModuleType("jax"), types.ModuleType("jax.numpy")
-    stub.numpy = stub_np
-    sys.modules["jax"], sys.modules["jax.numpy"] = stub, stub_np
-    try:
-        return importlib.import_module(name)
-    finally:
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
-
-
-def _version(dist):
-    try:
-        from importlib.metadata import version
-        return version(dist)
-    except Exception:
-        return None
-
-
-@functools.lru_cache(maxsize=None)
-def peers():
-    """The optional peers, imported once: ``{"liger": LigerRMSNormFunction or None,
-    "pyptx": pyptx's rms_norm module or None, "versions": {...}, "notes": [...]}``.
-    A peer that cannot be imported gets a note (printed, and kept in the JSON), never
-    a silent gap."""
-    out = {"liger": None, "pyptx": None, "versions": {}, "notes": []}
-    try:
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-        out["liger"] = LigerRMSNormFunction
-        out["versions"]["liger"] = _version("liger-kernel")
-    except Exception as e:
-        out["notes"].append(f"liger not available ({type(e).__name__}: {str(e)[:160]}); "
-                            "it is left out (install: bash bench/gpu_session.sh with .whl/)")
-    try:
-        out["pyptx"] = _import_pyptx_rms_norm()
-        out["versions"]["pyptx"] = _version("pyptx")
-        out["notes"].append("pyptx has no RMSNorm backward (its wheel ships a forward "
-                            "kernel only, float32, N a multiple of 32): forward table only")
-    except Exception as e:
-        out["notes"].append(f"pyptx not available ({type(e).__name__}: {str(e)[:160]}); "
-                            "it is left out (install: bash bench/gpu_session.sh with .whl/)")
-    return out
-
-
-_PYPTX_KERNELS: dict = {}
-
-
-def pyptx_rms_fwd(mod):
-    """pyptx's forward: one kernel per (B, N), built (traced, JIT-compiled, registered
-    with its launch shim) on the first call, i.e. in the validation call."""
-    torch = _torch()
-    try:
-        from pyptx import detect_arch
-        arch = detect_arch()
-    except Exception:
-        arch = "sm_90a"
-
-    def run(x, w):
-        if x.dtype != torch.float32 or w.dtype != torch.float32:
-            raise TypeError(f"pyptx's RMSNorm kernel is float32 only, not {x.dtype}")
-        key = (tuple(x.shape), arch)
-        k = _PYPTX_KERNELS.get(key)
-        if k is None:
-            b, n = x.shape
-            k = _PYPTX_KERNELS[key] = mod.build_rms_norm(b, n, eps=EPS, arch=arch)
-        return k(x, w)
-    return run
-
-
-# Liger: offset 0.0 and casting mode "gemma" compute y = x * rstd * w in float32 and
-# round once to the input dtype, as every other contender does ("llama" multiplies by
-# w in the input dtype after a rounding; the bytes moved are the same either way).
-LIGER_ARGS = (EPS, 0.0, "gemma")
-
-
-def fwd_contenders(dtype):
-    """The forward contenders for one (shape, dtype): call once per shape (it resets
-    torch.compile's state, see ``_fresh_compile_state``)."""
-    torch = _torch()
-    import torch.nn.functional as F
-    from ptxdsl.ops import rms_norm
-    _fresh_compile_state()
-    p = peers()
-    out = {}
-    # The same bytes as the forward: read x, write y.
-    out["ptxdsl"] = lambda x, w: rms_norm(x, w, EPS)
-    out["eager"] = lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True)
-                                                          + EPS) * w.float()).to(x.dtype)
-    out["F.rms_norm"] = lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS)
-    out["torch.compile"] = _compiled_rms_norm()
-    try:
-        out["triton"] = triton_rms_fwd()
-    except Exception:
-        pass
-    if p["liger"] is not None:
-        liger = p["liger"]
-        out["liger"] = lambda x, w: liger.apply(x, w, *LIGER_ARGS)
-    if p["pyptx"] is not None:
-        out["pyptx"] = pyptx_rms_fwd(p["pyptx"])
-    return out
-
-
-class _AutogradBackward:
-    """The backward of an autograd forward ``f(x, w)``, timed alone.
-
-    ``prepare(sets)`` (called by ``_measure`` before validation, untimed) runs the
-    forward once per input set and keeps its graph; each call is then one
-    ``torch.autograd.grad(y, (x, w), dy, retain_graph=True)``: the backward kernels
-    and the autograd engine's work, without the forward. ``own_dy`` gives the
-    contender its own copy of each ``dy`` (Liger writes dx into dy in place).
-    """
-
-    def __init__(self, f, own_dy=False):
-        self.f, self.own_dy, self.graphs = f, own_dy, {}
-
-    def prepare(self, sets):
-        for dy, x, w, _rstd in sets:
-            xg = x.detach().requires_grad_()
-            wg = w.detach().requires_grad_()
-            y = self.f(xg, wg)
-            self.graphs[id(x)] = (y, xg, wg, dy.clone() if self.own_dy else None)
-
-    def __call__(self, dy, x, w, rstd):
-        y, xg, wg, own = self.graphs[id(x)]
-        return _torch().autograd.grad(y, (xg, wg), dy if own is None else own,
-                                      retain_graph=True)
-
-
-def bwd_contenders(dtype):
-    """The backward contenders for one (shape, dtype): call once per shape."""
-    import torch.nn.functional as F
-    from ptxdsl.ops import rms_norm_backward
-    _fresh_compile_state()
-    p = peers()
-    out = {}
-
-    out["ptxdsl"] = lambda dy, x, w, rstd: rms_norm_backward(dy, x, w, rstd)
-    out["F.rms_norm"] = _AutogradBackward(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS))
-    out["torch.compile"] = _AutogradBackward(_compiled_rms_norm())
-    if p["liger"] is not None:
-        liger = p["liger"]
-        # in_place=True (Liger's default): dx is written over (its own copy of) dy.
-        out["liger"] = _AutogradBackward(lambda x, w: liger.apply(x, w, *LIGER_ARGS, True),
-                                         own_dy=True)
-    return out
 
 
 def _release():
@@ -537,10 +325,15 @@ def main(argv=None):
     ap.add_argument("--passes", type=int, default=2,
                     help="passes over the whole sweep, each on fresh allocations; each "
                          "contender keeps its best time per shape (see _best_of)")
+    ap.add_argument("--only", default=None,
+                    help="contenders to run besides the copy, e.g. ptxdsl,quack (default: "
+                         f"all that are installed; known: {','.join(CONTENDERS)})")
     a = ap.parse_args(argv)
+    only = parse_only(a.only, ap.error)
     torch = _torch()
     dev = torch.cuda.get_device_properties(0)
     l2 = getattr(dev, "L2_cache_size", 50 << 20)
+    sms = dev.multi_processor_count
     names = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     shapes = SHAPES[:2] if a.quick else SHAPES
     if a.shapes:
@@ -550,29 +343,32 @@ def main(argv=None):
     print(f"host probe: torch.empty_like of a small CUDA tensor {host_us:.2f} µs "
           f"(about 1.6 on a quiet H200 host; small shapes are host-bound, so their numbers "
           f"scale with it)", flush=True)
-    result = {"device": dev.name, "date": datetime.date.today().isoformat(),
+    result = {"device": dev.name, "sms": sms, "date": datetime.date.today().isoformat(),
               "torch": torch.__version__, "host_probe_us": host_us, "rounds": a.rounds,
-              "passes": a.passes,
-              "forward": [], "backward": []}
+              "passes": a.passes, "only": sorted(only) if only else None,
+              "backward_bytes": BACKWARD_BYTES, "forward": [], "backward": []}
     p = peers()
     result["peers"] = dict(p["versions"])
     result["notes"] = list(p["notes"])
     for note in result["notes"]:
         print(f"note: {note}", flush=True)
+    fwd_set, bwd_set = only_contenders(fwd_contenders, only), only_contenders(bwd_contenders, only)
     # A throwaway shape first: each library's first call in a process (Triton's driver
-    # and launcher set-up, module loads, Inductor's first autotune) happens here and
-    # not in the first measured shape. Without it the peers ran slow there (H200:
-    # Triton 53.5 µs at 2048x8192 f32 as the first shape, 36.9 after other shapes).
+    # and launcher set-up, module loads, Inductor's first autotune, the CUTLASS DSL's
+    # start) happens here and not in the first measured shape. Without it the peers ran
+    # slow there (H200: Triton 53.5 µs at 2048x8192 f32 as the first shape, 36.9 after
+    # other shapes).
     first = names[a.dtypes.split(",")[0]]
-    bench_forward((1024, 4096), first, fwd_contenders(first), l2, 1)
+    bench_forward((1024, 4096), first, fwd_set(first), l2, 1)
     _release()
+    path = a.json or os.path.join(os.environ.get("OUT", "."), "rmsnorm.json")
     runs: dict = {}  # (kind, dtype, shape) -> one row per pass
     for pas in range(a.passes):
         for dn in a.dtypes.split(","):
             dt = names[dn]
             # Contenders are built per (shape, dtype): a fresh torch.compile for each.
-            for kind, bench, contenders in (("forward", bench_forward, fwd_contenders),
-                                            ("backward", bench_backward, bwd_contenders)):
+            for kind, bench, contenders in (("forward", bench_forward, fwd_set),
+                                            ("backward", bench_backward, bwd_set)):
                 if (a.no_forward and kind == "forward") or (a.no_backward and
                                                             kind == "backward"):
                     continue
@@ -581,17 +377,59 @@ def main(argv=None):
                     _release()
                     runs.setdefault((kind, dn, sh), []).append(row)
                     print(f"pass {pas + 1} {kind[:3]} {dn} {sh}: " + ", ".join(
-                        f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR"
+                        f"{k}={v['us']:.1f}" if "us" in v else f"{k}=ERR({v['error'][:80]})"
                         for k, v in row.items()), flush=True)
-    for (kind, dn, sh), rows in runs.items():
-        result[kind].append({"shape": list(sh), "dtype": dn, "results": _best_of(rows)})
-    path = a.json or os.path.join(os.environ.get("OUT", "."), "rmsnorm.json")
+                    # after every shape: a run cut short keeps what it measured
+                    _collect(result, runs, names, sms, pas)
+                    with open(path, "w") as f:
+                        json.dump(result, f, indent=1)
+    _collect(result, runs, names, sms, a.passes)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     for note in result["notes"]:
         print(f"note: {note}")
     print_table(result)
     return result
+
+
+BACKWARD_BYTES = ("backward rows: bytes.copy = x, dY read and dX written (3·M·N elements, "
+                  "what the copy moves; pct_copy = the copy's time over the contender's); "
+                  "bytes.quack = Quack's count, with the weight, rstd and the dW partials "
+                  "(2·SMs·N float32) as well (pct_copy_quack = the contender's bandwidth by "
+                  "that count over the copy's)")
+
+
+def backward_bytes(shape, itemsize: int, sms: int) -> dict:
+    """The two byte counts of one backward shape (see :data:`BACKWARD_BYTES`)."""
+    m, n = shape
+    return {"copy": 3 * m * n * itemsize, "quack": quack_bwd_bytes(m, n, itemsize, itemsize, sms)}
+
+
+def copy_shares(entry: dict) -> dict:
+    """Each timed contender's share of the copy's speed in one shape's merged ``entry``:
+    ``pct_copy`` (the copy's time over its time: both move the bytes the copy moves) and,
+    where ``entry`` has Quack's byte count (the backward), ``pct_copy_quack`` (its
+    bandwidth by that count over the copy's bandwidth by its own)."""
+    res, counts = entry["results"], entry.get("bytes")
+    cp = res.get("copy", {}).get("us")
+    for name, v in res.items():
+        if name == "copy" or not cp or "us" not in v:
+            continue
+        v["pct_copy"] = 100.0 * cp / v["us"]
+        if counts:
+            v["pct_copy_quack"] = v["pct_copy"] * counts["quack"] / counts["copy"]
+    return entry
+
+
+def _collect(result: dict, runs: dict, names: dict, sms: int, passes_done: int) -> None:
+    """``result``'s forward and backward rows from every pass in ``runs`` so far."""
+    result["forward"], result["backward"] = [], []
+    result["passes_done"] = passes_done
+    for (kind, dn, sh), rows in runs.items():
+        entry = {"shape": list(sh), "dtype": dn, "results": _best_of(rows)}
+        if kind == "backward":
+            entry["bytes"] = backward_bytes(sh, names[dn].itemsize, sms)
+        result[kind].append(copy_shares(entry))
 
 
 def _best_of(rows: list) -> dict:
@@ -616,7 +454,11 @@ def _best_of(rows: list) -> dict:
 
 
 def print_table(result, kinds=("forward", "backward"), title="RMSNorm"):
-    """The table printed last: one block per kind, one line per shape (and dtype)."""
+    """The table printed last: one block per kind, one line per shape (and dtype).
+
+    Where Quack ran, a 'vs quack' column (Quack's time over ptxdsl's). Backward rows that
+    carry both byte counts (:func:`backward_bytes`) get '%copyQ' beside '%copy', and a
+    second block gives every contender's % of the copy by both counts."""
     print(f"\n{title} on {result['device']} ({result['date']}), median µs (TB/s); "
           f"'vs best' = best other time / ptxdsl time, '%copy' = copy time / ptxdsl time")
     for kind in kinds:
@@ -624,8 +466,14 @@ def print_table(result, kinds=("forward", "backward"), title="RMSNorm"):
         if not rows:
             continue
         names = list(dict.fromkeys(k for r in rows for k in r["results"]))
+        quack = "quack" in names
+        counted = any("bytes" in r for r in rows)
+        if counted:
+            print("backward bytes: TB/s and '%copy' count x, dY and dX (3·M·N elements, the "
+                  "copy's bytes); '%copyQ' counts Quack's (+ w, rstd, dW partials 2·SMs·N f32)")
         print(f"{kind:10s} {'dtype':5s} {'shape':>12s} " + " ".join(f"{n:>14s}" for n in names)
-              + "   vs best  %copy")
+              + "   vs best" + ("  vs quack" if quack else "") + "  %copy"
+              + (" %copyQ" if counted else ""))
         for r in rows:
             res = r["results"]
             cells = []
@@ -637,11 +485,71 @@ def print_table(result, kinds=("forward", "backward"), title="RMSNorm"):
             peers = [v["us"] for k, v in res.items()
                      if k != "copy" and not k.startswith("ptxdsl") and "us" in v]
             vs = f"{min(peers) / ours:8.2f}x" if ours and peers else "       -"
+            if quack:
+                q = res.get("quack", {}).get("us")
+                vs += f" {q / ours:8.2f}x" if ours and q else "         -"
             cp = res.get("copy", {}).get("us")
             pc = f"{100 * cp / ours:5.0f}%" if ours and cp else "     -"
+            if counted:
+                share = (res.get("ptxdsl") or {}).get("pct_copy_quack")
+                pc += f" {share:5.0f}%" if share else "      -"
             shp = "x".join(map(str, r["shape"]))
             print(f"{'':10s} {r.get('dtype', ''):5s} {shp:>12s} "
                   + " ".join(f"{c:>14s}" for c in cells) + f"  {vs} {pc}")
+        if counted:
+            _print_shares(rows, [n for n in names if n != "copy"])
+    for line in quack_summary(result):
+        print(line)
+
+
+def quack_summary(result) -> list[str]:
+    """Issue 50's figures against Quack, where it ran: per direction, at how many shapes
+    ptxdsl is as fast or faster (and where not), Quack's time over ptxdsl's, and ptxdsl's
+    % of the copy over the shapes of at least 1024 rows (the rest time the host)."""
+    out = []
+    for kind in ("forward", "backward"):
+        rows = [r for r in result.get(kind) or [] if _us_of(r, "quack") and _us_of(r, "ptxdsl")]
+        if not rows:
+            continue
+        ratio = {id(r): _us_of(r, "quack") / _us_of(r, "ptxdsl") for r in rows}
+        behind = [r for r in rows if ratio[id(r)] < 1.0]
+        geo = math.exp(sum(math.log(v) for v in ratio.values()) / len(ratio))
+        out.append(f"{kind} against Quack: ptxdsl as fast or faster at {len(rows) - len(behind)} "
+                   f"of {len(rows)} shapes; Quack's time / ptxdsl's "
+                   f"{min(ratio.values()):.2f}-{max(ratio.values()):.2f}x, geomean {geo:.2f}x")
+        for r in behind:
+            res = r["results"]
+            out.append(f"  behind at {r['dtype']} {'x'.join(map(str, r['shape']))}: "
+                       f"{ratio[id(r)]:.3f}x, % of copy ptxdsl "
+                       f"{res['ptxdsl'].get('pct_copy', 0):.1f} / quack "
+                       f"{res['quack'].get('pct_copy', 0):.1f}")
+        big = [r["results"]["ptxdsl"] for r in rows if r["shape"][0] >= 1024]
+        for key, what in (("pct_copy", "the copy's bytes"), ("pct_copy_quack", "Quack's bytes")):
+            got = [v[key] for v in big if key in v]
+            if got:
+                out.append(f"  ptxdsl % of copy ({what}), M >= 1024: "
+                           f"{min(got):.1f}-{max(got):.1f}")
+    return out
+
+
+def _us_of(row, name):
+    return (row["results"].get(name) or {}).get("us")
+
+
+def _print_shares(rows, names):
+    """Every contender's % of the copy by the copy's count / by Quack's, per shape."""
+    print(f"{'% of copy':10s} {'dtype':5s} {'shape':>12s} " + " ".join(f"{n:>14s}" for n in names)
+          + "   (copy's count / Quack's count)")
+    for r in rows:
+        cells = []
+        for n in names:
+            v = r["results"].get(n, {})
+            cells.append(f"{v['pct_copy']:.0f}/{v['pct_copy_quack']:.0f}"
+                         if "pct_copy_quack" in v else "-")
+        shp = "x".join(map(str, r["shape"]))
+        print(f"{'':10s} {r.get('dtype', ''):5s} {shp:>12s} "
+              + " ".join(f"{c:>14s}" for c in cells))
+
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,8 @@ Contenders, each validated on its first rows against float64 before it is timed:
 device copy of the same bytes, ptxdsl (which takes a cluster of CTAs per row past
 N=32768 on sm_90), ``ptxdsl:1cta`` (the same call with the cluster plans switched off:
 the row-per-CTA kernels, to show what the clusters buy), torch.compile, ``F.rms_norm``
-and Liger where installed (as ``bench/rmsnorm.py``). TB/s counts x read and y written
+and Liger and Quack where installed (as ``bench/rmsnorm.py``; ``--skip quack`` leaves Quack
+out). TB/s counts x read and y written
 once (forward), x and dy read and dx written once (backward), plus the weights.
 
 Rows of 262144 at M=32768 are 16 GiB per bf16 tensor, so this bench differs from
@@ -35,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench.rmsnorm import (EPS, LIGER_ARGS, _AutogradBackward, _compiled_rms_norm,  # noqa: E402
                            _fresh_compile_state, _quiet_host, _warm_up_gpu, peers,
                            print_table, time_fn)
+from bench.rmsnorm_contenders import quack_bwd, quack_fwd  # noqa: E402
 
 NS = [4096, 8192, 16384, 32768, 65536, 131072, 262144]
 CHECK_ROWS = 64
@@ -170,6 +172,8 @@ def bench_forward(n, dt, m, skip, rounds):
     if p["liger"] is not None:
         liger = p["liger"]
         contenders["liger"] = lambda x, w: liger.apply(x, w, *LIGER_ARGS)
+    if p["quack"] is not None:
+        contenders["quack"] = quack_fwd(p["quack"], EPS)
     contenders = {k: v for k, v in contenders.items() if k not in _skipped(skip, n)}
     nbytes = 2 * m * n * dt.itemsize + n * dt.itemsize
     row = _time_each(contenders, (x, w), lambda out: _close(out[:CHECK_ROWS], ref) <= tol,
@@ -214,6 +218,8 @@ def bench_backward(n, dt, m, skip, rounds):
         liger = p["liger"]
         contenders["liger"] = _AutogradBackward(
             lambda x, w: liger.apply(x, w, *LIGER_ARGS, True), own_dy=True)
+    if p["quack"] is not None:
+        contenders["quack"] = quack_bwd(p["quack"])
     contenders = {k: v for k, v in contenders.items() if k not in _skipped(skip, n)}
     nbytes = 3 * m * n * dt.itemsize + 2 * n * dt.itemsize
     # dW is only compared on the rows checked for dx when M is the check's size; here

@@ -150,6 +150,64 @@ def rmsnorm_long(folder: str) -> list[str]:
     return out
 
 
+def _ratio(res: dict, num: str, den: str) -> float | None:
+    a, b = _us(res, num), _us(res, den)
+    return a / b if a and b else None
+
+
+def _share(res: dict, name: str, key: str) -> float | None:
+    v = res.get(name)
+    return v.get(key) if isinstance(v, dict) and isinstance(v.get(key), (int, float)) else None
+
+
+def rmsnorm_quack(folder: str) -> list[str]:
+    """ptxdsl against Quack at every shape and dtype of ``bench/rmsnorm.py`` (run with
+    ``--only ptxdsl,quack``): Quack's time over ptxdsl's, and both as % of the copy, the
+    backward's by both byte counts (the copy's, and Quack's with the dW partials)."""
+    out = []
+    for dev, base, d in runs(folder, "rmsnorm_quack"):
+        out += [_source(dev, base, d), ""]
+        labels, series = [], {}
+        for part in ("forward", "backward"):
+            rows = d.get(part, [])
+            if not rows:
+                continue
+            labels = labels or [f"{r['dtype']} {_shape(r['shape'])}" for r in rows]
+            series[part] = [_ratio(r["results"], "quack", "ptxdsl") for r in rows]
+        if not series:
+            continue
+        svg = svgchart.line_chart(labels, series, ylabel="Quack's time / ptxdsl's", ref=1,
+                                  title=f"RMSNorm against Quack, {dev}", width=920)
+        out += [_figure(svg, f"{dev}: Quack's time over ptxdsl's per dtype and shape M×N "
+                             "(above the dotted 1: ptxdsl is faster)."), ""]
+        for part in ("forward", "backward"):
+            rows = d.get(part, [])
+            if not rows:
+                continue
+            bwd = part == "backward"
+            head = ["dtype", "M×N", "ptxdsl µs", "Quack µs", "Quack / ptxdsl",
+                    "ptxdsl % copy", "Quack % copy"]
+            if bwd:
+                head += ["ptxdsl % copy (Quack's bytes)", "Quack % copy (Quack's bytes)"]
+            table = []
+            for r in rows:
+                res = r["results"]
+                cells = [r["dtype"], _shape(r["shape"]), _cell(_us(res, "ptxdsl"), "{:.1f}"),
+                         _cell(_us(res, "quack"), "{:.1f}") or
+                         str((res.get("quack") or {}).get("error", ""))[:40],
+                         _cell(_ratio(res, "quack", "ptxdsl"), "{:.2f}×"),
+                         _cell(pct_of_copy(res, "ptxdsl")), _cell(pct_of_copy(res, "quack"))]
+                if bwd:
+                    cells += [_cell(_share(res, n, "pct_copy_quack")) for n in ("ptxdsl", "quack")]
+                table.append(cells)
+            out += [f"**{part.capitalize()}**", "", _table(head, table), ""]
+        out += ["*% copy: the device copy's time over the contender's (the copy moves x and y "
+                "forward; x, dY and dX backward). Quack's bytes: the backward's bandwidth by "
+                "Quack's count (+ the weight, rstd and the dW partials, 2·SMs·N float32) over "
+                "the copy's. Shapes of a few rows time the host's launch work.*", ""]
+    return out
+
+
 def _by_section(d: dict, keys: list[str], metric) -> tuple[list[str], dict[str, list]]:
     """Bars per (section, dtype) of ``metric(results, contender)``, geomean over shapes."""
     labels, groups = [], []
@@ -198,37 +256,54 @@ def _tflops(res: dict, name: str) -> float | None:
     return v.get("tflops") if isinstance(v, dict) and "error" not in v else None
 
 
+LAYOUTS = {"linear": "x @ W.T", "nn": "a @ b"}
+
+
 def _gemm(folder: str, name: str, ref: str, what: str) -> list[str]:
+    """Per device (and per layout, where the rows name theirs) a chart and a table of
+    ratios against ``ref`` in the same layout."""
     out = []
     for dev, base, d in runs(folder, name):
-        rows = d.get("rows", [])
-        names = _contenders(rows, skip=())
-        series = {n: [_tflops(r["results"], n) for r in rows] for n in names}
-        groups = [r.get("group", "") for r in rows]
-        breaks = tuple(i for i in range(1, len(rows)) if groups[i] != groups[i - 1])
-        svg = svgchart.line_chart([_shape(r["shape"]) for r in rows], series,
-                                  ylabel="TFLOP/s", dashed=(ref,), breaks=breaks, width=920,
-                                  title=f"{what}, {dev}")
-        out += [_source(dev, base, d), "",
-                _figure(svg, f"{dev}: TFLOP/s per shape M×N×K (dashed: {ref}), "
-                             "in the benchmark's groups (rules between them): squares, LLM shapes by M, small M."),
-                ""]
-        others = [n for n in names if n != ref]
-        table = []
-        for group in dict.fromkeys(r.get("group", "") for r in rows):
-            sel = [r for r in rows if r.get("group", "") == group]
-            cells = [group, str(len(sel)),
-                     _cell(geomean(_tflops(r["results"], ref) for r in sel), "{:.0f}")]
-            for n in others:
-                ratio = geomean(_tflops(r["results"], n) / _tflops(r["results"], ref)
-                                for r in sel if _tflops(r["results"], n)
-                                and _tflops(r["results"], ref))
-                cells.append(_cell(ratio, "{:.2f}×"))
-            table.append(cells)
-        out += [_table(["shapes", "count", f"{ref} TFLOP/s"] + [f"{n} / {ref}" for n in others],
-                       table), "",
-                f"*Geometric means per group of shapes; a ratio above 1× is faster than "
-                f"{ref}.*", ""]
+        layouts = list(dict.fromkeys(r.get("layout", d.get("layout")) for r in d.get("rows", [])))
+        if len(layouts) <= 1:
+            out += _gemm_part(dev, base, d, d.get("rows", []), ref, what)
+            continue
+        for layout in layouts:
+            rows = [r for r in d["rows"] if r.get("layout", d.get("layout")) == layout]
+            out += _gemm_part(dev, base, d, rows, ref,
+                              f"{what} ({LAYOUTS.get(layout, layout)})")
+    return out
+
+
+def _gemm_part(dev, base, d, rows, ref, what) -> list[str]:
+    out = []
+    names = _contenders(rows, skip=())
+    series = {n: [_tflops(r["results"], n) for r in rows] for n in names}
+    groups = [r.get("group", "") for r in rows]
+    breaks = tuple(i for i in range(1, len(rows)) if groups[i] != groups[i - 1])
+    svg = svgchart.line_chart([_shape(r["shape"]) for r in rows], series,
+                              ylabel="TFLOP/s", dashed=(ref,), breaks=breaks, width=920,
+                              title=f"{what}, {dev}")
+    out += [_source(dev, base, d), "",
+            _figure(svg, f"{dev}: TFLOP/s per shape M×N×K (dashed: {ref}), "
+                         "in the benchmark's groups (rules between them): squares, LLM shapes by M, small M."),
+            ""]
+    others = [n for n in names if n != ref]
+    table = []
+    for group in dict.fromkeys(r.get("group", "") for r in rows):
+        sel = [r for r in rows if r.get("group", "") == group]
+        cells = [group, str(len(sel)),
+                 _cell(geomean(_tflops(r["results"], ref) for r in sel), "{:.0f}")]
+        for n in others:
+            ratio = geomean(_tflops(r["results"], n) / _tflops(r["results"], ref)
+                            for r in sel if _tflops(r["results"], n)
+                            and _tflops(r["results"], ref))
+            cells.append(_cell(ratio, "{:.2f}×"))
+        table.append(cells)
+    out += [_table(["shapes", "count", f"{ref} TFLOP/s"] + [f"{n} / {ref}" for n in others],
+                   table), "",
+            f"*Geometric means per group of shapes; a ratio above 1× is faster than "
+            f"{ref}.*", ""]
     return out
 
 
@@ -238,6 +313,52 @@ def matmul(folder: str) -> list[str]:
 
 def matmul_fp8(folder: str) -> list[str]:
     return _gemm(folder, "matmul_fp8", "cuBLAS fp8", "GEMM e4m3, scaled")
+
+
+def matmul_fp8_row(folder: str) -> list[str]:
+    return _gemm(folder, "matmul_fp8_row", "cuBLAS fp8", "GEMM e4m3, row-wise scales")
+
+
+def matmul_fp8_block(folder: str) -> list[str]:
+    return _gemm(folder, "matmul_fp8_block", "cuBLAS fp8", "GEMM e4m3, block-wise scales")
+
+
+def matmul_grouped(folder: str) -> list[str]:
+    """Grouped GEMM: TFLOP/s (real rows) per MoE shape and kind (bf16, float8 per-tensor
+    or row-wise scales), ptxdsl's against each peer of the same kind."""
+    out = []
+    for dev, base, d in runs(folder, "matmul_grouped"):
+        rows = d.get("rows", [])
+        kinds = list(dict.fromkeys(_grouped_kind(r) for r in rows))
+        out += [_source(dev, base, d), ""]
+        for kind in kinds:
+            sel = [r for r in rows if _grouped_kind(r) == kind]
+            names = _contenders(sel, skip=())
+            labels = [f"G{r['shape'][0]} N{r['shape'][1]} K{r['shape'][2]}" for r in sel]
+            series = {n: [_tflops(r["results"], n) for r in sel] for n in names}
+            ours = "ptxdsl fp8" if kind.startswith("fp8") else "ptxdsl"
+            svg = svgchart.bar_chart(labels, series, xlabel="TFLOP/s", highlight=ours,
+                                     title=f"Grouped GEMM {kind}, {dev}")
+            head = ["G, N, K", "tokens"] + names + [f"{ours} / {n}" for n in names if n != ours]
+            table = []
+            for lab, r in zip(labels, sel):
+                res = r["results"]
+                cells = [lab, str(sum(r.get("sizes", [])))]
+                cells += [_cell(_tflops(res, n), "{:.0f}") for n in names]
+                for n in names:
+                    if n != ours:
+                        a, b = _tflops(res, ours), _tflops(res, n)
+                        cells.append(_cell(a / b if a and b else None, "{:.2f}×"))
+                table.append(cells)
+            out += [f"**{kind}**", "",
+                    _figure(svg, f"{dev}: grouped GEMM, {kind}, TFLOP/s of the real rows per "
+                                 "MoE shape (G experts, ragged tokens per expert)."), "",
+                    _table(head, table), ""]
+    return out
+
+
+def _grouped_kind(r: dict) -> str:
+    return f"fp8 {r.get('scales') or 'tensor'}" if r.get("fp8") else "bf16"
 
 
 def pyptx_compat(folder: str) -> list[str]:
@@ -354,7 +475,10 @@ def attention_bwd(folder: str) -> list[str]:
 
 SECTIONS = {
     "rmsnorm": rmsnorm, "rmsnorm_long": rmsnorm_long, "rmsnorm_quant": rmsnorm_quant,
+    "rmsnorm_quack": rmsnorm_quack,
     "examples": examples, "matmul": matmul, "matmul_fp8": matmul_fp8,
+    "matmul_fp8_row": matmul_fp8_row, "matmul_fp8_block": matmul_fp8_block,
+    "matmul_grouped": matmul_grouped,
     "matmul_host": matmul_host, "pyptx_compat": pyptx_compat,
     "launch_overhead": launch_overhead, "attention": attention, "attention_bwd": attention_bwd,
 }

@@ -105,3 +105,61 @@ def test_timed_rounds_interleaves_slices_and_shares_the_clock(monkeypatch):
     counts = {n: seq.count(n) for n in live}
     for n in ("heavy1", "light", "heavy2"):   # at least block_ms each round
         assert counts[n] * 0.5 >= 3 * 40 / 1.7
+
+
+def test_both_layouts_share_values_and_split_into_rows_per_layout():
+    """--layout both: one set holds b = W.T and a row-major copy of the same values; each
+    contender runs on each (pyptx, which takes W itself, on x @ W.T only); the row splits
+    into one per layout under the contenders' own names."""
+    import torch
+    (a, b, b_nn), = bench.make_sets(4, 8, 16, "both", l2=10**9, device="cpu")[:1]
+    assert b.stride() == (1, 16) and b_nn.stride() == (8, 1) and torch.equal(b, b_nn)
+    seen = []
+    base = {"cuBLAS": (lambda x, y: seen.append(y.stride()) or x @ y, None),
+            "pyptx": (lambda x, y: seen.append(y.stride()), "rule")}
+    both = bench.both_layouts(base)
+    assert list(both) == ["cuBLAS", "cuBLAS a@b", "pyptx"] and both["pyptx"][1] == "rule"
+    both["cuBLAS"][0](a, b, b_nn)
+    both["cuBLAS a@b"][0](a, b, b_nn)
+    both["pyptx"][0](a, b, b_nn)
+    assert seen == [(1, 16), (8, 1), (1, 16)]
+    parts = bench.split_layouts({"cuBLAS": 1, "cuBLAS a@b": 2, "ptxdsl": 3, "ptxdsl a@b": 4})
+    assert parts == {"linear": {"cuBLAS": 1, "ptxdsl": 3}, "nn": {"cuBLAS": 2, "ptxdsl": 4}}
+
+
+def test_table_compares_each_layout_with_cublas_in_that_layout(capsys):
+    res = lambda c, p: {"cuBLAS": {"tflops": c}, "ptxdsl": {"tflops": p}}  # noqa: E731
+    result = {"device": "GPU", "date": "today", "layout": "both", "rows": [
+        {"shape": [4096, 4096, 4096], "group": "llm", "layout": "linear", "results": res(600, 660)},
+        {"shape": [4096, 4096, 4096], "group": "llm", "layout": "nn", "results": res(660, 600)}]}
+    bench.print_table(result)
+    out = capsys.readouterr().out
+    assert "(linear: x @ W.T)" in out and "(nn: a @ b)" in out
+    assert "over the LLM shapes with M >= 128: 1.100" in out
+    assert "over the LLM shapes with M >= 128: 0.909" in out
+
+
+def test_fp8_block_scale_b_is_laid_out_as_torch_reads_it():
+    """torch._scaled_mm's 128x128 mode checks scale_b.t() against b.t() (N, K): shape
+    (ceil(N/128), ceil(K/128)), row-major; the values are ptxdsl's (ceil(K/128), ...)."""
+    import torch
+    from bench.matmul_fp8 import torch_block_scale_b
+    sb = torch.rand(128, 56)                          # K = 16384, N = 7168
+    laid = torch_block_scale_b(sb)
+    assert torch.equal(laid, sb) and laid.t().shape == (56, 128) and laid.t().stride() == (128, 1)
+
+
+def test_grouped_row_wise_fp8_reference_and_loop_agree():
+    """bench/matmul_grouped.py's row-wise float8 rows: the float64 reference with the
+    scales per row of a and per column of each b[g], an empty group, the loop of row-wise
+    torch._scaled_mm (CPU torch runs it) within e4m3 products' rounding of it."""
+    import torch
+    import bench.matmul_grouped as mg
+    sizes = (16, 0, 32)
+    a, b, offs, _ = mg.make_set(3, 32, 64, sizes, torch.float8_e4m3fn, device="cpu")
+    sa, sb = mg.row_scales(3, 32, sum(sizes), device="cpu")
+    ref = mg.reference(a, b, sizes, sa, sb)
+    plain = mg.reference(a, b, sizes)
+    assert torch.allclose(ref[:16], plain[:16] * sa[:16, None].double() * sb[0].double())
+    out = mg.row_contenders()["loop _scaled_mm"](a, b, offs, sizes, sa, sb)
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-2

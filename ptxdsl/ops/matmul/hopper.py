@@ -177,7 +177,7 @@ def grid_for(p: Plan, sms: int, grouped: bool = False):
 
     def grid_grouped(M, N, G):
         tm, tn = p.tiles(M, N)
-        return (persistent_grid((tm + G) * tn, sms, 1), 1, 1)
+        return (persistent_grid((tm + G) * tn, sms, cl), 1, 1)
     if grouped:
         return grid_grouped
 
@@ -210,14 +210,21 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     int32 argument ``offs`` (G,), B the G matrices stacked (``Bt`` (G*N, K) or ``B``
     (G*K, N), K a multiple of 64 then), C (M, N); tiles from :mod:`.groups`, each
     group's rows stored by :func:`.store.store_rows`; row-wise scales are ``scale_a``
-    (M,) and ``scale_b`` (G, N). No clusters, split-K, bias or block-wise scales."""
+    (M,) and ``scale_b`` (G, N). Clusters along N only (``Plan.cluster_n``: the CTAs of
+    a cluster take neighbouring tiles of one tile row, so one group's rows of A, shared
+    by multicast); ``Plan.tail_skip``: a consumer whose rows all lie past the group's
+    end skips the tile's wgmmas. No clusters along M, split-K, bias or block-wise
+    scales."""
     b_dtype = b_dtype or dtype
     mode = mode_of(scaled)
-    if grouped and (p.cluster_ctas > 1 or p.a_rows or bias is not None
+    if grouped and (p.cluster > 1 or p.split > 1 or p.a_rows or bias is not None
                     or mode == "block"):
-        raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters, "
-                         f"split-K or a_rows, no bias and per-tensor or row-wise scales, got "
-                         f"{p}, bias {bias}, scales {mode}")
+        raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
+                         f"along M, split-K or a_rows, no bias and per-tensor or row-wise "
+                         f"scales, got {p}, bias {bias}, scales {mode}")
+    if p.tail_skip and not grouped:
+        raise ValueError(f"build_hopper: Plan.tail_skip is the grouped GEMM's (its tiles "
+                         f"end at a group's end), got {p} for a dense GEMM")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
                          f"stage is one 128-long K block) and 64- or 128-column tiles "
@@ -257,7 +264,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     name = (f"matmul_hopper_{'grouped_' if grouped else ''}{ty}_{out_dtype.name}_n{p.bn}"
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
-            f"{f'_k{SK}' if SK > 1 else ''}"
+            f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -329,7 +336,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         def group_origin(cursor, t):
             """A grouped GEMM's tile ``t``: its first row and column, group, end row."""
             g, m0, end, tn = cursor.locate(t)
-            return m0, tn * p.bn, g, end
+            return m0, (tn * CN + rank if CN > 1 else tn) * p.bn, g, end
 
         with ptx.if_(wg == 0):
             # ---------------------------------------------------- producer
@@ -461,6 +468,22 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 nkr = kb_hi - kb_lo
             pb = pbias if bias is not None else None
 
+            def idle_stages(nkr):
+                """Release each of ``nkr`` stages once it is full, computing nothing."""
+                for kb in ptx.range_(nkr):
+                    wait(labels, full0 + ring.slot * 8, ring.phase)
+                    release(empty0 + ring.slot * 8)
+                    ring.advance()
+
+            def grouped_tile(row0, n0, g, end):
+                """A grouped GEMM's tile: group ``g``'s scales, the k-blocks, the rows
+                before ``end`` stored."""
+                sc = RowScales(psa, psb + g * n * 4, row0 + frow, m) if mode == "row" \
+                    else scale
+                mainloop(nk)
+                store_rows(acc, p, out_dtype, activation, pc, ptx.dim("sc", kind="stride"),
+                           row0 + frow, end, n0, n, fcol, sc)
+
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
                 if grouped:
@@ -468,27 +491,25 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 for t in ptx.range_(cid, total, ncl):
                     if grouped:
                         m0, n0, g, end = group_origin(cursor, t)
-                    else:
-                        m0, n0 = tile_origin(t)
+                        row0 = m0 + cons * p.wg_m
+                        if p.tail_skip:     # this consumer's 64 rows past the group's end
+                            with ptx.if_(row0 < end):
+                                grouped_tile(row0, n0, g, end)
+                            with ptx.else_():
+                                idle_stages(nk)
+                        else:
+                            grouped_tile(row0, n0, g, end)
+                        continue
+                    m0, n0 = tile_origin(t)
                     row0 = m0 + cons * p.wg_m
-                    if mode == "row" and grouped:     # scale_b's row of group g
-                        sc = RowScales(psa, psb + g * n * 4, row0 + frow, m)
-                    elif mode == "row":
-                        sc = RowScales(psa, psb, row0 + frow, m)
-                    else:
-                        sc = scale
+                    sc = RowScales(psa, psb, row0 + frow, m) if mode == "row" else scale
                     if SK == 1:
                         if mode == "block":
                             mainloop_block(0, nk, row0 + frow, n0)
                         else:
                             mainloop(nk)
-                        if grouped:
-                            store_rows(acc, p, out_dtype, activation, pc,
-                                       ptx.dim("sc", kind="stride"), row0 + frow, end, n0,
-                                       n, fcol, sc)
-                        else:
-                            store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
-                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
+                        store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
+                                   lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
                     else:
                         with ptx.if_(nkr > 0):
                             if mode == "block":
@@ -511,10 +532,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     tiles()
                 with ptx.else_():
                     for t in ptx.range_(cid, total, ncl):
-                        for kb in ptx.range_(nkr if SK > 1 else nk):
-                            wait(labels, full0 + ring.slot * 8, ring.phase)
-                            release(empty0 + ring.slot * 8)
-                            ring.advance()
+                        idle_stages(nkr if SK > 1 else nk)
             else:
                 tiles()
             with ptx.if_(lane == 0):

@@ -30,6 +30,8 @@ class Plan:
     split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster (.splitk)
     tail_skip: bool = False  # grouped only: a consumer whose 64 rows all lie past its
     #                          group's end releases the tile's stages without its wgmmas
+    tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
+    #                          stored as the dense kernel's (staged, TMA); the others by st.global
 
     bm = 128               # CTA tile rows: two consumer warpgroups of m64
     consumers = 2          # consumer warpgroups, each m64 x bn

@@ -131,7 +131,8 @@ def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
     from ...core.tensormap import TMA
     a, b = operands(p, dtype, a_major, b_major, b_dtype)
     if grouped:     # B stacked (G*N, K) or (G*K, N), offs (G,); C stored by st.global
-        c = Tile("M", "N", out_dtype, stride="sc")
+        c = Tile("M", "N", out_dtype, stride="sc", tma=TMA(
+            box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128) if p.tma_store else None)
         bt = b.tile("sb", ("GN", "K") if b_major == "K" else ("N", "GK"))
         ins = (a.tile("sa"), bt, Tile("G", s32)) + scale_specs(mode_of(scaled), True)
         names = (a.arg_name, b.arg_name, "offs") + (("scale_a", "scale_b") if scaled else ())
@@ -222,9 +223,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
                          f"along M, split-K or a_rows, no bias and per-tensor or row-wise "
                          f"scales, got {p}, bias {bias}, scales {mode}")
-    if p.tail_skip and not grouped:
-        raise ValueError(f"build_hopper: Plan.tail_skip is the grouped GEMM's (its tiles "
-                         f"end at a group's end), got {p} for a dense GEMM")
+    if (p.tail_skip or p.tma_store) and not grouped:
+        raise ValueError(f"build_hopper: Plan.tail_skip and Plan.tma_store are the grouped "
+                         f"GEMM's (its tiles end at a group's end), got {p} for a dense GEMM")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
                          f"stage is one 128-long K block) and 64- or 128-column tiles "
@@ -265,6 +266,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
+            f"{'_tmas' if p.tma_store else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -287,7 +289,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             psa, psb = ptx.global_ptrs(*rest)
         labels = itertools.count()
         tma_a, tma_b = A.tma_desc(), B.tma_desc()
-        tma_c = None if grouped else C.tma_desc()
+        tma_c = C.tma_desc() if not grouped or p.tma_store else None
         m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg = tid >> 7
@@ -481,8 +483,17 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 sc = RowScales(psa, psb + g * n * 4, row0 + frow, m) if mode == "row" \
                     else scale
                 mainloop(nk)
-                store_rows(acc, p, out_dtype, activation, pc, ptx.dim("sc", kind="stride"),
-                           row0 + frow, end, n0, n, fcol, sc)
+                if p.tma_store:     # all of this consumer's rows in the group: TMA
+                    with ptx.if_(row0 + p.wg_m <= end):
+                        store_tile(acc, p, L, out_dtype, ob, None, activation, stage_c, lane,
+                                   frow, fcol, bar_id, row0, n0, n, tma_c, None, sc)
+                    with ptx.else_():
+                        store_rows(acc, p, out_dtype, activation, pc,
+                                   ptx.dim("sc", kind="stride"), row0 + frow, end, n0, n,
+                                   fcol, sc)
+                else:
+                    store_rows(acc, p, out_dtype, activation, pc, ptx.dim("sc", kind="stride"),
+                               row0 + frow, end, n0, n, fcol, sc)
 
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""

@@ -153,14 +153,15 @@ def test_grouped_options_exact(opts):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("odt,b_major,n,bn", [
-    (f32, "K", 264, None), (bf16, "K", 352, 176), (bf16, "MN", 264, None),
-    (f32, "MN", 200, 64)])
-def test_grouped_options_together_exact(odt, b_major, n, bn):
+@pytest.mark.parametrize("odt,b_major,n,bn,cn", [
+    (f32, "K", 264, None, 2), (bf16, "K", 352, 176, 2), (bf16, "MN", 264, None, 2),
+    (f32, "MN", 200, 64, 2), (bf16, "K", 200, 64, 4), (f32, "K", 136, 64, 4)])
+def test_grouped_options_together_exact(odt, b_major, n, bn, cn):
     """All three options at once: f32 and bf16 outputs (bf16: the TMA store's stmatrix
     staging), K- and MN-major stacks, 176-column tiles (1408 = 8 x 176 columns, an even
-    tile count for clusters of 2 along N)."""
-    kern = grouped_kernel(ALL, bf16, odt, n, b_major=b_major, bn=bn)
+    tile count for clusters of 2 along N), clusters of 4 (N = 136: three tiles of 64, one
+    CTA of the cluster past N)."""
+    kern = grouped_kernel(dict(ALL, cluster_n=cn), bf16, odt, n, b_major=b_major, bn=bn)
     check_options(kern, [3, 0, 140, 64, 129, 0], n, 128, odt, b_major)
 
 

@@ -31,6 +31,9 @@ MOE = [(16, 4096, 7168, 64, 2048), (32, 4096, 7168, 64, 1024), (8, 4096, 4096, 2
        (64, 2048, 7168, 64, 512), (64, 1024, 2048, 64, 1024)]
 SHAPES = MOE + [s for s in QUICK if s not in MOE]
 ALL = {"cluster_n": 2, "tail_skip": True, "tma_store": True}
+# Clusters of 4 an H100 runs at once (bench/results/matmul_tune_small_h100.json: 30, so
+# 120 CTAs, where a 132-CTA persistent grid would leave 3 clusters for a second wave).
+RESIDENT_CTAS = {4: 120}
 OPTIONS = {"default": {}, "cn2": {"cluster_n": 2}, "tail": {"tail_skip": True},
            "tma": {"tma_store": True}, "cn2+tail+tma": ALL, "cn2+tail": {
                "cluster_n": 2, "tail_skip": True}}
@@ -69,10 +72,36 @@ def cell(name, v, d0, t0) -> str:
     return f"{name}={v['tflops']:.0f}" + (f" ({', '.join(r)})" if r else "")
 
 
+def contender(fields: dict, kw: dict):
+    """``(fn, plan)``: ``grouped_matmul`` with ``fields`` replaced in ``grouped.plan_for``'s
+    plan (a tile width re-fits the ring; clusters of 4 on :data:`RESIDENT_CTAS` SMs),
+    and that plan function."""
+    from ptxdsl.ops import grouped_matmul
+    from ptxdsl.ops.matmul import grouped
+    base, hopper = grouped.plan_for, grouped.hopper_kernel
+    cap = RESIDENT_CTAS.get(fields.get("cluster_n"))
+
+    def plan(d, o, n=0):
+        p = dataclasses.replace(base(d, o, n), **fields)
+        return grouped.fitted(p, d, o) if "bn" in fields else p
+
+    def kernel(*a, **kw2):
+        a = list(a)
+        a[4] = min(a[4], cap or a[4])         # the persistent grid's SMs
+        return hopper(*a, **kw2)
+
+    def fn(a, b, offs, sizes):
+        grouped.plan_for, grouped.hopper_kernel = plan, kernel
+        try:
+            return grouped_matmul(a, b, offs, **kw)
+        finally:
+            grouped.plan_for, grouped.hopper_kernel = base, hopper
+    return fn, plan
+
+
 def main(argv=None):
     import torch
     from ptxdsl.core.types import bf16, e4m3
-    from ptxdsl.ops import grouped_matmul
     from ptxdsl.ops.matmul import grouped
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the table's three shapes only")
@@ -82,7 +111,6 @@ def main(argv=None):
     ap.add_argument("--block-ms", type=float, default=20.0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    base = grouped.plan_for
     widths = [int(w) for w in args.widths.split(",")] if args.widths else None
     path = args.json or os.path.join(os.environ.get("OUT", "."), "grouped_plans.json")
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -99,18 +127,9 @@ def main(argv=None):
             one = [torch.tensor([v], device="cuda") for v in (0.5, 2.0)]
             kw = {"scale_a": one[0], "scale_b": one[1]} if eight else {}   # product 1
             row, live, plans = {}, {}, {}
-            for name, fields in candidates(n, dt, bf16, base, widths).items():
-                def plan(d, o, nn=0, fields=fields):
-                    p = dataclasses.replace(base(d, o, nn), **fields)
-                    return grouped.fitted(p, d, o) if "bn" in fields else p
-
-                def fn(a, b, offs, sz, plan=plan):
-                    grouped.plan_for = plan
-                    try:
-                        return grouped_matmul(a, b, offs, **kw)
-                    finally:
-                        grouped.plan_for = base
-                plans[name] = repr(plan(dt, bf16, n))
+            for name, fields in candidates(n, dt, bf16, grouped.plan_for, widths).items():
+                fn, plan = contender(fields, kw)
+                plans[name] = repr(plan(dt, bf16, n))   # the plan this candidate ran
                 validate(name, fn, s, ref, row, live)
             if not eight and hasattr(torch, "_grouped_mm"):
                 validate("torch._grouped_mm", lambda a, b, offs, sz: torch._grouped_mm(

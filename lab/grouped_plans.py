@@ -1,8 +1,9 @@
 """A/B of the grouped GEMM's plan options on the current GPU: ``grouped.plan_for`` (the
 default) against the same plan with each option of :class:`ptxdsl.ops.matmul.config.Plan`
 set (clusters of 2 along N sharing A, ``tail_skip``, ``tma_store``, all three; clusters of
-4 where the tile count along N is a multiple of 4; a tile width where it gives an even
-tile count along N), beside ``torch._grouped_mm``, on the
+4 where the tile count along N is a multiple of 4; ``epi_overlap`` 2 and 4, alone and with
+the others, for tiles of at most 128 columns; a tile width where it gives an even tile
+count along N), beside ``torch._grouped_mm``, on the
 issue's MoE shapes (G 8-64, K 2048-7168, N 1024-4096, ragged tokens per expert) and the
 three shapes of docs/matmul.md's grouped table; every result checked against float64
 first, then timed by ``bench/matmul.py``'s sustained interleaved rounds.
@@ -56,6 +57,11 @@ def candidates(n: int, dt, odt, base, widths=None) -> dict:
     bn = base(dt, odt, n).bn
     if -(-n // bn) % 4 == 0:
         out["cn4+tail+tma"] = dict(ALL, cluster_n=4)
+    if bn <= 128:               # two accumulators fit (Plan.epi_overlap)
+        out.update({"eo2": {"epi_overlap": 2}, "eo4": {"epi_overlap": 4},
+                    "cn2+tail+tma+eo3": dict(ALL, epi_overlap=3)})
+    else:                       # the narrower tile with every option against the wide one
+        out["bn128+cn2+tail+tma+eo3"] = dict(ALL, bn=128, epi_overlap=3)
     w = even_width(n, bn)
     if w:
         out[f"bn{w}"] = {"bn": w}

@@ -21,8 +21,8 @@ from ptxdsl.ops.matmul import grouped  # noqa: E402
 SIZES = [[128, 0, 300, 7, 1000, 64], [1] * 8, [4096, 0], [513, 77, 0, 2000]]
 # The grouped Hopper kernel's plan options (off by default): each alone and all together.
 OPTIONS = [{}, {"cluster_n": 2}, {"tail_skip": True}, {"tma_store": True},
-           {"cluster_n": 2, "tail_skip": True, "tma_store": True},
-           {"cluster_n": 4, "tail_skip": True, "tma_store": True}]
+           {"epi_overlap": 2}, {"cluster_n": 2, "tail_skip": True, "tma_store": True},
+           {"cluster_n": 4, "tail_skip": True, "tma_store": True, "epi_overlap": 3}]
 
 
 @pytest.fixture(params=OPTIONS, ids=lambda o: "+".join(o) or "default")
@@ -30,8 +30,12 @@ def options(request, monkeypatch):
     """``grouped.plan_for`` with the option's fields set."""
     import dataclasses
     base = grouped.plan_for
-    monkeypatch.setattr(grouped, "plan_for", lambda dt, odt, n=0: dataclasses.replace(
-        base(dt, odt, n), **request.param))
+
+    def plan_for(dt, odt, n=0):       # two accumulators fit beside tiles of <= 128 columns
+        p = base(dt, odt, n)
+        return dataclasses.replace(p, **{k: v for k, v in request.param.items()
+                                         if k != "epi_overlap" or p.bn <= 128})
+    monkeypatch.setattr(grouped, "plan_for", plan_for)
     return request.param
 
 

@@ -32,6 +32,8 @@ class Plan:
     #                          group's end releases the tile's stages without its wgmmas
     tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
     #                          stored as the dense kernel's (staged, TMA); the others by st.global
+    epi_overlap: int = 0   # grouped only, bn <= 128: k-blocks of the next tile issued (into a
+    #                        second accumulator) before a tile's epilogue (.overlap); 0: none
 
     bm = 128               # CTA tile rows: two consumer warpgroups of m64
     consumers = 2          # consumer warpgroups, each m64 x bn

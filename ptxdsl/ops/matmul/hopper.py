@@ -94,6 +94,7 @@ from .promote import BlockScales, RowScales, promote
 from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .groups import GroupCursor, group_tiles
+from .overlap import overlapped_tiles
 from .store import store_rows, store_tile
 
 PRODUCER_REGS = 40
@@ -223,9 +224,13 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
                          f"along M, split-K or a_rows, no bias and per-tensor or row-wise "
                          f"scales, got {p}, bias {bias}, scales {mode}")
-    if (p.tail_skip or p.tma_store) and not grouped:
-        raise ValueError(f"build_hopper: Plan.tail_skip and Plan.tma_store are the grouped "
-                         f"GEMM's (its tiles end at a group's end), got {p} for a dense GEMM")
+    if (p.tail_skip or p.tma_store or p.epi_overlap) and not grouped:
+        raise ValueError(f"build_hopper: Plan.tail_skip, tma_store and epi_overlap are the "
+                         f"grouped GEMM's, got {p} for a dense GEMM")
+    if p.epi_overlap and (p.bn > 128 or p.stages <= p.epi_overlap):
+        raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
+                         f"at most 128 columns) and needs more ring stages than the "
+                         f"k-blocks it issues early, got {p}")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
                          f"stage is one 128-long K block) and 64- or 128-column tiles "
@@ -266,7 +271,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
-            f"{'_tmas' if p.tma_store else ''}"
+            f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -478,11 +483,14 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     ring.advance()
 
             def grouped_tile(row0, n0, g, end):
-                """A grouped GEMM's tile: group ``g``'s scales, the k-blocks, the rows
-                before ``end`` stored."""
+                """A grouped GEMM's tile: the k-blocks, then its epilogue."""
+                mainloop(nk)
+                grouped_store(acc, row0, n0, g, end)
+
+            def grouped_store(acc, row0, n0, g, end):
+                """``acc`` with group ``g``'s scales, the rows before ``end`` stored."""
                 sc = RowScales(psa, psb + g * n * 4, row0 + frow, m) if mode == "row" \
                     else scale
-                mainloop(nk)
                 if p.tma_store:     # all of this consumer's rows in the group: TMA
                     with ptx.if_(row0 + p.wg_m <= end):
                         store_tile(acc, p, L, out_dtype, ob, None, activation, stage_c, lane,
@@ -535,7 +543,16 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
                                        lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
 
-            if p.a_rows and p.a_rows <= p.wg_m:
+            if grouped and p.epi_overlap:
+                cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
+
+                def locate(t):
+                    m0, n0, g, end = group_origin(cursor, t)
+                    return m0 + cons * p.wg_m, n0, g, end
+                overlapped_tiles(p.epi_overlap, ring, empty0, nk, cid, total, ncl, locate,
+                                 mma_stage, release, idle_stages, grouped_store, acc,
+                                 reg.array(f32, p.bn // 2), p.tail_skip)
+            elif p.a_rows and p.a_rows <= p.wg_m:
                 # Every row the second consumer owns lies past M (M <= a_rows <= 64): it
                 # issues no wgmma, exchanges and stores nothing, and only releases each
                 # stage once it is full, which halves the tensor-core work of a stage.

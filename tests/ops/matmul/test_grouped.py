@@ -103,9 +103,11 @@ def test_grouped_hopper_kernel_reads_an_mn_major_stack(wide):
 
 # The grouped kernel's options (Plan fields, off by default): clusters of 2 along N sharing
 # A by multicast, a consumer past its group's end idle, the staged TMA store of C's rows
-# inside a group. Each alone in the default run, together and with other dtypes in -m long.
-OPTIONS = [dict(cluster_n=2), dict(tail_skip=True), dict(tma_store=True)]
-ALL = dict(cluster_n=2, tail_skip=True, tma_store=True)
+# inside a group, a tile's epilogue under the next tile's first k-blocks. Each alone in the
+# default run, together and with other dtypes in -m long.
+OPTIONS = [dict(cluster_n=2), dict(tail_skip=True), dict(tma_store=True),
+           dict(epi_overlap=2)]
+ALL = dict(cluster_n=2, tail_skip=True, tma_store=True, epi_overlap=3)
 
 
 def grouped_kernel(opts, dt, odt, n, b_major="K", scaled=False, bn=None):
@@ -142,27 +144,30 @@ def check_options(kern, sizes, n, k, odt=f32, b_major="K", seed=9):
 
 @pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: ",".join(o))
 def test_grouped_options_exact(opts):
-    """Ragged groups, an empty one and 5-row one, 64-column tiles: N = 136 is three tiles,
+    """Ragged groups, an empty one and a 5-row one, 64-column tiles: N = 136 is three tiles,
     so a cluster of 2 along N has a second CTA past N in its last column; a 130-row group
     ends 2 rows into a tile (its second consumer idle with tail_skip, its first's rows
     stored by TMA with tma_store)."""
     kern = grouped_kernel(opts, bf16, f32, 136, bn=64)
-    assert kern.name.endswith({"cluster_n": "_cn2", "tail_skip": "_ts",
-                               "tma_store": "_tmas"}[next(iter(opts))])
-    check_options(kern, [70, 0, 130, 5, 200], 136, 80)
+    assert kern.name.endswith({"cluster_n": "_cn2", "tail_skip": "_ts", "tma_store": "_tmas",
+                               "epi_overlap": "_eo2"}[next(iter(opts))])
+    check_options(kern, [70, 0, 130, 5], 136, 80 if "epi_overlap" not in opts else 192)
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("odt,b_major,n,bn,cn", [
-    (f32, "K", 264, None, 2), (bf16, "K", 352, 176, 2), (bf16, "MN", 264, None, 2),
-    (f32, "MN", 200, 64, 2), (bf16, "K", 200, 64, 4), (f32, "K", 136, 64, 4)])
-def test_grouped_options_together_exact(odt, b_major, n, bn, cn):
-    """All three options at once: f32 and bf16 outputs (bf16: the TMA store's stmatrix
-    staging), K- and MN-major stacks, 176-column tiles (1408 = 8 x 176 columns, an even
-    tile count for clusters of 2 along N), clusters of 4 (N = 136: three tiles of 64, one
-    CTA of the cluster past N)."""
-    kern = grouped_kernel(dict(ALL, cluster_n=cn), bf16, odt, n, b_major=b_major, bn=bn)
-    check_options(kern, [3, 0, 140, 64, 129, 0], n, 128, odt, b_major)
+@pytest.mark.parametrize("odt,b_major,n,bn,cn,eo,k", [
+    (f32, "K", 264, None, 2, 3, 320), (bf16, "K", 352, 176, 2, 0, 128),
+    (bf16, "MN", 264, None, 2, 3, 128), (f32, "MN", 200, 64, 2, 4, 192),
+    (bf16, "K", 200, 64, 4, 2, 320), (f32, "K", 136, 64, 4, 0, 128)])
+def test_grouped_options_together_exact(odt, b_major, n, bn, cn, eo, k):
+    """The options at once: f32 and bf16 outputs (bf16: the TMA store's stmatrix staging),
+    K- and MN-major stacks, 176-column tiles (1408 = 8 x 176 columns, an even tile count
+    for clusters of 2 along N; two accumulators do not fit: no epi_overlap), clusters of 4
+    (N = 136: three tiles of 64, one CTA of the cluster past N), fewer k-blocks than the
+    overlap issues early (K = 128, 192) and more (320)."""
+    kern = grouped_kernel(dict(ALL, cluster_n=cn, epi_overlap=eo), bf16, odt, n,
+                          b_major=b_major, bn=bn)
+    check_options(kern, [3, 0, 140, 64, 129, 0], n, k, odt, b_major)
 
 
 @pytest.mark.long
@@ -191,6 +196,11 @@ def test_grouped_options_are_refused_where_they_do_not_apply(monkeypatch):
         build_hopper(Plan(bn=128, cluster=2), bf16, bf16, grouped=True)
     with pytest.raises(ValueError, match="grouped GEMM's"):
         build_hopper(Plan(bn=128, cluster=1, tma_store=True), bf16, bf16)
+    with pytest.raises(ValueError, match="at most 128 columns"):
+        build_hopper(Plan(bn=256, cluster=1, epi_overlap=2), bf16, bf16, grouped=True)
+    with pytest.raises(ValueError, match="more ring stages"):
+        build_hopper(Plan(bn=128, cluster=1, stages=4, epi_overlap=4), bf16, bf16,
+                     grouped=True)
     # a C that TMA cannot describe drops tma_store (st.global stores every row)
     monkeypatch.setattr(grouped, "plan_for", lambda dt, odt, n=0: dataclasses.replace(
         plan_for(dt, odt, n), tma_store=True))

@@ -482,15 +482,21 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     release(empty0 + ring.slot * 8)
                     ring.advance()
 
-            def grouped_tile(row0, n0, g, end):
-                """A grouped GEMM's tile: the k-blocks, then its epilogue."""
-                mainloop(nk)
-                grouped_store(acc, row0, n0, g, end)
-
-            def grouped_store(acc, row0, n0, g, end):
-                """``acc`` with group ``g``'s scales, the rows before ``end`` stored."""
-                sc = RowScales(psa, psb + g * n * 4, row0 + frow, m) if mode == "row" \
+            def group_scales(row0, g):
+                return RowScales(psa, psb + g * n * 4, row0 + frow, m) if mode == "row" \
                     else scale
+
+            def grouped_tile(row0, n0, g, end):
+                """A grouped GEMM's tile: group ``g``'s scales (loaded under the
+                k-blocks), the k-blocks, then its epilogue."""
+                sc = group_scales(row0, g)
+                mainloop(nk)
+                grouped_store(acc, row0, n0, g, end, sc)
+
+            def grouped_store(acc, row0, n0, g, end, sc=None):
+                """``acc`` with group ``g``'s scales, the rows before ``end`` stored."""
+                if sc is None:
+                    sc = group_scales(row0, g)
                 if p.tma_store:     # all of this consumer's rows in the group: TMA
                     with ptx.if_(row0 + p.wg_m <= end):
                         store_tile(acc, p, L, out_dtype, ob, None, activation, stage_c, lane,

@@ -16,8 +16,27 @@ pytestmark = NEEDS_GPU
 torch = torch_cuda()
 
 from ptxdsl.ops import grouped_matmul  # noqa: E402
+from ptxdsl.ops.matmul import grouped  # noqa: E402
 
 SIZES = [[128, 0, 300, 7, 1000, 64], [1] * 8, [4096, 0], [513, 77, 0, 2000]]
+# The grouped Hopper kernel's plan options (off by default): each alone and all together.
+OPTIONS = [{}, {"cluster_n": 2}, {"tail_skip": True}, {"tma_store": True},
+           {"epi_overlap": 2}, {"cluster_n": 2, "tail_skip": True, "tma_store": True},
+           {"cluster_n": 4, "tail_skip": True, "tma_store": True, "epi_overlap": 3}]
+
+
+@pytest.fixture(params=OPTIONS, ids=lambda o: "+".join(o) or "default")
+def options(request, monkeypatch):
+    """``grouped.plan_for`` with the option's fields set."""
+    import dataclasses
+    base = grouped.plan_for
+
+    def plan_for(dt, odt, n=0):       # two accumulators fit beside tiles of <= 128 columns
+        p = base(dt, odt, n)
+        return dataclasses.replace(p, **{k: v for k, v in request.param.items()
+                                         if k != "epi_overlap" or p.bn <= 128})
+    monkeypatch.setattr(grouped, "plan_for", plan_for)
+    return request.param
 
 
 def ints(*shape, dtype=torch.bfloat16):
@@ -35,8 +54,8 @@ def check(c, a, w, sizes, scale=1.0):
 
 @pytest.mark.parametrize("sizes", SIZES)
 @pytest.mark.parametrize("k_major", [True, False])
-@pytest.mark.parametrize("n,k", [(512, 1024), (264, 200)])
-def test_bf16_bit_exact(sizes, k_major, n, k):
+@pytest.mark.parametrize("n,k", [(512, 1024), (264, 200), (1408, 256)])
+def test_bf16_bit_exact(sizes, k_major, n, k, options):
     g = len(sizes)
     a, w = ints(sum(sizes) + 5, k), ints(g, n, k)
     b = w.transpose(1, 2) if k_major else w.transpose(1, 2).contiguous()
@@ -72,7 +91,7 @@ def test_random_bf16_beside_torch():
 
 
 @pytest.mark.parametrize("sizes", SIZES[:2])
-def test_fp8_row_wise_bit_exact(sizes):
+def test_fp8_row_wise_bit_exact(sizes, options):
     """scale_a per row of a, scale_b (G, N) per column of each expert's matrix."""
     g, n, k = len(sizes), 384, 512
     total = sum(sizes) + 3

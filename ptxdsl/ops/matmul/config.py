@@ -28,6 +28,12 @@ class Plan:
     a_rows: int = 0        # rows of A a stage loads (0: bm): 16, 32 or 64 for one tile row
     #                        of M <= a_rows, K-major A; the stage's other rows stay zero
     split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster (.splitk)
+    tail_skip: bool = False  # grouped only: a consumer whose 64 rows all lie past its
+    #                          group's end releases the tile's stages without its wgmmas
+    tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
+    #                          stored as the dense kernel's (staged, TMA); the others by st.global
+    epi_overlap: int = 0   # grouped only, bn <= 128: k-blocks of the next tile issued (into a
+    #                        second accumulator) before a tile's epilogue (.overlap); 0: none
 
     bm = 128               # CTA tile rows: two consumer warpgroups of m64
     consumers = 2          # consumer warpgroups, each m64 x bn

@@ -28,6 +28,8 @@ the SIMT kernel (:mod:`.simt` with ``grouped=True``).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ...core.errors import LaunchError, caller_location as _caller
@@ -208,14 +210,19 @@ def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, mode, k, n):
     if not (tma_ok(data_ptr(a_k), strides(a_k)[0], int(a_k.shape[0]), dt)
             and tma_ok(data_ptr(b2), strides(b2)[0], int(b2.shape[0]), bt)):
         return None, b2
+    c_tma = tma_ok(data_ptr(out), strides(out)[0], int(out.shape[0]), odt)
     return hopper_kernel(dt, odt, "K" if b_t else "MN", activation, info.sm_count, bt,
-                         mode or False, n), b2
+                         mode or False, n, c_tma), b2
 
 
-def hopper_kernel(dt, odt, b_major, activation, sms, bt=None, scaled=False, n=0):
-    """The grouped Hopper kernel for N columns (cached)."""
+def hopper_kernel(dt, odt, b_major, activation, sms, bt=None, scaled=False, n=0,
+                  c_tma=True):
+    """The grouped Hopper kernel for N columns (cached); ``c_tma``: whether TMA can
+    describe C (else a plan's ``tma_store`` is dropped)."""
     from .hopper import build_hopper
     p = plan_for(dt, odt, n)
+    if p.tma_store and not c_tma:
+        p = dataclasses.replace(p, tma_store=False)
     bt = bt or dt
     key = ("grouped_hopper", p, dt.name, bt.name, odt.name, activation, sms, scaled, b_major)
     return KERNELS.get(key, lambda: build_hopper(

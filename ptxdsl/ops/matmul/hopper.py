@@ -94,6 +94,7 @@ from .promote import BlockScales, RowScales, promote
 from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .groups import GroupCursor, group_tiles
+from .overlap import overlapped_tiles
 from .store import store_rows, store_tile
 
 PRODUCER_REGS = 40
@@ -131,7 +132,8 @@ def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
     from ...core.tensormap import TMA
     a, b = operands(p, dtype, a_major, b_major, b_dtype)
     if grouped:     # B stacked (G*N, K) or (G*K, N), offs (G,); C stored by st.global
-        c = Tile("M", "N", out_dtype, stride="sc")
+        c = Tile("M", "N", out_dtype, stride="sc", tma=TMA(
+            box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128) if p.tma_store else None)
         bt = b.tile("sb", ("GN", "K") if b_major == "K" else ("N", "GK"))
         ins = (a.tile("sa"), bt, Tile("G", s32)) + scale_specs(mode_of(scaled), True)
         names = (a.arg_name, b.arg_name, "offs") + (("scale_a", "scale_b") if scaled else ())
@@ -177,7 +179,7 @@ def grid_for(p: Plan, sms: int, grouped: bool = False):
 
     def grid_grouped(M, N, G):
         tm, tn = p.tiles(M, N)
-        return (persistent_grid((tm + G) * tn, sms, 1), 1, 1)
+        return (persistent_grid((tm + G) * tn, sms, cl), 1, 1)
     if grouped:
         return grid_grouped
 
@@ -210,14 +212,25 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     int32 argument ``offs`` (G,), B the G matrices stacked (``Bt`` (G*N, K) or ``B``
     (G*K, N), K a multiple of 64 then), C (M, N); tiles from :mod:`.groups`, each
     group's rows stored by :func:`.store.store_rows`; row-wise scales are ``scale_a``
-    (M,) and ``scale_b`` (G, N). No clusters, split-K, bias or block-wise scales."""
+    (M,) and ``scale_b`` (G, N). Clusters along N only (``Plan.cluster_n``: the CTAs of
+    a cluster take neighbouring tiles of one tile row, so one group's rows of A, shared
+    by multicast); ``Plan.tail_skip``: a consumer whose rows all lie past the group's
+    end skips the tile's wgmmas. No clusters along M, split-K, bias or block-wise
+    scales."""
     b_dtype = b_dtype or dtype
     mode = mode_of(scaled)
-    if grouped and (p.cluster_ctas > 1 or p.a_rows or bias is not None
+    if grouped and (p.cluster > 1 or p.split > 1 or p.a_rows or bias is not None
                     or mode == "block"):
-        raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters, "
-                         f"split-K or a_rows, no bias and per-tensor or row-wise scales, got "
-                         f"{p}, bias {bias}, scales {mode}")
+        raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
+                         f"along M, split-K or a_rows, no bias and per-tensor or row-wise "
+                         f"scales, got {p}, bias {bias}, scales {mode}")
+    if (p.tail_skip or p.tma_store or p.epi_overlap) and not grouped:
+        raise ValueError(f"build_hopper: Plan.tail_skip, tma_store and epi_overlap are the "
+                         f"grouped GEMM's, got {p} for a dense GEMM")
+    if p.epi_overlap and (p.bn > 128 or p.stages <= p.epi_overlap):
+        raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
+                         f"at most 128 columns) and needs more ring stages than the "
+                         f"k-blocks it issues early, got {p}")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
                          f"stage is one 128-long K block) and 64- or 128-column tiles "
@@ -257,7 +270,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     name = (f"matmul_hopper_{'grouped_' if grouped else ''}{ty}_{out_dtype.name}_n{p.bn}"
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
-            f"{f'_k{SK}' if SK > 1 else ''}"
+            f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
+            f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -280,7 +294,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             psa, psb = ptx.global_ptrs(*rest)
         labels = itertools.count()
         tma_a, tma_b = A.tma_desc(), B.tma_desc()
-        tma_c = None if grouped else C.tma_desc()
+        tma_c = C.tma_desc() if not grouped or p.tma_store else None
         m, n, k = ptx.dim("M"), ptx.dim("N"), ptx.dim("K")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg = tid >> 7
@@ -329,7 +343,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         def group_origin(cursor, t):
             """A grouped GEMM's tile ``t``: its first row and column, group, end row."""
             g, m0, end, tn = cursor.locate(t)
-            return m0, tn * p.bn, g, end
+            return m0, (tn * CN + rank if CN > 1 else tn) * p.bn, g, end
 
         with ptx.if_(wg == 0):
             # ---------------------------------------------------- producer
@@ -461,6 +475,40 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 nkr = kb_hi - kb_lo
             pb = pbias if bias is not None else None
 
+            def idle_stages(nkr):
+                """Release each of ``nkr`` stages once it is full, computing nothing."""
+                for kb in ptx.range_(nkr):
+                    wait(labels, full0 + ring.slot * 8, ring.phase)
+                    release(empty0 + ring.slot * 8)
+                    ring.advance()
+
+            def group_scales(row0, g):
+                return RowScales(psa, psb + g * n * 4, row0 + frow, m) if mode == "row" \
+                    else scale
+
+            def grouped_tile(row0, n0, g, end):
+                """A grouped GEMM's tile: group ``g``'s scales (loaded under the
+                k-blocks), the k-blocks, then its epilogue."""
+                sc = group_scales(row0, g)
+                mainloop(nk)
+                grouped_store(acc, row0, n0, g, end, sc)
+
+            def grouped_store(acc, row0, n0, g, end, sc=None):
+                """``acc`` with group ``g``'s scales, the rows before ``end`` stored."""
+                if sc is None:
+                    sc = group_scales(row0, g)
+                if p.tma_store:     # all of this consumer's rows in the group: TMA
+                    with ptx.if_(row0 + p.wg_m <= end):
+                        store_tile(acc, p, L, out_dtype, ob, None, activation, stage_c, lane,
+                                   frow, fcol, bar_id, row0, n0, n, tma_c, None, sc)
+                    with ptx.else_():
+                        store_rows(acc, p, out_dtype, activation, pc,
+                                   ptx.dim("sc", kind="stride"), row0 + frow, end, n0, n,
+                                   fcol, sc)
+                else:
+                    store_rows(acc, p, out_dtype, activation, pc, ptx.dim("sc", kind="stride"),
+                               row0 + frow, end, n0, n, fcol, sc)
+
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
                 if grouped:
@@ -468,27 +516,25 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 for t in ptx.range_(cid, total, ncl):
                     if grouped:
                         m0, n0, g, end = group_origin(cursor, t)
-                    else:
-                        m0, n0 = tile_origin(t)
+                        row0 = m0 + cons * p.wg_m
+                        if p.tail_skip:     # this consumer's 64 rows past the group's end
+                            with ptx.if_(row0 < end):
+                                grouped_tile(row0, n0, g, end)
+                            with ptx.else_():
+                                idle_stages(nk)
+                        else:
+                            grouped_tile(row0, n0, g, end)
+                        continue
+                    m0, n0 = tile_origin(t)
                     row0 = m0 + cons * p.wg_m
-                    if mode == "row" and grouped:     # scale_b's row of group g
-                        sc = RowScales(psa, psb + g * n * 4, row0 + frow, m)
-                    elif mode == "row":
-                        sc = RowScales(psa, psb, row0 + frow, m)
-                    else:
-                        sc = scale
+                    sc = RowScales(psa, psb, row0 + frow, m) if mode == "row" else scale
                     if SK == 1:
                         if mode == "block":
                             mainloop_block(0, nk, row0 + frow, n0)
                         else:
                             mainloop(nk)
-                        if grouped:
-                            store_rows(acc, p, out_dtype, activation, pc,
-                                       ptx.dim("sc", kind="stride"), row0 + frow, end, n0,
-                                       n, fcol, sc)
-                        else:
-                            store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
-                                       lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
+                        store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
+                                   lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
                     else:
                         with ptx.if_(nkr > 0):
                             if mode == "block":
@@ -503,7 +549,16 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
                                        lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
 
-            if p.a_rows and p.a_rows <= p.wg_m:
+            if grouped and p.epi_overlap:
+                cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
+
+                def locate(t):
+                    m0, n0, g, end = group_origin(cursor, t)
+                    return m0 + cons * p.wg_m, n0, g, end
+                overlapped_tiles(p.epi_overlap, ring, empty0, nk, cid, total, ncl, locate,
+                                 mma_stage, release, idle_stages, grouped_store, acc,
+                                 reg.array(f32, p.bn // 2), p.tail_skip)
+            elif p.a_rows and p.a_rows <= p.wg_m:
                 # Every row the second consumer owns lies past M (M <= a_rows <= 64): it
                 # issues no wgmma, exchanges and stores nothing, and only releases each
                 # stage once it is full, which halves the tensor-core work of a stage.
@@ -511,10 +566,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     tiles()
                 with ptx.else_():
                     for t in ptx.range_(cid, total, ncl):
-                        for kb in ptx.range_(nkr if SK > 1 else nk):
-                            wait(labels, full0 + ring.slot * 8, ring.phase)
-                            release(empty0 + ring.slot * 8)
-                            ring.advance()
+                        idle_stages(nkr if SK > 1 else nk)
             else:
                 tiles()
             with ptx.if_(lane == 0):

@@ -8,6 +8,8 @@ against float64; rows past the last group are never written (checked as NaN).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,9 @@ import ml_dtypes
 from ptxdsl.core.errors import LaunchError
 from ptxdsl.core.types import bf16, e4m3, f32
 from ptxdsl.ops import grouped_matmul
+from ptxdsl.ops.matmul.config import Plan
 from ptxdsl.ops.matmul.grouped import plan_for
+from ptxdsl.ops.matmul.plan import fitted
 from ptxdsl.ops.matmul.groups import group_tiles_py
 from ptxdsl.ops.matmul.hopper import build_hopper
 
@@ -95,6 +99,114 @@ def test_grouped_hopper_kernel_reads_an_mn_major_stack(wide):
     c = kern.interpret(a.astype(BF16), b2.astype(BF16), offs, np.full((150, n), np.nan,
                                                                        np.float32))
     check(c, a, w, offs)
+
+
+# The grouped kernel's options (Plan fields, off by default): clusters of 2 along N sharing
+# A by multicast, a consumer past its group's end idle, the staged TMA store of C's rows
+# inside a group, a tile's epilogue under the next tile's first k-blocks. Each alone in the
+# default run, together and with other dtypes in -m long.
+OPTIONS = [dict(cluster_n=2), dict(tail_skip=True), dict(tma_store=True),
+           dict(epi_overlap=2)]
+ALL = dict(cluster_n=2, tail_skip=True, tma_store=True, epi_overlap=3)
+
+
+def grouped_kernel(opts, dt, odt, n, b_major="K", scaled=False, bn=None):
+    p = dataclasses.replace(plan_for(dt, odt, n), **opts)
+    if bn:
+        p = fitted(dataclasses.replace(p, bn=bn), dt, odt)
+    return build_hopper(p, dt, odt, sms=4, b_major=b_major, scaled=scaled, grouped=True)
+
+
+def rounded(want, odt):
+    """float64 integers rounded once to the output type (f32 exact, bf16 by RNE)."""
+    return want if odt == f32 else want.astype(np.float32).astype(BF16).astype(np.float32)
+
+
+def check_options(kern, sizes, n, k, odt=f32, b_major="K", seed=9):
+    """The grouped kernel on the interpreter over ``sizes`` (empty and ragged groups, rows
+    past the last group left NaN) against float64, per group."""
+    rng = np.random.default_rng(seed)
+    offs = np.cumsum(sizes).astype(np.int32)
+    g, total = len(sizes), int(offs[-1]) + 3
+    a, w = ints(rng, (total, k)), ints(rng, (g, n, k))
+    b2 = w.reshape(g * n, k) if b_major == "K" else \
+        np.ascontiguousarray(w.transpose(0, 2, 1)).reshape(g * k, n)
+    c = kern.interpret(a.astype(BF16), b2.astype(BF16), offs,
+                       np.full((total, n), np.nan, np.float32 if odt == f32 else BF16))
+    c = np.asarray(c).astype(np.float32)
+    start = 0
+    for i, end in enumerate(offs):
+        want = a[start:end].astype(np.float64) @ w[i].T.astype(np.float64)
+        np.testing.assert_array_equal(c[start:end], rounded(want, odt))
+        start = end
+    assert np.isnan(c[start:]).all()
+
+
+@pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: ",".join(o))
+def test_grouped_options_exact(opts):
+    """Ragged groups, an empty one and a 5-row one, 64-column tiles: N = 136 is three tiles,
+    so a cluster of 2 along N has a second CTA past N in its last column; a 130-row group
+    ends 2 rows into a tile (its second consumer idle with tail_skip, its first's rows
+    stored by TMA with tma_store)."""
+    kern = grouped_kernel(opts, bf16, f32, 136, bn=64)
+    assert kern.name.endswith({"cluster_n": "_cn2", "tail_skip": "_ts", "tma_store": "_tmas",
+                               "epi_overlap": "_eo2"}[next(iter(opts))])
+    check_options(kern, [70, 0, 130, 5], 136, 80 if "epi_overlap" not in opts else 192)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("odt,b_major,n,bn,cn,eo,k", [
+    (f32, "K", 264, None, 2, 3, 320), (bf16, "K", 352, 176, 2, 0, 128),
+    (bf16, "MN", 264, None, 2, 3, 128), (f32, "MN", 200, 64, 2, 4, 192),
+    (bf16, "K", 200, 64, 4, 2, 320), (f32, "K", 136, 64, 4, 0, 128)])
+def test_grouped_options_together_exact(odt, b_major, n, bn, cn, eo, k):
+    """The options at once: f32 and bf16 outputs (bf16: the TMA store's stmatrix staging),
+    K- and MN-major stacks, 176-column tiles (1408 = 8 x 176 columns, an even tile count
+    for clusters of 2 along N; two accumulators do not fit: no epi_overlap), clusters of 4
+    (N = 136: three tiles of 64, one CTA of the cluster past N), fewer k-blocks than the
+    overlap issues early (K = 128, 192) and more (320)."""
+    kern = grouped_kernel(dict(ALL, cluster_n=cn, epi_overlap=eo), bf16, odt, n,
+                          b_major=b_major, bn=bn)
+    check_options(kern, [3, 0, 140, 64, 129, 0], n, k, odt, b_major)
+
+
+@pytest.mark.long
+def test_grouped_options_with_row_wise_fp8_scales():
+    rng = np.random.default_rng(11)
+    sizes, n, k = [70, 0, 60, 130], 136, 256
+    offs = np.cumsum(sizes).astype(np.int32)
+    total = int(offs[-1]) + 2
+    a, w = ints(rng, (total, k)), ints(rng, (4, n, k))
+    sa = (2.0 ** rng.integers(-3, 3, total)).astype(np.float32)
+    sb = (2.0 ** rng.integers(-3, 3, (4, n))).astype(np.float32)
+    kern = grouped_kernel(ALL, e4m3, f32, n, scaled="row", bn=64)
+    c = kern.interpret(a.astype(E4M3), w.reshape(4 * n, k).astype(E4M3), offs, sa, sb,
+                       np.full((total, n), np.nan, np.float32))
+    start = 0
+    for g, end in enumerate(offs):
+        want = a[start:end].astype(np.float64) @ w[g].T.astype(np.float64)
+        np.testing.assert_array_equal(c[start:end], want * sa[start:end, None] * sb[g])
+        start = end
+    assert np.isnan(c[start:]).all()
+
+
+def test_grouped_options_are_refused_where_they_do_not_apply(monkeypatch):
+    from ptxdsl.ops.matmul import grouped
+    with pytest.raises(ValueError, match="clusters along M"):
+        build_hopper(Plan(bn=128, cluster=2), bf16, bf16, grouped=True)
+    with pytest.raises(ValueError, match="grouped GEMM's"):
+        build_hopper(Plan(bn=128, cluster=1, tma_store=True), bf16, bf16)
+    with pytest.raises(ValueError, match="at most 128 columns"):
+        build_hopper(Plan(bn=256, cluster=1, epi_overlap=2), bf16, bf16, grouped=True)
+    with pytest.raises(ValueError, match="more ring stages"):
+        build_hopper(Plan(bn=128, cluster=1, stages=4, epi_overlap=4), bf16, bf16,
+                     grouped=True)
+    # a C that TMA cannot describe drops tma_store (st.global stores every row)
+    monkeypatch.setattr(grouped, "plan_for", lambda dt, odt, n=0: dataclasses.replace(
+        plan_for(dt, odt, n), tma_store=True))
+    assert "_tmas" in grouped.hopper_kernel(bf16, bf16, "K", None, 4, n=128).name
+    assert "_tmas" not in grouped.hopper_kernel(bf16, bf16, "K", None, 4, n=128,
+                                                c_tma=False).name
 
 
 def test_numpy_grouped_matmul_on_the_simt_kernel():

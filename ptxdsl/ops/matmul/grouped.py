@@ -185,9 +185,11 @@ WIDE_N = 4096
 def plan_for(dtype: PtxType, out_dtype: PtxType, n: int = 0) -> Plan:
     """The grouped Hopper kernel's plan: no cluster, the deepest ring that fits, 128 x 256
     tiles where N >= :data:`WIDE_N` (one H200 run: +1-11% at N = 4096 and 14336) and
-    128 x 128 below (more tiles over ragged groups: -4 to -7% for 256 at N = 1408)."""
-    return fitted(Plan(bn=256 if n >= WIDE_N else 128, cluster=1, bk=bk_for(dtype)), dtype,
-                  out_dtype)
+    128 x 128 below (more tiles over ragged groups: -4 to -7% for 256 at N = 1408), rows
+    inside their group stored by TMA (H200, ``matmul_grouped_plans2_h200.json``: +5-16% at
+    all seven MoE shapes; clusters and ``tail_skip`` won at one shape and lost at others)."""
+    return fitted(Plan(bn=256 if n >= WIDE_N else 128, cluster=1, bk=bk_for(dtype),
+                       tma_store=True), dtype, out_dtype)
 
 
 def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, mode, k, n):

@@ -29,7 +29,12 @@ class Config:
     O is rescaled only in warps where it moved, after a branch that keeps the wait for P·V
     behind the softmax (see ``fwd._wait_and_rescale``). ``head_sections``: the causal
     longest-first order runs within sections of heads whose K/V fit in L2
-    (:meth:`.tiles.Dense.locate`; the dense layout only)."""
+    (:meth:`.tiles.Dense.locate`; the dense layout only). ``dynamic`` (with ``persistent``):
+    a CTA's first tile is its index, each later one the next number of a global tile
+    counter (one atomic add by the producer, passed to the consumers through shared
+    memory), so CTAs that finish early take more tiles; the kernel takes the counter as a
+    fourth argument, zero before the launch and left zero by it (dense and packed layouts;
+    varlen keeps the static order)."""
 
     block_n: int = 128
     stages: int = 2
@@ -41,6 +46,7 @@ class Config:
     consumers: int = 2
     lazy_rescale: bool = False
     head_sections: bool = False
+    dynamic: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -53,6 +59,9 @@ class Config:
                              f"and the K of P·V in k16 steps), got {self.block_n}")
         if self.stages < 1:
             raise ValueError(f"stages >= 1, got {self.stages}")
+        if self.dynamic and not self.persistent:
+            raise ValueError("dynamic schedules a persistent grid's tiles: give "
+                             "persistent=True with dynamic=True")
         if self.producer_regs + self.consumers * self.consumer_regs > REGS:
             raise ValueError(f"128 x ({self.producer_regs} + {self.consumers} x "
                              f"{self.consumer_regs}) registers exceed an SM's 65536")
@@ -64,11 +73,11 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage), and with ``tma_store`` O's staging buffer (``block_m`` rows, 1024-byte
-        aligned)."""
+        stage; ``dynamic``: 16 more for the tile number), and with ``tma_store`` O's staging
+        buffer (``block_m`` rows, 1024-byte aligned)."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        total = q + self.stages * kv + 8 * (2 + 4 * self.stages)
+        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic)
         if self.tma_store:
             total = -(-total // 1024) * 1024 + q
         return total

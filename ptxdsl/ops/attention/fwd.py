@@ -131,7 +131,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     ins, outs = sched.specs()
     names = sched.arg_names
     if dyn:                     # the tile counter, after q, k and v
-        ins, names = (*ins, Tile(1, u32)), (*names[:3], "counter", *names[3:])
+        ins, names = (*ins, Tile(1, b32)), (*names[:3], "counter", *names[3:])
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"

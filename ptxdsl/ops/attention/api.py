@@ -202,11 +202,11 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
             q_, out_ = q, out
             lse = frame.empty((b, h, sq), q, f32)
         counter, replay = tile_counter(frame, q) if takes_counter(kern) else (None, None)
-        args = (q_, k, v, out_, lse) if counter is None else (q_, k, v, counter, out_, lse)
+        args = (q_, k, v, out_, lse) + (() if counter is None else (counter,))
         launches = [(kern, args)]
         res = frame.run(kern, *args)
         if not frame.on_gpu():            # the interpreter returns its outputs: copy back
-            lse = _copy_back(frame, res, out_, lse)
+            lse = _copy_back(frame, res[:2], out_, lse)
         if group > 1:
             lse = lse.reshape(b, h, sq)
     if frame.cuda_torch and all(a is g for a, g in zip((q, k, v), given)):

@@ -32,8 +32,8 @@ class Config:
     (:meth:`.tiles.Dense.locate`; the dense layout only). ``dynamic`` (with ``persistent``):
     a CTA's first tile is its index, each later one the next number of a global tile
     counter (one atomic add by the producer, passed to the consumers through shared
-    memory), so CTAs that finish early take more tiles; the kernel takes the counter as a
-    fourth argument, zero before the launch and left zero by it (dense and packed layouts;
+    memory), so CTAs that finish early take more tiles; the kernel takes the counter as its
+    last argument (a 32-bit word), zero before the launch and left zero by it (dense and packed layouts;
     varlen keeps the static order)."""
 
     block_n: int = 128

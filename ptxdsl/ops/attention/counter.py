@@ -1,4 +1,4 @@
-"""The tile counter a ``Config.dynamic`` forward takes (its fourth argument): one 32-bit
+"""The tile counter a ``Config.dynamic`` forward takes (its last argument): one 32-bit
 word, zero before the launch, which the launch leaves zero (its last atomic add resets
 it). Launches on one stream run one after another, so torch CUDA calls share the
 stream's word of the ops' workspace (:data:`~.._common.workspace.WORKSPACE`, word

@@ -130,8 +130,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     tma_out = getattr(sched, "tma_out", False)
     ins, outs = sched.specs()
     names = sched.arg_names
-    if dyn:                     # the tile counter, after q, k and v
-        ins, names = (*ins, Tile(1, b32)), (*names[:3], "counter", *names[3:])
+    if dyn:                     # the tile counter, last: the kernel leaves it zero
+        outs, names = (*outs, Tile(1, b32)), (*names, "counter")
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
@@ -148,8 +148,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     def attention_fwd(*args):
         labels = itertools.count()
         if dyn:
-            pcount, = ptx.global_ptrs(args[3])
-            args = (*args[:3], *args[4:])
+            pcount, = ptx.global_ptrs(args[-1])
+            args = args[:-1]
         sched.prologue(args)
         tq, tk, tv, po, pl = sched.tq, sched.tk, sched.tv, sched.po, sched.pl
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())

@@ -20,27 +20,30 @@ class Config:
     the shared-memory ring, whether the two consumers take turns at the tensor cores
     (``pingpong``), whether the grid is one CTA per SM looping over the tiles
     (``persistent``; else one CTA per tile), the register budgets the warpgroups ask
-    ``setmaxnreg`` for (``consumer_regs`` 0: the most that fits beside the producer's, 240
-    for two consumers, 160 for three), whether O leaves through a shared-memory staging
-    buffer and TMA stores (``tma_store``; else ``st.global`` from registers; the dense
-    layout only), and how many consumer warpgroups of 64 query rows a tile has
-    (``consumers``: 2 or 3, a tile of ``block_m = 64 * consumers`` rows). ``lazy_rescale``:
-    the row max moves only when a block's max exceeds it by more than 8 (log2 units), and
-    O is rescaled only in warps where it moved, after a branch that keeps the wait for P·V
-    behind the softmax (see ``fwd._wait_and_rescale``). ``head_sections``: the causal
-    longest-first order runs within sections of heads whose K/V fit in L2
-    (:meth:`.tiles.Dense.locate`; the dense layout only). ``dynamic`` (with ``persistent``):
-    a CTA's first tile is its index, each later one the next number of a global tile
-    counter (one atomic add by the producer, passed to the consumers through shared
-    memory), so CTAs that finish early take more tiles; the kernel takes the counter as its
-    last argument (a 32-bit word), zero before the launch and left zero by it (dense and packed layouts;
-    varlen keeps the static order)."""
+    ``setmaxnreg`` for (``producer_regs`` 0: 24, or 32 with ``dynamic``, whose producer
+    spills at 24 beside three consumers; ``consumer_regs`` 0: the most that fits beside
+    the producer's, 240 for two consumers, 160 for three, either way), whether O leaves
+    through a shared-memory staging buffer and TMA stores (``tma_store``; else
+    ``st.global`` from registers; the dense layout only), and how many consumer
+    warpgroups of 64 query rows a tile has (``consumers``: 2 or 3, a tile of ``block_m =
+    64 * consumers`` rows). ``lazy_rescale``: the row max moves only when a block's max
+    exceeds it by more than 8 (log2 units), and O is rescaled only in warps where it
+    moved, after a branch that keeps the wait for P·V behind the softmax (see
+    ``fwd._wait_and_rescale``). ``head_sections``: the causal longest-first order runs
+    within sections of heads whose K/V fit in L2 (:meth:`.tiles.Dense.locate`; the dense
+    layout only). ``dynamic`` (with ``persistent``): a CTA's first tile is its index, each
+    later one the next number of a global tile counter (one atomic add by the producer,
+    passed to the consumers through shared memory), so CTAs that finish early take more
+    tiles, in the layout's order (the snake of the static schedule no longer applies);
+    the kernel takes the counter as its last argument (a 32-bit word), zero before the
+    launch and left zero by it (dense and packed layouts; varlen keeps the static
+    order)."""
 
     block_n: int = 128
     stages: int = 2
     pingpong: bool = False
     persistent: bool = False
-    producer_regs: int = 24
+    producer_regs: int = 0
     consumer_regs: int = 0
     tma_store: bool = False
     consumers: int = 2
@@ -51,6 +54,8 @@ class Config:
     def __post_init__(self):
         if self.consumers not in (2, 3):
             raise ValueError(f"consumers is 2 or 3 warpgroups of 64 rows, got {self.consumers}")
+        if not self.producer_regs:          # the next tile's number and the counter's
+            object.__setattr__(self, "producer_regs", 32 if self.dynamic else 24)  # address
         if not self.consumer_regs:          # setmaxnreg takes multiples of 8
             object.__setattr__(self, "consumer_regs",
                                (REGS - self.producer_regs) // self.consumers // 8 * 8)

@@ -22,8 +22,8 @@ pytestmark = NEEDS_GPU
 def dynamic(monkeypatch):
     """Every plan row dynamic (its producer at the dynamic default of 32 registers), and
     a fresh memo (no recorded launch of a static kernel answers)."""
-    def chosen(d, dtype, mask, group=1):
-        return dataclasses.replace(choose(d, dtype, mask, group), dynamic=True,
+    def chosen(d, dtype, mask, *rest):
+        return dataclasses.replace(choose(d, dtype, mask, *rest), dynamic=True,
                                    producer_regs=0)
     monkeypatch.setattr(api, "choose", chosen)
     monkeypatch.setattr(api, "FORWARD", Memo("attention", 4, 5))

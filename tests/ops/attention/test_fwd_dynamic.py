@@ -141,3 +141,32 @@ def test_ptxas_keeps_the_dynamic_forward_in_registers(d, kw):
             pytest.skip(str(e))
         raise
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0
+
+
+def test_recording_replays_the_stream_word(monkeypatch):
+    """A recorded dynamic call (torch CUDA) passes the stream's workspace word on every
+    repeat call: the counter is the recording's scratch, 8 bytes in (word 2), not an
+    output allocated anew (which would start uninitialised)."""
+    from ptxdsl.ops.attention import api
+    from ptxdsl.runtime.memo import scratch
+    seen = []
+
+    class Memo:
+        def record(self, key, rec):
+            seen.append(rec)
+
+    class Ptr:
+        def __init__(self, p):
+            self.p = p
+
+        def data_ptr(self):
+            return self.p
+
+    q, k, v, out, lse, word = (Ptr(p) for p in (100, 200, 300, 400, 500, 808))
+    monkeypatch.setattr(api, "FORWARD", Memo())
+    fn = object()
+    api._record((q, k, v, None), out, lse, [("fwd", (q, k, v, out, lse, word))], "key",
+                False, word, (scratch(8), fn))
+    (rec,) = seen
+    assert rec.launches[0].order == ("t0", "t1", "t2", "o0", "o1", "(w + 8)")
+    assert rec.outputs == (out, lse) and rec.scratch is fn

@@ -38,7 +38,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # with and without head sections: the causal rows' configs (no spills, ptxas -v).
 _P, _L, _D = dict(persistent=True), dict(lazy_rescale=True), dict(dynamic=True)
 CANDIDATES = {
-    64: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
+    64: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_D),
+         dict(block_n=128, **_P, **_D, head_sections=True), dict(block_n=128, **_P, **_L),
          dict(block_n=128, consumers=3, **_P, **_L),
          dict(block_n=128, consumers=3, pingpong=True, **_P, **_L),
          dict(block_n=128, stages=3, consumers=3, **_P, **_L),

@@ -13,10 +13,12 @@ not run are kept. ``--budget`` seconds: candidates not reached by then are skipp
 
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
-        [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
+        [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}'] [--set dynamic]
 
 ``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
-as strings).
+as strings); ``--set`` a named set of :data:`SETS` (``dynamic``: the causal plan rows of
+head dims 64, 128 and 256 as they are, with head sections, dynamic, and dynamic with head
+sections).
 """
 from __future__ import annotations
 
@@ -62,6 +64,19 @@ CANDIDATES = {
 }
 
 
+def _variants(*rows):
+    """Each row as it is, with head sections, dynamic, and dynamic with head sections."""
+    return [dict(r, **x) for r in rows for x in ({}, dict(head_sections=True), _D,
+                                                 dict(head_sections=True, **_D))]
+
+
+# Named candidate sets (--set): ``dynamic``, the A/B of Config.dynamic on the causal rows
+SETS = {"dynamic": {
+    64: _variants(dict(block_n=128, **_P), dict(block_n=128, stages=3, consumers=3, **_P, **_L)),
+    128: _variants(dict(block_n=128, **_P, **_L)),
+    256: _variants(dict(block_n=80, pingpong=True, **_P, **_L))}}
+
+
 def main() -> None:
     import torch
     import torch.nn.functional as F
@@ -79,8 +94,8 @@ def main() -> None:
     out["heads"], out["seqs"] = heads, seqs
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kernels = {}
-    cands_of = {**CANDIDATES, **{int(d): c for d, c in
-                                 json.loads(_arg("--candidates", "{}")).items()}}
+    cands_of = {**CANDIDATES, **SETS.get(_arg("--set", ""), {}),
+                **{int(d): c for d, c in json.loads(_arg("--candidates", "{}")).items()}}
     for d, cands in ((d, cands_of[d]) for d in heads):
         for s in seqs:
             b, h = 16384 // s, 2048 // d if d != 96 else 16

@@ -363,6 +363,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                    dtype, BM, NC)
                     _epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
                               store=not tma_out)
+                if tma_out:                 # the staging buffer outlives the last store
+                    with ptx.if_(lane == 0):
+                        ptx.tma.wait(0, read=True)
 
             if dyn:
                 t = reg.scalar(u32)
@@ -380,9 +383,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             else:
                 for t in ptx.range_(cta, tiles, ncta):
                     consume(t)
-            if tma_out:                     # the staging buffer outlives the last store
-                with ptx.if_(lane == 0):
-                    ptx.tma.wait(0, read=True)
 
     return attention_fwd
 

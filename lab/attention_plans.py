@@ -1,20 +1,24 @@
 """A/B of the attention forward's configs (``block_n``, ``stages``, ping-pong, persistent
-grid, three consumers, lazy rescale) on the current GPU, at the FA3-paper shapes (B·S =
-16k, H·D = 2048) with S in ``--seqs`` (default 1024 and 4096), bf16, causal and not: what
+grid, three consumers, lazy rescale, head sections, the dynamic tile scheduler) on the
+current GPU, at the FA3-paper shapes (B·S = 16k, H·D = 2048) with S in ``--seqs`` (default
+1024 and 4096), bf16, causal and not (``--causal-only``: causal): what
 the rows of ``ptxdsl/ops/attention/plans.json`` are chosen from. Each config's output is
 checked against torch SDPA before it is timed (median of rounds of CUDA-event timed
-calls). JSON goes to ``$OUT/<name>.json``. ``--write-plans`` then rewrites
+calls; a dynamic config's counter word must be zero again after them, and the output
+still right). JSON goes to ``$OUT/<name>.json``. ``--write-plans`` then rewrites
 ``ptxdsl/ops/attention/plans.json`` with the fastest config per head dim and mask kind
 (full; causal, which window follows): the least sum over the S values of its time over the
 best time at that shape, citing ``bench/results/<name>_<device>.json``; rows of head dims
 not run are kept. ``--budget`` seconds: candidates not reached by then are skipped.
 
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
-        [--name attention_plans] [--budget 600] [--write-plans]
-        [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
+        [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
+        [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}'] [--set dynamic]
 
 ``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
-as strings).
+as strings); ``--set`` a named set of :data:`SETS` (``dynamic``: the causal plan rows of
+head dims 64, 128 and 256 as they are, with head sections, dynamic, and dynamic with head
+sections).
 """
 from __future__ import annotations
 
@@ -32,24 +36,45 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 # 192 / 176 keys per block, 3 stages, ping-pong, persistent and the TMA-store epilogue.
 # Three consumers (192-row tiles) compile without spills only at head dim 64 with 128
 # keys per block (ptxas -v; 144 and more keys, or head dim 96 / 128, spill at 160
-# registers); each was checked on the interpreter first.
-_P, _L = dict(persistent=True), dict(lazy_rescale=True)
+# registers); each was checked on the interpreter first. Dynamic (a global tile counter)
+# with and without head sections: the causal rows' configs (no spills, ptxas -v).
+_P, _L, _D = dict(persistent=True), dict(lazy_rescale=True), dict(dynamic=True)
 CANDIDATES = {
-    64: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
+    64: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_D),
+         dict(block_n=128, **_P, **_D, head_sections=True), dict(block_n=128, **_P, **_L),
          dict(block_n=128, consumers=3, **_P, **_L),
          dict(block_n=128, consumers=3, pingpong=True, **_P, **_L),
          dict(block_n=128, stages=3, consumers=3, **_P, **_L),
-         dict(block_n=128, stages=3, consumers=3, **_P, **_L, head_sections=True)],
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L, head_sections=True),
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L, **_D),
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L, **_D, head_sections=True)],
     96: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L)],
     128: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
           dict(block_n=176, **_P, **_L), dict(block_n=128, pingpong=True, **_P, **_L),
           dict(block_n=128, stages=3, **_P, **_L),
-          dict(block_n=128, **_P, **_L, head_sections=True)],
+          dict(block_n=128, **_P, **_L, head_sections=True),
+          dict(block_n=128, **_P, **_L, **_D),
+          dict(block_n=128, **_P, **_L, **_D, head_sections=True)],
     192: [dict(block_n=96, pingpong=True, **_P), dict(block_n=96, pingpong=True, **_P, **_L)],
     256: [dict(block_n=80, pingpong=True), dict(block_n=80, pingpong=True, **_L),
           dict(block_n=80, pingpong=True, **_P, **_L),
-          dict(block_n=80, pingpong=True, **_P, **_L, head_sections=True)],
+          dict(block_n=80, pingpong=True, **_P, **_L, head_sections=True),
+          dict(block_n=80, pingpong=True, **_P, **_L, **_D),
+          dict(block_n=80, pingpong=True, **_P, **_L, **_D, head_sections=True)],
 }
+
+
+def _variants(*rows):
+    """Each row as it is, with head sections, dynamic, and dynamic with head sections."""
+    return [dict(r, **x) for r in rows for x in ({}, dict(head_sections=True), _D,
+                                                 dict(head_sections=True, **_D))]
+
+
+# Named candidate sets (--set): ``dynamic``, the A/B of Config.dynamic on the causal rows
+SETS = {"dynamic": {
+    64: _variants(dict(block_n=128, **_P), dict(block_n=128, stages=3, consumers=3, **_P, **_L)),
+    128: _variants(dict(block_n=128, **_P, **_L)),
+    256: _variants(dict(block_n=80, pingpong=True, **_P, **_L))}}
 
 
 def main() -> None:
@@ -69,15 +94,15 @@ def main() -> None:
     out["heads"], out["seqs"] = heads, seqs
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kernels = {}
-    cands_of = {**CANDIDATES, **{int(d): c for d, c in
-                                 json.loads(_arg("--candidates", "{}")).items()}}
+    cands_of = {**CANDIDATES, **SETS.get(_arg("--set", ""), {}),
+                **{int(d): c for d, c in json.loads(_arg("--candidates", "{}")).items()}}
     for d, cands in ((d, cands_of[d]) for d in heads):
         for s in seqs:
             b, h = 16384 // s, 2048 // d if d != 96 else 16
             torch.manual_seed(0)
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
                        for _ in range(3))
-            for causal in (False, True):
+            for causal in (True,) if "--causal-only" in sys.argv else (False, True):
                 ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                                      v.transpose(1, 2), is_causal=causal)
                 ref = ref.transpose(1, 2).float()
@@ -97,7 +122,11 @@ def main() -> None:
                         kern = kernels[key]
                         o = torch.empty_like(q)
                         lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-                        kern(q, k, v, o, lse)
+                        # Config.dynamic: the tile counter, zero, left zero by each launch
+                        args = (q, k, v, o, lse) + ((torch.zeros(1, dtype=torch.int32,
+                                                                 device="cuda"),)
+                                                    if kw.get("dynamic") else ())
+                        kern(*args)
                         torch.cuda.synchronize()
                         row["max_err"] = float((o.float() - ref).abs().max() / ref.abs().max())
                         row["registers"] = kern.resources().registers
@@ -106,12 +135,16 @@ def main() -> None:
                             e0, e1 = (torch.cuda.Event(enable_timing=True) for _ in range(2))
                             e0.record()
                             for _ in range(10):
-                                kern(q, k, v, o, lse)
+                                kern(*args)
                             e1.record()
                             e1.synchronize()
                             times.append(e0.elapsed_time(e1) / 10)
                         row["ms"] = statistics.median(times)
                         row["tflops"] = flops / row["ms"] / 1e9
+                        if kw.get("dynamic"):       # 51 launches on one counter word
+                            row["counter_after"] = int(args[-1].item())
+                            row["max_err"] = max(row["max_err"], float(
+                                (o.float() - ref).abs().max() / ref.abs().max()))
                     except Exception as e:  # noqa: BLE001 - recorded
                         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
                     out["rows"].append(row)
@@ -131,7 +164,7 @@ def _name(kw: dict) -> str:
     bits = [f"{kw.get('block_n', 128)}x{kw.get('stages', 2)}"]
     bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
-                            ("head_sections", "l2")) if kw.get(k)]
+                            ("head_sections", "l2"), ("dynamic", "dyn")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     return " ".join(bits)
@@ -173,7 +206,7 @@ def write_plans(out) -> None:
         picks = []
         for causal, masks in ((False, ["full"]), (True, ["causal", "window"])):
             runs = [r for r in out["rows"] if r["D"] == d and r["causal"] == causal
-                    and "ms" in r and r["max_err"] <= 2e-2]
+                    and "ms" in r and r["max_err"] <= 2e-2 and not r.get("counter_after")]
             shapes = {r["S"] for r in runs}
             best_ms = {sh: min(r["ms"] for r in runs if r["S"] == sh) for sh in shapes}
             score, seen = {}, {}

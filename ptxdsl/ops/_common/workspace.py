@@ -9,8 +9,9 @@ per call. Different streams get different buffers, so concurrent launches never
 share arrival words.
 
 Layout (int32 elements): ``[0:2]`` arrival words (the last arrival's count, the late
-arrivals' word), ``[2:4]`` padding (the partials start 16-byte aligned), ``[4:4+G*N]``
-the partials.
+arrivals' word), ``[2]`` the dynamic attention forward's tile counter
+(:mod:`ptxdsl.ops.attention.counter`, zero before first use, left so by every launch),
+``[3]`` padding (the partials start 16-byte aligned), ``[4:4+G*N]`` the partials.
 
 While a CUDA graph is being captured, a fresh zeroed buffer is made per call
 (captured as an allocation and a memset), so replays never depend on eager
@@ -26,6 +27,7 @@ import threading
 # partial rows start on an L2 line (a warp's 512-byte access to a row of a multiple of
 # 32 floats then touches four lines, not five)
 HEADER = 32
+ATTENTION_TILES = 2     # the word of the attention forward's tile counter (Config.dynamic)
 
 
 class Workspace:

@@ -15,6 +15,7 @@ from ...runtime.memo import Launch, Memo, Recording, output, tensor
 from .._common.kernels import KernelCache
 from . import decode
 from .config import BLOCK_M, HEAD_DIMS, Mask
+from .counter import takes_counter, tile_counter
 from .fwd import build_forward
 from .plan import choose
 
@@ -200,25 +201,33 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
         else:
             q_, out_ = q, out
             lse = frame.empty((b, h, sq), q, f32)
-        launches = [(kern, (q_, k, v, out_, lse))]
-        res = frame.run(kern, q_, k, v, out_, lse)
+        counter, replay = tile_counter(frame, q) if takes_counter(kern) else (None, None)
+        args = (q_, k, v, out_, lse) + (() if counter is None else (counter,))
+        launches = [(kern, args)]
+        res = frame.run(kern, *args)
         if not frame.on_gpu():            # the interpreter returns its outputs: copy back
-            lse = _copy_back(frame, res, out_, lse)
+            lse = _copy_back(frame, res[:2], out_, lse)
         if group > 1:
             lse = lse.reshape(b, h, sq)
     if frame.cuda_torch and all(a is g for a, g in zip((q, k, v), given)):
         # repeat calls launch on the caller's own pointers: recorded only without copies
         _record(given, out, lse, launches,
-                (*given, causal, softmax_scale, window_size, softcap, return_lse), return_lse)
+                (*given, causal, softmax_scale, window_size, softcap, return_lse), return_lse,
+                counter, replay)
     return (out, lse) if return_lse else out
 
 
-def _record(given, out, lse, launches, key, return_lse) -> None:
+def _record(given, out, lse, launches, key, return_lse, counter=None, replay=None) -> None:
     """Record the launches of a first call for :data:`FORWARD`: each pointer argument is
     the caller's tensor or an output allocated anew per call, told apart by its address
-    (a reshaped view keeps its tensor's); a call where two differ in kind but share an
-    address (empty tensors) is not recorded."""
+    (a reshaped view keeps its tensor's), or the tile ``counter`` (``replay``: its slot
+    and the stream's word, :func:`~.counter.tile_counter`); a call where two differ in
+    kind but share an address (empty tensors) is not recorded."""
     slots = {g.data_ptr(): tensor(i) for i, g in enumerate(given) if g is not None}
+    if counter is not None:
+        if counter.data_ptr() in slots:
+            return
+        slots[counter.data_ptr()] = replay[0]
     outs = [] if given[3] is not None else [out]
     outs.append(lse)
     for _, args in launches:
@@ -231,12 +240,12 @@ def _record(given, out, lse, launches, key, return_lse) -> None:
             return
         allocated[o.data_ptr()] = output(j)
     slots.update(allocated)
-    if len(slots) != sum(g is not None for g in given) + len(outs):
+    if len(slots) != sum(g is not None for g in given) + len(outs) + (counter is not None):
         return
     o_, l_ = slots[out.data_ptr()], slots[lse.data_ptr()]
     rec = Recording(tuple(Launch(kern, args, tuple(slots[a.data_ptr()] for a in args))
                           for kern, args in launches), tuple(outs),
-                    (o_, l_) if return_lse else o_)
+                    (o_, l_) if return_lse else o_, scratch=replay and replay[1])
     FORWARD.record(key, rec)
 
 def packs(group: int, sq: int) -> bool:

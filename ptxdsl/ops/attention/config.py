@@ -20,31 +20,42 @@ class Config:
     the shared-memory ring, whether the two consumers take turns at the tensor cores
     (``pingpong``), whether the grid is one CTA per SM looping over the tiles
     (``persistent``; else one CTA per tile), the register budgets the warpgroups ask
-    ``setmaxnreg`` for (``consumer_regs`` 0: the most that fits beside the producer's, 240
-    for two consumers, 160 for three), whether O leaves through a shared-memory staging
-    buffer and TMA stores (``tma_store``; else ``st.global`` from registers; the dense
-    layout only), and how many consumer warpgroups of 64 query rows a tile has
-    (``consumers``: 2 or 3, a tile of ``block_m = 64 * consumers`` rows). ``lazy_rescale``:
-    the row max moves only when a block's max exceeds it by more than 8 (log2 units), and
-    O is rescaled only in warps where it moved, after a branch that keeps the wait for P·V
-    behind the softmax (see ``fwd._wait_and_rescale``). ``head_sections``: the causal
-    longest-first order runs within sections of heads whose K/V fit in L2
-    (:meth:`.tiles.Dense.locate`; the dense layout only)."""
+    ``setmaxnreg`` for (``producer_regs`` 0: 24, or 32 with ``dynamic``, whose producer
+    spills at 24 beside three consumers; ``consumer_regs`` 0: the most that fits beside
+    the producer's, 240 for two consumers, 160 for three, either way), whether O leaves
+    through a shared-memory staging buffer and TMA stores (``tma_store``; else
+    ``st.global`` from registers; the dense layout only), and how many consumer
+    warpgroups of 64 query rows a tile has (``consumers``: 2 or 3, a tile of ``block_m =
+    64 * consumers`` rows). ``lazy_rescale``: the row max moves only when a block's max
+    exceeds it by more than 8 (log2 units), and O is rescaled only in warps where it
+    moved, after a branch that keeps the wait for P·V behind the softmax (see
+    ``fwd._wait_and_rescale``). ``head_sections``: the causal longest-first order runs
+    within sections of heads whose K/V fit in L2 (:meth:`.tiles.Dense.locate`; the dense
+    layout only). ``dynamic`` (with ``persistent``): a CTA's first tile is its index, each
+    later one the next number of a global tile counter (one atomic add by the producer,
+    passed to the consumers through shared memory), so CTAs that finish early take more
+    tiles, in the layout's order (the snake of the static schedule no longer applies);
+    the kernel takes the counter as its last argument (a 32-bit word), zero before the
+    launch and left zero by it (dense and packed layouts; varlen keeps the static
+    order)."""
 
     block_n: int = 128
     stages: int = 2
     pingpong: bool = False
     persistent: bool = False
-    producer_regs: int = 24
+    producer_regs: int = 0
     consumer_regs: int = 0
     tma_store: bool = False
     consumers: int = 2
     lazy_rescale: bool = False
     head_sections: bool = False
+    dynamic: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
             raise ValueError(f"consumers is 2 or 3 warpgroups of 64 rows, got {self.consumers}")
+        if not self.producer_regs:          # the next tile's number and the counter's
+            object.__setattr__(self, "producer_regs", 32 if self.dynamic else 24)  # address
         if not self.consumer_regs:          # setmaxnreg takes multiples of 8
             object.__setattr__(self, "consumer_regs",
                                (REGS - self.producer_regs) // self.consumers // 8 * 8)
@@ -53,6 +64,9 @@ class Config:
                              f"and the K of P·V in k16 steps), got {self.block_n}")
         if self.stages < 1:
             raise ValueError(f"stages >= 1, got {self.stages}")
+        if self.dynamic and not self.persistent:
+            raise ValueError("dynamic schedules a persistent grid's tiles: give "
+                             "persistent=True with dynamic=True")
         if self.producer_regs + self.consumers * self.consumer_regs > REGS:
             raise ValueError(f"128 x ({self.producer_regs} + {self.consumers} x "
                              f"{self.consumer_regs}) registers exceed an SM's 65536")
@@ -64,11 +78,11 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage), and with ``tma_store`` O's staging buffer (``block_m`` rows, 1024-byte
-        aligned)."""
+        stage; ``dynamic``: 16 more for the tile number), and with ``tma_store`` O's staging
+        buffer (``block_m`` rows, 1024-byte aligned)."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        total = q + self.stages * kv + 8 * (2 + 4 * self.stages)
+        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic)
         if self.tma_store:
             total = -(-total // 1024) * 1024 + q
         return total

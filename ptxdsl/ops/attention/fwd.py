@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 
-from ... import kernel
+from ... import Tile, kernel
 from ...core.types import PtxType, b32, f32, pred, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
@@ -71,6 +71,9 @@ class Smem:
         self.kempty = self.vfull + 8 * c.stages
         self.vempty = self.kempty + 8 * c.stages
         self.total = self.vempty + 8 * c.stages
+        if c.dynamic:                 # Config.dynamic: the tile number, a word per consumer
+            self.tile = self.total
+            self.total += 16
         if c.tma_store:                             # O's staging: 128 rows of every panel
             self.o = -(-self.total // 1024) * 1024
             self.total = self.o + c.block_m * d * es
@@ -120,25 +123,33 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if softcap:
         scale_log2 = float(softcap) * LOG2E
     sched = schedule(c, dtype, d, mask, layout, group)
+    dyn = c.dynamic and layout in ("dense", "packed")
     # the ordered varlen kernel follows its order pass (:mod:`.varlen_order`) as a
     # programmatic dependent: its CTAs are placed and set up while that pass runs
     pdl = layout == "varlen" and pdl_for(arch)
     tma_out = getattr(sched, "tma_out", False)
     ins, outs = sched.specs()
+    names = sched.arg_names
+    if dyn:                     # the tile counter, last: the kernel leaves it zero
+        outs, names = (*outs, Tile(1, b32)), (*names, "counter")
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
             f"{'_lazy' if c.lazy_rescale else ''}{'_l2' if c.head_sections else ''}"
+            f"{'_dyn' if dyn else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
             f"{'_tmastore' if tma_out else ''}")
 
-    @kernel(in_specs=ins, out_specs=outs, arg_names=sched.arg_names,
+    @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
             block=((1 + NC) * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl)
     def attention_fwd(*args):
         labels = itertools.count()
+        if dyn:
+            pcount, = ptx.global_ptrs(args[-1])
+            args = args[:-1]
         sched.prologue(args)
         tq, tk, tv, po, pl = sched.tq, sched.tk, sched.tv, sched.po, sched.pl
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
@@ -164,7 +175,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
         def tile(t):
             """Tile ``t`` (:mod:`.tiles`) and its K/V blocks ``n_lo .. n_hi``."""
-            if c.persistent and sched.causal_order:   # longest-first: balance the CTAs
+            if c.persistent and sched.causal_order and not dyn:   # longest-first: balance
                 t = snake(t, cta, ncta, tiles)
             w = sched.locate(t)
             return (w, *key_blocks(sched, mask, BM, BN, w.m0, w.sq, w.sk))
@@ -179,10 +190,18 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             with ptx.if_(tid == 0):
                 ring = Ring(S)
                 qphase = reg.scalar(u32, init=0)
-                for t in ptx.range_(cta, tiles, ncta):
+
+                def publish(t):
+                    """Wait until the consumers are done with Q; dynamic: then write the
+                    tile number, which they read once qfull's next phase completes."""
+                    wait(labels, qempty, qphase ^ 1)
+                    for i in range(NC if dyn else 0):
+                        ptx.inst("st.shared.u32", ptx.addr(base + L.tile, 4 * i), t)
+
+                def produce(t):
                     w, off, n_lo, n_hi = tile(t)
                     with if_valid(w):
-                        wait(labels, qempty, qphase ^ 1)     # the consumers are done with Q
+                        publish(t)
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(qfull), L.q_bytes)
                         for p in range(P):
@@ -201,6 +220,28 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     ptx.tma.load(at + p * BN * ROW if p else at, tmap,
                                                  sched.kv_coords(p, w, j), fb)
                             ring.advance()
+
+                if dyn:
+                    t = reg.scalar(u32)
+                    ptx.inst.mov.u32(t, cta)
+                    top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
+                    ptx.place(top)
+                    ptx.bra(done, pred=t >= tiles)
+                    # the next tile, on its way while this one's loads are issued
+                    got = reg.scalar(u32)
+                    ptx.inst.atom.relaxed.gpu.global_.add.u32(got, ptx.addr(pcount), 1)
+                    produce(t)
+                    # a launch makes one add per tile: the last leaves the counter zero
+                    with ptx.if_(got == tiles - 1):
+                        ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pcount), 0)
+                    ptx.inst.add.u32(t, got, ncta)
+                    ptx.bra(top, uni=True)
+                    ptx.place(done)
+                    publish(t)                      # a number past the last tile: stop
+                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qfull))
+                else:
+                    for t in ptx.range_(cta, tiles, ncta):
+                        produce(t)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -213,7 +254,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
             p_regs = p_registers(BN)
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
-            for t in ptx.range_(cta, tiles, ncta):
+
+            def consume(t):
                 w, off, n_lo, n_hi = tile(t)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
@@ -272,7 +314,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst.mov.u32(vphase, ring.phase)
                         ring.advance()
 
-                    wait(labels, qfull, qphase)
+                    if not dyn:                     # (dynamic: waited for the tile number)
+                        wait(labels, qfull, qphase)
                     # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     with ptx.if_(n_lo < n_hi):
@@ -323,6 +366,23 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 if tma_out:                 # the staging buffer outlives the last store
                     with ptx.if_(lane == 0):
                         ptx.tma.wait(0, read=True)
+
+            if dyn:
+                t = reg.scalar(u32)
+                top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
+                ptx.place(top)
+                wait(labels, qfull, qphase)
+                ptx.inst("ld.shared.u32", t, ptx.addr(base + L.tile + (cons << 2)))
+                # every thread of the warpgroup has read its word before lane 0 releases Q
+                # (after which the producer writes the next)
+                ptx.inst("bar.sync", 1 + 2 * NC + cons, 128)
+                ptx.bra(done, pred=t >= tiles)
+                consume(t)
+                ptx.bra(top, uni=True)
+                ptx.place(done)
+            else:
+                for t in ptx.range_(cta, tiles, ncta):
+                    consume(t)
 
     return attention_fwd
 

@@ -38,7 +38,9 @@ spin by one thread), so each dQ element sums in one fixed order. The step's orde
 (``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's (:class:`.bwd_config.BwdConfig`).
 With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
 compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
-inside one 64-column panel), so their accumulators take head dim 128's registers.
+inside one 64-column panel), so their accumulators take head dim 128's registers. Head dim
+96 keeps 128's panels (TMA zero-fills the second's half) with GEMMs 96 wide: k = 96 for Sᵀ
+and dPᵀ, n96 for dV and dK, dQ as an n64 and an n32 chain.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from ...core.types import PtxType, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
-from .config import Mask
+from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
 from .bwd_scores import dscores, grad_scores, probs
@@ -65,8 +67,8 @@ class Smem:
     """Byte offsets in the CTA's dynamic shared memory."""
 
     def __init__(self, c: BwdConfig, d: int, es: int):
-        self.kv_bytes = c.block_n * d * es
-        self.q_bytes = BM * d * es
+        self.kv_bytes = c.block_n * padded(d) * es    # whole panels (96: the second half)
+        self.q_bytes = BM * padded(d) * es
         self.k = 0
         self.v = self.k + self.kv_bytes
         self.q = self.v + self.kv_bytes
@@ -126,9 +128,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if varlen and not (c.dq_tma and c.dq_swizzle):
         raise ValueError("the varlen backward adds dQ by TMA from a swizzled stage: it needs "
                          "dq_tma and dq_swizzle")
-    if d not in (64, 128, 192, 256) or (d > 128) != c.col_split:
-        raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128, and 192 or 256 "
-                         f"with col_split (col_split={c.col_split})")
+    if d not in (64, 96, 128, 192, 256) or (d > 128) != c.col_split:
+        raise ValueError(f"head dim {d}: the backward kernel takes 64, 96 or 128, and 192 or "
+                         f"256 with col_split (col_split={c.col_split})")
+    if d % 64 and c.dq_tma and not c.dq_swizzle:
+        raise ValueError(f"head dim {d}: dQ's last 32 columns are staged as a swizzled "
+                         f"32-column panel: dq_tma needs dq_swizzle")
     if c.dq_split and d != 128:
         raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
                          f"got {d}")
@@ -138,12 +143,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     # panel (an MN-major B operand's extent), 64 wide at head dim 256, 32 at 192
     pw = (64 if d % 256 == 0 else 32) if cs else d
     npc = d // 2 // pw if cs else 1
-    nch = 1 if c.dq_split else npc if cs else d // 64   # dQ wgmma chains per warpgroup, step
+    nch = 1 if c.dq_split else npc if cs else padded(d) // 64  # dQ chains per warpgroup, step
+    # each chain's columns: 64 (a K panel), the last 32 at head dim 96; pw with col_split
+    qcols = [pw] * nch if cs else [min(64, d - 64 * ch) for ch in range(nch)]
     # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
     xbar = (3, 256) if c.dq_split or sh else None
     es = dtype.bytes
     L = Smem(c, d, es)
-    S, P = c.stages, d // PANEL
+    S, P = c.stages, padded(d) // PANEL       # 96: TMA fills the second panel's half with 0
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
     ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen)
@@ -153,7 +160,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         names.append("sem")
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{bw}k16.f32.{dt}.{dt}"
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{pw}k16.f32.{dt}.{dt}"
-    mma_q = f"wgmma.mma_async.sync.aligned.m64n{pw if cs else 64}k16.f32.{dt}.{dt}"
+    mma_q = lambda n: f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}"
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
@@ -392,7 +399,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
                     for ch in range(nch):
-                        dq = ptx.wgmma.accumulator(pw if cs else 64)
+                        dq = ptx.wgmma.accumulator(qcols[ch])
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
                             k_w + coff[ch] if cs else k_w + ch * BN * ROW
                         b_desc = ptx.wgmma.descriptor(b_at, leading=bn * ROW,
@@ -400,7 +407,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.fence.sync.aligned")
                         for ks in range((BN if c.dq_split else 64) // 16):
                             o = (ks * 16 * ROW) >> 4
-                            ptx.inst(mma_q, list(dq), a_desc + o if o else a_desc,
+                            ptx.inst(mma_q(qcols[ch]), list(dq), a_desc + o if o else a_desc,
                                      b_desc + o if o else b_desc, 0 if ks == 0 else 1,
                                      1, 1, 1, 1)
                         ptx.inst("wgmma.commit_group.sync.aligned")

@@ -49,8 +49,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
     """``(dq, dk, dv)`` of :func:`~.api.attention` with the same options, given ``dout``
     (the gradient of ``out``), the forward's ``out`` and its row log-sum-exp ``lse`` (f32,
     ``(B, H, Sq)``, ``return_lse=True``). q, dout, out ``(B, Sq, H, D)``; k, v ``(B, Sk,
-    Hkv, D)``; dk and dv are summed over each GQA group. Head dims 64, 128, 192
-    and 256.
+    Hkv, D)``; dk and dv are summed over each GQA group. Head dims 64, 96, 128,
+    192 and 256.
     ``deterministic`` orders dQ's f32 additions (each 64-row block takes them n-block by
     n-block), so results are bitwise identical run to run (on the interpreter, whose
     schedule is fixed, the default kernel is already reproducible and runs instead). ``dq``,

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .config import Mask
+from .config import Mask, padded
 
-BWD_HEAD_DIMS = (64, 128, 192, 256)   # 192, 256: with col_split (dK, dV halves per warpgroup)
+BWD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 192, 256: col_split (dK, dV halves per warpgroup)
 BLOCK_M = 64                # query rows per step of the ring (a wgmma N of Sᵀ and dPᵀ)
 BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma M)
 BLOCK_N_SPLIT = 64          # keys per CTA with col_split: both warpgroups on the same 64
@@ -85,10 +85,11 @@ class BwdConfig:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """K and V (``block_n`` rows each), ``stages`` x (Q + dO + 2 x (LSE + D)), two dSᵀ
-        tiles (64 x 64), the dQ stages (``dq_tma``), the mbarriers."""
-        kv = 2 * self.block_n * head_dim * elem_bytes
-        ring = self.stages * (2 * BLOCK_M * head_dim * elem_bytes + 4 * BLOCK_M * 4)
-        stage = (2 * (head_dim // 64) * BLOCK_M * 64 * 4 if not self.col_split
+        tiles (64 x 64), the dQ stages (``dq_tma``), the mbarriers; 16-bit tiles in whole
+        64-column panels (head dim 96 takes 128's), dQ's f32 stages only its columns."""
+        kv = 2 * self.block_n * padded(head_dim) * elem_bytes
+        ring = self.stages * (2 * BLOCK_M * padded(head_dim) * elem_bytes + 4 * BLOCK_M * 4)
+        stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         return kv + ring + 2 * BLOCK_M * 64 * elem_bytes + stage + 8 * (1 + 2 * self.stages)
 

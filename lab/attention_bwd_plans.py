@@ -8,9 +8,11 @@ stages, overlap), default and deterministic, S=4k; ``--set h128``: head dim 128'
 ``dq_split`` plan against the buildable alternatives the SASS study suggests (the plan's
 two consumer warpgroups run in lockstep through dq_split's 256-thread barriers, so each
 step's exponentials (32 MUFU.EX2 a thread) and dQ staging idle the tensor pipe for both:
-overlap 2, dq_first, ex2_poly with dq_split), default mode, the FA3 grid's S 1k to 16k
-(ptxas spills 8-24 bytes for "ov1 sw split poly" causal and "ov2 sw split qf" causal
-deterministic; the others none); ``--set h96``: head dim 96's untimed row against its
+overlap 2, dq_first, ex2_poly with dq_split; ``ds_double``, whose dSᵀ pair per ring slot
+drops the 256-thread barrier before dSᵀ's stores), default mode, the FA3 grid's S 1k to
+16k (ptxas spills 8-24 bytes for "ov1 sw split poly" causal and "ov2 sw split qf" causal
+deterministic, "ov2 sw split dsx2" 8-16 bytes causal and window deterministic; the others
+none); ``--set h96``: head dim 96's untimed row against its
 neighbours. Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
 where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
@@ -64,7 +66,9 @@ def main() -> None:
                     "ov1 sw split qf": BwdConfig(**sp, overlap=1, dq_first=True),
                     "ov2 sw split qf": BwdConfig(**sp, overlap=2, dq_first=True),
                     "ov1 sw split poly": BwdConfig(**sp, overlap=1, ex2_poly=True),
-                    "ov2 sw split poly": BwdConfig(**sp, overlap=2, ex2_poly=True)}
+                    "ov2 sw split poly": BwdConfig(**sp, overlap=2, ex2_poly=True),
+                    "ov1 sw split dsx2": BwdConfig(**sp, overlap=1, ds_double=True),
+                    "ov2 sw split dsx2": BwdConfig(**sp, overlap=2, ds_double=True)}
         grid = tuple((s, 128, c) for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True))
         modes = (False,)
     elif which == "h96":

@@ -247,3 +247,18 @@ def test_varlen_autograd_matches_sdpa_per_sequence(d, causal):
         assert torch.isfinite(a.grad).all(), name
         err = (a.grad.float() - want.float()).abs().max() / want.float().abs().max()
         assert err <= 3e-2, (name, float(err))
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(overlap=1, dq_split=True, ds_double=True), dict(overlap=2, dq_split=True, ds_double=True),
+    dict(overlap=1, dq_split=True, dq_first=True), dict(overlap=1, dq_split=True, ex2_poly=True),
+])
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dim_128_candidates_match_float64(monkeypatch, cfg, causal):
+    """lab/attention_bwd_plans.py --set h128's variants (not plan rows yet) on the GPU,
+    ragged and GQA: what the lab times must be right."""
+    from ptxdsl.ops.attention import bwd_api
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, **cfg)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    _check(2, 333, 517, 4, 2, 128, causal=causal)

@@ -74,8 +74,8 @@ class Smem:
         self.q = self.v + self.kv_bytes
         self.do = self.q + c.stages * self.q_bytes
         self.ds = self.do + c.stages * self.q_bytes          # two 64 x 64 dSᵀ tiles
-        self.ds_bytes = BM * 64 * es
-        self.dqs = self.ds + 2 * self.ds_bytes           # dQ staging for the TMA reduce-add
+        self.ds_bytes = BM * 64 * es                      # (ds_double: two pairs, by slot)
+        self.dqs = self.ds + (4 if c.ds_double else 2) * self.ds_bytes  # dQ's TMA staging
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
         self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
@@ -165,7 +165,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
-            f"{'_split' if c.dq_split else ''}{'_cols' if cs else ''}{'_pds' if sh else ''}"
+            f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
+            f"{'_cols' if cs else ''}{'_pds' if sh else ''}"
             f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
@@ -368,14 +369,18 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if c.dq_tma:                      # the last step's reduce has read dQ's stage
                         with ptx.if_(lane == 0):
                             ptx.inst("cp.async.bulk.wait_group.read", 0)
-                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups')
-                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
+                    # ds_double: the pair of two steps ago, which the last step's second
+                    # barrier ordered, so only this warpgroup's dQ stage is waited for here
+                    ptx.inst("bar.sync", *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
+                    dsb = ring.slot * (2 * L.ds_bytes) if c.ds_double else None
+                    ds_at = ds_row + dsb if c.ds_double else ds_row
                     cols = ds_col or ds_cols()
                     for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
                         for kc in range(bw // 16):
                             for j in range(4):
                                 ptx.inst("st.shared.b32",
-                                         ptx.addr(ds_row + cols[2 * kc + j // 2],
+                                         ptx.addr(ds_at + cols[2 * kc + j // 2],
                                                   t * L.ds_bytes + (j % 2) * 8 * ROW),
                                          regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
@@ -392,6 +397,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # after the other in shared memory, and K's panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
                     a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh else
+                                                  base + L.ds + dsb if c.ds_double else
                                                   base + L.ds if c.dq_split else ds_w,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol

@@ -92,6 +92,8 @@ def test_bad_arguments_name_the_caller():
     pytest.param(128, dict(overlap=2), marks=pytest.mark.long),
     pytest.param(128, dict(overlap=2, dq_swizzle=True, dq_split=True, dq_first=True),
                  marks=pytest.mark.long),
+    pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_split=True, ds_double=True),
+                 marks=pytest.mark.long),
     pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_split=True, ex2_poly=True),
                  marks=pytest.mark.long),
     pytest.param(96, dict(overlap=2, dq_swizzle=True), marks=pytest.mark.long),

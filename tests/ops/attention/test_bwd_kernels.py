@@ -63,6 +63,8 @@ def test_wide_head_dims_split_the_columns():
     assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 16 + 2 * 2 * 4 + 2 * 4
     with pytest.raises(ValueError, match="col_split"):
         BwdConfig(stages=1, dq_tma=True, col_split=True)
+    with pytest.raises(ValueError, match="ds_double"):
+        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, ds_double=True)
     with pytest.raises(ValueError, match="pds_smem"):
         BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True, overlap=1,
                   pds_smem=True)

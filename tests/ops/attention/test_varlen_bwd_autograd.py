@@ -115,3 +115,17 @@ def test_varlen_compiled_training_step_fullgraph():
     assert torch.equal(loss, eager)
     for g, t in zip(grads, (q, k, v)):
         assert torch.equal(g, t.grad)
+
+
+@pytest.mark.long
+def test_varlen_ops_pass_opcheck():
+    """torch.library.opcheck (schema, autograd registration, fake tensors, AOT dispatch
+    with dynamic shapes) of both varlen ops, on the interpreter."""
+    ops.register_torch_ops()
+    q, k, v, do, cq, ck = _packed([5, 7], [4, 6], 2, 1, 64, 4)
+    args = (q, k, v, cq, ck, 7, 6, True, 0.125, -1, 0, 0.0)
+    torch.library.opcheck(torch.ops.ptxdsl.attention_varlen_fwd.default, args)
+    out, lse = torch.ops.ptxdsl.attention_varlen_fwd(*args)
+    bargs = (do, *(t.detach() for t in (q, k, v, out, lse)), cq, ck, 7, 6, True, 0.125, -1,
+             0, 0.0, False)
+    torch.library.opcheck(torch.ops.ptxdsl.attention_varlen_bwd.default, bargs)

@@ -54,7 +54,7 @@ def test_wide_head_dims_masks_and_ragged_lengths(d, sq, sk, kw):
     _check(1, sq, sk, 4, 2, d, **kw)
 
 
-@pytest.mark.parametrize("d", [192, 256])
+@pytest.mark.parametrize("d", [96, 192, 256])
 def test_wide_head_dims_deterministic_is_bitwise_identical(d):
     torch = torch_sm90()
     (q, k, v, do, out, lse), first = _check(1, 700, 700, 4, 2, d, causal=True,

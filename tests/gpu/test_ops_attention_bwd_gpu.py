@@ -214,7 +214,7 @@ def test_varlen_deterministic_and_graph_replay_with_new_offsets():
 @pytest.mark.parametrize("causal", [False, True])
 def test_varlen_autograd_matches_sdpa_per_sequence(d, causal):
     """Autograd through attention_varlen (GQA, ragged, a sequence without rows and one
-    without keys) against SDPA's backward run sequence by sequence, causal aligned
+    without keys) against SDPA's backward in f32 run sequence by sequence, causal aligned
     bottom-right as an explicit mask."""
     torch = torch_sm90()
     import torch.nn.functional as F
@@ -228,7 +228,7 @@ def test_varlen_autograd_matches_sdpa_per_sequence(d, causal):
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     attention_varlen(*leaves, cu(cq), cu(ck), max(lens_q), max(lens_k),
                      causal=causal).backward(do)
-    ref = [x.clone().requires_grad_() for x in (q, k, v)]
+    ref = [x.float().requires_grad_() for x in (q, k, v)]      # SDPA in f32
     for i in range(len(lens_q)):
         a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
         if a == e or ka == kb:
@@ -241,7 +241,7 @@ def test_varlen_autograd_matches_sdpa_per_sequence(d, causal):
                                            ref[1][ka:kb].transpose(0, 1)[None],
                                            ref[2][ka:kb].transpose(0, 1)[None],
                                            attn_mask=mask, enable_gqa=True)
-        o[0].transpose(0, 1).backward(do[a:e])
+        o[0].transpose(0, 1).backward(do[a:e].float())
     for name, a, b in zip(("dq", "dk", "dv"), leaves, ref):
         want = b.grad if b.grad is not None else torch.zeros_like(b)
         assert torch.isfinite(a.grad).all(), name

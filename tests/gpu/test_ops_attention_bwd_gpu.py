@@ -262,3 +262,43 @@ def test_head_dim_128_candidates_match_float64(monkeypatch, cfg, causal):
     c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, **cfg)
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
     _check(2, 333, 517, 4, 2, 128, causal=causal)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_lse_gradient_reaches_q_and_k(varlen):
+    """A loss of out and the LSE (return_lse=True) through autograd, dense and varlen: the
+    LSE's gradient (dlse · P joins dS) against f32 torch autograd of the same loss."""
+    torch = torch_sm90()
+    g = torch.Generator(device="cuda").manual_seed(11)
+    lens_q, lens_k = [300, 77, 1], [300, 200, 9]
+    tq, tk = sum(lens_q), sum(lens_k)
+    mk = lambda *s: torch.randn(*s, device="cuda", generator=g)
+    q, k, v = (x.to(torch.bfloat16).requires_grad_() for x in (mk(tq, 8, 128), mk(tk, 2, 128),
+                                                             mk(tk, 2, 128)))
+    do, w = mk(tq, 8, 128), mk(8, tq)
+    cq, ck = (np.cumsum([0] + lens).tolist() for lens in (lens_q, lens_k))
+    if varlen:
+        cu = lambda c: torch.tensor(c, dtype=torch.int32, device="cuda")
+        out, lse = attention_varlen(q, k, v, cu(cq), cu(ck), 300, 300, causal=True,
+                                    return_lse=True)
+        ((out.float() * do).sum() + (lse * w).sum()).backward()
+    else:                            # the three sequences as three batches of one
+        cq, ck = [0, 300], [0, 300]
+        out, lse = attention(q[None, :300], k[None, :300], v[None, :300], causal=True,
+                             return_lse=True)
+        ((out[0].float() * do[:300]).sum() + (lse[0] * w[:, :300]).sum()).backward()
+    r = [x.detach().float().requires_grad_() for x in (q, k, v)]
+    loss = 0
+    for i in range(len(cq) - 1):
+        a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        s = torch.einsum("qhd,khd->hqk", r[0][a:e], r[1][ka:kb].repeat_interleave(4, 1))
+        s = s * 128 ** -0.5
+        seen = torch.arange(kb - ka, device="cuda")[None, :] <= \
+            torch.arange(e - a, device="cuda")[:, None] + (kb - ka) - (e - a)
+        s = s.masked_fill(~seen, float("-inf"))
+        o = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), r[2][ka:kb].repeat_interleave(4, 1))
+        loss = loss + (o * do[a:e]).sum() + (torch.logsumexp(s, -1) * w[:, a:e]).sum()
+    loss.backward()
+    for name, t, ref in zip(("dq", "dk", "dv"), (q, k, v), r):
+        err = (t.grad.float() - ref.grad).abs().max() / ref.grad.abs().max()
+        assert err <= 3e-2, (name, float(err))

@@ -3,9 +3,9 @@
 
 ``torch.ops.ptxdsl.attention_fwd(q, k, v, causal, scale, left, right, softcap) -> (out,
 lse)`` and ``torch.ops.ptxdsl.attention_bwd(dout, q, k, v, out, lse, causal, scale, left,
-right, softcap, deterministic) -> (dq, dk, dv)`` each have a fake (meta) implementation
-giving the outputs' shapes and dtypes; the forward's autograd formula calls the backward
-op. Packed sequences have the pair ``attention_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k,
+right, softcap, deterministic, dlse=None) -> (dq, dk, dv)`` each have a fake (meta)
+implementation giving the outputs' shapes and dtypes; the forward's autograd formula calls
+the backward op (with the LSE's gradient too, for a loss that uses it). Packed sequences have the pair ``attention_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k,
 causal, scale, left, right, softcap)`` and ``attention_varlen_bwd(dout, q, k, v, out, lse,
 cu_q, cu_k, max_q, max_k, ..., deterministic)``. :func:`~.autograd.differentiable` (and
 ``differentiable_varlen``) is what :func:`~.api.attention` (:func:`~.varlen.attention_varlen`)
@@ -46,14 +46,16 @@ def register() -> None:
     def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool,
                       scale: float, left: int, right: int, softcap: float,
-                      deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      deterministic: bool, dlse: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return bwd_api.attention_backward(dout.contiguous(), q, k, v, out, lse,
                                           causal=causal, softmax_scale=scale,
                                           window_size=(left, right), softcap=softcap,
-                                          deterministic=deterministic)
+                                          deterministic=deterministic, dlse=dlse)
 
     @attention_bwd.register_fake
-    def _(dout, q, k, v, out, lse, causal, scale, left, right, softcap, deterministic):
+    def _(dout, q, k, v, out, lse, causal, scale, left, right, softcap, deterministic,
+          dlse=None):
         return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
     def setup(ctx, inputs, output):
@@ -61,11 +63,12 @@ def register() -> None:
         ctx.save_for_backward(q, k, v, *output)
         ctx.opts = (causal, scale, left, right, softcap)
 
-    def backward(ctx, dout, _dlse):
+    def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = torch.ops.ptxdsl.attention_bwd(dout, q, k, v, out, lse, *ctx.opts, False)
+        dq, dk, dv = torch.ops.ptxdsl.attention_bwd(dout, q, k, v, out, lse, *ctx.opts, False,
+                                                    dlse)
         return dq, dk, dv, None, None, None, None, None
 
     attention_fwd.register_autograd(backward, setup_context=setup)
@@ -100,16 +103,17 @@ def _register_varlen() -> None:
                              v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                              cu_q: torch.Tensor, cu_k: torch.Tensor, max_q: int, max_k: int,
                              causal: bool, scale: float, left: int, right: int,
-                             softcap: float, deterministic: bool
+                             softcap: float, deterministic: bool,
+                             dlse: torch.Tensor | None = None
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return bwd_api.attention_varlen_backward(
             dout.contiguous(), q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal=causal,
             softmax_scale=scale, window_size=(left, right), softcap=softcap,
-            deterministic=deterministic)
+            deterministic=deterministic, dlse=dlse)
 
     @attention_varlen_bwd.register_fake
     def _(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale, left, right,
-          softcap, deterministic):
+          softcap, deterministic, dlse=None):
         return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
     def setup(ctx, inputs, output):
@@ -117,12 +121,12 @@ def _register_varlen() -> None:
         ctx.save_for_backward(q, k, v, *output, cu_q, cu_k)
         ctx.opts = (max_q, max_k, *opts)
 
-    def backward(ctx, dout, _dlse):
+    def backward(ctx, dout, dlse):
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
         dq, dk, dv = torch.ops.ptxdsl.attention_varlen_bwd(dout, q, k, v, out, lse, cu_q,
-                                                           cu_k, *ctx.opts, False)
+                                                           cu_k, *ctx.opts, False, dlse)
         return (dq, dk, dv) + (None,) * 9
 
     attention_varlen_fwd.register_autograd(backward, setup_context=setup)

@@ -75,6 +75,8 @@ def test_bad_arguments_name_the_caller():
     with pytest.raises(LaunchError, match="head dim 80"):
         qq, kk, vv, dd = _inputs(1, 8, 8, 1, 1, 80, 1)
         attention_backward(dd, qq, kk, vv, dd, lse)
+    with pytest.raises(LaunchError, match="dlse must be"):
+        attention_backward(do, q, k, v, out, lse, dlse=lse[:, :, :4])
     with pytest.raises(LaunchError, match="deterministic"):
         attention_backward(do, q, k, v, out, lse, deterministic=1)
     with pytest.raises(LaunchError, match="dk must be"):

@@ -21,9 +21,9 @@ def _packed(lens_q, lens_k, h, hk, d, seed):
     return q, k, v, do, cq, ck
 
 
-def _reference(q, k, v, causal, window):
+def _reference(q, k, v, causal, window, with_lse=False):
     """One sequence's attention in float64 torch ops (q (Sq, H, D), k, v (Sk, Hkv, D); keys
-    aligned bottom-right; a row without keys gives 0)."""
+    aligned bottom-right; a row without keys gives 0); with its LSE (H, Sq) if asked."""
     sq, h, d = q.shape
     sk, hk = k.shape[:2]
     k, v = (t.repeat_interleave(h // hk, dim=1) for t in (k, v))
@@ -37,8 +37,9 @@ def _reference(q, k, v, causal, window):
         seen &= j <= i + right
     if left >= 0:
         seen &= j >= i - left
-    p = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1).nan_to_num(0.0)
-    return torch.einsum("hqk,khd->qhd", p, v)
+    s = s.masked_fill(~seen, float("-inf"))
+    out = torch.einsum("hqk,khd->qhd", torch.softmax(s, dim=-1).nan_to_num(0.0), v)
+    return (out, torch.logsumexp(s, dim=-1)) if with_lse else out
 
 
 def _check(lens_q, lens_k, h, hk, d, seed, causal=False, window=(-1, -1)):
@@ -71,6 +72,26 @@ def test_varlen_autograd_gqa_causal_ragged():
     with torch.no_grad():
         out = ops.attention_varlen(q, k, v, cq, ck, 17, 20, causal=True)
     assert out.grad_fn is None and not out.requires_grad
+
+
+def test_varlen_lse_gradient_reaches_q_and_k():
+    """A loss of out and the LSE (return_lse=True): the LSE's gradient (dlse · P added to
+    dS) reaches dq and dk; every sequence has rows and keys."""
+    q, k, v, do, cq, ck = _packed([5, 17, 1], [9, 20, 1], 2, 1, 64, 5)
+    w = torch.randn(2, 23, generator=torch.Generator().manual_seed(6))
+    out, lse = ops.attention_varlen(q, k, v, cq, ck, 17, 20, causal=True, return_lse=True)
+    ((out.float() * do.float()).sum() + (lse * w).sum()).backward()
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    loss = 0
+    for i in range(3):
+        a, e, ka, kb = int(cq[i]), int(cq[i + 1]), int(ck[i]), int(ck[i + 1])
+        o, l = _reference(leaves[0][a:e], leaves[1][ka:kb], leaves[2][ka:kb], True, (-1, -1),
+                          with_lse=True)
+        loss = loss + (o * do[a:e].double()).sum() + (l * w[:, a:e].double()).sum()
+    loss.backward()
+    for name, t, r in zip(("dq", "dk", "dv"), (q, k, v), leaves):
+        err = (t.grad.double() - r.grad).abs().max() / r.grad.abs().max()
+        assert err <= 3e-2, (name, float(err))
 
 
 def test_varlen_fake_impls_give_shapes():
@@ -129,3 +150,18 @@ def test_varlen_ops_pass_opcheck():
     bargs = (do, *(t.detach() for t in (q, k, v, out, lse)), cq, ck, 7, 6, True, 0.125, -1,
              0, 0.0, False)
     torch.library.opcheck(torch.ops.ptxdsl.attention_varlen_bwd.default, bargs)
+
+
+def test_padded_rows_on_host_and_device_offsets_agree():
+    """The packed row -> padded row map the LSE gradient is folded through, computed from
+    host offsets (numpy) and from tensor offsets (torch.searchsorted, the CUDA path)."""
+    import numpy as np
+    from ptxdsl.ops.attention.bwd_api import _padded_rows
+    from ptxdsl.runtime.adapter import Frame
+    cq = [0, 5, 5, 70, 71, 200]
+    frame = Frame(torch.zeros(1), "attention")
+    host = _padded_rows(frame, np.asarray(cq, np.int32), 200)
+    dev = _padded_rows(frame, torch.tensor(cq, dtype=torch.int32), 200)
+    assert host.tolist() == dev.tolist()
+    assert host[:5].tolist() == list(range(5)) and int(host[5]) == 128 + 0   # seq 2 at 2·64
+    assert int(host[70]) == (3 + 1) * 64 and int(host[71]) == (4 + 1) * 64

@@ -4,11 +4,20 @@ against TMA reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3
 shapes; ``--set overlap``: the consumer step's orderings (``overlap``, ``dq_swizzle``,
 ``dq_first``, ``ex2_poly``, ``dq_split``) against the TMA plan without them, default mode, S=4k;
 ``--set wide``: head dims 192 and 256 (``col_split`` with and without ``pds_smem``;
-stages, overlap), default and deterministic, S=4k. Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
+stages, overlap), default and deterministic, S=4k; ``--set h128``: head dim 128's
+``dq_split`` plan against the buildable alternatives the SASS study suggests (the plan's
+two consumer warpgroups run in lockstep through dq_split's 256-thread barriers, so each
+step's exponentials (32 MUFU.EX2 a thread) and dQ staging idle the tensor pipe for both:
+overlap 2, dq_first, ex2_poly with dq_split; ``ds_double``, whose dSᵀ pair per ring slot
+drops the 256-thread barrier before dSᵀ's stores), default mode, the FA3 grid's S 1k to
+16k (ptxas spills 8-24 bytes for "ov1 sw split poly" causal and "ov2 sw split qf" causal
+deterministic, "ov2 sw split dsx2" 8-16 bytes causal and window deterministic; the others
+none); ``--set h96``: head dim 96's untimed row against its
+neighbours. Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
 where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
-    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide]
+    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96]
 """
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ def main() -> None:
     from ptxdsl.ops.attention.bwd_config import BwdConfig
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("tma", "overlap", "wide"), default="tma")
+    ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96"), default="tma")
     which = ap.parse_args().set
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":
@@ -49,6 +58,26 @@ def main() -> None:
                     "s1 ov0": BwdConfig(stages=1, **cols),
                     "s1 ov1": BwdConfig(stages=1, overlap=1, **cols)}
         grid = ((4096, 192, False), (4096, 192, True), (4096, 256, False), (4096, 256, True))
+        modes = (False, True)
+    elif which == "h128":
+        sp = dict(tma, dq_swizzle=True, dq_split=True)
+        variants = {"ov1 sw split": BwdConfig(**sp, overlap=1),
+                    "ov2 sw split": BwdConfig(**sp, overlap=2),
+                    "ov1 sw split qf": BwdConfig(**sp, overlap=1, dq_first=True),
+                    "ov2 sw split qf": BwdConfig(**sp, overlap=2, dq_first=True),
+                    "ov1 sw split poly": BwdConfig(**sp, overlap=1, ex2_poly=True),
+                    "ov2 sw split poly": BwdConfig(**sp, overlap=2, ex2_poly=True),
+                    "ov1 sw split dsx2": BwdConfig(**sp, overlap=1, ds_double=True),
+                    "ov2 sw split dsx2": BwdConfig(**sp, overlap=2, ds_double=True)}
+        grid = tuple((s, 128, c) for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True))
+        modes = (False,)
+    elif which == "h96":
+        sw = dict(tma, dq_swizzle=True)
+        variants = {"sw": BwdConfig(**sw), "ov1 sw": BwdConfig(**sw, overlap=1),
+                    "ov2 sw": BwdConfig(**sw, overlap=2),
+                    "ov1 sw qf": BwdConfig(**sw, overlap=1, dq_first=True),
+                    "ov1 sw poly": BwdConfig(**sw, overlap=1, ex2_poly=True)}
+        grid = ((1024, 96, False), (4096, 96, False), (4096, 96, True), (16384, 96, True))
         modes = (False, True)
     else:                      # head dim -> the variants worth building for it
         variants = {"tma": BwdConfig(**tma), "sw": BwdConfig(**tma, dq_swizzle=True),

@@ -1,6 +1,6 @@
 """ptxdsl.ops.attention_backward on an sm_90 GPU: dq, dk, dv against the float64 reference
 (max error <= 3e-2 of the largest value, bf16), GQA sums, masks and ragged lengths, head
-dims 64 to 256, the deterministic mode bitwise identical across runs, autograd through
+dims 64 to 256 (96 included), the deterministic mode bitwise identical across runs, autograd through
 ``ptxdsl.ops.attention`` against torch SDPA's backward, and the varlen backward (one
 launch each over every packed sequence) against the reference per sequence."""
 from __future__ import annotations
@@ -36,13 +36,13 @@ def _check(b, sq, sk, h, hk, d, **kw):
     return (q, k, v, do, out, lse), got
 
 
-@pytest.mark.parametrize("d", [64, 128, 192, 256])
+@pytest.mark.parametrize("d", [64, 96, 128, 192, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_head_dims(d, causal):
     _check(2, 300, 300, 4, 4, d, causal=causal)
 
 
-@pytest.mark.parametrize("d", [192, 256])
+@pytest.mark.parametrize("d", [96, 192, 256])
 @pytest.mark.parametrize("sq,sk,kw", [
     (1, 1, dict(causal=True)), (63, 200, dict(causal=True)), (200, 63, dict(causal=True)),
     (257, 300, dict(window_size=(32, 16))), (64, 512, dict(softcap=30.0, softmax_scale=0.2)),
@@ -54,7 +54,7 @@ def test_wide_head_dims_masks_and_ragged_lengths(d, sq, sk, kw):
     _check(1, sq, sk, 4, 2, d, **kw)
 
 
-@pytest.mark.parametrize("d", [192, 256])
+@pytest.mark.parametrize("d", [96, 192, 256])
 def test_wide_head_dims_deterministic_is_bitwise_identical(d):
     torch = torch_sm90()
     (q, k, v, do, out, lse), first = _check(1, 700, 700, 4, 2, d, causal=True,
@@ -208,3 +208,97 @@ def test_varlen_deterministic_and_graph_replay_with_new_offsets():
     graph.replay()
     torch.cuda.synchronize()
     _check_each((dq, dk, dv), q, k, v, do, cq, ck, causal=True)
+
+
+@pytest.mark.parametrize("d", [64, 96, 128, 192, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_autograd_matches_sdpa_per_sequence(d, causal):
+    """Autograd through attention_varlen (GQA, ragged, a sequence without rows and one
+    without keys) against SDPA's backward in f32 run sequence by sequence, causal aligned
+    bottom-right as an explicit mask."""
+    torch = torch_sm90()
+    import torch.nn.functional as F
+    lens_q, lens_k = [0, 1, 300, 77, 513, 5], [3, 1, 300, 200, 600, 0]
+    g = torch.Generator(device="cuda").manual_seed(d)
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, do, k, v = mk(sum(lens_q), 8, d), mk(sum(lens_q), 8, d), mk(sum(lens_k), 2, d), \
+        mk(sum(lens_k), 2, d)
+    cq, ck = (np.cumsum([0] + lens).tolist() for lens in (lens_q, lens_k))
+    cu = lambda c: torch.tensor(c, dtype=torch.int32, device="cuda")
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    attention_varlen(*leaves, cu(cq), cu(ck), max(lens_q), max(lens_k),
+                     causal=causal).backward(do)
+    ref = [x.float().requires_grad_() for x in (q, k, v)]      # SDPA in f32
+    for i in range(len(lens_q)):
+        a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        if a == e or ka == kb:
+            continue
+        mask = None
+        if causal:      # row r sees keys j <= r + sk - sq
+            rows = torch.arange(e - a, device="cuda")[:, None] + (kb - ka) - (e - a)
+            mask = torch.arange(kb - ka, device="cuda")[None, :] <= rows
+        o = F.scaled_dot_product_attention(ref[0][a:e].transpose(0, 1)[None],
+                                           ref[1][ka:kb].transpose(0, 1)[None],
+                                           ref[2][ka:kb].transpose(0, 1)[None],
+                                           attn_mask=mask, enable_gqa=True)
+        o[0].transpose(0, 1).backward(do[a:e].float())
+    for name, a, b in zip(("dq", "dk", "dv"), leaves, ref):
+        want = b.grad if b.grad is not None else torch.zeros_like(b)
+        assert torch.isfinite(a.grad).all(), name
+        err = (a.grad.float() - want.float()).abs().max() / want.float().abs().max()
+        assert err <= 3e-2, (name, float(err))
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(overlap=1, dq_split=True, ds_double=True), dict(overlap=2, dq_split=True, ds_double=True),
+    dict(overlap=1, dq_split=True, dq_first=True), dict(overlap=1, dq_split=True, ex2_poly=True),
+])
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dim_128_candidates_match_float64(monkeypatch, cfg, causal):
+    """lab/attention_bwd_plans.py --set h128's variants (not plan rows yet) on the GPU,
+    ragged and GQA: what the lab times must be right."""
+    from ptxdsl.ops.attention import bwd_api
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, **cfg)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    _check(2, 333, 517, 4, 2, 128, causal=causal)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_lse_gradient_reaches_q_and_k(varlen):
+    """A loss of out and the LSE (return_lse=True) through autograd, dense and varlen: the
+    LSE's gradient (dlse · P joins dS) against f32 torch autograd of the same loss."""
+    torch = torch_sm90()
+    g = torch.Generator(device="cuda").manual_seed(11)
+    lens_q, lens_k = [300, 77, 1], [300, 200, 9]
+    tq, tk = sum(lens_q), sum(lens_k)
+    mk = lambda *s: torch.randn(*s, device="cuda", generator=g)
+    q, k, v = (x.to(torch.bfloat16).requires_grad_() for x in (mk(tq, 8, 128), mk(tk, 2, 128),
+                                                             mk(tk, 2, 128)))
+    do, w = mk(tq, 8, 128), mk(8, tq)
+    cq, ck = (np.cumsum([0] + lens).tolist() for lens in (lens_q, lens_k))
+    if varlen:
+        cu = lambda c: torch.tensor(c, dtype=torch.int32, device="cuda")
+        out, lse = attention_varlen(q, k, v, cu(cq), cu(ck), 300, 300, causal=True,
+                                    return_lse=True)
+        ((out.float() * do).sum() + (lse * w).sum()).backward()
+    else:                            # the three sequences as three batches of one
+        cq, ck = [0, 300], [0, 300]
+        out, lse = attention(q[None, :300], k[None, :300], v[None, :300], causal=True,
+                             return_lse=True)
+        ((out[0].float() * do[:300]).sum() + (lse[0] * w[:, :300]).sum()).backward()
+    r = [x.detach().float().requires_grad_() for x in (q, k, v)]
+    loss = 0
+    for i in range(len(cq) - 1):
+        a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
+        s = torch.einsum("qhd,khd->hqk", r[0][a:e], r[1][ka:kb].repeat_interleave(4, 1))
+        s = s * 128 ** -0.5
+        seen = torch.arange(kb - ka, device="cuda")[None, :] <= \
+            torch.arange(e - a, device="cuda")[:, None] + (kb - ka) - (e - a)
+        s = s.masked_fill(~seen, float("-inf"))
+        o = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), r[2][ka:kb].repeat_interleave(4, 1))
+        loss = loss + (o * do[a:e]).sum() + (torch.logsumexp(s, -1) * w[:, a:e]).sum()
+    loss.backward()
+    for name, t, ref in zip(("dq", "dk", "dv"), (q, k, v), r):
+        err = (t.grad.float() - ref.grad).abs().max() / ref.grad.abs().max()
+        assert err <= 3e-2, (name, float(err))

@@ -38,7 +38,9 @@ spin by one thread), so each dQ element sums in one fixed order. The step's orde
 (``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's (:class:`.bwd_config.BwdConfig`).
 With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
 compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
-inside one 64-column panel), so their accumulators take head dim 128's registers.
+inside one 64-column panel), so their accumulators take head dim 128's registers. Head dim
+96 keeps 128's panels (TMA zero-fills the second's half) with GEMMs 96 wide: k = 96 for Sᵀ
+and dPᵀ, n96 for dV and dK, dQ as an n64 and an n32 chain.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from ...core.types import PtxType, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
-from .config import Mask
+from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
 from .bwd_scores import dscores, grad_scores, probs
@@ -65,15 +67,15 @@ class Smem:
     """Byte offsets in the CTA's dynamic shared memory."""
 
     def __init__(self, c: BwdConfig, d: int, es: int):
-        self.kv_bytes = c.block_n * d * es
-        self.q_bytes = BM * d * es
+        self.kv_bytes = c.block_n * padded(d) * es    # whole panels (96: the second half)
+        self.q_bytes = BM * padded(d) * es
         self.k = 0
         self.v = self.k + self.kv_bytes
         self.q = self.v + self.kv_bytes
         self.do = self.q + c.stages * self.q_bytes
         self.ds = self.do + c.stages * self.q_bytes          # two 64 x 64 dSᵀ tiles
-        self.ds_bytes = BM * 64 * es
-        self.dqs = self.ds + 2 * self.ds_bytes           # dQ staging for the TMA reduce-add
+        self.ds_bytes = BM * 64 * es                      # (ds_double: two pairs, by slot)
+        self.dqs = self.ds + (4 if c.ds_double else 2) * self.ds_bytes  # dQ's TMA staging
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
         self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
@@ -126,9 +128,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if varlen and not (c.dq_tma and c.dq_swizzle):
         raise ValueError("the varlen backward adds dQ by TMA from a swizzled stage: it needs "
                          "dq_tma and dq_swizzle")
-    if d not in (64, 128, 192, 256) or (d > 128) != c.col_split:
-        raise ValueError(f"head dim {d}: the backward kernel takes 64 or 128, and 192 or 256 "
-                         f"with col_split (col_split={c.col_split})")
+    if d not in (64, 96, 128, 192, 256) or (d > 128) != c.col_split:
+        raise ValueError(f"head dim {d}: the backward kernel takes 64, 96 or 128, and 192 or "
+                         f"256 with col_split (col_split={c.col_split})")
+    if d % 64 and c.dq_tma and not c.dq_swizzle:
+        raise ValueError(f"head dim {d}: dQ's last 32 columns are staged as a swizzled "
+                         f"32-column panel: dq_tma needs dq_swizzle")
     if c.dq_split and d != 128:
         raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
                          f"got {d}")
@@ -138,12 +143,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     # panel (an MN-major B operand's extent), 64 wide at head dim 256, 32 at 192
     pw = (64 if d % 256 == 0 else 32) if cs else d
     npc = d // 2 // pw if cs else 1
-    nch = 1 if c.dq_split else npc if cs else d // 64   # dQ wgmma chains per warpgroup, step
+    nch = 1 if c.dq_split else npc if cs else padded(d) // 64  # dQ chains per warpgroup, step
+    # each chain's columns: 64 (a K panel), the last 32 at head dim 96; pw with col_split
+    qcols = [pw] * nch if cs else [min(64, d - 64 * ch) for ch in range(nch)]
     # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
     xbar = (3, 256) if c.dq_split or sh else None
     es = dtype.bytes
     L = Smem(c, d, es)
-    S, P = c.stages, d // PANEL
+    S, P = c.stages, padded(d) // PANEL       # 96: TMA fills the second panel's half with 0
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
     ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen)
@@ -153,12 +160,13 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         names.append("sem")
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{bw}k16.f32.{dt}.{dt}"
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{pw}k16.f32.{dt}.{dt}"
-    mma_q = f"wgmma.mma_async.sync.aligned.m64n{pw if cs else 64}k16.f32.{dt}.{dt}"
+    mma_q = lambda n: f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}"
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
-            f"{'_split' if c.dq_split else ''}{'_cols' if cs else ''}{'_pds' if sh else ''}"
+            f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
+            f"{'_cols' if cs else ''}{'_pds' if sh else ''}"
             f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
@@ -361,14 +369,18 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if c.dq_tma:                      # the last step's reduce has read dQ's stage
                         with ptx.if_(lane == 0):
                             ptx.inst("cp.async.bulk.wait_group.read", 0)
-                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups')
-                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
+                    # ds_double: the pair of two steps ago, which the last step's second
+                    # barrier ordered, so only this warpgroup's dQ stage is waited for here
+                    ptx.inst("bar.sync", *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
+                    dsb = ring.slot * (2 * L.ds_bytes) if c.ds_double else None
+                    ds_at = ds_row + dsb if c.ds_double else ds_row
                     cols = ds_col or ds_cols()
                     for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
                         for kc in range(bw // 16):
                             for j in range(4):
                                 ptx.inst("st.shared.b32",
-                                         ptx.addr(ds_row + cols[2 * kc + j // 2],
+                                         ptx.addr(ds_at + cols[2 * kc + j // 2],
                                                   t * L.ds_bytes + (j % 2) * 8 * ROW),
                                          regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
@@ -385,6 +397,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # after the other in shared memory, and K's panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
                     a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh else
+                                                  base + L.ds + dsb if c.ds_double else
                                                   base + L.ds if c.dq_split else ds_w,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
@@ -392,7 +405,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
                     for ch in range(nch):
-                        dq = ptx.wgmma.accumulator(pw if cs else 64)
+                        dq = ptx.wgmma.accumulator(qcols[ch])
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
                             k_w + coff[ch] if cs else k_w + ch * BN * ROW
                         b_desc = ptx.wgmma.descriptor(b_at, leading=bn * ROW,
@@ -400,7 +413,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.fence.sync.aligned")
                         for ks in range((BN if c.dq_split else 64) // 16):
                             o = (ks * 16 * ROW) >> 4
-                            ptx.inst(mma_q, list(dq), a_desc + o if o else a_desc,
+                            ptx.inst(mma_q(qcols[ch]), list(dq), a_desc + o if o else a_desc,
                                      b_desc + o if o else b_desc, 0 if ks == 0 else 1,
                                      1, 1, 1, 1)
                         ptx.inst("wgmma.commit_group.sync.aligned")

@@ -45,19 +45,23 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
 def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
                        softmax_scale: float | None = None, window_size=(-1, -1),
                        softcap: float = 0.0, deterministic: bool = False, dq=None, dk=None,
-                       dv=None):
+                       dv=None, dlse=None):
     """``(dq, dk, dv)`` of :func:`~.api.attention` with the same options, given ``dout``
     (the gradient of ``out``), the forward's ``out`` and its row log-sum-exp ``lse`` (f32,
     ``(B, H, Sq)``, ``return_lse=True``). q, dout, out ``(B, Sq, H, D)``; k, v ``(B, Sk,
-    Hkv, D)``; dk and dv are summed over each GQA group. Head dims 64, 128, 192
-    and 256.
+    Hkv, D)``; dk and dv are summed over each GQA group. Head dims 64, 96, 128,
+    192 and 256.
     ``deterministic`` orders dQ's f32 additions (each 64-row block takes them n-block by
     n-block), so results are bitwise identical run to run (on the interpreter, whose
     schedule is fixed, the default kernel is already reproducible and runs instead). ``dq``,
-    ``dk``, ``dv``: contiguous arrays to write into."""
+    ``dk``, ``dv``: contiguous arrays to write into. ``dlse``: the gradient of ``lse``
+    (f32, its shape), for a loss that uses the LSE too: since ∂lse/∂S = P it adds
+    ``dlse · P`` to dS, which is ``D - dlse`` in place of ``D``."""
     frame = _frame(q)
     dtype, (b, sq, h, d) = _checks(dout, q, k, v, out, lse, causal, softmax_scale,
                                    window_size, softcap, deterministic, dq, dk, dv, frame)
+    if dlse is not None:
+        _check_dlse(dlse, lse, frame)
     q, k, v, dout, out, lse = (a if _contiguous(a) else frame.contiguous(a)
                                for a in (q, k, v, dout, out, lse))
     on_gpu = frame.on_gpu()
@@ -78,9 +82,38 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
         extra = [frame.torch.empty(shape, dtype=frame.torch.uint32, device=q.device)
                  if frame.kind == "torch" else frame.zeros_u32(b * h * shape[2], q).reshape(shape)]
     frame.run(pre, out, dout, lse, dpsum, nlse2, dq_acc, *extra)
+    if dlse is not None:
+        dpsum[:, :, :sq] -= dlse
     frame.run(main, q, k, v, dout, nlse2, dpsum, dq_acc, dk, dv, *extra)
     frame.run(post, dq_acc, dq)
     return dq, dk, dv
+
+
+def _check_dlse(dlse, lse, frame) -> None:
+    if _frame(dlse).kind != frame.kind or tuple(dlse.shape) != tuple(lse.shape) \
+            or "float32" not in str(dlse.dtype):
+        _fail(f"dlse must be a float32 array of lse's shape {tuple(lse.shape)}, got "
+              f"{type(dlse).__name__} {tuple(getattr(dlse, 'shape', ()))} "
+              f"{getattr(dlse, 'dtype', None)}")
+    if frame.kind == "torch" and dlse.device != lse.device:
+        _fail(f"dlse must be on lse's device {lse.device}, got {dlse.device}")
+
+
+def _padded_rows(frame, cq, tq: int):
+    """Each packed row's padded row (sequence ``i``'s from ``(i + cu_q[i] // 64) · 64``),
+    computed where the offsets are (device offsets are not read back)."""
+    import numpy as np
+    if isinstance(cq, np.ndarray):
+        t = np.arange(tq, dtype=np.int64)
+        cq = cq.astype(np.int64)
+        seq = np.searchsorted(cq[1:], t, side="right")
+    else:
+        t = frame.torch.arange(tq, dtype=cq.dtype, device=cq.device)
+        seq = frame.torch.searchsorted(cq[1:].contiguous(), t, right=True)
+    first = cq[seq]
+    rows = (seq + first // BLOCK_M) * BLOCK_M + (t - first)
+    return frame.torch.from_numpy(rows) if frame.kind == "torch" and \
+        isinstance(rows, np.ndarray) else rows
 
 
 def _checks(dout, q, k, v, out, lse, causal, softmax_scale, window_size, softcap,
@@ -122,14 +155,14 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
                               max_seqlen_q: int, max_seqlen_k: int, *, causal: bool = False,
                               softmax_scale: float | None = None, window_size=(-1, -1),
                               softcap: float = 0.0, deterministic: bool = False, dq=None,
-                              dk=None, dv=None):
+                              dk=None, dv=None, dlse=None):
     """``(dq, dk, dv)`` of :func:`~.varlen.attention_varlen` over packed sequences: dout, q,
     out ``(total_q, H, D)``, k, v ``(total_k, Hkv, D)``, lse ``(H, total_q)`` (the forward's,
     ``return_lse=True``), ``cu_seqlens_q/k`` int32 offsets on q's device. Three launches
     for every sequence together: the kernels read the offsets themselves (nothing is read
     back to the host for CUDA tensors, and a CUDA graph may replay with new offsets), with
-    the options of :func:`attention_backward`. ``max_seqlen_q/k`` are checked against host
-    offsets; the kernels do not need them."""
+    the options of :func:`attention_backward` (``dlse`` of lse's ``(H, total_q)``).
+    ``max_seqlen_q/k`` are checked against host offsets; the kernels do not need them."""
     frame = _frame(q)
     for name, a in (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out)):
         if len(getattr(a, "shape", ())) != 3:
@@ -144,6 +177,8 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
             or _frame(lse).kind != frame.kind:
         _fail(f"lse must be the forward's float32 (H, total_q) = {(h, tq)}, got "
               f"{type(lse).__name__} {tuple(lse.shape)} {lse.dtype}")
+    if dlse is not None:
+        _check_dlse(dlse, lse, frame)
     dq, dk, dv = (frame.empty(tuple(like.shape), q) if a is None else a
                   for a, like in ((dq, q), (dk, k), (dv, k)))
     if not (tq and tk):          # no rows, or no keys anywhere: every gradient is 0
@@ -170,6 +205,8 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
         extra = [frame.torch.empty((h, n), dtype=frame.torch.uint32, device=q.device)
                  if frame.kind == "torch" else frame.zeros_u32(h * n, q).reshape((h, n))]
     frame.run(pre, out, dout, lse, cq, dpsum, nlse2, dq_acc, *extra)
+    if dlse is not None:
+        dpsum[:, _padded_rows(frame, cq, tq)] -= dlse
     frame.run(main, q, k, v, dout, nlse2, dpsum, cq, ck, dq_acc, dk, dv, *extra)
     frame.run(post, dq_acc, cq, dq)
     return dq, dk, dv

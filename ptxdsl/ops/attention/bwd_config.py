@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .config import Mask
+from .config import Mask, padded
 
-BWD_HEAD_DIMS = (64, 128, 192, 256)   # 192, 256: with col_split (dK, dV halves per warpgroup)
+BWD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 192, 256: col_split (dK, dV halves per warpgroup)
 BLOCK_M = 64                # query rows per step of the ring (a wgmma N of Sᵀ and dPᵀ)
 BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma M)
 BLOCK_N_SPLIT = 64          # keys per CTA with col_split: both warpgroups on the same 64
@@ -38,7 +38,10 @@ class BwdConfig:
     half of dK's, dV's and dQ's columns. ``pds_smem`` (with col_split, overlap 0): each
     warpgroup computes Sᵀ and dPᵀ for 32 of the step's 64 queries only, and Pᵀ, dSᵀ go
     through shared memory (two 64 x 64 tiles both write and both read), so no GEMM is
-    done twice (FlashAttention-3's way at head dim 256), for two 256-thread barriers."""
+    done twice (FlashAttention-3's way at head dim 256), for two 256-thread barriers.
+    ``ds_double`` (with dq_split, 2 stages): two pairs of dSᵀ tiles, the ring slot's, so the
+    barrier before dSᵀ's stores waits for the warpgroup's own dQ stage only, not for the
+    other warpgroup's last dQ wgmmas (FlashAttention-3 keeps two dS stages too)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -49,6 +52,7 @@ class BwdConfig:
     dq_split: bool = False
     col_split: bool = False
     pds_smem: bool = False
+    ds_double: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -70,6 +74,9 @@ class BwdConfig:
         if self.pds_smem and not (self.col_split and self.overlap == 0):
             raise ValueError("pds_smem splits col_split's Sᵀ and dPᵀ by queries: it needs "
                              "col_split and overlap 0")
+        if self.ds_double and not (self.dq_split and self.stages == 2):
+            raise ValueError("ds_double keeps a dSᵀ pair per ring slot for dq_split's "
+                             "exchange: it needs dq_split and 2 stages")
         if self.producer_regs + 2 * self.consumer_regs > 512:
             raise ValueError(f"128 x ({self.producer_regs} + 2 x {self.consumer_regs}) "
                              f"registers exceed an SM's 65536")
@@ -85,12 +92,14 @@ class BwdConfig:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """K and V (``block_n`` rows each), ``stages`` x (Q + dO + 2 x (LSE + D)), two dSᵀ
-        tiles (64 x 64), the dQ stages (``dq_tma``), the mbarriers."""
-        kv = 2 * self.block_n * head_dim * elem_bytes
-        ring = self.stages * (2 * BLOCK_M * head_dim * elem_bytes + 4 * BLOCK_M * 4)
-        stage = (2 * (head_dim // 64) * BLOCK_M * 64 * 4 if not self.col_split
+        tiles (64 x 64), the dQ stages (``dq_tma``), the mbarriers; 16-bit tiles in whole
+        64-column panels (head dim 96 takes 128's), dQ's f32 stages only its columns."""
+        kv = 2 * self.block_n * padded(head_dim) * elem_bytes
+        ring = self.stages * (2 * BLOCK_M * padded(head_dim) * elem_bytes + 4 * BLOCK_M * 4)
+        stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
-        return kv + ring + 2 * BLOCK_M * 64 * elem_bytes + stage + 8 * (1 + 2 * self.stages)
+        ds = (4 if self.ds_double else 2) * BLOCK_M * 64 * elem_bytes
+        return kv + ring + ds + stage + 8 * (1 + 2 * self.stages)
 
 
 @lru_cache(maxsize=1)

@@ -44,6 +44,15 @@ def _varlen_row(pcq, prow):
     return q0 + r, valid
 
 
+def _pieces(d: int, lane):
+    """A lane's (column, count) pieces of a row of ``d``: two columns of each 64, and one
+    of a last 32 (head dim 96); each column made as its piece is taken."""
+    for i in range(d // 64):
+        yield lane * 2 + 64 * i, 2
+    if d % 64:
+        yield 64 * (d // 64) + lane, 1
+
+
 def build_preprocess(dtype: PtxType, d: int, *, deterministic: bool = False,
                      arch: str = "sm_90a", varlen: bool = False):
     """o, do ``(B, SQ, H, D)``, lse ``(B, H, SQ)`` -> dpsum, nlse2 ``(B, H, SQP)``, dq_acc
@@ -80,11 +89,10 @@ def build_preprocess(dtype: PtxType, d: int, *, deterministic: bool = False,
             src = ((b * sq + s) * nh + h) * d
             lse_at = None
         total = reg.scalar(f32, init=0.0)
-        for i in range(d // 64):
-            col = lane * 2 + 64 * i
+        for col, n in _pieces(d, lane):
             off = (src + col) * dtype.bytes
-            ov = load_chunk(po + off, 0, dtype, 2, pred=valid)
-            dv = load_chunk(pdo + off, 0, dtype, 2, pred=valid)
+            ov = load_chunk(po + off, 0, dtype, n, pred=valid)
+            dv = load_chunk(pdo + off, 0, dtype, n, pred=valid)
             for x, y in zip(ov, dv):
                 ptx.inst("fma.rn.f32", total, x, y, total)
         for sh in (16, 8, 4, 2, 1):
@@ -111,6 +119,9 @@ def build_preprocess(dtype: PtxType, d: int, *, deterministic: bool = False,
         for i in range(d // 64):
             ptx.inst("st.global.v2.f32",
                      ptx.addr(pdq + (row * d + lane * 2 + 64 * i) * 4), zero)
+        if d % 64:                       # head dim 96's last 32 columns, one a lane
+            ptx.inst("st.global.f32", ptx.addr(pdq + (row * d + 64 * (d // 64) + lane) * 4),
+                     zero[0])
 
     deco = kernel(in_specs=ins, out_specs=tuple(outs), arg_names=tuple(names),
                   grid=(lambda H, SQP: (H * SQP // WARPS, 1, 1)) if varlen else
@@ -150,9 +161,8 @@ def build_postprocess(dtype: PtxType, d: int, scale: float, *, arch: str = "sm_9
             s = (row // nh) % sq
             b = row // (nh * sq)
             src = ((b * nh + h) * sqp + s) * d
-            for i in range(d // 64):
-                col = lane * 2 + 64 * i
-                vals = load_chunk(pacc + (src + col) * 4, 0, f32, 2)
+            for col, n in _pieces(d, lane):
+                vals = load_chunk(pacc + (src + col) * 4, 0, f32, n)
                 for x in vals:
                     ptx.inst.mul.f32(x, x, float(scale))
                 store_chunk(pdq + (row * d + col) * dtype.bytes, 0, dtype, narrow(vals, dtype))
@@ -174,9 +184,8 @@ def _varlen_postprocess(dtype: PtxType, d: int, scale: float, arch: str):
         h = row // sqp
         t, valid = _varlen_row(pcq, row % sqp)
         with ptx.if_(valid):
-            for i in range(d // 64):
-                col = lane * 2 + 64 * i
-                vals = load_chunk(pacc + (row * d + col) * 4, 0, f32, 2)
+            for col, n in _pieces(d, lane):
+                vals = load_chunk(pacc + (row * d + col) * 4, 0, f32, n)
                 for x in vals:
                     ptx.inst.mul.f32(x, x, float(scale))
                 store_chunk(pdq + ((t * nh + h) * d + col) * dtype.bytes, 0, dtype,

@@ -87,7 +87,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     the options of :func:`~.api.attention` (causal aligned bottom-right per sequence).
     Returns ``out`` ``(total_q, H, D)`` and, with ``return_lse``, the LSE ``(H, total_q)``
     (f32; -inf for rows of a sequence without keys). ``max_seqlen_q/k`` are checked
-    against host offsets; the kernel does not need them."""
+    against host offsets; the kernel does not need them. Torch tensors that require grad
+    are differentiable (the backward: :func:`~.bwd_api.attention_varlen_backward`)."""
     frame = _frame(q)
     for name, a in (("q", q), ("k", k), ("v", v)):
         if len(getattr(a, "shape", ())) != 3:
@@ -107,6 +108,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
     elif tuple(out.shape) != tuple(q.shape) or not _contiguous(out):
         _fail(f"out must be a contiguous array of q's shape {tuple(q.shape)}, got "
               f"{tuple(out.shape)} strides {tuple(strides(out))}")
+    if frame.kind == "torch" and frame.torch.is_grad_enabled() and any(
+            a.requires_grad for a in (q, k, v)):
+        from .autograd import differentiable_varlen   # the autograd node (imports torch)
+        return differentiable_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                     max_seqlen_k, causal=causal, softmax_scale=softmax_scale,
+                                     window_size=window_size, softcap=softcap,
+                                     return_lse=return_lse, out=out)
     lse = frame.empty((h, tq), q, f32)
     if not (tq and tk):                   # no rows, or no keys anywhere: nothing to launch
         if tq:

@@ -54,6 +54,16 @@ def test_wide_head_dims_match_float64(d, kw):
            attention_backward_reference(do, q, k, v, **kw))
 
 
+def test_head_dim_96_matches_float64():
+    """Head dim 96 (head dim 128's panels, the second half filled with zeros by TMA; Sᵀ,
+    dPᵀ stop at k = 96, dK, dV n96, dQ an n64 and an n32 chain): ragged, GQA, causal, two
+    key blocks."""
+    q, k, v, do = _inputs(1, 70, 150, 2, 1, 96, 96)
+    out, lse = _fwd(q, k, v, causal=True)
+    _check(attention_backward(do, q, k, v, out, lse, causal=True),
+           attention_backward_reference(do, q, k, v, causal=True))
+
+
 def test_bad_arguments_name_the_caller():
     q, k, v, do = _inputs(1, 8, 8, 1, 1, 64, 1)
     out, lse = _fwd(q, k, v)
@@ -62,9 +72,11 @@ def test_bad_arguments_name_the_caller():
     assert "test_bwd_interp.py" in str(e.value)
     with pytest.raises(LaunchError, match="dout must be"):
         attention_backward(do[:, :4], q, k, v, out, lse)
-    with pytest.raises(LaunchError, match="head dim 96"):
-        qq, kk, vv, dd = _inputs(1, 8, 8, 1, 1, 96, 1)
+    with pytest.raises(LaunchError, match="head dim 80"):
+        qq, kk, vv, dd = _inputs(1, 8, 8, 1, 1, 80, 1)
         attention_backward(dd, qq, kk, vv, dd, lse)
+    with pytest.raises(LaunchError, match="dlse must be"):
+        attention_backward(do, q, k, v, out, lse, dlse=lse[:, :, :4])
     with pytest.raises(LaunchError, match="deterministic"):
         attention_backward(do, q, k, v, out, lse, deterministic=1)
     with pytest.raises(LaunchError, match="dk must be"):
@@ -80,6 +92,15 @@ def test_bad_arguments_name_the_caller():
     pytest.param(128, dict(overlap=2, dq_split=True), marks=pytest.mark.long),
     pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_first=True), marks=pytest.mark.long),
     pytest.param(128, dict(overlap=2), marks=pytest.mark.long),
+    pytest.param(128, dict(overlap=2, dq_swizzle=True, dq_split=True, dq_first=True),
+                 marks=pytest.mark.long),
+    pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_split=True, ds_double=True),
+                 marks=pytest.mark.long),
+    pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_split=True, ex2_poly=True),
+                 marks=pytest.mark.long),
+    pytest.param(96, dict(overlap=2, dq_swizzle=True), marks=pytest.mark.long),
+    pytest.param(96, dict(overlap=1, dq_swizzle=True, dq_first=True), marks=pytest.mark.long),
+    pytest.param(96, dict(dq_swizzle=True, ex2_poly=True), marks=pytest.mark.long),
     pytest.param(192, dict(overlap=1, dq_swizzle=True, col_split=True),
                  marks=pytest.mark.long),
     pytest.param(256, dict(stages=1, dq_swizzle=True, col_split=True),
@@ -110,6 +131,9 @@ def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
     (1, 130, 129, 2, 2, 192, dict(softcap=3.0, softmax_scale=0.1)),
     (2, 1, 65, 2, 1, 256, dict(softcap=2.0)),
     (1, 100, 40, 1, 1, 256, dict(causal=True)),          # Sq > Sk: rows with no key
+    (1, 100, 129, 2, 2, 96, dict(window_size=(20, 5))),
+    (1, 64, 128, 2, 1, 96, dict(softcap=3.0, softmax_scale=0.2)),
+    (1, 63, 63, 1, 1, 96, dict(deterministic=True, causal=True)),
 ])
 def test_wider_sweep_matches_float64(b, sq, sk, h, hk, d, kw):
     q, k, v, do = _inputs(b, sq, sk, h, hk, d, b + sq + sk + d)

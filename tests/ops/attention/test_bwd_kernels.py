@@ -15,8 +15,8 @@ def test_plan_rows_cover_every_head_dim_and_refuse_others():
     for d in BWD_HEAD_DIMS:
         for mask in (Mask(), Mask(-1, 0), Mask(32, 0)):
             assert choose_bwd(d, "bf16", mask).smem_bytes(d) <= 232448
-    with pytest.raises(ValueError, match="head dims 64, 128, 192, 256"):
-        choose_bwd(96, "bf16", Mask())
+    with pytest.raises(ValueError, match="head dims 64, 96, 128, 192, 256"):
+        choose_bwd(80, "bf16", Mask())
     for d in (192, 256):       # both warpgroups on 64 keys, each with half of the columns
         for softcap in (False, True):
             c = choose_bwd(d, "bf16", Mask(-1, 0), softcap)
@@ -35,6 +35,19 @@ def test_main_kernel_emits_the_fa3_structure():
     assert "cp.reduce.async.bulk.tensor" in backward_kernels(64)[1].ptx()
 
 
+def test_head_dim_96_stops_its_gemms_at_96():
+    """Head dim 96 in head dim 128's panels: Sᵀ, dPᵀ over 6 k-steps (m64n64k16), dV and dK
+    n96 from registers, dQ an n64 chain (K's first panel) and an n32 one (the second's
+    half), added as three 32-column TMA boxes."""
+    text = backward_kernels(96, causal=True)[1].ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 6 + 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n96k16") == 2 * 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 4
+    assert text.count("cp.reduce.async.bulk.tensor") == 3
+    with pytest.raises(ValueError, match="dq_swizzle"):
+        build_backward(BwdConfig(stages=2, dq_tma=True), bf16, 96, scale=0.1)
+
+
 def test_wide_head_dims_split_the_columns():
     """Head dim 256: Sᵀ and dPᵀ for 32 queries a warpgroup (m64n32, 16 k-steps each), dK,
     dV, dQ in 64-column pieces (m64n64, two per warpgroup); 192: 32-column pieces. Without
@@ -50,6 +63,8 @@ def test_wide_head_dims_split_the_columns():
     assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 16 + 2 * 2 * 4 + 2 * 4
     with pytest.raises(ValueError, match="col_split"):
         BwdConfig(stages=1, dq_tma=True, col_split=True)
+    with pytest.raises(ValueError, match="ds_double"):
+        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, ds_double=True)
     with pytest.raises(ValueError, match="pds_smem"):
         BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True, overlap=1,
                   pds_smem=True)
@@ -61,7 +76,8 @@ def test_wide_head_dims_split_the_columns():
     (128, True, True, False), (64, False, False, False), (128, False, False, False),
     (64, True, True, False), (192, True, True, False), (256, True, True, False),
     (256, False, False, False), (64, True, True, True), (128, True, False, True),
-    (192, False, True, True), (256, True, False, True)])
+    (192, False, True, True), (256, True, False, True), (96, True, True, False),
+    (96, False, False, True)])
 def test_ptxas_keeps_everything_in_registers(d, causal, det, varlen):
     for k in backward_kernels(d, causal=causal, deterministic=det, varlen=varlen):
         try:

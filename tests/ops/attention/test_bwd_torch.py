@@ -71,3 +71,23 @@ def test_compiled_training_step_fullgraph():
     assert torch.equal(loss, eager)
     for g, t in zip(grads, (q, k, v)):
         assert torch.equal(g, t.grad)
+
+
+@pytest.mark.long
+def test_lse_gradient_matches_float64_autograd():
+    """A loss of out and the LSE: dlse · P joins dS (the backward op's dlse), against
+    torch float64 autograd of the same loss; GQA, causal with Sq < Sk."""
+    q, k, v = _leaves(1, 20, 33, 2, 1, 64, 7)
+    g = torch.Generator().manual_seed(8)
+    do, w = torch.randn(1, 20, 2, 64, generator=g), torch.randn(1, 2, 20, generator=g)
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True)
+    ((out.float() * do).sum() + (lse * w).sum()).backward()
+    r = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    s = torch.einsum("bqhd,bkhd->bhqk", r[0], r[1].repeat_interleave(2, 2)) * 64 ** -0.5
+    seen = torch.arange(33)[None, :] <= torch.arange(20)[:, None] + 13
+    s = s.masked_fill(~seen, float("-inf"))
+    o = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), r[2].repeat_interleave(2, 2))
+    ((o * do.double()).sum() + (torch.logsumexp(s, -1) * w.double()).sum()).backward()
+    for name, t, ref in zip(("dq", "dk", "dv"), (q, k, v), r):
+        err = (t.grad.double() - ref.grad).abs().max() / ref.grad.abs().max()
+        assert err <= 3e-2, (name, float(err))

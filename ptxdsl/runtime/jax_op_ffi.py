@@ -46,9 +46,7 @@ def _rms_norm_backward(dy, x, w, rstd, *, offset, outs=None):
 
 def _matmul(a, b, *, out_dtype, outs=None):
     from ..ops.matmul import api
-    if outs:
-        return api.matmul(a, b, out=outs[0])
-    return api.matmul(a, b, out_dtype=out_dtype)
+    return api.matmul(a, b, out_dtype=out_dtype, out=outs[0] if outs else None)
 
 
 def _attention(q, k, v, *, outs=None, **opts):

@@ -138,3 +138,15 @@ def test_the_handler_runs_the_op_into_the_result_buffers():
     err = _frame(handler, {"ptxdsl_op": bad}, [x], [y])
     assert err.startswith("ptxdsl op failed: PtxdslError: ptxdsl_op: no op 'softmax'")
     assert "has no ptxdsl_op attribute" in _frame(handler, {"other": "x"}, [x], [y])
+
+
+def test_matmul_writes_its_out_dtype_into_the_result_buffer():
+    """jax_ops.matmul(out_dtype=float32) on bf16 operands: the result buffer XLA hands the
+    handler is float32, and the op must be told that dtype as well as the buffer (the
+    H200 run of tests/gpu/test_jax_gpu.py failed with 'out's dtype must be out_dtype')."""
+    torch = pytest.importorskip("torch")
+    a = torch.arange(16 * 16, dtype=torch.float32).reshape(16, 16).remainder(7).to(torch.bfloat16)
+    b = torch.eye(16, dtype=torch.bfloat16)
+    out = torch.full((16, 16), float("nan"), dtype=torch.float32)
+    jax_op_ffi.run_op("matmul", {"out_dtype": "float32"}, [a, b], outs=[out])
+    assert torch.equal(out, a.float())

@@ -15,12 +15,7 @@ from ptxdsl.ops.attention import api, attention_reference
 from ptxdsl.ops.attention.plan import choose
 from ptxdsl.runtime.memo import Memo
 
-# On an NVIDIA H200 (2026-11-29) the first dynamic config of lab/attention_plans.py
-# --set dynamic (hd256 S=1k causal) never finished; a hung kernel cannot be interrupted
-# from inside the process, so these stay skipped until the cause is found and fixed.
-pytestmark = [NEEDS_GPU, pytest.mark.skip(
-    reason="Config.dynamic hung on an H200 (lab/attention_plans.py --set dynamic); "
-           "it is in no plan row until that is fixed")]
+pytestmark = NEEDS_GPU
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .config import Mask, padded
+from .config import Mask, padded, register_pool
 
 BWD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 192, 256: col_split (dK, dV halves per warpgroup)
 BLOCK_M = 64                # query rows per step of the ring (a wgmma N of Sᵀ and dPᵀ)
@@ -77,9 +77,11 @@ class BwdConfig:
         if self.ds_double and not (self.dq_split and self.stages == 2):
             raise ValueError("ds_double keeps a dSᵀ pair per ring slot for dq_split's "
                              "exchange: it needs dq_split and 2 stages")
-        if self.producer_regs + 2 * self.consumer_regs > 512:
-            raise ValueError(f"128 x ({self.producer_regs} + 2 x {self.consumer_regs}) "
-                             f"registers exceed an SM's 65536")
+        if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
+            raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
+                             f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "
+                             f"slot of the 3 warpgroups holds at launch: setmaxnreg.inc "
+                             f"would wait forever")
 
     @property
     def block_n(self) -> int:

@@ -5,7 +5,16 @@ from dataclasses import dataclass
 
 HEAD_DIMS = (64, 96, 128, 192, 256)   # 96: the second 64-column panel half filled
 BLOCK_M = 128                      # query rows per CTA: two consumer warpgroups of m64
-REGS = 512                         # registers per thread of a warpgroup, over all warpgroups
+
+
+def register_pool(consumers: int) -> int:
+    """The registers a thread slot of each warpgroup can hold at once, summed over the
+    producer and the consumers: the launch gives every thread 65536 / threads, rounded
+    down to 8 (168 for three warpgroups, 128 for four), and ``setmaxnreg.inc`` only takes
+    what ``setmaxnreg.dec`` gave back, so asking for more waits forever (24 + 2 x 240 =
+    3 x 168 fits; 32 + 2 x 240 does not)."""
+    warpgroups = 1 + consumers
+    return warpgroups * (65536 // (128 * warpgroups) // 8 * 8)
 
 
 def padded(head_dim: int) -> int:
@@ -58,7 +67,8 @@ class Config:
             object.__setattr__(self, "producer_regs", 32 if self.dynamic else 24)  # address
         if not self.consumer_regs:          # setmaxnreg takes multiples of 8
             object.__setattr__(self, "consumer_regs",
-                               (REGS - self.producer_regs) // self.consumers // 8 * 8)
+                               (register_pool(self.consumers) - self.producer_regs)
+                               // self.consumers // 8 * 8)
         if self.block_n % 16 or not 16 <= self.block_n <= 256:
             raise ValueError(f"block_n is a multiple of 16 from 16 to 256 (a wgmma N of S "
                              f"and the K of P·V in k16 steps), got {self.block_n}")
@@ -67,9 +77,12 @@ class Config:
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")
-        if self.producer_regs + self.consumers * self.consumer_regs > REGS:
-            raise ValueError(f"128 x ({self.producer_regs} + {self.consumers} x "
-                             f"{self.consumer_regs}) registers exceed an SM's 65536")
+        pool = register_pool(self.consumers)
+        if self.producer_regs + self.consumers * self.consumer_regs > pool:
+            raise ValueError(f"producer_regs + consumers x consumer_regs = {self.producer_regs}"
+                             f" + {self.consumers} x {self.consumer_regs} exceeds the "
+                             f"{pool} a thread slot of the {1 + self.consumers} warpgroups "
+                             f"holds at launch: setmaxnreg.inc would wait forever")
 
     @property
     def block_m(self) -> int:

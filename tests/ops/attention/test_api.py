@@ -195,3 +195,19 @@ def test_first_call_recording_maps_views_and_partials_by_address(monkeypatch):
     api._record((q, k, v, None), empty_out, empty_lse, [("fwd", (q, k, v, empty_out,
                                                                  empty_lse))], "key", True)
     assert len(seen) == 2
+
+
+def test_register_budgets_fit_the_launch_pool():
+    """setmaxnreg.inc only takes what setmaxnreg.dec gave back: three warpgroups launch with
+    168 registers a thread, so producer + 2 consumers must fit 504 (32 + 2 x 240 would wait
+    forever), four with 128 (512). The dynamic producer's 32 leave the consumers 232."""
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+    from ptxdsl.ops.attention.config import Config, register_pool
+    assert (register_pool(2), register_pool(3)) == (504, 512)
+    assert (Config().consumer_regs, Config(consumers=3).consumer_regs) == (240, 160)
+    assert Config(persistent=True, dynamic=True).consumer_regs == 232
+    assert Config(persistent=True, dynamic=True, consumers=3).consumer_regs == 160
+    for bad in (lambda: Config(producer_regs=32, consumer_regs=240),
+                lambda: BwdConfig(producer_regs=32)):
+        with pytest.raises(ValueError, match="wait forever"):
+            bad()

@@ -174,6 +174,7 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
                               window_size=window_size, softcap=softcap,
                               return_lse=return_lse, out=out)
     given = (q, k, v, out)
+    counter = replay = None               # Config.dynamic's tile counter (dense/packed only)
     if decode.takes(sq, d, h // hk):      # few query rows: split-KV decode (decode.py)
         q, k, v = (a if _contiguous(a) else frame.contiguous(a) for a in (q, k, v))
         if out is None:
@@ -201,7 +202,8 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
         else:
             q_, out_ = q, out
             lse = frame.empty((b, h, sq), q, f32)
-        counter, replay = tile_counter(frame, q) if takes_counter(kern) else (None, None)
+        if takes_counter(kern):
+            counter, replay = tile_counter(frame, q)
         args = (q_, k, v, out_, lse) + (() if counter is None else (counter,))
         launches = [(kern, args)]
         res = frame.run(kern, *args)

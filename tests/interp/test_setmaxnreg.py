@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from ptxdsl import kernel, ptx, reg
+from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.core.errors import InterpreterError
-from ptxdsl.core.types import u32
+from ptxdsl.core.types import pred, u32
 from ptxdsl.interp.registers import entry_count
 
-INC_LINE = next(i for i, text in enumerate(open(__file__), 1) if text.endswith("# <- inc\n"))
+
+def _line(marker: str) -> int:
+    return next(i for i, text in enumerate(open(__file__), 1) if text.endswith(marker + "\n"))
 
 
 def _roles(producer, consumer, groups=3, *, bounds=True, consumers_first=False,
@@ -64,7 +67,7 @@ def test_an_inc_the_pool_never_satisfies_is_reported_at_the_inc(barrier):
     with pytest.raises(InterpreterError) as e:
         _roles(32, 240, barrier=barrier).interpret()
     text = str(e.value)
-    assert e.value.loc.line == INC_LINE and e.value.loc.file == __file__
+    assert e.value.loc.line == _line("# <- inc") and e.value.loc.file == __file__
     assert "setmaxnreg.inc to 240 (warpgroup 2) waits forever" in text
     assert "64512 = 384 threads x 168, the count at entry: .maxntid 384 with " \
            ".minnctapersm 1" in text
@@ -72,6 +75,41 @@ def test_an_inc_the_pool_never_satisfies_is_reported_at_the_inc(barrier):
     assert "it asks 9216 more registers and the CTA's pool has 8192 free" in text
     assert "32 + 240 + 240 = 512 a thread slot, more than the 3 x 168 = 504" in text
     assert "no launch bounds" not in text
+
+
+def _polled(producer, consumer):
+    """Thread 0 (warpgroup 0, after its ``.dec``) polls Y[0] until thread 256 (warpgroup
+    2, after its ``.inc``) sets it, then copies it to Y[1]."""
+
+    @kernel(in_specs=(), out_specs=(Tile(4, u32),), grid=1, block=(384, 1, 1),
+            arch="sm_90a", min_ctas_per_sm=1)
+    def polled(Y):
+        (py,) = ptx.global_ptrs(Y)
+        tid = reg.scalar(u32)
+        ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        with ptx.if_(tid < 128):
+            ptx.inst.setmaxnreg.dec.sync.aligned.u32(producer)
+            with ptx.if_(tid == 0):
+                v, again = reg.scalar(u32), reg.scalar(pred)
+                with ptx.loop("poll", pred=again):
+                    ptx.inst.ld.volatile.global_.u32(v, ptx.addr(py))
+                    ptx.inst.setp.ne.u32(again, v, 1)
+                ptx.inst.st.global_.u32(ptx.addr(py + 4), v)
+        with ptx.else_():
+            ptx.inst.setmaxnreg.inc.sync.aligned.u32(consumer)  # <- polled inc
+            with ptx.if_(tid == 256):
+                ptx.inst.st.release.gpu.global_.u32(ptx.addr(py), 1)
+    return polled
+
+
+def test_an_inc_that_waits_forever_is_the_cause_of_a_spinning_poll():
+    """The no-progress detector sees the ``.inc`` as a wait: the producer's poll of a flag
+    the stuck warpgroup would set is reported at the ``.inc``."""
+    np.testing.assert_array_equal(_polled(24, 240).interpret(np.zeros(4, np.uint32)),
+                                  [1, 1, 0, 0])
+    with pytest.raises(InterpreterError, match=r"(?s)waits forever.*no progress.*spins") as e:
+        _polled(32, 240).interpret(np.zeros(4, np.uint32))
+    assert e.value.loc.line == _line("# <- polled inc")
 
 
 def test_without_launch_bounds_the_report_says_the_count_is_assumed():

@@ -67,7 +67,8 @@ def entry_count(prog, nthreads: int, asks) -> tuple[int, str, bool]:
     if count > MAX_PER_THREAD:
         count, why = MAX_PER_THREAD, "the most a thread can have"
     if asks and max(asks) < count:
-        count, why = max(asks), f"the largest setmaxnreg.inc of the kernel ({why}: more)"
+        count, why = max(asks), f"the largest setmaxnreg.inc of the kernel, below the " \
+                                f"{count} of {why}"
     return count, why, known
 
 

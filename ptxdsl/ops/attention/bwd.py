@@ -55,6 +55,7 @@ from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
+from .bwd_cols import col_pieces, stage_panels
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_steps import kv_gemms, lock, pass_turn, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
@@ -139,13 +140,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                          f"got {d}")
     bn, cs, sh = c.block_n, c.col_split, c.pds_smem
     bw = BM // 2 if sh else BM          # queries of Sᵀ, dPᵀ a warpgroup computes per step
-    # col_split: a warpgroup's half of the columns in pieces that stay inside one 64-column
-    # panel (an MN-major B operand's extent), 64 wide at head dim 256, 32 at 192
-    pw = (64 if d % 256 == 0 else 32) if cs else d
-    npc = d // 2 // pw if cs else 1
+    # col_split: a warpgroup's columns in pieces that stay inside one 64-column panel (an
+    # MN-major B operand's extent), 64 wide at head dim 256, 32 at 192 (panel_split: 64, 32)
+    pieces = col_pieces(c, d) if cs else ((d, 0, 0),)
+    npc = len(pieces)
     nch = 1 if c.dq_split else npc if cs else padded(d) // 64  # dQ chains per warpgroup, step
-    # each chain's columns: 64 (a K panel), the last 32 at head dim 96; pw with col_split
-    qcols = [pw] * nch if cs else [min(64, d - 64 * ch) for ch in range(nch)]
+    # each chain's columns: 64 (a K panel), the last 32 at head dim 96; the pieces' widths
+    qcols = [p[0] for p in pieces] if cs else [min(64, d - 64 * ch) for ch in range(nch)]
+    qoff = [sum(qcols[:ch]) for ch in range(nch)]   # a chain's first column in the stage
     # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
     xbar = (3, 256) if c.dq_split or sh else None
     es = dtype.bytes
@@ -159,14 +161,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if deterministic:
         names.append("sem")
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{bw}k16.f32.{dt}.{dt}"
-    mma_kv = f"wgmma.mma_async.sync.aligned.m64n{pw}k16.f32.{dt}.{dt}"
     mma_q = lambda n: f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}"
+    mma_kv = [mma_q(p[0]) for p in pieces]           # one per piece
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
             f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
-            f"{'_cols' if cs else ''}{'_pds' if sh else ''}"
+            f"{'_cols' if cs else ''}{'_pnl' if c.panel_split else ''}{'_pds' if sh else ''}"
             f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
@@ -274,11 +276,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
             kw0 = n0 if cs else n0 + w * 64
             keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
-            if cs:      # piece j: columns c0 = w·D/2 + j·pw, c0's offset in a panelled tile
-                c0s = [w * (d // 2) + j * pw for j in range(npc)]
+            if cs:      # piece j: columns c0 = first + w·step, c0's offset in a panelled tile
+                c0s = [w * step + first for _, first, step in pieces]
                 coff = [(x >> 6) * (BM * ROW) + (x & 63) * 2 for x in c0s]
-            dv_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
-            dk_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
+            dv_acc = [ptx.wgmma.accumulator(p[0], init=0.0) for p in pieces]
+            dk_acc = [ptx.wgmma.accumulator(p[0], init=0.0) for p in pieces]
             p_regs, ds_regs = p_registers(bw), p_registers(bw)
             qh = w * bw if sh else 0         # pds_smem: this warpgroup's first query
             ring = Ring(S)
@@ -436,7 +438,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      for k in range(4)] if c.dq_swizzle else \
                                 [dq_stage + ch * L.dqs_bytes]
                             for i in range(0, len(dq.regs), 2):
-                                col = ch * (pw if cs else 64) + col_of(i)
+                                col = qoff[ch] + col_of(i)
                                 if c.dq_swizzle:
                                     at = sw_at[(col // 8) % 4]
                                     o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
@@ -463,9 +465,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 lock(sem, bh, sem_mb, nb, w, m0, off, mask, None, labels,
                                       c.dq_split or cs, bn)
                             box = 32 if c.dq_swizzle else 64
+                            panels = stage_panels(c, d) if c.panel_split else None
                             for ch in range(c.wg_cols(d) // box):
-                                col = w * c.wg_cols(d) + ch * box \
-                                    if c.dq_split or cs else ch * box
+                                col = w * panels[ch][1] + panels[ch][0] if panels else \
+                                    w * c.wg_cols(d) + ch * box if c.dq_split or cs else ch * box
                                 ptx.tma.reduce(tdq, dqc(col, m0, head),
                                                stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")

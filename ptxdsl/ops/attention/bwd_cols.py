@@ -15,6 +15,9 @@ def col_pieces(c: BwdConfig, d: int) -> tuple[tuple[int, int, int], ...]:
     """Per piece ``(width, first column of warpgroup 0, columns added per warpgroup)``:
     warpgroup ``w``'s piece starts at column ``first + w · step``."""
     if c.panel_split:
+        if d != 192:
+            raise ValueError(f"panel_split splits head dim 192's three 64-column panels "
+                             f"between two warpgroups: got head dim {d}")
         return ((64, 0, 64), (32, 128, 32))
     pw = 64 if d % 256 == 0 else 32
     return tuple((pw, j * pw, d // 2) for j in range(d // 2 // pw))

@@ -15,8 +15,9 @@ deterministic, "ov2 sw split dsx2" 8-16 bytes causal and window deterministic; t
 none); ``--set h96``: head dim 96's untimed row against its
 neighbours; ``--set h192``: head dim 192's plan row (``col_split`` + ``pds_smem``, three
 n32 pieces of dK, dV, dQ a warpgroup) against ``panel_split`` (an n64 and an n32 piece)
-with and without ``pds_smem``, 1 or 2 stages, overlap 1, default and deterministic, on
-the rows the issue cites (1k full, 4k full and causal, 16k causal). Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
+with and without ``pds_smem``, 1 or 2 stages, overlap 1, and ``sdp_split`` (warpgroup 0
+Sᵀ, warpgroup 1 dPᵀ, m64n64 each; with and without panel_split), default and
+deterministic, on the rows the issue cites (1k full, 4k full and causal, 16k causal). Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
 where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
@@ -90,7 +91,10 @@ def main() -> None:
                     "s1 pds pnl": BwdConfig(stages=1, pds_smem=True, **pnl),
                     "s2 pnl": BwdConfig(stages=2, **pnl),
                     "s2 ov1 pnl": BwdConfig(stages=2, overlap=1, **pnl),
-                    "s1 ov1 pnl": BwdConfig(stages=1, overlap=1, **pnl)}
+                    "s1 ov1 pnl": BwdConfig(stages=1, overlap=1, **pnl),
+                    "s2 gsp pnl": BwdConfig(stages=2, sdp_split=True, **pnl),
+                    "s1 gsp pnl": BwdConfig(stages=1, sdp_split=True, **pnl),
+                    "s2 gsp": BwdConfig(stages=2, sdp_split=True, **cols)}
         grid = ((1024, 192, False), (4096, 192, False), (4096, 192, True), (16384, 192, True))
         modes = (False, True)
     else:                      # head dim -> the variants worth building for it

@@ -1,7 +1,8 @@
-"""The column-split backward's ``panel_split`` layout at head dim 192 (each consumer
+"""The column-split backward's head-dim-192 layouts: ``panel_split`` (each consumer
 warpgroup owns 64-column panel w and half w of panel 2: an n64 and an n32 wgmma piece of
-dK, dV and dQ, not three n32): what it emits, that ptxas keeps it in registers, and the
-CPU interpreter's dq, dk, dv against float64 (dense, deterministic, varlen)."""
+dK, dV and dQ, not three n32) and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, each
+m64n64 over the step's 64 queries): what they emit, that ptxas keeps them in registers,
+and the CPU interpreter's dq, dk, dv against float64 (dense, deterministic, varlen)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,6 +22,7 @@ BF16 = ml_dtypes.bfloat16
 COLS = dict(dq_tma=True, dq_swizzle=True, col_split=True, panel_split=True)
 PDS2 = BwdConfig(stages=2, pds_smem=True, **COLS)
 OV1 = BwdConfig(stages=2, overlap=1, **COLS)
+GSP2 = BwdConfig(stages=2, sdp_split=True, **COLS)
 
 
 def _inputs(sq, sk, seed, lead=(1,)):
@@ -76,9 +78,23 @@ def test_emits_n64_and_n32_pieces():
         build_backward(BwdConfig(stages=1, pds_smem=True, **COLS), bf16, 256, scale=0.1)
 
 
-def test_interpreter_matches_float64(monkeypatch):
+def test_sdp_split_emits_one_n64_chain_a_warpgroup():
+    """sdp_split: one Sᵀ-or-dPᵀ chain a warpgroup (m64n64, 12 k-steps, its A and B chosen
+    by the warpgroup), the pieces as panel_split's, three 256-thread barriers a step and
+    the 16 KB f32 exchange in shared memory."""
+    text = build_backward(GSP2, bf16, 192, Mask(-1, 0), scale=0.1).ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 12 + 2 * 4 + 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 4 + 4
+    assert text.count("bar.sync 3, 256") == 3 and "st.shared.v4.f32" in text
+    assert GSP2.smem_bytes(192) == PDS2.smem_bytes(192) + 64 * 64 * 4 <= 232448
+    with pytest.raises(ValueError, match="sdp_split"):
+        BwdConfig(stages=2, sdp_split=True, pds_smem=True, **COLS)
+
+
+@pytest.mark.parametrize("c", [PDS2, GSP2], ids=["pds", "gsp"])
+def test_interpreter_matches_float64(monkeypatch, c):
     """Ragged, GQA, causal, two key blocks (64 keys a CTA), the plan-candidate layout."""
-    _use(monkeypatch, PDS2)
+    _use(monkeypatch, c)
     _case(70, 100, 11, causal=True)
 
 
@@ -88,6 +104,8 @@ def test_interpreter_matches_float64(monkeypatch):
     (BwdConfig(stages=1, pds_smem=True, **COLS), dict(softcap=5.0), False),
     (OV1, dict(causal=True, softcap=3.0), False),
     (BwdConfig(stages=2, **COLS), {}, True),
+    (GSP2, dict(window_size=(40, 3), softcap=5.0), True),
+    (BwdConfig(stages=1, sdp_split=True, **COLS), dict(causal=True, softcap=3.0), False),
 ])
 def test_orderings_masks_and_modes_match_float64(monkeypatch, c, kw, det):
     _use(monkeypatch, c)
@@ -96,9 +114,10 @@ def test_orderings_masks_and_modes_match_float64(monkeypatch, c, kw, det):
 
 @pytest.mark.long
 @pytest.mark.parametrize("det", [False, True])
-def test_varlen_matches_float64(monkeypatch, det):
+@pytest.mark.parametrize("c", [PDS2, GSP2], ids=["pds", "gsp"])
+def test_varlen_matches_float64(monkeypatch, det, c):
     """Three packed sequences (one of one query), GQA, causal: each against float64."""
-    _use(monkeypatch, PDS2)
+    _use(monkeypatch, c)
     cq, ck = np.cumsum([0, 33, 1, 100]), np.cumsum([0, 70, 129, 20])
     q, k, v, do = (x[0] for x in _inputs(cq[-1], ck[-1], 4))
     out, lse = np.zeros_like(q), np.zeros((2, cq[-1]), np.float32)
@@ -116,8 +135,8 @@ def test_varlen_matches_float64(monkeypatch, det):
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("c", [PDS2, BwdConfig(stages=1, pds_smem=True, **COLS), OV1],
-                         ids=["s2pds", "s1pds", "s2ov1"])
+@pytest.mark.parametrize("c", [PDS2, BwdConfig(stages=1, pds_smem=True, **COLS), OV1, GSP2],
+                         ids=["s2pds", "s1pds", "s2ov1", "s2gsp"])
 @pytest.mark.parametrize("mask,softcap,det,varlen", [
     (Mask(), 0.0, False, False), (Mask(-1, 0), 0.0, True, False), (Mask(40, 3), 0.0, False, False),
     (Mask(-1, 0), 30.0, False, False), (Mask(), 30.0, True, False), (Mask(-1, 0), 0.0, True, True),
@@ -132,3 +151,17 @@ def test_ptxas_keeps_everything_in_registers(c, mask, softcap, det, varlen):
             pytest.skip(str(e))
         raise
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+
+
+@pytest.mark.long
+def test_sdp_split_at_head_dim_256_matches_float64(monkeypatch):
+    """sdp_split without panel_split: head dim 256's two 64-column pieces a warpgroup."""
+    c = BwdConfig(stages=1, sdp_split=True, dq_tma=True, dq_swizzle=True, col_split=True)
+    _use(monkeypatch, c)
+    rng = np.random.default_rng(2)
+    q, k, v, do = (rng.standard_normal(s).astype(BF16)
+                   for s in ((1, 70, 2, 256), (1, 100, 1, 256), (1, 100, 1, 256), (1, 70, 2, 256)))
+    out, lse = attention_reference(q, k, v, causal=True)
+    _check(attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
+                              causal=True),
+           attention_backward_reference(do, q, k, v, causal=True))

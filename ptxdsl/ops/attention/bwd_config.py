@@ -41,7 +41,13 @@ class BwdConfig:
     done twice (FlashAttention-3's way at head dim 256), for two 256-thread barriers.
     ``ds_double`` (with dq_split, 2 stages): two pairs of dSᵀ tiles, the ring slot's, so the
     barrier before dSᵀ's stores waits for the warpgroup's own dQ stage only, not for the
-    other warpgroup's last dQ wgmmas (FlashAttention-3 keeps two dS stages too)."""
+    other warpgroup's last dQ wgmmas (FlashAttention-3 keeps two dS stages too).
+    ``panel_split`` (col_split at head dim 192): warpgroup ``w`` owns 64-column panel ``w``
+    and half ``w`` of panel 2, so its dK, dV and dQ are an n64 and an n32 wgmma piece,
+    not three n32 ones (:mod:`.bwd_cols`). ``sdp_split`` (with col_split, overlap 0, not
+    pds_smem): warpgroup 0 computes Sᵀ, warpgroup 1 dPᵀ (each m64n64 over the step's 64
+    queries), Pᵀ·(1 - tanh²) passed in f32 through a 64 x 64 exchange buffer
+    (:mod:`.bwd_gsplit`)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -53,6 +59,8 @@ class BwdConfig:
     col_split: bool = False
     pds_smem: bool = False
     ds_double: bool = False
+    panel_split: bool = False
+    sdp_split: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -77,6 +85,13 @@ class BwdConfig:
         if self.ds_double and not (self.dq_split and self.stages == 2):
             raise ValueError("ds_double keeps a dSᵀ pair per ring slot for dq_split's "
                              "exchange: it needs dq_split and 2 stages")
+        if self.panel_split and not self.col_split:
+            raise ValueError("panel_split gives col_split's warpgroups whole panels: it "
+                             "needs col_split")
+        if self.sdp_split and not (self.col_split and self.overlap == 0
+                                   and not self.pds_smem):
+            raise ValueError("sdp_split splits col_split's Sᵀ and dPᵀ by GEMM: it needs "
+                             "col_split, overlap 0 and not pds_smem")
         if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
             raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
                              f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "
@@ -101,7 +116,8 @@ class BwdConfig:
         stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * BLOCK_M * 64 * elem_bytes
-        return kv + ring + ds + stage + 8 * (1 + 2 * self.stages)
+        xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
+        return kv + ring + ds + stage + xg + 8 * (1 + 2 * self.stages)
 
 
 @lru_cache(maxsize=1)

@@ -336,16 +336,25 @@ def opcode_counts(ptx: str) -> collections.Counter:
     return counts
 
 
+def ctas_by_registers(registers: int, threads: int) -> int:
+    """CTAs one SM can hold as far as registers go (sm_80/sm_90: 64K registers, allocated
+    per warp in units of 256, at most 64 warps and 32 CTAs)."""
+    warps = -(-threads // 32)
+    per_warp = -(-max(registers, 1) * 32 // 256) * 256
+    return min(32, min(64, 65536 // per_warp) // warps)
+
+
 def ptx_compare(case: Case, shape) -> dict:
     """Both sides' PTX at ``shape``: totals, the opcodes whose counts differ, and ptxas -v
     registers/spills of each where ptxas is found."""
     from ptxdsl import toolchain
     out: dict = {}
-    texts = {}
+    texts, threads = {}, {}
     for side in ("ptxdsl", "pyptx"):
         try:
             k = build(case, side, shape)
             texts[side] = k.ptx()
+            threads[side] = math.prod(k.block)
         except Exception as e:  # noqa: BLE001 - reported
             out[side] = {"error": _err(e)}
     for side, text in texts.items():
@@ -356,7 +365,8 @@ def ptx_compare(case: Case, shape) -> dict:
             try:
                 res = toolchain.assemble(text, arch.group(1)).resources
                 r = next(iter(res.values()))
-                out[side].update(registers=r.registers, spill_bytes=r.spill_stores + r.spill_loads)
+                out[side].update(registers=r.registers, spill_bytes=r.spill_stores + r.spill_loads,
+                                 ctas_by_registers=ctas_by_registers(r.registers, threads[side]))
             except Exception as e:  # noqa: BLE001
                 out[side]["ptxas"] = _err(e)
         out[side]["_counts"] = c
@@ -453,6 +463,10 @@ def print_table(result: dict) -> None:
                         notes.append(f"  {row['case']}: {side}: {src[key]}")
         if row.get("skipped"):
             notes.append(f"  {row['case']}: skipped: {row['skipped']}")
+        occ = [ptx.get(side, {}).get("ctas_by_registers") for side in ("ptxdsl", "pyptx")]
+        if None not in occ and occ[0] != occ[1]:
+            notes.append(f"  {row['case']}: CTAs per SM by registers differ (ptxdsl/pyptx): "
+                         f"{occ[0]}/{occ[1]}")
         if ptx.get("differs"):
             top = ", ".join(f"{op} {a}/{b}" for op, (a, b) in list(ptx["differs"].items())[:6])
             notes.append(f"  {row['case']}: opcodes that differ (ptxdsl/pyptx): {top}")

@@ -12,8 +12,9 @@ The examples are read, never copied into this repository, from the first of:
 the other modules of ``MODULES`` to their ptxdsl paths), writes the result to
 a temporary file (so tracebacks and ``ptxdsl`` error locations show its lines) and
 imports it. ``load(name, original=True)`` imports pyptx's own module instead (for side
-by side timing; with ``patch=``, pyptx's own file patched the same way). Modules that import jax at the top (``grouped_gemm.py``) get an inert
-stand-in when jax is missing: only their jax runners use it.
+by side timing; with ``patch=``, pyptx's own file patched the same way). Modules that
+import jax at the top (``grouped_gemm.py``) get an inert stand-in when jax is missing:
+only their jax runners use it.
 """
 from __future__ import annotations
 

@@ -32,8 +32,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path[:0] = [p for p in (ROOT, os.path.join(ROOT, "tests", "helpers")) if p not in sys.path]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+if os.path.join(ROOT, "tests", "helpers") not in sys.path:  # the fixes, read at run time
+    sys.path.append(os.path.join(ROOT, "tests", "helpers"))
 
 from bench import pyptx_examples  # noqa: E402
 from bench.timing import time_interleaved  # noqa: E402
@@ -54,7 +57,7 @@ class Case:
     reference: Callable      # (torch, args, shape) -> float64 tensor shaped like the output
     work: Callable           # shape -> ("flop" | "byte", count)
     tol: tuple = (1e-5, 1e-4)  # (atol, rtol)
-    patch: str | None = None   # a fix applied to the text on both sides
+    patch: str | None = None   # "fenced": the fix, both sides; "linked": ptxdsl's imports
     call: Callable = field(default=lambda k, args: k(*args))
 
 
@@ -430,6 +433,15 @@ def run_case(case: Case, torch, rounds: int, iters: int | None, device: str = "c
     return row
 
 
+def _pair(ptx: dict, key: str) -> str:
+    a, b = ptx.get("ptxdsl", {}).get(key), ptx.get("pyptx", {}).get(key)
+    return "-" if a is None or b is None else f"{a}/{b}"
+
+
+def _cell(r: dict) -> str:
+    return f"{r['us']:.1f}" if "us" in r else ("error" if "error" in r else "-")
+
+
 def print_table(result: dict) -> None:
     print(f"\npyptx's Hopper/Ampere examples on {result['device']} ({result['date']}): median µs "
           f"per call; 'ptxdsl/pyptx' = pyptx time / ptxdsl time (> 1: ptxdsl faster)")
@@ -446,16 +458,11 @@ def print_table(result: dict) -> None:
         elif "gbps" in ours:
             rate = f"{ours['gbps']:.0f} GB/s"
         ptx = row.get("ptx", {})
-        ins = (f"{ptx['ptxdsl']['instructions']}/{ptx['pyptx']['instructions']}"
-               if "instructions" in ptx.get("ptxdsl", {}) and "instructions" in ptx.get("pyptx", {})
-               else "-")
-        regs = (f"{ptx['ptxdsl']['registers']}/{ptx['pyptx']['registers']}"
-                if "registers" in ptx.get("ptxdsl", {}) and "registers" in ptx.get("pyptx", {})
-                else "-")
+        ins, regs = _pair(ptx, "instructions"), _pair(ptx, "registers")
         ratio = f"{row['ptxdsl/pyptx']:.3f}" if "ptxdsl/pyptx" in row else "-"
-        cell = lambda r: f"{r['us']:.1f}" if "us" in r else ("error" if "error" in r else "-")  # noqa: E731
-        lines.append(f"{row['case']:<36}{'x'.join(map(str, row.get('shape', []))):>18}"
-                     f"{cell(ours):>12}{cell(theirs):>12}{rate:>18}{ratio:>14}{ins:>20}{regs:>10}")
+        shape = "x".join(map(str, row.get("shape", [])))
+        lines.append(f"{row['case']:<36}{shape:>18}{_cell(ours):>12}{_cell(theirs):>12}"
+                     f"{rate:>18}{ratio:>14}{ins:>20}{regs:>10}")
         for side in ("ptxdsl", "pyptx"):
             for src in (rs.get(side, {}), ptx.get(side, {})):
                 for key in ("error", "ptxas"):

@@ -12,8 +12,9 @@ The examples are read, never copied into this repository, from the first of:
 the other modules of ``MODULES`` to their ptxdsl paths), writes the result to
 a temporary file (so tracebacks and ``ptxdsl`` error locations show its lines) and
 imports it. ``load(name, original=True)`` imports pyptx's own module instead (for side
-by side timing). Modules that import jax at the top (``grouped_gemm.py``) get an inert
-stand-in when jax is missing: only their jax runners use it.
+by side timing; with ``patch=``, pyptx's own file patched the same way). Modules that
+import jax at the top (``grouped_gemm.py``) get an inert stand-in when jax is missing:
+only their jax runners use it.
 """
 from __future__ import annotations
 
@@ -103,27 +104,35 @@ def load(name: str, arch_dir: str = "hopper", *, original: bool = False, patch=N
     if key in _LOADED:
         return _LOADED[key]
     _jax_stand_in()
-    if original:
+    dotted = arch_dir.replace("/", ".")
+    if original and patch is None:
         try:
-            mod = importlib.import_module(f"pyptx.examples.{arch_dir}.{name}")
+            mod = importlib.import_module(f"pyptx.examples.{dotted}.{name}")
         except ImportError:
-            mod = importlib.import_module(f"examples.{arch_dir}.{name}")
+            mod = importlib.import_module(f"examples.{dotted}.{name}")
         _LOADED[key] = mod
         return mod
-    text, where = source(name, arch_dir)
+    if original:  # pyptx's own file, patched, still importing pyptx
+        spec = importlib.util.find_spec(f"pyptx.examples.{dotted}.{name}")
+        if spec is None or not spec.origin:
+            raise Unavailable(f"pyptx.examples.{dotted}.{name} is not installed")
+        text, where = open(spec.origin, encoding="utf-8").read(), spec.origin
+    else:
+        text, where = source(name, arch_dir)
     folder = os.path.join(tempfile.gettempdir(), "ptxdsl_pyptx_examples", arch_dir)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{name}.py")
-    body = renamed(text)
+    body = text if original else renamed(text)
     if patch is not None:
         body = patch(body)
-        path = os.path.join(folder, f"{name}_{patch.__name__}.py")
+        tag = f"{patch.__name__}_pyptx" if original else patch.__name__
+        path = os.path.join(folder, f"{name}_{tag}.py")
     if not os.path.isfile(path) or open(path, encoding="utf-8").read() != body:
         with open(path, "w", encoding="utf-8") as f:
             f.write(body)
     mod_name = f"ptxdsl_pyptx_{arch_dir}_{name}".replace("/", "_")
     if patch is not None:
-        mod_name += f"_{patch.__name__}"
+        mod_name += f"_{patch.__name__}" + ("_pyptx" if original else "")
     spec = importlib.util.spec_from_file_location(mod_name, path)
     mod = importlib.util.module_from_spec(spec)
     mod.__pyptx_source__ = where

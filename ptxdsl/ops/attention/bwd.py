@@ -361,11 +361,17 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
-                                     fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
-                                     scale, softcap, scale_log2, c.ex2_poly,
-                                     cap_inline=cs or rows, bm=bm)
-                        pack_p(list(s_acc), p_regs, dt)
+                        if rows and not softcap:   # Pᵀ whole, then dSᵀ: fewer live at once
+                            probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse),
+                                  scale, softcap, scale_log2, c.ex2_poly, bm)
+                            pack_p(list(s_acc), p_regs, dt)
+                            dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
+                        else:
+                            grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
+                                         fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
+                                         scale, softcap, scale_log2, c.ex2_poly,
+                                         cap_inline=cs or rows, bm=bm)
+                            pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not sh:    # (pds_smem: from shared memory, once both are stored)
                             # the A fragments were just written by ordinary instructions

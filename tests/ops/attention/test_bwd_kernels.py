@@ -113,6 +113,16 @@ def test_block_m_128_doubles_the_queries_of_a_step():
         build_backward(c, bf16, 64, scale=0.1, varlen=True)
 
 
+def test_varlen_keeps_64_query_rows_a_step(monkeypatch):
+    """A block_m 128 plan gives the varlen backward 64-row steps (its padded f32 rows
+    start at multiples of 64), the dense one 128."""
+    from ptxdsl.ops.attention import bwd_api
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, block_m=128)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    assert bwd_api.backward_kernels(64, causal=True)[1].name.endswith("_m128")
+    assert "_m128" not in bwd_api.backward_kernels(64, causal=True, varlen=True)[1].name
+
+
 @pytest.mark.ptxas
 @pytest.mark.long
 @pytest.mark.parametrize("overlap,mask,det", [

@@ -14,9 +14,9 @@ drops the 256-thread barrier before dSᵀ's stores), default mode, the FA3 grid'
 deterministic, "ov2 sw split dsx2" 8-16 bytes causal and window deterministic; the others
 none); ``--set h96``: head dim 96's untimed row against its
 neighbours; ``--set h64``: head dim 64's row against ``block_m`` 128 (FA3's hdim-64 tile:
-128 query rows a step, dQ split by rows between the warpgroups; stages 2, 3; overlap 0, 1),
-default and deterministic, S 1k, 4k, 16k (ptxas -v: no spills, but 8-16 bytes for "m128"
-and "m128 s3" causal and window deterministic; every block_m 128 variant spills with
+128 query rows a step, dQ split by rows between the warpgroups; stages 2, 3; overlap 0, 1;
+``ds_double``), default and deterministic, S 1k, 4k, 16k (ptxas -v: no spills, but 8-16
+bytes for "m128", "m128 s3" and "m128 dsx2" causal and window deterministic; every block_m 128 variant spills with
 softcap, which this set does not time). Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
 where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
@@ -82,7 +82,9 @@ def main() -> None:
                     "m128": BwdConfig(stages=2, **m),
                     "m128 ov1": BwdConfig(stages=2, overlap=1, **m),
                     "m128 s3": BwdConfig(stages=3, **m),
-                    "m128 s3 ov1": BwdConfig(stages=3, overlap=1, **m)}
+                    "m128 s3 ov1": BwdConfig(stages=3, overlap=1, **m),
+                    "m128 dsx2": BwdConfig(stages=2, ds_double=True, **m),
+                    "m128 ov1 dsx2": BwdConfig(stages=2, overlap=1, ds_double=True, **m)}
         grid = tuple((s, 64, c) for s in (1024, 4096, 16384) for c in (False, True))
         modes = (False, True)
     elif which == "h96":

@@ -264,7 +264,8 @@ def test_head_dim_128_candidates_match_float64(monkeypatch, cfg, causal):
     _check(2, 333, 517, 4, 2, 128, causal=causal)
 
 
-H64 = [dict(), dict(overlap=1), dict(stages=3), dict(stages=3, overlap=1)]
+H64 = [dict(), dict(overlap=1), dict(stages=3), dict(stages=3, overlap=1), dict(ds_double=True),
+       dict(overlap=1, ds_double=True)]
 
 
 @pytest.mark.parametrize("cfg", H64)

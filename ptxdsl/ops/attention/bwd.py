@@ -76,7 +76,8 @@ class Smem:
         self.ds = self.do + c.stages * self.q_bytes          # two 64 x 64 dSᵀ tiles
         self.ds_bytes = BM * 64 * es                      # (ds_double: two pairs, by slot;
         # block_m 128: a 128-key panel per 64 queries)
-        self.dqs = self.ds + (4 if c.ds_double or c.block_m > BM else 2) * self.ds_bytes
+        self.dqs = self.ds + (2 if c.ds_double else 1) * \
+            (4 if c.block_m > BM else 2) * self.ds_bytes
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
         self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
@@ -388,7 +389,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # ds_double: the pair of two steps ago, which the last step's second
                     # barrier ordered, so only this warpgroup's dQ stage is waited for here
                     ptx.inst("bar.sync", *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
-                    dsb = ring.slot * (2 * L.ds_bytes) if c.ds_double else None
+                    dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) if c.ds_double else None
                     ds_at = ds_row + dsb if c.ds_double else ds_row
                     cols = ds_col or ds_cols()
                     # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
@@ -415,6 +416,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # dQ[64 w : 64 w + 64, :] over all 128 keys (panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
                     a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh else
+                                                  base + L.ds + dsb + w * (2 * L.ds_bytes)
+                                                  if c.ds_double and rows else
                                                   base + L.ds + dsb if c.ds_double else
                                                   base + L.ds + w * (2 * L.ds_bytes) if rows else
                                                   base + L.ds if c.dq_split else ds_w,

@@ -39,9 +39,10 @@ class BwdConfig:
     warpgroup computes Sᵀ and dPᵀ for 32 of the step's 64 queries only, and Pᵀ, dSᵀ go
     through shared memory (two 64 x 64 tiles both write and both read), so no GEMM is
     done twice (FlashAttention-3's way at head dim 256), for two 256-thread barriers.
-    ``ds_double`` (with dq_split, 2 stages): two pairs of dSᵀ tiles, the ring slot's, so the
-    barrier before dSᵀ's stores waits for the warpgroup's own dQ stage only, not for the
-    other warpgroup's last dQ wgmmas (FlashAttention-3 keeps two dS stages too).
+    ``ds_double`` (with dq_split or block_m 128, 2 stages): two pairs of dSᵀ tiles, the
+    ring slot's, so the barrier before dSᵀ's stores waits for the warpgroup's own dQ stage
+    only, not for the other warpgroup's last dQ wgmmas (FlashAttention-3 keeps two dS
+    stages too).
     ``block_m`` (head dim 64, dq_tma and dq_swizzle): query rows per step, 64 or 128. At 128
     (FlashAttention-3's hdim-64 tile) Sᵀ and dPᵀ are m64n128 per warpgroup, dV and dK take
     eight k-steps, the dSᵀ tiles are 128 keys x 128 queries in two 64-query panels, and
@@ -82,17 +83,19 @@ class BwdConfig:
         if self.pds_smem and not (self.col_split and self.overlap == 0):
             raise ValueError("pds_smem splits col_split's Sᵀ and dPᵀ by queries: it needs "
                              "col_split and overlap 0")
-        if self.ds_double and not (self.dq_split and self.stages == 2):
+        if self.ds_double and not ((self.dq_split or self.block_m != BLOCK_M) and
+                                   self.stages == 2):
             raise ValueError("ds_double keeps a dSᵀ pair per ring slot for dq_split's "
+                             "(or block_m 128's) "
                              "exchange: it needs dq_split and 2 stages")
         if self.block_m not in (BLOCK_M, 2 * BLOCK_M):
             raise ValueError(f"block_m is {BLOCK_M} or {2 * BLOCK_M}, got {self.block_m}")
         if self.block_m != BLOCK_M and not (self.dq_tma and self.dq_swizzle) or \
                 self.block_m != BLOCK_M and (self.dq_split or self.col_split or
-                                             self.ds_double or self.dq_first):
+                                             self.dq_first):
             raise ValueError("block_m 128 splits dQ by query rows, staged swizzled for the "
                              "TMA reduce-add: it needs dq_tma and dq_swizzle, and none of "
-                             "dq_split, col_split, ds_double, dq_first")
+                             "dq_split, col_split, dq_first")
         if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
             raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
                              f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "

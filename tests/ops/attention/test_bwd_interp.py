@@ -132,6 +132,10 @@ def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
     pytest.param(dict(stages=3), (1, 300, 270, 1, 1), dict(window_size=(100, 20)),
                  marks=pytest.mark.long),
     pytest.param(dict(overlap=1), (1, 200, 150, 2, 1), {}, marks=pytest.mark.long),
+    pytest.param(dict(ds_double=True), (1, 300, 200, 2, 1), dict(causal=True),
+                 marks=pytest.mark.long),
+    pytest.param(dict(overlap=1, ds_double=True), (2, 130, 300, 2, 2),
+                 dict(window_size=(40, 3)), marks=pytest.mark.long),
 ])
 def test_block_m_128_matches_float64(monkeypatch, cfg, shape, kw):
     """Head dim 64 with 128 query rows a step (BwdConfig.block_m): Sq = 60 leaves the

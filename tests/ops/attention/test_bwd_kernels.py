@@ -129,11 +129,12 @@ def test_varlen_keeps_64_query_rows_a_step(monkeypatch):
     (0, Mask(), False), (0, Mask(-1, 0), False), (0, Mask(32, 0), False), (0, Mask(), True),
     (1, Mask(), False), (1, Mask(-1, 0), False), (1, Mask(32, 0), False), (1, Mask(), True),
     (1, Mask(-1, 0), True), (1, Mask(32, 0), True)])
-@pytest.mark.parametrize("stages", [2, 3])
-def test_ptxas_keeps_block_m_128_in_registers(overlap, mask, det, stages):
+@pytest.mark.parametrize("stages,ds_double", [(2, False), (3, False), (2, True)])
+def test_ptxas_keeps_block_m_128_in_registers(overlap, mask, det, stages, ds_double):
     """The block_m 128 variants lab/attention_bwd_plans.py --set h64 times: no spills (not
     with softcap, nor overlap 0 deterministic with a causal or window mask: 8-44 bytes)."""
-    c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, block_m=128, overlap=overlap)
+    c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, block_m=128, overlap=overlap,
+                  ds_double=ds_double)
     k = build_backward(c, bf16, 64, mask, scale=0.125, deterministic=det)
     try:
         r = k.resources()

@@ -12,13 +12,13 @@ overlap 2, dq_first, ex2_poly with dq_split; ``ds_double``, whose dSᵀ pair per
 drops the 256-thread barrier before dSᵀ's stores), default mode, the FA3 grid's S 1k to
 16k (ptxas spills 8-24 bytes for "ov1 sw split poly" causal and "ov2 sw split qf" causal
 deterministic, "ov2 sw split dsx2" 8-16 bytes causal and window deterministic; the others
-none); ``--set h96``: head dim 96's untimed row against its
-neighbours; ``--set h64``: head dim 64's row against ``block_m`` 128 (FA3's hdim-64 tile:
-128 query rows a step, dQ split by rows between the warpgroups; stages 2, 3; overlap 0, 1;
-``ds_double``), default and deterministic, S 1k, 4k, 16k (ptxas -v: no spills, but 8-16
-bytes for "m128", "m128 s3" and "m128 dsx2" causal and window deterministic; every block_m 128 variant spills with
-softcap, which this set does not time). Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
-where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
+none); ``--set h96``: head dim 96's untimed row against its neighbours; ``--set h64``:
+head dim 64's row against ``block_m`` 128 (FA3's hdim-64 tile: 128 query rows a step, dQ
+split by rows between the warpgroups; stages 2, 3; overlap 0, 1; ``ds_double``), default
+and deterministic, S 1k, 4k, 16k (ptxas -v: no spills, but 8-16 bytes for "m128", "m128
+s3" and "m128 dsx2" causal and window deterministic; every block_m 128 variant spills with
+softcap, which this set does not time). Each variant's dq, dk, dv are checked against
+cuDNN's (SDPA flash's where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h64]

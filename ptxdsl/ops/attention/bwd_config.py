@@ -114,7 +114,8 @@ class BwdConfig:
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """K and V (``block_n`` rows each), ``stages`` x (Q + dO + 2 x (LSE + D)) of
         ``block_m`` rows, two dSᵀ tiles (64 x ``block_m``), the dQ stages (``dq_tma``),
-        the mbarriers; 16-bit tiles in whole 64-column panels (head dim 96 takes 128's), dQ's f32 stages only its columns."""
+        the mbarriers; 16-bit tiles in whole 64-column panels (head dim 96 takes 128's),
+        dQ's f32 stages only its columns."""
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         bm = self.block_m
         ring = self.stages * (2 * bm * padded(head_dim) * elem_bytes + 4 * bm * 4)

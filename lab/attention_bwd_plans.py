@@ -17,11 +17,16 @@ head dim 64's row against ``block_m`` 128 (FA3's hdim-64 tile: 128 query rows a 
 split by rows between the warpgroups; stages 2, 3; overlap 0, 1; ``ds_double``), default
 and deterministic, S 1k, 4k, 16k (ptxas -v: no spills, but 8-16 bytes for "m128", "m128
 s3" and "m128 dsx2" causal and window deterministic; every block_m 128 variant spills with
-softcap, which this set does not time). Each variant's dq, dk, dv are checked against
-cuDNN's (SDPA flash's where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
+softcap, which this set does not time); ``--set h192``: head dim 192's plan row
+(``col_split`` + ``pds_smem``, three n32 pieces of dK, dV, dQ a warpgroup) against
+``panel_split`` (an n64 and an n32 piece) with and without ``pds_smem``, 1 or 2 stages,
+overlap 1, and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, m64n64 each; with and
+without panel_split), default and deterministic, on the rows the issue cites (1k full, 4k
+full and causal, 16k causal). Each variant's dq, dk, dv are checked against cuDNN's (SDPA
+flash's where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
-    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h64]
+    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64]
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ def main() -> None:
     from ptxdsl.ops.attention.bwd_config import BwdConfig
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h64"),
+    ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64"),
                     default="tma")
     which = ap.parse_args().set
     tma = dict(stages=2, dq_tma=True)
@@ -94,6 +99,20 @@ def main() -> None:
                     "ov1 sw qf": BwdConfig(**sw, overlap=1, dq_first=True),
                     "ov1 sw poly": BwdConfig(**sw, overlap=1, ex2_poly=True)}
         grid = ((1024, 96, False), (4096, 96, False), (4096, 96, True), (16384, 96, True))
+        modes = (False, True)
+    elif which == "h192":
+        cols = dict(dq_tma=True, dq_swizzle=True, col_split=True)
+        pnl = dict(cols, panel_split=True)
+        variants = {"s2 pds": BwdConfig(stages=2, pds_smem=True, **cols),
+                    "s2 pds pnl": BwdConfig(stages=2, pds_smem=True, **pnl),
+                    "s1 pds pnl": BwdConfig(stages=1, pds_smem=True, **pnl),
+                    "s2 pnl": BwdConfig(stages=2, **pnl),
+                    "s2 ov1 pnl": BwdConfig(stages=2, overlap=1, **pnl),
+                    "s1 ov1 pnl": BwdConfig(stages=1, overlap=1, **pnl),
+                    "s2 gsp pnl": BwdConfig(stages=2, sdp_split=True, **pnl),
+                    "s1 gsp pnl": BwdConfig(stages=1, sdp_split=True, **pnl),
+                    "s2 gsp": BwdConfig(stages=2, sdp_split=True, **cols)}
+        grid = ((1024, 192, False), (4096, 192, False), (4096, 192, True), (16384, 192, True))
         modes = (False, True)
     else:                      # head dim -> the variants worth building for it
         variants = {"tma": BwdConfig(**tma), "sw": BwdConfig(**tma, dq_swizzle=True),

@@ -242,6 +242,10 @@ class Kernel:
         prog = b.finish(max_threads=nthreads)
         prog.ptx_version = max(prog.ptx_version, opts.needs_ptx)
         prog.cluster = opts.cluster_shape
+        bounded = self.maxntid or self.min_ctas_per_sm is not None
+        prog.directives = ((("maxntid", self.block),) if bounded else ()) + (
+            (("minnctapersm", (self.min_ctas_per_sm,)),) if self.min_ctas_per_sm is not None
+            else ()) + tuple(opts.directives)
         if opts.smem is not None and prog.dynamic_smem > opts.smem:
             dyn = next(s for s in prog.shared if s.dynamic)
             raise TraceError(f"smem={opts.smem} bytes but the dynamic shared array {dyn.name} "
@@ -258,7 +262,6 @@ class Kernel:
         if self.pdl:
             self._check_grid_wait(prog)
         src = f"{os.path.basename(self.defined_at.file)}:{self.defined_at.line}"
-        bounded = self.maxntid or self.min_ctas_per_sm is not None
         return Compiled(prog, emit(prog, lines, source=src,
                                    maxntid=self.block if bounded else None,
                                    minnctapersm=self.min_ctas_per_sm,

@@ -294,6 +294,9 @@ class Program:
     # CTAs per cluster (x, y, z) when launched as clusters (``cluster=`` or
     # ``.reqnctapercluster``), else None: every CTA is a cluster of one.
     cluster: tuple[int, int, int] | None = None
+    # The entry's performance directives as printed, ``(("maxntid", (384, 1, 1)),
+    # ("minnctapersm", (1,)), ...)``: what ptxas sizes the registers a thread starts with by.
+    directives: tuple = ()
 
     @property
     def dynamic_smem(self) -> int:

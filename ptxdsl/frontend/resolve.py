@@ -412,10 +412,11 @@ class Body:
     def finish(self) -> ir.Program:
         fn = self.fn
         self._scoped_labels()
-        max_threads, cluster = None, None
+        max_threads, cluster, directives = None, None, []
         for d in fn.directives:
             name, _, vals = d.partition(" ")
             nums = [int(v) for v in vals.split(",") if v.strip()]
+            directives.append((name.lstrip("."), tuple(nums)))
             if name in (".maxntid", ".reqntid") and nums:
                 max_threads = 1
                 for n in nums:
@@ -425,7 +426,7 @@ class Body:
         fn.builder = self.b
         prog = ir.Program(fn.name, self.b.arch, list(self.b.params), self.body,
                           list(self.b.regs), list(self.b.shared), self.version, self.b.sm,
-                          max_threads, cluster)
+                          max_threads, cluster, tuple(directives))
         return prog
 
 

@@ -127,6 +127,7 @@ class Machine:
         self.async_reads: dict = {}             # step -> wgmma / bulk copy reading smem
         # pdl=True kernels: which threads executed griddepcontrol.wait (None: not pdl)
         self.grid_waited = None
+        self.reg_pool = None                    # setmaxnreg's register pools (registers.py)
 
     def _cluster_specials(self, cl: tuple, explicit: bool) -> None:
         """%ctaid, %cluster_ctaid, %clusterid, %cluster_ctarank, ... of a launch in

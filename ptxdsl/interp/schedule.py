@@ -25,6 +25,10 @@ A handler ``fn(mach, instr, mask)`` whose threads cannot go on yet raises
     after the instruction has done its part (e.g. arrived at a barrier):
     the instruction counts as executed once ``fn()`` returns True; ``fn``
     may do the finishing work (an acquire).
+``raise Blocked(what, headline=fn)``
+    a wait that, when it is part of a deadlock, is its cause (``setmaxnreg.inc``: only
+    a unit going on could give registers back): the report leads with ``fn()`` at the
+    instruction's line.
 ``raise Blocked(what, fallback=fn)``
     for waits that may legally give up (``mbarrier.try_wait`` /
     ``test_wait`` return false): when nothing else can progress, the
@@ -66,9 +70,10 @@ class Blocked(Exception):
     """Raised by a semantic function whose threads must wait; see the module docstring."""
 
     def __init__(self, what: str, poll=None, fallback=None, spin: bool = False,
-                 preempt: bool = False):
+                 preempt: bool = False, headline=None):
         super().__init__(what)
         self.what = what
+        self.headline = headline  # what a deadlock report leads with (see the docstring)
         self.poll = poll
         self.fallback = fallback
         self.spin = spin          # a loop at a fixed point (progress.py), not a wait
@@ -102,24 +107,31 @@ def _meet(m, instr, mask, handler):
         key = (id(instr), g)
         e = m.meetings.get(key)
         if e is None:
-            e = m.meetings[key] = {"mask": np.zeros(m.T, bool), "done": False}
+            e = m.meetings[key] = {"mask": np.zeros(m.T, bool), "run": False,
+                                   "done": False}
         e["mask"][g * 128:(g + 1) * 128] |= mask[g * 128:(g + 1) * 128]
         entries.append((g, key, e))
     m.events += 1
     while True:
         ready = [(g, k, e) for g, k, e in entries
-                 if not e["done"] and not (live[g * 128:(g + 1) * 128]
-                                           & ~e["mask"][g * 128:(g + 1) * 128]).any()]
+                 if not e["run"] and not (live[g * 128:(g + 1) * 128]
+                                          & ~e["mask"][g * 128:(g + 1) * 128]).any()]
         for g, k, e in ready:
-            e["done"] = True
+            # the others go on once it has run: an instruction that waits (setmaxnreg.inc)
+            # holds the whole warpgroup
+            e["run"] = True
             del m.meetings[k]
             yield from wait_at(m, instr, e["mask"], handler, meet=False)
+            e["done"] = True
             m.events += 1
         if all(e["done"] for _, _, e in entries):
             return
         g, _, e = next((x for x in entries if not x[2]["done"]))
 
         def what(g=g, e=e):
+            if e["run"]:
+                return ("warpgroup-collective: another warp of this warpgroup executes it "
+                        "for all four, and waits there")
             missing = sorted({int(t) % m.P // 32 for t in np.flatnonzero(
                 (live & ~e["mask"])[g * 128:(g + 1) * 128]) + g * 128})
             return (f"warpgroup-collective: warps {missing} of this warpgroup have not "
@@ -254,6 +266,7 @@ def _deadlock(mach, units, gens, parked, last) -> Deadlock:
         lines.append(f"  ({len(done)} other unit(s) have finished)")
     spins = [i for i in gens if parked[i][2].spin]
     first = parked[spins[0] if spins else next(iter(gens))][0]
+    cause = next((parked[i] for i in gens if parked[i][2].headline is not None), None)
     hint = ("" if last else " (at a coarser scheduling level)")
     if spins:
         msg = ("no progress: every thread still running waits, or spins in a loop that "
@@ -272,6 +285,9 @@ def _deadlock(mach, units, gens, parked, last) -> Deadlock:
                f"satisfied{hint}:\n" + "\n".join(lines) +
                "\nCheck that each wait has a matching arrive (counts, phases/parities, "
                "transaction bytes) on a path that runs.")
+    if cause is not None:
+        first = cause[0]
+        msg = f"{first.opcode}: {cause[2].headline()}\n{msg}"
     return Deadlock(msg, first.loc, partial)
 
 

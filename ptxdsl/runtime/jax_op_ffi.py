@@ -18,6 +18,7 @@ kernels, lowered per platform (``jax.lax.platform_dependent``):
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 
@@ -148,20 +149,12 @@ def execute(attrs: dict, args: list, rets: list, stream: int, *, tensors=_tensor
     import torch
     ins, outs = tensors(torch, args), tensors(torch, rets)
     device = (outs or ins)[0].device
-    with torch.cuda.device(device) if device.type == "cuda" else _null(), \
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext(), \
             on_stream(torch, stream, device):
         res = run_op(spec["op"], spec["params"], ins, outs)
         for o, r in zip(outs, res):
             if r.data_ptr() != o.data_ptr():   # the op allocated it: one device copy
                 o.copy_(r.reshape(o.shape))
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 _HANDLER = make_handler("ptxdsl op", execute)  # alive for the process: XLA holds it

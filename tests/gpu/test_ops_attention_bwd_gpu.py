@@ -340,3 +340,44 @@ def test_lse_gradient_reaches_q_and_k(varlen):
     for name, t, ref in zip(("dq", "dk", "dv"), (q, k, v), r):
         err = (t.grad.float() - ref.grad).abs().max() / ref.grad.abs().max()
         assert err <= 3e-2, (name, float(err))
+
+
+# ---- head dim 192's panel_split layout (lab/attention_bwd_plans.py --set h192 candidates)
+def _panel_split(stages, pds, overlap=0, gsp=False, pnl=True):
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+    return BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, col_split=True,
+                     panel_split=pnl, pds_smem=pds, overlap=overlap, sdp_split=gsp)
+
+
+@pytest.mark.parametrize("cfg", [(2, True), (1, True), (2, False), (2, False, 1),
+                                 (2, False, 0, True), (2, False, 0, True, False)],
+                         ids=["s2pds", "s1pds", "s2", "s2ov1", "s2gsp", "s2gsp_even"])
+@pytest.mark.parametrize("sq,sk,kw", [
+    (1, 1, dict(causal=True)), (63, 200, dict(causal=True)), (200, 63, dict(causal=True)),
+    (257, 300, dict(window_size=(32, 16))), (64, 512, dict(softcap=30.0, softmax_scale=0.2)),
+    (130, 190, dict(softcap=5.0, causal=True)), (1000, 1000, {}),
+])
+def test_head_dim_192_panel_split(monkeypatch, cfg, sq, sk, kw):
+    """panel_split (each consumer warpgroup an n64 and an n32 piece of dK, dV, dQ) and
+    sdp_split (warpgroup 0 Sᵀ, 1 dPᵀ): masks, ragged lengths, GQA, softcap vs float64."""
+    from ptxdsl.ops.attention import bwd_api
+    c = _panel_split(*cfg)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    _check(1, sq, sk, 4, 2, 192, **kw)
+
+
+@pytest.mark.parametrize("cfg", [(2, True), (1, True), (2, False, 0, True)],
+                         ids=["s2pds", "s1pds", "s2gsp"])
+def test_head_dim_192_panel_split_deterministic_and_varlen(monkeypatch, cfg):
+    torch = torch_sm90()
+    from ptxdsl.ops.attention import bwd_api
+    c = _panel_split(*cfg)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    (q, k, v, do, out, lse), first = _check(1, 700, 700, 4, 2, 192, causal=True,
+                                            deterministic=True)
+    again = attention_backward(do, q, k, v, out, lse, causal=True, deterministic=True)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    lens_q, lens_k = [0, 1, 300, 77, 1024, 5, 40], [3, 1, 300, 200, 1024, 0, 129]
+    q, k, v, do, out, lse, cq, ck = _varlen_case(lens_q, lens_k, 8, 2, 192, 19, causal=True)
+    got = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 1024, 1024, causal=True)
+    _check_each(got, q, k, v, do, cq, ck, causal=True)

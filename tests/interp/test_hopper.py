@@ -230,7 +230,7 @@ def test_setmaxnreg_direction(again, words):
         _roles(again=again).interpret()
 
 
-def test_setmaxnreg_budgets_beyond_the_sm_are_refused():
-    with pytest.raises(InterpreterError, match=r"add up to .*128 x 256 \+ 128 x 256.*more "
-                                               r"than an SM's 65536"):
+def test_setmaxnreg_budgets_beyond_the_pool_wait_forever():
+    with pytest.raises(InterpreterError, match=r"inc to 256 \(warpgroup 2\) waits forever"
+                                               r".*40 \+ 256 \+ 256 = 552 a thread slot"):
         _roles(consumer_regs=256).interpret()

@@ -55,6 +55,8 @@ from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
+from .bwd_cols import col_pieces, stage_panels
+from .bwd_gsplit import split_step
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_steps import kv_gemms, lock, pass_turn, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
@@ -81,7 +83,8 @@ class Smem:
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
         self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
-        self.lse = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)
+        self.xg = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)   # sdp_split's X
+        self.lse = self.xg + (BM * 64 * 4 if c.sdp_split else 0)
         self.dpsum = self.lse + c.stages * 2 * c.block_m * 4
         self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8
@@ -144,15 +147,16 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if c.dq_split and d != 128:
         raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
                          f"got {d}")
-    bn, cs, sh = c.block_n, c.col_split, c.pds_smem
+    bn, cs, sh, gs = c.block_n, c.col_split, c.pds_smem, c.sdp_split
     bw = BM // 2 if sh else bm          # queries of Sᵀ, dPᵀ a warpgroup computes per step
-    # col_split: a warpgroup's half of the columns in pieces that stay inside one 64-column
-    # panel (an MN-major B operand's extent), 64 wide at head dim 256, 32 at 192
-    pw = (64 if d % 256 == 0 else 32) if cs else d
-    npc = d // 2 // pw if cs else 1
+    # col_split: a warpgroup's columns in pieces that stay inside one 64-column panel (an
+    # MN-major B operand's extent), 64 wide at head dim 256, 32 at 192 (panel_split: 64, 32)
+    pieces = col_pieces(c, d) if cs else ((d, 0, 0),)
+    npc = len(pieces)
     nch = 1 if c.dq_split else npc if cs else padded(d) // 64  # dQ chains per warpgroup, step
-    # each chain's columns: 64 (a K panel), the last 32 at head dim 96; pw with col_split
-    qcols = [pw] * nch if cs else [min(64, d - 64 * ch) for ch in range(nch)]
+    # each chain's columns: 64 (a K panel), the last 32 at head dim 96; the pieces' widths
+    qcols = [p[0] for p in pieces] if cs else [min(64, d - 64 * ch) for ch in range(nch)]
+    qoff = [sum(qcols[:ch]) for ch in range(nch)]   # a chain's first column in the stage
     # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
     xbar = (3, 256) if c.dq_split or sh or rows else None
     es = dtype.bytes
@@ -166,14 +170,15 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if deterministic:
         names.append("sem")
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{bw}k16.f32.{dt}.{dt}"
-    mma_kv = f"wgmma.mma_async.sync.aligned.m64n{pw}k16.f32.{dt}.{dt}"
     mma_q = lambda n: f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}"
+    mma_kv = [mma_q(p[0]) for p in pieces]           # one per piece
     name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
             f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
             f"{'_swdq' if c.dq_swizzle else ''}"
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
             f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
-            f"{'_cols' if cs else ''}{'_pds' if sh else ''}{f'_m{bm}' if rows else ''}"
+            f"{'_cols' if cs else ''}{'_pnl' if c.panel_split else ''}{'_pds' if sh else ''}"
+            f"{'_gsp' if gs else ''}{f'_m{bm}' if rows else ''}"
             f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
@@ -281,11 +286,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
             kw0 = n0 if cs else n0 + w * 64
             keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
-            if cs:      # piece j: columns c0 = w·D/2 + j·pw, c0's offset in a panelled tile
-                c0s = [w * (d // 2) + j * pw for j in range(npc)]
+            if cs:      # piece j: columns c0 = first + w·step, c0's offset in a panelled tile
+                c0s = [w * step + first for _, first, step in pieces]
                 coff = [(x >> 6) * (BM * ROW) + (x & 63) * 2 for x in c0s]
-            dv_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
-            dk_acc = [ptx.wgmma.accumulator(pw, init=0.0) for _ in range(npc)]
+            dv_acc = [ptx.wgmma.accumulator(p[0], init=0.0) for p in pieces]
+            dk_acc = [ptx.wgmma.accumulator(p[0], init=0.0) for p in pieces]
             p_regs, ds_regs = p_registers(bw), p_registers(bw)
             qh = w * bw if sh else 0         # pds_smem: this warpgroup's first query
             ring = Ring(S)
@@ -321,9 +326,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if sh:                            # this warpgroup's queries' LSE and D
                         row_at = lambda o, _r=row_at: _r(o) + qh * 4
                     s_acc = ptx.wgmma.accumulator(bw)
-                    dp_acc = ptx.wgmma.accumulator(bw)
+                    dp_acc = None if gs else ptx.wgmma.accumulator(bw)
                     ptx.inst("wgmma.fence.sync.aligned")
-                    for acc, a_at, b_at in ((s_acc, k_w, q_at), (dp_acc, v_w, do_at)):
+                    # (sdp_split: warpgroup 0 Sᵀ = K·Qᵀ, 1 dPᵀ = V·dOᵀ, in s_acc)
+                    for acc, a_at, b_at in (((s_acc, k_w + w * L.kv_bytes,
+                                              q_at + w * (L.do - L.q)),) if gs else
+                                            ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
                         if sh:                        # queries qh .. qh + 31 of the tile
                             b_at = b_at + qh * ROW
                         a_desc = ptx.wgmma.descriptor(a_at, leading=16, stride=1024, swizzle=128)
@@ -359,6 +367,24 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             for kv in kv_mmas[c.overlap - 1:]:
                                 kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
+                    elif gs:
+                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+
+                        def store_tile(regs):         # this warpgroup's tile (w: Pᵀ, dSᵀ)
+                            for kc in range(bw // 16):
+                                for j in range(4):
+                                    ptx.inst("st.shared.b32",
+                                             ptx.addr(ds_row + ds_col[2 * kc + j // 2],
+                                                      (j % 2) * 8 * ROW), regs[kc][j])
+                        tile = lambda t: base + L.ds + t * L.ds_bytes
+                        split_step(w=w, lane=lane, acc=s_acc, regs=p_regs,
+                                   store_tile=store_tile, xg_at=base + L.xg + lane * 16, dt=dt,
+                                   dv=(mma_kv, dv_acc, tile(0), at_pc(do_at)),
+                                   dk=(mma_kv, dk_acc, tile(1), at_pc(q_at)),
+                                   dq_tma=c.dq_tma, bar=(3, 256), d_at=row_at(L.dpsum),
+                                   score_args=(keys, m0, fcol, off, mask, kw0, row_at(L.lse),
+                                               scale, softcap, scale_log2, c.ex2_poly))
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
@@ -380,42 +406,45 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             for acc, a_regs, b_at in kv_mmas:
                                 kv_gemms(mma_kv, acc, a_regs, b_at, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
-                    # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8 (j % 2),
-                    # queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
-                    if c.dq_tma:                      # the last step's reduce has read dQ's stage
-                        with ptx.if_(lane == 0):
-                            ptx.inst("cp.async.bulk.wait_group.read", 0)
-                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
-                    # ds_double: the pair of two steps ago, which the last step's second
-                    # barrier ordered, so only this warpgroup's dQ stage is waited for here
-                    ptx.inst("bar.sync", *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
-                    dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) if c.ds_double else None
-                    ds_at = ds_row + dsb if c.ds_double else ds_row
-                    cols = ds_col or ds_cols()
-                    # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
-                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
-                        for kc in range(bw // 16):
-                            for j in range(4):
-                                ptx.inst("st.shared.b32",
-                                         ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
-                                                  t * L.ds_bytes + (j % 2) * 8 * ROW +
-                                                  (kc // 4) * 2 * L.ds_bytes),
-                                         regs[kc][j])
-                    ptx.inst("fence.proxy.async.shared::cta")
-                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
-                    if xbar:                          # the other tile's writes, for our wgmma
+                    if not gs:    # (sdp_split: its stores and barriers are split_step's)
+                        # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
+                        # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
+                        if c.dq_tma:                  # the last step's reduce has read dQ's stage
+                            with ptx.if_(lane == 0):
+                                ptx.inst("cp.async.bulk.wait_group.read", 0)
+                        # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
+                        # ds_double: the pair of two steps ago, which the last step's second
+                        # barrier ordered, so only this warpgroup's dQ stage is waited for here
+                        ptx.inst("bar.sync",
+                                 *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
+                        dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
+                            if c.ds_double else None
+                        ds_at = ds_row + dsb if c.ds_double else ds_row
+                        cols = ds_col or ds_cols()
+                        # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
+                        for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
+                            for kc in range(bw // 16):
+                                for j in range(4):
+                                    ptx.inst("st.shared.b32",
+                                             ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
+                                                      t * L.ds_bytes + (j % 2) * 8 * ROW +
+                                                      (kc // 4) * 2 * L.ds_bytes),
+                                             regs[kc][j])
                         ptx.inst("fence.proxy.async.shared::cta")
-                    if sh:        # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        for t, (accs, _, b_ats) in enumerate(kv_mmas):
-                            kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
-                                     commit=False)
-                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                        if xbar:                          # the other tile's writes, for our wgmma
+                            ptx.inst("fence.proxy.async.shared::cta")
+                        if sh:    # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
+                            ptx.inst("wgmma.fence.sync.aligned")
+                            for t, (accs, _, b_ats) in enumerate(kv_mmas):
+                                kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
+                                         commit=False)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
                     # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
                     # after the other in shared memory, and K's panel w); rows (block_m 128):
                     # dQ[64 w : 64 w + 64, :] over all 128 keys (panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
-                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh else
+                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh or gs else
                                                   base + L.ds + dsb + w * (2 * L.ds_bytes)
                                                   if c.ds_double and rows else
                                                   base + L.ds + dsb if c.ds_double else
@@ -459,7 +488,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      for k in range(4)] if c.dq_swizzle else \
                                 [dq_stage + ch * L.dqs_bytes]
                             for i in range(0, len(dq.regs), 2):
-                                col = ch * (pw if cs else 64) + col_of(i)
+                                col = qoff[ch] + col_of(i)
                                 if c.dq_swizzle:
                                     at = sw_at[(col // 8) % 4]
                                     o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
@@ -491,9 +520,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                       c.dq_split or cs or rows, bn,
                                       *((1,) if rows else ()))
                             box = 32 if c.dq_swizzle else 64
+                            panels = stage_panels(c, d) if c.panel_split else None
                             for ch in range(c.wg_cols(d) // box):
-                                col = w * c.wg_cols(d) + ch * box \
-                                    if c.dq_split or cs else ch * box
+                                col = w * panels[ch][1] + panels[ch][0] if panels else \
+                                    w * c.wg_cols(d) + ch * box if c.dq_split or cs else ch * box
                                 ptx.tma.reduce(tdq, dqc(col, m0w, head),
                                                stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")

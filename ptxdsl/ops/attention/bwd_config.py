@@ -43,6 +43,12 @@ class BwdConfig:
     ring slot's, so the barrier before dSᵀ's stores waits for the warpgroup's own dQ stage
     only, not for the other warpgroup's last dQ wgmmas (FlashAttention-3 keeps two dS
     stages too).
+    ``panel_split`` (col_split at head dim 192): warpgroup ``w`` owns 64-column panel ``w``
+    and half ``w`` of panel 2, so its dK, dV and dQ are an n64 and an n32 wgmma piece,
+    not three n32 ones (:mod:`.bwd_cols`). ``sdp_split`` (with col_split, overlap 0, not
+    pds_smem): warpgroup 0 computes Sᵀ, warpgroup 1 dPᵀ (each m64n64 over the step's 64
+    queries), Pᵀ·(1 - tanh²) passed in f32 through a 64 x 64 exchange buffer
+    (:mod:`.bwd_gsplit`).
     ``block_m`` (head dim 64, dq_tma and dq_swizzle): query rows per step, 64 or 128. At 128
     (FlashAttention-3's hdim-64 tile) Sᵀ and dPᵀ are m64n128 per warpgroup, dV and dK take
     eight k-steps, the dSᵀ tiles are 128 keys x 128 queries in two 64-query panels, and
@@ -61,6 +67,8 @@ class BwdConfig:
     col_split: bool = False
     pds_smem: bool = False
     ds_double: bool = False
+    panel_split: bool = False
+    sdp_split: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
     block_m: int = BLOCK_M
@@ -88,6 +96,13 @@ class BwdConfig:
             raise ValueError("ds_double keeps a dSᵀ pair per ring slot for dq_split's "
                              "(or block_m 128's) "
                              "exchange: it needs dq_split and 2 stages")
+        if self.panel_split and not self.col_split:
+            raise ValueError("panel_split gives col_split's warpgroups whole panels: it "
+                             "needs col_split")
+        if self.sdp_split and not (self.col_split and self.overlap == 0
+                                   and not self.pds_smem):
+            raise ValueError("sdp_split splits col_split's Sᵀ and dPᵀ by GEMM: it needs "
+                             "col_split, overlap 0 and not pds_smem")
         if self.block_m not in (BLOCK_M, 2 * BLOCK_M):
             raise ValueError(f"block_m is {BLOCK_M} or {2 * BLOCK_M}, got {self.block_m}")
         if self.block_m != BLOCK_M and not (self.dq_tma and self.dq_swizzle) or \
@@ -122,7 +137,8 @@ class BwdConfig:
         stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
-        return kv + ring + ds + stage + 8 * (1 + 2 * self.stages)
+        xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
+        return kv + ring + ds + stage + xg + 8 * (1 + 2 * self.stages)
 
 
 @lru_cache(maxsize=1)

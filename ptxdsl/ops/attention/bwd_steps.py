@@ -14,15 +14,17 @@ ROW = 128            # bytes per swizzled panel row
 
 def kv_gemms(mma, accs, a_regs, b_ats, *, fence=False, commit=True, bm: int = BM) -> None:
     """``acc += A·B`` over the ``bm`` queries of a step, for each column piece (``accs``,
-    ``b_ats``): A from registers (Pᵀ or dSᵀ packed) or, given an address, from a 64 x 64
-    K-major tile in shared memory (128-byte swizzle); B (dO or Q) MN-major from the ring;
+    ``b_ats``, ``mma`` the pieces' instructions, or one for all): A from registers (Pᵀ or
+    dSᵀ packed) or, given an address, from a 64 x 64 K-major tile in shared memory
+    (128-byte swizzle); B (dO or Q) MN-major from the ring;
     ``fence``: ``wgmma.fence`` first (A was just written), ``commit``: a group of its own."""
     if fence:
         ptx.inst("wgmma.fence.sync.aligned")
     smem_a = not isinstance(a_regs, list)
     if smem_a:
         a_desc = ptx.wgmma.descriptor(a_regs, leading=16, stride=1024, swizzle=128)
-    for acc, b_at in zip(accs, b_ats):
+    mmas = [mma] * len(accs) if isinstance(mma, str) else mma
+    for acc, b_at, mma in zip(accs, b_ats, mmas):
         b_desc = ptx.wgmma.descriptor(b_at, leading=bm * ROW, stride=1024, swizzle=128)
         for ks in range(bm // 16):
             bo = (ks * 16 * ROW) >> 4

@@ -34,8 +34,9 @@ k-block) are :mod:`.promote`'s; ``grouped=True`` makes the grouped GEMM of
 Pieces and the instructions they record:
 
 * **Roles.** ``setmaxnreg.dec.sync.aligned.u32 40`` in the producer warpgroup,
-  ``setmaxnreg.inc.sync.aligned.u32 232`` in the consumers (128*40 + 256*232 = 64512 of
-  the SM's 65536 registers); the kernel carries ``.maxntid 384`` so that ptxas honours it.
+  ``setmaxnreg.inc.sync.aligned.u32 232`` in the consumers (128*40 + 256*232 = 64512, the
+  384 x 168 the CTA launches with); the kernel carries ``.maxntid 384`` and
+  ``.minnctapersm 1`` (``min_ctas_per_sm=1``), without which ptxas ignores setmaxnreg.
   Each consumer keeps a 64 x 256 f32 accumulator: 128 registers per thread.
 * **Ring.** ``stages`` slots in dynamic shared memory (1024-byte aligned, the 128-byte
   swizzle's period), each A 128 x 64 and B 256 x 64 elements, written by TMA with the

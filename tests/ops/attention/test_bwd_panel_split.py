@@ -1,0 +1,167 @@
+"""The column-split backward's head-dim-192 layouts: ``panel_split`` (each consumer
+warpgroup owns 64-column panel w and half w of panel 2: an n64 and an n32 wgmma piece of
+dK, dV and dQ, not three n32) and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, each
+m64n64 over the step's 64 queries): what they emit, that ptxas keeps them in registers,
+and the CPU interpreter's dq, dk, dv against float64 (dense, deterministic, varlen)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16
+from ptxdsl.ops import attention_backward, attention_varlen_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention.bwd import build_backward
+from ptxdsl.ops.attention.bwd_cols import col_pieces, stage_panels
+from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.config import Mask
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+
+COLS = dict(dq_tma=True, dq_swizzle=True, col_split=True, panel_split=True)
+PDS2 = BwdConfig(stages=2, pds_smem=True, **COLS)
+OV1 = BwdConfig(stages=2, overlap=1, **COLS)
+GSP2 = BwdConfig(stages=2, sdp_split=True, **COLS)
+
+
+def _inputs(sq, sk, seed, lead=(1,)):
+    """q, dout (lead, sq, 2, 192) and k, v (lead, sk, 1, 192): GQA, bf16."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((*lead, s, h, 192)).astype(BF16)
+            for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2))]
+
+
+def _check(got, ref):
+    """Max error <= 3e-2 of the largest value (a floor for gradients that are 0)."""
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        g = np.asarray(g).astype(np.float64)
+        assert g.shape == r.shape and np.isfinite(g).all(), name
+        assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), name
+
+
+def _case(sq, sk, seed, deterministic=False, **kw):
+    """The backward of out, lse from the float64 reference, checked against float64."""
+    q, k, v, do = _inputs(sq, sk, seed)
+    out, lse = attention_reference(q, k, v, **kw)
+    _check(attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
+                              deterministic=deterministic, **kw),
+           attention_backward_reference(do, q, k, v, **kw))
+
+
+def _use(monkeypatch, c):
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+
+
+def test_pieces_cover_every_column_once():
+    for c, d in ((PDS2, 192), (BwdConfig(stages=1, pds_smem=True, **{**COLS,
+                                                                    "panel_split": False}), 256)):
+        cols = sorted(f + w * s + i for width, f, s in col_pieces(c, d) for w in (0, 1)
+                      for i in range(width))
+        assert cols == list(range(d))
+        assert sum(32 for _ in stage_panels(c, d)) == c.wg_cols(d)
+    assert [p[0] for p in col_pieces(PDS2, 192)] == [64, 32]
+
+
+def test_emits_n64_and_n32_pieces():
+    """Per warpgroup and step: Sᵀ, dPᵀ for 32 queries (m64n32, 12 k-steps each); dV, dK an
+    n64 and an n32 piece (4 k-steps each); dQ an n64 and an n32 chain; three 32-column
+    TMA reduce-adds."""
+    text = build_backward(PDS2, bf16, 192, Mask(-1, 0), scale=0.1).ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 12 + 2 * 4 + 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 4 + 4
+    assert text.count("cp.reduce.async.bulk.tensor") == 3
+    assert "_pnl" in text
+    with pytest.raises(ValueError, match="panel_split"):
+        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, panel_split=True)
+    with pytest.raises(ValueError, match="panel_split"):
+        build_backward(BwdConfig(stages=1, pds_smem=True, **COLS), bf16, 256, scale=0.1)
+
+
+def test_sdp_split_emits_one_n64_chain_a_warpgroup():
+    """sdp_split: one Sᵀ-or-dPᵀ chain a warpgroup (m64n64, 12 k-steps, its A and B chosen
+    by the warpgroup), the pieces as panel_split's, three 256-thread barriers a step and
+    the 16 KB f32 exchange in shared memory."""
+    text = build_backward(GSP2, bf16, 192, Mask(-1, 0), scale=0.1).ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 12 + 2 * 4 + 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 4 + 4
+    assert text.count("bar.sync 3, 256") == 3 and "st.shared.v4.f32" in text
+    assert GSP2.smem_bytes(192) == PDS2.smem_bytes(192) + 64 * 64 * 4 <= 232448
+    with pytest.raises(ValueError, match="sdp_split"):
+        BwdConfig(stages=2, sdp_split=True, pds_smem=True, **COLS)
+
+
+@pytest.mark.parametrize("c", [PDS2, GSP2], ids=["pds", "gsp"])
+def test_interpreter_matches_float64(monkeypatch, c):
+    """Ragged, GQA, causal, two key blocks (64 keys a CTA), the plan-candidate layout."""
+    _use(monkeypatch, c)
+    _case(70, 100, 11, causal=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("c,kw,det", [
+    (PDS2, dict(window_size=(40, 3)), True),
+    (BwdConfig(stages=1, pds_smem=True, **COLS), dict(softcap=5.0), False),
+    (OV1, dict(causal=True, softcap=3.0), False),
+    (BwdConfig(stages=2, **COLS), {}, True),
+    (GSP2, dict(window_size=(40, 3), softcap=5.0), True),
+    (BwdConfig(stages=1, sdp_split=True, **COLS), dict(causal=True, softcap=3.0), False),
+])
+def test_orderings_masks_and_modes_match_float64(monkeypatch, c, kw, det):
+    _use(monkeypatch, c)
+    _case(70, 150, 5, det, **kw)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("det", [False, True])
+@pytest.mark.parametrize("c", [PDS2, GSP2], ids=["pds", "gsp"])
+def test_varlen_matches_float64(monkeypatch, det, c):
+    """Three packed sequences (one of one query), GQA, causal: each against float64."""
+    _use(monkeypatch, c)
+    cq, ck = np.cumsum([0, 33, 1, 100]), np.cumsum([0, 70, 129, 20])
+    q, k, v, do = (x[0] for x in _inputs(cq[-1], ck[-1], 4))
+    out, lse = np.zeros_like(q), np.zeros((2, cq[-1]), np.float32)
+    seqs = [(slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])) for i in range(3)]
+    for sq, sk in seqs:
+        o, l = attention_reference(q[sq][None], k[sk][None], v[sk][None], causal=True)
+        out[sq], lse[:, sq] = o[0].astype(BF16), l[0]
+    got = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 100, 129, causal=True,
+                                    deterministic=det)
+    for sq, sk in seqs:
+        ref = attention_backward_reference(do[sq][None], q[sq][None], k[sk][None],
+                                           v[sk][None], causal=True)
+        _check([g[None] for g in (got[0][sq], got[1][sk], got[2][sk])], ref)
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("c", [PDS2, BwdConfig(stages=1, pds_smem=True, **COLS), OV1, GSP2],
+                         ids=["s2pds", "s1pds", "s2ov1", "s2gsp"])
+@pytest.mark.parametrize("mask,softcap,det,varlen", [
+    (Mask(), 0.0, False, False), (Mask(-1, 0), 0.0, True, False), (Mask(40, 3), 0.0, False, False),
+    (Mask(-1, 0), 30.0, False, False), (Mask(), 30.0, True, False), (Mask(-1, 0), 0.0, True, True),
+    (Mask(), 0.0, False, True)])
+def test_ptxas_keeps_everything_in_registers(c, mask, softcap, det, varlen):
+    k = build_backward(c, bf16, 192, mask, scale=0.07, softcap=softcap, deterministic=det,
+                       varlen=varlen)
+    try:
+        r = k.resources()
+    except Exception as e:  # no ptxas on this machine
+        if "ptxas" in str(e).lower() and "not found" in str(e).lower():
+            pytest.skip(str(e))
+        raise
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+
+
+@pytest.mark.long
+def test_sdp_split_at_head_dim_256_matches_float64(monkeypatch):
+    """sdp_split without panel_split: head dim 256's two 64-column pieces a warpgroup."""
+    c = BwdConfig(stages=1, sdp_split=True, dq_tma=True, dq_swizzle=True, col_split=True)
+    _use(monkeypatch, c)
+    rng = np.random.default_rng(2)
+    q, k, v, do = (rng.standard_normal(s).astype(BF16)
+                   for s in ((1, 70, 2, 256), (1, 100, 1, 256), (1, 100, 1, 256), (1, 70, 2, 256)))
+    out, lse = attention_reference(q, k, v, causal=True)
+    _check(attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
+                              causal=True),
+           attention_backward_reference(do, q, k, v, causal=True))

@@ -12,16 +12,21 @@ overlap 2, dq_first, ex2_poly with dq_split; ``ds_double``, whose dSᵀ pair per
 drops the 256-thread barrier before dSᵀ's stores), default mode, the FA3 grid's S 1k to
 16k (ptxas spills 8-24 bytes for "ov1 sw split poly" causal and "ov2 sw split qf" causal
 deterministic, "ov2 sw split dsx2" 8-16 bytes causal and window deterministic; the others
-none); ``--set h96``: head dim 96's untimed row against its
-neighbours; ``--set h192``: head dim 192's plan row (``col_split`` + ``pds_smem``, three
-n32 pieces of dK, dV, dQ a warpgroup) against ``panel_split`` (an n64 and an n32 piece)
-with and without ``pds_smem``, 1 or 2 stages, overlap 1, and ``sdp_split`` (warpgroup 0
-Sᵀ, warpgroup 1 dPᵀ, m64n64 each; with and without panel_split), default and
-deterministic, on the rows the issue cites (1k full, 4k full and causal, 16k causal). Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's
-where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
+none); ``--set h96``: head dim 96's untimed row against its neighbours; ``--set h64``:
+head dim 64's row against ``block_m`` 128 (FA3's hdim-64 tile: 128 query rows a step, dQ
+split by rows between the warpgroups; stages 2, 3; overlap 0, 1; ``ds_double``), default
+and deterministic, S 1k, 4k, 16k (ptxas -v: no spills, but 8-16 bytes for "m128", "m128
+s3" and "m128 dsx2" causal and window deterministic; every block_m 128 variant spills with
+softcap, which this set does not time); ``--set h192``: head dim 192's plan row
+(``col_split`` + ``pds_smem``, three n32 pieces of dK, dV, dQ a warpgroup) against
+``panel_split`` (an n64 and an n32 piece) with and without ``pds_smem``, 1 or 2 stages,
+overlap 1, and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, m64n64 each; with and
+without panel_split), default and deterministic, on the rows the issue cites (1k full, 4k
+full and causal, 16k causal). Each variant's dq, dk, dv are checked against cuDNN's (SDPA
+flash's where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
-    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192]
+    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64]
 """
 from __future__ import annotations
 
@@ -44,7 +49,8 @@ def main() -> None:
     from ptxdsl.ops.attention.bwd_config import BwdConfig
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192"), default="tma")
+    ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64"),
+                    default="tma")
     which = ap.parse_args().set
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":
@@ -75,6 +81,17 @@ def main() -> None:
                     "ov2 sw split dsx2": BwdConfig(**sp, overlap=2, ds_double=True)}
         grid = tuple((s, 128, c) for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True))
         modes = (False,)
+    elif which == "h64":
+        m = dict(dq_tma=True, dq_swizzle=True, block_m=128)
+        variants = {"plan": BwdConfig(**tma, dq_swizzle=True),
+                    "m128": BwdConfig(stages=2, **m),
+                    "m128 ov1": BwdConfig(stages=2, overlap=1, **m),
+                    "m128 s3": BwdConfig(stages=3, **m),
+                    "m128 s3 ov1": BwdConfig(stages=3, overlap=1, **m),
+                    "m128 dsx2": BwdConfig(stages=2, ds_double=True, **m),
+                    "m128 ov1 dsx2": BwdConfig(stages=2, overlap=1, ds_double=True, **m)}
+        grid = tuple((s, 64, c) for s in (1024, 4096, 16384) for c in (False, True))
+        modes = (False, True)
     elif which == "h96":
         sw = dict(tma, dq_swizzle=True)
         variants = {"sw": BwdConfig(**sw), "ov1 sw": BwdConfig(**sw, overlap=1),

@@ -264,6 +264,44 @@ def test_head_dim_128_candidates_match_float64(monkeypatch, cfg, causal):
     _check(2, 333, 517, 4, 2, 128, causal=causal)
 
 
+H64 = [dict(), dict(overlap=1), dict(stages=3), dict(stages=3, overlap=1), dict(ds_double=True),
+       dict(overlap=1, ds_double=True)]
+
+
+@pytest.mark.parametrize("cfg", H64)
+@pytest.mark.parametrize("sq,sk,kw", [
+    (1, 1, dict(causal=True)), (63, 200, dict(causal=True)), (200, 63, dict(causal=True)),
+    (100, 1000, {}), (1000, 1000, dict(window_size=(100, 0))), (333, 517, dict(causal=True)),
+    (257, 300, dict(window_size=(32, 16))), (64, 512, dict(softcap=30.0, softmax_scale=0.2)),
+])
+def test_head_dim_64_block_m_128_matches_float64(monkeypatch, cfg, sq, sk, kw):
+    """lab/attention_bwd_plans.py --set h64's variants (BwdConfig.block_m = 128, not a plan
+    row yet): 128 query rows a step, ragged (the last block's second half past SQP), GQA."""
+    from ptxdsl.ops.attention import bwd_api
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+    c = BwdConfig(**{"stages": 2, "dq_tma": True, "dq_swizzle": True, "block_m": 128, **cfg})
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    _check(2, sq, sk, 4, 2, 64, **kw)
+
+
+@pytest.mark.parametrize("cfg", H64)
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dim_64_block_m_128_deterministic_is_bitwise_identical(monkeypatch, cfg, causal):
+    """block_m 128's deterministic mode: a semaphore per 64-row block, one turn per
+    n-block (each warpgroup adds its own 64 rows)."""
+    torch = torch_sm90()
+    from ptxdsl.ops.attention import bwd_api
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+    c = BwdConfig(**{"stages": 2, "dq_tma": True, "dq_swizzle": True, "block_m": 128, **cfg})
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    (q, k, v, do, out, lse), first = _check(2, 1000, 1100, 8, 2, 64, causal=causal,
+                                            deterministic=True)
+    for _ in range(3):
+        again = attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=True)
+        for a, b in zip(first, again):
+            assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("varlen", [False, True])
 def test_lse_gradient_reaches_q_and_k(varlen):
     """A loss of out and the LSE (return_lse=True) through autograd, dense and varlen: the

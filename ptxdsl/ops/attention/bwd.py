@@ -70,32 +70,35 @@ class Smem:
 
     def __init__(self, c: BwdConfig, d: int, es: int):
         self.kv_bytes = c.block_n * padded(d) * es    # whole panels (96: the second half)
-        self.q_bytes = BM * padded(d) * es
+        self.q_bytes = c.block_m * padded(d) * es
         self.k = 0
         self.v = self.k + self.kv_bytes
         self.q = self.v + self.kv_bytes
         self.do = self.q + c.stages * self.q_bytes
         self.ds = self.do + c.stages * self.q_bytes          # two 64 x 64 dSᵀ tiles
-        self.ds_bytes = BM * 64 * es                      # (ds_double: two pairs, by slot)
-        self.dqs = self.ds + (4 if c.ds_double else 2) * self.ds_bytes  # dQ's TMA staging
+        self.ds_bytes = BM * 64 * es                      # (ds_double: two pairs, by slot;
+        # block_m 128: a 128-key panel per 64 queries)
+        self.dqs = self.ds + (2 if c.ds_double else 1) * \
+            (4 if c.block_m > BM else 2) * self.ds_bytes
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
         self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
         self.xg = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)   # sdp_split's X
         self.lse = self.xg + (BM * 64 * 4 if c.sdp_split else 0)
-        self.dpsum = self.lse + c.stages * 2 * BM * 4
-        self.kvfull = self.dpsum + c.stages * 2 * BM * 4
+        self.dpsum = self.lse + c.stages * 2 * c.block_m * 4
+        self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8
         self.empty = self.full + 8 * c.stages
         self.total = self.empty + 8 * c.stages
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
-          dq_swizzle: bool = False, bn: int = BN, varlen: bool = False):
+          dq_swizzle: bool = False, bn: int = BN, varlen: bool = False, bm: int = BM):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
     dq_acc (B, H, SQP, D) f32 (added to; a TMA box of 64 columns, or of 32 in 128-byte
     swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]. ``varlen``: without B,
-    TQ / TK packed rows, cu_q and cu_k after dpsum."""
+    TQ / TK packed rows, cu_q and cu_k after dpsum. ``bm``: the rows of a step's Q, dO,
+    LSE and D boxes."""
     if varlen:
         qt = lambda: Tile("TQ", "H", d, dtype, tma=TMA(box=(BM, 1, PANEL), swizzle=ROW))
         kt = lambda: Tile("TK", "HK", d, dtype, tma=TMA(box=(bn, 1, PANEL), swizzle=ROW))
@@ -106,9 +109,9 @@ def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
             outs.append(Tile("H", "NMB", u32))
         return (qt(), kt(), kt(), qt(), rt(), rt(), Tile("NS1", s32), Tile("NS1", s32)), \
             tuple(outs)
-    qt = lambda: Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, BM, 1, PANEL), swizzle=ROW))
+    qt = lambda: Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, bm, 1, PANEL), swizzle=ROW))
     kt = lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, bn, 1, PANEL), swizzle=ROW))
-    rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
+    rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, bm)))
     ins = (qt(), kt(), kt(), qt(), rt(), rt())
     dq_box = TMA(box=(1, 1, BM, 32), swizzle=ROW) if dq_swizzle else TMA(box=(1, 1, BM, 64))
     dq = Tile("B", "H", "SQP", d, f32, tma=dq_box) if dq_tma \
@@ -137,11 +140,15 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     if d % 64 and c.dq_tma and not c.dq_swizzle:
         raise ValueError(f"head dim {d}: dQ's last 32 columns are staged as a swizzled "
                          f"32-column panel: dq_tma needs dq_swizzle")
+    bm, rows = c.block_m, c.block_m > BM   # rows: dQ split by query rows (block_m 128)
+    if rows and (d != 64 or varlen):
+        raise ValueError(f"block_m 128 is head dim 64's dense layout, got head dim {d}"
+                         f"{' (varlen)' if varlen else ''}")
     if c.dq_split and d != 128:
         raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
                          f"got {d}")
     bn, cs, sh, gs = c.block_n, c.col_split, c.pds_smem, c.sdp_split
-    bw = BM // 2 if sh else BM          # queries of Sᵀ, dPᵀ a warpgroup computes per step
+    bw = BM // 2 if sh else bm          # queries of Sᵀ, dPᵀ a warpgroup computes per step
     # col_split: a warpgroup's columns in pieces that stay inside one 64-column panel (an
     # MN-major B operand's extent), 64 wide at head dim 256, 32 at 192 (panel_split: 64, 32)
     pieces = col_pieces(c, d) if cs else ((d, 0, 0),)
@@ -151,13 +158,13 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     qcols = [p[0] for p in pieces] if cs else [min(64, d - 64 * ch) for ch in range(nch)]
     qoff = [sum(qcols[:ch]) for ch in range(nch)]   # a chain's first column in the stage
     # the barrier around dSᵀ's stores: both consumer warpgroups' when each reads both tiles
-    xbar = (3, 256) if c.dq_split or sh else None
+    xbar = (3, 256) if c.dq_split or sh or rows else None
     es = dtype.bytes
     L = Smem(c, d, es)
     S, P = c.stages, padded(d) // PANEL       # 96: TMA fills the second panel's half with 0
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen)
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen, bm)
     names = ["q", "k", "v", "do", "nlse2", "dpsum"] + (["cu_q", "cu_k"] if varlen else []) \
         + ["dq_acc", "dk", "dv"]
     if deterministic:
@@ -171,7 +178,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
             f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
             f"{'_cols' if cs else ''}{'_pnl' if c.panel_split else ''}{'_pds' if sh else ''}"
-            f"{'_gsp' if gs else ''}"
+            f"{'_gsp' if gs else ''}{f'_m{bm}' if rows else ''}"
             f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
@@ -215,14 +222,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             dqc = lambda col, m0, head: [col, m0, head, batch]
         group = nh // nhk
         n0 = nb * bn
-        nmb = (sq + (BM - 1)) // BM
+        nmb = (sq + (bm - 1)) // bm
         off = _s32(sk) - _s32(sq)                      # keys aligned bottom-right
         zero = reg.scalar(s32, init=0)
         m_lo, m_hi = zero, _s32(nmb)
         if mask.right >= 0:                            # rows i >= n0 - off - right
-            m_lo = ptx.max(_s32(n0) - off - mask.right, zero) // BM
+            m_lo = ptx.max(_s32(n0) - off - mask.right, zero) // bm
         if mask.left >= 0:                             # rows i <= n0 + 127 - off + left
-            m_hi = ptx.min(ptx.max(_s32(n0) - off + (bn - 1 + mask.left + BM), zero) // BM,
+            m_hi = ptx.min(ptx.max(_s32(n0) - off + (bn - 1 + mask.left + bm), zero) // bm,
                            m_hi)
         if varlen:                                     # past the sequence's keys: no rows
             live = reg.scalar(pred)
@@ -253,21 +260,21 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
                     for mb in ptx.range_(m_lo, m_hi):
-                        m0 = mb * BM
+                        m0 = mb * bm
                         wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
                         fb = full + ring.slot * 8
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                 ptx.addr(fb), 2 * L.q_bytes + 4 * BM * 4)
+                                 ptx.addr(fb), 2 * L.q_bytes + 4 * bm * 4)
                         for tmap, dst in ((tq, L.q), (tdo, L.do)):
                             at = base + dst + ring.slot * L.q_bytes
                             for p in range(P):
-                                ptx.tma.load(at + p * BM * ROW if p else at, tmap,
+                                ptx.tma.load(at + p * bm * ROW if p else at, tmap,
                                              qc(p, head, m0), fb)
                         # one copy of -LSE·log2e and D per consumer warpgroup: each reads
                         # its own (a warpgroup's reads are all ordered before its release)
                         for tmap, dst in ((tl, L.lse), (td, L.dpsum)):
                             for cw in range(2):
-                                ptx.tma.load(base + dst + ring.slot * (2 * BM * 4) + cw * BM * 4,
+                                ptx.tma.load(base + dst + ring.slot * (2 * bm * 4) + cw * bm * 4,
                                              tmap, rc(m0, head), fb)
                         ring.advance()
         with ptx.else_():
@@ -298,8 +305,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ds_row = base + L.ds + r0 * ROW + (lw & 3) * 4
                 xrw = xr ^ (w << 2)
                 ds_cols = lambda: [((xrw ^ ch) << 4) for ch in range(4)]
-            # with overlap, recomputed in each step: fewer registers live across the loop
-            ds_col = None if c.overlap else ds_cols()
+            # with overlap (or 128 rows), recomputed in each step: fewer registers live
+            # across the loop
+            ds_col = None if c.overlap or rows else ds_cols()
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
@@ -310,11 +318,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 head = hk * group + gi
                 bh = head if varlen else batch * nh + head
                 for mb in ptx.range_(m_lo, m_hi):
-                    m0 = mb * BM
+                    m0 = mb * bm
                     wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
-                    row_at = lambda o, _s=ring.slot: base + o + _s * (2 * BM * 4) + w * (BM * 4)
+                    row_at = lambda o, _s=ring.slot: base + o + _s * (2 * bm * 4) + w * (bm * 4)
                     if sh:                            # this warpgroup's queries' LSE and D
                         row_at = lambda o, _r=row_at: _r(o) + qh * 4
                     s_acc = ptx.wgmma.accumulator(bw)
@@ -331,7 +339,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         for ks in range(d // 16):
                             pnl, kin = divmod(ks, 4)
                             ao = (pnl * bn * ROW + kin * 32) >> 4
-                            bo = (pnl * BM * ROW + kin * 32) >> 4
+                            bo = (pnl * bm * ROW + kin * 32) >> 4
                             ptx.inst(mma_s, list(acc), a_desc + ao if ao else a_desc,
                                      b_desc + bo if bo else b_desc, 0 if ks == 0 else 1,
                                      1, 1, 0, 0)
@@ -344,10 +352,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
-                                     row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly)
+                                     row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly,
+                                     bm)
                         pack_p(list(s_acc), p_regs, dt)
                         if c.overlap > 1:
-                            kv_gemms(mma_kv, *kv_mmas[0], fence=True)
+                            kv_gemms(mma_kv, *kv_mmas[0], fence=True, bm=bm)
                             ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         else:
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
@@ -356,7 +365,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         if not c.dq_first:
                             ptx.inst("wgmma.fence.sync.aligned")
                             for kv in kv_mmas[c.overlap - 1:]:
-                                kv_gemms(mma_kv, *kv, commit=False)
+                                kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     elif gs:
                         ptx.inst("wgmma.commit_group.sync.aligned")
@@ -379,16 +388,23 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
-                                     fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
-                                     scale, softcap, scale_log2, c.ex2_poly, cap_inline=cs)
-                        pack_p(list(s_acc), p_regs, dt)
+                        if rows and not softcap:   # Pᵀ whole, then dSᵀ: fewer live at once
+                            probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse),
+                                  scale, softcap, scale_log2, c.ex2_poly, bm)
+                            pack_p(list(s_acc), p_regs, dt)
+                            dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
+                        else:
+                            grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
+                                         fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
+                                         scale, softcap, scale_log2, c.ex2_poly,
+                                         cap_inline=cs or rows, bm=bm)
+                            pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not sh:    # (pds_smem: from shared memory, once both are stored)
                             # the A fragments were just written by ordinary instructions
                             ptx.inst("wgmma.fence.sync.aligned")
                             for acc, a_regs, b_at in kv_mmas:
-                                kv_gemms(mma_kv, acc, a_regs, b_at, commit=False)
+                                kv_gemms(mma_kv, acc, a_regs, b_at, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     if not gs:    # (sdp_split: its stores and barriers are split_step's)
                         # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
@@ -401,15 +417,18 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         # barrier ordered, so only this warpgroup's dQ stage is waited for here
                         ptx.inst("bar.sync",
                                  *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
-                        dsb = ring.slot * (2 * L.ds_bytes) if c.ds_double else None
+                        dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
+                            if c.ds_double else None
                         ds_at = ds_row + dsb if c.ds_double else ds_row
                         cols = ds_col or ds_cols()
+                        # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
                         for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
                             for kc in range(bw // 16):
                                 for j in range(4):
                                     ptx.inst("st.shared.b32",
-                                             ptx.addr(ds_at + cols[2 * kc + j // 2],
-                                                      t * L.ds_bytes + (j % 2) * 8 * ROW),
+                                             ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
+                                                      t * L.ds_bytes + (j % 2) * 8 * ROW +
+                                                      (kc // 4) * 2 * L.ds_bytes),
                                              regs[kc][j])
                         ptx.inst("fence.proxy.async.shared::cta")
                         ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
@@ -422,24 +441,29 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                          commit=False)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
-                    # after the other in shared memory, and K's panel w); else dQ over this
+                    # after the other in shared memory, and K's panel w); rows (block_m 128):
+                    # dQ[64 w : 64 w + 64, :] over all 128 keys (panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
                     a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh or gs else
+                                                  base + L.ds + dsb + w * (2 * L.ds_bytes)
+                                                  if c.ds_double and rows else
                                                   base + L.ds + dsb if c.ds_double else
+                                                  base + L.ds + w * (2 * L.ds_bytes) if rows else
                                                   base + L.ds if c.dq_split else ds_w,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
-                    sem_mb = pq0 // BM + mb if varlen else mb   # the block's semaphore
+                    sem_mb = pq0 // BM + mb if varlen else 2 * mb + w if rows else mb
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
                     for ch in range(nch):
                         dq = ptx.wgmma.accumulator(qcols[ch])
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
+                            base + L.k if rows else \
                             k_w + coff[ch] if cs else k_w + ch * BN * ROW
                         b_desc = ptx.wgmma.descriptor(b_at, leading=bn * ROW,
                                                       stride=1024, swizzle=128)
                         ptx.inst("wgmma.fence.sync.aligned")
-                        for ks in range((BN if c.dq_split else 64) // 16):
+                        for ks in range((BN if c.dq_split or rows else 64) // 16):
                             o = (ks * 16 * ROW) >> 4
                             ptx.inst(mma_q(qcols[ch]), list(dq), a_desc + o if o else a_desc,
                                      b_desc + o if o else b_desc, 0 if ks == 0 else 1,
@@ -447,7 +471,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         if ch == 0 and late:
                             for kv in late:
-                                kv_gemms(mma_kv, *kv, commit=False)
+                                kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                         ptx.inst("wgmma.wait_group.sync.aligned", 1 if ch == 0 and late else 0)
                         if ch == (1 if late else 0):  # Q, dO, LSE, D of this step are read
@@ -486,16 +510,21 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if c.dq_tma:                     # one thread adds the staged chunks
                         ptx.inst("fence.proxy.async.shared::cta")
                         ptx.inst("bar.sync", 1 + w, 128)
-                        with ptx.if_(lane == 0):
+                        # rows: this warpgroup's 64 rows, none when all are past SQP (the
+                        # last block's second half: no rows, no semaphore to take)
+                        m0w = m0 + w * BM if rows else m0
+                        adder = (lane == 0) & (_s32(m0w) < _s32(sqp)) if rows else lane == 0
+                        with ptx.if_(adder):
                             if deterministic:
                                 lock(sem, bh, sem_mb, nb, w, m0, off, mask, None, labels,
-                                      c.dq_split or cs, bn)
+                                      c.dq_split or cs or rows, bn,
+                                      *((1,) if rows else ()))
                             box = 32 if c.dq_swizzle else 64
                             panels = stage_panels(c, d) if c.panel_split else None
                             for ch in range(c.wg_cols(d) // box):
                                 col = w * panels[ch][1] + panels[ch][0] if panels else \
                                     w * c.wg_cols(d) + ch * box if c.dq_split or cs else ch * box
-                                ptx.tma.reduce(tdq, dqc(col, m0, head),
+                                ptx.tma.reduce(tdq, dqc(col, m0w, head),
                                                stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")
                             if deterministic:        # the adds land before the turn passes

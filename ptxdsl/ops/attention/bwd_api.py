@@ -8,6 +8,8 @@ raises :class:`~ptxdsl.LaunchError` naming the caller's line.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...core.types import bf16, f16, f32
 from ...runtime.adapter import element_strides as strides
 from .._common.kernels import KernelCache
@@ -33,6 +35,8 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
     cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic))
+    if varlen and cfg.block_m != BLOCK_M:     # its padded rows start every 64, not 128
+        cfg = replace(cfg, block_m=BLOCK_M)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch) \
         + (("varlen",) if varlen else ())
     return BWD_KERNELS.get(key, lambda: (

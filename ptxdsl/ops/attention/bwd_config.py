@@ -39,15 +39,23 @@ class BwdConfig:
     warpgroup computes Sᵀ and dPᵀ for 32 of the step's 64 queries only, and Pᵀ, dSᵀ go
     through shared memory (two 64 x 64 tiles both write and both read), so no GEMM is
     done twice (FlashAttention-3's way at head dim 256), for two 256-thread barriers.
-    ``ds_double`` (with dq_split, 2 stages): two pairs of dSᵀ tiles, the ring slot's, so the
-    barrier before dSᵀ's stores waits for the warpgroup's own dQ stage only, not for the
-    other warpgroup's last dQ wgmmas (FlashAttention-3 keeps two dS stages too).
+    ``ds_double`` (with dq_split or block_m 128, 2 stages): two pairs of dSᵀ tiles, the
+    ring slot's, so the barrier before dSᵀ's stores waits for the warpgroup's own dQ stage
+    only, not for the other warpgroup's last dQ wgmmas (FlashAttention-3 keeps two dS
+    stages too).
     ``panel_split`` (col_split at head dim 192): warpgroup ``w`` owns 64-column panel ``w``
     and half ``w`` of panel 2, so its dK, dV and dQ are an n64 and an n32 wgmma piece,
     not three n32 ones (:mod:`.bwd_cols`). ``sdp_split`` (with col_split, overlap 0, not
     pds_smem): warpgroup 0 computes Sᵀ, warpgroup 1 dPᵀ (each m64n64 over the step's 64
     queries), Pᵀ·(1 - tanh²) passed in f32 through a 64 x 64 exchange buffer
-    (:mod:`.bwd_gsplit`)."""
+    (:mod:`.bwd_gsplit`).
+    ``block_m`` (head dim 64, dq_tma and dq_swizzle): query rows per step, 64 or 128. At 128
+    (FlashAttention-3's hdim-64 tile) Sᵀ and dPᵀ are m64n128 per warpgroup, dV and dK take
+    eight k-steps, the dSᵀ tiles are 128 keys x 128 queries in two 64-query panels, and
+    warpgroup ``w`` computes dQ of query rows 64w .. 64w + 63 over all 128 keys (one
+    256-thread barrier around dSᵀ's stores, as ``dq_split``), so a step does twice the
+    work for the same barriers, waits and dQ adds, and each dQ element is added once per
+    CTA."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -63,6 +71,7 @@ class BwdConfig:
     sdp_split: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
+    block_m: int = BLOCK_M
 
     def __post_init__(self):
         if self.stages < 1:
@@ -82,8 +91,10 @@ class BwdConfig:
         if self.pds_smem and not (self.col_split and self.overlap == 0):
             raise ValueError("pds_smem splits col_split's Sᵀ and dPᵀ by queries: it needs "
                              "col_split and overlap 0")
-        if self.ds_double and not (self.dq_split and self.stages == 2):
+        if self.ds_double and not ((self.dq_split or self.block_m != BLOCK_M) and
+                                   self.stages == 2):
             raise ValueError("ds_double keeps a dSᵀ pair per ring slot for dq_split's "
+                             "(or block_m 128's) "
                              "exchange: it needs dq_split and 2 stages")
         if self.panel_split and not self.col_split:
             raise ValueError("panel_split gives col_split's warpgroups whole panels: it "
@@ -92,6 +103,14 @@ class BwdConfig:
                                    and not self.pds_smem):
             raise ValueError("sdp_split splits col_split's Sᵀ and dPᵀ by GEMM: it needs "
                              "col_split, overlap 0 and not pds_smem")
+        if self.block_m not in (BLOCK_M, 2 * BLOCK_M):
+            raise ValueError(f"block_m is {BLOCK_M} or {2 * BLOCK_M}, got {self.block_m}")
+        if self.block_m != BLOCK_M and not (self.dq_tma and self.dq_swizzle) or \
+                self.block_m != BLOCK_M and (self.dq_split or self.col_split or
+                                             self.dq_first):
+            raise ValueError("block_m 128 splits dQ by query rows, staged swizzled for the "
+                             "TMA reduce-add: it needs dq_tma and dq_swizzle, and none of "
+                             "dq_split, col_split, dq_first")
         if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
             raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
                              f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "
@@ -108,14 +127,16 @@ class BwdConfig:
         return 64 if self.dq_split else head_dim // 2 if self.col_split else head_dim
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
-        """K and V (``block_n`` rows each), ``stages`` x (Q + dO + 2 x (LSE + D)), two dSᵀ
-        tiles (64 x 64), the dQ stages (``dq_tma``), the mbarriers; 16-bit tiles in whole
-        64-column panels (head dim 96 takes 128's), dQ's f32 stages only its columns."""
+        """K and V (``block_n`` rows each), ``stages`` x (Q + dO + 2 x (LSE + D)) of
+        ``block_m`` rows, two dSᵀ tiles (64 x ``block_m``), the dQ stages (``dq_tma``),
+        the mbarriers; 16-bit tiles in whole 64-column panels (head dim 96 takes 128's),
+        dQ's f32 stages only its columns."""
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        ring = self.stages * (2 * BLOCK_M * padded(head_dim) * elem_bytes + 4 * BLOCK_M * 4)
+        bm = self.block_m
+        ring = self.stages * (2 * bm * padded(head_dim) * elem_bytes + 4 * bm * 4)
         stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
-        ds = (4 if self.ds_double else 2) * BLOCK_M * 64 * elem_bytes
+        ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
         xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
         return kv + ring + ds + stage + xg + 8 * (1 + 2 * self.stages)
 

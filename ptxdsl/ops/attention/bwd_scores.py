@@ -15,9 +15,10 @@ ROUND = 12582912.0         # 1.5 * 2^23: x + ROUND holds round(x) in its low man
 
 
 def cap_and_mask(s, keys, m0, fcol, off, mask: Mask, kw0, scale, softcap,
-                 keep: bool = True) -> list:
+                 keep: bool = True, bm: int = 64) -> list:
     """Softcap (``s = tanh(s·scale/cap)``, the tanh values returned for dS unless ``keep``
-    is false) and the causal / window mask, only where the block crosses it."""
+    is false) and the causal / window mask, only where the block (``bm`` queries) crosses
+    it."""
     caps = []
     if softcap and not keep:
         for x in s:
@@ -35,7 +36,7 @@ def cap_and_mask(s, keys, m0, fcol, off, mask: Mask, kw0, scale, softcap,
         if mask.right >= 0:       # some key past row + off + right
             need = _s32(kw0) + 63 > _s32(m0) + off + mask.right
         if mask.left >= 0:        # some key before row + off - left
-            early = _s32(kw0) < _s32(m0) + off + (63 - mask.left)
+            early = _s32(kw0) < _s32(m0) + off + (bm - 1 - mask.left)
             need = early if need is None else need | early
         with ptx.if_(need):
             col0 = _s32(m0 + fcol)
@@ -73,16 +74,18 @@ def ex2(x, poly: bool = False) -> None:
 
 
 def grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale,
-                softcap, scale_log2, poly: bool = False, cap_inline: bool = False) -> None:
+                softcap, scale_log2, poly: bool = False, cap_inline: bool = False,
+                bm: int = 64) -> None:
     """Sᵀ -> Pᵀ in place and dPᵀ -> dSᵀ in place (keys are rows, queries columns):
     ``p = ex2(fma(s, scale·log2e, -lse·log2e))`` (``ld.shared.v2.f32`` of a column pair's
     -LSE·log2e and D), ``ds = p · (dp - D)``; with softcap, ``s = tanh(s·scale/cap)`` first
     and ``ds ·= 1 - s²``. Masks (causal / window) only where the block crosses them.
     ``cap_inline``: ``1 - s²`` made per element just before ``p`` overwrites ``s``
     (``max(·, 0)``: a masked ``s = -inf`` gives 0, not ``0 · -inf``), not kept for the whole
-    tile (32 registers fewer: what keeps head dim 256's softcap from spilling)."""
+    tile (32 registers fewer: what keeps head dim 256's softcap from spilling). ``bm``: the
+    step's queries (the mask's reach)."""
     keep = not cap_inline
-    caps = cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap, keep)
+    caps = cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap, keep, bm)
     for g in range(len(s) // 4):
         nl = [reg.scalar(f32) for _ in range(2)]
         dd = [reg.scalar(f32) for _ in range(2)]
@@ -104,11 +107,11 @@ def grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale
 
 
 def probs(s, keys, m0, fcol, off, mask: Mask, kw0, lse_at, scale, softcap,
-          scale_log2, poly: bool = False) -> list:
+          scale_log2, poly: bool = False, bm: int = 64) -> list:
     """Sᵀ -> Pᵀ in place (the first half of :func:`grad_scores`, while dPᵀ is in flight);
     returns the softcap's tanh values for :func:`dscores`. ``poly``: every second element's
     exponential on the FMA pipe (:func:`ex2`)."""
-    caps = cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap)
+    caps = cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap, bm=bm)
     for g in range(len(s) // 4):
         nl = [reg.scalar(f32) for _ in range(2)]
         ptx.inst("ld.shared.v2.f32", nl, ptx.addr(lse_at + fcol * 4, 32 * g))

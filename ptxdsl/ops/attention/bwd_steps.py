@@ -12,10 +12,11 @@ from .fwd import _s32
 ROW = 128            # bytes per swizzled panel row
 
 
-def kv_gemms(mma, accs, a_regs, b_ats, *, fence=False, commit=True) -> None:
-    """``acc += A·B`` over the 64 queries of a step, for each column piece (``accs``,
-    ``b_ats``, ``mma`` the pieces' instructions, or one for all): A from registers (Pᵀ or dSᵀ packed) or, given an address, from a 64 x 64
-    K-major tile in shared memory (128-byte swizzle); B (dO or Q) MN-major from the ring;
+def kv_gemms(mma, accs, a_regs, b_ats, *, fence=False, commit=True, bm: int = BM) -> None:
+    """``acc += A·B`` over the ``bm`` queries of a step, for each column piece (``accs``,
+    ``b_ats``, ``mma`` the pieces' instructions, or one for all): A from registers (Pᵀ or
+    dSᵀ packed) or, given an address, from a 64 x 64 K-major tile in shared memory
+    (128-byte swizzle); B (dO or Q) MN-major from the ring;
     ``fence``: ``wgmma.fence`` first (A was just written), ``commit``: a group of its own."""
     if fence:
         ptx.inst("wgmma.fence.sync.aligned")
@@ -24,8 +25,8 @@ def kv_gemms(mma, accs, a_regs, b_ats, *, fence=False, commit=True) -> None:
         a_desc = ptx.wgmma.descriptor(a_regs, leading=16, stride=1024, swizzle=128)
     mmas = [mma] * len(accs) if isinstance(mma, str) else mma
     for acc, b_at, mma in zip(accs, b_ats, mmas):
-        b_desc = ptx.wgmma.descriptor(b_at, leading=BM * ROW, stride=1024, swizzle=128)
-        for ks in range(BM // 16):
+        b_desc = ptx.wgmma.descriptor(b_at, leading=bm * ROW, stride=1024, swizzle=128)
+        for ks in range(bm // 16):
             bo = (ks * 16 * ROW) >> 4
             b = b_desc + bo if bo else b_desc
             if smem_a:
@@ -65,15 +66,17 @@ def first_nb(m0, off, mask: Mask, bn: int = BN):
 
 
 def lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False,
-          bn: int = BN) -> None:
+          bn: int = BN, adds: int = 2) -> None:
     """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
     spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
     (n-block, warpgroup); ``split`` (the warpgroups add disjoint columns): every warpgroup
-    of every earlier n-block, so the two warpgroups of a CTA do not wait for each other."""
+    of every earlier n-block, so the two warpgroups of a CTA do not wait for each other;
+    ``adds``: the additions an n-block makes to the block (1 when the warpgroups split dQ
+    by rows)."""
     psem = ptx.global_ptr(sem)
 
     def spin():
-        turn = (_s32(nb) - first_nb(m0, off, mask, bn)) * 2
+        turn = (_s32(nb) - first_nb(m0, off, mask, bn)) * adds
         if not split:
             turn = turn + _s32(w)
         top = ptx.new_label(f"turn{next(labels)}")

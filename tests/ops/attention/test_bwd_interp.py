@@ -98,6 +98,10 @@ def test_bad_arguments_name_the_caller():
                  marks=pytest.mark.long),
     pytest.param(128, dict(overlap=1, dq_swizzle=True, dq_split=True, ex2_poly=True),
                  marks=pytest.mark.long),
+    (64, dict(dq_swizzle=True, block_m=128)),
+    pytest.param(64, dict(dq_swizzle=True, block_m=128, overlap=1), marks=pytest.mark.long),
+    pytest.param(64, dict(dq_swizzle=True, block_m=128, stages=3), marks=pytest.mark.long),
+    pytest.param(64, dict(dq_swizzle=True, block_m=128, ex2_poly=True), marks=pytest.mark.long),
     pytest.param(96, dict(overlap=2, dq_swizzle=True), marks=pytest.mark.long),
     pytest.param(96, dict(overlap=1, dq_swizzle=True, dq_first=True), marks=pytest.mark.long),
     pytest.param(96, dict(dq_swizzle=True, ex2_poly=True), marks=pytest.mark.long),
@@ -117,6 +121,34 @@ def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
     out, lse = _fwd(q, k, v, causal=True)
     _check(attention_backward(do, q, k, v, out, lse, causal=True),
            attention_backward_reference(do, q, k, v, causal=True))
+
+
+@pytest.mark.parametrize("cfg,shape,kw", [
+    (dict(), (1, 60, 150, 2, 1), dict(causal=True)),
+    pytest.param(dict(overlap=1), (2, 130, 300, 2, 2), dict(window_size=(40, 3)),
+                 marks=pytest.mark.long),
+    pytest.param(dict(), (1, 150, 70, 4, 2), dict(causal=True, softcap=5.0),
+                 marks=pytest.mark.long),
+    pytest.param(dict(stages=3), (1, 300, 270, 1, 1), dict(window_size=(100, 20)),
+                 marks=pytest.mark.long),
+    pytest.param(dict(overlap=1), (1, 200, 150, 2, 1), {}, marks=pytest.mark.long),
+    pytest.param(dict(ds_double=True), (1, 300, 200, 2, 1), dict(causal=True),
+                 marks=pytest.mark.long),
+    pytest.param(dict(overlap=1, ds_double=True), (2, 130, 300, 2, 2),
+                 dict(window_size=(40, 3)), marks=pytest.mark.long),
+])
+def test_block_m_128_matches_float64(monkeypatch, cfg, shape, kw):
+    """Head dim 64 with 128 query rows a step (BwdConfig.block_m): Sq = 60 leaves the
+    block's second 64 rows past SQP (no dQ add, no semaphore for them); two key blocks,
+    GQA, masks, softcap."""
+    from ptxdsl.ops.attention import bwd_api
+    from ptxdsl.ops.attention.bwd_config import BwdConfig
+    c = BwdConfig(**{"stages": 2, "dq_tma": True, "dq_swizzle": True, "block_m": 128, **cfg})
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    q, k, v, do = _inputs(*shape, 64, 5)
+    out, lse = _fwd(q, k, v, **kw)
+    _check(attention_backward(do, q, k, v, out, lse, **kw),
+           attention_backward_reference(do, q, k, v, **kw))
 
 
 @pytest.mark.long

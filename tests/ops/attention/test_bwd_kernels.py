@@ -87,3 +87,59 @@ def test_ptxas_keeps_everything_in_registers(d, causal, det, varlen):
                 pytest.skip(str(e))
             raise
         assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+
+
+def test_block_m_128_doubles_the_queries_of_a_step():
+    """Head dim 64 with 128 query rows a step: Sᵀ and dPᵀ m64n128 (4 k-steps each), dV and
+    dK over 8 k-steps, dQ of the warpgroup's 64 rows over all 128 keys (8 k-steps), added
+    as two 32-column boxes; both warpgroups' barrier around dSᵀ's stores."""
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, block_m=128)
+    k = build_backward(c, bf16, 64, Mask(-1, 0), scale=0.125)
+    text = k.ptx()
+    assert k.name.endswith("_m128")
+    assert text.count("wgmma.mma_async.sync.aligned.m64n128k16") == 2 * 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 8 + 8
+    assert text.count("cp.reduce.async.bulk.tensor") == 2
+    assert "bar.sync 3, 256;" in text
+    assert c.smem_bytes(64) == 167976 and BwdConfig(stages=3, dq_tma=True, dq_swizzle=True,
+                                                    block_m=128).smem_bytes(64) == 202808
+    for bad in (dict(block_m=96), dict(block_m=128, dq_swizzle=False),
+                dict(block_m=128, dq_split=True), dict(block_m=128, overlap=1, dq_first=True)):
+        with pytest.raises(ValueError, match="block_m"):
+            BwdConfig(**{"stages": 2, "dq_tma": True, "dq_swizzle": True, **bad})
+    with pytest.raises(ValueError, match="block_m 128 is head dim 64's dense layout"):
+        build_backward(c, bf16, 128, scale=0.1)
+    with pytest.raises(ValueError, match="varlen"):
+        build_backward(c, bf16, 64, scale=0.1, varlen=True)
+
+
+def test_varlen_keeps_64_query_rows_a_step(monkeypatch):
+    """A block_m 128 plan gives the varlen backward 64-row steps (its padded f32 rows
+    start at multiples of 64), the dense one 128."""
+    from ptxdsl.ops.attention import bwd_api
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, block_m=128)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    assert bwd_api.backward_kernels(64, causal=True)[1].name.endswith("_m128")
+    assert "_m128" not in bwd_api.backward_kernels(64, causal=True, varlen=True)[1].name
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("overlap,mask,det", [
+    (0, Mask(), False), (0, Mask(-1, 0), False), (0, Mask(32, 0), False), (0, Mask(), True),
+    (1, Mask(), False), (1, Mask(-1, 0), False), (1, Mask(32, 0), False), (1, Mask(), True),
+    (1, Mask(-1, 0), True), (1, Mask(32, 0), True)])
+@pytest.mark.parametrize("stages,ds_double", [(2, False), (3, False), (2, True)])
+def test_ptxas_keeps_block_m_128_in_registers(overlap, mask, det, stages, ds_double):
+    """The block_m 128 variants lab/attention_bwd_plans.py --set h64 times: no spills (not
+    with softcap, nor overlap 0 deterministic with a causal or window mask: 8-44 bytes)."""
+    c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, block_m=128, overlap=overlap,
+                  ds_double=ds_double)
+    k = build_backward(c, bf16, 64, mask, scale=0.125, deterministic=det)
+    try:
+        r = k.resources()
+    except Exception as e:  # no ptxas on this machine
+        if "ptxas" in str(e).lower() and "not found" in str(e).lower():
+            pytest.skip(str(e))
+        raise
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -120,7 +120,9 @@ class Mask:
             return "full"
         if self.left < 0 and self.right == 0:
             return "causal"
-        return f"win{self.left}_{self.right}"
+        # an unbounded side (-1) is "inf": the tag is part of a PTX identifier
+        side = lambda n: "inf" if n < 0 else str(n)  # noqa: E731
+        return f"win{side(self.left)}_{side(self.right)}"
 
 
 __all__ = ["Config", "Mask", "HEAD_DIMS", "BLOCK_M", "padded"]

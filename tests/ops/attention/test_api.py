@@ -211,3 +211,16 @@ def test_register_budgets_fit_the_launch_pool():
                 lambda: BwdConfig(producer_regs=32)):
         with pytest.raises(ValueError, match="wait forever"):
             bad()
+
+
+def test_windows_unbounded_on_one_side_run():
+    """window_size=(left, -1) and (-1, right): the kernels' names were not PTX identifiers
+    ('win16_-1'), so such a call failed to trace."""
+    import ptxdsl.ops as ops
+    from ptxdsl.ops.attention import attention_reference
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((1, 24, 1, 64)).astype(np.float16) for _ in range(3))
+    for win in ((16, -1), (-1, 5)):
+        out = ops.attention(q, k, v, window_size=win)
+        want, _ = attention_reference(q, k, v, window_size=win)
+        np.testing.assert_allclose(np.asarray(out, np.float32), want, atol=2e-2, rtol=2e-2)

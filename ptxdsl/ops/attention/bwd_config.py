@@ -94,8 +94,8 @@ class BwdConfig:
         if self.ds_double and not ((self.dq_split or self.block_m != BLOCK_M) and
                                    self.stages == 2):
             raise ValueError("ds_double keeps a dSᵀ pair per ring slot for dq_split's "
-                             "(or block_m 128's) "
-                             "exchange: it needs dq_split and 2 stages")
+                             "(or block_m 128's) exchange: it needs dq_split or "
+                             "block_m=128, and stages=2")
         if self.panel_split and not self.col_split:
             raise ValueError("panel_split gives col_split's warpgroups whole panels: it "
                              "needs col_split")

@@ -129,10 +129,10 @@ def test_dynamic_more_layouts(monkeypatch, d, sq, sk, h, hk, kw, layout):
                  marks=pytest.mark.long)])
 def test_ptxas_keeps_the_dynamic_forward_in_registers(d, kw):
     """The plan rows' causal configs made dynamic: no spills (at head dim 64 the producer
-    needs its 32 registers: 24 spill)."""
+    needs its 32 registers: 24 spill; two consumers then get 232 of the 3 x 168 pool)."""
     from ptxdsl.core.types import bf16
     c = Config(persistent=True, dynamic=True, **kw)
-    assert c.producer_regs == 32 and c.consumer_regs == (160 if c.consumers == 3 else 240)
+    assert c.producer_regs == 32 and c.consumer_regs == (160 if c.consumers == 3 else 232)
     k = build_forward(c, bf16, d, Mask(-1, 0), scale=d ** -0.5)
     try:
         r = k.resources()

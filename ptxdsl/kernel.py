@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import operator
 import logging
 import os
 import re
@@ -22,6 +21,7 @@ from typing import Callable, Sequence
 from . import toolchain
 from .core import ir
 from .core.arch import parse_arch
+from .core.definition import check_body, check_specs, code_loc, dim3
 from .core.limits import check_dims
 from .core.emit import Emitted, emit
 from .core.entry import entry_options
@@ -75,21 +75,21 @@ class Kernel:
         if style not in ("ptxdsl", "pyptx"):
             raise TraceError(f"style is 'ptxdsl' or 'pyptx', got {style!r}", user_location())
         self.style = style  # "pyptx": its .version floor and smem_N / mbar_N names
-        _check_specs(fn, in_specs, out_specs, version)
+        check_specs(fn, in_specs, out_specs, version)
         # a lambda's "<lambda>" is spelled as a PTX identifier ("_lambda_"); a name given
-        # with name= must be one (_check_body)
+        # with name= must be one (check_body)
         self.name = name or re.sub(r"[^A-Za-z0-9_$]", "_", fn.__name__)
         self.in_specs = tuple(in_specs)
         self.out_specs = tuple(out_specs)
         self.grid = grid
         self.defined_at = SourceLoc(inspect.getsourcefile(fn) or fn.__code__.co_filename,
                                     fn.__code__.co_firstlineno)
-        _check_body(fn, self.name, self.defined_at)
+        check_body(fn, self.name, self.defined_at)
         try:
             parse_arch(arch)
         except PtxdslError as e:
             raise e.at(self.defined_at) from None
-        self.block = _dim3(block, "block", self.defined_at)
+        self.block = dim3(block, "block", self.defined_at)
         self.arch = arch
         self.version = version
         self.lines = lines
@@ -141,7 +141,7 @@ class Kernel:
                 raise TraceError(f"in_specs/out_specs hold Tile(...) objects, got {spec!r}",
                                  self.defined_at)
         if not callable(grid):
-            self.grid = _dim3(grid, "grid", self.defined_at)
+            self.grid = dim3(grid, "grid", self.defined_at)
         try:
             check_dims(None if callable(grid) else self.grid, self.block, f"kernel {self.name}",
                        self.defined_at)
@@ -435,7 +435,7 @@ class Kernel:
         """The grid for concrete values of the named dims."""
         if not callable(self.grid):
             return self.grid
-        loc = _code_loc(self.grid) or self.defined_at
+        loc = code_loc(self.grid) or self.defined_at
         if self._grid_params is not None:
             dims = {k: v for k, v in dims.items() if k in self._grid_params}
         try:
@@ -447,11 +447,11 @@ class Kernel:
                              f"{type(e).__name__}: {e} (called with "
                              f"{', '.join(f'{k}={v}' for k, v in dims.items()) or 'no dims'})",
                              loc) from e
-        return _dim3(value, f"the grid of kernel {self.name}", loc)
+        return dim3(value, f"the grid of kernel {self.name}", loc)
 
     def _check_grid_callable(self, grid) -> None:
         """A grid function's parameters must be named dims of the kernel's Tiles."""
-        loc = _code_loc(grid) or self.defined_at
+        loc = code_loc(grid) or self.defined_at
         try:
             params = inspect.signature(grid).parameters
         except (TypeError, ValueError):
@@ -476,66 +476,6 @@ def interpret_requested() -> bool:
     (read on every call, so a script or ``monkeypatch.setenv`` may set it late)."""
     return os.environ.get("PTXDSL_INTERPRET", "").strip().lower() not in (
         "", "0", "false", "no", "off")
-
-
-def _check_specs(fn, in_specs, out_specs, version) -> None:
-    """in_specs/out_specs are sequences of Tiles (one bare Tile is the usual slip) and
-    ``version`` a (major, minor) pair, refused at the definition's line."""
-    loc = _code_loc(fn)
-    for what, specs in (("in_specs", in_specs), ("out_specs", out_specs)):
-        if isinstance(specs, Tile) or not isinstance(specs, (tuple, list)):
-            raise TraceError(f"{what} takes a tuple of Tiles, e.g. {what}=(Tile(\"N\", f32),), "
-                             f"got {specs!r}", loc)
-    if version is not None and not (isinstance(version, (tuple, list)) and len(version) == 2
-                                    and all(isinstance(v, int) for v in version)):
-        raise TraceError(f"version is a (major, minor) pair of ints such as (8, 0), got "
-                         f"{version!r}", loc)
-
-
-_PTX_NAME = re.compile(r"^(?:[A-Za-z][A-Za-z0-9_$]*|[_$%][A-Za-z0-9_$]+)$")
-
-
-def _check_body(fn, name: str, loc: SourceLoc) -> None:
-    """A body that would trace to nothing (a generator or coroutine function returns
-    without running a line) or whose name PTX cannot spell is refused where it is defined."""
-    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or \
-            inspect.isasyncgenfunction(fn):
-        what = "an async def" if inspect.iscoroutinefunction(fn) or \
-            inspect.isasyncgenfunction(fn) else "a generator (it contains yield)"
-        raise TraceError(f"the body of kernel {name} is {what}: calling it runs none of its "
-                         f"lines, so it would trace to an empty kernel; write a plain def "
-                         f"with no yield or await", loc)
-    if not isinstance(name, str) or not _PTX_NAME.match(name):
-        raise TraceError(f"kernel name {name!r} is not a PTX identifier (a letter, then "
-                         f"letters, digits, _ or $); pass a name such as name='my_kernel'", loc)
-
-
-def _code_loc(fn) -> SourceLoc | None:
-    code = getattr(fn, "__code__", None)
-    return SourceLoc(code.co_filename, code.co_firstlineno) if code is not None else None
-
-
-def _dim3(v, what: str, loc: SourceLoc | None = None) -> tuple[int, int, int]:
-    """One to three positive ints (numpy integers too) as a 3-tuple. Strings, floats and
-    bools are refused: ``"256"`` is not (2, 5, 6), ``N / 256`` is not ``N // 256``."""
-    items = (v,) if not isinstance(v, (tuple, list)) else tuple(v)
-    out = []
-    for x in items:
-        if isinstance(x, bool):
-            x = None
-        try:
-            out.append(operator.index(x))
-        except TypeError:
-            hint = ""
-            if isinstance(x, float):
-                hint = " (a float: use integer division, e.g. (N + 255) // 256)"
-            elif isinstance(x, str):
-                hint = " (a string: pass the number itself)"
-            raise TraceError(f"{what} must be an int or up to three ints, got {v!r}{hint}",
-                             loc) from None
-    if not 1 <= len(out) <= 3 or any(x < 1 for x in out):
-        raise TraceError(f"{what} must be one to three positive ints, got {v!r}", loc)
-    return tuple(out) + (1,) * (3 - len(out))
 
 
 def kernel(in_specs: Sequence[Tile] = (), out_specs: Sequence[Tile] = (), grid=(1, 1, 1),

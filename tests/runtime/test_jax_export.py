@@ -13,6 +13,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
+from fake_xla import attrs_struct, call_frame, fake_api  # noqa: E402
 from launch_helpers import vadd_on  # noqa: E402
 from ptxdsl.runtime import jax_export, jax_ffi  # noqa: E402
 from runtime_fakes import f32_array  # noqa: E402
@@ -44,41 +45,6 @@ def test_the_recipe_has_every_constant_of_the_launch(gpu, fresh):
     assert recipe["image"] == "ptx"                        # the fixture has no ptxas
 
 
-def _attrs_struct(attrs: dict):
-    """An XLA_FFI_Attrs as XLA builds it (kept alive by the returned list)."""
-    keep, names, types, ptrs = [], [], [], []
-    for name, v in attrs.items():
-        raw = name.encode()
-        keep.append(raw)
-        span = jax_ffi._Span(ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p), len(raw))
-        keep.append(span)
-        names.append(ctypes.pointer(span))
-        if isinstance(v, (int, np.integer)):
-            val = ctypes.c_int64(int(v))
-            item = jax_ffi._Scalar(jax_ffi._S64, ctypes.cast(ctypes.pointer(val),
-                                                               ctypes.c_void_p))
-            keep.append(val)
-            types.append(jax_ffi._SCALAR)
-        elif isinstance(v, np.ndarray):
-            data = np.ascontiguousarray(v)
-            item = jax_ffi._Array(jax_ffi._U8, data.size, data.ctypes.data)
-            keep.append(data)
-            types.append(jax_ffi._ARRAY)
-        else:
-            raw = v.encode()
-            keep.append(raw)
-            item = jax_ffi._Span(ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p), len(raw))
-            types.append(jax_ffi._STRING)
-        keep.append(item)
-        ptrs.append(ctypes.addressof(item))
-    n = len(attrs)
-    a = jax_ffi._Attrs(ctypes.sizeof(jax_ffi._Attrs), None, n, (ctypes.c_int * n)(*types),
-                       (ctypes.POINTER(jax_ffi._Span) * n)(*names),
-                       (ctypes.c_void_p * n)(*ptrs))
-    keep += [a._objects]
-    return a, keep
-
-
 def test_the_handler_launches_an_exported_call_from_its_recipe(gpu, fresh):
     k = vadd_on(gpu)
     n = 300
@@ -92,36 +58,17 @@ def test_the_handler_launches_an_exported_call_from_its_recipe(gpu, fresh):
              (ctypes.c_void_p * 1)(ctypes.addressof(bufs[2]))]
     errors = []
 
-    @jax_ffi._CALL
-    def stream_get(addr):
-        jax_ffi._StreamGetArgs.from_address(addr).stream = 0
-        return None
-
-    @jax_ffi._CALL
-    def error_create(addr):
-        errors.append(jax_ffi._ErrorCreateArgs.from_address(addr).message.decode())
-        return 1
-
-    api = jax_ffi._Api(ctypes.sizeof(jax_ffi._Api), None, jax_ffi._Version(), None,
-                       ctypes.cast(error_create, ctypes.c_void_p).value, None, None, None,
-                       ctypes.cast(stream_get, ctypes.c_void_p).value)
-    a, keep = _attrs_struct(attrs)
+    api, _callbacks = fake_api(errors)
+    a, keep = attrs_struct(attrs)
     loads = len(gpu.cu.loads)
     for _ in range(2):
-        frame = jax_ffi._CallFrame(
-            ctypes.sizeof(jax_ffi._CallFrame), None, ctypes.addressof(api), None,
-            jax_ffi._EXECUTE,
-            jax_ffi._List(ctypes.sizeof(jax_ffi._List), None, 2, None, items[0]),
-            jax_ffi._List(ctypes.sizeof(jax_ffi._List), None, 1, None, items[1]), a, None)
+        frame = call_frame(api, items[0], items[1], a)
         assert jax_ffi._HANDLER(ctypes.addressof(frame)) is None, errors
     assert len(gpu.cu.loads) == loads + 1                 # the image is loaded once
     np.testing.assert_array_equal(f32_array(ptrs[2], n), np.arange(n) + 0.5)
     assert gpu.cu.launches[-1]["params"][3] == n and gpu.cu.launches[-1]["name"] == "vadd"
 
-    a, keep2 = _attrs_struct({"ptxdsl_kernel": 12})      # no recipe, no kernel object
-    frame = jax_ffi._CallFrame(
-        ctypes.sizeof(jax_ffi._CallFrame), None, ctypes.addressof(api), None,
-        jax_ffi._EXECUTE, jax_ffi._List(ctypes.sizeof(jax_ffi._List), None, 2, None, items[0]),
-        jax_ffi._List(ctypes.sizeof(jax_ffi._List), None, 1, None, items[1]), a, None)
+    a, keep2 = attrs_struct({"ptxdsl_kernel": 12})      # no recipe, no kernel object
+    frame = call_frame(api, items[0], items[1], a)
     assert jax_ffi._HANDLER(ctypes.addressof(frame)) == 1
     assert "no kernel with content hash 12" in errors[-1] and "launch recipe" in errors[-1]

@@ -16,6 +16,7 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 from jax import export  # noqa: E402
 
+from fake_xla import attrs_struct, call_frame, fake_api  # noqa: E402
 from ptxdsl.runtime import jax_ffi, jax_op_ffi, jax_ops  # noqa: E402
 
 
@@ -67,21 +68,6 @@ def _host_tensors(torch, bufs):
     return out
 
 
-def _string_attrs(attrs: dict):
-    keep, names, ptrs = [], [], []
-    for name, v in attrs.items():
-        for raw, dest in ((name.encode(), names), (v.encode(), ptrs)):
-            keep.append(raw)
-            span = jax_ffi._Span(ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p), len(raw))
-            keep.append(span)
-            dest.append(ctypes.pointer(span) if dest is names else ctypes.addressof(span))
-    n = len(attrs)
-    a = jax_ffi._Attrs(ctypes.sizeof(jax_ffi._Attrs), None, n,
-                       (ctypes.c_int * n)(*[jax_ffi._STRING] * n),
-                       (ctypes.POINTER(jax_ffi._Span) * n)(*names), (ctypes.c_void_p * n)(*ptrs))
-    return a, keep
-
-
 def _frame(handler, attrs, ins, outs):
     """Call ``handler`` as XLA would, with numpy arrays as the buffers; its error or None."""
     errors, keep = [], []
@@ -95,25 +81,10 @@ def _frame(handler, attrs, ins, outs):
         keep.append(b)
         return ctypes.addressof(b)
 
-    @jax_ffi._CALL
-    def stream_get(addr):
-        jax_ffi._StreamGetArgs.from_address(addr).stream = 0
-        return None
-
-    @jax_ffi._CALL
-    def error_create(addr):
-        errors.append(jax_ffi._ErrorCreateArgs.from_address(addr).message.decode())
-        return 1
-
-    api = jax_ffi._Api(ctypes.sizeof(jax_ffi._Api), None, jax_ffi._Version(), None,
-                       ctypes.cast(error_create, ctypes.c_void_p).value, None, None, None,
-                       ctypes.cast(stream_get, ctypes.c_void_p).value)
-    a, keep_a = _string_attrs(attrs)
+    api, _callbacks = fake_api(errors)
+    a, keep_a = attrs_struct(attrs)
     lists = [(ctypes.c_void_p * len(xs))(*map(buf, xs)) for xs in (ins, outs)]
-    frame = jax_ffi._CallFrame(
-        ctypes.sizeof(jax_ffi._CallFrame), None, ctypes.addressof(api), None, jax_ffi._EXECUTE,
-        jax_ffi._List(ctypes.sizeof(jax_ffi._List), None, len(ins), None, lists[0]),
-        jax_ffi._List(ctypes.sizeof(jax_ffi._List), None, len(outs), None, lists[1]), a, None)
+    frame = call_frame(api, lists[0], lists[1], a)
     handler(ctypes.addressof(frame))
     return errors[0] if errors else None
 

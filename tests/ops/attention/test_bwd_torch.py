@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import ptxdsl.ops as ops  # noqa: E402
 from ptxdsl.ops.attention import attention_backward_reference  # noqa: E402
+from compile_check import assert_compiled_matches_eager  # noqa: E402
 
 
 def _leaves(b, sq, sk, h, hk, d, seed):
@@ -60,17 +61,7 @@ def test_compiled_training_step_fullgraph():
     def loss_of(q, k, v):
         return ops.attention(q, k, v, causal=True).float().square().sum()
 
-    compiled = torch.compile(loss_of, fullgraph=True, backend="aot_eager")
-    loss = compiled(q, k, v)
-    loss.backward()
-    grads = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    eager = loss_of(q, k, v)
-    eager.backward()
-    assert torch.equal(loss, eager)
-    for g, t in zip(grads, (q, k, v)):
-        assert torch.equal(g, t.grad)
+    assert_compiled_matches_eager(loss_of, (q, k, v))
 
 
 @pytest.mark.long

@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import ptxdsl.ops as ops  # noqa: E402
+from compile_check import assert_compiled_matches_eager  # noqa: E402
 
 
 def _packed(lens_q, lens_k, h, hk, d, seed):
@@ -125,17 +126,7 @@ def test_varlen_compiled_training_step_fullgraph():
     def loss_of(q, k, v):
         return ops.attention_varlen(q, k, v, cq, ck, 10, 12, causal=True).float().square().sum()
 
-    compiled = torch.compile(loss_of, fullgraph=True, backend="aot_eager")
-    loss = compiled(q, k, v)
-    loss.backward()
-    grads = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    eager = loss_of(q, k, v)
-    eager.backward()
-    assert torch.equal(loss, eager)
-    for g, t in zip(grads, (q, k, v)):
-        assert torch.equal(g, t.grad)
+    assert_compiled_matches_eager(loss_of, (q, k, v))
 
 
 @pytest.mark.long

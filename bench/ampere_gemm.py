@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 
@@ -23,6 +22,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "examples", "hopper")]
 
 from bench import pyptx_examples  # noqa: E402
+from bench.save import save_result  # noqa: E402
 from bench.rmsnorm import _measure  # noqa: E402
 
 PYPTX = [("gemm", "build_gemm"), ("gemm_pipelined", "build_gemm_pipelined"),
@@ -101,11 +101,7 @@ def main(argv=None) -> int:
     cases = [_case(int(s), a.rounds) for s in filter(None, a.sizes.split(","))]
     result = {"device": torch.cuda.get_device_name(),
               "date": datetime.datetime.now().isoformat(timespec="seconds"), "cases": cases}
-    path = a.json or (os.path.join(os.environ["OUT"], "ampere_gemm.json")
-                      if os.environ.get("OUT") else None)
-    if path:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
+    save_result(result, a.json, "ampere_gemm")
     print_table(result)
     return 0
 

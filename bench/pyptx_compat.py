@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 
@@ -24,6 +23,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
 from bench import pyptx_examples  # noqa: E402
+from bench.save import save_result  # noqa: E402
 from bench.rmsnorm import _measure  # noqa: E402
 
 
@@ -132,11 +132,7 @@ def main(argv=None) -> int:
         cases.append(_grouped_case(G, M, N, K, a.rounds))
     result = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now().isoformat(
         timespec="seconds"), "cases": cases}
-    path = a.json or (os.path.join(os.environ["OUT"], "pyptx_compat.json")
-                      if os.environ.get("OUT") else None)
-    if path:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
+    save_result(result, a.json, "pyptx_compat")
     print_table(result)
     return 0
 

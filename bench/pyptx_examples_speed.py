@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import json
 import math
 import os
 import re
@@ -39,6 +38,7 @@ if os.path.join(ROOT, "tests", "helpers") not in sys.path:  # the fixes, read at
     sys.path.append(os.path.join(ROOT, "tests", "helpers"))
 
 from bench import pyptx_examples  # noqa: E402
+from bench.save import save_result  # noqa: E402
 from bench.timing import time_interleaved  # noqa: E402
 
 
@@ -511,11 +511,7 @@ def main(argv=None) -> int:
     result = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
               "date": datetime.datetime.now().isoformat(timespec="seconds"),
               "rounds": a.rounds, "cases": rows}
-    path = a.json or (os.path.join(os.environ["OUT"], "pyptx_examples_speed.json")
-                      if os.environ.get("OUT") else None)
-    if path:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
+    save_result(result, a.json, "pyptx_examples_speed")
     print_table(result)
     return 0
 

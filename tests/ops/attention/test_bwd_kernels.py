@@ -9,6 +9,7 @@ from ptxdsl.ops.attention import backward_kernels
 from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BWD_HEAD_DIMS, BwdConfig, choose_bwd
 from ptxdsl.ops.attention.config import Mask
+from ptxas_resources import resources_or_skip  # noqa: E402
 
 
 def test_plan_rows_cover_every_head_dim_and_refuse_others():
@@ -80,12 +81,7 @@ def test_wide_head_dims_split_the_columns():
     (96, False, False, True)])
 def test_ptxas_keeps_everything_in_registers(d, causal, det, varlen):
     for k in backward_kernels(d, causal=causal, deterministic=det, varlen=varlen):
-        try:
-            r = k.resources()
-        except Exception as e:  # no ptxas on this machine
-            if "ptxas" in str(e).lower() and "not found" in str(e).lower():
-                pytest.skip(str(e))
-            raise
+        r = resources_or_skip(k)
         assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
 
 
@@ -136,10 +132,5 @@ def test_ptxas_keeps_block_m_128_in_registers(overlap, mask, det, stages, ds_dou
     c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, block_m=128, overlap=overlap,
                   ds_double=ds_double)
     k = build_backward(c, bf16, 64, mask, scale=0.125, deterministic=det)
-    try:
-        r = k.resources()
-    except Exception as e:  # no ptxas on this machine
-        if "ptxas" in str(e).lower() and "not found" in str(e).lower():
-            pytest.skip(str(e))
-        raise
+    r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

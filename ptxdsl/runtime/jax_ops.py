@@ -35,11 +35,22 @@ def _like(shape, dtype):
     return jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
 
 
+def _with_vjp(fwd, bwd):
+    """The jax function ``fwd(...)[0]`` whose gradient is ``bwd(saved, cotangent)``
+    (``fwd`` returns ``(output, saved)``)."""
+    import jax
+
+    @jax.custom_vjp
+    def f(*args):
+        return fwd(*args)[0]
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
 # ---------------------------------------------------------------- rms_norm
 @functools.lru_cache(maxsize=None)
 def _rms_norm(eps: float, offset: float):
-    import jax
-
     def fwd(x, w):
         rows = x.shape[:-1]
         y, rstd = call("rms_norm", {"eps": eps, "offset": offset},
@@ -53,12 +64,7 @@ def _rms_norm(eps: float, offset: float):
                       dy.astype(x.dtype), x, w, rstd)
         return dx, dw
 
-    @jax.custom_vjp
-    def f(x, w):
-        return fwd(x, w)[0]
-
-    f.defvjp(fwd, bwd)
-    return f
+    return _with_vjp(fwd, bwd)
 
 
 def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0):
@@ -70,7 +76,6 @@ def rms_norm(x, weight, eps: float = 1e-6, *, offset: float = 0.0):
 # ---------------------------------------------------------------- matmul
 @functools.lru_cache(maxsize=None)
 def _matmul(out_dtype):
-    import jax
 
     def product(a, b, odt):
         return call("matmul", {"out_dtype": odt},
@@ -86,12 +91,7 @@ def _matmul(out_dtype):
         db = product(a.T, g, None).astype(b.dtype)
         return da, db
 
-    @jax.custom_vjp
-    def f(a, b):
-        return fwd(a, b)[0]
-
-    f.defvjp(fwd, bwd)
-    return f
+    return _with_vjp(fwd, bwd)
 
 
 def matmul(a, b, *, out_dtype=None):
@@ -105,7 +105,6 @@ def matmul(a, b, *, out_dtype=None):
 # ---------------------------------------------------------------- attention
 @functools.lru_cache(maxsize=None)
 def _attention(causal: bool, scale, window, softcap: float):
-    import jax
     opts = dict(causal=causal, softmax_scale=scale, window_size=list(window),
                 softcap=softcap)
 
@@ -121,12 +120,7 @@ def _attention(causal: bool, scale, window, softcap: float):
                     (_like(q.shape, q.dtype), _like(k.shape, k.dtype),
                      _like(v.shape, v.dtype)), dout.astype(q.dtype), q, k, v, out, lse)
 
-    @jax.custom_vjp
-    def f(q, k, v):
-        return fwd(q, k, v)[0]
-
-    f.defvjp(fwd, bwd)
-    return f
+    return _with_vjp(fwd, bwd)
 
 
 def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = None,

@@ -27,6 +27,7 @@ flash's where cuDNN refuses the head dim) before timing, the deterministic ones 
 repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64]
+        [--default-only]
 """
 from __future__ import annotations
 
@@ -51,7 +52,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64"),
                     default="tma")
-    which = ap.parse_args().set
+    ap.add_argument("--default-only", action="store_true",
+                    help="time the default mode only (skip the deterministic runs)")
+    args = ap.parse_args()
+    which = args.set
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":
         variants = {"red s2": BwdConfig(stages=2), "tma s2": BwdConfig(**tma),
@@ -128,6 +132,8 @@ def main() -> None:
                       "ov1 sw poly"),
                 64: ("tma", "sw", "ov1 sw", "ov2 sw", "ov2 sw qf", "ov2 sw poly")}
         grid = ((4096, 128, False), (4096, 64, False), (4096, 128, True))
+        modes = (False,)
+    if args.default_only:
         modes = (False,)
     rows = []
     for s, d, causal in grid:

@@ -34,9 +34,9 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
-    cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic))
+    cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic), varlen)
     if varlen and cfg.block_m != BLOCK_M:     # its padded rows start every 64, not 128
-        cfg = replace(cfg, block_m=BLOCK_M)
+        cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch) \
         + (("varlen",) if varlen else ())
     return BWD_KERNELS.get(key, lambda: (

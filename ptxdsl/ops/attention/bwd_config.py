@@ -149,14 +149,16 @@ def rows() -> tuple[dict, ...]:
 
 
 def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False,
-               deterministic: bool = False) -> BwdConfig:
+               deterministic: bool = False, varlen: bool = False) -> BwdConfig:
     """The table's config for this call (a row with a ``softcap`` or ``deterministic`` list
-    holds only for those settings); a ValueError for a head dim no row covers."""
+    holds only for those settings; ``varlen`` skips rows of 128-query steps, since varlen's
+    padded rows start every 64); a ValueError for a head dim no row covers."""
     kind = "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
     for row in rows():
         if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"] \
                 and bool(softcap) in row.get("softcap", (False, True)) \
-                and bool(deterministic) in row.get("deterministic", (False, True)):
+                and bool(deterministic) in row.get("deterministic", (False, True)) \
+                and not (varlen and row["config"].get("block_m", BLOCK_M) != BLOCK_M):
             c = BwdConfig(**row["config"])
             assert c.smem_bytes(head_dim) <= SMEM_PER_CTA, (row, c.smem_bytes(head_dim))
             return c

@@ -24,6 +24,16 @@ def test_plan_rows_cover_every_head_dim_and_refuse_others():
             assert c.col_split and c.block_n == 64 and c.smem_bytes(d) <= 232448
 
 
+def test_varlen_skips_rows_of_128_query_steps():
+    """Head dim 64's default plan steps 128 queries (with a dSᵀ pair per slot); varlen,
+    whose padded rows start every 64, takes the next row, and softcap (which spills with
+    128-query steps) and the deterministic mode keep the 64-row plan."""
+    assert choose_bwd(64, "bf16", Mask(-1, 0)).block_m == 128
+    for kw in (dict(varlen=True), dict(softcap=True), dict(deterministic=True)):
+        c = choose_bwd(64, "bf16", Mask(-1, 0), **kw)
+        assert c.block_m == 64 and not c.ds_double, kw
+
+
 def test_main_kernel_emits_the_fa3_structure():
     text = backward_kernels(128, causal=True)[1].ptx()
     assert "setmaxnreg.dec.sync.aligned.u32" in text and "setmaxnreg.inc" in text
@@ -57,7 +67,8 @@ def test_wide_head_dims_split_the_columns():
     assert "m64n256k16" not in text and "m64n128k16" not in text
     assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 16
     assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 2 * 4 + 2 * 4
-    text = backward_kernels(192)[1].ptx()
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, pds_smem=True)
+    text = build_backward(c, bf16, 192, scale=0.1).ptx()
     assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 12 + 3 * (2 * 4 + 4)
     c = BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True)
     text = build_backward(c, bf16, 256, scale=0.1).ptx()

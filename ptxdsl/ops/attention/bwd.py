@@ -34,8 +34,10 @@ f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled 
 ``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers.
 With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a per-block
 semaphore says every earlier (n-block, warpgroup) has added its own (an ``ld.acquire``
-spin by one thread), so each dQ element sums in one fixed order. The step's orderings
-(``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's (:class:`.bwd_config.BwdConfig`).
+spin by one thread), so each dQ element sums in one fixed order (:mod:`.bwd_det`: which
+CTA takes which key block, the row blocks last to first, turns passed a step late). The
+step's orderings (``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's
+(:class:`.bwd_config.BwdConfig`).
 With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
 compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
 inside one 64-column panel), so their accumulators take head dim 128's registers. Head dim
@@ -244,7 +246,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         # deterministic: row blocks last to first (bwd_det: each block's key blocks come
         # to it together or in their turns' order)
         m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)
-        base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
+        # (deterministic: each consumer warpgroup's two words of bwd_det.Turns after the rest)
+        base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
+                          dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
@@ -321,7 +325,13 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             wait(labels, kvfull, 0)
             if varlen:
                 zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
-            turns = Turns(sem, labels) if deterministic and c.dq_tma else None
+            turns = Turns(sem, labels, lambda: base + L.total + w * 8) \
+                if deterministic and c.dq_tma else None
+            if turns:
+                with ptx.if_(lane == 0):
+                    turns.start()
+            # the semaphore read early in the step, but where ptxas would spill its registers
+            poll = not (rows or softcap)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
                 bh = head if varlen else batch * nh + head
@@ -331,8 +341,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
                     def early():      # deterministic: under the step's first GEMMs
                         if turns:
-                            turns.early(lane, (lane == 0) & (_s32(m0 + w * BM) < _s32(sqp))
-                                        if rows else lane == 0, bh, sem_of())
+                            turns.early(lane, lane == 0 if poll else None, bh, sem_of())
                     wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
@@ -538,7 +547,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             if deterministic:    # (turns.early read the semaphore)
                                 split = c.dq_split or cs or rows
                                 turns.wait(bh, sem_mb, turn_of(nb, m0, off, mask, w, split, bn,
-                                                               1 if rows else 2), split)
+                                                               1 if rows else 2), split,
+                                           early=poll)
                             box = 32 if c.dq_swizzle else 64
                             panels = stage_panels(c, d) if c.panel_split else None
                             for ch in range(c.wg_cols(d) // box):

@@ -3,8 +3,9 @@ in one fixed order, ascending key block (and, where the two consumer warpgroups 
 same columns, warpgroup 0 before 1), through a u32 semaphore per (batch, head, 64-row
 block) that the preprocess zeroes.
 
-The order itself is the old one; what this module decides is when each add happens, so
-that a CTA rarely finds its turn not yet come:
+The order itself is the old one (dq's bits are unchanged; dK and dV, summed in registers
+in the order a CTA visits its row blocks, are not); what this module decides is when each
+add happens, so that a CTA rarely finds its turn not yet come:
 
 * **Which CTA takes which key block** (:func:`det_cta`): CTAs in sections of ``G`` (batch,
   K/V head) units, key block-major inside a section, so that a unit's key block ``nb + 1``
@@ -20,7 +21,7 @@ that a CTA rarely finds its turn not yet come:
 * **When a turn is waited for and passed on** (:class:`Turns`): the add is a TMA
   reduce-add whose completion takes a round trip to L2; the adding thread passes the turn
   only in the next step, right after that step's first GEMMs are issued (their tensor
-  time covers the completion wait, the release and an early ``ld.acquire`` of the next
+  time covers the completion wait, the release and an early ``ld.acquire`` of this step's
   block's semaphore), so the consumer warpgroup no longer stalls on its own add every step.
 """
 from __future__ import annotations
@@ -115,13 +116,13 @@ def pass_turn(at) -> None:
 
 class Turns:
     """A consumer warpgroup's turns with dQ added by TMA reduce-add (one adding thread,
-    ``lane == 0``): the block whose add is in flight (``pend``: its semaphore index + 1,
-    0 for none) and the semaphore value read early in the step (``seen``)."""
+    ``lane == 0``). Two u32 words of shared memory (``slot()``: their address, computed
+    where used) carry the block whose add is in flight (its semaphore index + 1, 0 for
+    none) and the semaphore value read early in the step, so that no register lives
+    across the step for them (the masked kernels have none to spare)."""
 
-    def __init__(self, sem, labels):
-        self.sem, self.labels = sem, labels
-        self.pend = reg.scalar(u32, init=0)
-        self.seen = reg.scalar(u32, init=0)
+    def __init__(self, sem, labels, slot):
+        self.sem, self.labels, self.slot = sem, labels, slot
 
     def at(self, index):       # (the pointer where it is used: none live across the loop)
         return ptx.global_ptr(self.sem) + index * 4
@@ -129,29 +130,44 @@ class Turns:
     def index(self, bh, mb):
         return bh * ptx.dim("NMB") + mb
 
+    def start(self) -> None:
+        """Before the loop (the adding thread): no add in flight."""
+        ptx.inst("st.shared.u32", ptx.addr(self.slot()), 0)
+
     def land(self) -> None:
         """The adding thread: wait for the last add to complete and pass its turn."""
         ptx.inst("cp.async.bulk.wait_group", 0)
-        with ptx.if_(self.pend != 0):
-            pass_turn(self.at(self.pend - 1))
-        ptx.inst.mov.u32(self.pend, 0)
+        pend = reg.scalar(u32)
+        ptx.inst("ld.shared.u32", pend, ptx.addr(self.slot()))
+        with ptx.if_(pend != 0):
+            pass_turn(self.at(pend - 1))
+            ptx.inst("st.shared.u32", ptx.addr(self.slot()), 0)
 
     def early(self, lane, adds_now, bh, mb) -> None:
         """Right after the step's first GEMMs are issued: land the last step's add and, if
-        this step adds (``adds_now``), read its block's semaphore."""
+        this step adds (``adds_now``; None: no early read, the add's wait reads), read its
+        block's semaphore."""
         with ptx.if_(lane == 0):
             self.land()
+        if adds_now is None:
+            return
         with ptx.if_(adds_now):
-            ptx.inst.ld.acquire.gpu.global_.u32(self.seen,
-                                                 ptx.addr(self.at(self.index(bh, mb))))
+            seen = reg.scalar(u32)
+            ptx.inst.ld.acquire.gpu.global_.u32(seen, ptx.addr(self.at(self.index(bh, mb))))
+            ptx.inst("st.shared.u32", ptx.addr(self.slot(), 4), seen)
 
-    def wait(self, bh, mb, turn, split: bool) -> None:
-        """The adding thread, before its reduce-add: until the block's turn comes."""
-        spin(self.at(self.index(bh, mb)), turn, split, self.labels, self.seen)
+    def wait(self, bh, mb, turn, split: bool, early: bool = True) -> None:
+        """The adding thread, before its reduce-add: until the block's turn comes
+        (``early``: from the value :meth:`early` read)."""
+        seen = None
+        if early:
+            seen = reg.scalar(u32)
+            ptx.inst("ld.shared.u32", seen, ptx.addr(self.slot(), 4))
+        spin(self.at(self.index(bh, mb)), turn, split, self.labels, seen)
 
     def added(self, bh, mb) -> None:
         """The adding thread has committed its reduce-add to the block: in flight."""
-        ptx.inst.mov.u32(self.pend, self.index(bh, mb) + 1)
+        ptx.inst("st.shared.u32", ptx.addr(self.slot()), self.index(bh, mb) + 1)
 
 
 __all__ = ["SECTION_BYTES", "section_units", "det_cta", "m_blocks", "first_nb", "turn_of",

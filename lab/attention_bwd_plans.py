@@ -22,11 +22,14 @@ softcap, which this set does not time); ``--set h192``: head dim 192's plan row
 ``panel_split`` (an n64 and an n32 piece) with and without ``pds_smem``, 1 or 2 stages,
 overlap 1, and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, m64n64 each; with and
 without panel_split), default and deterministic, on the rows the issue cites (1k full, 4k
-full and causal, 16k causal). Each variant's dq, dk, dv are checked against cuDNN's (SDPA
-flash's where cuDNN refuses the head dim) before timing, the deterministic ones for bitwise
-repeats. JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
+full and causal, 16k causal); ``--set det``: the plan's rows, deterministic against
+default (the issue's "within 15%"), head dims 64, 128, 192, 256 at S=4k full and causal
+and 128 at 16k causal, one call of about 90 s (the ratio det / default last). Each
+variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses the
+head dim) before timing, the deterministic ones for bitwise repeats. JSON to
+``$OUT/attention_bwd_<set>.json``; a table last.
 
-    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64]
+    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det]
         [--default-only]
 """
 from __future__ import annotations
@@ -50,7 +53,8 @@ def main() -> None:
     from ptxdsl.ops.attention.bwd_config import BwdConfig
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64"),
+    ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
+                                          "det"),
                     default="tma")
     ap.add_argument("--default-only", action="store_true",
                     help="time the default mode only (skip the deterministic runs)")
@@ -96,6 +100,11 @@ def main() -> None:
                     "m128 ov1 dsx2": BwdConfig(stages=2, overlap=1, ds_double=True, **m)}
         grid = tuple((s, 64, c) for s in (1024, 4096, 16384) for c in (False, True))
         modes = (False, True)
+    elif which == "det":        # the plan table's own rows (None: choose_bwd as shipped)
+        variants = {"plan": None}
+        grid = tuple((4096, d, c) for d in (64, 128, 192, 256) for c in (False, True)) + \
+            ((16384, 128, True),)
+        modes = (False, True)
     elif which == "h96":
         sw = dict(tma, dq_swizzle=True)
         variants = {"sw": BwdConfig(**sw), "ov1 sw": BwdConfig(**sw, overlap=1),
@@ -135,6 +144,7 @@ def main() -> None:
         modes = (False,)
     if args.default_only:
         modes = (False,)
+    shipped = bwd_api.choose_bwd
     rows = []
     for s, d, causal in grid:
         b, h = 16384 // s, 2048 // d           # (H·D = 1920 at head dim 192)
@@ -156,9 +166,11 @@ def main() -> None:
         flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         for name, cfg in variants.items():
-            if cfg.smem_bytes(d) > 232448 or (which == "overlap" and name not in only[d]):
+            if cfg is not None and cfg.smem_bytes(d) > 232448 or \
+                    (which == "overlap" and name not in only[d]):
                 continue
-            bwd_api.choose_bwd = lambda *_a, _c=cfg: _c     # the variant under test
+            bwd_api.choose_bwd = shipped if cfg is None else \
+                (lambda *_a, _c=cfg: _c)                    # the variant under test
             for det in modes:
                 key = name + (" det" if det else "")
                 try:
@@ -190,10 +202,13 @@ def main() -> None:
     with open(os.path.join(os.environ.get("OUT", "."), f"attention_bwd_{out}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     names = [n + x for n in variants for x in ("", " det")[:len(modes)]]
-    print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>11}" for n in names))
+    ratio = which == "det"
+    print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>11}" for n in names) +
+          (f" {'det/def':>8}" if ratio else ""))
     for r in rows:
+        tf = [r['results'].get(n, {}).get('tflops', float('nan')) for n in names]
         print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " + " ".join(
-            f"{r['results'].get(n, {}).get('tflops', float('nan')):11.1f}" for n in names))
+            f"{t:11.1f}" for t in tf) + (f" {tf[1] / tf[0]:8.2f}" if ratio else ""))
 
 
 if __name__ == "__main__":

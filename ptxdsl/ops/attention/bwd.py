@@ -34,8 +34,10 @@ f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled 
 ``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers.
 With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a per-block
 semaphore says every earlier (n-block, warpgroup) has added its own (an ``ld.acquire``
-spin by one thread), so each dQ element sums in one fixed order. The step's orderings
-(``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's (:class:`.bwd_config.BwdConfig`).
+spin by one thread), so each dQ element sums in one fixed order (:mod:`.bwd_det`: which
+CTA takes which key block, the row blocks last to first, turns passed a step late). The
+step's orderings (``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's
+(:class:`.bwd_config.BwdConfig`).
 With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
 compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
 inside one 64-column panel), so their accumulators take head dim 128's registers. Head dim
@@ -58,7 +60,8 @@ from .varlen_tiles import find_seq, load_u32
 from .bwd_cols import col_pieces, stage_panels
 from .bwd_gsplit import split_step
 from .bwd_scores import dscores, grad_scores, probs
-from .bwd_steps import kv_gemms, lock, pass_turn, store, zero_other_keys
+from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
+from .bwd_steps import kv_gemms, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
@@ -213,9 +216,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             dqc = lambda col, m0, head: [col, pq0 + m0, head]
         else:
             nblk = (sk + (bn - 1)) // bn
-            nb = cta % nblk
-            rest = cta // nblk
-            hk, batch = rest % nhk, rest // nhk
+            if deterministic:    # key block-major sections of (batch, K/V head) units
+                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d)
+            else:
+                nb = cta % nblk
+                rest = cta // nblk
+                hk, batch = rest % nhk, rest // nhk
             qc = lambda p, head, m0: [p * PANEL, head, m0, batch]
             kc = lambda p: [p * PANEL, hk, n0, batch]
             rc = lambda m0, head: [m0, head, batch]
@@ -237,7 +243,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             hi = reg.scalar(s32)
             ptx.inst.selp.s32(hi, m_hi, m_lo, live)
             m_hi = hi
-        base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
+        # deterministic: row blocks last to first (bwd_det: each block's key blocks come
+        # to it together or in their turns' order)
+        m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)
+        # (deterministic: each consumer warpgroup's two words of bwd_det.Turns after the rest)
+        base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
+                          dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
@@ -259,7 +270,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ring = Ring(S)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
-                    for mb in ptx.range_(m_lo, m_hi):
+                    for mb in ptx.range_(*m_range):
                         m0 = mb * bm
                         wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
                         fb = full + ring.slot * 8
@@ -314,11 +325,23 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             wait(labels, kvfull, 0)
             if varlen:
                 zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
+            turns = Turns(sem, labels, lambda: base + L.total + w * 8) \
+                if deterministic and c.dq_tma else None
+            if turns:
+                with ptx.if_(lane == 0):
+                    turns.start()
+            # the semaphore read early in the step, but where ptxas would spill its registers
+            poll = not (rows or softcap)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
                 bh = head if varlen else batch * nh + head
-                for mb in ptx.range_(m_lo, m_hi):
+                for mb in ptx.range_(*m_range):
                     m0 = mb * bm
+                    sem_of = lambda: pq0 // BM + mb if varlen else 2 * mb + w if rows else mb
+
+                    def early():      # deterministic: under the step's first GEMMs
+                        if turns:
+                            turns.early(lane, lane == 0 if poll else None, bh, sem_of())
                     wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
@@ -350,6 +373,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     kv_mmas = ((dv_acc, p_regs, at_pc(do_at)), (dk_acc, ds_regs, at_pc(q_at)))
                     if c.overlap:
                         # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
+                        early()
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
                                      row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly,
@@ -369,6 +393,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     elif gs:
                         ptx.inst("wgmma.commit_group.sync.aligned")
+                        early()
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
 
                         def store_tile(regs):         # this warpgroup's tile (w: Pᵀ, dSᵀ)
@@ -387,6 +412,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                scale, softcap, scale_log2, c.ex2_poly))
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
+                        early()
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         if rows and not softcap:   # Pᵀ whole, then dSᵀ: fewer live at once
                             probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse),
@@ -452,7 +478,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                   base + L.ds if c.dq_split else ds_w,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
-                    sem_mb = pq0 // BM + mb if varlen else 2 * mb + w if rows else mb
+                    sem_mb = sem_of()
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
                     for ch in range(nch):
@@ -479,7 +505,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                          ptx.addr(empty + ring.slot * 8))
                             if deterministic and not c.dq_tma:
-                                lock(sem, bh, sem_mb, nb, w, m0, off, mask, lane, labels)
+                                with ptx.if_(lane == 0):
+                                    spin(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb)
+                                         * 4, turn_of(nb, m0, off, mask, w, False, bn, 2),
+                                         False, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
                         if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
@@ -515,10 +544,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         m0w = m0 + w * BM if rows else m0
                         adder = (lane == 0) & (_s32(m0w) < _s32(sqp)) if rows else lane == 0
                         with ptx.if_(adder):
-                            if deterministic:
-                                lock(sem, bh, sem_mb, nb, w, m0, off, mask, None, labels,
-                                      c.dq_split or cs or rows, bn,
-                                      *((1,) if rows else ()))
+                            if deterministic:    # (turns.early read the semaphore)
+                                split = c.dq_split or cs or rows
+                                turns.wait(bh, sem_mb, turn_of(nb, m0, off, mask, w, split, bn,
+                                                               1 if rows else 2), split,
+                                           early=poll)
                             box = 32 if c.dq_swizzle else 64
                             panels = stage_panels(c, d) if c.panel_split else None
                             for ch in range(c.wg_cols(d) // box):
@@ -527,17 +557,19 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.tma.reduce(tdq, dqc(col, m0w, head),
                                                stage_w + ch * BM * box * 4)
                             ptx.inst("cp.async.bulk.commit_group")
-                            if deterministic:        # the adds land before the turn passes
-                                ptx.inst("cp.async.bulk.wait_group", 0)
-                                pass_turn(sem, bh, sem_mb)
+                            if deterministic:  # its turn passes once it lands (next step)
+                                turns.added(bh, sem_mb)
                     elif deterministic:
                         ptx.inst("bar.sync", 1 + w, 128)
                         with ptx.if_(lane == 0):
-                            pass_turn(sem, bh, sem_mb)
+                            pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
                     ring.advance()
             if c.dq_tma:
                 with ptx.if_(lane == 0):
-                    ptx.inst("cp.async.bulk.wait_group", 0)
+                    if turns:
+                        turns.land()
+                    else:
+                        ptx.inst("cp.async.bulk.wait_group", 0)
             for j in range(npc):     # (one piece of every column without col_split)
                 f = fcol + c0s[j] if cs else fcol
                 kb = k0 if varlen else None

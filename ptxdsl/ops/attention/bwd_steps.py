@@ -1,12 +1,11 @@
 """The main backward kernel's (:mod:`.bwd`) steps that are not the consumer loop's order:
-the register-A GEMMs of dV and dK, the varlen K clear, the deterministic mode's turns and
-the dK / dV stores."""
+the register-A GEMMs of dV and dK, the varlen K clear and the dK / dV stores (the
+deterministic mode's turns are :mod:`.bwd_det`'s)."""
 from __future__ import annotations
 
-from ...core.types import b32, s32, u32
+from ...core.types import b32, u32
 from ...dsl import ptx, reg
-from .bwd_config import BLOCK_M as BM, BLOCK_N as BN
-from .config import Mask
+from .bwd_config import BLOCK_M as BM
 from .fwd import _s32
 
 ROW = 128            # bytes per swizzled panel row
@@ -58,48 +57,6 @@ def zero_other_keys(k_at, n0, sk, bn: int, panels: int, t) -> None:
         ptx.inst("fence.proxy.async.shared::cta")   # (and the other warpgroup's rows)
 
 
-def first_nb(m0, off, mask: Mask, bn: int = BN):
-    """The first n-block whose CTA takes the 64 rows from ``m0`` (see the m range)."""
-    if mask.left < 0:
-        return reg.scalar(s32, init=0)
-    return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // bn
-
-
-def lock(sem, bh, mb, nb, w, m0, off, mask, lane, labels, split: bool = False,
-          bn: int = BN, adds: int = 2) -> None:
-    """Deterministic mode: one thread (``lane == 0``; ``lane`` None: the caller's thread)
-    spins (``ld.acquire.gpu``) until the block's semaphore counts every earlier
-    (n-block, warpgroup); ``split`` (the warpgroups add disjoint columns): every warpgroup
-    of every earlier n-block, so the two warpgroups of a CTA do not wait for each other;
-    ``adds``: the additions an n-block makes to the block (1 when the warpgroups split dQ
-    by rows)."""
-    psem = ptx.global_ptr(sem)
-
-    def spin():
-        turn = (_s32(nb) - first_nb(m0, off, mask, bn)) * adds
-        if not split:
-            turn = turn + _s32(w)
-        top = ptx.new_label(f"turn{next(labels)}")
-        ptx.place(top)
-        now = reg.scalar(u32)
-        ptx.inst.ld.acquire.gpu.global_.u32(now, ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4))
-        ptx.bra(top, pred=(_s32(now) < turn) if split else (_s32(now) != turn))
-    if lane is None:
-        spin()
-        return
-    with ptx.if_(lane == 0):
-        spin()
-
-
-def pass_turn(sem, bh, mb) -> None:
-    """The warpgroup's additions are done (after ``bar.sync`` or the bulk group's wait):
-    pass the turn on (``red.release.gpu.global.add.u32``)."""
-    psem = ptx.global_ptr(sem)
-    ptx.inst("fence.proxy.async.global")
-    ptx.inst("red.release.gpu.global.add.u32",
-             ptx.addr(psem + (bh * ptx.dim("NMB") + mb) * 4), 1)
-
-
 def store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale, k0=None) -> None:
     """dK (times ``scale``) or dV: 16-bit pairs (``cvt.rn``) by ``st.global.b32``; keys past
     SK are not written (``k0``: varlen, the sequence's first packed key row)."""
@@ -126,4 +83,4 @@ def u32_of(x):
     return r
 
 
-__all__ = ["kv_gemms", "zero_other_keys", "first_nb", "lock", "pass_turn", "store", "u32_of"]
+__all__ = ["kv_gemms", "zero_other_keys", "store", "u32_of"]

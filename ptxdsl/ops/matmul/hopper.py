@@ -232,6 +232,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
                          f"at most 128 columns) and needs more ring stages than the "
                          f"k-blocks it issues early, got {p}")
+    if p.m_waves > 1 and (mode != "block" or grouped):
+        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles) is the "
+                         f"dense block-wise fp8 kernel's, got scales {mode}"
+                         f"{' in a grouped GEMM' if grouped else ''}")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
                          f"stage is one 128-long K block) and 64- or 128-column tiles "
@@ -273,6 +277,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
+            f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -447,26 +452,43 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
             if mode == "block":
                 part = reg.array(f32, p.bn // 2)
-                blocks = BlockScales(psa, psb, m, ptx.dim("NB"))
+                waves = [acc] + [reg.array(f32, p.bn // 2) for _ in range(p.m_waves - 1)]
+                blocks = BlockScales(psa, psb, m, ptx.dim("NB"), 2 * p.m_waves)
+                wave_bytes = 128 * p.bk * dtype.bytes     # A's next 128 rows in a stage
 
-            def mainloop_block(kb0, nkr, row, n0):
-                """Block-wise scales (:mod:`.promote`): each k-block into ``part``, then
-                ``acc += part * scale_a * scale_b``; ``kb0``: the first k-block's index."""
-                for r in acc:
-                    ptx.inst.mov.f32(r, 0.0)
-                f = [reg.scalar(f32) for _ in range(2)]
-                last = kb0 + nkr - 1
-                for r, v in zip(f, blocks.factors(kb0, row, n0)):
-                    ptx.inst.mov.f32(r, v)
-                for kb in ptx.range_(kb0, kb0 + nkr) if SK > 1 else ptx.range_(nkr):
-                    eb = mma_stage(True, part)
-                    # the next k-block's scales, in flight beside the wgmmas and promotion
-                    nxt = blocks.factors(ptx.min(kb + 1, last), row, n0)
+            def block_stage():
+                """One k-block, block-wise: each wave's wgmmas into ``part`` (scale-d 0
+                first), waited, promoted into the wave's accumulator; the stage is
+                released after the last wave's wgmmas retired."""
+                wait(labels, full0 + ring.slot * 8, ring.phase)
+                sa = base + L.a + ring.slot * L.a_stage + a_off
+                db = opb.descriptor(base + L.b + ring.slot * L.b_stage)
+                for w, dst in enumerate(waves):
+                    da = opa.descriptor(sa + w * wave_bytes if w else sa)
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    for ks in range(p.bk // mma_k):
+                        ptx.inst(mma, list(part), da if ks == 0 else da + ks * opa.k_step,
+                                 db if ks == 0 else db + ks * opb.k_step,
+                                 0 if ks == 0 else 1, 1, 1, *trans)
+                    ptx.inst("wgmma.commit_group.sync.aligned")
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    release(eb)
-                    promote(acc, part, f)
-                    for r, v in zip(f, nxt):
-                        ptx.inst.mov.f32(r, v)
+                    if w == len(waves) - 1:
+                        release(empty0 + ring.slot * 8)
+                    promote(dst, part, blocks.factors(w))
+                ring.advance()
+
+            def mainloop_block(kb0, nkr, rows, n0):
+                """Block-wise scales (:mod:`.promote`): each k-block into ``part``, then
+                ``acc += part * scale_a * scale_b``; ``kb0``: the first k-block's index.
+                The next k-block's scales load after a promotion, under its wgmmas."""
+                for dst in waves:
+                    for r in dst:
+                        ptx.inst.mov.f32(r, 0.0)
+                last = kb0 + nkr - 1
+                blocks.load(kb0, rows, n0)
+                for kb in ptx.range_(kb0, kb0 + nkr) if SK > 1 else ptx.range_(nkr):
+                    block_stage()
+                    blocks.load(ptx.min(kb + 1, last), rows, n0)
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
@@ -510,6 +532,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     store_rows(acc, p, out_dtype, activation, pc, ptx.dim("sc", kind="stride"),
                                row0 + frow, end, n0, n, fcol, sc)
 
+            def block_rows(row0):
+                """The thread's accumulator rows: ``frow`` and ``frow + 8`` of each wave."""
+                r = row0 + frow
+                return [r if w == 0 and h == 0 else r + (128 * w + 8 * h)
+                        for w in range(p.m_waves) for h in range(2)]
+
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
                 if grouped:
@@ -531,15 +559,19 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     sc = RowScales(psa, psb, row0 + frow, m) if mode == "row" else scale
                     if SK == 1:
                         if mode == "block":
-                            mainloop_block(0, nk, row0 + frow, n0)
+                            mainloop_block(0, nk, block_rows(row0), n0)
                         else:
                             mainloop(nk)
                         store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
                                    lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
+                        if p.m_waves > 1:        # the consumer's rows in the second half
+                            store_tile(waves[1], p, L, out_dtype, ob, bias, activation,
+                                       stage_c, lane, frow, fcol, bar_id, row0 + 128, n0, n,
+                                       tma_c, pb, sc)
                     else:
                         with ptx.if_(nkr > 0):
                             if mode == "block":
-                                mainloop_block(kb_lo, nkr, row0 + frow, n0)
+                                mainloop_block(kb_lo, nkr, block_rows(row0), n0)
                             else:
                                 mainloop(nkr)
                         with ptx.else_():           # more ranks than k-blocks: a zero share

@@ -46,17 +46,34 @@ class RowScales:
 
 class BlockScales:
     """Block-wise scales of one consumer thread: ``scale_a`` as ``(KB, M)`` and
-    ``scale_b`` as ``(KB, NB)``, both row-major f32."""
+    ``scale_b`` as ``(KB, NB)``, both row-major f32, for ``count`` accumulator rows of
+    the thread (two per m64 accumulator: ``frow`` and ``frow + 8``).
 
-    def __init__(self, psa, psb, m, nb):
+    The raw values live in fixed registers (:meth:`load` writes them, :meth:`factors`
+    reads them): a k-block's scales are loaded after the previous k-block's promotion and
+    multiplied after this k-block's wgmmas retired, so the load's latency hides under
+    the wgmmas. A product taken as soon as the load is issued waits for it there."""
+
+    def __init__(self, psa, psb, m, nb, count: int):
         self.psa, self.psb, self.m, self.nb = psa, psb, m, nb
+        # A row past M is never loaded: its register keeps 0 or an earlier tile's scale,
+        # which multiplies TMA's zero fill of that row and is never stored.
+        self.sa = [reg.scalar(f32, init=0.0) for _ in range(count)]
+        self.sb = reg.scalar(f32)
 
-    def factors(self, kb, row, n0):
-        """``scale_a[kb, row + 8h] * scale_b[kb, n0 / 128]`` for h = 0, 1."""
-        sb = _load(self.psb, kb * self.nb + (n0 >> 7))
-        base = kb * self.m + row
-        return [_load(self.psa, base if h == 0 else base + 8,
-                      (row if h == 0 else row + 8) < self.m) * sb for h in range(2)]
+    def load(self, kb, rows, n0) -> None:
+        """Start loading k-block ``kb``'s ``scale_a`` of each of ``rows`` and ``scale_b[kb,
+        n0 / 128]`` (the tile's columns lie in one 128-column block)."""
+        ptx.inst("ld.global.nc.f32", self.sb,
+                 ptx.addr(self.psb + _wide(kb * self.nb + (n0 >> 7), 4)))
+        base = kb * self.m
+        for r, row in zip(self.sa, rows):
+            ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psa + _wide(base + row, 4)),
+                     pred=row < self.m)
+
+    def factors(self, wave: int = 0) -> list:
+        """``scale_a * scale_b`` of accumulator ``wave``'s two rows (h = 0, 1)."""
+        return [self.sa[2 * wave + h] * self.sb for h in range(2)]
 
 
 def promote(acc, part, factors) -> None:

@@ -67,17 +67,23 @@ def test_scale_mode_reads_torchs_shapes():
 
 
 # ---------------------------------------------------------------- the Hopper kernel
-@pytest.mark.parametrize("mode,m,n,k,cluster,split", [
-    ("row", 70, 136, 160, 1, 1),          # ragged M, N, K: two k-blocks, one tile row
-    pytest.param("block", 130, 200, 272, 2, 1, marks=pytest.mark.long),  # a cluster of 2
-    pytest.param("block", 16, 136, 528, 1, 2, marks=pytest.mark.long),   # split-K ranks
+@pytest.mark.parametrize("mode,m,n,k,cluster,split,waves", [
+    ("row", 70, 136, 160, 1, 1, 1),       # ragged M, N, K: two k-blocks, one tile row
+    pytest.param("block", 130, 200, 272, 2, 1, 1, marks=pytest.mark.long),  # a cluster of 2
+    pytest.param("block", 16, 136, 528, 1, 2, 1, marks=pytest.mark.long),   # split-K ranks
+    # 256-row tiles: rows in both halves of a tile and past M, two tiles per CTA
+    pytest.param("block", 300, 200, 400, 1, 1, 2, marks=pytest.mark.long),
+    pytest.param("block", 390, 136, 272, 2, 1, 2, marks=pytest.mark.long),  # and a cluster
 ])
-def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split):
+def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split, waves):
     if split > 1:
         p = one_row(m, n, k, e4m3, f32, sms=2 * split, split=split)
     else:
         p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=cluster)
     p = for_scaling(p, mode, e4m3, f32)
+    if waves > 1:
+        p = for_scaling(dataclasses.replace(p, m_waves=waves), mode, e4m3, f32)
+        assert p.bm == 256 and p.stages >= 2
     assert p.split == split and (mode != "block" or p.bn == 128)
     kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled=mode)
     assert f"_{mode}scaled" in kern.name

@@ -36,6 +36,8 @@ class Plan:
     #                        second accumulator) before a tile's epilogue (.overlap); 0: none
     m_waves: int = 1       # block-wise fp8 only: m64 accumulators per consumer (2: 256-row
     #                        tiles, each consumer rows c*64 and 128 + c*64 of the tile)
+    kb_pairs: bool = False  # block-wise fp8 only, m_waves 1: k-blocks issued two at a time
+    #                         into two temporaries, the first promoted under the second
 
     consumers = 2          # consumer warpgroups, each m_waves x m64 x bn
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
@@ -43,11 +45,11 @@ class Plan:
 
     def __post_init__(self):
         if self.m_waves not in (1, 2) or (self.m_waves > 1 and (
-                self.a_rows or self.split > 1 or self.cluster_n > 1)):
+                self.a_rows or self.split > 1 or self.cluster_n > 1 or self.kb_pairs)):
             raise ValueError(f"Plan m_waves={self.m_waves}: 1 or 2 m64 accumulators per "
-                             f"consumer, 2 only without a_rows, split-K or a cluster along N "
-                             f"(a_rows={self.a_rows}, split={self.split}, "
-                             f"cluster_n={self.cluster_n})")
+                             f"consumer, 2 only without a_rows, split-K, a cluster along N "
+                             f"or kb_pairs (a_rows={self.a_rows}, split={self.split}, "
+                             f"cluster_n={self.cluster_n}, kb_pairs={self.kb_pairs})")
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")

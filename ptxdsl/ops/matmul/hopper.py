@@ -91,7 +91,7 @@ from .._common.ring import Ring, wait
 from .operands import SW128_K_MAJOR, operands
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
-from .promote import BlockScales, RowScales, promote
+from .promote import BlockLoop, BlockOps, BlockScales, RowScales
 from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .groups import GroupCursor, group_tiles
@@ -232,9 +232,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
                          f"at most 128 columns) and needs more ring stages than the "
                          f"k-blocks it issues early, got {p}")
-    if p.m_waves > 1 and (mode != "block" or grouped):
-        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles) is the "
-                         f"dense block-wise fp8 kernel's, got scales {mode}"
+    if (p.m_waves > 1 or p.kb_pairs) and (mode != "block" or grouped):
+        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles) and "
+                         f"kb_pairs={p.kb_pairs} are the dense block-wise fp8 kernel's, got "
+                         f"scales {mode}"
                          f"{' in a grouped GEMM' if grouped else ''}")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
@@ -277,7 +278,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
-            f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}"
+            f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -451,44 +452,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 release(prev)
 
             if mode == "block":
-                part = reg.array(f32, p.bn // 2)
                 waves = [acc] + [reg.array(f32, p.bn // 2) for _ in range(p.m_waves - 1)]
-                blocks = BlockScales(psa, psb, m, ptx.dim("NB"), 2 * p.m_waves)
-                wave_bytes = 128 * p.bk * dtype.bytes     # A's next 128 rows in a stage
-
-            def block_stage():
-                """One k-block, block-wise: each wave's wgmmas into ``part`` (scale-d 0
-                first), waited, promoted into the wave's accumulator; the stage is
-                released after the last wave's wgmmas retired."""
-                wait(labels, full0 + ring.slot * 8, ring.phase)
-                sa = base + L.a + ring.slot * L.a_stage + a_off
-                db = opb.descriptor(base + L.b + ring.slot * L.b_stage)
-                for w, dst in enumerate(waves):
-                    da = opa.descriptor(sa + w * wave_bytes if w else sa)
-                    ptx.inst("wgmma.fence.sync.aligned")
-                    for ks in range(p.bk // mma_k):
-                        ptx.inst(mma, list(part), da if ks == 0 else da + ks * opa.k_step,
-                                 db if ks == 0 else db + ks * opb.k_step,
-                                 0 if ks == 0 else 1, 1, 1, *trans)
-                    ptx.inst("wgmma.commit_group.sync.aligned")
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    if w == len(waves) - 1:
-                        release(empty0 + ring.slot * 8)
-                    promote(dst, part, blocks.factors(w))
-                ring.advance()
-
-            def mainloop_block(kb0, nkr, rows, n0):
-                """Block-wise scales (:mod:`.promote`): each k-block into ``part``, then
-                ``acc += part * scale_a * scale_b``; ``kb0``: the first k-block's index.
-                The next k-block's scales load after a promotion, under its wgmmas."""
-                for dst in waves:
-                    for r in dst:
-                        ptx.inst.mov.f32(r, 0.0)
-                last = kb0 + nkr - 1
-                blocks.load(kb0, rows, n0)
-                for kb in ptx.range_(kb0, kb0 + nkr) if SK > 1 else ptx.range_(nkr):
-                    block_stage()
-                    blocks.load(ptx.min(kb + 1, last), rows, n0)
+                blocks = BlockLoop(BlockOps(p, ring, labels, base, L, a_off, opa, opb, mma,
+                                             mma_k, trans, full0, empty0, release, dtype),
+                                   waves, BlockScales(psa, psb, m, ptx.dim("NB"),
+                                                      2 * p.m_waves), p.kb_pairs)
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
@@ -559,7 +527,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     sc = RowScales(psa, psb, row0 + frow, m) if mode == "row" else scale
                     if SK == 1:
                         if mode == "block":
-                            mainloop_block(0, nk, block_rows(row0), n0)
+                            blocks.run(0, nk, block_rows(row0), n0, False)
                         else:
                             mainloop(nk)
                         store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
@@ -571,7 +539,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     else:
                         with ptx.if_(nkr > 0):
                             if mode == "block":
-                                mainloop_block(kb_lo, nkr, block_rows(row0), n0)
+                                blocks.run(kb_lo, nkr, block_rows(row0), n0, True)
                             else:
                                 mainloop(nkr)
                         with ptx.else_():           # more ranks than k-blocks: a zero share

@@ -8,8 +8,9 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
 * ``api``: ``ptxdsl.ops.matmul`` as users call it (the plan ``plan.choose`` +
   ``plan.for_scaling`` give);
 * the kernel built from plan variants around that plan (``base``): ``c1`` (no cluster),
-  ``w2`` (``m_waves=2``: 256-row tiles), ``kp`` (``kb_pairs``: a k-block's promotion
-  under the next one's wgmmas), ``w2c1``, ``kpc1``, and ``st-1`` (one ring stage less);
+  ``w2`` (``m_waves=2``: 256-row tiles), ``n256`` (``bn=256``: 256-column tiles as two
+  128-column halves), ``kp`` (``kb_pairs``: a k-block's promotion under the next one's
+  wgmmas), ``w2c1``, ``n256c1``, ``kpc1``, and ``st-1`` (one ring stage less);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
   256-column tiles: what the block-wise scales cost at one tile shape, and what the
   128-column tiles cost;
@@ -48,12 +49,15 @@ VARIANTS = {"c1": dict(cluster=1), "w2": dict(m_waves=2), "w2c1": dict(m_waves=2
 def variants(m, n, k, sms, device):
     """name -> block-wise Plan for one shape (duplicates of ``base`` dropped)."""
     from ptxdsl.core.types import bf16, e4m3
-    from ptxdsl.ops.matmul.plan import choose, for_scaling
+    from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling
     base = for_scaling(choose(m, n, k, e4m3, bf16, sms, device=device), "block", e4m3, bf16)
     out = {"base": base}
     for name, kw in VARIANTS.items():
         out[name] = for_scaling(dataclasses.replace(base, **kw), "block", e4m3, bf16)
     out["st-1"] = dataclasses.replace(base, stages=base.stages - 1)
+    # 256-column tiles as two 128-column halves (for_scaling keeps 128: set it directly)
+    for name, c in (("n256", base.cluster), ("n256c1", 1)):
+        out[name] = fitted(dataclasses.replace(base, bn=256, cluster=c), e4m3, bf16)
     seen, res = set(), {}
     for name, p in out.items():
         if p not in seen:

@@ -237,9 +237,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                          f"kb_pairs={p.kb_pairs} are the dense block-wise fp8 kernel's, got "
                          f"scales {mode}"
                          f"{' in a grouped GEMM' if grouped else ''}")
-    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
+    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128, 256) or (
+            p.bn == 256 and (p.m_waves > 1 or p.kb_pairs or p.split > 1))):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
-                         f"stage is one 128-long K block) and 64- or 128-column tiles "
+                         f"stage is one 128-long K block) and 64- or 128-column tiles, or "
+                         f"256 (two 128-column halves) without m_waves, kb_pairs or split-K "
                          f"(plan.for_scaling), got {dtype.name} and {p}")
     if b_dtype.bytes != dtype.bytes:
         raise ValueError(f"build_hopper: A and B elements must have one size, got "
@@ -261,7 +263,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled,
                              grouped)
     opa, opb = operands(p, dtype, a_major, b_major, b_dtype)
-    mma, mma_k = mma_instruction(p.bn, dtype, b_dtype)
+    # block-wise 256-column tiles: two m64n128 halves (.promote.BlockLoop)
+    mma, mma_k = mma_instruction(min(p.bn, 128) if mode == "block" else p.bn, dtype, b_dtype)
     # Transpose immediates exist for 16-bit operands only.
     trans = (opa.transpose, opb.transpose) if dtype.bytes == 2 else ()
     S, CL, CN, SK = p.stages, p.cluster, p.cluster_n, p.split
@@ -456,7 +459,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 blocks = BlockLoop(BlockOps(p, ring, labels, base, L, a_off, opa, opb, mma,
                                              mma_k, trans, full0, empty0, release, dtype),
                                    waves, BlockScales(psa, psb, m, ptx.dim("NB"),
-                                                      2 * p.m_waves), p.kb_pairs)
+                                                      2 * p.m_waves, -(-p.bn // 128)),
+                                   p.kb_pairs)
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores

@@ -12,10 +12,12 @@
   the tile, which lies in one 128-column block (:func:`.plan.for_scaling`). The other
   consumer's wgmmas keep the tensor cores busy while one promotes. The scales
   (:class:`BlockScales`) load one k-block ahead and are multiplied only after the
-  wgmmas they scale retired. Two plan fields vary it: ``m_waves = 2`` (256-row tiles:
-  each consumer promotes two m64 accumulators in turn through one ``part``, so a stage's
-  B serves twice the rows) and ``kb_pairs`` (two ``part`` accumulators: a k-block's
-  promotion runs under the next k-block's wgmmas of the same consumer).
+  wgmmas they scale retired. Plans vary it: ``m_waves = 2`` (256-row tiles: each
+  consumer promotes two m64 accumulators in turn through one ``part``, so a stage's B
+  serves twice the rows), ``bn = 256`` (the mirror: two 128-column halves, each in one
+  ``scale_b`` block, promoted in turn into one m64n256 accumulator) and ``kb_pairs`` (two
+  ``part`` accumulators: a k-block's promotion runs under the next k-block's wgmmas of
+  the same consumer).
 """
 from __future__ import annotations
 
@@ -52,33 +54,37 @@ class RowScales:
 class BlockScales:
     """Block-wise scales of one consumer thread: ``scale_a`` as ``(KB, M)`` and
     ``scale_b`` as ``(KB, NB)``, both row-major f32, for ``count`` accumulator rows of
-    the thread (two per m64 accumulator: ``frow`` and ``frow + 8``).
+    the thread (two per m64 accumulator: ``frow`` and ``frow + 8``) and ``halves``
+    128-column blocks of the tile (a 256-column tile spans two).
 
     The raw values live in fixed registers (:meth:`load` writes them, :meth:`factors`
     reads them): a k-block's scales are loaded after the previous k-block's promotion and
     multiplied after this k-block's wgmmas retired, so the load's latency hides under
     the wgmmas. A product taken as soon as the load is issued waits for it there."""
 
-    def __init__(self, psa, psb, m, nb, count: int):
+    def __init__(self, psa, psb, m, nb, count: int, halves: int = 1):
         self.psa, self.psb, self.m, self.nb = psa, psb, m, nb
-        # A row past M is never loaded: its register keeps 0 or an earlier tile's scale,
-        # which multiplies TMA's zero fill of that row and is never stored.
+        # A row (block) past M (N) is never loaded: its register keeps 0 or an earlier
+        # tile's scale, which multiplies TMA's zero fill and is never stored.
         self.sa = [reg.scalar(f32, init=0.0) for _ in range(count)]
-        self.sb = reg.scalar(f32)
+        self.sb = [reg.scalar(f32, init=0.0 if h else None) for h in range(halves)]
 
     def load(self, kb, rows, n0) -> None:
         """Start loading k-block ``kb``'s ``scale_a`` of each of ``rows`` and ``scale_b[kb,
-        n0 / 128]`` (the tile's columns lie in one 128-column block)."""
-        ptx.inst("ld.global.nc.f32", self.sb,
-                 ptx.addr(self.psb + _wide(kb * self.nb + (n0 >> 7), 4)))
+        n0 / 128 + h]`` of each 128-column half ``h`` of the tile."""
+        col = kb * self.nb + (n0 >> 7)
+        for h, r in enumerate(self.sb):
+            ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psb + _wide(col + h if h else col, 4)),
+                     pred=(n0 >> 7) + h < self.nb if h else None)
         base = kb * self.m
         for r, row in zip(self.sa, rows):
             ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psa + _wide(base + row, 4)),
                      pred=row < self.m)
 
-    def factors(self, wave: int = 0) -> list:
-        """``scale_a * scale_b`` of accumulator ``wave``'s two rows (h = 0, 1)."""
-        return [self.sa[2 * wave + h] * self.sb for h in range(2)]
+    def factors(self, wave: int = 0, half: int = 0) -> list:
+        """``scale_a * scale_b`` of accumulator ``wave``'s two rows (r = 0, 1) in the
+        tile's 128-column ``half``."""
+        return [self.sa[2 * wave + r] * self.sb[half] for r in range(2)]
 
 
 def promote(acc, part, factors) -> None:
@@ -93,9 +99,14 @@ class BlockLoop:
     temporary accumulator (scale-d 0 first), waited, the ring stage released, then
     promoted into the accumulator of its rows (``accs``: one per m64 wave of the tile).
 
+    A 256-column tile is two 128-column halves (each in one ``scale_b`` block): the
+    k-block's m64n128 wgmmas of each half go through the temporary in turn and are
+    promoted into the half's 64 values of the m64n256 accumulator (values ``64h ..``).
+
     ``ops`` draws the kernel's parts: ``wait_full()`` (the current ring slot), ``issue(
-    dst, wave)`` (fence, the slot's wgmmas of A's rows of ``wave`` into ``dst``, commit),
-    ``slot_empty()`` (its empty barrier), ``advance()`` and ``release(eb)``.
+    dst, wave, half)`` (fence, the slot's wgmmas of A's rows of ``wave`` and B's columns
+    of ``half`` into ``dst``, commit), ``slot_empty()`` (its empty barrier),
+    ``advance()`` and ``release(eb)``.
 
     With ``pairs`` (one wave only) k-blocks go two at a time into two temporaries: the
     second's wgmmas are issued before the first's are waited (``wgmma.wait_group 1``), so
@@ -105,22 +116,24 @@ class BlockLoop:
 
     def __init__(self, ops, accs, scales, pairs: bool):
         self.ops, self.accs, self.pairs = ops, accs, pairs
-        n = len(accs[0])
-        self.parts = [reg.array(f32, n) for _ in range(2 if pairs else 1)]
+        self.halves = len(scales.sb)
+        self.n = len(accs[0]) // self.halves
+        self.parts = [reg.array(f32, self.n) for _ in range(2 if pairs else 1)]
         self.scales = [scales] if not pairs else [scales, BlockScales(
             scales.psa, scales.psb, scales.m, scales.nb, len(scales.sa))]
 
     def _one(self, scales):
         """A k-block of every wave, one after the other, through ``parts[0]``."""
-        ops, part = self.ops, self.parts[0]
+        ops, part, n = self.ops, self.parts[0], self.n
         ops.wait_full()
         eb = ops.slot_empty()
         for w, dst in enumerate(self.accs):
-            ops.issue(part, w)
-            ptx.inst("wgmma.wait_group.sync.aligned", 0)
-            if w == len(self.accs) - 1:
-                ops.release(eb)
-            promote(dst, part, scales.factors(w))
+            for h in range(self.halves):
+                ops.issue(part, w, h)
+                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                if w == len(self.accs) - 1 and h == self.halves - 1:
+                    ops.release(eb)
+                promote(dst[h * n:(h + 1) * n], part, scales.factors(w, h))
         ops.advance()
 
     def _two(self, kb, last, rows, n0):
@@ -131,7 +144,7 @@ class BlockLoop:
         for part in self.parts:
             ops.wait_full()
             ebs.append(ops.slot_empty())
-            ops.issue(part, 0)
+            ops.issue(part, 0, 0)
             ops.advance()
         for i, (part, sc, eb) in enumerate(zip(self.parts, self.scales, ebs)):
             ptx.inst("wgmma.wait_group.sync.aligned", 1 - i)
@@ -171,7 +184,7 @@ class BlockOps:
         self.base, self.L, self.a_off = base, L, a_off
         self.opa, self.opb, self.mma, self.mma_k, self.trans = opa, opb, mma, mma_k, trans
         self.full0, self.empty0, self.release = full0, empty0, release
-        self.wave_bytes = 128 * p.bk * dtype.bytes      # A's next 128 rows in a stage
+        self.wave_bytes = 128 * p.bk * dtype.bytes   # A's (B's) next 128 rows in a stage
 
     def wait_full(self):
         wait(self.labels, self.full0 + self.ring.slot * 8, self.ring.phase)
@@ -182,13 +195,14 @@ class BlockOps:
     def advance(self):
         self.ring.advance()
 
-    def issue(self, dst, wave):
-        """Fence, the slot's wgmmas of A's rows of ``wave`` into ``dst`` (scale-d 0 on
-        the first), commit."""
+    def issue(self, dst, wave, half):
+        """Fence, the slot's wgmmas of A's rows of ``wave`` and B's 128 columns of
+        ``half`` into ``dst`` (scale-d 0 on the first), commit."""
         slot = self.ring.slot
         sa = self.base + self.L.a + slot * self.L.a_stage + self.a_off
         da = self.opa.descriptor(sa + wave * self.wave_bytes if wave else sa)
-        db = self.opb.descriptor(self.base + self.L.b + slot * self.L.b_stage)
+        sb = self.base + self.L.b + slot * self.L.b_stage
+        db = self.opb.descriptor(sb + half * self.wave_bytes if half else sb)
         ptx.inst("wgmma.fence.sync.aligned")
         for ks in range(self.p.bk // self.mma_k):
             ptx.inst(self.mma, list(dst), da if ks == 0 else da + ks * self.opa.k_step,

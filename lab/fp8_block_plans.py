@@ -92,7 +92,7 @@ def main(argv=None):
     from ptxdsl.ops import matmul
     from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import device_class
-    from ptxdsl.runtime import driver
+    from ptxdsl.runtime import driver, prepare
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--variants", default=None, help="comma-separated names (default: all)")
@@ -159,12 +159,22 @@ def main(argv=None):
                 row[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
                 continue
 
-            def run(x, b, sa, sb, kern=kern, scaled=scaled):
+            def args(x, b, sa, sb, c, scaled=scaled):  # scale_a as (K/128, M)
+                return (x, b.t(), sa.t(), sb, c) if scaled == "block" else (x, b.t(), one, one, c)
+            try:    # timed through the launch bound to this signature (the op's fast path)
+                c0 = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                kern(*args(x, b, sa, sb, c0))
+                bound = prepare(kern).bind(*args(x, b, sa, sb, c0))
+            except Exception as err:  # noqa: BLE001
+                row[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+                continue
+
+            def run(x, b, sa, sb, kern=kern, bound=bound, args=args):
                 c = torch.empty(x.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)
-                if scaled == "block":
-                    kern(x, b.t(), sa.t(), sb, c)          # scale_a as (K/128, M)
+                if bound is None:
+                    kern(*args(x, b, sa, sb, c))
                 else:
-                    kern(x, b.t(), one, one, c)
+                    bound(*(t.data_ptr() for t in args(x, b, sa, sb, c)))
                 return c
             if scaled == "block":
                 cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)

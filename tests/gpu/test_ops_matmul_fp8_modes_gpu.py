@@ -86,3 +86,25 @@ def test_row_wise_beside_cublas(m, n, k):
     cb = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     ref = reference(a, w, sa, sb, "row")
     assert ((c.double() - cb.double()).norm() / ref.norm()).item() < 6e-3
+
+
+@pytest.mark.parametrize("m,n,k", [(1000, 1000, 1040), (4096, 2048, 4096)])
+@pytest.mark.parametrize("fields", [dict(m_waves=2), dict(m_waves=2, cluster=1),
+                                    dict(kb_pairs=True), dict(kb_pairs=True, cluster=1),
+                                    dict(bn=256), dict(bn=256, cluster=1)])
+def test_block_wise_plan_variants_bit_exact(fields, m, n, k):
+    """The block-wise kernel's 256-row tiles (``m_waves``), k-block pairs (``kb_pairs``)
+    and 256-column tiles in halves (``bn=256``), built from the plan: integer inputs, f32
+    output, bit-exact (ragged M, N and K: an odd count of k-blocks, the last 16 long)."""
+    import dataclasses
+    from ptxdsl.core.types import e4m3, f32
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling
+    p = for_scaling(choose(m, n, k, e4m3, f32, device="H200"), "block", e4m3, f32)
+    p = fitted(dataclasses.replace(p, **fields), e4m3, f32)
+    kern = build_hopper(p, e4m3, f32, scaled="block")
+    a, w = ints(m, k), ints(n, k)
+    sa, sb = scales("block", m, n, k)
+    out = torch.full((m, n), float("nan"), device="cuda")
+    kern(a, w, sa.t(), sb, out)
+    assert torch.equal(out.double(), reference(a, w, sa, sb, "block"))

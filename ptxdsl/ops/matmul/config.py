@@ -1,9 +1,9 @@
 """What a plan fixes about a GEMM kernel: the fields :mod:`.plan` chooses, nothing else.
 
 :class:`Plan` is the Hopper kernel's configuration: the tile width, the ring's depth,
-the clusters and split-K. What the kernel never varies is a class constant (128-row
-tiles of two m64 consumers, groups of 8 tile rows, 256-byte L2 promotion of the TMA
-loads); what follows from the fields is a property (the epilogue's staging). The SIMT
+the clusters and split-K. What the kernel never varies is a class constant (two m64
+consumers, groups of 8 tile rows, 256-byte L2 promotion of the TMA loads); what follows
+from the fields is a property (the tile's 128 or 256 rows, the epilogue's staging). The SIMT
 kernel's :class:`FallbackPlan` has one size.
 """
 from __future__ import annotations
@@ -34,13 +34,22 @@ class Plan:
     #                          stored as the dense kernel's (staged, TMA); the others by st.global
     epi_overlap: int = 0   # grouped only, bn <= 128: k-blocks of the next tile issued (into a
     #                        second accumulator) before a tile's epilogue (.overlap); 0: none
+    m_waves: int = 1       # block-wise fp8 only: m64 accumulators per consumer (2: 256-row
+    #                        tiles, each consumer rows c*64 and 128 + c*64 of the tile)
+    kb_pairs: bool = False  # block-wise fp8 only, m_waves 1: k-blocks issued two at a time
+    #                         into two temporaries, the first promoted under the second
 
-    bm = 128               # CTA tile rows: two consumer warpgroups of m64
-    consumers = 2          # consumer warpgroups, each m64 x bn
+    consumers = 2          # consumer warpgroups, each m_waves x m64 x bn
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 
     def __post_init__(self):
+        if self.m_waves not in (1, 2) or (self.m_waves > 1 and (
+                self.a_rows or self.split > 1 or self.cluster_n > 1 or self.kb_pairs)):
+            raise ValueError(f"Plan m_waves={self.m_waves}: 1 or 2 m64 accumulators per "
+                             f"consumer, 2 only without a_rows, split-K, a cluster along N "
+                             f"or kb_pairs (a_rows={self.a_rows}, split={self.split}, "
+                             f"cluster_n={self.cluster_n}, kb_pairs={self.kb_pairs})")
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
@@ -85,15 +94,20 @@ class Plan:
         return 128 * (1 + self.consumers)
 
     @property
+    def bm(self) -> int:
+        """CTA tile rows: two consumer warpgroups of ``m_waves`` m64 accumulators."""
+        return 128 * self.m_waves
+
+    @property
     def wg_m(self) -> int:
-        """Rows of the tile each consumer warpgroup owns (one wgmma m64 per 64)."""
-        return self.bm // self.consumers
+        """Rows of one consumer accumulator (one wgmma m64)."""
+        return 64
 
     def stage_bytes(self, dtype: PtxType) -> int:
         return (self.bm + self.bn) * self.bk * dtype.bytes
 
     def epilogue_bytes(self, out_dtype: PtxType) -> int:
-        return self.bm * self.epi_cols * out_dtype.bytes
+        return self.consumers * self.wg_m * self.epi_cols * out_dtype.bytes
 
     def partial_bytes(self) -> int:
         """The split-K partial buffers (f32 accumulators of every consumer), if split."""

@@ -91,7 +91,7 @@ from .._common.ring import Ring, wait
 from .operands import SW128_K_MAJOR, operands
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
-from .promote import BlockScales, RowScales, promote
+from .promote import BlockLoop, BlockOps, BlockScales, RowScales
 from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .groups import GroupCursor, group_tiles
@@ -232,9 +232,16 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
                          f"at most 128 columns) and needs more ring stages than the "
                          f"k-blocks it issues early, got {p}")
-    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128)):
+    if (p.m_waves > 1 or p.kb_pairs) and (mode != "block" or grouped):
+        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles) and "
+                         f"kb_pairs={p.kb_pairs} are the dense block-wise fp8 kernel's, got "
+                         f"scales {mode}"
+                         f"{' in a grouped GEMM' if grouped else ''}")
+    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128, 256) or (
+            p.bn == 256 and (p.m_waves > 1 or p.kb_pairs or p.split > 1))):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
-                         f"stage is one 128-long K block) and 64- or 128-column tiles "
+                         f"stage is one 128-long K block) and 64- or 128-column tiles, or "
+                         f"256 (two 128-column halves) without m_waves, kb_pairs or split-K "
                          f"(plan.for_scaling), got {dtype.name} and {p}")
     if b_dtype.bytes != dtype.bytes:
         raise ValueError(f"build_hopper: A and B elements must have one size, got "
@@ -256,7 +263,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled,
                              grouped)
     opa, opb = operands(p, dtype, a_major, b_major, b_dtype)
-    mma, mma_k = mma_instruction(p.bn, dtype, b_dtype)
+    # block-wise 256-column tiles: two m64n128 halves (.promote.BlockLoop)
+    mma, mma_k = mma_instruction(min(p.bn, 128) if mode == "block" else p.bn, dtype, b_dtype)
     # Transpose immediates exist for 16-bit operands only.
     trans = (opa.transpose, opb.transpose) if dtype.bytes == 2 else ()
     S, CL, CN, SK = p.stages, p.cluster, p.cluster_n, p.split
@@ -273,6 +281,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
+            f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -446,27 +455,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 release(prev)
 
             if mode == "block":
-                part = reg.array(f32, p.bn // 2)
-                blocks = BlockScales(psa, psb, m, ptx.dim("NB"))
-
-            def mainloop_block(kb0, nkr, row, n0):
-                """Block-wise scales (:mod:`.promote`): each k-block into ``part``, then
-                ``acc += part * scale_a * scale_b``; ``kb0``: the first k-block's index."""
-                for r in acc:
-                    ptx.inst.mov.f32(r, 0.0)
-                f = [reg.scalar(f32) for _ in range(2)]
-                last = kb0 + nkr - 1
-                for r, v in zip(f, blocks.factors(kb0, row, n0)):
-                    ptx.inst.mov.f32(r, v)
-                for kb in ptx.range_(kb0, kb0 + nkr) if SK > 1 else ptx.range_(nkr):
-                    eb = mma_stage(True, part)
-                    # the next k-block's scales, in flight beside the wgmmas and promotion
-                    nxt = blocks.factors(ptx.min(kb + 1, last), row, n0)
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    release(eb)
-                    promote(acc, part, f)
-                    for r, v in zip(f, nxt):
-                        ptx.inst.mov.f32(r, v)
+                waves = [acc] + [reg.array(f32, p.bn // 2) for _ in range(p.m_waves - 1)]
+                blocks = BlockLoop(BlockOps(p, ring, labels, base, L, a_off, opa, opb, mma,
+                                             mma_k, trans, full0, empty0, release, dtype),
+                                   waves, BlockScales(psa, psb, m, ptx.dim("NB"),
+                                                      2 * p.m_waves, -(-p.bn // 128)),
+                                   p.kb_pairs)
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
@@ -510,6 +504,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     store_rows(acc, p, out_dtype, activation, pc, ptx.dim("sc", kind="stride"),
                                row0 + frow, end, n0, n, fcol, sc)
 
+            def block_rows(row0):
+                """The thread's accumulator rows: ``frow`` and ``frow + 8`` of each wave."""
+                r = row0 + frow
+                return [r if w == 0 and h == 0 else r + (128 * w + 8 * h)
+                        for w in range(p.m_waves) for h in range(2)]
+
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
                 if grouped:
@@ -531,15 +531,19 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     sc = RowScales(psa, psb, row0 + frow, m) if mode == "row" else scale
                     if SK == 1:
                         if mode == "block":
-                            mainloop_block(0, nk, row0 + frow, n0)
+                            blocks.run(0, nk, block_rows(row0), n0, False)
                         else:
                             mainloop(nk)
                         store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
                                    lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
+                        if p.m_waves > 1:        # the consumer's rows in the second half
+                            store_tile(waves[1], p, L, out_dtype, ob, bias, activation,
+                                       stage_c, lane, frow, fcol, bar_id, row0 + 128, n0, n,
+                                       tma_c, pb, sc)
                     else:
                         with ptx.if_(nkr > 0):
                             if mode == "block":
-                                mainloop_block(kb_lo, nkr, row0 + frow, n0)
+                                blocks.run(kb_lo, nkr, block_rows(row0), n0, True)
                             else:
                                 mainloop(nkr)
                         with ptx.else_():           # more ranks than k-blocks: a zero share

@@ -4,19 +4,26 @@
   accumulator value in the epilogue (:mod:`.store`): the thread's two rows' ``scale_a``
   are loaded once per tile, ``scale_b`` per column pair beside the bias (predicated
   ``ld.global.nc``, cached in L1).
-* **Block-wise** (:class:`BlockScales`, DeepGEMM's recipe): a ring stage of 8-bit operands
+* **Block-wise** (:class:`BlockLoop`, DeepGEMM's recipe): a ring stage of 8-bit operands
   is 128 elements of K, one scale block. Each consumer runs the stage's wgmmas into a
-  second f32 accumulator (``part``, scale-d 0 on the first), loads the stage's scales
-  while they run (``scale_a[kb, row]`` for its two rows, ``scale_b[kb, n0 / 128]`` for
-  the tile, which lies in one 128-column block: :func:`.plan.for_scaling`), waits for
-  them (``wgmma.wait_group 0``), releases the stage and promotes:
-  ``acc = fma(part, scale_a * scale_b, acc)``. The other consumer's wgmmas keep the
-  tensor cores busy while one promotes.
+  temporary f32 accumulator (``part``, scale-d 0 on the first), waits for them
+  (``wgmma.wait_group``), releases the stage and promotes: ``acc = fma(part, scale_a *
+  scale_b, acc)`` with ``scale_a[kb, row]`` of its rows and ``scale_b[kb, n0 / 128]`` of
+  the tile, which lies in one 128-column block (:func:`.plan.for_scaling`). The other
+  consumer's wgmmas keep the tensor cores busy while one promotes. The scales
+  (:class:`BlockScales`) load one k-block ahead and are multiplied only after the
+  wgmmas they scale retired. Plans vary it: ``m_waves = 2`` (256-row tiles: each
+  consumer promotes two m64 accumulators in turn through one ``part``, so a stage's B
+  serves twice the rows), ``bn = 256`` (the mirror: two 128-column halves, each in one
+  ``scale_b`` block, promoted in turn into one m64n256 accumulator) and ``kb_pairs`` (two
+  ``part`` accumulators: a k-block's promotion runs under the next k-block's wgmmas of
+  the same consumer).
 """
 from __future__ import annotations
 
 from ...dsl import ptx, reg
 from ...core.types import f32, u64
+from .._common.ring import wait
 from .._common.rowio import load_chunk
 
 
@@ -46,17 +53,38 @@ class RowScales:
 
 class BlockScales:
     """Block-wise scales of one consumer thread: ``scale_a`` as ``(KB, M)`` and
-    ``scale_b`` as ``(KB, NB)``, both row-major f32."""
+    ``scale_b`` as ``(KB, NB)``, both row-major f32, for ``count`` accumulator rows of
+    the thread (two per m64 accumulator: ``frow`` and ``frow + 8``) and ``halves``
+    128-column blocks of the tile (a 256-column tile spans two).
 
-    def __init__(self, psa, psb, m, nb):
+    The raw values live in fixed registers (:meth:`load` writes them, :meth:`factors`
+    reads them): a k-block's scales are loaded after the previous k-block's promotion and
+    multiplied after this k-block's wgmmas retired, so the load's latency hides under
+    the wgmmas. A product taken as soon as the load is issued waits for it there."""
+
+    def __init__(self, psa, psb, m, nb, count: int, halves: int = 1):
         self.psa, self.psb, self.m, self.nb = psa, psb, m, nb
+        # A row (block) past M (N) is never loaded: its register keeps 0 or an earlier
+        # tile's scale, which multiplies TMA's zero fill and is never stored.
+        self.sa = [reg.scalar(f32, init=0.0) for _ in range(count)]
+        self.sb = [reg.scalar(f32, init=0.0 if h else None) for h in range(halves)]
 
-    def factors(self, kb, row, n0):
-        """``scale_a[kb, row + 8h] * scale_b[kb, n0 / 128]`` for h = 0, 1."""
-        sb = _load(self.psb, kb * self.nb + (n0 >> 7))
-        base = kb * self.m + row
-        return [_load(self.psa, base if h == 0 else base + 8,
-                      (row if h == 0 else row + 8) < self.m) * sb for h in range(2)]
+    def load(self, kb, rows, n0) -> None:
+        """Start loading k-block ``kb``'s ``scale_a`` of each of ``rows`` and ``scale_b[kb,
+        n0 / 128 + h]`` of each 128-column half ``h`` of the tile."""
+        col = kb * self.nb + (n0 >> 7)
+        for h, r in enumerate(self.sb):
+            ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psb + _wide(col + h if h else col, 4)),
+                     pred=(n0 >> 7) + h < self.nb if h else None)
+        base = kb * self.m
+        for r, row in zip(self.sa, rows):
+            ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psa + _wide(base + row, 4)),
+                     pred=row < self.m)
+
+    def factors(self, wave: int = 0, half: int = 0) -> list:
+        """``scale_a * scale_b`` of accumulator ``wave``'s two rows (r = 0, 1) in the
+        tile's 128-column ``half``."""
+        return [self.sa[2 * wave + r] * self.sb[half] for r in range(2)]
 
 
 def promote(acc, part, factors) -> None:
@@ -66,4 +94,121 @@ def promote(acc, part, factors) -> None:
         ptx.inst.fma.rn.f32(a, p, factors[(i >> 1) & 1], a)
 
 
-__all__ = ["RowScales", "BlockScales", "promote"]
+class BlockLoop:
+    """A consumer's k-blocks under block-wise scales: each k-block's wgmmas into a
+    temporary accumulator (scale-d 0 first), waited, the ring stage released, then
+    promoted into the accumulator of its rows (``accs``: one per m64 wave of the tile).
+
+    A 256-column tile is two 128-column halves (each in one ``scale_b`` block): the
+    k-block's m64n128 wgmmas of each half go through the temporary in turn and are
+    promoted into the half's 64 values of the m64n256 accumulator (values ``64h ..``).
+
+    ``ops`` draws the kernel's parts: ``wait_full()`` (the current ring slot), ``issue(
+    dst, wave, half)`` (fence, the slot's wgmmas of A's rows of ``wave`` and B's columns
+    of ``half`` into ``dst``, commit), ``slot_empty()`` (its empty barrier),
+    ``advance()`` and ``release(eb)``.
+
+    With ``pairs`` (one wave only) k-blocks go two at a time into two temporaries: the
+    second's wgmmas are issued before the first's are waited (``wgmma.wait_group 1``), so
+    the first's promotion runs under them; the second's follows ``wait_group 0``. Every
+    temporary read was written in the same loop iteration (ptxas cannot tell that a
+    wgmma issued before a back edge has retired, :mod:`.overlap`)."""
+
+    def __init__(self, ops, accs, scales, pairs: bool):
+        self.ops, self.accs, self.pairs = ops, accs, pairs
+        self.halves = len(scales.sb)
+        self.n = len(accs[0]) // self.halves
+        self.parts = [reg.array(f32, self.n) for _ in range(2 if pairs else 1)]
+        self.scales = [scales] if not pairs else [scales, BlockScales(
+            scales.psa, scales.psb, scales.m, scales.nb, len(scales.sa))]
+
+    def _one(self, scales):
+        """A k-block of every wave, one after the other, through ``parts[0]``."""
+        ops, part, n = self.ops, self.parts[0], self.n
+        ops.wait_full()
+        eb = ops.slot_empty()
+        for w, dst in enumerate(self.accs):
+            for h in range(self.halves):
+                ops.issue(part, w, h)
+                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                if w == len(self.accs) - 1 and h == self.halves - 1:
+                    ops.release(eb)
+                promote(dst[h * n:(h + 1) * n], part, scales.factors(w, h))
+        ops.advance()
+
+    def _two(self, kb, last, rows, n0):
+        """k-blocks ``kb`` and ``kb + 1`` (one wave): both issued, then each waited,
+        released and promoted; their scales reloaded for ``kb + 2`` and ``kb + 3``."""
+        ops, acc = self.ops, self.accs[0]
+        ebs = []
+        for part in self.parts:
+            ops.wait_full()
+            ebs.append(ops.slot_empty())
+            ops.issue(part, 0, 0)
+            ops.advance()
+        for i, (part, sc, eb) in enumerate(zip(self.parts, self.scales, ebs)):
+            ptx.inst("wgmma.wait_group.sync.aligned", 1 - i)
+            ops.release(eb)
+            promote(acc, part, sc.factors(0))
+            sc.load(ptx.min(kb + (2 + i), last), rows, n0)
+
+    def run(self, kb0, nkr, rows, n0, split: bool) -> None:
+        """The ``nkr`` k-blocks from ``kb0`` (a split-K rank's share with ``split``); the
+        accumulators start at 0. A k-block's scales load after the promotion before it
+        (:class:`BlockScales`)."""
+        for dst in self.accs:
+            for r in dst:
+                ptx.inst.mov.f32(r, 0.0)
+        last = kb0 + nkr - 1
+        first = self.scales[0]
+        first.load(kb0, rows, n0)
+        if not self.pairs:
+            for kb in ptx.range_(kb0, kb0 + nkr) if split else ptx.range_(nkr):
+                self._one(first)
+                first.load(ptx.min(kb + 1, last), rows, n0)
+            return
+        self.scales[1].load(ptx.min(kb0 + 1, last), rows, n0)
+        for j in ptx.range_(nkr >> 1):
+            self._two(kb0 + 2 * j if split else 2 * j, last, rows, n0)
+        with ptx.if_((nkr & 1) == 1):           # an odd count's last k-block
+            self._one(first)
+
+
+class BlockOps:
+    """The Hopper kernel's ring stages as :class:`BlockLoop` draws them (:mod:`.hopper`
+    passes its pieces); ``release`` is the consumer's (every CTA of the cluster)."""
+
+    def __init__(self, p, ring, labels, base, L, a_off, opa, opb, mma, mma_k, trans, full0,
+                 empty0, release, dtype):
+        self.p, self.ring, self.labels = p, ring, labels
+        self.base, self.L, self.a_off = base, L, a_off
+        self.opa, self.opb, self.mma, self.mma_k, self.trans = opa, opb, mma, mma_k, trans
+        self.full0, self.empty0, self.release = full0, empty0, release
+        self.wave_bytes = 128 * p.bk * dtype.bytes   # A's (B's) next 128 rows in a stage
+
+    def wait_full(self):
+        wait(self.labels, self.full0 + self.ring.slot * 8, self.ring.phase)
+
+    def slot_empty(self):
+        return self.empty0 + self.ring.slot * 8
+
+    def advance(self):
+        self.ring.advance()
+
+    def issue(self, dst, wave, half):
+        """Fence, the slot's wgmmas of A's rows of ``wave`` and B's 128 columns of
+        ``half`` into ``dst`` (scale-d 0 on the first), commit."""
+        slot = self.ring.slot
+        sa = self.base + self.L.a + slot * self.L.a_stage + self.a_off
+        da = self.opa.descriptor(sa + wave * self.wave_bytes if wave else sa)
+        sb = self.base + self.L.b + slot * self.L.b_stage
+        db = self.opb.descriptor(sb + half * self.wave_bytes if half else sb)
+        ptx.inst("wgmma.fence.sync.aligned")
+        for ks in range(self.p.bk // self.mma_k):
+            ptx.inst(self.mma, list(dst), da if ks == 0 else da + ks * self.opa.k_step,
+                     db if ks == 0 else db + ks * self.opb.k_step, 0 if ks == 0 else 1, 1, 1,
+                     *self.trans)
+        ptx.inst("wgmma.commit_group.sync.aligned")
+
+
+__all__ = ["RowScales", "BlockScales", "BlockLoop", "BlockOps", "promote"]

@@ -21,7 +21,7 @@ from ptxdsl.core.types import bf16, e4m3, e5m2, f32
 from ptxdsl.ops import matmul
 from ptxdsl.ops.matmul.fp8 import scale_mode
 from ptxdsl.ops.matmul.hopper import build_hopper
-from ptxdsl.ops.matmul.plan import choose, for_scaling, one_row
+from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling, one_row
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 
@@ -67,18 +67,35 @@ def test_scale_mode_reads_torchs_shapes():
 
 
 # ---------------------------------------------------------------- the Hopper kernel
-@pytest.mark.parametrize("mode,m,n,k,cluster,split", [
-    ("row", 70, 136, 160, 1, 1),          # ragged M, N, K: two k-blocks, one tile row
-    pytest.param("block", 130, 200, 272, 2, 1, marks=pytest.mark.long),  # a cluster of 2
-    pytest.param("block", 16, 136, 528, 1, 2, marks=pytest.mark.long),   # split-K ranks
+@pytest.mark.parametrize("mode,m,n,k,cluster,split,waves,pairs,bn", [
+    ("row", 70, 136, 160, 1, 1, 1, False, 0),  # ragged M, N, K: two k-blocks, one tile row
+    pytest.param("block", 130, 200, 272, 2, 1, 1, False, 0, marks=pytest.mark.long),  # cluster
+    pytest.param("block", 16, 136, 528, 1, 2, 1, False, 0, marks=pytest.mark.long),   # split-K
+    # 256-row tiles: rows in both halves of a tile and past M, two tiles per CTA
+    pytest.param("block", 300, 200, 400, 1, 1, 2, False, 0, marks=pytest.mark.long),
+    pytest.param("block", 390, 136, 272, 2, 1, 2, False, 0, marks=pytest.mark.long),
+    # k-blocks in pairs: an even and an odd count, and split-K ranks of 3 and 2 k-blocks
+    pytest.param("block", 130, 200, 400, 2, 1, 1, True, 0, marks=pytest.mark.long),
+    pytest.param("block", 70, 136, 272, 1, 1, 1, True, 0, marks=pytest.mark.long),
+    pytest.param("block", 16, 136, 528, 1, 2, 1, True, 0, marks=pytest.mark.long),
+    # 256-column tiles in two halves: a tile whose second half lies past N (no scale_b
+    # block there), a cluster
+    pytest.param("block", 130, 300, 272, 2, 1, 1, False, 256, marks=pytest.mark.long),
+    pytest.param("block", 70, 520, 400, 1, 1, 1, False, 256, marks=pytest.mark.long),
 ])
-def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split):
+def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split, waves,
+                                                   pairs, bn):
     if split > 1:
         p = one_row(m, n, k, e4m3, f32, sms=2 * split, split=split)
     else:
         p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=cluster)
     p = for_scaling(p, mode, e4m3, f32)
+    if waves > 1 or pairs:
+        p = for_scaling(dataclasses.replace(p, m_waves=waves, kb_pairs=pairs), mode, e4m3, f32)
+        assert p.bm == 128 * waves and p.stages >= 2
     assert p.split == split and (mode != "block" or p.bn == 128)
+    if bn:      # (plan.for_scaling keeps 128 columns; the kernel takes 256 as two halves)
+        p = fitted(dataclasses.replace(p, bn=bn), e4m3, f32)
     kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled=mode)
     assert f"_{mode}scaled" in kern.name
     rng = np.random.default_rng(m + n + k)
@@ -97,9 +114,20 @@ def test_block_scaled_plans_take_128_column_tiles():
     q = for_scaling(p, "block", e4m3, bf16)
     assert q.bn == 128 and q.stages > p.stages
     with pytest.raises(ValueError, match="64- or 128-column"):
-        build_hopper(p, e4m3, bf16, scaled="block")
+        build_hopper(dataclasses.replace(p, bn=192), e4m3, bf16, scaled="block")
+    with pytest.raises(ValueError, match="256 .two 128-column halves. without m_waves"):
+        build_hopper(dataclasses.replace(p, kb_pairs=True), e4m3, bf16, scaled="block")
     with pytest.raises(ValueError, match="scaled must be"):
         build_hopper(q, e4m3, bf16, scaled="column")
+    # 256-row tiles and k-block pairs: block-wise only, the ring re-fitted to 48 KiB stages
+    w = for_scaling(dataclasses.replace(q, m_waves=2), "block", e4m3, bf16)
+    assert w.bm == 256 and w.stages == 4 and w.smem_bytes(e4m3, bf16) <= 227 * 1024
+    assert for_scaling(dataclasses.replace(p, m_waves=2, kb_pairs=False), "row", e4m3,
+                       bf16) == p
+    with pytest.raises(ValueError, match="dense block-wise fp8 kernel's"):
+        build_hopper(dataclasses.replace(q, kb_pairs=True), e4m3, bf16, scaled=True)
+    with pytest.raises(ValueError, match="m_waves=2"):
+        dataclasses.replace(q, m_waves=2, kb_pairs=True)
 
 
 # ---------------------------------------------------------------- the public call

@@ -1,0 +1,211 @@
+"""Block-wise fp8 GEMM variants timed side by side in one run (issue #50): which of the
+Hopper kernel's block-wise plan fields closes the gap to cuBLAS's per-tensor fp8 GEMM.
+
+Per shape, on the same e4m3 operands (``bench/matmul_fp8.py``'s sets: ``a`` (M, K),
+``b = W.T``, enough copies to stream from HBM) and block-wise scales (``scale_a`` (M, K/128)
+column-major, ``scale_b`` (K/128, N/128), powers of two):
+
+* ``api``: ``ptxdsl.ops.matmul`` as users call it (the plan ``plan.choose`` +
+  ``plan.for_scaling`` give);
+* the kernel built from plan variants around that plan (``base``): ``c1`` (no cluster),
+  ``w2`` (``m_waves=2``: 256-row tiles), ``n256`` (``bn=256``: 256-column tiles as two
+  128-column halves), ``kp`` (``kb_pairs``: a k-block's promotion under the next one's
+  wgmmas), ``w2c1``, ``n256c1``, ``kpc1``, and ``st-1`` (one ring stage less);
+* ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
+  256-column tiles: what the block-wise scales cost at one tile shape, and what the
+  128-column tiles cost;
+* ``cuBLAS fp8 tensor``: ``torch._scaled_mm`` per tensor (scales 1) on the same operands.
+
+Every contender is validated before it is timed, against a float64 reference of 512 of
+the output's rows (the first and last 256: both halves of a 256-row tile), relative
+Frobenius error under 1e-2, and the block-wise variants also at a ragged shape (379 x 1000
+x 528: a ragged last k-block and tile). Timing: ``bench.matmul.timed_rounds`` (the
+contenders take turns in 2 ms slices, ``--rounds`` rounds, median kept). Writes
+``$OUT/fp8_block_plans.json`` after every shape; about a minute on an H200.
+
+    PYTHONPATH=. python lab/fp8_block_plans.py
+    PYTHONPATH=. python lab/fp8_block_plans.py --shapes 4096x7168x16384 --variants base,w2
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from bench.matmul import rel_err, timed_rounds, warm  # noqa: E402
+
+# 4096^3, DeepGEMM's published shape, and a mixture-of-experts projection
+# (2048 tokens of one expert, DeepSeek-V3's 2 x 2048 gate/up columns over 7168).
+SHAPES = "4096x4096x4096,4096x7168x16384,2048x4096x7168"
+VARIANTS = {"c1": dict(cluster=1), "w2": dict(m_waves=2), "w2c1": dict(m_waves=2, cluster=1),
+            "kp": dict(kb_pairs=True), "kpc1": dict(kb_pairs=True, cluster=1)}
+
+
+def variants(m, n, k, sms, device):
+    """name -> block-wise Plan for one shape (duplicates of ``base`` dropped)."""
+    from ptxdsl.core.types import bf16, e4m3
+    from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling
+    base = for_scaling(choose(m, n, k, e4m3, bf16, sms, device=device), "block", e4m3, bf16)
+    out = {"base": base}
+    for name, kw in VARIANTS.items():
+        out[name] = for_scaling(dataclasses.replace(base, **kw), "block", e4m3, bf16)
+    out["st-1"] = dataclasses.replace(base, stages=base.stages - 1)
+    # 256-column tiles as two 128-column halves (for_scaling keeps 128: set it directly)
+    for name, c in (("n256", base.cluster), ("n256c1", 1)):
+        out[name] = fitted(dataclasses.replace(base, bn=256, cluster=c), e4m3, bf16)
+    seen, res = set(), {}
+    for name, p in out.items():
+        if p not in seen:
+            seen.add(p)
+            res[name] = p
+    return res
+
+
+def tensor_plans(m, n, k, sms, device):
+    """The per-tensor kernel's plan in 128- and 256-column tiles (ring re-fitted)."""
+    from ptxdsl.core.types import bf16, e4m3
+    from ptxdsl.ops.matmul.plan import choose, fitted
+    base = choose(m, n, k, e4m3, bf16, sms, device=device)
+    return {f"tensor n{bn}": fitted(dataclasses.replace(base, bn=bn), e4m3, bf16)
+            for bn in (128, 256)}
+
+
+def picked(t, m):
+    """Rows ``0 .. 256`` and ``m - 256 .. m`` of ``t`` (all of them for ``m <= 512``) in
+    float64 (slices, then a copy: no indexing kernel of a float8 tensor needed)."""
+    if m <= 512:
+        return t.double()
+    import torch
+    return torch.cat([t[:256].double(), t[m - 256:].double()])
+
+
+def reference_rows(a64, bd, sa64, sb):
+    """float64 ``(a * scale_a) @ (b * scale_b)`` of some output rows (``a64``, ``sa64``:
+    those rows of ``a`` and ``scale_a`` in float64; ``bd``: ``b`` in float64): the
+    block-wise sum over k-blocks, exactly, as one product of the dequantized operands."""
+    k, n = bd.shape
+    xa = a64 * sa64.repeat_interleave(128, 1)[:, :k]
+    sbe = sb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:k, :n]
+    return xa @ (bd * sbe)
+
+
+def main(argv=None):
+    import torch
+    from bench.matmul_fp8 import make_sets
+    from ptxdsl.core.types import bf16, e4m3
+    from ptxdsl.ops import matmul
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    from ptxdsl.ops.matmul.plan import device_class
+    from ptxdsl.runtime import driver, prepare
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--variants", default=None, help="comma-separated names (default: all)")
+    ap.add_argument("--block-ms", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    props = torch.cuda.get_device_properties(0)
+    sms, l2 = props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20)
+    cls = device_class(driver.get().device(torch.cuda.current_device()))
+    path = os.path.join(os.environ.get("OUT", "."), "fp8_block_plans.json")
+    result = {"device": torch.cuda.get_device_name(), "sms": sms, "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%dT%H:%M"), "dtype": "e4m3 -> bf16",
+              "block_ms": a.block_ms, "rounds": a.rounds, "rows": []}
+    keep = set(a.variants.split(",")) if a.variants else None
+    built = {}
+    one = torch.ones(1, device="cuda")
+    # the ragged check: 379 x 1000 x 528 (a 16-long last k-block, ragged tiles)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    ra = torch.randn(379, 528, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    rw = torch.randn(1000, 528, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    rsa = (2.0 ** torch.randint(-2, 2, (5, 379), device="cuda", generator=g)).float()
+    rsb = (2.0 ** torch.randint(-2, 2, (5, 8), device="cuda", generator=g)).float()
+    rref = reference_rows(ra.double(), rw.t().double(), rsa.t().double(), rsb)
+    warm(1.0)
+    for shape in a.shapes.split(","):
+        m, n, k = (int(v) for v in shape.split("x"))
+        sets = make_sets(m, n, k, l2, mode="block")
+        x, b, sa, sb = sets[0]
+        bd, x64 = b.double(), picked(x, m)
+        ref = reference_rows(x64, bd, picked(sa, m), sb)
+        plain = x64 @ bd
+        del bd, x64
+        row, live, plans = {}, {}, {}
+
+        def check(name, fn, want):
+            try:
+                out = fn(x, b, sa, sb)
+                torch.cuda.synchronize()
+                e = rel_err(picked(out, m), want)
+                if not e < 1e-2:
+                    row[name] = {"error": f"wrong result: relative error {e:.3g}"}
+                    return
+                row[name] = {"err": e}
+                live[name] = fn
+            except Exception as err:  # noqa: BLE001 - reported in the table
+                row[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+
+        check("cuBLAS fp8 tensor", lambda x, b, sa, sb: torch._scaled_mm(
+            x, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), plain)
+        check("api", lambda x, b, sa, sb: matmul(x, b, scale_a=sa, scale_b=sb), ref)
+        todo = [(nm, p, "block") for nm, p in variants(m, n, k, sms, cls).items()] + \
+            [(nm, p, True) for nm, p in tensor_plans(m, n, k, sms, cls).items()]
+        for name, p, scaled in todo:
+            if keep is not None and name not in keep:
+                continue
+            plans[name] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+            try:
+                if (p, scaled) not in built:
+                    built[p, scaled] = build_hopper(p, e4m3, bf16, sms=sms, scaled=scaled)
+                kern = built[p, scaled]
+            except Exception as err:  # noqa: BLE001
+                row[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+                continue
+
+            def args(x, b, sa, sb, c, scaled=scaled):  # scale_a as (K/128, M)
+                return (x, b.t(), sa.t(), sb, c) if scaled == "block" else (x, b.t(), one, one, c)
+            try:    # timed through the launch bound to this signature (the op's fast path)
+                c0 = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                kern(*args(x, b, sa, sb, c0))
+                bound = prepare(kern).bind(*args(x, b, sa, sb, c0))
+            except Exception as err:  # noqa: BLE001
+                row[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+                continue
+
+            def run(x, b, sa, sb, kern=kern, bound=bound, args=args):
+                c = torch.empty(x.shape[0], b.shape[1], device="cuda", dtype=torch.bfloat16)
+                if bound is None:
+                    kern(*args(x, b, sa, sb, c))
+                else:
+                    bound(*(t.data_ptr() for t in args(x, b, sa, sb, c)))
+                return c
+            if scaled == "block":
+                cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
+                kern(ra, rw, rsa, rsb, cr)
+                torch.cuda.synchronize()
+                e2 = rel_err(cr, rref)
+                if not e2 < 1e-2:
+                    row[name] = {"error": f"ragged 379x1000x528: relative error {e2:.3g}"}
+                    continue
+            check(name, run, ref if scaled == "block" else plain)
+        del ref, plain
+        warm(0.2)
+        timed_rounds(live, sets, a.rounds, a.block_ms, 2.0 * m * n * k, row)
+        del sets, x, b
+        result["rows"].append({"shape": [m, n, k], "results": row, "plans": plans})
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+        cub = row.get("cuBLAS fp8 tensor", {}).get("tflops")
+        print(f"{shape} ({time.time() - t0:.0f}s): " + ", ".join(
+            f"{nm}={v['tflops']:.0f}" + (f" ({v['tflops'] / cub:.2f}x)" if cub else "")
+            if "tflops" in v else f"{nm}=ERR {v['error'][:80]}"
+            for nm, v in row.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

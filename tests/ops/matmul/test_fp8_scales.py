@@ -110,8 +110,11 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
 
 def test_block_scaled_plans_take_128_column_tiles():
     p = choose(4096, 7168, 4096, e4m3, bf16)
-    assert p.bn == 256 and for_scaling(p, "row", e4m3, bf16) == p
-    q = for_scaling(p, "block", e4m3, bf16)
+    assert p.bn == 256 and p.cluster == 2 and for_scaling(p, "row", e4m3, bf16) == p
+    # 256 columns stay (two 128-column halves), without the cluster: the lab's fastest
+    w256 = for_scaling(p, "block", e4m3, bf16)
+    assert w256.bn == 256 and w256.cluster == 1 and w256.smem_bytes(e4m3, bf16) <= 227 * 1024
+    q = for_scaling(dataclasses.replace(p, bn=192), "block", e4m3, bf16)
     assert q.bn == 128 and q.stages > p.stages
     with pytest.raises(ValueError, match="64- or 128-column"):
         build_hopper(dataclasses.replace(p, bn=192), e4m3, bf16, scaled="block")

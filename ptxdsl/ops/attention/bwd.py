@@ -56,6 +56,7 @@ from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
 from .bwd_cols import col_pieces, stage_panels
+from .bwd_dqwarp import hand_stage, take_stage, writer
 from .bwd_gsplit import split_step
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_steps import kv_gemms, lock, pass_turn, store, zero_other_keys
@@ -179,6 +180,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
             f"{'_cols' if cs else ''}{'_pnl' if c.panel_split else ''}{'_pds' if sh else ''}"
             f"{'_gsp' if gs else ''}{f'_m{bm}' if rows else ''}"
+            f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
             f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
@@ -277,6 +279,16 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.tma.load(base + dst + ring.slot * (2 * bm * 4) + cw * bm * 4,
                                              tmap, rc(m0, head), fb)
                         ring.advance()
+            if c.dq_warp:           # warp 1: dQ's reduce-adds (bwd_dqwarp)
+                with ptx.if_((tid >> 5) == 1):
+                    writer(c, d, lane=tid & 31, tdq=tdq, dqc=dqc,
+                           stage_of=lambda w: base + L.dqs + w * L.wg_stage, group=group,
+                           hk=hk, heads=lambda gi: (hk * group + gi, hk * group + gi if varlen
+                                                    else batch * nh + hk * group + gi),
+                           m_lo=m_lo, m_hi=m_hi, bm=bm,
+                           det=(sem, (lambda mb: pq0 // BM + mb) if varlen else
+                                (lambda mb: mb), nb, off, mask, labels, bn)
+                           if deterministic else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -364,7 +376,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not c.dq_first:
                             ptx.inst("wgmma.fence.sync.aligned")
-                            for kv in kv_mmas[c.overlap - 1:]:
+                            for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
                                 kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     elif gs:
@@ -382,7 +394,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                    store_tile=store_tile, xg_at=base + L.xg + lane * 16, dt=dt,
                                    dv=(mma_kv, dv_acc, tile(0), at_pc(do_at)),
                                    dk=(mma_kv, dk_acc, tile(1), at_pc(q_at)),
-                                   dq_tma=c.dq_tma, bar=(3, 256), d_at=row_at(L.dpsum),
+                                   dq_tma=c.dq_tma and not c.dq_warp, bar=(3, 256), d_at=row_at(L.dpsum),
                                    score_args=(keys, m0, fcol, off, mask, kw0, row_at(L.lse),
                                                scale, softcap, scale_log2, c.ex2_poly))
                     else:
@@ -409,7 +421,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if not gs:    # (sdp_split: its stores and barriers are split_step's)
                         # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
                         # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
-                        if c.dq_tma:                  # the last step's reduce has read dQ's stage
+                        if c.dq_tma and not c.dq_warp:   # the last reduce has read the stage
                             with ptx.if_(lane == 0):
                                 ptx.inst("cp.async.bulk.wait_group.read", 0)
                         # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
@@ -454,7 +466,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
                     sem_mb = pq0 // BM + mb if varlen else 2 * mb + w if rows else mb
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
-                    late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
+                    late = kv_mmas[c.overlap - 1:] if c.dq_first else \
+                        kv_mmas[1:] if c.dk_last else ()      # (dk_last: dK)
                     for ch in range(nch):
                         dq = ptx.wgmma.accumulator(qcols[ch])
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
@@ -481,6 +494,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             if deterministic and not c.dq_tma:
                                 lock(sem, bh, sem_mb, nb, w, m0, off, mask, lane, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
+                        if c.dq_warp and ch == 0:
+                            take_stage(w)
                         if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
                             sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
@@ -507,7 +522,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         for i, x in enumerate(dq):
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
-                    if c.dq_tma:                     # one thread adds the staged chunks
+                    if c.dq_warp:
+                        hand_stage(w)
+                    elif c.dq_tma:                   # one thread adds the staged chunks
                         ptx.inst("fence.proxy.async.shared::cta")
                         ptx.inst("bar.sync", 1 + w, 128)
                         # rows: this warpgroup's 64 rows, none when all are past SQP (the
@@ -535,7 +552,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             pass_turn(sem, bh, sem_mb)
                     ring.advance()
-            if c.dq_tma:
+            if c.dq_warp:            # the writer's last arrival (its first was before any)
+                take_stage(w)
+            elif c.dq_tma:
                 with ptx.if_(lane == 0):
                     ptx.inst("cp.async.bulk.wait_group", 0)
             for j in range(npc):     # (one piece of every column without col_split)

@@ -59,6 +59,10 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
             for w in range(2):
                 ptx.inst("bar.sync", FULL + w, THREADS)
                 with ptx.if_(lane == 0):
+                    # the consumer fenced before arriving; fencing again here keeps the
+                    # order checkable when it has fenced its next step's dSᵀ since (the
+                    # CPU interpreter remembers a warp's latest proxy fence only)
+                    ptx.inst("fence.proxy.async.shared::cta")
                     if det:
                         sem, sem_mb, nb, off, mask, labels, bn = det
                         lock(sem, bh, sem_mb(mb), nb, reg.scalar(u32, init=w), m0, off, mask,

@@ -427,8 +427,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
                         # ds_double: the pair of two steps ago, which the last step's second
                         # barrier ordered, so only this warpgroup's dQ stage is waited for here
-                        ptx.inst("bar.sync",
-                                 *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
+                        # (dq_warp: the stage is take_stage's; with ds_double, no barrier)
+                        if not (c.dq_warp and c.ds_double):
+                            ptx.inst("bar.sync",
+                                     *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
                         dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
                             if c.ds_double else None
                         ds_at = ds_row + dsb if c.ds_double else ds_row

@@ -27,7 +27,8 @@ flash's where cuDNN refuses the head dim) before timing, the deterministic ones 
 repeats. ``--set h128b``: head dim 128's plan against FlashAttention-4's sm90 step
 structure (``dq_warp``: a producer warp issues dQ's reduce-adds, the consumers hand the
 stage over by ``bar.arrive``; ``dk_last``: dV before the dSᵀ exchange, dK behind dQ, dQ
-staged under dK; with and without ``ds_double``), default mode, S 1k, 4k, 16k full and
+staged under dK; with and without ``ds_double``, which with ``dq_warp`` leaves one
+barrier a step), default mode, S 1k, 4k, 16k full and
 causal, with each variant's geometric mean over the plan's last (one GPU call, ~1 minute;
 ptxas -v: no spills for any of them, every mask, deterministic and varlen).
 JSON to ``$OUT/attention_bwd_<set>.json``; a table last.
@@ -99,6 +100,7 @@ def main() -> None:
                     "dkl": BwdConfig(**sp, dk_last=True),
                     "dqw dkl": BwdConfig(**sp, dq_warp=True, dk_last=True),
                     "dsx2": BwdConfig(**sp, ds_double=True),
+                    "dqw dsx2": BwdConfig(**sp, dq_warp=True, ds_double=True),
                     "dqw dkl dsx2": BwdConfig(**sp, dq_warp=True, dk_last=True,
                                               ds_double=True)}
         grid = tuple((s, 128, c) for s in (1024, 4096, 16384) for c in (False, True))

@@ -16,8 +16,8 @@ pytestmark = NEEDS_GPU
 
 PLAN = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True)
 CFGS = [dict(dq_warp=True), dict(dk_last=True), dict(dq_warp=True, dk_last=True),
-        dict(dq_warp=True, dk_last=True, ds_double=True)]
-IDS = ["dqw", "dkl", "dqw-dkl", "dqw-dkl-dsx2"]
+        dict(dq_warp=True, ds_double=True), dict(dq_warp=True, dk_last=True, ds_double=True)]
+IDS = ["dqw", "dkl", "dqw-dkl", "dqw-dsx2", "dqw-dkl-dsx2"]
 
 
 def _use(monkeypatch, cfg):

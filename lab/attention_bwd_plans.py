@@ -24,12 +24,18 @@ overlap 1, and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, m64n64 each; 
 without panel_split), default and deterministic, on the rows the issue cites (1k full, 4k
 full and causal, 16k causal); ``--set det``: the plan's rows, deterministic against
 default (the issue's "within 15%"), head dims 64, 128, 192, 256 at S=4k full and causal
-and 128 at 16k causal, one call of about 90 s (the ratio det / default last). Each
-variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses the
-head dim) before timing, the deterministic ones for bitwise repeats. JSON to
+and 128 at 16k causal, one call of about 90 s (the ratio det / default last); ``--set
+h128b``: head dim 128's plan against FlashAttention-4's sm90 step structure
+(``dq_warp``: a producer warp issues dQ's reduce-adds, the consumers hand the stage over
+by ``bar.arrive``; ``dk_last``: dV before the dSᵀ exchange, dK behind dQ, dQ staged under
+dK; with and without ``ds_double``, which with ``dq_warp`` leaves one barrier a step),
+default mode, S 1k, 4k, 16k full and causal, with each variant's geometric mean over the
+plan's last (ptxas -v: no spills for any of them, every mask, deterministic and varlen).
+Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
+the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
-    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det]
+    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b]
         [--default-only]
 """
 from __future__ import annotations
@@ -54,7 +60,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
-                                          "det"),
+                                          "det", "h128b"),
                     default="tma")
     ap.add_argument("--default-only", action="store_true",
                     help="time the default mode only (skip the deterministic runs)")
@@ -88,6 +94,18 @@ def main() -> None:
                     "ov1 sw split dsx2": BwdConfig(**sp, overlap=1, ds_double=True),
                     "ov2 sw split dsx2": BwdConfig(**sp, overlap=2, ds_double=True)}
         grid = tuple((s, 128, c) for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True))
+        modes = (False,)
+    elif which == "h128b":
+        sp = dict(tma, dq_swizzle=True, dq_split=True, overlap=1)
+        variants = {"plan": BwdConfig(**sp),
+                    "dqw": BwdConfig(**sp, dq_warp=True),
+                    "dkl": BwdConfig(**sp, dk_last=True),
+                    "dqw dkl": BwdConfig(**sp, dq_warp=True, dk_last=True),
+                    "dsx2": BwdConfig(**sp, ds_double=True),
+                    "dqw dsx2": BwdConfig(**sp, dq_warp=True, ds_double=True),
+                    "dqw dkl dsx2": BwdConfig(**sp, dq_warp=True, dk_last=True,
+                                              ds_double=True)}
+        grid = tuple((s, 128, c) for s in (1024, 4096, 16384) for c in (False, True))
         modes = (False,)
     elif which == "h64":
         m = dict(dq_tma=True, dq_swizzle=True, block_m=128)
@@ -209,6 +227,15 @@ def main() -> None:
         tf = [r['results'].get(n, {}).get('tflops', float('nan')) for n in names]
         print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " + " ".join(
             f"{t:11.1f}" for t in tf) + (f" {tf[1] / tf[0]:8.2f}" if ratio else ""))
+    if which == "h128b":             # each variant over the first (the plan), geomean
+        first = names[0]
+        for n in names[1:]:
+            ratios = [r["results"][n]["tflops"] / r["results"][first]["tflops"] for r in rows
+                      if "tflops" in r["results"].get(n, {})
+                      and "tflops" in r["results"].get(first, {})]
+            if ratios:
+                print(f"{n} / {first}: geomean {statistics.geometric_mean(ratios):.3f} "
+                      f"over {len(ratios)} rows")
 
 
 if __name__ == "__main__":

@@ -32,12 +32,9 @@ of (1, rows, 1, 64) writes): K, V (128 rows a panel), ``stages`` Q and dO (64 ro
 panel), the two warpgroups' dSᵀ (64 x 64), the two warpgroups' dQ stages (dq_tma: 64 x D
 f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled rows),
 ``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers.
-With ``deterministic``, each warpgroup adds its dQ to a 64-row block only when a per-block
-semaphore says every earlier (n-block, warpgroup) has added its own (an ``ld.acquire``
-spin by one thread), so each dQ element sums in one fixed order (:mod:`.bwd_det`: which
-CTA takes which key block, the row blocks last to first, turns passed a step late). The
-step's orderings (``overlap``, ``dq_swizzle``, ``dq_first``) are the plan's
-(:class:`.bwd_config.BwdConfig`).
+With ``deterministic``, dQ's adds to each 64-row block follow one fixed order through a
+per-block semaphore (:mod:`.bwd_det`). The step's orderings are the plan's
+(:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer warp: :mod:`.bwd_dqwarp`).
 With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
 compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
 inside one 64-column panel), so their accumulators take head dim 128's registers. Head dim
@@ -57,7 +54,8 @@ from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
-from .bwd_cols import col_pieces, stage_panels
+from .bwd_cols import col_pieces
+from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer
 from .bwd_gsplit import split_step
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
@@ -170,18 +168,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen, bm)
     names = ["q", "k", "v", "do", "nlse2", "dpsum"] + (["cu_q", "cu_k"] if varlen else []) \
         + ["dq_acc", "dk", "dv"]
-    if deterministic:
-        names.append("sem")
+    names += ["sem"] if deterministic else []
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{bw}k16.f32.{dt}.{dt}"
     mma_q = lambda n: f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt}"
     mma_kv = [mma_q(p[0]) for p in pieces]           # one per piece
-    name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}"
-            f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
-            f"{'_swdq' if c.dq_swizzle else ''}"
-            f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
-            f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
-            f"{'_cols' if cs else ''}{'_pnl' if c.panel_split else ''}{'_pds' if sh else ''}"
-            f"{'_gsp' if gs else ''}{f'_m{bm}' if rows else ''}"
+    name = (f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{'_cap' if softcap else ''}{c.tag}"
             f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
     def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
@@ -288,6 +279,16 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.tma.load(base + dst + ring.slot * (2 * bm * 4) + cw * bm * 4,
                                              tmap, rc(m0, head), fb)
                         ring.advance()
+            if c.dq_warp:           # warp 1: dQ's reduce-adds (bwd_dqwarp)
+                with ptx.if_((tid >> 5) == 1):
+                    writer(c, d, lane=tid & 31, tdq=tdq, dqc=dqc,
+                           stage_of=lambda w: base + L.dqs + w * L.wg_stage, group=group,
+                           hk=hk, heads=lambda gi: (hk * group + gi, hk * group + gi if varlen
+                                                    else batch * nh + hk * group + gi),
+                           m_range=m_range, bm=bm,
+                           det=(sem, (lambda mb: pq0 // BM + mb) if varlen else
+                                (lambda mb: mb), nb, off, mask, labels, bn)
+                           if deterministic else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -326,7 +327,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             if varlen:
                 zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
             turns = Turns(sem, labels, lambda: base + L.total + w * 8) \
-                if deterministic and c.dq_tma else None
+                if deterministic and c.dq_tma and not c.dq_warp else None
             if turns:
                 with ptx.if_(lane == 0):
                     turns.start()
@@ -388,7 +389,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not c.dq_first:
                             ptx.inst("wgmma.fence.sync.aligned")
-                            for kv in kv_mmas[c.overlap - 1:]:
+                            for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
                                 kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     elif gs:
@@ -407,7 +408,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                    store_tile=store_tile, xg_at=base + L.xg + lane * 16, dt=dt,
                                    dv=(mma_kv, dv_acc, tile(0), at_pc(do_at)),
                                    dk=(mma_kv, dk_acc, tile(1), at_pc(q_at)),
-                                   dq_tma=c.dq_tma, bar=(3, 256), d_at=row_at(L.dpsum),
+                                   dq_tma=c.dq_tma and not c.dq_warp, bar=(3, 256), d_at=row_at(L.dpsum),
                                    score_args=(keys, m0, fcol, off, mask, kw0, row_at(L.lse),
                                                scale, softcap, scale_log2, c.ex2_poly))
                     else:
@@ -435,14 +436,16 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if not gs:    # (sdp_split: its stores and barriers are split_step's)
                         # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
                         # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
-                        if c.dq_tma:                  # the last step's reduce has read dQ's stage
+                        if c.dq_tma and not c.dq_warp:   # the last reduce has read the stage
                             with ptx.if_(lane == 0):
                                 ptx.inst("cp.async.bulk.wait_group.read", 0)
                         # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
                         # ds_double: the pair of two steps ago, which the last step's second
                         # barrier ordered, so only this warpgroup's dQ stage is waited for here
-                        ptx.inst("bar.sync",
-                                 *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
+                        # (dq_warp: the stage is take_stage's; with ds_double, no barrier)
+                        if not (c.dq_warp and c.ds_double):
+                            ptx.inst("bar.sync",
+                                     *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
                         dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
                             if c.ds_double else None
                         ds_at = ds_row + dsb if c.ds_double else ds_row
@@ -480,7 +483,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
                     sem_mb = sem_of()
                     # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
-                    late = kv_mmas[c.overlap - 1:] if c.dq_first else ()
+                    late = kv_mmas[c.overlap - 1:] if c.dq_first else \
+                        kv_mmas[1:] if c.dk_last else ()      # (dk_last: dK)
                     for ch in range(nch):
                         dq = ptx.wgmma.accumulator(qcols[ch])
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
@@ -510,6 +514,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                          * 4, turn_of(nb, m0, off, mask, w, False, bn, 2),
                                          False, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
+                        if c.dq_warp and ch == 0:
+                            take_stage(w)
                         if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
                             sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
@@ -536,7 +542,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         for i, x in enumerate(dq):
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
-                    if c.dq_tma:                     # one thread adds the staged chunks
+                    if c.dq_warp:
+                        hand_stage(w)
+                    elif c.dq_tma:                   # one thread adds the staged chunks
                         ptx.inst("fence.proxy.async.shared::cta")
                         ptx.inst("bar.sync", 1 + w, 128)
                         # rows: this warpgroup's 64 rows, none when all are past SQP (the
@@ -549,13 +557,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 turns.wait(bh, sem_mb, turn_of(nb, m0, off, mask, w, split, bn,
                                                                1 if rows else 2), split,
                                            early=poll)
-                            box = 32 if c.dq_swizzle else 64
-                            panels = stage_panels(c, d) if c.panel_split else None
-                            for ch in range(c.wg_cols(d) // box):
-                                col = w * panels[ch][1] + panels[ch][0] if panels else \
-                                    w * c.wg_cols(d) + ch * box if c.dq_split or cs else ch * box
-                                ptx.tma.reduce(tdq, dqc(col, m0w, head),
-                                               stage_w + ch * BM * box * 4)
+                            reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_w)
                             ptx.inst("cp.async.bulk.commit_group")
                             if deterministic:  # its turn passes once it lands (next step)
                                 turns.added(bh, sem_mb)
@@ -564,7 +566,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
                     ring.advance()
-            if c.dq_tma:
+            if c.dq_warp:            # the writer's last arrival (its first was before any)
+                take_stage(w)
+            elif c.dq_tma:
                 with ptx.if_(lane == 0):
                     if turns:
                         turns.land()

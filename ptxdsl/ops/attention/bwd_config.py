@@ -55,7 +55,14 @@ class BwdConfig:
     warpgroup ``w`` computes dQ of query rows 64w .. 64w + 63 over all 128 keys (one
     256-thread barrier around dSᵀ's stores, as ``dq_split``), so a step does twice the
     work for the same barriers, waits and dQ adds, and each dQ element is added once per
-    CTA."""
+    CTA.
+    ``dq_warp`` (dq_tma, block_m 64): warp 1 of the producer warpgroup issues dQ's TMA
+    reduce-adds (:mod:`.bwd_dqwarp`); a consumer warpgroup hands its stage over by
+    ``bar.arrive`` rather than a 128-thread ``bar.sync`` and its own reduce and bulk wait
+    (FlashAttention-3's and -4's dQ store warp); with ds_double, the 128-thread barrier
+    before the dSᵀ stores goes too. ``dk_last`` (overlap 1, dq_tma, not
+    dq_first): dV is issued before the dSᵀ exchange, dK only behind dQ, so dQ is staged
+    while dK runs (FlashAttention-4's sm90 order: dV, barrier, dQ, dK)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -72,6 +79,22 @@ class BwdConfig:
     producer_regs: int = 24
     consumer_regs: int = 240
     block_m: int = BLOCK_M
+    dq_warp: bool = False
+    dk_last: bool = False
+
+    @property
+    def tag(self) -> str:
+        """The kernel name's part that spells this config (deterministic: the same name for
+        the same config)."""
+        c = self
+        return (f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
+                f"{'_swdq' if c.dq_swizzle else ''}"
+                f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
+                f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
+                f"{'_cols' if c.col_split else ''}{'_pnl' if c.panel_split else ''}"
+                f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
+                f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
+                f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -111,6 +134,12 @@ class BwdConfig:
             raise ValueError("block_m 128 splits dQ by query rows, staged swizzled for the "
                              "TMA reduce-add: it needs dq_tma and dq_swizzle, and none of "
                              "dq_split, col_split, dq_first")
+        if self.dq_warp and not (self.dq_tma and self.block_m == BLOCK_M):
+            raise ValueError("dq_warp hands the TMA reduce-add's stage to a producer warp: it "
+                             "needs dq_tma and block_m 64")
+        if self.dk_last and not (self.overlap == 1 and self.dq_tma and not self.dq_first):
+            raise ValueError("dk_last issues dK behind dQ, staging dQ under it: it needs "
+                             "overlap 1 and dq_tma, not dq_first")
         if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
             raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
                              f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "

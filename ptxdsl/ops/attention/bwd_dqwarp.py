@@ -1,0 +1,84 @@
+"""The backward's dQ writer warp (``BwdConfig.dq_warp``): warp 1 of the producer warpgroup
+adds the consumers' staged dQ to the global accumulator, so that a consumer warpgroup
+hands its stage over with a non-blocking ``bar.arrive`` instead of a 128-thread
+``bar.sync`` followed by one of its own threads issuing the TMA reduce-add and, a step
+later, waiting for the bulk group's reads (FlashAttention-3's and -4's dQ store warp).
+
+Two named barriers per consumer warpgroup ``w``, each of its 128 threads and the writer's
+32: ``FULL + w`` (the consumer arrives after staging and ``fence.proxy.async``, the writer
+waits) and ``EMPTY + w`` (the writer arrives once the reduce-adds have read the stage,
+the consumer waits before it stages the next step). The writer arrives at ``EMPTY`` once
+before its first step and the consumer waits once after its last, so each barrier's
+arrivals and waits pair up."""
+from __future__ import annotations
+
+from ...core.types import s32
+from ...dsl import ptx, reg
+from .bwd_cols import stage_panels
+from .bwd_config import BLOCK_M as BM, BwdConfig
+from .bwd_det import pass_turn, spin, turn_of
+
+FULL, EMPTY = 4, 6          # named barrier ids (+ w); 0-3 are the kernel's others
+THREADS = 128 + 32          # a consumer warpgroup and the writer warp
+
+
+def take_stage(w) -> None:
+    """Consumer warpgroup ``w``: wait until the writer has read the last staged dQ."""
+    ptx.inst("bar.sync", EMPTY + w, THREADS)
+
+
+def hand_stage(w) -> None:
+    """Consumer warpgroup ``w``: the stage is written; hand it to the writer."""
+    ptx.inst("fence.proxy.async.shared::cta")
+    ptx.inst("bar.arrive", FULL + w, THREADS)
+
+
+def reduce_boxes(c: BwdConfig, d: int, tdq, dqc, w, m0, head, stage_w) -> None:
+    """TMA reduce-add of warpgroup ``w``'s stage (``stage_w``) into the rows from ``m0``:
+    32-column swizzled boxes (or 64-column rows), at the columns the warpgroup computed."""
+    box = 32 if c.dq_swizzle else 64
+    panels = stage_panels(c, d) if c.panel_split else None
+    for ch in range(c.wg_cols(d) // box):
+        col = w * panels[ch][1] + panels[ch][0] if panels else \
+            w * c.wg_cols(d) + ch * box if c.dq_split or c.col_split else ch * box
+        ptx.tma.reduce(tdq, dqc(col, m0, head), stage_w + ch * BM * box * 4)
+
+
+def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, m_range,
+           bm, det=None) -> None:
+    """The writer warp's loop over the consumers' steps (``lane``: its lane; ``stage_of(w)``:
+    warpgroup ``w``'s stage; ``heads(gi)``: the query head and its (batch, head) row;
+    ``m_range``: the consumers' ``ptx.range_`` over row blocks, in their order;
+    ``det``: the deterministic mode's ``(sem, sem_mb(mb), nb, off, mask, labels, bn)``,
+    the turns taken by the writer's lane 0 as the consumer's would)."""
+    for w in range(2):
+        ptx.inst("bar.arrive", EMPTY + w, THREADS)
+    for gi in ptx.range_(0, group):
+        head, bh = heads(gi)
+        for mb in ptx.range_(*m_range):
+            m0 = mb * bm
+            for w in range(2):
+                ptx.inst("bar.sync", FULL + w, THREADS)
+                with ptx.if_(lane == 0):
+                    # the consumer fenced before arriving; fencing again here keeps the
+                    # order checkable when it has fenced its next step's dSᵀ since (the
+                    # CPU interpreter remembers a warp's latest proxy fence only)
+                    ptx.inst("fence.proxy.async.shared::cta")
+                    if det:
+                        sem, sem_mb, nb, off, mask, labels, bn = det
+                        split = c.dq_split or c.col_split
+                        at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb(mb)) * 4
+                        spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
+                                         bn, 2), split, labels)
+                    reduce_boxes(c, d, tdq, dqc, w, m0, head, stage_of(w))
+                    ptx.inst("cp.async.bulk.commit_group")
+                    if det:                  # the adds land before the turn passes
+                        ptx.inst("cp.async.bulk.wait_group", 0)
+                        pass_turn(at)
+                    ptx.inst("cp.async.bulk.wait_group.read", 0)
+                ptx.inst("bar.arrive", EMPTY + w, THREADS)
+    with ptx.if_(lane == 0):
+        ptx.inst("cp.async.bulk.wait_group", 0)
+
+
+__all__ = ["writer", "take_stage", "hand_stage", "reduce_boxes", "FULL", "EMPTY"]

@@ -1,0 +1,122 @@
+"""Head dim 128's step structure after FlashAttention-4's sm90 backward: ``dq_warp`` (a
+producer warp issues dQ's TMA reduce-adds; the consumers hand their stage over by
+``bar.arrive``) and ``dk_last`` (dV before the dSᵀ exchange, dK behind dQ, dQ staged while
+dK runs): what they emit, that ptxas keeps them in registers, and the CPU interpreter's
+dq, dk, dv against float64 (dense, masks, GQA, varlen, the other head dims)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16
+from ptxdsl.ops import attention_backward, attention_varlen_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention.bwd import build_backward
+from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.config import Mask
+from ptxas_resources import resources_or_skip  # noqa: E402
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+
+PLAN = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True)
+DQW = BwdConfig(**PLAN, dq_warp=True)
+DKL = BwdConfig(**PLAN, dk_last=True)
+BOTH = BwdConfig(**PLAN, dq_warp=True, dk_last=True)
+BOTH2 = BwdConfig(**PLAN, dq_warp=True, dk_last=True, ds_double=True)
+
+
+def _check(got, ref):
+    """Max error <= 3e-2 of the largest value (a floor for gradients that are 0)."""
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        g = np.asarray(g).astype(np.float64)
+        assert g.shape == r.shape and np.isfinite(g).all(), name
+        assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), name
+
+
+def _case(monkeypatch, c, sq, sk, seed, d=128, **kw):
+    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    out, lse = attention_reference(q, k, v, **kw)
+    _check(attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw),
+           attention_backward_reference(do, q, k, v, **kw))
+
+
+def test_emits_the_writer_warp_and_fa4_order():
+    """dq_warp: the consumers arrive at FULL (4, 5) and wait at EMPTY (6, 7), 160 threads
+    each; the TMA reduce-add is the writer's. dk_last: the dK chain (m64n128, RS) follows
+    dQ's, not dV's."""
+    plan = build_backward(BwdConfig(**PLAN), bf16, 128, scale=0.1).ptx()
+    text = build_backward(BOTH, bf16, 128, scale=0.1).ptx()
+    assert "bar.arrive" not in plan and "bar.arrive" in text
+    # (the writer unrolls both warpgroups' boxes)
+    assert "160;" in text and text.count("cp.reduce.async.bulk.tensor") == \
+        2 * plan.count("cp.reduce.async.bulk.tensor")
+    kinds = lambda t: ["n128" if "m64n128" in ln else "n64" for ln in t.splitlines()
+                       if "wgmma.mma_async" in ln]
+    # Sᵀ, dPᵀ (16 n64), then the plan: dV, dK (8 n128), dQ (8 n64); dk_last: dV, dQ, dK
+    assert kinds(plan) == ["n64"] * 16 + ["n128"] * 8 + ["n64"] * 8
+    assert kinds(text) == ["n64"] * 16 + ["n128"] * 4 + ["n64"] * 8 + ["n128"] * 4
+    with pytest.raises(ValueError, match="dq_warp"):
+        BwdConfig(stages=2, dq_warp=True)
+    with pytest.raises(ValueError, match="dk_last"):
+        BwdConfig(stages=2, dq_tma=True, dk_last=True)
+
+
+def test_interpreter_matches_float64(monkeypatch):
+    """Ragged, GQA, causal, two key blocks: both options together."""
+    _case(monkeypatch, BOTH, 40, 130, 3, causal=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("c,d,kw", [
+    (DQW, 128, dict(window_size=(40, 3))),
+    (DKL, 128, {}),
+    (BOTH, 128, dict(softcap=5.0)),
+    (BOTH2, 128, dict(causal=True)),
+    (BOTH2, 128, dict(window_size=(20, 50))),
+    (BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, dq_warp=True), 64, dict(causal=True)),
+    (BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, overlap=1, dq_warp=True, dk_last=True),
+     96, dict(causal=True)),
+    (BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, panel_split=True,
+               dq_warp=True), 192, {}),
+], ids=["dqw-win", "dkl-full", "both-cap", "both2-causal", "both2-win", "d64", "d96", "d192"])
+def test_masks_and_head_dims_match_float64(monkeypatch, c, d, kw):
+    _case(monkeypatch, c, 70, 150, 5, d, **kw)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("c", [BOTH, BOTH2], ids=["both", "both2"])
+def test_varlen_matches_float64(monkeypatch, c):
+    """Three packed sequences (one of one query), GQA, causal: each against float64."""
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    cq, ck = np.cumsum([0, 33, 1, 100]), np.cumsum([0, 70, 129, 20])
+    rng = np.random.default_rng(4)
+    q, k, v, do = (rng.standard_normal((n, h, 128)).astype(BF16)
+                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
+    out, lse = np.zeros_like(q), np.zeros((2, cq[-1]), np.float32)
+    seqs = [(slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])) for i in range(3)]
+    for sq, sk in seqs:
+        o, l = attention_reference(q[sq][None], k[sk][None], v[sk][None], causal=True)
+        out[sq], lse[:, sq] = o[0].astype(BF16), l[0]
+    got = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 100, 129, causal=True)
+    for sq, sk in seqs:
+        ref = attention_backward_reference(do[sq][None], q[sq][None], k[sk][None],
+                                           v[sk][None], causal=True)
+        _check([g[None] for g in (got[0][sq], got[1][sk], got[2][sk])], ref)
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("c", [DQW, DKL, BOTH, BOTH2], ids=["dqw", "dkl", "both", "both2"])
+@pytest.mark.parametrize("mask,det,varlen", [
+    (Mask(), False, False), (Mask(-1, 0), False, False), (Mask(40, 3), False, False),
+    (Mask(), True, False), (Mask(-1, 0), True, False), (Mask(40, 3), True, False),
+    (Mask(-1, 0), False, True), (Mask(-1, 0), True, True)])
+def test_ptxas_keeps_everything_in_registers(c, mask, det, varlen):
+    k = build_backward(c, bf16, 128, mask, scale=0.07, deterministic=det, varlen=varlen)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -89,7 +89,8 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
                      block_m=c.block_m, sections=c.head_sections)
     if layout == "packed":
-        return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m)
+        return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
+                      sections=c.head_sections)
     if layout in ("varlen", "varlen_unordered"):
         return Varlen(dtype, d, c.block_n, block_m=c.block_m, group=group,
                       ordered=layout == "varlen")

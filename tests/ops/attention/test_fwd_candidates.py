@@ -1,0 +1,83 @@
+"""The forward configs and tile orders that lab/attention_plans.py's named sets (``h96``,
+``gqa``, ``h128c``) time on the GPU, on the CPU interpreter at small ragged shapes
+against the float64 reference first: three consumers at head dim 96, GQA causal
+sections counted in K/V heads (dense and packed layouts), the packed layout past
+short sequences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import f16
+from ptxdsl.ops.attention import attention_reference, tiles
+from ptxdsl.ops.attention.config import Config, Mask
+from ptxdsl.ops.attention.fwd import build_forward
+
+
+def _inputs(b, sq, sk, h, hk, d, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float16)
+            for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d))]
+
+
+def _agrees(out, lse, q, k, v, causal, scale):
+    ref, rlse = attention_reference(q, k, v, causal=causal, softmax_scale=scale)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 4e-3 * np.abs(ref).max()
+    np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
+    fin = ~np.isinf(rlse)
+    assert (np.abs(lse[fin] - rlse[fin]) / np.maximum(np.abs(rlse[fin]), 1.0)).max() <= 1e-3
+
+
+def _launch(kern, q, k, v, group=1, dynamic=False):
+    """Out and LSE start as NaN (a tile never taken stays NaN); packed: q and out as (B, SQ,
+    HK, G, D) views; dynamic: the counter word, which must end at zero."""
+    b, sq, h, d = q.shape
+    out = np.full(q.shape, np.nan, np.float16)
+    lse = np.full((b, h // group, group, sq), np.nan, np.float32)
+    word = (np.zeros(1, np.uint32),) if dynamic else ()
+    view = (lambda a: a.reshape(b, sq, h // group, group, d)) if group > 1 else (lambda a: a)
+    kern.interpret(view(q), k, v, view(out), lse if group > 1 else lse.reshape(b, h, sq), *word)
+    assert not word or int(word[0][0]) == 0
+    return out, lse.reshape(b, h, sq)
+
+
+@pytest.mark.parametrize("causal", [True, pytest.param(False, marks=pytest.mark.long)])
+def test_gqa_sections_count_kv_heads(monkeypatch, causal):
+    """Config.head_sections under GQA (4 query heads on 2 K/V heads, a group of 2): L2 set
+    to one K/V head's K/V makes sections of one group (2 query heads), longest-first in
+    each; full ignores sections. Persistent on 2 CTAs, every tile once."""
+    q, k, v = _inputs(1, 130, 140, 4, 2, 64, 11)
+    monkeypatch.setattr(tiles, "L2_KV_BYTES", 140 * 2 * 64 * 2)
+    kern = build_forward(Config(block_n=64, persistent=True, head_sections=True), f16, 64,
+                         Mask(-1, 0) if causal else Mask(), scale=0.125, sms=2)
+    _agrees(*_launch(kern, q, k, v), q, k, v, causal, 0.125)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_packed_sections_past_one_tile(monkeypatch, dynamic):
+    """The packed layout (a group of 2) at Sq = 100 (two tiles per K/V head) with causal
+    head sections of two K/V heads over three (a full section and one of one head), on
+    the static (snake) and the dynamic scheduler."""
+    q, k, v = _inputs(1, 100, 110, 6, 3, 64, 12)
+    monkeypatch.setattr(tiles, "L2_KV_BYTES", 2 * 110 * 2 * 64 * 2)
+    c = Config(block_n=64, persistent=True, head_sections=True, dynamic=dynamic,
+               lazy_rescale=True)
+    kern = build_forward(c, f16, 64, Mask(-1, 0), scale=0.125, sms=2, layout="packed",
+                         group=2)
+    assert kern.name.endswith("_packed2") and "_l2" in kern.name
+    out, lse = _launch(kern, q, k, v, group=2, dynamic=dynamic)
+    _agrees(out, lse, q, k, v, True, 0.125)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("block_n,causal,pingpong", [(112, True, False), (96, False, True)])
+def test_three_consumers_head_dim_96(block_n, causal, pingpong):
+    """Head dim 96 on 192-row tiles (the h96 set's m192 configs; no spills at 112 keys a
+    block, ptxas -v): ragged Sq and Sk across two K/V blocks, lazy rescale, persistent on
+    2 CTAs."""
+    q, k, v = _inputs(1, 200, 150, 1, 1, 96, 13)
+    c = Config(block_n=block_n, persistent=True, consumers=3, lazy_rescale=True,
+               pingpong=pingpong)
+    kern = build_forward(c, f16, 96, Mask(-1, 0) if causal else Mask(), scale=0.1, sms=2)
+    _agrees(*_launch(kern, q, k, v), q, k, v, causal, 0.1)

@@ -17,14 +17,15 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c] [--rounds 5] [--iters 10]
+        [--set dynamic | --set h96,gqa,h128c] [--rounds 5] [--iters 10] [--fa4]
 
 ``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
 as strings); ``--set`` named sets of :data:`SETS`, run one after another in one process
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
 ``h128c``: the shapes where ptxdsl trails FA4, each with its own shapes and H / Hkv, the
-current plans row first).
+current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``, where
+installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
 from __future__ import annotations
 
@@ -79,6 +80,7 @@ _PL = dict(persistent=True, lazy_rescale=True)
 _M3 = dict(consumers=3, **_PL)
 _PK = dict(layout="packed")       # the GQA group's heads in one tile's rows (tiles.Packed)
 _C = dict(causal=True)            # a candidate for the causal shapes only
+_S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
 
 # Named candidate sets (--set, comma-separated to run several in one process). A set is
 # its candidates per head dim and, where it says, its shapes: ``seqs``, ``heads`` (H, Hkv:
@@ -88,10 +90,13 @@ _C = dict(causal=True)            # a candidate for the causal shapes only
 # plans row. ``dynamic``: the A/B of Config.dynamic on the causal rows. ``h96`` (the
 # bench's d96 row, B4 S4k H16): 192-row tiles (three consumers, FA4's sm90 choice at head
 # dim 96; 96 and 112 keys a block compile without spills, 128 spills), lazy rescale, wider
-# blocks. ``gqa`` (the bench's GQA row, B4 S4k H32 Hkv8): the packed layout (FA4 packs
-# every GQA group on sm90), dynamic, and causal head sections, which count K/V heads.
+# blocks, the TMA-store epilogue. ``gqa`` (the bench's GQA row, B4 S4k H32 Hkv8): the
+# packed layout (FA4 packs every GQA group on sm90), dynamic, and causal head sections,
+# which count K/V heads, also of 48 MiB (FA4's sm90 causal order: sections of 50 MB of
+# K/V, one CTA a tile).
 # ``h128c`` (hd128 causal at 1k and 16k, the current rows first: sections at 1k, none at
-# 16k): block_n, dynamic, sections, ping-pong, 3 stages.
+# 16k): block_n, dynamic, sections of 24 and 48 MiB, one CTA a tile (FA4's grid),
+# ping-pong, 3 stages, the TMA-store epilogue.
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -102,18 +107,21 @@ SETS = {
         dict(block_n=128, **_P), dict(block_n=128, **_PL), dict(block_n=176, **_PL),
         dict(block_n=96, **_M3), dict(block_n=112, **_M3),
         dict(block_n=112, pingpong=True, **_M3), dict(block_n=96, stages=3, **_M3),
-        dict(block_n=112, **_M3, **_D, **_C)]}},
+        dict(block_n=112, tma_store=True, **_M3), dict(block_n=112, **_M3, **_D, **_C)]}},
     "gqa": {"seqs": [4096], "heads": (32, 8), "candidates": {128: [
-        dict(block_n=128, **_PL), dict(block_n=128, **_PL, head_sections=True, **_C),
-        dict(block_n=128, **_PL, **_D), dict(block_n=128, **_PL, **_PK),
-        dict(block_n=176, **_PL, **_PK), dict(block_n=128, **_PL, **_D, **_PK),
-        dict(block_n=128, **_PL, head_sections=True, **_PK, **_C),
-        dict(block_n=176, **_PL)]}},
+        dict(block_n=128, **_PL), dict(block_n=128, **_PL, **_S, **_C),
+        dict(block_n=128, **_PL, **_S48, **_C), dict(block_n=128, **_PL, **_D),
+        dict(block_n=128, **_PL, **_PK), dict(block_n=176, **_PL, **_PK),
+        dict(block_n=128, **_PL, **_D, **_PK), dict(block_n=128, **_PL, **_S, **_PK, **_C),
+        dict(block_n=128, **_PL, **_S48, **_D, **_PK, **_C),
+        dict(block_n=128, lazy_rescale=True, **_S48, **_PK, **_C), dict(block_n=176, **_PL)]}},
     "h128c": {"seqs": [1024, 16384], "masks": [True], "candidates": {128: [
-        dict(block_n=128, **_PL, head_sections=True), dict(block_n=128, **_PL),
+        dict(block_n=128, **_PL, **_S), dict(block_n=128, **_PL),
         dict(block_n=176, **_PL), dict(block_n=160, **_PL), dict(block_n=128, **_PL, **_D),
-        dict(block_n=128, **_PL, **_D, head_sections=True),
-        dict(block_n=128, pingpong=True, **_PL), dict(block_n=128, stages=3, **_PL)]}},
+        dict(block_n=128, **_PL, **_D, **_S), dict(block_n=128, **_PL, **_D, **_S48),
+        dict(block_n=128, **_PL, **_S48), dict(block_n=128, lazy_rescale=True, **_S48),
+        dict(block_n=128, pingpong=True, **_PL), dict(block_n=128, stages=3, **_PL),
+        dict(block_n=128, tma_store=True, **_PL, **_S)]}},
 }
 
 
@@ -204,11 +212,20 @@ def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
                 row["error"] = "wrong result"
         except Exception as e:  # noqa: BLE001 - recorded
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    fns = {i: (lambda kern, args: lambda: kern(*args))(kern, args)
+           for i, (kern, args, _) in live.items()}
+    if live and "--fa4" in sys.argv:      # FA4 (flash_attn.cute) as a yardstick, same run
+        fa4 = _fa4_row(torch, q, k, v, causal, ref)
+        rows.append({"set": name, "D": d, "S": s, "H": h, "Hkv": hk, "causal": causal,
+                     "layout": "fa4", "config": {}, **fa4[0]})
+        if fa4[1] is not None:
+            fns[len(rows) - 1] = fa4[1]
     if live:          # interleaved, a new order each round (bench/timing.py)
-        fns = {i: (lambda kern, args: lambda: kern(*args))(kern, args)
-               for i, (kern, args, _) in live.items()}
         ms = time_interleaved(torch, fns, rounds, iters)
         for i, t in ms.items():
+            if i not in live:
+                rows[i]["ms"], rows[i]["tflops"] = t, flops / t / 1e9
+                continue
             row, (kern, args, o) = rows[i], live[i]
             row["ms"], row["tflops"] = t, flops / t / 1e9
             if cands[i].get("dynamic"):       # many launches on one counter word
@@ -216,6 +233,22 @@ def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
                 row["max_err"] = max(row["max_err"], float(
                     (o.float() - ref).abs().max() / ref.abs().max()))
     return rows
+
+
+def _fa4_row(torch, q, k, v, causal, ref):
+    """``({max_err} or {error}, call or None)``: FA4's ``flash_attn_func`` on the shape,
+    checked like a candidate (it sits out where it is not installed or wrong)."""
+    try:
+        from flash_attn.cute import flash_attn_func
+
+        def call():
+            r = flash_attn_func(q, k, v, causal=causal)
+            return r[0] if isinstance(r, tuple) else r
+        err = float((call().float() - ref).abs().max() / ref.abs().max())
+        return ({"max_err": err}, call) if err <= 2e-2 else ({"max_err": err,
+                                                             "error": "wrong result"}, None)
+    except Exception as e:  # noqa: BLE001 - recorded, FA4 sits out
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}, None
 
 
 def main() -> None:
@@ -251,10 +284,13 @@ def main() -> None:
 
 def _name(kw: dict) -> str:
     """A config as ``128x2 pp persistent m192 lazy`` (only what differs from Config())."""
+    if kw.get("layout") == "fa4":
+        return "FA4"
     bits = [f"{kw.get('block_n', 128)}x{kw.get('stages', 2)}"]
     bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
-                            ("head_sections", "l2"), ("dynamic", "dyn")) if kw.get(k)]
+                            ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
+                            ("dynamic", "dyn")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":
@@ -299,7 +335,8 @@ def write_plans(out) -> None:
         picks = []
         for causal, masks in ((False, ["full"]), (True, ["causal", "window"])):
             runs = [r for r in out["rows"] if r["D"] == d and r["causal"] == causal
-                    and "ms" in r and r["max_err"] <= 2e-2 and not r.get("counter_after")]
+                    and "ms" in r and r["max_err"] <= 2e-2 and not r.get("counter_after")
+                    and r.get("layout", "dense") == "dense"]
             shapes = {r["S"] for r in runs}
             best_ms = {sh: min(r["ms"] for r in runs if r["S"] == sh) for sh in shapes}
             score, seen = {}, {}

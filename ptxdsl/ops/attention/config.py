@@ -39,14 +39,15 @@ class Config:
     exceeds it by more than 8 (log2 units), and O is rescaled only in warps where it
     moved, after a branch that keeps the wait for P·V behind the softmax (see
     ``fwd._wait_and_rescale``). ``head_sections``: the causal longest-first order runs
-    within sections of heads whose K/V fit in L2 (:meth:`.tiles.Dense.locate`; the dense
-    layout only). ``dynamic`` (with ``persistent``): a CTA's first tile is its index, each
-    later one the next number of a global tile counter (one atomic add by the producer,
-    passed to the consumers through shared memory), so CTAs that finish early take more
-    tiles, in the layout's order (the snake of the static schedule no longer applies);
-    the kernel takes the counter as its last argument (a 32-bit word), zero before the
-    launch and left zero by it (dense and packed layouts; varlen keeps the static
-    order)."""
+    within sections of K/V heads (under GQA, their groups of query heads) whose K/V fit
+    ``section_mb`` MiB (0: :data:`.tiles.L2_KV_BYTES`, 24 MiB), one section after another
+    (:meth:`.tiles.Dense.locate`; the dense and packed layouts). ``dynamic`` (with
+    ``persistent``): a CTA's first tile is its index, each later one the next number of
+    a global tile counter (one atomic add by the producer, passed to the consumers
+    through shared memory), so CTAs that finish early take more tiles, in the layout's
+    order (the snake of the static schedule no longer applies); the kernel takes the
+    counter as its last argument (a 32-bit word), zero before the launch and left zero
+    by it (dense and packed layouts; varlen keeps the static order)."""
 
     block_n: int = 128
     stages: int = 2
@@ -59,6 +60,7 @@ class Config:
     lazy_rescale: bool = False
     head_sections: bool = False
     dynamic: bool = False
+    section_mb: int = 0
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -74,6 +76,10 @@ class Config:
                              f"and the K of P·V in k16 steps), got {self.block_n}")
         if self.stages < 1:
             raise ValueError(f"stages >= 1, got {self.stages}")
+        if not 0 <= self.section_mb < 4096 or (self.section_mb and not self.head_sections):
+            raise ValueError(f"section_mb sizes head_sections' sections (MiB of K/V below "
+                             f"4096, 0: the default), got {self.section_mb} with "
+                             f"head_sections={self.head_sections}")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")

@@ -87,10 +87,10 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     packed as in ``packed``) or ``varlen_unordered`` (the same in numbering order)."""
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
-                     block_m=c.block_m, sections=c.head_sections)
+                     block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
-                      sections=c.head_sections)
+                      sections=c.head_sections, section_mb=c.section_mb)
     if layout in ("varlen", "varlen_unordered"):
         return Varlen(dtype, d, c.block_n, block_m=c.block_m, group=group,
                       ordered=layout == "varlen")
@@ -139,6 +139,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
             f"{'_lazy' if c.lazy_rescale else ''}{'_l2' if c.head_sections else ''}"
+            f"{f'x{c.section_mb}' if c.section_mb else ''}"
             f"{'_dyn' if dyn else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
             f"{'_tmastore' if tma_out else ''}")

@@ -68,11 +68,13 @@ class Dense:
     group = 1
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool, *,
-                 tma_out: bool = False, block_m: int = BLOCK_M, sections: bool = False):
+                 tma_out: bool = False, block_m: int = BLOCK_M, sections: bool = False,
+                 section_mb: int = 0):
         self.dtype, self.d, self.bn, self.causal_order = dtype, d, block_n, causal_order
         self.tma_out = tma_out          # out through TMA stores of (1, 64, 1, 64) boxes
         self.bm = block_m               # query rows per tile
         self.sections = sections        # Config.head_sections (causal order only)
+        self.section_mb = section_mb    # Config.section_mb (0: L2_KV_BYTES)
 
     def specs(self):
         q = Tile("B", "SQ", "H", self.d, self.dtype,
@@ -150,8 +152,9 @@ class Packed(Dense):
     and out are ``(B, SQ, HK, G, D)`` views, lse ``(B, HK, G, SQ)``."""
 
     def __init__(self, dtype, d, block_n, causal_order, group: int, *, block_m: int = BLOCK_M,
-                 sections: bool = False):
-        super().__init__(dtype, d, block_n, causal_order, block_m=block_m, sections=sections)
+                 sections: bool = False, section_mb: int = 0):
+        super().__init__(dtype, d, block_n, causal_order, block_m=block_m, sections=sections,
+                         section_mb=section_mb)
         if group < 2 or block_m % group:
             raise ValueError(f"pack_gqa packs a group of heads dividing {block_m}, got {group}")
         self.group = group
@@ -214,10 +217,11 @@ class Packed(Dense):
 
 def _section_heads(sched, per_kv=None):
     """``Config.head_sections``: how many of ``sched.hb`` heads one section holds: as many
-    K/V heads as :data:`L2_KV_BYTES` holds (at least one), times ``per_kv`` (Dense: the
-    query heads per K/V head) where given."""
+    K/V heads as ``Config.section_mb`` MiB (else :data:`L2_KV_BYTES`) holds (at least
+    one), times ``per_kv`` (Dense: the query heads per K/V head) where given."""
     kv_bytes = ptx.min(sched.sk, 1 << 20) * (2 * padded(sched.d) * sched.dtype.bytes)
-    heads = ptx.max(reg.scalar(u32, init=L2_KV_BYTES) // kv_bytes, 1)
+    budget = sched.section_mb << 20 or L2_KV_BYTES
+    heads = ptx.max(reg.scalar(u32, init=budget) // kv_bytes, 1)
     return ptx.min(heads if per_kv is None else heads * per_kv, sched.hb)
 
 

@@ -81,3 +81,37 @@ def test_three_consumers_head_dim_96(block_n, causal, pingpong):
                pingpong=pingpong)
     kern = build_forward(c, f16, 96, Mask(-1, 0) if causal else Mask(), scale=0.1, sms=2)
     _agrees(*_launch(kern, q, k, v), q, k, v, causal, 0.1)
+
+
+def test_section_mb_sizes_sections():
+    """Config.section_mb: the sections' K/V budget in MiB (FA4's sm90 causal order uses
+    about 50 MB), a constant of the kernel; only with head_sections, below 4096 MiB."""
+    c = Config(block_n=64, head_sections=True, section_mb=48)
+    kern = build_forward(c, f16, 64, Mask(-1, 0), scale=0.125)
+    assert "_l2x48" in kern.name and hex(48 << 20) in kern.ptx()
+    for bad in (dict(section_mb=48), dict(head_sections=True, section_mb=4096),
+                dict(head_sections=True, section_mb=-1)):
+        with pytest.raises(ValueError, match="section_mb"):
+            Config(**bad)
+
+
+@pytest.mark.long
+def test_one_cta_per_tile_in_gqa_sections(monkeypatch):
+    """The non-persistent grid (one CTA per tile, FA4's sm90 causal scheduler) with GQA
+    head sections of one group, two query heads per K/V head."""
+    q, k, v = _inputs(1, 200, 150, 4, 2, 64, 14)
+    monkeypatch.setattr(tiles, "L2_KV_BYTES", 150 * 2 * 64 * 2)
+    kern = build_forward(Config(block_n=64, head_sections=True, lazy_rescale=True), f16, 64,
+                         Mask(-1, 0), scale=0.125)
+    assert kern.grid_for({"B": 1, "SQ": 200, "H": 4}) == (8, 1, 1)
+    _agrees(*_launch(kern, q, k, v), q, k, v, True, 0.125)
+
+
+@pytest.mark.long
+def test_three_consumers_tma_store_head_dim_96():
+    """192-row tiles with the TMA-store epilogue (each consumer stores its 64 rows; head
+    dim 96's columns past D zeroed in the staging buffer), ragged Sq, persistent on 2."""
+    q, k, v = _inputs(1, 250, 120, 1, 1, 96, 15)
+    c = Config(block_n=112, persistent=True, consumers=3, lazy_rescale=True, tma_store=True)
+    kern = build_forward(c, f16, 96, Mask(), scale=0.1, sms=2)
+    _agrees(*_launch(kern, q, k, v), q, k, v, False, 0.1)

@@ -96,7 +96,8 @@ _S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
 # K/V, one CTA a tile).
 # ``h128c`` (hd128 causal at 1k and 16k, the current rows first: sections at 1k, none at
 # 16k): block_n, dynamic, sections of 24 and 48 MiB, one CTA a tile (FA4's grid),
-# ping-pong, 3 stages, the TMA-store epilogue.
+# ping-pong, 3 stages, the TMA-store epilogue. Each set also has FA4's own sm90 choice
+# in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows).
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -107,21 +108,27 @@ SETS = {
         dict(block_n=128, **_P), dict(block_n=128, **_PL), dict(block_n=176, **_PL),
         dict(block_n=96, **_M3), dict(block_n=112, **_M3),
         dict(block_n=112, pingpong=True, **_M3), dict(block_n=96, stages=3, **_M3),
-        dict(block_n=112, tma_store=True, **_M3), dict(block_n=112, **_M3, **_D, **_C)]}},
+        dict(block_n=112, tma_store=True, **_M3), dict(block_n=112, **_M3, **_D, **_C),
+        dict(block_n=112, consumers=3, pingpong=True, lazy_rescale=True)]}},
     "gqa": {"seqs": [4096], "heads": (32, 8), "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=128, **_PL, **_S, **_C),
         dict(block_n=128, **_PL, **_S48, **_C), dict(block_n=128, **_PL, **_D),
         dict(block_n=128, **_PL, **_PK), dict(block_n=176, **_PL, **_PK),
         dict(block_n=128, **_PL, **_D, **_PK), dict(block_n=128, **_PL, **_S, **_PK, **_C),
         dict(block_n=128, **_PL, **_S48, **_D, **_PK, **_C),
-        dict(block_n=128, lazy_rescale=True, **_S48, **_PK, **_C), dict(block_n=176, **_PL)]}},
+        dict(block_n=128, lazy_rescale=True, **_S48, **_PK, **_C), dict(block_n=176, **_PL),
+        dict(block_n=128, pingpong=True, **_PL, **_PK),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_PK, **_C),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48, **_PK, **_C)]}},
     "h128c": {"seqs": [1024, 16384], "masks": [True], "candidates": {128: [
         dict(block_n=128, **_PL, **_S), dict(block_n=128, **_PL),
         dict(block_n=176, **_PL), dict(block_n=160, **_PL), dict(block_n=128, **_PL, **_D),
         dict(block_n=128, **_PL, **_D, **_S), dict(block_n=128, **_PL, **_D, **_S48),
         dict(block_n=128, **_PL, **_S48), dict(block_n=128, lazy_rescale=True, **_S48),
         dict(block_n=128, pingpong=True, **_PL), dict(block_n=128, stages=3, **_PL),
-        dict(block_n=128, tma_store=True, **_PL, **_S)]}},
+        dict(block_n=128, tma_store=True, **_PL, **_S),
+        dict(block_n=128, pingpong=True, **_PL, **_S48),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48)]}},
 }
 
 

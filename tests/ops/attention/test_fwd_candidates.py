@@ -54,15 +54,16 @@ def test_gqa_sections_count_kv_heads(monkeypatch, causal):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_packed_sections_past_one_tile(monkeypatch, dynamic):
+@pytest.mark.parametrize("dynamic,persistent,pingpong", [
+    (False, True, False), (True, True, False), (False, False, True)])
+def test_packed_sections_past_one_tile(monkeypatch, dynamic, persistent, pingpong):
     """The packed layout (a group of 2) at Sq = 100 (two tiles per K/V head) with causal
     head sections of two K/V heads over three (a full section and one of one head), on
-    the static (snake) and the dynamic scheduler."""
+    the static (snake) and the dynamic scheduler, and one CTA a tile with ping-pong."""
     q, k, v = _inputs(1, 100, 110, 6, 3, 64, 12)
     monkeypatch.setattr(tiles, "L2_KV_BYTES", 2 * 110 * 2 * 64 * 2)
-    c = Config(block_n=64, persistent=True, head_sections=True, dynamic=dynamic,
-               lazy_rescale=True)
+    c = Config(block_n=64, persistent=persistent, head_sections=True, dynamic=dynamic,
+               lazy_rescale=True, pingpong=pingpong)
     kern = build_forward(c, f16, 64, Mask(-1, 0), scale=0.125, sms=2, layout="packed",
                          group=2)
     assert kern.name.endswith("_packed2") and "_l2" in kern.name
@@ -71,13 +72,14 @@ def test_packed_sections_past_one_tile(monkeypatch, dynamic):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("block_n,causal,pingpong", [(112, True, False), (96, False, True)])
-def test_three_consumers_head_dim_96(block_n, causal, pingpong):
+@pytest.mark.parametrize("block_n,causal,pingpong,persistent", [
+    (112, True, False, True), (96, False, True, True), (112, True, True, False)])
+def test_three_consumers_head_dim_96(block_n, causal, pingpong, persistent):
     """Head dim 96 on 192-row tiles (the h96 set's m192 configs; no spills at 112 keys a
     block, ptxas -v): ragged Sq and Sk across two K/V blocks, lazy rescale, persistent on
-    2 CTAs."""
+    2 CTAs or one CTA a tile."""
     q, k, v = _inputs(1, 200, 150, 1, 1, 96, 13)
-    c = Config(block_n=block_n, persistent=True, consumers=3, lazy_rescale=True,
+    c = Config(block_n=block_n, persistent=persistent, consumers=3, lazy_rescale=True,
                pingpong=pingpong)
     kern = build_forward(c, f16, 96, Mask(-1, 0) if causal else Mask(), scale=0.1, sms=2)
     _agrees(*_launch(kern, q, k, v), q, k, v, causal, 0.1)

@@ -222,7 +222,8 @@ def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
     fns = {i: (lambda kern, args: lambda: kern(*args))(kern, args)
            for i, (kern, args, _) in live.items()}
     if live and "--fa4" in sys.argv:      # FA4 (flash_attn.cute) as a yardstick, same run
-        fa4 = _fa4_row(torch, q, k, v, causal, ref)
+        fa4 = _fa4_row(torch, q, k, v, causal, ref) if time.time() - t0 <= budget else \
+            ({"error": "skipped: past --budget"}, None)
         rows.append({"set": name, "D": d, "S": s, "H": h, "Hkv": hk, "causal": causal,
                      "layout": "fa4", "config": {}, **fa4[0]})
         if fa4[1] is not None:

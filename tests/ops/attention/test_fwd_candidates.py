@@ -117,3 +117,34 @@ def test_three_consumers_tma_store_head_dim_96():
     c = Config(block_n=112, persistent=True, consumers=3, lazy_rescale=True, tma_store=True)
     kern = build_forward(c, f16, 96, Mask(), scale=0.1, sms=2)
     _agrees(*_launch(kern, q, k, v), q, k, v, False, 0.1)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", ["h96", "gqa", "h128c"])
+def test_lab_sets_compile_without_spills(name):
+    """Every candidate of lab/attention_plans.py's set ``name`` (at its masks, layout and
+    GQA group) fits shared memory and compiles without spills (ptxas -v), bf16."""
+    import importlib.util
+    from pathlib import Path
+    from ptxas_resources import resources_or_skip
+    from ptxdsl.core.types import bf16
+    from ptxdsl.ops.attention.plan import SMEM_PER_CTA
+    path = Path(__file__).parents[3] / "lab" / "attention_plans.py"
+    spec = importlib.util.spec_from_file_location("attention_plans_lab", path)
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    st = lab.SETS[name]
+    h, hk = st.get("heads", (16, 16))
+    for d, cands in st["candidates"].items():
+        for causal in st.get("masks", (False, True)):
+            for cand in cands:
+                if cand.get("causal", causal) != causal:
+                    continue
+                kw = {x: y for x, y in cand.items() if x not in ("layout", "causal")}
+                c = Config(**kw)
+                assert c.smem_bytes(d) <= SMEM_PER_CTA, cand
+                kern = build_forward(c, bf16, d, Mask(-1, 0) if causal else Mask(),
+                                     scale=0.1, layout=cand.get("layout", "dense"),
+                                     group=h // hk)
+                res = resources_or_skip(kern)
+                assert (res.spill_stores, res.spill_loads) == (0, 0), (cand, causal, res)

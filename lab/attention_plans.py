@@ -1,13 +1,14 @@
 """A/B of the attention forward's configs (``block_n``, ``stages``, ping-pong, persistent
-grid, three consumers, lazy rescale, head sections, the dynamic tile scheduler, the packed
-GQA layout) on the current GPU, at the FA3-paper shapes (B·S = 16k, H·D = 2048) with S in
-``--seqs`` (default 1024 and 4096), bf16, causal and not (``--causal-only``: causal), or
-at a named set's shapes: what the rows of ``ptxdsl/ops/attention/plans.json`` are chosen
-from. Each config's output is checked against torch SDPA (and its registers and spills
-read) before the right ones of a shape are timed side by side: ``--rounds`` rounds
-(default 5) in a new order each, ``--iters`` (10) untimed then ``--iters`` timed calls
-(:mod:`bench.timing`); a dynamic config's counter word must be zero again after them, and
-the output still right. JSON goes to ``$OUT/<name>.json``. ``--write-plans`` then rewrites
+grid, three consumers, lazy rescale, head sections, the dynamic tile scheduler, P through
+shared memory, the packed GQA layout) on the current GPU, at the FA3-paper shapes (B·S =
+16k, H·D = 2048) with S in ``--seqs`` (default 1024 and 4096), bf16, causal and not
+(``--causal-only``: causal), or at a named set's shapes: what the rows of
+``ptxdsl/ops/attention/plans.json`` are chosen from. Each config's output is checked
+against torch SDPA (``--resources``: and its registers and spills read) before the right
+ones of a shape are timed side by side: ``--rounds`` rounds (default 5) in a new order
+each, ``--iters`` (10) untimed then ``--iters`` timed calls (:mod:`bench.timing`); a
+dynamic config's counter word must be zero again after them, and the output still right.
+JSON goes to ``$OUT/<name>.json``. ``--write-plans`` then rewrites
 ``ptxdsl/ops/attention/plans.json`` with the fastest config per head dim and mask kind
 (full; causal, which window follows): the least sum over the S values of its time over the
 best time at that shape, citing ``bench/results/<name>_<device>.json``; rows of head dims
@@ -17,15 +18,16 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c] [--rounds 5] [--iters 10] [--fa4]
+        [--set dynamic | --set h96,gqa,h128c,h128f] [--rounds 5] [--iters 10] [--fa4]
+        [--resources]
 
 ``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
 as strings); ``--set`` named sets of :data:`SETS`, run one after another in one process
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
-``h128c``: the shapes where ptxdsl trails FA4, each with its own shapes and H / Hkv, the
-current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``, where
-installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
+``h128c``, ``h128f``: the shapes where ptxdsl trails FA4, each with its own shapes and
+H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
+where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
 from __future__ import annotations
 
@@ -81,6 +83,7 @@ _M3 = dict(consumers=3, **_PL)
 _PK = dict(layout="packed")       # the GQA group's heads in one tile's rows (tiles.Packed)
 _C = dict(causal=True)            # a candidate for the causal shapes only
 _S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
+_PS = dict(p_smem=True)           # P through shared memory: 192 rows x 128 keys fit
 
 # Named candidate sets (--set, comma-separated to run several in one process). A set is
 # its candidates per head dim and, where it says, its shapes: ``seqs``, ``heads`` (H, Hkv:
@@ -97,7 +100,10 @@ _S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
 # ``h128c`` (hd128 causal at 1k and 16k, the current rows first: sections at 1k, none at
 # 16k): block_n, dynamic, sections of 24 and 48 MiB, one CTA a tile (FA4's grid),
 # ping-pong, 3 stages, the TMA-store epilogue. Each set also has FA4's own sm90 choice
-# in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows).
+# in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows),
+# and 192-row tiles of 128 keys with P through shared memory (``p_smem``; P in registers
+# spills there). ``h128f``: the same at head dim 128 full, 4k and 16k (the current rows:
+# 128 keys at 4k, 176 at 16k).
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -109,7 +115,9 @@ SETS = {
         dict(block_n=96, **_M3), dict(block_n=112, **_M3),
         dict(block_n=112, pingpong=True, **_M3), dict(block_n=96, stages=3, **_M3),
         dict(block_n=112, tma_store=True, **_M3), dict(block_n=112, **_M3, **_D, **_C),
-        dict(block_n=112, consumers=3, pingpong=True, lazy_rescale=True)]}},
+        dict(block_n=112, consumers=3, pingpong=True, lazy_rescale=True),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, pingpong=True, **_M3, **_PS),
+        dict(block_n=128, consumers=3, pingpong=True, lazy_rescale=True, **_PS)]}},
     "gqa": {"seqs": [4096], "heads": (32, 8), "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=128, **_PL, **_S, **_C),
         dict(block_n=128, **_PL, **_S48, **_C), dict(block_n=128, **_PL, **_D),
@@ -119,7 +127,8 @@ SETS = {
         dict(block_n=128, lazy_rescale=True, **_S48, **_PK, **_C), dict(block_n=176, **_PL),
         dict(block_n=128, pingpong=True, **_PL, **_PK),
         dict(block_n=128, pingpong=True, lazy_rescale=True, **_PK, **_C),
-        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48, **_PK, **_C)]}},
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48, **_PK, **_C),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_PK)]}},
     "h128c": {"seqs": [1024, 16384], "masks": [True], "candidates": {128: [
         dict(block_n=128, **_PL, **_S), dict(block_n=128, **_PL),
         dict(block_n=176, **_PL), dict(block_n=160, **_PL), dict(block_n=128, **_PL, **_D),
@@ -128,7 +137,12 @@ SETS = {
         dict(block_n=128, pingpong=True, **_PL), dict(block_n=128, stages=3, **_PL),
         dict(block_n=128, tma_store=True, **_PL, **_S),
         dict(block_n=128, pingpong=True, **_PL, **_S48),
-        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48)]}},
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_S)]}},
+    "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
+        dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
+        dict(block_n=128, pingpong=True, **_M3, **_PS),
+        dict(block_n=128, pingpong=True, lazy_rescale=True)]}},
 }
 
 
@@ -160,10 +174,11 @@ def jobs():
 
 def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
     """One shape's rows: each candidate built (``kernels``: the cache), checked against
-    SDPA and its registers and spills read (ptxas -v), then the right ones timed side by
-    side (:func:`bench.timing.time_interleaved`: a new order each round, each timed block
-    after an untimed one of the same kernel, since the H200's clock follows its power
-    draw); candidates reached past ``budget`` seconds from ``t0`` are skipped."""
+    SDPA (``--resources``: its registers and spills read, ptxas -v), then the right ones
+    timed side by side (:func:`bench.timing.time_interleaved`: a new order each round,
+    each timed block after an untimed one of the same kernel, since the H200's clock
+    follows its power draw); candidates reached past ``budget`` seconds from ``t0`` are
+    skipped."""
     import torch
     import torch.nn.functional as F
     from bench.timing import time_interleaved
@@ -211,8 +226,9 @@ def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
             kern(*args)
             torch.cuda.synchronize()
             row["max_err"] = float((o.float() - ref).abs().max() / ref.abs().max())
-            res = kern.resources()
-            row["registers"], row["spills"] = res.registers, res.spill_stores
+            if "--resources" in sys.argv:    # ptxas -v once more (tests check the sets)
+                res = kern.resources()
+                row["registers"], row["spills"] = res.registers, res.spill_stores
             if row["max_err"] <= 2e-2:
                 live[i] = (kern, args, o)
             else:

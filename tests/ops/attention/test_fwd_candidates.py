@@ -120,7 +120,7 @@ def test_three_consumers_tma_store_head_dim_96():
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("name", ["h96", "gqa", "h128c"])
+@pytest.mark.parametrize("name", ["h96", "gqa", "h128c", "h128f"])
 def test_lab_sets_compile_without_spills(name):
     """Every candidate of lab/attention_plans.py's set ``name`` (at its masks, layout and
     GQA group) fits shared memory and compiles without spills (ptxas -v), bf16."""
@@ -148,3 +148,32 @@ def test_lab_sets_compile_without_spills(name):
                                      group=h // hk)
                 res = resources_or_skip(kern)
                 assert (res.spill_stores, res.spill_loads) == (0, 0), (cand, causal, res)
+
+
+def test_p_through_shared_memory():
+    """Config.p_smem: each consumer stores P (swizzled like Q) and P·V reads it from shared
+    memory (the SS form), fenced for the async proxy and behind a warpgroup barrier;
+    ping-pong and lazy rescale, causal and ragged over two K/V blocks."""
+    q, k, v = _inputs(1, 70, 100, 1, 1, 64, 16)
+    c = Config(block_n=64, p_smem=True, pingpong=True, lazy_rescale=True)
+    kern = build_forward(c, f16, 64, Mask(-1, 0), scale=0.125)
+    assert kern.name.endswith("_ps") and "fence.proxy.async.shared::cta" in kern.ptx()
+    # Q, 2 stages of K and V, 10 barriers, then P (128 x 64) from the next 1 KiB
+    assert c.smem_bytes(64) == 50176 + 128 * 64 * 2
+    _agrees(*_launch(kern, q, k, v), q, k, v, True, 0.125)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("d,block_n,causal,layout", [
+    (96, 128, True, "dense"), (128, 128, False, "dense"), (128, 128, True, "packed")])
+def test_p_smem_three_consumers(d, block_n, causal, layout):
+    """192-row tiles with P in shared memory (128 keys a block: no spills at head dims 96
+    and 128, ptxas -v, where P in registers spills): ragged, persistent on 2 CTAs, the
+    packed layout with a group of 4."""
+    group = 4 if layout == "packed" else 1
+    q, k, v = _inputs(1, 150, 230, 4 if group > 1 else 1, 1, d, 17)
+    c = Config(block_n=block_n, consumers=3, persistent=True, lazy_rescale=True, p_smem=True)
+    assert c.smem_bytes(d) <= 232448
+    kern = build_forward(c, f16, d, Mask(-1, 0) if causal else Mask(), scale=0.1, sms=2,
+                         layout=layout, group=group)
+    _agrees(*_launch(kern, q, k, v, group=group), q, k, v, causal, 0.1)

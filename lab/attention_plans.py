@@ -314,7 +314,7 @@ def _name(kw: dict) -> str:
     bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
                             ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
-                            ("dynamic", "dyn")) if kw.get(k)]
+                            ("dynamic", "dyn"), ("p_smem", "p-smem")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

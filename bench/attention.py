@@ -122,8 +122,10 @@ def varlen_contenders(torch, lens):
         q, k, v, cu, cu, mx, mx, causal=causal), "sdpa_padded": padded}
     try:
         from flash_attn.cute import flash_attn_varlen_func
+        # by keyword: the fourth positional parameter is ``qv`` (MLA), not cu_seqlens_q
         found["fa4"] = lambda q, k, v, cu, mx, causal: _first(flash_attn_varlen_func(
-            q, k, v, cu, cu, max_seqlen_q=mx, max_seqlen_k=mx, causal=causal))
+            q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx, max_seqlen_k=mx,
+            causal=causal))
     except Exception as e:  # noqa: BLE001 - a peer that is not installed sits out
         print(f"fa4 varlen sits out: {type(e).__name__}: {e}")
     return found

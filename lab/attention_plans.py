@@ -1,31 +1,39 @@
 """A/B of the attention forward's configs (``block_n``, ``stages``, ping-pong, persistent
-grid, three consumers, lazy rescale, head sections, the dynamic tile scheduler) on the
-current GPU, at the FA3-paper shapes (B·S = 16k, H·D = 2048) with S in ``--seqs`` (default
-1024 and 4096), bf16, causal and not (``--causal-only``: causal): what
-the rows of ``ptxdsl/ops/attention/plans.json`` are chosen from. Each config's output is
-checked against torch SDPA before it is timed (median of rounds of CUDA-event timed
-calls; a dynamic config's counter word must be zero again after them, and the output
-still right). JSON goes to ``$OUT/<name>.json``. ``--write-plans`` then rewrites
+grid, three consumers, lazy rescale, head sections, the dynamic tile scheduler, P through
+shared memory, the packed GQA layout) on the current GPU, at the FA3-paper shapes (B·S =
+16k, H·D = 2048) with S in ``--seqs`` (default 1024 and 4096), bf16, causal and not
+(``--causal-only``: causal), or at a named set's shapes: what the rows of
+``ptxdsl/ops/attention/plans.json`` are chosen from. Each config's output is checked
+against torch SDPA (``--resources``: and its registers and spills read) before the right
+ones of a shape are timed side by side: ``--rounds`` rounds (default 5) in a new order
+each, ``--iters`` (10) untimed then ``--iters`` timed calls (:mod:`bench.timing`); a
+dynamic config's counter word must be zero again after them, and the output still right.
+JSON goes to ``$OUT/<name>.json``. ``--write-plans`` then rewrites
 ``ptxdsl/ops/attention/plans.json`` with the fastest config per head dim and mask kind
 (full; causal, which window follows): the least sum over the S values of its time over the
 best time at that shape, citing ``bench/results/<name>_<device>.json``; rows of head dims
-not run are kept. ``--budget`` seconds: candidates not reached by then are skipped.
+not run are kept (the grid's rows only, not a named set's). ``--budget`` seconds:
+candidates not reached by then are skipped.
 
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
-        [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}'] [--set dynamic]
+        [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
+        [--set dynamic | --set h96,gqa,h128c,h128f] [--rounds 5] [--iters 10] [--fa4]
+        [--resources]
 
 ``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
-as strings); ``--set`` a named set of :data:`SETS` (``dynamic``: the causal plan rows of
-head dims 64, 128 and 256 as they are, with head sections, dynamic, and dynamic with head
-sections).
+as strings); ``--set`` named sets of :data:`SETS`, run one after another in one process
+(``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
+sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
+``h128c``, ``h128f``: the shapes where ptxdsl trails FA4, each with its own shapes and
+H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
+where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
 from __future__ import annotations
 
 import datetime
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -70,114 +78,259 @@ def _variants(*rows):
                                                  dict(head_sections=True, **_D))]
 
 
-# Named candidate sets (--set): ``dynamic``, the A/B of Config.dynamic on the causal rows
-SETS = {"dynamic": {
-    64: _variants(dict(block_n=128, **_P), dict(block_n=128, stages=3, consumers=3, **_P, **_L)),
-    128: _variants(dict(block_n=128, **_P, **_L)),
-    256: _variants(dict(block_n=80, pingpong=True, **_P, **_L))}}
+_PL = dict(persistent=True, lazy_rescale=True)
+_M3 = dict(consumers=3, **_PL)
+_PK = dict(layout="packed")       # the GQA group's heads in one tile's rows (tiles.Packed)
+_C = dict(causal=True)            # a candidate for the causal shapes only
+_S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
+_PS = dict(p_smem=True)           # P through shared memory: 192 rows x 128 keys fit
+
+# Named candidate sets (--set, comma-separated to run several in one process). A set is
+# its candidates per head dim and, where it says, its shapes: ``seqs``, ``heads`` (H, Hkv:
+# B = 16k / S), ``masks`` (False: full, True: causal); else --seqs, H * D = 2048 and both
+# masks. A candidate's ``layout`` (dense, packed) and ``causal`` keys are not Config's:
+# they pick the layout and restrict it to one mask. Its first candidate is the current
+# plans row. ``dynamic``: the A/B of Config.dynamic on the causal rows. ``h96`` (the
+# bench's d96 row, B4 S4k H16): 192-row tiles (three consumers, FA4's sm90 choice at head
+# dim 96; 96 and 112 keys a block compile without spills, 128 spills), lazy rescale, wider
+# blocks, the TMA-store epilogue. ``gqa`` (the bench's GQA row, B4 S4k H32 Hkv8): the
+# packed layout (FA4 packs every GQA group on sm90), dynamic, and causal head sections,
+# which count K/V heads, also of 48 MiB (FA4's sm90 causal order: sections of 50 MB of
+# K/V, one CTA a tile).
+# ``h128c`` (hd128 causal at 1k and 16k, the current rows first: sections at 1k, none at
+# 16k): block_n, dynamic, sections of 24 and 48 MiB, one CTA a tile (FA4's grid),
+# ping-pong, 3 stages, the TMA-store epilogue. Each set also has FA4's own sm90 choice
+# in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows),
+# and 192-row tiles of 128 keys with P through shared memory (``p_smem``; P in registers
+# spills there). ``h128f``: the same at head dim 128 full, 4k and 16k (the current rows:
+# 128 keys at 4k, 176 at 16k).
+SETS = {
+    "dynamic": {"candidates": {
+        64: _variants(dict(block_n=128, **_P),
+                      dict(block_n=128, stages=3, consumers=3, **_P, **_L)),
+        128: _variants(dict(block_n=128, **_P, **_L)),
+        256: _variants(dict(block_n=80, pingpong=True, **_P, **_L))}},
+    "h96": {"seqs": [4096], "candidates": {96: [
+        dict(block_n=128, **_P), dict(block_n=128, **_PL), dict(block_n=176, **_PL),
+        dict(block_n=96, **_M3), dict(block_n=112, **_M3),
+        dict(block_n=112, pingpong=True, **_M3), dict(block_n=96, stages=3, **_M3),
+        dict(block_n=112, tma_store=True, **_M3), dict(block_n=112, **_M3, **_D, **_C),
+        dict(block_n=112, consumers=3, pingpong=True, lazy_rescale=True),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, pingpong=True, **_M3, **_PS),
+        dict(block_n=128, consumers=3, pingpong=True, lazy_rescale=True, **_PS)]}},
+    "gqa": {"seqs": [4096], "heads": (32, 8), "candidates": {128: [
+        dict(block_n=128, **_PL), dict(block_n=128, **_PL, **_S, **_C),
+        dict(block_n=128, **_PL, **_S48, **_C), dict(block_n=128, **_PL, **_D),
+        dict(block_n=128, **_PL, **_PK), dict(block_n=176, **_PL, **_PK),
+        dict(block_n=128, **_PL, **_D, **_PK), dict(block_n=128, **_PL, **_S, **_PK, **_C),
+        dict(block_n=128, **_PL, **_S48, **_D, **_PK, **_C),
+        dict(block_n=128, lazy_rescale=True, **_S48, **_PK, **_C), dict(block_n=176, **_PL),
+        dict(block_n=128, pingpong=True, **_PL, **_PK),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_PK, **_C),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48, **_PK, **_C),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_PK)]}},
+    "h128c": {"seqs": [1024, 16384], "masks": [True], "candidates": {128: [
+        dict(block_n=128, **_PL, **_S), dict(block_n=128, **_PL),
+        dict(block_n=176, **_PL), dict(block_n=160, **_PL), dict(block_n=128, **_PL, **_D),
+        dict(block_n=128, **_PL, **_D, **_S), dict(block_n=128, **_PL, **_D, **_S48),
+        dict(block_n=128, **_PL, **_S48), dict(block_n=128, lazy_rescale=True, **_S48),
+        dict(block_n=128, pingpong=True, **_PL), dict(block_n=128, stages=3, **_PL),
+        dict(block_n=128, tma_store=True, **_PL, **_S),
+        dict(block_n=128, pingpong=True, **_PL, **_S48),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_S)]}},
+    "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
+        dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
+        dict(block_n=128, pingpong=True, **_M3, **_PS),
+        dict(block_n=128, pingpong=True, lazy_rescale=True)]}},
+}
+
+
+def jobs():
+    """``(set, D, S, H, Hkv, causal, candidates)`` in run order: the named sets of --set,
+    else :data:`CANDIDATES` (with --candidates) at --heads and --seqs."""
+    seqs = [int(x) for x in _arg("--seqs", "1024,4096").split(",")]
+    masks = (True,) if "--causal-only" in sys.argv else (False, True)
+    given = {int(d): c for d, c in json.loads(_arg("--candidates", "{}")).items()}
+    names = [n for n in _arg("--set", "").split(",") if n]
+    for n in names:
+        if n not in SETS:
+            raise SystemExit(f"--set {n}: the sets are {', '.join(SETS)}")
+    plain = not names or names == ["dynamic"]         # dynamic: CANDIDATES' shapes
+    sets = [("", {"candidates": {**CANDIDATES, **given}})] if not names else \
+        [(n, SETS[n]) for n in names]
+    for name, st in sets:
+        cands_of = {**(CANDIDATES if plain else {}), **st["candidates"], **given}
+        default = ",".join(map(str, cands_of if not plain else CANDIDATES))
+        heads = [int(x) for x in _arg("--heads", default).split(",")] if plain else \
+            list(cands_of)
+        for d in heads:
+            h, hk = st.get("heads", (2048 // d if d != 96 else 16,) * 2)
+            for s in st.get("seqs", seqs):
+                for causal in st.get("masks", masks):
+                    cands = [c for c in cands_of[d] if c.get("causal", causal) == causal]
+                    yield name, d, s, h, hk, causal, cands
+
+
+def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
+    """One shape's rows: each candidate built (``kernels``: the cache), checked against
+    SDPA (``--resources``: its registers and spills read, ptxas -v), then the right ones
+    timed side by side (:func:`bench.timing.time_interleaved`: a new order each round,
+    each timed block after an untimed one of the same kernel, since the H200's clock
+    follows its power draw); candidates reached past ``budget`` seconds from ``t0`` are
+    skipped."""
+    import torch
+    import torch.nn.functional as F
+    from bench.timing import time_interleaved
+    from ptxdsl.core.types import bf16
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.fwd import build_forward
+    name, d, s, h, hk, causal, cands = job
+    b, g = 16384 // s, h // hk
+    torch.manual_seed(0)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16)
+            for _ in range(2))
+    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                         v.transpose(1, 2), is_causal=causal,
+                                         enable_gqa=g > 1).transpose(1, 2).float()
+    flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+    live, rows = {}, []
+    for i, cand in enumerate(cands):
+        kw = {x: y for x, y in cand.items() if x not in ("layout", "causal")}
+        layout = cand.get("layout", "dense")
+        row = {"set": name, "D": d, "S": s, "H": h, "Hkv": hk, "causal": causal,
+               "layout": layout, "config": kw}
+        rows.append(row)
+        if time.time() - t0 > budget:
+            row["error"] = "skipped: past --budget"
+            continue
+        try:
+            key = (d, causal, layout, g, tuple(sorted(kw.items())))
+            if key not in kernels:
+                kernels[key] = build_forward(
+                    Config(**kw), bf16, d, Mask(-1, 0) if causal else Mask(),
+                    scale=d ** -0.5, sms=sms, layout=layout, group=g)
+            kern = kernels[key]
+            o = torch.empty_like(q)
+            if layout == "packed":       # (B, S, Hkv, G, D) views, LSE (B, Hkv, G, S)
+                qa, oa = q.view(b, s, hk, g, d), o.view(b, s, hk, g, d)
+                lse = torch.empty(b, hk, g, s, device="cuda", dtype=torch.float32)
+            else:
+                qa, oa = q, o
+                lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+            # Config.dynamic: the tile counter, zero, left zero by each launch
+            args = (qa, k, v, oa, lse) + ((torch.zeros(1, dtype=torch.int32,
+                                                       device="cuda"),)
+                                          if kw.get("dynamic") else ())
+            kern(*args)
+            torch.cuda.synchronize()
+            row["max_err"] = float((o.float() - ref).abs().max() / ref.abs().max())
+            if "--resources" in sys.argv:    # ptxas -v once more (tests check the sets)
+                res = kern.resources()
+                row["registers"], row["spills"] = res.registers, res.spill_stores
+            if row["max_err"] <= 2e-2:
+                live[i] = (kern, args, o)
+            else:
+                row["error"] = "wrong result"
+        except Exception as e:  # noqa: BLE001 - recorded
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    fns = {i: (lambda kern, args: lambda: kern(*args))(kern, args)
+           for i, (kern, args, _) in live.items()}
+    if live and "--fa4" in sys.argv:      # FA4 (flash_attn.cute) as a yardstick, same run
+        fa4 = _fa4_row(torch, q, k, v, causal, ref) if time.time() - t0 <= budget else \
+            ({"error": "skipped: past --budget"}, None)
+        rows.append({"set": name, "D": d, "S": s, "H": h, "Hkv": hk, "causal": causal,
+                     "layout": "fa4", "config": {}, **fa4[0]})
+        if fa4[1] is not None:
+            fns[len(rows) - 1] = fa4[1]
+    if live:          # interleaved, a new order each round (bench/timing.py)
+        ms = time_interleaved(torch, fns, rounds, iters)
+        for i, t in ms.items():
+            if i not in live:
+                rows[i]["ms"], rows[i]["tflops"] = t, flops / t / 1e9
+                continue
+            row, (kern, args, o) = rows[i], live[i]
+            row["ms"], row["tflops"] = t, flops / t / 1e9
+            if cands[i].get("dynamic"):       # many launches on one counter word
+                row["counter_after"] = int(args[-1].item())
+                row["max_err"] = max(row["max_err"], float(
+                    (o.float() - ref).abs().max() / ref.abs().max()))
+    return rows
+
+
+def _fa4_row(torch, q, k, v, causal, ref):
+    """``({max_err} or {error}, call or None)``: FA4's ``flash_attn_func`` on the shape,
+    checked like a candidate (it sits out where it is not installed or wrong)."""
+    try:
+        from flash_attn.cute import flash_attn_func
+
+        def call():
+            r = flash_attn_func(q, k, v, causal=causal)
+            return r[0] if isinstance(r, tuple) else r
+        err = float((call().float() - ref).abs().max() / ref.abs().max())
+        return ({"max_err": err}, call) if err <= 2e-2 else ({"max_err": err,
+                                                             "error": "wrong result"}, None)
+    except Exception as e:  # noqa: BLE001 - recorded, FA4 sits out
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}, None
 
 
 def main() -> None:
     import torch
-    import torch.nn.functional as F
-    from ptxdsl.core.types import bf16
-    from ptxdsl.ops.attention.config import Config, Mask
-    from ptxdsl.ops.attention.fwd import build_forward
     t0 = time.time()
     out = {"benchmark": "attention_plans", "device": torch.cuda.get_device_name(),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "torch": torch.__version__, "rows": []}
+           "torch": torch.__version__, "argv": sys.argv[1:], "rows": []}
     path = os.path.join(os.environ.get("OUT", "."), f"{_arg('--name', 'attention_plans')}.json")
-    heads = [int(x) for x in _arg("--heads", ",".join(map(str, CANDIDATES))).split(",")]
-    seqs = [int(x) for x in _arg("--seqs", "1024,4096").split(",")]
     budget = float(_arg("--budget", "600"))
-    out["heads"], out["seqs"] = heads, seqs
+    rounds, iters = int(_arg("--rounds", "5")), int(_arg("--iters", "10"))
+    todo = list(jobs())
+    out["heads"] = sorted({j[1] for j in todo})
+    out["seqs"] = sorted({j[2] for j in todo})
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kernels = {}
-    cands_of = {**CANDIDATES, **SETS.get(_arg("--set", ""), {}),
-                **{int(d): c for d, c in json.loads(_arg("--candidates", "{}")).items()}}
-    for d, cands in ((d, cands_of[d]) for d in heads):
-        for s in seqs:
-            b, h = 16384 // s, 2048 // d if d != 96 else 16
-            torch.manual_seed(0)
-            q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-                       for _ in range(3))
-            for causal in (True,) if "--causal-only" in sys.argv else (False, True):
-                ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                     v.transpose(1, 2), is_causal=causal)
-                ref = ref.transpose(1, 2).float()
-                flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-                for kw in cands:
-                    row = {"D": d, "S": s, "causal": causal, "config": kw}
-                    if time.time() - t0 > budget:
-                        row["error"] = "skipped: past --budget"
-                        out["rows"].append(row)
-                        continue
-                    try:
-                        key = (d, causal, tuple(sorted(kw.items())))
-                        if key not in kernels:
-                            kernels[key] = build_forward(
-                                Config(**kw), bf16, d, Mask(-1, 0) if causal else Mask(),
-                                scale=d ** -0.5, sms=sms)
-                        kern = kernels[key]
-                        o = torch.empty_like(q)
-                        lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-                        # Config.dynamic: the tile counter, zero, left zero by each launch
-                        args = (q, k, v, o, lse) + ((torch.zeros(1, dtype=torch.int32,
-                                                                 device="cuda"),)
-                                                    if kw.get("dynamic") else ())
-                        kern(*args)
-                        torch.cuda.synchronize()
-                        row["max_err"] = float((o.float() - ref).abs().max() / ref.abs().max())
-                        row["registers"] = kern.resources().registers
-                        times = []
-                        for _ in range(5):
-                            e0, e1 = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                            e0.record()
-                            for _ in range(10):
-                                kern(*args)
-                            e1.record()
-                            e1.synchronize()
-                            times.append(e0.elapsed_time(e1) / 10)
-                        row["ms"] = statistics.median(times)
-                        row["tflops"] = flops / row["ms"] / 1e9
-                        if kw.get("dynamic"):       # 51 launches on one counter word
-                            row["counter_after"] = int(args[-1].item())
-                            row["max_err"] = max(row["max_err"], float(
-                                (o.float() - ref).abs().max() / ref.abs().max()))
-                    except Exception as e:  # noqa: BLE001 - recorded
-                        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                    out["rows"].append(row)
-                    print(json.dumps(row), flush=True)
-                    with open(path, "w") as f:
-                        json.dump(out, f, indent=1)
-            del q, k, v, ref
+    for job in todo:
+        for row in run_shape(job, kernels, sms, t0, budget, rounds, iters):
+            out["rows"].append(row)
+            print(json.dumps(row), flush=True)
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+    out["seconds"] = round(time.time() - t0, 1)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     _table(out)
     if "--write-plans" in sys.argv:
+        if _arg("--set", "dynamic") != "dynamic":
+            raise SystemExit("--write-plans takes the dense grid's rows; a named set's "
+                             "winners go into plans.json by hand")
         write_plans(out)
 
 
 def _name(kw: dict) -> str:
     """A config as ``128x2 pp persistent m192 lazy`` (only what differs from Config())."""
+    if kw.get("layout") == "fa4":
+        return "FA4"
     bits = [f"{kw.get('block_n', 128)}x{kw.get('stages', 2)}"]
     bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
-                            ("head_sections", "l2"), ("dynamic", "dyn")) if kw.get(k)]
+                            ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
+                            ("dynamic", "dyn"), ("p_smem", "p-smem")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
+    if kw.get("layout", "dense") != "dense":
+        bits.append(kw["layout"])
     return " ".join(bits)
 
 
 def _table(out) -> None:
-    print(f"{'D':>4} {'S':>6} {'mask':>7}  " + "TFLOP/s per config")
-    shapes = sorted({(r["D"], r["S"], r["causal"]) for r in out["rows"]})
-    for d, s, causal in shapes:
-        rs = [r for r in out["rows"] if (r["D"], r["S"], r["causal"]) == (d, s, causal)]
-        print(f"{d:>4} {s:>6} {'causal' if causal else 'full':>7}  " + "; ".join(
-            f"{_name(r['config'])} {r['tflops']:.0f}" if "tflops" in r else
-            f"{_name(r['config'])} {r.get('error', '?')[:40]}" for r in rs))
+    print(f"{'D':>4} {'S':>6} {'H/Hkv':>6} {'mask':>7}  " + "TFLOP/s per config")
+    shape = lambda r: (r["D"], r["S"], r.get("H", 0), r.get("Hkv", 0), r["causal"])  # noqa: E731
+    for d, s, h, hk, causal in sorted({shape(r) for r in out["rows"]}):
+        rs = [r for r in out["rows"] if shape(r) == (d, s, h, hk, causal)]
+        name = lambda r: _name({**r["config"], "layout": r.get("layout", "dense")})  # noqa: E731
+        print(f"{d:>4} {s:>6} {h:>3}/{hk:<2} {'causal' if causal else 'full':>7}  " + "; ".join(
+            f"{name(r)} {r['tflops']:.0f}" if "tflops" in r else
+            f"{name(r)} {r.get('error', '?')[:40]}" for r in rs))
 
 
 def _arg(name: str, default: str) -> str:
@@ -206,7 +359,8 @@ def write_plans(out) -> None:
         picks = []
         for causal, masks in ((False, ["full"]), (True, ["causal", "window"])):
             runs = [r for r in out["rows"] if r["D"] == d and r["causal"] == causal
-                    and "ms" in r and r["max_err"] <= 2e-2 and not r.get("counter_after")]
+                    and "ms" in r and r["max_err"] <= 2e-2 and not r.get("counter_after")
+                    and r.get("layout", "dense") == "dense"]
             shapes = {r["S"] for r in runs}
             best_ms = {sh: min(r["ms"] for r in runs if r["S"] == sh) for sh in shapes}
             score, seen = {}, {}

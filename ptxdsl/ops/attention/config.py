@@ -39,14 +39,19 @@ class Config:
     exceeds it by more than 8 (log2 units), and O is rescaled only in warps where it
     moved, after a branch that keeps the wait for P·V behind the softmax (see
     ``fwd._wait_and_rescale``). ``head_sections``: the causal longest-first order runs
-    within sections of heads whose K/V fit in L2 (:meth:`.tiles.Dense.locate`; the dense
-    layout only). ``dynamic`` (with ``persistent``): a CTA's first tile is its index, each
-    later one the next number of a global tile counter (one atomic add by the producer,
-    passed to the consumers through shared memory), so CTAs that finish early take more
-    tiles, in the layout's order (the snake of the static schedule no longer applies);
-    the kernel takes the counter as its last argument (a 32-bit word), zero before the
-    launch and left zero by it (dense and packed layouts; varlen keeps the static
-    order)."""
+    within sections of K/V heads (under GQA, their groups of query heads) whose K/V fit
+    ``section_mb`` MiB (0: :data:`.tiles.L2_KV_BYTES`, 24 MiB), one section after another
+    (:meth:`.tiles.Dense.locate`; the dense and packed layouts). ``dynamic`` (with
+    ``persistent``): a CTA's first tile is its index, each later one the next number of
+    a global tile counter (one atomic add by the producer, passed to the consumers
+    through shared memory), so CTAs that finish early take more tiles, in the layout's
+    order (the snake of the static schedule no longer applies); the kernel takes the
+    counter as its last argument (a 32-bit word), zero before the launch and left zero
+    by it (dense and packed layouts; varlen keeps the static order). ``p_smem``: P·V
+    takes P from shared memory (each consumer stores its 64 rows of P, swizzled like Q,
+    and P·V is the SS form) instead of registers: the registers P held (``block_n / 4``
+    a thread) go free, what 192-row tiles need at wider blocks (FA4's sm90 choice at
+    head dim 96); the buffer is ``block_m`` x ``block_n`` (in whole 64-key panels)."""
 
     block_n: int = 128
     stages: int = 2
@@ -59,6 +64,8 @@ class Config:
     lazy_rescale: bool = False
     head_sections: bool = False
     dynamic: bool = False
+    section_mb: int = 0
+    p_smem: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -74,6 +81,10 @@ class Config:
                              f"and the K of P·V in k16 steps), got {self.block_n}")
         if self.stages < 1:
             raise ValueError(f"stages >= 1, got {self.stages}")
+        if not 0 <= self.section_mb < 4096 or (self.section_mb and not self.head_sections):
+            raise ValueError(f"section_mb sizes head_sections' sections (MiB of K/V below "
+                             f"4096, 0: the default), got {self.section_mb} with "
+                             f"head_sections={self.head_sections}")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")
@@ -91,11 +102,14 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage; ``dynamic``: 16 more for the tile number), and with ``tma_store`` O's staging
-        buffer (``block_m`` rows, 1024-byte aligned)."""
+        stage; ``dynamic``: 16 more for the tile number), with ``p_smem`` P (``block_m``
+        rows of ``block_n`` keys in 64-key panels), and with ``tma_store`` O's staging
+        buffer (``block_m`` rows), each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic)
+        if self.p_smem:
+            total = -(-total // 1024) * 1024 + self.block_m * padded(self.block_n) * elem_bytes
         if self.tma_store:
             total = -(-total // 1024) * 1024 + q
         return total

@@ -46,7 +46,8 @@ from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
 from .softmax import (LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale, row_inverse, row_lse)
-from .steps import key_blocks, mask_keys, mma_pv, mma_qk, release as release_stage, snake
+from .steps import (key_blocks, mask_keys, mma_pv, mma_pv_smem, mma_qk,
+                    release as release_stage, snake)
 from .tiles import PANEL, ROW, Dense, Packed, s32_of as _s32
 from .varlen_tiles import Varlen
 
@@ -74,6 +75,9 @@ class Smem:
         if c.dynamic:                 # Config.dynamic: the tile number, a word per consumer
             self.tile = self.total
             self.total += 16
+        if c.p_smem:                  # P: block_m rows of every 64-key panel, like Q
+            self.p = -(-self.total // 1024) * 1024
+            self.total = self.p + c.block_m * padded(c.block_n) * es
         if c.tma_store:                             # O's staging: 128 rows of every panel
             self.o = -(-self.total // 1024) * 1024
             self.total = self.o + c.block_m * d * es
@@ -87,9 +91,10 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     packed as in ``packed``) or ``varlen_unordered`` (the same in numbering order)."""
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
-                     block_m=c.block_m, sections=c.head_sections)
+                     block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb)
     if layout == "packed":
-        return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m)
+        return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
+                      sections=c.head_sections, section_mb=c.section_mb)
     if layout in ("varlen", "varlen_unordered"):
         return Varlen(dtype, d, c.block_n, block_m=c.block_m, group=group,
                       ordered=layout == "varlen")
@@ -138,9 +143,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
             f"{'_lazy' if c.lazy_rescale else ''}{'_l2' if c.head_sections else ''}"
+            f"{f'x{c.section_mb}' if c.section_mb else ''}"
             f"{'_dyn' if dyn else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
-            f"{'_tmastore' if tma_out else ''}")
+            f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -252,7 +258,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             ring = Ring(S)
             qphase = reg.scalar(u32, init=0)
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
-            p_regs = p_registers(BN)
+            p_regs = None if c.p_smem else p_registers(BN)
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
 
             def consume(t):
@@ -268,6 +274,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
                     q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
                                                   stride=1024, swizzle=128)
+                    if c.p_smem:                # this consumer's 64 rows of P, like Q_c
+                        p_at = base + L.p + cons * (64 * ROW)
+                        p_desc = ptx.wgmma.descriptor(p_at, leading=16, stride=1024,
+                                                      swizzle=128)
 
                     def s_gemm():
                         """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
@@ -278,7 +288,19 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     def pv_gemm():
                         """Wait for V in stage ``vslot``; O += P·V with P from registers."""
                         wait(labels, vfull + vslot * 8, vphase)
-                        mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN)
+                        if c.p_smem:
+                            mma_pv_smem(o_mma, o_acc, p_desc, base + L.v + vslot * L.kv_bytes,
+                                        BN, BM)
+                        else:
+                            mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN)
+
+                    def put_p():
+                        """P(j) for the next P·V: into the A registers, or (``p_smem``,
+                        once the last P·V has retired) into shared memory."""
+                        if c.p_smem:
+                            _store_p(list(s_acc), p_at, lw, warp, dtype, BM, 1 + 3 * NC + cons)
+                        else:
+                            pack_p(list(s_acc), p_regs, dtype.name)
 
                     def release(bars, slot):
                         """One arrival per consumer warpgroup on the stage's empty barrier."""
@@ -327,7 +349,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(kempty, ring.slot)
                         scores(n_lo)                    # O is still zero: nothing to rescale
-                        pack_p(list(s_acc), p_regs, dtype.name)
+                        put_p()
                         next_stage()
                         for j in ptx.range_(n_lo + 1, n_hi):
                             my_turn()
@@ -344,7 +366,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             release(vempty, vslot)
                             if not c.lazy_rescale:
                                 rescale(list(o_acc), alphas)
-                            pack_p(list(s_acc), p_regs, dtype.name)
+                            put_p()
                             next_stage()
                         release(qempty, 0)              # every S of the tile has retired
                         my_turn()
@@ -409,6 +431,31 @@ def _wait_and_rescale(o_acc, alphas, bar) -> None:
     ptx.place(keep)
     ptx.inst("wgmma.wait_group.sync.aligned", 0)
     ptx.place(done)
+
+
+def _store_p(s, p_at, lw, warp, dtype, bm, bar) -> None:
+    """``Config.p_smem``: this thread's P elements (S after the softmax) as 16-bit pairs
+    into the consumer's 64 rows of P at ``p_at`` (64-key panels of ``bm`` swizzled
+    128-byte rows, what a K-major wgmma descriptor reads: element (row, key) of a panel
+    at ``row * 128 + 16 * ((key / 8) ^ (row & 7)) + 2 * (key & 7)``), then
+    ``fence.proxy.async`` (the generic-proxy stores before the async proxy's reads) and
+    the warpgroup meets at named barrier ``bar``, so every warp's P is written before
+    the P·V wgmma is issued."""
+    frow = warp * 16 + (lw >> 2)
+    q = frow & 7
+    fb = (lw & 3) * (2 * dtype.bytes)
+    xs = [(q << 4) + fb if c == 0 else ((q ^ c) << 4) + fb for c in range(8)]
+    bases = [p_at + frow * ROW, p_at + (frow + 8) * ROW]
+    # accumulator element g + 2r + {0, 1}: row r0 + 8r, keys fcol + 8 (g / 4) + {0, 1}
+    for g in range(0, len(s), 4):
+        key = 8 * (g // 4)
+        pnl, c = divmod(key // 8, 8)
+        for r in range(2):
+            pair = reg.scalar(b32)
+            ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, s[g + 2 * r + 1], s[g + 2 * r])
+            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), pair)
+    ptx.inst("fence.proxy.async.shared::cta")
+    ptx.inst("bar.sync", bar, 128)
 
 
 def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sched) -> None:

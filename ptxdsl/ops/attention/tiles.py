@@ -68,11 +68,13 @@ class Dense:
     group = 1
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool, *,
-                 tma_out: bool = False, block_m: int = BLOCK_M, sections: bool = False):
+                 tma_out: bool = False, block_m: int = BLOCK_M, sections: bool = False,
+                 section_mb: int = 0):
         self.dtype, self.d, self.bn, self.causal_order = dtype, d, block_n, causal_order
         self.tma_out = tma_out          # out through TMA stores of (1, 64, 1, 64) boxes
         self.bm = block_m               # query rows per tile
         self.sections = sections        # Config.head_sections (causal order only)
+        self.section_mb = section_mb    # Config.section_mb (0: L2_KV_BYTES)
 
     def specs(self):
         q = Tile("B", "SQ", "H", self.d, self.dtype,
@@ -112,15 +114,11 @@ class Dense:
         ``sections``, causal tiles go longest-first within sections of heads whose K/V
         fit :data:`L2_KV_BYTES`, one section after another: longest-first over every head
         at once keeps all heads' K/V in flight, more than L2 holds at S = 1k with many
-        heads, or at 16k."""
+        heads, or at 16k. A section counts K/V heads: under GQA it holds the query heads
+        of that many whole groups (the heads of a group are neighbours in ``rest``)."""
         if self.causal_order and self.sections:
-            per_head = ptx.min(self.sk, 1 << 20) * (2 * padded(self.d) * self.dtype.bytes)
-            g = ptx.min(ptx.max(reg.scalar(u32, init=L2_KV_BYTES) // per_head, 1), self.hb)
-            sec = t // (g * self.nmb)
-            first = sec * g                                   # the section's first head
-            u = t - first * self.nmb
-            heads = ptx.min(self.hb - first, g)               # the last may hold fewer
-            mblk, rest = self.nmb - 1 - u // heads, first + u % heads
+            g = _section_heads(self, self.nh // self.nhk)
+            mblk, rest = _in_sections(t, g, self.nmb, self.hb)
         elif self.causal_order:
             mblk, rest = self.nmb - 1 - t // self.hb, t % self.hb
         else:
@@ -153,8 +151,10 @@ class Packed(Dense):
     """The query heads of a GQA group in one tile's rows (see the module docstring); q
     and out are ``(B, SQ, HK, G, D)`` views, lse ``(B, HK, G, SQ)``."""
 
-    def __init__(self, dtype, d, block_n, causal_order, group: int, *, block_m: int = BLOCK_M):
-        super().__init__(dtype, d, block_n, causal_order, block_m=block_m)
+    def __init__(self, dtype, d, block_n, causal_order, group: int, *, block_m: int = BLOCK_M,
+                 sections: bool = False, section_mb: int = 0):
+        super().__init__(dtype, d, block_n, causal_order, block_m=block_m, sections=sections,
+                         section_mb=section_mb)
         if group < 2 or block_m % group:
             raise ValueError(f"pack_gqa packs a group of heads dividing {block_m}, got {group}")
         self.group = group
@@ -186,7 +186,10 @@ class Packed(Dense):
         return self.nmb * self.hb
 
     def locate(self, t) -> Work:
-        if self.causal_order:
+        """As :meth:`Dense.locate` over (batch, K/V head) pairs: a section is K/V heads."""
+        if self.causal_order and self.sections:
+            mblk, rest = _in_sections(t, _section_heads(self), self.nmb, self.hb)
+        elif self.causal_order:
             mblk, rest = self.nmb - 1 - t // self.hb, t % self.hb
         else:
             mblk, rest = t % self.nmb, t // self.nmb
@@ -210,6 +213,26 @@ class Packed(Dense):
     def lse_at(self, w: Work, r):
         g = self.group
         return ((w.batch * self.nhk + w.hkv) * g + r % g) * w.sq + r // g
+
+
+def _section_heads(sched, per_kv=None):
+    """``Config.head_sections``: how many of ``sched.hb`` heads one section holds: as many
+    K/V heads as ``Config.section_mb`` MiB (else :data:`L2_KV_BYTES`) holds (at least
+    one), times ``per_kv`` (Dense: the query heads per K/V head) where given."""
+    kv_bytes = ptx.min(sched.sk, 1 << 20) * (2 * padded(sched.d) * sched.dtype.bytes)
+    budget = sched.section_mb << 20 or L2_KV_BYTES
+    heads = ptx.max(reg.scalar(u32, init=budget) // kv_bytes, 1)
+    return ptx.min(heads if per_kv is None else heads * per_kv, sched.hb)
+
+
+def _in_sections(t, g, nmb, hb):
+    """``(mblk, rest)`` of causal tile ``t``: longest-first within sections of ``g`` of the
+    ``hb`` heads (``nmb`` m-blocks each), one section after another."""
+    sec = t // (g * nmb)
+    first = sec * g                                       # the section's first head
+    u = t - first * nmb
+    heads = ptx.min(hb - first, g)                        # the last may hold fewer
+    return nmb - 1 - u // heads, first + u % heads
 
 
 __all__ = ["Dense", "Packed", "Work", "s32_of", "PANEL", "ROW"]

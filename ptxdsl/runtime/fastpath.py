@@ -50,7 +50,8 @@ from .torch_private import never
 
 _STRUCT_CODE = {("u", 64): "Q", ("s", 64): "q", ("b", 64): "Q", ("u", 32): "I", ("s", 32): "i",
                 ("b", 32): "I", ("f", 32): "f", ("f", 64): "d", ("u", 16): "H", ("s", 16): "h",
-                ("b", 16): "H", ("u", 8): "B", ("s", 8): "b", ("b", 8): "B"}
+                ("b", 16): "H", ("u", 8): "B", ("s", 8): "b", ("b", 8): "B",
+                ("f", 16): "e"}
 
 
 class ParamLayout:
@@ -89,14 +90,18 @@ class ParamLayout:
         self.n_ptr = n_ptr
         self.pack_ptrs = struct.Struct("<" + "Q" * n_ptr).pack_into
 
-    def values(self, ptrs: list[int], binding: Binding, arrays: dict | None = None) -> list:
+    def values(self, ptrs: list[int], binding: Binding, arrays: dict | None = None,
+               raw: dict | None = None) -> list:
         """Every parameter's value: the pointers, the named dims and strides of
-        ``binding``, and ``arrays[position]`` (bytes) for array parameters (zeros if
-        not given)."""
+        ``binding``, ``raw[name]`` for raw parameters naming no dim (checked values,
+        :func:`ptxdsl.core.entry.raw_values`), and ``arrays[position]`` (bytes) for the
+        other array parameters (zeros if not given)."""
         out, it = [], iter(ptrs)
         for k, p in enumerate(self.params):
             if p.kind == "ptr":
                 out.append(next(it))
+            elif p.kind == "raw":
+                out.append(self.raw_value(k, (raw or {})[p.name]))
             elif p.kind == "dim":
                 out.append(binding.dims[p.tensor or p.name.removesuffix("_dim")])
             elif p.kind == "stride":
@@ -104,6 +109,17 @@ class ParamLayout:
             else:
                 out.append((arrays or {}).get(k, bytes(p.nbytes)))
         return out
+
+    def raw_value(self, k: int, v):
+        """Parameter ``k``'s checked raw value (a numpy scalar holding its bits, or the
+        bytes of an array) as ``struct`` packs it with the parameter's code."""
+        code = self.codes[k]
+        if code.endswith("s"):
+            return bytes(memoryview(v).cast("B"))
+        if code in "efd":
+            return float(v)
+        u, bits = int(v), 8 * self.params[k].dtype.bytes
+        return u - (1 << bits) if code in "bhiq" and u >> (bits - 1) else u
 
     def buffer(self, values: list):
         """A fresh ctypes buffer holding ``values``, and the kernelParams pointer array."""

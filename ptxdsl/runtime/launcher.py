@@ -311,7 +311,8 @@ class Launcher(LaunchLimits):
                     drv.stream_wait_stream(s, v.stream)  # the producer's work comes first
                 ptrs.append(v.ptr)
             arrays = self.tmaps.values(views, binding.dims) if self.tmaps else None
-            buf, arr = self.layout.buffer(self.layout.values(ptrs, binding, arrays))
+            buf, arr = self.layout.buffer(self.layout.values(ptrs, binding, arrays,
+                                                             opts["raw"]))
             if self.tmaps:
                 self.tmaps.repoint(self.layout.array_addresses(arr), ptrs)
             try:

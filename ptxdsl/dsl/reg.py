@@ -31,6 +31,7 @@ from ..core import ir
 from ..core.errors import (
     OperandTypeError, PtxdslError, TraceError, TraceIndexError, TraceTypeError, user_location)
 from ..isa import resolve as resolve_chain
+from .ranges import bound
 from ..core.operand_text import describe
 from ..core.trace import active_builder, current
 from ..core.types import (
@@ -293,7 +294,6 @@ def _product(a: ir.Reg, other, loc) -> ir.Reg:
 
 def _fits_32(prod: "ProductReg", owner) -> bool:
     """Whether the trace proves ``prod``'s product below 2**32 (2**31 when signed)."""
-    from .ranges import bound
     v = bound(prod, owner)
     return v is not None and v < (1 << (31 if prod.dtype.is_signed else 32))
 

@@ -183,6 +183,7 @@ class Entry(NamedTuple):
     tmap_shared: tuple = ()
     buf_addr: int = 0        # buf's and sbuf's addresses (the launch shim packs there)
     sbuf_addr: int = 0
+    raw: tuple = ()          # the raw parameter values written in the buffers (raw_key)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -200,6 +201,22 @@ _UNPACKED = frozenset({"dev", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem"
 
 
 NO_ENTRY = (never,)  # what the generated call tries first before any entry was used
+
+
+def raw_key(names: tuple):
+    """The key of a call's raw parameter values (``kw``: its keywords but ``stream``):
+    each value with its type, in parameter order; raises (KeyError, or TypeError when
+    hashed) for a call the general path must take: a value missing, an unknown keyword,
+    an unhashable value (a numpy array)."""
+    n = len(names)
+
+    def key(kw):
+        if len(kw) != n:
+            raise KeyError("keywords other than the raw parameters")
+        k = tuple((type(v), v) for v in (kw[name] for name in names))
+        hash(k)
+        return k
+    return key
 
 
 class Signatures:
@@ -287,12 +304,13 @@ def generate(self) -> dict:
         """The code for calls with ``n`` arguments; ``hot`` names the global holding
         the entry last used with that many."""
         idx = range(n)
+        raw_check = " or e.raw != rk" if sig.raw else ""
         L = [f"    if n == {n}:",
              f"        {unpack(idx)} = args",
              f"        e = {hot}",
-             f"        if not e[0]({names('a', idx)}):",
+             f"        if not e[0]({names('a', idx)}){raw_check}:",
              "            try:",
-             f"                key = {key_expr(idx)}",
+             f"                key = {key_expr(idx)}" + (", rk" if sig.raw else ""),
              "            except Exception:",
              "                return SLOW(args, stream, kw)",
              "            e = ENTRIES.get(key)",
@@ -342,8 +360,13 @@ def generate(self) -> dict:
     if not self.fast_hits_possible:
         L.append("    return SLOW(args, stream, kw)")
     else:
-        L += ["    global HOT_ALL, HOT_IN", "    if kw:", "        return SLOW(args, stream, kw)",
-              "    n = len(args)"]
+        L += ["    global HOT_ALL, HOT_IN"]
+        if sig.raw:  # the raw values (by keyword) are part of the entry's key
+            L += ["    try:", "        rk = RAW_KEY(kw)", "    except Exception:",
+                  "        return SLOW(args, stream, kw)"]
+        else:
+            L += ["    if kw:", "        return SLOW(args, stream, kw)"]
+        L += ["    n = len(args)"]
         L += block(n_all, "HOT_ALL")
         if outs and n_in > 0:
             L += block(n_in, "HOT_IN")
@@ -361,7 +384,7 @@ def generate(self) -> dict:
         "SLOW": self._slow, "RELAUNCH": self._relaunch, "RELAUNCH_ALLOC": self._relaunch_alloc,
         "SYNC": self._sync_entry, "ENTRIES": self.signatures.entries, "STREAM_HANDLE": stream_handle,
         "TLS": drv.tls, "GET_IDENT": threading.get_ident, "PACK": self.layout.pack_ptrs,
-        "HOT_ALL": NO_ENTRY, "HOT_IN": NO_ENTRY,
+        "HOT_ALL": NO_ENTRY, "HOT_IN": NO_ENTRY, "RAW_KEY": raw_key(sig.raw_names),
         # Filled when torch is first seen (entries exist only for torch tensors).
         "RAW_STREAM": None, "CUR_DEV": None,
     }

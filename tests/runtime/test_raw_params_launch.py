@@ -139,3 +139,31 @@ def test_a_recipe_holds_the_raw_scalars(gpu):
     recipe = json.loads(attrs["ptxdsl_launch"])
     assert recipe["values"] == [None, None, 8, 1.5, -7]
     assert recipe["codes"][-2:] == ["f", "q"]
+
+
+def test_raw_values_are_part_of_the_fast_path_key(gpu, torch):
+    from launch_helpers import count_slow
+    from ptxdsl.runtime import launcher as rlaunch
+    k = make_affine("affine_fast")
+    gpu.cu.register(k, affine_impl)
+    launcher = rlaunch.prepare(k)
+    misses = count_slow(launcher)
+    x = torch.tensor_on(np.arange(64, dtype=np.float32))
+    kw = dict(scale=0.5, shift=-2, pair=bytes(8), tag=1)
+    for _ in range(3):
+        y = k(x, **kw)
+    assert len(misses) == 1 and len(launcher.entries) == 1      # then fast
+    np.testing.assert_array_equal(y.numpy(), x.numpy() * 0.5 - 2)
+    y = k(x, **dict(kw, shift=3))                                # new values: a new entry
+    np.testing.assert_array_equal(y.numpy(), x.numpy() * 0.5 + 3)
+    k(x, **dict(kw, shift=3))
+    assert len(misses) == 2 and len(launcher.entries) == 2
+    y = k(x, **dict(kw, scale=1))                                # 1 is not 1.0: its own entry
+    np.testing.assert_array_equal(y.numpy(), x.numpy() - 2)
+    assert len(misses) == 3
+    k(x, **kw)                                                   # the first entry again
+    assert len(misses) == 3 and gpu.cu.launches[-1]["params"][3:5] == [0.5, 2 ** 32 - 2]
+    with pytest.raises(LaunchError, match="shift .* takes an int"):
+        k(x, **dict(kw, shift=2.5))                              # checked on the general path
+    k(x, **dict(kw, pair=np.zeros(2, np.int32)))                 # unhashable: general path
+    assert len(misses) == 5

@@ -4,8 +4,11 @@ A product ``a * b`` of 32-bit integers that meets a 64-bit register (pointer ari
 is exact as ``mul.wide``; when both operands are bounded so that the product fits in 32
 bits, ``mul.lo`` then ``cvt.u64.u32`` is exact too, and cheaper: ptxas keeps the 32-bit
 offset (one register, and an address of a uniform base plus a 32-bit offset) instead of
-a 64-bit product per access. pyptx's examples compute every offset in 32 bits; this is
-the same code where ptxdsl can prove it exact.
+a 64-bit product per access. pyptx's examples compute every offset in 32 bits; a
+``style="pyptx"`` kernel (``ptxdsl.pyptx.kernel``) gets the same code where ptxdsl can
+prove it exact (ptxas 13.0 -v: pyptx's RMSNorm 54 -> 47 registers, SwiGLU 32 -> 24,
+pyptx's own counts). Plain kernels keep ``mul.wide``: ptxas's register choices are not
+monotone (ptxdsl's RMSNorm backward at 100 f16 columns: 32 -> 40).
 
 The bound of a register is known only when exactly one instruction of the whole kernel
 writes it (unguarded), and that instruction is one of: ``mov`` of a bounded value

@@ -18,9 +18,9 @@ Every operator records exactly the instruction(s) listed here, nothing else:
                     floats: ``setp.eq.fN`` / ``setp.neu.fN`` (``!=`` is true for
                     NaN, as Python's is)
 ``64-bit op 32-bit``  the 32-bit side is widened first: the ``mul.wide`` of a
-                    product (``mul.lo`` and ``cvt`` where the trace proves the product
-                    fits in 32 bits, :mod:`ptxdsl.dsl.ranges`), else ``cvt.u64.u32`` /
-                    ``cvt.s64.s32``
+                    product (in a ``style="pyptx"`` kernel ``mul.lo`` and ``cvt`` where
+                    the trace proves it fits in 32 bits, :mod:`ptxdsl.dsl.ranges`), else
+                    ``cvt.u64.u32`` / ``cvt.s64.s32``
 ==================  ===========================================================
 
 In-place forms (``a += b``) write the result back into ``a``'s register.
@@ -276,7 +276,8 @@ def _product(a: ir.Reg, other, loc) -> ir.Reg:
     def resolve(used):
         out = []
         wide = prod._wide is not None and prod._wide in used
-        if wide and _fits_32(prod, b):  # exact in 32 bits: mul.lo, then widen (dsl.ranges)
+        if wide and b.cache.get("style") == "pyptx" and _fits_32(prod, b):
+            # pyptx's 32-bit offset where it is exact: mul.lo, then widen (dsl.ranges)
             w = prod._wide
             return [lo_form, ir.Instr(resolve_chain(["cvt", w.dtype.name, t.name]), (w, prod),
                                       loc)]

@@ -67,7 +67,7 @@ def test_module_layout():
     # One declaration per register class, narrow to wide, then shared arrays.
     assert decls.split("\n") == [
         "\t.reg .pred %p<2>;", "\t.reg .b16 %rs<1>;", "\t.reg .b16 %h<1>;",
-        "\t.reg .b32 %r<8>;", "\t.reg .b64 %rd<9>;", "\t.reg .f32 %f<4>;",
+        "\t.reg .b32 %r<6>;", "\t.reg .b64 %rd<9>;", "\t.reg .f32 %f<4>;",
         "\t.shared .align 16 .b8 smem0[256];"]
     assert instrs.endswith("\tret;\n}\n")
     for line in instrs.splitlines()[:-1]:

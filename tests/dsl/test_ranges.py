@@ -1,5 +1,6 @@
-"""A 32-bit product used as a 64-bit offset is ``mul.lo`` + ``cvt`` where the trace proves
-it fits in 32 bits (ptxdsl.dsl.ranges), ``mul.wide`` wherever it might not."""
+"""In a ``style="pyptx"`` kernel a 32-bit product used as a 64-bit offset is ``mul.lo`` +
+``cvt`` (pyptx's form) where the trace proves it fits in 32 bits (ptxdsl.dsl.ranges),
+``mul.wide`` wherever it might not; plain ptxdsl kernels keep ``mul.wide``."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +10,10 @@ from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.types import f32, s32, u32
 
 
-def _copy(offset, *, block=(128, 1, 1), grid=(4, 1, 1)):
+def _copy(offset, *, block=(128, 1, 1), grid=(4, 1, 1), style="pyptx"):
     """y[off] = x[off] for the byte offset ``offset()`` computes (traced in the body)."""
-    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), block=block, grid=grid)
+    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), block=block, grid=grid,
+            style=style)
     def k(X, Y):
         px, py = ptx.global_ptrs(X, Y)
         off = offset()
@@ -45,6 +47,10 @@ def test_products_that_fit_in_32_bits_widen_after_mul_lo(offset, narrow):
     assert _narrow(_copy(offset).ptx()) is narrow
 
 
+def test_plain_ptxdsl_kernels_keep_mul_wide():
+    assert not _narrow(_copy(lambda: _tid() * 4, style="ptxdsl").ptx())
+
+
 def test_a_grid_computed_per_launch_leaves_ctaid_unbounded():
     k = _copy(lambda: reg.scalar(u32, init=ptx.special.ctaid.x()) * 4,
               grid=lambda N: (N // 128, 1, 1))
@@ -60,7 +66,8 @@ def test_a_register_written_twice_is_unbounded():
 
 
 def test_a_loop_variable_is_unbounded():
-    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), block=(32, 1, 1))
+    @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), block=(32, 1, 1),
+            style="pyptx")
     def k(X, Y):
         px, py = ptx.global_ptrs(X, Y)
         for i in ptx.range_(0, 4):

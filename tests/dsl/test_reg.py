@@ -21,27 +21,14 @@ def tid_reg():
 def test_u32_times_int_used_as_pointer_offset_is_mul_wide():
     def body(X):
         (px,) = ptx.global_ptrs(X)
-        t = reg.scalar(u32)
-        ptx.inst.ld.global_.u32(t, ptx.addr(px))     # any value: the product may need 64 bits
-        off = t * 4
-        v = reg.scalar(f32)
-        ptx.inst.ld.global_.f32(v, ptx.addr(px + off))
-    lines = after(body_lines(body, tiles=(Tile(64, f32),)), "ld.global.u32 %r0, [%rd1]")
-    assert lines[1:4] == ["mul.wide.u32 %rd2, %r0, 4;", "add.u64 %rd3, %rd1, %rd2;",
-                          "ld.global.f32 %f0, [%rd3];"]
-    assert not any(x.startswith("mul.lo") for x in lines)
-
-
-def test_a_product_proved_below_2_32_is_mul_lo_then_cvt():
-    def body(X):
-        (px,) = ptx.global_ptrs(X)
-        t = tid_reg()                                  # < 1024 (the block): t * 4 fits
+        t = tid_reg()
         off = t * 4
         v = reg.scalar(f32)
         ptx.inst.ld.global_.f32(v, ptx.addr(px + off))
     lines = after(body_lines(body, tiles=(Tile(64, f32),)), "mov.u32 %r0, %tid.x")
-    assert lines[1:5] == ["mul.lo.u32 %r1, %r0, 4;", "cvt.u64.u32 %rd2, %r1;",
-                          "add.u64 %rd3, %rd1, %rd2;", "ld.global.f32 %f0, [%rd3];"]
+    assert lines[1:4] == ["mul.wide.u32 %rd2, %r0, 4;", "add.u64 %rd3, %rd1, %rd2;",
+                          "ld.global.f32 %f0, [%rd3];"]
+    assert not any(x.startswith("mul.lo") for x in lines)
 
 
 def test_u32_times_int_used_as_32_bit_is_mul_lo():
@@ -58,12 +45,11 @@ def test_u32_times_int_used_as_32_bit_is_mul_lo():
 def test_u32_product_used_both_ways_emits_both():
     def body(X):
         (px,) = ptx.global_ptrs(X)
-        t = reg.scalar(u32)
-        ptx.inst.ld.global_.u32(t, ptx.addr(px))
+        t = tid_reg()
         off = t * 4
         lane = off + 1
         ptx.inst.st.global_.u32(ptx.addr(px + off), lane)
-    lines = after(body_lines(body, tiles=(Tile(64, u32),)), "ld.global.u32 %r0, [%rd1]")
+    lines = after(body_lines(body, tiles=(Tile(64, u32),)), "mov.u32 %r0, %tid.x")
     assert lines[1:3] == ["mul.lo.u32 %r1, %r0, 4;", "mul.wide.u32 %rd2, %r0, 4;"]
 
 

@@ -19,12 +19,11 @@ V4_SHAPES = [(1, 512), (4, 1024), (2048, 8192), (3, 4096), (8, 2048)]
 SCALAR_SHAPES = [(2, 96), (5, 160), (7, 480), (1, 32)]
 ARCHS = ["sm_80", "sm_90a"]
 
-# What the seed's text says the kernel is made of (its offsets: mul.lo.u32 and
-# cvt.u64.u32 where the block and the grid prove them below 2**32, ptxdsl.dsl.ranges).
+# What the seed's text says the kernel is made of.
 V4_OPCODES = ["ld.global.v4.f32", "fma.rn.f32", "shfl.sync.bfly.b32", "rsqrt.approx.f32",
-              "bar.sync", "st.global.v4.f32", "cvt.u64.u32"]
+              "bar.sync", "st.global.v4.f32", "mul.wide.u32"]
 SCALAR_OPCODES = ["ld.global.f32", "fma.rn.f32", "shfl.sync.bfly.b32", "rsqrt.approx.f32",
-                  "bar.sync", "st.global.f32", "cvt.u64.u32"]
+                  "bar.sync", "st.global.f32", "mul.wide.u32"]
 
 
 def _uses_v4(n: int) -> bool:
@@ -66,7 +65,7 @@ def test_seed_contains_the_promised_instructions(B, N, arch):
         assert ops.count("ld.global.v4.f32") == 2 * (ipt // 4)  # x in pass 1, w in pass 2
         assert ops.count("st.global.v4.f32") == ipt // 4
         assert ops.count("fma.rn.f32") == ipt                     # 4 per v4 load
-        assert "mul.wide.u32" not in ops          # every offset is proved to fit 32 bits
+        assert "mul.lo.u32" not in ops                            # every product meets a pointer
 
 
 @needs_ptxas
@@ -86,10 +85,8 @@ def test_seed_version_follows_arch():
     assert ".version 8.0\n.target sm_90a\n" in build_rms_norm(4, 1024, arch="sm_90a").ptx()
 
 
-def test_seed_row_offset_is_one_multiply_widened():
-    """``row * (N * 4)`` meets only pointers; the grid (B rows) proves it below 2**32, so
-    it is mul.lo.u32 then cvt.u64.u32 (mul.wide.u32 where it might not fit)."""
+def test_seed_row_offset_is_one_wide_multiply():
+    """``row * (N * 4)`` meets only pointers, so it is mul.wide.u32 and nothing else."""
     ptx = build_rms_norm(4, 1024).ptx()
-    assert re.search(r"mov\.u32 (%r\d+), %ctaid\.x;\n\tmul\.lo\.u32 (%r\d+), \1, 4096;\n"
-                     r"\tcvt\.u64\.u32 %rd\d+, \2;", ptx)
-    assert "mul.wide" not in ptx
+    assert re.search(r"mov\.u32 (%r\d+), %ctaid\.x;\n\tmul\.wide\.u32 %rd\d+, \1, 4096;", ptx)
+    assert "mul.lo.u32 %r" not in ptx

@@ -191,10 +191,10 @@ def build_layer_norm(B, N, block=128, eps=1e-5, arch="sm_90a"):
 KERNELS = {
     "softmax": (lambda arch: build_softmax(4, 1024, arch=arch),
                 ["ld.global.v4.f32", "max.f32", "ex2.approx.ftz.f32", "rcp.approx.f32",
-                 "shfl.sync.bfly.b32", "bar.sync", "st.global.v4.f32", "cvt.u64.u32"]),
+                 "shfl.sync.bfly.b32", "bar.sync", "st.global.v4.f32", "mul.wide.u32"]),
     "swiglu": (lambda arch: build_swiglu(8, 512, arch=arch),
                ["ld.global.nc.v4.f32", "ex2.approx.f32", "rcp.approx.f32", "mad.lo.u32",
-                "cvt.u64.u32", "st.global.v4.f32"]),
+                "mul.wide.u32", "st.global.v4.f32"]),
     "layer_norm": (lambda arch: build_layer_norm(4, 384, arch=arch),
                    ["ld.global.f32", "fma.rn.f32", "rsqrt.approx.f32", "shfl.sync.bfly.b32",
                     "bar.sync", "st.global.f32"]),

@@ -8,10 +8,11 @@ The examples are read, never copied into this repository, from the first of:
 3. an installed pyptx wheel (it ships them as ``pyptx/examples``; see
    ``bench/install_wheels.py``).
 
-``load(name)`` rewrites ``from pyptx...``/``import pyptx`` to ptxdsl (``pyptx.smem`` and
-the other modules of ``MODULES`` to their ptxdsl paths), writes the result to
-a temporary file (so tracebacks and ``ptxdsl`` error locations show its lines) and
-imports it. ``load(name, original=True)`` imports pyptx's own module instead (for side
+``load(name)`` rewrites ``from pyptx import`` to ``from ptxdsl.pyptx import`` (pyptx's
+PTX spellings, ``kernel(style="pyptx")``), other ``from pyptx...``/``import pyptx`` to
+ptxdsl (``pyptx.smem`` and the other modules of ``MODULES`` to their ptxdsl paths),
+writes the result to a temporary file (so tracebacks and ``ptxdsl`` error locations
+show its lines) and imports it. ``load(name, original=True)`` imports pyptx's own module instead (for side
 by side timing; with ``patch=``, pyptx's own file patched the same way). Modules that
 import jax at the top (``grouped_gemm.py``) get an inert stand-in when jax is missing:
 only their jax runners use it.
@@ -36,7 +37,8 @@ MODULES = {"reg": "dsl.reg", "smem": "dsl.smem", "ptx": "dsl.ptx",
 
 _RENAME = [(re.compile(rf"\bpyptx\.{theirs}\b"), f"ptxdsl.{ours}")
            for theirs, ours in MODULES.items()] + [
-    (re.compile(r"^(\s*)from pyptx(\.[\w.]+)? import ", re.M), r"\1from ptxdsl\2 import "),
+    (re.compile(r"^(\s*)from pyptx import ", re.M), r"\1from ptxdsl.pyptx import "),
+    (re.compile(r"^(\s*)from pyptx(\.[\w.]+) import ", re.M), r"\1from ptxdsl\2 import "),
     (re.compile(r"^(\s*)import pyptx\b", re.M), r"\1import ptxdsl")]
 
 

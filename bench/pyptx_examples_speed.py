@@ -490,6 +490,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ptx", action="store_true", help="skip the PTX comparison")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    # Some examples import jax (and pyptx may use it): never let XLA take the GPU's memory.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch
     wanted = [w.strip() for w in a.only.split(",") if w.strip()]
     cases = [c for c in CASES if not wanted or any(w in c.name for w in wanted)]

@@ -216,6 +216,8 @@ class Kernel:
     def _trace(self, arch: str, lines: str | None, template: dict | None = None) -> Compiled:
         b = Builder(self.name, arch)
         b.cache["style"] = self.style   # read by smem.alloc / smem.mbarrier (their names)
+        b.cache["block"] = tuple(self.block)   # bounds %tid (and a constant grid %ctaid)
+        b.cache["grid"] = None if callable(self.grid) else tuple(self.grid)  # for dsl.ranges
         args = self._arguments(b)
         opts = self.entry
         if opts.extern_smem is not None:

@@ -18,7 +18,9 @@ Every operator records exactly the instruction(s) listed here, nothing else:
                     floats: ``setp.eq.fN`` / ``setp.neu.fN`` (``!=`` is true for
                     NaN, as Python's is)
 ``64-bit op 32-bit``  the 32-bit side is widened first: the ``mul.wide`` of a
-                    product, else ``cvt.u64.u32`` / ``cvt.s64.s32``
+                    product (in a ``style="pyptx"`` kernel ``mul.lo`` and ``cvt`` where
+                    the trace proves it fits in 32 bits, :mod:`ptxdsl.dsl.ranges`), else
+                    ``cvt.u64.u32`` / ``cvt.s64.s32``
 ==================  ===========================================================
 
 In-place forms (``a += b``) write the result back into ``a``'s register.
@@ -29,6 +31,7 @@ from ..core import ir
 from ..core.errors import (
     OperandTypeError, PtxdslError, TraceError, TraceIndexError, TraceTypeError, user_location)
 from ..isa import resolve as resolve_chain
+from .ranges import bound
 from ..core.operand_text import describe
 from ..core.trace import active_builder, current
 from ..core.types import (
@@ -272,9 +275,15 @@ def _product(a: ir.Reg, other, loc) -> ir.Reg:
 
     def resolve(used):
         out = []
+        wide = prod._wide is not None and prod._wide in used
+        if wide and b.cache.get("style") == "pyptx" and _fits_32(prod, b):
+            # pyptx's 32-bit offset where it is exact: mul.lo, then widen (dsl.ranges)
+            w = prod._wide
+            return [lo_form, ir.Instr(resolve_chain(["cvt", w.dtype.name, t.name]), (w, prod),
+                                      loc)]
         if prod in used:
             out.append(lo_form)
-        if prod._wide is not None and prod._wide in used:
+        if wide:
             out.append(ir.Instr(wide_match, (prod._wide,) + lo_form.operands[1:], loc))
         return out
 
@@ -282,6 +291,12 @@ def _product(a: ir.Reg, other, loc) -> ir.Reg:
     node.reads = tuple(x for x in (a, other) if isinstance(x, ir.Reg))
     b.append(node)
     return prod
+
+
+def _fits_32(prod: "ProductReg", owner) -> bool:
+    """Whether the trace proves ``prod``'s product below 2**32 (2**31 when signed)."""
+    v = bound(prod, owner)
+    return v is not None and v < (1 << (31 if prod.dtype.is_signed else 32))
 
 
 def _prefix(t: PtxType) -> str:

@@ -14,8 +14,12 @@ from ..core.errors import LaunchError, user_location
 from ..core.types import PtxType
 from .adapter import _ITEMSIZE, ArgView
 
-__all__ = ["Binding", "KernelSignature", "accepts_dtype", "bind", "dtype_name_for_tile",
-           "vector_alignment"]
+# The keyword options of a launch (checked in :mod:`.hostcheck`); a raw parameter may not
+# take one of these names, since its value comes by keyword too.
+OPTIONS = ("stream", "sync", "shared_mem", "cluster", "device")
+
+__all__ = ["Binding", "KernelSignature", "OPTIONS", "accepts_dtype", "bind",
+           "dtype_name_for_tile", "vector_alignment"]
 
 # ---------------------------------------------------------------------- dtypes
 # Tile dtype -> the array dtypes that hold it. ``.b`` types take any dtype of
@@ -83,6 +87,11 @@ class KernelSignature:
     align_why: tuple[str, ...]        # the widest vector instruction per tensor
     dim_names: tuple[str, ...]
     stride_names: tuple[str, ...]
+    raw: tuple = ()                   # ir.Param of each raw parameter naming no dim
+
+    @property
+    def raw_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.raw)
 
     @property
     def n_all(self) -> int:
@@ -109,19 +118,17 @@ class KernelSignature:
         align = tuple(need.get(n, (1, ""))[0] for n in names)
         why = tuple(need.get(n, (1, ""))[1] for n in names)
         for p in program.params:
-            if p.kind == "raw":
-                raise LaunchError(f"kernel {kernel.name}: raw parameter {p.name} names no dim "
-                                  f"of its specs, and ptxdsl's GPU launcher fills parameters "
-                                  f"from its tensors only; name a dim {p.name!r} in a Tile, "
-                                  f"make the value a template parameter (k.ptx({p.name}=...)), "
-                                  f"or run it on the interpreter with the value by keyword "
-                                  f"(k.interpret(..., {p.name}=...))")
-            if p.kind not in ("ptr", "dim", "stride", "tmap"):
+            if p.kind == "raw" and p.name in OPTIONS:
+                raise LaunchError(f"kernel {kernel.name}: raw parameter {p.name} has the name "
+                                  f"of a launch option ({', '.join(OPTIONS)}), so a call "
+                                  f"could not pass its value by keyword; rename it")
+            if p.kind not in ("ptr", "dim", "stride", "tmap", "raw"):
                 raise LaunchError(f"kernel {kernel.name}: parameter {p.name} is of kind "
                                   f"{p.kind!r}, which this runtime cannot fill")
         return cls(kernel.name, names, specs, len(kernel.in_specs), tuple(program.params),
                    align, why, tuple(kernel.dim_names),
-                   tuple(getattr(kernel, "stride_names", ())))
+                   tuple(getattr(kernel, "stride_names", ())),
+                   tuple(p for p in program.params if p.kind == "raw"))
 
 
 def vector_alignment(program) -> dict[str, tuple[int, str]]:

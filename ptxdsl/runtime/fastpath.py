@@ -50,7 +50,8 @@ from .torch_private import never
 
 _STRUCT_CODE = {("u", 64): "Q", ("s", 64): "q", ("b", 64): "Q", ("u", 32): "I", ("s", 32): "i",
                 ("b", 32): "I", ("f", 32): "f", ("f", 64): "d", ("u", 16): "H", ("s", 16): "h",
-                ("b", 16): "H", ("u", 8): "B", ("s", 8): "b", ("b", 8): "B"}
+                ("b", 16): "H", ("u", 8): "B", ("s", 8): "b", ("b", 8): "B",
+                ("f", 16): "e"}
 
 
 class ParamLayout:
@@ -89,14 +90,18 @@ class ParamLayout:
         self.n_ptr = n_ptr
         self.pack_ptrs = struct.Struct("<" + "Q" * n_ptr).pack_into
 
-    def values(self, ptrs: list[int], binding: Binding, arrays: dict | None = None) -> list:
+    def values(self, ptrs: list[int], binding: Binding, arrays: dict | None = None,
+               raw: dict | None = None) -> list:
         """Every parameter's value: the pointers, the named dims and strides of
-        ``binding``, and ``arrays[position]`` (bytes) for array parameters (zeros if
-        not given)."""
+        ``binding``, ``raw[name]`` for raw parameters naming no dim (checked values,
+        :func:`ptxdsl.core.entry.raw_values`), and ``arrays[position]`` (bytes) for the
+        other array parameters (zeros if not given)."""
         out, it = [], iter(ptrs)
         for k, p in enumerate(self.params):
             if p.kind == "ptr":
                 out.append(next(it))
+            elif p.kind == "raw":
+                out.append(self.raw_value(k, (raw or {})[p.name]))
             elif p.kind == "dim":
                 out.append(binding.dims[p.tensor or p.name.removesuffix("_dim")])
             elif p.kind == "stride":
@@ -104,6 +109,17 @@ class ParamLayout:
             else:
                 out.append((arrays or {}).get(k, bytes(p.nbytes)))
         return out
+
+    def raw_value(self, k: int, v):
+        """Parameter ``k``'s checked raw value (a numpy scalar holding its bits, or the
+        bytes of an array) as ``struct`` packs it with the parameter's code."""
+        code = self.codes[k]
+        if code.endswith("s"):
+            return bytes(memoryview(v).cast("B"))
+        if code in "efd":
+            return float(v)
+        u, bits = int(v), 8 * self.params[k].dtype.bytes
+        return u - (1 << bits) if code in "bhiq" and u >> (bits - 1) else u
 
     def buffer(self, values: list):
         """A fresh ctypes buffer holding ``values``, and the kernelParams pointer array."""
@@ -167,6 +183,7 @@ class Entry(NamedTuple):
     tmap_shared: tuple = ()
     buf_addr: int = 0        # buf's and sbuf's addresses (the launch shim packs there)
     sbuf_addr: int = 0
+    raw: tuple = ()          # the raw parameter values written in the buffers (raw_key)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -184,6 +201,22 @@ _UNPACKED = frozenset({"dev", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem"
 
 
 NO_ENTRY = (never,)  # what the generated call tries first before any entry was used
+
+
+def raw_key(names: tuple):
+    """The key of a call's raw parameter values (``kw``: its keywords but ``stream``):
+    each value with its type, in parameter order; raises (KeyError, or TypeError when
+    hashed) for a call the general path must take: a value missing, an unknown keyword,
+    an unhashable value (a numpy array)."""
+    n = len(names)
+
+    def key(kw):
+        if len(kw) != n:
+            raise KeyError("keywords other than the raw parameters")
+        k = tuple((type(v), v) for v in (kw[name] for name in names))
+        hash(k)
+        return k
+    return key
 
 
 class Signatures:
@@ -271,12 +304,13 @@ def generate(self) -> dict:
         """The code for calls with ``n`` arguments; ``hot`` names the global holding
         the entry last used with that many."""
         idx = range(n)
+        raw_check = " or e.raw != rk" if sig.raw else ""
         L = [f"    if n == {n}:",
              f"        {unpack(idx)} = args",
              f"        e = {hot}",
-             f"        if not e[0]({names('a', idx)}):",
+             f"        if not e[0]({names('a', idx)}){raw_check}:",
              "            try:",
-             f"                key = {key_expr(idx)}",
+             f"                key = {key_expr(idx)}" + (", rk" if sig.raw else ""),
              "            except Exception:",
              "                return SLOW(args, stream, kw)",
              "            e = ENTRIES.get(key)",
@@ -326,8 +360,13 @@ def generate(self) -> dict:
     if not self.fast_hits_possible:
         L.append("    return SLOW(args, stream, kw)")
     else:
-        L += ["    global HOT_ALL, HOT_IN", "    if kw:", "        return SLOW(args, stream, kw)",
-              "    n = len(args)"]
+        L += ["    global HOT_ALL, HOT_IN"]
+        if sig.raw:  # the raw values (by keyword) are part of the entry's key
+            L += ["    try:", "        rk = RAW_KEY(kw)", "    except Exception:",
+                  "        return SLOW(args, stream, kw)"]
+        else:
+            L += ["    if kw:", "        return SLOW(args, stream, kw)"]
+        L += ["    n = len(args)"]
         L += block(n_all, "HOT_ALL")
         if outs and n_in > 0:
             L += block(n_in, "HOT_IN")
@@ -345,7 +384,7 @@ def generate(self) -> dict:
         "SLOW": self._slow, "RELAUNCH": self._relaunch, "RELAUNCH_ALLOC": self._relaunch_alloc,
         "SYNC": self._sync_entry, "ENTRIES": self.signatures.entries, "STREAM_HANDLE": stream_handle,
         "TLS": drv.tls, "GET_IDENT": threading.get_ident, "PACK": self.layout.pack_ptrs,
-        "HOT_ALL": NO_ENTRY, "HOT_IN": NO_ENTRY,
+        "HOT_ALL": NO_ENTRY, "HOT_IN": NO_ENTRY, "RAW_KEY": raw_key(sig.raw_names),
         # Filled when torch is first seen (entries exist only for torch tensors).
         "RAW_STREAM": None, "CUR_DEV": None,
     }

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import operator
 
+from ..core.entry import raw_values
 from ..core.errors import LaunchError, user_location
 from .adapter import ArgProblem, classify, view_of
-from .args import KernelSignature, bind
-
-OPTIONS = ("stream", "sync", "shared_mem", "cluster", "device")
+from .args import OPTIONS, KernelSignature, bind
 
 
 def _int(value, what: str, sig: KernelSignature, *, minimum: int = 0) -> int:
@@ -34,14 +33,21 @@ def _int(value, what: str, sig: KernelSignature, *, minimum: int = 0) -> int:
 
 
 def check_options(sig: KernelSignature, kernel, kw: dict) -> dict:
-    """The call's keyword options, checked: ``{"sync", "shared_mem", "cluster", "device"}``."""
-    bad = [k for k in kw if k not in OPTIONS]
+    """The call's keyword options, checked: ``{"sync", "shared_mem", "cluster", "device",
+    "raw"}``; ``raw``: the value of each raw parameter naming no dim, from its keyword,
+    as :func:`ptxdsl.core.entry.raw_values` checks them for the interpreter."""
+    raw_names = sig.raw_names
+    bad = [k for k in kw if k not in OPTIONS and k not in raw_names]
     if bad:
+        raw = (f", and its raw parameters by keyword ({', '.join(raw_names)})"
+               if raw_names else "")
         raise LaunchError(f"{sig.describe_call()}: unknown keyword argument(s) "
                           f"{', '.join(bad)}; a launch takes the arrays positionally "
-                          f"(inputs, then optionally outputs) and the options "
-                          f"{', '.join(OPTIONS)}", user_location())
-    opts = {"sync": bool(kw.get("sync", False)), "shared_mem": kw.get("shared_mem"),
+                          f"(inputs, then optionally outputs), the options "
+                          f"{', '.join(OPTIONS)}{raw}", user_location())
+    opts = {"raw": raw_values(sig.name, sig.raw, {k: kw[k] for k in raw_names if k in kw},
+                              user_location()) if raw_names else {},
+            "sync": bool(kw.get("sync", False)), "shared_mem": kw.get("shared_mem"),
             "cluster": kw.get("cluster"), "device": kw.get("device")}
     if opts["shared_mem"] is None:
         opts["shared_mem"] = int(getattr(kernel, "dynamic_shared", 0) or 0)

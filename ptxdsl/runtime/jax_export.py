@@ -32,7 +32,8 @@ import numpy as np
 
 from ..core.errors import LaunchError, PtxdslError, user_location
 
-__all__ = ["FORMAT", "launch_attributes", "run_recipe", "loaded_images"]
+__all__ = ["FORMAT", "launch_attributes", "run_recipe", "loaded_images", "raw_attribute",
+           "parse_raw"]
 
 FORMAT = 1
 _LOADED: dict[tuple[int, int], object] = {}    # (content hash, device) -> CUfunction
@@ -54,24 +55,32 @@ def _views(launcher, args, outs, device: int):
     return views
 
 
-def launch_attributes(kernel, args, outs, key: int, device: int = 0) -> dict:
+def launch_attributes(kernel, args, outs, key: int, device: int = 0,
+                      raw: dict | None = None) -> dict:
     """The FFI attributes of a call of ``kernel`` on arrays shaped like ``args`` (inputs)
-    and ``outs`` (``jax.ShapeDtypeStruct`` of the outputs), on GPU ``device``."""
+    and ``outs`` (``jax.ShapeDtypeStruct`` of the outputs), on GPU ``device``; ``raw``:
+    the values of its raw parameters naming no dim (``jax_call(k, K=64)``), carried as
+    the ``ptxdsl_raw`` attribute (:func:`raw_attribute`) and written into the recipe."""
     from .args import bind
     from .compile import build_image, resolve_toolchain
     from .launcher import prepare
 
     attrs = {"ptxdsl_kernel": np.int64(key)}
     launcher = prepare(kernel)
-    if launcher.tmaps:
-        return attrs
+    checked = {}
+    if launcher.sig.raw:
+        from ..core.entry import raw_values
+        checked = raw_values(kernel.name, launcher.sig.raw, raw or {}, user_location())
+        attrs["ptxdsl_raw"] = raw_attribute(raw)
+    if launcher.tmaps or launcher.layout.arrays:
+        return attrs   # array parameters: the recipe's flat layout has no place for them
     binding = bind(launcher.sig, _views(launcher, args, outs, device))
     kf = launcher.function(device)
     image = build_image(kernel, kernel.compile(), kf.arch,
                         tools=resolve_toolchain(launcher.drv.version()))
     layout = launcher.layout
     n_ptr = sum(1 for p in layout.params if p.kind == "ptr")
-    values = layout.values([None] * n_ptr, binding)
+    values = layout.values([None] * n_ptr, binding, raw=checked)
     grid = kernel.grid_for(binding.dims) if 0 not in binding.dims.values() else None
     smem = int(getattr(kernel, "dynamic_shared", 0) or 0)
     recipe = {"format": FORMAT, "name": kernel.compile().program.name,
@@ -87,6 +96,24 @@ def launch_attributes(kernel, args, outs, key: int, device: int = 0) -> dict:
     attrs["ptxdsl_image"] = np.frombuffer(image.data, np.uint8)
     attrs["ptxdsl_launch"] = json.dumps(recipe, separators=(",", ":"))
     return attrs
+
+
+def raw_attribute(raw: dict) -> str:
+    """Raw parameter values as the ``ptxdsl_raw`` attribute: JSON, numbers as they are,
+    bytes-like values as ``{"hex": ...}``; :func:`parse_raw` reads it back."""
+    out = {}
+    for name, v in raw.items():
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            out[name] = v.item() if isinstance(v, np.generic) else v
+        else:
+            out[name] = {"hex": bytes(memoryview(v).cast("B")).hex()}
+    return json.dumps(out, separators=(",", ":"))
+
+
+def parse_raw(text: bytes) -> dict:
+    """The keyword values of a ``ptxdsl_raw`` attribute (see :func:`raw_attribute`)."""
+    return {k: bytes.fromhex(v["hex"]) if isinstance(v, dict) else v
+            for k, v in json.loads(text.decode()).items()}
 
 
 def loaded_images() -> int:

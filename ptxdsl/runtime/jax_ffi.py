@@ -106,9 +106,9 @@ def kernel_key(kernel) -> int:
 
 def jax_call(kernel, **raw):
     """``kernel`` as a function of jax arrays (see the module docstring). ``raw``: the
-    values of its raw parameters that name no dim (``jax_call(k, K=64)``), which the
-    interpreter path passes to ``kernel.interpret``; ptxdsl's GPU launcher does not fill
-    such parameters (a GPU call raises and says so)."""
+    values of its raw parameters that name no dim (``jax_call(k, K=64)``), checked here
+    and passed to the launch (the FFI call's ``ptxdsl_raw`` attribute) or, on jax's CPU
+    backend, to ``kernel.interpret``."""
     import jax
     if raw:
         from ..core.entry import raw_values
@@ -126,7 +126,7 @@ def jax_call(kernel, **raw):
             from .jax_export import launch_attributes
             device = getattr(jax.devices()[0], "local_hardware_id", None) or 0
             res = jax.ffi.ffi_call(TARGET, outs, vmap_method="sequential")(
-                *args, **launch_attributes(kernel, args, outs, key, device))
+                *args, **launch_attributes(kernel, args, outs, key, device, raw))
         else:
             res = jax.pure_callback(_interpret_on_host(kernel, outs, raw), tuple(outs), *args,
                                     vmap_method="sequential")
@@ -308,7 +308,9 @@ def _launch(attrs: dict, args: list, rets: list, stream: int) -> None:
         kernel = _REGISTRY.get(key)
     bufs = args + rets
     if kernel is not None:
-        kernel(*map(_DeviceBuffer, bufs), stream=stream)
+        from .jax_export import parse_raw
+        raw = parse_raw(attrs["ptxdsl_raw"]) if "ptxdsl_raw" in attrs else {}
+        kernel(*map(_DeviceBuffer, bufs), stream=stream, **raw)
         return
     from . import jax_export
     if "ptxdsl_launch" not in attrs or "ptxdsl_image" not in attrs:

@@ -215,8 +215,10 @@ class Launcher(LaunchLimits):
             return result
         if launch:
             self._run(call, binding, kf, grid, block, smem, opts)
-        if not kw:  # an entry serves plain calls; options (shared_mem=...) are per call
-            self._maybe_entry(args, call, binding, kf, grid, block, smem, opts)
+        if not set(kw) - set(self.sig.raw_names):
+            # an entry serves plain calls (and raw values, which are in its key); options
+            # (shared_mem=...) are per call
+            self._maybe_entry(args, call, binding, kf, grid, block, smem, opts, kw)
         return result
 
     def _read(self, args, stream, opts) -> "_Call":
@@ -311,7 +313,8 @@ class Launcher(LaunchLimits):
                     drv.stream_wait_stream(s, v.stream)  # the producer's work comes first
                 ptrs.append(v.ptr)
             arrays = self.tmaps.values(views, binding.dims) if self.tmaps else None
-            buf, arr = self.layout.buffer(self.layout.values(ptrs, binding, arrays))
+            buf, arr = self.layout.buffer(self.layout.values(ptrs, binding, arrays,
+                                                             opts["raw"]))
             if self.tmaps:
                 self.tmaps.repoint(self.layout.array_addresses(arr), ptrs)
             try:
@@ -375,7 +378,8 @@ class Launcher(LaunchLimits):
             g["RAW_STREAM"], g["CUR_DEV"] = hooks.raw_stream, hooks.current_device
 
     # ------------------------------------------------------------------ fast-path entries
-    def _maybe_entry(self, args, call: "_Call", binding, kf, grid, block, smem, opts) -> None:
+    def _maybe_entry(self, args, call: "_Call", binding, kf, grid, block, smem, opts,
+                     kw=None) -> None:
         """After a general call with CUDA torch tensors only: the fast-path entry for its
         signature (dims, strides, grid, output layout and parameter buffers fixed)."""
         sig = self.sig
@@ -386,6 +390,10 @@ class Launcher(LaunchLimits):
         n = len(args)
         try:
             key = self._g["KEY_ALL" if n == sig.n_all else "KEY_IN"](args)
+            rk = ()
+            if sig.raw:
+                rk = self._g["RAW_KEY"](kw or {})
+                key = (key, rk)   # as the generated call builds it
         except Exception:  # noqa: BLE001 - not hashable / not torch after all
             return
         self._bind_torch()
@@ -397,7 +405,7 @@ class Launcher(LaunchLimits):
                 allocs.append(hooks.allocator(o.shape, o.stride(), o.dtype, binding.device))
                 out_meta.append((tuple(o.shape), o.dtype))
         arrays = self.tmaps.values(call.views, binding.dims) if self.tmaps else None
-        values = self.layout.values([0] * sig.n_all, binding, arrays)
+        values = self.layout.values([0] * sig.n_all, binding, arrays, opts["raw"])
         buf, arr = self.layout.buffer(values)    # the owner thread's
         sbuf, sarr = self.layout.buffer(values)  # every other thread's, under the lock
         params, sparams = ctypes.addressof(arr), ctypes.addressof(sarr)
@@ -412,7 +420,7 @@ class Launcher(LaunchLimits):
             params=params, owner=threading.get_ident(), lock=threading.Lock(), sbuf=sbuf,
             sparams=sparams, allocs=tuple(allocs), keep=(arr, sarr), kernel_function=kf,
             out_meta=tuple(out_meta), buf_addr=ctypes.addressof(buf),
-            sbuf_addr=ctypes.addressof(sbuf), **tmaps)
+            sbuf_addr=ctypes.addressof(sbuf), raw=rk, **tmaps)
         self.signatures.add(key, entry)
 
     def _relaunch(self, e, ptrs, s, out, code):

@@ -73,12 +73,6 @@ def test_raw_param_errors_name_what_is_wrong(kw, match):
     assert __file__ in str(e.value)       # the caller's line
 
 
-def test_gpu_launcher_says_to_use_the_interpreter():
-    from ptxdsl.runtime.args import KernelSignature
-    with pytest.raises(LaunchError, match=r"k\.interpret\(\.\.\., scale=\.\.\.\)"):
-        KernelSignature.of(affine, affine.program())
-
-
 def test_jax_call_passes_raw_values_to_the_interpreter():
     jax = pytest.importorskip("jax")
     if jax.default_backend() == "gpu":

@@ -10,11 +10,12 @@ from ptxdsl.types import b64, f32, s32, u32
 from runtime_fakes import f32_array
 
 
-def make_affine(name="affine"):
-    """y[i] = x[i] * scale + shift + pair[0] - pair[1] (pair: two s32 in an 8-byte array)."""
+def make_affine(name="affine", tag=True):
+    """y[i] = x[i] * scale + shift + pair[0] - pair[1] (pair: two s32 in an 8-byte array;
+    ``tag``: an unused u64 parameter after them)."""
     @kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), block=(32, 1, 1),
             name=name, raw_params=[("u32", "N"), ("f32", "scale"), ("s32", "shift"),
-                                   ("b8.align8.array8", "pair"), ("u64", "tag")])
+                                   ("b8.align8.array8", "pair")] + [("u64", "tag")] * tag)
     def affine(X, Y):
         n = ptx.param(u32, "N")
         scale = ptx.param(f32, "scale")

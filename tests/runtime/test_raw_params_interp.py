@@ -5,37 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ptxdsl import Tile, kernel, ptx, reg
 from ptxdsl.core.errors import LaunchError
-from ptxdsl.types import b64, f32, s32, u32
+from raw_param_kernels import make_affine  # noqa: E402
 
 
-@kernel(in_specs=(Tile("N", f32),), out_specs=(Tile("N", f32),), block=(32, 1, 1),
-        raw_params=[("u32", "N"), ("f32", "scale"), ("s32", "shift"),
-                    ("b8.align8.array8", "pair")])
-def affine(X, Y):
-    """y[i] = x[i] * scale + shift + pair[0] - pair[1] (pair: two s32 read from the array)."""
-    n = ptx.param(u32, "N")
-    scale = ptx.param(f32, "scale")
-    shift = ptx.param(s32, "shift")
-    pa = ptx.param(b64, "pair")
-    p0, p1 = reg.scalar(s32), reg.scalar(s32)
-    ptx.inst.ld.param.s32(p0, ptx.addr(pa))
-    ptx.inst.ld.param.s32(p1, ptx.addr(pa, 4))
-    px, py = ptx.global_ptrs(X, Y)
-    tid = reg.scalar(u32)
-    ptx.inst.mov.u32(tid, ptx.special.tid.x())
-    with ptx.if_(tid < n):
-        off = reg.scalar(b64)
-        ptx.inst.mul.wide.u32(off, tid, 4)
-        x, y, f = reg.scalar(f32), reg.scalar(f32), reg.scalar(f32)
-        ptx.inst.ld.global_.f32(x, ptx.addr(px + off))
-        total = reg.scalar(s32)
-        ptx.inst.add.s32(total, shift, p0)
-        ptx.inst.sub.s32(total, total, p1)
-        ptx.inst.cvt.rn.f32.s32(f, total)
-        ptx.inst.fma.rn.f32(y, x, scale, f)
-        ptx.inst.st.global_.f32(ptx.addr(py + off), y)
+affine = make_affine(tag=False)    # y[i] = x[i] * scale + shift + pair[0] - pair[1]
+
 
 def test_raw_params_by_keyword():
     x = np.arange(20, dtype=np.float32)

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from bench.matmul import rel_err, timed_rounds, warm  # noqa: E402
+from bench.matmul import rel_err, validate, warm  # noqa: E402
+from lab.matmul_plans import time_and_record  # noqa: E402
 
 # 4096^3, DeepGEMM's published shape, and a mixture-of-experts projection
 # (2048 tokens of one expert, DeepSeek-V3's 2 x 2048 gate/up columns over 7168).
@@ -137,18 +137,8 @@ def main(argv=None):
         del bd, x64
         row, live, plans = {}, {}, {}
 
-        def check(name, fn, want):
-            try:
-                out = fn(x, b, sa, sb)
-                torch.cuda.synchronize()
-                e = rel_err(picked(out, m), want)
-                if not e < 1e-2:
-                    row[name] = {"error": f"wrong result: relative error {e:.3g}"}
-                    return
-                row[name] = {"err": e}
-                live[name] = fn
-            except Exception as err:  # noqa: BLE001 - reported in the table
-                row[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+        def check(name, fn, want, args=(x, b, sa, sb)):
+            validate(name, fn, args, want, row, live, view=lambda o: picked(o, m))
 
         check("cuBLAS fp8 tensor", lambda x, b, sa, sb: torch._scaled_mm(
             x, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), plain)
@@ -194,12 +184,8 @@ def main(argv=None):
                     continue
             check(name, run, ref if scaled == "block" else plain)
         del ref, plain
-        warm(0.2)
-        timed_rounds(live, sets, a.rounds, a.block_ms, 2.0 * m * n * k, row)
+        time_and_record(live, sets, a, (m, n, k), row, plans, result, path)
         del sets, x, b
-        result["rows"].append({"shape": [m, n, k], "results": row, "plans": plans})
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
         cub = row.get("cuBLAS fp8 tensor", {}).get("tflops")
         print(f"{shape} ({time.time() - t0:.0f}s): " + ", ".join(
             f"{nm}={v['tflops']:.0f}" + (f" ({v['tflops'] / cub:.2f}x)" if cub else "")

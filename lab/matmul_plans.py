@@ -91,6 +91,18 @@ def candidates(m, n, k, sms, device="H100", dt=None):
     return res
 
 
+def time_and_record(live, sets, a, shape, row, plans, result, path) -> None:
+    """Time the validated contenders of one shape side by side (``a.rounds`` rounds of
+    ``a.block_ms``) into ``row`` and rewrite the JSON at ``path`` with it, so that a run cut
+    short keeps what it measured."""
+    m, n, k = shape
+    warm(0.2)
+    timed_rounds(live, sets, a.rounds, a.block_ms, 2.0 * m * n * k, row)
+    result["rows"].append({"shape": [m, n, k], "results": row, "plans": plans})
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def main(argv=None):
     import torch
     from ptxdsl.ops.matmul.hopper import build_hopper
@@ -194,12 +206,8 @@ def main(argv=None):
             except Exception as e:  # noqa: BLE001 - reported in the table
                 row[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         del ref
-        warm(0.2)
-        timed_rounds(live, sets, a.rounds, a.block_ms, 2.0 * m * n * k, row)
+        time_and_record(live, sets, a, (m, n, k), row, plans, result, path)
         del sets, x, b
-        result["rows"].append({"shape": [m, n, k], "results": row, "plans": plans})
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
         cub = row.get("cuBLAS", {}).get("tflops")
         ours = sorted(((v["tflops"], nm) for nm, v in row.items()
                        if "tflops" in v and nm != "cuBLAS"), reverse=True)

@@ -88,13 +88,14 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     if split > 1:
         p = one_row(m, n, k, e4m3, f32, sms=2 * split, split=split)
     else:
-        p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=cluster)
+        # 128-column tiles (for_scaling keeps a plan's 256 as two halves: the bn cases)
+        p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=cluster, bn=128)
     p = for_scaling(p, mode, e4m3, f32)
     if waves > 1 or pairs:
         p = for_scaling(dataclasses.replace(p, m_waves=waves, kb_pairs=pairs), mode, e4m3, f32)
         assert p.bm == 128 * waves and p.stages >= 2
     assert p.split == split and (mode != "block" or p.bn == 128)
-    if bn:      # (plan.for_scaling keeps 128 columns; the kernel takes 256 as two halves)
+    if bn:      # 256 columns: the kernel takes them as two 128-column halves
         p = fitted(dataclasses.replace(p, bn=bn), e4m3, f32)
     kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled=mode)
     assert f"_{mode}scaled" in kern.name

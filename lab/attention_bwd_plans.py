@@ -24,7 +24,8 @@ overlap 1, and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, m64n64 each; 
 without panel_split), default and deterministic, on the rows the issue cites (1k full, 4k
 full and causal, 16k causal); ``--set det``: the plan's rows, deterministic against
 default (the issue's "within 15%"), head dims 64, 128, 192, 256 at S=4k full and causal
-and 128 at 16k causal, one call of about 90 s (the ratio det / default last); ``--set
+and 128 at 16k causal, with ``dq_warp`` beside the rows of 64 and 128 (the writer warp
+takes the turns), one call of about 2 minutes (the ratio det / default last); ``--set
 h128b``: head dim 128's plan against FlashAttention-4's sm90 step structure
 (``dq_warp``: a producer warp issues dQ's reduce-adds, the consumers hand the stage over
 by ``bar.arrive``; ``dk_last``: dV before the dSᵀ exchange, dK behind dQ, dQ staged under
@@ -119,7 +120,11 @@ def main() -> None:
         grid = tuple((s, 64, c) for s in (1024, 4096, 16384) for c in (False, True))
         modes = (False, True)
     elif which == "det":        # the plan table's own rows (None: choose_bwd as shipped)
-        variants = {"plan": None}
+        # and dq_warp (the writer warp takes the turns) on head dims 64 and 128's det rows
+        variants = {"plan": None,
+                    "dqw": {64: BwdConfig(**tma, dq_swizzle=True, dq_warp=True),
+                            128: BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_split=True,
+                                           ds_double=True, dq_warp=True, dk_last=True)}}
         grid = tuple((4096, d, c) for d in (64, 128, 192, 256) for c in (False, True)) + \
             ((16384, 128, True),)
         modes = (False, True)
@@ -184,6 +189,10 @@ def main() -> None:
         flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         for name, cfg in variants.items():
+            if isinstance(cfg, dict):       # a config per head dim: only where it has one
+                if d not in cfg:
+                    continue
+                cfg = cfg[d]
             if cfg is not None and cfg.smem_bytes(d) > 232448 or \
                     (which == "overlap" and name not in only[d]):
                 continue

@@ -496,6 +496,9 @@ def main(argv=None) -> int:
     wanted = [w.strip() for w in a.only.split(",") if w.strip()]
     cases = [c for c in CASES if not wanted or any(w in c.name for w in wanted)]
     start, rows = time.monotonic(), []
+    result = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
+              "date": datetime.datetime.now().isoformat(timespec="seconds"),
+              "rounds": a.rounds, "cases": rows}
     for case in cases:
         if time.monotonic() - start > a.budget:
             rows.append({"case": case.name, "skipped": f"past the {a.budget:.0f} s budget"})
@@ -510,9 +513,7 @@ def main(argv=None) -> int:
         row["seconds"] = round(time.monotonic() - t, 1)
         print(f"{case.name}: {row.get('ptxdsl/pyptx', '-')} ({row['seconds']} s)", flush=True)
         rows.append(row)
-    result = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
-              "date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "rounds": a.rounds, "cases": rows}
+        save_result(result, a.json, "pyptx_examples_speed")   # a run cut short keeps its rows
     save_result(result, a.json, "pyptx_examples_speed")
     print_table(result)
     return 0

@@ -134,3 +134,22 @@ def test_run_case_times_what_validated_and_reports_what_failed(monkeypatch):
     assert ours["gbps"] == pytest.approx(2 * 16 * 512 * 4 / 4e-6 / 1e9)
     # pyptx's kernel cannot run on ptxdsl's interpreter (or pyptx is missing): reported
     assert "error" in row["results"]["pyptx"] and "ptxdsl/pyptx" not in row
+
+
+def test_json_is_written_after_every_case(monkeypatch, tmp_path):
+    """A run stopped by its caller's time limit keeps the cases it finished."""
+    import json
+    path = tmp_path / "speed.json"
+    done = []
+
+    def fake_run(case, torch_, rounds, iters):
+        if done:     # the second case: the first is on disk already
+            saved = json.loads(path.read_text())
+            assert [c["case"] for c in saved["cases"]] == done
+        done.append(case.name)
+        return {"case": case.name, "results": {}, "ptxdsl/pyptx": 1.0}
+
+    monkeypatch.setattr(bench, "run_case", fake_run)
+    assert bench.main(["--only", "hopper rms_norm,hopper softmax", "--no-ptx",
+                       "--json", str(path)]) == 0
+    assert len(done) == 2 and len(json.loads(path.read_text())["cases"]) == 2

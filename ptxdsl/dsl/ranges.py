@@ -10,14 +10,17 @@ prove it exact (ptxas 13.0 -v: pyptx's RMSNorm 54 -> 47 registers, SwiGLU 32 -> 
 pyptx's own counts). Plain kernels keep ``mul.wide``: ptxas's register choices are not
 monotone (ptxdsl's RMSNorm backward at 100 f16 columns: 32 -> 40).
 
-The bound of a register is known only when exactly one instruction of the whole kernel
-writes it (unguarded), and that instruction is one of: ``mov`` of a bounded value
-(``%tid``/``%ntid`` from the kernel's block, ``%ctaid``/``%nctaid`` from its grid
-when that is a constant, ``%laneid``, an immediate, a register),
+The bound of a register is known when exactly one instruction of the whole kernel writes it
+(unguarded), or when its writes are unguarded instructions at the kernel's top level with
+no label, branch or raw text from the first to the last: they then run as one block, in
+order, each seeing the previous one's value (``r = ctaid; r <<= 6``, as pyptx's examples
+write it), and the bound is the largest of theirs. Each write is one of: ``mov`` of a
+bounded value (``%tid``/``%ntid`` from the kernel's block, ``%ctaid``/``%nctaid`` from its
+grid when that is a constant, ``%laneid``, an immediate, a register),
 ``add``, ``shl``, ``mul.lo``, ``mad.lo`` of bounded values (without wrapping), ``and``
 with an immediate, ``shr.u``/``shr.b``, ``rem.u`` by an immediate, ``min.u``. Anything
-else (``%ctaid`` of a grid computed per launch, loads, loop variables, registers
-written twice) is unbounded.
+else (``%ctaid`` of a grid computed per launch, loads, loop variables, any
+other register written more than once) is unbounded.
 """
 from __future__ import annotations
 
@@ -35,31 +38,56 @@ def _defs(owner) -> dict:
     defs = owner.cache.get("_ranges_defs")
     if defs is not None:
         return defs
-    defs = {}
+    defs, seqs, hazards = {}, {}, []
 
-    def note(r, instr):
+    def note(r, instr, pos=None):
         n, first = defs.get(r, (0, None))
         defs[r] = (n + 1, first if n else instr)
+        seq = seqs.setdefault(r, [])
+        if seq is not None:
+            seqs[r] = seq + [(pos, instr)] if pos is not None and instr is not None else None
 
-    def walk(body):
+    def walk(body, top):
         for node in body:
+            pos = len(hazards) if top else None
+            if top:
+                hazards.append(_jumps(node))
             if isinstance(node, ir.Instr):
                 for d in node.dests():
-                    note(d, node if node.guard is None else None)
+                    note(d, node if node.guard is None else None, pos)
             elif isinstance(node, ir.Raw):
                 for r in node.regs():
                     note(r, None)
             elif isinstance(node, ir.If):
-                walk(node.then_body)
-                walk(node.else_body or ())
+                walk(node.then_body, False)
+                walk(node.else_body or (), False)
             elif isinstance(node, ir.Loop):
                 note(node.var, None)
                 note(node.var, None)        # its start and every step
-                walk(node.body)
-    walk(owner.prologue)
-    walk(owner.body)
+                walk(node.body, False)
+    walk(owner.prologue, True)
+    walk(owner.body, True)
+    for r, seq in seqs.items():
+        # Top-level writes with no label, branch or raw text from the first to the last run
+        # as one block, in order: each sees the previous one's value.
+        if seq and len(seq) > 1 and not any(hazards[seq[0][0]:seq[-1][0] + 1]):
+            defs[r] = (len(seq), tuple(instr for _, instr in seq))
     owner.cache["_ranges_defs"] = defs
     return defs
+
+
+def _jumps(node) -> bool:
+    """Whether control can enter or leave the middle of ``node``'s position: a label, a
+    branch, raw text, or a structured node holding one."""
+    if isinstance(node, (ir.Label, ir.Raw)):
+        return True
+    if isinstance(node, ir.Instr):
+        return node.opcode.split(".")[0] == "bra"
+    if isinstance(node, ir.If):
+        return any(map(_jumps, node.then_body)) or any(map(_jumps, node.else_body or ()))
+    if isinstance(node, ir.Loop):
+        return any(map(_jumps, node.body))
+    return False
 
 
 def _special(name: str, cache: dict) -> int | None:
@@ -98,6 +126,14 @@ def bound(x, owner, depth: int = 0) -> int | None:
             return None
         return _fits(_mul(bound(x._a, owner, depth + 1), bound(x._b, owner, depth + 1)))
     n, instr = _defs(owner).get(x, (0, None))
+    if isinstance(instr, tuple):            # top-level writes in order: each sees the last
+        top, prev = 0, None
+        for w in instr:
+            prev = _of(w, owner, depth + 1, {x: prev})
+            if prev is None:
+                return None
+            top = max(top, prev)
+        return top
     if n != 1 or instr is None:
         return None
     return _of(instr, owner, depth + 1)
@@ -111,7 +147,7 @@ def _fits(v):
     return v if v is not None and v < _LIMIT else None
 
 
-def _of(instr: ir.Instr, owner, depth: int) -> int | None:
+def _of(instr: ir.Instr, owner, depth: int, known: dict | None = None) -> int | None:
     parts = instr.opcode.split(".")
     op, t = parts[0], parts[-1]
     if t not in ("u32", "s32", "b32"):
@@ -119,6 +155,8 @@ def _of(instr: ir.Instr, owner, depth: int) -> int | None:
     srcs = [o.value if isinstance(o, ir.Imm) else o for o in instr.operands[1:]]
 
     def b(i):
+        if known and isinstance(srcs[i], ir.Reg) and srcs[i] in known:
+            return known[srcs[i]]
         return bound(srcs[i], owner, depth)
     if op == "mov" and len(srcs) == 1:
         return b(0)

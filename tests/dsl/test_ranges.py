@@ -57,10 +57,22 @@ def test_a_grid_computed_per_launch_leaves_ctaid_unbounded():
     assert not _narrow(k.ptx())
 
 
-def test_a_register_written_twice_is_unbounded():
+def test_top_level_writes_in_place_are_followed_in_order():
+    def offset(k):
+        def f():
+            t = _tid()
+            ptx.inst.shl.b32(t, t, k)      # in place: the second write sees the first's value
+            return t * 4
+        return f
+    assert _narrow(_copy(offset(2)).ptx())               # 127 << 2, times 4
+    assert not _narrow(_copy(offset(24)).ptx())          # 127 << 24 times 4 may not fit
+
+
+def test_a_register_also_written_inside_a_branch_is_unbounded():
     def offset():
         t = _tid()
-        ptx.inst.shl.b32(t, t, 2)          # in place: two writes
+        with ptx.if_(ptx.special.tid.x() == 0):
+            ptx.inst.shl.b32(t, t, 2)
         return t * 4
     assert not _narrow(_copy(offset).ptx())
 
@@ -89,3 +101,12 @@ def test_signed_products_widen_with_sign_and_run_the_same():
     x = np.arange(16, dtype=np.float32)
     y = k.interpret(x, np.zeros(16, np.float32))
     np.testing.assert_array_equal(y[3:11], x[3:11])
+
+
+def test_a_label_between_the_writes_leaves_the_register_unbounded():
+    def offset():
+        t = _tid()
+        ptx.label("again")                 # a branch back here would see the shifted value
+        ptx.inst.shl.b32(t, t, 2)
+        return t * 4
+    assert not _narrow(_copy(offset).ptx())

@@ -199,6 +199,11 @@ def _smem_address(smem):
     if isinstance(smem, ir.Reg):
         return smem, 0
     if hasattr(smem, "base") and hasattr(smem, "decl"):
+        b = current("ptx.wgmma.descriptor")
+        if b.cache.get("style") == "pyptx":
+            t = reg.scalar(u32)
+            b.inst(["mov", "u32"], (t, ir.Symbol(smem.decl.name, "shared")))
+            return t, getattr(smem, "byte_offset", 0)
         return smem.base, getattr(smem, "byte_offset", 0)
     if isinstance(smem, ir.Addr) and isinstance(smem.base, ir.Reg):
         return smem.base, smem.offset

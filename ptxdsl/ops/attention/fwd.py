@@ -46,7 +46,7 @@ from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
 from .softmax import (LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale, row_inverse, row_lse)
-from .steps import (key_blocks, mask_keys, mma_pv, mma_pv_smem, mma_qk,
+from .steps import (consumer_blocks, key_blocks, mask_keys, mma_pv, mma_pv_smem, mma_qk,
                     release as release_stage, snake)
 from .tiles import PANEL, ROW, Dense, Packed, s32_of as _s32
 from .varlen_tiles import Varlen
@@ -146,7 +146,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{f'x{c.section_mb}' if c.section_mb else ''}"
             f"{'_dyn' if dyn else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
-            f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}")
+            f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}"
+            f"{'_split' if c.split_mask else ''}"
+            f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -306,15 +308,19 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         """One arrival per consumer warpgroup on the stage's empty barrier."""
                         release_stage(lane, bars, slot)
 
-                    def scores(j):
+                    def scores(j, masked=None):
                         """S of block j (its wgmma retired) -> P in place; returns the rows'
-                        alpha."""
+                        alpha. ``masked``: None, the mask where the block needs it; True,
+                        always; False, never (``Config.split_mask``'s inner blocks)."""
                         if softcap:
                             for x in s_acc:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
                                 ptx.inst("tanh.approx.f32", x, x)
-                        _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons, m0,
-                                        sched)
+                        if masked is None:
+                            _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons,
+                                            m0, sched)
+                        elif masked:
+                            mask_keys(s_acc, j * BN, fcol, rows, off, sk_t, mask)
                         return online_softmax(list(s_acc), m, l, scale_log2,
                                               RESCALE_SLACK if c.lazy_rescale else 0.0)
 
@@ -340,6 +346,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         wait(labels, qfull, qphase)
                     # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
+                    n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
+                                                      w.sq, sk_t, n_lo, n_hi)
                     with ptx.if_(n_lo < n_hi):
                         if c.pingpong:                  # consumer 0 issues first
                             ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
@@ -351,31 +359,41 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         scores(n_lo)                    # O is still zero: nothing to rescale
                         put_p()
                         next_stage()
-                        for j in ptx.range_(n_lo + 1, n_hi):
-                            my_turn()
-                            s_gemm()
-                            pv_gemm()
-                            your_turn()
-                            ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                            release(kempty, ring.slot)
-                            alphas = scores(j)
-                            if c.lazy_rescale:
-                                _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons)
-                            else:
-                                ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                            release(vempty, vslot)
-                            if not c.lazy_rescale:
-                                rescale(list(o_acc), alphas)
-                            put_p()
-                            next_stage()
+                        for lo, hi, masked in segments or [(n_lo + 1, n_end, None)]:
+                            for j in ptx.range_(lo, hi):
+                                my_turn()
+                                s_gemm()
+                                pv_gemm()
+                                your_turn()
+                                ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                                release(kempty, ring.slot)
+                                alphas = scores(j, masked)
+                                if c.lazy_rescale:
+                                    _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons)
+                                else:
+                                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                                release(vempty, vslot)
+                                if not c.lazy_rescale:
+                                    rescale(list(o_acc), alphas)
+                                put_p()
+                                next_stage()
                         release(qempty, 0)              # every S of the tile has retired
                         my_turn()
                         pv_gemm()
                         # (the last consumer's last hand-over would have no taker: every bar.sync
                         # of each barrier is matched by exactly one bar.arrive)
-                        your_turn(pred=cons == 0 if NC == 2 else cons != NC - 1)
+                        last = cons == 0 if NC == 2 else cons != NC - 1
+                        your_turn(pred=last if n_end is n_hi else last | (n_end < n_hi))
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(vempty, vslot)
+                        if n_end is not n_hi:   # Config.consumer_bound: blocks past its rows
+                            for j in ptx.range_(n_end, n_hi):
+                                for full, free in ((kfull, kempty), (vfull, vempty)):
+                                    wait(labels, full + ring.slot * 8, ring.phase)
+                                    release(free, ring.slot)
+                                ring.advance()
+                                my_turn()           # the turns stay in step with the others'
+                                your_turn(pred=last | (j + 1 < n_hi))
                     with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
                         release(qempty, 0)
                     ptx.inst.xor.b32(qphase, qphase, 1)

@@ -359,7 +359,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         scores(n_lo)                    # O is still zero: nothing to rescale
                         put_p()
                         next_stage()
-                        for lo, hi, masked in segments or [(n_lo + 1, n_end, None)]:
+                        for copy, (lo, hi, masked) in enumerate(
+                                segments or [(n_lo + 1, n_end, None)]):
                             for j in ptx.range_(lo, hi):
                                 my_turn()
                                 s_gemm()
@@ -369,7 +370,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 release(kempty, ring.slot)
                                 alphas = scores(j, masked)
                                 if c.lazy_rescale:
-                                    _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons)
+                                    _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons,
+                                                      copy or '')
                                 else:
                                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
                                 release(vempty, vslot)
@@ -427,12 +429,13 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     return attention_fwd
 
 
-def _wait_and_rescale(o_acc, alphas, bar) -> None:
+def _wait_and_rescale(o_acc, alphas, bar, tag="") -> None:
     """``Config.lazy_rescale``: retire P·V (``wgmma.wait_group 0``) and rescale O only in
     warpgroups where some row's max moved (``bar.red.or`` of ``alpha < 1`` over the
     warpgroup at named barrier ``bar``: the wait is warpgroup-aligned), each branch with
     its own wait. A wait behind a branch on the softmax's result stays after the softmax;
-    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them."""
+    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them. ``tag``
+    tells the labels of the loop's copies apart (``Config.split_mask``)."""
     moved = reg.scalar(pred)
     ptx.inst.setp.lt.f32(moved, alphas[0], 1.0)
     other = reg.scalar(pred)
@@ -441,7 +444,7 @@ def _wait_and_rescale(o_acc, alphas, bar) -> None:
     ptx.inst("bar.red.or.pred", moved, bar, 128, moved)
     # bra.uni: the reduction is the same in every thread, and ptxas, told so, keeps the
     # loop's wgmma descriptors in uniform registers (a plain branch costs two R2UR a wgmma)
-    keep, done = ptx.new_label("o_kept"), ptx.new_label("o_rescaled")
+    keep, done = ptx.new_label(f"o_kept{tag}"), ptx.new_label(f"o_rescaled{tag}")
     ptx.bra(keep, pred=~moved, uni=True)
     ptx.inst("wgmma.wait_group.sync.aligned", 0)
     rescale(list(o_acc), alphas)

@@ -60,12 +60,7 @@ class Config:
     the last key block its own 64 rows see, not the tile's; past it, it waits for each
     block and releases it (and takes its ping-pong turns) without wgmmas, which leaves
     the tensor cores to the consumers below the diagonal (at head dim 256, 80 keys a
-    block, the first consumer skips a block in most causal tiles). ``early_s`` (with
-    ``persistent``, not ``dynamic``; the dense and packed layouts, varlen runs without):
-    Q has two buffers, so the producer loads the next tile's Q during this one, and the
-    consumers issue the next tile's first S = Q·Kᵀ before this tile's epilogue, whose
-    stores then run under it instead of leaving the tensor cores idle; with
-    ``tma_store``, the wait for the staging buffer's last reads is once per CTA."""
+    block, the first consumer skips a block in most causal tiles)."""
 
     block_n: int = 128
     stages: int = 2
@@ -82,7 +77,6 @@ class Config:
     p_smem: bool = False
     split_mask: bool = False
     consumer_bound: bool = False
-    early_s: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -102,9 +96,6 @@ class Config:
             raise ValueError(f"section_mb sizes head_sections' sections (MiB of K/V below "
                              f"4096, 0: the default), got {self.section_mb} with "
                              f"head_sections={self.head_sections}")
-        if self.early_s and (self.dynamic or not self.persistent):
-            raise ValueError("early_s issues the next tile's first S of a persistent "
-                             "CTA's static order: give persistent=True, dynamic=False")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")
@@ -121,15 +112,13 @@ class Config:
         return 64 * self.consumers
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
-        """Q (``block_m`` rows; ``early_s``: two) + ``stages`` x (K + V blocks) + the
-        mbarriers (2 + 4 per stage, 2 more for the second Q; ``dynamic``: 16 bytes more
-        for the tile number), with ``p_smem`` P (``block_m``
+        """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
+        stage; ``dynamic``: 16 more for the tile number), with ``p_smem`` P (``block_m``
         rows of ``block_n`` keys in 64-key panels), and with ``tma_store`` O's staging
         buffer (``block_m`` rows), each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        total = (q * (1 + self.early_s) + self.stages * kv
-                 + 8 * (2 * (1 + self.early_s) + 4 * self.stages + 2 * self.dynamic))
+        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic)
         if self.p_smem:
             total = -(-total // 1024) * 1024 + self.block_m * padded(self.block_n) * elem_bytes
         if self.tma_store:

@@ -58,16 +58,16 @@ RESCALE_SLACK = 8.0    # Config.lazy_rescale: the row max moves only when it gro
 class Smem:
     """Byte offsets in the CTA's dynamic shared memory."""
 
-    def __init__(self, c: Config, d: int, es: int, nq: int = 1):
+    def __init__(self, c: Config, d: int, es: int):
         d = padded(d)                               # whole 64-column panels
         self.q = 0
-        self.kv = self.q_bytes = c.block_m * d * es  # Q (nq buffers); then one K or V block
+        self.kv = self.q_bytes = c.block_m * d * es  # Q; then one K or V block
         self.kv_bytes = c.block_n * d * es
-        self.k = self.q + nq * self.kv
+        self.k = self.q + self.kv
         self.v = self.k + c.stages * self.kv_bytes
         self.qfull = self.v + c.stages * self.kv_bytes
-        self.qempty = self.qfull + 8 * nq
-        self.kfull = self.qempty + 8 * nq
+        self.qempty = self.qfull + 8
+        self.kfull = self.qempty + 8
         self.vfull = self.kfull + 8 * c.stages
         self.kempty = self.vfull + 8 * c.stages
         self.vempty = self.kempty + 8 * c.stages
@@ -121,8 +121,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         raise ValueError(f"head dim {d}: this kernel takes multiples of 32 from {PANEL} "
                          f"to 256")
     es = dtype.bytes
-    early = c.early_s and layout in ("dense", "packed")
-    L = Smem(c, d, es, 2 if early else 1)
+    L = Smem(c, d, es)
     BN, S, P = c.block_n, c.stages, padded(d) // PANEL
     BM, NC = c.block_m, c.consumers
     scale_log2 = float(scale) * LOG2E
@@ -149,8 +148,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
             f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}"
             f"{'_split' if c.split_mask else ''}"
-            f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
-            f"{'_early' if early else ''}")
+            f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -172,9 +170,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         kfull, vfull = base + L.kfull, base + L.vfull
         kempty, vempty = base + L.kempty, base + L.vempty
         with ptx.if_(tid == 0):
-            for b in range(2 if early else 1):
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull, 8 * b), 1)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty, 8 * b), NC)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull), 1)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), NC)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kfull, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vfull, 8 * s), 1)
@@ -200,18 +197,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
             with ptx.if_(tid == 0):
                 ring = Ring(S)
-                if early:                   # Config.early_s: Q's two buffers in turn
-                    q_ring = Ring(2)
-                else:
-                    qphase = reg.scalar(u32, init=0)
+                qphase = reg.scalar(u32, init=0)
 
                 def publish(t):
                     """Wait until the consumers are done with Q; dynamic: then write the
                     tile number, which they read once qfull's next phase completes."""
-                    if early:
-                        wait(labels, qempty + q_ring.slot * 8, q_ring.phase ^ 1)
-                    else:
-                        wait(labels, qempty, qphase ^ 1)
+                    wait(labels, qempty, qphase ^ 1)
                     for i in range(NC if dyn else 0):
                         ptx.inst("st.shared.u32", ptx.addr(base + L.tile, 4 * i), t)
 
@@ -219,17 +210,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     w, off, n_lo, n_hi = tile(t)
                     with if_valid(w):
                         publish(t)
-                        qf = qfull + q_ring.slot * 8 if early else qfull
-                        qat = base + L.q + q_ring.slot * L.q_bytes if early else None
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                 ptx.addr(qf), L.q_bytes)
+                                 ptx.addr(qfull), L.q_bytes)
                         for p in range(P):
-                            ptx.tma.load(qat + p * BM * ROW if early else base + (
-                                L.q + p * BM * ROW), tq, sched.q_coords(p, w), qf)
-                        if early:
-                            q_ring.advance()
-                        else:
-                            ptx.inst.xor.b32(qphase, qphase, 1)
+                            ptx.tma.load(base + (L.q + p * BM * ROW), tq,
+                                         sched.q_coords(p, w), qfull)
+                        ptx.inst.xor.b32(qphase, qphase, 1)
                         for j in ptx.range_(n_lo, n_hi):
                             for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
                                                           (vfull, vempty, tv, L.v)):
@@ -276,42 +262,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
             p_regs = None if c.p_smem else p_registers(BN)
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
-            if early:     # Config.early_s: the Q buffer of the tile to finish, of the next
-                qcur, qnext, q_ring = reg.scalar(u32), reg.scalar(u32), Ring(2)
 
-            def turn_take():
-                """Ping-pong: wait until the previous consumer has issued its wgmmas."""
-                if c.pingpong:
-                    ptx.inst("bar.sync", 1 + cons, 256)
-
-            def turn_give(pred=None):
-                """Ping-pong: hand the tensor cores to the next consumer (in turn 0, 1, ..,
-                NC - 1, 0, ..)."""
-                if c.pingpong:
-                    nxt = 2 - cons if NC == 2 else 1 + (cons + 1) % NC
-                    ptx.inst("bar.arrive", nxt, 256, pred=pred)
-
-            def first_s(t):
-                """``Config.early_s``: wait for tile ``t``'s Q in the next buffer and issue
-                its first S = Q_c·Kᵀ (the ring's next stage), in turn; the buffer becomes
-                ``qnext``."""
-                w, off, n_lo, n_hi = tile(t)
-                wait(labels, qfull + q_ring.slot * 8, q_ring.phase)
-                q_desc = ptx.wgmma.descriptor(
-                    base + L.q + q_ring.slot * L.q_bytes + cons * (64 * ROW), leading=16,
-                    stride=1024, swizzle=128)
-                ptx.inst.mov.u32(qnext, q_ring.slot)
-                q_ring.advance()
-                with ptx.if_(n_lo < n_hi):
-                    if c.pingpong:                  # consumer 0 issues first
-                        ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
-                    turn_take()
-                    wait(labels, kfull + ring.slot * 8, ring.phase)
-                    mma_qk(s_mma, s_acc, q_desc, base + L.k + ring.slot * L.kv_bytes, d, BM,
-                           BN)
-                    turn_give()
-
-            def consume(t, before_store=None):
+            def consume(t):
                 w, off, n_lo, n_hi = tile(t)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
@@ -322,9 +274,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     m = [reg.scalar(f32, init=NEG_INF) for _ in range(2)]
                     l = [reg.scalar(f32, init=0.0) for _ in range(2)]
                     # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
-                    q_at = base + L.q + cons * (64 * ROW) if not early else \
-                        base + L.q + qcur * L.q_bytes + cons * (64 * ROW)
-                    q_desc = ptx.wgmma.descriptor(q_at, leading=16, stride=1024, swizzle=128)
+                    q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
+                                                  stride=1024, swizzle=128)
                     if c.p_smem:                # this consumer's 64 rows of P, like Q_c
                         p_at = base + L.p + cons * (64 * ROW)
                         p_desc = ptx.wgmma.descriptor(p_at, leading=16, stride=1024,
@@ -373,7 +324,17 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         return online_softmax(list(s_acc), m, l, scale_log2,
                                               RESCALE_SLACK if c.lazy_rescale else 0.0)
 
-                    my_turn, your_turn = turn_take, turn_give
+                    def my_turn():
+                        """Ping-pong: wait until the previous consumer has issued its wgmmas."""
+                        if c.pingpong:
+                            ptx.inst("bar.sync", 1 + cons, 256)
+
+                    def your_turn(pred=None):
+                        """Ping-pong: hand the tensor cores to the next consumer (in turn
+                        0, 1, .., NC - 1, 0, ..)."""
+                        if c.pingpong:
+                            nxt = 2 - cons if NC == 2 else 1 + (cons + 1) % NC
+                            ptx.inst("bar.arrive", nxt, 256, pred=pred)
 
                     def next_stage():
                         """P·V of this block reads this stage's V in the next step."""
@@ -381,19 +342,18 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst.mov.u32(vphase, ring.phase)
                         ring.advance()
 
-                    if not dyn and not early:       # (dynamic: waited for the tile number;
-                        wait(labels, qfull, qphase)  # early_s: its S issued: first_s)
+                    if not dyn:                     # (dynamic: waited for the tile number)
+                        wait(labels, qfull, qphase)
                     # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
                                                       w.sq, sk_t, n_lo, n_hi)
                     with ptx.if_(n_lo < n_hi):
-                        if c.pingpong and not early:    # consumer 0 issues first
+                        if c.pingpong:                  # consumer 0 issues first
                             ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
-                        if not early:
-                            my_turn()
-                            s_gemm()
-                            your_turn()
+                        my_turn()
+                        s_gemm()
+                        your_turn()
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(kempty, ring.slot)
                         scores(n_lo)                    # O is still zero: nothing to rescale
@@ -419,7 +379,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     rescale(list(o_acc), alphas)
                                 put_p()
                                 next_stage()
-                        release(qempty, qcur if early else 0)   # every S of it retired
+                        release(qempty, 0)              # every S of the tile has retired
                         my_turn()
                         pv_gemm()
                         # (the last consumer's last hand-over would have no taker: every bar.sync
@@ -437,31 +397,19 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 my_turn()           # the turns stay in step with the others'
                                 your_turn(pred=last | (j + 1 < n_hi))
                     with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
-                        release(qempty, qcur if early else 0)
-                    if not early:
-                        ptx.inst.xor.b32(qphase, qphase, 1)
-                    if before_store is not None:    # early_s: the next tile's first S
-                        before_store()
+                        release(qempty, 0)
+                    ptx.inst.xor.b32(qphase, qphase, 1)
                     packed = rows if sched.group == 1 else [_s32(r) for r in urows]
                     if tma_out:
                         stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
                                    dtype, BM, NC)
                     epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
                               store=not tma_out)
-                if tma_out and not early:   # the staging buffer outlives the last store
-                    with ptx.if_(lane == 0):
-                        ptx.tma.wait(0, read=True)
-
-            if early:
-                with ptx.if_(cta < tiles):
-                    first_s(cta)
-                for t in ptx.range_(cta, tiles, ncta):
-                    ptx.inst.mov.u32(qcur, qnext)
-                    consume(t, lambda: _after(t + ncta < tiles, lambda: first_s(t + ncta)))
                 if tma_out:                 # the staging buffer outlives the last store
                     with ptx.if_(lane == 0):
                         ptx.tma.wait(0, read=True)
-            elif dyn:
+
+            if dyn:
                 t = reg.scalar(u32)
                 top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
                 ptx.place(top)
@@ -526,12 +474,6 @@ def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sch
 @contextlib.contextmanager
 def _nothing():
     yield
-
-
-def _after(cond, emit) -> None:
-    """``emit()`` under a run-time ``cond``."""
-    with ptx.if_(cond):
-        emit()
 
 
 __all__ = ["build_forward", "schedule", "grid_for", "Smem"]

@@ -86,6 +86,7 @@ _S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
 _PS = dict(p_smem=True)           # P through shared memory: 192 rows x 128 keys fit
 _PLAN = dict(plan=True)           # the plans.json row of the shape (what attention() runs),
 _SPLIT, _CB = dict(split_mask=True), dict(consumer_bound=True)   # with these on top
+_W1 = dict(tma_store=True, store_wait_once=True)
 
 # Named candidate sets (--set, comma-separated to run several in one process). A set is
 # its candidates per head dim and, where it says, its shapes: ``seqs``, ``heads`` (H, Hkv:
@@ -112,7 +113,9 @@ _SPLIT, _CB = dict(split_mask=True), dict(consumer_bound=True)   # with these on
 # consumer stops at its own rows' last key block: a block in most causal tiles at head
 # dim 256's 80 keys, and at head dim 64's 192-row tiles); at head dim 128 (128 x 128
 # tiles) consumer_bound never skips; head dim 256 also with 64 keys a block (then the
-# first consumer skips a block in every tile).
+# first consumer skips a block in every tile). Head dims 64 and 128 also with the
+# TMA-store epilogue (the 1k hd128 row has it; the others do not) whose wait for the
+# staging buffer's reads comes once per CTA (store_wait_once), not after every tile.
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -149,8 +152,10 @@ SETS = {
         dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48),
         dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_S)]}},
     "causal": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
-        64: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN)],
-        128: [_PLAN, dict(_SPLIT, **_PLAN)],
+        64: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
+             dict(_SPLIT, **_CB, **_PLAN, **_W1)],
+        128: [_PLAN, dict(_SPLIT, **_PLAN), dict(_PLAN, tma_store=True),
+              dict(_PLAN, **_W1), dict(_SPLIT, **_PLAN, **_W1)],
         256: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
               dict(_SPLIT, **_CB, **_PLAN, block_n=64)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
@@ -351,7 +356,8 @@ def _name(kw: dict) -> str:
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
                             ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
                             ("dynamic", "dyn"), ("p_smem", "p-smem"),
-                            ("split_mask", "split"), ("consumer_bound", "cb")) if kw.get(k)]
+                            ("split_mask", "split"), ("consumer_bound", "cb"),
+                            ("store_wait_once", "w1")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

@@ -148,7 +148,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
             f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}"
             f"{'_split' if c.split_mask else ''}"
-            f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}")
+            f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
+            f"{'_w1' if tma_out and c.store_wait_once else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -405,8 +406,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                    dtype, BM, NC)
                     epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
                               store=not tma_out)
-                if tma_out:                 # the staging buffer outlives the last store
-                    with ptx.if_(lane == 0):
+                if tma_out and not c.store_wait_once:   # the staging buffer outlives
+                    with ptx.if_(lane == 0):            # the last store
                         ptx.tma.wait(0, read=True)
 
             if dyn:
@@ -425,6 +426,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             else:
                 for t in ptx.range_(cta, tiles, ncta):
                     consume(t)
+            if tma_out and c.store_wait_once:   # each tile's stage_out waits before it
+                with ptx.if_(lane == 0):        # writes the buffer; the CTA's last stores
+                    ptx.tma.wait(0, read=True)  # must have read it before the CTA ends
 
     return attention_fwd
 

@@ -44,9 +44,11 @@ def _same_and_right(base: Config, q, k, v, mask, layout="dense", group=1, **on):
     """The config with ``on`` gives bitwise the output and LSE of ``base``, and both agree
     with the float64 reference (fully masked rows: 0 and -inf)."""
     _, want, wlse = _run(base, q, k, v, mask, layout, group)
-    name, got, glse = _run(dataclasses.replace(base, **on), q, k, v, mask, layout, group)
-    assert ("_split" in name) == bool(on.get("split_mask"))
-    assert ("_cb" in name) == bool(on.get("consumer_bound") and mask.right >= 0)
+    c = dataclasses.replace(base, **on)
+    name, got, glse = _run(c, q, k, v, mask, layout, group)
+    assert ("_split" in name) == c.split_mask
+    assert ("_cb" in name) == (c.consumer_bound and mask.right >= 0)
+    assert ("_w1" in name) == c.store_wait_once
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
     np.testing.assert_array_equal(glse.view(np.uint32), wlse.view(np.uint32))
     ref, rlse = attention_reference(q, k, v, softmax_scale=0.125,
@@ -125,6 +127,20 @@ def test_split_and_bound_varlen(monkeypatch):
                                         causal=True)
         assert np.abs(out[a:b].astype(np.float64) - ref[0]).max() <= 4e-3 * np.abs(ref).max()
         np.testing.assert_array_equal(np.isneginf(lse[:, a:b]), np.isinf(rlse[0]))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("kw", [dict(persistent=True, lazy_rescale=True, split_mask=True),
+                                dict(persistent=True, dynamic=True, head_sections=True),
+                                dict(pingpong=True)])
+def test_store_wait_once(kw):
+    """Config.store_wait_once: the TMA-store epilogue's wait for the staging buffer's reads
+    once per CTA (persistent on 2 CTAs, several tiles each; dynamic; one CTA a tile)."""
+    q, k, v = _inputs(1, 300, 280, 2, 2, 64, 33)
+    base = Config(block_n=48, tma_store=True, **kw)
+    _same_and_right(base, q, k, v, Mask(-1, 0), store_wait_once=True)
+    with pytest.raises(ValueError, match="tma_store"):
+        Config(store_wait_once=True)
 
 
 def test_options_leave_other_masks_and_defaults_alone():

@@ -18,15 +18,15 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c,h128f] [--rounds 5] [--iters 10] [--fa4]
+        [--set dynamic | --set h96,gqa,h128c,h128f,causal] [--rounds 5] [--iters 10] [--fa4]
         [--resources]
 
 ``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
 as strings); ``--set`` named sets of :data:`SETS`, run one after another in one process
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
-``h128c``, ``h128f``: the shapes where ptxdsl trails FA4, each with its own shapes and
-H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
+``h128c``, ``h128f``, ``causal``: the shapes where ptxdsl trails FA4, each with its own
+shapes and H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
 where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
 from __future__ import annotations
@@ -84,6 +84,9 @@ _PK = dict(layout="packed")       # the GQA group's heads in one tile's rows (ti
 _C = dict(causal=True)            # a candidate for the causal shapes only
 _S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
 _PS = dict(p_smem=True)           # P through shared memory: 192 rows x 128 keys fit
+_PLAN = dict(plan=True)           # the plans.json row of the shape (what attention() runs),
+_SPLIT, _CB = dict(split_mask=True), dict(consumer_bound=True)   # with these on top
+_W1 = dict(tma_store=True, store_wait_once=True)
 
 # Named candidate sets (--set, comma-separated to run several in one process). A set is
 # its candidates per head dim and, where it says, its shapes: ``seqs``, ``heads`` (H, Hkv:
@@ -103,7 +106,19 @@ _PS = dict(p_smem=True)           # P through shared memory: 192 rows x 128 keys
 # in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows),
 # and 192-row tiles of 128 keys with P through shared memory (``p_smem``; P in registers
 # spills there). ``h128f``: the same at head dim 128 full, 4k and 16k (the current rows:
-# 128 keys at 4k, 176 at 16k).
+# 128 keys at 4k, 176 at 16k). ``causal`` (head dims 64, 128, 256 causal at 1k, 4k, 16k,
+# where ptxdsl trails FA4 most): each shape's plans row (``plan``: the row attention()
+# picks there, which differs between 1k and longer) and the same with split_mask (no mask
+# code on the blocks every row sees whole, FA3's masking steps) and consumer_bound (a
+# consumer stops at its own rows' last key block: a block in most causal tiles at head
+# dim 256's 80 keys, and at head dim 64's 192-row tiles); at head dim 128 (128 x 128
+# tiles) consumer_bound never skips; head dim 256 also with 64 keys a block (then the
+# first consumer skips a block in every tile). Head dims 64 and 128 also with the
+# TMA-store epilogue (the 1k hd128 row has it; the others do not) whose wait for the
+# staging buffer's reads comes once per CTA (store_wait_once), not after every tile.
+# Head dim 256 also without ping-pong (FA3 and FA4 take turns only up to head dim 128;
+# every hd256 row so far was measured with it) and on FA4's sm90 causal schedule: one CTA
+# a tile, longest-first within 48 MiB head sections.
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -139,6 +154,15 @@ SETS = {
         dict(block_n=128, pingpong=True, **_PL, **_S48),
         dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48),
         dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_S)]}},
+    "causal": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
+        64: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
+             dict(_SPLIT, **_CB, **_PLAN, **_W1)],
+        128: [_PLAN, dict(_SPLIT, **_PLAN), dict(_PLAN, tma_store=True),
+              dict(_PLAN, **_W1), dict(_SPLIT, **_PLAN, **_W1)],
+        256: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
+              dict(_SPLIT, **_CB, **_PLAN, block_n=64),
+              dict(_SPLIT, **_CB, **_PLAN, pingpong=False),
+              dict(_SPLIT, **_CB, **_PLAN, persistent=False, dynamic=False, **_S48)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),
@@ -168,8 +192,28 @@ def jobs():
             h, hk = st.get("heads", (2048 // d if d != 96 else 16,) * 2)
             for s in st.get("seqs", seqs):
                 for causal in st.get("masks", masks):
-                    cands = [c for c in cands_of[d] if c.get("causal", causal) == causal]
+                    cands = [_planned(c, d, s, causal) for c in cands_of[d]
+                             if c.get("causal", causal) == causal]
                     yield name, d, s, h, hk, causal, cands
+
+
+def _planned(cand: dict, d: int, s: int, causal: bool) -> dict:
+    """A candidate with ``plan``: the plans.json row that attention() picks at this head
+    dim, mask and key length (bf16), as Config keywords, with the candidate's own keys on
+    top; ``plan`` stays (True: the row as it is) to mark it in the results."""
+    if not cand.get("plan"):
+        return cand
+    import dataclasses
+    from ptxdsl.ops.attention.config import Config, Mask
+    from ptxdsl.ops.attention.plan import choose
+    c = choose(d, "bf16", Mask(-1, 0) if causal else Mask(), seqlen=s)
+    kw = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)
+          if getattr(c, f.name) != f.default and not f.name.endswith("_regs")}
+    derived = Config(**kw)                # the register budgets when the row names them
+    kw.update({n: getattr(c, n) for n in ("producer_regs", "consumer_regs")
+               if getattr(c, n) != getattr(derived, n)})
+    extra = {k: v for k, v in cand.items() if k != "plan"}
+    return {**kw, **extra, "plan": not extra}
 
 
 def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
@@ -197,10 +241,12 @@ def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
     flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
     live, rows = {}, []
     for i, cand in enumerate(cands):
-        kw = {x: y for x, y in cand.items() if x not in ("layout", "causal")}
+        kw = {x: y for x, y in cand.items() if x not in ("layout", "causal", "plan")}
         layout = cand.get("layout", "dense")
         row = {"set": name, "D": d, "S": s, "H": h, "Hkv": hk, "causal": causal,
                "layout": layout, "config": kw}
+        if "plan" in cand:              # the plans row as it is (True) or with more on
+            row["plan"] = cand["plan"]
         rows.append(row)
         if time.time() - t0 > budget:
             row["error"] = "skipped: past --budget"
@@ -314,7 +360,9 @@ def _name(kw: dict) -> str:
     bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
                             ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
-                            ("dynamic", "dyn"), ("p_smem", "p-smem")) if kw.get(k)]
+                            ("dynamic", "dyn"), ("p_smem", "p-smem"),
+                            ("split_mask", "split"), ("consumer_bound", "cb"),
+                            ("store_wait_once", "w1")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

@@ -51,7 +51,20 @@ class Config:
     takes P from shared memory (each consumer stores its 64 rows of P, swizzled like Q,
     and P·V is the SS form) instead of registers: the registers P held (``block_n / 4``
     a thread) go free, what 192-row tiles need at wider blocks (FA4's sm90 choice at
-    head dim 96); the buffer is ``block_m`` x ``block_n`` (in whole 64-key panels)."""
+    head dim 96); the buffer is ``block_m`` x ``block_n`` (in whole 64-key panels).
+    ``split_mask``: a consumer's loop over key blocks runs in segments (FA3's masking
+    steps): blocks that every one of its rows sees whole carry no mask code (not even
+    the test whether a block needs one), the blocks at a window's edges or past the last
+    key are masked without the test (:func:`.steps.consumer_blocks`). ``consumer_bound``
+    (masks with a right bound, causal; else no effect): each consumer computes only up to
+    the last key block its own 64 rows see, not the tile's; past it, it waits for each
+    block and releases it (and takes its ping-pong turns) without wgmmas, which leaves
+    the tensor cores to the consumers below the diagonal (at head dim 256, 80 keys a
+    block, the first consumer skips a block in most causal tiles). ``store_wait_once``
+    (with ``tma_store``): lane 0 of each consumer waits for its TMA stores to have read
+    the staging buffer once, before the CTA ends, instead of after every tile (where the
+    next tile's first wgmma then waits for it; each tile's epilogue waits before it
+    writes the buffer again either way)."""
 
     block_n: int = 128
     stages: int = 2
@@ -66,6 +79,9 @@ class Config:
     dynamic: bool = False
     section_mb: int = 0
     p_smem: bool = False
+    split_mask: bool = False
+    consumer_bound: bool = False
+    store_wait_once: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -85,6 +101,9 @@ class Config:
             raise ValueError(f"section_mb sizes head_sections' sections (MiB of K/V below "
                              f"4096, 0: the default), got {self.section_mb} with "
                              f"head_sections={self.head_sections}")
+        if self.store_wait_once and not self.tma_store:
+            raise ValueError("store_wait_once moves the wait of the TMA-store epilogue: "
+                             "give tma_store=True with it")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")

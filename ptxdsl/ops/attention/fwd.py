@@ -44,9 +44,9 @@ from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
-from .softmax import (LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
-                      quad_reduce, rescale, row_inverse, row_lse)
-from .steps import (key_blocks, mask_keys, mma_pv, mma_pv_smem, mma_qk,
+from .fwd_store import epilogue, stage_out, store_p
+from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
+from .steps import (consumer_blocks, key_blocks, mask_keys, mma_pv, mma_pv_smem, mma_qk,
                     release as release_stage, snake)
 from .tiles import PANEL, ROW, Dense, Packed, s32_of as _s32
 from .varlen_tiles import Varlen
@@ -146,7 +146,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{f'x{c.section_mb}' if c.section_mb else ''}"
             f"{'_dyn' if dyn else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
-            f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}")
+            f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}"
+            f"{'_split' if c.split_mask else ''}"
+            f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
+            f"{'_w1' if tma_out and c.store_wait_once else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -298,7 +301,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         """P(j) for the next P·V: into the A registers, or (``p_smem``,
                         once the last P·V has retired) into shared memory."""
                         if c.p_smem:
-                            _store_p(list(s_acc), p_at, lw, warp, dtype, BM, 1 + 3 * NC + cons)
+                            store_p(list(s_acc), p_at, lw, warp, dtype, BM, 1 + 3 * NC + cons)
                         else:
                             pack_p(list(s_acc), p_regs, dtype.name)
 
@@ -306,15 +309,19 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         """One arrival per consumer warpgroup on the stage's empty barrier."""
                         release_stage(lane, bars, slot)
 
-                    def scores(j):
+                    def scores(j, masked=None):
                         """S of block j (its wgmma retired) -> P in place; returns the rows'
-                        alpha."""
+                        alpha. ``masked``: None, the mask where the block needs it; True,
+                        always; False, never (``Config.split_mask``'s inner blocks)."""
                         if softcap:
                             for x in s_acc:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
                                 ptx.inst("tanh.approx.f32", x, x)
-                        _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons, m0,
-                                        sched)
+                        if masked is None:
+                            _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons,
+                                            m0, sched)
+                        elif masked:
+                            mask_keys(s_acc, j * BN, fcol, rows, off, sk_t, mask)
                         return online_softmax(list(s_acc), m, l, scale_log2,
                                               RESCALE_SLACK if c.lazy_rescale else 0.0)
 
@@ -340,6 +347,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         wait(labels, qfull, qphase)
                     # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
+                    n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
+                                                      w.sq, sk_t, n_lo, n_hi)
                     with ptx.if_(n_lo < n_hi):
                         if c.pingpong:                  # consumer 0 issues first
                             ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
@@ -351,42 +360,54 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         scores(n_lo)                    # O is still zero: nothing to rescale
                         put_p()
                         next_stage()
-                        for j in ptx.range_(n_lo + 1, n_hi):
-                            my_turn()
-                            s_gemm()
-                            pv_gemm()
-                            your_turn()
-                            ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                            release(kempty, ring.slot)
-                            alphas = scores(j)
-                            if c.lazy_rescale:
-                                _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons)
-                            else:
-                                ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                            release(vempty, vslot)
-                            if not c.lazy_rescale:
-                                rescale(list(o_acc), alphas)
-                            put_p()
-                            next_stage()
+                        for copy, (lo, hi, masked) in enumerate(
+                                segments or [(n_lo + 1, n_end, None)]):
+                            for j in ptx.range_(lo, hi):
+                                my_turn()
+                                s_gemm()
+                                pv_gemm()
+                                your_turn()
+                                ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                                release(kempty, ring.slot)
+                                alphas = scores(j, masked)
+                                if c.lazy_rescale:
+                                    _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons,
+                                                      copy or '')
+                                else:
+                                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                                release(vempty, vslot)
+                                if not c.lazy_rescale:
+                                    rescale(list(o_acc), alphas)
+                                put_p()
+                                next_stage()
                         release(qempty, 0)              # every S of the tile has retired
                         my_turn()
                         pv_gemm()
                         # (the last consumer's last hand-over would have no taker: every bar.sync
                         # of each barrier is matched by exactly one bar.arrive)
-                        your_turn(pred=cons == 0 if NC == 2 else cons != NC - 1)
+                        last = cons == 0 if NC == 2 else cons != NC - 1
+                        your_turn(pred=last if n_end is n_hi else last | (n_end < n_hi))
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(vempty, vslot)
+                        if n_end is not n_hi:   # Config.consumer_bound: blocks past its rows
+                            for j in ptx.range_(n_end, n_hi):
+                                for full, free in ((kfull, kempty), (vfull, vempty)):
+                                    wait(labels, full + ring.slot * 8, ring.phase)
+                                    release(free, ring.slot)
+                                ring.advance()
+                                my_turn()           # the turns stay in step with the others'
+                                your_turn(pred=last | (j + 1 < n_hi))
                     with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
                         release(qempty, 0)
                     ptx.inst.xor.b32(qphase, qphase, 1)
                     packed = rows if sched.group == 1 else [_s32(r) for r in urows]
                     if tma_out:
-                        _stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
+                        stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
                                    dtype, BM, NC)
-                    _epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
+                    epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
                               store=not tma_out)
-                if tma_out:                 # the staging buffer outlives the last store
-                    with ptx.if_(lane == 0):
+                if tma_out and not c.store_wait_once:   # the staging buffer outlives
+                    with ptx.if_(lane == 0):            # the last store
                         ptx.tma.wait(0, read=True)
 
             if dyn:
@@ -405,16 +426,20 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             else:
                 for t in ptx.range_(cta, tiles, ncta):
                     consume(t)
+            if tma_out and c.store_wait_once:   # each tile's stage_out waits before it
+                with ptx.if_(lane == 0):        # writes the buffer; the CTA's last stores
+                    ptx.tma.wait(0, read=True)  # must have read it before the CTA ends
 
     return attention_fwd
 
 
-def _wait_and_rescale(o_acc, alphas, bar) -> None:
+def _wait_and_rescale(o_acc, alphas, bar, tag="") -> None:
     """``Config.lazy_rescale``: retire P·V (``wgmma.wait_group 0``) and rescale O only in
     warpgroups where some row's max moved (``bar.red.or`` of ``alpha < 1`` over the
     warpgroup at named barrier ``bar``: the wait is warpgroup-aligned), each branch with
     its own wait. A wait behind a branch on the softmax's result stays after the softmax;
-    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them."""
+    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them. ``tag``
+    tells the labels of the loop's copies apart (``Config.split_mask``)."""
     moved = reg.scalar(pred)
     ptx.inst.setp.lt.f32(moved, alphas[0], 1.0)
     other = reg.scalar(pred)
@@ -423,7 +448,7 @@ def _wait_and_rescale(o_acc, alphas, bar) -> None:
     ptx.inst("bar.red.or.pred", moved, bar, 128, moved)
     # bra.uni: the reduction is the same in every thread, and ptxas, told so, keeps the
     # loop's wgmma descriptors in uniform registers (a plain branch costs two R2UR a wgmma)
-    keep, done = ptx.new_label("o_kept"), ptx.new_label("o_rescaled")
+    keep, done = ptx.new_label(f"o_kept{tag}"), ptx.new_label(f"o_rescaled{tag}")
     ptx.bra(keep, pred=~moved, uni=True)
     ptx.inst("wgmma.wait_group.sync.aligned", 0)
     rescale(list(o_acc), alphas)
@@ -431,31 +456,6 @@ def _wait_and_rescale(o_acc, alphas, bar) -> None:
     ptx.place(keep)
     ptx.inst("wgmma.wait_group.sync.aligned", 0)
     ptx.place(done)
-
-
-def _store_p(s, p_at, lw, warp, dtype, bm, bar) -> None:
-    """``Config.p_smem``: this thread's P elements (S after the softmax) as 16-bit pairs
-    into the consumer's 64 rows of P at ``p_at`` (64-key panels of ``bm`` swizzled
-    128-byte rows, what a K-major wgmma descriptor reads: element (row, key) of a panel
-    at ``row * 128 + 16 * ((key / 8) ^ (row & 7)) + 2 * (key & 7)``), then
-    ``fence.proxy.async`` (the generic-proxy stores before the async proxy's reads) and
-    the warpgroup meets at named barrier ``bar``, so every warp's P is written before
-    the P·V wgmma is issued."""
-    frow = warp * 16 + (lw >> 2)
-    q = frow & 7
-    fb = (lw & 3) * (2 * dtype.bytes)
-    xs = [(q << 4) + fb if c == 0 else ((q ^ c) << 4) + fb for c in range(8)]
-    bases = [p_at + frow * ROW, p_at + (frow + 8) * ROW]
-    # accumulator element g + 2r + {0, 1}: row r0 + 8r, keys fcol + 8 (g / 4) + {0, 1}
-    for g in range(0, len(s), 4):
-        key = 8 * (g // 4)
-        pnl, c = divmod(key // 8, 8)
-        for r in range(2):
-            pair = reg.scalar(b32)
-            ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, s[g + 2 * r + 1], s[g + 2 * r])
-            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), pair)
-    ptx.inst("fence.proxy.async.shared::cta")
-    ptx.inst("bar.sync", bar, 128)
 
 
 def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sched) -> None:
@@ -473,80 +473,6 @@ def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sch
         need = need | (key0 < last + off - mask.left)
     with ptx.if_(need):
         mask_keys(s_acc, key0, fcol, rows, off, sk, mask)
-
-
-def _stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc) -> None:
-    """``Config.tma_store``: this consumer's 64 rows of O / l into its half of the staging
-    buffer (64-column panels of 128-byte swizzled rows, what a TMA box of (1, 64, 1, 64)
-    reads), then one thread stores each panel with TMA, which clips rows past SQ and
-    columns past D. Element (row, col) of a panel is at byte ``row * 128 + 16 * ((col / 8)
-    ^ (row & 7)) + 2 * (col & 7)``; a thread's two rows share ``row & 7``. Before the
-    buffer is written again, the previous tile's stores must have read it
-    (``cp.async.bulk.wait_group.read 0``, then the warpgroup meets at named barrier 3 +
-    consumer)."""
-    bar = 1 + nc + cons                          # after the ping-pong barriers 1 .. nc
-    with ptx.if_(lane == 0):
-        ptx.tma.wait(0, read=True)
-    ptx.inst("bar.sync", bar, 128)
-    mine = stage + cons * (64 * ROW)
-    frow = warp * 16 + (lw >> 2)
-    q = frow & 7
-    fb = (lw & 3) * (2 * dtype.bytes)            # the thread's pair inside a 16-byte chunk
-    xs = [(q << 4) + fb if c == 0 else ((q ^ c) << 4) + fb for c in range(8)]
-    bases = [mine + frow * ROW, mine + (frow + 8) * ROW]
-    inv = []
-    for r in range(2):
-        quad_reduce(l[r], "add")
-        inv.append(row_inverse(l[r])[0])
-    elems = list(o_acc)
-    for g in range(0, len(elems), 4):            # 8-column group g / 4: rows r0, r0 + 8
-        col = 8 * (g // 4)
-        pnl, c = divmod(col // 8, 8)
-        for r in range(2):
-            lo, hi = elems[g + 2 * r], elems[g + 2 * r + 1]
-            ptx.inst.mul.f32(lo, lo, inv[r])
-            ptx.inst.mul.f32(hi, hi, inv[r])
-            pair = reg.scalar(b32)
-            ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
-            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), pair)
-    for col in range(d, padded(d), 8):           # head dim 96: the box's columns past D,
-        pnl, c = divmod(col // 8, 8)             # which TMA reads (and does not store)
-        for r in range(2):
-            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), 0)
-    ptx.inst("fence.proxy.async.shared::cta")
-    ptx.inst("bar.sync", bar, 128)
-    with ptx.if_(lane == 0):
-        for p in range(padded(d) // PANEL):
-            ptx.tma.store(sched.to, [p * PANEL, w.head, w.m0 + cons * 64, w.batch],
-                          mine + p * bm * ROW)
-        ptx.tma.commit()
-
-
-def _epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype, *,
-              store: bool = True) -> None:
-    """O / l in 16-bit pairs (``cvt.rn``) by ``st.global.b32`` (unless ``store`` is False:
-    :func:`_stage_out` stored it), LSE = (m + lg2 l) ln 2 by one thread of each quad; rows
-    past the sequence are not written; a row with no key gives 0 and -inf."""
-    sq_s = _s32(sched.row_bound(w))
-    for r in range(2):
-        if store:
-            quad_reduce(l[r], "add")
-        inv, some = row_inverse(l[r])
-        with ptx.if_(rows[r] < sq_s):
-            row = sched.out_row(w, urows[r]) if store else None
-            ptr = po + (row * d + fcol) * dtype.bytes if store else None
-            elems = list(o_acc) if store else []
-            for g in range(0, len(elems), 4):     # elements g, g + 1: row r0; g + 2, g + 3: r0 + 8
-                i = g + 2 * r
-                lo, hi = elems[i], elems[i + 1]
-                ptx.inst.mul.f32(lo, lo, inv)
-                ptx.inst.mul.f32(hi, hi, inv)
-                pair = reg.scalar(b32)
-                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
-                ptx.inst("st.global.b32", ptx.addr(ptr, (8 * (i // 4)) * dtype.bytes), pair)
-            with ptx.if_((lw & 3) == 0):
-                val = row_lse(l[r], m[r], some)
-                ptx.inst("st.global.f32", ptx.addr(pl + sched.lse_at(w, urows[r]) * 4), val)
 
 
 @contextlib.contextmanager

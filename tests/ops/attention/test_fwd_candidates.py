@@ -120,10 +120,12 @@ def test_three_consumers_tma_store_head_dim_96():
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("name", ["h96", "gqa", "h128c", "h128f"])
+@pytest.mark.parametrize("name", ["h96", "gqa", "h128c", "h128f", "causal"])
 def test_lab_sets_compile_without_spills(name):
     """Every candidate of lab/attention_plans.py's set ``name`` (at its masks, layout and
-    GQA group) fits shared memory and compiles without spills (ptxas -v), bf16."""
+    GQA group; a ``plan`` candidate as the plans row of each of its key lengths) fits
+    shared memory and compiles without spills (ptxas -v) and without ptxas serializing
+    its wgmmas, bf16."""
     import importlib.util
     from pathlib import Path
     from ptxas_resources import resources_or_skip
@@ -137,10 +139,12 @@ def test_lab_sets_compile_without_spills(name):
     h, hk = st.get("heads", (16, 16))
     for d, cands in st["candidates"].items():
         for causal in st.get("masks", (False, True)):
-            for cand in cands:
+            planned = [lab._planned(c, d, s, causal) for s in st.get("seqs", [1024])
+                       for c in cands]
+            for cand in {repr(sorted(c.items())): c for c in planned}.values():
                 if cand.get("causal", causal) != causal:
                     continue
-                kw = {x: y for x, y in cand.items() if x not in ("layout", "causal")}
+                kw = {x: y for x, y in cand.items() if x not in ("layout", "causal", "plan")}
                 c = Config(**kw)
                 assert c.smem_bytes(d) <= SMEM_PER_CTA, cand
                 kern = build_forward(c, bf16, d, Mask(-1, 0) if causal else Mask(),
@@ -148,6 +152,8 @@ def test_lab_sets_compile_without_spills(name):
                                      group=h // hk)
                 res = resources_or_skip(kern)
                 assert (res.spill_stores, res.spill_loads) == (0, 0), (cand, causal, res)
+                # ptxas's C7515: every wgmma serialized (a wait after each)
+                assert "C7515" not in kern.check().log, (cand, causal)
 
 
 def test_p_through_shared_memory():

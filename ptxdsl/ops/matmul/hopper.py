@@ -91,7 +91,7 @@ from .._common.ring import Ring, wait
 from .operands import SW128_K_MAJOR, operands
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
-from .promote import BlockLoop, BlockOps, BlockScales, RowScales
+from .promote import BlockLoop, BlockOps, BlockScales, RowScales, chunk_cols
 from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .groups import GroupCursor, group_tiles
@@ -232,9 +232,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
                          f"at most 128 columns) and needs more ring stages than the "
                          f"k-blocks it issues early, got {p}")
-    if (p.m_waves > 1 or p.kb_pairs) and (mode != "block" or grouped):
-        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles) and "
-                         f"kb_pairs={p.kb_pairs} are the dense block-wise fp8 kernel's, got "
+    if (p.m_waves > 1 or p.kb_pairs or p.kb_roll) and (mode != "block" or grouped):
+        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles), "
+                         f"kb_pairs={p.kb_pairs} and kb_roll={p.kb_roll} are the dense "
+                         f"block-wise fp8 kernel's, got "
                          f"scales {mode}"
                          f"{' in a grouped GEMM' if grouped else ''}")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128, 256) or (
@@ -263,8 +264,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled,
                              grouped)
     opa, opb = operands(p, dtype, a_major, b_major, b_dtype)
-    # block-wise 256-column tiles: two m64n128 halves (.promote.BlockLoop)
-    mma, mma_k = mma_instruction(min(p.bn, 128) if mode == "block" else p.bn, dtype, b_dtype)
+    # block-wise 256-column tiles: m64n128 halves or m64n64 chunks (.promote.BlockLoop)
+    mma, mma_k = mma_instruction(chunk_cols(p) if mode == "block" else p.bn, dtype, b_dtype)
     # Transpose immediates exist for 16-bit operands only.
     trans = (opa.transpose, opb.transpose) if dtype.bytes == 2 else ()
     S, CL, CN, SK = p.stages, p.cluster, p.cluster_n, p.split
@@ -282,6 +283,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
+            f"{f'_r{p.kb_roll}' if p.kb_roll else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -460,7 +462,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                                              mma_k, trans, full0, empty0, release, dtype),
                                    waves, BlockScales(psa, psb, m, ptx.dim("NB"),
                                                       2 * p.m_waves, -(-p.bn // 128)),
-                                   p.kb_pairs)
+                                   p.kb_pairs, p.kb_roll, chunk_cols(p))
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores

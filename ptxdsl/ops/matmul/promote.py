@@ -114,27 +114,66 @@ class BlockLoop:
     temporary read was written in the same loop iteration (ptxas cannot tell that a
     wgmma issued before a back edge has retired, :mod:`.overlap`)."""
 
-    def __init__(self, ops, accs, scales, pairs: bool):
-        self.ops, self.accs, self.pairs = ops, accs, pairs
-        self.halves = len(scales.sb)
-        self.n = len(accs[0]) // self.halves
-        self.parts = [reg.array(f32, self.n) for _ in range(2 if pairs else 1)]
-        self.scales = [scales] if not pairs else [scales, BlockScales(
-            scales.psa, scales.psb, scales.m, scales.nb, len(scales.sa))]
+    def __init__(self, ops, accs, scales, pairs: bool, roll: int = 0, chunk: int = 128):
+        self.ops, self.accs, self.pairs, self.roll = ops, accs, pairs, roll
+        self.chunks = 2 * len(accs[0]) // chunk         # wgmma column chunks of the tile
+        self.cw = chunk
+        self.n = chunk // 2                             # a chunk's values per thread
+        self.parts = [reg.array(f32, self.n) for _ in range(2 if pairs or roll else 1)]
+        sets = roll or (2 if pairs else 1)
+        self.scales = [scales] + [BlockScales(scales.psa, scales.psb, scales.m, scales.nb,
+                                              len(scales.sa), len(scales.sb))
+                                  for _ in range(sets - 1)]
+
+    def _promote(self, w, part, c, scales):
+        """Chunk ``c``'s temporary into its values of wave ``w``'s accumulator, with the
+        ``scale_b`` of the 128-column block it lies in."""
+        n = self.n
+        promote(self.accs[w][c * n:(c + 1) * n], part, scales.factors(w, c * self.cw >> 7))
 
     def _one(self, scales):
         """A k-block of every wave, one after the other, through ``parts[0]``."""
-        ops, part, n = self.ops, self.parts[0], self.n
+        ops, part = self.ops, self.parts[0]
         ops.wait_full()
         eb = ops.slot_empty()
         for w, dst in enumerate(self.accs):
-            for h in range(self.halves):
-                ops.issue(part, w, h)
+            for c in range(self.chunks):
+                ops.issue(part, w, c)
                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                if w == len(self.accs) - 1 and h == self.halves - 1:
+                if w == len(self.accs) - 1 and c == self.chunks - 1:
                     ops.release(eb)
-                promote(dst[h * n:(h + 1) * n], part, scales.factors(w, h))
+                self._promote(w, part, c, scales)
         ops.advance()
+
+    def _rolling(self, kb, last, rows, n0):
+        """``roll`` k-blocks from ``kb`` (one wave), chunk after chunk through the two
+        temporaries in turn: each step's wgmmas are issued before the step before is
+        waited (``wait_group 1``) and promoted, so the wgmma queue drains once per
+        iteration; a k-block's stage is released, and its scales reloaded for ``kb +
+        roll`` on, after its last chunk's promotion."""
+        ops, C = self.ops, self.chunks
+        steps = [(i, c) for i in range(self.roll) for c in range(C)]
+        ebs = []
+
+        def retire(t, pending):
+            i, c = steps[t]
+            ptx.inst("wgmma.wait_group.sync.aligned", pending)
+            if c == C - 1:
+                ops.release(ebs[i])
+            self._promote(0, self.parts[t % 2], c, self.scales[i])
+            if c == C - 1:
+                self.scales[i].load(ptx.min(kb + (self.roll + i), last), rows, n0)
+
+        for s, (i, c) in enumerate(steps):
+            if c == 0:
+                ops.wait_full()
+                ebs.append(ops.slot_empty())
+            ops.issue(self.parts[s % 2], 0, c)
+            if c == C - 1:
+                ops.advance()
+            if s:
+                retire(s - 1, 1)
+        retire(len(steps) - 1, 0)
 
     def _two(self, kb, last, rows, n0):
         """k-blocks ``kb`` and ``kb + 1`` (one wave): both issued, then each waited,
@@ -162,6 +201,17 @@ class BlockLoop:
         last = kb0 + nkr - 1
         first = self.scales[0]
         first.load(kb0, rows, n0)
+        if self.roll:
+            r = self.roll
+            for i in range(1, r):
+                self.scales[i].load(ptx.min(kb0 + i, last), rows, n0)
+            for j in ptx.range_(nkr >> (r.bit_length() - 1)):
+                self._rolling(kb0 + r * j if split else r * j, last, rows, n0)
+            rem = nkr & (r - 1)     # the last k-blocks, one at a time (set i has kb + i)
+            for i in range(r - 1):
+                with ptx.if_(rem > i):
+                    self._one(self.scales[i])
+            return
         if not self.pairs:
             for kb in ptx.range_(kb0, kb0 + nkr) if split else ptx.range_(nkr):
                 self._one(first)
@@ -174,6 +224,13 @@ class BlockLoop:
             self._one(first)
 
 
+def chunk_cols(p) -> int:
+    """Columns of one block-wise wgmma (m64nX): the tile's, 128 for a 256-column tile
+    (two halves), 64 for a rolling 256-column tile (two 32-value temporaries beside the
+    128-value accumulator fit a consumer's registers; two 64-value ones do not)."""
+    return 64 if p.kb_roll and p.bn > 128 else min(p.bn, 128)
+
+
 class BlockOps:
     """The Hopper kernel's ring stages as :class:`BlockLoop` draws them (:mod:`.hopper`
     passes its pieces); ``release`` is the consumer's (every CTA of the cluster)."""
@@ -184,7 +241,8 @@ class BlockOps:
         self.base, self.L, self.a_off = base, L, a_off
         self.opa, self.opb, self.mma, self.mma_k, self.trans = opa, opb, mma, mma_k, trans
         self.full0, self.empty0, self.release = full0, empty0, release
-        self.wave_bytes = 128 * p.bk * dtype.bytes   # A's (B's) next 128 rows in a stage
+        self.wave_bytes = 128 * p.bk * dtype.bytes   # A's next 128 rows in a stage
+        self.chunk_bytes = chunk_cols(p) * p.bk * dtype.bytes   # B's next chunk's rows
 
     def wait_full(self):
         wait(self.labels, self.full0 + self.ring.slot * 8, self.ring.phase)
@@ -195,14 +253,14 @@ class BlockOps:
     def advance(self):
         self.ring.advance()
 
-    def issue(self, dst, wave, half):
-        """Fence, the slot's wgmmas of A's rows of ``wave`` and B's 128 columns of
-        ``half`` into ``dst`` (scale-d 0 on the first), commit."""
+    def issue(self, dst, wave, chunk):
+        """Fence, the slot's wgmmas of A's rows of ``wave`` and B's columns of ``chunk``
+        (:func:`chunk_cols` wide) into ``dst`` (scale-d 0 on the first), commit."""
         slot = self.ring.slot
         sa = self.base + self.L.a + slot * self.L.a_stage + self.a_off
         da = self.opa.descriptor(sa + wave * self.wave_bytes if wave else sa)
         sb = self.base + self.L.b + slot * self.L.b_stage
-        db = self.opb.descriptor(sb + half * self.wave_bytes if half else sb)
+        db = self.opb.descriptor(sb + chunk * self.chunk_bytes if chunk else sb)
         ptx.inst("wgmma.fence.sync.aligned")
         for ks in range(self.p.bk // self.mma_k):
             ptx.inst(self.mma, list(dst), da if ks == 0 else da + ks * self.opa.k_step,
@@ -211,4 +269,4 @@ class BlockOps:
         ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-__all__ = ["RowScales", "BlockScales", "BlockLoop", "BlockOps", "promote"]
+__all__ = ["RowScales", "BlockScales", "BlockLoop", "BlockOps", "chunk_cols", "promote"]

@@ -109,6 +109,36 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, mode))
 
 
+@pytest.mark.parametrize("m,n,k,bn,roll,split", [
+    # two k-blocks a rolling iteration, five k-blocks: two iterations and one left over
+    (70, 136, 592, 128, 2, 1),
+    # 256 columns in 64-column chunks, four k-blocks an iteration, seven k-blocks (three
+    # left over); the second tile's last 128-column block lies past N
+    pytest.param(70, 300, 800, 256, 4, 1, marks=pytest.mark.long),
+    pytest.param(130, 200, 1040, 128, 4, 1, marks=pytest.mark.long),
+    # split-K ranks of 3 and 2 k-blocks (one rolling iteration each, one left over)
+    pytest.param(16, 136, 528, 128, 2, 2, marks=pytest.mark.long),
+])
+def test_interpreter_runs_rolling_block_loops(m, n, k, bn, roll, split):
+    """``Plan.kb_roll``: k-blocks in turn through two temporaries, each promoted under the
+    next one's wgmmas, then the k-blocks a whole iteration leaves one at a time."""
+    if split > 1:
+        p = one_row(m, n, k, e4m3, f32, sms=2 * split, split=split)
+    else:
+        p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=1)
+    p = fitted(dataclasses.replace(for_scaling(p, "block", e4m3, f32), bn=bn, kb_roll=roll),
+               e4m3, f32)
+    assert p.split == split and p.kb_roll == roll
+    kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled="block")
+    assert kern.name.endswith(f"_r{roll}_blockscaled")
+    rng = np.random.default_rng(m + n + k)
+    a, w = ints(rng, (m, k)), ints(rng, (n, k))
+    sa, sb = scales_for(rng, "block", m, n, k)
+    c = kern.interpret(a.astype(E4M3), w.astype(E5M2), np.ascontiguousarray(sa.T), sb,
+                       np.full((m, n), np.nan, np.float32))
+    np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, "block"))
+
+
 def test_block_scaled_plans_take_128_column_tiles():
     p = choose(4096, 7168, 4096, e4m3, bf16)
     assert p.bn == 256 and p.cluster == 2 and for_scaling(p, "row", e4m3, bf16) == p
@@ -132,6 +162,16 @@ def test_block_scaled_plans_take_128_column_tiles():
         build_hopper(dataclasses.replace(q, kb_pairs=True), e4m3, bf16, scaled=True)
     with pytest.raises(ValueError, match="m_waves=2"):
         dataclasses.replace(q, m_waves=2, kb_pairs=True)
+    # rolling k-blocks: 2 or 4 an iteration, block-wise only, m64n64 chunks of 256 columns
+    r = dataclasses.replace(w256, kb_roll=2)
+    assert for_scaling(r, "row", e4m3, bf16).kb_roll == 0
+    assert "m64n64k32" in build_hopper(r, e4m3, bf16, scaled="block").ptx("sm_90a")
+    with pytest.raises(ValueError, match="kb_roll=3"):
+        dataclasses.replace(q, kb_roll=3)
+    with pytest.raises(ValueError, match="kb_roll=2"):
+        dataclasses.replace(q, kb_roll=2, kb_pairs=True)
+    with pytest.raises(ValueError, match="dense block-wise fp8 kernel's"):
+        build_hopper(dataclasses.replace(q, kb_roll=2), e4m3, bf16, scaled="row")
 
 
 # ---------------------------------------------------------------- the public call

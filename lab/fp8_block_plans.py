@@ -15,7 +15,8 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
   k-blocks (``kb_roll``: two temporaries in turn, each promoted under the next one's
   wgmmas, the queue draining once per 2 or 4 k-blocks): ``r2``, ``r4``, ``r4c2``
   (128-column tiles), ``n256r2``, ``n256r4``, ``n256r4c2`` (256 columns in 64-column
-  chunks); ``--variants all`` adds ``n128, c1, w2, kp, st-1`` and
+  chunks); ``ss``, ``r4ss``, ``n256r4ss``: ``base``, ``r4`` and ``n256r4`` with
+  ``scale_a`` copied into each ring stage by the producer (``smem_scales``); ``--variants all`` adds ``n128, c1, w2, kp, st-1`` and
   ``tensor n128`` (the default leaves out what the 18:15 run showed behind ``base``);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
   256-column tiles: what the block-wise scales cost at one tile shape;
@@ -25,7 +26,7 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
 
 Every contender is validated before it is timed, against a float64 reference of 512 of
 the output's rows (the first and last 256: both halves of a 256-row tile), relative
-Frobenius error under 1e-2, and the block-wise variants also at a ragged shape (379 x 1000
+Frobenius error under 1e-2, and the block-wise variants also at a ragged shape (380 x 1000
 x 528: a ragged last k-block and tile). Timing: ``bench.matmul.timed_rounds`` (the
 contenders take turns in ``--block-ms`` slices, ``--rounds`` rounds, median kept). Writes
 ``$OUT/fp8_block_plans.json`` after every shape; about 90 s on an H200 (the default set).
@@ -51,12 +52,16 @@ from lab.matmul_plans import time_and_record  # noqa: E402
 SHAPES = "4096x4096x4096,4096x7168x16384,2048x4096x7168"
 VARIANTS = {"c1": dict(cluster=1), "w2": dict(m_waves=2), "w2c1": dict(m_waves=2, cluster=1),
             "kp": dict(kb_pairs=True), "kpc1": dict(kb_pairs=True, cluster=1)}
-# kb_roll: plans set directly (fitted, not for_scaling, which keeps 256 columns unclustered)
+# kb_roll, smem_scales: plans set directly (fitted, not for_scaling, which keeps 256 columns unclustered)
 ROLLING = {"r2": dict(bn=128, kb_roll=2, cluster=1), "r4": dict(bn=128, kb_roll=4, cluster=1),
            "r4c2": dict(bn=128, kb_roll=4, cluster=2),
            "n256r2": dict(bn=256, kb_roll=2, cluster=1),
            "n256r4": dict(bn=256, kb_roll=4, cluster=1),
-           "n256r4c2": dict(bn=256, kb_roll=4, cluster=2)}
+           "n256r4c2": dict(bn=256, kb_roll=4, cluster=2),
+           # scale_a through the ring (smem_scales), alone and with the rolling k-blocks
+           "ss": dict(smem_scales=True), "r4ss": dict(bn=128, kb_roll=4, cluster=1,
+                                                      smem_scales=True),
+           "n256r4ss": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
 BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128"}
 
@@ -141,11 +146,12 @@ def main(argv=None):
     skip = BEHIND if not a.variants else set()
     built = {}
     one = torch.ones(1, device="cuda")
-    # the ragged check: 379 x 1000 x 528 (a 16-long last k-block, ragged tiles)
+    # the ragged check: 380 x 1000 x 528 (a 16-long last k-block, ragged tiles; M a multiple
+    # of 4 for smem_scales)
     g = torch.Generator(device="cuda").manual_seed(3)
-    ra = torch.randn(379, 528, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    ra = torch.randn(380, 528, device="cuda", generator=g).to(torch.float8_e4m3fn)
     rw = torch.randn(1000, 528, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    rsa = (2.0 ** torch.randint(-2, 2, (5, 379), device="cuda", generator=g)).float()
+    rsa = (2.0 ** torch.randint(-2, 2, (5, 380), device="cuda", generator=g)).float()
     rsb = (2.0 ** torch.randint(-2, 2, (5, 8), device="cuda", generator=g)).float()
     rref = reference_rows(ra.double(), rw.t().double(), rsa.t().double(), rsb)
     warm(1.0)
@@ -200,12 +206,12 @@ def main(argv=None):
                     bound(*(t.data_ptr() for t in args(x, b, sa, sb, c)))
                 return c
             if scaled == "block":
-                cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
+                cr = torch.full((380, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
                 kern(ra, rw, rsa, rsb, cr)
                 torch.cuda.synchronize()
                 e2 = rel_err(cr, rref)
                 if not e2 < 1e-2:
-                    row[name] = {"error": f"ragged 379x1000x528: relative error {e2:.3g}"}
+                    row[name] = {"error": f"ragged 380x1000x528: relative error {e2:.3g}"}
                     continue
             check(name, run, ref if scaled == "block" else plain)
         del ref, plain

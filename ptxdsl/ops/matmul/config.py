@@ -40,6 +40,8 @@ class Plan:
     #                         into two temporaries, the first promoted under the second
     kb_roll: int = 0       # block-wise fp8 only, m_waves 1: k-blocks per loop iteration (2, 4)
     #                        of two temporaries in turn, each promoted under the next's wgmmas
+    smem_scales: bool = False  # block-wise fp8 only (M a multiple of 4): scale_a copied into
+    #                            each ring stage by the producer, read from shared memory
 
     consumers = 2          # consumer warpgroups, each m_waves x m64 x bn
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
@@ -111,7 +113,8 @@ class Plan:
         return 64
 
     def stage_bytes(self, dtype: PtxType) -> int:
-        return (self.bm + self.bn) * self.bk * dtype.bytes
+        """A ring stage: A's and B's elements (and ``scale_a`` with ``smem_scales``)."""
+        return (self.bm + self.bn) * self.bk * dtype.bytes + self.scale_stage_bytes()
 
     def epilogue_bytes(self, out_dtype: PtxType) -> int:
         return self.consumers * self.wg_m * self.epi_cols * out_dtype.bytes
@@ -119,6 +122,10 @@ class Plan:
     def partial_bytes(self) -> int:
         """The split-K partial buffers (f32 accumulators of every consumer), if split."""
         return self.bm * self.bn * 4 if self.split > 1 else 0
+
+    def scale_stage_bytes(self) -> int:
+        """A ring stage's f32 ``scale_a`` of the tile's rows (``smem_scales``), else 0."""
+        return self.bm * 4 if self.smem_scales else 0
 
     def smem_bytes(self, dtype: PtxType, out_dtype: PtxType) -> int:
         """Dynamic shared memory: the ring, the epilogue buffer, the split-K partials,

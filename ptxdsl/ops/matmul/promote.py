@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 from ...dsl import ptx, reg
-from ...core.types import f32, u64
+from ...core.types import f32, u32, u64
 from .._common.ring import wait
 from .._common.rowio import load_chunk
 
@@ -60,10 +60,15 @@ class BlockScales:
     The raw values live in fixed registers (:meth:`load` writes them, :meth:`factors`
     reads them): a k-block's scales are loaded after the previous k-block's promotion and
     multiplied after this k-block's wgmmas retired, so the load's latency hides under
-    the wgmmas. A product taken as soon as the load is issued waits for it there."""
+    the wgmmas. A product taken as soon as the load is issued waits for it there.
 
-    def __init__(self, psa, psb, m, nb, count: int, halves: int = 1):
-        self.psa, self.psb, self.m, self.nb = psa, psb, m, nb
+    With ``smem`` (``Plan.smem_scales``: the producer copies the tile's ``scale_a`` into
+    each ring stage beside A, :func:`copy_scale_a`) :meth:`load` loads ``scale_b`` only
+    and :meth:`read` takes ``scale_a`` from the stage once it is full (before it is
+    released)."""
+
+    def __init__(self, psa, psb, m, nb, count: int, halves: int = 1, smem: bool = False):
+        self.psa, self.psb, self.m, self.nb, self.smem = psa, psb, m, nb, smem
         # A row (block) past M (N) is never loaded: its register keeps 0 or an earlier
         # tile's scale, which multiplies TMA's zero fill and is never stored.
         self.sa = [reg.scalar(f32, init=0.0) for _ in range(count)]
@@ -76,15 +81,44 @@ class BlockScales:
         for h, r in enumerate(self.sb):
             ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psb + _wide(col + h if h else col, 4)),
                      pred=(n0 >> 7) + h < self.nb if h else None)
+        if self.smem:
+            return
         base = kb * self.m
         for r, row in zip(self.sa, rows):
             ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psa + _wide(base + row, 4)),
+                     pred=row < self.m)
+
+    def read(self, stage, rows) -> None:
+        """``scale_a`` of each of ``rows`` (``frow`` and ``frow + 8`` of each wave) from the
+        ring stage's copy at ``stage`` (rows past M keep their register). The tile starts
+        at a multiple of 128 rows: the first row's place in it is ``rows[0] & 127``."""
+        at = stage + (rows[0] & 127) * 4
+        for i, (r, row) in enumerate(zip(self.sa, rows)):
+            ptx.inst("ld.shared.f32", r, ptx.addr(at, 4 * (128 * (i >> 1) + 8 * (i & 1))),
                      pred=row < self.m)
 
     def factors(self, wave: int = 0, half: int = 0) -> list:
         """``scale_a * scale_b`` of accumulator ``wave``'s two rows (r = 0, 1) in the
         tile's 128-column ``half``."""
         return [self.sa[2 * wave + r] * self.sb[half] for r in range(2)]
+
+
+def scale_a_bytes(m, m0, bm: int):
+    """Bytes of ``scale_a`` per k-block of the tile at row ``m0``: its rows before M (a
+    multiple of 16 where M is a multiple of 4, :func:`.hopper.grid_for` checks), 0 for
+    a tile past M (a cluster's padding)."""
+    nbytes = reg.scalar(u32)
+    ptx.inst.selp.u32(nbytes, ptx.min(m - m0, bm) * 4, 0, m0 < m)
+    return nbytes
+
+
+def copy_scale_a(psa, m, m0, kb, dst, full, nbytes) -> None:
+    """The producer's bulk copy of ``scale_a[kb, m0 ..]`` (``nbytes``, contiguous in the
+    ``(KB, M)`` layout) into a ring stage at ``dst``, completing on its ``full``
+    barrier beside A's and B's bytes."""
+    with ptx.if_(nbytes > 0):
+        ptx.inst("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+                 ptx.addr(dst), ptx.addr(psa + _wide(kb * m + m0, 4)), nbytes, ptx.addr(full))
 
 
 def promote(acc, part, factors) -> None:
@@ -122,8 +156,15 @@ class BlockLoop:
         self.parts = [reg.array(f32, self.n) for _ in range(2 if pairs or roll else 1)]
         sets = roll or (2 if pairs else 1)
         self.scales = [scales] + [BlockScales(scales.psa, scales.psb, scales.m, scales.nb,
-                                              len(scales.sa), len(scales.sb))
+                                              len(scales.sa), len(scales.sb), scales.smem)
                                   for _ in range(sets - 1)]
+        self.rows = None
+
+    def _full(self, scales):
+        """Wait for the current ring stage; ``scale_a`` from it (``Plan.smem_scales``)."""
+        self.ops.wait_full()
+        if scales.smem:
+            scales.read(self.ops.scale_slot(), self.rows)
 
     def _promote(self, w, part, c, scales):
         """Chunk ``c``'s temporary into its values of wave ``w``'s accumulator, with the
@@ -134,7 +175,7 @@ class BlockLoop:
     def _one(self, scales):
         """A k-block of every wave, one after the other, through ``parts[0]``."""
         ops, part = self.ops, self.parts[0]
-        ops.wait_full()
+        self._full(scales)
         eb = ops.slot_empty()
         for w, dst in enumerate(self.accs):
             for c in range(self.chunks):
@@ -166,7 +207,7 @@ class BlockLoop:
 
         for s, (i, c) in enumerate(steps):
             if c == 0:
-                ops.wait_full()
+                self._full(self.scales[i])
                 ebs.append(ops.slot_empty())
             ops.issue(self.parts[s % 2], 0, c)
             if c == C - 1:
@@ -180,8 +221,8 @@ class BlockLoop:
         released and promoted; their scales reloaded for ``kb + 2`` and ``kb + 3``."""
         ops, acc = self.ops, self.accs[0]
         ebs = []
-        for part in self.parts:
-            ops.wait_full()
+        for part, sc in zip(self.parts, self.scales):
+            self._full(sc)
             ebs.append(ops.slot_empty())
             ops.issue(part, 0, 0)
             ops.advance()
@@ -198,6 +239,7 @@ class BlockLoop:
         for dst in self.accs:
             for r in dst:
                 ptx.inst.mov.f32(r, 0.0)
+        self.rows = rows
         last = kb0 + nkr - 1
         first = self.scales[0]
         first.load(kb0, rows, n0)
@@ -247,6 +289,10 @@ class BlockOps:
     def wait_full(self):
         wait(self.labels, self.full0 + self.ring.slot * 8, self.ring.phase)
 
+    def scale_slot(self):
+        """The current ring stage's copy of ``scale_a`` (``Plan.smem_scales``)."""
+        return self.base + self.L.sfa + self.ring.slot * self.L.sfa_stage
+
     def slot_empty(self):
         return self.empty0 + self.ring.slot * 8
 
@@ -269,4 +315,5 @@ class BlockOps:
         ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-__all__ = ["RowScales", "BlockScales", "BlockLoop", "BlockOps", "chunk_cols", "promote"]
+__all__ = ["RowScales", "BlockScales", "BlockLoop", "BlockOps", "chunk_cols", "promote",
+           "scale_a_bytes", "copy_scale_a"]

@@ -20,7 +20,7 @@ from ptxdsl.core.errors import LaunchError
 from ptxdsl.core.types import bf16, e4m3, e5m2, f32
 from ptxdsl.ops import matmul
 from ptxdsl.ops.matmul.fp8 import scale_mode
-from ptxdsl.ops.matmul.hopper import build_hopper
+from ptxdsl.ops.matmul.hopper import build_hopper, grid_for
 from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling, one_row
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
@@ -109,28 +109,40 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, mode))
 
 
-@pytest.mark.parametrize("m,n,k,bn,roll,split", [
+@pytest.mark.parametrize("m,n,k,split,fields", [
     # two k-blocks a rolling iteration, five k-blocks: two iterations and one left over
-    (70, 136, 592, 128, 2, 1),
+    (70, 136, 592, 1, dict(bn=128, kb_roll=2)),
     # 256 columns in 64-column chunks, four k-blocks an iteration, seven k-blocks (three
     # left over); the second tile's last 128-column block lies past N
-    pytest.param(70, 300, 800, 256, 4, 1, marks=pytest.mark.long),
-    pytest.param(130, 200, 1040, 128, 4, 1, marks=pytest.mark.long),
+    pytest.param(70, 300, 800, 1, dict(bn=256, kb_roll=4), marks=pytest.mark.long),
+    pytest.param(130, 200, 1040, 1, dict(bn=128, kb_roll=4), marks=pytest.mark.long),
     # split-K ranks of 3 and 2 k-blocks (one rolling iteration each, one left over)
-    pytest.param(16, 136, 528, 128, 2, 2, marks=pytest.mark.long),
+    pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=2), marks=pytest.mark.long),
+    # scale_a through the ring: a cluster's second tile past M (no bytes copied), a
+    # tile's 4 rows before M; with rolling k-blocks, pairs, 256-row tiles and split-K
+    (68, 136, 272, 1, dict(bn=128, cluster=2, smem_scales=True)),
+    pytest.param(132, 300, 800, 1, dict(bn=256, kb_roll=4, smem_scales=True),
+                 marks=pytest.mark.long),
+    pytest.param(132, 200, 400, 1, dict(bn=128, kb_pairs=True, smem_scales=True),
+                 marks=pytest.mark.long),
+    pytest.param(300, 200, 400, 1, dict(bn=128, m_waves=2, smem_scales=True),
+                 marks=pytest.mark.long),
+    pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=2, smem_scales=True),
+                 marks=pytest.mark.long),
 ])
-def test_interpreter_runs_rolling_block_loops(m, n, k, bn, roll, split):
-    """``Plan.kb_roll``: k-blocks in turn through two temporaries, each promoted under the
-    next one's wgmmas, then the k-blocks a whole iteration leaves one at a time."""
+def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
+    """``Plan.kb_roll`` (k-blocks in turn through two temporaries, each promoted under the
+    next one's wgmmas, then the k-blocks a whole iteration leaves one at a time) and
+    ``Plan.smem_scales`` (``scale_a`` copied beside A into each ring stage)."""
     if split > 1:
         p = one_row(m, n, k, e4m3, f32, sms=2 * split, split=split)
     else:
         p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=1)
-    p = fitted(dataclasses.replace(for_scaling(p, "block", e4m3, f32), bn=bn, kb_roll=roll),
-               e4m3, f32)
-    assert p.split == split and p.kb_roll == roll
+    p = fitted(dataclasses.replace(for_scaling(p, "block", e4m3, f32), **fields), e4m3, f32)
+    assert p.split == split and p.smem_bytes(e4m3, f32) <= 227 * 1024
     kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled="block")
-    assert kern.name.endswith(f"_r{roll}_blockscaled")
+    assert kern.name.endswith(f"{'_r%d' % p.kb_roll if p.kb_roll else ''}"
+                              f"{'_ss' if p.smem_scales else ''}_blockscaled")
     rng = np.random.default_rng(m + n + k)
     a, w = ints(rng, (m, k)), ints(rng, (n, k))
     sa, sb = scales_for(rng, "block", m, n, k)
@@ -172,6 +184,12 @@ def test_block_scaled_plans_take_128_column_tiles():
         dataclasses.replace(q, kb_roll=2, kb_pairs=True)
     with pytest.raises(ValueError, match="dense block-wise fp8 kernel's"):
         build_hopper(dataclasses.replace(q, kb_roll=2), e4m3, bf16, scaled="row")
+    # scale_a through the ring: 512 bytes a stage, M a multiple of 4
+    ss = fitted(dataclasses.replace(w256, smem_scales=True), e4m3, bf16)
+    assert ss.stage_bytes(e4m3) == w256.stage_bytes(e4m3) + 512 and ss.stages == 4
+    with pytest.raises(ValueError, match="M = 70 must be a multiple of 4"):
+        grid_for(ss, 132)(70, 4096, 4096)
+    assert grid_for(ss, 132)(72, 4096, 4096) == grid_for(w256, 132)(72, 4096, 4096)
 
 
 # ---------------------------------------------------------------- the public call

@@ -15,8 +15,10 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
   k-blocks (``kb_roll``: two temporaries in turn, each promoted under the next one's
   wgmmas, the queue draining once per 2 or 4 k-blocks): ``r2``, ``r4``, ``r4c2``
   (128-column tiles), ``n256r2``, ``n256r4``, ``n256r4c2`` (256 columns in 64-column
-  chunks); ``ss``, ``r4ss``, ``n256r4ss``: ``base``, ``r4`` and ``n256r4`` with
-  ``scale_a`` copied into each ring stage by the producer (``smem_scales``); ``--variants all`` adds ``n128, c1, w2, kp, st-1`` and
+  chunks); ``ss``, ``r4ss``, ``n256r4ss``, ``n128ss``: ``base``, ``r4``, ``n256r4``
+  and ``n128`` with ``scale_a`` copied into each ring stage by the producer
+  (``smem_scales``; ``n128ss`` is DeepGEMM's sm90 loop: 128 x 128 tiles, clusters of 2,
+  one temporary, scales from shared memory); ``--variants all`` adds ``n128, c1, w2, kp, st-1`` and
   ``tensor n128`` (the default leaves out what the 18:15 run showed behind ``base``);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
   256-column tiles: what the block-wise scales cost at one tile shape;
@@ -61,6 +63,7 @@ ROLLING = {"r2": dict(bn=128, kb_roll=2, cluster=1), "r4": dict(bn=128, kb_roll=
            # scale_a through the ring (smem_scales), alone and with the rolling k-blocks
            "ss": dict(smem_scales=True), "r4ss": dict(bn=128, kb_roll=4, cluster=1,
                                                       smem_scales=True),
+           "n128ss": dict(bn=128, cluster=2, smem_scales=True),     # DeepGEMM's loop
            "n256r4ss": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
 BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128"}

@@ -129,6 +129,9 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
                  marks=pytest.mark.long),
     pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=2, smem_scales=True),
                  marks=pytest.mark.long),
+    # both, 256 columns, a cluster whose second tile row lies past M
+    pytest.param(260, 300, 800, 1, dict(bn=256, kb_roll=4, cluster=2, smem_scales=True),
+                 marks=pytest.mark.long),
 ])
 def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     """``Plan.kb_roll`` (k-blocks in turn through two temporaries, each promoted under the

@@ -111,7 +111,7 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
 
 @pytest.mark.parametrize("m,n,k,split,fields", [
     # two k-blocks a rolling iteration, five k-blocks: two iterations and one left over
-    (70, 136, 592, 1, dict(bn=128, kb_roll=2)),
+    (70, 72, 592, 1, dict(bn=128, kb_roll=2)),
     # 256 columns in 64-column chunks, four k-blocks an iteration, seven k-blocks (three
     # left over); the second tile's last 128-column block lies past N
     pytest.param(70, 300, 800, 1, dict(bn=256, kb_roll=4), marks=pytest.mark.long),
@@ -120,7 +120,7 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=2), marks=pytest.mark.long),
     # scale_a through the ring: a cluster's second tile past M (no bytes copied), a
     # tile's 4 rows before M; with rolling k-blocks, pairs, 256-row tiles and split-K
-    (68, 136, 272, 1, dict(bn=128, cluster=2, smem_scales=True)),
+    (68, 72, 272, 1, dict(bn=128, cluster=2, smem_scales=True)),
     pytest.param(132, 300, 800, 1, dict(bn=256, kb_roll=4, smem_scales=True),
                  marks=pytest.mark.long),
     pytest.param(132, 200, 400, 1, dict(bn=128, kb_pairs=True, smem_scales=True),

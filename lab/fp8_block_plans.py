@@ -1,5 +1,5 @@
 """Block-wise fp8 GEMM variants timed side by side in one run (issue #50): which of the
-Hopper kernel's block-wise plan fields closes the gap to cuBLAS's per-tensor fp8 GEMM.
+Hopper kernel's block-wise plan fields closes the gap to cuBLAS's block-wise fp8 GEMM.
 
 Per shape, on the same e4m3 operands (``bench/matmul_fp8.py``'s sets: ``a`` (M, K),
 ``b = W.T``, enough copies to stream from HBM) and block-wise scales (``scale_a`` (M, K/128)
@@ -7,24 +7,34 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
 
 * ``api``: ``ptxdsl.ops.matmul`` as users call it (the plan ``plan.choose`` +
   ``plan.for_scaling`` give);
-* the kernel built from plan variants around that plan (``base``): ``c1`` (no cluster),
-  ``w2`` (``m_waves=2``: 256-row tiles), ``n256`` (``bn=256``: 256-column tiles as two
-  128-column halves), ``kp`` (``kb_pairs``: a k-block's promotion under the next one's
-  wgmmas), ``w2c1``, ``n256c1``, ``kpc1``, and ``st-1`` (one ring stage less);
+* the kernel built from plan variants around that plan (``base``, 256-column tiles as two
+  128-column halves without a cluster); ``n128`` (128-column tiles in clusters of 2) and
+  from it ``c1`` (no cluster), ``w2`` (``m_waves=2``: 256-row tiles), ``kp``
+  (``kb_pairs``: a k-block's promotion under the next one's wgmmas), ``w2c1``, ``kpc1``;
+  ``n256`` (the halves in a cluster of 2), ``st-1`` (one ring stage less) and the rolling
+  k-blocks (``kb_roll``: two temporaries in turn, each promoted under the next one's
+  wgmmas, the queue draining once per 2 or 4 k-blocks): ``r2``, ``r4``, ``r4c2``
+  (128-column tiles), ``n256r2``, ``n256r4``, ``n256r4c2`` (256 columns in 64-column
+  chunks); ``ss``, ``r4ss``, ``n256r4ss``, ``n128ss``: ``base``, ``r4``, ``n256r4``
+  and ``n128`` with ``scale_a`` copied into each ring stage by the producer
+  (``smem_scales``; ``n128ss`` is DeepGEMM's sm90 loop: 128 x 128 tiles, clusters of 2,
+  one temporary, scales from shared memory); ``--variants all`` adds ``n128, c1, w2, kp, st-1`` and
+  ``tensor n128`` (the default leaves out what the 18:15 run showed behind ``base``);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
-  256-column tiles: what the block-wise scales cost at one tile shape, and what the
-  128-column tiles cost;
-* ``cuBLAS fp8 tensor``: ``torch._scaled_mm`` per tensor (scales 1) on the same operands.
+  256-column tiles: what the block-wise scales cost at one tile shape;
+* ``cuBLAS fp8 tensor``: ``torch._scaled_mm`` per tensor (scales 1) on the same operands,
+  and ``cuBLAS fp8 block``: its 1 x 128 / 128 x 128 block-wise mode with the same scales
+  (``bench.matmul_fp8.torch_block_scale_b``'s layout, made untimed), the ratios' base.
 
 Every contender is validated before it is timed, against a float64 reference of 512 of
 the output's rows (the first and last 256: both halves of a 256-row tile), relative
-Frobenius error under 1e-2, and the block-wise variants also at a ragged shape (379 x 1000
+Frobenius error under 1e-2, and the block-wise variants also at a ragged shape (380 x 1000
 x 528: a ragged last k-block and tile). Timing: ``bench.matmul.timed_rounds`` (the
-contenders take turns in 2 ms slices, ``--rounds`` rounds, median kept). Writes
-``$OUT/fp8_block_plans.json`` after every shape; about a minute on an H200.
+contenders take turns in ``--block-ms`` slices, ``--rounds`` rounds, median kept). Writes
+``$OUT/fp8_block_plans.json`` after every shape; about 90 s on an H200 (the default set).
 
     PYTHONPATH=. python lab/fp8_block_plans.py
-    PYTHONPATH=. python lab/fp8_block_plans.py --shapes 4096x7168x16384 --variants base,w2
+    PYTHONPATH=. python lab/fp8_block_plans.py --shapes 4096x7168x16384 --variants base,r4
 """
 from __future__ import annotations
 
@@ -44,6 +54,19 @@ from lab.matmul_plans import time_and_record  # noqa: E402
 SHAPES = "4096x4096x4096,4096x7168x16384,2048x4096x7168"
 VARIANTS = {"c1": dict(cluster=1), "w2": dict(m_waves=2), "w2c1": dict(m_waves=2, cluster=1),
             "kp": dict(kb_pairs=True), "kpc1": dict(kb_pairs=True, cluster=1)}
+# kb_roll, smem_scales: plans set directly (fitted, not for_scaling, which keeps 256 columns unclustered)
+ROLLING = {"r2": dict(bn=128, kb_roll=2, cluster=1), "r4": dict(bn=128, kb_roll=4, cluster=1),
+           "r4c2": dict(bn=128, kb_roll=4, cluster=2),
+           "n256r2": dict(bn=256, kb_roll=2, cluster=1),
+           "n256r4": dict(bn=256, kb_roll=4, cluster=1),
+           "n256r4c2": dict(bn=256, kb_roll=4, cluster=2),
+           # scale_a through the ring (smem_scales), alone and with the rolling k-blocks
+           "ss": dict(smem_scales=True), "r4ss": dict(bn=128, kb_roll=4, cluster=1,
+                                                      smem_scales=True),
+           "n128ss": dict(bn=128, cluster=2, smem_scales=True),     # DeepGEMM's loop
+           "n256r4ss": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True)}
+# what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
+BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128"}
 
 
 def variants(m, n, k, sms, device):
@@ -52,12 +75,17 @@ def variants(m, n, k, sms, device):
     from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling
     base = for_scaling(choose(m, n, k, e4m3, bf16, sms, device=device), "block", e4m3, bf16)
     out = {"base": base}
+    # the 128-column plan (cluster 2) the older fields vary
+    n128 = fitted(dataclasses.replace(base, bn=128, cluster=2), e4m3, bf16)
+    out["n128"] = n128
     for name, kw in VARIANTS.items():
-        out[name] = for_scaling(dataclasses.replace(base, **kw), "block", e4m3, bf16)
+        out[name] = for_scaling(dataclasses.replace(n128, **kw), "block", e4m3, bf16)
     out["st-1"] = dataclasses.replace(base, stages=base.stages - 1)
-    # 256-column tiles as two 128-column halves (for_scaling keeps 128: set it directly)
-    for name, c in (("n256", base.cluster), ("n256c1", 1)):
+    # 256-column tiles as two 128-column halves, in a cluster of 2 and without
+    for name, c in (("n256", 2), ("n256c1", 1)):
         out[name] = fitted(dataclasses.replace(base, bn=256, cluster=c), e4m3, bf16)
+    for name, kw in ROLLING.items():
+        out[name] = fitted(dataclasses.replace(base, **kw), e4m3, bf16)
     seen, res = set(), {}
     for name, p in out.items():
         if p not in seen:
@@ -96,7 +124,7 @@ def reference_rows(a64, bd, sa64, sb):
 
 def main(argv=None):
     import torch
-    from bench.matmul_fp8 import make_sets
+    from bench.matmul_fp8 import make_sets, torch_block_scale_b
     from ptxdsl.core.types import bf16, e4m3
     from ptxdsl.ops import matmul
     from ptxdsl.ops.matmul.hopper import build_hopper
@@ -104,7 +132,8 @@ def main(argv=None):
     from ptxdsl.runtime import driver, prepare
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--variants", default=None, help="comma-separated names (default: all)")
+    ap.add_argument("--variants", default=None,
+                    help="comma-separated names, or all (default: all but BEHIND)")
     ap.add_argument("--block-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
@@ -116,14 +145,16 @@ def main(argv=None):
     result = {"device": torch.cuda.get_device_name(), "sms": sms, "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%dT%H:%M"), "dtype": "e4m3 -> bf16",
               "block_ms": a.block_ms, "rounds": a.rounds, "rows": []}
-    keep = set(a.variants.split(",")) if a.variants else None
+    keep = set(a.variants.split(",")) if a.variants and a.variants != "all" else None
+    skip = BEHIND if not a.variants else set()
     built = {}
     one = torch.ones(1, device="cuda")
-    # the ragged check: 379 x 1000 x 528 (a 16-long last k-block, ragged tiles)
+    # the ragged check: 380 x 1000 x 528 (a 16-long last k-block, ragged tiles; M a multiple
+    # of 4 for smem_scales)
     g = torch.Generator(device="cuda").manual_seed(3)
-    ra = torch.randn(379, 528, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    ra = torch.randn(380, 528, device="cuda", generator=g).to(torch.float8_e4m3fn)
     rw = torch.randn(1000, 528, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    rsa = (2.0 ** torch.randint(-2, 2, (5, 379), device="cuda", generator=g)).float()
+    rsa = (2.0 ** torch.randint(-2, 2, (5, 380), device="cuda", generator=g)).float()
     rsb = (2.0 ** torch.randint(-2, 2, (5, 8), device="cuda", generator=g)).float()
     rref = reference_rows(ra.double(), rw.t().double(), rsa.t().double(), rsb)
     warm(1.0)
@@ -142,11 +173,14 @@ def main(argv=None):
 
         check("cuBLAS fp8 tensor", lambda x, b, sa, sb: torch._scaled_mm(
             x, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), plain)
+        laid = torch_block_scale_b(sb)     # torch's layout of scale_b (every set shares sb)
+        check("cuBLAS fp8 block", lambda x, b, sa, sb: torch._scaled_mm(
+            x, b, scale_a=sa, scale_b=laid, out_dtype=torch.bfloat16), ref)
         check("api", lambda x, b, sa, sb: matmul(x, b, scale_a=sa, scale_b=sb), ref)
         todo = [(nm, p, "block") for nm, p in variants(m, n, k, sms, cls).items()] + \
             [(nm, p, True) for nm, p in tensor_plans(m, n, k, sms, cls).items()]
         for name, p, scaled in todo:
-            if keep is not None and name not in keep:
+            if (keep is not None and name not in keep) or name in skip:
                 continue
             plans[name] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
             try:
@@ -175,18 +209,23 @@ def main(argv=None):
                     bound(*(t.data_ptr() for t in args(x, b, sa, sb, c)))
                 return c
             if scaled == "block":
-                cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
-                kern(ra, rw, rsa, rsb, cr)
-                torch.cuda.synchronize()
+                cr = torch.full((380, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
+                try:
+                    kern(ra, rw, rsa, rsb, cr)
+                    torch.cuda.synchronize()
+                except Exception as err:  # noqa: BLE001
+                    row[name] = {"error": f"ragged: {type(err).__name__}: {str(err)[:200]}"}
+                    continue
                 e2 = rel_err(cr, rref)
                 if not e2 < 1e-2:
-                    row[name] = {"error": f"ragged 379x1000x528: relative error {e2:.3g}"}
+                    row[name] = {"error": f"ragged 380x1000x528: relative error {e2:.3g}"}
                     continue
             check(name, run, ref if scaled == "block" else plain)
         del ref, plain
         time_and_record(live, sets, a, (m, n, k), row, plans, result, path)
         del sets, x, b
-        cub = row.get("cuBLAS fp8 tensor", {}).get("tflops")
+        cub = row.get("cuBLAS fp8 block", {}).get("tflops") \
+            or row.get("cuBLAS fp8 tensor", {}).get("tflops")
         print(f"{shape} ({time.time() - t0:.0f}s): " + ", ".join(
             f"{nm}={v['tflops']:.0f}" + (f" ({v['tflops'] / cub:.2f}x)" if cub else "")
             if "tflops" in v else f"{nm}=ERR {v['error'][:80]}"

@@ -38,6 +38,10 @@ class Plan:
     #                        tiles, each consumer rows c*64 and 128 + c*64 of the tile)
     kb_pairs: bool = False  # block-wise fp8 only, m_waves 1: k-blocks issued two at a time
     #                         into two temporaries, the first promoted under the second
+    kb_roll: int = 0       # block-wise fp8 only, m_waves 1: k-blocks per loop iteration (2, 4)
+    #                        of two temporaries in turn, each promoted under the next's wgmmas
+    smem_scales: bool = False  # block-wise fp8 only (M a multiple of 4): scale_a copied into
+    #                            each ring stage by the producer, read from shared memory
 
     consumers = 2          # consumer warpgroups, each m_waves x m64 x bn
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
@@ -50,6 +54,11 @@ class Plan:
                              f"consumer, 2 only without a_rows, split-K, a cluster along N "
                              f"or kb_pairs (a_rows={self.a_rows}, split={self.split}, "
                              f"cluster_n={self.cluster_n}, kb_pairs={self.kb_pairs})")
+        if self.kb_roll not in (0, 2, 4) or (self.kb_roll and (self.m_waves > 1
+                                                               or self.kb_pairs)):
+            raise ValueError(f"Plan kb_roll={self.kb_roll}: 0, 2 or 4 k-blocks per rolling "
+                             f"iteration, and only without m_waves or kb_pairs "
+                             f"(m_waves={self.m_waves}, kb_pairs={self.kb_pairs})")
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
@@ -104,7 +113,8 @@ class Plan:
         return 64
 
     def stage_bytes(self, dtype: PtxType) -> int:
-        return (self.bm + self.bn) * self.bk * dtype.bytes
+        """A ring stage: A's and B's elements (and ``scale_a`` with ``smem_scales``)."""
+        return (self.bm + self.bn) * self.bk * dtype.bytes + self.scale_stage_bytes()
 
     def epilogue_bytes(self, out_dtype: PtxType) -> int:
         return self.consumers * self.wg_m * self.epi_cols * out_dtype.bytes
@@ -112,6 +122,10 @@ class Plan:
     def partial_bytes(self) -> int:
         """The split-K partial buffers (f32 accumulators of every consumer), if split."""
         return self.bm * self.bn * 4 if self.split > 1 else 0
+
+    def scale_stage_bytes(self) -> int:
+        """A ring stage's f32 ``scale_a`` of the tile's rows (``smem_scales``), else 0."""
+        return self.bm * 4 if self.smem_scales else 0
 
     def smem_bytes(self, dtype: PtxType, out_dtype: PtxType) -> int:
         """Dynamic shared memory: the ring, the epilogue buffer, the split-K partials,

@@ -91,7 +91,8 @@ from .._common.ring import Ring, wait
 from .operands import SW128_K_MAJOR, operands
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
-from .promote import BlockLoop, BlockOps, BlockScales, RowScales
+from .promote import (BlockLoop, BlockOps, BlockScales, RowScales, chunk_cols, copy_scale_a,
+                      scale_a_bytes)
 from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .groups import GroupCursor, group_tiles
@@ -115,7 +116,8 @@ class Layout:
         self.c = self.b + p.stages * self.b_stage
         self.panel_cols = 128 // out_dtype.bytes          # one swizzle row of C
         self.c_consumer = p.wg_m * p.epi_cols * out_dtype.bytes
-        self.partial = self.c + p.consumers * self.c_consumer   # split-K partial sums
+        self.sfa, self.sfa_stage = self.c + p.consumers * self.c_consumer, p.scale_stage_bytes()
+        self.partial = self.sfa + p.stages * self.sfa_stage     # split-K partial sums
         self.partial_consumer = partial_bytes(p.wg_m, p.bn)
         self.full = self.partial + p.partial_bytes()
         self.empty = self.full + 8 * p.stages
@@ -188,6 +190,8 @@ def grid_for(p: Plan, sms: int, grouped: bool = False):
         if p.a_rows and M > p.a_rows:
             raise ValueError(f"this kernel loads {p.a_rows} rows of A (Plan.a_rows): M = {M} "
                              f"needs a plan with a_rows=0 or >= M (plan.choose picks one)")
+        if p.smem_scales and M % 4:
+            raise ValueError(f"Plan.smem_scales: M = {M} must be a multiple of 4 (16-byte copies)")
         tm, tn = p.tiles(M, N)
         return (persistent_grid(tm * tn * p.split, sms, cl), 1, 1)
     return grid
@@ -232,11 +236,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
                          f"at most 128 columns) and needs more ring stages than the "
                          f"k-blocks it issues early, got {p}")
-    if (p.m_waves > 1 or p.kb_pairs) and (mode != "block" or grouped):
-        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles) and "
-                         f"kb_pairs={p.kb_pairs} are the dense block-wise fp8 kernel's, got "
-                         f"scales {mode}"
-                         f"{' in a grouped GEMM' if grouped else ''}")
+    if (p.m_waves > 1 or p.kb_pairs or p.kb_roll or p.smem_scales) and (
+            mode != "block" or grouped):
+        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles), "
+                         f"kb_pairs={p.kb_pairs}, kb_roll={p.kb_roll} and smem_scales="
+                         f"{p.smem_scales} are the dense block-wise fp8 kernel's, got scales "
+                         f"{mode}{' in a grouped GEMM' if grouped else ''}")
     if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128, 256) or (
             p.bn == 256 and (p.m_waves > 1 or p.kb_pairs or p.split > 1))):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
@@ -263,8 +268,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled,
                              grouped)
     opa, opb = operands(p, dtype, a_major, b_major, b_dtype)
-    # block-wise 256-column tiles: two m64n128 halves (.promote.BlockLoop)
-    mma, mma_k = mma_instruction(min(p.bn, 128) if mode == "block" else p.bn, dtype, b_dtype)
+    # block-wise 256-column tiles: m64n128 halves or m64n64 chunks (.promote.BlockLoop)
+    mma, mma_k = mma_instruction(chunk_cols(p) if mode == "block" else p.bn, dtype, b_dtype)
     # Transpose immediates exist for 16-bit operands only.
     trans = (opa.transpose, opb.transpose) if dtype.bytes == 2 else ()
     S, CL, CN, SK = p.stages, p.cluster, p.cluster_n, p.split
@@ -282,6 +287,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
+            f"{f'_r{p.kb_roll}' if p.kb_roll else ''}{'_ss' if p.smem_scales else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
             f"{'_bias' if bias else ''}{SCALE_SUFFIX[mode]}"
             f"{'_' + activation if activation else ''}")
@@ -318,7 +324,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full0, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty0, 8 * s),
-                         p.consumers * MC)
+                         p.consumers * MC * (4 if p.smem_scales else 1))
             if SK > 1:
                 init_barriers(base + L.xfull, base + L.xfree, p.consumers, SK)
             ptx.inst("fence.mbarrier_init.release.cluster")
@@ -369,12 +375,16 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     else:
                         m0, n0 = tile_origin(t)
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
+                    sfa = scale_a_bytes(m, m0, p.bm) if p.smem_scales else 0
                     for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
                         kk = kb * p.bk
                         wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
                         fb = full0 + ring.slot * 8
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                 ptx.addr(fb), tx_bytes)
+                                 ptx.addr(fb), sfa + tx_bytes if p.smem_scales else tx_bytes)
+                        if p.smem_scales:
+                            copy_scale_a(psa, m, m0, kb, base + L.sfa + ring.slot * L.sfa_stage,
+                                         fb, sfa)
                         sa = base + L.a + ring.slot * L.a_stage
                         if MC > 1:
                             mask16 = reg.scalar(u16, init=(1 << MC) - 1)
@@ -428,16 +438,19 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 return eb
 
             def release(eb):
-                """One thread per consumer arrives on the stage's empty barrier of every
-                CTA of the cluster."""
+                """One thread per consumer (per warp with ``smem_scales``) arrives on the
+                stage's empty barrier of every CTA of the cluster."""
+                wl = lane & 31 if p.smem_scales else lane
+                if p.smem_scales:
+                    ptx.inst("bar.warp.sync", -1)
                 if MC > 1:
-                    with ptx.if_(lane < MC):
+                    with ptx.if_(wl < MC):
                         remote = reg.scalar(u32)
-                        ptx.inst("mapa.shared::cluster.u32", remote, eb, lane)
+                        ptx.inst("mapa.shared::cluster.u32", remote, eb, wl)
                         ptx.inst("mbarrier.arrive.shared::cluster.b64",
                                  ptx.sink, ptx.addr(remote))
                 else:
-                    with ptx.if_(lane == 0):
+                    with ptx.if_(wl == 0):
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(eb))
 
             prev = reg.scalar(u32)                  # the empty barrier of the stage in flight
@@ -459,8 +472,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 blocks = BlockLoop(BlockOps(p, ring, labels, base, L, a_off, opa, opb, mma,
                                              mma_k, trans, full0, empty0, release, dtype),
                                    waves, BlockScales(psa, psb, m, ptx.dim("NB"),
-                                                      2 * p.m_waves, -(-p.bn // 128)),
-                                   p.kb_pairs)
+                                                      2 * p.m_waves, -(-p.bn // 128),
+                                                      p.smem_scales),
+                                   p.kb_pairs, p.kb_roll, chunk_cols(p))
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores

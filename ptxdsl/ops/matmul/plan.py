@@ -150,12 +150,12 @@ def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType) -> Plan:
     accumulators fill the consumer's registers; 128 for any other width, ring re-fitted),
     or 256 as two 128-column halves without a cluster where the plan has 256-column tiles
     in whole tile rows (no split-K, no partial rows of A).
-    ``Plan.m_waves = 2`` (256-row tiles: a third accumulator per consumer) and
-    ``kb_pairs`` are block-wise only: other modes get 1 and False; a block-wise plan with
+    ``Plan.m_waves = 2`` (256-row tiles: a third accumulator per consumer), ``kb_pairs``
+    and ``kb_roll`` are block-wise only: other modes get 1, False and 0; a block-wise plan with
     256-row tiles gets its ring re-fitted to the larger stages."""
     if mode != "block":
-        return fitted(dataclasses.replace(p, m_waves=1, kb_pairs=False), dtype, out_dtype) \
-            if p.m_waves > 1 or p.kb_pairs else p
+        return fitted(dataclasses.replace(p, m_waves=1, kb_pairs=False, kb_roll=0), dtype,
+                      out_dtype) if p.m_waves > 1 or p.kb_pairs or p.kb_roll else p
     if p.bn == 256 and p.split == 1 and not (p.a_rows or p.cluster_n > 1) and p.m_waves == 1:
         # 256 columns as two 128-column halves without a cluster: the fastest of
         # lab/fp8_block_plans.py's variants (bench/results/fp8_block_plans_h200.json)

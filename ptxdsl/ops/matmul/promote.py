@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 from ...dsl import ptx, reg
-from ...core.types import f32, u64
+from ...core.types import f32, u32, u64
 from .._common.ring import wait
 from .._common.rowio import load_chunk
 
@@ -60,10 +60,15 @@ class BlockScales:
     The raw values live in fixed registers (:meth:`load` writes them, :meth:`factors`
     reads them): a k-block's scales are loaded after the previous k-block's promotion and
     multiplied after this k-block's wgmmas retired, so the load's latency hides under
-    the wgmmas. A product taken as soon as the load is issued waits for it there."""
+    the wgmmas. A product taken as soon as the load is issued waits for it there.
 
-    def __init__(self, psa, psb, m, nb, count: int, halves: int = 1):
-        self.psa, self.psb, self.m, self.nb = psa, psb, m, nb
+    With ``smem`` (``Plan.smem_scales``: the producer copies the tile's ``scale_a`` into
+    each ring stage beside A, :func:`copy_scale_a`) :meth:`load` loads ``scale_b`` only
+    and :meth:`read` takes ``scale_a`` from the stage once it is full (before it is
+    released)."""
+
+    def __init__(self, psa, psb, m, nb, count: int, halves: int = 1, smem: bool = False):
+        self.psa, self.psb, self.m, self.nb, self.smem = psa, psb, m, nb, smem
         # A row (block) past M (N) is never loaded: its register keeps 0 or an earlier
         # tile's scale, which multiplies TMA's zero fill and is never stored.
         self.sa = [reg.scalar(f32, init=0.0) for _ in range(count)]
@@ -76,15 +81,44 @@ class BlockScales:
         for h, r in enumerate(self.sb):
             ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psb + _wide(col + h if h else col, 4)),
                      pred=(n0 >> 7) + h < self.nb if h else None)
+        if self.smem:
+            return
         base = kb * self.m
         for r, row in zip(self.sa, rows):
             ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psa + _wide(base + row, 4)),
+                     pred=row < self.m)
+
+    def read(self, stage, rows) -> None:
+        """``scale_a`` of each of ``rows`` (``frow`` and ``frow + 8`` of each wave) from the
+        ring stage's copy at ``stage`` (rows past M keep their register). The tile starts
+        at a multiple of 128 rows: the first row's place in it is ``rows[0] & 127``."""
+        at = stage + (rows[0] & 127) * 4
+        for i, (r, row) in enumerate(zip(self.sa, rows)):
+            ptx.inst("ld.shared.f32", r, ptx.addr(at, 4 * (128 * (i >> 1) + 8 * (i & 1))),
                      pred=row < self.m)
 
     def factors(self, wave: int = 0, half: int = 0) -> list:
         """``scale_a * scale_b`` of accumulator ``wave``'s two rows (r = 0, 1) in the
         tile's 128-column ``half``."""
         return [self.sa[2 * wave + r] * self.sb[half] for r in range(2)]
+
+
+def scale_a_bytes(m, m0, bm: int):
+    """Bytes of ``scale_a`` per k-block of the tile at row ``m0``: its rows before M (a
+    multiple of 16 where M is a multiple of 4, :func:`.hopper.grid_for` checks), 0 for
+    a tile past M (a cluster's padding)."""
+    nbytes = reg.scalar(u32)
+    ptx.inst.selp.u32(nbytes, ptx.min(m - m0, bm) * 4, 0, m0 < m)
+    return nbytes
+
+
+def copy_scale_a(psa, m, m0, kb, dst, full, nbytes) -> None:
+    """The producer's bulk copy of ``scale_a[kb, m0 ..]`` (``nbytes``, contiguous in the
+    ``(KB, M)`` layout) into a ring stage at ``dst``, completing on its ``full``
+    barrier beside A's and B's bytes."""
+    with ptx.if_(nbytes > 0):
+        ptx.inst("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+                 ptx.addr(dst), ptx.addr(psa + _wide(kb * m + m0, 4)), nbytes, ptx.addr(full))
 
 
 def promote(acc, part, factors) -> None:
@@ -114,35 +148,81 @@ class BlockLoop:
     temporary read was written in the same loop iteration (ptxas cannot tell that a
     wgmma issued before a back edge has retired, :mod:`.overlap`)."""
 
-    def __init__(self, ops, accs, scales, pairs: bool):
-        self.ops, self.accs, self.pairs = ops, accs, pairs
-        self.halves = len(scales.sb)
-        self.n = len(accs[0]) // self.halves
-        self.parts = [reg.array(f32, self.n) for _ in range(2 if pairs else 1)]
-        self.scales = [scales] if not pairs else [scales, BlockScales(
-            scales.psa, scales.psb, scales.m, scales.nb, len(scales.sa))]
+    def __init__(self, ops, accs, scales, pairs: bool, roll: int = 0, chunk: int = 128):
+        self.ops, self.accs, self.pairs, self.roll = ops, accs, pairs, roll
+        self.chunks = 2 * len(accs[0]) // chunk         # wgmma column chunks of the tile
+        self.cw = chunk
+        self.n = chunk // 2                             # a chunk's values per thread
+        self.parts = [reg.array(f32, self.n) for _ in range(2 if pairs or roll else 1)]
+        sets = roll or (2 if pairs else 1)
+        self.scales = [scales] + [BlockScales(scales.psa, scales.psb, scales.m, scales.nb,
+                                              len(scales.sa), len(scales.sb), scales.smem)
+                                  for _ in range(sets - 1)]
+        self.rows = None
+
+    def _full(self, scales):
+        """Wait for the current ring stage; ``scale_a`` from it (``Plan.smem_scales``)."""
+        self.ops.wait_full()
+        if scales.smem:
+            scales.read(self.ops.scale_slot(), self.rows)
+
+    def _promote(self, w, part, c, scales):
+        """Chunk ``c``'s temporary into its values of wave ``w``'s accumulator, with the
+        ``scale_b`` of the 128-column block it lies in."""
+        n = self.n
+        promote(self.accs[w][c * n:(c + 1) * n], part, scales.factors(w, c * self.cw >> 7))
 
     def _one(self, scales):
         """A k-block of every wave, one after the other, through ``parts[0]``."""
-        ops, part, n = self.ops, self.parts[0], self.n
-        ops.wait_full()
+        ops, part = self.ops, self.parts[0]
+        self._full(scales)
         eb = ops.slot_empty()
         for w, dst in enumerate(self.accs):
-            for h in range(self.halves):
-                ops.issue(part, w, h)
+            for c in range(self.chunks):
+                ops.issue(part, w, c)
                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                if w == len(self.accs) - 1 and h == self.halves - 1:
+                if w == len(self.accs) - 1 and c == self.chunks - 1:
                     ops.release(eb)
-                promote(dst[h * n:(h + 1) * n], part, scales.factors(w, h))
+                self._promote(w, part, c, scales)
         ops.advance()
+
+    def _rolling(self, kb, last, rows, n0):
+        """``roll`` k-blocks from ``kb`` (one wave), chunk after chunk through the two
+        temporaries in turn: each step's wgmmas are issued before the step before is
+        waited (``wait_group 1``) and promoted, so the wgmma queue drains once per
+        iteration; a k-block's stage is released, and its scales reloaded for ``kb +
+        roll`` on, after its last chunk's promotion."""
+        ops, C = self.ops, self.chunks
+        steps = [(i, c) for i in range(self.roll) for c in range(C)]
+        ebs = []
+
+        def retire(t, pending):
+            i, c = steps[t]
+            ptx.inst("wgmma.wait_group.sync.aligned", pending)
+            if c == C - 1:
+                ops.release(ebs[i])
+            self._promote(0, self.parts[t % 2], c, self.scales[i])
+            if c == C - 1:
+                self.scales[i].load(ptx.min(kb + (self.roll + i), last), rows, n0)
+
+        for s, (i, c) in enumerate(steps):
+            if c == 0:
+                self._full(self.scales[i])
+                ebs.append(ops.slot_empty())
+            ops.issue(self.parts[s % 2], 0, c)
+            if c == C - 1:
+                ops.advance()
+            if s:
+                retire(s - 1, 1)
+        retire(len(steps) - 1, 0)
 
     def _two(self, kb, last, rows, n0):
         """k-blocks ``kb`` and ``kb + 1`` (one wave): both issued, then each waited,
         released and promoted; their scales reloaded for ``kb + 2`` and ``kb + 3``."""
         ops, acc = self.ops, self.accs[0]
         ebs = []
-        for part in self.parts:
-            ops.wait_full()
+        for part, sc in zip(self.parts, self.scales):
+            self._full(sc)
             ebs.append(ops.slot_empty())
             ops.issue(part, 0, 0)
             ops.advance()
@@ -159,9 +239,21 @@ class BlockLoop:
         for dst in self.accs:
             for r in dst:
                 ptx.inst.mov.f32(r, 0.0)
+        self.rows = rows
         last = kb0 + nkr - 1
         first = self.scales[0]
         first.load(kb0, rows, n0)
+        if self.roll:
+            r = self.roll
+            for i in range(1, r):
+                self.scales[i].load(ptx.min(kb0 + i, last), rows, n0)
+            for j in ptx.range_(nkr >> (r.bit_length() - 1)):
+                self._rolling(kb0 + r * j if split else r * j, last, rows, n0)
+            rem = nkr & (r - 1)     # the last k-blocks, one at a time (set i has kb + i)
+            for i in range(r - 1):
+                with ptx.if_(rem > i):
+                    self._one(self.scales[i])
+            return
         if not self.pairs:
             for kb in ptx.range_(kb0, kb0 + nkr) if split else ptx.range_(nkr):
                 self._one(first)
@@ -174,6 +266,13 @@ class BlockLoop:
             self._one(first)
 
 
+def chunk_cols(p) -> int:
+    """Columns of one block-wise wgmma (m64nX): the tile's, 128 for a 256-column tile
+    (two halves), 64 for a rolling 256-column tile (two 32-value temporaries beside the
+    128-value accumulator fit a consumer's registers; two 64-value ones do not)."""
+    return 64 if p.kb_roll and p.bn > 128 else min(p.bn, 128)
+
+
 class BlockOps:
     """The Hopper kernel's ring stages as :class:`BlockLoop` draws them (:mod:`.hopper`
     passes its pieces); ``release`` is the consumer's (every CTA of the cluster)."""
@@ -184,10 +283,15 @@ class BlockOps:
         self.base, self.L, self.a_off = base, L, a_off
         self.opa, self.opb, self.mma, self.mma_k, self.trans = opa, opb, mma, mma_k, trans
         self.full0, self.empty0, self.release = full0, empty0, release
-        self.wave_bytes = 128 * p.bk * dtype.bytes   # A's (B's) next 128 rows in a stage
+        self.wave_bytes = 128 * p.bk * dtype.bytes   # A's next 128 rows in a stage
+        self.chunk_bytes = chunk_cols(p) * p.bk * dtype.bytes   # B's next chunk's rows
 
     def wait_full(self):
         wait(self.labels, self.full0 + self.ring.slot * 8, self.ring.phase)
+
+    def scale_slot(self):
+        """The current ring stage's copy of ``scale_a`` (``Plan.smem_scales``)."""
+        return self.base + self.L.sfa + self.ring.slot * self.L.sfa_stage
 
     def slot_empty(self):
         return self.empty0 + self.ring.slot * 8
@@ -195,14 +299,14 @@ class BlockOps:
     def advance(self):
         self.ring.advance()
 
-    def issue(self, dst, wave, half):
-        """Fence, the slot's wgmmas of A's rows of ``wave`` and B's 128 columns of
-        ``half`` into ``dst`` (scale-d 0 on the first), commit."""
+    def issue(self, dst, wave, chunk):
+        """Fence, the slot's wgmmas of A's rows of ``wave`` and B's columns of ``chunk``
+        (:func:`chunk_cols` wide) into ``dst`` (scale-d 0 on the first), commit."""
         slot = self.ring.slot
         sa = self.base + self.L.a + slot * self.L.a_stage + self.a_off
         da = self.opa.descriptor(sa + wave * self.wave_bytes if wave else sa)
         sb = self.base + self.L.b + slot * self.L.b_stage
-        db = self.opb.descriptor(sb + half * self.wave_bytes if half else sb)
+        db = self.opb.descriptor(sb + chunk * self.chunk_bytes if chunk else sb)
         ptx.inst("wgmma.fence.sync.aligned")
         for ks in range(self.p.bk // self.mma_k):
             ptx.inst(self.mma, list(dst), da if ks == 0 else da + ks * self.opa.k_step,
@@ -211,4 +315,5 @@ class BlockOps:
         ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-__all__ = ["RowScales", "BlockScales", "BlockLoop", "BlockOps", "promote"]
+__all__ = ["RowScales", "BlockScales", "BlockLoop", "BlockOps", "chunk_cols", "promote",
+           "scale_a_bytes", "copy_scale_a"]

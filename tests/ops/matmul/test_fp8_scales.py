@@ -20,7 +20,7 @@ from ptxdsl.core.errors import LaunchError
 from ptxdsl.core.types import bf16, e4m3, e5m2, f32
 from ptxdsl.ops import matmul
 from ptxdsl.ops.matmul.fp8 import scale_mode
-from ptxdsl.ops.matmul.hopper import build_hopper
+from ptxdsl.ops.matmul.hopper import build_hopper, grid_for
 from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling, one_row
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
@@ -109,6 +109,51 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, mode))
 
 
+@pytest.mark.parametrize("m,n,k,split,fields", [
+    # two k-blocks a rolling iteration, five k-blocks: two iterations and one left over
+    (70, 72, 592, 1, dict(bn=128, kb_roll=2)),
+    # 256 columns in 64-column chunks, four k-blocks an iteration, seven k-blocks (three
+    # left over); the second tile's last 128-column block lies past N
+    pytest.param(70, 300, 800, 1, dict(bn=256, kb_roll=4), marks=pytest.mark.long),
+    pytest.param(130, 200, 1040, 1, dict(bn=128, kb_roll=4), marks=pytest.mark.long),
+    # split-K ranks of 3 and 2 k-blocks (one rolling iteration each, one left over)
+    pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=2), marks=pytest.mark.long),
+    # scale_a through the ring: a cluster's second tile past M (no bytes copied), a
+    # tile's 4 rows before M; with rolling k-blocks, pairs, 256-row tiles and split-K
+    (68, 72, 272, 1, dict(bn=128, cluster=2, smem_scales=True)),
+    pytest.param(132, 300, 800, 1, dict(bn=256, kb_roll=4, smem_scales=True),
+                 marks=pytest.mark.long),
+    pytest.param(132, 200, 400, 1, dict(bn=128, kb_pairs=True, smem_scales=True),
+                 marks=pytest.mark.long),
+    pytest.param(300, 200, 400, 1, dict(bn=128, m_waves=2, smem_scales=True),
+                 marks=pytest.mark.long),
+    pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=2, smem_scales=True),
+                 marks=pytest.mark.long),
+    # both, 256 columns, a cluster whose second tile row lies past M
+    pytest.param(260, 300, 800, 1, dict(bn=256, kb_roll=4, cluster=2, smem_scales=True),
+                 marks=pytest.mark.long),
+])
+def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
+    """``Plan.kb_roll`` (k-blocks in turn through two temporaries, each promoted under the
+    next one's wgmmas, then the k-blocks a whole iteration leaves one at a time) and
+    ``Plan.smem_scales`` (``scale_a`` copied beside A into each ring stage)."""
+    if split > 1:
+        p = one_row(m, n, k, e4m3, f32, sms=2 * split, split=split)
+    else:
+        p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=1)
+    p = fitted(dataclasses.replace(for_scaling(p, "block", e4m3, f32), **fields), e4m3, f32)
+    assert p.split == split and p.smem_bytes(e4m3, f32) <= 227 * 1024
+    kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled="block")
+    assert kern.name.endswith(f"{'_r%d' % p.kb_roll if p.kb_roll else ''}"
+                              f"{'_ss' if p.smem_scales else ''}_blockscaled")
+    rng = np.random.default_rng(m + n + k)
+    a, w = ints(rng, (m, k)), ints(rng, (n, k))
+    sa, sb = scales_for(rng, "block", m, n, k)
+    c = kern.interpret(a.astype(E4M3), w.astype(E5M2), np.ascontiguousarray(sa.T), sb,
+                       np.full((m, n), np.nan, np.float32))
+    np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, "block"))
+
+
 def test_block_scaled_plans_take_128_column_tiles():
     p = choose(4096, 7168, 4096, e4m3, bf16)
     assert p.bn == 256 and p.cluster == 2 and for_scaling(p, "row", e4m3, bf16) == p
@@ -132,6 +177,22 @@ def test_block_scaled_plans_take_128_column_tiles():
         build_hopper(dataclasses.replace(q, kb_pairs=True), e4m3, bf16, scaled=True)
     with pytest.raises(ValueError, match="m_waves=2"):
         dataclasses.replace(q, m_waves=2, kb_pairs=True)
+    # rolling k-blocks: 2 or 4 an iteration, block-wise only, m64n64 chunks of 256 columns
+    r = dataclasses.replace(w256, kb_roll=2)
+    assert for_scaling(r, "row", e4m3, bf16).kb_roll == 0
+    assert "m64n64k32" in build_hopper(r, e4m3, bf16, scaled="block").ptx("sm_90a")
+    with pytest.raises(ValueError, match="kb_roll=3"):
+        dataclasses.replace(q, kb_roll=3)
+    with pytest.raises(ValueError, match="kb_roll=2"):
+        dataclasses.replace(q, kb_roll=2, kb_pairs=True)
+    with pytest.raises(ValueError, match="dense block-wise fp8 kernel's"):
+        build_hopper(dataclasses.replace(q, kb_roll=2), e4m3, bf16, scaled="row")
+    # scale_a through the ring: 512 bytes a stage, M a multiple of 4
+    ss = fitted(dataclasses.replace(w256, smem_scales=True), e4m3, bf16)
+    assert ss.stage_bytes(e4m3) == w256.stage_bytes(e4m3) + 512 and ss.stages == 4
+    with pytest.raises(ValueError, match="M = 70 must be a multiple of 4"):
+        grid_for(ss, 132)(70, 4096, 4096)
+    assert grid_for(ss, 132)(72, 4096, 4096) == grid_for(w256, 132)(72, 4096, 4096)
 
 
 # ---------------------------------------------------------------- the public call

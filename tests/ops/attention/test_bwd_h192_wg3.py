@@ -1,0 +1,86 @@
+"""Head dim 192 in FlashAttention-3's hopper tile (``BwdConfig.wg3``, :mod:`.bwd_wg3`): 96
+keys a CTA, three consumer warpgroups; what it emits, that it fits shared memory and
+ptxas keeps it in registers, and the CPU interpreter's dq, dk, dv against float64."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16
+from ptxdsl.ops import attention_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention.bwd_config import SMEM_PER_CTA, BwdConfig, choose_bwd
+from ptxdsl.ops.attention.bwd_wg3 import build_backward_wg3, smem_bytes
+from ptxdsl.ops.attention.config import Mask
+from ptxas_resources import resources_or_skip  # noqa: E402
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+from attention_bwd_checks import check_grads as _check  # noqa: E402
+
+WG3 = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
+
+
+def _case(monkeypatch, c, sq, sk, seed, lead=1, **kw):
+    """q, dout (lead, sq, 2, 192), k, v (lead, sk, 1, 192): GQA, bf16; the backward of the
+    float64 reference's out and lse against float64."""
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((lead, s, h, 192)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    out, lse = attention_reference(q, k, v, **kw)
+    _check(attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw),
+           attention_backward_reference(do, q, k, v, **kw))
+
+
+def test_emits_fa3_tile_and_fits():
+    """Per warpgroup and step: S, dP m64n32 (12 k-steps each), dVᵀ and dKᵀ m64n96 (4
+    k-steps each), dQ m64n64 (6 k-steps), two 32-column reduce-adds; 512 threads."""
+    k = build_backward_wg3(WG3, bf16, 192, Mask(-1, 0), scale=0.1)
+    text = k.ptx()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 12
+    assert text.count("wgmma.mma_async.sync.aligned.m64n96k16") == 2 * 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 6
+    assert text.count("cp.reduce.async.bulk.tensor") == 2 and "bar.sync 1, 384" in text
+    assert ".maxntid 512, 1, 1" in text and "_wg3" in text
+    assert WG3.block_n == 96 and WG3.smem_bytes(192) == smem_bytes(WG3) <= SMEM_PER_CTA
+    for bad in (dict(col_split=True), dict(overlap=1), dict(consumer_regs=240)):
+        with pytest.raises(ValueError, match="wg3"):
+            BwdConfig(**{**dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True,
+                                consumer_regs=160), **bad})
+    for kw in (dict(softcap=5.0), dict(deterministic=True), dict(varlen=True)):
+        with pytest.raises(ValueError, match="col_split rows"):
+            build_backward_wg3(WG3, bf16, 192, scale=0.1, **kw)
+    with pytest.raises(ValueError, match="head dim 192"):
+        build_backward_wg3(WG3, bf16, 128, scale=0.1)
+    assert not choose_bwd(192, "bf16", Mask(), varlen=True).wg3
+
+
+def test_interpreter_matches_float64(monkeypatch):
+    """Ragged, GQA, causal, two key blocks (96 keys a CTA), rows past SQ in the last block."""
+    _case(monkeypatch, WG3, 70, 100, 11, causal=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("sq,sk,kw", [
+    (130, 200, {}), (150, 100, dict(window_size=(40, 3))), (100, 230, dict(causal=True)),
+    (64, 96, dict(window_size=(-1, 20)))])
+def test_masks_and_shapes_match_float64(monkeypatch, sq, sk, kw):
+    _case(monkeypatch, WG3, sq, sk, 5, lead=2 if sq == 64 else 1, **kw)
+
+
+@pytest.mark.long
+def test_one_stage_matches_float64(monkeypatch):
+    _case(monkeypatch, BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, wg3=True,
+                                 consumer_regs=160), 100, 150, 3, causal=True)
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("stages", [1, 2])
+@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)])
+def test_ptxas_keeps_everything_in_registers(stages, mask):
+    c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
+    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

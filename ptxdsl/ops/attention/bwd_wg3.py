@@ -50,6 +50,8 @@ ROW = 128            # bytes per swizzled panel row
 WGS = 3              # consumer warpgroups
 PANELS = D // PANEL  # 3: warpgroup w owns column panel w of dK, dV and dQ
 XBAR = (1, WGS * 128)   # the P / dS exchange barrier; 2 + w: a warpgroup's dQ stage
+FULL, EMPTY = 5, 8      # dq_warp: + w, a consumer warpgroup's stage handed over, given back
+WTHREADS = 128 + 32     # a consumer warpgroup and the writer warp
 
 
 class Layout:
@@ -204,6 +206,10 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                             ptx.tma.load(base + rdst + r.slot * (BM * 4), rt,
                                          [m0, head, batch], fb)
                             r.advance()
+            if c.dq_warp:           # warp 1: dQ's reduce-adds
+                with ptx.if_((tid >> 5) == 1):
+                    _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, batch,
+                            m_lo, m_hi)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -283,24 +289,29 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dV, dQ done: dO is read
                     with ptx.if_(lane == 0):
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(doempty))
-                        ptx.inst("cp.async.bulk.wait_group.read", 0)   # the last reduce's
-                    ptx.inst("bar.sync", 2 + w, 128)
+                        if not c.dq_warp:
+                            ptx.inst("cp.async.bulk.wait_group.read", 0)   # the last reduce's
+                    # (dq_warp: until the writer warp has read the last stage)
+                    ptx.inst("bar.sync", *((EMPTY + w, WTHREADS) if c.dq_warp else (2 + w, 128)))
                     _stage(dq, stage_w, r0, lw, xr)
                     ptx.inst("fence.proxy.async.shared::cta")
-                    ptx.inst("bar.sync", 2 + w, 128)
-                    with ptx.if_(lane == 0):
-                        for h in range(2):
-                            ptx.tma.reduce(tdq, [w * PANEL + 32 * h, m0, head, batch],
-                                           stage_w + h * BM * 128)
-                        ptx.inst("cp.async.bulk.commit_group")
+                    if c.dq_warp:                            # the stage is the writer's
+                        ptx.inst("bar.arrive", FULL + w, WTHREADS)
+                    else:
+                        ptx.inst("bar.sync", 2 + w, 128)
+                        with ptx.if_(lane == 0):
+                            _reduce(tdq, w, m0, head, batch, stage_w)
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)   # dK done: Q is read
                     with ptx.if_(lane == 0):
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                  ptx.addr(qempty + qr.slot * 8))
                     qr.advance()
                     dr.advance()
-            with ptx.if_(lane == 0):
-                ptx.inst("cp.async.bulk.wait_group", 0)
+            if c.dq_warp:        # the writer's last arrival (its first was before any)
+                ptx.inst("bar.sync", EMPTY + w, WTHREADS)
+            else:
+                with ptx.if_(lane == 0):
+                    ptx.inst("cp.async.bulk.wait_group", 0)
             # dVᵀ, dKᵀ element (column 64w + r0 (+8), key c): one 16-bit store each
             for acc, ptr, sc in ((dk_acc, pdk, scale), (dv_acc, pdv, None)):
                 _store_t(list(acc), ptr, kw0 - w * 32, sk, batch, hk, nhk,
@@ -327,6 +338,35 @@ def _mask(s, mask: Mask, m0, r0, kw0, fcol, off) -> None:
         hi = [qi[r] + (mask.right + 1) if mask.right >= 0 else None for r in range(2)]
         lo = [qi[r] - mask.left if mask.left >= 0 else None for r in range(2)]
         mask_block(s, hi, lo)
+
+
+def _reduce(tdq, w, m0, head, batch, stage_w) -> None:
+    """Warpgroup ``w``'s staged dQ (two 32-column boxes) added into dq_acc's rows from
+    ``m0`` by TMA reduce-add, one bulk group."""
+    for h in range(2):
+        ptx.tma.reduce(tdq, [w * PANEL + 32 * h, m0, head, batch], stage_w + h * BM * 128)
+    ptx.inst("cp.async.bulk.commit_group")
+
+
+def _writer(tdq, lane, dqs, wg_stage, group, hk, batch, m_lo, m_hi) -> None:
+    """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
+    turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
+    :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
+    the consumers' waits and its arrivals pair up."""
+    for w in range(WGS):
+        ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
+    for gi in ptx.range_(0, group):
+        head = hk * group + gi
+        for mb in ptx.range_(m_lo, m_hi):
+            for w in range(WGS):
+                ptx.inst("bar.sync", FULL + w, WTHREADS)
+                with ptx.if_(lane == 0):
+                    ptx.inst("fence.proxy.async.shared::cta")
+                    _reduce(tdq, w, mb * BM, head, batch, dqs + w * wg_stage)
+                    ptx.inst("cp.async.bulk.wait_group.read", 0)
+                ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
+    with ptx.if_(lane == 0):
+        ptx.inst("cp.async.bulk.wait_group", 0)
 
 
 def _stage(dq, stage_w, r0, lw, xr) -> None:

@@ -77,10 +77,20 @@ def test_one_stage_matches_float64(monkeypatch):
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("stages", [1, 2])
+@pytest.mark.parametrize("stages,dqw", [(1, False), (2, False), (2, True)])
 @pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)])
-def test_ptxas_keeps_everything_in_registers(stages, mask):
-    c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
+def test_ptxas_keeps_everything_in_registers(stages, dqw, mask):
+    c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
+                  dq_warp=dqw)
     k = build_backward_wg3(c, bf16, 192, mask, scale=0.07)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+
+
+@pytest.mark.long
+def test_dq_warp_matches_float64(monkeypatch):
+    """dq_warp: the producer's warp 1 adds the three warpgroups' staged dQ."""
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
+                  dq_warp=True)
+    assert c.tag.endswith("_dqw_wg3")
+    _case(monkeypatch, c, 150, 200, 8, causal=True)

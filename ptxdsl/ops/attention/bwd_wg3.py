@@ -286,11 +286,13 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.commit_group.sync.aligned")
                     _kv_t(dk_acc, q_at + w * (BM * ROW), base + L.ds, mma96)
                     ptx.inst("wgmma.commit_group.sync.aligned")
-                    ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dV, dQ done: dO is read
+                    ptx.inst("wgmma.wait_group.sync.aligned", 2)   # dV done: dO is read
                     with ptx.if_(lane == 0):
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(doempty))
-                        if not c.dq_warp:
-                            ptx.inst("cp.async.bulk.wait_group.read", 0)   # the last reduce's
+                    ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dQ done
+                    if not c.dq_warp:
+                        with ptx.if_(lane == 0):                   # the last reduce has read
+                            ptx.inst("cp.async.bulk.wait_group.read", 0)
                     # (dq_warp: until the writer warp has read the last stage)
                     ptx.inst("bar.sync", *((EMPTY + w, WTHREADS) if c.dq_warp else (2 + w, 128)))
                     _stage(dq, stage_w, r0, lw, xr)

@@ -1,0 +1,44 @@
+"""lab/attention_bwd_plans.py --set h192b's variants (``BwdConfig.wg3``: head dim 192 in
+FlashAttention-3's tile, 96 keys a CTA, three consumer warpgroups; not a plan row yet) on
+an sm_90 GPU: dq, dk, dv against the float64 reference (max error <= 3e-2 of the largest
+value, bf16), ragged, GQA, full, causal and window masks, 1 and 2 stages, dq_warp."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_env import NEEDS_GPU, torch_sm90
+from ptxdsl.ops import attention, attention_backward
+from ptxdsl.ops.attention import attention_backward_reference, bwd_api
+from ptxdsl.ops.attention.bwd_config import BwdConfig
+
+pytestmark = NEEDS_GPU
+
+WG3 = dict(dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
+CFGS = [dict(stages=2), dict(stages=2, dq_warp=True), dict(stages=1)]
+IDS = ["s2", "s2-dqw", "s1"]
+
+
+def _close(got, ref, what=""):
+    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
+        g = g.float().cpu().numpy().astype(np.float64)
+        assert np.isfinite(g).all(), (what, name)
+        assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), (what, name)
+
+
+@pytest.mark.parametrize("cfg", CFGS, ids=IDS)
+@pytest.mark.parametrize("sq,sk,kw", [
+    (1, 1, dict(causal=True)), (333, 517, dict(causal=True)), (517, 333, {}),
+    (700, 700, dict(window_size=(100, 20))), (200, 63, dict(causal=True)),
+    (1024, 1024, {})])
+def test_matches_float64(monkeypatch, cfg, sq, sk, kw):
+    torch = torch_sm90()
+    c = BwdConfig(**WG3, **cfg)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    g = torch.Generator(device="cuda").manual_seed(sq + sk)
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v, do = mk(2, sq, 4, 192), mk(2, sk, 2, 192), mk(2, sk, 2, 192), mk(2, sq, 4, 192)
+    out, lse = attention(q, k, v, return_lse=True, **kw)
+    got = attention_backward(do, q, k, v, out, lse, **kw)
+    _close(got, attention_backward_reference(
+        *(x.float().cpu().numpy() for x in (do, q, k, v)), **kw), (sq, sk, kw))

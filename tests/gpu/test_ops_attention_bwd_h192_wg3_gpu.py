@@ -1,7 +1,7 @@
 """lab/attention_bwd_plans.py --set h192b's variants (``BwdConfig.wg3``: head dim 192 in
 FlashAttention-3's tile, 96 keys a CTA, three consumer warpgroups; not a plan row yet) on
 an sm_90 GPU: dq, dk, dv against the float64 reference (max error <= 3e-2 of the largest
-value, bf16), ragged, GQA, full, causal and window masks, 1 and 2 stages, dq_warp."""
+value, bf16), ragged, GQA, full, causal and window masks, softcap, 1 and 2 stages, dq_warp."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +30,7 @@ def _close(got, ref, what=""):
 @pytest.mark.parametrize("sq,sk,kw", [
     (1, 1, dict(causal=True)), (333, 517, dict(causal=True)), (517, 333, {}),
     (700, 700, dict(window_size=(100, 20))), (200, 63, dict(causal=True)),
-    (1024, 1024, {})])
+    (1024, 1024, {}), (300, 400, dict(causal=True, softcap=30.0))])
 def test_matches_float64(monkeypatch, cfg, sq, sk, kw):
     torch = torch_sm90()
     c = BwdConfig(**WG3, **cfg)

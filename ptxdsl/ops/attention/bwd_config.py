@@ -69,7 +69,7 @@ class BwdConfig:
     warpgroups (``consumer_regs`` at most 160), S and dP by queries on M (32 keys a
     warpgroup), P and dS through shared memory, dKᵀ, dVᵀ and dQ 64 head-dim columns a
     warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ); dense
-    default mode without softcap."""
+    default mode (softcap too)."""
 
     stages: int = 2
     dq_tma: bool = False

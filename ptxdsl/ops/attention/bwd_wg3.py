@@ -26,8 +26,8 @@ columns each cover 192 (FA3's ``NumMmaWarpGroups=3``, ``AtomLayoutNdKV=1``).
 Shared memory (1024-byte aligned panels of 128-byte swizzled rows): K, V (3 panels of 96
 rows), 2 stages of Q and 1 of dO (FA3's ``Stages_dO=1``: 2 would not fit beside the dQ
 stages), P and dS (64 queries x 96 keys in two 64-key panels), three 64 x 64 f32 dQ
-stages, -LSE·log2e and D, the barriers: 230200 bytes. Dense layout, no softcap, default
-mode: the plan keeps ``col_split`` for softcap, varlen and the deterministic mode.
+stages, -LSE·log2e and D, the barriers: 230200 bytes. Dense layout, default mode (softcap
+too): the plan keeps ``col_split`` for varlen and the deterministic mode.
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd import specs
 from .bwd_config import BLOCK_M as BM, BwdConfig
+from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
 from .fwd import _s32
 from .softmax import LOG2E, col_of, mask_block, row_of
@@ -89,9 +90,9 @@ def check(c: BwdConfig, d: int, mask: Mask, softcap: float, deterministic: bool,
     """What the layout takes, as a ValueError naming what would be right."""
     if d != D:
         raise ValueError(f"wg3 is head dim 192's tile (three 64-column panels), got {d}")
-    if softcap or deterministic or varlen:
-        raise ValueError("wg3 takes the dense default mode without softcap: softcap, varlen "
-                         "and deterministic calls take the col_split rows")
+    if deterministic or varlen:
+        raise ValueError("wg3 takes the dense default mode: varlen and deterministic calls "
+                         "take the col_split rows")
     if c.producer_regs + WGS * c.consumer_regs > register_pool(WGS):
         raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {c.producer_regs} + 3 x "
                          f"{c.consumer_regs} exceeds the {register_pool(WGS)} of four "
@@ -135,7 +136,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
     check(c, d, mask, softcap, deterministic, varlen)
     S, dt, es = c.stages, dtype.name, dtype.bytes
     L = Layout(c, es)
-    scale_log2 = float(scale) * LOG2E
+    scale_log2 = float(softcap if softcap else scale) * LOG2E
     ins, outs = specs(dtype, D, False, True, True, BN, False, BM)
     names = ("q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv")
     name = f"attention_bwd_{dt}_d{D}_s{S}_{mask.tag}{c.tag}"
@@ -249,6 +250,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ptx.inst("ld.shared.f32", nl[r], ptx.addr(lse_at + r0 * 4, 32 * r))
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     s = list(s_acc)
+                    # softcap: s = tanh(s·scale/cap), its tanh kept for dS (before the mask)
+                    caps = cap_and_mask(s, None, m0, fcol, off, Mask(), None, scale, softcap)
                     if mask.any:
                         _mask(s, mask, m0, r0, kw0, fcol, off)
                     for i, x in enumerate(s):
@@ -262,6 +265,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     for i, y in enumerate(dp):
                         ptx.inst.sub.f32(y, y, dd[row_of(i)])
                         ptx.inst.mul.f32(y, y, s[i])
+                        if caps:
+                            cap_grad(y, caps[i])
                     # every warpgroup's last dV, dK, dQ wgmmas have read the tiles
                     ptx.inst("bar.sync", *XBAR)
                     for t, vals in ((L.p, s), (L.ds, dp)):

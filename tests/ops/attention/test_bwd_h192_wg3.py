@@ -48,7 +48,7 @@ def test_emits_fa3_tile_and_fits():
         with pytest.raises(ValueError, match="wg3"):
             BwdConfig(**{**dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True,
                                 consumer_regs=160), **bad})
-    for kw in (dict(softcap=5.0), dict(deterministic=True), dict(varlen=True)):
+    for kw in (dict(deterministic=True), dict(varlen=True)):
         with pytest.raises(ValueError, match="col_split rows"):
             build_backward_wg3(WG3, bf16, 192, scale=0.1, **kw)
     with pytest.raises(ValueError, match="head dim 192"):
@@ -64,7 +64,8 @@ def test_interpreter_matches_float64(monkeypatch):
 @pytest.mark.long
 @pytest.mark.parametrize("sq,sk,kw", [
     (130, 200, {}), (150, 100, dict(window_size=(40, 3))), (100, 230, dict(causal=True)),
-    (64, 96, dict(window_size=(-1, 20)))])
+    (64, 96, dict(window_size=(-1, 20))), (100, 150, dict(causal=True, softcap=5.0)),
+    (130, 100, dict(softcap=3.0))])
 def test_masks_and_shapes_match_float64(monkeypatch, sq, sk, kw):
     _case(monkeypatch, WG3, sq, sk, 5, lead=2 if sq == 64 else 1, **kw)
 
@@ -78,11 +79,12 @@ def test_one_stage_matches_float64(monkeypatch):
 @pytest.mark.ptxas
 @pytest.mark.long
 @pytest.mark.parametrize("stages,dqw", [(1, False), (2, False), (2, True)])
-@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)])
-def test_ptxas_keeps_everything_in_registers(stages, dqw, mask):
+@pytest.mark.parametrize("mask,softcap", [(Mask(), 0.0), (Mask(-1, 0), 0.0),
+                                          (Mask(40, 3), 0.0), (Mask(-1, 0), 30.0)])
+def test_ptxas_keeps_everything_in_registers(stages, dqw, mask, softcap):
     c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
                   dq_warp=dqw)
-    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07)
+    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, softcap=softcap)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
 

@@ -21,7 +21,8 @@ columns each cover 192 (FA3's ``NumMmaWarpGroups=3``, ``AtomLayoutNdKV=1``).
                                                dO's slot freed once dV is done; dQ staged
                                                  (swizzled 32-column panels) under dK and
                                                  added by TMA reduce-add; Q's slot freed
-                                             epilogue: dK·scale, dV (transposed) -> st.global
+                                             epilogue: dK·scale, dV transposed by stmatrix
+                                               into the dQ stage, 16-byte st.global
 
 Shared memory (1024-byte aligned panels of 128-byte swizzled rows): K, V (3 panels of 96
 rows), 2 stages of Q and 1 of dO (FA3's ``Stages_dO=1``: 2 would not fit beside the dQ
@@ -319,10 +320,12 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             else:
                 with ptx.if_(lane == 0):
                     ptx.inst("cp.async.bulk.wait_group", 0)
-            # dVᵀ, dKᵀ element (column 64w + r0 (+8), key c): one 16-bit store each
+            # dKᵀ, dVᵀ transposed through the warpgroup's dQ stage (its last reduce has read
+            # it), 128-byte rows of keys to global
+            if not c.dq_warp:
+                ptx.inst("bar.sync", 2 + w, 128)
             for acc, ptr, sc in ((dk_acc, pdk, scale), (dv_acc, pdv, None)):
-                _store_t(list(acc), ptr, kw0 - w * 32, sk, batch, hk, nhk,
-                         w * PANEL + r0, fcol, dtype, sc)
+                _store_t(list(acc), ptr, stage_w, lane, n0, sk, batch, hk, nhk, w, dt, sc)
 
     grid = lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1)
     deco = kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid,
@@ -389,19 +392,35 @@ def _stage(dq, stage_w, r0, lw, xr) -> None:
                  [regs[i], regs[i + 1]])
 
 
-def _store_t(elems, ptr, n0, sk, batch, hk, nhk, col0, fcol, dtype, scale) -> None:
-    """dKᵀ or dVᵀ (rows: columns ``col0`` and ``col0 + 8``; columns: the CTA's keys) to
-    (B, SK, HK, D): ``cvt.rn`` and ``st.global.b16`` per element, keys past SK skipped."""
+def _store_t(elems, ptr, stage, lane, n0, sk, batch, hk, nhk, w, dt: str, scale) -> None:
+    """dKᵀ or dVᵀ of warpgroup ``w`` (M: its 64 head-dim columns, N: the CTA's 96 keys) to
+    (B, SK, HK, D): rounded pairs (``cvt.rn``) transposed into ``stage`` as 96 key rows of
+    128 bytes (``stmatrix.x4.trans``, 16-byte chunks swizzled by key % 8), then 16 bytes a
+    thread to global (``ld.shared.v4``, ``st.global.v4``), keys past SK skipped."""
+    warp, lw = lane >> 5, lane & 31
+    t, mat = lw & 7, lw >> 3          # this lane's row address: row t of matrix mat
+    if scale is not None:
+        for x in elems:
+            ptx.inst.mul.f32(x, x, float(scale))
+    row_at = stage + ((mat >> 1) * 8 + t) * ROW + ((((warp << 1) + (mat & 1)) ^ t) << 4)
+    for j in range(0, len(elems) // 4, 2):      # 8-key groups j, j + 1: four 8 x 8 matrices
+        words = []
+        for i in range(4 * j, 4 * j + 8, 2):
+            wd = reg.scalar(b32)
+            ptx.inst(f"cvt.rn.{dt}x2.f32", wd, elems[i + 1], elems[i])
+            words.append(wd)
+        ptx.inst("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+                 ptx.addr(row_at, 8 * j * ROW), words)
+    ptx.inst("bar.sync", 2 + w, 128)
     sk_s = _s32(sk)
-    for i, x in enumerate(elems):
-        key = n0 + fcol + col_of(i)
-        with ptx.if_(_s32(key) < sk_s):
-            if scale is not None:
-                ptx.inst.mul.f32(x, x, float(scale))
-            h = reg.scalar(dtype)
-            ptx.inst(f"cvt.rn.{dtype.name}.f32", h, x)
-            at = ptr + (((batch * sk + key) * nhk + hk) * D + col0 + 8 * row_of(i)) * dtype.bytes
-            ptx.inst("st.global.b16", ptx.addr(at), h)
+    for it in range(BN * 8 // 128):
+        row, ch = (lane >> 3) + it * 16, lane & 7
+        with ptx.if_(_s32(n0 + row) < sk_s):
+            v4 = [reg.scalar(b32) for _ in range(4)]
+            ptx.inst("ld.shared.v4.b32", v4, ptx.addr(stage + row * ROW + ((ch ^ (row & 7)) << 4)))
+            at = ptr + (((batch * sk + n0 + row) * nhk + hk) * D + w * PANEL + ch * 8) * 2
+            ptx.inst("st.global.v4.b32", ptx.addr(at), v4)
+    ptx.inst("bar.sync", 2 + w, 128)          # (the stage is rewritten next)
 
 
 __all__ = ["build_backward_wg3", "smem_bytes", "check", "Layout", "BN"]

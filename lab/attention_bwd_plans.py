@@ -34,8 +34,9 @@ default mode, S 1k, 4k, 16k full and causal, with each variant's geometric mean 
 plan's last (ptxas -v: no spills for any of them, every mask, deterministic and varlen);
 ``--set h192b``: head dim 192's plan row (``col_split`` + ``panel_split``: 64 keys a CTA)
 against ``wg3`` (FlashAttention-3's hdim-192 tile, :mod:`ptxdsl.ops.attention.bwd_wg3`: 96
-keys a CTA, three consumer warpgroups, every GEMM once; with and without ``dq_warp``, 2
-stages of Q, and 1 stage), default mode, S=1k full, 4k full and causal, 16k causal, each
+keys a CTA, three consumer warpgroups, every GEMM once; with and without ``dq_warp`` and
+``overlap`` 2 (FA3's order: dV issued between P's and dS's stores), 2 stages of Q, and 1
+stage), default mode, S=1k full, 4k full and causal, 16k causal, each
 variant's geometric mean over the plan's last (ptxas -v: no spills).
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
@@ -120,6 +121,8 @@ def main() -> None:
         variants = {"plan": BwdConfig(stages=2, **pnl),
                     "wg3": BwdConfig(stages=2, **wg3),
                     "wg3 dqw": BwdConfig(stages=2, dq_warp=True, **wg3),
+                    "wg3 ov2": BwdConfig(stages=2, overlap=2, **wg3),
+                    "wg3 ov2 dqw": BwdConfig(stages=2, overlap=2, dq_warp=True, **wg3),
                     "wg3 s1": BwdConfig(stages=1, **wg3)}
         grid = ((1024, 192, False), (4096, 192, False), (4096, 192, True), (16384, 192, True))
         modes = (False,)

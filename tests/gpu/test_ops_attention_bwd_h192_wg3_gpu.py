@@ -1,7 +1,8 @@
 """lab/attention_bwd_plans.py --set h192b's variants (``BwdConfig.wg3``: head dim 192 in
 FlashAttention-3's tile, 96 keys a CTA, three consumer warpgroups; not a plan row yet) on
 an sm_90 GPU: dq, dk, dv against the float64 reference (max error <= 3e-2 of the largest
-value, bf16), ragged, GQA, full, causal and window masks, softcap, 1 and 2 stages, dq_warp."""
+value, bf16), ragged, GQA, full, causal and window masks, softcap, 1 and 2 stages, dq_warp,
+overlap 2."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,9 @@ from ptxdsl.ops.attention.bwd_config import BwdConfig
 pytestmark = NEEDS_GPU
 
 WG3 = dict(dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
-CFGS = [dict(stages=2), dict(stages=2, dq_warp=True), dict(stages=1)]
-IDS = ["s2", "s2-dqw", "s1"]
+CFGS = [dict(stages=2), dict(stages=2, dq_warp=True), dict(stages=1),
+        dict(stages=2, overlap=2), dict(stages=2, overlap=2, dq_warp=True)]
+IDS = ["s2", "s2-dqw", "s1", "s2-ov2", "s2-ov2-dqw"]
 
 
 def _close(got, ref, what=""):

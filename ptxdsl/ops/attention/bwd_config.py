@@ -68,7 +68,8 @@ class BwdConfig:
     hdim-192 tile in its own kernel (:mod:`.bwd_wg3`): 96 keys a CTA, three consumer
     warpgroups (``consumer_regs`` at most 160), S and dP by queries on M (32 keys a
     warpgroup), P and dS through shared memory, dKᵀ, dVᵀ and dQ 64 head-dim columns a
-    warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ); dense
+    warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
+    ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); dense
     default mode (softcap too)."""
 
     stages: int = 2
@@ -150,10 +151,11 @@ class BwdConfig:
             raise ValueError("dk_last issues dK behind dQ, staging dQ under it: it needs "
                              "overlap 1 and dq_tma, not dq_first")
         if self.wg3 and not (self.dq_tma and self.dq_swizzle and self.block_m == BLOCK_M and
-                             self.tag in ("_tmadq_swdq_wg3", "_tmadq_swdq_dqw_wg3")):
+                             self.tag.replace("_ov2", "").replace("_dqw", "") ==
+                             "_tmadq_swdq_wg3"):
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
-                             "needs dq_tma and dq_swizzle, takes dq_warp and none of the "
-                             "other options")
+                             "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
+                             "and none of the other options")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "

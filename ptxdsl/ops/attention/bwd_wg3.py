@@ -261,28 +261,50 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     for r in range(2):
                         ptx.inst("ld.shared.f32", dd[r],
                                  ptx.addr(base + L.dpsum + r0 * 4, 32 * r))
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
                     dp = list(dp_acc)
-                    for i, y in enumerate(dp):
-                        ptx.inst.sub.f32(y, y, dd[row_of(i)])
-                        ptx.inst.mul.f32(y, y, s[i])
-                        if caps:
-                            cap_grad(y, caps[i])
-                    # every warpgroup's last dV, dK, dQ wgmmas have read the tiles
-                    ptx.inst("bar.sync", *XBAR)
-                    for t, vals in ((L.p, s), (L.ds, dp)):
+
+                    def grads():              # dP -> dS = P ∘ (dP - D) (· (1 - tanh²))
+                        for i, y in enumerate(dp):
+                            ptx.inst.sub.f32(y, y, dd[row_of(i)])
+                            ptx.inst.mul.f32(y, y, s[i])
+                            if caps:
+                                cap_grad(y, caps[i])
+
+                    def put(t, vals):         # into the P or dS tile, then visible to all
                         for i in range(0, len(vals), 2):
                             wd = reg.scalar(b32)
                             ptx.inst(f"cvt.rn.{dt}x2.f32", wd, vals[i + 1], vals[i])
                             ptx.inst("st.shared.b32",
                                      ptx.addr(pt_at[i // 4] + t, row_of(i) * 8 * ROW), wd)
-                    ptx.inst("fence.proxy.async.shared::cta")
-                    ptx.inst("bar.sync", *XBAR)
-                    ptx.inst("fence.proxy.async.shared::cta")   # (the others' stores)
+                        ptx.inst("fence.proxy.async.shared::cta")
+
+                    def sync():               # every warpgroup's stores, for our wgmmas
+                        ptx.inst("bar.sync", *XBAR)
+                        ptx.inst("fence.proxy.async.shared::cta")
+
+                    def issue_dv():
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        _kv_t(dv_acc, do_at + w * (BM * ROW), base + L.p, mma96)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
+                    if c.overlap == 2:        # FA3's order: dV runs while dS is made and stored
+                        ptx.inst("bar.sync", *XBAR)     # the last step's wgmmas read the tiles
+                        put(L.p, s)
+                        sync()
+                        issue_dv()
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dP (dV may run)
+                        grads()
+                        put(L.ds, dp)
+                        sync()
+                    else:
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        grads()
+                        ptx.inst("bar.sync", *XBAR)     # the last step's wgmmas read the tiles
+                        put(L.p, s)
+                        put(L.ds, dp)
+                        sync()
+                        issue_dv()
                     dq = ptx.wgmma.accumulator(PANEL)
                     ptx.inst("wgmma.fence.sync.aligned")
-                    _kv_t(dv_acc, do_at + w * (BM * ROW), base + L.p, mma96)
-                    ptx.inst("wgmma.commit_group.sync.aligned")
                     a, b = _desc(base + L.ds, 16), _desc(base + L.k + w * (BN * ROW), BN * ROW)
                     for ks in range(BN // 16):               # dQ_w = dS·K[:, panel w]
                         pnl, kk = divmod(ks, 4)

@@ -44,7 +44,8 @@ def test_emits_fa3_tile_and_fits():
     assert text.count("cp.reduce.async.bulk.tensor") == 2 and "bar.sync 1, 384" in text
     assert ".maxntid 512, 1, 1" in text and "_wg3" in text
     assert WG3.block_n == 96 and WG3.smem_bytes(192) == smem_bytes(WG3) <= SMEM_PER_CTA
-    for bad in (dict(col_split=True), dict(overlap=1), dict(consumer_regs=240)):
+    for bad in (dict(col_split=True), dict(overlap=1), dict(ex2_poly=True),
+                dict(consumer_regs=240)):
         with pytest.raises(ValueError, match="wg3"):
             BwdConfig(**{**dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True,
                                 consumer_regs=160), **bad})
@@ -78,21 +79,25 @@ def test_one_stage_matches_float64(monkeypatch):
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("stages,dqw", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("stages,dqw,ov", [(1, False, 0), (2, False, 0), (2, True, 0),
+                                           (2, True, 2), (2, False, 2)])
 @pytest.mark.parametrize("mask,softcap", [(Mask(), 0.0), (Mask(-1, 0), 0.0),
                                           (Mask(40, 3), 0.0), (Mask(-1, 0), 30.0)])
-def test_ptxas_keeps_everything_in_registers(stages, dqw, mask, softcap):
+def test_ptxas_keeps_everything_in_registers(stages, dqw, ov, mask, softcap):
     c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
-                  dq_warp=dqw)
+                  dq_warp=dqw, overlap=ov)
     k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, softcap=softcap)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
 
 
 @pytest.mark.long
-def test_dq_warp_matches_float64(monkeypatch):
-    """dq_warp: the producer's warp 1 adds the three warpgroups' staged dQ."""
-    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
-                  dq_warp=True)
-    assert c.tag.endswith("_dqw_wg3")
-    _case(monkeypatch, c, 150, 200, 8, causal=True)
+@pytest.mark.parametrize("opts,kw", [(dict(dq_warp=True), dict(causal=True)),
+                                     (dict(overlap=2), dict(window_size=(50, 10))),
+                                     (dict(overlap=2, dq_warp=True), dict(softcap=4.0))])
+def test_dq_warp_and_fa3_order_match_float64(monkeypatch, opts, kw):
+    """dq_warp: the producer's warp 1 adds the three warpgroups' staged dQ; overlap 2: dV
+    issued between P's and dS's stores (FA3's order)."""
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160, **opts)
+    assert c.tag.endswith("_wg3")
+    _case(monkeypatch, c, 150, 200, 8, **kw)

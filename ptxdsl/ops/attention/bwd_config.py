@@ -70,7 +70,7 @@ class BwdConfig:
     warpgroup), P and dS through shared memory, dKᵀ, dVᵀ and dQ 64 head-dim columns a
     warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
     ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); dense
-    default mode (softcap too)."""
+    layout (softcap too), the deterministic mode with dq_warp."""
 
     stages: int = 2
     dq_tma: bool = False

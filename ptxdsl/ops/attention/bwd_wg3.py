@@ -27,8 +27,9 @@ columns each cover 192 (FA3's ``NumMmaWarpGroups=3``, ``AtomLayoutNdKV=1``).
 Shared memory (1024-byte aligned panels of 128-byte swizzled rows): K, V (3 panels of 96
 rows), 2 stages of Q and 1 of dO (FA3's ``Stages_dO=1``: 2 would not fit beside the dQ
 stages), P and dS (64 queries x 96 keys in two 64-key panels), three 64 x 64 f32 dQ
-stages, -LSE·log2e and D, the barriers: 230200 bytes. Dense layout, default mode (softcap
-too): the plan keeps ``col_split`` for varlen and the deterministic mode.
+stages, -LSE·log2e and D, the barriers: 230200 bytes. Dense layout (softcap too): the plan
+keeps ``col_split`` for varlen. The deterministic mode (with ``dq_warp``: the writer warp
+takes :mod:`.bwd_det`'s semaphore turns) visits the row blocks last to first.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd import specs
 from .bwd_config import BLOCK_M as BM, BwdConfig
+from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
 from .fwd import _s32
@@ -91,9 +93,11 @@ def check(c: BwdConfig, d: int, mask: Mask, softcap: float, deterministic: bool,
     """What the layout takes, as a ValueError naming what would be right."""
     if d != D:
         raise ValueError(f"wg3 is head dim 192's tile (three 64-column panels), got {d}")
-    if deterministic or varlen:
-        raise ValueError("wg3 takes the dense default mode: varlen and deterministic calls "
-                         "take the col_split rows")
+    if varlen:
+        raise ValueError("wg3 takes the dense layout: varlen calls take the col_split rows")
+    if deterministic and not c.dq_warp:
+        raise ValueError("wg3's deterministic mode takes the semaphore turns in the writer "
+                         "warp: it needs dq_warp")
     if c.producer_regs + WGS * c.consumer_regs > register_pool(WGS):
         raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {c.producer_regs} + 3 x "
                          f"{c.consumer_regs} exceeds the {register_pool(WGS)} of four "
@@ -138,11 +142,13 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
     S, dt, es = c.stages, dtype.name, dtype.bytes
     L = Layout(c, es)
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, D, False, True, True, BN, False, BM)
-    names = ("q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv")
-    name = f"attention_bwd_{dt}_d{D}_s{S}_{mask.tag}{c.tag}"
+    ins, outs = specs(dtype, D, deterministic, True, True, BN, False, BM)
+    names = ("q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv") + \
+        (("sem",) if deterministic else ())
+    name = (f"attention_bwd_{dt}_d{D}_s{S}_{mask.tag}{'_cap' if softcap else ''}{c.tag}"
+            f"{'_det' if deterministic else ''}")
 
-    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv):
+    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
         labels = itertools.count()
         tq, tk, tv, tdo = q.tma_desc(), k.tma_desc(), v.tma_desc(), do.tma_desc()
         tl, td, tdq = nlse2.tma_desc(), dpsum.tma_desc(), dq_acc.tma_desc()
@@ -152,8 +158,11 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
         nblk = (sk + (BN - 1)) // BN
-        nb, rest = cta % nblk, cta // nblk
-        hk, batch = rest % nhk, rest // nhk
+        if deterministic:    # a unit's key blocks in launch order (bwd_det)
+            nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, D)
+        else:
+            nb, rest = cta % nblk, cta // nblk
+            hk, batch = rest % nhk, rest // nhk
         group = nh // nhk
         n0 = nb * BN
         nmb = (sq + (BM - 1)) // BM
@@ -165,6 +174,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         if mask.left >= 0:                             # rows i <= n0 + 95 - off + left
             m_hi = ptx.min(ptx.max(_s32(n0) - off + (BN - 1 + mask.left + BM), zero) // BM,
                            m_hi)
+        # deterministic: row blocks last to first (bwd_det), in all three roles
+        m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)
         qc = lambda p, head, m0: [p * PANEL, head, m0, batch]
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
         kvfull, qfull, qempty = base + L.kvfull, base + L.qfull, base + L.qempty
@@ -192,7 +203,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 qr, dr = Ring(S), Ring(1)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
-                    for mb in ptx.range_(m_lo, m_hi):
+                    for mb in ptx.range_(*m_range):
                         m0 = mb * BM
                         for r, full, empty, tmap, dst, rt, rdst in (
                                 (qr, qfull, qempty, tq, L.q, tl, L.lse),
@@ -210,8 +221,9 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                             r.advance()
             if c.dq_warp:           # warp 1: dQ's reduce-adds
                 with ptx.if_((tid >> 5) == 1):
+                    det = (sem, nh, nb, off, mask, labels) if deterministic else None
                     _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, batch,
-                            m_lo, m_hi)
+                            m_range, det)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -234,7 +246,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             wait(labels, kvfull, 0)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
-                for mb in ptx.range_(m_lo, m_hi):
+                for mb in ptx.range_(*m_range):
                     m0 = mb * BM
                     q_at = base + L.q + qr.slot * L.q_bytes
                     do_at = base + L.do
@@ -352,6 +364,9 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
     grid = lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1)
     deco = kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid,
                   block=((1 + WGS) * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+    if deterministic:
+        return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
     return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
 
@@ -380,21 +395,33 @@ def _reduce(tdq, w, m0, head, batch, stage_w) -> None:
     ptx.inst("cp.async.bulk.commit_group")
 
 
-def _writer(tdq, lane, dqs, wg_stage, group, hk, batch, m_lo, m_hi) -> None:
+def _writer(tdq, lane, dqs, wg_stage, group, hk, batch, m_range, det=None) -> None:
     """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
-    the consumers' waits and its arrivals pair up."""
+    the consumers' waits and its arrivals pair up. ``det``: ``(sem, H, nb, off, mask,
+    labels)``, the deterministic mode's turns (:mod:`.bwd_det`): the three warpgroups add
+    disjoint columns, so key block ``nb``'s adds to a row block wait until the earlier key
+    blocks' three each have landed, and each passes one turn once its own has."""
     for w in range(WGS):
         ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
     for gi in ptx.range_(0, group):
         head = hk * group + gi
-        for mb in ptx.range_(m_lo, m_hi):
+        for mb in ptx.range_(*m_range):
             for w in range(WGS):
                 ptx.inst("bar.sync", FULL + w, WTHREADS)
                 with ptx.if_(lane == 0):
                     ptx.inst("fence.proxy.async.shared::cta")
+                    if det:
+                        sem, nh, nb, off, mask, labels = det
+                        at = ptx.global_ptr(sem) + ((batch * nh + head) * ptx.dim("NMB")
+                                                    + mb) * 4
+                        spin(at, turn_of(nb, mb * BM, off, mask, reg.scalar(s32, init=w),
+                                         True, BN, WGS), True, labels)
                     _reduce(tdq, w, mb * BM, head, batch, dqs + w * wg_stage)
+                    if det:                  # the adds land before the turn passes
+                        ptx.inst("cp.async.bulk.wait_group", 0)
+                        pass_turn(at)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
     with ptx.if_(lane == 0):

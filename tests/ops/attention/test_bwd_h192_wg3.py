@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import ptxdsl.interp as interp
 from ptxdsl.core.types import bf16
 from ptxdsl.ops import attention_backward
 from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
@@ -49,9 +50,10 @@ def test_emits_fa3_tile_and_fits():
         with pytest.raises(ValueError, match="wg3"):
             BwdConfig(**{**dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True,
                                 consumer_regs=160), **bad})
-    for kw in (dict(deterministic=True), dict(varlen=True)):
-        with pytest.raises(ValueError, match="col_split rows"):
-            build_backward_wg3(WG3, bf16, 192, scale=0.1, **kw)
+    with pytest.raises(ValueError, match="col_split rows"):
+        build_backward_wg3(WG3, bf16, 192, scale=0.1, varlen=True)
+    with pytest.raises(ValueError, match="dq_warp"):
+        build_backward_wg3(WG3, bf16, 192, scale=0.1, deterministic=True)
     with pytest.raises(ValueError, match="head dim 192"):
         build_backward_wg3(WG3, bf16, 128, scale=0.1)
     assert not choose_bwd(192, "bf16", Mask(), varlen=True).wg3
@@ -101,3 +103,57 @@ def test_dq_warp_and_fa3_order_match_float64(monkeypatch, opts, kw):
     c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160, **opts)
     assert c.tag.endswith("_wg3")
     _case(monkeypatch, c, 150, 200, 8, **kw)
+
+
+def _run_det(monkeypatch, sq, sk, kw, one_at_a_time):
+    """wg3 + dq_warp deterministic, its three kernels called directly (the API runs the
+    default kernel on the interpreter): the f32 dQ adds, the semaphores, dq, dk, dv."""
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
+                  dq_warp=True)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    rng = np.random.default_rng(sq + sk)
+    q, k, v, do = (rng.standard_normal(s).astype(BF16) for s in
+                   ((1, sq, 2, 192), (1, sk, 1, 192), (1, sk, 1, 192), (1, sq, 2, 192)))
+    out, lse = attention_reference(q, k, v, **kw)
+    pre, main, post = bwd_api.backward_kernels(192, deterministic=True, **kw)
+    assert main.name.endswith("_dqw_wg3_det")
+    sqp = -(-sq // 64) * 64
+    dpsum, nlse2 = np.zeros((1, 2, sqp), np.float32), np.zeros((1, 2, sqp), np.float32)
+    acc, sem = np.zeros((1, 2, sqp, 192), np.float32), np.zeros((1, 2, sqp // 64), np.uint32)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(k)
+    pre.interpret(out.astype(BF16), do, lse.astype(np.float32), dpsum, nlse2, acc, sem)
+    with monkeypatch.context() as m:
+        if one_at_a_time:             # a batch of one CTA: each runs alone, in launch order
+            m.setattr(interp, "MAX_BATCH_SHARED", 1)
+        main.interpret(q, k, v, do, nlse2, dpsum, acc, dk, dv, sem)
+    adds = acc.copy()
+    post.interpret(acc, dq)
+    _check((dq, dk, dv), attention_backward_reference(do, q, k, v, **kw))
+    return adds, sem
+
+
+@pytest.mark.long
+def test_deterministic_turns_and_bits(monkeypatch):
+    """Three key blocks (96 keys each), causal: each 64-row block's semaphore counts three
+    adds per key block that reaches it; CTAs one at a time in launch order (none waits for
+    a later one) and all at once give the same dQ bits."""
+    sq, sk, kw = 130, 250, dict(causal=True)
+    alone, sem = _run_det(monkeypatch, sq, sk, kw, True)
+    off = sk - sq
+    want = [3 * sum(1 for nb in range(3) if nb * 96 <= min(64 * mb + 63, sq - 1) + off)
+            for mb in range(3)]
+    np.testing.assert_array_equal(sem, np.broadcast_to(want, sem.shape))
+    together, _ = _run_det(monkeypatch, sq, sk, kw, False)
+    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("ov", [0, 2])
+@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)])
+def test_ptxas_deterministic_keeps_everything_in_registers(ov, mask):
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
+                  dq_warp=True, overlap=ov)
+    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, deterministic=True)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -69,8 +69,8 @@ class BwdConfig:
     warpgroups (``consumer_regs`` at most 160), S and dP by queries on M (32 keys a
     warpgroup), P and dS through shared memory, dKᵀ, dVᵀ and dQ 64 head-dim columns a
     warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
-    ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); dense
-    layout (softcap too), the deterministic mode with dq_warp."""
+    ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); softcap,
+    varlen, and the deterministic mode with dq_warp."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -204,14 +204,13 @@ def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False
                deterministic: bool = False, varlen: bool = False) -> BwdConfig:
     """The table's config for this call (a row with a ``softcap`` or ``deterministic`` list
     holds only for those settings; ``varlen`` skips rows of 128-query steps, since varlen's
-    padded rows start every 64, and ``wg3`` rows, dense only); a ValueError for a head dim no row covers."""
+    padded rows start every 64); a ValueError for a head dim no row covers."""
     kind = "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
     for row in rows():
         if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"] \
                 and bool(softcap) in row.get("softcap", (False, True)) \
                 and bool(deterministic) in row.get("deterministic", (False, True)) \
-                and not (varlen and (row["config"].get("block_m", BLOCK_M) != BLOCK_M
-                                     or row["config"].get("wg3"))):
+                and not (varlen and row["config"].get("block_m", BLOCK_M) != BLOCK_M):
             c = BwdConfig(**row["config"])
             assert c.smem_bytes(head_dim) <= SMEM_PER_CTA, (row, c.smem_bytes(head_dim))
             return c

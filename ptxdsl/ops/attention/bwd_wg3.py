@@ -27,16 +27,17 @@ columns each cover 192 (FA3's ``NumMmaWarpGroups=3``, ``AtomLayoutNdKV=1``).
 Shared memory (1024-byte aligned panels of 128-byte swizzled rows): K, V (3 panels of 96
 rows), 2 stages of Q and 1 of dO (FA3's ``Stages_dO=1``: 2 would not fit beside the dQ
 stages), P and dS (64 queries x 96 keys in two 64-key panels), three 64 x 64 f32 dQ
-stages, -LSE·log2e and D, the barriers: 230200 bytes. Dense layout (softcap too): the plan
-keeps ``col_split`` for varlen. The deterministic mode (with ``dq_warp``: the writer warp
-takes :mod:`.bwd_det`'s semaphore turns) visits the row blocks last to first.
+stages, -LSE·log2e and D, the barriers: 230200 bytes. Softcap; varlen as :mod:`.bwd`
+numbers its key blocks (the next sequence's K rows in the last block zeroed); the
+deterministic mode (with ``dq_warp``: the writer warp takes :mod:`.bwd_det`'s semaphore
+turns) visits the row blocks last to first.
 """
 from __future__ import annotations
 
 import itertools
 
 from ... import kernel
-from ...core.types import PtxType, b32, f32, s32, u8, u32
+from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd import specs
@@ -45,7 +46,9 @@ from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
 from .fwd import _s32
+from .bwd_steps import zero_other_keys
 from .softmax import LOG2E, col_of, mask_block, row_of
+from .varlen_tiles import find_seq, load_u32
 
 BN = 96              # keys a CTA
 D = 192              # the head dim this layout is for
@@ -89,12 +92,10 @@ def smem_bytes(c: BwdConfig) -> int:
 
 
 def check(c: BwdConfig, d: int, mask: Mask, softcap: float, deterministic: bool,
-          varlen: bool) -> None:
+          varlen: bool = False) -> None:
     """What the layout takes, as a ValueError naming what would be right."""
     if d != D:
         raise ValueError(f"wg3 is head dim 192's tile (three 64-column panels), got {d}")
-    if varlen:
-        raise ValueError("wg3 takes the dense layout: varlen calls take the col_split rows")
     if deterministic and not c.dq_warp:
         raise ValueError("wg3's deterministic mode takes the semaphore turns in the writer "
                          "warp: it needs dq_warp")
@@ -142,27 +143,45 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
     S, dt, es = c.stages, dtype.name, dtype.bytes
     L = Layout(c, es)
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, D, deterministic, True, True, BN, False, BM)
-    names = ("q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv") + \
-        (("sem",) if deterministic else ())
+    ins, outs = specs(dtype, D, deterministic, True, True, BN, varlen, BM)
+    names = ("q", "k", "v", "do", "nlse2", "dpsum") + (("cu_q", "cu_k") if varlen else ()) \
+        + ("dq_acc", "dk", "dv") + (("sem",) if deterministic else ())
     name = (f"attention_bwd_{dt}_d{D}_s{S}_{mask.tag}{'_cap' if softcap else ''}{c.tag}"
-            f"{'_det' if deterministic else ''}")
+            f"{'_varlen' if varlen else ''}{'_det' if deterministic else ''}")
 
-    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
+    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None, cu_q=None, cu_k=None):
         labels = itertools.count()
         tq, tk, tv, tdo = q.tma_desc(), k.tma_desc(), v.tma_desc(), do.tma_desc()
         tl, td, tdq = nlse2.tma_desc(), dpsum.tma_desc(), dq_acc.tma_desc()
         pdk, pdv = ptx.global_ptrs(dk, dv)
-        sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
+        nh, nhk = ptx.dim("H"), ptx.dim("HK")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-        nblk = (sk + (BN - 1)) // BN
-        if deterministic:    # a unit's key blocks in launch order (bwd_det)
-            nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, D)
+        if varlen:       # the sequence of this key block (as bwd.py numbers them)
+            pcq, pck = ptx.global_ptrs(cu_q, cu_k)
+            nseq = ptx.dim("NS1") - 1
+            nvb = nseq + ptx.dim("TK") // BN
+            vb, hk = cta % nvb, cta // nvb
+            seq = find_seq(pck, nseq, vb, BN)
+            k0, q0 = load_u32(pck, seq), load_u32(pcq, seq)
+            sk, sq = load_u32(pck, seq + 1) - k0, load_u32(pcq, seq + 1) - q0
+            nb = vb - (seq + k0 // BN)
+            pq0 = (seq + q0 // BM) * BM                 # the sequence's first padded row
+            X = _Coords(lambda m0, head: [head, q0 + m0], lambda n: [hk, k0 + n],
+                        lambda m0, head: [pq0 + m0, head], lambda key: k0 + key,
+                        lambda head, mb: head * ptx.dim("NMB") + pq0 // BM + mb)
         else:
-            nb, rest = cta % nblk, cta // nblk
-            hk, batch = rest % nhk, rest // nhk
+            sq, sk = ptx.dim("SQ"), ptx.dim("SK")
+            nblk = (sk + (BN - 1)) // BN
+            if deterministic:    # a unit's key blocks in launch order (bwd_det)
+                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, D)
+            else:
+                nb, rest = cta % nblk, cta // nblk
+                hk, batch = rest % nhk, rest // nhk
+            X = _Coords(lambda m0, head: [head, m0, batch], lambda n: [hk, n, batch],
+                        lambda m0, head: [m0, head, batch], lambda key: batch * sk + key,
+                        lambda head, mb: (batch * nh + head) * ptx.dim("NMB") + mb)
         group = nh // nhk
         n0 = nb * BN
         nmb = (sq + (BM - 1)) // BM
@@ -174,9 +193,14 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         if mask.left >= 0:                             # rows i <= n0 + 95 - off + left
             m_hi = ptx.min(ptx.max(_s32(n0) - off + (BN - 1 + mask.left + BM), zero) // BM,
                            m_hi)
+        if varlen:                                     # past the sequence's keys: no rows
+            live = reg.scalar(pred)
+            ptx.inst.setp.lt.u32(live, n0, sk)
+            hi = reg.scalar(s32)
+            ptx.inst.selp.s32(hi, m_hi, m_lo, live)
+            m_hi = hi
         # deterministic: row blocks last to first (bwd_det), in all three roles
         m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)
-        qc = lambda p, head, m0: [p * PANEL, head, m0, batch]
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
         kvfull, qfull, qempty = base + L.kvfull, base + L.qfull, base + L.qempty
         dofull, doempty = base + L.dofull, base + L.doempty
@@ -199,7 +223,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 for tmap, dst in ((tk, L.k), (tv, L.v)):
                     for p in range(PANELS):
                         ptx.tma.load(base + (dst + p * BN * ROW), tmap,
-                                     [p * PANEL, hk, n0, batch], kvfull)
+                                     [p * PANEL] + X.k(n0), kvfull)
                 qr, dr = Ring(S), Ring(1)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
@@ -215,14 +239,14 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                             at = base + dst + r.slot * L.q_bytes
                             for p in range(PANELS):
                                 ptx.tma.load(at + p * BM * ROW if p else at, tmap,
-                                             qc(p, head, m0), fb)
+                                             [p * PANEL] + X.q(m0, head), fb)
                             ptx.tma.load(base + rdst + r.slot * (BM * 4), rt,
-                                         [m0, head, batch], fb)
+                                         X.row(m0, head), fb)
                             r.advance()
             if c.dq_warp:           # warp 1: dQ's reduce-adds
                 with ptx.if_((tid >> 5) == 1):
-                    det = (sem, nh, nb, off, mask, labels) if deterministic else None
-                    _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, batch,
+                    det = (sem, nb, off, mask, labels) if deterministic else None
+                    _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, X,
                             m_range, det)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
@@ -244,6 +268,9 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             stage_w = base + L.dqs + w * L.wg_stage
             mma32, mma64, mma96 = _mma(32, dt), _mma(64, dt), _mma(BN, dt)
             wait(labels, kvfull, 0)
+            if varlen:      # the next sequence's keys in the last block: K rows zeroed
+                zero_other_keys(base + L.k, n0, sk, BN, PANELS, tid - 128,
+                                threads=WGS * 128, bar=XBAR[0])
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
                 for mb in ptx.range_(*m_range):
@@ -342,7 +369,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     else:
                         ptx.inst("bar.sync", 2 + w, 128)
                         with ptx.if_(lane == 0):
-                            _reduce(tdq, w, m0, head, batch, stage_w)
+                            _reduce(tdq, w, X.row(m0, head), stage_w)
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)   # dK done: Q is read
                     with ptx.if_(lane == 0):
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
@@ -359,11 +386,18 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             if not c.dq_warp:
                 ptx.inst("bar.sync", 2 + w, 128)
             for acc, ptr, sc in ((dk_acc, pdk, scale), (dv_acc, pdv, None)):
-                _store_t(list(acc), ptr, stage_w, lane, n0, sk, batch, hk, nhk, w, dt, sc)
+                _store_t(list(acc), ptr, stage_w, lane, n0, sk, X.key(n0), hk, nhk, w, dt, sc)
 
-    grid = lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1)
+    grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // BN) * HK, 1, 1)) if varlen else \
+        (lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1))
     deco = kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid,
                   block=((1 + WGS) * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+    if varlen and deterministic:
+        return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv, sem:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem, cu_q, cu_k))
+    if varlen:
+        return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, None, cu_q, cu_k))
     if deterministic:
         return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
@@ -387,19 +421,29 @@ def _mask(s, mask: Mask, m0, r0, kw0, fcol, off) -> None:
         mask_block(s, hi, lo)
 
 
-def _reduce(tdq, w, m0, head, batch, stage_w) -> None:
-    """Warpgroup ``w``'s staged dQ (two 32-column boxes) added into dq_acc's rows from
-    ``m0`` by TMA reduce-add, one bulk group."""
+class _Coords:
+    """The layout's (dense or varlen) TMA coordinates after the column: ``q(m0, head)``
+    (Q, dO rows), ``k(n)`` (K, V rows), ``row(m0, head)`` (the padded f32 rows: LSE, D,
+    dQ), and ``key(n)`` the global row of key ``n`` (dK, dV), ``sem(head, mb)`` the
+    deterministic mode's semaphore index."""
+
+    def __init__(self, q, k, row, key, sem):
+        self.q, self.k, self.row, self.key, self.sem = q, k, row, key, sem
+
+
+def _reduce(tdq, w, row, stage_w) -> None:
+    """Warpgroup ``w``'s staged dQ (two 32-column boxes) added into dq_acc's rows at
+    ``row`` (coordinates after the column) by TMA reduce-add, one bulk group."""
     for h in range(2):
-        ptx.tma.reduce(tdq, [w * PANEL + 32 * h, m0, head, batch], stage_w + h * BM * 128)
+        ptx.tma.reduce(tdq, [w * PANEL + 32 * h] + row, stage_w + h * BM * 128)
     ptx.inst("cp.async.bulk.commit_group")
 
 
-def _writer(tdq, lane, dqs, wg_stage, group, hk, batch, m_range, det=None) -> None:
+def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None) -> None:
     """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
-    the consumers' waits and its arrivals pair up. ``det``: ``(sem, H, nb, off, mask,
+    the consumers' waits and its arrivals pair up. ``det``: ``(sem, nb, off, mask,
     labels)``, the deterministic mode's turns (:mod:`.bwd_det`): the three warpgroups add
     disjoint columns, so key block ``nb``'s adds to a row block wait until the earlier key
     blocks' three each have landed, and each passes one turn once its own has."""
@@ -413,12 +457,11 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, batch, m_range, det=None) -> No
                 with ptx.if_(lane == 0):
                     ptx.inst("fence.proxy.async.shared::cta")
                     if det:
-                        sem, nh, nb, off, mask, labels = det
-                        at = ptx.global_ptr(sem) + ((batch * nh + head) * ptx.dim("NMB")
-                                                    + mb) * 4
+                        sem, nb, off, mask, labels = det
+                        at = ptx.global_ptr(sem) + X.sem(head, mb) * 4
                         spin(at, turn_of(nb, mb * BM, off, mask, reg.scalar(s32, init=w),
                                          True, BN, WGS), True, labels)
-                    _reduce(tdq, w, mb * BM, head, batch, dqs + w * wg_stage)
+                    _reduce(tdq, w, X.row(mb * BM, head), dqs + w * wg_stage)
                     if det:                  # the adds land before the turn passes
                         ptx.inst("cp.async.bulk.wait_group", 0)
                         pass_turn(at)
@@ -441,7 +484,7 @@ def _stage(dq, stage_w, r0, lw, xr) -> None:
                  [regs[i], regs[i + 1]])
 
 
-def _store_t(elems, ptr, stage, lane, n0, sk, batch, hk, nhk, w, dt: str, scale) -> None:
+def _store_t(elems, ptr, stage, lane, n0, sk, krow, hk, nhk, w, dt: str, scale) -> None:
     """dKᵀ or dVᵀ of warpgroup ``w`` (M: its 64 head-dim columns, N: the CTA's 96 keys) to
     (B, SK, HK, D): rounded pairs (``cvt.rn``) transposed into ``stage`` as 96 key rows of
     128 bytes (``stmatrix.x4.trans``, 16-byte chunks swizzled by key % 8), then 16 bytes a
@@ -467,7 +510,7 @@ def _store_t(elems, ptr, stage, lane, n0, sk, batch, hk, nhk, w, dt: str, scale)
         with ptx.if_(_s32(n0 + row) < sk_s):
             v4 = [reg.scalar(b32) for _ in range(4)]
             ptx.inst("ld.shared.v4.b32", v4, ptx.addr(stage + row * ROW + ((ch ^ (row & 7)) << 4)))
-            at = ptr + (((batch * sk + n0 + row) * nhk + hk) * D + w * PANEL + ch * 8) * 2
+            at = ptr + (((krow + row) * nhk + hk) * D + w * PANEL + ch * 8) * 2
             ptx.inst("st.global.v4.b32", ptx.addr(at), v4)
     ptx.inst("bar.sync", 2 + w, 128)          # (the stage is rewritten next)
 

@@ -8,16 +8,16 @@ import pytest
 
 import ptxdsl.interp as interp
 from ptxdsl.core.types import bf16
-from ptxdsl.ops import attention_backward
+from ptxdsl.ops import attention_backward, attention_varlen_backward
 from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
-from ptxdsl.ops.attention.bwd_config import SMEM_PER_CTA, BwdConfig, choose_bwd
+from ptxdsl.ops.attention.bwd_config import SMEM_PER_CTA, BwdConfig
 from ptxdsl.ops.attention.bwd_wg3 import build_backward_wg3, smem_bytes
 from ptxdsl.ops.attention.config import Mask
 from ptxas_resources import resources_or_skip  # noqa: E402
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = ml_dtypes.bfloat16
-from attention_bwd_checks import check_grads as _check  # noqa: E402
+from attention_bwd_checks import check_grads as _check, check_varlen_causal  # noqa: E402
 
 WG3 = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
 
@@ -50,13 +50,10 @@ def test_emits_fa3_tile_and_fits():
         with pytest.raises(ValueError, match="wg3"):
             BwdConfig(**{**dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True,
                                 consumer_regs=160), **bad})
-    with pytest.raises(ValueError, match="col_split rows"):
-        build_backward_wg3(WG3, bf16, 192, scale=0.1, varlen=True)
     with pytest.raises(ValueError, match="dq_warp"):
         build_backward_wg3(WG3, bf16, 192, scale=0.1, deterministic=True)
     with pytest.raises(ValueError, match="head dim 192"):
         build_backward_wg3(WG3, bf16, 128, scale=0.1)
-    assert not choose_bwd(192, "bf16", Mask(), varlen=True).wg3
 
 
 def test_interpreter_matches_float64(monkeypatch):
@@ -150,10 +147,83 @@ def test_deterministic_turns_and_bits(monkeypatch):
 @pytest.mark.ptxas
 @pytest.mark.long
 @pytest.mark.parametrize("ov", [0, 2])
-@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)])
-def test_ptxas_deterministic_keeps_everything_in_registers(ov, mask):
+@pytest.mark.parametrize("mask,varlen,det", [(Mask(), False, True), (Mask(-1, 0), False, True),
+                                             (Mask(40, 3), False, True), (Mask(), True, False),
+                                             (Mask(-1, 0), True, True)])
+def test_ptxas_deterministic_and_varlen_keep_everything_in_registers(ov, mask, varlen, det):
     c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
                   dq_warp=True, overlap=ov)
-    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, deterministic=True)
+    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, deterministic=det, varlen=varlen)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("opts", [{}, dict(overlap=2, dq_warp=True)], ids=["s2", "ov2-dqw"])
+def test_varlen_matches_float64(monkeypatch, opts):
+    """Four packed sequences (one of one query, one whose keys end mid-block, so the next
+    sequence's K rows are zeroed), GQA, causal: each against float64."""
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160, **opts)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    cq, ck = np.cumsum([0, 33, 1, 100, 70]), np.cumsum([0, 70, 129, 20, 100])
+    rng = np.random.default_rng(4)
+    q, k, v, do = (rng.standard_normal((n, h, 192)).astype(BF16)
+                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
+    check_varlen_causal(q, k, v, do, cq, ck)
+
+
+@pytest.mark.long
+def test_varlen_full_zeroes_the_next_sequences_keys(monkeypatch):
+    """Without a mask a key block's rows past its sequence's keys (the next sequence's, in
+    the TMA box) would reach dQ through dS·K: each sequence against float64."""
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: WG3)
+    cq, ck = np.cumsum([0, 40, 70]), np.cumsum([0, 50, 120])
+    rng = np.random.default_rng(6)
+    q, k, v, do = (rng.standard_normal((n, 2, 192)).astype(BF16)
+                   for n in (cq[-1], ck[-1], ck[-1], cq[-1]))
+    seqs = [(slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])) for i in range(2)]
+    out, lse = np.zeros_like(q), np.zeros((2, cq[-1]), np.float32)
+    for sq, sk in seqs:
+        o, lo = attention_reference(q[sq][None], k[sk][None], v[sk][None])
+        out[sq], lse[:, sq] = o[0].astype(BF16), lo[0]
+    got = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 70, 120)
+    for sq, sk in seqs:
+        _check([g[None] for g in (got[0][sq], got[1][sk], got[2][sk])],
+               attention_backward_reference(do[sq][None], q[sq][None], k[sk][None],
+                                            v[sk][None]))
+
+
+class _GpuFrame:
+    """The API's frame claiming a GPU, so that deterministic=True takes the deterministic
+    kernels (which run on the interpreter)."""
+
+    def __init__(self, frame):
+        self._f = frame
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def on_gpu(self):
+        return True
+
+    def arch(self, _a):
+        return "sm_90a"
+
+
+@pytest.mark.long
+def test_varlen_deterministic_matches_float64(monkeypatch):
+    """Packed ragged sequences, causal, GQA, wg3 + dq_warp deterministic through the API,
+    CTAs one at a time in launch order (none waits for a later one)."""
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
+                  dq_warp=True, overlap=2)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    frame = bwd_api._frame
+    monkeypatch.setattr(bwd_api, "_frame", lambda a: _GpuFrame(frame(a)))
+    monkeypatch.setattr(interp, "MAX_BATCH_SHARED", 1)
+    cq, ck = np.cumsum([0, 70, 1, 130]), np.cumsum([0, 150, 20, 200])
+    rng = np.random.default_rng(7)
+    q, k, v, do = (rng.standard_normal((n, h, 192)).astype(BF16)
+                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
+    check_varlen_causal(q, k, v, do, cq, ck, deterministic=True)
+    assert bwd_api.backward_kernels(192, causal=True, deterministic=True,
+                                    varlen=True)[1].name.endswith("_varlen_det")

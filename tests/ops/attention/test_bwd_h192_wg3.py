@@ -227,3 +227,18 @@ def test_varlen_deterministic_matches_float64(monkeypatch):
     check_varlen_causal(q, k, v, do, cq, ck, deterministic=True)
     assert bwd_api.backward_kernels(192, causal=True, deterministic=True,
                                     varlen=True)[1].name.endswith("_varlen_det")
+
+
+@pytest.mark.long
+def test_f16_window_matches_float64(monkeypatch):
+    """float16 (its cvt and wgmma forms), a window both sides, overlap 2 with dq_warp."""
+    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
+                  overlap=2, dq_warp=True)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    rng = np.random.default_rng(1)
+    q, k, v, do = (rng.standard_normal((1, s, h, 192)).astype(np.float16)
+                   for s, h in ((70, 2), (150, 1), (150, 1), (70, 2)))
+    out, lse = attention_reference(q, k, v, window_size=(30, 30))
+    _check(attention_backward(do, q, k, v, out.astype(np.float16), lse.astype(np.float32),
+                              window_size=(30, 30)),
+           attention_backward_reference(do, q, k, v, window_size=(30, 30)))

@@ -150,9 +150,10 @@ class BwdConfig:
         if self.dk_last and not (self.overlap == 1 and self.dq_tma and not self.dq_first):
             raise ValueError("dk_last issues dK behind dQ, staging dQ under it: it needs "
                              "overlap 1 and dq_tma, not dq_first")
-        if self.wg3 and not (self.dq_tma and self.dq_swizzle and self.block_m == BLOCK_M and
-                             self.tag.replace("_ov2", "").replace("_dqw", "") ==
-                             "_tmadq_swdq_wg3"):
+        if self.wg3 and (not (self.dq_tma and self.dq_swizzle) or self.overlap == 1 or any((
+                self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
+                self.ds_double, self.panel_split, self.sdp_split, self.dk_last,
+                self.block_m != BLOCK_M))):
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
                              "and none of the other options")

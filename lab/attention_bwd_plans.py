@@ -31,12 +31,19 @@ h128b``: head dim 128's plan against FlashAttention-4's sm90 step structure
 by ``bar.arrive``; ``dk_last``: dV before the dSᵀ exchange, dK behind dQ, dQ staged under
 dK; with and without ``ds_double``, which with ``dq_warp`` leaves one barrier a step),
 default mode, S 1k, 4k, 16k full and causal, with each variant's geometric mean over the
-plan's last (ptxas -v: no spills for any of them, every mask, deterministic and varlen).
+plan's last (ptxas -v: no spills for any of them, every mask, deterministic and varlen);
+``--set h192b``: head dim 192's plan row (``col_split`` + ``panel_split``: 64 keys a CTA)
+against ``wg3`` (FlashAttention-3's hdim-192 tile, :mod:`ptxdsl.ops.attention.bwd_wg3`: 96
+keys a CTA, three consumer warpgroups, every GEMM once; with and without ``dq_warp`` and
+``overlap`` 2 (FA3's order: dV issued between P's and dS's stores), 2 stages of Q, and 1
+stage), default mode, S=1k full, 4k full and causal, 16k causal, each
+variant's geometric mean over the plan's last (ptxas -v: no spills).
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
-    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b]
+    PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
+        h192b]
         [--default-only]
 """
 from __future__ import annotations
@@ -61,7 +68,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
-                                          "det", "h128b"),
+                                          "det", "h128b", "h192b"),
                     default="tma")
     ap.add_argument("--default-only", action="store_true",
                     help="time the default mode only (skip the deterministic runs)")
@@ -107,6 +114,17 @@ def main() -> None:
                     "dqw dkl dsx2": BwdConfig(**sp, dq_warp=True, dk_last=True,
                                               ds_double=True)}
         grid = tuple((s, 128, c) for s in (1024, 4096, 16384) for c in (False, True))
+        modes = (False,)
+    elif which == "h192b":
+        pnl = dict(dq_tma=True, dq_swizzle=True, col_split=True, panel_split=True)
+        wg3 = dict(dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
+        variants = {"plan": BwdConfig(stages=2, **pnl),
+                    "wg3": BwdConfig(stages=2, **wg3),
+                    "wg3 dqw": BwdConfig(stages=2, dq_warp=True, **wg3),
+                    "wg3 ov2": BwdConfig(stages=2, overlap=2, **wg3),
+                    "wg3 ov2 dqw": BwdConfig(stages=2, overlap=2, dq_warp=True, **wg3),
+                    "wg3 s1": BwdConfig(stages=1, **wg3)}
+        grid = ((1024, 192, False), (4096, 192, False), (4096, 192, True), (16384, 192, True))
         modes = (False,)
     elif which == "h64":
         m = dict(dq_tma=True, dq_swizzle=True, block_m=128)
@@ -236,7 +254,7 @@ def main() -> None:
         tf = [r['results'].get(n, {}).get('tflops', float('nan')) for n in names]
         print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " + " ".join(
             f"{t:11.1f}" for t in tf) + (f" {tf[1] / tf[0]:8.2f}" if ratio else ""))
-    if which == "h128b":             # each variant over the first (the plan), geomean
+    if which in ("h128b", "h192b"):  # each variant over the first (the plan), geomean
         first = names[0]
         for n in names[1:]:
             ratios = [r["results"][n]["tflops"] / r["results"][first]["tflops"] for r in rows

@@ -13,6 +13,7 @@ BWD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 192, 256: col_split (dK, dV halves pe
 BLOCK_M = 64                # query rows per step of the ring (a wgmma N of Sᵀ and dPᵀ)
 BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma M)
 BLOCK_N_SPLIT = 64          # keys per CTA with col_split: both warpgroups on the same 64
+BLOCK_N_WG3 = 96            # keys per CTA with wg3: three warpgroups of 32 (S, dP)
 SMEM_PER_CTA = 232448
 
 
@@ -62,7 +63,14 @@ class BwdConfig:
     (FlashAttention-3's and -4's dQ store warp); with ds_double, the 128-thread barrier
     before the dSᵀ stores goes too. ``dk_last`` (overlap 1, dq_tma, not
     dq_first): dV is issued before the dSᵀ exchange, dK only behind dQ, so dQ is staged
-    while dK runs (FlashAttention-4's sm90 order: dV, barrier, dQ, dK)."""
+    while dK runs (FlashAttention-4's sm90 order: dV, barrier, dQ, dK).
+    ``wg3`` (head dim 192, dq_tma and dq_swizzle, none of the other layouts): FlashAttention-3's
+    hdim-192 tile in its own kernel (:mod:`.bwd_wg3`): 96 keys a CTA, three consumer
+    warpgroups (``consumer_regs`` at most 160), S and dP by queries on M (32 keys a
+    warpgroup), P and dS through shared memory, dKᵀ, dVᵀ and dQ 64 head-dim columns a
+    warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
+    ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); softcap,
+    varlen, and the deterministic mode with dq_warp."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -81,6 +89,7 @@ class BwdConfig:
     block_m: int = BLOCK_M
     dq_warp: bool = False
     dk_last: bool = False
+    wg3: bool = False
 
     @property
     def tag(self) -> str:
@@ -94,7 +103,8 @@ class BwdConfig:
                 f"{'_cols' if c.col_split else ''}{'_pnl' if c.panel_split else ''}"
                 f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
-                f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}")
+                f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
+                f"{'_wg3' if c.wg3 else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -140,6 +150,17 @@ class BwdConfig:
         if self.dk_last and not (self.overlap == 1 and self.dq_tma and not self.dq_first):
             raise ValueError("dk_last issues dK behind dQ, staging dQ under it: it needs "
                              "overlap 1 and dq_tma, not dq_first")
+        if self.wg3 and (not (self.dq_tma and self.dq_swizzle) or self.overlap == 1 or any((
+                self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
+                self.ds_double, self.panel_split, self.sdp_split, self.dk_last,
+                self.block_m != BLOCK_M))):
+            raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
+                             "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
+                             "and none of the other options")
+        if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
+            raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
+                             f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "
+                             f"four warpgroups (consumer_regs=160 fits)")
         if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
             raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
                              f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "
@@ -149,7 +170,7 @@ class BwdConfig:
     @property
     def block_n(self) -> int:
         """Keys per CTA."""
-        return BLOCK_N_SPLIT if self.col_split else BLOCK_N
+        return BLOCK_N_WG3 if self.wg3 else BLOCK_N_SPLIT if self.col_split else BLOCK_N
 
     def wg_cols(self, head_dim: int) -> int:
         """dQ columns a consumer warpgroup computes (and stages) per step."""
@@ -162,6 +183,9 @@ class BwdConfig:
         dQ's f32 stages only its columns."""
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         bm = self.block_m
+        if self.wg3:         # (bwd_wg3.Layout): 1 dO stage, P and dS, three 64-column dQ stages
+            return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
+                2 * bm * 128 * elem_bytes + 3 * bm * 64 * 4 + 8 * (3 + 2 * self.stages)
         ring = self.stages * (2 * bm * padded(head_dim) * elem_bytes + 4 * bm * 4)
         stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
@@ -196,4 +220,4 @@ def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False
 
 
 __all__ = ["BwdConfig", "choose_bwd", "rows", "BWD_HEAD_DIMS", "BLOCK_M", "BLOCK_N",
-           "BLOCK_N_SPLIT"]
+           "BLOCK_N_SPLIT", "BLOCK_N_WG3"]

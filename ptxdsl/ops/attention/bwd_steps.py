@@ -37,24 +37,26 @@ def kv_gemms(mma, accs, a_regs, b_ats, *, fence=False, commit=True, bm: int = BM
         ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-def zero_other_keys(k_at, n0, sk, bn: int, panels: int, t) -> None:
+def zero_other_keys(k_at, n0, sk, bn: int, panels: int, t, *, threads: int = 256,
+                    bar: int = 3) -> None:
     """Varlen, the sequence's last key block: the K rows past its keys (the next
-    sequence's, read by the TMA box) zeroed in shared memory by the 256 consumer threads
-    (``t``), so that dQ = dS·K does not see them, as TMA's zero fill past SK does for the
-    dense layout (whole 128-byte rows: the swizzle only permutes within a row). Their
-    Sᵀ, dPᵀ and dK, dV rows are computed and never stored."""
+    sequence's, read by the TMA box) zeroed in shared memory by the ``threads`` consumer
+    threads (``t``; named barrier ``bar``), so that dQ = dS·K does not see them, as
+    TMA's zero fill past SK does for the dense layout (whole 128-byte rows: the swizzle
+    only permutes within a row). Their Sᵀ, dPᵀ and dK, dV rows are computed and never
+    stored."""
     with ptx.if_(n0 + bn > sk):                     # the same branch in every thread
         zero = [reg.scalar(b32, init=0) for _ in range(4)]
         first = sk - n0                             # the first row to clear
-        for i in ptx.range_(t, panels * bn * 8, 256):
+        for i in ptx.range_(t, panels * bn * 8, threads):
             row = (i >> 3) % bn
             with ptx.if_(row >= first):
                 ptx.inst("st.shared.v4.b32",
                          ptx.addr(k_at + (i // (bn * 8)) * (bn * ROW) + row * ROW
                                   + (i & 7) * 16), zero)
         ptx.inst("fence.proxy.async.shared::cta")   # for the wgmmas that read K
-        ptx.inst("bar.sync", 3, 256)
-        ptx.inst("fence.proxy.async.shared::cta")   # (and the other warpgroup's rows)
+        ptx.inst("bar.sync", bar, threads)
+        ptx.inst("fence.proxy.async.shared::cta")   # (and the other warpgroups' rows)
 
 
 def store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale, k0=None) -> None:

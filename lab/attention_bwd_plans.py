@@ -25,7 +25,7 @@ without panel_split), default and deterministic, on the rows the issue cites (1k
 full and causal, 16k causal); ``--set det``: the plan's rows, deterministic against
 default (the issue's "within 15%"), head dims 64, 128, 192, 256 at S=4k full and causal
 and 128 at 16k causal, with ``dq_warp`` beside the rows of 64 and 128 (the writer warp
-takes the turns), one call of about 2 minutes (the ratio det / default last); ``--set
+takes the turns) and ``wg3`` + ``overlap`` 2 + ``dq_warp`` beside 192's, one call of about 2 minutes (the ratio det / default last); ``--set
 h128b``: head dim 128's plan against FlashAttention-4's sm90 step structure
 (``dq_warp``: a producer warp issues dQ's reduce-adds, the consumers hand the stage over
 by ``bar.arrive``; ``dk_last``: dV before the dSᵀ exchange, dK behind dQ, dQ staged under
@@ -44,7 +44,7 @@ the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
         h192b]
-        [--default-only]
+        [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
 
@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
                                           "det", "h128b", "h192b"),
                     default="tma")
+    ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
                     help="time the default mode only (skip the deterministic runs)")
     args = ap.parse_args()
@@ -138,9 +139,12 @@ def main() -> None:
         grid = tuple((s, 64, c) for s in (1024, 4096, 16384) for c in (False, True))
         modes = (False, True)
     elif which == "det":        # the plan table's own rows (None: choose_bwd as shipped)
-        # and dq_warp (the writer warp takes the turns) on head dims 64 and 128's det rows
+        # and dq_warp (the writer warp takes the turns) on head dims 64 and 128's det rows,
+        # wg3 with it at 192 (its deterministic mode needs the writer warp)
         variants = {"plan": None,
                     "dqw": {64: BwdConfig(**tma, dq_swizzle=True, dq_warp=True),
+                            192: BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True,
+                                           consumer_regs=160, overlap=2, dq_warp=True),
                             128: BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_split=True,
                                            ds_double=True, dq_warp=True, dk_last=True)}}
         grid = tuple((4096, d, c) for d in (64, 128, 192, 256) for c in (False, True)) + \
@@ -187,6 +191,8 @@ def main() -> None:
         modes = (False,)
     shipped = bwd_api.choose_bwd
     rows = []
+    if args.heads:
+        grid = tuple(g for g in grid if str(g[1]) in args.heads.split(","))
     for s, d, causal in grid:
         b, h = 16384 // s, 2048 // d           # (H·D = 1920 at head dim 192)
         g = torch.Generator(device="cuda").manual_seed(s + d)

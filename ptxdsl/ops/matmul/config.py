@@ -28,6 +28,8 @@ class Plan:
     a_rows: int = 0        # rows of A a stage loads (0: bm): 16, 32 or 64 for one tile row
     #                        of M <= a_rows, K-major A; the stage's other rows stay zero
     split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster (.splitk)
+    one_partial: bool = False  # split 2 only: one partial buffer per CTA, not one per
+    #                            consumer (each rank sends one consumer's rows), the rest ring
     tail_skip: bool = False  # grouped only: a consumer whose 64 rows all lie past its
     #                          group's end releases the tile's stages without its wgmmas
     tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
@@ -53,6 +55,10 @@ class Plan:
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
+        if self.one_partial and self.split != self.consumers:
+            raise ValueError(f"Plan one_partial: each rank sends exactly one consumer's "
+                             f"partial only with split={self.consumers} (one owner per "
+                             f"consumer), got split={self.split}")
         if self.a_rows not in (0, 16, 32, 64) or (self.a_rows and (
                 self.cluster > 1 or self.cluster_n > 1)):
             raise ValueError(f"Plan a_rows={self.a_rows}: 0 (all of bm) or 16, 32, 64 rows "
@@ -110,8 +116,11 @@ class Plan:
         return self.consumers * self.wg_m * self.epi_cols * out_dtype.bytes
 
     def partial_bytes(self) -> int:
-        """The split-K partial buffers (f32 accumulators of every consumer), if split."""
-        return self.bm * self.bn * 4 if self.split > 1 else 0
+        """The split-K partial buffers (f32 accumulators of every consumer, or of the one
+        consumer a rank sends with ``one_partial``), if split."""
+        if self.split == 1:
+            return 0
+        return (self.wg_m if self.one_partial else self.bm) * self.bn * 4
 
     def smem_bytes(self, dtype: PtxType, out_dtype: PtxType) -> int:
         """Dynamic shared memory: the ring, the epilogue buffer, the split-K partials,

@@ -279,7 +279,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     name = (f"matmul_hopper_{'grouped_' if grouped else ''}{ty}_{out_dtype.name}_n{p.bn}"
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
-            f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
+            f"{f'_k{SK}' if SK > 1 else ''}{'_op' if p.one_partial else ''}"
+            f"{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
@@ -464,7 +465,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
-                xch = PartialExchange(SK, base + L.partial + cons * L.partial_consumer,
+                # one_partial: the consumer a rank sends is never its owned one, and each
+                # rank sends one (split 2): both consumers' sends fit one buffer
+                buf = base + L.partial + (0 if p.one_partial else cons * L.partial_consumer)
+                xch = PartialExchange(SK, buf,
                                       base + L.xfull + cons * 8, base + L.xfree + cons * 8,
                                       lane, labels, owner)
                 nkr = kb_hi - kb_lo

@@ -3,7 +3,9 @@ plans that might close the gap, timed in both layouts beside cuBLAS, the op and 
 current plan in the same interleaved rounds.
 
 The shapes and the reason for each candidate are in :data:`TRAILING` (ratios from
-``bench/results/matmul_both_h200.json``, H200, 60 ms blocks). Operands as
+``bench/results/matmul_both_h200.json``, H200, 60 ms blocks), then :data:`EXTRA`: shapes
+at or above cuBLAS whose split-K plans the same kernel options (``Plan.one_partial``,
+``Plan.b_prefetch``) may speed up. Operands as
 ``bench/matmul.py --layout both`` makes them: ``a`` (M, K) row-major, ``b = W.T`` for
 ``x @ W.T`` (``linear``, B K-major) and a row-major copy ``b_nn`` for ``a @ b`` (``nn``,
 B MN-major). Each candidate is built for the layouts it names (``plan.for_majors`` must
@@ -45,6 +47,12 @@ TRAILING = {
         "n96s2": (dict(bn=96, split=2, **ONE_ROW), (LIN,)),
         "n128s2op": (dict(bn=128, split=2, one_partial=True, **ONE_ROW), BOTH),
         "n64cn4": (dict(bn=64, split=1, cluster=1, cluster_n=4, a_rows=0), BOTH),
+        # x @ W.T trails a @ b with the same plan by ~3% at one tile row (19.5 against
+        # 18.8 us here, 42.5 against 41.0 at 8192 x 8192): a K-major B's rows are read
+        # 256 bytes at a time, k-block by k-block; b_prefetch asks for 8 k-blocks at once
+        "pf8": (dict(b_prefetch=8), (LIN,)),
+        "n96s2op_pf8": (dict(bn=96, split=2, one_partial=True, b_prefetch=8, **ONE_ROW),
+                        (LIN,)),
     },
     # 1.00 / 0.98. 128 x 64 tiles (128 CTAs) read A from L2 once per CTA: 2 MiB each,
     # twice B's share; 128 x 128 split in two is also 128 CTAs and reads half as much A.
@@ -53,6 +61,10 @@ TRAILING = {
         "n128s2op": (dict(bn=128, split=2, one_partial=True, **ONE_ROW), BOTH),
         "n128s2": (dict(bn=128, split=2, **ONE_ROW), BOTH),
         "n64cn2": (dict(bn=64, split=1, cluster=1, cluster_n=2, a_rows=0), (NN,)),
+        "pf8": (dict(b_prefetch=8), (LIN,)),
+        "pf16": (dict(b_prefetch=16), (LIN,)),
+        "n128s2op_pf8": (dict(bn=128, split=2, one_partial=True, b_prefetch=8, **ONE_ROW),
+                         (LIN,)),
     },
     # 0.96 / 1.09. 128 x 128 in pairs along M (896 tiles, 7 rounds at 97%); without the
     # cluster it ran 0.96-1.03 against the pairs' 0.94-1.03 in five H200 runs, and
@@ -73,6 +85,20 @@ TRAILING = {
     },
 }
 
+# Not below cuBLAS, but run by the same split-K kernel whose ring one_partial deepens
+# (the table's rows there: split 2 with 7 stages at 128 x 64, 4 at 128 x 128).
+EXTRA = {
+    (128, 4096, 4096): {"n64s2op": (dict(bn=64, split=2, one_partial=True, **ONE_ROW), BOTH)},
+    (128, 4096, 14336): {"n64s2op": (dict(bn=64, split=2, one_partial=True, **ONE_ROW), BOTH),
+                         "n64s2op_pf8": (dict(bn=64, split=2, one_partial=True, b_prefetch=8,
+                                              **ONE_ROW), (LIN,))},
+    (128, 8192, 28672): {"n128s2op": (dict(bn=128, split=2, one_partial=True, **ONE_ROW),
+                                      BOTH),
+                         "n128s2op_pf8": (dict(bn=128, split=2, one_partial=True,
+                                               b_prefetch=8, **ONE_ROW), (LIN,))},
+}
+SETS = {**TRAILING, **EXTRA}
+
 
 def current(m, n, k, layout, sms, device):
     """The plan ``ptxdsl.ops.matmul`` runs for this shape and layout (bf16 in and out)."""
@@ -90,7 +116,7 @@ def candidates(m, n, k, sms=132, device="H200") -> dict:
     from ptxdsl.ops.matmul.plan import choose, fitted, for_majors
     out = {("current", lay): current(m, n, k, lay, sms, device) for lay in BOTH}
     base = choose(m, n, k, bf16, bf16, sms, device=device)
-    for name, (fields, layouts) in TRAILING.get((m, n, k), {}).items():
+    for name, (fields, layouts) in SETS.get((m, n, k), {}).items():
         p = dataclasses.replace(base, **fields)
         if "stages" not in fields:
             p = fitted(p, bf16, bf16)
@@ -148,18 +174,19 @@ def contender(kern, layout, c_shape):
 
 def main(argv=None):
     import torch
-    from bench.matmul import make_sets, rel_err, timed_rounds, warm
+    from bench.matmul import make_sets, rel_err, timed_rounds, validate, warm
     from ptxdsl.ops import matmul as op
     from ptxdsl.ops.matmul.plan import device_class
     from ptxdsl.runtime import driver
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default=None, help="MxNxK,... (default: every TRAILING shape)")
+    ap.add_argument("--shapes", default=None,
+                    help="MxNxK,... (default: every TRAILING shape, then every EXTRA one)")
     ap.add_argument("--block-ms", type=float, default=40.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--check", action="store_true", help="CPU only: ptxas -v of each candidate")
     a = ap.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")] \
-        if a.shapes else list(TRAILING)
+        if a.shapes else list(SETS)
     if a.check:
         return check(shapes)
     props = torch.cuda.get_device_properties(0)
@@ -180,15 +207,12 @@ def main(argv=None):
         sets = make_sets(m, n, k, "both", l2)
         x, b, b_nn = sets[0]
         ref = x.double() @ b.double()
-        live = {"cuBLAS": lambda x, b, b_nn: torch.matmul(x, b),
-                "cuBLAS a@b": lambda x, b, b_nn: torch.matmul(x, b_nn),
-                "op": lambda x, b, b_nn: op(x, b), "op a@b": lambda x, b, b_nn: op(x, b_nn)}
-        row, plans = {}, {}
-        for name in list(live):         # the references are validated as the plans are
-            e = rel_err(live[name](x, b, b_nn), ref)
-            row[name] = {"err": e} if e < 1e-2 else {"error": f"err={e:.3g}"}
-            if e >= 1e-2:
-                del live[name]
+        row, plans, live = {}, {}, {}
+        for name, fn in {"cuBLAS": lambda x, b, b_nn: torch.matmul(x, b),
+                         "cuBLAS a@b": lambda x, b, b_nn: torch.matmul(x, b_nn),
+                         "op": lambda x, b, b_nn: op(x, b),
+                         "op a@b": lambda x, b, b_nn: op(x, b_nn)}.items():
+            validate(name, fn, sets[0], ref, row, live)
         for (name, lay), p in candidates(m, n, k, sms, cls).items():
             key = name if lay == LIN else name + " a@b"
             plans[key] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}

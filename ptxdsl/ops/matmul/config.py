@@ -30,6 +30,8 @@ class Plan:
     split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster (.splitk)
     one_partial: bool = False  # split 2 only: one partial buffer per CTA, not one per
     #                            consumer (each rank sends one consumer's rows), the rest ring
+    b_prefetch: int = 0    # K-major B: every b_prefetch k-blocks the producer asks L2 for
+    #                        the next b_prefetch k-blocks of its B rows at once (0: never)
     tail_skip: bool = False  # grouped only: a consumer whose 64 rows all lie past its
     #                          group's end releases the tile's stages without its wgmmas
     tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
@@ -55,6 +57,9 @@ class Plan:
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
+        if self.b_prefetch not in (0, 2, 4, 8, 16):
+            raise ValueError(f"Plan b_prefetch={self.b_prefetch}: 0 (none) or a run of 2, 4, "
+                             f"8 or 16 k-blocks")
         if self.one_partial and self.split != self.consumers:
             raise ValueError(f"Plan one_partial: each rank sends exactly one consumer's "
                              f"partial only with split={self.consumers} (one owner per "

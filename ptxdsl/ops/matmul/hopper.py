@@ -88,7 +88,7 @@ from ...core.types import PtxType, f32, s32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
-from .operands import SW128_K_MAJOR, operands
+from .operands import SW128_K_MAJOR, operands, prefetch_run
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
 from .promote import BlockLoop, BlockOps, BlockScales, RowScales
@@ -253,6 +253,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     if p.bn % 16 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128:
         raise ValueError(f"build_hopper is written for 128 x bn tiles (bn a multiple of 16 from "
                          f"64 to 256) and 128-byte K rows, got {p}")
+    if p.b_prefetch and (b_major != "K" or grouped):
+        raise ValueError(f"build_hopper: Plan.b_prefetch is for a dense GEMM's K-major B, "
+                         f"got B {b_major}-major{' in a grouped GEMM' if grouped else ''}")
     if p.a_rows and a_major != "K":
         raise ValueError(f"build_hopper: Plan.a_rows={p.a_rows} loads part of A's K-major "
                          f"rows; A is {a_major}-major here (use a_rows=0)")
@@ -280,6 +283,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}{'_op' if p.one_partial else ''}"
+            f"{f'_pf{p.b_prefetch}' if p.b_prefetch else ''}"
             f"{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
@@ -372,6 +376,9 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
                     for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
                         kk = kb * p.bk
+                        if p.b_prefetch:        # B's next run of k-blocks into L2 at once
+                            prefetch_run(opb, tma_b, kb, kb_hi if SK > 1 else nk,
+                                         p.b_prefetch, nb, p.bk)
                         wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
                         fb = full0 + ring.slot * 8
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,

@@ -51,6 +51,8 @@ TRAILING = {
         # 18.8 us here, 42.5 against 41.0 at 8192 x 8192): a K-major B's rows are read
         # 256 bytes at a time, k-block by k-block; b_prefetch asks for 8 k-blocks at once
         "pf8": (dict(b_prefetch=8), (LIN,)),
+        # the ring's depth alone: whether this shape is bound by the bytes in flight
+        "st6": (dict(stages=6), BOTH),
         "n96s2op_pf8": (dict(bn=96, split=2, one_partial=True, b_prefetch=8, **ONE_ROW),
                         (LIN,)),
     },

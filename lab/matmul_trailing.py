@@ -15,7 +15,9 @@ prefilled with NaN, and at the ragged 379 x 1000 x 528), then every contender of
 shape (``NAME`` on ``x @ W.T``, ``NAME a@b`` on ``a @ b``) runs in
 ``bench.matmul.timed_rounds``'s slices. ``current`` is the plan ``plan.choose`` and
 ``plan.for_majors`` give now, launched as the candidates are; ``op`` is
-``ptxdsl.ops.matmul`` itself. Writes ``$OUT/matmul_trailing.json`` after every shape.
+``ptxdsl.ops.matmul`` itself. Writes ``$OUT/matmul_trailing.json`` after every shape: a
+row per shape and layout, the contenders under their bare names, as ``bench/matmul.py``
+and ``tests/ops/matmul/test_plans.py`` read them.
 
     PYTHONPATH=. python lab/matmul_trailing.py                # every shape, ~100 s on an H200
     PYTHONPATH=. python lab/matmul_trailing.py --shapes 128x6144x4096 --rounds 5
@@ -238,14 +240,19 @@ def main(argv=None):
         del ref
         warm(0.2)
         timed_rounds(live, sets, a.rounds, a.block_ms, 2.0 * m * n * k, row)
-        result["rows"].append({"shape": [m, n, k], "results": row, "plans": plans})
+        for lay, suffix in ((LIN, ""), (NN, " a@b")):  # a row per layout, names bare
+            mine = {nm[:len(nm) - len(suffix)]: v for nm, v in row.items()
+                    if nm.endswith(" a@b") == bool(suffix)}
+            result["rows"].append({"shape": [m, n, k], "layout": lay, "results": mine,
+                                   "plans": {nm[:len(nm) - len(suffix)]: v
+                                             for nm, v in plans.items()
+                                             if nm.endswith(" a@b") == bool(suffix)}})
         with open(path, "w") as f:      # after every shape: a run cut short keeps it
             json.dump(result, f, indent=1)
-        for lay, suffix in ((LIN, ""), (NN, " a@b")):
-            cub = row.get("cuBLAS" + suffix, {}).get("tflops")
-            cells = [(nm[:-len(suffix)] if suffix else nm, v) for nm, v in row.items()
-                     if not nm.startswith("cuBLAS") and nm.endswith(suffix)
-                     and (suffix or not nm.endswith(" a@b"))]
+        for r in result["rows"][-2:]:
+            lay, res = r["layout"], r["results"]
+            cub = res.get("cuBLAS", {}).get("tflops")
+            cells = [(nm, v) for nm, v in res.items() if nm != "cuBLAS"]
             print(f"{m}x{n}x{k} {lay} ({time.time() - t0:.0f}s) cuBLAS "
                   f"{cub or float('nan'):.0f} TFLOP/s; vs cuBLAS: " + ", ".join(
                       f"{nm} {v['tflops'] / cub:.3f}" if "tflops" in v and cub else

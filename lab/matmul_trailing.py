@@ -5,7 +5,7 @@ current plan in the same interleaved rounds.
 The shapes and the reason for each candidate are in :data:`TRAILING` (ratios from
 ``bench/results/matmul_both_h200.json``, H200, 60 ms blocks), then :data:`EXTRA`: shapes
 at or above cuBLAS whose split-K plans the same kernel options (``Plan.one_partial``,
-``Plan.b_prefetch``) may speed up. Operands as
+``Plan.b_prefetch``, ``Plan.epi_in_ring``) may speed up. Operands as
 ``bench/matmul.py --layout both`` makes them: ``a`` (M, K) row-major, ``b = W.T`` for
 ``x @ W.T`` (``linear``, B K-major) and a row-major copy ``b_nn`` for ``a @ b`` (``nn``,
 B MN-major). Each candidate is built for the layouts it names (``plan.for_majors`` must
@@ -55,6 +55,13 @@ TRAILING = {
         "pf8": (dict(b_prefetch=8), (LIN,)),
         # the ring's depth alone: whether this shape is bound by the bytes in flight
         "st6": (dict(stages=6), BOTH),
+        # epi_in_ring (one tile per CTA): C staged in ring stages, the staging buffers'
+        # 16-32 KiB to the ring: 9 stages at 128 x 64, 7 at 128 x 96 split, 6 at 128 x 128
+        "er9": (dict(epi_in_ring=True, stages=9), BOTH),
+        "n96s2op_er": (dict(bn=96, split=2, one_partial=True, epi_in_ring=True, stages=7,
+                            **ONE_ROW), (LIN,)),
+        "n128s2op_er": (dict(bn=128, split=2, one_partial=True, epi_in_ring=True, **ONE_ROW),
+                        BOTH),
         "n96s2op_pf8": (dict(bn=96, split=2, one_partial=True, b_prefetch=8, **ONE_ROW),
                         (LIN,)),
     },
@@ -69,6 +76,9 @@ TRAILING = {
         "pf16": (dict(b_prefetch=16), (LIN,)),
         "n128s2op_pf8": (dict(bn=128, split=2, one_partial=True, b_prefetch=8, **ONE_ROW),
                          (LIN,)),
+        "er9": (dict(epi_in_ring=True, stages=9), BOTH),
+        "n128s2op_er": (dict(bn=128, split=2, one_partial=True, epi_in_ring=True, **ONE_ROW),
+                        BOTH),
     },
     # 0.96 / 1.09. 128 x 128 in pairs along M (896 tiles, 7 rounds at 97%); without the
     # cluster it ran 0.96-1.03 against the pairs' 0.94-1.03 in five H200 runs, and
@@ -99,7 +109,9 @@ EXTRA = {
     (128, 8192, 28672): {"n128s2op": (dict(bn=128, split=2, one_partial=True, **ONE_ROW),
                                       BOTH),
                          "n128s2op_pf8": (dict(bn=128, split=2, one_partial=True,
-                                               b_prefetch=8, **ONE_ROW), (LIN,))},
+                                               b_prefetch=8, **ONE_ROW), (LIN,)),
+                         "n128s2op_er": (dict(bn=128, split=2, one_partial=True,
+                                              epi_in_ring=True, **ONE_ROW), BOTH)},
 }
 SETS = {**TRAILING, **EXTRA}
 
@@ -150,7 +162,8 @@ def check(shapes) -> int:
             bad |= bool(spill)
             print(f"{m}x{n}x{k} {lay:6s} {name:9s} bn={p.bn} stages={p.stages} "
                   f"cluster={p.cluster}/{p.cluster_n} split={p.split} "
-                  f"one_partial={p.one_partial}: regs {r.registers}, spills "
+                  f"one_partial={p.one_partial} b_prefetch={p.b_prefetch} "
+                  f"epi_in_ring={p.epi_in_ring}: regs {r.registers}, spills "
                   f"{r.spill_stores}/{r.spill_loads}, local {r.local}"
                   f"{'  SPILLS' if spill else ''}", flush=True)
     return bad

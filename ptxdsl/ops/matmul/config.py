@@ -32,6 +32,8 @@ class Plan:
     #                            consumer (each rank sends one consumer's rows), the rest ring
     b_prefetch: int = 0    # K-major B: every b_prefetch k-blocks the producer asks L2 for
     #                        the next b_prefetch k-blocks of its B rows at once (0: never)
+    epi_in_ring: bool = False  # one tile per CTA only: each consumer stages C in its own
+    #                            A rows of the first ring stages (idle once its wgmmas retired)
     tail_skip: bool = False  # grouped only: a consumer whose 64 rows all lie past its
     #                          group's end releases the tile's stages without its wgmmas
     tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
@@ -60,6 +62,10 @@ class Plan:
         if self.b_prefetch not in (0, 2, 4, 8, 16):
             raise ValueError(f"Plan b_prefetch={self.b_prefetch}: 0 (none) or a run of 2, 4, "
                              f"8 or 16 k-blocks")
+        if self.epi_in_ring and (self.m_waves > 1 or self.tail_skip or self.tma_store
+                                 or self.epi_overlap):
+            raise ValueError("Plan epi_in_ring: a dense kernel's one tile per CTA, not "
+                             "with m_waves, tail_skip, tma_store or epi_overlap")
         if self.one_partial and self.split != self.consumers:
             raise ValueError(f"Plan one_partial: each rank sends exactly one consumer's "
                              f"partial only with split={self.consumers} (one owner per "
@@ -117,8 +123,19 @@ class Plan:
     def stage_bytes(self, dtype: PtxType) -> int:
         return (self.bm + self.bn) * self.bk * dtype.bytes
 
+    def check_staging(self, out_dtype: PtxType) -> bool:
+        """Whether C is staged in the ring (``epi_in_ring``), checked: each consumer's
+        epilogue step of ``epi_cols`` columns is one 128-byte panel per ring stage."""
+        if self.epi_in_ring and self.stages * 128 < self.epi_cols * out_dtype.bytes:
+            raise ValueError(f"Plan epi_in_ring stages C's {self.epi_cols}-column step of "
+                             f"{out_dtype.name} in {self.epi_cols * out_dtype.bytes // 128} "
+                             f"ring stages, got stages={self.stages}")
+        return self.epi_in_ring
+
     def epilogue_bytes(self, out_dtype: PtxType) -> int:
-        return self.consumers * self.wg_m * self.epi_cols * out_dtype.bytes
+        """The consumers' staging buffers for C (none of its own with ``epi_in_ring``)."""
+        return 0 if self.epi_in_ring else self.consumers * self.wg_m * self.epi_cols * \
+            out_dtype.bytes
 
     def partial_bytes(self) -> int:
         """The split-K partial buffers (f32 accumulators of every consumer, or of the one

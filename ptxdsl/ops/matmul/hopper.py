@@ -115,7 +115,9 @@ class Layout:
         self.c = self.b + p.stages * self.b_stage
         self.panel_cols = 128 // out_dtype.bytes          # one swizzle row of C
         self.c_consumer = p.wg_m * p.epi_cols * out_dtype.bytes
-        self.partial = self.c + p.consumers * self.c_consumer   # split-K partial sums
+        # a consumer's C panel j: its own staging, or its A rows of stage j (epi_in_ring)
+        self.panel_stride = self.a_stage if p.check_staging(out_dtype) else p.wg_m * 128
+        self.partial = self.c + p.epilogue_bytes(out_dtype)     # split-K partial sums
         self.partial_consumer = partial_bytes(p.wg_m, p.bn)
         self.full = self.partial + p.partial_bytes()
         self.empty = self.full + 8 * p.stages
@@ -189,7 +191,11 @@ def grid_for(p: Plan, sms: int, grouped: bool = False):
             raise ValueError(f"this kernel loads {p.a_rows} rows of A (Plan.a_rows): M = {M} "
                              f"needs a plan with a_rows=0 or >= M (plan.choose picks one)")
         tm, tn = p.tiles(M, N)
-        return (persistent_grid(tm * tn * p.split, sms, cl), 1, 1)
+        ctas = persistent_grid(tm * tn * p.split, sms, cl)
+        if p.epi_in_ring and ctas < tm * tn * p.split:
+            raise ValueError(f"Plan.epi_in_ring stages C in the ring, one tile per CTA: "
+                             f"{M} x {N} is {tm * tn * p.split} for {ctas} CTAs")
+        return (ctas, 1, 1)
     return grid
 
 
@@ -220,11 +226,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     scales."""
     b_dtype = b_dtype or dtype
     mode = mode_of(scaled)
-    if grouped and (p.cluster > 1 or p.split > 1 or p.a_rows or bias is not None
-                    or mode == "block"):
+    if grouped and (p.cluster > 1 or p.split > 1 or p.a_rows or p.epi_in_ring or p.b_prefetch
+                    or bias is not None or mode == "block"):
         raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
-                         f"along M, split-K or a_rows, no bias and per-tensor or row-wise "
-                         f"scales, got {p}, bias {bias}, scales {mode}")
+                         f"along M, split-K, a_rows, epi_in_ring or b_prefetch, no bias and "
+                         f"per-tensor or row-wise scales, got {p}, bias {bias}, scales {mode}")
     if (p.tail_skip or p.tma_store or p.epi_overlap) and not grouped:
         raise ValueError(f"build_hopper: Plan.tail_skip, tma_store and epi_overlap are the "
                          f"grouped GEMM's, got {p} for a dense GEMM")
@@ -253,9 +259,6 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     if p.bn % 16 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128:
         raise ValueError(f"build_hopper is written for 128 x bn tiles (bn a multiple of 16 from "
                          f"64 to 256) and 128-byte K rows, got {p}")
-    if p.b_prefetch and (b_major != "K" or grouped):
-        raise ValueError(f"build_hopper: Plan.b_prefetch is for a dense GEMM's K-major B, "
-                         f"got B {b_major}-major{' in a grouped GEMM' if grouped else ''}")
     if p.a_rows and a_major != "K":
         raise ValueError(f"build_hopper: Plan.a_rows={p.a_rows} loads part of A's K-major "
                          f"rows; A is {a_major}-major here (use a_rows=0)")
@@ -283,7 +286,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
             f"{f'_k{SK}' if SK > 1 else ''}{'_op' if p.one_partial else ''}"
-            f"{f'_pf{p.b_prefetch}' if p.b_prefetch else ''}"
+            f"{f'_pf{p.b_prefetch}' if p.b_prefetch else ''}{'_er' if p.epi_in_ring else ''}"
             f"{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
@@ -412,7 +415,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 scale = sab[0] * sab[1]
             ring = Ring(S)
             a_off = cons * (p.wg_m * p.bk * dtype.bytes)
-            stage_c = base + L.c + cons * L.c_consumer
+            stage_c = base + L.a + a_off if p.epi_in_ring else base + L.c + cons * L.c_consumer
             # This thread's place in the m64nN accumulator fragment.
             warp, lw = lane >> 5, lane & 31
             frow = warp * 16 + (lw >> 2)              # rows frow and frow + 8

@@ -191,6 +191,9 @@ def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
     ``a_rows``; B ``bn`` rows, each CTA of a cluster along M loading ``bn / cluster`` of
     them (multicast), in K-major boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
     e4m3 / e5m2 mix)."""
+    if p.b_prefetch and b_major != "K":
+        raise ValueError(f"Plan.b_prefetch is for a K-major B (rows of B read 128 bytes at a "
+                         f"time), got B {b_major}-major")
     ar = p.a_rows or p.bm // p.cluster_n             # rows of A this CTA loads per stage
     a = Operand("A", a_major, p.bm, ar, ar, p.bk, dtype, p.l2_promotion)
     b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, b_dtype or dtype,

@@ -105,7 +105,17 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     row = None if split is not None and m <= 128 else measured(m, n, k, dtype, device)
     if row is not None:
         p = dataclasses.replace(p, **row["plan"])
+    if p.epi_in_ring and not one_tile_each(p, m, n, sms):
+        p = dataclasses.replace(p, epi_in_ring=False)     # the ring is busy between tiles
     return fitted(p, dtype, out_dtype)
+
+
+def one_tile_each(p: Plan, m: int, n: int, sms: int = 132) -> bool:
+    """Whether the persistent grid gives each CTA at most one tile of an M x N output
+    (what ``Plan.epi_in_ring`` needs: C staged in ring stages no later tile loads)."""
+    tm, tn = p.tiles(m, n)
+    cl = p.cluster_ctas
+    return -(-tm * tn * p.split // cl) <= max(1, sms // cl)
 
 
 def many_rows(m: int, n: int, dtype: PtxType, sms: int) -> Plan:
@@ -227,5 +237,6 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
 
 __all__ = ["Plan", "FallbackPlan", "choose", "one_row", "many_rows", "for_majors", "for_scaling",
            "device_class", "measured", "rows", "row_applies", "stages_for", "most_stages",
-           "fitted", "bk_for", "fallback_plan", "tma_ok", "SMEM_PER_CTA", "SPLITS",
+           "fitted", "bk_for", "fallback_plan", "tma_ok", "one_tile_each", "SMEM_PER_CTA",
+           "SPLITS",
            "DEVICE_CLASSES"]

@@ -1,8 +1,9 @@
-"""Two Hopper GEMM plan options that lab/matmul_trailing.py times where the op trailed
+"""Three Hopper GEMM plan options that lab/matmul_trailing.py times where the op trailed
 cuBLAS: ``Plan.one_partial`` (split-K of 2 with one partial buffer per CTA, the rest given
-to the ring) and ``Plan.b_prefetch`` (a K-major B's next k-blocks asked of L2 in one
-burst). Checked here: the plans, the shared-memory map, the PTX, exact results on the
-CPU interpreter (long), and the lab's candidates."""
+to the ring), ``Plan.b_prefetch`` (a K-major B's next k-blocks asked of L2 in one burst)
+and ``Plan.epi_in_ring`` (one tile per CTA: C staged in the ring's stages). Checked here:
+the plans, the shared-memory map, the PTX, exact results on the CPU interpreter (long),
+and the lab's candidates."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,8 @@ import pytest
 
 from ptxdsl.core.types import bf16, f32, f32_to_bf16_bits
 from ptxdsl.ops.matmul.config import Plan
-from ptxdsl.ops.matmul.hopper import Layout, build_hopper
-from ptxdsl.ops.matmul.plan import SMEM_PER_CTA, fitted
+from ptxdsl.ops.matmul.hopper import Layout, build_hopper, grid_for
+from ptxdsl.ops.matmul.plan import SMEM_PER_CTA, choose, fitted, one_tile_each
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
@@ -62,6 +63,42 @@ def test_options_change_only_their_kernels():
     assert k1.ptx().count("cp.async.bulk.prefetch.tensor.2d.L2.global.tile") == 8
 
 
+def test_epi_in_ring_takes_one_tile_per_cta():
+    """C staged in the ring: no staging buffers (a deeper ring fits), each consumer's panel
+    j in its own A rows of stage j; refused at launch where a CTA would get two tiles and
+    dropped by choose() there; as many stages as a step has panels."""
+    p = fitted(Plan(bn=128, split=2, cluster=1, one_partial=True, epi_in_ring=True), bf16,
+               bf16)
+    assert p.epilogue_bytes(bf16) == 0 and p.stages == 6
+    L = Layout(p, bf16, bf16)
+    assert L.panel_stride == L.a_stage and L.partial == L.c
+    assert Layout(dataclasses.replace(p, epi_in_ring=False), bf16, bf16).panel_stride == 64 * 128
+    grid = grid_for(p, 132)
+    assert grid(128, 8192, 8192) == (128, 1, 1)
+    with pytest.raises(ValueError, match="one tile per CTA"):
+        grid(256, 8192, 8192)
+    assert one_tile_each(p, 128, 8192) and not one_tile_each(p, 256, 8192)
+    with pytest.raises(ValueError, match="epi_in_ring"):
+        Layout(Plan(bn=128, cluster=1, stages=3, epi_in_ring=True), bf16, f32)  # 4 panels
+    for bad in (dict(m_waves=2), dict(tma_store=True)):
+        with pytest.raises(ValueError, match="epi_in_ring"):
+            Plan(epi_in_ring=True, **bad)
+    with pytest.raises(ValueError, match="epi_in_ring"):
+        build_hopper(Plan(bn=128, cluster=1, stages=4, epi_in_ring=True), bf16, bf16,
+                     grouped=True)
+
+
+def test_choose_drops_epi_in_ring_where_tiles_outnumber_the_ctas(monkeypatch):
+    """A table row naming epi_in_ring applies only where each CTA gets one tile."""
+    from ptxdsl.ops.matmul import plan as plan_mod
+    row = {"plan": {"bn": 128, "split": 2, "cluster": 1, "one_partial": True,
+                    "epi_in_ring": True}}
+    monkeypatch.setattr(plan_mod, "measured", lambda *a: row)
+    assert choose(128, 8192, 8192, bf16, sms=132).epi_in_ring
+    q = choose(128, 8192, 8192, bf16, sms=114)
+    assert not q.epi_in_ring and q.stages == 5
+
+
 def _exact(kern, m, n, k, b_major, out, seed):
     rng = np.random.default_rng(seed)
     a = rng.integers(-4, 5, (m, k)).astype(np.float32)
@@ -97,6 +134,23 @@ def test_interpreter_runs_b_prefetch(bn, cluster, m, n, k):
     for its half of B): exact, runs that stop before K's end."""
     p = Plan(bn=bn, cluster=cluster, stages=3, b_prefetch=2)
     _exact(build_hopper(p, bf16, f32, sms=2 * cluster), m, n, k, "K", f32, m + n)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("fields,m,n,k,b_major,odt,sms", [
+    (dict(bn=64, stages=3), 100, 128, 264, "K", "bf16", 2),
+    (dict(bn=128, split=2, one_partial=True, stages=4), 128, 256, 520, "MN", "f32", 4),
+    (dict(bn=96, split=2, one_partial=True, stages=2, b_prefetch=2), 120, 192, 520, "K",
+     "bf16", 4),
+    (dict(bn=64, cluster_n=2, stages=2), 128, 128, 200, "K", "bf16", 2),
+    (dict(bn=224, stages=2), 128, 440, 136, "K", "bf16", 2)])
+def test_interpreter_runs_epi_in_ring(fields, m, n, k, b_major, odt, sms):
+    """C staged in the ring (each consumer's own A rows of the first stages, after its last
+    wgmmas retired), one tile per CTA: unsplit, split-K of two, A shared along N, a tile of
+    part-panels; the ring wrapping; exact."""
+    out = f32 if odt == "f32" else bf16
+    p = Plan(cluster=1, epi_in_ring=True, **fields)
+    _exact(build_hopper(p, bf16, out, sms=sms, b_major=b_major), m, n, k, b_major, out, m + k)
 
 
 def test_lab_candidates_are_buildable_plans():

@@ -44,11 +44,18 @@ def test_one_partial_gives_the_ring_one_consumers_buffer():
 
 
 def test_b_prefetch_is_checked():
+    """b_prefetch: runs of 2-16 k-blocks, a K-major B only (for_majors drops it for an
+    MN-major one, with the tile width a plan of part-atoms changes)."""
+    from ptxdsl.ops.matmul.plan import for_majors
     for bad in (3, 32, -1):
         with pytest.raises(ValueError, match="b_prefetch"):
             Plan(b_prefetch=bad)
     with pytest.raises(ValueError, match="b_prefetch"):
         build_hopper(Plan(bn=64, cluster=1, stages=4, b_prefetch=8), bf16, bf16, b_major="MN")
+    p = fitted(Plan(bn=96, cluster=1, split=2, one_partial=True, b_prefetch=8), bf16, bf16)
+    assert for_majors(p, bf16, bf16) == p
+    q = for_majors(p, bf16, bf16, "K", "MN")
+    assert (q.bn, q.b_prefetch, q.one_partial, q.stages) == (128, 0, True, 5)
 
 
 def test_options_change_only_their_kernels():

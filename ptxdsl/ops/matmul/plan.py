@@ -85,8 +85,10 @@ def stages_for(p: Plan, dtype: PtxType, out_dtype: PtxType, most: int = 6) -> in
 
 
 def fitted(p: Plan, dtype: PtxType, out_dtype: PtxType) -> Plan:
-    """``p`` with the deepest ring its tile width takes that fits."""
-    return dataclasses.replace(p, stages=stages_for(p, dtype, out_dtype, most_stages(p.bn)))
+    """``p`` with the deepest ring its tile width takes that fits; one stage more with
+    ``epi_in_ring`` (the staging buffers' room is the ring's)."""
+    most = most_stages(p.bn) + (1 if p.epi_in_ring else 0)
+    return dataclasses.replace(p, stages=stages_for(p, dtype, out_dtype, most))
 
 
 def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,

@@ -29,7 +29,8 @@ class Plan:
     #                        of M <= a_rows, K-major A; the stage's other rows stay zero
     split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster (.splitk)
     one_partial: bool = False  # split 2 only: one partial buffer per CTA, not one per
-    #                            consumer (each rank sends one consumer's rows), the rest ring
+    #                            consumer (a rank sends one consumer's rows, never the one it
+    #                            owns), the other's room to the ring
     b_prefetch: int = 0    # K-major B: every b_prefetch k-blocks the producer asks L2 for
     #                        the next b_prefetch k-blocks of its B rows at once (0: never)
     epi_in_ring: bool = False  # one tile per CTA only: each consumer stages C in its own
@@ -80,6 +81,13 @@ class Plan:
             raise ValueError(f"Plan cluster_n={self.cluster_n}: 1, 2 or 4 CTAs along N, and "
                              f"only without a cluster along M or K (cluster={self.cluster}, "
                              f"split={self.split})")
+
+    @property
+    def options_tag(self) -> str:
+        """The kernel name's part for ``one_partial``, ``b_prefetch``, ``epi_in_ring``."""
+        return (("_op" if self.one_partial else "")
+                + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
+                + ("_er" if self.epi_in_ring else ""))
 
     @property
     def epi_cols(self) -> int:

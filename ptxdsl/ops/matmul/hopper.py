@@ -191,11 +191,7 @@ def grid_for(p: Plan, sms: int, grouped: bool = False):
             raise ValueError(f"this kernel loads {p.a_rows} rows of A (Plan.a_rows): M = {M} "
                              f"needs a plan with a_rows=0 or >= M (plan.choose picks one)")
         tm, tn = p.tiles(M, N)
-        ctas = persistent_grid(tm * tn * p.split, sms, cl)
-        if p.epi_in_ring and ctas < tm * tn * p.split:
-            raise ValueError(f"Plan.epi_in_ring stages C in the ring, one tile per CTA: "
-                             f"{M} x {N} is {tm * tn * p.split} for {ctas} CTAs")
-        return (ctas, 1, 1)
+        return (persistent_grid(tm * tn * p.split, sms, cl, p.epi_in_ring), 1, 1)
     return grid
 
 
@@ -285,9 +281,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     name = (f"matmul_hopper_{'grouped_' if grouped else ''}{ty}_{out_dtype.name}_n{p.bn}"
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
-            f"{f'_k{SK}' if SK > 1 else ''}{'_op' if p.one_partial else ''}"
-            f"{f'_pf{p.b_prefetch}' if p.b_prefetch else ''}{'_er' if p.epi_in_ring else ''}"
-            f"{'_ts' if p.tail_skip else ''}"
+            f"{f'_k{SK}' if SK > 1 else ''}{p.options_tag}{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
             f"{'_amn' if a_major == 'MN' else ''}{'_bmn' if b_major == 'MN' else ''}"
@@ -379,9 +373,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
                     for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
                         kk = kb * p.bk
-                        if p.b_prefetch:        # B's next run of k-blocks into L2 at once
-                            prefetch_run(opb, tma_b, kb, kb_hi if SK > 1 else nk,
-                                         p.b_prefetch, nb, p.bk)
+                        if p.b_prefetch:    # B's next run of k-blocks into L2 at once
+                            prefetch_run(opb, tma_b, kb, kb_hi if SK > 1 else nk, p, nb)
                         wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
                         fb = full0 + ring.slot * 8
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
@@ -475,8 +468,6 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
-                # one_partial: the consumer a rank sends is never its owned one, and each
-                # rank sends one (split 2): both consumers' sends fit one buffer
                 buf = base + L.partial + (0 if p.one_partial else cons * L.partial_consumer)
                 xch = PartialExchange(SK, buf,
                                       base + L.xfull + cons * 8, base + L.xfree + cons * 8,

@@ -173,11 +173,13 @@ class Operand:
                      ptx.addr(tmap, coords=coords))
 
 
-def prefetch_run(op: Operand, tmap, kb, hi, run: int, mn0, bk: int) -> None:
-    """At each k-block ``kb`` that is a multiple of ``run``, :meth:`Operand.prefetch` of
-    the ``run`` k-blocks after this run, where they all lie before ``hi``: each row's next
-    ``run * 128`` bytes are asked of DRAM together, where the ring's loads would ask for
-    them 128 (256 with L2 promotion) at a time, one k-block apart."""
+def prefetch_run(op: Operand, tmap, kb, hi, p, mn0) -> None:
+    """At each k-block ``kb`` that is a multiple of ``run = p.b_prefetch``,
+    :meth:`Operand.prefetch` of the ``run`` k-blocks after this run, where they all lie
+    before ``hi``: each row's next ``run * 128`` bytes are asked of DRAM together, where
+    the ring's loads would ask for them 128 (256 with L2 promotion) at a time, one
+    k-block apart."""
+    run, bk = p.b_prefetch, p.bk
     with ptx.if_((kb & (run - 1)) == 0):
         with ptx.if_(kb + 2 * run <= hi):
             for j in range(run):

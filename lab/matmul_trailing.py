@@ -19,7 +19,7 @@ shape (``NAME`` on ``x @ W.T``, ``NAME a@b`` on ``a @ b``) runs in
 row per shape and layout, the contenders under their bare names, as ``bench/matmul.py``
 and ``tests/ops/matmul/test_plans.py`` read them.
 
-    PYTHONPATH=. python lab/matmul_trailing.py                # every shape, ~100 s on an H200
+    PYTHONPATH=. python lab/matmul_trailing.py                # every shape, --budget-s 140
     PYTHONPATH=. python lab/matmul_trailing.py --shapes 128x6144x4096 --rounds 5
     PYTHONPATH=. python lab/matmul_trailing.py --check        # CPU: build + ptxas -v each
 """
@@ -204,6 +204,8 @@ def main(argv=None):
     ap.add_argument("--block-ms", type=float, default=40.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--check", action="store_true", help="CPU only: ptxas -v of each candidate")
+    ap.add_argument("--budget-s", type=float, default=140.0,
+                    help="start no shape after this many seconds (TRAILING's come first)")
     a = ap.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")] \
         if a.shapes else list(SETS)
@@ -224,6 +226,9 @@ def main(argv=None):
     t0 = time.time()
     warm(1.0)
     for m, n, k in shapes:
+        if time.time() - t0 > a.budget_s:
+            print(f"budget spent: {m}x{n}x{k} and the shapes after it left out", flush=True)
+            break
         sets = make_sets(m, n, k, "both", l2)
         x, b, b_nn = sets[0]
         ref = x.double() @ b.double()

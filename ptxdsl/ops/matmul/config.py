@@ -28,6 +28,13 @@ class Plan:
     a_rows: int = 0        # rows of A a stage loads (0: bm): 16, 32 or 64 for one tile row
     #                        of M <= a_rows, K-major A; the stage's other rows stay zero
     split: int = 1         # CTAs along K per tile: a (split, 1, 1) cluster (.splitk)
+    one_partial: bool = False  # split 2 only: one partial buffer per CTA, not one per
+    #                            consumer (a rank sends one consumer's rows, never the one it
+    #                            owns), the other's room to the ring
+    b_prefetch: int = 0    # K-major B: every b_prefetch k-blocks the producer asks L2 for
+    #                        the next b_prefetch k-blocks of its B rows at once (0: never)
+    epi_in_ring: bool = False  # one tile per CTA only: each consumer stages C in its own
+    #                            A rows of the first ring stages (idle once its wgmmas retired)
     tail_skip: bool = False  # grouped only: a consumer whose 64 rows all lie past its
     #                          group's end releases the tile's stages without its wgmmas
     tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
@@ -62,6 +69,17 @@ class Plan:
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
+        if self.b_prefetch not in (0, 2, 4, 8, 16):
+            raise ValueError(f"Plan b_prefetch={self.b_prefetch}: 0 (none) or a run of 2, 4, "
+                             f"8 or 16 k-blocks")
+        if self.epi_in_ring and (self.m_waves > 1 or self.tail_skip or self.tma_store
+                                 or self.epi_overlap):
+            raise ValueError("Plan epi_in_ring: a dense kernel's one tile per CTA, not "
+                             "with m_waves, tail_skip, tma_store or epi_overlap")
+        if self.one_partial and self.split != self.consumers:
+            raise ValueError(f"Plan one_partial: each rank sends exactly one consumer's "
+                             f"partial only with split={self.consumers} (one owner per "
+                             f"consumer), got split={self.split}")
         if self.a_rows not in (0, 16, 32, 64) or (self.a_rows and (
                 self.cluster > 1 or self.cluster_n > 1)):
             raise ValueError(f"Plan a_rows={self.a_rows}: 0 (all of bm) or 16, 32, 64 rows "
@@ -72,6 +90,13 @@ class Plan:
             raise ValueError(f"Plan cluster_n={self.cluster_n}: 1, 2 or 4 CTAs along N, and "
                              f"only without a cluster along M or K (cluster={self.cluster}, "
                              f"split={self.split})")
+
+    @property
+    def options_tag(self) -> str:
+        """The kernel name's part for ``one_partial``, ``b_prefetch``, ``epi_in_ring``."""
+        return (("_op" if self.one_partial else "")
+                + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
+                + ("_er" if self.epi_in_ring else ""))
 
     @property
     def epi_cols(self) -> int:
@@ -116,12 +141,26 @@ class Plan:
         """A ring stage: A's and B's elements (and ``scale_a`` with ``smem_scales``)."""
         return (self.bm + self.bn) * self.bk * dtype.bytes + self.scale_stage_bytes()
 
+    def check_staging(self, out_dtype: PtxType) -> bool:
+        """Whether C is staged in the ring (``epi_in_ring``), checked: each consumer's
+        epilogue step of ``epi_cols`` columns is one 128-byte panel per ring stage."""
+        if self.epi_in_ring and self.stages * 128 < self.epi_cols * out_dtype.bytes:
+            raise ValueError(f"Plan epi_in_ring stages C's {self.epi_cols}-column step of "
+                             f"{out_dtype.name} in {self.epi_cols * out_dtype.bytes // 128} "
+                             f"ring stages, got stages={self.stages}")
+        return self.epi_in_ring
+
     def epilogue_bytes(self, out_dtype: PtxType) -> int:
-        return self.consumers * self.wg_m * self.epi_cols * out_dtype.bytes
+        """The consumers' staging buffers for C (none of its own with ``epi_in_ring``)."""
+        return 0 if self.epi_in_ring else self.consumers * self.wg_m * self.epi_cols * \
+            out_dtype.bytes
 
     def partial_bytes(self) -> int:
-        """The split-K partial buffers (f32 accumulators of every consumer), if split."""
-        return self.bm * self.bn * 4 if self.split > 1 else 0
+        """The split-K partial buffers (f32 accumulators of every consumer, or of the one
+        consumer a rank sends with ``one_partial``), if split."""
+        if self.split == 1:
+            return 0
+        return (self.wg_m if self.one_partial else self.bm) * self.bn * 4
 
     def scale_stage_bytes(self) -> int:
         """A ring stage's f32 ``scale_a`` of the tile's rows (``smem_scales``), else 0."""

@@ -88,7 +88,7 @@ from ...core.types import PtxType, f32, s32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
-from .operands import SW128_K_MAJOR, operands
+from .operands import SW128_K_MAJOR, operands, prefetch_run
 from .config import SMEM_PER_CTA, Plan
 from .schedule import persistent_grid, tile_coords
 from .promote import (BlockLoop, BlockOps, BlockScales, RowScales, chunk_cols, copy_scale_a,
@@ -116,7 +116,9 @@ class Layout:
         self.c = self.b + p.stages * self.b_stage
         self.panel_cols = 128 // out_dtype.bytes          # one swizzle row of C
         self.c_consumer = p.wg_m * p.epi_cols * out_dtype.bytes
-        self.sfa, self.sfa_stage = self.c + p.consumers * self.c_consumer, p.scale_stage_bytes()
+        # a consumer's C panel j: its own staging, or its A rows of stage j (epi_in_ring)
+        self.panel_stride = self.a_stage if p.check_staging(out_dtype) else p.wg_m * 128
+        self.sfa, self.sfa_stage = self.c + p.epilogue_bytes(out_dtype), p.scale_stage_bytes()
         self.partial = self.sfa + p.stages * self.sfa_stage     # split-K partial sums
         self.partial_consumer = partial_bytes(p.wg_m, p.bn)
         self.full = self.partial + p.partial_bytes()
@@ -193,7 +195,7 @@ def grid_for(p: Plan, sms: int, grouped: bool = False):
         if p.smem_scales and M % 4:
             raise ValueError(f"Plan.smem_scales: M = {M} must be a multiple of 4 (16-byte copies)")
         tm, tn = p.tiles(M, N)
-        return (persistent_grid(tm * tn * p.split, sms, cl), 1, 1)
+        return (persistent_grid(tm * tn * p.split, sms, cl, p.epi_in_ring), 1, 1)
     return grid
 
 
@@ -224,11 +226,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     scales."""
     b_dtype = b_dtype or dtype
     mode = mode_of(scaled)
-    if grouped and (p.cluster > 1 or p.split > 1 or p.a_rows or bias is not None
-                    or mode == "block"):
+    if grouped and (p.cluster > 1 or p.split > 1 or p.a_rows or p.epi_in_ring or p.b_prefetch
+                    or bias is not None or mode == "block"):
         raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
-                         f"along M, split-K or a_rows, no bias and per-tensor or row-wise "
-                         f"scales, got {p}, bias {bias}, scales {mode}")
+                         f"along M, split-K, a_rows, epi_in_ring or b_prefetch, no bias and "
+                         f"per-tensor or row-wise scales, got {p}, bias {bias}, scales {mode}")
     if (p.tail_skip or p.tma_store or p.epi_overlap) and not grouped:
         raise ValueError(f"build_hopper: Plan.tail_skip, tma_store and epi_overlap are the "
                          f"grouped GEMM's, got {p} for a dense GEMM")
@@ -284,7 +286,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     name = (f"matmul_hopper_{'grouped_' if grouped else ''}{ty}_{out_dtype.name}_n{p.bn}"
             f"_s{S}_c{CL}"
             f"{f'_cn{CN}' if CN > 1 else ''}"
-            f"{f'_k{SK}' if SK > 1 else ''}{'_ts' if p.tail_skip else ''}"
+            f"{f'_k{SK}' if SK > 1 else ''}{p.options_tag}{'_ts' if p.tail_skip else ''}"
             f"{'_tmas' if p.tma_store else ''}{f'_eo{p.epi_overlap}' if p.epi_overlap else ''}"
             f"{f'_w{p.m_waves}' if p.m_waves > 1 else ''}{'_kp' if p.kb_pairs else ''}"
             f"{f'_r{p.kb_roll}' if p.kb_roll else ''}{'_ss' if p.smem_scales else ''}"
@@ -378,6 +380,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     sfa = scale_a_bytes(m, m0, p.bm) if p.smem_scales else 0
                     for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
                         kk = kb * p.bk
+                        if p.b_prefetch:    # B's next run of k-blocks into L2 at once
+                            prefetch_run(opb, tma_b, kb, kb_hi if SK > 1 else nk, p, nb)
                         wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
                         fb = full0 + ring.slot * 8
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
@@ -414,7 +418,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 scale = sab[0] * sab[1]
             ring = Ring(S)
             a_off = cons * (p.wg_m * p.bk * dtype.bytes)
-            stage_c = base + L.c + cons * L.c_consumer
+            stage_c = base + L.a + a_off if p.epi_in_ring else base + L.c + cons * L.c_consumer
             # This thread's place in the m64nN accumulator fragment.
             warp, lw = lane >> 5, lane & 31
             frow = warp * 16 + (lw >> 2)              # rows frow and frow + 8
@@ -478,7 +482,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
             if SK > 1:
                 owner = cons if SK >= p.consumers else cons % SK   # gathers and stores
-                xch = PartialExchange(SK, base + L.partial + cons * L.partial_consumer,
+                buf = base + L.partial + (0 if p.one_partial else cons * L.partial_consumer)
+                xch = PartialExchange(SK, buf,
                                       base + L.xfull + cons * 8, base + L.xfree + cons * 8,
                                       lane, labels, owner)
                 nkr = kb_hi - kb_lo

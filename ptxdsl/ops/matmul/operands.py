@@ -162,6 +162,29 @@ class Operand:
             args = [at, ptx.addr(tmap, coords=coords), ptx.addr(bar)]
             ptx.inst(op, *args, *([mask] if mask is not None else []))
 
+    def prefetch(self, tmap, mn0, kk) -> None:
+        """Ask L2 for the boxes :meth:`load` would land from ``mn0`` and ``kk`` (one
+        ``cp.async.bulk.prefetch.tensor.2d.L2.global.tile`` per box; nothing waits)."""
+        box = self.box_mn
+        for j in range(self.load_rows // box):
+            row = mn0 if j == 0 else mn0 + j * box
+            coords = [kk, row] if self.major == "K" else [row, kk]
+            ptx.inst("cp.async.bulk.prefetch.tensor.2d.L2.global.tile",
+                     ptx.addr(tmap, coords=coords))
+
+
+def prefetch_run(op: Operand, tmap, kb, hi, p, mn0) -> None:
+    """At each k-block ``kb`` that is a multiple of ``run = p.b_prefetch``,
+    :meth:`Operand.prefetch` of the ``run`` k-blocks after this run, where they all lie
+    before ``hi``: each row's next ``run * 128`` bytes are asked of DRAM together, where
+    the ring's loads would ask for them 128 (256 with L2 promotion) at a time, one
+    k-block apart."""
+    run, bk = p.b_prefetch, p.bk
+    with ptx.if_((kb & (run - 1)) == 0):
+        with ptx.if_(kb + 2 * run <= hi):
+            for j in range(run):
+                op.prefetch(tmap, mn0, (kb + (run + j)) * bk)
+
 
 def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
              b_dtype: PtxType | None = None) -> tuple:
@@ -170,6 +193,9 @@ def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
     ``a_rows``; B ``bn`` rows, each CTA of a cluster along M loading ``bn / cluster`` of
     them (multicast), in K-major boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
     e4m3 / e5m2 mix)."""
+    if p.b_prefetch and b_major != "K":
+        raise ValueError(f"Plan.b_prefetch is for a K-major B (rows of B read 128 bytes at a "
+                         f"time), got B {b_major}-major")
     ar = p.a_rows or p.bm // p.cluster_n             # rows of A this CTA loads per stage
     a = Operand("A", a_major, p.bm, ar, ar, p.bk, dtype, p.l2_promotion)
     b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, b_dtype or dtype,
@@ -177,4 +203,4 @@ def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
     return a, b
 
 
-__all__ = ["Operand", "operands", "SW128_K_MAJOR", "ATOM", "MAJORS"]
+__all__ = ["Operand", "operands", "prefetch_run", "SW128_K_MAJOR", "ATOM", "MAJORS"]

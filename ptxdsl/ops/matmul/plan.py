@@ -85,8 +85,10 @@ def stages_for(p: Plan, dtype: PtxType, out_dtype: PtxType, most: int = 6) -> in
 
 
 def fitted(p: Plan, dtype: PtxType, out_dtype: PtxType) -> Plan:
-    """``p`` with the deepest ring its tile width takes that fits."""
-    return dataclasses.replace(p, stages=stages_for(p, dtype, out_dtype, most_stages(p.bn)))
+    """``p`` with the deepest ring its tile width takes that fits; one stage more with
+    ``epi_in_ring`` (the staging buffers' room is the ring's)."""
+    most = most_stages(p.bn) + (1 if p.epi_in_ring else 0)
+    return dataclasses.replace(p, stages=stages_for(p, dtype, out_dtype, most))
 
 
 def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
@@ -105,7 +107,17 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     row = None if split is not None and m <= 128 else measured(m, n, k, dtype, device)
     if row is not None:
         p = dataclasses.replace(p, **row["plan"])
+    if p.epi_in_ring and not one_tile_each(p, m, n, sms):
+        p = dataclasses.replace(p, epi_in_ring=False)     # the ring is busy between tiles
     return fitted(p, dtype, out_dtype)
+
+
+def one_tile_each(p: Plan, m: int, n: int, sms: int = 132) -> bool:
+    """Whether the persistent grid gives each CTA at most one tile of an M x N output
+    (what ``Plan.epi_in_ring`` needs: C staged in ring stages no later tile loads)."""
+    tm, tn = p.tiles(m, n)
+    cl = p.cluster_ctas
+    return -(-tm * tn * p.split // cl) <= max(1, sms // cl)
 
 
 def many_rows(m: int, n: int, dtype: PtxType, sms: int) -> Plan:
@@ -133,13 +145,15 @@ def for_majors(p: Plan, dtype: PtxType, out_dtype: PtxType, a_major: str = "K",
     N of more than ``bm / 64`` CTAs (each would load fewer than the 64 rows of an MN-major
     A's box: fewer CTAs share A), and a tile width that is not whole 64-column atoms
     (``bn = 224``: an MN-major B arrives in boxes of 64 columns; the next whole width
-    instead, 256 for 224, the ring re-fitted)."""
+    instead, 256 for 224, the ring re-fitted). ``b_prefetch`` is a K-major B's only."""
     if p.a_rows and a_major != "K":
         p = dataclasses.replace(p, a_rows=0)
     if a_major != "K" and p.bm // p.cluster_n < MN_BOX:
         p = dataclasses.replace(p, cluster_n=p.bm // MN_BOX)
     if p.bn % 64 and b_major != "K":
         p = fitted(dataclasses.replace(p, bn=-(-p.bn // 64) * 64), dtype, out_dtype)
+    if p.b_prefetch and b_major != "K":     # an MN-major B's k-block is whole DRAM rows
+        p = dataclasses.replace(p, b_prefetch=0)
     return p
 
 
@@ -227,5 +241,6 @@ def tma_ok(ptr: int, row_stride_elems: int, rows: int, dtype: PtxType) -> bool:
 
 __all__ = ["Plan", "FallbackPlan", "choose", "one_row", "many_rows", "for_majors", "for_scaling",
            "device_class", "measured", "rows", "row_applies", "stages_for", "most_stages",
-           "fitted", "bk_for", "fallback_plan", "tma_ok", "SMEM_PER_CTA", "SPLITS",
+           "fitted", "bk_for", "fallback_plan", "tma_ok", "one_tile_each", "SMEM_PER_CTA",
+           "SPLITS",
            "DEVICE_CLASSES"]

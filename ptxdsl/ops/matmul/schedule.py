@@ -62,17 +62,21 @@ def tile_coords(t, rows, cols, group: int):
     return row, col
 
 
-def persistent_grid(tiles: int, sms: int, cluster: int) -> int:
+def persistent_grid(tiles: int, sms: int, cluster: int, one_each: bool = False) -> int:
     """CTAs to launch: at most one per SM (in whole clusters), never more than the tiles
     need (``tiles`` counts CTA tiles, a multiple of the cluster), and the fewest clusters
     that finish in the same number of rounds: 1024 cluster tiles on 66 cluster slots take
     16 rounds, and so do 64 clusters (1024 / 16), so 64 are launched. Every cluster then
     runs the same number of tiles, and at the power cap the idle SMs leave more power to
-    the others (``bench/results/matmul_power_h100.json``)."""
+    the others (``bench/results/matmul_power_h100.json``). ``one_each``: a kernel that
+    must give every CTA at most one tile (``Plan.epi_in_ring``), refused where it cannot."""
     slots = max(1, sms // cluster)
     units = -(-tiles // cluster)
     if units <= slots:
         return max(cluster, units * cluster)
+    if one_each:
+        raise ValueError(f"Plan.epi_in_ring stages C in the ring, one tile per CTA: {tiles} "
+                         f"tiles for {slots * cluster} CTAs")
     rounds = -(-units // slots)
     return -(-units // rounds) * cluster
 

@@ -98,7 +98,6 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
     per thread: eight offsets ``(c ^ q) << 4`` and two row bases are computed once, and
     each store is one ``add.u32`` and an ``st.shared`` with a constant panel offset."""
     pc = L.panel_cols                       # columns per 128-byte panel
-    rows = p.wg_m
     fb = fcol * ob                          # byte of the thread's pair in its 8-column group
     q = (fb >> 4) ^ (frow & 7)
     xs = [q << 4 if c == 0 else (q ^ c) << 4 for c in range(8)]
@@ -117,7 +116,7 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
         ptx.inst("barrier.sync", bar_id, 128)
         packed: dict = {}                   # columns an overlapping panel stages again
         for slot, start in enumerate(step):
-            off = slot * rows * 128         # the panel's place in the staging buffer
+            off = slot * L.panel_stride     # the panel's place in the staging buffer
             if use_stm:                     # two 8-column groups per stmatrix.x4
                 for jq in range(pc // 16):
                     col = start + 16 * jq
@@ -147,7 +146,7 @@ def store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, 
             for slot, start in enumerate(step):
                 ptx.inst("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
                          ptx.addr(tma_c, coords=[n0 + start, row0]),
-                         ptx.addr(stage_c + slot * (rows * 128)))
+                         ptx.addr(stage_c + slot * L.panel_stride))
             ptx.inst("cp.async.bulk.commit_group")
 
 

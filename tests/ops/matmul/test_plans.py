@@ -98,7 +98,8 @@ def test_choose_takes_the_row_that_applies():
 
 def _plan_key(d):
     return (d["bn"], d.get("split", 1), d.get("a_rows", 0), d.get("cluster_n", 1),
-            d.get("cluster", 1))
+            d.get("cluster", 1), d.get("one_partial", False), d.get("b_prefetch", 0),
+            d.get("epi_in_ring", False))
 
 
 def test_rows_were_the_fastest_in_the_runs_they_cite():

@@ -1,0 +1,287 @@
+"""The bf16 shapes where ``ptxdsl.ops.matmul`` trailed cuBLAS (issue #50), each with the
+plans that might close the gap, timed in both layouts beside cuBLAS, the op and the
+current plan in the same interleaved rounds.
+
+The shapes and the reason for each candidate are in :data:`TRAILING` (ratios from
+``bench/results/matmul_both_h200.json``, H200, 60 ms blocks), then :data:`EXTRA`: shapes
+at or above cuBLAS whose split-K plans the same kernel options (``Plan.one_partial``,
+``Plan.b_prefetch``, ``Plan.epi_in_ring``) may speed up. Operands as
+``bench/matmul.py --layout both`` makes them: ``a`` (M, K) row-major, ``b = W.T`` for
+``x @ W.T`` (``linear``, B K-major) and a row-major copy ``b_nn`` for ``a @ b`` (``nn``,
+B MN-major). Each candidate is built for the layouts it names (``plan.for_majors`` must
+leave it as given: a width of part-atoms has no MN-major B), validated before it is
+timed (at the timed shape against a float64 product of the same inputs, output
+prefilled with NaN, and at the ragged 379 x 1000 x 528), then every contender of the
+shape (``NAME`` on ``x @ W.T``, ``NAME a@b`` on ``a @ b``) runs in
+``bench.matmul.timed_rounds``'s slices. ``current`` is the plan ``plan.choose`` and
+``plan.for_majors`` give now, launched as the candidates are; ``op`` is
+``ptxdsl.ops.matmul`` itself. Writes ``$OUT/matmul_trailing.json`` after every shape: a
+row per shape and layout, the contenders under their bare names, as ``bench/matmul.py``
+and ``tests/ops/matmul/test_plans.py`` read them.
+
+    PYTHONPATH=. python lab/matmul_trailing.py                # every shape, --budget-s 140
+    PYTHONPATH=. python lab/matmul_trailing.py --shapes 128x6144x4096 --rounds 5
+    PYTHONPATH=. python lab/matmul_trailing.py --check        # CPU: build + ptxas -v each
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+LIN, NN = "linear", "nn"
+BOTH = (LIN, NN)
+ONE_ROW = dict(cluster=1, cluster_n=1, a_rows=0)
+
+# (M, N, K) -> {candidate: (fields over the current plan, layouts)}. The ratios are
+# ptxdsl / cuBLAS (x @ W.T, a @ b) in bench/results/matmul_both_h200.json.
+TRAILING = {
+    # 0.93 / 0.97. 96 tiles of 128 x 64 (current) leave 36 SMs idle; 96-wide tiles with K
+    # split in two are 64 x 2 = 128 CTAs (K-major B only: 96 is not whole 64-column atoms);
+    # one_partial gives the ring the 24 KiB of the buffer no consumer of a rank uses.
+    (128, 6144, 4096): {
+        "n96s2op": (dict(bn=96, split=2, one_partial=True, **ONE_ROW), (LIN,)),
+        "n96s2": (dict(bn=96, split=2, **ONE_ROW), (LIN,)),
+        "n128s2op": (dict(bn=128, split=2, one_partial=True, **ONE_ROW), BOTH),
+        "n64cn4": (dict(bn=64, split=1, cluster=1, cluster_n=4, a_rows=0), BOTH),
+        # x @ W.T trails a @ b with the same plan by ~3% at one tile row (19.5 against
+        # 18.8 us here, 42.5 against 41.0 at 8192 x 8192): a K-major B's rows are read
+        # 256 bytes at a time, k-block by k-block; b_prefetch asks for 8 k-blocks at once
+        "pf8": (dict(b_prefetch=8), (LIN,)),
+        # the ring's depth alone: whether this shape is bound by the bytes in flight
+        "st6": (dict(stages=6), BOTH),
+        # epi_in_ring (one tile per CTA): C staged in ring stages, the staging buffers'
+        # 16-32 KiB to the ring: 9 stages at 128 x 64, 7 at 128 x 96 split, 6 at 128 x 128
+        "er": (dict(epi_in_ring=True), BOTH),
+        "n96s2op_er": (dict(bn=96, split=2, one_partial=True, epi_in_ring=True, **ONE_ROW),
+                       (LIN,)),
+        "n96s2op_er_pf8": (dict(bn=96, split=2, one_partial=True, epi_in_ring=True,
+                                b_prefetch=8, **ONE_ROW), (LIN,)),
+        "n128s2op_er": (dict(bn=128, split=2, one_partial=True, epi_in_ring=True, **ONE_ROW),
+                        BOTH),
+        "n96s2op_pf8": (dict(bn=96, split=2, one_partial=True, b_prefetch=8, **ONE_ROW),
+                        (LIN,)),
+    },
+    # 1.00 / 0.98. 128 x 64 tiles (128 CTAs) read A from L2 once per CTA: 2 MiB each,
+    # twice B's share; 128 x 128 split in two is also 128 CTAs and reads half as much A.
+    # It ran 0.90-0.93 with a 4-stage ring; one_partial makes it 5.
+    (128, 8192, 8192): {
+        "n128s2op": (dict(bn=128, split=2, one_partial=True, **ONE_ROW), BOTH),
+        "n128s2": (dict(bn=128, split=2, **ONE_ROW), BOTH),
+        "n64cn2": (dict(bn=64, split=1, cluster=1, cluster_n=2, a_rows=0), (NN,)),
+        "pf8": (dict(b_prefetch=8), (LIN,)),
+        "pf16": (dict(b_prefetch=16), (LIN,)),
+        "n128s2op_pf8": (dict(bn=128, split=2, one_partial=True, b_prefetch=8, **ONE_ROW),
+                         (LIN,)),
+        "er": (dict(epi_in_ring=True), BOTH),
+        "er_pf8": (dict(epi_in_ring=True, b_prefetch=8), (LIN,)),
+        "n128s2op_er": (dict(bn=128, split=2, one_partial=True, epi_in_ring=True, **ONE_ROW),
+                        BOTH),
+    },
+    # 0.96 / 1.09. 128 x 128 in pairs along M (896 tiles, 7 rounds at 97%); without the
+    # cluster it ran 0.96-1.03 against the pairs' 0.94-1.03 in five H200 runs, and
+    # 128 x 176 (656 tiles: 5 rounds at 99%) 0.975 against 0.964 in one.
+    (1024, 14336, 4096): {
+        "c1": (dict(cluster=1), BOTH),
+        "n176c1": (dict(bn=176, cluster=1), (LIN,)),
+    },
+    # 0.98 / 0.995. 128 x 256 pairs: 3072 tiles, 24 rounds at 97%; 128 x 128: 47 rounds at
+    # 99%, ahead of 128 x 256 by 1.3% and 2.5% in two H200 runs (matmul_plans_h200*.json).
+    (16384, 6144, 4096): {
+        "n128": (dict(bn=128), BOTH),
+        "n128c1": (dict(bn=128, cluster=1), BOTH),
+    },
+    # 0.99 / 0.99. 128 x 256 pairs: 28 rounds at 97%; 128 x 128 pairs: 55 rounds at 99%.
+    (4096, 28672, 8192): {
+        "n128": (dict(bn=128), BOTH),
+    },
+}
+
+# Not below cuBLAS, but run by the same split-K kernel whose ring one_partial deepens
+# (the table's rows there: split 2 with 7 stages at 128 x 64, 4 at 128 x 128).
+EXTRA = {
+    (128, 4096, 4096): {"n64s2op": (dict(bn=64, split=2, one_partial=True, **ONE_ROW), BOTH)},
+    (128, 4096, 14336): {"n64s2op": (dict(bn=64, split=2, one_partial=True, **ONE_ROW), BOTH),
+                         "n64s2op_pf8": (dict(bn=64, split=2, one_partial=True, b_prefetch=8,
+                                              **ONE_ROW), (LIN,))},
+    (128, 8192, 28672): {"n128s2op": (dict(bn=128, split=2, one_partial=True, **ONE_ROW),
+                                      BOTH),
+                         "n128s2op_pf8": (dict(bn=128, split=2, one_partial=True,
+                                               b_prefetch=8, **ONE_ROW), (LIN,)),
+                         "n128s2op_er": (dict(bn=128, split=2, one_partial=True,
+                                              epi_in_ring=True, **ONE_ROW), BOTH)},
+}
+SETS = {**TRAILING, **EXTRA}
+
+
+def current(m, n, k, layout, sms, device):
+    """The plan ``ptxdsl.ops.matmul`` runs for this shape and layout (bf16 in and out)."""
+    from ptxdsl.core.types import bf16
+    from ptxdsl.ops.matmul.plan import choose, for_majors
+    return for_majors(choose(m, n, k, bf16, bf16, sms, device=device), bf16, bf16, "K",
+                      "K" if layout == LIN else "MN")
+
+
+def candidates(m, n, k, sms=132, device="H200") -> dict:
+    """``{(name, layout): Plan}`` for one shape: ``current`` in both layouts, then each
+    candidate of :data:`TRAILING` in its layouts, the ring fitted unless given, dropped
+    where it equals the current plan of that layout."""
+    from ptxdsl.core.types import bf16
+    from ptxdsl.ops.matmul.plan import choose, fitted, for_majors
+    out = {("current", lay): current(m, n, k, lay, sms, device) for lay in BOTH}
+    base = choose(m, n, k, bf16, bf16, sms, device=device)
+    for name, (fields, layouts) in SETS.get((m, n, k), {}).items():
+        p = dataclasses.replace(base, **fields)
+        if "stages" not in fields:
+            p = fitted(p, bf16, bf16)
+        for lay in layouts:
+            bm = "K" if lay == LIN else "MN"
+            if for_majors(p, bf16, bf16, "K", bm) != p:
+                raise ValueError(f"candidate {name} of {m}x{n}x{k} is not buildable with "
+                                 f"a {bm}-major B as given: {p}")
+            if p != out[("current", lay)]:
+                out[(name, lay)] = p
+    return out
+
+
+def build(p, layout, sms=132):
+    from ptxdsl.core.types import bf16
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    return build_hopper(p, bf16, bf16, sms=sms, b_major="K" if layout == LIN else "MN")
+
+
+def check(shapes) -> int:
+    """CPU: build every candidate and report ptxas's registers and spills; 1 if any spills."""
+    bad = 0
+    for m, n, k in shapes:
+        for (name, lay), p in candidates(m, n, k).items():
+            r = build(p, lay).resources()
+            spill = r.spill_stores or r.spill_loads or r.local
+            bad |= bool(spill)
+            print(f"{m}x{n}x{k} {lay:6s} {name:9s} bn={p.bn} stages={p.stages} "
+                  f"cluster={p.cluster}/{p.cluster_n} split={p.split} "
+                  f"one_partial={p.one_partial} b_prefetch={p.b_prefetch} "
+                  f"epi_in_ring={p.epi_in_ring}: regs {r.registers}, spills "
+                  f"{r.spill_stores}/{r.spill_loads}, local {r.local}"
+                  f"{'  SPILLS' if spill else ''}", flush=True)
+    return bad
+
+
+def contender(kern, layout, c_shape):
+    """``fn(a, b, b_nn)`` launching ``kern`` through its bound fast path, as the op does."""
+    import torch
+    from ptxdsl.runtime import prepare
+    cache = {}
+
+    def run(a, b, b_nn):
+        bb = b.t() if layout == LIN else b_nn          # W (N, K) itself, or (K, N)
+        c = torch.empty(c_shape, device="cuda", dtype=torch.bfloat16)
+        if "bound" not in cache:
+            cache["bound"] = prepare(kern).bind(a, bb, c)
+        bound = cache["bound"]
+        if bound is None:
+            kern(a, bb, c)
+        else:
+            bound(a.data_ptr(), bb.data_ptr(), c.data_ptr())
+        return c
+    return run
+
+
+def main(argv=None):
+    import torch
+    from bench.matmul import make_sets, rel_err, timed_rounds, validate, warm
+    from ptxdsl.ops import matmul as op
+    from ptxdsl.ops.matmul.plan import device_class
+    from ptxdsl.runtime import driver
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=None,
+                    help="MxNxK,... (default: every TRAILING shape, then every EXTRA one)")
+    ap.add_argument("--block-ms", type=float, default=40.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--check", action="store_true", help="CPU only: ptxas -v of each candidate")
+    ap.add_argument("--budget-s", type=float, default=140.0,
+                    help="start no shape after this many seconds (TRAILING's come first)")
+    a = ap.parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")] \
+        if a.shapes else list(SETS)
+    if a.check:
+        return check(shapes)
+    props = torch.cuda.get_device_properties(0)
+    sms, l2 = props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20)
+    cls = device_class(driver.get().device(torch.cuda.current_device()))
+    path = os.path.join(os.environ.get("OUT", "."), "matmul_trailing.json")
+    result = {"device": props.name, "sms": sms, "class": cls, "dtype": "bf16",
+              "date": time.strftime("%Y-%m-%dT%H:%M"), "block_ms": a.block_ms,
+              "rounds": a.rounds, "rows": []}
+    g = torch.Generator(device="cuda").manual_seed(1)
+    ra = torch.randn(379, 528, device="cuda", generator=g).to(torch.bfloat16)
+    rw = torch.randn(1000, 528, device="cuda", generator=g).to(torch.bfloat16)
+    ragged = {LIN: rw, NN: rw.t().contiguous()}
+    rref = ra.double() @ rw.double().t()
+    t0 = time.time()
+    warm(1.0)
+    for m, n, k in shapes:
+        if time.time() - t0 > a.budget_s:
+            print(f"budget spent: {m}x{n}x{k} and the shapes after it left out", flush=True)
+            break
+        sets = make_sets(m, n, k, "both", l2)
+        x, b, b_nn = sets[0]
+        ref = x.double() @ b.double()
+        row, plans, live = {}, {}, {}
+        for name, fn in {"cuBLAS": lambda x, b, b_nn: torch.matmul(x, b),
+                         "cuBLAS a@b": lambda x, b, b_nn: torch.matmul(x, b_nn),
+                         "op": lambda x, b, b_nn: op(x, b),
+                         "op a@b": lambda x, b, b_nn: op(x, b_nn)}.items():
+            validate(name, fn, sets[0], ref, row, live)
+        for (name, lay), p in candidates(m, n, k, sms, cls).items():
+            key = name if lay == LIN else name + " a@b"
+            plans[key] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+            try:
+                kern = build(p, lay, sms)
+                run = contender(kern, lay, (m, n))
+                c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                kern(x, b.t() if lay == LIN else b_nn, c)
+                cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
+                kern(ra, ragged[lay], cr)
+                torch.cuda.synchronize()
+                e1, e2 = rel_err(c, ref), rel_err(cr, rref)
+                del c
+                if not (e1 < 1e-2 and e2 < 1e-2):
+                    row[key] = {"error": f"err={e1:.3g} ragged={e2:.3g}"}
+                    continue
+                row[key] = {"err": e1}
+                live[key] = run
+            except Exception as ex:  # noqa: BLE001 - reported in the table
+                row[key] = {"error": f"{type(ex).__name__}: {str(ex)[:200]}"}
+        del ref
+        warm(0.2)
+        timed_rounds(live, sets, a.rounds, a.block_ms, 2.0 * m * n * k, row)
+        for lay, suffix in ((LIN, ""), (NN, " a@b")):  # a row per layout, names bare
+            mine = {nm[:len(nm) - len(suffix)]: v for nm, v in row.items()
+                    if nm.endswith(" a@b") == bool(suffix)}
+            result["rows"].append({"shape": [m, n, k], "layout": lay, "results": mine,
+                                   "plans": {nm[:len(nm) - len(suffix)]: v
+                                             for nm, v in plans.items()
+                                             if nm.endswith(" a@b") == bool(suffix)}})
+        with open(path, "w") as f:      # after every shape: a run cut short keeps it
+            json.dump(result, f, indent=1)
+        for r in result["rows"][-2:]:
+            lay, res = r["layout"], r["results"]
+            cub = res.get("cuBLAS", {}).get("tflops")
+            cells = [(nm, v) for nm, v in res.items() if nm != "cuBLAS"]
+            print(f"{m}x{n}x{k} {lay} ({time.time() - t0:.0f}s) cuBLAS "
+                  f"{cub or float('nan'):.0f} TFLOP/s; vs cuBLAS: " + ", ".join(
+                      f"{nm} {v['tflops'] / cub:.3f}" if "tflops" in v and cub else
+                      f"{nm} ERR {v.get('error', '')[:80]}" for nm, v in cells), flush=True)
+        del sets, x, b, b_nn
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,14 +1,14 @@
 """The decode forward (flash-decoding): few query rows (``SQ <= 16``) against a long K/V.
 
-:func:`run` launches two kernels (one with a fused plan): :mod:`.decode_split` splits every tile's keys over
-``NS`` CTAs (a tile is one GQA group's heads x ``64 / G`` query positions of one batch,
-so each CTA reads its K/V once for the whole group) and writes partial ``(O, LSE)`` in
-f32; :mod:`.decode_combine` merges them into ``out`` and the LSE (a fused plan: the
-last split of each tile to finish does, in the same launch, with a ticket word per tile
-from :func:`.counter.tile_tickets`). ``NS`` comes from the
-plan table ``decode_plans.json`` (tile shape, ring depth, how many CTAs per SM to fill,
-the fewest key blocks a split is worth) and the device's SM count: enough splits that
-the grid fills the GPU, no more than the keys make worth it.
+:func:`run` launches two kernels (one with a fused plan): :mod:`.decode_split` splits
+every tile's keys over ``NS`` CTAs (a tile is one GQA group's heads x ``64 / G`` query
+positions of one batch, so each CTA reads its K/V once for the whole group) and writes
+partial ``(O, LSE)`` in f32; :mod:`.decode_combine` merges them into ``out`` and the LSE
+(a fused plan: the last split of each tile to finish does, in the same launch, with a
+ticket word per tile from :func:`.counter.tile_tickets`). ``NS`` comes from the plan
+table ``decode_plans.json`` (tile shape, ring depth, how many CTAs per SM to fill, the
+fewest key blocks a split is worth) and the device's SM count: enough splits that the
+grid fills the GPU, no more than the keys make worth it.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Decode plans side by side in one run on the current GPU (issue 51: Sq = 1 within 90% of
 the copy of the K/V bytes at Sk >= 8k): the table's plan (``decode_plans.json``, split
 kernel then combine kernel) beside the variants of ``VARIANTS`` (the fused plan, whose
-last split of each tile merges the partials in the same launch; other block sizes, ring
+last split of each tile merges the partials in the same launch; the L2 prefetch of a
+split's first blocks before the wait for the previous kernel; other block sizes, ring
 depths and CTAs per SM), each launched directly (its kernels, partials and a zeroed
 ticket word per tile made once, outside the timing) so that every variant is timed the
 same way; a torch copy of the K/V bytes beside them.
@@ -30,11 +31,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench.attention_decode import (H, HKV, copy_fn, graphed, inputs,  # noqa: E402
                                     reference, time_graphs)
 
-# (head dim, block_n, stages, ctas_per_sm, min_blocks, fused); "table" is the table's row
+# per head dim: (block_n, stages, ctas_per_sm, min_blocks, fused, l2_ahead); the table's
+# row runs as "table" beside them
 VARIANTS = {
-    64: [(128, 6, 1, 2, True), (64, 6, 2, 2, True), (64, 6, 2, 2, False),
-         (64, 8, 1, 2, True)],
-    128: [(64, 6, 1, 2, True), (128, 3, 1, 2, True), (64, 4, 1, 2, True)],
+    64: [(128, 6, 1, 2, True, 0), (128, 6, 1, 2, True, 2), (64, 6, 2, 2, True, 0),
+         (64, 6, 2, 2, True, 4), (64, 6, 2, 2, False, 0)],
+    128: [(64, 6, 1, 2, True, 0), (64, 6, 1, 2, True, 3), (64, 6, 1, 2, False, 3),
+          (128, 3, 1, 2, True, 2)],
 }
 
 
@@ -93,14 +96,15 @@ def main() -> None:
         ref = reference(torch, q[:1], k[:1], v[:1])
         rlse = ref_lse(torch, q, k)
         plans = {"table": decode.choose(d, "bf16")}
-        for bn, st, cps, mb, fused in VARIANTS[d]:
-            plans[f"{bn}x{st} cps{cps} mb{mb}{' fused' if fused else ''}"] = decode.DecodePlan(
-                block_n=bn, stages=st, ctas_per_sm=cps, min_blocks=mb, fused=fused)
+        for bn, st, cps, mb, fused, l2a in VARIANTS[d]:
+            plans[f"{bn}x{st} cps{cps}{' fused' if fused else ''}{f' l2a{l2a}' if l2a else ''}"] \
+                = decode.DecodePlan(block_n=bn, stages=st, ctas_per_sm=cps, min_blocks=mb,
+                                    fused=fused, l2_ahead=l2a)
         row = {"B": b, "Sq": sq, "Sk": sk, "D": d, "kv_bytes": nbytes, "results": {}}
         live = {}
         for name, plan in plans.items():
             res = row["results"][name] = {"plan": [plan.block_n, plan.stages, plan.ctas_per_sm,
-                                                   plan.min_blocks, plan.fused]}
+                                                   plan.min_blocks, plan.fused, plan.l2_ahead]}
             try:
                 fn, out, lse, tickets, ns = launcher(torch, plan, q, k, v)
                 fn()

@@ -35,17 +35,19 @@ class DecodePlan:
     """``block_n`` keys per K/V block, ``stages`` blocks in the ring, splits enough for
     ``ctas_per_sm`` CTAs on every SM, each split at least ``min_blocks`` blocks;
     ``fused``: the last split of a tile merges the partials (one launch), else the
-    combine kernel does."""
+    combine kernel does; ``l2_ahead``: blocks of K and V a split prefetches into L2
+    before it waits for the previous kernel."""
 
     block_n: int = 128
     stages: int = 3
     ctas_per_sm: int = 1
     min_blocks: int = 2
     fused: bool = False
+    l2_ahead: int = 0
 
     def __post_init__(self):
         if self.block_n % 16 or not 16 <= self.block_n <= 256 or self.stages < 1 \
-                or self.ctas_per_sm < 1 or self.min_blocks < 1:
+                or self.ctas_per_sm < 1 or self.min_blocks < 1 or self.l2_ahead < 0:
             raise ValueError(f"bad decode plan {self}")
 
 
@@ -82,11 +84,11 @@ def splits_for(plan: DecodePlan, tiles: int, blocks: int, sms: int) -> int:
 def kernels(plan: DecodePlan, dtype, d: int, group: int, mask: Mask, scale: float,
             softcap: float, arch: str):
     """The (split, combine) kernel pair, built once per key (a fused plan: combine None)."""
-    split = KERNELS.get(("split", plan.block_n, plan.stages, plan.fused, dtype.name, d, group,
-                         mask, scale, softcap, arch),
+    split = KERNELS.get(("split", plan.block_n, plan.stages, plan.fused, plan.l2_ahead,
+                         dtype.name, d, group, mask, scale, softcap, arch),
                         lambda: build_split(plan.block_n, plan.stages, dtype, d, group, mask,
                                             scale=scale, softcap=softcap, arch=arch,
-                                            fused=plan.fused))
+                                            fused=plan.fused, l2_ahead=plan.l2_ahead))
     if plan.fused:
         return split, None
     combine = KERNELS.get(("combine", dtype.name, d, arch),
@@ -100,8 +102,9 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     """Both passes on ``frame`` (contiguous q, k, v; ``out`` and ``lse`` allocated); returns
     ``(outputs, tickets)``: what the launch writing out and lse returns (the interpreter's
     (out, lse)), and for a fused plan ``(tickets, replay)`` (:func:`.counter.tile_tickets`,
-    for the op's memo; on the interpreter the words after the launch), else None. ``splits`` / ``plan`` override the table's choice
-    (tests, tuning); ``launches`` gathers each (kernel, args) for the op's memo."""
+    for the op's memo; on the interpreter the words after the launch), else None.
+    ``splits`` / ``plan`` override the table's choice (tests, tuning); ``launches``
+    gathers each (kernel, args) for the op's memo."""
     b, sq, h, d = (int(x) for x in q.shape)
     sk, hk = int(k.shape[1]), int(k.shape[2])
     group = h // hk

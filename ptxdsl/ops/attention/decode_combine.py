@@ -19,6 +19,7 @@ from .softmax import LOG2E, NEG_INF, row_inverse, row_lse
 
 UNROLL = 8           # splits whose loads one chunk keeps in flight
 WARPS = 4            # rows per CTA
+LAST_UNROLL = 16     # the fused merge's loads in flight: one L2 round trip up to 16 splits
 
 
 def build_combine(dtype: PtxType, d: int, *, arch: str = "sm_90a"):
@@ -56,7 +57,7 @@ def build_combine(dtype: PtxType, d: int, *, arch: str = "sm_90a"):
     return attention_decode_combine
 
 
-def merge_row(po, pl, ns, rows, row, lane, d: int):
+def merge_row(po, pl, ns, rows, row, lane, d: int, unroll: int = UNROLL):
     """Partial row ``row`` of each split ``0 .. ns-1`` (``rows`` per split) merged in split
     order (the order fixes the sum's rounding: the result does not depend on which
     split finished first); lane ``lane`` holds ``D / 32`` adjacent columns. Returns
@@ -66,9 +67,9 @@ def merge_row(po, pl, ns, rows, row, lane, d: int):
     mx = reg.scalar(f32, init=NEG_INF)       # running max, log2 domain
     tot = reg.scalar(f32, init=0.0)
     acc = [reg.scalar(f32, init=0.0) for _ in range(c)]
-    for s0 in ptx.range_(0, ns, UNROLL):
+    for s0 in ptx.range_(0, ns, unroll):
         xs, os_ = [], []
-        for u in range(UNROLL):
+        for u in range(unroll):
             x = reg.scalar(f32, init=NEG_INF)
             ov = [reg.scalar(f32, init=0.0) for _ in range(c)]
             live = reg.scalar(pred)
@@ -140,7 +141,8 @@ def last_merges(dtype: PtxType, d: int, group: int, ns, tid, ticket, po, pl, pou
     releases every thread's partial stores, and the last add acquires every split's);
     the split that takes the last of ``ns`` tickets resets the word to zero for the next
     launch and merges the tile's rows, a warp per row (in split order, whichever split
-    came last). ``tile``: (batch, K/V head, first query position, tile rows in use);
+    came last; all of up to ``LAST_UNROLL`` splits' loads in flight at once: the merge is
+on the launch's critical path). ``tile``: (batch, K/V head, first query position, tile rows in use);
     ``dims``: (B, H, SQ)."""
     batch, hkv, sq0, used = tile
     nb, nh, sq = dims
@@ -160,7 +162,7 @@ def last_merges(dtype: PtxType, d: int, group: int, ns, tid, ticket, po, pl, pou
             head = hkv * group + r % group
             pos = sq0 + r // group
             prow = (batch * nh + head) * sq + pos
-            acc, tot, mx = merge_row(po, pl, ns, rows, prow, lane, d)
+            acc, tot, mx = merge_row(po, pl, ns, rows, prow, lane, d, LAST_UNROLL)
             store_row(dtype, d, acc, tot, mx, lane, pout,
                       lambda: (batch * sq + pos) * nh + head, lambda: plse + prow * 4)
 

@@ -70,12 +70,15 @@ def specs(dtype: PtxType, d: int, group: int, block_n: int, fused: bool = False)
 
 def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                 mask: Mask = Mask(), *, scale: float, softcap: float = 0.0,
-                arch: str = "sm_90a", fused: bool = False):
+                arch: str = "sm_90a", fused: bool = False, l2_ahead: int = 0):
     """The split pass for one (block_n, stages, dtype, head dim, GQA group size ``group``
     (a divisor of 64), mask, scale, softcap); the grid is NS x tiles CTAs, NS read from
     the partials' leading dim. ``fused``: the last split of each tile to finish merges
     the tile's partials into out and the LSE (:func:`.decode_combine.last_merges`), so
-    the combine needs no launch of its own."""
+    the combine needs no launch of its own. ``l2_ahead``: the split's first blocks of K
+    and V whose L2 prefetch is issued before the wait for the previous kernel (L2 is
+    where every SM's writes land, so a line fetched early is still current; the TMA
+    loads after the wait then find it there)."""
     if d % PANEL or not PANEL <= d <= 128:
         raise ValueError(f"head dim {d}: the decode kernel takes 64 or 128")
     if ROWS % group:
@@ -93,7 +96,8 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     pdl = pdl_for(arch)
     name = (f"attention_decode_{dtype.name}_d{d}_g{group}_n{BN}_s{S}_{mask.tag}"
-            f"{'_cap' if softcap else ''}{'_fused' if fused else ''}")
+            f"{'_cap' if softcap else ''}{'_fused' if fused else ''}"
+            f"{f'_l2a{l2_ahead}' if l2_ahead else ''}")
     names = ("q", "k", "v", "opart", "lpart") + (("out", "lse", "tickets") if fused else ())
 
     def grid(B, SQ, HK, NS):
@@ -124,7 +128,8 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                     ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(bars, 8 * s), 1)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
-        after_previous_kernel(pdl, THREADS)
+        if not l2_ahead:
+            after_previous_kernel(pdl, THREADS)
 
         # The tile's key blocks (keys aligned bottom-right, off = SK - SQ), then this
         # split's even share of them.
@@ -144,6 +149,16 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
         per = (n_hi - n_lo + nss - 1) // nss
         lo = n_lo + _s32(split) * per
         hi = ptx.min(lo + per, n_hi)
+        if l2_ahead:
+            with ptx.if_(tid == 0):
+                for i in range(l2_ahead):
+                    with ptx.if_(lo + i < hi):
+                        for tmap in (tk, tv):
+                            for p in range(P):
+                                ptx.inst("cp.async.bulk.prefetch.tensor.4d.L2.global",
+                                         ptx.addr(tmap, coords=[p * PANEL, hkv, (lo + i) * BN,
+                                                                batch]))
+            after_previous_kernel(pdl, THREADS)
 
         with ptx.if_(wg == 0):
             with ptx.if_(tid == 0):

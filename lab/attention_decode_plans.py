@@ -5,7 +5,9 @@ last split of each tile merges the partials in the same launch; the L2 prefetch 
 split's first blocks before the wait for the previous kernel; other block sizes, ring
 depths and CTAs per SM), each launched directly (its kernels, partials and a zeroed
 ticket word per tile made once, outside the timing) so that every variant is timed the
-same way; a torch copy of the K/V bytes beside them.
+same way; a torch copy of the K/V bytes beside them. Beside those, ``ptxdsl.ops.attention``
+itself with the table's plan and with it fused ("op: ..."), captured as
+bench/attention_decode.py captures it.
 
 Shapes: B in {1, 8}, Sq in {1, 16}, Sk in {8k, 16k, 32k}, D in {64, 128}, H = 32, Hkv = 8,
 bf16, no mask. Every variant's output and LSE are checked against torch SDPA (math
@@ -22,6 +24,7 @@ JSON goes to ``$OUT/attention_decode_plans.json`` (or ``--json``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -68,6 +71,34 @@ def launcher(torch, plan, q, k, v):
         return (lambda: split(q, k, v, op, lp, out, lse, tickets)), out, lse, tickets, ns
     return (lambda: (split(q, k, v, op, lp), combine(op, lp, out, lse))), out, lse, \
         tickets, ns
+
+
+def op_graph(torch, decode, plan, q, k, v, ref, rlse, iters):
+    """``ptxdsl.ops.attention`` with ``plan`` as the table's choice (the op's memo emptied
+    first, so the call records this plan), checked, then captured as bench/attention_
+    decode.py captures it (a fused plan's capture takes a fresh zeroed ticket buffer per
+    call: a memset node). Returns (result row, graph replay or None)."""
+    import ptxdsl.ops as ops
+    from ptxdsl.ops.attention.api import FORWARD
+    chosen = decode.choose
+    decode.choose = lambda *_a: plan
+    FORWARD.clear()
+    try:
+        out, lse = ops.attention(q, k, v, return_lse=True)
+        torch.cuda.synchronize()
+        err = float((out[:1].float() - ref).abs().max() / ref.abs().max())
+        lerr = float(((lse[0] - rlse).abs() / rlse.abs().clamp(min=1)).max())
+        res = {"plan": [plan.block_n, plan.stages, plan.ctas_per_sm, plan.min_blocks,
+                        plan.fused, plan.l2_ahead], "max_err": err, "lse_err": lerr}
+        if err > 2e-2 or lerr > 1e-3:
+            res["error"] = "wrong result"
+            return res, None
+        return res, graphed(torch, lambda: ops.attention(q, k, v), iters)
+    except Exception as e:  # noqa: BLE001 - recorded
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}, None
+    finally:
+        decode.choose = chosen
+        FORWARD.clear()
 
 
 def ref_lse(torch, q, k):
@@ -124,10 +155,16 @@ def main() -> None:
                 res["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         live["copy"] = copy_fn(torch, nbytes)
         graphs = {n: graphed(torch, f, args.iters) for n, f in live.items()}
+        for name, plan in (("op: table", plans["table"]),
+                           ("op: fused", dataclasses.replace(plans["table"], fused=True))):
+            got = op_graph(torch, decode, plan, q, k, v, ref, rlse, args.iters)
+            row["results"][name] = got[0]
+            if got[1] is not None:
+                graphs[name] = got[1]
         ms = time_graphs(torch, {n: g for n, g in graphs.items() if g is not None},
                          args.rounds, args.iters)
         row["copy_us"] = ms["copy"] * 1e3
-        for name in live:
+        for name in graphs:
             if name != "copy" and name in ms:
                 row["results"][name].update(us=ms[name] * 1e3,
                                             pct_copy=100 * ms["copy"] / (2 * ms[name]))
@@ -148,7 +185,7 @@ def table(result) -> None:
             cells = []
             for n in names:
                 x = r["results"][n]
-                cells.append(f"{x['us']:7.1f} {x['pct_copy']:6.1f}% ({x['splits']:>2})"
+                cells.append(f"{x['us']:7.1f} {x['pct_copy']:6.1f}% ({x.get('splits', 0):>2})"
                              if "us" in x else f"{x.get('error', '-')[:26]:>26}")
             print(f"{r['B']:>2} {r['Sq']:>3} {r['Sk']:>6} {r['copy_us']:6.1f} "
                   + " ".join(f"{c:>26}" for c in cells))

@@ -88,3 +88,56 @@ def test_repeat_calls_replay_both_launches():
     assert np.abs(o - ref).max() <= 2e-2 * np.abs(ref).max()
     assert np.abs(lse2.cpu().numpy() - rlse).max() <= 1e-3 * np.abs(rlse).max()
     assert torch.equal(attention(q, k, v, return_lse=True)[0], first)
+
+
+@pytest.fixture
+def fused_memo():
+    """The op's memo emptied before and after (its entries would replay another plan)."""
+    from ptxdsl.ops.attention.api import FORWARD
+    FORWARD.clear()
+    yield FORWARD
+    FORWARD.clear()
+
+
+@pytest.mark.parametrize("d,bn,st", [(64, 128, 6), (128, 64, 6)])
+@pytest.mark.parametrize("sq,sk,kw", [(1, 8192, {}), (16, 4099, dict(causal=True)),
+                                      (3, 777, dict(window_size=(30, 5)))])
+def test_fused_plan(monkeypatch, fused_memo, d, bn, st, sq, sk, kw):
+    """A fused plan (the last split of each tile merges): correct, bitwise repeatable
+    (split order, whichever split finishes last), the stream's tickets left zero."""
+    from ptxdsl.ops.attention.counter import TICKETS
+    plan = decode.DecodePlan(block_n=bn, stages=st, fused=True)
+    monkeypatch.setattr(decode, "choose", lambda *a: plan)
+    _run(2, sq, sk, 32, 8, d, **kw)
+    torch = torch_sm90()
+    torch.cuda.synchronize()
+    assert TICKETS._buffers and all(not bool(t.any()) for t, _, _ in TICKETS._buffers.values())
+
+
+def test_fused_plan_memo_and_graph(monkeypatch, fused_memo):
+    """The fused plan's recorded launch replays on new tensors (the stream's tickets), and
+    a CUDA graph of it replays to the eager result."""
+    torch = torch_sm90()
+    plan = decode.DecodePlan(block_n=64, stages=6, fused=True)
+    monkeypatch.setattr(decode, "choose", lambda *a: plan)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731
+    q, k, v = mk(1, 1, 32, 128), mk(1, 9000, 8, 128), mk(1, 9000, 8, 128)
+    first = attention(q, k, v)
+    n = len(fused_memo)
+    again = attention(q, k, v)
+    assert len(fused_memo) == n and torch.equal(first, again)     # the memo's replay
+    out = torch.empty_like(q)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        attention(q, k, v, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attention(q, k, v, out=out)
+    out.zero_()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)

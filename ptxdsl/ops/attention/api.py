@@ -181,9 +181,11 @@ def attention(q, k, v, *, causal: bool = False, softmax_scale: float | None = No
             out = frame.empty((b, sq, h, d), q)
         lse = frame.empty((b, h, sq), q, f32)
         launches: list = []
-        res = decode.run(frame, dtype, q, k, v, out, lse, causal=causal, softcap=softcap,
-                         softmax_scale=softmax_scale, window_size=window_size,
-                         launches=launches)
+        res, tickets = decode.run(frame, dtype, q, k, v, out, lse, causal=causal,
+                                  softcap=softcap, softmax_scale=softmax_scale,
+                                  window_size=window_size, launches=launches)
+        if tickets is not None:           # a fused plan's per-tile tickets (counter.py)
+            counter, replay = tickets
         if not frame.on_gpu():
             lse = _copy_back(frame, res, out, lse)
     else:

@@ -1,12 +1,14 @@
 """The decode forward (flash-decoding): few query rows (``SQ <= 16``) against a long K/V.
 
-:func:`run` launches two kernels: :mod:`.decode_split` splits every tile's keys over
-``NS`` CTAs (a tile is one GQA group's heads x ``64 / G`` query positions of one batch,
-so each CTA reads its K/V once for the whole group) and writes partial ``(O, LSE)`` in
-f32; :mod:`.decode_combine` merges them into ``out`` and the LSE. ``NS`` comes from the
-plan table ``decode_plans.json`` (tile shape, ring depth, how many CTAs per SM to fill,
-the fewest key blocks a split is worth) and the device's SM count: enough splits that
-the grid fills the GPU, no more than the keys make worth it.
+:func:`run` launches two kernels (one with a fused plan): :mod:`.decode_split` splits
+every tile's keys over ``NS`` CTAs (a tile is one GQA group's heads x ``64 / G`` query
+positions of one batch, so each CTA reads its K/V once for the whole group) and writes
+partial ``(O, LSE)`` in f32; :mod:`.decode_combine` merges them into ``out`` and the LSE
+(a fused plan: the last split of each tile to finish does, in the same launch, with a
+ticket word per tile from :func:`.counter.tile_tickets`). ``NS`` comes from the plan
+table ``decode_plans.json`` (tile shape, ring depth, how many CTAs per SM to fill, the
+fewest key blocks a split is worth) and the device's SM count: enough splits that the
+grid fills the GPU, no more than the keys make worth it.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from ...core.types import f32
 from .._common.kernels import KernelCache
 from .config import Mask
+from .counter import tile_tickets
 from .decode_combine import build_combine
 from .decode_split import ROWS, build_split, smem_bytes
 from .plan import SMEM_PER_CTA
@@ -30,16 +33,21 @@ KERNELS = KernelCache(limit=128)
 @dataclass(frozen=True)
 class DecodePlan:
     """``block_n`` keys per K/V block, ``stages`` blocks in the ring, splits enough for
-    ``ctas_per_sm`` CTAs on every SM, each split at least ``min_blocks`` blocks."""
+    ``ctas_per_sm`` CTAs on every SM, each split at least ``min_blocks`` blocks;
+    ``fused``: the last split of a tile merges the partials (one launch), else the
+    combine kernel does; ``l2_ahead``: blocks of K and V a split prefetches into L2
+    before it waits for the previous kernel."""
 
     block_n: int = 128
     stages: int = 3
     ctas_per_sm: int = 1
     min_blocks: int = 2
+    fused: bool = False
+    l2_ahead: int = 0
 
     def __post_init__(self):
         if self.block_n % 16 or not 16 <= self.block_n <= 256 or self.stages < 1 \
-                or self.ctas_per_sm < 1 or self.min_blocks < 1:
+                or self.ctas_per_sm < 1 or self.min_blocks < 1 or self.l2_ahead < 0:
             raise ValueError(f"bad decode plan {self}")
 
 
@@ -75,10 +83,14 @@ def splits_for(plan: DecodePlan, tiles: int, blocks: int, sms: int) -> int:
 
 def kernels(plan: DecodePlan, dtype, d: int, group: int, mask: Mask, scale: float,
             softcap: float, arch: str):
-    """The (split, combine) kernel pair, built once per key."""
-    split = KERNELS.get(("split", plan, dtype.name, d, group, mask, scale, softcap, arch),
+    """The (split, combine) kernel pair, built once per key (a fused plan: combine None)."""
+    split = KERNELS.get(("split", plan.block_n, plan.stages, plan.fused, plan.l2_ahead,
+                         dtype.name, d, group, mask, scale, softcap, arch),
                         lambda: build_split(plan.block_n, plan.stages, dtype, d, group, mask,
-                                            scale=scale, softcap=softcap, arch=arch))
+                                            scale=scale, softcap=softcap, arch=arch,
+                                            fused=plan.fused, l2_ahead=plan.l2_ahead))
+    if plan.fused:
+        return split, None
     combine = KERNELS.get(("combine", dtype.name, d, arch),
                           lambda: build_combine(dtype, d, arch=arch))
     return split, combine
@@ -88,9 +100,11 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
         softcap: float, splits: int | None = None, plan: DecodePlan | None = None,
         launches: list | None = None):
     """Both passes on ``frame`` (contiguous q, k, v; ``out`` and ``lse`` allocated); returns
-    what the combine's launch returns (the interpreter's outputs). ``splits`` / ``plan``
-    override the table's choice (tests, tuning); ``launches`` gathers each (kernel, args) for
-    the op's memo."""
+    ``(outputs, tickets)``: what the launch writing out and lse returns (the interpreter's
+    (out, lse)), and for a fused plan ``(tickets, replay)`` (:func:`.counter.tile_tickets`,
+    for the op's memo; on the interpreter the words after the launch), else None.
+    ``splits`` / ``plan`` override the table's choice (tests, tuning); ``launches``
+    gathers each (kernel, args) for the op's memo."""
     b, sq, h, d = (int(x) for x in q.shape)
     sk, hk = int(k.shape[1]), int(k.shape[2])
     group = h // hk
@@ -104,12 +118,19 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     ns = splits or splits_for(plan, tiles, -(-sk // plan.block_n), frame.sms(q))
     opart = frame.empty((ns, b, h, sq, d), q, f32)
     lpart = frame.empty((ns, b, h, sq), q, f32)
+    if plan.fused:
+        tickets = tile_tickets(frame, q, tiles)
+        args = (q, k, v, opart, lpart, out, lse, tickets[0])
+        if launches is not None:
+            launches.append((split, args))
+        res = frame.run(split, *args)
+        return (None, tickets) if frame.on_gpu() else (res[2:4], (res[4], None))
     if launches is not None:
         launches += [(split, (q, k, v, opart, lpart)), (combine, (opart, lpart, out, lse))]
     res = frame.run(split, q, k, v, opart, lpart)
     if not frame.on_gpu():
         opart, lpart = res
-    return frame.run(combine, opart, lpart, out, lse)
+    return frame.run(combine, opart, lpart, out, lse), None
 
 
 __all__ = ["run", "takes", "choose", "splits_for", "kernels", "DecodePlan", "HEAD_DIMS",

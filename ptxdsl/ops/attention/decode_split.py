@@ -27,11 +27,12 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, f32, s32, u8, u32
+from ...core.types import PtxType, b32, f32, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Mask
+from .decode_combine import last_merges
 from .steps import mask_keys, mma_pv, mma_qk, release as release_stage
 from .softmax import (LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
                       quad_reduce, rescale, row_inverse, row_lse)
@@ -53,22 +54,31 @@ def _s32(x):
     return r
 
 
-def specs(dtype: PtxType, d: int, group: int, block_n: int):
+def specs(dtype: PtxType, d: int, group: int, block_n: int, fused: bool = False):
     """q (B, SQ, H, D), k and v (B, SK, HK, D) through TMA; the partials: o (NS, B, H, SQ, D)
-    and lse (NS, B, H, SQ), f32."""
+    and lse (NS, B, H, SQ), f32; ``fused``: then out (B, SQ, H, D), lse (B, H, SQ) and the
+    tiles' tickets (TILES words, zero before the launch and after it)."""
     q = Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, ROWS // group, group, PANEL),
                                                swizzle=ROW))
     kv = [Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, block_n, 1, PANEL), swizzle=ROW))
           for _ in range(2)]
-    return (q, *kv), (Tile("NS", "B", "H", "SQ", d, f32), Tile("NS", "B", "H", "SQ", f32))
+    outs = (Tile("NS", "B", "H", "SQ", d, f32), Tile("NS", "B", "H", "SQ", f32))
+    if fused:
+        outs += (Tile("B", "SQ", "H", d, dtype), Tile("B", "H", "SQ", f32), Tile("TILES", b32))
+    return (q, *kv), outs
 
 
 def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                 mask: Mask = Mask(), *, scale: float, softcap: float = 0.0,
-                arch: str = "sm_90a"):
+                arch: str = "sm_90a", fused: bool = False, l2_ahead: int = 0):
     """The split pass for one (block_n, stages, dtype, head dim, GQA group size ``group``
     (a divisor of 64), mask, scale, softcap); the grid is NS x tiles CTAs, NS read from
-    the partials' leading dim."""
+    the partials' leading dim. ``fused``: the last split of each tile to finish merges
+    the tile's partials into out and the LSE (:func:`.decode_combine.last_merges`), so
+    the combine needs no launch of its own. ``l2_ahead``: the split's first blocks of K
+    and V whose L2 prefetch is issued before the wait for the previous kernel (L2 is
+    where every SM's writes land, so a line fetched early is still current; the TMA
+    loads after the wait then find it there)."""
     if d % PANEL or not PANEL <= d <= 128:
         raise ValueError(f"head dim {d}: the decode kernel takes 64 or 128")
     if ROWS % group:
@@ -81,20 +91,19 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
     o_bar = o_v + S * kv_bytes
     total = smem_bytes(BN, S, d, es)
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, group, BN)
+    ins, outs = specs(dtype, d, group, BN, fused)
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     pdl = pdl_for(arch)
     name = (f"attention_decode_{dtype.name}_d{d}_g{group}_n{BN}_s{S}_{mask.tag}"
-            f"{'_cap' if softcap else ''}")
+            f"{'_cap' if softcap else ''}{'_fused' if fused else ''}"
+            f"{f'_l2a{l2_ahead}' if l2_ahead else ''}")
+    names = ("q", "k", "v", "opart", "lpart") + (("out", "lse", "tickets") if fused else ())
 
     def grid(B, SQ, HK, NS):
         return (NS * B * HK * ((SQ + R - 1) // R), 1, 1)
 
-    @kernel(in_specs=ins, out_specs=outs, arg_names=("q", "k", "v", "opart", "lpart"),
-            grid=grid, block=(THREADS, 1, 1), arch=arch, name=name, min_ctas_per_sm=1,
-            pdl=pdl)
-    def attention_decode(q, k, v, op, lp):
+    def body(q, k, v, op, lp, merged):
         labels = itertools.count()
         tq, tk, tv = q.tma_desc(), k.tma_desc(), v.tma_desc()
         sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
@@ -119,7 +128,8 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                     ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(bars, 8 * s), 1)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
-        after_previous_kernel(pdl, THREADS)
+        if not l2_ahead:
+            after_previous_kernel(pdl, THREADS)
 
         # The tile's key blocks (keys aligned bottom-right, off = SK - SQ), then this
         # split's even share of them.
@@ -139,6 +149,16 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
         per = (n_hi - n_lo + nss - 1) // nss
         lo = n_lo + _s32(split) * per
         hi = ptx.min(lo + per, n_hi)
+        if l2_ahead:
+            with ptx.if_(tid == 0):
+                for i in range(l2_ahead):
+                    with ptx.if_(lo + i < hi):
+                        for tmap in (tk, tv):
+                            for p in range(P):
+                                ptx.inst("cp.async.bulk.prefetch.tensor.4d.L2.global",
+                                         ptx.addr(tmap, coords=[p * PANEL, hkv, (lo + i) * BN,
+                                                                batch]))
+            after_previous_kernel(pdl, THREADS)
 
         with ptx.if_(wg == 0):
             with ptx.if_(tid == 0):
@@ -238,8 +258,21 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
             po, pl = ptx.global_ptrs(op, lp)
             _epilogue(o_acc, m, l, trows, used, fcol, lw, po, pl,
                       ((split * nb + batch) * nh + hkv * group) * sq + sq0, sq, group, d)
+            if fused:
+                pout, plse, ptk = ptx.global_ptrs(*merged)
+                last_merges(dtype, d, group, ns, lane, ptk + t * 4, po, pl, pout, plse,
+                            (batch, hkv, sq0, used), (nb, nh, sq))
 
-    return attention_decode
+    launch = kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid,
+                    block=(THREADS, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl)
+    if fused:
+        def attention_decode_fused(q, k, v, op, lp, o, lse, tk):
+            body(q, k, v, op, lp, (o, lse, tk))
+        return launch(attention_decode_fused)
+
+    def attention_decode(q, k, v, op, lp):
+        body(q, k, v, op, lp, ())
+    return launch(attention_decode)
 
 
 def _mask(s_acc, j, BN, qrows, fcol, off, sk, mask: Mask, first_q, last_q) -> None:

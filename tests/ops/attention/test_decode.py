@@ -1,7 +1,8 @@
 """The split-KV decode path (``Sq <= 16``) on the CPU interpreter with every detector on,
 against the float64 reference: GQA groups packed as one tile's rows, keys split over
 several CTAs (forced, the interpreter's 2 SMs would pick one split at these lengths) and
-merged by the combine kernel; causal and windows aligned bottom-right, rows and splits
+merged by the combine kernel or, fused, by the last split of each tile; causal and
+windows aligned bottom-right, rows and splits
 that see no key. The wider sweep is marked ``long``."""
 from __future__ import annotations
 
@@ -21,13 +22,28 @@ def _inputs(b, sq, sk, h, hk, d, dtype, seed):
             for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d))]
 
 
-def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, **kw):
+def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused=None, **kw):
+    """``fused``: the fused plan's other fields (a dict), else the table's plan."""
     dt = ml_dtypes.bfloat16 if dtype == "bf16" else dtype
     q, k, v = _inputs(b, sq, sk, h, hk, d, dt, b + sq + sk + d)
     seen = []
     monkeypatch.setattr(decode, "splits_for", lambda *a: seen.append(a) or splits)
+    left = []
+    if fused is not None:
+        plan = decode.DecodePlan(**{"block_n": 64, "stages": 2, **fused, "fused": True})
+        monkeypatch.setattr(decode, "choose", lambda *a: plan)
+        run = decode.run
+
+        def spy(*a, **k):
+            res, tickets = run(*a, **k)
+            left.append(tickets[0])
+            return res, tickets
+        monkeypatch.setattr(decode, "run", spy)
     out, lse = attention(q, k, v, return_lse=True, **kw)
     assert seen, "the call did not take the decode path"
+    if fused is not None:    # one launch, and every tile's ticket word left zero for the next
+        assert len(left) == 1 and left[0].shape == (b * hk * -(-sq // (64 * hk // h)),)
+        assert not left[0].any(), left[0]
     ref, rlse = attention_reference(q, k, v, **kw)
     o = out.astype(np.float64)
     assert out.dtype == q.dtype and lse.shape == (b, h, sq) and lse.dtype == np.float32
@@ -67,6 +83,32 @@ def test_decode_matches_float64(monkeypatch, splits, b, sq, sk, h, hk, d, dtype,
 ])
 def test_decode_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
     _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, **kw)
+
+
+@pytest.mark.parametrize("splits,b,sq,sk,h,hk,d,dtype,kw", [
+    (3, 1, 16, 130, 8, 2, 64, np.float16, {}),         # every warp merges rows; ragged Sk
+])
+def test_fused_decode_matches_float64(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
+    """One launch: the last split of each tile merges (and leaves its ticket zero); the
+    L2 prefetch ahead of the previous kernel's wait (a no-op here) traces and verifies."""
+    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused={"l2_ahead": 2}, **kw)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("splits,b,sq,sk,h,hk,d,dtype,kw", [
+    (4, 1, 1, 500, 8, 2, 128, "bf16", {}),
+    (3, 2, 16, 200, 8, 2, 64, np.float16, {}),                     # two batches' tickets
+    (3, 1, 5, 300, 4, 2, 64, np.float16, dict(causal=True)),
+    (2, 1, 1, 63, 4, 1, 64, "bf16", dict(window_size=(8, 0))),     # a split with no key
+    (5, 1, 2, 300, 1, 1, 128, np.float16, dict(causal=True)),      # more splits than blocks
+    (2, 1, 16, 130, 2, 1, 128, "bf16", {}),                        # G = 2: 32 positions a tile
+    (17, 1, 3, 1500, 4, 1, 64, np.float16, dict(softcap=5.0)),     # two chunks of 16 splits
+    (1, 1, 3, 70, 64, 1, 64, np.float16, dict(causal=True)),       # G = 64, one split
+    (4, 1, 16, 200, 4, 1, 64, np.float16, dict(window_size=(20, 3))),
+])
+def test_fused_decode_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
+    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused={"l2_ahead": 3 * (sq > 2)},
+           **kw)
 
 
 def test_which_calls_take_the_decode_path():

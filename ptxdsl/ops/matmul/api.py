@@ -273,7 +273,9 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation, bt=None, scales=None,
         # transpose) and a row-major (K, N) b are MN-major.
         k = hopper_kernel(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dt, odt,
                           bdt, activation, info.sm_count, "MN" if a_t else "K",
-                          "K" if b_t else "MN", device_class(info), bt, mode or False)
+                          "K" if b_t else "MN", device_class(info), bt, mode or False,
+                          smem_scales=mode == "block"
+                          and _fp8.ring_scales_ok(scales[0], int(a.shape[0])))
     if k is None:
         k = kernel_for(dt, odt, a_t, b_t, bdt, activation, b_dtype=bt, scaled=mode or False)
     log.debug("matmul %dx%dx%d %s->%s (a%s b%s, bias %s, %s): %s", int(a.shape[0]),
@@ -299,17 +301,18 @@ def _hopper_ok(info, a_k, b_k, out, dt, odt) -> bool:
 
 
 def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="K",
-                  device="H100", bt=None, scaled=False):
+                  device="H100", bt=None, scaled=False, smem_scales=False):
     """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class
     and the ``device`` class, :func:`.plan.device_class`) with operands of these majors
     (``"K"`` / ``"MN"``, :mod:`.operands`); ``bt``: B's dtype where it is not A's;
     ``scaled``: the float8 scale arguments (True or ``"tensor"``: per tensor; ``"row"``,
-    ``"block"``: :mod:`.fp8`)."""
+    ``"block"``: :mod:`.fp8`); ``smem_scales``: block-wise ``scale_a`` may go through the
+    ring (:func:`.fp8.ring_scales_ok`)."""
     from .hopper import build_hopper
     bt = bt or dt
     scaled = "tensor" if scaled is True else scaled
     p = for_majors(choose(m, n, k, dt, odt, sms, device=device), dt, odt, a_major, b_major)
-    p = for_scaling(p, scaled, dt, odt)
+    p = for_scaling(p, scaled, dt, odt, smem_scales)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
            sms, scaled, a_major, b_major)     # the majors last (tests read them there)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,

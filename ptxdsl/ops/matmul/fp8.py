@@ -152,6 +152,14 @@ def scale_args(frame, scale_a, scale_b, like, m: int, n: int, k: int, batched: b
     return mode, got, moved
 
 
+def ring_scales_ok(scale_a, m: int) -> bool:
+    """Whether the kernel's block-wise ``scale_a`` (``(ceil(K/128), M)``, from
+    :func:`scale_args`) can be copied into the ring in 16-byte pieces (``Plan.smem_scales``):
+    M a multiple of 4 and a 16-byte aligned base."""
+    from ...runtime.adapter import address
+    return m % 4 == 0 and address(scale_a) % 16 == 0
+
+
 def _unit(x) -> bool:
     """Whether ``x`` is packed row-major (unit inner stride; for 2-D, rows its width apart)."""
     from ...runtime.adapter import element_strides

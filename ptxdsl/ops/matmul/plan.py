@@ -157,7 +157,8 @@ def for_majors(p: Plan, dtype: PtxType, out_dtype: PtxType, a_major: str = "K",
     return p
 
 
-def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType) -> Plan:
+def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType,
+                smem_scales: bool = False) -> Plan:
     """``p`` for a float8 scaling mode (:mod:`.fp8`). Block-wise scales keep a second f32
     accumulator per consumer (the k-block's product before its promotion) and take one
     ``scale_b`` per tile and k-block: tiles of 64 or 128 columns (two 128-column
@@ -166,15 +167,18 @@ def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType) -> Plan:
     in whole tile rows (no split-K, no partial rows of A).
     ``Plan.m_waves = 2`` (256-row tiles: a third accumulator per consumer), ``kb_pairs``
     and ``kb_roll`` are block-wise only: other modes get 1, False and 0; a block-wise plan with
-    256-row tiles gets its ring re-fitted to the larger stages."""
+    256-row tiles gets its ring re-fitted to the larger stages. The 256-column halves roll
+    four k-blocks (``kb_roll``) and, where the caller's ``smem_scales`` says ``scale_a``
+    allows it (M a multiple of 4, a 16-byte aligned base), read ``scale_a`` from the ring."""
     if mode != "block":
         return fitted(dataclasses.replace(p, m_waves=1, kb_pairs=False, kb_roll=0), dtype,
                       out_dtype) if p.m_waves > 1 or p.kb_pairs or p.kb_roll else p
     if p.bn == 256 and p.split == 1 and not (p.a_rows or p.cluster_n > 1) and p.m_waves == 1:
-        # 256 columns as two 128-column halves without a cluster: the fastest of
-        # lab/fp8_block_plans.py's variants (bench/results/fp8_block_plans_h200.json)
-        return fitted(dataclasses.replace(p, cluster=1), dtype, out_dtype) \
-            if p.cluster != 1 else p
+        # 256 columns as two 128-column halves without a cluster, four k-blocks rolled and
+        # scale_a through the ring: the fastest of lab/fp8_block_plans.py's variants
+        # (bench/results/fp8_block_rolled_h200.json)
+        return fitted(dataclasses.replace(p, cluster=1, kb_roll=4, smem_scales=smem_scales),
+                      dtype, out_dtype)
     if p.bn > 128 or 128 % p.bn or p.m_waves > 1:
         p = fitted(dataclasses.replace(p, bn=128 if p.bn > 128 or 128 % p.bn else p.bn),
                    dtype, out_dtype)

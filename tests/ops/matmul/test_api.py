@@ -253,7 +253,7 @@ def test_sm90_dispatch_gives_the_hopper_kernel_operands_in_place(monkeypatch, a_
     fake = _FakeHopper()
 
     def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device, bt=None,
-                      scaled=False):
+                      scaled=False, smem_scales=False):
         fake.majors = (a_major, b_major)
         fake.device = device
         return fake

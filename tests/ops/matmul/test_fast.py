@@ -51,8 +51,9 @@ def fake_hopper(monkeypatch, tmp_path):
     real_hk = api.hopper_kernel
 
     def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major="K", b_major="K",
-                      device="H100", bt=None, scaled=False):
-        kern = real_hk(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device, bt, scaled)
+                      device="H100", bt=None, scaled=False, smem_scales=False):
+        kern = real_hk(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device, bt, scaled,
+                       smem_scales)
         cu.register(kern, _impl(a_major, b_major, bdt is not None))
         return kern
     monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)

@@ -165,7 +165,7 @@ def test_sm90_dispatch_gives_the_fp8_hopper_kernel_k_major_operands(monkeypatch,
     seen = []
 
     def hopper_kernel(m, n, k, dt, odt, bdt, act, sms, a_major, b_major, device, bt=None,
-                      scaled=False):
+                      scaled=False, smem_scales=False):
         seen.append((a_major, b_major, dt, bt, scaled))
         return fake
     fake_sm90_dispatch(monkeypatch, hopper_kernel)

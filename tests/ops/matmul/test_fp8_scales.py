@@ -141,7 +141,8 @@ def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
         p = one_row(m, n, k, e4m3, f32, sms=2 * split, split=split)
     else:
         p = dataclasses.replace(choose(m, n, k, e4m3, f32, sms=2), cluster=1)
-    p = fitted(dataclasses.replace(for_scaling(p, "block", e4m3, f32), **fields), e4m3, f32)
+    p = fitted(dataclasses.replace(for_scaling(p, "block", e4m3, f32),
+                                   **{"kb_roll": 0, "smem_scales": False, **fields}), e4m3, f32)
     assert p.split == split and p.smem_bytes(e4m3, f32) <= 227 * 1024
     kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled="block")
     assert kern.name.endswith(f"{'_r%d' % p.kb_roll if p.kb_roll else ''}"
@@ -158,8 +159,12 @@ def test_block_scaled_plans_take_128_column_tiles():
     p = choose(4096, 7168, 4096, e4m3, bf16)
     assert p.bn == 256 and p.cluster == 2 and for_scaling(p, "row", e4m3, bf16) == p
     # 256 columns stay (two 128-column halves), without the cluster: the lab's fastest
+    # with four k-blocks rolled, scale_a through the ring where the caller allows it
     w256 = for_scaling(p, "block", e4m3, bf16)
     assert w256.bn == 256 and w256.cluster == 1 and w256.smem_bytes(e4m3, bf16) <= 227 * 1024
+    assert w256.kb_roll == 4 and not w256.smem_scales
+    ss = for_scaling(p, "block", e4m3, bf16, smem_scales=True)
+    assert ss.smem_scales and ss.smem_bytes(e4m3, bf16) <= 227 * 1024
     q = for_scaling(dataclasses.replace(p, bn=192), "block", e4m3, bf16)
     assert q.bn == 128 and q.stages > p.stages
     with pytest.raises(ValueError, match="64- or 128-column"):
@@ -270,3 +275,14 @@ def test_scale_errors_name_the_callers_line(call, match):
     with pytest.raises(LaunchError, match=match) as e:
         call(a, b)
     assert "test_fp8_scales.py" in str(e.value)
+
+
+def test_scale_a_goes_through_the_ring_only_when_its_copies_are_whole():
+    """``Plan.smem_scales`` copies 16-byte pieces of the kernel's (K/128, M) ``scale_a``:
+    M a multiple of 4 and a 16-byte aligned base, else the plan reads it from global."""
+    from ptxdsl.ops.matmul.fp8 import ring_scales_ok
+    buf = np.zeros(4 * 64 + 4, np.float32)
+    base = buf[(-buf.ctypes.data % 16) // 4:][:4 * 64].reshape(4, 64)
+    assert ring_scales_ok(base, 64)
+    assert not ring_scales_ok(base, 62)
+    assert not ring_scales_ok(buf[((-buf.ctypes.data % 16) // 4) + 1:][:4 * 60].reshape(4, 60), 60)

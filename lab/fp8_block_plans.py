@@ -75,17 +75,19 @@ def variants(m, n, k, sms, device):
     from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling
     base = for_scaling(choose(m, n, k, e4m3, bf16, sms, device=device), "block", e4m3, bf16)
     out = {"base": base}
+    # the variants start from the plan without the loop fields for_scaling adds
+    plain = dataclasses.replace(base, kb_roll=0, smem_scales=False)
     # the 128-column plan (cluster 2) the older fields vary
-    n128 = fitted(dataclasses.replace(base, bn=128, cluster=2), e4m3, bf16)
+    n128 = fitted(dataclasses.replace(plain, bn=128, cluster=2), e4m3, bf16)
     out["n128"] = n128
     for name, kw in VARIANTS.items():
         out[name] = for_scaling(dataclasses.replace(n128, **kw), "block", e4m3, bf16)
     out["st-1"] = dataclasses.replace(base, stages=base.stages - 1)
     # 256-column tiles as two 128-column halves, in a cluster of 2 and without
     for name, c in (("n256", 2), ("n256c1", 1)):
-        out[name] = fitted(dataclasses.replace(base, bn=256, cluster=c), e4m3, bf16)
+        out[name] = fitted(dataclasses.replace(plain, bn=256, cluster=c), e4m3, bf16)
     for name, kw in ROLLING.items():
-        out[name] = fitted(dataclasses.replace(base, **kw), e4m3, bf16)
+        out[name] = fitted(dataclasses.replace(plain, **kw), e4m3, bf16)
     seen, res = set(), {}
     for name, p in out.items():
         if p not in seen:

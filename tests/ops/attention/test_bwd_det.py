@@ -73,7 +73,7 @@ def _run(shape, d, kw, det, one_at_a_time, monkeypatch):
 
 def _adds_per_block(shape, d, kw):
     """What each 64-row block's semaphore counts at the end: every key block whose rows
-    range takes it, twice (both warpgroups add) except with 128-row steps."""
+    range takes it, twice (both warpgroups add; three times with wg3's three)."""
     b, sq, sk, h, _ = shape
     left, right = kw.get("window_size", (-1, -1))
     right = 0 if kw.get("causal") else right
@@ -87,7 +87,7 @@ def _adds_per_block(shape, d, kw):
             lo = rows[:, None] + off - (left if left >= 0 else 1 << 30)
             hi = rows[:, None] + off + (right if right >= 0 else 1 << 30)
             if ((keys[None] >= lo) & (keys[None] <= hi)).any():
-                want[:, :, mb] += 2
+                want[:, :, mb] += 3 if c.wg3 else 2
     return want
 
 

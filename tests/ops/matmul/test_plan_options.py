@@ -161,13 +161,15 @@ def test_interpreter_runs_epi_in_ring(fields, m, n, k, b_major, odt, sms):
 
 
 def test_lab_candidates_are_buildable_plans():
-    """Every candidate of lab/matmul_trailing.py fits shared memory, is named in the
-    layouts it is built for, and differs from the current plan of that layout."""
+    """Every candidate of lab/matmul_trailing.py fits shared memory and differs from the
+    current plan of the layouts it is built for (one the plans table has taken is dropped)."""
     lab = _lab()
     for (m, n, k), cands in lab.SETS.items():
         got = lab.candidates(m, n, k)
         for name, (_, layouts) in cands.items():
             for lay in layouts:
+                if (name, lay) not in got:
+                    continue
                 p = got[(name, lay)]
                 assert p != got[("current", lay)]
                 assert p.smem_bytes(bf16, bf16) <= SMEM_PER_CTA

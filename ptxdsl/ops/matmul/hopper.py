@@ -89,7 +89,8 @@ from ...core.types import PtxType, f32, s32, u8, u16, u32
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .operands import SW128_K_MAJOR, operands, prefetch_run
-from .config import SMEM_PER_CTA, Plan
+from .config import Plan
+from .build_checks import check_build
 from .schedule import persistent_grid, tile_coords
 from .promote import (BlockLoop, BlockOps, BlockScales, RowScales, chunk_cols, copy_scale_a,
                       scale_a_bytes)
@@ -226,46 +227,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     scales."""
     b_dtype = b_dtype or dtype
     mode = mode_of(scaled)
-    if grouped and (p.cluster > 1 or p.split > 1 or p.a_rows or p.epi_in_ring or p.b_prefetch
-                    or bias is not None or mode == "block"):
-        raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
-                         f"along M, split-K, a_rows, epi_in_ring or b_prefetch, no bias and "
-                         f"per-tensor or row-wise scales, got {p}, bias {bias}, scales {mode}")
-    if (p.tail_skip or p.tma_store or p.epi_overlap) and not grouped:
-        raise ValueError(f"build_hopper: Plan.tail_skip, tma_store and epi_overlap are the "
-                         f"grouped GEMM's, got {p} for a dense GEMM")
-    if p.epi_overlap and (p.bn > 128 or p.stages <= p.epi_overlap):
-        raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
-                         f"at most 128 columns) and needs more ring stages than the "
-                         f"k-blocks it issues early, got {p}")
-    if (p.m_waves > 1 or p.kb_pairs or p.kb_roll or p.smem_scales) and (
-            mode != "block" or grouped):
-        raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles), "
-                         f"kb_pairs={p.kb_pairs}, kb_roll={p.kb_roll} and smem_scales="
-                         f"{p.smem_scales} are the dense block-wise fp8 kernel's, got scales "
-                         f"{mode}{' in a grouped GEMM' if grouped else ''}")
-    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128, 256) or (
-            p.bn == 256 and (p.m_waves > 1 or p.kb_pairs or p.split > 1))):
-        raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
-                         f"stage is one 128-long K block) and 64- or 128-column tiles, or "
-                         f"256 (two 128-column halves) without m_waves, kb_pairs or split-K "
-                         f"(plan.for_scaling), got {dtype.name} and {p}")
-    if b_dtype.bytes != dtype.bytes:
-        raise ValueError(f"build_hopper: A and B elements must have one size, got "
-                         f"{dtype.name} and {b_dtype.name}")
-    if dtype.bytes == 1 and (a_major, b_major) != ("K", "K"):
-        raise ValueError(f"build_hopper: 8-bit operands ({dtype.name}, {b_dtype.name}) must "
-                         f"both be K-major (wgmma cannot transpose them), got A {a_major}, "
-                         f"B {b_major}")
-    if p.bn % 16 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128:
-        raise ValueError(f"build_hopper is written for 128 x bn tiles (bn a multiple of 16 from "
-                         f"64 to 256) and 128-byte K rows, got {p}")
-    if p.a_rows and a_major != "K":
-        raise ValueError(f"build_hopper: Plan.a_rows={p.a_rows} loads part of A's K-major "
-                         f"rows; A is {a_major}-major here (use a_rows=0)")
-    if p.smem_bytes(dtype, out_dtype) > SMEM_PER_CTA:
-        raise ValueError(f"{p} needs {p.smem_bytes(dtype, out_dtype)} bytes of shared memory "
-                         f"for {dtype.name} -> {out_dtype.name}, more than {SMEM_PER_CTA}")
+    check_build(p, dtype, b_dtype, out_dtype, mode, grouped, bias, a_major, b_major)
     L = Layout(p, dtype, out_dtype)
     ins, outs, names = specs(dtype, out_dtype, bias, p, a_major, b_major, b_dtype, scaled,
                              grouped)

@@ -57,8 +57,8 @@ class BwdConfig:
     256-thread barrier around dSᵀ's stores, as ``dq_split``), so a step does twice the
     work for the same barriers, waits and dQ adds, and each dQ element is added once per
     CTA.
-    ``dq_warp`` (dq_tma, block_m 64): warp 1 of the producer warpgroup issues dQ's TMA
-    reduce-adds (:mod:`.bwd_dqwarp`); a consumer warpgroup hands its stage over by
+    ``dq_warp`` (dq_tma): warp 1 of the producer warpgroup issues dQ's TMA
+    reduce-adds (:mod:`.bwd_dqwarp`; with block_m 128, each warpgroup's 64 query rows); a consumer warpgroup hands its stage over by
     ``bar.arrive`` rather than a 128-thread ``bar.sync`` and its own reduce and bulk wait
     (FlashAttention-3's and -4's dQ store warp); with ds_double, the 128-thread barrier
     before the dSᵀ stores goes too. ``dk_last`` (overlap 1, dq_tma, not
@@ -144,9 +144,9 @@ class BwdConfig:
             raise ValueError("block_m 128 splits dQ by query rows, staged swizzled for the "
                              "TMA reduce-add: it needs dq_tma and dq_swizzle, and none of "
                              "dq_split, col_split, dq_first")
-        if self.dq_warp and not (self.dq_tma and self.block_m == BLOCK_M):
+        if self.dq_warp and not self.dq_tma:
             raise ValueError("dq_warp hands the TMA reduce-add's stage to a producer warp: it "
-                             "needs dq_tma and block_m 64")
+                             "needs dq_tma")
         if self.dk_last and not (self.overlap == 1 and self.dq_tma and not self.dq_first):
             raise ValueError("dk_last issues dK behind dQ, staging dQ under it: it needs "
                              "overlap 1 and dq_tma, not dq_first")

@@ -17,6 +17,7 @@ from ...dsl import ptx, reg
 from .bwd_cols import stage_panels
 from .bwd_config import BLOCK_M as BM, BwdConfig
 from .bwd_det import pass_turn, spin, turn_of
+from .fwd import _s32
 
 FULL, EMPTY = 4, 6          # named barrier ids (+ w); 0-3 are the kernel's others
 THREADS = 128 + 32          # a consumer warpgroup and the writer warp
@@ -53,24 +54,29 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
     the turns taken by the writer's lane 0 as the consumer's would)."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
+    rows = bm > BM       # block_m 128: warpgroup w staged rows m0 + 64 w .. (its own turn)
     for gi in ptx.range_(0, group):
         head, bh = heads(gi)
         for mb in ptx.range_(*m_range):
             m0 = mb * bm
             for w in range(2):
                 ptx.inst("bar.sync", FULL + w, THREADS)
-                with ptx.if_(lane == 0):
+                # (rows: none when the last block's second half is past SQP's padded rows)
+                m0w = m0 + w * BM if rows else m0
+                with ptx.if_((lane == 0) & (_s32(m0w) < _s32(ptx.dim("SQP")))
+                             if rows else lane == 0):
                     # the consumer fenced before arriving; fencing again here keeps the
                     # order checkable when it has fenced its next step's dSᵀ since (the
                     # CPU interpreter remembers a warp's latest proxy fence only)
                     ptx.inst("fence.proxy.async.shared::cta")
                     if det:
                         sem, sem_mb, nb, off, mask, labels, bn = det
-                        split = c.dq_split or c.col_split
-                        at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb(mb)) * 4
+                        split = c.dq_split or c.col_split or rows
+                        smb = 2 * sem_mb(mb) + w if rows else sem_mb(mb)
+                        at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
                         spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
-                                         bn, 2), split, labels)
-                    reduce_boxes(c, d, tdq, dqc, w, m0, head, stage_of(w))
+                                         bn, 1 if rows else 2), split, labels)
+                    reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w))
                     ptx.inst("cp.async.bulk.commit_group")
                     if det:                  # the adds land before the turn passes
                         ptx.inst("cp.async.bulk.wait_group", 0)

@@ -46,10 +46,12 @@ def test_emits_the_writer_warp_and_fa4_order():
     assert "bar.arrive" not in plan and "bar.arrive" in text and "160;" in text
     assert text.count("cp.reduce.async.bulk.tensor") == \
         2 * plan.count("cp.reduce.async.bulk.tensor")
-    kinds = lambda t: ["n128" if "m64n128" in ln else "n64" for ln in t.splitlines()
-                       if "wgmma.mma_async" in ln]
-    # Sᵀ, dPᵀ (8 n128), then the plan: dV, dK (16 n64), dQ (8 n64); dk_last: dV, dQ, dK
-    assert kinds(plan) == ["n128"] * 8 + ["n64"] * 24 == kinds(text)
+    # (n, A from registers: the line holds two register lists)
+    kinds = lambda t: [("n128" if "m64n128" in ln else "n64", ln.count("{") == 2)
+                       for ln in t.splitlines() if "wgmma.mma_async" in ln]
+    sdp, rs, ss = [("n128", False)] * 8, [("n64", True)] * 8, [("n64", False)] * 8
+    # Sᵀ, dPᵀ, then the plan: dV, dK (RS), dQ (SS); dk_last: dV, dQ, dK
+    assert kinds(plan) == sdp + rs + rs + ss and kinds(text) == sdp + rs + ss + rs
     assert BOTH.smem_bytes(64) == BwdConfig(**PLAN).smem_bytes(64)
 
 

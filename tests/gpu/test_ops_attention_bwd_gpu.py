@@ -271,7 +271,10 @@ def test_head_dim_128_candidates_match_float64(monkeypatch, cfg, causal):
 
 
 H64 = [dict(), dict(overlap=1), dict(stages=3), dict(stages=3, overlap=1), dict(ds_double=True),
-       dict(overlap=1, ds_double=True)]
+       dict(overlap=1, ds_double=True),
+       # --set h64b: FA3's and FA4's dQ writer warp, FA4's order (dV, dQ, dK)
+       dict(overlap=1, ds_double=True, dq_warp=True), dict(overlap=1, ds_double=True, dk_last=True),
+       dict(overlap=1, ds_double=True, dq_warp=True, dk_last=True), dict(overlap=1, dq_warp=True)]
 
 
 @pytest.mark.parametrize("cfg", H64)

@@ -57,9 +57,9 @@ class BwdConfig:
     256-thread barrier around dSᵀ's stores, as ``dq_split``), so a step does twice the
     work for the same barriers, waits and dQ adds, and each dQ element is added once per
     CTA.
-    ``dq_warp`` (dq_tma): warp 1 of the producer warpgroup issues dQ's TMA
-    reduce-adds (:mod:`.bwd_dqwarp`; with block_m 128, each warpgroup's 64 query rows); a consumer warpgroup hands its stage over by
-    ``bar.arrive`` rather than a 128-thread ``bar.sync`` and its own reduce and bulk wait
+    ``dq_warp`` (dq_tma): warp 1 of the producer warpgroup issues dQ's TMA reduce-adds
+    (:mod:`.bwd_dqwarp`; with block_m 128, each warpgroup's 64 query rows); a consumer
+    warpgroup hands its stage over by ``bar.arrive`` rather than a 128-thread ``bar.sync`` and its own reduce and bulk wait
     (FlashAttention-3's and -4's dQ store warp); with ds_double, the 128-thread barrier
     before the dSᵀ stores goes too. ``dk_last`` (overlap 1, dq_tma, not
     dq_first): dV is issued before the dSᵀ exchange, dK only behind dQ, so dQ is staged

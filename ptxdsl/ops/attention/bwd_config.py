@@ -59,9 +59,9 @@ class BwdConfig:
     CTA.
     ``dq_warp`` (dq_tma): warp 1 of the producer warpgroup issues dQ's TMA reduce-adds
     (:mod:`.bwd_dqwarp`; with block_m 128, each warpgroup's 64 query rows); a consumer
-    warpgroup hands its stage over by ``bar.arrive`` rather than a 128-thread ``bar.sync`` and its own reduce and bulk wait
-    (FlashAttention-3's and -4's dQ store warp); with ds_double, the 128-thread barrier
-    before the dSᵀ stores goes too. ``dk_last`` (overlap 1, dq_tma, not
+    warpgroup hands its stage over by ``bar.arrive`` rather than a 128-thread ``bar.sync``
+    and its own reduce and bulk wait (FlashAttention-3's and -4's dQ store warp); with
+    ds_double, the 128-thread barrier before the dSᵀ stores goes too. ``dk_last`` (overlap 1, dq_tma, not
     dq_first): dV is issued before the dSᵀ exchange, dK only behind dQ, so dQ is staged
     while dK runs (FlashAttention-4's sm90 order: dV, barrier, dQ, dK).
     ``wg3`` (head dim 192, dq_tma and dq_swizzle, none of the other layouts): FlashAttention-3's

@@ -4,11 +4,11 @@ not plan rows yet) on an sm_90 GPU: dq, dk, dv against the float64 reference (ma
 writer warp takes the semaphore turns) bitwise identical across runs; varlen per sequence."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
+from attention_bwd_gpu_checks import close, varlen_matches_each_sequence
 from gpu_env import NEEDS_GPU, torch_sm90
-from ptxdsl.ops import attention, attention_backward, attention_varlen, attention_varlen_backward
+from ptxdsl.ops import attention, attention_backward
 from ptxdsl.ops.attention import attention_backward_reference, bwd_api
 from ptxdsl.ops.attention.bwd_config import BwdConfig
 
@@ -25,13 +25,6 @@ def _use(monkeypatch, cfg):
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
 
 
-def _close(got, ref, what=""):
-    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
-        g = g.float().cpu().numpy().astype(np.float64)
-        assert np.isfinite(g).all(), (what, name)
-        assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), (what, name)
-
-
 @pytest.mark.parametrize("cfg", CFGS, ids=IDS)
 @pytest.mark.parametrize("sq,sk,kw", [
     (1, 1, dict(causal=True)), (333, 517, dict(causal=True)), (517, 333, {}),
@@ -44,7 +37,7 @@ def test_matches_float64(monkeypatch, cfg, sq, sk, kw):
     q, k, v, do = mk(2, sq, 4, 128), mk(2, sk, 2, 128), mk(2, sk, 2, 128), mk(2, sq, 4, 128)
     out, lse = attention(q, k, v, return_lse=True, **kw)
     first = attention_backward(do, q, k, v, out, lse, **kw)
-    _close(first, attention_backward_reference(
+    close(first, attention_backward_reference(
         *(x.float().cpu().numpy() for x in (do, q, k, v)), **kw))
     det = attention_backward(do, q, k, v, out, lse, deterministic=True, **kw)
     for _ in range(2):
@@ -56,22 +49,4 @@ def test_matches_float64(monkeypatch, cfg, sq, sk, kw):
 def test_varlen_matches_each_sequence(monkeypatch, cfg):
     torch = torch_sm90()
     _use(monkeypatch, cfg)
-    lens_q, lens_k = [0, 1, 300, 77, 1024, 5, 40], [3, 1, 300, 200, 1024, 0, 129]
-    g = torch.Generator(device="cuda").manual_seed(7)
-    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
-    q, do = mk(sum(lens_q), 8, 128), mk(sum(lens_q), 8, 128)
-    k, v = mk(sum(lens_k), 2, 128), mk(sum(lens_k), 2, 128)
-    cu = lambda lens: torch.tensor(np.cumsum([0] + lens), dtype=torch.int32, device="cuda")
-    cq, ck = cu(lens_q), cu(lens_k)
-    out, lse = attention_varlen(q, k, v, cq, ck, 1024, 1024, causal=True, return_lse=True)
-    got = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 1024, 1024, causal=True)
-    cq, ck = cq.tolist(), ck.tolist()
-    for i in range(len(cq) - 1):
-        a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
-        parts = [x[None] for x in (got[0][a:e], got[1][ka:kb], got[2][ka:kb])]
-        if a == e or ka == kb:
-            assert all(bool((x == 0).all()) for x in parts), i
-            continue
-        _close(parts, attention_backward_reference(
-            *(x.float().cpu().numpy()[None] for x in (do[a:e], q[a:e], k[ka:kb], v[ka:kb])),
-            causal=True), i)
+    varlen_matches_each_sequence(torch, 128, True)

@@ -1,17 +1,16 @@
 """lab/attention_bwd_plans.py --set h192b's variants (``BwdConfig.wg3``: head dim 192 in
-FlashAttention-3's tile, 96 keys a CTA, three consumer warpgroups; not a plan row yet) on
+FlashAttention-3's tile, 96 keys a CTA, three consumer warpgroups; head dim 192's rows) on
 an sm_90 GPU: dq, dk, dv against the float64 reference (max error <= 3e-2 of the largest
 value, bf16), ragged, GQA, full, causal and window masks, softcap, 1 and 2 stages, dq_warp,
 overlap 2; with dq_warp the deterministic mode, bitwise identical across runs; varlen per
 sequence, causal and full."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
+from attention_bwd_gpu_checks import close, varlen_matches_each_sequence
 from gpu_env import NEEDS_GPU, torch_sm90
-from ptxdsl.ops import (attention, attention_backward, attention_varlen,
-                        attention_varlen_backward)
+from ptxdsl.ops import attention, attention_backward
 from ptxdsl.ops.attention import attention_backward_reference, bwd_api
 from ptxdsl.ops.attention.bwd_config import BwdConfig
 
@@ -21,13 +20,6 @@ WG3 = dict(dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
 CFGS = [dict(stages=2), dict(stages=2, dq_warp=True), dict(stages=1),
         dict(stages=2, overlap=2), dict(stages=2, overlap=2, dq_warp=True)]
 IDS = ["s2", "s2-dqw", "s1", "s2-ov2", "s2-ov2-dqw"]
-
-
-def _close(got, ref, what=""):
-    for name, g, r in zip(("dq", "dk", "dv"), got, ref):
-        g = g.float().cpu().numpy().astype(np.float64)
-        assert np.isfinite(g).all(), (what, name)
-        assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), (what, name)
 
 
 @pytest.mark.parametrize("cfg", CFGS, ids=IDS)
@@ -45,10 +37,10 @@ def test_matches_float64(monkeypatch, cfg, sq, sk, kw):
     out, lse = attention(q, k, v, return_lse=True, **kw)
     got = attention_backward(do, q, k, v, out, lse, **kw)
     ref = attention_backward_reference(*(x.float().cpu().numpy() for x in (do, q, k, v)), **kw)
-    _close(got, ref, (sq, sk, kw))
+    close(got, ref, (sq, sk, kw))
     if c.dq_warp:                    # the deterministic mode: bitwise repeats
         det = attention_backward(do, q, k, v, out, lse, deterministic=True, **kw)
-        _close(det, ref, ("det", sq, sk, kw))
+        close(det, ref, ("det", sq, sk, kw))
         for _ in range(2):
             again = attention_backward(do, q, k, v, out, lse, deterministic=True, **kw)
             assert all(torch.equal(a, b) for a, b in zip(det, again))
@@ -60,22 +52,4 @@ def test_varlen_matches_each_sequence(monkeypatch, cfg, causal):
     torch = torch_sm90()
     c = BwdConfig(**WG3, **cfg)
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
-    lens_q, lens_k = [0, 1, 300, 77, 1024, 5, 40], [3, 1, 300, 200, 1024, 0, 129]
-    g = torch.Generator(device="cuda").manual_seed(7)
-    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
-    q, do = mk(sum(lens_q), 8, 192), mk(sum(lens_q), 8, 192)
-    k, v = mk(sum(lens_k), 2, 192), mk(sum(lens_k), 2, 192)
-    cu = lambda lens: torch.tensor(np.cumsum([0] + lens), dtype=torch.int32, device="cuda")
-    cq, ck = cu(lens_q), cu(lens_k)
-    out, lse = attention_varlen(q, k, v, cq, ck, 1024, 1024, causal=causal, return_lse=True)
-    got = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, 1024, 1024, causal=causal)
-    cq, ck = cq.tolist(), ck.tolist()
-    for i in range(len(cq) - 1):
-        a, e, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
-        parts = [x[None] for x in (got[0][a:e], got[1][ka:kb], got[2][ka:kb])]
-        if a == e or ka == kb:
-            assert all(bool((x == 0).all()) for x in parts), i
-            continue
-        _close(parts, attention_backward_reference(
-            *(x.float().cpu().numpy()[None] for x in (do[a:e], q[a:e], k[ka:kb], v[ka:kb])),
-            causal=causal), i)
+    varlen_matches_each_sequence(torch, 192, causal)

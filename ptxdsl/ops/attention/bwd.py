@@ -47,7 +47,7 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, f32, pred, s32, u8, u32
+from ...core.types import PtxType, f32, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
@@ -59,7 +59,7 @@ from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer
 from .bwd_gsplit import split_step
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
-from .bwd_steps import kv_gemms, store, zero_other_keys
+from .bwd_steps import kv_gemms, row_blocks, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
@@ -219,21 +219,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             dqc = lambda col, m0, head: [col, m0, head, batch]
         group = nh // nhk
         n0 = nb * bn
-        nmb = (sq + (bm - 1)) // bm
-        off = _s32(sk) - _s32(sq)                      # keys aligned bottom-right
-        zero = reg.scalar(s32, init=0)
-        m_lo, m_hi = zero, _s32(nmb)
-        if mask.right >= 0:                            # rows i >= n0 - off - right
-            m_lo = ptx.max(_s32(n0) - off - mask.right, zero) // bm
-        if mask.left >= 0:                             # rows i <= n0 + 127 - off + left
-            m_hi = ptx.min(ptx.max(_s32(n0) - off + (bn - 1 + mask.left + bm), zero) // bm,
-                           m_hi)
-        if varlen:                                     # past the sequence's keys: no rows
-            live = reg.scalar(pred)
-            ptx.inst.setp.lt.u32(live, n0, sk)
-            hi = reg.scalar(s32)
-            ptx.inst.selp.s32(hi, m_hi, m_lo, live)
-            m_hi = hi
+        off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, bn, bm, varlen)
         # deterministic: row blocks last to first (bwd_det: each block's key blocks come
         # to it together or in their turns' order)
         m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)

@@ -3,7 +3,7 @@ the register-A GEMMs of dV and dK, the varlen K clear and the dK / dV stores (th
 deterministic mode's turns are :mod:`.bwd_det`'s)."""
 from __future__ import annotations
 
-from ...core.types import b32, u32
+from ...core.types import b32, pred, s32, u32
 from ...dsl import ptx, reg
 from .bwd_config import BLOCK_M as BM
 from .fwd import _s32
@@ -79,10 +79,32 @@ def store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale, k0=None) ->
                 ptx.inst("st.global.b32", ptx.addr(at, (8 * (i // 4)) * dtype.bytes), wd)
 
 
+def row_blocks(n0, sq, sk, mask, bn: int, bm: int, varlen: bool):
+    """``(off, m_lo, m_hi)`` for the key block at ``n0``: the keys' offset past the queries
+    (aligned bottom-right) and the ``bm``-row query blocks ``[m_lo, m_hi)`` whose rows
+    can see one of its ``bn`` keys under ``mask``; past a varlen sequence's keys, none."""
+    nmb = (sq + (bm - 1)) // bm
+    off = _s32(sk) - _s32(sq)
+    zero = reg.scalar(s32, init=0)
+    m_lo, m_hi = zero, _s32(nmb)
+    if mask.right >= 0:                            # rows i >= n0 - off - right
+        m_lo = ptx.max(_s32(n0) - off - mask.right, zero) // bm
+    if mask.left >= 0:                             # rows i <= n0 + bn - 1 - off + left
+        m_hi = ptx.min(ptx.max(_s32(n0) - off + (bn - 1 + mask.left + bm), zero) // bm,
+                       m_hi)
+    if varlen:
+        live = reg.scalar(pred)
+        ptx.inst.setp.lt.u32(live, n0, sk)
+        hi = reg.scalar(s32)
+        ptx.inst.selp.s32(hi, m_hi, m_lo, live)
+        m_hi = hi
+    return off, m_lo, m_hi
+
+
 def u32_of(x):
     r = reg.scalar(u32)
     ptx.inst.cvt.u32.s32(r, x)
     return r
 
 
-__all__ = ["kv_gemms", "zero_other_keys", "store", "u32_of"]
+__all__ = ["kv_gemms", "zero_other_keys", "store", "row_blocks", "u32_of"]

@@ -37,7 +37,7 @@ from __future__ import annotations
 import itertools
 
 from ... import kernel
-from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
+from ...core.types import PtxType, b32, f32, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd import specs
@@ -46,7 +46,7 @@ from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
 from .fwd import _s32
-from .bwd_steps import zero_other_keys
+from .bwd_steps import row_blocks, zero_other_keys
 from .softmax import LOG2E, col_of, mask_block, row_of
 from .varlen_tiles import find_seq, load_u32
 
@@ -184,21 +184,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         lambda head, mb: (batch * nh + head) * ptx.dim("NMB") + mb)
         group = nh // nhk
         n0 = nb * BN
-        nmb = (sq + (BM - 1)) // BM
-        off = _s32(sk) - _s32(sq)                      # keys aligned bottom-right
-        zero = reg.scalar(s32, init=0)
-        m_lo, m_hi = zero, _s32(nmb)
-        if mask.right >= 0:                            # rows i >= n0 - off - right
-            m_lo = ptx.max(_s32(n0) - off - mask.right, zero) // BM
-        if mask.left >= 0:                             # rows i <= n0 + 95 - off + left
-            m_hi = ptx.min(ptx.max(_s32(n0) - off + (BN - 1 + mask.left + BM), zero) // BM,
-                           m_hi)
-        if varlen:                                     # past the sequence's keys: no rows
-            live = reg.scalar(pred)
-            ptx.inst.setp.lt.u32(live, n0, sk)
-            hi = reg.scalar(s32)
-            ptx.inst.selp.s32(hi, m_hi, m_lo, live)
-            m_hi = hi
+        off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, BN, BM, varlen)
         # deterministic: row blocks last to first (bwd_det), in all three roles
         m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base

@@ -17,6 +17,7 @@ from ptxdsl.ops.attention.bwd_api import backward_kernels
 from ptxdsl.ops.attention.bwd_config import BLOCK_M, choose_bwd
 from ptxdsl.ops.attention.bwd_det import MAX_SECTION, det_cta, section_units
 from ptxdsl.ops.attention.config import Mask
+from attention_bwd_checks import GpuClaimingFrame
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = ml_dtypes.bfloat16
@@ -137,21 +138,8 @@ def test_the_default_kernel_adds_in_either_order(monkeypatch):
     assert not np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-class _DetOnCpu:
-    """The API's frame, claiming a GPU so that it takes the deterministic kernels, which
-    run on the interpreter."""
-
-    def __init__(self, frame):
-        self._f = frame
-
-    def __getattr__(self, name):
-        return getattr(self._f, name)
-
-    def on_gpu(self):
-        return True
-
-    def arch(self, _a):
-        return "sm_90a"
+class _DetOnCpu(GpuClaimingFrame):
+    """:class:`GpuClaimingFrame` running each kernel on the interpreter itself."""
 
     def run(self, k, *args):
         return k.interpret(*args)

@@ -17,7 +17,8 @@ from ptxas_resources import resources_or_skip  # noqa: E402
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = ml_dtypes.bfloat16
-from attention_bwd_checks import check_grads as _check, check_varlen_causal  # noqa: E402
+from attention_bwd_checks import (GpuClaimingFrame, check_grads as _check,  # noqa: E402
+                                  check_varlen_causal)
 
 WG3 = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
 
@@ -193,23 +194,6 @@ def test_varlen_full_zeroes_the_next_sequences_keys(monkeypatch):
                                             v[sk][None]))
 
 
-class _GpuFrame:
-    """The API's frame claiming a GPU, so that deterministic=True takes the deterministic
-    kernels (which run on the interpreter)."""
-
-    def __init__(self, frame):
-        self._f = frame
-
-    def __getattr__(self, name):
-        return getattr(self._f, name)
-
-    def on_gpu(self):
-        return True
-
-    def arch(self, _a):
-        return "sm_90a"
-
-
 @pytest.mark.long
 def test_varlen_deterministic_matches_float64(monkeypatch):
     """Packed ragged sequences, causal, GQA, wg3 + dq_warp deterministic through the API,
@@ -218,7 +202,7 @@ def test_varlen_deterministic_matches_float64(monkeypatch):
                   dq_warp=True, overlap=2)
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
     frame = bwd_api._frame
-    monkeypatch.setattr(bwd_api, "_frame", lambda a: _GpuFrame(frame(a)))
+    monkeypatch.setattr(bwd_api, "_frame", lambda a: GpuClaimingFrame(frame(a)))
     monkeypatch.setattr(interp, "MAX_BATCH_SHARED", 1)
     cq, ck = np.cumsum([0, 70, 1, 130]), np.cumsum([0, 150, 20, 200])
     rng = np.random.default_rng(7)

@@ -59,7 +59,7 @@ from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer
 from .bwd_gsplit import split_step
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
-from .bwd_steps import kv_gemms, row_blocks, store, zero_other_keys
+from .bwd_steps import kv_gemms, load_kv, row_blocks, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
@@ -239,11 +239,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # ------------------------------------------------------------ producer
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
             with ptx.if_(tid == 0):
-                ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                         ptx.addr(kvfull), 2 * L.kv_bytes)
-                for tmap, dst in ((tk, L.k), (tv, L.v)):
-                    for p in range(P):
-                        ptx.tma.load(base + (dst + p * bn * ROW), tmap, kc(p), kvfull)
+                load_kv(base, ((tk, L.k), (tv, L.v)), P, bn, kc, kvfull, L.kv_bytes)
                 ring = Ring(S)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi

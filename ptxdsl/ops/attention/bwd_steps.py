@@ -79,6 +79,16 @@ def store(acc, ptr, keys, batch, hk, sk, nhk, d, fcol, dtype, scale, k0=None) ->
                 ptx.inst("st.global.b32", ptx.addr(at, (8 * (i // 4)) * dtype.bytes), wd)
 
 
+def load_kv(base, maps, panels: int, bn: int, coords, bar, kv_bytes: int) -> None:
+    """The producer's one K and V load: ``bar`` expects both tiles' bytes, then each of
+    ``maps`` (tensor map, shared offset) lands its ``panels`` 64-column panels of ``bn``
+    rows; ``coords(p)``: panel ``p``'s TMA coordinates."""
+    ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink, ptx.addr(bar), 2 * kv_bytes)
+    for tmap, dst in maps:
+        for p in range(panels):
+            ptx.tma.load(base + (dst + p * bn * ROW), tmap, coords(p), bar)
+
+
 def row_blocks(n0, sq, sk, mask, bn: int, bm: int, varlen: bool):
     """``(off, m_lo, m_hi)`` for the key block at ``n0``: the keys' offset past the queries
     (aligned bottom-right) and the ``bm``-row query blocks ``[m_lo, m_hi)`` whose rows
@@ -107,4 +117,4 @@ def u32_of(x):
     return r
 
 
-__all__ = ["kv_gemms", "zero_other_keys", "store", "row_blocks", "u32_of"]
+__all__ = ["kv_gemms", "zero_other_keys", "store", "load_kv", "row_blocks", "u32_of"]

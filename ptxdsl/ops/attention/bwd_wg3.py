@@ -46,7 +46,7 @@ from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
 from .fwd import _s32
-from .bwd_steps import row_blocks, zero_other_keys
+from .bwd_steps import load_kv, row_blocks, zero_other_keys
 from .softmax import LOG2E, col_of, mask_block, row_of
 from .varlen_tiles import find_seq, load_u32
 
@@ -204,12 +204,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             # ------------------------------------------------------------ producer
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
             with ptx.if_(tid == 0):
-                ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                         ptx.addr(kvfull), 2 * L.kv_bytes)
-                for tmap, dst in ((tk, L.k), (tv, L.v)):
-                    for p in range(PANELS):
-                        ptx.tma.load(base + (dst + p * BN * ROW), tmap,
-                                     [p * PANEL] + X.k(n0), kvfull)
+                load_kv(base, ((tk, L.k), (tv, L.v)), PANELS, BN,
+                        lambda p: [p * PANEL] + X.k(n0), kvfull, L.kv_bytes)
                 qr, dr = Ring(S), Ring(1)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi

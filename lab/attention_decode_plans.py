@@ -6,7 +6,7 @@ split's first blocks before the wait for the previous kernel; other block sizes,
 depths and CTAs per SM), each launched directly (its kernels, partials and a zeroed
 ticket word per tile made once, outside the timing) so that every variant is timed the
 same way; a torch copy of the K/V bytes beside them. Beside those, ``ptxdsl.ops.attention``
-itself with the table's plan, with it fused, and with it fused for tiles of at most 16
+itself with the table's plan, with it fused, and with it fused for tiles of at most 4
 query rows (``fused_max_rows``: Sq = 1 fused, Sq = 16 split + combine) ("op: ..."),
 captured as bench/attention_decode.py captures it; each op row records the node types
 of a graph of one call (a fused plan's: one kernel, no memset: its tickets come from
@@ -184,8 +184,8 @@ def main() -> None:
         graphs = {n: graphed(torch, f, args.iters) for n, f in live.items()}
         fused = dataclasses.replace(plans["table"], fused=True)
         for name, plan in (("op: table", plans["table"]), ("op: fused", fused),
-                           ("op: fused <=16 rows", dataclasses.replace(fused,
-                                                                       fused_max_rows=16))):
+                           ("op: fused <=4 rows", dataclasses.replace(fused,
+                                                                       fused_max_rows=4))):
             got = op_graph(torch, decode, plan, q, k, v, ref, rlse, args.iters)
             row["results"][name] = got[0]
             if got[1] is not None:

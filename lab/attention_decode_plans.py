@@ -6,8 +6,11 @@ split's first blocks before the wait for the previous kernel; other block sizes,
 depths and CTAs per SM), each launched directly (its kernels, partials and a zeroed
 ticket word per tile made once, outside the timing) so that every variant is timed the
 same way; a torch copy of the K/V bytes beside them. Beside those, ``ptxdsl.ops.attention``
-itself with the table's plan and with it fused ("op: ..."), captured as
-bench/attention_decode.py captures it.
+itself with the table's plan, with it fused, and with it fused for tiles of at most 4
+query rows (``fused_max_rows``: Sq = 1 fused, Sq = 16 split + combine) ("op: ..."),
+captured as bench/attention_decode.py captures it; each op row records the node types
+of a graph of one call (a fused plan's: one kernel, no memset: its tickets come from
+the capture's arena, zeroed outside the graph).
 
 Shapes: B in {1, 8}, Sq in {1, 16}, Sk in {8k, 16k, 32k}, D in {64, 128}, H = 32, Hkv = 8,
 bf16, no mask. Every variant's output and LSE are checked against torch SDPA (math
@@ -19,7 +22,7 @@ copy's bandwidth ``2 x bytes / copy time`` (bench/attention_decode.py's measure)
 Reported per row: the split count, CTAs, K/V bytes per CTA and microseconds beside it.
 JSON goes to ``$OUT/attention_decode_plans.json`` (or ``--json``).
 
-    PYTHONPATH=. python lab/attention_decode_plans.py
+    PYTHONPATH=. python lab/attention_decode_plans.py [--d 128] [--b 1]
 """
 from __future__ import annotations
 
@@ -44,8 +47,8 @@ VARIANTS = {
 }
 
 
-def shapes():
-    return [(b, sq, sk, d) for d in (128, 64) for b in (1, 8) for sq in (1, 16)
+def shapes(ds=(128, 64), bs=(1, 8)):
+    return [(b, sq, sk, d) for d in ds for b in bs for sq in (1, 16)
             for sk in (8192, 16384, 32768)]
 
 
@@ -76,8 +79,8 @@ def launcher(torch, plan, q, k, v):
 def op_graph(torch, decode, plan, q, k, v, ref, rlse, iters):
     """``ptxdsl.ops.attention`` with ``plan`` as the table's choice (the op's memo emptied
     first, so the call records this plan), checked, then captured as bench/attention_
-    decode.py captures it (a fused plan's capture takes a fresh zeroed ticket buffer per
-    call: a memset node). Returns (result row, graph replay or None)."""
+    decode.py captures it, and the node types of a graph of one call. Returns (result
+    row, graph replay or None)."""
     import ptxdsl.ops as ops
     from ptxdsl.ops.attention.api import FORWARD
     chosen = decode.choose
@@ -89,16 +92,38 @@ def op_graph(torch, decode, plan, q, k, v, ref, rlse, iters):
         err = float((out[:1].float() - ref).abs().max() / ref.abs().max())
         lerr = float(((lse[0] - rlse).abs() / rlse.abs().clamp(min=1)).max())
         res = {"plan": [plan.block_n, plan.stages, plan.ctas_per_sm, plan.min_blocks,
-                        plan.fused, plan.l2_ahead], "max_err": err, "lse_err": lerr}
+                        plan.fused, plan.l2_ahead, plan.fused_max_rows], "max_err": err,
+               "lse_err": lerr}
         if err > 2e-2 or lerr > 1e-3:
             res["error"] = "wrong result"
             return res, None
+        res["graph_nodes"] = graph_nodes(torch, lambda: ops.attention(q, k, v))
         return res, graphed(torch, lambda: ops.attention(q, k, v), iters)
     except Exception as e:  # noqa: BLE001 - recorded
         return {"error": f"{type(e).__name__}: {str(e)[:300]}"}, None
     finally:
         decode.choose = chosen
         FORWARD.clear()
+
+
+def graph_nodes(torch, fn) -> dict:
+    """Node type -> count in a CUDA graph of one call of ``fn`` (asked of the graph while
+    it is being captured)."""
+    from ptxdsl.runtime import driver
+    drv = driver.get()
+    cu = drv.cu
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+        info = drv.check(cu.cuStreamGetCaptureInfo(
+            drv.stream(torch.cuda.current_stream().cuda_stream)), "cuStreamGetCaptureInfo")
+        _, n = drv.check(cu.cuGraphGetNodes(info[2], 0), "cuGraphGetNodes")
+        nodes, _ = drv.check(cu.cuGraphGetNodes(info[2], n), "cuGraphGetNodes")
+        kinds = [drv.check(cu.cuGraphNodeGetType(x), "cuGraphNodeGetType").name
+                 for x in nodes]
+    return {k: kinds.count(k) for k in sorted(set(kinds))}
 
 
 def ref_lse(torch, q, k):
@@ -112,6 +137,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--d", type=int, nargs="+", default=[128, 64], help="head dims")
+    ap.add_argument("--b", type=int, nargs="+", default=[1, 8], help="batch sizes")
     args = ap.parse_args()
     import torch
     from ptxdsl.ops.attention import decode
@@ -121,7 +148,7 @@ def main() -> None:
               "torch": torch.__version__, "dtype": "bf16", "H": H, "Hkv": HKV,
               "pct_copy": "K/V bytes / time as a % of 2 x bytes / (torch copy's time)",
               "rows": []}
-    for b, sq, sk, d in shapes():
+    for b, sq, sk, d in shapes(args.d, args.b):
         q, k, v = inputs(torch, b, sq, sk, d)
         nbytes = 2 * k.numel() * 2
         ref = reference(torch, q[:1], k[:1], v[:1])
@@ -155,8 +182,10 @@ def main() -> None:
                 res["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         live["copy"] = copy_fn(torch, nbytes)
         graphs = {n: graphed(torch, f, args.iters) for n, f in live.items()}
-        for name, plan in (("op: table", plans["table"]),
-                           ("op: fused", dataclasses.replace(plans["table"], fused=True))):
+        fused = dataclasses.replace(plans["table"], fused=True)
+        for name, plan in (("op: table", plans["table"]), ("op: fused", fused),
+                           ("op: fused <=4 rows", dataclasses.replace(fused,
+                                                                       fused_max_rows=4))):
             got = op_graph(torch, decode, plan, q, k, v, ref, rlse, args.iters)
             row["results"][name] = got[0]
             if got[1] is not None:
@@ -178,6 +207,8 @@ def main() -> None:
 def table(result) -> None:
     for d in (128, 64):
         rows = [r for r in result["rows"] if r["D"] == d]
+        if not rows:
+            continue
         names = list(rows[0]["results"]) if rows else []
         print(f"\n{result['device']} D={d}: µs / % of the copy (splits)")
         print(f"{'B':>2} {'Sq':>3} {'Sk':>6} {'copy':>6} " + " ".join(f"{n:>26}" for n in names))

@@ -13,15 +13,18 @@ arrivals' word), ``[2]`` the dynamic attention forward's tile counter
 (:mod:`ptxdsl.ops.attention.counter`, zero before first use, left so by every launch),
 ``[3]`` padding (the partials start 16-byte aligned), ``[4:4+G*N]`` the partials.
 
-While a CUDA graph is being captured, a fresh zeroed buffer is made per call
-(captured as an allocation and a memset), so replays never depend on eager
-state; torch keeps a captured allocation's memory for the graph's replays.
+While a CUDA graph is being captured, each call takes a slice of its own of the
+capture's arena (:mod:`.capture_arena`: zeroed once, outside the graph, so the graph
+holds no memset), so replays never depend on eager state nor share words with other
+calls or graphs.
 ``WORKSPACE.release()`` drops the cached buffers (they are freed stream-ordered by
 torch's allocator).
 """
 from __future__ import annotations
 
 import threading
+
+from .capture_arena import CAPTURES
 
 # int32 words before the partials: the arrival words, padded to 128 bytes so that the
 # partial rows start on an L2 line (a warp's 512-byte access to a row of a multiple of
@@ -34,7 +37,8 @@ class Workspace:
     """The per-(device, stream) buffers (bounded: past ``limit`` streams the oldest
     buffer is dropped, to be freed stream-ordered by torch's allocator)."""
 
-    def __init__(self, limit: int = 64):
+    def __init__(self, limit: int = 64, captures=CAPTURES):
+        self.captures = captures          # where captured calls take their words
         self._buffers: dict[tuple[int, int], tuple[object, int, int]] = {}  # -> (t, cap, ptr)
         self._lock = threading.Lock()
         self.limit = limit
@@ -43,13 +47,10 @@ class Workspace:
         """``(tensor, base pointer)`` of a buffer of ``HEADER + elems`` int32 for launches
         on ``stream`` of ``device``, arrival words ready (``hooks``: the
         :class:`~ptxdsl.runtime.torch_private.TorchHooks` of the torch in use). Hold the
-        tensor until the launch is queued: a buffer made for one call is freed when it
-        is dropped."""
-        torch = hooks.torch
+        tensor until the launch is queued. While ``stream`` is being captured: the call's
+        own slice of the capture's arena."""
         if hooks.capturing():
-            t = torch.zeros(HEADER + elems, dtype=torch.int32,
-                            device=torch.device("cuda", device))
-            return t, t.data_ptr()
+            return self.captures.torch_words(hooks, device, stream, HEADER + elems)
         entry = self._buffers.get((device, stream))
         if entry is not None and entry[1] >= elems:
             return entry[0], entry[2]

@@ -3,7 +3,8 @@ word, zero before the launch, which the launch leaves zero (its last atomic add 
 it). Launches on one stream run one after another, so torch CUDA calls share the
 stream's word of the ops' workspace (:data:`~.._common.workspace.WORKSPACE`, word
 :data:`~.._common.workspace.ATTENTION_TILES`): no allocation and no memset per call;
-during CUDA-graph capture the workspace gives each call a fresh zeroed buffer. Other
+during CUDA-graph capture the workspace gives each call words of its own from the
+capture's arena, zeroed outside the graph (:mod:`~.._common.capture_arena`). Other
 arrays get a zeroed word per call.
 
 The fused decode (:mod:`.decode`) takes a word per tile (its tickets), left zero by

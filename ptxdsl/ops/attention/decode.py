@@ -13,7 +13,7 @@ grid fills the GPU, no more than the keys make worth it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,9 +34,10 @@ KERNELS = KernelCache(limit=128)
 class DecodePlan:
     """``block_n`` keys per K/V block, ``stages`` blocks in the ring, splits enough for
     ``ctas_per_sm`` CTAs on every SM, each split at least ``min_blocks`` blocks;
-    ``fused``: the last split of a tile merges the partials (one launch), else the
-    combine kernel does; ``l2_ahead``: blocks of K and V a split prefetches into L2
-    before it waits for the previous kernel."""
+    ``fused``: the last split of a tile merges the partials (one launch) where the tile
+    holds at most ``fused_max_rows`` query rows (heads x positions: one CTA merges them
+    all, which pays off for few), else the combine kernel does; ``l2_ahead``: blocks of
+    K and V a split prefetches into L2 before it waits for the previous kernel."""
 
     block_n: int = 128
     stages: int = 3
@@ -44,11 +45,20 @@ class DecodePlan:
     min_blocks: int = 2
     fused: bool = False
     l2_ahead: int = 0
+    fused_max_rows: int = ROWS
 
     def __post_init__(self):
         if self.block_n % 16 or not 16 <= self.block_n <= 256 or self.stages < 1 \
-                or self.ctas_per_sm < 1 or self.min_blocks < 1 or self.l2_ahead < 0:
+                or self.ctas_per_sm < 1 or self.min_blocks < 1 or self.l2_ahead < 0 \
+                or not 1 <= self.fused_max_rows <= ROWS:
             raise ValueError(f"bad decode plan {self}")
+
+    def for_tile(self, sq: int, group: int) -> "DecodePlan":
+        """The plan for tiles of ``group`` heads x ``sq`` positions (at most ``64 / group``
+        positions a tile): fused only where a tile's rows are few enough."""
+        if self.fused and min(sq, ROWS // group) * group > self.fused_max_rows:
+            return replace(self, fused=False)
+        return self
 
 
 @lru_cache(maxsize=1)
@@ -108,7 +118,7 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     b, sq, h, d = (int(x) for x in q.shape)
     sk, hk = int(k.shape[1]), int(k.shape[2])
     group = h // hk
-    plan = plan or choose(d, dtype.name)
+    plan = (plan or choose(d, dtype.name)).for_tile(sq, group)
     scale = float(d ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)

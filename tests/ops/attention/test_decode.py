@@ -124,3 +124,42 @@ def test_split_count_fills_the_gpu_within_the_keys():
     assert decode.splits_for(plan, 8, 6, 132) == 3          # few keys: splits of 2 blocks
     assert decode.splits_for(plan, 512, 64, 132) == 1       # the tiles alone fill the GPU
     assert decode.splits_for(plan, 8, 1, 132) == 1
+
+
+def test_fused_plan_only_where_a_tile_merges_few_rows(monkeypatch):
+    """``fused_max_rows``: a fused plan stays fused where a tile holds at most that many
+    query rows (heads x positions), else runs split then combine (one CTA merging all of
+    a tile's rows alone is slow)."""
+    plan = decode.DecodePlan(fused=True, fused_max_rows=16)
+    assert plan.for_tile(1, 4).fused and plan.for_tile(4, 4).fused     # 4, 16 rows
+    assert not plan.for_tile(5, 4).fused and not plan.for_tile(16, 4).fused   # 20, 64
+    assert not plan.for_tile(1, 32).fused                              # 32 heads
+    assert plan.for_tile(16, 4) == decode.DecodePlan(fused=False, fused_max_rows=16)
+    assert decode.DecodePlan(fused=True).for_tile(16, 4).fused         # default: any rows
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="bad decode plan"):
+            decode.DecodePlan(fused_max_rows=bad)
+    monkeypatch.setattr(decode, "choose", lambda *a: plan)
+    built = []
+
+    def kernels(p, *a):
+        built.append(p.fused)
+        raise LookupError("planned")
+    monkeypatch.setattr(decode, "kernels", kernels)
+    for sq in (1, 16):
+        q, k, v = _inputs(1, sq, 64, 8, 2, 64, np.float16, 0)
+        with pytest.raises(LookupError):
+            attention(q, k, v)
+    assert built == [True, False]
+
+
+def test_table_rows_take_the_fused_rows_key(monkeypatch):
+    rows = ({"head_dims": [64], "dtypes": ["f16"],
+             "plan": {"block_n": 64, "stages": 2, "fused": True, "fused_max_rows": 8}},)
+    monkeypatch.setattr(decode, "rows", lambda: rows)
+    decode.choose.cache_clear()
+    try:
+        assert decode.choose(64, "f16") == decode.DecodePlan(block_n=64, stages=2, fused=True,
+                                                             fused_max_rows=8)
+    finally:
+        decode.choose.cache_clear()

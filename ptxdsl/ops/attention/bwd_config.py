@@ -186,7 +186,8 @@ class BwdConfig:
     @property
     def block_n(self) -> int:
         """Keys per CTA."""
-        return BLOCK_N_WG3 if self.wg3 or self.wg2 else BLOCK_N_SPLIT if self.col_split else BLOCK_N
+        return BLOCK_N_WG3 if self.wg3 or self.wg2 else \
+            BLOCK_N_SPLIT if self.col_split else BLOCK_N
 
     def wg_cols(self, head_dim: int) -> int:
         """dQ columns a consumer warpgroup computes (and stages) per step."""

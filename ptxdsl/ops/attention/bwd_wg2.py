@@ -148,11 +148,11 @@ def _kv_t(accs, a_at, t_at, mma) -> None:
     dO (MN-major, a 128-byte panel a column tile), T the warpgroup's 48 keys of P or dS
     (MN-major, three 32-byte panels), one group."""
     b = _desc(t_at, BM * PROW, 8 * PROW, PROW)
+    a = _desc(a_at, BM * ROW, 1024, 128)
     for ks in range(BM // 16):
         for p, acc in enumerate(accs):
-            a = _desc(a_at + p * BM * ROW if p else a_at, BM * ROW, 1024, 128)
-            ptx.inst(mma, list(acc), _off(a, ks * 16 * ROW), _off(b, ks * 16 * PROW),
-                     1, 1, 1, 1, 1)
+            ptx.inst(mma, list(acc), _off(a, p * BM * ROW + ks * 16 * ROW),
+                     _off(b, ks * 16 * PROW), 1, 1, 1, 1, 1)
     ptx.inst("wgmma.commit_group.sync.aligned")
 
 
@@ -291,11 +291,12 @@ def _consumer(c, L, dt, mask, scale, softcap, scale_log2, labels, base, tid, wg,
     qr, dr = Ring(c.stages), Ring(1)
     k_w, v_w = base + L.k + w * (KW * KROW), base + L.v + w * (KW * ROW)
     t_w = w * (3 * L.ppanel)                 # the warpgroup's 48 keys: P / dS panels 3w..
-    # P / dS element (row r0 (+8), key 48w + 8j + fcol): panel 3w + j // 2, 16-byte chunk
-    # j % 2 of the 32-byte row, swizzled by row bit 2
-    pt_row = base + t_w + r0 * PROW + (lw & 3) * 4
-    sw = (lw >> 4) & 1
-    pt_at = [pt_row + (j // 2) * L.ppanel + (((j % 2) ^ sw) << 4) for j in range(KW // 8)]
+    # P / dS by stmatrix.x4: lane lw addresses row t of 8 x 8 matrix mat (query row
+    # 16 warp + 8 (mat & 1) + t, keys 48w + 8 (j + (mat >> 1)) for key groups j, j + 1):
+    # panel 3w + j // 2, 16-byte chunk (mat >> 1) of the 32-byte row, swizzled by row bit 2
+    t, mat = lw & 7, lw >> 3
+    pt_at = base + t_w + (warp * 16 + (mat & 1) * 8 + t) * PROW + \
+        (((mat >> 1) ^ ((t >> 2) & 1)) << 4)
     stage_w = base + L.dqs + w * L.wg_stage
     mma48, mma96 = _mma(KW, dt), _mma(QC, dt)
     doempty, dofull = base + L.doempty, base + L.dofull
@@ -339,12 +340,15 @@ def _consumer(c, L, dt, mask, scale, softcap, scale_log2, labels, base, tid, wg,
                     if caps:
                         cap_grad(y, caps[i])
 
-            def put(t, vals):         # into the P or dS tile
-                for i in range(0, len(vals), 2):
-                    wd = reg.scalar(b32)
-                    ptx.inst(f"cvt.rn.{dt}x2.f32", wd, vals[i + 1], vals[i])
-                    ptx.inst("st.shared.b32",
-                             ptx.addr(pt_at[i // 4] + t, row_of(i) * 8 * PROW), wd)
+            def put(tile, vals):      # into the P or dS tile: two key groups a stmatrix
+                for j in range(0, KW // 8, 2):
+                    words = []
+                    for i in range(4 * j, 4 * j + 8, 2):
+                        wd = reg.scalar(b32)
+                        ptx.inst(f"cvt.rn.{dt}x2.f32", wd, vals[i + 1], vals[i])
+                        words.append(wd)
+                    ptx.inst("stmatrix.sync.aligned.m8n8.x4.shared.b16",
+                             ptx.addr(pt_at, tile + (j // 2) * L.ppanel), words)
                 ptx.inst("fence.proxy.async.shared::cta")
 
             def sync():               # every warpgroup's stores, for our wgmmas

@@ -60,13 +60,15 @@ def test_interpreter_matches_float64(monkeypatch):
     _case(monkeypatch, BwdConfig(**WG2, overlap=2), 20, 100, 11, hq=1, causal=True)
 
 
+SHAPES = [(130, 200, {}), (150, 100, dict(window_size=(40, 3))),
+          (100, 230, dict(causal=True)), (64, 96, dict(window_size=(-1, 20))),
+          (100, 150, dict(causal=True, softcap=5.0))]
+
+
 @pytest.mark.long
-@pytest.mark.parametrize("opts", [dict(overlap=2), {}, dict(dq_warp=True),
-                                  dict(overlap=2, dq_warp=True), dict(overlap=2, stages=1)],
-                         ids=["ov2", "ov0", "dqw", "ov2-dqw", "ov2-s1"])
-@pytest.mark.parametrize("sq,sk,kw", [
-    (130, 200, {}), (150, 100, dict(window_size=(40, 3))), (100, 230, dict(causal=True)),
-    (64, 96, dict(window_size=(-1, 20))), (100, 150, dict(causal=True, softcap=5.0))])
+@pytest.mark.parametrize("opts,sq,sk,kw", [(dict(overlap=2), *x) for x in SHAPES] + [
+    (o, *x) for o, x in zip([{}, dict(dq_warp=True), dict(overlap=2, dq_warp=True),
+                             dict(overlap=2, stages=1)], SHAPES[1:])])
 def test_masks_and_shapes_match_float64(monkeypatch, opts, sq, sk, kw):
     """GQA (two query heads a K/V head), ragged lengths, every mask, softcap; the step's
     orders (overlap 0, 2), the dQ writer warp, one stage of Q."""
@@ -124,7 +126,7 @@ def test_varlen_full_zeroes_the_next_sequences_keys(monkeypatch):
     (Mask(), 0.0, False), (Mask(-1, 0), 0.0, False), (Mask(40, 3), 0.0, False),
     (Mask(-1, 0), 30.0, False), (Mask(), 0.0, True), (Mask(-1, 0), 0.0, True)])
 def test_ptxas_keeps_everything_in_registers(opts, mask, softcap, varlen):
-    k = build_backward_wg2(BwdConfig(**WG2, **opts), bf16, 192, mask, scale=0.07,
+    k = build_backward_wg2(BwdConfig(**{**WG2, **opts}), bf16, 192, mask, scale=0.07,
                            softcap=softcap, varlen=varlen)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -33,15 +33,17 @@ def _case(monkeypatch, c, sq, sk, seed, lead=1, dtype=BF16, hq=2, **kw):
            attention_backward_reference(do, q, k, v, **kw))
 
 
-def test_emits_fa4_tile_and_fits():
-    """Per warpgroup and step: S, dP m64n48 (12 k-steps each), dVᵀ and dKᵀ three m64n48
-    (4 k-steps each), dQ m64n96 (6 k-steps), three 32-column reduce-adds; 384 threads;
-    K's TMA box 32 columns in the 64-byte swizzle."""
+def test_emits_fa4_tile_and_matches_float64(monkeypatch):
+    """The interpreter against float64 (causal, 70 keys: one CTA, rows past SQ and keys
+    past SK), then what that kernel emits per warpgroup and step: S, dP m64n48 (12 k-steps
+    each), dVᵀ and dKᵀ three m64n48 (4 k-steps each), dQ m64n96 (6 k-steps), P and dS by
+    six stmatrix.x4, three 32-column reduce-adds; 384 threads; and what wg2 refuses."""
     c = BwdConfig(**WG2, overlap=2)
-    k = build_backward_wg2(c, bf16, 192, Mask(-1, 0), scale=0.1)
-    text = k.ptx()
+    _case(monkeypatch, c, 20, 70, 11, hq=1, causal=True)
+    text = bwd_api.backward_kernels(192, causal=True)[1].ptx()
     assert text.count("wgmma.mma_async.sync.aligned.m64n48k16") == 2 * 12 + 2 * 3 * 4
     assert text.count("wgmma.mma_async.sync.aligned.m64n96k16") == 6
+    assert text.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 6
     assert text.count("cp.reduce.async.bulk.tensor") == 3 and "bar.sync 1, 256" in text
     assert ".maxntid 384, 1, 1" in text and c.tag.endswith("_wg2")
     assert c.block_n == 96 and c.smem_bytes(192) == smem_bytes(c) <= SMEM_PER_CTA
@@ -55,9 +57,10 @@ def test_emits_fa4_tile_and_fits():
         build_backward_wg2(c, bf16, 128, scale=0.1)
 
 
-def test_interpreter_matches_float64(monkeypatch):
-    """Ragged, causal, two key blocks (96 keys a CTA, the second 4), rows past SQ."""
-    _case(monkeypatch, BwdConfig(**WG2, overlap=2), 20, 100, 11, hq=1, causal=True)
+@pytest.mark.long
+def test_two_key_blocks_match_float64(monkeypatch):
+    """Ragged, GQA, causal, two key blocks (96 keys a CTA, the second 4), rows past SQ."""
+    _case(monkeypatch, BwdConfig(**WG2, overlap=2), 40, 100, 11, causal=True)
 
 
 SHAPES = [(130, 200, {}), (150, 100, dict(window_size=(40, 3))),

@@ -14,6 +14,7 @@ BLOCK_M = 64                # query rows per step of the ring (a wgmma N of Sᵀ
 BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma M)
 BLOCK_N_SPLIT = 64          # keys per CTA with col_split: both warpgroups on the same 64
 BLOCK_N_WG3 = 96            # keys per CTA with wg3: three warpgroups of 32 (S, dP)
+                            # (and with wg2: two of 48)
 SMEM_PER_CTA = 232448
 
 
@@ -70,7 +71,13 @@ class BwdConfig:
     warpgroup), P and dS through shared memory, dKᵀ, dVᵀ and dQ 64 head-dim columns a
     warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
     ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); softcap,
-    varlen, and the deterministic mode with dq_warp."""
+    varlen, and the deterministic mode with dq_warp.
+    ``wg2`` (head dim 192, dq_tma and dq_swizzle, as wg3 takes the others):
+    FlashAttention-4's sm90 hdim-192 tile in its own kernel (:mod:`.bwd_wg2`): 96 keys a
+    CTA, two consumer warpgroups (``consumer_regs`` 240), S and dP m64n48 a warpgroup,
+    dKᵀ and dVᵀ of its 48 keys over all 192 columns (three m64n48), dQ of 96 columns
+    (m64n96 over the 96 keys: K in 64-byte swizzled 32-column panels, P and dS in 32-byte
+    swizzled 16-key panels); no deterministic mode."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -90,6 +97,7 @@ class BwdConfig:
     dq_warp: bool = False
     dk_last: bool = False
     wg3: bool = False
+    wg2: bool = False
 
     @property
     def tag(self) -> str:
@@ -104,7 +112,7 @@ class BwdConfig:
                 f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
-                f"{'_wg3' if c.wg3 else ''}")
+                f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -161,6 +169,14 @@ class BwdConfig:
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "
                              f"four warpgroups (consumer_regs=160 fits)")
+        if self.wg2 and (self.wg3 or not (self.dq_tma and self.dq_swizzle) or
+                         self.overlap == 1 or any((
+                             self.dq_first, self.ex2_poly, self.dq_split, self.col_split,
+                             self.pds_smem, self.ds_double, self.panel_split,
+                             self.sdp_split, self.dk_last, self.block_m != BLOCK_M))):
+            raise ValueError("wg2 is its own kernel (96 keys, two consumer warpgroups): it "
+                             "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
+                             "and none of the other options (nor wg3)")
         if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
             raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
                              f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "
@@ -170,7 +186,8 @@ class BwdConfig:
     @property
     def block_n(self) -> int:
         """Keys per CTA."""
-        return BLOCK_N_WG3 if self.wg3 else BLOCK_N_SPLIT if self.col_split else BLOCK_N
+        return BLOCK_N_WG3 if self.wg3 or self.wg2 else \
+            BLOCK_N_SPLIT if self.col_split else BLOCK_N
 
     def wg_cols(self, head_dim: int) -> int:
         """dQ columns a consumer warpgroup computes (and stages) per step."""
@@ -183,6 +200,9 @@ class BwdConfig:
         dQ's f32 stages only its columns."""
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         bm = self.block_m
+        if self.wg2:         # (bwd_wg2.Layout): 1 dO stage, P and dS, two 96-column dQ stages
+            return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
+                2 * bm * self.block_n * elem_bytes + 2 * bm * 96 * 4 + 8 * (3 + 2 * self.stages)
         if self.wg3:         # (bwd_wg3.Layout): 1 dO stage, P and dS, three 64-column dQ stages
             return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
                 2 * bm * 128 * elem_bytes + 3 * bm * 64 * 4 + 8 * (3 + 2 * self.stages)

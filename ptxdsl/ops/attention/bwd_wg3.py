@@ -387,12 +387,13 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
 
 
-def _mask(s, mask: Mask, m0, r0, kw0, fcol, off) -> None:
-    """The causal / window mask on S (query rows, key columns), where the warpgroup's 32
-    keys cross it: key j of query i is out if j > i + off + right or j < i + off - left."""
+def _mask(s, mask: Mask, m0, r0, kw0, fcol, off, keys: int = 32) -> None:
+    """The causal / window mask on S (query rows, key columns), where the warpgroup's
+    ``keys`` keys cross it: key j of query i is out if j > i + off + right or
+    j < i + off - left."""
     need = None
     if mask.right >= 0:
-        need = _s32(kw0) + 31 > _s32(m0) + off + mask.right
+        need = _s32(kw0) + (keys - 1) > _s32(m0) + off + mask.right
     if mask.left >= 0:
         early = _s32(kw0) < _s32(m0) + off + (BM - 1 - mask.left)
         need = early if need is None else need | early
@@ -466,11 +467,15 @@ def _stage(dq, stage_w, r0, lw, xr) -> None:
                  [regs[i], regs[i + 1]])
 
 
-def _store_t(elems, ptr, stage, lane, n0, sk, krow, hk, nhk, w, dt: str, scale) -> None:
-    """dKᵀ or dVᵀ of warpgroup ``w`` (M: its 64 head-dim columns, N: the CTA's 96 keys) to
-    (B, SK, HK, D): rounded pairs (``cvt.rn``) transposed into ``stage`` as 96 key rows of
+def _store_t(elems, ptr, stage, lane, n0, sk, krow, hk, nhk, w, dt: str, scale, *,
+             col=None, bar: int | None = None) -> None:
+    """dKᵀ or dVᵀ of warpgroup ``w`` (M: its 64 head-dim columns, from ``col`` (default
+    ``64 w``), N: ``2 len(elems)`` keys from ``n0``, global row ``krow``) to
+    (B, SK, HK, D): rounded pairs (``cvt.rn``) transposed into ``stage`` as key rows of
     128 bytes (``stmatrix.x4.trans``, 16-byte chunks swizzled by key % 8), then 16 bytes a
-    thread to global (``ld.shared.v4``, ``st.global.v4``), keys past SK skipped."""
+    thread to global (``ld.shared.v4``, ``st.global.v4``), keys past SK skipped; ``bar``
+    the warpgroup's named barrier (default ``2 + w``)."""
+    nkeys = 2 * len(elems)           # (64 x N f32 over 128 threads)
     warp, lw = lane >> 5, lane & 31
     t, mat = lw & 7, lw >> 3          # this lane's row address: row t of matrix mat
     if scale is not None:
@@ -485,16 +490,17 @@ def _store_t(elems, ptr, stage, lane, n0, sk, krow, hk, nhk, w, dt: str, scale) 
             words.append(wd)
         ptx.inst("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                  ptx.addr(row_at, 8 * j * ROW), words)
-    ptx.inst("bar.sync", 2 + w, 128)
+    ptx.inst("bar.sync", 2 + w if bar is None else bar, 128)
     sk_s = _s32(sk)
-    for it in range(BN * 8 // 128):
+    for it in range(nkeys * 8 // 128):
         row, ch = (lane >> 3) + it * 16, lane & 7
         with ptx.if_(_s32(n0 + row) < sk_s):
             v4 = [reg.scalar(b32) for _ in range(4)]
             ptx.inst("ld.shared.v4.b32", v4, ptx.addr(stage + row * ROW + ((ch ^ (row & 7)) << 4)))
-            at = ptr + (((krow + row) * nhk + hk) * D + w * PANEL + ch * 8) * 2
+            at = ptr + (((krow + row) * nhk + hk) * D
+                        + (w * PANEL if col is None else col) + ch * 8) * 2
             ptx.inst("st.global.v4.b32", ptx.addr(at), v4)
-    ptx.inst("bar.sync", 2 + w, 128)          # (the stage is rewritten next)
+    ptx.inst("bar.sync", 2 + w if bar is None else bar, 128)  # (rewritten next)
 
 
 __all__ = ["build_backward_wg3", "smem_bytes", "check", "Layout", "BN"]

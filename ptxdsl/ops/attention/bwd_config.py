@@ -70,7 +70,13 @@ class BwdConfig:
     warpgroup), P and dS through shared memory, dKᵀ, dVᵀ and dQ 64 head-dim columns a
     warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
     ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); softcap,
-    varlen, and the deterministic mode with dq_warp."""
+    varlen, and the deterministic mode with dq_warp.
+    ``det_pipe`` (dq_warp): in the deterministic mode, where the warpgroups add disjoint dQ
+    columns (dq_split, col_split, block_m 128, wg3), the writer warp polls a row block's
+    turn before taking the stages, issues every warpgroup's add, frees the stages once read
+    and passes the block's turns together once the adds have landed (:mod:`.bwd_detpipe`;
+    elsewhere, as with varlen's 64-row steps of a block_m 128 row, the plain writer's order);
+    the default mode's kernel is unchanged."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -90,6 +96,7 @@ class BwdConfig:
     dq_warp: bool = False
     dk_last: bool = False
     wg3: bool = False
+    det_pipe: bool = False
 
     @property
     def tag(self) -> str:
@@ -104,7 +111,7 @@ class BwdConfig:
                 f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
-                f"{'_wg3' if c.wg3 else ''}")
+                f"{'_wg3' if c.wg3 else ''}{'_dtp' if c.det_pipe else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -157,6 +164,8 @@ class BwdConfig:
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
                              "and none of the other options")
+        if self.det_pipe and not self.dq_warp:
+            raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "

@@ -1,7 +1,8 @@
 """``lab/attention_bwd_plans.py --set detpipe``: the deterministic backward's pipelined
-writer turns (``BwdConfig.det_pipe``, :mod:`ptxdsl.ops.attention.bwd_detpipe`) beside the
-plan's deterministic rows and the plan's default (non-deterministic) row, on the current
-GPU. Per shape every variant is first checked (dq, dk, dv against cuDNN's, or SDPA
+writer turns (``BwdConfig.det_pipe``, :mod:`ptxdsl.ops.attention.bwd_detpipe`) and its
+sections of more (batch, K/V head) units (``det_units`` 8, 16, 32: fewer co-resident key
+blocks of a unit, so shorter chains of turns), beside the plan's deterministic rows and the
+plan's default (non-deterministic) row, on the current GPU. Per shape every variant is first checked (dq, dk, dv against cuDNN's, or SDPA
 flash's where cuDNN refuses the head dim: max relative error <= 3e-2; the deterministic
 ones for bitwise repeats), then all are timed interleaved (a round of each variant, five
 rounds, the median). Head dim 128 at S 1k, 4k, 16k full and causal; 64 and 192 at 4k
@@ -32,7 +33,11 @@ def _variants(d):
     out = {"default": (None, False), "plan det": (None, True)}
     if d == 64:
         out["m128 dqw det"] = (det, True)
-    out["det_pipe det"] = (replace(det, det_pipe=True), True)
+    out["pipe det"] = (replace(det, det_pipe=True), True)
+    for g in (8, 16, 32) if d == 128 else (16,):
+        out[f"pipe u{g} det"] = (replace(det, det_pipe=True, det_units=g), True)
+    if d == 128:
+        out["u16 det"] = (replace(det, det_units=16), True)
     return out
 
 

@@ -43,7 +43,6 @@ from .._common.ring import Ring, wait
 from .bwd import specs
 from .bwd_config import BLOCK_M as BM, BwdConfig
 from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
-from .bwd_detpipe import det_step
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
 from .fwd import _s32
@@ -176,7 +175,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             sq, sk = ptx.dim("SQ"), ptx.dim("SK")
             nblk = (sk + (BN - 1)) // BN
             if deterministic:    # a unit's key blocks in launch order (bwd_det)
-                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, D)
+                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, D, c.det_units)
             else:
                 nb, rest = cta % nblk, cta // nblk
                 hk, batch = rest % nhk, rest // nhk
@@ -436,6 +435,7 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
         head = hk * group + gi
         for mb in ptx.range_(*m_range):
             if det and pipe:         # det_pipe: bwd_detpipe's order, the block's 3 turns at once
+                from .bwd_detpipe import det_step      # (here: the kernel's lines stay put)
                 sem, nb, off, mask, labels = det
                 det_step(WGS, lane, words=lambda: [(
                     ptx.global_ptr(sem) + X.sem(head, mb) * 4, turn_of(

@@ -1,9 +1,10 @@
 """``BwdConfig.det_pipe`` (:mod:`ptxdsl.ops.attention.bwd_detpipe`): the dQ writer warp's
-deterministic turns pipelined. The same adds in the same order of key blocks as the plain
-writer, so dQ's f32 accumulator has the plain writer's bits, whether the CTAs run one at a
-time in launch order (a CTA waiting for a later one would spin forever, which the
-interpreter reports) or all at once; every semaphore counts all its adds; dq, dk, dv
-against float64."""
+deterministic turns pipelined, and ``det_units`` (sections of that many (batch, K/V head)
+units, :func:`ptxdsl.ops.attention.bwd_det.det_cta`). The same adds in the same order of
+key blocks as the plain writer, so dQ's f32 accumulator has the plain writer's bits,
+whether the CTAs run one at a time in launch order (a CTA waiting for a later one would
+spin forever, which the interpreter reports) or all at once; every semaphore counts all
+its adds; dq, dk, dv against float64."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -16,6 +17,7 @@ from ptxdsl.ops.attention import attention_backward_reference, bwd_api
 from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_wg3 import build_backward_wg3
 from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.bwd_det import det_cta
 from ptxdsl.ops.attention.config import Mask
 
 from attention_bwd_det_run import adds_per_block, check, run
@@ -56,12 +58,32 @@ def test_the_default_mode_kernel_is_the_plain_one(c, d):
         .replace("_dtp", "") == build(c, bf16, d, Mask(0, 0), scale=0.1).ptx()
 
 
+@pytest.mark.parametrize("b,hk,nblk,g", [(2, 3, 5, 4), (1, 16, 32, 16), (3, 11, 8, 32),
+                                         (1, 1, 7, 2)])
+def test_det_units_sections_keep_launch_order(b, hk, nblk, g):
+    """Sections of ``g`` units (the last takes the rest): every (batch, K/V head, key
+    block) once, a unit's key blocks in launch order, ``g`` CTAs apart inside a section."""
+    seen = {}
+    for cta in range(b * hk * nblk):
+        nb, h, bb = det_cta(cta, nblk, hk, b * hk, 4096, 1, 128, g)
+        assert (bb, h, nb) not in seen
+        seen[(bb, h, nb)] = cta
+    assert len(seen) == b * hk * nblk
+    for (bb, h, nb), cta in seen.items():
+        if nb:
+            gap = cta - seen[(bb, h, nb - 1)]
+            assert gap == min(g, b * hk - (bb * hk + h) // g * g)
+
+
 CASES = [
     pytest.param((1, 64, 256, 1, 1), 128, dict(), H128, marks=pytest.mark.long),
-    pytest.param((1, 200, 300, 2, 1), 128, dict(causal=True), H128, marks=pytest.mark.long),
+    pytest.param((1, 130, 260, 2, 1), 128, dict(causal=True), H128, marks=pytest.mark.long),
     pytest.param((1, 130, 257, 1, 1), 64, dict(), H64,
                  marks=pytest.mark.long),
     pytest.param((1, 70, 250, 1, 1), 192, dict(causal=True), H192, marks=pytest.mark.long),
+    # 3 units in sections of 2 and 1
+    pytest.param((3, 64, 256, 1, 1), 128, dict(), replace(H128, det_units=2),
+                 marks=pytest.mark.long),
 ]
 
 

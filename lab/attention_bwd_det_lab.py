@@ -21,23 +21,21 @@ from dataclasses import replace
 def _variants(d):
     """name -> (config or None for the plan table's, deterministic)."""
     from ptxdsl.ops.attention.bwd_config import BwdConfig
-    if d == 128:
-        det = BwdConfig(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True,
-                        ds_double=True, dq_warp=True, dk_last=True)
-    elif d == 64:      # the default row's tile with the writer warp (the det row has none)
-        det = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, block_m=128, overlap=1,
-                        ds_double=True, dq_warp=True)
-    else:
-        det = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
-                        overlap=2, dq_warp=True)
-    out = {"default": (None, False), "plan det": (None, True)}
+    sw = dict(stages=2, dq_tma=True, dq_swizzle=True)
+    plan = {64: BwdConfig(**sw),        # (the deterministic rows of bwd_plans.json)
+            128: BwdConfig(**sw, overlap=1, dq_split=True, ds_double=True, dq_warp=True,
+                           dk_last=True),
+            192: BwdConfig(**sw, wg3=True, consumer_regs=160, overlap=2, dq_warp=True)}[d]
+    # the writer warp's config: the plan's, or at 64 the default row's 128-row tile with it
+    det = BwdConfig(**sw, block_m=128, overlap=1, ds_double=True, dq_warp=True) \
+        if d == 64 else plan
+    out = {"default": (None, False), "plan det": (None, True),
+           "u16 det": (replace(plan, det_units=16), True)}
     if d == 64:
         out["m128 dqw det"] = (det, True)
     out["pipe det"] = (replace(det, det_pipe=True), True)
     for g in (8, 16, 32) if d == 128 else (16,):
         out[f"pipe u{g} det"] = (replace(det, det_pipe=True, det_units=g), True)
-    if d == 128:
-        out["u16 det"] = (replace(det, det_units=16), True)
     return out
 
 

@@ -51,13 +51,15 @@ panels) with ``overlap`` 0 and 2, with and without ``dq_warp``, default mode, S=
 16k full and causal: every variant validated first, then timed in interleaved rounds
 (each round times every variant once), each variant's geometric mean over the plan's
 last (ptxas -v: no spills for any of them, every mask, softcap, varlen).
+``--set detpipe``: the deterministic mode's pipelined writer turns (``det_pipe``) beside
+the plan's deterministic and default rows, timed interleaved (lab/attention_bwd_det_lab.py).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
-        h192b|h64b|h192c]
+        h192b|h64b|h192c|detpipe]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -82,13 +84,17 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
-                                          "det", "h128b", "h192b", "h64b", "h192c"),
+                                          "det", "h128b", "h192b", "h64b", "h192c",
+                                          "detpipe"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
                     help="time the default mode only (skip the deterministic runs)")
     args = ap.parse_args()
     which = args.set
+    if which == "detpipe":     # (lab/attention_bwd_det_lab.py: interleaved, its own table)
+        from attention_bwd_det_lab import run
+        return run(args.heads)
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":
         variants = {"red s2": BwdConfig(stages=2), "tma s2": BwdConfig(**tma),

@@ -208,7 +208,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         else:
             nblk = (sk + (bn - 1)) // bn
             if deterministic:    # key block-major sections of (batch, K/V head) units
-                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d)
+                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d, c.det_units)
             else:
                 nb = cta % nblk
                 rest = cta // nblk

@@ -77,7 +77,18 @@ class BwdConfig:
     CTA, two consumer warpgroups (``consumer_regs`` 240), S and dP m64n48 a warpgroup,
     dKᵀ and dVᵀ of its 48 keys over all 192 columns (three m64n48), dQ of 96 columns
     (m64n96 over the 96 keys: K in 64-byte swizzled 32-column panels, P and dS in 32-byte
-    swizzled 16-key panels); no deterministic mode."""
+    swizzled 16-key panels); no deterministic mode.
+    ``det_pipe`` (dq_warp): in the deterministic mode, where the warpgroups add disjoint dQ
+    columns (dq_split, col_split, block_m 128, wg3), the writer warp polls a row block's
+    turn before taking the stages, issues every warpgroup's add, frees the stages once read
+    and passes the block's turns together once the adds have landed (:mod:`.bwd_detpipe`;
+    elsewhere, as with varlen's 64-row steps of a block_m 128 row, the plain writer's order);
+    the default mode's kernel is unchanged. ``det_units`` (deterministic mode, dense
+    layout): the (batch, K/V head) units a section of CTAs interleaves (:func:`.bwd_det.
+    det_cta`), instead of as many (1 to 8) as keep their whole rows within 24 MB of L2: more
+    units, fewer co-resident key blocks of each, so a shorter chain of turns on each row
+    block (each of a unit's co-resident key blocks runs one add's landing behind the one
+    before); 0, the L2 rule."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -98,6 +109,8 @@ class BwdConfig:
     dk_last: bool = False
     wg3: bool = False
     wg2: bool = False
+    det_pipe: bool = False
+    det_units: int = 0
 
     @property
     def tag(self) -> str:
@@ -112,7 +125,8 @@ class BwdConfig:
                 f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
-                f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}")
+                f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
+                f"{f'_u{c.det_units}' if c.det_units else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -165,6 +179,10 @@ class BwdConfig:
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
                              "and none of the other options")
+        if self.det_units < 0:
+            raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
+        if self.det_pipe and not self.dq_warp:
+            raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "

@@ -12,7 +12,8 @@ add happens, so that a CTA rarely finds its turn not yet come:
   starts ``G`` CTAs after its block ``nb`` (one wave's turnover spaces them in time, as
   the chain of adds needs) and still only after it (a CTA waits only for CTAs launched
   before it). ``G`` keeps a section's Q, dO and f32 dQ rows within :data:`SECTION_BYTES`
-  of L2.
+  of L2 (or is ``BwdConfig.det_units``: more units, fewer co-resident key blocks of each,
+  a shorter chain of turns on a row block).
 * **In which order a CTA visits its query blocks** (:func:`m_blocks`): last to first, so
   that under a causal or window mask the key blocks of a row block reach it together
   (every key block's range ends at the last block) or the earlier key block first (a
@@ -56,11 +57,12 @@ def section_units(sq, group, d: int):
     return _max(_min((SECTION_BYTES // (8 * d)) // (sq * group), MAX_SECTION), 1)
 
 
-def det_cta(cta, nblk, nhk, units, sq, group, d: int):
+def det_cta(cta, nblk, nhk, units, sq, group, d: int, g: int = 0):
     """``(nb, hk, batch)`` of CTA ``cta`` (dense layout): sections of ``G`` units
-    (:func:`section_units`; the last section takes the rest), each section's CTAs key
-    block-major. Ints (the tests' model) or u32 registers (the kernel)."""
-    g_full = section_units(sq, group, d)
+    (:func:`section_units`, or ``g`` where given: ``BwdConfig.det_units``; the last section
+    takes the rest), each section's CTAs key block-major. Ints (the tests' model) or u32
+    registers (the kernel)."""
+    g_full = g or section_units(sq, group, d)
     span = g_full * nblk
     sec = cta // span
     g = _min(g_full, units - sec * g_full)
@@ -107,11 +109,11 @@ def spin(at, turn, split: bool, labels, seen=None) -> None:
     ptx.place(done)
 
 
-def pass_turn(at) -> None:
+def pass_turn(at, n: int = 1) -> None:
     """The adds are done (after ``bar.sync`` or the bulk group's completion): the next
-    turn (``red.release.gpu.global.add.u32``)."""
+    turn, or the next ``n`` at once (``red.release.gpu.global.add.u32``)."""
     ptx.inst("fence.proxy.async.global")
-    ptx.inst("red.release.gpu.global.add.u32", ptx.addr(at), 1)
+    ptx.inst("red.release.gpu.global.add.u32", ptx.addr(at), n)
 
 
 class Turns:

@@ -17,6 +17,7 @@ from ...dsl import ptx, reg
 from .bwd_cols import stage_panels
 from .bwd_config import BLOCK_M as BM, BwdConfig
 from .bwd_det import pass_turn, spin, turn_of
+from .bwd_detpipe import det_step
 from .fwd import _s32
 
 FULL, EMPTY = 4, 6          # named barrier ids (+ w); 0-3 are the kernel's others
@@ -59,6 +60,9 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
         head, bh = heads(gi)
         for mb in ptx.range_(*m_range):
             m0 = mb * bm
+            if det and c.det_pipe and (c.dq_split or c.col_split or rows):  # (bwd_detpipe)
+                _det_pipe_step(c, d, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows, det)
+                continue
             for w in range(2):
                 ptx.inst("bar.sync", FULL + w, THREADS)
                 # (rows: none when the last block's second half is past SQP's padded rows)
@@ -85,6 +89,31 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
     with ptx.if_(lane == 0):
         ptx.inst("cp.async.bulk.wait_group", 0)
+
+
+def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows,
+                   det) -> None:
+    """``det_pipe``: one row block's turns and adds (:func:`.bwd_detpipe.det_step`): the
+    warpgroups' disjoint columns share the block's word (two turns a key block), or with
+    ``block_m`` 128 each its own half's word (one turn; none past SQP's padded rows)."""
+    sem, sem_mb, nb, off, mask, labels, bn = det
+
+    guard = (lambda w: _s32(m0 + w * BM) < _s32(ptx.dim("SQP"))) if rows else \
+        (lambda w: None)
+
+    def words():
+        def word(smb, w):
+            at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
+            turn = turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), True, bn,
+                           1 if rows else 2)
+            return at, turn, 1 if rows else 2, guard(w)
+        return [word(2 * sem_mb(mb) + w, w) for w in range(2)] if rows else \
+            [word(sem_mb(mb), 0)]
+
+    def add(w):
+        reduce_boxes(c, d, tdq, dqc, w, m0 + w * BM if rows else m0, head, stage_of(w))
+    det_step(2, lane, words=words, add=add, full=FULL, empty=EMPTY, threads=THREADS,
+             labels=labels, guard=guard)
 
 
 __all__ = ["writer", "take_stage", "hand_stage", "reduce_boxes", "FULL", "EMPTY"]

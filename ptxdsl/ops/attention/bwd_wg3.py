@@ -175,7 +175,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             sq, sk = ptx.dim("SQ"), ptx.dim("SK")
             nblk = (sk + (BN - 1)) // BN
             if deterministic:    # a unit's key blocks in launch order (bwd_det)
-                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, D)
+                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, D, c.det_units)
             else:
                 nb, rest = cta % nblk, cta // nblk
                 hk, batch = rest % nhk, rest // nhk
@@ -229,7 +229,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 with ptx.if_((tid >> 5) == 1):
                     det = (sem, nb, off, mask, labels) if deterministic else None
                     _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, X,
-                            m_range, det)
+                            m_range, det, c.det_pipe)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -422,7 +422,7 @@ def _reduce(tdq, w, row, stage_w) -> None:
     ptx.inst("cp.async.bulk.commit_group")
 
 
-def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None) -> None:
+def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=False) -> None:
     """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
@@ -435,6 +435,16 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None) -> None:
     for gi in ptx.range_(0, group):
         head = hk * group + gi
         for mb in ptx.range_(*m_range):
+            if det and pipe:         # det_pipe: bwd_detpipe's order, the block's 3 turns at once
+                from .bwd_detpipe import det_step      # (here: the kernel's lines stay put)
+                sem, nb, off, mask, labels = det
+                det_step(WGS, lane, words=lambda: [(
+                    ptx.global_ptr(sem) + X.sem(head, mb) * 4, turn_of(
+                        nb, mb * BM, off, mask, reg.scalar(s32, init=0), True, BN, WGS),
+                    WGS, None)], add=lambda w: _reduce(tdq, w, X.row(mb * BM, head),
+                                                      dqs + w * wg_stage),
+                    full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels)
+                continue
             for w in range(WGS):
                 ptx.inst("bar.sync", FULL + w, WTHREADS)
                 with ptx.if_(lane == 0):

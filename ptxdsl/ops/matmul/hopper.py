@@ -84,7 +84,7 @@ import itertools
 
 from ... import Tile, kernel
 from ...dsl import ptx, reg, smem
-from ...core.types import PtxType, f32, s32, u8, u16, u32
+from ...core.types import PtxType, b32, f32, s32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
@@ -147,7 +147,7 @@ def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
         return ins, (c,), names + ("C",)
     c = Tile("M", "N", out_dtype, stride="sc",
              tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))
-    sk = (Tile("SKF", u32), Tile("SKP", f32)) if p.stream_k else ()   # .streamk's workspace
+    sk = (Tile("SKF", b32), Tile("SKP", f32)) if p.stream_k else ()   # .streamk's workspace
     ins = (a.tile("sa"), b.tile("sb")) + ((Tile("N", bias),) if bias is not None else ()) \
         + scale_specs(mode_of(scaled)) + sk
     names = (a.arg_name, b.arg_name) + (("bias",) if bias is not None else ()) \
@@ -589,6 +589,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             ptx.inst("barrier.cluster.arrive")
             ptx.inst("barrier.cluster.wait")
 
+    matmul_hopper.stream_k_plan = p if p.stream_k else None    # api: its workspace
     return matmul_hopper
 
 

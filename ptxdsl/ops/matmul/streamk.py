@@ -73,6 +73,24 @@ def workspace_elems(p, g: int) -> int:
     return FLAG_CAP + g * partial_bytes(p) // 4
 
 
+def workspace_args(frame, like, p, m: int, n: int, k: int, sms: int, device: int):
+    """``([flags, partials], scratch)`` for one launch of ``p`` on (M, N, K): with CUDA
+    torch tensors views of the stream's :data:`WORKSPACE` buffer and ``scratch`` its
+    lookup (a :class:`~ptxdsl.runtime.memo.Recording`'s, at :data:`FLAGS_AT` and
+    :data:`PARTIALS_AT`); else zeroed flags and partials made for the call, and None."""
+    elems = workspace_elems(p, grid(p, m, n, k, sms))
+    if frame.cuda_torch:
+        from ...runtime import torch_private
+        hooks = torch_private.hooks(frame.torch)
+
+        def scratch():
+            return WORKSPACE.torch_buffer(hooks, device, hooks.raw_stream(device), elems)
+        buf, _ = scratch()
+        parts = buf[HEADER + FLAG_CAP:HEADER + elems].view(frame.torch.float32)
+        return [buf[HEADER:HEADER + FLAG_CAP], parts], scratch
+    return [frame.zeros_u32(FLAG_CAP, like), frame.empty((elems - FLAG_CAP,), like, f32)], None
+
+
 def share(cid, total, g):
     """(lo, hi): CTA ``cid``'s k-blocks ``[cid T / G, (cid + 1) T / G)`` (registers)."""
     return (cid * total) // g, ((cid + 1) * total) // g
@@ -169,4 +187,5 @@ def tiles(p, fix: Fixup, cid, total_tiles, nk, g, mainloop, acc, store) -> None:
 
 
 __all__ = ["WORKSPACE", "FLAG_CAP", "FLAGS_AT", "PARTIALS_AT", "Fixup", "grid", "layout",
-           "partial_bytes", "share", "last_cta", "tiles", "walk", "workspace_elems"]
+           "partial_bytes", "share", "last_cta", "tiles", "walk", "workspace_args",
+           "workspace_elems"]

@@ -220,8 +220,8 @@ def forward(frame, a, b, out, out_dtype, bias, activation, scale_a=None, scale_b
         ai = a[i] if a.ndim == 3 else a
         bi = b[i] if b.ndim == 3 else b
         oi = out[i] if batch is not None else out
-        k, a_t, b_t, copied, args, scratch = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation,
-                                         bt, scales, mode)
+        k, a_t, b_t, copied, args, scratch = _one(frame, ai, bi, oi, dt, odt, bias, bdt,
+                                                  activation, bt, scales, mode)
     if record and batch is None and not copied:
         # the operands' pointers (a transposed view's is its base's), the bias, the
         # scales (a None scale: the general path's 1.0, kept), C

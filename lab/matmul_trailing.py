@@ -147,6 +147,11 @@ STREAM_K = {
         "n224c1": (dict(bn=224, cluster=1), (LIN,)),
         "sk128": (dict(bn=128, **SK), BOTH),
         "sk256": (dict(bn=256, **SK), BOTH),
+        # the same with B shared by the cluster pairs along M, as the current plan's
+        "sk128c2": (dict(bn=128, stream_k=True), BOTH),
+        "sk256c2": (dict(bn=256, stream_k=True), BOTH),
+        # 128 x 256 pairs unsplit: 448 tiles, 4 rounds at 85% (what stream-K evens out)
+        "n256": (dict(bn=256), BOTH),
     },
 }
 GROUPS = {"trailing": SETS, "streamk": STREAM_K}

@@ -30,11 +30,14 @@ def _workspace(kern, m, n, k, sms):
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
-@pytest.mark.parametrize("m,n,k,bn,b_major", [
-    (128, 6144, 4096, 64, "K"), (128, 6144, 4096, 128, "MN"), (128, 6144, 4096, 192, "K"),
-    (128, 8192, 8192, 256, "MN"), (1024, 14336, 4096, 128, "K"), (1024, 14336, 4096, 256, "MN"),
-    (379, 1000, 528, 128, "K"), (37, 1000, 4104, 64, "MN"), (128, 256, 64, 256, "K")])
-def test_stream_k_exact(m, n, k, bn, b_major):
+@pytest.mark.parametrize("m,n,k,bn,b_major,cluster", [
+    (128, 6144, 4096, 64, "K", 1), (128, 6144, 4096, 128, "MN", 1),
+    (128, 6144, 4096, 192, "K", 1), (128, 8192, 8192, 256, "MN", 1),
+    (1024, 14336, 4096, 128, "K", 1), (1024, 14336, 4096, 256, "MN", 1),
+    (1024, 14336, 4096, 128, "K", 2), (1024, 14336, 4096, 256, "MN", 2),
+    (379, 1000, 528, 128, "K", 2), (379, 1000, 528, 128, "K", 1),
+    (37, 1000, 4104, 64, "MN", 1), (128, 256, 64, 256, "K", 1)])
+def test_stream_k_exact(m, n, k, bn, b_major, cluster):
     from ptxdsl.core.types import bf16, f32
     from ptxdsl.ops.matmul.config import Plan
     from ptxdsl.ops.matmul.hopper import build_hopper
@@ -43,7 +46,7 @@ def test_stream_k_exact(m, n, k, bn, b_major):
     a, w = ints(m, k), ints(n, k)
     bk = w.t().contiguous() if b_major == "MN" else w
     out = torch.full((m, n), float("nan"), device="cuda")
-    plan = Plan(bn=bn, cluster=1, stream_k=True)
+    plan = Plan(bn=bn, cluster=cluster, stream_k=True)
     kern = build_hopper(fitted(plan, bf16, f32), bf16, f32, sms=sms, b_major=b_major)
     ws = _workspace(kern, m, n, k, sms)
     kern(a, bk, *ws, out)

@@ -518,7 +518,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
                 if p.stream_k:
-                    fix = streamk.Fixup(p, pflags, pparts, cid, cons, lane, bar_id, labels)
+                    fix = streamk.Fixup(p, pflags, pparts, cid, rank, cons, lane, bar_id,
+                                        labels)
                     streamk.tiles(p, fix, cid, total, nk, ncl, mainloop, acc, sk_store)
                     return
                 if grouped:

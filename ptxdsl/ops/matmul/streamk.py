@@ -22,6 +22,10 @@ Per consumer warpgroup (each owns 64 rows of the tile and its own flag):
   barrier every thread adds the contributors' partials in CTA order (``ld.global.cg``:
   L2, where the other SMs wrote them), then runs the epilogue.
 
+With clusters along M (``Plan.cluster``, B shared by multicast) the unit is the cluster
+tile: cluster ``c`` takes the share, both CTAs walk the same segments in step (each its
+tile row), and each CTA has its own flags and slot (indexed by cluster and rank).
+
 The sum is ``((acc + p_c+1) + p_c+2) + ...`` whatever the timing: deterministic. An
 owner waits only in its last segment, for CTAs that never wait before contributing:
 no cycle. The flags are zero before the first launch and every launch leaves them so,
@@ -45,21 +49,23 @@ WORKSPACE = Workspace()
 
 
 def layout(p, m: int, n: int, k: int) -> tuple[int, int]:
-    """(tiles, k-blocks per tile) of an (M, N, K) product under plan ``p``."""
+    """(cluster tiles, k-blocks per tile) of an (M, N, K) product under plan ``p``."""
     tm, tn = p.tiles(m, n)
-    return tm * tn, -(-k // p.bk)
+    return tm // p.cluster * tn, -(-k // p.bk)
 
 
 def grid(p, m: int, n: int, k: int, sms: int) -> int:
-    """CTAs of a stream-K launch: one per SM, never more than the k-blocks; refused where
-    the flags or the u32 range arithmetic (``T * G``) would not hold."""
+    """CTAs of a stream-K launch: one per SM in whole clusters, never more clusters than
+    the k-blocks; refused where the flags or the u32 range arithmetic (``T * G``) would
+    not hold."""
     tiles, nk = layout(p, m, n, k)
-    g = max(1, min(sms, tiles * nk))
-    if tiles * p.consumers > FLAG_CAP or tiles * nk * g >= 1 << 32:
-        raise ValueError(f"Plan.stream_k: {tiles} tiles of {nk} k-blocks on {g} CTAs is "
-                         f"past the workspace's {FLAG_CAP // p.consumers} tiles or the u32 "
-                         f"k-block arithmetic; use split-K or the unsplit plan")
-    return g
+    g = max(1, min(sms // p.cluster, tiles * nk))
+    if tiles * p.cluster * p.consumers > FLAG_CAP or tiles * nk * g >= 1 << 32:
+        raise ValueError(f"Plan.stream_k: {tiles * p.cluster} tiles of {nk} k-blocks on "
+                         f"{g * p.cluster} CTAs is past the workspace's "
+                         f"{FLAG_CAP // p.consumers} tiles or the u32 k-block arithmetic; "
+                         f"use split-K or the unsplit plan")
+    return g * p.cluster
 
 
 def partial_bytes(p) -> int:
@@ -113,32 +119,38 @@ def walk(lo, hi, nk, body) -> None:
         body(t, k0, ptx.min(hi - first, nk))
 
 
-def _slot(parts, cta, cons, consumers: int, bn: int, lane):
-    """This thread's 16 bytes of register group 0 in CTA ``cta``'s partial of consumer
-    ``cons`` (a u64 address)."""
-    off = reg.scalar(u64)
-    ptx.inst.mul.wide.u32(off, cta * consumers + cons, 64 * bn * 4)
-    return parts + off + lane * 16
-
-
 class Fixup:
     """One consumer warpgroup's side of the stream-K fix-up (see the module docstring):
-    ``flags`` and ``parts`` the workspace's u64 addresses, ``cons`` the consumer,
-    ``lane`` its thread, ``bar_id`` its named barrier."""
+    ``flags`` and ``parts`` the workspace's u64 addresses, ``cid`` the cluster (the CTA
+    without clusters) and ``rank`` the CTA in it (its tile row of the cluster tile, its
+    own flags and slot), ``cons`` the consumer, ``lane`` its thread, ``bar_id`` its named
+    barrier."""
 
-    def __init__(self, p, flags, parts, cid, cons, lane, bar_id, labels):
+    def __init__(self, p, flags, parts, cid, rank, cons, lane, bar_id, labels):
         self.p, self.flags, self.parts = p, flags, parts
-        self.cid, self.cons, self.lane, self.bar_id = cid, cons, lane, bar_id
-        self.labels = labels
+        self.cid, self.rank, self.cons, self.lane = cid, rank, cons, lane
+        self.bar_id, self.labels = bar_id, labels
+
+    def _index(self, i):
+        """Cluster ``i``'s (or tile ``i``'s) word for this CTA of it and this consumer."""
+        cl, co = self.p.cluster, self.p.consumers
+        return (i * cl + self.rank) * co + self.cons if cl > 1 else i * co + self.cons
+
+    def _slot(self, cluster):
+        """This thread's 16 bytes of register group 0 in the partial of ``cluster``'s CTA
+        of this rank, this consumer (a u64 address)."""
+        off = reg.scalar(u64)
+        ptx.inst.mul.wide.u32(off, self._index(cluster), 64 * self.p.bn * 4)
+        return self.parts + off + self.lane * 16
 
     def _flag(self, t):
         at = reg.scalar(u64)
-        ptx.inst.mul.wide.u32(at, t * self.p.consumers + self.cons, 4)
+        ptx.inst.mul.wide.u32(at, self._index(t), 4)
         return self.flags + at
 
     def contribute(self, acc, t) -> None:
         """Store ``acc`` into this CTA's slot; the tile's flag gains one."""
-        slot = _slot(self.parts, self.cid, self.cons, self.p.consumers, self.p.bn, self.lane)
+        slot = self._slot(self.cid)
         for j in range(len(acc) // 4):
             ptx.inst("st.global.v4.f32", ptx.addr(slot, j * GROUP_BYTES) if j
                      else ptx.addr(slot), list(acc[4 * j:4 * j + 4]))
@@ -159,8 +171,7 @@ class Fixup:
             ptx.inst("st.relaxed.gpu.global.u32", ptx.addr(at), reg.scalar(u32, init=0))
         ptx.inst("barrier.sync", self.bar_id, 128)
         for r in ptx.range_(1, count + 1):
-            src = _slot(self.parts, self.cid + r, self.cons, self.p.consumers, self.p.bn,
-                        self.lane)
+            src = self._slot(self.cid + r)
             for j in range(len(acc) // 4):
                 v = reg.array(f32, 4)
                 ptx.inst("ld.global.cg.v4.f32", list(v),

@@ -51,9 +51,10 @@ def test_shares_cover_each_k_block_once_and_owners_count_their_contributors(tile
 
 
 def test_plan_and_grid_checks():
-    """stream_k takes no clusters, a_rows or epi_in_ring; the grid is one CTA per SM (no
-    more than the k-blocks) and is refused past the workspace's flags."""
-    for bad in (dict(cluster=2), dict(cluster=1, split=2), dict(cluster=1, cluster_n=2),
+    """stream_k takes clusters along M only, no a_rows or epi_in_ring; the grid is one
+    CTA per SM in whole clusters (no more clusters than the k-blocks) and is refused past
+    the workspace's flags."""
+    for bad in (dict(cluster=1, split=2), dict(cluster=1, cluster_n=2),
                 dict(cluster=1, a_rows=64), dict(cluster=1, epi_in_ring=True)):
         with pytest.raises(ValueError, match="stream_k"):
             Plan(stream_k=True, **bad)
@@ -61,6 +62,10 @@ def test_plan_and_grid_checks():
     assert p.options_tag == "_sk" and Plan(bn=128, cluster=1).options_tag == ""
     assert streamk.grid(p, 128, 6144, 4096, 132) == 132
     assert streamk.grid(p, 128, 256, 128, 132) == 4          # 2 tiles x 2 k-blocks
+    c2 = Plan(bn=128, cluster=2, stream_k=True)
+    assert streamk.layout(c2, 1024, 14336, 4096) == (448, 64)   # cluster tiles
+    assert streamk.grid(c2, 1024, 14336, 4096, 132) == 132
+    assert streamk.grid(c2, 256, 256, 64, 132) == 4           # 2 cluster tiles x 1
     with pytest.raises(ValueError, match="stream_k"):
         streamk.grid(p, 128 * 128, 128 * 128, 64, 132)       # 16384 tiles: past the flags
     assert streamk.workspace_elems(p, 132) == streamk.FLAG_CAP + 132 * 2 * 64 * 128
@@ -88,16 +93,18 @@ def _exact(p, m, n, k, sms, b_major, out, seed):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("bn,m,n,k,sms,b_major,odt", [
-    (64, 128, 192, 256, 5, "K", "f32"),      # 3 tiles of 4 k-blocks on 5 CTAs
-    (64, 100, 200, 520, 3, "MN", "bf16"),    # whole tiles and split ones, ragged
-    (128, 250, 136, 200, 7, "K", "f32"),     # two tile rows, tiles over three CTAs
+@pytest.mark.parametrize("bn,m,n,k,sms,b_major,odt,cluster", [
+    (64, 128, 192, 256, 5, "K", "f32", 1),      # 3 tiles of 4 k-blocks on 5 CTAs
+    (64, 100, 200, 520, 3, "MN", "bf16", 1),    # whole tiles and split ones, ragged
+    (128, 250, 136, 200, 7, "K", "f32", 1),     # two tile rows, tiles over three CTAs
+    (128, 200, 264, 264, 4, "MN", "f32", 2),    # clusters of 2 along M, B shared
+    (64, 250, 200, 200, 6, "K", "bf16", 2),     # ... three clusters, a K-major B
 ])
-def test_interpreter_runs_stream_k(bn, m, n, k, sms, b_major, odt):
+def test_interpreter_runs_stream_k(bn, m, n, k, sms, b_major, odt, cluster):
     """Exact on the interpreter (integer-valued inputs, float64 reference)."""
     out = f32 if odt == "f32" else bf16
-    _exact(Plan(bn=bn, cluster=1, stages=2, stream_k=True), m, n, k, sms, b_major, out,
-           m + n + k)
+    _exact(Plan(bn=bn, cluster=cluster, stages=2, stream_k=True), m, n, k, sms, b_major,
+           out, m + n + k)
 
 
 def test_lab_stream_k_candidates_are_stream_k_plans():

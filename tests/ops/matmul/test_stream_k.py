@@ -126,3 +126,64 @@ def test_lab_stream_k_candidates_are_stream_k_plans():
                 assert p.stream_k == fields.get("stream_k", False) and p.bn == fields["bn"]
                 assert p.smem_bytes(bf16, bf16) <= SMEM_PER_CTA
                 assert not (p.bn % 64 and lay == lab.NN)
+
+
+@pytest.mark.long
+def test_op_passes_the_streams_workspace_on_every_call(monkeypatch, tmp_path):
+    """On a fake Hopper (tests/ops/matmul/test_fast.py's): a plans-table row naming
+    stream_k makes the op pass the stream's workspace, flags then partials, on the general
+    path and on every recorded repeat call (the scratch looked up per call)."""
+    torch = pytest.importorskip("torch")
+    import ctypes
+    from runtime_fakes import fake_gpu_for_ops
+    from ptxdsl.core.types import bf16_bits_to_f32
+    from ptxdsl.ops import matmul
+    from ptxdsl.ops.matmul import api
+    from ptxdsl.ops.matmul.plan import fitted
+    cu = fake_gpu_for_ops(monkeypatch, tmp_path)
+    real_hk, seen = api.hopper_kernel, []
+
+    def read(addr, rows, cols, stride):
+        raw = np.ctypeslib.as_array((ctypes.c_uint16 * ((rows - 1) * stride + cols))
+                                    .from_address(addr))
+        full = np.lib.stride_tricks.as_strided(raw, (rows, cols), (stride * 2, 2))
+        return bf16_bits_to_f32(np.array(full)).astype(np.float64)
+
+    def run(*prm, grid, block):     # C = A @ Bt.T from the maps; the workspace noted
+        maps = [x for x in prm if isinstance(x, bytes)]
+        a_at, b_at, c_at = (int.from_bytes(mp[:8], "little") for mp in maps)
+        # pointers A, B, flags, partials, C; dims M, K, N, the workspace's; strides
+        seen.append((prm[2], prm[3], prm[8:10], grid))
+        (m, k, n), (sa, sb, sc) = prm[5:8], prm[10:13]
+        c = read(a_at, m, k, sa) @ read(b_at, n, k, sb).T
+        out = torch.from_numpy(c.astype(np.float32)).to(torch.bfloat16).view(torch.int16)
+        dst = np.ctypeslib.as_array((ctypes.c_int16 * ((m - 1) * sc + n)).from_address(c_at))
+        for r in range(m):
+            dst[r * sc:r * sc + n] = out[r].numpy()
+
+    def hopper_kernel(*args, **kw):
+        kern = real_hk(*args, **kw)
+        cu.register(kern, run)
+        return kern
+    monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
+    monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
+    monkeypatch.setattr(api, "choose", lambda m, n, k, dt, odt, sms, device=None: fitted(
+        Plan(bn=64, cluster=1, stream_k=True), dt, odt))
+    monkeypatch.setattr(streamk, "WORKSPACE", streamk.Workspace())
+    api.clear()
+    try:
+        g = torch.Generator().manual_seed(0)
+        for _ in range(3):
+            x = torch.randint(-4, 5, (3, 64), generator=g).to(torch.bfloat16)
+            w = torch.randint(-4, 5, (40, 64), generator=g).to(torch.bfloat16)
+            c = matmul(x, w.t())
+            assert torch.equal(c.double(), x.double() @ w.double().t())
+        assert len(api.MATMUL) == 1 and len(seen) == 3
+        (buf, _, base), = streamk.WORKSPACE._buffers.values()
+        assert buf.numel() == streamk.HEADER + streamk.workspace_elems(
+            Plan(bn=64, cluster=1, stream_k=True), 1)     # one tile of one k-block: 1 CTA
+        assert all((f, p, d, gr) == (base + streamk.FLAGS_AT, base + streamk.PARTIALS_AT,
+                                     (streamk.FLAG_CAP, 2 * 64 * 64), (1, 1, 1))
+                   for f, p, d, gr in seen)
+    finally:
+        api.clear()

@@ -22,6 +22,7 @@ and ``tests/ops/matmul/test_plans.py`` read them.
     PYTHONPATH=. python lab/matmul_trailing.py                # every shape, --budget-s 140
     PYTHONPATH=. python lab/matmul_trailing.py --shapes 128x6144x4096 --rounds 5
     PYTHONPATH=. python lab/matmul_trailing.py --check        # CPU: build + ptxas -v each
+    PYTHONPATH=. python lab/matmul_trailing.py --set streamk  # STREAM_K's candidates
 """
 from __future__ import annotations
 
@@ -118,6 +119,43 @@ EXTRA = {
 }
 SETS = {**TRAILING, **EXTRA}
 
+SK = dict(stream_k=True, **ONE_ROW)
+# --set streamk: the three shapes still below cuBLAS in matmul_trailing_h200.json, with
+# Plan.stream_k (every SM an equal share of all tiles' k-blocks, split tiles added up
+# through the workspace) at several tile widths. (Split-K clusters filling the SMs with
+# wide tiles, 192 x split 4 or 256 x split 4, do not fit: their 96-128 KiB of DSMEM
+# partials leave 2 ring stages and ptxas spills.)
+STREAM_K = {
+    # 96 tiles of 128 x 64 on 96 SMs now (1.5 MB of A and B each): stream-K gives all 132
+    # the same 1.1 MB (64), 0.75 MB (128), 0.63 MB (192) or 0.56 MB (256)
+    (128, 6144, 4096): {
+        "sk64": (dict(bn=64, **SK), BOTH),
+        "sk128": (dict(bn=128, **SK), BOTH),
+        "sk192": (dict(bn=192, **SK), BOTH),
+        "sk256": (dict(bn=256, **SK), BOTH),
+    },
+    # 128 tiles of 128 x 64 (3 MB of A and B per CTA): stream-K 2.9, 2 or 1.5 MB
+    (128, 8192, 8192): {
+        "sk64": (dict(bn=64, **SK), BOTH),
+        "sk128": (dict(bn=128, **SK), BOTH),
+        "sk256": (dict(bn=256, **SK), BOTH),
+    },
+    # x @ W.T 0.967: 896 tiles of 128 x 128 in 7 rounds; 128 x 224 is 512 tiles, 4 rounds
+    # of 128 CTAs with a third less operand traffic per flop; stream-K evens the rounds
+    (1024, 14336, 4096): {
+        "n224": (dict(bn=224), (LIN,)),
+        "n224c1": (dict(bn=224, cluster=1), (LIN,)),
+        "sk128": (dict(bn=128, **SK), BOTH),
+        "sk256": (dict(bn=256, **SK), BOTH),
+        # the same with B shared by the cluster pairs along M, as the current plan's
+        "sk128c2": (dict(bn=128, stream_k=True), BOTH),
+        "sk256c2": (dict(bn=256, stream_k=True), BOTH),
+        # 128 x 256 pairs unsplit: 448 tiles, 4 rounds at 85% (what stream-K evens out)
+        "n256": (dict(bn=256), BOTH),
+    },
+}
+GROUPS = {"trailing": SETS, "streamk": STREAM_K}
+
 
 def current(m, n, k, layout, sms, device):
     """The plan ``ptxdsl.ops.matmul`` runs for this shape and layout (bf16 in and out)."""
@@ -127,7 +165,7 @@ def current(m, n, k, layout, sms, device):
                       "K" if layout == LIN else "MN")
 
 
-def candidates(m, n, k, sms=132, device="H200") -> dict:
+def candidates(m, n, k, sms=132, device="H200", table=None) -> dict:
     """``{(name, layout): Plan}`` for one shape: ``current`` in both layouts, then each
     candidate of :data:`TRAILING` in its layouts, the ring fitted unless given, dropped
     where it equals the current plan of that layout."""
@@ -135,7 +173,8 @@ def candidates(m, n, k, sms=132, device="H200") -> dict:
     from ptxdsl.ops.matmul.plan import choose, fitted, for_majors
     out = {("current", lay): current(m, n, k, lay, sms, device) for lay in BOTH}
     base = choose(m, n, k, bf16, bf16, sms, device=device)
-    for name, (fields, layouts) in SETS.get((m, n, k), {}).items():
+    for name, (fields, layouts) in (SETS if table is None else table).get((m, n, k),
+                                                                          {}).items():
         p = dataclasses.replace(base, **fields)
         if "stages" not in fields:
             p = fitted(p, bf16, bf16)
@@ -155,39 +194,53 @@ def build(p, layout, sms=132):
     return build_hopper(p, bf16, bf16, sms=sms, b_major="K" if layout == LIN else "MN")
 
 
-def check(shapes) -> int:
+def check(shapes, table=None) -> int:
     """CPU: build every candidate and report ptxas's registers and spills; 1 if any spills."""
     bad = 0
     for m, n, k in shapes:
-        for (name, lay), p in candidates(m, n, k).items():
+        for (name, lay), p in candidates(m, n, k, table=table).items():
             r = build(p, lay).resources()
             spill = r.spill_stores or r.spill_loads or r.local
             bad |= bool(spill)
             print(f"{m}x{n}x{k} {lay:6s} {name:9s} bn={p.bn} stages={p.stages} "
                   f"cluster={p.cluster}/{p.cluster_n} split={p.split} "
                   f"one_partial={p.one_partial} b_prefetch={p.b_prefetch} "
-                  f"epi_in_ring={p.epi_in_ring}: regs {r.registers}, spills "
+                  f"epi_in_ring={p.epi_in_ring} stream_k={p.stream_k}: regs {r.registers}, spills "
                   f"{r.spill_stores}/{r.spill_loads}, local {r.local}"
                   f"{'  SPILLS' if spill else ''}", flush=True)
     return bad
 
 
-def contender(kern, layout, c_shape):
-    """``fn(a, b, b_nn)`` launching ``kern`` through its bound fast path, as the op does."""
+def workspace(kern, m, n, k, sms):
+    """A stream-K kernel's flags (zero) and partials, made once per contender; else []."""
+    import torch
+    from ptxdsl.ops.matmul import streamk
+    p = getattr(kern, "stream_k_plan", None)
+    if p is None:
+        return []
+    elems = streamk.workspace_elems(p, streamk.grid(p, m, n, k, sms))
+    return [torch.zeros(streamk.FLAG_CAP, device="cuda", dtype=torch.int32),
+            torch.empty(elems - streamk.FLAG_CAP, device="cuda", dtype=torch.float32)]
+
+
+def contender(kern, layout, c_shape, ws=()):
+    """``fn(a, b, b_nn)`` launching ``kern`` through its bound fast path, as the op does
+    (``ws``: a stream-K kernel's workspace, :func:`workspace`)."""
     import torch
     from ptxdsl.runtime import prepare
     cache = {}
+    wp = [w.data_ptr() for w in ws]
 
     def run(a, b, b_nn):
         bb = b.t() if layout == LIN else b_nn          # W (N, K) itself, or (K, N)
         c = torch.empty(c_shape, device="cuda", dtype=torch.bfloat16)
         if "bound" not in cache:
-            cache["bound"] = prepare(kern).bind(a, bb, c)
+            cache["bound"] = prepare(kern).bind(a, bb, *ws, c)
         bound = cache["bound"]
         if bound is None:
-            kern(a, bb, c)
+            kern(a, bb, *ws, c)
         else:
-            bound(a.data_ptr(), bb.data_ptr(), c.data_ptr())
+            bound(a.data_ptr(), bb.data_ptr(), *wp, c.data_ptr())
         return c
     return run
 
@@ -206,15 +259,19 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true", help="CPU only: ptxas -v of each candidate")
     ap.add_argument("--budget-s", type=float, default=140.0,
                     help="start no shape after this many seconds (TRAILING's come first)")
+    ap.add_argument("--set", default="trailing", choices=sorted(GROUPS),
+                    help="the candidates: TRAILING + EXTRA, or STREAM_K (Plan.stream_k)")
     a = ap.parse_args(argv)
+    table = GROUPS[a.set]
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")] \
-        if a.shapes else list(SETS)
+        if a.shapes else list(table)
     if a.check:
-        return check(shapes)
+        return check(shapes, table)
     props = torch.cuda.get_device_properties(0)
     sms, l2 = props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20)
     cls = device_class(driver.get().device(torch.cuda.current_device()))
-    path = os.path.join(os.environ.get("OUT", "."), "matmul_trailing.json")
+    path = os.path.join(os.environ.get("OUT", "."), "matmul_trailing.json" if a.set ==
+                        "trailing" else f"matmul_trailing_{a.set}.json")
     result = {"device": props.name, "sms": sms, "class": cls, "dtype": "bf16",
               "date": time.strftime("%Y-%m-%dT%H:%M"), "block_ms": a.block_ms,
               "rounds": a.rounds, "rows": []}
@@ -238,16 +295,17 @@ def main(argv=None):
                          "op": lambda x, b, b_nn: op(x, b),
                          "op a@b": lambda x, b, b_nn: op(x, b_nn)}.items():
             validate(name, fn, sets[0], ref, row, live)
-        for (name, lay), p in candidates(m, n, k, sms, cls).items():
+        for (name, lay), p in candidates(m, n, k, sms, cls, table).items():
             key = name if lay == LIN else name + " a@b"
             plans[key] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
             try:
                 kern = build(p, lay, sms)
-                run = contender(kern, lay, (m, n))
+                ws = workspace(kern, m, n, k, sms)
+                run = contender(kern, lay, (m, n), ws)
                 c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                kern(x, b.t() if lay == LIN else b_nn, c)
+                kern(x, b.t() if lay == LIN else b_nn, *ws, c)
                 cr = torch.full((379, 1000), float("nan"), device="cuda", dtype=torch.bfloat16)
-                kern(ra, ragged[lay], cr)
+                kern(ra, ragged[lay], *workspace(kern, 379, 1000, 528, sms), cr)
                 torch.cuda.synchronize()
                 e1, e2 = rel_err(c, ref), rel_err(cr, rref)
                 del c

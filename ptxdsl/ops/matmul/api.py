@@ -38,6 +38,7 @@ from ...core.types import PtxType, bf16, f16, f32
 from ...runtime.adapter import DTYPES as _DTYPES, Frame, address as data_ptr, kind_of
 from ...runtime.adapter import element_strides as strides
 from ...runtime.memo import Launch, Memo, Recording, output, tensor
+from ...runtime.memo import scratch as memo_scratch
 from . import fp8 as _fp8
 from .._common.kernels import KernelCache
 from .._common.torch_registry import TORCH_OPS
@@ -219,16 +220,20 @@ def forward(frame, a, b, out, out_dtype, bias, activation, scale_a=None, scale_b
         ai = a[i] if a.ndim == 3 else a
         bi = b[i] if b.ndim == 3 else b
         oi = out[i] if batch is not None else out
-        k, a_t, b_t, copied, args = _one(frame, ai, bi, oi, dt, odt, bias, bdt, activation,
-                                         bt, scales, mode)
+        k, a_t, b_t, copied, args, scratch = _one(frame, ai, bi, oi, dt, odt, bias, bdt,
+                                                  activation, bt, scales, mode)
     if record and batch is None and not copied:
         # the operands' pointers (a transposed view's is its base's), the bias, the
         # scales (a None scale: the general path's 1.0, kept), C
         order = [tensor(0), tensor(1)] + ([tensor(2)] if bias is not None else [])
         for slot, given, made in zip((3, 4), (scale_a, scale_b), scales or ()):
             order.append(tensor(slot) if given is not None else made.data_ptr())
+        if scratch is not None:         # the stream's stream-K workspace, looked up per call
+            from .streamk import FLAGS_AT, PARTIALS_AT
+            order += [memo_scratch(FLAGS_AT), memo_scratch(PARTIALS_AT)]
         MATMUL.record(call, Recording((Launch(k, tuple(args), tuple(order + [output(0)])),),
-                                      (out,), output(0), keep=tuple(scales or ())))
+                                      (out,), output(0), keep=tuple(scales or ()),
+                                      scratch=scratch))
     return out
 
 
@@ -282,10 +287,16 @@ def _one(frame, a, b, out, dt, odt, bias, bdt, activation, bt=None, scales=None,
               int(b.shape[1]), int(a.shape[1]), dt.name, odt.name, ".T" if a_t else "",
               ".T" if b_t else "", bdt.name if bdt else None, activation, k.name)
     args = [a_k, b_k] + ([bias] if bias is not None else []) + list(scales or [])
+    skp, scratch = getattr(k, "stream_k_plan", None), None
+    if skp is not None:             # a stream-K plan: its flags and partials (.streamk)
+        from . import streamk
+        ws, scratch = streamk.workspace_args(frame, a, skp, int(a.shape[0]), int(b.shape[1]),
+                                             int(a.shape[1]), info.sm_count, info.ordinal)
+        args += ws
     res = frame.run(k, *args, out)
     if frame.kind == "numpy" and res is not None and res is not out:
         out[...] = res
-    return k, a_t, b_t, copied, args + [out]
+    return k, a_t, b_t, copied, args + [out], scratch
 
 
 def _hopper_ok(info, a_k, b_k, out, dt, odt) -> bool:

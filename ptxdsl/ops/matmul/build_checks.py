@@ -16,6 +16,10 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
         raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
                          f"along M, split-K, a_rows, epi_in_ring or b_prefetch, no bias and "
                          f"per-tensor or row-wise scales, got {p}, bias {bias}, scales {mode}")
+    if p.stream_k and (grouped or mode == "block"):
+        raise ValueError(f"build_hopper: Plan.stream_k is the dense kernel's without "
+                         f"block-wise scales, got {p}{' (grouped)' if grouped else ''}, "
+                         f"scales {mode}")
     if (p.tail_skip or p.tma_store or p.epi_overlap) and not grouped:
         raise ValueError(f"build_hopper: Plan.tail_skip, tma_store and epi_overlap are the "
                          f"grouped GEMM's, got {p} for a dense GEMM")

@@ -49,12 +49,21 @@ class Plan:
     #                        of two temporaries in turn, each promoted under the next's wgmmas
     smem_scales: bool = False  # block-wise fp8 only (M a multiple of 4): scale_a copied into
     #                            each ring stage by the producer, read from shared memory
+    stream_k: bool = False  # one CTA per SM, each cluster an equal share of all (cluster)
+    #                         tiles' k-blocks, split tiles added up through a global
+    #                         workspace (.streamk)
 
     consumers = 2          # consumer warpgroups, each m_waves x m64 x bn
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 
     def __post_init__(self):
+        if self.stream_k and (self.cluster_n > 1 or self.split > 1 or self.a_rows
+                              or self.epi_in_ring or self.m_waves > 1):
+            raise ValueError(f"Plan stream_k: clusters along M only (cluster_n="
+                             f"{self.cluster_n}, split={self.split}), no a_rows="
+                             f"{self.a_rows}, epi_in_ring or m_waves (the clusters' shares "
+                             f"of k-blocks are theirs alone)")
         if self.m_waves not in (1, 2) or (self.m_waves > 1 and (
                 self.a_rows or self.split > 1 or self.cluster_n > 1 or self.kb_pairs)):
             raise ValueError(f"Plan m_waves={self.m_waves}: 1 or 2 m64 accumulators per "
@@ -93,8 +102,9 @@ class Plan:
 
     @property
     def options_tag(self) -> str:
-        """The kernel name's part for ``one_partial``, ``b_prefetch``, ``epi_in_ring``."""
-        return (("_op" if self.one_partial else "")
+        """The kernel name's part for ``one_partial``, ``b_prefetch``, ``epi_in_ring``,
+        ``stream_k``."""
+        return (("_op" if self.one_partial else "") + ("_sk" if self.stream_k else "")
                 + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
                 + ("_er" if self.epi_in_ring else ""))
 

@@ -84,7 +84,7 @@ import itertools
 
 from ... import Tile, kernel
 from ...dsl import ptx, reg, smem
-from ...core.types import PtxType, f32, s32, u8, u16, u32
+from ...core.types import PtxType, b32, f32, s32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
@@ -99,6 +99,7 @@ from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .groups import GroupCursor, group_tiles
 from .overlap import overlapped_tiles
 from .store import store_rows, store_tile
+from . import streamk
 
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
@@ -146,10 +147,12 @@ def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,
         return ins, (c,), names + ("C",)
     c = Tile("M", "N", out_dtype, stride="sc",
              tma=TMA(box=(p.wg_m, 128 // out_dtype.bytes), swizzle=128))
+    sk = (Tile("SKF", b32), Tile("SKP", f32)) if p.stream_k else ()   # .streamk's workspace
     ins = (a.tile("sa"), b.tile("sb")) + ((Tile("N", bias),) if bias is not None else ()) \
-        + scale_specs(mode_of(scaled))
+        + scale_specs(mode_of(scaled)) + sk
     names = (a.arg_name, b.arg_name) + (("bias",) if bias is not None else ()) \
-        + (("scale_a", "scale_b") if scaled else ()) + ("C",)
+        + (("scale_a", "scale_b") if scaled else ()) + (("sk_flags", "sk_partials")
+                                                        if sk else ()) + ("C",)
     return ins, (c,), names
 
 
@@ -195,6 +198,8 @@ def grid_for(p: Plan, sms: int, grouped: bool = False):
                              f"needs a plan with a_rows=0 or >= M (plan.choose picks one)")
         if p.smem_scales and M % 4:
             raise ValueError(f"Plan.smem_scales: M = {M} must be a multiple of 4 (16-byte copies)")
+        if p.stream_k:
+            return (streamk.grid(p, M, N, K, sms), 1, 1)
         tm, tn = p.tiles(M, N)
         return (persistent_grid(tm * tn * p.split, sms, cl, p.epi_in_ring), 1, 1)
     return grid
@@ -262,9 +267,13 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
     pdl = pdl_for(arch)
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid_for(p, sms, grouped),
-            block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl, **opts)
+            block=(p.threads, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl,
+            resident=sms if p.stream_k else None, **opts)
     def matmul_hopper(*args):
         A, B, *rest, C = args
+        if p.stream_k:      # the workspace's flags and partials, after the scales
+            pflags, pparts = ptx.global_ptrs(*rest[-2:])
+            rest = rest[:-2]
         if grouped:
             (poffs,) = ptx.global_ptrs(rest.pop(0))
             (pc,) = ptx.global_ptrs(C)
@@ -332,7 +341,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ring = Ring(S)
                 if grouped:
                     cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
-                for t in ptx.range_(cid, total, ncl):
+                def load_tile(t, k0=None, k1=None):
+                    """Tile ``t``'s k-blocks (``[k0, k1)`` of a stream-K segment)."""
                     if grouped:     # group g's matrix of B: rows g*N on (K-major), or g*K
                         m0, n0, g, _ = group_origin(cursor, t)
                         bn0, bk0 = (g * n + n0, 0) if opb.major == "K" else (n0, g * k)
@@ -340,10 +350,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         m0, n0 = tile_origin(t)
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
                     sfa = scale_a_bytes(m, m0, p.bm) if p.smem_scales else 0
-                    for kb in ptx.range_(kb_lo, kb_hi) if SK > 1 else ptx.range_(nk):
+                    for kb in (ptx.range_(k0, k1) if k0 is not None else ptx.range_(kb_lo, kb_hi)
+                               if SK > 1 else ptx.range_(nk)):
                         kk = kb * p.bk
                         if p.b_prefetch:    # B's next run of k-blocks into L2 at once
-                            prefetch_run(opb, tma_b, kb, kb_hi if SK > 1 else nk, p, nb)
+                            end = k1 if k0 is not None else kb_hi if SK > 1 else nk
+                            prefetch_run(opb, tma_b, kb, end, p, nb)
                         wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
                         fb = full0 + ring.slot * 8
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
@@ -367,6 +379,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         else:
                             opb.load(tma_b, sb, n0, kk, fb)
                         ring.advance()
+                if p.stream_k:
+                    streamk.walk(*streamk.share(cid, total * nk, ncl), nk, load_tile)
+                else:
+                    for t in ptx.range_(cid, total, ncl):
+                        load_tile(t)
         with ptx.else_():
             # ---------------------------------------------------- consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", CONSUMER_REGS)
@@ -491,8 +508,20 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 return [r if w == 0 and h == 0 else r + (128 * w + 8 * h)
                         for w in range(p.m_waves) for h in range(2)]
 
+            def sk_store(t):
+                m0, n0 = tile_origin(t)
+                row0 = m0 + cons * p.wg_m
+                store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, fcol,
+                           bar_id, row0, n0, n, tma_c, pb, RowScales(psa, psb, row0 + frow, m)
+                           if mode == "row" else scale)
+
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
+                if p.stream_k:
+                    fix = streamk.Fixup(p, pflags, pparts, cid, rank, cons, lane, bar_id,
+                                        labels)
+                    streamk.tiles(p, fix, cid, total, nk, ncl, mainloop, acc, sk_store)
+                    return
                 if grouped:
                     cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
                 for t in ptx.range_(cid, total, ncl):
@@ -561,6 +590,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             ptx.inst("barrier.cluster.arrive")
             ptx.inst("barrier.cluster.wait")
 
+    matmul_hopper.stream_k_plan = p if p.stream_k else None    # api: its workspace
     return matmul_hopper
 
 

@@ -54,12 +54,13 @@ from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
+from .bwd_ahead import Ahead
 from .bwd_cols import col_pieces
 from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer
 from .bwd_gsplit import split_step
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
-from .bwd_steps import kv_gemms, load_kv, row_blocks, store, zero_other_keys
+from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
@@ -315,6 +316,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     turns.start()
             # the semaphore read early in the step, but where ptxas would spill its registers
             poll = not (rows or softcap)
+            ahead = Ahead(c.s_ahead, labels=labels, full=full, stages=S, ring=ring, bw=bw,
+                          q_of=lambda s: base + L.q + s * L.q_bytes, score=(mma_s, k_w, d, bn, bm),
+                          steps=_s32(group) * ptx.max(m_hi - m_lo, 0)) if c.s_ahead else None
+            if ahead:            # the first step's Sᵀ (bwd_ahead)
+                ahead.first()
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
                 bh = head if varlen else batch * nh + head
@@ -325,30 +331,26 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     def early():      # deterministic: under the step's first GEMMs
                         if turns:
                             turns.early(lane, lane == 0 if poll else None, bh, sem_of())
-                    wait(labels, full + ring.slot * 8, ring.phase)
+                    if not ahead:    # (s_ahead: waited for where its Sᵀ was issued)
+                        wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
                     row_at = lambda o, _s=ring.slot: base + o + _s * (2 * bm * 4) + w * (bm * 4)
                     if sh:                            # this warpgroup's queries' LSE and D
                         row_at = lambda o, _r=row_at: _r(o) + qh * 4
-                    s_acc = ptx.wgmma.accumulator(bw)
+                    s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(bw)
                     dp_acc = None if gs else ptx.wgmma.accumulator(bw)
+                    if ahead:
+                        ahead.top()
                     ptx.inst("wgmma.fence.sync.aligned")
                     # (sdp_split: warpgroup 0 Sᵀ = K·Qᵀ, 1 dPᵀ = V·dOᵀ, in s_acc)
                     for acc, a_at, b_at in (((s_acc, k_w + w * L.kv_bytes,
                                               q_at + w * (L.do - L.q)),) if gs else
+                                            ((dp_acc, v_w, do_at),) if ahead else
                                             ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
                         if sh:                        # queries qh .. qh + 31 of the tile
                             b_at = b_at + qh * ROW
-                        a_desc = ptx.wgmma.descriptor(a_at, leading=16, stride=1024, swizzle=128)
-                        b_desc = ptx.wgmma.descriptor(b_at, leading=16, stride=1024, swizzle=128)
-                        for ks in range(d // 16):
-                            pnl, kin = divmod(ks, 4)
-                            ao = (pnl * bn * ROW + kin * 32) >> 4
-                            bo = (pnl * bm * ROW + kin * 32) >> 4
-                            ptx.inst(mma_s, list(acc), a_desc + ao if ao else a_desc,
-                                     b_desc + bo if bo else b_desc, 0 if ks == 0 else 1,
-                                     1, 1, 0, 0)
+                        score_gemm(mma_s, acc, a_at, b_at, d, bn, bm)
                         if c.overlap:                 # Sᵀ and dPᵀ: a group each
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
@@ -482,10 +484,15 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      1, 1, 1, 1)
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         if ch == 0 and late:
+                            if ahead:
+                                ahead.after_dq()
                             for kv in late:
                                 kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
-                        ptx.inst("wgmma.wait_group.sync.aligned", 1 if ch == 0 and late else 0)
+                            if ahead:         # (1: the next step's Sᵀ behind dK)
+                                ahead.after_dk()
+                        ptx.inst("wgmma.wait_group.sync.aligned", ahead.wait_dq if ahead else
+                                 1 if ch == 0 and late else 0)
                         if ch == (1 if late else 0):  # Q, dO, LSE, D of this step are read
                             with ptx.if_(lane == 0):
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
@@ -515,7 +522,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
                                          [dq.regs[i], dq.regs[i + 1]])
                             if late and nch == 1:
-                                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                                if ahead:     # (2: the next step's Sᵀ behind the stage)
+                                    ahead.after_stage()
+                                ptx.inst("wgmma.wait_group.sync.aligned",
+                                         ahead.wait_dk if ahead else 0)
                                 with ptx.if_(lane == 0):
                                     ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                              ptx.addr(empty + ring.slot * 8))
@@ -548,6 +558,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
                     ring.advance()
+            if ahead:                # (a CTA with no step: the first Sᵀ's dummy)
+                ahead.drain()
             if c.dq_warp:            # the writer's last arrival (its first was before any)
                 take_stage(w)
             elif c.dq_tma:

@@ -70,7 +70,11 @@ class BwdConfig:
     warpgroup), P and dS through shared memory, dKᵀ, dVᵀ and dQ 64 head-dim columns a
     warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
     ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); softcap,
-    varlen, and the deterministic mode with dq_warp."""
+    varlen, and the deterministic mode with dq_warp.
+    ``s_ahead`` (dk_last, with dq_split or block_m 128): the next step's Sᵀ issued before
+    this step ends, behind dK (1: run while dQ is staged) or behind dQ's stage (2: queued
+    behind dK), so the tensor pipe does not wait for the step's end and the next
+    slot's wait (:mod:`.bwd_ahead`)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -90,6 +94,7 @@ class BwdConfig:
     dq_warp: bool = False
     dk_last: bool = False
     wg3: bool = False
+    s_ahead: int = 0
 
     @property
     def tag(self) -> str:
@@ -104,7 +109,7 @@ class BwdConfig:
                 f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
-                f"{'_wg3' if c.wg3 else ''}")
+                f"{'_wg3' if c.wg3 else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -157,6 +162,11 @@ class BwdConfig:
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
                              "and none of the other options")
+        if self.s_ahead not in (0, 1, 2):
+            raise ValueError(f"s_ahead is 0, 1 or 2, got {self.s_ahead}")
+        if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
+            raise ValueError("s_ahead issues the next step's Sᵀ behind dk_last's dK, under "
+                             "a one-chain dQ: it needs dk_last, and dq_split or block_m=128")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "

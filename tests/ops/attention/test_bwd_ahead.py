@@ -1,0 +1,116 @@
+"""``BwdConfig.s_ahead`` (:mod:`ptxdsl.ops.attention.bwd_ahead`): the next step's Sᵀ issued
+before the step ends, behind dK (1) or behind dQ's stage (2), on FlashAttention-4's step
+(``dq_warp``, ``dk_last``) at head dim 128 (``dq_split``) and 64 (``block_m`` 128): what it
+emits, what ptxas makes of it, and the CPU interpreter's dq, dk, dv against float64
+(several steps a CTA, so the carried Sᵀ crosses steps, heads of a GQA group and the ring's
+wrap; masks, a CTA with no step, varlen, the deterministic mode)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16
+from ptxdsl.ops import attention_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention.bwd import build_backward
+from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.config import Mask
+from ptxas_resources import resources_or_skip  # noqa: E402
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+from attention_bwd_checks import check_grads as _check, check_varlen_causal  # noqa: E402
+
+H128 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True, ds_double=True,
+            dq_warp=True, dk_last=True)
+H64 = dict(stages=2, dq_tma=True, dq_swizzle=True, block_m=128, overlap=1, ds_double=True,
+           dq_warp=True, dk_last=True)
+
+
+def _case(monkeypatch, c, d, sq, sk, seed, det=False, **kw):
+    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    out, lse = attention_reference(q, k, v, **kw)
+    args = (do, q, k, v, out.astype(BF16), lse.astype(np.float32))
+    got = attention_backward(*args, deterministic=det, **kw)
+    _check(got, attention_backward_reference(do, q, k, v, **kw))
+    return args, got
+
+
+def _mmas(text):
+    """The wgmma lines' (n, A from registers) in program order."""
+    return [(ln.split("m64n")[1].split("k16")[0], ln.count("{") == 2)
+            for ln in text.splitlines() if "wgmma.mma_async" in ln]
+
+
+def test_emits_the_first_and_next_scores_around_the_step():
+    """Head dim 128, behind the stage (2): the plan's Sᵀ, dPᵀ, dV, dQ, dK becomes Sᵀ (before
+    the loop), then dPᵀ, dV, dQ, dK and, after dQ's st.shared.v2.f32, the next Sᵀ; the
+    options it needs are checked."""
+    text = build_backward(BwdConfig(**H128, s_ahead=2), bf16, 128, scale=0.1).ptx()
+    s, dv = [("64", False)] * 8, [("128", True)] * 4
+    assert _mmas(text) == s + s + dv + s + dv + s and "_sa2" in text
+    tail = text[text.rindex("m64n128k16"):]
+    assert "st.shared.v2.f32" in tail[:tail.index("m64n64k16")]
+    with pytest.raises(ValueError, match="s_ahead"):
+        BwdConfig(**dict(H128, dk_last=False), s_ahead=1)
+    with pytest.raises(ValueError, match="s_ahead"):
+        BwdConfig(stages=2, dq_tma=True, overlap=1, dk_last=True, s_ahead=1)
+    with pytest.raises(ValueError, match="s_ahead"):
+        BwdConfig(**H128, s_ahead=3)
+
+
+@pytest.mark.long
+def test_interpreter_matches_float64(monkeypatch):
+    """Head dim 64, behind dK: causal, GQA (two heads a CTA: the carried Sᵀ crosses the
+    head), Sq = 200 (two 128-row steps a head)."""
+    _case(monkeypatch, BwdConfig(**H64, s_ahead=1), 64, 200, 140, 3, causal=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize("d,kw", [
+    (128, {}), (128, dict(causal=True)), (128, dict(window_size=(20, 50))),
+    (128, dict(softcap=5.0)), (64, {}), (64, dict(window_size=(40, 3)))],
+    ids=["128-full", "128-causal", "128-win", "128-cap", "64-full", "64-win"])
+def test_masks_match_float64(monkeypatch, mode, d, kw):
+    """Sq = 150: three 64-row steps (two 128-row) a head, two heads a CTA, the ring
+    wrapping; the window leaves the last key block's CTA without a step."""
+    base = H128 if d == 128 else H64
+    _case(monkeypatch, BwdConfig(**base, s_ahead=mode), d, 150, 260, 7 + mode, **kw)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("d", [64, 128])
+def test_deterministic_repeats_bitwise(monkeypatch, d):
+    c = BwdConfig(**(H128 if d == 128 else H64), s_ahead=1)
+    args, first = _case(monkeypatch, c, d, 130, 130, 11, det=True, causal=True)
+    again = attention_backward(*args, deterministic=True, causal=True)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(first, again))
+
+
+@pytest.mark.long
+def test_varlen_matches_float64(monkeypatch):
+    """Head dim 128, three packed sequences (one of one query), GQA, causal."""
+    c = BwdConfig(**H128, s_ahead=2)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    cq, ck = np.cumsum([0, 33, 1, 100]), np.cumsum([0, 70, 129, 20])
+    rng = np.random.default_rng(4)
+    q, k, v, do = (rng.standard_normal((n, h, 128)).astype(BF16)
+                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
+    check_varlen_causal(q, k, v, do, cq, ck)
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize("mask,det", [(Mask(), False), (Mask(-1, 0), False),
+                                      (Mask(40, 3), False), (Mask(-1, 0), True)])
+def test_ptxas_head_dim_64_keeps_everything_in_registers(mode, mask, det):
+    k = build_backward(BwdConfig(**H64, s_ahead=mode), bf16, 64, mask, scale=0.07,
+                       deterministic=det)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -44,13 +44,16 @@ query rows, two stages of Q, dO and dS) against their dQ writer warp (``dq_warp`
 FA4's sm90 order (``dk_last``), alone and together, and ``dq_warp`` without ``ds_double``,
 default mode, S=1k full, 4k full and causal, 16k causal, each variant's geometric mean
 over the plan's (ptxas -v: no spills for any mask, default or deterministic).
+``--set ahead``: ``BwdConfig.s_ahead`` (the next step's Sᵀ issued before the step ends)
+against the plan rows of head dims 64 and 128, S 1k, 4k, 16k full and causal, timed
+interleaved (:mod:`lab.attention_bwd_ahead`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
-        h192b|h64b]
+        h192b|h64b|ahead]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -75,13 +78,16 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
-                                          "det", "h128b", "h192b", "h64b"),
+                                          "det", "h128b", "h192b", "h64b", "ahead"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
                     help="time the default mode only (skip the deterministic runs)")
     args = ap.parse_args()
     which = args.set
+    if which == "ahead":          # (its own module: interleaved timing, two head dims)
+        from lab.attention_bwd_ahead import run
+        return run()
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":
         variants = {"red s2": BwdConfig(stages=2), "tma s2": BwdConfig(**tma),

@@ -470,7 +470,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else \
                         kv_mmas[1:] if c.dk_last else ()      # (dk_last: dK)
                     for ch in range(nch):
-                        dq = ptx.wgmma.accumulator(qcols[ch])
+                        dq = ahead.dq_acc(qcols[ch]) if ahead else \
+                            ptx.wgmma.accumulator(qcols[ch])
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
                             base + L.k if rows else \
                             k_w + coff[ch] if cs else k_w + ch * BN * ROW
@@ -558,7 +559,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
                     ring.advance()
-            if ahead:                # (a CTA with no step: the first Sᵀ's dummy)
+            if ahead:
                 ahead.drain()
             if c.dq_warp:            # the writer's last arrival (its first was before any)
                 take_stage(w)

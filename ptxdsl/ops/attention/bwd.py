@@ -58,6 +58,7 @@ from .bwd_ahead import Ahead
 from .bwd_cols import col_pieces
 from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer
 from .bwd_gsplit import split_step
+from .bwd_qdo import load_slot
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store, zero_other_keys
@@ -91,7 +92,8 @@ class Smem:
         self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8
         self.empty = self.full + 8 * c.stages
-        self.total = self.empty + 8 * c.stages
+        self.fulldo = self.empty + 8 * c.stages          # (qdo_split: dO's own barriers)
+        self.total = self.fulldo + (8 * c.stages if c.qdo_split else 0)
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
@@ -228,11 +230,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
                           dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
+        fulldo = base + L.fulldo if c.qdo_split else None
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
+                if c.qdo_split:
+                    ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(fulldo, 8 * s), 1)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
 
@@ -247,20 +252,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     for mb in ptx.range_(*m_range):
                         m0 = mb * bm
                         wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
-                        fb = full + ring.slot * 8
-                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                 ptx.addr(fb), 2 * L.q_bytes + 4 * bm * 4)
-                        for tmap, dst in ((tq, L.q), (tdo, L.do)):
-                            at = base + dst + ring.slot * L.q_bytes
-                            for p in range(P):
-                                ptx.tma.load(at + p * bm * ROW if p else at, tmap,
-                                             qc(p, head, m0), fb)
-                        # one copy of -LSE·log2e and D per consumer warpgroup: each reads
-                        # its own (a warpgroup's reads are all ordered before its release)
-                        for tmap, dst in ((tl, L.lse), (td, L.dpsum)):
-                            for cw in range(2):
-                                ptx.tma.load(base + dst + ring.slot * (2 * bm * 4) + cw * bm * 4,
-                                             tmap, rc(m0, head), fb)
+                        # (qdo_split: Q, LSE on full; dO, D on fulldo)
+                        load_slot(base=base, slot=ring.slot, full=full,
+                                  fulldo=fulldo, q_bytes=L.q_bytes,
+                                  bm=bm, panels=P, tiles=((tq, L.q), (tdo, L.do)),
+                                  rows=((tl, L.lse), (td, L.dpsum)),
+                                  qc=lambda p: qc(p, head, m0), rc=lambda: rc(m0, head))
                         ring.advance()
             if c.dq_warp:           # warp 1: dQ's reduce-adds (bwd_dqwarp)
                 with ptx.if_((tid >> 5) == 1):
@@ -350,6 +347,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                             ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
                         if sh:                        # queries qh .. qh + 31 of the tile
                             b_at = b_at + qh * ROW
+                        if c.qdo_split and acc is dp_acc:     # dO's own barrier
+                            wait(labels, fulldo + ring.slot * 8, ring.phase)
                         score_gemm(mma_s, acc, a_at, b_at, d, bn, bm)
                         if c.overlap:                 # Sᵀ and dPᵀ: a group each
                             ptx.inst("wgmma.commit_group.sync.aligned")

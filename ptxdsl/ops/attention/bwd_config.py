@@ -74,7 +74,9 @@ class BwdConfig:
     ``s_ahead`` (dk_last, with dq_split or block_m 128): the next step's Sᵀ issued before
     this step ends, behind dK (1: run while dQ is staged) or behind dQ's stage (2: queued
     behind dK), so the tensor pipe does not wait for the step's end and the next
-    slot's wait (:mod:`.bwd_ahead`)."""
+    slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, col_split): Q with LSE and dO
+    with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
+    dO has (:mod:`.bwd_qdo`)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -95,6 +97,7 @@ class BwdConfig:
     dk_last: bool = False
     wg3: bool = False
     s_ahead: int = 0
+    qdo_split: bool = False
 
     @property
     def tag(self) -> str:
@@ -109,7 +112,8 @@ class BwdConfig:
                 f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
-                f"{'_wg3' if c.wg3 else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}")
+                f"{'_wg3' if c.wg3 else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
+                f"{'_qdo' if c.qdo_split else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -167,6 +171,9 @@ class BwdConfig:
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
             raise ValueError("s_ahead issues the next step's Sᵀ behind dk_last's dK, under "
                              "a one-chain dQ: it needs dk_last, and dq_split or block_m=128")
+        if self.qdo_split and (self.wg3 or self.col_split):
+            raise ValueError("qdo_split gives dO its own barrier in the 64- and 128-key "
+                             "kernels' ring: not with wg3 or col_split")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "
@@ -201,7 +208,8 @@ class BwdConfig:
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
         xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
-        return kv + ring + ds + stage + xg + 8 * (1 + 2 * self.stages)
+        return kv + ring + ds + stage + xg + 8 * (1 + (3 if self.qdo_split else 2) *
+                                                  self.stages)
 
 
 @lru_cache(maxsize=1)

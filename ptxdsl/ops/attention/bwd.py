@@ -522,8 +522,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
                                          [dq.regs[i], dq.regs[i + 1]])
                             if late and nch == 1:
-                                if ahead:     # (2: the next step's Sᵀ behind the stage)
-                                    ahead.after_stage()
+                                if ahead:     # (2: the next step's Sᵀ behind the stage;
+                                    ahead.after_stage()    # the stage handed over under dK)
+                                    if c.dq_warp:
+                                        hand_stage(w)
                                 ptx.inst("wgmma.wait_group.sync.aligned",
                                          ahead.wait_dk if ahead else 0)
                                 with ptx.if_(lane == 0):
@@ -535,7 +537,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
                     if c.dq_warp:
-                        hand_stage(w)
+                        if not ahead:
+                            hand_stage(w)
                     elif c.dq_tma:                   # one thread adds the staged chunks
                         ptx.inst("fence.proxy.async.shared::cta")
                         ptx.inst("bar.sync", 1 + w, 128)

@@ -5,7 +5,9 @@ step's Sᵀ = K·Qᵀ is issued only after those, the loop's back edge and the n
 ``full`` wait. Here it is issued into an accumulator carried across the back edge,
 behind dK (``1``: run while dQ is staged) or behind dQ's stores to the stage (``2``:
 queued behind dK; dQ's accumulator is Sᵀ's own registers), and the step starts with
-dPᵀ. The end of a step waits for dK only (``wait_group 1``), the start of the next for
+dPᵀ. With ``dq_warp`` the stage is handed to the writer right behind the next Sᵀ, not
+after dK's wait (its ``fence.proxy.async``, a ``MEMBAR``, runs under the wgmmas). The
+end of a step waits for dK only (``wait_group 1``), the start of the next for
 the carried Sᵀ (``wait_group 0``: ptxas counts no groups across the back edge, and a
 ``wait_group 1`` there makes it serialize every wgmma, C7514).
 

@@ -34,7 +34,8 @@ f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled 
 ``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers.
 With ``deterministic``, dQ's adds to each 64-row block follow one fixed order through a
 per-block semaphore (:mod:`.bwd_det`). The step's orderings are the plan's
-(:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer warp: :mod:`.bwd_dqwarp`).
+(:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer warp: :mod:`.bwd_dqwarp`; the next
+Sᵀ ahead, ``s_ahead``: :mod:`.bwd_ahead`; dO's own barriers, ``qdo_split``: :mod:`.bwd_qdo`).
 With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
 compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
 inside one 64-column panel), so their accumulators take head dim 128's registers. Head dim

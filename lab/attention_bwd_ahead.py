@@ -37,9 +37,11 @@ def variants():
                  "dqw dkl sa1 qdo": BwdConfig(**h64, s_ahead=1, qdo_split=True)}}
 
 
-def run(rounds: int = 7, block_ms: float = 10.0) -> None:
+def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
+        width: int = 2048) -> None:
     """``rounds`` rounds a shape; each timed block about ``block_ms`` (calls by the FLOPs
-    at 500 TFLOP/s, 4 to 50)."""
+    at 500 TFLOP/s, 4 to 50); ``grid``: (S, D, causal) shapes, B·S = ``tokens`` and
+    H·D = ``width``."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -48,9 +50,10 @@ def run(rounds: int = 7, block_ms: float = 10.0) -> None:
     from bench.timing import time_interleaved
 
     shipped, table, rows = bwd_api.choose_bwd, variants(), []
-    grid = [(s, d, c) for d in (128, 64) for s in (1024, 4096, 16384) for c in (False, True)]
+    grid = grid or [(s, d, c) for d in (128, 64) for s in (1024, 4096, 16384)
+                    for c in (False, True)]
     for s, d, causal in grid:
-        b, h = 16384 // s, 2048 // d
+        b, h = tokens // s, width // d
         g = torch.Generator(device="cuda").manual_seed(s + d)
         q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
                                    generator=g) for _ in range(4))

@@ -34,7 +34,8 @@ f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled 
 ``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers.
 With ``deterministic``, dQ's adds to each 64-row block follow one fixed order through a
 per-block semaphore (:mod:`.bwd_det`). The step's orderings are the plan's
-(:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer warp: :mod:`.bwd_dqwarp`).
+(:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer warp: :mod:`.bwd_dqwarp`; the next
+Sᵀ ahead, ``s_ahead``: :mod:`.bwd_ahead`; dO's own barriers, ``qdo_split``: :mod:`.bwd_qdo`).
 With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
 compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
 inside one 64-column panel), so their accumulators take head dim 128's registers. Head dim
@@ -54,12 +55,14 @@ from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
 from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
+from .bwd_ahead import Ahead
 from .bwd_cols import col_pieces
 from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer
 from .bwd_gsplit import split_step
+from .bwd_qdo import load_slot
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
-from .bwd_steps import kv_gemms, load_kv, row_blocks, store, zero_other_keys
+from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store, zero_other_keys
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 PANEL = 64           # 16-bit elements per 128-byte swizzle row
@@ -90,7 +93,8 @@ class Smem:
         self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8
         self.empty = self.full + 8 * c.stages
-        self.total = self.empty + 8 * c.stages
+        self.fulldo = self.empty + 8 * c.stages          # (qdo_split: dO's own barriers)
+        self.total = self.fulldo + (8 * c.stages if c.qdo_split else 0)
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
@@ -227,11 +231,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
                           dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
+        fulldo = base + L.fulldo if c.qdo_split else None
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
+                if c.qdo_split:
+                    ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(fulldo, 8 * s), 1)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
 
@@ -246,20 +253,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     for mb in ptx.range_(*m_range):
                         m0 = mb * bm
                         wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
-                        fb = full + ring.slot * 8
-                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                 ptx.addr(fb), 2 * L.q_bytes + 4 * bm * 4)
-                        for tmap, dst in ((tq, L.q), (tdo, L.do)):
-                            at = base + dst + ring.slot * L.q_bytes
-                            for p in range(P):
-                                ptx.tma.load(at + p * bm * ROW if p else at, tmap,
-                                             qc(p, head, m0), fb)
-                        # one copy of -LSE·log2e and D per consumer warpgroup: each reads
-                        # its own (a warpgroup's reads are all ordered before its release)
-                        for tmap, dst in ((tl, L.lse), (td, L.dpsum)):
-                            for cw in range(2):
-                                ptx.tma.load(base + dst + ring.slot * (2 * bm * 4) + cw * bm * 4,
-                                             tmap, rc(m0, head), fb)
+                        # (qdo_split: Q, LSE on full; dO, D on fulldo)
+                        load_slot(base=base, slot=ring.slot, full=full,
+                                  fulldo=fulldo, q_bytes=L.q_bytes,
+                                  bm=bm, panels=P, tiles=((tq, L.q), (tdo, L.do)),
+                                  rows=((tl, L.lse), (td, L.dpsum)),
+                                  qc=lambda p: qc(p, head, m0), rc=lambda: rc(m0, head))
                         ring.advance()
             if c.dq_warp:           # warp 1: dQ's reduce-adds (bwd_dqwarp)
                 with ptx.if_((tid >> 5) == 1):
@@ -315,6 +314,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     turns.start()
             # the semaphore read early in the step, but where ptxas would spill its registers
             poll = not (rows or softcap)
+            ahead = Ahead(c.s_ahead, labels=labels, full=full, stages=S, ring=ring, bw=bw,
+                          q_of=lambda s: base + L.q + s * L.q_bytes, score=(mma_s, k_w, d, bn, bm),
+                          steps=_s32(group) * ptx.max(m_hi - m_lo, 0)) if c.s_ahead else None
+            if ahead:            # the first step's Sᵀ (bwd_ahead)
+                ahead.first()
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
                 bh = head if varlen else batch * nh + head
@@ -325,30 +329,28 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     def early():      # deterministic: under the step's first GEMMs
                         if turns:
                             turns.early(lane, lane == 0 if poll else None, bh, sem_of())
-                    wait(labels, full + ring.slot * 8, ring.phase)
+                    if not ahead:    # (s_ahead: waited for where its Sᵀ was issued)
+                        wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
                     row_at = lambda o, _s=ring.slot: base + o + _s * (2 * bm * 4) + w * (bm * 4)
                     if sh:                            # this warpgroup's queries' LSE and D
                         row_at = lambda o, _r=row_at: _r(o) + qh * 4
-                    s_acc = ptx.wgmma.accumulator(bw)
+                    s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(bw)
                     dp_acc = None if gs else ptx.wgmma.accumulator(bw)
+                    if ahead:
+                        ahead.top()
                     ptx.inst("wgmma.fence.sync.aligned")
                     # (sdp_split: warpgroup 0 Sᵀ = K·Qᵀ, 1 dPᵀ = V·dOᵀ, in s_acc)
                     for acc, a_at, b_at in (((s_acc, k_w + w * L.kv_bytes,
                                               q_at + w * (L.do - L.q)),) if gs else
+                                            ((dp_acc, v_w, do_at),) if ahead else
                                             ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
                         if sh:                        # queries qh .. qh + 31 of the tile
                             b_at = b_at + qh * ROW
-                        a_desc = ptx.wgmma.descriptor(a_at, leading=16, stride=1024, swizzle=128)
-                        b_desc = ptx.wgmma.descriptor(b_at, leading=16, stride=1024, swizzle=128)
-                        for ks in range(d // 16):
-                            pnl, kin = divmod(ks, 4)
-                            ao = (pnl * bn * ROW + kin * 32) >> 4
-                            bo = (pnl * bm * ROW + kin * 32) >> 4
-                            ptx.inst(mma_s, list(acc), a_desc + ao if ao else a_desc,
-                                     b_desc + bo if bo else b_desc, 0 if ks == 0 else 1,
-                                     1, 1, 0, 0)
+                        if c.qdo_split and acc is dp_acc:     # dO's own barrier
+                            wait(labels, fulldo + ring.slot * 8, ring.phase)
+                        score_gemm(mma_s, acc, a_at, b_at, d, bn, bm)
                         if c.overlap:                 # Sᵀ and dPᵀ: a group each
                             ptx.inst("wgmma.commit_group.sync.aligned")
                     # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
@@ -468,7 +470,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     late = kv_mmas[c.overlap - 1:] if c.dq_first else \
                         kv_mmas[1:] if c.dk_last else ()      # (dk_last: dK)
                     for ch in range(nch):
-                        dq = ptx.wgmma.accumulator(qcols[ch])
+                        dq = ahead.dq_acc(qcols[ch]) if ahead else \
+                            ptx.wgmma.accumulator(qcols[ch])
                         b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
                             base + L.k if rows else \
                             k_w + coff[ch] if cs else k_w + ch * BN * ROW
@@ -482,10 +485,15 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                      1, 1, 1, 1)
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         if ch == 0 and late:
+                            if ahead:
+                                ahead.after_dq()
                             for kv in late:
                                 kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
-                        ptx.inst("wgmma.wait_group.sync.aligned", 1 if ch == 0 and late else 0)
+                            if ahead:         # (1: the next step's Sᵀ behind dK)
+                                ahead.after_dk()
+                        ptx.inst("wgmma.wait_group.sync.aligned", ahead.wait_dq if ahead else
+                                 1 if ch == 0 and late else 0)
                         if ch == (1 if late else 0):  # Q, dO, LSE, D of this step are read
                             with ptx.if_(lane == 0):
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
@@ -515,7 +523,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
                                          [dq.regs[i], dq.regs[i + 1]])
                             if late and nch == 1:
-                                ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                                if ahead:     # (2: the next step's Sᵀ behind the stage;
+                                    ahead.after_stage()    # the stage handed over under dK)
+                                    if c.dq_warp:
+                                        hand_stage(w)
+                                ptx.inst("wgmma.wait_group.sync.aligned",
+                                         ahead.wait_dk if ahead else 0)
                                 with ptx.if_(lane == 0):
                                     ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                              ptx.addr(empty + ring.slot * 8))
@@ -525,7 +538,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
                     if c.dq_warp:
-                        hand_stage(w)
+                        if not ahead:
+                            hand_stage(w)
                     elif c.dq_tma:                   # one thread adds the staged chunks
                         ptx.inst("fence.proxy.async.shared::cta")
                         ptx.inst("bar.sync", 1 + w, 128)
@@ -548,6 +562,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
                     ring.advance()
+            if ahead:
+                ahead.drain()
             if c.dq_warp:            # the writer's last arrival (its first was before any)
                 take_stage(w)
             elif c.dq_tma:

@@ -88,7 +88,14 @@ class BwdConfig:
     det_cta`), instead of as many (1 to 8) as keep their whole rows within 24 MB of L2: more
     units, fewer co-resident key blocks of each, so a shorter chain of turns on each row
     block (each of a unit's co-resident key blocks runs one add's landing behind the one
-    before); 0, the L2 rule."""
+    before); 0, the L2 rule.
+
+    ``s_ahead`` (dk_last, with dq_split or block_m 128): the next step's Sᵀ issued before
+    this step ends, behind dK (1: run while dQ is staged) or behind dQ's stage (2: queued
+    behind dK), so the tensor pipe does not wait for the step's end and the next
+    slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, wg2, col_split): Q with LSE and dO
+    with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
+    dO has (:mod:`.bwd_qdo`)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -111,6 +118,8 @@ class BwdConfig:
     wg2: bool = False
     det_pipe: bool = False
     det_units: int = 0
+    s_ahead: int = 0
+    qdo_split: bool = False
 
     @property
     def tag(self) -> str:
@@ -126,7 +135,9 @@ class BwdConfig:
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
                 f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
-                f"{f'_u{c.det_units}' if c.det_units else ''}")
+                f"{f'_u{c.det_units}' if c.det_units else ''}"
+                f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
+                f"{'_qdo' if c.qdo_split else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -183,6 +194,14 @@ class BwdConfig:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:
             raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
+        if self.s_ahead not in (0, 1, 2):
+            raise ValueError(f"s_ahead is 0, 1 or 2, got {self.s_ahead}")
+        if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
+            raise ValueError("s_ahead issues the next step's Sᵀ behind dk_last's dK, under "
+                             "a one-chain dQ: it needs dk_last, and dq_split or block_m=128")
+        if self.qdo_split and (self.wg3 or self.wg2 or self.col_split):
+            raise ValueError("qdo_split gives dO its own barrier in the 64- and 128-key "
+                             "kernels' ring: not with wg3, wg2 or col_split")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "
@@ -229,7 +248,8 @@ class BwdConfig:
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
         xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
-        return kv + ring + ds + stage + xg + 8 * (1 + 2 * self.stages)
+        return kv + ring + ds + stage + xg + 8 * (1 + (3 if self.qdo_split else 2) *
+                                                  self.stages)
 
 
 @lru_cache(maxsize=1)

@@ -111,10 +111,24 @@ def row_blocks(n0, sq, sk, mask, bn: int, bm: int, varlen: bool):
     return off, m_lo, m_hi
 
 
+def score_gemm(mma, acc, a_at, b_at, d: int, bn: int, bm: int) -> None:
+    """``acc = A·Bᵀ`` over ``d`` (Sᵀ = K·Qᵀ or dPᵀ = V·dOᵀ): A the ``bn``-row K or V
+    tile's rows from ``a_at``, B the ring's ``bm``-row Q or dO tile's rows from ``b_at``,
+    both K-major in 64-column panels (128-byte swizzle); no fence, no commit."""
+    a_desc = ptx.wgmma.descriptor(a_at, leading=16, stride=1024, swizzle=128)
+    b_desc = ptx.wgmma.descriptor(b_at, leading=16, stride=1024, swizzle=128)
+    for ks in range(d // 16):
+        pnl, kin = divmod(ks, 4)
+        ao = (pnl * bn * ROW + kin * 32) >> 4
+        bo = (pnl * bm * ROW + kin * 32) >> 4
+        ptx.inst(mma, list(acc), a_desc + ao if ao else a_desc,
+                 b_desc + bo if bo else b_desc, 0 if ks == 0 else 1, 1, 1, 0, 0)
+
+
 def u32_of(x):
     r = reg.scalar(u32)
     ptx.inst.cvt.u32.s32(r, x)
     return r
 
 
-__all__ = ["kv_gemms", "zero_other_keys", "store", "load_kv", "row_blocks", "u32_of"]
+__all__ = ["kv_gemms", "score_gemm", "zero_other_keys", "store", "load_kv", "row_blocks", "u32_of"]

@@ -1,0 +1,149 @@
+"""``BwdConfig.s_ahead`` (:mod:`ptxdsl.ops.attention.bwd_ahead`): the next step's Sᵀ issued
+before the step ends, behind dK (1) or behind dQ's stage (2), on FlashAttention-4's step
+(``dq_warp``, ``dk_last``) at head dim 128 (``dq_split``) and 64 (``block_m`` 128), and
+``qdo_split`` (:mod:`ptxdsl.ops.attention.bwd_qdo`: Q and dO of a ring slot on mbarriers of
+their own), alone and with it: what they emit, what ptxas makes of them, and the CPU
+interpreter's dq, dk, dv against float64 (several steps a CTA, so the carried Sᵀ crosses
+steps, heads of a GQA group and the ring's wrap; masks, a CTA with no step, varlen, the
+deterministic mode)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16
+from ptxdsl.ops import attention_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention.bwd import build_backward
+from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.config import Mask
+from ptxas_resources import resources_or_skip  # noqa: E402
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+from attention_bwd_checks import check_grads as _check, check_varlen_causal  # noqa: E402
+
+H128 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True, ds_double=True,
+            dq_warp=True, dk_last=True)
+H64 = dict(stages=2, dq_tma=True, dq_swizzle=True, block_m=128, overlap=1, ds_double=True,
+           dq_warp=True, dk_last=True)
+
+
+def _case(monkeypatch, c, d, sq, sk, seed, det=False, **kw):
+    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    out, lse = attention_reference(q, k, v, **kw)
+    args = (do, q, k, v, out.astype(BF16), lse.astype(np.float32))
+    got = attention_backward(*args, deterministic=det, **kw)
+    _check(got, attention_backward_reference(do, q, k, v, **kw))
+    return args, got
+
+
+def _mmas(text):
+    """The wgmma lines' (n, A from registers) in program order."""
+    return [(ln.split("m64n")[1].split("k16")[0], ln.count("{") == 2)
+            for ln in text.splitlines() if "wgmma.mma_async" in ln]
+
+
+def test_emits_the_next_scores_and_the_split_barriers():
+    """Head dim 128, s_ahead 2 with qdo_split (one build): the plan's Sᵀ, dPᵀ, dV, dQ, dK
+    becomes Sᵀ (before the loop), then dPᵀ, dV, dQ, dK and, after dQ's st.shared.v2.f32,
+    the next Sᵀ; a third mbarrier per slot, the producer's two expect_tx a step (Q and
+    LSE: 64 x 128 x 2 + 2 x 64 x 4 bytes, the same for dO and D) beside K/V's, and the
+    consumer's wait for dO right before dPᵀ; the options they need are checked."""
+    text = build_backward(BwdConfig(**H128, s_ahead=2, qdo_split=True), bf16, 128,
+                          scale=0.1).ptx()
+    s, dv = [("64", False)] * 8, [("128", True)] * 4
+    assert _mmas(text) == s + s + dv + s + dv + s and "_sa2_qdo" in text
+    tail = text[text.rindex("m64n128k16"):]
+    assert "st.shared.v2.f32" in tail[:tail.index("m64n64k16")]
+    assert text.count("mbarrier.init.shared::cta.b64") == 1 + 3 * 2
+    expects = [ln for ln in text.splitlines() if "expect_tx" in ln]
+    assert len(expects) == 3 and sum(ln.rstrip().endswith("16896;") for ln in expects) == 2
+    # the loop's first wgmma is dPᵀ's, right after its wait (the carried Sᵀ's wait_group 0
+    # and the wait for dO)
+    loop = text[text.index("wgmma.commit_group"):]
+    head = loop[:loop.index("m64n64k16")]
+    assert "mbarrier.try_wait" in head and "wgmma.wait_group.sync.aligned 0" in head
+    for bad in (dict(H128, dk_last=False, s_ahead=1),
+                dict(stages=2, dq_tma=True, overlap=1, dk_last=True, s_ahead=1),
+                dict(H128, s_ahead=3)):
+        with pytest.raises(ValueError, match="s_ahead"):
+            BwdConfig(**bad)
+    with pytest.raises(ValueError, match="qdo_split"):
+        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, qdo_split=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("d,mode,sq,sk,kw", [
+    (128, 2, 150, 260, {}), (128, 2, 150, 260, dict(causal=True)),
+    (128, 2, 100, 300, dict(window_size=(10, 0))), (128, 2, 150, 260, dict(softcap=5.0)),
+    (128, 1, 150, 260, dict(causal=True)), (64, 1, 150, 260, {}),
+    (64, 1, 100, 300, dict(window_size=(10, 0))), (64, 2, 150, 260, dict(causal=True)),
+    (128, 0, 150, 260, dict(causal=True, qdo_split=True)),
+    (128, 2, 100, 300, dict(window_size=(10, 0), qdo_split=True)),
+    (64, 1, 150, 260, dict(qdo_split=True)), (64, -1, 150, 260, dict(causal=True,
+                                                                      qdo_split=True))],
+    ids=["128-2-full", "128-2-causal", "128-2-win", "128-2-cap", "128-1-causal", "64-1-full",
+         "64-1-win", "64-2-causal", "128-qdo-causal", "128-2-qdo-win", "64-1-qdo-full",
+         "64-plan-qdo-causal"])
+def test_masks_match_float64(monkeypatch, d, mode, sq, sk, kw):
+    """Sq = 150: three 64-row steps (two 128-row) a head, two heads a CTA, the ring
+    wrapping; the window (Sq = 100, Sk = 300) leaves the first key block without a step.
+    (mode -1: head dim 64's plan row, without dq_warp and dk_last.)"""
+    kw = dict(kw)
+    qdo = kw.pop("qdo_split", False)
+    base = H128 if d == 128 else H64
+    if mode < 0:
+        base = dict(base, dq_warp=False, dk_last=False)
+    c = BwdConfig(**base, s_ahead=max(mode, 0), qdo_split=qdo)
+    _case(monkeypatch, c, d, sq, sk, 7 + mode, **kw)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("d", [64, 128])
+def test_deterministic_repeats_bitwise(monkeypatch, d):
+    c = BwdConfig(**H128, s_ahead=2) if d == 128 else BwdConfig(**H64, s_ahead=1)
+    args, first = _case(monkeypatch, c, d, 130, 130, 11, det=True, causal=True)
+    again = attention_backward(*args, deterministic=True, causal=True)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(first, again))
+
+
+@pytest.mark.long
+def test_varlen_matches_float64(monkeypatch):
+    """Head dim 128 (s_ahead 2, qdo_split), three packed sequences (one of one query), GQA,
+    causal."""
+    c = BwdConfig(**H128, s_ahead=2, qdo_split=True)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    cq, ck = np.cumsum([0, 33, 1, 100]), np.cumsum([0, 70, 129, 20])
+    rng = np.random.default_rng(4)
+    q, k, v, do = (rng.standard_normal((n, h, 128)).astype(BF16)
+                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
+    check_varlen_causal(q, k, v, do, cq, ck)
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("d,mode,qdo", [(128, 2, False), (64, 1, False), (64, 2, False),
+                                        (128, 0, True), (128, 2, True), (64, 1, True)],
+                         ids=["128-2", "64-1", "64-2", "128-qdo", "128-2-qdo", "64-1-qdo"])
+@pytest.mark.parametrize("mask,det,varlen", [
+    (Mask(), False, False), (Mask(-1, 0), False, False), (Mask(40, 3), False, False),
+    (Mask(-1, 0), True, False), (Mask(-1, 0), False, True), (Mask(-1, 0), True, True)])
+def test_ptxas_keeps_everything_in_registers_and_pipelined(d, mode, qdo, mask, det, varlen):
+    """No spills, and no wgmma serialization notice (C7510-C7518, "Potential Performance
+    Loss"); softcap spills (8 bytes at
+    128, 200 at 64), as block_m 128's plan row does, and has its own row at 128.
+    (s_ahead 1 at head dim 128 is C7512: dQ's and the next Sᵀ's accumulators and dK's A
+    do not fit beside dK and dV.)"""
+    if varlen and d == 64:
+        pytest.skip("block_m 128 is the dense layout")
+    base = H128 if d == 128 else H64
+    k = build_backward(BwdConfig(**base, s_ahead=mode, qdo_split=qdo), bf16, d, mask,
+                       scale=0.07, deterministic=det, varlen=varlen)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+    assert "Performance Loss" not in k.check().log, k.name

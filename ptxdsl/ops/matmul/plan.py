@@ -171,8 +171,9 @@ def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType,
     four k-blocks (``kb_roll``) and, where the caller's ``smem_scales`` says ``scale_a``
     allows it (M a multiple of 4, a 16-byte aligned base), read ``scale_a`` from the ring."""
     if mode != "block":
-        return fitted(dataclasses.replace(p, m_waves=1, kb_pairs=False, kb_roll=0), dtype,
-                      out_dtype) if p.m_waves > 1 or p.kb_pairs or p.kb_roll else p
+        return fitted(dataclasses.replace(p, m_waves=1, kb_pairs=False, kb_roll=0,
+                                          kb_stagger=False),
+                      dtype, out_dtype) if p.m_waves > 1 or p.kb_pairs or p.kb_roll else p
     if p.bn == 256 and p.split == 1 and not (p.a_rows or p.cluster_n > 1) and p.m_waves == 1:
         # 256 columns as two 128-column halves without a cluster, four k-blocks rolled and
         # scale_a through the ring: the fastest of lab/fp8_block_plans.py's variants

@@ -17,7 +17,10 @@
   serves twice the rows), ``bn = 256`` (the mirror: two 128-column halves, each in one
   ``scale_b`` block, promoted in turn into one m64n256 accumulator) and ``kb_pairs`` (two
   ``part`` accumulators: a k-block's promotion runs under the next k-block's wgmmas of
-  the same consumer).
+  the same consumer), ``kb_roll`` (2, 4 or 8 k-blocks an iteration through two
+  temporaries in turn) and ``kb_stagger`` (the second consumer leads with ``kb_roll / 2``
+  k-blocks one at a time, so the two consumers' drained wgmma queues, one per iteration,
+  do not coincide).
 """
 from __future__ import annotations
 
@@ -216,6 +219,20 @@ class BlockLoop:
                 retire(s - 1, 1)
         retire(len(steps) - 1, 0)
 
+    def _lead(self, kb0, nkr, last, rows, n0):
+        """``Plan.kb_stagger``: the second consumer (rows 64 .. 127 of the tile: bit 6 of
+        its first row, the tile starting at a multiple of 128) takes its first ``roll / 2``
+        k-blocks (at most ``nkr``) one at a time, so its rolling iterations, and the wgmma
+        queue drained at the end of each, fall halfway between the first consumer's.
+        Returns the k-blocks left: ``(kb0 + lead, nkr - lead)``."""
+        first = self.scales[0]
+        lead = ptx.min(((rows[0] >> 6) & 1) << ((self.roll >> 1).bit_length() - 1), nkr)
+        for i in range(self.roll >> 1):
+            with ptx.if_(lead > i):
+                self._one(first)
+                first.load(ptx.min(kb0 + (i + 1), last), rows, n0)
+        return kb0 + lead, nkr - lead
+
     def _two(self, kb, last, rows, n0):
         """k-blocks ``kb`` and ``kb + 1`` (one wave): both issued, then each waited,
         released and promoted; their scales reloaded for ``kb + 2`` and ``kb + 3``."""
@@ -243,12 +260,19 @@ class BlockLoop:
         last = kb0 + nkr - 1
         first = self.scales[0]
         first.load(kb0, rows, n0)
+        stagger = self.roll and self.ops.p.kb_stagger
+        if stagger:
+            kb0, nkr = self._lead(kb0, nkr, last, rows, n0)    # ``first`` holds kb0's
         if self.roll:
             r = self.roll
             for i in range(1, r):
                 self.scales[i].load(ptx.min(kb0 + i, last), rows, n0)
-            for j in ptx.range_(nkr >> (r.bit_length() - 1)):
-                self._rolling(kb0 + r * j if split else r * j, last, rows, n0)
+            if stagger:     # the iteration's first k-block as the counter (no kb0 + r * j)
+                for kb in ptx.range_(kb0, kb0 + (nkr & -r), r):
+                    self._rolling(kb, last, rows, n0)
+            else:
+                for j in ptx.range_(nkr >> (r.bit_length() - 1)):
+                    self._rolling(kb0 + r * j if split else r * j, last, rows, n0)
             rem = nkr & (r - 1)     # the last k-blocks, one at a time (set i has kb + i)
             for i in range(r - 1):
                 with ptx.if_(rem > i):

@@ -132,6 +132,23 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     # both, 256 columns, a cluster whose second tile row lies past M
     pytest.param(260, 300, 800, 1, dict(bn=256, kb_roll=4, cluster=2, smem_scales=True),
                  marks=pytest.mark.long),
+    # staggered consumers: the second (rows 64 .. 69) takes its first k-block alone, then
+    # one rolling iteration (the first consumer: one iteration and one k-block left)
+    (70, 72, 336, 1, dict(bn=128, kb_roll=2, kb_stagger=True)),
+    # eight k-blocks an iteration: nine k-blocks (one left over), a split-K rank's 3 / 2
+    pytest.param(130, 72, 1168, 1, dict(bn=128, kb_roll=8), marks=pytest.mark.long),
+    pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=8, kb_stagger=True),
+                 marks=pytest.mark.long),
+    # staggered, 256 columns in 64-column chunks, scale_a through the ring: the second
+    # consumer's two k-blocks alone, one iteration, one left over
+    pytest.param(132, 300, 800, 1, dict(bn=256, kb_roll=4, kb_stagger=True, smem_scales=True),
+                 marks=pytest.mark.long),
+    # the second consumers of the second tile row (rows 192 ..) lead with four of nine
+    # k-blocks; a tile of one k-block (the lead cut to it)
+    pytest.param(260, 200, 1040, 1, dict(bn=128, kb_roll=8, kb_stagger=True,
+                                         smem_scales=True), marks=pytest.mark.long),
+    pytest.param(130, 72, 128, 1, dict(bn=128, kb_roll=4, kb_stagger=True),
+                 marks=pytest.mark.long),
 ])
 def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     """``Plan.kb_roll`` (k-blocks in turn through two temporaries, each promoted under the
@@ -147,12 +164,27 @@ def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled="block")
     assert kern.name.endswith(f"{'_r%d' % p.kb_roll if p.kb_roll else ''}"
                               f"{'_ss' if p.smem_scales else ''}_blockscaled")
+    assert ("_stg_" in kern.name) == p.kb_stagger
     rng = np.random.default_rng(m + n + k)
     a, w = ints(rng, (m, k)), ints(rng, (n, k))
     sa, sb = scales_for(rng, "block", m, n, k)
     c = kern.interpret(a.astype(E4M3), w.astype(E5M2), np.ascontiguousarray(sa.T), sb,
                        np.full((m, n), np.nan, np.float32))
     np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, "block"))
+
+
+def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
+    """``Plan.kb_stagger`` needs rolling k-blocks (``kb_roll`` 2, 4 or 8); other scaling
+    modes drop both; the default plan's kernel is unchanged."""
+    p = for_scaling(choose(4096, 7168, 16384, e4m3, bf16), "block", e4m3, bf16)
+    with pytest.raises(ValueError, match="kb_stagger .* needs kb_roll"):
+        dataclasses.replace(p, kb_roll=0, kb_stagger=True)
+    with pytest.raises(ValueError, match="0, 2, 4 or 8 k-blocks"):
+        dataclasses.replace(p, kb_roll=16)
+    s8 = dataclasses.replace(p, kb_roll=8, kb_stagger=True)
+    assert s8.options_tag == "_stg" and p.options_tag == ""
+    row = for_scaling(s8, "row", e4m3, bf16)
+    assert row.kb_roll == 0 and not row.kb_stagger
 
 
 def test_block_scaled_plans_take_128_column_tiles():

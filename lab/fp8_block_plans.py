@@ -18,7 +18,11 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
   chunks); ``ss``, ``r4ss``, ``n256r4ss``, ``n128ss``: ``base``, ``r4``, ``n256r4``
   and ``n128`` with ``scale_a`` copied into each ring stage by the producer
   (``smem_scales``; ``n128ss`` is DeepGEMM's sm90 loop: 128 x 128 tiles, clusters of 2,
-  one temporary, scales from shared memory); ``--variants all`` adds ``n128, c1, w2, kp, st-1`` and
+  one temporary, scales from shared memory); ``r8ss``, ``n256r8ss`` (eight k-blocks an
+  iteration), ``n256r2ss``, and ``r4ss_stg``, ``r8ss_stg``, ``n256r2ss_stg`` (``kb_stagger``:
+  the second consumer leads with half an iteration's k-blocks one at a time, so the two
+  consumers' drained wgmma queues do not coincide); ``--variants all`` adds ``n128, c1,
+  w2, kp, st-1`` and
   ``tensor n128`` (the default leaves out what the 18:15 run showed behind ``base``);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
   256-column tiles: what the block-wise scales cost at one tile shape;
@@ -64,7 +68,17 @@ ROLLING = {"r2": dict(bn=128, kb_roll=2, cluster=1), "r4": dict(bn=128, kb_roll=
            "ss": dict(smem_scales=True), "r4ss": dict(bn=128, kb_roll=4, cluster=1,
                                                       smem_scales=True),
            "n128ss": dict(bn=128, cluster=2, smem_scales=True),     # DeepGEMM's loop
-           "n256r4ss": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True)}
+           "n256r4ss": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True),
+           # eight k-blocks an iteration (the queue drained half as often) and the second
+           # consumer's iterations staggered by half of one (kb_stagger), 128- and
+           # 256-column tiles, scale_a through the ring
+           "r4ss_stg": dict(bn=128, kb_roll=4, cluster=1, smem_scales=True, kb_stagger=True),
+           "r8ss": dict(bn=128, kb_roll=8, cluster=1, smem_scales=True),
+           "r8ss_stg": dict(bn=128, kb_roll=8, cluster=1, smem_scales=True, kb_stagger=True),
+           "n256r8ss": dict(bn=256, kb_roll=8, cluster=1, smem_scales=True),
+           "n256r2ss": dict(bn=256, kb_roll=2, cluster=1, smem_scales=True),
+           "n256r2ss_stg": dict(bn=256, kb_roll=2, cluster=1, smem_scales=True,
+                                kb_stagger=True)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
 BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128"}
 

@@ -21,8 +21,10 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
   one temporary, scales from shared memory); ``r8ss``, ``n256r8ss`` (eight k-blocks an
   iteration), ``n256r2ss``, and ``r4ss_stg``, ``r8ss_stg``, ``n256r2ss_stg`` (``kb_stagger``:
   the second consumer leads with half an iteration's k-blocks one at a time, so the two
-  consumers' drained wgmma queues do not coincide); ``--variants all`` adds ``n128, c1,
-  w2, kp, st-1`` and
+  consumers' drained wgmma queues do not coincide); ``n160ss``, ``n160r4ss``,
+  ``n160r8ss``, ``n160r4ss_stg``: 160-column tiles (each across two ``scale_b`` blocks,
+  in 80-column halves when rolling) for N = 7168's rounds; ``--variants all`` adds ``n128,
+  c1, w2, kp, st-1`` and
   ``tensor n128`` (the default leaves out what the 18:15 run showed behind ``base``);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
   256-column tiles: what the block-wise scales cost at one tile shape; ``tensor n128c1``
@@ -79,6 +81,13 @@ ROLLING = {"r2": dict(bn=128, kb_roll=2, cluster=1), "r4": dict(bn=128, kb_roll=
            "n256r8ss": dict(bn=256, kb_roll=8, cluster=1, smem_scales=True),
            "n256r2ss": dict(bn=256, kb_roll=2, cluster=1, smem_scales=True),
            "n256r2ss_stg": dict(bn=256, kb_roll=2, cluster=1, smem_scales=True,
+                                kb_stagger=True),
+           # 160-column tiles (two scale_b blocks: 45 tiles across N = 7168, 1440 of
+           # 128 x 160 over 132 SMs in 11 rounds, 99% busy, against 97% for 128 or 256)
+           "n160ss": dict(bn=160, cluster=1, smem_scales=True),
+           "n160r4ss": dict(bn=160, kb_roll=4, cluster=1, smem_scales=True),
+           "n160r8ss": dict(bn=160, kb_roll=8, cluster=1, smem_scales=True),
+           "n160r4ss_stg": dict(bn=160, kb_roll=4, cluster=1, smem_scales=True,
                                 kb_stagger=True)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
 BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1"}

@@ -29,6 +29,8 @@ from ...core.types import f32, u32, u64
 from .._common.ring import wait
 from .._common.rowio import load_chunk
 
+STRADDLING = 160   # the block-wise tile width that is no multiple of 128 (two scale_b blocks)
+
 
 def _wide(x, scale):
     d = reg.scalar(u64)
@@ -162,6 +164,7 @@ class BlockLoop:
                                               len(scales.sa), len(scales.sb), scales.smem)
                                   for _ in range(sets - 1)]
         self.rows = None
+        self.phase = None       # a 160-column tile's (n0 >> 5) & 3 (_promote_straddling)
 
     def _full(self, scales):
         """Wait for the current ring stage; ``scale_a`` from it (``Plan.smem_scales``)."""
@@ -171,9 +174,33 @@ class BlockLoop:
 
     def _promote(self, w, part, c, scales):
         """Chunk ``c``'s temporary into its values of wave ``w``'s accumulator, with the
-        ``scale_b`` of the 128-column block it lies in."""
+        ``scale_b`` of the 128-column block it lies in (:meth:`_promote_straddling` for
+        160-column tiles)."""
         n = self.n
-        promote(self.accs[w][c * n:(c + 1) * n], part, scales.factors(w, c * self.cw >> 7))
+        dst = self.accs[w][c * n:(c + 1) * n]
+        if self.phase is not None:
+            self._promote_straddling(dst, part, c * self.cw, scales.factors(w, 0),
+                                     scales.factors(w, 1))
+            return
+        promote(dst, part, scales.factors(w, c * self.cw >> 7))
+
+    def _promote_straddling(self, dst, part, col0, f0, f1):
+        """A 160-column tile (``Plan.bn = 160``) starts at a multiple of 32 and spans two
+        ``scale_b`` blocks: its first ``4 - phase`` 32-column quarters (``phase = (n0 >>
+        5) & 3``) lie in the first. A value's factor is ``f0`` or ``f1`` of its row by its
+        quarter (fragment value ``i`` of a chunk from column ``col0`` lies in column
+        ``col0 + 8 * (i >> 2) + ..``); quarters 1 to 3 pick one with ``selp``, once per
+        row and chunk."""
+        picked = {}
+        for i, (a, p) in enumerate(zip(dst, part)):
+            q, r = (col0 + 8 * (i >> 2)) >> 5, (i >> 1) & 1
+            if (q, r) not in picked:
+                if q == 0 or q >= 4:
+                    picked[q, r] = f0[r] if q == 0 else f1[r]
+                else:
+                    picked[q, r] = reg.scalar(f32)
+                    ptx.inst.selp.f32(picked[q, r], f0[r], f1[r], self.phase < 4 - q)
+            ptx.inst.fma.rn.f32(a, p, picked[q, r], a)
 
     def _one(self, scales):
         """A k-block of every wave, one after the other, through ``parts[0]``."""
@@ -257,6 +284,8 @@ class BlockLoop:
             for r in dst:
                 ptx.inst.mov.f32(r, 0.0)
         self.rows = rows
+        if self.ops.p.bn == STRADDLING:
+            self.phase = (n0 >> 5) & 3
         last = kb0 + nkr - 1
         first = self.scales[0]
         first.load(kb0, rows, n0)
@@ -293,7 +322,10 @@ class BlockLoop:
 def chunk_cols(p) -> int:
     """Columns of one block-wise wgmma (m64nX): the tile's, 128 for a 256-column tile
     (two halves), 64 for a rolling 256-column tile (two 32-value temporaries beside the
-    128-value accumulator fit a consumer's registers; two 64-value ones do not)."""
+    128-value accumulator fit a consumer's registers; two 64-value ones do not); a
+    160-column tile's, or its 80-column halves rolling."""
+    if p.bn == STRADDLING:
+        return p.bn // 2 if p.kb_roll else p.bn
     return 64 if p.kb_roll and p.bn > 128 else min(p.bn, 128)
 
 

@@ -149,6 +149,16 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
                                          smem_scales=True), marks=pytest.mark.long),
     pytest.param(130, 72, 128, 1, dict(bn=128, kb_roll=4, kb_stagger=True),
                  marks=pytest.mark.long),
+    # 160-column tiles across two scale_b blocks: tiles at columns 0, 160, 320 and 480
+    # (every place of a block boundary in a tile: 128, 96, 64, 32 columns in), the last
+    # ragged and its second block past N; one temporary, rolling 80-column halves, both
+    # with scale_a through the ring and staggered
+    pytest.param(70, 600, 400, 1, dict(bn=160), marks=pytest.mark.long),
+    pytest.param(70, 600, 400, 1, dict(bn=160, kb_roll=2), marks=pytest.mark.long),
+    pytest.param(132, 600, 800, 1, dict(bn=160, kb_roll=4, smem_scales=True,
+                                        kb_stagger=True), marks=pytest.mark.long),
+    pytest.param(132, 500, 272, 1, dict(bn=160, cluster=2, smem_scales=True),
+                 marks=pytest.mark.long),
 ])
 def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     """``Plan.kb_roll`` (k-blocks in turn through two temporaries, each promoted under the
@@ -175,12 +185,15 @@ def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
 
 def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
     """``Plan.kb_stagger`` needs rolling k-blocks (``kb_roll`` 2, 4 or 8); other scaling
-    modes drop both; the default plan's kernel is unchanged."""
+    modes drop both; 160-column tiles take neither k-block pairs nor 256-row tiles."""
     p = for_scaling(choose(4096, 7168, 16384, e4m3, bf16), "block", e4m3, bf16)
     with pytest.raises(ValueError, match="kb_stagger .* needs kb_roll"):
         dataclasses.replace(p, kb_roll=0, kb_stagger=True)
     with pytest.raises(ValueError, match="0, 2, 4 or 8 k-blocks"):
         dataclasses.replace(p, kb_roll=16)
+    with pytest.raises(ValueError, match=r"as 160 \(two scale_b blocks\)"):
+        build_hopper(dataclasses.replace(p, bn=160, kb_roll=0, kb_pairs=True), e4m3, bf16,
+                     scaled="block")
     s8 = dataclasses.replace(p, kb_roll=8, kb_stagger=True)
     assert s8.options_tag == "_stg" and p.options_tag == ""
     row = for_scaling(s8, "row", e4m3, bf16)

@@ -117,8 +117,8 @@ def test_block_wise_plan_variants_bit_exact(fields, m, n, k):
     256-column tiles in halves (``bn=256``), rolling k-blocks (``kb_roll``, 256 columns
     in 64-column chunks; ``kb_stagger``: the second consumer's iterations offset),
     160-column tiles across two scale_b blocks and scale_a through the ring
-    (``smem_scales``), built from the plan: integer inputs, f32 output, bit-exact (ragged M, N and K: an odd count of
-    k-blocks, the last 16 long)."""
+    (``smem_scales``), built from the plan: integer inputs, f32 output, bit-exact (ragged
+    M, N and K: an odd count of k-blocks, the last 16 long)."""
     import dataclasses
     from ptxdsl.core.types import e4m3, f32
     from ptxdsl.ops.matmul.hopper import build_hopper

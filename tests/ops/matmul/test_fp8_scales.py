@@ -198,6 +198,11 @@ def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
     assert s8.options_tag == "_stg" and p.options_tag == ""
     row = for_scaling(s8, "row", e4m3, bf16)
     assert row.kb_roll == 0 and not row.kb_stagger
+    # a 160-column plan (a table row's) stays, as a 256-column one does
+    w160 = for_scaling(dataclasses.replace(choose(4096, 7168, 16384, e4m3, bf16), bn=160),
+                       "block", e4m3, bf16, smem_scales=True)
+    assert (w160.bn, w160.cluster, w160.kb_roll, w160.smem_scales) == (160, 1, 4, True)
+    assert w160.smem_bytes(e4m3, bf16) <= 227 * 1024 and w160.stages == 5
 
 
 def test_block_scaled_plans_take_128_column_tiles():
@@ -284,6 +289,35 @@ def test_sm90_dispatch_runs_the_scaled_hopper_kernel(monkeypatch, mode):
     assert seen == [mode] and c.dtype == ml_dtypes.bfloat16
     from ptxdsl.ops.matmul.epilogue import reference as act
     want = act(reference(a, w.T, sa, sb, mode) + bias, "gelu", np)
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=2 ** -7, atol=2 ** -7)
+
+
+@pytest.mark.long
+def test_a_160_column_table_row_runs_block_wise_through_the_public_call(monkeypatch):
+    """A table row with 160-column tiles reaches the block-wise kernel as it is
+    (``plan.for_scaling``: rolling 80-column halves, no cluster, scale_a through the
+    ring): tiles at every place of a ``scale_b`` block boundary, bf16 out within its
+    rounding of the float64 reference."""
+    from runtime_fakes import fake_sm90_dispatch
+    from ptxdsl.ops.matmul import api, plan
+    built = []
+
+    def hopper_kernel(*args, **kw):
+        kern = real(*args, **kw)
+        built.append(kern.name)
+        return kern
+    real = api.hopper_kernel
+    fake_sm90_dispatch(monkeypatch, hopper_kernel)
+    monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
+    monkeypatch.setattr(plan, "measured", lambda *a: {"plan": {"bn": 160, "cluster": 1}})
+    rng = np.random.default_rng(16)
+    m, n, k = 132, 600, 400
+    a = rng.standard_normal((m, k)).astype(E4M3)
+    w = rng.standard_normal((n, k)).astype(E4M3)
+    sa, sb = scales_for(rng, "block", m, n, k)
+    c = matmul(a, w.T, scale_a=np.asfortranarray(sa), scale_b=sb)
+    assert len(built) == 1 and "_n160_" in built[0] and built[0].endswith("_r4_ss_blockscaled")
+    want = reference(a, w.T, sa, sb, "block")
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=2 ** -7, atol=2 ** -7)
 
 

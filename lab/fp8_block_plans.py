@@ -28,7 +28,8 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
   ``tensor n128`` (the default leaves out what the 18:15 run showed behind ``base``);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
   256-column tiles: what the block-wise scales cost at one tile shape; ``tensor n128c1``
-  / ``tensor n256c1`` the same without the cluster (the block-wise plans' choice);
+  / ``tensor n256c1`` the same without the cluster (the block-wise plans' choice),
+  ``tensor n160`` in 160-column tiles;
 * ``cuBLAS fp8 tensor``: ``torch._scaled_mm`` per tensor (scales 1) on the same operands,
   and ``cuBLAS fp8 block``: its 1 x 128 / 128 x 128 block-wise mode with the same scales
   (``bench.matmul_fp8.torch_block_scale_b``'s layout, made untimed), the ratios' base.
@@ -90,7 +91,7 @@ ROLLING = {"r2": dict(bn=128, kb_roll=2, cluster=1), "r4": dict(bn=128, kb_roll=
            "n160r4ss_stg": dict(bn=160, kb_roll=4, cluster=1, smem_scales=True,
                                 kb_stagger=True)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
-BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1"}
+BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1", "tensor n160"}
 
 
 def variants(m, n, k, sms, device):
@@ -131,6 +132,8 @@ def tensor_plans(m, n, k, sms, device):
     # without the cluster, as the block-wise plans run: what the cluster gives per tensor
     out.update({f"tensor n{bn}c1": fitted(dataclasses.replace(base, bn=bn, cluster=1), e4m3,
                                           bf16) for bn in (128, 256)})
+    # 160 columns: what N = 7168's fuller rounds give without block-wise scales
+    out["tensor n160"] = fitted(dataclasses.replace(base, bn=160), e4m3, bf16)
     return out
 
 

@@ -20,7 +20,7 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
   (``smem_scales``; ``n128ss`` is DeepGEMM's sm90 loop: 128 x 128 tiles, clusters of 2,
   one temporary, scales from shared memory); ``r8ss``, ``n256r8ss`` (eight k-blocks an
   iteration), ``n256r2ss``, and ``r4ss_stg``, ``r8ss_stg``, ``n256r2ss_stg`` (``kb_stagger``:
-  the second consumer leads with half an iteration's k-blocks one at a time, so the two
+  the second consumer leads with an iteration of half the k-blocks, so the two
   consumers' drained wgmma queues do not coincide); ``n160ss``, ``n160r4ss``,
   ``n160r8ss``, ``n160r4ss_stg``: 160-column tiles (each across two ``scale_b`` blocks,
   in 80-column halves when rolling) for N = 7168's rounds; ``--variants all`` adds ``n128,

@@ -50,8 +50,9 @@ class Plan:
     smem_scales: bool = False  # block-wise fp8 only (M a multiple of 4): scale_a copied into
     #                            each ring stage by the producer, read from shared memory
     kb_stagger: bool = False   # kb_roll only: the second consumer takes its first kb_roll / 2
-    #                            k-blocks one at a time, so the two consumers' rolling
-    #                            iterations (each ends with its wgmma queue drained) interleave
+    #                            k-blocks as a rolling iteration of their own, so the two
+    #                            consumers' iterations (each ends with its wgmma queue
+    #                            drained) interleave
 
     consumers = 2          # consumer warpgroups, each m_waves x m64 x bn
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)

@@ -18,9 +18,9 @@
   ``scale_b`` block, promoted in turn into one m64n256 accumulator) and ``kb_pairs`` (two
   ``part`` accumulators: a k-block's promotion runs under the next k-block's wgmmas of
   the same consumer), ``kb_roll`` (2, 4 or 8 k-blocks an iteration through two
-  temporaries in turn) and ``kb_stagger`` (the second consumer leads with ``kb_roll / 2``
-  k-blocks one at a time, so the two consumers' drained wgmma queues, one per iteration,
-  do not coincide).
+  temporaries in turn) and ``kb_stagger`` (the second consumer leads with an iteration
+  of ``kb_roll / 2`` k-blocks, so the two consumers' drained wgmma queues, one per
+  iteration, do not coincide).
 """
 from __future__ import annotations
 
@@ -216,14 +216,15 @@ class BlockLoop:
                 self._promote(w, part, c, scales)
         ops.advance()
 
-    def _rolling(self, kb, last, rows, n0):
-        """``roll`` k-blocks from ``kb`` (one wave), chunk after chunk through the two
-        temporaries in turn: each step's wgmmas are issued before the step before is
-        waited (``wait_group 1``) and promoted, so the wgmma queue drains once per
-        iteration; a k-block's stage is released, and its scales reloaded for ``kb +
-        roll`` on, after its last chunk's promotion."""
+    def _rolling(self, kb, last, rows, n0, count: int = 0):
+        """``roll`` (or ``count``) k-blocks from ``kb`` (one wave), chunk after chunk
+        through the two temporaries in turn: each step's wgmmas are issued before the
+        step before is waited (``wait_group 1``) and promoted, so the wgmma queue drains
+        once per iteration; a k-block's stage is released, and its scales reloaded for
+        ``kb + count`` on, after its last chunk's promotion."""
         ops, C = self.ops, self.chunks
-        steps = [(i, c) for i in range(self.roll) for c in range(C)]
+        count = count or self.roll
+        steps = [(i, c) for i in range(count) for c in range(C)]
         ebs = []
 
         def retire(t, pending):
@@ -233,7 +234,7 @@ class BlockLoop:
                 ops.release(ebs[i])
             self._promote(0, self.parts[t % 2], c, self.scales[i])
             if c == C - 1:
-                self.scales[i].load(ptx.min(kb + (self.roll + i), last), rows, n0)
+                self.scales[i].load(ptx.min(kb + (count + i), last), rows, n0)
 
         for s, (i, c) in enumerate(steps):
             if c == 0:
@@ -248,16 +249,20 @@ class BlockLoop:
 
     def _lead(self, kb0, nkr, last, rows, n0):
         """``Plan.kb_stagger``: the second consumer (rows 64 .. 127 of the tile: bit 6 of
-        its first row, the tile starting at a multiple of 128) takes its first ``roll / 2``
-        k-blocks (at most ``nkr``) one at a time, so its rolling iterations, and the wgmma
-        queue drained at the end of each, fall halfway between the first consumer's.
-        Returns the k-blocks left: ``(kb0 + lead, nkr - lead)``."""
-        first = self.scales[0]
-        lead = ptx.min(((rows[0] >> 6) & 1) << ((self.roll >> 1).bit_length() - 1), nkr)
-        for i in range(self.roll >> 1):
-            with ptx.if_(lead > i):
-                self._one(first)
-                first.load(ptx.min(kb0 + (i + 1), last), rows, n0)
+        its first row, the tile starting at a multiple of 128) takes its first ``h = roll
+        / 2`` k-blocks (where there are that many) as one rolling iteration of ``h``, so
+        its full iterations, and the wgmma queue drained at the end of each, fall halfway
+        between the first consumer's. Set ``i < h`` then holds k-block ``kb0 + h + i``'s
+        scales, as the iterations after want. Returns the k-blocks left: ``(kb0 + lead,
+        nkr - lead)``."""
+        h = self.roll >> 1
+        whole = reg.scalar(u32)
+        ptx.inst.selp.u32(whole, h, 0, nkr >= h)
+        lead = ptx.min(((rows[0] >> 6) & 1) << (h.bit_length() - 1), whole)
+        for i in range(1, h):
+            self.scales[i].load(ptx.min(kb0 + i, last), rows, n0)
+        with ptx.if_(lead > 0):
+            self._rolling(kb0, last, rows, n0, h)
         return kb0 + lead, nkr - lead
 
     def _two(self, kb, last, rows, n0):

@@ -132,19 +132,19 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     # both, 256 columns, a cluster whose second tile row lies past M
     pytest.param(260, 300, 800, 1, dict(bn=256, kb_roll=4, cluster=2, smem_scales=True),
                  marks=pytest.mark.long),
-    # staggered consumers: the second (rows 64 .. 69) takes its first k-block alone, then
-    # one rolling iteration (the first consumer: one iteration and one k-block left)
+    # staggered consumers: the second (rows 64 .. 69) takes its first k-block as an
+    # iteration of one, then one of two (the first consumer: one of two and one left)
     (70, 72, 336, 1, dict(bn=128, kb_roll=2, kb_stagger=True)),
     # eight k-blocks an iteration: nine k-blocks (one left over), a split-K rank's 3 / 2
     pytest.param(130, 72, 1168, 1, dict(bn=128, kb_roll=8), marks=pytest.mark.long),
     pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=8, kb_stagger=True),
                  marks=pytest.mark.long),
     # staggered, 256 columns in 64-column chunks, scale_a through the ring: the second
-    # consumer's two k-blocks alone, one iteration, one left over
+    # consumer's iteration of two k-blocks, one of four, one left over
     pytest.param(132, 300, 800, 1, dict(bn=256, kb_roll=4, kb_stagger=True, smem_scales=True),
                  marks=pytest.mark.long),
     # the second consumers of the second tile row (rows 192 ..) lead with four of nine
-    # k-blocks; a tile of one k-block (the lead cut to it)
+    # k-blocks; a tile of one k-block (fewer than the lead: none)
     pytest.param(260, 200, 1040, 1, dict(bn=128, kb_roll=8, kb_stagger=True,
                                          smem_scales=True), marks=pytest.mark.long),
     pytest.param(130, 72, 128, 1, dict(bn=128, kb_roll=4, kb_stagger=True),

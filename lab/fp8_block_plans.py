@@ -18,10 +18,18 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
   chunks); ``ss``, ``r4ss``, ``n256r4ss``, ``n128ss``: ``base``, ``r4``, ``n256r4``
   and ``n128`` with ``scale_a`` copied into each ring stage by the producer
   (``smem_scales``; ``n128ss`` is DeepGEMM's sm90 loop: 128 x 128 tiles, clusters of 2,
-  one temporary, scales from shared memory); ``--variants all`` adds ``n128, c1, w2, kp, st-1`` and
+  one temporary, scales from shared memory); ``r8ss``, ``n256r8ss`` (eight k-blocks an
+  iteration), ``n256r2ss``, and ``r4ss_stg``, ``r8ss_stg``, ``n256r2ss_stg`` (``kb_stagger``:
+  the second consumer leads with an iteration of half the k-blocks, so the two
+  consumers' drained wgmma queues do not coincide); ``n160ss``, ``n160r4ss``,
+  ``n160r8ss``, ``n160r4ss_stg``: 160-column tiles (each across two ``scale_b`` blocks,
+  in 80-column halves when rolling) for N = 7168's rounds; ``--variants all`` adds ``n128,
+  c1, w2, kp, st-1`` and
   ``tensor n128`` (the default leaves out what the 18:15 run showed behind ``base``);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
-  256-column tiles: what the block-wise scales cost at one tile shape;
+  256-column tiles: what the block-wise scales cost at one tile shape; ``tensor n128c1``
+  / ``tensor n256c1`` the same without the cluster (the block-wise plans' choice),
+  ``tensor n160`` in 160-column tiles;
 * ``cuBLAS fp8 tensor``: ``torch._scaled_mm`` per tensor (scales 1) on the same operands,
   and ``cuBLAS fp8 block``: its 1 x 128 / 128 x 128 block-wise mode with the same scales
   (``bench.matmul_fp8.torch_block_scale_b``'s layout, made untimed), the ratios' base.
@@ -64,9 +72,26 @@ ROLLING = {"r2": dict(bn=128, kb_roll=2, cluster=1), "r4": dict(bn=128, kb_roll=
            "ss": dict(smem_scales=True), "r4ss": dict(bn=128, kb_roll=4, cluster=1,
                                                       smem_scales=True),
            "n128ss": dict(bn=128, cluster=2, smem_scales=True),     # DeepGEMM's loop
-           "n256r4ss": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True)}
+           "n256r4ss": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True),
+           # eight k-blocks an iteration (the queue drained half as often) and the second
+           # consumer's iterations staggered by half of one (kb_stagger), 128- and
+           # 256-column tiles, scale_a through the ring
+           "r4ss_stg": dict(bn=128, kb_roll=4, cluster=1, smem_scales=True, kb_stagger=True),
+           "r8ss": dict(bn=128, kb_roll=8, cluster=1, smem_scales=True),
+           "r8ss_stg": dict(bn=128, kb_roll=8, cluster=1, smem_scales=True, kb_stagger=True),
+           "n256r8ss": dict(bn=256, kb_roll=8, cluster=1, smem_scales=True),
+           "n256r2ss": dict(bn=256, kb_roll=2, cluster=1, smem_scales=True),
+           "n256r2ss_stg": dict(bn=256, kb_roll=2, cluster=1, smem_scales=True,
+                                kb_stagger=True),
+           # 160-column tiles (two scale_b blocks: 45 tiles across N = 7168, 1440 of
+           # 128 x 160 over 132 SMs in 11 rounds, 99% busy, against 97% for 128 or 256)
+           "n160ss": dict(bn=160, cluster=1, smem_scales=True),
+           "n160r4ss": dict(bn=160, kb_roll=4, cluster=1, smem_scales=True),
+           "n160r8ss": dict(bn=160, kb_roll=8, cluster=1, smem_scales=True),
+           "n160r4ss_stg": dict(bn=160, kb_roll=4, cluster=1, smem_scales=True,
+                                kb_stagger=True)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
-BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128"}
+BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1", "tensor n160"}
 
 
 def variants(m, n, k, sms, device):
@@ -97,12 +122,19 @@ def variants(m, n, k, sms, device):
 
 
 def tensor_plans(m, n, k, sms, device):
-    """The per-tensor kernel's plan in 128- and 256-column tiles (ring re-fitted)."""
+    """The per-tensor kernel's plan in 128- and 256-column tiles (ring re-fitted), with
+    its cluster and without."""
     from ptxdsl.core.types import bf16, e4m3
     from ptxdsl.ops.matmul.plan import choose, fitted
     base = choose(m, n, k, e4m3, bf16, sms, device=device)
-    return {f"tensor n{bn}": fitted(dataclasses.replace(base, bn=bn), e4m3, bf16)
-            for bn in (128, 256)}
+    out = {f"tensor n{bn}": fitted(dataclasses.replace(base, bn=bn), e4m3, bf16)
+           for bn in (128, 256)}
+    # without the cluster, as the block-wise plans run: what the cluster gives per tensor
+    out.update({f"tensor n{bn}c1": fitted(dataclasses.replace(base, bn=bn, cluster=1), e4m3,
+                                          bf16) for bn in (128, 256)})
+    # 160 columns: what N = 7168's fuller rounds give without block-wise scales
+    out["tensor n160"] = fitted(dataclasses.replace(base, bn=160), e4m3, bf16)
+    return out
 
 
 def picked(t, m):

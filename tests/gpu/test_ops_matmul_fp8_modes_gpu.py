@@ -97,13 +97,28 @@ def test_row_wise_beside_cublas(m, n, k):
                                     dict(bn=256, kb_roll=4, cluster=1),
                                     dict(bn=256, cluster=1, smem_scales=True),
                                     dict(kb_roll=4, cluster=1, smem_scales=True),
-                                    dict(bn=256, kb_roll=4, cluster=1, smem_scales=True)])
+                                    dict(bn=256, kb_roll=4, cluster=1, smem_scales=True),
+                                    dict(kb_roll=8, cluster=1, smem_scales=True),
+                                    dict(bn=256, kb_roll=8, cluster=1, smem_scales=True),
+                                    dict(kb_roll=4, cluster=1, smem_scales=True,
+                                         kb_stagger=True),
+                                    dict(kb_roll=8, cluster=1, smem_scales=True,
+                                         kb_stagger=True),
+                                    dict(bn=256, kb_roll=2, cluster=1, smem_scales=True,
+                                         kb_stagger=True),
+                                    dict(bn=256, kb_roll=4, cluster=1, kb_stagger=True),
+                                    dict(bn=160, cluster=1, smem_scales=True),
+                                    dict(bn=160, kb_roll=4, cluster=1, smem_scales=True),
+                                    dict(bn=160, kb_roll=8, cluster=1, smem_scales=True),
+                                    dict(bn=160, kb_roll=4, cluster=1, smem_scales=True,
+                                         kb_stagger=True)])
 def test_block_wise_plan_variants_bit_exact(fields, m, n, k):
     """The block-wise kernel's 256-row tiles (``m_waves``), k-block pairs (``kb_pairs``),
     256-column tiles in halves (``bn=256``), rolling k-blocks (``kb_roll``, 256 columns
-    in 64-column chunks) and scale_a through the ring (``smem_scales``), built from the
-    plan: integer inputs, f32 output, bit-exact (ragged M, N and K: an odd count of
-    k-blocks, the last 16 long)."""
+    in 64-column chunks; ``kb_stagger``: the second consumer's iterations offset),
+    160-column tiles across two scale_b blocks and scale_a through the ring
+    (``smem_scales``), built from the plan: integer inputs, f32 output, bit-exact (ragged
+    M, N and K: an odd count of k-blocks, the last 16 long)."""
     import dataclasses
     from ptxdsl.core.types import e4m3, f32
     from ptxdsl.ops.matmul.hopper import build_hopper

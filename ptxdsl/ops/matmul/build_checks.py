@@ -33,12 +33,13 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
                          f"kb_pairs={p.kb_pairs}, kb_roll={p.kb_roll} and smem_scales="
                          f"{p.smem_scales} are the dense block-wise fp8 kernel's, got scales "
                          f"{mode}{' in a grouped GEMM' if grouped else ''}")
-    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128, 256) or (
-            p.bn == 256 and (p.m_waves > 1 or p.kb_pairs or p.split > 1))):
+    if mode == "block" and (dtype.bytes != 1 or p.bn not in (64, 128, 160, 256) or (
+            p.bn in (160, 256) and (p.m_waves > 1 or p.kb_pairs or p.split > 1))):
         raise ValueError(f"build_hopper: block-wise scales take 8-bit operands (a ring "
                          f"stage is one 128-long K block) and 64- or 128-column tiles, or "
                          f"256 (two 128-column halves) without m_waves, kb_pairs or split-K "
-                         f"(plan.for_scaling), got {dtype.name} and {p}")
+                         f"(plan.for_scaling), as 160 (two scale_b blocks), got {dtype.name} "
+                         f"and {p}")
     if b_dtype.bytes != dtype.bytes:
         raise ValueError(f"build_hopper: A and B elements must have one size, got "
                          f"{dtype.name} and {b_dtype.name}")

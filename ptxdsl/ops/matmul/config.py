@@ -45,13 +45,17 @@ class Plan:
     #                        tiles, each consumer rows c*64 and 128 + c*64 of the tile)
     kb_pairs: bool = False  # block-wise fp8 only, m_waves 1: k-blocks issued two at a time
     #                         into two temporaries, the first promoted under the second
-    kb_roll: int = 0       # block-wise fp8 only, m_waves 1: k-blocks per loop iteration (2, 4)
-    #                        of two temporaries in turn, each promoted under the next's wgmmas
+    kb_roll: int = 0       # block-wise fp8 only, m_waves 1: k-blocks per loop iteration (2, 4,
+    #                        8) of two temporaries in turn, each promoted under the next's wgmmas
     smem_scales: bool = False  # block-wise fp8 only (M a multiple of 4): scale_a copied into
     #                            each ring stage by the producer, read from shared memory
     stream_k: bool = False  # one CTA per SM, each cluster an equal share of all (cluster)
     #                         tiles' k-blocks, split tiles added up through a global
     #                         workspace (.streamk)
+    kb_stagger: bool = False   # kb_roll only: the second consumer takes its first kb_roll / 2
+    #                            k-blocks as a rolling iteration of their own, so the two
+    #                            consumers' iterations (each ends with its wgmma queue
+    #                            drained) interleave
 
     consumers = 2          # consumer warpgroups, each m_waves x m64 x bn
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
@@ -70,11 +74,14 @@ class Plan:
                              f"consumer, 2 only without a_rows, split-K, a cluster along N "
                              f"or kb_pairs (a_rows={self.a_rows}, split={self.split}, "
                              f"cluster_n={self.cluster_n}, kb_pairs={self.kb_pairs})")
-        if self.kb_roll not in (0, 2, 4) or (self.kb_roll and (self.m_waves > 1
-                                                               or self.kb_pairs)):
-            raise ValueError(f"Plan kb_roll={self.kb_roll}: 0, 2 or 4 k-blocks per rolling "
+        if self.kb_roll not in (0, 2, 4, 8) or (self.kb_roll and (self.m_waves > 1
+                                                                  or self.kb_pairs)):
+            raise ValueError(f"Plan kb_roll={self.kb_roll}: 0, 2, 4 or 8 k-blocks per rolling "
                              f"iteration, and only without m_waves or kb_pairs "
                              f"(m_waves={self.m_waves}, kb_pairs={self.kb_pairs})")
+        if self.kb_stagger and not self.kb_roll:
+            raise ValueError("Plan kb_stagger offsets the consumers' rolling iterations: it "
+                             "needs kb_roll (2, 4 or 8), got kb_roll=0")
         if self.split < 1 or self.split > 8 or (self.split > 1 and self.cluster != 1):
             raise ValueError(f"Plan split={self.split}: 1 to 8 CTAs along K, and only "
                              f"without a cluster along M (cluster={self.cluster})")
@@ -103,10 +110,10 @@ class Plan:
     @property
     def options_tag(self) -> str:
         """The kernel name's part for ``one_partial``, ``b_prefetch``, ``epi_in_ring``,
-        ``stream_k``."""
+        ``stream_k``, ``kb_stagger``."""
         return (("_op" if self.one_partial else "") + ("_sk" if self.stream_k else "")
                 + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
-                + ("_er" if self.epi_in_ring else ""))
+                + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else ""))
 
     @property
     def epi_cols(self) -> int:

@@ -17,7 +17,10 @@
   serves twice the rows), ``bn = 256`` (the mirror: two 128-column halves, each in one
   ``scale_b`` block, promoted in turn into one m64n256 accumulator) and ``kb_pairs`` (two
   ``part`` accumulators: a k-block's promotion runs under the next k-block's wgmmas of
-  the same consumer).
+  the same consumer), ``kb_roll`` (2, 4 or 8 k-blocks an iteration through two
+  temporaries in turn) and ``kb_stagger`` (the second consumer leads with an iteration
+  of ``kb_roll / 2`` k-blocks, so the two consumers' drained wgmma queues, one per
+  iteration, do not coincide).
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from ...dsl import ptx, reg
 from ...core.types import f32, u32, u64
 from .._common.ring import wait
 from .._common.rowio import load_chunk
+
+STRADDLING = 160   # the block-wise tile width that is no multiple of 128 (two scale_b blocks)
 
 
 def _wide(x, scale):
@@ -159,6 +164,7 @@ class BlockLoop:
                                               len(scales.sa), len(scales.sb), scales.smem)
                                   for _ in range(sets - 1)]
         self.rows = None
+        self.phase = None       # a 160-column tile's (n0 >> 5) & 3 (_promote_straddling)
 
     def _full(self, scales):
         """Wait for the current ring stage; ``scale_a`` from it (``Plan.smem_scales``)."""
@@ -168,9 +174,33 @@ class BlockLoop:
 
     def _promote(self, w, part, c, scales):
         """Chunk ``c``'s temporary into its values of wave ``w``'s accumulator, with the
-        ``scale_b`` of the 128-column block it lies in."""
+        ``scale_b`` of the 128-column block it lies in (:meth:`_promote_straddling` for
+        160-column tiles)."""
         n = self.n
-        promote(self.accs[w][c * n:(c + 1) * n], part, scales.factors(w, c * self.cw >> 7))
+        dst = self.accs[w][c * n:(c + 1) * n]
+        if self.phase is not None:
+            self._promote_straddling(dst, part, c * self.cw, scales.factors(w, 0),
+                                     scales.factors(w, 1))
+            return
+        promote(dst, part, scales.factors(w, c * self.cw >> 7))
+
+    def _promote_straddling(self, dst, part, col0, f0, f1):
+        """A 160-column tile (``Plan.bn = 160``) starts at a multiple of 32 and spans two
+        ``scale_b`` blocks: its first ``4 - phase`` 32-column quarters (``phase = (n0 >>
+        5) & 3``) lie in the first. A value's factor is ``f0`` or ``f1`` of its row by its
+        quarter (fragment value ``i`` of a chunk from column ``col0`` lies in column
+        ``col0 + 8 * (i >> 2) + ..``); quarters 1 to 3 pick one with ``selp``, once per
+        row and chunk."""
+        picked = {}
+        for i, (a, p) in enumerate(zip(dst, part)):
+            q, r = (col0 + 8 * (i >> 2)) >> 5, (i >> 1) & 1
+            if (q, r) not in picked:
+                if q == 0 or q >= 4:
+                    picked[q, r] = f0[r] if q == 0 else f1[r]
+                else:
+                    picked[q, r] = reg.scalar(f32)
+                    ptx.inst.selp.f32(picked[q, r], f0[r], f1[r], self.phase < 4 - q)
+            ptx.inst.fma.rn.f32(a, p, picked[q, r], a)
 
     def _one(self, scales):
         """A k-block of every wave, one after the other, through ``parts[0]``."""
@@ -186,14 +216,15 @@ class BlockLoop:
                 self._promote(w, part, c, scales)
         ops.advance()
 
-    def _rolling(self, kb, last, rows, n0):
-        """``roll`` k-blocks from ``kb`` (one wave), chunk after chunk through the two
-        temporaries in turn: each step's wgmmas are issued before the step before is
-        waited (``wait_group 1``) and promoted, so the wgmma queue drains once per
-        iteration; a k-block's stage is released, and its scales reloaded for ``kb +
-        roll`` on, after its last chunk's promotion."""
+    def _rolling(self, kb, last, rows, n0, count: int = 0):
+        """``roll`` (or ``count``) k-blocks from ``kb`` (one wave), chunk after chunk
+        through the two temporaries in turn: each step's wgmmas are issued before the
+        step before is waited (``wait_group 1``) and promoted, so the wgmma queue drains
+        once per iteration; a k-block's stage is released, and its scales reloaded for
+        ``kb + count`` on, after its last chunk's promotion."""
         ops, C = self.ops, self.chunks
-        steps = [(i, c) for i in range(self.roll) for c in range(C)]
+        count = count or self.roll
+        steps = [(i, c) for i in range(count) for c in range(C)]
         ebs = []
 
         def retire(t, pending):
@@ -203,7 +234,7 @@ class BlockLoop:
                 ops.release(ebs[i])
             self._promote(0, self.parts[t % 2], c, self.scales[i])
             if c == C - 1:
-                self.scales[i].load(ptx.min(kb + (self.roll + i), last), rows, n0)
+                self.scales[i].load(ptx.min(kb + (count + i), last), rows, n0)
 
         for s, (i, c) in enumerate(steps):
             if c == 0:
@@ -215,6 +246,24 @@ class BlockLoop:
             if s:
                 retire(s - 1, 1)
         retire(len(steps) - 1, 0)
+
+    def _lead(self, kb0, nkr, last, rows, n0):
+        """``Plan.kb_stagger``: the second consumer (rows 64 .. 127 of the tile: bit 6 of
+        its first row, the tile starting at a multiple of 128) takes its first ``h = roll
+        / 2`` k-blocks (where there are that many) as one rolling iteration of ``h``, so
+        its full iterations, and the wgmma queue drained at the end of each, fall halfway
+        between the first consumer's. Set ``i < h`` then holds k-block ``kb0 + h + i``'s
+        scales, as the iterations after want. Returns the k-blocks left: ``(kb0 + lead,
+        nkr - lead)``."""
+        h = self.roll >> 1
+        whole = reg.scalar(u32)
+        ptx.inst.selp.u32(whole, h, 0, nkr >= h)
+        lead = ptx.min(((rows[0] >> 6) & 1) << (h.bit_length() - 1), whole)
+        for i in range(1, h):
+            self.scales[i].load(ptx.min(kb0 + i, last), rows, n0)
+        with ptx.if_(lead > 0):
+            self._rolling(kb0, last, rows, n0, h)
+        return kb0 + lead, nkr - lead
 
     def _two(self, kb, last, rows, n0):
         """k-blocks ``kb`` and ``kb + 1`` (one wave): both issued, then each waited,
@@ -240,15 +289,24 @@ class BlockLoop:
             for r in dst:
                 ptx.inst.mov.f32(r, 0.0)
         self.rows = rows
+        if self.ops.p.bn == STRADDLING:
+            self.phase = (n0 >> 5) & 3
         last = kb0 + nkr - 1
         first = self.scales[0]
         first.load(kb0, rows, n0)
+        stagger = self.roll and self.ops.p.kb_stagger
+        if stagger:
+            kb0, nkr = self._lead(kb0, nkr, last, rows, n0)    # ``first`` holds kb0's
         if self.roll:
             r = self.roll
             for i in range(1, r):
                 self.scales[i].load(ptx.min(kb0 + i, last), rows, n0)
-            for j in ptx.range_(nkr >> (r.bit_length() - 1)):
-                self._rolling(kb0 + r * j if split else r * j, last, rows, n0)
+            if stagger:     # the iteration's first k-block as the counter (no kb0 + r * j)
+                for kb in ptx.range_(kb0, kb0 + (nkr & -r), r):
+                    self._rolling(kb, last, rows, n0)
+            else:
+                for j in ptx.range_(nkr >> (r.bit_length() - 1)):
+                    self._rolling(kb0 + r * j if split else r * j, last, rows, n0)
             rem = nkr & (r - 1)     # the last k-blocks, one at a time (set i has kb + i)
             for i in range(r - 1):
                 with ptx.if_(rem > i):
@@ -269,7 +327,10 @@ class BlockLoop:
 def chunk_cols(p) -> int:
     """Columns of one block-wise wgmma (m64nX): the tile's, 128 for a 256-column tile
     (two halves), 64 for a rolling 256-column tile (two 32-value temporaries beside the
-    128-value accumulator fit a consumer's registers; two 64-value ones do not)."""
+    128-value accumulator fit a consumer's registers; two 64-value ones do not); a
+    160-column tile's, or its 80-column halves rolling."""
+    if p.bn == STRADDLING:
+        return p.bn // 2 if p.kb_roll else p.bn
     return 64 if p.kb_roll and p.bn > 128 else min(p.bn, 128)
 
 

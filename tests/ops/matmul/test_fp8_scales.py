@@ -132,6 +132,33 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     # both, 256 columns, a cluster whose second tile row lies past M
     pytest.param(260, 300, 800, 1, dict(bn=256, kb_roll=4, cluster=2, smem_scales=True),
                  marks=pytest.mark.long),
+    # staggered consumers: the second (rows 64 .. 69) takes its first k-block as an
+    # iteration of one, then one of two (the first consumer: one of two and one left)
+    (70, 72, 336, 1, dict(bn=128, kb_roll=2, kb_stagger=True)),
+    # eight k-blocks an iteration: nine k-blocks (one left over), a split-K rank's 3 / 2
+    pytest.param(130, 72, 1168, 1, dict(bn=128, kb_roll=8), marks=pytest.mark.long),
+    pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=8, kb_stagger=True),
+                 marks=pytest.mark.long),
+    # staggered, 256 columns in 64-column chunks, scale_a through the ring: the second
+    # consumer's iteration of two k-blocks, one of four, one left over
+    pytest.param(132, 300, 800, 1, dict(bn=256, kb_roll=4, kb_stagger=True, smem_scales=True),
+                 marks=pytest.mark.long),
+    # the second consumers of the second tile row (rows 192 ..) lead with four of nine
+    # k-blocks; a tile of one k-block (fewer than the lead: none)
+    pytest.param(260, 200, 1040, 1, dict(bn=128, kb_roll=8, kb_stagger=True,
+                                         smem_scales=True), marks=pytest.mark.long),
+    pytest.param(130, 72, 128, 1, dict(bn=128, kb_roll=4, kb_stagger=True),
+                 marks=pytest.mark.long),
+    # 160-column tiles across two scale_b blocks: tiles at columns 0, 160, 320 and 480
+    # (every place of a block boundary in a tile: 128, 96, 64, 32 columns in), the last
+    # ragged and its second block past N; one temporary, rolling 80-column halves, both
+    # with scale_a through the ring and staggered
+    pytest.param(70, 600, 400, 1, dict(bn=160), marks=pytest.mark.long),
+    pytest.param(70, 600, 400, 1, dict(bn=160, kb_roll=2), marks=pytest.mark.long),
+    pytest.param(132, 600, 800, 1, dict(bn=160, kb_roll=4, smem_scales=True,
+                                        kb_stagger=True), marks=pytest.mark.long),
+    pytest.param(132, 500, 272, 1, dict(bn=160, cluster=2, smem_scales=True),
+                 marks=pytest.mark.long),
 ])
 def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     """``Plan.kb_roll`` (k-blocks in turn through two temporaries, each promoted under the
@@ -147,12 +174,35 @@ def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled="block")
     assert kern.name.endswith(f"{'_r%d' % p.kb_roll if p.kb_roll else ''}"
                               f"{'_ss' if p.smem_scales else ''}_blockscaled")
+    assert ("_stg_" in kern.name) == p.kb_stagger
     rng = np.random.default_rng(m + n + k)
     a, w = ints(rng, (m, k)), ints(rng, (n, k))
     sa, sb = scales_for(rng, "block", m, n, k)
     c = kern.interpret(a.astype(E4M3), w.astype(E5M2), np.ascontiguousarray(sa.T), sb,
                        np.full((m, n), np.nan, np.float32))
     np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, "block"))
+
+
+def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
+    """``Plan.kb_stagger`` needs rolling k-blocks (``kb_roll`` 2, 4 or 8); other scaling
+    modes drop both; 160-column tiles take neither k-block pairs nor 256-row tiles."""
+    p = for_scaling(choose(4096, 7168, 16384, e4m3, bf16), "block", e4m3, bf16)
+    with pytest.raises(ValueError, match="kb_stagger .* needs kb_roll"):
+        dataclasses.replace(p, kb_roll=0, kb_stagger=True)
+    with pytest.raises(ValueError, match="0, 2, 4 or 8 k-blocks"):
+        dataclasses.replace(p, kb_roll=16)
+    with pytest.raises(ValueError, match=r"as 160 \(two scale_b blocks\)"):
+        build_hopper(dataclasses.replace(p, bn=160, kb_roll=0, kb_pairs=True), e4m3, bf16,
+                     scaled="block")
+    s8 = dataclasses.replace(p, kb_roll=8, kb_stagger=True)
+    assert s8.options_tag == "_stg" and p.options_tag == ""
+    row = for_scaling(s8, "row", e4m3, bf16)
+    assert row.kb_roll == 0 and not row.kb_stagger
+    # a 160-column plan (a table row's) stays, as a 256-column one does
+    w160 = for_scaling(dataclasses.replace(choose(4096, 7168, 16384, e4m3, bf16), bn=160),
+                       "block", e4m3, bf16, smem_scales=True)
+    assert (w160.bn, w160.cluster, w160.kb_roll, w160.smem_scales) == (160, 1, 4, True)
+    assert w160.smem_bytes(e4m3, bf16) <= 227 * 1024 and w160.stages == 5
 
 
 def test_block_scaled_plans_take_128_column_tiles():
@@ -239,6 +289,35 @@ def test_sm90_dispatch_runs_the_scaled_hopper_kernel(monkeypatch, mode):
     assert seen == [mode] and c.dtype == ml_dtypes.bfloat16
     from ptxdsl.ops.matmul.epilogue import reference as act
     want = act(reference(a, w.T, sa, sb, mode) + bias, "gelu", np)
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=2 ** -7, atol=2 ** -7)
+
+
+@pytest.mark.long
+def test_a_160_column_table_row_runs_block_wise_through_the_public_call(monkeypatch):
+    """A table row with 160-column tiles reaches the block-wise kernel as it is
+    (``plan.for_scaling``: rolling 80-column halves, no cluster, scale_a through the
+    ring): tiles at every place of a ``scale_b`` block boundary, bf16 out within its
+    rounding of the float64 reference."""
+    from runtime_fakes import fake_sm90_dispatch
+    from ptxdsl.ops.matmul import api, plan
+    built = []
+
+    def hopper_kernel(*args, **kw):
+        kern = real(*args, **kw)
+        built.append(kern.name)
+        return kern
+    real = api.hopper_kernel
+    fake_sm90_dispatch(monkeypatch, hopper_kernel)
+    monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
+    monkeypatch.setattr(plan, "measured", lambda *a: {"plan": {"bn": 160, "cluster": 1}})
+    rng = np.random.default_rng(16)
+    m, n, k = 132, 600, 400
+    a = rng.standard_normal((m, k)).astype(E4M3)
+    w = rng.standard_normal((n, k)).astype(E4M3)
+    sa, sb = scales_for(rng, "block", m, n, k)
+    c = matmul(a, w.T, scale_a=np.asfortranarray(sa), scale_b=sb)
+    assert len(built) == 1 and "_n160_" in built[0] and built[0].endswith("_r4_ss_blockscaled")
+    want = reference(a, w.T, sa, sb, "block")
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=2 ** -7, atol=2 ** -7)
 
 

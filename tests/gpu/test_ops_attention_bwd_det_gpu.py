@@ -26,6 +26,7 @@ def _close(det, ref, tol=2e-2):
     (3, 2048, 6, 3, 64, dict(causal=True)),             # 9 units: sections of 8 and 1
     (3, 3072, 4, 2, 128, dict(window_size=(300, 100))),  # 6 units: 4 and 2
     (3, 1024, 4, 4, 256, dict(causal=True)),             # 12 units: 8 and 4
+    (5, 2048, 4, 4, 192, dict(causal=True)),             # 20 units: det_units 16 and 4
 ])
 def test_deterministic_sections_are_bitwise_repeatable(b, s, h, hk, d, kw):
     torch = torch_sm90()

@@ -32,11 +32,15 @@ def test_plan_rows_cover_every_head_dim_and_refuse_others():
 def test_varlen_skips_rows_of_128_query_steps():
     """Head dim 64's default plan steps 128 queries (with a dSᵀ pair per slot); varlen,
     whose padded rows start every 64, takes the next row, and softcap (which spills with
-    128-query steps) and the deterministic mode keep the 64-row plan."""
+    128-query steps) keeps the 64-row plan; the deterministic mode steps 128 queries with the
+    writer warp, but not in varlen."""
     assert choose_bwd(64, "bf16", Mask(-1, 0)).block_m == 128
-    for kw in (dict(varlen=True), dict(softcap=True), dict(deterministic=True)):
+    for kw in (dict(varlen=True), dict(softcap=True),
+               dict(deterministic=True, varlen=True)):
         c = choose_bwd(64, "bf16", Mask(-1, 0), **kw)
         assert c.block_m == 64 and not c.ds_double, kw
+    c = choose_bwd(64, "bf16", Mask(-1, 0), deterministic=True)
+    assert c.block_m == 128 and c.dq_warp and not c.s_ahead
 
 
 def test_main_kernel_emits_the_fa3_structure():

@@ -64,7 +64,13 @@ class Config:
     (with ``tma_store``): lane 0 of each consumer waits for its TMA stores to have read
     the staging buffer once, before the CTA ends, instead of after every tile (where the
     next tile's first wgmma then waits for it; each tile's epilogue waits before it
-    writes the buffer again either way)."""
+    writes the buffer again either way). ``diag_n`` (0: off; a multiple of 16 below
+    ``block_n``): where the last key block a consumer computes has at most ``diag_n``
+    keys that any of its rows sees (the causal diagonal block of the tile's first
+    consumer, a ragged last block), that block's Q·Kᵀ is m64n``diag_n`` wgmmas, its mask
+    and softmax cover ``diag_n`` columns and its P·V ``diag_n / 16`` k16 steps
+    (:func:`.steps.narrow_last`); the keys it skips are masked for every row of the
+    consumer, so the values are those without it."""
 
     block_n: int = 128
     stages: int = 2
@@ -82,6 +88,7 @@ class Config:
     split_mask: bool = False
     consumer_bound: bool = False
     store_wait_once: bool = False
+    diag_n: int = 0
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -104,6 +111,12 @@ class Config:
         if self.store_wait_once and not self.tma_store:
             raise ValueError("store_wait_once moves the wait of the TMA-store epilogue: "
                              "give tma_store=True with it")
+        if self.diag_n and (self.diag_n % 16 or not 16 <= self.diag_n < self.block_n
+                            or self.p_smem or self.split_mask):
+            raise ValueError(f"diag_n narrows a consumer's last key block: a multiple of 16 "
+                             f"below block_n={self.block_n}, with P in registers and one "
+                             f"loop (p_smem and split_mask off), got diag_n={self.diag_n} "
+                             f"p_smem={self.p_smem} split_mask={self.split_mask}")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")

@@ -39,7 +39,7 @@ import contextlib
 import itertools
 
 from ... import Tile, kernel
-from ...core.types import PtxType, b32, f32, pred, u8, u32
+from ...core.types import PtxType, b32, f32, pred, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
@@ -47,7 +47,7 @@ from .config import Config, Mask, padded
 from .fwd_store import epilogue, stage_out, store_p
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
 from .steps import (consumer_blocks, key_blocks, mask_keys, mma_pv, mma_pv_smem, mma_qk,
-                    release as release_stage, snake)
+                    narrow_last, release as release_stage, snake)
 from .tiles import PANEL, ROW, Dense, Packed, s32_of as _s32
 from .varlen_tiles import Varlen
 
@@ -139,6 +139,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         outs, names = (*outs, Tile(1, b32)), (*names, "counter")
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
+    DN = c.diag_n                 # Config.diag_n: the narrow last block's keys (0: none)
+    n_mma = f"wgmma.mma_async.sync.aligned.m64n{DN}k16.f32.{dtype.name}.{dtype.name}"
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -149,7 +151,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}"
             f"{'_split' if c.split_mask else ''}"
             f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
-            f"{'_w1' if tma_out and c.store_wait_once else ''}")
+            f"{'_w1' if tma_out and c.store_wait_once else ''}"
+            f"{f'_dn{DN}' if DN else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -262,6 +265,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             qphase = reg.scalar(u32, init=0)
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
             p_regs = None if c.p_smem else p_registers(BN)
+            # S of all block_n keys, or (Config.diag_n) of the first diag_n: the elements
+            # of columns below diag_n come first in the accumulator
+            s_of = lambda narrow: list(s_acc)[:DN // 2] if narrow else list(s_acc)  # noqa: E731
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
 
             def consume(t):
@@ -282,47 +288,50 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         p_desc = ptx.wgmma.descriptor(p_at, leading=16, stride=1024,
                                                       swizzle=128)
 
-                    def s_gemm():
-                        """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
+                    def s_gemm(narrow=False):
+                        """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group
+                        (``narrow``: of the block's first ``diag_n`` keys)."""
                         wait(labels, kfull + ring.slot * 8, ring.phase)
-                        mma_qk(s_mma, s_acc, q_desc, base + L.k + ring.slot * L.kv_bytes, d,
-                               BM, BN)
+                        mma_qk(n_mma if narrow else s_mma, s_of(narrow), q_desc,
+                               base + L.k + ring.slot * L.kv_bytes, d, BM, BN)
 
-                    def pv_gemm():
+                    def pv_gemm(narrow=False):
                         """Wait for V in stage ``vslot``; O += P·V with P from registers."""
                         wait(labels, vfull + vslot * 8, vphase)
                         if c.p_smem:
                             mma_pv_smem(o_mma, o_acc, p_desc, base + L.v + vslot * L.kv_bytes,
                                         BN, BM)
                         else:
-                            mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN)
+                            mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN,
+                                   DN if narrow else 0)
 
-                    def put_p():
+                    def put_p(narrow=False):
                         """P(j) for the next P·V: into the A registers, or (``p_smem``,
                         once the last P·V has retired) into shared memory."""
                         if c.p_smem:
                             store_p(list(s_acc), p_at, lw, warp, dtype, BM, 1 + 3 * NC + cons)
                         else:
-                            pack_p(list(s_acc), p_regs, dtype.name)
+                            pack_p(s_of(narrow), p_regs, dtype.name)
 
                     def release(bars, slot):
                         """One arrival per consumer warpgroup on the stage's empty barrier."""
                         release_stage(lane, bars, slot)
 
-                    def scores(j, masked=None):
+                    def scores(j, masked=None, narrow=False):
                         """S of block j (its wgmma retired) -> P in place; returns the rows'
                         alpha. ``masked``: None, the mask where the block needs it; True,
                         always; False, never (``Config.split_mask``'s inner blocks)."""
+                        sv = s_of(narrow)
                         if softcap:
-                            for x in s_acc:
+                            for x in sv:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
                                 ptx.inst("tanh.approx.f32", x, x)
                         if masked is None:
-                            _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons,
+                            _mask_if_needed(sv, j, BN, rows, fcol, off, sk_t, mask, cons,
                                             m0, sched)
                         elif masked:
-                            mask_keys(s_acc, j * BN, fcol, rows, off, sk_t, mask)
-                        return online_softmax(list(s_acc), m, l, scale_log2,
+                            mask_keys(sv, j * BN, fcol, rows, off, sk_t, mask)
+                        return online_softmax(sv, m, l, scale_log2,
                                               RESCALE_SLACK if c.lazy_rescale else 0.0)
 
                     def my_turn():
@@ -349,45 +358,79 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
                                                       w.sq, sk_t, n_lo, n_hi)
-                    with ptx.if_(n_lo < n_hi):
-                        if c.pingpong:                  # consumer 0 issues first
-                            ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
+                    # Config.diag_n: the last block n_end - 1 narrow (the first block, or a
+                    # copy of the loop's step after the loop)
+                    nar = DN and narrow_last(sched, mask, BN, DN, m0, cons, off, sk_t, n_end)
+                    loop_hi = n_end
+                    if DN:
+                        tail = nar & (n_end - 1 > n_lo)
+                        skip = reg.scalar(s32)
+                        ptx.inst.selp.s32(skip, 1, 0, tail)
+                        loop_hi = n_end - skip
+
+                    def first(narrow=False):
                         my_turn()
-                        s_gemm()
+                        s_gemm(narrow)
                         your_turn()
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(kempty, ring.slot)
-                        scores(n_lo)                    # O is still zero: nothing to rescale
-                        put_p()
-                        next_stage()
-                        for copy, (lo, hi, masked) in enumerate(
-                                segments or [(n_lo + 1, n_end, None)]):
-                            for j in ptx.range_(lo, hi):
-                                my_turn()
-                                s_gemm()
-                                pv_gemm()
-                                your_turn()
-                                ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                                release(kempty, ring.slot)
-                                alphas = scores(j, masked)
-                                if c.lazy_rescale:
-                                    _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons,
-                                                      copy or '')
-                                else:
-                                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                                release(vempty, vslot)
-                                if not c.lazy_rescale:
-                                    rescale(list(o_acc), alphas)
-                                put_p()
-                                next_stage()
-                        release(qempty, 0)              # every S of the tile has retired
+                        scores(n_lo, narrow or None, narrow)   # O is still zero: no rescale
+                        put_p(narrow)
+
+                    def step(j, masked, tag, narrow=False):
                         my_turn()
+                        s_gemm(narrow)
                         pv_gemm()
-                        # (the last consumer's last hand-over would have no taker: every bar.sync
-                        # of each barrier is matched by exactly one bar.arrive)
-                        last = cons == 0 if NC == 2 else cons != NC - 1
+                        your_turn()
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                        release(kempty, ring.slot)
+                        alphas = scores(j, masked, narrow)
+                        if c.lazy_rescale:
+                            _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons, tag)
+                        else:
+                            ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        release(vempty, vslot)
+                        if not c.lazy_rescale:
+                            rescale(list(o_acc), alphas)
+                        put_p(narrow)
+                        next_stage()
+
+                    def last_pv(narrow=False, last=None):
+                        """The tile's last P·V; returns ``last``, whether this consumer
+                        hands over its last turn (computed here unless given)."""
+                        pv_gemm(narrow)
+                        # (the last consumer's last hand-over would have no taker: every
+                        # bar.sync of each barrier is matched by exactly one bar.arrive)
+                        if last is None:
+                            last = cons == 0 if NC == 2 else cons != NC - 1
                         your_turn(pred=last if n_end is n_hi else last | (n_end < n_hi))
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        return last
+
+                    with ptx.if_(n_lo < n_hi):
+                        if c.pingpong:                  # consumer 0 issues first
+                            ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
+                        if DN:
+                            _uniform_if(labels, nar & (n_end - 1 == n_lo),
+                                        lambda: first(True), first)
+                        else:
+                            first()
+                        next_stage()
+                        for copy, (lo, hi, masked) in enumerate(
+                                segments or [(n_lo + 1, loop_hi, None)]):
+                            for j in ptx.range_(lo, hi):
+                                step(j, masked, copy or '')
+                        if DN:                          # the narrow last block, after the loop
+                            _uniform_if(labels, tail,
+                                        lambda: step(n_end - 1, True, "_nar", True))
+                        release(qempty, 0)              # every S of the tile has retired
+                        my_turn()
+                        if DN:                          # one hand-over predicate for both
+                            last = cons == 0 if NC == 2 else cons != NC - 1
+                            _uniform_if(labels, nar, lambda: last_pv(True, last),
+                                        lambda: last_pv(False, last))
+                        else:
+                            last = last_pv()
                         release(vempty, vslot)
                         if n_end is not n_hi:   # Config.consumer_bound: blocks past its rows
                             for j in ptx.range_(n_end, n_hi):
@@ -431,6 +474,21 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.tma.wait(0, read=True)  # must have read it before the CTA ends
 
     return attention_fwd
+
+
+def _uniform_if(labels, cond, then, other=None) -> None:
+    """``then()`` where ``cond`` (the same in the whole warpgroup) holds, else ``other()``:
+    ``bra.uni`` around each, so that ptxas keeps the wgmma descriptors in uniform
+    registers (see :func:`_wait_and_rescale`)."""
+    n = next(labels)
+    alt, done = ptx.new_label(f"wide{n}"), ptx.new_label(f"joined{n}")
+    ptx.bra(alt, pred=~cond, uni=True)
+    then()
+    ptx.bra(done, uni=True)
+    ptx.place(alt)
+    if other is not None:
+        other()
+    ptx.place(done)
 
 
 def _wait_and_rescale(o_acc, alphas, bar, tag="") -> None:

@@ -5,18 +5,13 @@ row of the consumer, so the output and LSE must be bitwise those of the same con
 without it, and agree with the float64 reference."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
 from ptxdsl.core.types import f16
 from ptxdsl.ops.attention.config import Config, Mask
 from ptxdsl.ops.attention.fwd import build_forward
-from tests.ops.attention.test_fwd_causal_split import _inputs, _run, _same_and_right
-
-
-def _narrow(base: Config, q, k, v, mask, layout="dense", group=1, dn=16):
-    _same_and_right(base, q, k, v, mask, layout, group, diag_n=dn)
+from attention_fwd_checks import inputs, same_and_right
 
 
 def test_diag_causal_ragged_pingpong_lazy():
@@ -24,10 +19,10 @@ def test_diag_causal_ragged_pingpong_lazy():
     consumer to its own last block (consumer_bound): the first consumer's one block is
     narrow (4 keys seen), the second's first block wide and its last narrow (8 keys),
     after the loop; ping-pong turns and lazy rescale's labels in the peeled step."""
-    q, k, v = _inputs(1, 100, 40, 1, 1, 64, 7)
+    q, k, v = inputs(1, 100, 40, 1, 1, 64, 7)
     base = Config(block_n=32, pingpong=True, lazy_rescale=True, persistent=True,
                   consumer_bound=True)
-    _narrow(base, q, k, v, Mask(-1, 0))
+    same_and_right(base, q, k, v, Mask(-1, 0), diag_n=16)
 
 
 @pytest.mark.long
@@ -48,10 +43,10 @@ def test_diag_more(sq, sk, mask, kw, dn):
     """128 keys a block narrowed to 64 (the hd64/hd128 causal rows' shape), windows,
     full with a ragged Sk, three consumers, consumer_bound, the dynamic scheduler, S = 1
     and 63, one CTA a tile and persistent."""
-    q, k, v = _inputs(1, sq, sk, 2, 2, 64, sq + sk)
-    _narrow(Config(persistent=True, **kw), q, k, v, mask, dn=dn)
+    q, k, v = inputs(1, sq, sk, 2, 2, 64, sq + sk)
+    same_and_right(Config(persistent=True, **kw), q, k, v, mask, diag_n=dn)
     if not kw.get("dynamic"):
-        _narrow(Config(**kw), q, k, v, mask, dn=dn)
+        same_and_right(Config(**kw), q, k, v, mask, diag_n=dn)
 
 
 @pytest.mark.long
@@ -59,9 +54,9 @@ def test_diag_more(sq, sk, mask, kw, dn):
 def test_diag_packed_gqa(d, mask):
     """The packed GQA layout (a group of 4 query heads in one tile's rows: a consumer's
     last row is position m0 / 4 + 15), head dims 128 and 256."""
-    q, k, v = _inputs(1, 70, 90, 8, 2, d, d)
+    q, k, v = inputs(1, 70, 90, 8, 2, d, d)
     base = Config(block_n=48, pingpong=True, lazy_rescale=True, persistent=True)
-    _narrow(base, q, k, v, mask, layout="packed", group=4, dn=16)
+    same_and_right(base, q, k, v, mask, layout="packed", group=4, diag_n=16)
 
 
 def test_diag_checked_and_off_by_default():

@@ -36,18 +36,24 @@ def run(c, q, k, v, mask, layout="dense", group=1, sms=2):
     return kern.name, out, lse.reshape(b, h, sq)
 
 
-def same_and_right(base: Config, q, k, v, mask, layout="dense", group=1, **on):
-    """The config with ``on`` gives bitwise the output and LSE of ``base``, and both agree
-    with the float64 reference (fully masked rows: 0 and -inf)."""
-    _, want, wlse = run(base, q, k, v, mask, layout, group)
-    c = dataclasses.replace(base, **on)
-    name, got, glse = run(c, q, k, v, mask, layout, group)
+def same_and_right(base: Config, q, k, v, mask, layout="dense", group=1, sms=2, **on):
+    """The config with ``on`` gives bitwise the output and LSE of ``base`` (a persistent
+    grid of ``sms`` CTAs), and both agree with the float64 reference (:func:`right`)."""
+    _, want, wlse = run(base, q, k, v, mask, layout, group, sms)
+    got, glse = right(dataclasses.replace(base, **on), q, k, v, mask, layout, group, sms)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(glse.view(np.uint32), wlse.view(np.uint32))
+
+
+def right(c: Config, q, k, v, mask, layout="dense", group=1, sms=2):
+    """``(out, lse)`` of config ``c``, which agree with the float64 reference (fully
+    masked rows: 0 and -inf); its kernel's name tells its options."""
+    name, got, glse = run(c, q, k, v, mask, layout, group, sms)
     assert ("_split" in name) == c.split_mask
     assert ("_cb" in name) == (c.consumer_bound and mask.right >= 0)
     assert ("_w1" in name) == c.store_wait_once
     assert ("_dn" in name) == bool(c.diag_n)
-    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
-    np.testing.assert_array_equal(glse.view(np.uint32), wlse.view(np.uint32))
+    assert ("_late" in name) == (c.late_epilogue and layout in ("dense", "packed"))
     ref, rlse = attention_reference(q, k, v, softmax_scale=0.125,
                                     window_size=(mask.left, mask.right))
     o = got.astype(np.float64)
@@ -55,3 +61,4 @@ def same_and_right(base: Config, q, k, v, mask, layout="dense", group=1, **on):
     np.testing.assert_array_equal(np.isneginf(glse), np.isinf(rlse))
     fin = ~np.isinf(rlse)
     assert (np.abs(glse[fin] - rlse[fin]) / np.maximum(np.abs(rlse[fin]), 1.0)).max() <= 1e-3
+    return got, glse

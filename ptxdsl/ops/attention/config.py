@@ -38,7 +38,7 @@ class Config:
     64 * consumers`` rows). ``lazy_rescale``: the row max moves only when a block's max
     exceeds it by more than 8 (log2 units), and O is rescaled only in warps where it
     moved, after a branch that keeps the wait for P·V behind the softmax (see
-    ``fwd._wait_and_rescale``). ``head_sections``: the causal longest-first order runs
+    ``fwd_uniform.wait_and_rescale``). ``head_sections``: the causal longest-first order runs
     within sections of K/V heads (under GQA, their groups of query heads) whose K/V fit
     ``section_mb`` MiB (0: :data:`.tiles.L2_KV_BYTES`, 24 MiB), one section after another
     (:meth:`.tiles.Dense.locate`; the dense and packed layouts). ``dynamic`` (with
@@ -70,7 +70,12 @@ class Config:
     consumer, a ragged last block), that block's Q·Kᵀ is m64n``diag_n`` wgmmas, its mask
     and softmax cover ``diag_n`` columns and its P·V ``diag_n / 16`` k16 steps
     (:func:`.steps.narrow_last`); the keys it skips are masked for every row of the
-    consumer, so the values are those without it."""
+    consumer, so the values are those without it. ``late_epilogue`` (persistent or
+    dynamic grids; dense and packed layouts, else no effect): a tile's epilogue (O / l
+    out, the LSE) runs in the next tile, after that tile's first Q·Kᵀ is issued, so the
+    tensor cores have that wgmma while the consumer writes out (and the last tile's at
+    the end); O, m and l are then one set of registers the epilogue reads before they
+    are zeroed for the tile under way."""
 
     block_n: int = 128
     stages: int = 2
@@ -89,6 +94,7 @@ class Config:
     consumer_bound: bool = False
     store_wait_once: bool = False
     diag_n: int = 0
+    late_epilogue: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):

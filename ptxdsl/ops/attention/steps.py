@@ -140,6 +140,23 @@ def mask_keys(s_acc, key0, fcol: int, rows, off, sk, mask) -> None:
     mask_block(list(s_acc), hi, lo)
 
 
+def mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask, cons, m0, sched) -> None:
+    """Mask block ``j`` where it crosses a boundary for some row of this consumer: past the
+    last key (ragged SK), past ``row + off + right`` or before ``row + off - left``."""
+    key0 = j * BN
+    end = key0 + BN
+    need = end > sk
+    first_p = s32_of(m0 + cons * 64)               # this consumer's first (packed) row
+    first = sched.pos(first_p)
+    if mask.right >= 0:
+        need = need | (end - 1 > first + off + mask.right)
+    if mask.left >= 0:
+        last = first + 63 if sched.group == 1 else sched.pos(first_p + 63)
+        need = need | (key0 < last + off - mask.left)
+    with ptx.if_(need):
+        mask_keys(s_acc, key0, fcol, rows, off, sk, mask)
+
+
 def snake(t, cta, ncta, tiles):
     """The tile a persistent CTA takes at loop index ``t = cta + r * ncta``: in odd rounds
     ``r`` the CTAs take their round's tiles in reverse order. Under the causal
@@ -154,4 +171,4 @@ def snake(t, cta, ncta, tiles):
     return out
 
 
-__all__ = ["consumer_blocks", "narrow_last", "mma_qk", "mma_pv", "mma_pv_smem", "release", "mask_keys", "key_blocks", "snake"]
+__all__ = ["consumer_blocks", "narrow_last", "mask_if_needed", "mma_qk", "mma_pv", "mma_pv_smem", "release", "mask_keys", "key_blocks", "snake"]

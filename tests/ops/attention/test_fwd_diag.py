@@ -14,6 +14,7 @@ from ptxdsl.ops.attention.fwd import build_forward
 from attention_fwd_checks import inputs, same_and_right
 
 
+@pytest.mark.long
 def test_diag_causal_ragged_pingpong_lazy():
     """Causal, Sq > Sk (keys aligned bottom-right: rows with no key), 32-key blocks, each
     consumer to its own last block (consumer_bound): the first consumer's one block is

@@ -1,8 +1,9 @@
-"""Config.diag_n (lab/attention_plans.py's ``diag`` set: a consumer's last key block, where
-its rows see at most ``diag_n`` keys, as narrower wgmmas) on an sm_90 GPU at ragged
-shapes: the output and LSE bitwise those of the same config without it (the keys it
-skips are masked for every row of the consumer), within bf16 rounding of the float64
-reference; repeat launches bit-identical."""
+"""Config.diag_n (a consumer's last key block, where its rows see at most ``diag_n``
+keys, with a narrower softmax and P·V) and Config.late_epilogue (a tile's epilogue under the next
+tile's first Q·Kᵀ), lab/attention_plans.py's ``diag`` set, on an sm_90 GPU at ragged
+shapes: the output and LSE bitwise those of the same config without them (the keys
+diag_n skips are masked for every row of the consumer), within bf16 rounding of the
+float64 reference; repeat launches bit-identical."""
 from __future__ import annotations
 
 import dataclasses
@@ -43,3 +44,26 @@ def test_diag_aligned_causal(sq, sk):
     base = Config(block_n=128, tma_store=True, store_wait_once=True, **_PL)
     same_and_right(128, base, dataclasses.replace(base, diag_n=64), "dense", Mask(-1, 0),
                    sq=sq, sk=sk)
+
+
+_W1 = dict(tma_store=True, store_wait_once=True)
+LATE = [    # (head dim, the config without the options, the options, layout)
+    (64, dict(block_n=128, persistent=True), dict(diag_n=64), "dense"),
+    (64, dict(block_n=128, stages=3, consumers=3, **_PL), dict(diag_n=64), "dense"),
+    (128, dict(block_n=128, **_W1, **_PL), {}, "dense"),
+    (128, dict(block_n=128, head_sections=True, **_W1, **_PL), dict(diag_n=64), "dense"),
+    (128, dict(block_n=128, tma_store=True, **_PL), {}, "dense"),   # a wait every tile
+    (128, dict(block_n=128, **_PL), {}, "packed"),
+    (256, dict(block_n=80, pingpong=True, head_sections=True, dynamic=True, **_PL),
+     dict(diag_n=48), "dense"),
+    (256, dict(block_n=80, pingpong=True, **_PL), {}, "dense"),
+]
+
+
+@pytest.mark.parametrize("mask", [Mask(-1, 0), Mask(300, 0), Mask()],
+                         ids=["causal", "window", "full"])
+@pytest.mark.parametrize("d,kw,on,layout", LATE)
+def test_late_epilogue_matches_without(d, kw, on, layout, mask):
+    base = Config(**kw)
+    same_and_right(d, base, dataclasses.replace(base, late_epilogue=True, **on), layout,
+                   mask)

@@ -67,9 +67,10 @@ class Config:
     writes the buffer again either way). ``diag_n`` (0: off; a multiple of 16 below
     ``block_n``): where the last key block a consumer computes has at most ``diag_n``
     keys that any of its rows sees (the causal diagonal block of the tile's first
-    consumer, a ragged last block), that block's Q·Kᵀ is m64n``diag_n`` wgmmas, its mask
-    and softmax cover ``diag_n`` columns and its P·V ``diag_n / 16`` k16 steps
-    (:func:`.steps.narrow_last`); the keys it skips are masked for every row of the
+    consumer, a ragged last block), that block's mask and softmax cover its first
+    ``diag_n`` columns and its P·V takes ``diag_n / 16`` k16 steps
+    (:func:`.steps.narrow_last`; its Q·Kᵀ stays whole: a narrower wgmma there makes
+    ptxas serialize every wgmma); the keys it skips are masked for every row of the
     consumer, so the values are those without it. ``late_epilogue`` (persistent or
     dynamic grids; dense and packed layouts, else no effect): a tile's epilogue (O / l
     out, the LSE) runs in the next tile, after that tile's first Q·Kᵀ is issued, so the

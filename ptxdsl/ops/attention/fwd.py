@@ -49,7 +49,7 @@ from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
 from .steps import (consumer_blocks, key_blocks, mask_if_needed, mask_keys, mma_pv, mma_pv_smem,
                     mma_qk, narrow_last, release as release_stage, snake)
-from .tiles import PANEL, ROW, Dense, Packed, s32_of as _s32
+from .tiles import PANEL, ROW, Dense, Packed, Work, s32_of as _s32
 from .varlen_tiles import Varlen
 
 
@@ -141,7 +141,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     DN = c.diag_n                 # Config.diag_n: the narrow last block's keys (0: none)
-    n_mma = f"wgmma.mma_async.sync.aligned.m64n{DN}k16.f32.{dtype.name}.{dtype.name}"
     late = c.late_epilogue and layout in ("dense", "packed")
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
@@ -272,7 +271,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
             p_regs = None if c.p_smem else p_registers(BN)
             # S of all block_n keys, or (Config.diag_n) of the first diag_n: the elements
-            # of columns below diag_n come first in the accumulator
+            # of columns below diag_n come first in the accumulator (softmax and P of those)
             s_of = lambda narrow: list(s_acc)[:DN // 2] if narrow else list(s_acc)  # noqa: E731
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
             if late:    # Config.late_epilogue: O's accumulator; O, m, l and the number of
@@ -281,7 +280,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         [reg.scalar(f32, init=NEG_INF) for _ in range(2)],   # (and 1 / l)
                         [reg.scalar(f32, init=0.0) for _ in range(2)],
                         [reg.scalar(f32, init=0.0) for _ in range(2)])
-                prev, pending = reg.scalar(u32, init=0), reg.scalar(u32, init=0)
+                # (the Work fields the epilogue reads: no re-locating, whose registers
+                # ptxas lacks beside the wgmma in flight, C7511)
+                prev = {f: reg.scalar(u32, init=0) for f in ("m0", "head", "batch", "hkv")}
+                pending = reg.scalar(u32, init=0)
 
             def rows_of(w):
                 """This thread's rows ``row0`` and ``row0 + 8`` of tile ``w`` (packed) and
@@ -306,7 +308,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 branch and no wgmma accumulator read: the tile's first Q·Kᵀ is in flight
                 (ptxas would serialize every wgmma; see :func:`.fwd_store.stage_out`)."""
                 o_out, m, l, inv_l = kept
-                w = locate(prev)        # (tile 0 before the first: nothing stored)
+                w = Work(**prev, sq=sched.sq, sk=sched.sk)   # (none yet: nothing stored)
                 write_out(w, *rows_of(w), o_out, m, l, late=(inv_l, pending != 0))
                 if tma_out and not c.store_wait_once:
                     ptx.tma.wait(0, read=True, pred=lane == 0)
@@ -336,12 +338,14 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         p_desc = ptx.wgmma.descriptor(p_at, leading=16, stride=1024,
                                                       swizzle=128)
 
-                    def s_gemm(narrow=False):
+                    def s_gemm():
                         """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group
-                        (``narrow``: of the block's first ``diag_n`` keys)."""
+                        (all block_n keys, also under ``Config.diag_n``: a narrower wgmma
+                        into part of S's registers costs ptxas the registers of its wgmma
+                        pipeline, C7511, and every wgmma is serialized)."""
                         wait(labels, kfull + ring.slot * 8, ring.phase)
-                        mma_qk(n_mma if narrow else s_mma, s_of(narrow), q_desc,
-                               base + L.k + ring.slot * L.kv_bytes, d, BM, BN)
+                        mma_qk(s_mma, s_acc, q_desc, base + L.k + ring.slot * L.kv_bytes, d,
+                               BM, BN)
 
                     def pv_gemm(narrow=False):
                         """Wait for V in stage ``vslot``; O += P·V with P from registers."""
@@ -415,18 +419,16 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         skip = reg.scalar(s32)
                         ptx.inst.selp.s32(skip, 1, 0, tail)
                         loop_hi = n_end - skip
-                        if late:    # the first block full: a branch around the Q·Kᵀ in
-                            nar = tail  # flight over the epilogue costs ptxas registers
-                    head = nar & (n_end - 1 == n_lo) if DN and not late else None
+                    head = nar & (n_end - 1 == n_lo) if DN else None
 
-                    def first_issue(narrow=False):
+                    def first_issue():
                         my_turn()
-                        s_gemm(narrow)
+                        s_gemm()
                         your_turn()
 
                     def first(narrow=False, issue=True):
                         if issue:
-                            first_issue(narrow)
+                            first_issue()
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(kempty, ring.slot)
                         scores(n_lo, narrow or None, narrow)   # O is still zero: no rescale
@@ -434,7 +436,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
                     def step(j, masked, tag, narrow=False):
                         my_turn()
-                        s_gemm(narrow)
+                        s_gemm()
                         pv_gemm()
                         your_turn()
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
@@ -467,13 +469,13 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         softmax (``Config.late_epilogue``: one or the other)."""
                         if c.pingpong and issue:        # consumer 0 issues first
                             ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
-                        part = first if finish else first_issue
-                        kw = {} if not finish else dict(issue=issue)
-                        if head is not None:
-                            uniform_if(labels, head, lambda: part(True, **kw),
-                                        lambda: part(False, **kw))
+                        if not finish:
+                            first_issue()
+                        elif head is not None:
+                            uniform_if(labels, head, lambda: first(True, issue),
+                                       lambda: first(False, issue))
                         else:
-                            part(**kw)
+                            first(issue=issue)
 
                     def tile_blocks():
                         if late:    # the last tile's epilogue under this one's first Q·Kᵀ
@@ -516,7 +518,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if late:        # O out of the accumulator and 1 / l, for the next tile
                         for x, y in zip(kept[0] + kept[3], list(o_acc) + normalizers(l)):
                             ptx.inst.mov.f32(x, y)
-                        ptx.inst.mov.u32(prev, t)
+                        for f, x in prev.items():
+                            ptx.inst.mov.u32(x, getattr(w, f))
                         ptx.inst.mov.u32(pending, 1)
                     else:
                         write_out(w, urows, rows, o_acc, m, l)

@@ -1,6 +1,6 @@
 """Config.diag_n (a consumer's last key block, where its rows see at most ``diag_n`` of
-its keys, as m64n``diag_n`` wgmmas, a ``diag_n``-column softmax and ``diag_n / 16`` P·V
-steps) on the CPU interpreter, every detector on. The keys it skips are masked for every
+its keys, with a ``diag_n``-column mask and softmax and ``diag_n / 16`` P·V steps) on
+the CPU interpreter, every detector on. The keys it skips are masked for every
 row of the consumer, so the output and LSE must be bitwise those of the same config
 without it, and agree with the float64 reference."""
 from __future__ import annotations

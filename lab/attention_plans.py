@@ -18,14 +18,15 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c,h128f,causal] [--rounds 5] [--iters 10] [--fa4]
+        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag] [--rounds 5] [--iters 10]
+        [--fa4]
         [--resources]
 
 ``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
 as strings); ``--set`` named sets of :data:`SETS`, run one after another in one process
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
-``h128c``, ``h128f``, ``causal``: the shapes where ptxdsl trails FA4, each with its own
+``h128c``, ``h128f``, ``causal``, ``diag``: the shapes where ptxdsl trails FA4, each with its own
 shapes and H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
 where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
@@ -87,6 +88,7 @@ _PS = dict(p_smem=True)           # P through shared memory: 192 rows x 128 keys
 _PLAN = dict(plan=True)           # the plans.json row of the shape (what attention() runs),
 _SPLIT, _CB = dict(split_mask=True), dict(consumer_bound=True)   # with these on top
 _W1 = dict(tma_store=True, store_wait_once=True)
+_LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's first Q·Kᵀ
 
 # Named candidate sets (--set, comma-separated to run several in one process). A set is
 # its candidates per head dim and, where it says, its shapes: ``seqs``, ``heads`` (H, Hkv:
@@ -119,6 +121,19 @@ _W1 = dict(tma_store=True, store_wait_once=True)
 # Head dim 256 also without ping-pong (FA3 and FA4 take turns only up to head dim 128;
 # every hd256 row so far was measured with it) and on FA4's sm90 causal schedule: one CTA
 # a tile, longest-first within 48 MiB head sections.
+# ``diag`` (the same shapes): each plans row with Config.diag_n, the softmax and P·V of a
+# consumer's last key block over its first diag_n keys where its rows see no more: 64 at head
+# dims 64 and 128 (128-key blocks: the first consumer's diagonal block in every 128-row
+# tile, and one or two of a 192-row tile's three), and at head dim 128 also with the
+# staging wait once a CTA (what the 4k/16k row has; the 1k row's TMA-store epilogue
+# waits every tile); at head dim 256 (80-key blocks: the diagonal falls 64, 48, 32, 16
+# or 0 keys into a consumer's last block, each as often) 48 and 32 (P·V's of 2.4 of 10
+# such blocks saved; 64 and 16 save 1.6), and 48 with consumer_bound (the blocks past a
+# consumer's rows then not computed at all). Each row also with Config.late_epilogue (a
+# tile's epilogue under the next tile's first Q·Kᵀ: the tensor cores idle through it
+# otherwise, once a tile, most at S = 1k), alone and with diag_n (at head dim 128 with
+# the staging wait once a CTA). Every candidate compiles without spills or serialized
+# wgmmas (test_fwd_candidates.py).
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -163,6 +178,14 @@ SETS = {
               dict(_SPLIT, **_CB, **_PLAN, block_n=64),
               dict(_SPLIT, **_CB, **_PLAN, pingpong=False),
               dict(_SPLIT, **_CB, **_PLAN, persistent=False, dynamic=False, **_S48)]}},
+    "diag": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
+        64: [_PLAN, dict(_PLAN, diag_n=64), dict(_PLAN, **_LATE),
+             dict(_PLAN, diag_n=64, **_LATE)],
+        128: [_PLAN, dict(_PLAN, diag_n=64), dict(_PLAN, diag_n=64, **_W1),
+              dict(_PLAN, **_W1, **_LATE), dict(_PLAN, diag_n=64, **_W1, **_LATE)],
+        256: [_PLAN, dict(_PLAN, diag_n=48), dict(_PLAN, diag_n=32),
+              dict(_PLAN, **_CB, diag_n=48), dict(_PLAN, **_LATE),
+              dict(_PLAN, diag_n=48, **_LATE)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),

@@ -38,7 +38,7 @@ class Config:
     64 * consumers`` rows). ``lazy_rescale``: the row max moves only when a block's max
     exceeds it by more than 8 (log2 units), and O is rescaled only in warps where it
     moved, after a branch that keeps the wait for P·V behind the softmax (see
-    ``fwd._wait_and_rescale``). ``head_sections``: the causal longest-first order runs
+    ``fwd_uniform.wait_and_rescale``). ``head_sections``: the causal longest-first order runs
     within sections of K/V heads (under GQA, their groups of query heads) whose K/V fit
     ``section_mb`` MiB (0: :data:`.tiles.L2_KV_BYTES`, 24 MiB), one section after another
     (:meth:`.tiles.Dense.locate`; the dense and packed layouts). ``dynamic`` (with
@@ -64,7 +64,19 @@ class Config:
     (with ``tma_store``): lane 0 of each consumer waits for its TMA stores to have read
     the staging buffer once, before the CTA ends, instead of after every tile (where the
     next tile's first wgmma then waits for it; each tile's epilogue waits before it
-    writes the buffer again either way)."""
+    writes the buffer again either way). ``diag_n`` (0: off; a multiple of 16 below
+    ``block_n``): where the last key block a consumer computes has at most ``diag_n``
+    keys that any of its rows sees (the causal diagonal block of the tile's first
+    consumer, a ragged last block), that block's mask and softmax cover its first
+    ``diag_n`` columns and its P·V takes ``diag_n / 16`` k16 steps
+    (:func:`.steps.narrow_last`; its Q·Kᵀ stays whole: a narrower wgmma there makes
+    ptxas serialize every wgmma); the keys it skips are masked for every row of the
+    consumer, so the values are those without it. ``late_epilogue`` (persistent or
+    dynamic grids; dense and packed layouts, else no effect): a tile's epilogue (O / l
+    out, the LSE) runs in the next tile, after that tile's first Q·Kᵀ is issued, so the
+    tensor cores have that wgmma while the consumer writes out (and the last tile's at
+    the end); O, m and l are then one set of registers the epilogue reads before they
+    are zeroed for the tile under way."""
 
     block_n: int = 128
     stages: int = 2
@@ -82,6 +94,8 @@ class Config:
     split_mask: bool = False
     consumer_bound: bool = False
     store_wait_once: bool = False
+    diag_n: int = 0
+    late_epilogue: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -104,6 +118,12 @@ class Config:
         if self.store_wait_once and not self.tma_store:
             raise ValueError("store_wait_once moves the wait of the TMA-store epilogue: "
                              "give tma_store=True with it")
+        if self.diag_n and (self.diag_n % 16 or not 16 <= self.diag_n < self.block_n
+                            or self.p_smem or self.split_mask):
+            raise ValueError(f"diag_n narrows a consumer's last key block: a multiple of 16 "
+                             f"below block_n={self.block_n}, with P in registers and one "
+                             f"loop (p_smem and split_mask off), got diag_n={self.diag_n} "
+                             f"p_smem={self.p_smem} split_mask={self.split_mask}")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")

@@ -39,16 +39,17 @@ import contextlib
 import itertools
 
 from ... import Tile, kernel
-from ...core.types import PtxType, b32, f32, pred, u8, u32
+from ...core.types import PtxType, b32, f32, s32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
-from .fwd_store import epilogue, stage_out, store_p
+from .fwd_store import epilogue, normalizers, stage_out, store_p
+from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
-from .steps import (consumer_blocks, key_blocks, mask_keys, mma_pv, mma_pv_smem, mma_qk,
-                    release as release_stage, snake)
-from .tiles import PANEL, ROW, Dense, Packed, s32_of as _s32
+from .steps import (consumer_blocks, key_blocks, mask_if_needed, mask_keys, mma_pv, mma_pv_smem,
+                    mma_qk, narrow_last, release as release_stage, snake)
+from .tiles import PANEL, ROW, Dense, Packed, Work, s32_of as _s32
 from .varlen_tiles import Varlen
 
 
@@ -139,6 +140,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         outs, names = (*outs, Tile(1, b32)), (*names, "counter")
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
+    DN = c.diag_n                 # Config.diag_n: the narrow last block's keys (0: none)
+    late = c.late_epilogue and layout in ("dense", "packed")
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -149,7 +152,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}"
             f"{'_split' if c.split_mask else ''}"
             f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
-            f"{'_w1' if tma_out and c.store_wait_once else ''}")
+            f"{'_w1' if tma_out and c.store_wait_once else ''}"
+            f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -182,11 +186,15 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         ptx.inst("bar.sync", 0)
         after_previous_kernel(pdl)        # varlen: the order pass's entries are written
 
-        def tile(t):
-            """Tile ``t`` (:mod:`.tiles`) and its K/V blocks ``n_lo .. n_hi``."""
+        def locate(t):
+            """Tile ``t``'s :class:`.tiles.Work`."""
             if c.persistent and sched.causal_order and not dyn:   # longest-first: balance
                 t = snake(t, cta, ncta, tiles)
-            w = sched.locate(t)
+            return sched.locate(t)
+
+        def tile(t):
+            """Tile ``t`` (:mod:`.tiles`) and its K/V blocks ``n_lo .. n_hi``."""
+            w = locate(t)
             return (w, *key_blocks(sched, mask, BM, BN, w.m0, w.sq, w.sk))
 
         def if_valid(w):
@@ -262,18 +270,66 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             qphase = reg.scalar(u32, init=0)
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
             p_regs = None if c.p_smem else p_registers(BN)
+            # S of all block_n keys, or (Config.diag_n) of the first diag_n: the elements
+            # of columns below diag_n come first in the accumulator (softmax and P of those)
+            s_of = lambda narrow: list(s_acc)[:DN // 2] if narrow else list(s_acc)  # noqa: E731
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
+            if late:    # Config.late_epilogue: O's accumulator; O, m, l and the number of
+                o_late = ptx.wgmma.accumulator(d, init=0.0)   # the tile whose epilogue is
+                kept = ([reg.scalar(f32, init=0.0) for _ in range(len(o_late))],  # pending
+                        [reg.scalar(f32, init=NEG_INF) for _ in range(2)],   # (and 1 / l)
+                        [reg.scalar(f32, init=0.0) for _ in range(2)],
+                        [reg.scalar(f32, init=0.0) for _ in range(2)])
+                # (the Work fields the epilogue reads: no re-locating, whose registers
+                # ptxas lacks beside the wgmma in flight, C7511)
+                prev = {f: reg.scalar(u32, init=0) for f in ("m0", "head", "batch", "hkv")}
+                pending = reg.scalar(u32, init=0)
+
+            def rows_of(w):
+                """This thread's rows ``row0`` and ``row0 + 8`` of tile ``w`` (packed) and
+                their sequence positions."""
+                row0 = w.m0 + cons * 64 + warp * 16 + (lw >> 2)
+                urows = [row0, row0 + 8]
+                return urows, [sched.pos(_s32(r)) for r in urows]
+
+            def write_out(w, urows, rows, o_acc, m, l, late=None):
+                """Tile ``w``'s epilogue: O / l (through the staging buffer and TMA
+                stores, or st.global) and the LSE (``late``: see :func:`.stage_out`)."""
+                packed = rows if sched.group == 1 else [_s32(r) for r in urows]
+                if tma_out:
+                    stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
+                              dtype, BM, NC, late=late)
+                epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
+                         store=not tma_out, late=late)
+
+            def settle(restart=True):
+                """``Config.late_epilogue``: the pending tile's epilogue, then (``restart``)
+                O, m and l zero, -inf and zero for the tile under way. No divergent
+                branch and no wgmma accumulator read: the tile's first Q·Kᵀ is in flight
+                (ptxas would serialize every wgmma; see :func:`.fwd_store.stage_out`)."""
+                o_out, m, l, inv_l = kept
+                w = Work(**prev, sq=sched.sq, sk=sched.sk)   # (none yet: nothing stored)
+                write_out(w, *rows_of(w), o_out, m, l, late=(inv_l, pending != 0))
+                if tma_out and not c.store_wait_once:
+                    ptx.tma.wait(0, read=True, pred=lane == 0)
+                if restart:     # O after the Q·Kᵀ retires (see fwd_store._scaled)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    for x in list(o_late) + l:
+                        ptx.inst.mov.f32(x, 0.0)
+                    for x in m:
+                        ptx.inst.mov.f32(x, NEG_INF)
 
             def consume(t):
                 w, off, n_lo, n_hi = tile(t)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
-                    row0 = m0 + cons * 64 + warp * 16 + (lw >> 2)   # rows row0 and row0 + 8
-                    urows = [row0, row0 + 8]
-                    rows = [sched.pos(_s32(r)) for r in urows]     # sequence positions
-                    o_acc = ptx.wgmma.accumulator(d, init=0.0)
-                    m = [reg.scalar(f32, init=NEG_INF) for _ in range(2)]
-                    l = [reg.scalar(f32, init=0.0) for _ in range(2)]
+                    urows, rows = rows_of(w)
+                    if late:
+                        o_acc, (_, m, l, _) = o_late, kept
+                    else:
+                        o_acc = ptx.wgmma.accumulator(d, init=0.0)
+                        m = [reg.scalar(f32, init=NEG_INF) for _ in range(2)]
+                        l = [reg.scalar(f32, init=0.0) for _ in range(2)]
                     # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
                     q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
                                                   stride=1024, swizzle=128)
@@ -283,46 +339,51 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                       swizzle=128)
 
                     def s_gemm():
-                        """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
+                        """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group
+                        (all block_n keys, also under ``Config.diag_n``: a narrower wgmma
+                        into part of S's registers costs ptxas the registers of its wgmma
+                        pipeline, C7511, and every wgmma is serialized)."""
                         wait(labels, kfull + ring.slot * 8, ring.phase)
                         mma_qk(s_mma, s_acc, q_desc, base + L.k + ring.slot * L.kv_bytes, d,
                                BM, BN)
 
-                    def pv_gemm():
+                    def pv_gemm(narrow=False):
                         """Wait for V in stage ``vslot``; O += P·V with P from registers."""
                         wait(labels, vfull + vslot * 8, vphase)
                         if c.p_smem:
                             mma_pv_smem(o_mma, o_acc, p_desc, base + L.v + vslot * L.kv_bytes,
                                         BN, BM)
                         else:
-                            mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN)
+                            mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN,
+                                   DN if narrow else 0)
 
-                    def put_p():
+                    def put_p(narrow=False):
                         """P(j) for the next P·V: into the A registers, or (``p_smem``,
                         once the last P·V has retired) into shared memory."""
                         if c.p_smem:
                             store_p(list(s_acc), p_at, lw, warp, dtype, BM, 1 + 3 * NC + cons)
                         else:
-                            pack_p(list(s_acc), p_regs, dtype.name)
+                            pack_p(s_of(narrow), p_regs, dtype.name)
 
                     def release(bars, slot):
                         """One arrival per consumer warpgroup on the stage's empty barrier."""
                         release_stage(lane, bars, slot)
 
-                    def scores(j, masked=None):
+                    def scores(j, masked=None, narrow=False):
                         """S of block j (its wgmma retired) -> P in place; returns the rows'
                         alpha. ``masked``: None, the mask where the block needs it; True,
                         always; False, never (``Config.split_mask``'s inner blocks)."""
+                        sv = s_of(narrow)
                         if softcap:
-                            for x in s_acc:
+                            for x in sv:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
                                 ptx.inst("tanh.approx.f32", x, x)
                         if masked is None:
-                            _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk_t, mask, cons,
+                            mask_if_needed(sv, j, BN, rows, fcol, off, sk_t, mask, cons,
                                             m0, sched)
                         elif masked:
-                            mask_keys(s_acc, j * BN, fcol, rows, off, sk_t, mask)
-                        return online_softmax(list(s_acc), m, l, scale_log2,
+                            mask_keys(sv, j * BN, fcol, rows, off, sk_t, mask)
+                        return online_softmax(sv, m, l, scale_log2,
                                               RESCALE_SLACK if c.lazy_rescale else 0.0)
 
                     def my_turn():
@@ -349,45 +410,94 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
                                                       w.sq, sk_t, n_lo, n_hi)
-                    with ptx.if_(n_lo < n_hi):
-                        if c.pingpong:                  # consumer 0 issues first
-                            ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
+                    # Config.diag_n: the last block n_end - 1 narrow (the first block, or a
+                    # copy of the loop's step after the loop)
+                    nar = DN and narrow_last(sched, mask, BN, DN, m0, cons, off, sk_t, n_end)
+                    loop_hi = n_end
+                    if DN:
+                        tail = nar & (n_end - 1 > n_lo)
+                        skip = reg.scalar(s32)
+                        ptx.inst.selp.s32(skip, 1, 0, tail)
+                        loop_hi = n_end - skip
+                    head = nar & (n_end - 1 == n_lo) if DN else None
+
+                    def first_issue():
                         my_turn()
                         s_gemm()
                         your_turn()
-                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+
+                    def first(narrow=False, issue=True):
+                        if issue:
+                            first_issue()
+                            ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(kempty, ring.slot)
-                        scores(n_lo)                    # O is still zero: nothing to rescale
-                        put_p()
-                        next_stage()
-                        for copy, (lo, hi, masked) in enumerate(
-                                segments or [(n_lo + 1, n_end, None)]):
-                            for j in ptx.range_(lo, hi):
-                                my_turn()
-                                s_gemm()
-                                pv_gemm()
-                                your_turn()
-                                ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                                release(kempty, ring.slot)
-                                alphas = scores(j, masked)
-                                if c.lazy_rescale:
-                                    _wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons,
-                                                      copy or '')
-                                else:
-                                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                                release(vempty, vslot)
-                                if not c.lazy_rescale:
-                                    rescale(list(o_acc), alphas)
-                                put_p()
-                                next_stage()
-                        release(qempty, 0)              # every S of the tile has retired
+                        scores(n_lo, narrow or None, narrow)   # O is still zero: no rescale
+                        put_p(narrow)
+
+                    def step(j, masked, tag, narrow=False):
                         my_turn()
+                        s_gemm()
                         pv_gemm()
-                        # (the last consumer's last hand-over would have no taker: every bar.sync
-                        # of each barrier is matched by exactly one bar.arrive)
-                        last = cons == 0 if NC == 2 else cons != NC - 1
+                        your_turn()
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                        release(kempty, ring.slot)
+                        alphas = scores(j, masked, narrow)
+                        if c.lazy_rescale:
+                            wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons, tag)
+                        else:
+                            ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        release(vempty, vslot)
+                        if not c.lazy_rescale:
+                            rescale(list(o_acc), alphas)
+                        put_p(narrow)
+                        next_stage()
+
+                    def last_pv(narrow=False, last=None):
+                        """The tile's last P·V; returns ``last``, whether this consumer
+                        hands over its last turn (computed here unless given)."""
+                        pv_gemm(narrow)
+                        # (the last consumer's last hand-over would have no taker: every
+                        # bar.sync of each barrier is matched by exactly one bar.arrive)
+                        if last is None:
+                            last = cons == 0 if NC == 2 else cons != NC - 1
                         your_turn(pred=last if n_end is n_hi else last | (n_end < n_hi))
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        return last
+
+                    def start(issue=True, finish=True):
+                        """The tile's first block: its Q·Kᵀ issued, then retired and its
+                        softmax (``Config.late_epilogue``: one or the other)."""
+                        if c.pingpong and issue:        # consumer 0 issues first
+                            ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
+                        if not finish:
+                            first_issue()
+                        elif head is not None:
+                            uniform_if(labels, head, lambda: first(True, issue),
+                                       lambda: first(False, issue))
+                        else:
+                            first(issue=issue)
+
+                    def tile_blocks():
+                        if late:    # the last tile's epilogue under this one's first Q·Kᵀ
+                            start(finish=False)     # (in one branch with its wait: ptxas
+                            settle()                # serializes every wgmma otherwise)
+                        start(issue=not late)
+                        next_stage()
+                        for copy, (lo, hi, masked) in enumerate(
+                                segments or [(n_lo + 1, loop_hi, None)]):
+                            for j in ptx.range_(lo, hi):
+                                step(j, masked, copy or '')
+                        if DN:                          # the narrow last block, after the loop
+                            uniform_if(labels, tail,
+                                        lambda: step(n_end - 1, True, "_nar", True))
+                        release(qempty, 0)              # every S of the tile has retired
+                        my_turn()
+                        if DN:                          # one hand-over predicate for both
+                            last = cons == 0 if NC == 2 else cons != NC - 1
+                            uniform_if(labels, nar, lambda: last_pv(True, last),
+                                        lambda: last_pv(False, last))
+                        else:
+                            last = last_pv()
                         release(vempty, vslot)
                         if n_end is not n_hi:   # Config.consumer_bound: blocks past its rows
                             for j in ptx.range_(n_end, n_hi):
@@ -397,17 +507,24 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 ring.advance()
                                 my_turn()           # the turns stay in step with the others'
                                 your_turn(pred=last | (j + 1 < n_hi))
+                    if late:
+                        uniform_if(labels, n_lo < n_hi, tile_blocks, settle)
+                    else:
+                        with ptx.if_(n_lo < n_hi):
+                            tile_blocks()
                     with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
                         release(qempty, 0)
                     ptx.inst.xor.b32(qphase, qphase, 1)
-                    packed = rows if sched.group == 1 else [_s32(r) for r in urows]
-                    if tma_out:
-                        stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
-                                   dtype, BM, NC)
-                    epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
-                              store=not tma_out)
-                if tma_out and not c.store_wait_once:   # the staging buffer outlives
-                    with ptx.if_(lane == 0):            # the last store
+                    if late:        # O out of the accumulator and 1 / l, for the next tile
+                        for x, y in zip(kept[0] + kept[3], list(o_acc) + normalizers(l)):
+                            ptx.inst.mov.f32(x, y)
+                        for f, x in prev.items():
+                            ptx.inst.mov.u32(x, getattr(w, f))
+                        ptx.inst.mov.u32(pending, 1)
+                    else:
+                        write_out(w, urows, rows, o_acc, m, l)
+                if tma_out and not (c.store_wait_once or late):   # the staging buffer
+                    with ptx.if_(lane == 0):                     # outlives the last store
                         ptx.tma.wait(0, read=True)
 
             if dyn:
@@ -426,53 +543,13 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             else:
                 for t in ptx.range_(cta, tiles, ncta):
                     consume(t)
+            if late:
+                settle(restart=False)
             if tma_out and c.store_wait_once:   # each tile's stage_out waits before it
                 with ptx.if_(lane == 0):        # writes the buffer; the CTA's last stores
                     ptx.tma.wait(0, read=True)  # must have read it before the CTA ends
 
     return attention_fwd
-
-
-def _wait_and_rescale(o_acc, alphas, bar, tag="") -> None:
-    """``Config.lazy_rescale``: retire P·V (``wgmma.wait_group 0``) and rescale O only in
-    warpgroups where some row's max moved (``bar.red.or`` of ``alpha < 1`` over the
-    warpgroup at named barrier ``bar``: the wait is warpgroup-aligned), each branch with
-    its own wait. A wait behind a branch on the softmax's result stays after the softmax;
-    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them. ``tag``
-    tells the labels of the loop's copies apart (``Config.split_mask``)."""
-    moved = reg.scalar(pred)
-    ptx.inst.setp.lt.f32(moved, alphas[0], 1.0)
-    other = reg.scalar(pred)
-    ptx.inst.setp.lt.f32(other, alphas[1], 1.0)
-    ptx.inst("or.pred", moved, moved, other)
-    ptx.inst("bar.red.or.pred", moved, bar, 128, moved)
-    # bra.uni: the reduction is the same in every thread, and ptxas, told so, keeps the
-    # loop's wgmma descriptors in uniform registers (a plain branch costs two R2UR a wgmma)
-    keep, done = ptx.new_label(f"o_kept{tag}"), ptx.new_label(f"o_rescaled{tag}")
-    ptx.bra(keep, pred=~moved, uni=True)
-    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-    rescale(list(o_acc), alphas)
-    ptx.bra(done, uni=True)
-    ptx.place(keep)
-    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-    ptx.place(done)
-
-
-def _mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask: Mask, cons, m0, sched) -> None:
-    """Mask block ``j`` where it crosses a boundary for some row of this consumer: past the
-    last key (ragged SK), past ``row + off + right`` or before ``row + off - left``."""
-    key0 = j * BN
-    end = key0 + BN
-    need = end > sk
-    first_p = _s32(m0 + cons * 64)               # this consumer's first (packed) row
-    first = sched.pos(first_p)
-    if mask.right >= 0:
-        need = need | (end - 1 > first + off + mask.right)
-    if mask.left >= 0:
-        last = first + 63 if sched.group == 1 else sched.pos(first_p + 63)
-        need = need | (key0 < last + off - mask.left)
-    with ptx.if_(need):
-        mask_keys(s_acc, key0, fcol, rows, off, sk, mask)
 
 
 @contextlib.contextmanager

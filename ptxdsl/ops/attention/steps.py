@@ -25,12 +25,13 @@ def mma_qk(s_mma: str, s_acc, q_desc, k_at, head_dim: int, q_rows: int, block_n:
     ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-def mma_pv(o_mma: str, o_acc, p_regs, v_at, block_n: int):
+def mma_pv(o_mma: str, o_acc, p_regs, v_at, block_n: int, keys: int = 0):
     """O += P·V: ``block_n / 16`` wgmmas with A (P) from registers, V's ``block_n`` rows at
-    ``v_at`` (MN-major), one commit group."""
+    ``v_at`` (MN-major), one commit group; ``keys``: only the block's first ``keys`` (a
+    multiple of 16; ``Config.diag_n``)."""
     v_desc = ptx.wgmma.descriptor(v_at, leading=block_n * ROW, stride=1024, swizzle=128)
     ptx.inst("wgmma.fence.sync.aligned")
-    for ks in range(block_n // 16):
+    for ks in range((keys or block_n) // 16):
         vo = (ks * 16 * ROW) >> 4
         ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc, 1, 1, 1, 1)
     ptx.inst("wgmma.commit_group.sync.aligned")
@@ -112,6 +113,18 @@ def consumer_blocks(c, sched, mask, block_n: int, m0, cons, off, sq, sk, n_lo, n
     return n_end, segments
 
 
+def narrow_last(sched, mask, block_n: int, width: int, m0, cons, off, sk, n_end):
+    """``Config.diag_n``: whether the last key block consumer ``cons`` computes, ``n_end -
+    1``, has at most ``width`` keys that any of its rows sees (from the block's first key
+    to its last row's first excluded key: ``sk``, or with a right bound ``row + off +
+    right + 1``); the same in the whole warpgroup (``.pred``)."""
+    top = sk
+    if mask.right >= 0:
+        last = sched.pos(s32_of(m0 + cons * 64) + 63)
+        top = ptx.min(top, last + off + (mask.right + 1))
+    return top - (n_end - 1) * block_n <= width
+
+
 def mask_keys(s_acc, key0, fcol: int, rows, off, sk, mask) -> None:
     """Mask this thread's scores of a boundary block whose first key is ``key0``: keys
     past ``sk`` and, for query row ``rows[r] + off`` (bottom-right aligned), those outside
@@ -125,6 +138,23 @@ def mask_keys(s_acc, key0, fcol: int, rows, off, sk, mask) -> None:
         hi.append(h)
         lo.append(rows[r] + off - mask.left - base if mask.left >= 0 else None)
     mask_block(list(s_acc), hi, lo)
+
+
+def mask_if_needed(s_acc, j, BN, rows, fcol, off, sk, mask, cons, m0, sched) -> None:
+    """Mask block ``j`` where it crosses a boundary for some row of this consumer: past the
+    last key (ragged SK), past ``row + off + right`` or before ``row + off - left``."""
+    key0 = j * BN
+    end = key0 + BN
+    need = end > sk
+    first_p = s32_of(m0 + cons * 64)               # this consumer's first (packed) row
+    first = sched.pos(first_p)
+    if mask.right >= 0:
+        need = need | (end - 1 > first + off + mask.right)
+    if mask.left >= 0:
+        last = first + 63 if sched.group == 1 else sched.pos(first_p + 63)
+        need = need | (key0 < last + off - mask.left)
+    with ptx.if_(need):
+        mask_keys(s_acc, key0, fcol, rows, off, sk, mask)
 
 
 def snake(t, cta, ncta, tiles):
@@ -141,4 +171,4 @@ def snake(t, cta, ncta, tiles):
     return out
 
 
-__all__ = ["consumer_blocks", "mma_qk", "mma_pv", "mma_pv_smem", "release", "mask_keys", "key_blocks", "snake"]
+__all__ = ["consumer_blocks", "narrow_last", "mask_if_needed", "mma_qk", "mma_pv", "mma_pv_smem", "release", "mask_keys", "key_blocks", "snake"]

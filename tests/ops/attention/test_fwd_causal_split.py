@@ -6,8 +6,6 @@ LSE must be bitwise those of the same config without them (a block past a consum
 rows adds exactly zero), and agree with the float64 reference."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -17,56 +15,16 @@ from ptxdsl.ops.attention import api, attention_reference, varlen
 from ptxdsl.ops.attention.config import Config, Mask
 from ptxdsl.ops.attention.fwd import build_forward
 from ptxdsl.ops.attention.steps import consumer_blocks  # noqa: F401  (public helper)
-
-
-def _inputs(b, sq, sk, h, hk, d, seed):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(s).astype(np.float16)
-            for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d))]
-
-
-def _run(c, q, k, v, mask, layout="dense", group=1, sms=2):
-    """(kernel name, out, lse (B, H, SQ)); out and LSE start as NaN."""
-    kern = build_forward(c, f16, q.shape[-1], mask, scale=0.125, sms=sms, layout=layout,
-                         group=group)
-    b, sq, h, d = q.shape
-    out = np.full(q.shape, np.nan, np.float16)
-    lse = np.full((b, h // group, group, sq), np.nan, np.float32)
-    view = (lambda a: a.reshape(b, sq, h // group, group, d)) if group > 1 else (lambda a: a)
-    word = (np.zeros(1, np.uint32),) if c.dynamic else ()
-    kern.interpret(view(q), k, v, view(out), lse if group > 1 else lse.reshape(b, h, sq),
-                   *word)
-    assert not word or int(word[0][0]) == 0
-    return kern.name, out, lse.reshape(b, h, sq)
-
-
-def _same_and_right(base: Config, q, k, v, mask, layout="dense", group=1, **on):
-    """The config with ``on`` gives bitwise the output and LSE of ``base``, and both agree
-    with the float64 reference (fully masked rows: 0 and -inf)."""
-    _, want, wlse = _run(base, q, k, v, mask, layout, group)
-    c = dataclasses.replace(base, **on)
-    name, got, glse = _run(c, q, k, v, mask, layout, group)
-    assert ("_split" in name) == c.split_mask
-    assert ("_cb" in name) == (c.consumer_bound and mask.right >= 0)
-    assert ("_w1" in name) == c.store_wait_once
-    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
-    np.testing.assert_array_equal(glse.view(np.uint32), wlse.view(np.uint32))
-    ref, rlse = attention_reference(q, k, v, softmax_scale=0.125,
-                                    window_size=(mask.left, mask.right))
-    o = got.astype(np.float64)
-    assert not np.isnan(o).any() and np.abs(o - ref).max() <= 4e-3 * np.abs(ref).max()
-    np.testing.assert_array_equal(np.isneginf(glse), np.isinf(rlse))
-    fin = ~np.isinf(rlse)
-    assert (np.abs(glse[fin] - rlse[fin]) / np.maximum(np.abs(rlse[fin]), 1.0)).max() <= 1e-3
+from attention_fwd_checks import inputs, same_and_right
 
 
 def test_split_and_bound_causal_pingpong_lazy():
     """Causal, Sq < Sk (keys aligned bottom-right) and ragged across five 32-key blocks:
     the first consumer stops two blocks before the second and keeps its ping-pong turns;
     lazy rescale's labels in each loop copy; persistent on 2 CTAs."""
-    q, k, v = _inputs(1, 100, 130, 1, 1, 64, 21)
+    q, k, v = inputs(1, 100, 130, 1, 1, 64, 21)
     base = Config(block_n=32, pingpong=True, lazy_rescale=True, persistent=True)
-    _same_and_right(base, q, k, v, Mask(-1, 0), split_mask=True, consumer_bound=True)
+    same_and_right(base, q, k, v, Mask(-1, 0), split_mask=True, consumer_bound=True)
 
 
 @pytest.mark.long
@@ -83,11 +41,11 @@ def test_split_and_bound_causal_pingpong_lazy():
 def test_split_and_bound_more(sq, sk, mask, kw):
     """Windows (left and right edges), full, three consumers (the two below the diagonal
     skip), the dynamic scheduler, one CTA a tile and persistent, S = 1 and 63."""
-    q, k, v = _inputs(1, sq, sk, 2, 2, 64, sq + sk)
+    q, k, v = inputs(1, sq, sk, 2, 2, 64, sq + sk)
     base = Config(persistent=True, **kw)
     for on in (dict(split_mask=True), dict(consumer_bound=True),
                dict(split_mask=True, consumer_bound=True)):
-        _same_and_right(base, q, k, v, mask, **on)
+        same_and_right(base, q, k, v, mask, **on)
 
 
 @pytest.mark.long
@@ -95,9 +53,9 @@ def test_split_and_bound_more(sq, sk, mask, kw):
 def test_split_and_bound_packed_gqa(d, mask):
     """The packed GQA layout (a group of 4 query heads in one tile's rows: a consumer's
     rows span 16 positions), head dims 128 and 256."""
-    q, k, v = _inputs(1, 70, 90, 8, 2, d, d)
+    q, k, v = inputs(1, 70, 90, 8, 2, d, d)
     base = Config(block_n=32, pingpong=True, lazy_rescale=True, persistent=True)
-    _same_and_right(base, q, k, v, mask, layout="packed", group=4, split_mask=True,
+    same_and_right(base, q, k, v, mask, layout="packed", group=4, split_mask=True,
                     consumer_bound=True)
 
 
@@ -136,9 +94,9 @@ def test_split_and_bound_varlen(monkeypatch):
 def test_store_wait_once(kw):
     """Config.store_wait_once: the TMA-store epilogue's wait for the staging buffer's reads
     once per CTA (persistent on 2 CTAs, several tiles each; dynamic; one CTA a tile)."""
-    q, k, v = _inputs(1, 300, 280, 2, 2, 64, 33)
+    q, k, v = inputs(1, 300, 280, 2, 2, 64, 33)
     base = Config(block_n=48, tma_store=True, **kw)
-    _same_and_right(base, q, k, v, Mask(-1, 0), store_wait_once=True)
+    same_and_right(base, q, k, v, Mask(-1, 0), store_wait_once=True)
     with pytest.raises(ValueError, match="tma_store"):
         Config(store_wait_once=True)
 

@@ -1,0 +1,69 @@
+"""Config.late_epilogue (a tile's epilogue in the next tile, under that tile's first
+Q·Kᵀ) on the CPU interpreter, every detector on: the output and LSE bitwise those of the
+same config without it, and agree with the float64 reference."""
+from __future__ import annotations
+
+import pytest
+
+import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
+from attention_fwd_checks import inputs, right, same_and_right
+from ptxdsl.core.types import f16
+from ptxdsl.ops.attention.config import Config, Mask
+from ptxdsl.ops.attention.fwd import build_forward
+
+
+def test_late_with_narrow_diagonal():
+    """One CTA, two tiles (Sq > Sk, causal: the first tile's rows see 18 keys or none):
+    the first tile's epilogue runs under the second's first Q·Kᵀ, the second's at the
+    end; with diag_n the first tile's first consumer narrows its only block, its second
+    does not (18 keys), both consumers of the second tile narrow their last block, after
+    the loop; ping-pong, lazy rescale, consumer_bound. Against the reference only
+    (bitwise against the config without either option: the long tests)."""
+    q, k, v = inputs(1, 150, 40, 1, 1, 64, 9)
+    c = Config(block_n=32, pingpong=True, lazy_rescale=True, persistent=True,
+               consumer_bound=True, diag_n=16, late_epilogue=True)
+    right(c, q, k, v, Mask(-1, 0), sms=1)
+
+
+@pytest.mark.long
+def test_late_with_narrow_diagonal_bitwise():
+    """The case above, bitwise against the config without diag_n and late_epilogue."""
+    q, k, v = inputs(1, 150, 40, 1, 1, 64, 9)
+    base = Config(block_n=32, pingpong=True, lazy_rescale=True, persistent=True,
+                  consumer_bound=True)
+    same_and_right(base, q, k, v, Mask(-1, 0), sms=1, diag_n=16, late_epilogue=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mask,kw", [
+    (Mask(-1, 0), dict(block_n=48, lazy_rescale=True)),
+    (Mask(-1, 0), dict(block_n=48, tma_store=True, pingpong=True)),      # wait every tile
+    (Mask(-1, 0), dict(block_n=48, tma_store=True, store_wait_once=True, diag_n=16,
+                       lazy_rescale=True)),
+    (Mask(-1, 0), dict(block_n=48, dynamic=True, tma_store=True, head_sections=True)),
+    (Mask(40, 10), dict(block_n=48, consumers=3, pingpong=True, lazy_rescale=True)),
+    (Mask(), dict(block_n=64, p_smem=True, lazy_rescale=True)),
+])
+def test_late_more(mask, kw):
+    """Persistent on 2 CTAs over 6 tiles (ragged Sq and Sk): with and without the
+    TMA-store epilogue (its staging wait every tile or once), the dynamic scheduler,
+    three consumers, a window, full with P through shared memory."""
+    q, k, v = inputs(1, 300, 280, 2, 2, 64, 33)
+    same_and_right(Config(persistent=True, **kw), q, k, v, mask, late_epilogue=True)
+
+
+@pytest.mark.long
+def test_late_packed_gqa():
+    """The packed GQA layout (4 query heads a tile's rows), head dim 128."""
+    q, k, v = inputs(1, 70, 90, 8, 2, 128, 5)
+    base = Config(block_n=48, lazy_rescale=True, persistent=True, tma_store=False)
+    same_and_right(base, q, k, v, Mask(-1, 0), layout="packed", group=4, sms=1,
+                   late_epilogue=True)
+
+
+def test_late_off_by_default_and_not_for_varlen():
+    """Off by default; the varlen layouts keep their epilogue in the tile (no ``_late``)."""
+    assert not Config().late_epilogue
+    c = Config(block_n=64, persistent=True, late_epilogue=True)
+    assert "_late" not in build_forward(c, f16, 64, Mask(-1, 0), scale=0.1,
+                                        layout="varlen").name

@@ -61,6 +61,7 @@ TAIL = {
     "128x3 l2a2": dict(block_n=128, stages=3, l2_ahead=2),
     "64x6 tp": dict(tmap_prefetch=True),
     "64x6 late tp": dict(late_go=True, tmap_prefetch=True),
+    "64x6 l2a3": dict(l2_ahead=3),
     "64x6 l2a6": dict(l2_ahead=6),
     "64x6 late l2a3 tp": dict(l2_ahead=3, late_go=True, tmap_prefetch=True),
     "64x6 late l2a6 tp": dict(l2_ahead=6, late_go=True, tmap_prefetch=True),

@@ -22,7 +22,14 @@ copy's bandwidth ``2 x bytes / copy time`` (bench/attention_decode.py's measure)
 Reported per row: the split count, CTAs, K/V bytes per CTA and microseconds beside it.
 JSON goes to ``$OUT/attention_decode_plans.json`` (or ``--json``).
 
+``--set tail`` (D = 128) times the table's plan beside ``TAIL`` instead (no op rows):
+the fixed cost of a launch (B = 1, Sq = 1, Sk = 16k: 20 µs where the K/V bytes at the
+kernel's own streaming rate take ~15), attacked by a later go-ahead for the next launch
+(``late_go``), tensor-map prefetches, deeper L2 prefetches and another split count.
+``--sq`` / ``--sk`` keep only those shapes.
+
     PYTHONPATH=. python lab/attention_decode_plans.py [--d 128] [--b 1]
+    PYTHONPATH=. python lab/attention_decode_plans.py --set tail --d 128 --b 1 8 --sq 1
 """
 from __future__ import annotations
 
@@ -46,14 +53,43 @@ VARIANTS = {
           (128, 3, 1, 2, True, 2), (64, 3, 2, 2, True, 0), (64, 3, 2, 2, False, 0)],
 }
 
+# --set tail (issue 51: B=1 Sq=1 Sk=16k at 84% of the copy, a fixed ~5 µs per launch):
+# name -> DecodePlan fields (D = 128) and an optional split count; "late" = late_go
+# (the next launch starts once every split has issued its last load, so its L2
+# prefetches land at this launch's tail), "tp" = tmap_prefetch.
+TAIL = {
+    "128x3 l2a2": dict(block_n=128, stages=3, l2_ahead=2),
+    "64x6 tp": dict(tmap_prefetch=True),
+    "64x6 late tp": dict(late_go=True, tmap_prefetch=True),
+    "64x6 l2a3": dict(l2_ahead=3),
+    "64x6 l2a6": dict(l2_ahead=6),
+    "64x6 late l2a3 tp": dict(l2_ahead=3, late_go=True, tmap_prefetch=True),
+    "64x6 late l2a6 tp": dict(l2_ahead=6, late_go=True, tmap_prefetch=True),
+    "128x3 late l2a2 tp": dict(block_n=128, stages=3, l2_ahead=2, late_go=True,
+                               tmap_prefetch=True),
+    "128x3 late l2a3 tp": dict(block_n=128, stages=3, l2_ahead=3, late_go=True,
+                               tmap_prefetch=True),
+    "64x6 splits 15": dict(splits=15),
+}
 
-def shapes(ds=(128, 64), bs=(1, 8)):
-    return [(b, sq, sk, d) for d in ds for b in bs for sq in (1, 16)
-            for sk in (8192, 16384, 32768)]
+
+def shapes(ds=(128, 64), bs=(1, 8), sqs=(1, 16), sks=(8192, 16384, 32768)):
+    return [(b, sq, sk, d) for d in ds for b in bs for sq in sqs for sk in sks]
 
 
-def launcher(torch, plan, q, k, v):
-    """``(fn, out, lse, tickets, ns)``: one call of ``plan`` as a function of no argument."""
+def tail_plans(decode, table):
+    """``--set tail``: name -> (plan, split count or None), the table's plan first."""
+    plans = {"table": (table, None)}
+    for name, kw in TAIL.items():
+        kw = dict(kw)
+        splits = kw.pop("splits", None)
+        plans[name] = (dataclasses.replace(table, **kw), splits)
+    return plans
+
+
+def launcher(torch, plan, q, k, v, splits=None):
+    """``(fn, out, lse, tickets, ns)``: one call of ``plan`` (``splits`` of each tile, else
+    the rule's) as a function of no argument."""
     from ptxdsl.core.types import bf16
     from ptxdsl.ops.attention import decode
     from ptxdsl.ops.attention.config import Mask
@@ -65,7 +101,7 @@ def launcher(torch, plan, q, k, v):
                                     0.0, "sm_90a")
     tiles = b * hk * -(-sq // (ROWS // group))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ns = decode.splits_for(plan, tiles, -(-sk // plan.block_n), sms)
+    ns = splits or decode.splits_for(plan, tiles, -(-sk // plan.block_n), sms)
     f32 = dict(device="cuda", dtype=torch.float32)
     op, lp = torch.empty(ns, b, h, sq, d, **f32), torch.empty(ns, b, h, sq, **f32)
     out, lse = torch.empty_like(q), torch.empty(b, h, sq, **f32)
@@ -139,6 +175,10 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--d", type=int, nargs="+", default=[128, 64], help="head dims")
     ap.add_argument("--b", type=int, nargs="+", default=[1, 8], help="batch sizes")
+    ap.add_argument("--sq", type=int, nargs="+", default=[1, 16], help="query rows")
+    ap.add_argument("--sk", type=int, nargs="+", default=[8192, 16384, 32768], help="keys")
+    ap.add_argument("--set", choices=["plans", "tail"], default="plans",
+                    help="plans: VARIANTS and the op rows; tail: TAIL (D = 128, no op rows)")
     args = ap.parse_args()
     import torch
     from ptxdsl.ops.attention import decode
@@ -148,23 +188,29 @@ def main() -> None:
               "torch": torch.__version__, "dtype": "bf16", "H": H, "Hkv": HKV,
               "pct_copy": "K/V bytes / time as a % of 2 x bytes / (torch copy's time)",
               "rows": []}
-    for b, sq, sk, d in shapes(args.d, args.b):
+    for b, sq, sk, d in shapes(args.d, args.b, args.sq, args.sk):
         q, k, v = inputs(torch, b, sq, sk, d)
         nbytes = 2 * k.numel() * 2
         ref = reference(torch, q[:1], k[:1], v[:1])
         rlse = ref_lse(torch, q, k)
-        plans = {"table": decode.choose(d, "bf16")}
-        for bn, st, cps, mb, fused, l2a in VARIANTS[d]:
-            plans[f"{bn}x{st} cps{cps}{' fused' if fused else ''}{f' l2a{l2a}' if l2a else ''}"] \
-                = decode.DecodePlan(block_n=bn, stages=st, ctas_per_sm=cps, min_blocks=mb,
-                                    fused=fused, l2_ahead=l2a)
+        if args.set == "tail":
+            plans = tail_plans(decode, decode.choose(d, "bf16").for_tile(sq, H // HKV))
+        else:
+            plans = {"table": (decode.choose(d, "bf16"), None)}
+            for bn, st, cps, mb, fused, l2a in VARIANTS[d]:
+                plans[f"{bn}x{st} cps{cps}{' fused' if fused else ''}"
+                      f"{f' l2a{l2a}' if l2a else ''}"] = (decode.DecodePlan(
+                          block_n=bn, stages=st, ctas_per_sm=cps, min_blocks=mb, fused=fused,
+                          l2_ahead=l2a), None)
         row = {"B": b, "Sq": sq, "Sk": sk, "D": d, "kv_bytes": nbytes, "results": {}}
         live = {}
-        for name, plan in plans.items():
+        for name, (plan, splits) in plans.items():
             res = row["results"][name] = {"plan": [plan.block_n, plan.stages, plan.ctas_per_sm,
                                                    plan.min_blocks, plan.fused, plan.l2_ahead]}
+            if args.set == "tail":
+                res.update(late_go=plan.late_go, tmap_prefetch=plan.tmap_prefetch)
             try:
-                fn, out, lse, tickets, ns = launcher(torch, plan, q, k, v)
+                fn, out, lse, tickets, ns = launcher(torch, plan, q, k, v, splits)
                 fn()
                 fn()
                 torch.cuda.synchronize()
@@ -182,10 +228,10 @@ def main() -> None:
                 res["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         live["copy"] = copy_fn(torch, nbytes)
         graphs = {n: graphed(torch, f, args.iters) for n, f in live.items()}
-        fused = dataclasses.replace(plans["table"], fused=True)
-        for name, plan in (("op: table", plans["table"]), ("op: fused", fused),
-                           ("op: fused <=4 rows", dataclasses.replace(fused,
-                                                                       fused_max_rows=4))):
+        fused = dataclasses.replace(plans["table"][0], fused=True)
+        ops = (("op: table", plans["table"][0]), ("op: fused", fused),
+               ("op: fused <=4 rows", dataclasses.replace(fused, fused_max_rows=4)))
+        for name, plan in ops if args.set == "plans" else ():
             got = op_graph(torch, decode, plan, q, k, v, ref, rlse, args.iters)
             row["results"][name] = got[0]
             if got[1] is not None:

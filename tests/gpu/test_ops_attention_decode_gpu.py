@@ -141,3 +141,27 @@ def test_fused_plan_memo_and_graph(monkeypatch, fused_memo):
         graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, first)
+
+
+@pytest.mark.parametrize("bn,st,l2a,late,tmap", [(64, 6, 0, True, True), (64, 6, 6, True, True),
+                                                 (128, 3, 3, True, False), (64, 6, 3, False, True)])
+def test_late_go_and_prefetch_plans(monkeypatch, fused_memo, bn, st, l2a, late, tmap):
+    """The tail plans (a late go-ahead for the next launch, tensor-map and L2 prefetches
+    ahead of the wait): correct alone, fused (Sq = 1) and split + combine (Sq = 16), and
+    in launches queued back to back on new inputs (the next launch placed while this one
+    drains), each against its reference."""
+    plan = decode.DecodePlan(block_n=bn, stages=st, fused=True, fused_max_rows=4,
+                             l2_ahead=l2a, late_go=late, tmap_prefetch=tmap)
+    monkeypatch.setattr(decode, "choose", lambda *a: plan)
+    _run(1, 1, 16384, 32, 8, 128)
+    _run(2, 16, 4099, 32, 8, 128, causal=True)
+    torch = torch_sm90()
+    g = torch.Generator(device="cuda").manual_seed(11)
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731
+    calls = [(mk(1, 1, 32, 128), mk(1, 8192, 8, 128), mk(1, 8192, 8, 128)) for _ in range(4)]
+    torch.cuda.synchronize()
+    outs = [attention(*c) for c in calls]                  # queued, no sync between
+    for (q, k, v), out in zip(calls, outs):
+        ref, _ = attention_reference(*(x.float().cpu().numpy() for x in (q, k, v)))
+        o = out.float().cpu().numpy().astype(np.float64)
+        assert np.abs(o - ref).max() <= 2e-2 * np.abs(ref).max()

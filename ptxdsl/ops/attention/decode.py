@@ -37,7 +37,11 @@ class DecodePlan:
     ``fused``: the last split of a tile merges the partials (one launch) where the tile
     holds at most ``fused_max_rows`` query rows (heads x positions: one CTA merges them
     all, which pays off for few), else the combine kernel does; ``l2_ahead``: blocks of
-    K and V a split prefetches into L2 before it waits for the previous kernel."""
+    K and V a split prefetches into L2 before it waits for the previous kernel;
+    ``late_go``: the next kernel may start once every split has issued its last K/V
+    load (default: as soon as each has waited for the previous kernel), so that the
+    next launch's L2 prefetches land near this one's tail, not at its start;
+    ``tmap_prefetch``: the tensor maps are prefetched before that wait."""
 
     block_n: int = 128
     stages: int = 3
@@ -46,6 +50,8 @@ class DecodePlan:
     fused: bool = False
     l2_ahead: int = 0
     fused_max_rows: int = ROWS
+    late_go: bool = False
+    tmap_prefetch: bool = False
 
     def __post_init__(self):
         if self.block_n % 16 or not 16 <= self.block_n <= 256 or self.stages < 1 \
@@ -95,10 +101,13 @@ def kernels(plan: DecodePlan, dtype, d: int, group: int, mask: Mask, scale: floa
             softcap: float, arch: str):
     """The (split, combine) kernel pair, built once per key (a fused plan: combine None)."""
     split = KERNELS.get(("split", plan.block_n, plan.stages, plan.fused, plan.l2_ahead,
-                         dtype.name, d, group, mask, scale, softcap, arch),
+                         plan.late_go, plan.tmap_prefetch, dtype.name, d, group, mask, scale,
+                         softcap, arch),
                         lambda: build_split(plan.block_n, plan.stages, dtype, d, group, mask,
                                             scale=scale, softcap=softcap, arch=arch,
-                                            fused=plan.fused, l2_ahead=plan.l2_ahead))
+                                            fused=plan.fused, l2_ahead=plan.l2_ahead,
+                                            late_go=plan.late_go,
+                                            tmap_prefetch=plan.tmap_prefetch))
     if plan.fused:
         return split, None
     combine = KERNELS.get(("combine", dtype.name, d, arch),

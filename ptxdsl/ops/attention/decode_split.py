@@ -70,7 +70,8 @@ def specs(dtype: PtxType, d: int, group: int, block_n: int, fused: bool = False)
 
 def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                 mask: Mask = Mask(), *, scale: float, softcap: float = 0.0,
-                arch: str = "sm_90a", fused: bool = False, l2_ahead: int = 0):
+                arch: str = "sm_90a", fused: bool = False, l2_ahead: int = 0,
+                late_go: bool = False, tmap_prefetch: bool = False):
     """The split pass for one (block_n, stages, dtype, head dim, GQA group size ``group``
     (a divisor of 64), mask, scale, softcap); the grid is NS x tiles CTAs, NS read from
     the partials' leading dim. ``fused``: the last split of each tile to finish merges
@@ -78,7 +79,12 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
     the combine needs no launch of its own. ``l2_ahead``: the split's first blocks of K
     and V whose L2 prefetch is issued before the wait for the previous kernel (L2 is
     where every SM's writes land, so a line fetched early is still current; the TMA
-    loads after the wait then find it there)."""
+    loads after the wait then find it there). ``late_go``: the producer gives the next
+    kernel its go-ahead after issuing its last K/V load (else every CTA gives it once
+    past the wait: the next launch's CTAs then take the SMs left idle at once, and
+    their L2 prefetches run a whole launch early). ``tmap_prefetch``: the three tensor
+    maps are prefetched into the TMA unit before the wait (the first loads after it
+    then skip the descriptor fetch)."""
     if d % PANEL or not PANEL <= d <= 128:
         raise ValueError(f"head dim {d}: the decode kernel takes 64 or 128")
     if ROWS % group:
@@ -97,7 +103,8 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
     pdl = pdl_for(arch)
     name = (f"attention_decode_{dtype.name}_d{d}_g{group}_n{BN}_s{S}_{mask.tag}"
             f"{'_cap' if softcap else ''}{'_fused' if fused else ''}"
-            f"{f'_l2a{l2_ahead}' if l2_ahead else ''}")
+            f"{f'_l2a{l2_ahead}' if l2_ahead else ''}{'_lg' if late_go else ''}"
+            f"{'_tp' if tmap_prefetch else ''}")
     names = ("q", "k", "v", "opart", "lpart") + (("out", "lse", "tickets") if fused else ())
 
     def grid(B, SQ, HK, NS):
@@ -128,8 +135,13 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                     ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(bars, 8 * s), 1)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
+        if tmap_prefetch:
+            with ptx.if_(tid == 0):
+                for tmap in (tq, tk, tv):
+                    ptx.inst("prefetch.tensormap", ptx.addr(tmap))
+        go = 0 if late_go else THREADS          # late_go: the producer gives it below
         if not l2_ahead:
-            after_previous_kernel(pdl, THREADS)
+            after_previous_kernel(pdl, go)
 
         # The tile's key blocks (keys aligned bottom-right, off = SK - SQ), then this
         # split's even share of them.
@@ -158,7 +170,7 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                                 ptx.inst("cp.async.bulk.prefetch.tensor.4d.L2.global",
                                          ptx.addr(tmap, coords=[p * PANEL, hkv, (lo + i) * BN,
                                                                 batch]))
-            after_previous_kernel(pdl, THREADS)
+            after_previous_kernel(pdl, go)
 
         with ptx.if_(wg == 0):
             with ptx.if_(tid == 0):
@@ -180,6 +192,8 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                             ptx.tma.load(at + p * BN * ROW if p else at, tmap,
                                          [p * PANEL, hkv, j * BN, batch], fb)
                     ring.advance()
+                if late_go and pdl:
+                    ptx.inst.griddepcontrol.launch_dependents()
         with ptx.else_():
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2

@@ -90,8 +90,10 @@ def test_decode_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw)
 ])
 def test_fused_decode_matches_float64(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
     """One launch: the last split of each tile merges (and leaves its ticket zero); the
-    L2 prefetch ahead of the previous kernel's wait (a no-op here) traces and verifies."""
-    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused={"l2_ahead": 2}, **kw)
+    L2 and tensor-map prefetches ahead of the previous kernel's wait and the producer's
+    late go-ahead (no-ops here) trace and verify."""
+    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype,
+           fused={"l2_ahead": 2, "late_go": True, "tmap_prefetch": True}, **kw)
 
 
 @pytest.mark.long
@@ -107,8 +109,9 @@ def test_fused_decode_matches_float64(monkeypatch, splits, b, sq, sk, h, hk, d, 
     (4, 1, 16, 200, 4, 1, 64, np.float16, dict(window_size=(20, 3))),
 ])
 def test_fused_decode_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
-    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused={"l2_ahead": 3 * (sq > 2)},
-           **kw)
+    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype,
+           fused={"l2_ahead": 3 * (sq > 2), "late_go": splits % 2 == 1,
+                  "tmap_prefetch": b + sq < 5}, **kw)
 
 
 def test_which_calls_take_the_decode_path():

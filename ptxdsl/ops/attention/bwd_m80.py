@@ -216,8 +216,6 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
                     dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
                     pack_p(list(dp_acc), ds_regs, dt)
-                    ptx.inst("wgmma.fence.sync.aligned")
-                    kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)   # dV first
                     # dSᵀ into the slot's buffer: A-fragment register j of chunk kc holds keys
                     # r0 + 8 (j % 2), queries 16 kc + 8 (j // 2) + fcol and the next one;
                     # 32-byte swizzle: the 16-byte half ^ key bit 2. The buffer was last read
@@ -233,6 +231,10 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                                 halves[j // 2], kc * DS_PANEL + (j % 2) * 8 * 2 * QP),
                                 ds_regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
+                    # dV once dSᵀ is stored (its registers free: issued before the stores,
+                    # ptxas serializes the wgmmas, C7512), run under the exchange's barrier
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
                     ptx.inst("bar.sync", *XBAR)
                     ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
                     dq = ptx.wgmma.accumulator(BM)

@@ -11,18 +11,18 @@ k-steps of the registers' Pᵀ, dSᵀ, and dQ is computed transposed, dQᵀ_w = 
 ::
 
     warpgroup 0 (producer)                   warpgroups 1, 2 (w = 0, 1; keys 64w .. 64w+63)
-    TMA K, V ─▶ kvfull                         per step: wait full[s]
-    per head, per 80-row block:                  Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ (m64n80, a group
-      wait empty[s]; TMA Q, dO (80 x 128),         each); Pᵀ while dPᵀ runs; dSᵀ
-      -LSE·log2e, D (80)                         dV += Pᵀ·dO (A from registers, 5 k-steps)
-    warp 1: dQ's TMA reduce-adds                 dSᵀ -> shared (slot's buffer), bar(256)
-      (80-row boxes, 32 columns)                 dQᵀ_w = Kᵀ_w·dSᵀ (A: K MN-major, B: dSᵀ
-                                                   MN-major, 32-byte swizzled 16-query
-                                                   panels), then dK += dSᵀ·Q behind it
-                                                 wait dQ; stage dQ transposed (st.shared.f32
-                                                   into the reduce box's swizzled rows)
-                                                 wait dK; release the slot; hand the stage
-                                               epilogue: dK·scale, dV -> st.global
+    TMA K, V ─▶ kvfull                       per step: wait full[s]
+    per head, per 80-row block:              Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ (m64n80, a group
+      wait empty[s]; TMA Q, dO (80 x 128),     each); Pᵀ while dPᵀ runs; dSᵀ
+      -LSE·log2e, D (80)                     dSᵀ -> shared (the slot's buffer), then
+    warp 1: dQ's TMA reduce-adds               dV += Pᵀ·dO (A from registers, 5 k-steps)
+      (80-row boxes, 32 columns)             bar(256); dQᵀ_w = Kᵀ_w·dSᵀ (A: K MN-major,
+                                               B: dSᵀ MN-major, 32-byte swizzled
+                                               16-query panels), dK += dSᵀ·Q behind it
+                                             wait dQ; stage dQ transposed (st.shared.f32
+                                               into the reduce box's swizzled rows)
+                                             wait dK; release the slot; hand the stage
+                                           epilogue: dK·scale, dV -> st.global
 
 Shared memory: K, V (two 128-byte panels of 128 rows each), 2 stages of Q and dO (80
 rows a panel), two dSᵀ buffers (a ring slot's; 5 panels of 128 keys x 16 queries,
@@ -110,7 +110,8 @@ def dq_swapped(acc, dt: str, a_at, ds_at) -> None:
     b = ptx.wgmma.descriptor(ds_at, leading=DS_PANEL, stride=8 * 2 * QP, swizzle=32)
     for ks in range(BN // 16):
         ao, bo = (ks * 16 * ROW) >> 4, (ks * 16 * 2 * QP) >> 4
-        ptx.inst(f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}", list(acc), a + ao if ao else a, b + bo if bo else b,
+        ptx.inst(f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}", list(acc),
+                 a + ao if ao else a, b + bo if bo else b,
                  0 if ks == 0 else 1, 1, 1, 1, 1)
 
 

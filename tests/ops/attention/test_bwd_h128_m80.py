@@ -73,7 +73,8 @@ def _case(monkeypatch, sq, sk, seed, **kw):
     ids=["full", "one-partial-block", "causal", "window-no-step"])
 def test_matches_float64(monkeypatch, sq, sk, kw):
     """Sq = 150: two 80-row steps a head (the second's last 10 rows past Sq: the
-    preprocess's -inf rows), two heads a CTA, the ring wrapping; Sq = 37 one partial step; the window
+    preprocess's -inf rows), two heads a CTA, the ring wrapping; Sq = 37 one partial step;
+    the window
     (Sq = 100, Sk = 300) leaves the first key block without a step."""
     _case(monkeypatch, sq, sk, sq + sk, **kw)
 

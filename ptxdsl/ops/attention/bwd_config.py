@@ -96,7 +96,15 @@ class BwdConfig:
     behind dK), so the tensor pipe does not wait for the step's end and the next
     slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, wg2, col_split): Q with LSE and dO
     with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
-    dO has (:mod:`.bwd_qdo`)."""
+    dO has (:mod:`.bwd_qdo`).
+
+    ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap or deterministic mode):
+    FlashAttention-3's hdim-128 full-mask tile in its own kernel (:mod:`.bwd_m80`): 80
+    queries a step, Sᵀ and dPᵀ m64n80, dQ computed transposed (dQᵀ = Kᵀ·dSᵀ, m64n80, 64
+    head-dim columns a warpgroup), on FlashAttention-4's step (stages 2, dq_tma,
+    dq_swizzle, overlap 1, ds_double, dq_warp, dk_last, which it needs). ``dk_smem``
+    (dq_swap): dK += dSᵀ·Q with A read from dSᵀ's shared buffer, not the packed
+    registers (free once stored: 20 registers fewer across dQ)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -122,6 +130,7 @@ class BwdConfig:
     s_ahead: int = 0
     qdo_split: bool = False
     dq_swap: bool = False
+    dk_smem: bool = False
 
     @property
     def tag(self) -> str:
@@ -139,7 +148,8 @@ class BwdConfig:
                 f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
                 f"{f'_u{c.det_units}' if c.det_units else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
-                f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}")
+                f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
+                f"{'_dks' if c.dk_smem else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -185,6 +195,9 @@ class BwdConfig:
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options")
+        if self.dk_smem and not self.dq_swap:
+            raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
+                             "dq_swap")
         if self.block_m != BLOCK_M and not (self.dq_tma and self.dq_swizzle) or \
                 self.block_m != BLOCK_M and (self.dq_split or self.col_split or
                                              self.dq_first):

@@ -115,6 +115,19 @@ def dq_swapped(acc, dt: str, a_at, ds_at) -> None:
                  0 if ks == 0 else 1, 1, 1, 1, 1)
 
 
+def dk_from_smem(mma, acc, a_at, q_at) -> None:
+    """``dK += dSᵀ·Q`` (``dk_smem``) with A the warpgroup's 64 keys of the slot's dSᵀ read
+    K-major (a 16-query panel a k-step: 32-byte rows, 8-key groups 256 bytes apart) and B
+    Q MN-major from the ring; a group of its own."""
+    b = ptx.wgmma.descriptor(q_at, leading=BM * ROW, stride=1024, swizzle=128)
+    for ks in range(BM // 16):
+        a = ptx.wgmma.descriptor(a_at, leading=16, stride=8 * 2 * QP, swizzle=32,
+                                 byte_offset=ks * DS_PANEL)
+        bo = (ks * 16 * ROW) >> 4
+        ptx.inst(mma, list(acc), a, b + bo if bo else b, 1, 1, 1, 0, 1)
+    ptx.inst("wgmma.commit_group.sync.aligned")
+
+
 def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                        scale: float, softcap: float = 0.0, deterministic: bool = False,
                        arch: str = "sm_90a", varlen: bool = False):
@@ -242,7 +255,10 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.fence.sync.aligned")
                     dq_swapped(dq, dt, base + L.k + w * (BN * ROW), ds_at)
                     ptx.inst("wgmma.commit_group.sync.aligned")
-                    kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)   # dK behind dQ
+                    if c.dk_smem:                                        # dK behind dQ
+                        dk_from_smem(mma_kv, dk_acc, ds_at + w * (64 * 2 * QP), q_at)
+                    else:
+                        kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     take_stage(w)
                     _stage_t(list(dq), stage_w, warp, lw, fcol)

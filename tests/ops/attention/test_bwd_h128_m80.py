@@ -43,6 +43,11 @@ def test_emits_the_swapped_step_and_checks_its_options():
     assert text.count("st.shared.b32") == 20 and text.count("st.shared.f32") == 40
     assert any(ln.rstrip().endswith("41600;") for ln in text.splitlines() if "expect_tx" in ln)
     assert Layout(c, 2).total == c.smem_bytes(128) <= SMEM_PER_CTA
+    # dk_smem: dK's A from dSᵀ's buffer (a descriptor, not registers)
+    text = build_backward_m80(BwdConfig(**M80, dk_smem=True), bf16, 128, scale=0.1).ptx()
+    assert _mmas(text) == s + s + kv + s + [("m64n128", False)] * 5 and "_dqs_dks" in text
+    with pytest.raises(ValueError, match="dk_smem"):
+        BwdConfig(stages=2, dk_smem=True)
     for bad in (dict(M80, block_m=64), dict(M80, dq_swap=False), dict(M80, dk_last=False),
                 dict(M80, dq_split=True), dict(M80, s_ahead=2), dict(M80, stages=1)):
         with pytest.raises(ValueError, match="dq_swap|block_m"):
@@ -54,9 +59,9 @@ def test_emits_the_swapped_step_and_checks_its_options():
         build_backward_m80(c, bf16, 64, scale=0.1)
 
 
-def _case(monkeypatch, sq, sk, seed, **kw):
+def _case(monkeypatch, sq, sk, seed, dk_smem=False, **kw):
     """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
-    c = BwdConfig(**M80)
+    c = BwdConfig(**M80, dk_smem=dk_smem)
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
     rng = np.random.default_rng(seed)
     q, k, v, do = (rng.standard_normal((1, s, h, 128)).astype(BF16)
@@ -69,8 +74,8 @@ def _case(monkeypatch, sq, sk, seed, **kw):
 @pytest.mark.long
 @pytest.mark.parametrize("sq,sk,kw", [
     (150, 200, {}), (37, 130, {}), (170, 300, dict(causal=True)),
-    (100, 300, dict(window_size=(10, 0)))],
-    ids=["full", "one-partial-block", "causal", "window-no-step"])
+    (100, 300, dict(window_size=(10, 0))), (150, 200, dict(dk_smem=True))],
+    ids=["full", "one-partial-block", "causal", "window-no-step", "dk_smem"])
 def test_matches_float64(monkeypatch, sq, sk, kw):
     """Sq = 150: two 80-row steps a head (the second's last 10 rows past Sq: the
     preprocess's -inf rows), two heads a CTA, the ring wrapping; Sq = 37 one partial step;
@@ -81,13 +86,14 @@ def test_matches_float64(monkeypatch, sq, sk, kw):
 
 @pytest.mark.ptxas
 @pytest.mark.long
+@pytest.mark.parametrize("dk_smem", [False, True], ids=["dk-regs", "dk-smem"])
 @pytest.mark.parametrize("dtype,mask", [(bf16, Mask()), (bf16, Mask(-1, 0)),
                                         (bf16, Mask(40, 3)), (f16, Mask())],
                          ids=["full", "causal", "window", "f16"])
-def test_ptxas_keeps_everything_in_registers_and_pipelined(dtype, mask):
+def test_ptxas_keeps_everything_in_registers_and_pipelined(dtype, mask, dk_smem):
     """No spills, and no wgmma serialization notice (C7510-C7520, "Potential Performance
     Loss"; dV issued before dSᵀ's stores is C7512)."""
-    k = build_backward_m80(BwdConfig(**M80), dtype, 128, mask, scale=0.07)
+    k = build_backward_m80(BwdConfig(**M80, dk_smem=dk_smem), dtype, 128, mask, scale=0.07)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
     assert "Performance Loss" not in k.check().log, k.name

@@ -40,7 +40,7 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, b32, f32, u8, u32
+from ...core.types import PtxType, f32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BwdConfig
@@ -64,7 +64,7 @@ XBAR = (3, 256)      # the dSᵀ exchange (both warpgroups read both halves)
 
 
 class Layout:
-    """Byte offsets in the CTA's dynamic shared memory (the class docstring's order)."""
+    """Byte offsets in the CTA's dynamic shared memory (the module docstring's order)."""
 
     def __init__(self, c: BwdConfig, es: int):
         self.kv_bytes = BN * D * es
@@ -233,8 +233,8 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     # dSᵀ into the slot's buffer: A-fragment register j of chunk kc holds keys
                     # r0 + 8 (j % 2), queries 16 kc + 8 (j // 2) + fcol and the next one;
                     # 32-byte swizzle: the 16-byte half ^ key bit 2. The buffer was last read
-                    # by the dQ of two steps ago, which both warpgroups waited for before
-                    # the last step's exchange barrier.
+                    # by the dQ (and, dk_smem, this warpgroup's dK) of two steps ago, which
+                    # both warpgroups waited for before the last step's exchange barrier.
                     ds_at = base + L.ds + ring.slot * DS_BYTES
                     x = (lw >> 4) & 1
                     row = ds_at + (w * 64 + r0) * (2 * QP) + fcol * 2
@@ -269,9 +269,8 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     hand_stage(w)
                     ring.advance()
             take_stage(w)            # the writer's last arrival (its first was before any)
-            f = fcol
-            store(dk_acc, pdk, keys, batch, hk, sk, nhk, D, f, dtype, scale)
-            store(dv_acc, pdv, keys, batch, hk, sk, nhk, D, f, dtype, None)
+            store(dk_acc, pdk, keys, batch, hk, sk, nhk, D, fcol, dtype, scale)
+            store(dv_acc, pdv, keys, batch, hk, sk, nhk, D, fcol, dtype, None)
 
     grid = lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1)
     deco = kernel(in_specs=ins, out_specs=outs,

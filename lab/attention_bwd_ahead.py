@@ -38,10 +38,11 @@ def variants():
 
 
 def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
-        width: int = 2048) -> None:
+        width: int = 2048, table=None, name: str = "attention_bwd_ahead") -> None:
     """``rounds`` rounds a shape; each timed block about ``block_ms`` (calls by the FLOPs
     at 500 TFLOP/s, 4 to 50); ``grid``: (S, D, causal) shapes, B·S = ``tokens`` and
-    H·D = ``width``."""
+    H·D = ``width``; ``table``: {head dim: {name: config, None for the plan's}} (this
+    set's :func:`variants` by default), the JSON ``$OUT/<name>.json``."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -49,7 +50,7 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
     from ptxdsl.ops.attention import bwd_api
     from bench.timing import time_interleaved
 
-    shipped, table, rows = bwd_api.choose_bwd, variants(), []
+    shipped, table, rows = bwd_api.choose_bwd, table or variants(), []
     grid = grid or [(s, d, c) for d in (128, 64) for s in (1024, 4096, 16384)
                     for c in (False, True)]
     for s, d, causal in grid:
@@ -91,10 +92,10 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
             row["results"][name].update(ms=ms, tflops=flops / ms / 1e9)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    doc = {"lab": "attention_bwd_ahead", "device": torch.cuda.get_device_name(),
+    doc = {"lab": name, "device": torch.cuda.get_device_name(),
            "date": datetime.date.today().isoformat(), "rounds": rounds,
            "rows": rows}
-    with open(os.path.join(os.environ.get("OUT", "."), "attention_bwd_ahead.json"), "w") as f:
+    with open(os.path.join(os.environ.get("OUT", "."), f"{name}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     for d, names in ((d, list(v)) for d, v in table.items()):
         print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>12}" for n in names))

@@ -55,14 +55,16 @@ last (ptxas -v: no spills for any of them, every mask, softcap, varlen).
 the plan's deterministic and default rows, timed interleaved (lab/attention_bwd_det_lab.py).
 ``--set ahead``: ``BwdConfig.s_ahead`` (the next step's Sᵀ issued before the step ends)
 against the plan rows of head dims 64 and 128, S 1k, 4k, 16k full and causal, timed
-interleaved (:mod:`lab.attention_bwd_ahead`).
+interleaved (:mod:`lab.attention_bwd_ahead`). ``--set m80``: ``BwdConfig.dq_swap``
+(FlashAttention-3's 80-query hdim-128 tile) beside head dim 128's plan row, S 1k, 4k, 16k
+full and causal, timed interleaved (:mod:`lab.attention_bwd_m80`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
-        h192b|h64b|h192c|detpipe|ahead]
+        h192b|h64b|h192c|detpipe|ahead|m80]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -88,7 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
                                           "det", "h128b", "h192b", "h64b", "h192c",
-                                          "detpipe", "ahead"),
+                                          "detpipe", "ahead", "m80"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
@@ -100,6 +102,9 @@ def main() -> None:
         return run(args.heads)
     if which == "ahead":          # (its own module: interleaved timing, two head dims)
         from lab.attention_bwd_ahead import run
+        return run()
+    if which == "m80":            # (its own module: FA3's 80-query tile at head dim 128)
+        from lab.attention_bwd_m80 import run
         return run()
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":

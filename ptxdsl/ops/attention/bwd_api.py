@@ -17,6 +17,7 @@ from .api import _check, _contiguous, _fail, _frame
 from .bwd import build_backward
 from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd
 from .bwd_prep import build_postprocess, build_preprocess
+from .bwd_m80 import build_backward_m80
 from .bwd_wg2 import build_backward_wg2
 from .bwd_wg3 import build_backward_wg3
 from .config import Mask
@@ -44,7 +45,7 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     return BWD_KERNELS.get(key, lambda: (
         build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch, varlen=varlen),
         (build_backward_wg2 if cfg.wg2 else build_backward_wg3 if cfg.wg3 else
-         build_backward)(
+         build_backward_m80 if cfg.dq_swap else build_backward)(
             cfg, dt, head_dim, mask, scale=scale, softcap=float(softcap),
             deterministic=deterministic, arch=arch, varlen=varlen),
         build_postprocess(dt, head_dim, scale, arch=arch, varlen=varlen)))

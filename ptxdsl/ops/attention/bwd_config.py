@@ -12,6 +12,7 @@ from .config import Mask, padded, register_pool
 BWD_HEAD_DIMS = (64, 96, 128, 192, 256)  # 192, 256: col_split (dK, dV halves per warpgroup)
 BLOCK_M = 64                # query rows per step of the ring (a wgmma N of Sᵀ and dPᵀ)
 BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma M)
+BLOCK_M_SWAP = 80           # query rows per step with dq_swap (FlashAttention-3's hdim 128)
 BLOCK_N_SPLIT = 64          # keys per CTA with col_split: both warpgroups on the same 64
 BLOCK_N_WG3 = 96            # keys per CTA with wg3: three warpgroups of 32 (S, dP)
                             # (and with wg2: two of 48)
@@ -95,7 +96,15 @@ class BwdConfig:
     behind dK), so the tensor pipe does not wait for the step's end and the next
     slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, wg2, col_split): Q with LSE and dO
     with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
-    dO has (:mod:`.bwd_qdo`)."""
+    dO has (:mod:`.bwd_qdo`).
+
+    ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap or deterministic mode):
+    FlashAttention-3's hdim-128 full-mask tile in its own kernel (:mod:`.bwd_m80`): 80
+    queries a step, Sᵀ and dPᵀ m64n80, dQ computed transposed (dQᵀ = Kᵀ·dSᵀ, m64n80, 64
+    head-dim columns a warpgroup), on FlashAttention-4's step (stages 2, dq_tma,
+    dq_swizzle, overlap 1, ds_double, dq_warp, dk_last, which it needs). ``dk_smem``
+    (dq_swap): dK += dSᵀ·Q with A read from dSᵀ's shared buffer, not the packed
+    registers (free once stored: 20 registers fewer across dQ)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -120,6 +129,8 @@ class BwdConfig:
     det_units: int = 0
     s_ahead: int = 0
     qdo_split: bool = False
+    dq_swap: bool = False
+    dk_smem: bool = False
 
     @property
     def tag(self) -> str:
@@ -137,7 +148,8 @@ class BwdConfig:
                 f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
                 f"{f'_u{c.det_units}' if c.det_units else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
-                f"{'_qdo' if c.qdo_split else ''}")
+                f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
+                f"{'_dks' if c.dk_smem else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -169,8 +181,23 @@ class BwdConfig:
                                    and not self.pds_smem):
             raise ValueError("sdp_split splits col_split's Sᵀ and dPᵀ by GEMM: it needs "
                              "col_split, overlap 0 and not pds_smem")
-        if self.block_m not in (BLOCK_M, 2 * BLOCK_M):
-            raise ValueError(f"block_m is {BLOCK_M} or {2 * BLOCK_M}, got {self.block_m}")
+        if self.block_m not in (BLOCK_M, 2 * BLOCK_M, BLOCK_M_SWAP) or \
+                (self.block_m == BLOCK_M_SWAP) != self.dq_swap:
+            raise ValueError(f"block_m is {BLOCK_M} or {2 * BLOCK_M}, or {BLOCK_M_SWAP} with "
+                             f"dq_swap (and dq_swap needs it), got {self.block_m}, "
+                             f"dq_swap={self.dq_swap}")
+        if self.dq_swap and (self.stages != 2 or not all((
+                self.dq_tma, self.dq_swizzle, self.overlap == 1, self.ds_double,
+                self.dq_warp, self.dk_last)) or any((
+                self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
+                self.panel_split, self.sdp_split, self.wg3, self.wg2, self.det_pipe,
+                self.s_ahead, self.qdo_split))):
+            raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
+                             "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
+                             "and none of the other options")
+        if self.dk_smem and not self.dq_swap:
+            raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
+                             "dq_swap")
         if self.block_m != BLOCK_M and not (self.dq_tma and self.dq_swizzle) or \
                 self.block_m != BLOCK_M and (self.dq_split or self.col_split or
                                              self.dq_first):
@@ -237,6 +264,10 @@ class BwdConfig:
         dQ's f32 stages only its columns."""
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         bm = self.block_m
+        if self.dq_swap:     # (bwd_m80.Layout): dSᵀ a slot, two 80 x 64 f32 dQ stages
+            return kv + self.stages * (2 * bm * head_dim * elem_bytes + 2 * 384) + \
+                self.stages * bm * self.block_n * elem_bytes + 2 * bm * 64 * 4 + \
+                8 * (1 + 2 * self.stages)
         if self.wg2:         # (bwd_wg2.Layout): 1 dO stage, P and dS, two 96-column dQ stages
             return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
                 2 * bm * self.block_n * elem_bytes + 2 * bm * 96 * 4 + 8 * (3 + 2 * self.stages)
@@ -277,5 +308,5 @@ def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False
                      f"backward takes head dims {', '.join(map(str, BWD_HEAD_DIMS))}")
 
 
-__all__ = ["BwdConfig", "choose_bwd", "rows", "BWD_HEAD_DIMS", "BLOCK_M", "BLOCK_N",
-           "BLOCK_N_SPLIT", "BLOCK_N_WG3"]
+__all__ = ["BwdConfig", "choose_bwd", "rows", "BWD_HEAD_DIMS", "BLOCK_M", "BLOCK_M_SWAP",
+           "BLOCK_N", "BLOCK_N_SPLIT", "BLOCK_N_WG3"]

@@ -1,0 +1,319 @@
+"""The head-dim-128 backward in FlashAttention-3's full-mask tile (``BwdConfig.dq_swap``):
+128 keys a CTA, 80 queries a step, two consumer warpgroups of 240 registers.
+
+Why: at 64 queries a step the tensor pipe waits at each step's end (dQ's wait, the slot's
+barrier); 80 queries do 25% more work for the same waits and barriers. An M of 80 is no
+wgmma shape, so FA3 (``run_mha_bwd_hdim128``: kBlockM 80, SdP_swapAB, dQ_swapAB) keeps the
+queries on N everywhere: Sᵀ, dPᵀ are m64n80 (keys on M, as in :mod:`.bwd`), dV, dK take 5
+k-steps of the registers' Pᵀ, dSᵀ, and dQ is computed transposed, dQᵀ_w = K[:, 64w:]ᵀ·dSᵀ
+(m64n80 over all 128 keys: warpgroup ``w`` owns 64 of dQ's columns, as ``dq_split``).
+
+::
+
+    warpgroup 0 (producer)                   warpgroups 1, 2 (w = 0, 1; keys 64w .. 64w+63)
+    TMA K, V ─▶ kvfull                       per step: wait full[s]
+    per head, per 80-row block:              Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ (m64n80, a group
+      wait empty[s]; TMA Q, dO (80 x 128),     each); Pᵀ while dPᵀ runs; dSᵀ
+      -LSE·log2e, D (80)                     dSᵀ -> shared (the slot's buffer), then
+    warp 1: dQ's TMA reduce-adds               dV += Pᵀ·dO (A from registers, 5 k-steps)
+      (80-row boxes, 32 columns)             bar(256); dQᵀ_w = Kᵀ_w·dSᵀ (A: K MN-major,
+                                               B: dSᵀ MN-major, 32-byte swizzled
+                                               16-query panels), dK += dSᵀ·Q behind it
+                                             wait dQ; stage dQ transposed (st.shared.f32
+                                               into the reduce box's swizzled rows)
+                                             wait dK; release the slot; hand the stage
+                                           epilogue: dK·scale, dV -> st.global
+
+Shared memory: K, V (two 128-byte panels of 128 rows each), 2 stages of Q and dO (80
+rows a panel), two dSᵀ buffers (a ring slot's; 5 panels of 128 keys x 16 queries,
+32-byte swizzle), the two warpgroups' dQ stages (80 rows x 64 f32 in two 32-column
+128-byte swizzled panels), 2 stages of -LSE·log2e and D (one copy both warpgroups
+read: two would not fit beside 128-byte aligned boxes), the barriers: 230952 of 232448
+bytes. Rows past SQ (up to the next 80) read TMA's zero fill, or the
+preprocess's -inf -LSE·log2e, so their Pᵀ or dSᵀ is 0; rows past SQP are clipped by the
+reduce's box. Dense only (varlen's padded rows start every 64), no softcap, no
+deterministic mode.
+"""
+from __future__ import annotations
+
+import itertools
+
+from ... import Tile, kernel
+from ...core.tensormap import TMA
+from ...core.types import PtxType, f32, u8, u32
+from ...dsl import ptx, reg, smem
+from .._common.ring import Ring, wait
+from .bwd_config import BwdConfig
+from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
+from .bwd_scores import dscores, probs
+from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
+from .config import Mask
+from .fwd import _s32
+from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
+
+BM = 80              # queries a step (the swapped GEMMs' N)
+BN = 128             # keys a CTA (64 a warpgroup: wgmma M)
+D = 128
+ROW = 128            # bytes of a 128-byte swizzled row (K, V, Q, dO; the f32 dQ stage)
+QP = 16              # queries of a dSᵀ panel (32-byte swizzle: a 32-byte row a key)
+DS_PANEL = BN * 2 * QP            # 4096 bytes: 128 keys x 16 queries
+DS_BYTES = (BM // QP) * DS_PANEL  # 20480: one slot's dSᵀ, both warpgroups' keys
+DQ_PANEL = BM * ROW               # 10240: 80 rows x 32 f32
+RROW = 384           # bytes of a slot's -LSE·log2e (or D): 80 f32, 128-byte aligned boxes
+XBAR = (3, 256)      # the dSᵀ exchange (both warpgroups read both halves)
+
+
+class Layout:
+    """Byte offsets in the CTA's dynamic shared memory (the module docstring's order)."""
+
+    def __init__(self, c: BwdConfig, es: int):
+        self.kv_bytes = BN * D * es
+        self.q_bytes = BM * D * es
+        self.k, self.v = 0, self.kv_bytes
+        self.q = 2 * self.kv_bytes
+        self.do = self.q + c.stages * self.q_bytes
+        self.ds = self.do + c.stages * self.q_bytes
+        self.dqs = self.ds + c.stages * DS_BYTES
+        self.wg_stage = 2 * DQ_PANEL
+        self.lse = self.dqs + 2 * self.wg_stage
+        self.dpsum = self.lse + c.stages * RROW
+        self.kvfull = self.dpsum + c.stages * RROW
+        self.full = self.kvfull + 8
+        self.empty = self.full + 8 * c.stages
+        self.total = self.empty + 8 * c.stages
+
+
+def check(c: BwdConfig, d: int, softcap: float, deterministic: bool, varlen: bool) -> None:
+    """What this kernel takes, as a ValueError naming what would be right."""
+    if d != D or softcap or deterministic or varlen:
+        raise ValueError(f"dq_swap is head dim 128's dense tile without softcap or the "
+                         f"deterministic mode, got head dim {d}, softcap={softcap}, "
+                         f"deterministic={deterministic}, varlen={varlen}")
+
+
+def specs(dtype: PtxType):
+    """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2, dpsum (B, H, SQP): 80-row boxes;
+    dq_acc (B, H, SQP, D) f32 in 80 x 32 swizzled boxes; dk, dv (B, SK, HK, D)."""
+    qt = lambda: Tile("B", "SQ", "H", D, dtype, tma=TMA(box=(1, BM, 1, 64), swizzle=ROW))
+    kt = lambda: Tile("B", "SK", "HK", D, dtype, tma=TMA(box=(1, BN, 1, 64), swizzle=ROW))
+    rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
+    dq = Tile("B", "H", "SQP", D, f32, tma=TMA(box=(1, 1, BM, 32), swizzle=ROW))
+    return (qt(), kt(), kt(), qt(), rt(), rt()), \
+        (dq, Tile("B", "SK", "HK", D, dtype), Tile("B", "SK", "HK", D, dtype))
+
+
+def dq_swapped(acc, dt: str, a_at, ds_at) -> None:
+    """``acc = Kᵀ_w·dSᵀ`` over the 128 keys (8 k-steps): A the warpgroup's 64-column K
+    panel read MN-major (head dim on M), B the slot's dSᵀ MN-major (queries on N, 16-query
+    panels ``DS_PANEL`` bytes apart, 8-key groups 256 bytes apart); no fence, no commit."""
+    a = ptx.wgmma.descriptor(a_at, leading=BN * ROW, stride=1024, swizzle=128)
+    b = ptx.wgmma.descriptor(ds_at, leading=DS_PANEL, stride=8 * 2 * QP, swizzle=32)
+    for ks in range(BN // 16):
+        ao, bo = (ks * 16 * ROW) >> 4, (ks * 16 * 2 * QP) >> 4
+        ptx.inst(f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}", list(acc),
+                 a + ao if ao else a, b + bo if bo else b,
+                 0 if ks == 0 else 1, 1, 1, 1, 1)
+
+
+def dk_from_smem(mma, acc, a_at, q_at) -> None:
+    """``dK += dSᵀ·Q`` (``dk_smem``) with A the warpgroup's 64 keys of the slot's dSᵀ read
+    K-major (a 16-query panel a k-step: 32-byte rows, 8-key groups 256 bytes apart) and B
+    Q MN-major from the ring; a group of its own."""
+    b = ptx.wgmma.descriptor(q_at, leading=BM * ROW, stride=1024, swizzle=128)
+    for ks in range(BM // 16):
+        a = ptx.wgmma.descriptor(a_at, leading=16, stride=8 * 2 * QP, swizzle=32,
+                                 byte_offset=ks * DS_PANEL)
+        bo = (ks * 16 * ROW) >> 4
+        ptx.inst(mma, list(acc), a, b + bo if bo else b, 1, 1, 1, 0, 1)
+    ptx.inst("wgmma.commit_group.sync.aligned")
+
+
+def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
+                       scale: float, softcap: float = 0.0, deterministic: bool = False,
+                       arch: str = "sm_90a", varlen: bool = False):
+    """The main backward kernel in the 80-query tile (:mod:`.bwd`'s arguments and
+    outputs; dK leaves scaled by ``scale``, dq_acc holds dQ / scale)."""
+    check(c, d, softcap, deterministic, varlen)
+    es, dt, S = dtype.bytes, dtype.name, c.stages
+    L = Layout(c, es)
+    scale_log2 = float(scale) * LOG2E
+    ins, outs = specs(dtype)
+    mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
+    mma_kv = f"wgmma.mma_async.sync.aligned.m64n{D}k16.f32.{dt}.{dt}"
+    name = f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{c.tag}"
+
+    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv):
+        labels = itertools.count()
+        tq, tk, tv, tdo = q.tma_desc(), k.tma_desc(), v.tma_desc(), do.tma_desc()
+        tl, td, tdq = nlse2.tma_desc(), dpsum.tma_desc(), dq_acc.tma_desc()
+        pdk, pdv = ptx.global_ptrs(dk, dv)
+        sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        wg, lane = tid >> 7, tid & 127
+        cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+        nblk = (sk + (BN - 1)) // BN
+        nb, rest = cta % nblk, cta // nblk
+        hk, batch = rest % nhk, rest // nhk
+        n0 = nb * BN
+        qc = lambda p, head, m0: [p * 64, head, m0, batch]
+        kc = lambda p: [p * 64, hk, n0, batch]
+        rc = lambda m0, head: [m0, head, batch]
+        group = nh // nhk
+        off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, BN, BM, False)
+        base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
+        kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
+        with ptx.if_(tid == 0):
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
+            for s in range(S):
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
+            ptx.inst("fence.mbarrier_init.release.cluster")
+        ptx.inst("bar.sync", 0)
+
+        with ptx.if_(wg == 0):
+            # ------------------------------------------------------------ producer
+            ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
+            with ptx.if_(tid == 0):
+                load_kv(base, ((tk, L.k), (tv, L.v)), 2, BN, kc, kvfull, L.kv_bytes)
+                ring = Ring(S)
+                for gi in ptx.range_(0, group):
+                    head = hk * group + gi
+                    for mb in ptx.range_(m_lo, m_hi):
+                        m0 = mb * BM
+                        wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
+                        fb = full + ring.slot * 8
+                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                 ptx.addr(fb), 2 * L.q_bytes + 2 * BM * 4)
+                        for tmap, dst in ((tq, L.q), (tdo, L.do)):
+                            at = base + dst + ring.slot * L.q_bytes
+                            for p in range(2):
+                                ptx.tma.load(at + p * BM * ROW if p else at, tmap,
+                                             qc(p, head, m0), fb)
+                        for tmap, dst in ((tl, L.lse), (td, L.dpsum)):  # one copy for both
+                            ptx.tma.load(base + dst + ring.slot * RROW, tmap, rc(m0, head), fb)
+                        ring.advance()
+            with ptx.if_((tid >> 5) == 1):      # warp 1: dQ's reduce-adds
+                _writer(tid & 31, tdq, base + L.dqs, L.wg_stage, hk, group, batch,
+                        (m_lo, m_hi))
+        with ptx.else_():
+            # ------------------------------------------------------------ consumers
+            ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
+            w = wg - 1
+            warp, lw = lane >> 5, lane & 31
+            fcol = (lw & 3) * 2
+            r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
+            kw0 = n0 + w * 64
+            keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
+            dv_acc = ptx.wgmma.accumulator(D, init=0.0)
+            dk_acc = ptx.wgmma.accumulator(D, init=0.0)
+            p_regs, ds_regs = p_registers(BM), p_registers(BM)
+            ring = Ring(S)
+            k_w, v_w = base + L.k + w * (64 * ROW), base + L.v + w * (64 * ROW)
+            stage_w = base + L.dqs + w * L.wg_stage
+            wait(labels, kvfull, 0)
+            for gi in ptx.range_(0, group):
+                for mb in ptx.range_(m_lo, m_hi):
+                    m0 = mb * BM
+                    wait(labels, full + ring.slot * 8, ring.phase)
+                    q_at = base + L.q + ring.slot * L.q_bytes
+                    do_at = base + L.do + ring.slot * L.q_bytes
+                    row_at = lambda o, _s=ring.slot: base + o + _s * RROW
+                    s_acc, dp_acc = ptx.wgmma.accumulator(BM), ptx.wgmma.accumulator(BM)
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    for acc, a_at, b_at in ((s_acc, k_w, q_at), (dp_acc, v_w, do_at)):
+                        score_gemm(mma_s, acc, a_at, b_at, D, BN, BM)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
+                    ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                    probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse), scale,
+                          0.0, scale_log2, False, BM)
+                    pack_p(list(s_acc), p_regs, dt)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
+                    pack_p(list(dp_acc), ds_regs, dt)
+                    # dSᵀ into the slot's buffer: A-fragment register j of chunk kc holds keys
+                    # r0 + 8 (j % 2), queries 16 kc + 8 (j // 2) + fcol and the next one;
+                    # 32-byte swizzle: the 16-byte half ^ key bit 2. The buffer was last read
+                    # by the dQ (and, dk_smem, this warpgroup's dK) of two steps ago, which
+                    # both warpgroups waited for before the last step's exchange barrier.
+                    ds_at = base + L.ds + ring.slot * DS_BYTES
+                    x = (lw >> 4) & 1
+                    row = ds_at + (w * 64 + r0) * (2 * QP) + fcol * 2
+                    halves = [row + (x << 4), row + ((x ^ 1) << 4)]
+                    for kc in range(BM // 16):
+                        for j in range(4):
+                            ptx.inst("st.shared.b32", ptx.addr(
+                                halves[j // 2], kc * DS_PANEL + (j % 2) * 8 * 2 * QP),
+                                ds_regs[kc][j])
+                    ptx.inst("fence.proxy.async.shared::cta")
+                    # dV once dSᵀ is stored (its registers free: issued before the stores,
+                    # ptxas serializes the wgmmas, C7512), run under the exchange's barrier
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
+                    ptx.inst("bar.sync", *XBAR)
+                    ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
+                    dq = ptx.wgmma.accumulator(BM)
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    dq_swapped(dq, dt, base + L.k + w * (BN * ROW), ds_at)
+                    ptx.inst("wgmma.commit_group.sync.aligned")
+                    if c.dk_smem:                                        # dK behind dQ
+                        dk_from_smem(mma_kv, dk_acc, ds_at + w * (64 * 2 * QP), q_at)
+                    else:
+                        kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                    take_stage(w)
+                    _stage_t(list(dq), stage_w, warp, lw, fcol)
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    with ptx.if_(lane == 0):          # Q, dO, LSE, D of this slot are read
+                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
+                                 ptx.addr(empty + ring.slot * 8))
+                    hand_stage(w)
+                    ring.advance()
+            take_stage(w)            # the writer's last arrival (its first was before any)
+            store(dk_acc, pdk, keys, batch, hk, sk, nhk, D, fcol, dtype, scale)
+            store(dv_acc, pdv, keys, batch, hk, sk, nhk, D, fcol, dtype, None)
+
+    grid = lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1)
+    deco = kernel(in_specs=ins, out_specs=outs,
+                  arg_names=("q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv"),
+                  grid=grid, block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+    return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
+                body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
+
+
+def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
+    """dQᵀ (rows: this warpgroup's 64 head-dim columns, columns: the 80 queries) into the
+    reduce box's layout, transposed: element (column dc, query q) at panel dc // 32, row
+    q, 16-byte chunk (dc % 32) // 4 ^ q % 8, word dc % 4 (one st.shared.f32 each; a warp's
+    32 lanes hit 32 banks). A thread's dc are r0 and r0 + 8 (one panel: warp // 2)."""
+    at = stage_w + (warp >> 1) * DQ_PANEL + ((lw >> 2) & 3) * 4 + fcol * ROW
+    c0 = (warp & 1) * 4 + (lw >> 4)
+    x = [[at + ((((c0 + 2 * ro) ^ (fcol + b)) << 4) + b * ROW) for b in range(2)]
+         for ro in range(2)]
+    for i, r in enumerate(regs):
+        ptx.inst("st.shared.f32", ptx.addr(x[row_of(i)][i % 2], (col_of(i) - i % 2) * ROW), r)
+
+
+def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range) -> None:
+    """Warp 1 of the producer: each step, each warpgroup's staged 80 x 64 dQ added by two
+    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box)."""
+    for w in range(2):
+        ptx.inst("bar.arrive", EMPTY + w, THREADS)
+    for gi in ptx.range_(0, group):
+        head = hk * group + gi
+        for mb in ptx.range_(*m_range):
+            m0 = mb * BM
+            for w in range(2):
+                ptx.inst("bar.sync", FULL + w, THREADS)
+                with ptx.if_(lane == 0):
+                    ptx.inst("fence.proxy.async.shared::cta")
+                    for ch in range(2):
+                        ptx.tma.reduce(tdq, [64 * w + 32 * ch, m0, head, batch],
+                                       stages + w * wg_stage + ch * DQ_PANEL)
+                    ptx.inst("cp.async.bulk.commit_group")
+                    ptx.inst("cp.async.bulk.wait_group.read", 0)
+                ptx.inst("bar.arrive", EMPTY + w, THREADS)
+    with ptx.if_(lane == 0):
+        ptx.inst("cp.async.bulk.wait_group", 0)
+
+
+__all__ = ["build_backward_m80", "Layout", "specs", "BM"]

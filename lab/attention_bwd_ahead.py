@@ -67,7 +67,7 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
         flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         fns = {}
-        for name, cfg in table[d].items():
+        for label, cfg in table[d].items():
             choose = shipped if cfg is None else (lambda *_a, _c=cfg, **_k: _c)
 
             def call(_choose=choose):
@@ -81,15 +81,15 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
                 err = max(float((x.float() - r).abs().max() / r.abs().max())
                           for x, r in zip(got, ref))
             except Exception as e:  # noqa: BLE001 - report and go on
-                row["results"][name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                row["results"][label] = {"error": f"{type(e).__name__}: {e}"[:300]}
                 continue
-            row["results"][name] = {"err": err}
+            row["results"][label] = {"err": err}
             if err <= 3e-2:          # the bound: a wrong variant is not timed
-                fns[name] = call
+                fns[label] = call
         iters = max(4, min(50, round(block_ms * 5e11 / flops)))
         row["iters"] = iters
-        for name, ms in time_interleaved(torch, fns, rounds, iters).items():
-            row["results"][name].update(ms=ms, tflops=flops / ms / 1e9)
+        for label, ms in time_interleaved(torch, fns, rounds, iters).items():
+            row["results"][label].update(ms=ms, tflops=flops / ms / 1e9)
         rows.append(row)
         print(json.dumps(row), flush=True)
     doc = {"lab": name, "device": torch.cuda.get_device_name(),

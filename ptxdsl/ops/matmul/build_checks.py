@@ -20,9 +20,14 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
         raise ValueError(f"build_hopper: Plan.stream_k is the dense kernel's without "
                          f"block-wise scales, got {p}{' (grouped)' if grouped else ''}, "
                          f"scales {mode}")
-    if (p.tail_skip or p.tma_store or p.epi_overlap) and not grouped:
-        raise ValueError(f"build_hopper: Plan.tail_skip, tma_store and epi_overlap are the "
-                         f"grouped GEMM's, got {p} for a dense GEMM")
+    if (p.tail_skip or p.tma_store) and not grouped:
+        raise ValueError(f"build_hopper: Plan.tail_skip and tma_store are the grouped GEMM's, "
+                         f"got {p} for a dense GEMM")
+    if p.epi_overlap and not grouped and (p.split > 1 or p.stream_k or p.a_rows
+                                          or mode == "block"):
+        raise ValueError(f"build_hopper: a dense Plan.epi_overlap takes whole tiles of every "
+                         f"row (no split-K, stream_k or a_rows) and no block-wise scales, got "
+                         f"{p}, scales {mode}")
     if p.epi_overlap and (p.bn > 128 or p.stages <= p.epi_overlap):
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
                          f"at most 128 columns) and needs more ring stages than the "

@@ -1,7 +1,7 @@
-"""A grouped GEMM consumer's tiles with each tile's epilogue under the next tile's first
-k-blocks (``Plan.epi_overlap``).
+"""A GEMM consumer's tiles (grouped, or dense whole tiles) with each tile's epilogue under
+the next tile's first k-blocks (``Plan.epi_overlap``).
 
-Without it a consumer stores tile ``i`` (``cvt``, ``st.global``) while the tensor cores
+Without it a consumer stores tile ``i`` (``cvt``, ``st.global`` or staged for TMA) while the tensor cores
 wait for it. With it, once tile ``i``'s wgmmas retired the accumulator is copied into as
 many stash registers (``mov``), tile ``i + 1`` issues its first ``lag`` k-blocks of
 wgmmas (waiting only for their ring stages to fill), the consumer stores tile ``i`` from

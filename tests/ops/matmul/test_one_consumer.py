@@ -1,0 +1,55 @@
+"""``Plan.consumers = 1``: 64-row tiles of one consumer warpgroup (issue #50: M = 128 is
+two tiles, and a cluster of two along M shares B's tile by multicast, each CTA loading
+half of it). Checked here: the plan's refusals, its shape (threads, rows, shared memory,
+kernel name), and exact results on the CPU interpreter (long): clusters along M and N,
+both B majors, several tiles per CTA, ragged edges, a tile of part-panels, epi_overlap
+and epi_in_ring."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16, f32, f32_to_bf16_bits
+from ptxdsl.ops.matmul.config import Plan
+from ptxdsl.ops.matmul.hopper import build_hopper
+
+
+def test_one_consumer_plan():
+    """64-row tiles: 256 threads, A's stage a quarter of B's at bn = 256; refused with
+    split-K, stream-K, a_rows, m_waves, and in the grouped or block-scaled kernels."""
+    p = Plan(consumers=1, bn=96, stages=10, cluster=2)
+    assert (p.bm, p.threads, p.tiles(128, 6144)) == (64, 256, (2, 64))
+    assert p.stage_bytes(bf16) == (64 + 96) * 64 * 2 and p.epilogue_bytes(bf16) == 64 * 64 * 2
+    assert p.options_tag == "_m64" and Plan().options_tag == ""
+    for bad in (dict(split=2, cluster=1), dict(stream_k=True), dict(a_rows=16, cluster=1),
+                dict(consumers=3)):
+        with pytest.raises(ValueError, match="consumers"):
+            Plan(**dict(dict(consumers=1), **bad))
+    with pytest.raises(ValueError, match="one consumer"):
+        build_hopper(Plan(consumers=1, bn=128, cluster=1, stages=4), bf16, bf16, grouped=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("fields,m,n,k,b_major,odt,sms", [
+    (dict(bn=96, cluster=2, stages=3), 128, 200, 264, "K", "f32", 4),
+    (dict(bn=128, cluster=2, stages=2), 190, 264, 136, "MN", "bf16", 2),
+    (dict(bn=64, cluster=1, stages=3), 100, 136, 200, "MN", "f32", 2),
+    (dict(bn=64, cluster=1, cluster_n=2, stages=2), 64, 264, 136, "K", "bf16", 2),
+    (dict(bn=96, cluster=2, stages=3, epi_overlap=2), 250, 200, 200, "K", "bf16", 2),
+    (dict(bn=128, cluster=2, stages=4, epi_in_ring=True), 128, 256, 328, "MN", "bf16", 4)])
+def test_interpreter_runs_one_consumer(fields, m, n, k, b_major, odt, sms):
+    """Exact against float64 with integer-valued inputs."""
+    out = f32 if odt == "f32" else bf16
+    kern = build_hopper(Plan(consumers=1, **fields), bf16, out, sms=sms, b_major=b_major)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    b = rng.integers(-4, 5, (k, n)).astype(np.float32)
+    kb = f32_to_bf16_bits(b) if b_major == "MN" else np.ascontiguousarray(f32_to_bf16_bits(b.T))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    if out == f32:
+        c = kern.interpret(f32_to_bf16_bits(a), kb, np.full((m, n), np.nan, np.float32))
+        np.testing.assert_array_equal(c, want)
+    else:
+        c = kern.interpret(f32_to_bf16_bits(a), kb)
+        np.testing.assert_array_equal(np.asarray(c).view(np.uint16),
+                                      f32_to_bf16_bits(want.astype(np.float32)))

@@ -53,3 +53,39 @@ def test_interpreter_runs_one_consumer(fields, m, n, k, b_major, odt, sms):
         c = kern.interpret(f32_to_bf16_bits(a), kb)
         np.testing.assert_array_equal(np.asarray(c).view(np.uint16),
                                       f32_to_bf16_bits(want.astype(np.float32)))
+
+
+def _lab():
+    import importlib.util
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    spec = importlib.util.spec_from_file_location(
+        "matmul_trailing", os.path.join(root, "lab", "matmul_trailing.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_lab_m64_set_is_buildable():
+    """``lab/matmul_trailing.py --set m64``: every candidate fits shared memory, differs from
+    the current plan and is buildable for the layouts it names."""
+    from ptxdsl.ops.matmul.plan import SMEM_PER_CTA
+    lab = _lab()
+    for (m, n, k), cands in lab.M64_SET.items():
+        got = lab.candidates(m, n, k, table=lab.M64_SET)
+        for name, (_, layouts) in cands.items():
+            for lay in layouts:
+                p = got[(name, lay)]
+                assert p != got[("current", lay)]
+                assert p.smem_bytes(bf16, bf16) <= SMEM_PER_CTA
+
+
+@pytest.mark.long
+@pytest.mark.ptxas
+def test_lab_m64_set_assembles_without_spills():
+    """``lab/matmul_trailing.py --check --set m64``: ptxas -v of every candidate, no spills."""
+    import os
+    if os.system("ptxas --version > /dev/null 2>&1"):
+        pytest.skip("no ptxas")
+    lab = _lab()
+    assert lab.check(list(lab.M64_SET), lab.M64_SET) == 0

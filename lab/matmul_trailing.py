@@ -179,10 +179,14 @@ M64_SET = {
         "m64n128c1": (dict(bn=128, cluster=1, stages=8, **M64), BOTH),
         "m64n128c2er": (dict(bn=128, cluster=2, stages=9, epi_in_ring=True, **M64), BOTH),
     },
+    # 896 tiles of 128 x 128 (448 pairs: 6.8 rounds of 66, the last 79% busy). 128 x 176
+    # pairs are 328: 4.97 rounds (K-major B only); n176c1 ran 0.99 of the plan unpaired
     (1024, 14336, 4096): {
         "eo1": (dict(epi_overlap=1), BOTH),
         "eo2": (dict(epi_overlap=2), BOTH),
-        "c1eo2": (dict(cluster=1, epi_overlap=2), (LIN,)),
+        "n176": (dict(bn=176), (LIN,)),
+        "n176eo2": (dict(bn=176, epi_overlap=2), (LIN,)),
+        "n176c1eo2": (dict(bn=176, cluster=1, epi_overlap=2), (LIN,)),
     },
 }
 GROUPS = {"trailing": SETS, "streamk": STREAM_K, "m64": M64_SET}

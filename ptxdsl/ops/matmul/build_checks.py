@@ -32,9 +32,10 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
         raise ValueError(f"build_hopper: a dense Plan.epi_overlap takes whole tiles of every "
                          f"row (no split-K, stream_k or a_rows) and no block-wise scales, got "
                          f"{p}, scales {mode}")
-    if p.epi_overlap and (p.bn > 128 or p.stages <= p.epi_overlap):
+    cap = 128 if grouped else 192       # the widths ptxas -v was shown to fit
+    if p.epi_overlap and (p.bn > cap or p.stages <= p.epi_overlap):
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
-                         f"at most 128 columns) and needs more ring stages than the "
+                         f"at most {cap} columns) and needs more ring stages than the "
                          f"k-blocks it issues early, got {p}")
     if (p.m_waves > 1 or p.kb_pairs or p.kb_roll or p.smem_scales) and (
             mode != "block" or grouped):

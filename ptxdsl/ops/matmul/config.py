@@ -39,8 +39,9 @@ class Plan:
     #                          group's end releases the tile's stages without its wgmmas
     tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
     #                          stored as the dense kernel's (staged, TMA); the others by st.global
-    epi_overlap: int = 0   # bn <= 128, whole tiles (no split-K, stream_k, a_rows): k-blocks of
-    #                        the next tile issued before a tile's epilogue (.overlap); 0: none
+    epi_overlap: int = 0   # bn <= 192 (grouped: 128), whole tiles (no split-K, stream_k,
+    #                        a_rows): k-blocks of the next tile issued before a tile's
+    #                        epilogue (.overlap); 0: none
     m_waves: int = 1       # block-wise fp8 only: m64 accumulators per consumer (2: 256-row
     #                        tiles, each consumer rows c*64 and 128 + c*64 of the tile)
     kb_pairs: bool = False  # block-wise fp8 only, m_waves 1: k-blocks issued two at a time

@@ -8,7 +8,7 @@ wgmmas (waiting only for their ring stages to fill), the consumer stores tile ``
 the stash, then runs the rest of tile ``i + 1``'s k-blocks with ``lag`` wgmma groups in
 flight, releasing each stage ``lag`` k-blocks late. The ring's ``stages`` must exceed
 ``lag`` so the producer keeps loading. Accumulator and stash fit in a consumer's
-registers for tiles of at most 128 columns (2 x 64 f32 per thread). The stash, not a
+registers for tiles of at most 192 columns (2 x 96 f32 per thread; ptxas -v: no spills). The stash, not a
 second accumulator used in turn: ptxas cannot prove that a wgmma-written register read
 after a loop's back edge has retired, and waits for every wgmma there (C7517).
 """

@@ -20,7 +20,7 @@ def test_dense_epi_overlap_refuses_partial_tiles():
     for bad, word in ((dict(split=2, cluster=1), "split-K"),
                       (dict(stream_k=True, cluster=1), "stream_k"),
                       (dict(a_rows=16, cluster=1), "a_rows"),
-                      (dict(bn=256), "two accumulators")):
+                      (dict(bn=256), "two accumulators"), (dict(stages=2), "ring stages")):
         fields = dict(dict(bn=128, stages=4, epi_overlap=2), **bad)
         with pytest.raises(ValueError, match=word):
             build_hopper(Plan(**fields), bf16, bf16)
@@ -36,11 +36,13 @@ def _ints(rng, shape):
     (dict(bn=128, cluster=2, stages=3, epi_overlap=1), 300, 264, 200, "MN", "bf16", True, 2),
     (dict(bn=64, cluster=1, cluster_n=2, stages=2, epi_overlap=1), 128, 264, 136, "K",
      "bf16", False, 2),
-    (dict(bn=96, cluster=2, stages=4, epi_overlap=3), 260, 200, 72, "K", "f32", False, 2)])
+    (dict(bn=96, cluster=2, stages=4, epi_overlap=3), 260, 200, 72, "K", "f32", False, 2),
+    (dict(bn=176, cluster=2, stages=2, epi_overlap=1), 256, 440, 136, "K", "bf16", True, 2)])
 def test_interpreter_runs_dense_epi_overlap(fields, m, n, k, b_major, odt, bias, sms):
     """Several tiles per CTA (the stash stored under the next tile's k-blocks), tiles with
     fewer k-blocks than the lag, a cluster along M (B shared) and along N (A shared),
-    ragged M, N and K, a bias: exact against float64."""
+    ragged M, N and K, a bias, a 176-wide tile (its last panel overlapping the one before):
+    exact against float64."""
     out = f32 if odt == "f32" else bf16
     kern = build_hopper(Plan(**fields), bf16, out, sms=sms, b_major=b_major,
                         bias=f32 if bias else None)

@@ -162,22 +162,23 @@ M64 = dict(consumers=1, split=1, cluster_n=1, a_rows=0)
 # and every such plan ran ~80 GB/s per SM whatever its width (1.5 MB in 19.2 us at 6144,
 # 3 MB in 39.5 us at 8192), so the SMs that stream matter. Plan.consumers = 1 makes
 # 64-row tiles: M = 128 is two, and a cluster of two along M shares B's tile by multicast,
-# so a CTA loads 8 KiB of A and half of B, with 10 (n96) or 8 (n128) ring stages.
+# so a CTA loads 8 KiB of A and half of B, the ring as deep as fits (plan.fitted: 10
+# stages at n96, 8 at n128, 9 at n128 with epi_in_ring).
 # 1024 x 14336 x 4096 runs ~7 tiles of 128 x 128 per CTA, each epilogue with the tensor
 # cores idle: Plan.epi_overlap issues the next tile's first k-blocks before it.
 M64_SET = {
     # 96 CTAs of 128 x 64 now; 64-row tiles: n96 pairs are 128 CTAs (K-major B only),
     # n128 pairs 96 CTAs loading 16 KiB per k-block where they load 24 now
     (128, 6144, 4096): {
-        "m64n96c2": (dict(bn=96, cluster=2, stages=10, **M64), (LIN,)),
-        "m64n96c1": (dict(bn=96, cluster=1, stages=10, **M64), (LIN,)),
-        "m64n128c2": (dict(bn=128, cluster=2, stages=8, **M64), BOTH),
+        "m64n96c2": (dict(bn=96, cluster=2, **M64), (LIN,)),
+        "m64n96c1": (dict(bn=96, cluster=1, **M64), (LIN,)),
+        "m64n128c2": (dict(bn=128, cluster=2, **M64), BOTH),
     },
     # 128 CTAs of 128 x 64 now; n128 pairs are 128 CTAs too, 16 KiB per k-block each
     (128, 8192, 8192): {
-        "m64n128c2": (dict(bn=128, cluster=2, stages=8, **M64), BOTH),
-        "m64n128c1": (dict(bn=128, cluster=1, stages=8, **M64), BOTH),
-        "m64n128c2er": (dict(bn=128, cluster=2, stages=9, epi_in_ring=True, **M64), BOTH),
+        "m64n128c2": (dict(bn=128, cluster=2, **M64), BOTH),
+        "m64n128c1": (dict(bn=128, cluster=1, **M64), BOTH),
+        "m64n128c2er": (dict(bn=128, cluster=2, epi_in_ring=True, **M64), BOTH),
     },
     # 896 tiles of 128 x 128 (448 pairs: 6.8 rounds of 66, the last 79% busy). 128 x 176
     # pairs are 328: 4.97 rounds (K-major B only); n176c1 ran 0.99 of the plan unpaired

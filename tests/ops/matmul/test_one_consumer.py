@@ -89,3 +89,13 @@ def test_lab_m64_set_assembles_without_spills():
         pytest.skip("no ptxas")
     lab = _lab()
     assert lab.check(list(lab.M64_SET), lab.M64_SET) == 0
+
+
+def test_fitted_gives_64_row_tiles_the_ring_that_fits():
+    """A table row naming consumers = 1 gets the ring timed in the lab: as deep as fits
+    (10 stages at 64 x 96, 8 at 64 x 128, 9 with epi_in_ring), the 128-row caps unchanged."""
+    from ptxdsl.ops.matmul.plan import fitted
+    got = [fitted(Plan(consumers=1, cluster=2, bn=bn, epi_in_ring=er), bf16, bf16).stages
+           for bn, er in ((96, False), (128, False), (128, True))]
+    assert got == [10, 8, 9]
+    assert fitted(Plan(bn=128, cluster=2), bf16, bf16).stages == 6

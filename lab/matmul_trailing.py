@@ -173,6 +173,7 @@ M64_SET = {
         "m64n96c2": (dict(bn=96, cluster=2, **M64), (LIN,)),
         "m64n96c1": (dict(bn=96, cluster=1, **M64), (LIN,)),
         "m64n128c2": (dict(bn=128, cluster=2, **M64), BOTH),
+        "m64n128c1": (dict(bn=128, cluster=1, **M64), BOTH),
     },
     # 128 CTAs of 128 x 64 now; n128 pairs are 128 CTAs too, 16 KiB per k-block each
     (128, 8192, 8192): {

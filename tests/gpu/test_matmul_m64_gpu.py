@@ -27,6 +27,7 @@ def ints(*shape):
     (128, 6144, 4096, dict(consumers=1, bn=128, cluster=2, stages=8), "MN"),
     (128, 8192, 8192, dict(consumers=1, bn=128, cluster=2, stages=9, epi_in_ring=True), "MN"),
     (379, 1000, 520, dict(consumers=1, bn=128, cluster=2, stages=8), "K"),
+    (379, 1000, 520, dict(consumers=1, bn=128, cluster=1, stages=8), "MN"),
     (1024, 14336, 4096, dict(bn=128, cluster=2, stages=6, epi_overlap=2), "K"),
     (1024, 14336, 4096, dict(bn=128, cluster=2, stages=6, epi_overlap=1), "MN"),
     (379, 1000, 1096, dict(bn=128, cluster=1, stages=6, epi_overlap=2), "MN"),

@@ -23,6 +23,8 @@ and ``tests/ops/matmul/test_plans.py`` read them.
     PYTHONPATH=. python lab/matmul_trailing.py --shapes 128x6144x4096 --rounds 5
     PYTHONPATH=. python lab/matmul_trailing.py --check        # CPU: build + ptxas -v each
     PYTHONPATH=. python lab/matmul_trailing.py --set streamk  # STREAM_K's candidates
+    PYTHONPATH=. python lab/matmul_trailing.py --set m64      # M64_SET's (64-row tiles,
+                                                              # dense epi_overlap)
 """
 from __future__ import annotations
 
@@ -154,7 +156,42 @@ STREAM_K = {
         "n256": (dict(bn=256), BOTH),
     },
 }
-GROUPS = {"trailing": SETS, "streamk": STREAM_K}
+M64 = dict(consumers=1, split=1, cluster_n=1, a_rows=0)
+# --set m64: the three shapes of matmul_trailing_streamk_h200.json still below cuBLAS.
+# At M = 128 a CTA of 128 x 64 streams 16 KiB of A (from L2) and 8 KiB of B per k-block,
+# and every such plan ran ~80 GB/s per SM whatever its width (1.5 MB in 19.2 us at 6144,
+# 3 MB in 39.5 us at 8192), so the SMs that stream matter. Plan.consumers = 1 makes
+# 64-row tiles: M = 128 is two, and a cluster of two along M shares B's tile by multicast,
+# so a CTA loads 8 KiB of A and half of B, the ring as deep as fits (plan.fitted: 10
+# stages at n96, 8 at n128, 9 at n128 with epi_in_ring).
+# 1024 x 14336 x 4096 runs ~7 tiles of 128 x 128 per CTA, each epilogue with the tensor
+# cores idle: Plan.epi_overlap issues the next tile's first k-blocks before it.
+M64_SET = {
+    # 96 CTAs of 128 x 64 now; 64-row tiles: n96 pairs are 128 CTAs (K-major B only),
+    # n128 pairs 96 CTAs loading 16 KiB per k-block where they load 24 now
+    (128, 6144, 4096): {
+        "m64n96c2": (dict(bn=96, cluster=2, **M64), (LIN,)),
+        "m64n96c1": (dict(bn=96, cluster=1, **M64), (LIN,)),
+        "m64n128c2": (dict(bn=128, cluster=2, **M64), BOTH),
+        "m64n128c1": (dict(bn=128, cluster=1, **M64), BOTH),
+    },
+    # 128 CTAs of 128 x 64 now; n128 pairs are 128 CTAs too, 16 KiB per k-block each
+    (128, 8192, 8192): {
+        "m64n128c2": (dict(bn=128, cluster=2, **M64), BOTH),
+        "m64n128c1": (dict(bn=128, cluster=1, **M64), BOTH),
+        "m64n128c2er": (dict(bn=128, cluster=2, epi_in_ring=True, **M64), BOTH),
+    },
+    # 896 tiles of 128 x 128 (448 pairs: 6.8 rounds of 66, the last 79% busy). 128 x 176
+    # pairs are 328: 4.97 rounds (K-major B only); n176c1 ran 0.99 of the plan unpaired
+    (1024, 14336, 4096): {
+        "eo1": (dict(epi_overlap=1), BOTH),
+        "eo2": (dict(epi_overlap=2), BOTH),
+        "n176": (dict(bn=176), (LIN,)),
+        "n176eo2": (dict(bn=176, epi_overlap=2), (LIN,)),
+        "n176c1eo2": (dict(bn=176, cluster=1, epi_overlap=2), (LIN,)),
+    },
+}
+GROUPS = {"trailing": SETS, "streamk": STREAM_K, "m64": M64_SET}
 
 
 def current(m, n, k, layout, sms, device):
@@ -205,7 +242,8 @@ def check(shapes, table=None) -> int:
             print(f"{m}x{n}x{k} {lay:6s} {name:9s} bn={p.bn} stages={p.stages} "
                   f"cluster={p.cluster}/{p.cluster_n} split={p.split} "
                   f"one_partial={p.one_partial} b_prefetch={p.b_prefetch} "
-                  f"epi_in_ring={p.epi_in_ring} stream_k={p.stream_k}: regs {r.registers}, spills "
+                  f"epi_in_ring={p.epi_in_ring} stream_k={p.stream_k} consumers={p.consumers} "
+                  f"epi_overlap={p.epi_overlap}: regs {r.registers}, spills "
                   f"{r.spill_stores}/{r.spill_loads}, local {r.local}"
                   f"{'  SPILLS' if spill else ''}", flush=True)
     return bad
@@ -260,7 +298,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=140.0,
                     help="start no shape after this many seconds (TRAILING's come first)")
     ap.add_argument("--set", default="trailing", choices=sorted(GROUPS),
-                    help="the candidates: TRAILING + EXTRA, or STREAM_K (Plan.stream_k)")
+                    help="the candidates: TRAILING + EXTRA, STREAM_K (Plan.stream_k) or "
+                         "M64_SET (Plan.consumers = 1, dense Plan.epi_overlap)")
     a = ap.parse_args(argv)
     table = GROUPS[a.set]
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")] \

@@ -16,16 +16,26 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
         raise ValueError(f"build_hopper: a grouped GEMM takes a plan without clusters "
                          f"along M, split-K, a_rows, epi_in_ring or b_prefetch, no bias and "
                          f"per-tensor or row-wise scales, got {p}, bias {bias}, scales {mode}")
+    if p.consumers == 1 and (grouped or mode == "block"):
+        raise ValueError(f"build_hopper: one consumer (64-row tiles) is the dense kernel's "
+                         f"without block-wise scales, got {p}"
+                         f"{' (grouped)' if grouped else ''}, scales {mode}")
     if p.stream_k and (grouped or mode == "block"):
         raise ValueError(f"build_hopper: Plan.stream_k is the dense kernel's without "
                          f"block-wise scales, got {p}{' (grouped)' if grouped else ''}, "
                          f"scales {mode}")
-    if (p.tail_skip or p.tma_store or p.epi_overlap) and not grouped:
-        raise ValueError(f"build_hopper: Plan.tail_skip, tma_store and epi_overlap are the "
-                         f"grouped GEMM's, got {p} for a dense GEMM")
-    if p.epi_overlap and (p.bn > 128 or p.stages <= p.epi_overlap):
+    if (p.tail_skip or p.tma_store) and not grouped:
+        raise ValueError(f"build_hopper: Plan.tail_skip and tma_store are the grouped GEMM's, "
+                         f"got {p} for a dense GEMM")
+    if p.epi_overlap and not grouped and (p.split > 1 or p.stream_k or p.a_rows
+                                          or mode == "block"):
+        raise ValueError(f"build_hopper: a dense Plan.epi_overlap takes whole tiles of every "
+                         f"row (no split-K, stream_k or a_rows) and no block-wise scales, got "
+                         f"{p}, scales {mode}")
+    cap = 128 if grouped else 192       # the widths ptxas -v was shown to fit
+    if p.epi_overlap and (p.bn > cap or p.stages <= p.epi_overlap):
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
-                         f"at most 128 columns) and needs more ring stages than the "
+                         f"at most {cap} columns) and needs more ring stages than the "
                          f"k-blocks it issues early, got {p}")
     if (p.m_waves > 1 or p.kb_pairs or p.kb_roll or p.smem_scales) and (
             mode != "block" or grouped):

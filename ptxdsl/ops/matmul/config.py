@@ -1,9 +1,9 @@
 """What a plan fixes about a GEMM kernel: the fields :mod:`.plan` chooses, nothing else.
 
 :class:`Plan` is the Hopper kernel's configuration: the tile width, the ring's depth,
-the clusters and split-K. What the kernel never varies is a class constant (two m64
-consumers, groups of 8 tile rows, 256-byte L2 promotion of the TMA loads); what follows
-from the fields is a property (the tile's 128 or 256 rows, the epilogue's staging). The SIMT
+the clusters and split-K. What the kernel never varies is a class constant (groups of 8
+tile rows, 256-byte L2 promotion of the TMA loads); what follows from the fields is a
+property (the tile's 64, 128 or 256 rows, the epilogue's staging). The SIMT
 kernel's :class:`FallbackPlan` has one size.
 """
 from __future__ import annotations
@@ -39,8 +39,9 @@ class Plan:
     #                          group's end releases the tile's stages without its wgmmas
     tma_store: bool = False  # grouped only: a consumer's 64 rows that lie inside its group
     #                          stored as the dense kernel's (staged, TMA); the others by st.global
-    epi_overlap: int = 0   # grouped only, bn <= 128: k-blocks of the next tile issued (into a
-    #                        second accumulator) before a tile's epilogue (.overlap); 0: none
+    epi_overlap: int = 0   # bn <= 192 (grouped: 128), whole tiles (no split-K, stream_k,
+    #                        a_rows): k-blocks of the next tile issued before a tile's
+    #                        epilogue (.overlap); 0: none
     m_waves: int = 1       # block-wise fp8 only: m64 accumulators per consumer (2: 256-row
     #                        tiles, each consumer rows c*64 and 128 + c*64 of the tile)
     kb_pairs: bool = False  # block-wise fp8 only, m_waves 1: k-blocks issued two at a time
@@ -57,11 +58,18 @@ class Plan:
     #                            consumers' iterations (each ends with its wgmma queue
     #                            drained) interleave
 
-    consumers = 2          # consumer warpgroups, each m_waves x m64 x bn
+    consumers: int = 2     # consumer warpgroups, each m_waves x m64 x bn; 1: 64-row tiles
+    #                        (one tile row of M = 128 is two tiles, a cluster along M shares B)
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 
     def __post_init__(self):
+        if self.consumers not in (1, 2) or (self.consumers == 1 and (
+                self.split > 1 or self.stream_k or self.a_rows or self.one_partial
+                or self.m_waves > 1)):
+            raise ValueError(f"Plan consumers={self.consumers}: 2, or 1 (64-row tiles) without "
+                             f"split-K, one_partial, stream_k, a_rows or m_waves (split="
+                             f"{self.split}, stream_k={self.stream_k}, a_rows={self.a_rows})")
         if self.stream_k and (self.cluster_n > 1 or self.split > 1 or self.a_rows
                               or self.epi_in_ring or self.m_waves > 1):
             raise ValueError(f"Plan stream_k: clusters along M only (cluster_n="
@@ -109,9 +117,10 @@ class Plan:
 
     @property
     def options_tag(self) -> str:
-        """The kernel name's part for ``one_partial``, ``b_prefetch``, ``epi_in_ring``,
-        ``stream_k``, ``kb_stagger``."""
+        """The kernel name's part for ``one_partial``, ``stream_k``, one consumer,
+        ``b_prefetch``, ``epi_in_ring``, ``kb_stagger``."""
         return (("_op" if self.one_partial else "") + ("_sk" if self.stream_k else "")
+                + ("_m64" if self.consumers == 1 else "")
                 + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
                 + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else ""))
 
@@ -146,8 +155,8 @@ class Plan:
 
     @property
     def bm(self) -> int:
-        """CTA tile rows: two consumer warpgroups of ``m_waves`` m64 accumulators."""
-        return 128 * self.m_waves
+        """CTA tile rows: ``consumers`` warpgroups of ``m_waves`` m64 accumulators."""
+        return 64 * self.consumers * self.m_waves
 
     @property
     def wg_m(self) -> int:

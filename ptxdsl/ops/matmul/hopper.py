@@ -508,12 +508,15 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 return [r if w == 0 and h == 0 else r + (128 * w + 8 * h)
                         for w in range(p.m_waves) for h in range(2)]
 
-            def sk_store(t):
-                m0, n0 = tile_origin(t)
-                row0 = m0 + cons * p.wg_m
-                store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, fcol,
+            def store_at(regs, row0, n0, *_):
+                """``regs`` as C's rows from ``row0`` (scales read here), columns from ``n0``."""
+                store_tile(regs, p, L, out_dtype, ob, bias, activation, stage_c, lane, frow, fcol,
                            bar_id, row0, n0, n, tma_c, pb, RowScales(psa, psb, row0 + frow, m)
                            if mode == "row" else scale)
+
+            def sk_store(t):
+                m0, n0 = tile_origin(t)
+                store_at(acc, m0 + cons * p.wg_m, n0)
 
             def tiles():
                 """Each of this CTA's tiles: its k-blocks, then its epilogue."""
@@ -564,15 +567,15 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
                                        lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
 
-            if grouped and p.epi_overlap:
-                cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
+            if p.epi_overlap:       # a dense tile's (g, end) are unused: (0, m)
+                cursor = GroupCursor(poffs, p.bm, tiles_n, labels) if grouped else None
 
                 def locate(t):
-                    m0, n0, g, end = group_origin(cursor, t)
-                    return m0 + cons * p.wg_m, n0, g, end
+                    m0, n0, *ge = group_origin(cursor, t) if grouped else (*tile_origin(t), 0, m)
+                    return m0 + cons * p.wg_m, n0, *ge
                 overlapped_tiles(p.epi_overlap, ring, empty0, nk, cid, total, ncl, locate,
-                                 mma_stage, release, idle_stages, grouped_store, acc,
-                                 reg.array(f32, p.bn // 2), p.tail_skip)
+                                 mma_stage, release, idle_stages, grouped_store if grouped
+                                 else store_at, acc, reg.array(f32, p.bn // 2), p.tail_skip)
             elif p.a_rows and p.a_rows <= p.wg_m:
                 # Every row the second consumer owns lies past M (M <= a_rows <= 64): it
                 # issues no wgmma, exchanges and stores nothing, and only releases each

@@ -1,14 +1,14 @@
-"""A grouped GEMM consumer's tiles with each tile's epilogue under the next tile's first
-k-blocks (``Plan.epi_overlap``).
+"""A GEMM consumer's tiles (grouped, or dense whole tiles) with each tile's epilogue under
+the next tile's first k-blocks (``Plan.epi_overlap``).
 
-Without it a consumer stores tile ``i`` (``cvt``, ``st.global``) while the tensor cores
+Without it a consumer stores tile ``i`` (``cvt``, ``st.global`` or staged for TMA) while the tensor cores
 wait for it. With it, once tile ``i``'s wgmmas retired the accumulator is copied into as
 many stash registers (``mov``), tile ``i + 1`` issues its first ``lag`` k-blocks of
 wgmmas (waiting only for their ring stages to fill), the consumer stores tile ``i`` from
 the stash, then runs the rest of tile ``i + 1``'s k-blocks with ``lag`` wgmma groups in
 flight, releasing each stage ``lag`` k-blocks late. The ring's ``stages`` must exceed
 ``lag`` so the producer keeps loading. Accumulator and stash fit in a consumer's
-registers for tiles of at most 128 columns (2 x 64 f32 per thread). The stash, not a
+registers for tiles of at most 192 columns (2 x 96 f32 per thread; ptxas -v: no spills). The stash, not a
 second accumulator used in turn: ptxas cannot prove that a wgmma-written register read
 after a loop's back edge has retired, and waits for every wgmma there (C7517).
 """

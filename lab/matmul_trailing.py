@@ -198,8 +198,9 @@ def current(m, n, k, layout, sms, device):
     """The plan ``ptxdsl.ops.matmul`` runs for this shape and layout (bf16 in and out)."""
     from ptxdsl.core.types import bf16
     from ptxdsl.ops.matmul.plan import choose, for_majors
-    return for_majors(choose(m, n, k, bf16, bf16, sms, device=device), bf16, bf16, "K",
-                      "K" if layout == LIN else "MN")
+    bm = "K" if layout == LIN else "MN"
+    return for_majors(choose(m, n, k, bf16, bf16, sms, device=device, b_major=bm), bf16,
+                      bf16, "K", bm)
 
 
 def candidates(m, n, k, sms=132, device="H200", table=None) -> dict:
@@ -209,7 +210,9 @@ def candidates(m, n, k, sms=132, device="H200", table=None) -> dict:
     from ptxdsl.core.types import bf16
     from ptxdsl.ops.matmul.plan import choose, fitted, for_majors
     out = {("current", lay): current(m, n, k, lay, sms, device) for lay in BOTH}
-    base = choose(m, n, k, bf16, bf16, sms, device=device)
+    # the candidates' fields replace those of the plan an MN-major B gets (rows measured
+    # for one layout only are K-major ones)
+    base = choose(m, n, k, bf16, bf16, sms, device=device, b_major="MN")
     for name, (fields, layouts) in (SETS if table is None else table).get((m, n, k),
                                                                           {}).items():
         p = dataclasses.replace(base, **fields)

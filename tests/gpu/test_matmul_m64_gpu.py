@@ -28,11 +28,11 @@ def ints(*shape):
     (128, 8192, 8192, dict(consumers=1, bn=128, cluster=2, stages=9, epi_in_ring=True), "MN"),
     (379, 1000, 520, dict(consumers=1, bn=128, cluster=2, stages=8), "K"),
     (379, 1000, 520, dict(consumers=1, bn=128, cluster=1, stages=8), "MN"),
-    (1024, 14336, 4096, dict(bn=128, cluster=2, stages=6, epi_overlap=2), "K"),
-    (1024, 14336, 4096, dict(bn=128, cluster=2, stages=6, epi_overlap=1), "MN"),
-    (379, 1000, 1096, dict(bn=128, cluster=1, stages=6, epi_overlap=2), "MN"),
-    (1024, 14336, 4096, dict(bn=176, cluster=2, stages=5, epi_overlap=2), "K"),
-    (379, 1000, 1096, dict(bn=176, cluster=1, stages=5, epi_overlap=2), "K"),
+    (1024, 14336, 4096, dict(bn=128, cluster=2, stages=5, epi_overlap=2), "K"),
+    (1024, 14336, 4096, dict(bn=128, cluster=2, stages=5, epi_overlap=1), "MN"),
+    (379, 1000, 1096, dict(bn=128, cluster=1, stages=5, epi_overlap=2), "MN"),
+    (1024, 14336, 4096, dict(bn=176, cluster=2, stages=4, epi_overlap=2), "K"),
+    (379, 1000, 1096, dict(bn=176, cluster=1, stages=4, epi_overlap=2), "K"),
     (379, 1000, 1096, dict(consumers=1, bn=64, cluster=2, stages=8, epi_overlap=3), "K")])
 def test_m64_and_overlap_exact(m, n, k, fields, b_major):
     from ptxdsl.core.types import bf16, f32

@@ -322,7 +322,8 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
     from .hopper import build_hopper
     bt = bt or dt
     scaled = "tensor" if scaled is True else scaled
-    p = for_majors(choose(m, n, k, dt, odt, sms, device=device), dt, odt, a_major, b_major)
+    p = for_majors(choose(m, n, k, dt, odt, sms, device=device, b_major=b_major), dt, odt,
+                   a_major, b_major)
     p = for_scaling(p, scaled, dt, odt, smem_scales)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
            sms, scaled, a_major, b_major)     # the majors last (tests read them there)

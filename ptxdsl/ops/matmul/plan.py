@@ -29,6 +29,7 @@ from ...core.types import PtxType
 from .config import BARRIER_BYTES, SMEM_PER_CTA, FallbackPlan, Plan
 
 DEVICE_CLASSES = ("H100", "H200")
+B_MAJORS = ("K", "MN")     # B's layouts (.operands): K-major for x @ W.T, MN-major for a @ b
 HBM3E_BANDWIDTH = 4e12      # bytes/s: the H200's 4.8 TB/s against the H100 SXM's 3.35
 SPLITS = (1, 2, 4)          # split-K cluster sizes: whole TPC pairs, so clusters pack GPCs
 DSMEM_VS_HBM = 2.0          # assumed: one SM's DSMEM read rate over its 1/132 share of HBM
@@ -51,16 +52,20 @@ def rows() -> tuple:
         return tuple(json.load(f)["rows"])
 
 
-def row_applies(row: dict, m: int, n: int, k: int, dtype: PtxType, device: str) -> bool:
+def row_applies(row: dict, m: int, n: int, k: int, dtype: PtxType, device: str,
+                b_major: str = "K") -> bool:
+    """Whether ``row`` holds this call; a row's optional ``b_majors`` names the B layouts
+    it was measured for (``"K"``: ``x @ W.T``; ``"MN"``: ``a @ b``), else both."""
     lo, hi = row["m"]
     return (device in row["devices"] and dtype.name in row["dtypes"] and lo <= m <= hi
-            and row["n"] == n and row["k"] == k)
+            and row["n"] == n and row["k"] == k and b_major in row.get("b_majors", B_MAJORS))
 
 
-def measured(m: int, n: int, k: int, dtype: PtxType, device: str) -> dict | None:
+def measured(m: int, n: int, k: int, dtype: PtxType, device: str,
+             b_major: str = "K") -> dict | None:
     """The row of the table that applies to this call, or None."""
     for row in rows():
-        if row_applies(row, m, n, k, dtype, device):
+        if row_applies(row, m, n, k, dtype, device, b_major):
             return row
     return None
 
@@ -97,11 +102,13 @@ def fitted(p: Plan, dtype: PtxType, out_dtype: PtxType) -> Plan:
 
 
 def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
-           sms: int = 132, split: int | None = None, device: str = "H100") -> Plan:
+           sms: int = 132, split: int | None = None, device: str = "H100",
+           b_major: str = "K") -> Plan:
     """The Hopper plan for an (M, N, K) product of ``dtype`` operands on a device of
     class ``device`` with ``sms`` SMs: the rules' plan (the module docstring), with the
     fields of the table's row for this call where one applies, the ring fitted. ``split``
-    forces a split-K factor at one tile row (the table's rows for it are then passed over)."""
+    forces a split-K factor at one tile row (the table's rows for it are then passed over);
+    ``b_major``: B's layout, for the rows measured in one layout only."""
     if device not in DEVICE_CLASSES:
         raise ValueError(f"choose: device must be one of {DEVICE_CLASSES}, got {device!r}")
     out_dtype = out_dtype or dtype
@@ -109,7 +116,8 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
         p = one_row(m, n, k, dtype, out_dtype, sms, split)
     else:
         p = many_rows(m, n, dtype, sms)
-    row = None if split is not None and m <= 128 else measured(m, n, k, dtype, device)
+    row = None if split is not None and m <= 128 else measured(m, n, k, dtype, device,
+                                                               b_major)
     if row is not None:
         p = dataclasses.replace(p, **row["plan"])
     if p.epi_in_ring and not one_tile_each(p, m, n, sms):

@@ -18,7 +18,7 @@ from ptxdsl.core.types import bf16, e4m3, e5m2, f16, f32, f32_to_bf16_bits
 from ptxdsl.ops.matmul.config import Plan
 from ptxdsl.ops.matmul.hopper import build_hopper
 from ptxdsl.ops.matmul.plan import (
-    DEVICE_CLASSES, MIN_SPLIT_KBLOCKS, SMEM_PER_CTA, bk_for, choose, for_majors, measured,
+    B_MAJORS, DEVICE_CLASSES, MIN_SPLIT_KBLOCKS, SMEM_PER_CTA, bk_for, choose, for_majors, measured,
     one_row, row_applies, rows)
 
 from paths import ROOT
@@ -31,10 +31,11 @@ def _out(dt):
 
 
 def _chosen(row, dev, m=None):
-    """choose() where ``row`` applies (its smallest M unless given), for its first dtype."""
+    """choose() where ``row`` applies (its smallest M unless given), for its first dtype
+    and B layout."""
     dt = DTYPES[row["dtypes"][0]]
     return choose(row["m"][0] if m is None else m, row["n"], row["k"], dt, _out(dt),
-                  device=dev), dt
+                  device=dev, b_major=row.get("b_majors", B_MAJORS)[0]), dt
 
 
 def _kinds():
@@ -50,7 +51,9 @@ def _kinds():
 
 def test_rows_are_well_formed():
     for i, row in enumerate(rows()):
-        assert set(row) == {"devices", "dtypes", "m", "n", "k", "plan", "sources", "reason"}, i
+        assert set(row) - {"b_majors"} == {"devices", "dtypes", "m", "n", "k", "plan",
+                                           "sources", "reason"}, i
+        assert set(row.get("b_majors", B_MAJORS)) <= set(B_MAJORS), i
         assert row["devices"] and set(row["devices"]) <= set(DEVICE_CLASSES), i
         assert row["dtypes"] and set(row["dtypes"]) <= set(DTYPES), i
         assert len({DTYPES[d].bytes for d in row["dtypes"]}) == 1, i
@@ -76,7 +79,9 @@ def test_rows_do_not_overlap():
             assert not (set(a["devices"]) & set(b["devices"]) and
                         set(a["dtypes"]) & set(b["dtypes"]) and a["n"] == b["n"] and
                         a["k"] == b["k"] and a["m"][0] <= b["m"][1] and
-                        b["m"][0] <= a["m"][1]), (a, b)
+                        b["m"][0] <= a["m"][1] and
+                        set(a.get("b_majors", B_MAJORS)) & set(b.get("b_majors", B_MAJORS))
+                        ), (a, b)
 
 
 def test_choose_takes_the_row_that_applies():
@@ -85,11 +90,15 @@ def test_choose_takes_the_row_that_applies():
             for name in row["dtypes"]:
                 dt = DTYPES[name]
                 for m in row["m"]:
-                    assert row_applies(row, m, row["n"], row["k"], dt, dev)
-                    p = choose(m, row["n"], row["k"], dt, _out(dt), device=dev)
-                    for f, v in row["plan"].items():
-                        assert getattr(p, f) == v, (row, dev, m, f)
-                    assert p.bk == bk_for(dt)
+                    for bm in row.get("b_majors", B_MAJORS):
+                        assert row_applies(row, m, row["n"], row["k"], dt, dev, bm)
+                        p = choose(m, row["n"], row["k"], dt, _out(dt), device=dev,
+                                   b_major=bm)
+                        for f, v in row["plan"].items():
+                            assert getattr(p, f) == v, (row, dev, m, f)
+                        assert p.bk == bk_for(dt)
+                    for bm in set(B_MAJORS) - set(row.get("b_majors", B_MAJORS)):
+                        assert not row_applies(row, m, row["n"], row["k"], dt, dev, bm)
         lo = row["m"][0]
         if lo > 1:          # just past the row: the rules, whatever they give
             dt = DTYPES[row["dtypes"][0]]
@@ -99,7 +108,7 @@ def test_choose_takes_the_row_that_applies():
 def _plan_key(d):
     return (d["bn"], d.get("split", 1), d.get("a_rows", 0), d.get("cluster_n", 1),
             d.get("cluster", 1), d.get("one_partial", False), d.get("b_prefetch", 0),
-            d.get("epi_in_ring", False))
+            d.get("epi_in_ring", False), d.get("consumers", 2))
 
 
 def test_rows_were_the_fastest_in_the_runs_they_cite():

@@ -36,16 +36,16 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, b32, f32, u8, u32
-from ...dsl import ptx, reg, smem
+from ...core.types import PtxType, b32, f32, u32
+from ...dsl import ptx, reg
 from .._common.ring import Ring, wait
 from .bwd import specs
 from .bwd_config import BLOCK_M as BM, BwdConfig
+from .bwd_ring96 import barriers, place
 from .bwd_scores import cap_and_mask, cap_grad
 from .bwd_steps import row_blocks
 from .bwd_wg3 import _Coords, _mask, _stage, _store_t
 from .config import Mask, register_pool
-from .fwd import _s32
 from .softmax import LOG2E, row_of
 from .varlen_tiles import find_seq, load_u32
 
@@ -71,23 +71,7 @@ class Layout:
         self.q_bytes = BM * D * es
         self.kpanel = BN * KROW                     # 6144: 32 columns of the 96 keys
         self.ppanel = BM * PROW                     # 2048: 16 keys of the 64 queries
-        self.pt_bytes = BM * BN * es
-        self.k = 0
-        self.v = self.kv_bytes
-        self.q = 2 * self.kv_bytes
-        self.do = self.q + c.stages * self.q_bytes
-        self.p = self.do + self.q_bytes
-        self.ds = self.p + self.pt_bytes
-        self.dqs = self.ds + self.pt_bytes
-        self.wg_stage = BM * QC * 4
-        self.lse = self.dqs + WGS * self.wg_stage
-        self.dpsum = self.lse + c.stages * BM * 4
-        self.kvfull = self.dpsum + BM * 4
-        self.qfull = self.kvfull + 8
-        self.qempty = self.qfull + 8 * c.stages
-        self.dofull = self.qempty + 8 * c.stages
-        self.doempty = self.dofull + 8
-        self.total = self.doempty + 8
+        place(self, c, BM * BN * es, BM * QC * 4, WGS)
 
 
 def smem_bytes(c: BwdConfig) -> int:
@@ -213,18 +197,7 @@ def build_backward_wg2(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         group = nh // nhk
         n0 = nb * BN
         off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, BN, BM, varlen)
-        base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
-        kvfull, qfull, qempty = base + L.kvfull, base + L.qfull, base + L.qempty
-        dofull, doempty = base + L.dofull, base + L.doempty
-        with ptx.if_(tid == 0):
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
-            for s in range(S):
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull, 8 * s), 1)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty, 8 * s), WGS)
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(dofull), 1)
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(doempty), WGS)
-            ptx.inst("fence.mbarrier_init.release.cluster")
-        ptx.inst("bar.sync", 0)
+        base, kvfull, qfull, qempty, dofull, doempty = barriers(L, tid, S, WGS)
 
         with ptx.if_(wg == 0):
             # ------------------------------------------------------------ producer

@@ -37,11 +37,12 @@ from __future__ import annotations
 import itertools
 
 from ... import kernel
-from ...core.types import PtxType, b32, f32, s32, u8, u32
-from ...dsl import ptx, reg, smem
+from ...core.types import PtxType, b32, f32, s32, u32
+from ...dsl import ptx, reg
 from .._common.ring import Ring, wait
 from .bwd import specs
 from .bwd_config import BLOCK_M as BM, BwdConfig
+from .bwd_ring96 import barriers, place
 from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
@@ -67,23 +68,7 @@ class Layout:
     def __init__(self, c: BwdConfig, es: int = 2):
         self.kv_bytes = BN * D * es
         self.q_bytes = BM * D * es
-        self.pt_bytes = BM * 2 * PANEL * es          # P or dS: two 64-key panels
-        self.k = 0
-        self.v = self.kv_bytes
-        self.q = 2 * self.kv_bytes
-        self.do = self.q + c.stages * self.q_bytes
-        self.p = self.do + self.q_bytes
-        self.ds = self.p + self.pt_bytes
-        self.dqs = self.ds + self.pt_bytes
-        self.wg_stage = BM * PANEL * 4
-        self.lse = self.dqs + WGS * self.wg_stage
-        self.dpsum = self.lse + c.stages * BM * 4
-        self.kvfull = self.dpsum + BM * 4
-        self.qfull = self.kvfull + 8
-        self.qempty = self.qfull + 8 * c.stages
-        self.dofull = self.qempty + 8 * c.stages
-        self.doempty = self.dofull + 8
-        self.total = self.doempty + 8
+        place(self, c, BM * 2 * PANEL * es, BM * PANEL * 4, WGS)   # P, dS: two 64-key panels
 
 
 def smem_bytes(c: BwdConfig) -> int:
@@ -175,7 +160,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             sq, sk = ptx.dim("SQ"), ptx.dim("SK")
             nblk = (sk + (BN - 1)) // BN
             if deterministic:    # a unit's key blocks in launch order (bwd_det)
-                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, D, c.det_units)
+                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk,
+                                        D, c.det_units)
             else:
                 nb, rest = cta % nblk, cta // nblk
                 hk, batch = rest % nhk, rest // nhk
@@ -187,18 +173,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, BN, BM, varlen)
         # deterministic: row blocks last to first (bwd_det), in all three roles
         m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)
-        base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
-        kvfull, qfull, qempty = base + L.kvfull, base + L.qfull, base + L.qempty
-        dofull, doempty = base + L.dofull, base + L.doempty
-        with ptx.if_(tid == 0):
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
-            for s in range(S):
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull, 8 * s), 1)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty, 8 * s), WGS)
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(dofull), 1)
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(doempty), WGS)
-            ptx.inst("fence.mbarrier_init.release.cluster")
-        ptx.inst("bar.sync", 0)
+        base, kvfull, qfull, qempty, dofull, doempty = barriers(L, tid, S, WGS)
 
         with ptx.if_(wg == 0):
             # ------------------------------------------------------------ producer

@@ -1,0 +1,51 @@
+"""The shared memory of the 96-key backward kernels (:mod:`.bwd_wg3`, :mod:`.bwd_wg2`):
+K and V resident, a ring of Q stages with one dO stage, the P and dS tiles, a dQ stage a
+consumer warpgroup, the LSE and dPsum rows, and the mbarriers that pace them."""
+from __future__ import annotations
+
+from ...core.types import u8
+from ...dsl import ptx, smem
+from .bwd_config import BLOCK_M as BM, BwdConfig
+
+
+def place(L, c: BwdConfig, pt_bytes: int, wg_stage: int, wgs: int) -> None:
+    """Set ``L``'s byte offsets after its ``kv_bytes`` and ``q_bytes``: P and dS tiles of
+    ``pt_bytes``, ``wgs`` dQ stages of ``wg_stage``, then the barriers (8 bytes each)."""
+    L.pt_bytes, L.wg_stage = pt_bytes, wg_stage
+    L.k = 0
+    L.v = L.kv_bytes
+    L.q = 2 * L.kv_bytes
+    L.do = L.q + c.stages * L.q_bytes
+    L.p = L.do + L.q_bytes
+    L.ds = L.p + pt_bytes
+    L.dqs = L.ds + pt_bytes
+    L.lse = L.dqs + wgs * wg_stage
+    L.dpsum = L.lse + c.stages * BM * 4
+    L.kvfull = L.dpsum + BM * 4
+    L.qfull = L.kvfull + 8
+    L.qempty = L.qfull + 8 * c.stages
+    L.dofull = L.qempty + 8 * c.stages
+    L.doempty = L.dofull + 8
+    L.total = L.doempty + 8
+
+
+def barriers(L, tid, stages: int, wgs: int):
+    """Allocate the layout and initialise its mbarriers (thread 0, then the whole CTA
+    meets): ``(base, kvfull, qfull, qempty, dofull, doempty)``; a Q or dO slot is given
+    back by each of the ``wgs`` consumer warpgroups."""
+    base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
+    kvfull, qfull, qempty = base + L.kvfull, base + L.qfull, base + L.qempty
+    dofull, doempty = base + L.dofull, base + L.doempty
+    with ptx.if_(tid == 0):
+        ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
+        for s in range(stages):
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull, 8 * s), 1)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty, 8 * s), wgs)
+        ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(dofull), 1)
+        ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(doempty), wgs)
+        ptx.inst("fence.mbarrier_init.release.cluster")
+    ptx.inst("bar.sync", 0)
+    return base, kvfull, qfull, qempty, dofull, doempty
+
+
+__all__ = ["place", "barriers"]

@@ -77,7 +77,7 @@ def test_stream_k_through_the_op(monkeypatch, layout):
     from ptxdsl.ops import matmul
     from ptxdsl.ops.matmul.config import Plan
     from ptxdsl.ops.matmul.plan import fitted
-    monkeypatch.setattr(api, "choose", lambda m, n, k, dt, odt, sms, device=None: fitted(
+    monkeypatch.setattr(api, "choose", lambda m, n, k, dt, odt, sms, **_kw: fitted(
         Plan(bn=128, cluster=1, stream_k=True), dt, odt))
     api.clear()
     try:

@@ -167,7 +167,7 @@ def test_op_passes_the_streams_workspace_on_every_call(monkeypatch, tmp_path):
         return kern
     monkeypatch.setattr(api, "hopper_kernel", hopper_kernel)
     monkeypatch.setattr(api, "KERNELS", type(api.KERNELS)())
-    monkeypatch.setattr(api, "choose", lambda m, n, k, dt, odt, sms, device=None: fitted(
+    monkeypatch.setattr(api, "choose", lambda m, n, k, dt, odt, sms, **_kw: fitted(
         Plan(bn=64, cluster=1, stream_k=True), dt, odt))
     monkeypatch.setattr(streamk, "WORKSPACE", streamk.Workspace())
     api.clear()

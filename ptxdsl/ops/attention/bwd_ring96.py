@@ -7,6 +7,9 @@ from ...core.types import u8
 from ...dsl import ptx, smem
 from .bwd_config import BLOCK_M as BM, BwdConfig
 
+FULL, EMPTY = 5, 8      # dq_warp: + w, a consumer warpgroup's stage handed over, given back
+WTHREADS = 128 + 32     # a consumer warpgroup and the writer warp
+
 
 def place(L, c: BwdConfig, pt_bytes: int, wg_stage: int, wgs: int) -> None:
     """Set ``L``'s byte offsets after its ``kv_bytes`` and ``q_bytes``: P and dS tiles of
@@ -48,4 +51,32 @@ def barriers(L, tid, stages: int, wgs: int):
     return base, kvfull, qfull, qempty, dofull, doempty
 
 
-__all__ = ["place", "barriers"]
+def finish_step(c: BwdConfig, w: int, lane, doempty, q_slot, stage, reduce) -> None:
+    """The end of consumer warpgroup ``w``'s step once dV, dQ and dK are issued (in that
+    order of groups): dO's slot given back when dV is done; when dQ is, its f32 stage
+    written (``stage()``) and handed to the writer warp (``dq_warp``) or reduced by TMA
+    (``reduce()``, lane 0); Q's slot (``q_slot()``, its empty barrier) given back when dK
+    is."""
+    ptx.inst("wgmma.wait_group.sync.aligned", 2)   # dV done: dO is read
+    with ptx.if_(lane == 0):
+        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(doempty))
+    ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dQ done
+    if not c.dq_warp:
+        with ptx.if_(lane == 0):                   # the last reduce has read
+            ptx.inst("cp.async.bulk.wait_group.read", 0)
+    # (dq_warp: until the writer warp has read the last stage)
+    ptx.inst("bar.sync", *((EMPTY + w, WTHREADS) if c.dq_warp else (2 + w, 128)))
+    stage()
+    ptx.inst("fence.proxy.async.shared::cta")
+    if c.dq_warp:                            # the stage is the writer's
+        ptx.inst("bar.arrive", FULL + w, WTHREADS)
+    else:
+        ptx.inst("bar.sync", 2 + w, 128)
+        with ptx.if_(lane == 0):
+            reduce()
+    ptx.inst("wgmma.wait_group.sync.aligned", 0)   # dK done: Q is read
+    with ptx.if_(lane == 0):
+        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(q_slot()))
+
+
+__all__ = ["place", "barriers", "finish_step", "FULL", "EMPTY", "WTHREADS"]

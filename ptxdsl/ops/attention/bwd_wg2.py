@@ -41,7 +41,7 @@ from ...dsl import ptx, reg
 from .._common.ring import Ring, wait
 from .bwd import specs
 from .bwd_config import BLOCK_M as BM, BwdConfig
-from .bwd_ring96 import barriers, place
+from .bwd_ring96 import EMPTY, FULL, WTHREADS, barriers, finish_step, place
 from .bwd_scores import cap_and_mask, cap_grad
 from .bwd_steps import row_blocks
 from .bwd_wg3 import _Coords, _mask, _stage, _store_t
@@ -58,8 +58,6 @@ ROW = 128            # bytes of a 128-byte swizzled row (Q, dO, V; the f32 dQ st
 KROW = 64            # bytes of a K row (64-byte swizzle: 32 columns a panel)
 PROW = 32            # bytes of a P / dS row (32-byte swizzle: 16 keys a panel)
 XBAR = (1, WGS * 128)   # the P / dS exchange barrier; 2 + w: a warpgroup's dQ stage
-FULL, EMPTY = 5, 8      # dq_warp: + w, a consumer warpgroup's stage handed over, given back
-WTHREADS = 128 + 32     # a consumer warpgroup and the writer warp
 
 
 class Layout:
@@ -352,27 +350,9 @@ def _consumer(c, L, dt, mask, scale, softcap, scale_log2, labels, base, tid, wg,
             ptx.inst("wgmma.fence.sync.aligned")
             _dq(dq, base + L.ds, base + L.k + w * (3 * L.kpanel), mma96)
             _kv_t(dk_acc, q_at, base + L.ds + t_w, mma48)
-            ptx.inst("wgmma.wait_group.sync.aligned", 2)   # dV done: dO is read
-            with ptx.if_(lane == 0):
-                ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(doempty))
-            ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dQ done
-            if not c.dq_warp:
-                with ptx.if_(lane == 0):                   # the last reduce has read
-                    ptx.inst("cp.async.bulk.wait_group.read", 0)
-            # (dq_warp: until the writer warp has read the last stage)
-            ptx.inst("bar.sync", *((EMPTY + w, WTHREADS) if c.dq_warp else (2 + w, 128)))
-            _stage(dq, stage_w, r0, lw, xr)
-            ptx.inst("fence.proxy.async.shared::cta")
-            if c.dq_warp:                            # the stage is the writer's
-                ptx.inst("bar.arrive", FULL + w, WTHREADS)
-            else:
-                ptx.inst("bar.sync", 2 + w, 128)
-                with ptx.if_(lane == 0):
-                    _reduce(tdq, w, X.row(m0, head), stage_w)
-            ptx.inst("wgmma.wait_group.sync.aligned", 0)   # dK done: Q is read
-            with ptx.if_(lane == 0):
-                ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                         ptx.addr(base + L.qempty + qr.slot * 8))
+            finish_step(c, w, lane, doempty, lambda: base + L.qempty + qr.slot * 8,
+                        lambda: _stage(dq, stage_w, r0, lw, xr),
+                        lambda: _reduce(tdq, w, X.row(m0, head), stage_w))
             qr.advance()
             dr.advance()
     if c.dq_warp:        # the writer's last arrival (its first was before any)

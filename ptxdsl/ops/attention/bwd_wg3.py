@@ -42,7 +42,7 @@ from ...dsl import ptx, reg
 from .._common.ring import Ring, wait
 from .bwd import specs
 from .bwd_config import BLOCK_M as BM, BwdConfig
-from .bwd_ring96 import barriers, place
+from .bwd_ring96 import EMPTY, FULL, WTHREADS, barriers, finish_step, place
 from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
@@ -58,8 +58,6 @@ ROW = 128            # bytes per swizzled panel row
 WGS = 3              # consumer warpgroups
 PANELS = D // PANEL  # 3: warpgroup w owns column panel w of dK, dV and dQ
 XBAR = (1, WGS * 128)   # the P / dS exchange barrier; 2 + w: a warpgroup's dQ stage
-FULL, EMPTY = 5, 8      # dq_warp: + w, a consumer warpgroup's stage handed over, given back
-WTHREADS = 128 + 32     # a consumer warpgroup and the writer warp
 
 
 class Layout:
@@ -310,27 +308,9 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.commit_group.sync.aligned")
                     _kv_t(dk_acc, q_at + w * (BM * ROW), base + L.ds, mma96)
                     ptx.inst("wgmma.commit_group.sync.aligned")
-                    ptx.inst("wgmma.wait_group.sync.aligned", 2)   # dV done: dO is read
-                    with ptx.if_(lane == 0):
-                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(doempty))
-                    ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dQ done
-                    if not c.dq_warp:
-                        with ptx.if_(lane == 0):                   # the last reduce has read
-                            ptx.inst("cp.async.bulk.wait_group.read", 0)
-                    # (dq_warp: until the writer warp has read the last stage)
-                    ptx.inst("bar.sync", *((EMPTY + w, WTHREADS) if c.dq_warp else (2 + w, 128)))
-                    _stage(dq, stage_w, r0, lw, xr)
-                    ptx.inst("fence.proxy.async.shared::cta")
-                    if c.dq_warp:                            # the stage is the writer's
-                        ptx.inst("bar.arrive", FULL + w, WTHREADS)
-                    else:
-                        ptx.inst("bar.sync", 2 + w, 128)
-                        with ptx.if_(lane == 0):
-                            _reduce(tdq, w, X.row(m0, head), stage_w)
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)   # dK done: Q is read
-                    with ptx.if_(lane == 0):
-                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                                 ptx.addr(qempty + qr.slot * 8))
+                    finish_step(c, w, lane, doempty, lambda: qempty + qr.slot * 8,
+                                lambda: _stage(dq, stage_w, r0, lw, xr),
+                                lambda: _reduce(tdq, w, X.row(m0, head), stage_w))
                     qr.advance()
                     dr.advance()
             if c.dq_warp:        # the writer's last arrival (its first was before any)

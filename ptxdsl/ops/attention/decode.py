@@ -21,6 +21,7 @@ from ...core.types import f32
 from .._common.kernels import KernelCache
 from .config import Mask
 from .counter import tile_tickets
+from .decode_cluster import MAX_CLUSTER
 from .decode_combine import build_combine
 from .decode_split import ROWS, build_split, smem_bytes
 from .plan import SMEM_PER_CTA
@@ -41,7 +42,10 @@ class DecodePlan:
     ``late_go``: the next kernel may start once every split has issued its last K/V
     load (default: as soon as each has waited for the previous kernel), so that the
     next launch's L2 prefetches land near this one's tail, not at its start;
-    ``tmap_prefetch``: the tensor maps are prefetched before that wait."""
+    ``tmap_prefetch``: the tensor maps are prefetched before that wait;
+    ``cluster_merge`` (a fused plan): a tile's splits, at most 16 (and ``D / 8``), run as
+    one cluster and merge through distributed shared memory (:mod:`.decode_cluster`)
+    instead of global partials and the last split's merge."""
 
     block_n: int = 128
     stages: int = 3
@@ -52,6 +56,7 @@ class DecodePlan:
     fused_max_rows: int = ROWS
     late_go: bool = False
     tmap_prefetch: bool = False
+    cluster_merge: bool = False
 
     def __post_init__(self):
         if self.block_n % 16 or not 16 <= self.block_n <= 256 or self.stages < 1 \
@@ -97,9 +102,28 @@ def splits_for(plan: DecodePlan, tiles: int, blocks: int, sms: int) -> int:
     return max(1, min(want, blocks // plan.min_blocks))
 
 
+def cluster_splits(plan: DecodePlan, ns: int, d: int) -> int:
+    """The split count a cluster-merging plan runs for ``ns`` wanted: one cluster of at
+    most 16 CTAs (the non-portable size) and ``D / 8`` (a column block each); 0 for
+    other plans."""
+    if not (plan.fused and plan.cluster_merge):
+        return 0
+    return max(1, min(ns, MAX_CLUSTER, d // 8))
+
+
 def kernels(plan: DecodePlan, dtype, d: int, group: int, mask: Mask, scale: float,
-            softcap: float, arch: str):
-    """The (split, combine) kernel pair, built once per key (a fused plan: combine None)."""
+            softcap: float, arch: str, cluster: int = 0):
+    """The (split, combine) kernel pair, built once per key (a fused plan: combine None;
+    ``cluster``: the split count of a cluster-merging plan, :func:`cluster_splits`)."""
+    if cluster:
+        key = ("cluster", plan.block_n, plan.stages, plan.l2_ahead, plan.late_go,
+               plan.tmap_prefetch, plan.fused_max_rows, cluster, dtype.name, d, group,
+               mask, scale, softcap, arch)
+        return KERNELS.get(key, lambda: build_split(
+            plan.block_n, plan.stages, dtype, d, group, mask, scale=scale, softcap=softcap,
+            arch=arch, fused=True, l2_ahead=plan.l2_ahead, late_go=plan.late_go,
+            tmap_prefetch=plan.tmap_prefetch, cluster=cluster,
+            max_rows=plan.fused_max_rows)), None
     split = KERNELS.get(("split", plan.block_n, plan.stages, plan.fused, plan.l2_ahead,
                          plan.late_go, plan.tmap_prefetch, dtype.name, d, group, mask, scale,
                          softcap, arch),
@@ -132,9 +156,16 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
     arch = frame.arch(q)
-    split, combine = kernels(plan, dtype, d, group, mask, scale, float(softcap), arch)
     tiles = b * hk * -(-sq // (ROWS // group))
     ns = splits or splits_for(plan, tiles, -(-sk // plan.block_n), frame.sms(q))
+    cluster = cluster_splits(plan, ns, d)
+    split, combine = kernels(plan, dtype, d, group, mask, scale, float(softcap), arch,
+                             cluster)
+    if cluster:                     # one launch, out and lse only
+        if launches is not None:
+            launches.append((split, (q, k, v, out, lse)))
+        res = frame.run(split, q, k, v, out, lse)
+        return (None if frame.on_gpu() else res), None
     opart = frame.empty((ns, b, h, sq, d), q, f32)
     lpart = frame.empty((ns, b, h, sq), q, f32)
     if plan.fused:
@@ -152,5 +183,5 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     return frame.run(combine, opart, lpart, out, lse), None
 
 
-__all__ = ["run", "takes", "choose", "splits_for", "kernels", "DecodePlan", "HEAD_DIMS",
+__all__ = ["run", "takes", "choose", "splits_for", "cluster_splits", "kernels", "DecodePlan", "HEAD_DIMS",
            "MAX_SQ", "KERNELS"]

@@ -21,7 +21,7 @@ from ...core.types import f32
 from .._common.kernels import KernelCache
 from .config import Mask
 from .counter import tile_tickets
-from .decode_cluster import MAX_CLUSTER
+from .decode_cluster import MAX_CLUSTER, ClusterMerge
 from .decode_combine import build_combine
 from .decode_split import ROWS, build_split, smem_bytes
 from .plan import SMEM_PER_CTA
@@ -83,7 +83,10 @@ def choose(head_dim: int, dtype_name: str) -> DecodePlan:
     for row in rows():
         if head_dim in row["head_dims"] and dtype_name in row["dtypes"]:
             p = DecodePlan(**row["plan"])
-            assert smem_bytes(p.block_n, p.stages, head_dim) <= SMEM_PER_CTA, (row, p)
+            extra = max(ClusterMerge(n, head_dim, p.fused_max_rows).nbytes + 24
+                        for n in range(1, min(MAX_CLUSTER, head_dim // 8) + 1)) \
+                if p.cluster_merge else 0
+            assert smem_bytes(p.block_n, p.stages, head_dim) + extra <= SMEM_PER_CTA, (row, p)
             return p
     raise ValueError(f"no decode plan for head dim {head_dim} ({dtype_name})")
 

@@ -43,9 +43,10 @@ class DecodePlan:
     load (default: as soon as each has waited for the previous kernel), so that the
     next launch's L2 prefetches land near this one's tail, not at its start;
     ``tmap_prefetch``: the tensor maps are prefetched before that wait;
-    ``cluster_merge`` (a fused plan): a tile's splits, at most 16 (and ``D / 8``), run as
-    one cluster and merge through distributed shared memory (:mod:`.decode_cluster`)
-    instead of global partials and the last split's merge."""
+    ``cluster_merge`` (a fused plan): a tile's splits, at most ``cluster_max`` (16: the
+    non-portable size; 8 portable) and ``D / 8``, run as one cluster and merge through
+    distributed shared memory (:mod:`.decode_cluster`) instead of global partials and
+    the last split's merge."""
 
     block_n: int = 128
     stages: int = 3
@@ -57,11 +58,13 @@ class DecodePlan:
     late_go: bool = False
     tmap_prefetch: bool = False
     cluster_merge: bool = False
+    cluster_max: int = MAX_CLUSTER
 
     def __post_init__(self):
         if self.block_n % 16 or not 16 <= self.block_n <= 256 or self.stages < 1 \
                 or self.ctas_per_sm < 1 or self.min_blocks < 1 or self.l2_ahead < 0 \
-                or not 1 <= self.fused_max_rows <= ROWS:
+                or not 1 <= self.fused_max_rows <= ROWS \
+                or not 1 <= self.cluster_max <= MAX_CLUSTER:
             raise ValueError(f"bad decode plan {self}")
 
     def for_tile(self, sq: int, group: int) -> "DecodePlan":
@@ -107,11 +110,11 @@ def splits_for(plan: DecodePlan, tiles: int, blocks: int, sms: int) -> int:
 
 def cluster_splits(plan: DecodePlan, ns: int, d: int) -> int:
     """The split count a cluster-merging plan runs for ``ns`` wanted: one cluster of at
-    most 16 CTAs (the non-portable size) and ``D / 8`` (a column block each); 0 for
-    other plans."""
+    most ``plan.cluster_max`` CTAs and ``D / 8`` (a column block each); 0 for other
+    plans."""
     if not (plan.fused and plan.cluster_merge):
         return 0
-    return max(1, min(ns, MAX_CLUSTER, d // 8))
+    return max(1, min(ns, plan.cluster_max, d // 8))
 
 
 def kernels(plan: DecodePlan, dtype, d: int, group: int, mask: Mask, scale: float,

@@ -152,10 +152,14 @@ def test_cluster_split_counts():
     plan = decode.DecodePlan(block_n=64, stages=6, fused=True, cluster_merge=True)
     assert decode.cluster_splits(plan, 16, 128) == 16 and decode.cluster_splits(plan, 33, 128) == 16
     assert decode.cluster_splits(plan, 16, 64) == 8 and decode.cluster_splits(plan, 2, 128) == 2
+    assert decode.cluster_splits(dataclasses.replace(plan, cluster_max=8), 16, 128) == 8
     assert decode.cluster_splits(dataclasses.replace(plan, fused=False), 16, 128) == 0
     assert decode.cluster_splits(decode.DecodePlan(fused=True), 16, 128) == 0
     with pytest.raises(ValueError, match="1 to 8 splits at head dim 64"):
         ClusterMerge(9, 64, 4)
+    for bad in (0, 17):
+        with pytest.raises(ValueError, match="bad decode plan"):
+            decode.DecodePlan(cluster_max=bad)
 
 
 def test_which_calls_take_the_decode_path():

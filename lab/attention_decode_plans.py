@@ -84,6 +84,7 @@ TAIL = {
 CLUSTER = {
     "op: cluster": dict(cluster_merge=True),
     "op: cluster tp": dict(cluster_merge=True, tmap_prefetch=True),
+    "op: cluster l2a3": dict(cluster_merge=True, l2_ahead=3),
     "op: cluster <=8": dict(cluster_merge=True, cluster_max=8),    # portable: 64 CTAs at B=1
 }
 CLUSTER_SHAPES = [(1, 1, 8192, 128), (1, 1, 16384, 128), (1, 1, 32768, 128),

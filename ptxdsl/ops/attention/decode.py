@@ -5,7 +5,9 @@ every tile's keys over ``NS`` CTAs (a tile is one GQA group's heads x ``64 / G``
 positions of one batch, so each CTA reads its K/V once for the whole group) and writes
 partial ``(O, LSE)`` in f32; :mod:`.decode_combine` merges them into ``out`` and the LSE
 (a fused plan: the last split of each tile to finish does, in the same launch, with a
-ticket word per tile from :func:`.counter.tile_tickets`). ``NS`` comes from the plan
+ticket word per tile from :func:`.counter.tile_tickets`; a cluster-merging plan: the
+tile's splits as one cluster, through distributed shared memory, :mod:`.decode_cluster`,
+with no partials in global memory). ``NS`` comes from the plan
 table ``decode_plans.json`` (tile shape, ring depth, how many CTAs per SM to fill, the
 fewest key blocks a split is worth) and the device's SM count: enough splits that the
 grid fills the GPU, no more than the keys make worth it.
@@ -151,7 +153,8 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     """Both passes on ``frame`` (contiguous q, k, v; ``out`` and ``lse`` allocated); returns
     ``(outputs, tickets)``: what the launch writing out and lse returns (the interpreter's
     (out, lse)), and for a fused plan ``(tickets, replay)`` (:func:`.counter.tile_tickets`,
-    for the op's memo; on the interpreter the words after the launch), else None.
+    for the op's memo; on the interpreter the words after the launch), else None (a
+    cluster-merging plan too: one launch of q, k, v, out and lse).
     ``splits`` / ``plan`` override the table's choice (tests, tuning); ``launches``
     gathers each (kernel, args) for the op's memo."""
     b, sq, h, d = (int(x) for x in q.shape)

@@ -16,7 +16,9 @@ K/V byte of a split is read once for the whole group.
                                                     epilogue: O / l (f32) and the split's LSE
                                                       into the partials (NS, B, H, SQ, ·)
 
-The partials are merged by :mod:`.decode_combine`. A split with no key of the tile (past
+The partials are merged by :mod:`.decode_combine` (built with ``cluster``: the tile's
+splits are one cluster and merge through distributed shared memory, with no partials:
+:mod:`.decode_cluster`). A split with no key of the tile (past
 the mask's range) writes 0 and an LSE of -inf. The shared-memory tiles are the forward's
 (64-column panels of 128-byte swizzled rows, see :mod:`.fwd`); the box of Q writes its
 64 / G positions x G heads as 64 consecutive rows (rows past SQ read as zeros).

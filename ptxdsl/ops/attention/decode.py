@@ -119,6 +119,20 @@ def cluster_splits(plan: DecodePlan, ns: int, d: int) -> int:
     return max(1, min(ns, plan.cluster_max, d // 8))
 
 
+@lru_cache(maxsize=64)
+def _resident(kern, ordinal: int) -> int:
+    from ...runtime import prepare
+    return prepare(kern).resident_clusters(ordinal)
+
+
+def clusters_fit(frame, q, kern, clusters: int) -> bool:
+    """Whether the device runs ``clusters`` clusters of ``kern`` at once (the driver's
+    occupancy calculator, asked once per kernel and device: a GPC too harvested for a
+    cluster of 16 would leave one for a second wave); always on the interpreter."""
+    info = frame.device(q)
+    return info is None or _resident(kern, info.ordinal) >= clusters
+
+
 def kernels(plan: DecodePlan, dtype, d: int, group: int, mask: Mask, scale: float,
             softcap: float, arch: str, cluster: int = 0):
     """The (split, combine) kernel pair, built once per key (a fused plan: combine None;
@@ -170,6 +184,10 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     cluster = cluster_splits(plan, ns, d)
     split, combine = kernels(plan, dtype, d, group, mask, scale, float(softcap), arch,
                              cluster)
+    if cluster and not clusters_fit(frame, q, split, tiles):
+        # fewer clusters of this size at once than tiles: the ticket merge's one wave
+        plan, cluster = replace(plan, cluster_merge=False), 0
+        split, combine = kernels(plan, dtype, d, group, mask, scale, float(softcap), arch)
     if cluster:                     # one launch, out and lse only
         if launches is not None:
             launches.append((split, (q, k, v, out, lse)))
@@ -192,5 +210,5 @@ def run(frame, dtype, q, k, v, out, lse, *, causal: bool, softmax_scale, window_
     return frame.run(combine, opart, lpart, out, lse), None
 
 
-__all__ = ["run", "takes", "choose", "splits_for", "cluster_splits", "kernels", "DecodePlan", "HEAD_DIMS",
-           "MAX_SQ", "KERNELS"]
+__all__ = ["run", "takes", "choose", "splits_for", "cluster_splits", "clusters_fit", "kernels",
+           "DecodePlan", "HEAD_DIMS", "MAX_SQ", "KERNELS"]

@@ -7,6 +7,7 @@ that see no key. The wider sweep is marked ``long``."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -25,9 +26,9 @@ def _inputs(b, sq, sk, h, hk, d, dtype, seed):
             for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d))]
 
 
-def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused=None, **kw):
+def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused=None, clustered=None, **kw):
     """``fused``: the fused plan's other fields (a dict), else the table's plan; with
-    ``cluster_merge`` the launch takes no tickets."""
+    ``cluster_merge`` the launch takes no tickets (unless ``clustered`` is False)."""
     dt = ml_dtypes.bfloat16 if dtype == "bf16" else dtype
     q, k, v = _inputs(b, sq, sk, h, hk, d, dt, b + sq + sk + d)
     seen = []
@@ -42,7 +43,8 @@ def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused=None, **kw):
             res, tickets = run(*a, **k)
             left.append(np.zeros(b * hk * -(-sq // (64 * hk // h))) if tickets is None
                         else tickets[0])
-            assert (tickets is None) == bool(fused.get("cluster_merge"))
+            want = bool(fused.get("cluster_merge")) if clustered is None else clustered
+            assert (tickets is None) == want
             return res, tickets
         monkeypatch.setattr(decode, "run", spy)
     out, lse = attention(q, k, v, return_lse=True, **kw)
@@ -144,6 +146,29 @@ def test_cluster_merge_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dty
     _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype,
            fused={"cluster_merge": True, "fused_max_rows": 64, "tmap_prefetch": sq == 4},
            **kw)
+
+
+@pytest.mark.long
+def test_cluster_merge_falls_back_where_the_clusters_do_not_fit(monkeypatch):
+    """Fewer clusters at once than tiles (a GPC too harvested for 16 CTAs): the ticket
+    merge instead, still correct."""
+    monkeypatch.setattr(decode, "clusters_fit", lambda *a: False)
+    _check(monkeypatch, 3, 1, 1, 150, 8, 2, 64, "bf16",
+           fused={"cluster_merge": True, "fused_max_rows": 4}, clustered=False)
+
+
+def test_clusters_fit_asks_the_occupancy_calculator(monkeypatch):
+    class Frame:
+        def __init__(self, info):
+            self.info = info
+
+        def device(self, q):
+            return self.info
+    assert decode.clusters_fit(Frame(None), None, object(), 99)      # the interpreter
+    monkeypatch.setattr(decode, "_resident", lambda kern, ordinal: 7)
+    gpu = Frame(types.SimpleNamespace(ordinal=0))
+    assert decode.clusters_fit(gpu, None, object(), 7)
+    assert not decode.clusters_fit(gpu, None, object(), 8)
 
 
 def test_cluster_split_counts():

@@ -106,8 +106,10 @@ def resident_clusters(torch, decode, plan, q, k) -> dict:
                                                                       plan.block_n), sms), d)
     kern, _ = decode.kernels(plan, bf16, d, group, Mask(-1, -1), float(d ** -0.5), 0.0,
                              "sm_90a", ns)
-    return {"splits": ns, "clusters": tiles,
-            "resident_clusters": prepare(kern).resident_clusters(torch.cuda.current_device())}
+    fit = prepare(kern).resident_clusters(torch.cuda.current_device())
+    # fewer at once than tiles: the op ran the ticket merge instead (decode.clusters_fit)
+    return {"splits": ns, "clusters": tiles, "resident_clusters": fit,
+            "clustered": fit >= tiles}
 
 
 def shapes(ds=(128, 64), bs=(1, 8), sqs=(1, 16), sks=(8192, 16384, 32768)):

@@ -172,7 +172,7 @@ def test_late_go_and_prefetch_plans(monkeypatch, fused_memo, bn, st, l2a, late, 
     (2, 4, 3001, 128, 5, {"fused_max_rows": 16}, dict(causal=True)),   # uneven column blocks
     (1, 2, 1500, 64, 12, {"tmap_prefetch": True, "fused_max_rows": 8},
      dict(window_size=(300, 0))),                          # 12 asked: 8 (D / 8)
-    (8, 1, 32768, 128, None, {"cluster_max": 8}, {}),      # the table's 2 splits a tile
+    (8, 1, 4099, 128, None, {"cluster_max": 8}, {}),       # 2 splits a tile: clusters of 2
 ])
 def test_cluster_merge_plan(monkeypatch, b, sq, sk, d, splits, extra, kw):
     """A tile's splits as one cluster, merged through distributed shared memory (the

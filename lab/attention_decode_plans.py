@@ -28,8 +28,15 @@ kernel's own streaming rate take ~15), attacked by a later go-ahead for the next
 (``late_go``), tensor-map prefetches, deeper L2 prefetches and another split count.
 ``--sq`` / ``--sk`` keep only those shapes.
 
+``--set cluster`` (D = 128; B = 1 Sq = 1 Sk 8k / 16k / 32k and B = 8 Sk = 32k unless
+``--b`` / ``--sk`` say otherwise) runs only op rows: the table's plan beside ``CLUSTER``
+(its splits as one cluster per tile, merged through distributed shared memory:
+``cluster_merge``, decode_cluster.py), each checked, then captured as the op runs; each
+cluster row records how many of its clusters the device runs at once.
+
     PYTHONPATH=. python lab/attention_decode_plans.py [--d 128] [--b 1]
     PYTHONPATH=. python lab/attention_decode_plans.py --set tail --d 128 --b 1 8 --sq 1
+    PYTHONPATH=. python lab/attention_decode_plans.py --set cluster
 """
 from __future__ import annotations
 
@@ -71,6 +78,38 @@ TAIL = {
                                tmap_prefetch=True),
     "64x6 splits 15": dict(splits=15),
 }
+
+
+# --set cluster: name -> DecodePlan fields over the table's row (D = 128), as op rows
+CLUSTER = {
+    "op: cluster": dict(cluster_merge=True),
+    "op: cluster tp": dict(cluster_merge=True, tmap_prefetch=True),
+    "op: cluster l2a3": dict(cluster_merge=True, l2_ahead=3),
+    "op: cluster <=8": dict(cluster_merge=True, cluster_max=8),    # portable: 64 CTAs at B=1
+}
+CLUSTER_SHAPES = [(1, 1, 8192, 128), (1, 1, 16384, 128), (1, 1, 32768, 128),
+                  (8, 1, 32768, 128)]
+
+
+def resident_clusters(torch, decode, plan, q, k) -> dict:
+    """The split count and clusters of its kernel the device runs at once (the op's key)."""
+    from ptxdsl.core.types import bf16
+    from ptxdsl.ops.attention.config import Mask
+    from ptxdsl.ops.attention.decode_split import ROWS
+    from ptxdsl.runtime import prepare
+    b, sq, h, d = q.shape
+    group = h // k.shape[2]
+    plan = plan.for_tile(sq, group)
+    tiles = b * k.shape[2] * -(-sq // (ROWS // group))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ns = decode.cluster_splits(plan, decode.splits_for(plan, tiles, -(-k.shape[1] //
+                                                                      plan.block_n), sms), d)
+    kern, _ = decode.kernels(plan, bf16, d, group, Mask(-1, -1), float(d ** -0.5), 0.0,
+                             "sm_90a", ns)
+    fit = prepare(kern).resident_clusters(torch.cuda.current_device())
+    # fewer at once than tiles: the op ran the ticket merge instead (decode.clusters_fit)
+    return {"splits": ns, "clusters": tiles, "resident_clusters": fit,
+            "clustered": fit >= tiles}
 
 
 def shapes(ds=(128, 64), bs=(1, 8), sqs=(1, 16), sks=(8192, 16384, 32768)):
@@ -128,7 +167,10 @@ def op_graph(torch, decode, plan, q, k, v, ref, rlse, iters):
         err = float((out[:1].float() - ref).abs().max() / ref.abs().max())
         lerr = float(((lse[0] - rlse).abs() / rlse.abs().clamp(min=1)).max())
         res = {"plan": [plan.block_n, plan.stages, plan.ctas_per_sm, plan.min_blocks,
-                        plan.fused, plan.l2_ahead, plan.fused_max_rows], "max_err": err,
+                        plan.fused, plan.l2_ahead, plan.fused_max_rows],
+               "cluster_merge": plan.cluster_merge, "cluster_max": plan.cluster_max,
+               "tmap_prefetch": plan.tmap_prefetch,
+               "max_err": err,
                "lse_err": lerr}
         if err > 2e-2 or lerr > 1e-3:
             res["error"] = "wrong result"
@@ -177,9 +219,15 @@ def main() -> None:
     ap.add_argument("--b", type=int, nargs="+", default=[1, 8], help="batch sizes")
     ap.add_argument("--sq", type=int, nargs="+", default=[1, 16], help="query rows")
     ap.add_argument("--sk", type=int, nargs="+", default=[8192, 16384, 32768], help="keys")
-    ap.add_argument("--set", choices=["plans", "tail"], default="plans",
-                    help="plans: VARIANTS and the op rows; tail: TAIL (D = 128, no op rows)")
+    ap.add_argument("--set", choices=["plans", "tail", "cluster"], default="plans",
+                    help="plans: VARIANTS and the op rows; tail: TAIL (D = 128, no op rows); "
+                         "cluster: CLUSTER beside the table, op rows only")
     args = ap.parse_args()
+    run_shapes = shapes(args.d, args.b, args.sq, args.sk)
+    if args.set == "cluster":
+        run_shapes = [(b, sq, sk, d) for b, sq, sk, d in CLUSTER_SHAPES
+                      if ("--b" not in sys.argv or b in args.b)
+                      and ("--sk" not in sys.argv or sk in args.sk)]
     import torch
     from ptxdsl.ops.attention import decode
     path = args.json or os.path.join(os.environ.get("OUT", "."), "attention_decode_plans.json")
@@ -188,12 +236,14 @@ def main() -> None:
               "torch": torch.__version__, "dtype": "bf16", "H": H, "Hkv": HKV,
               "pct_copy": "K/V bytes / time as a % of 2 x bytes / (torch copy's time)",
               "rows": []}
-    for b, sq, sk, d in shapes(args.d, args.b, args.sq, args.sk):
+    for b, sq, sk, d in run_shapes:
         q, k, v = inputs(torch, b, sq, sk, d)
         nbytes = 2 * k.numel() * 2
         ref = reference(torch, q[:1], k[:1], v[:1])
         rlse = ref_lse(torch, q, k)
-        if args.set == "tail":
+        if args.set == "cluster":
+            plans = {}
+        elif args.set == "tail":
             plans = tail_plans(decode, decode.choose(d, "bf16").for_tile(sq, H // HKV))
         else:
             plans = {"table": (decode.choose(d, "bf16"), None)}
@@ -228,12 +278,21 @@ def main() -> None:
                 res["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         live["copy"] = copy_fn(torch, nbytes)
         graphs = {n: graphed(torch, f, args.iters) for n, f in live.items()}
-        fused = dataclasses.replace(plans["table"][0], fused=True)
-        ops = (("op: table", plans["table"][0]), ("op: fused", fused),
+        table_plan = decode.choose(d, "bf16")
+        fused = dataclasses.replace(table_plan, fused=True)
+        ops = (("op: table", table_plan), ("op: fused", fused),
                ("op: fused <=4 rows", dataclasses.replace(fused, fused_max_rows=4)))
-        for name, plan in ops if args.set == "plans" else ():
+        if args.set == "cluster":
+            ops = (("op: table", table_plan),) + tuple(
+                (n, dataclasses.replace(table_plan, **kw)) for n, kw in CLUSTER.items())
+        for name, plan in ops if args.set != "tail" else ():
             got = op_graph(torch, decode, plan, q, k, v, ref, rlse, args.iters)
             row["results"][name] = got[0]
+            if plan.cluster_merge:
+                try:
+                    got[0].update(resident_clusters(torch, decode, plan, q, k))
+                except Exception as e:  # noqa: BLE001 - recorded
+                    got[0]["resident_error"] = f"{type(e).__name__}: {str(e)[:200]}"
             if got[1] is not None:
                 graphs[name] = got[1]
         ms = time_graphs(torch, {n: g for n, g in graphs.items() if g is not None},

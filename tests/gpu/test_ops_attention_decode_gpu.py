@@ -165,3 +165,26 @@ def test_late_go_and_prefetch_plans(monkeypatch, fused_memo, bn, st, l2a, late, 
         ref, _ = attention_reference(*(x.float().cpu().numpy() for x in (q, k, v)))
         o = out.float().cpu().numpy().astype(np.float64)
         assert np.abs(o - ref).max() <= 2e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("b,sq,sk,d,splits,extra,kw", [
+    (1, 1, 16384, 128, None, {}, {}),                      # 16 splits: clusters of 16
+    (2, 4, 3001, 128, 5, {"fused_max_rows": 16}, dict(causal=True)),   # uneven column blocks
+    (1, 2, 1500, 64, 12, {"tmap_prefetch": True, "fused_max_rows": 8},
+     dict(window_size=(300, 0))),                          # 12 asked: 8 (D / 8)
+    (8, 1, 4099, 128, None, {"cluster_max": 8}, {}),       # 2 splits a tile: clusters of 2
+])
+def test_cluster_merge_plan(monkeypatch, b, sq, sk, d, splits, extra, kw):
+    """A tile's splits as one cluster, merged through distributed shared memory (the
+    plan's ``cluster_merge``): one launch, no partials, no tickets; repeat calls replay it
+    (the op's memo) bit-identically."""
+    from ptxdsl.ops.attention.api import FORWARD
+    plan = decode.DecodePlan(**{"block_n": 64, "stages": 6, "fused": True,
+                                "fused_max_rows": 4, "cluster_merge": True, **extra})
+    monkeypatch.setattr(decode, "choose", lambda *a: plan)
+    FORWARD.clear()
+    try:
+        _run(b, sq, sk, 32, 8, d, splits=splits, monkeypatch=monkeypatch if splits else None,
+             **kw)
+    finally:
+        FORWARD.clear()

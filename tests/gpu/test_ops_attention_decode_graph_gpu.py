@@ -107,3 +107,42 @@ def test_two_graphs_replay_concurrently(fused):
         torch.cuda.synchronize()
         for o, w in zip(outs, wants):
             assert torch.equal(o, w)
+
+
+def test_cluster_merge_graph_is_one_kernel_per_call(monkeypatch):
+    """A cluster-merging plan (``cluster_merge``) captured: one kernel node per call (a
+    cluster launch with its programmatic dependency), no memset and no arena; replays
+    match the eager result bit for bit."""
+    from ptxdsl.ops._common.capture_arena import CAPTURES
+    from ptxdsl.ops.attention.api import FORWARD
+    from ptxdsl.runtime import driver
+    plan = decode.DecodePlan(block_n=64, stages=6, fused=True, fused_max_rows=4,
+                             cluster_merge=True)
+    monkeypatch.setattr(decode, "choose", lambda *a: plan)
+    FORWARD.clear()
+    try:
+        torch = torch_sm90()
+        cu = driver.get().cu
+        q, k, v = _inputs(torch, 3, 16384)
+        want = attention(q, k, v)
+        outs = [torch.empty_like(q) for _ in range(2)]
+        attention(q, k, v, out=outs[0])
+        torch.cuda.synchronize()
+        before = CAPTURES.captures()
+
+        def calls():
+            for o in outs:
+                attention(q, k, v, out=o)
+        graph, types = _capture(torch, calls)
+        kernel = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+        assert types == [kernel, kernel], types
+        assert CAPTURES.captures() == before               # no tickets: no arena
+        for o in outs:
+            o.zero_()
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        for o in outs:
+            assert torch.equal(o, want)
+    finally:
+        FORWARD.clear()

@@ -16,7 +16,9 @@ K/V byte of a split is read once for the whole group.
                                                     epilogue: O / l (f32) and the split's LSE
                                                       into the partials (NS, B, H, SQ, ·)
 
-The partials are merged by :mod:`.decode_combine`. A split with no key of the tile (past
+The partials are merged by :mod:`.decode_combine` (built with ``cluster``: the tile's
+splits are one cluster and merge through distributed shared memory, with no partials:
+:mod:`.decode_cluster`). A split with no key of the tile (past
 the mask's range) writes 0 and an LSE of -inf. The shared-memory tiles are the forward's
 (64-column panels of 128-byte swizzled rows, see :mod:`.fwd`); the box of Q writes its
 64 / G positions x G heads as 64 consecutive rows (rows past SQ read as zeros).
@@ -32,6 +34,7 @@ from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Mask
+from . import decode_cluster
 from .decode_combine import last_merges
 from .steps import mask_keys, mma_pv, mma_qk, release as release_stage
 from .softmax import (LOG2E, NEG_INF, online_softmax, p_registers, pack_p,
@@ -54,14 +57,18 @@ def _s32(x):
     return r
 
 
-def specs(dtype: PtxType, d: int, group: int, block_n: int, fused: bool = False):
+def specs(dtype: PtxType, d: int, group: int, block_n: int, fused: bool = False,
+          cluster: int = 0):
     """q (B, SQ, H, D), k and v (B, SK, HK, D) through TMA; the partials: o (NS, B, H, SQ, D)
     and lse (NS, B, H, SQ), f32; ``fused``: then out (B, SQ, H, D), lse (B, H, SQ) and the
-    tiles' tickets (TILES words, zero before the launch and after it)."""
+    tiles' tickets (TILES words, zero before the launch and after it); ``cluster``: out
+    and lse only (the splits merge in the cluster)."""
     q = Tile("B", "SQ", "H", d, dtype, tma=TMA(box=(1, ROWS // group, group, PANEL),
                                                swizzle=ROW))
     kv = [Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, block_n, 1, PANEL), swizzle=ROW))
           for _ in range(2)]
+    if cluster:
+        return (q, *kv), (Tile("B", "SQ", "H", d, dtype), Tile("B", "H", "SQ", f32))
     outs = (Tile("NS", "B", "H", "SQ", d, f32), Tile("NS", "B", "H", "SQ", f32))
     if fused:
         outs += (Tile("B", "SQ", "H", d, dtype), Tile("B", "H", "SQ", f32), Tile("TILES", b32))
@@ -71,7 +78,8 @@ def specs(dtype: PtxType, d: int, group: int, block_n: int, fused: bool = False)
 def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                 mask: Mask = Mask(), *, scale: float, softcap: float = 0.0,
                 arch: str = "sm_90a", fused: bool = False, l2_ahead: int = 0,
-                late_go: bool = False, tmap_prefetch: bool = False):
+                late_go: bool = False, tmap_prefetch: bool = False, cluster: int = 0,
+                max_rows: int = ROWS):
     """The split pass for one (block_n, stages, dtype, head dim, GQA group size ``group``
     (a divisor of 64), mask, scale, softcap); the grid is NS x tiles CTAs, NS read from
     the partials' leading dim. ``fused``: the last split of each tile to finish merges
@@ -84,7 +92,9 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
     past the wait: the next launch's CTAs then take the SMs left idle at once, and
     their L2 prefetches run a whole launch early). ``tmap_prefetch``: the three tensor
     maps are prefetched into the TMA unit before the wait (the first loads after it
-    then skip the descriptor fetch)."""
+    then skip the descriptor fetch). ``cluster``: the tile's ``cluster`` splits (NS, no
+    partials) run as one cluster and merge through distributed shared memory
+    (:mod:`.decode_cluster`), for tiles of at most ``max_rows`` query rows."""
     if d % PANEL or not PANEL <= d <= 128:
         raise ValueError(f"head dim {d}: the decode kernel takes 64 or 128")
     if ROWS % group:
@@ -96,25 +106,32 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
     o_k, o_v = q_bytes, q_bytes + S * kv_bytes
     o_bar = o_v + S * kv_bytes
     total = smem_bytes(BN, S, d, es)
+    cm = decode_cluster.ClusterMerge(cluster, d, max_rows) if cluster else None
+    if cm is not None:                      # its mbarrier, then its receive area
+        o_rbar = total
+        o_recv = -(-(o_rbar + 8) // 16) * 16
+        total = o_recv + cm.nbytes
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, group, BN, fused)
+    ins, outs = specs(dtype, d, group, BN, fused, cluster)
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     pdl = pdl_for(arch)
     name = (f"attention_decode_{dtype.name}_d{d}_g{group}_n{BN}_s{S}_{mask.tag}"
             f"{'_cap' if softcap else ''}{'_fused' if fused else ''}"
             f"{f'_l2a{l2_ahead}' if l2_ahead else ''}{'_lg' if late_go else ''}"
-            f"{'_tp' if tmap_prefetch else ''}")
+            f"{'_tp' if tmap_prefetch else ''}{f'_cl{cluster}r{max_rows}' if cluster else ''}")
     names = ("q", "k", "v", "opart", "lpart") + (("out", "lse", "tickets") if fused else ())
+    if cluster:
+        names = ("q", "k", "v", "out", "lse")
 
-    def grid(B, SQ, HK, NS):
+    def grid(B, SQ, HK, NS=cluster):
         return (NS * B * HK * ((SQ + R - 1) // R), 1, 1)
 
     def body(q, k, v, op, lp, merged):
         labels = itertools.count()
         tq, tk, tv = q.tma_desc(), k.tma_desc(), v.tma_desc()
         sq, nh, sk, nhk = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SK"), ptx.dim("HK")
-        nb, ns = ptx.dim("B"), ptx.dim("NS")
+        nb, ns = ptx.dim("B"), cluster or ptx.dim("NS")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
@@ -133,8 +150,14 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
             for s in range(S):
                 for bars in (kfull, vfull, kempty, vempty):
                     ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(bars, 8 * s), 1)
+            if cm is not None:
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(base + o_rbar), 1)
+                decode_cluster.arm(cm, base + o_rbar, split,
+                                   ptx.min(sq - sq0, R) * group)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
+        if cm is not None:          # waited for before the first push (decode_cluster)
+            ptx.cluster.arrive(relaxed=True, aligned=True)
         if tmap_prefetch:
             with ptx.if_(tid == 0):
                 for tmap in (tq, tk, tv):
@@ -157,7 +180,7 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
         if mask.left >= 0:
             lo_key = ptx.max(first_q + off - mask.left, n_lo)
             ptx.inst.min.s32(n_lo, lo_key // BN, n_hi)
-        nss = _s32(ns)
+        nss = reg.scalar(s32, init=ns) if cluster else _s32(ns)
         per = (n_hi - n_lo + nss - 1) // nss
         lo = n_lo + _s32(split) * per
         hi = ptx.min(lo + per, n_hi)
@@ -194,6 +217,8 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                     ring.advance()
                 if late_go and pdl:
                     ptx.inst.griddepcontrol.launch_dependents()
+            if cm is not None:      # the start's phase, for a clean exit
+                ptx.cluster.wait()
         with ptx.else_():
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
@@ -269,6 +294,14 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                 pv_gemm()
                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
                 release(vempty, vslot)
+            if cm is not None:
+                pout, plse = ptx.global_ptrs(*merged)
+                decode_cluster.push(cm, o_acc, m, l, trows, used, fcol, lw, split,
+                                    base + o_recv, base + o_rbar)
+                wait(labels, base + o_rbar, 0)
+                decode_cluster.merge(cm, dtype, lane, split, base + o_recv,
+                                     (batch, hkv, group, sq0, used), (nh, sq), pout, plse)
+                return
             po, pl = ptx.global_ptrs(op, lp)
             _epilogue(o_acc, m, l, trows, used, fcol, lw, po, pl,
                       ((split * nb + batch) * nh + hkv * group) * sq + sq0, sq, group, d)
@@ -278,7 +311,12 @@ def build_split(block_n: int, stages: int, dtype: PtxType, d: int, group: int,
                             (batch, hkv, sq0, used), (nb, nh, sq))
 
     launch = kernel(in_specs=ins, out_specs=outs, arg_names=names, grid=grid,
-                    block=(THREADS, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl)
+                    block=(THREADS, 1, 1), arch=arch, name=name, min_ctas_per_sm=1, pdl=pdl,
+                    **({"cluster": (cluster, 1, 1)} if cluster else {}))
+    if cluster:
+        def attention_decode_cluster(q, k, v, o, lse):
+            body(q, k, v, None, None, (o, lse))
+        return launch(attention_decode_cluster)
     if fused:
         def attention_decode_fused(q, k, v, op, lp, o, lse, tk):
             body(q, k, v, op, lp, (o, lse, tk))

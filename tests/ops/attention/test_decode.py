@@ -6,12 +6,16 @@ windows aligned bottom-right, rows and splits
 that see no key. The wider sweep is marked ``long``."""
 from __future__ import annotations
 
+import dataclasses
+import types
+
 import numpy as np
 import pytest
 
 import ptxdsl.interp  # noqa: F401
 from ptxdsl.ops import attention
 from ptxdsl.ops.attention import attention_reference, decode
+from ptxdsl.ops.attention.decode_cluster import ClusterMerge
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -22,8 +26,9 @@ def _inputs(b, sq, sk, h, hk, d, dtype, seed):
             for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d))]
 
 
-def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused=None, **kw):
-    """``fused``: the fused plan's other fields (a dict), else the table's plan."""
+def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused=None, clustered=None, **kw):
+    """``fused``: the fused plan's other fields (a dict), else the table's plan; with
+    ``cluster_merge`` the launch takes no tickets (unless ``clustered`` is False)."""
     dt = ml_dtypes.bfloat16 if dtype == "bf16" else dtype
     q, k, v = _inputs(b, sq, sk, h, hk, d, dt, b + sq + sk + d)
     seen = []
@@ -36,7 +41,10 @@ def _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, fused=None, **kw):
 
         def spy(*a, **k):
             res, tickets = run(*a, **k)
-            left.append(tickets[0])
+            left.append(np.zeros(b * hk * -(-sq // (64 * hk // h))) if tickets is None
+                        else tickets[0])
+            want = bool(fused.get("cluster_merge")) if clustered is None else clustered
+            assert (tickets is None) == want
             return res, tickets
         monkeypatch.setattr(decode, "run", spy)
     out, lse = attention(q, k, v, return_lse=True, **kw)
@@ -112,6 +120,71 @@ def test_fused_decode_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dtyp
     _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype,
            fused={"l2_ahead": 3 * (sq > 2), "late_go": splits % 2 == 1,
                   "tmap_prefetch": b + sq < 5}, **kw)
+
+
+@pytest.mark.long        # 0.6 s: over the default run's budget
+@pytest.mark.parametrize("splits,b,sq,sk,h,hk,d,dtype,kw", [
+    (2, 1, 1, 70, 4, 1, 64, "bf16", dict(window_size=(8, 0))),     # a split with no key
+])
+def test_cluster_merge_matches_float64(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
+    """The splits of a tile as one cluster, merged through distributed shared memory: one
+    launch, no partials, no tickets (decode_cluster.py)."""
+    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype,
+           fused={"cluster_merge": True, "fused_max_rows": 4}, **kw)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("splits,b,sq,sk,h,hk,d,dtype,kw", [
+    (1, 1, 1, 300, 8, 2, 128, "bf16", {}),                         # a cluster of one
+    (16, 1, 1, 1100, 8, 2, 128, "bf16", {}),      # 16 ranks, a column block each; empty splits
+    (5, 1, 4, 301, 8, 2, 128, "bf16", {}),        # GQA 4, Sq 4: 16 rows; ranks own 4 or 3 blocks
+    (3, 2, 4, 200, 16, 4, 64, np.float16, dict(causal=True)),
+    (8, 1, 16, 130, 8, 2, 64, "bf16", dict(window_size=(20, 3))),  # 64 rows, rows with no key
+    (20, 1, 3, 700, 4, 1, 64, np.float16, dict(softcap=5.0)),      # 20 asked: 8 (D / 8)
+])
+def test_cluster_merge_wider_sweep(monkeypatch, splits, b, sq, sk, h, hk, d, dtype, kw):
+    _check(monkeypatch, splits, b, sq, sk, h, hk, d, dtype,
+           fused={"cluster_merge": True, "fused_max_rows": 64, "tmap_prefetch": sq == 4},
+           **kw)
+
+
+@pytest.mark.long
+def test_cluster_merge_falls_back_where_the_clusters_do_not_fit(monkeypatch):
+    """Fewer clusters at once than tiles (a GPC too harvested for 16 CTAs): the ticket
+    merge instead, still correct."""
+    monkeypatch.setattr(decode, "clusters_fit", lambda *a: False)
+    _check(monkeypatch, 3, 1, 1, 150, 8, 2, 64, "bf16",
+           fused={"cluster_merge": True, "fused_max_rows": 4}, clustered=False)
+
+
+def test_clusters_fit_asks_the_occupancy_calculator(monkeypatch):
+    class Frame:
+        def __init__(self, info):
+            self.info = info
+
+        def device(self, q):
+            return self.info
+    assert decode.clusters_fit(Frame(None), None, object(), 99)      # the interpreter
+    monkeypatch.setattr(decode, "_resident", lambda kern, ordinal: 7)
+    gpu = Frame(types.SimpleNamespace(ordinal=0))
+    assert decode.clusters_fit(gpu, None, object(), 7)
+    assert not decode.clusters_fit(gpu, None, object(), 8)
+
+
+def test_cluster_split_counts():
+    """A cluster-merging plan runs one cluster per tile: at most 16 CTAs and D / 8 (a column
+    block each); other plans: no cluster."""
+    plan = decode.DecodePlan(block_n=64, stages=6, fused=True, cluster_merge=True)
+    assert decode.cluster_splits(plan, 16, 128) == 16 and decode.cluster_splits(plan, 33, 128) == 16
+    assert decode.cluster_splits(plan, 16, 64) == 8 and decode.cluster_splits(plan, 2, 128) == 2
+    assert decode.cluster_splits(dataclasses.replace(plan, cluster_max=8), 16, 128) == 8
+    assert decode.cluster_splits(dataclasses.replace(plan, fused=False), 16, 128) == 0
+    assert decode.cluster_splits(decode.DecodePlan(fused=True), 16, 128) == 0
+    with pytest.raises(ValueError, match="1 to 8 splits at head dim 64"):
+        ClusterMerge(9, 64, 4)
+    for bad in (0, 17):
+        with pytest.raises(ValueError, match="bad decode plan"):
+            decode.DecodePlan(cluster_max=bad)
 
 
 def test_which_calls_take_the_decode_path():

@@ -116,8 +116,10 @@ def test_cluster_merge_graph_is_one_kernel_per_call(monkeypatch):
     from ptxdsl.ops._common.capture_arena import CAPTURES
     from ptxdsl.ops.attention.api import FORWARD
     from ptxdsl.runtime import driver
+    # Clusters of 8: an H200 ran only 7 clusters of 16 at once, too few for B=1's 8 tiles,
+    # and the op then takes the ticket merge (attention_decode_cluster_h200.json).
     plan = decode.DecodePlan(block_n=64, stages=6, fused=True, fused_max_rows=4,
-                             cluster_merge=True)
+                             cluster_merge=True, cluster_max=8)
     monkeypatch.setattr(decode, "choose", lambda *a: plan)
     FORWARD.clear()
     try:

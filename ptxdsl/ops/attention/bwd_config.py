@@ -104,7 +104,11 @@ class BwdConfig:
     head-dim columns a warpgroup), on FlashAttention-4's step (stages 2, dq_tma,
     dq_swizzle, overlap 1, ds_double, dq_warp, dk_last, which it needs). ``dk_smem``
     (dq_swap): dK += dSᵀ·Q with A read from dSᵀ's shared buffer, not the packed
-    registers (free once stored: 20 registers fewer across dQ)."""
+    registers (free once stored: 20 registers fewer across dQ).
+
+    ``prep_wide`` (head dims 64, 128, 256, dense): the preprocess and postprocess of
+    :mod:`.bwd_prepw` (D / 8 threads a row, 16-byte accesses, two rows a thread in
+    flight) instead of :mod:`.bwd_prep`'s warp a row; the main kernel is unchanged."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -131,6 +135,7 @@ class BwdConfig:
     qdo_split: bool = False
     dq_swap: bool = False
     dk_smem: bool = False
+    prep_wide: bool = False
 
     @property
     def tag(self) -> str:

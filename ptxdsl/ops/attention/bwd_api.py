@@ -41,6 +41,8 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic), varlen)
     if varlen and cfg.block_m != BLOCK_M:     # its padded rows start every 64, not 128
         cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split)
+    if varlen and cfg.dkv_tma:                # a sequence's last key block: not whole
+        cfg = replace(cfg, dkv_tma=False)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch) \
         + (("varlen",) if varlen else ())
     wide = cfg.prep_wide and not varlen      # (varlen: bwd_prep's padded-row kernels)

@@ -109,8 +109,8 @@ class BwdConfig:
     ``prep_wide`` (head dims 64, 128, 256, dense): the preprocess and postprocess of
     :mod:`.bwd_prepw` (D / 8 threads a row, 16-byte accesses, two rows a thread in
     flight) instead of :mod:`.bwd_prep`'s warp a row; the main kernel is unchanged.
-    ``dkv_tma`` (the 64- and 128-key kernel without col_split; dense: varlen keeps
-    ``st.global``): dK and dV leave through K's and V's shared tiles by TMA stores
+    ``dkv_tma`` (the 128-key kernels, :mod:`.bwd` without col_split and :mod:`.bwd_m80`;
+    dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared tiles by TMA stores
     (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue)."""
 
     stages: int = 2
@@ -204,9 +204,9 @@ class BwdConfig:
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options")
-        if self.dkv_tma and (self.col_split or self.wg3 or self.wg2 or self.dq_swap):
+        if self.dkv_tma and (self.col_split or self.wg3 or self.wg2):
             raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column from K's "
-                             "and V's tiles: not with col_split, wg3, wg2 or dq_swap")
+                             "and V's tiles: not with col_split, wg3 or wg2")
         if self.dk_smem and not self.dq_swap:
             raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
                              "dq_swap")

@@ -45,6 +45,7 @@ from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BwdConfig
 from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
+from .bwd_epi import store_kv_tma
 from .bwd_scores import dscores, probs
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
 from .config import Mask
@@ -91,7 +92,7 @@ def check(c: BwdConfig, d: int, softcap: float, deterministic: bool, varlen: boo
                          f"deterministic={deterministic}, varlen={varlen}")
 
 
-def specs(dtype: PtxType):
+def specs(dtype: PtxType, dkv_tma: bool = False):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2, dpsum (B, H, SQP): 80-row boxes;
     dq_acc (B, H, SQP, D) f32 in 80 x 32 swizzled boxes; dk, dv (B, SK, HK, D)."""
     qt = lambda: Tile("B", "SQ", "H", D, dtype, tma=TMA(box=(1, BM, 1, 64), swizzle=ROW))
@@ -99,7 +100,7 @@ def specs(dtype: PtxType):
     rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
     dq = Tile("B", "H", "SQP", D, f32, tma=TMA(box=(1, 1, BM, 32), swizzle=ROW))
     return (qt(), kt(), kt(), qt(), rt(), rt()), \
-        (dq, Tile("B", "SK", "HK", D, dtype), Tile("B", "SK", "HK", D, dtype))
+        (dq, *(kt() if dkv_tma else Tile("B", "SK", "HK", D, dtype) for _ in range(2)))
 
 
 def dq_swapped(acc, dt: str, a_at, ds_at) -> None:
@@ -137,7 +138,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
     es, dt, S = dtype.bytes, dtype.name, c.stages
     L = Layout(c, es)
     scale_log2 = float(scale) * LOG2E
-    ins, outs = specs(dtype)
+    ins, outs = specs(dtype, c.dkv_tma)
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{D}k16.f32.{dt}.{dt}"
     name = f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{c.tag}"
@@ -269,8 +270,12 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     hand_stage(w)
                     ring.advance()
             take_stage(w)            # the writer's last arrival (its first was before any)
-            store(dk_acc, pdk, keys, batch, hk, sk, nhk, D, fcol, dtype, scale)
-            store(dv_acc, pdv, keys, batch, hk, sk, nhk, D, fcol, dtype, None)
+            if c.dkv_tma:            # (bwd_epi: through K's and V's tiles, TMA stores)
+                store_kv_tma((dk_acc, dv_acc), base, L, (dk, dv), w * 64 + r0, lane, tid,
+                             lambda p: [p * 64, hk, n0, batch], D, dtype, scale)
+            else:
+                store(dk_acc, pdk, keys, batch, hk, sk, nhk, D, fcol, dtype, scale)
+                store(dv_acc, pdv, keys, batch, hk, sk, nhk, D, fcol, dtype, None)
 
     grid = lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1)
     deco = kernel(in_specs=ins, out_specs=outs,

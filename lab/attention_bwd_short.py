@@ -1,6 +1,7 @@
 """``lab/attention_bwd_plans.py --set short``: the backward's fixed costs at short
-sequences (issue #51: the gap to FlashAttention-4 is largest at S = 1k and under the causal
-mask, and about the same in microseconds for full and causal there, so per call or per CTA).
+sequences, and the order of causal key blocks (issue #51: the gap to FlashAttention-4 is
+largest at S = 1k and under the causal mask, and about the same in microseconds for full
+and causal there, so per call or per CTA).
 
 On the FA3 grid (B·S = 16k tokens, H·D = 2048) the preprocess and postprocess move the same
 bytes at every S while the main kernel's work shrinks with S. Variants, each the shipped
@@ -10,11 +11,15 @@ plan row for the shape (head dim 128 full: the ``dq_swap`` row) with:
   D / 8 threads a row, in place of a warp a row);
 * ``kvt``: ``BwdConfig.dkv_tma`` (``bwd_epi.py``: dK, dV through K's and V's shared tiles
   by TMA stores, FA4's sm90 epilogue, in place of 4-byte ``st.global`` pairs);
-* ``pw kvt``: both.
+* ``pw kvt``: both;
+* ``lptN`` (causal shapes): ``BwdConfig.lpt_units`` N: CTAs in sections of N (batch,
+  head) units, key block-major, so the longest key blocks of a section start first and
+  the kernel's last CTAs are short (the plain order starts the last unit's longest block
+  among the kernel's last CTAs); ``pw kvt lpt8``: all three.
 
-Head dims 64 and 128, S 1k and 4k, full and causal. Every variant's dq, dk, dv are checked
-against cuDNN's (max relative error <= 3e-2) before any is timed; then interleaved rounds
-(``bench/timing.py``). Per shape also: the three kernels of the plan and of ``pw`` timed
+Head dims 64 and 128, S 1k and 4k, full and causal, and 16k causal. Every variant's dq,
+dk, dv are checked against cuDNN's (max relative error <= 3e-2) before any is timed; then
+interleaved rounds (``bench/timing.py``). Per shape also: the three kernels of the plan and of ``pw`` timed
 alone (``pre``, ``main``, ``post``, ``pre_w``, ``post_w``: what the fixed costs are), and the
 host's time to issue one plan call (``host_us``, to see whether a call is launch-bound).
 JSON to ``$OUT/attention_bwd_short.json``; a table and each variant's geometric mean over
@@ -29,7 +34,10 @@ import time
 from dataclasses import replace
 
 VARIANTS = {"pw": dict(prep_wide=True), "kvt": dict(dkv_tma=True),
-            "pw kvt": dict(prep_wide=True, dkv_tma=True)}
+            "pw kvt": dict(prep_wide=True, dkv_tma=True),
+            "lpt2": dict(lpt_units=2), "lpt8": dict(lpt_units=8), "lpt32": dict(lpt_units=32),
+            "pw kvt lpt8": dict(prep_wide=True, dkv_tma=True, lpt_units=8)}
+CAUSAL_ONLY = ("lpt2", "lpt8", "lpt32", "pw kvt lpt8")     # (the order of equal CTAs)
 
 
 def _kernel_fns(torch, bwd_api, d, causal, args):
@@ -72,7 +80,8 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
     from bench.timing import time_interleaved
 
     shipped, rows = bwd_api.choose_bwd, []
-    grid = grid or [(s, d, c) for d in (64, 128) for s in (1024, 4096) for c in (False, True)]
+    grid = grid or [(s, d, c) for d in (64, 128) for s in (1024, 4096) for c in (False, True)] \
+        + [(16384, 64, True), (16384, 128, True)]
     for s, d, causal in grid:
         b, h = tokens // s, width // d
         g = torch.Generator(device="cuda").manual_seed(s + d)
@@ -88,6 +97,8 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         fns = {}
         for label, extra in [("plan", None)] + list(VARIANTS.items()):
+            if label in CAUSAL_ONLY and not causal:
+                continue
             choose = shipped if extra is None else \
                 (lambda *a, _x=extra, **kw: replace(shipped(*a, **kw), **_x))
 
@@ -132,7 +143,7 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
     with open(os.path.join(os.environ.get("OUT", "."), "attention_bwd_short.json"), "w") as f:
         json.dump(doc, f, indent=1)
     names = ["plan"] + list(VARIANTS)
-    print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>10}" for n in names)
+    print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>11}" for n in names)
           + "   pre  pre_w   main   post post_w (us)  host_us")
     for r in rows:
         tf = [r["results"].get(n, {}).get("tflops", float("nan")) for n in names]
@@ -141,7 +152,7 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
                       for n in ("pre", "pre_w", "main", "post", "post_w")) \
             if "error" not in km else "(kernels: error)"
         print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " +
-              " ".join(f"{t:10.1f}" for t in tf) + f"  {ks}  {r.get('host_us', 0):7.0f}")
+              " ".join(f"{t:11.1f}" for t in tf) + f"  {ks}  {r.get('host_us', 0):7.0f}")
     for n in names[1:]:
         ratios = [r["results"][n]["tflops"] / r["results"]["plan"]["tflops"]
                   for r in rows if "tflops" in r["results"].get(n, {})

@@ -214,8 +214,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             dqc = lambda col, m0, head: [col, pq0 + m0, head]
         else:
             nblk = (sk + (bn - 1)) // bn
-            if deterministic:    # key block-major sections of (batch, K/V head) units
-                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d, c.det_units)
+            if deterministic or c.lpt_units:   # key block-major sections of (batch, K/V
+                # head) units (lpt_units: a causal section's longest key blocks first)
+                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d,
+                                        c.det_units if deterministic else c.lpt_units)
             else:
                 nb = cta % nblk
                 rest = cta // nblk

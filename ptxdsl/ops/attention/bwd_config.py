@@ -110,8 +110,14 @@ class BwdConfig:
     :mod:`.bwd_prepw` (D / 8 threads a row, 16-byte accesses, two rows a thread in
     flight) instead of :mod:`.bwd_prep`'s warp a row; the main kernel is unchanged.
     ``dkv_tma`` (the 128-key kernels, :mod:`.bwd` without col_split and :mod:`.bwd_m80`;
-    dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared tiles by TMA stores
-    (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue)."""
+    dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared tiles
+    by TMA stores (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue). ``lpt_units`` (:mod:`.bwd`'s
+    default mode, dense; 0: off): CTAs in sections of that many (batch, K/V head) units,
+    each section key block-major (:func:`.bwd_det.det_cta`'s order), so under a causal
+    mask every unit's longest key blocks start before any unit's shorter ones and the
+    kernel's last CTAs are short, where the plain order (key block fastest) starts the
+    last unit's longest block among the last; the deterministic mode has its own
+    sections (``det_units``)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -140,6 +146,7 @@ class BwdConfig:
     dk_smem: bool = False
     prep_wide: bool = False
     dkv_tma: bool = False
+    lpt_units: int = 0
 
     @property
     def tag(self) -> str:
@@ -158,7 +165,8 @@ class BwdConfig:
                 f"{f'_u{c.det_units}' if c.det_units else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
-                f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}")
+                f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
+                f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -207,6 +215,9 @@ class BwdConfig:
         if self.dkv_tma and (self.col_split or self.wg3 or self.wg2):
             raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column from K's "
                              "and V's tiles: not with col_split, wg3 or wg2")
+        if self.lpt_units < 0 or self.lpt_units and (self.wg3 or self.wg2 or self.dq_swap):
+            raise ValueError(f"lpt_units >= 0 orders bwd.py's CTAs (not wg3's, wg2's or "
+                             f"dq_swap's), got {self.lpt_units}")
         if self.dk_smem and not self.dq_swap:
             raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
                              "dq_swap")

@@ -1,7 +1,8 @@
 """``BwdConfig.prep_wide`` (:mod:`ptxdsl.ops.attention.bwd_prepw`: the preprocess and
 postprocess in 16-byte accesses, D / 8 threads a row) and ``BwdConfig.dkv_tma``
 (:mod:`ptxdsl.ops.attention.bwd_epi`: dK, dV through K's and V's shared tiles by TMA
-stores): what they emit and refuse, the wide kernels against :mod:`.bwd_prep`'s on the CPU
+stores), and ``BwdConfig.lpt_units`` (CTAs in key block-major sections): what they emit
+and refuse, the wide kernels against :mod:`.bwd_prep`'s on the CPU
 interpreter (padded rows, -inf LSE, the deterministic semaphores), dq, dk, dv against
 float64 with each (ragged key blocks past SK, GQA, causal / window / full, the plan rows of
 head dims 64 and 128 incl. the 80-query tile), varlen falling back, and ptxas -v."""
@@ -44,7 +45,10 @@ def test_refuses_what_it_cannot_do():
         BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, dkv_tma=True)
     with pytest.raises(ValueError, match="dkv_tma"):
         build_backward(BwdConfig(**H128, dkv_tma=True), bf16, 128, scale=0.1, varlen=True)
-    assert "_kvt" in BwdConfig(**H128, dkv_tma=True).tag
+    for bad in (dict(lpt_units=-1), dict(M80, lpt_units=4)):
+        with pytest.raises(ValueError, match="lpt_units"):
+            BwdConfig(**bad)
+    assert "_kvt_lpt4" in BwdConfig(**H128, dkv_tma=True, lpt_units=4).tag
     assert BwdConfig(**H128, prep_wide=True).tag == BwdConfig(**H128).tag  # main unchanged
 
 
@@ -114,6 +118,21 @@ def test_matches_float64(monkeypatch, base, d, sq, sk, kw, extra):
     """Two key blocks (the second past SK: the TMA store clips its rows), several steps a
     CTA, both heads of the GQA group summed before the store."""
     _case(monkeypatch, BwdConfig(**base, **extra), d, sq, sk, sq + sk, **kw)
+
+
+@pytest.mark.long
+def test_longest_first_sections_match_float64(monkeypatch):
+    """lpt_units 2 over 3 (batch, K/V head) units (a last section of one), 3 key blocks a
+    unit, causal with more keys than queries: every CTA's (key block, unit) once."""
+    monkeypatch.setattr(bwd_api, "choose_bwd",
+                        lambda *_a, **_k: BwdConfig(**H128, lpt_units=2, dkv_tma=True))
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal((3, s, h, 128)).astype(BF16)
+                   for s, h in ((200, 2), (300, 1), (300, 1), (200, 2)))
+    out, lse = attention_reference(q, k, v, causal=True)
+    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
+                             causal=True)
+    check_grads(got, attention_backward_reference(do, q, k, v, causal=True))
 
 
 @pytest.mark.long

@@ -11,11 +11,13 @@ plan row for the shape (head dim 128 full: the ``dq_swap`` row) with:
   D / 8 threads a row, in place of a warp a row);
 * ``kvt``: ``BwdConfig.dkv_tma`` (``bwd_epi.py``: dK, dV through K's and V's shared tiles
   by TMA stores, FA4's sm90 epilogue, in place of 4-byte ``st.global`` pairs);
-* ``pw kvt``: both;
+* ``xr``: ``BwdConfig.dq_exit_read`` (the dQ writer warp's last wait for its adds' reads
+  of shared memory, not their landing: the CTA need not outlive the last add's round trip);
+* ``pw kvt xr``: the three;
 * ``lptN`` (causal shapes): ``BwdConfig.lpt_units`` N: CTAs in sections of N (batch,
   head) units, key block-major, so the longest key blocks of a section start first and
   the kernel's last CTAs are short (the plain order starts the last unit's longest block
-  among the kernel's last CTAs); ``pw kvt lpt8``: all three.
+  among the kernel's last CTAs); ``pw kvt xr lpt8``: all four.
 
 Head dims 64 and 128, S 1k and 4k, full and causal, and 16k causal. Every variant's dq,
 dk, dv are checked against cuDNN's (max relative error <= 3e-2) before any is timed; then
@@ -33,11 +35,12 @@ import statistics
 import time
 from dataclasses import replace
 
-VARIANTS = {"pw": dict(prep_wide=True), "kvt": dict(dkv_tma=True),
-            "pw kvt": dict(prep_wide=True, dkv_tma=True),
+FIXED = dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)
+VARIANTS = {"pw": dict(prep_wide=True), "kvt": dict(dkv_tma=True), "xr": dict(dq_exit_read=True),
+            "pw kvt xr": FIXED,
             "lpt2": dict(lpt_units=2), "lpt8": dict(lpt_units=8), "lpt32": dict(lpt_units=32),
-            "pw kvt lpt8": dict(prep_wide=True, dkv_tma=True, lpt_units=8)}
-CAUSAL_ONLY = ("lpt2", "lpt8", "lpt32", "pw kvt lpt8")     # (the order of equal CTAs)
+            "pw kvt xr lpt8": dict(FIXED, lpt_units=8)}
+CAUSAL_ONLY = ("lpt2", "lpt8", "lpt32", "pw kvt xr lpt8")     # (the order of equal CTAs)
 
 
 def _kernel_fns(torch, bwd_api, d, causal, args):

@@ -3,7 +3,9 @@
 GPU, on the plan rows of head dims 64 and 128 (the 80-query tile for 128's full mask): dq,
 dk, dv against the float64 reference (max error <= 3e-2 of the largest value, bf16 and
 f16), ragged (Sq and Sk not multiples of 64 or 128, Sq below one step), GQA, full, causal
-and window masks, and the deterministic mode bitwise repeatable with both; ``lpt_units``
+and window masks, and the deterministic mode bitwise repeatable with both; with
+``dq_exit_read`` (the writer's last wait for reads only: the next kernel sees every add);
+``lpt_units``
 (longest key blocks first in sections of units) with both."""
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ pytestmark = NEEDS_GPU
 
 @pytest.mark.parametrize("extra", [dict(prep_wide=True), dict(dkv_tma=True),
                                    dict(prep_wide=True, dkv_tma=True),
+                                   dict(prep_wide=True, dkv_tma=True, dq_exit_read=True),
                                    dict(prep_wide=True, dkv_tma=True, lpt_units=3)],
-                         ids=["pw", "kvt", "pw-kvt", "pw-kvt-lpt3"])
+                         ids=["pw", "kvt", "pw-kvt", "pw-kvt-xr", "pw-kvt-lpt3"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dt", ["bfloat16", "float16"])
 @pytest.mark.parametrize("sq,sk,kw", [

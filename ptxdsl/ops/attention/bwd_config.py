@@ -117,7 +117,12 @@ class BwdConfig:
     mask every unit's longest key blocks start before any unit's shorter ones and the
     kernel's last CTAs are short, where the plain order (key block fastest) starts the
     last unit's longest block among the last; the deterministic mode has its own
-    sections (``det_units``)."""
+    sections (``det_units``). ``dq_exit_read`` (dq_warp): the dQ writer warp's last wait
+    is for its reduce-adds' reads of the stage (``cp.async.bulk.wait_group.read``, as
+    FlashAttention-4's sm90 writer and CUTLASS's TMA epilogues end), not for their
+    landing in global memory, so the CTA need not outlive the last add's round trip: the
+    grid's completion makes the adds visible to the postprocess (the deterministic mode's
+    turns still wait for each add to land)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -147,6 +152,7 @@ class BwdConfig:
     prep_wide: bool = False
     dkv_tma: bool = False
     lpt_units: int = 0
+    dq_exit_read: bool = False
 
     @property
     def tag(self) -> str:
@@ -166,7 +172,7 @@ class BwdConfig:
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
                 f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
-                f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}")
+                f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -218,6 +224,8 @@ class BwdConfig:
         if self.lpt_units < 0 or self.lpt_units and (self.wg3 or self.wg2 or self.dq_swap):
             raise ValueError(f"lpt_units >= 0 orders bwd.py's CTAs (not wg3's, wg2's or "
                              f"dq_swap's), got {self.lpt_units}")
+        if self.dq_exit_read and not self.dq_warp:
+            raise ValueError("dq_exit_read is the dQ writer warp's last wait: it needs dq_warp")
         if self.dk_smem and not self.dq_swap:
             raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
                              "dq_swap")

@@ -195,7 +195,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ring.advance()
             with ptx.if_((tid >> 5) == 1):      # warp 1: dQ's reduce-adds
                 _writer(tid & 31, tdq, base + L.dqs, L.wg_stage, hk, group, batch,
-                        (m_lo, m_hi))
+                        (m_lo, m_hi), c.dq_exit_read)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -298,9 +298,11 @@ def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
         ptx.inst("st.shared.f32", ptx.addr(x[row_of(i)][i % 2], (col_of(i) - i % 2) * ROW), r)
 
 
-def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range) -> None:
+def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
+            exit_read: bool = False) -> None:
     """Warp 1 of the producer: each step, each warpgroup's staged 80 x 64 dQ added by two
-    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box)."""
+    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box); at the end
+    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`)."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
     for gi in ptx.range_(0, group):
@@ -318,7 +320,7 @@ def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range) -> None
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
     with ptx.if_(lane == 0):
-        ptx.inst("cp.async.bulk.wait_group", 0)
+        ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)
 
 
 __all__ = ["build_backward_m80", "Layout", "specs", "BM"]

@@ -1,7 +1,8 @@
 """``BwdConfig.prep_wide`` (:mod:`ptxdsl.ops.attention.bwd_prepw`: the preprocess and
 postprocess in 16-byte accesses, D / 8 threads a row) and ``BwdConfig.dkv_tma``
 (:mod:`ptxdsl.ops.attention.bwd_epi`: dK, dV through K's and V's shared tiles by TMA
-stores), and ``BwdConfig.lpt_units`` (CTAs in key block-major sections): what they emit
+stores), ``BwdConfig.dq_exit_read`` (the dQ writer's last wait for reads only) and
+``BwdConfig.lpt_units`` (CTAs in key block-major sections): what they emit
 and refuse, the wide kernels against :mod:`.bwd_prep`'s on the CPU
 interpreter (padded rows, -inf LSE, the deterministic semaphores), dq, dk, dv against
 float64 with each (ragged key blocks past SK, GQA, causal / window / full, the plan rows of
@@ -48,6 +49,8 @@ def test_refuses_what_it_cannot_do():
     for bad in (dict(lpt_units=-1), dict(M80, lpt_units=4)):
         with pytest.raises(ValueError, match="lpt_units"):
             BwdConfig(**bad)
+    with pytest.raises(ValueError, match="dq_exit_read"):
+        BwdConfig(stages=2, dq_tma=True, dq_exit_read=True)
     assert "_kvt_lpt4" in BwdConfig(**H128, dkv_tma=True, lpt_units=4).tag
     assert BwdConfig(**H128, prep_wide=True).tag == BwdConfig(**H128).tag  # main unchanged
 
@@ -112,8 +115,9 @@ def _case(monkeypatch, c, d, sq, sk, seed, **kw):
     (H128, 128, 130, 100, dict(causal=True)), (H128, 128, 70, 140, dict(window_size=(30, 5))),
     (M80, 128, 170, 150, {}), (M80, 128, 90, 200, dict(causal=True))],
     ids=["64-causal", "64-full", "128-causal", "128-window", "m80-full", "m80-causal"])
-@pytest.mark.parametrize("extra", [dict(dkv_tma=True), dict(prep_wide=True, dkv_tma=True)],
-                         ids=["kvt", "pw-kvt"])
+@pytest.mark.parametrize("extra", [dict(dkv_tma=True),
+                                   dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)],
+                         ids=["kvt", "pw-kvt-xr"])
 def test_matches_float64(monkeypatch, base, d, sq, sk, kw, extra):
     """Two key blocks (the second past SK: the TMA store clips its rows), several steps a
     CTA, both heads of the GQA group summed before the store."""
@@ -153,14 +157,21 @@ def test_varlen_falls_back(monkeypatch):
 @pytest.mark.parametrize("mask,det", [(Mask(), False), (Mask(-1, 0), False), (Mask(40, 3), False),
                                       (Mask(-1, 0), True)])
 def test_ptxas_keeps_everything_in_registers_and_pipelined(base, d, mask, det):
-    """dkv_tma adds no spills and no wgmma serialization notice (C7510-C7520) to the plan
-    rows' kernels (the 80-query tile has no deterministic mode, nor window rows)."""
+    """dkv_tma with dq_exit_read adds no spills and no wgmma serialization notice
+    (C7510-C7520) to the plan rows' kernels (the 80-query tile has no deterministic mode,
+    nor window rows); two TMA stores a panel; the writer ends on a read wait."""
     if base is M80 and (det or mask.left >= 0):
         pytest.skip("the 80-query tile: dense full / causal, default mode")
-    c = BwdConfig(**base, dkv_tma=True)
+    c = BwdConfig(**base, dkv_tma=True, dq_exit_read=True)
     build = build_backward_m80 if c.dq_swap else build_backward
     k = build(c, bf16, d, mask, scale=0.07, deterministic=det)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
     assert "Performance Loss" not in k.check().log, k.name
-    assert k.ptx().count("cp.async.bulk.tensor.4d.global.shared::cta") == 2 * (d // 64)
+    text = k.ptx()
+    assert text.count("cp.async.bulk.tensor.4d.global.shared::cta") == 2 * (d // 64)
+    # the writer's last wait is for reads: one full wait fewer than without dq_exit_read
+    plain = build(BwdConfig(**base, dkv_tma=True), bf16, d, mask, scale=0.07,
+                  deterministic=det).ptx()
+    full = "cp.async.bulk.wait_group 0"
+    assert plain.count(full) - text.count(full) == 1

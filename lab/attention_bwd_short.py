@@ -23,7 +23,8 @@ Head dims 64 and 128, S 1k and 4k, full and causal, and 16k causal. Every varian
 dk, dv are checked against cuDNN's (max relative error <= 3e-2) before any is timed; then
 interleaved rounds (``bench/timing.py``). Per shape also: the three kernels of the plan and of ``pw`` timed
 alone (``pre``, ``main``, ``post``, ``pre_w``, ``post_w``: what the fixed costs are), and the
-host's time to issue one plan call (``host_us``, to see whether a call is launch-bound).
+host's time to issue one plan call (``host_us``, to see whether a call is launch-bound);
+``run(fa4=True)`` times FlashAttention-4's backward in the same rounds.
 JSON to ``$OUT/attention_bwd_short.json``; a table and each variant's geometric mean over
 the plan's last."""
 from __future__ import annotations
@@ -71,10 +72,11 @@ def _kernel_fns(torch, bwd_api, d, causal, args):
 
 
 def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
-        width: int = 2048) -> None:
+        width: int = 2048, fa4: bool = False) -> None:
     """``rounds`` rounds a shape; each timed block about ``block_ms`` (calls by the FLOPs
     at 500 TFLOP/s, 4 to 50); ``grid``: (S, D, causal) shapes, B·S = ``tokens`` and
-    H·D = ``width``."""
+    H·D = ``width``; ``fa4``: FlashAttention-4's backward timed in the same rounds (off
+    by default: its first calls compile for tens of seconds)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -123,6 +125,11 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
                                      (" prep_wide" if cfg.prep_wide else "")}
             if err <= 3e-2:          # the issue's bound: a wrong variant is not timed
                 fns[label] = call
+        peer = _fa4(torch, q, k, v, do, causal, ref) if fa4 else None   # same run
+        if peer is not None:
+            row["results"]["fa4"] = {"err": peer[1]}
+            if peer[1] <= 3e-2:
+                fns["fa4"] = peer[0]
         iters = max(4, min(50, round(block_ms * 5e11 / flops)))
         row["iters"] = iters
         for label, ms in time_interleaved(torch, fns, rounds, iters).items():
@@ -145,7 +152,7 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
            "date": datetime.date.today().isoformat(), "rounds": rounds, "rows": rows}
     with open(os.path.join(os.environ.get("OUT", "."), "attention_bwd_short.json"), "w") as f:
         json.dump(doc, f, indent=1)
-    names = ["plan"] + list(VARIANTS)
+    names = ["plan"] + list(VARIANTS) + ["fa4"]
     print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>11}" for n in names)
           + "   pre  pre_w   main   post post_w (us)  host_us")
     for r in rows:
@@ -156,13 +163,29 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
             if "error" not in km else "(kernels: error)"
         print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " +
               " ".join(f"{t:11.1f}" for t in tf) + f"  {ks}  {r.get('host_us', 0):7.0f}")
-    for n in names[1:]:
+    for n in names[1:]:          # (fa4 / plan: the plan's gap in this run)
         ratios = [r["results"][n]["tflops"] / r["results"]["plan"]["tflops"]
                   for r in rows if "tflops" in r["results"].get(n, {})
                   and "tflops" in r["results"].get("plan", {})]
         if ratios:
             print(f"{n} / plan: geomean {statistics.geometric_mean(ratios):.3f} over "
                   f"{len(ratios)} rows")
+
+
+def _fa4(torch, q, k, v, do, causal, ref):
+    """(a call, its max relative error) for FlashAttention-4's backward, or None where
+    ``flash_attn.cute`` does not import."""
+    try:
+        from flash_attn.cute import flash_attn_func
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        o = flash_attn_func(*leaves, causal=causal)[0]
+        call = lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
+        err = max(float((x.float() - r).abs().max() / r.abs().max())
+                  for x, r in zip(call(), ref))
+        return call, err
+    except Exception as e:  # noqa: BLE001 - a peer that is not installed sits out
+        print(f"fa4 sits out: {type(e).__name__}: {e}"[:200])
+        return None
 
 
 def _mask(causal: bool):

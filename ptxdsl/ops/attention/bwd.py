@@ -58,6 +58,7 @@ from .varlen_tiles import find_seq, load_u32
 from .bwd_ahead import Ahead
 from .bwd_cols import col_pieces
 from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer
+from .bwd_epi import store_kv_tma
 from .bwd_gsplit import split_step
 from .bwd_qdo import load_slot
 from .bwd_scores import dscores, grad_scores, probs
@@ -98,7 +99,8 @@ class Smem:
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
-          dq_swizzle: bool = False, bn: int = BN, varlen: bool = False, bm: int = BM):
+          dq_swizzle: bool = False, bn: int = BN, varlen: bool = False, bm: int = BM,
+          dkv_tma: bool = False):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
     dq_acc (B, H, SQP, D) f32 (added to; a TMA box of 64 columns, or of 32 in 128-byte
     swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]. ``varlen``: without B,
@@ -121,8 +123,7 @@ def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
     dq_box = TMA(box=(1, 1, BM, 32), swizzle=ROW) if dq_swizzle else TMA(box=(1, 1, BM, 64))
     dq = Tile("B", "H", "SQP", d, f32, tma=dq_box) if dq_tma \
         else Tile("B", "H", "SQP", d, f32)
-    outs = [dq, Tile("B", "SK", "HK", d, dtype),
-            Tile("B", "SK", "HK", d, dtype)]
+    outs = [dq] + [kt() if dkv_tma else Tile("B", "SK", "HK", d, dtype) for _ in range(2)]
     if deterministic:
         outs.append(Tile("B", "H", "NMB", u32))
     return ins, tuple(outs)
@@ -136,6 +137,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     ``varlen``: packed sequences, one CTA per (64 or 128 keys of a sequence, K/V head):
     key blocks of sequence ``i`` are numbered from ``i + cu_k[i] // block_n`` (the grid
     needs no read of the offsets), and the f32 rows are :mod:`.bwd_prep`'s padded ones."""
+    if varlen and c.dkv_tma:    # (a sequence's last key block would write the next one's)
+        raise ValueError("dkv_tma stores whole key blocks by TMA: not with varlen")
     if varlen and not (c.dq_tma and c.dq_swizzle):
         raise ValueError("the varlen backward adds dQ by TMA from a swizzled stage: it needs "
                          "dq_tma and dq_swizzle")
@@ -169,7 +172,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     S, P = c.stages, padded(d) // PANEL       # 96: TMA fills the second panel's half with 0
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen, bm)
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen, bm, c.dkv_tma)
     names = ["q", "k", "v", "do", "nlse2", "dpsum"] + (["cu_q", "cu_k"] if varlen else []) \
         + ["dq_acc", "dk", "dv"]
     names += ["sem"] if deterministic else []
@@ -211,8 +214,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             dqc = lambda col, m0, head: [col, pq0 + m0, head]
         else:
             nblk = (sk + (bn - 1)) // bn
-            if deterministic:    # key block-major sections of (batch, K/V head) units
-                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d, c.det_units)
+            if deterministic or c.lpt_units:   # key block-major sections of (batch, K/V
+                # head) units (lpt_units: a causal section's longest key blocks first)
+                nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d,
+                                        c.det_units if deterministic else c.lpt_units)
             else:
                 nb = cta % nblk
                 rest = cta // nblk
@@ -572,7 +577,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         turns.land()
                     else:
                         ptx.inst("cp.async.bulk.wait_group", 0)
-            for j in range(npc):     # (one piece of every column without col_split)
+            if c.dkv_tma:            # (bwd_epi: through K's and V's tiles, TMA stores)
+                store_kv_tma((dk_acc[0], dv_acc[0]), base, L, (dk, dv), w * 64 + r0, lane,
+                             tid, lambda p: [p * PANEL, hk, n0, batch], d, dtype, scale)
+            for j in range(0 if c.dkv_tma else npc):   # (one piece without col_split)
                 f = fcol + c0s[j] if cs else fcol
                 kb = k0 if varlen else None
                 store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale, kb)

@@ -17,6 +17,7 @@ from .api import _check, _contiguous, _fail, _frame
 from .bwd import build_backward
 from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd
 from .bwd_prep import build_postprocess, build_preprocess
+from .bwd_prepw import build_postprocess_wide, build_preprocess_wide
 from .bwd_m80 import build_backward_m80
 from .bwd_wg2 import build_backward_wg2
 from .bwd_wg3 import build_backward_wg3
@@ -40,14 +41,20 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic), varlen)
     if varlen and cfg.block_m != BLOCK_M:     # its padded rows start every 64, not 128
         cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split)
+    if varlen and cfg.dkv_tma:                # a sequence's last key block: not whole
+        cfg = replace(cfg, dkv_tma=False)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch) \
         + (("varlen",) if varlen else ())
+    wide = cfg.prep_wide and not varlen      # (varlen: bwd_prep's padded-row kernels)
     return BWD_KERNELS.get(key, lambda: (
-        build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch, varlen=varlen),
+        build_preprocess_wide(dt, head_dim, deterministic=deterministic, arch=arch) if wide
+        else build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch,
+                              varlen=varlen),
         (build_backward_wg2 if cfg.wg2 else build_backward_wg3 if cfg.wg3 else
          build_backward_m80 if cfg.dq_swap else build_backward)(
             cfg, dt, head_dim, mask, scale=scale, softcap=float(softcap),
             deterministic=deterministic, arch=arch, varlen=varlen),
+        build_postprocess_wide(dt, head_dim, scale, arch=arch) if wide else
         build_postprocess(dt, head_dim, scale, arch=arch, varlen=varlen)))
 
 

@@ -104,7 +104,25 @@ class BwdConfig:
     head-dim columns a warpgroup), on FlashAttention-4's step (stages 2, dq_tma,
     dq_swizzle, overlap 1, ds_double, dq_warp, dk_last, which it needs). ``dk_smem``
     (dq_swap): dK += dSᵀ·Q with A read from dSᵀ's shared buffer, not the packed
-    registers (free once stored: 20 registers fewer across dQ)."""
+    registers (free once stored: 20 registers fewer across dQ).
+
+    ``prep_wide`` (head dims 64, 128, 256, dense): the preprocess and postprocess of
+    :mod:`.bwd_prepw` (D / 8 threads a row, 16-byte accesses, two rows a thread in
+    flight) instead of :mod:`.bwd_prep`'s warp a row; the main kernel is unchanged.
+    ``dkv_tma`` (the 128-key kernels, :mod:`.bwd` without col_split and :mod:`.bwd_m80`;
+    dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared tiles
+    by TMA stores (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue). ``lpt_units`` (:mod:`.bwd`'s
+    default mode, dense; 0: off): CTAs in sections of that many (batch, K/V head) units,
+    each section key block-major (:func:`.bwd_det.det_cta`'s order), so under a causal
+    mask every unit's longest key blocks start before any unit's shorter ones and the
+    kernel's last CTAs are short, where the plain order (key block fastest) starts the
+    last unit's longest block among the last; the deterministic mode has its own
+    sections (``det_units``). ``dq_exit_read`` (dq_warp): the dQ writer warp's last wait
+    is for its reduce-adds' reads of the stage (``cp.async.bulk.wait_group.read``, as
+    FlashAttention-4's sm90 writer and CUTLASS's TMA epilogues end), not for their
+    landing in global memory, so the CTA need not outlive the last add's round trip: the
+    grid's completion makes the adds visible to the postprocess (the deterministic mode's
+    turns still wait for each add to land)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -131,6 +149,10 @@ class BwdConfig:
     qdo_split: bool = False
     dq_swap: bool = False
     dk_smem: bool = False
+    prep_wide: bool = False
+    dkv_tma: bool = False
+    lpt_units: int = 0
+    dq_exit_read: bool = False
 
     @property
     def tag(self) -> str:
@@ -149,7 +171,8 @@ class BwdConfig:
                 f"{f'_u{c.det_units}' if c.det_units else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
-                f"{'_dks' if c.dk_smem else ''}")
+                f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
+                f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -195,6 +218,14 @@ class BwdConfig:
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options")
+        if self.dkv_tma and (self.col_split or self.wg3 or self.wg2):
+            raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column from K's "
+                             "and V's tiles: not with col_split, wg3 or wg2")
+        if self.lpt_units < 0 or self.lpt_units and (self.wg3 or self.wg2 or self.dq_swap):
+            raise ValueError(f"lpt_units >= 0 orders bwd.py's CTAs (not wg3's, wg2's or "
+                             f"dq_swap's), got {self.lpt_units}")
+        if self.dq_exit_read and not self.dq_warp:
+            raise ValueError("dq_exit_read is the dQ writer warp's last wait: it needs dq_warp")
         if self.dk_smem and not self.dq_swap:
             raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
                              "dq_swap")

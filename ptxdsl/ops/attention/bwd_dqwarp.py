@@ -87,8 +87,9 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                         pass_turn(at)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
-    with ptx.if_(lane == 0):
-        ptx.inst("cp.async.bulk.wait_group", 0)
+    with ptx.if_(lane == 0):     # (dq_exit_read: the kernel's end makes the adds visible)
+        ptx.inst("cp.async.bulk.wait_group.read" if c.dq_exit_read else
+                 "cp.async.bulk.wait_group", 0)
 
 
 def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows,

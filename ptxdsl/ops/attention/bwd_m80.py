@@ -45,6 +45,7 @@ from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BwdConfig
 from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
+from .bwd_epi import store_kv_tma
 from .bwd_scores import dscores, probs
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
 from .config import Mask
@@ -91,7 +92,7 @@ def check(c: BwdConfig, d: int, softcap: float, deterministic: bool, varlen: boo
                          f"deterministic={deterministic}, varlen={varlen}")
 
 
-def specs(dtype: PtxType):
+def specs(dtype: PtxType, dkv_tma: bool = False):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2, dpsum (B, H, SQP): 80-row boxes;
     dq_acc (B, H, SQP, D) f32 in 80 x 32 swizzled boxes; dk, dv (B, SK, HK, D)."""
     qt = lambda: Tile("B", "SQ", "H", D, dtype, tma=TMA(box=(1, BM, 1, 64), swizzle=ROW))
@@ -99,7 +100,7 @@ def specs(dtype: PtxType):
     rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
     dq = Tile("B", "H", "SQP", D, f32, tma=TMA(box=(1, 1, BM, 32), swizzle=ROW))
     return (qt(), kt(), kt(), qt(), rt(), rt()), \
-        (dq, Tile("B", "SK", "HK", D, dtype), Tile("B", "SK", "HK", D, dtype))
+        (dq, *(kt() if dkv_tma else Tile("B", "SK", "HK", D, dtype) for _ in range(2)))
 
 
 def dq_swapped(acc, dt: str, a_at, ds_at) -> None:
@@ -137,7 +138,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
     es, dt, S = dtype.bytes, dtype.name, c.stages
     L = Layout(c, es)
     scale_log2 = float(scale) * LOG2E
-    ins, outs = specs(dtype)
+    ins, outs = specs(dtype, c.dkv_tma)
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{D}k16.f32.{dt}.{dt}"
     name = f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{c.tag}"
@@ -194,7 +195,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ring.advance()
             with ptx.if_((tid >> 5) == 1):      # warp 1: dQ's reduce-adds
                 _writer(tid & 31, tdq, base + L.dqs, L.wg_stage, hk, group, batch,
-                        (m_lo, m_hi))
+                        (m_lo, m_hi), c.dq_exit_read)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -269,8 +270,12 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     hand_stage(w)
                     ring.advance()
             take_stage(w)            # the writer's last arrival (its first was before any)
-            store(dk_acc, pdk, keys, batch, hk, sk, nhk, D, fcol, dtype, scale)
-            store(dv_acc, pdv, keys, batch, hk, sk, nhk, D, fcol, dtype, None)
+            if c.dkv_tma:            # (bwd_epi: through K's and V's tiles, TMA stores)
+                store_kv_tma((dk_acc, dv_acc), base, L, (dk, dv), w * 64 + r0, lane, tid,
+                             lambda p: [p * 64, hk, n0, batch], D, dtype, scale)
+            else:
+                store(dk_acc, pdk, keys, batch, hk, sk, nhk, D, fcol, dtype, scale)
+                store(dv_acc, pdv, keys, batch, hk, sk, nhk, D, fcol, dtype, None)
 
     grid = lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1)
     deco = kernel(in_specs=ins, out_specs=outs,
@@ -293,9 +298,11 @@ def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
         ptx.inst("st.shared.f32", ptx.addr(x[row_of(i)][i % 2], (col_of(i) - i % 2) * ROW), r)
 
 
-def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range) -> None:
+def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
+            exit_read: bool = False) -> None:
     """Warp 1 of the producer: each step, each warpgroup's staged 80 x 64 dQ added by two
-    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box)."""
+    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box); at the end
+    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`)."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
     for gi in ptx.range_(0, group):
@@ -313,7 +320,7 @@ def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range) -> None
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
     with ptx.if_(lane == 0):
-        ptx.inst("cp.async.bulk.wait_group", 0)
+        ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)
 
 
 __all__ = ["build_backward_m80", "Layout", "specs", "BM"]

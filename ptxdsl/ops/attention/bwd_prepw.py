@@ -1,0 +1,149 @@
+"""The backward's preprocess and postprocess (:mod:`.bwd_prep`'s contract, dense layout)
+in 16-byte accesses: ``BwdConfig.prep_wide``.
+
+:mod:`.bwd_prep` gives a whole warp to one row, so at head dim 64 a lane moves 4 bytes of
+O and of dO, one lane then reads the LSE behind the row's reduction, and the f32 dQ
+accumulator is zeroed 8 bytes a lane; its CTAs are 8 rows. At the FA3 grid's S = 1k
+(16k tokens, H·D = 2048) these two kernels move the same bytes at every S while the main
+kernel's work shrinks with S (and halves under the causal mask), so their speed weighs most
+there. Here ``T = D / 8`` threads share a row (8 columns, one ``ld.global.v4.b32`` of O and
+of dO each), each thread takes ``ROWS`` rows whose loads (and the LSE's) are all issued
+before the first sum, a ``shfl.sync.bfly`` over the ``T`` lanes reduces, and dq_acc's row
+is zeroed by ``st.global.v4.f32`` (32 bytes a thread). The postprocess reads 8 f32 of
+dq_acc a thread (two ``ld.global.v4.f32``) and writes 16 bytes of dq. Head dims 64, 128,
+256 (``T`` a power of two dividing 32); padded rows (``s >= SQ``) get ``D = 0`` and
+``-inf``, as :mod:`.bwd_prep`'s.
+"""
+from __future__ import annotations
+
+from ... import Tile, kernel
+from ...core.types import PtxType, f32, pred, u32
+from ...dsl import ptx, reg
+from .._common.rowio import load_chunk, narrow, store_chunk
+from .bwd_prep import BLOCK_M
+from .softmax import LOG2E, NEG_INF
+
+THREADS = 256      # a CTA
+ROWS = 2           # rows a thread takes (their loads all in flight together)
+WIDE_HEAD_DIMS = (64, 128, 256)
+
+
+def _lanes(d: int) -> int:
+    if d not in WIDE_HEAD_DIMS:
+        raise ValueError(f"prep_wide gives a row D / 8 threads, a power of two dividing a "
+                         f"warp: head dims {WIDE_HEAD_DIMS}, got {d}")
+    return d // 8
+
+
+def _rows(t: int):
+    """This thread's ``ROWS`` padded rows (row ``i`` of the CTA's ``ROWS`` groups of
+    ``THREADS / t`` consecutive rows) and its first column."""
+    tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+    cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
+    per = THREADS // t
+    first = cta * (per * ROWS) + tid // t
+    return [first + i * per for i in range(ROWS)], (tid % t) * 8, tid % t
+
+
+def _grid(t: int):
+    return lambda B, H, SQP: (B * H * SQP // (THREADS // t * ROWS), 1, 1)
+
+
+def build_preprocess_wide(dtype: PtxType, d: int, *, deterministic: bool = False,
+                          arch: str = "sm_90a"):
+    """:func:`.bwd_prep.build_preprocess`'s arguments and results (dense), 8 columns a
+    thread. SQP (a multiple of 64) is a multiple of the ``ROWS · 256 / T`` rows a CTA
+    takes, so no CTA runs past it."""
+    t = _lanes(d)
+    ins = (Tile("B", "SQ", "H", d, dtype), Tile("B", "SQ", "H", d, dtype),
+           Tile("B", "H", "SQ", f32))
+    outs = [Tile("B", "H", "SQP", f32), Tile("B", "H", "SQP", f32),
+            Tile("B", "H", "SQP", d, f32)]
+    names = ["o", "do", "lse", "dpsum", "nlse2", "dq_acc"]
+    if deterministic:
+        outs.append(Tile("B", "H", "NMB", u32))
+        names.append("sem")
+
+    def body(o, do, lse, dpsum, nlse2, dq_acc, sem=None):
+        po, pdo, plse, pds, pnl, pdq = ptx.global_ptrs(o, do, lse, dpsum, nlse2, dq_acc)
+        sq, nh, sqp = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SQP")
+        rows, col, part = _rows(t)
+        loaded = []
+        for row in rows:               # every load first: ROWS x 32 bytes and an LSE
+            s, bh = row % sqp, row // sqp
+            valid = reg.scalar(pred)
+            ptx.inst.setp.lt.u32(valid, s, sq)
+            src = (((bh // nh) * sq + s) * nh + bh % nh) * d + col
+            ov = load_chunk(po + src * dtype.bytes, 0, dtype, 8, pred=valid)
+            dv = load_chunk(pdo + src * dtype.bytes, 0, dtype, 8, pred=valid)
+            lv = reg.scalar(f32, init=NEG_INF)
+            ptx.inst("ld.global.f32", lv, ptx.addr(plse + (bh * sq + s) * 4), pred=valid)
+            loaded.append((row, s, ov, dv, lv))
+        zero = [reg.scalar(f32, init=0.0) for _ in range(4)]
+        for row, s, ov, dv, lv in loaded:
+            total = reg.scalar(f32, init=0.0)
+            for x, y in zip(ov, dv):
+                ptx.inst("fma.rn.f32", total, x, y, total)
+            sh = t // 2
+            while sh:
+                y = reg.scalar(f32)
+                ptx.inst("shfl.sync.bfly.b32", y, total, sh, 0x1F, 0xFFFFFFFF)
+                ptx.inst.add.f32(total, total, y)
+                sh //= 2
+            with ptx.if_(part == 0):
+                ptx.inst("st.global.f32", ptx.addr(pds + row * 4), total)
+                fin = reg.scalar(pred)
+                ptx.inst.setp.gt.f32(fin, lv, NEG_INF)
+                v = reg.scalar(f32)
+                ptx.inst.mul.f32(v, lv, -LOG2E)
+                ptx.inst.selp.f32(v, v, NEG_INF, fin)
+                ptx.inst("st.global.f32", ptx.addr(pnl + row * 4), v)
+                if deterministic:
+                    with ptx.if_(s % BLOCK_M == 0):
+                        ptx.inst("st.global.u32", ptx.addr(
+                            ptx.global_ptr(sem) + ((row // sqp) * (sqp // BLOCK_M) +
+                                                   s // BLOCK_M) * 4), 0)
+            at = pdq + (row * d + col) * 4
+            ptx.inst("st.global.v4.f32", ptx.addr(at), zero)
+            ptx.inst("st.global.v4.f32", ptx.addr(at, 16), zero)
+
+    deco = kernel(in_specs=ins, out_specs=tuple(outs), arg_names=tuple(names), grid=_grid(t),
+                  block=(THREADS, 1, 1), arch=arch,
+                  name=f"attention_bwd_pre_{dtype.name}_d{d}_w"
+                       f"{'_det' if deterministic else ''}")
+    if deterministic:
+        return deco(lambda o, do, lse, dpsum, nlse2, dq_acc, sem:
+                    body(o, do, lse, dpsum, nlse2, dq_acc, sem))
+    return deco(lambda o, do, lse, dpsum, nlse2, dq_acc:
+                body(o, do, lse, dpsum, nlse2, dq_acc))
+
+
+def build_postprocess_wide(dtype: PtxType, d: int, scale: float, *, arch: str = "sm_90a"):
+    """:func:`.bwd_prep.build_postprocess` (dense): dq = dq_acc · scale, 8 columns a
+    thread (32 bytes read, 16 written), the padded rows skipped."""
+    t = _lanes(d)
+
+    @kernel(in_specs=(Tile("B", "H", "SQP", d, f32),), out_specs=(Tile("B", "SQ", "H", d, dtype),),
+            arg_names=("dq_acc", "dq"), grid=_grid(t), block=(THREADS, 1, 1), arch=arch,
+            name=f"attention_bwd_post_{dtype.name}_d{d}_w")
+    def postprocess(dq_acc, dq):
+        pacc, pdq = ptx.global_ptrs(dq_acc, dq)
+        sq, nh, sqp = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SQP")
+        rows, col, _ = _rows(t)
+        loaded = []
+        for row in rows:
+            s, bh = row % sqp, row // sqp
+            valid = reg.scalar(pred)
+            ptx.inst.setp.lt.u32(valid, s, sq)
+            vals = load_chunk(pacc + (row * d + col) * 4, 0, f32, 8, pred=valid)
+            loaded.append((((bh // nh) * sq + s) * nh + bh % nh, valid, vals))
+        for dst, valid, vals in loaded:
+            for x in vals:
+                ptx.inst.mul.f32(x, x, float(scale))
+            store_chunk(pdq + (dst * d + col) * dtype.bytes, 0, dtype, narrow(vals, dtype),
+                        pred=valid)
+
+    return postprocess
+
+
+__all__ = ["build_preprocess_wide", "build_postprocess_wide", "WIDE_HEAD_DIMS"]

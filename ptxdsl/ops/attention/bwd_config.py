@@ -89,7 +89,12 @@ class BwdConfig:
     det_cta`), instead of as many (1 to 8) as keep their whole rows within 24 MB of L2: more
     units, fewer co-resident key blocks of each, so a shorter chain of turns on each row
     block (each of a unit's co-resident key blocks runs one add's landing behind the one
-    before); 0, the L2 rule.
+    before); 0, the L2 rule. ``det_desc`` (deterministic mode, dense layout): the turns on
+    a row block in descending key-block order, each CTA walking its row blocks up from its
+    diagonal and a section launching its last key block first, so that under a causal (or
+    window) mask the key blocks reach a row block one step apart in their turns' order
+    rather than all at once (:mod:`.bwd_det`); dQ's adds in another fixed order (other
+    bits, as bitwise repeatable); varlen keeps the ascending order.
 
     ``s_ahead`` (dk_last, with dq_split or block_m 128): the next step's Sᵀ issued before
     this step ends, behind dK (1: run while dQ is staged) or behind dQ's stage (2: queued
@@ -127,6 +132,7 @@ class BwdConfig:
     wg2: bool = False
     det_pipe: bool = False
     det_units: int = 0
+    det_desc: bool = False
     s_ahead: int = 0
     qdo_split: bool = False
     dq_swap: bool = False
@@ -146,7 +152,7 @@ class BwdConfig:
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
                 f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
-                f"{f'_u{c.det_units}' if c.det_units else ''}"
+                f"{f'_u{c.det_units}' if c.det_units else ''}{'_dsc' if c.det_desc else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
                 f"{'_dks' if c.dk_smem else ''}")

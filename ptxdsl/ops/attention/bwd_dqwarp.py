@@ -51,7 +51,7 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
     """The writer warp's loop over the consumers' steps (``lane``: its lane; ``stage_of(w)``:
     warpgroup ``w``'s stage; ``heads(gi)``: the query head and its (batch, head) row;
     ``m_range``: the consumers' ``ptx.range_`` over row blocks, in their order;
-    ``det``: the deterministic mode's ``(sem, sem_mb(mb), nb, off, mask, labels, bn)``,
+    ``det``: the deterministic mode's ``(sem, sem_mb(mb), nb, off, mask, labels, bn, desc)``,
     the turns taken by the writer's lane 0 as the consumer's would)."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
@@ -74,12 +74,12 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                     # CPU interpreter remembers a warp's latest proxy fence only)
                     ptx.inst("fence.proxy.async.shared::cta")
                     if det:
-                        sem, sem_mb, nb, off, mask, labels, bn = det
+                        sem, sem_mb, nb, off, mask, labels, bn, desc = det
                         split = c.dq_split or c.col_split or rows
                         smb = 2 * sem_mb(mb) + w if rows else sem_mb(mb)
                         at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
                         spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
-                                         bn, 1 if rows else 2), split, labels)
+                                         bn, 1 if rows else 2, desc), split, labels)
                     reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w))
                     ptx.inst("cp.async.bulk.commit_group")
                     if det:                  # the adds land before the turn passes
@@ -96,7 +96,7 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
     """``det_pipe``: one row block's turns and adds (:func:`.bwd_detpipe.det_step`): the
     warpgroups' disjoint columns share the block's word (two turns a key block), or with
     ``block_m`` 128 each its own half's word (one turn; none past SQP's padded rows)."""
-    sem, sem_mb, nb, off, mask, labels, bn = det
+    sem, sem_mb, nb, off, mask, labels, bn, desc = det
 
     guard = (lambda w: _s32(m0 + w * BM) < _s32(ptx.dim("SQP"))) if rows else \
         (lambda w: None)
@@ -105,7 +105,7 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
         def word(smb, w):
             at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
             turn = turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), True, bn,
-                           1 if rows else 2)
+                           1 if rows else 2, desc)
             return at, turn, 1 if rows else 2, guard(w)
         return [word(2 * sem_mb(mb) + w, w) for w in range(2)] if rows else \
             [word(sem_mb(mb), 0)]

@@ -2,14 +2,17 @@
 mode (the issue's "within 15%") at head dims 256, 192, 64 and 128, each shape's variants
 beside the plan table's deterministic row and its default row. Head dim 256 (whose plan
 has no deterministic row: the consumers take the turns): the dQ writer warp
-(``dq_warp``), its pipelined turns (``det_pipe``), sections of 16 units (``det_units``)
-and the turns in descending key-block order (``det_desc``: each CTA walks its row blocks up
+(``dq_warp``) with its pipelined turns (``det_pipe``), alone, in sections of 16, 32, 128
+units (``det_units``: fewer co-resident key blocks of a unit, a shorter chain of turns),
+with the turns in descending key-block order (``det_desc``: each CTA walks its row blocks up
 from its diagonal, a section launches its last key block first, so under a causal mask the
 key blocks reach a row block one step apart in their turns' order instead of all at once).
-Head dims 192, 128: the plan's deterministic row with ``det_desc`` (192 also ``det_units``
-32). Head dim 64: the plan's deterministic row with ``det_desc``, with ``dk_last`` (the
-default row's order; ``s_ahead``, the default row's other option, is serialized by ptxas
-in the deterministic kernel), both. Per shape every variant is first checked (dq, dk, dv
+Head dim 192: the plan's deterministic row (``det_units`` 16) with ``det_desc``, with
+``det_units`` 32 and 64, and 32 with ``det_desc``; 128: the row with ``det_desc``, and with
+``det_units`` 16. Head dim 64: the plan's deterministic row with ``det_desc``, with
+``dk_last`` (the default row's order; ``s_ahead``, the default row's other option, is
+serialized by ptxas (C7519) in the deterministic kernel), with ``det_units`` 32 and 128,
+and ``dk_last`` + ``det_desc`` + ``det_units`` 32. Per shape every variant is first checked (dq, dk, dv
 against cuDNN's, or SDPA flash's where cuDNN refuses the head dim: max relative error <=
 3e-2; the deterministic ones bitwise repeatable over two more calls), then all are timed
 interleaved (``bench/timing.py``: a fresh order every round). JSON to
@@ -20,7 +23,8 @@ import datetime
 import json
 import os
 
-GRID = ((1024, 256, False), (4096, 256, False), (4096, 256, True), (16384, 256, True),
+GRID = ((1024, 256, False), (1024, 256, True), (4096, 256, False), (4096, 256, True),
+        (16384, 256, False), (16384, 256, True),
         (1024, 192, True), (4096, 192, False), (4096, 192, True),
         (1024, 64, False), (1024, 64, True), (4096, 64, False), (4096, 64, True),
         (4096, 128, True))
@@ -34,27 +38,31 @@ def variants(d):
     out = {"default": (None, False), "plan det": (None, True)}
     if d == 256:
         dqw = BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True,
-                        pds_smem=True, dq_warp=True)
-        out |= {"dqw": (dqw, True), "pipe": (replace(dqw, det_pipe=True), True),
-                "pipe u16": (replace(dqw, det_pipe=True, det_units=16), True),
-                "pipe dsc": (replace(dqw, det_pipe=True, det_desc=True), True),
-                "pipe dsc u16": (replace(dqw, det_pipe=True, det_desc=True, det_units=16),
-                                 True)}
+                        pds_smem=True, dq_warp=True, det_pipe=True)
+        out |= {"pipe": (dqw, True)}
+        out |= {f"pipe u{g}": (replace(dqw, det_units=g), True) for g in (16, 32, 128)}
+        out |= {"pipe dsc": (replace(dqw, det_desc=True), True),
+                "pipe dsc u32": (replace(dqw, det_desc=True, det_units=32), True)}
     elif d == 192:
         row = BwdConfig(**sw, wg3=True, consumer_regs=160, overlap=2, dq_warp=True,
                         det_pipe=True, det_units=16)
         out |= {"dsc": (replace(row, det_desc=True), True),
                 "u32": (replace(row, det_units=32), True),
+                "u64": (replace(row, det_units=64), True),
                 "dsc u32": (replace(row, det_desc=True, det_units=32), True)}
     elif d == 64:
         row = BwdConfig(**sw, block_m=128, overlap=1, ds_double=True, dq_warp=True)
         out |= {"dsc": (replace(row, det_desc=True), True),
                 "dkl": (replace(row, dk_last=True), True),
-                "dkl dsc": (replace(row, dk_last=True, det_desc=True), True)}
+                "u32": (replace(row, det_units=32), True),
+                "u128": (replace(row, det_units=128), True),
+                "dkl dsc u32": (replace(row, dk_last=True, det_desc=True, det_units=32),
+                                True)}
     else:
         row = BwdConfig(**sw, overlap=1, dq_split=True, ds_double=True, dq_warp=True,
                         dk_last=True, det_pipe=True)
-        out |= {"dsc": (replace(row, det_desc=True), True)}
+        out |= {"dsc": (replace(row, det_desc=True), True),
+                "dsc u16": (replace(row, det_desc=True, det_units=16), True)}
     return out
 
 

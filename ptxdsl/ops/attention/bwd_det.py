@@ -19,6 +19,11 @@ add happens, so that a CTA rarely finds its turn not yet come:
   (every key block's range ends at the last block) or the earlier key block first (a
   window's ranges end two blocks apart), not the later key block first as the ascending
   walk from the diagonal has them.
+* **In which order the turns go** (``BwdConfig.det_desc``, dense layout): ascending key
+  block, or descending (:func:`last_nb`), each CTA walking its row blocks up from its
+  diagonal and a section launching its last key block first, so that under a causal mask
+  key block ``n`` reaches a row block a step after ``n + 1``, in its turn, rather than
+  all of a unit's co-resident key blocks reaching the last row block at once.
 * **When a turn is waited for and passed on** (:class:`Turns`): the add is a TMA
   reduce-add whose completion takes a round trip to L2; the adding thread passes the turn
   only in the next step, right after that step's first GEMMs are issued (their tensor

@@ -12,10 +12,12 @@ Head dim 192: the plan's deterministic row (``det_units`` 16) with ``det_desc``,
 ``det_units`` 16. Head dim 64: the plan's deterministic row with ``det_desc``, with
 ``dk_last`` (the default row's order; ``s_ahead``, the default row's other option, is
 serialized by ptxas (C7519) in the deterministic kernel), with ``det_units`` 32 and 128,
-and ``dk_last`` + ``det_desc`` + ``det_units`` 32. Per shape every variant is first checked (dq, dk, dv
-against cuDNN's, or SDPA flash's where cuDNN refuses the head dim: max relative error <=
-3e-2; the deterministic ones bitwise repeatable over two more calls), then all are timed
-interleaved (``bench/timing.py``: a fresh order every round). JSON to
+and ``dk_last`` + ``det_desc`` + ``det_units`` 32. Per shape every variant is first
+checked (dq, dk, dv against cuDNN's, or SDPA flash's where cuDNN refuses the head dim: max
+relative error <= 3e-2; the deterministic ones bitwise repeatable over two more calls),
+then all are timed interleaved (``bench/timing.py``: a fresh order every round). ptxas -v
+sm_90a: no spills for any variant; no serialized wgmma but ``wg3``'s C7519, which its
+shipped rows (default and deterministic) carry too. JSON to
 ``$OUT/attention_bwd_det2.json``; a table last, each variant over the default row."""
 from __future__ import annotations
 

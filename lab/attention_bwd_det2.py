@@ -1,23 +1,25 @@
 """``lab/attention_bwd_plans.py --set det2``: the deterministic backward against the default
 mode (the issue's "within 15%") at head dims 256, 192, 64 and 128, each shape's variants
-beside the plan table's deterministic row and its default row. Head dim 256 (whose plan
-has no deterministic row: the consumers take the turns): the dQ writer warp
-(``dq_warp``) with its pipelined turns (``det_pipe``), alone, in sections of 16, 32, 128
-units (``det_units``: fewer co-resident key blocks of a unit, a shorter chain of turns),
-with the turns in descending key-block order (``det_desc``: each CTA walks its row blocks up
-from its diagonal, a section launches its last key block first, so under a causal mask the
-key blocks reach a row block one step apart in their turns' order instead of all at once).
-Head dim 192: the plan's deterministic row (``det_units`` 16) with ``det_desc``, with
-``det_units`` 32 and 64, and 32 with ``det_desc``; 128: the row with ``det_desc``, and with
-``det_units`` 16. Head dim 64: the plan's deterministic row with ``det_desc``, with
-``dk_last`` (the default row's order; ``s_ahead``, the default row's other option, is
-serialized by ptxas (C7519) in the deterministic kernel), with ``det_units`` 32 and 128,
-and ``dk_last`` + ``det_desc`` + ``det_units`` 32. Per shape every variant is first
-checked (dq, dk, dv against cuDNN's, or SDPA flash's where cuDNN refuses the head dim: max
-relative error <= 3e-2; the deterministic ones bitwise repeatable over two more calls),
-then all are timed interleaved (``bench/timing.py``: a fresh order every round). ptxas -v
-sm_90a: no spills for any variant; no serialized wgmma but ``wg3``'s C7519, which its
-shipped rows (default and deterministic) carry too. JSON to
+beside the plan table's deterministic row and its default row. Head dim 256 (whose plan has
+no deterministic row: the consumers take the turns): the dQ writer warp (``dq_warp``) with
+its pipelined turns (``det_pipe``), alone, in sections of 16, 32, 128 units (``det_units``:
+fewer co-resident key blocks of a unit, a shorter chain of turns), with the turns in
+descending key-block order (``det_desc``: each CTA walks its row blocks up from its
+diagonal, a section launches its last key block first, so under a causal mask the key
+blocks reach a row block one step apart in their turns' order instead of all at once), and
+with ``det_poll`` (the writer reads the next row block's turn while this one's adds land)
+in sections of 32. Head dim 192: the plan's deterministic row (``det_units`` 16) with
+``det_desc``, with ``det_units`` 32 and 64, and 32 with ``det_desc``; 128: the row with
+``det_desc``, with it and ``det_units`` 16, with it and ``det_poll``. Head dim 64: the
+plan's deterministic row with ``det_desc``, with ``dk_last`` (the default row's order;
+``s_ahead``, the default row's other option, is serialized by ptxas (C7519) in the
+deterministic kernel), with ``det_units`` 32 and 128, ``dk_last`` + ``det_desc`` +
+``det_units`` 32, and ``det_pipe`` + ``det_poll`` + ``det_units`` 32. Per shape every
+variant is first checked (dq, dk, dv against cuDNN's, or SDPA flash's where cuDNN refuses
+the head dim: max relative error <= 3e-2; the deterministic ones bitwise repeatable over
+two more calls), then all are timed interleaved (``bench/timing.py``: a fresh order every
+round). ptxas -v sm_90a: no spills for any variant; no serialized wgmma but ``wg3``'s
+C7519, which its shipped rows (default and deterministic) carry too. JSON to
 ``$OUT/attention_bwd_det2.json``; a table last, each variant over the default row."""
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ def variants(d):
         out |= {"pipe": (dqw, True)}
         out |= {f"pipe u{g}": (replace(dqw, det_units=g), True) for g in (16, 32, 128)}
         out |= {"pipe dsc": (replace(dqw, det_desc=True), True),
-                "pipe dsc u32": (replace(dqw, det_desc=True, det_units=32), True)}
+                "pipe dsc u32": (replace(dqw, det_desc=True, det_units=32), True),
+                "pipe dpl u32": (replace(dqw, det_poll=True, det_units=32), True)}
     elif d == 192:
         row = BwdConfig(**sw, wg3=True, consumer_regs=160, overlap=2, dq_warp=True,
                         det_pipe=True, det_units=16)
@@ -59,12 +62,15 @@ def variants(d):
                 "u32": (replace(row, det_units=32), True),
                 "u128": (replace(row, det_units=128), True),
                 "dkl dsc u32": (replace(row, dk_last=True, det_desc=True, det_units=32),
-                                True)}
+                                True),
+                "pipe dpl u32": (replace(row, det_pipe=True, det_poll=True, det_units=32),
+                                 True)}
     else:
         row = BwdConfig(**sw, overlap=1, dq_split=True, ds_double=True, dq_warp=True,
                         dk_last=True, det_pipe=True)
         out |= {"dsc": (replace(row, det_desc=True), True),
-                "dsc u16": (replace(row, det_desc=True, det_units=16), True)}
+                "dsc u16": (replace(row, det_desc=True, det_units=16), True),
+                "dsc dpl": (replace(row, det_desc=True, det_poll=True), True)}
     return out
 
 

@@ -229,7 +229,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         # to it together or in their turns' order)
         desc = bm if deterministic and c.det_desc and not varlen else None  # (bwd_det)
         m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else (m_lo, m_hi)
-        # (deterministic: each consumer warpgroup's two words of bwd_det.Turns after the rest)
+        # (deterministic: each consumer warpgroup's bwd_det.Turns words, or det_poll's, last)
         base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
                           dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
@@ -270,7 +270,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                     else batch * nh + hk * group + gi),
                            m_range=m_range, bm=bm,
                            det=(sem, (lambda mb: pq0 // BM + mb) if varlen else
-                                (lambda mb: mb), nb, off, mask, labels, bn, desc)
+                                (lambda mb: mb), nb, off, mask, labels, bn, desc,
+                                c.det_poll and (lambda: base + L.total))
                            if deterministic else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers

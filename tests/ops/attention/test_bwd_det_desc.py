@@ -1,10 +1,10 @@
 """``BwdConfig.det_desc`` (:mod:`ptxdsl.ops.attention.bwd_det`): the deterministic turns in
 descending key-block order, CTAs walking their row blocks up from the diagonal and each
-section launching its last key block first; and head dim 256's col_split kernel with the dQ
-writer warp (``dq_warp``, ``det_pipe``). On the interpreter: dq, dk, dv against float64;
-no CTA waits for a later one (the CTAs one at a time in launch order would spin forever);
-the same bits whether the CTAs run alone or all at once; every semaphore counts all its
-adds."""
+section launching its last key block first; head dim 256's col_split kernel with the dQ
+writer warp (``dq_warp``, ``det_pipe``); and ``det_poll`` (the writer's next turn read
+early). On the interpreter: dq, dk, dv against float64; no CTA waits for a later one (the
+CTAs one at a time in launch order would spin forever); the same bits whether the CTAs
+run alone or all at once; every semaphore counts all its adds."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -63,8 +63,9 @@ DESC = [   # (shape (b, sq, sk, h, hk), head dim, mask, config)
     ((1, 130, 200, 2, 1), 256, dict(causal=True), replace(H256W, det_desc=True)),
     ((2, 100, 190, 2, 1), 256, dict(window_size=(70, 30)), replace(H256, det_desc=True)),
     ((3, 64, 200, 1, 1), 256, dict(causal=True), replace(H256W, det_desc=True, det_units=2)),
-    ((1, 130, 260, 2, 1), 128, dict(causal=True), replace(H128, det_desc=True)),
+    ((1, 130, 260, 2, 1), 128, dict(causal=True), replace(H128, det_desc=True, det_poll=True)),
     ((1, 130, 257, 1, 1), 64, dict(causal=True), replace(H64, det_desc=True)),
+    ((1, 130, 257, 1, 1), 64, dict(), replace(H64, det_pipe=True, det_poll=True)),
     ((1, 70, 250, 1, 1), 192, dict(causal=True), replace(H192, det_desc=True)),
     ((1, 200, 130, 1, 1), 64, dict(causal=True), BwdConfig(stages=2, det_desc=True)),
 ]
@@ -85,10 +86,11 @@ def test_descending_turns(shape, d, kw, c, monkeypatch):
 @pytest.mark.parametrize("shape,kw,extra", [
     ((1, 130, 200, 1, 1), dict(causal=True), dict()),
     ((3, 64, 256, 2, 1), dict(), dict(det_units=2)),
+    ((1, 130, 200, 2, 1), dict(causal=True), dict(det_poll=True)),
 ])
 def test_head_dim_256_writer_warp_adds_in_the_plain_order(shape, kw, extra, monkeypatch):
-    """col_split with the writer warp (and its pipelined turns): the consumers' own
-    turns' bits."""
+    """col_split with the writer warp (and its pipelined turns, and det_poll's early
+    reads): the consumers' own turns' bits."""
     _with(monkeypatch, H256)
     plain = run(shape, 256, kw, True, True, monkeypatch)[0]
     _with(monkeypatch, replace(H256W, **extra))

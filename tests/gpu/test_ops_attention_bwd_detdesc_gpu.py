@@ -1,6 +1,6 @@
 """The deterministic backward's descending turns (``BwdConfig.det_desc``) and head dim 256's
-col_split kernel with the dQ writer warp (``dq_warp``, ``det_pipe``, ``det_units``) on an
-sm_90 GPU, at shapes whose CTAs form several sections and waves: the writer warp's bits
+col_split kernel with the dQ writer warp (``dq_warp``, ``det_pipe``, ``det_units``,
+``det_poll``) on an sm_90 GPU, at shapes whose CTAs form several sections and waves: the writer warp's bits
 equal to the consumers' own turns' (the same adds in the same order); the descending
 turns bitwise repeatable and within bf16 noise of the default mode (head dims 64, 128,
 192, 256; causal, window and full masks; GQA)."""
@@ -42,7 +42,7 @@ def _call(monkeypatch, cfg, args, kw, det=True):
 
 @pytest.mark.parametrize("b,s,h,hk,kw", [(2, 4096, 8, 8, dict()),
                                          (3, 2048, 4, 2, dict(causal=True))])
-@pytest.mark.parametrize("extra", [dict(), dict(det_units=16)])
+@pytest.mark.parametrize("extra", [dict(), dict(det_units=16), dict(det_poll=True)])
 def test_head_dim_256_writer_warp_gives_the_consumers_bits(b, s, h, hk, kw, extra,
                                                             monkeypatch):
     torch = torch_sm90()
@@ -57,6 +57,7 @@ def test_head_dim_256_writer_warp_gives_the_consumers_bits(b, s, h, hk, kw, extr
     (H256W, 256, 3, 2048, 4, 2, dict(causal=True)),
     (replace(H256, det_desc=True), 256, 2, 3072, 4, 4, dict(window_size=(300, 100))),
     (H128, 128, 3, 2048, 6, 3, dict(causal=True)),
+    (replace(H128, det_poll=True, det_units=8), 128, 2, 4096, 8, 8, dict()),
     (H64, 64, 2, 4096, 8, 4, dict(causal=True)),
     (H192, 192, 5, 2048, 4, 4, dict(causal=True)),
     (replace(H64, det_units=32), 64, 2, 4096, 8, 8, dict()),

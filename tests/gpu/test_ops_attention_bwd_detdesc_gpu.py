@@ -1,9 +1,9 @@
-"""The deterministic backward's descending turns (``BwdConfig.det_desc``) and head dim 256's
-col_split kernel with the dQ writer warp (``dq_warp``, ``det_pipe``, ``det_units``,
-``det_poll``) on an sm_90 GPU, at shapes whose CTAs form several sections and waves: the writer warp's bits
-equal to the consumers' own turns' (the same adds in the same order); the descending
-turns bitwise repeatable and within bf16 noise of the default mode (head dims 64, 128,
-192, 256; causal, window and full masks; GQA)."""
+"""The deterministic backward's descending turns (``BwdConfig.det_desc``) and head dim
+256's col_split kernel with the dQ writer warp (``dq_warp``, ``det_pipe``, ``det_units``,
+``det_poll``) on an sm_90 GPU, at shapes whose CTAs form several sections and waves: the
+writer warp's bits equal to the consumers' own turns' (the same adds in the same order);
+the descending turns bitwise repeatable and within bf16 noise of the default mode (head
+dims 64, 128, 192, 256; causal, window and full masks; GQA)."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -67,7 +67,8 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
             m0 = mb * bm
             if det and c.det_pipe and (c.dq_split or c.col_split or rows):  # (bwd_detpipe)
                 # (det_poll: the walk's next row block, where there is one)
-                nxt = (mb - 1, _s32(mb) > _s32(m_range[1]) + 1) if len(m_range) == 3 else \
+                nxt = None if not det[-1] else \
+                    (mb - 1, _s32(mb) > _s32(m_range[1]) + 1) if len(m_range) == 3 else \
                     (mb + 1, _s32(mb) + 1 < _s32(m_range[1]))
                 _det_pipe_step(c, d, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows, det,
                                nxt)

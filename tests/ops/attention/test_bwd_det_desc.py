@@ -63,6 +63,7 @@ DESC = [   # (shape (b, sq, sk, h, hk), head dim, mask, config)
     ((1, 130, 200, 2, 1), 256, dict(causal=True), replace(H256W, det_desc=True)),
     ((2, 100, 190, 2, 1), 256, dict(window_size=(70, 30)), replace(H256, det_desc=True)),
     ((3, 64, 200, 1, 1), 256, dict(causal=True), replace(H256W, det_desc=True, det_units=2)),
+    ((2, 100, 150, 2, 1), 256, dict(), replace(H256W, det_desc=True, det_units=1)),
     ((1, 130, 260, 2, 1), 128, dict(causal=True), replace(H128, det_desc=True, det_poll=True)),
     ((1, 130, 257, 1, 1), 64, dict(causal=True), replace(H64, det_desc=True)),
     ((1, 130, 257, 1, 1), 64, dict(), replace(H64, det_pipe=True, det_poll=True)),

@@ -60,14 +60,17 @@ interleaved (:mod:`lab.attention_bwd_ahead`). ``--set m80``: ``BwdConfig.dq_swap
 full and causal, timed interleaved (:mod:`lab.attention_bwd_m80`). ``--set short``:
 ``BwdConfig.prep_wide`` and ``dkv_tma`` (the fixed costs of a call and of a CTA) beside the
 plan rows of head dims 64 and 128, S 1k and 4k full and causal, with each kernel timed alone
-(:mod:`lab.attention_bwd_short`).
+(:mod:`lab.attention_bwd_short`). ``--set det2``: the
+deterministic mode's variants at head dims 256, 192, 64, 128 (``dq_warp``, ``det_pipe``,
+``det_units``, ``det_desc``) beside each head dim's deterministic and default rows,
+timed interleaved (:mod:`lab.attention_bwd_det2`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
-        h192b|h64b|h192c|detpipe|ahead|m80|short]
+        h192b|h64b|h192c|detpipe|ahead|m80|short|det2]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -93,7 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
                                           "det", "h128b", "h192b", "h64b", "h192c",
-                                          "detpipe", "ahead", "m80", "short"),
+                                          "detpipe", "ahead", "m80", "short", "det2"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
@@ -111,6 +114,9 @@ def main() -> None:
         return run()
     if which == "short":          # (its own module: fixed costs at S 1k, 4k)
         from lab.attention_bwd_short import run
+        return run()
+    if which == "det2":           # (its own module: deterministic variants vs default)
+        from lab.attention_bwd_det2 import run
         return run()
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":

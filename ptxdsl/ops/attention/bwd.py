@@ -217,7 +217,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             if deterministic or c.lpt_units:   # key block-major sections of (batch, K/V
                 # head) units (lpt_units: a causal section's longest key blocks first)
                 nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d,
-                                        c.det_units if deterministic else c.lpt_units)
+                                        c.det_units if deterministic else c.lpt_units,
+                                        deterministic and c.det_desc)
             else:
                 nb = cta % nblk
                 rest = cta // nblk
@@ -231,8 +232,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, bn, bm, varlen)
         # deterministic: row blocks last to first (bwd_det: each block's key blocks come
         # to it together or in their turns' order)
-        m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)
-        # (deterministic: each consumer warpgroup's two words of bwd_det.Turns after the rest)
+        desc = bm if deterministic and c.det_desc and not varlen else None  # (bwd_det)
+        m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else (m_lo, m_hi)
+        # (deterministic: each consumer warpgroup's bwd_det.Turns words, or det_poll's, last)
         base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
                           dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
@@ -273,7 +275,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                     else batch * nh + hk * group + gi),
                            m_range=m_range, bm=bm,
                            det=(sem, (lambda mb: pq0 // BM + mb) if varlen else
-                                (lambda mb: mb), nb, off, mask, labels, bn)
+                                (lambda mb: mb), nb, off, mask, labels, bn, desc,
+                                c.det_poll and (lambda: base + L.total))
                            if deterministic else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
@@ -506,7 +509,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             if deterministic and not c.dq_tma:
                                 with ptx.if_(lane == 0):
                                     spin(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb)
-                                         * 4, turn_of(nb, m0, off, mask, w, False, bn, 2),
+                                         * 4, turn_of(nb, m0, off, mask, w, False, bn, 2, desc),
                                          False, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
                         if c.dq_warp and ch == 0:
@@ -556,7 +559,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             if deterministic:    # (turns.early read the semaphore)
                                 split = c.dq_split or cs or rows
                                 turns.wait(bh, sem_mb, turn_of(nb, m0, off, mask, w, split, bn,
-                                                               1 if rows else 2), split,
+                                                               1 if rows else 2, desc), split,
                                            early=poll)
                             reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_w)
                             ptx.inst("cp.async.bulk.commit_group")

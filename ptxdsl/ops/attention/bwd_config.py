@@ -89,7 +89,14 @@ class BwdConfig:
     det_cta`), instead of as many (1 to 8) as keep their whole rows within 24 MB of L2: more
     units, fewer co-resident key blocks of each, so a shorter chain of turns on each row
     block (each of a unit's co-resident key blocks runs one add's landing behind the one
-    before); 0, the L2 rule.
+    before); 0, the L2 rule. ``det_desc`` (deterministic mode, dense layout): the turns on
+    a row block in descending key-block order, each CTA walking its row blocks up from its
+    diagonal and a section launching its last key block first, so that under a causal (or
+    window) mask the key blocks reach a row block one step apart in their turns' order
+    rather than all at once (:mod:`.bwd_det`); dQ's adds in another fixed order (other
+    bits, as bitwise repeatable); varlen keeps the ascending order. ``det_poll`` (det_pipe,
+    not wg3): the writer reads the next row block's semaphore while this block's adds land
+    (:mod:`.bwd_detpipe`), so a writer behind its turns skips that step's first poll.
 
     ``s_ahead`` (dk_last, with dq_split or block_m 128): the next step's Sᵀ issued before
     this step ends, behind dK (1: run while dQ is staged) or behind dQ's stage (2: queued
@@ -145,6 +152,8 @@ class BwdConfig:
     wg2: bool = False
     det_pipe: bool = False
     det_units: int = 0
+    det_desc: bool = False
+    det_poll: bool = False
     s_ahead: int = 0
     qdo_split: bool = False
     dq_swap: bool = False
@@ -168,7 +177,8 @@ class BwdConfig:
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
                 f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
-                f"{f'_u{c.det_units}' if c.det_units else ''}"
+                f"{f'_u{c.det_units}' if c.det_units else ''}{'_dsc' if c.det_desc else ''}"
+                f"{'_dpl' if c.det_poll else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
                 f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
@@ -252,6 +262,9 @@ class BwdConfig:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:
             raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
+        if self.det_poll and not (self.det_pipe and not self.wg3):
+            raise ValueError("det_poll reads the pipelined writer's next turn early: it needs "
+                             "det_pipe, and not wg3 (no shared word to keep it in)")
         if self.s_ahead not in (0, 1, 2):
             raise ValueError(f"s_ahead is 0, 1 or 2, got {self.s_ahead}")
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):

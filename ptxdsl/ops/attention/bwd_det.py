@@ -19,6 +19,11 @@ add happens, so that a CTA rarely finds its turn not yet come:
   (every key block's range ends at the last block) or the earlier key block first (a
   window's ranges end two blocks apart), not the later key block first as the ascending
   walk from the diagonal has them.
+* **In which order the turns go** (``BwdConfig.det_desc``, dense layout): ascending key
+  block, or descending (:func:`last_nb`), each CTA walking its row blocks up from its
+  diagonal and a section launching its last key block first, so that under a causal mask
+  key block ``n`` reaches a row block a step after ``n + 1``, in its turn, rather than
+  all of a unit's co-resident key blocks reaching the last row block at once.
 * **When a turn is waited for and passed on** (:class:`Turns`): the add is a TMA
   reduce-add whose completion takes a round trip to L2; the adding thread passes the turn
   only in the next step, right after that step's first GEMMs are issued (their tensor
@@ -57,11 +62,11 @@ def section_units(sq, group, d: int):
     return _max(_min((SECTION_BYTES // (8 * d)) // (sq * group), MAX_SECTION), 1)
 
 
-def det_cta(cta, nblk, nhk, units, sq, group, d: int, g: int = 0):
+def det_cta(cta, nblk, nhk, units, sq, group, d: int, g: int = 0, desc: bool = False):
     """``(nb, hk, batch)`` of CTA ``cta`` (dense layout): sections of ``G`` units
     (:func:`section_units`, or ``g`` where given: ``BwdConfig.det_units``; the last section
-    takes the rest), each section's CTAs key block-major. Ints (the tests' model) or u32
-    registers (the kernel)."""
+    takes the rest), each section's CTAs key block-major (``desc``, ``BwdConfig.det_desc``:
+    last key block first). Ints (the tests' model) or u32 registers (the kernel)."""
     g_full = g or section_units(sq, group, d)
     span = g_full * nblk
     sec = cta // span
@@ -69,12 +74,13 @@ def det_cta(cta, nblk, nhk, units, sq, group, d: int, g: int = 0):
     r = cta - sec * span
     nb = r // g
     u = sec * g_full + r - nb * g
-    return nb, u % nhk, u // nhk
+    return (nblk - 1 - nb if desc else nb), u % nhk, u // nhk
 
 
-def m_blocks(m_lo, m_hi):
-    """``ptx.range_`` arguments that visit the row blocks ``m_hi - 1`` down to ``m_lo``."""
-    return m_hi - 1, m_lo - 1, -1
+def m_blocks(m_lo, m_hi, desc: bool = False):
+    """``ptx.range_`` arguments that visit the row blocks ``m_hi - 1`` down to ``m_lo``
+    (``desc``: ``m_lo`` up to ``m_hi - 1``, each key block from its diagonal on)."""
+    return (m_lo, m_hi) if desc else (m_hi - 1, m_lo - 1, -1)
 
 
 def first_nb(m0, off, mask: Mask, bn: int = BN):
@@ -84,11 +90,22 @@ def first_nb(m0, off, mask: Mask, bn: int = BN):
     return ptx.max(_s32(m0) + off - mask.left, reg.scalar(s32, init=0)) // bn
 
 
-def turn_of(nb, m0, off, mask: Mask, w, split: bool, bn: int, adds: int):
+def last_nb(m0, off, mask: Mask, bn: int, bm: int):
+    """The last key block whose CTA takes the ``bm``-row block from ``m0`` (dense layout:
+    the key blocks of ``SK``); the first past its rows' keys takes none (see the m range)."""
+    nblk = (_s32(ptx.dim("SK")) + (bn - 1)) // bn
+    if mask.right < 0:
+        return nblk - 1
+    return ptx.min((_s32(m0) + off + (bm - 1 + mask.right)) // bn, nblk - 1)
+
+
+def turn_of(nb, m0, off, mask: Mask, w, split: bool, bn: int, adds: int, desc=None):
     """The semaphore value at which key block ``nb``'s warpgroup ``w`` adds to the rows
     from ``m0``: ``adds`` per earlier key block, plus ``w`` when the warpgroups add the
-    same columns (``split`` False)."""
-    turn = (_s32(nb) - first_nb(m0, off, mask, bn)) * adds
+    same columns (``split`` False). ``desc`` (``BwdConfig.det_desc``: the step's rows
+    ``bm``): the key blocks in descending order, ``adds`` per later key block."""
+    turn = ((last_nb(m0, off, mask, bn, desc) - _s32(nb)) if desc else
+            (_s32(nb) - first_nb(m0, off, mask, bn))) * adds
     return turn if split else turn + _s32(w)
 
 
@@ -172,5 +189,6 @@ class Turns:
         ptx.inst("st.shared.u32", ptx.addr(self.slot()), self.index(bh, mb) + 1)
 
 
-__all__ = ["SECTION_BYTES", "section_units", "det_cta", "m_blocks", "first_nb", "turn_of",
+__all__ = ["SECTION_BYTES", "section_units", "det_cta", "m_blocks", "first_nb", "last_nb",
+           "turn_of",
            "spin", "pass_turn", "Turns"]

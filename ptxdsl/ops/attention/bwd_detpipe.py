@@ -17,12 +17,17 @@ stages are freed once the adds have read them (not landed); then one wait for al
 adds to land and one ``red.release`` passes the block's turns together (``+ nw`` on a
 shared word; one per word with ``block_m`` 128's word per warpgroup). dQ's bits are those
 of the plain writer: the same adds in the same order of key blocks.
+
+With ``det_poll`` the next row block's semaphore is read while this block's adds land
+(an ``ld.acquire`` whose L2 round trip the landing wait covers), so a writer that runs
+behind its turns (they came long ago) skips the next step's first poll.
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
 
-from ...dsl import ptx
+from ...core.types import u32
+from ...dsl import ptx, reg
 from .bwd_det import pass_turn, spin
 
 
@@ -31,16 +36,24 @@ def _lane0(lane, guard):
 
 
 def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
-             labels, guard=lambda w: None) -> None:
+             labels, guard=lambda w: None, ahead=None) -> None:
     """One row block's adds by the writer warp (lane 0 issues). ``words()``: the block's
     semaphore words as ``(at, turn, passes, guard)`` (recomputed where used, so that no
     register lives across the barriers: the producer warpgroup's budget is small); warpgroup
     ``w`` adds (``add(w)``: the reduce-adds of its stage) where ``guard(w)`` (None: always)
-    holds; ``full + w`` / ``empty + w``: its named barriers of ``threads``."""
+    holds; ``full + w`` / ``empty + w``: its named barriers of ``threads``. ``ahead``
+    (``BwdConfig.det_poll``): ``(slot, next_words)``, the next row block's words
+    (``next_words()``: ``(at, pred)``, read where ``pred`` holds) read while this block's
+    adds land, each value kept in the shared u32 at ``slot() + 4 i`` (0: none read) for
+    the next step's first poll."""
     with ptx.if_(lane == 0):
-        for at, turn, _, g in words():
+        for i, (at, turn, _, g) in enumerate(words()):
             with ptx.if_(g) if g is not None else nullcontext():
-                spin(at, turn, True, labels)
+                seen = None
+                if ahead:       # (a count only grows: an early value is a lower bound)
+                    seen = reg.scalar(u32)
+                    ptx.inst("ld.shared.u32", seen, ptx.addr(ahead[0](), 4 * i))
+                spin(at, turn, True, labels, seen)
     for w in range(nw):
         ptx.inst("bar.sync", full + w, threads)
         with _lane0(lane, guard(w)):
@@ -53,6 +66,13 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
     for w in range(nw):
         ptx.inst("bar.arrive", empty + w, threads)
     with ptx.if_(lane == 0):
+        if ahead:            # the next block's words, their L2 trip under the landing
+            slot, next_words = ahead
+            for i, (at, pred) in enumerate(next_words()):
+                seen = reg.scalar(u32, init=0)
+                with ptx.if_(pred):
+                    ptx.inst.ld.acquire.gpu.global_.u32(seen, ptx.addr(at))
+                ptx.inst("st.shared.u32", ptx.addr(slot(), 4 * i), seen)
         ptx.inst("cp.async.bulk.wait_group", 0)      # landed: now the turns pass
         for at, _, passes, g in words():
             with ptx.if_(g) if g is not None else nullcontext():

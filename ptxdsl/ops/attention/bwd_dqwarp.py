@@ -51,17 +51,27 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
     """The writer warp's loop over the consumers' steps (``lane``: its lane; ``stage_of(w)``:
     warpgroup ``w``'s stage; ``heads(gi)``: the query head and its (batch, head) row;
     ``m_range``: the consumers' ``ptx.range_`` over row blocks, in their order;
-    ``det``: the deterministic mode's ``(sem, sem_mb(mb), nb, off, mask, labels, bn)``,
+    ``det``: the deterministic mode's ``(sem, sem_mb(mb), nb, off, mask, labels, bn, desc,
+    poll)`` (``poll``: det_poll's shared words, or a false value),
     the turns taken by the writer's lane 0 as the consumer's would)."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
+    if det and det[-1]:      # det_poll: nothing read ahead of the first step
+        with ptx.if_(lane == 0):
+            for i in range(2):
+                ptx.inst("st.shared.u32", ptx.addr(det[-1](), 4 * i), 0)
     rows = bm > BM       # block_m 128: warpgroup w staged rows m0 + 64 w .. (its own turn)
     for gi in ptx.range_(0, group):
         head, bh = heads(gi)
         for mb in ptx.range_(*m_range):
             m0 = mb * bm
             if det and c.det_pipe and (c.dq_split or c.col_split or rows):  # (bwd_detpipe)
-                _det_pipe_step(c, d, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows, det)
+                # (det_poll: the walk's next row block, where there is one)
+                nxt = None if not det[-1] else \
+                    (mb - 1, _s32(mb) > _s32(m_range[1]) + 1) if len(m_range) == 3 else \
+                    (mb + 1, _s32(mb) + 1 < _s32(m_range[1]))
+                _det_pipe_step(c, d, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows, det,
+                               nxt)
                 continue
             for w in range(2):
                 ptx.inst("bar.sync", FULL + w, THREADS)
@@ -74,12 +84,12 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                     # CPU interpreter remembers a warp's latest proxy fence only)
                     ptx.inst("fence.proxy.async.shared::cta")
                     if det:
-                        sem, sem_mb, nb, off, mask, labels, bn = det
+                        sem, sem_mb, nb, off, mask, labels, bn, desc, _ = det
                         split = c.dq_split or c.col_split or rows
                         smb = 2 * sem_mb(mb) + w if rows else sem_mb(mb)
                         at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
                         spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
-                                         bn, 1 if rows else 2), split, labels)
+                                         bn, 1 if rows else 2, desc), split, labels)
                     reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w))
                     ptx.inst("cp.async.bulk.commit_group")
                     if det:                  # the adds land before the turn passes
@@ -93,11 +103,13 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
 
 
 def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows,
-                   det) -> None:
+                   det, nxt) -> None:
     """``det_pipe``: one row block's turns and adds (:func:`.bwd_detpipe.det_step`): the
     warpgroups' disjoint columns share the block's word (two turns a key block), or with
-    ``block_m`` 128 each its own half's word (one turn; none past SQP's padded rows)."""
-    sem, sem_mb, nb, off, mask, labels, bn = det
+    ``block_m`` 128 each its own half's word (one turn; none past SQP's padded rows).
+    ``nxt``: the walk's next row block and whether there is one (``det_poll`` reads its
+    words early, into the shared words at ``poll()``)."""
+    sem, sem_mb, nb, off, mask, labels, bn, desc, poll = det
 
     guard = (lambda w: _s32(m0 + w * BM) < _s32(ptx.dim("SQP"))) if rows else \
         (lambda w: None)
@@ -106,15 +118,23 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
         def word(smb, w):
             at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
             turn = turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), True, bn,
-                           1 if rows else 2)
+                           1 if rows else 2, desc)
             return at, turn, 1 if rows else 2, guard(w)
         return [word(2 * sem_mb(mb) + w, w) for w in range(2)] if rows else \
             [word(sem_mb(mb), 0)]
 
+    def next_words():
+        mn, has = nxt
+        at = lambda smb: ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
+        if not rows:
+            return [(at(sem_mb(mn)), has)]
+        past = lambda w: _s32(mn * c.block_m + w * BM) < _s32(ptx.dim("SQP"))
+        return [(at(2 * sem_mb(mn) + w), has & past(w)) for w in range(2)]
+
     def add(w):
         reduce_boxes(c, d, tdq, dqc, w, m0 + w * BM if rows else m0, head, stage_of(w))
     det_step(2, lane, words=words, add=add, full=FULL, empty=EMPTY, threads=THREADS,
-             labels=labels, guard=guard)
+             labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
 
 
 __all__ = ["writer", "take_stage", "hand_stage", "reduce_boxes", "FULL", "EMPTY"]

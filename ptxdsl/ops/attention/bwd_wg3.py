@@ -159,7 +159,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             nblk = (sk + (BN - 1)) // BN
             if deterministic:    # a unit's key blocks in launch order (bwd_det)
                 nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk,
-                                        D, c.det_units)
+                                        D, c.det_units, c.det_desc)
             else:
                 nb, rest = cta % nblk, cta // nblk
                 hk, batch = rest % nhk, rest // nhk
@@ -170,7 +170,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         n0 = nb * BN
         off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, BN, BM, varlen)
         # deterministic: row blocks last to first (bwd_det), in all three roles
-        m_range = m_blocks(m_lo, m_hi) if deterministic else (m_lo, m_hi)
+        desc = BM if deterministic and c.det_desc and not varlen else None
+        m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else (m_lo, m_hi)
         base, kvfull, qfull, qempty, dofull, doempty = barriers(L, tid, S, WGS)
 
         with ptx.if_(wg == 0):
@@ -200,7 +201,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                             r.advance()
             if c.dq_warp:           # warp 1: dQ's reduce-adds
                 with ptx.if_((tid >> 5) == 1):
-                    det = (sem, nb, off, mask, labels) if deterministic else None
+                    det = (sem, nb, off, mask, labels, desc) if deterministic else None
                     _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, X,
                             m_range, det, c.det_pipe)
         with ptx.else_():
@@ -382,7 +383,7 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
     the consumers' waits and its arrivals pair up. ``det``: ``(sem, nb, off, mask,
-    labels)``, the deterministic mode's turns (:mod:`.bwd_det`): the three warpgroups add
+    labels, desc)``, the deterministic mode's turns (:mod:`.bwd_det`): the three warpgroups add
     disjoint columns, so key block ``nb``'s adds to a row block wait until the earlier key
     blocks' three each have landed, and each passes one turn once its own has."""
     for w in range(WGS):
@@ -392,10 +393,10 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
         for mb in ptx.range_(*m_range):
             if det and pipe:         # det_pipe: bwd_detpipe's order, the block's 3 turns at once
                 from .bwd_detpipe import det_step      # (here: the kernel's lines stay put)
-                sem, nb, off, mask, labels = det
+                sem, nb, off, mask, labels, desc = det
                 det_step(WGS, lane, words=lambda: [(
                     ptx.global_ptr(sem) + X.sem(head, mb) * 4, turn_of(
-                        nb, mb * BM, off, mask, reg.scalar(s32, init=0), True, BN, WGS),
+                        nb, mb * BM, off, mask, reg.scalar(s32, init=0), True, BN, WGS, desc),
                     WGS, None)], add=lambda w: _reduce(tdq, w, X.row(mb * BM, head),
                                                       dqs + w * wg_stage),
                     full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels)
@@ -405,10 +406,10 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                 with ptx.if_(lane == 0):
                     ptx.inst("fence.proxy.async.shared::cta")
                     if det:
-                        sem, nb, off, mask, labels = det
+                        sem, nb, off, mask, labels, desc = det
                         at = ptx.global_ptr(sem) + X.sem(head, mb) * 4
                         spin(at, turn_of(nb, mb * BM, off, mask, reg.scalar(s32, init=w),
-                                         True, BN, WGS), True, labels)
+                                         True, BN, WGS, desc), True, labels)
                     _reduce(tdq, w, X.row(mb * BM, head), dqs + w * wg_stage)
                     if det:                  # the adds land before the turn passes
                         ptx.inst("cp.async.bulk.wait_group", 0)

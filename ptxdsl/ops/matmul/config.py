@@ -57,6 +57,8 @@ class Plan:
     #                            k-blocks as a rolling iteration of their own, so the two
     #                            consumers' iterations (each ends with its wgmma queue
     #                            drained) interleave
+    b_swizzle: int = 128   # an MN-major B's swizzle span in bytes: 128 (atoms of 64 columns)
+    #                        or 64 (32-column atoms: widths such as 96; .operands)
 
     consumers: int = 2     # consumer warpgroups, each m_waves x m64 x bn; 1: 64-row tiles
     #                        (one tile row of M = 128 is two tiles, a cluster along M shares B)
@@ -64,6 +66,9 @@ class Plan:
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 
     def __post_init__(self):
+        if self.b_swizzle not in (64, 128):
+            raise ValueError(f"Plan b_swizzle={self.b_swizzle}: an MN-major B's swizzle span, "
+                             f"128 or 64 bytes")
         if self.consumers not in (1, 2) or (self.consumers == 1 and (
                 self.split > 1 or self.stream_k or self.a_rows or self.one_partial
                 or self.m_waves > 1)):
@@ -118,11 +123,12 @@ class Plan:
     @property
     def options_tag(self) -> str:
         """The kernel name's part for ``one_partial``, ``stream_k``, one consumer,
-        ``b_prefetch``, ``epi_in_ring``, ``kb_stagger``."""
+        ``b_prefetch``, ``epi_in_ring``, ``kb_stagger``, ``b_swizzle``."""
         return (("_op" if self.one_partial else "") + ("_sk" if self.stream_k else "")
                 + ("_m64" if self.consumers == 1 else "")
                 + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
-                + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else ""))
+                + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else "")
+                + ("_sw64" if self.b_swizzle == 64 else ""))
 
     @property
     def epi_cols(self) -> int:

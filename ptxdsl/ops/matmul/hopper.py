@@ -372,7 +372,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         else:
                             opa.load(tma_a, sa, m0, kk, fb)
                         sb = base + L.b + ring.slot * L.b_stage
-                        if CL > 1:
+                        if CL > 1 and opb.k_parts > 1:   # this CTA's K-chunk of every atom
+                            opb.load(tma_b, sb + rank * share_b, n0, kk + rank * opb.box_k, fb,
+                                     mask=mask16)
+                        elif CL > 1:
                             opb.load(tma_b, sb + rank * share_b, nb, kk, fb, mask=mask16)
                         elif grouped:
                             opb.load(tma_b, sb, bn0, kk + bk0 if opb.major != "K" else kk, fb)
@@ -413,7 +416,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ptx.inst("wgmma.fence.sync.aligned")
                 for ks in range(p.bk // mma_k):         # 32-byte K steps inside the stage
                     ptx.inst(mma, list(into or acc), da if ks == 0 else da + ks * opa.k_step,
-                             db if ks == 0 else db + ks * opb.k_step,
+                             db if ks == 0 else db + opb.k_offset(ks),
                              0 if first and ks == 0 else 1, 1, 1, *trans)
                 ptx.inst("wgmma.commit_group.sync.aligned")
                 eb = empty0 + ring.slot * 8

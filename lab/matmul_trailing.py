@@ -205,6 +205,9 @@ NN96_SET = {
         "m64n96c1sw": (dict(bn=96, cluster=1, **M64SW), (NN,)),
         # the 64 x 128 pairs' B in 32-column atoms: the swizzle width alone
         "m64n128c2sw": (dict(bn=128, cluster=2, **M64SW), (NN,)),
+        # one tile per CTA: C staged in the ring, 11 stages where 10 fit beside a buffer
+        "m64n96c2swer": (dict(bn=96, cluster=2, epi_in_ring=True, **M64SW), (NN,)),
+        "m64n96c2er": (dict(bn=96, cluster=2, epi_in_ring=True, **M64), (LIN,)),
     },
     # 128 CTAs of 128 x 64 now (a @ b 0.99): 64 x 96 pairs are 172 CTAs (1.3 rounds of
     # 132), 64 x 160 pairs 104; 64 x 128 pairs 128 (0.991) with the ring one deeper

@@ -194,10 +194,12 @@ M64_SET = {
     },
 }
 M64SW = dict(M64, b_swizzle=64)
+PP = dict(pingpong=True, consumers=2, split=1, cluster_n=1, a_rows=0)
 # --set nn96: a @ b at M = 128 through the 64-byte swizzle (Plan.b_swizzle = 64: an
 # MN-major B in 32-column atoms, so 96-wide tiles; a pair along M shares B by each CTA
 # loading half of every atom's K-rows), the 64 x 96 pairs that took x @ W.T to 1.03
-# (matmul_trailing_m64_h200.json) now in both layouts; and 1024 x 14336 x 4096 x @ W.T.
+# (matmul_trailing_m64_h200.json) now in both layouts; and 1024 x 14336 x 4096 x @ W.T
+# and 4096^3 with Plan.pingpong.
 NN96_SET = {
     # 96 CTAs of 128 x 64 now (a @ b 0.97); 64 x 96 pairs are 128 CTAs, 16 KiB per k-block
     (128, 6144, 4096): {
@@ -221,6 +223,19 @@ NN96_SET = {
     (1024, 14336, 4096): {
         "n192": (dict(bn=192), (LIN,)),
         "n192c1": (dict(bn=192, cluster=1), (LIN,)),
+        # Plan.pingpong: the consumers on alternate 64-row tiles, each one's epilogue under
+        # the other's wgmmas; 64 x 256 pairs: 448 cluster tiles, 6.8 rounds of 66;
+        # 64 x 224: 512, 7.8 rounds; 64 x 128: 896, 13.6 rounds
+        "pp256": (dict(bn=256, **PP), BOTH),
+        "pp224": (dict(bn=224, **PP), (LIN,)),
+        "pp128": (dict(bn=128, **PP), (LIN,)),
+        "pp256c1": (dict(bn=256, cluster=1, **PP), (LIN,)),
+    },
+    # 0.95 in both layouts (issue #50): 128 x 256 pairs, 256 cluster tiles, 3.9 rounds;
+    # 64 x 256 pingpong pairs 512, 7.8 rounds
+    (4096, 4096, 4096): {
+        "pp256": (dict(bn=256, **PP), BOTH),
+        "pp192": (dict(bn=192, **PP), BOTH),
     },
 }
 GROUPS = {"trailing": SETS, "streamk": STREAM_K, "m64": M64_SET, "nn96": NN96_SET}
@@ -282,7 +297,8 @@ def check(shapes, table=None) -> int:
                   f"cluster={p.cluster}/{p.cluster_n} split={p.split} "
                   f"one_partial={p.one_partial} b_prefetch={p.b_prefetch} "
                   f"epi_in_ring={p.epi_in_ring} stream_k={p.stream_k} consumers={p.consumers} "
-                  f"epi_overlap={p.epi_overlap} b_swizzle={p.b_swizzle}: regs {r.registers}, spills "
+                  f"epi_overlap={p.epi_overlap} b_swizzle={p.b_swizzle} pingpong={p.pingpong}: "
+                  f"regs {r.registers}, spills "
                   f"{r.spill_stores}/{r.spill_loads}, local {r.local}"
                   f"{'  SPILLS' if spill else ''}", flush=True)
     return bad

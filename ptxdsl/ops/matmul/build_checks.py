@@ -20,6 +20,10 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
         raise ValueError(f"build_hopper: one consumer (64-row tiles) is the dense kernel's "
                          f"without block-wise scales, got {p}"
                          f"{' (grouped)' if grouped else ''}, scales {mode}")
+    if p.pingpong and (grouped or mode == "block"):
+        raise ValueError(f"build_hopper: Plan.pingpong is the dense kernel's without "
+                         f"block-wise scales, got {p}{' (grouped)' if grouped else ''}, "
+                         f"scales {mode}")
     if p.stream_k and (grouped or mode == "block"):
         raise ValueError(f"build_hopper: Plan.stream_k is the dense kernel's without "
                          f"block-wise scales, got {p}{' (grouped)' if grouped else ''}, "

@@ -37,10 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.specs import Tile
-from ...dsl import ptx
+from ...dsl import ptx, reg
 from ...isa.descriptors import SmemDescriptor
 from ...core.tensormap import TMA
-from ...core.types import PtxType
+from ...core.types import PtxType, u32
 
 ATOM = 64          # elements of one 128-byte swizzle row (16-bit types)
 ROW_BYTES = 128    # the swizzle span: one K-major row / one MN-major atom row
@@ -234,8 +234,8 @@ def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
     loading ``bm / cluster_n`` of them (multicast) in one K-major box, or only the first
     ``a_rows``; B ``bn`` rows, each CTA of a cluster along M loading ``bn / cluster`` of
     them (multicast), in K-major boxes of ``bn / 2`` rows (an MN-major B in atoms of
-    ``p.b_swizzle`` bytes, shared along K where they do not divide: :func:`k_parts`). ``b_dtype``: B's element type where it differs from A's (an
-    e4m3 / e5m2 mix)."""
+    ``p.b_swizzle`` bytes, shared along K where they do not divide: :func:`k_parts`).
+    ``b_dtype``: B's element type where it differs from A's (an e4m3 / e5m2 mix)."""
     if p.b_prefetch and b_major != "K":
         raise ValueError(f"Plan.b_prefetch is for a K-major B (rows of B read 128 bytes at a "
                          f"time), got B {b_major}-major")
@@ -248,4 +248,22 @@ def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
     return a, b
 
 
-__all__ = ["Operand", "operands", "k_parts", "prefetch_run", "SW128_K_MAJOR", "ATOM", "MAJORS"]
+def zero_a_rows(a0, p, a_stage: int, tid) -> None:
+    """Zero the A rows ``a_rows .. bm`` of every ring stage (16-byte ``st.shared.v4.b32``),
+    then ``fence.proxy.async.shared::cta``: TMA never writes them, and wgmma (the async
+    proxy) reads them as zeros, so those rows of the product are zero and past M, never
+    stored. Before the start barrier that orders it. The producer warpgroup does it:
+    it fences nothing else later, so this fence stays its latest (the interpreter's
+    proxy detector keeps one per warp; the consumers fence again in every epilogue)."""
+    per = (p.bm - p.a_rows) * 128 // 16                 # 16-byte chunks per stage
+    zero = reg.scalar(u32, init=0)
+    with ptx.if_(tid < 128):
+        for i in ptx.range_(tid, per * p.stages, 128):
+            s = i // per
+            at = a0 + s * a_stage + (i - s * per) * 16
+            ptx.inst("st.shared.v4.b32", ptx.addr(at, p.a_rows * 128), [zero] * 4)
+        ptx.inst("fence.proxy.async.shared::cta")
+
+
+__all__ = ["Operand", "operands", "k_parts", "prefetch_run", "SW128_K_MAJOR", "ATOM", "MAJORS",
+           "zero_a_rows"]

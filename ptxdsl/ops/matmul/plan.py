@@ -93,10 +93,10 @@ MOST_STAGES_M64 = 10     # 64-row tiles (Plan.consumers = 1): the ring as deep a
 
 
 def fitted(p: Plan, dtype: PtxType, out_dtype: PtxType) -> Plan:
-    """``p`` with the deepest ring its tile width takes that fits (64-row tiles: up to
-    :data:`MOST_STAGES_M64`); one stage more with ``epi_in_ring`` (the staging buffers'
-    room is the ring's)."""
-    most = (most_stages(p.bn) if p.consumers > 1 else MOST_STAGES_M64) + \
+    """``p`` with the deepest ring its tile width takes that fits (64-row tiles, also
+    ``pingpong``'s: up to :data:`MOST_STAGES_M64`); one stage more with ``epi_in_ring``
+    (the staging buffers' room is the ring's)."""
+    most = (most_stages(p.bn) if p.bm > 64 else MOST_STAGES_M64) + \
         (1 if p.epi_in_ring else 0)
     return dataclasses.replace(p, stages=stages_for(p, dtype, out_dtype, most))
 

@@ -25,6 +25,8 @@ and ``tests/ops/matmul/test_plans.py`` read them.
     PYTHONPATH=. python lab/matmul_trailing.py --set streamk  # STREAM_K's candidates
     PYTHONPATH=. python lab/matmul_trailing.py --set m64      # M64_SET's (64-row tiles,
                                                               # dense epi_overlap)
+    PYTHONPATH=. python lab/matmul_trailing.py --set nn96     # NN96_SET's (a @ b's B in
+                                                              # 64-byte swizzle atoms)
 """
 from __future__ import annotations
 
@@ -191,7 +193,52 @@ M64_SET = {
         "n176c1eo2": (dict(bn=176, cluster=1, epi_overlap=2), (LIN,)),
     },
 }
-GROUPS = {"trailing": SETS, "streamk": STREAM_K, "m64": M64_SET}
+M64SW = dict(M64, b_swizzle=64)
+PP = dict(pingpong=True, consumers=2, split=1, cluster_n=1, a_rows=0)
+# --set nn96: a @ b at M = 128 through the 64-byte swizzle (Plan.b_swizzle = 64: an
+# MN-major B in 32-column atoms, so 96-wide tiles; a pair along M shares B by each CTA
+# loading half of every atom's K-rows), the 64 x 96 pairs that took x @ W.T to 1.03
+# (matmul_trailing_m64_h200.json) now in both layouts; and 1024 x 14336 x 4096 x @ W.T
+# and 4096^3 with Plan.pingpong.
+NN96_SET = {
+    # 96 CTAs of 128 x 64 now (a @ b 0.97); 64 x 96 pairs are 128 CTAs, 16 KiB per k-block
+    (128, 6144, 4096): {
+        "m64n96c2sw": (dict(bn=96, cluster=2, **M64SW), (NN,)),
+        "m64n96c1sw": (dict(bn=96, cluster=1, **M64SW), (NN,)),
+        # the 64 x 128 pairs' B in 32-column atoms: the swizzle width alone
+        "m64n128c2sw": (dict(bn=128, cluster=2, **M64SW), (NN,)),
+        # one tile per CTA: C staged in the ring, 11 stages where 10 fit beside a buffer
+        "m64n96c2swer": (dict(bn=96, cluster=2, epi_in_ring=True, **M64SW), (NN,)),
+        "m64n96c2er": (dict(bn=96, cluster=2, epi_in_ring=True, **M64), (LIN,)),
+    },
+    # 128 CTAs of 128 x 64 now (a @ b 0.99): 64 x 96 pairs are 172 CTAs (1.3 rounds of
+    # 132), 64 x 160 pairs 104; 64 x 128 pairs 128 (0.991) with the ring one deeper
+    (128, 8192, 8192): {
+        "m64n160c2sw": (dict(bn=160, cluster=2, **M64SW), (NN,)),
+        "m64n128c2er": (dict(bn=128, cluster=2, epi_in_ring=True, **M64), (NN,)),
+    },
+    # x @ W.T 0.96 with 128 x 128 pairs (a @ b 1.09 with the same plan: the gap is the
+    # mainloop's, not the tile count's); 128 x 192 pairs are 300 cluster tiles, 4.5 rounds
+    # of 66 at 91%, with 1.5 times the flops per byte of shared memory read
+    (1024, 14336, 4096): {
+        "n192": (dict(bn=192), (LIN,)),
+        "n192c1": (dict(bn=192, cluster=1), (LIN,)),
+        # Plan.pingpong: the consumers on alternate 64-row tiles, each one's epilogue under
+        # the other's wgmmas; 64 x 256 pairs: 448 cluster tiles, 6.8 rounds of 66;
+        # 64 x 224: 512, 7.8 rounds; 64 x 128: 896, 13.6 rounds
+        "pp256": (dict(bn=256, **PP), BOTH),
+        "pp224": (dict(bn=224, **PP), (LIN,)),
+        "pp128": (dict(bn=128, **PP), (LIN,)),
+        "pp256c1": (dict(bn=256, cluster=1, **PP), (LIN,)),
+    },
+    # 0.95 in both layouts (issue #50): 128 x 256 pairs, 256 cluster tiles, 3.9 rounds;
+    # 64 x 256 pingpong pairs 512, 7.8 rounds
+    (4096, 4096, 4096): {
+        "pp256": (dict(bn=256, **PP), BOTH),
+        "pp192": (dict(bn=192, **PP), BOTH),
+    },
+}
+GROUPS = {"trailing": SETS, "streamk": STREAM_K, "m64": M64_SET, "nn96": NN96_SET}
 
 
 def current(m, n, k, layout, sms, device):
@@ -235,18 +282,23 @@ def build(p, layout, sms=132):
 
 
 def check(shapes, table=None) -> int:
-    """CPU: build every candidate and report ptxas's registers and spills; 1 if any spills."""
+    """CPU: build every candidate and report ptxas's registers, spills and warnings (wgmma
+    serialized: C7510-C7520); 1 if any spills or warns."""
     bad = 0
     for m, n, k in shapes:
         for (name, lay), p in candidates(m, n, k, table=table).items():
-            r = build(p, lay).resources()
+            kern = build(p, lay)
+            r, warns = kern.resources(), kern.check().warnings
             spill = r.spill_stores or r.spill_loads or r.local
-            bad |= bool(spill)
+            bad |= bool(spill) or bool(warns)
+            for w in warns:
+                print(f"  ptxas warning: {w}", flush=True)
             print(f"{m}x{n}x{k} {lay:6s} {name:9s} bn={p.bn} stages={p.stages} "
                   f"cluster={p.cluster}/{p.cluster_n} split={p.split} "
                   f"one_partial={p.one_partial} b_prefetch={p.b_prefetch} "
                   f"epi_in_ring={p.epi_in_ring} stream_k={p.stream_k} consumers={p.consumers} "
-                  f"epi_overlap={p.epi_overlap}: regs {r.registers}, spills "
+                  f"epi_overlap={p.epi_overlap} b_swizzle={p.b_swizzle} pingpong={p.pingpong}: "
+                  f"regs {r.registers}, spills "
                   f"{r.spill_stores}/{r.spill_loads}, local {r.local}"
                   f"{'  SPILLS' if spill else ''}", flush=True)
     return bad
@@ -301,8 +353,9 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=140.0,
                     help="start no shape after this many seconds (TRAILING's come first)")
     ap.add_argument("--set", default="trailing", choices=sorted(GROUPS),
-                    help="the candidates: TRAILING + EXTRA, STREAM_K (Plan.stream_k) or "
-                         "M64_SET (Plan.consumers = 1, dense Plan.epi_overlap)")
+                    help="the candidates: TRAILING + EXTRA, STREAM_K (Plan.stream_k), "
+                         "M64_SET (Plan.consumers = 1, dense Plan.epi_overlap) or NN96_SET "
+                         "(Plan.b_swizzle = 64)")
     a = ap.parse_args(argv)
     table = GROUPS[a.set]
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")] \

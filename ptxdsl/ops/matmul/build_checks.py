@@ -20,6 +20,10 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
         raise ValueError(f"build_hopper: one consumer (64-row tiles) is the dense kernel's "
                          f"without block-wise scales, got {p}"
                          f"{' (grouped)' if grouped else ''}, scales {mode}")
+    if p.pingpong and (grouped or mode == "block"):
+        raise ValueError(f"build_hopper: Plan.pingpong is the dense kernel's without "
+                         f"block-wise scales, got {p}{' (grouped)' if grouped else ''}, "
+                         f"scales {mode}")
     if p.stream_k and (grouped or mode == "block"):
         raise ValueError(f"build_hopper: Plan.stream_k is the dense kernel's without "
                          f"block-wise scales, got {p}{' (grouped)' if grouped else ''}, "
@@ -60,6 +64,10 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
     if p.bn % 16 or not 64 <= p.bn <= 256 or p.bk * dtype.bytes != 128:
         raise ValueError(f"build_hopper is written for 128 x bn tiles (bn a multiple of 16 from "
                          f"64 to 256) and 128-byte K rows, got {p}")
+    if p.b_swizzle != 128 and (b_major != "MN" or dtype.bytes != 2 or mode == "block"):
+        raise ValueError(f"build_hopper: Plan.b_swizzle={p.b_swizzle} is an MN-major 16-bit "
+                         f"B's (atoms of 32 columns), got B {b_major}-major {b_dtype.name}"
+                         f"{' with block-wise scales' if mode == 'block' else ''} (use 128)")
     if p.a_rows and a_major != "K":
         raise ValueError(f"build_hopper: Plan.a_rows={p.a_rows} loads part of A's K-major "
                          f"rows; A is {a_major}-major here (use a_rows=0)")

@@ -57,19 +57,32 @@ class Plan:
     #                            k-blocks as a rolling iteration of their own, so the two
     #                            consumers' iterations (each ends with its wgmma queue
     #                            drained) interleave
+    b_swizzle: int = 128   # an MN-major B's swizzle span in bytes: 128 (atoms of 64 columns)
+    #                        or 64 (32-column atoms: widths such as 96; .operands)
 
     consumers: int = 2     # consumer warpgroups, each m_waves x m64 x bn; 1: 64-row tiles
     #                        (one tile row of M = 128 is two tiles, a cluster along M shares B)
+    pingpong: bool = False  # two consumers on alternate 64-row tiles of the CTA's, one's
+    #                         epilogue under the other's wgmmas (.pingpong)
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 
     def __post_init__(self):
+        if self.b_swizzle not in (64, 128):
+            raise ValueError(f"Plan b_swizzle={self.b_swizzle}: an MN-major B's swizzle span, "
+                             f"128 or 64 bytes")
         if self.consumers not in (1, 2) or (self.consumers == 1 and (
                 self.split > 1 or self.stream_k or self.a_rows or self.one_partial
                 or self.m_waves > 1)):
             raise ValueError(f"Plan consumers={self.consumers}: 2, or 1 (64-row tiles) without "
                              f"split-K, one_partial, stream_k, a_rows or m_waves (split="
                              f"{self.split}, stream_k={self.stream_k}, a_rows={self.a_rows})")
+        if self.pingpong and (self.consumers != 2 or self.m_waves > 1 or self.split > 1
+                              or self.stream_k or self.a_rows or self.epi_in_ring
+                              or self.epi_overlap or self.cluster_n > 1):
+            raise ValueError(f"Plan pingpong: two consumers on alternate 64-row tiles, without "
+                             f"m_waves, split-K, stream_k, a_rows, epi_in_ring, epi_overlap or "
+                             f"a cluster along N, got {self}")
         if self.stream_k and (self.cluster_n > 1 or self.split > 1 or self.a_rows
                               or self.epi_in_ring or self.m_waves > 1):
             raise ValueError(f"Plan stream_k: clusters along M only (cluster_n="
@@ -118,11 +131,12 @@ class Plan:
     @property
     def options_tag(self) -> str:
         """The kernel name's part for ``one_partial``, ``stream_k``, one consumer,
-        ``b_prefetch``, ``epi_in_ring``, ``kb_stagger``."""
+        ``b_prefetch``, ``epi_in_ring``, ``kb_stagger``, ``b_swizzle``, ``pingpong``."""
         return (("_op" if self.one_partial else "") + ("_sk" if self.stream_k else "")
                 + ("_m64" if self.consumers == 1 else "")
                 + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
-                + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else ""))
+                + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else "")
+                + ("_sw64" if self.b_swizzle == 64 else "") + ("_pp" if self.pingpong else ""))
 
     @property
     def epi_cols(self) -> int:
@@ -155,8 +169,14 @@ class Plan:
 
     @property
     def bm(self) -> int:
-        """CTA tile rows: ``consumers`` warpgroups of ``m_waves`` m64 accumulators."""
-        return 64 * self.consumers * self.m_waves
+        """CTA tile rows: ``consumers`` warpgroups of ``m_waves`` m64 accumulators (one
+        warpgroup's 64 with ``pingpong``)."""
+        return 64 * (1 if self.pingpong else self.consumers) * self.m_waves
+
+    @property
+    def stage_readers(self) -> int:
+        """Consumer warpgroups that read (and release) each ring stage."""
+        return 1 if self.pingpong else self.consumers
 
     @property
     def wg_m(self) -> int:

@@ -88,7 +88,7 @@ from ...core.types import PtxType, b32, f32, s32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
-from .operands import SW128_K_MAJOR, operands, prefetch_run
+from .operands import SW128_K_MAJOR, operands, prefetch_run, zero_a_rows
 from .config import Plan
 from .build_checks import check_build
 from .schedule import persistent_grid, tile_coords
@@ -98,6 +98,7 @@ from .fp8 import SCALE_SUFFIX, mode_of, scale_specs
 from .splitk import PartialExchange, init_barriers, k_range, partial_bytes
 from .groups import GroupCursor, group_tiles
 from .overlap import overlapped_tiles
+from .pingpong import Turns, skip_stages
 from .store import store_rows, store_tile
 from . import streamk
 
@@ -126,6 +127,7 @@ class Layout:
         self.full = self.partial + p.partial_bytes()
         self.empty = self.full + 8 * p.stages
         self.xfull = self.empty + 8 * p.stages              # split-K exchange barriers
+        self.turn = self.xfull              # pingpong's turns (.pingpong; no split-K then)
         self.xfree = self.xfull + 8 * p.consumers
         self.total = self.xfree + 8 * p.consumers
 
@@ -162,23 +164,6 @@ def mma_instruction(bn: int, dtype: PtxType, b_dtype: PtxType) -> tuple[str, int
     kk = 32 // dtype.bytes
     return (f"wgmma.mma_async.sync.aligned.m64n{bn}k{kk}.f32.{dtype.name}.{b_dtype.name}",
             kk)
-
-
-def _zero_a_rows(a0, p: Plan, a_stage: int, tid) -> None:
-    """Zero the A rows ``a_rows .. bm`` of every ring stage (16-byte ``st.shared.v4.b32``),
-    then ``fence.proxy.async.shared::cta``: TMA never writes them, and wgmma (the async
-    proxy) reads them as zeros, so those rows of the product are zero and past M, never
-    stored. Before the start barrier that orders it. The producer warpgroup does it:
-    it fences nothing else later, so this fence stays its latest (the interpreter's
-    proxy detector keeps one per warp; the consumers fence again in every epilogue)."""
-    per = (p.bm - p.a_rows) * 128 // 16                 # 16-byte chunks per stage
-    zero = reg.scalar(u32, init=0)
-    with ptx.if_(tid < 128):
-        for i in ptx.range_(tid, per * p.stages, 128):
-            s = i // per
-            at = a0 + s * a_stage + (i - s * per) * 16
-            ptx.inst("st.shared.v4.b32", ptx.addr(at, p.a_rows * 128), [zero] * 4)
-        ptx.inst("fence.proxy.async.shared::cta")
 
 
 def grid_for(p: Plan, sms: int, grouped: bool = False):
@@ -291,15 +276,17 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
         full0, empty0 = base + L.full, base + L.empty
         if p.a_rows:
-            _zero_a_rows(base + L.a, p, L.a_stage, tid)
+            zero_a_rows(base + L.a, p, L.a_stage, tid)
 
         with ptx.if_(tid == 0):
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full0, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty0, 8 * s),
-                         p.consumers * MC * (4 if p.smem_scales else 1))
+                         p.stage_readers * MC * (4 if p.smem_scales else 1))
             if SK > 1:
                 init_barriers(base + L.xfull, base + L.xfree, p.consumers, SK)
+            if p.pingpong:
+                Turns.init(base + L.turn)
             ptx.inst("fence.mbarrier_init.release.cluster")
         if CLS > 1:
             ptx.inst("barrier.cluster.arrive.aligned")
@@ -372,7 +359,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         else:
                             opa.load(tma_a, sa, m0, kk, fb)
                         sb = base + L.b + ring.slot * L.b_stage
-                        if CL > 1:
+                        if CL > 1 and opb.k_parts > 1:   # this CTA's K-chunk of every atom
+                            opb.load(tma_b, sb + rank * share_b, n0, kk + rank * opb.box_k, fb,
+                                     mask=mask16)
+                        elif CL > 1:
                             opb.load(tma_b, sb + rank * share_b, nb, kk, fb, mask=mask16)
                         elif grouped:
                             opb.load(tma_b, sb, bn0, kk + bk0 if opb.major != "K" else kk, fb)
@@ -396,7 +386,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     ptx.inst.ld.global_.nc.f32(r, ptx.addr(ptr))
                 scale = sab[0] * sab[1]
             ring = Ring(S)
-            a_off = cons * (p.wg_m * p.bk * dtype.bytes)
+            a_off = 0 if p.pingpong else cons * (p.wg_m * p.bk * dtype.bytes)
             stage_c = base + L.a + a_off if p.epi_in_ring else base + L.c + cons * L.c_consumer
             # This thread's place in the m64nN accumulator fragment.
             warp, lw = lane >> 5, lane & 31
@@ -413,7 +403,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 ptx.inst("wgmma.fence.sync.aligned")
                 for ks in range(p.bk // mma_k):         # 32-byte K steps inside the stage
                     ptx.inst(mma, list(into or acc), da if ks == 0 else da + ks * opa.k_step,
-                             db if ks == 0 else db + ks * opb.k_step,
+                             db if ks == 0 else db + opb.k_offset(ks),
                              0 if first and ks == 0 else 1, 1, 1, *trans)
                 ptx.inst("wgmma.commit_group.sync.aligned")
                 eb = empty0 + ring.slot * 8
@@ -438,15 +428,18 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
 
             prev = reg.scalar(u32)                  # the empty barrier of the stage in flight
 
-            def mainloop(nkr):
+            def mainloop(nkr, issued=None):
                 """The tile's ``nkr`` k-blocks. The first writes D = A*B (scale-d 0); each
-                later one keeps one wgmma group in flight and releases the stage before it."""
+                later one keeps one wgmma group in flight and releases the stage before it.
+                ``issued()`` runs once the last stage's wgmmas are issued."""
                 ptx.inst.mov.u32(prev, mma_stage(True))
                 for kb in ptx.range_(1, nkr):
                     eb = mma_stage(False)
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     release(prev)
                     ptx.inst.mov.u32(prev, eb)
+                if issued is not None:
+                    issued()
                 ptx.inst("wgmma.wait_group.sync.aligned", 0)
                 release(prev)
 
@@ -527,7 +520,12 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     return
                 if grouped:
                     cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
-                for t in ptx.range_(cid, total, ncl):
+                if p.pingpong:      # the other consumer's first tile (.pingpong)
+                    skip_stages(ring, cons * nk)
+                    turns = Turns(base + L.turn, cons, lane, labels)
+                    turns.start()
+                for t in (ptx.range_(cid + cons * ncl, total, 2 * ncl) if p.pingpong else
+                          ptx.range_(cid, total, ncl)):
                     if grouped:
                         m0, n0, g, end = group_origin(cursor, t)
                         row0 = m0 + cons * p.wg_m
@@ -540,11 +538,14 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             grouped_tile(row0, n0, g, end)
                         continue
                     m0, n0 = tile_origin(t)
-                    row0 = m0 + cons * p.wg_m
+                    row0 = m0 if p.pingpong else m0 + cons * p.wg_m
                     sc = RowScales(psa, psb, row0 + frow, m) if mode == "row" else scale
                     if SK == 1:
                         if mode == "block":
                             blocks.run(0, nk, block_rows(row0), n0, False)
+                        elif p.pingpong:
+                            turns.take()
+                            mainloop(nk, turns.give)
                         else:
                             mainloop(nk)
                         store_tile(acc, p, L, out_dtype, ob, bias, activation, stage_c,
@@ -553,6 +554,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             store_tile(waves[1], p, L, out_dtype, ob, bias, activation,
                                        stage_c, lane, frow, fcol, bar_id, row0 + 128, n0, n,
                                        tma_c, pb, sc)
+                        if p.pingpong:              # the other consumer's next tile
+                            skip_stages(ring, nk)
                     else:
                         with ptx.if_(nkr > 0):
                             if mode == "block":

@@ -20,6 +20,14 @@ one of (8-bit operands: K-major only, as wgmma reads them):
   (LBO; CuTe writes this canonical layout ``((8T, m), (8, k)) : ((1, LBO), (8T, SBO))``
   under ``Swizzle<3,4,3>``, T = 8 elements). One k16 step is 16 rows: 2048 bytes.
 
+An MN-major B may take the 64-byte swizzle instead (``Plan.b_swizzle = 64``): atoms of
+32 columns (64 bytes by ``bk`` K-rows, 4 KiB), so tile widths in multiples of 32 (96),
+as CUTLASS picks the widest swizzle whose atom divides the tile; the descriptor's 8-K-row
+groups are then 512 bytes apart and a k16 step is 1024 bytes. Where a cluster along M
+shares such a B and its CTAs' shares are not whole atoms (96 / 2 = 48 columns), each CTA
+loads every atom's ``bk / cluster`` K-rows instead (``k_parts``): the stage is
+``k_parts`` K-chunks one after the other, each holding all the atoms' rows of that chunk.
+
 Either way a stage holds ``rows * bk`` elements and a consumer's 64 rows of A start
 ``64 * bk * elem`` bytes after the previous consumer's (64 K-major rows, or one MN-major
 atom), so the ring's map (:class:`.hopper.Layout`) does not depend on the majors.
@@ -29,10 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.specs import Tile
-from ...dsl import ptx
+from ...dsl import ptx, reg
 from ...isa.descriptors import SmemDescriptor
 from ...core.tensormap import TMA
-from ...core.types import PtxType
+from ...core.types import PtxType, u32
 
 ATOM = 64          # elements of one 128-byte swizzle row (16-bit types)
 ROW_BYTES = 128    # the swizzle span: one K-major row / one MN-major atom row
@@ -59,8 +67,17 @@ class Operand:
     bk: int
     dtype: PtxType
     l2_promotion: int = 0
+    swizzle: int = ROW_BYTES    # an MN-major operand's swizzle span: 128, or 64
+    k_parts: int = 1            # MN-major: K-chunks of a stage, one per CTA of a cluster
 
     def __post_init__(self):
+        if self.swizzle not in (64, ROW_BYTES) or (self.major == "K" and (
+                self.swizzle != ROW_BYTES or self.k_parts != 1)) or \
+                self.bk % (8 * self.k_parts):
+            raise ValueError(f"operand {self.which}: a K-major operand takes the 128-byte "
+                             f"swizzle whole, an MN-major one the 128- or 64-byte swizzle in "
+                             f"K-chunks of whole 8-row groups, got {self.major}-major, "
+                             f"swizzle {self.swizzle}, k_parts {self.k_parts}")
         if self.major not in MAJORS:
             raise ValueError(f"operand {self.which}: major must be 'K' or 'MN', got "
                              f"{self.major!r}")
@@ -85,7 +102,12 @@ class Operand:
 
     @property
     def box_mn(self) -> int:
-        return self.box_rows if self.major == "K" else ATOM
+        return self.box_rows if self.major == "K" else self.swizzle // self.dtype.bytes
+
+    @property
+    def box_k(self) -> int:
+        """K-rows of one box: ``bk``, or one K-chunk of an MN-major stage."""
+        return self.bk // self.k_parts
 
     def tile(self, stride: str, names: tuple | None = None) -> Tile:
         """The argument's Tile: (M|N, K) for K-major, (K, M|N) for MN-major, read by TMA
@@ -98,7 +120,7 @@ class Operand:
                         tma=TMA(box=(self.box_rows, self.bk), swizzle=ROW_BYTES,
                                 l2_promotion=self.l2_promotion))
         return Tile(kn, mn, self.dtype, stride=stride,
-                    tma=TMA(box=(self.bk, ATOM), swizzle=ROW_BYTES,
+                    tma=TMA(box=(self.box_k, self.box_mn), swizzle=self.swizzle,
                             l2_promotion=self.l2_promotion))
 
     # ---------------------------------------------------------------- shared memory
@@ -108,7 +130,7 @@ class Operand:
 
     @property
     def box_bytes(self) -> int:
-        return self.box_mn * self.bk * self.dtype.bytes
+        return self.box_mn * self.box_k * self.dtype.bytes
 
     @property
     def transpose(self) -> int:
@@ -120,7 +142,8 @@ class Operand:
         """The descriptor's fields but the start address."""
         if self.major == "K":
             return SW128_K_MAJOR
-        return SmemDescriptor(leading=self.box_bytes, stride=8 * ROW_BYTES, swizzle=ROW_BYTES)
+        return SmemDescriptor(leading=self.box_bytes, stride=8 * self.swizzle,
+                              swizzle=self.swizzle)
 
     @property
     def k_step(self) -> int:
@@ -128,7 +151,17 @@ class Operand:
         16-bit type, k32 of an 8-bit one): 32 bytes along a K-major row, 16 rows (2048
         bytes) down an MN-major atom (16-bit types only)."""
         kk = 32 // self.dtype.bytes
-        return (kk * self.dtype.bytes if self.major == "K" else kk * ROW_BYTES) >> 4
+        return (kk * self.dtype.bytes if self.major == "K" else kk * self.swizzle) >> 4
+
+    def k_offset(self, ks: int) -> int:
+        """Descriptor increment (16-byte units) of the ``ks``-th wgmma K step of a stage:
+        ``ks * k_step``, or with K-chunks the step's place in its chunk (chunks
+        ``rows * box_k`` elements apart)."""
+        if self.k_parts == 1:
+            return ks * self.k_step
+        per = self.box_k // (32 // self.dtype.bytes)        # K steps per chunk
+        chunk = self.rows * self.box_k * self.dtype.bytes
+        return ((ks // per) * chunk >> 4) + (ks % per) * self.k_step
 
     def descriptor(self, addr):
         """The wgmma descriptor of the tile at shared address ``addr`` (a ``.u32``, 1024-byte
@@ -146,7 +179,8 @@ class Operand:
 
     # ---------------------------------------------------------------- TMA
     def load(self, tmap, dst, mn0, kk, bar, *, mask=None) -> None:
-        """This CTA's ``load_rows`` M/N rows from ``mn0`` (K from ``kk``) into shared
+        """This CTA's ``load_rows`` M/N rows from ``mn0`` (K from ``kk``: with
+        ``k_parts``, the first row of this CTA's K-chunk, ``box_k`` rows) into shared
         ``dst``: one ``cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::
         complete_tx::bytes`` per box (``.multicast::cluster`` with ``mask``, a ``.u16``
         register, to the same offset of every CTA in it), completing on ``bar``."""
@@ -186,21 +220,50 @@ def prefetch_run(op: Operand, tmap, kb, hi, p, mn0) -> None:
                 op.prefetch(tmap, mn0, (kb + (run + j)) * bk)
 
 
+def k_parts(p, b_major: str) -> int:
+    """K-chunks of an MN-major B's stage (:class:`Operand`): the cluster along M where
+    its CTAs' shares of the tile are not whole atoms of ``p.b_swizzle`` bytes, else 1."""
+    if b_major == "K" or p.cluster == 1 or (p.bn // p.cluster) % (p.b_swizzle // 2) == 0:
+        return 1
+    return p.cluster
+
+
 def operands(p, dtype: PtxType, a_major: str = "K", b_major: str = "K",
              b_dtype: PtxType | None = None) -> tuple:
     """(A, B) of a :class:`.config.Plan`: A ``bm`` rows, each CTA of a cluster along N
     loading ``bm / cluster_n`` of them (multicast) in one K-major box, or only the first
     ``a_rows``; B ``bn`` rows, each CTA of a cluster along M loading ``bn / cluster`` of
-    them (multicast), in K-major boxes of ``bn / 2`` rows. ``b_dtype``: B's element type where it differs from A's (an
-    e4m3 / e5m2 mix)."""
+    them (multicast), in K-major boxes of ``bn / 2`` rows (an MN-major B in atoms of
+    ``p.b_swizzle`` bytes, shared along K where they do not divide: :func:`k_parts`).
+    ``b_dtype``: B's element type where it differs from A's (an e4m3 / e5m2 mix)."""
     if p.b_prefetch and b_major != "K":
         raise ValueError(f"Plan.b_prefetch is for a K-major B (rows of B read 128 bytes at a "
                          f"time), got B {b_major}-major")
     ar = p.a_rows or p.bm // p.cluster_n             # rows of A this CTA loads per stage
     a = Operand("A", a_major, p.bm, ar, ar, p.bk, dtype, p.l2_promotion)
-    b = Operand("B", b_major, p.bn, p.bn // p.cluster, p.bn // 2, p.bk, b_dtype or dtype,
-                p.l2_promotion)
+    kp = k_parts(p, b_major)
+    b = Operand("B", b_major, p.bn, p.bn // p.cluster if kp == 1 else p.bn, p.bn // 2, p.bk,
+                b_dtype or dtype, p.l2_promotion,
+                p.b_swizzle if b_major != "K" else ROW_BYTES, kp)
     return a, b
 
 
-__all__ = ["Operand", "operands", "prefetch_run", "SW128_K_MAJOR", "ATOM", "MAJORS"]
+def zero_a_rows(a0, p, a_stage: int, tid) -> None:
+    """Zero the A rows ``a_rows .. bm`` of every ring stage (16-byte ``st.shared.v4.b32``),
+    then ``fence.proxy.async.shared::cta``: TMA never writes them, and wgmma (the async
+    proxy) reads them as zeros, so those rows of the product are zero and past M, never
+    stored. Before the start barrier that orders it. The producer warpgroup does it:
+    it fences nothing else later, so this fence stays its latest (the interpreter's
+    proxy detector keeps one per warp; the consumers fence again in every epilogue)."""
+    per = (p.bm - p.a_rows) * 128 // 16                 # 16-byte chunks per stage
+    zero = reg.scalar(u32, init=0)
+    with ptx.if_(tid < 128):
+        for i in ptx.range_(tid, per * p.stages, 128):
+            s = i // per
+            at = a0 + s * a_stage + (i - s * per) * 16
+            ptx.inst("st.shared.v4.b32", ptx.addr(at, p.a_rows * 128), [zero] * 4)
+        ptx.inst("fence.proxy.async.shared::cta")
+
+
+__all__ = ["Operand", "operands", "k_parts", "prefetch_run", "SW128_K_MAJOR", "ATOM", "MAJORS",
+           "zero_a_rows"]

@@ -93,10 +93,10 @@ MOST_STAGES_M64 = 10     # 64-row tiles (Plan.consumers = 1): the ring as deep a
 
 
 def fitted(p: Plan, dtype: PtxType, out_dtype: PtxType) -> Plan:
-    """``p`` with the deepest ring its tile width takes that fits (64-row tiles: up to
-    :data:`MOST_STAGES_M64`); one stage more with ``epi_in_ring`` (the staging buffers'
-    room is the ring's)."""
-    most = (most_stages(p.bn) if p.consumers > 1 else MOST_STAGES_M64) + \
+    """``p`` with the deepest ring its tile width takes that fits (64-row tiles, also
+    ``pingpong``'s: up to :data:`MOST_STAGES_M64`); one stage more with ``epi_in_ring``
+    (the staging buffers' room is the ring's)."""
+    most = (most_stages(p.bn) if p.bm > 64 else MOST_STAGES_M64) + \
         (1 if p.epi_in_ring else 0)
     return dataclasses.replace(p, stages=stages_for(p, dtype, out_dtype, most))
 
@@ -157,14 +157,18 @@ def for_majors(p: Plan, dtype: PtxType, out_dtype: PtxType, a_major: str = "K",
     rows: ``a_rows`` (a box of A's first rows; dropped for an MN-major A), clusters along
     N of more than ``bm / 64`` CTAs (each would load fewer than the 64 rows of an MN-major
     A's box: fewer CTAs share A), and a tile width that is not whole 64-column atoms
-    (``bn = 224``: an MN-major B arrives in boxes of 64 columns; the next whole width
-    instead, 256 for 224, the ring re-fitted). ``b_prefetch`` is a K-major B's only."""
+    (``bn = 224``: an MN-major B arrives in boxes of 64 columns, 32 with ``b_swizzle =
+    64``; the next whole width instead, 256 for 224, the ring re-fitted). ``b_prefetch``
+    is a K-major B's only, ``b_swizzle = 64`` an MN-major B's."""
     if p.a_rows and a_major != "K":
         p = dataclasses.replace(p, a_rows=0)
     if a_major != "K" and p.bm // p.cluster_n < MN_BOX:
         p = dataclasses.replace(p, cluster_n=p.bm // MN_BOX)
-    if p.bn % 64 and b_major != "K":
-        p = fitted(dataclasses.replace(p, bn=-(-p.bn // 64) * 64), dtype, out_dtype)
+    atom = p.b_swizzle // 2
+    if p.bn % atom and b_major != "K":
+        p = fitted(dataclasses.replace(p, bn=-(-p.bn // atom) * atom), dtype, out_dtype)
+    if p.b_swizzle != 128 and b_major == "K":
+        p = dataclasses.replace(p, b_swizzle=128)
     if p.b_prefetch and b_major != "K":     # an MN-major B's k-block is whole DRAM rows
         p = dataclasses.replace(p, b_prefetch=0)
     return p

@@ -79,7 +79,9 @@ class Smem:
         if c.p_smem:                  # P: block_m rows of every 64-key panel, like Q
             self.p = -(-self.total // 1024) * 1024
             self.total = self.p + c.block_m * padded(c.block_n) * es
-        if c.tma_store:                             # O's staging: 128 rows of every panel
+        if c.tma_store and c.o_in_q:                # O's staging: Q's buffer
+            self.o = self.q
+        elif c.tma_store:                           # O's staging: 128 rows of every panel
             self.o = -(-self.total // 1024) * 1024
             self.total = self.o + c.block_m * d * es
 
@@ -92,7 +94,8 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     packed as in ``packed``) or ``varlen_unordered`` (the same in numbering order)."""
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
-                     block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb)
+                     block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb,
+                     spread=c.kv_spread)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
                       sections=c.head_sections, section_mb=c.section_mb)
@@ -142,6 +145,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     DN = c.diag_n                 # Config.diag_n: the narrow last block's keys (0: none)
     late = c.late_epilogue and layout in ("dense", "packed")
+    oq = c.o_in_q and tma_out     # Config.o_in_q: Q is released after the epilogue's stores
+    spread = c.kv_spread and layout == "dense" and mask.right < 0
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -153,7 +158,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_split' if c.split_mask else ''}"
             f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
-            f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}")
+            f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}"
+            f"{'_oq' if oq else ''}{'_spread' if spread else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -490,7 +496,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         if DN:                          # the narrow last block, after the loop
                             uniform_if(labels, tail,
                                         lambda: step(n_end - 1, True, "_nar", True))
-                        release(qempty, 0)              # every S of the tile has retired
+                        if not oq:                      # every S of the tile has retired
+                            release(qempty, 0)
                         my_turn()
                         if DN:                          # one hand-over predicate for both
                             last = cons == 0 if NC == 2 else cons != NC - 1
@@ -512,8 +519,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     else:
                         with ptx.if_(n_lo < n_hi):
                             tile_blocks()
-                    with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
-                        release(qempty, 0)
+                    if not oq:
+                        with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
+                            release(qempty, 0)
                     ptx.inst.xor.b32(qphase, qphase, 1)
                     if late:        # O out of the accumulator and 1 / l, for the next tile
                         for x, y in zip(kept[0] + kept[3], list(o_acc) + normalizers(l)):
@@ -526,6 +534,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 if tma_out and not (c.store_wait_once or late):   # the staging buffer
                     with ptx.if_(lane == 0):                     # outlives the last store
                         ptx.tma.wait(0, read=True)
+                        if oq:                  # (Q's buffer: the next Q may come now)
+                            ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
+                                     ptx.addr(qempty))
 
             if dyn:
                 t = reg.scalar(u32)

@@ -143,7 +143,9 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # ``h256c`` (head dim 256 causal at 1k and 4k): each plans row with the TMA-store epilogue
 # staged in Q's buffer (the only place it fits beside Q and two 80-key stages; FA4 stages
 # O in sQ), without ping-pong (FA4 takes turns only up to head dim 128), and FA4's sm90
-# schedule in our terms (one CTA a tile, longest-first in 48 MiB sections), with both.
+# schedule in our terms (one CTA a tile, longest-first in 48 MiB sections), with both;
+# and O in Q's buffer with each consumer's Q on its own barriers (Config.q_split: a
+# consumer's next Q waits for its own epilogue only), with and without ping-pong.
 _OQ = dict(tma_store=True, o_in_q=True)
 _FA4GRID = dict(persistent=False, dynamic=False)
 SETS = {
@@ -202,11 +204,12 @@ SETS = {
         _PLAN, dict(_PLAN, kv_spread=True), dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
         dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, **_FA4GRID, kv_spread=True),
         dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ),
-        dict(_PLAN, kv_spread=True, tma_store=True)]}},
+        dict(_PLAN, kv_spread=True, tma_store=True), dict(_PLAN, q_split=True, **_OQ)]}},
     "h256c": {"seqs": [1024, 4096], "masks": [True], "candidates": {256: [
         _PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False),
         dict(_PLAN, pingpong=False, **_OQ), dict(_PLAN, **_FA4GRID, **_S48, **_OQ),
-        dict(_PLAN, pingpong=False, **_FA4GRID, **_S48, **_OQ)]}},
+        dict(_PLAN, pingpong=False, **_FA4GRID, **_S48, **_OQ),
+        dict(_PLAN, q_split=True, **_OQ), dict(_PLAN, pingpong=False, q_split=True, **_OQ)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),
@@ -407,7 +410,7 @@ def _name(kw: dict) -> str:
                             ("dynamic", "dyn"), ("p_smem", "p-smem"),
                             ("split_mask", "split"), ("consumer_bound", "cb"),
                             ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
-                            ("kv_spread", "spread")) if kw.get(k)]
+                            ("kv_spread", "spread"), ("q_split", "q-split")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

@@ -84,7 +84,10 @@ class Config:
     O is staged in the rows of Q's buffer that the consumer's own Q·Kᵀ read (FA4's sm90
     choice), not in a buffer of its own (what head dim 256 lacks the shared memory for);
     Q is then released once the tile's TMA stores have read O, not after its last Q·Kᵀ,
-    so the next tile's Q load waits for the epilogue."""
+    so the next tile's Q load waits for the epilogue. ``q_split`` (the dense layout; else
+    no effect): each consumer's 64 rows of Q come by their own TMA loads (a box of 64 rows)
+    onto their own pair of full / empty mbarriers, so a consumer's next Q waits only for
+    its own release (with ``o_in_q``: its own epilogue's stores), not the other's."""
 
     block_n: int = 128
     stages: int = 2
@@ -106,6 +109,7 @@ class Config:
     late_epilogue: bool = False
     kv_spread: bool = False
     o_in_q: bool = False
+    q_split: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -156,12 +160,14 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage; ``dynamic``: 16 more for the tile number), with ``p_smem`` P (``block_m``
+        stage; ``dynamic``: 16 more for the tile number;
+        ``q_split``: 2 per consumer), with ``p_smem`` P (``block_m``
         rows of ``block_n`` keys in 64-key panels), and with ``tma_store`` O's staging
         buffer (``block_m`` rows; ``o_in_q``: none), each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic)
+        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic
+                                            + 2 * self.consumers * self.q_split)
         if self.p_smem:
             total = -(-total // 1024) * 1024 + self.block_m * padded(self.block_n) * elem_bytes
         if self.tma_store and not self.o_in_q:

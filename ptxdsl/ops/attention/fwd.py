@@ -76,6 +76,9 @@ class Smem:
         if c.dynamic:                 # Config.dynamic: the tile number, a word per consumer
             self.tile = self.total
             self.total += 16
+        if c.q_split:                 # Config.q_split: full, then empty, per consumer
+            self.qs = self.total
+            self.total += 16 * c.consumers
         if c.p_smem:                  # P: block_m rows of every 64-key panel, like Q
             self.p = -(-self.total // 1024) * 1024
             self.total = self.p + c.block_m * padded(c.block_n) * es
@@ -95,7 +98,7 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
                      block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb,
-                     spread=c.kv_spread)
+                     spread=c.kv_spread, q_rows=64 if c.q_split else 0)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
                       sections=c.head_sections, section_mb=c.section_mb)
@@ -147,6 +150,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     late = c.late_epilogue and layout in ("dense", "packed")
     oq = c.o_in_q and tma_out     # Config.o_in_q: Q is released after the epilogue's stores
     spread = c.kv_spread and layout == "dense" and mask.right < 0
+    qs = c.q_split and layout == "dense"
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -159,7 +163,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
             f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}"
-            f"{'_oq' if oq else ''}{'_spread' if spread else ''}")
+            f"{'_oq' if oq else ''}{'_spread' if spread else ''}{'_qs' if qs else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -180,9 +184,13 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         qfull, qempty = base + L.qfull, base + L.qempty
         kfull, vfull = base + L.kfull, base + L.vfull
         kempty, vempty = base + L.kempty, base + L.vempty
+        # Config.q_split: consumer i's Q on barriers qfull_i, qempty_i (one arrival each)
+        qparts = [(base + L.qs + 8 * i, base + L.qs + 8 * (NC + i), i) for i in range(NC)] \
+            if qs else [(qfull, qempty, None)]
         with ptx.if_(tid == 0):
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull), 1)
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), NC)
+            for qf, qe, i in qparts:
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qf), 1)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qe), 1 if qs else NC)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kfull, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vfull, 8 * s), 1)
@@ -214,22 +222,28 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ring = Ring(S)
                 qphase = reg.scalar(u32, init=0)
 
-                def publish(t):
-                    """Wait until the consumers are done with Q; dynamic: then write the
-                    tile number, which they read once qfull's next phase completes."""
-                    wait(labels, qempty, qphase ^ 1)
-                    for i in range(NC if dyn else 0):
+                def publish(t, qe=qempty, part=None):
+                    """Wait until the consumers (``part``: consumer ``part``) are done with
+                    Q; dynamic: then write the tile number, which they read once qfull's
+                    next phase completes."""
+                    wait(labels, qe, qphase ^ 1)
+                    for i in (range(NC) if part is None else [part]) if dyn else ():
                         ptx.inst("st.shared.u32", ptx.addr(base + L.tile, 4 * i), t)
 
                 def produce(t):
                     w, off, n_lo, n_hi = tile(t)
                     with if_valid(w):
-                        publish(t)
-                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                 ptx.addr(qfull), L.q_bytes)
-                        for p in range(P):
-                            ptx.tma.load(base + (L.q + p * BM * ROW), tq,
-                                         sched.q_coords(p, w), qfull)
+                        for qf, qe, i in qparts:
+                            publish(t, qe, i)
+                            ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                     ptx.addr(qf), L.q_bytes // len(qparts))
+                            for p in range(P):
+                                if i is None:
+                                    ptx.tma.load(base + (L.q + p * BM * ROW), tq,
+                                                 sched.q_coords(p, w), qf)
+                                else:           # consumer i's 64 rows of each panel
+                                    ptx.tma.load(base + (L.q + p * BM * ROW + i * 64 * ROW),
+                                                 tq, sched.q_coords(p, w, i), qf)
                         ptx.inst.xor.b32(qphase, qphase, 1)
                         for j in ptx.range_(n_lo, n_hi):
                             for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
@@ -260,8 +274,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst.add.u32(t, got, ncta)
                     ptx.bra(top, uni=True)
                     ptx.place(done)
-                    publish(t)                      # a number past the last tile: stop
-                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qfull))
+                    for qf, qe, i in qparts:        # a number past the last tile: stop
+                        publish(t, qe, i)
+                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qf))
                 else:
                     for t in ptx.range_(cta, tiles, ncta):
                         produce(t)
@@ -269,6 +284,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
             cons = wg - 1
+            # the Q barriers this consumer waits on and releases (Config.q_split: its own)
+            my_qfull, my_qempty = (qfull, qempty) if not qs else (
+                base + L.qs + (cons << 3), base + L.qs + 8 * NC + (cons << 3))
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             s_acc = ptx.wgmma.accumulator(BN)
@@ -411,7 +429,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ring.advance()
 
                     if not dyn:                     # (dynamic: waited for the tile number)
-                        wait(labels, qfull, qphase)
+                        wait(labels, my_qfull, qphase)
                     # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
@@ -497,7 +515,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             uniform_if(labels, tail,
                                         lambda: step(n_end - 1, True, "_nar", True))
                         if not oq:                      # every S of the tile has retired
-                            release(qempty, 0)
+                            release(my_qempty, 0)
                         my_turn()
                         if DN:                          # one hand-over predicate for both
                             last = cons == 0 if NC == 2 else cons != NC - 1
@@ -521,7 +539,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             tile_blocks()
                     if not oq:
                         with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
-                            release(qempty, 0)
+                            release(my_qempty, 0)
                     ptx.inst.xor.b32(qphase, qphase, 1)
                     if late:        # O out of the accumulator and 1 / l, for the next tile
                         for x, y in zip(kept[0] + kept[3], list(o_acc) + normalizers(l)):
@@ -536,13 +554,13 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.tma.wait(0, read=True)
                         if oq:                  # (Q's buffer: the next Q may come now)
                             ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                                     ptx.addr(qempty))
+                                     ptx.addr(my_qempty))
 
             if dyn:
                 t = reg.scalar(u32)
                 top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
                 ptx.place(top)
-                wait(labels, qfull, qphase)
+                wait(labels, my_qfull, qphase)
                 ptx.inst("ld.shared.u32", t, ptx.addr(base + L.tile + (cons << 2)))
                 # every thread of the warpgroup has read its word before lane 0 releases Q
                 # (after which the producer writes the next)

@@ -1,5 +1,6 @@
 """Config.o_in_q (the TMA-store epilogue staged in Q's buffer, Q released after the
-stores have read it) and Config.kv_spread (the full order visiting a batch's query heads
+stores have read it), Config.q_split (each consumer's Q on its own barriers) and
+Config.kv_spread (the full order visiting a batch's query heads
 K/V head by K/V head) on the CPU interpreter, every detector on: the output and LSE
 bitwise those of the same config without the option, and agree with the float64
 reference."""
@@ -17,7 +18,7 @@ from ptxdsl.ops.attention.fwd import Smem, build_forward
 def test_options_checked_and_sized():
     """Off by default; o_in_q needs the TMA-store epilogue waiting every tile, and takes
     no shared memory of its own (head dim 256's 80-key pair of stages then fits)."""
-    assert not Config().o_in_q and not Config().kv_spread
+    assert not Config().o_in_q and not Config().kv_spread and not Config().q_split
     for kw in ({}, dict(store_wait_once=True), dict(late_epilogue=True, persistent=True)):
         with pytest.raises(ValueError, match="o_in_q"):
             Config(o_in_q=True, tma_store=bool(kw), **kw)
@@ -25,6 +26,8 @@ def test_options_checked_and_sized():
     assert c.smem_bytes(256) == Config(block_n=80, pingpong=True).smem_bytes(256) <= 232448
     L = Smem(c, 256, 2)
     assert L.o == L.q and L.total == Smem(Config(block_n=80), 256, 2).total
+    split = Config(block_n=80, tma_store=True, o_in_q=True, q_split=True)
+    assert split.smem_bytes(256) == c.smem_bytes(256) + 32 == Smem(split, 256, 2).total
 
 
 @pytest.mark.long
@@ -47,11 +50,29 @@ def test_o_in_q(mask, kw):
 def test_o_in_q_head_dim_256():
     """Head dim 256 with the causal 80-key ping-pong row's shape (one CTA a tile, and
     persistent on 1 CTA), against the row's st.global epilogue (O's own staging buffer
-    does not fit beside Q and two stages)."""
+    does not fit beside Q and two stages); persistent also with Config.q_split."""
     q, k, v = inputs(1, 200, 200, 1, 1, 256, 4)
-    for persistent in (False, True):
+    for persistent, split in ((False, False), (True, False), (True, True)):
         base = Config(block_n=80, pingpong=True, lazy_rescale=True, persistent=persistent)
-        same_and_right(base, q, k, v, Mask(-1, 0), sms=1, tma_store=True, o_in_q=True)
+        same_and_right(base, q, k, v, Mask(-1, 0), sms=1, tma_store=True, o_in_q=True,
+                       q_split=split)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mask,kw", [
+    (Mask(-1, 0), dict(block_n=48, pingpong=True, lazy_rescale=True)),
+    (Mask(-1, 0), dict(block_n=48, pingpong=True, tma_store=True, o_in_q=True)),
+    (Mask(-1, 0), dict(block_n=48, dynamic=True, head_sections=True, tma_store=True,
+                       o_in_q=True)),
+    (Mask(), dict(block_n=64, consumers=3, tma_store=True, o_in_q=True)),
+])
+def test_q_split(mask, kw):
+    """Each consumer's 64 rows of Q by their own loads and barriers, alone and with O in
+    Q's buffer (a consumer's next Q after its own stores), ping-pong, the dynamic
+    scheduler (a tile word per consumer), three consumers; ragged Sq > Sk, persistent on
+    2 CTAs: bitwise the config without it."""
+    q, k, v = inputs(1, 300, 200, 2, 1, 64, 23)
+    same_and_right(Config(persistent=True, **kw), q, k, v, mask, q_split=True)
 
 
 @pytest.mark.long
@@ -75,3 +96,6 @@ def test_kv_spread_name():
     assert "_spread" not in build_forward(c, f16, 64, Mask(), scale=0.1, layout="packed",
                                           group=2).name
     assert "_spread" not in build_forward(c, f16, 64, Mask(-1, 0), scale=0.1).name
+    c = Config(block_n=64, persistent=True, q_split=True)
+    assert build_forward(c, bf16, 64, Mask(), scale=0.1).name.endswith("_qs")
+    assert "_qs" not in build_forward(c, f16, 64, Mask(), scale=0.1, layout="varlen").name

@@ -139,7 +139,8 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # than at MHA and FA4 faster): the plans row, with Config.kv_spread (tiles side by side
 # on different K/V heads, as under MHA, not all on one group's), the packed layout (FA4
 # packs every GQA group on sm90), one CTA a tile (FA4's grid, hardware-scheduled), both,
-# and the TMA-store epilogue (FA4's) with its own buffer or in Q's (Config.o_in_q).
+# and the TMA-store epilogue (FA4's) with its own buffer or in Q's (Config.o_in_q, also
+# with Config.q_split).
 # ``h256c`` (head dim 256 causal at 1k and 4k): each plans row with the TMA-store epilogue
 # staged in Q's buffer (the only place it fits beside Q and two 80-key stages; FA4 stages
 # O in sQ), without ping-pong (FA4 takes turns only up to head dim 128), and FA4's sm90
@@ -202,9 +203,8 @@ SETS = {
               dict(_PLAN, diag_n=48, **_LATE)]}},
     "gqa_full": {"seqs": [4096], "heads": (32, 8), "masks": [False], "candidates": {128: [
         _PLAN, dict(_PLAN, kv_spread=True), dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
-        dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, **_FA4GRID, kv_spread=True),
-        dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ),
-        dict(_PLAN, kv_spread=True, tma_store=True), dict(_PLAN, q_split=True, **_OQ)]}},
+        dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ),
+        dict(_PLAN, q_split=True, **_OQ)]}},
     "h256c": {"seqs": [1024, 4096], "masks": [True], "candidates": {256: [
         _PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False),
         dict(_PLAN, pingpong=False, **_OQ), dict(_PLAN, **_FA4GRID, **_S48, **_OQ),

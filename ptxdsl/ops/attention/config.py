@@ -87,7 +87,11 @@ class Config:
     so the next tile's Q load waits for the epilogue. ``q_split`` (the dense layout; else
     no effect): each consumer's 64 rows of Q come by their own TMA loads (a box of 64 rows)
     onto their own pair of full / empty mbarriers, so a consumer's next Q waits only for
-    its own release (with ``o_in_q``: its own epilogue's stores), not the other's."""
+    its own release (with ``o_in_q``: its own epilogue's stores), not the other's.
+    ``kv_rotate`` (masks without bounds; else no effect): a tile reads its key blocks from
+    block ``m % n`` on (m-block ``m``, ``n`` blocks), wrapping around, so the tiles of one
+    head that run side by side read different K/V lines at a time (the sum's order
+    changes: values within rounding of those without it)."""
 
     block_n: int = 128
     stages: int = 2
@@ -110,6 +114,7 @@ class Config:
     kv_spread: bool = False
     o_in_q: bool = False
     q_split: bool = False
+    kv_rotate: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -137,6 +142,9 @@ class Config:
             raise ValueError("o_in_q stages O in Q's buffer of the TMA-store epilogue and "
                              "waits for its reads every tile: give tma_store=True, with "
                              "store_wait_once and late_epilogue off")
+        if self.kv_rotate and (self.split_mask or self.diag_n or self.late_epilogue):
+            raise ValueError("kv_rotate reorders a tile's key blocks: give it without "
+                             "split_mask, diag_n and late_epilogue")
         if self.diag_n and (self.diag_n % 16 or not 16 <= self.diag_n < self.block_n
                             or self.p_smem or self.split_mask):
             raise ValueError(f"diag_n narrows a consumer's last key block: a multiple of 16 "

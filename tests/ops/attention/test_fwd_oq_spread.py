@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
-from attention_fwd_checks import inputs, same_and_right
+from attention_fwd_checks import inputs, right, same_and_right
 from ptxdsl.core.types import bf16, f16
 from ptxdsl.ops.attention.config import Config, Mask
 from ptxdsl.ops.attention.fwd import Smem, build_forward
@@ -99,3 +99,29 @@ def test_kv_spread_name():
     c = Config(block_n=64, persistent=True, q_split=True)
     assert build_forward(c, bf16, 64, Mask(), scale=0.1).name.endswith("_qs")
     assert "_qs" not in build_forward(c, f16, 64, Mask(), scale=0.1, layout="varlen").name
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("kw,layout,hk", [
+    (dict(block_n=48, persistent=True, lazy_rescale=True), "dense", 2),
+    (dict(block_n=48, dynamic=True, persistent=True, tma_store=True, o_in_q=True), "dense", 2),
+    (dict(block_n=64, consumers=3, pingpong=True), "dense", 4),
+    (dict(block_n=48, persistent=True, lazy_rescale=True), "packed", 2),
+])
+def test_kv_rotate(kw, layout, hk):
+    """Full, Sk = 200 in 48- or 64-key blocks (the ragged last block read first or in the
+    middle by the tiles past the first), Sq over several tiles, GQA (packed: a group of 2
+    in a tile's rows): against the float64 reference; causal keeps its order."""
+    q, k, v = inputs(1, 300, 200, 4, hk, 64, 31)
+    c = Config(kv_rotate=True, **kw)
+    right(c, q, k, v, Mask(), layout, 4 // hk if layout == "packed" else 1)
+    assert "_rot" not in build_forward(c, f16, 64, Mask(-1, 0), scale=0.1).name
+
+
+def test_kv_rotate_checked():
+    """Not with the options that place a tile's blocks (split_mask, diag_n, late)."""
+    for kw in (dict(split_mask=True), dict(diag_n=16), dict(late_epilogue=True)):
+        with pytest.raises(ValueError, match="kv_rotate"):
+            Config(block_n=48, persistent=True, kv_rotate=True, **kw)
+    c = Config(block_n=64, kv_rotate=True)
+    assert build_forward(c, bf16, 64, Mask(), scale=0.1).name.endswith("_rot")

@@ -18,7 +18,8 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag] [--rounds 5] [--iters 10]
+        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c]
+        [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
 
@@ -26,7 +27,7 @@ candidates not reached by then are skipped.
 as strings); ``--set`` named sets of :data:`SETS`, run one after another in one process
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
-``h128c``, ``h128f``, ``causal``, ``diag``: the shapes where ptxdsl trails FA4, each with its own
+``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``: the shapes where ptxdsl trails FA4, each with its own
 shapes and H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
 where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
@@ -134,6 +135,24 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # otherwise, once a tile, most at S = 1k), alone and with diag_n (at head dim 128 with
 # the staging wait once a CTA). Every candidate compiles without spills or serialized
 # wgmmas (test_fwd_candidates.py).
+# ``gqa_full`` (the bench's GQA full row, B4 S4k H32 Hkv8 hd128, where ptxdsl runs slower
+# than at MHA and FA4 faster): the plans row, with Config.kv_spread (tiles side by side
+# on different K/V heads, as under MHA, not all on one group's), the packed layout (FA4
+# packs every GQA group on sm90), one CTA a tile (FA4's grid, hardware-scheduled), both,
+# and the TMA-store epilogue (FA4's) with its own buffer or in Q's (Config.o_in_q, also
+# with Config.q_split), and Config.kv_rotate (a tile's key blocks from its m-block's on:
+# the tiles of one head that run side by side read different K/V lines), alone and with
+# kv_spread. ``rot_full`` (head dims 64 and 128 full at 4k and 16k, MHA): each plans row
+# with kv_rotate (a persistent grid's CTAs run in step: the 32 tiles of a head read each
+# K/V block at about the same time).
+# ``h256c`` (head dim 256 causal at 1k and 4k): each plans row with the TMA-store epilogue
+# staged in Q's buffer (the only place it fits beside Q and two 80-key stages; FA4 stages
+# O in sQ), without ping-pong (FA4 takes turns only up to head dim 128), and FA4's sm90
+# schedule in our terms (one CTA a tile, longest-first in 48 MiB sections), with both;
+# and O in Q's buffer with each consumer's Q on its own barriers (Config.q_split: a
+# consumer's next Q waits for its own epilogue only), with and without ping-pong.
+_OQ = dict(tma_store=True, o_in_q=True)
+_FA4GRID = dict(persistent=False, dynamic=False)
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -186,6 +205,18 @@ SETS = {
         256: [_PLAN, dict(_PLAN, diag_n=48), dict(_PLAN, diag_n=32),
               dict(_PLAN, **_CB, diag_n=48), dict(_PLAN, **_LATE),
               dict(_PLAN, diag_n=48, **_LATE)]}},
+    "gqa_full": {"seqs": [4096], "heads": (32, 8), "masks": [False], "candidates": {128: [
+        _PLAN, dict(_PLAN, kv_spread=True), dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
+        dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ),
+        dict(_PLAN, q_split=True, **_OQ), dict(_PLAN, kv_rotate=True),
+        dict(_PLAN, kv_rotate=True, kv_spread=True)]}},
+    "rot_full": {"seqs": [4096, 16384], "masks": [False], "candidates": {
+        64: [_PLAN, dict(_PLAN, kv_rotate=True)], 128: [_PLAN, dict(_PLAN, kv_rotate=True)]}},
+    "h256c": {"seqs": [1024, 4096], "masks": [True], "candidates": {256: [
+        _PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False),
+        dict(_PLAN, pingpong=False, **_OQ), dict(_PLAN, **_FA4GRID, **_S48, **_OQ),
+        dict(_PLAN, pingpong=False, **_FA4GRID, **_S48, **_OQ),
+        dict(_PLAN, q_split=True, **_OQ), dict(_PLAN, pingpong=False, q_split=True, **_OQ)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),
@@ -385,7 +416,9 @@ def _name(kw: dict) -> str:
                             ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
                             ("dynamic", "dyn"), ("p_smem", "p-smem"),
                             ("split_mask", "split"), ("consumer_bound", "cb"),
-                            ("store_wait_once", "w1")) if kw.get(k)]
+                            ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
+                            ("kv_spread", "spread"), ("q_split", "q-split"),
+                            ("kv_rotate", "rot")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

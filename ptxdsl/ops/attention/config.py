@@ -76,7 +76,22 @@ class Config:
     out, the LSE) runs in the next tile, after that tile's first Q·Kᵀ is issued, so the
     tensor cores have that wgmma while the consumer writes out (and the last tile's at
     the end); O, m and l are then one set of registers the epilogue reads before they
-    are zeroed for the tile under way."""
+    are zeroed for the tile under way. ``kv_spread`` (the dense layout without a right
+    bound, where tiles go m-block fastest; else no effect): a batch's query heads are
+    visited K/V head by K/V head in turn (the ``r``-th is head ``(r % HK) * G + r / HK``
+    of ``G = H / HK``), so the tiles that run side by side read different K/V heads, as
+    under MHA, not all one group's (MHA: the same order). ``o_in_q`` (with ``tma_store``):
+    O is staged in the rows of Q's buffer that the consumer's own Q·Kᵀ read (FA4's sm90
+    choice), not in a buffer of its own (what head dim 256 lacks the shared memory for);
+    Q is then released once the tile's TMA stores have read O, not after its last Q·Kᵀ,
+    so the next tile's Q load waits for the epilogue. ``q_split`` (the dense layout; else
+    no effect): each consumer's 64 rows of Q come by their own TMA loads (a box of 64 rows)
+    onto their own pair of full / empty mbarriers, so a consumer's next Q waits only for
+    its own release (with ``o_in_q``: its own epilogue's stores), not the other's.
+    ``kv_rotate`` (masks without bounds; else no effect): a tile reads its key blocks from
+    block ``m % n`` on (m-block ``m``, ``n`` blocks), wrapping around, so the tiles of one
+    head that run side by side read different K/V lines at a time (the sum's order
+    changes: values within rounding of those without it)."""
 
     block_n: int = 128
     stages: int = 2
@@ -96,6 +111,10 @@ class Config:
     store_wait_once: bool = False
     diag_n: int = 0
     late_epilogue: bool = False
+    kv_spread: bool = False
+    o_in_q: bool = False
+    q_split: bool = False
+    kv_rotate: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -118,6 +137,14 @@ class Config:
         if self.store_wait_once and not self.tma_store:
             raise ValueError("store_wait_once moves the wait of the TMA-store epilogue: "
                              "give tma_store=True with it")
+        if self.o_in_q and (not self.tma_store or self.store_wait_once
+                            or self.late_epilogue):
+            raise ValueError("o_in_q stages O in Q's buffer of the TMA-store epilogue and "
+                             "waits for its reads every tile: give tma_store=True, with "
+                             "store_wait_once and late_epilogue off")
+        if self.kv_rotate and (self.split_mask or self.diag_n or self.late_epilogue):
+            raise ValueError("kv_rotate reorders a tile's key blocks: give it without "
+                             "split_mask, diag_n and late_epilogue")
         if self.diag_n and (self.diag_n % 16 or not 16 <= self.diag_n < self.block_n
                             or self.p_smem or self.split_mask):
             raise ValueError(f"diag_n narrows a consumer's last key block: a multiple of 16 "
@@ -141,15 +168,17 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage; ``dynamic``: 16 more for the tile number), with ``p_smem`` P (``block_m``
+        stage; ``dynamic``: 16 more for the tile number;
+        ``q_split``: 2 per consumer), with ``p_smem`` P (``block_m``
         rows of ``block_n`` keys in 64-key panels), and with ``tma_store`` O's staging
-        buffer (``block_m`` rows), each 1024-byte aligned."""
+        buffer (``block_m`` rows; ``o_in_q``: none), each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic)
+        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic
+                                            + 2 * self.consumers * self.q_split)
         if self.p_smem:
             total = -(-total // 1024) * 1024 + self.block_m * padded(self.block_n) * elem_bytes
-        if self.tma_store:
+        if self.tma_store and not self.o_in_q:
             total = -(-total // 1024) * 1024 + q
         return total
 

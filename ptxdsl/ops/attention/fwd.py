@@ -48,7 +48,7 @@ from .fwd_store import epilogue, normalizers, stage_out, store_p
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
 from .steps import (consumer_blocks, key_blocks, mask_if_needed, mask_keys, mma_pv, mma_pv_smem,
-                    mma_qk, narrow_last, release as release_stage, snake)
+                    mma_qk, narrow_last, release as release_stage, rotation, snake)
 from .tiles import PANEL, ROW, Dense, Packed, Work, s32_of as _s32
 from .varlen_tiles import Varlen
 
@@ -76,10 +76,15 @@ class Smem:
         if c.dynamic:                 # Config.dynamic: the tile number, a word per consumer
             self.tile = self.total
             self.total += 16
+        if c.q_split:                 # Config.q_split: full, then empty, per consumer
+            self.qs = self.total
+            self.total += 16 * c.consumers
         if c.p_smem:                  # P: block_m rows of every 64-key panel, like Q
             self.p = -(-self.total // 1024) * 1024
             self.total = self.p + c.block_m * padded(c.block_n) * es
-        if c.tma_store:                             # O's staging: 128 rows of every panel
+        if c.tma_store and c.o_in_q:                # O's staging: Q's buffer
+            self.o = self.q
+        elif c.tma_store:                           # O's staging: 128 rows of every panel
             self.o = -(-self.total // 1024) * 1024
             self.total = self.o + c.block_m * d * es
 
@@ -92,7 +97,8 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     packed as in ``packed``) or ``varlen_unordered`` (the same in numbering order)."""
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
-                     block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb)
+                     block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb,
+                     spread=c.kv_spread, q_rows=64 if c.q_split else 0)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
                       sections=c.head_sections, section_mb=c.section_mb)
@@ -142,6 +148,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     DN = c.diag_n                 # Config.diag_n: the narrow last block's keys (0: none)
     late = c.late_epilogue and layout in ("dense", "packed")
+    oq = c.o_in_q and tma_out     # Config.o_in_q: Q is released after the epilogue's stores
+    spread = c.kv_spread and layout == "dense" and mask.right < 0
+    qs = c.q_split and layout == "dense"
+    rot_on = c.kv_rotate and not mask.any       # Config.kv_rotate: full masks only
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -153,7 +163,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_split' if c.split_mask else ''}"
             f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
-            f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}")
+            f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}"
+            f"{'_oq' if oq else ''}{'_spread' if spread else ''}{'_qs' if qs else ''}"
+            f"{'_rot' if rot_on else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -174,9 +186,13 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         qfull, qempty = base + L.qfull, base + L.qempty
         kfull, vfull = base + L.kfull, base + L.vfull
         kempty, vempty = base + L.kempty, base + L.vempty
+        # Config.q_split: consumer i's Q on barriers qfull_i, qempty_i (one arrival each)
+        qparts = [(base + L.qs + 8 * i, base + L.qs + 8 * (NC + i), i) for i in range(NC)] \
+            if qs else [(qfull, qempty, None)]
         with ptx.if_(tid == 0):
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull), 1)
-            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), NC)
+            for qf, qe, i in qparts:
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qf), 1)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qe), 1 if qs else NC)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kfull, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vfull, 8 * s), 1)
@@ -208,24 +224,32 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ring = Ring(S)
                 qphase = reg.scalar(u32, init=0)
 
-                def publish(t):
-                    """Wait until the consumers are done with Q; dynamic: then write the
-                    tile number, which they read once qfull's next phase completes."""
-                    wait(labels, qempty, qphase ^ 1)
-                    for i in range(NC if dyn else 0):
+                def publish(t, qe=qempty, part=None):
+                    """Wait until the consumers (``part``: consumer ``part``) are done with
+                    Q; dynamic: then write the tile number, which they read once qfull's
+                    next phase completes."""
+                    wait(labels, qe, qphase ^ 1)
+                    for i in (range(NC) if part is None else [part]) if dyn else ():
                         ptx.inst("st.shared.u32", ptx.addr(base + L.tile, 4 * i), t)
 
                 def produce(t):
                     w, off, n_lo, n_hi = tile(t)
+                    rot = rotation(rot_on, w, BM, n_lo, n_hi)
                     with if_valid(w):
-                        publish(t)
-                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                 ptx.addr(qfull), L.q_bytes)
-                        for p in range(P):
-                            ptx.tma.load(base + (L.q + p * BM * ROW), tq,
-                                         sched.q_coords(p, w), qfull)
+                        for qf, qe, i in qparts:
+                            publish(t, qe, i)
+                            ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                     ptx.addr(qf), L.q_bytes // len(qparts))
+                            for p in range(P):
+                                if i is None:
+                                    ptx.tma.load(base + (L.q + p * BM * ROW), tq,
+                                                 sched.q_coords(p, w), qf)
+                                else:           # consumer i's 64 rows of each panel
+                                    ptx.tma.load(base + (L.q + p * BM * ROW + i * 64 * ROW),
+                                                 tq, sched.q_coords(p, w, i), qf)
                         ptx.inst.xor.b32(qphase, qphase, 1)
                         for j in ptx.range_(n_lo, n_hi):
+                            j = rot(j)
                             for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
                                                           (vfull, vempty, tv, L.v)):
                                 wait(labels, free + ring.slot * 8, ring.phase ^ 1)
@@ -254,8 +278,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst.add.u32(t, got, ncta)
                     ptx.bra(top, uni=True)
                     ptx.place(done)
-                    publish(t)                      # a number past the last tile: stop
-                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qfull))
+                    for qf, qe, i in qparts:        # a number past the last tile: stop
+                        publish(t, qe, i)
+                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qf))
                 else:
                     for t in ptx.range_(cta, tiles, ncta):
                         produce(t)
@@ -263,6 +288,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
             cons = wg - 1
+            # the Q barriers this consumer waits on and releases (Config.q_split: its own)
+            my_qfull, my_qempty = (qfull, qempty) if not qs else (
+                base + L.qs + (cons << 3), base + L.qs + 8 * NC + (cons << 3))
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             s_acc = ptx.wgmma.accumulator(BN)
@@ -321,6 +349,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
             def consume(t):
                 w, off, n_lo, n_hi = tile(t)
+                rot = rotation(rot_on, w, BM, n_lo, n_hi)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
                     urows, rows = rows_of(w)
@@ -373,7 +402,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         """S of block j (its wgmma retired) -> P in place; returns the rows'
                         alpha. ``masked``: None, the mask where the block needs it; True,
                         always; False, never (``Config.split_mask``'s inner blocks)."""
-                        sv = s_of(narrow)
+                        sv, j = s_of(narrow), rot(j)
                         if softcap:
                             for x in sv:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
@@ -405,7 +434,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ring.advance()
 
                     if not dyn:                     # (dynamic: waited for the tile number)
-                        wait(labels, qfull, qphase)
+                        wait(labels, my_qfull, qphase)
                     # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
@@ -490,7 +519,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         if DN:                          # the narrow last block, after the loop
                             uniform_if(labels, tail,
                                         lambda: step(n_end - 1, True, "_nar", True))
-                        release(qempty, 0)              # every S of the tile has retired
+                        if not oq:                      # every S of the tile has retired
+                            release(my_qempty, 0)
                         my_turn()
                         if DN:                          # one hand-over predicate for both
                             last = cons == 0 if NC == 2 else cons != NC - 1
@@ -512,8 +542,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     else:
                         with ptx.if_(n_lo < n_hi):
                             tile_blocks()
-                    with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
-                        release(qempty, 0)
+                    if not oq:
+                        with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
+                            release(my_qempty, 0)
                     ptx.inst.xor.b32(qphase, qphase, 1)
                     if late:        # O out of the accumulator and 1 / l, for the next tile
                         for x, y in zip(kept[0] + kept[3], list(o_acc) + normalizers(l)):
@@ -526,12 +557,15 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 if tma_out and not (c.store_wait_once or late):   # the staging buffer
                     with ptx.if_(lane == 0):                     # outlives the last store
                         ptx.tma.wait(0, read=True)
+                        if oq:                  # (Q's buffer: the next Q may come now)
+                            ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
+                                     ptx.addr(my_qempty))
 
             if dyn:
                 t = reg.scalar(u32)
                 top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
                 ptx.place(top)
-                wait(labels, qfull, qphase)
+                wait(labels, my_qfull, qphase)
                 ptx.inst("ld.shared.u32", t, ptx.addr(base + L.tile + (cons << 2)))
                 # every thread of the warpgroup has read its word before lane 0 releases Q
                 # (after which the producer writes the next)

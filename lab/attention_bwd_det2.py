@@ -37,6 +37,10 @@ GRID = ((4096, 256, True), (4096, 256, False), (1024, 256, False), (1024, 256, T
         (4096, 128, True), (16384, 256, False))
 
 
+# the fixed costs of a call and a CTA (lab.attention_bwd_short), in the default rows since
+FIXED = dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)
+
+
 def variants(d):
     """name -> (config, or None for the plan table's, deterministic)."""
     from dataclasses import replace
@@ -50,7 +54,8 @@ def variants(d):
         out |= {f"pipe u{g}": (replace(dqw, det_units=g), True) for g in (16, 32, 128)}
         out |= {"pipe dsc": (replace(dqw, det_desc=True), True),
                 "pipe dsc u32": (replace(dqw, det_desc=True, det_units=32), True),
-                "pipe dpl u32": (replace(dqw, det_poll=True, det_units=32), True)}
+                "pipe dpl u32": (replace(dqw, det_poll=True, det_units=32), True),
+                "pipe pw xr": (replace(dqw, prep_wide=True, dq_exit_read=True), True)}
     elif d == 192:
         row = BwdConfig(**sw, wg3=True, consumer_regs=160, overlap=2, dq_warp=True,
                         det_pipe=True, det_units=16)
@@ -67,17 +72,21 @@ def variants(d):
                 "dkl dsc u32": (replace(row, dk_last=True, det_desc=True, det_units=32),
                                 True),
                 "pipe dpl u32": (replace(row, det_pipe=True, det_poll=True, det_units=32),
-                                 True)}
+                                 True),
+                "pw kvt xr": (replace(row, **FIXED), True),
+                "dsc pw kvt xr": (replace(row, det_desc=True, **FIXED), True)}
     else:
         row = BwdConfig(**sw, overlap=1, dq_split=True, ds_double=True, dq_warp=True,
                         dk_last=True, det_pipe=True)
         out |= {"dsc": (replace(row, det_desc=True), True),
                 "dsc u16": (replace(row, det_desc=True, det_units=16), True),
-                "dsc dpl": (replace(row, det_desc=True, det_poll=True), True)}
+                "dsc dpl": (replace(row, det_desc=True, det_poll=True), True),
+                "pw kvt xr": (replace(row, **FIXED), True),
+                "dsc pw kvt xr": (replace(row, det_desc=True, **FIXED), True)}
     return out
 
 
-def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 80.0) -> None:
+def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0) -> None:
     """``rounds`` interleaved rounds a shape, each timed block about ``block_ms``; no new
     shape once ``budget_s`` seconds have passed (the JSON is rewritten after each)."""
     import torch

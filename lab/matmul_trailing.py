@@ -260,6 +260,10 @@ def candidates(m, n, k, sms=132, device="H200", table=None) -> dict:
     # the candidates' fields replace those of the plan an MN-major B gets (rows measured
     # for one layout only are K-major ones)
     base = choose(m, n, k, bf16, bf16, sms, device=device, b_major="MN")
+    # a 64-row row (a @ b at M = 128 since nn96): the sets were written on the 128 x 64 row
+    if base.consumers == 1:
+        base = fitted(dataclasses.replace(base, consumers=2, b_swizzle=128, epi_in_ring=False,
+                                          bn=64, cluster=1), bf16, bf16)
     for name, (fields, layouts) in (SETS if table is None else table).get((m, n, k),
                                                                           {}).items():
         p = dataclasses.replace(base, **fields)

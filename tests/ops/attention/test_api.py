@@ -69,12 +69,13 @@ def test_every_plan_row_fits_and_cites_its_source():
 
 
 def test_bounded_rows_hold_only_within_their_key_lengths():
-    """hd256 causal: head sections at 1k keys, not at 4k, nor when the length is not
+    """hd256 causal: head sections up to 4k keys, not at 16k, nor when the length is not
     given (varlen); the windowed mask keeps the general row. hd128 full: 176 keys a block
     from 16k keys only."""
     causal = Mask(-1, 0)
     assert choose(256, "bf16", causal, seqlen=1024).head_sections
-    assert not choose(256, "bf16", causal, seqlen=4096).head_sections
+    assert choose(256, "bf16", causal, seqlen=4096).head_sections
+    assert not choose(256, "bf16", causal, seqlen=4097).head_sections
     assert not choose(256, "bf16", causal).head_sections
     assert not choose(256, "bf16", Mask(16, 0), seqlen=512).head_sections
     assert all(r.get("max_seqlen", 1) > 0 for r in rows())

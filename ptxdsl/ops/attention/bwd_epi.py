@@ -22,7 +22,7 @@ BAR = (3, 256)       # the two consumer warpgroups' named barrier (as the dSᵀ 
 def store_kv_tma(accs, base, layout, outs, key_row, lane, tid, coords, d: int, dtype,
                  scale: float) -> None:
     """``accs``: ``(dk_acc, dv_acc)`` (m64nD, this warpgroup's 64 keys); ``base`` and
-    ``layout`` (:class:`.bwd.Smem`): the K and V tiles' shared addresses (``block_n`` rows a
+    ``layout`` (:class:`.bwd_layout.Smem`): the K and V tiles' shared addresses (``block_n`` rows a
     panel); ``outs``: the dk, dv tensors (TMA-mapped as K); ``key_row``: this thread's first
     key row in the tile (``64 w + r0``); ``lane``: its lane in the warpgroup; ``tid``: its
     thread id (thread 128 issues the stores); ``coords(p)``: panel ``p``'s TMA

@@ -34,7 +34,8 @@ sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "helpers"))
 
 from ptxdsl.core.types import bf16, e4m3, e5m2, f16, f32  # noqa: E402
-from ptxdsl.ops.matmul.hopper import build_hopper, grid_for  # noqa: E402
+from ptxdsl.ops.matmul.hopper import build_hopper  # noqa: E402
+from ptxdsl.ops.matmul.layout import grid_for  # noqa: E402
 from ptxdsl.ops.matmul.plan import choose, device_class, fallback_plan, for_majors  # noqa: E402
 from ptxdsl.ops.matmul.simt import build_simt  # noqa: E402
 

@@ -30,7 +30,7 @@ loads every atom's ``bk / cluster`` K-rows instead (``k_parts``): the stage is
 
 Either way a stage holds ``rows * bk`` elements and a consumer's 64 rows of A start
 ``64 * bk * elem`` bytes after the previous consumer's (64 K-major rows, or one MN-major
-atom), so the ring's map (:class:`.hopper.Layout`) does not depend on the majors.
+atom), so the ring's map (:class:`.layout.Layout`) does not depend on the majors.
 """
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ class BlockScales:
 
 def scale_a_bytes(m, m0, bm: int):
     """Bytes of ``scale_a`` per k-block of the tile at row ``m0``: its rows before M (a
-    multiple of 16 where M is a multiple of 4, :func:`.hopper.grid_for` checks), 0 for
+    multiple of 16 where M is a multiple of 4, :func:`.layout.grid_for` checks), 0 for
     a tile past M (a cluster's padding)."""
     nbytes = reg.scalar(u32)
     ptx.inst.selp.u32(nbytes, ptx.min(m - m0, bm) * 4, 0, m0 < m)

@@ -20,7 +20,8 @@ from ptxdsl.core.errors import LaunchError
 from ptxdsl.core.types import bf16, e4m3, e5m2, f32
 from ptxdsl.ops import matmul
 from ptxdsl.ops.matmul.fp8 import scale_mode
-from ptxdsl.ops.matmul.hopper import build_hopper, grid_for
+from ptxdsl.ops.matmul.hopper import build_hopper
+from ptxdsl.ops.matmul.layout import grid_for
 from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling, one_row
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2

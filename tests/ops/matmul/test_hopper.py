@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from ptxdsl.ops.matmul.hopper import build_hopper, Layout
+from ptxdsl.ops.matmul.hopper import build_hopper
+from ptxdsl.ops.matmul.layout import Layout
 from ptxdsl.ops.matmul.plan import SMEM_PER_CTA, choose, one_row
 from ptxdsl.core.types import bf16, f16, f32
 from ptxas_resources import resources_or_skip  # noqa: E402

@@ -15,7 +15,8 @@ import pytest
 
 from ptxdsl.core.types import bf16, f32, f32_to_bf16_bits
 from ptxdsl.ops.matmul.config import Plan
-from ptxdsl.ops.matmul.hopper import Layout, build_hopper, grid_for
+from ptxdsl.ops.matmul.hopper import build_hopper
+from ptxdsl.ops.matmul.layout import Layout, grid_for
 from ptxdsl.ops.matmul.plan import SMEM_PER_CTA, choose, fitted, one_tile_each
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

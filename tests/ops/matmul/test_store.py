@@ -9,7 +9,7 @@ import pytest
 import ptxdsl.interp  # noqa: F401  (the kernels run on it: a broken one fails here)
 from ptxdsl import Tile, kernel, ptx, reg, smem
 from ptxdsl.ops.matmul.epilogue import reference
-from ptxdsl.ops.matmul.hopper import Layout
+from ptxdsl.ops.matmul.layout import Layout
 from ptxdsl.ops.matmul.plan import Plan
 from ptxdsl.ops.matmul.store import store_tile
 from ptxdsl.core.tensormap import TMA

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...core.types import PtxType, b32, f32, pred, u32
+from ...core.types import PtxType, b32, f32, u32
 from ...dsl import ptx, reg
-from .softmax import LOG2E, NEG_INF, quad_reduce, row_inverse, row_lse
+from .softmax import LOG2E, lse_max, quad_reduce, row_inverse, row_lse
 
 MAX_CLUSTER = 16     # CTAs per cluster on sm_90 (past 8: the non-portable size)
 
@@ -124,18 +124,7 @@ def merge(cm: ClusterMerge, dtype: PtxType, tid, rank, recv, tile, dims, pout, p
                          ptx.addr(recv + cm.o_at(s, r, k, 0) + cp * 8))
                 xs.append(x)
                 os_.append(ov)
-            mx = reg.scalar(f32)
-            ptx.inst.mul.f32(mx, xs[0], LOG2E)
-            for x in xs[1:]:
-                t = reg.scalar(f32)
-                ptx.inst.mul.f32(t, x, LOG2E)
-                ptx.inst.max.f32(mx, mx, t)
-            empty = reg.scalar(pred)
-            ptx.inst.setp.eq.f32(empty, mx, NEG_INF)
-            use = reg.scalar(f32)
-            ptx.inst.selp.f32(use, 0.0, mx, empty)
-            neg = reg.scalar(f32)
-            ptx.inst.neg.f32(neg, use)
+            _, use, neg = lse_max(xs)
             tot = reg.scalar(f32, init=0.0)
             acc = [reg.scalar(f32, init=0.0) for _ in range(2)]
             for x, ov in zip(xs, os_):

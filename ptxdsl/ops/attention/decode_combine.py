@@ -15,7 +15,7 @@ from ... import Tile, kernel
 from ...core.types import PtxType, b32, f32, pred, u32
 from ...dsl import ptx, reg
 from .._common.launch_order import after_previous_kernel, pdl_for
-from .softmax import LOG2E, NEG_INF, row_inverse, row_lse
+from .softmax import LOG2E, NEG_INF, lse_max, row_inverse, row_lse
 
 UNROLL = 8           # splits whose loads one chunk keeps in flight
 WARPS = 4            # rows per CTA
@@ -80,19 +80,7 @@ def merge_row(po, pl, ns, rows, row, lane, d: int, unroll: int = UNROLL):
                      pred=live)
             xs.append(x)
             os_.append(ov)
-        new = reg.scalar(f32)
-        ptx.inst.mul.f32(new, xs[0], LOG2E)
-        for x in xs[1:]:
-            t = reg.scalar(f32)
-            ptx.inst.mul.f32(t, x, LOG2E)
-            ptx.inst.max.f32(new, new, t)
-        ptx.inst.max.f32(new, new, mx)
-        empty = reg.scalar(pred)
-        ptx.inst.setp.eq.f32(empty, new, NEG_INF)
-        use = reg.scalar(f32)
-        ptx.inst.selp.f32(use, 0.0, new, empty)
-        neg = reg.scalar(f32)
-        ptx.inst.neg.f32(neg, use)
+        new, use, neg = lse_max(xs, mx)
         alpha = reg.scalar(f32)
         ptx.inst.sub.f32(alpha, mx, use)
         ptx.inst("ex2.approx.ftz.f32", alpha, alpha)

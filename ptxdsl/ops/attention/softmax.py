@@ -167,6 +167,27 @@ def row_inverse(total):
     return inv, some
 
 
+def lse_max(lses, prev=None):
+    """``(max, use, -use)`` over partial LSEs in log2 units (``lse·log2e``, and ``prev``
+    where given, already in them): ``use`` is the max, or 0 when every one is -inf (a row
+    no split saw), so ``ex2(lse·log2e - use)`` never takes -inf - -inf."""
+    mx = reg.scalar(f32)
+    ptx.inst.mul.f32(mx, lses[0], LOG2E)
+    for x in lses[1:]:
+        t = reg.scalar(f32)
+        ptx.inst.mul.f32(t, x, LOG2E)
+        ptx.inst.max.f32(mx, mx, t)
+    if prev is not None:
+        ptx.inst.max.f32(mx, mx, prev)
+    empty = reg.scalar(pred)
+    ptx.inst.setp.eq.f32(empty, mx, NEG_INF)
+    use = reg.scalar(f32)
+    ptx.inst.selp.f32(use, 0.0, mx, empty)
+    neg = reg.scalar(f32)
+    ptx.inst.neg.f32(neg, use)
+    return mx, use, neg
+
+
 def row_lse(total, row_max, some):
     """A row's log-sum-exp ``(row_max + lg2 total) ln 2`` (``row_max`` in log2 units), -inf
     where ``some`` (:func:`row_inverse`) is false."""
@@ -179,4 +200,4 @@ def row_lse(total, row_max, some):
 
 
 __all__ = ["mask_block", "online_softmax", "rescale", "pack_p", "p_registers", "quad_reduce",
-           "row_inverse", "row_lse", "row_of", "col_of", "LOG2E", "LN2", "NEG_INF"]
+           "lse_max", "row_inverse", "row_lse", "row_of", "col_of", "LOG2E", "LN2", "NEG_INF"]

@@ -10,7 +10,10 @@ blocks reach a row block one step apart in their turns' order instead of all at 
 with ``det_poll`` (the writer reads the next row block's turn while this one's adds land)
 in sections of 32. Head dim 192: the plan's deterministic row (``det_units`` 16) with
 ``det_desc``, with ``det_units`` 32 and 64, and 32 with ``det_desc``; 128: the row with
-``det_desc``, with it and ``det_units`` 16, with it and ``det_poll``. Head dim 64: the
+``det_desc``, with it and ``det_units`` 16, with it and ``det_poll``, and the default
+full-mask row's 80-query tile in the deterministic mode (``m80``: ``dq_swap`` with
+``det_pipe``, bwd_m80.py) alone, with the fixed-cost options, with them and ``det_desc``,
+and with ``det_desc`` and ``det_poll``. Head dim 64: the
 plan's deterministic row with ``det_desc``, with ``dk_last`` (the default row's order;
 ``s_ahead``, the default row's other option, is serialized by ptxas (C7519) in the
 deterministic kernel), with ``det_units`` 32 and 128, ``dk_last`` + ``det_desc`` +
@@ -31,10 +34,10 @@ import os
 import time
 
 # the worst ratios first: the shapes past the time budget are left out (named in the JSON)
-GRID = ((4096, 256, True), (4096, 256, False), (1024, 256, False), (1024, 256, True),
+GRID = ((4096, 128, False), (1024, 128, False), (4096, 256, True), (4096, 256, False), (1024, 256, False), (1024, 256, True),
         (16384, 256, True), (4096, 192, False), (4096, 192, True), (1024, 192, True),
         (1024, 64, True), (1024, 64, False), (4096, 64, False), (4096, 64, True),
-        (4096, 128, True), (16384, 256, False))
+        (4096, 128, True), (16384, 256, False), (16384, 128, False))
 
 
 # the fixed costs of a call and a CTA (lab.attention_bwd_short), in the default rows since
@@ -83,6 +86,13 @@ def variants(d):
                 "dsc dpl": (replace(row, det_desc=True, det_poll=True), True),
                 "pw kvt xr": (replace(row, **FIXED), True),
                 "dsc pw kvt xr": (replace(row, det_desc=True, **FIXED), True)}
+        m80 = BwdConfig(**sw, overlap=1, block_m=80, ds_double=True, dq_warp=True,
+                        dk_last=True, dq_swap=True, det_pipe=True)
+        out |= {"m80 det": (m80, True),
+                "m80 det pw kvt xr": (replace(m80, **FIXED), True),
+                "m80 dsc pw kvt xr": (replace(m80, det_desc=True, **FIXED), True),
+                "m80 dsc dpl pw kvt xr": (replace(m80, det_desc=True, det_poll=True,
+                                                  **FIXED), True)}
     return out
 
 

@@ -42,24 +42,24 @@ def run(shape, d, kw, det, one_at_a_time, monkeypatch):
 
 
 def adds_per_block(shape, d, kw, c=None):
-    """What each 64-row block's semaphore counts at the end: every key block whose rows
-    range takes it, twice (both warpgroups add; three times with wg3's three; once with
-    block_m 128, whose halves have a word each: right for masks whose ranges hold whole
-    128-row blocks); ``c``: the config (the plan table's by default)."""
+    """What each 64-row block's (``dq_swap``: 80-row block's) semaphore counts at the end:
+    every key block whose rows range takes it, twice (both warpgroups add; three times with
+    wg3's three; once with block_m 128, whose halves have a word each: right for masks whose
+    ranges hold whole 128-row blocks); ``c``: the config (the plan table's by default)."""
     b, sq, sk, h, _ = shape
     left, right = kw.get("window_size", (-1, -1))
     right = 0 if kw.get("causal") else right
     c = c or choose_bwd(d, "bf16", Mask(left, right), False, True, False)
-    bn, off = c.block_n, sk - sq
+    bn, off, bm = c.block_n, sk - sq, c.block_m if c.dq_swap else BLOCK_M
     want = np.zeros((b, h, -(-sq // BLOCK_M)), np.uint32)
-    for mb in range(want.shape[2]):
-        rows = np.arange(mb * BLOCK_M, min(mb * BLOCK_M + BLOCK_M, -(-sq // BLOCK_M) * 64))
+    for mb in range(-(-sq // bm)):       # (dq_swap: the 80-row blocks' words first)
+        rows = np.arange(mb * bm, mb * bm + bm)
         for nb in range(-(-sk // bn)):
             keys = np.arange(nb * bn, nb * bn + bn)
             lo = rows[:, None] + off - (left if left >= 0 else 1 << 30)
             hi = rows[:, None] + off + (right if right >= 0 else 1 << 30)
             if ((keys[None] >= lo) & (keys[None] <= hi)).any():
-                want[:, :, mb] += 3 if c.wg3 else 1 if c.block_m > BLOCK_M else 2
+                want[:, :, mb] += 3 if c.wg3 else 1 if c.block_m == 2 * BLOCK_M else 2
     return want
 
 

@@ -105,7 +105,8 @@ class BwdConfig:
     with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
     dO has (:mod:`.bwd_qdo`).
 
-    ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap or deterministic mode):
+    ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap; deterministic with
+    ``det_pipe``, the writer warp's turns on each 80-row block):
     FlashAttention-3's hdim-128 full-mask tile in its own kernel (:mod:`.bwd_m80`): 80
     queries a step, Sᵀ and dPᵀ m64n80, dQ computed transposed (dQᵀ = Kᵀ·dSᵀ, m64n80, 64
     head-dim columns a warpgroup), on FlashAttention-4's step (stages 2, dq_tma,
@@ -223,8 +224,8 @@ class BwdConfig:
                 self.dq_tma, self.dq_swizzle, self.overlap == 1, self.ds_double,
                 self.dq_warp, self.dk_last)) or any((
                 self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.panel_split, self.sdp_split, self.wg3, self.wg2, self.det_pipe,
-                self.s_ahead, self.qdo_split))):
+                self.panel_split, self.sdp_split, self.wg3, self.wg2, self.s_ahead,
+                self.qdo_split))):
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options")

@@ -31,8 +31,14 @@ rows a panel), two dSᵀ buffers (a ring slot's; 5 panels of 128 keys x 16 queri
 read: two would not fit beside 128-byte aligned boxes), the barriers: 230952 of 232448
 bytes. Rows past SQ (up to the next 80) read TMA's zero fill, or the
 preprocess's -inf -LSE·log2e, so their Pᵀ or dSᵀ is 0; rows past SQP are clipped by the
-reduce's box. Dense only (varlen's padded rows start every 64), no softcap, no
-deterministic mode.
+reduce's box. Dense only (varlen's padded rows start every 64), no softcap.
+
+The deterministic mode (``det_pipe``): the writer warp takes each 80-row block's turns on
+the block's semaphore (word ``mb`` of the 80-row blocks, ``ceil(SQ / 80)`` of the ``NMB``
+the preprocess zeroes), two a key block (the warpgroups' disjoint columns), as
+:func:`.bwd_detpipe.det_step` does for ``dq_split``; the CTAs in :func:`.bwd_det.det_cta`'s
+sections and the row blocks in :func:`.bwd_det.m_blocks`' order (``det_desc``,
+``det_units``, ``det_poll`` as there).
 """
 from __future__ import annotations
 
@@ -44,6 +50,8 @@ from ...core.types import PtxType, f32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_config import BwdConfig
+from .bwd_det import det_cta, m_blocks, turn_of
+from .bwd_detpipe import det_step
 from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
 from .bwd_epi import store_kv_tma
 from .bwd_scores import dscores, probs
@@ -86,21 +94,25 @@ class Layout:
 
 def check(c: BwdConfig, d: int, softcap: float, deterministic: bool, varlen: bool) -> None:
     """What this kernel takes, as a ValueError naming what would be right."""
-    if d != D or softcap or deterministic or varlen:
-        raise ValueError(f"dq_swap is head dim 128's dense tile without softcap or the "
-                         f"deterministic mode, got head dim {d}, softcap={softcap}, "
-                         f"deterministic={deterministic}, varlen={varlen}")
+    if d != D or softcap or varlen:
+        raise ValueError(f"dq_swap is head dim 128's dense tile without softcap, got head "
+                         f"dim {d}, softcap={softcap}, varlen={varlen}")
+    if deterministic and not c.det_pipe:
+        raise ValueError("dq_swap's deterministic mode is the writer warp's pipelined "
+                         "turns: it needs det_pipe")
 
 
-def specs(dtype: PtxType, dkv_tma: bool = False):
+def specs(dtype: PtxType, dkv_tma: bool = False, deterministic: bool = False):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2, dpsum (B, H, SQP): 80-row boxes;
-    dq_acc (B, H, SQP, D) f32 in 80 x 32 swizzled boxes; dk, dv (B, SK, HK, D)."""
+    dq_acc (B, H, SQP, D) f32 in 80 x 32 swizzled boxes; dk, dv (B, SK, HK, D)
+    [, sem (B, H, NMB): the 80-row blocks' words first]."""
     qt = lambda: Tile("B", "SQ", "H", D, dtype, tma=TMA(box=(1, BM, 1, 64), swizzle=ROW))
     kt = lambda: Tile("B", "SK", "HK", D, dtype, tma=TMA(box=(1, BN, 1, 64), swizzle=ROW))
     rt = lambda: Tile("B", "H", "SQP", f32, tma=TMA(box=(1, 1, BM)))
     dq = Tile("B", "H", "SQP", D, f32, tma=TMA(box=(1, 1, BM, 32), swizzle=ROW))
     return (qt(), kt(), kt(), qt(), rt(), rt()), \
-        (dq, *(kt() if dkv_tma else Tile("B", "SK", "HK", D, dtype) for _ in range(2)))
+        (dq, *(kt() if dkv_tma else Tile("B", "SK", "HK", D, dtype) for _ in range(2)),
+         *([Tile("B", "H", "NMB", u32)] if deterministic else []))
 
 
 def dq_swapped(acc, dt: str, a_at, ds_at) -> None:
@@ -138,12 +150,12 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
     es, dt, S = dtype.bytes, dtype.name, c.stages
     L = Layout(c, es)
     scale_log2 = float(scale) * LOG2E
-    ins, outs = specs(dtype, c.dkv_tma)
+    ins, outs = specs(dtype, c.dkv_tma, deterministic)
     mma_s = f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}"
     mma_kv = f"wgmma.mma_async.sync.aligned.m64n{D}k16.f32.{dt}.{dt}"
-    name = f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{c.tag}"
+    name = f"attention_bwd_{dt}_d{d}_s{S}_{mask.tag}{c.tag}{'_det' if deterministic else ''}"
 
-    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv):
+    def body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem=None):
         labels = itertools.count()
         tq, tk, tv, tdo = q.tma_desc(), k.tma_desc(), v.tma_desc(), do.tma_desc()
         tl, td, tdq = nlse2.tma_desc(), dpsum.tma_desc(), dq_acc.tma_desc()
@@ -153,15 +165,23 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
         nblk = (sk + (BN - 1)) // BN
-        nb, rest = cta % nblk, cta // nblk
-        hk, batch = rest % nhk, rest // nhk
+        if deterministic:      # (bwd_det: key block-major sections, a CTA waits for earlier)
+            nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d,
+                                    c.det_units, c.det_desc)
+        else:
+            nb, rest = cta % nblk, cta // nblk
+            hk, batch = rest % nhk, rest // nhk
         n0 = nb * BN
         qc = lambda p, head, m0: [p * 64, head, m0, batch]
         kc = lambda p: [p * 64, hk, n0, batch]
         rc = lambda m0, head: [m0, head, batch]
         group = nh // nhk
         off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, BN, BM, False)
-        base = smem.alloc(u8, (L.total,), align=1024, dynamic=True).base
+        desc = BM if deterministic and c.det_desc else None     # (bwd_det.turn_of)
+        m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else (m_lo, m_hi)
+        # (det_poll: the next row block's word read early, kept past the layout)
+        base = smem.alloc(u8, (L.total + (8 if deterministic else 0),), align=1024,
+                          dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
@@ -179,7 +199,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 ring = Ring(S)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
-                    for mb in ptx.range_(m_lo, m_hi):
+                    for mb in ptx.range_(*m_range):
                         m0 = mb * BM
                         wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
                         fb = full + ring.slot * 8
@@ -195,7 +215,10 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ring.advance()
             with ptx.if_((tid >> 5) == 1):      # warp 1: dQ's reduce-adds
                 _writer(tid & 31, tdq, base + L.dqs, L.wg_stage, hk, group, batch,
-                        (m_lo, m_hi), c.dq_exit_read)
+                        m_range, c.dq_exit_read,
+                        det=(sem, nb, off, mask, labels, desc, nh,
+                             c.det_poll and (lambda: base + L.total))
+                        if deterministic else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -213,7 +236,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             stage_w = base + L.dqs + w * L.wg_stage
             wait(labels, kvfull, 0)
             for gi in ptx.range_(0, group):
-                for mb in ptx.range_(m_lo, m_hi):
+                for mb in ptx.range_(*m_range):
                     m0 = mb * BM
                     wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
@@ -278,9 +301,13 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 store(dv_acc, pdv, keys, batch, hk, sk, nhk, D, fcol, dtype, None)
 
     grid = lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1)
+    names = ("q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv")
     deco = kernel(in_specs=ins, out_specs=outs,
-                  arg_names=("q", "k", "v", "do", "nlse2", "dpsum", "dq_acc", "dk", "dv"),
+                  arg_names=names + (("sem",) if deterministic else ()),
                   grid=grid, block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
+    if deterministic:
+        return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
     return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
 
@@ -299,28 +326,53 @@ def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
 
 
 def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
-            exit_read: bool = False) -> None:
+            exit_read: bool = False, det=None) -> None:
     """Warp 1 of the producer: each step, each warpgroup's staged 80 x 64 dQ added by two
     80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box); at the end
-    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`)."""
+    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`). ``det``:
+    ``(sem, nb, off, mask, labels, desc, nh, poll)``, the row block's turns taken around
+    the adds by :func:`.bwd_detpipe.det_step`."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
+    if det and det[-1]:      # det_poll: nothing read ahead of the first step
+        with ptx.if_(lane == 0):
+            ptx.inst("st.shared.u32", ptx.addr(det[-1]()), 0)
     for gi in ptx.range_(0, group):
         head = hk * group + gi
         for mb in ptx.range_(*m_range):
             m0 = mb * BM
+
+            def add(w, _m0=m0, _head=head):
+                for ch in range(2):
+                    ptx.tma.reduce(tdq, [64 * w + 32 * ch, _m0, _head, batch],
+                                   stages + w * wg_stage + ch * DQ_PANEL)
+            if det:
+                _det_step(lane, det, add, batch, head, mb, m0, m_range)
+                continue
             for w in range(2):
                 ptx.inst("bar.sync", FULL + w, THREADS)
                 with ptx.if_(lane == 0):
                     ptx.inst("fence.proxy.async.shared::cta")
-                    for ch in range(2):
-                        ptx.tma.reduce(tdq, [64 * w + 32 * ch, m0, head, batch],
-                                       stages + w * wg_stage + ch * DQ_PANEL)
+                    add(w)
                     ptx.inst("cp.async.bulk.commit_group")
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
     with ptx.if_(lane == 0):
         ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)
+
+
+def _det_step(lane, det, add, batch, head, mb, m0, m_range) -> None:
+    """One 80-row block's adds in the deterministic mode: its word (recomputed where used:
+    the producer's registers are few) at turn ``2 (nb - first)`` (``desc``: ``2 (last -
+    nb)``), passed by 2 once both warpgroups' adds have landed; ``poll``: the walk's next
+    block's word read while they land."""
+    sem, nb, off, mask, labels, desc, nh, poll = det
+    at = lambda b: ptx.global_ptr(sem) + ((batch * nh + head) * ptx.dim("NMB") + b) * 4
+    words = lambda: [(at(mb), turn_of(nb, m0, off, mask, 0, True, BN, 2, desc), 2, None)]
+    nxt = lambda: [(at(mb - 1), _s32(mb) > _s32(m_range[1]) + 1) if len(m_range) == 3 else
+                   (at(mb + 1), _s32(mb) + 1 < _s32(m_range[1]))]
+    det_step(2, lane, words=words, add=add, full=FULL, empty=EMPTY, threads=THREADS,
+             labels=labels, ahead=(poll, nxt) if poll else None)
 
 
 __all__ = ["build_backward_m80", "Layout", "specs", "BM"]

@@ -52,7 +52,7 @@ def test_emits_the_swapped_step_and_checks_its_options():
                 dict(M80, dq_split=True), dict(M80, s_ahead=2), dict(M80, stages=1)):
         with pytest.raises(ValueError, match="dq_swap|block_m"):
             BwdConfig(**bad)
-    for kw in (dict(softcap=5.0), dict(deterministic=True), dict(varlen=True)):
+    for kw in (dict(softcap=5.0), dict(varlen=True)):
         with pytest.raises(ValueError, match="dq_swap is head dim 128's dense tile"):
             build_backward_m80(c, bf16, 128, scale=0.1, **kw)
     with pytest.raises(ValueError, match="head dim 64"):

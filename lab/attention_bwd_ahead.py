@@ -44,8 +44,7 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
     H·D = ``width``; ``table``: {head dim: {name: config, None for the plan's}} (this
     set's :func:`variants` by default), the JSON ``$OUT/<name>.json``."""
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from lab.attention_bwd_case import case
     import ptxdsl.ops as ops
     from ptxdsl.ops.attention import bwd_api
     from bench.timing import time_interleaved
@@ -54,17 +53,9 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
     grid = grid or [(s, d, c) for d in (128, 64) for s in (1024, 4096, 16384)
                     for c in (False, True)]
     for s, d, causal in grid:
-        b, h = tokens // s, width // d
-        g = torch.Generator(device="cuda").manual_seed(s + d)
-        q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
-                                   generator=g) for _ in range(4))
-        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
-                                           is_causal=causal).transpose(1, 2).backward(do)
-        ref = [x.grad.float() for x in leaves]
-        flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+        sc = case(torch, s, d, causal, tokens, width)
+        b, h, q, k, v, do, out, lse, ref, flops = (sc.b, sc.h, sc.q, sc.k, sc.v, sc.do,
+                                                   sc.out, sc.lse, sc.ref, sc.flops)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         fns = {}
         for label, cfg in table[d].items():

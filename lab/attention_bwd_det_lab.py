@@ -41,8 +41,7 @@ def _variants(d):
 
 def run(heads: str = "") -> None:
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from lab.attention_bwd_case import case
     import ptxdsl.ops as ops
     from ptxdsl.ops.attention import bwd_api
 
@@ -54,24 +53,9 @@ def run(heads: str = "") -> None:
     shipped = bwd_api.choose_bwd
     rows = []
     for s, d, causal in grid:
-        b, h = 16384 // s, 2048 // d
-        g = torch.Generator(device="cuda").manual_seed(s + d)
-        q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
-                                   generator=g) for _ in range(4))
-        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-        ref = None
-        for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
-            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-            try:
-                with sdpa_kernel(backend):
-                    F.scaled_dot_product_attention(
-                        *(x.transpose(1, 2) for x in leaves),
-                        is_causal=causal).transpose(1, 2).backward(do)
-                ref = [x.grad.float() for x in leaves]
-                break
-            except RuntimeError:     # cuDNN refuses some head dims: SDPA flash instead
-                continue
-        flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+        sc = case(torch, s, d, causal)
+        b, h, q, k, v, do, out, lse, ref, flops = (sc.b, sc.h, sc.q, sc.k, sc.v, sc.do,
+                                                   sc.out, sc.lse, sc.ref, sc.flops)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         calls = {}
         for name, (cfg, det) in _variants(d).items():

@@ -87,11 +87,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 def main() -> None:
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     import ptxdsl.ops as ops
     from ptxdsl.ops.attention import bwd_api
     from ptxdsl.ops.attention.bwd_config import BwdConfig
+    from lab.attention_bwd_case import case
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
@@ -255,23 +254,9 @@ def main() -> None:
     if args.heads:
         grid = tuple(g for g in grid if str(g[1]) in args.heads.split(","))
     for s, d, causal in grid:
-        b, h = 16384 // s, 2048 // d           # (H·D = 1920 at head dim 192)
-        g = torch.Generator(device="cuda").manual_seed(s + d)
-        q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
-                                   generator=g) for _ in range(4))
-        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        try:
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
-                                               is_causal=causal).transpose(1, 2).backward(do)
-        except RuntimeError:         # cuDNN refuses some head dims: SDPA flash instead
-            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
-                                               is_causal=causal).transpose(1, 2).backward(do)
-        ref = [x.grad.float() for x in leaves]
-        flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+        sc = case(torch, s, d, causal)
+        b, h, q, k, v, do, out, lse, ref, flops = (sc.b, sc.h, sc.q, sc.k, sc.v, sc.do,
+                                                   sc.out, sc.lse, sc.ref, sc.flops)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         if which == "h192c":          # validated first, then timed in interleaved rounds
             def use(cfg):

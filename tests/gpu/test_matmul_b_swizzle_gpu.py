@@ -9,16 +9,13 @@ from __future__ import annotations
 import pytest
 
 from gpu_env import NEEDS_GPU, torch_cuda
+from matmul_gpu_checks import exact_and_repeatable
 
 pytestmark = NEEDS_GPU
 torch = torch_cuda()
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 M64 = dict(consumers=1, b_swizzle=64)
-
-
-def ints(*shape):
-    return torch.randint(-4, 5, shape, device="cuda").to(torch.bfloat16)
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
@@ -30,24 +27,5 @@ def ints(*shape):
     (379, 1000, 520, dict(bn=96, cluster=2, stages=10, **M64)),
     (379, 1000, 520, dict(bn=96, cluster=1, stages=6, b_swizzle=64))])
 def test_b_swizzle_exact(m, n, k, fields):
-    from ptxdsl.core.types import bf16, f32
     from ptxdsl.ops.matmul.config import Plan
-    from ptxdsl.ops.matmul.hopper import build_hopper
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    p = Plan(**fields)
-    a, b = ints(m, k), ints(k, n)
-    out = torch.full((m, n), float("nan"), device="cuda")
-    build_hopper(p, bf16, f32, sms=sms, b_major="MN")(a, b, out)
-    torch.cuda.synchronize()
-    assert torch.equal(out.double(), a.double() @ b.double())
-    kb = build_hopper(p, bf16, bf16, sms=sms, b_major="MN")
-    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    y = torch.randn(k, n, device="cuda").to(torch.bfloat16)
-    c1, c2 = (torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-              for _ in range(2))
-    kb(x, y, c1)
-    kb(x, y, c2)
-    torch.cuda.synchronize()
-    ref = x.double() @ y.double()
-    assert ((c1.double() - ref).norm() / ref.norm()).item() < 4e-3
-    assert torch.equal(c1, c2)
+    exact_and_repeatable(torch, lambda _odt: Plan(**fields), m, n, k, "MN")

@@ -8,15 +8,12 @@ from __future__ import annotations
 import pytest
 
 from gpu_env import NEEDS_GPU, torch_cuda
+from matmul_gpu_checks import exact_and_repeatable
 
 pytestmark = NEEDS_GPU
 torch = torch_cuda()
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
-def ints(*shape):
-    return torch.randint(-4, 5, shape, device="cuda").to(torch.bfloat16)
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
@@ -35,31 +32,12 @@ def ints(*shape):
 def test_options_exact(m, n, k, fields, b_major):
     from ptxdsl.core.types import bf16, f32
     from ptxdsl.ops.matmul.config import Plan
-    from ptxdsl.ops.matmul.hopper import build_hopper
     from ptxdsl.ops.matmul.plan import fitted, one_tile_each
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     fields.setdefault("cluster", 1)
-    a, w = ints(m, k), ints(n, k)
-    bk = w.t().contiguous() if b_major == "MN" else w
-    out = torch.full((m, n), float("nan"), device="cuda")
 
     def plan(odt):      # the ring fitted unless given
         return Plan(**fields) if "stages" in fields else fitted(Plan(**fields), bf16, odt)
     if fields.get("epi_in_ring") and not one_tile_each(plan(f32), m, n, sms):
         pytest.skip(f"{sms} SMs: more tiles than CTAs")
-    kern = build_hopper(plan(f32), bf16, f32, sms=sms, b_major=b_major)
-    kern(a, bk, out)
-    torch.cuda.synchronize()
-    assert torch.equal(out.double(), a.double() @ w.double().t())
-    kb = build_hopper(plan(bf16), bf16, bf16, sms=sms, b_major=b_major)
-    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    y = torch.randn(n, k, device="cuda").to(torch.bfloat16)
-    yk = y.t().contiguous() if b_major == "MN" else y
-    c1, c2 = (torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-              for _ in range(2))
-    kb(x, yk, c1)
-    kb(x, yk, c2)
-    torch.cuda.synchronize()
-    ref = x.double() @ y.double().t()
-    assert ((c1.double() - ref).norm() / ref.norm()).item() < 4e-3
-    assert torch.equal(c1, c2)
+    exact_and_repeatable(torch, plan, m, n, k, b_major)

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from ...core.types import b32
 from ...dsl import ptx, reg
+from .bwd_layout import PANEL, ROW
 
-ROW = 128            # bytes per swizzled panel row
-PANEL = 64           # 16-bit columns per panel
 BAR = (3, 256)       # the two consumer warpgroups' named barrier (as the dSᵀ exchange's)
 
 

@@ -23,6 +23,8 @@ columns each cover 192 (FA3's ``NumMmaWarpGroups=3``, ``AtomLayoutNdKV=1``).
                                                  added by TMA reduce-add; Q's slot freed
                                              epilogue: dK·scale, dV transposed by stmatrix
                                                into the dQ stage, 16-byte st.global
+                                               (dkv_tma: into the warpgroup's panel of K's
+                                               and V's tiles, two TMA stores)
 
 Shared memory (1024-byte aligned panels of 128-byte swizzled rows): K, V (3 panels of 96
 rows), 2 stages of Q and 1 of dO (FA3's ``Stages_dO=1``: 2 would not fit beside the dQ

@@ -495,10 +495,11 @@ def _put_t(elems, stage, lane, dt: str, scale) -> None:
 def _store_kv_tma(accs, base, L, outs, lane, w, coords, dt: str, scale, full: bool) -> None:
     """``dkv_tma``: warpgroup ``w``'s dKᵀ·scale and dVᵀ transposed (:func:`_put_t`) into
     column panel ``w`` of K's and V's tiles (96 key rows of 128 bytes: the TMA box's
-    layout) once all three warpgroups' wgmmas are done with them, then lane 0 stores both
-    panels by TMA (keys past SK clipped by the tensor map) and waits, the CTA's last wait
-    for its bulk groups (``full``: for the landing of its dQ adds too, else for reads)."""
-    ptx.inst("bar.sync", *XBAR)           # every warpgroup's last S, dP, dQ read K and V
+    layout), then lane 0 stores both panels by TMA (keys past SK clipped by the tensor map)
+    and waits, the CTA's last wait for its bulk groups (``full``: for the landing of its dQ
+    adds too, else for reads). No CTA-wide barrier first: the other warpgroups read K and
+    V only in S and dP, which each has waited for before the last step's dS exchange
+    barrier, and panel ``w``'s last reader after that, dQ_w, is this warpgroup's own."""
     tiles = [base + at + w * (BN * ROW) for at in (L.k, L.v)]
     for acc, tile, sc in zip(accs, tiles, (scale, None)):
         _put_t(list(acc), tile, lane, dt, sc)

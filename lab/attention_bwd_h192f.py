@@ -16,7 +16,7 @@ with:
 * causal shapes: ``lpt8``, ``lpt16`` (``BwdConfig.lpt_units``: CTAs in key block-major
   sections of that many (batch, K/V head) units, so a section's longest key blocks start
   first; wg3's plain order is key block fastest, so the last unit's longest blocks start
-  among the kernel's last CTAs) and ``pw kvt xr lpt8``.
+  among the kernel's last CTAs) and ``pw kvt xr lpt8``, ``pw kvt xr lpt16``.
 
 S 1k, 4k, 16k, full and causal (B·S = 16k tokens, H = 2048 // 192 = 10: the bench's
 shapes). Every
@@ -37,8 +37,9 @@ FIXED = dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)
 VARIANTS = {"pw": dict(prep_wide=True), "kvt": dict(dkv_tma=True), "xr": dict(dq_exit_read=True),
             "pw kvt xr": FIXED, "dqw pw kvt xr": dict(FIXED, dq_warp=True),
             "lpt8": dict(lpt_units=8), "lpt16": dict(lpt_units=16),
-            "pw kvt xr lpt8": dict(FIXED, lpt_units=8)}
-CAUSAL_ONLY = ("lpt8", "lpt16", "pw kvt xr lpt8")
+            "pw kvt xr lpt8": dict(FIXED, lpt_units=8),
+            "pw kvt xr lpt16": dict(FIXED, lpt_units=16)}
+CAUSAL_ONLY = ("lpt8", "lpt16", "pw kvt xr lpt8", "pw kvt xr lpt16")
 D = 192
 
 

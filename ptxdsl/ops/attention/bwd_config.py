@@ -120,7 +120,8 @@ class BwdConfig:
     and wg3; dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared
     tiles by TMA stores (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue; wg3: each
     warpgroup's transposed panel, :func:`.bwd_wg3._store_kv_tma`). ``lpt_units``
-    (:mod:`.bwd`'s and wg3's default mode, dense; 0: off): CTAs in sections of that many (batch, K/V head) units,
+    (:mod:`.bwd`'s and wg3's default mode, dense; 0: off): CTAs in sections of that many
+    (batch, K/V head) units,
     each section key block-major (:func:`.bwd_det.det_cta`'s order), so under a causal
     mask every unit's longest key blocks start before any unit's shorter ones and the
     kernel's last CTAs are short, where the plain order (key block fastest) starts the

@@ -114,18 +114,21 @@ class BwdConfig:
     (dq_swap): dK += dSᵀ·Q with A read from dSᵀ's shared buffer, not the packed
     registers (free once stored: 20 registers fewer across dQ).
 
-    ``prep_wide`` (head dims 64, 128, 256, dense): the preprocess and postprocess of
+    ``prep_wide`` (head dims 64, 128, 192, 256, dense): the preprocess and postprocess of
     :mod:`.bwd_prepw` (D / 8 threads a row, 16-byte accesses, two rows a thread in
     flight) instead of :mod:`.bwd_prep`'s warp a row; the main kernel is unchanged.
-    ``dkv_tma`` (the 128-key kernels, :mod:`.bwd` without col_split and :mod:`.bwd_m80`;
-    dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared tiles
-    by TMA stores (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue). ``lpt_units`` (:mod:`.bwd`'s
-    default mode, dense; 0: off): CTAs in sections of that many (batch, K/V head) units,
+    ``dkv_tma`` (the 128-key kernels, :mod:`.bwd` without col_split and :mod:`.bwd_m80`,
+    and wg3; dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared
+    tiles by TMA stores (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue; wg3: each
+    warpgroup's transposed panel, :func:`.bwd_wg3._store_kv_tma`). ``lpt_units``
+    (:mod:`.bwd`'s and wg3's default mode, dense; 0: off): CTAs in sections of that many
+    (batch, K/V head) units,
     each section key block-major (:func:`.bwd_det.det_cta`'s order), so under a causal
     mask every unit's longest key blocks start before any unit's shorter ones and the
     kernel's last CTAs are short, where the plain order (key block fastest) starts the
     last unit's longest block among the last; the deterministic mode has its own
-    sections (``det_units``). ``dq_exit_read`` (dq_warp): the dQ writer warp's last wait
+    sections (``det_units``). ``dq_exit_read`` (dq_warp, or wg3 whose consumers add their
+    own dQ without it): the dQ writer warp's last wait
     is for its reduce-adds' reads of the stage (``cp.async.bulk.wait_group.read``, as
     FlashAttention-4's sm90 writer and CUTLASS's TMA epilogues end), not for their
     landing in global memory, so the CTA need not outlive the last add's round trip: the
@@ -229,14 +232,16 @@ class BwdConfig:
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options")
-        if self.dkv_tma and (self.col_split or self.wg3 or self.wg2):
-            raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column from K's "
-                             "and V's tiles: not with col_split, wg3 or wg2")
-        if self.lpt_units < 0 or self.lpt_units and (self.wg3 or self.wg2 or self.dq_swap):
-            raise ValueError(f"lpt_units >= 0 orders bwd.py's CTAs (not wg3's, wg2's or "
+        if self.dkv_tma and (self.col_split or self.wg2):
+            raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column (wg3: "
+                             "its 64 columns of every key) from K's and V's tiles: not with "
+                             "col_split or wg2")
+        if self.lpt_units < 0 or self.lpt_units and (self.wg2 or self.dq_swap):
+            raise ValueError(f"lpt_units >= 0 orders bwd.py's and wg3's CTAs (not wg2's or "
                              f"dq_swap's), got {self.lpt_units}")
-        if self.dq_exit_read and not self.dq_warp:
-            raise ValueError("dq_exit_read is the dQ writer warp's last wait: it needs dq_warp")
+        if self.dq_exit_read and not (self.dq_warp or self.wg3):
+            raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
+                             "consumers'): it needs dq_warp or wg3")
         if self.dk_smem and not self.dq_swap:
             raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
                              "dq_swap")

@@ -25,14 +25,20 @@ from .softmax import LOG2E, NEG_INF
 
 THREADS = 256      # a CTA
 ROWS = 2           # rows a thread takes (their loads all in flight together)
-WIDE_HEAD_DIMS = (64, 128, 256)
+WIDE_HEAD_DIMS = (64, 128, 192, 256)
 
 
 def _lanes(d: int) -> int:
+    """The threads a row (a power of two dividing a warp); ``d / 8 / T`` chunks a thread."""
     if d not in WIDE_HEAD_DIMS:
-        raise ValueError(f"prep_wide gives a row D / 8 threads, a power of two dividing a "
-                         f"warp: head dims {WIDE_HEAD_DIMS}, got {d}")
-    return d // 8
+        raise ValueError(f"prep_wide gives a row D / 8 threads (192: 8 threads of three "
+                         f"16-byte chunks): head dims {WIDE_HEAD_DIMS}, got {d}")
+    return 8 if d == 192 else d // 8
+
+
+def _cols(col, t: int, d: int):
+    """This thread's chunks' first columns (one chunk but at head dim 192)."""
+    return [col + j * 8 * t if j else col for j in range(d // (8 * t))]
 
 
 def _rows(t: int):
@@ -73,9 +79,12 @@ def build_preprocess_wide(dtype: PtxType, d: int, *, deterministic: bool = False
             s, bh = row % sqp, row // sqp
             valid = reg.scalar(pred)
             ptx.inst.setp.lt.u32(valid, s, sq)
-            src = (((bh // nh) * sq + s) * nh + bh % nh) * d + col
-            ov = load_chunk(po + src * dtype.bytes, 0, dtype, 8, pred=valid)
-            dv = load_chunk(pdo + src * dtype.bytes, 0, dtype, 8, pred=valid)
+            src = (((bh // nh) * sq + s) * nh + bh % nh) * d
+            ov, dv = [], []
+            for cc in _cols(col, t, d):
+                at = src + cc
+                ov += load_chunk(po + at * dtype.bytes, 0, dtype, 8, pred=valid)
+                dv += load_chunk(pdo + at * dtype.bytes, 0, dtype, 8, pred=valid)
             lv = reg.scalar(f32, init=NEG_INF)
             ptx.inst("ld.global.f32", lv, ptx.addr(plse + (bh * sq + s) * 4), pred=valid)
             loaded.append((row, s, ov, dv, lv))
@@ -103,9 +112,10 @@ def build_preprocess_wide(dtype: PtxType, d: int, *, deterministic: bool = False
                         ptx.inst("st.global.u32", ptx.addr(
                             ptx.global_ptr(sem) + ((row // sqp) * (sqp // BLOCK_M) +
                                                    s // BLOCK_M) * 4), 0)
-            at = pdq + (row * d + col) * 4
-            ptx.inst("st.global.v4.f32", ptx.addr(at), zero)
-            ptx.inst("st.global.v4.f32", ptx.addr(at, 16), zero)
+            for cc in _cols(col, t, d):
+                at = pdq + (row * d + cc) * 4
+                ptx.inst("st.global.v4.f32", ptx.addr(at), zero)
+                ptx.inst("st.global.v4.f32", ptx.addr(at, 16), zero)
 
     deco = kernel(in_specs=ins, out_specs=tuple(outs), arg_names=tuple(names), grid=_grid(t),
                   block=(THREADS, 1, 1), arch=arch,
@@ -135,13 +145,15 @@ def build_postprocess_wide(dtype: PtxType, d: int, scale: float, *, arch: str = 
             s, bh = row % sqp, row // sqp
             valid = reg.scalar(pred)
             ptx.inst.setp.lt.u32(valid, s, sq)
-            vals = load_chunk(pacc + (row * d + col) * 4, 0, f32, 8, pred=valid)
+            vals = [load_chunk(pacc + (row * d + cc) * 4, 0, f32, 8, pred=valid)
+                    for cc in _cols(col, t, d)]
             loaded.append((((bh // nh) * sq + s) * nh + bh % nh, valid, vals))
-        for dst, valid, vals in loaded:
-            for x in vals:
-                ptx.inst.mul.f32(x, x, float(scale))
-            store_chunk(pdq + (dst * d + col) * dtype.bytes, 0, dtype, narrow(vals, dtype),
-                        pred=valid)
+        for dst, valid, chunks in loaded:
+            for cc, vals in zip(_cols(col, t, d), chunks):
+                for x in vals:
+                    ptx.inst.mul.f32(x, x, float(scale))
+                store_chunk(pdq + (dst * d + cc) * dtype.bytes, 0, dtype, narrow(vals, dtype),
+                            pred=valid)
 
     return postprocess
 

@@ -23,6 +23,8 @@ columns each cover 192 (FA3's ``NumMmaWarpGroups=3``, ``AtomLayoutNdKV=1``).
                                                  added by TMA reduce-add; Q's slot freed
                                              epilogue: dK·scale, dV transposed by stmatrix
                                                into the dQ stage, 16-byte st.global
+                                               (dkv_tma: into the warpgroup's panel of K's
+                                               and V's tiles, two TMA stores)
 
 Shared memory (1024-byte aligned panels of 128-byte swizzled rows): K, V (3 panels of 96
 rows), 2 stages of Q and 1 of dO (FA3's ``Stages_dO=1``: 2 would not fit beside the dQ
@@ -126,7 +128,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
     S, dt, es = c.stages, dtype.name, dtype.bytes
     L = Layout(c, es)
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, D, deterministic, True, True, BN, varlen, BM)
+    ins, outs = specs(dtype, D, deterministic, True, True, BN, varlen, BM, c.dkv_tma)
     names = ("q", "k", "v", "do", "nlse2", "dpsum") + (("cu_q", "cu_k") if varlen else ()) \
         + ("dq_acc", "dk", "dv") + (("sem",) if deterministic else ())
     name = (f"attention_bwd_{dt}_d{D}_s{S}_{mask.tag}{'_cap' if softcap else ''}{c.tag}"
@@ -157,9 +159,11 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         else:
             sq, sk = ptx.dim("SQ"), ptx.dim("SK")
             nblk = (sk + (BN - 1)) // BN
-            if deterministic:    # a unit's key blocks in launch order (bwd_det)
+            if deterministic or c.lpt_units:   # a unit's key blocks in launch order
+                # (bwd_det; lpt_units: a causal section's longest key blocks first)
                 nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk,
-                                        D, c.det_units, c.det_desc)
+                                        D, c.det_units if deterministic else c.lpt_units,
+                                        c.det_desc if deterministic else False)
             else:
                 nb, rest = cta % nblk, cta // nblk
                 hk, batch = rest % nhk, rest // nhk
@@ -203,7 +207,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 with ptx.if_((tid >> 5) == 1):
                     det = (sem, nb, off, mask, labels, desc) if deterministic else None
                     _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, X,
-                            m_range, det, c.det_pipe)
+                            m_range, det, c.det_pipe, c.dq_exit_read)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -314,17 +318,26 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                                 lambda: _reduce(tdq, w, X.row(m0, head), stage_w))
                     qr.advance()
                     dr.advance()
-            if c.dq_warp:        # the writer's last arrival (its first was before any)
-                ptx.inst("bar.sync", EMPTY + w, WTHREADS)
+            if c.dkv_tma:        # (through K's and V's tiles; one last wait for lane 0)
+                _store_kv_tma((dk_acc, dv_acc), base, L, (dk, dv), lane, w,
+                              [w * PANEL] + X.k(n0), dt, scale,
+                              full=not (c.dq_warp or c.dq_exit_read))
+                if c.dq_warp:    # the writer's last arrival (its first was before any)
+                    ptx.inst("bar.sync", EMPTY + w, WTHREADS)
             else:
-                with ptx.if_(lane == 0):
-                    ptx.inst("cp.async.bulk.wait_group", 0)
-            # dKᵀ, dVᵀ transposed through the warpgroup's dQ stage (its last reduce has read
-            # it), 128-byte rows of keys to global
-            if not c.dq_warp:
-                ptx.inst("bar.sync", 2 + w, 128)
-            for acc, ptr, sc in ((dk_acc, pdk, scale), (dv_acc, pdv, None)):
-                _store_t(list(acc), ptr, stage_w, lane, n0, sk, X.key(n0), hk, nhk, w, dt, sc)
+                if c.dq_warp:    # the writer's last arrival (its first was before any)
+                    ptx.inst("bar.sync", EMPTY + w, WTHREADS)
+                else:            # (dq_exit_read: the stage's reads, the adds land by the exit)
+                    with ptx.if_(lane == 0):
+                        ptx.inst("cp.async.bulk.wait_group.read" if c.dq_exit_read else
+                                 "cp.async.bulk.wait_group", 0)
+                # dKᵀ, dVᵀ transposed through the warpgroup's dQ stage (its last reduce has
+                # read it), 128-byte rows of keys to global
+                if not c.dq_warp:
+                    ptx.inst("bar.sync", 2 + w, 128)
+                for acc, ptr, sc in ((dk_acc, pdk, scale), (dv_acc, pdv, None)):
+                    _store_t(list(acc), ptr, stage_w, lane, n0, sk, X.key(n0), hk, nhk, w,
+                             dt, sc)
 
     grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // BN) * HK, 1, 1)) if varlen else \
         (lambda B, SK, HK: ((SK + BN - 1) // BN * HK * B, 1, 1))
@@ -378,14 +391,16 @@ def _reduce(tdq, w, row, stage_w) -> None:
     ptx.inst("cp.async.bulk.commit_group")
 
 
-def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=False) -> None:
+def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=False,
+            exit_read=False) -> None:
     """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
     the consumers' waits and its arrivals pair up. ``det``: ``(sem, nb, off, mask,
     labels, desc)``, the deterministic mode's turns (:mod:`.bwd_det`): the three warpgroups add
     disjoint columns, so key block ``nb``'s adds to a row block wait until the earlier key
-    blocks' three each have landed, and each passes one turn once its own has."""
+    blocks' three each have landed, and each passes one turn once its own has.
+    ``exit_read`` (``dq_exit_read``): the last wait is for the stage's reads only."""
     for w in range(WGS):
         ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
     for gi in ptx.range_(0, group):
@@ -416,8 +431,8 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                         pass_turn(at)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
-    with ptx.if_(lane == 0):
-        ptx.inst("cp.async.bulk.wait_group", 0)
+    with ptx.if_(lane == 0):     # (exit_read: the kernel's end makes the adds visible)
+        ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)
 
 
 def _stage(dq, stage_w, r0, lw, xr) -> None:
@@ -442,6 +457,25 @@ def _store_t(elems, ptr, stage, lane, n0, sk, krow, hk, nhk, w, dt: str, scale, 
     thread to global (``ld.shared.v4``, ``st.global.v4``), keys past SK skipped; ``bar``
     the warpgroup's named barrier (default ``2 + w``)."""
     nkeys = 2 * len(elems)           # (64 x N f32 over 128 threads)
+    _put_t(elems, stage, lane, dt, scale)
+    ptx.inst("bar.sync", 2 + w if bar is None else bar, 128)
+    sk_s = _s32(sk)
+    for it in range(nkeys * 8 // 128):
+        row, ch = (lane >> 3) + it * 16, lane & 7
+        with ptx.if_(_s32(n0 + row) < sk_s):
+            v4 = [reg.scalar(b32) for _ in range(4)]
+            ptx.inst("ld.shared.v4.b32", v4, ptx.addr(stage + row * ROW + ((ch ^ (row & 7)) << 4)))
+            at = ptr + (((krow + row) * nhk + hk) * D
+                        + (w * PANEL if col is None else col) + ch * 8) * 2
+            ptx.inst("st.global.v4.b32", ptx.addr(at), v4)
+    ptx.inst("bar.sync", 2 + w if bar is None else bar, 128)  # (rewritten next)
+
+
+def _put_t(elems, stage, lane, dt: str, scale) -> None:
+    """:func:`_store_t`'s first half: dKᵀ or dVᵀ (times ``scale`` unless None) rounded to
+    pairs and transposed into ``stage`` as key rows of 128 bytes, 16-byte chunk ``c`` of key
+    ``r`` at ``c ^ (r % 8)`` (``stmatrix.x4.trans``): a 128-byte-swizzled TMA box of 64
+    columns when ``stage`` is 1024-byte aligned."""
     warp, lw = lane >> 5, lane & 31
     t, mat = lw & 7, lw >> 3          # this lane's row address: row t of matrix mat
     if scale is not None:
@@ -456,17 +490,26 @@ def _store_t(elems, ptr, stage, lane, n0, sk, krow, hk, nhk, w, dt: str, scale, 
             words.append(wd)
         ptx.inst("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                  ptx.addr(row_at, 8 * j * ROW), words)
-    ptx.inst("bar.sync", 2 + w if bar is None else bar, 128)
-    sk_s = _s32(sk)
-    for it in range(nkeys * 8 // 128):
-        row, ch = (lane >> 3) + it * 16, lane & 7
-        with ptx.if_(_s32(n0 + row) < sk_s):
-            v4 = [reg.scalar(b32) for _ in range(4)]
-            ptx.inst("ld.shared.v4.b32", v4, ptx.addr(stage + row * ROW + ((ch ^ (row & 7)) << 4)))
-            at = ptr + (((krow + row) * nhk + hk) * D
-                        + (w * PANEL if col is None else col) + ch * 8) * 2
-            ptx.inst("st.global.v4.b32", ptx.addr(at), v4)
-    ptx.inst("bar.sync", 2 + w if bar is None else bar, 128)  # (rewritten next)
+
+
+def _store_kv_tma(accs, base, L, outs, lane, w, coords, dt: str, scale, full: bool) -> None:
+    """``dkv_tma``: warpgroup ``w``'s dKᵀ·scale and dVᵀ transposed (:func:`_put_t`) into
+    column panel ``w`` of K's and V's tiles (96 key rows of 128 bytes: the TMA box's
+    layout), then lane 0 stores both panels by TMA (keys past SK clipped by the tensor map)
+    and waits, the CTA's last wait for its bulk groups (``full``: for the landing of its dQ
+    adds too, else for reads). No CTA-wide barrier first: the other warpgroups read K and
+    V only in S and dP, which each has waited for before the last step's dS exchange
+    barrier, and panel ``w``'s last reader after that, dQ_w, is this warpgroup's own."""
+    tiles = [base + at + w * (BN * ROW) for at in (L.k, L.v)]
+    for acc, tile, sc in zip(accs, tiles, (scale, None)):
+        _put_t(list(acc), tile, lane, dt, sc)
+    ptx.inst("fence.proxy.async.shared::cta")
+    ptx.inst("bar.sync", 2 + w, 128)
+    with ptx.if_(lane == 0):
+        for t, tile in zip(outs, tiles):
+            ptx.tma.store(t.tma_desc(), coords, tile)
+        ptx.tma.commit()
+        ptx.tma.wait(0, read=not full)
 
 
 __all__ = ["build_backward_wg3", "smem_bytes", "check", "Layout", "BN"]

@@ -41,7 +41,7 @@ def test_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="prep_wide"):
         build_preprocess_wide(bf16, 96)
     with pytest.raises(ValueError, match="prep_wide"):
-        build_postprocess_wide(bf16, 192, 0.1)
+        build_postprocess_wide(bf16, 160, 0.1)
     with pytest.raises(ValueError, match="dkv_tma"):
         BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, dkv_tma=True)
     with pytest.raises(ValueError, match="dkv_tma"):

@@ -1,0 +1,164 @@
+"""Head dim 192's fixed-cost options: ``BwdConfig.prep_wide`` at D = 192
+(:mod:`ptxdsl.ops.attention.bwd_prepw`: 8 threads a row, three 16-byte chunks a thread),
+``dkv_tma`` in wg3 (:func:`ptxdsl.ops.attention.bwd_wg3._store_kv_tma`: each warpgroup's
+dKᵀ, dVᵀ transposed into its column panel of K's and V's tiles, TMA stores),
+``dq_exit_read`` in wg3 (the writer warp's, or the consumers', last wait for reads only)
+and ``lpt_units`` in wg3 (key block-major sections): what they emit and refuse, the
+CPU interpreter against float64 (ragged, GQA, causal / full / window, the deterministic
+mode), and ptxas -v."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16, f16
+from ptxdsl.ops import attention_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.bwd_prep import build_postprocess, build_preprocess
+from ptxdsl.ops.attention.bwd_prepw import build_postprocess_wide, build_preprocess_wide
+from ptxdsl.ops.attention.bwd_wg3 import build_backward_wg3
+from ptxdsl.ops.attention.config import Mask
+from ptxas_resources import resources_or_skip  # noqa: E402
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+from attention_bwd_checks import check_grads  # noqa: E402
+
+ROW = dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160, overlap=2)
+DET = dict(ROW, dq_warp=True, det_pipe=True, det_units=16)
+STORE = "cp.async.bulk.tensor.4d.global.shared::cta"
+
+
+def test_wg3_takes_the_options_wg2_does_not():
+    """wg3 accepts dkv_tma, lpt_units and dq_exit_read without the writer warp (tags
+    name them); wg2 still refuses dkv_tma and lpt_units."""
+    assert BwdConfig(**ROW, dkv_tma=True, dq_exit_read=True, lpt_units=4).tag.endswith(
+        "_wg3_kvt_lpt4_xr")
+    wg2 = dict(stages=2, dq_tma=True, dq_swizzle=True, wg2=True, consumer_regs=240)
+    for bad in (dict(dkv_tma=True), dict(lpt_units=2)):
+        with pytest.raises(ValueError, match="dkv_tma|lpt_units"):
+            BwdConfig(**wg2, **bad)
+    with pytest.raises(ValueError, match="dq_exit_read"):
+        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, dq_exit_read=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("det", [False, True], ids=["default", "det"])
+def test_wide_kernels_at_192_match_the_warp_a_row_ones(det):
+    """Three chunks a thread: same dpsum, nlse2 (-inf rows, padding), zeroed dq_acc (and
+    semaphores) as bwd_prep's from NaN-filled buffers; the postprocess bitwise the same;
+    six v4 loads and six v4 zero stores a thread (two rows)."""
+    b, sq, h, d = 1, 70, 2, 192
+    rng = np.random.default_rng(7)
+    o, do = (rng.standard_normal((b, sq, h, d)).astype(BF16) for _ in range(2))
+    lse = rng.standard_normal((b, h, sq)).astype(np.float32)
+    lse[0, 1, 5] = -np.inf
+    sqp = -(-sq // 64) * 64
+    res = []
+    for build in (build_preprocess, build_preprocess_wide):
+        outs = [np.full((b, h, sqp), np.nan, np.float32), np.full((b, h, sqp), np.nan, np.float32),
+                np.full((b, h, sqp, d), np.nan, np.float32)]
+        if det:
+            outs.append(np.full((b, h, sqp // 64), 7, np.uint32))
+        build(bf16, d, deterministic=det).interpret(o, do, lse, *outs)
+        res.append(outs)
+    for x, y in zip(*res):
+        assert not np.isnan(y).any()
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+    acc = rng.standard_normal((b, h, sqp, d)).astype(np.float32)
+    got = []
+    for build in (build_postprocess, build_postprocess_wide):
+        dq = np.full((b, sq, h, d), 7, BF16)
+        build(bf16, d, 0.3).interpret(acc, dq)
+        got.append(dq.astype(np.float32))
+    assert (got[0] == got[1]).all()
+    pre = build_preprocess_wide(f16, d, deterministic=det).ptx()
+    assert pre.count("ld.global.v4.b32") == 2 * 2 * 3 and pre.count("st.global.v4.f32") == 2 * 2 * 3
+    assert pre.count("shfl.sync.bfly.b32") == 2 * 3          # log2(8) a row, two rows
+
+
+def _case(monkeypatch, c, sq, sk, seed, lead=1, **kw):
+    """q, dout (lead, sq, 2, 192), k, v (lead, sk, 1, 192): GQA, bf16, against float64."""
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((lead, s, h, 192)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    out, lse = attention_reference(q, k, v, **kw)
+    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
+    check_grads(got, attention_backward_reference(do, q, k, v, **kw))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("sq,sk,kw", [(40, 100, dict(causal=True)), (130, 200, {}),
+                                      (150, 100, dict(window_size=(40, 3)))],
+                         ids=["causal", "full", "window"])
+@pytest.mark.parametrize("extra", [dict(dkv_tma=True), dict(dq_exit_read=True),
+                                   dict(prep_wide=True, dkv_tma=True, dq_exit_read=True),
+                                   dict(prep_wide=True, dkv_tma=True, dq_exit_read=True,
+                                        dq_warp=True)],
+                         ids=["kvt", "xr", "pw-kvt-xr", "dqw-pw-kvt-xr"])
+def test_matches_float64(monkeypatch, extra, sq, sk, kw):
+    """Two or three key blocks (the last past SK: the TMA store clips its rows), rows past
+    SQ, both heads of the GQA group summed before the store."""
+    _case(monkeypatch, BwdConfig(**ROW, **extra), sq, sk, sq + sk, **kw)
+
+
+@pytest.mark.long
+def test_longest_first_sections_match_float64(monkeypatch):
+    """lpt_units 2 over 3 (batch, K/V head) units (a last section of one), 3 key blocks a
+    unit, causal with more keys than queries: every CTA's (key block, unit) once."""
+    _case(monkeypatch, BwdConfig(**ROW, lpt_units=2, dkv_tma=True, dq_exit_read=True),
+          130, 250, 3, lead=3, causal=True)
+
+
+@pytest.mark.long
+def test_deterministic_mode_with_them_matches_float64(monkeypatch):
+    """The deterministic row (writer warp, det_pipe) with dkv_tma and dq_exit_read, its
+    three kernels called directly (the API runs the default kernel on the interpreter)."""
+    c = BwdConfig(**DET, prep_wide=True, dkv_tma=True, dq_exit_read=True)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    sq, sk, kw = 130, 250, dict(causal=True)
+    rng = np.random.default_rng(9)
+    q, k, v, do = (rng.standard_normal(s).astype(BF16) for s in
+                   ((1, sq, 2, 192), (1, sk, 1, 192), (1, sk, 1, 192), (1, sq, 2, 192)))
+    out, lse = attention_reference(q, k, v, **kw)
+    pre, main, post = bwd_api.backward_kernels(192, deterministic=True, **kw)
+    assert main.name.endswith("_kvt_xr_det") and pre.name.endswith("_w_det")
+    sqp = -(-sq // 64) * 64
+    dpsum, nlse2 = np.zeros((1, 2, sqp), np.float32), np.zeros((1, 2, sqp), np.float32)
+    acc, sem = np.zeros((1, 2, sqp, 192), np.float32), np.zeros((1, 2, sqp // 64), np.uint32)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(k)
+    pre.interpret(out.astype(BF16), do, lse.astype(np.float32), dpsum, nlse2, acc, sem)
+    main.interpret(q, k, v, do, nlse2, dpsum, acc, dk, dv, sem)
+    post.interpret(acc, dq)
+    check_grads((dq, dk, dv), attention_backward_reference(do, q, k, v, **kw))
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("base,det", [(ROW, False), (dict(ROW, dq_warp=True), False),
+                                      (DET, True)], ids=["row", "dqw", "det"])
+@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
+                         ids=["full", "causal", "window"])
+def test_ptxas_keeps_everything_in_registers(base, det, mask):
+    """dkv_tma with dq_exit_read (and lpt_units): no spills, no wgmma serialization notice
+    beyond the shipped wg3 kernels' C7519; two TMA stores a warpgroup's thread and no
+    16-byte global stores of dK, dV; the last full bulk wait gone."""
+    c = BwdConfig(**base, dkv_tma=True, dq_exit_read=True, lpt_units=0 if det else 8)
+    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, deterministic=det)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+    shipped = build_backward_wg3(BwdConfig(**base), bf16, 192, mask, scale=0.07,
+                                 deterministic=det)
+    for code in range(7510, 7521):
+        assert (f"C{code}" in k.check().log) == (f"C{code}" in shipped.check().log), code
+    text, old = k.ptx(), shipped.ptx()
+    assert text.count(STORE) == 2 and STORE not in old
+    assert "st.global.v4.b32" in old and "st.global.v4.b32" not in text
+    full = "cp.async.bulk.wait_group 0"
+    assert old.count(full) - text.count(full) == 1
+    for kk in (build_preprocess_wide(bf16, 192, deterministic=det),
+               build_postprocess_wide(bf16, 192, 0.07)):
+        r = resources_or_skip(kk)
+        assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, kk.name

@@ -49,8 +49,7 @@ def run(rounds: int = 9, block_ms: float = 10.0, tokens: int = 16384, width: int
     FlashAttention-4's backward in the same rounds (off: its first calls compile for tens
     of seconds, and today's table has it)."""
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from lab.attention_bwd_case import case
     import ptxdsl.ops as ops
     from ptxdsl.ops.attention import bwd_api
     from bench.timing import time_interleaved
@@ -58,17 +57,9 @@ def run(rounds: int = 9, block_ms: float = 10.0, tokens: int = 16384, width: int
 
     shipped, rows = bwd_api.choose_bwd, []
     for s, causal in [(s, c) for s in (1024, 4096, 16384) for c in (False, True)]:
-        b, h = tokens // s, width // D
-        g = torch.Generator(device="cuda").manual_seed(s + D)
-        q, k, v, do = (torch.randn(b, s, h, D, device="cuda", dtype=torch.bfloat16,
-                                   generator=g) for _ in range(4))
-        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
-                                           is_causal=causal).transpose(1, 2).backward(do)
-        ref = [x.grad.float() for x in leaves]
-        flops = 2.5 * 4 * b * h * s * s * D * (0.5 if causal else 1.0)
+        sc = case(torch, s, D, causal, tokens, width)
+        b, h, q, k, v, do, out, lse, ref, flops = (sc.b, sc.h, sc.q, sc.k, sc.v, sc.do,
+                                                   sc.out, sc.lse, sc.ref, sc.flops)
         row = {"S": s, "D": D, "causal": causal, "B": b, "H": h, "results": {}}
         fns = {}
         for label, extra in [("plan", None)] + list(VARIANTS.items()):

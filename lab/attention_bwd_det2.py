@@ -19,7 +19,9 @@ plan's deterministic row with ``det_desc``, with ``dk_last`` (the default row's 
 (``dk_last`` + ``s_ahead`` 2, with the fixed-cost options) with ``det_desc``, with it and
 ``det_pipe``, with those and ``det_poll``, and with ``det_pipe`` + ``det_poll`` +
 ``det_units`` 32 (ptxas's one C7519 there is the default row's own: a ``warpgroup.arrive``
-where the first Sᵀ, issued before the loop, meets it). Per shape every
+where the first Sᵀ, issued before the loop, meets it), and with ``ahead_k`` (that Sᵀ
+without the branch: no C7519) with ``det_desc``, with it and ``det_pipe``, and the default
+row with ``ahead_k`` (default mode). Per shape every
 variant is first checked (dq, dk, dv against cuDNN's, or SDPA flash's where cuDNN refuses
 the head dim: max relative error <= 3e-2; the deterministic ones bitwise repeatable over
 two more calls), then all are timed interleaved (``bench/timing.py``: a fresh order every
@@ -88,7 +90,11 @@ def variants(d):
                 "sa2 pipe dpl dsc pw kvt xr": (replace(step, det_pipe=True, det_poll=True),
                                                True),
                 "sa2 pipe dpl u32 pw kvt xr": (replace(step, det_desc=False, det_pipe=True,
-                                                       det_poll=True, det_units=32), True)}
+                                                       det_poll=True, det_units=32), True),
+                "sa2 sak dsc pw kvt xr": (replace(step, ahead_k=True), True),
+                "sa2 sak pipe dsc pw kvt xr": (replace(step, ahead_k=True, det_pipe=True),
+                                               True),
+                "default sak": (replace(step, det_desc=False, ahead_k=True), False)}
     else:
         row = BwdConfig(**sw, overlap=1, dq_split=True, ds_double=True, dq_warp=True,
                         dk_last=True, det_pipe=True)

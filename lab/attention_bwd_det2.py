@@ -14,10 +14,14 @@ in sections of 32. Head dim 192: the plan's deterministic row (``det_units`` 16)
 full-mask row's 80-query tile in the deterministic mode (``m80``: ``dq_swap`` with
 ``det_pipe``, bwd_m80.py) alone, with the fixed-cost options, with them and ``det_desc``,
 and with ``det_desc`` and ``det_poll``. Head dim 64: the
-plan's deterministic row with ``det_desc``, with ``dk_last`` (the default row's order;
-``s_ahead``, the default row's other option, is serialized by ptxas (C7519) in the
-deterministic kernel), with ``det_units`` 32 and 128, ``dk_last`` + ``det_desc`` +
-``det_units`` 32, and ``det_pipe`` + ``det_poll`` + ``det_units`` 32. Per shape every
+plan's deterministic row with ``det_desc``, with ``dk_last`` (the default row's order), with ``det_units`` 32 and 128, ``dk_last`` + ``det_desc`` +
+``det_units`` 32, and ``det_pipe`` + ``det_poll`` + ``det_units`` 32, and the default row's whole step
+(``dk_last`` + ``s_ahead`` 2, with the fixed-cost options) with ``det_desc``, with it and
+``det_pipe``, with those and ``det_poll``, and with ``det_pipe`` + ``det_poll`` +
+``det_units`` 32 (ptxas's one C7519 there is the default row's own: a ``warpgroup.arrive``
+where the first Sᵀ, issued before the loop, meets it), and with ``ahead_k`` (that Sᵀ
+without the branch: no C7519) with ``det_desc``, with it and ``det_pipe``, and the default
+row with ``ahead_k`` (default mode). Per shape every
 variant is first checked (dq, dk, dv against cuDNN's, or SDPA flash's where cuDNN refuses
 the head dim: max relative error <= 3e-2; the deterministic ones bitwise repeatable over
 two more calls), then all are timed interleaved (``bench/timing.py``: a fresh order every
@@ -78,6 +82,19 @@ def variants(d):
                                  True),
                 "pw kvt xr": (replace(row, **FIXED), True),
                 "dsc pw kvt xr": (replace(row, det_desc=True, **FIXED), True)}
+        # the default row's step (dk_last, s_ahead 2) with the writer's plain or pipelined
+        # turns
+        step = replace(row, dk_last=True, s_ahead=2, det_desc=True, **FIXED)
+        out |= {"sa2 dsc pw kvt xr": (step, True),
+                "sa2 pipe dsc pw kvt xr": (replace(step, det_pipe=True), True),
+                "sa2 pipe dpl dsc pw kvt xr": (replace(step, det_pipe=True, det_poll=True),
+                                               True),
+                "sa2 pipe dpl u32 pw kvt xr": (replace(step, det_desc=False, det_pipe=True,
+                                                       det_poll=True, det_units=32), True),
+                "sa2 sak dsc pw kvt xr": (replace(step, ahead_k=True), True),
+                "sa2 sak pipe dsc pw kvt xr": (replace(step, ahead_k=True, det_pipe=True),
+                                               True),
+                "default sak": (replace(step, det_desc=False, ahead_k=True), False)}
     else:
         row = BwdConfig(**sw, overlap=1, dq_split=True, ds_double=True, dq_warp=True,
                         dk_last=True, det_pipe=True)
@@ -96,9 +113,11 @@ def variants(d):
     return out
 
 
-def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0) -> None:
+def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0,
+        heads=None) -> None:
     """``rounds`` interleaved rounds a shape, each timed block about ``block_ms``; no new
-    shape once ``budget_s`` seconds have passed (the JSON is rewritten after each)."""
+    shape once ``budget_s`` seconds have passed (the JSON is rewritten after each);
+    ``heads``: only the shapes of those head dims."""
     import torch
     from lab.attention_bwd_case import case
     import ptxdsl.ops as ops
@@ -107,6 +126,8 @@ def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0) -> None
 
     shipped, rows, t0, left = bwd_api.choose_bwd, [], time.monotonic(), []
     for s, d, causal in GRID:
+        if heads and d not in heads:
+            continue
         if time.monotonic() - t0 > budget_s:
             left.append({"S": s, "D": d, "causal": causal})
             continue

@@ -36,8 +36,9 @@ class Ahead:
     warpgroup's step count (heads of the group x row blocks)."""
 
     def __init__(self, mode: int, *, labels, full, stages: int, ring, q_of, score, steps,
-                 bw: int):
+                 bw: int, k_tile=None):
         self.mode, self.labels, self.full, self.stages = mode, labels, full, stages
+        self.k_tile = k_tile
         self.ring, self.q_of, self.score = ring, q_of, score
         self.acc, self.width = ptx.wgmma.accumulator(bw), bw
         self.left = reg.scalar(s32)
@@ -75,9 +76,23 @@ class Ahead:
         ptx.inst("wgmma.wait_group.sync.aligned", 0)
 
     def first(self) -> None:
-        """Before the loop: the first step's Sᵀ (ring slot 0, phase 0)."""
+        """Before the loop: the first step's Sᵀ (ring slot 0, phase 0). ``k_tile``
+        (``BwdConfig.ahead_k``, K's whole tile, loaded): issued in any case, from K's
+        tile where the CTA has no step (Q's slot is never written there; the result is
+        discarded), so no branch meets the wgmmas (ptxas's C7519)."""
         zero = reg.scalar(u32, init=0)
-        self._issue(self.left > 0, zero, zero)
+        if self.k_tile is None:
+            self._issue(self.left > 0, zero, zero)
+            return
+        live, src = reg.scalar(pred), reg.scalar(u32)
+        ptx.inst.setp.gt.s32(live, self.left, 0)
+        with ptx.if_(live):
+            wait(self.labels, self.full, zero)
+        ptx.inst.selp.u32(src, self.q_of(zero), self.k_tile, live)
+        mma, k_w, d, bn, bm = self.score
+        ptx.inst("wgmma.fence.sync.aligned")
+        score_gemm(mma, self.acc, k_w, src, d, bn, bm)
+        ptx.inst("wgmma.commit_group.sync.aligned")
 
     def _next(self) -> None:
         """The next step's Sᵀ from the next ring slot, unless this step is the last (or,

@@ -103,7 +103,9 @@ class BwdConfig:
     behind dK), so the tensor pipe does not wait for the step's end and the next
     slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, wg2, col_split): Q with LSE and dO
     with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
-    dO has (:mod:`.bwd_qdo`).
+    dO has (:mod:`.bwd_qdo`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ issued before the
+    loop without a branch, reading K's tile in place of Q's where the CTA has no step
+    (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
 
     ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap; deterministic with
     ``det_pipe``, the writer warp's turns on each 80-row block):
@@ -166,6 +168,7 @@ class BwdConfig:
     dkv_tma: bool = False
     lpt_units: int = 0
     dq_exit_read: bool = False
+    ahead_k: bool = False
 
     @property
     def tag(self) -> str:
@@ -186,7 +189,8 @@ class BwdConfig:
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
                 f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
-                f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}")
+                f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
+                f"{'_sak' if c.ahead_k else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -276,6 +280,9 @@ class BwdConfig:
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
             raise ValueError("s_ahead issues the next step's Sᵀ behind dk_last's dK, under "
                              "a one-chain dQ: it needs dk_last, and dq_split or block_m=128")
+        if self.ahead_k and not self.s_ahead:
+            raise ValueError("ahead_k issues s_ahead's first Sᵀ without a branch: it needs "
+                             "s_ahead")
         if self.qdo_split and (self.wg3 or self.wg2 or self.col_split):
             raise ValueError("qdo_split gives dO its own barrier in the 64- and 128-key "
                              "kernels' ring: not with wg3, wg2 or col_split")

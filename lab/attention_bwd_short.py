@@ -72,11 +72,15 @@ def _kernel_fns(torch, bwd_api, d, causal, args):
 
 
 def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
-        width: int = 2048, fa4: bool = False) -> None:
+        width: int = 2048, fa4: bool = False, variants=None, causal_only=CAUSAL_ONLY,
+        name: str = "attention_bwd_short") -> None:
     """``rounds`` rounds a shape; each timed block about ``block_ms`` (calls by the FLOPs
     at 500 TFLOP/s, 4 to 50); ``grid``: (S, D, causal) shapes, B·S = ``tokens`` and
     H·D = ``width``; ``fa4``: FlashAttention-4's backward timed in the same rounds (off
-    by default: its first calls compile for tens of seconds)."""
+    by default: its first calls compile for tens of seconds); ``variants``: {label: the
+    BwdConfig fields over the plan row} (:data:`VARIANTS` by default), ``causal_only`` of
+    them timed at causal shapes only; the JSON ``$OUT/<name>.json``."""
+    variants = VARIANTS if variants is None else variants
     import torch
     from lab.attention_bwd_case import case
     import ptxdsl.ops as ops
@@ -92,8 +96,8 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
                                                    sc.out, sc.lse, sc.ref, sc.flops)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         fns = {}
-        for label, extra in [("plan", None)] + list(VARIANTS.items()):
-            if label in CAUSAL_ONLY and not causal:
+        for label, extra in [("plan", None)] + list(variants.items()):
+            if label in causal_only and not causal:
                 continue
             choose = shipped if extra is None else \
                 (lambda *a, _x=extra, **kw: replace(shipped(*a, **kw), **_x))
@@ -139,11 +143,11 @@ def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,
             row["kernels_ms"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    doc = {"lab": "attention_bwd_short", "device": torch.cuda.get_device_name(),
+    doc = {"lab": name, "device": torch.cuda.get_device_name(),
            "date": datetime.date.today().isoformat(), "rounds": rounds, "rows": rows}
-    with open(os.path.join(os.environ.get("OUT", "."), "attention_bwd_short.json"), "w") as f:
+    with open(os.path.join(os.environ.get("OUT", "."), f"{name}.json"), "w") as f:
         json.dump(doc, f, indent=1)
-    names = ["plan"] + list(VARIANTS) + ["fa4"]
+    names = ["plan"] + list(variants) + ["fa4"]
     print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>11}" for n in names)
           + "   pre  pre_w   main   post post_w (us)  host_us")
     for r in rows:

@@ -27,8 +27,9 @@ candidates not reached by then are skipped.
 as strings); ``--set`` named sets of :data:`SETS`, run one after another in one process
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
-``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``, ``s16k2``: the shapes where ptxdsl trails FA4, each with its own
-shapes and H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
+``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
+``s16k2``: the shapes where ptxdsl trails FA4, each with its own shapes and H / Hkv, the
+current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
 where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
 from __future__ import annotations

@@ -158,8 +158,10 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # a CTA goes, o_in_q waits every tile), also with Config.q_split; at head dim 128 the
 # freed buffer holds a third 128-key stage (229488 bytes) or the epilogue beside the full
 # row's 176-key blocks (213072); FA4's sm90 causal schedule (one CTA a tile, 48 MiB head
-# sections) with it, which is head dim 256's <= 4k row; head dim 64 (192-row tiles, 3
-# stages) also with the TMA-store epilogue in its own buffer and with a fourth stage.
+# sections) with it, which is head dim 256's <= 4k row, also with ping-pong (FA4's sm90
+# schedule whole at head dims 64 and 128: its consumers take turns up to head dim 128; at
+# full, one CTA a tile without sections); head dim 64 (192-row tiles, 3 stages) also with
+# the TMA-store epilogue in its own buffer and with a fourth stage.
 # Every candidate fits shared memory and compiles without spills or serialized wgmmas
 # (test_fwd_candidates.py).
 _OQ = dict(tma_store=True, o_in_q=True)
@@ -232,13 +234,15 @@ SETS = {
     "s16k2": {"seqs": [16384], "masks": [True, False], "candidates": {
         128: [_PLAN, dict(_PLAN, **_OQ1), dict(_PLAN, q_split=True, **_OQ1),
               dict(_PLAN, block_n=128, stages=3, **_OQ1),
-              dict(_PLAN, block_n=128, stages=3, q_split=True, **_OQ1),
               dict(_PLAN, **_FA4GRID, **_S48, **_OQ1, **_C),
+              dict(_PLAN, pingpong=True, **_FA4GRID, **_S48, **_OQ1, **_C),
               dict(_PLAN, block_n=128, stages=3, **_FA4GRID, **_S48, **_OQ1, **_C),
-              dict(block_n=128, **_PL, **_OQ, causal=False)],
+              dict(block_n=128, **_PL, **_OQ, causal=False),
+              dict(block_n=128, pingpong=True, lazy_rescale=True, **_OQ, causal=False)],
         64: [dict(_PLAN, **_C), dict(_PLAN, tma_store=True, **_C), dict(_PLAN, **_OQ, **_C),
              dict(_PLAN, q_split=True, **_OQ, **_C), dict(_PLAN, stages=4, **_OQ, **_C),
-             dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C)],
+             dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
+             dict(_PLAN, pingpong=True, **_FA4GRID, **_S48, **_OQ, **_C)],
         256: [dict(_PLAN, **_C), dict(_PLAN, **_OQ, **_C),
               dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
               dict(_PLAN, q_split=True, **_FA4GRID, **_S48, **_OQ, **_C)]}},
@@ -273,7 +277,8 @@ def jobs():
                 for causal in st.get("masks", masks):
                     cands = [_planned(c, d, s, causal) for c in cands_of[d]
                              if c.get("causal", causal) == causal]
-                    yield name, d, s, h, hk, causal, cands
+                    if cands:        # a set's head dim may have candidates of one mask
+                        yield name, d, s, h, hk, causal, cands
 
 
 def _planned(cand: dict, d: int, s: int, causal: bool) -> dict:

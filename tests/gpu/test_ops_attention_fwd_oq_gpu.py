@@ -41,6 +41,8 @@ CASES = [   # (head dim, the config without the options, the options)
     (128, dict(block_n=176, **_PL), dict(q_split=True, **_OQ)),
     (128, dict(block_n=128, stages=3, lazy_rescale=True, head_sections=True,
                section_mb=48), _OQ),
+    (128, dict(block_n=128, pingpong=True, lazy_rescale=True, head_sections=True,
+               section_mb=48), _OQ),
     (64, dict(block_n=128, stages=3, consumers=3, tma_store=True, **_PL), dict(o_in_q=True)),
     (64, dict(block_n=128, stages=4, consumers=3, **_PL), dict(q_split=True, **_OQ)),
 ]

@@ -18,7 +18,7 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c]
+        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2]
         [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
@@ -27,8 +27,9 @@ candidates not reached by then are skipped.
 as strings); ``--set`` named sets of :data:`SETS`, run one after another in one process
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
-``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``: the shapes where ptxdsl trails FA4, each with its own
-shapes and H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
+``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
+``s16k2``: the shapes where ptxdsl trails FA4, each with its own shapes and H / Hkv, the
+current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
 where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
 from __future__ import annotations
@@ -151,8 +152,21 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # schedule in our terms (one CTA a tile, longest-first in 48 MiB sections), with both;
 # and O in Q's buffer with each consumer's Q on its own barriers (Config.q_split: a
 # consumer's next Q waits for its own epilogue only), with and without ping-pong.
+# ``s16k2`` (the 16k rows where ptxdsl trails FA4 most: head dim 128 causal and full, 64
+# and 256 causal): each plans row with O staged in Q's buffer (Config.o_in_q: the
+# TMA-store epilogue without a buffer of its own; the hd128 causal row's staging wait once
+# a CTA goes, o_in_q waits every tile), also with Config.q_split; at head dim 128 the
+# freed buffer holds a third 128-key stage (229488 bytes) or the epilogue beside the full
+# row's 176-key blocks (213072); FA4's sm90 causal schedule (one CTA a tile, 48 MiB head
+# sections) with it, which is head dim 256's <= 4k row, also with ping-pong (FA4's sm90
+# schedule whole at head dims 64 and 128: its consumers take turns up to head dim 128; at
+# full, one CTA a tile without sections); head dim 64 (192-row tiles, 3 stages) also with
+# the TMA-store epilogue in its own buffer and with a fourth stage.
+# Every candidate fits shared memory and compiles without spills or serialized wgmmas
+# (test_fwd_candidates.py).
 _OQ = dict(tma_store=True, o_in_q=True)
 _FA4GRID = dict(persistent=False, dynamic=False)
+_OQ1 = dict(store_wait_once=False, **_OQ)   # the hd128 causal row waits once a CTA
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -217,6 +231,21 @@ SETS = {
         dict(_PLAN, pingpong=False, **_OQ), dict(_PLAN, **_FA4GRID, **_S48, **_OQ),
         dict(_PLAN, pingpong=False, **_FA4GRID, **_S48, **_OQ),
         dict(_PLAN, q_split=True, **_OQ), dict(_PLAN, pingpong=False, q_split=True, **_OQ)]}},
+    "s16k2": {"seqs": [16384], "masks": [True, False], "candidates": {
+        128: [_PLAN, dict(_PLAN, **_OQ1), dict(_PLAN, q_split=True, **_OQ1),
+              dict(_PLAN, block_n=128, stages=3, **_OQ1),
+              dict(_PLAN, **_FA4GRID, **_S48, **_OQ1, **_C),
+              dict(_PLAN, pingpong=True, **_FA4GRID, **_S48, **_OQ1, **_C),
+              dict(_PLAN, block_n=128, stages=3, **_FA4GRID, **_S48, **_OQ1, **_C),
+              dict(block_n=128, **_PL, **_OQ, causal=False),
+              dict(block_n=128, pingpong=True, lazy_rescale=True, **_OQ, causal=False)],
+        64: [dict(_PLAN, **_C), dict(_PLAN, tma_store=True, **_C), dict(_PLAN, **_OQ, **_C),
+             dict(_PLAN, q_split=True, **_OQ, **_C), dict(_PLAN, stages=4, **_OQ, **_C),
+             dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
+             dict(_PLAN, pingpong=True, **_FA4GRID, **_S48, **_OQ, **_C)],
+        256: [dict(_PLAN, **_C), dict(_PLAN, **_OQ, **_C),
+              dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
+              dict(_PLAN, q_split=True, **_FA4GRID, **_S48, **_OQ, **_C)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),
@@ -248,13 +277,15 @@ def jobs():
                 for causal in st.get("masks", masks):
                     cands = [_planned(c, d, s, causal) for c in cands_of[d]
                              if c.get("causal", causal) == causal]
-                    yield name, d, s, h, hk, causal, cands
+                    if cands:        # a set's head dim may have candidates of one mask
+                        yield name, d, s, h, hk, causal, cands
 
 
 def _planned(cand: dict, d: int, s: int, causal: bool) -> dict:
     """A candidate with ``plan``: the plans.json row that attention() picks at this head
     dim, mask and key length (bf16), as Config keywords, with the candidate's own keys on
-    top; ``plan`` stays (True: the row as it is) to mark it in the results."""
+    top; ``plan`` stays (True: the row as it is, ``causal`` aside) to mark it in the
+    results."""
     if not cand.get("plan"):
         return cand
     import dataclasses
@@ -267,7 +298,7 @@ def _planned(cand: dict, d: int, s: int, causal: bool) -> dict:
     kw.update({n: getattr(c, n) for n in ("producer_regs", "consumer_regs")
                if getattr(c, n) != getattr(derived, n)})
     extra = {k: v for k, v in cand.items() if k != "plan"}
-    return {**kw, **extra, "plan": not extra}
+    return {**kw, **extra, "plan": not set(extra) - {"causal"}}
 
 
 def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:

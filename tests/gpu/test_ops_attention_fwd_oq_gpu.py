@@ -1,11 +1,12 @@
 """Config.o_in_q (the TMA-store epilogue staged in Q's buffer), Config.q_split (each
 consumer's Q on its own barriers), Config.kv_spread (the full order K/V head by K/V
 head) and Config.kv_rotate (a tile's key blocks from its m-block's on),
-lab/attention_plans.py's ``gqa_full``, ``h256c`` and ``rot_full`` sets, on an sm_90 GPU
-at ragged shapes (B2, H8, Hkv2): the output and LSE bitwise those of the same config
-without them (head dim 256: of the st.global epilogue, since O's own staging buffer does
-not fit; kv_rotate, which reorders the sums: within bf16 rounding of them), within bf16
-rounding of the float64 reference; repeat launches bit-identical."""
+lab/attention_plans.py's ``gqa_full``, ``h256c``, ``rot_full`` and ``s16k2`` sets, on an
+sm_90 GPU at ragged shapes (B2, H8, Hkv2): the output and LSE bitwise those of the same
+config without them (head dim 256, and head dim 128 with three stages or 176-key blocks:
+of the st.global epilogue, since O's own staging buffer does not fit; kv_rotate, which
+reorders the sums: within bf16 rounding of them), within bf16 rounding of the float64
+reference; repeat launches bit-identical."""
 from __future__ import annotations
 
 import dataclasses
@@ -34,6 +35,16 @@ CASES = [   # (head dim, the config without the options, the options)
     (256, dict(block_n=80, **_PL), dict(q_split=True, **_OQ)),
     (256, dict(block_n=80, pingpong=True, lazy_rescale=True, head_sections=True,
                section_mb=48), _OQ),
+    # lab --set s16k2: a third 128-key stage in the buffer O frees, 176-key blocks with
+    # the epilogue, FA4's causal schedule at head dim 128, 192-row tiles at head dim 64
+    (128, dict(block_n=128, stages=3, **_PL), _OQ),
+    (128, dict(block_n=176, **_PL), dict(q_split=True, **_OQ)),
+    (128, dict(block_n=128, stages=3, lazy_rescale=True, head_sections=True,
+               section_mb=48), _OQ),
+    (128, dict(block_n=128, pingpong=True, lazy_rescale=True, head_sections=True,
+               section_mb=48), _OQ),
+    (64, dict(block_n=128, stages=3, consumers=3, tma_store=True, **_PL), dict(o_in_q=True)),
+    (64, dict(block_n=128, stages=4, consumers=3, **_PL), dict(q_split=True, **_OQ)),
 ]
 
 

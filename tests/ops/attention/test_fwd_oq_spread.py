@@ -125,3 +125,25 @@ def test_kv_rotate_checked():
             Config(block_n=48, persistent=True, kv_rotate=True, **kw)
     c = Config(block_n=64, kv_rotate=True)
     assert build_forward(c, bf16, 64, Mask(), scale=0.1).name.endswith("_rot")
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mask,kw,on", [
+    (Mask(-1, 0), dict(block_n=48, stages=3, persistent=True, lazy_rescale=True), {}),
+    (Mask(), dict(block_n=48, stages=3, persistent=True, lazy_rescale=True),
+     dict(q_split=True)),
+    (Mask(-1, 0), dict(block_n=64, stages=3, consumers=3, persistent=True,
+                       lazy_rescale=True), {}),
+    (Mask(-1, 0), dict(block_n=64, stages=4, consumers=3, persistent=True,
+                       lazy_rescale=True), dict(q_split=True)),
+    (Mask(-1, 0), dict(block_n=48, stages=3, lazy_rescale=True, head_sections=True,
+                       section_mb=48), {}),
+    (Mask(-1, 0), dict(block_n=64, stages=3, consumers=3, pingpong=True, lazy_rescale=True,
+                       head_sections=True, section_mb=48), {}),
+])
+def test_o_in_q_deeper_rings(mask, kw, on):
+    """lab --set s16k2's shapes of o_in_q: three or four K/V stages (the head-dim-128 ring
+    that fits once O's buffer goes), 192-row tiles, FA4's causal schedule (one CTA a tile,
+    head sections, with ping-pong): bitwise the TMA-store epilogue with its own buffer, ragged Sq > Sk."""
+    q, k, v = inputs(1, 300, 200, 2, 1, 64, 21)
+    same_and_right(Config(tma_store=True, **kw), q, k, v, mask, o_in_q=True, **on)

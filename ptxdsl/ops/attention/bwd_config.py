@@ -123,7 +123,7 @@ class BwdConfig:
     and wg3; dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared
     tiles by TMA stores (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue; wg3: each
     warpgroup's transposed panel, :func:`.bwd_wg3._store_kv_tma`). ``lpt_units``
-    (:mod:`.bwd`'s and wg3's default mode, dense; 0: off): CTAs in sections of that many
+    (:mod:`.bwd`'s, wg3's and dq_swap's default mode, dense; 0: off): CTAs in sections of that many
     (batch, K/V head) units,
     each section key block-major (:func:`.bwd_det.det_cta`'s order), so under a causal
     mask every unit's longest key blocks start before any unit's shorter ones and the
@@ -240,9 +240,9 @@ class BwdConfig:
             raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column (wg3: "
                              "its 64 columns of every key) from K's and V's tiles: not with "
                              "col_split or wg2")
-        if self.lpt_units < 0 or self.lpt_units and (self.wg2 or self.dq_swap):
-            raise ValueError(f"lpt_units >= 0 orders bwd.py's and wg3's CTAs (not wg2's or "
-                             f"dq_swap's), got {self.lpt_units}")
+        if self.lpt_units < 0 or self.lpt_units and self.wg2:
+            raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs "
+                             f"(not wg2's), got {self.lpt_units}")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")

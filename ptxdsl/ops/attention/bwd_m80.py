@@ -38,7 +38,9 @@ the block's semaphore (word ``mb`` of the 80-row blocks, ``ceil(SQ / 80)`` of th
 the preprocess zeroes), two a key block (the warpgroups' disjoint columns), as
 :func:`.bwd_detpipe.det_step` does for ``dq_split``; the CTAs in :func:`.bwd_det.det_cta`'s
 sections and the row blocks in :func:`.bwd_det.m_blocks`' order (``det_desc``,
-``det_units``, ``det_poll`` as there).
+``det_units``, ``det_poll`` as there). The default mode's ``lpt_units`` takes the same
+sections (ascending key blocks: under a causal mask a section's longest first), as in
+:mod:`.bwd`.
 """
 from __future__ import annotations
 
@@ -165,9 +167,11 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
         nblk = (sk + (BN - 1)) // BN
-        if deterministic:      # (bwd_det: key block-major sections, a CTA waits for earlier)
+        if deterministic or c.lpt_units:   # (bwd_det: key block-major sections; a CTA
+            # waits for earlier ones, or lpt_units: a causal section's longest blocks first)
             nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d,
-                                    c.det_units, c.det_desc)
+                                    c.det_units if deterministic else c.lpt_units,
+                                    deterministic and c.det_desc)
         else:
             nb, rest = cta % nblk, cta // nblk
             hk, batch = rest % nhk, rest // nhk

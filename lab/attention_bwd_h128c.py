@@ -12,7 +12,10 @@ were not timed on it at causal. Variants (explicit configs, not the plan's):
 * ``m80 fx``: the 80-query tile with the fixed-cost options (at full mask: the plan);
 * ``m80 fx lptN`` (causal shapes), N = 4, 8, 16: with ``BwdConfig.lpt_units`` N (CTAs in
   key block-major sections of N (batch, K/V head) units, a section's longest causal key
-  blocks first, :func:`ptxdsl.ops.attention.bwd_det.det_cta`'s order, as the causal row).
+  blocks first, :func:`ptxdsl.ops.attention.bwd_det.det_cta`'s order, as the causal row);
+* ``m80 fx sa2`` (every shape: a candidate for the full row too), ``m80 fx lpt8 sa2``
+  (causal): with ``BwdConfig.s_ahead`` 2 and ``ahead_k`` (the next step's Sᵀ queued
+  behind dK, :mod:`ptxdsl.ops.attention.bwd_ahead`; +2.5% at head dim 64).
 
 S 1k, 4k, 16k causal and 4k full as a control (B·S = 16k tokens, H = 16, inputs and cuDNN's
 reference from :func:`lab.attention_bwd_case.case`). Every variant's dq, dk, dv are checked
@@ -35,8 +38,10 @@ C64 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True, ds_
 M80 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, block_m=80, ds_double=True,
            dq_warp=True, dk_last=True, dq_swap=True, **FIXED)
 VARIANTS = {"c64": C64, "m80 fx": M80, "m80 fx lpt4": dict(M80, lpt_units=4),
-            "m80 fx lpt8": dict(M80, lpt_units=8), "m80 fx lpt16": dict(M80, lpt_units=16)}
-CAUSAL_ONLY = ("m80 fx lpt4", "m80 fx lpt8", "m80 fx lpt16")   # (the order of equal CTAs)
+            "m80 fx lpt8": dict(M80, lpt_units=8), "m80 fx lpt16": dict(M80, lpt_units=16),
+            "m80 fx sa2": dict(M80, s_ahead=2, ahead_k=True),
+            "m80 fx lpt8 sa2": dict(M80, lpt_units=8, s_ahead=2, ahead_k=True)}
+CAUSAL_ONLY = ("m80 fx lpt4", "m80 fx lpt8", "m80 fx lpt16", "m80 fx lpt8 sa2")
 GRID = ((1024, True), (4096, True), (16384, True), (4096, False))
 
 

@@ -98,10 +98,10 @@ class BwdConfig:
     not wg3): the writer reads the next row block's semaphore while this block's adds land
     (:mod:`.bwd_detpipe`), so a writer behind its turns skips that step's first poll.
 
-    ``s_ahead`` (dk_last, with dq_split or block_m 128): the next step's Sᵀ issued before
-    this step ends, behind dK (1: run while dQ is staged) or behind dQ's stage (2: queued
-    behind dK), so the tensor pipe does not wait for the step's end and the next
-    slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, wg2, col_split): Q with LSE and dO
+    ``s_ahead`` (dk_last, with dq_split or block_m 128; dq_swap: 2): the next step's Sᵀ
+    issued before this step ends, behind dK (1: run while dQ is staged) or behind dQ's
+    stage (2: queued behind dK), so the tensor pipe does not wait for the step's end and
+    the next slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, wg2, col_split): Q with LSE and dO
     with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
     dO has (:mod:`.bwd_qdo`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ issued before the
     loop without a branch, reading K's tile in place of Q's where the CTA has no step
@@ -123,8 +123,8 @@ class BwdConfig:
     and wg3; dense: varlen keeps ``st.global``): dK and dV leave through K's and V's shared
     tiles by TMA stores (:mod:`.bwd_epi`, FlashAttention-4's sm90 epilogue; wg3: each
     warpgroup's transposed panel, :func:`.bwd_wg3._store_kv_tma`). ``lpt_units``
-    (:mod:`.bwd`'s and wg3's default mode, dense; 0: off): CTAs in sections of that many
-    (batch, K/V head) units,
+    (:mod:`.bwd`'s, wg3's and dq_swap's default mode, dense; 0: off): CTAs in sections
+    of that many (batch, K/V head) units,
     each section key block-major (:func:`.bwd_det.det_cta`'s order), so under a causal
     mask every unit's longest key blocks start before any unit's shorter ones and the
     kernel's last CTAs are short, where the plain order (key block fastest) starts the
@@ -231,18 +231,18 @@ class BwdConfig:
                 self.dq_tma, self.dq_swizzle, self.overlap == 1, self.ds_double,
                 self.dq_warp, self.dk_last)) or any((
                 self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.panel_split, self.sdp_split, self.wg3, self.wg2, self.s_ahead,
+                self.panel_split, self.sdp_split, self.wg3, self.wg2, self.s_ahead == 1,
                 self.qdo_split))):
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
-                             "and none of the other options")
+                             "and none of the other options but s_ahead=2")
         if self.dkv_tma and (self.col_split or self.wg2):
             raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column (wg3: "
                              "its 64 columns of every key) from K's and V's tiles: not with "
                              "col_split or wg2")
-        if self.lpt_units < 0 or self.lpt_units and (self.wg2 or self.dq_swap):
-            raise ValueError(f"lpt_units >= 0 orders bwd.py's and wg3's CTAs (not wg2's or "
-                             f"dq_swap's), got {self.lpt_units}")
+        if self.lpt_units < 0 or self.lpt_units and self.wg2:
+            raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs "
+                             f"(not wg2's), got {self.lpt_units}")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")

@@ -38,7 +38,11 @@ the block's semaphore (word ``mb`` of the 80-row blocks, ``ceil(SQ / 80)`` of th
 the preprocess zeroes), two a key block (the warpgroups' disjoint columns), as
 :func:`.bwd_detpipe.det_step` does for ``dq_split``; the CTAs in :func:`.bwd_det.det_cta`'s
 sections and the row blocks in :func:`.bwd_det.m_blocks`' order (``det_desc``,
-``det_units``, ``det_poll`` as there).
+``det_units``, ``det_poll`` as there). The default mode's ``lpt_units`` takes the same
+sections (ascending key blocks: under a causal mask a section's longest first), as in
+:mod:`.bwd`. ``s_ahead`` 2 (:mod:`.bwd_ahead`): the next step's Sᵀ queued behind dK in
+dQ's accumulator once dQ is staged, the stage handed over under them, the step starting
+with dPᵀ (``ahead_k``: the first Sᵀ without a branch, else ptxas's C7519).
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ from ...core.tensormap import TMA
 from ...core.types import PtxType, f32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
+from .bwd_ahead import Ahead
 from .bwd_config import BwdConfig
 from .bwd_det import det_cta, m_blocks, turn_of
 from .bwd_detpipe import det_step
@@ -165,9 +170,11 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         wg, lane = tid >> 7, tid & 127
         cta = reg.scalar(u32); ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
         nblk = (sk + (BN - 1)) // BN
-        if deterministic:      # (bwd_det: key block-major sections, a CTA waits for earlier)
+        if deterministic or c.lpt_units:   # (bwd_det: key block-major sections; a CTA
+            # waits for earlier ones, or lpt_units: a causal section's longest blocks first)
             nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d,
-                                    c.det_units, c.det_desc)
+                                    c.det_units if deterministic else c.lpt_units,
+                                    deterministic and c.det_desc)
         else:
             nb, rest = cta % nblk, cta // nblk
             hk, batch = rest % nhk, rest // nhk
@@ -235,16 +242,30 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             k_w, v_w = base + L.k + w * (64 * ROW), base + L.v + w * (64 * ROW)
             stage_w = base + L.dqs + w * L.wg_stage
             wait(labels, kvfull, 0)
+            # s_ahead 2 (bwd_ahead): the next step's Sᵀ queued behind dK once dQ is staged,
+            # in dQ's accumulator, carried across the back edge
+            ahead = Ahead(2, labels=labels, full=full, stages=S, ring=ring, bw=BM,
+                          q_of=lambda s: base + L.q + s * L.q_bytes,
+                          score=(mma_s, k_w, D, BN, BM),
+                          steps=_s32(group) * ptx.max(m_hi - m_lo, 0),
+                          k_tile=base + L.k if c.ahead_k else None) if c.s_ahead else None
+            if ahead:
+                ahead.first()
             for gi in ptx.range_(0, group):
                 for mb in ptx.range_(*m_range):
                     m0 = mb * BM
-                    wait(labels, full + ring.slot * 8, ring.phase)
+                    if not ahead:    # (s_ahead: waited for where its Sᵀ was issued)
+                        wait(labels, full + ring.slot * 8, ring.phase)
                     q_at = base + L.q + ring.slot * L.q_bytes
                     do_at = base + L.do + ring.slot * L.q_bytes
                     row_at = lambda o, _s=ring.slot: base + o + _s * RROW
-                    s_acc, dp_acc = ptx.wgmma.accumulator(BM), ptx.wgmma.accumulator(BM)
+                    s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(BM)
+                    dp_acc = ptx.wgmma.accumulator(BM)
+                    if ahead:
+                        ahead.top()
                     ptx.inst("wgmma.fence.sync.aligned")
-                    for acc, a_at, b_at in ((s_acc, k_w, q_at), (dp_acc, v_w, do_at)):
+                    for acc, a_at, b_at in (((dp_acc, v_w, do_at),) if ahead else
+                                            ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
                         score_gemm(mma_s, acc, a_at, b_at, D, BN, BM)
                         ptx.inst("wgmma.commit_group.sync.aligned")
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
@@ -275,7 +296,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
                     ptx.inst("bar.sync", *XBAR)
                     ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
-                    dq = ptx.wgmma.accumulator(BM)
+                    dq = ahead.dq_acc(BM) if ahead else ptx.wgmma.accumulator(BM)
                     ptx.inst("wgmma.fence.sync.aligned")
                     dq_swapped(dq, dt, base + L.k + w * (BN * ROW), ds_at)
                     ptx.inst("wgmma.commit_group.sync.aligned")
@@ -286,12 +307,18 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     take_stage(w)
                     _stage_t(list(dq), stage_w, warp, lw, fcol)
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    if ahead:       # the next Sᵀ behind dK, the stage handed under them
+                        ahead.after_stage()
+                        hand_stage(w)
+                    ptx.inst("wgmma.wait_group.sync.aligned", ahead.wait_dk if ahead else 0)
                     with ptx.if_(lane == 0):          # Q, dO, LSE, D of this slot are read
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                  ptx.addr(empty + ring.slot * 8))
-                    hand_stage(w)
+                    if not ahead:
+                        hand_stage(w)
                     ring.advance()
+            if ahead:
+                ahead.drain()
             take_stage(w)            # the writer's last arrival (its first was before any)
             if c.dkv_tma:            # (bwd_epi: through K's and V's tiles, TMA stores)
                 store_kv_tma((dk_acc, dv_acc), base, L, (dk, dv), w * 64 + r0, lane, tid,

@@ -49,7 +49,7 @@ def test_emits_the_swapped_step_and_checks_its_options():
     with pytest.raises(ValueError, match="dk_smem"):
         BwdConfig(stages=2, dk_smem=True)
     for bad in (dict(M80, block_m=64), dict(M80, dq_swap=False), dict(M80, dk_last=False),
-                dict(M80, dq_split=True), dict(M80, s_ahead=2), dict(M80, stages=1)):
+                dict(M80, dq_split=True), dict(M80, s_ahead=1), dict(M80, stages=1)):
         with pytest.raises(ValueError, match="dq_swap|block_m"):
             BwdConfig(**bad)
     for kw in (dict(softcap=5.0), dict(varlen=True)):

@@ -66,7 +66,8 @@ def test_wide_kernels_emit_16_byte_accesses():
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("d,shape", [(64, (2, 100, 3)), (128, (1, 70, 2)), (256, (1, 30, 1))])
+@pytest.mark.parametrize("d,shape", [(64, (2, 100, 3)), (128, (1, 70, 2)), (192, (1, 70, 2)),
+                                     (256, (1, 30, 1))])
 @pytest.mark.parametrize("det", [False, True], ids=["default", "det"])
 def test_wide_kernels_match_the_warp_a_row_ones(d, shape, det):
     """Same dpsum, nlse2 (-inf for a row that saw no key and for padding), zeroed dq_acc

@@ -4,6 +4,7 @@ interpreter runs here runs again from its PTX parsed back, with bit-identical re
 tests with every run checked this way."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -73,13 +74,22 @@ def test_rmsnorm_op_runs_parsed_back(parsed_back):
 
 
 @pytest.mark.long
-def test_ops_and_examples_interpreter_suites_parsed_back(request):
+def test_ops_and_examples_interpreter_suites_parsed_back(request, tmp_path):
     """Every kernel the ops' and examples' interpreter tests run, parsed back (minutes)."""
     if "long" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("exhaustive sweep: run with -m long")
     paths = [os.path.join("tests", "ops"), os.path.join("tests", "docs", "test_examples.py")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HELPERS, ROOT]))
+    log = tmp_path / "parsed_back.txt"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HELPERS, ROOT]),
+               FRONTEND_ROUNDTRIP_LOG=str(log))
+    # the sweep is most of the long run's time: on every core where pytest-xdist is there
+    spread = ["-n", str(max(2, os.cpu_count() or 1))] \
+        if importlib.util.find_spec("xdist") is not None else []
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "frontend_roundtrip",
-                           "-p", "no:cacheprovider", *paths],
+                           "-p", "no:cacheprovider", *spread, *paths],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # every process's count of programs parsed back (the plugin ran in each, xdist or not)
+    counts = [int(n) for n in log.read_text().split()]
+    print(f"parsed back: {sum(counts)} programs in {len(counts)} processes")
+    assert sum(counts) > 500, counts

@@ -8,6 +8,7 @@ for a whole pytest run with ``-p frontend_roundtrip`` (``tests/helpers`` on ``PY
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -54,3 +55,12 @@ def install(monkeypatch=None) -> None:
 
 def pytest_configure(config):  # loaded with -p frontend_roundtrip: the whole run
     install()
+
+
+def pytest_unconfigure(config):
+    """Each process (an xdist worker too) appends how many programs it parsed back to the
+    file ``FRONTEND_ROUNDTRIP_LOG`` names, so the caller can tell the sweep really ran."""
+    log = os.environ.get("FRONTEND_ROUNDTRIP_LOG")
+    if log and SEEN:
+        with open(log, "a") as f:
+            f.write(f"{len(SEEN)}\n")

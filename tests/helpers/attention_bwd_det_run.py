@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 
 import ptxdsl.interp as interp
-from ptxdsl.ops.attention import attention_reference
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference
 from ptxdsl.ops.attention.bwd_api import backward_kernels
 from ptxdsl.ops.attention.bwd_config import BLOCK_M, choose_bwd
 from ptxdsl.ops.attention.config import Mask
@@ -67,3 +67,14 @@ def check(got, ref, tol=3e-2):
     for name, g, r in zip(("dq", "dk", "dv"), got, ref):
         g = np.asarray(g).astype(np.float64)
         assert np.abs(g - r).max() <= tol * max(np.abs(r).max(), 1e-30), name
+
+
+def check_turns(shape, d, kw, c, monkeypatch):
+    """Deterministic mode with the config ``c`` (already the plan under monkeypatch): the
+    gradients against float64, every row block's semaphore at its count of adds, and the
+    f32 dQ accumulator bitwise the same run CTA by CTA in launch order or all together."""
+    alone, sem, got, args = run(shape, d, kw, True, True, monkeypatch)
+    check(got, attention_backward_reference(*args, **kw))
+    np.testing.assert_array_equal(sem, adds_per_block(shape, d, kw, c))
+    together = run(shape, d, kw, True, False, monkeypatch)[0]
+    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))

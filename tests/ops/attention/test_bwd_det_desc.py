@@ -19,7 +19,7 @@ from ptxdsl.ops.attention.bwd_config import BwdConfig
 from ptxdsl.ops.attention.bwd_det import det_cta
 from ptxdsl.ops.attention.config import Mask
 
-from attention_bwd_det_run import adds_per_block, check, run
+from attention_bwd_det_run import adds_per_block, check, check_turns, run
 
 H256 = BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, col_split=True, pds_smem=True)
 H256W = replace(H256, dq_warp=True, det_pipe=True)
@@ -76,11 +76,7 @@ DESC = [   # (shape (b, sq, sk, h, hk), head dim, mask, config)
 @pytest.mark.parametrize("shape,d,kw,c", DESC)
 def test_descending_turns(shape, d, kw, c, monkeypatch):
     _with(monkeypatch, c)
-    alone, sem, got, args = run(shape, d, kw, True, True, monkeypatch)
-    check(got, attention_backward_reference(*args, **kw))
-    np.testing.assert_array_equal(sem, adds_per_block(shape, d, kw, c))
-    together = run(shape, d, kw, True, False, monkeypatch)[0]
-    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
+    check_turns(shape, d, kw, c, monkeypatch)
 
 
 @pytest.mark.long

@@ -21,7 +21,7 @@ from ptxas_resources import resources_or_skip  # noqa: E402
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = ml_dtypes.bfloat16
 from attention_bwd_checks import check_grads  # noqa: E402
-from attention_bwd_det_run import adds_per_block, check, run  # noqa: E402
+from attention_bwd_det_run import check_turns  # noqa: E402
 
 M80 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, block_m=80, ds_double=True,
            dq_warp=True, dk_last=True, dq_swap=True)
@@ -83,11 +83,7 @@ def test_deterministic_turns(shape, kw, extra, monkeypatch):
     bitwise the same run alone or with the other CTAs."""
     c = BwdConfig(**SA, det_pipe=True, **extra)
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
-    alone, sem, got, args = run(shape, 128, kw, True, True, monkeypatch)
-    check(got, attention_backward_reference(*args, **kw))
-    np.testing.assert_array_equal(sem, adds_per_block(shape, 128, kw, c))
-    together = run(shape, 128, kw, True, False, monkeypatch)[0]
-    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
+    check_turns(shape, 128, kw, c, monkeypatch)
 
 
 @pytest.mark.ptxas

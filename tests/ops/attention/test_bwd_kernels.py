@@ -44,11 +44,15 @@ def test_varlen_skips_rows_of_128_query_steps():
 
 
 def test_main_kernel_emits_the_fa3_structure():
-    text = backward_kernels(128, causal=True)[1].ptx()
+    """Head dim 128 causal in varlen (64-row padding) keeps FA3's 64-query step; the dense
+    causal plan steps 80 queries (Sᵀ, dPᵀ m64n80, dQ swapAB)."""
+    dense = backward_kernels(128, causal=True)[1].ptx()
+    assert "m64n80k16" in dense and "m64n64k16" not in dense and "_m80_" in dense
+    text = backward_kernels(128, causal=True, varlen=True)[1].ptx()
     assert "setmaxnreg.dec.sync.aligned.u32" in text and "setmaxnreg.inc" in text
     assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") >= 2 * 8 + 2 * 4
     assert "wgmma.mma_async.sync.aligned.m64n128k16" in text          # dV, dK (RS)
-    assert "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group" in text
+    assert "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group" in text  # (varlen: 3d)
     assert "red.global.add.f32" not in text                           # the plan: TMA
     # the plan's step ordering: Sᵀ and dPᵀ in two groups, Pᵀ computed while dPᵀ runs
     assert "wgmma.wait_group.sync.aligned 1;" in text

@@ -107,6 +107,12 @@ class BwdConfig:
     loop without a branch, reading K's tile in place of Q's where the CTA has no step
     (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
 
+    ``mask_peel`` (:mod:`.bwd`): the row blocks whose steps cross the causal / window
+    boundary walked in loops of their own, the others in one traced without the mask
+    (no test, no branch: :mod:`.bwd_peel`). ``m_desc`` (:mod:`.bwd`, default mode): a
+    key block's row blocks walked last to first, so a causal CTA's masked diagonal
+    step is its last and a head's CTAs start on the same Q, dO rows, as at full mask.
+
     ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap; deterministic with
     ``det_pipe``, the writer warp's turns on each 80-row block):
     FlashAttention-3's hdim-128 full-mask tile in its own kernel (:mod:`.bwd_m80`): 80
@@ -169,6 +175,8 @@ class BwdConfig:
     lpt_units: int = 0
     dq_exit_read: bool = False
     ahead_k: bool = False
+    mask_peel: bool = False
+    m_desc: bool = False
 
     @property
     def tag(self) -> str:
@@ -190,7 +198,8 @@ class BwdConfig:
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
                 f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
-                f"{'_sak' if c.ahead_k else ''}")
+                f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
+                f"{'_mdsc' if c.m_desc else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -280,6 +289,9 @@ class BwdConfig:
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
             raise ValueError("s_ahead issues the next step's Sᵀ behind dk_last's dK, under "
                              "a one-chain dQ: it needs dk_last, and dq_split or block_m=128")
+        if (self.mask_peel or self.m_desc) and (self.wg3 or self.wg2 or self.dq_swap):
+            raise ValueError("mask_peel and m_desc walk bwd.py's row blocks (not wg3's, "
+                             "wg2's or dq_swap's)")
         if self.ahead_k and not self.s_ahead:
             raise ValueError("ahead_k issues s_ahead's first Sᵀ without a branch: it needs "
                              "s_ahead")

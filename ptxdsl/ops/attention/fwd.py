@@ -44,6 +44,7 @@ from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
+from .fwd_qbuf import q_buffer, q_next
 from .fwd_store import epilogue, normalizers, stage_out, store_p
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
@@ -222,23 +223,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             w = locate(t)
             return (w, *key_blocks(sched, mask, BM, BN, w.m0, w.sq, w.sk))
 
-        def q_buffer(ring):
-            """Config.q_double: ``(qfull, qempty, Q's offset)`` of the buffer that the
-            tile at ``ring``'s slot takes."""
-            second = ring.slot == 1
-            bars = reg.scalar(u32)
-            ptx.inst.selp.u32(bars, L.qbar2 - L.qfull, 0, second)
-            at = reg.scalar(u32)
-            ptx.inst.selp.u32(at, L.q2, L.q, second)
-            return qfull + bars, qempty + bars, at
-
-        def q_next(ring, phase):
-            """The next tile's Q: the other buffer (``q_double``), or the next phase."""
-            if ring is None:
-                ptx.inst.xor.b32(phase, phase, 1)
-            else:
-                ring.advance()
-
         def if_valid(w):
             """Varlen: a tile number no m-block has does nothing (in every warpgroup)."""
             return ptx.if_(w.valid) if w.valid is not None else _nothing()
@@ -264,7 +248,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     rot = rotation(rot_on, w, BM, n_lo, n_hi)
                     with if_valid(w):
                         if qd:
-                            qf1, qe1, q_at = q_buffer(qring)
+                            qf1, qe1, q_at = q_buffer(L, qfull, qempty, qring)
                         for qf, qe, i in qparts if not qd else [(qf1, qe1, None)]:
                             publish(t, qe, i)
                             ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
@@ -388,7 +372,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 rot = rotation(rot_on, w, BM, n_lo, n_hi)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
-                    my_qfull, my_qempty, q_at = q_buffer(qring) if qd else (
+                    my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring) if qd else (
                         my_qfull0, my_qempty0, L.q)
                     urows, rows = rows_of(w)
                     if late:

@@ -79,3 +79,40 @@ def test_q_double_packed():
     same_and_right(Config(block_n=64, persistent=True, lazy_rescale=True), q, k, v,
                    Mask(-1, 0), layout="packed", group=2, sms=1, q_double=True,
                    uniform_cons=True)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("causal,group_heads", [(True, (4, 4)), (False, (4, 1))])
+def test_varlen_bitwise(monkeypatch, causal, group_heads):
+    """attention_varlen (the ordered varlen layout, and GQA packed 4 heads a tile) with
+    both options on the plan's row: bitwise its outputs without them (a sequence with no
+    keys, one of one row, ragged lengths)."""
+    import dataclasses
+    import numpy as np
+    from ptxdsl.ops.attention import api, attention_varlen, varlen
+    h, hk = group_heads
+    rng = np.random.default_rng(34)
+    lq, lk = [1, 130, 0, 70], [1, 150, 5, 60]
+    q = rng.standard_normal((sum(lq), h, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((sum(lk), hk, 64)).astype(np.float16) for _ in range(2))
+    cq, ck = (np.cumsum([0] + x).astype(np.int32) for x in (lq, lk))
+
+    def call():
+        return attention_varlen(q, k, v, cq, ck, max(lq), max(lk), causal=causal,
+                                return_lse=True)
+    want = call()
+    built, real = [], api.choose
+
+    def choose(*a, **kw):
+        c = dataclasses.replace(real(*a, **kw), q_double=True, uniform_cons=True)
+        built.append(c)
+        return c
+    names, build = [], api.build_forward
+    monkeypatch.setattr(api, "choose", choose)
+    monkeypatch.setattr(varlen, "choose", choose)
+    monkeypatch.setattr(api, "build_forward", lambda *a, **kw: (
+        lambda kern: names.append(kern.name) or kern)(build(*a, **kw)))
+    got = call()
+    assert built and names and all(n.endswith("_uc_q2") and "varlen" in n for n in names)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))

@@ -18,7 +18,7 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2]
+        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc]
         [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
@@ -28,8 +28,8 @@ as strings); ``--set`` named sets of :data:`SETS`, run one after another in one 
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
 ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
-``s16k2``: the shapes where ptxdsl trails FA4, each with its own shapes and H / Hkv, the
-current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
+``s16k2``, ``fwdc``: the shapes where ptxdsl trails FA4, each with its own shapes and
+H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
 where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
 from __future__ import annotations
@@ -162,6 +162,15 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # schedule whole at head dims 64 and 128: its consumers take turns up to head dim 128; at
 # full, one CTA a tile without sections); head dim 64 (192-row tiles, 3 stages) also with
 # the TMA-store epilogue in its own buffer and with a fourth stage.
+# ``fwdc`` (head dims 128 and 64 causal at 4k and 16k, where ptxdsl's causal runs slower
+# than its full per key and FA4's faster): each plans row with Config.uniform_cons (the
+# consumer index through shfl.sync.idx: Q's descriptors in uniform registers, no R2UR
+# before each Q·Kᵀ wgmma), Config.q_double (Q in two buffers: the next tile's Q and first
+# K/V blocks load under the current tile, a cost paid per tile, twice as often per key
+# under the causal mask), both, and both with the epilogue under the next tile's first
+# Q·Kᵀ (late_epilogue: it lost at 4k waiting for the next Q, which q_double takes off);
+# at head dim 64 (192-row tiles: the first two consumers see nothing of a block in most
+# tiles) also consumer_bound with uniform_cons (alone it lost with R2UR at every wgmma).
 # Every candidate fits shared memory and compiles without spills or serialized wgmmas
 # (test_fwd_candidates.py).
 _OQ = dict(tma_store=True, o_in_q=True)
@@ -249,6 +258,14 @@ SETS = {
         256: [dict(_PLAN, **_C), dict(_PLAN, **_OQ, **_C),
               dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
               dict(_PLAN, q_split=True, **_FA4GRID, **_S48, **_OQ, **_C)]}},
+    "fwdc": {"seqs": [4096, 16384], "masks": [True], "candidates": {
+        128: [_PLAN, dict(_PLAN, uniform_cons=True), dict(_PLAN, q_double=True),
+              dict(_PLAN, uniform_cons=True, q_double=True),
+              dict(_PLAN, uniform_cons=True, q_double=True, **_LATE)],
+        64: [_PLAN, dict(_PLAN, uniform_cons=True), dict(_PLAN, q_double=True),
+             dict(_PLAN, uniform_cons=True, q_double=True),
+             dict(_PLAN, uniform_cons=True, **_CB),
+             dict(_PLAN, uniform_cons=True, q_double=True, **_CB)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),
@@ -452,7 +469,8 @@ def _name(kw: dict) -> str:
                             ("split_mask", "split"), ("consumer_bound", "cb"),
                             ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
                             ("kv_spread", "spread"), ("q_split", "q-split"),
-                            ("kv_rotate", "rot")) if kw.get(k)]
+                            ("kv_rotate", "rot"), ("uniform_cons", "uc"),
+                            ("q_double", "q2"), ("late_epilogue", "late")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

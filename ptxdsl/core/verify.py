@@ -47,6 +47,15 @@ def _special_level(name: str) -> int:
     return THREAD if reg is None else SCOPES.index(reg.scope)
 
 
+def _from_one_lane(m, srcs) -> bool:
+    """``shfl.sync.idx d, a, k, 31, 0xffffffff`` with an immediate lane ``k``: every lane
+    of the warp reads lane ``k``'s ``a`` (how CUTLASS tells ptxas a warpgroup index is
+    warp-uniform, so what derives from it stays in uniform registers)."""
+    imm = [op.value if isinstance(op, ir.Imm) else None for op in srcs[1:4]]
+    return (m.chosen.get("mode") == "idx" and len(srcs) == 4 and imm[0] is not None
+            and imm[1] == 0x1F and imm[2] == 0xFFFFFFFF)
+
+
 def _group_level(n: int) -> int:
     """The scope of aligned groups of ``n`` consecutive threads."""
     if n > 0 and n % 128 == 0:
@@ -192,6 +201,8 @@ class _Checker:
         imm = srcs[1].value if len(srcs) > 1 and isinstance(srcs[1], ir.Imm) and \
             isinstance(srcs[1].value, int) and srcs[1].value >= 0 else None
         how = spec.uniformity
+        if how == "broadcast" and instr.guard is None and _from_one_lane(m, srcs):
+            level = max(WARP, self.lv(srcs[0]))     # lane k's value in every lane
         if d0 is not None and instr.guard is None:
             if how == "copy" and len(srcs) == 1:
                 div = d0

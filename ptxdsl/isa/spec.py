@@ -253,7 +253,10 @@ class OpSpec:
     # uniformity: how the result relates to the first source, for the verifier's
     #   uniformity lattice (``tid.x >> 7`` is the same in a whole warpgroup):
     #   "copy" (the same value), "shr" (first >> second), "div" (first / second),
-    #   "compare" (a predicate from comparing the first two sources, ``cmp`` group), or None.
+    #   "compare" (a predicate from comparing the first two sources, ``cmp`` group),
+    #   "broadcast" (``shfl.sync.idx`` from an immediate lane of the whole warp: every lane
+    #   reads that lane's value, at least warp-uniform, the source's own value where that is
+    #   uniform), or None.
     uniformity: str | None = None
     # lists: for entries with ``{key}`` operand slots, a function of the Match
     #   returning ``{key: (register type name, count)}`` for that exact form.

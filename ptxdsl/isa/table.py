@@ -290,7 +290,7 @@ TABLE: tuple[OpSpec, ...] = (
                "c = 31 reads no other lane (every lane keeps its value). Segments of w "
                "lanes: c = ((32 - w) << 8) | (0 for .up, w - 1 otherwise).",
            example="shfl.sync.bfly.b32 %r1, %r0, 16, 31, 0xffffffff",
-           scope="warp", varies=True, moves_bits=True),
+           scope="warp", varies=True, moves_bits=True, uniformity="broadcast"),
     OpSpec("vote.sync", (g("mode", "all", "any", "uni", "ballot", required=True),),
            ("pred", "b32"), operands="d:T q:pred s:u32", ptx=(6, 0), sm=30, category="warp",
            rule=rules.vote, doc="Warp vote: .all/.any/.uni give a predicate, .ballot a "

@@ -268,6 +268,33 @@ def test_register_written_in_a_lane_branch_is_not_uniform_after_it():
     fails_at(body, "merged", "bar.sync inside a branch")
 
 
+@pytest.mark.parametrize("src, lane, clamp, cta_bar, ok", [
+    ("wg", 0, 31, False, True), ("tid", 5, 31, False, True), ("ctaid", 0, 31, True, True),
+    ("tid", None, 31, False, False), ("tid", 0, 15, False, False),
+    ("wg", 0, 31, True, False)])
+def test_shfl_idx_from_one_lane_is_uniform(src, lane, clamp, cta_bar, ok):
+    """``shfl.sync.idx`` from an immediate lane of the whole warp gives every lane one
+    value (warp-uniform; as uniform as its source where that is more: ``tid >> 7`` stays
+    a warpgroup's, ``%ctaid`` the CTA's); from a per-thread lane, or in 16-lane segments,
+    it differs between lanes."""
+    def body():
+        tid = _tid()
+        v = reg.scalar(u32)
+        if src == "wg":
+            ptx.inst.shr.u32(v, tid, 7)
+        else:
+            ptx.inst.mov.u32(v, tid if src == "tid" else ptx.special.ctaid.x())
+        u = reg.scalar(u32)
+        ptx.inst("shfl.sync.idx.b32", u, v, tid & 31 if lane is None else lane, clamp,
+                 0xFFFFFFFF)
+        with ptx.if_(u == 1):
+            ptx.bar.sync(*((0,) if cta_bar else (1, 64)))  # <- shfl-bar
+    if ok:
+        assert "bar.sync" in passes(body)
+    else:
+        fails_at(body, "shfl-bar", "inside a branch")
+
+
 # ---------------------------------------------------------------- polling waits
 def test_try_wait_whose_result_is_ignored_is_refused():
     """One try_wait is not a wait: the GPU may give up before the phase completes."""

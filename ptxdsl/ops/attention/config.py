@@ -91,7 +91,18 @@ class Config:
     ``kv_rotate`` (masks without bounds; else no effect): a tile reads its key blocks from
     block ``m % n`` on (m-block ``m``, ``n`` blocks), wrapping around, so the tiles of one
     head that run side by side read different K/V lines at a time (the sum's order
-    changes: values within rounding of those without it)."""
+    changes: values within rounding of those without it). ``uniform_cons``: a consumer's
+    warpgroup index comes through ``shfl.sync.idx`` from lane 0 (CUTLASS's way to tell
+    ptxas it is the same in the warp), so ptxas keeps what derives from it in uniform
+    registers: Q's wgmma descriptors (else two ``R2UR`` a Q·Kᵀ wgmma) and, with
+    ``consumer_bound``, the loop's bounds and ring state (else ``R2UR`` for every wgmma).
+    ``q_double`` (without ``dynamic``, ``o_in_q`` and ``q_split``): Q has two buffers that
+    the tiles of a CTA take in turn (the second after the other buffers, with its own full /
+    empty mbarriers), so the producer loads the next tile's Q, and its first K/V blocks
+    as ring stages free, while the current tile runs, not once its last Q·Kᵀ retired:
+    the load latency at each tile's start leaves the consumers' path (a cost paid per
+    tile, twice as often per key under the causal mask, whose tiles are half as long on
+    average)."""
 
     block_n: int = 128
     stages: int = 2
@@ -115,6 +126,8 @@ class Config:
     o_in_q: bool = False
     q_split: bool = False
     kv_rotate: bool = False
+    uniform_cons: bool = False
+    q_double: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -151,6 +164,9 @@ class Config:
                              f"below block_n={self.block_n}, with P in registers and one "
                              f"loop (p_smem and split_mask off), got diag_n={self.diag_n} "
                              f"p_smem={self.p_smem} split_mask={self.split_mask}")
+        if self.q_double and (self.dynamic or self.o_in_q or self.q_split):
+            raise ValueError("q_double takes the tiles' Q buffers in turn: give it without "
+                             "dynamic (one tile-number word), o_in_q and q_split")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")
@@ -170,8 +186,9 @@ class Config:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
         stage; ``dynamic``: 16 more for the tile number;
         ``q_split``: 2 per consumer), with ``p_smem`` P (``block_m``
-        rows of ``block_n`` keys in 64-key panels), and with ``tma_store`` O's staging
-        buffer (``block_m`` rows; ``o_in_q``: none), each 1024-byte aligned."""
+        rows of ``block_n`` keys in 64-key panels), with ``tma_store`` O's staging
+        buffer (``block_m`` rows; ``o_in_q``: none), and with ``q_double`` two more
+        mbarriers and a second Q, each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic
@@ -180,6 +197,8 @@ class Config:
             total = -(-total // 1024) * 1024 + self.block_m * padded(self.block_n) * elem_bytes
         if self.tma_store and not self.o_in_q:
             total = -(-total // 1024) * 1024 + q
+        if self.q_double:               # its mbarriers, then the second Q
+            total = -(-(total + 16) // 1024) * 1024 + q
         return total
 
 

@@ -44,6 +44,7 @@ from ...dsl import ptx, reg, smem
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
+from .fwd_qbuf import q_buffer, q_next
 from .fwd_store import epilogue, normalizers, stage_out, store_p
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
@@ -87,6 +88,10 @@ class Smem:
         elif c.tma_store:                           # O's staging: 128 rows of every panel
             self.o = -(-self.total // 1024) * 1024
             self.total = self.o + c.block_m * d * es
+        if c.q_double:                # Config.q_double: full, empty, then the second Q
+            self.qbar2 = self.total
+            self.q2 = -(-(self.total + 16) // 1024) * 1024
+            self.total = self.q2 + self.q_bytes
 
 
 def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense",
@@ -152,6 +157,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     spread = c.kv_spread and layout == "dense" and mask.right < 0
     qs = c.q_split and layout == "dense"
     rot_on = c.kv_rotate and not mask.any       # Config.kv_rotate: full masks only
+    qd = c.q_double               # Config.q_double: the tiles take Q's two buffers in turn
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -165,7 +171,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
             f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}"
             f"{'_oq' if oq else ''}{'_spread' if spread else ''}{'_qs' if qs else ''}"
-            f"{'_rot' if rot_on else ''}")
+            f"{'_rot' if rot_on else ''}{'_uc' if c.uniform_cons else ''}"
+            f"{'_q2' if qd else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -193,6 +200,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             for qf, qe, i in qparts:
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qf), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qe), 1 if qs else NC)
+            if qd:
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(base + L.qbar2), 1)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(base + L.qbar2, 8), NC)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kfull, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(vfull, 8 * s), 1)
@@ -222,7 +232,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
             with ptx.if_(tid == 0):
                 ring = Ring(S)
-                qphase = reg.scalar(u32, init=0)
+                qring = Ring(2) if qd else None
+                qphase = qring.phase if qd else reg.scalar(u32, init=0)
 
                 def publish(t, qe=qempty, part=None):
                     """Wait until the consumers (``part``: consumer ``part``) are done with
@@ -236,18 +247,23 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     w, off, n_lo, n_hi = tile(t)
                     rot = rotation(rot_on, w, BM, n_lo, n_hi)
                     with if_valid(w):
-                        for qf, qe, i in qparts:
+                        if qd:
+                            qf1, qe1, q_at = q_buffer(L, qfull, qempty, qring)
+                        for qf, qe, i in qparts if not qd else [(qf1, qe1, None)]:
                             publish(t, qe, i)
                             ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                      ptx.addr(qf), L.q_bytes // len(qparts))
                             for p in range(P):
-                                if i is None:
+                                if qd:
+                                    ptx.tma.load(base + q_at + p * BM * ROW, tq,
+                                                 sched.q_coords(p, w), qf)
+                                elif i is None:
                                     ptx.tma.load(base + (L.q + p * BM * ROW), tq,
                                                  sched.q_coords(p, w), qf)
                                 else:           # consumer i's 64 rows of each panel
                                     ptx.tma.load(base + (L.q + p * BM * ROW + i * 64 * ROW),
                                                  tq, sched.q_coords(p, w, i), qf)
-                        ptx.inst.xor.b32(qphase, qphase, 1)
+                        q_next(qring, qphase)
                         for j in ptx.range_(n_lo, n_hi):
                             j = rot(j)
                             for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
@@ -288,14 +304,18 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
             cons = wg - 1
+            if c.uniform_cons:      # lane 0's: ptxas then knows it is the warp's own
+                cons = reg.scalar(u32)
+                ptx.inst("shfl.sync.idx.b32", cons, wg - 1, 0, 0x1F, 0xFFFFFFFF)
             # the Q barriers this consumer waits on and releases (Config.q_split: its own)
-            my_qfull, my_qempty = (qfull, qempty) if not qs else (
+            my_qfull0, my_qempty0 = (qfull, qempty) if not qs else (
                 base + L.qs + (cons << 3), base + L.qs + 8 * NC + (cons << 3))
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             s_acc = ptx.wgmma.accumulator(BN)
             ring = Ring(S)
-            qphase = reg.scalar(u32, init=0)
+            qring = Ring(2) if qd else None
+            qphase = qring.phase if qd else reg.scalar(u32, init=0)
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
             p_regs = None if c.p_smem else p_registers(BN)
             # S of all block_n keys, or (Config.diag_n) of the first diag_n: the elements
@@ -352,6 +372,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 rot = rotation(rot_on, w, BM, n_lo, n_hi)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
+                    my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring) if qd else (
+                        my_qfull0, my_qempty0, L.q)
                     urows, rows = rows_of(w)
                     if late:
                         o_acc, (_, m, l, _) = o_late, kept
@@ -360,7 +382,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         m = [reg.scalar(f32, init=NEG_INF) for _ in range(2)]
                         l = [reg.scalar(f32, init=0.0) for _ in range(2)]
                     # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
-                    q_desc = ptx.wgmma.descriptor(base + L.q + cons * (64 * ROW), leading=16,
+                    q_desc = ptx.wgmma.descriptor(base + q_at + cons * (64 * ROW), leading=16,
                                                   stride=1024, swizzle=128)
                     if c.p_smem:                # this consumer's 64 rows of P, like Q_c
                         p_at = base + L.p + cons * (64 * ROW)
@@ -545,7 +567,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if not oq:
                         with ptx.if_(n_lo >= n_hi):     # no key: Q is free at once
                             release(my_qempty, 0)
-                    ptx.inst.xor.b32(qphase, qphase, 1)
+                    q_next(qring, qphase)
                     if late:        # O out of the accumulator and 1 / l, for the next tile
                         for x, y in zip(kept[0] + kept[3], list(o_acc) + normalizers(l)):
                             ptx.inst.mov.f32(x, y)
@@ -565,7 +587,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 t = reg.scalar(u32)
                 top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
                 ptx.place(top)
-                wait(labels, my_qfull, qphase)
+                wait(labels, my_qfull0, qphase)
                 ptx.inst("ld.shared.u32", t, ptx.addr(base + L.tile + (cons << 2)))
                 # every thread of the warpgroup has read its word before lane 0 releases Q
                 # (after which the producer writes the next)

@@ -135,7 +135,11 @@ class BwdConfig:
     FlashAttention-4's sm90 writer and CUTLASS's TMA epilogues end), not for their
     landing in global memory, so the CTA need not outlive the last add's round trip: the
     grid's completion makes the adds visible to the postprocess (the deterministic mode's
-    turns still wait for each add to land)."""
+    turns still wait for each add to land).
+
+    ``wg3_ahead`` (wg3): the next step's S issued before this step ends, into an
+    accumulator carried across the back edge (:mod:`.bwd_wg3ahead`): ``1`` right behind
+    dK, ``2`` behind dQ's stage; the step starts with dP and computes P under it."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -169,6 +173,7 @@ class BwdConfig:
     lpt_units: int = 0
     dq_exit_read: bool = False
     ahead_k: bool = False
+    wg3_ahead: int = 0
 
     @property
     def tag(self) -> str:
@@ -190,7 +195,7 @@ class BwdConfig:
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
                 f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
-                f"{'_sak' if c.ahead_k else ''}")
+                f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -268,6 +273,9 @@ class BwdConfig:
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
                              "and none of the other options")
+        if self.wg3_ahead not in (0, 1, 2) or self.wg3_ahead and not self.wg3:
+            raise ValueError(f"wg3_ahead is 0, 1 or 2 and needs wg3 (the next S of its "
+                             f"96-key step), got {self.wg3_ahead}, wg3={self.wg3}")
         if self.det_units < 0:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:

@@ -296,7 +296,10 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         _kv_t(dv_acc, do_at + w * (BM * ROW), base + L.p, mma96)
                         ptx.inst("wgmma.commit_group.sync.aligned")
                     if c.overlap == 2:        # FA3's order: dV runs while dS is made and stored
-                        ptx.inst("bar.sync", *XBAR)     # the last step's wgmmas read the tiles
+                        if c.wg3_pfree:     # every warpgroup's last dV has read P (dS: the
+                            wait(labels, doempty, dr.phase ^ 1)   # barrier below)
+                        else:
+                            ptx.inst("bar.sync", *XBAR)  # the last step's wgmmas read the tiles
                         put(L.p, s)
                         sync()
                         issue_dv()
@@ -332,8 +335,10 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         finish_step(*ends)
                     qr.advance()
                     dr.advance()
-            if ahead:
-                ahead.drain()
+            if ahead:            # (dkv_tma: the discarded S read every warpgroup's
+                ahead.drain()    # panel of K's tile, which the stores below rewrite)
+                if c.dkv_tma:
+                    ptx.inst("bar.sync", *XBAR)
             if c.dkv_tma:        # (through K's and V's tiles; one last wait for lane 0)
                 _store_kv_tma((dk_acc, dv_acc), base, L, (dk, dv), lane, w,
                               [w * PANEL] + X.k(n0), dt, scale,

@@ -285,7 +285,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                             ptx.inst(f"cvt.rn.{dt}x2.f32", wd, vals[i + 1], vals[i])
                             ptx.inst("st.shared.b32",
                                      ptx.addr(pt_at[i // 4] + t, row_of(i) * 8 * ROW), wd)
-                        ptx.inst("fence.proxy.async.shared::cta")
+                        if not c.wg3_fence1:  # (fence1: the readers' after the barrier)
+                            ptx.inst("fence.proxy.async.shared::cta")
 
                     def sync():               # every warpgroup's stores, for our wgmmas
                         ptx.inst("bar.sync", *XBAR)

@@ -239,12 +239,11 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     m0 = mb * BM
                     q_at = base + L.q + qr.slot * L.q_bytes
                     do_at = base + L.do
+                    s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(32)
                     dp_acc = ptx.wgmma.accumulator(32)
                     if ahead:        # S issued by the step before (bwd_wg3ahead)
-                        s_acc = ahead.acc
                         ahead.top()
                     else:
-                        s_acc = ptx.wgmma.accumulator(32)
                         wait(labels, qfull + qr.slot * 8, qr.phase)
                         ptx.inst("wgmma.fence.sync.aligned")
                         _scores(s_acc, q_at, k_w, mma32)

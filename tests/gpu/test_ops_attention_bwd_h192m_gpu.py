@@ -5,7 +5,8 @@ fence a thread per exchange; combined, and with the dQ writer warp), each over t
 shipped plan row of the shape, on an sm_90 GPU: dq, dk, dv against the float64 reference
 (max error <= 3e-2 of the largest value, bf16), ragged (a CTA with no step too), GQA,
 full, causal and window masks, softcap; against SDPA's (cuDNN's, or flash's) gradients at
-S = 1k; the deterministic row with them bitwise repeatable; varlen per sequence."""
+S = 1k; the deterministic row with the combined ones bitwise repeatable; varlen per
+sequence."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -32,14 +33,22 @@ def _over_plan(monkeypatch, extra):
                         lambda *a, **k: replace(shipped(*a, **k), **extra))
 
 
-@pytest.mark.parametrize("extra", VARIANTS, ids=IDS)
-@pytest.mark.parametrize("sq,sk,kw", [
-    (1, 1, dict(causal=True)), (333, 517, dict(causal=True)), (517, 333, {}),
-    (700, 700, dict(window_size=(100, 20))), (64, 300, dict(window_size=(10, 0))),
-    (300, 400, dict(causal=True, softcap=30.0))])
-def test_matches_float64(monkeypatch, extra, sq, sk, kw):
+SHAPES = {"one": (1, 1, dict(causal=True)), "causal": (333, 517, dict(causal=True)),
+          "full": (517, 333, {}), "window": (700, 700, dict(window_size=(100, 20))),
+          "no-step": (64, 300, dict(window_size=(10, 0))),
+          "softcap": (300, 400, dict(causal=True, softcap=30.0))}
+CASES = [(v, sh) for v in IDS[4:] for sh in SHAPES] + \
+    [(v, sh) for v in IDS[:4] for sh in ("causal", "full", "softcap")]
+
+
+@pytest.mark.parametrize("vid,shape", CASES, ids=[f"{v}-{sh}" for v, sh in CASES])
+def test_matches_float64(monkeypatch, vid, shape):
+    """Every shape for the combined variants (and their deterministic mode, bitwise
+    repeated), three for each option alone."""
     torch = torch_sm90()
+    extra = VARIANTS[IDS.index(vid)]
     _over_plan(monkeypatch, extra)
+    sq, sk, kw = SHAPES[shape]
     g = torch.Generator(device="cuda").manual_seed(sq + sk)
     mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
     q, k, v, do = mk(2, sq, 4, 192), mk(2, sk, 2, 192), mk(2, sk, 2, 192), mk(2, sq, 4, 192)
@@ -47,10 +56,11 @@ def test_matches_float64(monkeypatch, extra, sq, sk, kw):
     got = attention_backward(do, q, k, v, out, lse, **kw)
     ref = attention_backward_reference(*(x.float().cpu().numpy() for x in (do, q, k, v)), **kw)
     close(got, ref, (sq, sk, kw))
-    det = [attention_backward(do, q, k, v, out, lse, deterministic=True, **kw)
-           for _ in range(2)]
-    close(det[0], ref, ("det", sq, sk, kw))
-    assert all(torch.equal(a, b) for a, b in zip(*det))
+    if extra.get("wg3_ahead") and extra.get("wg3_pfree"):
+        det = [attention_backward(do, q, k, v, out, lse, deterministic=True, **kw)
+               for _ in range(2)]
+        close(det[0], ref, ("det", sq, sk, kw))
+        assert all(torch.equal(a, b) for a, b in zip(*det))
 
 
 @pytest.mark.parametrize("extra", VARIANTS, ids=IDS)
@@ -84,7 +94,7 @@ def test_matches_sdpa_at_1k(monkeypatch, extra, causal):
         assert err <= 3e-2, (name, err)
 
 
-@pytest.mark.parametrize("extra", VARIANTS, ids=IDS)
+@pytest.mark.parametrize("extra", VARIANTS[3:], ids=IDS[3:])
 @pytest.mark.parametrize("causal", [True, False])
 def test_varlen_matches_each_sequence(monkeypatch, extra, causal):
     torch = torch_sm90()

@@ -32,7 +32,10 @@ stages), P and dS (64 queries x 96 keys in two 64-key panels), three 64 x 64 f32
 stages, -LSE·log2e and D, the barriers: 230200 bytes. Softcap; varlen as :mod:`.bwd`
 numbers its key blocks (the next sequence's K rows in the last block zeroed); the
 deterministic mode (with ``dq_warp``: the writer warp takes :mod:`.bwd_det`'s semaphore
-turns) visits the row blocks last to first.
+turns) visits the row blocks last to first. Schedule options: ``wg3_ahead`` (the next
+step's S issued before this step ends, :mod:`.bwd_wg3ahead`), ``wg3_pfree`` (P's stores
+behind dO's empty barrier, not the first exchange barrier), ``wg3_fence1`` (the
+exchanges' proxy fence by the readers only).
 """
 from __future__ import annotations
 

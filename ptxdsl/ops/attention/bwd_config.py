@@ -141,7 +141,18 @@ class BwdConfig:
     FlashAttention-4's sm90 writer and CUTLASS's TMA epilogues end), not for their
     landing in global memory, so the CTA need not outlive the last add's round trip: the
     grid's completion makes the adds visible to the postprocess (the deterministic mode's
-    turns still wait for each add to land)."""
+    turns still wait for each add to land).
+
+    ``wg3_ahead`` (wg3, 2 stages): the next step's S issued before this step ends, into an
+    accumulator carried across the back edge (:mod:`.bwd_wg3ahead`): ``1`` right behind
+    dK, ``2`` behind dQ's stage; the step starts with dP and computes P under it.
+    ``wg3_pfree`` (wg3, overlap 2): before P's stores each warpgroup waits for dO's
+    ``empty`` mbarrier phase of the step before (all three warpgroups' dV, P's readers,
+    done) instead of a 384-thread barrier that waits for every warpgroup's P (dS's
+    stores stay behind the P exchange's barrier, which every warpgroup passes only after
+    its last dQ and dK). ``wg3_fence1`` (wg3): one proxy fence a thread for each of the
+    P and dS exchanges, the readers' after the barrier (the stores happen before it
+    through the barrier), not also the writers' before it."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -177,6 +188,9 @@ class BwdConfig:
     ahead_k: bool = False
     mask_peel: bool = False
     m_desc: bool = False
+    wg3_ahead: int = 0
+    wg3_pfree: bool = False
+    wg3_fence1: bool = False
 
     @property
     def tag(self) -> str:
@@ -199,7 +213,8 @@ class BwdConfig:
                 f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
                 f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
-                f"{'_mdsc' if c.m_desc else ''}")
+                f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
+                f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -277,6 +292,17 @@ class BwdConfig:
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
                              "and none of the other options")
+        if self.wg3_ahead not in (0, 1, 2) or self.wg3_ahead and not (
+                self.wg3 and self.stages >= 2):
+            raise ValueError(f"wg3_ahead is 0, 1 or 2 and needs wg3 and 2 stages (the next "
+                             f"S reads the next Q slot before this one is given back), got "
+                             f"{self.wg3_ahead}, wg3={self.wg3}, stages={self.stages}")
+        if self.wg3_pfree and not (self.wg3 and self.overlap == 2):
+            raise ValueError("wg3_pfree guards wg3's P tile by dO's empty barrier, dS by "
+                             "overlap 2's P exchange: it needs wg3 and overlap 2")
+        if self.wg3_fence1 and not self.wg3:
+            raise ValueError("wg3_fence1 drops the writers' proxy fence of wg3's P and dS "
+                             "exchanges: it needs wg3")
         if self.det_units < 0:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:

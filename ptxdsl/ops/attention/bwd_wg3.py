@@ -32,7 +32,10 @@ stages), P and dS (64 queries x 96 keys in two 64-key panels), three 64 x 64 f32
 stages, -LSE·log2e and D, the barriers: 230200 bytes. Softcap; varlen as :mod:`.bwd`
 numbers its key blocks (the next sequence's K rows in the last block zeroed); the
 deterministic mode (with ``dq_warp``: the writer warp takes :mod:`.bwd_det`'s semaphore
-turns) visits the row blocks last to first.
+turns) visits the row blocks last to first. Schedule options: ``wg3_ahead`` (the next
+step's S issued before this step ends, :mod:`.bwd_wg3ahead`), ``wg3_pfree`` (P's stores
+behind dO's empty barrier, not the first exchange barrier), ``wg3_fence1`` (the
+exchanges' proxy fence by the readers only).
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from .._common.ring import Ring, wait
 from .bwd import specs
 from .bwd_config import BLOCK_M as BM, BwdConfig
 from .bwd_ring96 import EMPTY, FULL, WTHREADS, barriers, finish_step, place
+from .bwd_wg3ahead import Ahead3, finish_ahead
 from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
@@ -231,24 +235,32 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
             if varlen:      # the next sequence's keys in the last block: K rows zeroed
                 zero_other_keys(base + L.k, n0, sk, BN, PANELS, tid - 128,
                                 threads=WGS * 128, bar=XBAR[0])
+            ahead = _ahead(c, labels, qfull, qr, L, base, k_w, mma32, group, m_lo, m_hi)
             for gi in ptx.range_(0, group):
                 head = hk * group + gi
                 for mb in ptx.range_(*m_range):
                     m0 = mb * BM
                     q_at = base + L.q + qr.slot * L.q_bytes
                     do_at = base + L.do
-                    s_acc, dp_acc = ptx.wgmma.accumulator(32), ptx.wgmma.accumulator(32)
-                    wait(labels, qfull + qr.slot * 8, qr.phase)
-                    ptx.inst("wgmma.fence.sync.aligned")
-                    _scores(s_acc, q_at, k_w, mma32)
+                    s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(32)
+                    dp_acc = ptx.wgmma.accumulator(32)
+                    if ahead:        # S issued by the step before (bwd_wg3ahead)
+                        ahead.top()
+                    else:
+                        wait(labels, qfull + qr.slot * 8, qr.phase)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        _scores(s_acc, q_at, k_w, mma32)
                     wait(labels, dofull, dr.phase)
+                    if ahead:
+                        ptx.inst("wgmma.fence.sync.aligned")
                     _scores(dp_acc, do_at, v_w, mma32)
                     lse_at = base + L.lse + qr.slot * (BM * 4)
                     nl = [reg.scalar(f32) for _ in range(2)]
                     dd = [reg.scalar(f32) for _ in range(2)]
                     for r in range(2):
                         ptx.inst("ld.shared.f32", nl[r], ptx.addr(lse_at + r0 * 4, 32 * r))
-                    ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                    if not ahead:
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     s = list(s_acc)
                     # softcap: s = tanh(s·scale/cap), its tanh kept for dS (before the mask)
                     caps = cap_and_mask(s, None, m0, fcol, off, Mask(), None, scale, softcap)
@@ -275,7 +287,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                             ptx.inst(f"cvt.rn.{dt}x2.f32", wd, vals[i + 1], vals[i])
                             ptx.inst("st.shared.b32",
                                      ptx.addr(pt_at[i // 4] + t, row_of(i) * 8 * ROW), wd)
-                        ptx.inst("fence.proxy.async.shared::cta")
+                        if not c.wg3_fence1:  # (fence1: the readers' after the barrier)
+                            ptx.inst("fence.proxy.async.shared::cta")
 
                     def sync():               # every warpgroup's stores, for our wgmmas
                         ptx.inst("bar.sync", *XBAR)
@@ -286,7 +299,10 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         _kv_t(dv_acc, do_at + w * (BM * ROW), base + L.p, mma96)
                         ptx.inst("wgmma.commit_group.sync.aligned")
                     if c.overlap == 2:        # FA3's order: dV runs while dS is made and stored
-                        ptx.inst("bar.sync", *XBAR)     # the last step's wgmmas read the tiles
+                        if c.wg3_pfree:     # every warpgroup's last dV has read P (dS: the
+                            wait(labels, doempty, dr.phase ^ 1)   # barrier below)
+                        else:
+                            ptx.inst("bar.sync", *XBAR)  # the last step's wgmmas read the tiles
                         put(L.p, s)
                         sync()
                         issue_dv()
@@ -313,11 +329,19 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.commit_group.sync.aligned")
                     _kv_t(dk_acc, q_at + w * (BM * ROW), base + L.ds, mma96)
                     ptx.inst("wgmma.commit_group.sync.aligned")
-                    finish_step(c, w, lane, doempty, lambda: qempty + qr.slot * 8,
-                                lambda: _stage(dq, stage_w, r0, lw, xr),
-                                lambda: _reduce(tdq, w, X.row(m0, head), stage_w))
+                    ends = (c, w, lane, doempty, lambda: qempty + qr.slot * 8,
+                            lambda: _stage(dq, stage_w, r0, lw, xr),
+                            lambda: _reduce(tdq, w, X.row(m0, head), stage_w))
+                    if ahead:
+                        finish_ahead(*ends, ahead)
+                    else:
+                        finish_step(*ends)
                     qr.advance()
                     dr.advance()
+            if ahead:            # (dkv_tma: the discarded S read every warpgroup's
+                ahead.drain()    # panel of K's tile, which the stores below rewrite)
+                if c.dkv_tma:
+                    ptx.inst("bar.sync", *XBAR)
             if c.dkv_tma:        # (through K's and V's tiles; one last wait for lane 0)
                 _store_kv_tma((dk_acc, dv_acc), base, L, (dk, dv), lane, w,
                               [w * PANEL] + X.k(n0), dt, scale,
@@ -354,6 +378,22 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
     return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
+
+
+def _ahead(c: BwdConfig, labels, qfull, qr, L, base, k_w, mma, group, m_lo, m_hi):
+    """``wg3_ahead``: the carried S (:mod:`.bwd_wg3ahead`), its first issued here, before
+    the loop; None without."""
+    if not c.wg3_ahead:
+        return None
+
+    def gemm(acc, q_tile):
+        ptx.inst("wgmma.fence.sync.aligned")
+        _scores(acc, q_tile, k_w, mma)
+    ahead = Ahead3(c.wg3_ahead, labels=labels, full=qfull, stages=c.stages, ring=qr,
+                   q_of=lambda slot: base + L.q + slot * L.q_bytes, gemm=gemm,
+                   steps=_s32(group) * (m_hi - m_lo), k_tile=base + L.k)
+    ahead.first()
+    return ahead
 
 
 def _mask(s, mask: Mask, m0, r0, kw0, fcol, off, keys: int = 32) -> None:

@@ -18,7 +18,7 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc,fwdu]
+        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc,fwdu,fwdq]
         [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
@@ -28,7 +28,7 @@ as strings); ``--set`` named sets of :data:`SETS`, run one after another in one 
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
 ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
-``s16k2``, ``fwdc``, ``fwdu``: the shapes where ptxdsl trails FA4, each with its own shapes and
+``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``: the shapes where ptxdsl trails FA4, each with its own shapes and
 H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
 where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
 """
@@ -173,6 +173,9 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # tiles) also consumer_bound with uniform_cons (alone it lost with R2UR at every wgmma).
 # ``fwdu``: Config.uniform_cons on the other plan rows at 4k and 16k (hd128 full, hd64 and
 # hd256 both masks), and hd128 causal's uniform_cons + q_double + late_epilogue again.
+# ``fwdq``: after the fwdu rows: hd128 full without uniform_cons (1k is untimed with it),
+# and q_double + late_epilogue (the hd128 causal row's win) on hd128 full (128 keys) and hd64,
+# at 1k to 16k (head dim 256's second Q buffer does not fit).
 # Every candidate fits shared memory and compiles without spills or serialized wgmmas
 # (test_fwd_candidates.py).
 _OQ = dict(tma_store=True, o_in_q=True)
@@ -273,6 +276,12 @@ SETS = {
               dict(_PLAN, uniform_cons=True, q_double=True, causal=True, **_LATE)],
         64: [_PLAN, dict(_PLAN, uniform_cons=True)],
         256: [_PLAN, dict(_PLAN, uniform_cons=True)]}},
+    "fwdq": {"seqs": [1024, 4096, 16384], "masks": [True, False], "candidates": {
+        128: [_PLAN, dict(_PLAN, uniform_cons=False, causal=False),
+              dict(block_n=128, lazy_rescale=True, persistent=True, uniform_cons=True,
+                   q_double=True, **_LATE, causal=False)],     # (176 keys: no room)
+        64: [_PLAN, dict(_PLAN, q_double=True, **_LATE), dict(_PLAN, uniform_cons=True,
+                                                               q_double=True, **_LATE)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),

@@ -294,10 +294,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         with ptx.else_():
             # ---------------------------------------------------- consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", CONSUMER_REGS)
-            cons = wg - 1
             if p.uniform_cons:      # lane 0's: ptxas then knows it is the warp's own
                 cons = reg.scalar(u32)
                 ptx.inst("shfl.sync.idx.b32", cons, wg - 1, 0, 0x1F, 0xFFFFFFFF)
+            else:
+                cons = wg - 1
             acc = reg.array(f32, p.bn // 2)
             scale = None
             if mode == "tensor":        # scale_a * scale_b, once per consumer thread

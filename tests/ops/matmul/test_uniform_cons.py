@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib.util
+import os
 
 import ml_dtypes
 import numpy as np
@@ -19,6 +21,7 @@ from ptxdsl.ops.matmul.hopper import build_hopper
 from ptxdsl.ops.matmul.plan import fitted
 
 SHFL = "shfl.sync.idx.b32"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
 def _ops(ptx: str) -> collections.Counter:
@@ -99,3 +102,39 @@ def test_interpreter_uniform_cons_block_wise_fp8():
         np.testing.assert_array_equal(c, want)
         res.append(np.asarray(c).view(np.uint32))
     np.testing.assert_array_equal(res[1], res[0])
+
+
+def _lab():
+    spec = importlib.util.spec_from_file_location(
+        "matmul_uniform", os.path.join(ROOT, "lab", "matmul_uniform.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SASS = """
+        /*0100*/                   ULEA UR6, UR4, UR13, 0x3 ;    /* 0x0 */
+        /*0110*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R8 ;
+        /*0120*/              @!P0 BRA 0x0300 ;
+        /*0130*/                   R2UR UR21, R9 ;
+        /*0140*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24 ;
+        /*0150*/              @!P1 BRA 0x0100 ;
+        /*0160*/                   EXIT ;
+        /*0300*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R8 ;
+        /*0310*/              @!P0 BRA 0x0300 ;
+        /*0320*/                   BRA 0x0130 ;
+"""
+
+
+def test_lab_counts_the_main_loop_and_pairs_the_plans():
+    """The lab's SASS reading: the predicated back edge over the wgmma, not the spin
+    wait's out-of-line retry (an unconditional branch back); its plans differ only in
+    ``uniform_cons``."""
+    lab = _lab()
+    (body,) = lab.main_loops(SASS)
+    c = lab.loop_counts(body)
+    assert (c["instructions"], c["wgmma"], c["R2UR"], c["uniform"]) == (6, 1, 1, 1)
+    for dt, m, n, k, layouts, scaled in lab.CASES:
+        ps = lab.plans(dt, m, n, k, layouts[0], scaled)
+        assert dataclasses.replace(ps["current"], uniform_cons=True) == ps["uc"]
+        assert not ps["current"].uniform_cons

@@ -30,18 +30,25 @@ def _ops(ptx: str) -> collections.Counter:
                                if ln.startswith("\t") and ln.split())
 
 
-def test_uniform_cons_adds_one_shuffle_only():
-    """Off by default; ``_uc`` in the name; the PTX is the plan's own with one
-    ``shfl.sync.idx`` from lane 0 (the consumer index of every later use) added."""
+def test_uniform_cons_shuffles_once_and_steps_descriptors():
+    """Off by default; ``_uc`` in the name; one ``shfl.sync.idx`` from lane 0 (the
+    consumer index of every later use), and each stage's descriptors as stage 0's plus
+    the slot's 16-byte units (``mad.wide.u32`` by A's 16 KiB / 16 and B's 8 KiB / 16)
+    instead of built from its address; the plan without it has neither."""
     assert not Plan().uniform_cons and Plan(uniform_cons=True).options_tag == "_uc"
     p = Plan(bn=64, cluster=1, stages=3)
     k0 = build_hopper(p, bf16, bf16)
     k1 = build_hopper(dataclasses.replace(p, uniform_cons=True), bf16, bf16)
     assert k1.name == k0.name.replace("_c1", "_c1_uc")
-    assert _ops(k1.ptx()) - _ops(k0.ptx()) == collections.Counter({SHFL: 1})
-    assert not _ops(k0.ptx()) - _ops(k1.ptx())
+    o0, o1 = _ops(k0.ptx()), _ops(k1.ptx())
+    assert (o0[SHFL], o1[SHFL], o0["mad.wide.u32"]) == (0, 1, 0)
     (shfl,) = [ln for ln in k1.ptx().splitlines() if SHFL in ln]
     assert shfl.endswith(", 0, 31, 0xffffffff;")
+    steps = [ln.split(",")[2].strip() for ln in k1.ptx().splitlines() if "mad.wide.u32" in ln]
+    assert sorted(set(steps)) == ["1024", "512"]
+    assert o1["mad.wide.u32"] == 2 * k1.ptx().count("wgmma.commit_group")
+    # the shuffle replaces the per-stage masking of addresses: fewer and.b32 than before
+    assert o1["and.b32"] < o0["and.b32"]
 
 
 def _bf16_exact(p, m, n, k, b_major, out, sms, seed):

@@ -66,7 +66,8 @@ class Plan:
     #                         epilogue under the other's wgmmas (.pingpong)
     uniform_cons: bool = False  # the consumer index taken from lane 0 (shfl.sync.idx), which
     #                             ptxas then keeps in uniform registers: A's descriptors
-    #                             (and all else it offsets) need no R2UR before each wgmma
+    #                             (and all else it offsets) need no R2UR before each wgmma;
+    #                             each stage's descriptors stepped from stage 0's
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 

@@ -64,6 +64,10 @@ class Plan:
     #                        (one tile row of M = 128 is two tiles, a cluster along M shares B)
     pingpong: bool = False  # two consumers on alternate 64-row tiles of the CTA's, one's
     #                         epilogue under the other's wgmmas (.pingpong)
+    uniform_cons: bool = False  # the consumer index taken from lane 0 (shfl.sync.idx), which
+    #                             ptxas then keeps in uniform registers: A's descriptors
+    #                             (and all else it offsets) need no R2UR before each wgmma;
+    #                             each stage's descriptors stepped from stage 0's
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 
@@ -131,12 +135,14 @@ class Plan:
     @property
     def options_tag(self) -> str:
         """The kernel name's part for ``one_partial``, ``stream_k``, one consumer,
-        ``b_prefetch``, ``epi_in_ring``, ``kb_stagger``, ``b_swizzle``, ``pingpong``."""
+        ``b_prefetch``, ``epi_in_ring``, ``kb_stagger``, ``b_swizzle``, ``pingpong``,
+        ``uniform_cons``."""
         return (("_op" if self.one_partial else "") + ("_sk" if self.stream_k else "")
                 + ("_m64" if self.consumers == 1 else "")
                 + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
                 + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else "")
-                + ("_sw64" if self.b_swizzle == 64 else "") + ("_pp" if self.pingpong else ""))
+                + ("_sw64" if self.b_swizzle == 64 else "") + ("_pp" if self.pingpong else "")
+                + ("_uc" if self.uniform_cons else ""))
 
     @property
     def epi_cols(self) -> int:

@@ -100,7 +100,7 @@ from .groups import GroupCursor, group_tiles
 from .overlap import overlapped_tiles
 from .pingpong import Turns, skip_stages
 from .store import store_rows, store_tile
-from .layout import Layout, grid_for, mma_instruction, specs
+from .layout import Layout, grid_for, mma_instruction, specs, stage_descriptor
 from . import streamk
 
 PRODUCER_REGS = 40
@@ -294,7 +294,11 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         with ptx.else_():
             # ---------------------------------------------------- consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", CONSUMER_REGS)
-            cons = wg - 1
+            if p.uniform_cons:      # lane 0's: ptxas then knows it is the warp's own
+                cons = reg.scalar(u32)
+                ptx.inst("shfl.sync.idx.b32", cons, wg - 1, 0, 0x1F, 0xFFFFFFFF)
+            else:
+                cons = wg - 1
             acc = reg.array(f32, p.bn // 2)
             scale = None
             if mode == "tensor":        # scale_a * scale_b, once per consumer thread
@@ -310,13 +314,20 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
             frow = warp * 16 + (lw >> 2)              # rows frow and frow + 8
             fcol = (lw & 3) * 2                       # cols 8j + fcol, + 1
             bar_id = cons + 1
+            if p.uniform_cons:
+                da0, db0 = opa.descriptor(base + L.a + a_off), opb.descriptor(base + L.b)
+
             def mma_stage(first: bool, into=None):
                 """Wait for the ring's stage, issue its K/16 wgmmas (into ``acc``, or the
                 registers ``into``), commit; returns the stage's empty barrier."""
                 wait(labels, full0 + ring.slot * 8, ring.phase)
-                sa = base + L.a + ring.slot * L.a_stage + a_off
-                sb = base + L.b + ring.slot * L.b_stage
-                da, db = opa.descriptor(sa), opb.descriptor(sb)
+                if p.uniform_cons:      # stage 0's plus the slot's (no masking)
+                    da = stage_descriptor(da0, ring.slot, L.a_stage)
+                    db = stage_descriptor(db0, ring.slot, L.b_stage)
+                else:
+                    sa = base + L.a + ring.slot * L.a_stage + a_off
+                    sb = base + L.b + ring.slot * L.b_stage
+                    da, db = opa.descriptor(sa), opb.descriptor(sb)
                 ptx.inst("wgmma.fence.sync.aligned")
                 for ks in range(p.bk // mma_k):         # 32-byte K steps inside the stage
                     ptx.inst(mma, list(into or acc), da if ks == 0 else da + ks * opa.k_step,

@@ -4,7 +4,8 @@ shared memory (:class:`Layout`), its arguments with their TMA boxes (:func:`spec
 from __future__ import annotations
 
 from ... import Tile
-from ...core.types import PtxType, b32, f32, s32
+from ...core.types import PtxType, b32, f32, s32, u64
+from ...dsl import ptx, reg
 from . import streamk
 from .config import Plan
 from .fp8 import mode_of, scale_specs
@@ -97,4 +98,14 @@ def grid_for(p: Plan, sms: int, grouped: bool = False):
     return grid
 
 
-__all__ = ["Layout", "specs", "mma_instruction", "grid_for"]
+def stage_descriptor(d0, slot, stage_bytes: int, extra_bytes: int = 0):
+    """The wgmma descriptor of ring stage ``slot`` (a ``.u32``) from ``d0``, stage 0's
+    (``Plan.uniform_cons``): ``d0 + slot * stage_bytes / 16`` in one ``mad.wide.u32``
+    (``+ extra_bytes / 16``). The start address field counts 16-byte units of the CTA's
+    shared window (under 256 KiB), so the sum never carries out of its 14 bits."""
+    d = reg.scalar(u64)
+    ptx.inst("mad.wide.u32", d, slot, stage_bytes >> 4, d0)
+    return d + (extra_bytes >> 4) if extra_bytes else d
+
+
+__all__ = ["Layout", "specs", "mma_instruction", "grid_for", "stage_descriptor"]

@@ -28,6 +28,7 @@ from ...dsl import ptx, reg
 from ...core.types import f32, u32, u64
 from .._common.ring import wait
 from .._common.rowio import load_chunk
+from .layout import stage_descriptor
 
 STRADDLING = 160   # the block-wise tile width that is no multiple of 128 (two scale_b blocks)
 
@@ -346,6 +347,8 @@ class BlockOps:
         self.full0, self.empty0, self.release = full0, empty0, release
         self.wave_bytes = 128 * p.bk * dtype.bytes   # A's next 128 rows in a stage
         self.chunk_bytes = chunk_cols(p) * p.bk * dtype.bytes   # B's next chunk's rows
+        if p.uniform_cons:      # stage 0's descriptors (.layout.stage_descriptor)
+            self.da0, self.db0 = opa.descriptor(base + L.a + a_off), opb.descriptor(base + L.b)
 
     def wait_full(self):
         wait(self.labels, self.full0 + self.ring.slot * 8, self.ring.phase)
@@ -364,10 +367,14 @@ class BlockOps:
         """Fence, the slot's wgmmas of A's rows of ``wave`` and B's columns of ``chunk``
         (:func:`chunk_cols` wide) into ``dst`` (scale-d 0 on the first), commit."""
         slot = self.ring.slot
-        sa = self.base + self.L.a + slot * self.L.a_stage + self.a_off
-        da = self.opa.descriptor(sa + wave * self.wave_bytes if wave else sa)
-        sb = self.base + self.L.b + slot * self.L.b_stage
-        db = self.opb.descriptor(sb + chunk * self.chunk_bytes if chunk else sb)
+        if self.p.uniform_cons:
+            da = stage_descriptor(self.da0, slot, self.L.a_stage, wave * self.wave_bytes)
+            db = stage_descriptor(self.db0, slot, self.L.b_stage, chunk * self.chunk_bytes)
+        else:
+            sa = self.base + self.L.a + slot * self.L.a_stage + self.a_off
+            da = self.opa.descriptor(sa + wave * self.wave_bytes if wave else sa)
+            sb = self.base + self.L.b + slot * self.L.b_stage
+            db = self.opb.descriptor(sb + chunk * self.chunk_bytes if chunk else sb)
         ptx.inst("wgmma.fence.sync.aligned")
         for ks in range(self.p.bk // self.mma_k):
             ptx.inst(self.mma, list(dst), da if ks == 0 else da + ks * self.opa.k_step,

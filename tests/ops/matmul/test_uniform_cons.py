@@ -1,0 +1,147 @@
+"""``Plan.uniform_cons``: the consumer index taken from lane 0 through ``shfl.sync.idx``
+(ptxas then keeps A's wgmma descriptors in uniform registers). Checked here: the option
+is off by default and names its kernels, it adds the one shuffle and nothing else, and on
+the CPU interpreter (long) its outputs are bitwise those of the plan without it, exact
+against float64 for integer-valued inputs, ragged M, N, K, across the consumer layouts
+(two consumers, one, pingpong, epi_overlap, split-K, block-wise fp8)."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib.util
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16, e4m3, e5m2, f32, f32_to_bf16_bits
+from ptxdsl.ops.matmul.config import Plan
+from ptxdsl.ops.matmul.hopper import build_hopper
+from ptxdsl.ops.matmul.plan import fitted
+
+SHFL = "shfl.sync.idx.b32"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+
+def _ops(ptx: str) -> collections.Counter:
+    """How many of each opcode the kernel's body holds."""
+    return collections.Counter(ln.split()[0] for ln in ptx.splitlines()
+                               if ln.startswith("\t") and ln.split())
+
+
+def test_uniform_cons_shuffles_once_and_steps_descriptors():
+    """Off by default; ``_uc`` in the name; one ``shfl.sync.idx`` from lane 0 (the
+    consumer index of every later use), and each stage's descriptors as stage 0's plus
+    the slot's 16-byte units (``mad.wide.u32`` by A's 16 KiB / 16 and B's 8 KiB / 16)
+    instead of built from its address; the plan without it has neither."""
+    assert not Plan().uniform_cons and Plan(uniform_cons=True).options_tag == "_uc"
+    p = Plan(bn=64, cluster=1, stages=3)
+    k0 = build_hopper(p, bf16, bf16)
+    k1 = build_hopper(dataclasses.replace(p, uniform_cons=True), bf16, bf16)
+    assert k1.name == k0.name.replace("_c1", "_c1_uc")
+    o0, o1 = _ops(k0.ptx()), _ops(k1.ptx())
+    assert (o0[SHFL], o1[SHFL], o0["mad.wide.u32"]) == (0, 1, 0)
+    (shfl,) = [ln for ln in k1.ptx().splitlines() if SHFL in ln]
+    assert shfl.endswith(", 0, 31, 0xffffffff;")
+    steps = [ln.split(",")[2].strip() for ln in k1.ptx().splitlines() if "mad.wide.u32" in ln]
+    assert sorted(set(steps)) == ["1024", "512"]
+    assert o1["mad.wide.u32"] == 2 * k1.ptx().count("wgmma.commit_group")
+    # the shuffle replaces the per-stage masking of addresses: fewer and.b32 than before
+    assert o1["and.b32"] < o0["and.b32"]
+
+
+def _bf16_exact(p, m, n, k, b_major, out, sms, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    b = rng.integers(-4, 5, (k, n)).astype(np.float32)
+    kb = f32_to_bf16_bits(b) if b_major == "MN" else np.ascontiguousarray(f32_to_bf16_bits(b.T))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    res = []
+    for q in (p, dataclasses.replace(p, uniform_cons=True)):
+        kern = build_hopper(q, bf16, out, sms=sms, b_major=b_major)
+        if out == f32:
+            c = kern.interpret(f32_to_bf16_bits(a), kb, np.full((m, n), np.nan, np.float32))
+            np.testing.assert_array_equal(c, want)
+            res.append(np.asarray(c).view(np.uint32))
+        else:
+            c = np.asarray(kern.interpret(f32_to_bf16_bits(a), kb)).view(np.uint16)
+            np.testing.assert_array_equal(c, f32_to_bf16_bits(want.astype(np.float32)))
+            res.append(c)
+    np.testing.assert_array_equal(res[1], res[0])
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("fields,m,n,k,b_major,odt,sms", [
+    (dict(bn=128, cluster=2, stages=3), 250, 264, 200, "K", "f32", 2),
+    (dict(bn=64, cluster=1, stages=3, consumers=1), 130, 136, 136, "MN", "bf16", 1),
+    (dict(bn=64, cluster=1, stages=3, pingpong=True), 200, 136, 200, "K", "bf16", 1),
+    (dict(bn=64, cluster=1, stages=3, epi_overlap=2), 200, 136, 264, "MN", "f32", 1),
+    (dict(bn=64, cluster=1, split=2, stages=3), 100, 136, 264, "K", "f32", 2)])
+def test_interpreter_uniform_cons_matches_the_plan(fields, m, n, k, b_major, odt, sms):
+    """Bitwise the plain plan's outputs and exact against float64."""
+    _bf16_exact(Plan(**fields), m, n, k, b_major, f32 if odt == "f32" else bf16, sms,
+                m + n + k)
+
+
+@pytest.mark.long
+def test_interpreter_uniform_cons_block_wise_fp8():
+    """Block-wise fp8 with scale_a through the ring and four k-blocks an iteration (the
+    plan of 4096 x 7168 x 16384), ragged: bitwise the plain plan's, exact."""
+    m, n, k = 132, 300, 400
+    p = fitted(Plan(bn=128, bk=128, cluster=1, kb_roll=4, smem_scales=True), e4m3, f32)
+    rng = np.random.default_rng(7)
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32)
+    w = rng.integers(-4, 5, (n, k)).astype(np.float32)
+    kb = -(-k // 128)
+    sa = (2.0 ** rng.integers(-3, 3, (m, kb))).astype(np.float32)
+    sb = (2.0 ** rng.integers(-3, 3, (kb, -(-n // 128)))).astype(np.float32)
+    want = np.zeros((m, n))
+    for j in range(kb):
+        ks = slice(128 * j, 128 * j + 128)
+        want += (a[:, ks].astype(np.float64) @ w[:, ks].T.astype(np.float64)) \
+            * sa[:, j:j + 1] * np.repeat(sb[j].astype(np.float64), 128)[:n]
+    res = []
+    for q in (p, dataclasses.replace(p, uniform_cons=True)):
+        kern = build_hopper(q, e4m3, f32, sms=2, b_dtype=e5m2, scaled="block")
+        c = kern.interpret(a.astype(ml_dtypes.float8_e4m3fn), w.astype(ml_dtypes.float8_e5m2),
+                           np.ascontiguousarray(sa.T), sb, np.full((m, n), np.nan, np.float32))
+        np.testing.assert_array_equal(c, want)
+        res.append(np.asarray(c).view(np.uint32))
+    np.testing.assert_array_equal(res[1], res[0])
+
+
+def _lab():
+    spec = importlib.util.spec_from_file_location(
+        "matmul_uniform", os.path.join(ROOT, "lab", "matmul_uniform.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SASS = """
+        /*0100*/                   ULEA UR6, UR4, UR13, 0x3 ;    /* 0x0 */
+        /*0110*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R8 ;
+        /*0120*/              @!P0 BRA 0x0300 ;
+        /*0130*/                   R2UR UR21, R9 ;
+        /*0140*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24 ;
+        /*0150*/              @!P1 BRA 0x0100 ;
+        /*0160*/                   EXIT ;
+        /*0300*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R8 ;
+        /*0310*/              @!P0 BRA 0x0300 ;
+        /*0320*/                   BRA 0x0130 ;
+"""
+
+
+def test_lab_counts_the_main_loop_and_pairs_the_plans():
+    """The lab's SASS reading: the predicated back edge over the wgmma, not the spin
+    wait's out-of-line retry (an unconditional branch back); its plans differ only in
+    ``uniform_cons``."""
+    lab = _lab()
+    (body,) = lab.main_loops(SASS)
+    c = lab.loop_counts(body)
+    assert (c["instructions"], c["wgmma"], c["R2UR"], c["uniform"]) == (6, 1, 1, 1)
+    for dt, m, n, k, layouts, scaled in lab.CASES:
+        ps = lab.plans(dt, m, n, k, layouts[0], scaled)
+        assert dataclasses.replace(ps["current"], uniform_cons=True) == ps["uc"]
+        assert not ps["current"].uniform_cons

@@ -65,6 +65,7 @@ from .bwd_peel import step_parts
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store, zero_other_keys
+from .bwd_uniform import consumer_index
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
@@ -223,7 +224,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
-            w = wg - 1
+            w = consumer_index(wg, c.uniform_cons)
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64

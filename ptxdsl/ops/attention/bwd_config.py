@@ -152,7 +152,12 @@ class BwdConfig:
     stores stay behind the P exchange's barrier, which every warpgroup passes only after
     its last dQ and dK). ``wg3_fence1`` (wg3): one proxy fence a thread for each of the
     P and dS exchanges, the readers' after the barrier (the stores happen before it
-    through the barrier), not also the writers' before it."""
+    through the barrier), not also the writers' before it.
+
+    ``uniform_cons`` (not wg2): a consumer's warpgroup index comes from lane 0 through
+    ``shfl.sync.idx`` (:mod:`.bwd_uniform`), so ptxas keeps the wgmma descriptors and
+    shared addresses derived from it (K's and V's panels, dSᵀ's and dQ's buffers) in
+    uniform registers: no ``R2UR`` before each wgmma of the step."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -191,6 +196,7 @@ class BwdConfig:
     wg3_ahead: int = 0
     wg3_pfree: bool = False
     wg3_fence1: bool = False
+    uniform_cons: bool = False
 
     @property
     def tag(self) -> str:
@@ -214,7 +220,8 @@ class BwdConfig:
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
                 f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
-                f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}")
+                f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
+                f"{'_uc' if c.uniform_cons else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -303,6 +310,9 @@ class BwdConfig:
         if self.wg3_fence1 and not self.wg3:
             raise ValueError("wg3_fence1 drops the writers' proxy fence of wg3's P and dS "
                              "exchanges: it needs wg3")
+        if self.uniform_cons and self.wg2:
+            raise ValueError("uniform_cons takes the consumer index from lane 0 in bwd.py's, "
+                             "dq_swap's and wg3's kernels: not wg2's")
         if self.det_units < 0:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:

@@ -64,6 +64,7 @@ from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
 from .config import Mask
 from .fwd import _s32
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
+from .bwd_uniform import consumer_index
 
 BM = 80              # queries a step (the swapped GEMMs' N)
 BN = 128             # keys a CTA (64 a warpgroup: wgmma M)
@@ -229,7 +230,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
-            w = wg - 1
+            w = consumer_index(wg, c.uniform_cons)
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64

@@ -56,6 +56,7 @@ from .fwd import _s32
 from .bwd_steps import load_kv, row_blocks, zero_other_keys
 from .softmax import LOG2E, col_of, mask_block, row_of
 from .varlen_tiles import find_seq, load_u32
+from .bwd_uniform import consumer_index
 
 BN = 96              # keys a CTA
 D = 192              # the head dim this layout is for
@@ -215,7 +216,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
-            w = wg - 1
+            w = consumer_index(wg, c.uniform_cons)
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             r0 = warp * 16 + (lw >> 2)               # this thread's query rows r0, r0 + 8

@@ -1,0 +1,156 @@
+"""``BwdConfig.uniform_cons`` (:mod:`ptxdsl.ops.attention.bwd_uniform`): the backward
+consumers' warpgroup index read from lane 0 through ``shfl.sync.idx``, so ptxas keeps the
+wgmma descriptors derived from it in uniform registers. What it emits and refuses; each
+head dim's plan row with it on the CPU interpreter (race and proxy detectors) against
+float64 (bwd.py's 128-row step at head dim 64, dq_swap at 128, wg3 at 192, col_split at
+256; ragged, GQA, causal; varlen and the deterministic mode); ptxas -v and the SASS of the
+main loop: no ``R2UR`` left, no spills, no new notices."""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import ptxdsl.interp as interp
+from ptxdsl import toolchain
+from ptxdsl.core.types import bf16
+from ptxdsl.ops import attention_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention.bwd import build_backward
+from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.config import Mask
+from attention_bwd_checks import GpuClaimingFrame, check_grads, check_varlen_causal
+from ptxas_resources import resources_or_skip  # noqa: E402
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+SHFL = "shfl.sync.idx.b32"
+
+
+def test_emits_one_shuffle_and_refuses_wg2():
+    """One ``shfl.sync.idx`` from lane 0 (the kernel without the option has none), the
+    ``_uc`` tag; wg2's kernel does not take it."""
+    base = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True)
+    text = build_backward(replace(base, uniform_cons=True), bf16, 64, Mask(),
+                          scale=0.125).ptx()
+    assert text.count(SHFL) == 1 and re.search(rf"{SHFL} %r\d+, %r\d+, 0, 31, 0xffffffff;", text)
+    assert replace(base, uniform_cons=True).tag == base.tag + "_uc"
+    with pytest.raises(ValueError, match="uniform_cons"):
+        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg2=True, overlap=2,
+                  uniform_cons=True)
+
+
+def _over_plan(monkeypatch, **extra):
+    """Each call's plan row with uniform_cons (and ``extra``)."""
+    shipped = bwd_api.choose_bwd
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *a, **k: replace(
+        shipped(*a, **k), uniform_cons=True, **extra))
+
+
+def _case(d, sq, sk, seed, **kw):
+    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    out, lse = attention_reference(q, k, v, **kw)
+    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
+    check_grads(got, attention_backward_reference(do, q, k, v, **kw))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("d,sq,sk", [(64, 130, 64), (128, 90, 70), (192, 100, 90),
+                                     (256, 70, 64)], ids=["d64", "d128", "d192", "d256"])
+def test_plan_rows_match_float64(monkeypatch, d, sq, sk):
+    """Causal and ragged: both consumer warpgroups' masks, several steps a CTA (the ring's
+    wrap, both heads of the GQA group), a key block's last keys past Sk."""
+    _over_plan(monkeypatch)
+    _case(d, sq, sk, d + sq, causal=True)
+
+
+@pytest.mark.long
+def test_varlen_matches_float64(monkeypatch):
+    """varlen at head dim 128 (bwd.py's dq_split row: varlen skips dq_swap's 80 rows)."""
+    _over_plan(monkeypatch)
+    cq, ck = np.cumsum([0, 33, 1, 90]), np.cumsum([0, 70, 100, 20])
+    rng = np.random.default_rng(5)
+    q, k, v, do = (rng.standard_normal((n, h, 128)).astype(BF16)
+                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
+    check_varlen_causal(q, k, v, do, cq, ck)
+
+
+class _DetOnCpu(GpuClaimingFrame):
+    """The frame claiming a GPU (the deterministic kernels), each run on the interpreter."""
+
+    def run(self, k, *args):
+        return k.interpret(*args)
+
+
+@pytest.mark.long
+def test_deterministic_row_matches_float64(monkeypatch):
+    """Head dim 64's deterministic row (the writer warp takes the turns, row blocks last to
+    first), CTAs one at a time in launch order."""
+    _over_plan(monkeypatch)
+    frame = bwd_api._frame
+    monkeypatch.setattr(bwd_api, "_frame", lambda a: _DetOnCpu(frame(a)))
+    monkeypatch.setattr(interp, "MAX_BATCH_SHARED", 1)
+    rng = np.random.default_rng(3)
+    q, do = (rng.standard_normal((1, 100, 2, 64)).astype(BF16) for _ in range(2))
+    k, v = (rng.standard_normal((1, 130, 1, 64)).astype(BF16) for _ in range(2))
+    out, lse = attention_reference(q, k, v, causal=True)
+    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
+                             causal=True, deterministic=True)
+    check_grads(got, attention_backward_reference(do, q, k, v, causal=True))
+
+
+def _main_loop(sass: str) -> list[str]:
+    """The instructions of the innermost loop holding the most wgmmas: the consumers'
+    step (a backward branch's target up to it; the wait loops past the last EXIT and
+    ptxas's own ``BRA.U.ANY`` loops left out)."""
+    ins = [(int(a, 16), body.split()[1] if body.startswith("@") else body.split()[0], body)
+           for a, body in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    end = max(a for a, op, _ in ins if op == "EXIT")
+    best = None
+    for a, op, body in ins:
+        m = re.search(r"BRA\s+0x([0-9a-f]+)", body)
+        if m and op == "BRA" and a <= end and int(m.group(1), 16) < a:
+            loop = [b for x, _, b in ins if int(m.group(1), 16) <= x <= a]
+            key = (sum(_wgmma(b) for b in loop), -len(loop))
+            best = max(best or (key, loop), (key, loop))
+    return best[1]
+
+
+def _wgmma(body: str) -> bool:
+    """A wgmma of the kernel's (not the empty one ptxas puts before a branch)."""
+    return "HGMMA" in body and "gdesc[URZ]" not in body
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("d", [64, 128, 192, 256])
+def test_sass_has_no_r2ur_in_the_step(d, causal=True):
+    """Each head dim's causal plan row's main kernel (the full rows: the same in the
+    report of the commit that added the option): without the option ``R2UR``s in the consumers' step
+    (at least one a wgmma), with it none (head dim 256: one, the lane-0 reduce-add's
+    coordinate), fewer instructions in all; no spills, the same ptxas notices."""
+    kernels = []
+    for uc in (False, True):
+        shipped = bwd_api.choose_bwd
+        bwd_api.choose_bwd = lambda *a, _u=uc, **k: replace(shipped(*a, **k), uniform_cons=_u)
+        try:
+            kernels.append(bwd_api.backward_kernels(d, causal=causal)[1])
+        finally:
+            bwd_api.choose_bwd = shipped
+    loops, notices = [], []
+    for k in kernels:
+        r = resources_or_skip(k)
+        assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+        if not (toolchain.find_tool("cuobjdump") or toolchain.find_tool("nvdisasm")):
+            pytest.skip("no SASS disassembler (cuobjdump, nvdisasm)")
+        loops.append(_main_loop(k.sass()))
+        notices.append(sorted(set(re.findall(r"\(C75\d\d\)", k.check().log))))
+    r2ur = [sum(b.startswith("R2UR") for b in loop) for loop in loops]
+    assert r2ur[0] >= sum(map(_wgmma, loops[1])) > 0, (d, causal, r2ur)
+    assert r2ur[1] <= (1 if d == 256 else 0) and len(loops[1]) < len(loops[0]), r2ur
+    assert notices[0] == notices[1]

@@ -51,16 +51,19 @@ def barriers(L, tid, stages: int, wgs: int):
     return base, kvfull, qfull, qempty, dofull, doempty
 
 
-def finish_step(c: BwdConfig, w: int, lane, doempty, q_slot, stage, reduce) -> None:
+def finish_step(c: BwdConfig, w: int, lane, doempty, q_slot, stage, reduce, *,
+                behind: int = 0, after_stage=None, dk_left: int = 0) -> None:
     """The end of consumer warpgroup ``w``'s step once dV, dQ and dK are issued (in that
     order of groups): dO's slot given back when dV is done; when dQ is, its f32 stage
     written (``stage()``) and handed to the writer warp (``dq_warp``) or reduced by TMA
     (``reduce()``, lane 0); Q's slot (``q_slot()``, its empty barrier) given back when dK
-    is."""
-    ptx.inst("wgmma.wait_group.sync.aligned", 2)   # dV done: dO is read
+    is. ``behind``: groups already queued behind dK; ``after_stage()``: issued once dQ is
+    handed on; ``dk_left``: groups that may still run when dK is done (the next step's S,
+    :mod:`.bwd_wg3ahead`)."""
+    ptx.inst("wgmma.wait_group.sync.aligned", 2 + behind)   # dV done: dO is read
     with ptx.if_(lane == 0):
         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(doempty))
-    ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dQ done
+    ptx.inst("wgmma.wait_group.sync.aligned", 1 + behind)   # dQ done
     if not c.dq_warp:
         with ptx.if_(lane == 0):                   # the last reduce has read
             ptx.inst("cp.async.bulk.wait_group.read", 0)
@@ -74,7 +77,9 @@ def finish_step(c: BwdConfig, w: int, lane, doempty, q_slot, stage, reduce) -> N
         ptx.inst("bar.sync", 2 + w, 128)
         with ptx.if_(lane == 0):
             reduce()
-    ptx.inst("wgmma.wait_group.sync.aligned", 0)   # dK done: Q is read
+    if after_stage is not None:
+        after_stage()
+    ptx.inst("wgmma.wait_group.sync.aligned", dk_left)   # dK done: Q is read
     with ptx.if_(lane == 0):
         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(q_slot()))
 

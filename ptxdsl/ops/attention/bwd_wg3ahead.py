@@ -20,7 +20,7 @@ from __future__ import annotations
 from ...core.types import pred, s32, u32
 from ...dsl import ptx, reg
 from .._common.ring import wait
-from .bwd_ring96 import EMPTY, FULL, WTHREADS
+from .bwd_ring96 import finish_step
 
 
 class Ahead3:
@@ -81,28 +81,9 @@ def finish_ahead(c, w: int, lane, doempty, q_slot, stage, reduce, ahead: Ahead3)
     it is, Q's slot once dK is (the S behind it may run on)."""
     if ahead.mode == 1:
         ahead.next()
-    behind = 1 if ahead.mode == 1 else 0             # groups queued behind dK
-    ptx.inst("wgmma.wait_group.sync.aligned", 2 + behind)   # dV done: dO is read
-    with ptx.if_(lane == 0):
-        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(doempty))
-    ptx.inst("wgmma.wait_group.sync.aligned", 1 + behind)   # dQ done
-    if not c.dq_warp:
-        with ptx.if_(lane == 0):                   # the last reduce has read
-            ptx.inst("cp.async.bulk.wait_group.read", 0)
-    ptx.inst("bar.sync", *((EMPTY + w, WTHREADS) if c.dq_warp else (2 + w, 128)))
-    stage()
-    ptx.inst("fence.proxy.async.shared::cta")
-    if c.dq_warp:                            # the stage is the writer's
-        ptx.inst("bar.arrive", FULL + w, WTHREADS)
-    else:
-        ptx.inst("bar.sync", 2 + w, 128)
-        with ptx.if_(lane == 0):
-            reduce()
-    if ahead.mode == 2:
-        ahead.next()
-    ptx.inst("wgmma.wait_group.sync.aligned", 1)   # dK done (S may run): Q is read
-    with ptx.if_(lane == 0):
-        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(q_slot()))
+    finish_step(c, w, lane, doempty, q_slot, stage, reduce,
+                behind=1 if ahead.mode == 1 else 0,            # (S queued behind dK)
+                after_stage=ahead.next if ahead.mode == 2 else None, dk_left=1)
 
 
 __all__ = ["Ahead3", "finish_ahead"]

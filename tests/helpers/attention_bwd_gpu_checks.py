@@ -1,5 +1,6 @@
-"""Checks shared by the attention backward's GPU tests: gradients against float64, and a
-varlen backward against each packed sequence's own float64 backward."""
+"""Checks shared by the attention backward's GPU tests: gradients against float64, against
+SDPA's backward, and a varlen backward against each packed sequence's own float64
+backward."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +15,28 @@ def close(got, ref, what=""):
         g = g.float().cpu().numpy().astype(np.float64)
         assert np.isfinite(g).all(), (what, name)
         assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), (what, name)
+
+
+def matches_sdpa(torch, q, k, v, do, got, causal: bool, what=None) -> None:
+    """``got`` (dq, dk, dv) within 3e-2 (max relative) of SDPA's backward on the same
+    inputs: cuDNN's, or flash's where cuDNN refuses the shape."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    ref = None
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        try:
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in leaves),
+                                               is_causal=causal).transpose(1, 2).backward(do)
+        except RuntimeError:
+            continue
+        ref = [x.grad.float() for x in leaves]
+        break
+    assert ref is not None, "neither cuDNN's nor flash's SDPA backward ran"
+    for name, a, b in zip(("dq", "dk", "dv"), got, ref):
+        err = float((a.float() - b).abs().max() / b.abs().max())
+        assert err <= 3e-2, (what, name, err)
 
 
 def varlen_matches_each_sequence(torch, d: int, causal: bool) -> None:

@@ -26,8 +26,9 @@ weights as the K-major transpose view, ragged tokens per expert with one empty e
 ``bench/matmul_grouped.py``'s sets) at the MoE shapes of :data:`GROUPED`: ``current``
 (``grouped.plan_for``'s plan), ``uc`` (it with ``uniform_cons``) and
 ``torch._grouped_mm``, each validated against the float64 product per group, then timed
-in turns. Writes ``$OUT/matmul_uniform_grouped.json`` after every shape; about 60 s on an
-H200. ``--sass`` covers the grouped kernels of those shapes too (both B majors, fp8).
+in turns. Writes ``$OUT/matmul_uniform_grouped.json`` after every shape; an estimated
+60 s on an H200 (not yet run; the float64 references take most). ``--sass`` covers the
+grouped kernels of those shapes too (both B majors, fp8).
 
     PYTHONPATH=. python lab/matmul_uniform.py --sass
     PYTHONPATH=. python lab/matmul_uniform.py

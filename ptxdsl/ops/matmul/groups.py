@@ -134,4 +134,4 @@ def group_tiles_py(offs, bm: int, tiles_n: int) -> list[tuple[int, int, int, int
     return out
 
 
-__all__ = ["group_tiles", "group_tile", "GroupCursor", "group_tiles_py"]
+__all__ = ["group_tiles", "group_tile", "GroupCursor", "group_tiles_py", "uniform_value"]

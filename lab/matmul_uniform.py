@@ -21,8 +21,18 @@ contenders (``current``, ``uc``, cuBLAS in the same mode: ``torch.matmul``,
 ``torch._scaled_mm`` per tensor or block-wise) take turns in ``bench.matmul.timed_rounds``
 slices. Writes ``$OUT/matmul_uniform.json`` after every case; about 100 s on an H200.
 
+``--grouped`` (GPU): the grouped GEMM (``ptxdsl.ops.grouped_matmul``, bf16, experts'
+weights as the K-major transpose view, ragged tokens per expert with one empty expert,
+``bench/matmul_grouped.py``'s sets) at the MoE shapes of :data:`GROUPED`: ``current``
+(``grouped.plan_for``'s plan), ``uc`` (it with ``uniform_cons``) and
+``torch._grouped_mm``, each validated against the float64 product per group, then timed
+in turns. Writes ``$OUT/matmul_uniform_grouped.json`` after every shape; an estimated
+60 s on an H200 (not yet run; the float64 references take most). ``--sass`` covers the
+grouped kernels of those shapes too (both B majors, fp8).
+
     PYTHONPATH=. python lab/matmul_uniform.py --sass
     PYTHONPATH=. python lab/matmul_uniform.py
+    PYTHONPATH=. python lab/matmul_uniform.py --grouped
 """
 from __future__ import annotations
 
@@ -44,6 +54,9 @@ CASES = [("bf16", 4096, 4096, 4096, (LIN, NN), None),
          ("bf16", 128, 6144, 4096, (NN, LIN), None),
          ("e4m3", 4096, 4096, 4096, (LIN,), "tensor"),
          ("e4m3", 4096, 7168, 16384, (LIN,), "block")]
+# Grouped (G, N, K, lo, hi) of bench/matmul_grouped.py: 128 x 128 tiles (N < 4096) over many
+# small experts, the same at K = 7168, and 128 x 256 tiles (DeepSeek-V3-like experts).
+GROUPED = [(64, 1408, 2048, 64, 1024), (64, 2048, 7168, 64, 512), (16, 4096, 7168, 64, 2048)]
 
 
 def plans(dt, m, n, k, layout, scaled, sms=132, device="H200"):
@@ -64,6 +77,34 @@ def build(p, dt, layout, scaled, sms=132):
     t = bf16 if dt == "bf16" else e4m3
     return build_hopper(p, t, bf16, sms=sms, b_major="K" if layout == LIN else "MN",
                         scaled=scaled or False)
+
+
+def grouped_plans(dt, n):
+    """``{"current": Plan, "uc": Plan}`` of the grouped kernel for N columns."""
+    from ptxdsl.core.types import bf16, e4m3
+    from ptxdsl.ops.matmul.grouped import plan_for
+    p = plan_for(bf16 if dt == "bf16" else e4m3, bf16, n)
+    return {"current": p, "uc": dataclasses.replace(p, uniform_cons=True)}
+
+
+def sass_cases():
+    """``(case name, {name: kernel builder})`` of every case ``--sass`` reads."""
+    from ptxdsl.core.types import bf16, e4m3
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    for dt, m, n, k, layouts, scaled in CASES:
+        for lay in layouts:
+            yield (f"{dt} {m}x{n}x{k} {lay}" + (f" {scaled}" if scaled else ""),
+                   {name: (lambda p=p, lay=lay, dt=dt, scaled=scaled: build(p, dt, lay, scaled))
+                    for name, p in plans(dt, m, n, k, lay, scaled).items()})
+    for g, n, k, _, _ in GROUPED:
+        for dt, lay, scaled in (("bf16", LIN, False), ("bf16", NN, False),
+                                ("e4m3", LIN, "row")):
+            t = bf16 if dt == "bf16" else e4m3
+            yield (f"grouped {dt} G={g} N={n} K={k} {lay}" + (f" {scaled}" if scaled else ""),
+                   {name: (lambda p=p, t=t, lay=lay, scaled=scaled: build_hopper(
+                       p, t, bf16, sms=132, b_major="K" if lay == LIN else "MN",
+                       scaled=scaled, grouped=True))
+                    for name, p in grouped_plans(dt, n).items()})
 
 
 # ---------------------------------------------------------------- SASS
@@ -99,28 +140,27 @@ def sass_report() -> int:
     """CPU: the main-loop counts of every case's two kernels; 1 if ``uc`` spills, warns,
     or leaves more R2UR per wgmma than ``current``."""
     out, bad = [], 0
-    for dt, m, n, k, layouts, scaled in CASES:
-        for lay in layouts:
-            row = {"case": f"{dt} {m}x{n}x{k} {lay}" + (f" {scaled}" if scaled else "")}
-            for name, p in plans(dt, m, n, k, lay, scaled).items():
-                kern = build(p, dt, lay, scaled)
-                r, warns = kern.resources(), kern.check().warnings
-                loops = [loop_counts(b) for b in main_loops(kern.sass())]
-                row[name] = {"kernel": kern.name, "registers": r.registers,
-                             "spills": r.spill_stores + r.spill_loads + r.local,
-                             "warnings": [str(w) for w in warns], "loops": loops}
-            cu, uc = row["current"], row["uc"]
-            per = [max((lp["R2UR"] / lp["wgmma"] for lp in x["loops"]), default=0.0)
-                   for x in (cu, uc)]
-            bad |= bool(uc["spills"] or uc["warnings"] or per[1] > per[0])
-            out.append(row)
-            print(row["case"], flush=True)
-            for name in ("current", "uc"):
-                x = row[name]
-                print(f"  {name:8s} {x['kernel']}: regs {x['registers']}, spills "
-                      f"{x['spills']}, warnings {len(x['warnings'])}; main loop " + "; ".join(
-                          f"{lp['instructions']} instr, {lp['wgmma']} wgmma, {lp['R2UR']} "
-                          f"R2UR, {lp['uniform']} uniform" for lp in x["loops"]), flush=True)
+    for case, kernels in sass_cases():
+        row = {"case": case}
+        for name, make in kernels.items():
+            kern = make()
+            r, warns = kern.resources(), kern.check().warnings
+            loops = [loop_counts(b) for b in main_loops(kern.sass())]
+            row[name] = {"kernel": kern.name, "registers": r.registers,
+                         "spills": r.spill_stores + r.spill_loads + r.local,
+                         "warnings": [str(w) for w in warns], "loops": loops}
+        cu, uc = row["current"], row["uc"]
+        per = [max((lp["R2UR"] / lp["wgmma"] for lp in x["loops"]), default=0.0)
+               for x in (cu, uc)]
+        bad |= bool(uc["spills"] or uc["warnings"] or per[1] > per[0])
+        out.append(row)
+        print(row["case"], flush=True)
+        for name in ("current", "uc"):
+            x = row[name]
+            print(f"  {name:8s} {x['kernel']}: regs {x['registers']}, spills "
+                  f"{x['spills']}, warnings {len(x['warnings'])}; main loop " + "; ".join(
+                      f"{lp['instructions']} instr, {lp['wgmma']} wgmma, {lp['R2UR']} "
+                      f"R2UR, {lp['uniform']} uniform" for lp in x["loops"]), flush=True)
     path = os.path.join(os.environ.get("OUT", "."), "matmul_uniform_sass.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
@@ -226,14 +266,64 @@ def fp8_ragged(torch):
             "tensor": (ra, rw, s1, s2, ra.double() @ rw.double().t())}
 
 
+def grouped_main(a) -> int:
+    """GPU: ``current``, ``uc`` and ``torch._grouped_mm`` at each shape of :data:`GROUPED`,
+    validated, then timed in turns (see the module docstring)."""
+    import torch
+    from bench.matmul import timed_rounds, validate, warm
+    from bench.matmul_grouped import make_set, reference, sizes_for
+    from lab.grouped_plans import contender
+    props = torch.cuda.get_device_properties(0)
+    path = os.path.join(os.environ.get("OUT", "."), "matmul_uniform_grouped.json")
+    result = {"device": props.name, "sms": props.multi_processor_count,
+              "torch": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M"),
+              "block_ms": a.block_ms, "rounds": a.rounds, "rows": []}
+    t0 = time.time()
+    warm(1.0)
+    for g, n, k, lo, hi in GROUPED:
+        sizes = sizes_for(g, lo, hi)
+        s = make_set(g, n, k, sizes, torch.bfloat16)
+        ref = reference(s[0], s[1], sizes)
+        row, live, plan_rows = {}, {}, {}
+        for name, p in grouped_plans("bf16", n).items():
+            plan_rows[name] = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+            fn, _ = contender({"uniform_cons": p.uniform_cons}, {})
+            validate(name, fn, s, ref, row, live)
+        if hasattr(torch, "_grouped_mm"):
+            validate("torch._grouped_mm", lambda a, b, offs, sz: torch._grouped_mm(
+                a, b, offs=offs), s, ref, row, live)
+        del ref
+        warm(0.2)
+        timed_rounds(live, [s], a.rounds, a.block_ms, 2.0 * sum(sizes) * n * k, row)
+        result["rows"].append({"shape": [g, n, k, lo, hi], "sizes": sizes, "results": row,
+                               "plans": plan_rows})
+        with open(path, "w") as f:      # after every shape: a run cut short keeps it
+            json.dump(result, f, indent=1)
+        tf = {nm: row.get(nm, {}).get("tflops") for nm in ("current", "uc", "torch._grouped_mm")}
+        print(f"grouped G={g} N={n} K={k} ({time.time() - t0:.0f}s): " + ", ".join(
+            f"{nm} {v:.0f}" if v else f"{nm} ERR {row.get(nm, {}).get('error', '?')[:80]}"
+            for nm, v in tf.items())
+            + (f"; uc/current {tf['uc'] / tf['current']:.3f}" if tf["uc"] and tf["current"]
+               else "")
+            + (f", uc/torch {tf['uc'] / tf['torch._grouped_mm']:.3f}, current/torch "
+               f"{tf['current'] / tf['torch._grouped_mm']:.3f}"
+               if tf["uc"] and tf["current"] and tf["torch._grouped_mm"] else ""), flush=True)
+        del s
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sass", action="store_true", help="CPU only: the main loops' SASS")
+    ap.add_argument("--grouped", action="store_true", help="GPU: the grouped GEMM's plans")
     ap.add_argument("--block-ms", type=float, default=40.0)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
     if a.sass:
         return sass_report()
+    if a.grouped:
+        return grouped_main(a)
     import torch
     from bench.matmul import timed_rounds, warm
     from ptxdsl.ops.matmul.plan import device_class

@@ -2,7 +2,9 @@
 on an sm_90 GPU, on the plans ``lab/matmul_uniform.py`` times (the op's plan at each
 shape and layout, with the option) and ragged shapes: bf16 output bitwise the plan's
 without it on random normal inputs, integer-valued inputs exact with f32 output, the
-same bits twice; fp8 per tensor and block-wise bitwise the plan's without it.
+same bits twice; fp8 per tensor and block-wise bitwise the plan's without it; the grouped
+kernel (ragged and empty groups, both B majors) bitwise the plan's without it, exact with
+integer-valued inputs.
 Run: ``python -m pytest tests/gpu/test_matmul_uniform_cons_gpu.py``.
 """
 from __future__ import annotations
@@ -86,3 +88,49 @@ def test_uniform_cons_fp8(m, n, k, scaled):
     torch.cuda.synchronize()
     assert bool(torch.isfinite(outs[0].float()).all())
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
+@pytest.mark.parametrize("g,n,k", [(64, 1408, 2048), (16, 4096, 7168), (5, 264, 200)])
+@pytest.mark.parametrize("b_major", ["K", "MN"])
+def test_uniform_cons_grouped(g, n, k, b_major):
+    """The grouped kernel (``grouped.plan_for``'s plan) with and without the option over
+    ragged tokens per expert with empty experts: random normal bf16 out bitwise the same;
+    integer-valued inputs exact with f32 out, rows past the last group untouched (NaN)."""
+    from ptxdsl.core.types import bf16, f32
+    from ptxdsl.ops.matmul.grouped import plan_for
+    from ptxdsl.ops.matmul.hopper import build_hopper
+    sms, _ = _device()
+    gen = torch.Generator(device="cuda").manual_seed(g + n)
+    sizes = torch.randint(0, 300, (g,), device="cuda", generator=gen)
+    sizes[g // 2] = 0
+    sizes[-1] = 0
+    offs = sizes.cumsum(0).to(torch.int32)
+    total = int(offs[-1]) + 5
+    if b_major == "MN" and k % 64:
+        k += 64 - k % 64            # an MN-major stack needs K a multiple of 64
+    for odt, tdt in ((bf16, torch.bfloat16), (f32, torch.float32)):
+        ints = odt == f32
+        a = (torch.randint(-4, 5, (total, k), device="cuda", generator=gen).float() if ints
+             else torch.randn(total, k, device="cuda", generator=gen)).to(torch.bfloat16)
+        w = (torch.randint(-4, 5, (g, n, k), device="cuda", generator=gen).float() if ints
+             else torch.randn(g, n, k, device="cuda", generator=gen)).to(torch.bfloat16)
+        b2 = w.reshape(g * n, k) if b_major == "K" else \
+            w.transpose(1, 2).contiguous().reshape(g * k, n)
+        p = plan_for(bf16, odt, n)
+        outs = []
+        for plan in (p, dataclasses.replace(p, uniform_cons=True)):
+            c = torch.full((total, n), float("nan"), device="cuda", dtype=tdt)
+            build_hopper(plan, bf16, odt, sms=sms, b_major=b_major, grouped=True)(a, b2, offs,
+                                                                                  c)
+            outs.append(c)
+        torch.cuda.synchronize()
+        end = int(offs[-1])
+        assert bool(torch.isnan(outs[1][end:].float()).all())
+        assert torch.equal(outs[0][:end], outs[1][:end])
+        if ints:
+            start = 0
+            for i, e in enumerate(offs.tolist()):
+                want = a[start:e].double() @ w[i].double().t()
+                assert torch.equal(outs[1][start:e].double(), want)
+                start = e

@@ -67,7 +67,8 @@ class Plan:
     uniform_cons: bool = False  # the consumer index taken from lane 0 (shfl.sync.idx), which
     #                             ptxas then keeps in uniform registers: A's descriptors
     #                             (and all else it offsets) need no R2UR before each wgmma;
-    #                             each stage's descriptors stepped from stage 0's
+    #                             each stage's descriptors stepped from stage 0's; the
+    #                             grouped cursor's values through redux.sync (.groups)
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 

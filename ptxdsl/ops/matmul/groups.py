@@ -28,6 +28,12 @@ from ...dsl import ptx, reg
 from ...core.types import u32, u64
 
 
+def uniform_value(r) -> None:
+    """``r`` (``.u32``, the same in every lane of the warp, all 32 present) through
+    ``redux.sync.min``: its value, which ptxas then writes to a uniform register."""
+    ptx.inst("redux.sync.min.u32", r, r, 0xFFFFFFFF)
+
+
 def _scan(poffs, ngroups, body) -> None:
     """Call ``body(g, start, end)`` for each group (``start``/``end``: its row range)."""
     ptr = reg.scalar(u64)
@@ -79,10 +85,16 @@ def group_tile(poffs, ngroups, t, bm: int, tiles_n):
 class GroupCursor:
     """Where increasing tile indices lie, resumed from the last one's group: registers
     ``g`` (the group), ``start`` (its first row) and ``before`` (the tiles of the groups
-    before it) persist across :meth:`locate` calls of one thread."""
+    before it) persist across :meth:`locate` calls of one thread.
 
-    def __init__(self, poffs, bm: int, tiles_n, labels):
+    ``uniform`` (``Plan.uniform_cons``; every lane of each warp calls :meth:`locate`):
+    the loaded group end and ``before`` pass :func:`uniform_value`, without which ptxas
+    kept the whole tile loop of some plans in vector registers, the ring slot too, and
+    moved each k-block's wgmma descriptors back with ``R2UR`` (docs/matmul.md)."""
+
+    def __init__(self, poffs, bm: int, tiles_n, labels, uniform: bool = False):
         self.poffs, self.bm, self.tiles_n, self.labels = poffs, bm, tiles_n, labels
+        self.uniform = uniform
         self.g, self.start, self.before = (reg.scalar(u32, init=0) for _ in range(3))
 
     def locate(self, t):
@@ -95,6 +107,8 @@ class GroupCursor:
         ptx.inst.mul.wide.u32(off, self.g, 4)
         end = reg.scalar(u32)
         ptx.inst.ld.global_.nc.u32(end, ptx.addr(self.poffs + off))
+        if self.uniform:
+            uniform_value(end)
         rows = (end - self.start + (self.bm - 1)) // self.bm
         after = self.before + rows * self.tiles_n
         ptx.bra(done, pred=t < after)
@@ -103,6 +117,8 @@ class GroupCursor:
         ptx.inst.add.u32(self.g, self.g, 1)
         ptx.bra(top)
         ptx.place(done)
+        if self.uniform:
+            uniform_value(self.before)
         rem = t - self.before
         col = rem // rows
         return self.g, self.start + (rem - col * rows) * self.bm, end, col
@@ -118,4 +134,4 @@ def group_tiles_py(offs, bm: int, tiles_n: int) -> list[tuple[int, int, int, int
     return out
 
 
-__all__ = ["group_tiles", "group_tile", "GroupCursor", "group_tiles_py"]
+__all__ = ["group_tiles", "group_tile", "GroupCursor", "group_tiles_py", "uniform_value"]

@@ -447,7 +447,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                     streamk.tiles(p, fix, cid, total, nk, ncl, mainloop, acc, sk_store)
                     return
                 if grouped:
-                    cursor = GroupCursor(poffs, p.bm, tiles_n, labels)
+                    cursor = GroupCursor(poffs, p.bm, tiles_n, labels, p.uniform_cons)
                 if p.pingpong:      # the other consumer's first tile (.pingpong)
                     skip_stages(ring, cons * nk)
                     turns = Turns(base + L.turn, cons, lane, labels)
@@ -499,7 +499,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                                        lane, frow, fcol, bar_id, row0, n0, n, tma_c, pb, sc)
 
             if p.epi_overlap:       # a dense tile's (g, end) are unused: (0, m)
-                cursor = GroupCursor(poffs, p.bm, tiles_n, labels) if grouped else None
+                cursor = GroupCursor(poffs, p.bm, tiles_n, labels, p.uniform_cons) \
+                    if grouped else None
 
                 def locate(t):
                     m0, n0, *ge = group_origin(cursor, t) if grouped else (*tile_origin(t), 0, m)

@@ -3,7 +3,9 @@
 is off by default and names its kernels, it adds the one shuffle and nothing else, and on
 the CPU interpreter (long) its outputs are bitwise those of the plan without it, exact
 against float64 for integer-valued inputs, ragged M, N, K, across the consumer layouts
-(two consumers, one, pingpong, epi_overlap, split-K, block-wise fp8)."""
+(two consumers, one, pingpong, epi_overlap, split-K, block-wise fp8); the grouped kernel's
+consumer cursor takes its group ends through ``redux.sync`` (ragged and empty groups,
+both B majors, row-wise fp8)."""
 from __future__ import annotations
 
 import collections
@@ -17,6 +19,7 @@ import pytest
 
 from ptxdsl.core.types import bf16, e4m3, e5m2, f32, f32_to_bf16_bits
 from ptxdsl.ops.matmul.config import Plan
+from ptxdsl.ops.matmul.grouped import plan_for
 from ptxdsl.ops.matmul.hopper import build_hopper
 from ptxdsl.ops.matmul.plan import fitted
 
@@ -111,6 +114,79 @@ def test_interpreter_uniform_cons_block_wise_fp8():
     np.testing.assert_array_equal(res[1], res[0])
 
 
+REDUX = "redux.sync.min.u32"
+
+
+def test_grouped_uniform_cons_reduces_the_consumer_cursor_only():
+    """The grouped kernel with ``uniform_cons``: the consumer cursor's loaded group end
+    and its tile count before the group through ``redux.sync.min`` (two per
+    :meth:`.groups.GroupCursor.locate`; the producer's cursor, one lane's, and the tile
+    count's scan have none); without it none, and the plan's PTX has no shuffle."""
+    p = fitted(Plan(bn=64, cluster=1, tma_store=True), bf16, f32)
+    k0 = build_hopper(p, bf16, f32, sms=4, grouped=True)
+    k1 = build_hopper(dataclasses.replace(p, uniform_cons=True), bf16, f32, sms=4, grouped=True)
+    o0, o1 = _ops(k0.ptx()), _ops(k1.ptx())
+    assert (o0[REDUX], o0[SHFL], o1[SHFL]) == (0, 0, 1)
+    assert o1[REDUX] == 2
+    lines = k1.ptx().splitlines()
+    loads = [i for i, ln in enumerate(lines) if "ld.global.nc.u32" in ln]
+    reduced = [i for i, ln in enumerate(lines) if REDUX in ln]
+    assert reduced[0] == loads[-1] + 1 and lines[reduced[0]].split()[1] == \
+        lines[loads[-1]].split()[1]          # the consumer's load, the last, reduced at once
+    assert all(ln.rstrip(";").endswith(", 0xffffffff") for ln in (lines[i] for i in reduced))
+
+
+def _grouped_case(opts, odt, b_major, scaled, sizes, n, k, seed):
+    rng = np.random.default_rng(seed)
+    offs = np.cumsum(sizes).astype(np.int32)
+    g, total = len(sizes), int(offs[-1]) + 3
+    a = rng.integers(-4, 5, (total, k)).astype(np.float32)
+    w = rng.integers(-4, 5, (g, n, k)).astype(np.float32)
+    dt = e4m3 if scaled else bf16
+    el = ml_dtypes.float8_e4m3fn if scaled else ml_dtypes.bfloat16
+    b2 = w.reshape(g * n, k) if b_major == "K" else \
+        np.ascontiguousarray(w.transpose(0, 2, 1)).reshape(g * k, n)
+    args = [a.astype(el), b2.astype(el), offs]
+    sa = np.ones(total, np.float32)
+    sb = np.ones((g, n), np.float32)
+    if scaled:
+        sa = (2.0 ** rng.integers(-3, 3, total)).astype(np.float32)
+        sb = (2.0 ** rng.integers(-3, 3, (g, n))).astype(np.float32)
+        args += [sa, sb]
+    p = fitted(dataclasses.replace(plan_for(dt, odt, n), **opts), dt, odt)
+    res = []
+    for q in (p, dataclasses.replace(p, uniform_cons=True)):
+        kern = build_hopper(q, dt, odt, sms=3, b_major=b_major, scaled=scaled, grouped=True)
+        c = np.asarray(kern.interpret(*args, np.full((total, n), np.nan, np.float32 if odt == f32
+                                                     else ml_dtypes.bfloat16)))
+        start = 0
+        for i, end in enumerate(offs):
+            want = (a[start:end].astype(np.float64) @ w[i].T.astype(np.float64)
+                    * sa[start:end, None] * sb[i])
+            if odt != f32:
+                want = want.astype(np.float32).astype(ml_dtypes.bfloat16)
+            np.testing.assert_array_equal(c[start:end].astype(np.float32),
+                                          np.asarray(want).astype(np.float32))
+            start = end
+        assert np.isnan(c[start:].astype(np.float32)).all()
+        res.append(c.view(np.uint32 if odt == f32 else np.uint16))
+    np.testing.assert_array_equal(res[1], res[0])
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("opts,odt,b_major,scaled,sizes,n,k", [
+    (dict(bn=64, tail_skip=True), "f32", "K", False, [70, 0, 130, 5], 136, 80),
+    (dict(bn=64, cluster_n=2, epi_overlap=2), "bf16", "MN", False, [0, 129, 3, 64], 72, 192),
+    (dict(bn=64), "f32", "K", "row", [40, 0, 0, 70], 72, 256)])
+def test_interpreter_grouped_uniform_cons_matches_the_plan(opts, odt, b_major, scaled, sizes,
+                                                            n, k):
+    """The grouped kernel (its TMA store of rows inside a group, as the op's plans) over
+    ragged groups with empty ones, rows past the last group left NaN: bitwise the plain
+    plan's outputs, exact against float64."""
+    _grouped_case(opts, f32 if odt == "f32" else bf16, b_major, scaled, sizes, n, k,
+                  sum(sizes) + n)
+
+
 def _lab():
     spec = importlib.util.spec_from_file_location(
         "matmul_uniform", os.path.join(ROOT, "lab", "matmul_uniform.py"))
@@ -145,3 +221,7 @@ def test_lab_counts_the_main_loop_and_pairs_the_plans():
         ps = lab.plans(dt, m, n, k, layouts[0], scaled)
         assert dataclasses.replace(ps["current"], uniform_cons=True) == ps["uc"]
         assert not ps["current"].uniform_cons
+    for g, n, k, lo, hi in lab.GROUPED:     # the grouped set: the op's plan, and it with uc
+        ps = lab.grouped_plans("bf16", n)
+        assert ps["current"] == plan_for(bf16, bf16, n) and not ps["current"].uniform_cons
+        assert dataclasses.replace(ps["current"], uniform_cons=True) == ps["uc"]

@@ -181,7 +181,8 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 _OQ = dict(tma_store=True, o_in_q=True)
 _NO_OQ = dict(tma_store=False, o_in_q=False)
 _FA4GRID = dict(persistent=False, dynamic=False)
-_OQ1 = dict(store_wait_once=False, **_OQ)   # the hd128 causal row waits once a CTA
+_OQ1 = dict(store_wait_once=False, late_epilogue=False, q_double=False, **_OQ)  # (the hd128
+# causal row waits once a CTA, with the epilogue late and two Q buffers: none go with o_in_q)
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),

@@ -65,7 +65,7 @@ from .bwd_peel import step_parts
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store, zero_other_keys
-from .bwd_uniform import consumer_index
+from .._common.warpgroup import consumer_index
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
 def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,

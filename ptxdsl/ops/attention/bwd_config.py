@@ -155,7 +155,7 @@ class BwdConfig:
     through the barrier), not also the writers' before it.
 
     ``uniform_cons`` (not wg2): a consumer's warpgroup index comes from lane 0 through
-    ``shfl.sync.idx`` (:mod:`.bwd_uniform`), so ptxas keeps the wgmma descriptors and
+    ``shfl.sync.idx`` (:mod:`.._common.warpgroup`), so ptxas keeps the wgmma descriptors and
     shared addresses derived from it (K's and V's panels, dSᵀ's and dQ's buffers) in
     uniform registers: no ``R2UR`` before each wgmma of the step."""
 

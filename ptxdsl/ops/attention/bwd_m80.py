@@ -64,7 +64,7 @@ from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
 from .config import Mask
 from .fwd import _s32
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
-from .bwd_uniform import consumer_index
+from .._common.warpgroup import consumer_index
 
 BM = 80              # queries a step (the swapped GEMMs' N)
 BN = 128             # keys a CTA (64 a warpgroup: wgmma M)

@@ -56,7 +56,7 @@ from .fwd import _s32
 from .bwd_steps import load_kv, row_blocks, zero_other_keys
 from .softmax import LOG2E, col_of, mask_block, row_of
 from .varlen_tiles import find_seq, load_u32
-from .bwd_uniform import consumer_index
+from .._common.warpgroup import consumer_index
 
 BN = 96              # keys a CTA
 D = 192              # the head dim this layout is for

@@ -41,6 +41,7 @@ import itertools
 from ... import Tile, kernel
 from ...core.types import PtxType, b32, f32, s32, u8, u32
 from ...dsl import ptx, reg, smem
+from .._common.warpgroup import consumer_index
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
@@ -241,10 +242,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
-            cons = wg - 1
-            if c.uniform_cons:      # lane 0's: ptxas then knows it is the warp's own
-                cons = reg.scalar(u32)
-                ptx.inst("shfl.sync.idx.b32", cons, wg - 1, 0, 0x1F, 0xFFFFFFFF)
+            cons = consumer_index(wg, c.uniform_cons)
             # the Q barriers this consumer waits on and releases (Config.q_split: its own)
             my_qfull0, my_qempty0 = (qfull, qempty) if not qs else (
                 base + L.qs + (cons << 3), base + L.qs + 8 * NC + (cons << 3))

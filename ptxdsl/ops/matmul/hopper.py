@@ -88,6 +88,7 @@ from ...core.types import PtxType, f32, u8, u16, u32
 
 from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
+from .._common.warpgroup import consumer_index
 from .operands import SW128_K_MAJOR, operands, prefetch_run, zero_a_rows
 from .config import Plan
 from .build_checks import check_build
@@ -294,11 +295,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
         with ptx.else_():
             # ---------------------------------------------------- consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", CONSUMER_REGS)
-            if p.uniform_cons:      # lane 0's: ptxas then knows it is the warp's own
-                cons = reg.scalar(u32)
-                ptx.inst("shfl.sync.idx.b32", cons, wg - 1, 0, 0x1F, 0xFFFFFFFF)
-            else:
-                cons = wg - 1
+            cons = consumer_index(wg, p.uniform_cons)
             acc = reg.array(f32, p.bn // 2)
             scale = None
             if mode == "tensor":        # scale_a * scale_b, once per consumer thread

@@ -1,4 +1,4 @@
-"""``BwdConfig.uniform_cons`` (:mod:`ptxdsl.ops.attention.bwd_uniform`): the backward
+"""``BwdConfig.uniform_cons`` (:mod:`ptxdsl.ops._common.warpgroup`): the backward
 consumers' warpgroup index read from lane 0 through ``shfl.sync.idx``, so ptxas keeps the
 wgmma descriptors derived from it in uniform registers. What it emits and refuses; each
 head dim's plan row with it on the CPU interpreter (race and proxy detectors) against

@@ -1,7 +1,7 @@
-"""The backward consumers' warpgroup index (``BwdConfig.uniform_cons``). ``tid >> 7`` is
-the same in a warp, but ptxas does not know it: every wgmma descriptor and shared address
-derived from it (K's and V's panels, dSᵀ's and dQ's buffers, the dQ chains' B) sits in
-vector registers and is moved by ``R2UR`` before each wgmma. Read from lane 0 through
+"""A consumer warpgroup's index in uniform registers (the attention forward's and
+backward's ``uniform_cons``, the GEMM's ``Plan.uniform_cons``). ``tid >> 7`` is the same in
+a warp, but ptxas does not know it: every wgmma descriptor and shared address derived from
+it sits in vector registers and is moved by ``R2UR`` before each wgmma. Read from lane 0 through
 ``shfl.sync.idx`` (CUTLASS's ``canonical_warp_group_idx``), ptxas keeps them in uniform
 registers (the verifier treats the result as warp-uniform, :mod:`ptxdsl.core.verify`)."""
 from __future__ import annotations

@@ -187,9 +187,10 @@ def plan_for(dtype: PtxType, out_dtype: PtxType, n: int = 0) -> Plan:
     tiles where N >= :data:`WIDE_N` (one H200 run: +1-11% at N = 4096 and 14336) and
     128 x 128 below (more tiles over ragged groups: -4 to -7% for 256 at N = 1408), rows
     inside their group stored by TMA (H200, ``matmul_grouped_plans2_h200.json``: +5-16% at
-    all seven MoE shapes; clusters and ``tail_skip`` won at one shape and lost at others)."""
+    all seven MoE shapes; clusters and ``tail_skip`` won at one shape and lost at others);
+    ``uniform_cons`` (``matmul_uniform_grouped_h200.json``: 0.997, 1.059, 1.001 at three)."""
     return fitted(Plan(bn=256 if n >= WIDE_N else 128, cluster=1, bk=bk_for(dtype),
-                       tma_store=True), dtype, out_dtype)
+                       tma_store=True, uniform_cons=True), dtype, out_dtype)
 
 
 def _hopper(frame, a_k, b2, b_t, out, dt, bt, odt, activation, mode, k, n):

@@ -5,7 +5,7 @@ of moving them there (``R2UR``, two per wgmma) before every wgmma of the main lo
 
 Per case of :data:`CASES` (bf16 ``x @ W.T`` and ``a @ b``, fp8 per tensor, fp8
 block-wise), ``current`` is the plan ``ptxdsl.ops.matmul`` picks (``plan.choose``,
-``plan.for_majors``, ``plan.for_scaling``) and ``uc`` the same plan with
+``plan.for_majors``, ``plan.for_scaling``) without ``uniform_cons`` and ``uc`` it with
 ``uniform_cons=True``.
 
 ``--sass`` (CPU only): assemble both kernels of every case with ptxas, find the main loop
@@ -60,7 +60,8 @@ GROUPED = [(64, 1408, 2048, 64, 1024), (64, 2048, 7168, 64, 512), (16, 4096, 716
 
 
 def plans(dt, m, n, k, layout, scaled, sms=132, device="H200"):
-    """``{"current": Plan, "uc": Plan}``: the op's plan, and it with ``uniform_cons``."""
+    """``{"current": Plan, "uc": Plan}``: the op's plan without and with ``uniform_cons``
+    (the many-row plans take it since this lab's first run)."""
     from ptxdsl.core.types import bf16, e4m3
     from ptxdsl.ops.matmul.plan import choose, for_majors, for_scaling
     t = bf16 if dt == "bf16" else e4m3
@@ -68,7 +69,8 @@ def plans(dt, m, n, k, layout, scaled, sms=132, device="H200"):
     p = for_majors(choose(m, n, k, t, bf16, sms, device=device, b_major=bm), t, bf16, "K", bm)
     if scaled:      # block-wise: scale_a through the ring, as the op takes M % 4 == 0
         p = for_scaling(p, scaled, t, bf16, scaled == "block")
-    return {"current": p, "uc": dataclasses.replace(p, uniform_cons=True)}
+    return {"current": dataclasses.replace(p, uniform_cons=False),
+            "uc": dataclasses.replace(p, uniform_cons=True)}
 
 
 def build(p, dt, layout, scaled, sms=132):
@@ -80,11 +82,13 @@ def build(p, dt, layout, scaled, sms=132):
 
 
 def grouped_plans(dt, n):
-    """``{"current": Plan, "uc": Plan}`` of the grouped kernel for N columns."""
+    """``{"current": Plan, "uc": Plan}`` of the grouped kernel for N columns (its plan
+    takes ``uniform_cons`` since this lab's first run)."""
     from ptxdsl.core.types import bf16, e4m3
     from ptxdsl.ops.matmul.grouped import plan_for
     p = plan_for(bf16 if dt == "bf16" else e4m3, bf16, n)
-    return {"current": p, "uc": dataclasses.replace(p, uniform_cons=True)}
+    return {"current": dataclasses.replace(p, uniform_cons=False),
+            "uc": dataclasses.replace(p, uniform_cons=True)}
 
 
 def sass_cases():

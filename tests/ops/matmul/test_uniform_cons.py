@@ -221,7 +221,7 @@ def test_lab_counts_the_main_loop_and_pairs_the_plans():
         ps = lab.plans(dt, m, n, k, layouts[0], scaled)
         assert dataclasses.replace(ps["current"], uniform_cons=True) == ps["uc"]
         assert not ps["current"].uniform_cons
-    for g, n, k, lo, hi in lab.GROUPED:     # the grouped set: the op's plan, and it with uc
+    for g, n, k, lo, hi in lab.GROUPED:     # the grouped set: the op's plan without and with uc
         ps = lab.grouped_plans("bf16", n)
-        assert ps["current"] == plan_for(bf16, bf16, n) and not ps["current"].uniform_cons
+        assert ps["uc"] == plan_for(bf16, bf16, n) and not ps["current"].uniform_cons
         assert dataclasses.replace(ps["current"], uniform_cons=True) == ps["uc"]

@@ -196,7 +196,7 @@ def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
         build_hopper(dataclasses.replace(p, bn=160, kb_roll=0, kb_pairs=True), e4m3, bf16,
                      scaled="block")
     s8 = dataclasses.replace(p, kb_roll=8, kb_stagger=True)
-    assert s8.options_tag == "_stg" and p.options_tag == ""
+    assert s8.options_tag == "_stg" + p.options_tag and "_stg" not in p.options_tag
     row = for_scaling(s8, "row", e4m3, bf16)
     assert row.kb_roll == 0 and not row.kb_stagger
     # a 160-column plan (a table row's) stays, as a 256-column one does

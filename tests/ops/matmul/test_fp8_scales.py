@@ -160,6 +160,20 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
                                         kb_stagger=True), marks=pytest.mark.long),
     pytest.param(132, 500, 272, 1, dict(bn=160, cluster=2, smem_scales=True),
                  marks=pytest.mark.long),
+    # scale_b handed over through the ring by the producer (sb_ring): a cluster's second
+    # tile past M; 256 columns rolling (the second tile's second half past N); split-K
+    # ranks starting at k-blocks 0 and 3; 160 columns across two scale_b blocks
+    pytest.param(68, 72, 272, 1, dict(bn=128, cluster=2, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
+    # several tiles a CTA: each stage's slot written again after the consumers read it
+    pytest.param(68, 300, 272, 1, dict(bn=128, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
+    pytest.param(132, 300, 800, 1, dict(bn=256, kb_roll=4, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
+    pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=2, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
+    pytest.param(132, 600, 400, 1, dict(bn=160, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
 ])
 def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     """``Plan.kb_roll`` (k-blocks in turn through two temporaries, each promoted under the
@@ -195,6 +209,8 @@ def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
     with pytest.raises(ValueError, match=r"as 160 \(two scale_b blocks\)"):
         build_hopper(dataclasses.replace(p, bn=160, kb_roll=0, kb_pairs=True), e4m3, bf16,
                      scaled="block")
+    with pytest.raises(ValueError, match="sb_ring .* needs smem_scales"):
+        dataclasses.replace(p, smem_scales=False, sb_ring=True)
     s8 = dataclasses.replace(p, kb_roll=8, kb_stagger=True)
     assert s8.options_tag == "_stg" + p.options_tag and "_stg" not in p.options_tag
     row = for_scaling(s8, "row", e4m3, bf16)

@@ -382,3 +382,30 @@ def test_scale_a_goes_through_the_ring_only_when_its_copies_are_whole():
     assert ring_scales_ok(base, 64)
     assert not ring_scales_ok(base, 62)
     assert not ring_scales_ok(buf[((-buf.ctypes.data % 16) // 4) + 1:][:4 * 60].reshape(4, 60), 60)
+
+
+@pytest.mark.long
+@pytest.mark.ptxas
+def test_sb_ring_lab_set_assembles_without_spills():
+    """``lab/fp8_block_plans.py --set sbr`` at 4096 x 7168 x 16384: every ``sb_ring``
+    variant through ptxas -v (no spills, no warnings), the ring kept at the plan's depth
+    (the slots lie in the barriers' room), and the consumers' main loop without a global
+    load (``scale_b`` from the stage) where a disassembler is found."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+    from lab.fp8_block_plans import SB_RING, variants
+    from lab.matmul_uniform import main_loops
+    from ptxdsl import toolchain
+    got = variants(4096, 7168, 16384, 132, "H200")
+    for name in SB_RING:
+        p = got[name]
+        plain = dataclasses.replace(p, sb_ring=False)
+        assert p.stages == fitted(plain, e4m3, bf16).stages
+        kern = build_hopper(p, e4m3, bf16, sms=132, scaled="block")
+        r = kern.resources()
+        assert r.spill_stores + r.spill_loads + r.local == 0, name
+        assert not kern.check().warnings, name
+        if toolchain.find_tool("nvdisasm") or toolchain.find_tool("cuobjdump"):
+            loops = main_loops(kern.sass())
+            assert loops and not any("LDG" in t for body in loops for t in body), name

@@ -23,7 +23,10 @@ column-major, ``scale_b`` (K/128, N/128), powers of two):
   the second consumer leads with an iteration of half the k-blocks, so the two
   consumers' drained wgmma queues do not coincide); ``n160ss``, ``n160r4ss``,
   ``n160r8ss``, ``n160r4ss_stg``: 160-column tiles (each across two ``scale_b`` blocks,
-  in 80-column halves when rolling) for N = 7168's rounds; ``--variants all`` adds ``n128,
+  in 80-column halves when rolling) for N = 7168's rounds; ``sbr``, ``r2sbr``, ``r8sbr``,
+  ``n128r4sbr``: ``n256r4ss`` (the op's plan), its 2- and 8-k-block rolls and ``r4ss``
+  with ``scale_b`` handed over through the ring by the producer (``sb_ring``; ``--set
+  sbr`` times them beside ``base`` and ``r4ss``); ``--variants all`` adds ``n128,
   c1, w2, kp, st-1`` and
   ``tensor n128`` (the default leaves out what the 18:15 run showed behind ``base``);
 * ``tensor n128`` / ``tensor n256``: the per-tensor kernel (scales 1) in 128- and
@@ -43,6 +46,7 @@ contenders take turns in ``--block-ms`` slices, ``--rounds`` rounds, median kept
 
     PYTHONPATH=. python lab/fp8_block_plans.py
     PYTHONPATH=. python lab/fp8_block_plans.py --shapes 4096x7168x16384 --variants base,r4
+    PYTHONPATH=. python lab/fp8_block_plans.py --set sbr      # Plan.sb_ring, about 100 s
 """
 from __future__ import annotations
 
@@ -90,6 +94,15 @@ ROLLING = {"r2": dict(bn=128, kb_roll=2, cluster=1), "r4": dict(bn=128, kb_roll=
            "n160r8ss": dict(bn=160, kb_roll=8, cluster=1, smem_scales=True),
            "n160r4ss_stg": dict(bn=160, kb_roll=4, cluster=1, smem_scales=True,
                                 kb_stagger=True)}
+# scale_b handed over through the ring by the producer (sb_ring: ld.shared per k-block in
+# place of ld.global.nc, its address arithmetic and R2UR), beside the plan it varies
+SB_RING = {"sbr": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True, sb_ring=True),
+           "r2sbr": dict(bn=256, kb_roll=2, cluster=1, smem_scales=True, sb_ring=True),
+           "r8sbr": dict(bn=256, kb_roll=8, cluster=1, smem_scales=True, sb_ring=True),
+           "n128r4sbr": dict(bn=128, kb_roll=4, cluster=1, smem_scales=True, sb_ring=True)}
+ROLLING.update(SB_RING)
+# --set NAME: the variants (and shapes) one question needs, beside api, base and cuBLAS
+SETS = {"sbr": (["n256r4ss", "r4ss", *SB_RING, "tensor n256"], SHAPES)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
 BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1", "tensor n160"}
 
@@ -168,9 +181,15 @@ def main(argv=None):
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--variants", default=None,
                     help="comma-separated names, or all (default: all but BEHIND)")
+    ap.add_argument("--set", choices=sorted(SETS), default=None,
+                    help="a named set of variants (and its shapes): sbr (Plan.sb_ring)")
     ap.add_argument("--block-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
+    if a.set:
+        names, shapes = SETS[a.set]
+        a.variants = a.variants or ",".join(names)
+        a.shapes = shapes if a.shapes == SHAPES else a.shapes
     t0 = time.time()
     props = torch.cuda.get_device_properties(0)
     sms, l2 = props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20)

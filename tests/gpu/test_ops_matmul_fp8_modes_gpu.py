@@ -111,13 +111,23 @@ def test_row_wise_beside_cublas(m, n, k):
                                     dict(bn=160, kb_roll=4, cluster=1, smem_scales=True),
                                     dict(bn=160, kb_roll=8, cluster=1, smem_scales=True),
                                     dict(bn=160, kb_roll=4, cluster=1, smem_scales=True,
-                                         kb_stagger=True)])
+                                         kb_stagger=True),
+                                    # scale_b through the ring too (sb_ring)
+                                    dict(bn=256, kb_roll=4, cluster=1, smem_scales=True,
+                                         sb_ring=True),
+                                    dict(bn=256, kb_roll=8, cluster=1, smem_scales=True,
+                                         sb_ring=True),
+                                    dict(kb_roll=4, cluster=1, smem_scales=True,
+                                         sb_ring=True),
+                                    dict(cluster=2, smem_scales=True, sb_ring=True),
+                                    dict(bn=160, kb_roll=4, cluster=1, smem_scales=True,
+                                         sb_ring=True)])
 def test_block_wise_plan_variants_bit_exact(fields, m, n, k):
     """The block-wise kernel's 256-row tiles (``m_waves``), k-block pairs (``kb_pairs``),
     256-column tiles in halves (``bn=256``), rolling k-blocks (``kb_roll``, 256 columns
     in 64-column chunks; ``kb_stagger``: the second consumer's iterations offset),
-    160-column tiles across two scale_b blocks and scale_a through the ring
-    (``smem_scales``), built from the plan: integer inputs, f32 output, bit-exact (ragged
+    160-column tiles across two scale_b blocks, scale_a through the ring
+    (``smem_scales``) and scale_b too (``sb_ring``), built from the plan: integer inputs, f32 output, bit-exact (ragged
     M, N and K: an odd count of k-blocks, the last 16 long)."""
     import dataclasses
     from ptxdsl.core.types import e4m3, f32

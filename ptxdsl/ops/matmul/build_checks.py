@@ -41,7 +41,7 @@ def check_build(p: Plan, dtype: PtxType, b_dtype: PtxType, out_dtype: PtxType, m
         raise ValueError(f"build_hopper: Plan.epi_overlap keeps two accumulators (tiles of "
                          f"at most {cap} columns) and needs more ring stages than the "
                          f"k-blocks it issues early, got {p}")
-    if (p.m_waves > 1 or p.kb_pairs or p.kb_roll or p.smem_scales) and (
+    if (p.m_waves > 1 or p.kb_pairs or p.kb_roll or p.smem_scales or p.sb_ring) and (
             mode != "block" or grouped):
         raise ValueError(f"build_hopper: Plan.m_waves={p.m_waves} (256-row tiles), "
                          f"kb_pairs={p.kb_pairs}, kb_roll={p.kb_roll} and smem_scales="

@@ -69,6 +69,9 @@ class Plan:
     #                             (and all else it offsets) need no R2UR before each wgmma;
     #                             each stage's descriptors stepped from stage 0's; the
     #                             grouped cursor's values through redux.sync (.groups)
+    sb_ring: bool = False  # smem_scales only: the producer also stores each stage's scale_b
+    #                        (one per 128-column half, 16 bytes a stage beside the barriers),
+    #                        so the consumers read it with ld.shared (no ld.global.nc, R2UR)
     group_m = 8            # tile rows per rasterization group (.schedule: L2 reuse of A)
     l2_promotion = 256     # TMA L2 promotion of A and B loads, bytes
 
@@ -105,6 +108,9 @@ class Plan:
             raise ValueError(f"Plan kb_roll={self.kb_roll}: 0, 2, 4 or 8 k-blocks per rolling "
                              f"iteration, and only without m_waves or kb_pairs "
                              f"(m_waves={self.m_waves}, kb_pairs={self.kb_pairs})")
+        if self.sb_ring and not self.smem_scales:
+            raise ValueError("Plan sb_ring hands scale_b over with scale_a's copy into the "
+                             "ring: it needs smem_scales=True")
         if self.kb_stagger and not self.kb_roll:
             raise ValueError("Plan kb_stagger offsets the consumers' rolling iterations: it "
                              "needs kb_roll (2, 4 or 8), got kb_roll=0")
@@ -143,7 +149,7 @@ class Plan:
                 + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
                 + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else "")
                 + ("_sw64" if self.b_swizzle == 64 else "") + ("_pp" if self.pingpong else "")
-                + ("_uc" if self.uniform_cons else ""))
+                + ("_uc" if self.uniform_cons else "") + ("_sbr" if self.sb_ring else ""))
 
     @property
     def epi_cols(self) -> int:

@@ -93,15 +93,15 @@ from .operands import SW128_K_MAJOR, operands, prefetch_run, zero_a_rows
 from .config import Plan
 from .build_checks import check_build
 from .schedule import tile_coords
-from .promote import (BlockLoop, BlockOps, BlockScales, RowScales, chunk_cols, copy_scale_a,
-                      scale_a_bytes)
+from .promote import (BlockLoop, BlockOps, BlockScales, RowScales, ScaleBRing, chunk_cols,
+                      copy_scale_a, scale_a_bytes)
 from .fp8 import SCALE_SUFFIX, mode_of
 from .splitk import PartialExchange, init_barriers, k_range
 from .groups import GroupCursor, group_tiles
 from .overlap import overlapped_tiles
 from .pingpong import Turns, skip_stages
 from .store import store_rows, store_tile
-from .layout import Layout, grid_for, mma_instruction, specs, stage_descriptor
+from .layout import SB_SLOT, Layout, grid_for, mma_instruction, specs, stage_descriptor
 from . import streamk
 
 PRODUCER_REGS = 40
@@ -255,6 +255,10 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                         m0, n0 = tile_origin(t)
                     nb = n0 + rank * (p.bn // CL) if CL > 1 else n0
                     sfa = scale_a_bytes(m, m0, p.bm) if p.smem_scales else 0
+                    if p.sb_ring:   # the tile's scale_b into each stage (loaded a k-block ahead)
+                        sbr = ScaleBRing(psb, ptx.dim("NB"), ptx.dim("KB"), n0,
+                                         -(-p.bn // 128), k0 if k0 is not None else
+                                         kb_lo if SK > 1 else 0)
                     for kb in (ptx.range_(k0, k1) if k0 is not None else ptx.range_(kb_lo, kb_hi)
                                if SK > 1 else ptx.range_(nk)):
                         kk = kb * p.bk
@@ -263,6 +267,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             prefetch_run(opb, tma_b, kb, end, p, nb)
                         wait(labels, empty0 + ring.slot * 8, ring.phase ^ 1)
                         fb = full0 + ring.slot * 8
+                        if p.sb_ring:   # before the arrive, which releases it to the consumers
+                            sbr.store(base + L.sbr + ring.slot * SB_SLOT, kb)
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(fb), sfa + tx_bytes if p.smem_scales else tx_bytes)
                         if p.smem_scales:
@@ -374,7 +380,8 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                                              mma_k, trans, full0, empty0, release, dtype),
                                    waves, BlockScales(psa, psb, m, ptx.dim("NB"),
                                                       2 * p.m_waves, -(-p.bn // 128),
-                                                      p.smem_scales),
+                                                      p.smem_scales,
+                                                      p.sb_ring),
                                    p.kb_pairs, p.kb_roll, chunk_cols(p))
 
             if SK > 1:

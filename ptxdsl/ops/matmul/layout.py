@@ -14,6 +14,9 @@ from .schedule import persistent_grid
 from .splitk import partial_bytes
 
 
+SB_SLOT = 64    # Plan.sb_ring: a stage's scale_b, 8 bytes (two halves) per consumer warp
+
+
 # ---------------------------------------------------------------- shared-memory map
 class Layout:
     """Byte offsets in the dynamic shared memory of one CTA."""
@@ -38,6 +41,11 @@ class Layout:
         self.turn = self.xfull              # pingpong's turns (.pingpong; no split-K then)
         self.xfree = self.xfull + 8 * p.consumers
         self.total = self.xfree + 8 * p.consumers
+        # Plan.sb_ring: each stage's scale_b, a copy per consumer warp (.promote.ScaleBRing),
+        # in BARRIER_BYTES' room
+        self.sbr = -(-self.total // 16) * 16
+        if p.sb_ring:
+            self.total = self.sbr + SB_SLOT * p.stages
 
 
 def specs(dtype: PtxType, out_dtype: PtxType, bias: PtxType | None, p: Plan,

@@ -28,7 +28,7 @@ from ...dsl import ptx, reg
 from ...core.types import f32, u32, u64
 from .._common.ring import wait
 from .._common.rowio import load_chunk
-from .layout import stage_descriptor
+from .layout import SB_SLOT, stage_descriptor
 
 STRADDLING = 160   # the block-wise tile width that is no multiple of 128 (two scale_b blocks)
 
@@ -73,8 +73,10 @@ class BlockScales:
     and :meth:`read` takes ``scale_a`` from the stage once it is full (before it is
     released)."""
 
-    def __init__(self, psa, psb, m, nb, count: int, halves: int = 1, smem: bool = False):
+    def __init__(self, psa, psb, m, nb, count: int, halves: int = 1, smem: bool = False,
+                 ring_b: bool = False):
         self.psa, self.psb, self.m, self.nb, self.smem = psa, psb, m, nb, smem
+        self.ring_b = ring_b    # Plan.sb_ring: scale_b from the stage's slot (ScaleBRing)
         # A row (block) past M (N) is never loaded: its register keeps 0 or an earlier
         # tile's scale, which multiplies TMA's zero fill and is never stored.
         self.sa = [reg.scalar(f32, init=0.0) for _ in range(count)]
@@ -82,7 +84,10 @@ class BlockScales:
 
     def load(self, kb, rows, n0) -> None:
         """Start loading k-block ``kb``'s ``scale_a`` of each of ``rows`` and ``scale_b[kb,
-        n0 / 128 + h]`` of each 128-column half ``h`` of the tile."""
+        n0 / 128 + h]`` of each 128-column half ``h`` of the tile (nothing with
+        ``Plan.sb_ring``: :meth:`read` takes both from the stage)."""
+        if self.ring_b:
+            return
         col = kb * self.nb + (n0 >> 7)
         for h, r in enumerate(self.sb):
             ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psb + _wide(col + h if h else col, 4)),
@@ -94,19 +99,58 @@ class BlockScales:
             ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psa + _wide(base + row, 4)),
                      pred=row < self.m)
 
-    def read(self, stage, rows) -> None:
+    def read(self, stage, rows, sb_at=None) -> None:
         """``scale_a`` of each of ``rows`` (``frow`` and ``frow + 8`` of each wave) from the
         ring stage's copy at ``stage`` (rows past M keep their register). The tile starts
-        at a multiple of 128 rows: the first row's place in it is ``rows[0] & 127``."""
+        at a multiple of 128 rows: the first row's place in it is ``rows[0] & 127``. With
+        ``Plan.sb_ring`` also ``scale_b`` of each half, from the stage's slot ``sb_at``."""
         at = stage + (rows[0] & 127) * 4
         for i, (r, row) in enumerate(zip(self.sa, rows)):
             ptx.inst("ld.shared.f32", r, ptx.addr(at, 4 * (128 * (i >> 1) + 8 * (i & 1))),
                      pred=row < self.m)
+        if self.ring_b:         # this warp's copy of the producer's scale_b (ScaleBRing):
+            at = sb_at + ((rows[0] & 127) >> 4) * 8    # (warp 0 .. 7 of the consumers)
+            if len(self.sb) == 2:
+                ptx.inst("ld.shared.v2.f32", list(self.sb), ptx.addr(at))
+            else:
+                ptx.inst("ld.shared.f32", self.sb[0], ptx.addr(at))
 
     def factors(self, wave: int = 0, half: int = 0) -> list:
         """``scale_a * scale_b`` of accumulator ``wave``'s two rows (r = 0, 1) in the
         tile's 128-column ``half``."""
         return [self.sa[2 * wave + r] * self.sb[half] for r in range(2)]
+
+
+class ScaleBRing:
+    """``Plan.sb_ring``, the producer's part: the tile's ``scale_b[kb, n0 / 128 + h]`` of
+    each 128-column half ``h`` stored (``st.shared``) into the stage's slot (``Layout.sbr``)
+    before the stage's ``full`` arrive (release: the consumers' wait sees it), once per
+    consumer warp (8 bytes each, :meth:`BlockScales.read`): each warp's reads are then its
+    own bytes, which its own ``empty`` arrive hands back (the interpreter's race detector
+    orders bytes that several warps read only after the last of those reads). Each value
+    is loaded one k-block ahead, so the stores never wait for a global load's latency in
+    front of the stage's TMA copies. A half past N keeps 0 or an earlier tile's value: it
+    multiplies TMA's zero fill, never stored."""
+
+    def __init__(self, psb, nb, kbs, n0, halves: int, first):
+        self.psb, self.nb, self.last = psb, nb, kbs - 1
+        self.col = n0 >> 7
+        self.v = [reg.scalar(f32, init=0.0) for _ in range(halves)]
+        self._load(first)
+
+    def _load(self, kb):
+        """k-block ``kb``'s values (clamped to the last k-block: always in bounds)."""
+        at = ptx.min(kb, self.last) * self.nb + self.col
+        for h, r in enumerate(self.v):
+            ptx.inst("ld.global.nc.f32", r, ptx.addr(self.psb + _wide(at + h if h else at, 4)),
+                     pred=self.col + h < self.nb if h else None)
+
+    def store(self, dst, kb) -> None:
+        """Store k-block ``kb``'s values (loaded before) at ``dst``; load ``kb + 1``'s."""
+        two = self.v * 2 if len(self.v) == 2 else self.v * 4    # two warps' copies a store
+        for j in range(SB_SLOT // 16):
+            ptx.inst("st.shared.v4.f32", ptx.addr(dst, 16 * j) if j else ptx.addr(dst), two)
+        self._load(kb + 1)
 
 
 def scale_a_bytes(m, m0, bm: int):
@@ -162,7 +206,8 @@ class BlockLoop:
         self.parts = [reg.array(f32, self.n) for _ in range(2 if pairs or roll else 1)]
         sets = roll or (2 if pairs else 1)
         self.scales = [scales] + [BlockScales(scales.psa, scales.psb, scales.m, scales.nb,
-                                              len(scales.sa), len(scales.sb), scales.smem)
+                                              len(scales.sa), len(scales.sb), scales.smem,
+                                              scales.ring_b)
                                   for _ in range(sets - 1)]
         self.rows = None
         self.phase = None       # a 160-column tile's (n0 >> 5) & 3 (_promote_straddling)
@@ -171,7 +216,8 @@ class BlockLoop:
         """Wait for the current ring stage; ``scale_a`` from it (``Plan.smem_scales``)."""
         self.ops.wait_full()
         if scales.smem:
-            scales.read(self.ops.scale_slot(), self.rows)
+            scales.read(self.ops.scale_slot(), self.rows,
+                        self.ops.sb_slot() if scales.ring_b else None)
 
     def _promote(self, w, part, c, scales):
         """Chunk ``c``'s temporary into its values of wave ``w``'s accumulator, with the
@@ -357,6 +403,10 @@ class BlockOps:
         """The current ring stage's copy of ``scale_a`` (``Plan.smem_scales``)."""
         return self.base + self.L.sfa + self.ring.slot * self.L.sfa_stage
 
+    def sb_slot(self):
+        """The current ring stage's ``scale_b`` (``Plan.sb_ring``)."""
+        return self.base + self.L.sbr + self.ring.slot * SB_SLOT
+
     def slot_empty(self):
         return self.empty0 + self.ring.slot * 8
 
@@ -383,5 +433,5 @@ class BlockOps:
         ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-__all__ = ["RowScales", "BlockScales", "BlockLoop", "BlockOps", "chunk_cols", "promote",
+__all__ = ["RowScales", "BlockScales", "ScaleBRing", "BlockLoop", "BlockOps", "chunk_cols", "promote",
            "scale_a_bytes", "copy_scale_a"]

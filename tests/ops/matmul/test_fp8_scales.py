@@ -160,6 +160,20 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
                                         kb_stagger=True), marks=pytest.mark.long),
     pytest.param(132, 500, 272, 1, dict(bn=160, cluster=2, smem_scales=True),
                  marks=pytest.mark.long),
+    # scale_b handed over through the ring by the producer (sb_ring): a cluster's second
+    # tile past M; 256 columns rolling (the second tile's second half past N); split-K
+    # ranks starting at k-blocks 0 and 3; 160 columns across two scale_b blocks
+    pytest.param(68, 72, 272, 1, dict(bn=128, cluster=2, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
+    # several tiles a CTA: each stage's slot written again after the consumers read it
+    pytest.param(68, 300, 272, 1, dict(bn=128, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
+    pytest.param(132, 300, 800, 1, dict(bn=256, kb_roll=4, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
+    pytest.param(16, 136, 528, 2, dict(bn=128, kb_roll=2, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
+    pytest.param(132, 600, 400, 1, dict(bn=160, smem_scales=True, sb_ring=True),
+                 marks=pytest.mark.long),
 ])
 def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     """``Plan.kb_roll`` (k-blocks in turn through two temporaries, each promoted under the
@@ -195,8 +209,10 @@ def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
     with pytest.raises(ValueError, match=r"as 160 \(two scale_b blocks\)"):
         build_hopper(dataclasses.replace(p, bn=160, kb_roll=0, kb_pairs=True), e4m3, bf16,
                      scaled="block")
+    with pytest.raises(ValueError, match="sb_ring .* needs smem_scales"):
+        dataclasses.replace(p, smem_scales=False, sb_ring=True)
     s8 = dataclasses.replace(p, kb_roll=8, kb_stagger=True)
-    assert s8.options_tag == "_stg_uc" and p.options_tag == "_uc"    # many_rows: uniform_cons
+    assert s8.options_tag == "_stg" + p.options_tag and "_stg" not in p.options_tag
     row = for_scaling(s8, "row", e4m3, bf16)
     assert row.kb_roll == 0 and not row.kb_stagger
     # a 160-column plan (a table row's) stays, as a 256-column one does
@@ -366,3 +382,30 @@ def test_scale_a_goes_through_the_ring_only_when_its_copies_are_whole():
     assert ring_scales_ok(base, 64)
     assert not ring_scales_ok(base, 62)
     assert not ring_scales_ok(buf[((-buf.ctypes.data % 16) // 4) + 1:][:4 * 60].reshape(4, 60), 60)
+
+
+@pytest.mark.long
+@pytest.mark.ptxas
+def test_sb_ring_lab_set_assembles_without_spills():
+    """``lab/fp8_block_plans.py --set sbr`` at 4096 x 7168 x 16384: every ``sb_ring``
+    variant through ptxas -v (no spills, no warnings), the ring kept at the plan's depth
+    (the slots lie in the barriers' room), and the consumers' main loop without a global
+    load (``scale_b`` from the stage) where a disassembler is found."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+    from lab.fp8_block_plans import SB_RING, variants
+    from lab.matmul_uniform import main_loops
+    from ptxdsl import toolchain
+    got = variants(4096, 7168, 16384, 132, "H200")
+    for name in SB_RING:
+        p = got[name]
+        plain = dataclasses.replace(p, sb_ring=False)
+        assert p.stages == fitted(plain, e4m3, bf16).stages
+        kern = build_hopper(p, e4m3, bf16, sms=132, scaled="block")
+        r = kern.resources()
+        assert r.spill_stores + r.spill_loads + r.local == 0, name
+        assert not kern.check().warnings, name
+        if toolchain.find_tool("nvdisasm") or toolchain.find_tool("cuobjdump"):
+            loops = main_loops(kern.sass())
+            assert loops and not any("LDG" in t for body in loops for t in body), name

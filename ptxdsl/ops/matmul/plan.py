@@ -189,7 +189,8 @@ def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType,
     and ``kb_roll`` are block-wise only: other modes get 1, False and 0; a block-wise plan with
     256-row tiles gets its ring re-fitted to the larger stages. The 256-column halves roll
     four k-blocks (``kb_roll``) and, where the caller's ``smem_scales`` says ``scale_a``
-    allows it (M a multiple of 4, a 16-byte aligned base), read ``scale_a`` from the ring."""
+    allows it (M a multiple of 4, a 16-byte aligned base), read ``scale_a`` from the ring;
+    256 columns then also take ``scale_b`` from the ring (``sb_ring``) over eight."""
     if mode != "block":
         return fitted(dataclasses.replace(p, m_waves=1, kb_pairs=False, kb_roll=0,
                                           kb_stagger=False),
@@ -198,8 +199,12 @@ def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType,
             and p.m_waves == 1:
         # 256 columns as two 128-column halves without a cluster, four k-blocks rolled and
         # scale_a through the ring: the fastest of lab/fp8_block_plans.py's variants
-        # (bench/results/fp8_block_rolled_h200.json); 160 (a table row's) the same way
-        return fitted(dataclasses.replace(p, cluster=1, kb_roll=4, smem_scales=smem_scales),
+        # (bench/results/fp8_block_rolled_h200.json); 160 (a table row's) the same way.
+        # With scale_a in the ring, 256 columns take scale_b there too over eight rolled
+        # k-blocks (fp8_block_sbr_h200.json: 1151 -> 1207 TFLOP/s at 4096 x 7168 x 16384)
+        sbr = smem_scales and p.bn == 256
+        return fitted(dataclasses.replace(p, cluster=1, kb_roll=8 if sbr else 4,
+                                          smem_scales=smem_scales, sb_ring=sbr),
                       dtype, out_dtype)
     if p.bn > 128 or 128 % p.bn or p.m_waves > 1:
         p = fitted(dataclasses.replace(p, bn=128 if p.bn > 128 or 128 % p.bn else p.bn),

@@ -18,7 +18,8 @@ candidates not reached by then are skipped.
     PYTHONPATH=. python lab/attention_plans.py [--heads 64,96,128] [--seqs 1024,4096]
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
-        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc,fwdu,fwdq]
+        [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc,fwdu,
+               fwdq,fwd1k]
         [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
@@ -28,9 +29,10 @@ as strings); ``--set`` named sets of :data:`SETS`, run one after another in one 
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
 ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
-``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``: the shapes where ptxdsl trails FA4, each with its own shapes and
-H / Hkv, the current plans row first). ``--fa4``: FlashAttention-4 (``flash_attn.cute``,
-where installed) is timed beside the candidates of each shape, as a row of layout ``fa4``.
+``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``: the shapes where ptxdsl trails FA4,
+each with its own shapes and H / Hkv, the current plans row first). ``--fa4``:
+FlashAttention-4 (``flash_attn.cute``, where installed) is timed beside the candidates of
+each shape, as a row of layout ``fa4``.
 """
 from __future__ import annotations
 
@@ -176,11 +178,22 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # ``fwdq``: after the fwdu rows: hd128 full without uniform_cons (1k is untimed with it),
 # and q_double + late_epilogue (the hd128 causal row's win) on hd128 full (128 keys) and hd64,
 # at 1k to 16k (head dim 256's second Q buffer does not fit).
+# ``fwd1k`` (head dims 128 and 256 full at 1k, 0.94x / 0.95x FA4; 4k too, same kernels): a
+# 1k tile is 8 (13) key blocks, so what a tile pays once (the epilogue's st.global of O,
+# the next Q's load, the first Q.K^T alone) weighs 4x more than at 4k: the TMA-store
+# epilogue (hd128: its own buffer, the wait once a CTA; hd256: O in Q's buffer), q_double
+# + late_epilogue, the lazy rescale off at hd128 (1k's best runs were without), FA4's sm90
+# schedules whole (one CTA a tile, O staged in Q; hd128 with ping-pong, hd256 without),
+# ping-pong off at hd256, hd256 on 64-key blocks (1k and 4k keys in whole blocks, not
+# 12.8 / 51.2 of 80 with a masked ragged last block; 64 + 2 x 64 KiB), and Config.q_prefetch
+# (the next tile's Q into L2 while this one runs: its load after Q's release, which o_in_q
+# puts after the epilogue, then hits L2, not HBM).
 # Every candidate fits shared memory and compiles without spills or serialized wgmmas
 # (test_fwd_candidates.py).
 _OQ = dict(tma_store=True, o_in_q=True)
 _NO_OQ = dict(tma_store=False, o_in_q=False)
 _FA4GRID = dict(persistent=False, dynamic=False)
+_QPF = dict(q_prefetch=True)      # the next tile's Q into L2 under this tile
 _OQ1 = dict(store_wait_once=False, late_epilogue=False, q_double=False, **_OQ)  # (the hd128
 # causal row waits once a CTA, with the epilogue late and two Q buffers: none go with o_in_q)
 SETS = {
@@ -283,6 +296,15 @@ SETS = {
                    q_double=True, **_LATE, causal=False)],     # (176 keys: no room)
         64: [_PLAN, dict(_PLAN, q_double=True, **_LATE), dict(_PLAN, uniform_cons=True,
                                                                q_double=True, **_LATE)]}},
+    "fwd1k": {"seqs": [1024, 4096], "masks": [False], "candidates": {
+        128: [_PLAN, dict(_PLAN, lazy_rescale=False), dict(_PLAN, **_W1),
+              dict(_PLAN, q_double=True, **_LATE), dict(_PLAN, q_double=True, **_W1, **_LATE),
+              dict(_PLAN, pingpong=True, **_FA4GRID, **_OQ), dict(_PLAN, **_QPF),
+              dict(_PLAN, **_W1, **_QPF)],
+        256: [_PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False, **_OQ),
+              dict(_PLAN, **_FA4GRID, **_OQ), dict(_PLAN, pingpong=False, **_FA4GRID, **_OQ),
+              dict(_PLAN, block_n=64), dict(_PLAN, block_n=64, **_OQ),
+              dict(_PLAN, **_QPF), dict(_PLAN, **_OQ, **_QPF)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),
@@ -487,7 +509,8 @@ def _name(kw: dict) -> str:
                             ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
                             ("kv_spread", "spread"), ("q_split", "q-split"),
                             ("kv_rotate", "rot"), ("uniform_cons", "uc"),
-                            ("q_double", "q2"), ("late_epilogue", "late")) if kw.get(k)]
+                            ("q_double", "q2"), ("late_epilogue", "late"),
+                            ("q_prefetch", "qpf")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

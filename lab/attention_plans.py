@@ -19,7 +19,7 @@ candidates not reached by then are skipped.
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
         [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc,fwdu,
-               fwdq,fwd1k]
+               fwdq,fwd1k,fwdts,fwdts16]
         [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
@@ -29,8 +29,8 @@ as strings); ``--set`` named sets of :data:`SETS`, run one after another in one 
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
 ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
-``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``: the shapes where ptxdsl trails FA4,
-each with its own shapes and H / Hkv, the current plans row first). ``--fa4``:
+``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``, ``fwdts``, ``fwdts16``: the shapes where
+ptxdsl trails FA4, each with its own shapes and H / Hkv, the current plans row first). ``--fa4``:
 FlashAttention-4 (``flash_attn.cute``, where installed) is timed beside the candidates of
 each shape, as a row of layout ``fa4``.
 """
@@ -190,12 +190,15 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # puts after the epilogue, then hits L2, not HBM).
 # Every candidate fits shared memory and compiles without spills or serialized wgmmas
 # (test_fwd_candidates.py).
+# ``fwdts`` / ``fwdts16``: fwd1k's winners on the rows it did not reach: the TMA-store
+# epilogue waited once a CTA on head dim 64 (4k, 16k) and on head dim 128's 176-key 16k full
+# row; O staged in Q's buffer on head dim 256's 16k rows (full, and causal above 4k).
 _OQ = dict(tma_store=True, o_in_q=True)
 _NO_OQ = dict(tma_store=False, o_in_q=False)
 _FA4GRID = dict(persistent=False, dynamic=False)
 _QPF = dict(q_prefetch=True)      # the next tile's Q into L2 under this tile
 _OQ1 = dict(store_wait_once=False, late_epilogue=False, q_double=False, **_OQ)  # (the hd128
-# causal row waits once a CTA, with the epilogue late and two Q buffers: none go with o_in_q)
+# rows wait once a CTA, causal with the epilogue late and two Q buffers: none go with o_in_q)
 SETS = {
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
@@ -252,8 +255,8 @@ SETS = {
               dict(_PLAN, diag_n=48, **_LATE, **_NO_OQ)]}},
     "gqa_full": {"seqs": [4096], "heads": (32, 8), "masks": [False], "candidates": {128: [
         _PLAN, dict(_PLAN, kv_spread=True), dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
-        dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ),
-        dict(_PLAN, q_split=True, **_OQ), dict(_PLAN, kv_rotate=True),
+        dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ1),
+        dict(_PLAN, q_split=True, **_OQ1), dict(_PLAN, kv_rotate=True),
         dict(_PLAN, kv_rotate=True, kv_spread=True)]}},
     "rot_full": {"seqs": [4096, 16384], "masks": [False], "candidates": {
         64: [_PLAN, dict(_PLAN, kv_rotate=True)], 128: [_PLAN, dict(_PLAN, kv_rotate=True)]}},
@@ -299,12 +302,16 @@ SETS = {
     "fwd1k": {"seqs": [1024, 4096], "masks": [False], "candidates": {
         128: [_PLAN, dict(_PLAN, lazy_rescale=False), dict(_PLAN, **_W1),
               dict(_PLAN, q_double=True, **_LATE), dict(_PLAN, q_double=True, **_W1, **_LATE),
-              dict(_PLAN, pingpong=True, **_FA4GRID, **_OQ), dict(_PLAN, **_QPF),
+              dict(_PLAN, pingpong=True, **_FA4GRID, **_OQ1), dict(_PLAN, **_QPF),
               dict(_PLAN, **_W1, **_QPF)],
         256: [_PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False, **_OQ),
               dict(_PLAN, **_FA4GRID, **_OQ), dict(_PLAN, pingpong=False, **_FA4GRID, **_OQ),
               dict(_PLAN, block_n=64), dict(_PLAN, block_n=64, **_OQ),
               dict(_PLAN, **_QPF), dict(_PLAN, **_OQ, **_QPF)]}},
+    "fwdts": {"seqs": [4096, 16384], "candidates": {64: [_PLAN, dict(_PLAN, **_W1)]}},
+    "fwdts16": {"seqs": [16384], "candidates": {
+        128: [_PLAN, dict(_PLAN, **_W1, causal=False)],
+        256: [_PLAN, dict(_PLAN, **_OQ)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),

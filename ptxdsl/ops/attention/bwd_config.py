@@ -157,7 +157,13 @@ class BwdConfig:
     ``uniform_cons`` (not wg2): a consumer's warpgroup index comes from lane 0 through
     ``shfl.sync.idx`` (:mod:`.._common.warpgroup`), so ptxas keeps the wgmma descriptors and
     shared addresses derived from it (K's and V's panels, dSᵀ's and dQ's buffers) in
-    uniform registers: no ``R2UR`` before each wgmma of the step."""
+    uniform registers: no ``R2UR`` before each wgmma of the step.
+
+    ``kv_pair`` (:mod:`.bwd`'s default mode, dense, with dkv_tma and dq_warp): a CTA walks
+    key blocks ``p`` and ``nblk - 1 - p`` of one unit in turn (:mod:`.bwd_pair`), so under
+    a causal mask every CTA has the same length (``nblk + 1`` steps) and the fixed cost of a
+    CTA is paid once per two key blocks; the next block's Q, dO stream in while the last
+    block's dK, dV leave."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -197,6 +203,7 @@ class BwdConfig:
     wg3_pfree: bool = False
     wg3_fence1: bool = False
     uniform_cons: bool = False
+    kv_pair: bool = False
 
     @property
     def tag(self) -> str:
@@ -221,7 +228,7 @@ class BwdConfig:
                 f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
-                f"{'_uc' if c.uniform_cons else ''}")
+                f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -274,6 +281,12 @@ class BwdConfig:
         if self.lpt_units < 0 or self.lpt_units and self.wg2:
             raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs "
                              f"(not wg2's), got {self.lpt_units}")
+        if self.kv_pair and (not (self.dkv_tma and self.dq_warp) or self.lpt_units or any((
+                self.wg3, self.wg2, self.dq_swap, self.col_split, self.mask_peel,
+                self.m_desc))):
+            raise ValueError("kv_pair walks two key blocks a CTA in bwd.py's 128-key kernel: "
+                             "it needs dkv_tma and dq_warp, and none of lpt_units, wg3, wg2, "
+                             "dq_swap, col_split, mask_peel, m_desc")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")

@@ -38,7 +38,8 @@ class Smem:
         self.full = self.kvfull + 8
         self.empty = self.full + 8 * c.stages
         self.fulldo = self.empty + 8 * c.stages          # (qdo_split: dO's own barriers)
-        self.total = self.fulldo + (8 * c.stages if c.qdo_split else 0)
+        self.kvempty = self.fulldo + (8 * c.stages if c.qdo_split else 0)   # (kv_pair)
+        self.total = self.kvempty + (8 if c.kv_pair else 0)
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,

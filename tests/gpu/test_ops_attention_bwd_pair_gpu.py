@@ -1,5 +1,5 @@
-"""lab/attention_bwd_plans.py --set pair's variant (``BwdConfig.kv_pair``: two key blocks a
-CTA, ``p`` and ``nblk - 1 - p``; not a plan row) on an sm_90 GPU: dq, dk, dv against the
+"""lab/attention_bwd_plans.py --set pair's variants (``BwdConfig.kv_pair``: two key blocks a
+CTA, ``p`` and ``nblk - 1 - p``; with ``dkv_stage``, and without ``dkv_tma``; not plan rows) on an sm_90 GPU: dq, dk, dv against the
 float64 reference (max error <= 3e-2 of the largest value, bf16), ragged, GQA, odd and even
 key-block counts, causal, full, and windows with key blocks that have no step."""
 from __future__ import annotations
@@ -22,8 +22,11 @@ H128 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True, ds
             kv_pair=True)
 
 
-@pytest.mark.parametrize("d,c", [(64, BwdConfig(**H64)), (128, BwdConfig(**H128))],
-                         ids=["d64", "d128"])
+@pytest.mark.parametrize("d,c", [
+    (64, BwdConfig(**H64)), (128, BwdConfig(**H128)),
+    (64, BwdConfig(**H64, dkv_stage=True)), (128, BwdConfig(**H128, dkv_stage=True)),
+    (64, BwdConfig(**dict(H64, dkv_tma=False)))],
+    ids=["d64", "d128", "d64-ks", "d128-ks", "d64-st"])
 @pytest.mark.parametrize("sq,sk,kw", [
     (1, 1, dict(causal=True)), (333, 517, dict(causal=True)), (517, 333, {}),
     (640, 640, dict(causal=True)), (700, 700, dict(window_size=(100, 20))),

@@ -50,7 +50,7 @@ from ... import kernel
 from ...core.types import PtxType, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
-from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
+from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig, kernel_checks
 from .bwd_layout import PANEL, ROW, Smem, specs
 from .config import Mask, padded
 from .fwd import _s32
@@ -58,7 +58,8 @@ from .varlen_tiles import find_seq, load_u32
 from .bwd_ahead import Ahead
 from .bwd_cols import col_pieces
 from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer, writer_end, writer_start
-from .bwd_pair import KvLoad, pair_cta, release_kv, unit_nb, grid as pair_grid
+from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_nb, \
+    grid as pair_grid
 from .bwd_epi import store_kv_tma
 from .bwd_gsplit import split_step
 from .bwd_qdo import load_slot
@@ -77,30 +78,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     ``varlen``: packed sequences, one CTA per (64 or 128 keys of a sequence, K/V head):
     key blocks of sequence ``i`` are numbered from ``i + cu_k[i] // block_n`` (the grid
     needs no read of the offsets), and the f32 rows are :mod:`.bwd_prep`'s padded ones."""
-    if deterministic and c.m_desc:   # (bwd_det orders the row blocks for the turns)
-        raise ValueError("m_desc orders the default mode's row blocks: the deterministic "
-                         "mode has its own order (det_desc)")
-    if c.kv_pair and (deterministic or varlen):  # (the turns assume one key block a CTA)
-        raise ValueError("kv_pair walks two key blocks a CTA in the dense default mode: not "
-                         "deterministic or varlen")
-    if varlen and c.dkv_tma:    # (a sequence's last key block would write the next one's)
-        raise ValueError("dkv_tma stores whole key blocks by TMA: not with varlen")
-    if varlen and not (c.dq_tma and c.dq_swizzle):
-        raise ValueError("the varlen backward adds dQ by TMA from a swizzled stage: it needs "
-                         "dq_tma and dq_swizzle")
-    if d not in (64, 96, 128, 192, 256) or (d > 128) != c.col_split:
-        raise ValueError(f"head dim {d}: the backward kernel takes 64, 96 or 128, and 192 or "
-                         f"256 with col_split (col_split={c.col_split})")
-    if d % 64 and c.dq_tma and not c.dq_swizzle:
-        raise ValueError(f"head dim {d}: dQ's last 32 columns are staged as a swizzled "
-                         f"32-column panel: dq_tma needs dq_swizzle")
+    kernel_checks(c, d, deterministic, varlen)
     bm, rows = c.block_m, c.block_m > BM   # rows: dQ split by query rows (block_m 128)
-    if rows and (d != 64 or varlen):
-        raise ValueError(f"block_m 128 is head dim 64's dense layout, got head dim {d}"
-                         f"{' (varlen)' if varlen else ''}")
-    if c.dq_split and d != 128:
-        raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
-                         f"got {d}")
     bn, cs, sh, gs = c.block_n, c.col_split, c.pds_smem, c.sdp_split
     bw = BM // 2 if sh else bm          # queries of Sᵀ, dPᵀ a warpgroup computes per step
     # col_split: a warpgroup's columns in pieces that stay inside one 64-column panel (an
@@ -118,7 +97,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     S, P = c.stages, padded(d) // PANEL       # 96: TMA fills the second panel's half with 0
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen, bm, c.dkv_tma)
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen, bm, c.dkv_tma,
+                      64 if c.dkv_stage else 0)
     names = ["q", "k", "v", "do", "nlse2", "dpsum"] + (["cu_q", "cu_k"] if varlen else []) \
         + ["dq_acc", "dk", "dv"]
     names += ["sem"] if deterministic else []
@@ -202,7 +182,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
             if c.kv_pair:
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(base + L.kvempty), 1)
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(base + L.kvempty),
+                         1 if c.dkv_tma and not c.dkv_stage else 256)   # (release_kv)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
@@ -295,6 +276,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
+            owner = Owner() if c.dkv_stage else None    # (who holds the dQ stage)
             for t in walks():       # (kv_pair: a key block a walk, bwd_pair)
                 if c.kv_pair:
                     walk(t)
@@ -501,7 +483,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                          False, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
                         if c.dq_warp and ch == 0:
-                            take_stage(w)
+                            if owner:    # (dkv_stage: unless the epilogue freed it)
+                                owner.take(w)
+                            else:
+                                take_stage(w)
                         if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
                             sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
@@ -569,15 +554,24 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             step(mb, part_mask)
                 if ahead:
                     ahead.drain()
-                if c.dq_warp and not c.kv_pair:  # the writer's last arrival (its first
-                    take_stage(w)                # was before any)
+                if c.kv_pair and (c.dkv_stage or not c.dkv_tma):   # K, V read by the last
+                    release_kv(None, base + L.kvempty)   # wgmmas: the next load under the
+                    # stores
+                if c.dq_warp:
+                    if not c.kv_pair:    # the writer's last arrival (its first was before
+                        take_stage(w)    # any; kv_pair: after the last walk)
                 elif c.dq_tma:
                     with ptx.if_(lane == 0):
                         if turns:
                             turns.land()
                         else:
                             ptx.inst("cp.async.bulk.wait_group", 0)
-                if c.dkv_tma:            # (bwd_epi: through K's and V's tiles, TMA stores)
+                if c.dkv_stage:          # (bwd_pair: through this warpgroup's dQ stage)
+                    owner.end(w)
+                    store_kv_stage((dk_acc[0], dv_acc[0]), stage_w, r0, lane, w, (dk, dv),
+                                   lambda p: [p * PANEL, hk, n0 + w * 64, batch], d, dtype,
+                                   scale)
+                elif c.dkv_tma:          # (bwd_epi: through K's and V's tiles, TMA stores)
                     store_kv_tma((dk_acc[0], dv_acc[0]), base, L, (dk, dv), w * 64 + r0, lane,
                                  tid, lambda p: [p * PANEL, hk, n0, batch], d, dtype, scale)
                 for j in range(0 if c.dkv_tma else npc):   # (one piece without col_split)
@@ -585,9 +579,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     kb = k0 if varlen else None
                     store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale, kb)
                     store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None, kb)
-                if c.kv_pair:     # K's and V's tiles read out: the next walk's K, V
+                if c.kv_pair and c.dkv_tma and not c.dkv_stage:   # K's, V's tiles read
+                    # out: the next K, V
                     release_kv(tid, base + L.kvempty)
-            if c.kv_pair:         # the writer's last arrival (its first was before any)
+            if owner:             # the writer's last arrival (its first was before any)
+                owner.last(w)
+            elif c.kv_pair:
                 take_stage(w)
 
     grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // bn) * HK, 1, 1)) if varlen else \

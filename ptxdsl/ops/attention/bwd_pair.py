@@ -10,13 +10,16 @@ Here CTA ``p`` of a (batch, K/V head) unit walks key block ``p`` and then ``nblk
 mask, half as many CTAs. The ring, the dQ writer's stages and the consumers' carried Sᵀ run
 on across the two blocks; between them the producer loads the second block's first Q, dO
 slot, then waits on ``kvempty`` (the first block's dK, dV have left K's and V's tiles by
-TMA, ``dkv_tma``) and loads its K, V on ``kvfull``'s next phase.
+TMA, ``dkv_tma``; without it, the last wgmmas have read K and V, and the dK, dV stores to
+global memory run under the next load) and loads its K, V on ``kvfull``'s next phase.
 """
 from __future__ import annotations
 
-from ...core.types import pred, u32
+from ...core.types import b32, pred, u32
 from ...dsl import ptx, reg
 from .._common.ring import wait
+from .bwd_dqwarp import take_stage
+from .bwd_layout import PANEL, ROW
 from .bwd_steps import load_kv
 
 
@@ -66,10 +69,84 @@ class KvLoad:
 
 
 def release_kv(tid, kvempty) -> None:
-    """After the epilogue's TMA stores have read K's and V's tiles (thread 128 waited for
-    them): the producer may load the next walk's K, V."""
+    """The producer may load the next walk's K, V: with ``dkv_tma`` (``tid`` given) once
+    the epilogue's TMA stores have read K's and V's tiles (thread 128 waited for them);
+    without it (``tid`` None) once every consumer thread's last wgmma has landed (each
+    of the 256 arrives, before its dK, dV stores to global memory, which then run under
+    the load)."""
+    if tid is None:
+        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(kvempty))
+        return
     with ptx.if_(tid == 128):
         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(kvempty))
 
 
 __all__ = ["pair_cta", "unit_nb", "grid", "KvLoad", "release_kv"]
+
+
+class Owner:
+    """``dkv_stage``: whether a consumer warpgroup holds its dQ stage. The writer warp hands
+    it back by an arrival per staged step (and one before the first); a walk's epilogue
+    takes it (:func:`take_stage`, if not held), writes dK, dV through it and frees it
+    itself, so the next walk's first step does not wait for an arrival (the writer, one
+    arrival ahead at most, never arrives twice on one barrier phase)."""
+
+    def __init__(self):
+        self.owned = reg.scalar(u32, init=0)
+
+    def take(self, w) -> None:
+        """A step's: the stage, unless held (then the step's hand-over gives it away)."""
+        with ptx.if_(self.owned == 0):
+            take_stage(w)
+        ptx.inst.mov.u32(self.owned, 0)
+
+    def end(self, w) -> None:
+        """A walk's epilogue: the stage, held from here."""
+        with ptx.if_(self.owned == 0):
+            take_stage(w)
+        ptx.inst.mov.u32(self.owned, 1)
+
+    def last(self, w) -> None:
+        """After the last walk: the writer's last arrival, unless an epilogue took it."""
+        with ptx.if_(self.owned == 0):
+            take_stage(w)
+
+
+def store_kv_stage(accs, stage, r0, lane, w, outs, coords, d: int, dtype, scale: float) -> None:
+    """``dkv_stage``: consumer warpgroup ``w``'s dK (times ``scale``) and dV (``accs``, its
+    64 keys, m64nD) as 16-bit pairs into its dQ stage at ``stage`` (dK's panels, then dV's:
+    64 rows of 128 bytes a panel, 16-byte chunk ``c`` of row ``r`` at ``c ^ (r % 8)``, the
+    TMA box's layout, a warp's eight rows of one chunk on all 32 banks), then lane 0 stores
+    them by TMA (``coords(p)``: panel ``p``'s, keys past SK clipped) and waits for the reads,
+    and the warpgroup's barrier frees the stage for the next walk's dQ."""
+    panels = -(-d // PANEL)
+    half = panels * 64 * ROW
+    lw = lane & 31
+    xr = lw >> 2                          # r0 % 8
+    row_at = r0 * ROW + (lw & 3) * 4
+    for acc, tile, sc in ((accs[0], stage, scale), (accs[1], stage + half, None)):
+        chunk = [tile + row_at + ((xr ^ c) << 4) for c in range(8)]
+        elems = list(acc)
+        for g in range(0, len(elems), 4):
+            k = g // 4                    # columns 8k .. 8k + 7: panel k // 8, chunk k % 8
+            for r in range(2):
+                lo, hi = elems[g + 2 * r], elems[g + 2 * r + 1]
+                if sc is not None:
+                    ptx.inst.mul.f32(lo, lo, float(sc))
+                    ptx.inst.mul.f32(hi, hi, float(sc))
+                wd = reg.scalar(b32)
+                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", wd, hi, lo)
+                ptx.inst("st.shared.b32", ptx.addr(chunk[k % 8], (k // 8) * 64 * ROW +
+                                                   r * 8 * ROW), wd)
+    ptx.inst("fence.proxy.async.shared::cta")
+    ptx.inst("bar.sync", 1 + w, 128)
+    with ptx.if_(lane == 0):
+        for tmap, tile in ((outs[0].tma_desc(), stage), (outs[1].tma_desc(), stage + half)):
+            for p in range(panels):
+                ptx.tma.store(tmap, coords(p), tile + p * 64 * ROW)
+        ptx.tma.commit()
+        ptx.tma.wait(0, read=True)
+    ptx.inst("bar.sync", 1 + w, 128)
+
+
+__all__ += ["Owner", "store_kv_stage"]

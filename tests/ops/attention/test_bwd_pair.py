@@ -28,19 +28,26 @@ H64 = dict(stages=2, dq_tma=True, dq_swizzle=True, block_m=128, overlap=1, ds_do
            dq_exit_read=True)
 H128 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True, ds_double=True,
             dq_warp=True, dk_last=True, prep_wide=True, dkv_tma=True, dq_exit_read=True)
+ST64 = dict(H64, dkv_tma=False)
+KS64, KS128 = dict(H64, dkv_stage=True), dict(H128, dkv_stage=True)
 
 
 def test_refuses_what_it_cannot_do():
-    """Without dkv_tma (K's tile is freed by its TMA epilogue) or the writer warp, with
-    another CTA order, and in the deterministic mode (its turns assume a key block a CTA)."""
+    """Without the writer warp (its stages run on across the walks), with another CTA
+    order, and in the deterministic mode (its turns assume a key block a CTA)."""
     with pytest.raises(ValueError, match="kv_pair"):
-        BwdConfig(**{**H64, "dkv_tma": False}, kv_pair=True)
+        BwdConfig(**{**H64, "dq_warp": False}, kv_pair=True)
     with pytest.raises(ValueError, match="kv_pair"):
         BwdConfig(**H64, kv_pair=True, lpt_units=8)
     with pytest.raises(ValueError, match="kv_pair"):
         build_backward(BwdConfig(**H64, kv_pair=True), bf16, 64, Mask(-1, 0), scale=0.1,
                        deterministic=True)
+    with pytest.raises(ValueError, match="dkv_stage"):
+        BwdConfig(**H64, dkv_stage=True)
+    with pytest.raises(ValueError, match="dkv_stage"):
+        BwdConfig(**ST64, kv_pair=True, dkv_stage=True)
     assert BwdConfig(**H64, kv_pair=True).tag.endswith("_kvp")
+    assert BwdConfig(**KS64, kv_pair=True).tag.endswith("_kvp_kvs")
 
 
 def _case(monkeypatch, c, d, h, sq, sk, seed, **kw):
@@ -60,19 +67,31 @@ def _case(monkeypatch, c, d, h, sq, sk, seed, **kw):
     (H64, 64, 2, 100, 400, dict(causal=True)),     # 4 key blocks, GQA, more keys
     (H64, 64, 1, 130, 400, {}),
     (H64, 64, 1, 130, 500, dict(window_size=(20, 3))),   # key blocks with no step
-    (H128, 128, 1, 140, 300, dict(causal=True))],
-    ids=["64-causal-odd", "64-causal-even-gqa", "64-full", "64-window", "128-causal"])
+    (H128, 128, 1, 140, 300, dict(causal=True)),
+    # without dkv_tma: K, V released after the last wgmmas, dK, dV by st.global
+    (ST64, 64, 1, 260, 260, dict(causal=True)),
+    (ST64, 64, 1, 130, 500, dict(window_size=(20, 3))),
+    # dkv_stage: dK, dV through the dQ stage (warpgroup 1's 64-row box past SK at 260)
+    (KS64, 64, 1, 260, 260, dict(causal=True)),
+    (KS64, 64, 2, 100, 400, dict(causal=True)),
+    (KS64, 64, 1, 130, 500, dict(window_size=(20, 3))),
+    (KS128, 128, 1, 140, 300, dict(causal=True))],
+    ids=["64-causal-odd", "64-causal-even-gqa", "64-full", "64-window", "128-causal",
+         "64st-causal-odd", "64st-window", "64ks-causal-odd", "64ks-causal-even-gqa",
+         "64ks-window", "128ks-causal"])
 def test_matches_float64(monkeypatch, base, d, h, sq, sk, kw):
     _case(monkeypatch, BwdConfig(**base, kv_pair=True), d, h, sq, sk, sq + sk, **kw)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("base,d", [(H64, 64), (H128, 128)], ids=["64", "128"])
+@pytest.mark.parametrize("base,d", [(H64, 64), (H128, 128), (ST64, 64), (KS64, 64),
+                                    (KS128, 128)], ids=["64", "128", "64st", "64ks", "128ks"])
 @pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
                          ids=["full", "causal", "window"])
 def test_ptxas_keeps_everything_in_registers_and_pipelined(base, d, mask):
-    """No spills and no wgmma serialization notice (C7510-C7518)."""
+    """No spills and no wgmma serialization notice (C7510-C7518; dkv_stage's kernels carry
+    the C7519 of the plan row's first Sᵀ under a branch)."""
     k = build_backward(BwdConfig(**base, kv_pair=True), bf16, d, mask, scale=0.07)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -77,9 +77,10 @@ S 1k, 4k, 16k causal and full, timed interleaved (:mod:`lab.attention_bwd_h64c`)
 ``--set bwdu``: ``uniform_cons`` (the consumers' warpgroup index from lane 0: no R2UR
 before each wgmma) beside each head dim's plan row, S 1k, 4k, 16k full and causal, timed
 interleaved (:mod:`lab.attention_bwd_bwdu`).
-``--set pair``: ``kv_pair`` (two key blocks a CTA, ``p`` and ``nblk - 1 - p``) beside head
-dim 64's plan row, S 1k, 4k, 16k causal and full, timed interleaved
-(:mod:`lab.attention_bwd_pair`).
+``--set pair``: ``kv_pair`` (two key blocks a CTA, ``p`` and ``nblk - 1 - p``; with
+``dkv_stage``, with ``pair_max`` 32) beside head dim 64's plan row, S 1k, 4k, 16k causal and
+full, then the deterministic row with ``dk_last`` (and ``s_ahead`` 2) beside the
+deterministic and default rows, timed interleaved (:mod:`lab.attention_bwd_pair`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to

@@ -25,8 +25,9 @@ H128 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True, ds
 @pytest.mark.parametrize("d,c", [
     (64, BwdConfig(**H64)), (128, BwdConfig(**H128)),
     (64, BwdConfig(**H64, dkv_stage=True)), (128, BwdConfig(**H128, dkv_stage=True)),
-    (64, BwdConfig(**dict(H64, dkv_tma=False)))],
-    ids=["d64", "d128", "d64-ks", "d128-ks", "d64-st"])
+    (64, BwdConfig(**dict(H64, dkv_tma=False))),
+    (64, BwdConfig(**H64, dkv_stage=True, pair_max=4))],     # 517 keys unpaired, 333 paired
+    ids=["d64", "d128", "d64-ks", "d128-ks", "d64-st", "d64-ks-pm4"])
 @pytest.mark.parametrize("sq,sk,kw", [
     (1, 1, dict(causal=True)), (333, 517, dict(causal=True)), (517, 333, {}),
     (640, 640, dict(causal=True)), (700, 700, dict(window_size=(100, 20))),

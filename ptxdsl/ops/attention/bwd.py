@@ -146,7 +146,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                         c.det_units if deterministic else c.lpt_units,
                                         deterministic and c.det_desc)
             elif c.kv_pair:      # (bwd_pair: key blocks p, nblk - 1 - p; walk 0's first)
-                pair_p, rest, nwalks = pair_cta(cta, nblk)
+                pair_p, rest, nwalks = pair_cta(cta, nblk, c.pair_max)
                 nb, hk, batch = pair_p, rest % nhk, rest // nhk
             else:
                 nb = cta % nblk
@@ -588,7 +588,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 take_stage(w)
 
     grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // bn) * HK, 1, 1)) if varlen else \
-        pair_grid(bn) if c.kv_pair else \
+        pair_grid(bn, c.pair_max) if c.kv_pair else \
         (lambda B, SK, HK: ((SK + bn - 1) // bn * HK * B, 1, 1))
     deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names), grid=grid,
                   block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)

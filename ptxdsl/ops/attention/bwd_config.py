@@ -166,7 +166,10 @@ class BwdConfig:
     the last block's dK, dV leave (without dkv_tma, the next K, V too). ``dkv_stage``
     (kv_pair with dkv_tma): each consumer warpgroup's dK, dV leave through its own dQ
     stage (64-row TMA boxes) instead of K's and V's tiles, so the next block's K, V load
-    as soon as the last wgmmas have read them, under that epilogue."""
+    as soon as the last wgmmas have read them, under that epilogue. ``pair_max`` (kv_pair;
+    0: every unit): pair only units of at most that many key blocks (longer units keep a
+    key block a CTA: their fixed cost is small, and equal-length pairs make a coarser last
+    wave)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -208,6 +211,7 @@ class BwdConfig:
     uniform_cons: bool = False
     kv_pair: bool = False
     dkv_stage: bool = False
+    pair_max: int = 0
 
     @property
     def tag(self) -> str:
@@ -233,7 +237,7 @@ class BwdConfig:
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
-                f"{'_kvs' if c.dkv_stage else ''}")
+                f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -292,6 +296,9 @@ class BwdConfig:
             raise ValueError("kv_pair walks two key blocks a CTA in bwd.py's 128-key kernel: "
                              "it needs dq_warp, and none of lpt_units, wg3, wg2, dq_swap, "
                              "col_split, mask_peel, m_desc")
+        if self.pair_max < 0 or self.pair_max and not self.kv_pair:
+            raise ValueError(f"pair_max (>= 0) bounds kv_pair's units by key blocks: it needs "
+                             f"kv_pair, got {self.pair_max}")
         if self.dkv_stage and not (self.kv_pair and self.dkv_tma):
             raise ValueError("dkv_stage moves kv_pair's dkv_tma epilogue into the dQ stage: it "
                              "needs kv_pair and dkv_tma")

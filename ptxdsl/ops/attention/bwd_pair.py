@@ -23,13 +23,24 @@ from .bwd_layout import PANEL, ROW
 from .bwd_steps import load_kv
 
 
-def pair_cta(cta, nblk):
+def pair_cta(cta, nblk, most: int = 0):
     """``(p, rest, units)`` of CTA ``cta``: its pair ``p`` (key blocks ``p``, ``nblk-1-p``),
-    its (batch, K/V head) unit number ``rest`` and how many key blocks it walks (1, 2)."""
+    its (batch, K/V head) unit number ``rest`` and how many key blocks it walks (1, 2).
+    ``most`` (``BwdConfig.pair_max``; 0: none): units of more key blocks keep one a CTA
+    (``p`` the key block; long units' CTAs pay the fixed cost rarely, and many shorter
+    CTAs even out the grid's last wave)."""
     npair = (nblk + 1) // 2
-    p = cta % npair
     two = reg.scalar(pred)
+    if most:
+        paired = reg.scalar(pred)
+        ptx.inst.setp.le.u32(paired, nblk, most)
+        n = reg.scalar(u32)
+        ptx.inst.selp.u32(n, npair, nblk, paired)
+        npair = n
+    p = cta % npair
     ptx.inst.setp.lt.u32(two, 2 * p + 1, nblk)
+    if most:
+        ptx.inst.and_.pred(two, two, paired)
     units = reg.scalar(u32)
     ptx.inst.selp.u32(units, 2, 1, two)
     return p, cta // npair, units
@@ -44,9 +55,12 @@ def unit_nb(t, p, nblk):
     return nb
 
 
-def grid(bn: int):
-    """Half the CTAs of one a key block (rounded up per unit)."""
-    return lambda B, SK, HK: (((SK + bn - 1) // bn + 1) // 2 * HK * B, 1, 1)
+def grid(bn: int, most: int = 0):
+    """Half the CTAs of one a key block (rounded up per unit; ``most``: see
+    :func:`pair_cta`)."""
+    def ctas(nblk):
+        return nblk if most and nblk > most else (nblk + 1) // 2
+    return lambda B, SK, HK: (ctas((SK + bn - 1) // bn) * HK * B, 1, 1)
 
 
 class KvLoad:

@@ -46,7 +46,10 @@ def test_refuses_what_it_cannot_do():
         BwdConfig(**H64, dkv_stage=True)
     with pytest.raises(ValueError, match="dkv_stage"):
         BwdConfig(**ST64, kv_pair=True, dkv_stage=True)
+    with pytest.raises(ValueError, match="pair_max"):
+        BwdConfig(**H64, pair_max=4)
     assert BwdConfig(**H64, kv_pair=True).tag.endswith("_kvp")
+    assert BwdConfig(**H64, kv_pair=True, pair_max=32).tag.endswith("_kvp_pm32")
     assert BwdConfig(**KS64, kv_pair=True).tag.endswith("_kvp_kvs")
 
 
@@ -75,10 +78,13 @@ def _case(monkeypatch, c, d, h, sq, sk, seed, **kw):
     (KS64, 64, 1, 260, 260, dict(causal=True)),
     (KS64, 64, 2, 100, 400, dict(causal=True)),
     (KS64, 64, 1, 130, 500, dict(window_size=(20, 3))),
-    (KS128, 128, 1, 140, 300, dict(causal=True))],
+    (KS128, 128, 1, 140, 300, dict(causal=True)),
+    # pair_max: 3 key blocks > 2 walk one a CTA; 2 <= 2 pair
+    (dict(KS64, pair_max=2), 64, 1, 260, 260, dict(causal=True)),
+    (dict(KS64, pair_max=2), 64, 1, 130, 200, {})],
     ids=["64-causal-odd", "64-causal-even-gqa", "64-full", "64-window", "128-causal",
          "64st-causal-odd", "64st-window", "64ks-causal-odd", "64ks-causal-even-gqa",
-         "64ks-window", "128ks-causal"])
+         "64ks-window", "128ks-causal", "64pm2-unpaired", "64pm2-paired"])
 def test_matches_float64(monkeypatch, base, d, h, sq, sk, kw):
     _case(monkeypatch, BwdConfig(**base, kv_pair=True), d, h, sq, sk, sq + sk, **kw)
 
@@ -86,7 +92,8 @@ def test_matches_float64(monkeypatch, base, d, h, sq, sk, kw):
 @pytest.mark.ptxas
 @pytest.mark.long
 @pytest.mark.parametrize("base,d", [(H64, 64), (H128, 128), (ST64, 64), (KS64, 64),
-                                    (KS128, 128)], ids=["64", "128", "64st", "64ks", "128ks"])
+                                    (KS128, 128), (dict(KS64, pair_max=32), 64)],
+                         ids=["64", "128", "64st", "64ks", "128ks", "64ks-pm32"])
 @pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
                          ids=["full", "causal", "window"])
 def test_ptxas_keeps_everything_in_registers_and_pipelined(base, d, mask):
@@ -96,3 +103,15 @@ def test_ptxas_keeps_everything_in_registers_and_pipelined(base, d, mask):
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
     assert "Performance Loss" not in k.check().log, k.name
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("kw", [dict(varlen=True), dict(deterministic=True)],
+                         ids=["varlen", "det"])
+def test_varlen_and_deterministic_walk_one_key_block_a_cta(monkeypatch, kw):
+    """A plan row with kv_pair: the varlen and deterministic kernels drop it (and
+    dkv_stage, pair_max) rather than refuse."""
+    c = BwdConfig(**H128, kv_pair=True, dkv_stage=True, pair_max=8)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    main = bwd_api.backward_kernels(128, causal=True, **kw)[1]
+    assert "_kvp" not in main.name and "_kvs" not in main.name, main.name

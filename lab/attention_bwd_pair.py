@@ -24,7 +24,7 @@ tested but left out here: ``dkv_tma`` alone gained 3-6% at head dim 64.)
 Then the deterministic mode (``bwd_plans.json`` row 1, 0.78-0.86 of the default), as
 ``--set det2`` times it (:func:`lab.attention_bwd_det2.run`: bitwise repeats checked, then
 interleaved rounds beside the default row; S 4k full and causal, 1k causal and full, no
-new shape past 40 s): ``det dkl``, the row with ``dk_last`` (FlashAttention-4's step, the
+new shape past 30 s): ``det dkl``, the row with ``dk_last`` (FlashAttention-4's step, the
 default row's: dK issued behind dQ, dQ staged under it; on the row before
 ``det_desc`` and the fixed-cost options it gained 2.5-4.6% at every shape,
 ``attention_bwd_det2b_h200.json``, and was never run with them), and ``det dkl sa2``
@@ -68,7 +68,7 @@ def run(rounds: int = 7, block_ms: float = 10.0, tokens: int = 16384, width: int
           grid=[(s, D, c) for c in (True, False) for s in (1024, 4096, 16384)],
           variants=VARIANTS, causal_only=(), name="attention_bwd_pair")
     from lab.attention_bwd_det2 import run as det_timed
-    det_timed(rounds=5, budget_s=40.0, grid=DET_GRID, variants_of=det_variants,
+    det_timed(rounds=5, budget_s=30.0, grid=DET_GRID, variants_of=det_variants,
               name="attention_bwd_pair_det")
 
 

@@ -15,6 +15,7 @@ from ptxdsl.ops import attention_backward
 from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
 from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.bwd_layout import Smem
 from ptxdsl.ops.attention.config import Mask
 from ptxas_resources import resources_or_skip  # noqa: E402
 
@@ -51,6 +52,8 @@ def test_refuses_what_it_cannot_do():
     assert BwdConfig(**H64, kv_pair=True).tag.endswith("_kvp")
     assert BwdConfig(**H64, kv_pair=True, pair_max=32).tag.endswith("_kvp_pm32")
     assert BwdConfig(**KS64, kv_pair=True).tag.endswith("_kvp_kvs")
+    c = BwdConfig(**H64, kv_pair=True)          # kvempty: 8 bytes past the plan row's
+    assert c.smem_bytes(64) == Smem(c, 64, 2).total == BwdConfig(**H64).smem_bytes(64) + 8
 
 
 def _case(monkeypatch, c, d, h, sq, sk, seed, **kw):

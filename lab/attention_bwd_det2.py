@@ -114,10 +114,12 @@ def variants(d):
 
 
 def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0,
-        heads=None) -> None:
+        heads=None, grid=GRID, variants_of=None, name: str = "attention_bwd_det2") -> None:
     """``rounds`` interleaved rounds a shape, each timed block about ``block_ms``; no new
     shape once ``budget_s`` seconds have passed (the JSON is rewritten after each);
-    ``heads``: only the shapes of those head dims."""
+    ``heads``: only the shapes of those head dims; ``grid``, ``variants_of(d)`` (this
+    module's :func:`variants` by default) and ``name`` (the JSON's) for other sets."""
+    variants_of = variants_of or variants
     import torch
     from lab.attention_bwd_case import case
     import ptxdsl.ops as ops
@@ -125,7 +127,7 @@ def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0,
     from bench.timing import time_interleaved
 
     shipped, rows, t0, left = bwd_api.choose_bwd, [], time.monotonic(), []
-    for s, d, causal in GRID:
+    for s, d, causal in grid:
         if heads and d not in heads:
             continue
         if time.monotonic() - t0 > budget_s:
@@ -136,7 +138,7 @@ def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0,
                                                    sc.out, sc.lse, sc.ref, sc.flops)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
         fns = {}
-        for name, (cfg, det) in variants(d).items():
+        for label, (cfg, det) in variants_of(d).items():
             def call(_c=cfg, _det=det):
                 bwd_api.choose_bwd = shipped if _c is None else (lambda *_a, **_k: _c)
                 try:
@@ -151,21 +153,21 @@ def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0,
                 rep = all(all(torch.equal(x, y) for x, y in zip(got, call()))
                           for _ in range(2)) if det else None
             except Exception as e:  # noqa: BLE001 - report and go on
-                row["results"][name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                row["results"][label] = {"error": f"{type(e).__name__}: {e}"[:300]}
                 continue
-            row["results"][name] = {"err": err, "bitwise_repeat": rep}
+            row["results"][label] = {"err": err, "bitwise_repeat": rep}
             if err <= 3e-2 and rep is not False:     # a wrong variant is not timed
-                fns[name] = call
+                fns[label] = call
         iters = max(3, min(30, round(block_ms * 5e11 / flops)))
         row["iters"] = iters
-        for name, ms in time_interleaved(torch, fns, rounds, iters).items():
-            row["results"][name].update(ms=ms, tflops=flops / ms / 1e9)
+        for label, ms in time_interleaved(torch, fns, rounds, iters).items():
+            row["results"][label].update(ms=ms, tflops=flops / ms / 1e9)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        _write(torch, rounds, rows, left)
-    _write(torch, rounds, rows, left)
+        _write(torch, rounds, rows, left, name)
+    _write(torch, rounds, rows, left, name)
     for d in dict.fromkeys(r["D"] for r in rows):
-        names = list(variants(d))
+        names = list(variants_of(d))
         print(f"{'S':>6} {'D':>4} {'mask':>6} " + " ".join(f"{n:>13}" for n in names) +
               "   (TFLOP/s, / default)")
         for r in (r for r in rows if r["D"] == d):
@@ -174,9 +176,9 @@ def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0,
                   " ".join(f"{tf[n]:7.1f} {tf[n] / tf['default']:5.2f}" for n in names))
 
 
-def _write(torch, rounds, rows, left) -> None:
-    doc = {"lab": "attention_bwd_det2", "device": torch.cuda.get_device_name(),
+def _write(torch, rounds, rows, left, name: str = "attention_bwd_det2") -> None:
+    doc = {"lab": name, "device": torch.cuda.get_device_name(),
            "date": datetime.date.today().isoformat(), "rounds": rounds, "rows": rows,
            "left_out_past_budget": left}
-    with open(os.path.join(os.environ.get("OUT", "."), "attention_bwd_det2.json"), "w") as f:
+    with open(os.path.join(os.environ.get("OUT", "."), f"{name}.json"), "w") as f:
         json.dump(doc, f, indent=1)

@@ -77,6 +77,10 @@ S 1k, 4k, 16k causal and full, timed interleaved (:mod:`lab.attention_bwd_h64c`)
 ``--set bwdu``: ``uniform_cons`` (the consumers' warpgroup index from lane 0: no R2UR
 before each wgmma) beside each head dim's plan row, S 1k, 4k, 16k full and causal, timed
 interleaved (:mod:`lab.attention_bwd_bwdu`).
+``--set pair``: ``kv_pair`` (two key blocks a CTA, ``p`` and ``nblk - 1 - p``; with
+``dkv_stage``, with ``pair_max`` 32) beside head dim 64's plan row, S 1k, 4k, 16k causal and
+full, then the deterministic row with ``dk_last`` (and ``s_ahead`` 2) beside the
+deterministic and default rows, timed interleaved (:mod:`lab.attention_bwd_pair`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
@@ -84,7 +88,7 @@ the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
         h192b|h64b|h192c|detpipe|ahead|m80|short|det2|h192f|h128c|h64c|
-        h192m|bwdu]
+        h192m|bwdu|pair]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -110,7 +114,7 @@ def main() -> None:
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
                                           "det", "h128b", "h192b", "h64b", "h192c",
                                           "detpipe", "ahead", "m80", "short", "det2", "h192f",
-                                          "h128c", "h64c", "h192m", "bwdu"),
+                                          "h128c", "h64c", "h192m", "bwdu", "pair"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
@@ -143,6 +147,9 @@ def main() -> None:
         return run()
     if which == "h192m":          # (its own module: head dim 192's main loop)
         from lab.attention_bwd_h192m import run
+        return run()
+    if which == "pair":           # (its own module: two key blocks a CTA at head dim 64)
+        from lab.attention_bwd_pair import run
         return run()
     if which == "bwdu":           # (its own module: uniform_cons at every head dim)
         from lab.attention_bwd_bwdu import HEAD_DIMS, run

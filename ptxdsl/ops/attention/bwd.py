@@ -50,14 +50,16 @@ from ... import kernel
 from ...core.types import PtxType, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
-from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig
+from .bwd_config import BLOCK_M as BM, BLOCK_N as BN, BwdConfig, kernel_checks
 from .bwd_layout import PANEL, ROW, Smem, specs
 from .config import Mask, padded
 from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
 from .bwd_ahead import Ahead
 from .bwd_cols import col_pieces
-from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer
+from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer, writer_end, writer_start
+from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_nb, \
+    grid as pair_grid
 from .bwd_epi import store_kv_tma
 from .bwd_gsplit import split_step
 from .bwd_qdo import load_slot
@@ -76,27 +78,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     ``varlen``: packed sequences, one CTA per (64 or 128 keys of a sequence, K/V head):
     key blocks of sequence ``i`` are numbered from ``i + cu_k[i] // block_n`` (the grid
     needs no read of the offsets), and the f32 rows are :mod:`.bwd_prep`'s padded ones."""
-    if deterministic and c.m_desc:   # (bwd_det orders the row blocks for the turns)
-        raise ValueError("m_desc orders the default mode's row blocks: the deterministic "
-                         "mode has its own order (det_desc)")
-    if varlen and c.dkv_tma:    # (a sequence's last key block would write the next one's)
-        raise ValueError("dkv_tma stores whole key blocks by TMA: not with varlen")
-    if varlen and not (c.dq_tma and c.dq_swizzle):
-        raise ValueError("the varlen backward adds dQ by TMA from a swizzled stage: it needs "
-                         "dq_tma and dq_swizzle")
-    if d not in (64, 96, 128, 192, 256) or (d > 128) != c.col_split:
-        raise ValueError(f"head dim {d}: the backward kernel takes 64, 96 or 128, and 192 or "
-                         f"256 with col_split (col_split={c.col_split})")
-    if d % 64 and c.dq_tma and not c.dq_swizzle:
-        raise ValueError(f"head dim {d}: dQ's last 32 columns are staged as a swizzled "
-                         f"32-column panel: dq_tma needs dq_swizzle")
+    kernel_checks(c, d, deterministic, varlen)
     bm, rows = c.block_m, c.block_m > BM   # rows: dQ split by query rows (block_m 128)
-    if rows and (d != 64 or varlen):
-        raise ValueError(f"block_m 128 is head dim 64's dense layout, got head dim {d}"
-                         f"{' (varlen)' if varlen else ''}")
-    if c.dq_split and d != 128:
-        raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
-                         f"got {d}")
     bn, cs, sh, gs = c.block_n, c.col_split, c.pds_smem, c.sdp_split
     bw = BM // 2 if sh else bm          # queries of Sᵀ, dPᵀ a warpgroup computes per step
     # col_split: a warpgroup's columns in pieces that stay inside one 64-column panel (an
@@ -114,7 +97,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     S, P = c.stages, padded(d) // PANEL       # 96: TMA fills the second panel's half with 0
     dt = dtype.name
     scale_log2 = float(softcap if softcap else scale) * LOG2E
-    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen, bm, c.dkv_tma)
+    ins, outs = specs(dtype, d, deterministic, c.dq_tma, c.dq_swizzle, bn, varlen, bm, c.dkv_tma,
+                      64 if c.dkv_stage else 0)
     names = ["q", "k", "v", "do", "nlse2", "dpsum"] + (["cu_q", "cu_k"] if varlen else []) \
         + ["dq_acc", "dk", "dv"]
     names += ["sem"] if deterministic else []
@@ -161,6 +145,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d,
                                         c.det_units if deterministic else c.lpt_units,
                                         deterministic and c.det_desc)
+            elif c.kv_pair:      # (bwd_pair: key blocks p, nblk - 1 - p; walk 0's first)
+                pair_p, rest, nwalks = pair_cta(cta, nblk, c.pair_max)
+                nb, hk, batch = pair_p, rest % nhk, rest // nhk
             else:
                 nb = cta % nblk
                 rest = cta // nblk
@@ -177,6 +164,16 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         desc = bm if deterministic and c.det_desc and not varlen else None  # (bwd_det)
         m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else \
             m_blocks(m_lo, m_hi) if c.m_desc else (m_lo, m_hi)   # (m_desc: last first)
+        # kv_pair: each role walks its key blocks in a loop of its own (walk(t) rebinds
+        # the key block's values; the ones above are then walk 0's, unused)
+        walks = (lambda: ptx.range_(0, nwalks)) if c.kv_pair else (lambda: [None])
+
+        def walk(t):
+            nonlocal nb, n0, off, m_lo, m_hi, m_range
+            nb = unit_nb(t, pair_p, nblk)
+            n0 = nb * bn
+            off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, bn, bm, varlen)
+            m_range = (m_lo, m_hi)
         # (deterministic: each consumer warpgroup's bwd_det.Turns words, or det_poll's, last)
         base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
                           dynamic=True).base
@@ -184,6 +181,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         fulldo = base + L.fulldo if c.qdo_split else None
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
+            if c.kv_pair:
+                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(base + L.kvempty),
+                         1 if c.dkv_tma and not c.dkv_stage else 256)   # (release_kv)
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
@@ -196,31 +196,51 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # ------------------------------------------------------------ producer
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
             with ptx.if_(tid == 0):
-                load_kv(base, ((tk, L.k), (tv, L.v)), P, bn, kc, kvfull, L.kv_bytes)
+                if not c.kv_pair:
+                    load_kv(base, ((tk, L.k), (tv, L.v)), P, bn, kc, kvfull, L.kv_bytes)
                 ring = Ring(S)
-                for gi in ptx.range_(0, group):
-                    head = hk * group + gi
-                    for mb in ptx.range_(*m_range):
-                        m0 = mb * bm
-                        wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
-                        # (qdo_split: Q, LSE on full; dO, D on fulldo)
-                        load_slot(base=base, slot=ring.slot, full=full,
-                                  fulldo=fulldo, q_bytes=L.q_bytes,
-                                  bm=bm, panels=P, tiles=((tq, L.q), (tdo, L.do)),
-                                  rows=((tl, L.lse), (td, L.dpsum)),
-                                  qc=lambda p: qc(p, head, m0), rc=lambda: rc(m0, head))
-                        ring.advance()
+                for t in walks():
+                    kv = None
+                    if c.kv_pair:   # (bwd_pair: K, V after the walk's first slot)
+                        walk(t)
+                        kv = KvLoad(labels, t, base, ((tk, L.k), (tv, L.v)), P, bn, kc,
+                                    kvfull, base + L.kvempty, L.kv_bytes)
+                    for gi in ptx.range_(0, group):
+                        head = hk * group + gi
+                        for mb in ptx.range_(*m_range):
+                            m0 = mb * bm
+                            wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
+                            # (qdo_split: Q, LSE on full; dO, D on fulldo)
+                            load_slot(base=base, slot=ring.slot, full=full,
+                                      fulldo=fulldo, q_bytes=L.q_bytes,
+                                      bm=bm, panels=P, tiles=((tq, L.q), (tdo, L.do)),
+                                      rows=((tl, L.lse), (td, L.dpsum)),
+                                      qc=lambda p: qc(p, head, m0), rc=lambda: rc(m0, head))
+                            ring.advance()
+                            if kv:
+                                kv()
+                    if kv:            # (a walk with no step)
+                        kv()
             if c.dq_warp:           # warp 1: dQ's reduce-adds (bwd_dqwarp)
                 with ptx.if_((tid >> 5) == 1):
-                    writer(c, d, lane=tid & 31, tdq=tdq, dqc=dqc,
-                           stage_of=lambda w: base + L.dqs + w * L.wg_stage, group=group,
-                           hk=hk, heads=lambda gi: (hk * group + gi, hk * group + gi if varlen
-                                                    else batch * nh + hk * group + gi),
-                           m_range=m_range, bm=bm,
-                           det=(sem, (lambda mb: pq0 // BM + mb) if varlen else
-                                (lambda mb: mb), nb, off, mask, labels, bn, desc,
-                                c.det_poll and (lambda: base + L.total))
-                           if deterministic else None)
+                    if c.kv_pair:       # (the stages handed on across the walks)
+                        writer_start()
+                    for t in walks():
+                        if c.kv_pair:
+                            walk(t)
+                        writer(c, d, lane=tid & 31, tdq=tdq, dqc=dqc,
+                               stage_of=lambda w: base + L.dqs + w * L.wg_stage, group=group,
+                               hk=hk, heads=lambda gi: (hk * group + gi, hk * group + gi
+                                                        if varlen else
+                                                        batch * nh + hk * group + gi),
+                               m_range=m_range, bm=bm,
+                               det=(sem, (lambda mb: pq0 // BM + mb) if varlen else
+                                    (lambda mb: mb), nb, off, mask, labels, bn, desc,
+                                    c.det_poll and (lambda: base + L.total))
+                               if deterministic else None,
+                               start=not c.kv_pair, end=not c.kv_pair)
+                    if c.kv_pair:
+                        writer_end(c, tid & 31)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -228,8 +248,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             r0 = warp * 16 + (lw >> 2)               # this thread's keys r0, r0 + 8 of 64
-            kw0 = n0 if cs else n0 + w * 64
-            keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
+            if not c.kv_pair:        # (kv_pair: each walk's, below)
+                kw0 = n0 if cs else n0 + w * 64
+                keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
             if cs:      # piece j: columns c0 = first + w·step, c0's offset in a panelled tile
                 c0s = [w * step + first for _, first, step in pieces]
                 coff = [(x >> 6) * (BM * ROW) + (x & 63) * 2 for x in c0s]
@@ -255,291 +276,319 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
-            wait(labels, kvfull, 0)
-            if varlen:
-                zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
-            turns = Turns(sem, labels, lambda: base + L.total + w * 8) \
-                if deterministic and c.dq_tma and not c.dq_warp else None
-            if turns:
-                with ptx.if_(lane == 0):
-                    turns.start()
-            # the semaphore read early in the step, but where ptxas would spill its registers
-            poll = not (rows or softcap)
-            ahead = Ahead(c.s_ahead, labels=labels, full=full, stages=S, ring=ring, bw=bw,
-                          q_of=lambda s: base + L.q + s * L.q_bytes, score=(mma_s, k_w, d, bn, bm),
-                          steps=_s32(group) * ptx.max(m_hi - m_lo, 0),
-                          k_tile=base + L.k if c.ahead_k else None) if c.s_ahead else None
-            if ahead:            # the first step's Sᵀ (bwd_ahead)
-                ahead.first()
-            def step(mb, mask):   # one step: the rows from mb·bm (mask: this loop's)
-                m0 = mb * bm
-                sem_of = lambda: pq0 // BM + mb if varlen else 2 * mb + w if rows else mb
+            owner = Owner() if c.dkv_stage else None    # (who holds the dQ stage)
+            for t in walks():       # (kv_pair: a key block a walk, bwd_pair)
+                if c.kv_pair:
+                    walk(t)
+                    kw0 = n0 + w * 64
+                    keys = [_s32(kw0 + r0), _s32(kw0 + r0 + 8)]
+                    for r in [x for acc in dv_acc + dk_acc for x in acc]:
+                        ptx.inst.mov.f32(r, 0.0)
+                wait(labels, kvfull, t & 1 if c.kv_pair else 0)
+                if varlen:
+                    zero_other_keys(base + L.k, n0, sk, bn, P, tid - 128)
+                turns = Turns(sem, labels, lambda: base + L.total + w * 8) \
+                    if deterministic and c.dq_tma and not c.dq_warp else None
+                if turns:
+                    with ptx.if_(lane == 0):
+                        turns.start()
+                # the semaphore read early in the step, but where ptxas would spill its registers
+                poll = not (rows or softcap)
+                ahead = Ahead(c.s_ahead, labels=labels, full=full, stages=S, ring=ring, bw=bw,
+                              q_of=lambda s: base + L.q + s * L.q_bytes, score=(mma_s, k_w, d, bn, bm),
+                              steps=_s32(group) * ptx.max(m_hi - m_lo, 0),
+                              k_tile=base + L.k if c.ahead_k else None) if c.s_ahead else None
+                if ahead:            # the first step's Sᵀ (bwd_ahead)
+                    ahead.first(*((ring.slot, ring.phase) if c.kv_pair else ()))
+                def step(mb, mask):   # one step: the rows from mb·bm (mask: this loop's)
+                    m0 = mb * bm
+                    sem_of = lambda: pq0 // BM + mb if varlen else 2 * mb + w if rows else mb
 
-                def early():      # deterministic: under the step's first GEMMs
-                    if turns:
-                        turns.early(lane, lane == 0 if poll else None, bh, sem_of())
-                if not ahead:    # (s_ahead: waited for where its Sᵀ was issued)
-                    wait(labels, full + ring.slot * 8, ring.phase)
-                q_at = base + L.q + ring.slot * L.q_bytes
-                do_at = base + L.do + ring.slot * L.q_bytes
-                row_at = lambda o, _s=ring.slot: base + o + _s * (2 * bm * 4) + w * (bm * 4)
-                if sh:                            # this warpgroup's queries' LSE and D
-                    row_at = lambda o, _r=row_at: _r(o) + qh * 4
-                s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(bw)
-                dp_acc = None if gs else ptx.wgmma.accumulator(bw)
-                if ahead:
-                    ahead.top()
-                ptx.inst("wgmma.fence.sync.aligned")
-                # (sdp_split: warpgroup 0 Sᵀ = K·Qᵀ, 1 dPᵀ = V·dOᵀ, in s_acc)
-                for acc, a_at, b_at in (((s_acc, k_w + w * L.kv_bytes,
-                                          q_at + w * (L.do - L.q)),) if gs else
-                                        ((dp_acc, v_w, do_at),) if ahead else
-                                        ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
-                    if sh:                        # queries qh .. qh + 31 of the tile
-                        b_at = b_at + qh * ROW
-                    if c.qdo_split and acc is dp_acc:     # dO's own barrier
-                        wait(labels, fulldo + ring.slot * 8, ring.phase)
-                    score_gemm(mma_s, acc, a_at, b_at, d, bn, bm)
-                    if c.overlap:                 # Sᵀ and dPᵀ: a group each
-                        ptx.inst("wgmma.commit_group.sync.aligned")
-                # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
-                at_pc = (lambda t: [t + o for o in coff]) if cs else (lambda t: [t])
-                kv_mmas = ((dv_acc, p_regs, at_pc(do_at)), (dk_acc, ds_regs, at_pc(q_at)))
-                if c.overlap:
-                    # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
-                    early()
-                    ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                    caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
-                                 row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly,
-                                 bm)
-                    pack_p(list(s_acc), p_regs, dt)
-                    if c.overlap > 1:
-                        kv_gemms(mma_kv, *kv_mmas[0], fence=True, bm=bm)
-                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
-                    else:
-                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
-                    pack_p(list(dp_acc), ds_regs, dt)
-                    if not c.dq_first:
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
-                            kv_gemms(mma_kv, *kv, commit=False, bm=bm)
-                        ptx.inst("wgmma.commit_group.sync.aligned")
-                elif gs:
-                    ptx.inst("wgmma.commit_group.sync.aligned")
-                    early()
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-
-                    def store_tile(regs):         # this warpgroup's tile (w: Pᵀ, dSᵀ)
-                        for kc in range(bw // 16):
-                            for j in range(4):
-                                ptx.inst("st.shared.b32",
-                                         ptx.addr(ds_row + ds_col[2 * kc + j // 2],
-                                                  (j % 2) * 8 * ROW), regs[kc][j])
-                    tile = lambda t: base + L.ds + t * L.ds_bytes
-                    split_step(w=w, lane=lane, acc=s_acc, regs=p_regs,
-                               store_tile=store_tile, xg_at=base + L.xg + lane * 16, dt=dt,
-                               dv=(mma_kv, dv_acc, tile(0), at_pc(do_at)),
-                               dk=(mma_kv, dk_acc, tile(1), at_pc(q_at)),
-                               dq_tma=c.dq_tma and not c.dq_warp, bar=(3, 256), d_at=row_at(L.dpsum),
-                               score_args=(keys, m0, fcol, off, mask, kw0, row_at(L.lse),
-                                           scale, softcap, scale_log2, c.ex2_poly))
-                else:
-                    ptx.inst("wgmma.commit_group.sync.aligned")
-                    early()
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    if rows and not softcap:   # Pᵀ whole, then dSᵀ: fewer live at once
-                        probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse),
-                              scale, softcap, scale_log2, c.ex2_poly, bm)
-                        pack_p(list(s_acc), p_regs, dt)
-                        dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
-                    else:
-                        grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
-                                     fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
-                                     scale, softcap, scale_log2, c.ex2_poly,
-                                     cap_inline=cs or rows, bm=bm)
-                        pack_p(list(s_acc), p_regs, dt)
-                    pack_p(list(dp_acc), ds_regs, dt)
-                    if not sh:    # (pds_smem: from shared memory, once both are stored)
-                        # the A fragments were just written by ordinary instructions
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        for acc, a_regs, b_at in kv_mmas:
-                            kv_gemms(mma_kv, acc, a_regs, b_at, commit=False, bm=bm)
-                        ptx.inst("wgmma.commit_group.sync.aligned")
-                if not gs:    # (sdp_split: its stores and barriers are split_step's)
-                    # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
-                    # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
-                    if c.dq_tma and not c.dq_warp:   # the last reduce has read the stage
-                        with ptx.if_(lane == 0):
-                            ptx.inst("cp.async.bulk.wait_group.read", 0)
-                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
-                    # ds_double: the pair of two steps ago, which the last step's second
-                    # barrier ordered, so only this warpgroup's dQ stage is waited for here
-                    # (dq_warp: the stage is take_stage's; with ds_double, no barrier)
-                    if not (c.dq_warp and c.ds_double):
-                        ptx.inst("bar.sync",
-                                 *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
-                    dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
-                        if c.ds_double else None
-                    ds_at = ds_row + dsb if c.ds_double else ds_row
-                    cols = ds_col or ds_cols()
-                    # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
-                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
-                        for kc in range(bw // 16):
-                            for j in range(4):
-                                ptx.inst("st.shared.b32",
-                                         ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
-                                                  t * L.ds_bytes + (j % 2) * 8 * ROW +
-                                                  (kc // 4) * 2 * L.ds_bytes),
-                                         regs[kc][j])
-                    ptx.inst("fence.proxy.async.shared::cta")
-                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
-                    if xbar:                          # the other tile's writes, for our wgmma
-                        ptx.inst("fence.proxy.async.shared::cta")
-                    if sh:    # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        for t, (accs, _, b_ats) in enumerate(kv_mmas):
-                            kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
-                                     commit=False)
-                        ptx.inst("wgmma.commit_group.sync.aligned")
-                # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
-                # after the other in shared memory, and K's panel w); rows (block_m 128):
-                # dQ[64 w : 64 w + 64, :] over all 128 keys (panel w); else dQ over this
-                # warpgroup's 64 keys, a 64-column chunk of K at a time
-                a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh or gs else
-                                              base + L.ds + dsb + w * (2 * L.ds_bytes)
-                                              if c.ds_double and rows else
-                                              base + L.ds + dsb if c.ds_double else
-                                              base + L.ds + w * (2 * L.ds_bytes) if rows else
-                                              base + L.ds if c.dq_split else ds_w,
-                                              leading=64 * ROW, stride=1024, swizzle=128)
-                dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
-                sem_mb = sem_of()
-                # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
-                late = kv_mmas[c.overlap - 1:] if c.dq_first else \
-                    kv_mmas[1:] if c.dk_last else ()      # (dk_last: dK)
-                for ch in range(nch):
-                    dq = ahead.dq_acc(qcols[ch]) if ahead else \
-                        ptx.wgmma.accumulator(qcols[ch])
-                    b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
-                        base + L.k if rows else \
-                        k_w + coff[ch] if cs else k_w + ch * BN * ROW
-                    b_desc = ptx.wgmma.descriptor(b_at, leading=bn * ROW,
-                                                  stride=1024, swizzle=128)
+                    def early():      # deterministic: under the step's first GEMMs
+                        if turns:
+                            turns.early(lane, lane == 0 if poll else None, bh, sem_of())
+                    if not ahead:    # (s_ahead: waited for where its Sᵀ was issued)
+                        wait(labels, full + ring.slot * 8, ring.phase)
+                    q_at = base + L.q + ring.slot * L.q_bytes
+                    do_at = base + L.do + ring.slot * L.q_bytes
+                    row_at = lambda o, _s=ring.slot: base + o + _s * (2 * bm * 4) + w * (bm * 4)
+                    if sh:                            # this warpgroup's queries' LSE and D
+                        row_at = lambda o, _r=row_at: _r(o) + qh * 4
+                    s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(bw)
+                    dp_acc = None if gs else ptx.wgmma.accumulator(bw)
+                    if ahead:
+                        ahead.top()
                     ptx.inst("wgmma.fence.sync.aligned")
-                    for ks in range((BN if c.dq_split or rows else 64) // 16):
-                        o = (ks * 16 * ROW) >> 4
-                        ptx.inst(mma_q(qcols[ch]), list(dq), a_desc + o if o else a_desc,
-                                 b_desc + o if o else b_desc, 0 if ks == 0 else 1,
-                                 1, 1, 1, 1)
-                    ptx.inst("wgmma.commit_group.sync.aligned")
-                    if ch == 0 and late:
-                        if ahead:
-                            ahead.after_dq()
-                        for kv in late:
-                            kv_gemms(mma_kv, *kv, commit=False, bm=bm)
+                    # (sdp_split: warpgroup 0 Sᵀ = K·Qᵀ, 1 dPᵀ = V·dOᵀ, in s_acc)
+                    for acc, a_at, b_at in (((s_acc, k_w + w * L.kv_bytes,
+                                              q_at + w * (L.do - L.q)),) if gs else
+                                            ((dp_acc, v_w, do_at),) if ahead else
+                                            ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
+                        if sh:                        # queries qh .. qh + 31 of the tile
+                            b_at = b_at + qh * ROW
+                        if c.qdo_split and acc is dp_acc:     # dO's own barrier
+                            wait(labels, fulldo + ring.slot * 8, ring.phase)
+                        score_gemm(mma_s, acc, a_at, b_at, d, bn, bm)
+                        if c.overlap:                 # Sᵀ and dPᵀ: a group each
+                            ptx.inst("wgmma.commit_group.sync.aligned")
+                    # dV += Pᵀ·dO, dK += dSᵀ·Q: B is dO / Q as stored (rows = K dim), MN-major
+                    at_pc = (lambda t: [t + o for o in coff]) if cs else (lambda t: [t])
+                    kv_mmas = ((dv_acc, p_regs, at_pc(do_at)), (dk_acc, ds_regs, at_pc(q_at)))
+                    if c.overlap:
+                        # Pᵀ while dPᵀ runs; (2:) dV queued behind dPᵀ while dSᵀ is computed
+                        early()
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                        caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
+                                     row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly,
+                                     bm)
+                        pack_p(list(s_acc), p_regs, dt)
+                        if c.overlap > 1:
+                            kv_gemms(mma_kv, *kv_mmas[0], fence=True, bm=bm)
+                            ptx.inst("wgmma.wait_group.sync.aligned", 1)
+                        else:
+                            ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
+                        pack_p(list(dp_acc), ds_regs, dt)
+                        if not c.dq_first:
+                            ptx.inst("wgmma.fence.sync.aligned")
+                            for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
+                                kv_gemms(mma_kv, *kv, commit=False, bm=bm)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
+                    elif gs:
                         ptx.inst("wgmma.commit_group.sync.aligned")
-                        if ahead:         # (1: the next step's Sᵀ behind dK)
-                            ahead.after_dk()
-                    ptx.inst("wgmma.wait_group.sync.aligned", ahead.wait_dq if ahead else
-                             1 if ch == 0 and late else 0)
-                    if ch == (1 if late else 0):  # Q, dO, LSE, D of this step are read
-                        with ptx.if_(lane == 0):
-                            ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
-                                     ptx.addr(empty + ring.slot * 8))
-                        if deterministic and not c.dq_tma:
+                        early()
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+
+                        def store_tile(regs):         # this warpgroup's tile (w: Pᵀ, dSᵀ)
+                            for kc in range(bw // 16):
+                                for j in range(4):
+                                    ptx.inst("st.shared.b32",
+                                             ptx.addr(ds_row + ds_col[2 * kc + j // 2],
+                                                      (j % 2) * 8 * ROW), regs[kc][j])
+                        tile = lambda t: base + L.ds + t * L.ds_bytes
+                        split_step(w=w, lane=lane, acc=s_acc, regs=p_regs,
+                                   store_tile=store_tile, xg_at=base + L.xg + lane * 16, dt=dt,
+                                   dv=(mma_kv, dv_acc, tile(0), at_pc(do_at)),
+                                   dk=(mma_kv, dk_acc, tile(1), at_pc(q_at)),
+                                   dq_tma=c.dq_tma and not c.dq_warp, bar=(3, 256), d_at=row_at(L.dpsum),
+                                   score_args=(keys, m0, fcol, off, mask, kw0, row_at(L.lse),
+                                               scale, softcap, scale_log2, c.ex2_poly))
+                    else:
+                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        early()
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                        if rows and not softcap:   # Pᵀ whole, then dSᵀ: fewer live at once
+                            probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse),
+                                  scale, softcap, scale_log2, c.ex2_poly, bm)
+                            pack_p(list(s_acc), p_regs, dt)
+                            dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
+                        else:
+                            grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
+                                         fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
+                                         scale, softcap, scale_log2, c.ex2_poly,
+                                         cap_inline=cs or rows, bm=bm)
+                            pack_p(list(s_acc), p_regs, dt)
+                        pack_p(list(dp_acc), ds_regs, dt)
+                        if not sh:    # (pds_smem: from shared memory, once both are stored)
+                            # the A fragments were just written by ordinary instructions
+                            ptx.inst("wgmma.fence.sync.aligned")
+                            for acc, a_regs, b_at in kv_mmas:
+                                kv_gemms(mma_kv, acc, a_regs, b_at, commit=False, bm=bm)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
+                    if not gs:    # (sdp_split: its stores and barriers are split_step's)
+                        # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
+                        # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
+                        if c.dq_tma and not c.dq_warp:   # the last reduce has read the stage
                             with ptx.if_(lane == 0):
-                                spin(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb)
-                                     * 4, turn_of(nb, m0, off, mask, w, False, bn, 2, desc),
-                                     False, labels)
-                            ptx.inst("bar.sync", 1 + w, 128)
-                    if c.dq_warp and ch == 0:
-                        take_stage(w)
-                    if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
-                        # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
-                        sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
-                                 (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
-                                 for k in range(4)] if c.dq_swizzle else \
-                            [dq_stage + ch * L.dqs_bytes]
-                        for i in range(0, len(dq.regs), 2):
-                            col = qoff[ch] + col_of(i)
-                            if c.dq_swizzle:
-                                at = sw_at[(col // 8) % 4]
-                                o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
-                            else:
-                                at = sw_at[0]
-                                o = (row_of(i) * 8 * 64 + col % 64) * 4
-                            ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
-                                     [dq.regs[i], dq.regs[i + 1]])
-                        if late and nch == 1:
-                            if ahead:     # (2: the next step's Sᵀ behind the stage;
-                                ahead.after_stage()    # the stage handed over under dK)
-                                if c.dq_warp:
-                                    hand_stage(w)
-                            ptx.inst("wgmma.wait_group.sync.aligned",
-                                     ahead.wait_dk if ahead else 0)
+                                ptx.inst("cp.async.bulk.wait_group.read", 0)
+                        # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
+                        # ds_double: the pair of two steps ago, which the last step's second
+                        # barrier ordered, so only this warpgroup's dQ stage is waited for here
+                        # (dq_warp: the stage is take_stage's; with ds_double, no barrier)
+                        if not (c.dq_warp and c.ds_double):
+                            ptx.inst("bar.sync",
+                                     *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
+                        dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
+                            if c.ds_double else None
+                        ds_at = ds_row + dsb if c.ds_double else ds_row
+                        cols = ds_col or ds_cols()
+                        # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
+                        for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
+                            for kc in range(bw // 16):
+                                for j in range(4):
+                                    ptx.inst("st.shared.b32",
+                                             ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
+                                                      t * L.ds_bytes + (j % 2) * 8 * ROW +
+                                                      (kc // 4) * 2 * L.ds_bytes),
+                                             regs[kc][j])
+                        ptx.inst("fence.proxy.async.shared::cta")
+                        ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                        if xbar:                          # the other tile's writes, for our wgmma
+                            ptx.inst("fence.proxy.async.shared::cta")
+                        if sh:    # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
+                            ptx.inst("wgmma.fence.sync.aligned")
+                            for t, (accs, _, b_ats) in enumerate(kv_mmas):
+                                kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
+                                         commit=False)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
+                    # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
+                    # after the other in shared memory, and K's panel w); rows (block_m 128):
+                    # dQ[64 w : 64 w + 64, :] over all 128 keys (panel w); else dQ over this
+                    # warpgroup's 64 keys, a 64-column chunk of K at a time
+                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh or gs else
+                                                  base + L.ds + dsb + w * (2 * L.ds_bytes)
+                                                  if c.ds_double and rows else
+                                                  base + L.ds + dsb if c.ds_double else
+                                                  base + L.ds + w * (2 * L.ds_bytes) if rows else
+                                                  base + L.ds if c.dq_split else ds_w,
+                                                  leading=64 * ROW, stride=1024, swizzle=128)
+                    dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
+                    sem_mb = sem_of()
+                    # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
+                    late = kv_mmas[c.overlap - 1:] if c.dq_first else \
+                        kv_mmas[1:] if c.dk_last else ()      # (dk_last: dK)
+                    for ch in range(nch):
+                        dq = ahead.dq_acc(qcols[ch]) if ahead else \
+                            ptx.wgmma.accumulator(qcols[ch])
+                        b_at = base + L.k + w * (BN * ROW) if c.dq_split else \
+                            base + L.k if rows else \
+                            k_w + coff[ch] if cs else k_w + ch * BN * ROW
+                        b_desc = ptx.wgmma.descriptor(b_at, leading=bn * ROW,
+                                                      stride=1024, swizzle=128)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for ks in range((BN if c.dq_split or rows else 64) // 16):
+                            o = (ks * 16 * ROW) >> 4
+                            ptx.inst(mma_q(qcols[ch]), list(dq), a_desc + o if o else a_desc,
+                                     b_desc + o if o else b_desc, 0 if ks == 0 else 1,
+                                     1, 1, 1, 1)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
+                        if ch == 0 and late:
+                            if ahead:
+                                ahead.after_dq()
+                            for kv in late:
+                                kv_gemms(mma_kv, *kv, commit=False, bm=bm)
+                            ptx.inst("wgmma.commit_group.sync.aligned")
+                            if ahead:         # (1: the next step's Sᵀ behind dK)
+                                ahead.after_dk()
+                        ptx.inst("wgmma.wait_group.sync.aligned", ahead.wait_dq if ahead else
+                                 1 if ch == 0 and late else 0)
+                        if ch == (1 if late else 0):  # Q, dO, LSE, D of this step are read
                             with ptx.if_(lane == 0):
                                 ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
                                          ptx.addr(empty + ring.slot * 8))
-                        continue
-                    at = pdq + (dq_row + ch * 64) * 4    # (not with col_split)
-                    for i, x in enumerate(dq):
-                        o = (row_of(i) * 8 * d + col_of(i)) * 4
-                        ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
+                            if deterministic and not c.dq_tma:
+                                with ptx.if_(lane == 0):
+                                    spin(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb)
+                                         * 4, turn_of(nb, m0, off, mask, w, False, bn, 2, desc),
+                                         False, labels)
+                                ptx.inst("bar.sync", 1 + w, 128)
+                        if c.dq_warp and ch == 0:
+                            if owner:    # (dkv_stage: unless the epilogue freed it)
+                                owner.take(w)
+                            else:
+                                take_stage(w)
+                        if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
+                            # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
+                            sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
+                                     (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
+                                     for k in range(4)] if c.dq_swizzle else \
+                                [dq_stage + ch * L.dqs_bytes]
+                            for i in range(0, len(dq.regs), 2):
+                                col = qoff[ch] + col_of(i)
+                                if c.dq_swizzle:
+                                    at = sw_at[(col // 8) % 4]
+                                    o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
+                                else:
+                                    at = sw_at[0]
+                                    o = (row_of(i) * 8 * 64 + col % 64) * 4
+                                ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
+                                         [dq.regs[i], dq.regs[i + 1]])
+                            if late and nch == 1:
+                                if ahead:     # (2: the next step's Sᵀ behind the stage;
+                                    ahead.after_stage()    # the stage handed over under dK)
+                                    if c.dq_warp:
+                                        hand_stage(w)
+                                ptx.inst("wgmma.wait_group.sync.aligned",
+                                         ahead.wait_dk if ahead else 0)
+                                with ptx.if_(lane == 0):
+                                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink,
+                                             ptx.addr(empty + ring.slot * 8))
+                            continue
+                        at = pdq + (dq_row + ch * 64) * 4    # (not with col_split)
+                        for i, x in enumerate(dq):
+                            o = (row_of(i) * 8 * d + col_of(i)) * 4
+                            ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
+                    if c.dq_warp:
+                        if not ahead:
+                            hand_stage(w)
+                    elif c.dq_tma:                   # one thread adds the staged chunks
+                        ptx.inst("fence.proxy.async.shared::cta")
+                        ptx.inst("bar.sync", 1 + w, 128)
+                        # rows: this warpgroup's 64 rows, none when all are past SQP (the
+                        # last block's second half: no rows, no semaphore to take)
+                        m0w = m0 + w * BM if rows else m0
+                        adder = (lane == 0) & (_s32(m0w) < _s32(sqp)) if rows else lane == 0
+                        with ptx.if_(adder):
+                            if deterministic:    # (turns.early read the semaphore)
+                                split = c.dq_split or cs or rows
+                                turns.wait(bh, sem_mb, turn_of(nb, m0, off, mask, w, split, bn,
+                                                               1 if rows else 2, desc), split,
+                                           early=poll)
+                            reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_w)
+                            ptx.inst("cp.async.bulk.commit_group")
+                            if deterministic:  # its turn passes once it lands (next step)
+                                turns.added(bh, sem_mb)
+                    elif deterministic:
+                        ptx.inst("bar.sync", 1 + w, 128)
+                        with ptx.if_(lane == 0):
+                            pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
+                    ring.advance()
+                parts = step_parts(mask, n0, off, m_lo, m_hi, bn, bm, True,
+                                   c.m_desc or deterministic and not desc) \
+                    if c.mask_peel else [(m_range, mask)]
+                for gi in ptx.range_(0, group):
+                    head = hk * group + gi
+                    bh = head if varlen else batch * nh + head
+                    for rng, part_mask in parts:   # (bwd_peel: masked steps apart)
+                        for mb in ptx.range_(*rng):
+                            step(mb, part_mask)
+                if ahead:
+                    ahead.drain()
+                if c.kv_pair and (c.dkv_stage or not c.dkv_tma):   # K, V read by the last
+                    release_kv(None, base + L.kvempty)   # wgmmas: the next load under the
+                    # stores
                 if c.dq_warp:
-                    if not ahead:
-                        hand_stage(w)
-                elif c.dq_tma:                   # one thread adds the staged chunks
-                    ptx.inst("fence.proxy.async.shared::cta")
-                    ptx.inst("bar.sync", 1 + w, 128)
-                    # rows: this warpgroup's 64 rows, none when all are past SQP (the
-                    # last block's second half: no rows, no semaphore to take)
-                    m0w = m0 + w * BM if rows else m0
-                    adder = (lane == 0) & (_s32(m0w) < _s32(sqp)) if rows else lane == 0
-                    with ptx.if_(adder):
-                        if deterministic:    # (turns.early read the semaphore)
-                            split = c.dq_split or cs or rows
-                            turns.wait(bh, sem_mb, turn_of(nb, m0, off, mask, w, split, bn,
-                                                           1 if rows else 2, desc), split,
-                                       early=poll)
-                        reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_w)
-                        ptx.inst("cp.async.bulk.commit_group")
-                        if deterministic:  # its turn passes once it lands (next step)
-                            turns.added(bh, sem_mb)
-                elif deterministic:
-                    ptx.inst("bar.sync", 1 + w, 128)
+                    if not c.kv_pair:    # the writer's last arrival (its first was before
+                        take_stage(w)    # any; kv_pair: after the last walk)
+                elif c.dq_tma:
                     with ptx.if_(lane == 0):
-                        pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
-                ring.advance()
-            parts = step_parts(mask, n0, off, m_lo, m_hi, bn, bm, True,
-                               c.m_desc or deterministic and not desc) \
-                if c.mask_peel else [(m_range, mask)]
-            for gi in ptx.range_(0, group):
-                head = hk * group + gi
-                bh = head if varlen else batch * nh + head
-                for rng, part_mask in parts:   # (bwd_peel: masked steps apart)
-                    for mb in ptx.range_(*rng):
-                        step(mb, part_mask)
-            if ahead:
-                ahead.drain()
-            if c.dq_warp:            # the writer's last arrival (its first was before any)
+                        if turns:
+                            turns.land()
+                        else:
+                            ptx.inst("cp.async.bulk.wait_group", 0)
+                if c.dkv_stage:          # (bwd_pair: through this warpgroup's dQ stage)
+                    owner.end(w)
+                    store_kv_stage((dk_acc[0], dv_acc[0]), stage_w, r0, lane, w, (dk, dv),
+                                   lambda p: [p * PANEL, hk, n0 + w * 64, batch], d, dtype,
+                                   scale)
+                elif c.dkv_tma:          # (bwd_epi: through K's and V's tiles, TMA stores)
+                    store_kv_tma((dk_acc[0], dv_acc[0]), base, L, (dk, dv), w * 64 + r0, lane,
+                                 tid, lambda p: [p * PANEL, hk, n0, batch], d, dtype, scale)
+                for j in range(0 if c.dkv_tma else npc):   # (one piece without col_split)
+                    f = fcol + c0s[j] if cs else fcol
+                    kb = k0 if varlen else None
+                    store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale, kb)
+                    store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None, kb)
+                if c.kv_pair and c.dkv_tma and not c.dkv_stage:   # K's, V's tiles read
+                    # out: the next K, V
+                    release_kv(tid, base + L.kvempty)
+            if owner:             # the writer's last arrival (its first was before any)
+                owner.last(w)
+            elif c.kv_pair:
                 take_stage(w)
-            elif c.dq_tma:
-                with ptx.if_(lane == 0):
-                    if turns:
-                        turns.land()
-                    else:
-                        ptx.inst("cp.async.bulk.wait_group", 0)
-            if c.dkv_tma:            # (bwd_epi: through K's and V's tiles, TMA stores)
-                store_kv_tma((dk_acc[0], dv_acc[0]), base, L, (dk, dv), w * 64 + r0, lane,
-                             tid, lambda p: [p * PANEL, hk, n0, batch], d, dtype, scale)
-            for j in range(0 if c.dkv_tma else npc):   # (one piece without col_split)
-                f = fcol + c0s[j] if cs else fcol
-                kb = k0 if varlen else None
-                store(dk_acc[j], pdk, keys, batch, hk, sk, nhk, d, f, dtype, scale, kb)
-                store(dv_acc[j], pdv, keys, batch, hk, sk, nhk, d, f, dtype, None, kb)
 
     grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // bn) * HK, 1, 1)) if varlen else \
+        pair_grid(bn, c.pair_max) if c.kv_pair else \
         (lambda B, SK, HK: ((SK + bn - 1) // bn * HK * B, 1, 1))
     deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names), grid=grid,
                   block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)

@@ -75,11 +75,15 @@ class Ahead:
         group count across the back edge and would serialize every wgmma, C7514)."""
         ptx.inst("wgmma.wait_group.sync.aligned", 0)
 
-    def first(self) -> None:
-        """Before the loop: the first step's Sᵀ (ring slot 0, phase 0). ``k_tile``
+    def first(self, slot=None, phase=None) -> None:
+        """Before the loop: the first step's Sᵀ (ring slot 0, phase 0, or ``slot`` and
+        ``phase`` where the ring runs on from an earlier key block: kv_pair). ``k_tile``
         (``BwdConfig.ahead_k``, K's whole tile, loaded): issued in any case, from K's
         tile where the CTA has no step (Q's slot is never written there; the result is
         discarded), so no branch meets the wgmmas (ptxas's C7519)."""
+        if slot is not None:
+            self._issue(self.left > 0, slot, phase)
+            return
         zero = reg.scalar(u32, init=0)
         if self.k_tile is None:
             self._issue(self.left > 0, zero, zero)

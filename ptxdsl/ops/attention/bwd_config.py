@@ -157,7 +157,19 @@ class BwdConfig:
     ``uniform_cons`` (not wg2): a consumer's warpgroup index comes from lane 0 through
     ``shfl.sync.idx`` (:mod:`.._common.warpgroup`), so ptxas keeps the wgmma descriptors and
     shared addresses derived from it (K's and V's panels, dSᵀ's and dQ's buffers) in
-    uniform registers: no ``R2UR`` before each wgmma of the step."""
+    uniform registers: no ``R2UR`` before each wgmma of the step.
+
+    ``kv_pair`` (:mod:`.bwd`'s default mode, dense, with dq_warp): a CTA walks
+    key blocks ``p`` and ``nblk - 1 - p`` of one unit in turn (:mod:`.bwd_pair`), so under
+    a causal mask every CTA has the same length (``nblk + 1`` steps) and the fixed cost of a
+    CTA is paid once per two key blocks; the next block's first Q, dO slot streams in while
+    the last block's dK, dV leave (without dkv_tma, the next K, V too). ``dkv_stage``
+    (kv_pair with dkv_tma): each consumer warpgroup's dK, dV leave through its own dQ
+    stage (64-row TMA boxes) instead of K's and V's tiles, so the next block's K, V load
+    as soon as the last wgmmas have read them, under that epilogue. ``pair_max`` (kv_pair;
+    0: every unit): pair only units of at most that many key blocks (longer units keep a
+    key block a CTA: their fixed cost is small, and equal-length pairs make a coarser last
+    wave)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -197,6 +209,9 @@ class BwdConfig:
     wg3_pfree: bool = False
     wg3_fence1: bool = False
     uniform_cons: bool = False
+    kv_pair: bool = False
+    dkv_stage: bool = False
+    pair_max: int = 0
 
     @property
     def tag(self) -> str:
@@ -221,7 +236,8 @@ class BwdConfig:
                 f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
-                f"{'_uc' if c.uniform_cons else ''}")
+                f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
+                f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -274,6 +290,18 @@ class BwdConfig:
         if self.lpt_units < 0 or self.lpt_units and self.wg2:
             raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs "
                              f"(not wg2's), got {self.lpt_units}")
+        if self.kv_pair and (not self.dq_warp or self.lpt_units or any((
+                self.wg3, self.wg2, self.dq_swap, self.col_split, self.mask_peel,
+                self.m_desc))):
+            raise ValueError("kv_pair walks two key blocks a CTA in bwd.py's 128-key kernel: "
+                             "it needs dq_warp, and none of lpt_units, wg3, wg2, dq_swap, "
+                             "col_split, mask_peel, m_desc")
+        if self.pair_max < 0 or self.pair_max and not self.kv_pair:
+            raise ValueError(f"pair_max (>= 0) bounds kv_pair's units by key blocks: it needs "
+                             f"kv_pair, got {self.pair_max}")
+        if self.dkv_stage and not (self.kv_pair and self.dkv_tma):
+            raise ValueError("dkv_stage moves kv_pair's dkv_tma epilogue into the dQ stage: it "
+                             "needs kv_pair and dkv_tma")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")
@@ -385,7 +413,7 @@ class BwdConfig:
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
         xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
         return kv + ring + ds + stage + xg + 8 * (1 + (3 if self.qdo_split else 2) *
-                                                  self.stages)
+                                                  self.stages) + (8 if self.kv_pair else 0)
 
 
 @lru_cache(maxsize=1)
@@ -413,5 +441,33 @@ def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False
                      f"backward takes head dims {', '.join(map(str, BWD_HEAD_DIMS))}")
 
 
+def kernel_checks(c: BwdConfig, d: int, deterministic: bool, varlen: bool) -> None:
+    """What :func:`.bwd.build_backward` refuses beyond the config's own checks: the
+    combinations with a head dim, the deterministic mode or varlen."""
+    if deterministic and c.m_desc:   # (bwd_det orders the row blocks for the turns)
+        raise ValueError("m_desc orders the default mode's row blocks: the deterministic "
+                         "mode has its own order (det_desc)")
+    if c.kv_pair and (deterministic or varlen):  # (the turns assume one key block a CTA)
+        raise ValueError("kv_pair walks two key blocks a CTA in the dense default mode: not "
+                         "deterministic or varlen")
+    if varlen and c.dkv_tma:    # (a sequence's last key block would write the next one's)
+        raise ValueError("dkv_tma stores whole key blocks by TMA: not with varlen")
+    if varlen and not (c.dq_tma and c.dq_swizzle):
+        raise ValueError("the varlen backward adds dQ by TMA from a swizzled stage: it needs "
+                         "dq_tma and dq_swizzle")
+    if d not in (64, 96, 128, 192, 256) or (d > 128) != c.col_split:
+        raise ValueError(f"head dim {d}: the backward kernel takes 64, 96 or 128, and 192 or "
+                         f"256 with col_split (col_split={c.col_split})")
+    if d % 64 and c.dq_tma and not c.dq_swizzle:
+        raise ValueError(f"head dim {d}: dQ's last 32 columns are staged as a swizzled "
+                         f"32-column panel: dq_tma needs dq_swizzle")
+    if c.block_m > BLOCK_M and (d != 64 or varlen):
+        raise ValueError(f"block_m 128 is head dim 64's dense layout, got head dim {d}"
+                         f"{' (varlen)' if varlen else ''}")
+    if c.dq_split and d != 128:
+        raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
+                         f"got {d}")
+
+
 __all__ = ["BwdConfig", "choose_bwd", "rows", "BWD_HEAD_DIMS", "BLOCK_M", "BLOCK_M_SWAP",
-           "BLOCK_N", "BLOCK_N_SPLIT", "BLOCK_N_WG3"]
+           "BLOCK_N", "BLOCK_N_SPLIT", "BLOCK_N_WG3", "kernel_checks"]

@@ -47,15 +47,17 @@ def reduce_boxes(c: BwdConfig, d: int, tdq, dqc, w, m0, head, stage_w) -> None:
 
 
 def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, m_range,
-           bm, det=None) -> None:
+           bm, det=None, start: bool = True, end: bool = True) -> None:
     """The writer warp's loop over the consumers' steps (``lane``: its lane; ``stage_of(w)``:
     warpgroup ``w``'s stage; ``heads(gi)``: the query head and its (batch, head) row;
     ``m_range``: the consumers' ``ptx.range_`` over row blocks, in their order;
     ``det``: the deterministic mode's ``(sem, sem_mb(mb), nb, off, mask, labels, bn, desc,
     poll)`` (``poll``: det_poll's shared words, or a false value),
-    the turns taken by the writer's lane 0 as the consumer's would)."""
-    for w in range(2):
-        ptx.inst("bar.arrive", EMPTY + w, THREADS)
+    the turns taken by the writer's lane 0 as the consumer's would; ``start``, ``end``:
+    the first arrivals and the last wait, where kv_pair walks a second key block between
+    them: the consumers hand their stages on across it)."""
+    if start:
+        writer_start()
     if det and det[-1]:      # det_poll: nothing read ahead of the first step
         with ptx.if_(lane == 0):
             for i in range(2):
@@ -97,7 +99,19 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                         pass_turn(at)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
-    with ptx.if_(lane == 0):     # (dq_exit_read: the kernel's end makes the adds visible)
+    if end:
+        writer_end(c, lane)
+
+
+def writer_start() -> None:
+    """The writer's first arrivals: both stages free before the consumers' first step."""
+    for w in range(2):
+        ptx.inst("bar.arrive", EMPTY + w, THREADS)
+
+
+def writer_end(c: BwdConfig, lane) -> None:
+    """The writer's last wait (``dq_exit_read``: the kernel's end makes the adds visible)."""
+    with ptx.if_(lane == 0):
         ptx.inst("cp.async.bulk.wait_group.read" if c.dq_exit_read else
                  "cp.async.bulk.wait_group", 0)
 
@@ -137,4 +151,4 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
              labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
 
 
-__all__ = ["writer", "take_stage", "hand_stage", "reduce_boxes", "FULL", "EMPTY"]
+__all__ = ["writer", "writer_start", "writer_end", "take_stage", "hand_stage", "reduce_boxes", "FULL", "EMPTY"]

@@ -38,17 +38,19 @@ class Smem:
         self.full = self.kvfull + 8
         self.empty = self.full + 8 * c.stages
         self.fulldo = self.empty + 8 * c.stages          # (qdo_split: dO's own barriers)
-        self.total = self.fulldo + (8 * c.stages if c.qdo_split else 0)
+        self.kvempty = self.fulldo + (8 * c.stages if c.qdo_split else 0)   # (kv_pair)
+        self.total = self.kvempty + (8 if c.kv_pair else 0)
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
           dq_swizzle: bool = False, bn: int = BN, varlen: bool = False, bm: int = BM,
-          dkv_tma: bool = False):
+          dkv_tma: bool = False, dkv_rows: int = 0):
     """q, do (B, SQ, H, D), k, v (B, SK, HK, D), nlse2 and dpsum (B, H, SQP) through TMA;
     dq_acc (B, H, SQP, D) f32 (added to; a TMA box of 64 columns, or of 32 in 128-byte
     swizzled panels), dk, dv (B, SK, HK, D) [, sem (B, H, NMB)]. ``varlen``: without B,
     TQ / TK packed rows, cu_q and cu_k after dpsum. ``bm``: the rows of a step's Q, dO,
-    LSE and D boxes."""
+    LSE and D boxes; ``dkv_rows``: dk's and dv's TMA box rows where not ``bn``
+    (``dkv_stage``: a warpgroup's 64)."""
     if varlen:
         qt = lambda: Tile("TQ", "H", d, dtype, tma=TMA(box=(BM, 1, PANEL), swizzle=ROW))
         kt = lambda: Tile("TK", "HK", d, dtype, tma=TMA(box=(bn, 1, PANEL), swizzle=ROW))
@@ -66,7 +68,9 @@ def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,
     dq_box = TMA(box=(1, 1, BM, 32), swizzle=ROW) if dq_swizzle else TMA(box=(1, 1, BM, 64))
     dq = Tile("B", "H", "SQP", d, f32, tma=dq_box) if dq_tma \
         else Tile("B", "H", "SQP", d, f32)
-    outs = [dq] + [kt() if dkv_tma else Tile("B", "SK", "HK", d, dtype) for _ in range(2)]
+    kvo = (lambda: Tile("B", "SK", "HK", d, dtype, tma=TMA(box=(1, dkv_rows, 1, PANEL),
+                                                           swizzle=ROW))) if dkv_rows else kt
+    outs = [dq] + [kvo() if dkv_tma else Tile("B", "SK", "HK", d, dtype) for _ in range(2)]
     if deterministic:
         outs.append(Tile("B", "H", "NMB", u32))
     return ins, tuple(outs)

@@ -157,7 +157,18 @@ class BwdConfig:
     ``uniform_cons`` (not wg2): a consumer's warpgroup index comes from lane 0 through
     ``shfl.sync.idx`` (:mod:`.._common.warpgroup`), so ptxas keeps the wgmma descriptors and
     shared addresses derived from it (K's and V's panels, dSᵀ's and dQ's buffers) in
-    uniform registers: no ``R2UR`` before each wgmma of the step."""
+    uniform registers: no ``R2UR`` before each wgmma of the step.
+
+    ``dp_pin`` (dq_swap): dPᵀ's ``wgmma.wait_group 0`` in both arms of a ``bra.uni`` on the
+    consumer index (always taken one way, unknown to ptxas), and Pᵀ packed after it, so
+    Pᵀ's exponentials run under dPᵀ: ptxas otherwise hoists the wait above all but a few
+    of them (the forward's ``lazy_rescale`` finding), and the tensor pipe idles while
+    they run. Same arithmetic. ``dv_first`` (dq_swap, not s_ahead): dV += Pᵀ·dO issued
+    as soon as Pᵀ is packed (queued behind dPᵀ, whose issue then needs every
+    exponential first), dSᵀ made and stored while it runs, and dSᵀ = Pᵀ ∘ (dPᵀ - D)
+    with Pᵀ read back from its packed 16-bit registers (so its f32 registers die at the
+    packing: dV's A, dPᵀ and dK, dV fit in 240); with s_ahead ptxas serializes every
+    wgmma (C7512)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -197,6 +208,8 @@ class BwdConfig:
     wg3_pfree: bool = False
     wg3_fence1: bool = False
     uniform_cons: bool = False
+    dp_pin: bool = False
+    dv_first: bool = False
 
     @property
     def tag(self) -> str:
@@ -221,7 +234,7 @@ class BwdConfig:
                 f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
-                f"{'_uc' if c.uniform_cons else ''}")
+                f"{'_uc' if c.uniform_cons else ''}{'_pin' if c.dp_pin else ''}{'_dvf' if c.dv_first else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -310,6 +323,12 @@ class BwdConfig:
         if self.wg3_fence1 and not self.wg3:
             raise ValueError("wg3_fence1 drops the writers' proxy fence of wg3's P and dS "
                              "exchanges: it needs wg3")
+        if (self.dp_pin or self.dv_first) and not self.dq_swap:
+            raise ValueError("dp_pin and dv_first reorder dq_swap's step (bwd_m80.py): they "
+                             "need dq_swap")
+        if self.dv_first and self.s_ahead:
+            raise ValueError("dv_first with s_ahead makes ptxas serialize every wgmma "
+                             "(C7512): not both")
         if self.uniform_cons and self.wg2:
             raise ValueError("uniform_cons takes the consumer index from lane 0 in bwd.py's, "
                              "dq_swap's and wg3's kernels: not wg2's")

@@ -43,6 +43,13 @@ sections (ascending key blocks: under a causal mask a section's longest first), 
 :mod:`.bwd`. ``s_ahead`` 2 (:mod:`.bwd_ahead`): the next step's Sᵀ queued behind dK in
 dQ's accumulator once dQ is staged, the stage handed over under them, the step starting
 with dPᵀ (``ahead_k``: the first Sᵀ without a branch, else ptxas's C7519).
+
+Where Pᵀ's exponentials run (``dp_pin``, ``dv_first``): in ptxas's SASS of the plain step
+the ``wait_group 0`` for dPᵀ lands after 3 of the 40 ``MUFU.EX2`` a thread, so the
+tensor pipe idles while both warpgroups (in lockstep through the exchange barrier) take
+their exponentials. ``dp_pin`` keeps the wait below them with a branch; ``dv_first``
+queues dV behind dPᵀ once Pᵀ is packed, so the exponentials must precede its issue and
+dSᵀ is made under dV.
 """
 from __future__ import annotations
 
@@ -50,7 +57,7 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, f32, u8, u32
+from ...core.types import PtxType, f32, pred, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_ahead import Ahead
@@ -59,7 +66,7 @@ from .bwd_det import det_cta, m_blocks, turn_of
 from .bwd_detpipe import det_step
 from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
 from .bwd_epi import store_kv_tma
-from .bwd_scores import dscores, probs
+from .bwd_scores import dscores, dscores_packed, probs
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
 from .config import Mask
 from .fwd import _s32
@@ -272,9 +279,22 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse), scale,
                           0.0, scale_log2, False, BM)
+                    # dp_pin: dPᵀ's wait stays below the exponentials (a branch), Pᵀ packed
+                    # after it (20 registers fewer beside dPᵀ's 40 in flight); dv_first:
+                    # dV issued once Pᵀ is packed (behind dPᵀ, before the wait, unless
+                    # pinned), so dSᵀ is made and stored while it runs
+                    if c.dp_pin:
+                        _pinned_wait(labels, w)
                     pack_p(list(s_acc), p_regs, dt)
-                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                    dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
+                    if c.dv_first:
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
+                    if not c.dp_pin:
+                        ptx.inst("wgmma.wait_group.sync.aligned", 1 if c.dv_first else 0)
+                    if c.dv_first:
+                        dscores_packed(p_regs, list(dp_acc), fcol, row_at(L.dpsum), dt)
+                    else:
+                        dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
                     pack_p(list(dp_acc), ds_regs, dt)
                     # dSᵀ into the slot's buffer: A-fragment register j of chunk kc holds keys
                     # r0 + 8 (j % 2), queries 16 kc + 8 (j // 2) + fcol and the next one;
@@ -293,8 +313,9 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("fence.proxy.async.shared::cta")
                     # dV once dSᵀ is stored (its registers free: issued before the stores,
                     # ptxas serializes the wgmmas, C7512), run under the exchange's barrier
-                    ptx.inst("wgmma.fence.sync.aligned")
-                    kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
+                    if not c.dv_first:
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
                     ptx.inst("bar.sync", *XBAR)
                     ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
                     dq = ahead.dq_acc(BM) if ahead else ptx.wgmma.accumulator(BM)
@@ -338,6 +359,22 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
     return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
+
+
+def _pinned_wait(labels, w) -> None:
+    """``dp_pin``: dPᵀ's ``wait_group 0`` in both arms of a ``bra.uni`` on ``w < 2``
+    (always true, unknown to ptxas), so it stays below Pᵀ's exponentials (ptxas
+    otherwise hoists it above them, and dPᵀ no longer overlaps them)."""
+    n = next(labels)
+    alt, done = ptx.new_label(f"dp_alt{n}"), ptx.new_label(f"dp_done{n}")
+    live = reg.scalar(pred)
+    ptx.inst.setp.lt.u32(live, w, 2)
+    ptx.bra(alt, pred=~live, uni=True)
+    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+    ptx.bra(done, uni=True)
+    ptx.place(alt)
+    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+    ptx.place(done)
 
 
 def _stage_t(regs, stage_w, warp, lw, fcol) -> None:

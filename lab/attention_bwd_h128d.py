@@ -9,13 +9,17 @@ consumer warpgroups (in lockstep through the dSᵀ exchange barrier) take their 
 exponentials, dSᵀ and its stores while the tensor pipe has nothing queued. Variants over
 each shape's plan row (:func:`lab.attention_bwd_short.run`):
 
-* ``uc``: ``uniform_cons`` (the full row's reference: the causal row has it already);
-* ``uc pin``: + ``dp_pin`` (the wait in both arms of a uniform branch, Pᵀ packed after
-  it: all 40 exponentials ahead of the wait; same arithmetic; causal keeps ``s_ahead`` 2);
-* ``uc dvf``: + ``dv_first`` (dV queued behind dPᵀ as soon as Pᵀ is packed, dSᵀ made
-  and stored under dV, from the packed Pᵀ); ``s_ahead`` off (with it ptxas serializes);
-* ``uc pin dvf``: both (the wait pinned, dV right behind it), ``s_ahead`` off;
-* ``pin``: ``dp_pin`` without ``uniform_cons`` (full mask only: which of the two matters).
+* ``uc``: ``uniform_cons`` (full only: the causal row has it, and ``s_ahead`` 2);
+* ``pin``: ``dp_pin`` (dPᵀ's wait in both arms of a uniform branch, Pᵀ packed after it:
+  all 40 exponentials ahead of the wait; same arithmetic), full only (without
+  ``uniform_cons``: which of the two matters);
+* ``uc pin``: both (causal: the row with ``dp_pin``);
+* ``uc pin sa2``: with ``s_ahead`` 2 and ``ahead_k`` too (full only: the causal row's
+  ``uc pin``);
+* ``uc dvf``: ``uniform_cons`` + ``dv_first`` (dV queued behind dPᵀ as soon as Pᵀ is
+  packed, dSᵀ made and stored under dV from the packed Pᵀ), without ``s_ahead``;
+* ``uc dvf sa2``: with ``s_ahead`` 2 and ``ahead_k`` (dQ then waits for dV: it takes Sᵀ's
+  registers; causal: the row with ``dv_first``).
 
 ptxas -v: 168 registers (240 by ``setmaxnreg``), no spills, no wgmma notice for any of
 them. S 1k, 4k, 16k, full and causal (B·S = 16k tokens, H = 16). Every variant checked
@@ -24,13 +28,15 @@ JSON to ``$OUT/attention_bwd_h128d_full.json`` and ``..._causal.json``; a table 
 variant's geometric mean over the plan's last, per mask."""
 from __future__ import annotations
 
-PLAIN = dict(s_ahead=0, ahead_k=False)       # (dv_first refuses s_ahead)
+PLAIN, AHEAD = dict(s_ahead=0, ahead_k=False), dict(s_ahead=2, ahead_k=True)
 VARIANTS = {"uc": dict(uniform_cons=True),
+            "pin": dict(dp_pin=True),
             "uc pin": dict(uniform_cons=True, dp_pin=True),
+            "uc pin sa2": dict(uniform_cons=True, dp_pin=True, **AHEAD),
             "uc dvf": dict(uniform_cons=True, dv_first=True, **PLAIN),
-            "uc pin dvf": dict(uniform_cons=True, dp_pin=True, dv_first=True, **PLAIN),
-            "pin": dict(dp_pin=True)}
-FULL_ONLY = ("uc", "pin")        # (the causal row has uniform_cons already)
+            "uc dvf sa2": dict(uniform_cons=True, dv_first=True, **AHEAD)}
+FULL_ONLY = ("uc", "pin", "uc pin sa2")     # (at causal: the plan, or uniform_cons off,
+                                             # or the same as "uc pin")
 GRID = [(s, 128, c) for s in (1024, 4096, 16384) for c in (False, True)]
 
 

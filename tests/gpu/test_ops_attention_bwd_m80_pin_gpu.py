@@ -17,9 +17,10 @@ from ptxdsl.ops.attention import attention_backward_reference, bwd_api
 
 pytestmark = NEEDS_GPU
 
-PLAIN = dict(s_ahead=0, ahead_k=False)
+PLAIN, AHEAD = dict(s_ahead=0, ahead_k=False), dict(s_ahead=2, ahead_k=True)
 VARIANTS = {"uc-pin": dict(uniform_cons=True, dp_pin=True),
             "uc-dvf": dict(uniform_cons=True, dv_first=True, **PLAIN),
+            "uc-dvf-sa2": dict(uniform_cons=True, dv_first=True, **AHEAD),
             "uc-pin-dvf": dict(uniform_cons=True, dp_pin=True, dv_first=True, **PLAIN),
             "pin": dict(dp_pin=True)}
 SHAPES = {"full": (517, 333, {}), "causal": (333, 517, dict(causal=True)),

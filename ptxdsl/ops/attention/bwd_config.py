@@ -163,12 +163,13 @@ class BwdConfig:
     consumer index (always taken one way, unknown to ptxas), and Pᵀ packed after it, so
     Pᵀ's exponentials run under dPᵀ: ptxas otherwise hoists the wait above all but a few
     of them (the forward's ``lazy_rescale`` finding), and the tensor pipe idles while
-    they run. Same arithmetic. ``dv_first`` (dq_swap, not s_ahead): dV += Pᵀ·dO issued
-    as soon as Pᵀ is packed (queued behind dPᵀ, whose issue then needs every
-    exponential first), dSᵀ made and stored while it runs, and dSᵀ = Pᵀ ∘ (dPᵀ - D)
-    with Pᵀ read back from its packed 16-bit registers (so its f32 registers die at the
-    packing: dV's A, dPᵀ and dK, dV fit in 240); with s_ahead ptxas serializes every
-    wgmma (C7512)."""
+    they run. Same arithmetic. ``dv_first`` (dq_swap): dV += Pᵀ·dO issued as soon as
+    Pᵀ is packed, queued behind dPᵀ (its issue needs every exponential, so they stay
+    under dPᵀ without a branch), dSᵀ made and stored while dV runs, and dSᵀ = Pᵀ ∘ (dPᵀ -
+    D) with Pᵀ read back from its packed 16-bit registers (its f32 registers die at the
+    packing, so dV's A, dPᵀ, dK and dV fit in 240: with f32 Pᵀ ptxas serializes, C7512);
+    with s_ahead, dQ (in Sᵀ's registers, where ptxas puts the packed Pᵀ) waits for dV
+    first."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -234,7 +235,8 @@ class BwdConfig:
                 f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
-                f"{'_uc' if c.uniform_cons else ''}{'_pin' if c.dp_pin else ''}{'_dvf' if c.dv_first else ''}")
+                f"{'_uc' if c.uniform_cons else ''}{'_pin' if c.dp_pin else ''}"
+                f"{'_dvf' if c.dv_first else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -326,9 +328,6 @@ class BwdConfig:
         if (self.dp_pin or self.dv_first) and not self.dq_swap:
             raise ValueError("dp_pin and dv_first reorder dq_swap's step (bwd_m80.py): they "
                              "need dq_swap")
-        if self.dv_first and self.s_ahead:
-            raise ValueError("dv_first with s_ahead makes ptxas serialize every wgmma "
-                             "(C7512): not both")
         if self.uniform_cons and self.wg2:
             raise ValueError("uniform_cons takes the consumer index from lane 0 in bwd.py's, "
                              "dq_swap's and wg3's kernels: not wg2's")

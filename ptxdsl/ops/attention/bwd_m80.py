@@ -318,6 +318,10 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
                     ptx.inst("bar.sync", *XBAR)
                     ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
+                    if c.dv_first and ahead:    # dV done (under dSᵀ and the barrier) before
+                        # dQ writes Sᵀ's registers, which ptxas gives dV's packed Pᵀ (else it
+                        # serializes every wgmma, C7512)
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
                     dq = ahead.dq_acc(BM) if ahead else ptx.wgmma.accumulator(BM)
                     ptx.inst("wgmma.fence.sync.aligned")
                     dq_swapped(dq, dt, base + L.k + w * (BN * ROW), ds_at)

@@ -30,16 +30,13 @@ WAIT0 = "wgmma.wait_group.sync.aligned 0;"
 
 
 def test_options_tag_and_refuse():
-    """The tags; both need dq_swap; dv_first refuses s_ahead (ptxas serializes: C7512),
-    dp_pin takes it."""
+    """The tags (with s_ahead too); both need dq_swap."""
     assert BwdConfig(**M80, dp_pin=True).tag.endswith("_pin")
     assert BwdConfig(**M80, dv_first=True).tag.endswith("_dvf")
-    assert "_sa2" in BwdConfig(**M80, dp_pin=True, s_ahead=2, ahead_k=True).tag
     for extra in (dict(dp_pin=True), dict(dv_first=True)):
+        assert "_sa2" in BwdConfig(**M80, **extra, s_ahead=2, ahead_k=True).tag
         with pytest.raises(ValueError, match="need dq_swap"):
             BwdConfig(stages=2, dq_tma=True, **extra)
-    with pytest.raises(ValueError, match="C7512"):
-        BwdConfig(**M80, dv_first=True, s_ahead=2)
 
 
 @pytest.mark.long
@@ -80,12 +77,16 @@ def _case(monkeypatch, c, b, hk, sq, sk, dtype=ml_dtypes.bfloat16, **kw):
     (dict(dp_pin=True, uniform_cons=True, s_ahead=2, ahead_k=True, lpt_units=8, **FIXED),
      1, 1, 100, 150, dict(causal=True)),
     (dict(dv_first=True), 1, 1, 100, 150, {}),
+    (dict(dv_first=True, uniform_cons=True, s_ahead=2, ahead_k=True, **FIXED), 1, 1, 100,
+     150, dict(causal=True)),
     (dict(dv_first=True, dp_pin=True, uniform_cons=True, **FIXED), 1, 1, 90, 300,
      dict(window_size=(10, 0)))],
-    ids=["pin-full", "pin-sa2-causal", "dvf-full", "dvf-pin-window-no-step"])
+    ids=["pin-full", "pin-sa2-causal", "dvf-full", "dvf-sa2-causal",
+         "dvf-pin-window-no-step"])
 def test_matches_float64(monkeypatch, extra, b, hk, sq, sk, kw):
     """Sq not a multiple of 80, two query heads a K/V head, the ring wrapping; the causal
-    row's options with dp_pin; a window leaving a key block without a step."""
+    row's options (s_ahead 2: the carried Sᵀ) with each; a window leaving a key block
+    without a step."""
     _case(monkeypatch, BwdConfig(**M80, **extra), b, hk, sq, sk, **kw)
 
 
@@ -97,16 +98,19 @@ def test_dv_first_f16_matches_float64(monkeypatch):
 
 
 def _step(sass: str) -> list[str]:
-    """The consumers' loop (the innermost backward branch's body holding the most
-    HGMMAs): its instructions, predicates dropped."""
+    """The consumers' loop (the shortest backward branch's body holding the most
+    HGMMAs, so not the heads' loop around it; the wait loops past the last EXIT left
+    out): its instructions, predicates dropped."""
     ins = [(int(a, 16), re.sub(r"^@!?U?P\w+\s+", "", body).strip()) for a, body in
            re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    end = max(a for a, b in ins if b == "EXIT")
     best = []
     for a, body in ins:
         m = re.search(r"BRA\s+0x([0-9a-f]+)", body)
-        if m and int(m.group(1), 16) < a:
+        if m and body.startswith("BRA") and a <= end and int(m.group(1), 16) < a:
             loop = [b for x, b in ins if int(m.group(1), 16) <= x <= a]
-            if sum("HGMMA" in b for b in loop) > sum("HGMMA" in b for b in best):
+            key = lambda x: (sum("HGMMA" in b for b in x), -len(x))
+            if not best or key(loop) > key(best):
                 best = loop
     return best
 
@@ -116,19 +120,20 @@ def _step(sass: str) -> list[str]:
 @pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0)], ids=["full", "causal"])
 def test_sass_runs_the_exponentials_under_dp(mask):
     """The full and causal rows' options (causal: s_ahead 2, lpt_units 8) with
-    uniform_cons, with and without dp_pin, dv_first (without s_ahead): no spills, no
-    wgmma notice (C75xx); in the step, without them ptxas puts dPᵀ's ``DEPBAR.LE gsb0,
-    0x0`` (the first after Sᵀ's ``0x1``) before most of the 40 ``MUFU.EX2`` (the
-    finding); dp_pin puts all 40 before it, dv_first all 40 before dV's first
-    ``HGMMA.64x128``."""
+    uniform_cons, with and without dp_pin, dv_first (with and without s_ahead): no
+    spills, no wgmma notice (C75xx); in the step, without them ptxas puts dPᵀ's
+    ``DEPBAR.LE gsb0, 0x0`` (the first after Sᵀ's ``0x1``) before most of the 40
+    ``MUFU.EX2`` (the finding); dp_pin puts all 40 before it, dv_first all 40 before
+    dV's first ``HGMMA.64x128``."""
     if not (toolchain.find_tool("cuobjdump") or toolchain.find_tool("nvdisasm")):
         pytest.skip("no SASS disassembler (cuobjdump, nvdisasm)")
     row = dict(M80, **FIXED, uniform_cons=True, **(
         dict(s_ahead=2, ahead_k=True, lpt_units=8) if mask.any else {}))
-    plain = dict(row, s_ahead=0, ahead_k=False)
+    other = dict(row, s_ahead=0, ahead_k=False) if mask.any else \
+        dict(row, s_ahead=2, ahead_k=True)
     cases = [(row, "wait", False), (dict(row, dp_pin=True), "wait", True),
-             (dict(plain, dv_first=True), "dv", True),
-             (dict(plain, dv_first=True, dp_pin=True), "wait", True)]
+             (dict(row, dv_first=True), "dv", True), (dict(other, dv_first=True), "dv", True),
+             (dict(row, dv_first=True, dp_pin=True), "wait", True)]
     for cfg, mark, all_before in cases:
         k = build_backward_m80(BwdConfig(**cfg), bf16, 128, mask, scale=0.088)
         r = resources_or_skip(k)

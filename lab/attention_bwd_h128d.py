@@ -10,16 +10,17 @@ exponentials, dSᵀ and its stores while the tensor pipe has nothing queued. Var
 each shape's plan row (:func:`lab.attention_bwd_short.run`):
 
 * ``uc``: ``uniform_cons`` (full only: the causal row has it, and ``s_ahead`` 2);
-* ``pin``: ``dp_pin`` (dPᵀ's wait in both arms of a uniform branch, Pᵀ packed after it:
-  all 40 exponentials ahead of the wait; same arithmetic), full only (without
-  ``uniform_cons``: which of the two matters);
-* ``uc pin``: both (causal: the row with ``dp_pin``);
+* ``uc pin``: + ``dp_pin`` (dPᵀ's wait in both arms of a uniform branch, Pᵀ packed after
+  it: all 40 exponentials ahead of the wait; same arithmetic; causal: the row with it);
 * ``uc pin sa2``: with ``s_ahead`` 2 and ``ahead_k`` too (full only: the causal row's
   ``uc pin``);
 * ``uc dvf``: ``uniform_cons`` + ``dv_first`` (dV queued behind dPᵀ as soon as Pᵀ is
   packed, dSᵀ made and stored under dV from the packed Pᵀ), without ``s_ahead``;
 * ``uc dvf sa2``: with ``s_ahead`` 2 and ``ahead_k`` (dQ then waits for dV: it takes Sᵀ's
-  registers; causal: the row with ``dv_first``).
+  registers; causal: the row with ``dv_first``);
+* ``uc dvf sa2 dqb``: and ``dq_batch`` (the dQ writer issues both warpgroups' adds before
+  waiting for the first's reads, as FlashAttention-4's sm90 writer: a faster step meets
+  the writer sooner).
 
 ptxas -v: 168 registers (240 by ``setmaxnreg``), no spills, no wgmma notice for any of
 them. S 1k, 4k, 16k, full and causal (B·S = 16k tokens, H = 16). Every variant checked
@@ -30,13 +31,12 @@ from __future__ import annotations
 
 PLAIN, AHEAD = dict(s_ahead=0, ahead_k=False), dict(s_ahead=2, ahead_k=True)
 VARIANTS = {"uc": dict(uniform_cons=True),
-            "pin": dict(dp_pin=True),
             "uc pin": dict(uniform_cons=True, dp_pin=True),
             "uc pin sa2": dict(uniform_cons=True, dp_pin=True, **AHEAD),
             "uc dvf": dict(uniform_cons=True, dv_first=True, **PLAIN),
-            "uc dvf sa2": dict(uniform_cons=True, dv_first=True, **AHEAD)}
-FULL_ONLY = ("uc", "pin", "uc pin sa2")     # (at causal: the plan, or uniform_cons off,
-                                             # or the same as "uc pin")
+            "uc dvf sa2": dict(uniform_cons=True, dv_first=True, **AHEAD),
+            "uc dvf sa2 dqb": dict(uniform_cons=True, dv_first=True, dq_batch=True, **AHEAD)}
+FULL_ONLY = ("uc", "uc pin sa2")     # (at causal: the plan, the same as "uc pin")
 GRID = [(s, 128, c) for s in (1024, 4096, 16384) for c in (False, True)]
 
 

@@ -78,9 +78,9 @@ S 1k, 4k, 16k causal and full, timed interleaved (:mod:`lab.attention_bwd_h64c`)
 before each wgmma) beside each head dim's plan row, S 1k, 4k, 16k full and causal, timed
 interleaved (:mod:`lab.attention_bwd_bwdu`).
 ``--set h128d``: head dim 128's step with Pᵀ's exponentials under dPᵀ (``dp_pin``, the
-wait pinned below them; ``dv_first``, dV queued behind dPᵀ) with and without
-``uniform_cons``, beside the plan rows, S 1k, 4k, 16k full and causal, timed interleaved
-(:mod:`lab.attention_bwd_h128d`).
+wait pinned below them; ``dv_first``, dV queued behind dPᵀ), with ``uniform_cons``, with
+and without ``s_ahead``, and the batched dQ writer (``dq_batch``), beside the plan rows,
+S 1k, 4k, 16k full and causal, timed interleaved (:mod:`lab.attention_bwd_h128d`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to

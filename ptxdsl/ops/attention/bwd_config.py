@@ -169,7 +169,10 @@ class BwdConfig:
     D) with Pᵀ read back from its packed 16-bit registers (its f32 registers die at the
     packing, so dV's A, dPᵀ, dK and dV fit in 240: with f32 Pᵀ ptxas serializes, C7512);
     with s_ahead, dQ (in Sᵀ's registers, where ptxas puts the packed Pᵀ) waits for dV
-    first."""
+    first. ``dq_batch`` (dq_swap, default mode): the dQ writer warp issues both
+    warpgroups' reduce-adds of a step before waiting for the first's reads
+    (FlashAttention-4's sm90 writer), rather than waiting for each before taking the
+    next stage."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -211,6 +214,7 @@ class BwdConfig:
     uniform_cons: bool = False
     dp_pin: bool = False
     dv_first: bool = False
+    dq_batch: bool = False
 
     @property
     def tag(self) -> str:
@@ -236,7 +240,7 @@ class BwdConfig:
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_pin' if c.dp_pin else ''}"
-                f"{'_dvf' if c.dv_first else ''}")
+                f"{'_dvf' if c.dv_first else ''}{'_dqb' if c.dq_batch else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -325,9 +329,9 @@ class BwdConfig:
         if self.wg3_fence1 and not self.wg3:
             raise ValueError("wg3_fence1 drops the writers' proxy fence of wg3's P and dS "
                              "exchanges: it needs wg3")
-        if (self.dp_pin or self.dv_first) and not self.dq_swap:
-            raise ValueError("dp_pin and dv_first reorder dq_swap's step (bwd_m80.py): they "
-                             "need dq_swap")
+        if (self.dp_pin or self.dv_first or self.dq_batch) and not self.dq_swap:
+            raise ValueError("dp_pin, dv_first and dq_batch reorder dq_swap's step "
+                             "(bwd_m80.py): they need dq_swap")
         if self.uniform_cons and self.wg2:
             raise ValueError("uniform_cons takes the consumer index from lane 0 in bwd.py's, "
                              "dq_swap's and wg3's kernels: not wg2's")

@@ -230,7 +230,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ring.advance()
             with ptx.if_((tid >> 5) == 1):      # warp 1: dQ's reduce-adds
                 _writer(tid & 31, tdq, base + L.dqs, L.wg_stage, hk, group, batch,
-                        m_range, c.dq_exit_read,
+                        m_range, c.dq_exit_read, c.dq_batch,
                         det=(sem, nb, off, mask, labels, desc, nh,
                              c.det_poll and (lambda: base + L.total))
                         if deterministic else None)
@@ -395,12 +395,14 @@ def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
 
 
 def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
-            exit_read: bool = False, det=None) -> None:
+            exit_read: bool = False, batch_adds: bool = False, det=None) -> None:
     """Warp 1 of the producer: each step, each warpgroup's staged 80 x 64 dQ added by two
     80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box); at the end
-    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`). ``det``:
-    ``(sem, nb, off, mask, labels, desc, nh, poll)``, the row block's turns taken around
-    the adds by :func:`.bwd_detpipe.det_step`."""
+    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`).
+    ``batch_adds`` (``dq_batch``): both warpgroups' adds issued before waiting for the
+    first's reads (one bulk group each, read in order), not each waited for before the
+    next stage is taken. ``det``: ``(sem, nb, off, mask, labels, desc, nh, poll)``, the
+    row block's turns taken around the adds by :func:`.bwd_detpipe.det_step`."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
     if det and det[-1]:      # det_poll: nothing read ahead of the first step
@@ -424,7 +426,13 @@ def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
                     ptx.inst("fence.proxy.async.shared::cta")
                     add(w)
                     ptx.inst("cp.async.bulk.commit_group")
-                    ptx.inst("cp.async.bulk.wait_group.read", 0)
+                    if not batch_adds:
+                        ptx.inst("cp.async.bulk.wait_group.read", 0)
+                if not batch_adds:
+                    ptx.inst("bar.arrive", EMPTY + w, THREADS)
+            for w in range(2 if batch_adds else 0):   # (groups are read in order)
+                with ptx.if_(lane == 0):
+                    ptx.inst("cp.async.bulk.wait_group.read", 1 - w)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
     with ptx.if_(lane == 0):
         ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)

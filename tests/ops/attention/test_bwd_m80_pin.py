@@ -1,7 +1,8 @@
-"""``BwdConfig.dp_pin`` and ``dv_first`` in the 80-query tile (:mod:`ptxdsl.ops.attention.
-bwd_m80`): where Pᵀ's exponentials run. ptxas hoists the plain step's dPᵀ ``wait_group 0``
+"""``BwdConfig.dp_pin``, ``dv_first`` (and ``dq_batch``) in the 80-query tile
+(:mod:`ptxdsl.ops.attention.bwd_m80`): where Pᵀ's exponentials run. ptxas hoists the plain step's dPᵀ ``wait_group 0``
 above nearly all of them; ``dp_pin`` keeps it below with a branch, ``dv_first`` queues dV
-behind dPᵀ once Pᵀ is packed (dSᵀ from the packed Pᵀ). What they accept and emit, the CPU
+behind dPᵀ once Pᵀ is packed (dSᵀ from the packed Pᵀ); ``dq_batch``'s writer issues both
+warpgroups' adds before waiting for reads. What they accept and emit, the CPU
 interpreter's dq, dk, dv against float64 (ragged, GQA, masks, f16's unpacking), and ptxas
 -v with the SASS of the step: every ``MUFU.EX2`` ahead of the wait (or of dV)."""
 from __future__ import annotations
@@ -30,10 +31,11 @@ WAIT0 = "wgmma.wait_group.sync.aligned 0;"
 
 
 def test_options_tag_and_refuse():
-    """The tags (with s_ahead too); both need dq_swap."""
+    """The tags (with s_ahead too); all three need dq_swap."""
     assert BwdConfig(**M80, dp_pin=True).tag.endswith("_pin")
     assert BwdConfig(**M80, dv_first=True).tag.endswith("_dvf")
-    for extra in (dict(dp_pin=True), dict(dv_first=True)):
+    assert BwdConfig(**M80, dq_batch=True).tag.endswith("_dqb")
+    for extra in (dict(dp_pin=True), dict(dv_first=True), dict(dq_batch=True)):
         assert "_sa2" in BwdConfig(**M80, **extra, s_ahead=2, ahead_k=True).tag
         with pytest.raises(ValueError, match="need dq_swap"):
             BwdConfig(stages=2, dq_tma=True, **extra)
@@ -43,7 +45,8 @@ def test_options_tag_and_refuse():
 def test_emits_the_pinned_wait_and_dv_ahead_of_the_stores():
     """dp_pin: the step's dPᵀ wait twice, one each arm of a ``bra.uni``, after the last
     ``ex2`` and before the first ``cvt`` packing Pᵀ; dv_first: dV's five wgmmas before
-    dSᵀ's 20 ``st.shared.b32`` (after them without it) and ``and``/``shl`` unpacking Pᵀ."""
+    dSᵀ's 20 ``st.shared.b32`` (after them without it) and ``and``/``shl`` unpacking Pᵀ;
+    dq_batch: the writer waits for its first group's reads, then the second's."""
     text = lambda **x: [ln.strip() for ln in build_backward_m80(
         BwdConfig(**M80, **x), bf16, 128, scale=0.1).ptx().splitlines()]
     pin = text(dp_pin=True)
@@ -59,6 +62,10 @@ def test_emits_the_pinned_wait_and_dv_ahead_of_the_stores():
         st = [i for i, s in enumerate(ln) if s.startswith("st.shared.b32")][0]
         assert (dv < st) == before
     assert sum(s.startswith(("and.b32", "shl.b32")) for s in text(dv_first=True)) >= 40
+    # dq_batch: the writer's two adds, then the reads of the first, then of the second
+    reads = [s for s in text(dq_batch=True) if s.startswith("cp.async.bulk.wait_group")]
+    assert reads[:2] == ["cp.async.bulk.wait_group.read 1;",
+                         "cp.async.bulk.wait_group.read 0;"], reads
 
 
 def _case(monkeypatch, c, b, hk, sq, sk, dtype=ml_dtypes.bfloat16, **kw):
@@ -77,16 +84,17 @@ def _case(monkeypatch, c, b, hk, sq, sk, dtype=ml_dtypes.bfloat16, **kw):
     (dict(dp_pin=True, uniform_cons=True, s_ahead=2, ahead_k=True, lpt_units=8, **FIXED),
      1, 1, 100, 150, dict(causal=True)),
     (dict(dv_first=True), 1, 1, 100, 150, {}),
-    (dict(dv_first=True, uniform_cons=True, s_ahead=2, ahead_k=True, **FIXED), 1, 1, 100,
-     150, dict(causal=True)),
+    (dict(dv_first=True, uniform_cons=True, s_ahead=2, ahead_k=True, dq_batch=True,
+          **FIXED), 1, 1, 100, 150, dict(causal=True)),
     (dict(dv_first=True, dp_pin=True, uniform_cons=True, **FIXED), 1, 1, 90, 300,
      dict(window_size=(10, 0)))],
-    ids=["pin-full", "pin-sa2-causal", "dvf-full", "dvf-sa2-causal",
+    ids=["pin-full", "pin-sa2-causal", "dvf-full", "dvf-sa2-dqb-causal",
          "dvf-pin-window-no-step"])
 def test_matches_float64(monkeypatch, extra, b, hk, sq, sk, kw):
     """Sq not a multiple of 80, two query heads a K/V head, the ring wrapping; the causal
-    row's options (s_ahead 2: the carried Sᵀ) with each; a window leaving a key block
-    without a step."""
+    row's options (s_ahead 2: the carried Sᵀ) with each, dq_batch's writer (the
+    interpreter fails a stage rewritten before its add has read it); a window leaving a
+    key block without a step."""
     _case(monkeypatch, BwdConfig(**M80, **extra), b, hk, sq, sk, **kw)
 
 

@@ -18,9 +18,10 @@ each shape's plan row (:func:`lab.attention_bwd_short.run`):
   packed, dSᵀ made and stored under dV from the packed Pᵀ), without ``s_ahead``;
 * ``uc dvf sa2``: with ``s_ahead`` 2 and ``ahead_k`` (dQ then waits for dV: it takes Sᵀ's
   registers; causal: the row with ``dv_first``);
-* ``uc dvf sa2 dqb``: and ``dq_batch`` (the dQ writer issues both warpgroups' adds before
-  waiting for the first's reads, as FlashAttention-4's sm90 writer: a faster step meets
-  the writer sooner).
+* ``uc dvf sa2 dqb xf1``: and ``dq_batch`` (the dQ writer issues both warpgroups' adds
+  before waiting for the first's reads, as FlashAttention-4's sm90 writer: a faster step
+  meets the writer sooner) and ``ds_fence1`` (no reader-side proxy fence, a
+  ``MEMBAR.ALL.CTA``, between the exchange barrier and dQ's issue: FA4's exchange).
 
 ptxas -v: 168 registers (240 by ``setmaxnreg``), no spills, no wgmma notice for any of
 them. S 1k, 4k, 16k, full and causal (B·S = 16k tokens, H = 16). Every variant checked
@@ -35,7 +36,8 @@ VARIANTS = {"uc": dict(uniform_cons=True),
             "uc pin sa2": dict(uniform_cons=True, dp_pin=True, **AHEAD),
             "uc dvf": dict(uniform_cons=True, dv_first=True, **PLAIN),
             "uc dvf sa2": dict(uniform_cons=True, dv_first=True, **AHEAD),
-            "uc dvf sa2 dqb": dict(uniform_cons=True, dv_first=True, dq_batch=True, **AHEAD)}
+            "uc dvf sa2 dqb xf1": dict(uniform_cons=True, dv_first=True, dq_batch=True,
+                                       ds_fence1=True, **AHEAD)}
 FULL_ONLY = ("uc", "uc pin sa2")     # (at causal: the plan, the same as "uc pin")
 GRID = [(s, 128, c) for s in (1024, 4096, 16384) for c in (False, True)]
 

@@ -1,9 +1,10 @@
 """lab/attention_bwd_plans.py --set h128d's variants (``BwdConfig.dp_pin``: dPᵀ's wait
 pinned below Pᵀ's exponentials; ``dv_first``: dV queued behind dPᵀ, dSᵀ from the packed
-Pᵀ; ``dq_batch``: the writer's two adds before their reads) over head dim 128's 80-query plan rows, on an sm_90 GPU: dq, dk, dv against the
-float64 reference (max error <= 3e-2 of the largest value, bf16 and f16), ragged, GQA,
-full, causal and window masks, a CTA with no step; repeat calls agree; against SDPA's
-gradients at S = 1k."""
+Pᵀ; ``dq_batch``: the writer's two adds before their reads; ``ds_fence1``: the exchange's
+writers' proxy fence only) over head dim 128's 80-query plan rows, on an sm_90 GPU: dq,
+dk, dv against the float64 reference (max error <= 3e-2 of the largest value, bf16 and
+f16), ragged, GQA, full, causal and window masks, a CTA with no step; repeat calls agree;
+against SDPA's gradients at S = 1k."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,7 +23,8 @@ VARIANTS = {"uc-pin": dict(uniform_cons=True, dp_pin=True),
             "uc-dvf": dict(uniform_cons=True, dv_first=True, **PLAIN),
             "uc-dvf-sa2": dict(uniform_cons=True, dv_first=True, **AHEAD),
             "uc-pin-dvf": dict(uniform_cons=True, dp_pin=True, dv_first=True, **PLAIN),
-            "uc-dvf-sa2-dqb": dict(uniform_cons=True, dv_first=True, dq_batch=True, **AHEAD),
+            "uc-dvf-sa2-dqb-xf1": dict(uniform_cons=True, dv_first=True, dq_batch=True,
+                                       ds_fence1=True, **AHEAD),
             "pin": dict(dp_pin=True)}
 SHAPES = {"full": (517, 333, {}), "causal": (333, 517, dict(causal=True)),
           "short": (79, 1100, {}), "window": (700, 700, dict(window_size=(100, 20))),

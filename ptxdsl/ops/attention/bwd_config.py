@@ -172,7 +172,10 @@ class BwdConfig:
     first. ``dq_batch`` (dq_swap, default mode): the dQ writer warp issues both
     warpgroups' reduce-adds of a step before waiting for the first's reads
     (FlashAttention-4's sm90 writer), rather than waiting for each before taking the
-    next stage."""
+    next stage. ``ds_fence1`` (dq_swap): one proxy fence a thread for the dSᵀ exchange,
+    the writers' before the barrier (CUTLASS's and FA4's pattern), not also the
+    readers' after it: one ``MEMBAR.ALL.CTA`` fewer between the barrier and dQ's
+    issue."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -215,6 +218,7 @@ class BwdConfig:
     dp_pin: bool = False
     dv_first: bool = False
     dq_batch: bool = False
+    ds_fence1: bool = False
 
     @property
     def tag(self) -> str:
@@ -240,7 +244,8 @@ class BwdConfig:
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_pin' if c.dp_pin else ''}"
-                f"{'_dvf' if c.dv_first else ''}{'_dqb' if c.dq_batch else ''}")
+                f"{'_dvf' if c.dv_first else ''}{'_dqb' if c.dq_batch else ''}"
+                f"{'_xf1' if c.ds_fence1 else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -329,9 +334,10 @@ class BwdConfig:
         if self.wg3_fence1 and not self.wg3:
             raise ValueError("wg3_fence1 drops the writers' proxy fence of wg3's P and dS "
                              "exchanges: it needs wg3")
-        if (self.dp_pin or self.dv_first or self.dq_batch) and not self.dq_swap:
-            raise ValueError("dp_pin, dv_first and dq_batch reorder dq_swap's step "
-                             "(bwd_m80.py): they need dq_swap")
+        if (self.dp_pin or self.dv_first or self.dq_batch or self.ds_fence1) and \
+                not self.dq_swap:
+            raise ValueError("dp_pin, dv_first, dq_batch and ds_fence1 reorder dq_swap's "
+                             "step (bwd_m80.py): they need dq_swap")
         if self.uniform_cons and self.wg2:
             raise ValueError("uniform_cons takes the consumer index from lane 0 in bwd.py's, "
                              "dq_swap's and wg3's kernels: not wg2's")

@@ -317,7 +317,9 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ptx.inst("wgmma.fence.sync.aligned")
                         kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
                     ptx.inst("bar.sync", *XBAR)
-                    ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
+                    if not c.ds_fence1:    # (ds_fence1: the writers' fence before the
+                        # barrier orders them, as CUTLASS's and FA4's sm90 exchanges do)
+                        ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
                     if c.dv_first and ahead:    # dV done (under dSᵀ and the barrier) before
                         # dQ writes Sᵀ's registers, which ptxas gives dV's packed Pᵀ (else it
                         # serializes every wgmma, C7512)

@@ -1,10 +1,11 @@
-"""``BwdConfig.dp_pin``, ``dv_first`` (and ``dq_batch``) in the 80-query tile
-(:mod:`ptxdsl.ops.attention.bwd_m80`): where Pᵀ's exponentials run. ptxas hoists the plain step's dPᵀ ``wait_group 0``
-above nearly all of them; ``dp_pin`` keeps it below with a branch, ``dv_first`` queues dV
-behind dPᵀ once Pᵀ is packed (dSᵀ from the packed Pᵀ); ``dq_batch``'s writer issues both
-warpgroups' adds before waiting for reads. What they accept and emit, the CPU
-interpreter's dq, dk, dv against float64 (ragged, GQA, masks, f16's unpacking), and ptxas
--v with the SASS of the step: every ``MUFU.EX2`` ahead of the wait (or of dV)."""
+"""``BwdConfig.dp_pin``, ``dv_first`` (and ``dq_batch``, ``ds_fence1``) in the 80-query
+tile (:mod:`ptxdsl.ops.attention.bwd_m80`): where Pᵀ's exponentials run. ptxas hoists the
+plain step's dPᵀ ``wait_group 0`` above nearly all of them; ``dp_pin`` keeps it below
+with a branch, ``dv_first`` queues dV behind dPᵀ once Pᵀ is packed (dSᵀ from the packed
+Pᵀ); ``dq_batch``'s writer issues both warpgroups' adds before waiting for reads;
+``ds_fence1`` drops the exchange readers' proxy fence. What they accept and emit, the
+CPU interpreter's dq, dk, dv against float64 (ragged, GQA, masks, f16's unpacking), and
+ptxas -v with the SASS of the step: every ``MUFU.EX2`` ahead of the wait (or of dV)."""
 from __future__ import annotations
 
 import re
@@ -31,11 +32,13 @@ WAIT0 = "wgmma.wait_group.sync.aligned 0;"
 
 
 def test_options_tag_and_refuse():
-    """The tags (with s_ahead too); all three need dq_swap."""
+    """The tags (with s_ahead too); all four need dq_swap."""
     assert BwdConfig(**M80, dp_pin=True).tag.endswith("_pin")
     assert BwdConfig(**M80, dv_first=True).tag.endswith("_dvf")
     assert BwdConfig(**M80, dq_batch=True).tag.endswith("_dqb")
-    for extra in (dict(dp_pin=True), dict(dv_first=True), dict(dq_batch=True)):
+    assert BwdConfig(**M80, ds_fence1=True).tag.endswith("_xf1")
+    for extra in (dict(dp_pin=True), dict(dv_first=True), dict(dq_batch=True),
+                  dict(ds_fence1=True)):
         assert "_sa2" in BwdConfig(**M80, **extra, s_ahead=2, ahead_k=True).tag
         with pytest.raises(ValueError, match="need dq_swap"):
             BwdConfig(stages=2, dq_tma=True, **extra)
@@ -46,7 +49,8 @@ def test_emits_the_pinned_wait_and_dv_ahead_of_the_stores():
     """dp_pin: the step's dPᵀ wait twice, one each arm of a ``bra.uni``, after the last
     ``ex2`` and before the first ``cvt`` packing Pᵀ; dv_first: dV's five wgmmas before
     dSᵀ's 20 ``st.shared.b32`` (after them without it) and ``and``/``shl`` unpacking Pᵀ;
-    dq_batch: the writer waits for its first group's reads, then the second's."""
+    ds_fence1: one proxy fence around the exchange barrier, not two; dq_batch: the
+    writer waits for its first group's reads, then the second's."""
     text = lambda **x: [ln.strip() for ln in build_backward_m80(
         BwdConfig(**M80, **x), bf16, 128, scale=0.1).ptx().splitlines()]
     pin = text(dp_pin=True)
@@ -62,6 +66,13 @@ def test_emits_the_pinned_wait_and_dv_ahead_of_the_stores():
         st = [i for i, s in enumerate(ln) if s.startswith("st.shared.b32")][0]
         assert (dv < st) == before
     assert sum(s.startswith(("and.b32", "shl.b32")) for s in text(dv_first=True)) >= 40
+    # ds_fence1: the exchange barrier's readers do not fence again (the writers did)
+    for x, after in (({}, True), (dict(ds_fence1=True), False)):
+        ln = text(**x)
+        bar = ln.index("bar.sync 3, 256;")
+        last_st = max(i for i in range(bar) if ln[i].startswith("st.shared.b32"))
+        assert any(s.startswith("fence.proxy.async") for s in ln[last_st:bar])
+        assert ln[bar + 1].startswith("fence.proxy.async") == after
     # dq_batch: the writer's two adds, then the reads of the first, then of the second
     reads = [s for s in text(dq_batch=True) if s.startswith("cp.async.bulk.wait_group")]
     assert reads[:2] == ["cp.async.bulk.wait_group.read 1;",
@@ -85,10 +96,10 @@ def _case(monkeypatch, c, b, hk, sq, sk, dtype=ml_dtypes.bfloat16, **kw):
      1, 1, 100, 150, dict(causal=True)),
     (dict(dv_first=True), 1, 1, 100, 150, {}),
     (dict(dv_first=True, uniform_cons=True, s_ahead=2, ahead_k=True, dq_batch=True,
-          **FIXED), 1, 1, 100, 150, dict(causal=True)),
+          ds_fence1=True, **FIXED), 1, 1, 100, 150, dict(causal=True)),
     (dict(dv_first=True, dp_pin=True, uniform_cons=True, **FIXED), 1, 1, 90, 300,
      dict(window_size=(10, 0)))],
-    ids=["pin-full", "pin-sa2-causal", "dvf-full", "dvf-sa2-dqb-causal",
+    ids=["pin-full", "pin-sa2-causal", "dvf-full", "dvf-sa2-dqb-xf1-causal",
          "dvf-pin-window-no-step"])
 def test_matches_float64(monkeypatch, extra, b, hk, sq, sk, kw):
     """Sq not a multiple of 80, two query heads a K/V head, the ring wrapping; the causal

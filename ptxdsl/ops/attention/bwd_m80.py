@@ -311,8 +311,9 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                                 halves[j // 2], kc * DS_PANEL + (j % 2) * 8 * 2 * QP),
                                 ds_regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
-                    # dV once dSᵀ is stored (its registers free: issued before the stores,
-                    # ptxas serializes the wgmmas, C7512), run under the exchange's barrier
+                    # dV once dSᵀ is stored (its registers free: issued before the stores
+                    # with Pᵀ's f32 still live, ptxas serializes the wgmmas, C7512; dv_first
+                    # reads Pᵀ back from the packed registers), run under the barrier
                     if not c.dv_first:
                         ptx.inst("wgmma.fence.sync.aligned")
                         kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)

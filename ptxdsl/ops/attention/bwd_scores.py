@@ -136,7 +136,9 @@ def dscores(p, dp, caps, fcol, d_at) -> None:
 def dscores_packed(p_regs, dp, fcol, d_at, dtype_name: str) -> None:
     """dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ - D) in place with Pᵀ read back from its packed 16-bit A
     registers (:func:`.softmax.pack_p`'s ``p_regs``), so Pᵀ's f32 registers die at the
-    packing (``BwdConfig.dv_first``: dV reads the packed Pᵀ while dSᵀ is made)."""
+    packing (``BwdConfig.dv_first``: dV reads the packed Pᵀ while dSᵀ is made; these
+    are reads of an in-flight wgmma's A registers, which PTX leaves undefined and ptxas
+    emits without a wait: only reads, never writes, so confirmed on the GPU)."""
     src = {}
     for regs, chunk in zip(p_regs, _a_order(2 * len(dp))):
         for d, pair in zip(regs, chunk):

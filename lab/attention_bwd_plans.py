@@ -81,6 +81,10 @@ interleaved (:mod:`lab.attention_bwd_bwdu`).
 ``dkv_stage``, with ``pair_max`` 32) beside head dim 64's plan row, S 1k, 4k, 16k causal and
 full, then the deterministic row with ``dk_last`` (and ``s_ahead`` 2) beside the
 deterministic and default rows, timed interleaved (:mod:`lab.attention_bwd_pair`).
+``--set h128d``: head dim 128's step with Pᵀ's exponentials under dPᵀ (``dp_pin``, the
+wait pinned below them; ``dv_first``, dV queued behind dPᵀ), with ``uniform_cons``, with
+and without ``s_ahead``, and the batched dQ writer (``dq_batch``), beside the plan rows,
+S 1k, 4k, 16k full and causal, timed interleaved (:mod:`lab.attention_bwd_h128d`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
@@ -88,7 +92,7 @@ the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
         h192b|h64b|h192c|detpipe|ahead|m80|short|det2|h192f|h128c|h64c|
-        h192m|bwdu|pair]
+        h192m|bwdu|pair|h128d]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -114,7 +118,8 @@ def main() -> None:
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
                                           "det", "h128b", "h192b", "h64b", "h192c",
                                           "detpipe", "ahead", "m80", "short", "det2", "h192f",
-                                          "h128c", "h64c", "h192m", "bwdu", "pair"),
+                                          "h128c", "h64c", "h192m", "bwdu", "pair",
+                                          "h128d"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
@@ -154,6 +159,9 @@ def main() -> None:
     if which == "bwdu":           # (its own module: uniform_cons at every head dim)
         from lab.attention_bwd_bwdu import HEAD_DIMS, run
         return run(head_dims=[int(x) for x in args.heads.split(",")] if args.heads else HEAD_DIMS)
+    if which == "h128d":          # (its own module: head dim 128's exponentials under dPᵀ)
+        from lab.attention_bwd_h128d import run
+        return run()
     tma = dict(stages=2, dq_tma=True)
     if which == "tma":
         variants = {"red s2": BwdConfig(stages=2), "tma s2": BwdConfig(**tma),

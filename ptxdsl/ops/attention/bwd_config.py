@@ -260,7 +260,7 @@ class BwdConfig:
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
                 f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
-                f"{'_uc' if c.uniform_cons else ''}{'_pin' if c.dp_pin else ''}"
+                f"{'_pin' if c.dp_pin else ''}"
                 f"{'_dvf' if c.dv_first else ''}{'_dqb' if c.dq_batch else ''}"
                 f"{'_xf1' if c.ds_fence1 else ''}")
 

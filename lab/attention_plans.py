@@ -19,7 +19,7 @@ candidates not reached by then are skipped.
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
         [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc,fwdu,
-               fwdq,fwd1k,fwdts,fwdts16]
+               fwdq,fwd1k,fwdts,fwdts16,fwdts1k,fwdts16b]
         [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
@@ -29,8 +29,9 @@ as strings); ``--set`` named sets of :data:`SETS`, run one after another in one 
 (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
 sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
 ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
-``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``, ``fwdts``, ``fwdts16``: the shapes where
-ptxdsl trails FA4, each with its own shapes and H / Hkv, the current plans row first). ``--fa4``:
+``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``, ``fwdts``, ``fwdts16``, ``fwdts1k``,
+``fwdts16b``: the shapes where ptxdsl trails FA4, each with its own shapes and H / Hkv, the
+current plans row first). ``--fa4``:
 FlashAttention-4 (``flash_attn.cute``, where installed) is timed beside the candidates of
 each shape, as a row of layout ``fa4``.
 """
@@ -190,6 +191,9 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # puts after the epilogue, then hits L2, not HBM).
 # Every candidate fits shared memory and compiles without spills or serialized wgmmas
 # (test_fwd_candidates.py).
+# ``fwdts1k``: the same at 1k (hd64's rows; hd128's causal 1k row has the TMA store, not
+# the wait once a CTA); ``fwdts16b``: hd128's 16k full row with O in Q's buffer, and the
+# 128-key row below 16k (with the TMA store now) at 16k.
 # ``fwdts`` / ``fwdts16``: fwd1k's winners on the rows it did not reach: the TMA-store
 # epilogue waited once a CTA on head dim 64 (4k, 16k), O staged in Q's buffer on head dim
 # 128's 176-key 16k full row and on head dim 256's 16k rows (full, and causal above 4k).
@@ -313,6 +317,12 @@ SETS = {
         128: [_PLAN, dict(_PLAN, **_OQ1, causal=False)],     # (176 keys + a staging buffer:
         # 246,784 bytes, over the 232,448 an H200 allows; the first run's LaunchError)
         256: [_PLAN, dict(_PLAN, **_OQ)]}},
+    "fwdts1k": {"seqs": [1024], "candidates": {
+        64: [_PLAN, dict(_PLAN, **_W1), dict(_PLAN, **_OQ1)],
+        128: [_PLAN, dict(_PLAN, store_wait_once=True, causal=True)]}},
+    "fwdts16b": {"seqs": [16384], "masks": [False], "candidates": {128: [
+        _PLAN, dict(_PLAN, **_OQ1),
+        dict(block_n=128, uniform_cons=True, **_PL, **_W1)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),

@@ -70,8 +70,8 @@ def test_every_plan_row_fits_and_cites_its_source():
 
 def test_bounded_rows_hold_only_within_their_key_lengths():
     """hd256 causal: head sections up to 4k keys, not at 16k, nor when the length is not
-    given (varlen); the windowed mask keeps the general row. hd128 full: 176 keys a block
-    from 16k keys only."""
+    given (varlen); the windowed mask keeps the general row. hd128 causal: the 1k row (head
+    sections) up to 1024 keys, the q_double row from 1025."""
     causal = Mask(-1, 0)
     assert choose(256, "bf16", causal, seqlen=1024).head_sections
     assert choose(256, "bf16", causal, seqlen=4096).head_sections
@@ -79,10 +79,10 @@ def test_bounded_rows_hold_only_within_their_key_lengths():
     assert not choose(256, "bf16", causal).head_sections
     assert not choose(256, "bf16", Mask(16, 0), seqlen=512).head_sections
     assert all(r.get("max_seqlen", 1) > 0 for r in rows())
-    full = Mask()
-    assert choose(128, "bf16", full, seqlen=16384).block_n == 176
-    assert choose(128, "bf16", full, seqlen=4096).block_n == 128
-    assert choose(128, "bf16", full).block_n == 128
+    c1k, c4k = (choose(128, "bf16", causal, seqlen=n) for n in (1024, 1025))
+    assert c1k.head_sections and not c1k.q_double
+    assert c4k.q_double and not c4k.head_sections
+    assert choose(128, "bf16", causal).q_double is False   # varlen: the unbounded row
 
 
 def test_ptx_has_the_pipeline():

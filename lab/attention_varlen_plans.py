@@ -1,5 +1,5 @@
 """Varlen forward configs on the current GPU (issue #49: varlen causal at 16 / 16 heads ran
-0.88× FlashAttention-4, 372 against 422 TFLOP/s, ``bench/results/attention_h200.json``).
+0.88× FlashAttention-4, 372 against 422 TFLOP/s, ``bench/results/attention_s28_h200.json``).
 
 Varlen calls name no key length, so they take the plan table's unbounded row for their
 mask (head dim 128 causal: 128 × 2 persistent with the lazy rescale) while dense calls

@@ -15,10 +15,11 @@ global memory run under the next load) and loads its K, V on ``kvfull``'s next p
 """
 from __future__ import annotations
 
-from ...core.types import b32, pred, u32
+from ...core.types import pred, u32
 from ...dsl import ptx, reg
 from .._common.ring import wait
 from .bwd_dqwarp import take_stage
+from .bwd_epi import pack_kv
 from .bwd_layout import PANEL, ROW
 from .bwd_steps import load_kv
 
@@ -135,23 +136,7 @@ def store_kv_stage(accs, stage, r0, lane, w, outs, coords, d: int, dtype, scale:
     and the warpgroup's barrier frees the stage for the next walk's dQ."""
     panels = -(-d // PANEL)
     half = panels * 64 * ROW
-    lw = lane & 31
-    xr = lw >> 2                          # r0 % 8
-    row_at = r0 * ROW + (lw & 3) * 4
-    for acc, tile, sc in ((accs[0], stage, scale), (accs[1], stage + half, None)):
-        chunk = [tile + row_at + ((xr ^ c) << 4) for c in range(8)]
-        elems = list(acc)
-        for g in range(0, len(elems), 4):
-            k = g // 4                    # columns 8k .. 8k + 7: panel k // 8, chunk k % 8
-            for r in range(2):
-                lo, hi = elems[g + 2 * r], elems[g + 2 * r + 1]
-                if sc is not None:
-                    ptx.inst.mul.f32(lo, lo, float(sc))
-                    ptx.inst.mul.f32(hi, hi, float(sc))
-                wd = reg.scalar(b32)
-                ptx.inst(f"cvt.rn.{dtype.name}x2.f32", wd, hi, lo)
-                ptx.inst("st.shared.b32", ptx.addr(chunk[k % 8], (k // 8) * 64 * ROW +
-                                                   r * 8 * ROW), wd)
+    pack_kv(accs, (stage, stage + half), r0, lane, 64, dtype, scale)
     ptx.inst("fence.proxy.async.shared::cta")
     ptx.inst("bar.sync", 1 + w, 128)
     with ptx.if_(lane == 0):

@@ -107,7 +107,11 @@ class Config:
     the consumers release Q, it prefetches the CTA's next tile's Q into L2
     (``cp.async.bulk.prefetch.tensor``: no shared memory, no barrier), so the Q load that
     waits for that release hits L2: Q is read once, so else it comes from HBM while the
-    tensor cores wait (head dim 256 has no room for ``q_double``'s second buffer)."""
+    tensor cores wait (head dim 256 has no room for ``q_double``'s second buffer).
+    ``max_ilp`` (0: off, else 2, 4 or 8): each row's max over a thread's columns of S runs
+    in that many interleaved ``max.f32`` chains, combined pairwise (FA4's sm90 softmax
+    takes four), instead of one chain of ``block_n / 4 - 1`` dependent instructions that
+    the block's first ``ex2`` waits behind (max is exact: the same values)."""
 
     block_n: int = 128
     stages: int = 2
@@ -134,6 +138,7 @@ class Config:
     uniform_cons: bool = False
     q_double: bool = False
     q_prefetch: bool = False
+    max_ilp: int = 0
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -173,6 +178,9 @@ class Config:
         if self.q_double and (self.dynamic or self.o_in_q or self.q_split):
             raise ValueError("q_double takes the tiles' Q buffers in turn: give it without "
                              "dynamic (one tile-number word), o_in_q and q_split")
+        if self.max_ilp not in (0, 2, 4, 8):
+            raise ValueError(f"max_ilp is the row max's chains: 0 (one), 2, 4 or 8, got "
+                             f"{self.max_ilp}")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")

@@ -52,7 +52,31 @@ def quad_reduce(x, op: str) -> None:
         ptx.inst(f"{op}.f32", x, x, y)
 
 
-def online_softmax(s, m, l, scale_log2: float, slack: float = 0.0) -> list:
+def row_max(elems, ilp: int = 1):
+    """The max of ``elems`` (``.f32`` registers) in a new register: one ``max.f32`` chain
+    (``ilp`` 1), or ``ilp`` interleaved chains combined pairwise (``Config.max_ilp``: the
+    chain's depth, which the softmax waits on before its first ``ex2``, falls from
+    ``len(elems) - 1`` to ``len(elems) / ilp + log2(ilp)``; max is exact, so the value is
+    the same)."""
+    mx = reg.scalar(f32)
+    if ilp <= 1 or len(elems) < 2 * ilp:
+        ptx.inst.max.f32(mx, elems[0], elems[1])
+        for x in elems[2:]:
+            ptx.inst.max.f32(mx, mx, x)
+        return mx
+    acc = [mx] + [reg.scalar(f32) for _ in range(ilp - 1)]
+    for c, a in enumerate(acc):
+        ptx.inst.max.f32(a, elems[c], elems[c + ilp])
+    for i in range(2 * ilp, len(elems)):
+        ptx.inst.max.f32(acc[i % ilp], acc[i % ilp], elems[i])
+    while len(acc) > 1:
+        for a, b in zip(acc[0::2], acc[1::2]):
+            ptx.inst.max.f32(a, a, b)
+        acc = acc[0::2]
+    return mx
+
+
+def online_softmax(s, m, l, scale_log2: float, slack: float = 0.0, ilp: int = 1) -> list:
     """One block of the online softmax, in the log2 domain (``m`` holds ``max(S) * scale *
     log2 e`` per row); returns each row's ``alpha``, by which O is to be rescaled
     (:func:`rescale`) once no wgmma writes it:
@@ -68,14 +92,11 @@ def online_softmax(s, m, l, scale_log2: float, slack: float = 0.0) -> list:
     ``slack > 0``: ``m`` moves only when the block's max exceeds it by more than ``slack``
     (log2 units), so ``alpha`` is exactly 1 in most blocks and O's rescale can be skipped;
     the probabilities then reach up to ``2^slack`` (O / l and the LSE ``m + lg2 l`` are
-    unchanged)."""
+    unchanged). ``ilp``: the row max in that many chains (:func:`row_max`)."""
     alphas = []
     for r in range(2):
         elems = [x for i, x in enumerate(s) if row_of(i) == r]
-        mx = reg.scalar(f32)
-        ptx.inst.max.f32(mx, elems[0], elems[1])
-        for x in elems[2:]:
-            ptx.inst.max.f32(mx, mx, x)
+        mx = row_max(elems, ilp)
         quad_reduce(mx, "max")
         new = reg.scalar(f32)
         ptx.inst.mul.f32(new, mx, scale_log2)
@@ -199,5 +220,6 @@ def row_lse(total, row_max, some):
     return val
 
 
-__all__ = ["mask_block", "online_softmax", "rescale", "pack_p", "p_registers", "quad_reduce",
+__all__ = ["mask_block", "online_softmax", "row_max", "rescale", "pack_p", "p_registers",
+           "quad_reduce",
            "lse_max", "row_inverse", "row_lse", "row_of", "col_of", "LOG2E", "LN2", "NEG_INF"]

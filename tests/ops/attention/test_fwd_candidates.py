@@ -123,7 +123,7 @@ def test_three_consumers_tma_store_head_dim_96():
 @pytest.mark.parametrize("name", ["h96", "gqa", "h128c", "h128f", "causal", "diag",
                                   "gqa_full", "h256c", "rot_full", "s16k2", "fwdc",
                                   "fwdu", "fwdq", "fwd1k", "fwdts", "fwdts16",
-                                  "fwdts1k", "fwdts16b"])
+                                  "fwdts1k", "fwdts16b", "fwd64", "fwd96"])
 def test_lab_sets_compile_without_spills(name):
     """Every candidate of lab/attention_plans.py's set ``name`` (at its masks, layout and
     GQA group; a ``plan`` candidate as the plans row of each of its key lengths) fits

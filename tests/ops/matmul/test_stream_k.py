@@ -250,7 +250,34 @@ def test_sk_tail_plan_checks_and_pure_stream_k_unchanged():
 ])
 def test_interpreter_runs_stream_k_tail(bn, m, n, k, sms, b_major, odt, cluster, tail):
     """Plan.sk_tail exact on the interpreter (integer-valued inputs, float64 reference):
-    whole tiles, then tiles split over two and three CTAs, ragged M, N, K."""
+    whole tiles, then tiles split over two and three CTAs, ragged M, N, K; with clusters
+    also uniform_cons (the many-row plans' option, which lab --set tail keeps)."""
     out = f32 if odt == "f32" else bf16
-    _exact(Plan(bn=bn, cluster=cluster, stages=2, stream_k=True, sk_tail=tail), m, n, k,
-           sms, b_major, out, m + n + k)
+    _exact(Plan(bn=bn, cluster=cluster, stages=2, stream_k=True, sk_tail=tail,
+                uniform_cons=cluster > 1), m, n, k, sms, b_major, out, m + n + k)
+
+
+def test_lab_tail_candidates_are_as_named():
+    """lab/matmul_trailing.py --set tail: each stream-K candidate has its sk_tail and the
+    many-row plan's uniform_cons, fits in shared memory, and shares only part of the tiles
+    (whole rounds before) at the shapes it is timed at."""
+    import importlib.util
+    import os
+    from ptxdsl.ops.matmul.plan import SMEM_PER_CTA
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "lab",
+                        "matmul_trailing.py")
+    spec = importlib.util.spec_from_file_location("matmul_trailing", path)
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    for shape, cands in lab.TAIL_SET.items():
+        got = lab.candidates(*shape, table=lab.TAIL_SET)
+        for name, (fields, layouts) in cands.items():
+            for lay in layouts:
+                p = got[(name, lay)]
+                assert p.smem_bytes(bf16, bf16) <= SMEM_PER_CTA
+                assert p.sk_tail == fields.get("sk_tail", 0) and p.bn == fields.get("bn", p.bn)
+                if p.stream_k:
+                    assert p.uniform_cons
+                    tiles, nk = streamk.layout(p, *shape)
+                    g = streamk.grid(p, *shape, 132) // p.cluster
+                    assert 0 < streamk.whole_rounds(tiles, nk, g, p.sk_tail) < tiles // g + 1

@@ -244,7 +244,7 @@ def test_sk_tail_plan_checks_and_pure_stream_k_unchanged():
 
 @pytest.mark.long
 @pytest.mark.parametrize("bn,m,n,k,sms,b_major,odt,cluster,tail", [
-    (64, 100, 232, 248, 3, "K", "f32", 1, 1),   # 4 tiles of 4 k-blocks: 3 whole, 1 over 3
+    (64, 100, 440, 248, 3, "K", "f32", 1, 1),   # 7 tiles of 4 k-blocks: 2 rounds, 1 over 3
     (64, 128, 424, 248, 3, "MN", "bf16", 1, 2),  # 3 whole, 4 tiles' 16 k-blocks over 3
     (64, 200, 136, 200, 4, "K", "f32", 2, 1),   # clusters of 2: 3 cluster tiles on 2
 ])

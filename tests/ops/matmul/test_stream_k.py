@@ -281,3 +281,20 @@ def test_lab_tail_candidates_are_as_named():
                     tiles, nk = streamk.layout(p, *shape)
                     g = streamk.grid(p, *shape, 132) // p.cluster
                     assert 0 < streamk.whole_rounds(tiles, nk, g, p.sk_tail) < tiles // g + 1
+
+
+@pytest.mark.long
+@pytest.mark.ptxas
+def test_lab_tail_set_assembles_clean():
+    """``lab/matmul_trailing.py --check --set tail``: ptxas -v of every candidate shows no
+    spills and no warnings."""
+    import importlib.util
+    import os
+    if os.system("ptxas --version > /dev/null 2>&1"):
+        pytest.skip("no ptxas")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "lab",
+                        "matmul_trailing.py")
+    spec = importlib.util.spec_from_file_location("matmul_trailing", path)
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    assert lab.check(list(lab.TAIL_SET), lab.TAIL_SET) == 0

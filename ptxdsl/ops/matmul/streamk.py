@@ -5,7 +5,8 @@ keeps every SM busy, each streaming the same bytes.
 The tiles' k-blocks are numbered ``u = t * nk + kb`` (tile ``t`` in :mod:`.schedule`'s
 order, ``nk`` k-blocks each), ``T = tiles * nk`` in all; of a grid of ``G <= T`` CTAs
 (at most one per SM, all resident at once) CTA ``c`` takes ``[c T / G, (c + 1) T / G)``
-(:func:`share`). That range cuts into *segments*, one per tile it touches
+(:func:`share`); with ``Plan.sk_tail`` each CTA first runs whole rounds of tiles and the
+shares cover only the tiles left after them (:func:`segments`). That range cuts into *segments*, one per tile it touches
 (:func:`walk`): a whole tile (its epilogue as the unsplit kernel's), the tile's first
 k-blocks (the *owner*: always the CTA's last segment) or k-blocks after the first (a
 *contributor*: always the CTA's first segment, so a CTA contributes at most once).

@@ -294,7 +294,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             opb.load(tma_b, sb, n0, kk, fb)
                         ring.advance()
                 if p.stream_k:
-                    streamk.walk(*streamk.share(cid, total * nk, ncl), nk, load_tile)
+                    streamk.segments(p, cid, total, nk, ncl, load_tile, load_tile)
                 else:
                     for t in ptx.range_(cid, total, ncl):
                         load_tile(t)

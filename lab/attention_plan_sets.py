@@ -1,0 +1,308 @@
+"""The candidate configs of :mod:`lab.attention_plans`: :data:`CANDIDATES` (per head dim,
+the default sweep) and :data:`SETS` (``--set NAME``: a named set's shapes, masks, heads and
+candidates, the current plans row first), each with the measurements that motivated it."""
+from __future__ import annotations
+
+# Config keyword arguments per head dim, the current plans row first. Earlier sweeps (S =
+# 1k, 4k: bench/results/attention_plans_h200.json, attention_plans_s1k_h200.json) tried
+# 192 / 176 keys per block, 3 stages, ping-pong, persistent and the TMA-store epilogue.
+# Three consumers (192-row tiles) compile without spills only at head dim 64 with 128
+# keys per block (ptxas -v; 144 and more keys, or head dim 96 / 128, spill at 160
+# registers); each was checked on the interpreter first. Dynamic (a global tile counter)
+# with and without head sections: the causal rows' configs (no spills, ptxas -v).
+_P, _L, _D = dict(persistent=True), dict(lazy_rescale=True), dict(dynamic=True)
+CANDIDATES = {
+    64: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_D),
+         dict(block_n=128, **_P, **_D, head_sections=True), dict(block_n=128, **_P, **_L),
+         dict(block_n=128, consumers=3, **_P, **_L),
+         dict(block_n=128, consumers=3, pingpong=True, **_P, **_L),
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L),
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L, head_sections=True),
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L, **_D),
+         dict(block_n=128, stages=3, consumers=3, **_P, **_L, **_D, head_sections=True)],
+    96: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L)],
+    128: [dict(block_n=128, **_P), dict(block_n=128, **_P, **_L),
+          dict(block_n=176, **_P, **_L), dict(block_n=128, pingpong=True, **_P, **_L),
+          dict(block_n=128, stages=3, **_P, **_L),
+          dict(block_n=128, **_P, **_L, head_sections=True),
+          dict(block_n=128, **_P, **_L, **_D),
+          dict(block_n=128, **_P, **_L, **_D, head_sections=True)],
+    192: [dict(block_n=96, pingpong=True, **_P), dict(block_n=96, pingpong=True, **_P, **_L)],
+    256: [dict(block_n=80, pingpong=True), dict(block_n=80, pingpong=True, **_L),
+          dict(block_n=80, pingpong=True, **_P, **_L),
+          dict(block_n=80, pingpong=True, **_P, **_L, head_sections=True),
+          dict(block_n=80, pingpong=True, **_P, **_L, **_D),
+          dict(block_n=80, pingpong=True, **_P, **_L, **_D, head_sections=True)],
+}
+
+
+def _variants(*rows):
+    """Each row as it is, with head sections, dynamic, and dynamic with head sections."""
+    return [dict(r, **x) for r in rows for x in ({}, dict(head_sections=True), _D,
+                                                 dict(head_sections=True, **_D))]
+
+
+_PL = dict(persistent=True, lazy_rescale=True)
+_M3 = dict(consumers=3, **_PL)
+_PK = dict(layout="packed")       # the GQA group's heads in one tile's rows (tiles.Packed)
+_C = dict(causal=True)            # a candidate for the causal shapes only
+_S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
+_PS = dict(p_smem=True)           # P through shared memory: 192 rows x 128 keys fit
+_PLAN = dict(plan=True)           # the plans.json row of the shape (what attention() runs),
+_SPLIT, _CB = dict(split_mask=True), dict(consumer_bound=True)   # with these on top
+_W1 = dict(tma_store=True, store_wait_once=True)
+_LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's first Q·Kᵀ
+
+# Named candidate sets (--set, comma-separated to run several in one process). A set is
+# its candidates per head dim and, where it says, its shapes: ``seqs``, ``heads`` (H, Hkv:
+# B = 16k / S), ``masks`` (False: full, True: causal); else --seqs, H * D = 2048 and both
+# masks. A candidate's ``layout`` (dense, packed) and ``causal`` keys are not Config's:
+# they pick the layout and restrict it to one mask. Its first candidate is the current
+# plans row. ``dynamic``: the A/B of Config.dynamic on the causal rows. ``h96`` (the
+# bench's d96 row, B4 S4k H16): 192-row tiles (three consumers, FA4's sm90 choice at head
+# dim 96; 96 and 112 keys a block compile without spills, 128 spills), lazy rescale, wider
+# blocks, the TMA-store epilogue. ``gqa`` (the bench's GQA row, B4 S4k H32 Hkv8): the
+# packed layout (FA4 packs every GQA group on sm90), dynamic, and causal head sections,
+# which count K/V heads, also of 48 MiB (FA4's sm90 causal order: sections of 50 MB of
+# K/V, one CTA a tile).
+# ``h128c`` (hd128 causal at 1k and 16k, the current rows first: sections at 1k, none at
+# 16k): block_n, dynamic, sections of 24 and 48 MiB, one CTA a tile (FA4's grid),
+# ping-pong, 3 stages, the TMA-store epilogue. Each set also has FA4's own sm90 choice
+# in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows),
+# and 192-row tiles of 128 keys with P through shared memory (``p_smem``; P in registers
+# spills there). ``h128f``: the same at head dim 128 full, 4k and 16k (the current rows:
+# 128 keys at 4k, 176 at 16k). ``causal`` (head dims 64, 128, 256 causal at 1k, 4k, 16k,
+# where ptxdsl trails FA4 most): each shape's plans row (``plan``: the row attention()
+# picks there, which differs between 1k and longer) and the same with split_mask (no mask
+# code on the blocks every row sees whole, FA3's masking steps) and consumer_bound (a
+# consumer stops at its own rows' last key block: a block in most causal tiles at head
+# dim 256's 80 keys, and at head dim 64's 192-row tiles); at head dim 128 (128 x 128
+# tiles) consumer_bound never skips; head dim 256 also with 64 keys a block (then the
+# first consumer skips a block in every tile). Head dims 64 and 128 also with the
+# TMA-store epilogue (the 1k hd128 row has it; the others do not) whose wait for the
+# staging buffer's reads comes once per CTA (store_wait_once), not after every tile.
+# Head dim 256 also without ping-pong (FA3 and FA4 take turns only up to head dim 128;
+# every hd256 row so far was measured with it) and on FA4's sm90 causal schedule: one CTA
+# a tile, longest-first within 48 MiB head sections.
+# ``diag`` (the same shapes): each plans row with Config.diag_n, the softmax and P·V of a
+# consumer's last key block over its first diag_n keys where its rows see no more: 64 at head
+# dims 64 and 128 (128-key blocks: the first consumer's diagonal block in every 128-row
+# tile, and one or two of a 192-row tile's three), and at head dim 128 also with the
+# staging wait once a CTA (what the 4k/16k row has; the 1k row's TMA-store epilogue
+# waits every tile); at head dim 256 (80-key blocks: the diagonal falls 64, 48, 32, 16
+# or 0 keys into a consumer's last block, each as often) 48 and 32 (P·V's of 2.4 of 10
+# such blocks saved; 64 and 16 save 1.6), and 48 with consumer_bound (the blocks past a
+# consumer's rows then not computed at all). Each row also with Config.late_epilogue (a
+# tile's epilogue under the next tile's first Q·Kᵀ: the tensor cores idle through it
+# otherwise, once a tile, most at S = 1k), alone and with diag_n (at head dim 128 with
+# the staging wait once a CTA). Every candidate compiles without spills or serialized
+# wgmmas (test_fwd_candidates.py).
+# ``gqa_full`` (the bench's GQA full row, B4 S4k H32 Hkv8 hd128, where ptxdsl runs slower
+# than at MHA and FA4 faster): the plans row, with Config.kv_spread (tiles side by side
+# on different K/V heads, as under MHA, not all on one group's), the packed layout (FA4
+# packs every GQA group on sm90), one CTA a tile (FA4's grid, hardware-scheduled), both,
+# and the TMA-store epilogue (FA4's) with its own buffer or in Q's (Config.o_in_q, also
+# with Config.q_split), and Config.kv_rotate (a tile's key blocks from its m-block's on:
+# the tiles of one head that run side by side read different K/V lines), alone and with
+# kv_spread. ``rot_full`` (head dims 64 and 128 full at 4k and 16k, MHA): each plans row
+# with kv_rotate (a persistent grid's CTAs run in step: the 32 tiles of a head read each
+# K/V block at about the same time).
+# ``h256c`` (head dim 256 causal at 1k and 4k): each plans row with the TMA-store epilogue
+# staged in Q's buffer (the only place it fits beside Q and two 80-key stages; FA4 stages
+# O in sQ), without ping-pong (FA4 takes turns only up to head dim 128), and FA4's sm90
+# schedule in our terms (one CTA a tile, longest-first in 48 MiB sections), with both;
+# and O in Q's buffer with each consumer's Q on its own barriers (Config.q_split: a
+# consumer's next Q waits for its own epilogue only), with and without ping-pong.
+# ``s16k2`` (the 16k rows where ptxdsl trails FA4 most: head dim 128 causal and full, 64
+# and 256 causal): each plans row with O staged in Q's buffer (Config.o_in_q: the
+# TMA-store epilogue without a buffer of its own; the hd128 causal row's staging wait once
+# a CTA goes, o_in_q waits every tile), also with Config.q_split; at head dim 128 the
+# freed buffer holds a third 128-key stage (229488 bytes) or the epilogue beside the full
+# row's 176-key blocks (213072); FA4's sm90 causal schedule (one CTA a tile, 48 MiB head
+# sections) with it, which is head dim 256's <= 4k row, also with ping-pong (FA4's sm90
+# schedule whole at head dims 64 and 128: its consumers take turns up to head dim 128; at
+# full, one CTA a tile without sections); head dim 64 (192-row tiles, 3 stages) also with
+# the TMA-store epilogue in its own buffer and with a fourth stage.
+# ``fwdc`` (head dims 128 and 64 causal at 4k and 16k, where ptxdsl's causal runs slower
+# than its full per key and FA4's faster): each plans row with Config.uniform_cons (the
+# consumer index through shfl.sync.idx: Q's descriptors in uniform registers, no R2UR
+# before each Q·Kᵀ wgmma), Config.q_double (Q in two buffers: the next tile's Q and first
+# K/V blocks load under the current tile, a cost paid per tile, twice as often per key
+# under the causal mask), both, and both with the epilogue under the next tile's first
+# Q·Kᵀ (late_epilogue: it lost at 4k waiting for the next Q, which q_double takes off);
+# at head dim 64 (192-row tiles: the first two consumers see nothing of a block in most
+# tiles) also consumer_bound with uniform_cons (alone it lost with R2UR at every wgmma).
+# ``fwdu``: Config.uniform_cons on the other plan rows at 4k and 16k (hd128 full, hd64 and
+# hd256 both masks), and hd128 causal's uniform_cons + q_double + late_epilogue again.
+# ``fwdq``: after the fwdu rows: hd128 full without uniform_cons (1k is untimed with it),
+# and q_double + late_epilogue (the hd128 causal row's win) on hd128 full (128 keys) and hd64,
+# at 1k to 16k (head dim 256's second Q buffer does not fit).
+# ``fwd1k`` (head dims 128 and 256 full at 1k, 0.94x / 0.95x FA4; 4k too, same kernels): a
+# 1k tile is 8 (13) key blocks, so what a tile pays once (the epilogue's st.global of O,
+# the next Q's load, the first Q.K^T alone) weighs 4x more than at 4k: the TMA-store
+# epilogue (hd128: its own buffer, the wait once a CTA; hd256: O in Q's buffer), q_double
+# + late_epilogue, the lazy rescale off at hd128 (1k's best runs were without), FA4's sm90
+# schedules whole (one CTA a tile, O staged in Q; hd128 with ping-pong, hd256 without),
+# ping-pong off at hd256, hd256 on 64-key blocks (1k and 4k keys in whole blocks, not
+# 12.8 / 51.2 of 80 with a masked ragged last block; 64 + 2 x 64 KiB), and Config.q_prefetch
+# (the next tile's Q into L2 while this one runs: its load after Q's release, which o_in_q
+# puts after the epilogue, then hits L2, not HBM).
+# Every candidate fits shared memory and compiles without spills or serialized wgmmas
+# (test_fwd_candidates.py).
+# ``fwdts1k``: the same at 1k (hd64's rows; hd128's causal 1k row has the TMA store, not
+# the wait once a CTA); ``fwdts16b``: hd128's 16k full row with O in Q's buffer, and the
+# 128-key row below 16k (with the TMA store now) at 16k.
+# ``fwdts`` / ``fwdts16``: fwd1k's winners on the rows it did not reach: the TMA-store
+# epilogue waited once a CTA on head dim 64 (4k, 16k), O staged in Q's buffer on head dim
+# 128's 176-key 16k full row and on head dim 256's 16k rows (full, and causal above 4k).
+# ``fwd64`` (head dim 64, 1k to 16k, full and causal: the shapes short of FA4 at 4k and
+# 16k, and of cuDNN at 1k causal) and ``fwd96`` (head dim 96 at 4k): at head dim 64 a
+# 192 x 128 block's 24576 exponentials take the MUFU (16 a clock per SM) 1536 clocks, as
+# long as its 6.3 MFLOP take the tensor cores, and each warp's softmax first waits on a
+# chain of 31 dependent max.f32 per row (SASS of the hd64 full row's loop). Each plans
+# row with Config.max_ilp 4 (four interleaved max chains, FA4's sm90 softmax: depth 9;
+# the same values), and with Config.exp_emu on top (2 or 4 of each row's 32 exponentials
+# a thread holds by a cubic on the FMA pipe: MUFU.EX2 66 -> 62 or 58 a thread a block,
+# the loop 532 -> 589 SASS instructions at 4); at head dim 96 max_ilp on both rows, and causal
+# also on the full row's 192-row tiles (which tied the causal row at 4k: 460 against 463,
+# attention_plans_fa4gap_h200.json).
+_MX = dict(max_ilp=4)
+_OQ = dict(tma_store=True, o_in_q=True)
+_NO_OQ = dict(tma_store=False, o_in_q=False)
+_FA4GRID = dict(persistent=False, dynamic=False)
+_QPF = dict(q_prefetch=True)      # the next tile's Q into L2 under this tile
+_OQ1 = dict(store_wait_once=False, late_epilogue=False, q_double=False, **_OQ)  # (the hd128
+# rows wait once a CTA, causal with the epilogue late and two Q buffers: none go with o_in_q)
+SETS = {
+    "dynamic": {"candidates": {
+        64: _variants(dict(block_n=128, **_P),
+                      dict(block_n=128, stages=3, consumers=3, **_P, **_L)),
+        128: _variants(dict(block_n=128, **_P, **_L)),
+        256: _variants(dict(block_n=80, pingpong=True, **_P, **_L))}},
+    "h96": {"seqs": [4096], "candidates": {96: [
+        dict(block_n=128, **_P), dict(block_n=128, **_PL), dict(block_n=176, **_PL),
+        dict(block_n=96, **_M3), dict(block_n=112, **_M3),
+        dict(block_n=112, pingpong=True, **_M3), dict(block_n=96, stages=3, **_M3),
+        dict(block_n=112, tma_store=True, **_M3), dict(block_n=112, **_M3, **_D, **_C),
+        dict(block_n=112, consumers=3, pingpong=True, lazy_rescale=True),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, pingpong=True, **_M3, **_PS),
+        dict(block_n=128, consumers=3, pingpong=True, lazy_rescale=True, **_PS)]}},
+    "gqa": {"seqs": [4096], "heads": (32, 8), "candidates": {128: [
+        dict(block_n=128, **_PL), dict(block_n=128, **_PL, **_S, **_C),
+        dict(block_n=128, **_PL, **_S48, **_C), dict(block_n=128, **_PL, **_D),
+        dict(block_n=128, **_PL, **_PK), dict(block_n=176, **_PL, **_PK),
+        dict(block_n=128, **_PL, **_D, **_PK), dict(block_n=128, **_PL, **_S, **_PK, **_C),
+        dict(block_n=128, **_PL, **_S48, **_D, **_PK, **_C),
+        dict(block_n=128, lazy_rescale=True, **_S48, **_PK, **_C), dict(block_n=176, **_PL),
+        dict(block_n=128, pingpong=True, **_PL, **_PK),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_PK, **_C),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48, **_PK, **_C),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_PK)]}},
+    "h128c": {"seqs": [1024, 16384], "masks": [True], "candidates": {128: [
+        dict(block_n=128, **_PL, **_S), dict(block_n=128, **_PL),
+        dict(block_n=176, **_PL), dict(block_n=160, **_PL), dict(block_n=128, **_PL, **_D),
+        dict(block_n=128, **_PL, **_D, **_S), dict(block_n=128, **_PL, **_D, **_S48),
+        dict(block_n=128, **_PL, **_S48), dict(block_n=128, lazy_rescale=True, **_S48),
+        dict(block_n=128, pingpong=True, **_PL), dict(block_n=128, stages=3, **_PL),
+        dict(block_n=128, tma_store=True, **_PL, **_S),
+        dict(block_n=128, pingpong=True, **_PL, **_S48),
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48),
+        dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_S)]}},
+    "causal": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
+        64: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
+             dict(_SPLIT, **_CB, **_PLAN, **_W1)],
+        128: [_PLAN, dict(_SPLIT, **_PLAN), dict(_PLAN, tma_store=True),
+              dict(_PLAN, **_W1), dict(_SPLIT, **_PLAN, **_W1)],
+        256: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
+              dict(_SPLIT, **_CB, **_PLAN, block_n=64),
+              dict(_SPLIT, **_CB, **_PLAN, pingpong=False),
+              dict(_SPLIT, **_CB, **_PLAN, persistent=False, dynamic=False, **_S48)]}},
+    "diag": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
+        64: [_PLAN, dict(_PLAN, diag_n=64), dict(_PLAN, **_LATE),
+             dict(_PLAN, diag_n=64, **_LATE)],
+        128: [_PLAN, dict(_PLAN, diag_n=64), dict(_PLAN, diag_n=64, **_W1),
+              dict(_PLAN, **_W1, **_LATE), dict(_PLAN, diag_n=64, **_W1, **_LATE)],
+        # (head dim 256 causal <= 4k now stages O in Q's buffer: these take it out, as
+        # the row they were measured against had it)
+        256: [_PLAN, dict(_PLAN, diag_n=48, **_NO_OQ), dict(_PLAN, diag_n=32, **_NO_OQ),
+              dict(_PLAN, **_CB, diag_n=48, **_NO_OQ), dict(_PLAN, **_LATE, **_NO_OQ),
+              dict(_PLAN, diag_n=48, **_LATE, **_NO_OQ)]}},
+    "gqa_full": {"seqs": [4096], "heads": (32, 8), "masks": [False], "candidates": {128: [
+        _PLAN, dict(_PLAN, kv_spread=True), dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
+        dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ1),
+        dict(_PLAN, q_split=True, **_OQ1), dict(_PLAN, kv_rotate=True),
+        dict(_PLAN, kv_rotate=True, kv_spread=True)]}},
+    "rot_full": {"seqs": [4096, 16384], "masks": [False], "candidates": {
+        64: [_PLAN, dict(_PLAN, kv_rotate=True)], 128: [_PLAN, dict(_PLAN, kv_rotate=True)]}},
+    "h256c": {"seqs": [1024, 4096], "masks": [True], "candidates": {256: [
+        _PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False),
+        dict(_PLAN, pingpong=False, **_OQ), dict(_PLAN, **_FA4GRID, **_S48, **_OQ),
+        dict(_PLAN, pingpong=False, **_FA4GRID, **_S48, **_OQ),
+        dict(_PLAN, q_split=True, **_OQ), dict(_PLAN, pingpong=False, q_split=True, **_OQ)]}},
+    "s16k2": {"seqs": [16384], "masks": [True, False], "candidates": {
+        128: [_PLAN, dict(_PLAN, **_OQ1), dict(_PLAN, q_split=True, **_OQ1),
+              dict(_PLAN, block_n=128, stages=3, **_OQ1),
+              dict(_PLAN, **_FA4GRID, **_S48, **_OQ1, **_C),
+              dict(_PLAN, pingpong=True, **_FA4GRID, **_S48, **_OQ1, **_C),
+              dict(_PLAN, block_n=128, stages=3, **_FA4GRID, **_S48, **_OQ1, **_C),
+              dict(block_n=128, **_PL, **_OQ, causal=False),
+              dict(block_n=128, pingpong=True, lazy_rescale=True, **_OQ, causal=False)],
+        64: [dict(_PLAN, **_C), dict(_PLAN, tma_store=True, **_C), dict(_PLAN, **_OQ, **_C),
+             dict(_PLAN, q_split=True, **_OQ, **_C), dict(_PLAN, stages=4, **_OQ, **_C),
+             dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
+             dict(_PLAN, pingpong=True, **_FA4GRID, **_S48, **_OQ, **_C)],
+        256: [dict(_PLAN, **_C), dict(_PLAN, **_OQ, **_C),
+              dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
+              dict(_PLAN, q_split=True, **_FA4GRID, **_S48, **_OQ, **_C)]}},
+    "fwdc": {"seqs": [4096, 16384], "masks": [True], "candidates": {
+        128: [_PLAN, dict(_PLAN, uniform_cons=True), dict(_PLAN, q_double=True),
+              dict(_PLAN, uniform_cons=True, q_double=True),
+              dict(_PLAN, uniform_cons=True, q_double=True, **_LATE)],
+        64: [_PLAN, dict(_PLAN, uniform_cons=True), dict(_PLAN, q_double=True),
+             dict(_PLAN, uniform_cons=True, q_double=True),
+             dict(_PLAN, uniform_cons=True, **_CB),
+             dict(_PLAN, uniform_cons=True, q_double=True, **_CB)]}},
+    "fwdu": {"seqs": [4096, 16384], "masks": [True, False], "candidates": {
+        128: [_PLAN, dict(_PLAN, uniform_cons=True, causal=False),
+              dict(_PLAN, uniform_cons=True, q_double=True, causal=True, **_LATE)],
+        64: [_PLAN, dict(_PLAN, uniform_cons=True)],
+        256: [_PLAN, dict(_PLAN, uniform_cons=True)]}},
+    "fwdq": {"seqs": [1024, 4096, 16384], "masks": [True, False], "candidates": {
+        128: [_PLAN, dict(_PLAN, uniform_cons=False, causal=False),
+              dict(block_n=128, lazy_rescale=True, persistent=True, uniform_cons=True,
+                   q_double=True, **_LATE, causal=False)],     # (176 keys: no room)
+        64: [_PLAN, dict(_PLAN, q_double=True, **_LATE), dict(_PLAN, uniform_cons=True,
+                                                               q_double=True, **_LATE)]}},
+    "fwd1k": {"seqs": [1024, 4096], "masks": [False], "candidates": {
+        128: [_PLAN, dict(_PLAN, lazy_rescale=False), dict(_PLAN, **_W1),
+              dict(_PLAN, q_double=True, **_LATE), dict(_PLAN, q_double=True, **_W1, **_LATE),
+              dict(_PLAN, pingpong=True, **_FA4GRID, **_OQ1), dict(_PLAN, **_QPF),
+              dict(_PLAN, **_W1, **_QPF)],
+        256: [_PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False, **_OQ),
+              dict(_PLAN, **_FA4GRID, **_OQ), dict(_PLAN, pingpong=False, **_FA4GRID, **_OQ),
+              dict(_PLAN, block_n=64), dict(_PLAN, block_n=64, **_OQ),
+              dict(_PLAN, **_QPF), dict(_PLAN, **_OQ, **_QPF)]}},
+    "fwdts": {"seqs": [4096, 16384], "candidates": {64: [_PLAN, dict(_PLAN, **_W1)]}},
+    "fwdts16": {"seqs": [16384], "candidates": {
+        128: [_PLAN, dict(_PLAN, **_OQ1, causal=False)],     # (176 keys + a staging buffer:
+        # 246,784 bytes, over the 232,448 an H200 allows; the first run's LaunchError)
+        256: [_PLAN, dict(_PLAN, **_OQ)]}},
+    "fwdts1k": {"seqs": [1024], "candidates": {
+        64: [_PLAN, dict(_PLAN, **_W1), dict(_PLAN, **_OQ1)],
+        128: [_PLAN, dict(_PLAN, store_wait_once=True, causal=True)]}},
+    "fwdts16b": {"seqs": [16384], "masks": [False], "candidates": {128: [
+        _PLAN, dict(_PLAN, **_OQ1),
+        dict(block_n=128, uniform_cons=True, **_PL, **_W1)]}},
+    "fwd64": {"seqs": [1024, 4096, 16384], "candidates": {64: [
+        _PLAN, dict(_PLAN, **_MX), dict(_PLAN, **_MX, exp_emu=2),
+        dict(_PLAN, **_MX, exp_emu=4)]}},
+    "fwd96": {"seqs": [4096], "candidates": {96: [
+        _PLAN, dict(_PLAN, **_MX),
+        dict(block_n=96, stages=3, **_M3, **_MX, causal=True)]}},
+    "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
+        dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
+        dict(block_n=128, pingpong=True, **_M3, **_PS),
+        dict(block_n=128, pingpong=True, lazy_rescale=True)]}},
+}
+
+__all__ = ["CANDIDATES", "SETS"]

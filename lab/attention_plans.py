@@ -26,8 +26,9 @@ candidates not reached by then are skipped.
 
 ``--candidates`` replaces the configs tried for the head dims it names (JSON, the keys
 as strings); ``--set`` named sets of :data:`SETS` (:mod:`lab.attention_plan_sets`), run one
-after another in one process (``dynamic``: the causal plan rows of head dims 64, 128 and 256 as they are, with head
-sections, dynamic, and dynamic with head sections, at the grid's shapes; ``h96``, ``gqa``,
+after another in one process (``dynamic``: the causal plan rows of head dims 64, 128 and
+256 as they are, with head sections, dynamic, and dynamic with head sections, at the grid's
+shapes; ``h96``, ``gqa``,
 ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
 ``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``, ``fwdts``, ``fwdts16``, ``fwdts1k``,
 ``fwdts16b``, ``fwd64``, ``fwd96``: the shapes where ptxdsl trails FA4, each with its own

@@ -95,8 +95,9 @@ class BwdConfig:
     window) mask the key blocks reach a row block one step apart in their turns' order
     rather than all at once (:mod:`.bwd_det`); dQ's adds in another fixed order (other
     bits, as bitwise repeatable); varlen keeps the ascending order. ``det_poll`` (det_pipe,
-    not wg3): the writer reads the next row block's semaphore while this block's adds land
-    (:mod:`.bwd_detpipe`), so a writer behind its turns skips that step's first poll.
+    not wg2): the writer reads the next row block's semaphore while this block's adds land
+    (:mod:`.bwd_detpipe`), so a writer behind its turns skips that step's first poll (wg3:
+    in a shared word after its barriers).
 
     ``s_ahead`` (dk_last, with dq_split or block_m 128; dq_swap: 2): the next step's Sᵀ
     issued before this step ends, behind dK (1: run while dQ is staged) or behind dQ's
@@ -374,9 +375,9 @@ class BwdConfig:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:
             raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
-        if self.det_poll and not (self.det_pipe and not self.wg3):
+        if self.det_poll and not (self.det_pipe and not self.wg2):
             raise ValueError("det_poll reads the pipelined writer's next turn early: it needs "
-                             "det_pipe, and not wg3 (no shared word to keep it in)")
+                             "det_pipe, and not wg2 (no deterministic mode)")
         if self.s_ahead not in (0, 1, 2):
             raise ValueError(f"s_ahead is 0, 1 or 2, got {self.s_ahead}")
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):

@@ -111,3 +111,60 @@ def test_ptxas_keeps_everything_in_registers(extra, mask):
                            deterministic=True)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+
+
+PANEL_WORD = 1 + (1 << 10) + (1 << 20)     # one key block's three panel counts
+
+
+def test_det_panels_needs_wg3_pipe_and_no_poll():
+    assert "_dpn" in replace(DET, det_panels=True).tag
+    for bad in (dict(det_pipe=False), dict(det_poll=True)):
+        with pytest.raises(ValueError, match="det_panels"):
+            replace(DET, det_panels=True, **bad)
+
+
+@pytest.mark.long
+def test_det_panels_adds_in_the_plain_writers_order(monkeypatch):
+    """A count per panel, each passed as its add lands: the same adds per panel in the
+    same key-block order as det_pipe's, so its f32 dQ bits (CTA by CTA in launch order: no
+    CTA waits for a later one); float64; every word at three counts of its key blocks."""
+    shape, kw = (1, 70, 200, 1, 1), dict(causal=True)
+    _with(monkeypatch, DET)
+    plain = run(shape, 192, kw, True, True, monkeypatch)[0]
+    c = replace(DET, det_panels=True)
+    _with(monkeypatch, c)
+    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
+    check(got, attention_backward_reference(*args, **kw))
+    assert np.array_equal(alone.view(np.uint32), plain.view(np.uint32))
+    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, DET) // 3 * PANEL_WORD)
+
+
+@pytest.mark.long
+def test_det_panels_bits_do_not_depend_on_the_cta_order(monkeypatch):
+    """With the step and fixed-cost options and det_desc (a window): alone = all at once."""
+    shape, kw = (1, 100, 130, 1, 1), dict(window_size=(50, 20))
+    c = replace(DET, **STEP, **FIXED, det_panels=True, det_desc=True)
+    _with(monkeypatch, c)
+    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
+    check(got, attention_backward_reference(*args, **kw))
+    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c) // 3 * PANEL_WORD)
+    together = run(shape, 192, kw, True, False, monkeypatch)[0]
+    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
+                         ids=["full", "causal", "window"])
+def test_det_panels_ptxas_and_the_key_limit(mask):
+    """No spills; three releases a row block, each after its panel's landing; the kernel
+    names its SK limit (1023 key blocks of 96) for the API's check."""
+    k = build_backward_wg3(replace(DET, **STEP, **FIXED, det_panels=True), bf16, 192, mask,
+                           scale=0.07, deterministic=True)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+    text = k.ptx()
+    assert text.count("red.release.gpu.global.add.u32") == 3
+    assert text.index("cp.async.bulk.wait_group 2") < text.index("red.release") < \
+        text.index("cp.async.bulk.wait_group 1")
+    assert k.max_keys == 1023 * 96

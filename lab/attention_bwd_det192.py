@@ -22,7 +22,8 @@ shorter link in the chain of turns, which under a causal mask costs a wait whene
 exceeds about 0.75 of a step); ``st fx u4`` and ``st fx u8`` (sections of 4 / 8 units,
 more co-resident key blocks of a unit and better L2 reuse of its rows: 32 and 64 lost to
 16 before, but at 4k full the L2 rule's 4 units beat 16, 384 against 373 TFLOP/s,
-attention_bwd_detpipe_h200.json). Shapes: S 1k, 4k, 16k, full and
+attention_bwd_detpipe_h200.json); ``st fx dpn u4`` (the longer chains of 4-unit sections
+are where a shorter link should pay most). Shapes: S 1k, 4k, 16k, full and
 causal (the worst ratios first; none starts past ``budget_s``). Every variant checked
 against cuDNN's gradients (max relative error <= 3e-2) and for bitwise repeats over two
 more calls before timing, then interleaved rounds (:func:`lab.attention_bwd_det2.run`);
@@ -50,10 +51,13 @@ def variants(d):
             "st fx dpl": (replace(stf, det_poll=True), True),
             "st fx dpn": (replace(stf, det_panels=True), True),
             "st fx u4": (replace(stf, det_units=4), True),
-            "st fx u8": (replace(stf, det_units=8), True)}
+            "st fx u8": (replace(stf, det_units=8), True),
+            "st fx dpn u4": (replace(stf, det_panels=True, det_units=4), True)}
 
 
-def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 95.0) -> None:
+def run(rounds: int = 7, block_ms: float = 8.0, budget_s: float = 95.0) -> None:
+    """About 10 s a shape on the H200 (lab det2's pace: 14 shapes of 6-10 variants in
+    110 s at 5 rounds); no shape starts past ``budget_s``: the command ends within 150 s."""
     from lab.attention_bwd_det2 import run as timed
     timed(rounds=rounds, block_ms=block_ms, budget_s=budget_s, grid=GRID,
           variants_of=variants, name="attention_bwd_det192")

@@ -1,7 +1,8 @@
 """lab/attention_bwd_plans.py --set det192's variants (head dim 192's deterministic mode:
 ``det_poll`` and ``det_panels`` in wg3, the default rows' step and fixed-cost options,
-``det_units`` 8 and 4), on an sm_90 GPU: dq, dk, dv against the float64 reference (max error <= 3e-2 of the
-largest value, bf16), ragged, GQA, full, causal and window masks; bitwise repeatable; the
+``det_units`` 8 and 4), on an sm_90 GPU: dq, dk, dv against the float64 reference (max
+error <= 3e-2 of the largest value, bf16), ragged, GQA, full, causal and window masks;
+bitwise repeatable; the
 same bits as the writer without det_poll / det_panels (when a turn is read or passed
 changes, not the order of the adds to a panel)."""
 from __future__ import annotations

@@ -81,3 +81,15 @@ def test_det_panels_varlen_keeps_the_pipelined_writer(monkeypatch):
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     for x, r in zip(a, ref):
         assert float((x.float() - r.float()).abs().max()) <= 3e-2 * float(r.float().abs().max())
+
+
+def test_det_panels_refuses_more_keys_than_its_counts_hold(monkeypatch):
+    """1023 key blocks of 96 keys at most on a row block (10-bit counts): a clear error."""
+    torch = torch_sm90()
+    _over_plan(monkeypatch, dict(det_panels=True))
+    z = lambda *s: torch.zeros(*s, device="cuda", dtype=torch.bfloat16)
+    q, k = z(1, 1, 1, 192), z(1, 1023 * 96 + 1, 1, 192)
+    lse = torch.zeros(1, 1, 1, device="cuda", dtype=torch.float32)
+    from ptxdsl.core.errors import LaunchError
+    with pytest.raises(LaunchError, match="det_panels"):
+        attention_backward(q, q, k, k, q, lse, deterministic=True)

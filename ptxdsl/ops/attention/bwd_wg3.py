@@ -212,7 +212,9 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 with ptx.if_((tid >> 5) == 1):
                     det = (sem, nb, off, mask, labels, desc) if deterministic else None
                     _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, X,
-                            m_range, det, c.det_pipe, c.dq_exit_read)
+                            m_range, det, c.det_pipe, c.dq_exit_read,
+                            (lambda: base + L.poll) if c.det_poll else None,
+                            c.det_panels and not varlen)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -375,8 +377,12 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv:
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, None, cu_q, cu_k))
     if deterministic:
-        return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
-                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
+        built = deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
+                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
+        if c.det_panels:     # (bwd_detpanel's 10-bit counts: the API checks SK)
+            from .bwd_detpanel import MAX_KEY_BLOCKS
+            built.max_keys = MAX_KEY_BLOCKS * BN
+        return built
     return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
 
@@ -433,7 +439,7 @@ def _reduce(tdq, w, row, stage_w) -> None:
 
 
 def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=False,
-            exit_read=False) -> None:
+            exit_read=False, poll=None, panels=False) -> None:
     """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
@@ -441,12 +447,28 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
     labels, desc)``, the deterministic mode's turns (:mod:`.bwd_det`): the three warpgroups add
     disjoint columns, so key block ``nb``'s adds to a row block wait until the earlier key
     blocks' three each have landed, and each passes one turn once its own has.
-    ``exit_read`` (``dq_exit_read``): the last wait is for the stage's reads only."""
+    ``exit_read`` (``dq_exit_read``): the last wait is for the stage's reads only.
+    ``poll`` (``det_poll``, with ``pipe``): the shared word where the next row block's
+    semaphore, read while this block's adds land, waits for the next step's first poll.
+    ``panels`` (``det_panels``): :mod:`.bwd_detpanel`'s turns, a count per panel."""
     for w in range(WGS):
         ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
+    if det and pipe and poll:        # nothing read ahead of the first step
+        with ptx.if_(lane == 0):
+            ptx.inst("st.shared.u32", ptx.addr(poll()), 0)
     for gi in ptx.range_(0, group):
         head = hk * group + gi
         for mb in ptx.range_(*m_range):
+            if det and panels:       # det_panels: a count per panel, each passed as it lands
+                from .bwd_detpanel import panel_step
+                sem, nb, off, mask, labels, desc = det
+                panel_step(WGS, lane, at=lambda: ptx.global_ptr(sem) + X.sem(head, mb) * 4,
+                           turn=lambda: turn_of(nb, mb * BM, off, mask,
+                                                reg.scalar(s32, init=0), True, BN, 1, desc),
+                           add=lambda w: _reduce(tdq, w, X.row(mb * BM, head),
+                                                 dqs + w * wg_stage),
+                           full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels)
+                continue
             if det and pipe:         # det_pipe: bwd_detpipe's order, the block's 3 turns at once
                 from .bwd_detpipe import det_step      # (here: the kernel's lines stay put)
                 sem, nb, off, mask, labels, desc = det
@@ -455,7 +477,9 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                         nb, mb * BM, off, mask, reg.scalar(s32, init=0), True, BN, WGS, desc),
                     WGS, None)], add=lambda w: _reduce(tdq, w, X.row(mb * BM, head),
                                                       dqs + w * wg_stage),
-                    full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels)
+                    full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels,
+                    ahead=(poll, lambda: [_next_word(sem, X, head, mb, m_range)])
+                    if poll else None)
                 continue
             for w in range(WGS):
                 ptx.inst("bar.sync", FULL + w, WTHREADS)
@@ -474,6 +498,17 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                 ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
     with ptx.if_(lane == 0):     # (exit_read: the kernel's end makes the adds visible)
         ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)
+
+
+def _next_word(sem, X, head, mb, m_range):
+    """``det_poll``: the walk's next row block's semaphore (``m_range`` descending, or
+    ascending with det_desc) and whether there is one (none after a head's last block: the
+    next head's first step polls)."""
+    if len(m_range) == 3:
+        mn, has = mb - 1, _s32(mb) > _s32(m_range[1]) + 1
+    else:
+        mn, has = mb + 1, _s32(mb) + 1 < _s32(m_range[1])
+    return ptx.global_ptr(sem) + X.sem(head, mn) * 4, has
 
 
 def _stage(dq, stage_w, r0, lw, xr) -> None:

@@ -1,0 +1,170 @@
+"""Head dim 192's deterministic mode (``wg3`` with the writer warp's pipelined turns):
+``det_poll`` in wg3 (the next row block's semaphore read into a shared word while this
+block's adds land, :func:`ptxdsl.ops.attention.bwd_wg3._writer`) and the default row's
+step options (``uniform_cons``, ``wg3_fence1``, ``wg3_pfree``, ``wg3_ahead`` 2) and
+fixed-cost options in the deterministic mode. On the interpreter: dq, dk, dv against
+float64; the f32 dQ accumulator bitwise the plain det_pipe writer's (the same adds in the
+same order), CTA by CTA in launch order (no CTA waits for a later one) and all at once;
+every semaphore counts all its adds. ptxas -v: no spills."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16
+from ptxdsl.ops.attention import attention_backward_reference, bwd_api
+from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.bwd_wg3 import build_backward_wg3
+from ptxdsl.ops.attention.config import Mask
+from ptxas_resources import resources_or_skip  # noqa: E402
+
+from attention_bwd_det_run import adds_per_block, check, run
+
+DET = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
+                overlap=2, dq_warp=True, det_pipe=True, det_units=16)
+STEP = dict(uniform_cons=True, wg3_fence1=True, wg3_pfree=True, wg3_ahead=2)
+FIXED = dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)
+
+
+def _with(monkeypatch, c):
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+
+
+def test_det_poll_takes_wg3_not_wg2():
+    assert "_dpl" in replace(DET, det_poll=True).tag
+    with pytest.raises(ValueError, match="det_poll"):
+        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg2=True, consumer_regs=240,
+                  dq_warp=True, det_pipe=True, det_poll=True)
+    with pytest.raises(ValueError, match="det_poll"):
+        replace(DET, det_pipe=False, det_poll=True)
+
+
+@pytest.mark.long
+def test_det_poll_reads_the_next_turn_under_the_landing():
+    """One more ``ld.acquire`` (the next block's, between the read wait and the landing
+    wait), its value kept in the word after the barriers; the default kernel takes none."""
+    c = replace(DET, det_poll=True)
+    text = build_backward_wg3(c, bf16, 192, Mask(), scale=0.1, deterministic=True).ptx()
+    old = build_backward_wg3(DET, bf16, 192, Mask(), scale=0.1, deterministic=True).ptx()
+    assert text.count("ld.acquire.gpu") == old.count("ld.acquire.gpu") + 1
+    tail = text[text.index("cp.async.bulk.wait_group.read"):]
+    assert tail.index("ld.acquire.gpu") < tail.index("cp.async.bulk.wait_group 0")
+    default = build_backward_wg3(c, bf16, 192, Mask(), scale=0.1).ptx()
+    assert "ld.acquire" not in default
+
+
+@pytest.mark.long
+def test_det_poll_adds_in_the_plain_writers_order(monkeypatch):
+    """det_poll changes when a turn is read, not the adds: the plain det_pipe writer's f32
+    dQ bits (CTA by CTA in launch order: no CTA waits for a later one); float64; every
+    semaphore at its count."""
+    shape, kw = (1, 70, 200, 1, 1), dict(causal=True)
+    _with(monkeypatch, DET)
+    plain = run(shape, 192, kw, True, True, monkeypatch)[0]
+    c = replace(DET, det_poll=True)
+    _with(monkeypatch, c)
+    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
+    check(got, attention_backward_reference(*args, **kw))
+    assert np.array_equal(alone.view(np.uint32), plain.view(np.uint32))
+    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c))
+
+
+@pytest.mark.long
+def test_det_poll_stops_at_a_heads_last_block(monkeypatch):
+    """GQA (two query heads a key block, one row block each): the read ahead is skipped at
+    a head's last block and the next head's first step polls; with the step and fixed-cost
+    options and sections of one unit. float64, every semaphore at its count."""
+    shape, kw = (1, 64, 130, 2, 1), dict()
+    c = replace(DET, **STEP, **FIXED, det_poll=True, det_units=1)
+    _with(monkeypatch, c)
+    _, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
+    check(got, attention_backward_reference(*args, **kw))
+    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c))
+
+
+@pytest.mark.long
+def test_bits_do_not_depend_on_the_cta_order(monkeypatch):
+    """The step and fixed-cost options with det_poll and det_desc's ascending walk, a
+    window: float64, every semaphore at its count, the same f32 dQ bits CTA by CTA in
+    launch order and all at once."""
+    shape, kw = (1, 100, 130, 1, 1), dict(window_size=(50, 20))
+    c = replace(DET, **STEP, **FIXED, det_poll=True, det_desc=True)
+    _with(monkeypatch, c)
+    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
+    check(got, attention_backward_reference(*args, **kw))
+    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c))
+    together = run(shape, 192, kw, True, False, monkeypatch)[0]
+    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("extra", [dict(det_poll=True), dict(STEP), dict(STEP, **FIXED),
+                                   dict(STEP, **FIXED, det_poll=True)],
+                         ids=["dpl", "step", "step-fixed", "step-fixed-dpl"])
+@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
+                         ids=["full", "causal", "window"])
+def test_ptxas_keeps_everything_in_registers(extra, mask):
+    k = build_backward_wg3(replace(DET, **extra), bf16, 192, mask, scale=0.07,
+                           deterministic=True)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+
+
+PANEL_WORD = 1 + (1 << 10) + (1 << 20)     # one key block's three panel counts
+
+
+def test_det_panels_needs_wg3_pipe_and_no_poll():
+    assert "_dpn" in replace(DET, det_panels=True).tag
+    for bad in (dict(det_pipe=False), dict(det_poll=True)):
+        with pytest.raises(ValueError, match="det_panels"):
+            replace(DET, det_panels=True, **bad)
+
+
+@pytest.mark.long
+def test_det_panels_adds_in_the_plain_writers_order(monkeypatch):
+    """A count per panel, each passed as its add lands: the same adds per panel in the
+    same key-block order as det_pipe's, so its f32 dQ bits (CTA by CTA in launch order: no
+    CTA waits for a later one); float64; every word at three counts of its key blocks."""
+    shape, kw = (1, 70, 200, 1, 1), dict(causal=True)
+    _with(monkeypatch, DET)
+    plain = run(shape, 192, kw, True, True, monkeypatch)[0]
+    c = replace(DET, det_panels=True)
+    _with(monkeypatch, c)
+    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
+    check(got, attention_backward_reference(*args, **kw))
+    assert np.array_equal(alone.view(np.uint32), plain.view(np.uint32))
+    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, DET) // 3 * PANEL_WORD)
+
+
+@pytest.mark.long
+def test_det_panels_bits_do_not_depend_on_the_cta_order(monkeypatch):
+    """With the step and fixed-cost options and det_desc (a window): alone = all at once."""
+    shape, kw = (1, 100, 130, 1, 1), dict(window_size=(50, 20))
+    c = replace(DET, **STEP, **FIXED, det_panels=True, det_desc=True)
+    _with(monkeypatch, c)
+    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
+    check(got, attention_backward_reference(*args, **kw))
+    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c) // 3 * PANEL_WORD)
+    together = run(shape, 192, kw, True, False, monkeypatch)[0]
+    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
+                         ids=["full", "causal", "window"])
+def test_det_panels_ptxas_and_the_key_limit(mask):
+    """No spills; three releases a row block, each after its panel's landing; the kernel
+    names its SK limit (1023 key blocks of 96) for the API's check."""
+    k = build_backward_wg3(replace(DET, **STEP, **FIXED, det_panels=True), bf16, 192, mask,
+                           scale=0.07, deterministic=True)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+    text = k.ptx()
+    assert text.count("red.release.gpu.global.add.u32") == 3
+    assert text.index("cp.async.bulk.wait_group 2") < text.index("red.release") < \
+        text.index("cp.async.bulk.wait_group 1")
+    assert k.max_keys == 1023 * 96

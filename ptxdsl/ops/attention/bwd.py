@@ -27,21 +27,13 @@ registers (so the group's sum is free), dQ is added in f32 to a global accumulat
                                                     red.global.add.f32 into dq_acc
                                                 epilogue: dK·scale, dV -> st.global
 
-Shared memory (1024-byte aligned, 64-column panels of 128-byte swizzled rows, what a TMA box
-of (1, rows, 1, 64) writes): K, V (128 rows a panel), ``stages`` Q and dO (64 rows a
-panel), the two warpgroups' dSᵀ (64 x 64), the two warpgroups' dQ stages (dq_tma: 64 x D
-f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled rows),
-``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers.
-With ``deterministic``, dQ's adds to each 64-row block follow one fixed order through a
-per-block semaphore (:mod:`.bwd_det`). The step's orderings are the plan's
-(:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer warp: :mod:`.bwd_dqwarp`; the next
-Sᵀ ahead, ``s_ahead``: :mod:`.bwd_ahead`; dO's own barriers, ``qdo_split``: :mod:`.bwd_qdo`).
-With ``col_split`` (head dims 192, 256) a CTA owns 64 keys and both consumer warpgroups
-compute the same Sᵀ and dPᵀ, each keeping half of dK's, dV's and dQ's columns (in pieces
-inside one 64-column panel), so their accumulators take head dim 128's registers. Head dim
-96 keeps 128's panels (TMA zero-fills the second's half) with GEMMs 96 wide: k = 96 for Sᵀ
-and dPᵀ, n96 for dV and dK, dQ as an n64 and an n32 chain.
-"""
+Shared memory: :mod:`.bwd_layout`. With ``deterministic``, dQ's adds to each 64-row block
+follow one fixed order through a per-block semaphore (:mod:`.bwd_det`). The step's orderings
+are the plan's (:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer: :mod:`.bwd_dqwarp`;
+``s_ahead``: :mod:`.bwd_ahead`; ``qdo_split``: :mod:`.bwd_qdo`). With ``col_split`` (head
+dims 192, 256) a CTA owns 64 keys and both consumer warpgroups compute the same Sᵀ and dPᵀ,
+each keeping half of dK's, dV's and dQ's columns (:mod:`.bwd_cols`). Head dim 96: 128's
+panels (TMA zero-fills the second's half), GEMMs 96 wide."""
 from __future__ import annotations
 
 import itertools

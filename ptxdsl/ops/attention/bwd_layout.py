@@ -1,6 +1,12 @@
 """What the attention backward's main kernel (:mod:`.bwd`) lays out: the byte offsets of its
 dynamic shared memory (:class:`Smem`) and its arguments with their TMA boxes (:func:`specs`),
-which the 96-key kernels (:mod:`.bwd_wg3`, :mod:`.bwd_wg2`) share."""
+which the 96-key kernels (:mod:`.bwd_wg3`, :mod:`.bwd_wg2`) share.
+
+Shared memory (1024-byte aligned, 64-column panels of 128-byte swizzled rows, what a TMA box
+of (1, rows, 1, 64) writes): K, V (128 rows a panel), ``stages`` Q and dO (64 rows a
+panel), the two warpgroups' dSᵀ (64 x 64), the two warpgroups' dQ stages (dq_tma: 64 x D
+f32, as 64-column rows or, dq_swizzle, as 32-column panels of 128-byte swizzled rows),
+``stages`` x (-LSE·log2e, D) (64 f32 each, one copy per consumer warpgroup), the barriers."""
 from __future__ import annotations
 
 from ... import Tile

@@ -176,7 +176,6 @@ def bench_shape(m, n, k, cands, args, l2):
 
 
 def main(argv=None):
-    import torch
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--shapes", default=None, help="MxNxK,... (overrides the sweep)")
@@ -186,6 +185,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--mode", default="tensor", choices=("tensor", "row", "block"))
     args = ap.parse_args(argv)
+    import torch                  # after --help, which needs no torch
     dev = torch.cuda.get_device_properties(0)
     l2 = getattr(dev, "L2_cache_size", 50 << 20)
     todo = shapes(args.quick)

@@ -146,7 +146,6 @@ def bench_shape(g, n, k, lo, hi, args, fp8: bool, scales: str = "tensor"):
 
 
 def main(argv=None):
-    import torch
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--fp8", action="store_true", help="also the float8 rows")
@@ -155,6 +154,7 @@ def main(argv=None):
     ap.add_argument("--warm", type=float, default=0.3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    import torch                  # after --help, which needs no torch
     dev = torch.cuda.get_device_properties(0)
     warm(1.0)
     result = {"device": dev.name, "sms": dev.multi_processor_count,

@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import pytest
+
 from paths import ROOT
 
 spec = importlib.util.spec_from_file_location("bench_matmul",
@@ -111,7 +113,7 @@ def test_both_layouts_share_values_and_split_into_rows_per_layout():
     """--layout both: one set holds b = W.T and a row-major copy of the same values; each
     contender runs on each (pyptx, which takes W itself, on x @ W.T only); the row splits
     into one per layout under the contenders' own names."""
-    import torch
+    torch = pytest.importorskip("torch")
     (a, b, b_nn), = bench.make_sets(4, 8, 16, "both", l2=10**9, device="cpu")[:1]
     assert b.stride() == (1, 16) and b_nn.stride() == (8, 1) and torch.equal(b, b_nn)
     seen = []
@@ -142,7 +144,7 @@ def test_table_compares_each_layout_with_cublas_in_that_layout(capsys):
 def test_fp8_block_scale_b_is_laid_out_as_torch_reads_it():
     """torch._scaled_mm's 128x128 mode checks scale_b.t() against b.t() (N, K): shape
     (ceil(N/128), ceil(K/128)), row-major; the values are ptxdsl's (ceil(K/128), ...)."""
-    import torch
+    torch = pytest.importorskip("torch")
     from bench.matmul_fp8 import torch_block_scale_b
     sb = torch.rand(128, 56)                          # K = 16384, N = 7168
     laid = torch_block_scale_b(sb)
@@ -153,7 +155,7 @@ def test_grouped_row_wise_fp8_reference_and_loop_agree():
     """bench/matmul_grouped.py's row-wise float8 rows: the float64 reference with the
     scales per row of a and per column of each b[g], an empty group, the loop of row-wise
     torch._scaled_mm (CPU torch runs it) within e4m3 products' rounding of it."""
-    import torch
+    torch = pytest.importorskip("torch")
     import bench.matmul_grouped as mg
     sizes = (16, 0, 32)
     a, b, offs, _ = mg.make_set(3, 32, 64, sizes, torch.float8_e4m3fn, device="cpu")

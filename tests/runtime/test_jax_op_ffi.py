@@ -35,6 +35,9 @@ def _specs(text: str) -> list[dict]:
 
 
 def test_cuda_lowering_is_one_ffi_call_per_op_call():
+    # without torch the CUDA lowering is the host callback, which jax on a CPU backend
+    # cannot export for CUDA
+    pytest.importorskip("torch")
     x = jax.ShapeDtypeStruct((4, 64), jnp.float32)
     w = jax.ShapeDtypeStruct((64,), jnp.float32)
     text = _cuda_module(jax.grad(lambda a, b: jnp.sum(jax_ops.rms_norm(a, b, offset=1.0)),

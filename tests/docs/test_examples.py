@@ -139,7 +139,8 @@ def test_rms_norm_backward_example_interpreted(on_interpreter):
     mod.check(16, 1024)
 
 
-@pytest.mark.parametrize("shape", [(64, 64, 64), (130, 136, 40)])
+@pytest.mark.parametrize("shape", [(64, 64, 64),
+                                   pytest.param((130, 136, 40), marks=pytest.mark.long)])
 def test_gemm_mma_example_interpreted(on_interpreter, shape):
     """The tensor-core GEMM (cp.async ring, ldmatrix, mma.sync) against float64; the
     second shape has ragged M/N edges, two CTAs each way and a partial K tile."""

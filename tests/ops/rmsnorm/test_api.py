@@ -423,23 +423,29 @@ def test_short_rows_take_one_cta_per_sm_of_several_rows():
             assert not p.l2_ahead  # the interpreter: no occupancy to ask
 
 
-def test_backward_kernels_assemble_without_spills():
+@pytest.mark.parametrize("cases", [
+    pytest.param([(8192, f32), (4097, bf16), (65536, bf16), (100, f16)], id="some"),
+    pytest.param([(8192, bf16), (4096, f16), (1000, f32), (16384, f32), (16384, bf16),
+                  (12288, f16), (1, f32)], id="the-rest", marks=pytest.mark.long)])
+def test_backward_kernels_assemble_without_spills(cases):
     from ptxdsl.toolchain import find_ptxas
     if find_ptxas() is None:
         pytest.skip("no ptxas")
-    for n, dt in [(8192, f32), (8192, bf16), (4096, f16), (1000, f32), (4097, bf16),
-                  (16384, f32), (16384, bf16), (12288, f16), (65536, bf16), (1, f32),
-                  (100, f16)]:
+    for n, dt in cases:
         p = plan_backward(n, dt)
         r = build_backward(p, dt, dt).resources()
         assert r.spill_stores == 0 and r.local == 0, (n, dt, r)
 
 
-def test_forward_kernels_assemble_without_spills():
+@pytest.mark.parametrize("ns", [
+    pytest.param([100, 4097, 8192, 65536], id="some"),
+    pytest.param([1, 1000, 1024, 4096, 5120, 7168, 16384, 32768], id="the-rest",
+                 marks=pytest.mark.long)])
+def test_forward_kernels_assemble_without_spills(ns):
     from ptxdsl.toolchain import find_ptxas
     if find_ptxas() is None:
         pytest.skip("no ptxas")
-    for n in [1, 100, 1000, 1024, 4096, 4097, 5120, 7168, 8192, 16384, 32768, 65536]:
+    for n in ns:
         for dt in (f32, bf16, f16):
             for res in (False, True):
                 k = build_forward(plan(n, dt), dt, dt, residual=res, with_rstd=res)

@@ -90,7 +90,7 @@ def test_forward_long_ragged_rows_with_residual():
     assert within_rounding(y, ref_fwd(h, w)[0], dt)
 
 
-@pytest.mark.parametrize("n,dt", [(131072, bf16), (262144, f32)])
+@pytest.mark.parametrize("n,dt", [(131072, bf16), pytest.param(262144, f32, marks=pytest.mark.long)])
 def test_backward_long_rows(n, dt):
     lr = takes_clusters(n, dt)
     assert lr.backward.grid == 1 and lr.backward.stages == (3 if dt == bf16 else 1)
@@ -251,7 +251,7 @@ def test_f32_weights_beside_bf16_rows():
     assert np.abs(dw - rdw).max() / np.abs(rdw).max() < 1e-5
 
 
-@pytest.mark.parametrize("n", [200000, 143436])
+@pytest.mark.parametrize("n", [143436, pytest.param(200000, marks=pytest.mark.long)])
 def test_backward_of_rows_whose_slices_needed_fewer_threads(n):
     """200000 f32 (50000 chunks over 16 CTAs: 448 threads, not 512, so the last CTA owns
     part of the row) and 143436 (35859 chunks: 384 threads of 6 chunks, where 480 of 5

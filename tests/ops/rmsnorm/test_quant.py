@@ -300,13 +300,16 @@ def test_one_read_of_x_one_write_of_y(n, dtype):
             assert "cvt.rn.satfinite.e4m3x2.f32" in text and "L1::evict_first" not in text
 
 
-def test_quant_kernels_assemble_without_spills():
+@pytest.mark.parametrize("ns", [
+    pytest.param([100, 8192, 65536], id="short-mid-long"),
+    pytest.param([1, 1000, 4096, 7168, 16384, 32768], id="the-rest", marks=pytest.mark.long)])
+def test_quant_kernels_assemble_without_spills(ns):
     from ptxdsl.toolchain import find_ptxas
     if find_ptxas() is None:
         pytest.skip("no ptxas")
     from ptxdsl.ops.rmsnorm.fwd import max_vec
     from ptxdsl.ops.rmsnorm.plan import quant_kernel
-    for n in [1, 100, 1000, 4096, 7168, 8192, 16384, 32768, 65536]:
+    for n in ns:
         for dt in (f32, bf16):
             for res in (False, True):
                 for dyn in (False, True):

@@ -32,17 +32,13 @@ def _ints(rng, shape):
 
 @pytest.mark.long
 @pytest.mark.parametrize("fields,m,n,k,b_major,odt,bias,sms", [
-    (dict(bn=64, cluster=1, stages=3, epi_overlap=2), 200, 136, 264, "K", "f32", False, 2),
-    (dict(bn=128, cluster=2, stages=3, epi_overlap=1), 300, 264, 200, "MN", "bf16", True, 2),
-    (dict(bn=64, cluster=1, cluster_n=2, stages=2, epi_overlap=1), 128, 264, 136, "K",
-     "bf16", False, 2),
-    (dict(bn=96, cluster=2, stages=4, epi_overlap=3), 260, 200, 72, "K", "f32", False, 2),
     (dict(bn=176, cluster=2, stages=2, epi_overlap=1), 256, 440, 136, "K", "bf16", True, 2)])
 def test_interpreter_runs_dense_epi_overlap(fields, m, n, k, b_major, odt, bias, sms):
-    """Several tiles per CTA (the stash stored under the next tile's k-blocks), tiles with
-    fewer k-blocks than the lag, a cluster along M (B shared) and along N (A shared),
-    ragged M, N and K, a bias, a 176-wide tile (its last panel overlapping the one before):
-    exact against float64."""
+    """The dense kernel's epi_overlap (a lab option: one case, its most demanding): several
+    tiles per CTA (the stash stored under the next tile's k-blocks), a cluster along M (B
+    shared), ragged N, a bias, a 176-wide tile (its last panel overlapping the one before):
+    exact against float64. (Fewer k-blocks than the lag, clusters along N: the grouped
+    kernel's epi_overlap in test_grouped.py.)"""
     out = f32 if odt == "f32" else bf16
     kern = build_hopper(Plan(**fields), bf16, out, sms=sms, b_major=b_major,
                         bias=f32 if bias else None)

@@ -1,5 +1,5 @@
 """The Hopper GEMM kernel: traces, verifies and assembles; ptxas keeps the accumulators in
-registers; the PTX holds the pipeline the docs describe. (Interpreter runs at 128x256x64
+registers; the PTX holds the pipeline the docs describe. (Interpreter runs at 128x256x136
 and ragged shapes: see test_interp_matmul_hopper below; GPU runs: tests/gpu.)"""
 from __future__ import annotations
 
@@ -40,9 +40,11 @@ def test_ptx_has_the_pipeline(k2):
 
 
 @pytest.mark.ptxas
+# The register-pressure extremes: the plain and the fused (bias + gelu, f32 out) 128 x 256
+# kernel, split-K 2 with the fused epilogue and split-K 4 (the 128 x 64 rows and f16 / silu
+# epilogues assemble in test_plans.py and test_api.py).
 @pytest.mark.parametrize("m,odt,bias,act,split", [
-    (4096, bf16, None, None, 1), (128, bf16, None, None, 1), (4096, f32, f32, "gelu", 1),
-    (4096, f16, f16, "silu", 1), (16, bf16, None, None, 4), (128, f32, f32, "gelu", 2),
+    (4096, bf16, None, None, 1), (4096, f32, f32, "gelu", 1), (128, f32, f32, "gelu", 2),
     (1, f16, None, None, 4)])
 def test_ptxas_keeps_everything_in_registers(m, odt, bias, act, split):
     dt = f16 if odt == f16 else bf16
@@ -82,11 +84,12 @@ def _interprets_exactly(kern, ka, kb, a, w, out) -> None:
 # Rows of every operand are 16-byte multiples, as tensor maps need (n=65 f32 is refused
 # by the runtime and the interpreter alike).
 # (An MN-major operand's rows are M or N: multiples of 8 bf16.)
+# (Ragged M past one tile row: the cluster-of-2 test's 250 x 264 x 520.)
 @pytest.mark.parametrize("m,n,k,a_major,b_major", [
-    (128, 256, 64, "K", "K"), (7, 68, 72, "K", "K"), (130, 264, 136, "K", "K"),
-    (128, 256, 136, "MN", "MN"), (7, 72, 72, "K", "MN"), (8, 68, 72, "MN", "K"),
+    (7, 68, 72, "K", "K"), (128, 256, 136, "MN", "MN"), (7, 72, 72, "K", "MN"),
+    (8, 68, 72, "MN", "K"),
     # K = 512: the ring wraps, both consumers release each stage at their own time
-    (128, 256, 512, "K", "K")])
+    pytest.param(128, 256, 512, "K", "K", marks=pytest.mark.long)])
 def test_interpreter_runs_the_shipped_kernel(m, n, k, a_major, b_major):
     """The Hopper kernel itself on the CPU, each operand major: integer inputs, bit-exact
     f32 output."""
@@ -105,7 +108,8 @@ def test_interpreter_runs_the_shipped_kernel(m, n, k, a_major, b_major):
 
 
 @pytest.mark.parametrize("m,n,k,a_major,b_major", [
-    (256, 256, 64, "K", "K"), (250, 264, 520, "K", "K"), (256, 128, 136, "MN", "MN")])
+    (256, 128, 136, "MN", "MN"),
+    pytest.param(250, 264, 520, "K", "K", marks=pytest.mark.long)])
 def test_interpreter_runs_the_shipped_kernel_in_a_cluster_of_2(m, n, k, a_major, b_major):
     """The Hopper kernel in clusters of 2 along M on the CPU: each CTA loads half of the
     shared B stage with .multicast::cluster into both, consumers release every stage on
@@ -127,9 +131,13 @@ def test_interpreter_runs_the_shipped_kernel_in_a_cluster_of_2(m, n, k, a_major,
     np.testing.assert_array_equal(c, a.astype(np.float64) @ w.astype(np.float64).T)
 
 
+# (A K-major B under split-K: the plans table's split rows in test_plans.py, one k-block a
+# rank; a_rows with split-K below.)
 @pytest.mark.parametrize("m,n,k,split,b_major", [
-    (16, 264, 520, 2, "MN"), (7, 136, 200, 4, "K"), (128, 256, 264, 4, "MN"),
-    (16, 136, 136, 4, "MN")])                  # 3 k-blocks for 4 ranks: rank 0 gets none
+    (16, 120, 136, 4, "MN"),                   # 3 k-blocks for 4 ranks: rank 0 gets none
+    # both consumers' partials; ranks of 3 and 2 k-blocks
+    pytest.param(128, 120, 264, 4, "MN", marks=pytest.mark.long),
+    pytest.param(16, 136, 264, 2, "MN", marks=pytest.mark.long)])
 def test_interpreter_runs_the_split_k_kernel(m, n, k, split, b_major):
     """Split-K over a cluster on the CPU: integer inputs, bit-exact f32 output (every
     partial sum is an exact integer), ragged K (a rank may get one block less)."""
@@ -161,10 +169,12 @@ def test_interpreter_runs_the_shipped_kernel_bf16_output(m, n, k):
     _interprets_exactly(kern, f32_to_bf16_bits(a), f32_to_bf16_bits(w), a, w, bf16)
 
 
+# (Clusters of 4: the plans table's 128 x 128 cluster_n=4 row in test_plans.py and the
+# part-panel test below.)
 @pytest.mark.parametrize("bn,cn,m,n,k,a_major,odt", [
-    (64, 2, 100, 200, 136, "K", "f32"), (64, 2, 128, 264, 200, "MN", "f32"),
-    (64, 4, 16, 520, 72, "K", "f32"), (128, 2, 7, 392, 136, "K", "bf16"),
-    (128, 2, 104, 520, 136, "MN", "f32")])
+    (64, 2, 100, 200, 136, "K", "f32"),
+    pytest.param(64, 2, 128, 264, 200, "MN", "f32", marks=pytest.mark.long),
+    pytest.param(128, 2, 7, 392, 136, "K", "bf16", marks=pytest.mark.long)])
 def test_interpreter_runs_clusters_along_n(bn, cn, m, n, k, a_major, odt):
     """Clusters along N (Plan.cluster_n): each CTA loads bm / cn rows of A with
     .multicast::cluster into every CTA of its cluster and its own B; both CTAs' consumers
@@ -186,9 +196,10 @@ def test_interpreter_runs_clusters_along_n(bn, cn, m, n, k, a_major, odt):
     _interprets_exactly(kern, ka, f32_to_bf16_bits(w), a, w, out)
 
 
+# (128- and 224-wide a_rows tiles: the plans table's rows in test_plans.py.)
 @pytest.mark.parametrize("bn,a_rows,m,n,k,odt", [
-    (64, 16, 7, 200, 136, "f32"), (128, 16, 16, 392, 520, "bf16"), (64, 32, 29, 136, 72, "f32"),
-    (64, 64, 64, 72, 200, "bf16")])
+    (64, 16, 7, 200, 136, "f32"), (64, 64, 64, 72, 200, "bf16"),
+    pytest.param(64, 32, 29, 136, 72, "f32", marks=pytest.mark.long)])
 def test_interpreter_runs_a_rows_of_a(bn, a_rows, m, n, k, odt):
     """Plan.a_rows: each stage loads only A's first a_rows rows (one TMA box, expect_tx of
     those bytes), the other rows were zeroed once at the start; several tiles per CTA, the
@@ -213,7 +224,8 @@ def test_interpreter_runs_a_rows_of_a(bn, a_rows, m, n, k, odt):
 
 
 @pytest.mark.parametrize("bn,split,m,n,k,odt", [
-    (64, 2, 7, 200, 520, "f32"), (128, 4, 16, 392, 1032, "bf16"), (64, 2, 1, 72, 136, "bf16")])
+    (64, 2, 1, 72, 136, "bf16"),
+    pytest.param(64, 2, 7, 200, 264, "f32", marks=pytest.mark.long)])
 def test_interpreter_runs_a_rows_with_split_k(bn, split, m, n, k, odt):
     """Plan.a_rows beside split-K: each rank of the cluster along K loads A's first 16 rows
     of its k-blocks (the rest of each stage zero), and the owners add the partners' partial
@@ -252,12 +264,15 @@ def test_cluster_n_plans_are_checked():
     assert p.cluster_ctas == 4 and p.multicast == 4 and p.tiles(16, 520) == (1, 12)
 
 
+# (128 x 64 tiles, K split or not: the plans table's rows in test_plans.py, and the
+# a_rows, cluster_n and split-K tests here.)
 @pytest.mark.parametrize("bn,cluster,split,m,n,k,b_major", [
-    (192, 2, 1, 130, 400, 72, "K"), (192, 1, 1, 7, 400, 200, "MN"),
-    (64, 1, 1, 16, 200, 200, "K"), (64, 1, 2, 16, 136, 264, "MN")])
+    (192, 1, 1, 7, 400, 200, "MN"),
+    pytest.param(192, 2, 1, 130, 400, 72, "K", marks=pytest.mark.long)])
 def test_interpreter_runs_the_narrow_and_192_tiles(bn, cluster, split, m, n, k, b_major):
-    """The 128 x 192 and 128 x 64 tiles (m64n192 / m64n64 consumers) on the CPU: integer inputs, bit-exact f32 output, ragged edges; a 2-stage ring
-    that wraps and CTAs that take more than one tile."""
+    """The 128 x 192 tiles (m64n192 consumers) on the CPU, alone and in a cluster of 2:
+    integer inputs, bit-exact f32 output, ragged edges; a 2-stage ring that wraps and CTAs
+    that take more than one tile. (The same function builds 128 x 64 tiles: see above.)"""
     import numpy as np
     from ptxdsl.ops.matmul.plan import Plan
     from ptxdsl.core.types import f32_to_bf16_bits
@@ -293,10 +308,10 @@ def test_panel_steps_cover_the_tile_with_whole_panels():
 
 
 @pytest.mark.parametrize("bn,cluster,a_rows,m,n,k,odt,bias", [
-    (224, 1, 0, 130, 460, 72, "f32", False), (224, 2, 0, 250, 296, 136, "bf16", True),
-    (224, 1, 0, 200, 680, 200, "bf16", False), (224, 1, 16, 16, 456, 200, "f32", True),
     (160, 1, 0, 7, 328, 72, "bf16", False), (96, 1, 0, 20, 200, 72, "f32", False),
-    (176, 2, 0, 250, 400, 136, "bf16", True), (176, 1, 0, 100, 376, 72, "f32", False)])
+    pytest.param(224, 2, 0, 250, 296, 136, "bf16", True, marks=pytest.mark.long),
+    pytest.param(224, 1, 16, 16, 456, 200, "f32", True, marks=pytest.mark.long),
+    pytest.param(176, 1, 0, 100, 376, 72, "f32", False, marks=pytest.mark.long)])
 def test_interpreter_runs_tiles_that_are_not_whole_panels(bn, cluster, a_rows, m, n, k, odt,
                                                           bias):
     """Tiles 224, 176, 160 and 96 wide (m64nN consumers; C's last panel overlaps the one before
@@ -328,8 +343,8 @@ def test_interpreter_runs_tiles_that_are_not_whole_panels(bn, cluster, a_rows, m
 
 
 @pytest.mark.parametrize("bn,split,cn,m,n,k,odt", [
-    (176, 2, 1, 7, 400, 200, "bf16"), (224, 1, 2, 100, 704, 136, "f32"),
-    (224, 1, 4, 100, 1000, 72, "f32")])
+    pytest.param(176, 2, 1, 7, 304, 136, "bf16", marks=pytest.mark.long),
+    pytest.param(224, 1, 4, 100, 1000, 72, "f32", marks=pytest.mark.long)])
 def test_interpreter_runs_part_panel_tiles_split_or_in_clusters_along_n(bn, split, cn, m, n,
                                                                         k, odt):
     """Widths that are not whole panels with K split over a cluster (the owner stores the

@@ -34,8 +34,8 @@ def test_stage_product_of_each_major(a_major, b_major, n, m, nn, k):
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
 
 
-@pytest.mark.parametrize("a_major,b_major,n", [("K", "MN", 128), ("MN", "MN", 256),
-                                               ("MN", "K", 64)])
+@pytest.mark.parametrize("a_major,b_major,n", [
+    ("K", "MN", 128), pytest.param("MN", "MN", 256, marks=pytest.mark.long), ("MN", "K", 64)])
 def test_stage_product_in_cluster_rank_one(a_major, b_major, n):
     """Two CTAs in a cluster: rank 1's shared addresses carry its rank at bit 24 (as on an
     H100), so a descriptor that does not mask them gets a wrong LBO. This failed before

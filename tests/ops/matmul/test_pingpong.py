@@ -36,13 +36,10 @@ def test_pingpong_plan():
 
 @pytest.mark.long
 @pytest.mark.parametrize("fields,m,n,k,b_major,odt,bias,sms", [
-    (dict(bn=128, cluster=2, stages=3), 256, 264, 200, "K", "f32", False, 2),
-    (dict(bn=64, cluster=1, stages=3), 200, 136, 200, "K", "bf16", True, 2),
-    (dict(bn=96, cluster=2, stages=4), 250, 200, 136, "K", "bf16", False, 2),
-    (dict(bn=128, cluster=1, stages=5), 190, 264, 136, "MN", "bf16", False, 1),
-    (dict(bn=256, cluster=2, stages=2), 128, 264, 72, "MN", "f32", False, 4)])
+    (dict(bn=96, cluster=2, stages=4), 250, 200, 136, "K", "bf16", True, 2)])
 def test_interpreter_runs_pingpong(fields, m, n, k, b_major, odt, bias, sms):
-    """Exact against float64 with integer-valued inputs."""
+    """Exact against float64 with integer-valued inputs: pingpong, a lab option, once at
+    its most demanding (a cluster, ragged M and N, a bf16 output with a bias)."""
     out = f32 if odt == "f32" else bf16
     kern = build_hopper(Plan(**fields, **PP), bf16, out, sms=sms, b_major=b_major,
                         **({"bias": bf16} if bias else {}))

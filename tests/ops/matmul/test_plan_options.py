@@ -30,6 +30,30 @@ def _lab():
     return mod
 
 
+# The lab's option fields: a ptxas sweep takes one candidate per option (rule: one ptxas case
+# per lab option), the first that has it; the rest differ in tile shape only.
+LAB_OPTIONS = ("one_partial", "b_prefetch", "epi_in_ring", "epi_overlap", "stream_k",
+               "sk_tail", "b_swizzle", "consumers", "pingpong", "uniform_cons")
+
+
+def assemble_one_per_option(lab, shapes, table=None, options=LAB_OPTIONS):
+    """``lab.check`` (ptxas -v: no spills, no warnings) of one candidate per option of
+    ``options`` (the set's own; default :data:`LAB_OPTIONS`) among ``shapes``' candidates,
+    the first that has it; the options' names it checked."""
+    base, done = Plan(), set()
+    for shape in shapes:
+        for (name, lay), p in lab.candidates(*shape, table=table).items():
+            new = {f for f in options if getattr(p, f) != getattr(base, f)} - done
+            if name == "current" or not new:
+                continue
+            kern = lab.build(p, lay)
+            r = kern.resources()
+            assert r.spill_stores == r.spill_loads == r.local == 0, (shape, name, lay)
+            assert not kern.check().warnings, (shape, name, lay)
+            done |= new
+    return done
+
+
 def test_one_partial_gives_the_ring_one_consumers_buffer():
     """One 64 x bn f32 buffer instead of two: 128 x 128 split in two fits 5 stages, not 4;
     128 x 64 fits 8, not 7. Only a split of two (one owner per consumer) takes it."""
@@ -123,39 +147,36 @@ def _exact(kern, m, n, k, b_major, out, seed):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("bn,m,n,k,b_major,odt,pf", [
-    (128, 128, 264, 392, "MN", "f32", 0), (96, 100, 200, 264, "K", "f32", 2),
-    (64, 16, 136, 520, "K", "bf16", 2), (96, 128, 200, 520, "K", "bf16", 4)])
+@pytest.mark.parametrize("bn,m,n,k,b_major,odt,pf", [(128, 128, 264, 392, "MN", "f32", 0)])
 def test_interpreter_runs_one_partial(bn, m, n, k, b_major, odt, pf):
     """Split-K of two with one partial buffer per CTA (each rank's sending consumer writes
     it, the partner's owner reads it through DSMEM), several tiles per cluster, the ring
-    wrapping, ragged N and K; with b_prefetch where B is K-major. Exact."""
+    wrapping, ragged N and K. Exact. (The table's 64- and 128-wide one_partial rows:
+    test_plans.py; with b_prefetch and epi_in_ring: test_interpreter_runs_epi_in_ring.)"""
     out = f32 if odt == "f32" else bf16
     p = Plan(bn=bn, cluster=1, split=2, one_partial=True, stages=2, b_prefetch=pf)
     _exact(build_hopper(p, bf16, out, sms=2, b_major=b_major), m, n, k, b_major, out, bn + k)
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("bn,cluster,m,n,k", [(64, 1, 100, 136, 400), (128, 2, 250, 264, 600)])
+@pytest.mark.parametrize("bn,cluster,m,n,k", [(128, 2, 250, 264, 392)])
 def test_interpreter_runs_b_prefetch(bn, cluster, m, n, k):
-    """b_prefetch beside the unsplit kernel, alone and in clusters along M (each CTA asks
-    for its half of B): exact, runs that stop before K's end."""
+    """b_prefetch (a lab option: one case) beside the unsplit kernel in clusters along M
+    (each CTA asks for its half of B): exact, runs that stop before K's end."""
     p = Plan(bn=bn, cluster=cluster, stages=3, b_prefetch=2)
     _exact(build_hopper(p, bf16, f32, sms=2 * cluster), m, n, k, "K", f32, m + n)
 
 
 @pytest.mark.long
+# (With one consumer, the table's row: test_b_swizzle.py.)
 @pytest.mark.parametrize("fields,m,n,k,b_major,odt,sms", [
-    (dict(bn=64, stages=3), 100, 128, 264, "K", "bf16", 2),
-    (dict(bn=128, split=2, one_partial=True, stages=4), 128, 256, 520, "MN", "f32", 4),
     (dict(bn=96, split=2, one_partial=True, stages=2, b_prefetch=2), 120, 192, 520, "K",
-     "bf16", 4),
-    (dict(bn=64, cluster_n=2, stages=2), 128, 128, 200, "K", "bf16", 2),
-    (dict(bn=224, stages=2), 128, 440, 136, "K", "bf16", 2)])
+     "bf16", 4)])
 def test_interpreter_runs_epi_in_ring(fields, m, n, k, b_major, odt, sms):
     """C staged in the ring (each consumer's own A rows of the first stages, after its last
-    wgmmas retired), one tile per CTA: unsplit, split-K of two, A shared along N, a tile of
-    part-panels; the ring wrapping; exact."""
+    wgmmas retired), one tile per CTA, with two consumers (a lab option: one case, the
+    most demanding): split-K of two with one partial and b_prefetch; the ring wrapping;
+    exact."""
     out = f32 if odt == "f32" else bf16
     p = Plan(cluster=1, epi_in_ring=True, **fields)
     _exact(build_hopper(p, bf16, out, sms=sms, b_major=b_major), m, n, k, b_major, out, m + k)
@@ -180,7 +201,11 @@ def test_lab_candidates_are_buildable_plans():
 @pytest.mark.long
 @pytest.mark.ptxas
 def test_lab_candidates_assemble_without_spills():
-    """``lab/matmul_trailing.py --check``: every candidate through ptxas -v, no spills."""
+    """``lab/matmul_trailing.py --check``: one candidate per option of this file
+    (one_partial, b_prefetch, epi_in_ring) through ptxas -v, no spills, no warnings
+    (:func:`assemble_one_per_option`)."""
     if os.system("ptxas --version > /dev/null 2>&1"):
         pytest.skip("no ptxas")
-    assert _lab().check(list(_lab().SETS)) == 0
+    lab = _lab()
+    opts = ("one_partial", "b_prefetch", "epi_in_ring")
+    assert assemble_one_per_option(lab, list(lab.SETS), options=opts) == set(opts)

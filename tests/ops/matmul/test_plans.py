@@ -1,9 +1,9 @@
 """The GEMM's table of measured plans (ptxdsl/ops/matmul/plans.json) and the rules beside
 it: invariants, not pinned values. Every row is well formed, cites results files that
 exist, overlaps no other row, is what choose() returns where it applies, was the fastest
-plan (or near it) in the runs it cites, fits shared memory, assembles without spills and
-computes exactly on the interpreter at a small shape. The rules' plans fit and split K
-only where they may."""
+plan (or near it) in the runs it cites, fits shared memory, assembles without spills (the
+kernels of most register pressure) and computes exactly on the interpreter at a small
+shape. The rules' plans fit and split K only where they may."""
 from __future__ import annotations
 
 import dataclasses
@@ -47,6 +47,26 @@ def _kinds():
             p = choose(row["m"][0], row["n"], row["k"], dt, f32, device=dev)
             seen.setdefault((p, dt.bytes), (p, dt))
     return list(seen.values())
+
+
+def _pressure_kinds():
+    """The kinds of most register pressure (at most 4, for ptxas): the widest tile of 16-
+    and of 8-bit operands, the widest split-K one (its partials beside the accumulators)
+    and a 64-row (one consumer) one. The others have fewer accumulators of the same code."""
+    ks = list(enumerate(_kinds()))
+    picks = [max((x for x in ks if x[1][1].bytes == b and x[1][0].split == 1),
+                 key=lambda x: x[1][0].bn)[0] for b in (2, 1)]
+    picks.append(max((x for x in ks if x[1][0].split > 1),
+                     key=lambda x: (x[1][0].bn, x[1][0].one_partial))[0])
+    picks += [i for i, (p, _) in ks if p.consumers == 1][:1]
+    return picks
+
+
+def _interp_cases():
+    """Every kind; the split-K ones (an exchange of partials through DSMEM) and the
+    256-column one (the costliest on the interpreter) in the long run."""
+    return [pytest.param(i, marks=pytest.mark.long) if p.split > 1 or p.bn > 224 else i
+            for i, (p, _) in enumerate(_kinds())]
 
 
 def test_rows_are_well_formed():
@@ -160,8 +180,10 @@ def test_row_plans_fit_shared_memory():
 
 
 @pytest.mark.ptxas
-@pytest.mark.parametrize("i", range(len(_kinds())))
+@pytest.mark.parametrize("i", _pressure_kinds())
 def test_row_kernels_assemble_without_spills(i):
+    """The kinds of most register pressure (:func:`_pressure_kinds`) with the fused
+    epilogue of most registers (f32 bias, gelu), through ptxas: no spills."""
     p, dt = _kinds()[i]
     try:
         r = build_hopper(p, dt, f32, bias=f32, activation="gelu",
@@ -173,11 +195,12 @@ def test_row_kernels_assemble_without_spills(i):
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, p
 
 
-@pytest.mark.parametrize("i", range(len(_kinds())))
+@pytest.mark.parametrize("i", _interp_cases())
 def test_row_kernels_are_exact_on_the_interpreter(i):
-    """Each distinct kernel of the rows at a small shape on the CPU: one tile row of the
-    plan's M (at most its a_rows), N one cluster of tiles less 8 columns (ragged), one
-    k-block per split-K rank; integer inputs, bit-exact f32 output."""
+    """Each distinct kernel of the rows at a small shape on the CPU (the split-K and
+    256-column ones in the long run): one tile row of the plan's M (at most its a_rows), N
+    one cluster of tiles less 8 columns (ragged), one k-block per split-K rank; integer
+    inputs, bit-exact f32 output."""
     pytest.importorskip("ptxdsl.interp")
     from ptxdsl.interp import unsupported
     p, dt = _kinds()[i]

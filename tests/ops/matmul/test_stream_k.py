@@ -94,14 +94,11 @@ def _exact(p, m, n, k, sms, b_major, out, seed):
 
 @pytest.mark.long
 @pytest.mark.parametrize("bn,m,n,k,sms,b_major,odt,cluster", [
-    (64, 128, 192, 256, 5, "K", "f32", 1),      # 3 tiles of 4 k-blocks on 5 CTAs
-    (64, 100, 200, 520, 3, "MN", "bf16", 1),    # whole tiles and split ones, ragged
-    (128, 250, 136, 200, 7, "K", "f32", 1),     # two tile rows, tiles over three CTAs
     (128, 200, 264, 264, 4, "MN", "f32", 2),    # clusters of 2 along M, B shared
-    (64, 250, 200, 200, 6, "K", "bf16", 2),     # ... three clusters, a K-major B
 ])
 def test_interpreter_runs_stream_k(bn, m, n, k, sms, b_major, odt, cluster):
-    """Exact on the interpreter (integer-valued inputs, float64 reference)."""
+    """Exact on the interpreter (integer-valued inputs, float64 reference): stream_k, a lab
+    option, once at its most demanding (clusters, ragged M and N, an MN-major B)."""
     out = f32 if odt == "f32" else bf16
     _exact(Plan(bn=bn, cluster=cluster, stages=2, stream_k=True), m, n, k, sms, b_major,
            out, m + n + k)
@@ -244,14 +241,13 @@ def test_sk_tail_plan_checks_and_pure_stream_k_unchanged():
 
 @pytest.mark.long
 @pytest.mark.parametrize("bn,m,n,k,sms,b_major,odt,cluster,tail", [
-    (64, 100, 440, 248, 3, "K", "f32", 1, 1),   # 7 tiles of 4 k-blocks: 2 rounds, 1 over 3
-    (64, 128, 424, 248, 3, "MN", "bf16", 1, 2),  # 3 whole, 4 tiles' 16 k-blocks over 3
     (64, 200, 136, 200, 4, "K", "f32", 2, 1),   # clusters of 2: 3 cluster tiles on 2
 ])
 def test_interpreter_runs_stream_k_tail(bn, m, n, k, sms, b_major, odt, cluster, tail):
-    """Plan.sk_tail exact on the interpreter (integer-valued inputs, float64 reference):
-    whole tiles, then tiles split over two and three CTAs, ragged M, N, K; with clusters
-    also uniform_cons (the many-row plans' option, which lab --set tail keeps)."""
+    """Plan.sk_tail (a lab option: one case) exact on the interpreter (integer-valued
+    inputs, float64 reference): a whole tile, then tiles split over CTAs, ragged M, N, K;
+    with clusters also uniform_cons (the many-row plans' option, which lab --set tail
+    keeps)."""
     out = f32 if odt == "f32" else bf16
     _exact(Plan(bn=bn, cluster=cluster, stages=2, stream_k=True, sk_tail=tail,
                 uniform_cons=cluster > 1), m, n, k, sms, b_major, out, m + n + k)
@@ -286,8 +282,9 @@ def test_lab_tail_candidates_are_as_named():
 @pytest.mark.long
 @pytest.mark.ptxas
 def test_lab_tail_set_assembles_clean():
-    """``lab/matmul_trailing.py --check --set tail``: ptxas -v of every candidate shows no
-    spills and no warnings."""
+    """``lab/matmul_trailing.py --check --set tail``: ptxas -v of one candidate per
+    option of the set (stream_k, sk_tail: test_plan_options.assemble_one_per_option) shows
+    no spills and no warnings."""
     import importlib.util
     import os
     if os.system("ptxas --version > /dev/null 2>&1"):
@@ -297,4 +294,17 @@ def test_lab_tail_set_assembles_clean():
     spec = importlib.util.spec_from_file_location("matmul_trailing", path)
     lab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lab)
-    assert lab.check(list(lab.TAIL_SET), lab.TAIL_SET) == 0
+    assemble_one_per_option = _plan_options().assemble_one_per_option
+    opts = ("stream_k", "sk_tail")
+    assert assemble_one_per_option(lab, list(lab.TAIL_SET), lab.TAIL_SET, opts) == set(opts)
+
+
+def _plan_options():
+    """test_plan_options.py (its lab sweep helper), imported by path (importlib mode)."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location(
+        "matmul_test_plan_options", os.path.join(os.path.dirname(__file__), "test_plan_options.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

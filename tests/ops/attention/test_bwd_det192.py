@@ -2,10 +2,12 @@
 ``det_poll`` in wg3 (the next row block's semaphore read into a shared word while this
 block's adds land, :func:`ptxdsl.ops.attention.bwd_wg3._writer`) and the default row's
 step options (``uniform_cons``, ``wg3_fence1``, ``wg3_pfree``, ``wg3_ahead`` 2) and
-fixed-cost options in the deterministic mode. On the interpreter: dq, dk, dv against
-float64; the f32 dQ accumulator bitwise the plain det_pipe writer's (the same adds in the
-same order), CTA by CTA in launch order (no CTA waits for a later one) and all at once;
-every semaphore counts all its adds. ptxas -v: no spills."""
+fixed-cost options in the deterministic mode; ``det_panels`` (a count per panel). On the
+interpreter: the plan's deterministic row at each mask; det_poll and det_panels (lab
+options) one case each: dq, dk, dv against float64; the f32 dQ accumulator bitwise the
+plain det_pipe writer's (the same adds in the same order), CTA by CTA in launch order (no
+CTA waits for a later one) and all at once; every semaphore counts all its adds. ptxas
+-v: no spills."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -57,9 +59,9 @@ def test_det_poll_reads_the_next_turn_under_the_landing():
 
 @pytest.mark.long
 def test_det_poll_adds_in_the_plain_writers_order(monkeypatch):
-    """det_poll changes when a turn is read, not the adds: the plain det_pipe writer's f32
-    dQ bits (CTA by CTA in launch order: no CTA waits for a later one); float64; every
-    semaphore at its count."""
+    """det_poll's one case: it changes when a turn is read, not the adds: the plain
+    det_pipe writer's f32 dQ bits (the plan's deterministic row, causal; CTA by CTA in
+    launch order: no CTA waits for a later one); float64; every semaphore at its count."""
     shape, kw = (1, 70, 200, 1, 1), dict(causal=True)
     _with(monkeypatch, DET)
     plain = run(shape, 192, kw, True, True, monkeypatch)[0]
@@ -72,41 +74,24 @@ def test_det_poll_adds_in_the_plain_writers_order(monkeypatch):
 
 
 @pytest.mark.long
-def test_det_poll_stops_at_a_heads_last_block(monkeypatch):
-    """GQA (two query heads a key block, one row block each): the read ahead is skipped at
-    a head's last block and the next head's first step polls; with the step and fixed-cost
-    options and sections of one unit. float64, every semaphore at its count."""
-    shape, kw = (1, 64, 130, 2, 1), dict()
-    c = replace(DET, **STEP, **FIXED, det_poll=True, det_units=1)
-    _with(monkeypatch, c)
+@pytest.mark.parametrize("shape,kw", [((1, 70, 130, 2, 1), {}),
+                                      ((1, 100, 130, 2, 1), dict(window_size=(50, 20)))],
+                         ids=["full", "window"])
+def test_deterministic_row_matches_float64(monkeypatch, shape, kw):
+    """The plan's deterministic row (its causal mask: the plain writer's run above), GQA,
+    CTAs one at a time in launch order: float64, every semaphore at its count."""
+    c = bwd_api.choose_bwd(192, "bf16", Mask(*kw.get("window_size", (-1, -1))), False, True)
+    assert c == DET
     _, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
     check(got, attention_backward_reference(*args, **kw))
     np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c))
 
 
-@pytest.mark.long
-def test_bits_do_not_depend_on_the_cta_order(monkeypatch):
-    """The step and fixed-cost options with det_poll and det_desc's ascending walk, a
-    window: float64, every semaphore at its count, the same f32 dQ bits CTA by CTA in
-    launch order and all at once."""
-    shape, kw = (1, 100, 130, 1, 1), dict(window_size=(50, 20))
-    c = replace(DET, **STEP, **FIXED, det_poll=True, det_desc=True)
-    _with(monkeypatch, c)
-    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
-    check(got, attention_backward_reference(*args, **kw))
-    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c))
-    together = run(shape, 192, kw, True, False, monkeypatch)[0]
-    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
-
-
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("extra", [dict(det_poll=True), dict(STEP), dict(STEP, **FIXED),
-                                   dict(STEP, **FIXED, det_poll=True)],
-                         ids=["dpl", "step", "step-fixed", "step-fixed-dpl"])
-@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
-                         ids=["full", "causal", "window"])
-def test_ptxas_keeps_everything_in_registers(extra, mask):
+def test_ptxas_keeps_everything_in_registers():
+    """det_poll (a lab option: one case) with the step and fixed-cost options, causal."""
+    extra, mask = dict(STEP, **FIXED, det_poll=True), Mask(-1, 0)
     k = build_backward_wg3(replace(DET, **extra), bf16, 192, mask, scale=0.07,
                            deterministic=True)
     r = resources_or_skip(k)
@@ -124,24 +109,9 @@ def test_det_panels_needs_wg3_pipe_and_no_poll():
 
 
 @pytest.mark.long
-def test_det_panels_adds_in_the_plain_writers_order(monkeypatch):
-    """A count per panel, each passed as its add lands: the same adds per panel in the
-    same key-block order as det_pipe's, so its f32 dQ bits (CTA by CTA in launch order: no
-    CTA waits for a later one); float64; every word at three counts of its key blocks."""
-    shape, kw = (1, 70, 200, 1, 1), dict(causal=True)
-    _with(monkeypatch, DET)
-    plain = run(shape, 192, kw, True, True, monkeypatch)[0]
-    c = replace(DET, det_panels=True)
-    _with(monkeypatch, c)
-    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
-    check(got, attention_backward_reference(*args, **kw))
-    assert np.array_equal(alone.view(np.uint32), plain.view(np.uint32))
-    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, DET) // 3 * PANEL_WORD)
-
-
-@pytest.mark.long
 def test_det_panels_bits_do_not_depend_on_the_cta_order(monkeypatch):
-    """With the step and fixed-cost options and det_desc (a window): alone = all at once."""
+    """det_panels' one case, with the step and fixed-cost options and det_desc (a window):
+    float64, every word at three counts of its key blocks, alone = all at once."""
     shape, kw = (1, 100, 130, 1, 1), dict(window_size=(50, 20))
     c = replace(DET, **STEP, **FIXED, det_panels=True, det_desc=True)
     _with(monkeypatch, c)
@@ -154,11 +124,11 @@ def test_det_panels_bits_do_not_depend_on_the_cta_order(monkeypatch):
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
-                         ids=["full", "causal", "window"])
-def test_det_panels_ptxas_and_the_key_limit(mask):
-    """No spills; three releases a row block, each after its panel's landing; the kernel
-    names its SK limit (1023 key blocks of 96) for the API's check."""
+def test_det_panels_ptxas_and_the_key_limit():
+    """det_panels (a lab option: one case), causal: no spills; three releases a row block,
+    each after its panel's landing; the kernel names its SK limit (1023 key blocks of 96)
+    for the API's check."""
+    mask = Mask(-1, 0)
     k = build_backward_wg3(replace(DET, **STEP, **FIXED, det_panels=True), bf16, 192, mask,
                            scale=0.07, deterministic=True)
     r = resources_or_skip(k)

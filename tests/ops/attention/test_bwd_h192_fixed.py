@@ -4,8 +4,9 @@
 dKᵀ, dVᵀ transposed into its column panel of K's and V's tiles, TMA stores),
 ``dq_exit_read`` in wg3 (the writer warp's, or the consumers', last wait for reads only)
 and ``lpt_units`` in wg3 (key block-major sections): what they emit and refuse, the
-CPU interpreter against float64 (ragged, GQA, causal / full / window, the deterministic
-mode), and ptxas -v."""
+CPU interpreter against float64 (ragged, GQA, causal; with the step options in the plan's
+causal row: test_bwd_h192_sched.py; in the deterministic mode: test_bwd_det192.py), and
+ptxas -v."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,6 @@ BF16 = ml_dtypes.bfloat16
 from attention_bwd_checks import check_grads  # noqa: E402
 
 ROW = dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160, overlap=2)
-DET = dict(ROW, dq_warp=True, det_pipe=True, det_units=16)
 STORE = "cp.async.bulk.tensor.4d.global.shared::cta"
 
 
@@ -65,63 +65,26 @@ def _case(monkeypatch, c, sq, sk, seed, lead=1, **kw):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("sq,sk,kw", [(40, 100, dict(causal=True)), (130, 200, {}),
-                                      (150, 100, dict(window_size=(40, 3)))],
-                         ids=["causal", "full", "window"])
-@pytest.mark.parametrize("extra", [dict(dkv_tma=True), dict(dq_exit_read=True),
-                                   dict(prep_wide=True, dkv_tma=True, dq_exit_read=True),
-                                   dict(prep_wide=True, dkv_tma=True, dq_exit_read=True,
-                                        dq_warp=True)],
-                         ids=["kvt", "xr", "pw-kvt-xr", "dqw-pw-kvt-xr"])
-def test_matches_float64(monkeypatch, extra, sq, sk, kw):
-    """Two or three key blocks (the last past SK: the TMA store clips its rows), rows past
-    SQ, both heads of the GQA group summed before the store."""
-    _case(monkeypatch, BwdConfig(**ROW, **extra), sq, sk, sq + sk, **kw)
-
-
-@pytest.mark.long
-def test_longest_first_sections_match_float64(monkeypatch):
-    """lpt_units 2 over 3 (batch, K/V head) units (a last section of one), 3 key blocks a
-    unit, causal with more keys than queries: every CTA's (key block, unit) once."""
-    _case(monkeypatch, BwdConfig(**ROW, lpt_units=2, dkv_tma=True, dq_exit_read=True),
-          130, 250, 3, lead=3, causal=True)
-
-
-@pytest.mark.long
-def test_deterministic_mode_with_them_matches_float64(monkeypatch):
-    """The deterministic row (writer warp, det_pipe) with dkv_tma and dq_exit_read, its
-    three kernels called directly (the API runs the default kernel on the interpreter)."""
-    c = BwdConfig(**DET, prep_wide=True, dkv_tma=True, dq_exit_read=True)
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
-    sq, sk, kw = 130, 250, dict(causal=True)
-    rng = np.random.default_rng(9)
-    q, k, v, do = (rng.standard_normal(s).astype(BF16) for s in
-                   ((1, sq, 2, 192), (1, sk, 1, 192), (1, sk, 1, 192), (1, sq, 2, 192)))
-    out, lse = attention_reference(q, k, v, **kw)
-    pre, main, post = bwd_api.backward_kernels(192, deterministic=True, **kw)
-    assert main.name.endswith("_kvt_xr_det") and pre.name.endswith("_w_det")
-    sqp = -(-sq // 64) * 64
-    dpsum, nlse2 = np.zeros((1, 2, sqp), np.float32), np.zeros((1, 2, sqp), np.float32)
-    acc, sem = np.zeros((1, 2, sqp, 192), np.float32), np.zeros((1, 2, sqp // 64), np.uint32)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(k)
-    pre.interpret(out.astype(BF16), do, lse.astype(np.float32), dpsum, nlse2, acc, sem)
-    main.interpret(q, k, v, do, nlse2, dpsum, acc, dk, dv, sem)
-    post.interpret(acc, dq)
-    check_grads((dq, dk, dv), attention_backward_reference(do, q, k, v, **kw))
+def test_matches_float64(monkeypatch):
+    """prep_wide, dkv_tma and dq_exit_read without the writer warp (the consumers' own
+    last wait; the plan's causal row, with the writer warp, lpt_units and the step
+    options: test_bwd_h192_sched.py's test_causal_row_options_match_float64): two key
+    blocks (the last past SK: the TMA store clips its rows), rows past SQ, both heads of
+    the GQA group summed before the store, causal."""
+    _case(monkeypatch, BwdConfig(**ROW, prep_wide=True, dkv_tma=True, dq_exit_read=True),
+          40, 100, 140, causal=True)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("base,det", [(ROW, False), (dict(ROW, dq_warp=True), False),
-                                      (DET, True)], ids=["row", "dqw", "det"])
-@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
-                         ids=["full", "causal", "window"])
-def test_ptxas_keeps_everything_in_registers(base, det, mask):
-    """dkv_tma with dq_exit_read (and lpt_units): no spills, no wgmma serialization notice
-    beyond the shipped wg3 kernels' C7519; two TMA stores a warpgroup's thread and no
-    16-byte global stores of dK, dV; the last full bulk wait gone."""
-    c = BwdConfig(**base, dkv_tma=True, dq_exit_read=True, lpt_units=0 if det else 8)
-    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, deterministic=det)
+def test_ptxas_keeps_everything_in_registers():
+    """dkv_tma with dq_exit_read and lpt_units over the causal row's writer warp: no
+    spills, no wgmma serialization notice beyond the shipped wg3 kernels' C7519; two TMA
+    stores a warpgroup's thread and no 16-byte global stores of dK, dV; the last full
+    bulk wait gone; the wide pre- and postprocess kernels."""
+    base, det, mask = dict(ROW, dq_warp=True), False, Mask(-1, 0)
+    c = BwdConfig(**base, dkv_tma=True, dq_exit_read=True, lpt_units=8)
+    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
     shipped = build_backward_wg3(BwdConfig(**base), bf16, 192, mask, scale=0.07,

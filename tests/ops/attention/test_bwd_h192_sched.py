@@ -3,8 +3,8 @@
 the back edge), ``wg3_pfree`` (P's stores behind dO's empty barrier, not a CTA barrier)
 and ``wg3_fence1`` (the exchanges' proxy fence by the readers only): what they emit and
 refuse, the CPU interpreter (with its race and proxy detectors) against float64 (ragged,
-GQA, full / causal / window, softcap, a CTA with no step, varlen, the deterministic mode,
-the causal row's options), and ptxas -v."""
+GQA, causal / window, softcap, a CTA with no step, varlen, the causal row's options; the
+deterministic mode with them: test_bwd_det192.py), and ptxas -v."""
 from __future__ import annotations
 
 import numpy as np
@@ -67,12 +67,10 @@ VARIANTS = [dict(wg3_ahead=2), dict(wg3_pfree=True), dict(wg3_fence1=True),
 IDS = ["sa2", "pf", "f1", "sa2-pf-f1", "sa2-pf-f1-dqw", "sa1"]
 
 
-SHAPES = {"full": (130, 200, {}), "causal": (100, 230, dict(causal=True)),
-          "window": (150, 100, dict(window_size=(40, 3))),
+SHAPES = {"causal": (100, 230, dict(causal=True)),
           "no-step": (64, 300, dict(window_size=(10, 0))),
           "softcap": (100, 150, dict(causal=True, softcap=5.0))}
-CASES = [(v, sh) for v in IDS[3:4] for sh in SHAPES] + \
-    [(v, sh) for v in IDS[:3] + IDS[4:] for sh in ("full", "causal")]
+CASES = [("sa2-pf-f1", "no-step"), ("sa2-pf-f1", "softcap"), ("sa1", "causal")]
 
 
 @pytest.mark.long
@@ -80,8 +78,10 @@ CASES = [(v, sh) for v in IDS[3:4] for sh in SHAPES] + \
 def test_matches_float64(monkeypatch, vid, shape):
     """Several steps a warpgroup across both heads of the GQA group (the carried S
     crosses the head loop and the ring's wrap); ``no-step``: key blocks no query sees
-    (the first S from K's tile, discarded). All three options on every shape, each
-    alone (and with the writer warp, and wg3_ahead 1) full and causal."""
+    (the first S from K's tile, discarded). The three options together under a window
+    (no-step) and causal with softcap; wg3_ahead 1 (a lab option) causal. The plan rows
+    with them: the causal row below, the full and window rows in test_bwd_uniform.py's
+    test_plan_rows_match_float64 (d192-full, d192-window)."""
     sq, sk, kw = SHAPES[shape]
     _case(monkeypatch, BwdConfig(**ROW, **VARIANTS[IDS.index(vid)]), sq, sk, sq + sk,
           lead=2 if sq == 64 else 1, **kw)
@@ -92,69 +92,46 @@ def test_matches_float64(monkeypatch, vid, shape):
 def test_causal_row_options_match_float64(monkeypatch, extra):
     """Over the causal row (dkv_tma: the last, discarded S reads every warpgroup's panel
     of K's tile, so a CTA barrier after the drain keeps the TMA epilogue behind it), with
-    the options as the plan row takes them (each alone: test_matches_float64)."""
-    _case(monkeypatch, BwdConfig(**dict(CAUSAL_ROW, lpt_units=2), **extra), 130, 250, 3,
-          lead=3, causal=True)
+    the options and uniform_cons as the plan row takes them; lpt_units 3 over 2 (batch,
+    K/V head) units (a short last section, key block-major), three key blocks (the last
+    past SK: the TMA store clips its rows) of one row block, a step for each head of the
+    GQA group (the carried S crosses the head loop)."""
+    _case(monkeypatch, BwdConfig(**dict(CAUSAL_ROW, lpt_units=3, uniform_cons=True),
+                                 **extra), 40, 200, 3, lead=2, causal=True)
 
 
 @pytest.mark.long
-def test_varlen_matches_float64(monkeypatch):
-    c = BwdConfig(**ROW, **BOTH, wg3_fence1=True)
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
-    cq, ck = np.cumsum([0, 33, 1, 100, 70]), np.cumsum([0, 70, 129, 20, 100])
+def test_varlen_matches_float64():
+    """The plan's causal row as varlen takes it (dense-only dkv_tma dropped, the step
+    options, the writer warp, uniform_cons): three packed sequences (one of one query, one
+    whose keys end mid-block, one with fewer keys than queries), GQA, each against
+    float64."""
+    assert bwd_api.backward_kernels(192, causal=True, varlen=True)[1].name.endswith(
+        "_w3a2_pfr_f1_uc_varlen")
+    cq, ck = np.cumsum([0, 33, 1, 40]), np.cumsum([0, 70, 129, 20])
     rng = np.random.default_rng(4)
     q, k, v, do = (rng.standard_normal((n, h, 192)).astype(BF16)
                    for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
     check_varlen_causal(q, k, v, do, cq, ck)
 
 
-@pytest.mark.long
-def test_deterministic_row_with_both_matches_float64(monkeypatch):
-    """The deterministic row (writer warp, det_pipe) with wg3_ahead 2, wg3_pfree and
-    wg3_fence1, its
-    three kernels called directly (the API runs the default kernel on the interpreter)."""
-    c = BwdConfig(**ROW, dq_warp=True, det_pipe=True, det_units=16, **BOTH, wg3_fence1=True)
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
-    sq, sk, kw = 130, 250, dict(causal=True)
-    rng = np.random.default_rng(9)
-    q, k, v, do = (rng.standard_normal(s).astype(BF16) for s in
-                   ((1, sq, 2, 192), (1, sk, 1, 192), (1, sk, 1, 192), (1, sq, 2, 192)))
-    out, lse = attention_reference(q, k, v, **kw)
-    pre, main, post = bwd_api.backward_kernels(192, deterministic=True, **kw)
-    assert main.name.endswith("_w3a2_pfr_f1_det")
-    sqp = -(-sq // 64) * 64
-    dpsum, nlse2 = np.zeros((1, 2, sqp), np.float32), np.zeros((1, 2, sqp), np.float32)
-    acc, sem = np.zeros((1, 2, sqp, 192), np.float32), np.zeros((1, 2, sqp // 64), np.uint32)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(k)
-    pre.interpret(out.astype(BF16), do, lse.astype(np.float32), dpsum, nlse2, acc, sem)
-    main.interpret(q, k, v, do, nlse2, dpsum, acc, dk, dv, sem)
-    post.interpret(acc, dq)
-    check_grads((dq, dk, dv), attention_backward_reference(do, q, k, v, **kw))
+DQW = dict(ROW, dq_warp=True)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("base", [ROW, CAUSAL_ROW, dict(ROW, dq_warp=True)],
-                         ids=["row", "causal-row", "dqw"])
-@pytest.mark.parametrize("extra", [VARIANTS[0], VARIANTS[1], VARIANTS[3]],
-                         ids=[IDS[0], IDS[1], IDS[3]])
-@pytest.mark.parametrize("mask,softcap,varlen,det", [
-    (Mask(), 0.0, False, False), (Mask(-1, 0), 0.0, False, False),
-    (Mask(40, 3), 0.0, False, False), (Mask(-1, 0), 30.0, False, False),
-    (Mask(-1, 0), 0.0, True, False), (Mask(-1, 0), 0.0, False, True)],
-    ids=["full", "causal", "window", "softcap", "varlen", "det"])
-def test_ptxas_keeps_everything_in_registers(base, extra, mask, softcap, varlen, det):
-    """No spills (softcap: at most 32 bytes, as the shipped row's own at the full mask,
-    24 stored, 32 loaded: 160 registers hold its tanh values only just); wg3_ahead 2
-    leaves no wgmma under a branch (no C7519, which the shipped rows have) and none
-    serialized (C7512)."""
-    if det and not base.get("dq_warp"):
-        pytest.skip("wg3's deterministic mode needs dq_warp")
-    if varlen and base.get("lpt_units"):
-        base = dict(ROW, prep_wide=True)        # (dense-only options: varlen keeps ROW's)
-    c = BwdConfig(**base, **extra)
-    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, softcap=softcap, varlen=varlen,
-                           deterministic=det)
+@pytest.mark.parametrize("base,mask,softcap,varlen", [
+    (CAUSAL_ROW, Mask(-1, 0), 0.0, False), (DQW, Mask(-1, 0), 30.0, False),
+    (DQW, Mask(-1, 0), 0.0, True), (DQW, Mask(40, 3), 0.0, False)],
+    ids=["causal-row", "dqw-softcap", "dqw-varlen", "dqw-window"])
+def test_ptxas_keeps_everything_in_registers(base, mask, softcap, varlen):
+    """The three options over the causal row and the full/window row (the writer warp):
+    causal, softcap, varlen, a window. No spills (softcap: at most 32 bytes, as the
+    shipped row's own at the full mask, 24 stored, 32 loaded: 160 registers hold its tanh
+    values only just); wg3_ahead 2 leaves no wgmma under a branch (no C7519, which the
+    shipped rows have) and none serialized (C7512)."""
+    c = BwdConfig(**base, **VARIANTS[3])
+    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, softcap=softcap, varlen=varlen)
     r = resources_or_skip(k)
     most = 32 if softcap else 0
     assert r.spill_stores <= most and r.spill_loads <= most and r.local <= most, k.name

@@ -1,6 +1,10 @@
 """Head dim 192 in FlashAttention-3's hopper tile (``BwdConfig.wg3``, :mod:`.bwd_wg3`): 96
 keys a CTA, three consumer warpgroups; what it emits, that it fits shared memory and
-ptxas keeps it in registers, and the CPU interpreter's dq, dk, dv against float64."""
+ptxas keeps it in registers, and the CPU interpreter's dq, dk, dv against float64: the
+plain tile (causal; varlen at the full mask), one stage, float16, and the plan's
+deterministic row with varlen. The plan rows (overlap 2, the writer warp and the step
+options) at every mask, softcap and varlen: test_bwd_h192_sched.py and
+test_bwd_uniform.py; the deterministic row's dense runs: test_bwd_det192.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -63,114 +67,33 @@ def test_interpreter_matches_float64(monkeypatch):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("sq,sk,kw", [
-    (130, 200, {}), (150, 100, dict(window_size=(40, 3))), (100, 230, dict(causal=True)),
-    (64, 96, dict(window_size=(-1, 20))), (100, 150, dict(causal=True, softcap=5.0)),
-    (130, 100, dict(softcap=3.0))])
-def test_masks_and_shapes_match_float64(monkeypatch, sq, sk, kw):
-    _case(monkeypatch, WG3, sq, sk, 5, lead=2 if sq == 64 else 1, **kw)
-
-
-@pytest.mark.long
 def test_one_stage_matches_float64(monkeypatch):
+    """One stage of Q (a lab option: the rows take two), causal, two key blocks."""
     _case(monkeypatch, BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, wg3=True,
                                  consumer_regs=160), 100, 150, 3, causal=True)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("stages,dqw,ov", [(1, False, 0), (2, False, 0), (2, True, 0),
-                                           (2, True, 2), (2, False, 2)])
-@pytest.mark.parametrize("mask,softcap", [(Mask(), 0.0), (Mask(-1, 0), 0.0),
-                                          (Mask(40, 3), 0.0), (Mask(-1, 0), 30.0)])
-def test_ptxas_keeps_everything_in_registers(stages, dqw, ov, mask, softcap):
-    c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
-                  dq_warp=dqw, overlap=ov)
-    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, softcap=softcap)
+def test_ptxas_one_stage_keeps_everything_in_registers():
+    """One stage of Q (a lab option), causal with softcap; the plan rows' kernels:
+    test_bwd_h192_sched.py's ptxas test."""
+    c = BwdConfig(stages=1, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160)
+    k = build_backward_wg3(c, bf16, 192, Mask(-1, 0), scale=0.07, softcap=30.0)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("opts,kw", [(dict(dq_warp=True), dict(causal=True)),
-                                     (dict(overlap=2), dict(window_size=(50, 10))),
-                                     (dict(overlap=2, dq_warp=True), dict(softcap=4.0))])
-def test_dq_warp_and_fa3_order_match_float64(monkeypatch, opts, kw):
-    """dq_warp: the producer's warp 1 adds the three warpgroups' staged dQ; overlap 2: dV
-    issued between P's and dS's stores (FA3's order)."""
-    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160, **opts)
-    assert c.tag.endswith("_wg3")
-    _case(monkeypatch, c, 150, 200, 8, **kw)
-
-
-def _run_det(monkeypatch, sq, sk, kw, one_at_a_time):
-    """wg3 + dq_warp deterministic, its three kernels called directly (the API runs the
-    default kernel on the interpreter): the f32 dQ adds, the semaphores, dq, dk, dv."""
-    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
-                  dq_warp=True)
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
-    rng = np.random.default_rng(sq + sk)
-    q, k, v, do = (rng.standard_normal(s).astype(BF16) for s in
-                   ((1, sq, 2, 192), (1, sk, 1, 192), (1, sk, 1, 192), (1, sq, 2, 192)))
-    out, lse = attention_reference(q, k, v, **kw)
-    pre, main, post = bwd_api.backward_kernels(192, deterministic=True, **kw)
-    assert main.name.endswith("_dqw_wg3_det")
-    sqp = -(-sq // 64) * 64
-    dpsum, nlse2 = np.zeros((1, 2, sqp), np.float32), np.zeros((1, 2, sqp), np.float32)
-    acc, sem = np.zeros((1, 2, sqp, 192), np.float32), np.zeros((1, 2, sqp // 64), np.uint32)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(k)
-    pre.interpret(out.astype(BF16), do, lse.astype(np.float32), dpsum, nlse2, acc, sem)
-    with monkeypatch.context() as m:
-        if one_at_a_time:             # a batch of one CTA: each runs alone, in launch order
-            m.setattr(interp, "MAX_BATCH_SHARED", 1)
-        main.interpret(q, k, v, do, nlse2, dpsum, acc, dk, dv, sem)
-    adds = acc.copy()
-    post.interpret(acc, dq)
-    _check((dq, dk, dv), attention_backward_reference(do, q, k, v, **kw))
-    return adds, sem
-
-
-@pytest.mark.long
-def test_deterministic_turns_and_bits(monkeypatch):
-    """Three key blocks (96 keys each), causal: each 64-row block's semaphore counts three
-    adds per key block that reaches it; CTAs one at a time in launch order (none waits for
-    a later one) and all at once give the same dQ bits."""
-    sq, sk, kw = 130, 250, dict(causal=True)
-    alone, sem = _run_det(monkeypatch, sq, sk, kw, True)
-    off = sk - sq
-    want = [3 * sum(1 for nb in range(3) if nb * 96 <= min(64 * mb + 63, sq - 1) + off)
-            for mb in range(3)]
-    np.testing.assert_array_equal(sem, np.broadcast_to(want, sem.shape))
-    together, _ = _run_det(monkeypatch, sq, sk, kw, False)
-    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("ov", [0, 2])
-@pytest.mark.parametrize("mask,varlen,det", [(Mask(), False, True), (Mask(-1, 0), False, True),
-                                             (Mask(40, 3), False, True), (Mask(), True, False),
-                                             (Mask(-1, 0), True, True)])
-def test_ptxas_deterministic_and_varlen_keep_everything_in_registers(ov, mask, varlen, det):
+def test_ptxas_deterministic_varlen_keeps_everything_in_registers():
+    """The plan's deterministic row (the writer warp's pipelined turns), varlen, causal."""
     c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
-                  dq_warp=True, overlap=ov)
-    k = build_backward_wg3(c, bf16, 192, mask, scale=0.07, deterministic=det, varlen=varlen)
+                  dq_warp=True, overlap=2, det_pipe=True, det_units=16)
+    k = build_backward_wg3(c, bf16, 192, Mask(-1, 0), scale=0.07, deterministic=True,
+                           varlen=True)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("opts", [{}, dict(overlap=2, dq_warp=True)], ids=["s2", "ov2-dqw"])
-def test_varlen_matches_float64(monkeypatch, opts):
-    """Four packed sequences (one of one query, one whose keys end mid-block, so the next
-    sequence's K rows are zeroed), GQA, causal: each against float64."""
-    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160, **opts)
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
-    cq, ck = np.cumsum([0, 33, 1, 100, 70]), np.cumsum([0, 70, 129, 20, 100])
-    rng = np.random.default_rng(4)
-    q, k, v, do = (rng.standard_normal((n, h, 192)).astype(BF16)
-                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
-    check_varlen_causal(q, k, v, do, cq, ck)
 
 
 @pytest.mark.long
@@ -196,21 +119,19 @@ def test_varlen_full_zeroes_the_next_sequences_keys(monkeypatch):
 
 @pytest.mark.long
 def test_varlen_deterministic_matches_float64(monkeypatch):
-    """Packed ragged sequences, causal, GQA, wg3 + dq_warp deterministic through the API,
-    CTAs one at a time in launch order (none waits for a later one)."""
-    c = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
-                  dq_warp=True, overlap=2)
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a: c)
+    """Packed ragged sequences, causal, GQA, the plan's deterministic row (wg3, the writer
+    warp's pipelined turns) through the API, CTAs one at a time in launch order (none
+    waits for a later one). (The plain turns: test_bwd_det_pipe.py's head dim 192 case.)"""
     frame = bwd_api._frame
     monkeypatch.setattr(bwd_api, "_frame", lambda a: GpuClaimingFrame(frame(a)))
     monkeypatch.setattr(interp, "MAX_BATCH_SHARED", 1)
-    cq, ck = np.cumsum([0, 70, 1, 130]), np.cumsum([0, 150, 20, 200])
+    cq, ck = np.cumsum([0, 70, 1, 40]), np.cumsum([0, 150, 20, 100])
     rng = np.random.default_rng(7)
     q, k, v, do = (rng.standard_normal((n, h, 192)).astype(BF16)
                    for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
     check_varlen_causal(q, k, v, do, cq, ck, deterministic=True)
     assert bwd_api.backward_kernels(192, causal=True, deterministic=True,
-                                    varlen=True)[1].name.endswith("_varlen_det")
+                                    varlen=True)[1].name.endswith("_dtp_u16_varlen_det")
 
 
 @pytest.mark.long

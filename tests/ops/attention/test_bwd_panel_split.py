@@ -2,7 +2,8 @@
 warpgroup owns 64-column panel w and half w of panel 2: an n64 and an n32 wgmma piece of
 dK, dV and dQ, not three n32) and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, each
 m64n64 over the step's 64 queries): what they emit, that ptxas keeps them in registers,
-and the CPU interpreter's dq, dk, dv against float64 (dense, deterministic, varlen)."""
+and the CPU interpreter's dq, dk, dv against float64 (dense, deterministic, varlen): the
+plan's two col_split rows at head dim 192 at each mask, the lab layouts once each."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,6 +26,8 @@ COLS = dict(dq_tma=True, dq_swizzle=True, col_split=True, panel_split=True)
 PDS2 = BwdConfig(stages=2, pds_smem=True, **COLS)
 OV1 = BwdConfig(stages=2, overlap=1, **COLS)
 GSP2 = BwdConfig(stages=2, sdp_split=True, **COLS)
+ROW15 = BwdConfig(stages=2, **COLS)             # bwd_plans.json's col_split rows at 192
+ROW16 = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, pds_smem=True)
 
 
 def _inputs(sq, sk, seed, lead=(1,)):
@@ -85,46 +88,48 @@ def test_sdp_split_emits_one_n64_chain_a_warpgroup():
         BwdConfig(stages=2, sdp_split=True, pds_smem=True, **COLS)
 
 
-@pytest.mark.parametrize("c", [PDS2, GSP2], ids=["pds", "gsp"])
-def test_interpreter_matches_float64(monkeypatch, c):
-    """Ragged, GQA, causal, two key blocks (64 keys a CTA), the plan-candidate layout."""
-    _use(monkeypatch, c)
+def test_interpreter_matches_float64(monkeypatch):
+    """Ragged, GQA, causal, two key blocks (64 keys a CTA): the plan's panel_split row."""
+    _use(monkeypatch, ROW15)
     _case(70, 100, 11, causal=True)
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("c,kw,det", [
-    (PDS2, dict(window_size=(40, 3)), True),
-    (BwdConfig(stages=1, pds_smem=True, **COLS), dict(softcap=5.0), False),
+    (ROW15, {}, False), (ROW15, dict(window_size=(40, 3)), False),
+    (ROW16, {}, False), (ROW16, dict(causal=True), True),
+    (ROW16, dict(window_size=(40, 3)), False),
     (OV1, dict(causal=True, softcap=3.0), False),
-    (BwdConfig(stages=2, **COLS), {}, True),
     (GSP2, dict(window_size=(40, 3), softcap=5.0), True),
-    (BwdConfig(stages=1, sdp_split=True, **COLS), dict(causal=True, softcap=3.0), False),
-])
+], ids=["row-full", "row-window", "pds-row-full", "pds-row-causal-det", "pds-row-window",
+        "ov1-causal-softcap", "gsp-window-softcap-det"])
 def test_orderings_masks_and_modes_match_float64(monkeypatch, c, kw, det):
+    """The plan's two col_split rows at head dim 192 (panel_split; pds_smem without it)
+    at the masks they serve (panel_split's causal: test_interpreter_matches_float64), and
+    one case each of the lab layouts: panel_split with overlap 1 and sdp_split (in no
+    row; its head dim 256 form, two 64-column pieces a warpgroup, is not run); panel_split
+    with pds_smem: test_varlen_matches_float64."""
     _use(monkeypatch, c)
     _case(70, 150, 5, det, **kw)
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("det", [False, True])
-@pytest.mark.parametrize("c", [PDS2, GSP2], ids=["pds", "gsp"])
-def test_varlen_matches_float64(monkeypatch, det, c):
-    """Three packed sequences (one of one query), GQA, causal: each against float64."""
-    _use(monkeypatch, c)
+def test_varlen_matches_float64(monkeypatch):
+    """Three packed sequences (one of one query), GQA, causal, deterministic: each against
+    float64."""
+    _use(monkeypatch, PDS2)
     cq, ck = np.cumsum([0, 33, 1, 100]), np.cumsum([0, 70, 129, 20])
     q, k, v, do = (x[0] for x in _inputs(cq[-1], ck[-1], 4))
-    check_varlen_causal(q, k, v, do, cq, ck, deterministic=det)
+    check_varlen_causal(q, k, v, do, cq, ck, deterministic=True)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("c", [PDS2, BwdConfig(stages=1, pds_smem=True, **COLS), OV1, GSP2],
-                         ids=["s2pds", "s1pds", "s2ov1", "s2gsp"])
-@pytest.mark.parametrize("mask,softcap,det,varlen", [
-    (Mask(), 0.0, False, False), (Mask(-1, 0), 0.0, True, False), (Mask(40, 3), 0.0, False, False),
-    (Mask(-1, 0), 30.0, False, False), (Mask(), 30.0, True, False), (Mask(-1, 0), 0.0, True, True),
-    (Mask(), 0.0, False, True)])
+@pytest.mark.parametrize("c,mask,softcap,det,varlen", [
+    (ROW15, Mask(-1, 0), 30.0, False, False), (ROW15, Mask(-1, 0), 0.0, False, True),
+    (ROW16, Mask(-1, 0), 0.0, True, False), (ROW16, Mask(), 30.0, True, True)],
+    ids=["row-causal-softcap", "row-causal-varlen", "pds-row-causal-det",
+         "pds-row-full-softcap-det-varlen"])
 def test_ptxas_keeps_everything_in_registers(c, mask, softcap, det, varlen):
     k = build_backward(c, bf16, 192, mask, scale=0.07, softcap=softcap, deterministic=det,
                        varlen=varlen)
@@ -132,15 +137,11 @@ def test_ptxas_keeps_everything_in_registers(c, mask, softcap, det, varlen):
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
 
 
+@pytest.mark.ptxas
 @pytest.mark.long
-def test_sdp_split_at_head_dim_256_matches_float64(monkeypatch):
-    """sdp_split without panel_split: head dim 256's two 64-column pieces a warpgroup."""
-    c = BwdConfig(stages=1, sdp_split=True, dq_tma=True, dq_swizzle=True, col_split=True)
-    _use(monkeypatch, c)
-    rng = np.random.default_rng(2)
-    q, k, v, do = (rng.standard_normal(s).astype(BF16)
-                   for s in ((1, 70, 2, 256), (1, 100, 1, 256), (1, 100, 1, 256), (1, 70, 2, 256)))
-    out, lse = attention_reference(q, k, v, causal=True)
-    _check(attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
-                              causal=True),
-           attention_backward_reference(do, q, k, v, causal=True))
+def test_ptxas_sdp_split_keeps_everything_in_registers():
+    """sdp_split (a lab option: one case), causal, deterministic, varlen."""
+    k = build_backward(GSP2, bf16, 192, Mask(-1, 0), scale=0.07, deterministic=True,
+                       varlen=True)
+    r = resources_or_skip(k)
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -1,10 +1,12 @@
 """``BwdConfig.uniform_cons`` (:mod:`ptxdsl.ops._common.warpgroup`): the backward
 consumers' warpgroup index read from lane 0 through ``shfl.sync.idx``, so ptxas keeps the
 wgmma descriptors derived from it in uniform registers. What it emits and refuses; each
-head dim's plan row with it on the CPU interpreter (race and proxy detectors) against
-float64 (bwd.py's 128-row step at head dim 64, dq_swap at 128, wg3 at 192, col_split at
-256; ragged, GQA, causal; varlen and the deterministic mode); ptxas -v and the SASS of the
-main loop: no ``R2UR`` left, no spills, no new notices."""
+plan row with it on the CPU interpreter (race and proxy detectors) against float64
+(dq_swap at head dim 128 and col_split at 256, causal; wg3's full and window row at
+192; ragged, GQA; head dim 64's rows do not take it; varlen with it: head
+dim 192's causal row in test_bwd_h192_sched.py's test_varlen_matches_float64; no
+deterministic row takes it); ptxas -v and the SASS of the main loop of the rows that
+take it: no ``R2UR`` left, no spills, no new notices."""
 from __future__ import annotations
 
 import re
@@ -13,7 +15,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import ptxdsl.interp as interp
 from ptxdsl import toolchain
 from ptxdsl.core.types import bf16
 from ptxdsl.ops import attention_backward
@@ -21,7 +22,7 @@ from ptxdsl.ops.attention import attention_backward_reference, attention_referen
 from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BwdConfig
 from ptxdsl.ops.attention.config import Mask
-from attention_bwd_checks import GpuClaimingFrame, check_grads, check_varlen_causal
+from attention_bwd_checks import check_grads
 from ptxas_resources import resources_or_skip  # noqa: E402
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -60,48 +61,18 @@ def _case(d, sq, sk, seed, **kw):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("d,sq,sk", [(64, 130, 64), (128, 90, 70), (192, 100, 90),
-                                     (256, 70, 64)], ids=["d64", "d128", "d192", "d256"])
-def test_plan_rows_match_float64(monkeypatch, d, sq, sk):
+@pytest.mark.parametrize("d,sq,sk,kw", [
+    (128, 90, 70, dict(causal=True)), (192, 100, 90, {}),
+    (192, 100, 90, dict(window_size=(40, 3))), (256, 70, 64, dict(causal=True))],
+    ids=["d128", "d192-full", "d192-window", "d256"])
+def test_plan_rows_match_float64(monkeypatch, d, sq, sk, kw):
     """Causal and ragged: both consumer warpgroups' masks, several steps a CTA (the ring's
-    wrap, both heads of the GQA group), a key block's last keys past Sk."""
+    wrap, both heads of the GQA group), a key block's last keys past Sk; head dim 192's
+    full/window row (the step options with the writer warp) at its full and window masks
+    (its causal row, with uniform_cons: test_bwd_h192_sched.py's
+    test_causal_row_options_match_float64)."""
     _over_plan(monkeypatch)
-    _case(d, sq, sk, d + sq, causal=True)
-
-
-@pytest.mark.long
-def test_varlen_matches_float64(monkeypatch):
-    """varlen at head dim 128 (bwd.py's dq_split row: varlen skips dq_swap's 80 rows)."""
-    _over_plan(monkeypatch)
-    cq, ck = np.cumsum([0, 33, 1, 90]), np.cumsum([0, 70, 100, 20])
-    rng = np.random.default_rng(5)
-    q, k, v, do = (rng.standard_normal((n, h, 128)).astype(BF16)
-                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
-    check_varlen_causal(q, k, v, do, cq, ck)
-
-
-class _DetOnCpu(GpuClaimingFrame):
-    """The frame claiming a GPU (the deterministic kernels), each run on the interpreter."""
-
-    def run(self, k, *args):
-        return k.interpret(*args)
-
-
-@pytest.mark.long
-def test_deterministic_row_matches_float64(monkeypatch):
-    """Head dim 64's deterministic row (the writer warp takes the turns, row blocks last to
-    first), CTAs one at a time in launch order."""
-    _over_plan(monkeypatch)
-    frame = bwd_api._frame
-    monkeypatch.setattr(bwd_api, "_frame", lambda a: _DetOnCpu(frame(a)))
-    monkeypatch.setattr(interp, "MAX_BATCH_SHARED", 1)
-    rng = np.random.default_rng(3)
-    q, do = (rng.standard_normal((1, 100, 2, 64)).astype(BF16) for _ in range(2))
-    k, v = (rng.standard_normal((1, 130, 1, 64)).astype(BF16) for _ in range(2))
-    out, lse = attention_reference(q, k, v, causal=True)
-    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
-                             causal=True, deterministic=True)
-    check_grads(got, attention_backward_reference(do, q, k, v, causal=True))
+    _case(d, sq, sk, d + sq, **kw)
 
 
 def _main_loop(sass: str) -> list[str]:
@@ -128,13 +99,13 @@ def _wgmma(body: str) -> bool:
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("d", [64, 128, 192, 256])
+@pytest.mark.parametrize("d", [128, 192, 256])
 def test_sass_has_no_r2ur_in_the_step(d, causal=True):
-    """Each head dim's causal plan row's main kernel (the full rows: the same in the
-    report of the commit that added the option): without the option ``R2UR``s in the consumers' step
-    (at least one a wgmma), with it none (head dim 256: one, the lane-0 reduce-add's
-    coordinate), fewer instructions in all; no spills, the same ptxas notices. Head dim 64's
-    causal row without ``kv_pair`` (whose walk loop keeps 4 of 44 R2URs with the option)."""
+    """The causal plan rows' main kernels that ship the option (head dims 128, 192, 256;
+    the full rows: the same in the report of the commit that added the option): without
+    the option ``R2UR``s in the consumers' step (at least one a wgmma), with it none (head
+    dim 256: one, the lane-0 reduce-add's coordinate), fewer instructions in all; no
+    spills, the same ptxas notices. (Head dim 64's rows do not take the option.)"""
     kernels = []
     for uc in (False, True):
         shipped = bwd_api.choose_bwd

@@ -65,7 +65,7 @@ def _case(monkeypatch, c, b, hk, sq, sk, **kw):
 @pytest.mark.parametrize("extra,b,hk,sq,sk,kw", [
     (dict(lpt_units=2, uniform_cons=True), 3, 1, 90, 200, dict(causal=True)),
     ({}, 1, 1, 100, 300, dict(window_size=(10, 0))),
-    (dict(ahead_k=False), 1, 1, 250, 200, {})],
+    (dict(ahead_k=False), 1, 1, 170, 200, {})],
     ids=["causal-lpt", "window-no-step", "full-branch"])
 def test_matches_float64(monkeypatch, extra, b, hk, sq, sk, kw):
     """Two query heads a K/V head (GQA: the carried Sᵀ crosses the head's loop), the ring

@@ -34,7 +34,7 @@ def test_the_deterministic_mode_needs_the_pipelined_writer():
 
 CASES = [   # (shape (b, sq, sk, h, hk), mask, config)
     ((1, 37, 200, 2, 1), dict(), replace(M80, **FIXED)),
-    ((2, 37, 300, 1, 1), dict(window_size=(10, 0)),
+    ((2, 37, 200, 1, 1), dict(window_size=(10, 0)),
      replace(M80, det_units=1, det_desc=True, det_poll=True, **FIXED)),
 ]
 

@@ -32,7 +32,7 @@ def test_store_wait_once(kw):
     """Config.store_wait_once: the TMA-store epilogue's wait for the staging buffer's reads
     once per CTA (the hd128 causal row's options: persistent on 2 CTAs, several tiles
     each, head sections, lazy rescale), causal, ragged."""
-    q, k, v = inputs(1, 300, 280, 2, 2, 64, 33)
+    q, k, v = inputs(1, 200, 180, 2, 2, 64, 33)
     base = Config(block_n=48, tma_store=True, **kw)
     same_and_right(base, q, k, v, Mask(-1, 0), store_wait_once=True)
     with pytest.raises(ValueError, match="tma_store"):

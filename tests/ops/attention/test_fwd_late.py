@@ -34,8 +34,8 @@ def test_late_with_narrow_diagonal():
 def test_late_more(mask, kw, d):
     """Persistent on 2 CTAs over several tiles (ragged Sq and Sk): the hd128 causal row
     past 1k keys (the TMA-store epilogue waiting once a CTA, uniform_cons, q_double: the
-    row itself, at 300 keys). (The packed GQA layout: test_late_packed_gqa.)"""
-    q, k, v = inputs(1, 300, 280, 2, 2, d, 33)
+    row itself, at 180 keys; two tiles a CTA). (The packed GQA layout: test_late_packed_gqa.)"""
+    q, k, v = inputs(1, 200, 180, 2, 2, d, 33)
     same_and_right(Config(persistent=True, **kw), q, k, v, mask, late_epilogue=True)
 
 

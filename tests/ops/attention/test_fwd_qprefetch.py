@@ -75,7 +75,7 @@ def test_q_prefetch(monkeypatch, kw, mask, d, sms, per_tile):
     snake's next tile), GQA, with the hd128 causal row's options past 1k keys (Q in two
     buffers, the late epilogue). q_prefetch is a lab option (in no plans row): its one
     interpreter case."""
-    q, k, v = inputs(1, 300, 200, 2, 1, d, 41)
+    q, k, v = inputs(1, 200, 150, 2, 1, d, 41)
     loads, prefetches = _recorder(monkeypatch)
     same_and_right(Config(**kw), q, k, v, mask, sms=sms, q_prefetch=True)
     if kw.get("dynamic"):        # which CTA takes which tile is the interpreter's order

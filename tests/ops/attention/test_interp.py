@@ -66,7 +66,8 @@ def test_out_is_written_in_place_and_returned():
 @pytest.mark.long
 @pytest.mark.parametrize("b,sq,sk,h,hk,d,kw", [
     (1, 200, 200, 2, 2, 128, dict(causal=True)), (1, 63, 300, 4, 2, 128, {}),
-    (1, 130, 70, 1, 1, 256, dict(causal=True)), (2, 100, 100, 2, 1, 192, {}),
+    (1, 130, 70, 1, 1, 256, dict(causal=True)), (1, 130, 70, 1, 1, 256, {}),
+    (2, 100, 100, 2, 1, 192, {}),
     (1, 200, 200, 1, 1, 64, dict(window_size=(50, 10))),
     (1, 128, 256, 2, 1, 64, dict(softcap=5.0, softmax_scale=0.3)),
 ])

@@ -1,8 +1,7 @@
 """``BwdConfig.dq_swap`` (:mod:`ptxdsl.ops.attention.bwd_m80`): FlashAttention-3's head-dim-128
 full-mask tile, 80 queries a step with dQ computed transposed: what it emits, what it
 refuses, what ptxas makes of it, and the CPU interpreter's dq, dk, dv against float64 at
-ragged shapes (Sq not a multiple of 80, a partial key block, GQA, masks, a CTA with no
-step)."""
+ragged shapes (Sq not a multiple of 80, a partial key block, GQA, full and causal)."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,6 +21,7 @@ from attention_bwd_checks import check_grads  # noqa: E402
 
 M80 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, block_m=80, ds_double=True,
            dq_warp=True, dk_last=True, dq_swap=True)
+FIXED = dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)
 
 
 def _mmas(text):
@@ -59,9 +59,10 @@ def test_emits_the_swapped_step_and_checks_its_options():
         build_backward_m80(c, bf16, 64, scale=0.1)
 
 
-def _case(monkeypatch, sq, sk, seed, dk_smem=False, **kw):
-    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
-    c = BwdConfig(**M80, dk_smem=dk_smem)
+def _case(monkeypatch, sq, sk, seed, dk_smem=False, fixed=False, **kw):
+    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64; ``fixed``:
+    with the fixed-cost options (the shipped full row's config)."""
+    c = BwdConfig(**M80, dk_smem=dk_smem, **(FIXED if fixed else {}))
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
     rng = np.random.default_rng(seed)
     q, k, v, do = (rng.standard_normal((1, s, h, 128)).astype(BF16)
@@ -73,27 +74,27 @@ def _case(monkeypatch, sq, sk, seed, dk_smem=False, **kw):
 
 @pytest.mark.long
 @pytest.mark.parametrize("sq,sk,kw", [
-    (150, 200, {}), (37, 130, {}), (170, 300, dict(causal=True)),
-    (100, 300, dict(window_size=(10, 0))), (150, 200, dict(dk_smem=True))],
-    ids=["full", "one-partial-block", "causal", "window-no-step", "dk_smem"])
+    (150, 200, dict(fixed=True)), (150, 200, dict(dk_smem=True, causal=True))],
+    ids=["full-row", "dk_smem-causal"])
 def test_matches_float64(monkeypatch, sq, sk, kw):
     """Sq = 150: two 80-row steps a head (the second's last 10 rows past Sq: the
-    preprocess's -inf rows), two heads a CTA, the ring wrapping; Sq = 37 one partial step;
-    the window
-    (Sq = 100, Sk = 300) leaves the first key block without a step."""
+    preprocess's -inf rows), two heads a CTA, the ring wrapping: the shipped full row
+    (with prep_wide, dkv_tma, dq_exit_read), and the plain step with dk_smem, causal. (A
+    single partial step, Sq = 37, and a window leaving a key block without a step run in
+    test_bwd_m80_det.py; the plain step's window in test_bwd_m80_ahead.py.)"""
     _case(monkeypatch, sq, sk, sq + sk, **kw)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("dk_smem", [False, True], ids=["dk-regs", "dk-smem"])
-@pytest.mark.parametrize("dtype,mask", [(bf16, Mask()), (bf16, Mask(-1, 0)),
-                                        (bf16, Mask(40, 3)), (f16, Mask())],
-                         ids=["full", "causal", "window", "f16"])
-def test_ptxas_keeps_everything_in_registers_and_pipelined(dtype, mask, dk_smem):
+@pytest.mark.parametrize("dtype,mask,extra", [(bf16, Mask(), FIXED), (f16, Mask(), FIXED),
+                                              (bf16, Mask(-1, 0), dict(dk_smem=True))],
+                         ids=["full-row", "f16-row", "causal-dk-smem"])
+def test_ptxas_keeps_everything_in_registers_and_pipelined(dtype, mask, extra):
     """No spills, and no wgmma serialization notice (C7510-C7520, "Potential Performance
-    Loss"; dV issued before dSᵀ's stores is C7512)."""
-    k = build_backward_m80(BwdConfig(**M80, dk_smem=dk_smem), dtype, 128, mask, scale=0.07)
+    Loss"; dV issued before dSᵀ's stores is C7512): the shipped full row in bf16 and f16,
+    the plain step with dk_smem (a lab option) once, causal. (The causal row's step: test_bwd_m80_ahead.py.)"""
+    k = build_backward_m80(BwdConfig(**M80, **extra), dtype, 128, mask, scale=0.07)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
     assert "Performance Loss" not in k.check().log, k.name

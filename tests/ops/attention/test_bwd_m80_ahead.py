@@ -1,8 +1,9 @@
 """``BwdConfig.s_ahead`` 2 in the 80-query tile (:mod:`ptxdsl.ops.attention.bwd_m80` with
 :class:`~ptxdsl.ops.attention.bwd_ahead.Ahead`): the next step's Sᵀ queued behind dK in
 dQ's accumulator once dQ is staged. What it accepts and emits, the CPU interpreter's dq,
-dk, dv against float64 (ring wrap, GQA, a CTA with no step, ``lpt_units``), the
-deterministic mode's turns (bitwise, the semaphores' counts), and ptxas -v."""
+dk, dv against float64 (ring wrap, GQA, a CTA with no step, ``lpt_units``), and ptxas
+-v. (The deterministic mode's turns run without s_ahead, the shipped det row's step:
+test_bwd_m80_det.py; det with s_ahead is in no row.)"""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -21,7 +22,6 @@ from ptxas_resources import resources_or_skip  # noqa: E402
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = ml_dtypes.bfloat16
 from attention_bwd_checks import check_grads  # noqa: E402
-from attention_bwd_det_run import check_turns  # noqa: E402
 
 M80 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, block_m=80, ds_double=True,
            dq_warp=True, dk_last=True, dq_swap=True)
@@ -63,42 +63,30 @@ def _case(monkeypatch, c, b, hk, sq, sk, **kw):
 
 @pytest.mark.long
 @pytest.mark.parametrize("extra,b,hk,sq,sk,kw", [
-    (dict(lpt_units=2), 3, 1, 170, 300, dict(causal=True)),
+    (dict(lpt_units=2, uniform_cons=True), 3, 1, 90, 200, dict(causal=True)),
     ({}, 1, 1, 100, 300, dict(window_size=(10, 0))),
-    (dict(ahead_k=False), 1, 1, 250, 200, {})],
+    (dict(ahead_k=False), 1, 1, 170, 200, {})],
     ids=["causal-lpt", "window-no-step", "full-branch"])
 def test_matches_float64(monkeypatch, extra, b, hk, sq, sk, kw):
     """Two query heads a K/V head (GQA: the carried Sᵀ crosses the head's loop), the ring
-    wrapping, sections of ``lpt_units``; the window leaves the first key block without a
-    step (ahead_k's discarded Sᵀ from K's tile); without ahead_k, the branch."""
+    wrapping; causal: the shipped causal row's options (uniform_cons) with sections of
+    ``lpt_units`` 2 over three units (two sections, the last shorter; the row's 8 is one
+    section here); the window leaves the first key block without a step (ahead_k's
+    discarded Sᵀ from K's tile); without ahead_k, the branch."""
     _case(monkeypatch, BwdConfig(**dict(SA, **extra)), b, hk, sq, sk, **kw)
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("shape,kw,extra", [
-    ((1, 170, 300, 2, 1), dict(causal=True), {}),
-    ((1, 250, 260, 1, 1), {}, dict(det_desc=True, det_poll=True))], ids=["causal", "full-dsc-dpl"])
-def test_deterministic_turns(shape, kw, extra, monkeypatch):
-    """The writer warp's turns are the plain step's: every 80-row block's adds counted,
-    bitwise the same run alone or with the other CTAs."""
-    c = BwdConfig(**SA, det_pipe=True, **extra)
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
-    check_turns(shape, 128, kw, c, monkeypatch)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("mask,det", [(Mask(), False), (Mask(-1, 0), False),
-                                      (Mask(40, 3), False), (Mask(-1, 0), True)],
-                         ids=["full", "causal", "window", "causal-det"])
-def test_ptxas_keeps_everything_in_registers_and_pipelined(mask, det):
-    """With ahead_k (and lpt_units 8): no spills and no wgmma notice at all (C7510-C7520:
-    without ahead_k the branch before the loop is C7519, as at head dim 64)."""
-    c = BwdConfig(**SA, **(dict(det_pipe=True) if det else dict(lpt_units=8)))
-    k = build_backward_m80(c, bf16, 128, mask, scale=0.07, deterministic=det)
+def test_ptxas_keeps_everything_in_registers_and_pipelined():
+    """The shipped causal row (ahead_k, lpt_units 8, uniform_cons): no spills and no wgmma
+    notice at all (C7510-C7520); the row without ahead_k (a lab variant, once): the branch
+    before the loop is C7519, as at head dim 64."""
+    mask = Mask(-1, 0)
+    c = BwdConfig(**SA, lpt_units=8, uniform_cons=True)
+    k = build_backward_m80(c, bf16, 128, mask, scale=0.07)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
     assert "(C75" not in k.check().log, k.name
-    with_branch = build_backward_m80(replace(c, ahead_k=False), bf16, 128, mask, scale=0.07,
-                                     deterministic=det)
+    with_branch = build_backward_m80(replace(c, ahead_k=False), bf16, 128, mask, scale=0.07)
     assert "(C7519)" in with_branch.check().log

@@ -91,21 +91,16 @@ def _case(monkeypatch, c, b, hk, sq, sk, dtype=ml_dtypes.bfloat16, **kw):
 
 @pytest.mark.long
 @pytest.mark.parametrize("extra,b,hk,sq,sk,kw", [
-    (dict(dp_pin=True), 1, 1, 100, 150, {}),       # (the branch on tid >> 7 - 1)
-    (dict(dp_pin=True, uniform_cons=True, s_ahead=2, ahead_k=True, lpt_units=8, **FIXED),
-     1, 1, 100, 150, dict(causal=True)),
-    (dict(dv_first=True), 1, 1, 100, 150, {}),
-    (dict(dv_first=True, uniform_cons=True, s_ahead=2, ahead_k=True, dq_batch=True,
-          ds_fence1=True, **FIXED), 1, 1, 100, 150, dict(causal=True)),
-    (dict(dv_first=True, dp_pin=True, uniform_cons=True, **FIXED), 1, 1, 90, 300,
-     dict(window_size=(10, 0)))],
-    ids=["pin-full", "pin-sa2-causal", "dvf-full", "dvf-sa2-dqb-xf1-causal",
-         "dvf-pin-window-no-step"])
+    (dict(dp_pin=True, dv_first=True, dq_batch=True, ds_fence1=True, uniform_cons=True,
+          s_ahead=2, ahead_k=True, lpt_units=8, **FIXED), 1, 1, 100, 150, dict(causal=True))],
+    ids=["pin-dvf-dqb-xf1-sa2-causal"])
 def test_matches_float64(monkeypatch, extra, b, hk, sq, sk, kw):
-    """Sq not a multiple of 80, two query heads a K/V head, the ring wrapping; the causal
-    row's options (s_ahead 2: the carried Sᵀ) with each, dq_batch's writer (the
-    interpreter fails a stage rewritten before its add has read it); a window leaving a
-    key block without a step."""
+    """Sq not a multiple of 80, two query heads a K/V head, the ring wrapping, causal; the
+    causal row's options (s_ahead 2: the carried Sᵀ) with all four lab options at once:
+    dp_pin's branch, dv_first, dq_batch's writer (the interpreter fails a stage rewritten
+    before its add has read it) and ds_fence1 (each in no row: this is its one case; the
+    f16 unpacking below is dv_first's other code path). (A window leaving a key block
+    without a step: test_bwd_m80_ahead.py.)"""
     _case(monkeypatch, BwdConfig(**M80, **extra), b, hk, sq, sk, **kw)
 
 
@@ -136,23 +131,18 @@ def _step(sass: str) -> list[str]:
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0)], ids=["full", "causal"])
-def test_sass_runs_the_exponentials_under_dp(mask):
-    """The full and causal rows' options (causal: s_ahead 2, lpt_units 8) with
-    uniform_cons, with and without dp_pin, dv_first (with and without s_ahead): no
-    spills, no wgmma notice (C75xx); in the step, without them ptxas puts dPᵀ's
-    ``DEPBAR.LE gsb0, 0x0`` (the first after Sᵀ's ``0x1``) before most of the 40
-    ``MUFU.EX2`` (the finding); dp_pin puts all 40 before it, dv_first all 40 before
-    dV's first ``HGMMA.64x128``."""
+def test_sass_runs_the_exponentials_under_dp():
+    """The causal row (s_ahead 2, lpt_units 8, uniform_cons), alone, with dp_pin and with
+    dv_first (one ptxas case each, lab options): no spills, no wgmma notice (C75xx); in
+    the step, without them ptxas puts dPᵀ's ``DEPBAR.LE gsb0, 0x0`` (the first after
+    Sᵀ's ``0x1``) before most of the 40 ``MUFU.EX2`` (the finding); dp_pin puts all 40
+    before it, dv_first all 40 before dV's first ``HGMMA.64x128``."""
     if not (toolchain.find_tool("cuobjdump") or toolchain.find_tool("nvdisasm")):
         pytest.skip("no SASS disassembler (cuobjdump, nvdisasm)")
-    row = dict(M80, **FIXED, uniform_cons=True, **(
-        dict(s_ahead=2, ahead_k=True, lpt_units=8) if mask.any else {}))
-    other = dict(row, s_ahead=0, ahead_k=False) if mask.any else \
-        dict(row, s_ahead=2, ahead_k=True)
+    mask = Mask(-1, 0)
+    row = dict(M80, **FIXED, uniform_cons=True, s_ahead=2, ahead_k=True, lpt_units=8)
     cases = [(row, "wait", False), (dict(row, dp_pin=True), "wait", True),
-             (dict(row, dv_first=True), "dv", True), (dict(other, dv_first=True), "dv", True),
-             (dict(row, dv_first=True, dp_pin=True), "wait", True)]
+             (dict(row, dv_first=True), "dv", True)]
     for cfg, mark, all_before in cases:
         k = build_backward_m80(BwdConfig(**cfg), bf16, 128, mask, scale=0.088)
         r = resources_or_skip(k)

@@ -18,7 +18,8 @@ def test_late_with_narrow_diagonal():
     end; with diag_n the first tile's first consumer narrows its only block, its second
     does not (18 keys), both consumers of the second tile narrow their last block, after
     the loop; ping-pong, lazy rescale, consumer_bound. Against the reference only
-    (bitwise against the config without either option: the long tests)."""
+    (late_epilogue bitwise against the config without it: the long tests; diag_n:
+    test_fwd_diag.py)."""
     q, k, v = inputs(1, 150, 40, 1, 1, 64, 9)
     c = Config(block_n=32, pingpong=True, lazy_rescale=True, persistent=True,
                consumer_bound=True, diag_n=16, late_epilogue=True)
@@ -26,29 +27,15 @@ def test_late_with_narrow_diagonal():
 
 
 @pytest.mark.long
-def test_late_with_narrow_diagonal_bitwise():
-    """The case above, bitwise against the config without diag_n and late_epilogue."""
-    q, k, v = inputs(1, 150, 40, 1, 1, 64, 9)
-    base = Config(block_n=32, pingpong=True, lazy_rescale=True, persistent=True,
-                  consumer_bound=True)
-    same_and_right(base, q, k, v, Mask(-1, 0), sms=1, diag_n=16, late_epilogue=True)
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("mask,kw", [
-    (Mask(-1, 0), dict(block_n=48, lazy_rescale=True)),
-    (Mask(-1, 0), dict(block_n=48, tma_store=True, pingpong=True)),      # wait every tile
-    (Mask(-1, 0), dict(block_n=48, tma_store=True, store_wait_once=True, diag_n=16,
-                       lazy_rescale=True)),
-    (Mask(-1, 0), dict(block_n=48, dynamic=True, tma_store=True, head_sections=True)),
-    (Mask(40, 10), dict(block_n=48, consumers=3, pingpong=True, lazy_rescale=True)),
-    (Mask(), dict(block_n=64, p_smem=True, lazy_rescale=True)),
-])
-def test_late_more(mask, kw):
-    """Persistent on 2 CTAs over 6 tiles (ragged Sq and Sk): with and without the
-    TMA-store epilogue (its staging wait every tile or once), the dynamic scheduler,
-    three consumers, a window, full with P through shared memory."""
-    q, k, v = inputs(1, 300, 280, 2, 2, 64, 33)
+@pytest.mark.parametrize("mask,kw,d", [
+    (Mask(-1, 0), dict(block_n=128, lazy_rescale=True, tma_store=True, store_wait_once=True,
+                       uniform_cons=True, q_double=True), 128),
+], ids=["hd128-causal-row"])
+def test_late_more(mask, kw, d):
+    """Persistent on 2 CTAs over several tiles (ragged Sq and Sk): the hd128 causal row
+    past 1k keys (the TMA-store epilogue waiting once a CTA, uniform_cons, q_double: the
+    row itself, at 180 keys; two tiles a CTA). (The packed GQA layout: test_late_packed_gqa.)"""
+    q, k, v = inputs(1, 200, 180, 2, 2, d, 33)
     same_and_right(Config(persistent=True, **kw), q, k, v, mask, late_epilogue=True)
 
 

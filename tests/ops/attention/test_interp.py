@@ -69,6 +69,7 @@ def test_out_is_written_in_place_and_returned():
     (1, 130, 70, 1, 1, 256, dict(causal=True)), (1, 130, 70, 1, 1, 256, {}),
     (2, 100, 100, 2, 1, 192, {}),
     (1, 200, 200, 1, 1, 64, dict(window_size=(50, 10))),
+    (1, 150, 200, 2, 1, 128, dict(window_size=(40, 5))),
     (1, 128, 256, 2, 1, 64, dict(softcap=5.0, softmax_scale=0.3)),
 ])
 def test_wider_sweep_matches_float64(b, sq, sk, h, hk, d, kw):

@@ -3,9 +3,11 @@ before the step ends, behind dK (1) or behind dQ's stage (2), on FlashAttention-
 (``dq_warp``, ``dk_last``) at head dim 128 (``dq_split``) and 64 (``block_m`` 128), and
 ``qdo_split`` (:mod:`ptxdsl.ops.attention.bwd_qdo`: Q and dO of a ring slot on mbarriers of
 their own), alone and with it: what they emit, what ptxas makes of them, and the CPU
-interpreter's dq, dk, dv against float64 (several steps a CTA, so the carried Sᵀ crosses
-steps, heads of a GQA group and the ring's wrap; masks, a CTA with no step, varlen, the
-deterministic mode)."""
+interpreter's dq, dk, dv against float64 for s_ahead 1 and qdo_split, the lab options (several
+steps a CTA, so the carried Sᵀ crosses steps, heads of a GQA group and the ring's wrap; a
+window with a CTA that has no step); ptxas -v also in the deterministic mode and varlen.
+(s_ahead 2 on the plan rows, deterministic and not: test_bwd_pair.py, test_bwd_short.py,
+test_bwd_interp.py, test_bwd_det64_ahead.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +23,7 @@ from ptxas_resources import resources_or_skip  # noqa: E402
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = ml_dtypes.bfloat16
-from attention_bwd_checks import check_grads as _check, check_varlen_causal  # noqa: E402
+from attention_bwd_checks import check_grads as _check  # noqa: E402
 
 H128 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True, ds_double=True,
             dq_warp=True, dk_last=True)
@@ -77,70 +79,35 @@ def test_emits_the_next_scores_and_the_split_barriers():
         BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, qdo_split=True)
 
 
+# s_ahead 2 at head dim 64 is the plan rows' (bwd_plans.json rows 0, 1: test_bwd_pair.py,
+# test_bwd_short.py, test_bwd_interp.py run them); s_ahead 1 and qdo_split are lab options
+# (no row takes them): one case each
 @pytest.mark.long
 @pytest.mark.parametrize("d,mode,sq,sk,kw", [
-    (128, 2, 150, 260, {}), (128, 2, 150, 260, dict(causal=True)),
-    (128, 2, 100, 300, dict(window_size=(10, 0))), (128, 2, 150, 260, dict(softcap=5.0)),
-    (128, 1, 150, 260, dict(causal=True)), (64, 1, 150, 260, {}),
-    (64, 1, 100, 300, dict(window_size=(10, 0))), (64, 2, 150, 260, dict(causal=True)),
-    (128, 0, 150, 260, dict(causal=True, qdo_split=True)),
-    (128, 2, 100, 300, dict(window_size=(10, 0), qdo_split=True)),
-    (64, 1, 150, 260, dict(qdo_split=True)), (64, -1, 150, 260, dict(causal=True,
-                                                                      qdo_split=True))],
-    ids=["128-2-full", "128-2-causal", "128-2-win", "128-2-cap", "128-1-causal", "64-1-full",
-         "64-1-win", "64-2-causal", "128-qdo-causal", "128-2-qdo-win", "64-1-qdo-full",
-         "64-plan-qdo-causal"])
+    (64, 1, 130, 270, dict(window_size=(10, 0))),
+    (128, 2, 70, 210, dict(window_size=(10, 0), qdo_split=True))],
+    ids=["64-1-win", "128-2-qdo-win"])
 def test_masks_match_float64(monkeypatch, d, mode, sq, sk, kw):
-    """Sq = 150: three 64-row steps (two 128-row) a head, two heads a CTA, the ring
-    wrapping; the window (Sq = 100, Sk = 300) leaves the first key block without a step.
-    (mode -1: head dim 64's plan row, without dq_warp and dk_last.)"""
+    """Two row blocks (64 rows at 128, 128 at 64) a head, two heads a CTA: four steps, the
+    ring wrapping; the window leaves the first key block without a step."""
     kw = dict(kw)
     qdo = kw.pop("qdo_split", False)
-    base = H128 if d == 128 else H64
-    if mode < 0:
-        base = dict(base, dq_warp=False, dk_last=False)
-    c = BwdConfig(**base, s_ahead=max(mode, 0), qdo_split=qdo)
+    c = BwdConfig(**(H128 if d == 128 else H64), s_ahead=mode, qdo_split=qdo)
     _case(monkeypatch, c, d, sq, sk, 7 + mode, **kw)
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("d", [64, 128])
-def test_deterministic_repeats_bitwise(monkeypatch, d):
-    c = BwdConfig(**H128, s_ahead=2) if d == 128 else BwdConfig(**H64, s_ahead=1)
-    args, first = _case(monkeypatch, c, d, 130, 130, 11, det=True, causal=True)
-    again = attention_backward(*args, deterministic=True, causal=True)
-    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(first, again))
-
-
-@pytest.mark.long
-def test_varlen_matches_float64(monkeypatch):
-    """Head dim 128 (s_ahead 2, qdo_split), three packed sequences (one of one query), GQA,
-    causal."""
-    c = BwdConfig(**H128, s_ahead=2, qdo_split=True)
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
-    cq, ck = np.cumsum([0, 33, 1, 100]), np.cumsum([0, 70, 129, 20])
-    rng = np.random.default_rng(4)
-    q, k, v, do = (rng.standard_normal((n, h, 128)).astype(BF16)
-                   for n, h in ((cq[-1], 2), (ck[-1], 1), (ck[-1], 1), (cq[-1], 2)))
-    check_varlen_causal(q, k, v, do, cq, ck)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("d,mode,qdo", [(128, 2, False), (64, 1, False), (64, 2, False),
-                                        (128, 0, True), (128, 2, True), (64, 1, True)],
-                         ids=["128-2", "64-1", "64-2", "128-qdo", "128-2-qdo", "64-1-qdo"])
-@pytest.mark.parametrize("mask,det,varlen", [
-    (Mask(), False, False), (Mask(-1, 0), False, False), (Mask(40, 3), False, False),
-    (Mask(-1, 0), True, False), (Mask(-1, 0), False, True), (Mask(-1, 0), True, True)])
+@pytest.mark.parametrize("d,mode,qdo,mask,det,varlen", [
+    (128, 2, False, Mask(-1, 0), False, False), (64, 1, False, Mask(40, 3), False, False),
+    (128, 2, True, Mask(-1, 0), True, True)],
+    ids=["128-2-causal", "64-1-win", "128-2-qdo-det-varlen"])
 def test_ptxas_keeps_everything_in_registers_and_pipelined(d, mode, qdo, mask, det, varlen):
     """No spills, and no wgmma serialization notice (C7510-C7518, "Potential Performance
-    Loss"); softcap spills (8 bytes at
-    128, 200 at 64), as block_m 128's plan row does, and has its own row at 128.
-    (s_ahead 1 at head dim 128 is C7512: dQ's and the next Sᵀ's accumulators and dK's A
-    do not fit beside dK and dV.)"""
-    if varlen and d == 64:
-        pytest.skip("block_m 128 is the dense layout")
+    Loss"): s_ahead 2 on head dim 128's 64-row step, and one case for each lab option
+    (s_ahead 1, qdo_split); softcap spills (8 bytes at 128, 200 at 64), as block_m 128's
+    plan row does, and has its own row at 128. (s_ahead 1 at head dim 128 is C7512: dQ's
+    and the next Sᵀ's accumulators and dK's A do not fit beside dK and dV.)"""
     base = H128 if d == 128 else H64
     k = build_backward(BwdConfig(**base, s_ahead=mode, qdo_split=qdo), bf16, d, mask,
                        scale=0.07, deterministic=det, varlen=varlen)

@@ -2,8 +2,9 @@
 ``SdP_swapAB``, dK and dV from registers, dQ by query rows) with their dQ writer warp
 (``dq_warp``: warpgroup ``w``'s 64 query rows added by a producer warp) and FlashAttention-4's
 step order (``dk_last``): what they emit, that ptxas keeps them in registers, and the CPU
-interpreter's dq, dk, dv against float64 (masks, GQA, Sq leaving a block's second half past
-the padded rows; deterministic mode bitwise repeated)."""
+interpreter's dq, dk, dv against float64 for each option alone (masks, GQA, Sq leaving a
+block's second half past the padded rows; the deterministic mode with both, its bits in
+either launch order: test_bwd_det64_step.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -56,37 +57,19 @@ def test_emits_the_writer_warp_and_fa4_order():
 
 
 def test_interpreter_matches_float64(monkeypatch):
-    """Both options, causal, GQA, Sq = 60 (the block's second half past SQP), two key
-    blocks."""
-    args, ref = _grads(monkeypatch, BOTH, 1, 60, 150, 2, 1, 3, causal=True)
+    """dk_last alone (a lab variant: the plan rows take both options, run in
+    test_bwd_pair.py, test_bwd_short.py, test_bwd_interp.py), causal, GQA, Sq = 60 (the
+    block's second half past SQP), two key blocks."""
+    args, ref = _grads(monkeypatch, DKL, 1, 60, 150, 2, 1, 3, causal=True)
     _check(attention_backward(*args, causal=True), ref)
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("c,shape,kw", [
-    (DQW, (2, 130, 300, 2, 2), dict(window_size=(40, 3))),
-    (DQW, (1, 200, 150, 2, 1), {}),
-    (DKL, (1, 200, 150, 2, 1), dict(causal=True)),
-    (BOTH, (1, 150, 70, 4, 2), dict(causal=True, softcap=5.0)),
-    (BOTH, (1, 300, 270, 1, 1), dict(window_size=(100, 20))),
-    (BOTH, (2, 130, 200, 4, 1), {}),
-], ids=["dqw-win", "dqw-full", "dkl-causal", "both-cap", "both-win", "both-gqa4"])
-def test_masks_and_gqa_match_float64(monkeypatch, c, shape, kw):
-    args, ref = _grads(monkeypatch, c, *shape, 5, **kw)
+def test_writer_warp_alone_matches_float64(monkeypatch):
+    """dq_warp alone (a lab variant), a window, GQA (two steps a CTA), three key blocks."""
+    kw = dict(window_size=(40, 3))
+    args, ref = _grads(monkeypatch, DQW, 1, 60, 270, 2, 1, 5, **kw)
     _check(attention_backward(*args, **kw), ref)
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("kw", [dict(causal=True), {}], ids=["causal", "full"])
-def test_deterministic_repeats_bitwise(monkeypatch, kw):
-    """The writer takes bwd_det's turns for each warpgroup's 64 rows (its own semaphore word,
-    one add a key block): against float64, and two runs bitwise equal."""
-    args, ref = _grads(monkeypatch, BOTH, 1, 190, 300, 2, 1, 7, **kw)
-    a = attention_backward(*args, deterministic=True, **kw)
-    _check(a, ref)
-    b = attention_backward(*args, deterministic=True, **kw)
-    for x, y in zip(a, b):
-        assert np.array_equal(np.asarray(x).view(np.uint16), np.asarray(y).view(np.uint16))
 
 
 def test_varlen_takes_64_row_steps():
@@ -97,11 +80,11 @@ def test_varlen_takes_64_row_steps():
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("c", [DQW, DKL, BOTH], ids=["dqw", "dkl", "both"])
-@pytest.mark.parametrize("mask,det", [
-    (Mask(), False), (Mask(-1, 0), False), (Mask(40, 3), False),
-    (Mask(), True), (Mask(-1, 0), True), (Mask(40, 3), True)])
+@pytest.mark.parametrize("c,mask,det", [(DQW, Mask(40, 3), True), (DKL, Mask(-1, 0), True)],
+                         ids=["dqw-win-det", "dkl-causal-det"])
 def test_ptxas_keeps_everything_in_registers(c, mask, det):
+    """Each option alone (lab variants: one case each; both together are the plan rows',
+    test_bwd_pair.py, test_bwd_short.py, test_bwd_det64_step.py)."""
     k = build_backward(c, bf16, 64, mask, scale=0.07, deterministic=det)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -98,12 +98,14 @@ def test_wide_head_dims_split_the_columns():
 @pytest.mark.ptxas
 @pytest.mark.long
 @pytest.mark.parametrize("d,causal,det,varlen", [
-    (128, True, True, False), (64, False, False, False), (128, False, False, False),
-    (64, True, True, False), (192, True, True, False), (256, True, True, False),
-    (256, False, False, False), (64, True, True, True), (128, True, False, True),
-    (192, False, True, True), (256, True, False, True), (96, True, True, False),
-    (96, False, False, True)])
+    (128, True, True, False), (64, True, False, False), (128, False, False, True),
+    (96, True, True, False)])
 def test_ptxas_keeps_everything_in_registers(d, causal, det, varlen):
+    """The plan rows of head dims 64, 96, 128 (their preprocess, main kernel, postprocess)
+    in the modes that differ in register pressure: deterministic, varlen, causal (the
+    others: test_bwd_short.py, test_bwd_pair.py, test_bwd_det64_step.py,
+    test_bwd_h128_dqwarp.py; 192 and 256: test_bwd_uniform.py, test_bwd_panel_split.py,
+    test_bwd_h192_*.py)."""
     for k in backward_kernels(d, causal=causal, deterministic=det, varlen=varlen):
         r = resources_or_skip(k)
         assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
@@ -145,14 +147,13 @@ def test_varlen_keeps_64_query_rows_a_step(monkeypatch):
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("overlap,mask,det", [
-    (0, Mask(), False), (0, Mask(-1, 0), False), (0, Mask(32, 0), False), (0, Mask(), True),
-    (1, Mask(), False), (1, Mask(-1, 0), False), (1, Mask(32, 0), False), (1, Mask(), True),
-    (1, Mask(-1, 0), True), (1, Mask(32, 0), True)])
-@pytest.mark.parametrize("stages,ds_double", [(2, False), (3, False), (2, True)])
+@pytest.mark.parametrize("overlap,mask,det,stages,ds_double", [
+    (0, Mask(), True, 2, False), (1, Mask(-1, 0), True, 3, False),
+    (1, Mask(32, 0), True, 2, True)], ids=["o0-full-det", "o1-s3-causal-det", "o1-dsd-win-det"])
 def test_ptxas_keeps_block_m_128_in_registers(overlap, mask, det, stages, ds_double):
-    """The block_m 128 variants lab/attention_bwd_plans.py --set h64 times: no spills (not
-    with softcap, nor overlap 0 deterministic with a causal or window mask: 8-44 bytes)."""
+    """The block_m 128 variants lab/attention_bwd_plans.py --set h64 times, one case each
+    (the plan rows' own: test_bwd_pair.py, test_bwd_short.py): no spills (not with
+    softcap, nor overlap 0 deterministic with a causal or window mask: 8-44 bytes)."""
     c = BwdConfig(stages=stages, dq_tma=True, dq_swizzle=True, block_m=128, overlap=overlap,
                   ds_double=ds_double)
     k = build_backward(c, bf16, 64, mask, scale=0.125, deterministic=det)

@@ -1,10 +1,10 @@
 """``BwdConfig.kv_pair`` (:mod:`ptxdsl.ops.attention.bwd_pair`): a CTA walks key blocks ``p``
 and ``nblk - 1 - p`` of one (batch, K/V head) unit, the ring, the dQ writer's stages and
 the carried Sᵀ running on across them, K and V reloaded once the first block's dK, dV have
-left by TMA. What it refuses, dq, dk, dv against float64 on the CPU interpreter (an odd
-key-block count, whose middle block walks alone; an even one; GQA; causal, full and a
-window with a key block that has no step), the plan rows' PTX unchanged without it, and
-ptxas -v."""
+left by TMA. What it refuses, dq, dk, dv against float64 on the CPU interpreter (the plan
+row on an odd key-block count, whose middle block walks alone, GQA, causal; its lab
+variants once each: an even count, full and a window with a key block that has no step),
+and ptxas -v."""
 from __future__ import annotations
 
 import numpy as np
@@ -69,36 +69,29 @@ def _case(monkeypatch, c, d, h, sq, sk, seed, **kw):
 
 @pytest.mark.long
 @pytest.mark.parametrize("base,d,h,sq,sk,kw", [
-    (H64, 64, 1, 260, 260, dict(causal=True)),     # 3 key blocks: walks (0, 2) and (1)
-    (H64, 64, 2, 100, 400, dict(causal=True)),     # 4 key blocks, GQA, more keys
-    (H64, 64, 1, 130, 400, {}),
-    (H64, 64, 1, 130, 500, dict(window_size=(20, 3))),   # key blocks with no step
-    (H128, 128, 1, 140, 300, dict(causal=True)),
+    # the plan row (bwd_plans.json row 0, pair_max 32): 3 key blocks: walks (0, 2) and (1)
+    (dict(KS64, pair_max=32), 64, 2, 60, 260, dict(causal=True)),
+    # pair_max: 3 key blocks > 2 walk one a CTA
+    (dict(KS64, pair_max=2), 64, 1, 130, 260, dict(causal=True)),
+    # with dkv_tma, without dkv_stage: 4 key blocks, the first two without a step
+    (H64, 64, 1, 60, 400, dict(window_size=(20, 3))),
     # without dkv_tma: K, V released after the last wgmmas, dK, dV by st.global
-    (ST64, 64, 1, 260, 260, dict(causal=True)),
-    (ST64, 64, 1, 130, 500, dict(window_size=(20, 3))),
-    # dkv_stage: dK, dV through the dQ stage (warpgroup 1's 64-row box past SK at 260)
-    (KS64, 64, 1, 260, 260, dict(causal=True)),
-    (KS64, 64, 2, 100, 400, dict(causal=True)),
-    (KS64, 64, 1, 130, 500, dict(window_size=(20, 3))),
-    (KS128, 128, 1, 140, 300, dict(causal=True)),
-    # pair_max: 3 key blocks > 2 walk one a CTA; 2 <= 2 pair
-    (dict(KS64, pair_max=2), 64, 1, 260, 260, dict(causal=True)),
-    (dict(KS64, pair_max=2), 64, 1, 130, 200, {})],
-    ids=["64-causal-odd", "64-causal-even-gqa", "64-full", "64-window", "128-causal",
-         "64st-causal-odd", "64st-window", "64ks-causal-odd", "64ks-causal-even-gqa",
-         "64ks-window", "128ks-causal", "64pm2-unpaired", "64pm2-paired"])
+    (ST64, 64, 1, 60, 260, {}),
+    # head dim 128's 64-row tile with dkv_stage
+    (KS128, 128, 1, 40, 300, dict(causal=True))],
+    ids=["64-row-causal-odd-gqa", "64pm2-unpaired", "64-window", "64st-full", "128ks-causal"])
 def test_matches_float64(monkeypatch, base, d, h, sq, sk, kw):
+    """The plan row on a causal GQA shape, and each lab variant of it once (dkv_tma
+    without dkv_stage, neither, head dim 128, a unit longer than pair_max)."""
     _case(monkeypatch, BwdConfig(**base, kv_pair=True), d, h, sq, sk, sq + sk, **kw)
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("base,d", [(H64, 64), (H128, 128), (ST64, 64), (KS64, 64),
-                                    (KS128, 128), (dict(KS64, pair_max=32), 64)],
-                         ids=["64", "128", "64st", "64ks", "128ks", "64ks-pm32"])
-@pytest.mark.parametrize("mask", [Mask(), Mask(-1, 0), Mask(40, 3)],
-                         ids=["full", "causal", "window"])
+@pytest.mark.parametrize("base,d,mask", [
+    (dict(KS64, pair_max=32), 64, Mask(-1, 0)), (H64, 64, Mask(40, 3)), (ST64, 64, Mask()),
+    (KS128, 128, Mask(-1, 0))], ids=["64ks-pm32-causal", "64-window", "64st-full",
+                                      "128ks-causal"])
 def test_ptxas_keeps_everything_in_registers_and_pipelined(base, d, mask):
     """No spills and no wgmma serialization notice (C7510-C7518; dkv_stage's kernels carry
     the C7519 of the plan row's first Sᵀ under a branch)."""

@@ -66,10 +66,11 @@ def test_one_launch_each_over_ragged_sequences(monkeypatch):
 @pytest.mark.parametrize("d,lens_q,lens_k,kw", [
     (128, [5, 0, 70, 1, 3, 130], [9, 4, 66, 1, 0, 200], {}),
     (64, [64, 65, 1], [128, 129, 300], dict(window_size=(30, 10))),
+    (256, [0, 40, 1, 65], [3, 70, 1, 64], dict(window_size=(20, 3))),
 ])
 def test_head_dims_and_masks(d, lens_q, lens_k, kw):
-    """The plan rows varlen takes (64-row steps): head dim 128 full, 64 window (128
-    causal: test_bwd_short.py; head dims 192, 256: their own files)."""
+    """The plan rows varlen takes: head dim 128 full, 64 window, 256 window (128 causal:
+    test_bwd_short.py; head dim 192: test_bwd_h192_sched.py, test_bwd_h192_wg3.py)."""
     q, k, v, do, out, lse, cq, ck = _packed(lens_q, lens_k, 2, 1, d, d, **kw)
     got = attention_varlen_backward(do, q, k, v, out, lse, cq, ck, max(lens_q), max(lens_k),
                                     **kw)

@@ -37,6 +37,7 @@ def test_example_mains_run_parsed_back(parsed_back, name, capsys):
     assert parsed_back, f"{name} ran nothing on the interpreter"
 
 
+@pytest.mark.long
 def test_tensor_core_gemm_example_runs_parsed_back(parsed_back):
     assert _example("gemm_mma.py").check(64, 64, 64) <= 2 ** -7
     assert parsed_back

@@ -64,6 +64,7 @@ def test_wgmma_shapes_and_counts():
 
 
 @needs_ptxas
+@pytest.mark.long
 def test_every_wgmma_shape_and_type_assembles():
     """Each (shape, accumulator, A, B) PTX allows, with both operand lists, in one module
     per PTX version."""

@@ -88,6 +88,7 @@ def test_sdp_split_emits_one_n64_chain_a_warpgroup():
         BwdConfig(stages=2, sdp_split=True, pds_smem=True, **COLS)
 
 
+@pytest.mark.long
 def test_interpreter_matches_float64(monkeypatch):
     """Ragged, GQA, causal, two key blocks (64 keys a CTA): the plan's panel_split row."""
     _use(monkeypatch, ROW15)

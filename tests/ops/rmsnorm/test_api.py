@@ -237,6 +237,7 @@ def test_streaming_backward_l2_prefetch_changes_no_result(m):
 @given(m=st.integers(1, 9), n=st.sampled_from([512, 1000, 2040, 2048]),
        stages=st.integers(1, 3), grid=st.integers(1, 3), half=st.booleans(),
        fused=st.booleans(), ahead=st.booleans(), seed=st.integers(0, 2**16))
+@pytest.mark.long
 def test_staged_backward_is_the_streaming_kernel_bit_for_bit(m, n, stages, grid, half, fused,
                                                               ahead, seed):
     """Long rows through the shared-memory ring (cp.async several rows ahead, dw in

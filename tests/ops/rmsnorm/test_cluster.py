@@ -209,7 +209,8 @@ def test_persistent_forward_ring_refusals():
                               residual=True)
 
 
-@pytest.mark.parametrize("n", [65536, pytest.param(65536 + 40, marks=pytest.mark.long)])
+@pytest.mark.long
+@pytest.mark.parametrize("n", [65536, 65536 + 40])
 def test_cluster_kernels_on_the_interpreter(n):
     """Long rows on the CPU go through the cluster kernels (the interpreter runs clusters):
     forward and backward against numpy, ragged N included."""

@@ -38,6 +38,7 @@ def test_rms_norm_grad_inside_jit_matches_jax_autodiff():
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.long
 def test_matmul_grad_is_two_products():
     rng = np.random.default_rng(2)
     a = jnp.asarray(rng.standard_normal((16, 32)), jnp.bfloat16)

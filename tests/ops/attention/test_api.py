@@ -210,6 +210,7 @@ def test_register_budgets_fit_the_launch_pool():
             bad()
 
 
+@pytest.mark.long
 def test_windows_unbounded_on_one_side_run():
     """window_size=(left, -1) and (-1, right): the kernels' names were not PTX identifiers
     ('win16_-1'), so such a call failed to trace."""

@@ -58,6 +58,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("shape,d,kw", CASES)
+@pytest.mark.long
 def test_deterministic_in_launch_order_matches_float64(shape, d, kw, monkeypatch):
     """CTAs one at a time in launch order: no CTA waits for a later one, every block's
     semaphore counts all its adds, dq, dk, dv within bf16 of float64."""

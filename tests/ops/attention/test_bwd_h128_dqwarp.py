@@ -60,6 +60,7 @@ def test_emits_the_writer_warp_and_fa4_order():
         BwdConfig(stages=2, dq_tma=True, dk_last=True)
 
 
+@pytest.mark.long
 def test_interpreter_matches_float64(monkeypatch):
     """Ragged, GQA, causal, two key blocks: both options together."""
     _case(monkeypatch, BOTH, 40, 130, 3, causal=True)

@@ -61,6 +61,7 @@ def test_emits_fa3_tile_and_fits():
         build_backward_wg3(WG3, bf16, 128, scale=0.1)
 
 
+@pytest.mark.long
 def test_interpreter_matches_float64(monkeypatch):
     """Ragged, GQA, causal, two key blocks (96 keys a CTA, the second 4), rows past SQ."""
     _case(monkeypatch, WG3, 40, 100, 11, causal=True)

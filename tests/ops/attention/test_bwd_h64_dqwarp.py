@@ -56,6 +56,7 @@ def test_emits_the_writer_warp_and_fa4_order():
     assert BOTH.smem_bytes(64) == BwdConfig(**PLAN).smem_bytes(64)
 
 
+@pytest.mark.long
 def test_interpreter_matches_float64(monkeypatch):
     """dk_last alone (a lab variant: the plan rows take both options, run in
     test_bwd_pair.py, test_bwd_short.py, test_bwd_interp.py), causal, GQA, Sq = 60 (the

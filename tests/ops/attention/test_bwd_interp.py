@@ -45,6 +45,7 @@ def test_ragged_gqa_causal_matches_float64():
     _check(got, attention_backward_reference(do, q, k, v, causal=True))
 
 
+@pytest.mark.long
 def test_head_dim_96_matches_float64():
     """Head dim 96 (head dim 128's panels, the second half filled with zeros by TMA; Sᵀ,
     dPᵀ stop at k = 96, dK, dV n96, dQ an n64 and an n32 chain): ragged, GQA, causal, two
@@ -102,6 +103,7 @@ def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
     pytest.param(dict(stages=3), (1, 140, 260, 2, 1), dict(window_size=(100, 20)),
                  marks=pytest.mark.long),
 ], ids=["causal", "stages3-window"])
+@pytest.mark.long
 def test_block_m_128_matches_float64(monkeypatch, cfg, shape, kw):
     """Head dim 64 with 128 query rows a step (BwdConfig.block_m): Sq = 60 leaves the
     block's second 64 rows past SQP (no dQ add, no semaphore for them); two key blocks,

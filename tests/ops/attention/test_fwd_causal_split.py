@@ -16,6 +16,7 @@ from ptxdsl.ops.attention.steps import consumer_blocks  # noqa: F401  (public he
 from attention_fwd_checks import inputs, same_and_right
 
 
+@pytest.mark.long
 def test_split_and_bound_causal_pingpong_lazy():
     """Causal, Sq < Sk (keys aligned bottom-right) and ragged across five 32-key blocks:
     the first consumer stops two blocks before the second and keeps its ping-pong turns;
@@ -39,6 +40,7 @@ def test_store_wait_once(kw):
         Config(store_wait_once=True)
 
 
+@pytest.mark.long
 def test_options_leave_other_masks_and_defaults_alone():
     """consumer_bound needs a right bound: without one (full, a left-only window) the
     kernel is the one without it; the default Config has both off."""

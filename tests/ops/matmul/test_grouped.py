@@ -104,8 +104,10 @@ def test_grouped_hopper_kernel_reads_an_mn_major_stack(wide):
 # The grouped kernel's options (Plan fields, off by default): clusters of 2 along N sharing
 # A by multicast, a consumer past its group's end idle, the staged TMA store of C's rows
 # inside a group, a tile's epilogue under the next tile's first k-blocks. Each alone (the
-# costliest, epi_overlap, in -m long), together and with other dtypes in -m long.
-OPTIONS = [dict(cluster_n=2), dict(tail_skip=True), dict(tma_store=True),
+# tail_skip in the default run, the others in -m long), together and with other dtypes in
+# -m long.
+OPTIONS = [pytest.param(dict(cluster_n=2), marks=pytest.mark.long), dict(tail_skip=True),
+           pytest.param(dict(tma_store=True), marks=pytest.mark.long),
            pytest.param(dict(epi_overlap=2), marks=pytest.mark.long)]
 ALL = dict(cluster_n=2, tail_skip=True, tma_store=True, epi_overlap=3)
 

@@ -253,6 +253,7 @@ def test_f32_weights_beside_bf16_rows():
 
 
 @pytest.mark.parametrize("n", [143436, pytest.param(200000, marks=pytest.mark.long)])
+@pytest.mark.long
 def test_backward_of_rows_whose_slices_needed_fewer_threads(n):
     """200000 f32 (50000 chunks over 16 CTAs: 448 threads, not 512, so the last CTA owns
     part of the row) and 143436 (35859 chunks: 384 threads of 6 chunks, where 480 of 5

@@ -400,12 +400,26 @@ def _closest(word: str, options) -> str:
     return f" (did you mean {' or '.join('.' + n for n in near)}?)" if near else ""
 
 
+# match() is a pure function of the entry and the chain, and every traced instruction
+# calls it (a third of tracing): accepted chains are remembered per entry object, which
+# the value keeps alive so that its id stays unique. Refused chains are not cached.
+_MATCHED: dict[tuple[int, tuple[str, ...]], tuple[OpSpec, Match]] = {}
+
+
 def match(spec: OpSpec, mods: list[str]) -> Match:
     """Match the modifiers written after ``spec.opcode`` against the entry.
 
     Raises :class:`IsaError` for unknown modifiers, modifiers in the wrong
     order or group, missing required groups and wrong types.
     """
+    key = (id(spec), tuple(mods))
+    hit = _MATCHED.get(key)
+    if hit is None:
+        hit = _MATCHED[key] = (spec, _match(spec, list(mods)))
+    return hit[1]
+
+
+def _match(spec: OpSpec, mods: list[str]) -> Match:
     op = spec.opcode
     written = ".".join((op, *mods))
     if len(mods) < spec.ntypes:

@@ -21,7 +21,7 @@ def _quiet_numpy():
         yield
 
 
-SETTINGS = settings(max_examples=6, deadline=None,
+SETTINGS = settings(max_examples=4, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 N = 32
 

@@ -106,6 +106,7 @@ def _hopper_forms():
                     yield m
 
 
+@pytest.mark.long
 def test_arch_specific_forms_are_refused_for_sm_90():
     specific = [m for m in _hopper_forms() if m.arch_specific]
     assert {m.spec.opcode for m in specific} >= {

@@ -47,7 +47,7 @@ FORMS = _alu_forms()
 BY_TEXT = {m.text: m for m in FORMS}
 ARCHS = ["sm_80", "sm_90a"]
 # A modest default keeps CI fast; PTXDSL_HYPOTHESIS_EXAMPLES=500 for a deeper search.
-SETTINGS = settings(max_examples=int(os.environ.get("PTXDSL_HYPOTHESIS_EXAMPLES", "25")),
+SETTINGS = settings(max_examples=int(os.environ.get("PTXDSL_HYPOTHESIS_EXAMPLES", "10")),
                     deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

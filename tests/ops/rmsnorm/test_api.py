@@ -13,6 +13,7 @@ from ptxdsl.ops.rmsnorm.bwd import build_backward, plan_backward
 from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce, dw_narrow, dw_summers
 from ptxdsl.ops.rmsnorm.fwd import build_forward, max_vec, plan
 from ptxdsl.core.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
+from sweeps import sweep  # noqa: E402
 
 EPS = 1e-6
 NS = [1, 3, 8, 17, 96, 100, 257, 1000, 1024, 1030, 2048, 4097]
@@ -190,7 +191,7 @@ def test_thin_dw_sum_gives_the_same_bits(n, monkeypatch):
     assert all((a == b).all() for a, b in zip(out[True], out[False]))
 
 
-@pytest.mark.parametrize("m", [5, 6, 7, 13])
+@pytest.mark.parametrize("m", sweep([5, 6, 7, 13], keep=1))
 def test_backward_l2_prefetch_changes_no_result(m):
     """The L2 prefetch of row + 2G (thread 0, whole rows, in bounds only: the
     interpreter checks each prefetched range) leaves dx and dW as they were."""
@@ -211,7 +212,7 @@ def test_backward_l2_prefetch_changes_no_result(m):
     np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("m", [3, 4, 5])
+@pytest.mark.parametrize("m", sweep([3, 4, 5], keep=1))
 def test_streaming_backward_l2_prefetch_changes_no_result(m):
     """The streaming (long-row) kernel's L2 prefetch of the CTA's next row (row + G)
     leaves dx and dW as they were, with row + G in and out of range."""
@@ -490,7 +491,7 @@ def test_persistent_forward_walks_every_row(m, n, grid, residual, seed):
     assert np.allclose(rstd, rref, rtol=1e-6)
 
 
-@pytest.mark.parametrize("n", [4096, 8192, 16384])
+@pytest.mark.parametrize("n", sweep([4096, 8192, 16384], keep=1))
 def test_half_two_pass_kernel_keeps_the_occupancy(n):
     """Two-pass half rows: w is loaded late exactly when ptxas gives that variant more
     CTAs per SM (and a thread has at most two chunks), never when it would lower them."""

@@ -22,6 +22,7 @@ from ptxdsl.ops.rmsnorm import plan as choice
 from ptxdsl.ops.rmsnorm.bwd import MAX_DW_CLUSTER, build_backward, plan_backward, rows_grid
 from ptxdsl.ops.rmsnorm.fwd import max_vec
 from ptxdsl.core.types import bf16, f16, f32
+from sweeps import sweep  # noqa: E402
 
 SMS = 2  # the interpreter's SM count (Frame.sms)
 
@@ -53,8 +54,8 @@ def test_rows_grid_is_rows_rounded_up_to_a_power_of_two_at_most_the_grid():
     assert rows_grid(132, 0) == 1 and rows_grid(1, 7) == 1
 
 
-@pytest.mark.parametrize("n, dt", [(8192, bf16), (8192, f32), (4096, f16), (1024, bf16),
-                                   (1000, f32), (12288, f32), (128, f32), (96, bf16)])
+@pytest.mark.parametrize("n, dt", sweep([(8192, bf16), (8192, f32), (4096, f16), (1024, bf16),
+                                   (1000, f32), (12288, f32), (128, f32), (96, bf16)], keep=2))
 def test_few_rows_plan_only_its_grid(n, dt):
     """On a 132-SM device: the grid is min(G, next_pow2(M)) (of one-row CTAs where the
     device's plan has row groups), everything else is the device's plan; small grids sum dW in the same launch (fused) even where the
@@ -123,7 +124,7 @@ def test_every_row_is_walked_by_the_smaller_grid(monkeypatch):
             np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("m", [1, 3, 7, 9, 17, 33, 50])
+@pytest.mark.parametrize("m", sweep([1, 3, 7, 9, 17, 33, 50], keep=2))
 def test_few_rows_backward_f32_matches_float64(m, plans):
     """rms_norm_backward on the interpreter (2 SMs; N=256 f32: a grid of 42 CTAs) at
     few rows, just above powers of two (9, 17, 33) and past the grid (50): dx and dw
@@ -141,7 +142,7 @@ def test_few_rows_backward_f32_matches_float64(m, plans):
     np.testing.assert_array_equal(dx2.view(np.uint32), dx.view(np.uint32))
 
 
-@pytest.mark.parametrize("m", [1, 3, 5, 7])
+@pytest.mark.parametrize("m", sweep([1, 3, 5, 7], keep=1))
 def test_few_rows_backward_short_half_rows(m, plans):
     """Short half rows (N=1024 f16: one CTA per SM of eight row groups, a grid of 2 on
     the interpreter): one row runs a single one-row CTA, more rows the grouped grid
@@ -228,9 +229,9 @@ def test_few_rows_dw_is_summed_a_column_tile_per_warp(n, m, half, monkeypatch):
     assert text[text.rindex("atom."):].count("bar.sync") == 1  # the arrival's answer
 
 
-@pytest.mark.parametrize("n, m, dt", [(512, 1, f32), (512, 3, f32), (1000, 2, f32),
+@pytest.mark.parametrize("n, m, dt", sweep([(512, 1, f32), (512, 3, f32), (1000, 2, f32),
                                       (1030, 4, f16), (4096, 5, f32), (2048, 8, bf16),
-                                      (8192, 1, bf16), (4094, 7, f32)])
+                                      (8192, 1, bf16), (4094, 7, f32)], keep=2))
 def test_few_rows_dw_in_one_cluster_has_the_bits_of_the_partial_rows(n, m, dt, monkeypatch):
     """Grids of at most MAX_DW_CLUSTER CTAs sum dW as one cluster (each CTA's partial in
     its shared memory, read by its peers through ``mapa`` + ``ld.shared::cluster`` after a

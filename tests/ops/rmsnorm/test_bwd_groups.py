@@ -24,6 +24,7 @@ from ptxdsl.ops.rmsnorm.fwd import max_vec
 from ptxdsl.core.types import bf16, f16, f32
 
 from rmsnorm_cases import case, rel_err
+from sweeps import sweep  # noqa: E402
 
 SMS = 2  # the interpreter's SM count
 NP = {f32: np.float32, f16: np.float16, bf16: ml_dtypes.bfloat16}
@@ -46,7 +47,7 @@ def run(p, dt, args):
     return as_float(dx, dt), as_float(dw, dt), part
 
 
-@pytest.mark.parametrize("n, dt, groups, m, fused, threads", [
+@pytest.mark.parametrize("n, dt, groups, m, fused, threads", sweep([
     (256, f32, 2, 19, True, None),      # 64 threads a row, two rows a CTA
     (1000, bf16, 3, 23, True, None),    # 128 threads, a ragged last chunk, three rows
     pytest.param(1000, f16, 4, 40, False, None,    # dW summed by a second launch
@@ -57,7 +58,7 @@ def run(p, dt, args):
     # dynamic shared memory (16 x 4 KiB)
     (1000, bf16, 16, 45, True, 32),
     (250, f32, 2, 7, True, None),       # N % 4: the partial row summed a column at a time
-])
+], keep=3))
 def test_groups_walk_the_rows_of_one_row_ctas(n, dt, groups, m, fused, threads, monkeypatch):
     p = plan_backward(n, dt, SMS, groups=groups, fused=fused, threads=threads)
     assert p.groups == groups and p.block == p.threads * groups and p.fused == fused

@@ -13,6 +13,7 @@ from ptxdsl.ops.rmsnorm.fwd_cluster import build_forward_cluster, plan_cluster
 from ptxdsl.core.types import bf16, f16, f32
 
 from hopper_devices import H100, H200, device  # noqa: E402
+from sweeps import sweep  # noqa: E402
 
 
 def covers(p: ClusterSplit) -> None:
@@ -113,10 +114,10 @@ def _ptxas():
         pytest.skip("no ptxas")
 
 
-@pytest.mark.parametrize("n,dt,wdt", [(65536, bf16, bf16), (131072, f16, f16),
+@pytest.mark.parametrize("n,dt,wdt", sweep([(65536, bf16, bf16), (131072, f16, f16),
                                       (262144, bf16, f32), (262144, f32, f32),
                                       (100003, bf16, bf16), (131072, f32, f32),
-                                      (262145, f32, f32)])
+                                      (262145, f32, f32)], keep=2))
 def test_forward_cluster_kernels_fit_their_ctas_per_sm(n, dt, wdt):
     _ptxas()
     p = plan_cluster(n, dt)
@@ -126,9 +127,9 @@ def test_forward_cluster_kernels_fit_their_ctas_per_sm(n, dt, wdt):
         assert r.registers * p.threads * p.min_ctas <= 65536, (n, dt, res, r.registers)
 
 
-@pytest.mark.parametrize("n,dt,wdt", [(65536, bf16, bf16), (131072, bf16, f32),
+@pytest.mark.parametrize("n,dt,wdt", sweep([(65536, bf16, bf16), (131072, bf16, f32),
                                       (262144, bf16, bf16), (131072, f32, f32),
-                                      (262144, f32, f32), (100000, f16, f16)])
+                                      (262144, f32, f32), (100000, f16, f16)], keep=2))
 def test_backward_cluster_kernels_fit_one_cta_per_sm(n, dt, wdt):
     _ptxas()
     p = plan_backward_cluster(n, dt)
@@ -323,7 +324,7 @@ def test_backward_cluster_plan_leaves_no_cta_empty(n, dt):
         covers(lr.backward)
 
 
-@pytest.mark.parametrize("dt", [f32, bf16, f16])
+@pytest.mark.parametrize("dt", sweep([f32, bf16, f16], keep=1))
 def test_long_row_plans_build_for_every_length(dt):
     """long_rows gives a valid plan (or none) for every row length from 32769 to about 1 M
     elements, on every device, with full and with one-element chunks."""

@@ -22,6 +22,7 @@ from ptxdsl.core.types import bf16, f16, f32
 from hopper_devices import H200  # noqa: E402
 
 import ml_dtypes  # noqa: E402
+from sweeps import sweep  # noqa: E402
 
 EPS = 1e-6
 NP = {f32: np.float32, bf16: ml_dtypes.bfloat16, f16: np.float16}
@@ -59,8 +60,8 @@ def takes_clusters(n, dt):
     return lr
 
 
-@pytest.mark.parametrize("n,dt", [(131072, bf16), (131072, f32), (262144, bf16),
-                                  (262144, f32)])
+@pytest.mark.parametrize("n,dt", sweep([(131072, bf16), (131072, f32), (262144, bf16),
+                                  (262144, f32)], keep=2))
 def test_forward_long_rows(n, dt):
     # (the interpreter has no DRAM figures: as an H100) 256 KiB rows and 1 MiB ones: the
     # two-pass forward's wide slices (clusters of 2 and 4, 1024 threads of 8 and 16

@@ -16,6 +16,7 @@ from ptxdsl.ops.rmsnorm.bwd_dw import build_dw_reduce
 from ptxdsl.ops.rmsnorm.fwd import build_forward, max_vec, plan
 from ptxdsl.ops.rmsnorm.fwd_loop import build_forward_loop
 from ptxdsl.core.types import bf16, bf16_bits_to_f32, f16, f32, f32_to_bf16_bits
+from sweeps import sweep  # noqa: E402
 
 EPS = 1e-6
 OFFSETS = [1.0, -0.5, 0.25, 3.0]
@@ -168,7 +169,7 @@ def test_backward_with_offset_matches_float64(m, n, offset, seed):
     assert float(np.max(np.abs(dw - rdw))) <= 1e-5 * dscale
 
 
-@pytest.mark.parametrize("kind", ["fused", "unfused", "streaming", "staged"])
+@pytest.mark.parametrize("kind", sweep(["fused", "unfused", "streaming", "staged"], keep=1))
 def test_every_backward_schedule_takes_the_offset(kind):
     """Registers-resident (fused and two-launch), streamed and shared-memory-staged rows
     all read offset + w for dx, and their dW is the plain kernel's, bit for bit (dW does
@@ -225,6 +226,7 @@ def test_plan_caches_kernels_per_offset():
     assert dataclasses.is_dataclass(plan(64, f32))
 
 
+@pytest.mark.long
 def test_cluster_kernels_take_the_offset():
     """The long-row kernels (a cluster of CTAs per row) add the offset to each weight
     they load, and record their plain PTX at offset 0."""

@@ -26,6 +26,7 @@ from ptxdsl.ops.rmsnorm.plan_long import cluster_forward
 from hopper_devices import H100  # noqa: E402
 
 from paths import ROOT as REPO
+from sweeps import sweep  # noqa: E402
 DT = {"f32": f32, "f16": f16, "bf16": bf16}
 EPS = 1e-6
 
@@ -98,7 +99,7 @@ def _row_kernels(cfg, n, dt):
     return out
 
 
-@pytest.mark.parametrize("i", range(len(ROWS)), ids=[
+@pytest.mark.parametrize("i", sweep(range(len(ROWS)), every=4), ids=[
     f"{r.op}-{type(r.config).__name__}-{r.devices[0]}-{r.dtypes[0]}-{r.bytes[0]}"
     for r in ROWS])
 def test_every_row_assembles_without_spills(i):

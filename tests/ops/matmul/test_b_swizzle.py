@@ -13,6 +13,7 @@ from ptxdsl.ops.matmul.config import Plan
 from ptxdsl.ops.matmul.hopper import build_hopper
 from ptxdsl.ops.matmul.operands import operands
 from ptxdsl.ops.matmul.plan import for_majors
+from matmul_lab import assemble_one_per_option  # noqa: E402
 
 M64 = dict(consumers=1, b_swizzle=64)
 
@@ -100,17 +101,5 @@ def test_lab_nn96_set_assembles_clean():
     for (m, n, k) in lab.NN96_SET:
         for p in lab.candidates(m, n, k, table=lab.NN96_SET).values():
             assert p.smem_bytes(bf16, bf16) <= SMEM_PER_CTA
-    assemble_one_per_option = _plan_options().assemble_one_per_option
     assert assemble_one_per_option(lab, list(lab.NN96_SET), lab.NN96_SET,
                                    ("b_swizzle",)) == {"b_swizzle"}
-
-
-def _plan_options():
-    """test_plan_options.py (its lab sweep helper), imported by path (importlib mode)."""
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location(
-        "matmul_test_plan_options", os.path.join(os.path.dirname(__file__), "test_plan_options.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod

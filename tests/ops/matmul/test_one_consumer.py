@@ -12,6 +12,7 @@ import pytest
 from ptxdsl.core.types import bf16, f32, f32_to_bf16_bits
 from ptxdsl.ops.matmul.config import Plan
 from ptxdsl.ops.matmul.hopper import build_hopper
+from matmul_lab import assemble_one_per_option  # noqa: E402
 
 
 def test_one_consumer_plan():
@@ -90,7 +91,6 @@ def test_lab_m64_set_assembles_without_spills():
     if os.system("ptxas --version > /dev/null 2>&1"):
         pytest.skip("no ptxas")
     lab = _lab()
-    assemble_one_per_option = _plan_options().assemble_one_per_option
     assert assemble_one_per_option(lab, list(lab.M64_SET), lab.M64_SET,
                                    ("consumers",)) == {"consumers"}
 
@@ -103,14 +103,3 @@ def test_fitted_gives_64_row_tiles_the_ring_that_fits():
            for bn, er in ((96, False), (128, False), (128, True))]
     assert got == [10, 8, 9]
     assert fitted(Plan(bn=128, cluster=2), bf16, bf16).stages == 6
-
-
-def _plan_options():
-    """test_plan_options.py (its lab sweep helper), imported by path (importlib mode)."""
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location(
-        "matmul_test_plan_options", os.path.join(os.path.dirname(__file__), "test_plan_options.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod

@@ -11,6 +11,7 @@ import pytest
 from ptxdsl.core.types import bf16, f32, f32_to_bf16_bits
 from ptxdsl.ops.matmul import streamk
 from ptxdsl.ops.matmul.config import Plan
+from matmul_lab import assemble_one_per_option  # noqa: E402
 
 
 def _segments(lo, hi, nk):
@@ -283,7 +284,7 @@ def test_lab_tail_candidates_are_as_named():
 @pytest.mark.ptxas
 def test_lab_tail_set_assembles_clean():
     """``lab/matmul_trailing.py --check --set tail``: ptxas -v of one candidate per
-    option of the set (stream_k, sk_tail: test_plan_options.assemble_one_per_option) shows
+    option of the set (stream_k, sk_tail: matmul_lab.assemble_one_per_option) shows
     no spills and no warnings."""
     import importlib.util
     import os
@@ -294,17 +295,5 @@ def test_lab_tail_set_assembles_clean():
     spec = importlib.util.spec_from_file_location("matmul_trailing", path)
     lab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lab)
-    assemble_one_per_option = _plan_options().assemble_one_per_option
     opts = ("stream_k", "sk_tail")
     assert assemble_one_per_option(lab, list(lab.TAIL_SET), lab.TAIL_SET, opts) == set(opts)
-
-
-def _plan_options():
-    """test_plan_options.py (its lab sweep helper), imported by path (importlib mode)."""
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location(
-        "matmul_test_plan_options", os.path.join(os.path.dirname(__file__), "test_plan_options.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod

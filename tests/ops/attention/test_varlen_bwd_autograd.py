@@ -111,9 +111,12 @@ def test_varlen_fake_impls_give_shapes():
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("d,window", [(128, (-1, -1)), (96, (7, 2)), (192, (-1, -1))])
-def test_varlen_autograd_head_dims_windows(d, window):
-    _check([33, 1, 70], [40, 65, 20], 4, 2, d, d, window=window)
+@pytest.mark.parametrize("d,window,heads", [(128, (-1, -1), (4, 2)), (96, (7, 2), (4, 2)),
+                                            (192, (-1, -1), (2, 1))])
+def test_varlen_autograd_head_dims_windows(d, window, heads):
+    """Four query heads on two K/V heads (192: two on one, the wg3 backward's cost on the
+    interpreter) over three packed sequences, one of a single query."""
+    _check([33, 1, 70], [40, 65, 20], *heads, d, d, window=window)
 
 
 @pytest.mark.long

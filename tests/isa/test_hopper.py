@@ -118,6 +118,7 @@ def test_arch_specific_forms_are_refused_for_sm_90():
         check_arch(m, 90, "sm_90a")
 
 
+@pytest.mark.long
 @needs_ptxas
 def test_sm_90_forms_assemble_for_plain_sm_90_and_arch_specific_ones_do_not():
     sweep = Sweep("sm_90")

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from _pytest.mark import ParameterSet
+
+_PARAM = type(pytest.param())     # pytest's ParameterSet, without its private module
 
 
 def sweep(cases, keep: int = 1, every: int = 0) -> list:
@@ -13,7 +14,7 @@ def sweep(cases, keep: int = 1, every: int = 0) -> list:
     for i, c in enumerate(cases):
         if (i % every == 0) if every else i < keep:
             out.append(c)
-        elif isinstance(c, ParameterSet):
+        elif isinstance(c, _PARAM):
             out.append(pytest.param(*c.values, marks=[*c.marks, pytest.mark.long], id=c.id))
         else:
             out.append(pytest.param(*(c if isinstance(c, tuple) else (c,)),

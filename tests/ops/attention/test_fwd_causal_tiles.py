@@ -35,7 +35,6 @@ def test_options_checked_and_sized():
 
 _ROW128 = dict(block_n=64, persistent=True, lazy_rescale=True, tma_store=True,
                store_wait_once=True)
-_ROW64 = dict(block_n=64, persistent=True, lazy_rescale=True, consumers=3, stages=3)
 
 
 @pytest.mark.long

@@ -13,17 +13,15 @@ next row block's word read into shared memory while this block's adds land) take
 poll off that path, which matters where the writer's cycle nears a 64-query step (about
 3.3 us at head dim 192, one dQ stage a warpgroup to absorb it).
 
-Variants (deterministic unless named ``default``), over the plan's deterministic row:
+Variants (deterministic unless named ``default``), over the deterministic row this set
+started from (``det_pipe``, ``det_units`` 16; ``plan det``: the plan table's row):
 ``dpl`` ``det_poll`` alone; ``st fx`` the default rows' step and fixed-cost options;
-``st fx dpl`` with ``det_poll``; ``st fx dpn`` with ``det_panels`` (new: the row block's
-word holds a 10-bit turn count per warpgroup panel, each passed as that panel's add lands,
-so the next key block's panel-0 add no longer waits for this block's panels 1 and 2: a
-shorter link in the chain of turns, which under a causal mask costs a wait whenever it
-exceeds about 0.75 of a step); ``st fx u4`` and ``st fx u8`` (sections of 4 / 8 units,
+``st fx dpl`` with ``det_poll`` (the plan's row since this set's run,
+bench/results/attention_bwd_det192_h200.json, which also timed a per-panel count of
+turns, 0.70-0.77 of the default, since removed); ``st fx u4`` and ``st fx u8`` (sections of 4 / 8 units,
 more co-resident key blocks of a unit and better L2 reuse of its rows: 32 and 64 lost to
 16 before, but at 4k full the L2 rule's 4 units beat 16, 384 against 373 TFLOP/s,
-attention_bwd_detpipe_h200.json); ``st fx dpn u4`` (the longer chains of 4-unit sections
-are where a shorter link should pay most). Shapes: S 1k, 4k, 16k, full and
+attention_bwd_detpipe_h200.json). Shapes: S 1k, 4k, 16k, full and
 causal (the worst ratios first; none starts past ``budget_s``). Every variant checked
 against cuDNN's gradients (max relative error <= 3e-2) and for bitwise repeats over two
 more calls before timing, then interleaved rounds (:func:`lab.attention_bwd_det2.run`);
@@ -42,17 +40,15 @@ def variants(d):
     from ptxdsl.ops.attention.bwd_config import BwdConfig
     if d != 192:
         raise ValueError(f"det192 times head dim 192 only, got {d}")
-    row = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
+    before = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160,
                     overlap=2, dq_warp=True, det_pipe=True, det_units=16)
-    stf = replace(row, **STEP, **FIXED)
+    stf = replace(before, **STEP, **FIXED)
     return {"default": (None, False), "plan det": (None, True),
-            "dpl": (replace(row, det_poll=True), True),
+            "dpl": (replace(before, det_poll=True), True),
             "st fx": (stf, True),
             "st fx dpl": (replace(stf, det_poll=True), True),
-            "st fx dpn": (replace(stf, det_panels=True), True),
             "st fx u4": (replace(stf, det_units=4), True),
-            "st fx u8": (replace(stf, det_units=8), True),
-            "st fx dpn u4": (replace(stf, det_panels=True, det_units=4), True)}
+            "st fx u8": (replace(stf, det_units=8), True)}
 
 
 def run(rounds: int = 7, block_ms: float = 8.0, budget_s: float = 95.0) -> None:

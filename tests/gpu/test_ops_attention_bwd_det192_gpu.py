@@ -1,10 +1,9 @@
 """lab/attention_bwd_plans.py --set det192's variants (head dim 192's deterministic mode:
-``det_poll`` and ``det_panels`` in wg3, the default rows' step and fixed-cost options,
-``det_units`` 8 and 4), on an sm_90 GPU: dq, dk, dv against the float64 reference (max
-error <= 3e-2 of the largest value, bf16), ragged, GQA, full, causal and window masks;
-bitwise repeatable; the
-same bits as the writer without det_poll / det_panels (when a turn is read or passed
-changes, not the order of the adds to a panel)."""
+``det_poll`` in wg3, the default rows' step and fixed-cost options, ``det_units`` 8 and
+4) over the plan's deterministic row, on an sm_90 GPU: dq, dk, dv against the float64
+reference (max error <= 3e-2 of the largest value, bf16), ragged, GQA, full, causal and
+window masks; bitwise repeatable; the same bits as the writer without det_poll (when a
+turn is read changes, not the order of the adds to a panel); varlen with the plan's row."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -21,14 +20,15 @@ pytestmark = NEEDS_GPU
 
 STEP = dict(uniform_cons=True, wg3_fence1=True, wg3_pfree=True, wg3_ahead=2)
 FIXED = dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)
-VARIANTS = {"dpl": dict(det_poll=True), "st-fx": dict(STEP, **FIXED),
-            "st-fx-dpl": dict(STEP, **FIXED, det_poll=True),
-            "st-fx-dpn": dict(STEP, **FIXED, det_panels=True),
-            "st-fx-u8": dict(STEP, **FIXED, det_units=8),
-            "st-fx-u4": dict(STEP, **FIXED, det_units=4)}
-# the variant whose dQ bits each must equal: det_poll and det_panels change when a turn is
-# read or passed, not the order of the adds to a panel
-SAME_BITS = {"dpl": {}, "st-fx-dpl": dict(STEP, **FIXED), "st-fx-dpn": dict(STEP, **FIXED)}
+# over the plan's row (det_pipe, det_units 16, the step and fixed-cost options, det_poll)
+VARIANTS = {"row": {}, "no-dpl": dict(det_poll=False),
+            "plain": dict(det_poll=False, uniform_cons=False, wg3_fence1=False,
+                          wg3_pfree=False, wg3_ahead=0, prep_wide=False, dkv_tma=False,
+                          dq_exit_read=False),
+            "u8": dict(det_units=8), "u4": dict(det_units=4)}
+# the variant whose dQ bits each must equal: det_poll changes when a turn is read, not the
+# order of the adds to a panel
+SAME_BITS = {"row": dict(det_poll=False)}
 SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
           "window": (700, 700, dict(window_size=(100, 20)))}
 
@@ -62,12 +62,11 @@ def test_deterministic_matches_float64_and_repeats(monkeypatch, vid, shape):
         assert torch.equal(det[0][0], plain[0])
 
 
-def test_det_panels_varlen_keeps_the_pipelined_writer(monkeypatch):
-    """varlen's deterministic kernel with a det_panels row takes det_pipe's turns: bitwise
+def test_varlen_deterministic_row(monkeypatch):
+    """varlen with the plan's deterministic row (the API drops dkv_tma there): bitwise
     repeatable, within 3e-2 of the largest value of the default mode's gradients."""
     from ptxdsl.ops import attention_varlen, attention_varlen_backward
     torch = torch_sm90()
-    _over_plan(monkeypatch, dict(STEP, det_panels=True))
     lens = [1, 300, 77, 517]
     g = torch.Generator(device="cuda").manual_seed(3)
     mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -81,15 +80,3 @@ def test_det_panels_varlen_keeps_the_pipelined_writer(monkeypatch):
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     for x, r in zip(a, ref):
         assert float((x.float() - r.float()).abs().max()) <= 3e-2 * float(r.float().abs().max())
-
-
-def test_det_panels_refuses_more_keys_than_its_counts_hold(monkeypatch):
-    """1023 key blocks of 96 keys at most on a row block (10-bit counts): a clear error."""
-    torch = torch_sm90()
-    _over_plan(monkeypatch, dict(det_panels=True))
-    z = lambda *s: torch.zeros(*s, device="cuda", dtype=torch.bfloat16)
-    q, k = z(1, 1, 1, 192), z(1, 1023 * 96 + 1, 1, 192)
-    lse = torch.zeros(1, 1, 1, device="cuda", dtype=torch.float32)
-    from ptxdsl.core.errors import LaunchError
-    with pytest.raises(LaunchError, match="det_panels"):
-        attention_backward(q, q, k, k, q, lse, deterministic=True)

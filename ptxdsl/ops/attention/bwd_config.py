@@ -97,11 +97,7 @@ class BwdConfig:
     bits, as bitwise repeatable); varlen keeps the ascending order. ``det_poll`` (det_pipe,
     not wg2): the writer reads the next row block's semaphore while this block's adds land
     (:mod:`.bwd_detpipe`), so a writer behind its turns skips that step's first poll (wg3:
-    in a shared word after its barriers). ``det_panels`` (wg3, det_pipe; dense layout):
-    the row block's word holds three 10-bit turn counts, one per warpgroup's column panel,
-    so warpgroup ``w``'s add waits only for the earlier key blocks' adds to panel ``w`` and
-    each count passes as its own add lands (:mod:`.bwd_detpanel`): a shorter link in the
-    chain of turns; at most 1023 key blocks (98208 keys) on a row block.
+    in a shared word after its barriers).
 
     ``s_ahead`` (dk_last, with dq_split or block_m 128; dq_swap: 2): the next step's Sᵀ
     issued before this step ends, behind dK (1: run while dQ is staged) or behind dQ's
@@ -217,7 +213,6 @@ class BwdConfig:
     det_units: int = 0
     det_desc: bool = False
     det_poll: bool = False
-    det_panels: bool = False
     s_ahead: int = 0
     qdo_split: bool = False
     dq_swap: bool = False
@@ -256,7 +251,7 @@ class BwdConfig:
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
                 f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
                 f"{f'_u{c.det_units}' if c.det_units else ''}{'_dsc' if c.det_desc else ''}"
-                f"{'_dpl' if c.det_poll else ''}{'_dpn' if c.det_panels else ''}"
+                f"{'_dpl' if c.det_poll else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
                 f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
@@ -380,9 +375,6 @@ class BwdConfig:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:
             raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
-        if self.det_panels and not (self.wg3 and self.det_pipe and not self.det_poll):
-            raise ValueError("det_panels keeps a turn count per warpgroup panel of wg3's "
-                             "pipelined writer: it needs wg3 and det_pipe, not det_poll")
         if self.det_poll and not (self.det_pipe and not self.wg2):
             raise ValueError("det_poll reads the pipelined writer's next turn early: it needs "
                              "det_pipe, and not wg2 (no deterministic mode)")

@@ -213,8 +213,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     det = (sem, nb, off, mask, labels, desc) if deterministic else None
                     _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, X,
                             m_range, det, c.det_pipe, c.dq_exit_read,
-                            (lambda: base + L.poll) if c.det_poll else None,
-                            c.det_panels and not varlen)
+                            (lambda: base + L.poll) if c.det_poll else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -377,12 +376,8 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
         return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv:
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, None, cu_q, cu_k))
     if deterministic:
-        built = deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
-                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
-        if c.det_panels:     # (bwd_detpanel's 10-bit counts: the API checks SK)
-            from .bwd_detpanel import MAX_KEY_BLOCKS
-            built.max_keys = MAX_KEY_BLOCKS * BN
-        return built
+        return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem:
+                    body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem))
     return deco(lambda q, k, v, do, nlse2, dpsum, dq_acc, dk, dv:
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
 
@@ -439,7 +434,7 @@ def _reduce(tdq, w, row, stage_w) -> None:
 
 
 def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=False,
-            exit_read=False, poll=None, panels=False) -> None:
+            exit_read=False, poll=None) -> None:
     """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
@@ -449,8 +444,7 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
     blocks' three each have landed, and each passes one turn once its own has.
     ``exit_read`` (``dq_exit_read``): the last wait is for the stage's reads only.
     ``poll`` (``det_poll``, with ``pipe``): the shared word where the next row block's
-    semaphore, read while this block's adds land, waits for the next step's first poll.
-    ``panels`` (``det_panels``): :mod:`.bwd_detpanel`'s turns, a count per panel."""
+    semaphore, read while this block's adds land, waits for the next step's first poll."""
     for w in range(WGS):
         ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
     if det and pipe and poll:        # nothing read ahead of the first step
@@ -459,16 +453,6 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
     for gi in ptx.range_(0, group):
         head = hk * group + gi
         for mb in ptx.range_(*m_range):
-            if det and panels:       # det_panels: a count per panel, each passed as it lands
-                from .bwd_detpanel import panel_step
-                sem, nb, off, mask, labels, desc = det
-                panel_step(WGS, lane, at=lambda: ptx.global_ptr(sem) + X.sem(head, mb) * 4,
-                           turn=lambda: turn_of(nb, mb * BM, off, mask,
-                                                reg.scalar(s32, init=0), True, BN, 1, desc),
-                           add=lambda w: _reduce(tdq, w, X.row(mb * BM, head),
-                                                 dqs + w * wg_stage),
-                           full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels)
-                continue
             if det and pipe:         # det_pipe: bwd_detpipe's order, the block's 3 turns at once
                 from .bwd_detpipe import det_step      # (here: the kernel's lines stay put)
                 sem, nb, off, mask, labels, desc = det

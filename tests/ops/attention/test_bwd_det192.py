@@ -2,12 +2,10 @@
 ``det_poll`` in wg3 (the next row block's semaphore read into a shared word while this
 block's adds land, :func:`ptxdsl.ops.attention.bwd_wg3._writer`) and the default row's
 step options (``uniform_cons``, ``wg3_fence1``, ``wg3_pfree``, ``wg3_ahead`` 2) and
-fixed-cost options in the deterministic mode; ``det_panels`` (a count per panel). On the
-interpreter: the plan's deterministic row at each mask; det_poll and det_panels (lab
-options) one case each: dq, dk, dv against float64; the f32 dQ accumulator bitwise the
-plain det_pipe writer's (the same adds in the same order), CTA by CTA in launch order (no
-CTA waits for a later one) and all at once; every semaphore counts all its adds. ptxas
--v: no spills."""
+fixed-cost options in the deterministic mode: the plan's row. On the interpreter: that
+row at each mask, dq, dk, dv against float64, CTA by CTA in launch order (no CTA waits for
+a later one); its f32 dQ accumulator bitwise the same row's without det_poll (the same
+adds in the same order); every semaphore counts all its adds. ptxas -v: no spills."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -28,6 +26,7 @@ DET = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=
                 overlap=2, dq_warp=True, det_pipe=True, det_units=16)
 STEP = dict(uniform_cons=True, wg3_fence1=True, wg3_pfree=True, wg3_ahead=2)
 FIXED = dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)
+ROW = replace(DET, **STEP, **FIXED, det_poll=True)      # bwd_plans.json's deterministic row
 
 
 def _with(monkeypatch, c):
@@ -59,13 +58,14 @@ def test_det_poll_reads_the_next_turn_under_the_landing():
 
 @pytest.mark.long
 def test_det_poll_adds_in_the_plain_writers_order(monkeypatch):
-    """det_poll's one case: it changes when a turn is read, not the adds: the plain
-    det_pipe writer's f32 dQ bits (the plan's deterministic row, causal; CTA by CTA in
-    launch order: no CTA waits for a later one); float64; every semaphore at its count."""
+    """The plan's deterministic row, causal: det_poll changes when a turn is read, not the
+    adds: the f32 dQ bits of the row without it (CTA by CTA in launch order: no CTA waits
+    for a later one); float64; every semaphore at its count."""
     shape, kw = (1, 70, 200, 1, 1), dict(causal=True)
-    _with(monkeypatch, DET)
+    c = bwd_api.choose_bwd(192, "bf16", Mask(-1, 0), False, True)
+    assert c == ROW
+    _with(monkeypatch, replace(ROW, det_poll=False))
     plain = run(shape, 192, kw, True, True, monkeypatch)[0]
-    c = replace(DET, det_poll=True)
     _with(monkeypatch, c)
     alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
     check(got, attention_backward_reference(*args, **kw))
@@ -78,10 +78,10 @@ def test_det_poll_adds_in_the_plain_writers_order(monkeypatch):
                                       ((1, 100, 130, 2, 1), dict(window_size=(50, 20)))],
                          ids=["full", "window"])
 def test_deterministic_row_matches_float64(monkeypatch, shape, kw):
-    """The plan's deterministic row (its causal mask: the plain writer's run above), GQA,
-    CTAs one at a time in launch order: float64, every semaphore at its count."""
+    """The plan's deterministic row (its causal mask: the run above), GQA, CTAs one at a
+    time in launch order: float64, every semaphore at its count."""
     c = bwd_api.choose_bwd(192, "bf16", Mask(*kw.get("window_size", (-1, -1))), False, True)
-    assert c == DET
+    assert c == ROW
     _, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
     check(got, attention_backward_reference(*args, **kw))
     np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c))
@@ -90,51 +90,7 @@ def test_deterministic_row_matches_float64(monkeypatch, shape, kw):
 @pytest.mark.ptxas
 @pytest.mark.long
 def test_ptxas_keeps_everything_in_registers():
-    """det_poll (a lab option: one case) with the step and fixed-cost options, causal."""
-    extra, mask = dict(STEP, **FIXED, det_poll=True), Mask(-1, 0)
-    k = build_backward_wg3(replace(DET, **extra), bf16, 192, mask, scale=0.07,
-                           deterministic=True)
+    """The plan's deterministic row, causal (varlen: test_bwd_h192_wg3.py)."""
+    k = build_backward_wg3(ROW, bf16, 192, Mask(-1, 0), scale=0.07, deterministic=True)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
-
-
-PANEL_WORD = 1 + (1 << 10) + (1 << 20)     # one key block's three panel counts
-
-
-def test_det_panels_needs_wg3_pipe_and_no_poll():
-    assert "_dpn" in replace(DET, det_panels=True).tag
-    for bad in (dict(det_pipe=False), dict(det_poll=True)):
-        with pytest.raises(ValueError, match="det_panels"):
-            replace(DET, det_panels=True, **bad)
-
-
-@pytest.mark.long
-def test_det_panels_bits_do_not_depend_on_the_cta_order(monkeypatch):
-    """det_panels' one case, with the step and fixed-cost options and det_desc (a window):
-    float64, every word at three counts of its key blocks, alone = all at once."""
-    shape, kw = (1, 100, 130, 1, 1), dict(window_size=(50, 20))
-    c = replace(DET, **STEP, **FIXED, det_panels=True, det_desc=True)
-    _with(monkeypatch, c)
-    alone, sem, got, args = run(shape, 192, kw, True, True, monkeypatch)
-    check(got, attention_backward_reference(*args, **kw))
-    np.testing.assert_array_equal(sem, adds_per_block(shape, 192, kw, c) // 3 * PANEL_WORD)
-    together = run(shape, 192, kw, True, False, monkeypatch)[0]
-    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
-
-
-@pytest.mark.ptxas
-@pytest.mark.long
-def test_det_panels_ptxas_and_the_key_limit():
-    """det_panels (a lab option: one case), causal: no spills; three releases a row block,
-    each after its panel's landing; the kernel names its SK limit (1023 key blocks of 96)
-    for the API's check."""
-    mask = Mask(-1, 0)
-    k = build_backward_wg3(replace(DET, **STEP, **FIXED, det_panels=True), bf16, 192, mask,
-                           scale=0.07, deterministic=True)
-    r = resources_or_skip(k)
-    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
-    text = k.ptx()
-    assert text.count("red.release.gpu.global.add.u32") == 3
-    assert text.index("cp.async.bulk.wait_group 2") < text.index("red.release") < \
-        text.index("cp.async.bulk.wait_group 1")
-    assert k.max_keys == 1023 * 96

@@ -155,18 +155,6 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # ``fwdts`` / ``fwdts16``: fwd1k's winners on the rows it did not reach: the TMA-store
 # epilogue waited once a CTA on head dim 64 (4k, 16k), O staged in Q's buffer on head dim
 # 128's 176-key 16k full row and on head dim 256's 16k rows (full, and causal above 4k).
-# ``fwd64`` (head dim 64, 1k to 16k, full and causal: the shapes short of FA4 at 4k and
-# 16k, and of cuDNN at 1k causal) and ``fwd96`` (head dim 96 at 4k): at head dim 64 a
-# 192 x 128 block's 24576 exponentials take the MUFU (16 a clock per SM) 1536 clocks, as
-# long as its 6.3 MFLOP take the tensor cores, and each warp's softmax first waits on a
-# chain of 31 dependent max.f32 per row (SASS of the hd64 full row's loop). Each plans
-# row with Config.max_ilp 4 (four interleaved max chains, FA4's sm90 softmax: depth 9;
-# the same values), and with Config.exp_emu on top (2 or 4 of each row's 32 exponentials
-# a thread holds by a cubic on the FMA pipe: MUFU.EX2 66 -> 62 or 58 a thread a block,
-# the loop 532 -> 589 SASS instructions at 4); at head dim 96 max_ilp on both rows, and causal
-# also on the full row's 192-row tiles (which tied the causal row at 4k: 460 against 463,
-# attention_plans_fa4gap_h200.json).
-_MX = dict(max_ilp=4)
 _OQ = dict(tma_store=True, o_in_q=True)
 _NO_OQ = dict(tma_store=False, o_in_q=False)
 _FA4GRID = dict(persistent=False, dynamic=False)
@@ -293,12 +281,6 @@ SETS = {
     "fwdts16b": {"seqs": [16384], "masks": [False], "candidates": {128: [
         _PLAN, dict(_PLAN, **_OQ1),
         dict(block_n=128, uniform_cons=True, **_PL, **_W1)]}},
-    "fwd64": {"seqs": [1024, 4096, 16384], "candidates": {64: [
-        _PLAN, dict(_PLAN, **_MX), dict(_PLAN, **_MX, exp_emu=2),
-        dict(_PLAN, **_MX, exp_emu=4)]}},
-    "fwd96": {"seqs": [4096], "candidates": {96: [
-        _PLAN, dict(_PLAN, **_MX),
-        dict(block_n=96, stages=3, **_M3, **_MX, causal=True)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
         dict(block_n=128, pingpong=True, **_M3, **_PS),

@@ -19,7 +19,7 @@ candidates not reached by then are skipped.
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
         [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc,fwdu,
-               fwdq,fwd1k,fwdts,fwdts16,fwdts1k,fwdts16b,fwd64,fwd96]
+               fwdq,fwd1k,fwdts,fwdts16,fwdts1k,fwdts16b]
         [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
@@ -31,7 +31,7 @@ after another in one process (``dynamic``: the causal plan rows of head dims 64,
 shapes; ``h96``, ``gqa``,
 ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
 ``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``, ``fwdts``, ``fwdts16``, ``fwdts1k``,
-``fwdts16b``, ``fwd64``, ``fwd96``: the shapes where ptxdsl trails FA4, each with its own
+``fwdts16b``: the shapes where ptxdsl trails FA4, each with its own
 shapes and H / Hkv, the current plans row first). ``--fa4``:
 FlashAttention-4 (``flash_attn.cute``, where installed) is timed beside the candidates of
 each shape, as a row of layout ``fa4``.
@@ -248,7 +248,6 @@ def _name(kw: dict) -> str:
                             ("kv_rotate", "rot"), ("uniform_cons", "uc"),
                             ("q_double", "q2"), ("late_epilogue", "late"),
                             ("q_prefetch", "qpf")) if kw.get(k)]
-    bits += [f"{w}{kw[k]}" for k, w in (("max_ilp", "mx"), ("exp_emu", "ee")) if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

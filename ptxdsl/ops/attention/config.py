@@ -107,17 +107,7 @@ class Config:
     the consumers release Q, it prefetches the CTA's next tile's Q into L2
     (``cp.async.bulk.prefetch.tensor``: no shared memory, no barrier), so the Q load that
     waits for that release hits L2: Q is read once, so else it comes from HBM while the
-    tensor cores wait (head dim 256 has no room for ``q_double``'s second buffer).
-    ``max_ilp`` (0: off, else 2, 4 or 8): each row's max over a thread's columns of S runs
-    in that many interleaved ``max.f32`` chains, combined pairwise (FA4's sm90 softmax
-    takes four), instead of one chain of ``block_n / 4 - 1`` dependent instructions that
-    the block's first ``ex2`` waits behind (max is exact: the same values).
-    ``exp_emu`` (0: off; at most ``block_n / 8``): that many of each row's ``block_n / 4``
-    elements a thread holds per block are exponentiated by a cubic on the FMA pipe
-    (:func:`.softmax.exp2_poly`, relative error below 1e-4) instead of ``ex2.approx``:
-    at head dim 64 a 192 x 128 block's exponentials take the MUFU (16 a clock per SM)
-    1536 clocks, as long as its 4 * 192 * 128 * 64 FLOPs take the tensor cores, so they,
-    not the wgmmas, bound the loop (FA4 moves part of them to the FMA pipe on sm100)."""
+    tensor cores wait (head dim 256 has no room for ``q_double``'s second buffer)."""
 
     block_n: int = 128
     stages: int = 2
@@ -144,8 +134,6 @@ class Config:
     uniform_cons: bool = False
     q_double: bool = False
     q_prefetch: bool = False
-    max_ilp: int = 0
-    exp_emu: int = 0
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -185,13 +173,6 @@ class Config:
         if self.q_double and (self.dynamic or self.o_in_q or self.q_split):
             raise ValueError("q_double takes the tiles' Q buffers in turn: give it without "
                              "dynamic (one tile-number word), o_in_q and q_split")
-        if self.max_ilp not in (0, 2, 4, 8):
-            raise ValueError(f"max_ilp is the row max's chains: 0 (one), 2, 4 or 8, got "
-                             f"{self.max_ilp}")
-        if not 0 <= self.exp_emu <= self.block_n // 8:
-            raise ValueError(f"exp_emu is how many of a row's {self.block_n // 4} elements "
-                             f"a thread exponentiates on the FMA pipe, 0 to "
-                             f"{self.block_n // 8} (half), got {self.exp_emu}")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")

@@ -112,8 +112,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}"
             f"{'_oq' if oq else ''}{'_spread' if spread else ''}{'_qs' if qs else ''}"
             f"{'_rot' if rot_on else ''}{'_uc' if c.uniform_cons else ''}"
-            f"{'_q2' if qd else ''}{'_qpf' if qpf else ''}"
-            f"{f'_mx{c.max_ilp}' if c.max_ilp else ''}{f'_ee{c.exp_emu}' if c.exp_emu else ''}")
+            f"{'_q2' if qd else ''}{'_qpf' if qpf else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -387,8 +386,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         elif masked:
                             mask_keys(sv, j * BN, fcol, rows, off, sk_t, mask)
                         return online_softmax(sv, m, l, scale_log2,
-                                              RESCALE_SLACK if c.lazy_rescale else 0.0,
-                                              c.max_ilp or 1, c.exp_emu)
+                                              RESCALE_SLACK if c.lazy_rescale else 0.0)
 
                     def my_turn():
                         """Ping-pong: wait until the previous consumer has issued its wgmmas."""

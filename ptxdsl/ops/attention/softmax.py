@@ -52,62 +52,7 @@ def quad_reduce(x, op: str) -> None:
         ptx.inst(f"{op}.f32", x, x, y)
 
 
-def row_max(elems, ilp: int = 1):
-    """The max of ``elems`` (``.f32`` registers) in a new register: one ``max.f32`` chain
-    (``ilp`` 1), or ``ilp`` interleaved chains combined pairwise (``Config.max_ilp``: the
-    chain's depth, which the softmax waits on before its first ``ex2``, falls from
-    ``len(elems) - 1`` to ``len(elems) / ilp + log2(ilp)``; max is exact, so the value is
-    the same)."""
-    mx = reg.scalar(f32)
-    if ilp <= 1 or len(elems) < 2 * ilp:
-        ptx.inst.max.f32(mx, elems[0], elems[1])
-        for x in elems[2:]:
-            ptx.inst.max.f32(mx, mx, x)
-        return mx
-    acc = [mx] + [reg.scalar(f32) for _ in range(ilp - 1)]
-    for c, a in enumerate(acc):
-        ptx.inst.max.f32(a, elems[c], elems[c + ilp])
-    for i in range(2 * ilp, len(elems)):
-        ptx.inst.max.f32(acc[i % ilp], acc[i % ilp], elems[i])
-    while len(acc) > 1:
-        for a, b in zip(acc[0::2], acc[1::2]):
-            ptx.inst.max.f32(a, a, b)
-        acc = acc[0::2]
-    return mx
-
-
-# 2^f ~ 1 + f (c1 + f (c2 + f c3)) on [0, 1): coefficients fitted here for the least
-# largest relative error (Lawson's iteration, numpy): 8.6e-5, p(0) = 1 exactly
-EXP2_POLY = (0.6951163411140442, 0.22764700651168823, 0.07706519961357117)
-_ROUND = 12582912.0     # 1.5 * 2^23: x + this, rounded down, holds floor(x) in its low bits
-
-
-def exp2_poly(x) -> None:
-    """``x = 2^x`` in place on the FMA and integer pipes, not the MUFU's
-    (``Config.exp_emu``): x clamped at -127 (-inf too), ``t = x + 1.5 * 2^23`` rounded
-    down (``add.rm``: floor(x) in t's low mantissa bits), ``f = x - floor(x)``, the cubic
-    :data:`EXP2_POLY` in f (three FMAs), and ``t << 23`` (floor(x) in the exponent field)
-    added to its bits: 9 instructions for one ``ex2``. At -127, f is 0 and the result
-    exactly +0, so masked keys and rows without any give 0 as ``ex2.approx.ftz`` does."""
-    c1, c2, c3 = EXP2_POLY
-    ptx.inst.max.f32(x, x, -127.0)
-    t, j, f, p = (reg.scalar(f32) for _ in range(4))
-    ptx.inst("add.rm.f32", t, x, _ROUND)
-    ptx.inst.sub.f32(j, t, _ROUND)
-    ptx.inst.sub.f32(f, x, j)
-    ptx.inst("fma.rn.f32", p, f, c3, c2)
-    ptx.inst("fma.rn.f32", p, p, f, c1)
-    ptx.inst("fma.rn.f32", p, p, f, 1.0)
-    e, bits = reg.scalar(b32), reg.scalar(b32)
-    ptx.inst.mov.b32(e, t)
-    ptx.inst("shl.b32", e, e, 23)
-    ptx.inst.mov.b32(bits, p)
-    ptx.inst("add.s32", bits, bits, e)
-    ptx.inst.mov.b32(x, bits)
-
-
-def online_softmax(s, m, l, scale_log2: float, slack: float = 0.0, ilp: int = 1,
-                   emu: int = 0) -> list:
+def online_softmax(s, m, l, scale_log2: float, slack: float = 0.0) -> list:
     """One block of the online softmax, in the log2 domain (``m`` holds ``max(S) * scale *
     log2 e`` per row); returns each row's ``alpha``, by which O is to be rescaled
     (:func:`rescale`) once no wgmma writes it:
@@ -123,14 +68,14 @@ def online_softmax(s, m, l, scale_log2: float, slack: float = 0.0, ilp: int = 1,
     ``slack > 0``: ``m`` moves only when the block's max exceeds it by more than ``slack``
     (log2 units), so ``alpha`` is exactly 1 in most blocks and O's rescale can be skipped;
     the probabilities then reach up to ``2^slack`` (O / l and the LSE ``m + lg2 l`` are
-    unchanged). ``ilp``: the row max in that many chains (:func:`row_max`). ``emu``: that
-    many of each row's elements, evenly spaced, exponentiated by :func:`exp2_poly`
-    instead of ``ex2.approx`` (the MUFU's 16 a clock per SM are the softmax's bound at
-    head dim 64)."""
+    unchanged)."""
     alphas = []
     for r in range(2):
         elems = [x for i, x in enumerate(s) if row_of(i) == r]
-        mx = row_max(elems, ilp)
+        mx = reg.scalar(f32)
+        ptx.inst.max.f32(mx, elems[0], elems[1])
+        for x in elems[2:]:
+            ptx.inst.max.f32(mx, mx, x)
         quad_reduce(mx, "max")
         new = reg.scalar(f32)
         ptx.inst.mul.f32(new, mx, scale_log2)
@@ -153,13 +98,9 @@ def online_softmax(s, m, l, scale_log2: float, slack: float = 0.0, ilp: int = 1,
         neg = reg.scalar(f32)
         ptx.inst.neg.f32(neg, use)
         total = reg.scalar(f32)
-        step = len(elems) // emu if emu else 0
         for j, x in enumerate(elems):
             ptx.inst("fma.rn.f32", x, x, scale_log2, neg)
-            if emu and j % step == step - 1 and j // step < emu:
-                exp2_poly(x)
-            else:
-                ptx.inst("ex2.approx.ftz.f32", x, x)
+            ptx.inst("ex2.approx.ftz.f32", x, x)
             if j == 0:
                 ptx.inst.mov.f32(total, x)
             else:
@@ -258,6 +199,5 @@ def row_lse(total, row_max, some):
     return val
 
 
-__all__ = ["mask_block", "online_softmax", "row_max", "exp2_poly", "EXP2_POLY", "rescale",
-           "pack_p", "p_registers", "quad_reduce",
+__all__ = ["mask_block", "online_softmax", "rescale", "pack_p", "p_registers", "quad_reduce",
            "lse_max", "row_inverse", "row_lse", "row_of", "col_of", "LOG2E", "LN2", "NEG_INF"]

@@ -11,6 +11,7 @@ import pytest
 from ptxdsl.core.types import bf16, f32, f32_to_bf16_bits
 from ptxdsl.ops.matmul import streamk
 from ptxdsl.ops.matmul.config import Plan
+from matmul_lab import assemble_one_per_option  # noqa: E402
 
 
 def _segments(lo, hi, nk):
@@ -185,3 +186,20 @@ def test_op_passes_the_streams_workspace_on_every_call(monkeypatch, tmp_path):
     finally:
         api.clear()
 
+
+@pytest.mark.long
+@pytest.mark.ptxas
+def test_lab_stream_k_set_assembles_clean():
+    """``lab/matmul_trailing.py --check --set streamk``: ptxas -v of one stream-K candidate
+    (:func:`matmul_lab.assemble_one_per_option`) shows no spills and no warnings."""
+    import importlib.util
+    import os
+    if os.system("ptxas --version > /dev/null 2>&1"):
+        pytest.skip("no ptxas")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "lab",
+                        "matmul_trailing.py")
+    spec = importlib.util.spec_from_file_location("matmul_trailing", path)
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    opts = ("stream_k",)
+    assert assemble_one_per_option(lab, list(lab.STREAM_K), lab.STREAM_K, opts) == set(opts)

@@ -27,8 +27,6 @@ and ``tests/ops/matmul/test_plans.py`` read them.
                                                               # dense epi_overlap)
     PYTHONPATH=. python lab/matmul_trailing.py --set nn96     # NN96_SET's (a @ b's B in
                                                               # 64-byte swizzle atoms)
-    PYTHONPATH=. python lab/matmul_trailing.py --set tail --rounds 5  # TAIL_SET's
-                                                              # (Plan.sk_tail, 64-row pairs)
 """
 from __future__ import annotations
 
@@ -240,53 +238,7 @@ NN96_SET = {
         "pp192": (dict(bn=192, **PP), BOTH),
     },
 }
-SKT = dict(stream_k=True, split=1, cluster_n=1, a_rows=0)
-# --set tail: the shapes below cuBLAS in bench/results/matmul_uniform_h200.json (the
-# many-row plans with uniform_cons). At 1024 x 14336 x 4096 the kernel runs both layouts
-# alike (657 TFLOP/s; cuBLAS x @ W.T 679, a @ b 601): the gap is the tiles, not the loop.
-# Work per SM is 1024 * 14336 / 132 = 6.79 tiles of 128 x 128; 128 x 128 pairs take 7
-# rounds (448 cluster tiles on 64 clusters), 128 x 176 five of 1.375 (6.88), 128 x 224 four
-# of 1.75 (7.0), 128 x 256 four of 2 (8.0: 0.85 of cuBLAS in matmul_trailing_streamk).
-# Plan.sk_tail runs the whole rounds as the unsplit kernel does and shares only the last
-# partial round's k-blocks over all 66 clusters: 6.79 rounds plus one fix-up per CTA
-# (pure stream-K shared every tile: 0.93-0.95). Per CTA, in k-blocks of 128 x 128:
-# sk128 t1 6 x 64 + 50.4 (52 tiles shared), t2 5 x 64 + 114 (118 shared); sk256 t1
-# 2 x (3 x 64 + 25.2) (26 tiles of 128 x 256 shared); sk176 t1 1.375 x (4 x 64 + 62).
-# 4096^3 (1.01 now): 512 cluster tiles, 8 rounds on 64 clusters; t1 7 rounds + 50 tiles
-# shared, 7.76. The M = 128 shapes (0.96-0.99 a @ b, within a run's noise of the 64-row
-# pairs before) get the 64-row candidates again beside the rows, with more rounds.
-TAIL_SET = {
-    (1024, 14336, 4096): {
-        "sk128t1": (dict(bn=128, sk_tail=1, cluster=2, **SKT), BOTH),
-        "sk128t2": (dict(bn=128, sk_tail=2, cluster=2, **SKT), BOTH),
-        "sk256t1": (dict(bn=256, sk_tail=1, cluster=2, **SKT), BOTH),
-        "sk176t1": (dict(bn=176, sk_tail=1, cluster=2, **SKT), (LIN,)),
-        "sk128c1t1": (dict(bn=128, sk_tail=1, cluster=1, **SKT), BOTH),
-        # 128 x 176 pairs (cuBLAS's x @ W.T tile: nvjet_sm90_tst_176x128_64x5_1x2, in
-        # matmul_power_h100.json), last timed before uniform_cons: 0.966
-        "n176": (dict(bn=176), (LIN,)),
-    },
-    # 128 CTAs of 128 x 64 (8 stages); 64 x 128 pairs load 16 KiB a k-block where these
-    # load 24 (0.991 / 0.971 a @ b in two runs, 0.992 / 0.966 for the row)
-    (128, 8192, 8192): {
-        "m64n128c2": (dict(bn=128, cluster=2, **M64), BOTH),
-        "m64n128c2er": (dict(bn=128, cluster=2, epi_in_ring=True, **M64), BOTH),
-        "m64n128c2sw": (dict(bn=128, cluster=2, **M64SW), (NN,)),
-        "er": (dict(epi_in_ring=True), BOTH),
-    },
-    # the rows (64 x 96 pairs; a @ b with 64-byte swizzle atoms, C in the ring) with
-    # uniform_cons: 352 -> 354 and 363 -> 366 TFLOP/s in matmul_uniform_h200.json
-    (128, 6144, 4096): {
-        "ucsw": (dict(bn=96, cluster=2, epi_in_ring=True, uniform_cons=True, **M64SW), (NN,)),
-        "uc": (dict(bn=96, cluster=2, uniform_cons=True, **M64), (LIN,)),
-    },
-    # last: at cuBLAS already (1.01), timed if the budget leaves room
-    (4096, 4096, 4096): {
-        "sk128t1": (dict(bn=128, sk_tail=1, cluster=2, **SKT), BOTH),
-    },
-}
-GROUPS = {"trailing": SETS, "streamk": STREAM_K, "m64": M64_SET, "nn96": NN96_SET,
-          "tail": TAIL_SET}
+GROUPS = {"trailing": SETS, "streamk": STREAM_K, "m64": M64_SET, "nn96": NN96_SET}
 
 
 def current(m, n, k, layout, sms, device):
@@ -348,7 +300,7 @@ def check(shapes, table=None) -> int:
             print(f"{m}x{n}x{k} {lay:6s} {name:9s} bn={p.bn} stages={p.stages} "
                   f"cluster={p.cluster}/{p.cluster_n} split={p.split} "
                   f"one_partial={p.one_partial} b_prefetch={p.b_prefetch} "
-                  f"epi_in_ring={p.epi_in_ring} stream_k={p.stream_k}/{p.sk_tail} consumers={p.consumers} "
+                  f"epi_in_ring={p.epi_in_ring} stream_k={p.stream_k} consumers={p.consumers} "
                   f"epi_overlap={p.epi_overlap} b_swizzle={p.b_swizzle} pingpong={p.pingpong} "
                   f"uniform_cons={p.uniform_cons}: "
                   f"regs {r.registers}, spills "
@@ -402,8 +354,8 @@ def main(argv=None):
                     help="start no shape after this many seconds (TRAILING's come first)")
     ap.add_argument("--set", default="trailing", choices=sorted(GROUPS),
                     help="the candidates: TRAILING + EXTRA, STREAM_K (Plan.stream_k), "
-                         "M64_SET (Plan.consumers = 1, dense Plan.epi_overlap), NN96_SET "
-                         "(Plan.b_swizzle = 64) or TAIL_SET (Plan.sk_tail, 64-row pairs)")
+                         "M64_SET (Plan.consumers = 1, dense Plan.epi_overlap) or NN96_SET "
+                         "(Plan.b_swizzle = 64)")
     a = ap.parse_args(argv)
     table = GROUPS[a.set]
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")] \

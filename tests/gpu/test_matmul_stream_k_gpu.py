@@ -3,7 +3,6 @@ with f32 output at the shapes lab/matmul_trailing.py --set streamk times and rag
 (both majors of B), the workspace's flags back at zero after each launch, random normal
 within bf16 rounding and the same bits twice (deterministic), and through
 ``ptxdsl.ops.matmul`` (its per-stream workspace, the recorded repeat call).
-``Plan.sk_tail`` likewise at the shapes ``--set tail`` times.
 Run: ``python -m pytest tests/gpu/test_matmul_stream_k_gpu.py``.
 """
 from __future__ import annotations
@@ -42,19 +41,7 @@ def test_stream_k_exact(m, n, k, bn, b_major, cluster):
     _exact(m, n, k, bn, b_major, cluster)
 
 
-@pytest.mark.skipif(not HOPPER, reason="the Hopper kernel needs sm_90")
-@pytest.mark.parametrize("m,n,k,bn,b_major,cluster,tail", [
-    (1024, 14336, 4096, 128, "K", 2, 1), (1024, 14336, 4096, 128, "MN", 2, 2),
-    (1024, 14336, 4096, 256, "MN", 2, 1), (1024, 14336, 4096, 176, "K", 2, 1),
-    (1024, 14336, 4096, 128, "K", 1, 1), (4096, 4096, 4096, 128, "MN", 2, 1),
-    (1000, 4000, 1032, 128, "K", 2, 1), (379, 1000, 528, 128, "K", 1, 2)])
-def test_stream_k_tail_exact(m, n, k, bn, b_major, cluster, tail):
-    """Plan.sk_tail (whole rounds, then the rest's k-blocks shared) with uniform_cons, as
-    lab/matmul_trailing.py --set tail times it."""
-    _exact(m, n, k, bn, b_major, cluster, sk_tail=tail, uniform_cons=True)
-
-
-def _exact(m, n, k, bn, b_major, cluster, **extra):
+def _exact(m, n, k, bn, b_major, cluster):
     from ptxdsl.core.types import bf16, f32
     from ptxdsl.ops.matmul.config import Plan
     from ptxdsl.ops.matmul.hopper import build_hopper
@@ -63,7 +50,7 @@ def _exact(m, n, k, bn, b_major, cluster, **extra):
     a, w = ints(m, k), ints(n, k)
     bk = w.t().contiguous() if b_major == "MN" else w
     out = torch.full((m, n), float("nan"), device="cuda")
-    plan = Plan(bn=bn, cluster=cluster, stream_k=True, **extra)
+    plan = Plan(bn=bn, cluster=cluster, stream_k=True)
     kern = build_hopper(fitted(plan, bf16, f32), bf16, f32, sms=sms, b_major=b_major)
     ws = _workspace(kern, m, n, k, sms)
     kern(a, bk, *ws, out)

@@ -6,7 +6,7 @@ from ptxdsl.ops.matmul.config import Plan
 # The lab's option fields: a ptxas sweep takes one candidate per option (one ptxas case per
 # lab option), the first that has it; the rest differ in tile shape only.
 LAB_OPTIONS = ("one_partial", "b_prefetch", "epi_in_ring", "epi_overlap", "stream_k",
-               "sk_tail", "b_swizzle", "consumers", "pingpong", "uniform_cons")
+               "b_swizzle", "consumers", "pingpong", "uniform_cons")
 
 
 def assemble_one_per_option(lab, shapes, table=None, options=LAB_OPTIONS):

@@ -53,9 +53,6 @@ class Plan:
     stream_k: bool = False  # one CTA per SM, each cluster an equal share of all (cluster)
     #                         tiles' k-blocks, split tiles added up through a global
     #                         workspace (.streamk)
-    sk_tail: int = 0       # stream_k only: the shares cover the last partial round of
-    #                        tiles and sk_tail - 1 full ones, every CTA runs the rounds
-    #                        before them as whole tiles (0: every tile shared; .streamk)
     kb_stagger: bool = False   # kb_roll only: the second consumer takes its first kb_roll / 2
     #                            k-blocks as a rolling iteration of their own, so the two
     #                            consumers' iterations (each ends with its wgmma queue
@@ -94,9 +91,6 @@ class Plan:
             raise ValueError(f"Plan pingpong: two consumers on alternate 64-row tiles, without "
                              f"m_waves, split-K, stream_k, a_rows, epi_in_ring, epi_overlap or "
                              f"a cluster along N, got {self}")
-        if self.sk_tail not in (0, 1, 2) or (self.sk_tail and not self.stream_k):
-            raise ValueError(f"Plan sk_tail={self.sk_tail}: 0, or 1 or 2 (the stream-K shares' "
-                             f"rounds of tiles) with stream_k=True (stream_k={self.stream_k})")
         if self.stream_k and (self.cluster_n > 1 or self.split > 1 or self.a_rows
                               or self.epi_in_ring or self.m_waves > 1):
             raise ValueError(f"Plan stream_k: clusters along M only (cluster_n="
@@ -151,7 +145,6 @@ class Plan:
         ``b_prefetch``, ``epi_in_ring``, ``kb_stagger``, ``b_swizzle``, ``pingpong``,
         ``uniform_cons``."""
         return (("_op" if self.one_partial else "") + ("_sk" if self.stream_k else "")
-                + (f"t{self.sk_tail}" if self.sk_tail else "")
                 + ("_m64" if self.consumers == 1 else "")
                 + (f"_pf{self.b_prefetch}" if self.b_prefetch else "")
                 + ("_er" if self.epi_in_ring else "") + ("_stg" if self.kb_stagger else "")

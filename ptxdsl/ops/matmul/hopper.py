@@ -294,7 +294,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                             opb.load(tma_b, sb, n0, kk, fb)
                         ring.advance()
                 if p.stream_k:
-                    streamk.segments(p, cid, total, nk, ncl, load_tile, load_tile)
+                    streamk.segments(cid, total * nk, nk, ncl, load_tile)
                 else:
                     for t in ptx.range_(cid, total, ncl):
                         load_tile(t)
@@ -448,7 +448,7 @@ def build_hopper(p: Plan, dtype: PtxType, out_dtype: PtxType, *, bias: PtxType |
                 if p.stream_k:
                     fix = streamk.Fixup(p, pflags, pparts, cid, rank, cons, lane, bar_id,
                                         labels)
-                    streamk.tiles(p, fix, cid, total, nk, ncl, mainloop, acc, sk_store)
+                    streamk.tiles(fix, cid, total, nk, ncl, mainloop, acc, sk_store)
                     return
                 if grouped:
                     cursor = GroupCursor(poffs, p.bm, tiles_n, labels, p.uniform_cons)

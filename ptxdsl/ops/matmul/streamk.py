@@ -5,8 +5,7 @@ keeps every SM busy, each streaming the same bytes.
 The tiles' k-blocks are numbered ``u = t * nk + kb`` (tile ``t`` in :mod:`.schedule`'s
 order, ``nk`` k-blocks each), ``T = tiles * nk`` in all; of a grid of ``G <= T`` CTAs
 (at most one per SM, all resident at once) CTA ``c`` takes ``[c T / G, (c + 1) T / G)``
-(:func:`share`); with ``Plan.sk_tail`` each CTA first runs whole rounds of tiles and the
-shares cover only the tiles left after them (:func:`segments`). That range cuts into *segments*, one per tile it touches
+(:func:`share`). That range cuts into *segments*, one per tile it touches
 (:func:`walk`): a whole tile (its epilogue as the unsplit kernel's), the tile's first
 k-blocks (the *owner*: always the CTA's last segment) or k-blocks after the first (a
 *contributor*: always the CTA's first segment, so a CTA contributes at most once).
@@ -103,48 +102,16 @@ def share(cid, total, g):
     return (cid * total) // g, ((cid + 1) * total) // g
 
 
-def last_cta(t, nk, total, g, base=0):
+def last_cta(t, nk, total, g):
     """The CTA holding tile ``t``'s last k-block ``u = t nk + nk - 1``: the largest ``c``
-    with ``c T / G <= u``, ``((u + 1) G - 1) / T``; shares of the k-blocks from ``base``
-    on (:func:`segments`' tail), ``u`` and ``T`` counted from there."""
-    if isinstance(base, int) and base == 0:     # pure stream-K: no arithmetic of a base
-        return ((t + 1) * nk * g - 1) // total
-    return (((t + 1) * nk - base) * g - 1) // (total - base)
+    with ``c T / G <= u``, ``((u + 1) G - 1) / T``."""
+    return ((t + 1) * nk * g - 1) // total
 
 
-def whole_rounds(total_tiles, nk, g, tail: int):
-    """``Plan.sk_tail = tail``: the rounds of whole tiles every CTA runs before its share of
-    the rest, so the shares cover the last partial round and ``tail - 1`` full ones
-    (``tail`` 1: 224 cluster tiles on 66 clusters run 3 whole rounds, 26 tiles shared;
-    2: 2 rounds, 92 shared), and at most as many as leave every CTA a k-block of the rest
-    (no empty share: ``g <= total_tiles nk``, :func:`grid`). Python ints or registers."""
-    w, most = total_tiles // g, (total_tiles * nk - g) // (g * nk)
-    if isinstance(w, int):
-        return min(max(w - (tail - 1), 0), most)
-    return ptx.min(ptx.max(w, tail - 1) - (tail - 1), most)
-
-
-def sk_base(p, total_tiles, nk, g):
-    """The first k-block of the stream-K shares: 0, or with ``Plan.sk_tail`` the k-blocks
-    of the :func:`whole_rounds` before them."""
-    return whole_rounds(total_tiles, nk, g, p.sk_tail) * g * nk if p.sk_tail else 0
-
-
-def segments(p, cid, total_tiles, nk, g, body, whole, total=None) -> None:
-    """Every segment of CTA (cluster) ``cid``: ``whole(t)`` for the whole tiles of the
-    :func:`whole_rounds` (tile ``cid + j G`` in round ``j``, the unsplit kernel's order),
-    then ``body(t, k0, k1)`` (:func:`walk`) over its share of the remaining tiles'
-    k-blocks (:func:`sk_base` on); without ``Plan.sk_tail`` the share of them all.
-    ``total``: ``total_tiles * nk`` where the caller has it already."""
-    total = total_tiles * nk if total is None else total
-    if not p.sk_tail:
-        walk(*share(cid, total, g), nk, body)
-        return
-    for j in ptx.range_(0, whole_rounds(total_tiles, nk, g, p.sk_tail)):
-        whole(cid + j * g)
-    base = sk_base(p, total_tiles, nk, g)
-    lo, hi = share(cid, total - base, g)
-    walk(lo + base, hi + base, nk, body)
+def segments(cid, total, nk, g, body) -> None:
+    """``body(t, k0, k1)`` (:func:`walk`) over CTA (cluster) ``cid``'s :func:`share` of
+    the ``total`` k-blocks."""
+    walk(*share(cid, total, g), nk, body)
 
 
 def walk(lo, hi, nk, body) -> None:
@@ -197,9 +164,9 @@ class Fixup:
         with ptx.if_(self.lane == 0):
             ptx.inst("red.release.gpu.global.add.u32", ptx.addr(self._flag(t)), 1)
 
-    def gather(self, acc, t, nk, total, g, base=0) -> None:
+    def gather(self, acc, t, nk, total, g) -> None:
         """Wait for the tile's contributors, reset its flag, add their partials in order."""
-        count = last_cta(t, nk, total, g, base) - self.cid
+        count = last_cta(t, nk, total, g) - self.cid
         with ptx.if_(self.lane == 0):
             at = self._flag(t)
             top = ptx.new_label(f"skwait{next(self.labels)}")
@@ -219,27 +186,22 @@ class Fixup:
                     ptx.inst.add.f32(acc[4 * j + q], acc[4 * j + q], v[q])
 
 
-def tiles(p, fix: Fixup, cid, total_tiles, nk, g, mainloop, acc, store) -> None:
+def tiles(fix: Fixup, cid, total_tiles, nk, g, mainloop, acc, store) -> None:
     """A consumer's stream-K loop: each segment's k-blocks (``mainloop(count)``), then
     its epilogue (``store(t)``: whole tiles and owners) or its contribution."""
     total = total_tiles * nk
-    base = sk_base(p, total_tiles, nk, g)
 
     def segment(t, k0, k1):
         mainloop(k1 - k0)
         with ptx.if_(k0 == 0):
             with ptx.if_(k1 != nk):
-                fix.gather(acc, t, nk, total, g, base)
+                fix.gather(acc, t, nk, total, g)
             store(t)
         with ptx.else_():
             fix.contribute(acc, t)
-
-    def whole(t):
-        mainloop(nk)
-        store(t)
-    segments(p, cid, total_tiles, nk, g, segment, whole, total)
+    segments(cid, total, nk, g, segment)
 
 
 __all__ = ["WORKSPACE", "FLAG_CAP", "FLAGS_AT", "PARTIALS_AT", "Fixup", "grid", "layout",
-           "partial_bytes", "segments", "share", "sk_base", "last_cta", "tiles", "walk",
-           "whole_rounds", "workspace_args", "workspace_elems"]
+           "partial_bytes", "segments", "share", "last_cta", "tiles", "walk",
+           "workspace_args", "workspace_elems"]

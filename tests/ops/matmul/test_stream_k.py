@@ -187,105 +187,11 @@ def test_op_passes_the_streams_workspace_on_every_call(monkeypatch, tmp_path):
         api.clear()
 
 
-def _tail_segments(c, tiles, nk, g, tail):
-    """streamk.segments with Plan.sk_tail in Python: (tile, k0, k1), whole tiles first."""
-    w = streamk.whole_rounds(tiles, nk, g, tail)
-    base = w * g * nk
-    lo, hi = streamk.share(c, tiles * nk - base, g)
-    return [(c + j * g, 0, nk) for j in range(w)] + _segments(lo + base, hi + base, nk)
-
-
-@pytest.mark.parametrize("tail", [1, 2])
-@pytest.mark.parametrize("tiles,nk,g", [(224, 64, 66), (7, 4, 3), (6, 4, 3), (4, 5, 3),
-                                        (448, 64, 66), (5, 1, 5), (3, 2, 5)])
-def test_sk_tail_shares_cover_each_k_block_once(tiles, nk, g, tail):
-    """Plan.sk_tail: whole rounds of tiles (cid + j G), then shares of the rest, never
-    empty; every k-block once; an owner's count (last_cta from the shares' base) is the
-    CTAs after it that contribute to its tile, each contributing once, first."""
-    w = streamk.whole_rounds(tiles, nk, g, tail)
-    assert 0 <= w <= max(tiles // g - (tail - 1), 0)
-    base = w * g * nk
-    if tiles % g and tiles // g >= tail:    # the last partial round and tail - 1 full ones
-        assert tiles - w * g == tiles % g + (tail - 1) * g
-    seen, contrib, owners = [], {}, {}
-    for c in range(g):
-        segs = _tail_segments(c, tiles, nk, g, tail)
-        assert len(segs) > w                # a k-block of the shares at least
-        for i, (t, k0, k1) in enumerate(segs):
-            assert 0 <= k0 < k1 <= nk
-            seen += [t * nk + kb for kb in range(k0, k1)]
-            if k0 > 0:
-                assert i == w and c not in contrib
-                contrib[c] = t
-            elif k1 < nk:
-                assert i == len(segs) - 1
-                owners[c] = t
-    assert sorted(seen) == list(range(tiles * nk))
-    for c, t in owners.items():
-        n = streamk.last_cta(t, nk, tiles * nk, g, base) - c
-        assert n >= 1 and all(contrib.get(c + r) == t for r in range(1, n + 1))
-    assert sorted(contrib.values()) == sorted(
-        t for c, t in owners.items() for _ in range(streamk.last_cta(t, nk, tiles * nk, g,
-                                                                    base) - c))
-    assert streamk.whole_rounds(224, 64, 66, 1) == 3 and streamk.whole_rounds(224, 64, 66, 2) == 2
-
-
-def test_sk_tail_plan_checks_and_pure_stream_k_unchanged():
-    """sk_tail needs stream_k (1 or 2); its kernel name says so; without it the stream-K
-    kernel's PTX has no base arithmetic (last_cta of base 0 is the pure formula)."""
-    for bad in (dict(sk_tail=1), dict(stream_k=True, sk_tail=3)):
-        with pytest.raises(ValueError, match="sk_tail"):
-            Plan(cluster=1, **bad)
-    assert Plan(cluster=1, stream_k=True, sk_tail=2).options_tag == "_skt2"
-    assert streamk.last_cta(5, 4, 28, 3) == streamk.last_cta(5, 4, 28, 3, 0) == (6 * 4 * 3 - 1) // 28
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("bn,m,n,k,sms,b_major,odt,cluster,tail", [
-    (64, 200, 136, 200, 4, "K", "f32", 2, 1),   # clusters of 2: 3 cluster tiles on 2
-])
-def test_interpreter_runs_stream_k_tail(bn, m, n, k, sms, b_major, odt, cluster, tail):
-    """Plan.sk_tail (a lab option: one case) exact on the interpreter (integer-valued
-    inputs, float64 reference): a whole tile, then tiles split over CTAs, ragged M, N, K;
-    with clusters also uniform_cons (the many-row plans' option, which lab --set tail
-    keeps)."""
-    out = f32 if odt == "f32" else bf16
-    _exact(Plan(bn=bn, cluster=cluster, stages=2, stream_k=True, sk_tail=tail,
-                uniform_cons=cluster > 1), m, n, k, sms, b_major, out, m + n + k)
-
-
-def test_lab_tail_candidates_are_as_named():
-    """lab/matmul_trailing.py --set tail: each stream-K candidate has its sk_tail and the
-    many-row plan's uniform_cons, fits in shared memory, and shares only part of the tiles
-    (whole rounds before) at the shapes it is timed at."""
-    import importlib.util
-    import os
-    from ptxdsl.ops.matmul.plan import SMEM_PER_CTA
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "lab",
-                        "matmul_trailing.py")
-    spec = importlib.util.spec_from_file_location("matmul_trailing", path)
-    lab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lab)
-    for shape, cands in lab.TAIL_SET.items():
-        got = lab.candidates(*shape, table=lab.TAIL_SET)
-        for name, (fields, layouts) in cands.items():
-            for lay in layouts:
-                p = got[(name, lay)]
-                assert p.smem_bytes(bf16, bf16) <= SMEM_PER_CTA
-                assert p.sk_tail == fields.get("sk_tail", 0) and p.bn == fields.get("bn", p.bn)
-                if p.stream_k:
-                    assert p.uniform_cons
-                    tiles, nk = streamk.layout(p, *shape)
-                    g = streamk.grid(p, *shape, 132) // p.cluster
-                    assert 0 < streamk.whole_rounds(tiles, nk, g, p.sk_tail) < tiles // g + 1
-
-
 @pytest.mark.long
 @pytest.mark.ptxas
-def test_lab_tail_set_assembles_clean():
-    """``lab/matmul_trailing.py --check --set tail``: ptxas -v of one candidate per
-    option of the set (stream_k, sk_tail: matmul_lab.assemble_one_per_option) shows
-    no spills and no warnings."""
+def test_lab_stream_k_set_assembles_clean():
+    """``lab/matmul_trailing.py --check --set streamk``: ptxas -v of one stream-K candidate
+    (:func:`matmul_lab.assemble_one_per_option`) shows no spills and no warnings."""
     import importlib.util
     import os
     if os.system("ptxas --version > /dev/null 2>&1"):
@@ -295,5 +201,5 @@ def test_lab_tail_set_assembles_clean():
     spec = importlib.util.spec_from_file_location("matmul_trailing", path)
     lab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lab)
-    opts = ("stream_k", "sk_tail")
-    assert assemble_one_per_option(lab, list(lab.TAIL_SET), lab.TAIL_SET, opts) == set(opts)
+    opts = ("stream_k",)
+    assert assemble_one_per_option(lab, list(lab.STREAM_K), lab.STREAM_K, opts) == set(opts)

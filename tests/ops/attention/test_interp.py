@@ -155,6 +155,7 @@ def test_pack_gqa_head_dim_96():
     (1, 16, 300, 16, 2, 128, dict(causal=True)),             # group of 8, two K/V heads
     (1, 64, 64, 4, 2, 64, dict(softcap=5.0)),                # two tiles of packed rows
     (1, 100, 130, 2, 2, 96, dict(causal=True)),              # head dim 96, no packing
+    (1, 100, 130, 1, 1, 96, dict(window_size=(40, 5))),      # hd96 window: its causal row
     (1, 100, 130, 2, 2, 96, {}),                             # hd96 full: 192-row tiles
 ])
 def test_pack_gqa_and_head_dim_96_sweep(b, sq, sk, h, hk, d, kw):

@@ -144,9 +144,7 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # + late_epilogue, the lazy rescale off at hd128 (1k's best runs were without), FA4's sm90
 # schedules whole (one CTA a tile, O staged in Q; hd128 with ping-pong, hd256 without),
 # ping-pong off at hd256, hd256 on 64-key blocks (1k and 4k keys in whole blocks, not
-# 12.8 / 51.2 of 80 with a masked ragged last block; 64 + 2 x 64 KiB), and Config.q_prefetch
-# (the next tile's Q into L2 while this one runs: its load after Q's release, which o_in_q
-# puts after the epilogue, then hits L2, not HBM).
+# 12.8 / 51.2 of 80 with a masked ragged last block; 64 + 2 x 64 KiB).
 # Every candidate fits shared memory and compiles without spills or serialized wgmmas
 # (test_fwd_candidates.py).
 # ``fwdts1k``: the same at 1k (hd64's rows; hd128's causal 1k row has the TMA store, not
@@ -158,7 +156,6 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 _OQ = dict(tma_store=True, o_in_q=True)
 _NO_OQ = dict(tma_store=False, o_in_q=False)
 _FA4GRID = dict(persistent=False, dynamic=False)
-_QPF = dict(q_prefetch=True)      # the next tile's Q into L2 under this tile
 _OQ1 = dict(store_wait_once=False, late_epilogue=False, q_double=False, **_OQ)  # (the hd128
 # rows wait once a CTA, causal with the epilogue late and two Q buffers: none go with o_in_q)
 SETS = {
@@ -264,12 +261,10 @@ SETS = {
     "fwd1k": {"seqs": [1024, 4096], "masks": [False], "candidates": {
         128: [_PLAN, dict(_PLAN, lazy_rescale=False), dict(_PLAN, **_W1),
               dict(_PLAN, q_double=True, **_LATE), dict(_PLAN, q_double=True, **_W1, **_LATE),
-              dict(_PLAN, pingpong=True, **_FA4GRID, **_OQ1), dict(_PLAN, **_QPF),
-              dict(_PLAN, **_W1, **_QPF)],
+              dict(_PLAN, pingpong=True, **_FA4GRID, **_OQ1)],
         256: [_PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False, **_OQ),
               dict(_PLAN, **_FA4GRID, **_OQ), dict(_PLAN, pingpong=False, **_FA4GRID, **_OQ),
-              dict(_PLAN, block_n=64), dict(_PLAN, block_n=64, **_OQ),
-              dict(_PLAN, **_QPF), dict(_PLAN, **_OQ, **_QPF)]}},
+              dict(_PLAN, block_n=64), dict(_PLAN, block_n=64, **_OQ)]}},
     "fwdts": {"seqs": [4096, 16384], "candidates": {64: [_PLAN, dict(_PLAN, **_W1)]}},
     "fwdts16": {"seqs": [16384], "candidates": {
         128: [_PLAN, dict(_PLAN, **_OQ1, causal=False)],     # (176 keys + a staging buffer:

@@ -246,8 +246,8 @@ def _name(kw: dict) -> str:
                             ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
                             ("kv_spread", "spread"), ("q_split", "q-split"),
                             ("kv_rotate", "rot"), ("uniform_cons", "uc"),
-                            ("q_double", "q2"), ("late_epilogue", "late"),
-                            ("q_prefetch", "qpf")) if kw.get(k)]
+                            ("q_double", "q2"), ("late_epilogue", "late"))
+                   if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")
     if kw.get("layout", "dense") != "dense":

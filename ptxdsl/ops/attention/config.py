@@ -102,12 +102,7 @@ class Config:
     as ring stages free, while the current tile runs, not once its last Q·Kᵀ retired:
     the load latency at each tile's start leaves the consumers' path (a cost paid per
     tile, twice as often per key under the causal mask, whose tiles are half as long on
-    average). ``q_prefetch`` (persistent grids, the dense and packed layouts; else no
-    effect): once the producer has issued a tile's last K/V load, about two blocks before
-    the consumers release Q, it prefetches the CTA's next tile's Q into L2
-    (``cp.async.bulk.prefetch.tensor``: no shared memory, no barrier), so the Q load that
-    waits for that release hits L2: Q is read once, so else it comes from HBM while the
-    tensor cores wait (head dim 256 has no room for ``q_double``'s second buffer)."""
+    average)."""
 
     block_n: int = 128
     stages: int = 2
@@ -133,7 +128,6 @@ class Config:
     kv_rotate: bool = False
     uniform_cons: bool = False
     q_double: bool = False
-    q_prefetch: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):

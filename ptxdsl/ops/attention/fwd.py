@@ -97,7 +97,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     qs = c.q_split and layout == "dense"
     rot_on = c.kv_rotate and not mask.any       # Config.kv_rotate: full masks only
     qd = c.q_double               # Config.q_double: the tiles take Q's two buffers in turn
-    qpf = c.q_prefetch and c.persistent and layout in ("dense", "packed")
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -112,7 +111,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}"
             f"{'_oq' if oq else ''}{'_spread' if spread else ''}{'_qs' if qs else ''}"
             f"{'_rot' if rot_on else ''}{'_uc' if c.uniform_cons else ''}"
-            f"{'_q2' if qd else ''}{'_qpf' if qpf else ''}")
+            f"{'_q2' if qd else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -183,18 +182,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     for i in (range(NC) if part is None else [part]) if dyn else ():
                         ptx.inst("st.shared.u32", ptx.addr(base + L.tile, 4 * i), t)
 
-                def prefetch_q(nxt):
-                    """Config.q_prefetch: tile ``nxt``'s Q into L2 (none past the last)."""
-                    with ptx.if_(nxt < tiles):
-                        wn = locate(nxt)
-                        for i in range(NC) if qs else [None]:
-                            for p in range(P):
-                                co = sched.q_coords(p, wn) if i is None else \
-                                    sched.q_coords(p, wn, i)
-                                ptx.inst(f"cp.async.bulk.prefetch.tensor.{len(co)}d.L2.global",
-                                         ptx.addr(tq, coords=co))
-
-                def produce(t, nxt):
+                def produce(t):
                     w, off, n_lo, n_hi = tile(t)
                     rot = rotation(rot_on, w, BM, n_lo, n_hi)
                     with if_valid(w):
@@ -228,8 +216,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     ptx.tma.load(at + p * BN * ROW if p else at, tmap,
                                                  sched.kv_coords(p, w, j), fb)
                             ring.advance()
-                        if qpf:     # two blocks or so before the consumers release Q
-                            prefetch_q(nxt())
 
                 if dyn:
                     t = reg.scalar(u32)
@@ -240,8 +226,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # the next tile, on its way while this one's loads are issued
                     got = reg.scalar(u32)
                     ptx.inst.atom.relaxed.gpu.global_.add.u32(got, ptx.addr(pcount), 1)
-                    produce(t, lambda: got + ncta)   # (read after the loads: the add's
-                    # latency stays off them)
+                    produce(t)
                     # a launch makes one add per tile: the last leaves the counter zero
                     with ptx.if_(got == tiles - 1):
                         ptx.inst.st.relaxed.gpu.global_.u32(ptx.addr(pcount), 0)
@@ -253,7 +238,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qf))
                 else:
                     for t in ptx.range_(cta, tiles, ncta):
-                        produce(t, lambda: t + ncta)
+                        produce(t)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)

@@ -98,15 +98,9 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # the staging wait once a CTA). Every candidate compiles without spills or serialized
 # wgmmas (test_fwd_candidates.py).
 # ``gqa_full`` (the bench's GQA full row, B4 S4k H32 Hkv8 hd128, where ptxdsl runs slower
-# than at MHA and FA4 faster): the plans row, with Config.kv_spread (tiles side by side
-# on different K/V heads, as under MHA, not all on one group's), the packed layout (FA4
-# packs every GQA group on sm90), one CTA a tile (FA4's grid, hardware-scheduled), both,
-# and the TMA-store epilogue (FA4's) with its own buffer or in Q's (Config.o_in_q, also
-# with Config.q_split), and Config.kv_rotate (a tile's key blocks from its m-block's on:
-# the tiles of one head that run side by side read different K/V lines), alone and with
-# kv_spread. ``rot_full`` (head dims 64 and 128 full at 4k and 16k, MHA): each plans row
-# with kv_rotate (a persistent grid's CTAs run in step: the 32 tiles of a head read each
-# K/V block at about the same time).
+# than at MHA and FA4 faster): the plans row, with the packed layout (FA4 packs every GQA
+# group on sm90), one CTA a tile (FA4's grid, hardware-scheduled), both, and the TMA-store
+# epilogue (FA4's) with its own buffer or in Q's (Config.o_in_q, also with Config.q_split).
 # ``h256c`` (head dim 256 causal at 1k and 4k): each plans row with the TMA-store epilogue
 # staged in Q's buffer (the only place it fits beside Q and two 80-key stages; FA4 stages
 # O in sQ), without ping-pong (FA4 takes turns only up to head dim 128), and FA4's sm90
@@ -213,12 +207,9 @@ SETS = {
               dict(_PLAN, **_CB, diag_n=48, **_NO_OQ), dict(_PLAN, **_LATE, **_NO_OQ),
               dict(_PLAN, diag_n=48, **_LATE, **_NO_OQ)]}},
     "gqa_full": {"seqs": [4096], "heads": (32, 8), "masks": [False], "candidates": {128: [
-        _PLAN, dict(_PLAN, kv_spread=True), dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
+        _PLAN, dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
         dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ1),
-        dict(_PLAN, q_split=True, **_OQ1), dict(_PLAN, kv_rotate=True),
-        dict(_PLAN, kv_rotate=True, kv_spread=True)]}},
-    "rot_full": {"seqs": [4096, 16384], "masks": [False], "candidates": {
-        64: [_PLAN, dict(_PLAN, kv_rotate=True)], 128: [_PLAN, dict(_PLAN, kv_rotate=True)]}},
+        dict(_PLAN, q_split=True, **_OQ1)]}},
     "h256c": {"seqs": [1024, 4096], "masks": [True], "candidates": {256: [
         _PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False),
         dict(_PLAN, pingpong=False, **_OQ), dict(_PLAN, **_FA4GRID, **_S48, **_OQ),

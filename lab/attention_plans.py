@@ -28,11 +28,10 @@ candidates not reached by then are skipped.
 as strings); ``--set`` named sets of :data:`SETS` (:mod:`lab.attention_plan_sets`), run one
 after another in one process (``dynamic``: the causal plan rows of head dims 64, 128 and
 256 as they are, with head sections, dynamic, and dynamic with head sections, at the grid's
-shapes; ``h96``, ``gqa``,
-``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``, ``h256c``, ``rot_full``,
-``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``, ``fwdts``, ``fwdts16``, ``fwdts1k``,
-``fwdts16b``: the shapes where ptxdsl trails FA4, each with its own
-shapes and H / Hkv, the current plans row first). ``--fa4``:
+shapes; ``h96``, ``gqa``, ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``,
+``h256c``, ``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``, ``fwdts``, ``fwdts16``,
+``fwdts1k``, ``fwdts16b``: the shapes where ptxdsl trails FA4, each with its own shapes
+and H / Hkv, the current plans row first). ``--fa4``:
 FlashAttention-4 (``flash_attn.cute``, where installed) is timed beside the candidates of
 each shape, as a row of layout ``fa4``.
 """
@@ -244,8 +243,7 @@ def _name(kw: dict) -> str:
                             ("dynamic", "dyn"), ("p_smem", "p-smem"),
                             ("split_mask", "split"), ("consumer_bound", "cb"),
                             ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
-                            ("kv_spread", "spread"), ("q_split", "q-split"),
-                            ("kv_rotate", "rot"), ("uniform_cons", "uc"),
+                            ("q_split", "q-split"), ("uniform_cons", "uc"),
                             ("q_double", "q2"), ("late_epilogue", "late"))
                    if kw.get(k)]
     if kw.get("consumers", 2) != 2:

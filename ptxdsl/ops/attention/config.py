@@ -76,11 +76,7 @@ class Config:
     out, the LSE) runs in the next tile, after that tile's first Q·Kᵀ is issued, so the
     tensor cores have that wgmma while the consumer writes out (and the last tile's at
     the end); O, m and l are then one set of registers the epilogue reads before they
-    are zeroed for the tile under way. ``kv_spread`` (the dense layout without a right
-    bound, where tiles go m-block fastest; else no effect): a batch's query heads are
-    visited K/V head by K/V head in turn (the ``r``-th is head ``(r % HK) * G + r / HK``
-    of ``G = H / HK``), so the tiles that run side by side read different K/V heads, as
-    under MHA, not all one group's (MHA: the same order). ``o_in_q`` (with ``tma_store``):
+    are zeroed for the tile under way. ``o_in_q`` (with ``tma_store``):
     O is staged in the rows of Q's buffer that the consumer's own Q·Kᵀ read (FA4's sm90
     choice), not in a buffer of its own (what head dim 256 lacks the shared memory for);
     Q is then released once the tile's TMA stores have read O, not after its last Q·Kᵀ,
@@ -88,10 +84,7 @@ class Config:
     no effect): each consumer's 64 rows of Q come by their own TMA loads (a box of 64 rows)
     onto their own pair of full / empty mbarriers, so a consumer's next Q waits only for
     its own release (with ``o_in_q``: its own epilogue's stores), not the other's.
-    ``kv_rotate`` (masks without bounds; else no effect): a tile reads its key blocks from
-    block ``m % n`` on (m-block ``m``, ``n`` blocks), wrapping around, so the tiles of one
-    head that run side by side read different K/V lines at a time (the sum's order
-    changes: values within rounding of those without it). ``uniform_cons``: a consumer's
+    ``uniform_cons``: a consumer's
     warpgroup index comes through ``shfl.sync.idx`` from lane 0 (CUTLASS's way to tell
     ptxas it is the same in the warp), so ptxas keeps what derives from it in uniform
     registers: Q's wgmma descriptors (else two ``R2UR`` a Q·Kᵀ wgmma) and, with
@@ -122,10 +115,8 @@ class Config:
     store_wait_once: bool = False
     diag_n: int = 0
     late_epilogue: bool = False
-    kv_spread: bool = False
     o_in_q: bool = False
     q_split: bool = False
-    kv_rotate: bool = False
     uniform_cons: bool = False
     q_double: bool = False
 
@@ -155,9 +146,6 @@ class Config:
             raise ValueError("o_in_q stages O in Q's buffer of the TMA-store epilogue and "
                              "waits for its reads every tile: give tma_store=True, with "
                              "store_wait_once and late_epilogue off")
-        if self.kv_rotate and (self.split_mask or self.diag_n or self.late_epilogue):
-            raise ValueError("kv_rotate reorders a tile's key blocks: give it without "
-                             "split_mask, diag_n and late_epilogue")
         if self.diag_n and (self.diag_n % 16 or not 16 <= self.diag_n < self.block_n
                             or self.p_smem or self.split_mask):
             raise ValueError(f"diag_n narrows a consumer's last key block: a multiple of 16 "

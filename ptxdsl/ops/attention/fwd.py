@@ -51,7 +51,7 @@ from .fwd_store import epilogue, normalizers, stage_out, store_p
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
 from .steps import (consumer_blocks, key_blocks, mask_if_needed, mask_keys, mma_pv, mma_pv_smem,
-                    mma_qk, narrow_last, release as release_stage, rotation, snake)
+                    mma_qk, narrow_last, release as release_stage, snake)
 from .tiles import PANEL, ROW, Work, s32_of as _s32
 
 
@@ -93,9 +93,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     DN = c.diag_n                 # Config.diag_n: the narrow last block's keys (0: none)
     late = c.late_epilogue and layout in ("dense", "packed")
     oq = c.o_in_q and tma_out     # Config.o_in_q: Q is released after the epilogue's stores
-    spread = c.kv_spread and layout == "dense" and mask.right < 0
     qs = c.q_split and layout == "dense"
-    rot_on = c.kv_rotate and not mask.any       # Config.kv_rotate: full masks only
     qd = c.q_double               # Config.q_double: the tiles take Q's two buffers in turn
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
@@ -109,8 +107,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
             f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}"
-            f"{'_oq' if oq else ''}{'_spread' if spread else ''}{'_qs' if qs else ''}"
-            f"{'_rot' if rot_on else ''}{'_uc' if c.uniform_cons else ''}"
+            f"{'_oq' if oq else ''}{'_qs' if qs else ''}"
+            f"{'_uc' if c.uniform_cons else ''}"
             f"{'_q2' if qd else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
@@ -184,7 +182,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
                 def produce(t):
                     w, off, n_lo, n_hi = tile(t)
-                    rot = rotation(rot_on, w, BM, n_lo, n_hi)
                     with if_valid(w):
                         if qd:
                             qf1, qe1, q_at = q_buffer(L, qfull, qempty, qring)
@@ -204,7 +201,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                  tq, sched.q_coords(p, w, i), qf)
                         q_next(qring, qphase)
                         for j in ptx.range_(n_lo, n_hi):
-                            j = rot(j)
                             for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
                                                           (vfull, vempty, tv, L.v)):
                                 wait(labels, free + ring.slot * 8, ring.phase ^ 1)
@@ -305,7 +301,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
             def consume(t):
                 w, off, n_lo, n_hi = tile(t)
-                rot = rotation(rot_on, w, BM, n_lo, n_hi)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
                     my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring) if qd else (
@@ -360,7 +355,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         """S of block j (its wgmma retired) -> P in place; returns the rows'
                         alpha. ``masked``: None, the mask where the block needs it; True,
                         always; False, never (``Config.split_mask``'s inner blocks)."""
-                        sv, j = s_of(narrow), rot(j)
+                        sv = s_of(narrow)
                         if softcap:
                             for x in sv:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))

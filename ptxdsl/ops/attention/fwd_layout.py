@@ -54,7 +54,7 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
                      block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb,
-                     spread=c.kv_spread, q_rows=64 if c.q_split else 0)
+                     q_rows=64 if c.q_split else 0)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
                       sections=c.head_sections, section_mb=c.section_mb)

@@ -78,24 +78,6 @@ def key_blocks(sched, mask, block_m: int, block_n: int, m0, sq, sk):
     return off, n_lo, n_hi
 
 
-def rotation(on: bool, w, block_m: int, n_lo, n_hi):
-    """``Config.kv_rotate``: the key block a tile's step ``j`` (``n_lo <= j < n_hi``) reads,
-    ``j`` moved on by the tile's m-block number modulo its block count and wrapped, so the
-    tiles of one head start at different blocks and read different K/V lines at a time;
-    ``on`` False: ``j`` itself (no instruction)."""
-    if not on:
-        return lambda j: j
-    n = ptx.max(n_hi - n_lo, reg.scalar(s32, init=1))
-    shift = s32_of(w.m0 // block_m) % n
-
-    def at(j):
-        r = j + shift
-        out = reg.scalar(s32)
-        ptx.inst.selp.s32(out, r - n, r, r >= n_hi)
-        return out
-    return at
-
-
 def consumer_blocks(c, sched, mask, block_n: int, m0, cons, off, sq, sk, n_lo, n_hi):
     """``(n_end, segments)``: the key blocks consumer ``cons`` (rows ``m0 + 64 cons`` on)
     computes after its first, ``n_lo + 1 .. n_end``, and how its loop runs them.
@@ -189,4 +171,4 @@ def snake(t, cta, ncta, tiles):
     return out
 
 
-__all__ = ["rotation", "consumer_blocks", "narrow_last", "mask_if_needed", "mma_qk", "mma_pv", "mma_pv_smem", "release", "mask_keys", "key_blocks", "snake"]
+__all__ = ["consumer_blocks", "narrow_last", "mask_if_needed", "mma_qk", "mma_pv", "mma_pv_smem", "release", "mask_keys", "key_blocks", "snake"]

@@ -69,9 +69,8 @@ class Dense:
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool, *,
                  tma_out: bool = False, block_m: int = BLOCK_M, sections: bool = False,
-                 section_mb: int = 0, spread: bool = False, q_rows: int = 0):
+                 section_mb: int = 0, q_rows: int = 0):
         self.dtype, self.d, self.bn, self.causal_order = dtype, d, block_n, causal_order
-        self.spread = spread            # Config.kv_spread (the full order only)
         self.q_rows = q_rows or block_m  # Q's TMA box rows (Config.q_split: 64)
         self.tma_out = tma_out          # out through TMA stores of (1, 64, 1, 64) boxes
         self.bm = block_m               # query rows per tile
@@ -126,10 +125,7 @@ class Dense:
         else:
             mblk, rest = t % self.nmb, t // self.nmb
         head, batch = rest % self.nh, rest // self.nh
-        g = self.nh // self.nhk
-        if self.spread and not self.causal_order:     # K/V head by K/V head in turn
-            head = head % self.nhk * g + head // self.nhk
-        hkv = head // g                 # GQA: the K/V head of this query head's group
+        hkv = head // (self.nh // self.nhk)     # GQA: the K/V head of this query head's group
         return Work(mblk * self.bm, head, batch, hkv, self.sq, self.sk)
 
     def q_coords(self, p, w: Work, part: int = 0):

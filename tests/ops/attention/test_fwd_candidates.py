@@ -109,9 +109,8 @@ def test_one_cta_per_tile_in_gqa_sections(monkeypatch):
     _agrees(*_launch(kern, q, k, v), q, k, v, True, 0.125)
 
 
-LAB_SETS = ["h96", "gqa", "h128c", "h128f", "causal", "diag", "gqa_full", "h256c", "rot_full",
-            "s16k2", "fwdc", "fwdu", "fwdq", "fwd1k", "fwdts", "fwdts16", "fwdts1k",
-            "fwdts16b"]
+LAB_SETS = ["h96", "gqa", "h128c", "h128f", "causal", "diag", "gqa_full", "h256c", "s16k2",
+            "fwdc", "fwdu", "fwdq", "fwd1k", "fwdts", "fwdts16", "fwdts1k", "fwdts16b"]
 
 
 def _lab_cover(lab):

@@ -47,7 +47,6 @@ _M3 = dict(consumers=3, **_PL)
 _PK = dict(layout="packed")       # the GQA group's heads in one tile's rows (tiles.Packed)
 _C = dict(causal=True)            # a candidate for the causal shapes only
 _S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
-_PS = dict(p_smem=True)           # P through shared memory: 192 rows x 128 keys fit
 _PLAN = dict(plan=True)           # the plans.json row of the shape (what attention() runs),
 _SPLIT, _CB = dict(split_mask=True), dict(consumer_bound=True)   # with these on top
 _W1 = dict(tma_store=True, store_wait_once=True)
@@ -68,9 +67,8 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # ``h128c`` (hd128 causal at 1k and 16k, the current rows first: sections at 1k, none at
 # 16k): block_n, dynamic, sections of 24 and 48 MiB, one CTA a tile (FA4's grid),
 # ping-pong, 3 stages, the TMA-store epilogue. Each set also has FA4's own sm90 choice
-# in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows),
-# and 192-row tiles of 128 keys with P through shared memory (``p_smem``; P in registers
-# spills there). ``h128f``: the same at head dim 128 full, 4k and 16k (the current rows:
+# in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows).
+# ``h128f``: the same at head dim 128 full, 4k and 16k (the current rows:
 # 128 keys at 4k, 176 at 16k). ``causal`` (head dims 64, 128, 256 causal at 1k, 4k, 16k,
 # where ptxdsl trails FA4 most): each shape's plans row (``plan``: the row attention()
 # picks there, which differs between 1k and longer) and the same with split_mask (no mask
@@ -163,9 +161,7 @@ SETS = {
         dict(block_n=96, **_M3), dict(block_n=112, **_M3),
         dict(block_n=112, pingpong=True, **_M3), dict(block_n=96, stages=3, **_M3),
         dict(block_n=112, tma_store=True, **_M3), dict(block_n=112, **_M3, **_D, **_C),
-        dict(block_n=112, consumers=3, pingpong=True, lazy_rescale=True),
-        dict(block_n=128, **_M3, **_PS), dict(block_n=128, pingpong=True, **_M3, **_PS),
-        dict(block_n=128, consumers=3, pingpong=True, lazy_rescale=True, **_PS)]}},
+        dict(block_n=112, consumers=3, pingpong=True, lazy_rescale=True)]}},
     "gqa": {"seqs": [4096], "heads": (32, 8), "candidates": {128: [
         dict(block_n=128, **_PL), dict(block_n=128, **_PL, **_S, **_C),
         dict(block_n=128, **_PL, **_S48, **_C), dict(block_n=128, **_PL, **_D),
@@ -175,8 +171,7 @@ SETS = {
         dict(block_n=128, lazy_rescale=True, **_S48, **_PK, **_C), dict(block_n=176, **_PL),
         dict(block_n=128, pingpong=True, **_PL, **_PK),
         dict(block_n=128, pingpong=True, lazy_rescale=True, **_PK, **_C),
-        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48, **_PK, **_C),
-        dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_PK)]}},
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48, **_PK, **_C)]}},
     "h128c": {"seqs": [1024, 16384], "masks": [True], "candidates": {128: [
         dict(block_n=128, **_PL, **_S), dict(block_n=128, **_PL),
         dict(block_n=176, **_PL), dict(block_n=160, **_PL), dict(block_n=128, **_PL, **_D),
@@ -185,8 +180,7 @@ SETS = {
         dict(block_n=128, pingpong=True, **_PL), dict(block_n=128, stages=3, **_PL),
         dict(block_n=128, tma_store=True, **_PL, **_S),
         dict(block_n=128, pingpong=True, **_PL, **_S48),
-        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48),
-        dict(block_n=128, **_M3, **_PS), dict(block_n=128, **_M3, **_PS, **_S)]}},
+        dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48)]}},
     "causal": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
         64: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
              dict(_SPLIT, **_CB, **_PLAN, **_W1)],
@@ -268,8 +262,7 @@ SETS = {
         _PLAN, dict(_PLAN, **_OQ1),
         dict(block_n=128, uniform_cons=True, **_PL, **_W1)]}},
     "h128f": {"seqs": [4096, 16384], "masks": [False], "candidates": {128: [
-        dict(block_n=128, **_PL), dict(block_n=176, **_PL), dict(block_n=128, **_M3, **_PS),
-        dict(block_n=128, pingpong=True, **_M3, **_PS),
+        dict(block_n=128, **_PL), dict(block_n=176, **_PL),
         dict(block_n=128, pingpong=True, lazy_rescale=True)]}},
 }
 

@@ -1,6 +1,6 @@
 """A/B of the attention forward's configs (``block_n``, ``stages``, ping-pong, persistent
-grid, three consumers, lazy rescale, head sections, the dynamic tile scheduler, P through
-shared memory, the packed GQA layout) on the current GPU, at the FA3-paper shapes (B·S =
+grid, three consumers, lazy rescale, head sections, the dynamic tile scheduler, the
+packed GQA layout) on the current GPU, at the FA3-paper shapes (B·S =
 16k, H·D = 2048) with S in ``--seqs`` (default 1024 and 4096), bf16, causal and not
 (``--causal-only``: causal), or at a named set's shapes: what the rows of
 ``ptxdsl/ops/attention/plans.json`` are chosen from. Each config's output is checked
@@ -240,8 +240,7 @@ def _name(kw: dict) -> str:
     bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
                             ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
-                            ("dynamic", "dyn"), ("p_smem", "p-smem"),
-                            ("split_mask", "split"), ("consumer_bound", "cb"),
+                            ("dynamic", "dyn"), ("split_mask", "split"), ("consumer_bound", "cb"),
                             ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
                             ("q_split", "q-split"), ("uniform_cons", "uc"),
                             ("q_double", "q2"), ("late_epilogue", "late"))

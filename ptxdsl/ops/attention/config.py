@@ -47,11 +47,7 @@ class Config:
     through shared memory), so CTAs that finish early take more tiles, in the layout's
     order (the snake of the static schedule no longer applies); the kernel takes the
     counter as its last argument (a 32-bit word), zero before the launch and left zero
-    by it (dense and packed layouts; varlen keeps the static order). ``p_smem``: P·V
-    takes P from shared memory (each consumer stores its 64 rows of P, swizzled like Q,
-    and P·V is the SS form) instead of registers: the registers P held (``block_n / 4``
-    a thread) go free, what 192-row tiles need at wider blocks (FA4's sm90 choice at
-    head dim 96); the buffer is ``block_m`` x ``block_n`` (in whole 64-key panels).
+    by it (dense and packed layouts; varlen keeps the static order).
     ``split_mask``: a consumer's loop over key blocks runs in segments (FA3's masking
     steps): blocks that every one of its rows sees whole carry no mask code (not even
     the test whether a block needs one), the blocks at a window's edges or past the last
@@ -109,7 +105,6 @@ class Config:
     head_sections: bool = False
     dynamic: bool = False
     section_mb: int = 0
-    p_smem: bool = False
     split_mask: bool = False
     consumer_bound: bool = False
     store_wait_once: bool = False
@@ -147,11 +142,10 @@ class Config:
                              "waits for its reads every tile: give tma_store=True, with "
                              "store_wait_once and late_epilogue off")
         if self.diag_n and (self.diag_n % 16 or not 16 <= self.diag_n < self.block_n
-                            or self.p_smem or self.split_mask):
+                            or self.split_mask):
             raise ValueError(f"diag_n narrows a consumer's last key block: a multiple of 16 "
-                             f"below block_n={self.block_n}, with P in registers and one "
-                             f"loop (p_smem and split_mask off), got diag_n={self.diag_n} "
-                             f"p_smem={self.p_smem} split_mask={self.split_mask}")
+                             f"below block_n={self.block_n}, with one loop (split_mask "
+                             f"off), got diag_n={self.diag_n} split_mask={self.split_mask}")
         if self.q_double and (self.dynamic or self.o_in_q or self.q_split):
             raise ValueError("q_double takes the tiles' Q buffers in turn: give it without "
                              "dynamic (one tile-number word), o_in_q and q_split")
@@ -173,16 +167,13 @@ class Config:
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
         stage; ``dynamic``: 16 more for the tile number;
-        ``q_split``: 2 per consumer), with ``p_smem`` P (``block_m``
-        rows of ``block_n`` keys in 64-key panels), with ``tma_store`` O's staging
+        ``q_split``: 2 per consumer), with ``tma_store`` O's staging
         buffer (``block_m`` rows; ``o_in_q``: none), and with ``q_double`` two more
         mbarriers and a second Q, each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic
                                             + 2 * self.consumers * self.q_split)
-        if self.p_smem:
-            total = -(-total // 1024) * 1024 + self.block_m * padded(self.block_n) * elem_bytes
         if self.tma_store and not self.o_in_q:
             total = -(-total // 1024) * 1024 + q
         if self.q_double:               # its mbarriers, then the second Q

@@ -47,11 +47,11 @@ from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
 from .fwd_layout import Smem, grid_for, schedule
 from .fwd_qbuf import q_buffer, q_next
-from .fwd_store import epilogue, normalizers, stage_out, store_p
+from .fwd_store import epilogue, normalizers, stage_out
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
-from .steps import (consumer_blocks, key_blocks, mask_if_needed, mask_keys, mma_pv, mma_pv_smem,
-                    mma_qk, narrow_last, release as release_stage, snake)
+from .steps import (consumer_blocks, key_blocks, mask_if_needed, mask_keys, mma_pv, mma_qk,
+                    narrow_last, release as release_stage, snake)
 from .tiles import PANEL, ROW, Work, s32_of as _s32
 
 
@@ -102,7 +102,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{f'x{c.section_mb}' if c.section_mb else ''}"
             f"{'_dyn' if dyn else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
-            f"{'_tmastore' if tma_out else ''}{'_ps' if c.p_smem else ''}"
+            f"{'_tmastore' if tma_out else ''}"
             f"{'_split' if c.split_mask else ''}"
             f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
@@ -249,7 +249,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             qring = Ring(2) if qd else None
             qphase = qring.phase if qd else reg.scalar(u32, init=0)
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
-            p_regs = None if c.p_smem else p_registers(BN)
+            p_regs = p_registers(BN)
             # S of all block_n keys, or (Config.diag_n) of the first diag_n: the elements
             # of columns below diag_n come first in the accumulator (softmax and P of those)
             s_of = lambda narrow: list(s_acc)[:DN // 2] if narrow else list(s_acc)  # noqa: E731
@@ -315,10 +315,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # Q_c: this consumer's 64 rows of every panel, as K-major descriptors.
                     q_desc = ptx.wgmma.descriptor(base + q_at + cons * (64 * ROW), leading=16,
                                                   stride=1024, swizzle=128)
-                    if c.p_smem:                # this consumer's 64 rows of P, like Q_c
-                        p_at = base + L.p + cons * (64 * ROW)
-                        p_desc = ptx.wgmma.descriptor(p_at, leading=16, stride=1024,
-                                                      swizzle=128)
 
                     def s_gemm():
                         """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group
@@ -332,20 +328,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     def pv_gemm(narrow=False):
                         """Wait for V in stage ``vslot``; O += P·V with P from registers."""
                         wait(labels, vfull + vslot * 8, vphase)
-                        if c.p_smem:
-                            mma_pv_smem(o_mma, o_acc, p_desc, base + L.v + vslot * L.kv_bytes,
-                                        BN, BM)
-                        else:
-                            mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN,
-                                   DN if narrow else 0)
+                        mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN,
+                               DN if narrow else 0)
 
                     def put_p(narrow=False):
-                        """P(j) for the next P·V: into the A registers, or (``p_smem``,
-                        once the last P·V has retired) into shared memory."""
-                        if c.p_smem:
-                            store_p(list(s_acc), p_at, lw, warp, dtype, BM, 1 + 3 * NC + cons)
-                        else:
-                            pack_p(s_of(narrow), p_regs, dtype.name)
+                        """P(j) into the A registers of the next P·V."""
+                        pack_p(s_of(narrow), p_regs, dtype.name)
 
                     def release(bars, slot):
                         """One arrival per consumer warpgroup on the stage's empty barrier."""

@@ -31,9 +31,6 @@ class Smem:
         if c.q_split:                 # Config.q_split: full, then empty, per consumer
             self.qs = self.total
             self.total += 16 * c.consumers
-        if c.p_smem:                  # P: block_m rows of every 64-key panel, like Q
-            self.p = -(-self.total // 1024) * 1024
-            self.total = self.p + c.block_m * padded(c.block_n) * es
         if c.tma_store and c.o_in_q:                # O's staging: Q's buffer
             self.o = self.q
         elif c.tma_store:                           # O's staging: 128 rows of every panel

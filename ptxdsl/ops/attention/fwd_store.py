@@ -1,6 +1,6 @@
-"""What the forward's consumers write out (:mod:`.fwd`): P into shared memory for the SS
-form of P·V (``Config.p_smem``), O through a swizzled staging buffer and TMA stores
-(``Config.tma_store``), and O and the row LSE by ``st.global`` from registers."""
+"""What the forward's consumers write out (:mod:`.fwd`): O through a swizzled staging
+buffer and TMA stores (``Config.tma_store``), and O and the row LSE by ``st.global`` from
+registers."""
 from __future__ import annotations
 
 import contextlib
@@ -10,32 +10,6 @@ from ...dsl import ptx, reg
 from .config import padded
 from .softmax import quad_reduce, row_inverse, row_lse
 from .tiles import PANEL, ROW, s32_of as _s32
-
-
-def store_p(s, p_at, lw, warp, dtype, bm, bar) -> None:
-    """``Config.p_smem``: this thread's P elements (S after the softmax) as 16-bit pairs
-    into the consumer's 64 rows of P at ``p_at`` (64-key panels of ``bm`` swizzled
-    128-byte rows, what a K-major wgmma descriptor reads: element (row, key) of a panel
-    at ``row * 128 + 16 * ((key / 8) ^ (row & 7)) + 2 * (key & 7)``), then
-    ``fence.proxy.async`` (the generic-proxy stores before the async proxy's reads) and
-    the warpgroup meets at named barrier ``bar``, so every warp's P is written before
-    the P·V wgmma is issued."""
-    frow = warp * 16 + (lw >> 2)
-    q = frow & 7
-    fb = (lw & 3) * (2 * dtype.bytes)
-    xs = [(q << 4) + fb if c == 0 else ((q ^ c) << 4) + fb for c in range(8)]
-    bases = [p_at + frow * ROW, p_at + (frow + 8) * ROW]
-    # accumulator element g + 2r + {0, 1}: row r0 + 8r, keys fcol + 8 (g / 4) + {0, 1}
-    for g in range(0, len(s), 4):
-        key = 8 * (g // 4)
-        pnl, c = divmod(key // 8, 8)
-        for r in range(2):
-            pair = reg.scalar(b32)
-            ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, s[g + 2 * r + 1], s[g + 2 * r])
-            ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), pair)
-    ptx.inst("fence.proxy.async.shared::cta")
-    ptx.inst("bar.sync", bar, 128)
-
 
 
 def stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc, *,
@@ -159,4 +133,4 @@ def _nothing():
     yield
 
 
-__all__ = ["store_p", "stage_out", "epilogue", "normalizers"]
+__all__ = ["stage_out", "epilogue", "normalizers"]

@@ -37,21 +37,6 @@ def mma_pv(o_mma: str, o_acc, p_regs, v_at, block_n: int, keys: int = 0):
     ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-def mma_pv_smem(o_mma: str, o_acc, p_desc, v_at, block_n: int, p_rows: int):
-    """O += P·V with P from shared memory (``Config.p_smem``): P K-major at ``p_desc`` in
-    64-key panels of ``p_rows`` rows (Q's layout), V as in :func:`mma_pv`; one commit
-    group."""
-    v_desc = ptx.wgmma.descriptor(v_at, leading=block_n * ROW, stride=1024, swizzle=128)
-    ptx.inst("wgmma.fence.sync.aligned")
-    for ks in range(block_n // 16):
-        pnl, kin = divmod(ks, 4)
-        po = (pnl * p_rows * ROW + kin * 32) >> 4
-        vo = (ks * 16 * ROW) >> 4
-        ptx.inst(o_mma, list(o_acc), p_desc + po if po else p_desc,
-                 v_desc + vo if vo else v_desc, 1, 1, 1, 0, 1)
-    ptx.inst("wgmma.commit_group.sync.aligned")
-
-
 def release(lane, bars, slot) -> None:
     """One arrival (lane 0 of the warp) on stage ``slot``'s empty barrier of the array of
     8-byte mbarriers at ``bars``."""
@@ -171,4 +156,4 @@ def snake(t, cta, ncta, tiles):
     return out
 
 
-__all__ = ["consumer_blocks", "narrow_last", "mask_if_needed", "mma_qk", "mma_pv", "mma_pv_smem", "release", "mask_keys", "key_blocks", "snake"]
+__all__ = ["consumer_blocks", "narrow_last", "mask_if_needed", "mma_qk", "mma_pv", "release", "mask_keys", "key_blocks", "snake"]

@@ -175,17 +175,3 @@ def test_lab_sets_compile_without_spills():
         # ptxas's C7510-C7520: every wgmma serialized (a wait after each)
         log = kern.check().log
         assert "wgmma.mma_async instructions are serialized" not in log, (kw, causal)
-
-
-def test_p_through_shared_memory():
-    """Config.p_smem: each consumer stores P (swizzled like Q) and P·V reads it from shared
-    memory (the SS form), fenced for the async proxy and behind a warpgroup barrier;
-    ping-pong and lazy rescale, causal and ragged over two K/V blocks. p_smem is a lab
-    option (in no plans row): its one interpreter case."""
-    q, k, v = _inputs(1, 70, 100, 1, 1, 64, 16)
-    c = Config(block_n=64, p_smem=True, pingpong=True, lazy_rescale=True)
-    kern = build_forward(c, f16, 64, Mask(-1, 0), scale=0.125)
-    assert kern.name.endswith("_ps") and "fence.proxy.async.shared::cta" in kern.ptx()
-    # Q, 2 stages of K and V, 10 barriers, then P (128 x 64) from the next 1 KiB
-    assert c.smem_bytes(64) == 50176 + 128 * 64 * 2
-    _agrees(*_launch(kern, q, k, v), q, k, v, True, 0.125)

@@ -30,11 +30,10 @@ def test_diag_causal_ragged_pingpong_lazy():
 
 def test_diag_checked_and_off_by_default():
     """diag_n is off by default (the kernel unchanged); it takes a multiple of 16 below
-    block_n, P in registers and one loop."""
+    block_n and one loop."""
     assert Config().diag_n == 0
     c = Config(block_n=48, diag_n=32)
     assert build_forward(c, f16, 64, Mask(-1, 0), scale=0.1).name.endswith("_causal_dn32")
-    for bad in (dict(diag_n=24), dict(diag_n=128), dict(diag_n=64, p_smem=True),
-                dict(diag_n=64, split_mask=True)):
+    for bad in (dict(diag_n=24), dict(diag_n=128), dict(diag_n=64, split_mask=True)):
         with pytest.raises(ValueError, match="diag_n"):
             Config(block_n=128, **bad)

@@ -82,19 +82,11 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # Head dim 256 also without ping-pong (FA3 and FA4 take turns only up to head dim 128;
 # every hd256 row so far was measured with it) and on FA4's sm90 causal schedule: one CTA
 # a tile, longest-first within 48 MiB head sections.
-# ``diag`` (the same shapes): each plans row with Config.diag_n, the softmax and P·V of a
-# consumer's last key block over its first diag_n keys where its rows see no more: 64 at head
-# dims 64 and 128 (128-key blocks: the first consumer's diagonal block in every 128-row
-# tile, and one or two of a 192-row tile's three), and at head dim 128 also with the
-# staging wait once a CTA (what the 4k/16k row has; the 1k row's TMA-store epilogue
-# waits every tile); at head dim 256 (80-key blocks: the diagonal falls 64, 48, 32, 16
-# or 0 keys into a consumer's last block, each as often) 48 and 32 (P·V's of 2.4 of 10
-# such blocks saved; 64 and 16 save 1.6), and 48 with consumer_bound (the blocks past a
-# consumer's rows then not computed at all). Each row also with Config.late_epilogue (a
-# tile's epilogue under the next tile's first Q·Kᵀ: the tensor cores idle through it
-# otherwise, once a tile, most at S = 1k), alone and with diag_n (at head dim 128 with
-# the staging wait once a CTA). Every candidate compiles without spills or serialized
-# wgmmas (test_fwd_candidates.py).
+# ``diag`` (the same shapes): each plans row with Config.late_epilogue (a tile's epilogue
+# under the next tile's first Q·Kᵀ: the tensor cores idle through it otherwise, once a
+# tile, most at S = 1k; at head dim 128 with the staging wait once a CTA, what the 4k/16k
+# row has). Every candidate compiles without spills or serialized wgmmas
+# (test_fwd_candidates.py).
 # ``gqa_full`` (the bench's GQA full row, B4 S4k H32 Hkv8 hd128, where ptxdsl runs slower
 # than at MHA and FA4 faster): the plans row, with the packed layout (FA4 packs every GQA
 # group on sm90), one CTA a tile (FA4's grid, hardware-scheduled), both, and the TMA-store
@@ -191,15 +183,11 @@ SETS = {
               dict(_SPLIT, **_CB, **_PLAN, pingpong=False),
               dict(_SPLIT, **_CB, **_PLAN, persistent=False, dynamic=False, **_S48)]}},
     "diag": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
-        64: [_PLAN, dict(_PLAN, diag_n=64), dict(_PLAN, **_LATE),
-             dict(_PLAN, diag_n=64, **_LATE)],
-        128: [_PLAN, dict(_PLAN, diag_n=64), dict(_PLAN, diag_n=64, **_W1),
-              dict(_PLAN, **_W1, **_LATE), dict(_PLAN, diag_n=64, **_W1, **_LATE)],
-        # (head dim 256 causal <= 4k now stages O in Q's buffer: these take it out, as
-        # the row they were measured against had it)
-        256: [_PLAN, dict(_PLAN, diag_n=48, **_NO_OQ), dict(_PLAN, diag_n=32, **_NO_OQ),
-              dict(_PLAN, **_CB, diag_n=48, **_NO_OQ), dict(_PLAN, **_LATE, **_NO_OQ),
-              dict(_PLAN, diag_n=48, **_LATE, **_NO_OQ)]}},
+        64: [_PLAN, dict(_PLAN, **_LATE)],
+        128: [_PLAN, dict(_PLAN, **_W1, **_LATE)],
+        # (head dim 256 causal <= 4k now stages O in Q's buffer, which late_epilogue
+        # does not take: the candidate takes it out, as the row it was measured against)
+        256: [_PLAN, dict(_PLAN, **_LATE, **_NO_OQ)]}},
     "gqa_full": {"seqs": [4096], "heads": (32, 8), "masks": [False], "candidates": {128: [
         _PLAN, dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
         dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ1),

@@ -1,6 +1,6 @@
 """Checks shared by the attention forward's interpreter tests of plan options that change
 which instructions run, never a value (tests/ops/attention/test_fwd_causal_split.py,
-test_fwd_diag.py): the kernel with an option must give bitwise the output and LSE of the
+test_fwd_late.py): the kernel with an option must give bitwise the output and LSE of the
 same config without it, and agree with the float64 reference."""
 from __future__ import annotations
 
@@ -52,7 +52,6 @@ def right(c: Config, q, k, v, mask, layout="dense", group=1, sms=2):
     assert ("_split" in name) == c.split_mask
     assert ("_cb" in name) == (c.consumer_bound and mask.right >= 0)
     assert ("_w1" in name) == c.store_wait_once
-    assert ("_dn" in name) == bool(c.diag_n)
     assert ("_late" in name) == (c.late_epilogue and layout in ("dense", "packed"))
     ref, rlse = attention_reference(q, k, v, softmax_scale=0.125,
                                     window_size=(mask.left, mask.right))

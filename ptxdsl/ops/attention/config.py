@@ -60,14 +60,7 @@ class Config:
     (with ``tma_store``): lane 0 of each consumer waits for its TMA stores to have read
     the staging buffer once, before the CTA ends, instead of after every tile (where the
     next tile's first wgmma then waits for it; each tile's epilogue waits before it
-    writes the buffer again either way). ``diag_n`` (0: off; a multiple of 16 below
-    ``block_n``): where the last key block a consumer computes has at most ``diag_n``
-    keys that any of its rows sees (the causal diagonal block of the tile's first
-    consumer, a ragged last block), that block's mask and softmax cover its first
-    ``diag_n`` columns and its P·V takes ``diag_n / 16`` k16 steps
-    (:func:`.steps.narrow_last`; its Q·Kᵀ stays whole: a narrower wgmma there makes
-    ptxas serialize every wgmma); the keys it skips are masked for every row of the
-    consumer, so the values are those without it. ``late_epilogue`` (persistent or
+    writes the buffer again either way). ``late_epilogue`` (persistent or
     dynamic grids; dense and packed layouts, else no effect): a tile's epilogue (O / l
     out, the LSE) runs in the next tile, after that tile's first Q·Kᵀ is issued, so the
     tensor cores have that wgmma while the consumer writes out (and the last tile's at
@@ -108,7 +101,6 @@ class Config:
     split_mask: bool = False
     consumer_bound: bool = False
     store_wait_once: bool = False
-    diag_n: int = 0
     late_epilogue: bool = False
     o_in_q: bool = False
     q_split: bool = False
@@ -141,11 +133,6 @@ class Config:
             raise ValueError("o_in_q stages O in Q's buffer of the TMA-store epilogue and "
                              "waits for its reads every tile: give tma_store=True, with "
                              "store_wait_once and late_epilogue off")
-        if self.diag_n and (self.diag_n % 16 or not 16 <= self.diag_n < self.block_n
-                            or self.split_mask):
-            raise ValueError(f"diag_n narrows a consumer's last key block: a multiple of 16 "
-                             f"below block_n={self.block_n}, with one loop (split_mask "
-                             f"off), got diag_n={self.diag_n} split_mask={self.split_mask}")
         if self.q_double and (self.dynamic or self.o_in_q or self.q_split):
             raise ValueError("q_double takes the tiles' Q buffers in turn: give it without "
                              "dynamic (one tile-number word), o_in_q and q_split")

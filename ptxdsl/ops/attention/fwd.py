@@ -39,7 +39,7 @@ import contextlib
 import itertools
 
 from ... import Tile, kernel
-from ...core.types import PtxType, b32, f32, s32, u8, u32
+from ...core.types import PtxType, b32, f32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.warpgroup import consumer_index
 from .._common.launch_order import after_previous_kernel, pdl_for
@@ -51,7 +51,7 @@ from .fwd_store import epilogue, normalizers, stage_out
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
 from .steps import (consumer_blocks, key_blocks, mask_if_needed, mask_keys, mma_pv, mma_qk,
-                    narrow_last, release as release_stage, snake)
+                    release as release_stage, snake)
 from .tiles import PANEL, ROW, Work, s32_of as _s32
 
 
@@ -90,7 +90,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         outs, names = (*outs, Tile(1, b32)), (*names, "counter")
     s_mma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{dtype.name}.{dtype.name}"
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
-    DN = c.diag_n                 # Config.diag_n: the narrow last block's keys (0: none)
     late = c.late_epilogue and layout in ("dense", "packed")
     oq = c.o_in_q and tma_out     # Config.o_in_q: Q is released after the epilogue's stores
     qs = c.q_split and layout == "dense"
@@ -106,7 +105,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_split' if c.split_mask else ''}"
             f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
-            f"{f'_dn{DN}' if DN else ''}{'_late' if late else ''}"
+            f"{'_late' if late else ''}"
             f"{'_oq' if oq else ''}{'_qs' if qs else ''}"
             f"{'_uc' if c.uniform_cons else ''}"
             f"{'_q2' if qd else ''}")
@@ -250,9 +249,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             qphase = qring.phase if qd else reg.scalar(u32, init=0)
             sk_s = _s32(sched.sk) if hasattr(sched, "sk") else None   # else per tile
             p_regs = p_registers(BN)
-            # S of all block_n keys, or (Config.diag_n) of the first diag_n: the elements
-            # of columns below diag_n come first in the accumulator (softmax and P of those)
-            s_of = lambda narrow: list(s_acc)[:DN // 2] if narrow else list(s_acc)  # noqa: E731
             vslot, vphase = reg.scalar(u32), reg.scalar(u32)   # the stage P·V reads next
             if late:    # Config.late_epilogue: O's accumulator; O, m, l and the number of
                 o_late = ptx.wgmma.accumulator(d, init=0.0)   # the tile whose epilogue is
@@ -317,33 +313,25 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                   stride=1024, swizzle=128)
 
                     def s_gemm():
-                        """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group
-                        (all block_n keys, also under ``Config.diag_n``: a narrower wgmma
-                        into part of S's registers costs ptxas the registers of its wgmma
-                        pipeline, C7511, and every wgmma is serialized)."""
+                        """Wait for K in the ring's stage; S = Q_c·Kᵀ, d/16 wgmmas, one group."""
                         wait(labels, kfull + ring.slot * 8, ring.phase)
                         mma_qk(s_mma, s_acc, q_desc, base + L.k + ring.slot * L.kv_bytes, d,
                                BM, BN)
 
-                    def pv_gemm(narrow=False):
+                    def pv_gemm():
                         """Wait for V in stage ``vslot``; O += P·V with P from registers."""
                         wait(labels, vfull + vslot * 8, vphase)
-                        mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN,
-                               DN if narrow else 0)
-
-                    def put_p(narrow=False):
-                        """P(j) into the A registers of the next P·V."""
-                        pack_p(s_of(narrow), p_regs, dtype.name)
+                        mma_pv(o_mma, o_acc, p_regs, base + L.v + vslot * L.kv_bytes, BN)
 
                     def release(bars, slot):
                         """One arrival per consumer warpgroup on the stage's empty barrier."""
                         release_stage(lane, bars, slot)
 
-                    def scores(j, masked=None, narrow=False):
+                    def scores(j, masked=None):
                         """S of block j (its wgmma retired) -> P in place; returns the rows'
                         alpha. ``masked``: None, the mask where the block needs it; True,
                         always; False, never (``Config.split_mask``'s inner blocks)."""
-                        sv = s_of(narrow)
+                        sv = list(s_acc)
                         if softcap:
                             for x in sv:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
@@ -380,38 +368,28 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
                                                       w.sq, sk_t, n_lo, n_hi)
-                    # Config.diag_n: the last block n_end - 1 narrow (the first block, or a
-                    # copy of the loop's step after the loop)
-                    nar = DN and narrow_last(sched, mask, BN, DN, m0, cons, off, sk_t, n_end)
-                    loop_hi = n_end
-                    if DN:
-                        tail = nar & (n_end - 1 > n_lo)
-                        skip = reg.scalar(s32)
-                        ptx.inst.selp.s32(skip, 1, 0, tail)
-                        loop_hi = n_end - skip
-                    head = nar & (n_end - 1 == n_lo) if DN else None
 
                     def first_issue():
                         my_turn()
                         s_gemm()
                         your_turn()
 
-                    def first(narrow=False, issue=True):
+                    def first(issue=True):
                         if issue:
                             first_issue()
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(kempty, ring.slot)
-                        scores(n_lo, narrow or None, narrow)   # O is still zero: no rescale
-                        put_p(narrow)
+                        scores(n_lo)                    # O is still zero: nothing to rescale
+                        pack_p(list(s_acc), p_regs, dtype.name)
 
-                    def step(j, masked, tag, narrow=False):
+                    def step(j, masked, tag):
                         my_turn()
                         s_gemm()
                         pv_gemm()
                         your_turn()
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         release(kempty, ring.slot)
-                        alphas = scores(j, masked, narrow)
+                        alphas = scores(j, masked)
                         if c.lazy_rescale:
                             wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons, tag)
                         else:
@@ -419,20 +397,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         release(vempty, vslot)
                         if not c.lazy_rescale:
                             rescale(list(o_acc), alphas)
-                        put_p(narrow)
+                        pack_p(list(s_acc), p_regs, dtype.name)
                         next_stage()
-
-                    def last_pv(narrow=False, last=None):
-                        """The tile's last P·V; returns ``last``, whether this consumer
-                        hands over its last turn (computed here unless given)."""
-                        pv_gemm(narrow)
-                        # (the last consumer's last hand-over would have no taker: every
-                        # bar.sync of each barrier is matched by exactly one bar.arrive)
-                        if last is None:
-                            last = cons == 0 if NC == 2 else cons != NC - 1
-                        your_turn(pred=last if n_end is n_hi else last | (n_end < n_hi))
-                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
-                        return last
 
                     def start(issue=True, finish=True):
                         """The tile's first block: its Q·Kᵀ issued, then retired and its
@@ -441,9 +407,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("bar.arrive", 1, 256, pred=cons == NC - 1)
                         if not finish:
                             first_issue()
-                        elif head is not None:
-                            uniform_if(labels, head, lambda: first(True, issue),
-                                       lambda: first(False, issue))
                         else:
                             first(issue=issue)
 
@@ -454,21 +417,18 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         start(issue=not late)
                         next_stage()
                         for copy, (lo, hi, masked) in enumerate(
-                                segments or [(n_lo + 1, loop_hi, None)]):
+                                segments or [(n_lo + 1, n_end, None)]):
                             for j in ptx.range_(lo, hi):
                                 step(j, masked, copy or '')
-                        if DN:                          # the narrow last block, after the loop
-                            uniform_if(labels, tail,
-                                        lambda: step(n_end - 1, True, "_nar", True))
                         if not oq:                      # every S of the tile has retired
                             release(my_qempty, 0)
                         my_turn()
-                        if DN:                          # one hand-over predicate for both
-                            last = cons == 0 if NC == 2 else cons != NC - 1
-                            uniform_if(labels, nar, lambda: last_pv(True, last),
-                                        lambda: last_pv(False, last))
-                        else:
-                            last = last_pv()
+                        pv_gemm()               # the tile's last P·V
+                        # (the last consumer's last hand-over would have no taker: every
+                        # bar.sync of each barrier is matched by exactly one bar.arrive)
+                        last = cons == 0 if NC == 2 else cons != NC - 1
+                        your_turn(pred=last if n_end is n_hi else last | (n_end < n_hi))
+                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(vempty, vslot)
                         if n_end is not n_hi:   # Config.consumer_bound: blocks past its rows
                             for j in ptx.range_(n_end, n_hi):

@@ -25,13 +25,12 @@ def mma_qk(s_mma: str, s_acc, q_desc, k_at, head_dim: int, q_rows: int, block_n:
     ptx.inst("wgmma.commit_group.sync.aligned")
 
 
-def mma_pv(o_mma: str, o_acc, p_regs, v_at, block_n: int, keys: int = 0):
+def mma_pv(o_mma: str, o_acc, p_regs, v_at, block_n: int):
     """O += P·V: ``block_n / 16`` wgmmas with A (P) from registers, V's ``block_n`` rows at
-    ``v_at`` (MN-major), one commit group; ``keys``: only the block's first ``keys`` (a
-    multiple of 16; ``Config.diag_n``)."""
+    ``v_at`` (MN-major), one commit group."""
     v_desc = ptx.wgmma.descriptor(v_at, leading=block_n * ROW, stride=1024, swizzle=128)
     ptx.inst("wgmma.fence.sync.aligned")
-    for ks in range((keys or block_n) // 16):
+    for ks in range(block_n // 16):
         vo = (ks * 16 * ROW) >> 4
         ptx.inst(o_mma, list(o_acc), p_regs[ks], v_desc + vo if vo else v_desc, 1, 1, 1, 1)
     ptx.inst("wgmma.commit_group.sync.aligned")
@@ -98,18 +97,6 @@ def consumer_blocks(c, sched, mask, block_n: int, m0, cons, off, sq, sk, n_lo, n
     return n_end, segments
 
 
-def narrow_last(sched, mask, block_n: int, width: int, m0, cons, off, sk, n_end):
-    """``Config.diag_n``: whether the last key block consumer ``cons`` computes, ``n_end -
-    1``, has at most ``width`` keys that any of its rows sees (from the block's first key
-    to its last row's first excluded key: ``sk``, or with a right bound ``row + off +
-    right + 1``); the same in the whole warpgroup (``.pred``)."""
-    top = sk
-    if mask.right >= 0:
-        last = sched.pos(s32_of(m0 + cons * 64) + 63)
-        top = ptx.min(top, last + off + (mask.right + 1))
-    return top - (n_end - 1) * block_n <= width
-
-
 def mask_keys(s_acc, key0, fcol: int, rows, off, sk, mask) -> None:
     """Mask this thread's scores of a boundary block whose first key is ``key0``: keys
     past ``sk`` and, for query row ``rows[r] + off`` (bottom-right aligned), those outside
@@ -156,4 +143,4 @@ def snake(t, cta, ncta, tiles):
     return out
 
 
-__all__ = ["consumer_blocks", "narrow_last", "mask_if_needed", "mma_qk", "mma_pv", "release", "mask_keys", "key_blocks", "snake"]
+__all__ = ["consumer_blocks", "mask_if_needed", "mma_qk", "mma_pv", "release", "mask_keys", "key_blocks", "snake"]

@@ -47,8 +47,7 @@ _M3 = dict(consumers=3, **_PL)
 _PK = dict(layout="packed")       # the GQA group's heads in one tile's rows (tiles.Packed)
 _C = dict(causal=True)            # a candidate for the causal shapes only
 _S, _S48 = dict(head_sections=True), dict(head_sections=True, section_mb=48)
-_PLAN = dict(plan=True)           # the plans.json row of the shape (what attention() runs),
-_SPLIT, _CB = dict(split_mask=True), dict(consumer_bound=True)   # with these on top
+_PLAN = dict(plan=True)           # the plans.json row of the shape (what attention() runs)
 _W1 = dict(tma_store=True, store_wait_once=True)
 _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's first Q·Kᵀ
 
@@ -69,20 +68,12 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # ping-pong, 3 stages, the TMA-store epilogue. Each set also has FA4's own sm90 choice
 # in our terms (ping-pong, one CTA a tile, 48 MiB sections when causal; hd96: 192 rows).
 # ``h128f``: the same at head dim 128 full, 4k and 16k (the current rows:
-# 128 keys at 4k, 176 at 16k). ``causal`` (head dims 64, 128, 256 causal at 1k, 4k, 16k,
-# where ptxdsl trails FA4 most): each shape's plans row (``plan``: the row attention()
-# picks there, which differs between 1k and longer) and the same with split_mask (no mask
-# code on the blocks every row sees whole, FA3's masking steps) and consumer_bound (a
-# consumer stops at its own rows' last key block: a block in most causal tiles at head
-# dim 256's 80 keys, and at head dim 64's 192-row tiles); at head dim 128 (128 x 128
-# tiles) consumer_bound never skips; head dim 256 also with 64 keys a block (then the
-# first consumer skips a block in every tile). Head dims 64 and 128 also with the
-# TMA-store epilogue (the 1k hd128 row has it; the others do not) whose wait for the
-# staging buffer's reads comes once per CTA (store_wait_once), not after every tile.
-# Head dim 256 also without ping-pong (FA3 and FA4 take turns only up to head dim 128;
-# every hd256 row so far was measured with it) and on FA4's sm90 causal schedule: one CTA
-# a tile, longest-first within 48 MiB head sections.
-# ``diag`` (the same shapes): each plans row with Config.late_epilogue (a tile's epilogue
+# 128 keys at 4k, 176 at 16k). ``causal`` (head dim 128 causal at 1k, 4k, 16k, where
+# ptxdsl trails FA4 most): each shape's plans row (``plan``: the row attention() picks
+# there, which differs between 1k and longer) and the same with the TMA-store epilogue
+# (the 1k row has it; the others do not), also with its wait for the staging buffer's
+# reads once per CTA (store_wait_once), not after every tile.
+# ``diag`` (head dims 64, 128, 256 causal at 1k, 4k, 16k): each plans row with Config.late_epilogue (a tile's epilogue
 # under the next tile's first Q·Kᵀ: the tensor cores idle through it otherwise, once a
 # tile, most at S = 1k; at head dim 128 with the staging wait once a CTA, what the 4k/16k
 # row has). Every candidate compiles without spills or serialized wgmmas
@@ -113,9 +104,7 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # before each Q·Kᵀ wgmma), Config.q_double (Q in two buffers: the next tile's Q and first
 # K/V blocks load under the current tile, a cost paid per tile, twice as often per key
 # under the causal mask), both, and both with the epilogue under the next tile's first
-# Q·Kᵀ (late_epilogue: it lost at 4k waiting for the next Q, which q_double takes off);
-# at head dim 64 (192-row tiles: the first two consumers see nothing of a block in most
-# tiles) also consumer_bound with uniform_cons (alone it lost with R2UR at every wgmma).
+# Q·Kᵀ (late_epilogue: it lost at 4k waiting for the next Q, which q_double takes off).
 # ``fwdu``: Config.uniform_cons on the other plan rows at 4k and 16k (hd128 full, hd64 and
 # hd256 both masks), and hd128 causal's uniform_cons + q_double + late_epilogue again.
 # ``fwdq``: after the fwdu rows: hd128 full without uniform_cons (1k is untimed with it),
@@ -174,14 +163,7 @@ SETS = {
         dict(block_n=128, pingpong=True, **_PL, **_S48),
         dict(block_n=128, pingpong=True, lazy_rescale=True, **_S48)]}},
     "causal": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
-        64: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
-             dict(_SPLIT, **_CB, **_PLAN, **_W1)],
-        128: [_PLAN, dict(_SPLIT, **_PLAN), dict(_PLAN, tma_store=True),
-              dict(_PLAN, **_W1), dict(_SPLIT, **_PLAN, **_W1)],
-        256: [_PLAN, dict(_SPLIT, **_PLAN), dict(_CB, **_PLAN), dict(_SPLIT, **_CB, **_PLAN),
-              dict(_SPLIT, **_CB, **_PLAN, block_n=64),
-              dict(_SPLIT, **_CB, **_PLAN, pingpong=False),
-              dict(_SPLIT, **_CB, **_PLAN, persistent=False, dynamic=False, **_S48)]}},
+        128: [_PLAN, dict(_PLAN, tma_store=True), dict(_PLAN, **_W1)]}},
     "diag": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
         64: [_PLAN, dict(_PLAN, **_LATE)],
         128: [_PLAN, dict(_PLAN, **_W1, **_LATE)],
@@ -217,9 +199,7 @@ SETS = {
               dict(_PLAN, uniform_cons=True, q_double=True),
               dict(_PLAN, uniform_cons=True, q_double=True, **_LATE)],
         64: [_PLAN, dict(_PLAN, uniform_cons=True), dict(_PLAN, q_double=True),
-             dict(_PLAN, uniform_cons=True, q_double=True),
-             dict(_PLAN, uniform_cons=True, **_CB),
-             dict(_PLAN, uniform_cons=True, q_double=True, **_CB)]}},
+             dict(_PLAN, uniform_cons=True, q_double=True)]}},
     "fwdu": {"seqs": [4096, 16384], "masks": [True, False], "candidates": {
         128: [_PLAN, dict(_PLAN, uniform_cons=True, causal=False),
               dict(_PLAN, uniform_cons=True, q_double=True, causal=True, **_LATE)],

@@ -240,8 +240,7 @@ def _name(kw: dict) -> str:
     bits += [w for k, w in (("pingpong", "pp"), ("persistent", "persistent"),
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
                             ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
-                            ("dynamic", "dyn"), ("split_mask", "split"), ("consumer_bound", "cb"),
-                            ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
+                            ("dynamic", "dyn"), ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
                             ("q_split", "q-split"), ("uniform_cons", "uc"),
                             ("q_double", "q2"), ("late_epilogue", "late"))
                    if kw.get(k)]

@@ -24,8 +24,6 @@ CASES = [   # (head dim, the plans row, the options)
     (128, _ROW128, dict(uniform_cons=True)), (128, _ROW128, dict(q_double=True)),
     (128, _ROW128, _UQ), (128, _ROW128, dict(late_epilogue=True, **_UQ)),
     (64, _ROW64, dict(uniform_cons=True)), (64, _ROW64, dict(q_double=True)),
-    (64, _ROW64, dict(uniform_cons=True, consumer_bound=True)),
-    (64, _ROW64, dict(consumer_bound=True, **_UQ)),
 ]
 
 

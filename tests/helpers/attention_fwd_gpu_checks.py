@@ -1,6 +1,6 @@
 """Checks shared by the attention forward's GPU tests of plan options that change which
-instructions run, never a value (test_ops_attention_fwd_causal_gpu.py,
-test_ops_attention_fwd_late_gpu.py)."""
+instructions run, never a value (test_ops_attention_fwd_late_gpu.py,
+test_ops_attention_fwd_oq_gpu.py, test_ops_attention_fwdc_gpu.py)."""
 from __future__ import annotations
 
 import numpy as np

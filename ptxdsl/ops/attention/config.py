@@ -47,16 +47,7 @@ class Config:
     through shared memory), so CTAs that finish early take more tiles, in the layout's
     order (the snake of the static schedule no longer applies); the kernel takes the
     counter as its last argument (a 32-bit word), zero before the launch and left zero
-    by it (dense and packed layouts; varlen keeps the static order).
-    ``split_mask``: a consumer's loop over key blocks runs in segments (FA3's masking
-    steps): blocks that every one of its rows sees whole carry no mask code (not even
-    the test whether a block needs one), the blocks at a window's edges or past the last
-    key are masked without the test (:func:`.steps.consumer_blocks`). ``consumer_bound``
-    (masks with a right bound, causal; else no effect): each consumer computes only up to
-    the last key block its own 64 rows see, not the tile's; past it, it waits for each
-    block and releases it (and takes its ping-pong turns) without wgmmas, which leaves
-    the tensor cores to the consumers below the diagonal (at head dim 256, 80 keys a
-    block, the first consumer skips a block in most causal tiles). ``store_wait_once``
+    by it (dense and packed layouts; varlen keeps the static order). ``store_wait_once``
     (with ``tma_store``): lane 0 of each consumer waits for its TMA stores to have read
     the staging buffer once, before the CTA ends, instead of after every tile (where the
     next tile's first wgmma then waits for it; each tile's epilogue waits before it
@@ -76,8 +67,7 @@ class Config:
     ``uniform_cons``: a consumer's
     warpgroup index comes through ``shfl.sync.idx`` from lane 0 (CUTLASS's way to tell
     ptxas it is the same in the warp), so ptxas keeps what derives from it in uniform
-    registers: Q's wgmma descriptors (else two ``R2UR`` a Q·Kᵀ wgmma) and, with
-    ``consumer_bound``, the loop's bounds and ring state (else ``R2UR`` for every wgmma).
+    registers: Q's wgmma descriptors (else two ``R2UR`` a Q·Kᵀ wgmma).
     ``q_double`` (without ``dynamic``, ``o_in_q`` and ``q_split``): Q has two buffers that
     the tiles of a CTA take in turn (the second after the other buffers, with its own full /
     empty mbarriers), so the producer loads the next tile's Q, and its first K/V blocks
@@ -98,8 +88,6 @@ class Config:
     head_sections: bool = False
     dynamic: bool = False
     section_mb: int = 0
-    split_mask: bool = False
-    consumer_bound: bool = False
     store_wait_once: bool = False
     late_epilogue: bool = False
     o_in_q: bool = False

@@ -50,8 +50,8 @@ from .fwd_qbuf import q_buffer, q_next
 from .fwd_store import epilogue, normalizers, stage_out
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
-from .steps import (consumer_blocks, key_blocks, mask_if_needed, mask_keys, mma_pv, mma_qk,
-                    release as release_stage, snake)
+from .steps import (key_blocks, mask_if_needed, mma_pv, mma_qk, release as release_stage,
+                    snake)
 from .tiles import PANEL, ROW, Work, s32_of as _s32
 
 
@@ -102,8 +102,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_dyn' if dyn else ''}"
             f"{'' if layout == 'dense' else '_' + layout}{group if group > 1 else ''}"
             f"{'_tmastore' if tma_out else ''}"
-            f"{'_split' if c.split_mask else ''}"
-            f"{'_cb' if c.consumer_bound and mask.right >= 0 else ''}"
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
             f"{'_late' if late else ''}"
             f"{'_oq' if oq else ''}{'_qs' if qs else ''}"
@@ -327,20 +325,16 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         """One arrival per consumer warpgroup on the stage's empty barrier."""
                         release_stage(lane, bars, slot)
 
-                    def scores(j, masked=None):
+                    def scores(j):
                         """S of block j (its wgmma retired) -> P in place; returns the rows'
-                        alpha. ``masked``: None, the mask where the block needs it; True,
-                        always; False, never (``Config.split_mask``'s inner blocks)."""
+                        alpha."""
                         sv = list(s_acc)
                         if softcap:
                             for x in sv:
                                 ptx.inst.mul.f32(x, x, float(scale) / float(softcap))
                                 ptx.inst("tanh.approx.f32", x, x)
-                        if masked is None:
-                            mask_if_needed(sv, j, BN, rows, fcol, off, sk_t, mask, cons,
-                                            m0, sched)
-                        elif masked:
-                            mask_keys(sv, j * BN, fcol, rows, off, sk_t, mask)
+                        mask_if_needed(sv, j, BN, rows, fcol, off, sk_t, mask, cons, m0,
+                                       sched)
                         return online_softmax(sv, m, l, scale_log2,
                                               RESCALE_SLACK if c.lazy_rescale else 0.0)
 
@@ -366,8 +360,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         wait(labels, my_qfull, qphase)
                     # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
                     # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
-                    n_end, segments = consumer_blocks(c, sched, mask, BN, m0, cons, off,
-                                                      w.sq, sk_t, n_lo, n_hi)
 
                     def first_issue():
                         my_turn()
@@ -382,16 +374,16 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         scores(n_lo)                    # O is still zero: nothing to rescale
                         pack_p(list(s_acc), p_regs, dtype.name)
 
-                    def step(j, masked, tag):
+                    def step(j):
                         my_turn()
                         s_gemm()
                         pv_gemm()
                         your_turn()
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         release(kempty, ring.slot)
-                        alphas = scores(j, masked)
+                        alphas = scores(j)
                         if c.lazy_rescale:
-                            wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons, tag)
+                            wait_and_rescale(o_acc, alphas, 1 + 2 * NC + cons)
                         else:
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(vempty, vslot)
@@ -416,28 +408,17 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             settle()                # serializes every wgmma otherwise)
                         start(issue=not late)
                         next_stage()
-                        for copy, (lo, hi, masked) in enumerate(
-                                segments or [(n_lo + 1, n_end, None)]):
-                            for j in ptx.range_(lo, hi):
-                                step(j, masked, copy or '')
+                        for j in ptx.range_(n_lo + 1, n_hi):
+                            step(j)
                         if not oq:                      # every S of the tile has retired
                             release(my_qempty, 0)
                         my_turn()
                         pv_gemm()               # the tile's last P·V
                         # (the last consumer's last hand-over would have no taker: every
                         # bar.sync of each barrier is matched by exactly one bar.arrive)
-                        last = cons == 0 if NC == 2 else cons != NC - 1
-                        your_turn(pred=last if n_end is n_hi else last | (n_end < n_hi))
+                        your_turn(pred=cons == 0 if NC == 2 else cons != NC - 1)
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         release(vempty, vslot)
-                        if n_end is not n_hi:   # Config.consumer_bound: blocks past its rows
-                            for j in ptx.range_(n_end, n_hi):
-                                for full, free in ((kfull, kempty), (vfull, vempty)):
-                                    wait(labels, full + ring.slot * 8, ring.phase)
-                                    release(free, ring.slot)
-                                ring.advance()
-                                my_turn()           # the turns stay in step with the others'
-                                your_turn(pred=last | (j + 1 < n_hi))
                     if late:
                         uniform_if(labels, n_lo < n_hi, tile_blocks, settle)
                     else:

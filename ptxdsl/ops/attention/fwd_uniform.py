@@ -24,13 +24,12 @@ def uniform_if(labels, cond, then, other=None) -> None:
     ptx.place(done)
 
 
-def wait_and_rescale(o_acc, alphas, bar, tag="") -> None:
+def wait_and_rescale(o_acc, alphas, bar) -> None:
     """``Config.lazy_rescale``: retire P·V (``wgmma.wait_group 0``) and rescale O only in
     warpgroups where some row's max moved (``bar.red.or`` of ``alpha < 1`` over the
     warpgroup at named barrier ``bar``: the wait is warpgroup-aligned), each branch with
     its own wait. A wait behind a branch on the softmax's result stays after the softmax;
-    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them. ``tag``
-    tells the labels of the loop's copies apart (``Config.split_mask``)."""
+    ptxas otherwise hoists it above the ex2s, and P·V no longer overlaps them."""
     moved = reg.scalar(pred)
     ptx.inst.setp.lt.f32(moved, alphas[0], 1.0)
     other = reg.scalar(pred)
@@ -39,7 +38,7 @@ def wait_and_rescale(o_acc, alphas, bar, tag="") -> None:
     ptx.inst("bar.red.or.pred", moved, bar, 128, moved)
     # bra.uni: the reduction is the same in every thread, and ptxas, told so, keeps the
     # loop's wgmma descriptors in uniform registers (a plain branch costs two R2UR a wgmma)
-    keep, done = ptx.new_label(f"o_kept{tag}"), ptx.new_label(f"o_rescaled{tag}")
+    keep, done = ptx.new_label("o_kept"), ptx.new_label("o_rescaled")
     ptx.bra(keep, pred=~moved, uni=True)
     ptx.inst("wgmma.wait_group.sync.aligned", 0)
     rescale(list(o_acc), alphas)

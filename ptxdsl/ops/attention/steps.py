@@ -62,41 +62,6 @@ def key_blocks(sched, mask, block_m: int, block_n: int, m0, sq, sk):
     return off, n_lo, n_hi
 
 
-def consumer_blocks(c, sched, mask, block_n: int, m0, cons, off, sq, sk, n_lo, n_hi):
-    """``(n_end, segments)``: the key blocks consumer ``cons`` (rows ``m0 + 64 cons`` on)
-    computes after its first, ``n_lo + 1 .. n_end``, and how its loop runs them.
-    ``Config.consumer_bound`` with a right bound (causal): ``n_end`` is its own rows' last
-    block (at least ``n_lo + 1``), not the tile's ``n_hi``; the blocks past it only pass
-    through (:mod:`.fwd`). ``Config.split_mask``: ``segments`` are ``(lo, hi, masked)``
-    runs, masked always or never: the blocks before the left window's edge, those every
-    row of the consumer sees whole (no mask code), then those at the right edge or past
-    ``sk``; else None (one loop that masks where a block needs it)."""
-    n_end = n_hi
-    if not (c.split_mask or c.consumer_bound and mask.right >= 0):
-        return n_end, None
-    first_p = s32_of(m0 + cons * 64)                # the consumer's first (packed) row
-    if c.consumer_bound and mask.right >= 0:
-        mine = key_blocks(sched, mask, 64, block_n, first_p, sq, sk)[2]
-        n_end = ptx.max(mine, n_lo + 1)
-    if not c.split_mask:
-        return n_end, None
-    first = sched.pos(first_p)
-    start = n_lo + 1
-    top = sk                # blocks below top / block_n: whole for every row of the consumer
-    if mask.right >= 0:
-        top = ptx.min(top, first + off + (mask.right + 1))
-    b = ptx.min(ptx.max(ptx.max(top, 0) // block_n, start), n_end)
-    segments = [(b, n_end, True)]
-    a = start
-    if mask.left >= 0:      # blocks from a on: the consumer's last row sees their first key
-        last = first + 63 if sched.group == 1 else sched.pos(first_p + 63)
-        edge = ptx.max(last + off - mask.left, 0)
-        a = ptx.min(ptx.max((edge + (block_n - 1)) // block_n, start), b)
-        segments.insert(0, (start, a, True))
-    segments.insert(-1, (a, b, False))
-    return n_end, segments
-
-
 def mask_keys(s_acc, key0, fcol: int, rows, off, sk, mask) -> None:
     """Mask this thread's scores of a boundary block whose first key is ``key0``: keys
     past ``sk`` and, for query row ``rows[r] + off`` (bottom-right aligned), those outside
@@ -143,4 +108,4 @@ def snake(t, cta, ncta, tiles):
     return out
 
 
-__all__ = ["consumer_blocks", "mask_if_needed", "mma_qk", "mma_pv", "release", "mask_keys", "key_blocks", "snake"]
+__all__ = ["mask_if_needed", "mma_qk", "mma_pv", "release", "mask_keys", "key_blocks", "snake"]

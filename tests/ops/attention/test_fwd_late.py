@@ -15,11 +15,11 @@ from ptxdsl.ops.attention.fwd import build_forward
 def test_late_two_tiles_one_cta():
     """One CTA, two tiles (Sq > Sk, causal: the first tile's rows see 18 keys or none):
     the first tile's epilogue runs under the second's first Q·Kᵀ, the second's at the
-    end; ping-pong, lazy rescale, consumer_bound. Against the reference only
+    end; ping-pong, lazy rescale. Against the reference only
     (late_epilogue bitwise against the config without it: the long tests)."""
     q, k, v = inputs(1, 150, 40, 1, 1, 64, 9)
     c = Config(block_n=32, pingpong=True, lazy_rescale=True, persistent=True,
-               consumer_bound=True, late_epilogue=True)
+               late_epilogue=True)
     right(c, q, k, v, Mask(-1, 0), sms=1)
 
 

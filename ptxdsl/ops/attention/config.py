@@ -51,24 +51,23 @@ class Config:
     (with ``tma_store``): lane 0 of each consumer waits for its TMA stores to have read
     the staging buffer once, before the CTA ends, instead of after every tile (where the
     next tile's first wgmma then waits for it; each tile's epilogue waits before it
-    writes the buffer again either way). ``late_epilogue`` (persistent or
-    dynamic grids; dense and packed layouts, else no effect): a tile's epilogue (O / l
-    out, the LSE) runs in the next tile, after that tile's first Q·Kᵀ is issued, so the
-    tensor cores have that wgmma while the consumer writes out (and the last tile's at
-    the end); O, m and l are then one set of registers the epilogue reads before they
-    are zeroed for the tile under way. ``o_in_q`` (with ``tma_store``):
-    O is staged in the rows of Q's buffer that the consumer's own Q·Kᵀ read (FA4's sm90
-    choice), not in a buffer of its own (what head dim 256 lacks the shared memory for);
-    Q is then released once the tile's TMA stores have read O, not after its last Q·Kᵀ,
-    so the next tile's Q load waits for the epilogue. ``q_split`` (the dense layout; else
+    writes the buffer again either way). ``late_epilogue`` (persistent or dynamic grids;
+    dense and packed layouts, else no effect): a tile's epilogue (O / l out, the LSE) runs
+    in the next tile, after that tile's first Q·Kᵀ is issued, so the tensor cores have
+    that wgmma while the consumer writes out (and the last tile's at the end); O, m and l
+    are then one set of registers the epilogue reads before they are zeroed for the tile
+    under way. ``o_in_q`` (with ``tma_store``): O is staged in the rows of Q's buffer that
+    the consumer's own Q·Kᵀ read (FA4's sm90 choice), not in a buffer of its own (what
+    head dim 256 lacks the shared memory for); Q is then released once the tile's TMA
+    stores have read O, not after its last Q·Kᵀ, so the next tile's Q load waits for the
+    epilogue. ``q_split`` (the dense layout; else
     no effect): each consumer's 64 rows of Q come by their own TMA loads (a box of 64 rows)
     onto their own pair of full / empty mbarriers, so a consumer's next Q waits only for
     its own release (with ``o_in_q``: its own epilogue's stores), not the other's.
-    ``uniform_cons``: a consumer's
-    warpgroup index comes through ``shfl.sync.idx`` from lane 0 (CUTLASS's way to tell
-    ptxas it is the same in the warp), so ptxas keeps what derives from it in uniform
-    registers: Q's wgmma descriptors (else two ``R2UR`` a Q·Kᵀ wgmma).
-    ``q_double`` (without ``dynamic``, ``o_in_q`` and ``q_split``): Q has two buffers that
+    ``uniform_cons``: a consumer's warpgroup index comes through ``shfl.sync.idx`` from
+    lane 0 (CUTLASS's way to tell ptxas it is the same in the warp), so ptxas keeps what
+    derives from it in uniform registers: Q's wgmma descriptors (else two ``R2UR`` a Q·Kᵀ
+    wgmma). ``q_double`` (without ``dynamic``, ``o_in_q`` and ``q_split``): Q has two buffers that
     the tiles of a CTA take in turn (the second after the other buffers, with its own full /
     empty mbarriers), so the producer loads the next tile's Q, and its first K/V blocks
     as ring stages free, while the current tile runs, not once its last Q·Kᵀ retired:

@@ -358,8 +358,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
 
                     if not dyn:                     # (dynamic: waited for the tile number)
                         wait(labels, my_qfull, qphase)
-                    # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
-                    # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
 
                     def first_issue():
                         my_turn()
@@ -374,6 +372,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         scores(n_lo)                    # O is still zero: nothing to rescale
                         pack_p(list(s_acc), p_regs, dtype.name)
 
+                    # Block j's softmax runs while P·V of block j - 1 is on the tensor cores:
+                    # S(j) is issued first, then P(j-1)·V(j-1); wait_group 1 retires S(j) only.
                     def step(j):
                         my_turn()
                         s_gemm()

@@ -81,10 +81,6 @@ interleaved (:mod:`lab.attention_bwd_bwdu`).
 ``dkv_stage``, with ``pair_max`` 32) beside head dim 64's plan row, S 1k, 4k, 16k causal and
 full, then the deterministic row with ``dk_last`` (and ``s_ahead`` 2) beside the
 deterministic and default rows, timed interleaved (:mod:`lab.attention_bwd_pair`).
-``--set h128d``: head dim 128's step with Pᵀ's exponentials under dPᵀ (``dp_pin``, the
-wait pinned below them; ``dv_first``, dV queued behind dPᵀ), with ``uniform_cons``, with
-and without ``s_ahead``, and the batched dQ writer (``dq_batch``), beside the plan rows,
-S 1k, 4k, 16k full and causal, timed interleaved (:mod:`lab.attention_bwd_h128d`).
 ``--set det192``: head dim 192's deterministic mode with the default rows' step and
 fixed-cost options, ``det_poll`` in wg3 and ``det_units`` 8 / 24, beside the deterministic
 and default rows, S 1k, 4k, 16k full and causal, timed interleaved
@@ -96,7 +92,7 @@ the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
         h192b|h64b|h192c|detpipe|ahead|m80|short|det2|h192f|h128c|h64c|
-        h192m|bwdu|pair|h128d|det192]
+        h192m|bwdu|pair|det192]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -123,7 +119,7 @@ def main() -> None:
                                           "det", "h128b", "h192b", "h64b", "h192c",
                                           "detpipe", "ahead", "m80", "short", "det2", "h192f",
                                           "h128c", "h64c", "h192m", "bwdu", "pair",
-                                          "h128d", "det192"),
+                                          "det192"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
@@ -163,9 +159,6 @@ def main() -> None:
     if which == "bwdu":           # (its own module: uniform_cons at every head dim)
         from lab.attention_bwd_bwdu import HEAD_DIMS, run
         return run(head_dims=[int(x) for x in args.heads.split(",")] if args.heads else HEAD_DIMS)
-    if which == "h128d":          # (its own module: head dim 128's exponentials under dPᵀ)
-        from lab.attention_bwd_h128d import run
-        return run()
     if which == "det192":         # (its own module: head dim 192's deterministic mode)
         from lab.attention_bwd_det192 import run
         return run()

@@ -170,25 +170,7 @@ class BwdConfig:
     as soon as the last wgmmas have read them, under that epilogue. ``pair_max`` (kv_pair;
     0: every unit): pair only units of at most that many key blocks (longer units keep a
     key block a CTA: their fixed cost is small, and equal-length pairs make a coarser last
-    wave).
-
-    ``dp_pin`` (dq_swap): dPᵀ's ``wgmma.wait_group 0`` in both arms of a ``bra.uni`` on the
-    consumer index (always taken one way, unknown to ptxas), and Pᵀ packed after it, so
-    Pᵀ's exponentials run under dPᵀ: ptxas otherwise hoists the wait above all but a few
-    of them (the forward's ``lazy_rescale`` finding), and the tensor pipe idles while
-    they run. Same arithmetic. ``dv_first`` (dq_swap): dV += Pᵀ·dO issued as soon as
-    Pᵀ is packed, queued behind dPᵀ (its issue needs every exponential, so they stay
-    under dPᵀ without a branch), dSᵀ made and stored while dV runs, and dSᵀ = Pᵀ ∘ (dPᵀ -
-    D) with Pᵀ read back from its packed 16-bit registers (its f32 registers die at the
-    packing, so dV's A, dPᵀ, dK and dV fit in 240: with f32 Pᵀ ptxas serializes, C7512);
-    with s_ahead, dQ (in Sᵀ's registers, where ptxas puts the packed Pᵀ) waits for dV
-    first. ``dq_batch`` (dq_swap, default mode): the dQ writer warp issues both
-    warpgroups' reduce-adds of a step before waiting for the first's reads
-    (FlashAttention-4's sm90 writer), rather than waiting for each before taking the
-    next stage. ``ds_fence1`` (dq_swap): one proxy fence a thread for the dSᵀ exchange,
-    the writers' before the barrier (CUTLASS's and FA4's pattern), not also the
-    readers' after it: one ``MEMBAR.ALL.CTA`` fewer between the barrier and dQ's
-    issue."""
+    wave)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -231,10 +213,6 @@ class BwdConfig:
     kv_pair: bool = False
     dkv_stage: bool = False
     pair_max: int = 0
-    dp_pin: bool = False
-    dv_first: bool = False
-    dq_batch: bool = False
-    ds_fence1: bool = False
 
     @property
     def tag(self) -> str:
@@ -260,10 +238,7 @@ class BwdConfig:
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
-                f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
-                f"{'_pin' if c.dp_pin else ''}"
-                f"{'_dvf' if c.dv_first else ''}{'_dqb' if c.dq_batch else ''}"
-                f"{'_xf1' if c.ds_fence1 else ''}")
+                f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -364,10 +339,6 @@ class BwdConfig:
         if self.wg3_fence1 and not self.wg3:
             raise ValueError("wg3_fence1 drops the writers' proxy fence of wg3's P and dS "
                              "exchanges: it needs wg3")
-        if (self.dp_pin or self.dv_first or self.dq_batch or self.ds_fence1) and \
-                not self.dq_swap:
-            raise ValueError("dp_pin, dv_first, dq_batch and ds_fence1 reorder dq_swap's "
-                             "step (bwd_m80.py): they need dq_swap")
         if self.uniform_cons and self.wg2:
             raise ValueError("uniform_cons takes the consumer index from lane 0 in bwd.py's, "
                              "dq_swap's and wg3's kernels: not wg2's")

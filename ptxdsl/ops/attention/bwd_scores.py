@@ -3,11 +3,11 @@ Sᵀ -> Pᵀ = ex2(Sᵀ·scale·log2e - LSE·log2e) and dPᵀ -> dSᵀ = Pᵀ �
 softcap's tanh and the causal / window mask, in place on wgmma accumulators (:mod:`.bwd`)."""
 from __future__ import annotations
 
-from ...core.types import b16, b32, f32
+from ...core.types import b32, f32
 from ...dsl import ptx, reg
 from .config import Mask
 from .fwd import _s32
-from .softmax import _a_order, mask_block
+from .softmax import mask_block
 
 # 2^f on [-1/2, 1/2], degree 3, fitted for relative error (7.7e-5 at f32: far under bf16's)
 EX2_POLY = (0.9999290108680725, 0.6932607889175415, 0.24259856343269348, 0.05516650155186653)
@@ -133,38 +133,6 @@ def dscores(p, dp, caps, fcol, d_at) -> None:
                 cap_grad(dp[i], caps[i])
 
 
-def dscores_packed(p_regs, dp, fcol, d_at, dtype_name: str) -> None:
-    """dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ - D) in place with Pᵀ read back from its packed 16-bit A
-    registers (:func:`.softmax.pack_p`'s ``p_regs``), so Pᵀ's f32 registers die at the
-    packing (``BwdConfig.dv_first``: dV reads the packed Pᵀ while dSᵀ is made; these
-    are reads of an in-flight wgmma's A registers, which PTX leaves undefined and ptxas
-    emits without a wait: only reads, never writes, so confirmed on the GPU)."""
-    src = {}
-    for regs, chunk in zip(p_regs, _a_order(2 * len(dp))):
-        for d, pair in zip(regs, chunk):
-            for half, i in enumerate(pair):
-                src[i] = (d, half)
-    for g in range(len(dp) // 4):
-        dd = [reg.scalar(f32) for _ in range(2)]
-        ptx.inst("ld.shared.v2.f32", dd, ptx.addr(d_at + fcol * 4, 32 * g))
-        for i in range(4 * g, 4 * g + 4):
-            d, half = src[i]
-            p, pb = reg.scalar(f32), reg.scalar(b32)
-            if dtype_name == "bf16":     # a bf16 is an f32's high half
-                if half:
-                    ptx.inst("and.b32", pb, d, 0xFFFF0000)
-                else:
-                    ptx.inst("shl.b32", pb, d, 16)
-                ptx.inst("mov.b32", p, pb)
-            else:
-                h = reg.scalar(b16)
-                ptx.inst("mov.b32", [h, reg.scalar(b16)] if not half else
-                         [reg.scalar(b16), h], d)
-                ptx.inst(f"cvt.f32.{dtype_name}", p, h)
-            ptx.inst.sub.f32(dp[i], dp[i], dd[i % 2])
-            ptx.inst.mul.f32(dp[i], dp[i], p)
-
-
 def cap_grad(y, t) -> None:
     """``y ·= 1 - t²`` (softcap's tanh derivative; t is overwritten)."""
     ptx.inst("fma.rn.f32", t, t, t, -1.0)   # t² - 1
@@ -172,4 +140,4 @@ def cap_grad(y, t) -> None:
     ptx.inst.mul.f32(y, y, t)
 
 
-__all__ = ["grad_scores", "probs", "dscores", "dscores_packed"]
+__all__ = ["grad_scores", "probs", "dscores"]

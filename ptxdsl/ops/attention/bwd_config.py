@@ -119,9 +119,7 @@ class BwdConfig:
     FlashAttention-3's hdim-128 full-mask tile in its own kernel (:mod:`.bwd_m80`): 80
     queries a step, Sᵀ and dPᵀ m64n80, dQ computed transposed (dQᵀ = Kᵀ·dSᵀ, m64n80, 64
     head-dim columns a warpgroup), on FlashAttention-4's step (stages 2, dq_tma,
-    dq_swizzle, overlap 1, ds_double, dq_warp, dk_last, which it needs). ``dk_smem``
-    (dq_swap): dK += dSᵀ·Q with A read from dSᵀ's shared buffer, not the packed
-    registers (free once stored: 20 registers fewer across dQ).
+    dq_swizzle, overlap 1, ds_double, dq_warp, dk_last, which it needs).
 
     ``prep_wide`` (head dims 64, 128, 192, 256, dense): the preprocess and postprocess of
     :mod:`.bwd_prepw` (D / 8 threads a row, 16-byte accesses, two rows a thread in
@@ -198,7 +196,6 @@ class BwdConfig:
     s_ahead: int = 0
     qdo_split: bool = False
     dq_swap: bool = False
-    dk_smem: bool = False
     prep_wide: bool = False
     dkv_tma: bool = False
     lpt_units: int = 0
@@ -232,7 +229,7 @@ class BwdConfig:
                 f"{'_dpl' if c.det_poll else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
-                f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
+                f"{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
                 f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
                 f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
@@ -306,9 +303,6 @@ class BwdConfig:
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")
-        if self.dk_smem and not self.dq_swap:
-            raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
-                             "dq_swap")
         if self.block_m != BLOCK_M and not (self.dq_tma and self.dq_swizzle) or \
                 self.block_m != BLOCK_M and (self.dq_split or self.col_split or
                                              self.dq_first):

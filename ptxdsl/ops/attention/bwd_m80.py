@@ -134,19 +134,6 @@ def dq_swapped(acc, dt: str, a_at, ds_at) -> None:
                  0 if ks == 0 else 1, 1, 1, 1, 1)
 
 
-def dk_from_smem(mma, acc, a_at, q_at) -> None:
-    """``dK += dSᵀ·Q`` (``dk_smem``) with A the warpgroup's 64 keys of the slot's dSᵀ read
-    K-major (a 16-query panel a k-step: 32-byte rows, 8-key groups 256 bytes apart) and B
-    Q MN-major from the ring; a group of its own."""
-    b = ptx.wgmma.descriptor(q_at, leading=BM * ROW, stride=1024, swizzle=128)
-    for ks in range(BM // 16):
-        a = ptx.wgmma.descriptor(a_at, leading=16, stride=8 * 2 * QP, swizzle=32,
-                                 byte_offset=ks * DS_PANEL)
-        bo = (ks * 16 * ROW) >> 4
-        ptx.inst(mma, list(acc), a, b + bo if bo else b, 1, 1, 1, 0, 1)
-    ptx.inst("wgmma.commit_group.sync.aligned")
-
-
 def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                        scale: float, softcap: float = 0.0, deterministic: bool = False,
                        arch: str = "sm_90a", varlen: bool = False):
@@ -279,8 +266,8 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     # dSᵀ into the slot's buffer: A-fragment register j of chunk kc holds keys
                     # r0 + 8 (j % 2), queries 16 kc + 8 (j // 2) + fcol and the next one;
                     # 32-byte swizzle: the 16-byte half ^ key bit 2. The buffer was last read
-                    # by the dQ (and, dk_smem, this warpgroup's dK) of two steps ago, which
-                    # both warpgroups waited for before the last step's exchange barrier.
+                    # by the dQ of two steps ago, which both warpgroups waited for before
+                    # the last step's exchange barrier.
                     ds_at = base + L.ds + ring.slot * DS_BYTES
                     x = (lw >> 4) & 1
                     row = ds_at + (w * 64 + r0) * (2 * QP) + fcol * 2
@@ -302,10 +289,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     ptx.inst("wgmma.fence.sync.aligned")
                     dq_swapped(dq, dt, base + L.k + w * (BN * ROW), ds_at)
                     ptx.inst("wgmma.commit_group.sync.aligned")
-                    if c.dk_smem:                                        # dK behind dQ
-                        dk_from_smem(mma_kv, dk_acc, ds_at + w * (64 * 2 * QP), q_at)
-                    else:
-                        kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)
+                    kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)     # dK behind dQ
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     take_stage(w)
                     _stage_t(list(dq), stage_w, warp, lw, fcol)

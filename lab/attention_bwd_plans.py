@@ -69,8 +69,6 @@ its plan row, S 1k, 4k, 16k full and causal, timed interleaved (:mod:`lab.attent
 ``--set h128c``: head dim 128 causal's kernel: the causal row against the 80-query tile
 (``dq_swap``) with the fixed-cost options, with and without ``lpt_units``, S 1k, 4k, 16k
 causal and 4k full, timed interleaved (:mod:`lab.attention_bwd_h128c`).
-``--set h64c``: head dim 64 causal's walk: ``mask_peel``, ``m_desc`` beside its plan row,
-S 1k, 4k, 16k causal and full, timed interleaved (:mod:`lab.attention_bwd_h64c`).
 ``--set h192m``: head dim 192's step schedule (``wg3_ahead``, ``wg3_pfree``,
 ``wg3_fence1``) beside its plan rows, S 1k, 4k, 16k full and causal, timed interleaved
 (:mod:`lab.attention_bwd_h192m`).
@@ -91,7 +89,7 @@ the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
-        h192b|h64b|h192c|detpipe|ahead|m80|short|det2|h192f|h128c|h64c|
+        h192b|h64b|h192c|detpipe|ahead|m80|short|det2|h192f|h128c|
         h192m|bwdu|pair|det192]
         [--heads 64,192] [--default-only]
 """
@@ -118,7 +116,7 @@ def main() -> None:
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
                                           "det", "h128b", "h192b", "h64b", "h192c",
                                           "detpipe", "ahead", "m80", "short", "det2", "h192f",
-                                          "h128c", "h64c", "h192m", "bwdu", "pair",
+                                          "h128c", "h192m", "bwdu", "pair",
                                           "det192"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
@@ -146,9 +144,6 @@ def main() -> None:
         return run()
     if which == "h128c":          # (its own module: head dim 128 causal's kernel)
         from lab.attention_bwd_h128c import run
-        return run()
-    if which == "h64c":           # (its own module: head dim 64 causal's kernel)
-        from lab.attention_bwd_h64c import run
         return run()
     if which == "h192m":          # (its own module: head dim 192's main loop)
         from lab.attention_bwd_h192m import run

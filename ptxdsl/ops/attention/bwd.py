@@ -55,7 +55,6 @@ from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_
 from .bwd_epi import store_kv_tma
 from .bwd_gsplit import split_step
 from .bwd_qdo import load_slot
-from .bwd_peel import step_parts
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store, zero_other_keys
@@ -154,8 +153,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         # deterministic: row blocks last to first (bwd_det: each block's key blocks come
         # to it together or in their turns' order)
         desc = bm if deterministic and c.det_desc and not varlen else None  # (bwd_det)
-        m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else \
-            m_blocks(m_lo, m_hi) if c.m_desc else (m_lo, m_hi)   # (m_desc: last first)
+        m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else (m_lo, m_hi)
         # kv_pair: each role walks its key blocks in a loop of its own (walk(t) rebinds
         # the key block's values; the ones above are then walk 0's, unused)
         walks = (lambda: ptx.range_(0, nwalks)) if c.kv_pair else (lambda: [None])
@@ -292,7 +290,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                               k_tile=base + L.k if c.ahead_k else None) if c.s_ahead else None
                 if ahead:            # the first step's Sᵀ (bwd_ahead)
                     ahead.first(*((ring.slot, ring.phase) if c.kv_pair else ()))
-                def step(mb, mask):   # one step: the rows from mb·bm (mask: this loop's)
+                def step(mb):         # one step: the rows from mb·bm
                     m0 = mb * bm
                     sem_of = lambda: pq0 // BM + mb if varlen else 2 * mb + w if rows else mb
 
@@ -535,15 +533,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
                     ring.advance()
-                parts = step_parts(mask, n0, off, m_lo, m_hi, bn, bm, True,
-                                   c.m_desc or deterministic and not desc) \
-                    if c.mask_peel else [(m_range, mask)]
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
                     bh = head if varlen else batch * nh + head
-                    for rng, part_mask in parts:   # (bwd_peel: masked steps apart)
-                        for mb in ptx.range_(*rng):
-                            step(mb, part_mask)
+                    for mb in ptx.range_(*m_range):
+                        step(mb)
                 if ahead:
                     ahead.drain()
                 if c.kv_pair and (c.dkv_stage or not c.dkv_tma):   # K, V read by the last

@@ -108,12 +108,6 @@ class BwdConfig:
     loop without a branch, reading K's tile in place of Q's where the CTA has no step
     (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
 
-    ``mask_peel`` (:mod:`.bwd`): the row blocks whose steps cross the causal / window
-    boundary walked in loops of their own, the others in one traced without the mask
-    (no test, no branch: :mod:`.bwd_peel`). ``m_desc`` (:mod:`.bwd`, default mode): a
-    key block's row blocks walked last to first, so a causal CTA's masked diagonal
-    step is its last and a head's CTAs start on the same Q, dO rows, as at full mask.
-
     ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap; deterministic with
     ``det_pipe``, the writer warp's turns on each 80-row block):
     FlashAttention-3's hdim-128 full-mask tile in its own kernel (:mod:`.bwd_m80`): 80
@@ -201,8 +195,6 @@ class BwdConfig:
     lpt_units: int = 0
     dq_exit_read: bool = False
     ahead_k: bool = False
-    mask_peel: bool = False
-    m_desc: bool = False
     wg3_ahead: int = 0
     wg3_pfree: bool = False
     wg3_fence1: bool = False
@@ -231,8 +223,7 @@ class BwdConfig:
                 f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
                 f"{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
-                f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
-                f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
+                f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
                 f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}")
@@ -289,11 +280,10 @@ class BwdConfig:
             raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs "
                              f"(not wg2's), got {self.lpt_units}")
         if self.kv_pair and (not self.dq_warp or self.lpt_units or any((
-                self.wg3, self.wg2, self.dq_swap, self.col_split, self.mask_peel,
-                self.m_desc))):
+                self.wg3, self.wg2, self.dq_swap, self.col_split))):
             raise ValueError("kv_pair walks two key blocks a CTA in bwd.py's 128-key kernel: "
                              "it needs dq_warp, and none of lpt_units, wg3, wg2, dq_swap, "
-                             "col_split, mask_peel, m_desc")
+                             "col_split")
         if self.pair_max < 0 or self.pair_max and not self.kv_pair:
             raise ValueError(f"pair_max (>= 0) bounds kv_pair's units by key blocks: it needs "
                              f"kv_pair, got {self.pair_max}")
@@ -348,9 +338,6 @@ class BwdConfig:
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
             raise ValueError("s_ahead issues the next step's Sᵀ behind dk_last's dK, under "
                              "a one-chain dQ: it needs dk_last, and dq_split or block_m=128")
-        if (self.mask_peel or self.m_desc) and (self.wg3 or self.wg2 or self.dq_swap):
-            raise ValueError("mask_peel and m_desc walk bwd.py's row blocks (not wg3's, "
-                             "wg2's or dq_swap's)")
         if self.ahead_k and not self.s_ahead:
             raise ValueError("ahead_k issues s_ahead's first Sᵀ without a branch: it needs "
                              "s_ahead")
@@ -439,9 +426,6 @@ def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False
 def kernel_checks(c: BwdConfig, d: int, deterministic: bool, varlen: bool) -> None:
     """What :func:`.bwd.build_backward` refuses beyond the config's own checks: the
     combinations with a head dim, the deterministic mode or varlen."""
-    if deterministic and c.m_desc:   # (bwd_det orders the row blocks for the turns)
-        raise ValueError("m_desc orders the default mode's row blocks: the deterministic "
-                         "mode has its own order (det_desc)")
     if c.kv_pair and (deterministic or varlen):  # (the turns assume one key block a CTA)
         raise ValueError("kv_pair walks two key blocks a CTA in the dense default mode: not "
                          "deterministic or varlen")

@@ -43,14 +43,7 @@ hdim-64 tile, 128 queries x 128 keys, Sᵀ/dPᵀ keys on M, dV and dK from regis
 query rows, two stages of Q, dO and dS) against their dQ writer warp (``dq_warp``) and
 FA4's sm90 order (``dk_last``), alone and together, and ``dq_warp`` without ``ds_double``,
 default mode, S=1k full, 4k full and causal, 16k causal, each variant's geometric mean
-over the plan's (ptxas -v: no spills for any mask, default or deterministic). ``--set
-h192c``: head dim 192's plan row (as shipped: ``wg3`` + ``overlap`` 2) against ``wg2``
-(FlashAttention-4's sm90 hdim-192 tile, :mod:`ptxdsl.ops.attention.bwd_wg2`: 96 keys a CTA,
-two consumer warpgroups of 240 registers, K in 64-byte and P/dS in 32-byte swizzled
-panels) with ``overlap`` 0 and 2, with and without ``dq_warp``, default mode, S=1k, 4k,
-16k full and causal: every variant validated first, then timed in interleaved rounds
-(each round times every variant once), each variant's geometric mean over the plan's
-last (ptxas -v: no spills for any of them, every mask, softcap, varlen).
+over the plan's (ptxas -v: no spills for any mask, default or deterministic).
 ``--set detpipe``: the deterministic mode's pipelined writer turns (``det_pipe``) beside
 the plan's deterministic and default rows, timed interleaved (lab/attention_bwd_det_lab.py).
 ``--set ahead``: ``BwdConfig.s_ahead`` (the next step's Sᵀ issued before the step ends)
@@ -89,7 +82,7 @@ the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
-        h192b|h64b|h192c|detpipe|ahead|m80|short|det2|h192f|h128c|
+        h192b|h64b|detpipe|ahead|m80|short|det2|h192f|h128c|
         h192m|bwdu|pair|det192]
         [--heads 64,192] [--default-only]
 """
@@ -114,7 +107,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
-                                          "det", "h128b", "h192b", "h64b", "h192c",
+                                          "det", "h128b", "h192b", "h64b",
                                           "detpipe", "ahead", "m80", "short", "det2", "h192f",
                                           "h128c", "h192m", "bwdu", "pair",
                                           "det192"),
@@ -209,15 +202,6 @@ def main() -> None:
                     "wg3 s1": BwdConfig(stages=1, **wg3)}
         grid = ((1024, 192, False), (4096, 192, False), (4096, 192, True), (16384, 192, True))
         modes = (False,)
-    elif which == "h192c":
-        wg2 = dict(stages=2, dq_tma=True, dq_swizzle=True, wg2=True)
-        variants = {"plan": None,
-                    "wg2 ov2": BwdConfig(overlap=2, **wg2),
-                    "wg2": BwdConfig(**wg2),
-                    "wg2 ov2 dqw": BwdConfig(overlap=2, dq_warp=True, **wg2),
-                    "wg2 dqw": BwdConfig(dq_warp=True, **wg2)}
-        grid = tuple((s, 192, c) for s in (1024, 4096, 16384) for c in (False, True))
-        modes = (False,)
     elif which == "h64b":
         m = dict(stages=2, dq_tma=True, dq_swizzle=True, block_m=128, overlap=1)
         variants = {"plan": BwdConfig(**m, ds_double=True),
@@ -298,15 +282,6 @@ def main() -> None:
         b, h, q, k, v, do, out, lse, ref, flops = (sc.b, sc.h, sc.q, sc.k, sc.v, sc.do,
                                                    sc.out, sc.lse, sc.ref, sc.flops)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
-        if which == "h192c":          # validated first, then timed in interleaved rounds
-            def use(cfg):
-                bwd_api.choose_bwd = shipped if cfg is None else (lambda *_a, _c=cfg: _c)
-            row["results"] = _interleaved(
-                variants, use, lambda: ops.attention_backward(do, q, k, v, out, lse,
-                                                              causal=causal), ref, flops)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            continue
         for name, cfg in variants.items():
             if isinstance(cfg, dict):       # a config per head dim: only where it has one
                 if d not in cfg:
@@ -358,7 +333,7 @@ def main() -> None:
         tf = [r['results'].get(n, {}).get('tflops', float('nan')) for n in names]
         print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " + " ".join(
             f"{t:11.1f}" for t in tf) + (f" {tf[1] / tf[0]:8.2f}" if ratio else ""))
-    if which in ("h128b", "h192b", "h64b", "h192c"):  # each over the first (the plan), geomean
+    if which in ("h128b", "h192b", "h64b"):  # each over the first (the plan), geomean
         first = names[0]
         for n in names[1:]:
             ratios = [r["results"][n]["tflops"] / r["results"][first]["tflops"] for r in rows
@@ -367,42 +342,6 @@ def main() -> None:
             if ratios:
                 print(f"{n} / {first}: geomean {statistics.geometric_mean(ratios):.3f} "
                       f"over {len(ratios)} rows")
-
-
-def _interleaved(variants, use, call, ref, flops, rounds: int = 5, calls: int = 5) -> dict:
-    """Each variant (``use(cfg)`` selects it) checked against ``ref`` (max relative error
-    within 3e-2, else reported and not timed), then ``rounds`` rounds that each time every
-    valid variant once (``calls`` calls between two events), so that clock and thermal
-    drift fall on all of them alike; the median per variant."""
-    import torch
-    res, live = {}, []
-    for name, cfg in variants.items():
-        use(cfg)
-        try:
-            err = max(float((x.float() - r).abs().max() / r.abs().max())
-                      for x, r in zip(call(), ref))
-        except Exception as e:  # noqa: BLE001 - report and go on
-            res[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
-            continue
-        if not err <= 3e-2:
-            res[name] = {"error": f"max relative error {err:.3g}"}
-            continue
-        res[name], ts = {"err": err}, []
-        live.append((name, cfg, ts))
-    for _ in range(rounds):
-        for name, cfg, ts in live:
-            use(cfg)
-            e0, e1 = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            e0.record()
-            for _ in range(calls):
-                call()
-            e1.record()
-            torch.cuda.synchronize()
-            ts.append(e0.elapsed_time(e1) / calls)
-    for name, _, ts in live:
-        ms = statistics.median(ts)
-        res[name].update(ms=ms, tflops=flops / ms / 1e9)
-    return res
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma
 BLOCK_M_SWAP = 80           # query rows per step with dq_swap (FlashAttention-3's hdim 128)
 BLOCK_N_SPLIT = 64          # keys per CTA with col_split: both warpgroups on the same 64
 BLOCK_N_WG3 = 96            # keys per CTA with wg3: three warpgroups of 32 (S, dP)
-                            # (and with wg2: two of 48)
 SMEM_PER_CTA = 232448
 
 
@@ -73,12 +72,6 @@ class BwdConfig:
     warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
     ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); softcap,
     varlen, and the deterministic mode with dq_warp.
-    ``wg2`` (head dim 192, dq_tma and dq_swizzle, as wg3 takes the others):
-    FlashAttention-4's sm90 hdim-192 tile in its own kernel (:mod:`.bwd_wg2`): 96 keys a
-    CTA, two consumer warpgroups (``consumer_regs`` 240), S and dP m64n48 a warpgroup,
-    dKᵀ and dVᵀ of its 48 keys over all 192 columns (three m64n48), dQ of 96 columns
-    (m64n96 over the 96 keys: K in 64-byte swizzled 32-column panels, P and dS in 32-byte
-    swizzled 16-key panels); no deterministic mode.
     ``det_pipe`` (dq_warp): in the deterministic mode, where the warpgroups add disjoint dQ
     columns (dq_split, col_split, block_m 128, wg3), the writer warp polls a row block's
     turn before taking the stages, issues every warpgroup's add, frees the stages once read
@@ -94,15 +87,15 @@ class BwdConfig:
     diagonal and a section launching its last key block first, so that under a causal (or
     window) mask the key blocks reach a row block one step apart in their turns' order
     rather than all at once (:mod:`.bwd_det`); dQ's adds in another fixed order (other
-    bits, as bitwise repeatable); varlen keeps the ascending order. ``det_poll`` (det_pipe,
-    not wg2): the writer reads the next row block's semaphore while this block's adds land
+    bits, as bitwise repeatable); varlen keeps the ascending order. ``det_poll`` (det_pipe):
+    the writer reads the next row block's semaphore while this block's adds land
     (:mod:`.bwd_detpipe`), so a writer behind its turns skips that step's first poll (wg3:
     in a shared word after its barriers).
 
     ``s_ahead`` (dk_last, with dq_split or block_m 128; dq_swap: 2): the next step's Sᵀ
     issued before this step ends, behind dK (1: run while dQ is staged) or behind dQ's
     stage (2: queued behind dK), so the tensor pipe does not wait for the step's end and
-    the next slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, wg2, col_split): Q with LSE and dO
+    the next slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, col_split): Q with LSE and dO
     with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
     dO has (:mod:`.bwd_qdo`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ issued before the
     loop without a branch, reading K's tile in place of Q's where the CTA has no step
@@ -147,7 +140,7 @@ class BwdConfig:
     P and dS exchanges, the readers' after the barrier (the stores happen before it
     through the barrier), not also the writers' before it.
 
-    ``uniform_cons`` (not wg2): a consumer's warpgroup index comes from lane 0 through
+    ``uniform_cons``: a consumer's warpgroup index comes from lane 0 through
     ``shfl.sync.idx`` (:mod:`.._common.warpgroup`), so ptxas keeps the wgmma descriptors and
     shared addresses derived from it (K's and V's panels, dSᵀ's and dQ's buffers) in
     uniform registers: no ``R2UR`` before each wgmma of the step.
@@ -182,7 +175,6 @@ class BwdConfig:
     dq_warp: bool = False
     dk_last: bool = False
     wg3: bool = False
-    wg2: bool = False
     det_pipe: bool = False
     det_units: int = 0
     det_desc: bool = False
@@ -216,7 +208,7 @@ class BwdConfig:
                 f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
-                f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
+                f"{'_wg3' if c.wg3 else ''}{'_dtp' if c.det_pipe else ''}"
                 f"{f'_u{c.det_units}' if c.det_units else ''}{'_dsc' if c.det_desc else ''}"
                 f"{'_dpl' if c.det_poll else ''}"
                 f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
@@ -267,22 +259,22 @@ class BwdConfig:
                 self.dq_tma, self.dq_swizzle, self.overlap == 1, self.ds_double,
                 self.dq_warp, self.dk_last)) or any((
                 self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.panel_split, self.sdp_split, self.wg3, self.wg2, self.s_ahead == 1,
+                self.panel_split, self.sdp_split, self.wg3, self.s_ahead == 1,
                 self.qdo_split))):
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options but s_ahead=2")
-        if self.dkv_tma and (self.col_split or self.wg2):
+        if self.dkv_tma and self.col_split:
             raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column (wg3: "
                              "its 64 columns of every key) from K's and V's tiles: not with "
-                             "col_split or wg2")
-        if self.lpt_units < 0 or self.lpt_units and self.wg2:
-            raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs "
-                             f"(not wg2's), got {self.lpt_units}")
+                             "col_split")
+        if self.lpt_units < 0:
+            raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs, got "
+                             f"{self.lpt_units}")
         if self.kv_pair and (not self.dq_warp or self.lpt_units or any((
-                self.wg3, self.wg2, self.dq_swap, self.col_split))):
+                self.wg3, self.dq_swap, self.col_split))):
             raise ValueError("kv_pair walks two key blocks a CTA in bwd.py's 128-key kernel: "
-                             "it needs dq_warp, and none of lpt_units, wg3, wg2, dq_swap, "
+                             "it needs dq_warp, and none of lpt_units, wg3, dq_swap, "
                              "col_split")
         if self.pair_max < 0 or self.pair_max and not self.kv_pair:
             raise ValueError(f"pair_max (>= 0) bounds kv_pair's units by key blocks: it needs "
@@ -323,16 +315,13 @@ class BwdConfig:
         if self.wg3_fence1 and not self.wg3:
             raise ValueError("wg3_fence1 drops the writers' proxy fence of wg3's P and dS "
                              "exchanges: it needs wg3")
-        if self.uniform_cons and self.wg2:
-            raise ValueError("uniform_cons takes the consumer index from lane 0 in bwd.py's, "
-                             "dq_swap's and wg3's kernels: not wg2's")
         if self.det_units < 0:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:
             raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
-        if self.det_poll and not (self.det_pipe and not self.wg2):
+        if self.det_poll and not self.det_pipe:
             raise ValueError("det_poll reads the pipelined writer's next turn early: it needs "
-                             "det_pipe, and not wg2 (no deterministic mode)")
+                             "det_pipe")
         if self.s_ahead not in (0, 1, 2):
             raise ValueError(f"s_ahead is 0, 1 or 2, got {self.s_ahead}")
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
@@ -341,21 +330,13 @@ class BwdConfig:
         if self.ahead_k and not self.s_ahead:
             raise ValueError("ahead_k issues s_ahead's first Sᵀ without a branch: it needs "
                              "s_ahead")
-        if self.qdo_split and (self.wg3 or self.wg2 or self.col_split):
+        if self.qdo_split and (self.wg3 or self.col_split):
             raise ValueError("qdo_split gives dO its own barrier in the 64- and 128-key "
-                             "kernels' ring: not with wg3, wg2 or col_split")
+                             "kernels' ring: not with wg3 or col_split")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "
                              f"four warpgroups (consumer_regs=160 fits)")
-        if self.wg2 and (self.wg3 or not (self.dq_tma and self.dq_swizzle) or
-                         self.overlap == 1 or any((
-                             self.dq_first, self.ex2_poly, self.dq_split, self.col_split,
-                             self.pds_smem, self.ds_double, self.panel_split,
-                             self.sdp_split, self.dk_last, self.block_m != BLOCK_M))):
-            raise ValueError("wg2 is its own kernel (96 keys, two consumer warpgroups): it "
-                             "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
-                             "and none of the other options (nor wg3)")
         if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
             raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
                              f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "
@@ -365,7 +346,7 @@ class BwdConfig:
     @property
     def block_n(self) -> int:
         """Keys per CTA."""
-        return BLOCK_N_WG3 if self.wg3 or self.wg2 else \
+        return BLOCK_N_WG3 if self.wg3 else \
             BLOCK_N_SPLIT if self.col_split else BLOCK_N
 
     def wg_cols(self, head_dim: int) -> int:
@@ -383,9 +364,6 @@ class BwdConfig:
             return kv + self.stages * (2 * bm * head_dim * elem_bytes + 2 * 384) + \
                 self.stages * bm * self.block_n * elem_bytes + 2 * bm * 64 * 4 + \
                 8 * (1 + 2 * self.stages)
-        if self.wg2:         # (bwd_wg2.Layout): 1 dO stage, P and dS, two 96-column dQ stages
-            return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
-                2 * bm * self.block_n * elem_bytes + 2 * bm * 96 * 4 + 8 * (3 + 2 * self.stages)
         if self.wg3:         # (bwd_wg3.Layout): 1 dO stage, P and dS, three 64-column dQ stages
             return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
                 2 * bm * 128 * elem_bytes + 3 * bm * 64 * 4 + 8 * (3 + 2 * self.stages)

@@ -1,6 +1,6 @@
 """What the attention backward's main kernel (:mod:`.bwd`) lays out: the byte offsets of its
 dynamic shared memory (:class:`Smem`) and its arguments with their TMA boxes (:func:`specs`),
-which the 96-key kernels (:mod:`.bwd_wg3`, :mod:`.bwd_wg2`) share.
+which the 96-key kernel (:mod:`.bwd_wg3`) shares.
 
 Shared memory (1024-byte aligned, 64-column panels of 128-byte swizzled rows, what a TMA box
 of (1, rows, 1, 64) writes): K, V (128 rows a panel), ``stages`` Q and dO (64 rows a

@@ -30,7 +30,7 @@ registers (so the group's sum is free), dQ is added in f32 to a global accumulat
 Shared memory: :mod:`.bwd_layout`. With ``deterministic``, dQ's adds to each 64-row block
 follow one fixed order through a per-block semaphore (:mod:`.bwd_det`). The step's orderings
 are the plan's (:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer: :mod:`.bwd_dqwarp`;
-``s_ahead``: :mod:`.bwd_ahead`; ``qdo_split``: :mod:`.bwd_qdo`). With ``col_split`` (head
+``s_ahead``: :mod:`.bwd_ahead`). With ``col_split`` (head
 dims 192, 256) a CTA owns 64 keys and both consumer warpgroups compute the same Sᵀ and dPᵀ,
 each keeping half of dK's, dV's and dQ's columns (:mod:`.bwd_cols`). Head dim 96: 128's
 panels (TMA zero-fills the second's half), GEMMs 96 wide."""
@@ -54,10 +54,10 @@ from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_
     grid as pair_grid
 from .bwd_epi import store_kv_tma
 from .bwd_gsplit import split_step
-from .bwd_qdo import load_slot
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
-from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store, zero_other_keys
+from .bwd_steps import (kv_gemms, load_kv, load_slot, row_blocks, score_gemm, store,
+                        zero_other_keys)
 from .._common.warpgroup import consumer_index
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
@@ -168,7 +168,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
                           dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
-        fulldo = base + L.fulldo if c.qdo_split else None
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
             if c.kv_pair:
@@ -177,8 +176,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
-                if c.qdo_split:
-                    ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(fulldo, 8 * s), 1)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
 
@@ -200,9 +197,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         for mb in ptx.range_(*m_range):
                             m0 = mb * bm
                             wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
-                            # (qdo_split: Q, LSE on full; dO, D on fulldo)
-                            load_slot(base=base, slot=ring.slot, full=full,
-                                      fulldo=fulldo, q_bytes=L.q_bytes,
+                            load_slot(base=base, slot=ring.slot, full=full, q_bytes=L.q_bytes,
                                       bm=bm, panels=P, tiles=((tq, L.q), (tdo, L.do)),
                                       rows=((tl, L.lse), (td, L.dpsum)),
                                       qc=lambda p: qc(p, head, m0), rc=lambda: rc(m0, head))
@@ -316,8 +311,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                             ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
                         if sh:                        # queries qh .. qh + 31 of the tile
                             b_at = b_at + qh * ROW
-                        if c.qdo_split and acc is dp_acc:     # dO's own barrier
-                            wait(labels, fulldo + ring.slot * 8, ring.phase)
                         score_gemm(mma_s, acc, a_at, b_at, d, bn, bm)
                         if c.overlap:                 # Sᵀ and dPᵀ: a group each
                             ptx.inst("wgmma.commit_group.sync.aligned")

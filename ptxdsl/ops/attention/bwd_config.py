@@ -95,11 +95,9 @@ class BwdConfig:
     ``s_ahead`` (dk_last, with dq_split or block_m 128; dq_swap: 2): the next step's Sᵀ
     issued before this step ends, behind dK (1: run while dQ is staged) or behind dQ's
     stage (2: queued behind dK), so the tensor pipe does not wait for the step's end and
-    the next slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, col_split): Q with LSE and dO
-    with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
-    dO has (:mod:`.bwd_qdo`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ issued before the
-    loop without a branch, reading K's tile in place of Q's where the CTA has no step
-    (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
+    the next slot's wait (:mod:`.bwd_ahead`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ
+    issued before the loop without a branch, reading K's tile in place of Q's where the CTA
+    has no step (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
 
     ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap; deterministic with
     ``det_pipe``, the writer warp's turns on each 80-row block):
@@ -180,7 +178,6 @@ class BwdConfig:
     det_desc: bool = False
     det_poll: bool = False
     s_ahead: int = 0
-    qdo_split: bool = False
     dq_swap: bool = False
     prep_wide: bool = False
     dkv_tma: bool = False
@@ -210,10 +207,8 @@ class BwdConfig:
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
                 f"{'_wg3' if c.wg3 else ''}{'_dtp' if c.det_pipe else ''}"
                 f"{f'_u{c.det_units}' if c.det_units else ''}{'_dsc' if c.det_desc else ''}"
-                f"{'_dpl' if c.det_poll else ''}"
-                f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
-                f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
-                f"{'_kvt' if c.dkv_tma else ''}"
+                f"{'_dpl' if c.det_poll else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
+                f"{'_dqs' if c.dq_swap else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
                 f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
@@ -259,8 +254,7 @@ class BwdConfig:
                 self.dq_tma, self.dq_swizzle, self.overlap == 1, self.ds_double,
                 self.dq_warp, self.dk_last)) or any((
                 self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.panel_split, self.sdp_split, self.wg3, self.s_ahead == 1,
-                self.qdo_split))):
+                self.panel_split, self.sdp_split, self.wg3, self.s_ahead == 1))):
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options but s_ahead=2")
@@ -330,9 +324,6 @@ class BwdConfig:
         if self.ahead_k and not self.s_ahead:
             raise ValueError("ahead_k issues s_ahead's first Sᵀ without a branch: it needs "
                              "s_ahead")
-        if self.qdo_split and (self.wg3 or self.col_split):
-            raise ValueError("qdo_split gives dO its own barrier in the 64- and 128-key "
-                             "kernels' ring: not with wg3 or col_split")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "
@@ -372,8 +363,8 @@ class BwdConfig:
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
         xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
-        return kv + ring + ds + stage + xg + 8 * (1 + (3 if self.qdo_split else 2) *
-                                                  self.stages) + (8 if self.kv_pair else 0)
+        return kv + ring + ds + stage + xg + 8 * (1 + 2 * self.stages) + \
+            (8 if self.kv_pair else 0)
 
 
 @lru_cache(maxsize=1)

@@ -43,8 +43,7 @@ class Smem:
         self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8
         self.empty = self.full + 8 * c.stages
-        self.fulldo = self.empty + 8 * c.stages          # (qdo_split: dO's own barriers)
-        self.kvempty = self.fulldo + (8 * c.stages if c.qdo_split else 0)   # (kv_pair)
+        self.kvempty = self.empty + 8 * c.stages         # (kv_pair)
         self.total = self.kvempty + (8 if c.kv_pair else 0)
 
 

@@ -53,7 +53,6 @@ from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer, writer_end
 from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_nb, \
     grid as pair_grid
 from .bwd_epi import store_kv_tma
-from .bwd_gsplit import split_step
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_steps import (kv_gemms, load_kv, load_slot, row_blocks, score_gemm, store,
@@ -71,7 +70,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     needs no read of the offsets), and the f32 rows are :mod:`.bwd_prep`'s padded ones."""
     kernel_checks(c, d, deterministic, varlen)
     bm, rows = c.block_m, c.block_m > BM   # rows: dQ split by query rows (block_m 128)
-    bn, cs, sh, gs = c.block_n, c.col_split, c.pds_smem, c.sdp_split
+    bn, cs, sh = c.block_n, c.col_split, c.pds_smem
     bw = BM // 2 if sh else bm          # queries of Sᵀ, dPᵀ a warpgroup computes per step
     # col_split: a warpgroup's columns in pieces that stay inside one 64-column panel (an
     # MN-major B operand's extent), 64 wide at head dim 256, 32 at 192 (panel_split: 64, 32)
@@ -300,14 +299,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if sh:                            # this warpgroup's queries' LSE and D
                         row_at = lambda o, _r=row_at: _r(o) + qh * 4
                     s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(bw)
-                    dp_acc = None if gs else ptx.wgmma.accumulator(bw)
+                    dp_acc = ptx.wgmma.accumulator(bw)
                     if ahead:
                         ahead.top()
                     ptx.inst("wgmma.fence.sync.aligned")
-                    # (sdp_split: warpgroup 0 Sᵀ = K·Qᵀ, 1 dPᵀ = V·dOᵀ, in s_acc)
-                    for acc, a_at, b_at in (((s_acc, k_w + w * L.kv_bytes,
-                                              q_at + w * (L.do - L.q)),) if gs else
-                                            ((dp_acc, v_w, do_at),) if ahead else
+                    for acc, a_at, b_at in (((dp_acc, v_w, do_at),) if ahead else
                                             ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
                         if sh:                        # queries qh .. qh + 31 of the tile
                             b_at = b_at + qh * ROW
@@ -337,25 +333,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
                                 kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
-                    elif gs:
-                        ptx.inst("wgmma.commit_group.sync.aligned")
-                        early()
-                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
-
-                        def store_tile(regs):         # this warpgroup's tile (w: Pᵀ, dSᵀ)
-                            for kc in range(bw // 16):
-                                for j in range(4):
-                                    ptx.inst("st.shared.b32",
-                                             ptx.addr(ds_row + ds_col[2 * kc + j // 2],
-                                                      (j % 2) * 8 * ROW), regs[kc][j])
-                        tile = lambda t: base + L.ds + t * L.ds_bytes
-                        split_step(w=w, lane=lane, acc=s_acc, regs=p_regs,
-                                   store_tile=store_tile, xg_at=base + L.xg + lane * 16, dt=dt,
-                                   dv=(mma_kv, dv_acc, tile(0), at_pc(do_at)),
-                                   dk=(mma_kv, dk_acc, tile(1), at_pc(q_at)),
-                                   dq_tma=c.dq_tma and not c.dq_warp, bar=(3, 256), d_at=row_at(L.dpsum),
-                                   score_args=(keys, m0, fcol, off, mask, kw0, row_at(L.lse),
-                                               scale, softcap, scale_log2, c.ex2_poly))
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         early()
@@ -378,47 +355,46 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             for acc, a_regs, b_at in kv_mmas:
                                 kv_gemms(mma_kv, acc, a_regs, b_at, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
-                    if not gs:    # (sdp_split: its stores and barriers are split_step's)
-                        # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
-                        # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
-                        if c.dq_tma and not c.dq_warp:   # the last reduce has read the stage
-                            with ptx.if_(lane == 0):
-                                ptx.inst("cp.async.bulk.wait_group.read", 0)
-                        # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
-                        # ds_double: the pair of two steps ago, which the last step's second
-                        # barrier ordered, so only this warpgroup's dQ stage is waited for here
-                        # (dq_warp: the stage is take_stage's; with ds_double, no barrier)
-                        if not (c.dq_warp and c.ds_double):
-                            ptx.inst("bar.sync",
-                                     *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
-                        dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
-                            if c.ds_double else None
-                        ds_at = ds_row + dsb if c.ds_double else ds_row
-                        cols = ds_col or ds_cols()
-                        # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
-                        for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
-                            for kc in range(bw // 16):
-                                for j in range(4):
-                                    ptx.inst("st.shared.b32",
-                                             ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
-                                                      t * L.ds_bytes + (j % 2) * 8 * ROW +
-                                                      (kc // 4) * 2 * L.ds_bytes),
-                                             regs[kc][j])
+                    # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
+                    # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
+                    if c.dq_tma and not c.dq_warp:   # the last reduce has read the stage
+                        with ptx.if_(lane == 0):
+                            ptx.inst("cp.async.bulk.wait_group.read", 0)
+                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
+                    # ds_double: the pair of two steps ago, which the last step's second
+                    # barrier ordered, so only this warpgroup's dQ stage is waited for here
+                    # (dq_warp: the stage is take_stage's; with ds_double, no barrier)
+                    if not (c.dq_warp and c.ds_double):
+                        ptx.inst("bar.sync",
+                                 *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
+                    dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
+                        if c.ds_double else None
+                    ds_at = ds_row + dsb if c.ds_double else ds_row
+                    cols = ds_col or ds_cols()
+                    # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
+                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
+                        for kc in range(bw // 16):
+                            for j in range(4):
+                                ptx.inst("st.shared.b32",
+                                         ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
+                                                  t * L.ds_bytes + (j % 2) * 8 * ROW +
+                                                  (kc // 4) * 2 * L.ds_bytes),
+                                         regs[kc][j])
+                    ptx.inst("fence.proxy.async.shared::cta")
+                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                    if xbar:                          # the other tile's writes, for our wgmma
                         ptx.inst("fence.proxy.async.shared::cta")
-                        ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
-                        if xbar:                          # the other tile's writes, for our wgmma
-                            ptx.inst("fence.proxy.async.shared::cta")
-                        if sh:    # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
-                            ptx.inst("wgmma.fence.sync.aligned")
-                            for t, (accs, _, b_ats) in enumerate(kv_mmas):
-                                kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
-                                         commit=False)
-                            ptx.inst("wgmma.commit_group.sync.aligned")
+                    if sh:    # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for t, (accs, _, b_ats) in enumerate(kv_mmas):
+                            kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
+                                     commit=False)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
                     # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
                     # after the other in shared memory, and K's panel w); rows (block_m 128):
                     # dQ[64 w : 64 w + 64, :] over all 128 keys (panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
-                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh or gs else
+                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh else
                                                   base + L.ds + dsb + w * (2 * L.ds_bytes)
                                                   if c.ds_double and rows else
                                                   base + L.ds + dsb if c.ds_double else

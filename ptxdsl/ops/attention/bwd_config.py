@@ -47,10 +47,7 @@ class BwdConfig:
     stages too).
     ``panel_split`` (col_split at head dim 192): warpgroup ``w`` owns 64-column panel ``w``
     and half ``w`` of panel 2, so its dK, dV and dQ are an n64 and an n32 wgmma piece,
-    not three n32 ones (:mod:`.bwd_cols`). ``sdp_split`` (with col_split, overlap 0, not
-    pds_smem): warpgroup 0 computes Sᵀ, warpgroup 1 dPᵀ (each m64n64 over the step's 64
-    queries), Pᵀ·(1 - tanh²) passed in f32 through a 64 x 64 exchange buffer
-    (:mod:`.bwd_gsplit`).
+    not three n32 ones (:mod:`.bwd_cols`).
     ``block_m`` (head dim 64, dq_tma and dq_swizzle): query rows per step, 64 or 128. At 128
     (FlashAttention-3's hdim-64 tile) Sᵀ and dPᵀ are m64n128 per warpgroup, dV and dK take
     eight k-steps, the dSᵀ tiles are 128 keys x 128 queries in two 64-query panels, and
@@ -166,7 +163,6 @@ class BwdConfig:
     pds_smem: bool = False
     ds_double: bool = False
     panel_split: bool = False
-    sdp_split: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
     block_m: int = BLOCK_M
@@ -202,7 +198,7 @@ class BwdConfig:
                 f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
                 f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
                 f"{'_cols' if c.col_split else ''}{'_pnl' if c.panel_split else ''}"
-                f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
+                f"{'_pds' if c.pds_smem else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
                 f"{'_wg3' if c.wg3 else ''}{'_dtp' if c.det_pipe else ''}"
@@ -241,10 +237,6 @@ class BwdConfig:
         if self.panel_split and not self.col_split:
             raise ValueError("panel_split gives col_split's warpgroups whole panels: it "
                              "needs col_split")
-        if self.sdp_split and not (self.col_split and self.overlap == 0
-                                   and not self.pds_smem):
-            raise ValueError("sdp_split splits col_split's Sᵀ and dPᵀ by GEMM: it needs "
-                             "col_split, overlap 0 and not pds_smem")
         if self.block_m not in (BLOCK_M, 2 * BLOCK_M, BLOCK_M_SWAP) or \
                 (self.block_m == BLOCK_M_SWAP) != self.dq_swap:
             raise ValueError(f"block_m is {BLOCK_M} or {2 * BLOCK_M}, or {BLOCK_M_SWAP} with "
@@ -254,7 +246,7 @@ class BwdConfig:
                 self.dq_tma, self.dq_swizzle, self.overlap == 1, self.ds_double,
                 self.dq_warp, self.dk_last)) or any((
                 self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.panel_split, self.sdp_split, self.wg3, self.s_ahead == 1))):
+                self.panel_split, self.wg3, self.s_ahead == 1))):
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options but s_ahead=2")
@@ -293,7 +285,7 @@ class BwdConfig:
                              "overlap 1 and dq_tma, not dq_first")
         if self.wg3 and (not (self.dq_tma and self.dq_swizzle) or self.overlap == 1 or any((
                 self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.ds_double, self.panel_split, self.sdp_split, self.dk_last,
+                self.ds_double, self.panel_split, self.dk_last,
                 self.block_m != BLOCK_M))):
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
@@ -362,8 +354,7 @@ class BwdConfig:
         stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
-        xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
-        return kv + ring + ds + stage + xg + 8 * (1 + 2 * self.stages) + \
+        return kv + ring + ds + stage + 8 * (1 + 2 * self.stages) + \
             (8 if self.kv_pair else 0)
 
 

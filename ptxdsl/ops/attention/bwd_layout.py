@@ -37,8 +37,7 @@ class Smem:
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
         self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
-        self.xg = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)   # sdp_split's X
-        self.lse = self.xg + (BM * 64 * 4 if c.sdp_split else 0)
+        self.lse = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)
         self.dpsum = self.lse + c.stages * 2 * c.block_m * 4
         self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8

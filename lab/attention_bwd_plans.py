@@ -2,17 +2,16 @@
 ``ptxdsl/ops/attention/bwd_plans.json`` cites). ``--set tma``: dQ by ``red.global.add.f32``
 against TMA reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3-grid
 shapes; ``--set overlap``: the consumer step's orderings (``overlap``, ``dq_swizzle``,
-``dq_first``, ``ex2_poly``, ``dq_split``) against the TMA plan without them, default mode, S=4k;
+``dq_split``) against the TMA plan without them, default mode, S=4k;
 ``--set wide``: head dims 192 and 256 (``col_split`` with and without ``pds_smem``;
 stages, overlap), default and deterministic, S=4k; ``--set h128``: head dim 128's
 ``dq_split`` plan against the buildable alternatives the SASS study suggests (the plan's
 two consumer warpgroups run in lockstep through dq_split's 256-thread barriers, so each
 step's exponentials (32 MUFU.EX2 a thread) and dQ staging idle the tensor pipe for both:
-overlap 2, dq_first, ex2_poly with dq_split; ``ds_double``, whose dSᵀ pair per ring slot
-drops the 256-thread barrier before dSᵀ's stores), default mode, the FA3 grid's S 1k to
-16k (ptxas spills 8-24 bytes for "ov1 sw split poly" causal and "ov2 sw split qf" causal
-deterministic, "ov2 sw split dsx2" 8-16 bytes causal and window deterministic; the others
-none); ``--set h96``: head dim 96's untimed row against its neighbours; ``--set h64``:
+overlap 2 with dq_split; ``ds_double``, whose dSᵀ pair per ring slot drops the 256-thread
+barrier before dSᵀ's stores), default mode, the FA3 grid's S 1k to 16k (ptxas spills 8-16
+bytes for "ov2 sw split dsx2" causal and window deterministic; the others none);
+``--set h96``: head dim 96's untimed row against its neighbours; ``--set h64``:
 head dim 64's row against ``block_m`` 128 (FA3's hdim-64 tile: 128 query rows a step, dQ
 split by rows between the warpgroups; stages 2, 3; overlap 0, 1; ``ds_double``), default
 and deterministic, S 1k, 4k, 16k (ptxas -v: no spills, but 8-16 bytes for "m128", "m128
@@ -170,10 +169,6 @@ def main() -> None:
         sp = dict(tma, dq_swizzle=True, dq_split=True)
         variants = {"ov1 sw split": BwdConfig(**sp, overlap=1),
                     "ov2 sw split": BwdConfig(**sp, overlap=2),
-                    "ov1 sw split qf": BwdConfig(**sp, overlap=1, dq_first=True),
-                    "ov2 sw split qf": BwdConfig(**sp, overlap=2, dq_first=True),
-                    "ov1 sw split poly": BwdConfig(**sp, overlap=1, ex2_poly=True),
-                    "ov2 sw split poly": BwdConfig(**sp, overlap=2, ex2_poly=True),
                     "ov1 sw split dsx2": BwdConfig(**sp, overlap=1, ds_double=True),
                     "ov2 sw split dsx2": BwdConfig(**sp, overlap=2, ds_double=True)}
         grid = tuple((s, 128, c) for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True))
@@ -236,9 +231,7 @@ def main() -> None:
     elif which == "h96":
         sw = dict(tma, dq_swizzle=True)
         variants = {"sw": BwdConfig(**sw), "ov1 sw": BwdConfig(**sw, overlap=1),
-                    "ov2 sw": BwdConfig(**sw, overlap=2),
-                    "ov1 sw qf": BwdConfig(**sw, overlap=1, dq_first=True),
-                    "ov1 sw poly": BwdConfig(**sw, overlap=1, ex2_poly=True)}
+                    "ov2 sw": BwdConfig(**sw, overlap=2)}
         grid = ((1024, 96, False), (4096, 96, False), (4096, 96, True), (16384, 96, True))
         modes = (False, True)
     elif which == "h192":
@@ -255,16 +248,11 @@ def main() -> None:
     else:                      # head dim -> the variants worth building for it
         variants = {"tma": BwdConfig(**tma), "sw": BwdConfig(**tma, dq_swizzle=True),
                     "ov1 sw": BwdConfig(**tma, overlap=1, dq_swizzle=True),
-                    "ov1 sw qf": BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_first=True),
                     "ov2 sw": BwdConfig(**tma, overlap=2, dq_swizzle=True),
-                    "ov2 sw qf": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_first=True),
-                    "ov1 sw poly": BwdConfig(**tma, overlap=1, dq_swizzle=True, ex2_poly=True),
-                    "ov2 sw poly": BwdConfig(**tma, overlap=2, dq_swizzle=True, ex2_poly=True),
                     "ov1 sw split": BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_split=True),
                     "ov2 sw split": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_split=True)}
-        only = {128: ("tma", "ov1 sw", "ov2 sw", "ov1 sw split", "ov2 sw split",
-                      "ov1 sw poly"),
-                64: ("tma", "sw", "ov1 sw", "ov2 sw", "ov2 sw qf", "ov2 sw poly")}
+        only = {128: ("tma", "ov1 sw", "ov2 sw", "ov1 sw split", "ov2 sw split"),
+                64: ("tma", "sw", "ov1 sw", "ov2 sw")}
         grid = ((4096, 128, False), (4096, 64, False), (4096, 128, True))
         modes = (False,)
     if args.default_only:

@@ -257,7 +257,6 @@ def test_varlen_autograd_matches_sdpa_per_sequence(d, causal):
 
 @pytest.mark.parametrize("cfg", [
     dict(overlap=1, dq_split=True, ds_double=True), dict(overlap=2, dq_split=True, ds_double=True),
-    dict(overlap=1, dq_split=True, dq_first=True), dict(overlap=1, dq_split=True, ex2_poly=True),
 ])
 @pytest.mark.parametrize("causal", [False, True])
 def test_head_dim_128_candidates_match_float64(monkeypatch, cfg, causal):

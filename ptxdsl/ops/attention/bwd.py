@@ -318,8 +318,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         early()
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
-                                     row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly,
-                                     bm)
+                                     row_at(L.lse), scale, softcap, scale_log2, bm)
                         pack_p(list(s_acc), p_regs, dt)
                         if c.overlap > 1:
                             kv_gemms(mma_kv, *kv_mmas[0], fence=True, bm=bm)
@@ -328,25 +327,24 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
                         pack_p(list(dp_acc), ds_regs, dt)
-                        if not c.dq_first:
-                            ptx.inst("wgmma.fence.sync.aligned")
-                            for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
-                                kv_gemms(mma_kv, *kv, commit=False, bm=bm)
-                            ptx.inst("wgmma.commit_group.sync.aligned")
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
+                            kv_gemms(mma_kv, *kv, commit=False, bm=bm)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         early()
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         if rows and not softcap:   # Pᵀ whole, then dSᵀ: fewer live at once
                             probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse),
-                                  scale, softcap, scale_log2, c.ex2_poly, bm)
+                                  scale, softcap, scale_log2, bm)
                             pack_p(list(s_acc), p_regs, dt)
                             dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
                         else:
                             grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
                                          fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
-                                         scale, softcap, scale_log2, c.ex2_poly,
-                                         cap_inline=cs or rows, bm=bm)
+                                         scale, softcap, scale_log2, cap_inline=cs or rows,
+                                         bm=bm)
                             pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not sh:    # (pds_smem: from shared memory, once both are stored)
@@ -403,9 +401,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
                     sem_mb = sem_of()
-                    # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
-                    late = kv_mmas[c.overlap - 1:] if c.dq_first else \
-                        kv_mmas[1:] if c.dk_last else ()      # (dk_last: dK)
+                    # dk_last: dK queues behind dQ's first chunk, staged while it runs
+                    late = kv_mmas[1:] if c.dk_last else ()
                     for ch in range(nch):
                         dq = ahead.dq_acc(qcols[ch]) if ahead else \
                             ptx.wgmma.accumulator(qcols[ch])

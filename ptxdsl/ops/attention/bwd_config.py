@@ -28,10 +28,7 @@ class BwdConfig:
     2, also dV += Pᵀ·dO issued before dSᵀ is computed (Pᵀ's f32 and packed registers live
     at once). ``dq_swizzle``: dQ staged in 128-byte swizzled
     32-column f32 panels (a TMA box of 32 columns; conflict-free ``st.shared.v2.f32``) instead
-    of unswizzled 64-column rows. ``dq_first``
-    (with ``overlap``): dK (and dV) issued after dQ's first chunk, which is staged while
-    they run. ``ex2_poly``: every second exponential of Pᵀ by a polynomial on the FMA
-    pipe instead of ``ex2.approx`` on MUFU. ``dq_split`` (head dim 128, dq_tma): each
+    of unswizzled 64-column rows. ``dq_split`` (head dim 128, dq_tma): each
     warpgroup computes 64 of dQ's columns over all 128 keys (both dSᵀ tiles; a 256-thread
     barrier around their stores), so a CTA adds each dQ element once, not twice.
     ``col_split`` (head dims 192, 256, where dK and dV of 64 keys x D do not fit one
@@ -59,8 +56,8 @@ class BwdConfig:
     (:mod:`.bwd_dqwarp`; with block_m 128, each warpgroup's 64 query rows); a consumer
     warpgroup hands its stage over by ``bar.arrive`` rather than a 128-thread ``bar.sync``
     and its own reduce and bulk wait (FlashAttention-3's and -4's dQ store warp); with
-    ds_double, the 128-thread barrier before the dSᵀ stores goes too. ``dk_last`` (overlap 1, dq_tma, not
-    dq_first): dV is issued before the dSᵀ exchange, dK only behind dQ, so dQ is staged
+    ds_double, the 128-thread barrier before the dSᵀ stores goes too. ``dk_last`` (overlap 1,
+    dq_tma): dV is issued before the dSᵀ exchange, dK only behind dQ, so dQ is staged
     while dK runs (FlashAttention-4's sm90 order: dV, barrier, dQ, dK).
     ``wg3`` (head dim 192, dq_tma and dq_swizzle, none of the other layouts): FlashAttention-3's
     hdim-192 tile in its own kernel (:mod:`.bwd_wg3`): 96 keys a CTA, three consumer
@@ -156,8 +153,6 @@ class BwdConfig:
     dq_tma: bool = False
     overlap: int = 0
     dq_swizzle: bool = False
-    dq_first: bool = False
-    ex2_poly: bool = False
     dq_split: bool = False
     col_split: bool = False
     pds_smem: bool = False
@@ -195,7 +190,6 @@ class BwdConfig:
         c = self
         return (f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
                 f"{'_swdq' if c.dq_swizzle else ''}"
-                f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
                 f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
                 f"{'_cols' if c.col_split else ''}{'_pnl' if c.panel_split else ''}"
                 f"{'_pds' if c.pds_smem else ''}"
@@ -216,8 +210,6 @@ class BwdConfig:
             raise ValueError(f"stages >= 1, got {self.stages}")
         if self.overlap not in (0, 1, 2):
             raise ValueError(f"overlap is 0, 1 or 2, got {self.overlap}")
-        if self.dq_first and not (self.overlap and self.dq_tma):
-            raise ValueError("dq_first reorders the overlapped step: it needs overlap and dq_tma")
         if self.dq_split and not self.dq_tma:
             raise ValueError("dq_split stages dQ for the TMA reduce-add: it needs dq_tma")
         if self.dq_swizzle and not self.dq_tma:
@@ -245,8 +237,8 @@ class BwdConfig:
         if self.dq_swap and (self.stages != 2 or not all((
                 self.dq_tma, self.dq_swizzle, self.overlap == 1, self.ds_double,
                 self.dq_warp, self.dk_last)) or any((
-                self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.panel_split, self.wg3, self.s_ahead == 1))):
+                self.dq_split, self.col_split, self.pds_smem, self.panel_split, self.wg3,
+                self.s_ahead == 1))):
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options but s_ahead=2")
@@ -272,21 +264,19 @@ class BwdConfig:
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")
         if self.block_m != BLOCK_M and not (self.dq_tma and self.dq_swizzle) or \
-                self.block_m != BLOCK_M and (self.dq_split or self.col_split or
-                                             self.dq_first):
+                self.block_m != BLOCK_M and (self.dq_split or self.col_split):
             raise ValueError("block_m 128 splits dQ by query rows, staged swizzled for the "
-                             "TMA reduce-add: it needs dq_tma and dq_swizzle, and none of "
-                             "dq_split, col_split, dq_first")
+                             "TMA reduce-add: it needs dq_tma and dq_swizzle, and neither "
+                             "dq_split nor col_split")
         if self.dq_warp and not self.dq_tma:
             raise ValueError("dq_warp hands the TMA reduce-add's stage to a producer warp: it "
                              "needs dq_tma")
-        if self.dk_last and not (self.overlap == 1 and self.dq_tma and not self.dq_first):
+        if self.dk_last and not (self.overlap == 1 and self.dq_tma):
             raise ValueError("dk_last issues dK behind dQ, staging dQ under it: it needs "
-                             "overlap 1 and dq_tma, not dq_first")
+                             "overlap 1 and dq_tma")
         if self.wg3 and (not (self.dq_tma and self.dq_swizzle) or self.overlap == 1 or any((
-                self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.ds_double, self.panel_split, self.dk_last,
-                self.block_m != BLOCK_M))):
+                self.dq_split, self.col_split, self.pds_smem, self.ds_double,
+                self.panel_split, self.dk_last, self.block_m != BLOCK_M))):
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
                              "and none of the other options")

@@ -258,7 +258,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ptx.inst("wgmma.commit_group.sync.aligned")
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse), scale,
-                          0.0, scale_log2, False, BM)
+                          0.0, scale_log2, BM)
                     pack_p(list(s_acc), p_regs, dt)
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
                     dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))

@@ -1,13 +1,11 @@
 """``lab/attention_bwd_plans.py --set ahead``: the backward's plan rows at head dims 64 and
 128 against ``BwdConfig.s_ahead`` (the next step's Sᵀ issued before the step ends:
-``ptxdsl/ops/attention/bwd_ahead.py``) and ``qdo_split`` (Q and dO on mbarriers of their
-own: ``bwd_qdo.py``), default mode, S = 1k, 4k, 16k, full and causal (B·S = 16k tokens,
-H·D = 2048). Head dim 128: the plan row (dq_warp + dk_last + ds_double), it with
-``s_ahead`` 2 (Sᵀ behind dQ's stage; 1 is serialized by ptxas there), with
-``qdo_split``, and with both. Head dim 64: the plan row (block_m 128, overlap 1,
-ds_double), it with ``qdo_split``, it with dq_warp + dk_last (``--set h64b``'s "dqw
-dkl", which s_ahead needs), that with ``s_ahead`` 1 (Sᵀ behind dK, under dQ's stage) and
-2, and with 1 and ``qdo_split``. Every variant's dq, dk, dv are checked against
+``ptxdsl/ops/attention/bwd_ahead.py``), default mode, S = 1k, 4k, 16k, full and causal
+(B·S = 16k tokens, H·D = 2048). Head dim 128: the plan row (dq_warp + dk_last +
+ds_double), it with ``s_ahead`` 2 (Sᵀ behind dQ's stage; 1 is serialized by ptxas there).
+Head dim 64: the plan row (block_m 128, overlap 1, ds_double), it with dq_warp + dk_last
+(``--set h64b``'s "dqw dkl", which s_ahead needs), that with ``s_ahead`` 1 (Sᵀ behind dK,
+under dQ's stage) and 2. Every variant's dq, dk, dv are checked against
 cuDNN's (max relative error <= 3e-2) before any is timed; the timing is
 ``bench/timing.py``'s (a fresh order every round, each timed block after an untimed one
 of its own). JSON to ``$OUT/attention_bwd_ahead.json``; a table and each variant's
@@ -26,15 +24,10 @@ def variants():
                 ds_double=True, dq_warp=True, dk_last=True)
     h64 = dict(stages=2, dq_tma=True, dq_swizzle=True, block_m=128, overlap=1,
                ds_double=True, dq_warp=True, dk_last=True)
-    row64 = dict(h64, dq_warp=False, dk_last=False)
-    return {128: {"plan": None, "sa2": BwdConfig(**h128, s_ahead=2),
-                  "qdo": BwdConfig(**h128, qdo_split=True),
-                  "sa2 qdo": BwdConfig(**h128, s_ahead=2, qdo_split=True)},
-            64: {"plan": None, "qdo": BwdConfig(**row64, qdo_split=True),
-                 "dqw dkl": BwdConfig(**h64),
+    return {128: {"plan": None, "sa2": BwdConfig(**h128, s_ahead=2)},
+            64: {"plan": None, "dqw dkl": BwdConfig(**h64),
                  "dqw dkl sa1": BwdConfig(**h64, s_ahead=1),
-                 "dqw dkl sa2": BwdConfig(**h64, s_ahead=2),
-                 "dqw dkl sa1 qdo": BwdConfig(**h64, s_ahead=1, qdo_split=True)}}
+                 "dqw dkl sa2": BwdConfig(**h64, s_ahead=2)}}
 
 
 def run(rounds: int = 7, block_ms: float = 10.0, grid=None, tokens: int = 16384,

@@ -3,8 +3,7 @@
 full-mask tile: 80 queries a step, dQ computed transposed:
 ``ptxdsl/ops/attention/bwd_m80.py``), default mode, S = 1k, 4k, 16k, full and causal
 (B·S = 16k tokens, H·D = 2048; FA3 takes 80 rows for the full mask only, the kernel
-takes the causal one too), with dK's A from registers (FA3's) and, ``dk_smem``, from
-dSᵀ's shared buffer. Every variant's dq, dk, dv are checked against cuDNN's (max
+takes the causal one too). Every variant's dq, dk, dv are checked against cuDNN's (max
 relative error <= 3e-2) before any is timed, then timed in interleaved rounds
 (:func:`lab.attention_bwd_ahead.run`). JSON to ``$OUT/attention_bwd_m80.json``; a table
 and the variant's geometric mean over the plan row last."""
@@ -15,8 +14,7 @@ def variants():
     from ptxdsl.ops.attention.bwd_config import BwdConfig
     m80 = dict(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, block_m=80,
                ds_double=True, dq_warp=True, dk_last=True, dq_swap=True)
-    return {128: {"plan": None, "m80": BwdConfig(**m80),
-                  "m80 dks": BwdConfig(**m80, dk_smem=True)}}
+    return {128: {"plan": None, "m80": BwdConfig(**m80)}}
 
 
 def run(rounds: int = 7) -> None:

@@ -2,17 +2,16 @@
 ``ptxdsl/ops/attention/bwd_plans.json`` cites). ``--set tma``: dQ by ``red.global.add.f32``
 against TMA reduce-add (``BwdConfig.dq_tma``), default and deterministic, on FA3-grid
 shapes; ``--set overlap``: the consumer step's orderings (``overlap``, ``dq_swizzle``,
-``dq_first``, ``ex2_poly``, ``dq_split``) against the TMA plan without them, default mode, S=4k;
+``dq_split``) against the TMA plan without them, default mode, S=4k;
 ``--set wide``: head dims 192 and 256 (``col_split`` with and without ``pds_smem``;
 stages, overlap), default and deterministic, S=4k; ``--set h128``: head dim 128's
 ``dq_split`` plan against the buildable alternatives the SASS study suggests (the plan's
 two consumer warpgroups run in lockstep through dq_split's 256-thread barriers, so each
 step's exponentials (32 MUFU.EX2 a thread) and dQ staging idle the tensor pipe for both:
-overlap 2, dq_first, ex2_poly with dq_split; ``ds_double``, whose dSᵀ pair per ring slot
-drops the 256-thread barrier before dSᵀ's stores), default mode, the FA3 grid's S 1k to
-16k (ptxas spills 8-24 bytes for "ov1 sw split poly" causal and "ov2 sw split qf" causal
-deterministic, "ov2 sw split dsx2" 8-16 bytes causal and window deterministic; the others
-none); ``--set h96``: head dim 96's untimed row against its neighbours; ``--set h64``:
+overlap 2 with dq_split; ``ds_double``, whose dSᵀ pair per ring slot drops the 256-thread
+barrier before dSᵀ's stores), default mode, the FA3 grid's S 1k to 16k (ptxas spills 8-16
+bytes for "ov2 sw split dsx2" causal and window deterministic; the others none);
+``--set h96``: head dim 96's untimed row against its neighbours; ``--set h64``:
 head dim 64's row against ``block_m`` 128 (FA3's hdim-64 tile: 128 query rows a step, dQ
 split by rows between the warpgroups; stages 2, 3; overlap 0, 1; ``ds_double``), default
 and deterministic, S 1k, 4k, 16k (ptxas -v: no spills, but 8-16 bytes for "m128", "m128
@@ -20,9 +19,8 @@ s3" and "m128 dsx2" causal and window deterministic; every block_m 128 variant s
 softcap, which this set does not time); ``--set h192``: head dim 192's plan row
 (``col_split`` + ``pds_smem``, three n32 pieces of dK, dV, dQ a warpgroup) against
 ``panel_split`` (an n64 and an n32 piece) with and without ``pds_smem``, 1 or 2 stages,
-overlap 1, and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, m64n64 each; with and
-without panel_split), default and deterministic, on the rows the issue cites (1k full, 4k
-full and causal, 16k causal); ``--set det``: the plan's rows, deterministic against
+overlap 1, default and deterministic, on the rows the issue cites (1k full, 4k full and
+causal, 16k causal); ``--set det``: the plan's rows, deterministic against
 default (the issue's "within 15%"), head dims 64, 128, 192, 256 at S=4k full and causal
 and 128 at 16k causal, with ``dq_warp`` beside the rows of 64 and 128 (the writer warp
 takes the turns) and ``wg3`` + ``overlap`` 2 + ``dq_warp`` beside 192's, one call of about 2 minutes (the ratio det / default last); ``--set
@@ -43,14 +41,7 @@ hdim-64 tile, 128 queries x 128 keys, Sᵀ/dPᵀ keys on M, dV and dK from regis
 query rows, two stages of Q, dO and dS) against their dQ writer warp (``dq_warp``) and
 FA4's sm90 order (``dk_last``), alone and together, and ``dq_warp`` without ``ds_double``,
 default mode, S=1k full, 4k full and causal, 16k causal, each variant's geometric mean
-over the plan's (ptxas -v: no spills for any mask, default or deterministic). ``--set
-h192c``: head dim 192's plan row (as shipped: ``wg3`` + ``overlap`` 2) against ``wg2``
-(FlashAttention-4's sm90 hdim-192 tile, :mod:`ptxdsl.ops.attention.bwd_wg2`: 96 keys a CTA,
-two consumer warpgroups of 240 registers, K in 64-byte and P/dS in 32-byte swizzled
-panels) with ``overlap`` 0 and 2, with and without ``dq_warp``, default mode, S=1k, 4k,
-16k full and causal: every variant validated first, then timed in interleaved rounds
-(each round times every variant once), each variant's geometric mean over the plan's
-last (ptxas -v: no spills for any of them, every mask, softcap, varlen).
+over the plan's (ptxas -v: no spills for any mask, default or deterministic).
 ``--set detpipe``: the deterministic mode's pipelined writer turns (``det_pipe``) beside
 the plan's deterministic and default rows, timed interleaved (lab/attention_bwd_det_lab.py).
 ``--set ahead``: ``BwdConfig.s_ahead`` (the next step's Sᵀ issued before the step ends)
@@ -69,8 +60,6 @@ its plan row, S 1k, 4k, 16k full and causal, timed interleaved (:mod:`lab.attent
 ``--set h128c``: head dim 128 causal's kernel: the causal row against the 80-query tile
 (``dq_swap``) with the fixed-cost options, with and without ``lpt_units``, S 1k, 4k, 16k
 causal and 4k full, timed interleaved (:mod:`lab.attention_bwd_h128c`).
-``--set h64c``: head dim 64 causal's walk: ``mask_peel``, ``m_desc`` beside its plan row,
-S 1k, 4k, 16k causal and full, timed interleaved (:mod:`lab.attention_bwd_h64c`).
 ``--set h192m``: head dim 192's step schedule (``wg3_ahead``, ``wg3_pfree``,
 ``wg3_fence1``) beside its plan rows, S 1k, 4k, 16k full and causal, timed interleaved
 (:mod:`lab.attention_bwd_h192m`).
@@ -81,10 +70,6 @@ interleaved (:mod:`lab.attention_bwd_bwdu`).
 ``dkv_stage``, with ``pair_max`` 32) beside head dim 64's plan row, S 1k, 4k, 16k causal and
 full, then the deterministic row with ``dk_last`` (and ``s_ahead`` 2) beside the
 deterministic and default rows, timed interleaved (:mod:`lab.attention_bwd_pair`).
-``--set h128d``: head dim 128's step with Pᵀ's exponentials under dPᵀ (``dp_pin``, the
-wait pinned below them; ``dv_first``, dV queued behind dPᵀ), with ``uniform_cons``, with
-and without ``s_ahead``, and the batched dQ writer (``dq_batch``), beside the plan rows,
-S 1k, 4k, 16k full and causal, timed interleaved (:mod:`lab.attention_bwd_h128d`).
 ``--set det192``: head dim 192's deterministic mode with the default rows' step and
 fixed-cost options, ``det_poll`` in wg3 and ``det_units`` 8 / 24, beside the deterministic
 and default rows, S 1k, 4k, 16k full and causal, timed interleaved
@@ -95,8 +80,8 @@ the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 ``$OUT/attention_bwd_<set>.json``; a table last.
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
-        h192b|h64b|h192c|detpipe|ahead|m80|short|det2|h192f|h128c|h64c|
-        h192m|bwdu|pair|h128d|det192]
+        h192b|h64b|detpipe|ahead|m80|short|det2|h192f|h128c|
+        h192m|bwdu|pair|det192]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -120,10 +105,10 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("tma", "overlap", "wide", "h128", "h96", "h192", "h64",
-                                          "det", "h128b", "h192b", "h64b", "h192c",
+                                          "det", "h128b", "h192b", "h64b",
                                           "detpipe", "ahead", "m80", "short", "det2", "h192f",
-                                          "h128c", "h64c", "h192m", "bwdu", "pair",
-                                          "h128d", "det192"),
+                                          "h128c", "h192m", "bwdu", "pair",
+                                          "det192"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
@@ -151,9 +136,6 @@ def main() -> None:
     if which == "h128c":          # (its own module: head dim 128 causal's kernel)
         from lab.attention_bwd_h128c import run
         return run()
-    if which == "h64c":           # (its own module: head dim 64 causal's kernel)
-        from lab.attention_bwd_h64c import run
-        return run()
     if which == "h192m":          # (its own module: head dim 192's main loop)
         from lab.attention_bwd_h192m import run
         return run()
@@ -163,9 +145,6 @@ def main() -> None:
     if which == "bwdu":           # (its own module: uniform_cons at every head dim)
         from lab.attention_bwd_bwdu import HEAD_DIMS, run
         return run(head_dims=[int(x) for x in args.heads.split(",")] if args.heads else HEAD_DIMS)
-    if which == "h128d":          # (its own module: head dim 128's exponentials under dPᵀ)
-        from lab.attention_bwd_h128d import run
-        return run()
     if which == "det192":         # (its own module: head dim 192's deterministic mode)
         from lab.attention_bwd_det192 import run
         return run()
@@ -190,10 +169,6 @@ def main() -> None:
         sp = dict(tma, dq_swizzle=True, dq_split=True)
         variants = {"ov1 sw split": BwdConfig(**sp, overlap=1),
                     "ov2 sw split": BwdConfig(**sp, overlap=2),
-                    "ov1 sw split qf": BwdConfig(**sp, overlap=1, dq_first=True),
-                    "ov2 sw split qf": BwdConfig(**sp, overlap=2, dq_first=True),
-                    "ov1 sw split poly": BwdConfig(**sp, overlap=1, ex2_poly=True),
-                    "ov2 sw split poly": BwdConfig(**sp, overlap=2, ex2_poly=True),
                     "ov1 sw split dsx2": BwdConfig(**sp, overlap=1, ds_double=True),
                     "ov2 sw split dsx2": BwdConfig(**sp, overlap=2, ds_double=True)}
         grid = tuple((s, 128, c) for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True))
@@ -220,15 +195,6 @@ def main() -> None:
                     "wg3 ov2 dqw": BwdConfig(stages=2, overlap=2, dq_warp=True, **wg3),
                     "wg3 s1": BwdConfig(stages=1, **wg3)}
         grid = ((1024, 192, False), (4096, 192, False), (4096, 192, True), (16384, 192, True))
-        modes = (False,)
-    elif which == "h192c":
-        wg2 = dict(stages=2, dq_tma=True, dq_swizzle=True, wg2=True)
-        variants = {"plan": None,
-                    "wg2 ov2": BwdConfig(overlap=2, **wg2),
-                    "wg2": BwdConfig(**wg2),
-                    "wg2 ov2 dqw": BwdConfig(overlap=2, dq_warp=True, **wg2),
-                    "wg2 dqw": BwdConfig(dq_warp=True, **wg2)}
-        grid = tuple((s, 192, c) for s in (1024, 4096, 16384) for c in (False, True))
         modes = (False,)
     elif which == "h64b":
         m = dict(stages=2, dq_tma=True, dq_swizzle=True, block_m=128, overlap=1)
@@ -265,9 +231,7 @@ def main() -> None:
     elif which == "h96":
         sw = dict(tma, dq_swizzle=True)
         variants = {"sw": BwdConfig(**sw), "ov1 sw": BwdConfig(**sw, overlap=1),
-                    "ov2 sw": BwdConfig(**sw, overlap=2),
-                    "ov1 sw qf": BwdConfig(**sw, overlap=1, dq_first=True),
-                    "ov1 sw poly": BwdConfig(**sw, overlap=1, ex2_poly=True)}
+                    "ov2 sw": BwdConfig(**sw, overlap=2)}
         grid = ((1024, 96, False), (4096, 96, False), (4096, 96, True), (16384, 96, True))
         modes = (False, True)
     elif which == "h192":
@@ -278,25 +242,17 @@ def main() -> None:
                     "s1 pds pnl": BwdConfig(stages=1, pds_smem=True, **pnl),
                     "s2 pnl": BwdConfig(stages=2, **pnl),
                     "s2 ov1 pnl": BwdConfig(stages=2, overlap=1, **pnl),
-                    "s1 ov1 pnl": BwdConfig(stages=1, overlap=1, **pnl),
-                    "s2 gsp pnl": BwdConfig(stages=2, sdp_split=True, **pnl),
-                    "s1 gsp pnl": BwdConfig(stages=1, sdp_split=True, **pnl),
-                    "s2 gsp": BwdConfig(stages=2, sdp_split=True, **cols)}
+                    "s1 ov1 pnl": BwdConfig(stages=1, overlap=1, **pnl)}
         grid = ((1024, 192, False), (4096, 192, False), (4096, 192, True), (16384, 192, True))
         modes = (False, True)
     else:                      # head dim -> the variants worth building for it
         variants = {"tma": BwdConfig(**tma), "sw": BwdConfig(**tma, dq_swizzle=True),
                     "ov1 sw": BwdConfig(**tma, overlap=1, dq_swizzle=True),
-                    "ov1 sw qf": BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_first=True),
                     "ov2 sw": BwdConfig(**tma, overlap=2, dq_swizzle=True),
-                    "ov2 sw qf": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_first=True),
-                    "ov1 sw poly": BwdConfig(**tma, overlap=1, dq_swizzle=True, ex2_poly=True),
-                    "ov2 sw poly": BwdConfig(**tma, overlap=2, dq_swizzle=True, ex2_poly=True),
                     "ov1 sw split": BwdConfig(**tma, overlap=1, dq_swizzle=True, dq_split=True),
                     "ov2 sw split": BwdConfig(**tma, overlap=2, dq_swizzle=True, dq_split=True)}
-        only = {128: ("tma", "ov1 sw", "ov2 sw", "ov1 sw split", "ov2 sw split",
-                      "ov1 sw poly"),
-                64: ("tma", "sw", "ov1 sw", "ov2 sw", "ov2 sw qf", "ov2 sw poly")}
+        only = {128: ("tma", "ov1 sw", "ov2 sw", "ov1 sw split", "ov2 sw split"),
+                64: ("tma", "sw", "ov1 sw", "ov2 sw")}
         grid = ((4096, 128, False), (4096, 64, False), (4096, 128, True))
         modes = (False,)
     if args.default_only:
@@ -310,15 +266,6 @@ def main() -> None:
         b, h, q, k, v, do, out, lse, ref, flops = (sc.b, sc.h, sc.q, sc.k, sc.v, sc.do,
                                                    sc.out, sc.lse, sc.ref, sc.flops)
         row = {"S": s, "D": d, "causal": causal, "B": b, "H": h, "results": {}}
-        if which == "h192c":          # validated first, then timed in interleaved rounds
-            def use(cfg):
-                bwd_api.choose_bwd = shipped if cfg is None else (lambda *_a, _c=cfg: _c)
-            row["results"] = _interleaved(
-                variants, use, lambda: ops.attention_backward(do, q, k, v, out, lse,
-                                                              causal=causal), ref, flops)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            continue
         for name, cfg in variants.items():
             if isinstance(cfg, dict):       # a config per head dim: only where it has one
                 if d not in cfg:
@@ -370,7 +317,7 @@ def main() -> None:
         tf = [r['results'].get(n, {}).get('tflops', float('nan')) for n in names]
         print(f"{r['S']:>6} {r['D']:>4} {'causal' if r['causal'] else 'full':>6} " + " ".join(
             f"{t:11.1f}" for t in tf) + (f" {tf[1] / tf[0]:8.2f}" if ratio else ""))
-    if which in ("h128b", "h192b", "h64b", "h192c"):  # each over the first (the plan), geomean
+    if which in ("h128b", "h192b", "h64b"):  # each over the first (the plan), geomean
         first = names[0]
         for n in names[1:]:
             ratios = [r["results"][n]["tflops"] / r["results"][first]["tflops"] for r in rows
@@ -379,42 +326,6 @@ def main() -> None:
             if ratios:
                 print(f"{n} / {first}: geomean {statistics.geometric_mean(ratios):.3f} "
                       f"over {len(ratios)} rows")
-
-
-def _interleaved(variants, use, call, ref, flops, rounds: int = 5, calls: int = 5) -> dict:
-    """Each variant (``use(cfg)`` selects it) checked against ``ref`` (max relative error
-    within 3e-2, else reported and not timed), then ``rounds`` rounds that each time every
-    valid variant once (``calls`` calls between two events), so that clock and thermal
-    drift fall on all of them alike; the median per variant."""
-    import torch
-    res, live = {}, []
-    for name, cfg in variants.items():
-        use(cfg)
-        try:
-            err = max(float((x.float() - r).abs().max() / r.abs().max())
-                      for x, r in zip(call(), ref))
-        except Exception as e:  # noqa: BLE001 - report and go on
-            res[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
-            continue
-        if not err <= 3e-2:
-            res[name] = {"error": f"max relative error {err:.3g}"}
-            continue
-        res[name], ts = {"err": err}, []
-        live.append((name, cfg, ts))
-    for _ in range(rounds):
-        for name, cfg, ts in live:
-            use(cfg)
-            e0, e1 = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            e0.record()
-            for _ in range(calls):
-                call()
-            e1.record()
-            torch.cuda.synchronize()
-            ts.append(e0.elapsed_time(e1) / calls)
-    for name, _, ts in live:
-        ms = statistics.median(ts)
-        res[name].update(ms=ms, tflops=flops / ms / 1e9)
-    return res
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ registers (so the group's sum is free), dQ is added in f32 to a global accumulat
 Shared memory: :mod:`.bwd_layout`. With ``deterministic``, dQ's adds to each 64-row block
 follow one fixed order through a per-block semaphore (:mod:`.bwd_det`). The step's orderings
 are the plan's (:class:`.bwd_config.BwdConfig`; ``dq_warp``'s writer: :mod:`.bwd_dqwarp`;
-``s_ahead``: :mod:`.bwd_ahead`; ``qdo_split``: :mod:`.bwd_qdo`). With ``col_split`` (head
+``s_ahead``: :mod:`.bwd_ahead`). With ``col_split`` (head
 dims 192, 256) a CTA owns 64 keys and both consumer warpgroups compute the same Sᵀ and dPᵀ,
 each keeping half of dK's, dV's and dQ's columns (:mod:`.bwd_cols`). Head dim 96: 128's
 panels (TMA zero-fills the second's half), GEMMs 96 wide."""
@@ -53,12 +53,10 @@ from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer, writer_end
 from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_nb, \
     grid as pair_grid
 from .bwd_epi import store_kv_tma
-from .bwd_gsplit import split_step
-from .bwd_qdo import load_slot
-from .bwd_peel import step_parts
 from .bwd_scores import dscores, grad_scores, probs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
-from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store, zero_other_keys
+from .bwd_steps import (kv_gemms, load_kv, load_slot, row_blocks, score_gemm, store,
+                        zero_other_keys)
 from .._common.warpgroup import consumer_index
 from .softmax import LOG2E, col_of, p_registers, pack_p, row_of
 
@@ -72,7 +70,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     needs no read of the offsets), and the f32 rows are :mod:`.bwd_prep`'s padded ones."""
     kernel_checks(c, d, deterministic, varlen)
     bm, rows = c.block_m, c.block_m > BM   # rows: dQ split by query rows (block_m 128)
-    bn, cs, sh, gs = c.block_n, c.col_split, c.pds_smem, c.sdp_split
+    bn, cs, sh = c.block_n, c.col_split, c.pds_smem
     bw = BM // 2 if sh else bm          # queries of Sᵀ, dPᵀ a warpgroup computes per step
     # col_split: a warpgroup's columns in pieces that stay inside one 64-column panel (an
     # MN-major B operand's extent), 64 wide at head dim 256, 32 at 192 (panel_split: 64, 32)
@@ -154,8 +152,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         # deterministic: row blocks last to first (bwd_det: each block's key blocks come
         # to it together or in their turns' order)
         desc = bm if deterministic and c.det_desc and not varlen else None  # (bwd_det)
-        m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else \
-            m_blocks(m_lo, m_hi) if c.m_desc else (m_lo, m_hi)   # (m_desc: last first)
+        m_range = m_blocks(m_lo, m_hi, bool(desc)) if deterministic else (m_lo, m_hi)
         # kv_pair: each role walks its key blocks in a loop of its own (walk(t) rebinds
         # the key block's values; the ones above are then walk 0's, unused)
         walks = (lambda: ptx.range_(0, nwalks)) if c.kv_pair else (lambda: [None])
@@ -170,7 +167,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
                           dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
-        fulldo = base + L.fulldo if c.qdo_split else None
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
             if c.kv_pair:
@@ -179,8 +175,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
-                if c.qdo_split:
-                    ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(fulldo, 8 * s), 1)
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
 
@@ -202,9 +196,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         for mb in ptx.range_(*m_range):
                             m0 = mb * bm
                             wait(labels, empty + ring.slot * 8, ring.phase ^ 1)
-                            # (qdo_split: Q, LSE on full; dO, D on fulldo)
-                            load_slot(base=base, slot=ring.slot, full=full,
-                                      fulldo=fulldo, q_bytes=L.q_bytes,
+                            load_slot(base=base, slot=ring.slot, full=full, q_bytes=L.q_bytes,
                                       bm=bm, panels=P, tiles=((tq, L.q), (tdo, L.do)),
                                       rows=((tl, L.lse), (td, L.dpsum)),
                                       qc=lambda p: qc(p, head, m0), rc=lambda: rc(m0, head))
@@ -292,7 +284,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                               k_tile=base + L.k if c.ahead_k else None) if c.s_ahead else None
                 if ahead:            # the first step's Sᵀ (bwd_ahead)
                     ahead.first(*((ring.slot, ring.phase) if c.kv_pair else ()))
-                def step(mb, mask):   # one step: the rows from mb·bm (mask: this loop's)
+                def step(mb):         # one step: the rows from mb·bm
                     m0 = mb * bm
                     sem_of = lambda: pq0 // BM + mb if varlen else 2 * mb + w if rows else mb
 
@@ -307,19 +299,14 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     if sh:                            # this warpgroup's queries' LSE and D
                         row_at = lambda o, _r=row_at: _r(o) + qh * 4
                     s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(bw)
-                    dp_acc = None if gs else ptx.wgmma.accumulator(bw)
+                    dp_acc = ptx.wgmma.accumulator(bw)
                     if ahead:
                         ahead.top()
                     ptx.inst("wgmma.fence.sync.aligned")
-                    # (sdp_split: warpgroup 0 Sᵀ = K·Qᵀ, 1 dPᵀ = V·dOᵀ, in s_acc)
-                    for acc, a_at, b_at in (((s_acc, k_w + w * L.kv_bytes,
-                                              q_at + w * (L.do - L.q)),) if gs else
-                                            ((dp_acc, v_w, do_at),) if ahead else
+                    for acc, a_at, b_at in (((dp_acc, v_w, do_at),) if ahead else
                                             ((s_acc, k_w, q_at), (dp_acc, v_w, do_at))):
                         if sh:                        # queries qh .. qh + 31 of the tile
                             b_at = b_at + qh * ROW
-                        if c.qdo_split and acc is dp_acc:     # dO's own barrier
-                            wait(labels, fulldo + ring.slot * 8, ring.phase)
                         score_gemm(mma_s, acc, a_at, b_at, d, bn, bm)
                         if c.overlap:                 # Sᵀ and dPᵀ: a group each
                             ptx.inst("wgmma.commit_group.sync.aligned")
@@ -331,8 +318,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         early()
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
-                                     row_at(L.lse), scale, softcap, scale_log2, c.ex2_poly,
-                                     bm)
+                                     row_at(L.lse), scale, softcap, scale_log2, bm)
                         pack_p(list(s_acc), p_regs, dt)
                         if c.overlap > 1:
                             kv_gemms(mma_kv, *kv_mmas[0], fence=True, bm=bm)
@@ -341,44 +327,24 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         dscores(list(s_acc), list(dp_acc), caps, fcol, row_at(L.dpsum))
                         pack_p(list(dp_acc), ds_regs, dt)
-                        if not c.dq_first:
-                            ptx.inst("wgmma.fence.sync.aligned")
-                            for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
-                                kv_gemms(mma_kv, *kv, commit=False, bm=bm)
-                            ptx.inst("wgmma.commit_group.sync.aligned")
-                    elif gs:
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for kv in kv_mmas[c.overlap - 1:1 if c.dk_last else 2]:
+                            kv_gemms(mma_kv, *kv, commit=False, bm=bm)
                         ptx.inst("wgmma.commit_group.sync.aligned")
-                        early()
-                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
-
-                        def store_tile(regs):         # this warpgroup's tile (w: Pᵀ, dSᵀ)
-                            for kc in range(bw // 16):
-                                for j in range(4):
-                                    ptx.inst("st.shared.b32",
-                                             ptx.addr(ds_row + ds_col[2 * kc + j // 2],
-                                                      (j % 2) * 8 * ROW), regs[kc][j])
-                        tile = lambda t: base + L.ds + t * L.ds_bytes
-                        split_step(w=w, lane=lane, acc=s_acc, regs=p_regs,
-                                   store_tile=store_tile, xg_at=base + L.xg + lane * 16, dt=dt,
-                                   dv=(mma_kv, dv_acc, tile(0), at_pc(do_at)),
-                                   dk=(mma_kv, dk_acc, tile(1), at_pc(q_at)),
-                                   dq_tma=c.dq_tma and not c.dq_warp, bar=(3, 256), d_at=row_at(L.dpsum),
-                                   score_args=(keys, m0, fcol, off, mask, kw0, row_at(L.lse),
-                                               scale, softcap, scale_log2, c.ex2_poly))
                     else:
                         ptx.inst("wgmma.commit_group.sync.aligned")
                         early()
                         ptx.inst("wgmma.wait_group.sync.aligned", 0)
                         if rows and not softcap:   # Pᵀ whole, then dSᵀ: fewer live at once
                             probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse),
-                                  scale, softcap, scale_log2, c.ex2_poly, bm)
+                                  scale, softcap, scale_log2, bm)
                             pack_p(list(s_acc), p_regs, dt)
                             dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
                         else:
                             grad_scores(list(s_acc), list(dp_acc), keys, m0 + qh if sh else m0,
                                          fcol, off, mask, kw0, row_at(L.lse), row_at(L.dpsum),
-                                         scale, softcap, scale_log2, c.ex2_poly,
-                                         cap_inline=cs or rows, bm=bm)
+                                         scale, softcap, scale_log2, cap_inline=cs or rows,
+                                         bm=bm)
                             pack_p(list(s_acc), p_regs, dt)
                         pack_p(list(dp_acc), ds_regs, dt)
                         if not sh:    # (pds_smem: from shared memory, once both are stored)
@@ -387,47 +353,46 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             for acc, a_regs, b_at in kv_mmas:
                                 kv_gemms(mma_kv, acc, a_regs, b_at, commit=False, bm=bm)
                             ptx.inst("wgmma.commit_group.sync.aligned")
-                    if not gs:    # (sdp_split: its stores and barriers are split_step's)
-                        # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
-                        # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
-                        if c.dq_tma and not c.dq_warp:   # the last reduce has read the stage
-                            with ptx.if_(lane == 0):
-                                ptx.inst("cp.async.bulk.wait_group.read", 0)
-                        # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
-                        # ds_double: the pair of two steps ago, which the last step's second
-                        # barrier ordered, so only this warpgroup's dQ stage is waited for here
-                        # (dq_warp: the stage is take_stage's; with ds_double, no barrier)
-                        if not (c.dq_warp and c.ds_double):
-                            ptx.inst("bar.sync",
-                                     *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
-                        dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
-                            if c.ds_double else None
-                        ds_at = ds_row + dsb if c.ds_double else ds_row
-                        cols = ds_col or ds_cols()
-                        # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
-                        for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
-                            for kc in range(bw // 16):
-                                for j in range(4):
-                                    ptx.inst("st.shared.b32",
-                                             ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
-                                                      t * L.ds_bytes + (j % 2) * 8 * ROW +
-                                                      (kc // 4) * 2 * L.ds_bytes),
-                                             regs[kc][j])
+                    # dSᵀ into shared memory: register j of chunk kc holds keys r0 + 8
+                    # (j % 2), queries 16 kc + 8 (j // 2) + 2 (lane % 4) and the next one
+                    if c.dq_tma and not c.dq_warp:   # the last reduce has read the stage
+                        with ptx.if_(lane == 0):
+                            ptx.inst("cp.async.bulk.wait_group.read", 0)
+                    # the last step's dQ wgmmas have read it (dq_split: both warpgroups');
+                    # ds_double: the pair of two steps ago, which the last step's second
+                    # barrier ordered, so only this warpgroup's dQ stage is waited for here
+                    # (dq_warp: the stage is take_stage's; with ds_double, no barrier)
+                    if not (c.dq_warp and c.ds_double):
+                        ptx.inst("bar.sync",
+                                 *((1 + w, 128) if c.ds_double else xbar or (1 + w, 128)))
+                    dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
+                        if c.ds_double else None
+                    ds_at = ds_row + dsb if c.ds_double else ds_row
+                    cols = ds_col or ds_cols()
+                    # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
+                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
+                        for kc in range(bw // 16):
+                            for j in range(4):
+                                ptx.inst("st.shared.b32",
+                                         ptx.addr(ds_at + cols[2 * (kc % 4) + j // 2],
+                                                  t * L.ds_bytes + (j % 2) * 8 * ROW +
+                                                  (kc // 4) * 2 * L.ds_bytes),
+                                         regs[kc][j])
+                    ptx.inst("fence.proxy.async.shared::cta")
+                    ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
+                    if xbar:                          # the other tile's writes, for our wgmma
                         ptx.inst("fence.proxy.async.shared::cta")
-                        ptx.inst("bar.sync", *(xbar or (1 + w, 128)))
-                        if xbar:                          # the other tile's writes, for our wgmma
-                            ptx.inst("fence.proxy.async.shared::cta")
-                        if sh:    # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
-                            ptx.inst("wgmma.fence.sync.aligned")
-                            for t, (accs, _, b_ats) in enumerate(kv_mmas):
-                                kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
-                                         commit=False)
-                            ptx.inst("wgmma.commit_group.sync.aligned")
+                    if sh:    # dV += Pᵀ·dO, dK += dSᵀ·Q with A the whole tiles (K-major)
+                        ptx.inst("wgmma.fence.sync.aligned")
+                        for t, (accs, _, b_ats) in enumerate(kv_mmas):
+                            kv_gemms(mma_kv, accs, base + L.ds + t * L.ds_bytes, b_ats,
+                                     commit=False)
+                        ptx.inst("wgmma.commit_group.sync.aligned")
                     # dq_split: dQ[:, 64 w : 64 w + 64] over all 128 keys (both dSᵀ tiles, one
                     # after the other in shared memory, and K's panel w); rows (block_m 128):
                     # dQ[64 w : 64 w + 64, :] over all 128 keys (panel w); else dQ over this
                     # warpgroup's 64 keys, a 64-column chunk of K at a time
-                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh or gs else
+                    a_desc = ptx.wgmma.descriptor(base + L.ds + L.ds_bytes if sh else
                                                   base + L.ds + dsb + w * (2 * L.ds_bytes)
                                                   if c.ds_double and rows else
                                                   base + L.ds + dsb if c.ds_double else
@@ -436,9 +401,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                                   leading=64 * ROW, stride=1024, swizzle=128)
                     dq_row = None if varlen else (bh * sqp + m0 + r0) * d + fcol
                     sem_mb = sem_of()
-                    # dq_first: dK (and dV) queue behind dQ's first chunk, staged while they run
-                    late = kv_mmas[c.overlap - 1:] if c.dq_first else \
-                        kv_mmas[1:] if c.dk_last else ()      # (dk_last: dK)
+                    # dk_last: dK queues behind dQ's first chunk, staged while it runs
+                    late = kv_mmas[1:] if c.dk_last else ()
                     for ch in range(nch):
                         dq = ahead.dq_acc(qcols[ch]) if ahead else \
                             ptx.wgmma.accumulator(qcols[ch])
@@ -535,15 +499,11 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
                     ring.advance()
-                parts = step_parts(mask, n0, off, m_lo, m_hi, bn, bm, True,
-                                   c.m_desc or deterministic and not desc) \
-                    if c.mask_peel else [(m_range, mask)]
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
                     bh = head if varlen else batch * nh + head
-                    for rng, part_mask in parts:   # (bwd_peel: masked steps apart)
-                        for mb in ptx.range_(*rng):
-                            step(mb, part_mask)
+                    for mb in ptx.range_(*m_range):
+                        step(mb)
                 if ahead:
                     ahead.drain()
                 if c.kv_pair and (c.dkv_stage or not c.dkv_tma):   # K, V read by the last

@@ -19,7 +19,6 @@ from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd
 from .bwd_prep import build_postprocess, build_preprocess
 from .bwd_prepw import build_postprocess_wide, build_preprocess_wide
 from .bwd_m80 import build_backward_m80
-from .bwd_wg2 import build_backward_wg2
 from .bwd_wg3 import build_backward_wg3
 from .config import Mask
 from .varlen import checked_offsets
@@ -53,7 +52,7 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
         build_preprocess_wide(dt, head_dim, deterministic=deterministic, arch=arch) if wide
         else build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch,
                               varlen=varlen),
-        (build_backward_wg2 if cfg.wg2 else build_backward_wg3 if cfg.wg3 else
+        (build_backward_wg3 if cfg.wg3 else
          build_backward_m80 if cfg.dq_swap else build_backward)(
             cfg, dt, head_dim, mask, scale=scale, softcap=float(softcap),
             deterministic=deterministic, arch=arch, varlen=varlen),

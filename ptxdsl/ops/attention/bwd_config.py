@@ -15,7 +15,6 @@ BLOCK_N = 128               # keys per CTA: two consumer warpgroups of 64 (wgmma
 BLOCK_M_SWAP = 80           # query rows per step with dq_swap (FlashAttention-3's hdim 128)
 BLOCK_N_SPLIT = 64          # keys per CTA with col_split: both warpgroups on the same 64
 BLOCK_N_WG3 = 96            # keys per CTA with wg3: three warpgroups of 32 (S, dP)
-                            # (and with wg2: two of 48)
 SMEM_PER_CTA = 232448
 
 
@@ -29,10 +28,7 @@ class BwdConfig:
     2, also dV += Pᵀ·dO issued before dSᵀ is computed (Pᵀ's f32 and packed registers live
     at once). ``dq_swizzle``: dQ staged in 128-byte swizzled
     32-column f32 panels (a TMA box of 32 columns; conflict-free ``st.shared.v2.f32``) instead
-    of unswizzled 64-column rows. ``dq_first``
-    (with ``overlap``): dK (and dV) issued after dQ's first chunk, which is staged while
-    they run. ``ex2_poly``: every second exponential of Pᵀ by a polynomial on the FMA
-    pipe instead of ``ex2.approx`` on MUFU. ``dq_split`` (head dim 128, dq_tma): each
+    of unswizzled 64-column rows. ``dq_split`` (head dim 128, dq_tma): each
     warpgroup computes 64 of dQ's columns over all 128 keys (both dSᵀ tiles; a 256-thread
     barrier around their stores), so a CTA adds each dQ element once, not twice.
     ``col_split`` (head dims 192, 256, where dK and dV of 64 keys x D do not fit one
@@ -48,10 +44,7 @@ class BwdConfig:
     stages too).
     ``panel_split`` (col_split at head dim 192): warpgroup ``w`` owns 64-column panel ``w``
     and half ``w`` of panel 2, so its dK, dV and dQ are an n64 and an n32 wgmma piece,
-    not three n32 ones (:mod:`.bwd_cols`). ``sdp_split`` (with col_split, overlap 0, not
-    pds_smem): warpgroup 0 computes Sᵀ, warpgroup 1 dPᵀ (each m64n64 over the step's 64
-    queries), Pᵀ·(1 - tanh²) passed in f32 through a 64 x 64 exchange buffer
-    (:mod:`.bwd_gsplit`).
+    not three n32 ones (:mod:`.bwd_cols`).
     ``block_m`` (head dim 64, dq_tma and dq_swizzle): query rows per step, 64 or 128. At 128
     (FlashAttention-3's hdim-64 tile) Sᵀ and dPᵀ are m64n128 per warpgroup, dV and dK take
     eight k-steps, the dSᵀ tiles are 128 keys x 128 queries in two 64-query panels, and
@@ -63,8 +56,8 @@ class BwdConfig:
     (:mod:`.bwd_dqwarp`; with block_m 128, each warpgroup's 64 query rows); a consumer
     warpgroup hands its stage over by ``bar.arrive`` rather than a 128-thread ``bar.sync``
     and its own reduce and bulk wait (FlashAttention-3's and -4's dQ store warp); with
-    ds_double, the 128-thread barrier before the dSᵀ stores goes too. ``dk_last`` (overlap 1, dq_tma, not
-    dq_first): dV is issued before the dSᵀ exchange, dK only behind dQ, so dQ is staged
+    ds_double, the 128-thread barrier before the dSᵀ stores goes too. ``dk_last`` (overlap 1,
+    dq_tma): dV is issued before the dSᵀ exchange, dK only behind dQ, so dQ is staged
     while dK runs (FlashAttention-4's sm90 order: dV, barrier, dQ, dK).
     ``wg3`` (head dim 192, dq_tma and dq_swizzle, none of the other layouts): FlashAttention-3's
     hdim-192 tile in its own kernel (:mod:`.bwd_wg3`): 96 keys a CTA, three consumer
@@ -73,12 +66,6 @@ class BwdConfig:
     warpgroup (with ``dq_warp``, a producer warp adds each warpgroup's staged dQ; with
     ``overlap`` 2, FA3's order: dV issued between P's and dS's stores); softcap,
     varlen, and the deterministic mode with dq_warp.
-    ``wg2`` (head dim 192, dq_tma and dq_swizzle, as wg3 takes the others):
-    FlashAttention-4's sm90 hdim-192 tile in its own kernel (:mod:`.bwd_wg2`): 96 keys a
-    CTA, two consumer warpgroups (``consumer_regs`` 240), S and dP m64n48 a warpgroup,
-    dKᵀ and dVᵀ of its 48 keys over all 192 columns (three m64n48), dQ of 96 columns
-    (m64n96 over the 96 keys: K in 64-byte swizzled 32-column panels, P and dS in 32-byte
-    swizzled 16-key panels); no deterministic mode.
     ``det_pipe`` (dq_warp): in the deterministic mode, where the warpgroups add disjoint dQ
     columns (dq_split, col_split, block_m 128, wg3), the writer warp polls a row block's
     turn before taking the stages, issues every warpgroup's add, frees the stages once read
@@ -94,34 +81,24 @@ class BwdConfig:
     diagonal and a section launching its last key block first, so that under a causal (or
     window) mask the key blocks reach a row block one step apart in their turns' order
     rather than all at once (:mod:`.bwd_det`); dQ's adds in another fixed order (other
-    bits, as bitwise repeatable); varlen keeps the ascending order. ``det_poll`` (det_pipe,
-    not wg2): the writer reads the next row block's semaphore while this block's adds land
+    bits, as bitwise repeatable); varlen keeps the ascending order. ``det_poll`` (det_pipe):
+    the writer reads the next row block's semaphore while this block's adds land
     (:mod:`.bwd_detpipe`), so a writer behind its turns skips that step's first poll (wg3:
     in a shared word after its barriers).
 
     ``s_ahead`` (dk_last, with dq_split or block_m 128; dq_swap: 2): the next step's Sᵀ
     issued before this step ends, behind dK (1: run while dQ is staged) or behind dQ's
     stage (2: queued behind dK), so the tensor pipe does not wait for the step's end and
-    the next slot's wait (:mod:`.bwd_ahead`). ``qdo_split`` (not wg3, wg2, col_split): Q with LSE and dO
-    with D on separate mbarriers of the ring slot, Sᵀ issued once Q has landed, dPᵀ once
-    dO has (:mod:`.bwd_qdo`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ issued before the
-    loop without a branch, reading K's tile in place of Q's where the CTA has no step
-    (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
-
-    ``mask_peel`` (:mod:`.bwd`): the row blocks whose steps cross the causal / window
-    boundary walked in loops of their own, the others in one traced without the mask
-    (no test, no branch: :mod:`.bwd_peel`). ``m_desc`` (:mod:`.bwd`, default mode): a
-    key block's row blocks walked last to first, so a causal CTA's masked diagonal
-    step is its last and a head's CTAs start on the same Q, dO rows, as at full mask.
+    the next slot's wait (:mod:`.bwd_ahead`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ
+    issued before the loop without a branch, reading K's tile in place of Q's where the CTA
+    has no step (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
 
     ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap; deterministic with
     ``det_pipe``, the writer warp's turns on each 80-row block):
     FlashAttention-3's hdim-128 full-mask tile in its own kernel (:mod:`.bwd_m80`): 80
     queries a step, Sᵀ and dPᵀ m64n80, dQ computed transposed (dQᵀ = Kᵀ·dSᵀ, m64n80, 64
     head-dim columns a warpgroup), on FlashAttention-4's step (stages 2, dq_tma,
-    dq_swizzle, overlap 1, ds_double, dq_warp, dk_last, which it needs). ``dk_smem``
-    (dq_swap): dK += dSᵀ·Q with A read from dSᵀ's shared buffer, not the packed
-    registers (free once stored: 20 registers fewer across dQ).
+    dq_swizzle, overlap 1, ds_double, dq_warp, dk_last, which it needs).
 
     ``prep_wide`` (head dims 64, 128, 192, 256, dense): the preprocess and postprocess of
     :mod:`.bwd_prepw` (D / 8 threads a row, 16-byte accesses, two rows a thread in
@@ -155,7 +132,7 @@ class BwdConfig:
     P and dS exchanges, the readers' after the barrier (the stores happen before it
     through the barrier), not also the writers' before it.
 
-    ``uniform_cons`` (not wg2): a consumer's warpgroup index comes from lane 0 through
+    ``uniform_cons``: a consumer's warpgroup index comes from lane 0 through
     ``shfl.sync.idx`` (:mod:`.._common.warpgroup`), so ptxas keeps the wgmma descriptors and
     shared addresses derived from it (K's and V's panels, dSᵀ's and dQ's buffers) in
     uniform registers: no ``R2UR`` before each wgmma of the step.
@@ -170,60 +147,34 @@ class BwdConfig:
     as soon as the last wgmmas have read them, under that epilogue. ``pair_max`` (kv_pair;
     0: every unit): pair only units of at most that many key blocks (longer units keep a
     key block a CTA: their fixed cost is small, and equal-length pairs make a coarser last
-    wave).
-
-    ``dp_pin`` (dq_swap): dPᵀ's ``wgmma.wait_group 0`` in both arms of a ``bra.uni`` on the
-    consumer index (always taken one way, unknown to ptxas), and Pᵀ packed after it, so
-    Pᵀ's exponentials run under dPᵀ: ptxas otherwise hoists the wait above all but a few
-    of them (the forward's ``lazy_rescale`` finding), and the tensor pipe idles while
-    they run. Same arithmetic. ``dv_first`` (dq_swap): dV += Pᵀ·dO issued as soon as
-    Pᵀ is packed, queued behind dPᵀ (its issue needs every exponential, so they stay
-    under dPᵀ without a branch), dSᵀ made and stored while dV runs, and dSᵀ = Pᵀ ∘ (dPᵀ -
-    D) with Pᵀ read back from its packed 16-bit registers (its f32 registers die at the
-    packing, so dV's A, dPᵀ, dK and dV fit in 240: with f32 Pᵀ ptxas serializes, C7512);
-    with s_ahead, dQ (in Sᵀ's registers, where ptxas puts the packed Pᵀ) waits for dV
-    first. ``dq_batch`` (dq_swap, default mode): the dQ writer warp issues both
-    warpgroups' reduce-adds of a step before waiting for the first's reads
-    (FlashAttention-4's sm90 writer), rather than waiting for each before taking the
-    next stage. ``ds_fence1`` (dq_swap): one proxy fence a thread for the dSᵀ exchange,
-    the writers' before the barrier (CUTLASS's and FA4's pattern), not also the
-    readers' after it: one ``MEMBAR.ALL.CTA`` fewer between the barrier and dQ's
-    issue."""
+    wave)."""
 
     stages: int = 2
     dq_tma: bool = False
     overlap: int = 0
     dq_swizzle: bool = False
-    dq_first: bool = False
-    ex2_poly: bool = False
     dq_split: bool = False
     col_split: bool = False
     pds_smem: bool = False
     ds_double: bool = False
     panel_split: bool = False
-    sdp_split: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
     block_m: int = BLOCK_M
     dq_warp: bool = False
     dk_last: bool = False
     wg3: bool = False
-    wg2: bool = False
     det_pipe: bool = False
     det_units: int = 0
     det_desc: bool = False
     det_poll: bool = False
     s_ahead: int = 0
-    qdo_split: bool = False
     dq_swap: bool = False
-    dk_smem: bool = False
     prep_wide: bool = False
     dkv_tma: bool = False
     lpt_units: int = 0
     dq_exit_read: bool = False
     ahead_k: bool = False
-    mask_peel: bool = False
-    m_desc: bool = False
     wg3_ahead: int = 0
     wg3_pfree: bool = False
     wg3_fence1: bool = False
@@ -231,10 +182,6 @@ class BwdConfig:
     kv_pair: bool = False
     dkv_stage: bool = False
     pair_max: int = 0
-    dp_pin: bool = False
-    dv_first: bool = False
-    dq_batch: bool = False
-    ds_fence1: bool = False
 
     @property
     def tag(self) -> str:
@@ -243,35 +190,26 @@ class BwdConfig:
         c = self
         return (f"{'_tmadq' if c.dq_tma else ''}{f'_ov{c.overlap}' if c.overlap else ''}"
                 f"{'_swdq' if c.dq_swizzle else ''}"
-                f"{'_qf' if c.dq_first else ''}{'_poly' if c.ex2_poly else ''}"
                 f"{'_split' if c.dq_split else ''}{'_dsx2' if c.ds_double else ''}"
                 f"{'_cols' if c.col_split else ''}{'_pnl' if c.panel_split else ''}"
-                f"{'_pds' if c.pds_smem else ''}{'_gsp' if c.sdp_split else ''}"
+                f"{'_pds' if c.pds_smem else ''}"
                 f"{f'_m{c.block_m}' if c.block_m > BLOCK_M else ''}"
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
-                f"{'_wg3' if c.wg3 else ''}{'_wg2' if c.wg2 else ''}{'_dtp' if c.det_pipe else ''}"
+                f"{'_wg3' if c.wg3 else ''}{'_dtp' if c.det_pipe else ''}"
                 f"{f'_u{c.det_units}' if c.det_units else ''}{'_dsc' if c.det_desc else ''}"
-                f"{'_dpl' if c.det_poll else ''}"
-                f"{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
-                f"{'_qdo' if c.qdo_split else ''}{'_dqs' if c.dq_swap else ''}"
-                f"{'_dks' if c.dk_smem else ''}{'_kvt' if c.dkv_tma else ''}"
+                f"{'_dpl' if c.det_poll else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
+                f"{'_dqs' if c.dq_swap else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
-                f"{'_sak' if c.ahead_k else ''}{'_mpl' if c.mask_peel else ''}"
-                f"{'_mdsc' if c.m_desc else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
+                f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
-                f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
-                f"{'_pin' if c.dp_pin else ''}"
-                f"{'_dvf' if c.dv_first else ''}{'_dqb' if c.dq_batch else ''}"
-                f"{'_xf1' if c.ds_fence1 else ''}")
+                f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
             raise ValueError(f"stages >= 1, got {self.stages}")
         if self.overlap not in (0, 1, 2):
             raise ValueError(f"overlap is 0, 1 or 2, got {self.overlap}")
-        if self.dq_first and not (self.overlap and self.dq_tma):
-            raise ValueError("dq_first reorders the overlapped step: it needs overlap and dq_tma")
         if self.dq_split and not self.dq_tma:
             raise ValueError("dq_split stages dQ for the TMA reduce-add: it needs dq_tma")
         if self.dq_swizzle and not self.dq_tma:
@@ -291,10 +229,6 @@ class BwdConfig:
         if self.panel_split and not self.col_split:
             raise ValueError("panel_split gives col_split's warpgroups whole panels: it "
                              "needs col_split")
-        if self.sdp_split and not (self.col_split and self.overlap == 0
-                                   and not self.pds_smem):
-            raise ValueError("sdp_split splits col_split's Sᵀ and dPᵀ by GEMM: it needs "
-                             "col_split, overlap 0 and not pds_smem")
         if self.block_m not in (BLOCK_M, 2 * BLOCK_M, BLOCK_M_SWAP) or \
                 (self.block_m == BLOCK_M_SWAP) != self.dq_swap:
             raise ValueError(f"block_m is {BLOCK_M} or {2 * BLOCK_M}, or {BLOCK_M_SWAP} with "
@@ -303,25 +237,23 @@ class BwdConfig:
         if self.dq_swap and (self.stages != 2 or not all((
                 self.dq_tma, self.dq_swizzle, self.overlap == 1, self.ds_double,
                 self.dq_warp, self.dk_last)) or any((
-                self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.panel_split, self.sdp_split, self.wg3, self.wg2, self.s_ahead == 1,
-                self.qdo_split))):
+                self.dq_split, self.col_split, self.pds_smem, self.panel_split, self.wg3,
+                self.s_ahead == 1))):
             raise ValueError("dq_swap is its own kernel on FA4's step: it needs stages=2, "
                              "dq_tma, dq_swizzle, overlap=1, ds_double, dq_warp, dk_last "
                              "and none of the other options but s_ahead=2")
-        if self.dkv_tma and (self.col_split or self.wg2):
+        if self.dkv_tma and self.col_split:
             raise ValueError("dkv_tma stores a warpgroup's 64 keys of every column (wg3: "
                              "its 64 columns of every key) from K's and V's tiles: not with "
-                             "col_split or wg2")
-        if self.lpt_units < 0 or self.lpt_units and self.wg2:
-            raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs "
-                             f"(not wg2's), got {self.lpt_units}")
+                             "col_split")
+        if self.lpt_units < 0:
+            raise ValueError(f"lpt_units >= 0 orders bwd.py's, wg3's and dq_swap's CTAs, got "
+                             f"{self.lpt_units}")
         if self.kv_pair and (not self.dq_warp or self.lpt_units or any((
-                self.wg3, self.wg2, self.dq_swap, self.col_split, self.mask_peel,
-                self.m_desc))):
+                self.wg3, self.dq_swap, self.col_split))):
             raise ValueError("kv_pair walks two key blocks a CTA in bwd.py's 128-key kernel: "
-                             "it needs dq_warp, and none of lpt_units, wg3, wg2, dq_swap, "
-                             "col_split, mask_peel, m_desc")
+                             "it needs dq_warp, and none of lpt_units, wg3, dq_swap, "
+                             "col_split")
         if self.pair_max < 0 or self.pair_max and not self.kv_pair:
             raise ValueError(f"pair_max (>= 0) bounds kv_pair's units by key blocks: it needs "
                              f"kv_pair, got {self.pair_max}")
@@ -331,25 +263,20 @@ class BwdConfig:
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")
-        if self.dk_smem and not self.dq_swap:
-            raise ValueError("dk_smem reads dK's A from dq_swap's dSᵀ buffer: it needs "
-                             "dq_swap")
         if self.block_m != BLOCK_M and not (self.dq_tma and self.dq_swizzle) or \
-                self.block_m != BLOCK_M and (self.dq_split or self.col_split or
-                                             self.dq_first):
+                self.block_m != BLOCK_M and (self.dq_split or self.col_split):
             raise ValueError("block_m 128 splits dQ by query rows, staged swizzled for the "
-                             "TMA reduce-add: it needs dq_tma and dq_swizzle, and none of "
-                             "dq_split, col_split, dq_first")
+                             "TMA reduce-add: it needs dq_tma and dq_swizzle, and neither "
+                             "dq_split nor col_split")
         if self.dq_warp and not self.dq_tma:
             raise ValueError("dq_warp hands the TMA reduce-add's stage to a producer warp: it "
                              "needs dq_tma")
-        if self.dk_last and not (self.overlap == 1 and self.dq_tma and not self.dq_first):
+        if self.dk_last and not (self.overlap == 1 and self.dq_tma):
             raise ValueError("dk_last issues dK behind dQ, staging dQ under it: it needs "
-                             "overlap 1 and dq_tma, not dq_first")
+                             "overlap 1 and dq_tma")
         if self.wg3 and (not (self.dq_tma and self.dq_swizzle) or self.overlap == 1 or any((
-                self.dq_first, self.ex2_poly, self.dq_split, self.col_split, self.pds_smem,
-                self.ds_double, self.panel_split, self.sdp_split, self.dk_last,
-                self.block_m != BLOCK_M))):
+                self.dq_split, self.col_split, self.pds_smem, self.ds_double,
+                self.panel_split, self.dk_last, self.block_m != BLOCK_M))):
             raise ValueError("wg3 is its own kernel (96 keys, three consumer warpgroups): it "
                              "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
                              "and none of the other options")
@@ -364,46 +291,25 @@ class BwdConfig:
         if self.wg3_fence1 and not self.wg3:
             raise ValueError("wg3_fence1 drops the writers' proxy fence of wg3's P and dS "
                              "exchanges: it needs wg3")
-        if (self.dp_pin or self.dv_first or self.dq_batch or self.ds_fence1) and \
-                not self.dq_swap:
-            raise ValueError("dp_pin, dv_first, dq_batch and ds_fence1 reorder dq_swap's "
-                             "step (bwd_m80.py): they need dq_swap")
-        if self.uniform_cons and self.wg2:
-            raise ValueError("uniform_cons takes the consumer index from lane 0 in bwd.py's, "
-                             "dq_swap's and wg3's kernels: not wg2's")
         if self.det_units < 0:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:
             raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
-        if self.det_poll and not (self.det_pipe and not self.wg2):
+        if self.det_poll and not self.det_pipe:
             raise ValueError("det_poll reads the pipelined writer's next turn early: it needs "
-                             "det_pipe, and not wg2 (no deterministic mode)")
+                             "det_pipe")
         if self.s_ahead not in (0, 1, 2):
             raise ValueError(f"s_ahead is 0, 1 or 2, got {self.s_ahead}")
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
             raise ValueError("s_ahead issues the next step's Sᵀ behind dk_last's dK, under "
                              "a one-chain dQ: it needs dk_last, and dq_split or block_m=128")
-        if (self.mask_peel or self.m_desc) and (self.wg3 or self.wg2 or self.dq_swap):
-            raise ValueError("mask_peel and m_desc walk bwd.py's row blocks (not wg3's, "
-                             "wg2's or dq_swap's)")
         if self.ahead_k and not self.s_ahead:
             raise ValueError("ahead_k issues s_ahead's first Sᵀ without a branch: it needs "
                              "s_ahead")
-        if self.qdo_split and (self.wg3 or self.wg2 or self.col_split):
-            raise ValueError("qdo_split gives dO its own barrier in the 64- and 128-key "
-                             "kernels' ring: not with wg3, wg2 or col_split")
         if self.wg3 and self.producer_regs + 3 * self.consumer_regs > register_pool(3):
             raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {self.producer_regs} "
                              f"+ 3 x {self.consumer_regs} exceeds the {register_pool(3)} of "
                              f"four warpgroups (consumer_regs=160 fits)")
-        if self.wg2 and (self.wg3 or not (self.dq_tma and self.dq_swizzle) or
-                         self.overlap == 1 or any((
-                             self.dq_first, self.ex2_poly, self.dq_split, self.col_split,
-                             self.pds_smem, self.ds_double, self.panel_split,
-                             self.sdp_split, self.dk_last, self.block_m != BLOCK_M))):
-            raise ValueError("wg2 is its own kernel (96 keys, two consumer warpgroups): it "
-                             "needs dq_tma and dq_swizzle, takes dq_warp and overlap 2 "
-                             "and none of the other options (nor wg3)")
         if self.producer_regs + 2 * self.consumer_regs > register_pool(2):
             raise ValueError(f"producer_regs + 2 x consumer_regs = {self.producer_regs} + 2 x "
                              f"{self.consumer_regs} exceeds the {register_pool(2)} a thread "
@@ -413,7 +319,7 @@ class BwdConfig:
     @property
     def block_n(self) -> int:
         """Keys per CTA."""
-        return BLOCK_N_WG3 if self.wg3 or self.wg2 else \
+        return BLOCK_N_WG3 if self.wg3 else \
             BLOCK_N_SPLIT if self.col_split else BLOCK_N
 
     def wg_cols(self, head_dim: int) -> int:
@@ -431,9 +337,6 @@ class BwdConfig:
             return kv + self.stages * (2 * bm * head_dim * elem_bytes + 2 * 384) + \
                 self.stages * bm * self.block_n * elem_bytes + 2 * bm * 64 * 4 + \
                 8 * (1 + 2 * self.stages)
-        if self.wg2:         # (bwd_wg2.Layout): 1 dO stage, P and dS, two 96-column dQ stages
-            return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
-                2 * bm * self.block_n * elem_bytes + 2 * bm * 96 * 4 + 8 * (3 + 2 * self.stages)
         if self.wg3:         # (bwd_wg3.Layout): 1 dO stage, P and dS, three 64-column dQ stages
             return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
                 2 * bm * 128 * elem_bytes + 3 * bm * 64 * 4 + 8 * (3 + 2 * self.stages)
@@ -441,9 +344,8 @@ class BwdConfig:
         stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
-        xg = BLOCK_M * 64 * 4 if self.sdp_split else 0       # sdp_split's f32 exchange
-        return kv + ring + ds + stage + xg + 8 * (1 + (3 if self.qdo_split else 2) *
-                                                  self.stages) + (8 if self.kv_pair else 0)
+        return kv + ring + ds + stage + 8 * (1 + 2 * self.stages) + \
+            (8 if self.kv_pair else 0)
 
 
 @lru_cache(maxsize=1)
@@ -474,9 +376,6 @@ def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False
 def kernel_checks(c: BwdConfig, d: int, deterministic: bool, varlen: bool) -> None:
     """What :func:`.bwd.build_backward` refuses beyond the config's own checks: the
     combinations with a head dim, the deterministic mode or varlen."""
-    if deterministic and c.m_desc:   # (bwd_det orders the row blocks for the turns)
-        raise ValueError("m_desc orders the default mode's row blocks: the deterministic "
-                         "mode has its own order (det_desc)")
     if c.kv_pair and (deterministic or varlen):  # (the turns assume one key block a CTA)
         raise ValueError("kv_pair walks two key blocks a CTA in the dense default mode: not "
                          "deterministic or varlen")

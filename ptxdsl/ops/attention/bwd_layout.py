@@ -1,6 +1,6 @@
 """What the attention backward's main kernel (:mod:`.bwd`) lays out: the byte offsets of its
 dynamic shared memory (:class:`Smem`) and its arguments with their TMA boxes (:func:`specs`),
-which the 96-key kernels (:mod:`.bwd_wg3`, :mod:`.bwd_wg2`) share.
+which the 96-key kernel (:mod:`.bwd_wg3`) shares.
 
 Shared memory (1024-byte aligned, 64-column panels of 128-byte swizzled rows, what a TMA box
 of (1, rows, 1, 64) writes): K, V (128 rows a panel), ``stages`` Q and dO (64 rows a
@@ -37,14 +37,12 @@ class Smem:
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
         self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
-        self.xg = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)   # sdp_split's X
-        self.lse = self.xg + (BM * 64 * 4 if c.sdp_split else 0)
+        self.lse = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)
         self.dpsum = self.lse + c.stages * 2 * c.block_m * 4
         self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8
         self.empty = self.full + 8 * c.stages
-        self.fulldo = self.empty + 8 * c.stages          # (qdo_split: dO's own barriers)
-        self.kvempty = self.fulldo + (8 * c.stages if c.qdo_split else 0)   # (kv_pair)
+        self.kvempty = self.empty + 8 * c.stages         # (kv_pair)
         self.total = self.kvempty + (8 if c.kv_pair else 0)
 
 

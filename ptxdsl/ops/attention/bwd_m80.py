@@ -43,13 +43,6 @@ sections (ascending key blocks: under a causal mask a section's longest first), 
 :mod:`.bwd`. ``s_ahead`` 2 (:mod:`.bwd_ahead`): the next step's Sᵀ queued behind dK in
 dQ's accumulator once dQ is staged, the stage handed over under them, the step starting
 with dPᵀ (``ahead_k``: the first Sᵀ without a branch, else ptxas's C7519).
-
-Where Pᵀ's exponentials run (``dp_pin``, ``dv_first``): in ptxas's SASS of the plain step
-the ``wait_group 0`` for dPᵀ lands after 3 of the 40 ``MUFU.EX2`` a thread, so the
-tensor pipe idles while both warpgroups (in lockstep through the exchange barrier) take
-their exponentials. ``dp_pin`` keeps the wait below them with a branch; ``dv_first``
-queues dV behind dPᵀ once Pᵀ is packed, so the exponentials must precede its issue and
-dSᵀ is made under dV.
 """
 from __future__ import annotations
 
@@ -57,7 +50,7 @@ import itertools
 
 from ... import Tile, kernel
 from ...core.tensormap import TMA
-from ...core.types import PtxType, f32, pred, u8, u32
+from ...core.types import PtxType, f32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.ring import Ring, wait
 from .bwd_ahead import Ahead
@@ -66,7 +59,7 @@ from .bwd_det import det_cta, m_blocks, turn_of
 from .bwd_detpipe import det_step
 from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
 from .bwd_epi import store_kv_tma
-from .bwd_scores import dscores, dscores_packed, probs
+from .bwd_scores import dscores, probs
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
 from .config import Mask
 from .fwd import _s32
@@ -139,19 +132,6 @@ def dq_swapped(acc, dt: str, a_at, ds_at) -> None:
         ptx.inst(f"wgmma.mma_async.sync.aligned.m64n{BM}k16.f32.{dt}.{dt}", list(acc),
                  a + ao if ao else a, b + bo if bo else b,
                  0 if ks == 0 else 1, 1, 1, 1, 1)
-
-
-def dk_from_smem(mma, acc, a_at, q_at) -> None:
-    """``dK += dSᵀ·Q`` (``dk_smem``) with A the warpgroup's 64 keys of the slot's dSᵀ read
-    K-major (a 16-query panel a k-step: 32-byte rows, 8-key groups 256 bytes apart) and B
-    Q MN-major from the ring; a group of its own."""
-    b = ptx.wgmma.descriptor(q_at, leading=BM * ROW, stride=1024, swizzle=128)
-    for ks in range(BM // 16):
-        a = ptx.wgmma.descriptor(a_at, leading=16, stride=8 * 2 * QP, swizzle=32,
-                                 byte_offset=ks * DS_PANEL)
-        bo = (ks * 16 * ROW) >> 4
-        ptx.inst(mma, list(acc), a, b + bo if bo else b, 1, 1, 1, 0, 1)
-    ptx.inst("wgmma.commit_group.sync.aligned")
 
 
 def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
@@ -230,7 +210,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ring.advance()
             with ptx.if_((tid >> 5) == 1):      # warp 1: dQ's reduce-adds
                 _writer(tid & 31, tdq, base + L.dqs, L.wg_stage, hk, group, batch,
-                        m_range, c.dq_exit_read, c.dq_batch,
+                        m_range, c.dq_exit_read,
                         det=(sem, nb, off, mask, labels, desc, nh,
                              c.det_poll and (lambda: base + L.total))
                         if deterministic else None)
@@ -278,29 +258,16 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ptx.inst("wgmma.commit_group.sync.aligned")
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse), scale,
-                          0.0, scale_log2, False, BM)
-                    # dp_pin: dPᵀ's wait stays below the exponentials (a branch), Pᵀ packed
-                    # after it (20 registers fewer beside dPᵀ's 40 in flight); dv_first:
-                    # dV issued once Pᵀ is packed (behind dPᵀ, before the wait, unless
-                    # pinned), so dSᵀ is made and stored while it runs
-                    if c.dp_pin:
-                        _pinned_wait(labels, w)
+                          0.0, scale_log2, BM)
                     pack_p(list(s_acc), p_regs, dt)
-                    if c.dv_first:
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
-                    if not c.dp_pin:
-                        ptx.inst("wgmma.wait_group.sync.aligned", 1 if c.dv_first else 0)
-                    if c.dv_first:
-                        dscores_packed(p_regs, list(dp_acc), fcol, row_at(L.dpsum), dt)
-                    else:
-                        dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
+                    ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
                     pack_p(list(dp_acc), ds_regs, dt)
                     # dSᵀ into the slot's buffer: A-fragment register j of chunk kc holds keys
                     # r0 + 8 (j % 2), queries 16 kc + 8 (j // 2) + fcol and the next one;
                     # 32-byte swizzle: the 16-byte half ^ key bit 2. The buffer was last read
-                    # by the dQ (and, dk_smem, this warpgroup's dK) of two steps ago, which
-                    # both warpgroups waited for before the last step's exchange barrier.
+                    # by the dQ of two steps ago, which both warpgroups waited for before
+                    # the last step's exchange barrier.
                     ds_at = base + L.ds + ring.slot * DS_BYTES
                     x = (lw >> 4) & 1
                     row = ds_at + (w * 64 + r0) * (2 * QP) + fcol * 2
@@ -312,27 +279,17 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                                 ds_regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
                     # dV once dSᵀ is stored (its registers free: issued before the stores
-                    # with Pᵀ's f32 still live, ptxas serializes the wgmmas, C7512; dv_first
-                    # reads Pᵀ back from the packed registers), run under the barrier
-                    if not c.dv_first:
-                        ptx.inst("wgmma.fence.sync.aligned")
-                        kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
+                    # with Pᵀ's f32 still live, ptxas serializes the wgmmas, C7512), run
+                    # under the barrier
+                    ptx.inst("wgmma.fence.sync.aligned")
+                    kv_gemms(mma_kv, [dv_acc], p_regs, [do_at], bm=BM)
                     ptx.inst("bar.sync", *XBAR)
-                    if not c.ds_fence1:    # (ds_fence1: the writers' fence before the
-                        # barrier orders them, as CUTLASS's and FA4's sm90 exchanges do)
-                        ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
-                    if c.dv_first and ahead:    # dV done (under dSᵀ and the barrier) before
-                        # dQ writes Sᵀ's registers, which ptxas gives dV's packed Pᵀ (else it
-                        # serializes every wgmma, C7512)
-                        ptx.inst("wgmma.wait_group.sync.aligned", 0)
+                    ptx.inst("fence.proxy.async.shared::cta")  # (the other half's writes)
                     dq = ahead.dq_acc(BM) if ahead else ptx.wgmma.accumulator(BM)
                     ptx.inst("wgmma.fence.sync.aligned")
                     dq_swapped(dq, dt, base + L.k + w * (BN * ROW), ds_at)
                     ptx.inst("wgmma.commit_group.sync.aligned")
-                    if c.dk_smem:                                        # dK behind dQ
-                        dk_from_smem(mma_kv, dk_acc, ds_at + w * (64 * 2 * QP), q_at)
-                    else:
-                        kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)
+                    kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)     # dK behind dQ
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     take_stage(w)
                     _stage_t(list(dq), stage_w, warp, lw, fcol)
@@ -368,22 +325,6 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv))
 
 
-def _pinned_wait(labels, w) -> None:
-    """``dp_pin``: dPᵀ's ``wait_group 0`` in both arms of a ``bra.uni`` on ``w < 2``
-    (always true, unknown to ptxas), so it stays below Pᵀ's exponentials (ptxas
-    otherwise hoists it above them, and dPᵀ no longer overlaps them)."""
-    n = next(labels)
-    alt, done = ptx.new_label(f"dp_alt{n}"), ptx.new_label(f"dp_done{n}")
-    live = reg.scalar(pred)
-    ptx.inst.setp.lt.u32(live, w, 2)
-    ptx.bra(alt, pred=~live, uni=True)
-    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-    ptx.bra(done, uni=True)
-    ptx.place(alt)
-    ptx.inst("wgmma.wait_group.sync.aligned", 0)
-    ptx.place(done)
-
-
 def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
     """dQᵀ (rows: this warpgroup's 64 head-dim columns, columns: the 80 queries) into the
     reduce box's layout, transposed: element (column dc, query q) at panel dc // 32, row
@@ -398,13 +339,10 @@ def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
 
 
 def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
-            exit_read: bool = False, batch_adds: bool = False, det=None) -> None:
+            exit_read: bool = False, det=None) -> None:
     """Warp 1 of the producer: each step, each warpgroup's staged 80 x 64 dQ added by two
     80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box); at the end
-    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`).
-    ``batch_adds`` (``dq_batch``): both warpgroups' adds issued before waiting for the
-    first's reads (one bulk group each, read in order), not each waited for before the
-    next stage is taken. ``det``: ``(sem, nb, off, mask, labels, desc, nh, poll)``, the
+    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`). ``det``: ``(sem, nb, off, mask, labels, desc, nh, poll)``, the
     row block's turns taken around the adds by :func:`.bwd_detpipe.det_step`."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
@@ -429,13 +367,7 @@ def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
                     ptx.inst("fence.proxy.async.shared::cta")
                     add(w)
                     ptx.inst("cp.async.bulk.commit_group")
-                    if not batch_adds:
-                        ptx.inst("cp.async.bulk.wait_group.read", 0)
-                if not batch_adds:
-                    ptx.inst("bar.arrive", EMPTY + w, THREADS)
-            for w in range(2 if batch_adds else 0):   # (groups are read in order)
-                with ptx.if_(lane == 0):
-                    ptx.inst("cp.async.bulk.wait_group.read", 1 - w)
+                    ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
     with ptx.if_(lane == 0):
         ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)

@@ -1,4 +1,4 @@
-"""The shared memory of the 96-key backward kernels (:mod:`.bwd_wg3`, :mod:`.bwd_wg2`):
+"""The shared memory of the 96-key backward kernel (:mod:`.bwd_wg3`):
 K and V resident, a ring of Q stages with one dO stage, the P and dS tiles, a dQ stage a
 consumer warpgroup, the LSE and dPsum rows, and the mbarriers that pace them."""
 from __future__ import annotations

@@ -3,16 +3,11 @@ Sᵀ -> Pᵀ = ex2(Sᵀ·scale·log2e - LSE·log2e) and dPᵀ -> dSᵀ = Pᵀ �
 softcap's tanh and the causal / window mask, in place on wgmma accumulators (:mod:`.bwd`)."""
 from __future__ import annotations
 
-from ...core.types import b16, b32, f32
+from ...core.types import f32
 from ...dsl import ptx, reg
 from .config import Mask
 from .fwd import _s32
-from .softmax import _a_order, mask_block
-
-# 2^f on [-1/2, 1/2], degree 3, fitted for relative error (7.7e-5 at f32: far under bf16's)
-EX2_POLY = (0.9999290108680725, 0.6932607889175415, 0.24259856343269348, 0.05516650155186653)
-ROUND = 12582912.0         # 1.5 * 2^23: x + ROUND holds round(x) in its low mantissa bits
-
+from .softmax import mask_block
 
 def cap_and_mask(s, keys, m0, fcol, off, mask: Mask, kw0, scale, softcap,
                  keep: bool = True, bm: int = 64) -> list:
@@ -49,33 +44,8 @@ def cap_and_mask(s, keys, m0, fcol, off, mask: Mask, kw0, scale, softcap,
     return caps
 
 
-def ex2(x, poly: bool = False) -> None:
-    """``x = 2^x`` in place: ``ex2.approx.ftz.f32`` on the MUFU pipe or, ``poly``, on the
-    FMA pipe (FlashAttention-4's relief for MUFU): ``n = round(x)`` by the 1.5·2^23
-    addition, ``2^(x - n)`` by :data:`EX2_POLY`, ``n`` added to the exponent bits; x is
-    clamped at -125 first (a masked -inf gives 2^-125, not 0: nothing next to a bf16 P)."""
-    if not poly:
-        ptx.inst("ex2.approx.ftz.f32", x, x)
-        return
-    t, j, f, p = (reg.scalar(f32) for _ in range(4))
-    tb, pb = reg.scalar(b32), reg.scalar(b32)
-    ptx.inst("max.f32", x, x, -125.0)
-    ptx.inst("add.rn.f32", t, x, ROUND)
-    ptx.inst("sub.rn.f32", j, t, ROUND)
-    ptx.inst("sub.rn.f32", f, x, j)
-    ptx.inst("fma.rn.f32", p, f, EX2_POLY[3], EX2_POLY[2])
-    ptx.inst("fma.rn.f32", p, p, f, EX2_POLY[1])
-    ptx.inst("fma.rn.f32", p, p, f, EX2_POLY[0])
-    ptx.inst("mov.b32", tb, t)
-    ptx.inst("shl.b32", tb, tb, 23)
-    ptx.inst("mov.b32", pb, p)
-    ptx.inst("add.s32", pb, pb, tb)
-    ptx.inst("mov.b32", x, pb)
-
-
 def grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale,
-                softcap, scale_log2, poly: bool = False, cap_inline: bool = False,
-                bm: int = 64) -> None:
+                softcap, scale_log2, cap_inline: bool = False, bm: int = 64) -> None:
     """Sᵀ -> Pᵀ in place and dPᵀ -> dSᵀ in place (keys are rows, queries columns):
     ``p = ex2(fma(s, scale·log2e, -lse·log2e))`` (``ld.shared.v2.f32`` of a column pair's
     -LSE·log2e and D), ``ds = p · (dp - D)``; with softcap, ``s = tanh(s·scale/cap)`` first
@@ -99,7 +69,7 @@ def grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale
                 ptx.inst("min.f32", c, c, 0.0)
                 ptx.inst.neg.f32(c, c)                  # max(1 - s², 0)
             ptx.inst("fma.rn.f32", x, x, scale_log2, nl[i % 2])
-            ex2(x, poly and i % 2 == 1)
+            ptx.inst("ex2.approx.ftz.f32", x, x)
             ptx.inst.sub.f32(y, y, dd[i % 2])
             ptx.inst.mul.f32(y, y, x)
             if softcap:
@@ -107,17 +77,16 @@ def grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale
 
 
 def probs(s, keys, m0, fcol, off, mask: Mask, kw0, lse_at, scale, softcap,
-          scale_log2, poly: bool = False, bm: int = 64) -> list:
+          scale_log2, bm: int = 64) -> list:
     """Sᵀ -> Pᵀ in place (the first half of :func:`grad_scores`, while dPᵀ is in flight);
-    returns the softcap's tanh values for :func:`dscores`. ``poly``: every second element's
-    exponential on the FMA pipe (:func:`ex2`)."""
+    returns the softcap's tanh values for :func:`dscores`."""
     caps = cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap, bm=bm)
     for g in range(len(s) // 4):
         nl = [reg.scalar(f32) for _ in range(2)]
         ptx.inst("ld.shared.v2.f32", nl, ptx.addr(lse_at + fcol * 4, 32 * g))
         for i in range(4 * g, 4 * g + 4):
             ptx.inst("fma.rn.f32", s[i], s[i], scale_log2, nl[i % 2])
-            ex2(s[i], poly and i % 2 == 1)
+            ptx.inst("ex2.approx.ftz.f32", s[i], s[i])
     return caps
 
 
@@ -133,38 +102,6 @@ def dscores(p, dp, caps, fcol, d_at) -> None:
                 cap_grad(dp[i], caps[i])
 
 
-def dscores_packed(p_regs, dp, fcol, d_at, dtype_name: str) -> None:
-    """dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ - D) in place with Pᵀ read back from its packed 16-bit A
-    registers (:func:`.softmax.pack_p`'s ``p_regs``), so Pᵀ's f32 registers die at the
-    packing (``BwdConfig.dv_first``: dV reads the packed Pᵀ while dSᵀ is made; these
-    are reads of an in-flight wgmma's A registers, which PTX leaves undefined and ptxas
-    emits without a wait: only reads, never writes, so confirmed on the GPU)."""
-    src = {}
-    for regs, chunk in zip(p_regs, _a_order(2 * len(dp))):
-        for d, pair in zip(regs, chunk):
-            for half, i in enumerate(pair):
-                src[i] = (d, half)
-    for g in range(len(dp) // 4):
-        dd = [reg.scalar(f32) for _ in range(2)]
-        ptx.inst("ld.shared.v2.f32", dd, ptx.addr(d_at + fcol * 4, 32 * g))
-        for i in range(4 * g, 4 * g + 4):
-            d, half = src[i]
-            p, pb = reg.scalar(f32), reg.scalar(b32)
-            if dtype_name == "bf16":     # a bf16 is an f32's high half
-                if half:
-                    ptx.inst("and.b32", pb, d, 0xFFFF0000)
-                else:
-                    ptx.inst("shl.b32", pb, d, 16)
-                ptx.inst("mov.b32", p, pb)
-            else:
-                h = reg.scalar(b16)
-                ptx.inst("mov.b32", [h, reg.scalar(b16)] if not half else
-                         [reg.scalar(b16), h], d)
-                ptx.inst(f"cvt.f32.{dtype_name}", p, h)
-            ptx.inst.sub.f32(dp[i], dp[i], dd[i % 2])
-            ptx.inst.mul.f32(dp[i], dp[i], p)
-
-
 def cap_grad(y, t) -> None:
     """``y ·= 1 - t²`` (softcap's tanh derivative; t is overwritten)."""
     ptx.inst("fma.rn.f32", t, t, t, -1.0)   # t² - 1
@@ -172,4 +109,4 @@ def cap_grad(y, t) -> None:
     ptx.inst.mul.f32(y, y, t)
 
 
-__all__ = ["grad_scores", "probs", "dscores", "dscores_packed"]
+__all__ = ["grad_scores", "probs", "dscores"]

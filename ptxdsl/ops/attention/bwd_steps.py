@@ -1,6 +1,6 @@
 """The main backward kernel's (:mod:`.bwd`) steps that are not the consumer loop's order:
-the register-A GEMMs of dV and dK, the varlen K clear and the dK / dV stores (the
-deterministic mode's turns are :mod:`.bwd_det`'s)."""
+the producer's loads, the register-A GEMMs of dV and dK, the varlen K clear and the dK / dV
+stores (the deterministic mode's turns are :mod:`.bwd_det`'s)."""
 from __future__ import annotations
 
 from ...core.types import b32, pred, s32, u32
@@ -89,6 +89,24 @@ def load_kv(base, maps, panels: int, bn: int, coords, bar, kv_bytes: int) -> Non
             ptx.tma.load(base + (dst + p * bn * ROW), tmap, coords(p), bar)
 
 
+def load_slot(*, base, slot, full, q_bytes: int, bm: int, panels: int, tiles, rows, qc,
+              rc) -> None:
+    """The producer's loads of one ring step into ``slot``, all on its ``full`` barrier:
+    ``tiles`` ((tmap, offset) of Q, dO), ``rows`` ((tmap, offset) of -LSE·log2e, D: one copy
+    per consumer warpgroup, each reads its own, so a warpgroup's reads are all ordered
+    before its release); ``qc(p)``, ``rc()``: the boxes' coordinates."""
+    fb = full + slot * 8
+    ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink, ptx.addr(fb),
+             2 * q_bytes + 4 * bm * 4)
+    for tmap, dst in tiles:
+        at = base + dst + slot * q_bytes
+        for p in range(panels):
+            ptx.tma.load(at + p * bm * ROW if p else at, tmap, qc(p), fb)
+    for tmap, dst in rows:
+        for cw in range(2):
+            ptx.tma.load(base + dst + slot * (2 * bm * 4) + cw * bm * 4, tmap, rc(), fb)
+
+
 def row_blocks(n0, sq, sk, mask, bn: int, bm: int, varlen: bool):
     """``(off, m_lo, m_hi)`` for the key block at ``n0``: the keys' offset past the queries
     (aligned bottom-right) and the ``bm``-row query blocks ``[m_lo, m_hi)`` whose rows
@@ -131,4 +149,5 @@ def u32_of(x):
     return r
 
 
-__all__ = ["kv_gemms", "score_gemm", "zero_other_keys", "store", "load_kv", "row_blocks", "u32_of"]
+__all__ = ["kv_gemms", "score_gemm", "zero_other_keys", "store", "load_kv", "load_slot",
+           "row_blocks", "u32_of"]

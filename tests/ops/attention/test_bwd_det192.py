@@ -33,11 +33,8 @@ def _with(monkeypatch, c):
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
 
 
-def test_det_poll_takes_wg3_not_wg2():
+def test_det_poll_takes_wg3_with_det_pipe():
     assert "_dpl" in replace(DET, det_poll=True).tag
-    with pytest.raises(ValueError, match="det_poll"):
-        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg2=True, consumer_regs=240,
-                  dq_warp=True, det_pipe=True, det_poll=True)
     with pytest.raises(ValueError, match="det_poll"):
         replace(DET, det_pipe=False, det_poll=True)
 

@@ -43,11 +43,6 @@ def test_emits_the_swapped_step_and_checks_its_options():
     assert text.count("st.shared.b32") == 20 and text.count("st.shared.f32") == 40
     assert any(ln.rstrip().endswith("41600;") for ln in text.splitlines() if "expect_tx" in ln)
     assert Layout(c, 2).total == c.smem_bytes(128) <= SMEM_PER_CTA
-    # dk_smem: dK's A from dSᵀ's buffer (a descriptor, not registers)
-    text = build_backward_m80(BwdConfig(**M80, dk_smem=True), bf16, 128, scale=0.1).ptx()
-    assert _mmas(text) == s + s + kv + s + [("m64n128", False)] * 5 and "_dqs_dks" in text
-    with pytest.raises(ValueError, match="dk_smem"):
-        BwdConfig(stages=2, dk_smem=True)
     for bad in (dict(M80, block_m=64), dict(M80, dq_swap=False), dict(M80, dk_last=False),
                 dict(M80, dq_split=True), dict(M80, s_ahead=1), dict(M80, stages=1)):
         with pytest.raises(ValueError, match="dq_swap|block_m"):
@@ -59,42 +54,31 @@ def test_emits_the_swapped_step_and_checks_its_options():
         build_backward_m80(c, bf16, 64, scale=0.1)
 
 
-def _case(monkeypatch, sq, sk, seed, dk_smem=False, fixed=False, **kw):
-    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64; ``fixed``:
-    with the fixed-cost options (the shipped full row's config)."""
-    c = BwdConfig(**M80, dk_smem=dk_smem, **(FIXED if fixed else {}))
-    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
-    rng = np.random.default_rng(seed)
-    q, k, v, do = (rng.standard_normal((1, s, h, 128)).astype(BF16)
-                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
-    out, lse = attention_reference(q, k, v, **kw)
-    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
-    check_grads(got, attention_backward_reference(do, q, k, v, **kw))
-
-
 @pytest.mark.long
-@pytest.mark.parametrize("sq,sk,kw", [
-    (150, 200, dict(fixed=True)), (150, 200, dict(dk_smem=True, causal=True))],
-    ids=["full-row", "dk_smem-causal"])
-def test_matches_float64(monkeypatch, sq, sk, kw):
+def test_matches_float64(monkeypatch):
     """Sq = 150: two 80-row steps a head (the second's last 10 rows past Sq: the
     preprocess's -inf rows), two heads a CTA, the ring wrapping: the shipped full row
-    (with prep_wide, dkv_tma, dq_exit_read), and the plain step with dk_smem, causal. (A
-    single partial step, Sq = 37, and a window leaving a key block without a step run in
+    (with prep_wide, dkv_tma, dq_exit_read), GQA, bf16, against float64. (A single partial
+    step, Sq = 37, and a window leaving a key block without a step run in
     test_bwd_m80_det.py; the plain step's window in test_bwd_m80_ahead.py.)"""
-    _case(monkeypatch, sq, sk, sq + sk, **kw)
+    c = BwdConfig(**M80, **FIXED)
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: c)
+    rng = np.random.default_rng(350)
+    q, k, v, do = (rng.standard_normal((1, s, h, 128)).astype(BF16)
+                   for s, h in ((150, 2), (200, 1), (200, 1), (150, 2)))
+    out, lse = attention_reference(q, k, v)
+    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32))
+    check_grads(got, attention_backward_reference(do, q, k, v))
 
 
 @pytest.mark.ptxas
 @pytest.mark.long
-@pytest.mark.parametrize("dtype,mask,extra", [(bf16, Mask(), FIXED), (f16, Mask(), FIXED),
-                                              (bf16, Mask(-1, 0), dict(dk_smem=True))],
-                         ids=["full-row", "f16-row", "causal-dk-smem"])
-def test_ptxas_keeps_everything_in_registers_and_pipelined(dtype, mask, extra):
+@pytest.mark.parametrize("dtype", [bf16, f16], ids=["full-row", "f16-row"])
+def test_ptxas_keeps_everything_in_registers_and_pipelined(dtype):
     """No spills, and no wgmma serialization notice (C7510-C7520, "Potential Performance
-    Loss"; dV issued before dSᵀ's stores is C7512): the shipped full row in bf16 and f16,
-    the plain step with dk_smem (a lab option) once, causal. (The causal row's step: test_bwd_m80_ahead.py.)"""
-    k = build_backward_m80(BwdConfig(**M80, **extra), dtype, 128, mask, scale=0.07)
+    Loss"; dV issued before dSᵀ's stores is C7512): the shipped full row in bf16 and f16.
+    (The causal row's step: test_bwd_m80_ahead.py.)"""
+    k = build_backward_m80(BwdConfig(**M80, **FIXED), dtype, 128, Mask(), scale=0.07)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
     assert "Performance Loss" not in k.check().log, k.name

@@ -29,15 +29,11 @@ ROW = dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True, consumer_regs=160, 
 STORE = "cp.async.bulk.tensor.4d.global.shared::cta"
 
 
-def test_wg3_takes_the_options_wg2_does_not():
+def test_wg3_takes_the_fixed_cost_options():
     """wg3 accepts dkv_tma, lpt_units and dq_exit_read without the writer warp (tags
-    name them); wg2 still refuses dkv_tma and lpt_units."""
+    name them); col_split refuses dq_exit_read without it."""
     assert BwdConfig(**ROW, dkv_tma=True, dq_exit_read=True, lpt_units=4).tag.endswith(
         "_wg3_kvt_lpt4_xr")
-    wg2 = dict(stages=2, dq_tma=True, dq_swizzle=True, wg2=True, consumer_regs=240)
-    for bad in (dict(dkv_tma=True), dict(lpt_units=2)):
-        with pytest.raises(ValueError, match="dkv_tma|lpt_units"):
-            BwdConfig(**wg2, **bad)
     with pytest.raises(ValueError, match="dq_exit_read"):
         BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, dq_exit_read=True)
 

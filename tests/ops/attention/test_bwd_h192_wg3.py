@@ -50,7 +50,7 @@ def test_emits_fa3_tile_and_fits():
     assert text.count("cp.reduce.async.bulk.tensor") == 2 and "bar.sync 1, 384" in text
     assert ".maxntid 512, 1, 1" in text and "_wg3" in text
     assert WG3.block_n == 96 and WG3.smem_bytes(192) == smem_bytes(WG3) <= SMEM_PER_CTA
-    for bad in (dict(col_split=True), dict(overlap=1), dict(ex2_poly=True),
+    for bad in (dict(col_split=True), dict(overlap=1), dict(dq_split=True),
                 dict(consumer_regs=240)):
         with pytest.raises(ValueError, match="wg3"):
             BwdConfig(**{**dict(stages=2, dq_tma=True, dq_swizzle=True, wg3=True,

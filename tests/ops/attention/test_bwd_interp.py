@@ -75,15 +75,14 @@ def test_bad_arguments_name_the_caller():
         attention_backward(do, q, k, v, out, lse, dk=np.zeros((1, 8, 1, 64), np.float32))
 
 
-# lab options in no plan row, one case each (the rows' own orderings run through the API
-# below and in the other test_bwd_*.py files): no swizzled dQ stage and no overlap,
-# dq_first, and ex2_poly with overlap 2
+# lab orderings in no plan row, one case each (the rows' own orderings run through the API
+# below and in the other test_bwd_*.py files): no swizzled dQ stage and no overlap, and
+# overlap 2
 @pytest.mark.long
 @pytest.mark.parametrize("d,cfg", [
     (64, dict()),
-    (64, dict(overlap=1, dq_swizzle=True, dq_first=True)),
-    (64, dict(overlap=2, dq_swizzle=True, ex2_poly=True)),
-], ids=["plain", "dq_first", "overlap2-ex2_poly"])
+    (64, dict(overlap=2, dq_swizzle=True)),
+], ids=["plain", "overlap2"])
 def test_every_step_ordering_matches_float64(monkeypatch, d, cfg):
     """The plan table's alternatives that no row ships (BwdConfig's orderings of a consumer
     step), one case each, on a causal GQA shape crossing two key blocks."""

@@ -21,10 +21,10 @@ FIXED = dict(prep_wide=True, dkv_tma=True, dq_exit_read=True)
 
 
 def test_takes_lpt_units():
-    """dq_swap takes lpt_units (the tag names it); wg2 still refuses it."""
+    """dq_swap takes lpt_units (the tag names it); a negative count is refused."""
     assert BwdConfig(**M80, **FIXED, lpt_units=8).tag.endswith("_dqs_kvt_lpt8_xr")
     with pytest.raises(ValueError, match="lpt_units"):
-        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg2=True, lpt_units=4)
+        BwdConfig(**M80, lpt_units=-1)
 
 
 @pytest.mark.long

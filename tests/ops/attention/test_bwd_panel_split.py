@@ -1,9 +1,8 @@
-"""The column-split backward's head-dim-192 layouts: ``panel_split`` (each consumer
-warpgroup owns 64-column panel w and half w of panel 2: an n64 and an n32 wgmma piece of
-dK, dV and dQ, not three n32) and ``sdp_split`` (warpgroup 0 Sᵀ, warpgroup 1 dPᵀ, each
-m64n64 over the step's 64 queries): what they emit, that ptxas keeps them in registers,
-and the CPU interpreter's dq, dk, dv against float64 (dense, deterministic, varlen): the
-plan's two col_split rows at head dim 192 at each mask, the lab layouts once each."""
+"""The column-split backward's head-dim-192 layout ``panel_split`` (each consumer warpgroup
+owns 64-column panel w and half w of panel 2: an n64 and an n32 wgmma piece of dK, dV and
+dQ, not three n32): what it emits, that ptxas keeps it in registers, and the CPU
+interpreter's dq, dk, dv against float64 (dense, deterministic, varlen): the plan's two
+col_split rows at head dim 192 at each mask, the lab ordering (overlap 1) once."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +24,6 @@ from attention_bwd_checks import check_grads as _check, check_varlen_causal  # n
 COLS = dict(dq_tma=True, dq_swizzle=True, col_split=True, panel_split=True)
 PDS2 = BwdConfig(stages=2, pds_smem=True, **COLS)
 OV1 = BwdConfig(stages=2, overlap=1, **COLS)
-GSP2 = BwdConfig(stages=2, sdp_split=True, **COLS)
 ROW15 = BwdConfig(stages=2, **COLS)             # bwd_plans.json's col_split rows at 192
 ROW16 = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, col_split=True, pds_smem=True)
 
@@ -75,19 +73,6 @@ def test_emits_n64_and_n32_pieces():
         build_backward(BwdConfig(stages=1, pds_smem=True, **COLS), bf16, 256, scale=0.1)
 
 
-def test_sdp_split_emits_one_n64_chain_a_warpgroup():
-    """sdp_split: one Sᵀ-or-dPᵀ chain a warpgroup (m64n64, 12 k-steps, its A and B chosen
-    by the warpgroup), the pieces as panel_split's, three 256-thread barriers a step and
-    the 16 KB f32 exchange in shared memory."""
-    text = build_backward(GSP2, bf16, 192, Mask(-1, 0), scale=0.1).ptx()
-    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 12 + 2 * 4 + 4
-    assert text.count("wgmma.mma_async.sync.aligned.m64n32k16") == 2 * 4 + 4
-    assert text.count("bar.sync 3, 256") == 3 and "st.shared.v4.f32" in text
-    assert GSP2.smem_bytes(192) == PDS2.smem_bytes(192) + 64 * 64 * 4 <= 232448
-    with pytest.raises(ValueError, match="sdp_split"):
-        BwdConfig(stages=2, sdp_split=True, pds_smem=True, **COLS)
-
-
 @pytest.mark.long
 def test_interpreter_matches_float64(monkeypatch):
     """Ragged, GQA, causal, two key blocks (64 keys a CTA): the plan's panel_split row."""
@@ -101,15 +86,13 @@ def test_interpreter_matches_float64(monkeypatch):
     (ROW16, {}, False), (ROW16, dict(causal=True), True),
     (ROW16, dict(window_size=(40, 3)), False),
     (OV1, dict(causal=True, softcap=3.0), False),
-    (GSP2, dict(window_size=(40, 3), softcap=5.0), True),
 ], ids=["row-full", "row-window", "pds-row-full", "pds-row-causal-det", "pds-row-window",
-        "ov1-causal-softcap", "gsp-window-softcap-det"])
+        "ov1-causal-softcap"])
 def test_orderings_masks_and_modes_match_float64(monkeypatch, c, kw, det):
     """The plan's two col_split rows at head dim 192 (panel_split; pds_smem without it)
     at the masks they serve (panel_split's causal: test_interpreter_matches_float64), and
-    one case each of the lab layouts: panel_split with overlap 1 and sdp_split (in no
-    row; its head dim 256 form, two 64-column pieces a warpgroup, is not run); panel_split
-    with pds_smem: test_varlen_matches_float64."""
+    one case of panel_split with overlap 1 (in no row); panel_split with pds_smem:
+    test_varlen_matches_float64."""
     _use(monkeypatch, c)
     _case(70, 150, 5, det, **kw)
 
@@ -134,15 +117,5 @@ def test_varlen_matches_float64(monkeypatch):
 def test_ptxas_keeps_everything_in_registers(c, mask, softcap, det, varlen):
     k = build_backward(c, bf16, 192, mask, scale=0.07, softcap=softcap, deterministic=det,
                        varlen=varlen)
-    r = resources_or_skip(k)
-    assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
-
-
-@pytest.mark.ptxas
-@pytest.mark.long
-def test_ptxas_sdp_split_keeps_everything_in_registers():
-    """sdp_split (a lab option: one case), causal, deterministic, varlen."""
-    k = build_backward(GSP2, bf16, 192, Mask(-1, 0), scale=0.07, deterministic=True,
-                       varlen=True)
     r = resources_or_skip(k)
     assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

@@ -30,17 +30,14 @@ BF16 = ml_dtypes.bfloat16
 SHFL = "shfl.sync.idx.b32"
 
 
-def test_emits_one_shuffle_and_refuses_wg2():
+def test_emits_one_shuffle():
     """One ``shfl.sync.idx`` from lane 0 (the kernel without the option has none), the
-    ``_uc`` tag; wg2's kernel does not take it."""
+    ``_uc`` tag."""
     base = BwdConfig(stages=2, dq_tma=True, dq_swizzle=True)
     text = build_backward(replace(base, uniform_cons=True), bf16, 64, Mask(),
                           scale=0.125).ptx()
     assert text.count(SHFL) == 1 and re.search(rf"{SHFL} %r\d+, %r\d+, 0, 31, 0xffffffff;", text)
     assert replace(base, uniform_cons=True).tag == base.tag + "_uc"
-    with pytest.raises(ValueError, match="uniform_cons"):
-        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, wg2=True, overlap=2,
-                  uniform_cons=True)
 
 
 def _over_plan(monkeypatch, **extra):

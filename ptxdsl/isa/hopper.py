@@ -219,6 +219,21 @@ def _bulk_rule(m):
     return None
 
 
+# cp.reduce.async.bulk's element types per operation (shared::cta -> global)
+BULK_REDUCE_TYPES = {"add": ("u32", "s32", "u64", "f32", "f64"),
+                     "min": ("u32", "s32", "u64", "s64"), "max": ("u32", "s32", "u64", "s64"),
+                     "inc": ("u32",), "dec": ("u32",),
+                     "and": ("b32", "b64"), "or": ("b32", "b64"), "xor": ("b32", "b64")}
+
+
+def _bulk_reduce_rule(m):
+    op, t = m.chosen["op"], m.type.name
+    if t not in BULK_REDUCE_TYPES[op]:
+        return (f"cp.reduce.async.bulk .{op} takes "
+                f"{', '.join('.' + x for x in BULK_REDUCE_TYPES[op])}, not .{t}")
+    return None
+
+
 def _bulk_size(m, ops):
     v = _imm(ops[2]) if len(ops) > 2 else None
     if v is not None and (v <= 0 or v % 16):
@@ -259,6 +274,19 @@ TMA = (
                "(element type from the tensor map).",
            example="cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
                    "[%rd0, {%r1, %r2}], [%r0]"),
+    OpSpec("cp.reduce.async.bulk",
+           (g("dst", "global", required=True), g("src", "shared::cta", required=True),
+            g("completion", "bulk_group", required=True), g("hint", CACHE_HINT),
+            g("op", "add", "min", "max", "inc", "dec", "and", "or", "xor", required=True)),
+           ("b32", "u32", "s32", "b64", "u64", "s64", "f32", "f64"),
+           operands="a=dst a=src s:u32 r:b64@L2::cache_hint",
+           ptx=(8, 0), sm=90, rule=lambda m: _bulk_reduce_rule(m), check_operands=_bulk_size,
+           category="async", side_effects=True, effects=_ASYNC_COPY, proxy="async",
+           doc="Bulk reduction: combine a contiguous shared-memory range (a multiple of 16 "
+               "bytes, 16-byte aligned) into global memory element by element; joins a bulk "
+               "group (FlashAttention-4's sm90 backward adds dQ with it).",
+           example="cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
+                   "[%rd0], [%r0], 16384"),
     OpSpec("cp.async.bulk.prefetch.tensor",
            (DIMS, g("level", "L2", required=True), g("src", "global", required=True),
             g("mode", "tile", "im2col"), g("hint", CACHE_HINT)), (), ntypes=0,

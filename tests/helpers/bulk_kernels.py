@@ -103,3 +103,26 @@ def tma_reduce(op: str, dtype, box=(8, 16), store_row=0):
             ptx.inst.cp.async_.bulk.commit_group()
             ptx.inst.cp.async_.bulk.wait_group(0)
     return k
+
+
+# ---------------------------------------------------------------- 1-D bulk reductions
+def bulk_reduce(op: str, type_: str, size=N * 4):
+    """C op= X elementwise: 128 threads stage X's words in shared memory, thread 0 reduces
+    the buffer into C with one 1-D ``cp.reduce.async.bulk`` (a bulk group)."""
+    @kernel(in_specs=(Tile(N, u32),), out_specs=(Tile(N, u32),), block=(N, 1, 1),
+            arch="sm_90a")
+    def k(X, C):
+        px, pc = ptx.global_ptrs(X, C)
+        buf = smem.alloc(u32, (N,), align=128)
+        tid = _tid()
+        v = reg.scalar(u32)
+        ptx.inst.ld.global_.u32(v, ptx.addr(px + tid * 4))
+        buf[tid] = v
+        ptx.inst.fence.proxy.async_.shared__cta()
+        ptx.bar.sync(0)
+        with ptx.if_(tid == 0):
+            red = f"cp.reduce.async.bulk.global.shared::cta.bulk_group.{op}.{type_}"
+            ptx.inst(red, ptx.addr(pc), ptx.addr(buf.base), size)  # bulk-reduce
+            ptx.inst.cp.async_.bulk.commit_group()
+            ptx.inst.cp.async_.bulk.wait_group(0)
+    return k

@@ -203,7 +203,7 @@ def _immediate(m: Match, slot_index: int, t):
         return 31
     if op == "prmt":
         return 0x3210
-    if op in ("cp.async.bulk.prefetch.L2", "cp.async.bulk"):
+    if op in ("cp.async.bulk.prefetch.L2", "cp.async.bulk", "cp.reduce.async.bulk"):
         return 256  # bytes: a multiple of 16
     if op == "discard":
         return 128  # one L2 line

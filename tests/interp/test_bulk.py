@@ -1,17 +1,20 @@
 """Bulk copies on the interpreter (ptxdsl/interp/bulk.py, groups.py, tma.py reductions):
 1-D cp.async.bulk both ways against numpy, bulk groups' wait_group.read guarding the
-source, cp.reduce.async.bulk.tensor for each operation; misuse refused at the user's line."""
+source, cp.reduce.async.bulk.tensor for each operation, 1-D cp.reduce.async.bulk; misuse
+refused at the user's line."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
 
+from ptxdsl.core.errors import IsaError
 from ptxdsl.core.types import bf16, f16, f32, s32, u32
 import bulk_kernels
 import located
-from bulk_kernels import N, bulk_load, bulk_store, tma_reduce
+from bulk_kernels import N, bulk_load, bulk_reduce, bulk_store, tma_reduce
 
 # the kernels, and the lines their errors name, are in tests/helpers/bulk_kernels.py
 HERE = os.path.basename(bulk_kernels.__file__)
@@ -111,3 +114,30 @@ def test_tma_reduce_add_half_precision_rounds_once(dtype):
 def test_tma_reduce_type_the_operation_does_not_take():
     with raises_at("reduce", r"\.inc tensor reduction of \.f32", r"\.inc takes \.u32"):
         tma_reduce("inc", f32).interpret(np.zeros(128, np.float32), np.zeros((8, 16), np.float32))
+
+
+@pytest.mark.parametrize("op", ["add", "min", "max", "inc", "dec"])
+def test_bulk_reduce_u32_each_operation(op):
+    """1-D cp.reduce.async.bulk: every word of C combined with X's (512 bytes)."""
+    rng = np.random.default_rng(len(op) + 7)
+    c0 = rng.integers(0, 20, N).astype(np.uint32)
+    x = rng.integers(0, 20, N).astype(np.uint32)
+    c = bulk_reduce(op, "u32").interpret(x, c0.copy())
+    np.testing.assert_array_equal(c, _INT_REF[op](c0, x).astype(np.uint32))
+
+
+def test_bulk_reduce_add_f32_rounds_each_sum_once():
+    """f32 words added as FlashAttention-4's backward adds dQ, against numpy's f32 sum."""
+    rng = np.random.default_rng(3)
+    c0, x = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+    c = bulk_reduce("add", "f32").interpret(x.view(np.uint32), c0.view(np.uint32).copy())
+    np.testing.assert_array_equal(c.view(np.float32), c0 + x)
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(size=500), "positive multiple of 16 bytes, got 500"),
+    (dict(type_="b32"), r"\.add takes \.u32, \.s32, \.u64, \.f32, \.f64, not \.b32")])
+def test_bulk_reduce_size_and_type_are_refused_at_the_line(kw, words):
+    with pytest.raises(IsaError) as e:
+        bulk_reduce(**{"op": "add", "type_": "u32", **kw}).ptx()
+    assert f"{HERE}:{line_of('bulk-reduce')}:" in str(e.value) and re.search(words, str(e.value))

@@ -1,5 +1,5 @@
-"""Bulk copies and bulk groups: 1-D ``cp.async.bulk`` and the bookkeeping every bulk-group
-copy (TMA stores and reductions included) shares.
+"""Bulk copies and bulk groups: 1-D ``cp.async.bulk`` and ``cp.reduce.async.bulk`` and the
+bookkeeping every bulk-group copy (TMA stores and reductions included) shares.
 
 ``cp.async.bulk`` (1-D, ``size`` bytes: a positive multiple of 16, both addresses
 16-byte aligned):
@@ -32,6 +32,7 @@ from .. import cluster, landing
 from ..access import track
 from ..addressing import addresses
 from ..groups import issued, retire, state
+from .atomic import combine_bytes
 from .mbarrier import mbarrier_complete_tx
 
 
@@ -115,8 +116,41 @@ def bulk_copy(mach, instr, mask):
     mach.events += 1
 
 
+def bulk_reduce(mach, instr, mask):
+    """``cp.reduce.async.bulk`` (shared::cta -> global, ``.bulk_group``): the source read at
+    once (as :func:`bulk_copy`'s store) and combined into global memory element by element,
+    each an atomic update (:func:`.atomic.combine_bytes`); joins the open bulk group."""
+    m = instr.match
+    op, dtype = m.chosen["op"], m.type
+    ops = instr.operands
+    threads = np.flatnonzero(mask)
+    da = addresses(mach, instr, ops[0], mask)
+    sa = addresses(mach, instr, ops[1], mask)
+    size = np.broadcast_to(np.asarray(mach.src(instr, 2, mask)).astype(np.int64), (mach.T,))
+    e = dtype.bytes
+    for t in threads.tolist():
+        n = int(size[t])
+        if n <= 0 or n % 16:
+            mach.fail(instr, f"a bulk reduction moves a positive multiple of 16 bytes, "
+                             f"got {n}", t)
+        ssp, soff = _range(mach, instr, t, int(sa[t]), n, "shared::cta", False)
+        dsp, doff = _range(mach, instr, t, int(da[t]), n, "global", True)
+        th = np.full(soff.size, t)
+        track(mach, instr, ssp, th, soff, 16, "read")
+        track(mach, instr, dsp, th, doff, 16, "atomic")
+        sb = (soff[:, None] + np.arange(0, 16, e)).reshape(-1)      # element offsets
+        db = (doff[:, None] + np.arange(0, 16, e)).reshape(-1)
+        cur = dsp.buf[db[:, None] + np.arange(e)]
+        dsp.buf[db[:, None] + np.arange(e)] = combine_bytes(
+            op, dtype, cur, ssp.buf[sb[:, None] + np.arange(e)])
+        dsp.version += 1
+        issued(mach, instr, t, ssp, (soff[:, None] + np.arange(16)).reshape(-1))
+    mach.events += 1
+
+
 HANDLERS = {
     "cp.async.bulk.commit_group": bulk_commit,
     "cp.async.bulk.wait_group": bulk_wait,
     "cp.async.bulk": bulk_copy,
+    "cp.reduce.async.bulk": bulk_reduce,
 }

@@ -47,10 +47,10 @@ import numpy as np
 from ...core import ir
 from ...core.types import s32
 from .. import cluster, groups, landing
-from .. import fround as fr
 from ..access import track, track_block
 from ..addressing import addresses
 from ..tensormaps import tensormap_spec
+from .atomic import combine_bytes
 from .mbarrier import mbarrier_complete_tx
 
 def _coords(mach, instr, op: ir.Addr, mask) -> list[np.ndarray]:
@@ -213,37 +213,6 @@ _REDUCE_TYPES = {
 }
 
 
-def _combine(op: str, dtype, cur: np.ndarray, src: np.ndarray) -> np.ndarray:
-    """``cur op src`` elementwise on raw element bytes ((n, e) uint8) -> new raw bytes."""
-    name = dtype.name
-    if name in ("f16", "bf16", "f32"):
-        f = fr.FMTS[name]
-        a, b = fr.decode(cur.view(f.udtype)[:, 0], f), fr.decode(src.view(f.udtype)[:, 0], f)
-        if op == "add":
-            bits = fr.add(a, b, "rn", f)          # rounded once from the exact sum
-            # a NaN sum is written as the all-ones NaN (0x7fffffff, 0x7fff), not the
-            # canonical one of add.f32: measured on an H100 (tests/gpu/test_bulk_interp_gpu)
-            bits = np.where(np.isnan(a + b), f.sign - 1, bits)
-        else:
-            pick = (np.fmin if op == "min" else np.fmax)(a, b)
-            bits = np.where(pick == a, cur.view(f.udtype)[:, 0], src.view(f.udtype)[:, 0])
-        return np.asarray(bits).astype(f.udtype).view(np.uint8).reshape(cur.shape)
-    dt = np.dtype({"b32": np.uint32, "b64": np.uint64}.get(name, dtype.np_dtype))
-    a, b = cur.view(dt)[:, 0], src.view(dt)[:, 0]
-    if op == "add":
-        r = a + b
-    elif op in ("min", "max"):
-        r = (np.fmin if op == "min" else np.fmax)(a, b) if dt.kind == "f" else \
-            (np.minimum if op == "min" else np.maximum)(a, b)
-    elif op == "inc":
-        r = np.where(a >= b, 0, a + 1)
-    elif op == "dec":
-        r = np.where((a == 0) | (a > b), b, a - 1)
-    else:
-        r = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op](a, b)
-    return np.asarray(r).astype(dt).view(np.uint8).reshape(cur.shape)
-
-
 def tensor_reduce(mach, instr, mask):
     """Combine the shared box into the tensor (elements inside it; the rest clipped) with
     the operation, element by element, as one atomic update per element."""
@@ -271,7 +240,7 @@ def tensor_reduce(mach, instr, mask):
             gsp, goff = _global(mach, instr, t, spec, gaddr[inside])
             track(mach, instr, gsp, th[inside], goff, e, "atomic")
             cur = _bytes_at(gsp, goff, e)
-            gsp.buf[goff[:, None] + np.arange(e)] = _combine(
+            gsp.buf[goff[:, None] + np.arange(e)] = combine_bytes(
                 op, spec.dtype, cur, _bytes_at(ssp, soff[inside], e))
         groups.issued(mach, instr, t, ssp, (soff[:, None] + np.arange(e)).reshape(-1))
     mach.events += 1

@@ -104,12 +104,14 @@ def sass_counts(sass: str, res_usage: str = "") -> dict:
 def _listings(cubin: bytes) -> tuple[str, str]:
     """(SASS, resource usage) of a cubin, through the toolchain's cuobjdump."""
     from ptxdsl.toolchain import disassemble, find_tool
-    sass = disassemble(cubin)
+    sass, cuobjdump = disassemble(cubin), find_tool("cuobjdump")
+    if cuobjdump is None:                 # (nvdisasm alone: no register counts)
+        return sass, ""
     with tempfile.TemporaryDirectory(prefix="peer_sass_") as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
             f.write(cubin)
-        res = subprocess.run([find_tool("cuobjdump"), "-res-usage", path],
+        res = subprocess.run([cuobjdump, "-res-usage", path],
                              capture_output=True, text=True).stdout
     return sass, res
 

@@ -280,7 +280,7 @@ TMA = (
             g("op", "add", "min", "max", "inc", "dec", "and", "or", "xor", required=True)),
            ("b32", "u32", "s32", "b64", "u64", "s64", "f32", "f64"),
            operands="a=dst a=src s:u32 r:b64@L2::cache_hint",
-           ptx=(8, 0), sm=90, rule=lambda m: _bulk_reduce_rule(m), check_operands=_bulk_size,
+           ptx=(8, 0), sm=90, rule=_bulk_reduce_rule, check_operands=_bulk_size,
            category="async", side_effects=True, effects=_ASYNC_COPY, proxy="async",
            doc="Bulk reduction: combine a contiguous shared-memory range (a multiple of 16 "
                "bytes, 16-byte aligned) into global memory element by element; joins a bulk "

@@ -73,6 +73,14 @@ def _range(mach, instr, t: int, addr: int, size: int, space: str, write: bool, r
     return sp, sp.offsets(chunks, rows)
 
 
+def _size(mach, instr, t: int, size, what: str) -> int:
+    """Thread ``t``'s byte count of a bulk copy or reduction, checked."""
+    n = int(size[t])
+    if n <= 0 or n % 16:
+        mach.fail(instr, f"a bulk {what} moves a positive multiple of 16 bytes, got {n}", t)
+    return n
+
+
 def bulk_copy(mach, instr, mask):
     m = instr.match
     dst, src = m.chosen["dst"], m.chosen["src"]
@@ -87,9 +95,7 @@ def bulk_copy(mach, instr, mask):
         cmask = (np.broadcast_to(np.asarray(mach.src(instr, 4, mask)).astype(np.int64),
                                  (mach.T,)) if m.has("multicast::cluster") else None)
     for t in threads.tolist():
-        n = int(size[t])
-        if n <= 0 or n % 16:
-            mach.fail(instr, f"a bulk copy moves a positive multiple of 16 bytes, got {n}", t)
+        n = _size(mach, instr, t, size, "copy")
         ssp, soff = _range(mach, instr, t, int(sa[t]), n, src, False)
         th = np.full(soff.size, t)
         track(mach, instr, ssp, th, soff, 16, "read")
@@ -129,10 +135,7 @@ def bulk_reduce(mach, instr, mask):
     size = np.broadcast_to(np.asarray(mach.src(instr, 2, mask)).astype(np.int64), (mach.T,))
     e = dtype.bytes
     for t in threads.tolist():
-        n = int(size[t])
-        if n <= 0 or n % 16:
-            mach.fail(instr, f"a bulk reduction moves a positive multiple of 16 bytes, "
-                             f"got {n}", t)
+        n = _size(mach, instr, t, size, "reduction")
         ssp, soff = _range(mach, instr, t, int(sa[t]), n, "shared::cta", False)
         dsp, doff = _range(mach, instr, t, int(da[t]), n, "global", True)
         th = np.full(soff.size, t)

@@ -74,6 +74,9 @@ deterministic and default rows, timed interleaved (:mod:`lab.attention_bwd_pair`
 fixed-cost options, ``det_poll`` in wg3 and ``det_units`` 8 / 24, beside the deterministic
 and default rows, S 1k, 4k, 16k full and causal, timed interleaved
 (:mod:`lab.attention_bwd_det192`).
+``--set levers``: FlashAttention-4's SASS levers (``ds_stsm``: dSᵀ by stmatrix) beside head
+dims 64's and 128's plan rows, S 1k, 4k, 16k full and causal, timed interleaved
+(:mod:`lab.attention_bwd_levers`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
@@ -81,7 +84,7 @@ the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
 
     PYTHONPATH=. python lab/attention_bwd_plans.py [--set overlap|wide|h128|h96|h192|h64|det|h128b|
         h192b|h64b|detpipe|ahead|m80|short|det2|h192f|h128c|
-        h192m|bwdu|pair|det192]
+        h192m|bwdu|pair|det192|levers]
         [--heads 64,192] [--default-only]
 """
 from __future__ import annotations
@@ -108,7 +111,7 @@ def main() -> None:
                                           "det", "h128b", "h192b", "h64b",
                                           "detpipe", "ahead", "m80", "short", "det2", "h192f",
                                           "h128c", "h192m", "bwdu", "pair",
-                                          "det192"),
+                                          "det192", "levers"),
                     default="tma")
     ap.add_argument("--heads", default="", help="comma-separated head dims: only those rows")
     ap.add_argument("--default-only", action="store_true",
@@ -144,6 +147,9 @@ def main() -> None:
         return run()
     if which == "bwdu":           # (its own module: uniform_cons at every head dim)
         from lab.attention_bwd_bwdu import HEAD_DIMS, run
+        return run(head_dims=[int(x) for x in args.heads.split(",")] if args.heads else HEAD_DIMS)
+    if which == "levers":         # (its own module: FA4's SASS levers at 64, 128)
+        from lab.attention_bwd_levers import HEAD_DIMS, run
         return run(head_dims=[int(x) for x in args.heads.split(",")] if args.heads else HEAD_DIMS)
     if which == "det192":         # (its own module: head dim 192's deterministic mode)
         from lab.attention_bwd_det192 import run

@@ -53,7 +53,8 @@ from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer, writer_end
 from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_nb, \
     grid as pair_grid
 from .bwd_epi import store_kv_tma
-from .bwd_scores import dscores, grad_scores, probs
+from .bwd_scores import dscores, grad_scores, probs, row_pairs
+from .bwd_stsm import store_swizzled
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_steps import (kv_gemms, load_kv, load_slot, row_blocks, score_gemm, store,
                         zero_other_keys)
@@ -256,7 +257,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ds_cols = lambda: [((xrw ^ ch) << 4) for ch in range(4)]
             # with overlap (or 128 rows), recomputed in each step: fewer registers live
             # across the loop
-            ds_col = None if c.overlap or rows else ds_cols()
+            ds_col = None if c.overlap or rows or c.ds_stsm else ds_cols()
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
@@ -300,6 +301,10 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         row_at = lambda o, _r=row_at: _r(o) + qh * 4
                     s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(bw)
                     dp_acc = ptx.wgmma.accumulator(bw)
+                    # lse_early: -LSE·log2e in registers before any wait for Sᵀ (the slot
+                    # is full: waited for above, or where s_ahead issued this Sᵀ)
+                    lse = row_pairs(row_at(L.lse), fcol, min(c.lse_early, bw // 8)) \
+                        if c.lse_early else None
                     if ahead:
                         ahead.top()
                     ptx.inst("wgmma.fence.sync.aligned")
@@ -318,7 +323,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         early()
                         ptx.inst("wgmma.wait_group.sync.aligned", 1)
                         caps = probs(list(s_acc), keys, m0, fcol, off, mask, kw0,
-                                     row_at(L.lse), scale, softcap, scale_log2, bm)
+                                     row_at(L.lse), scale, softcap, scale_log2, bm, lse)
                         pack_p(list(s_acc), p_regs, dt)
                         if c.overlap > 1:
                             kv_gemms(mma_kv, *kv_mmas[0], fence=True, bm=bm)
@@ -368,9 +373,13 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
                         if c.ds_double else None
                     ds_at = ds_row + dsb if c.ds_double else ds_row
-                    cols = ds_col or ds_cols()
+                    cols = [] if c.ds_stsm else ds_col or ds_cols()
+                    if c.ds_stsm:     # (bwd_stsm: the same layout, a stmatrix.x4 a chunk)
+                        store_swizzled(ds_regs, ds_w + dsb if c.ds_double else ds_w, warp,
+                                       lw, lambda h: h * 2 * L.ds_bytes)
                     # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
-                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
+                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else \
+                            () if c.ds_stsm else ((0, ds_regs),):
                         for kc in range(bw // 16):
                             for j in range(4):
                                 ptx.inst("st.shared.b32",

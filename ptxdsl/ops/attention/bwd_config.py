@@ -147,7 +147,15 @@ class BwdConfig:
     as soon as the last wgmmas have read them, under that epilogue. ``pair_max`` (kv_pair;
     0: every unit): pair only units of at most that many key blocks (longer units keep a
     key block a CTA: their fixed cost is small, and equal-length pairs make a coarser last
-    wave)."""
+    wave).
+
+    ``ds_stsm`` (:mod:`.bwd`'s kernel without pds_smem, and dq_swap's): dSᵀ stored by
+    ``stmatrix.x4``, a chunk of 16 keys x 16 queries a warp, in the same layout as the
+    ``st.shared.b32`` it replaces (:mod:`.bwd_stsm`; FlashAttention-4's sm90 dS store).
+    ``lse_early`` (overlap 1 or 2; 0: off): the first that many of the step's -LSE·log2e
+    column pairs loaded into registers before the wait for Sᵀ, not after it, so Pᵀ's
+    first FMAs do not wait for shared memory (the profile of head dim 64's step: its
+    FMAs' short-scoreboard stalls); the rest as before."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -182,6 +190,8 @@ class BwdConfig:
     kv_pair: bool = False
     dkv_stage: bool = False
     pair_max: int = 0
+    ds_stsm: bool = False
+    lse_early: int = 0
 
     @property
     def tag(self) -> str:
@@ -203,7 +213,8 @@ class BwdConfig:
                 f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
-                f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}")
+                f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
+                f"{'_stsm' if c.ds_stsm else ''}{f'_lse{c.lse_early}' if c.lse_early else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -260,6 +271,14 @@ class BwdConfig:
         if self.dkv_stage and not (self.kv_pair and self.dkv_tma):
             raise ValueError("dkv_stage moves kv_pair's dkv_tma epilogue into the dQ stage: it "
                              "needs kv_pair and dkv_tma")
+        if self.ds_stsm and (self.pds_smem or self.wg3):
+            raise ValueError("ds_stsm stores bwd.py's (or dq_swap's) register dSᵀ by "
+                             "stmatrix: not with pds_smem or wg3, whose tiles have their "
+                             "own stores")
+        if self.lse_early < 0 or self.lse_early and (not self.overlap or self.wg3):
+            raise ValueError(f"lse_early (>= 0) loads -LSE·log2e before the wait for Sᵀ that "
+                             f"overlap 1 or 2 splits from dPᵀ's: it needs overlap, not wg3, "
+                             f"got {self.lse_early}")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")

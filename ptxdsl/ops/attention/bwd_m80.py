@@ -59,7 +59,8 @@ from .bwd_det import det_cta, m_blocks, turn_of
 from .bwd_detpipe import det_step
 from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
 from .bwd_epi import store_kv_tma
-from .bwd_scores import dscores, probs
+from .bwd_scores import dscores, probs, row_pairs
+from .bwd_stsm import store_panels
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
 from .config import Mask
 from .fwd import _s32
@@ -249,6 +250,9 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     row_at = lambda o, _s=ring.slot: base + o + _s * RROW
                     s_acc = ahead.acc if ahead else ptx.wgmma.accumulator(BM)
                     dp_acc = ptx.wgmma.accumulator(BM)
+                    # lse_early: -LSE·log2e in registers before any wait for Sᵀ
+                    lse = row_pairs(row_at(L.lse), fcol, min(c.lse_early, BM // 8)) \
+                        if c.lse_early else None
                     if ahead:
                         ahead.top()
                     ptx.inst("wgmma.fence.sync.aligned")
@@ -258,7 +262,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         ptx.inst("wgmma.commit_group.sync.aligned")
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     probs(list(s_acc), keys, m0, fcol, off, mask, kw0, row_at(L.lse), scale,
-                          0.0, scale_log2, BM)
+                          0.0, scale_log2, BM, lse)
                     pack_p(list(s_acc), p_regs, dt)
                     ptx.inst("wgmma.wait_group.sync.aligned", 0)
                     dscores(list(s_acc), list(dp_acc), [], fcol, row_at(L.dpsum))
@@ -269,14 +273,18 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     # by the dQ of two steps ago, which both warpgroups waited for before
                     # the last step's exchange barrier.
                     ds_at = base + L.ds + ring.slot * DS_BYTES
-                    x = (lw >> 4) & 1
-                    row = ds_at + (w * 64 + r0) * (2 * QP) + fcol * 2
-                    halves = [row + (x << 4), row + ((x ^ 1) << 4)]
-                    for kc in range(BM // 16):
-                        for j in range(4):
-                            ptx.inst("st.shared.b32", ptx.addr(
-                                halves[j // 2], kc * DS_PANEL + (j % 2) * 8 * 2 * QP),
-                                ds_regs[kc][j])
+                    if c.ds_stsm:     # (bwd_stsm: the same layout, a stmatrix.x4 a chunk)
+                        store_panels(ds_regs, ds_at + (w * 64 + warp * 16) * (2 * QP), lw,
+                                     DS_PANEL)
+                    else:
+                        x = (lw >> 4) & 1
+                        row = ds_at + (w * 64 + r0) * (2 * QP) + fcol * 2
+                        halves = [row + (x << 4), row + ((x ^ 1) << 4)]
+                        for kc in range(BM // 16):
+                            for j in range(4):
+                                ptx.inst("st.shared.b32", ptx.addr(
+                                    halves[j // 2], kc * DS_PANEL + (j % 2) * 8 * 2 * QP),
+                                    ds_regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
                     # dV once dSᵀ is stored (its registers free: issued before the stores
                     # with Pᵀ's f32 still live, ptxas serializes the wgmmas, C7512), run

@@ -76,14 +76,24 @@ def grad_scores(s, dp, keys, m0, fcol, off, mask: Mask, kw0, lse_at, d_at, scale
                 ptx.inst.mul.f32(y, y, c) if not keep else cap_grad(y, caps[i])
 
 
+def row_pairs(at, fcol, groups: int) -> list:
+    """The ``groups`` column pairs' f32 row values (-LSE·log2e or D) this thread's
+    accumulator columns need, one ``ld.shared.v2.f32`` each."""
+    pairs = []
+    for g in range(groups):
+        pairs.append([reg.scalar(f32) for _ in range(2)])
+        ptx.inst("ld.shared.v2.f32", pairs[-1], ptx.addr(at + fcol * 4, 32 * g))
+    return pairs
+
+
 def probs(s, keys, m0, fcol, off, mask: Mask, kw0, lse_at, scale, softcap,
-          scale_log2, bm: int = 64) -> list:
+          scale_log2, bm: int = 64, lse=None) -> list:
     """Sᵀ -> Pᵀ in place (the first half of :func:`grad_scores`, while dPᵀ is in flight);
-    returns the softcap's tanh values for :func:`dscores`."""
+    returns the softcap's tanh values for :func:`dscores`. ``lse``: the first pairs,
+    :func:`row_pairs` loaded ahead (``BwdConfig.lse_early``); the rest loaded here."""
     caps = cap_and_mask(s, keys, m0, fcol, off, mask, kw0, scale, softcap, bm=bm)
     for g in range(len(s) // 4):
-        nl = [reg.scalar(f32) for _ in range(2)]
-        ptx.inst("ld.shared.v2.f32", nl, ptx.addr(lse_at + fcol * 4, 32 * g))
+        nl = lse[g] if lse and g < len(lse) else row_pairs(lse_at + 32 * g, fcol, 1)[0]
         for i in range(4 * g, 4 * g + 4):
             ptx.inst("fma.rn.f32", s[i], s[i], scale_log2, nl[i % 2])
             ptx.inst("ex2.approx.ftz.f32", s[i], s[i])
@@ -109,4 +119,4 @@ def cap_grad(y, t) -> None:
     ptx.inst.mul.f32(y, y, t)
 
 
-__all__ = ["grad_scores", "probs", "dscores"]
+__all__ = ["grad_scores", "probs", "dscores", "row_pairs"]

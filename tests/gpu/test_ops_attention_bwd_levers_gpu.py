@@ -1,0 +1,81 @@
+"""The backward levers of lab/attention_bwd_plans.py --set levers (``BwdConfig.ds_stsm``: dSᵀ
+by stmatrix; ``BwdConfig.lse_early``: -LSE·log2e loaded before the wait for Sᵀ, all of a
+step's pairs) over head dims 64's, 96's and 128's plan rows, on an sm_90 GPU: dq, dk, dv against the float64
+reference (max error <= 3e-2 of the largest value, bf16), ragged (a CTA with no step
+too), GQA, full, causal and window masks, softcap; the deterministic rows with it bitwise
+repeatable; against SDPA's gradients at S = 1k; varlen per sequence."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from attention_bwd_gpu_checks import close, matches_sdpa, varlen_matches_each_sequence
+from gpu_env import NEEDS_GPU, torch_sm90
+from ptxdsl.ops import attention, attention_backward
+from ptxdsl.ops.attention import attention_backward_reference, bwd_api
+
+pytestmark = NEEDS_GPU
+
+HEAD_DIMS = [64, 96, 128]
+SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
+          "window": (700, 700, dict(window_size=(100, 20))),
+          "no-step": (64, 300, dict(window_size=(10, 0))),
+          "softcap": (300, 400, dict(causal=True, softcap=30.0))}
+
+
+LEVERS = {"stsm": lambda row: not (row.pds_smem or row.wg3) and dict(ds_stsm=True),
+          "lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16)}
+
+
+@pytest.fixture(params=list(LEVERS))
+def stsm(monkeypatch, request):
+    """The plan row of each call with the lever (where the row's kernel takes it)."""
+    shipped = bwd_api.choose_bwd
+
+    def choose(*a, **k):
+        row = shipped(*a, **k)
+        extra = LEVERS[request.param](row)
+        return replace(row, **extra) if extra else row
+    monkeypatch.setattr(bwd_api, "choose_bwd", choose)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_matches_float64(stsm, d, shape):
+    """Every shape at every head dim; the deterministic mode (its own rows) at the causal
+    and window shapes, twice, bitwise equal."""
+    torch = torch_sm90()
+    sq, sk, kw = SHAPES[shape]
+    g = torch.Generator(device="cuda").manual_seed(sq + sk + d)
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v, do = mk(2, sq, 4, d), mk(2, sk, 2, d), mk(2, sk, 2, d), mk(2, sq, 4, d)
+    out, lse = attention(q, k, v, return_lse=True, **kw)
+    got = attention_backward(do, q, k, v, out, lse, **kw)
+    ref = attention_backward_reference(*(x.float().cpu().numpy() for x in (do, q, k, v)), **kw)
+    close(got, ref, (d, sq, sk, kw))
+    if shape in ("causal", "window"):
+        det = [attention_backward(do, q, k, v, out, lse, deterministic=True, **kw)
+               for _ in range(2)]
+        close(det[0], ref, ("det", d, sq, sk, kw))
+        assert all(torch.equal(a, b) for a, b in zip(*det))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_sdpa_at_1k(stsm, d, causal):
+    """The lab's shape at S = 1k (B 16, H 2048 // d): against SDPA's f32 gradients, max
+    relative error <= 3e-2."""
+    torch = torch_sm90()
+    g = torch.Generator(device="cuda").manual_seed(d + causal)
+    q, k, v, do = (torch.randn(16, 1024, 2048 // d, d, device="cuda", dtype=torch.bfloat16,
+                               generator=g) for _ in range(4))
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    got = attention_backward(do, q, k, v, out, lse, causal=causal)
+    matches_sdpa(torch, q, k, v, do, got, causal, (d, causal))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+def test_varlen_matches_each_sequence(stsm, d, causal):
+    varlen_matches_each_sequence(torch_sm90(), d, causal)

@@ -54,7 +54,7 @@ def test_lse_early_loads_before_the_wait(early):
     """The first ``early`` pairs (all 16 of a 128-query step where more are asked) are
     loaded before the step's first ``wgmma.wait_group``, the rest after it; the same
     loads in all; the ``_lse<n>`` tag."""
-    row = choose_bwd(64, "bf16", Mask())
+    row = replace(choose_bwd(64, "bf16", Mask()), lse_early=0)
     texts = [build_backward(replace(row, lse_early=n), bf16, 64, Mask(), scale=0.125).ptx()
              for n in (0, early)]
     lds = [len(re.findall(r"ld\.shared\.v2\.f32", t)) for t in texts]
@@ -118,3 +118,17 @@ def test_no_spills(d):
                   scale=0.125)
         r = resources_or_skip(k)
         assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("d,sq,sk", [(64, 150, 260), (128, 170, 90)], ids=["d64", "d128"])
+def test_shipped_full_rows_match_float64(d, sq, sk):
+    """The shipped full-mask rows that take lse_early (4 at head dim 64, 8 at 128), as the
+    plan table gives them: several steps a CTA, GQA, the last key block past Sk."""
+    rng = np.random.default_rng(d + sk)
+    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    assert choose_bwd(d, "bf16", Mask()).lse_early == (4 if d == 64 else 8)
+    out, lse = attention_reference(q, k, v)
+    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32))
+    check_grads(got, attention_backward_reference(do, q, k, v))

@@ -2,8 +2,8 @@
 (``lab/peer_sass.py``, bench/results/peer_sass_bwd64c.json, peer_sass_bwd128c.json) names
 the places its kernel does less than ptxdsl's; each lever here is a variant over head dims
 64's and 128's plan rows (issue #51: the backward trails FA4 by 2-8% there).
-``stsm``: ``BwdConfig.ds_stsm``, dSᵀ stored by ``stmatrix.x4`` (ptxas 13.0 sm_90a, static
-SASS: hd64 causal STS 80 -> 48 + 8 STSM, hd128 causal STS 124 -> 104 + 5 STSM).
+(``ds_stsm``, dSᵀ stored by ``stmatrix.x4``: SASS STS 80 -> 48 + 8 STSM at hd64 causal,
+timed a tie, 1.000 at hd64, 0.997 at hd128, and removed; its code is in commit 57121a7.)
 ``lse<n>``: ``BwdConfig.lse_early``, the first n of the step's -LSE·log2e pairs loaded
 before the wait for Sᵀ (ncu's source view of head dim 64's full step at S 1k, NVIDIA
 H200: the FMAs that take them wait on the short scoreboard, ~6% of the step's stall
@@ -17,8 +17,7 @@ interleaved rounds (``bench/timing.py``, :func:`lab.attention_bwd_short.run`); J
 the plan's last."""
 from __future__ import annotations
 
-VARIANTS = {"stsm": dict(ds_stsm=True), "lse4": dict(lse_early=4),
-            "lse8": dict(lse_early=8), "lse16": dict(lse_early=16)}
+VARIANTS = {"lse4": dict(lse_early=4), "lse8": dict(lse_early=8), "lse16": dict(lse_early=16)}
 HEAD_DIMS = (64, 128)
 
 

@@ -74,7 +74,7 @@ deterministic and default rows, timed interleaved (:mod:`lab.attention_bwd_pair`
 fixed-cost options, ``det_poll`` in wg3 and ``det_units`` 8 / 24, beside the deterministic
 and default rows, S 1k, 4k, 16k full and causal, timed interleaved
 (:mod:`lab.attention_bwd_det192`).
-``--set levers``: FlashAttention-4's SASS levers (``ds_stsm``: dSᵀ by stmatrix) beside head
+``--set levers``: the levers FA4's SASS and ncu's profile named (``lse_early``) beside head
 dims 64's and 128's plan rows, S 1k, 4k, 16k full and causal, timed interleaved
 (:mod:`lab.attention_bwd_levers`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.

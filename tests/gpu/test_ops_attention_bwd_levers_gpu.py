@@ -1,6 +1,6 @@
-"""The backward levers of lab/attention_bwd_plans.py --set levers (``BwdConfig.ds_stsm``: dSᵀ
-by stmatrix; ``BwdConfig.lse_early``: -LSE·log2e loaded before the wait for Sᵀ, all of a
-step's pairs) over head dims 64's, 96's and 128's plan rows, on an sm_90 GPU: dq, dk, dv against the float64
+"""The backward levers of lab/attention_bwd_plans.py --set levers (``BwdConfig.lse_early``:
+-LSE·log2e loaded before the wait for Sᵀ, all of a step's pairs) over head dims 64's,
+96's and 128's plan rows, on an sm_90 GPU: dq, dk, dv against the float64
 reference (max error <= 3e-2 of the largest value, bf16), ragged (a CTA with no step
 too), GQA, full, causal and window masks, softcap; the deterministic rows with it bitwise
 repeatable; against SDPA's gradients at S = 1k; varlen per sequence."""
@@ -24,12 +24,11 @@ SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
           "softcap": (300, 400, dict(causal=True, softcap=30.0))}
 
 
-LEVERS = {"stsm": lambda row: not (row.pds_smem or row.wg3) and dict(ds_stsm=True),
-          "lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16)}
+LEVERS = {"lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16)}
 
 
 @pytest.fixture(params=list(LEVERS))
-def stsm(monkeypatch, request):
+def lever(monkeypatch, request):
     """The plan row of each call with the lever (where the row's kernel takes it)."""
     shipped = bwd_api.choose_bwd
 
@@ -42,7 +41,7 @@ def stsm(monkeypatch, request):
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("d", HEAD_DIMS)
-def test_matches_float64(stsm, d, shape):
+def test_matches_float64(lever, d, shape):
     """Every shape at every head dim; the deterministic mode (its own rows) at the causal
     and window shapes, twice, bitwise equal."""
     torch = torch_sm90()
@@ -63,7 +62,7 @@ def test_matches_float64(stsm, d, shape):
 
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_sdpa_at_1k(stsm, d, causal):
+def test_matches_sdpa_at_1k(lever, d, causal):
     """The lab's shape at S = 1k (B 16, H 2048 // d): against SDPA's f32 gradients, max
     relative error <= 3e-2."""
     torch = torch_sm90()
@@ -77,5 +76,5 @@ def test_matches_sdpa_at_1k(stsm, d, causal):
 
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [True, False])
-def test_varlen_matches_each_sequence(stsm, d, causal):
+def test_varlen_matches_each_sequence(lever, d, causal):
     varlen_matches_each_sequence(torch_sm90(), d, causal)

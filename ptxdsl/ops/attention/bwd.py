@@ -54,7 +54,6 @@ from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_
     grid as pair_grid
 from .bwd_epi import store_kv_tma
 from .bwd_scores import dscores, grad_scores, probs, row_pairs
-from .bwd_stsm import store_swizzled
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
 from .bwd_steps import (kv_gemms, load_kv, load_slot, row_blocks, score_gemm, store,
                         zero_other_keys)
@@ -257,7 +256,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ds_cols = lambda: [((xrw ^ ch) << 4) for ch in range(4)]
             # with overlap (or 128 rows), recomputed in each step: fewer registers live
             # across the loop
-            ds_col = None if c.overlap or rows or c.ds_stsm else ds_cols()
+            ds_col = None if c.overlap or rows else ds_cols()
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
@@ -373,13 +372,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     dsb = ring.slot * ((4 if rows else 2) * L.ds_bytes) \
                         if c.ds_double else None
                     ds_at = ds_row + dsb if c.ds_double else ds_row
-                    cols = [] if c.ds_stsm else ds_col or ds_cols()
-                    if c.ds_stsm:     # (bwd_stsm: the same layout, a stmatrix.x4 a chunk)
-                        store_swizzled(ds_regs, ds_w + dsb if c.ds_double else ds_w, warp,
-                                       lw, lambda h: h * 2 * L.ds_bytes)
+                    cols = ds_col or ds_cols()
                     # (block_m 128: queries 64 h .. 64 h + 63 in the 128-key panel h)
-                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else \
-                            () if c.ds_stsm else ((0, ds_regs),):
+                    for t, regs in ((1, ds_regs), (0, p_regs)) if sh else ((0, ds_regs),):
                         for kc in range(bw // 16):
                             for j in range(4):
                                 ptx.inst("st.shared.b32",

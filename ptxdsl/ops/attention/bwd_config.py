@@ -149,9 +149,6 @@ class BwdConfig:
     key block a CTA: their fixed cost is small, and equal-length pairs make a coarser last
     wave).
 
-    ``ds_stsm`` (:mod:`.bwd`'s kernel without pds_smem, and dq_swap's): dSᵀ stored by
-    ``stmatrix.x4``, a chunk of 16 keys x 16 queries a warp, in the same layout as the
-    ``st.shared.b32`` it replaces (:mod:`.bwd_stsm`; FlashAttention-4's sm90 dS store).
     ``lse_early`` (overlap 1 or 2; 0: off): the first that many of the step's -LSE·log2e
     column pairs loaded into registers before the wait for Sᵀ, not after it, so Pᵀ's
     first FMAs do not wait for shared memory (the profile of head dim 64's step: its
@@ -190,7 +187,6 @@ class BwdConfig:
     kv_pair: bool = False
     dkv_stage: bool = False
     pair_max: int = 0
-    ds_stsm: bool = False
     lse_early: int = 0
 
     @property
@@ -214,7 +210,7 @@ class BwdConfig:
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
                 f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
-                f"{'_stsm' if c.ds_stsm else ''}{f'_lse{c.lse_early}' if c.lse_early else ''}")
+                f"{f'_lse{c.lse_early}' if c.lse_early else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -271,10 +267,6 @@ class BwdConfig:
         if self.dkv_stage and not (self.kv_pair and self.dkv_tma):
             raise ValueError("dkv_stage moves kv_pair's dkv_tma epilogue into the dQ stage: it "
                              "needs kv_pair and dkv_tma")
-        if self.ds_stsm and (self.pds_smem or self.wg3):
-            raise ValueError("ds_stsm stores bwd.py's (or dq_swap's) register dSᵀ by "
-                             "stmatrix: not with pds_smem or wg3, whose tiles have their "
-                             "own stores")
         if self.lse_early < 0 or self.lse_early and (not self.overlap or self.wg3):
             raise ValueError(f"lse_early (>= 0) loads -LSE·log2e before the wait for Sᵀ that "
                              f"overlap 1 or 2 splits from dPᵀ's: it needs overlap, not wg3, "

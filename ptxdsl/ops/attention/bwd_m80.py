@@ -60,7 +60,6 @@ from .bwd_detpipe import det_step
 from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
 from .bwd_epi import store_kv_tma
 from .bwd_scores import dscores, probs, row_pairs
-from .bwd_stsm import store_panels
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
 from .config import Mask
 from .fwd import _s32
@@ -273,18 +272,14 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     # by the dQ of two steps ago, which both warpgroups waited for before
                     # the last step's exchange barrier.
                     ds_at = base + L.ds + ring.slot * DS_BYTES
-                    if c.ds_stsm:     # (bwd_stsm: the same layout, a stmatrix.x4 a chunk)
-                        store_panels(ds_regs, ds_at + (w * 64 + warp * 16) * (2 * QP), lw,
-                                     DS_PANEL)
-                    else:
-                        x = (lw >> 4) & 1
-                        row = ds_at + (w * 64 + r0) * (2 * QP) + fcol * 2
-                        halves = [row + (x << 4), row + ((x ^ 1) << 4)]
-                        for kc in range(BM // 16):
-                            for j in range(4):
-                                ptx.inst("st.shared.b32", ptx.addr(
-                                    halves[j // 2], kc * DS_PANEL + (j % 2) * 8 * 2 * QP),
-                                    ds_regs[kc][j])
+                    x = (lw >> 4) & 1
+                    row = ds_at + (w * 64 + r0) * (2 * QP) + fcol * 2
+                    halves = [row + (x << 4), row + ((x ^ 1) << 4)]
+                    for kc in range(BM // 16):
+                        for j in range(4):
+                            ptx.inst("st.shared.b32", ptx.addr(
+                                halves[j // 2], kc * DS_PANEL + (j % 2) * 8 * 2 * QP),
+                                ds_regs[kc][j])
                     ptx.inst("fence.proxy.async.shared::cta")
                     # dV once dSᵀ is stored (its registers free: issued before the stores
                     # with Pᵀ's f32 still live, ptxas serializes the wgmmas, C7512), run

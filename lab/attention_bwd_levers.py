@@ -7,7 +7,9 @@ timed a tie, 1.000 at hd64, 0.997 at hd128, and removed; its code is in commit 5
 ``lse<n>``: ``BwdConfig.lse_early``, the first n of the step's -LSE·log2e pairs loaded
 before the wait for Sᵀ (ncu's source view of head dim 64's full step at S 1k, NVIDIA
 H200: the FMAs that take them wait on the short scoreboard, ~6% of the step's stall
-samples, against ~2% in FA4's).
+samples, against ~2% in FA4's). ``dqf``: ``BwdConfig.dq_frag`` (head dim 64), dQ staged in
+fragment order by 8 ``st.shared.v4`` and added by one 1-D ``cp.reduce.async.bulk`` (FA4's
+dQ path: ncu's source view puts ~16% of our step's stall samples in the dQ stage).
 
 S 1k, 4k, 16k, full and causal (B·S = 16k tokens, H·D = 2048: the bench's shapes), head
 dims 64 then 128 (each its own table and JSON, so a run cut short keeps the ones done).

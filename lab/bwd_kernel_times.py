@@ -4,7 +4,10 @@ postprocess). The bench's shapes (B·S = 16k tokens, H·D = 2048), bf16, head di
 given; ``iters`` calls of each after a warm-up; the mean of each kernel's device time.
 
     PYTHONPATH=.:<FA4's site> python lab/bwd_kernel_times.py [--heads 64,128]
-        [--seqs 1024,4096,16384] [--json out.json]
+        [--seqs 1024,4096,16384] [--variant '{"dq_frag": true}'] [--json out.json]
+
+``--variant``: BwdConfig fields over each call's plan row, timed beside it (``ptxdsl+``);
+FA4 sits out where ``flash_attn.cute`` does not import.
 """
 from __future__ import annotations
 
@@ -41,19 +44,40 @@ def main() -> None:
     ap.add_argument("--heads", default="64,128")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--variant", default=None)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    from flash_attn.cute import flash_attn_func
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError as e:
+        print(f"FA4 sits out: {e}")
+        flash_attn_func = None
+    from dataclasses import replace
+    from ptxdsl.ops.attention import bwd_api
+    shipped, extra = bwd_api.choose_bwd, json.loads(a.variant) if a.variant else None
+
+    def variant(fn):
+        def call():
+            bwd_api.choose_bwd = lambda *x, **k: replace(shipped(*x, **k), **extra)
+            try:
+                return fn()
+            finally:
+                bwd_api.choose_bwd = shipped
+        return call
     rows = []
     for d in map(int, a.heads.split(",")):
         for s in map(int, a.seqs.split(",")):
             for causal in (False, True):
                 c = case(torch, s, d, causal)
-                leaves = [x.clone().requires_grad_() for x in (c.q, c.k, c.v)]
-                o4 = flash_attn_func(*leaves, causal=causal)[0]
                 fns = {"ptxdsl": lambda: ops.attention_backward(c.do, c.q, c.k, c.v, c.out,
-                                                                 c.lse, causal=causal),
-                       "fa4": lambda: torch.autograd.grad(o4, leaves, c.do, retain_graph=True)}
+                                                                 c.lse, causal=causal)}
+                if extra:
+                    fns["ptxdsl+"] = variant(fns["ptxdsl"])
+                if flash_attn_func:
+                    leaves = [x.clone().requires_grad_() for x in (c.q, c.k, c.v)]
+                    o4 = flash_attn_func(*leaves, causal=causal)[0]
+                    fns["fa4"] = lambda: torch.autograd.grad(o4, leaves, c.do,
+                                                             retain_graph=True)
                 row = {"S": s, "D": d, "causal": causal,
                        **{k: kernel_means(torch, f, a.iters) for k, f in fns.items()}}
                 rows.append(row)
@@ -65,7 +89,7 @@ def main() -> None:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"tool": "lab/bwd_kernel_times.py", "device": torch.cuda.get_device_name(),
-                       "rows": rows}, f, indent=1)
+                       "variant": extra, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The backward levers of lab/attention_bwd_plans.py --set levers (``BwdConfig.lse_early``:
--LSE·log2e loaded before the wait for Sᵀ, all of a step's pairs) over head dims 64's,
+-LSE·log2e loaded before the wait for Sᵀ, all of a step's pairs; ``BwdConfig.dq_frag``:
+dQ in fragment order, one bulk reduction) over head dims 64's,
 96's and 128's plan rows, on an sm_90 GPU: dq, dk, dv against the float64
 reference (max error <= 3e-2 of the largest value, bf16), ragged (a CTA with no step
 too), GQA, full, causal and window masks, softcap; the deterministic rows with it bitwise
@@ -24,7 +25,8 @@ SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
           "softcap": (300, 400, dict(causal=True, softcap=30.0))}
 
 
-LEVERS = {"lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16)}
+LEVERS = {"lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16),
+          "frag": lambda row: row.block_m == 128 and row.dq_warp and dict(dq_frag=True)}
 
 
 @pytest.fixture(params=list(LEVERS))

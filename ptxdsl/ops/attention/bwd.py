@@ -222,7 +222,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     (lambda mb: mb), nb, off, mask, labels, bn, desc,
                                     c.det_poll and (lambda: base + L.total))
                                if deterministic else None,
-                               start=not c.kv_pair, end=not c.kv_pair)
+                               start=not c.kv_pair, end=not c.kv_pair,
+                               frag=(lambda m0, bh: ptx.global_ptr(dq_acc) +
+                                     (bh * sqp + m0) * (d * 4)) if c.dq_frag else None)
                     if c.kv_pair:
                         writer_end(c, tid & 31)
         with ptx.else_():
@@ -447,7 +449,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 owner.take(w)
                             else:
                                 take_stage(w)
-                        if c.dq_tma:                 # stage the chunk (st.shared.v2.f32);
+                        if c.dq_frag:    # registers 4k .. 4k + 3 at (128 k + lane)·16 bytes
+                            for k in range(len(dq.regs) // 4):
+                                ptx.inst("st.shared.v4.f32", ptx.addr(stage_w + lane * 16,
+                                                                      k * 128 * 16),
+                                         list(dq.regs[4 * k:4 * k + 4]))
+                        elif c.dq_tma:               # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
                             sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
                                      (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
@@ -463,6 +470,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     o = (row_of(i) * 8 * 64 + col % 64) * 4
                                 ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
                                          [dq.regs[i], dq.regs[i + 1]])
+                        if c.dq_tma:
                             if late and nch == 1:
                                 if ahead:     # (2: the next step's Sᵀ behind the stage;
                                     ahead.after_stage()    # the stage handed over under dK)

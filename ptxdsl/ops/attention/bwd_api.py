@@ -17,7 +17,7 @@ from .api import _check, _contiguous, _fail, _frame
 from .bwd import build_backward
 from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd
 from .bwd_prep import build_postprocess, build_preprocess
-from .bwd_prepw import build_postprocess_wide, build_preprocess_wide
+from .bwd_prepw import build_postprocess_frag, build_postprocess_wide, build_preprocess_wide
 from .bwd_m80 import build_backward_m80
 from .bwd_wg3 import build_backward_wg3
 from .config import Mask
@@ -39,7 +39,8 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     mask = Mask(left, 0 if causal else right)
     cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic), varlen)
     if varlen and cfg.block_m != BLOCK_M:     # its padded rows start every 64, not 128
-        cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split)
+        cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split,
+                      dq_frag=False)
     if (varlen or deterministic) and cfg.kv_pair:   # (one key block a CTA: varlen's
         # numbering, the deterministic turns' launch order)
         cfg = replace(cfg, kv_pair=False, dkv_stage=False, pair_max=0)
@@ -56,6 +57,7 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
          build_backward_m80 if cfg.dq_swap else build_backward)(
             cfg, dt, head_dim, mask, scale=scale, softcap=float(softcap),
             deterministic=deterministic, arch=arch, varlen=varlen),
+        build_postprocess_frag(dt, head_dim, scale, arch=arch) if cfg.dq_frag else
         build_postprocess_wide(dt, head_dim, scale, arch=arch) if wide else
         build_postprocess(dt, head_dim, scale, arch=arch, varlen=varlen)))
 

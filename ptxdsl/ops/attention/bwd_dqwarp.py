@@ -35,9 +35,15 @@ def hand_stage(w) -> None:
     ptx.inst("bar.arrive", FULL + w, THREADS)
 
 
-def reduce_boxes(c: BwdConfig, d: int, tdq, dqc, w, m0, head, stage_w) -> None:
+def reduce_boxes(c: BwdConfig, d: int, tdq, dqc, w, m0, head, stage_w, frag_at=None) -> None:
     """TMA reduce-add of warpgroup ``w``'s stage (``stage_w``) into the rows from ``m0``:
-    32-column swizzled boxes (or 64-column rows), at the columns the warpgroup computed."""
+    32-column swizzled boxes (or 64-column rows), at the columns the warpgroup computed.
+    ``frag_at`` (``BwdConfig.dq_frag``): the stage's 64 rows in fragment order, added by
+    one 1-D bulk reduction to that global address (the block's rows in the same order)."""
+    if c.dq_frag:
+        ptx.inst("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32", ptx.addr(frag_at),
+                 ptx.addr(stage_w), BM * d * 4)
+        return
     box = 32 if c.dq_swizzle else 64
     panels = stage_panels(c, d) if c.panel_split else None
     for ch in range(c.wg_cols(d) // box):
@@ -47,7 +53,7 @@ def reduce_boxes(c: BwdConfig, d: int, tdq, dqc, w, m0, head, stage_w) -> None:
 
 
 def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, m_range,
-           bm, det=None, start: bool = True, end: bool = True) -> None:
+           bm, det=None, start: bool = True, end: bool = True, frag=None) -> None:
     """The writer warp's loop over the consumers' steps (``lane``: its lane; ``stage_of(w)``:
     warpgroup ``w``'s stage; ``heads(gi)``: the query head and its (batch, head) row;
     ``m_range``: the consumers' ``ptx.range_`` over row blocks, in their order;
@@ -55,7 +61,8 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
     poll)`` (``poll``: det_poll's shared words, or a false value),
     the turns taken by the writer's lane 0 as the consumer's would; ``start``, ``end``:
     the first arrivals and the last wait, where kv_pair walks a second key block between
-    them: the consumers hand their stages on across it)."""
+    them: the consumers hand their stages on across it); ``frag(m0, bh)``: dq_frag's
+    global address of the 64 rows from ``m0`` of row ``bh``)."""
     if start:
         writer_start()
     if det and det[-1]:      # det_poll: nothing read ahead of the first step
@@ -73,7 +80,7 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                     (mb - 1, _s32(mb) > _s32(m_range[1]) + 1) if len(m_range) == 3 else \
                     (mb + 1, _s32(mb) + 1 < _s32(m_range[1]))
                 _det_pipe_step(c, d, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows, det,
-                               nxt)
+                               nxt, frag)
                 continue
             for w in range(2):
                 ptx.inst("bar.sync", FULL + w, THREADS)
@@ -92,7 +99,8 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                         at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
                         spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
                                          bn, 1 if rows else 2, desc), split, labels)
-                    reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w))
+                    reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w),
+                                 frag and frag(m0w, bh))
                     ptx.inst("cp.async.bulk.commit_group")
                     if det:                  # the adds land before the turn passes
                         ptx.inst("cp.async.bulk.wait_group", 0)
@@ -117,7 +125,7 @@ def writer_end(c: BwdConfig, lane) -> None:
 
 
 def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows,
-                   det, nxt) -> None:
+                   det, nxt, frag=None) -> None:
     """``det_pipe``: one row block's turns and adds (:func:`.bwd_detpipe.det_step`): the
     warpgroups' disjoint columns share the block's word (two turns a key block), or with
     ``block_m`` 128 each its own half's word (one turn; none past SQP's padded rows).
@@ -146,7 +154,8 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
         return [(at(2 * sem_mb(mn) + w), has & past(w)) for w in range(2)]
 
     def add(w):
-        reduce_boxes(c, d, tdq, dqc, w, m0 + w * BM if rows else m0, head, stage_of(w))
+        m0w = m0 + w * BM if rows else m0
+        reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w), frag and frag(m0w, bh))
     det_step(2, lane, words=words, add=add, full=FULL, empty=EMPTY, threads=THREADS,
              labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
 

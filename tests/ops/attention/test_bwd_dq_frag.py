@@ -1,0 +1,111 @@
+"""``BwdConfig.dq_frag`` (head dim 64's 128-query step): dQ staged in the accumulator's
+fragment order by ``st.shared.v4.f32`` and added by the writer warp's one 1-D
+``cp.reduce.async.bulk`` a warpgroup, dq_acc's 64-row blocks in that order and the
+postprocess (:func:`ptxdsl.ops.attention.bwd_prepw.build_postprocess_frag`) reading it
+back. What it emits and refuses; head dim 64's full, causal (kv_pair) and deterministic
+rows with it on the CPU interpreter (race, proxy and bulk-group detectors) against
+float64, GQA and ragged (rows past Sq in the last block); varlen drops it; ptxas -v."""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ptxdsl.core.types import bf16
+from ptxdsl.ops import attention_backward
+from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention.bwd import build_backward
+from ptxdsl.ops.attention.bwd_config import BwdConfig, choose_bwd
+from ptxdsl.ops.attention.config import Mask
+from attention_bwd_checks import check_grads
+from ptxas_resources import resources_or_skip  # noqa: E402
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+BULK = "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"
+
+
+def test_stages_by_v4_and_adds_by_one_bulk_reduction():
+    """Eight ``st.shared.v4.f32`` a step where sixteen ``.v2`` were, no tensor reduce-add,
+    one bulk reduction of 16384 bytes (the writer's, for each warpgroup in a loop), the
+    ``_dqf`` tag and the postprocess's name; refused without dq_warp or block_m 128."""
+    row = choose_bwd(64, "bf16", Mask())
+    texts = [build_backward(replace(row, dq_frag=on), bf16, 64, Mask(), scale=0.125).ptx()
+             for on in (False, True)]
+    v2 = [len(re.findall(r"st\.shared\.v2\.f32", t)) for t in texts]
+    v4 = [len(re.findall(r"st\.shared\.v4\.f32", t)) for t in texts]
+    assert v2[0] - v2[1] == 16 and v4[1] - v4[0] == 8, (v2, v4)
+    assert "cp.reduce.async.bulk.tensor" in texts[0] and "cp.reduce.async.bulk.tensor" \
+        not in texts[1]
+    assert re.search(re.escape(BULK) + r" \[%rd\d+\], \[%r\d+\], 16384;", texts[1])
+    assert replace(row, dq_frag=True).tag == row.tag + "_dqf"
+    with pytest.raises(ValueError, match="dq_frag.*needs dq_warp and block_m=128"):
+        BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, dq_frag=True)
+
+
+def _frag(monkeypatch):
+    """Each call's plan row with dq_frag where it takes it (128-query steps, the writer)."""
+    shipped = bwd_api.choose_bwd
+
+    def choose(*a, **k):
+        row = shipped(*a, **k)
+        return replace(row, dq_frag=True) if row.block_m == 128 and row.dq_warp else row
+    monkeypatch.setattr(bwd_api, "choose_bwd", choose)
+
+
+def _grads(sq, sk, seed, **kw):
+    """q, dout (1, sq, 2, 64), k, v (1, sk, 1, 64): GQA, bf16, against float64."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((1, s, h, 64)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    out, lse = attention_reference(q, k, v, **kw)
+    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
+    check_grads(got, attention_backward_reference(do, q, k, v, **kw))
+    return got
+
+
+def test_postprocess_names_its_order(monkeypatch):
+    """The main and postprocess kernels of a call with it: the ``_dqf`` main kernel and the
+    ``_frag`` postprocess; varlen's rows (64-row steps) do not take it."""
+    _frag(monkeypatch)
+    pre, main, post = bwd_api.backward_kernels(64)
+    assert main.name.endswith("_dqf") and post.name.endswith("_frag")
+    assert "_dqf" not in bwd_api.backward_kernels(64, varlen=True)[1].name
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("sq,sk,kw", [(150, 260, {}), (200, 150, dict(causal=True))],
+                         ids=["full", "causal"])
+def test_rows_match_float64(monkeypatch, sq, sk, kw):
+    """Full: the last 128-row block's second half past Sq (the postprocess skips its rows);
+    causal: kv_pair's walks, both halves of several blocks."""
+    _frag(monkeypatch)
+    _grads(sq, sk, sq + sk, **kw)
+
+
+@pytest.mark.long
+def test_deterministic_row_repeats_bitwise(monkeypatch):
+    """The deterministic row with it (the writer's turns around the bulk reduction): against
+    float64 and twice bitwise equal."""
+    _frag(monkeypatch)
+    rng = np.random.default_rng(7)
+    q, k, v, do = (rng.standard_normal((1, s, h, 64)).astype(BF16)
+                   for s, h in ((140, 2), (200, 1), (200, 1), (140, 2)))
+    out, lse = attention_reference(q, k, v, causal=True)
+    runs = [attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
+                               causal=True, deterministic=True) for _ in range(2)]
+    check_grads(runs[0], attention_backward_reference(do, q, k, v, causal=True))
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(*runs))
+
+
+@pytest.mark.ptxas
+@pytest.mark.long
+def test_no_spills():
+    """The full and causal rows' main kernels and the postprocess: no spills."""
+    for mask in (Mask(), Mask(-1, 0)):
+        k = build_backward(replace(choose_bwd(64, "bf16", mask), dq_frag=True), bf16, 64,
+                           mask, scale=0.125)
+        r = resources_or_skip(k)
+        assert r.spill_stores == 0 and r.spill_loads == 0 and r.local == 0, k.name

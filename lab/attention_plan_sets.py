@@ -81,19 +81,17 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # ``gqa_full`` (the bench's GQA full row, B4 S4k H32 Hkv8 hd128, where ptxdsl runs slower
 # than at MHA and FA4 faster): the plans row, with the packed layout (FA4 packs every GQA
 # group on sm90), one CTA a tile (FA4's grid, hardware-scheduled), both, and the TMA-store
-# epilogue (FA4's) with its own buffer or in Q's (Config.o_in_q, also with Config.q_split).
+# epilogue (FA4's) with its own buffer or in Q's (Config.o_in_q).
 # ``h256c`` (head dim 256 causal at 1k and 4k): each plans row with the TMA-store epilogue
 # staged in Q's buffer (the only place it fits beside Q and two 80-key stages; FA4 stages
 # O in sQ), without ping-pong (FA4 takes turns only up to head dim 128), and FA4's sm90
-# schedule in our terms (one CTA a tile, longest-first in 48 MiB sections), with both;
-# and O in Q's buffer with each consumer's Q on its own barriers (Config.q_split: a
-# consumer's next Q waits for its own epilogue only), with and without ping-pong.
+# schedule in our terms (one CTA a tile, longest-first in 48 MiB sections), with both.
 # ``s16k2`` (the 16k rows where ptxdsl trails FA4 most: head dim 128 causal and full, 64
 # and 256 causal): each plans row with O staged in Q's buffer (Config.o_in_q: the
 # TMA-store epilogue without a buffer of its own; the hd128 causal row's staging wait once
-# a CTA goes, o_in_q waits every tile), also with Config.q_split; at head dim 128 the
-# freed buffer holds a third 128-key stage (229488 bytes) or the epilogue beside the full
-# row's 176-key blocks (213072); FA4's sm90 causal schedule (one CTA a tile, 48 MiB head
+# a CTA goes, o_in_q waits every tile); at head dim 128 the freed buffer holds a third
+# 128-key stage (229488 bytes) or the epilogue beside the full row's 176-key blocks
+# (213072); FA4's sm90 causal schedule (one CTA a tile, 48 MiB head
 # sections) with it, which is head dim 256's <= 4k row, also with ping-pong (FA4's sm90
 # schedule whole at head dims 64 and 128: its consumers take turns up to head dim 128; at
 # full, one CTA a tile without sections); head dim 64 (192-row tiles, 3 stages) also with
@@ -172,15 +170,13 @@ SETS = {
         256: [_PLAN, dict(_PLAN, **_LATE, **_NO_OQ)]}},
     "gqa_full": {"seqs": [4096], "heads": (32, 8), "masks": [False], "candidates": {128: [
         _PLAN, dict(_PLAN, **_PK), dict(_PLAN, **_FA4GRID),
-        dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ1),
-        dict(_PLAN, q_split=True, **_OQ1)]}},
+        dict(_PLAN, **_FA4GRID, **_PK), dict(_PLAN, tma_store=True), dict(_PLAN, **_OQ1)]}},
     "h256c": {"seqs": [1024, 4096], "masks": [True], "candidates": {256: [
         _PLAN, dict(_PLAN, **_OQ), dict(_PLAN, pingpong=False),
         dict(_PLAN, pingpong=False, **_OQ), dict(_PLAN, **_FA4GRID, **_S48, **_OQ),
-        dict(_PLAN, pingpong=False, **_FA4GRID, **_S48, **_OQ),
-        dict(_PLAN, q_split=True, **_OQ), dict(_PLAN, pingpong=False, q_split=True, **_OQ)]}},
+        dict(_PLAN, pingpong=False, **_FA4GRID, **_S48, **_OQ)]}},
     "s16k2": {"seqs": [16384], "masks": [True, False], "candidates": {
-        128: [_PLAN, dict(_PLAN, **_OQ1), dict(_PLAN, q_split=True, **_OQ1),
+        128: [_PLAN, dict(_PLAN, **_OQ1),
               dict(_PLAN, block_n=128, stages=3, **_OQ1),
               dict(_PLAN, **_FA4GRID, **_S48, **_OQ1, **_C),
               dict(_PLAN, pingpong=True, **_FA4GRID, **_S48, **_OQ1, **_C),
@@ -188,12 +184,11 @@ SETS = {
               dict(block_n=128, **_PL, **_OQ, causal=False),
               dict(block_n=128, pingpong=True, lazy_rescale=True, **_OQ, causal=False)],
         64: [dict(_PLAN, **_C), dict(_PLAN, tma_store=True, **_C), dict(_PLAN, **_OQ, **_C),
-             dict(_PLAN, q_split=True, **_OQ, **_C), dict(_PLAN, stages=4, **_OQ, **_C),
+             dict(_PLAN, stages=4, **_OQ, **_C),
              dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
              dict(_PLAN, pingpong=True, **_FA4GRID, **_S48, **_OQ, **_C)],
         256: [dict(_PLAN, **_C), dict(_PLAN, **_OQ, **_C),
-              dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C),
-              dict(_PLAN, q_split=True, **_FA4GRID, **_S48, **_OQ, **_C)]}},
+              dict(_PLAN, **_FA4GRID, **_S48, **_OQ, **_C)]}},
     "fwdc": {"seqs": [4096, 16384], "masks": [True], "candidates": {
         128: [_PLAN, dict(_PLAN, uniform_cons=True), dict(_PLAN, q_double=True),
               dict(_PLAN, uniform_cons=True, q_double=True),

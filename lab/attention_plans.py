@@ -241,8 +241,8 @@ def _name(kw: dict) -> str:
                             ("tma_store", "tma-store"), ("lazy_rescale", "lazy"),
                             ("head_sections", f"l2x{kw.get('section_mb') or 24}"),
                             ("dynamic", "dyn"), ("store_wait_once", "w1"), ("o_in_q", "o-in-q"),
-                            ("q_split", "q-split"), ("uniform_cons", "uc"),
-                            ("q_double", "q2"), ("late_epilogue", "late"))
+                            ("uniform_cons", "uc"), ("q_double", "q2"),
+                            ("late_epilogue", "late"))
                    if kw.get(k)]
     if kw.get("consumers", 2) != 2:
         bits.append(f"m{64 * kw['consumers']}")

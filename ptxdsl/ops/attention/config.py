@@ -60,14 +60,10 @@ class Config:
     the consumer's own Q·Kᵀ read (FA4's sm90 choice), not in a buffer of its own (what
     head dim 256 lacks the shared memory for); Q is then released once the tile's TMA
     stores have read O, not after its last Q·Kᵀ, so the next tile's Q load waits for the
-    epilogue. ``q_split`` (the dense layout; else
-    no effect): each consumer's 64 rows of Q come by their own TMA loads (a box of 64 rows)
-    onto their own pair of full / empty mbarriers, so a consumer's next Q waits only for
-    its own release (with ``o_in_q``: its own epilogue's stores), not the other's.
-    ``uniform_cons``: a consumer's warpgroup index comes through ``shfl.sync.idx`` from
+    epilogue. ``uniform_cons``: a consumer's warpgroup index comes through ``shfl.sync.idx`` from
     lane 0 (CUTLASS's way to tell ptxas it is the same in the warp), so ptxas keeps what
     derives from it in uniform registers: Q's wgmma descriptors (else two ``R2UR`` a Q·Kᵀ
-    wgmma). ``q_double`` (without ``dynamic``, ``o_in_q`` and ``q_split``): Q has two buffers that
+    wgmma). ``q_double`` (without ``dynamic`` and ``o_in_q``): Q has two buffers that
     the tiles of a CTA take in turn (the second after the other buffers, with its own full /
     empty mbarriers), so the producer loads the next tile's Q, and its first K/V blocks
     as ring stages free, while the current tile runs, not once its last Q·Kᵀ retired:
@@ -90,7 +86,6 @@ class Config:
     store_wait_once: bool = False
     late_epilogue: bool = False
     o_in_q: bool = False
-    q_split: bool = False
     uniform_cons: bool = False
     q_double: bool = False
 
@@ -120,9 +115,9 @@ class Config:
             raise ValueError("o_in_q stages O in Q's buffer of the TMA-store epilogue and "
                              "waits for its reads every tile: give tma_store=True, with "
                              "store_wait_once and late_epilogue off")
-        if self.q_double and (self.dynamic or self.o_in_q or self.q_split):
+        if self.q_double and (self.dynamic or self.o_in_q):
             raise ValueError("q_double takes the tiles' Q buffers in turn: give it without "
-                             "dynamic (one tile-number word), o_in_q and q_split")
+                             "dynamic (one tile-number word) and o_in_q")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")
@@ -140,14 +135,12 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage; ``dynamic``: 16 more for the tile number;
-        ``q_split``: 2 per consumer), with ``tma_store`` O's staging
+        stage; ``dynamic``: 16 more for the tile number), with ``tma_store`` O's staging
         buffer (``block_m`` rows; ``o_in_q``: none), and with ``q_double`` two more
         mbarriers and a second Q, each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic
-                                            + 2 * self.consumers * self.q_split)
+        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic)
         if self.tma_store and not self.o_in_q:
             total = -(-total // 1024) * 1024 + q
         if self.q_double:               # its mbarriers, then the second Q

@@ -92,7 +92,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     o_mma = f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{dtype.name}.{dtype.name}"
     late = c.late_epilogue and layout in ("dense", "packed")
     oq = c.o_in_q and tma_out     # Config.o_in_q: Q is released after the epilogue's stores
-    qs = c.q_split and layout == "dense"
     qd = c.q_double               # Config.q_double: the tiles take Q's two buffers in turn
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
@@ -104,7 +103,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_tmastore' if tma_out else ''}"
             f"{'_w1' if tma_out and c.store_wait_once else ''}"
             f"{'_late' if late else ''}"
-            f"{'_oq' if oq else ''}{'_qs' if qs else ''}"
+            f"{'_oq' if oq else ''}"
             f"{'_uc' if c.uniform_cons else ''}"
             f"{'_q2' if qd else ''}")
 
@@ -127,13 +126,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         qfull, qempty = base + L.qfull, base + L.qempty
         kfull, vfull = base + L.kfull, base + L.vfull
         kempty, vempty = base + L.kempty, base + L.vempty
-        # Config.q_split: consumer i's Q on barriers qfull_i, qempty_i (one arrival each)
-        qparts = [(base + L.qs + 8 * i, base + L.qs + 8 * (NC + i), i) for i in range(NC)] \
-            if qs else [(qfull, qempty, None)]
         with ptx.if_(tid == 0):
-            for qf, qe, i in qparts:
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qf), 1)
-                ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qe), 1 if qs else NC)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qfull), 1)
+            ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(qempty), NC)
             if qd:
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(base + L.qbar2), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(base + L.qbar2, 8), NC)
@@ -169,33 +164,29 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 qring = Ring(2) if qd else None
                 qphase = qring.phase if qd else reg.scalar(u32, init=0)
 
-                def publish(t, qe=qempty, part=None):
-                    """Wait until the consumers (``part``: consumer ``part``) are done with
-                    Q; dynamic: then write the tile number, which they read once qfull's
-                    next phase completes."""
+                def publish(t, qe=qempty):
+                    """Wait until the consumers are done with Q (its empty barrier ``qe``);
+                    dynamic: then write the tile number, which they read once qfull's next
+                    phase completes."""
                     wait(labels, qe, qphase ^ 1)
-                    for i in (range(NC) if part is None else [part]) if dyn else ():
+                    for i in range(NC if dyn else 0):
                         ptx.inst("st.shared.u32", ptx.addr(base + L.tile, 4 * i), t)
 
                 def produce(t):
                     w, off, n_lo, n_hi = tile(t)
                     with if_valid(w):
-                        if qd:
-                            qf1, qe1, q_at = q_buffer(L, qfull, qempty, qring)
-                        for qf, qe, i in qparts if not qd else [(qf1, qe1, None)]:
-                            publish(t, qe, i)
-                            ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                                     ptx.addr(qf), L.q_bytes // len(qparts))
-                            for p in range(P):
-                                if qd:
-                                    ptx.tma.load(base + q_at + p * BM * ROW, tq,
-                                                 sched.q_coords(p, w), qf)
-                                elif i is None:
-                                    ptx.tma.load(base + (L.q + p * BM * ROW), tq,
-                                                 sched.q_coords(p, w), qf)
-                                else:           # consumer i's 64 rows of each panel
-                                    ptx.tma.load(base + (L.q + p * BM * ROW + i * 64 * ROW),
-                                                 tq, sched.q_coords(p, w, i), qf)
+                        qf, qe, q_at = q_buffer(L, qfull, qempty, qring) if qd else (
+                            qfull, qempty, None)
+                        publish(t, qe)
+                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                 ptx.addr(qf), L.q_bytes)
+                        for p in range(P):
+                            if qd:
+                                ptx.tma.load(base + q_at + p * BM * ROW, tq,
+                                             sched.q_coords(p, w), qf)
+                            else:
+                                ptx.tma.load(base + (L.q + p * BM * ROW), tq,
+                                             sched.q_coords(p, w), qf)
                         q_next(qring, qphase)
                         for j in ptx.range_(n_lo, n_hi):
                             for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
@@ -226,9 +217,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst.add.u32(t, got, ncta)
                     ptx.bra(top, uni=True)
                     ptx.place(done)
-                    for qf, qe, i in qparts:        # a number past the last tile: stop
-                        publish(t, qe, i)
-                        ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qf))
+                    publish(t)                      # a number past the last tile: stop
+                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qfull))
                 else:
                     for t in ptx.range_(cta, tiles, ncta):
                         produce(t)
@@ -236,9 +226,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
             cons = consumer_index(wg, c.uniform_cons)
-            # the Q barriers this consumer waits on and releases (Config.q_split: its own)
-            my_qfull0, my_qempty0 = (qfull, qempty) if not qs else (
-                base + L.qs + (cons << 3), base + L.qs + 8 * NC + (cons << 3))
             warp, lw = lane >> 5, lane & 31
             fcol = (lw & 3) * 2
             s_acc = ptx.wgmma.accumulator(BN)
@@ -298,7 +285,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
                     my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring) if qd else (
-                        my_qfull0, my_qempty0, L.q)
+                        qfull, qempty, L.q)
                     urows, rows = rows_of(w)
                     if late:
                         o_acc, (_, m, l, _) = o_late, kept
@@ -447,7 +434,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 t = reg.scalar(u32)
                 top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
                 ptx.place(top)
-                wait(labels, my_qfull0, qphase)
+                wait(labels, qfull, qphase)
                 ptx.inst("ld.shared.u32", t, ptx.addr(base + L.tile + (cons << 2)))
                 # every thread of the warpgroup has read its word before lane 0 releases Q
                 # (after which the producer writes the next)

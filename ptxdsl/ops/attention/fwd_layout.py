@@ -28,9 +28,6 @@ class Smem:
         if c.dynamic:                 # Config.dynamic: the tile number, a word per consumer
             self.tile = self.total
             self.total += 16
-        if c.q_split:                 # Config.q_split: full, then empty, per consumer
-            self.qs = self.total
-            self.total += 16 * c.consumers
         if c.tma_store and c.o_in_q:                # O's staging: Q's buffer
             self.o = self.q
         elif c.tma_store:                           # O's staging: 128 rows of every panel
@@ -50,8 +47,7 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
     packed as in ``packed``) or ``varlen_unordered`` (the same in numbering order)."""
     if layout == "dense":
         return Dense(dtype, d, c.block_n, mask.right >= 0, tma_out=c.tma_store,
-                     block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb,
-                     q_rows=64 if c.q_split else 0)
+                     block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
                       sections=c.head_sections, section_mb=c.section_mb)

@@ -69,9 +69,8 @@ class Dense:
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, causal_order: bool, *,
                  tma_out: bool = False, block_m: int = BLOCK_M, sections: bool = False,
-                 section_mb: int = 0, q_rows: int = 0):
+                 section_mb: int = 0):
         self.dtype, self.d, self.bn, self.causal_order = dtype, d, block_n, causal_order
-        self.q_rows = q_rows or block_m  # Q's TMA box rows (Config.q_split: 64)
         self.tma_out = tma_out          # out through TMA stores of (1, 64, 1, 64) boxes
         self.bm = block_m               # query rows per tile
         self.sections = sections        # Config.head_sections (causal order only)
@@ -79,7 +78,7 @@ class Dense:
 
     def specs(self):
         q = Tile("B", "SQ", "H", self.d, self.dtype,
-                 tma=_tma(1, self.q_rows, 1, PANEL))
+                 tma=_tma(1, self.bm, 1, PANEL))
         kv = [Tile("B", "SK", "HK", self.d, self.dtype,
                    tma=_tma(1, self.bn, 1, PANEL)) for _ in range(2)]
         out = Tile("B", "SQ", "H", self.d, self.dtype,
@@ -128,9 +127,8 @@ class Dense:
         hkv = head // (self.nh // self.nhk)     # GQA: the K/V head of this query head's group
         return Work(mblk * self.bm, head, batch, hkv, self.sq, self.sk)
 
-    def q_coords(self, p, w: Work, part: int = 0):
-        """Panel ``p`` of the tile's Q (``part``: of its rows from ``64 * part``)."""
-        return [p * PANEL, w.head, w.m0 + 64 * part if part else w.m0, w.batch]
+    def q_coords(self, p, w: Work):
+        return [p * PANEL, w.head, w.m0, w.batch]
 
     def kv_coords(self, p, w: Work, j):
         return [p * PANEL, w.hkv, j * self.bn, w.batch]

@@ -17,8 +17,7 @@ def test_options_checked_and_sized():
     """Off by default; q_double refuses the options that hold one Q word or buffer, and
     its mbarriers and second Q come last (the layout of everything else unchanged)."""
     assert not Config().uniform_cons and not Config().q_double
-    for kw in (dict(dynamic=True, persistent=True), dict(tma_store=True, o_in_q=True),
-               dict(q_split=True)):
+    for kw in (dict(dynamic=True, persistent=True), dict(tma_store=True, o_in_q=True)):
         with pytest.raises(ValueError, match="q_double"):
             Config(q_double=True, **kw)
     for kw, d in ((dict(tma_store=True, store_wait_once=True, lazy_rescale=True), 128),

@@ -31,7 +31,7 @@ def test_stages_by_v4_and_adds_by_one_bulk_reduction():
     """Eight ``st.shared.v4.f32`` a step where sixteen ``.v2`` were, no tensor reduce-add,
     one bulk reduction of 16384 bytes (the writer's, for each warpgroup in a loop), the
     ``_dqf`` tag and the postprocess's name; refused without dq_warp or block_m 128."""
-    row = choose_bwd(64, "bf16", Mask())
+    row = replace(choose_bwd(64, "bf16", Mask()), dq_frag=False)
     texts = [build_backward(replace(row, dq_frag=on), bf16, 64, Mask(), scale=0.125).ptx()
              for on in (False, True)]
     v2 = [len(re.findall(r"st\.shared\.v2\.f32", t)) for t in texts]
@@ -66,10 +66,11 @@ def _grads(sq, sk, seed, **kw):
     return got
 
 
-def test_postprocess_names_its_order(monkeypatch):
-    """The main and postprocess kernels of a call with it: the ``_dqf`` main kernel and the
-    ``_frag`` postprocess; varlen's rows (64-row steps) do not take it."""
-    _frag(monkeypatch)
+def test_postprocess_names_its_order():
+    """The main and postprocess kernels of a call with it (the shipped full row): the
+    ``_dqf`` main kernel and the ``_frag`` postprocess; varlen's rows (64-row steps) do
+    not take it."""
+    assert choose_bwd(64, "bf16", Mask()).dq_frag and choose_bwd(64, "bf16", Mask(-1, 0)).dq_frag
     pre, main, post = bwd_api.backward_kernels(64)
     assert main.name.endswith("_dqf") and post.name.endswith("_frag")
     assert "_dqf" not in bwd_api.backward_kernels(64, varlen=True)[1].name

@@ -56,7 +56,10 @@ def test_main_kernel_emits_the_fa3_structure():
     assert "red.global.add.f32" not in text                           # the plan: TMA
     # the plan's step ordering: Sᵀ and dPᵀ in two groups, Pᵀ computed while dPᵀ runs
     assert "wgmma.wait_group.sync.aligned 1;" in text
-    assert "cp.reduce.async.bulk.tensor" in backward_kernels(64)[1].ptx()
+    # head dim 64's dense rows add dQ by one 1-D bulk reduction (dq_frag), the window row
+    # by the tensor reduce
+    assert "cp.reduce.async.bulk.global.shared::cta" in backward_kernels(64)[1].ptx()
+    assert "cp.reduce.async.bulk.tensor" in backward_kernels(64, window_size=(9, 9))[1].ptx()
 
 
 def test_head_dim_96_stops_its_gemms_at_96():

@@ -32,7 +32,7 @@ def test_loads_before_the_wait(early):
     """The first ``early`` pairs (all 16 of a 128-query step where more are asked) are
     loaded before the step's first ``wgmma.wait_group``, the rest after it; the same
     loads in all; the ``_lse<n>`` tag; refused without overlap."""
-    row = replace(choose_bwd(64, "bf16", Mask()), lse_early=0)
+    row = replace(choose_bwd(64, "bf16", Mask()), lse_early=0, dq_frag=False)
     texts = [build_backward(replace(row, lse_early=n), bf16, 64, Mask(), scale=0.125).ptx()
              for n in (0, early)]
     lds = [len(re.findall(LDS, t)) for t in texts]

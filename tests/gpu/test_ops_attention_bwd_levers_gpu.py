@@ -26,8 +26,7 @@ SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
 
 
 LEVERS = {"lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16),
-          "frag": lambda row: (row.block_m == 128 and row.dq_warp or row.dq_swap) and
-          dict(dq_frag=True)}
+          "frag": lambda row: row.block_m == 128 and row.dq_warp and dict(dq_frag=True)}
 
 
 @pytest.fixture(params=list(LEVERS))

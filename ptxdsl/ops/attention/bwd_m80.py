@@ -213,10 +213,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         m_range, c.dq_exit_read,
                         det=(sem, nb, off, mask, labels, desc, nh,
                              c.det_poll and (lambda: base + L.total))
-                        if deterministic else None,
-                        frag=(lambda m0, head, w: ptx.global_ptr(dq_acc) + (
-                            ((batch * nh + head) * ptx.dim("SQP") + m0) * D + w * BM * 64) * 4)
-                        if c.dq_frag else None)
+                        if deterministic else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -298,13 +295,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)     # dK behind dQ
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     take_stage(w)
-                    if c.dq_frag:    # (bwd_frag) registers 4k .. 4k + 3 at (128 k + lane)·16
-                        for kk in range(BM // 8):
-                            ptx.inst("st.shared.v4.f32", ptx.addr(stage_w + lane * 16,
-                                                                  kk * 128 * 16),
-                                     list(dq.regs[4 * kk:4 * kk + 4]))
-                    else:
-                        _stage_t(list(dq), stage_w, warp, lw, fcol)
+                    _stage_t(list(dq), stage_w, warp, lw, fcol)
                     if ahead:       # the next Sᵀ behind dK, the stage handed under them
                         ahead.after_stage()
                         hand_stage(w)
@@ -351,11 +342,10 @@ def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
 
 
 def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
-            exit_read: bool = False, det=None, frag=None) -> None:
+            exit_read: bool = False, det=None) -> None:
     """Warp 1 of the producer: each step, each warpgroup's staged 80 x 64 dQ added by two
-    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box; ``frag``:
-    dq_frag's one bulk reduction at ``frag(m0, head, w)``); at the end the last adds
-    landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`). ``det``: ``(sem, nb, off, mask, labels, desc, nh, poll)``, the
+    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box); at the end
+    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`). ``det``: ``(sem, nb, off, mask, labels, desc, nh, poll)``, the
     row block's turns taken around the adds by :func:`.bwd_detpipe.det_step`."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
@@ -368,11 +358,6 @@ def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
             m0 = mb * BM
 
             def add(w, _m0=m0, _head=head):
-                if frag:                 # (dq_frag: the stage in fragment order, one add)
-                    ptx.inst("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32",
-                             ptx.addr(frag(_m0, _head, w)), ptx.addr(stages + w * wg_stage),
-                             BM * 64 * 4)
-                    return
                 for ch in range(2):
                     ptx.tma.reduce(tdq, [64 * w + 32 * ch, _m0, _head, batch],
                                    stages + w * wg_stage + ch * DQ_PANEL)

@@ -158,4 +158,62 @@ def build_postprocess_wide(dtype: PtxType, d: int, scale: float, *, arch: str = 
     return postprocess
 
 
-__all__ = ["build_preprocess_wide", "build_postprocess_wide", "WIDE_HEAD_DIMS", "THREADS"]
+def build_postprocess_frag(dtype: PtxType, d: int, scale: float, *, arch: str = "sm_90a"):
+    """:func:`build_postprocess_wide` for ``BwdConfig.dq_frag``'s accumulator: each 64 rows
+    of a (batch, head) row hold their 64 x 64 f32 in a warpgroup accumulator's fragment
+    order (16 bytes ``(128 k + t)``: thread ``t``'s registers ``4k .. 4k + 3``, rows ``r``,
+    ``r + 8``, columns ``8k + 2 (t % 4)`` and the next). A CTA converts one block: thread
+    ``T`` loads the pieces of ``k = 4 (T // 128) + j`` (each ``j`` a coalesced 2 KB a
+    warpgroup), packs each row's pair, and the four lanes of a quad (one row's 8 columns of
+    each ``k`` between them) trade pairs over ``shfl.sync.bfly`` so that lane ``q`` holds
+    whole 16-byte rows of ``k = 4 (T // 128) + q``: a quad stores 64 contiguous bytes of a
+    row by one ``st.global.v4`` a lane, where 4-byte stores would take eight."""
+    if d != 64 or dtype == f32:
+        raise ValueError(f"dq_frag's postprocess writes head dim 64's 16-bit dq, got head dim "
+                         f"{d}, {dtype.name}")
+
+    @kernel(in_specs=(Tile("B", "H", "SQP", d, f32),), out_specs=(Tile("B", "SQ", "H", d, dtype),),
+            arg_names=("dq_acc", "dq"), grid=lambda B, H, SQP: (B * H * SQP // 64, 1, 1),
+            block=(THREADS, 1, 1), arch=arch, name=f"attention_bwd_post_{dtype.name}_d{d}_frag")
+    def postprocess(dq_acc, dq):
+        pacc, pdq = ptx.global_ptrs(dq_acc, dq)
+        sq, nh, sqp = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SQP")
+        tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
+        blk = reg.scalar(u32); ptx.inst.mov.u32(blk, ptx.special.ctaid.x())
+        bh, m0 = blk // (sqp // 64), (blk % (sqp // 64)) * 64
+        t, q = tid % 128, tid & 3
+        # thread T's pieces: k = 4 (T // 128) + j, so a quad's rows are 64 contiguous bytes
+        pieces = [load_chunk(pacc + (blk * 4096 + (tid // 128) * 2048 + t * 4) * 4,
+                             16 * 128 * j, f32, 4) for j in range(4)]     # all loads first
+        is_q = [None] + [reg.scalar(pred) for _ in range(3)]
+        for n in range(1, 4):
+            ptx.inst.setp.eq.u32(is_q[n], q, n)
+        for half in range(2):                          # rows r, r + 8
+            for x in (v for p in pieces for v in p[2 * half:2 * half + 2]):
+                ptx.inst.mul.f32(x, x, float(scale))
+            pairs = [narrow(p[2 * half:2 * half + 2], dtype)[0] for p in pieces]
+            got = [_pick(pairs, is_q, i) for i in range(4)]     # lane q ^ i's pair q
+            for i in range(1, 4):
+                ptx.inst("shfl.sync.bfly.b32", got[i], got[i], i, 0x1F, 0xFFFFFFFF)
+            row = [_pick(got, is_q, p) for p in range(4)]       # columns of lanes 0 .. 3
+            s = m0 + (t >> 5) * 16 + ((t & 31) >> 2) + 8 * half
+            valid = reg.scalar(pred)
+            ptx.inst.setp.lt.u32(valid, s, sq)
+            col = (4 * (tid // 128) + q) * 8
+            dst = (((bh // nh) * sq + s) * nh + bh % nh) * d + col
+            store_chunk(pdq + dst * dtype.bytes, 0, dtype, row, pred=valid)
+
+    return postprocess
+
+
+def _pick(regs, is_q, i: int):
+    """A copy of ``regs[q ^ i]`` (``q`` this lane's place in its quad; ``is_q[n]``: q == n)."""
+    out = reg.scalar(regs[0].dtype)
+    ptx.inst(f"mov.{regs[0].dtype.name}", out, regs[i])
+    for n in range(1, 4):
+        ptx.inst(f"selp.{regs[0].dtype.name}", out, regs[n ^ i], out, is_q[n])
+    return out
+
+
+__all__ = ["build_preprocess_wide", "build_postprocess_wide", "build_postprocess_frag",
+           "WIDE_HEAD_DIMS"]

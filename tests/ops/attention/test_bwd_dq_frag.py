@@ -1,11 +1,10 @@
-"""``BwdConfig.dq_frag`` (head dim 64's 128-query step, head dim 128's dq_swap): dQ staged in
-the accumulator's fragment order by ``st.shared.v4.f32`` and added by the writer warp's
-one 1-D ``cp.reduce.async.bulk`` a warpgroup, dq_acc's blocks in that order and the
-postprocesses of :mod:`ptxdsl.ops.attention.bwd_frag` reading it back. What it emits and
-refuses; head dims 64's full, causal (kv_pair) and deterministic rows and 128's full,
-causal and deterministic dq_swap rows with it on the CPU interpreter (race, proxy and
-bulk-group detectors) against float64, GQA and ragged (rows past Sq in the last block;
-at 128, dq_acc's rows padded to 320); varlen drops it; ptxas -v."""
+"""``BwdConfig.dq_frag`` (head dim 64's 128-query step): dQ staged in the accumulator's
+fragment order by ``st.shared.v4.f32`` and added by the writer warp's one 1-D
+``cp.reduce.async.bulk`` a warpgroup, dq_acc's 64-row blocks in that order and the
+postprocess (:func:`ptxdsl.ops.attention.bwd_prepw.build_postprocess_frag`) reading it
+back. What it emits and refuses; head dim 64's full, causal (kv_pair) and deterministic
+rows with it on the CPU interpreter (race, proxy and bulk-group detectors) against
+float64, GQA and ragged (rows past Sq in the last block); varlen drops it; ptxas -v."""
 from __future__ import annotations
 
 import re
@@ -21,7 +20,6 @@ from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BwdConfig, choose_bwd
 from ptxdsl.ops.attention.config import Mask
 from attention_bwd_checks import check_grads
-from attention_bwd_det_run import check_turns
 from ptxas_resources import resources_or_skip  # noqa: E402
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -48,37 +46,24 @@ def test_stages_by_v4_and_adds_by_one_bulk_reduction():
 
 
 def _frag(monkeypatch):
-    """Each call's plan row with dq_frag where it takes it (128-query steps with the
-    writer, or dq_swap)."""
+    """Each call's plan row with dq_frag where it takes it (128-query steps, the writer)."""
     shipped = bwd_api.choose_bwd
 
     def choose(*a, **k):
         row = shipped(*a, **k)
-        takes = row.block_m == 128 and row.dq_warp or row.dq_swap
-        return replace(row, dq_frag=True) if takes else row
+        return replace(row, dq_frag=True) if row.block_m == 128 and row.dq_warp else row
     monkeypatch.setattr(bwd_api, "choose_bwd", choose)
 
 
-def _grads(sq, sk, seed, d=64, **kw):
-    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
+def _grads(sq, sk, seed, **kw):
+    """q, dout (1, sq, 2, 64), k, v (1, sk, 1, 64): GQA, bf16, against float64."""
     rng = np.random.default_rng(seed)
-    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
+    q, k, v, do = (rng.standard_normal((1, s, h, 64)).astype(BF16)
                    for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
     out, lse = attention_reference(q, k, v, **kw)
     got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
     check_grads(got, attention_backward_reference(do, q, k, v, **kw))
     return got
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("sq,sk,kw", [(130, 150, {}), (170, 90, dict(causal=True))],
-                         ids=["full", "causal"])
-def test_dq_swap_rows_match_float64(monkeypatch, sq, sk, kw):
-    """Head dim 128's 80-query rows (full; causal with s_ahead and lpt_units): dQᵀ's
-    fragment order, 80-row blocks in rows padded to 320, the transposing postprocess."""
-    _frag(monkeypatch)
-    assert bwd_api.backward_kernels(128, **kw)[2].name.endswith("_frag80")
-    _grads(sq, sk, sq + sk, 128, **kw)
 
 
 def test_postprocess_names_its_order():
@@ -102,17 +87,18 @@ def test_rows_match_float64(monkeypatch, sq, sk, kw):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("d", [64, 128])
-def test_deterministic_rows_take_their_turns(monkeypatch, d):
-    """The deterministic rows with it, the main kernel run directly (the API runs the
-    default kernel on the interpreter): the writer's turns around the bulk reduction (head
-    dim 128's full row: dq_swap with det_pipe), the gradients against float64, every row
-    block's semaphore at its count, and dq_acc bitwise the same CTA by CTA or all at once
-    (the full mask: the semaphores' model counts whole 128-row ranges)."""
+def test_deterministic_row_repeats_bitwise(monkeypatch):
+    """The deterministic row with it (the writer's turns around the bulk reduction): against
+    float64 and twice bitwise equal."""
     _frag(monkeypatch)
-    c = bwd_api.choose_bwd(d, "bf16", Mask(), False, True, False)
-    assert c.dq_frag
-    check_turns((1, 140, 200, 2, 1), d, {}, c, monkeypatch)
+    rng = np.random.default_rng(7)
+    q, k, v, do = (rng.standard_normal((1, s, h, 64)).astype(BF16)
+                   for s, h in ((140, 2), (200, 1), (200, 1), (140, 2)))
+    out, lse = attention_reference(q, k, v, causal=True)
+    runs = [attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
+                               causal=True, deterministic=True) for _ in range(2)]
+    check_grads(runs[0], attention_backward_reference(do, q, k, v, causal=True))
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(*runs))
 
 
 @pytest.mark.ptxas

@@ -1,7 +1,7 @@
 """The backward levers of lab/attention_bwd_plans.py --set levers (``BwdConfig.lse_early``:
 -LSE·log2e loaded before the wait for Sᵀ, all of a step's pairs; ``BwdConfig.dq_frag``:
 dQ in fragment order, one bulk reduction) over head dims 64's,
-96's and 128's plan rows, on an sm_90 GPU: dq, dk, dv against the float64
+96's, 128's and 192's plan rows, on an sm_90 GPU: dq, dk, dv against the float64
 reference (max error <= 3e-2 of the largest value, bf16), ragged (a CTA with no step
 too), GQA, full, causal and window masks, softcap; the deterministic rows with it bitwise
 repeatable; against SDPA's gradients at S = 1k; varlen per sequence."""
@@ -18,7 +18,7 @@ from ptxdsl.ops.attention import attention_backward_reference, bwd_api
 
 pytestmark = NEEDS_GPU
 
-HEAD_DIMS = [64, 96, 128]
+HEAD_DIMS = [64, 96, 128, 192]
 SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
           "window": (700, 700, dict(window_size=(100, 20))),
           "no-step": (64, 300, dict(window_size=(10, 0))),
@@ -26,7 +26,8 @@ SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
 
 
 LEVERS = {"lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16),
-          "frag": lambda row: row.block_m == 128 and row.dq_warp and dict(dq_frag=True)}
+          "frag": lambda row: row.dq_warp and (row.block_m == 128 or row.wg3) and
+          dict(dq_frag=True)}
 
 
 @pytest.fixture(params=list(LEVERS))
@@ -62,7 +63,7 @@ def test_matches_float64(lever, d, shape):
         assert all(torch.equal(a, b) for a, b in zip(*det))
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 192])
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_sdpa_at_1k(lever, d, causal):
     """The lab's shape at S = 1k (B 16, H 2048 // d): against SDPA's f32 gradients, max

@@ -46,6 +46,8 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
         cfg = replace(cfg, kv_pair=False, dkv_stage=False, pair_max=0)
     if varlen and cfg.dkv_tma:                # a sequence's last key block: not whole
         cfg = replace(cfg, dkv_tma=False)
+    if varlen and cfg.dq_frag:                # (its padded rows: the tensor reduce's boxes)
+        cfg = replace(cfg, dq_frag=False)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch) \
         + (("varlen",) if varlen else ())
     wide = cfg.prep_wide and not varlen      # (varlen: bwd_prep's padded-row kernels)

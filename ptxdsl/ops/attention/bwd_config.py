@@ -153,11 +153,11 @@ class BwdConfig:
     column pairs loaded into registers before the wait for Sᵀ, not after it, so Pᵀ's
     first FMAs do not wait for shared memory (the profile of head dim 64's step: its
     FMAs' short-scoreboard stalls); the rest as before.
-    ``dq_frag`` (block_m 128 with dq_warp, so head dim 64, dense): each warpgroup stages
-    its 64 x 64 dQ in its accumulator's fragment order (``st.shared.v4.f32``, registers
+    ``dq_frag`` (dq_warp with block_m 128, so head dim 64, or with wg3; dense): each
+    warpgroup stages its 64 x 64 dQ in its accumulator's fragment order (``st.shared.v4.f32``, registers
     ``4k .. 4k + 3`` at 16-byte piece ``128 k + lane``: half the stores, no swizzle) and
-    the writer adds it by one 1-D ``cp.reduce.async.bulk`` into dq_acc's 64-row block, which
-    holds that order; the postprocess reads it back (:func:`.bwd_prepw.
+    the writer adds it by one 1-D ``cp.reduce.async.bulk`` into dq_acc's 64-row block
+    (wg3: its 64-column third), which holds that order; the postprocess reads it back (:func:`.bwd_prepw.
     build_postprocess_frag`). FlashAttention-4's sm90 dQ path (8 STS.128, UBLKRED)."""
 
     stages: int = 2
@@ -278,9 +278,10 @@ class BwdConfig:
             raise ValueError(f"lse_early (>= 0) loads -LSE·log2e before the wait for Sᵀ that "
                              f"overlap 1 or 2 splits from dPᵀ's: it needs overlap, not wg3, "
                              f"got {self.lse_early}")
-        if self.dq_frag and not (self.dq_warp and self.block_m == 2 * BLOCK_M):
-            raise ValueError("dq_frag stages head dim 64's 128-query step's dQ for the writer "
-                             "warp's bulk reduction: it needs dq_warp and block_m=128")
+        if self.dq_frag and not (self.dq_warp and (self.block_m == 2 * BLOCK_M or self.wg3)):
+            raise ValueError("dq_frag stages a warpgroup's 64 x 64 dQ (head dim 64's 128-query "
+                             "step, or wg3's) for the writer warp's bulk reduction: it needs "
+                             "dq_warp, and block_m=128 or wg3")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")

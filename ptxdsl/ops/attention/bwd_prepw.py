@@ -160,34 +160,37 @@ def build_postprocess_wide(dtype: PtxType, d: int, scale: float, *, arch: str = 
 
 def build_postprocess_frag(dtype: PtxType, d: int, scale: float, *, arch: str = "sm_90a"):
     """:func:`build_postprocess_wide` for ``BwdConfig.dq_frag``'s accumulator: each 64 rows
-    of a (batch, head) row hold their 64 x 64 f32 in a warpgroup accumulator's fragment
-    order (16 bytes ``(128 k + t)``: thread ``t``'s registers ``4k .. 4k + 3``, rows ``r``,
-    ``r + 8``, columns ``8k + 2 (t % 4)`` and the next). A CTA converts one block: thread
-    ``T`` loads the pieces of ``k = 4 (T // 128) + j`` (each ``j`` a coalesced 2 KB a
-    warpgroup), packs each row's pair, and the four lanes of a quad (one row's 8 columns of
-    each ``k`` between them) trade pairs over ``shfl.sync.bfly`` so that lane ``q`` holds
-    whole 16-byte rows of ``k = 4 (T // 128) + q``: a quad stores 64 contiguous bytes of a
-    row by one ``st.global.v4`` a lane, where 4-byte stores would take eight."""
-    if d != 64 or dtype == f32:
-        raise ValueError(f"dq_frag's postprocess writes head dim 64's 16-bit dq, got head dim "
-                         f"{d}, {dtype.name}")
+    of a (batch, head) row hold ``d / 64`` blocks of 64 x 64 f32 (head dim 64: one; wg3's
+    192: one a warpgroup's columns), each in a warpgroup accumulator's fragment order (16
+    bytes ``(128 k + t)``: thread ``t``'s registers ``4k .. 4k + 3``, rows ``r``, ``r + 8``,
+    columns ``8k + 2 (t % 4)`` and the next). A CTA converts one block: thread ``T`` loads
+    the pieces of ``k = 4 (T // 128) + j`` (each ``j`` a coalesced 2 KB a warpgroup),
+    packs each row's pair, and the four lanes of a quad (one row's 8 columns of each ``k``
+    between them) trade pairs over ``shfl.sync.bfly`` so that lane ``q`` holds whole
+    16-byte rows of ``k = 4 (T // 128) + q``: a quad stores 64 contiguous bytes of a row
+    by one ``st.global.v4`` a lane, where 4-byte stores would take eight."""
+    if d not in (64, 192) or dtype == f32:
+        raise ValueError(f"dq_frag's postprocess writes head dim 64's or 192's 16-bit dq, got "
+                         f"head dim {d}, {dtype.name}")
+    n = d // 64                               # blocks a 64-row block of a head
 
     @kernel(in_specs=(Tile("B", "H", "SQP", d, f32),), out_specs=(Tile("B", "SQ", "H", d, dtype),),
-            arg_names=("dq_acc", "dq"), grid=lambda B, H, SQP: (B * H * SQP // 64, 1, 1),
+            arg_names=("dq_acc", "dq"), grid=lambda B, H, SQP: (B * H * SQP // 64 * n, 1, 1),
             block=(THREADS, 1, 1), arch=arch, name=f"attention_bwd_post_{dtype.name}_d{d}_frag")
     def postprocess(dq_acc, dq):
         pacc, pdq = ptx.global_ptrs(dq_acc, dq)
         sq, nh, sqp = ptx.dim("SQ"), ptx.dim("H"), ptx.dim("SQP")
         tid = reg.scalar(u32); ptx.inst.mov.u32(tid, ptx.special.tid.x())
         blk = reg.scalar(u32); ptx.inst.mov.u32(blk, ptx.special.ctaid.x())
-        bh, m0 = blk // (sqp // 64), (blk % (sqp // 64)) * 64
+        rows = blk // n if n > 1 else blk        # the 64-row block (its blocks in turn)
+        bh, m0 = rows // (sqp // 64), (rows % (sqp // 64)) * 64
         t, q = tid % 128, tid & 3
         # thread T's pieces: k = 4 (T // 128) + j, so a quad's rows are 64 contiguous bytes
         pieces = [load_chunk(pacc + (blk * 4096 + (tid // 128) * 2048 + t * 4) * 4,
                              16 * 128 * j, f32, 4) for j in range(4)]     # all loads first
         is_q = [None] + [reg.scalar(pred) for _ in range(3)]
-        for n in range(1, 4):
-            ptx.inst.setp.eq.u32(is_q[n], q, n)
+        for i in range(1, 4):
+            ptx.inst.setp.eq.u32(is_q[i], q, i)
         for half in range(2):                          # rows r, r + 8
             for x in (v for p in pieces for v in p[2 * half:2 * half + 2]):
                 ptx.inst.mul.f32(x, x, float(scale))
@@ -199,7 +202,7 @@ def build_postprocess_frag(dtype: PtxType, d: int, scale: float, *, arch: str = 
             s = m0 + (t >> 5) * 16 + ((t & 31) >> 2) + 8 * half
             valid = reg.scalar(pred)
             ptx.inst.setp.lt.u32(valid, s, sq)
-            col = (4 * (tid // 128) + q) * 8
+            col = (4 * (tid // 128) + q) * 8 + ((blk % n) * 64 if n > 1 else 0)
             dst = (((bh // nh) * sq + s) * nh + bh % nh) * d + col
             store_chunk(pdq + dst * dtype.bytes, 0, dtype, row, pred=valid)
 

@@ -89,6 +89,8 @@ def check(c: BwdConfig, d: int, mask: Mask, softcap: float, deterministic: bool,
     if deterministic and not c.dq_warp:
         raise ValueError("wg3's deterministic mode takes the semaphore turns in the writer "
                          "warp: it needs dq_warp")
+    if varlen and c.dq_frag:
+        raise ValueError("dq_frag's blocks are the dense layout's: not with varlen")
     if c.producer_regs + WGS * c.consumer_regs > register_pool(WGS):
         raise ValueError(f"wg3: producer_regs + 3 x consumer_regs = {c.producer_regs} + 3 x "
                          f"{c.consumer_regs} exceeds the {register_pool(WGS)} of four "
@@ -174,7 +176,11 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                 hk, batch = rest % nhk, rest // nhk
             X = _Coords(lambda m0, head: [head, m0, batch], lambda n: [hk, n, batch],
                         lambda m0, head: [m0, head, batch], lambda key: batch * sk + key,
-                        lambda head, mb: (batch * nh + head) * ptx.dim("NMB") + mb)
+                        lambda head, mb: (batch * nh + head) * ptx.dim("NMB") + mb,
+                        # (dq_frag: warpgroup w's 64 x 64 block of rows m0 .. of head)
+                        (lambda m0, head, w: ptx.global_ptr(dq_acc) + (
+                            ((batch * nh + head) * ptx.dim("SQP") + m0) * d + w * BM * 64) * 4)
+                        if c.dq_frag else None)
         group = nh // nhk
         n0 = nb * BN
         off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, BN, BM, varlen)
@@ -332,8 +338,9 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     _kv_t(dk_acc, q_at + w * (BM * ROW), base + L.ds, mma96)
                     ptx.inst("wgmma.commit_group.sync.aligned")
                     ends = (c, w, lane, doempty, lambda: qempty + qr.slot * 8,
-                            lambda: _stage(dq, stage_w, r0, lw, xr),
-                            lambda: _reduce(tdq, w, X.row(m0, head), stage_w))
+                            lambda: _stage(dq, stage_w, r0, lw, xr, lane if c.dq_frag else None),
+                            lambda: _reduce(tdq, w, X.row(m0, head), stage_w,
+                                            X.frag and X.frag(m0, head, w)))
                     if ahead:
                         finish_ahead(*ends, ahead)
                     else:
@@ -421,15 +428,21 @@ class _Coords:
     dQ), and ``key(n)`` the global row of key ``n`` (dK, dV), ``sem(head, mb)`` the
     deterministic mode's semaphore index."""
 
-    def __init__(self, q, k, row, key, sem):
+    def __init__(self, q, k, row, key, sem, frag=None):
         self.q, self.k, self.row, self.key, self.sem = q, k, row, key, sem
+        self.frag = frag
 
 
-def _reduce(tdq, w, row, stage_w) -> None:
+def _reduce(tdq, w, row, stage_w, frag_at=None) -> None:
     """Warpgroup ``w``'s staged dQ (two 32-column boxes) added into dq_acc's rows at
-    ``row`` (coordinates after the column) by TMA reduce-add, one bulk group."""
-    for h in range(2):
-        ptx.tma.reduce(tdq, [w * PANEL + 32 * h] + row, stage_w + h * BM * 128)
+    ``row`` (coordinates after the column) by TMA reduce-add, one bulk group; ``frag_at``
+    (``BwdConfig.dq_frag``): the stage in fragment order, one 1-D bulk reduction there."""
+    if frag_at is not None:
+        ptx.inst("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32",
+                 ptx.addr(frag_at), ptx.addr(stage_w), BM * 64 * 4)
+    else:
+        for h in range(2):
+            ptx.tma.reduce(tdq, [w * PANEL + 32 * h] + row, stage_w + h * BM * 128)
     ptx.inst("cp.async.bulk.commit_group")
 
 
@@ -460,7 +473,8 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                     ptx.global_ptr(sem) + X.sem(head, mb) * 4, turn_of(
                         nb, mb * BM, off, mask, reg.scalar(s32, init=0), True, BN, WGS, desc),
                     WGS, None)], add=lambda w: _reduce(tdq, w, X.row(mb * BM, head),
-                                                      dqs + w * wg_stage),
+                                                      dqs + w * wg_stage,
+                                                      X.frag and X.frag(mb * BM, head, w)),
                     full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels,
                     ahead=(poll, lambda: [_next_word(sem, X, head, mb, m_range)])
                     if poll else None)
@@ -474,7 +488,8 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                         at = ptx.global_ptr(sem) + X.sem(head, mb) * 4
                         spin(at, turn_of(nb, mb * BM, off, mask, reg.scalar(s32, init=w),
                                          True, BN, WGS, desc), True, labels)
-                    _reduce(tdq, w, X.row(mb * BM, head), dqs + w * wg_stage)
+                    _reduce(tdq, w, X.row(mb * BM, head), dqs + w * wg_stage,
+                            X.frag and X.frag(mb * BM, head, w))
                     if det:                  # the adds land before the turn passes
                         ptx.inst("cp.async.bulk.wait_group", 0)
                         pass_turn(at)
@@ -495,9 +510,16 @@ def _next_word(sem, X, head, mb, m_range):
     return ptx.global_ptr(sem) + X.sem(head, mn) * 4, has
 
 
-def _stage(dq, stage_w, r0, lw, xr) -> None:
+def _stage(dq, stage_w, r0, lw, xr, frag_lane=None) -> None:
     """dQ (64 queries x 64 columns) into two 32-column f32 panels of 128-byte swizzled
-    rows, what the reduce's box reads (``st.shared.v2.f32``)."""
+    rows, what the reduce's box reads (``st.shared.v2.f32``); ``frag_lane`` (dq_frag: the
+    thread's lane in its warpgroup): in fragment order, registers ``4k .. 4k + 3`` at
+    16-byte piece ``128 k + lane`` (``st.shared.v4.f32``)."""
+    if frag_lane is not None:
+        for k in range(len(list(dq)) // 4):
+            ptx.inst("st.shared.v4.f32", ptx.addr(stage_w + frag_lane * 16, k * 128 * 16),
+                     list(dq)[4 * k:4 * k + 4])
+        return
     at = [stage_w + r0 * ROW + (lw & 1) * 8 + (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
           for k in range(4)]
     regs = list(dq)

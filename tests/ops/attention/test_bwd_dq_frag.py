@@ -20,6 +20,7 @@ from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BwdConfig, choose_bwd
 from ptxdsl.ops.attention.config import Mask
 from attention_bwd_checks import check_grads
+from attention_bwd_det_run import check_turns
 from ptxas_resources import resources_or_skip  # noqa: E402
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -41,7 +42,7 @@ def test_stages_by_v4_and_adds_by_one_bulk_reduction():
         not in texts[1]
     assert re.search(re.escape(BULK) + r" \[%rd\d+\], \[%r\d+\], 16384;", texts[1])
     assert replace(row, dq_frag=True).tag == row.tag + "_dqf"
-    with pytest.raises(ValueError, match="dq_frag.*needs dq_warp and block_m=128"):
+    with pytest.raises(ValueError, match="dq_frag.*needs dq_warp, and block_m=128 or wg3"):
         BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, dq_frag=True)
 
 
@@ -51,14 +52,16 @@ def _frag(monkeypatch):
 
     def choose(*a, **k):
         row = shipped(*a, **k)
-        return replace(row, dq_frag=True) if row.block_m == 128 and row.dq_warp else row
+        takes = row.dq_warp and (row.block_m == 128 or row.wg3) and not k.get("varlen") \
+            and not (len(a) > 5 and a[5])
+        return replace(row, dq_frag=True) if takes else row
     monkeypatch.setattr(bwd_api, "choose_bwd", choose)
 
 
-def _grads(sq, sk, seed, **kw):
-    """q, dout (1, sq, 2, 64), k, v (1, sk, 1, 64): GQA, bf16, against float64."""
+def _grads(sq, sk, seed, d=64, **kw):
+    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
     rng = np.random.default_rng(seed)
-    q, k, v, do = (rng.standard_normal((1, s, h, 64)).astype(BF16)
+    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
                    for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
     out, lse = attention_reference(q, k, v, **kw)
     got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
@@ -99,6 +102,28 @@ def test_deterministic_row_repeats_bitwise(monkeypatch):
                                causal=True, deterministic=True) for _ in range(2)]
     check_grads(runs[0], attention_backward_reference(do, q, k, v, causal=True))
     assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(*runs))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("kw", [{}, dict(causal=True)], ids=["full", "causal"])
+def test_wg3_rows_match_float64(monkeypatch, kw):
+    """Head dim 192's rows (wg3: three warpgroups, each a 64-column third of dQ, three
+    blocks of dq_acc a 64-row block): full (wg3_ahead) and causal (lpt_units)."""
+    _frag(monkeypatch)
+    assert bwd_api.backward_kernels(192, **kw)[1].name.endswith("_dqf")
+    _grads(130, 150, 192, 192, **kw)
+
+
+@pytest.mark.long
+def test_wg3_deterministic_row_takes_its_turns(monkeypatch):
+    """Head dim 192's deterministic row with it (det_pipe: the block's three turns around
+    the three bulk reductions), the main kernel run directly: gradients against float64,
+    each row block's semaphore at three a key block, dq_acc bitwise the same CTA by CTA or
+    all at once."""
+    _frag(monkeypatch)
+    c = bwd_api.choose_bwd(192, "bf16", Mask(), False, True, False)
+    assert c.dq_frag and c.det_pipe
+    check_turns((1, 100, 150, 2, 1), 192, {}, c, monkeypatch)
 
 
 @pytest.mark.ptxas

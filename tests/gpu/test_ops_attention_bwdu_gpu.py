@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from attention_bwd_gpu_checks import close, matches_sdpa, varlen_matches_each_sequence
+from attention_bwd_gpu_checks import gqa_matches_float64, matches_sdpa, varlen_matches_each_sequence
 from gpu_env import NEEDS_GPU, torch_sm90
 from ptxdsl.ops import attention, attention_backward
-from ptxdsl.ops.attention import attention_backward_reference, bwd_api
+from ptxdsl.ops.attention import bwd_api
 
 pytestmark = NEEDS_GPU
 
@@ -37,20 +37,8 @@ def uniform(monkeypatch):
 def test_matches_float64(uniform, d, shape):
     """Every shape at every head dim; the deterministic mode (its own rows) at the causal
     and window shapes, twice, bitwise equal."""
-    torch = torch_sm90()
     sq, sk, kw = SHAPES[shape]
-    g = torch.Generator(device="cuda").manual_seed(sq + sk + d)
-    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
-    q, k, v, do = mk(2, sq, 4, d), mk(2, sk, 2, d), mk(2, sk, 2, d), mk(2, sq, 4, d)
-    out, lse = attention(q, k, v, return_lse=True, **kw)
-    got = attention_backward(do, q, k, v, out, lse, **kw)
-    ref = attention_backward_reference(*(x.float().cpu().numpy() for x in (do, q, k, v)), **kw)
-    close(got, ref, (d, sq, sk, kw))
-    if shape in ("causal", "window"):
-        det = [attention_backward(do, q, k, v, out, lse, deterministic=True, **kw)
-               for _ in range(2)]
-        close(det[0], ref, ("det", d, sq, sk, kw))
-        assert all(torch.equal(a, b) for a, b in zip(*det))
+    gqa_matches_float64(torch_sm90(), d, sq, sk, kw, shape in ("causal", "window"))
 
 
 @pytest.mark.parametrize("d", [64, 128, 192, 256])

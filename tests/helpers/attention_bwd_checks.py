@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ptxdsl.ops import attention_varlen_backward
+from ptxdsl.ops import attention_backward, attention_varlen_backward
 from ptxdsl.ops.attention import attention_backward_reference, attention_reference
 
 BF16 = ml_dtypes.bfloat16
@@ -17,6 +17,18 @@ def check_grads(got, ref):
         g = np.asarray(g).astype(np.float64)
         assert g.shape == r.shape and np.isfinite(g).all(), name
         assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), name
+
+
+def gqa_grads_match(d: int, sq: int, sk: int, seed: int, **kw):
+    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): random bf16, a GQA group of 2; the API's
+    gradients (with whatever plan the caller patched in) against float64. Returns them."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
+                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
+    out, lse = attention_reference(q, k, v, **kw)
+    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
+    check_grads(got, attention_backward_reference(do, q, k, v, **kw))
+    return got
 
 
 def check_varlen_causal(q, k, v, do, cq, ck, **kw):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptxdsl.ops import attention_varlen, attention_varlen_backward
+from ptxdsl.ops import attention, attention_backward, attention_varlen, attention_varlen_backward
 from ptxdsl.ops.attention import attention_backward_reference
 
 
@@ -15,6 +15,23 @@ def close(got, ref, what=""):
         g = g.float().cpu().numpy().astype(np.float64)
         assert np.isfinite(g).all(), (what, name)
         assert np.abs(g - r).max() <= 3e-2 * max(np.abs(r).max(), 1e-2), (what, name)
+
+
+def gqa_matches_float64(torch, d: int, sq: int, sk: int, kw: dict, det: bool) -> None:
+    """q, dout (2, sq, 4, d), k, v (2, sk, 2, d), bf16: the API's forward then backward
+    against float64; ``det``: the deterministic mode too, twice, bitwise equal."""
+    g = torch.Generator(device="cuda").manual_seed(sq + sk + d)
+    mk = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v, do = mk(2, sq, 4, d), mk(2, sk, 2, d), mk(2, sk, 2, d), mk(2, sq, 4, d)
+    out, lse = attention(q, k, v, return_lse=True, **kw)
+    got = attention_backward(do, q, k, v, out, lse, **kw)
+    ref = attention_backward_reference(*(x.float().cpu().numpy() for x in (do, q, k, v)), **kw)
+    close(got, ref, (d, sq, sk, kw))
+    if det:
+        runs = [attention_backward(do, q, k, v, out, lse, deterministic=True, **kw)
+                for _ in range(2)]
+        close(runs[0], ref, ("det", d, sq, sk, kw))
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
 def matches_sdpa(torch, q, k, v, do, got, causal: bool, what=None) -> None:

@@ -1,30 +1,28 @@
-"""``BwdConfig.dq_frag`` (head dim 64's 128-query step): dQ staged in the accumulator's
+"""``BwdConfig.dq_frag`` (head dim 64's 128-query step, wg3's thirds): dQ staged in the accumulator's
 fragment order by ``st.shared.v4.f32`` and added by the writer warp's one 1-D
-``cp.reduce.async.bulk`` a warpgroup, dq_acc's 64-row blocks in that order and the
+``cp.reduce.async.bulk`` a warpgroup, dq_acc's 64 x 64 blocks in that order and the
 postprocess (:func:`ptxdsl.ops.attention.bwd_prepw.build_postprocess_frag`) reading it
 back. What it emits and refuses; head dim 64's full, causal (kv_pair) and deterministic
-rows with it on the CPU interpreter (race, proxy and bulk-group detectors) against
-float64, GQA and ragged (rows past Sq in the last block); varlen drops it; ptxas -v."""
+rows with it, and head dim 192's (wg3), on the CPU interpreter (race, proxy and
+bulk-group detectors) against float64, GQA and ragged (rows past Sq in the last block);
+the deterministic rows' turns; varlen drops it; ptxas -v."""
 from __future__ import annotations
 
 import re
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from ptxdsl.core.types import bf16
-from ptxdsl.ops import attention_backward
-from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention import bwd_api
 from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BwdConfig, choose_bwd
 from ptxdsl.ops.attention.config import Mask
-from attention_bwd_checks import check_grads
+from attention_bwd_checks import gqa_grads_match
 from attention_bwd_det_run import check_turns
 from ptxas_resources import resources_or_skip  # noqa: E402
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
-BF16 = ml_dtypes.bfloat16
+pytest.importorskip("ml_dtypes")
 BULK = "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"
 
 
@@ -58,27 +56,6 @@ def _frag(monkeypatch):
     monkeypatch.setattr(bwd_api, "choose_bwd", choose)
 
 
-def _grads(sq, sk, seed, d=64, **kw):
-    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
-    rng = np.random.default_rng(seed)
-    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
-                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
-    out, lse = attention_reference(q, k, v, **kw)
-    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
-    check_grads(got, attention_backward_reference(do, q, k, v, **kw))
-    return got
-
-
-def test_postprocess_names_its_order():
-    """The main and postprocess kernels of a call with it (the shipped full row): the
-    ``_dqf`` main kernel and the ``_frag`` postprocess; varlen's rows (64-row steps) do
-    not take it."""
-    assert choose_bwd(64, "bf16", Mask()).dq_frag and choose_bwd(64, "bf16", Mask(-1, 0)).dq_frag
-    pre, main, post = bwd_api.backward_kernels(64)
-    assert main.name.endswith("_dqf") and post.name.endswith("_frag")
-    assert "_dqf" not in bwd_api.backward_kernels(64, varlen=True)[1].name
-
-
 @pytest.mark.long
 @pytest.mark.parametrize("sq,sk,kw", [(150, 260, {}), (200, 150, dict(causal=True))],
                          ids=["full", "causal"])
@@ -86,22 +63,7 @@ def test_rows_match_float64(monkeypatch, sq, sk, kw):
     """Full: the last 128-row block's second half past Sq (the postprocess skips its rows);
     causal: kv_pair's walks, both halves of several blocks."""
     _frag(monkeypatch)
-    _grads(sq, sk, sq + sk, **kw)
-
-
-@pytest.mark.long
-def test_deterministic_row_repeats_bitwise(monkeypatch):
-    """The deterministic row with it (the writer's turns around the bulk reduction): against
-    float64 and twice bitwise equal."""
-    _frag(monkeypatch)
-    rng = np.random.default_rng(7)
-    q, k, v, do = (rng.standard_normal((1, s, h, 64)).astype(BF16)
-                   for s, h in ((140, 2), (200, 1), (200, 1), (140, 2)))
-    out, lse = attention_reference(q, k, v, causal=True)
-    runs = [attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32),
-                               causal=True, deterministic=True) for _ in range(2)]
-    check_grads(runs[0], attention_backward_reference(do, q, k, v, causal=True))
-    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(*runs))
+    gqa_grads_match(64, sq, sk, sq + sk, **kw)
 
 
 @pytest.mark.long
@@ -111,19 +73,21 @@ def test_wg3_rows_match_float64(monkeypatch, kw):
     blocks of dq_acc a 64-row block): full (wg3_ahead) and causal (lpt_units)."""
     _frag(monkeypatch)
     assert bwd_api.backward_kernels(192, **kw)[1].name.endswith("_dqf")
-    _grads(130, 150, 192, 192, **kw)
+    gqa_grads_match(192, 130, 150, 192, **kw)
 
 
 @pytest.mark.long
-def test_wg3_deterministic_row_takes_its_turns(monkeypatch):
-    """Head dim 192's deterministic row with it (det_pipe: the block's three turns around
-    the three bulk reductions), the main kernel run directly: gradients against float64,
-    each row block's semaphore at three a key block, dq_acc bitwise the same CTA by CTA or
-    all at once."""
+@pytest.mark.parametrize("d,shape", [(64, (1, 140, 200, 2, 1)), (192, (1, 100, 150, 2, 1))])
+def test_deterministic_rows_take_their_turns(monkeypatch, d, shape):
+    """The deterministic rows with it (head dim 64: the writer's turn a 64-row half around
+    each bulk reduction; 192: det_pipe's three turns around the three), the main kernel run
+    directly (the API runs the default kernel on the interpreter): gradients against
+    float64, each row block's semaphore at its count, dq_acc bitwise the same CTA by CTA
+    or all at once (full mask: the semaphores' model counts whole 128-row ranges)."""
     _frag(monkeypatch)
-    c = bwd_api.choose_bwd(192, "bf16", Mask(), False, True, False)
-    assert c.dq_frag and c.det_pipe
-    check_turns((1, 100, 150, 2, 1), 192, {}, c, monkeypatch)
+    c = bwd_api.choose_bwd(d, "bf16", Mask(), False, True, False)
+    assert c.dq_frag
+    check_turns(shape, d, {}, c, monkeypatch)
 
 
 @pytest.mark.ptxas

@@ -9,21 +9,18 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from ptxdsl.core.types import bf16
-from ptxdsl.ops import attention_backward
-from ptxdsl.ops.attention import attention_backward_reference, attention_reference, bwd_api
+from ptxdsl.ops.attention import bwd_api
 from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_config import BwdConfig, choose_bwd
 from ptxdsl.ops.attention.bwd_m80 import build_backward_m80
 from ptxdsl.ops.attention.config import Mask
-from attention_bwd_checks import check_grads
+from attention_bwd_checks import gqa_grads_match
 from ptxas_resources import resources_or_skip  # noqa: E402
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
-BF16 = ml_dtypes.bfloat16
+pytest.importorskip("ml_dtypes")
 LDS = r"ld\.shared\.v2\.f32"
 
 
@@ -45,16 +42,6 @@ def test_loads_before_the_wait(early):
         BwdConfig(stages=2, dq_tma=True, lse_early=4)
 
 
-def _grads(d, sq, sk, seed, **kw):
-    """q, dout (1, sq, 2, d), k, v (1, sk, 1, d): GQA, bf16, against float64."""
-    rng = np.random.default_rng(seed)
-    q, k, v, do = (rng.standard_normal((1, s, h, d)).astype(BF16)
-                   for s, h in ((sq, 2), (sk, 1), (sk, 1), (sq, 2)))
-    out, lse = attention_reference(q, k, v, **kw)
-    got = attention_backward(do, q, k, v, out.astype(BF16), lse.astype(np.float32), **kw)
-    check_grads(got, attention_backward_reference(do, q, k, v, **kw))
-
-
 @pytest.mark.long
 @pytest.mark.parametrize("d,sq,sk,kw,early", [
     (64, 150, 260, dict(causal=True), 4), (128, 130, 70, {}, 10)],
@@ -65,7 +52,7 @@ def test_rows_with_it_match_float64(monkeypatch, d, sq, sk, kw, early):
     shipped = bwd_api.choose_bwd
     monkeypatch.setattr(bwd_api, "choose_bwd",
                         lambda *a, **k: replace(shipped(*a, **k), lse_early=early))
-    _grads(d, sq, sk, d + sq, **kw)
+    gqa_grads_match(d, sq, sk, d + sq, **kw)
 
 
 @pytest.mark.long
@@ -74,7 +61,7 @@ def test_shipped_full_rows_match_float64(d, sq, sk):
     """The shipped full-mask rows that take it, as the plan table gives them: several
     steps a CTA, GQA, the last key block past Sk."""
     assert choose_bwd(d, "bf16", Mask()).lse_early == (4 if d == 64 else 8)
-    _grads(d, sq, sk, d + sk)
+    gqa_grads_match(d, sq, sk, d + sk)
 
 
 @pytest.mark.ptxas

@@ -154,11 +154,13 @@ class BwdConfig:
     first FMAs do not wait for shared memory (the profile of head dim 64's step: its
     FMAs' short-scoreboard stalls); the rest as before.
     ``dq_frag`` (dq_warp with block_m 128, so head dim 64, or with wg3; dense): each
-    warpgroup stages its 64 x 64 dQ in its accumulator's fragment order (``st.shared.v4.f32``, registers
-    ``4k .. 4k + 3`` at 16-byte piece ``128 k + lane``: half the stores, no swizzle) and
-    the writer adds it by one 1-D ``cp.reduce.async.bulk`` into dq_acc's 64-row block
-    (wg3: its 64-column third), which holds that order; the postprocess reads it back (:func:`.bwd_prepw.
-    build_postprocess_frag`). FlashAttention-4's sm90 dQ path (8 STS.128, UBLKRED)."""
+    warpgroup stages its 64 x 64 dQ in its accumulator's fragment order
+    (``st.shared.v4.f32``, registers ``4k .. 4k + 3`` at 16-byte piece ``128 k + lane``:
+    half the stores, no swizzle) and the writer adds it by one 1-D
+    ``cp.reduce.async.bulk`` into dq_acc's 64-row block (wg3: its 64-column third), which
+    holds that order; the postprocess reads it back
+    (:func:`.bwd_prepw.build_postprocess_frag`). FlashAttention-4's sm90 dQ path (8
+    STS.128, UBLKRED)."""
 
     stages: int = 2
     dq_tma: bool = False

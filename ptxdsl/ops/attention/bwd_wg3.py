@@ -426,7 +426,8 @@ class _Coords:
     """The layout's (dense or varlen) TMA coordinates after the column: ``q(m0, head)``
     (Q, dO rows), ``k(n)`` (K, V rows), ``row(m0, head)`` (the padded f32 rows: LSE, D,
     dQ), and ``key(n)`` the global row of key ``n`` (dK, dV), ``sem(head, mb)`` the
-    deterministic mode's semaphore index."""
+    deterministic mode's semaphore index, ``frag(m0, head, w)`` dq_frag's global address
+    of warpgroup ``w``'s block (None without it)."""
 
     def __init__(self, q, k, row, key, sem, frag=None):
         self.q, self.k, self.row, self.key, self.sem = q, k, row, key, sem

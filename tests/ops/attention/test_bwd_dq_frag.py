@@ -1,5 +1,5 @@
-"""``BwdConfig.dq_frag`` (head dim 64's 128-query step, wg3's thirds): dQ staged in the accumulator's
-fragment order by ``st.shared.v4.f32`` and added by the writer warp's one 1-D
+"""``BwdConfig.dq_frag`` (head dim 64's 128-query step, wg3's thirds): dQ staged in the
+accumulator's fragment order by ``st.shared.v4.f32`` and added by the writer warp's one 1-D
 ``cp.reduce.async.bulk`` a warpgroup, dq_acc's 64 x 64 blocks in that order and the
 postprocess (:func:`ptxdsl.ops.attention.bwd_prepw.build_postprocess_frag`) reading it
 back. What it emits and refuses; head dim 64's full, causal (kv_pair) and deterministic

@@ -1,26 +1,32 @@
-"""``lab/attention_bwd_plans.py --set levers``: FlashAttention-4's sm90 backward read in SASS
-(``lab/peer_sass.py``, bench/results/peer_sass_bwd64c.json, peer_sass_bwd128c.json) names
-the places its kernel does less than ptxdsl's; each lever here is a variant over head dims
-64's and 128's plan rows (issue #51: the backward trails FA4 by 2-8% there).
-(``ds_stsm``, dSᵀ stored by ``stmatrix.x4``: SASS STS 80 -> 48 + 8 STSM at hd64 causal,
-timed a tie, 1.000 at hd64, 0.997 at hd128, and removed; its code is in commit 57121a7.)
+"""``lab/attention_bwd_plans.py --set levers``: the levers FlashAttention-4's sm90 backward
+showed, in SASS (``lab/peer_sass.py``, bench/results/peer_sass_bwd64c.json) and in Nsight
+Compute's warp-state samples (``lab/ncu_stalls.py``,
+bench/results/ncu_stalls_bwd64_1k_full_h200.json), timed against the plan rows (issue #51;
+bench/results/attention_bwd_levers_h200.json holds the runs that made them rows).
+
 ``lse<n>``: ``BwdConfig.lse_early``, the first n of the step's -LSE·log2e pairs loaded
-before the wait for Sᵀ (ncu's source view of head dim 64's full step at S 1k, NVIDIA
-H200: the FMAs that take them wait on the short scoreboard, ~6% of the step's stall
-samples, against ~2% in FA4's). ``dqf``: ``BwdConfig.dq_frag`` (head dim 64), dQ staged in
-fragment order by 8 ``st.shared.v4`` and added by one 1-D ``cp.reduce.async.bulk`` (FA4's
-dQ path: ncu's source view puts ~16% of our step's stall samples in the dQ stage).
+before the wait for Sᵀ (the FMAs that take them waited on the short scoreboard). ``dqf``:
+``BwdConfig.dq_frag`` (head dims 64 and 192), dQ staged in fragment order by
+``st.shared.v4`` and added by one 1-D ``cp.reduce.async.bulk`` (the dQ stage held ~16% of
+the step's stall samples). The rows that took a lever are timed without it (``no lse``,
+``no dqf``), the others with it. (``ds_stsm``, dSᵀ by ``stmatrix.x4``, timed a tie and
+removed, code in commit 57121a7; ``dq_frag`` at head dim 128's 80-query tile lost, 0.978,
+code in b2cbf98.)
 
 S 1k, 4k, 16k, full and causal (B·S = 16k tokens, H·D = 2048: the bench's shapes), head
-dims 64 then 128 (each its own table and JSON, so a run cut short keeps the ones done).
+dims 64, 128, 192 (each its own table and JSON, so a run cut short keeps the ones done).
 Every variant's dq, dk, dv are checked against cuDNN's before it is timed; then
 interleaved rounds (``bench/timing.py``, :func:`lab.attention_bwd_short.run`); JSON to
 ``$OUT/attention_bwd_levers_d<D>.json``; a table and each variant's geometric mean over
 the plan's last."""
 from __future__ import annotations
 
-VARIANTS = {"lse4": dict(lse_early=4), "lse8": dict(lse_early=8), "lse16": dict(lse_early=16)}
-HEAD_DIMS = (64, 128)
+# (over each call's plan row; a variant equal to the row times the row twice)
+VARIANTS = {64: {"no lse": dict(lse_early=0), "no dqf": dict(dq_frag=False),
+                 "lse16": dict(lse_early=16)},
+            128: {"no lse": dict(lse_early=0), "lse6": dict(lse_early=6)},
+            192: {"no dqf": dict(dq_frag=False)}}
+HEAD_DIMS = (64, 128, 192)
 
 
 def run(rounds: int = 7, block_ms: float = 10.0, tokens: int = 16384, width: int = 2048,
@@ -30,7 +36,7 @@ def run(rounds: int = 7, block_ms: float = 10.0, tokens: int = 16384, width: int
     for d in head_dims:
         timed(rounds=rounds, block_ms=block_ms, tokens=tokens, width=width,
               grid=[(s, d, c) for s in (1024, 4096, 16384) for c in (False, True)],
-              variants=variants or VARIANTS, causal_only=(),
+              variants=variants or VARIANTS[d], causal_only=(),
               name=f"attention_bwd_levers_d{d}")
 
 

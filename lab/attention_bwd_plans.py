@@ -74,9 +74,9 @@ deterministic and default rows, timed interleaved (:mod:`lab.attention_bwd_pair`
 fixed-cost options, ``det_poll`` in wg3 and ``det_units`` 8 / 24, beside the deterministic
 and default rows, S 1k, 4k, 16k full and causal, timed interleaved
 (:mod:`lab.attention_bwd_det192`).
-``--set levers``: the levers FA4's SASS and ncu's profile named (``lse_early``) beside head
-dims 64's and 128's plan rows, S 1k, 4k, 16k full and causal, timed interleaved
-(:mod:`lab.attention_bwd_levers`).
+``--set levers``: the levers FA4's SASS and ncu's profile named (``lse_early``,
+``dq_frag``), each row timed without the ones it took and with the others, head dims 64,
+128, 192, S 1k, 4k, 16k full and causal, interleaved (:mod:`lab.attention_bwd_levers`).
 A variant whose max relative error exceeds 3e-2 is reported, not timed.
 Each variant's dq, dk, dv are checked against cuDNN's (SDPA flash's where cuDNN refuses
 the head dim) before timing, the deterministic ones for bitwise repeats. JSON to
@@ -148,7 +148,7 @@ def main() -> None:
     if which == "bwdu":           # (its own module: uniform_cons at every head dim)
         from lab.attention_bwd_bwdu import HEAD_DIMS, run
         return run(head_dims=[int(x) for x in args.heads.split(",")] if args.heads else HEAD_DIMS)
-    if which == "levers":         # (its own module: FA4's SASS levers at 64, 128)
+    if which == "levers":         # (its own module: FA4's levers at 64, 128, 192)
         from lab.attention_bwd_levers import HEAD_DIMS, run
         return run(head_dims=[int(x) for x in args.heads.split(",")] if args.heads else HEAD_DIMS)
     if which == "det192":         # (its own module: head dim 192's deterministic mode)

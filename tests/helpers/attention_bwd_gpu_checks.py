@@ -34,6 +34,17 @@ def gqa_matches_float64(torch, d: int, sq: int, sk: int, kw: dict, det: bool) ->
         assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
+def matches_sdpa_at_1k(torch, d: int, causal: bool) -> None:
+    """The labs' shape at S = 1k (B 16, H 2048 // d), bf16: the API's gradients against
+    SDPA's f32 ones (:func:`matches_sdpa`)."""
+    g = torch.Generator(device="cuda").manual_seed(d + causal)
+    q, k, v, do = (torch.randn(16, 1024, 2048 // d, d, device="cuda", dtype=torch.bfloat16,
+                               generator=g) for _ in range(4))
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    got = attention_backward(do, q, k, v, out, lse, causal=causal)
+    matches_sdpa(torch, q, k, v, do, got, causal, (d, causal))
+
+
 def matches_sdpa(torch, q, k, v, do, got, causal: bool, what=None) -> None:
     """``got`` (dq, dk, dv) within 3e-2 (max relative) of SDPA's backward on the same
     inputs: cuDNN's, or flash's where cuDNN refuses the shape."""

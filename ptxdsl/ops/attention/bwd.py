@@ -49,7 +49,8 @@ from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
 from .bwd_ahead import Ahead
 from .bwd_cols import col_pieces
-from .bwd_dqwarp import hand_stage, reduce_boxes, take_stage, writer, writer_end, writer_start
+from .bwd_dqwarp import (frag_block, hand_stage, reduce_boxes, stage_frag, take_stage, writer,
+                         writer_end, writer_start)
 from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_nb, \
     grid as pair_grid
 from .bwd_epi import store_kv_tma
@@ -223,8 +224,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     c.det_poll and (lambda: base + L.total))
                                if deterministic else None,
                                start=not c.kv_pair, end=not c.kv_pair,
-                               frag=(lambda m0, bh: ptx.global_ptr(dq_acc) +
-                                     (bh * sqp + m0) * (d * 4)) if c.dq_frag else None)
+                               frag=(lambda m0, bh: frag_block(dq_acc, bh, m0, d))
+                               if c.dq_frag else None)
                     if c.kv_pair:
                         writer_end(c, tid & 31)
         with ptx.else_():
@@ -449,11 +450,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 owner.take(w)
                             else:
                                 take_stage(w)
-                        if c.dq_frag:    # registers 4k .. 4k + 3 at (128 k + lane)·16 bytes
-                            for k in range(len(dq.regs) // 4):
-                                ptx.inst("st.shared.v4.f32", ptx.addr(stage_w + lane * 16,
-                                                                      k * 128 * 16),
-                                         list(dq.regs[4 * k:4 * k + 4]))
+                        if c.dq_frag:                # (bwd_dqwarp: as the registers lie)
+                            stage_frag(dq.regs, stage_w, lane)
                         elif c.dq_tma:               # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
                             sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +

@@ -35,14 +35,36 @@ def hand_stage(w) -> None:
     ptx.inst("bar.arrive", FULL + w, THREADS)
 
 
+def stage_frag(regs, stage_w, lane) -> None:
+    """``BwdConfig.dq_frag``: a warpgroup's dQ accumulator into its stage as its registers
+    lie, registers ``4k .. 4k + 3`` as the 16 bytes at ``(128 k + lane)·16``."""
+    regs = list(regs)
+    for k in range(len(regs) // 4):
+        ptx.inst("st.shared.v4.f32", ptx.addr(stage_w + lane * 16, k * 128 * 16),
+                 regs[4 * k:4 * k + 4])
+
+
+def frag_block(dq_acc, bh, m0, d: int, w=None):
+    """``dq_frag``'s global address of warpgroup ``w``'s 64 x 64 block (its 64-column
+    piece ``w``) of the 64 rows from ``m0`` of (batch, head) row ``bh``."""
+    at = ptx.global_ptr(dq_acc) + (bh * ptx.dim("SQP") + m0) * (d * 4)
+    return at if w is None else at + w * (BM * 64 * 4)
+
+
+def add_frag(frag_at, stage_w, nbytes: int) -> None:
+    """``dq_frag``: a stage in fragment order added to its block by one 1-D bulk reduction
+    (a bulk group's; the caller commits)."""
+    ptx.inst("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32", ptx.addr(frag_at),
+             ptx.addr(stage_w), nbytes)
+
+
 def reduce_boxes(c: BwdConfig, d: int, tdq, dqc, w, m0, head, stage_w, frag_at=None) -> None:
     """TMA reduce-add of warpgroup ``w``'s stage (``stage_w``) into the rows from ``m0``:
     32-column swizzled boxes (or 64-column rows), at the columns the warpgroup computed.
     ``frag_at`` (``BwdConfig.dq_frag``): the stage's 64 rows in fragment order, added by
     one 1-D bulk reduction to that global address (the block's rows in the same order)."""
     if c.dq_frag:
-        ptx.inst("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32", ptx.addr(frag_at),
-                 ptx.addr(stage_w), BM * d * 4)
+        add_frag(frag_at, stage_w, BM * d * 4)
         return
     box = 32 if c.dq_swizzle else 64
     panels = stage_panels(c, d) if c.panel_split else None
@@ -160,4 +182,5 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
              labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
 
 
-__all__ = ["writer", "writer_start", "writer_end", "take_stage", "hand_stage", "reduce_boxes", "FULL", "EMPTY"]
+__all__ = ["writer", "writer_start", "writer_end", "take_stage", "hand_stage", "reduce_boxes",
+           "stage_frag", "frag_block", "add_frag", "FULL", "EMPTY"]

@@ -50,6 +50,7 @@ from .bwd_config import BLOCK_M as BM, BwdConfig
 from .bwd_ring96 import EMPTY, FULL, WTHREADS, barriers, finish_step, place
 from .bwd_wg3ahead import Ahead3, finish_ahead
 from .bwd_det import det_cta, m_blocks, pass_turn, spin, turn_of
+from .bwd_dqwarp import add_frag, frag_block, stage_frag
 from .bwd_scores import cap_and_mask, cap_grad
 from .config import Mask, register_pool
 from .fwd import _s32
@@ -178,8 +179,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         lambda m0, head: [m0, head, batch], lambda key: batch * sk + key,
                         lambda head, mb: (batch * nh + head) * ptx.dim("NMB") + mb,
                         # (dq_frag: warpgroup w's 64 x 64 block of rows m0 .. of head)
-                        (lambda m0, head, w: ptx.global_ptr(dq_acc) + (
-                            ((batch * nh + head) * ptx.dim("SQP") + m0) * d + w * BM * 64) * 4)
+                        (lambda m0, head, w: frag_block(dq_acc, batch * nh + head, m0, d, w))
                         if c.dq_frag else None)
         group = nh // nhk
         n0 = nb * BN
@@ -439,8 +439,7 @@ def _reduce(tdq, w, row, stage_w, frag_at=None) -> None:
     ``row`` (coordinates after the column) by TMA reduce-add, one bulk group; ``frag_at``
     (``BwdConfig.dq_frag``): the stage in fragment order, one 1-D bulk reduction there."""
     if frag_at is not None:
-        ptx.inst("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32",
-                 ptx.addr(frag_at), ptx.addr(stage_w), BM * 64 * 4)
+        add_frag(frag_at, stage_w, BM * 64 * 4)
     else:
         for h in range(2):
             ptx.tma.reduce(tdq, [w * PANEL + 32 * h] + row, stage_w + h * BM * 128)
@@ -517,10 +516,7 @@ def _stage(dq, stage_w, r0, lw, xr, frag_lane=None) -> None:
     thread's lane in its warpgroup): in fragment order, registers ``4k .. 4k + 3`` at
     16-byte piece ``128 k + lane`` (``st.shared.v4.f32``)."""
     if frag_lane is not None:
-        for k in range(len(list(dq)) // 4):
-            ptx.inst("st.shared.v4.f32", ptx.addr(stage_w + frag_lane * 16, k * 128 * 16),
-                     list(dq)[4 * k:4 * k + 4])
-        return
+        return stage_frag(dq, stage_w, frag_lane)
     at = [stage_w + r0 * ROW + (lw & 1) * 8 + (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
           for k in range(4)]
     regs = list(dq)

@@ -72,9 +72,10 @@ def summary(rows: list[dict], top: int = 20) -> dict:
                                  if v > 0.15 * r["samples"]}} for r in ranked]}
 
 
-def run(pass_: str, d: int, s: int, causal: bool) -> None:
+def run(pass_: str, d: int, s: int, causal: bool, deterministic: bool = False) -> None:
     """The profiled workload: each contender warmed twice, then once each between the
-    profiler's start and stop."""
+    profiler's start and stop (with ``deterministic``, ptxdsl's deterministic backward
+    second, so its main kernel is launch 1 and FA4's launch 2)."""
     import torch
     import ptxdsl.ops as ops
     from lab.attention_bwd_case import case
@@ -82,6 +83,9 @@ def run(pass_: str, d: int, s: int, causal: bool) -> None:
     if pass_ == "bwd":
         calls = [lambda: ops.attention_backward(c.do, c.q, c.k, c.v, c.out, c.lse,
                                                 causal=causal)]
+        if deterministic:
+            calls.append(lambda: ops.attention_backward(c.do, c.q, c.k, c.v, c.out, c.lse,
+                                                        causal=causal, deterministic=True))
     else:
         calls = [lambda: ops.attention(c.q, c.k, c.v, causal=causal)]
     try:
@@ -113,13 +117,15 @@ def main() -> None:
     r.add_argument("--head-dim", type=int, default=64)
     r.add_argument("--seq", type=int, default=1024)
     r.add_argument("--causal", action="store_true")
+    r.add_argument("--deterministic", action="store_true",
+                   help="bwd: ptxdsl's deterministic backward too, between the default and FA4")
     p = sub.add_parser("report", help="summarize ncu source-page CSVs")
     p.add_argument("csv", nargs="+")
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--json", default=None)
     a = ap.parse_args()
     if a.cmd == "run":
-        return run(a.pass_, a.head_dim, a.seq, a.causal)
+        return run(a.pass_, a.head_dim, a.seq, a.causal, a.deterministic)
     out = {}
     for path in a.csv:
         name, rows = read_source(path)

@@ -26,8 +26,8 @@ SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
 
 
 LEVERS = {"lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16),
-          "frag": lambda row: row.dq_warp and (row.block_m == 128 or row.wg3) and
-          dict(dq_frag=True)}
+          "frag": lambda row: row.dq_warp and (row.block_m == 128 or row.wg3 or row.dq_split)
+          and dict(dq_frag=True)}
 
 
 @pytest.fixture(params=list(LEVERS))

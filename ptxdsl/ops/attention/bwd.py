@@ -224,7 +224,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                     c.det_poll and (lambda: base + L.total))
                                if deterministic else None,
                                start=not c.kv_pair, end=not c.kv_pair,
-                               frag=(lambda m0, bh: frag_block(dq_acc, bh, m0, d))
+                               frag=(lambda m0, bh, w: frag_block(
+                                   dq_acc, bh, m0, d, w if c.dq_split else None))
                                if c.dq_frag else None)
                     if c.kv_pair:
                         writer_end(c, tid & 31)

@@ -153,12 +153,12 @@ class BwdConfig:
     column pairs loaded into registers before the wait for Sᵀ, not after it, so Pᵀ's
     first FMAs do not wait for shared memory (the profile of head dim 64's step: its
     FMAs' short-scoreboard stalls); the rest as before.
-    ``dq_frag`` (dq_warp with block_m 128, so head dim 64, or with wg3; dense): each
-    warpgroup stages its 64 x 64 dQ in its accumulator's fragment order
+    ``dq_frag`` (dq_warp with block_m 128, so head dim 64, with dq_split (128) or with
+    wg3; dense): each warpgroup stages its 64 x 64 dQ in its accumulator's fragment order
     (``st.shared.v4.f32``, registers ``4k .. 4k + 3`` at 16-byte piece ``128 k + lane``:
     half the stores, no swizzle) and the writer adds it by one 1-D
-    ``cp.reduce.async.bulk`` into dq_acc's 64-row block (wg3: its 64-column third), which
-    holds that order; the postprocess reads it back
+    ``cp.reduce.async.bulk`` into dq_acc's 64-row block (dq_split, wg3: its 64-column
+    half or third), which holds that order; the postprocess reads it back
     (:func:`.bwd_prepw.build_postprocess_frag`). FlashAttention-4's sm90 dQ path (8
     STS.128, UBLKRED)."""
 
@@ -280,10 +280,12 @@ class BwdConfig:
             raise ValueError(f"lse_early (>= 0) loads -LSE·log2e before the wait for Sᵀ that "
                              f"overlap 1 or 2 splits from dPᵀ's: it needs overlap, not wg3, "
                              f"got {self.lse_early}")
-        if self.dq_frag and not (self.dq_warp and (self.block_m == 2 * BLOCK_M or self.wg3)):
+        if self.dq_frag and not (self.dq_warp and (self.block_m == 2 * BLOCK_M or self.wg3
+                                                   or self.dq_split)):
             raise ValueError("dq_frag stages a warpgroup's 64 x 64 dQ (head dim 64's 128-query "
-                             "step, or wg3's) for the writer warp's bulk reduction: it needs "
-                             "dq_warp, and block_m=128 or wg3")
+                             "step, dq_split's column half or wg3's third) for the writer "
+                             "warp's bulk reduction: it needs dq_warp, and block_m=128, "
+                             "dq_split or wg3")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")
@@ -381,14 +383,15 @@ def rows() -> tuple[dict, ...]:
 
 def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False,
                deterministic: bool = False, varlen: bool = False) -> BwdConfig:
-    """The table's config for this call (a row with a ``softcap`` or ``deterministic`` list
-    holds only for those settings; ``varlen`` skips rows of 128-query steps, since varlen's
-    padded rows start every 64); a ValueError for a head dim no row covers."""
+    """The table's config for this call (a row with a ``softcap``, ``deterministic`` or
+    ``varlen`` list holds only for those settings; ``varlen`` skips rows of 128-query steps,
+    since varlen's padded rows start every 64); a ValueError for a head dim no row covers."""
     kind = "full" if not mask.any else "causal" if mask.tag == "causal" else "window"
     for row in rows():
         if head_dim in row["head_dims"] and dtype_name in row["dtypes"] and kind in row["masks"] \
                 and bool(softcap) in row.get("softcap", (False, True)) \
                 and bool(deterministic) in row.get("deterministic", (False, True)) \
+                and bool(varlen) in row.get("varlen", (False, True)) \
                 and not (varlen and row["config"].get("block_m", BLOCK_M) != BLOCK_M):
             c = BwdConfig(**row["config"])
             assert c.smem_bytes(head_dim) <= SMEM_PER_CTA, (row, c.smem_bytes(head_dim))
@@ -417,6 +420,8 @@ def kernel_checks(c: BwdConfig, d: int, deterministic: bool, varlen: bool) -> No
     if c.block_m > BLOCK_M and (d != 64 or varlen):
         raise ValueError(f"block_m 128 is head dim 64's dense layout, got head dim {d}"
                          f"{' (varlen)' if varlen else ''}")
+    if varlen and c.dq_frag:    # (its blocks are the dense layout's 64-row blocks)
+        raise ValueError("dq_frag adds dQ to the dense layout's 64-row blocks: not with varlen")
     if c.dq_split and d != 128:
         raise ValueError(f"dq_split gives each warpgroup 64 of dQ's columns: head dim 128, "
                          f"got {d}")

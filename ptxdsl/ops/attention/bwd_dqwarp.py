@@ -64,7 +64,7 @@ def reduce_boxes(c: BwdConfig, d: int, tdq, dqc, w, m0, head, stage_w, frag_at=N
     ``frag_at`` (``BwdConfig.dq_frag``): the stage's 64 rows in fragment order, added by
     one 1-D bulk reduction to that global address (the block's rows in the same order)."""
     if c.dq_frag:
-        add_frag(frag_at, stage_w, BM * d * 4)
+        add_frag(frag_at, stage_w, BM * c.wg_cols(d) * 4)
         return
     box = 32 if c.dq_swizzle else 64
     panels = stage_panels(c, d) if c.panel_split else None
@@ -83,8 +83,8 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
     poll)`` (``poll``: det_poll's shared words, or a false value),
     the turns taken by the writer's lane 0 as the consumer's would; ``start``, ``end``:
     the first arrivals and the last wait, where kv_pair walks a second key block between
-    them: the consumers hand their stages on across it); ``frag(m0, bh)``: dq_frag's
-    global address of the 64 rows from ``m0`` of row ``bh``)."""
+    them: the consumers hand their stages on across it); ``frag(m0, bh, w)``: dq_frag's
+    global address of warpgroup ``w``'s block of the 64 rows from ``m0`` of row ``bh``)."""
     if start:
         writer_start()
     if det and det[-1]:      # det_poll: nothing read ahead of the first step
@@ -122,7 +122,7 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                         spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
                                          bn, 1 if rows else 2, desc), split, labels)
                     reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w),
-                                 frag and frag(m0w, bh))
+                                 frag and frag(m0w, bh, w))
                     ptx.inst("cp.async.bulk.commit_group")
                     if det:                  # the adds land before the turn passes
                         ptx.inst("cp.async.bulk.wait_group", 0)
@@ -177,7 +177,7 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
 
     def add(w):
         m0w = m0 + w * BM if rows else m0
-        reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w), frag and frag(m0w, bh))
+        reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w), frag and frag(m0w, bh, w))
     det_step(2, lane, words=words, add=add, full=FULL, empty=EMPTY, threads=THREADS,
              labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
 

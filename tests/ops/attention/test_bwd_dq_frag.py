@@ -40,7 +40,7 @@ def test_stages_by_v4_and_adds_by_one_bulk_reduction():
         not in texts[1]
     assert re.search(re.escape(BULK) + r" \[%rd\d+\], \[%r\d+\], 16384;", texts[1])
     assert replace(row, dq_frag=True).tag == row.tag + "_dqf"
-    with pytest.raises(ValueError, match="dq_frag.*needs dq_warp, and block_m=128 or wg3"):
+    with pytest.raises(ValueError, match="dq_frag.*needs dq_warp, and block_m=128, dq_split or wg3"):
         BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, dq_frag=True)
 
 
@@ -76,8 +76,28 @@ def test_wg3_rows_match_float64(monkeypatch, kw):
     gqa_grads_match(192, 130, 150, 192, **kw)
 
 
+# head dim 128's 64-query step (the FlashAttention-3/4 causal tile) with dq_split and dq_frag
+SPLIT = BwdConfig(stages=2, dq_tma=True, overlap=1, dq_swizzle=True, dq_split=True,
+                  ds_double=True, dq_warp=True, dk_last=True, prep_wide=True, dkv_tma=True,
+                  dq_exit_read=True, lpt_units=8, s_ahead=2, ahead_k=True, uniform_cons=True,
+                  dq_frag=True)
+
+
 @pytest.mark.long
-@pytest.mark.parametrize("d,shape", [(64, (1, 140, 200, 2, 1)), (192, (1, 100, 150, 2, 1))])
+@pytest.mark.parametrize("kw", [{}, dict(causal=True)], ids=["full", "causal"])
+def test_split_rows_match_float64(monkeypatch, kw):
+    """Head dim 128's 64-query step with dq_split (each warpgroup a 64-column half of dQ,
+    two blocks of dq_acc a 64-row block, its own 16384-byte bulk reduction), ragged."""
+    monkeypatch.setattr(bwd_api, "choose_bwd", lambda *a, **k: SPLIT)
+    kern = bwd_api.backward_kernels(128, **kw)
+    assert kern[1].name.endswith("_dqf") and kern[2].name.endswith("_d128_frag")
+    assert re.search(re.escape(BULK) + r" \[%rd\d+\], \[%r\d+\], 16384;", kern[1].ptx())
+    gqa_grads_match(128, 100, 150, 128, **kw)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("d,shape", [(64, (1, 140, 200, 2, 1)), (128, (1, 100, 150, 2, 1)),
+                                     (192, (1, 100, 150, 2, 1))])
 def test_deterministic_rows_take_their_turns(monkeypatch, d, shape):
     """The deterministic rows with it (head dim 64: the writer's turn a 64-row half around
     each bulk reduction; 192: det_pipe's three turns around the three), the main kernel run
@@ -85,7 +105,8 @@ def test_deterministic_rows_take_their_turns(monkeypatch, d, shape):
     float64, each row block's semaphore at its count, dq_acc bitwise the same CTA by CTA
     or all at once (full mask: the semaphores' model counts whole 128-row ranges)."""
     _frag(monkeypatch)
-    c = bwd_api.choose_bwd(d, "bf16", Mask(), False, True, False)
+    c = bwd_api.choose_bwd(d, "bf16", Mask(), False, True, False) if d != 128 else \
+        replace(SPLIT, lpt_units=0, s_ahead=0, ahead_k=False, det_pipe=True, det_desc=True)
     assert c.dq_frag
     check_turns(shape, d, {}, c, monkeypatch)
 

@@ -44,10 +44,14 @@ def test_varlen_skips_rows_of_128_query_steps():
 
 
 def test_main_kernel_emits_the_fa3_structure():
-    """Head dim 128 causal in varlen (64-row padding) keeps FA3's 64-query step; the dense
-    causal plan steps 80 queries (Sᵀ, dPᵀ m64n80, dQ swapAB)."""
+    """Head dim 128 steps FA3's 64 queries under a causal mask (dense: dQ's halves added
+    by one 1-D bulk reduction each, dq_frag; varlen: by the tensor reduce), 80 under a full
+    one (Sᵀ, dPᵀ m64n80, dQ swapAB)."""
     dense = backward_kernels(128, causal=True)[1].ptx()
-    assert "m64n80k16" in dense and "m64n64k16" not in dense and "_m80_" in dense
+    assert "m64n80k16" not in dense and "_dqf" in dense and "_m80_" not in dense
+    assert "cp.reduce.async.bulk.global.shared::cta" in dense
+    full = backward_kernels(128)[1].ptx()
+    assert "m64n80k16" in full and "m64n64k16" not in full and "_m80_" in full
     text = backward_kernels(128, causal=True, varlen=True)[1].ptx()
     assert "setmaxnreg.dec.sync.aligned.u32" in text and "setmaxnreg.inc" in text
     assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") >= 2 * 8 + 2 * 4

@@ -1,10 +1,10 @@
-"""Sustained forward loops of ptxdsl's attention and FlashAttention-4 (when importable) at
-one FA3-paper shape, with the SM clock, power and temperature that ``nvidia-smi`` samples
-during each loop: whether a kernel's time under load differs from its time in one launch
-because the card's clocks drop (power or temperature) while it runs.
+"""Sustained forward (or backward) loops of ptxdsl's attention and FlashAttention-4 (when
+importable) at one FA3-paper shape, with the SM clock, power and temperature that
+``nvidia-smi`` samples during each loop: whether a kernel's time under load differs from
+its time in one launch because the card's clocks drop (power or temperature) while it runs.
 
     PYTHONPATH=. python lab/attention_sustained.py [--d 128] [--s 16384] [--causal]
-        [--seconds 2]
+        [--seconds 2] [--pass bwd] [--name attention_sustained]
 """
 from __future__ import annotations
 
@@ -49,19 +49,31 @@ def main() -> None:
     ap.add_argument("--s", type=int, default=16384)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd")
+    ap.add_argument("--name", default="attention_sustained")
     a = ap.parse_args()
     b, h = 16384 // a.s, 2048 // a.d
-    q, k, v = (torch.randn(b, a.s, h, a.d, device="cuda", dtype=torch.bfloat16)
-               for _ in range(3))
-    fns = {"ptxdsl": lambda: ops.attention(q, k, v, causal=a.causal)}
+    q, k, v, do = (torch.randn(b, a.s, h, a.d, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(4))
+    bwd = a.pass_ == "bwd"
+    if bwd:       # (the backward's FLOPs: 2.5 times the forward's)
+        o, lse = ops.attention(q, k, v, causal=a.causal, return_lse=True)
+        fns = {"ptxdsl": lambda: ops.attention_backward(do, q, k, v, o, lse, causal=a.causal)}
+    else:
+        fns = {"ptxdsl": lambda: ops.attention(q, k, v, causal=a.causal)}
     try:
         from flash_attn.cute import flash_attn_func
-        fns["fa4"] = lambda: flash_attn_func(q, k, v, causal=a.causal)
+        if bwd:
+            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+            o4 = flash_attn_func(*leaves, causal=a.causal)[0]
+            fns["fa4"] = lambda: torch.autograd.grad(o4, leaves, do, retain_graph=True)
+        else:
+            fns["fa4"] = lambda: flash_attn_func(q, k, v, causal=a.causal)
     except ImportError as e:
         print(f"fa4 sits out: {e}")
-    flops = 4 * b * h * a.s * a.s * a.d / (2 if a.causal else 1)
+    flops = 4 * b * h * a.s * a.s * a.d / (2 if a.causal else 1) * (2.5 if bwd else 1)
     out = {"device": torch.cuda.get_device_name(), "d": a.d, "s": a.s, "causal": a.causal,
-           "rows": []}
+           "pass": a.pass_, "rows": []}
     for name, fn in fns.items():
         fn(); torch.cuda.synchronize()
         time.sleep(3)                           # idle: the card cools between contenders
@@ -74,7 +86,7 @@ def main() -> None:
                "temp_c": temp}
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
-    with open(os.path.join(os.environ.get("OUT", "."), "attention_sustained.json"), "w") as f:
+    with open(os.path.join(os.environ.get("OUT", "."), f"{a.name}.json"), "w") as f:
         json.dump(out, f, indent=1)
 
 

@@ -285,8 +285,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 ahead = Ahead(c.s_ahead, labels=labels, full=full, stages=S, ring=ring, bw=bw,
                               q_of=lambda s: base + L.q + s * L.q_bytes, score=(mma_s, k_w, d, bn, bm),
                               steps=_s32(group) * ptx.max(m_hi - m_lo, 0),
-                              k_tile=base + L.k if c.ahead_k else None, flat=c.ahead_flat) \
-                    if c.s_ahead else None
+                              k_tile=base + L.k if c.ahead_k else None) if c.s_ahead else None
                 if ahead:            # the first step's Sᵀ (bwd_ahead)
                     ahead.first(*((ring.slot, ring.phase) if c.kv_pair else ()))
                 def step(mb):         # one step: the rows from mb·bm

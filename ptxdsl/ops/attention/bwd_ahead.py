@@ -15,9 +15,8 @@ Before the first step of a CTA with none, and after the warpgroup's last step, t
 slot's wait and the wgmmas are skipped (the commit stays: an empty group; ptxas adds a
 warpgroup.arrive after the branch, C7519); with 128-row steps (head dim 64) ptxas spills
 and serializes around the in-loop branch, so there the last step's is computed from its
-own slot (still holding its data) and discarded (64-row steps too with ``ahead_flat``: no
-empty group, whose dummy ``HGMMA.64x8x16`` ptxas runs every step). ptxas -v sm_90a: head
-dim 64 (``block_m`` 128) takes both without spills or serialization; at head dim 128
+own slot (still holding its data) and discarded. ptxas -v sm_90a: head dim 64
+(``block_m`` 128) takes both without spills or serialization; at head dim 128
 (``dq_split``) ``1`` is serialized (C7512: dQ's and the next Sᵀ's accumulators and dK's
 A do not fit beside dK and dV), ``2`` is not."""
 
@@ -37,9 +36,9 @@ class Ahead:
     warpgroup's step count (heads of the group x row blocks)."""
 
     def __init__(self, mode: int, *, labels, full, stages: int, ring, q_of, score, steps,
-                 bw: int, k_tile=None, flat: bool = False):
+                 bw: int, k_tile=None):
         self.mode, self.labels, self.full, self.stages = mode, labels, full, stages
-        self.k_tile, self.flat = k_tile, flat
+        self.k_tile = k_tile
         self.ring, self.q_of, self.score = ring, q_of, score
         self.acc, self.width = ptx.wgmma.accumulator(bw), bw
         self.left = reg.scalar(s32)
@@ -110,7 +109,7 @@ class Ahead:
         ptx.inst.selp.u32(slot, 0, nxt, wrap)
         ptx.inst.selp.u32(flip, 1, 0, wrap)
         ptx.inst.selp.u32(src, slot, self.ring.slot, live)
-        self._issue(live, src, self.ring.phase ^ flip, self.score[4] == BM and not self.flat)
+        self._issue(live, src, self.ring.phase ^ flip, self.score[4] == BM)
         ptx.inst.sub.s32(self.left, self.left, 1)
 
     def after_dq(self) -> None:

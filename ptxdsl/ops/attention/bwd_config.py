@@ -92,9 +92,6 @@ class BwdConfig:
     the next slot's wait (:mod:`.bwd_ahead`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ
     issued before the loop without a branch, reading K's tile in place of Q's where the CTA
     has no step (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
-    ``ahead_flat`` (s_ahead, 64-row steps): the in-loop next Sᵀ likewise without a branch,
-    from this step's slot at the warpgroup's last step (discarded), as 128-row steps do, so
-    no step ends in ptxas's empty-group ``HGMMA.64x8x16`` and ``warpgroup.arrive``.
 
     ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap; deterministic with
     ``det_pipe``, the writer warp's turns on each 80-row block):
@@ -191,7 +188,6 @@ class BwdConfig:
     lpt_units: int = 0
     dq_exit_read: bool = False
     ahead_k: bool = False
-    ahead_flat: bool = False
     wg3_ahead: int = 0
     wg3_pfree: bool = False
     wg3_fence1: bool = False
@@ -219,8 +215,7 @@ class BwdConfig:
                 f"{'_dpl' if c.det_poll else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_dqs' if c.dq_swap else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
-                f"{'_sak' if c.ahead_k else ''}{'_saf' if c.ahead_flat else ''}"
-                f"{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
+                f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
                 f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
@@ -334,9 +329,6 @@ class BwdConfig:
         if self.s_ahead and not (self.dk_last and (self.dq_split or self.block_m != BLOCK_M)):
             raise ValueError("s_ahead issues the next step's Sᵀ behind dk_last's dK, under "
                              "a one-chain dQ: it needs dk_last, and dq_split or block_m=128")
-        if self.ahead_flat and not self.s_ahead:
-            raise ValueError("ahead_flat issues s_ahead's in-loop Sᵀ without a branch: it "
-                             "needs s_ahead")
         if self.ahead_k and not self.s_ahead:
             raise ValueError("ahead_k issues s_ahead's first Sᵀ without a branch: it needs "
                              "s_ahead")

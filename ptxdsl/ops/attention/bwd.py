@@ -49,8 +49,8 @@ from .fwd import _s32
 from .varlen_tiles import find_seq, load_u32
 from .bwd_ahead import Ahead
 from .bwd_cols import col_pieces
-from .bwd_dqwarp import (frag_block, hand_stage, reduce_boxes, stage_frag, stage_ids, take_stage,
-                         writer, writer_end, writer_start)
+from .bwd_dqwarp import (frag_block, hand_stage, reduce_boxes, stage_frag, take_stage, writer,
+                         writer_end, writer_start)
 from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_nb, \
     grid as pair_grid
 from .bwd_epi import store_kv_tma
@@ -264,9 +264,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             # dQ's stage (64 rows of 64 f32 per chunk, unswizzled: the TMA box's layout)
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
-            # (stage_live: dq_frag's address and the stage's barrier ids kept live)
-            frag_st = stage_w + lane * 16 if c.dq_frag and c.stage_live else None
-            ids = stage_ids(w) if c.dq_frag and c.stage_live else None
             owner = Owner() if c.dkv_stage else None    # (who holds the dQ stage)
             for t in walks():       # (kv_pair: a key block a walk, bwd_pair)
                 if c.kv_pair:
@@ -453,9 +450,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             if owner:    # (dkv_stage: unless the epilogue freed it)
                                 owner.take(w)
                             else:
-                                take_stage(w, ids)
+                                take_stage(w)
                         if c.dq_frag:                # (bwd_dqwarp: as the registers lie)
-                            stage_frag(dq.regs, *((frag_st,) if frag_st is not None else (stage_w, lane)))
+                            stage_frag(dq.regs, stage_w, lane)
                         elif c.dq_tma:               # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
                             sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
@@ -477,7 +474,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 if ahead:     # (2: the next step's Sᵀ behind the stage;
                                     ahead.after_stage()    # the stage handed over under dK)
                                     if c.dq_warp:
-                                        hand_stage(w, ids)
+                                        hand_stage(w)
                                 ptx.inst("wgmma.wait_group.sync.aligned",
                                          ahead.wait_dk if ahead else 0)
                                 with ptx.if_(lane == 0):
@@ -490,7 +487,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
                     if c.dq_warp:
                         if not ahead:
-                            hand_stage(w, ids)
+                            hand_stage(w)
                     elif c.dq_tma:                   # one thread adds the staged chunks
                         ptx.inst("fence.proxy.async.shared::cta")
                         ptx.inst("bar.sync", 1 + w, 128)

@@ -92,9 +92,6 @@ class BwdConfig:
     the next slot's wait (:mod:`.bwd_ahead`). ``ahead_k`` (s_ahead): a CTA's first Sᵀ
     issued before the loop without a branch, reading K's tile in place of Q's where the CTA
     has no step (discarded), so ptxas injects no ``warpgroup.arrive`` there (C7519).
-    ``stage_live`` (dq_frag, :mod:`.bwd`): the stage's address and its two barrier ids in
-    registers computed before the loop, so ptxas does not reuse the ones the stage's
-    ``bar.sync`` and ``STS.128`` just read (a short-scoreboard wait at the next write).
 
     ``dq_swap`` (head dim 128, ``block_m`` 80, dense, no softcap; deterministic with
     ``det_pipe``, the writer warp's turns on each 80-row block):
@@ -191,7 +188,6 @@ class BwdConfig:
     lpt_units: int = 0
     dq_exit_read: bool = False
     ahead_k: bool = False
-    stage_live: bool = False
     wg3_ahead: int = 0
     wg3_pfree: bool = False
     wg3_fence1: bool = False
@@ -219,8 +215,7 @@ class BwdConfig:
                 f"{'_dpl' if c.det_poll else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_dqs' if c.dq_swap else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
-                f"{'_sak' if c.ahead_k else ''}{'_slv' if c.stage_live else ''}"
-                f"{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
+                f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
                 f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"

@@ -12,7 +12,7 @@ before its first step and the consumer waits once after its last, so each barrie
 arrivals and waits pair up."""
 from __future__ import annotations
 
-from ...core.types import s32, u32
+from ...core.types import s32
 from ...dsl import ptx, reg
 from .bwd_cols import stage_panels
 from .bwd_config import BLOCK_M as BM, BwdConfig
@@ -24,33 +24,24 @@ FULL, EMPTY = 4, 6          # named barrier ids (+ w); 0-3 are the kernel's othe
 THREADS = 128 + 32          # a consumer warpgroup and the writer warp
 
 
-def take_stage(w, ids=None) -> None:
-    """Consumer warpgroup ``w``: wait until the writer has read the last staged dQ
-    (``ids``: :func:`stage_ids`' registers, else the id computed here)."""
-    ptx.inst("bar.sync", ids[0] if ids else EMPTY + w, THREADS)
+def take_stage(w) -> None:
+    """Consumer warpgroup ``w``: wait until the writer has read the last staged dQ."""
+    ptx.inst("bar.sync", EMPTY + w, THREADS)
 
 
-def hand_stage(w, ids=None) -> None:
+def hand_stage(w) -> None:
     """Consumer warpgroup ``w``: the stage is written; hand it to the writer."""
     ptx.inst("fence.proxy.async.shared::cta")
-    ptx.inst("bar.arrive", ids[1] if ids else FULL + w, THREADS)
+    ptx.inst("bar.arrive", FULL + w, THREADS)
 
 
-def stage_ids(w):
-    """Warpgroup ``w``'s two barrier ids in registers computed once, before the loop: a
-    register a ``bar`` reads and ptxas then reuses at once waits for the barrier's read
-    (a short-scoreboard stall right after dQ's stage)."""
-    return reg.scalar(u32, init=EMPTY + w), reg.scalar(u32, init=FULL + w)
-
-
-def stage_frag(regs, stage_w, lane=None) -> None:
+def stage_frag(regs, stage_w, lane) -> None:
     """``BwdConfig.dq_frag``: a warpgroup's dQ accumulator into its stage as its registers
-    lie, registers ``4k .. 4k + 3`` as the 16 bytes at ``(128 k + lane)·16`` (``lane``
-    None: ``stage_w`` is the lane's first piece already)."""
+    lie, registers ``4k .. 4k + 3`` as the 16 bytes at ``(128 k + lane)·16``."""
     regs = list(regs)
-    at = stage_w if lane is None else stage_w + lane * 16
     for k in range(len(regs) // 4):
-        ptx.inst("st.shared.v4.f32", ptx.addr(at, k * 128 * 16), regs[4 * k:4 * k + 4])
+        ptx.inst("st.shared.v4.f32", ptx.addr(stage_w + lane * 16, k * 128 * 16),
+                 regs[4 * k:4 * k + 4])
 
 
 def frag_block(dq_acc, bh, m0, d: int, w=None):

@@ -11,9 +11,7 @@ before the wait for Sᵀ (the FMAs that take them waited on the short scoreboard
 the step's stall samples). The rows that took a lever are timed without it (``no lse``,
 ``no dqf``), the others with it. (``ds_stsm``, dSᵀ by ``stmatrix.x4``, timed a tie and
 removed, code in commit 57121a7; ``dq_frag`` at head dim 128's 80-query tile lost, 0.978,
-in b2cbf98, with its full row spilling at lse_early 8 and its rows padded to 320; back
-since, rows padded to 80, untimed: ``dict(dq_frag=True, lse_early=5)`` or ``uniform_cons``
-keep the full row's registers.)
+code in b2cbf98.)
 
 S 1k, 4k, 16k, full and causal (B·S = 16k tokens, H·D = 2048: the bench's shapes), head
 dims 64, 128, 192 (each its own table and JSON, so a run cut short keeps the ones done).

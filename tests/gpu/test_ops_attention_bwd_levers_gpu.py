@@ -1,10 +1,10 @@
 """The backward levers of lab/attention_bwd_plans.py --set levers (``BwdConfig.lse_early``:
 -LSE·log2e loaded before the wait for Sᵀ, all of a step's pairs; ``BwdConfig.dq_frag``:
-dQ in fragment order, one bulk reduction; head dim 128's dq_swap rows: dQᵀ, 80-row
-blocks) over head dims 64's, 96's, 128's and 192's plan rows, on an sm_90 GPU: dq, dk, dv
-against the float64 reference (max error <= 3e-2 of the largest value, bf16), ragged (a
-CTA with no step too), GQA, full, causal and window masks, softcap; the deterministic rows
-with it bitwise repeatable; against SDPA's gradients at S = 1k; varlen per sequence."""
+dQ in fragment order, one bulk reduction) over head dims 64's,
+96's, 128's and 192's plan rows, on an sm_90 GPU: dq, dk, dv against the float64
+reference (max error <= 3e-2 of the largest value, bf16), ragged (a CTA with no step
+too), GQA, full, causal and window masks, softcap; the deterministic rows with it bitwise
+repeatable; against SDPA's gradients at S = 1k; varlen per sequence."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -26,8 +26,7 @@ SHAPES = {"causal": (333, 517, dict(causal=True)), "full": (517, 333, {}),
 
 
 LEVERS = {"lse": lambda row: bool(row.overlap) and not row.wg3 and dict(lse_early=16),
-          "frag": lambda row: row.dq_warp and (row.block_m == 128 or row.wg3 or row.dq_split
-                                               or row.dq_swap)
+          "frag": lambda row: row.dq_warp and (row.block_m == 128 or row.wg3 or row.dq_split)
           and dict(dq_frag=True)}
 
 

@@ -1,8 +1,7 @@
 """Head dim 128's 80-query tile in the deterministic mode (``dq_swap`` with ``det_pipe``,
 :mod:`ptxdsl.ops.attention.bwd_m80`) on an sm_90 GPU, at shapes whose CTAs form several
 sections and waves (S not a multiple of 80, GQA, full and causal masks): bitwise
-repeatable over three more calls and within bf16 noise of the same tile's default mode
-(``dq_frag`` too: rows padded to 320 deterministic, 80 default)."""
+repeatable over three more calls and within bf16 noise of the same tile's default mode."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -30,9 +29,8 @@ def _call(monkeypatch, cfg, args, kw, det):
                                          (3, 2000, 6, 3, dict()),
                                          (3, 2000, 6, 3, dict(causal=True))])
 @pytest.mark.parametrize("extra", [dict(), dict(FIXED), dict(FIXED, det_desc=True),
-                                   dict(FIXED, det_desc=True, det_poll=True, det_units=8),
-                                   dict(FIXED, dq_frag=True)],
-                         ids=["pipe", "fixed", "fixed-dsc", "fixed-dsc-dpl-u8", "fixed-dqf"])
+                                   dict(FIXED, det_desc=True, det_poll=True, det_units=8)],
+                         ids=["pipe", "fixed", "fixed-dsc", "fixed-dsc-dpl-u8"])
 def test_repeats_bitwise_and_matches_the_default_mode(b, s, h, hk, kw, extra, monkeypatch):
     torch = torch_sm90()
     g = torch.Generator(device="cuda").manual_seed(b + s)

@@ -15,43 +15,15 @@ from ...runtime.adapter import element_strides as strides
 from .._common.kernels import KernelCache
 from .api import _check, _contiguous, _fail, _frame
 from .bwd import build_backward
-from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd, row_unit
+from .bwd_config import BLOCK_M, BWD_HEAD_DIMS, choose_bwd
 from .bwd_prep import build_postprocess, build_preprocess
-from .bwd_prepw import (build_postprocess_frag, build_postprocess_frag80,
-                        build_postprocess_wide, build_preprocess_wide)
+from .bwd_prepw import build_postprocess_frag, build_postprocess_wide, build_preprocess_wide
 from .bwd_m80 import build_backward_m80
 from .bwd_wg3 import build_backward_wg3
 from .config import Mask
 from .varlen import checked_offsets
 
 BWD_KERNELS = KernelCache(limit=256)
-
-
-def plan_config(head_dim: int, dtype: str, mask: Mask, softcap: float = 0.0,
-                deterministic: bool = False, varlen: bool = False):
-    """The plan table's config for these options, less what the layout or mode cannot take."""
-    cfg = choose_bwd(head_dim, dtype, mask, bool(softcap), bool(deterministic), varlen)
-    if varlen and cfg.block_m != BLOCK_M:     # its padded rows start every 64, not 128
-        cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split,
-                      dq_frag=False)      # (dq_frag needs block_m 128 or wg3)
-    if (varlen or deterministic) and cfg.kv_pair:   # (one key block a CTA: varlen's
-        # numbering, the deterministic turns' launch order)
-        cfg = replace(cfg, kv_pair=False, dkv_stage=False, pair_max=0)
-    if varlen and cfg.dkv_tma:                # a sequence's last key block: not whole
-        cfg = replace(cfg, dkv_tma=False)
-    if varlen and cfg.dq_frag:                # (wg3's: dq_frag's blocks are dense rows)
-        cfg = replace(cfg, dq_frag=False)
-    return cfg
-
-
-def padded_rows(sq: int, head_dim: int, dtype: str = "bf16", *, causal: bool = False,
-                window_size=(-1, -1), softcap: float = 0.0, deterministic: bool = False) -> int:
-    """SQP: the rows of dq_acc, D and -LSE·log2e for ``sq`` queries and these options (a
-    multiple of :func:`.bwd_config.row_unit` of the plan's config; dense layout)."""
-    left, right = window_size
-    unit = row_unit(plan_config(head_dim, dtype, Mask(left, 0 if causal else right), softcap,
-                                deterministic), deterministic)
-    return -(-sq // unit) * unit
 
 
 def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False,
@@ -65,21 +37,28 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
-    cfg = plan_config(head_dim, dt.name, mask, softcap, deterministic, varlen)
+    cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic), varlen)
+    if varlen and cfg.block_m != BLOCK_M:     # its padded rows start every 64, not 128
+        cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split,
+                      dq_frag=False)      # (dq_frag needs block_m 128 or wg3)
+    if (varlen or deterministic) and cfg.kv_pair:   # (one key block a CTA: varlen's
+        # numbering, the deterministic turns' launch order)
+        cfg = replace(cfg, kv_pair=False, dkv_stage=False, pair_max=0)
+    if varlen and cfg.dkv_tma:                # a sequence's last key block: not whole
+        cfg = replace(cfg, dkv_tma=False)
+    if varlen and cfg.dq_frag:                # (wg3's: dq_frag's blocks are dense rows)
+        cfg = replace(cfg, dq_frag=False)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch) \
         + (("varlen",) if varlen else ())
     wide = cfg.prep_wide and not varlen      # (varlen: bwd_prep's padded-row kernels)
     return BWD_KERNELS.get(key, lambda: (
-        build_preprocess_wide(dt, head_dim, deterministic=deterministic, arch=arch,
-                              unit=row_unit(cfg, deterministic)) if wide
+        build_preprocess_wide(dt, head_dim, deterministic=deterministic, arch=arch) if wide
         else build_preprocess(dt, head_dim, deterministic=deterministic, arch=arch,
                               varlen=varlen),
         (build_backward_wg3 if cfg.wg3 else
          build_backward_m80 if cfg.dq_swap else build_backward)(
             cfg, dt, head_dim, mask, scale=scale, softcap=float(softcap),
             deterministic=deterministic, arch=arch, varlen=varlen),
-        build_postprocess_frag80(dt, head_dim, scale, arch=arch) if cfg.dq_frag and
-        cfg.dq_swap else
         build_postprocess_frag(dt, head_dim, scale, arch=arch) if cfg.dq_frag else
         build_postprocess_wide(dt, head_dim, scale, arch=arch) if wide else
         build_postprocess(dt, head_dim, scale, arch=arch, varlen=varlen)))
@@ -115,8 +94,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
     dq = frame.empty(tuple(q.shape), q) if dq is None else dq
     dk = frame.empty(tuple(k.shape), q) if dk is None else dk
     dv = frame.empty(tuple(k.shape), q) if dv is None else dv
-    sqp = padded_rows(sq, d, dtype.name, causal=causal, window_size=window_size,
-                      softcap=softcap, deterministic=det)
+    sqp = -(-sq // BLOCK_M) * BLOCK_M
     dpsum = frame.empty((b, h, sqp), q, f32)
     nlse2 = frame.empty((b, h, sqp), q, f32)
     dq_acc = frame.empty((b, h, sqp, d), q, f32)
@@ -257,4 +235,4 @@ def attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_
 
 
 __all__ = ["attention_backward", "attention_varlen_backward", "backward_kernels",
-           "plan_config", "padded_rows", "BWD_KERNELS"]
+           "BWD_KERNELS"]

@@ -153,15 +153,14 @@ class BwdConfig:
     column pairs loaded into registers before the wait for Sᵀ, not after it, so Pᵀ's
     first FMAs do not wait for shared memory (the profile of head dim 64's step: its
     FMAs' short-scoreboard stalls); the rest as before.
-    ``dq_frag`` (dq_warp with block_m 128, so head dim 64, with dq_split (128), wg3 or
-    dq_swap; dense): each warpgroup stages its 64 x 64 dQ (dq_swap: its 64 x 80 dQᵀ) in its
-    accumulator's fragment order (``st.shared.v4.f32``, registers ``4k .. 4k + 3`` at
-    16-byte piece ``128 k + lane``: a half or a quarter of the stores, no swizzle) and the
-    writer adds it by one 1-D ``cp.reduce.async.bulk`` into dq_acc's 64-row block
-    (dq_split, wg3: its 64-column half or third; dq_swap: its 64-column half of an 80-row
-    block, the rows padded to :func:`row_unit`), which holds that order; the postprocess
-    reads it back (:func:`.bwd_prepw.build_postprocess_frag`, ``build_postprocess_frag80``).
-    FlashAttention-4's sm90 dQ path (8 STS.128, UBLKRED)."""
+    ``dq_frag`` (dq_warp with block_m 128, so head dim 64, with dq_split (128) or with
+    wg3; dense): each warpgroup stages its 64 x 64 dQ in its accumulator's fragment order
+    (``st.shared.v4.f32``, registers ``4k .. 4k + 3`` at 16-byte piece ``128 k + lane``:
+    half the stores, no swizzle) and the writer adds it by one 1-D
+    ``cp.reduce.async.bulk`` into dq_acc's 64-row block (dq_split, wg3: its 64-column
+    half or third), which holds that order; the postprocess reads it back
+    (:func:`.bwd_prepw.build_postprocess_frag`). FlashAttention-4's sm90 dQ path (8
+    STS.128, UBLKRED)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -281,12 +280,12 @@ class BwdConfig:
             raise ValueError(f"lse_early (>= 0) loads -LSE·log2e before the wait for Sᵀ that "
                              f"overlap 1 or 2 splits from dPᵀ's: it needs overlap, not wg3, "
                              f"got {self.lse_early}")
-        if self.dq_frag and not (self.dq_warp and (self.block_m == 2 * BLOCK_M or self.wg3 or
-                                                   self.dq_split or self.dq_swap)):
+        if self.dq_frag and not (self.dq_warp and (self.block_m == 2 * BLOCK_M or self.wg3
+                                                   or self.dq_split)):
             raise ValueError("dq_frag stages a warpgroup's 64 x 64 dQ (head dim 64's 128-query "
-                             "step, dq_split's column half or wg3's third; dq_swap's 64 x 80 "
-                             "dQᵀ) for the writer warp's bulk reduction: it needs dq_warp, "
-                             "and block_m=128, dq_split, wg3 or dq_swap")
+                             "step, dq_split's column half or wg3's third) for the writer "
+                             "warp's bulk reduction: it needs dq_warp, and block_m=128, "
+                             "dq_split or wg3")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")
@@ -375,18 +374,6 @@ class BwdConfig:
             (8 if self.kv_pair else 0)
 
 
-def row_unit(c: BwdConfig, deterministic: bool = False) -> int:
-    """SQP, the padded rows of dq_acc, D and -LSE·log2e, is a multiple of this: 64, or with
-    dq_frag's dq_swap 80, since its bulk reductions add whole 80-row blocks that no box
-    clips (the preprocess's and postprocess's grids take any multiple of 80), and in the
-    deterministic mode 320 = lcm(80, 64): the preprocess zeroes a semaphore word every 64
-    rows, at ``bh · SQP / 64 + s / 64`` of ``(B, H, SQP / 64)``."""
-    if not (c.dq_frag and c.dq_swap):
-        return BLOCK_M
-    # whole 80-row bulk adds (no box clips them); deterministic: lcm with 64-row sem words
-    return 5 * BLOCK_M if deterministic else BLOCK_M_SWAP
-
-
 @lru_cache(maxsize=1)
 def rows() -> tuple[dict, ...]:
     """The table (read once: a file of the package, not state)."""
@@ -440,5 +427,5 @@ def kernel_checks(c: BwdConfig, d: int, deterministic: bool, varlen: bool) -> No
                          f"got {d}")
 
 
-__all__ = ["BwdConfig", "choose_bwd", "rows", "row_unit", "BWD_HEAD_DIMS", "BLOCK_M",
-           "BLOCK_M_SWAP", "BLOCK_N", "BLOCK_N_SPLIT", "BLOCK_N_WG3", "kernel_checks"]
+__all__ = ["BwdConfig", "choose_bwd", "rows", "BWD_HEAD_DIMS", "BLOCK_M", "BLOCK_M_SWAP",
+           "BLOCK_N", "BLOCK_N_SPLIT", "BLOCK_N_WG3", "kernel_checks"]

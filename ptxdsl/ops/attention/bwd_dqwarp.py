@@ -44,12 +44,11 @@ def stage_frag(regs, stage_w, lane) -> None:
                  regs[4 * k:4 * k + 4])
 
 
-def frag_block(dq_acc, bh, m0, d: int, w=None, rows: int = BM):
-    """``dq_frag``'s global address of warpgroup ``w``'s ``rows`` x 64 block (its 64-column
-    piece ``w``) of the ``rows`` rows from ``m0`` of (batch, head) row ``bh`` (``rows``:
-    64, or dq_swap's 80)."""
+def frag_block(dq_acc, bh, m0, d: int, w=None):
+    """``dq_frag``'s global address of warpgroup ``w``'s 64 x 64 block (its 64-column
+    piece ``w``) of the 64 rows from ``m0`` of (batch, head) row ``bh``."""
     at = ptx.global_ptr(dq_acc) + (bh * ptx.dim("SQP") + m0) * (d * 4)
-    return at if w is None else at + w * (rows * 64 * 4)
+    return at if w is None else at + w * (BM * 64 * 4)
 
 
 def add_frag(frag_at, stage_w, nbytes: int) -> None:

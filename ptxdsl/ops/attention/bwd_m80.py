@@ -33,13 +33,6 @@ bytes. Rows past SQ (up to the next 80) read TMA's zero fill, or the
 preprocess's -inf -LSE·log2e, so their Pᵀ or dSᵀ is 0; rows past SQP are clipped by the
 reduce's box. Dense only (varlen's padded rows start every 64), no softcap.
 
-``dq_frag``: each warpgroup stages its dQᵀ accumulator as its registers lie
-(:func:`.bwd_dqwarp.stage_frag`, 10 ``st.shared.v4.f32`` where 40 ``st.shared.f32`` were)
-and the writer adds the 20 KB stage by one 1-D bulk reduction into the warpgroup's half of
-the 80-row block of dq_acc, which holds that order (no box clips it: SQP a multiple of
-80, :func:`.bwd_config.row_unit`); :func:`.bwd_prepw.build_postprocess_frag80` reads it
-back.
-
 The deterministic mode (``det_pipe``): the writer warp takes each 80-row block's turns on
 the block's semaphore (word ``mb`` of the 80-row blocks, ``ceil(SQ / 80)`` of the ``NMB``
 the preprocess zeroes), two a key block (the warpgroups' disjoint columns), as
@@ -64,8 +57,7 @@ from .bwd_ahead import Ahead
 from .bwd_config import BwdConfig
 from .bwd_det import det_cta, m_blocks, turn_of
 from .bwd_detpipe import det_step
-from .bwd_dqwarp import (EMPTY, FULL, THREADS, add_frag, frag_block, hand_stage, stage_frag,
-                         take_stage)
+from .bwd_dqwarp import EMPTY, FULL, THREADS, hand_stage, take_stage
 from .bwd_epi import store_kv_tma
 from .bwd_scores import dscores, probs, row_pairs
 from .bwd_steps import kv_gemms, load_kv, row_blocks, score_gemm, store
@@ -221,11 +213,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                         m_range, c.dq_exit_read,
                         det=(sem, nb, off, mask, labels, desc, nh,
                              c.det_poll and (lambda: base + L.total))
-                        if deterministic else None,
-                        # (dq_frag: warpgroup w's 80 x 64 block of rows m0 .. of head)
-                        frag=(lambda m0, head, w: frag_block(dq_acc, batch * nh + head, m0,
-                                                             D, w, rows=BM))
-                        if c.dq_frag else None)
+                        if deterministic else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -307,10 +295,7 @@ def build_backward_m80(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     kv_gemms(mma_kv, [dk_acc], ds_regs, [q_at], bm=BM)     # dK behind dQ
                     ptx.inst("wgmma.wait_group.sync.aligned", 1)
                     take_stage(w)
-                    if c.dq_frag:                # (bwd_dqwarp: as the registers lie)
-                        stage_frag(list(dq), stage_w, lane)
-                    else:
-                        _stage_t(list(dq), stage_w, warp, lw, fcol)
+                    _stage_t(list(dq), stage_w, warp, lw, fcol)
                     if ahead:       # the next Sᵀ behind dK, the stage handed under them
                         ahead.after_stage()
                         hand_stage(w)
@@ -357,13 +342,11 @@ def _stage_t(regs, stage_w, warp, lw, fcol) -> None:
 
 
 def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
-            exit_read: bool = False, det=None, frag=None) -> None:
+            exit_read: bool = False, det=None) -> None:
     """Warp 1 of the producer: each step, each warpgroup's staged 80 x 64 dQ added by two
-    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box; ``frag``:
-    dq_frag's one 1-D bulk reduction of the stage at ``frag(m0, head, w)``, SQP a multiple
-    of 80); at the end the last adds landed (``exit_read``: read, as
-    :func:`.bwd_dqwarp.writer`). ``det``: ``(sem, nb, off, mask, labels, desc, nh, poll)``,
-    the row block's turns taken around the adds by :func:`.bwd_detpipe.det_step`."""
+    80 x 32 TMA reduce-adds at its columns (rows past SQP clipped by the box); at the end
+    the last adds landed (``exit_read``: read, as :func:`.bwd_dqwarp.writer`). ``det``: ``(sem, nb, off, mask, labels, desc, nh, poll)``, the
+    row block's turns taken around the adds by :func:`.bwd_detpipe.det_step`."""
     for w in range(2):
         ptx.inst("bar.arrive", EMPTY + w, THREADS)
     if det and det[-1]:      # det_poll: nothing read ahead of the first step
@@ -375,9 +358,6 @@ def _writer(lane, tdq, stages, wg_stage: int, hk, group, batch, m_range,
             m0 = mb * BM
 
             def add(w, _m0=m0, _head=head):
-                if frag:
-                    add_frag(frag(_m0, _head, w), stages + w * wg_stage, BM * 64 * 4)
-                    return
                 for ch in range(2):
                     ptx.tma.reduce(tdq, [64 * w + 32 * ch, _m0, _head, batch],
                                    stages + w * wg_stage + ch * DQ_PANEL)

@@ -11,6 +11,11 @@ sequence) before any is timed; then interleaved rounds (``bench/timing.py``). TF
 count the real tokens (causal half). JSON to ``$OUT/attention_varlen_plans.json``.
 
     PYTHONPATH=. python lab/attention_varlen_plans.py [--rounds 9] [--full]
+        [--candidates '{"128x2 p uc": {"block_n": 128, "persistent": true, "uniform_cons": true}}']
+        [--name attention_varlen_plans]
+
+``--candidates`` (JSON, label -> Config fields) replaces :data:`CANDIDATES` (the plan's
+own row is timed first in any case).
 """
 from __future__ import annotations
 
@@ -39,7 +44,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--full", action="store_true", help="the full mask too")
+    ap.add_argument("--candidates", default=None, help="JSON: label -> Config fields")
+    ap.add_argument("--name", default="attention_varlen_plans")
     args = ap.parse_args()
+    cands = CANDIDATES if not args.candidates else {"row": None, **json.loads(args.candidates)}
     import torch
     import torch.nn.functional as F
     from bench.attention import varlen_lengths
@@ -69,7 +77,7 @@ def main() -> None:
                 is_causal=causal).transpose(0, 1)
         row = {"nseq": len(lens), "H": h, "Hkv": hk, "D": d, "causal": causal, "results": {}}
         fns = {}
-        for label, extra in CANDIDATES.items():
+        for label, extra in cands.items():
             def chooser(*a, _extra=extra, **kw):
                 return shipped(*a, **kw) if _extra is None else Config(**_extra)
 
@@ -101,13 +109,13 @@ def main() -> None:
     result = {"lab": "attention_varlen_plans", "device": torch.cuda.get_device_name(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                   timespec="seconds"), "rounds": args.rounds, "rows": rows}
-    with open(os.path.join(os.environ.get("OUT", "."), "attention_varlen_plans.json"),
+    with open(os.path.join(os.environ.get("OUT", "."), f"{args.name}.json"),
               "w") as f:
         json.dump(result, f, indent=1)
     print(f"\n{result['device']}, bf16 TFLOP/s (causal counts half)")
-    print(f"{'H/Hkv':>6} {'mask':>7} " + " ".join(f"{n:>18}" for n in CANDIDATES))
+    print(f"{'H/Hkv':>6} {'mask':>7} " + " ".join(f"{n:>18}" for n in cands))
     for r in rows:
-        cells = [r["results"][n].get("tflops") for n in CANDIDATES]
+        cells = [r["results"][n].get("tflops") for n in cands]
         print(f"{r['H']:>3}/{r['Hkv']:<2} {'causal' if r['causal'] else 'full':>7} "
               + " ".join(f"{c:>18.0f}" if c else f"{'-':>18}" for c in cells))
 

@@ -71,7 +71,7 @@ def test_every_plan_row_fits_and_cites_its_source():
 def test_bounded_rows_hold_only_within_their_key_lengths():
     """hd256 causal: head sections up to 4k keys, not at 16k, nor when the length is not
     given (varlen); the windowed mask keeps the general row. hd128 causal: the 1k row (head
-    sections) up to 1024 keys, the q_double row from 1025."""
+    sections) up to 1024 keys, the q_double row from 1025, varlen's own."""
     causal = Mask(-1, 0)
     assert choose(256, "bf16", causal, seqlen=1024).head_sections
     assert choose(256, "bf16", causal, seqlen=4096).head_sections
@@ -82,7 +82,9 @@ def test_bounded_rows_hold_only_within_their_key_lengths():
     c1k, c4k = (choose(128, "bf16", causal, seqlen=n) for n in (1024, 1025))
     assert c1k.head_sections and not c1k.q_double
     assert c4k.q_double and not c4k.head_sections
-    assert choose(128, "bf16", causal).q_double is False   # varlen: the unbounded row
+    # varlen: the unbounded row (q_double without the TMA store, no lazy rescale)
+    unbounded = choose(128, "bf16", causal)
+    assert unbounded.q_double and not (unbounded.tma_store or unbounded.lazy_rescale)
 
 
 def test_ptx_has_the_pipeline():

@@ -113,6 +113,8 @@ def test_order_pass_sorts_m_blocks_longest_first(group, bm, bn, mask):
 @pytest.mark.long
 @pytest.mark.parametrize("lq,lk,h,hk,d,kw", [
     ([200, 1, 63, 100], [200, 300, 63, 1], 8, 2, 128, dict(causal=True)),     # G = 4
+    # one head a K/V head: the unbounded causal row (q_double, late_epilogue)
+    ([130, 1, 63], [130, 200, 63], 2, 2, 128, dict(causal=True)),
 ])
 def test_varlen_gqa_wider_sweep(lq, lk, h, hk, d, kw):
     _check(lq, lk, h, hk, d, ml_dtypes.bfloat16, sum(lq) + d, **kw)

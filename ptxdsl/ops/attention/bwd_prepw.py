@@ -161,14 +161,15 @@ def build_postprocess_wide(dtype: PtxType, d: int, scale: float, *, arch: str = 
 def build_postprocess_frag(dtype: PtxType, d: int, scale: float, *, arch: str = "sm_90a"):
     """:func:`build_postprocess_wide` for ``BwdConfig.dq_frag``'s accumulator: each 64 rows
     of a (batch, head) row hold ``d / 64`` blocks of 64 x 64 f32 (head dim 64: one; 128's
-    dq_split and wg3's 192: one a warpgroup's columns), each in a warpgroup accumulator's fragment order (16
-    bytes ``(128 k + t)``: thread ``t``'s registers ``4k .. 4k + 3``, rows ``r``, ``r + 8``,
-    columns ``8k + 2 (t % 4)`` and the next). A CTA converts one block: thread ``T`` loads
-    the pieces of ``k = 4 (T // 128) + j`` (each ``j`` a coalesced 2 KB a warpgroup),
-    packs each row's pair, and the four lanes of a quad (one row's 8 columns of each ``k``
-    between them) trade pairs over ``shfl.sync.bfly`` so that lane ``q`` holds whole
-    16-byte rows of ``k = 4 (T // 128) + q``: a quad stores 64 contiguous bytes of a row
-    by one ``st.global.v4`` a lane, where 4-byte stores would take eight."""
+    dq_split and wg3's 192: one a warpgroup's columns), each in a warpgroup accumulator's
+    fragment order (16 bytes ``(128 k + t)``: thread ``t``'s registers ``4k .. 4k + 3``,
+    rows ``r``, ``r + 8``, columns ``8k + 2 (t % 4)`` and the next). A CTA converts one
+    block: thread ``T`` loads the pieces of ``k = 4 (T // 128) + j`` (each ``j`` a coalesced
+    2 KB a warpgroup), packs each row's pair, and the four lanes of a quad (one row's 8
+    columns of each ``k`` between them) trade pairs over ``shfl.sync.bfly`` so that lane
+    ``q`` holds whole 16-byte rows of ``k = 4 (T // 128) + q``: a quad stores 64
+    contiguous bytes of a row by one ``st.global.v4`` a lane, where 4-byte stores would
+    take eight."""
     if d not in (64, 128, 192) or dtype == f32:
         raise ValueError(f"dq_frag's postprocess writes head dim 64's, 128's or 192's 16-bit "
                          f"dq, got head dim {d}, {dtype.name}")

@@ -40,7 +40,8 @@ def test_stages_by_v4_and_adds_by_one_bulk_reduction():
         not in texts[1]
     assert re.search(re.escape(BULK) + r" \[%rd\d+\], \[%r\d+\], 16384;", texts[1])
     assert replace(row, dq_frag=True).tag == row.tag + "_dqf"
-    with pytest.raises(ValueError, match="dq_frag.*needs dq_warp, and block_m=128, dq_split or wg3"):
+    with pytest.raises(ValueError,
+                       match="dq_frag.*needs dq_warp, and block_m=128, dq_split or wg3"):
         BwdConfig(stages=2, dq_tma=True, dq_swizzle=True, dq_frag=True)
 
 

@@ -44,22 +44,29 @@ def run(shape, d, kw, det, one_at_a_time, monkeypatch):
 def adds_per_block(shape, d, kw, c=None):
     """What each 64-row block's (``dq_swap``: 80-row block's) semaphore counts at the end:
     every key block whose rows range takes it, twice (both warpgroups add; three times with
-    wg3's three; once with block_m 128, whose halves have a word each: right for masks whose
-    ranges hold whole 128-row blocks); ``c``: the config (the plan table's by default)."""
+    wg3's three); with block_m 128 once a 64-row half (each has its word) for every key
+    block whose range takes the half's 128-row step, whose CTA adds both halves (those
+    within the padded rows); ``c``: the config (the plan table's by default)."""
     b, sq, sk, h, _ = shape
     left, right = kw.get("window_size", (-1, -1))
     right = 0 if kw.get("causal") else right
     c = c or choose_bwd(d, "bf16", Mask(left, right), False, True, False)
-    bn, off, bm = c.block_n, sk - sq, c.block_m if c.dq_swap else BLOCK_M
-    want = np.zeros((b, h, -(-sq // BLOCK_M)), np.uint32)
+    bn, off = c.block_n, sk - sq
+    bm = c.block_m if c.dq_swap or c.block_m == 2 * BLOCK_M else BLOCK_M
+    words = -(-sq // BLOCK_M)
+    want = np.zeros((b, h, words), np.uint32)
     for mb in range(-(-sq // bm)):       # (dq_swap: the 80-row blocks' words first)
         rows = np.arange(mb * bm, mb * bm + bm)
         for nb in range(-(-sk // bn)):
             keys = np.arange(nb * bn, nb * bn + bn)
             lo = rows[:, None] + off - (left if left >= 0 else 1 << 30)
             hi = rows[:, None] + off + (right if right >= 0 else 1 << 30)
-            if ((keys[None] >= lo) & (keys[None] <= hi)).any():
-                want[:, :, mb] += 3 if c.wg3 else 1 if c.block_m == 2 * BLOCK_M else 2
+            if not ((keys[None] >= lo) & (keys[None] <= hi)).any():
+                continue
+            if c.block_m == 2 * BLOCK_M:
+                want[:, :, 2 * mb:min(2 * mb + 2, words)] += 1
+            else:
+                want[:, :, mb] += 3 if c.wg3 else 2
     return want
 
 

@@ -25,13 +25,15 @@ ROW = choose_bwd(64, "bf16", Mask(), False, True)         # the deterministic ro
 
 @pytest.mark.long
 @pytest.mark.parametrize("shape,kw", [((1, 70, 200, 1, 1), dict(causal=True)),
+                                      ((1, 140, 200, 2, 1), dict(causal=True)),
                                       ((1, 70, 200, 1, 1), {}),
                                       ((1, 60, 260, 2, 1), dict(window_size=(70, 0)))],
-                         ids=["causal", "full", "window-gqa"])
+                         ids=["causal", "causal-two-steps", "full", "window-gqa"])
 def test_turns_and_bits(shape, kw, monkeypatch):
     """The row for each mask it serves, CTAs one at a time in launch order (the window: one
-    64-row half, GQA, a first key block without a step); causal also all at once (the same
-    bits)."""
+    64-row half, GQA, a first key block without a step; causal over two 128-row steps: key
+    blocks that reach only the first step's rows count on both of its halves' words);
+    causal also all at once (the same bits)."""
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: ROW)
     if kw.get("causal"):
         check_turns(shape, 64, kw, ROW, monkeypatch)

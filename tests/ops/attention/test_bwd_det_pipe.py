@@ -16,7 +16,7 @@ from ptxdsl.core.types import bf16
 from ptxdsl.ops.attention import attention_backward_reference, bwd_api
 from ptxdsl.ops.attention.bwd import build_backward
 from ptxdsl.ops.attention.bwd_wg3 import build_backward_wg3
-from ptxdsl.ops.attention.bwd_config import BwdConfig
+from ptxdsl.ops.attention.bwd_config import BwdConfig, choose_bwd
 from ptxdsl.ops.attention.bwd_det import det_cta
 from ptxdsl.ops.attention.config import Mask
 
@@ -80,6 +80,10 @@ CASES = [   # (head dim 64's and 192's: the rows in test_bwd_det64_*.py, test_bw
     # 3 units in sections of 2 and 1
     pytest.param((3, 64, 256, 1, 1), 128, dict(), replace(H128, det_units=2),
                  marks=pytest.mark.long),
+    # head dim 64's deterministic row (det_desc, dk_last, the fixed-cost options) over two
+    # 128-row steps: each half's word a turn a key block
+    pytest.param((1, 140, 200, 2, 1), 64, dict(causal=True),
+                 choose_bwd(64, "bf16", Mask(), False, True), marks=pytest.mark.long),
 ]
 
 

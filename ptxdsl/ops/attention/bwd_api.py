@@ -38,16 +38,15 @@ def backward_kernels(head_dim: int, dtype: str = "bf16", *, causal: bool = False
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
     cfg = choose_bwd(head_dim, dt.name, mask, bool(softcap), bool(deterministic), varlen)
+    if varlen and cfg.dq_frag:                # (dq_frag's blocks are dense rows)
+        cfg = replace(cfg, dq_frag=False)
     if varlen and cfg.block_m != BLOCK_M:     # its padded rows start every 64, not 128
-        cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split,
-                      dq_frag=False)      # (dq_frag needs block_m 128 or wg3)
+        cfg = replace(cfg, block_m=BLOCK_M, ds_double=cfg.ds_double and cfg.dq_split)
     if (varlen or deterministic) and cfg.kv_pair:   # (one key block a CTA: varlen's
         # numbering, the deterministic turns' launch order)
         cfg = replace(cfg, kv_pair=False, dkv_stage=False, pair_max=0)
     if varlen and cfg.dkv_tma:                # a sequence's last key block: not whole
         cfg = replace(cfg, dkv_tma=False)
-    if varlen and cfg.dq_frag:                # (wg3's: dq_frag's blocks are dense rows)
-        cfg = replace(cfg, dq_frag=False)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), bool(deterministic), arch) \
         + (("varlen",) if varlen else ())
     wide = cfg.prep_wide and not varlen      # (varlen: bwd_prep's padded-row kernels)

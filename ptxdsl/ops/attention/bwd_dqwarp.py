@@ -38,10 +38,9 @@ def hand_stage(w) -> None:
 def stage_frag(regs, stage_w, lane) -> None:
     """``BwdConfig.dq_frag``: a warpgroup's dQ accumulator into its stage as its registers
     lie, registers ``4k .. 4k + 3`` as the 16 bytes at ``(128 k + lane)·16``."""
-    regs = list(regs)
+    regs, at = list(regs), stage_w + lane * 16
     for k in range(len(regs) // 4):
-        ptx.inst("st.shared.v4.f32", ptx.addr(stage_w + lane * 16, k * 128 * 16),
-                 regs[4 * k:4 * k + 4])
+        ptx.inst("st.shared.v4.f32", ptx.addr(at, k * 128 * 16), regs[4 * k:4 * k + 4])
 
 
 def frag_block(dq_acc, bh, m0, d: int, w=None):

@@ -181,12 +181,9 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(qf), L.q_bytes)
                         for p in range(P):
-                            if qd:
-                                ptx.tma.load(base + q_at + p * BM * ROW, tq,
-                                             sched.q_coords(p, w), qf)
-                            else:
-                                ptx.tma.load(base + (L.q + p * BM * ROW), tq,
-                                             sched.q_coords(p, w), qf)
+                            ptx.tma.load(base + q_at + p * BM * ROW if qd else
+                                         base + (L.q + p * BM * ROW), tq,
+                                         sched.q_coords(p, w), qf)
                         q_next(qring, qphase)
                         for j in ptx.range_(n_lo, n_hi):
                             for full, free, tmap, dst in ((kfull, kempty, tk, L.k),

@@ -44,6 +44,7 @@ def _loop(torch, fn, seconds):
 def main() -> None:
     import torch
     import ptxdsl.ops as ops
+    from lab.attention_bwd_case import fa4_call
     ap = argparse.ArgumentParser()
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--s", type=int, default=16384)
@@ -61,16 +62,9 @@ def main() -> None:
         fns = {"ptxdsl": lambda: ops.attention_backward(do, q, k, v, o, lse, causal=a.causal)}
     else:
         fns = {"ptxdsl": lambda: ops.attention(q, k, v, causal=a.causal)}
-    try:
-        from flash_attn.cute import flash_attn_func
-        if bwd:
-            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-            o4 = flash_attn_func(*leaves, causal=a.causal)[0]
-            fns["fa4"] = lambda: torch.autograd.grad(o4, leaves, do, retain_graph=True)
-        else:
-            fns["fa4"] = lambda: flash_attn_func(q, k, v, causal=a.causal)
-    except ImportError as e:
-        print(f"fa4 sits out: {e}")
+    fa4 = fa4_call(torch, q, k, v, a.causal, do if bwd else None)
+    if fa4:
+        fns["fa4"] = fa4
     flops = 4 * b * h * a.s * a.s * a.d / (2 if a.causal else 1) * (2.5 if bwd else 1)
     out = {"device": torch.cuda.get_device_name(), "d": a.d, "s": a.s, "causal": a.causal,
            "pass": a.pass_, "rows": []}

@@ -39,7 +39,7 @@ def kernel_means(torch, fn, iters: int) -> dict:
 def main() -> None:
     import torch
     import ptxdsl.ops as ops
-    from lab.attention_bwd_case import case
+    from lab.attention_bwd_case import case, fa4_call
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--heads", default="64,128")
     ap.add_argument("--seqs", default="1024,4096,16384")
@@ -47,11 +47,6 @@ def main() -> None:
     ap.add_argument("--variant", default=None)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    try:
-        from flash_attn.cute import flash_attn_func
-    except ImportError as e:
-        print(f"FA4 sits out: {e}")
-        flash_attn_func = None
     from dataclasses import replace
     from ptxdsl.ops.attention import bwd_api
     shipped, extra = bwd_api.choose_bwd, json.loads(a.variant) if a.variant else None
@@ -73,11 +68,9 @@ def main() -> None:
                                                                  c.lse, causal=causal)}
                 if extra:
                     fns["ptxdsl+"] = variant(fns["ptxdsl"])
-                if flash_attn_func:
-                    leaves = [x.clone().requires_grad_() for x in (c.q, c.k, c.v)]
-                    o4 = flash_attn_func(*leaves, causal=causal)[0]
-                    fns["fa4"] = lambda: torch.autograd.grad(o4, leaves, c.do,
-                                                             retain_graph=True)
+                fa4 = fa4_call(torch, c.q, c.k, c.v, causal, c.do)
+                if fa4:
+                    fns["fa4"] = fa4
                 row = {"S": s, "D": d, "causal": causal,
                        **{k: kernel_means(torch, f, a.iters) for k, f in fns.items()}}
                 rows.append(row)

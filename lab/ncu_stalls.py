@@ -78,7 +78,7 @@ def run(pass_: str, d: int, s: int, causal: bool, deterministic: bool = False) -
     second, so its main kernel is launch 1 and FA4's launch 2)."""
     import torch
     import ptxdsl.ops as ops
-    from lab.attention_bwd_case import case
+    from lab.attention_bwd_case import case, fa4_call
     c = case(torch, s, d, causal)
     if pass_ == "bwd":
         calls = [lambda: ops.attention_backward(c.do, c.q, c.k, c.v, c.out, c.lse,
@@ -88,16 +88,9 @@ def run(pass_: str, d: int, s: int, causal: bool, deterministic: bool = False) -
                                                         causal=causal, deterministic=True))
     else:
         calls = [lambda: ops.attention(c.q, c.k, c.v, causal=causal)]
-    try:
-        from flash_attn.cute import flash_attn_func
-        leaves = [x.clone().requires_grad_(pass_ == "bwd") for x in (c.q, c.k, c.v)]
-        if pass_ == "bwd":
-            o4 = flash_attn_func(*leaves, causal=causal)[0]
-            calls.append(lambda: torch.autograd.grad(o4, leaves, c.do, retain_graph=True))
-        else:
-            calls.append(lambda: flash_attn_func(*leaves, causal=causal))
-    except ImportError as e:
-        print(f"FA4 sits out: {e}")
+    fa4 = fa4_call(torch, c.q, c.k, c.v, causal, c.do if pass_ == "bwd" else None)
+    if fa4:
+        calls.append(fa4)
     for _ in range(2):
         for f in calls:
             f()

@@ -214,9 +214,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         if c.kv_pair:
                             walk(t)
                         writer(c, d, lane=tid & 31, tdq=tdq, dqc=dqc,
-                               stage_of=(lambda w, p: base + L.dqs + w * L.wg_stage +
-                                         p * (2 * L.wg_stage)) if c.dq_double else
-                               (lambda w: base + L.dqs + w * L.wg_stage), group=group,
+                               stage_of=lambda w: base + L.dqs + w * L.wg_stage, group=group,
                                hk=hk, heads=lambda gi: (hk * group + gi, hk * group + gi
                                                         if varlen else
                                                         batch * nh + hk * group + gi),
@@ -267,7 +265,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
             owner = Owner() if c.dkv_stage else None    # (who holds the dQ stage)
-            par = reg.scalar(u32, init=0) if c.dq_double else 0    # (the step's stage)
             for t in walks():       # (kv_pair: a key block a walk, bwd_pair)
                 if c.kv_pair:
                     walk(t)
@@ -453,18 +450,15 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             if owner:    # (dkv_stage: unless the epilogue freed it)
                                 owner.take(w)
                             else:
-                                take_stage(w, par)
-                        st_w, dq_st = (stage_w + par * (2 * L.wg_stage),
-                                       dq_stage + par * (2 * L.wg_stage)) \
-                            if c.dq_double else (stage_w, dq_stage)
+                                take_stage(w)
                         if c.dq_frag:                # (bwd_dqwarp: as the registers lie)
-                            stage_frag(dq.regs, st_w, lane)
+                            stage_frag(dq.regs, stage_w, lane)
                         elif c.dq_tma:               # stage the chunk (st.shared.v2.f32);
                             # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
-                            sw_at = [st_w + r0 * ROW + (lw & 1) * 8 +
+                            sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
                                      (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
                                      for k in range(4)] if c.dq_swizzle else \
-                                [dq_st + ch * L.dqs_bytes]
+                                [dq_stage + ch * L.dqs_bytes]
                             for i in range(0, len(dq.regs), 2):
                                 col = qoff[ch] + col_of(i)
                                 if c.dq_swizzle:
@@ -480,7 +474,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                 if ahead:     # (2: the next step's Sᵀ behind the stage;
                                     ahead.after_stage()    # the stage handed over under dK)
                                     if c.dq_warp:
-                                        hand_stage(w, par)
+                                        hand_stage(w)
                                 ptx.inst("wgmma.wait_group.sync.aligned",
                                          ahead.wait_dk if ahead else 0)
                                 with ptx.if_(lane == 0):
@@ -493,7 +487,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
                     if c.dq_warp:
                         if not ahead:
-                            hand_stage(w, par)
+                            hand_stage(w)
                     elif c.dq_tma:                   # one thread adds the staged chunks
                         ptx.inst("fence.proxy.async.shared::cta")
                         ptx.inst("bar.sync", 1 + w, 128)
@@ -516,8 +510,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         with ptx.if_(lane == 0):
                             pass_turn(ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + sem_mb) * 4)
                     ring.advance()
-                    if c.dq_double:
-                        ptx.inst.xor.b32(par, par, 1)
                 for gi in ptx.range_(0, group):
                     head = hk * group + gi
                     bh = head if varlen else batch * nh + head
@@ -530,8 +522,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     # stores
                 if c.dq_warp:
                     if not c.kv_pair:    # the writer's last arrival (its first was before
-                        for p in range(2 if c.dq_double else 1):   # any; kv_pair: after
-                            take_stage(w, p)                         # the last walk)
+                        take_stage(w)    # any; kv_pair: after the last walk)
                 elif c.dq_tma:
                     with ptx.if_(lane == 0):
                         if turns:

@@ -160,12 +160,7 @@ class BwdConfig:
     ``cp.reduce.async.bulk`` into dq_acc's 64-row block (dq_split, wg3: its 64-column
     half or third), which holds that order; the postprocess reads it back
     (:func:`.bwd_prepw.build_postprocess_frag`). FlashAttention-4's sm90 dQ path (8
-    STS.128, UBLKRED).
-    ``dq_double`` (dq_warp, :mod:`.bwd`'s kernel without kv_pair or col_split): two dQ
-    stages a consumer warpgroup, taken by step parity (:mod:`.bwd_dqwarp`), so a consumer
-    stages the next step's dQ while the writer still holds this one's, in the deterministic
-    mode through its turn and the add's landing (the profile's consumer stall: the stage's
-    barrier). dq_split's stages are its 64 columns, so its two fit the one of before."""
+    STS.128, UBLKRED)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -202,7 +197,6 @@ class BwdConfig:
     pair_max: int = 0
     lse_early: int = 0
     dq_frag: bool = False
-    dq_double: bool = False
 
     @property
     def tag(self) -> str:
@@ -225,8 +219,7 @@ class BwdConfig:
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
                 f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
-                f"{f'_lse{c.lse_early}' if c.lse_early else ''}{'_dqf' if c.dq_frag else ''}"
-                f"{'_dq2' if c.dq_double else ''}")
+                f"{f'_lse{c.lse_early}' if c.lse_early else ''}{'_dqf' if c.dq_frag else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -293,11 +286,6 @@ class BwdConfig:
                              "step, dq_split's column half or wg3's third) for the writer "
                              "warp's bulk reduction: it needs dq_warp, and block_m=128, "
                              "dq_split or wg3")
-        if self.dq_double and (not self.dq_warp or any((
-                self.kv_pair, self.col_split, self.wg3, self.dq_swap))):
-            raise ValueError("dq_double alternates the dQ writer warp's stages in bwd.py's "
-                             "kernel: it needs dq_warp, and none of kv_pair, col_split, wg3, "
-                             "dq_swap")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")
@@ -379,8 +367,7 @@ class BwdConfig:
             return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
                 2 * bm * 128 * elem_bytes + 3 * bm * 64 * 4 + 8 * (3 + 2 * self.stages)
         ring = self.stages * (2 * bm * padded(head_dim) * elem_bytes + 4 * bm * 4)
-        stage = (4 * self.wg_cols(head_dim) * BLOCK_M * 4 if self.dq_double else
-                 2 * head_dim * BLOCK_M * 4 if not self.col_split
+        stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
                  else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
         return kv + ring + ds + stage + 8 * (1 + 2 * self.stages) + \

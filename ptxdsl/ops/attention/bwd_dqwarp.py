@@ -9,12 +9,10 @@ Two named barriers per consumer warpgroup ``w``, each of its 128 threads and the
 waits) and ``EMPTY + w`` (the writer arrives once the reduce-adds have read the stage,
 the consumer waits before it stages the next step). The writer arrives at ``EMPTY`` once
 before its first step and the consumer waits once after its last, so each barrier's
-arrivals and waits pair up. With ``BwdConfig.dq_double`` steps of odd parity take a second
-stage and barriers ``4 + FULL``, ``4 + EMPTY`` (the ids as a register ``4·parity`` on),
-so a consumer stages the next step while the writer holds this one."""
+arrivals and waits pair up."""
 from __future__ import annotations
 
-from ...core.types import s32, u32
+from ...core.types import s32
 from ...dsl import ptx, reg
 from .bwd_cols import stage_panels
 from .bwd_config import BLOCK_M as BM, BwdConfig
@@ -23,31 +21,18 @@ from .bwd_detpipe import det_step
 from .fwd import _s32
 
 FULL, EMPTY = 4, 6          # named barrier ids (+ w); 0-3 are the kernel's others
-PARITY_IDS = 4              # dq_double: the odd steps' ids, FULL + 4 and EMPTY + 4 (8-11)
 THREADS = 128 + 32          # a consumer warpgroup and the writer warp
 
 
-def parity_ids(par):
-    """dq_double: the barrier ids' offset of a step of parity ``par`` (a u32 register, or
-    0 / 1)."""
-    return par * PARITY_IDS if isinstance(par, int) else par << 2
+def take_stage(w) -> None:
+    """Consumer warpgroup ``w``: wait until the writer has read the last staged dQ."""
+    ptx.inst("bar.sync", EMPTY + w, THREADS)
 
 
-def _bar(first: int, w, par):
-    return first + w if isinstance(par, int) and par == 0 else first + w + parity_ids(par)
-
-
-def take_stage(w, par=0) -> None:
-    """Consumer warpgroup ``w``: wait until the writer has read the last staged dQ (of
-    parity ``par``'s stage)."""
-    ptx.inst("bar.sync", _bar(EMPTY, w, par), THREADS)
-
-
-def hand_stage(w, par=0) -> None:
-    """Consumer warpgroup ``w``: the stage (of parity ``par``) is written; hand it to the
-    writer."""
+def hand_stage(w) -> None:
+    """Consumer warpgroup ``w``: the stage is written; hand it to the writer."""
     ptx.inst("fence.proxy.async.shared::cta")
-    ptx.inst("bar.arrive", _bar(FULL, w, par), THREADS)
+    ptx.inst("bar.arrive", FULL + w, THREADS)
 
 
 def stage_frag(regs, stage_w, lane) -> None:
@@ -100,8 +85,7 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
     them: the consumers hand their stages on across it); ``frag(m0, bh, w)``: dq_frag's
     global address of warpgroup ``w``'s block of the 64 rows from ``m0`` of row ``bh``)."""
     if start:
-        writer_start(c.dq_double)
-    par = reg.scalar(u32, init=0) if c.dq_double else 0    # (the step's stage)
+        writer_start()
     if det and det[-1]:      # det_poll: nothing read ahead of the first step
         with ptx.if_(lane == 0):
             for i in range(2):
@@ -111,62 +95,47 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
         head, bh = heads(gi)
         for mb in ptx.range_(*m_range):
             m0 = mb * bm
-            ids = parity_ids(par)
-            stage = (lambda w: stage_of(w, par)) if c.dq_double else stage_of
             if det and c.det_pipe and (c.dq_split or c.col_split or rows):  # (bwd_detpipe)
                 # (det_poll: the walk's next row block, where there is one)
                 nxt = None if not det[-1] else \
                     (mb - 1, _s32(mb) > _s32(m_range[1]) + 1) if len(m_range) == 3 else \
                     (mb + 1, _s32(mb) + 1 < _s32(m_range[1]))
-                _det_pipe_step(c, d, lane, tdq, dqc, stage, head, bh, mb, m0, rows, det,
-                               nxt, frag, ids)
-            else:
-                _plain_step(c, d, lane, tdq, dqc, stage, head, bh, mb, m0, rows, det, frag,
-                            ids)
-            if c.dq_double:
-                ptx.inst.xor.b32(par, par, 1)
+                _det_pipe_step(c, d, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows, det,
+                               nxt, frag)
+                continue
+            for w in range(2):
+                ptx.inst("bar.sync", FULL + w, THREADS)
+                # (rows: none when the last block's second half is past SQP's padded rows)
+                m0w = m0 + w * BM if rows else m0
+                with ptx.if_((lane == 0) & (_s32(m0w) < _s32(ptx.dim("SQP")))
+                             if rows else lane == 0):
+                    # the consumer fenced before arriving; fencing again here keeps the
+                    # order checkable when it has fenced its next step's dSᵀ since (the
+                    # CPU interpreter remembers a warp's latest proxy fence only)
+                    ptx.inst("fence.proxy.async.shared::cta")
+                    if det:
+                        sem, sem_mb, nb, off, mask, labels, bn, desc, _ = det
+                        split = c.dq_split or c.col_split or rows
+                        smb = 2 * sem_mb(mb) + w if rows else sem_mb(mb)
+                        at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
+                        spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
+                                         bn, 1 if rows else 2, desc), split, labels)
+                    reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w),
+                                 frag and frag(m0w, bh, w))
+                    ptx.inst("cp.async.bulk.commit_group")
+                    if det:                  # the adds land before the turn passes
+                        ptx.inst("cp.async.bulk.wait_group", 0)
+                        pass_turn(at)
+                    ptx.inst("cp.async.bulk.wait_group.read", 0)
+                ptx.inst("bar.arrive", EMPTY + w, THREADS)
     if end:
         writer_end(c, lane)
 
 
-def _plain_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows, det,
-                frag, ids) -> None:
-    """One row block's adds, warpgroup by warpgroup (``det``: each add's turn waited for,
-    and passed once it lands, before the stage is freed); ``ids``: the step's barrier ids'
-    offset (dq_double)."""
+def writer_start() -> None:
+    """The writer's first arrivals: both stages free before the consumers' first step."""
     for w in range(2):
-        ptx.inst("bar.sync", FULL + w + ids, THREADS)
-        # (rows: none when the last block's second half is past SQP's padded rows)
-        m0w = m0 + w * BM if rows else m0
-        with ptx.if_((lane == 0) & (_s32(m0w) < _s32(ptx.dim("SQP")))
-                     if rows else lane == 0):
-            # the consumer fenced before arriving; fencing again here keeps the
-            # order checkable when it has fenced its next step's dSᵀ since (the
-            # CPU interpreter remembers a warp's latest proxy fence only)
-            ptx.inst("fence.proxy.async.shared::cta")
-            if det:
-                sem, sem_mb, nb, off, mask, labels, bn, desc, _ = det
-                split = c.dq_split or c.col_split or rows
-                smb = 2 * sem_mb(mb) + w if rows else sem_mb(mb)
-                at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
-                spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
-                                 bn, 1 if rows else 2, desc), split, labels)
-            reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w),
-                         frag and frag(m0w, bh, w))
-            ptx.inst("cp.async.bulk.commit_group")
-            if det:                  # the adds land before the turn passes
-                ptx.inst("cp.async.bulk.wait_group", 0)
-                pass_turn(at)
-            ptx.inst("cp.async.bulk.wait_group.read", 0)
-        ptx.inst("bar.arrive", EMPTY + w + ids, THREADS)
-
-
-def writer_start(double: bool = False) -> None:
-    """The writer's first arrivals: both stages free before the consumers' first step
-    (``double``: both parities' stages)."""
-    for p in range(2 if double else 1):
-        for w in range(2):
-            ptx.inst("bar.arrive", EMPTY + w + parity_ids(p), THREADS)
+        ptx.inst("bar.arrive", EMPTY + w, THREADS)
 
 
 def writer_end(c: BwdConfig, lane) -> None:
@@ -177,7 +146,7 @@ def writer_end(c: BwdConfig, lane) -> None:
 
 
 def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows,
-                   det, nxt, frag=None, ids=0) -> None:
+                   det, nxt, frag=None) -> None:
     """``det_pipe``: one row block's turns and adds (:func:`.bwd_detpipe.det_step`): the
     warpgroups' disjoint columns share the block's word (two turns a key block), or with
     ``block_m`` 128 each its own half's word (one turn; none past SQP's padded rows).
@@ -208,8 +177,8 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
     def add(w):
         m0w = m0 + w * BM if rows else m0
         reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w), frag and frag(m0w, bh, w))
-    det_step(2, lane, words=words, add=add, full=FULL + ids, empty=EMPTY + ids,
-             threads=THREADS, labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
+    det_step(2, lane, words=words, add=add, full=FULL, empty=EMPTY, threads=THREADS,
+             labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
 
 
 __all__ = ["writer", "writer_start", "writer_end", "take_stage", "hand_stage", "reduce_boxes",

@@ -36,10 +36,8 @@ class Smem:
             (4 if c.block_m > BM else 2) * self.ds_bytes
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
-        self.wg_stage = (c.wg_cols(d) if c.dq_double else
-                         d // 2 if c.col_split else d) * BM * 4
-        # (dq_double: stage (w, p) at (2 p + w) stages on)
-        self.lse = self.dqs + ((4 if c.dq_double else 2) * self.wg_stage if c.dq_tma else 0)
+        self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
+        self.lse = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)
         self.dpsum = self.lse + c.stages * 2 * c.block_m * 4
         self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8

@@ -63,8 +63,6 @@ def adds_per_block(shape, d, kw, c=None):
             hi = rows[:, None] + off + (right if right >= 0 else 1 << 30)
             if not ((keys[None] >= lo) & (keys[None] <= hi)).any():
                 continue
-            if getattr(c, "det_pair", False) and nb % 2:
-                continue        # (det_pair: the even key block adds for both)
             if c.block_m == 2 * BLOCK_M:
                 want[:, :, 2 * mb:min(2 * mb + 2, words)] += 1
             else:

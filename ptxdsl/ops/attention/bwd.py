@@ -56,7 +56,6 @@ from .bwd_pair import KvLoad, Owner, pair_cta, release_kv, store_kv_stage, unit_
 from .bwd_epi import store_kv_tma
 from .bwd_scores import dscores, grad_scores, probs, row_pairs
 from .bwd_det import Turns, det_cta, m_blocks, pass_turn, spin, turn_of
-from .bwd_detpair import Pair, cluster_sync
 from .bwd_steps import (kv_gemms, load_kv, load_slot, row_blocks, score_gemm, store,
                         zero_other_keys)
 from .._common.warpgroup import consumer_index
@@ -71,9 +70,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     key blocks of sequence ``i`` are numbered from ``i + cu_k[i] // block_n`` (the grid
     needs no read of the offsets), and the f32 rows are :mod:`.bwd_prep`'s padded ones."""
     kernel_checks(c, d, deterministic, varlen)
-    if c.det_pair and mask.left >= 0:
-        raise ValueError("det_pair's partner rows are a part of its leader's: a mask without "
-                         f"a left window limit (causal or full), got {mask}")
     bm, rows = c.block_m, c.block_m > BM   # rows: dQ split by query rows (block_m 128)
     bn, cs, sh = c.block_n, c.col_split, c.pds_smem
     bw = BM // 2 if sh else bm          # queries of Sᵀ, dPᵀ a warpgroup computes per step
@@ -135,11 +131,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             dqc = lambda col, m0, head: [col, pq0 + m0, head]
         else:
             nblk = (sk + (bn - 1)) // bn
-            if c.det_pair:     # (bwd_detpair: sections of clusters, key blocks 2j, 2j + 1)
-                nb, hk, batch = det_cta(cta >> 1, (nblk + 1) >> 1, nhk, ptx.dim("B") * nhk, sq,
-                                        nh // nhk, d, c.det_units, c.det_desc)
-                nb = 2 * nb + (cta & 1)
-            elif deterministic or c.lpt_units:   # key block-major sections of (batch, K/V
+            if deterministic or c.lpt_units:   # key block-major sections of (batch, K/V
                 # head) units (lpt_units: a causal section's longest key blocks first)
                 nb, hk, batch = det_cta(cta, nblk, nhk, ptx.dim("B") * nhk, sq, nh // nhk, d,
                                         c.det_units if deterministic else c.lpt_units,
@@ -158,8 +150,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         group = nh // nhk
         n0 = nb * bn
         off, m_lo, m_hi = row_blocks(n0, sq, sk, mask, bn, bm, varlen)
-        if c.det_pair:
-            m_hi = Pair.clip(n0, sk, m_lo, m_hi)
         # deterministic: row blocks last to first (bwd_det: each block's key blocks come
         # to it together or in their turns' order)
         desc = bm if deterministic and c.det_desc and not varlen else None  # (bwd_det)
@@ -178,8 +168,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
         base = smem.alloc(u8, (L.total + (16 if deterministic else 0),), align=1024,
                           dynamic=True).base
         kvfull, full, empty = base + L.kvfull, base + L.full, base + L.empty
-        pair = Pair(base + L.recv, base + L.pair_bars, L.wg_stage, cta & 1, labels) \
-            if c.det_pair else None
         with ptx.if_(tid == 0):
             ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(kvfull), 1)
             if c.kv_pair:
@@ -188,12 +176,8 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             for s in range(S):
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(full, 8 * s), 1)
                 ptx.inst("mbarrier.init.shared::cta.b64", ptx.addr(empty, 8 * s), 2)
-            if pair:
-                pair.init()
             ptx.inst("fence.mbarrier_init.release.cluster")
         ptx.inst("bar.sync", 0)
-        if pair:
-            cluster_sync()
 
         with ptx.if_(wg == 0):
             # ------------------------------------------------------------ producer
@@ -234,11 +218,9 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                hk=hk, heads=lambda gi: (hk * group + gi, hk * group + gi
                                                         if varlen else
                                                         batch * nh + hk * group + gi),
-                               m_range=Pair.writer_range(m_range, pair.rank) if pair else
-                               m_range, bm=bm,    # (det_pair: turns count pairs)
+                               m_range=m_range, bm=bm,
                                det=(sem, (lambda mb: pq0 // BM + mb) if varlen else
-                                    (lambda mb: mb), nb >> 1 if pair else nb, off, mask,
-                                    labels, 2 * bn if pair else bn, desc,
+                                    (lambda mb: mb), nb, off, mask, labels, bn, desc,
                                     c.det_poll and (lambda: base + L.total))
                                if deterministic else None,
                                start=not c.kv_pair, end=not c.kv_pair,
@@ -283,10 +265,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             stage_w = base + L.dqs + w * L.wg_stage
             dq_stage = stage_w + (r0 * 64 + fcol) * 4
             owner = Owner() if c.dkv_stage else None    # (who holds the dQ stage)
-            if pair:     # (bwd_detpair: the partner's row blocks, the buffers' phase)
-                plo, phi = Pair.partner_range(n0, bn, sk, lambda n: row_blocks(
-                    n, sq, sk, mask, bn, bm, False))
-                pph = reg.scalar(u32, init=0)
             for t in walks():       # (kv_pair: a key block a walk, bwd_pair)
                 if c.kv_pair:
                     walk(t)
@@ -468,40 +446,29 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                          * 4, turn_of(nb, m0, off, mask, w, False, bn, 2, desc),
                                          False, labels)
                                 ptx.inst("bar.sync", 1 + w, 128)
-                        def stage_dq():
-                            if c.dq_warp and ch == 0:
-                                if owner:    # (dkv_stage: unless the epilogue freed it)
-                                    owner.take(w)
+                        if c.dq_warp and ch == 0:
+                            if owner:    # (dkv_stage: unless the epilogue freed it)
+                                owner.take(w)
+                            else:
+                                take_stage(w)
+                        if c.dq_frag:                # (bwd_dqwarp: as the registers lie)
+                            stage_frag(dq.regs, stage_w, lane)
+                        elif c.dq_tma:               # stage the chunk (st.shared.v2.f32);
+                            # swizzled: 32-column panels of 128-byte rows, 16-byte chunk ^ row % 8
+                            sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
+                                     (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
+                                     for k in range(4)] if c.dq_swizzle else \
+                                [dq_stage + ch * L.dqs_bytes]
+                            for i in range(0, len(dq.regs), 2):
+                                col = qoff[ch] + col_of(i)
+                                if c.dq_swizzle:
+                                    at = sw_at[(col // 8) % 4]
+                                    o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
                                 else:
-                                    take_stage(w)
-                            if c.dq_frag:                # (bwd_dqwarp: as the registers lie)
-                                stage_frag(dq.regs, stage_w, lane)
-                            elif c.dq_tma:               # stage the chunk (st.shared.v2.f32);
-                                # swizzled: 32-column panels of 128-byte rows, 16-byte
-                                # chunk ^ row % 8
-                                sw_at = [stage_w + r0 * ROW + (lw & 1) * 8 +
-                                         (((((lw & 3) >> 1) + 2 * k) ^ xr) << 4)
-                                         for k in range(4)] if c.dq_swizzle else \
-                                    [dq_stage + ch * L.dqs_bytes]
-                                for i in range(0, len(dq.regs), 2):
-                                    col = qoff[ch] + col_of(i)
-                                    if c.dq_swizzle:
-                                        at = sw_at[(col // 8) % 4]
-                                        o = (col // 32) * BM * ROW + row_of(i) * 8 * ROW
-                                    else:
-                                        at = sw_at[0]
-                                        o = (row_of(i) * 8 * 64 + col % 64) * 4
-                                    ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
-                                             [dq.regs[i], dq.regs[i + 1]])
-                        if pair:     # (the partner's dQ into the leader's registers)
-                            with ptx.if_(pair.lead):
-                                pair.receive(w, lane, dq.regs, pph,
-                                             (_s32(mb) >= _s32(plo)) & (_s32(mb) < _s32(phi)))
-                                stage_dq()
-                            with ptx.else_():
-                                pair.send(w, lane, dq.regs, pph)
-                        else:
-                            stage_dq()
+                                    at = sw_at[0]
+                                    o = (row_of(i) * 8 * 64 + col % 64) * 4
+                                ptx.inst("st.shared.v2.f32", ptx.addr(at, o),
+                                         [dq.regs[i], dq.regs[i + 1]])
                         if c.dq_tma:
                             if late and nch == 1:
                                 if ahead:     # (2: the next step's Sᵀ behind the stage;
@@ -519,10 +486,7 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                             o = (row_of(i) * 8 * d + col_of(i)) * 4
                             ptx.inst("red.global.add.f32", ptx.addr(at, o), x)
                     if c.dq_warp:
-                        if pair:
-                            with ptx.if_(pair.lead):
-                                hand_stage(w)
-                        elif not ahead:
+                        if not ahead:
                             hand_stage(w)
                     elif c.dq_tma:                   # one thread adds the staged chunks
                         ptx.inst("fence.proxy.async.shared::cta")
@@ -585,17 +549,12 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 owner.last(w)
             elif c.kv_pair:
                 take_stage(w)
-        if pair:                  # (the peer's stores and arrivals done before either ends)
-            cluster_sync()
 
     grid = (lambda NS1, TK, HK: ((NS1 - 1 + TK // bn) * HK, 1, 1)) if varlen else \
-        (lambda B, SK, HK: ((SK + 2 * bn - 1) // (2 * bn) * 2 * HK * B, 1, 1)) \
-        if c.det_pair else \
         pair_grid(bn, c.pair_max) if c.kv_pair else \
         (lambda B, SK, HK: ((SK + bn - 1) // bn * HK * B, 1, 1))
     deco = kernel(in_specs=ins, out_specs=outs, arg_names=tuple(names), grid=grid,
-                  block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1,
-                  cluster=(2, 1, 1) if c.det_pair else None)
+                  block=(3 * 128, 1, 1), arch=arch, name=name, min_ctas_per_sm=1)
     if varlen and deterministic:
         return deco(lambda q, k, v, do, nlse2, dpsum, cu_q, cu_k, dq_acc, dk, dv, sem:
                     body(q, k, v, do, nlse2, dpsum, dq_acc, dk, dv, sem, cu_q, cu_k))

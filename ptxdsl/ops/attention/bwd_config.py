@@ -160,12 +160,7 @@ class BwdConfig:
     ``cp.reduce.async.bulk`` into dq_acc's 64-row block (dq_split, wg3: its 64-column
     half or third), which holds that order; the postprocess reads it back
     (:func:`.bwd_prepw.build_postprocess_frag`). FlashAttention-4's sm90 dQ path (8
-    STS.128, UBLKRED).
-    ``det_pair`` (deterministic mode, dense, dq_warp with block_m 128 or dq_split; no
-    window's left limit, not varlen): clusters of two CTAs, key blocks ``2j`` and ``2j + 1``
-    of a unit; the odd one's consumers store their dQ registers into the even one's shared
-    memory, which adds them before staging, so only even key blocks take turns: half the
-    chain of turns on each row block (:mod:`.bwd_detpair`)."""
+    STS.128, UBLKRED)."""
 
     stages: int = 2
     dq_tma: bool = False
@@ -202,7 +197,6 @@ class BwdConfig:
     pair_max: int = 0
     lse_early: int = 0
     dq_frag: bool = False
-    det_pair: bool = False
 
     @property
     def tag(self) -> str:
@@ -225,8 +219,7 @@ class BwdConfig:
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
                 f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
-                f"{f'_lse{c.lse_early}' if c.lse_early else ''}{'_dqf' if c.dq_frag else ''}"
-                f"{'_dpr' if c.det_pair else ''}")
+                f"{f'_lse{c.lse_early}' if c.lse_early else ''}{'_dqf' if c.dq_frag else ''}")
 
     def __post_init__(self):
         if self.stages < 1:
@@ -293,13 +286,6 @@ class BwdConfig:
                              "step, dq_split's column half or wg3's third) for the writer "
                              "warp's bulk reduction: it needs dq_warp, and block_m=128, "
                              "dq_split or wg3")
-        if self.det_pair and (not self.dq_warp or not (
-                self.block_m == 2 * BLOCK_M or self.dq_split) or any((
-                self.kv_pair, self.s_ahead, self.wg3, self.dq_swap))):
-            raise ValueError("det_pair adds a partner CTA's dQ registers (one chain a "
-                             "warpgroup) before the dQ writer warp's turn: it needs dq_warp "
-                             "and block_m=128 or dq_split, and none of kv_pair, s_ahead, "
-                             "wg3, dq_swap")
         if self.dq_exit_read and not (self.dq_warp or self.wg3):
             raise ValueError("dq_exit_read is the dQ writer warp's last wait (or wg3's "
                              "consumers'): it needs dq_warp or wg3")
@@ -381,10 +367,8 @@ class BwdConfig:
             return kv + (self.stages + 1) * (bm * head_dim * elem_bytes + bm * 4) + \
                 2 * bm * 128 * elem_bytes + 3 * bm * 64 * 4 + 8 * (3 + 2 * self.stages)
         ring = self.stages * (2 * bm * padded(head_dim) * elem_bytes + 4 * bm * 4)
-        stage = (4 * self.wg_cols(head_dim) * BLOCK_M * 4 + 32 if self.det_pair else
-                 2 * head_dim * BLOCK_M * 4 if not self.col_split
-                 else head_dim * BLOCK_M * 4) if self.dq_tma else 0   # (det_pair: and the
-        # partner's two warpgroups' buffers, four mbarriers)
+        stage = (2 * head_dim * BLOCK_M * 4 if not self.col_split
+                 else head_dim * BLOCK_M * 4) if self.dq_tma else 0
         ds = (4 if self.ds_double else 2) * bm * 64 * elem_bytes
         return kv + ring + ds + stage + 8 * (1 + 2 * self.stages) + \
             (8 if self.kv_pair else 0)
@@ -419,9 +403,6 @@ def choose_bwd(head_dim: int, dtype_name: str, mask: Mask, softcap: bool = False
 def kernel_checks(c: BwdConfig, d: int, deterministic: bool, varlen: bool) -> None:
     """What :func:`.bwd.build_backward` refuses beyond the config's own checks: the
     combinations with a head dim, the deterministic mode or varlen."""
-    if c.det_pair and (not deterministic or varlen):
-        raise ValueError("det_pair pairs the deterministic mode's dense key blocks: not the "
-                         "default mode or varlen")
     if c.kv_pair and (deterministic or varlen):  # (the turns assume one key block a CTA)
         raise ValueError("kv_pair walks two key blocks a CTA in the dense default mode: not "
                          "deterministic or varlen")

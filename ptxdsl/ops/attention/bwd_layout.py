@@ -36,17 +36,14 @@ class Smem:
             (4 if c.block_m > BM else 2) * self.ds_bytes
         self.dqs_bytes = BM * 64 * 4                      # one 64 x 64 f32 chunk
         # a warpgroup's stage: every dQ column, or (col_split) its half
-        self.wg_stage = (c.wg_cols(d) if c.det_pair else
-                         d // 2 if c.col_split else d) * BM * 4
-        self.recv = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)   # (det_pair's)
-        self.lse = self.recv + (2 * self.wg_stage if c.det_pair else 0)
+        self.wg_stage = (d // 2 if c.col_split else d) * BM * 4
+        self.lse = self.dqs + (2 * self.wg_stage if c.dq_tma else 0)
         self.dpsum = self.lse + c.stages * 2 * c.block_m * 4
         self.kvfull = self.dpsum + c.stages * 2 * c.block_m * 4
         self.full = self.kvfull + 8
         self.empty = self.full + 8 * c.stages
         self.kvempty = self.empty + 8 * c.stages         # (kv_pair)
-        self.pair_bars = self.kvempty + (8 if c.kv_pair else 0)    # (det_pair: four)
-        self.total = self.pair_bars + (32 if c.det_pair else 0)
+        self.total = self.kvempty + (8 if c.kv_pair else 0)
 
 
 def specs(dtype: PtxType, d: int, deterministic: bool, dq_tma: bool = False,

@@ -6,13 +6,13 @@ mask (head dim 128 causal: 128 × 2 persistent with the lazy rescale) while dens
 take the rows bounded by length. Each candidate here replaces that row for the call (the
 order pass and the kernel both read it), at ``bench/attention.py``'s varlen shapes
 (sequences of 512 to 2048 tokens, 16k in all, D = 128, bf16; H / Hkv 16 / 16 and 32 / 8,
-causal). Every candidate's output is checked against the reference (float32 SDPA per
+causal; ``--head-dim``, ``--heads`` for others). Every candidate's output is checked against the reference (float32 SDPA per
 sequence) before any is timed; then interleaved rounds (``bench/timing.py``). TFLOP/s
 count the real tokens (causal half). JSON to ``$OUT/attention_varlen_plans.json``.
 
     PYTHONPATH=. python lab/attention_varlen_plans.py [--rounds 9] [--full]
         [--candidates '{"128x2 p uc": {"block_n": 128, "persistent": true, "uniform_cons": true}}']
-        [--name attention_varlen_plans]
+        [--name attention_varlen_plans] [--head-dim 128] [--heads 16/16,32/8]
 
 ``--candidates`` (JSON, label -> Config fields) replaces :data:`CANDIDATES` (the plan's
 own row is timed first in any case).
@@ -46,6 +46,8 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="the full mask too")
     ap.add_argument("--candidates", default=None, help="JSON: label -> Config fields")
     ap.add_argument("--name", default="attention_varlen_plans")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--heads", default="16/16,32/8", help="H/Hkv pairs, comma-separated")
     args = ap.parse_args()
     cands = CANDIDATES if not args.candidates else {"row": None, **json.loads(args.candidates)}
     import torch
@@ -58,11 +60,12 @@ def main() -> None:
 
     shipped = api.choose
     lens = varlen_lengths()
-    total, d = sum(lens), 128
+    total, d = sum(lens), args.head_dim
+    heads = [tuple(int(x) for x in p.split("/")) for p in args.heads.split(",")]
     cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))],
                       device="cuda", dtype=torch.int32)
     rows = []
-    for (h, hk), causal in [(g, c) for g in ((16, 16), (32, 8))
+    for (h, hk), causal in [(g, c) for g in heads
                             for c in ((True, False) if args.full else (True,))]:
         torch.manual_seed(0)
         q = torch.randn(total, h, d, device="cuda", dtype=torch.bfloat16)

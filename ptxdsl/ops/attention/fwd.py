@@ -254,11 +254,12 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 """Tile ``w``'s epilogue: O / l (through the staging buffer and TMA
                 stores, or st.global) and the LSE (``late``: see :func:`.stage_out`)."""
                 packed = rows if sched.group == 1 else [_s32(r) for r in urows]
+                whole = sched.whole(w, cons) if tma_out else None
                 if tma_out:
                     stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
                               dtype, BM, NC, late=late)
                 epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
-                         store=not tma_out, late=late)
+                         store=~whole if whole is not None else not tma_out, late=late)
 
             def settle(restart=True):
                 """``Config.late_epilogue``: the pending tile's epilogue, then (``restart``)

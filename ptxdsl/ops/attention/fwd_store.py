@@ -54,44 +54,52 @@ def stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc,
             ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), 0)
     ptx.inst("fence.proxy.async.shared::cta")
     ptx.inst("bar.sync", bar, 128)
+    whole = sched.whole(w, cons)                 # (varlen: not where the sequence ends)
     with _lane0(lane, guarded) as g:
         g = g & late[1] if guarded else None
+        g = g if whole is None else whole if g is None else g & whole
         for p in range(padded(d) // PANEL):
-            ptx.tma.store(sched.to, [p * PANEL, w.head, w.m0 + cons * 64, w.batch],
-                          mine + p * bm * ROW, pred=g)
+            ptx.tma.store(sched.to, sched.o_coords(p, w, cons), mine + p * bm * ROW, pred=g)
         ptx.tma.commit(pred=g)
 
 
 def epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype, *,
               store: bool = True, late=None) -> None:
     """O / l in 16-bit pairs (``cvt.rn``) by ``st.global.b32`` (unless ``store`` is False:
-    :func:`stage_out` stored it), LSE = (m + lg2 l) ln 2 by one thread of each quad; rows
-    past the sequence are not written; a row with no key gives 0 and -inf. ``late``: as
-    in :func:`stage_out` (the stores then under guards, not branches)."""
+    :func:`stage_out` stored it; a predicate: where it holds, the rows :func:`stage_out`
+    did not store, O / l and ``l``'s quad sum done there), LSE = (m + lg2 l) ln 2 by one
+    thread of each quad; rows past the sequence are not written; a row with no key gives
+    0 and -inf. ``late``: as in :func:`stage_out` (the stores then under guards, not
+    branches)."""
     guarded = late is not None
+    staged = not guarded and not isinstance(store, bool)  # (O / l in place already)
     sq_s = _s32(sched.row_bound(w))
     for r in range(2):
         if guarded:
             inv, some = late[0][r], reg.scalar(pred)
             ptx.inst.setp.gt.f32(some, l[r], 0.0)
         else:
-            if store:
+            if store is True:
                 quad_reduce(l[r], "add")
             inv, some = row_inverse(l[r])
         inside = rows[r] < sq_s
         if guarded:
             inside = inside & late[1]
         with _nothing() if guarded else ptx.if_(inside):
-            row = sched.out_row(w, urows[r]) if store else None
-            ptr = po + (row * d + fcol) * dtype.bytes if store else None
-            elems = list(o_acc) if store else []
+            row = sched.out_row(w, urows[r]) if store is not False else None
+            ptr = po + (row * d + fcol) * dtype.bytes if store is not False else None
+            elems = list(o_acc) if store is not False else []
+            o_pred = inside if guarded else None          # (O's rows: a predicate store
+            if not isinstance(store, bool):               # adds its own)
+                o_pred = store if o_pred is None else o_pred & store
             for g in range(0, len(elems), 4):     # elements g, g + 1: row r0; g + 2, g + 3: r0 + 8
                 i = g + 2 * r
-                lo, hi = (_scaled(x, inv, guarded) for x in elems[i: i + 2])
+                lo, hi = elems[i: i + 2] if staged else \
+                    (_scaled(x, inv, guarded) for x in elems[i: i + 2])
                 pair = reg.scalar(b32)
                 ptx.inst(f"cvt.rn.{dtype.name}x2.f32", pair, hi, lo)
                 ptx.inst("st.global.b32", ptx.addr(ptr, (8 * (i // 4)) * dtype.bytes), pair,
-                         pred=inside if guarded else None)
+                         pred=o_pred)
             first = (lw & 3) == 0
             with _nothing() if guarded else ptx.if_(first):
                 val = row_lse(l[r], m[r], some)

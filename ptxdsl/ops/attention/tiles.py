@@ -130,6 +130,15 @@ class Dense:
     def q_coords(self, p, w: Work):
         return [p * PANEL, w.head, w.m0, w.batch]
 
+    def o_coords(self, p, w: Work, cons):
+        """Consumer ``cons``'s TMA box of O (its 64 rows, panel ``p``)."""
+        return [p * PANEL, w.head, w.m0 + cons * 64, w.batch]
+
+    def whole(self, w: Work, cons):
+        """Where the TMA box of :meth:`o_coords` may be stored (None: always; TMA clips
+        rows past SQ)."""
+        return None
+
     def kv_coords(self, p, w: Work, j):
         return [p * PANEL, w.hkv, j * self.bn, w.batch]
 

@@ -31,7 +31,8 @@ from ...core.types import PtxType, f32, pred, s32, u32
 from ...dsl import ptx, reg
 from .config import BLOCK_M
 from .steps import snake
-from .tiles import PANEL, Dense, Work, _tma
+from .tiles import PANEL, ROW, Dense, Work, _tma
+from ...core.tensormap import TMA
 
 SEQ_BITS = 20          # at most 2**20 sequences (the binary search's probes)
 EMPTY = 0x7FFFFFFF     # the first row of an order entry that holds no rows
@@ -73,11 +74,15 @@ def find_block(pcq, nseq, v, block_m: int, group: int):
 class Varlen(Dense):
     """q ``(TQ, H, D)`` (``(TQ, HK, G, D)`` with GQA packing), k and v ``(TK, HK, D)``,
     ``cu_q`` / ``cu_k`` ``(NSEQ + 1,)`` int32, with ``ordered`` the ``order`` ``(NV, 2)``
-    int32 that :mod:`.varlen_order` wrote; out like q, lse ``(H, TQ)`` (``(HK, G, TQ)``)."""
+    int32 that :mod:`.varlen_order` wrote; out like q, lse ``(H, TQ)`` (``(HK, G, TQ)``).
+    ``tma_out`` (one head a row, ``Config.tma_store``): a consumer's 64 rows of O go out by
+    TMA where they all lie in the sequence (:meth:`whole`), by ``st.global`` where its
+    last rows end it (a box would write the next sequence's rows)."""
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, *, block_m: int = BLOCK_M,
-                 group: int = 1, ordered: bool = True):
-        super().__init__(dtype, d, block_n, False, block_m=block_m)
+                 group: int = 1, ordered: bool = True, tma_out: bool = False):
+        super().__init__(dtype, d, block_n, False, block_m=block_m,
+                         tma_out=tma_out and group == 1)
         if group < 1 or block_m % group:
             raise ValueError(f"varlen packs a GQA group of heads dividing {block_m}, got "
                              f"{group}")
@@ -92,7 +97,8 @@ class Varlen(Dense):
             outs = (Tile("TQ", "HK", g, d, dt), Tile("HK", g, "TQ", f32))
         else:
             q = Tile("TQ", "H", d, dt, tma=_tma(self.bm, 1, PANEL))
-            outs = (Tile("TQ", "H", d, dt), Tile("H", "TQ", f32))
+            outs = (Tile("TQ", "H", d, dt, tma=TMA(box=(64, 1, PANEL), swizzle=ROW)
+                         if self.tma_out else None), Tile("H", "TQ", f32))
         kv = [Tile("TK", "HK", d, dt, tma=_tma(self.bn, 1, PANEL)) for _ in range(2)]
         cu = [Tile("NS1", s32) for _ in range(2)]
         order = [Tile("NV", 2, s32)] if self.ordered else []
@@ -122,6 +128,8 @@ class Varlen(Dense):
             q, k, v, cu_q, cu_k, o, lse = args
             self.pcq, self.pck, self.po, self.pl = ptx.global_ptrs(cu_q, cu_k, o, lse)
         self.tq, self.tk, self.tv = q.tma_desc(), k.tma_desc(), v.tma_desc()
+        if self.tma_out:
+            self.to = o.tma_desc()
         self.tq_rows, self.nhk = ptx.dim("TQ"), ptx.dim("HK")
         self.heads = self.nhk if self.group > 1 else ptx.dim("H")   # tile heads
         self.nh = self.nhk * self.group if self.group > 1 else self.heads
@@ -168,6 +176,12 @@ class Varlen(Dense):
 
     def kv_coords(self, p, w: Work, j):
         return [p * PANEL, w.hkv, w.k0 + j * self.bn]
+
+    def o_coords(self, p, w: Work, cons):
+        return [p * PANEL, w.head, w.q0 + w.m0 + cons * 64]
+
+    def whole(self, w: Work, cons):
+        return w.m0 + cons * 64 + 64 <= w.sq
 
     def out_row(self, w: Work, r):
         g = self.group

@@ -13,11 +13,12 @@ import pytest
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
 from ptxdsl.core.types import f16, f32
 from ptxdsl.ops import attention_varlen
-from ptxdsl.ops.attention import attention_reference, varlen
+from ptxdsl.ops.attention import varlen
 from ptxdsl.ops.attention.config import Mask
 from ptxdsl.ops.attention.varlen_order import SLOTS, build_order
 from ptxdsl.ops.attention.varlen_tiles import EMPTY
 from ptxdsl.runtime.adapter import Frame
+from varlen_checks import check_varlen
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -30,43 +31,13 @@ def _spy(monkeypatch):
     return seen
 
 
-def _check(lq, lk, h, hk, d, dtype, seed, **kw):
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((sum(lq), h, d)).astype(dtype)
-    k = rng.standard_normal((sum(lk), hk, d)).astype(dtype)
-    v = rng.standard_normal((sum(lk), hk, d)).astype(dtype)
-    cq, ck = np.cumsum([0] + lq).astype(np.int32), np.cumsum([0] + lk).astype(np.int32)
-    out, lse = attention_varlen(q, k, v, cq, ck, max(lq), max(lk), return_lse=True, **kw)
-    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (h, sum(lq))
-    o = out.astype(np.float64)
-    assert not np.isnan(o).any() and not np.isnan(lse).any()
-    tol = 2e-2 if dtype != np.float16 else 4e-3
-    for i in range(len(lq)):
-        a, b, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
-        if a == b:
-            continue
-        if ka == kb:                      # no keys: zeros and -inf
-            assert (o[a:b] == 0).all() and np.isneginf(lse[:, a:b]).all()
-            continue
-        ref, rlse = attention_reference(q[None, a:b], k[None, ka:kb], v[None, ka:kb], **kw)
-        assert np.abs(o[a:b] - ref[0]).max() <= tol * max(np.abs(ref).max(), 1.0), i
-        empty = np.isinf(rlse[0])
-        np.testing.assert_array_equal(np.isneginf(lse[:, a:b]), empty)
-        assert (o[a:b].transpose(1, 0, 2)[empty] == 0).all()
-        fin = ~empty
-        if fin.any():
-            got = lse[:, a:b][fin]
-            assert (np.abs(got - rlse[0][fin]) <= 1e-3 * np.maximum(
-                np.abs(rlse[0][fin]), 1)).all()
-
-
 @pytest.mark.parametrize("lq,lk,h,hk,d,dtype,kw,packed", [
     # 8 heads per tile of three consumers (192 rows: 24 positions), a sequence without keys
     ([40, 0, 1], [70, 5, 0], 8, 1, 64, "bf16", {}, 8),
 ])
 def test_gqa_packed_varlen_matches_float64(monkeypatch, lq, lk, h, hk, d, dtype, kw, packed):
     seen = _spy(monkeypatch)
-    _check(lq, lk, h, hk, d, ml_dtypes.bfloat16 if dtype == "bf16" else dtype, sum(lq),
+    check_varlen(lq, lk, h, hk, d, ml_dtypes.bfloat16 if dtype == "bf16" else dtype, sum(lq),
            **kw)
     assert seen == [("varlen", packed)]
 
@@ -117,7 +88,7 @@ def test_order_pass_sorts_m_blocks_longest_first(group, bm, bn, mask):
     ([130, 1, 63], [130, 200, 63], 2, 2, 128, dict(causal=True)),
 ])
 def test_varlen_gqa_wider_sweep(lq, lk, h, hk, d, kw):
-    _check(lq, lk, h, hk, d, ml_dtypes.bfloat16, sum(lq) + d, **kw)
+    check_varlen(lq, lk, h, hk, d, ml_dtypes.bfloat16, sum(lq) + d, **kw)
 
 
 @pytest.mark.long

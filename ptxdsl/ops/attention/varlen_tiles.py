@@ -75,14 +75,15 @@ class Varlen(Dense):
     """q ``(TQ, H, D)`` (``(TQ, HK, G, D)`` with GQA packing), k and v ``(TK, HK, D)``,
     ``cu_q`` / ``cu_k`` ``(NSEQ + 1,)`` int32, with ``ordered`` the ``order`` ``(NV, 2)``
     int32 that :mod:`.varlen_order` wrote; out like q, lse ``(H, TQ)`` (``(HK, G, TQ)``).
-    ``tma_out`` (one head a row, ``Config.tma_store``): a consumer's 64 rows of O go out by
-    TMA where they all lie in the sequence (:meth:`whole`), by ``st.global`` where its
-    last rows end it (a box would write the next sequence's rows)."""
+    ``tma_out`` (``Config.tma_store``): a consumer's 64 rows of O go out by TMA where they
+    all lie in the sequence (:meth:`whole`), by ``st.global`` where its last rows end it (a
+    box would write the next sequence's rows); with GQA packing a box of ``64 / G``
+    positions of the group's ``G`` heads, the same rows in the same order."""
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, *, block_m: int = BLOCK_M,
                  group: int = 1, ordered: bool = True, tma_out: bool = False):
         super().__init__(dtype, d, block_n, False, block_m=block_m,
-                         tma_out=tma_out and group == 1)
+                         tma_out=tma_out and 64 % group == 0)
         if group < 1 or block_m % group:
             raise ValueError(f"varlen packs a GQA group of heads dividing {block_m}, got "
                              f"{group}")
@@ -94,7 +95,8 @@ class Varlen(Dense):
         d, dt, g = self.d, self.dtype, self.group
         if g > 1:
             q = Tile("TQ", "HK", g, d, dt, tma=_tma(self.bm // g, 1, g, PANEL))
-            outs = (Tile("TQ", "HK", g, d, dt), Tile("HK", g, "TQ", f32))
+            outs = (Tile("TQ", "HK", g, d, dt, tma=TMA(box=(64 // g, 1, g, PANEL), swizzle=ROW)
+                         if self.tma_out else None), Tile("HK", g, "TQ", f32))
         else:
             q = Tile("TQ", "H", d, dt, tma=_tma(self.bm, 1, PANEL))
             outs = (Tile("TQ", "H", d, dt, tma=TMA(box=(64, 1, PANEL), swizzle=ROW)
@@ -178,10 +180,12 @@ class Varlen(Dense):
         return [p * PANEL, w.hkv, w.k0 + j * self.bn]
 
     def o_coords(self, p, w: Work, cons):
+        if self.group > 1:
+            return [p * PANEL, 0, w.hkv, w.q0 + (w.m0 + cons * 64) // self.group]
         return [p * PANEL, w.head, w.q0 + w.m0 + cons * 64]
 
     def whole(self, w: Work, cons):
-        return w.m0 + cons * 64 + 64 <= w.sq
+        return w.m0 + cons * 64 + 64 <= self.row_bound(w)
 
     def out_row(self, w: Work, r):
         g = self.group

@@ -4,7 +4,7 @@ their sequence and by ``st.global`` where the sequence ends inside them (a box t
 write the next sequence's first rows). On the CPU interpreter against each sequence's
 float64 attention: lengths that end a consumer's rows exactly (64, 128), inside them (1, 63,
 100, 200) and a sequence with no query; causal and full, head dims 128 and 256 (O staged in
-Q's buffer); GQA packing keeps ``st.global``."""
+Q's buffer); GQA-packed tiles (boxes of ``64 / G`` positions of the group's heads)."""
 from __future__ import annotations
 
 import re
@@ -41,17 +41,21 @@ def test_emits_tma_stores_guarded_by_whole_rows():
     assert re.search(r"@%p\d+ " + re.escape(store), text)     # (where whole)
     assert "st.global.b32" in text                                    # (where not)
     packed = build_forward(_tma(Mask()), bf16, 128, Mask(), scale=0.1, layout="varlen",
-                           group=2).ptx()
-    assert ".global.shared::cta" not in packed and "_tmastore" not in packed
+                           group=4).ptx()
+    assert "_tmastore" in packed and re.search(
+        r"@%p\d+ cp\.async\.bulk\.tensor\.4d\.global\.shared::cta", packed)
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("kw", [dict(causal=True), {}], ids=["causal", "full"])
-def test_sequences_match_float64(monkeypatch, kw):
+@pytest.mark.parametrize("kw,h,hk", [(dict(causal=True), 2, 2), ({}, 2, 2),
+                                     (dict(causal=True), 8, 2), ({}, 4, 2)],
+                         ids=["causal", "full", "causal-gqa4", "full-gqa2"])
+def test_sequences_match_float64(monkeypatch, kw, h, hk):
     _plan(monkeypatch, Mask(-1, 0) if kw else Mask())
     assert "_varlen_tmastore_w1" in api.forward_kernel(128, layout="varlen", **kw).name
     lq = [64, 1, 100, 0, 128, 63, 200]
-    check_varlen(lq, [70, 9, 100, 20, 128, 150, 200], 2, 2, 128, ml_dtypes.bfloat16, 11, **kw)
+    check_varlen(lq, [70, 9, 100, 20, 128, 150, 200], h, hk, 128, ml_dtypes.bfloat16, 11,
+                 **kw)
 
 
 @pytest.mark.long

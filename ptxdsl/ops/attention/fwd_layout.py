@@ -50,7 +50,8 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
                      block_m=c.block_m, sections=c.head_sections, section_mb=c.section_mb)
     if layout == "packed":
         return Packed(dtype, d, c.block_n, mask.right >= 0, group, block_m=c.block_m,
-                      sections=c.head_sections, section_mb=c.section_mb)
+                      sections=c.head_sections, section_mb=c.section_mb,
+                      tma_out=c.tma_store)
     if layout in ("varlen", "varlen_unordered"):
         return Varlen(dtype, d, c.block_n, block_m=c.block_m, group=group,
                       ordered=layout == "varlen", tma_out=c.tma_store)

@@ -158,12 +158,13 @@ class Dense:
 
 class Packed(Dense):
     """The query heads of a GQA group in one tile's rows (see the module docstring); q
-    and out are ``(B, SQ, HK, G, D)`` views, lse ``(B, HK, G, SQ)``."""
+    and out are ``(B, SQ, HK, G, D)`` views, lse ``(B, HK, G, SQ)``. ``tma_out``: a
+    consumer's 64 rows are ``64 / G`` positions of the group's heads, one box of out."""
 
     def __init__(self, dtype, d, block_n, causal_order, group: int, *, block_m: int = BLOCK_M,
-                 sections: bool = False, section_mb: int = 0):
+                 sections: bool = False, section_mb: int = 0, tma_out: bool = False):
         super().__init__(dtype, d, block_n, causal_order, block_m=block_m, sections=sections,
-                         section_mb=section_mb)
+                         section_mb=section_mb, tma_out=tma_out and 64 % group == 0)
         if group < 2 or block_m % group:
             raise ValueError(f"pack_gqa packs a group of heads dividing {block_m}, got {group}")
         self.group = group
@@ -174,7 +175,9 @@ class Packed(Dense):
                  tma=_tma(1, self.bm // g, 1, g, PANEL))
         kv = [Tile("B", "SK", "HK", d, dt, tma=_tma(1, self.bn, 1, PANEL))
               for _ in range(2)]
-        return (q, *kv), (Tile("B", "SQ", "HK", g, d, dt), Tile("B", "HK", g, "SQ", f32))
+        out = Tile("B", "SQ", "HK", g, d, dt, tma=TMA(box=(1, 64 // g, 1, g, PANEL), swizzle=ROW)
+                   if self.tma_out else None)
+        return (q, *kv), (out, Tile("B", "HK", g, "SQ", f32))
 
     def tiles(self, B, SQ, HK):
         return (SQ * self.group + self.bm - 1) // self.bm * HK * B
@@ -188,6 +191,8 @@ class Packed(Dense):
         self.po, self.pl = ptx.global_ptrs(o, lse)
         self.sq, self.sk, self.nhk = ptx.dim("SQ"), ptx.dim("SK"), ptx.dim("HK")
         self.nh = self.nhk * self.group
+        if self.tma_out:
+            self.to = o.tma_desc()
 
     def count(self):
         self.nmb = (self.sq * self.group + (self.bm - 1)) // self.bm
@@ -207,6 +212,9 @@ class Packed(Dense):
 
     def q_coords(self, p, w: Work):
         return [p * PANEL, 0, w.hkv, w.m0 // self.group, w.batch]
+
+    def o_coords(self, p, w: Work, cons):
+        return [p * PANEL, 0, w.hkv, (w.m0 + cons * 64) // self.group, w.batch]
 
     def pos(self, packed):
         return packed // self.group

@@ -27,12 +27,12 @@ ragged ``SK``.
 from __future__ import annotations
 
 from ... import Tile
+from ...core.tensormap import TMA
 from ...core.types import PtxType, f32, pred, s32, u32
 from ...dsl import ptx, reg
 from .config import BLOCK_M
 from .steps import snake
 from .tiles import PANEL, ROW, Dense, Work, _tma
-from ...core.tensormap import TMA
 
 SEQ_BITS = 20          # at most 2**20 sequences (the binary search's probes)
 EMPTY = 0x7FFFFFFF     # the first row of an order entry that holds no rows

@@ -98,13 +98,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
     nlse2 = frame.empty((b, h, sqp), q, f32)
     dq_acc = frame.empty((b, h, sqp, d), q, f32)
     extra = []
-    left, right = window_size
-    chains = choose_bwd(d, dtype.name, Mask(left, 0 if causal else right), bool(softcap),
-                        True).det_chains if det else 1
-    if chains > 1:      # (lab: zeroed here, P words a row block)
-        shape = (b, h, sqp // BLOCK_M * chains)
-        extra = [frame.torch.zeros(shape, dtype=frame.torch.uint32, device=q.device)]
-    elif det:
+    if det:
         shape = (b, h, sqp // BLOCK_M)      # the preprocess zeroes it
         extra = [frame.torch.empty(shape, dtype=frame.torch.uint32, device=q.device)
                  if frame.kind == "torch" else frame.zeros_u32(b * h * shape[2], q).reshape(shape)]

@@ -197,7 +197,6 @@ class BwdConfig:
     pair_max: int = 0
     lse_early: int = 0
     dq_frag: bool = False
-    det_chains: int = 1
 
     @property
     def tag(self) -> str:
@@ -220,8 +219,7 @@ class BwdConfig:
                 f"{'_pfr' if c.wg3_pfree else ''}{'_f1' if c.wg3_fence1 else ''}"
                 f"{'_uc' if c.uniform_cons else ''}{'_kvp' if c.kv_pair else ''}"
                 f"{'_kvs' if c.dkv_stage else ''}{f'_pm{c.pair_max}' if c.pair_max else ''}"
-                f"{f'_lse{c.lse_early}' if c.lse_early else ''}{'_dqf' if c.dq_frag else ''}"
-                f"{f'_ch{c.det_chains}' if c.det_chains > 1 else ''}")
+                f"{f'_lse{c.lse_early}' if c.lse_early else ''}{'_dqf' if c.dq_frag else ''}")
 
     def __post_init__(self):
         if self.stages < 1:

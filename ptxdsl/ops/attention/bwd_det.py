@@ -99,22 +99,13 @@ def last_nb(m0, off, mask: Mask, bn: int, bm: int):
     return ptx.min((_s32(m0) + off + (bm - 1 + mask.right)) // bn, nblk - 1)
 
 
-def turn_of(nb, m0, off, mask: Mask, w, split: bool, bn: int, adds: int, desc=None,
-            chains: int = 1):
+def turn_of(nb, m0, off, mask: Mask, w, split: bool, bn: int, adds: int, desc=None):
     """The semaphore value at which key block ``nb``'s warpgroup ``w`` adds to the rows
     from ``m0``: ``adds`` per earlier key block, plus ``w`` when the warpgroups add the
     same columns (``split`` False). ``desc`` (``BwdConfig.det_desc``: the step's rows
-    ``bm``): the key blocks in descending order, ``adds`` per later key block.
-    ``chains`` (``BwdConfig.det_chains``, a power of two): only the key blocks of
-    ``nb``'s residue ``nb % chains`` count (their own chain of turns)."""
-    if chains == 1:
-        turn = ((last_nb(m0, off, mask, bn, desc) - _s32(nb)) if desc else
-                (_s32(nb) - first_nb(m0, off, mask, bn))) * adds
-        return turn if split else turn + _s32(w)
-    sh, p = chains.bit_length() - 1, _s32(nb) & (chains - 1)
-    turn = (((last_nb(m0, off, mask, bn, desc) - p) >> sh) - (_s32(nb) >> sh)) if desc else \
-        ((_s32(nb) >> sh) - ((first_nb(m0, off, mask, bn) + (chains - 1) - p) >> sh))
-    turn = turn * adds
+    ``bm``): the key blocks in descending order, ``adds`` per later key block."""
+    turn = ((last_nb(m0, off, mask, bn, desc) - _s32(nb)) if desc else
+            (_s32(nb) - first_nb(m0, off, mask, bn))) * adds
     return turn if split else turn + _s32(w)
 
 

@@ -116,11 +116,10 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                     if det:
                         sem, sem_mb, nb, off, mask, labels, bn, desc, _ = det
                         split = c.dq_split or c.col_split or rows
-                        smb = _chain(c, nb, 2 * sem_mb(mb) + w if rows else sem_mb(mb))
+                        smb = 2 * sem_mb(mb) + w if rows else sem_mb(mb)
                         at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
                         spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
-                                         bn, 1 if rows else 2, desc, c.det_chains), split,
-                             labels)
+                                         bn, 1 if rows else 2, desc), split, labels)
                     reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w),
                                  frag and frag(m0w, bh, w))
                     ptx.inst("cp.async.bulk.commit_group")
@@ -131,12 +130,6 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
     if end:
         writer_end(c, lane)
-
-
-def _chain(c: BwdConfig, nb, word):
-    """The semaphore word of a row block's ``word`` in key block ``nb``'s chain
-    (``BwdConfig.det_chains``: each block's chains side by side)."""
-    return word if c.det_chains == 1 else word * c.det_chains + (nb & (c.det_chains - 1))
 
 
 def writer_start() -> None:
@@ -166,16 +159,16 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
 
     def words():
         def word(smb, w):
-            at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + _chain(c, nb, smb)) * 4
+            at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
             turn = turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), True, bn,
-                           1 if rows else 2, desc, c.det_chains)
+                           1 if rows else 2, desc)
             return at, turn, 1 if rows else 2, guard(w)
         return [word(2 * sem_mb(mb) + w, w) for w in range(2)] if rows else \
             [word(sem_mb(mb), 0)]
 
     def next_words():
         mn, has = nxt
-        at = lambda smb: ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + _chain(c, nb, smb)) * 4
+        at = lambda smb: ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
         if not rows:
             return [(at(sem_mb(mn)), has)]
         past = lambda w: _s32(mn * c.block_m + w * BM) < _s32(ptx.dim("SQP"))

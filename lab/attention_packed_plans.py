@@ -31,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
-    from bench.timing import time_interleaved
+    from lab.checked_timing import time_checked
     import ptxdsl.ops as ops
     from ptxdsl.ops.attention import api
     from ptxdsl.ops.attention.config import Config
@@ -52,9 +52,8 @@ def main() -> None:
                 v.transpose(1, 2).float(), is_causal=False, enable_gqa=True,
                 attn_mask=torch.ones(sq, sk, dtype=torch.bool, device="cuda").tril(sk - sq)
                 if causal else None).transpose(1, 2)
-            row = {"B": b, "Sq": sq, "Sk": sk, "H": h, "Hkv": hk, "D": d, "causal": causal,
-                   "results": {}}
-            fns = {}
+            row = {"B": b, "Sq": sq, "Sk": sk, "H": h, "Hkv": hk, "D": d, "causal": causal}
+            calls = {}
             for label, extra in cands.items():
                 def call(_extra=extra):
                     api.choose = shipped if _extra is None else \
@@ -63,19 +62,10 @@ def main() -> None:
                         return ops.attention(q, k, v, causal=causal)
                     finally:
                         api.choose = shipped
-                out = call()
-                torch.cuda.synchronize()
-                err = float((out.float() - ref).abs().max() / ref.abs().max())
-                row["results"][label] = {"max_err": err}
-                if err > 2e-2:
-                    row["results"][label]["error"] = "wrong result"
-                    continue
-                fns[label] = call
-            ms = time_interleaved(torch, fns, args.rounds, args.iters)
+                calls[label] = call
             keys = sk * sq - (sq * (sq - 1) // 2 if causal else 0)     # (bottom-right)
-            flops = 4 * b * h * keys * d
-            for label, t in ms.items():
-                row["results"][label].update(ms=t, tflops=flops / t / 1e9)
+            row["results"] = time_checked(torch, calls, ref, args.rounds, args.iters,
+                                          4 * b * h * keys * d)
             rows.append(row)
     result = {"lab": "attention_packed_plans", "device": torch.cuda.get_device_name(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(

@@ -53,7 +53,7 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
     from bench.attention import varlen_lengths
-    from bench.timing import time_interleaved
+    from lab.checked_timing import time_checked
     import ptxdsl.ops as ops
     from ptxdsl.ops.attention import api, varlen
     from ptxdsl.ops.attention.config import Config
@@ -78,8 +78,8 @@ def main() -> None:
             ref[a:b] = F.scaled_dot_product_attention(
                 qq, kk.repeat_interleave(h // hk, 0), vv.repeat_interleave(h // hk, 0),
                 is_causal=causal).transpose(0, 1)
-        row = {"nseq": len(lens), "H": h, "Hkv": hk, "D": d, "causal": causal, "results": {}}
-        fns = {}
+        row = {"nseq": len(lens), "H": h, "Hkv": hk, "D": d, "causal": causal}
+        calls = {}
         for label, extra in cands.items():
             def chooser(*a, _extra=extra, **kw):
                 return shipped(*a, **kw) if _extra is None else Config(**_extra)
@@ -91,22 +91,9 @@ def main() -> None:
                                                 causal=causal)
                 finally:
                     api.choose, varlen.choose = shipped, shipped
-            try:
-                out = call()
-                torch.cuda.synchronize()
-                err = float((out.float() - ref).abs().max() / ref.abs().max())
-            except Exception as e:                  # a candidate the layout refuses
-                row["results"][label] = {"error": f"{type(e).__name__}: {e}"[:300]}
-                continue
-            row["results"][label] = {"max_err": err}
-            if err > 2e-2:
-                row["results"][label]["error"] = "wrong result"
-                continue
-            fns[label] = call
-        ms = time_interleaved(torch, fns, args.rounds, args.iters)
+            calls[label] = call
         flops = sum(4 * h * x * x * d * (0.5 if causal else 1.0) for x in lens)
-        for label, t in ms.items():
-            row["results"][label].update(ms=t, tflops=flops / t / 1e9)
+        row["results"] = time_checked(torch, calls, ref, args.rounds, args.iters, flops)
         rows.append(row)
         print(json.dumps(row), flush=True)
     result = {"lab": "attention_varlen_plans", "device": torch.cuda.get_device_name(),

@@ -10,6 +10,7 @@ from ptxdsl.ops.attention import attention_reference
 
 
 def check_varlen(lq, lk, h, hk, d, dtype, seed, **kw):
+    """Returns the inputs ``(q, k, v, cu_q, cu_k)`` for further calls."""
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((sum(lq), h, d)).astype(dtype)
     k = rng.standard_normal((sum(lk), hk, d)).astype(dtype)
@@ -37,3 +38,4 @@ def check_varlen(lq, lk, h, hk, d, dtype, seed, **kw):
             got = lse[:, a:b][fin]
             assert (np.abs(got - rlse[0][fin]) <= 1e-3 * np.maximum(
                 np.abs(rlse[0][fin]), 1)).all()
+    return q, k, v, cq, ck

@@ -10,6 +10,7 @@ import pytest
 import ptxdsl.interp  # noqa: F401  (the package's own interpreter: a broken one fails here)
 from ptxdsl.ops import attention
 from ptxdsl.ops.attention import attention_reference
+from varlen_checks import check_varlen
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -198,34 +199,6 @@ def test_tma_store_epilogue(d, causal, sq, h):
     np.testing.assert_array_equal(np.isneginf(lse), np.isinf(rlse))
 
 
-def _check_varlen(lq, lk, h, hk, d, dtype, seed, **kw):
-    """attention_varlen in one launch against the reference of each sequence alone; a
-    sequence without keys gives zeros and -inf."""
-    from ptxdsl.ops import attention_varlen
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((sum(lq), h, d)).astype(dtype)
-    k = rng.standard_normal((sum(lk), hk, d)).astype(dtype)
-    v = rng.standard_normal((sum(lk), hk, d)).astype(dtype)
-    cq, ck = np.cumsum([0] + lq).astype(np.int32), np.cumsum([0] + lk).astype(np.int32)
-    out, lse = attention_varlen(q, k, v, cq, ck, max(lq), max(lk), return_lse=True, **kw)
-    assert out.shape == q.shape and lse.shape == (h, sum(lq))
-    for i in range(len(lq)):
-        a, b, ka, kb = cq[i], cq[i + 1], ck[i], ck[i + 1]
-        got, glse = out[a:b].astype(np.float64), lse[:, a:b]
-        if lq[i] == 0:
-            continue
-        if lk[i] == 0:
-            assert (got == 0).all() and np.isneginf(glse).all()
-            continue
-        ref, rlse = attention_reference(q[None, a:b], k[None, ka:kb], v[None, ka:kb], **kw)
-        assert np.abs(got - ref[0]).max() <= 2e-2 * max(np.abs(ref).max(), 1e-30)
-        np.testing.assert_array_equal(np.isneginf(glse), np.isinf(rlse[0]))
-        fin = np.isfinite(rlse[0])
-        assert (np.abs(glse[fin] - rlse[0][fin]) <= 1e-3 * np.maximum(
-            np.abs(rlse[0][fin]), 1)).all()
-    return q, k, v, cq, ck
-
-
 def test_varlen_one_launch_ragged_lengths():
     """One launch over packed sequences of lengths 0, 1, 3, 5 and 70 (query rows of one
     128-row tile reach into the next sequence's rows; keys too), one without keys, one
@@ -233,7 +206,7 @@ def test_varlen_one_launch_ragged_lengths():
     2 CTAs walks tile numbers that no m-block has."""
     from ptxdsl.core.errors import LaunchError
     from ptxdsl.ops import attention_varlen
-    q, k, v, cq, ck = _check_varlen([5, 0, 70, 1, 3], [17, 4, 70, 0, 1], 1, 1, 64,
+    q, k, v, cq, ck = check_varlen([5, 0, 70, 1, 3], [17, 4, 70, 0, 1], 1, 1, 64,
                                     np.float16, 7, causal=True)
     with pytest.raises(LaunchError, match="cu_seqlens_k must be a 1-d"):
         attention_varlen(q, k, v, cq, ck[None], 70, 70)
@@ -252,7 +225,7 @@ def test_varlen_one_launch_ragged_lengths():
     ([100, 3], [90, 300], 1, 1, 256, dict(softcap=5.0)),
 ])
 def test_varlen_wider_sweep(lq, lk, h, hk, d, kw):
-    _check_varlen(lq, lk, h, hk, d, ml_dtypes.bfloat16, sum(lq), **kw)
+    check_varlen(lq, lk, h, hk, d, ml_dtypes.bfloat16, sum(lq), **kw)
 
 
 @pytest.mark.long

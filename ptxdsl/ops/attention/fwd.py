@@ -257,7 +257,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 whole = sched.whole(w, cons) if tma_out else None
                 if tma_out:
                     stage_out(o_acc, l, lane, lw, warp, cons, base + L.o, sched, w, d,
-                              dtype, BM, NC, late=late)
+                              dtype, BM, NC, late=late, whole=whole)
                 epilogue(o_acc, m, l, packed, urows, fcol, lw, po, pl, sched, w, d, dtype,
                          store=~whole if whole is not None else not tma_out, late=late)
 

@@ -13,7 +13,7 @@ from .tiles import PANEL, ROW, s32_of as _s32
 
 
 def stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc, *,
-              late=None) -> None:
+              late=None, whole=None) -> None:
     """``Config.tma_store``: this consumer's 64 rows of O / l into its half of the staging
     buffer (64-column panels of 128-byte swizzled rows, what a TMA box of (1, 64, 1, 64)
     reads), then one thread stores each panel with TMA, which clips rows past SQ and
@@ -26,7 +26,9 @@ def stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc,
     ptxas calls) and whether there is a tile to write at all; then no branch (lane 0's
     TMA instructions and every store under a guard), and O / l into new registers
     (:func:`_scaled`): ptxas serializes every wgmma of a kernel where one is in flight
-    across a branch, a call, or a write of wgmma accumulator registers."""
+    across a branch, a call, or a write of wgmma accumulator registers. ``whole`` (a
+    predicate, the schedule's :meth:`~.tiles.Dense.whole`; None: always): where the TMA
+    stores run (varlen: not where the sequence ends inside the rows)."""
     guarded = late is not None
     bar = 1 + nc + cons                          # after the ping-pong barriers 1 .. nc
     with _lane0(lane, guarded) as g:
@@ -54,8 +56,7 @@ def stage_out(o_acc, l, lane, lw, warp, cons, stage, sched, w, d, dtype, bm, nc,
             ptx.inst("st.shared.b32", ptx.addr(bases[r] + xs[c], pnl * bm * ROW), 0)
     ptx.inst("fence.proxy.async.shared::cta")
     ptx.inst("bar.sync", bar, 128)
-    whole = sched.whole(w, cons)                 # (varlen: not where the sequence ends)
-    with _lane0(lane, guarded) as g:
+    with _lane0(lane, guarded) as g:     # (whole: varlen's, not where the sequence ends)
         g = g & late[1] if guarded else None
         g = g if whole is None else whole if g is None else g & whole
         for p in range(padded(d) // PANEL):

@@ -73,6 +73,7 @@ def epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype, *,
     0 and -inf. ``late``: as in :func:`stage_out` (the stores then under guards, not
     branches)."""
     guarded = late is not None
+    writes = store is not False                           # (O by st.global, or some of it)
     staged = not guarded and not isinstance(store, bool)  # (O / l in place already)
     sq_s = _s32(sched.row_bound(w))
     for r in range(2):
@@ -87,9 +88,9 @@ def epilogue(o_acc, m, l, rows, urows, fcol, lw, po, pl, sched, w, d, dtype, *,
         if guarded:
             inside = inside & late[1]
         with _nothing() if guarded else ptx.if_(inside):
-            row = sched.out_row(w, urows[r]) if store is not False else None
-            ptr = po + (row * d + fcol) * dtype.bytes if store is not False else None
-            elems = list(o_acc) if store is not False else []
+            row = sched.out_row(w, urows[r]) if writes else None
+            ptr = po + (row * d + fcol) * dtype.bytes if writes else None
+            elems = list(o_acc) if writes else []
             o_pred = inside if guarded else None          # (O's rows: a predicate store
             if not isinstance(store, bool):               # adds its own)
                 o_pred = store if o_pred is None else o_pred & store

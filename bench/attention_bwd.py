@@ -1,7 +1,9 @@
 """Attention backward side by side in one run on the current GPU:
 ``ptxdsl.ops.attention_backward`` (default and deterministic), torch SDPA's backward with
 its cuDNN and its flash (FA2) backends, and FlashAttention-4 (``flash_attn.cute``) when it
-imports.
+imports, in its default and its deterministic mode (``fa4_det``: ``deterministic=True``).
+Both deterministic contenders are run twice more after validation and their gradients
+compared bitwise (``bitwise_repeat``).
 
 Shapes: the FA3 paper's grid (B·S = 16k tokens, H·D = 2048; S 1k/4k/16k, D 64/128, causal
 and not); bf16, random normal inputs. Each contender's dq, dk, dv are validated against
@@ -119,6 +121,12 @@ def contenders(torch, q, k, v, do, causal):
         found["fa4"] = lambda: torch.autograd.grad(o4, leaves, do, retain_graph=True)
     except Exception as e:  # noqa: BLE001 - a peer that is not installed sits out
         print(f"fa4 sits out: {type(e).__name__}: {e}")
+        return found
+    try:                        # FA4's own deterministic backward (its dQ semaphores)
+        o4d = flash_attn_func(*leaves, causal=causal, deterministic=True)[0]
+        found["fa4_det"] = lambda: torch.autograd.grad(o4d, leaves, do, retain_graph=True)
+    except Exception as e:  # noqa: BLE001 - an FA4 without the mode sits that contender out
+        print(f"fa4_det sits out: {type(e).__name__}: {e}")
     return found
 
 
@@ -164,11 +172,11 @@ def main() -> None:
             if err > 3e-2:
                 row["results"][n]["error"] = "wrong result, not timed"
                 del fns[n]
-        if "ptxdsl_det" in fns:
-            again = fns["ptxdsl_det"]()
-            first = fns["ptxdsl_det"]()
-            row["results"]["ptxdsl_det"]["bitwise_repeat"] = all(
-                torch.equal(x, y) for x, y in zip(again, first))
+        for n in ("ptxdsl_det", "fa4_det"):
+            if n in fns:
+                again, first = fns[n](), fns[n]()
+                row["results"][n]["bitwise_repeat"] = all(
+                    torch.equal(x, y) for x, y in zip(again, first))
         ms = time_all(torch, fns, a.rounds, a.iters)
         flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
         for n, t in ms.items():
@@ -188,7 +196,7 @@ def main() -> None:
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump(doc, f, indent=1)
-    names = ["ptxdsl", "ptxdsl_det", "cudnn", "fa2", "fa4"]
+    names = ["ptxdsl", "ptxdsl_det", "cudnn", "fa2", "fa4", "fa4_det"]
     print(f"\n{'D':>4} {'S':>6} {'mask':>6} " + " ".join(f"{n:>10}" for n in names))
     for r in rows:
         cells = [f"{r['results'].get(n, {}).get('tflops', float('nan')):10.1f}" for n in names]

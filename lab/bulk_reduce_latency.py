@@ -28,11 +28,11 @@ def build(iters: int, depth: int = 4):
     """The kernel: dst ``(CTAS, NBYTES / 4)`` f32 (added to), ns ``(CTAS,)`` u64 (the
     waiting CTAs' summed landing times), the first ``WAIT`` CTAs waiting."""
     from ptxdsl import Tile, kernel
-    from ptxdsl.core.types import f32, u8, u32, u64
+    from ptxdsl.core.types import f32, s32, s64, u8, u32, u64
     from ptxdsl.dsl import ptx, reg, smem
 
-    @kernel(in_specs=(Tile("WAIT", u32),), out_specs=(Tile("CTAS", NBYTES // 4, f32),
-                                                      Tile("CTAS", u64)),
+    @kernel(in_specs=(Tile("WAIT", s32),), out_specs=(Tile("CTAS", NBYTES // 4, f32),
+                                                      Tile("CTAS", s64)),
             arg_names=("wait", "dst", "ns"), grid=lambda CTAS: (CTAS, 1, 1),
             block=(32, 1, 1), arch="sm_90a", name=f"bulk_reduce_latency_i{iters}_d{depth}")
     def bulk_reduce_latency(wait, dst, ns):

@@ -126,11 +126,10 @@ def spin(at, turn, split: bool, labels, seen=None) -> None:
     ptx.place(done)
 
 
-def pass_turn(at, n: int = 1, fence: bool = True) -> None:
+def pass_turn(at, n: int = 1) -> None:
     """The adds are done (after ``bar.sync`` or the bulk group's completion): the next
     turn, or the next ``n`` at once (``red.release.gpu.global.add.u32``)."""
-    if fence:
-        ptx.inst("fence.proxy.async.global")
+    ptx.inst("fence.proxy.async.global")
     ptx.inst("red.release.gpu.global.add.u32", ptx.addr(at), n)
 
 

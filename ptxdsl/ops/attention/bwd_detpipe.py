@@ -36,7 +36,7 @@ def _lane0(lane, guard):
 
 
 def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
-             labels, guard=lambda w: None, ahead=None, fence: bool = True) -> None:
+             labels, guard=lambda w: None, ahead=None) -> None:
     """One row block's adds by the writer warp (lane 0 issues). ``words()``: the block's
     semaphore words as ``(at, turn, passes, guard)`` (recomputed where used, so that no
     register lives across the barriers: the producer warpgroup's budget is small); warpgroup
@@ -76,7 +76,7 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
         ptx.inst("cp.async.bulk.wait_group", 0)      # landed: now the turns pass
         for at, _, passes, g in words():
             with ptx.if_(g) if g is not None else nullcontext():
-                pass_turn(at, passes, fence)
+                pass_turn(at, passes)
 
 
 __all__ = ["det_step"]

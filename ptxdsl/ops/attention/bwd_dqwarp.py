@@ -123,18 +123,11 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                     reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w),
                                  frag and frag(m0w, bh, w))
                     ptx.inst("cp.async.bulk.commit_group")
-                    if det and not c.det_free:   # the adds land before the turn passes
+                    if det:                  # the adds land before the turn passes
                         ptx.inst("cp.async.bulk.wait_group", 0)
-                        pass_turn(at, fence=not c.det_nofence)
+                        pass_turn(at)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
-                if det and c.det_free:       # (lab: the stage freed once read, then the turn)
-                    with ptx.if_((lane == 0) & (_s32(m0w) < _s32(ptx.dim("SQP")))
-                                 if rows else lane == 0):
-                        ptx.inst("cp.async.bulk.wait_group", 0)
-                        pass_turn(ptx.global_ptr(det[0]) + (bh * ptx.dim("NMB") + (
-                            2 * det[1](mb) + w if rows else det[1](mb))) * 4,
-                            fence=not c.det_nofence)
     if end:
         writer_end(c, lane)
 
@@ -185,7 +178,7 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
         m0w = m0 + w * BM if rows else m0
         reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w), frag and frag(m0w, bh, w))
     det_step(2, lane, words=words, add=add, full=FULL, empty=EMPTY, threads=THREADS,
-             labels=labels, guard=guard, ahead=(poll, next_words) if poll else None, fence=not c.det_nofence)
+             labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
 
 
 __all__ = ["writer", "writer_start", "writer_end", "take_stage", "hand_stage", "reduce_boxes",

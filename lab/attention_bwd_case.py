@@ -33,10 +33,10 @@ def case(torch, s: int, d: int, causal: bool, tokens: int = 16384, width: int = 
                            flops=flops)
 
 
-def fa4_call(torch, q, k, v, causal: bool, do=None):
+def fa4_call(torch, q, k, v, causal: bool, do=None, deterministic: bool = False):
     """A no-argument call of FlashAttention-4 on these inputs: its forward, or with ``do``
-    its backward (the forward run once here, its graph kept); None where
-    ``flash_attn.cute`` does not import."""
+    its backward (the forward run once here, its graph kept; ``deterministic``: FA4's
+    deterministic backward); None where ``flash_attn.cute`` does not import."""
     try:
         from flash_attn.cute import flash_attn_func
     except ImportError as e:
@@ -45,7 +45,7 @@ def fa4_call(torch, q, k, v, causal: bool, do=None):
     if do is None:
         return lambda: flash_attn_func(q, k, v, causal=causal)
     leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
-    o = flash_attn_func(*leaves, causal=causal)[0]
+    o = flash_attn_func(*leaves, causal=causal, deterministic=deterministic)[0]
     return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
 
 

@@ -72,25 +72,45 @@ def summary(rows: list[dict], top: int = 20) -> dict:
                                  if v > 0.15 * r["samples"]}} for r in ranked]}
 
 
-def run(pass_: str, d: int, s: int, causal: bool, deterministic: bool = False) -> None:
+def run(pass_: str, d: int, s: int, causal: bool, deterministic: bool = False,
+        det_variants=()) -> None:
     """The profiled workload: each contender warmed twice, then once each between the
     profiler's start and stop (with ``deterministic``, ptxdsl's deterministic backward
-    second, so its main kernel is launch 1 and FA4's launch 2)."""
+    second, then one deterministic call per ``det_variants`` entry (fields replaced in the
+    plan's deterministic config), FA4's default and FA4's deterministic backward last: the
+    main kernels are launches 0 ptxdsl, 1 ptxdsl deterministic, 2.. the variants, then FA4
+    and FA4 deterministic)."""
+    import dataclasses
     import torch
     import ptxdsl.ops as ops
     from lab.attention_bwd_case import case, fa4_call
+    from ptxdsl.ops.attention import bwd_api
     c = case(torch, s, d, causal)
+
+    def det_call(changes=None):
+        def call():
+            shipped = bwd_api.choose_bwd
+            if changes:
+                bwd_api.choose_bwd = lambda *a, **k: dataclasses.replace(shipped(*a, **k),
+                                                                          **changes)
+            try:
+                return ops.attention_backward(c.do, c.q, c.k, c.v, c.out, c.lse,
+                                              causal=causal, deterministic=True)
+            finally:
+                bwd_api.choose_bwd = shipped
+        return call
     if pass_ == "bwd":
         calls = [lambda: ops.attention_backward(c.do, c.q, c.k, c.v, c.out, c.lse,
                                                 causal=causal)]
         if deterministic:
-            calls.append(lambda: ops.attention_backward(c.do, c.q, c.k, c.v, c.out, c.lse,
-                                                        causal=causal, deterministic=True))
+            calls += [det_call()] + [det_call(v) for v in det_variants]
     else:
         calls = [lambda: ops.attention(c.q, c.k, c.v, causal=causal)]
     fa4 = fa4_call(torch, c.q, c.k, c.v, causal, c.do if pass_ == "bwd" else None)
     if fa4:
         calls.append(fa4)
+        if pass_ == "bwd" and deterministic:
+            calls.append(fa4_call(torch, c.q, c.k, c.v, causal, c.do, deterministic=True))
     for _ in range(2):
         for f in calls:
             f()
@@ -110,15 +130,19 @@ def main() -> None:
     r.add_argument("--head-dim", type=int, default=64)
     r.add_argument("--seq", type=int, default=1024)
     r.add_argument("--causal", action="store_true")
+    r.add_argument("--det-variant", action="append", default=[], type=json.loads,
+                   help="with --deterministic: a JSON object of BwdConfig fields replaced "
+                   "in the plan's deterministic config, profiled after it (repeatable)")
     r.add_argument("--deterministic", action="store_true",
-                   help="bwd: ptxdsl's deterministic backward too, between the default and FA4")
+                   help="bwd: ptxdsl's deterministic backward too, between the default and FA4, "
+                   "and FA4's deterministic one last")
     p = sub.add_parser("report", help="summarize ncu source-page CSVs")
     p.add_argument("csv", nargs="+")
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--json", default=None)
     a = ap.parse_args()
     if a.cmd == "run":
-        return run(a.pass_, a.head_dim, a.seq, a.causal, a.deterministic)
+        return run(a.pass_, a.head_dim, a.seq, a.causal, a.deterministic, a.det_variant)
     out = {}
     for path in a.csv:
         name, rows = read_source(path)

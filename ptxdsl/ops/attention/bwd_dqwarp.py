@@ -12,7 +12,7 @@ before its first step and the consumer waits once after its last, so each barrie
 arrivals and waits pair up."""
 from __future__ import annotations
 
-from ...core.types import s32, u32, u64
+from ...core.types import s32
 from ...dsl import ptx, reg
 from .bwd_cols import stage_panels
 from .bwd_config import BLOCK_M as BM, BwdConfig
@@ -73,26 +73,6 @@ def reduce_boxes(c: BwdConfig, d: int, tdq, dqc, w, m0, head, stage_w, frag_at=N
         ptx.tma.reduce(tdq, dqc(col, m0, head), stage_w + ch * BM * box * 4)
 
 
-TRACE_SLOTS = 8 + 64 * 8     # (lab, det_trace) a CTA's u64 stamps: a header, 64 rows x 2 x 4
-
-
-def trace(c: BwdConfig, det, slot, value=None) -> None:
-    """(lab, ``det_trace``) ``%globaltimer`` (or ``value``, a u32 or u64) into u64 ``slot`` of
-    this CTA's record, past the semaphores (the lab's buffer is larger than ``sem``)."""
-    if not (c.det_trace and det):
-        return
-    t = reg.scalar(u64)
-    if value is None:
-        ptx.inst.mov.u64(t, ptx.special.globaltimer())
-    else:
-        ptx.inst("cvt.u64.u32", t, value)
-    cta = reg.scalar(u32)
-    ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-    words = ptx.dim("B") * ptx.dim("H") * ptx.dim("NMB")
-    at = ptx.global_ptr(det[0]) + words * 4 + (cta * TRACE_SLOTS + slot) * 8
-    ptx.inst("st.global.u64", ptx.addr(at), t)
-
-
 def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, m_range,
            bm, det=None, start: bool = True, end: bool = True, frag=None) -> None:
     """The writer warp's loop over the consumers' steps (``lane``: its lane; ``stage_of(w)``:
@@ -111,13 +91,6 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
             for i in range(2):
                 ptx.inst("st.shared.u32", ptx.addr(det[-1](), 4 * i), 0)
     rows = bm > BM       # block_m 128: warpgroup w staged rows m0 + 64 w .. (its own turn)
-    if c.det_trace and det:
-        with ptx.if_(lane == 0):
-            smid = reg.scalar(u32)
-            ptx.inst.mov.u32(smid, ptx.special.smid())
-            trace(c, det, 0)
-            trace(c, det, 1, smid)
-            trace(c, det, 2, det[2])
     for gi in ptx.range_(0, group):
         head, bh = heads(gi)
         for mb in ptx.range_(*m_range):
@@ -140,8 +113,6 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                     # order checkable when it has fenced its next step's dSᵀ since (the
                     # CPU interpreter remembers a warp's latest proxy fence only)
                     ptx.inst("fence.proxy.async.shared::cta")
-                    slot = lambda j: 8 + (mb % 64) * 8 + w * 4 + j     # (det_trace)
-                    trace(c, det, slot(0))
                     if det:
                         sem, sem_mb, nb, off, mask, labels, bn, desc, _ = det
                         split = c.dq_split or c.col_split or rows
@@ -149,21 +120,14 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                         at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
                         spin(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), split,
                                          bn, 1 if rows else 2, desc), split, labels)
-                    trace(c, det, slot(1))
                     reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w),
                                  frag and frag(m0w, bh, w))
                     ptx.inst("cp.async.bulk.commit_group")
                     if det:                  # the adds land before the turn passes
                         ptx.inst("cp.async.bulk.wait_group", 0)
-                        trace(c, det, slot(2))
                         pass_turn(at)
-                        trace(c, det, slot(3))
-                        trace(c, det, 3, bh)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
-    if c.det_trace and det:
-        with ptx.if_(lane == 0):
-            trace(c, det, 4)
     if end:
         writer_end(c, lane)
 
@@ -199,10 +163,6 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
             turn = turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), True, bn,
                            1 if rows else 2, desc)
             return at, turn, 1 if rows else 2, guard(w)
-        if rows and c.det_one_word:      # (lab: both halves' adds, then one pass)
-            at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + 2 * sem_mb(mb)) * 4
-            return [(at, turn_of(nb, m0, off, mask, reg.scalar(s32, init=0), True, bn, 1,
-                                 desc), 1, None)]
         return [word(2 * sem_mb(mb) + w, w) for w in range(2)] if rows else \
             [word(sem_mb(mb), 0)]
 
@@ -211,8 +171,6 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
         at = lambda smb: ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
         if not rows:
             return [(at(sem_mb(mn)), has)]
-        if c.det_one_word:
-            return [(at(2 * sem_mb(mn)), has)]
         past = lambda w: _s32(mn * c.block_m + w * BM) < _s32(ptx.dim("SQP"))
         return [(at(2 * sem_mb(mn) + w), has & past(w)) for w in range(2)]
 

@@ -46,7 +46,8 @@ def adds_per_block(shape, d, kw, c=None):
     every key block whose rows range takes it, twice (both warpgroups add; three times with
     wg3's three); with block_m 128 once a 64-row half (each has its word) for every key
     block whose range takes the half's 128-row step, whose CTA adds both halves (those
-    within the padded rows); ``c``: the config (the plan table's by default)."""
+    within the padded rows), or with det_pipe once the first half's word alone (it serves
+    both); ``c``: the config (the plan table's by default)."""
     b, sq, sk, h, _ = shape
     left, right = kw.get("window_size", (-1, -1))
     right = 0 if kw.get("causal") else right
@@ -64,7 +65,7 @@ def adds_per_block(shape, d, kw, c=None):
             if not ((keys[None] >= lo) & (keys[None] <= hi)).any():
                 continue
             if c.block_m == 2 * BLOCK_M:
-                want[:, :, 2 * mb:min(2 * mb + 2, words)] += 1
+                want[:, :, 2 * mb:min(2 * mb + (1 if c.det_pipe else 2), words)] += 1
             else:
                 want[:, :, mb] += 3 if c.wg3 else 2
     return want

@@ -69,7 +69,8 @@ class BwdConfig:
     ``det_pipe`` (dq_warp): in the deterministic mode, where the warpgroups add disjoint dQ
     columns (dq_split, col_split, block_m 128, wg3), the writer warp polls a row block's
     turn before taking the stages, issues every warpgroup's add, frees the stages once read
-    and passes the block's turns together once the adds have landed (:mod:`.bwd_detpipe`;
+    and passes the block's turns together once the adds have landed, one word a block
+    (block_m 128: the first half's, for both; :mod:`.bwd_detpipe`;
     elsewhere, as with varlen's 64-row steps of a block_m 128 row, the plain writer's order);
     the default mode's kernel is unchanged. ``det_units`` (deterministic mode, dense
     layout): the (batch, K/V head) units a section of CTAs interleaves (:func:`.bwd_det.

@@ -15,8 +15,10 @@ Here, per row block: the turn is polled *before* the stages are taken (while the
 consumers still compute them); each warpgroup's add is issued as its stage arrives; the
 stages are freed once the adds have read them (not landed); then one wait for all the
 adds to land and one ``red.release`` passes the block's turns together (``+ nw`` on a
-shared word; one per word with ``block_m`` 128's word per warpgroup). dQ's bits are those
-of the plain writer: the same adds in the same order of key blocks.
+shared word; with ``block_m`` 128, ``+ 1`` on the word of the block's first half, which
+serves both). dQ's bits are those of the plain writer: the same adds in the same order of
+key blocks. Each poll and each release is a round trip to L2 of about half a microsecond
+on an H200 (``lab/attention_bwd_det_trace.py``, in 73a4eec), so a block takes one of each.
 
 With ``det_poll`` the next row block's semaphore is read while this block's adds land
 (an ``ld.acquire`` whose L2 round trip the landing wait covers), so a writer that runs

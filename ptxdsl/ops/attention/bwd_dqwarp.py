@@ -147,32 +147,29 @@ def writer_end(c: BwdConfig, lane) -> None:
 
 def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb, m0, rows,
                    det, nxt, frag=None) -> None:
-    """``det_pipe``: one row block's turns and adds (:func:`.bwd_detpipe.det_step`): the
-    warpgroups' disjoint columns share the block's word (two turns a key block), or with
-    ``block_m`` 128 each its own half's word (one turn; none past SQP's padded rows).
+    """``det_pipe``: one row block's turns and adds (:func:`.bwd_detpipe.det_step`) through
+    one semaphore word: the warpgroups' disjoint columns share the block's word (two turns
+    a key block), and with ``block_m`` 128 the word of the block's first 64-row half takes
+    one turn a key block for both halves (its adds, none past SQP's padded rows, then one
+    landing and one release: a word a half polled and released each, as the plain writer
+    has them, doubled the writer's serial path a block, measured past the step's length).
     ``nxt``: the walk's next row block and whether there is one (``det_poll`` reads its
-    words early, into the shared words at ``poll()``)."""
+    word early, into the shared word at ``poll()``)."""
     sem, sem_mb, nb, off, mask, labels, bn, desc, poll = det
 
     guard = (lambda w: _s32(m0 + w * BM) < _s32(ptx.dim("SQP"))) if rows else \
         (lambda w: None)
+    smb = (lambda m: 2 * sem_mb(m)) if rows else sem_mb
+    at = lambda m: ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb(m)) * 4
+    turns = 1 if rows else 2             # a key block's turns on the word
 
     def words():
-        def word(smb, w):
-            at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
-            turn = turn_of(nb, m0, off, mask, reg.scalar(s32, init=w), True, bn,
-                           1 if rows else 2, desc)
-            return at, turn, 1 if rows else 2, guard(w)
-        return [word(2 * sem_mb(mb) + w, w) for w in range(2)] if rows else \
-            [word(sem_mb(mb), 0)]
+        return [(at(mb), turn_of(nb, m0, off, mask, reg.scalar(s32, init=0), True, bn,
+                                 turns, desc), turns, None)]
 
     def next_words():
         mn, has = nxt
-        at = lambda smb: ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
-        if not rows:
-            return [(at(sem_mb(mn)), has)]
-        past = lambda w: _s32(mn * c.block_m + w * BM) < _s32(ptx.dim("SQP"))
-        return [(at(2 * sem_mb(mn) + w), has & past(w)) for w in range(2)]
+        return [(at(mn), has)]
 
     def add(w):
         m0w = m0 + w * BM if rows else m0

@@ -35,8 +35,9 @@ PIPE = replace(STEP, det_desc=True, det_pipe=True)
 
 
 def _adds(shape, kw):
-    """Each 64-row half's semaphore at the end: one add per key block whose range takes
-    any row of its 128-row block (both halves add; a half past the padded rows none)."""
+    """Each 64-row half's semaphore at the end (det_pipe: the first half's word serves its
+    128-row block): one per key block whose range takes any row of the block, on the first
+    half's word; the second half's word none."""
     b, sq, sk, h, _ = shape
     left, right = kw.get("window_size", (-1, -1))
     right = 0 if kw.get("causal") else right
@@ -49,7 +50,7 @@ def _adds(shape, kw):
             lo = rows[:, None] + off - (left if left >= 0 else 1 << 30)
             hi = rows[:, None] + off + (right if right >= 0 else 1 << 30)
             if ((keys[None] >= lo) & (keys[None] <= hi)).any():
-                want[:, :, 2 * mb:min(2 * mb + 2, halves)] += 1
+                want[:, :, 2 * mb] += 1
     return want
 
 

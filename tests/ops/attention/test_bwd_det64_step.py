@@ -1,5 +1,6 @@
-"""Head dim 64's deterministic row (``bwd_plans.json`` row 2: the writer warp's turns,
-``det_desc``, the fixed-cost options) with the default row's step, as ``lab
+"""Head dim 64's deterministic row (``bwd_plans.json`` row 2: the writer warp's pipelined
+turns, one semaphore word a 128-row block, ``det_desc``, ``det_poll``, the fixed-cost
+options) with the default row's step, as ``lab
 --set pair`` times it: ``dk_last`` (dK issued behind dQ, dQ staged under it; with
 ``s_ahead`` 2 too: test_bwd_det64_ahead.py). On the CPU interpreter, for each mask: float64
 and every row block's semaphore at its count of adds, with the CTAs one at a time in launch
@@ -32,8 +33,8 @@ ROW = choose_bwd(64, "bf16", Mask(), False, True)         # the deterministic ro
 def test_turns_and_bits(shape, kw, monkeypatch):
     """The row for each mask it serves, CTAs one at a time in launch order (the window: one
     64-row half, GQA, a first key block without a step; causal over two 128-row steps: key
-    blocks that reach only the first step's rows count on both of its halves' words);
-    causal also all at once (the same bits)."""
+    blocks that reach only the first step's rows count on its first half's word, which
+    serves the step); causal also all at once (the same bits)."""
     monkeypatch.setattr(bwd_api, "choose_bwd", lambda *_a, **_k: ROW)
     if kw.get("causal"):
         check_turns(shape, 64, kw, ROW, monkeypatch)

@@ -182,7 +182,6 @@ class BwdConfig:
     det_units: int = 0
     det_desc: bool = False
     det_poll: bool = False
-    det_trace: bool = False     # (lab: the pipelined writer's %globaltimer stamps past sem)
     s_ahead: int = 0
     dq_swap: bool = False
     prep_wide: bool = False
@@ -214,7 +213,7 @@ class BwdConfig:
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
                 f"{'_wg3' if c.wg3 else ''}{'_dtp' if c.det_pipe else ''}"
                 f"{f'_u{c.det_units}' if c.det_units else ''}{'_dsc' if c.det_desc else ''}"
-                f"{'_dpl' if c.det_poll else ''}{'_trace' if c.det_trace else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
+                f"{'_dpl' if c.det_poll else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_dqs' if c.dq_swap else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
                 f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"

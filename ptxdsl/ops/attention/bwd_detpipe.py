@@ -28,36 +28,9 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from ...core.types import u32, u64
+from ...core.types import u32
 from ...dsl import ptx, reg
 from .bwd_det import pass_turn, spin
-
-
-TRACE_SLOTS = 8 + 64 * 8     # (lab, det_trace) a CTA's u64 stamps: a header, 64 rows x 8
-
-
-def trace(sem, slot, value=None) -> None:
-    """(lab, ``det_trace``) ``%globaltimer`` (or ``value``, a u32) into u64 ``slot`` of this
-    CTA's record, past the semaphores (the lab's buffer is larger than ``sem``)."""
-    t = reg.scalar(u64)
-    if value is None:
-        ptx.inst.mov.u64(t, ptx.special.globaltimer())
-    else:
-        ptx.inst("cvt.u64.u32", t, value)
-    cta = reg.scalar(u32)
-    ptx.inst.mov.u32(cta, ptx.special.ctaid.x())
-    words = ptx.dim("B") * ptx.dim("H") * ptx.dim("NMB")
-    at = ptx.global_ptr(sem) + words * 4 + (cta * TRACE_SLOTS + slot) * 8
-    ptx.inst("st.global.u64", ptx.addr(at), t)
-
-
-def trace_header(sem, nb) -> None:
-    """(lab) the CTA's start, SM and key block."""
-    smid = reg.scalar(u32)
-    ptx.inst.mov.u32(smid, ptx.special.smid())
-    trace(sem, 0)
-    trace(sem, 1, smid)
-    trace(sem, 2, nb)
 
 
 def _lane0(lane, guard):
@@ -65,7 +38,7 @@ def _lane0(lane, guard):
 
 
 def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
-             labels, guard=lambda w: None, ahead=None, stamp=None) -> None:
+             labels, guard=lambda w: None, ahead=None) -> None:
     """One row block's adds by the writer warp (lane 0 issues). ``words()``: the block's
     semaphore words as ``(at, turn, passes, guard)`` (recomputed where used, so that no
     register lives across the barriers: the producer warpgroup's budget is small); warpgroup
@@ -75,9 +48,7 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
     (``next_words()``: ``(at, pred)``, read where ``pred`` holds) read while this block's
     adds land, each value kept in the shared u32 at ``slot() + 4 i`` (0: none read) for
     the next step's first poll."""
-    st = stamp or (lambda j: None)
     with ptx.if_(lane == 0):
-        st(0)
         for i, (at, turn, _, g) in enumerate(words()):
             with ptx.if_(g) if g is not None else nullcontext():
                 seen = None
@@ -85,7 +56,6 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
                     seen = reg.scalar(u32)
                     ptx.inst("ld.shared.u32", seen, ptx.addr(ahead[0](), 4 * i))
                 spin(at, turn, True, labels, seen)
-        st(1)
     for w in range(nw):
         ptx.inst("bar.sync", full + w, threads)
         with _lane0(lane, guard(w)):
@@ -94,7 +64,6 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
             add(w)
             ptx.inst("cp.async.bulk.commit_group")
     with ptx.if_(lane == 0):
-        st(2)
         ptx.inst("cp.async.bulk.wait_group.read", 0)
     for w in range(nw):
         ptx.inst("bar.arrive", empty + w, threads)
@@ -107,11 +76,9 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
                     ptx.inst.ld.acquire.gpu.global_.u32(seen, ptx.addr(at))
                 ptx.inst("st.shared.u32", ptx.addr(slot(), 4 * i), seen)
         ptx.inst("cp.async.bulk.wait_group", 0)      # landed: now the turns pass
-        st(3)
         for at, _, passes, g in words():
             with ptx.if_(g) if g is not None else nullcontext():
                 pass_turn(at, passes)
-        st(4)
 
 
 __all__ = ["det_step"]

@@ -219,8 +219,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     det = (sem, nb, off, mask, labels, desc) if deterministic else None
                     _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, X,
                             m_range, det, c.det_pipe, c.dq_exit_read,
-                            (lambda: base + L.poll) if c.det_poll else None,
-                            trace=c.det_trace)
+                            (lambda: base + L.poll) if c.det_poll else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -448,7 +447,7 @@ def _reduce(tdq, w, row, stage_w, frag_at=None) -> None:
 
 
 def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=False,
-            exit_read=False, poll=None, trace=False) -> None:
+            exit_read=False, poll=None) -> None:
     """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
@@ -464,10 +463,6 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
     if det and pipe and poll:        # nothing read ahead of the first step
         with ptx.if_(lane == 0):
             ptx.inst("st.shared.u32", ptx.addr(poll()), 0)
-    from .bwd_detpipe import trace as _trace, trace_header
-    if det and trace:
-        with ptx.if_(lane == 0):
-            trace_header(det[0], det[1])
     for gi in ptx.range_(0, group):
         head = hk * group + gi
         for mb in ptx.range_(*m_range):
@@ -482,11 +477,7 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                                                       X.frag and X.frag(mb * BM, head, w)),
                     full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels,
                     ahead=(poll, lambda: [_next_word(sem, X, head, mb, m_range)])
-                    if poll else None,
-                    stamp=(lambda j: _trace(sem, 8 + (mb % 64) * 8 + j)) if trace else None)
-                if trace:
-                    with ptx.if_(lane == 0):
-                        _trace(sem, 3, head)
+                    if poll else None)
                 continue
             for w in range(WGS):
                 ptx.inst("bar.sync", FULL + w, WTHREADS)
@@ -504,9 +495,6 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                         pass_turn(at)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
-    if det and trace:
-        with ptx.if_(lane == 0):
-            _trace(det[0], 4)
     with ptx.if_(lane == 0):     # (exit_read: the kernel's end makes the adds visible)
         ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)
 

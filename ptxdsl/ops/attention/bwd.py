@@ -221,7 +221,6 @@ def build_backward(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                m_range=m_range, bm=bm,
                                det=(sem, (lambda mb: pq0 // BM + mb) if varlen else
                                     (lambda mb: mb), nb, off, mask, labels, bn, desc,
-                                    c.det_lag and (lambda: base + L.total + 8),
                                     c.det_poll and (lambda: base + L.total))
                                if deterministic else None,
                                start=not c.kv_pair, end=not c.kv_pair,

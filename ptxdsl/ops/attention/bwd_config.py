@@ -85,10 +85,7 @@ class BwdConfig:
     bits, as bitwise repeatable); varlen keeps the ascending order. ``det_poll`` (det_pipe):
     the writer reads the next row block's semaphore while this block's adds land
     (:mod:`.bwd_detpipe`), so a writer behind its turns skips that step's first poll (wg3:
-    in a shared word after its barriers). ``det_lag`` (det_pipe; not dq_swap): a row
-    block's turn passes after the next block's adds are issued, once its own have landed,
-    so neither the landing nor the release stands between one block's adds and the next
-    (each other key block's turn on a block then comes a block later).
+    in a shared word after its barriers).
 
     ``s_ahead`` (dk_last, with dq_split or block_m 128; dq_swap: 2): the next step's Sᵀ
     issued before this step ends, behind dK (1: run while dQ is staged) or behind dQ's
@@ -185,7 +182,6 @@ class BwdConfig:
     det_units: int = 0
     det_desc: bool = False
     det_poll: bool = False
-    det_lag: bool = False
     s_ahead: int = 0
     dq_swap: bool = False
     prep_wide: bool = False
@@ -217,7 +213,7 @@ class BwdConfig:
                 f"{'_dqw' if c.dq_warp else ''}{'_dkl' if c.dk_last else ''}"
                 f"{'_wg3' if c.wg3 else ''}{'_dtp' if c.det_pipe else ''}"
                 f"{f'_u{c.det_units}' if c.det_units else ''}{'_dsc' if c.det_desc else ''}"
-                f"{'_dpl' if c.det_poll else ''}{'_dlg' if c.det_lag else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
+                f"{'_dpl' if c.det_poll else ''}{f'_sa{c.s_ahead}' if c.s_ahead else ''}"
                 f"{'_dqs' if c.dq_swap else ''}{'_kvt' if c.dkv_tma else ''}"
                 f"{f'_lpt{c.lpt_units}' if c.lpt_units else ''}{'_xr' if c.dq_exit_read else ''}"
                 f"{'_sak' if c.ahead_k else ''}{f'_w3a{c.wg3_ahead}' if c.wg3_ahead else ''}"
@@ -326,11 +322,6 @@ class BwdConfig:
             raise ValueError(f"det_units >= 0 (0: by L2 capacity), got {self.det_units}")
         if self.det_pipe and not self.dq_warp:
             raise ValueError("det_pipe reorders the dQ writer warp's turns: it needs dq_warp")
-        if self.det_lag and not self.det_pipe:
-            raise ValueError("det_lag defers the pipelined writer's turns: it needs det_pipe")
-        if self.det_lag and self.dq_swap:
-            raise ValueError("det_lag: bwd_dqwarp's and wg3's pipelined writers take it, not "
-                             "dq_swap's (bwd_m80)")
         if self.det_poll and not self.det_pipe:
             raise ValueError("det_poll reads the pipelined writer's next turn early: it needs "
                              "det_pipe")

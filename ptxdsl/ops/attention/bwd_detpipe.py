@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from ...core.types import u32, u64
+from ...core.types import u32
 from ...dsl import ptx, reg
 from .bwd_det import pass_turn, spin
 
@@ -38,7 +38,7 @@ def _lane0(lane, guard):
 
 
 def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
-             labels, guard=lambda w: None, ahead=None, lag=None) -> None:
+             labels, guard=lambda w: None, ahead=None) -> None:
     """One row block's adds by the writer warp (lane 0 issues). ``words()``: the block's
     semaphore words as ``(at, turn, passes, guard)`` (recomputed where used, so that no
     register lives across the barriers: the producer warpgroup's budget is small); warpgroup
@@ -47,12 +47,7 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
     (``BwdConfig.det_poll``): ``(slot, next_words)``, the next row block's words
     (``next_words()``: ``(at, pred)``, read where ``pred`` holds) read while this block's
     adds land, each value kept in the shared u32 at ``slot() + 4 i`` (0: none read) for
-    the next step's first poll. ``lag`` (``BwdConfig.det_lag``; one word, no guard): the
-    shared u64 (``lag()``) holding the word whose turn is still to pass (0: none); the
-    block's turn then passes one block later, once this block's adds are issued and the
-    last block's have landed (each block commits ``nw`` bulk groups, empty ones where a
-    warpgroup has no rows), so the landing and the release no longer stand between the
-    block's adds and the next block's."""
+    the next step's first poll."""
     with ptx.if_(lane == 0):
         for i, (at, turn, _, g) in enumerate(words()):
             with ptx.if_(g) if g is not None else nullcontext():
@@ -67,11 +62,7 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
             # (the consumer fenced before arriving; again here, as bwd_dqwarp says why)
             ptx.inst("fence.proxy.async.shared::cta")
             add(w)
-            if not lag:
-                ptx.inst("cp.async.bulk.commit_group")
-        if lag:                 # (nw groups a block: the wait below counts them)
-            with ptx.if_(lane == 0):
-                ptx.inst("cp.async.bulk.commit_group")
+            ptx.inst("cp.async.bulk.commit_group")
     with ptx.if_(lane == 0):
         ptx.inst("cp.async.bulk.wait_group.read", 0)
     for w in range(nw):
@@ -84,28 +75,10 @@ def det_step(nw: int, lane, *, words, add, full: int, empty: int, threads: int,
                 with ptx.if_(pred):
                     ptx.inst.ld.acquire.gpu.global_.u32(seen, ptx.addr(at))
                 ptx.inst("st.shared.u32", ptx.addr(slot(), 4 * i), seen)
-        if lag:
-            (at, _, passes, g), = words()
-            assert g is None, "det_lag: one unguarded word a block"
-            pass_pending(lag, passes, wait=nw)
-            ptx.inst("st.shared.u64", ptx.addr(lag()), at)
-            return
         ptx.inst("cp.async.bulk.wait_group", 0)      # landed: now the turns pass
         for at, _, passes, g in words():
             with ptx.if_(g) if g is not None else nullcontext():
                 pass_turn(at, passes)
 
 
-def pass_pending(lag, passes: int, wait: int = 0) -> None:
-    """(lane 0, ``det_lag``) The pending word's turns, once all but the ``wait`` latest bulk
-    groups have landed (the writer's end: ``wait`` 0, then none pending)."""
-    pend = reg.scalar(u64)
-    ptx.inst("ld.shared.u64", pend, ptx.addr(lag()))
-    with ptx.if_(pend != 0):
-        ptx.inst("cp.async.bulk.wait_group", wait)
-        pass_turn(pend, passes)
-    if wait == 0:
-        ptx.inst("st.shared.u64", ptx.addr(lag()), reg.scalar(u64, init=0))
-
-
-__all__ = ["det_step", "pass_pending"]
+__all__ = ["det_step"]

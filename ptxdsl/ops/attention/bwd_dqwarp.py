@@ -12,12 +12,12 @@ before its first step and the consumer waits once after its last, so each barrie
 arrivals and waits pair up."""
 from __future__ import annotations
 
-from ...core.types import s32, u64
+from ...core.types import s32
 from ...dsl import ptx, reg
 from .bwd_cols import stage_panels
 from .bwd_config import BLOCK_M as BM, BwdConfig
 from .bwd_det import pass_turn, spin, turn_of
-from .bwd_detpipe import det_step, pass_pending
+from .bwd_detpipe import det_step
 from .fwd import _s32
 
 FULL, EMPTY = 4, 6          # named barrier ids (+ w); 0-3 are the kernel's others
@@ -91,16 +91,11 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
             for i in range(2):
                 ptx.inst("st.shared.u32", ptx.addr(det[-1](), 4 * i), 0)
     rows = bm > BM       # block_m 128: warpgroup w staged rows m0 + 64 w .. (its own turn)
-    pipe = det and c.det_pipe and (c.dq_split or c.col_split or rows)   # (bwd_detpipe)
-    lag = pipe and det[-2]           # det_lag: the word whose turn is still to pass
-    if lag:
-        with ptx.if_(lane == 0):
-            ptx.inst("st.shared.u64", ptx.addr(lag()), reg.scalar(u64, init=0))
     for gi in ptx.range_(0, group):
         head, bh = heads(gi)
         for mb in ptx.range_(*m_range):
             m0 = mb * bm
-            if pipe:
+            if det and c.det_pipe and (c.dq_split or c.col_split or rows):  # (bwd_detpipe)
                 # (det_poll: the walk's next row block, where there is one)
                 nxt = None if not det[-1] else \
                     (mb - 1, _s32(mb) > _s32(m_range[1]) + 1) if len(m_range) == 3 else \
@@ -119,7 +114,7 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                     # CPU interpreter remembers a warp's latest proxy fence only)
                     ptx.inst("fence.proxy.async.shared::cta")
                     if det:
-                        sem, sem_mb, nb, off, mask, labels, bn, desc, _, _ = det
+                        sem, sem_mb, nb, off, mask, labels, bn, desc, _ = det
                         split = c.dq_split or c.col_split or rows
                         smb = 2 * sem_mb(mb) + w if rows else sem_mb(mb)
                         at = ptx.global_ptr(sem) + (bh * ptx.dim("NMB") + smb) * 4
@@ -133,9 +128,6 @@ def writer(c: BwdConfig, d: int, *, lane, tdq, dqc, stage_of, group, hk, heads, 
                         pass_turn(at)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, THREADS)
-    if lag:                          # the last block's turn
-        with ptx.if_(lane == 0):
-            pass_pending(lag, 1 if rows else 2)
     if end:
         writer_end(c, lane)
 
@@ -163,7 +155,7 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
     has them, doubled the writer's serial path a block, measured past the step's length).
     ``nxt``: the walk's next row block and whether there is one (``det_poll`` reads its
     word early, into the shared word at ``poll()``)."""
-    sem, sem_mb, nb, off, mask, labels, bn, desc, lag, poll = det
+    sem, sem_mb, nb, off, mask, labels, bn, desc, poll = det
 
     guard = (lambda w: _s32(m0 + w * BM) < _s32(ptx.dim("SQP"))) if rows else \
         (lambda w: None)
@@ -183,8 +175,7 @@ def _det_pipe_step(c: BwdConfig, d: int, lane, tdq, dqc, stage_of, head, bh, mb,
         m0w = m0 + w * BM if rows else m0
         reduce_boxes(c, d, tdq, dqc, w, m0w, head, stage_of(w), frag and frag(m0w, bh, w))
     det_step(2, lane, words=words, add=add, full=FULL, empty=EMPTY, threads=THREADS,
-             labels=labels, guard=guard, ahead=(poll, next_words) if poll else None,
-             lag=lag or None)
+             labels=labels, guard=guard, ahead=(poll, next_words) if poll else None)
 
 
 __all__ = ["writer", "writer_start", "writer_end", "take_stage", "hand_stage", "reduce_boxes",

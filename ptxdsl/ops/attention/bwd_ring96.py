@@ -14,7 +14,7 @@ WTHREADS = 128 + 32     # a consumer warpgroup and the writer warp
 def place(L, c: BwdConfig, pt_bytes: int, wg_stage: int, wgs: int) -> None:
     """Set ``L``'s byte offsets after its ``kv_bytes`` and ``q_bytes``: P and dS tiles of
     ``pt_bytes``, ``wgs`` dQ stages of ``wg_stage``, then the barriers (8 bytes each) and with
-    ``det_poll`` the writer's word (``L.poll``), with ``det_lag`` its pending one (``L.lag``)."""
+    ``det_poll`` the writer's word (``L.poll``)."""
     L.pt_bytes, L.wg_stage = pt_bytes, wg_stage
     L.k = 0
     L.v = L.kv_bytes
@@ -33,8 +33,6 @@ def place(L, c: BwdConfig, pt_bytes: int, wg_stage: int, wgs: int) -> None:
     L.total = L.doempty + 8
     if c.det_poll:      # the writer's early read of its next turn (bwd_detpipe)
         L.poll, L.total = L.total, L.total + 8
-    if c.det_lag:       # the writer's word whose turn is still to pass (bwd_detpipe)
-        L.lag, L.total = L.total, L.total + 8
 
 
 def barriers(L, tid, stages: int, wgs: int):

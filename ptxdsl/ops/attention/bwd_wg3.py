@@ -42,7 +42,7 @@ from __future__ import annotations
 import itertools
 
 from ... import kernel
-from ...core.types import PtxType, b32, f32, s32, u32, u64
+from ...core.types import PtxType, b32, f32, s32, u32
 from ...dsl import ptx, reg
 from .._common.ring import Ring, wait
 from .bwd import specs
@@ -219,8 +219,7 @@ def build_backward_wg3(c: BwdConfig, dtype: PtxType, d: int, mask: Mask = Mask()
                     det = (sem, nb, off, mask, labels, desc) if deterministic else None
                     _writer(tdq, tid & 31, base + L.dqs, L.wg_stage, group, hk, X,
                             m_range, det, c.det_pipe, c.dq_exit_read,
-                            (lambda: base + L.poll) if c.det_poll else None,
-                            (lambda: base + L.lag) if c.det_lag else None)
+                            (lambda: base + L.poll) if c.det_poll else None)
         with ptx.else_():
             # ------------------------------------------------------------ consumers
             ptx.inst("setmaxnreg.inc.sync.aligned.u32", c.consumer_regs)
@@ -448,7 +447,7 @@ def _reduce(tdq, w, row, stage_w, frag_at=None) -> None:
 
 
 def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=False,
-            exit_read=False, poll=None, lag=None) -> None:
+            exit_read=False, poll=None) -> None:
     """``dq_warp``: the producer's warp 1 takes each consumer warpgroup's staged dQ in
     turn (``FULL + w``), adds it and hands the stage back once read (``EMPTY + w``), as
     :mod:`.bwd_dqwarp` does for two warpgroups; one arrival ahead of the first step, so
@@ -458,18 +457,12 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
     blocks' three each have landed, and each passes one turn once its own has.
     ``exit_read`` (``dq_exit_read``): the last wait is for the stage's reads only.
     ``poll`` (``det_poll``, with ``pipe``): the shared word where the next row block's
-    semaphore, read while this block's adds land, waits for the next step's first poll.
-    ``lag`` (``det_lag``, with ``pipe``): the shared u64 of the word whose turn passes a
-    block late (:func:`.bwd_detpipe.det_step`)."""
+    semaphore, read while this block's adds land, waits for the next step's first poll."""
     for w in range(WGS):
         ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
     if det and pipe and poll:        # nothing read ahead of the first step
         with ptx.if_(lane == 0):
             ptx.inst("st.shared.u32", ptx.addr(poll()), 0)
-    lag = lag if det and pipe else None
-    if lag:                          # no turn pending yet
-        with ptx.if_(lane == 0):
-            ptx.inst("st.shared.u64", ptx.addr(lag()), reg.scalar(u64, init=0))
     for gi in ptx.range_(0, group):
         head = hk * group + gi
         for mb in ptx.range_(*m_range):
@@ -484,7 +477,7 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                                                       X.frag and X.frag(mb * BM, head, w)),
                     full=FULL, empty=EMPTY, threads=WTHREADS, labels=labels,
                     ahead=(poll, lambda: [_next_word(sem, X, head, mb, m_range)])
-                    if poll else None, lag=lag)
+                    if poll else None)
                 continue
             for w in range(WGS):
                 ptx.inst("bar.sync", FULL + w, WTHREADS)
@@ -502,10 +495,6 @@ def _writer(tdq, lane, dqs, wg_stage, group, hk, X, m_range, det=None, pipe=Fals
                         pass_turn(at)
                     ptx.inst("cp.async.bulk.wait_group.read", 0)
                 ptx.inst("bar.arrive", EMPTY + w, WTHREADS)
-    if lag:                          # the last block's turn
-        from .bwd_detpipe import pass_pending
-        with ptx.if_(lane == 0):
-            pass_pending(lag, WGS)
     with ptx.if_(lane == 0):     # (exit_read: the kernel's end makes the adds visible)
         ptx.inst("cp.async.bulk.wait_group.read" if exit_read else "cp.async.bulk.wait_group", 0)
 

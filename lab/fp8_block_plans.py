@@ -47,6 +47,8 @@ contenders take turns in ``--block-ms`` slices, ``--rounds`` rounds, median kept
     PYTHONPATH=. python lab/fp8_block_plans.py
     PYTHONPATH=. python lab/fp8_block_plans.py --shapes 4096x7168x16384 --variants base,r4
     PYTHONPATH=. python lab/fp8_block_plans.py --set sbr      # Plan.sb_ring, about 100 s
+    PYTHONPATH=. python lab/fp8_block_plans.py --set onerow   # M = 128: the one-row plan's
+                                                              # loop fields (ONE_ROW)
 """
 from __future__ import annotations
 
@@ -101,31 +103,55 @@ SB_RING = {"sbr": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True, sb_ring=T
            "r8sbr": dict(bn=256, kb_roll=8, cluster=1, smem_scales=True, sb_ring=True),
            "n128r4sbr": dict(bn=128, kb_roll=4, cluster=1, smem_scales=True, sb_ring=True)}
 ROLLING.update(SB_RING)
+# one tile row (M <= 128): the plan's 64-column tiles with the loop fields the many-row
+# plans take (rolled k-blocks, scales through the ring, uniform consumer index), and
+# 128-column tiles split in two along K
+ONE_ROW = {"o_r2": dict(kb_roll=2), "o_r4": dict(kb_roll=4), "o_kp": dict(kb_pairs=True),
+           "o_ss": dict(smem_scales=True), "o_r4ss": dict(kb_roll=4, smem_scales=True),
+           "o_r8ss": dict(kb_roll=8, smem_scales=True),
+           "o_r4sbr": dict(kb_roll=4, smem_scales=True, sb_ring=True),
+           "o_uc": dict(uniform_cons=True),
+           "o_r4ssuc": dict(kb_roll=4, smem_scales=True, uniform_cons=True),
+           "o_n128s2": dict(bn=128, split=2), "o_n128s2r4": dict(bn=128, split=2, kb_roll=4)}
+ONE_ROW_SHAPES = "128x8192x8192,128x4096x14336,128x14336x4096"
 # --set NAME: the variants (and shapes) one question needs, beside api, base and cuBLAS
-SETS = {"sbr": (["n256r4ss", "r4ss", *SB_RING, "tensor n256"], SHAPES)}
+SETS = {"sbr": (["n256r4ss", "r4ss", *SB_RING, "tensor n256"], SHAPES),
+        "onerow": (["base", *ONE_ROW, "tensor base"], ONE_ROW_SHAPES)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
-BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1", "tensor n160"}
+BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1", "tensor n160", "tensor base"}
 
 
 def variants(m, n, k, sms, device):
-    """name -> block-wise Plan for one shape (duplicates of ``base`` dropped)."""
+    """name -> block-wise Plan for one shape (duplicates of ``base`` dropped, and variants the
+    Plan's checks refuse for this shape's plan: a split plan takes no cluster, m_waves...)."""
     from ptxdsl.core.types import bf16, e4m3
     from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling
     base = for_scaling(choose(m, n, k, e4m3, bf16, sms, device=device), "block", e4m3, bf16)
     out = {"base": base}
+
+    def put(name, make):
+        try:
+            out[name] = make()
+        except ValueError as e:
+            print(f"{name} left out: {e}"[:160])
     # the variants start from the plan without the loop fields for_scaling adds
     plain = dataclasses.replace(base, kb_roll=0, smem_scales=False)
-    # the 128-column plan (cluster 2) the older fields vary
-    n128 = fitted(dataclasses.replace(plain, bn=128, cluster=2), e4m3, bf16)
+    # the 128-column plan (cluster 2 where unsplit) the older fields vary
+    n128 = fitted(dataclasses.replace(plain, bn=128, cluster=2 if plain.split == 1 else 1),
+                  e4m3, bf16)
     out["n128"] = n128
     for name, kw in VARIANTS.items():
-        out[name] = for_scaling(dataclasses.replace(n128, **kw), "block", e4m3, bf16)
-    out["st-1"] = dataclasses.replace(base, stages=base.stages - 1)
+        put(name, lambda kw=kw: for_scaling(dataclasses.replace(n128, **kw), "block", e4m3,
+                                            bf16))
+    put("st-1", lambda: dataclasses.replace(base, stages=base.stages - 1))
     # 256-column tiles as two 128-column halves, in a cluster of 2 and without
     for name, c in (("n256", 2), ("n256c1", 1)):
-        out[name] = fitted(dataclasses.replace(plain, bn=256, cluster=c), e4m3, bf16)
+        put(name, lambda c=c: fitted(dataclasses.replace(plain, bn=256, cluster=c), e4m3, bf16))
     for name, kw in ROLLING.items():
-        out[name] = fitted(dataclasses.replace(plain, **kw), e4m3, bf16)
+        put(name, lambda kw=kw: fitted(dataclasses.replace(plain, **kw), e4m3, bf16))
+    if m <= 128:
+        for name, kw in ONE_ROW.items():
+            put(name, lambda kw=kw: fitted(dataclasses.replace(plain, **kw), e4m3, bf16))
     seen, res = set(), {}
     for name, p in out.items():
         if p not in seen:
@@ -142,6 +168,7 @@ def tensor_plans(m, n, k, sms, device):
     base = choose(m, n, k, e4m3, bf16, sms, device=device)
     out = {f"tensor n{bn}": fitted(dataclasses.replace(base, bn=bn), e4m3, bf16)
            for bn in (128, 256)}
+    out["tensor base"] = base           # the per-tensor op's own plan
     # without the cluster, as the block-wise plans run: what the cluster gives per tensor
     out.update({f"tensor n{bn}c1": fitted(dataclasses.replace(base, bn=bn, cluster=1), e4m3,
                                           bf16) for bn in (128, 256)})
@@ -182,7 +209,8 @@ def main(argv=None):
     ap.add_argument("--variants", default=None,
                     help="comma-separated names, or all (default: all but BEHIND)")
     ap.add_argument("--set", choices=sorted(SETS), default=None,
-                    help="a named set of variants (and its shapes): sbr (Plan.sb_ring)")
+                    help="a named set of variants (and its shapes): sbr (Plan.sb_ring), "
+                    "onerow (M = 128's plans)")
     ap.add_argument("--block-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)

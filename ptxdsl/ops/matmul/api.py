@@ -324,7 +324,7 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
     scaled = "tensor" if scaled is True else scaled
     p = for_majors(choose(m, n, k, dt, odt, sms, device=device, b_major=b_major), dt, odt,
                    a_major, b_major)
-    p = for_scaling(p, scaled, dt, odt, smem_scales)
+    p = for_scaling(p, scaled, dt, odt, smem_scales, one_row=64 < m <= 128)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
            sms, scaled, a_major, b_major)     # the majors last (tests read them there)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,

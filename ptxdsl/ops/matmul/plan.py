@@ -177,7 +177,7 @@ def for_majors(p: Plan, dtype: PtxType, out_dtype: PtxType, a_major: str = "K",
 
 
 def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType,
-                smem_scales: bool = False) -> Plan:
+                smem_scales: bool = False, one_row: bool = False) -> Plan:
     """``p`` for a float8 scaling mode (:mod:`.fp8`). Block-wise scales keep a second f32
     accumulator per consumer (the k-block's product before its promotion) and take one
     ``scale_b`` per tile and k-block: tiles of 64 or 128 columns (two 128-column
@@ -190,7 +190,10 @@ def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType,
     256-row tiles gets its ring re-fitted to the larger stages. The 256-column halves roll
     four k-blocks (``kb_roll``) and, where the caller's ``smem_scales`` says ``scale_a``
     allows it (M a multiple of 4, a 16-byte aligned base), read ``scale_a`` from the ring;
-    256 columns then also take ``scale_b`` from the ring (``sb_ring``) over eight."""
+    256 columns then also take ``scale_b`` from the ring (``sb_ring``) over eight. ``one_row``
+    (the caller's M is 65 to 128: one tile row, all A rows loaded): the one-row plan's 64-
+    or 128-column tiles without a cluster roll four k-blocks, with ``scale_a`` through the
+    ring where allowed and the consumer index in uniform registers."""
     if mode != "block":
         return fitted(dataclasses.replace(p, m_waves=1, kb_pairs=False, kb_roll=0,
                                           kb_stagger=False),
@@ -206,6 +209,13 @@ def for_scaling(p: Plan, mode, dtype: PtxType, out_dtype: PtxType,
         return fitted(dataclasses.replace(p, cluster=1, kb_roll=8 if sbr else 4,
                                           smem_scales=smem_scales, sb_ring=sbr),
                       dtype, out_dtype)
+    if one_row and p.bn <= 128 and not 128 % p.bn and p.m_waves == 1 and not p.a_rows \
+            and p.cluster == 1 and p.cluster_n == 1 and not p.kb_pairs:
+        # lab/fp8_block_plans.py --set onerow (bench/results/fp8_block_onerow_h200.json,
+        # TFLOP/s plan before -> this, cuBLAS block-wise): 128 x 8192 x 8192 467 -> 786
+        # (585), 128 x 4096 x 14336 468 -> 642 (331), 128 x 14336 x 4096 611 -> 739 (738)
+        return fitted(dataclasses.replace(p, kb_roll=4, smem_scales=smem_scales,
+                                          uniform_cons=True), dtype, out_dtype)
     if p.bn > 128 or 128 % p.bn or p.m_waves > 1:
         p = fitted(dataclasses.replace(p, bn=128 if p.bn > 128 or 128 % p.bn else p.bn),
                    dtype, out_dtype)

@@ -182,6 +182,44 @@ def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
     assert w160.smem_bytes(e4m3, bf16) <= 227 * 1024 and w160.stages == 5
 
 
+@pytest.mark.parametrize("m,n,k,split", [
+    # ten k-blocks: two rolling iterations of four and two left over; N past a tile
+    (100, 136, 1168, 1),
+    # split-K ranks of 3 and 2 k-blocks (no whole iteration: one at a time)
+    pytest.param(128, 72, 656, 2, marks=pytest.mark.long),
+])
+def test_one_row_block_plans_roll_four_kblocks(m, n, k, split):
+    """One tile row (M 65 to 128): the block-wise plan rolls four k-blocks with scale_a
+    through the ring and the consumer index in uniform registers; bitwise the float64
+    product on the interpreter."""
+    p = for_scaling(one_row(m, n, k, e4m3, f32, sms=2 * split, split=split), "block", e4m3,
+                    f32, smem_scales=True, one_row=True)
+    assert (p.kb_roll, p.smem_scales, p.uniform_cons, p.split) == (4, True, True, split)
+    kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled="block")
+    rng = np.random.default_rng(m + n + k)
+    a, w = ints(rng, (m, k)), ints(rng, (n, k))
+    sa, sb = scales_for(rng, "block", m, n, k)
+    c = kern.interpret(a.astype(E4M3), w.astype(E5M2), np.ascontiguousarray(sa.T), sb,
+                       np.full((m, n), np.nan, np.float32))
+    np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, "block"))
+
+
+def test_one_row_rule_leaves_other_plans():
+    """The op takes the rule at M 65 to 128 only (M <= 64 keeps its plan's loop), the
+    many-row plans and the other scaling modes keep theirs."""
+    from ptxdsl.ops.matmul.api import hopper_kernel
+
+    def name(m, mode="block"):
+        return hopper_kernel(m, 8192, 8192, e4m3, bf16, None, None, 132, scaled=mode,
+                             smem_scales=True).name
+    assert "_r4" in name(128) and "_ss" in name(128) and "_uc" in name(128)
+    assert "_r4" not in name(64) and "_uc" not in name(64)
+    assert "_r4" not in name(128, "row")
+    big = choose(4096, 7168, 16384, e4m3, bf16)
+    assert for_scaling(big, "block", e4m3, bf16, True, one_row=False) == \
+        for_scaling(big, "block", e4m3, bf16, True)
+
+
 def test_block_scaled_plans_take_128_column_tiles():
     p = choose(4096, 7168, 4096, e4m3, bf16)
     assert p.bn == 256 and p.cluster == 2 and for_scaling(p, "row", e4m3, bf16) == p

@@ -106,6 +106,17 @@ def test_interpreter_runs_the_scaled_hopper_kernel(mode, m, n, k, cluster, split
     np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, mode))
 
 
+def _bitwise_block(kern, m, n, k) -> None:
+    """The block-wise kernel (e4m3 A, e5m2 B, f32 out) on the interpreter against float64:
+    integer operands and power-of-two scales, so bitwise."""
+    rng = np.random.default_rng(m + n + k)
+    a, w = ints(rng, (m, k)), ints(rng, (n, k))
+    sa, sb = scales_for(rng, "block", m, n, k)
+    c = kern.interpret(a.astype(E4M3), w.astype(E5M2), np.ascontiguousarray(sa.T), sb,
+                       np.full((m, n), np.nan, np.float32))
+    np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, "block"))
+
+
 @pytest.mark.parametrize("m,n,k,split,fields", [
     # two k-blocks a rolling iteration, five k-blocks: two iterations and one left over
     (70, 72, 592, 1, dict(bn=128, kb_roll=2)),
@@ -150,12 +161,7 @@ def test_interpreter_runs_block_loop_variants(m, n, k, split, fields):
     assert kern.name.endswith(f"{'_r%d' % p.kb_roll if p.kb_roll else ''}"
                               f"{'_ss' if p.smem_scales else ''}_blockscaled")
     assert ("_stg_" in kern.name) == p.kb_stagger
-    rng = np.random.default_rng(m + n + k)
-    a, w = ints(rng, (m, k)), ints(rng, (n, k))
-    sa, sb = scales_for(rng, "block", m, n, k)
-    c = kern.interpret(a.astype(E4M3), w.astype(E5M2), np.ascontiguousarray(sa.T), sb,
-                       np.full((m, n), np.nan, np.float32))
-    np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, "block"))
+    _bitwise_block(kern, m, n, k)
 
 
 def test_staggered_and_eight_kblock_rolls_are_block_wise_plan_fields():
@@ -196,12 +202,7 @@ def test_one_row_block_plans_roll_four_kblocks(m, n, k, split):
                     f32, smem_scales=True, one_row=True)
     assert (p.kb_roll, p.smem_scales, p.uniform_cons, p.split) == (4, True, True, split)
     kern = build_hopper(p, e4m3, f32, sms=2 * split, b_dtype=e5m2, scaled="block")
-    rng = np.random.default_rng(m + n + k)
-    a, w = ints(rng, (m, k)), ints(rng, (n, k))
-    sa, sb = scales_for(rng, "block", m, n, k)
-    c = kern.interpret(a.astype(E4M3), w.astype(E5M2), np.ascontiguousarray(sa.T), sb,
-                       np.full((m, n), np.nan, np.float32))
-    np.testing.assert_array_equal(c, reference(a, w.T, sa, sb, "block"))
+    _bitwise_block(kern, m, n, k)
 
 
 def test_one_row_rule_leaves_other_plans():

@@ -4,6 +4,7 @@ normal bf16 inputs, ptxdsl's forward out and LSE, SDPA's gradients in f32 as the
 the forward's, half under the causal mask). Shared by the ``lab/attention_bwd_*`` sets."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 
@@ -49,4 +50,22 @@ def fa4_call(torch, q, k, v, causal: bool, do=None, deterministic: bool = False)
     return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
 
 
-__all__ = ["case", "fa4_call"]
+@contextmanager
+def plan_as(cfg=None, **changes):
+    """Within the block, the backward's plan table answers ``cfg`` (a BwdConfig), or its
+    own row with ``changes`` replaced, or (neither) itself: how the labs run a variant
+    through ``ptxdsl.ops.attention_backward`` (kernels are cached by config)."""
+    import dataclasses
+    from ptxdsl.ops.attention import bwd_api
+    shipped = bwd_api.choose_bwd
+    if cfg is not None:
+        bwd_api.choose_bwd = lambda *_a, **_k: cfg
+    elif changes:
+        bwd_api.choose_bwd = lambda *a, **k: dataclasses.replace(shipped(*a, **k), **changes)
+    try:
+        yield
+    finally:
+        bwd_api.choose_bwd = shipped
+
+
+__all__ = ["case", "fa4_call", "plan_as"]

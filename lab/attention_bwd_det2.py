@@ -121,12 +121,11 @@ def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0,
     module's :func:`variants` by default) and ``name`` (the JSON's) for other sets."""
     variants_of = variants_of or variants
     import torch
-    from lab.attention_bwd_case import case
+    from lab.attention_bwd_case import case, plan_as
     import ptxdsl.ops as ops
-    from ptxdsl.ops.attention import bwd_api
     from bench.timing import time_interleaved
 
-    shipped, rows, t0, left = bwd_api.choose_bwd, [], time.monotonic(), []
+    rows, t0, left = [], time.monotonic(), []
     for s, d, causal in grid:
         if heads and d not in heads:
             continue
@@ -140,12 +139,9 @@ def run(rounds: int = 5, block_ms: float = 8.0, budget_s: float = 110.0,
         fns = {}
         for label, (cfg, det) in variants_of(d).items():
             def call(_c=cfg, _det=det):
-                bwd_api.choose_bwd = shipped if _c is None else (lambda *_a, **_k: _c)
-                try:
+                with plan_as(_c):
                     return ops.attention_backward(do, q, k, v, out, lse, causal=causal,
                                                   deterministic=_det)
-                finally:
-                    bwd_api.choose_bwd = shipped
             try:
                 got = call()
                 err = max(float((x.float() - r).abs().max() / r.abs().max())

@@ -41,16 +41,14 @@ def _variants(d):
 
 def run(heads: str = "") -> None:
     import torch
-    from lab.attention_bwd_case import case
+    from lab.attention_bwd_case import case, plan_as
     import ptxdsl.ops as ops
-    from ptxdsl.ops.attention import bwd_api
 
     grid = tuple((s, 128, c) for s in (1024, 4096, 16384) for c in (False, True)) + \
         tuple((s, d, c) for d in (64, 192) for s, c in ((4096, False), (4096, True),
                                                       (16384, True)))
     if heads:
         grid = tuple(g for g in grid if str(g[1]) in heads.split(","))
-    shipped = bwd_api.choose_bwd
     rows = []
     for s, d, causal in grid:
         sc = case(torch, s, d, causal)
@@ -60,12 +58,9 @@ def run(heads: str = "") -> None:
         calls = {}
         for name, (cfg, det) in _variants(d).items():
             def call(_c=cfg, _det=det):
-                bwd_api.choose_bwd = shipped if _c is None else (lambda *_a, **_k: _c)
-                try:
+                with plan_as(_c):
                     return ops.attention_backward(do, q, k, v, out, lse, causal=causal,
                                                   deterministic=_det)
-                finally:
-                    bwd_api.choose_bwd = shipped
             try:
                 got = call()
                 err = max(float((x.float() - r).abs().max() / r.abs().max())

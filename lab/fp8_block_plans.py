@@ -103,9 +103,10 @@ SB_RING = {"sbr": dict(bn=256, kb_roll=4, cluster=1, smem_scales=True, sb_ring=T
            "r8sbr": dict(bn=256, kb_roll=8, cluster=1, smem_scales=True, sb_ring=True),
            "n128r4sbr": dict(bn=128, kb_roll=4, cluster=1, smem_scales=True, sb_ring=True)}
 ROLLING.update(SB_RING)
-# one tile row (M <= 128): the plan's 64-column tiles with the loop fields the many-row
-# plans take (rolled k-blocks, scales through the ring, uniform consumer index), and
-# 128-column tiles split in two along K
+# one tile row (M <= 128): the rules' plan (``base``: for_scaling without one_row, the op's
+# plan before fp8_block_onerow_h200.json) with the loop fields the many-row plans take
+# (rolled k-blocks, scales through the ring, uniform consumer index), and 128-column tiles
+# split in two along K
 ONE_ROW = {"o_r2": dict(kb_roll=2), "o_r4": dict(kb_roll=4), "o_kp": dict(kb_pairs=True),
            "o_ss": dict(smem_scales=True), "o_r4ss": dict(kb_roll=4, smem_scales=True),
            "o_r8ss": dict(kb_roll=8, smem_scales=True),
@@ -118,7 +119,8 @@ ONE_ROW_SHAPES = "128x8192x8192,128x4096x14336,128x14336x4096"
 SETS = {"sbr": (["n256r4ss", "r4ss", *SB_RING, "tensor n256"], SHAPES),
         "onerow": (["base", *ONE_ROW, "tensor base"], ONE_ROW_SHAPES)}
 # what the default run leaves out (behind base in bench/results/fp8_block_plans_h200.json)
-BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1", "tensor n160", "tensor base"}
+BEHIND = {"n128", "c1", "w2", "kp", "st-1", "tensor n128", "tensor n128c1", "tensor n160",
+          "tensor base"}
 
 
 def variants(m, n, k, sms, device):

@@ -80,24 +80,16 @@ def run(pass_: str, d: int, s: int, causal: bool, deterministic: bool = False,
     plan's deterministic config), FA4's default and FA4's deterministic backward last: the
     main kernels are launches 0 ptxdsl, 1 ptxdsl deterministic, 2.. the variants, then FA4
     and FA4 deterministic)."""
-    import dataclasses
     import torch
     import ptxdsl.ops as ops
-    from lab.attention_bwd_case import case, fa4_call
-    from ptxdsl.ops.attention import bwd_api
+    from lab.attention_bwd_case import case, fa4_call, plan_as
     c = case(torch, s, d, causal)
 
     def det_call(changes=None):
         def call():
-            shipped = bwd_api.choose_bwd
-            if changes:
-                bwd_api.choose_bwd = lambda *a, **k: dataclasses.replace(shipped(*a, **k),
-                                                                          **changes)
-            try:
+            with plan_as(**(changes or {})):
                 return ops.attention_backward(c.do, c.q, c.k, c.v, c.out, c.lse,
                                               causal=causal, deterministic=True)
-            finally:
-                bwd_api.choose_bwd = shipped
         return call
     if pass_ == "bwd":
         calls = [lambda: ops.attention_backward(c.do, c.q, c.k, c.v, c.out, c.lse,

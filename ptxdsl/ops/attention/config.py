@@ -63,13 +63,13 @@ class Config:
     epilogue. ``uniform_cons``: a consumer's warpgroup index comes through ``shfl.sync.idx`` from
     lane 0 (CUTLASS's way to tell ptxas it is the same in the warp), so ptxas keeps what
     derives from it in uniform registers: Q's wgmma descriptors (else two ``R2UR`` a Q·Kᵀ
-    wgmma). ``q_double`` (without ``dynamic`` and ``o_in_q``): Q has two buffers that
+    wgmma). ``q_double`` (without ``o_in_q``): Q has two buffers that
     the tiles of a CTA take in turn (the second after the other buffers, with its own full /
     empty mbarriers), so the producer loads the next tile's Q, and its first K/V blocks
     as ring stages free, while the current tile runs, not once its last Q·Kᵀ retired:
     the load latency at each tile's start leaves the consumers' path (a cost paid per
     tile, twice as often per key under the causal mask, whose tiles are half as long on
-    average)."""
+    average); with ``dynamic`` each buffer has its own tile-number words."""
 
     block_n: int = 128
     stages: int = 2
@@ -115,9 +115,9 @@ class Config:
             raise ValueError("o_in_q stages O in Q's buffer of the TMA-store epilogue and "
                              "waits for its reads every tile: give tma_store=True, with "
                              "store_wait_once and late_epilogue off")
-        if self.q_double and (self.dynamic or self.o_in_q):
-            raise ValueError("q_double takes the tiles' Q buffers in turn: give it without "
-                             "dynamic (one tile-number word) and o_in_q")
+        if self.q_double and self.o_in_q:
+            raise ValueError("q_double takes the tiles' Q buffers in turn, o_in_q stages O "
+                             "in Q's buffer: give one of them")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")
@@ -135,12 +135,13 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage; ``dynamic``: 16 more for the tile number), with ``tma_store`` O's staging
+        stage; ``dynamic``: 16 more for the tile numbers, 32 with ``q_double``), with ``tma_store`` O's staging
         buffer (``block_m`` rows; ``o_in_q``: none), and with ``q_double`` two more
         mbarriers and a second Q, each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + 2 * self.dynamic)
+        words = 2 * self.dynamic * (1 + self.q_double)       # the tile numbers
+        total = q + self.stages * kv + 8 * (2 + 4 * self.stages + words)
         if self.tma_store and not self.o_in_q:
             total = -(-total // 1024) * 1024 + q
         if self.q_double:               # its mbarriers, then the second Q

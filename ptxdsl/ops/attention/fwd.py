@@ -46,7 +46,7 @@ from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait
 from .config import Config, Mask, padded
 from .fwd_layout import Smem, grid_for, schedule
-from .fwd_qbuf import q_buffer, q_next
+from .fwd_qbuf import q_buffer, q_next, tile_words
 from .fwd_store import epilogue, normalizers, stage_out
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
@@ -164,13 +164,15 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 qring = Ring(2) if qd else None
                 qphase = qring.phase if qd else reg.scalar(u32, init=0)
 
-                def publish(t, qe=qempty):
+                def publish(t, qe):
                     """Wait until the consumers are done with Q (its empty barrier ``qe``);
-                    dynamic: then write the tile number, which they read once qfull's next
-                    phase completes."""
+                    dynamic: then write the tile number into the buffer's words, which
+                    they read once its full barrier's next phase completes."""
                     wait(labels, qe, qphase ^ 1)
-                    for i in range(NC if dyn else 0):
-                        ptx.inst("st.shared.u32", ptx.addr(base + L.tile, 4 * i), t)
+                    if dyn:
+                        words = base + tile_words(L, qring)
+                        for i in range(NC):
+                            ptx.inst("st.shared.u32", ptx.addr(words, 4 * i), t)
 
                 def produce(t):
                     w, off, n_lo, n_hi = tile(t)
@@ -214,8 +216,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst.add.u32(t, got, ncta)
                     ptx.bra(top, uni=True)
                     ptx.place(done)
-                    publish(t)                      # a number past the last tile: stop
-                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qfull))
+                    qf, qe, _ = q_buffer(L, qfull, qempty, qring) if qd else (
+                        qfull, qempty, None)
+                    publish(t, qe)                  # a number past the last tile: stop
+                    ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qf))
                 else:
                     for t in ptx.range_(cta, tiles, ncta):
                         produce(t)
@@ -432,8 +436,10 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 t = reg.scalar(u32)
                 top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
                 ptx.place(top)
-                wait(labels, qfull, qphase)
-                ptx.inst("ld.shared.u32", t, ptx.addr(base + L.tile + (cons << 2)))
+                qf = q_buffer(L, qfull, qempty, qring)[0] if qd else qfull
+                wait(labels, qf, qphase)
+                words = base + tile_words(L, qring)
+                ptx.inst("ld.shared.u32", t, ptx.addr(words + (cons << 2)))
                 # every thread of the warpgroup has read its word before lane 0 releases Q
                 # (after which the producer writes the next)
                 ptx.inst("bar.sync", 1 + 2 * NC + cons, 128)

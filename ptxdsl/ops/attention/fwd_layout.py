@@ -26,8 +26,8 @@ class Smem:
         self.vempty = self.kempty + 8 * c.stages
         self.total = self.vempty + 8 * c.stages
         if c.dynamic:                 # Config.dynamic: the tile number, a word per consumer
-            self.tile = self.total
-            self.total += 16
+            self.tile = self.total    # (q_double: 16 bytes more, the second Q's tile's)
+            self.total += 16 * (1 + c.q_double)
         if c.tma_store and c.o_in_q:                # O's staging: Q's buffer
             self.o = self.q
         elif c.tma_store:                           # O's staging: 128 rows of every panel

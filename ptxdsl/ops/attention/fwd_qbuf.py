@@ -1,6 +1,7 @@
 """``Config.q_double``: the forward's two Q buffers (:mod:`.fwd`), which the tiles of a CTA
 take in turn, so the producer loads the next tile's Q while the current one runs: which
-buffer and mbarriers a tile's Q uses, and the turn to the next."""
+buffer, mbarriers and (``Config.dynamic``) tile-number words a tile's Q uses, and the turn
+to the next."""
 from __future__ import annotations
 
 from ...core.types import u32
@@ -19,6 +20,17 @@ def q_buffer(L, qfull, qempty, ring):
     return qfull + bars, qempty + bars, at
 
 
+def tile_words(L, ring):
+    """``Config.dynamic``: the byte offset of the tile-number words (one per consumer) that
+    go with the Q buffer of ``ring``'s slot (``q_double``: 16 bytes on for the second), or
+    of the one set without ``ring``."""
+    if ring is None:
+        return L.tile
+    at = reg.scalar(u32)
+    ptx.inst.selp.u32(at, L.tile + 16, L.tile, ring.slot == 1)
+    return at
+
+
 def q_next(ring, phase) -> None:
     """On to the next tile's Q: the other buffer (``ring``, ``q_double``), else the next
     phase of the one buffer's mbarriers."""
@@ -28,4 +40,4 @@ def q_next(ring, phase) -> None:
         ring.advance()
 
 
-__all__ = ["q_buffer", "q_next"]
+__all__ = ["q_buffer", "q_next", "tile_words"]

@@ -14,12 +14,16 @@ from ptxdsl.ops.attention.fwd import Smem
 
 
 def test_options_checked_and_sized():
-    """Off by default; q_double refuses the options that hold one Q word or buffer, and
-    its mbarriers and second Q come last (the layout of everything else unchanged)."""
+    """Off by default; q_double refuses o_in_q (O staged in the one Q buffer), and its
+    mbarriers and second Q come last (the layout of everything else unchanged; dynamic:
+    a second set of tile-number words)."""
     assert not Config().uniform_cons and not Config().q_double
-    for kw in (dict(dynamic=True, persistent=True), dict(tma_store=True, o_in_q=True)):
-        with pytest.raises(ValueError, match="q_double"):
-            Config(q_double=True, **kw)
+    with pytest.raises(ValueError, match="q_double"):
+        Config(q_double=True, tma_store=True, o_in_q=True)
+    dyn = dict(persistent=True, dynamic=True)
+    assert Smem(Config(q_double=True, **dyn), 64, 2).tile == Smem(Config(**dyn), 64, 2).tile
+    assert (Smem(Config(q_double=True, **dyn), 64, 2).qbar2
+            == Smem(Config(q_double=True, persistent=True), 64, 2).qbar2 + 32)
     for kw, d in ((dict(tma_store=True, store_wait_once=True, lazy_rescale=True), 128),
                   (dict(consumers=3, stages=3), 64), (dict(block_n=80), 256)):
         one, two = Config(**kw), Config(q_double=True, **kw)

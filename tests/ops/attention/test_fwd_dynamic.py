@@ -69,6 +69,23 @@ def test_dynamic_takes_every_tile_once(monkeypatch, causal, sections, pingpong):
     _check(*_run(c, q, k, v, mask, sms=2), q, k, v, mask)
 
 
+@pytest.mark.parametrize("kw", [
+    dict(head_sections=True),
+    pytest.param(dict(lazy_rescale=True, tma_store=True, store_wait_once=True,
+                      late_epilogue=True, uniform_cons=True), marks=pytest.mark.long)])
+def test_dynamic_with_two_q_buffers(monkeypatch, kw):
+    """Config.q_double with the counter: each Q buffer carries its own tile-number words,
+    so the producer publishes the next tile's number (and loads its Q) while the consumers
+    still read the current one's; 9 causal tiles on 2 CTAs (each buffer taken twice or
+    more, some tiles without keys), with head sections, and with the hd128 causal row's
+    options (the epilogue under the next tile's first Q·Kᵀ, the TMA store)."""
+    q, k, v = _inputs(300, 70, 3, 3, 64, 14)
+    monkeypatch.setattr(tiles, "L2_KV_BYTES", 2 * 70 * 2 * 64 * 2)
+    c = Config(block_n=64, stages=2, persistent=True, dynamic=True, q_double=True, **kw)
+    assert Smem(c, 64, 2).total == c.smem_bytes(64)
+    _check(*_run(c, q, k, v, Mask(-1, 0), sms=2), q, k, v, Mask(-1, 0))
+
+
 def test_dynamic_counter_not_zero_is_caught():
     """The checks' premise: a launch on a counter that was not zero skips a tile (one CTA,
     4 tiles, the counter at 1: tiles 0, 2, 3), which stays NaN."""

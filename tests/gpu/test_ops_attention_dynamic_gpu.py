@@ -95,3 +95,26 @@ def test_dynamic_many_tiles_and_a_graph(dynamic, d):
         torch.cuda.synchronize()
         eager = api.attention(q, k, v, causal=True)
         assert all(torch.equal(o, eager) for o in outs)
+
+
+@pytest.mark.parametrize("d,h,hk", [(64, 8, 8), (128, 8, 2)])
+def test_plan_rows_past_1k_keys(d, h, hk):
+    """The causal rows from 1025 keys as the table has them (dynamic, head sections, two Q
+    buffers): B 2, S 3000 (a ragged last m-block), MHA and GQA (sections count K/V heads),
+    against float32 SDPA, the word zero after each call, repeat calls bit-identical."""
+    torch = torch_sm90()
+    import torch.nn.functional as F
+    from ptxdsl.ops.attention.config import Mask
+    c = choose(d, "bf16", Mask(-1, 0), seqlen=3000)
+    assert c.dynamic and c.head_sections and c.q_double
+    g = torch.Generator(device="cuda").manual_seed(d + h)
+    q = torch.randn(2, 3000, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(2, 3000, hk, d, device="cuda", dtype=torch.bfloat16, generator=g)
+            for _ in range(2))
+    out = api.attention(q, k, v, causal=True)
+    assert _word(torch) == 0
+    ref = F.scaled_dot_product_attention(*(x.float().transpose(1, 2) for x in (q, k, v)),
+                                         is_causal=True, enable_gqa=h != hk).transpose(1, 2)
+    assert ((out.float() - ref).abs().max() / ref.abs().max()).item() <= 2e-2
+    for _ in range(2):
+        assert torch.equal(api.attention(q, k, v, causal=True), out) and _word(torch) == 0

@@ -26,13 +26,21 @@ def _modules() -> dict[str, str]:
     return mods
 
 
-def _type_checking_nodes(tree) -> set[int]:
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for sub in node.body:
-                skip.update(id(n) for n in ast.walk(sub))
-    return skip
+def _import_statements(body: list) -> list:
+    """The import statements of a statement list and of every statement list nested in it
+    (function, class, if, try, with, loop and match bodies; imports are statements, so no
+    expression needs a visit), except the bodies of ``if TYPE_CHECKING:``."""
+    out = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+            continue
+        typing_only = isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, list) and not (typing_only and name == "body"):
+                out += _import_statements([v for v in value if isinstance(
+                    v, (ast.stmt, ast.excepthandler, ast.match_case))])
+    return out
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -41,12 +49,9 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for mod, path in mods.items():
         tree = ast.parse(open(path, encoding="utf-8").read(), path)
-        skip = _type_checking_nodes(tree)
         is_pkg = path.endswith("__init__.py")
         edges = set()
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
+        for node in _import_statements(tree.body):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):

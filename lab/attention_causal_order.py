@@ -41,7 +41,7 @@ def variants(plan: dict) -> dict:
     out = {"plan": plan, "dyn": dyn}
     for mb in (32, 48):
         out[f"dyn{mb}"] = {**dyn, "head_sections": True, "section_mb": mb}
-    if not plan.get("q_double"):
+    if not plan.get("q_double") and not plan.get("o_in_q"):
         out["dyn32q"] = {**out["dyn32"], "q_double": True}
     out["cta48"] = {**plan, "persistent": False, "q_double": False, "late_epilogue": False,
                     "head_sections": True, "section_mb": 48}

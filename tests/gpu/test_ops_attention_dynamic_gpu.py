@@ -20,12 +20,13 @@ pytestmark = NEEDS_GPU
 
 @pytest.fixture
 def dynamic(monkeypatch):
-    """Every plan row dynamic (its producer and consumers at the dynamic defaults: 32 and
+    """Every plan row dynamic on a persistent grid (one CTA a tile, the hd256 causal
+    row's, has no tile counter; producer and consumers at the dynamic defaults: 32 and
     the rest of the launch's register pool), and
     a fresh memo (no recorded launch of a static kernel answers)."""
     def chosen(d, dtype, mask, *rest):
         return dataclasses.replace(choose(d, dtype, mask, *rest), dynamic=True,
-                                   producer_regs=0, consumer_regs=0)
+                                   persistent=True, producer_regs=0, consumer_regs=0)
     monkeypatch.setattr(api, "choose", chosen)
     monkeypatch.setattr(api, "FORWARD", Memo("attention", 4, 5))
 

@@ -69,24 +69,23 @@ def test_every_plan_row_fits_and_cites_its_source():
 
 
 def test_bounded_rows_hold_only_within_their_key_lengths():
-    """hd256 causal: head sections up to 4k keys, not at 16k, nor when the length is not
-    given (varlen); the windowed mask keeps the general row. hd128 causal: the 1k row (head
-    sections of the static order) up to 1024 keys, from 1025 the dynamic order in 48 MiB
-    sections with q_double, varlen's own; hd64 causal from 1025 the dynamic order in 32 MiB
+    """hd256 causal: one CTA a tile in head sections at every length a dense call gives,
+    not when the length is not given (varlen); the windowed mask keeps the general row.
+    hd128 causal: the dynamic order in 32 MiB sections up to 1024 keys, in 48 MiB from
+    1025, both with q_double; varlen's own; hd64 causal the dynamic order in 32 MiB
     sections, windows the general row."""
     causal = Mask(-1, 0)
-    assert choose(256, "bf16", causal, seqlen=1024).head_sections
-    assert choose(256, "bf16", causal, seqlen=4096).head_sections
-    assert not choose(256, "bf16", causal, seqlen=4097).head_sections
+    for n in (1024, 4096, 16384):
+        assert choose(256, "bf16", causal, seqlen=n).head_sections
     assert not choose(256, "bf16", causal).head_sections
     assert not choose(256, "bf16", Mask(16, 0), seqlen=512).head_sections
     assert all(r.get("max_seqlen", 1) > 0 for r in rows())
     c1k, c4k = (choose(128, "bf16", causal, seqlen=n) for n in (1024, 1025))
-    assert c1k.head_sections and not c1k.q_double and not c1k.dynamic
+    assert c1k.q_double and c1k.dynamic and c1k.head_sections and c1k.section_mb == 32
     assert c4k.q_double and c4k.dynamic and c4k.head_sections and c4k.section_mb == 48
     h64 = [choose(64, "bf16", m, seqlen=n) for m, n in ((causal, 1024), (causal, 1025),
                                                           (Mask(256, 0), 4096))]
-    assert [(c.dynamic, c.section_mb) for c in h64] == [(False, 0), (True, 32), (False, 0)]
+    assert [(c.dynamic, c.section_mb) for c in h64] == [(True, 32), (True, 32), (False, 0)]
     # varlen: the unbounded row (q_double and the TMA store, no lazy rescale)
     unbounded = choose(128, "bf16", causal)
     assert unbounded.q_double and unbounded.tma_store and not unbounded.lazy_rescale

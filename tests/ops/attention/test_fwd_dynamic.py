@@ -124,9 +124,11 @@ def test_attention_runs_a_dynamic_plan(monkeypatch):
 @pytest.mark.long
 @pytest.mark.parametrize("d,sq,sk,h,hk,kw,layout", [
     (64, 40, 100, 8, 2, {}, "packed"),
+    (64, 40, 100, 8, 2, dict(q_double=True), "packed"),
 ])
 def test_dynamic_more_layouts(monkeypatch, d, sq, sk, h, hk, kw, layout):
-    """The packed GQA layout (4 query heads per tile's rows), causal, on 2 CTAs."""
+    """The packed GQA layout (4 query heads per tile's rows), causal, on 2 CTAs (and with
+    two Q buffers, each with its tile-number words)."""
     q, k, v = _inputs(sq, sk, h, hk, d, d + sq)
     monkeypatch.setattr(tiles, "L2_KV_BYTES", sk * 2 * d * 2)     # a head a section
     c = Config(block_n=64, stages=2, persistent=True, dynamic=True, **kw)

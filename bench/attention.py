@@ -13,13 +13,18 @@ largest value ≤ 2e-2) before it is timed, and ptxdsl's LSE against a float32 l
 the first shape of each head dim. Timing: after a warm-up, ``--rounds`` rounds in which every
 contender in turn (a new seeded order each round) runs ``--iters`` untimed calls, then
 ``--iters`` calls between two CUDA events (:mod:`bench.timing`); the median per call is
-reported. TFLOP/s counts ``4 B H Sq Sk D`` (half of it under a causal mask). Host µs per
+reported. ``--sustained SECONDS``: then each of ``--sustained-contenders`` (ptxdsl and FA4)
+alone, after an idle gap, for that long with the SM clock and power sampled
+(:func:`bench.timing.time_sustained`): the interleaved blocks share the card's clock
+between contenders, so a kernel's power shows only here. TFLOP/s counts ``4 B H Sq Sk D``
+(half of it under a causal mask). Host µs per
 call: a tiny shape's calls queued back to back (median of 5 blocks), ptxdsl against SDPA's
 default. JSON goes to ``$OUT/attention.json`` (or ``--json``); the table is printed last.
 
     PYTHONPATH=. python bench/attention.py            # the grid, GQA, varlen, host µs
     PYTHONPATH=. python bench/attention.py --quick    # S = 4096 only
     PYTHONPATH=. python bench/attention.py --only 1024,gqa,varlen,host
+    PYTHONPATH=. python bench/attention.py --only 16384 --sustained 1.5
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench.timing import time_interleaved  # noqa: E402
+from bench.timing import time_interleaved, time_sustained  # noqa: E402
 
 
 def shapes(quick: bool, only=None):
@@ -189,6 +194,35 @@ def time_all(torch, fns, args, rounds, iters):
     return time_interleaved(torch, fns, rounds, iters, args)
 
 
+def sustain(torch, live, call_args, flops, row, opts) -> None:
+    """``--sustained``: each live contender named in ``--sustained-contenders`` alone
+    (:func:`bench.timing.time_sustained`), into its result's ``sustained``."""
+    if not opts.sustained:
+        return
+    for name in opts.sustained_contenders.split(","):
+        if name in live:
+            sus = time_sustained(torch, live[name], opts.sustained, opts.idle, call_args)
+            row["results"][name]["sustained"] = {**sus, "tflops": flops / sus["ms"] / 1e9}
+
+
+def sustained_table(rows, names) -> list[str]:
+    """The ``--sustained`` figures as lines: TFLOP/s at SM MHz per contender, ptxdsl / FA4."""
+    out = []
+    for r in rows:
+        got = {n: r["results"][n]["sustained"] for n in names
+               if "sustained" in r["results"].get(n, {})}
+        if not got:
+            continue
+        cells = [f"{got[n]['tflops']:7.1f} @ {got[n]['sm_mhz'] or 0:4.0f}" if n in got
+                 else f"{'-':>14}" for n in names]
+        ratio = (got["ptxdsl"]["tflops"] / got["fa4"]["tflops"]
+                 if "ptxdsl" in got and "fa4" in got else float("nan"))
+        out.append(f"{r['tag']:>6} {r['D']:>4} {r['S']:>6} {r['Sk']:>6} {r['H']:>3}/{r['Hkv']:<2} "
+                   f"{'causal' if r['causal'] else 'full':>7} " + " ".join(cells)
+                   + f" {ratio:6.2f}")
+    return out
+
+
 def validate(torch, fns, call_args, ref, row):
     """Each contender's output against ``ref`` (its first rows); returns the live ones."""
     scale = float(ref.abs().max())
@@ -232,6 +266,7 @@ def varlen_rows(torch, args, result, path):
         ms = time_all(torch, live, (q, k, v, cu, mx, causal), args.rounds, args.iters)
         for name, t in ms.items():
             row["results"][name].update(ms=t, tflops=flops / t / 1e9)
+        sustain(torch, live, (q, k, v, cu, mx, causal), flops, row, args)
         result["rows"].append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "lengths"}), flush=True)
         with open(path, "w") as f:
@@ -246,6 +281,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                    help="also time each of --sustained-contenders alone for this long")
+    ap.add_argument("--sustained-contenders", default="ptxdsl,fa4")
+    ap.add_argument("--idle", type=float, default=1.5,
+                    help="seconds without work before each sustained loop")
     args = ap.parse_args()
     only = None if args.only is None else set(args.only.split(","))
     import torch
@@ -280,6 +320,7 @@ def main() -> None:
         ms = time_all(torch, live, (q, k, v, causal), args.rounds, args.iters)
         for name, t in ms.items():
             row["results"][name].update(ms=t, tflops=flops / t / 1e9)
+        sustain(torch, live, (q, k, v, causal), flops, row, args)
         result["rows"].append(row)
         print(json.dumps(row), flush=True)
         with open(path, "w") as f:
@@ -304,6 +345,11 @@ def main() -> None:
                  if "tflops" in res.get("ptxdsl", {}) and "tflops" in base else float("nan"))
         print(f"{r['tag']:>6} {r['D']:>4} {r['S']:>6} {r['Sk']:>6} {r['H']:>3}/{r['Hkv']:<2} "
               f"{'causal' if r['causal'] else 'full':>7} " + " ".join(cells) + f" {ratio:6.2f}")
+    lines = sustained_table(result["rows"], args.sustained_contenders.split(","))
+    if lines:
+        print(f"\nsustained {args.sustained:g} s each after {args.idle:g} s idle: TFLOP/s @ SM "
+              f"MHz ({args.sustained_contenders}); ratio = ptxdsl / fa4")
+        print("\n".join(lines))
     if "host_us" in result:
         print("host µs per call (1x128x8x128 bf16): " + ", ".join(
             f"{k} {v:.1f}" for k, v in result["host_us"].items()))

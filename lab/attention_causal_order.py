@@ -27,7 +27,6 @@ import datetime
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -97,8 +96,7 @@ def shape_fns(torch, d: int, s: int):
 
 def main() -> None:
     import torch
-    from bench.timing import time_interleaved
-    from lab.attention_sustained import _loop
+    from bench.timing import time_interleaved, time_sustained
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="128:16384,64:16384")
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -129,11 +127,8 @@ def main() -> None:
         sustained = {n: [] for n in fns}
         for r in range(2):                      # forward, then reversed: drift evens out
             for n in (list(fns) if r == 0 else list(fns)[::-1]):
-                fns[n](); torch.cuda.synchronize()
-                time.sleep(a.idle)
-                ms, (clk, watts, temp) = _loop(torch, fns[n], a.seconds)
-                sustained[n].append({"ms": ms, "tflops": flops / ms / 1e9, "sm_mhz": clk,
-                                     "watts": watts, "temp_c": temp})
+                sus = time_sustained(torch, fns[n], a.seconds, idle=a.idle)
+                sustained[n].append({**sus, "tflops": flops / sus["ms"] / 1e9})
         for n in fns:
             row = {"D": d, "S": s, "causal": True, "variant": n,
                    "config": variants(plan_kwargs(d, s)).get(n, {}),

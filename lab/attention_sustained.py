@@ -11,39 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
-def _loop(torch, fn, seconds):
-    """Calls of ``fn`` for ``seconds`` with nvidia-smi sampling; (ms per call, samples)."""
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
-                            "--format=csv,noheader,nounits", "-lms", "100"],
-                           stdout=subprocess.PIPE, text=True)
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    n, t0 = 0, time.time()
-    e0.record()
-    while time.time() - t0 < seconds:
-        for _ in range(10):
-            fn()
-        n += 10
-        torch.cuda.synchronize()
-    e1.record()
-    e1.synchronize()
-    smi.terminate()
-    rows = [[float(x) for x in line.split(",")] for line in smi.stdout.read().splitlines()
-            if line.strip() and "N/A" not in line]
-    keep = rows[len(rows) // 4:]              # past the ramp
-    return e0.elapsed_time(e1) / n, [statistics.mean(c) for c in zip(*keep)] if keep else []
-
-
 def main() -> None:
     import torch
     import ptxdsl.ops as ops
+    from bench.timing import time_sustained
     from lab.attention_bwd_case import fa4_call
     ap = argparse.ArgumentParser()
     ap.add_argument("--d", type=int, default=128)
@@ -74,10 +51,10 @@ def main() -> None:
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record(); fn(); e1.record(); e1.synchronize()
         one = e0.elapsed_time(e1)
-        ms, (clk, watts, temp) = _loop(torch, fn, a.seconds)
-        row = {"name": name, "one_launch_ms": one, "sustained_ms": ms,
-               "sustained_tflops": flops / ms / 1e9, "sm_mhz": clk, "watts": watts,
-               "temp_c": temp}
+        sus = time_sustained(torch, fn, a.seconds, idle=0.0)
+        row = {"name": name, "one_launch_ms": one, "sustained_ms": sus["ms"],
+               "sustained_tflops": flops / sus["ms"] / 1e9, "sm_mhz": sus["sm_mhz"],
+               "watts": sus["watts"], "temp_c": sus["temp_c"]}
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), f"{a.name}.json"), "w") as f:

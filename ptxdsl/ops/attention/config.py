@@ -135,9 +135,9 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage; ``dynamic``: 16 more for the tile numbers, 32 with ``q_double``), with ``tma_store`` O's staging
-        buffer (``block_m`` rows; ``o_in_q``: none), and with ``q_double`` two more
-        mbarriers and a second Q, each 1024-byte aligned."""
+        stage; ``dynamic``: 16 more for the tile numbers, 32 with ``q_double``), with
+        ``tma_store`` O's staging buffer (``block_m`` rows; ``o_in_q``: none), and with
+        ``q_double`` two more mbarriers and a second Q, each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
         words = 2 * self.dynamic * (1 + self.q_double)       # the tile numbers

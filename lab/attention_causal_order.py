@@ -9,7 +9,9 @@ GB/s, L2 hit 77% against 95%: the longest-first order over every head streams ea
 K/V once per round of ~8 m-blocks), and in the bench it runs 8% slower at a lower clock
 (bench/results/ncu_fwd_order_h200.json). Head sections under the static persistent order
 leave CTAs with unequal work (a simulation of the order: 10-35% over the mean at 16k); the
-dynamic scheduler takes them without (0-3%).
+dynamic scheduler takes them without (0-3%). The plans rows it compares against are the
+table's at the time of the run: bench/results/attention_causal_order{,2,3}_h200.json ran
+before the causal rows took the dynamic order.
 
     PYTHONPATH=. python lab/attention_causal_order.py [--shapes 128:16384,64:16384]
         [--seconds 2] [--rounds 3] [--name attention_causal_order]
@@ -30,20 +32,21 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+
 def variants(plan: dict) -> dict:
     """Label -> Config keywords: the plans row, the dynamic scheduler alone and with head
     sections of 32 and 48 MiB (keeping the row's ``q_double``: each Q buffer has its own
     tile-number words; a row without it also tries it), and one CTA a tile with 48 MiB
     sections (FA4's sm90 causal grid: no next tile to overlap, so no ``q_double`` or
     ``late_epilogue``)."""
-    dyn = {**plan, "dynamic": True}
+    dyn = {**plan, "dynamic": True, "persistent": True}
     out = {"plan": plan, "dyn": dyn}
     for mb in (32, 48):
         out[f"dyn{mb}"] = {**dyn, "head_sections": True, "section_mb": mb}
     if not plan.get("q_double") and not plan.get("o_in_q"):
         out["dyn32q"] = {**out["dyn32"], "q_double": True}
-    out["cta48"] = {**plan, "persistent": False, "q_double": False, "late_epilogue": False,
-                    "head_sections": True, "section_mb": 48}
+    out["cta48"] = {**plan, "persistent": False, "dynamic": False, "q_double": False,
+                    "late_epilogue": False, "head_sections": True, "section_mb": 48}
     return out
 
 

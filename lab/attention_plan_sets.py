@@ -124,10 +124,10 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # ``fwdts`` / ``fwdts16``: fwd1k's winners on the rows it did not reach: the TMA-store
 # epilogue waited once a CTA on head dim 64 (4k, 16k), O staged in Q's buffer on head dim
 # 128's 176-key 16k full row and on head dim 256's 16k rows (full, and causal above 4k).
-_OQ = dict(tma_store=True, o_in_q=True)
+_OQ = dict(tma_store=True, o_in_q=True, q_double=False)   # (O in the one Q buffer)
 _NO_OQ = dict(tma_store=False, o_in_q=False)
 _FA4GRID = dict(persistent=False, dynamic=False)
-_OQ1 = dict(store_wait_once=False, late_epilogue=False, q_double=False, **_OQ)  # (the hd128
+_OQ1 = dict(store_wait_once=False, late_epilogue=False, **_OQ)  # (the hd128
 # rows wait once a CTA, causal with the epilogue late and two Q buffers: none go with o_in_q)
 SETS = {
     "dynamic": {"candidates": {

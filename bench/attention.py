@@ -287,6 +287,11 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=1.5,
                     help="seconds without work before each sustained loop")
     args = ap.parse_args()
+    known = {"ptxdsl", "cudnn", "fa2", "fa4", "sdpa_padded"}
+    unknown = set(args.sustained_contenders.split(",")) - known
+    if unknown or args.sustained < 0 or args.idle < 0:
+        ap.error(f"--sustained-contenders names of {sorted(known)} (got unknown "
+                 f"{sorted(unknown)}); --sustained and --idle seconds >= 0")
     only = None if args.only is None else set(args.only.split(","))
     import torch
     import ptxdsl.ops as ops

@@ -98,3 +98,14 @@ def test_sustained_table_rows_and_ratio():
     assert len(lines) == 1
     assert "622.0 @ 1580" in lines[0] and "616.0 @ 1600" in lines[0]
     assert lines[0].split()[-1] == f"{622 / 616:.2f}"
+
+
+def test_attention_bench_refuses_an_unknown_sustained_contender():
+    """A typo in --sustained-contenders is an error naming the known ones, before torch
+    is imported (not a silently empty second table)."""
+    import subprocess
+    from pathlib import Path
+    bench = Path(__file__).parents[2] / "bench" / "attention.py"
+    r = subprocess.run([sys.executable, str(bench), "--sustained", "1",
+                        "--sustained-contenders", "ptxdsl,fa-4"], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown ['fa-4']" in r.stderr and "'fa4'" in r.stderr

@@ -121,6 +121,12 @@ _LATE = dict(late_epilogue=True)  # a tile's epilogue under the next tile's firs
 # ``fwdts1k``: the same at 1k (hd64's rows; hd128's causal 1k row has the TMA store, not
 # the wait once a CTA); ``fwdts16b``: hd128's 16k full row with O in Q's buffer, and the
 # 128-key row below 16k (with the TMA store now) at 16k.
+# ``gqa32`` (the bench's GQA row with Sq = 32 against Sk = 4096, B 64, H 32 / Hkv 8, full:
+# 0.94-0.95x FA4 in every run; packed 4 heads a tile, 32 key blocks a tile, memory-bound at
+# ~3.9 TB/s against FA4's 4.15): the hd128 full row has one Q buffer, so the producer stops
+# streaming K/V at each tile's end until the consumers release Q; with two (q_double), and
+# the epilogue under the next tile's first Q·Kᵀ, and 64-key blocks in 4 stages (the same
+# bytes in flight in finer steps). A set's ``sq`` / ``batch`` give Sq < Sk (full masks).
 # ``fwdts`` / ``fwdts16``: fwd1k's winners on the rows it did not reach: the TMA-store
 # epilogue waited once a CTA on head dim 64 (4k, 16k), O staged in Q's buffer on head dim
 # 128's 176-key 16k full row and on head dim 256's 16k rows (full, and causal above 4k).
@@ -130,6 +136,10 @@ _FA4GRID = dict(persistent=False, dynamic=False)
 _OQ1 = dict(store_wait_once=False, late_epilogue=False, **_OQ)  # (the hd128
 # rows wait once a CTA, causal with the epilogue late and two Q buffers: none go with o_in_q)
 SETS = {
+    "gqa32": {"seqs": [4096], "sq": 32, "batch": 64, "heads": (32, 8), "masks": [False],
+              "candidates": {128: [dict(_PLAN, **_PK), dict(_PLAN, q_double=True, **_PK),
+                                   dict(_PLAN, q_double=True, **_LATE, **_PK),
+                                   dict(_PLAN, block_n=64, stages=4, **_PK)]}},
     "dynamic": {"candidates": {
         64: _variants(dict(block_n=128, **_P),
                       dict(block_n=128, stages=3, consumers=3, **_P, **_L)),

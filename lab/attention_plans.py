@@ -19,7 +19,7 @@ candidates not reached by then are skipped.
         [--name attention_plans] [--budget 600] [--causal-only] [--write-plans]
         [--candidates '{"128": [{"block_n": 176, "lazy_rescale": true}]}']
         [--set dynamic | --set h96,gqa,h128c,h128f,causal,diag,gqa_full,h256c,s16k2,fwdc,fwdu,
-               fwdq,fwd1k,fwdts,fwdts16,fwdts1k,fwdts16b]
+               fwdq,fwd1k,fwdts,fwdts16,fwdts1k,fwdts16b,gqa32]
         [--rounds 5] [--iters 10]
         [--fa4]
         [--resources]
@@ -30,8 +30,8 @@ after another in one process (``dynamic``: the causal plan rows of head dims 64,
 256 as they are, with head sections, dynamic, and dynamic with head sections, at the grid's
 shapes; ``h96``, ``gqa``, ``h128c``, ``h128f``, ``causal``, ``diag``, ``gqa_full``,
 ``h256c``, ``s16k2``, ``fwdc``, ``fwdu``, ``fwdq``, ``fwd1k``, ``fwdts``, ``fwdts16``,
-``fwdts1k``, ``fwdts16b``: the shapes where ptxdsl trails FA4, each with its own shapes
-and H / Hkv, the current plans row first). ``--fa4``:
+``fwdts1k``, ``fwdts16b``, ``gqa32``: the shapes where ptxdsl trails FA4, each with its
+own shapes and H / Hkv (``gqa32``: Sq 32 against Sk 4096), the current plans row first). ``--fa4``:
 FlashAttention-4 (``flash_attn.cute``, where installed) is timed beside the candidates of
 each shape, as a row of layout ``fa4``.
 """
@@ -110,21 +110,25 @@ def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
     from ptxdsl.ops.attention.config import Config, Mask
     from ptxdsl.ops.attention.fwd import build_forward
     name, d, s, h, hk, causal, cands = job
-    b, g = 16384 // s, h // hk
+    st = SETS.get(name, {})
+    sq, b, g = st.get("sq", s), st.get("batch", 16384 // s), h // hk   # (a set's Sq < Sk)
+    if sq != s and causal:
+        raise SystemExit(f"--set {name}: Sq {sq} != Sk {s} times full masks only (SDPA's "
+                         f"causal mask is top-left aligned, the op's bottom-right)")
     torch.manual_seed(0)
-    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16)
             for _ in range(2))
     ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                          v.transpose(1, 2), is_causal=causal,
                                          enable_gqa=g > 1).transpose(1, 2).float()
-    flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+    flops = 4 * b * h * sq * s * d * (0.5 if causal else 1.0)
     live, rows = {}, []
     for i, cand in enumerate(cands):
         kw = {x: y for x, y in cand.items() if x not in ("layout", "causal", "plan")}
         layout = cand.get("layout", "dense")
-        row = {"set": name, "D": d, "S": s, "H": h, "Hkv": hk, "causal": causal,
-               "layout": layout, "config": kw}
+        row = {"set": name, "D": d, "S": s, "Sq": sq, "B": b, "H": h, "Hkv": hk,
+               "causal": causal, "layout": layout, "config": kw}
         if "plan" in cand:              # the plans row as it is (True) or with more on
             row["plan"] = cand["plan"]
         rows.append(row)
@@ -139,12 +143,12 @@ def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
                     scale=d ** -0.5, sms=sms, layout=layout, group=g)
             kern = kernels[key]
             o = torch.empty_like(q)
-            if layout == "packed":       # (B, S, Hkv, G, D) views, LSE (B, Hkv, G, S)
-                qa, oa = q.view(b, s, hk, g, d), o.view(b, s, hk, g, d)
-                lse = torch.empty(b, hk, g, s, device="cuda", dtype=torch.float32)
+            if layout == "packed":       # (B, Sq, Hkv, G, D) views, LSE (B, Hkv, G, Sq)
+                qa, oa = q.view(b, sq, hk, g, d), o.view(b, sq, hk, g, d)
+                lse = torch.empty(b, hk, g, sq, device="cuda", dtype=torch.float32)
             else:
                 qa, oa = q, o
-                lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+                lse = torch.empty(b, h, sq, device="cuda", dtype=torch.float32)
             # Config.dynamic: the tile counter, zero, left zero by each launch
             args = (qa, k, v, oa, lse) + ((torch.zeros(1, dtype=torch.int32,
                                                        device="cuda"),)
@@ -166,8 +170,8 @@ def run_shape(job, kernels, sms, t0, budget, rounds, iters) -> list:
     if live and "--fa4" in sys.argv:      # FA4 (flash_attn.cute) as a yardstick, same run
         fa4 = _fa4_row(torch, q, k, v, causal, ref) if time.time() - t0 <= budget else \
             ({"error": "skipped: past --budget"}, None)
-        rows.append({"set": name, "D": d, "S": s, "H": h, "Hkv": hk, "causal": causal,
-                     "layout": "fa4", "config": {}, **fa4[0]})
+        rows.append({"set": name, "D": d, "S": s, "Sq": sq, "B": b, "H": h, "Hkv": hk,
+                     "causal": causal, "layout": "fa4", "config": {}, **fa4[0]})
         if fa4[1] is not None:
             fns[len(rows) - 1] = fa4[1]
     if live:          # interleaved, a new order each round (bench/timing.py)

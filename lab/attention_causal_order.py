@@ -24,7 +24,6 @@ JSON to ``$OUT/<name>.json``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
@@ -51,12 +50,10 @@ def variants(plan: dict) -> dict:
 
 
 def plan_kwargs(d: int, s: int) -> dict:
-    """The plans.json row attention() runs for bf16 causal at (d, s), as Config keywords."""
-    from ptxdsl.ops.attention.config import Mask
-    from ptxdsl.ops.attention.plan import choose
-    c = choose(d, "bf16", Mask(-1, 0), seqlen=s)
-    return {f.name: getattr(c, f.name) for f in dataclasses.fields(c)
-            if getattr(c, f.name) != f.default and not f.name.endswith("_regs")}
+    """The plans.json row attention() runs for bf16 causal at (d, s), as Config keywords
+    (:func:`lab.attention_plans._planned`'s, without its ``plan`` mark)."""
+    from lab.attention_plans import _planned
+    return {k: v for k, v in _planned({"plan": True}, d, s, True).items() if k != "plan"}
 
 
 def shape_fns(torch, d: int, s: int):

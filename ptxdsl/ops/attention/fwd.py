@@ -177,8 +177,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 def produce(t):
                     w, off, n_lo, n_hi = tile(t)
                     with if_valid(w):
-                        qf, qe, q_at = q_buffer(L, qfull, qempty, qring) if qd else (
-                            qfull, qempty, None)
+                        qf, qe, q_at = q_buffer(L, qfull, qempty, qring)
                         publish(t, qe)
                         ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
                                  ptx.addr(qf), L.q_bytes)
@@ -216,8 +215,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                     ptx.inst.add.u32(t, got, ncta)
                     ptx.bra(top, uni=True)
                     ptx.place(done)
-                    qf, qe, _ = q_buffer(L, qfull, qempty, qring) if qd else (
-                        qfull, qempty, None)
+                    qf, qe, _ = q_buffer(L, qfull, qempty, qring)
                     publish(t, qe)                  # a number past the last tile: stop
                     ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qf))
                 else:
@@ -286,8 +284,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 w, off, n_lo, n_hi = tile(t)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
-                    my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring) if qd else (
-                        qfull, qempty, L.q)
+                    my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring)
                     urows, rows = rows_of(w)
                     if late:
                         o_acc, (_, m, l, _) = o_late, kept
@@ -436,7 +433,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 t = reg.scalar(u32)
                 top, done = (ptx.new_label(f"{x}{next(labels)}") for x in ("tile", "end"))
                 ptx.place(top)
-                qf = q_buffer(L, qfull, qempty, qring)[0] if qd else qfull
+                qf = q_buffer(L, qfull, qempty, qring)[0]
                 wait(labels, qf, qphase)
                 words = base + tile_words(L, qring)
                 ptx.inst("ld.shared.u32", t, ptx.addr(words + (cons << 2)))

@@ -11,7 +11,10 @@ from ...dsl import ptx, reg
 def q_buffer(L, qfull, qempty, ring):
     """``(qfull, qempty, Q's byte offset)`` of the buffer the tile at ``ring``'s slot takes:
     the first (``L.q``, its mbarriers ``qfull`` / ``qempty``) or the second (``L.q2``, its
-    mbarriers at ``L.qbar2``, full then empty as the first's are)."""
+    mbarriers at ``L.qbar2``, full then empty as the first's are); without ``ring`` (one Q
+    buffer) the first."""
+    if ring is None:
+        return qfull, qempty, L.q
     second = ring.slot == 1
     bars = reg.scalar(u32)
     ptx.inst.selp.u32(bars, L.qbar2 - L.qfull, 0, second)

@@ -135,7 +135,16 @@ _NO_OQ = dict(tma_store=False, o_in_q=False)
 _FA4GRID = dict(persistent=False, dynamic=False)
 _OQ1 = dict(store_wait_once=False, late_epilogue=False, **_OQ)  # (the hd128
 # rows wait once a CTA, causal with the epilogue late and two Q buffers: none go with o_in_q)
+_SUS = dict(suspend_ns=10_000_000)    # try_wait's suspend hint, CUTLASS's 10 ms
 SETS = {
+    # ``sus`` / ``gqasus``: the plan rows with and without Config.suspend_ns (ncu of hd128
+    # 16k causal: ptxdsl's kernel ran 24.7M try_wait and 28.3M BRA, FA4's, whose waits pass
+    # the hint, 3.1M and 4.6M; ncu_fwd_order_h200.json)
+    "sus": {"seqs": [4096, 16384], "candidates": {
+        64: [_PLAN, dict(_PLAN, **_SUS)], 128: [_PLAN, dict(_PLAN, **_SUS)],
+        256: [_PLAN, dict(_PLAN, **_SUS)]}},
+    "gqasus": {"seqs": [4096], "heads": (32, 8), "candidates": {
+        128: [_PLAN, dict(_PLAN, **_SUS)]}},
     "gqa32": {"seqs": [4096], "sq": 32, "batch": 64, "heads": (32, 8), "masks": [False],
               "candidates": {128: [dict(_PLAN, **_PK), dict(_PLAN, q_double=True, **_PK),
                                    dict(_PLAN, q_double=True, **_LATE, **_PK),

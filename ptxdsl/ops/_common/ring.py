@@ -26,12 +26,16 @@ class Ring:
         ptx.inst.xor.b32(self.phase, self.phase, flip)
 
 
-def wait(labels, bar, parity) -> None:
+def wait(labels, bar, parity, suspend_ns: int = 0) -> None:
     """Spin until the phase of ``bar`` with ``parity`` completed:
     ``L: mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity; @!p bra L``
-    (``labels`` numbers the loops of one trace, so their names are the kernel's own)."""
+    (``labels`` numbers the loops of one trace, so their names are the kernel's own).
+    ``suspend_ns`` > 0 adds try_wait's suspend-time hint: the waiting warp sleeps until
+    the phase completes or that long, instead of the hardware's default time slice, so a
+    long wait retries (and takes issue slots) less often."""
     top = ptx.new_label(f"wait{next(labels)}")
     ptx.place(top)
     done = reg.scalar(pred)
-    ptx.inst("mbarrier.try_wait.parity.shared::cta.b64", done, ptx.addr(bar), parity)
+    hint = (suspend_ns,) if suspend_ns else ()
+    ptx.inst("mbarrier.try_wait.parity.shared::cta.b64", done, ptx.addr(bar), parity, *hint)
     ptx.bra(top, pred=~done)

@@ -69,7 +69,9 @@ class Config:
     as ring stages free, while the current tile runs, not once its last Q·Kᵀ retired:
     the load latency at each tile's start leaves the consumers' path (a cost paid per
     tile, twice as often per key under the causal mask, whose tiles are half as long on
-    average); with ``dynamic`` each buffer has its own tile-number words."""
+    average); with ``dynamic`` each buffer has its own tile-number words. ``suspend_ns``:
+    the mbarrier waits' suspend-time hint (0: none; CUTLASS waits with 10 ms), so that a
+    waiting warp retries its ``try_wait`` less often."""
 
     block_n: int = 128
     stages: int = 2
@@ -88,6 +90,7 @@ class Config:
     o_in_q: bool = False
     uniform_cons: bool = False
     q_double: bool = False
+    suspend_ns: int = 0
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -101,6 +104,9 @@ class Config:
         if self.block_n % 16 or not 16 <= self.block_n <= 256:
             raise ValueError(f"block_n is a multiple of 16 from 16 to 256 (a wgmma N of S "
                              f"and the K of P·V in k16 steps), got {self.block_n}")
+        if not 0 <= self.suspend_ns < 2 ** 32:
+            raise ValueError(f"suspend_ns is try_wait's u32 hint in nanoseconds, got "
+                             f"{self.suspend_ns}")
         if self.stages < 1:
             raise ValueError(f"stages >= 1, got {self.stages}")
         if not 0 <= self.section_mb < 4096 or (self.section_mb and not self.head_sections):

@@ -36,6 +36,7 @@ groups 1024 bytes apart (SBO), a k16 step 16 keys (2048 bytes).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 
 from ... import Tile, kernel
@@ -43,7 +44,7 @@ from ...core.types import PtxType, b32, f32, u8, u32
 from ...dsl import ptx, reg, smem
 from .._common.warpgroup import consumer_index
 from .._common.launch_order import after_previous_kernel, pdl_for
-from .._common.ring import Ring, wait
+from .._common.ring import Ring, wait as ring_wait
 from .config import Config, Mask, padded
 from .fwd_layout import Smem, grid_for, schedule
 from .fwd_qbuf import q_buffer, q_next, tile_words
@@ -93,6 +94,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     late = c.late_epilogue and layout in ("dense", "packed")
     oq = c.o_in_q and tma_out     # Config.o_in_q: Q is released after the epilogue's stores
     qd = c.q_double               # Config.q_double: the tiles take Q's two buffers in turn
+    wait = functools.partial(ring_wait, suspend_ns=c.suspend_ns)
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -105,7 +107,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_late' if late else ''}"
             f"{'_oq' if oq else ''}"
             f"{'_uc' if c.uniform_cons else ''}"
-            f"{'_q2' if qd else ''}")
+            f"{'_q2' if qd else ''}{'_sus' if c.suspend_ns else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),

@@ -70,7 +70,7 @@ def test_dynamic_takes_every_tile_once(monkeypatch, causal, sections, pingpong):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(head_sections=True),
+    dict(head_sections=True, suspend_ns=10_000_000),
     pytest.param(dict(lazy_rescale=True, tma_store=True, store_wait_once=True,
                       late_epilogue=True, uniform_cons=True), marks=pytest.mark.long)])
 def test_dynamic_with_two_q_buffers(monkeypatch, kw):
@@ -78,11 +78,16 @@ def test_dynamic_with_two_q_buffers(monkeypatch, kw):
     so the producer publishes the next tile's number (and loads its Q) while the consumers
     still read the current one's; 9 causal tiles on 2 CTAs (each buffer taken twice or
     more, some tiles without keys), with head sections, and with the hd128 causal row's
-    options (the epilogue under the next tile's first Q·Kᵀ, the TMA store)."""
+    options (the epilogue under the next tile's first Q·Kᵀ, the TMA store); the first with
+    the waits' suspend-time hint (Config.suspend_ns) on every try_wait."""
     q, k, v = _inputs(300, 70, 3, 3, 64, 14)
     monkeypatch.setattr(tiles, "L2_KV_BYTES", 2 * 70 * 2 * 64 * 2)
     c = Config(block_n=64, stages=2, persistent=True, dynamic=True, q_double=True, **kw)
     assert Smem(c, 64, 2).total == c.smem_bytes(64)
+    waits = [ln for ln in build_forward(c, f16, 64, Mask(-1, 0), scale=0.125, sms=2).ptx()
+             .splitlines() if "mbarrier.try_wait" in ln]
+    assert waits and all(ln.rstrip().endswith(f", {c.suspend_ns:#x};") for ln in waits) \
+        == bool(c.suspend_ns), waits
     _check(*_run(c, q, k, v, Mask(-1, 0), sms=2), q, k, v, Mask(-1, 0))
 
 

@@ -145,6 +145,18 @@ SETS = {
         256: [_PLAN, dict(_PLAN, **_SUS)]}},
     "gqasus": {"seqs": [4096], "heads": (32, 8), "candidates": {
         128: [_PLAN, dict(_PLAN, **_SUS)]}},
+    # ``kahead`` / ``gqaka`` / ``gqa32ka``: Config.k_ahead (K's block j + 1 loaded before
+    # V's block j, FA3's producer order) on the plan rows, and on gqa32's two-Q-buffer
+    # candidates (memory-bound: Sq 32 against Sk 4096)
+    "kahead": {"seqs": [1024, 4096, 16384], "candidates": {
+        64: [_PLAN, dict(_PLAN, k_ahead=True)], 128: [_PLAN, dict(_PLAN, k_ahead=True)],
+        256: [_PLAN, dict(_PLAN, k_ahead=True)]}},
+    "gqaka": {"seqs": [4096], "heads": (32, 8), "candidates": {
+        128: [_PLAN, dict(_PLAN, k_ahead=True)]}},
+    "gqa32ka": {"seqs": [4096], "sq": 32, "batch": 64, "heads": (32, 8), "masks": [False],
+                "candidates": {128: [dict(_PLAN, q_double=True, **_LATE, **_PK),
+                                     dict(_PLAN, q_double=True, **_LATE, k_ahead=True, **_PK),
+                                     dict(_PLAN, k_ahead=True, **_PK)]}},
     "gqa32": {"seqs": [4096], "sq": 32, "batch": 64, "heads": (32, 8), "masks": [False],
               "candidates": {128: [dict(_PLAN, **_PK), dict(_PLAN, q_double=True, **_PK),
                                    dict(_PLAN, q_double=True, **_LATE, **_PK),

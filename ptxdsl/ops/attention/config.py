@@ -71,7 +71,9 @@ class Config:
     tile, twice as often per key under the causal mask, whose tiles are half as long on
     average); with ``dynamic`` each buffer has its own tile-number words. ``suspend_ns``:
     the mbarrier waits' suspend-time hint (0: none; CUTLASS waits with 10 ms), so that a
-    waiting warp retries its ``try_wait`` less often."""
+    waiting warp retries its ``try_wait`` less often. ``k_ahead``: the producer loads K's
+    block j + 1 before V's block j (FA3's order), so K's next load does not queue behind
+    the wait for V's slot, which frees last (after P·V)."""
 
     block_n: int = 128
     stages: int = 2
@@ -91,6 +93,7 @@ class Config:
     uniform_cons: bool = False
     q_double: bool = False
     suspend_ns: int = 0
+    k_ahead: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):

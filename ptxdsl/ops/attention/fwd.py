@@ -107,7 +107,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_late' if late else ''}"
             f"{'_oq' if oq else ''}"
             f"{'_uc' if c.uniform_cons else ''}"
-            f"{'_q2' if qd else ''}{'_sus' if c.suspend_ns else ''}")
+            f"{'_q2' if qd else ''}{'_sus' if c.suspend_ns else ''}"
+            f"{'_ka' if c.k_ahead else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -163,6 +164,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             ptx.inst("setmaxnreg.dec.sync.aligned.u32", c.producer_regs)
             with ptx.if_(tid == 0):
                 ring = Ring(S)
+                vring = Ring(S) if c.k_ahead else None      # V's slots, a block behind K's
                 qring = Ring(2) if qd else None
                 qphase = qring.phase if qd else reg.scalar(u32, init=0)
 
@@ -188,18 +190,34 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                                          base + (L.q + p * BM * ROW), tq,
                                          sched.q_coords(p, w), qf)
                         q_next(qring, qphase)
-                        for j in ptx.range_(n_lo, n_hi):
-                            for full, free, tmap, dst in ((kfull, kempty, tk, L.k),
-                                                          (vfull, vempty, tv, L.v)):
-                                wait(labels, free + ring.slot * 8, ring.phase ^ 1)
-                                fb = full + ring.slot * 8
-                                ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64",
-                                         ptx.sink, ptx.addr(fb), L.kv_bytes)
-                                at = base + dst + ring.slot * L.kv_bytes
-                                for p in range(P):
-                                    ptx.tma.load(at + p * BN * ROW if p else at, tmap,
-                                                 sched.kv_coords(p, w, j), fb)
-                            ring.advance()
+
+                        def load(kv, rg, j):
+                            """Block ``j`` of K or V into ``rg``'s slot, once it is free."""
+                            full, free, tmap, dst = kv
+                            wait(labels, free + rg.slot * 8, rg.phase ^ 1)
+                            fb = full + rg.slot * 8
+                            ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64",
+                                     ptx.sink, ptx.addr(fb), L.kv_bytes)
+                            at = base + dst + rg.slot * L.kv_bytes
+                            for p in range(P):
+                                ptx.tma.load(at + p * BN * ROW if p else at, tmap,
+                                             sched.kv_coords(p, w, j), fb)
+                        K, V = (kfull, kempty, tk, L.k), (vfull, vempty, tv, L.v)
+                        if not c.k_ahead:
+                            for j in ptx.range_(n_lo, n_hi):
+                                load(K, ring, j)
+                                load(V, ring, j)
+                                ring.advance()
+                        else:   # K(j + 1) before V(j): V(j)'s slot frees last
+                            for j in ptx.range_(n_lo, n_hi):
+                                load(K, ring, j)
+                                ring.advance()
+                                with ptx.if_(j > n_lo):
+                                    load(V, vring, j - 1)
+                                    vring.advance()
+                            with ptx.if_(n_hi > n_lo):
+                                load(V, vring, n_hi - 1)
+                                vring.advance()
 
                 if dyn:
                     t = reg.scalar(u32)

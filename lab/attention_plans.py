@@ -86,7 +86,8 @@ def _planned(cand: dict, d: int, s: int, causal: bool) -> dict:
     import dataclasses
     from ptxdsl.ops.attention.config import Config, Mask
     from ptxdsl.ops.attention.plan import choose
-    c = choose(d, "bf16", Mask(-1, 0) if causal else Mask(), seqlen=s)
+    c = choose(d, "bf16", Mask(-1, 0) if causal else Mask(), seqlen=s,
+               layout=cand.get("layout", "dense"))
     kw = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)
           if getattr(c, f.name) != f.default and not f.name.endswith("_regs")}
     derived = Config(**kw)                # the register budgets when the row names them

@@ -122,7 +122,7 @@ def forward_kernel(head_dim: int, dtype: str = "bf16", *, causal: bool = False,
     scale = float(head_dim ** -0.5 if softmax_scale is None else softmax_scale)
     left, right = window_size
     mask = Mask(left, 0 if causal else right)
-    cfg = choose(head_dim, dt.name, mask, 1 if layout == "dense" else group, seqlen)
+    cfg = choose(head_dim, dt.name, mask, 1 if layout == "dense" else group, seqlen, layout)
     key = (cfg, dt.name, head_dim, mask, scale, float(softcap), arch, sms, layout, group)
     return KERNELS.get(key, lambda: build_forward(cfg, dt, head_dim, mask, scale=scale,
                                                   softcap=float(softcap), sms=sms, arch=arch,

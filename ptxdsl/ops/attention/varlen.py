@@ -160,7 +160,7 @@ def run(frame, dtype, q, k, v, cq, ck, out, lse, *, causal: bool, softmax_scale,
     if ordered:
         left, right = window_size
         mask = Mask(left, 0 if causal else right)
-        cfg = choose(d, dtype.name, mask, group)
+        cfg = choose(d, dtype.name, mask, group, layout=layout)
         order = KERNELS.get(("varlen_order", group, cfg.block_m, cfg.block_n, mask, arch),
                             lambda: build_order(group, cfg.block_m, cfg.block_n, mask,
                                                 arch=arch))

@@ -54,8 +54,7 @@ def schedule(c: Config, dtype: PtxType, d: int, mask: Mask, layout: str = "dense
                       tma_out=c.tma_store)
     if layout in ("varlen", "varlen_unordered"):
         return Varlen(dtype, d, c.block_n, block_m=c.block_m, group=group,
-                      ordered=layout == "varlen", tma_out=c.tma_store,
-                      sections=c.head_sections and mask.right >= 0, section_mb=c.section_mb)
+                      ordered=layout == "varlen", tma_out=c.tma_store)
     raise ValueError(f"layout is dense, packed, varlen or varlen_unordered, got {layout!r}")
 
 

@@ -117,7 +117,7 @@ class Dense:
         heads, or at 16k. A section counts K/V heads: under GQA it holds the query heads
         of that many whole groups (the heads of a group are neighbours in ``rest``)."""
         if self.causal_order and self.sections:
-            g = section_heads(self, self.nh // self.nhk)
+            g = _section_heads(self, self.nh // self.nhk)
             mblk, rest = _in_sections(t, g, self.nmb, self.hb)
         elif self.causal_order:
             mblk, rest = self.nmb - 1 - t // self.hb, t % self.hb
@@ -202,7 +202,7 @@ class Packed(Dense):
     def locate(self, t) -> Work:
         """As :meth:`Dense.locate` over (batch, K/V head) pairs: a section is K/V heads."""
         if self.causal_order and self.sections:
-            mblk, rest = _in_sections(t, section_heads(self), self.nmb, self.hb)
+            mblk, rest = _in_sections(t, _section_heads(self), self.nmb, self.hb)
         elif self.causal_order:
             mblk, rest = self.nmb - 1 - t // self.hb, t % self.hb
         else:
@@ -232,17 +232,14 @@ class Packed(Dense):
         return ((w.batch * self.nhk + w.hkv) * g + r % g) * w.sq + r // g
 
 
-def section_heads(sched, per_kv=None, keys=None, hb=None):
-    """``Config.head_sections``: how many of ``hb`` (default ``sched.hb``) heads one
-    section holds: as many K/V heads of ``keys`` (default ``sched.sk``) keys as
-    ``Config.section_mb`` MiB (else :data:`L2_KV_BYTES`) holds (at least one), times
-    ``per_kv`` (the query heads per K/V head) where given."""
-    keys = sched.sk if keys is None else keys
-    kv_bytes = ptx.min(keys, 1 << 20) * (2 * padded(sched.d) * sched.dtype.bytes)
+def _section_heads(sched, per_kv=None):
+    """``Config.head_sections``: how many of ``sched.hb`` heads one section holds: as many
+    K/V heads as ``Config.section_mb`` MiB (else :data:`L2_KV_BYTES`) holds (at least
+    one), times ``per_kv`` (Dense: the query heads per K/V head) where given."""
+    kv_bytes = ptx.min(sched.sk, 1 << 20) * (2 * padded(sched.d) * sched.dtype.bytes)
     budget = sched.section_mb << 20 or L2_KV_BYTES
     heads = ptx.max(reg.scalar(u32, init=budget) // kv_bytes, 1)
-    return ptx.min(heads if per_kv is None else heads * per_kv,
-                   sched.hb if hb is None else hb)
+    return ptx.min(heads if per_kv is None else heads * per_kv, sched.hb)
 
 
 def _in_sections(t, g, nmb, hb):

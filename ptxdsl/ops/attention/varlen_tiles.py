@@ -32,7 +32,7 @@ from ...core.types import PtxType, f32, pred, s32, u32
 from ...dsl import ptx, reg
 from .config import BLOCK_M
 from .steps import snake
-from .tiles import PANEL, ROW, Dense, Work, _tma, section_heads
+from .tiles import PANEL, ROW, Dense, Work, _tma
 
 SEQ_BITS = 20          # at most 2**20 sequences (the binary search's probes)
 EMPTY = 0x7FFFFFFF     # the first row of an order entry that holds no rows
@@ -81,11 +81,9 @@ class Varlen(Dense):
     positions of the group's ``G`` heads, the same rows in the same order."""
 
     def __init__(self, dtype: PtxType, d: int, block_n: int, *, block_m: int = BLOCK_M,
-                 group: int = 1, ordered: bool = True, tma_out: bool = False,
-                 sections: bool = False, section_mb: int = 0):
+                 group: int = 1, ordered: bool = True, tma_out: bool = False):
         super().__init__(dtype, d, block_n, False, block_m=block_m,
-                         tma_out=tma_out and 64 % group == 0,
-                         sections=sections and ordered, section_mb=section_mb)
+                         tma_out=tma_out and 64 % group == 0)
         if group < 1 or block_m % group:
             raise ValueError(f"varlen packs a GQA group of heads dividing {block_m}, got "
                              f"{group}")
@@ -151,16 +149,7 @@ class Varlen(Dense):
         if self.ordered:
             # odd rounds run backwards over their ranks (the last round's may be fewer)
             rank = snake(t, t % self.ncta, self.ncta, self.total)
-            if self.sections:   # longest-first within sections of heads whose K/V fit L2
-                g = section_heads(self, None if self.group > 1 else self.nh // self.nhk,
-                                   keys=ptx.dim("TK"), hb=self.heads)
-                sec = rank // (g * self.nvb)
-                first = sec * g
-                u = rank - first * self.nvb
-                here = ptx.min(self.heads - first, g)        # the last may hold fewer
-                e, head = u // here, first + u % here
-            else:
-                e, head = rank // self.heads, rank % self.heads
+            e, head = rank // self.heads, rank % self.heads
             seq, m0 = reg.scalar(u32), reg.scalar(u32)
             ptx.inst("ld.global.nc.v2.u32", [seq, m0], ptx.addr(self.pord + e * 8))
             q0 = load_u32(self.pcq, seq)

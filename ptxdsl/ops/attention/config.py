@@ -73,12 +73,7 @@ class Config:
     the mbarrier waits' suspend-time hint (0: none; CUTLASS waits with 10 ms), so that a
     waiting warp retries its ``try_wait`` less often. ``k_ahead``: the producer loads K's
     block j + 1 before V's block j (FA3's order), so K's next load does not queue behind
-    the wait for V's slot, which frees last (after P·V). ``work_words`` (varlen layouts):
-    the producer writes each tile's located fields (first row, heads, sequence, lengths,
-    offsets) into words beside its Q buffer before Q's full barrier completes, and the
-    consumers read them there, not by their own dependent loads of the order and
-    ``cu_seqlens`` at each tile's start; a tile without rows then passes through the Q
-    buffer's barriers too."""
+    the wait for V's slot, which frees last (after P·V)."""
 
     block_n: int = 128
     stages: int = 2
@@ -99,7 +94,6 @@ class Config:
     q_double: bool = False
     suspend_ns: int = 0
     k_ahead: bool = False
-    work_words: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -150,14 +144,12 @@ class Config:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Q (``block_m`` rows) + ``stages`` x (K + V blocks) + the mbarriers (2 + 4 per
-        stage; ``dynamic``: 16 more for the tile numbers, ``work_words`` 32 per consumer
-        for a tile's fields, each twice with ``q_double``), with
+        stage; ``dynamic``: 16 more for the tile numbers, 32 with ``q_double``), with
         ``tma_store`` O's staging buffer (``block_m`` rows; ``o_in_q``: none), and with
         ``q_double`` two more mbarriers and a second Q, each 1024-byte aligned."""
         q = self.block_m * padded(head_dim) * elem_bytes
         kv = 2 * self.block_n * padded(head_dim) * elem_bytes
-        words = (2 * self.dynamic + 4 * self.consumers * self.work_words) \
-            * (1 + self.q_double)                             # tile numbers, tile fields
+        words = 2 * self.dynamic * (1 + self.q_double)       # the tile numbers
         total = q + self.stages * kv + 8 * (2 + 4 * self.stages + words)
         if self.tma_store and not self.o_in_q:
             total = -(-total // 1024) * 1024 + q

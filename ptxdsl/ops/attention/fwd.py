@@ -47,7 +47,7 @@ from .._common.launch_order import after_previous_kernel, pdl_for
 from .._common.ring import Ring, wait as ring_wait
 from .config import Config, Mask, padded
 from .fwd_layout import Smem, grid_for, schedule
-from .fwd_qbuf import get_work, put_work, q_buffer, q_next, tile_words
+from .fwd_qbuf import q_buffer, q_next, tile_words
 from .fwd_store import epilogue, normalizers, stage_out
 from .fwd_uniform import uniform_if, wait_and_rescale
 from .softmax import LOG2E, NEG_INF, online_softmax, p_registers, pack_p, rescale
@@ -95,7 +95,6 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
     oq = c.o_in_q and tma_out     # Config.o_in_q: Q is released after the epilogue's stores
     qd = c.q_double               # Config.q_double: the tiles take Q's two buffers in turn
     wait = functools.partial(ring_wait, suspend_ns=c.suspend_ns)
-    ww = c.work_words and layout.startswith("varlen")   # Config.work_words
     name = (f"attention_fwd_{dtype.name}_d{d}_n{BN}_s{S}_{mask.tag}"
             f"{'_pp' if c.pingpong else ''}{'_persistent' if c.persistent else ''}"
             f"{'_cap' if softcap else ''}{f'_m{BM}' if NC != 2 else ''}"
@@ -109,7 +108,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_oq' if oq else ''}"
             f"{'_uc' if c.uniform_cons else ''}"
             f"{'_q2' if qd else ''}{'_sus' if c.suspend_ns else ''}"
-            f"{'_ka' if c.k_ahead else ''}{'_ww' if ww else ''}")
+            f"{'_ka' if c.k_ahead else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -179,63 +178,46 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         for i in range(NC):
                             ptx.inst("st.shared.u32", ptx.addr(words, 4 * i), t)
 
-                def load_q(qf, q_at, w):
-                    ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                             ptx.addr(qf), L.q_bytes)
-                    for p in range(P):
-                        ptx.tma.load(base + q_at + p * BM * ROW if qd else
-                                     base + (L.q + p * BM * ROW), tq, sched.q_coords(p, w), qf)
-
-                def load(kv, rg, w, j):
-                    """Block ``j`` of K or V into ``rg``'s slot, once it is free."""
-                    full, free, tmap, dst = kv
-                    wait(labels, free + rg.slot * 8, rg.phase ^ 1)
-                    fb = full + rg.slot * 8
-                    ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
-                             ptx.addr(fb), L.kv_bytes)
-                    at = base + dst + rg.slot * L.kv_bytes
-                    for p in range(P):
-                        ptx.tma.load(at + p * BN * ROW if p else at, tmap,
-                                     sched.kv_coords(p, w, j), fb)
-
-                def load_kv(w, n_lo, n_hi):
-                    K, V = (kfull, kempty, tk, L.k), (vfull, vempty, tv, L.v)
-                    if not c.k_ahead:
-                        for j in ptx.range_(n_lo, n_hi):
-                            load(K, ring, w, j)
-                            load(V, ring, w, j)
-                            ring.advance()
-                    else:   # K(j + 1) before V(j): V(j)'s slot frees last
-                        for j in ptx.range_(n_lo, n_hi):
-                            load(K, ring, w, j)
-                            ring.advance()
-                            with ptx.if_(j > n_lo):
-                                load(V, vring, w, j - 1)
-                                vring.advance()
-                        with ptx.if_(n_hi > n_lo):
-                            load(V, vring, w, n_hi - 1)
-                            vring.advance()
-
                 def produce(t):
                     w, off, n_lo, n_hi = tile(t)
-                    if ww:      # every tile through Q's barriers, its fields beside Q
-                        qf, qe, q_at = q_buffer(L, qfull, qempty, qring)
-                        publish(t, qe)
-                        put_work(base, L, qring, w, NC)
-                        with ptx.if_(w.valid):
-                            load_q(qf, q_at, w)
-                        with ptx.else_():
-                            ptx.inst("mbarrier.arrive.shared::cta.b64", ptx.sink, ptx.addr(qf))
-                        q_next(qring, qphase)
-                        with if_valid(w):
-                            load_kv(w, n_lo, n_hi)
-                        return
                     with if_valid(w):
                         qf, qe, q_at = q_buffer(L, qfull, qempty, qring)
                         publish(t, qe)
-                        load_q(qf, q_at, w)
+                        ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64", ptx.sink,
+                                 ptx.addr(qf), L.q_bytes)
+                        for p in range(P):
+                            ptx.tma.load(base + q_at + p * BM * ROW if qd else
+                                         base + (L.q + p * BM * ROW), tq,
+                                         sched.q_coords(p, w), qf)
                         q_next(qring, qphase)
-                        load_kv(w, n_lo, n_hi)
+
+                        def load(kv, rg, j):
+                            """Block ``j`` of K or V into ``rg``'s slot, once it is free."""
+                            full, free, tmap, dst = kv
+                            wait(labels, free + rg.slot * 8, rg.phase ^ 1)
+                            fb = full + rg.slot * 8
+                            ptx.inst("mbarrier.arrive.expect_tx.shared::cta.b64",
+                                     ptx.sink, ptx.addr(fb), L.kv_bytes)
+                            at = base + dst + rg.slot * L.kv_bytes
+                            for p in range(P):
+                                ptx.tma.load(at + p * BN * ROW if p else at, tmap,
+                                             sched.kv_coords(p, w, j), fb)
+                        K, V = (kfull, kempty, tk, L.k), (vfull, vempty, tv, L.v)
+                        if not c.k_ahead:
+                            for j in ptx.range_(n_lo, n_hi):
+                                load(K, ring, j)
+                                load(V, ring, j)
+                                ring.advance()
+                        else:   # K(j + 1) before V(j): V(j)'s slot frees last
+                            for j in ptx.range_(n_lo, n_hi):
+                                load(K, ring, j)
+                                ring.advance()
+                                with ptx.if_(j > n_lo):
+                                    load(V, vring, j - 1)
+                                    vring.advance()
+                            with ptx.if_(n_hi > n_lo):
+                                load(V, vring, n_hi - 1)
+                                vring.advance()
 
                 if dyn:
                     t = reg.scalar(u32)
@@ -319,21 +301,8 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst.mov.f32(x, NEG_INF)
 
             def consume(t):
-                if ww:      # the producer's fields of the tile, beside its Q
-                    got_q, got_qe, _ = q_buffer(L, qfull, qempty, qring)
-                    wait(labels, got_q, qphase)
-                    w = get_work(base, L, qring, sched, cons, NC)
-                    # every thread has read them before lane 0 may release Q (at once
-                    # for a tile without rows or keys), after which the next are written
-                    ptx.inst("bar.sync", 1 + 2 * NC + cons, 128)
-                    off, n_lo, n_hi = key_blocks(sched, mask, BM, BN, w.m0, w.sq, w.sk)
-                else:
-                    w, off, n_lo, n_hi = tile(t)
+                w, off, n_lo, n_hi = tile(t)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
-                if ww:
-                    with ptx.if_(~w.valid):             # no rows: Q's turn passes
-                        release_stage(lane, got_qe, 0)
-                        q_next(qring, qphase)
                 with if_valid(w):
                     my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring)
                     urows, rows = rows_of(w)
@@ -393,7 +362,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                         ptx.inst.mov.u32(vphase, ring.phase)
                         ring.advance()
 
-                    if not (dyn or ww):     # (dynamic, work_words: waited for the tile)
+                    if not dyn:                     # (dynamic: waited for the tile number)
                         wait(labels, my_qfull, qphase)
 
                     def first_issue():

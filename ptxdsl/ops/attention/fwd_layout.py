@@ -28,9 +28,6 @@ class Smem:
         if c.dynamic:                 # Config.dynamic: the tile number, a word per consumer
             self.tile = self.total    # (q_double: 16 bytes more, the second Q's tile's)
             self.total += 16 * (1 + c.q_double)
-        if c.work_words:              # Config.work_words: a tile's eight located fields,
-            self.work = self.total    # a copy per consumer (q_double: the second Q's too)
-            self.total += 32 * c.consumers * (1 + c.q_double)
         if c.tma_store and c.o_in_q:                # O's staging: Q's buffer
             self.o = self.q
         elif c.tma_store:                           # O's staging: 128 rows of every panel

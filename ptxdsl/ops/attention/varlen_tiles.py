@@ -160,14 +160,10 @@ class Varlen(Dense):
         q1 = load_u32(self.pcq, seq + 1)
         k0, k1 = load_u32(self.pck, seq), load_u32(self.pck, seq + 1)
         sq, sk = q1 - q0, k1 - k0
-        hkv = head if self.group > 1 else head // (self.nh // self.nhk)
-        return Work(m0, head, seq, hkv, sq, sk, q0, k0, self.has_rows(m0, sq))
-
-    def has_rows(self, m0, sq):
-        """Whether the tile from packed row ``m0`` of a sequence of ``sq`` rows has any."""
         valid = reg.scalar(pred)
         ptx.inst.setp.lt.u32(valid, m0, sq * self.group if self.group > 1 else sq)
-        return valid
+        hkv = head if self.group > 1 else head // (self.nh // self.nhk)
+        return Work(m0, head, seq, hkv, sq, sk, q0, k0, valid)
 
     def pos(self, packed):
         return packed // self.group if self.group > 1 else packed

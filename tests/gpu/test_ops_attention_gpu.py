@@ -55,10 +55,11 @@ def test_gqa_mqa_and_f16():
     _run(1, 512, 512, 32, 8, 128, "float16")
 
 
-@pytest.mark.parametrize("sq,kw", [(1, {}), (5, dict(causal=True)),
+@pytest.mark.parametrize("sq,kw", [(1, {}), (5, dict(causal=True)), (32, {}),
                                    (64, dict(window_size=(40, 0)))])
 def test_pack_gqa(sq, kw):
-    """Few query rows: the 4 query heads of each K/V head share one tile (pack_gqa)."""
+    """Few query rows: the 4 query heads of each K/V head share one tile (pack_gqa; at
+    Sq = 32 full, the packed layout's own plan row: two Q buffers, K ahead of V)."""
     from ptxdsl.ops.attention.api import packs
     assert packs(4, sq)
     _run(2, sq, 700, 32, 8, 128, **kw)

@@ -14,10 +14,10 @@ from ptxdsl.ops.attention.fwd import build_forward
 
 
 def test_k_ahead_ragged_causal_tiles():
-    """One CTA, three tiles of one head (Sq > Sk, causal): tiles of 2 and 1 key blocks
-    and one with none (its loop and V's tail both skipped), on a 2-stage ring, so V's ring
-    lags K's across the tiles' boundaries."""
-    q, k, v = inputs(1, 150, 40, 1, 1, 64, 21)
+    """One CTA, three tiles of one head (Sq 300 > Sk 70, causal, 32-key blocks): tiles
+    of none, 1 and 3 key blocks (the first's loop and V's tail both skipped), on a 2-stage
+    ring, so V's ring lags K's across the tiles' boundaries."""
+    q, k, v = inputs(1, 300, 70, 1, 1, 64, 21)
     same_and_right(Config(block_n=32, persistent=True), q, k, v, Mask(-1, 0), sms=1,
                    k_ahead=True)
 

@@ -14,7 +14,7 @@ table's at the time of the run: bench/results/attention_causal_order{,2,3}_h200.
 before the causal rows took the dynamic order.
 
     PYTHONPATH=. python lab/attention_causal_order.py [--shapes 128:16384,64:16384]
-        [--seconds 2] [--rounds 3] [--name attention_causal_order]
+        [--seconds 2] [--rounds 3] [--name attention_causal_order] [--variants waits]
     ncu --clock-control none --profile-from-start off -k regex:attention_fwd \\
         --metrics dram__bytes_read.sum,gpu__time_duration.sum,lts__t_sector_hit_rate.pct \\
         python lab/attention_causal_order.py --ncu-run [--shapes 128:16384]
@@ -32,12 +32,16 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
-def variants(plan: dict) -> dict:
+def variants(plan: dict, kind: str = "order") -> dict:
     """Label -> Config keywords: the plans row, the dynamic scheduler alone and with head
     sections of 32 and 48 MiB (keeping the row's ``q_double``: each Q buffer has its own
     tile-number words; a row without it also tries it), and one CTA a tile with 48 MiB
     sections (FA4's sm90 causal grid: no next tile to overlap, so no ``q_double`` or
-    ``late_epilogue``)."""
+    ``late_epilogue``). ``kind`` ``waits``: the row with the mbarrier waits' suspend hint
+    (``Config.suspend_ns``: fewer try_wait retries, timed interleaved as neutral; here
+    whether it lowers the power the clock follows)."""
+    if kind == "waits":
+        return {"plan": plan, "sus": {**plan, "suspend_ns": 10_000_000}}
     dyn = {**plan, "dynamic": True, "persistent": True}
     out = {"plan": plan, "dyn": dyn}
     for mb in (32, 48):
@@ -56,7 +60,7 @@ def plan_kwargs(d: int, s: int) -> dict:
     return {k: v for k, v in _planned({"plan": True}, d, s, True).items() if k != "plan"}
 
 
-def shape_fns(torch, d: int, s: int):
+def shape_fns(torch, d: int, s: int, kind: str = "order"):
     """``(fns, flops, errors)``: a no-argument call per variant (and ``fa4``), each output
     checked against SDPA first (a variant that fails or is wrong is left out, its error
     kept)."""
@@ -72,7 +76,7 @@ def shape_fns(torch, d: int, s: int):
                                          is_causal=True).transpose(1, 2).float()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     fns, errors = {}, {}
-    for label, kw in variants(plan_kwargs(d, s)).items():
+    for label, kw in variants(plan_kwargs(d, s), kind).items():
         try:
             kern = build_forward(Config(**kw), bf16, d, Mask(-1, 0), scale=d ** -0.5, sms=sms)
             o = torch.empty_like(q)
@@ -103,6 +107,7 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--name", default="attention_causal_order")
+    ap.add_argument("--variants", default="order", choices=("order", "waits"))
     ap.add_argument("--ncu-run", action="store_true",
                     help="each variant once between cudaProfilerStart and Stop, for ncu")
     a = ap.parse_args()
@@ -111,7 +116,7 @@ def main() -> None:
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "rows": []}
     for d, s in shapes:
-        fns, flops, errors = shape_fns(torch, d, s)
+        fns, flops, errors = shape_fns(torch, d, s, a.variants)
         print(f"D{d} S{s} causal: {list(fns)}; errors {errors}", flush=True)
         if a.ncu_run:
             for f in fns.values():
@@ -131,7 +136,7 @@ def main() -> None:
                 sustained[n].append({**sus, "tflops": flops / sus["ms"] / 1e9})
         for n in fns:
             row = {"D": d, "S": s, "causal": True, "variant": n,
-                   "config": variants(plan_kwargs(d, s)).get(n, {}),
+                   "config": variants(plan_kwargs(d, s), a.variants).get(n, {}),
                    "interleaved_tflops": flops / inter[n] / 1e9, "sustained": sustained[n]}
             out["rows"].append(row)
             sus = sustained[n]

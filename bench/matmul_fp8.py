@@ -208,8 +208,8 @@ def main(argv=None):
     for m, n, k, group in todo:
         row = bench_shape(m, n, k, cands, args, l2)
         row.setdefault("ptxdsl fp8", {})["kernel"] = describe(
-            m, n, k, e4m3, bf16, sms=dev.multi_processor_count, device=cls) + (
-            " (block-wise: 128-column tiles)" if args.mode == "block" else "")
+            m, n, k, e4m3, bf16, sms=dev.multi_processor_count, device=cls,
+            scaling=args.mode)
         result["rows"].append({"shape": [m, n, k], "group": group, "results": row})
         with open(path, "w") as f:  # after every shape: a run cut short keeps what it measured
             json.dump(result, f, indent=1)

@@ -128,7 +128,8 @@ def variants(m, n, k, sms, device):
     Plan's checks refuse for this shape's plan: a split plan takes no cluster, m_waves...)."""
     from ptxdsl.core.types import bf16, e4m3
     from ptxdsl.ops.matmul.plan import choose, fitted, for_scaling
-    base = for_scaling(choose(m, n, k, e4m3, bf16, sms, device=device), "block", e4m3, bf16)
+    base = for_scaling(choose(m, n, k, e4m3, bf16, sms, device=device, scaling="block"),
+                       "block", e4m3, bf16)
     out = {"base": base}
 
     def put(name, make):

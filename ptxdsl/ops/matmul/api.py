@@ -322,8 +322,8 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
     from .hopper import build_hopper
     bt = bt or dt
     scaled = "tensor" if scaled is True else scaled
-    p = for_majors(choose(m, n, k, dt, odt, sms, device=device, b_major=b_major), dt, odt,
-                   a_major, b_major)
+    p = for_majors(choose(m, n, k, dt, odt, sms, device=device, b_major=b_major,
+                          scaling=scaled or None), dt, odt, a_major, b_major)
     p = for_scaling(p, scaled, dt, odt, smem_scales, one_row=64 < m <= 128)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
            sms, scaled, a_major, b_major)     # the majors last (tests read them there)
@@ -332,14 +332,20 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
                                                  b_dtype=bt, scaled=scaled))
 
 
-def describe(m, n, k, dt=bf16, odt=None, sms=132, device="H100") -> str:
+def describe(m, n, k, dt=bf16, odt=None, sms=132, device="H100", scaling=None) -> str:
     """Which kernel and plan an (M, N, K) K-major product runs on an sm_90 device of
-    class ``device`` (:func:`.plan.device_class`)."""
-    p = choose(m, n, k, dt, odt or dt, sms, device=device)
+    class ``device`` (:func:`.plan.device_class`); ``scaling``: a float8 scaling mode
+    (block-wise: ``scale_a`` through the ring, as for M a multiple of 4 and an aligned base)."""
+    odt = odt or dt
+    p = choose(m, n, k, dt, odt, sms, device=device, scaling=scaling)
+    if scaling:
+        p = for_scaling(p, scaling, dt, odt, m % 4 == 0, one_row=64 < m <= 128)
     return (f"hopper {p.bm}x{p.bn}x{p.bk} stages={p.stages} cluster={p.cluster} "
             f"group={p.group_m}" + (f" split={p.split}" if p.split > 1 else "")
             + (f" cluster_n={p.cluster_n}" if p.cluster_n > 1 else "")
-            + (f" a_rows={p.a_rows}" if p.a_rows else ""))
+            + (f" a_rows={p.a_rows}" if p.a_rows else "")
+            + (f" kb_roll={p.kb_roll}" if p.kb_roll else "")
+            + (" sb_ring" if p.sb_ring else ""))
 
 
 def kernel_for(dt, odt, a_t, b_t, bdt, activation, frame=None, *, b_dtype=None,

@@ -53,19 +53,22 @@ def rows() -> tuple:
 
 
 def row_applies(row: dict, m: int, n: int, k: int, dtype: PtxType, device: str,
-                b_major: str = "K") -> bool:
+                b_major: str = "K", scaling: str | None = None) -> bool:
     """Whether ``row`` holds this call; a row's optional ``b_majors`` names the B layouts
-    it was measured for (``"K"``: ``x @ W.T``; ``"MN"``: ``a @ b``), else both."""
+    it was measured for (``"K"``: ``x @ W.T``; ``"MN"``: ``a @ b``), else both, and its
+    optional ``scalings`` the float8 scaling modes (``scaling``: :data:`.fp8.MODES`), else
+    every one (a width the block-wise kernel cannot take becomes another there)."""
     lo, hi = row["m"]
     return (device in row["devices"] and dtype.name in row["dtypes"] and lo <= m <= hi
-            and row["n"] == n and row["k"] == k and b_major in row.get("b_majors", B_MAJORS))
+            and row["n"] == n and row["k"] == k and b_major in row.get("b_majors", B_MAJORS)
+            and (scaling is None or scaling in row.get("scalings", (scaling,))))
 
 
 def measured(m: int, n: int, k: int, dtype: PtxType, device: str,
-             b_major: str = "K") -> dict | None:
+             b_major: str = "K", scaling: str | None = None) -> dict | None:
     """The row of the table that applies to this call, or None."""
     for row in rows():
-        if row_applies(row, m, n, k, dtype, device, b_major):
+        if row_applies(row, m, n, k, dtype, device, b_major, scaling):
             return row
     return None
 
@@ -103,12 +106,13 @@ def fitted(p: Plan, dtype: PtxType, out_dtype: PtxType) -> Plan:
 
 def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
            sms: int = 132, split: int | None = None, device: str = "H100",
-           b_major: str = "K") -> Plan:
+           b_major: str = "K", scaling: str | None = None) -> Plan:
     """The Hopper plan for an (M, N, K) product of ``dtype`` operands on a device of
     class ``device`` with ``sms`` SMs: the rules' plan (the module docstring), with the
     fields of the table's row for this call where one applies, the ring fitted. ``split``
     forces a split-K factor at one tile row (the table's rows for it are then passed over);
-    ``b_major``: B's layout, for the rows measured in one layout only."""
+    ``b_major``: B's layout, for the rows measured in one layout only; ``scaling``: the
+    float8 scaling mode, for the rows measured in some modes only."""
     if device not in DEVICE_CLASSES:
         raise ValueError(f"choose: device must be one of {DEVICE_CLASSES}, got {device!r}")
     out_dtype = out_dtype or dtype
@@ -117,7 +121,7 @@ def choose(m: int, n: int, k: int, dtype: PtxType, out_dtype: PtxType = None,
     else:
         p = many_rows(m, n, dtype, sms)
     row = None if split is not None and m <= 128 else measured(m, n, k, dtype, device,
-                                                               b_major)
+                                                               b_major, scaling)
     if row is not None:
         p = dataclasses.replace(p, **row["plan"])
     if p.epi_in_ring and not one_tile_each(p, m, n, sms):

@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 
 from ptxdsl.core.types import bf16, e4m3, e5m2, f16, f32, f32_to_bf16_bits
+from ptxdsl.ops.matmul.api import describe
 from ptxdsl.ops.matmul.config import Plan
+from ptxdsl.ops.matmul.fp8 import MODES
 from ptxdsl.ops.matmul.hopper import build_hopper
 from ptxdsl.ops.matmul.plan import (
-    B_MAJORS, DEVICE_CLASSES, MIN_SPLIT_KBLOCKS, SMEM_PER_CTA, bk_for, choose, for_majors, measured,
-    one_row, row_applies, rows)
+    B_MAJORS, DEVICE_CLASSES, MIN_SPLIT_KBLOCKS, SMEM_PER_CTA, bk_for, choose, for_majors,
+    for_scaling, measured, one_row, row_applies, rows)
 
 from paths import ROOT
 DTYPES = {"bf16": bf16, "f16": f16, "e4m3": e4m3, "e5m2": e5m2}
@@ -31,11 +33,12 @@ def _out(dt):
 
 
 def _chosen(row, dev, m=None):
-    """choose() where ``row`` applies (its smallest M unless given), for its first dtype
-    and B layout."""
+    """choose() where ``row`` applies (its smallest M unless given), for its first dtype,
+    B layout and scaling mode."""
     dt = DTYPES[row["dtypes"][0]]
     return choose(row["m"][0] if m is None else m, row["n"], row["k"], dt, _out(dt),
-                  device=dev, b_major=row.get("b_majors", B_MAJORS)[0]), dt
+                  device=dev, b_major=row.get("b_majors", B_MAJORS)[0],
+                  scaling=row.get("scalings", [None])[0]), dt
 
 
 def _kinds():
@@ -71,9 +74,11 @@ def _interp_cases():
 
 def test_rows_are_well_formed():
     for i, row in enumerate(rows()):
-        assert set(row) - {"b_majors"} == {"devices", "dtypes", "m", "n", "k", "plan",
-                                           "sources", "reason"}, i
+        assert set(row) - {"b_majors", "scalings"} == {"devices", "dtypes", "m", "n", "k",
+                                                       "plan", "sources", "reason"}, i
         assert set(row.get("b_majors", B_MAJORS)) <= set(B_MAJORS), i
+        assert set(row.get("scalings", MODES)) <= set(MODES) and row.get("scalings", 1), i
+        assert "scalings" not in row or all(DTYPES[d].bytes == 1 for d in row["dtypes"]), i
         assert row["devices"] and set(row["devices"]) <= set(DEVICE_CLASSES), i
         assert row["dtypes"] and set(row["dtypes"]) <= set(DTYPES), i
         assert len({DTYPES[d].bytes for d in row["dtypes"]}) == 1, i
@@ -101,6 +106,7 @@ def test_rows_do_not_overlap():
                         a["k"] == b["k"] and a["m"][0] <= b["m"][1] and
                         b["m"][0] <= a["m"][1] and
                         set(a.get("b_majors", B_MAJORS)) & set(b.get("b_majors", B_MAJORS))
+                        and set(a.get("scalings", MODES)) & set(b.get("scalings", MODES))
                         ), (a, b)
 
 
@@ -119,10 +125,36 @@ def test_choose_takes_the_row_that_applies():
                         assert p.bk == bk_for(dt)
                     for bm in set(B_MAJORS) - set(row.get("b_majors", B_MAJORS)):
                         assert not row_applies(row, m, row["n"], row["k"], dt, dev, bm)
+                    bm = row.get("b_majors", B_MAJORS)[0]
+                    for mode in MODES:
+                        assert row_applies(row, m, row["n"], row["k"], dt, dev, bm,
+                                           mode) == (mode in row.get("scalings", MODES))
         lo = row["m"][0]
         if lo > 1:          # just past the row: the rules, whatever they give
             dt = DTYPES[row["dtypes"][0]]
             assert not row_applies(row, lo - 1, row["n"], row["k"], dt, row["devices"][0])
+
+
+def test_block_wise_calls_pass_over_rows_of_widths_they_cannot_take():
+    """A row measured per tensor in 224-column tiles names its modes: the block-wise kernel
+    would run it as 128-column tiles (bench/results/fp8_block_wide_h200.json: 16384 x 8192 x
+    28672 1057 TFLOP/s that way against 1216 with the rules' 256-column halves, NVIDIA
+    H200), so a block-wise call takes the rules' plan there."""
+    wide = [r for r in rows() if r["plan"].get("bn") == 224 and
+            set(r["dtypes"]) & {"e4m3", "e5m2"}]
+    assert wide
+    for row in wide:
+        assert "block" not in row.get("scalings", MODES), row["reason"]
+        for dev in row["devices"]:
+            for m in row["m"]:
+                args = (m, row["n"], row["k"], e4m3, bf16)
+                assert choose(*args, device=dev, scaling="tensor").bn == 224
+                p = for_scaling(choose(*args, device=dev, scaling="block"), "block", e4m3,
+                                bf16, one_row=64 < m <= 128)
+                assert p.bn == 256 and p.kb_roll, (row["reason"], m)
+                # what bench/matmul_fp8.py records as the kernel it timed
+                assert describe(*args, device=dev, scaling="block").startswith(
+                    "hopper 128x256x128"), (row["reason"], m)
 
 
 def _plan_key(d):

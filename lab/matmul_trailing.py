@@ -3,9 +3,9 @@ plans that might close the gap, timed in both layouts beside cuBLAS, the op and 
 current plan in the same interleaved rounds.
 
 The shapes and the reason for each candidate are in :data:`TRAILING` (ratios from
-``bench/results/matmul_both_h200.json``, H200, 60 ms blocks), then :data:`EXTRA`: shapes
-at or above cuBLAS whose split-K plans the same kernel options (``Plan.one_partial``,
-``Plan.b_prefetch``, ``Plan.epi_in_ring``) may speed up. Operands as
+``bench/results/matmul_both_20261129_h200.json``, H200, 60 ms blocks), then
+:data:`EXTRA`: shapes at or above cuBLAS whose split-K plans the same kernel options
+(``Plan.one_partial``, ``Plan.b_prefetch``, ``Plan.epi_in_ring``) may speed up. Operands as
 ``bench/matmul.py --layout both`` makes them: ``a`` (M, K) row-major, ``b = W.T`` for
 ``x @ W.T`` (``linear``, B K-major) and a row-major copy ``b_nn`` for ``a @ b`` (``nn``,
 B MN-major). Each candidate is built for the layouts it names (``plan.for_majors`` must
@@ -44,7 +44,7 @@ BOTH = (LIN, NN)
 ONE_ROW = dict(cluster=1, cluster_n=1, a_rows=0)
 
 # (M, N, K) -> {candidate: (fields over the current plan, layouts)}. The ratios are
-# ptxdsl / cuBLAS (x @ W.T, a @ b) in bench/results/matmul_both_h200.json.
+# ptxdsl / cuBLAS (x @ W.T, a @ b) in bench/results/matmul_both_20261129_h200.json.
 TRAILING = {
     # 0.93 / 0.97. 96 tiles of 128 x 64 (current) leave 36 SMs idle; 96-wide tiles with K
     # split in two are 64 x 2 = 128 CTAs (K-major B only: 96 is not whole 64-column atoms);

@@ -137,12 +137,6 @@ _OQ1 = dict(store_wait_once=False, late_epilogue=False, **_OQ)  # (the hd128
 # rows wait once a CTA, causal with the epilogue late and two Q buffers: none go with o_in_q)
 _SUS = dict(suspend_ns=10_000_000)    # try_wait's suspend hint, CUTLASS's 10 ms
 SETS = {
-    # ``fwduq``: head dim 64's causal rows (q_double, without uniform_cons) with the
-    # consumer index from lane 0 and then Q's buffer offset too (Config.uniform_q): SASS of
-    # the 4k row, R2UR between the first and last wgmma 15 -> 4 (15 with either alone)
-    "fwduq": {"seqs": [1024, 4096, 16384], "masks": [True], "candidates": {
-        64: [_PLAN, dict(_PLAN, uniform_cons=True),
-             dict(_PLAN, uniform_cons=True, uniform_q=True)]}},
     # ``sus`` / ``gqasus``: the plan rows with and without Config.suspend_ns (ncu of hd128
     # 16k causal: ptxdsl's kernel ran 24.7M try_wait and 28.3M BRA, FA4's, whose waits pass
     # the hint, 3.1M and 4.6M; ncu_fwd_order_h200.json)

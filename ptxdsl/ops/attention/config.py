@@ -73,10 +73,7 @@ class Config:
     the mbarrier waits' suspend-time hint (0: none; CUTLASS waits with 10 ms), so that a
     waiting warp retries its ``try_wait`` less often. ``k_ahead``: the producer loads K's
     block j + 1 before V's block j (FA3's order), so K's next load does not queue behind
-    the wait for V's slot, which frees last (after P·V). ``uniform_q`` (with ``q_double``):
-    the tile's Q buffer offset comes from lane 0 too, so ptxas keeps Q's descriptors in
-    uniform registers under ``q_double`` (else its ``selp`` on the ring's slot costs two
-    ``R2UR`` a Q·Kᵀ wgmma)."""
+    the wait for V's slot, which frees last (after P·V)."""
 
     block_n: int = 128
     stages: int = 2
@@ -97,7 +94,6 @@ class Config:
     q_double: bool = False
     suspend_ns: int = 0
     k_ahead: bool = False
-    uniform_q: bool = False
 
     def __post_init__(self):
         if self.consumers not in (2, 3):
@@ -131,9 +127,6 @@ class Config:
         if self.q_double and self.o_in_q:
             raise ValueError("q_double takes the tiles' Q buffers in turn, o_in_q stages O "
                              "in Q's buffer: give one of them")
-        if self.uniform_q and not self.q_double:
-            raise ValueError("uniform_q takes the offset of q_double's two Q buffers from "
-                             "lane 0: give q_double=True with it")
         if self.dynamic and not self.persistent:
             raise ValueError("dynamic schedules a persistent grid's tiles: give "
                              "persistent=True with dynamic=True")

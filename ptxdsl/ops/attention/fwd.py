@@ -108,7 +108,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
             f"{'_oq' if oq else ''}"
             f"{'_uc' if c.uniform_cons else ''}"
             f"{'_q2' if qd else ''}{'_sus' if c.suspend_ns else ''}"
-            f"{'_ka' if c.k_ahead else ''}{'_uq' if c.uniform_q else ''}")
+            f"{'_ka' if c.k_ahead else ''}")
 
     @kernel(in_specs=ins, out_specs=outs, arg_names=names,
             grid=grid_for(c, sms, sched),
@@ -304,8 +304,7 @@ def build_forward(c: Config, dtype: PtxType, d: int, mask: Mask = Mask(), *,
                 w, off, n_lo, n_hi = tile(t)
                 m0, sk_t = w.m0, sk_s if sk_s is not None else _s32(w.sk)
                 with if_valid(w):
-                    my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring,
-                                                         c.uniform_q)
+                    my_qfull, my_qempty, q_at = q_buffer(L, qfull, qempty, qring)
                     urows, rows = rows_of(w)
                     if late:
                         o_acc, (_, m, l, _) = o_late, kept

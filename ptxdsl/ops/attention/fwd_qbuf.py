@@ -8,12 +8,11 @@ from ...core.types import u32
 from ...dsl import ptx, reg
 
 
-def q_buffer(L, qfull, qempty, ring, uniform: bool = False):
+def q_buffer(L, qfull, qempty, ring):
     """``(qfull, qempty, Q's byte offset)`` of the buffer the tile at ``ring``'s slot takes:
     the first (``L.q``, its mbarriers ``qfull`` / ``qempty``) or the second (``L.q2``, its
     mbarriers at ``L.qbar2``, full then empty as the first's are); without ``ring`` (one Q
-    buffer) the first. ``uniform``: the offset is lane 0's (``shfl.sync.idx``), which ptxas
-    knows is the warp's, so Q's wgmma descriptors stay in uniform registers."""
+    buffer) the first."""
     if ring is None:
         return qfull, qempty, L.q
     second = ring.slot == 1
@@ -21,8 +20,6 @@ def q_buffer(L, qfull, qempty, ring, uniform: bool = False):
     ptx.inst.selp.u32(bars, L.qbar2 - L.qfull, 0, second)
     at = reg.scalar(u32)
     ptx.inst.selp.u32(at, L.q2, L.q, second)
-    if uniform:
-        ptx.inst("shfl.sync.idx.b32", at, at, 0, 0x1F, 0xFFFFFFFF)
     return qfull + bars, qempty + bars, at
 
 

@@ -111,7 +111,7 @@ def test_one_cta_per_tile_in_gqa_sections(monkeypatch):
 
 LAB_SETS = ["h96", "gqa", "h128c", "h128f", "causal", "diag", "gqa_full", "h256c", "s16k2",
             "fwdc", "fwdu", "fwdq", "fwd1k", "fwdts", "fwdts16", "fwdts1k", "fwdts16b",
-            "gqa32", "sus", "gqasus", "kahead", "gqaka", "gqa32ka", "fwduq"]
+            "gqa32", "sus", "gqasus", "kahead", "gqaka", "gqa32ka"]
 
 
 def _lab_cover(lab):

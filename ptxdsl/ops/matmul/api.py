@@ -311,6 +311,15 @@ def _hopper_ok(info, a_k, b_k, out, dt, odt) -> bool:
             and tma_ok(data_ptr(out), strides(out)[0], int(out.shape[0]), odt))
 
 
+def hopper_plan(m, n, k, dt, odt, sms, device, scaled=False, smem_scales=False,
+                a_major="K", b_major="K"):
+    """The plan the Hopper kernel of :func:`hopper_kernel` runs: the table's or the rules'
+    (for this scaling mode's rows), fitted to the operands' majors and the scaling mode."""
+    p = for_majors(choose(m, n, k, dt, odt, sms, device=device, b_major=b_major,
+                          scaling=scaled or None), dt, odt, a_major, b_major)
+    return for_scaling(p, scaled, dt, odt, smem_scales, one_row=64 < m <= 128)
+
+
 def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="K",
                   device="H100", bt=None, scaled=False, smem_scales=False):
     """The Hopper kernel for an (M, N, K) product (the plan depends on the shape class
@@ -322,9 +331,7 @@ def hopper_kernel(m, n, k, dt, odt, bdt, activation, sms, a_major="K", b_major="
     from .hopper import build_hopper
     bt = bt or dt
     scaled = "tensor" if scaled is True else scaled
-    p = for_majors(choose(m, n, k, dt, odt, sms, device=device, b_major=b_major,
-                          scaling=scaled or None), dt, odt, a_major, b_major)
-    p = for_scaling(p, scaled, dt, odt, smem_scales, one_row=64 < m <= 128)
+    p = hopper_plan(m, n, k, dt, odt, sms, device, scaled, smem_scales, a_major, b_major)
     key = ("hopper", p, dt.name, bt.name, odt.name, bdt.name if bdt else None, activation,
            sms, scaled, a_major, b_major)     # the majors last (tests read them there)
     return KERNELS.get(key, lambda: build_hopper(p, dt, odt, bias=bdt, activation=activation,
@@ -336,10 +343,7 @@ def describe(m, n, k, dt=bf16, odt=None, sms=132, device="H100", scaling=None) -
     """Which kernel and plan an (M, N, K) K-major product runs on an sm_90 device of
     class ``device`` (:func:`.plan.device_class`); ``scaling``: a float8 scaling mode
     (block-wise: ``scale_a`` through the ring, as for M a multiple of 4 and an aligned base)."""
-    odt = odt or dt
-    p = choose(m, n, k, dt, odt, sms, device=device, scaling=scaling)
-    if scaling:
-        p = for_scaling(p, scaling, dt, odt, m % 4 == 0, one_row=64 < m <= 128)
+    p = hopper_plan(m, n, k, dt, odt or dt, sms, device, scaling or False, m % 4 == 0)
     return (f"hopper {p.bm}x{p.bn}x{p.bk} stages={p.stages} cluster={p.cluster} "
             f"group={p.group_m}" + (f" split={p.split}" if p.split > 1 else "")
             + (f" cluster_n={p.cluster_n}" if p.cluster_n > 1 else "")

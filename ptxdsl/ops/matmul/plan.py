@@ -61,7 +61,7 @@ def row_applies(row: dict, m: int, n: int, k: int, dtype: PtxType, device: str,
     lo, hi = row["m"]
     return (device in row["devices"] and dtype.name in row["dtypes"] and lo <= m <= hi
             and row["n"] == n and row["k"] == k and b_major in row.get("b_majors", B_MAJORS)
-            and (scaling is None or scaling in row.get("scalings", (scaling,))))
+            and (scaling is None or "scalings" not in row or scaling in row["scalings"]))
 
 
 def measured(m: int, n: int, k: int, dtype: PtxType, device: str,
